@@ -38,6 +38,7 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -444,6 +445,9 @@ async def bench_signals(
                 await handle.signal("ping", i)
                 SIGNAL_ACKED[key] = time.time()
 
+            await asyncio.sleep(1.2)  # (settle_stats: the warm-up's commits flushed)
+            commits_before = xact_commits(dsn)
+            handed_before = worker.handed_tasks
             sends = []
             cpu = _SteadyCpu(dsn)
             t0 = time.monotonic()
@@ -455,8 +459,13 @@ async def bench_signals(
             await asyncio.gather(*sends)
             await _wait_done(dsn, runs, timeout)
             steady = cpu.per(n)
+            handed = worker.handed_tasks - handed_before
         finally:
             await client.close()
+    settle_stats()
+    # Every commit of the database from the first send to the worker's stop (the client's
+    # signals, the worker's claims, decisions and results, idle looks), per signal.
+    commits = xact_commits(dsn) - commits_before
     seen = [SIGNAL_SEEN[k] - sent for k, sent in SIGNAL_SENT.items() if k in SIGNAL_SEEN]
     acted = [SIGNAL_ACTED[k] - sent for k, sent in SIGNAL_SENT.items() if k in SIGNAL_ACTED]
     acked = [SIGNAL_ACKED[k] - sent for k, sent in SIGNAL_SENT.items() if k in SIGNAL_ACKED]
@@ -482,9 +491,28 @@ async def bench_signals(
         "decided_ahead": worker.decided_ahead,
         "refused_ahead": getattr(worker, "refused_ahead", None),
         "plain_by_storm_rule": getattr(worker, "plain_by_rule", None),
+        "plain_results": PLAIN_RESULTS,
+        "commits_per_signal": round(commits / n, 3),
+        "handed_per_signal": round(handed / n, 3),
         "cpu_ms_per_run": steady,
         "worker_options": WORKER_OPTIONS,
     }
+
+
+PLAIN_RESULTS = False
+
+
+def _plain_results() -> None:
+    """Every result goes the plain way: the worker's decision ahead answers None (as for a run
+    its storm rule remembers; every checkout since deciding ahead calls it this way)."""
+    global PLAIN_RESULTS
+    from harvest.worker import activities
+
+    async def no_decision(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    activities.decide_ahead = no_decision  # type: ignore[assignment]
+    PLAIN_RESULTS = True
 
 
 def main() -> None:
@@ -517,8 +545,16 @@ def main() -> None:
         default="auto",
         help="the process' loop, as `harvest worker --event-loop` picks it (auto: uvloop when installed)",
     )
+    parser.add_argument(
+        "--plain-results",
+        action="store_true",
+        help="the worker decides on no result ahead (every result committed alone, its workflow task"
+        " woken): the plain path a run takes in a signal storm (docs/performance.md, 'Signal storms')",
+    )
     args = parser.parse_args()
     loop = choose_event_loop(args.event_loop)
+    if args.plain_results:
+        _plain_results()
     if args.concurrency:
         WORKER_OPTIONS["concurrency"] = args.concurrency
     if args.claim_batch:

@@ -35,7 +35,9 @@ from sql_path_ab import bench_json, migrate_templates, paired_runs
 from harvest.db.embedded import EmbeddedPostgres
 
 
-def one_run(root: Path, bench: Path, dsn: str, rate: float, seconds: float, runs: int) -> dict[str, Any]:
+def one_run(
+    root: Path, bench: Path, dsn: str, rate: float, seconds: float, runs: int, plain: bool = False
+) -> dict[str, Any]:
     result = bench_json(
         root,
         "harvest_bench.py",
@@ -49,6 +51,7 @@ def one_run(root: Path, bench: Path, dsn: str, rate: float, seconds: float, runs
         str(rate),
         "--seconds",
         str(seconds),
+        *(["--plain-results"] if plain else []),
         bench=bench,
     )
     trip = result["round_trip"]
@@ -59,6 +62,8 @@ def one_run(root: Path, bench: Path, dsn: str, rate: float, seconds: float, runs
         "refused": result.get("refused_ahead"),
         "ahead": result["decided_ahead"],
         "plain": result.get("plain_by_storm_rule"),
+        "commits": result.get("commits_per_signal", float("nan")),
+        "handed": result.get("handed_per_signal", float("nan")),
         "process_ms": (result.get("cpu_ms_per_run") or {}).get("process", float("nan")),
         "load": round(os.getloadavg()[0], 1),
     }
@@ -78,6 +83,11 @@ def main() -> None:
     parser.add_argument(
         "--together", action="store_true", help="a pair's two runs at once (both see the same load)"
     )
+    parser.add_argument(
+        "--plain-results",
+        action="store_true",
+        help="both sides decide on no result ahead (harvest_bench.py --plain-results): the storm's plain path",
+    )
     args = parser.parse_args()
     sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
     bench = Path(__file__).resolve().parent  # this checkout's scripts, for both sides
@@ -94,7 +104,9 @@ def main() -> None:
                 server,
                 args.pairs,
                 args.together,
-                lambda key, dsn, rate=rate: one_run(sides[key], bench, dsn, rate, args.seconds, args.runs),
+                lambda key, dsn, rate=rate: one_run(
+                    sides[key], bench, dsn, rate, args.seconds, args.runs, args.plain_results
+                ),
             ):
                 base, cand = pair["base"], pair["cand"]
                 pairs.append(pair)
@@ -104,6 +116,8 @@ def main() -> None:
                     f" refused {base['refused']}"
                     f" | cand {cand['p50']:.1f}/{cand['p99']:.1f} ms replays {cand['replays']}"
                     f" refused {cand['refused']} plain {cand['plain']}"
+                    f" | commits/signal {base['commits']:.2f}/{cand['commits']:.2f}"
+                    f" handed/signal {base['handed']:.2f}/{cand['handed']:.2f}"
                     f" | load {base['load']}/{cand['load']}",
                     flush=True,
                 )
@@ -120,6 +134,8 @@ def main() -> None:
                     "p99_median": round(statistics.median(r["p99"] for r in runs), 1),
                     "slow_runs": sum(r["p99"] > args.slow_ms for r in runs),
                     "process_ms_per_signal": round(statistics.median(r["process_ms"] for r in runs), 3),
+                    "commits_per_signal": round(statistics.median(r["commits"] for r in runs), 3),
+                    "handed_per_signal": round(statistics.median(r["handed"] for r in runs), 3),
                 }
 
             summary[f"{rate:g}"] = {

@@ -920,21 +920,14 @@ $$;
 
 -- Wake a locked, running execution by handing its workflow task straight to
 -- p_worker_id (leased as a claim would); returns the task id, or NULL when the
--- execution's workflow task is running already (it will see the new events) or held by
--- a claim in flight, or the execution is not running.
--- A pending workflow task of the run (a signal, a timer or a child's end woke it while
--- this result was on its way) is taken over, leased as _claim_ids leases it: the worker
--- whose cached run decided last gets the woken events and this result in one task,
--- where the pending task waited for a NOTIFY and a claim of its own (a commit, and a
--- worker busy with other runs claims late: docs/performance.md, "Signal storms, second
--- cut"). Only a task a claim could take now with no gate of its own: due, of priority
--- 0 (the caller's _may_hand_off checked the queue for that priority), no concurrency
--- key, rate key, fairness key or ageing.
+-- execution already has a workflow task (it will see the new events) or is not running.
 -- The run's task is read first, without a lock: an INSERT meeting the row of a claim in
 -- flight (a worker's open claim deciding in its own transaction holds it until its
--- decision, which then waits for this run's row) waited for that claim to give up, its
--- lock_timeout; the row is the claim's, left to it (SKIP LOCKED), and nothing waits.
--- (No other transaction deletes or inserts the row while the caller holds the run's.)
+-- decision, which then waits for this run's row) waited for that claim, and the caller's
+-- batch with every run row it holds, until the claim gave up at its lock_timeout and
+-- rolled back. (No other transaction deletes or inserts the row while the caller holds
+-- the run's; a run's pending task is left to the claim: taking it over here measured
+-- slower, docs/performance.md, "Signal storms, second cut".)
 CREATE OR REPLACE FUNCTION harvest._hand_workflow_task(
     p_execution_id uuid, p_worker_id text, p_workflow_lease_secs double precision
 )
@@ -944,44 +937,23 @@ AS $$
 DECLARE
     v_now timestamptz := harvest.now();
     v_task_id bigint;
-    v_status text;
 BEGIN
-    SELECT t.id, t.status INTO v_task_id, v_status
-    FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'workflow';
-    IF v_task_id IS NULL THEN
-        INSERT INTO harvest.tasks (
-            execution_id, kind, queue, due_at, scheduled_at, status, attempt, started_at,
-            lease_owner, fencing_token, lease_expires_at
-        )
-        SELECT e.id, 'workflow', e.queue, v_now, v_now, 'running', 1, v_now,
-               p_worker_id, nextval('harvest.fencing_tokens'),
-               v_now + make_interval(secs => p_workflow_lease_secs)
-        FROM harvest.executions AS e
-        WHERE e.id = p_execution_id AND (e.status = 'RUNNING') IS TRUE  -- (core.sql: IS TRUE)
-        ON CONFLICT (execution_id) WHERE kind = 'workflow' DO NOTHING
-        RETURNING id INTO v_task_id;
-        RETURN v_task_id;
-    END IF;
-    IF v_status <> 'pending' THEN
+    PERFORM 1 FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'workflow';
+    IF FOUND THEN
         RETURN NULL;
     END IF;
-    UPDATE harvest.tasks AS t
-    SET status = 'running',
-        attempt = t.attempt + 1,
-        started_at = v_now,
-        heartbeat_at = NULL,
-        lease_owner = p_worker_id,
-        fencing_token = nextval('harvest.fencing_tokens'),
-        lease_expires_at = v_now + make_interval(secs => p_workflow_lease_secs)
-    WHERE t.id = (
-        SELECT w.id FROM harvest.tasks AS w
-        WHERE w.id = v_task_id AND w.status = 'pending'
-          AND w.due_at <= v_now AND w.priority = 0 AND w.concurrency_key IS NULL
-          AND w.rate_key IS NULL AND w.fairness_key IS NULL AND w.priority_aging_secs IS NULL
-        FOR UPDATE SKIP LOCKED
+    INSERT INTO harvest.tasks (
+        execution_id, kind, queue, due_at, scheduled_at, status, attempt, started_at,
+        lease_owner, fencing_token, lease_expires_at
     )
-    RETURNING t.id INTO v_task_id;
-    RETURN v_task_id;  -- (NULL when nothing was updated)
+    SELECT e.id, 'workflow', e.queue, v_now, v_now, 'running', 1, v_now,
+           p_worker_id, nextval('harvest.fencing_tokens'),
+           v_now + make_interval(secs => p_workflow_lease_secs)
+    FROM harvest.executions AS e
+    WHERE e.id = p_execution_id AND (e.status = 'RUNNING') IS TRUE  -- (core.sql: IS TRUE)
+    ON CONFLICT (execution_id) WHERE kind = 'workflow' DO NOTHING
+    RETURNING id INTO v_task_id;
+    RETURN v_task_id;
 END;
 $$;
 

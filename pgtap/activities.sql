@@ -8,7 +8,7 @@
 -- harvest._activity_completed, harvest._activity_completed_data, harvest._may_decide_on_result
 -- and harvest._decided_answer.
 BEGIN;
-SELECT plan(229);
+SELECT plan(224);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -442,48 +442,6 @@ SELECT results_eq(
     $$SELECT (handed ->> 'task_id')::bigint, 'running'::text, 'hw'::text FROM batches
       WHERE batch = 'ho2' AND handed IS NOT NULL$$,
     'the run has that one workflow task, running, and nothing else');
-
--- A pending workflow task of the run (a signal woke it while the activity ran) is taken
--- over by the result's hand-off, leased as a claim leases it, and carries the signal and
--- the result; one due later or carrying a gate of its own is left to a claim.
-SELECT harvest.register_worker('hw_take', ARRAY['wq_take', 'wq_take_due', 'wq_take_gate'], 'host', 3);
-SELECT pg_temp.decided('take', 'hw_take');
-SELECT harvest.signal_workflow(pg_temp.run('take.1'), 'ping', '1');
-SELECT pg_temp.remember('take.pending', pg_temp.run('take.1'),
-    (SELECT t.id FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('take.1') AND t.kind = 'workflow'));
-SELECT pg_temp.batch('take', 'hw_take', ARRAY['take.1']);
-SELECT results_eq(
-    $$SELECT (b.handed ->> 'task_id')::bigint, t.status, t.lease_owner, t.attempt, t.started_at, t.lease_expires_at,
-             (b.handed ->> 'fencing_token')::bigint = t.fencing_token
-      FROM batches AS b JOIN harvest.tasks AS t ON t.id = (b.handed ->> 'task_id')::bigint WHERE b.batch = 'take'$$,
-    $$VALUES (pg_temp.task('take.pending'), 'running'::text, 'hw_take'::text, 1, '2030-01-01 00:05:00+00'::timestamptz,
-              '2030-01-01 00:05:45+00'::timestamptz, true)$$,
-    'a pending workflow task of the run is taken over: handed, running, leased to the worker (attempt 1, lease = p_workflow_lease_secs)');
-SELECT results_eq(
-    $$SELECT array_agg(e ->> 'event_type' ORDER BY (e ->> 'event_id')::bigint)
-      FROM batches AS b, jsonb_array_elements(b.handed -> 'new_events') AS e WHERE b.batch = 'take'$$,
-    $$VALUES (ARRAY['SignalReceived', 'ActivityCompleted'])$$,
-    'the taken-over task carries the signal that woke it and the result');
-SELECT lives_ok(format($$SELECT handed FROM harvest.complete_workflow_task(%s, %s, 5, '[]', 'hw_take')$$,
-                       (SELECT handed ->> 'task_id' FROM batches WHERE batch = 'take'),
-                       (SELECT handed ->> 'fencing_token' FROM batches WHERE batch = 'take')),
-                'the taken-over workflow task completes under its new fencing token');
-SELECT pg_temp.decided('take_due', 'hw_take');
-SELECT harvest.signal_workflow(pg_temp.run('take_due.1'), 'ping', '1');
-UPDATE harvest.tasks SET due_at = '2030-01-01 00:06:00+00'
-WHERE execution_id = pg_temp.run('take_due.1') AND kind = 'workflow';
-SELECT pg_temp.batch('take_due', 'hw_take', ARRAY['take_due.1']);
-SELECT results_eq($$SELECT outcome, handed, status, lease_owner FROM pg_temp.woken('take_due')$$,
-                  $$VALUES ('completed'::text, NULL::jsonb, 'pending'::text, NULL::text)$$,
-                  'a pending workflow task due later is not taken over: not handed, still pending');
-SELECT pg_temp.decided('take_gate', 'hw_take');
-SELECT harvest.signal_workflow(pg_temp.run('take_gate.1'), 'ping', '1');
-UPDATE harvest.tasks SET concurrency_key = 'k', concurrency_limit = 1
-WHERE execution_id = pg_temp.run('take_gate.1') AND kind = 'workflow';
-SELECT pg_temp.batch('take_gate', 'hw_take', ARRAY['take_gate.1']);
-SELECT results_eq($$SELECT outcome, handed, status, lease_owner FROM pg_temp.woken('take_gate')$$,
-                  $$VALUES ('completed'::text, NULL::jsonb, 'pending'::text, NULL::text)$$,
-                  'a pending workflow task with a gate of its own (a concurrency key) is not taken over: left to a claim');
 
 -- _record_activity_result on its own: records the result, and hands the wake-up
 -- only when given the worker's queues.
@@ -1047,8 +1005,8 @@ SELECT pg_temp.decided('da_open', 'dw');
 SELECT lives_ok(format($$SELECT harvest._ensure_workflow_task('%s')$$, pg_temp.run('da_open.1')),
                 'setup: the run has a pending workflow task');
 SELECT pg_temp.decide_with_result('da_open', 'dw', 'da_open.1', pg_temp.decision('da_open.1', '[]'));
-SELECT pg_temp.refused('da_open', true,
-                       'a workflow task is pending: refused; the result alone, the pending task taken over and handed to the worker');
+SELECT pg_temp.refused('da_open', false,
+                       'a workflow task is open: refused; the result alone, the open task left to see it');
 -- (d) The run saw the result as another text than the one stored.
 SELECT pg_temp.decided('da_text', 'dw');
 SELECT pg_temp.decide_with_result('da_text', 'dw', 'da_text.1', pg_temp.decision('da_text.1', '[]', 0, NULL, '{"b": 1, "a": 2}'),

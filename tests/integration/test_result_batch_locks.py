@@ -11,6 +11,9 @@ import time
 
 import psycopg
 from psycopg.types.json import Jsonb
+from race_helpers import in_thread
+
+from harvest.db.sqlapi import OPEN_CLAIM_LOCK_TIMEOUT
 
 SCHEDULE = "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)"
 SCHEDULE_AS_DECIDER = "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'decider')"
@@ -118,30 +121,44 @@ def _handed(conn: psycopg.Connection, worker: str, held: tuple[int, int, int], r
     ).fetchone()
 
 
-def test_a_result_takes_over_a_pending_workflow_task_but_not_one_a_claim_holds(db, conn):
-    """The result of a run decided by its worker takes over the run's pending workflow task
-    (functions/claim.sql, _hand_workflow_task); one locked by a claim in flight is the
-    claim's: the result neither waits for it nor takes it."""
+def test_a_result_does_not_wait_for_a_claim_deciding_its_runs_workflow_task(db, conn):
+    """A worker's open claim holds its run's workflow task until its decision, made in the
+    claim's transaction, locks the run (worker.py, _claim_deciding; lock_timeout 20 ms). A
+    result batch of that run holding the run's row used to wait for the task's row when it
+    woke the run (functions/claim.sql, _hand_workflow_task): the two waited on each other
+    until the claim's lock_timeout rolled the claim and its decision back. The batch now
+    reads the run's task first, sees one, and hands nothing; the decision then commits."""
     for worker in ("decider", "other"):
         conn.execute("SELECT harvest.register_worker(%s, ARRAY['wq', 'fq'], 'host', 1)", (worker,))
-    run, held = _decided_with_activity(conn, "take-free")
+    run, held = _decided_with_activity(conn, "claim-in-flight")
     conn.execute("SELECT harvest.signal_workflow(%s, 'ping', '1')", (run,))
-    pending, status, _ = conn.execute(WORKFLOW_TASK, (run,)).fetchone()
-    assert status == "pending"
-    outcome, handed = _handed(conn, "decider", held, "r")
-    assert (outcome, handed["task_id"]) == ("completed", pending)
-    assert [e["event_type"] for e in handed["new_events"]] == ["SignalReceived", "ActivityCompleted"]
-
-    run, held = _decided_with_activity(conn, "take-held")
-    conn.execute("SELECT harvest.signal_workflow(%s, 'ping', '1')", (run,))
+    outcome: dict = {}
     with psycopg.connect(db) as claim, psycopg.connect(db, autocommit=True) as batch:
-        # Worker "other" claims the pending task in a transaction still open (as a claim
-        # that decides in its own transaction keeps it: worker.py, _claim_deciding).
-        claimed = claim.execute("SELECT task_id FROM harvest.claim_tasks('other', ARRAY['wq'], 1)").fetchall()
-        assert len(claimed) == 1
-        batch.execute("SET lock_timeout = '5s'")  # a wait for the claim's lock fails the test
-        outcome, handed = _handed(batch, "decider", held, "r")
-        assert (outcome, handed) == ("completed", None)
+        claim.execute(OPEN_CLAIM_LOCK_TIMEOUT)
+        task_id, token, through = claim.execute(
+            "SELECT c.task_id, c.fencing_token, e.last_event_id"
+            " FROM harvest.claim_tasks('other', ARRAY['wq'], 1) AS c"
+            " JOIN harvest.executions AS e ON e.id = c.execution_id"
+        ).fetchone()
+        thread = in_thread(lambda: _handed(batch, "decider", held, "r"), outcome)
+        thread.join(10)
+        waited = thread.is_alive()
+        if waited:  # (let it go before failing: the connections close at the block's end)
+            claim.rollback()
+            thread.join(10)
+        assert not waited, "the result batch waited for the claim in flight"
+        assert outcome["result"] == ("completed", None)
+        claim.execute(
+            "SELECT * FROM harvest.complete_workflow_tasks('other', %s, %s, %s, %s::jsonb[], %s)",
+            ([task_id], [token], [through], [Jsonb([])], [0]),
+        )
         claim.commit()
-    assert conn.execute(WORKFLOW_TASK, (run,)).fetchone() == (claimed[0][0], "running", "other")
+    # The claim's decision stands; the result, appended while it was in flight, wakes the run
+    # again (a pending workflow task, as for any event a decision did not see).
+    assert conn.execute(WORKFLOW_TASK, (run,)).fetchone()[1:] == ("pending", None)
     assert [r[0] for r in _completed(conn, run)] == ["1"]
+    decisions = conn.execute(
+        "SELECT count(*) FROM harvest.events WHERE execution_id = %s AND event_type = %s",
+        (run, "WorkflowTaskCompleted"),
+    ).fetchone()[0]
+    assert decisions == 2
