@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -373,6 +374,34 @@ def test_token_routes_show_the_secret_once(db: str, tokens: dict[str, str]) -> N
         assert api.delete("/admin/tokens/ci-deploy", headers=admin).status_code == 404
         everyone = api.get("/admin/tokens", headers=admin, params={"include_revoked": "true"}).json()
         assert any(t["name"] == "ci-deploy" and t["revoked_at"] for t in everyone["tokens"])
+
+
+def test_a_token_made_with_a_lifetime_over_http_expires(db: str, tokens: dict[str, str]) -> None:
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    with api_client(db, profile="production") as api:
+        made = api.post(
+            "/admin/tokens", headers=admin, json={"name": "nightly", "scope": "read", "expires_in_secs": 3600}
+        )
+        assert made.status_code == 201, made.text
+        expires_at = datetime.fromisoformat(made.json()["expires_at"])
+        assert timedelta(minutes=59) < expires_at - datetime.now(UTC) <= timedelta(hours=1)
+        listed = api.get("/admin/tokens", headers=admin).json()["tokens"]
+        assert [t["expires_at"] for t in listed if t["name"] == "nightly"] == [made.json()["expires_at"]]
+        for lifetime in (0, -5, 3_155_760_001, "1h"):
+            asked = {"name": "x", "scope": "read", "expires_in_secs": lifetime}
+            bad = api.post("/admin/tokens", headers=admin, json=asked)
+            assert bad.status_code == 400, (lifetime, bad.text)
+            assert error_of(bad)["field"] == "expires_in_secs"
+        new = {"Authorization": f"Bearer {made.json()['secret']}"}
+        assert api.get("/workflows", headers=new).status_code == 200
+        with psycopg.connect(db, autocommit=True) as conn:  # its hour has passed
+            conn.execute(
+                "UPDATE harvest.api_tokens SET expires_at = now() - interval '1 second' WHERE name = %s",
+                ("nightly",),
+            )
+        expired = api.get("/workflows", headers=new)
+        assert expired.status_code == 401 and "expired" in error_of(expired)["message"], expired.text
+        assert made.json()["secret"] not in expired.text
 
 
 def test_each_new_route_refuses_a_scope_below_its_own(db: str, tokens: dict[str, str]) -> None:
