@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner, Result
 
+from harvest.cli import events as events_cli
 from harvest.cli.main import main
 from harvest.config import load_config
 from harvest.web.app import management_app
@@ -110,3 +111,77 @@ def test_events_tail_follows_every_shard_over_sql_as_over_http(shards, live_url:
     web = _run(["--base-url", live_url, "events", "tail", "--after", "5"], {})
     assert sql.exit_code == web.exit_code != 0 and "shard:global_id" in sql.stderr
     assert web.stderr == sql.stderr
+
+
+def _sessions_listening(shards, shard: int) -> int:
+    """Sessions of shard ``shard``'s database (other than this one) whose last statement was a
+    LISTEN: an event stream's listener (harvest.db.event_stream)."""
+    with shards.connect(shard) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND query ILIKE 'LISTEN%%'"
+        ).fetchone()[0]
+
+
+def _until(condition, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.05)
+
+
+def _start_sql(shards, shard: int, workflow_id: str) -> None:
+    """A start on one shard's database directly (no CLI: a tail runs in another thread)."""
+    with shards.connect(shard) as conn:
+        conn.execute("SELECT harvest.start_workflow('greet', '[]', %s, 'default')", (workflow_id,))
+
+
+def test_events_tail_follows_a_shard_again_when_it_is_back(shards, monkeypatch) -> None:
+    """Over SQL a tail goes on when a shard cannot be read: one down when it starts is followed
+    from its given position once it is back, one lost while followed is followed again after its
+    last event printed. Each event once, none missed, and stderr says what happened."""
+    monkeypatch.setattr(events_cli, "RETRY_SECS", 0.1)
+    env = _env(shards)
+    before = {s: _last(shards, s) for s in (0, 1)}
+    _start_sql(shards, 1, "while-up")  # written before shard 1 goes: read once it is back
+    per_start = _last(shards, 1) - before[1]
+    shards.stop(1)
+    _start_sql(shards, 0, "on-zero")
+    after_0 = _last(shards, 0)
+    expected = (after_0 - before[0]) + 2 * per_start
+    outcome: dict = {}
+    args = [
+        "events",
+        "tail",
+        "--after",
+        f"0:{before[0]},1:{before[1]}",
+        "--limit",
+        str(expected),
+        "-o",
+        "json",
+    ]
+    tail = threading.Thread(target=lambda: outcome.update(result=_run(args, env)), daemon=True)
+    tail.start()
+    try:
+        _until(lambda: _sessions_listening(shards, 0) > 0, "the tail listens on shard 0")
+        shards.start(1)
+        _until(lambda: _sessions_listening(shards, 1) > 0, "the tail listens on shard 1 again")
+        shards.stop(1)  # its sessions are cut while the tail follows it
+        shards.start(1)
+        _start_sql(shards, 1, "after-the-loss")
+        tail.join(60)
+    finally:
+        if not shards.is_up(1):
+            shards.start(1)
+    assert not tail.is_alive(), "the tail did not print every event"
+    result = outcome["result"]
+    assert result.exit_code == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    got = sorted((e["shard_id"], e["global_id"]) for e in lines)
+    want = [(0, g) for g in range(before[0] + 1, after_0 + 1)]
+    want += [(1, g) for g in range(before[1] + 1, before[1] + 2 * per_start + 1)]
+    assert got == want  # each once, none missed
+    assert "warning: shard 1 unavailable: trying again every 0.1 s" in result.stderr
+    assert "warning: shard 1 is back: following its events after 1:" in result.stderr
+    assert "warning: shard 1 cannot be read (" in result.stderr
+    assert shards.dsns[1] not in result.stderr

@@ -1,27 +1,29 @@
 """`harvest events tail [--workflow ID]`: print events as they are written, over the database
 (the event stream's reader, harvest.db.event_stream; docs/event-streams.md) or the management
 API's ``/stream``. With ``[shards]`` every readable shard is followed, merged as ``/stream``
-merges them (harvest.shard.event_merge): each line starts with every shard's position."""
+merges them (harvest.shard.event_merge): each line starts with every shard's position. A shard
+that cannot be read is followed again when it is back (an HTTP stream ends instead, and its
+client resumes)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import click
 
 from harvest.cli.output import cli_config, cli_dsn, database_url_option, output_option
 from harvest.core.errors import DatabaseUnavailable
-from harvest.db.event_stream import EventSource
+from harvest.db.connection import redact
+from harvest.db.event_stream import EventSource, source_unreachable
 from harvest.shard.event_merge import (
     merge_streams,
     none_readable,
     parse_global_id,
     parse_positions,
-    unavailable_note,
 )
 
 _FIELDS = (
@@ -84,15 +86,66 @@ async def _tail(dsn: str, after: int | None, printer: _Printer) -> None:
         await source.close()
 
 
-async def _each(source: EventSource, start: int) -> AsyncIterator[dict[str, Any] | None]:
-    async for batch in source.follow(start):
-        for event in batch:
-            yield event
+# How long a tail on shards waits before it tries a shard it cannot read again.
+RETRY_SECS = 5.0
+
+
+def _warn(text: str) -> None:
+    click.echo(f"warning: {text}", err=True)
+
+
+async def _shard_events(
+    shard: int, url: str | None, after: int | None, source: EventSource | None
+) -> AsyncGenerator[dict[str, Any] | None, None]:
+    """One shard's events for as long as the tail runs, after global id ``after`` (None: from its
+    events written once it is read). ``source``: the shard's, opened (None: it could not be).
+    A shard that cannot be read, at the start or later, is tried again every RETRY_SECS and
+    named on stderr when it goes and when it is back; back, it goes on after the last of its
+    events handed on, so nothing it wrote meanwhile is missed."""
+    position = after
+    lost = source is None
+    try:
+        while True:
+            try:
+                if source is None:
+                    if url is None:
+                        raise DatabaseUnavailable(f"shard {shard} has no url")
+                    source = EventSource(url)
+                    await source.open()
+                if position is None:
+                    position = await source.start_position()
+                if lost:
+                    _warn(f"shard {shard} is back: following its events after {shard}:{position}")
+                    lost = False
+                async for batch in source.follow(position):
+                    for event in batch:
+                        position = event["global_id"]
+                        yield event
+            except Exception as exc:
+                if not source_unreachable(exc):
+                    raise
+                if not lost:
+                    after_text = "" if position is None else f" after {shard}:{position}"
+                    _warn(
+                        f"shard {shard} cannot be read ({redact(str(exc), url)}): trying again every "
+                        f"{RETRY_SECS:g} s, "
+                        f"its events{after_text} follow when it is back"
+                    )
+                    lost = True
+                if source is not None:
+                    with contextlib.suppress(Exception):
+                        await source.close()
+                    source = None
+                await asyncio.sleep(RETRY_SECS)
+    finally:
+        if source is not None:
+            await source.close()
 
 
 async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: _Printer) -> None:
-    """Every shard's events merged (a shard that cannot be reached is named on stderr and keeps
-    its position, so a later resume picks its events up)."""
+    """Every shard's events merged. A shard that cannot be read when the tail starts, or that
+    goes later, is named on stderr and followed again when it is back (_shard_events); none
+    readable at the start is an error."""
     given = parse_positions(after) if after is not None else {}
     sources: dict[int, EventSource] = {}
     unavailable: list[int] = []
@@ -104,23 +157,33 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
                 source = EventSource(url)
                 await source.open()
                 sources[shard] = source
-            except Exception:
+            except Exception as exc:
+                if not source_unreachable(exc):
+                    raise
                 unavailable.append(shard)
         if not sources:
             raise none_readable(unavailable)
         for shard in unavailable:
-            click.echo(f"warning: {unavailable_note(shard)}", err=True)
+            _warn(
+                f"shard {shard} unavailable: trying again every {RETRY_SECS:g} s, its events follow when back"
+            )
         starts = {s: given[s] if s in given else await src.start_position() for s, src in sources.items()}
-        streams = {s: _each(src, starts[s]) for s, src in sources.items()}
+        streams = {
+            s: _shard_events(s, urls[s], starts.get(s, given.get(s)), sources.get(s)) for s in sorted(urls)
+        }
         merged = merge_streams(streams, {**given, **starts}, keepalive=3600.0)
-        async with contextlib.aclosing(merged):  # its readers stop before the sources close
-            async for item in merged:
-                if item is None:
-                    continue
-                if not printer.show({**item.event, "shard_id": item.shard}, item.position):
-                    return
+        try:
+            async with contextlib.aclosing(merged):  # its readers stop before the sources close
+                async for item in merged:
+                    if item is None:
+                        continue
+                    if not printer.show({**item.event, "shard_id": item.shard}, item.position):
+                        return
+        finally:
+            for stream in streams.values():  # (each closes the source it holds)
+                await stream.aclose()
     finally:
-        for source in sources.values():
+        for source in sources.values():  # (those opened here; closing one twice does nothing)
             await source.close()
 
 

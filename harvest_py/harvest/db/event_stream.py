@@ -30,6 +30,7 @@ from typing import Any, cast
 
 import psycopg
 
+from harvest.core.errors import DatabaseUnavailable
 from harvest.db import channels
 from harvest.db.connection import connect_async
 from harvest.db.sqlapi import AsyncSqlApi
@@ -44,6 +45,12 @@ PAGE = 500
 class _Probe:
     last_global_id: int  # every id up to this was handed out ...
     xmax: int  # ... by a transaction below this xid: final once the horizon's xmin passes it
+
+
+def source_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by an :class:`EventSource`'s open or reads, is its database gone or
+    refusing connections (a reader tries again later), not an answer of the database."""
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, DatabaseUnavailable, OSError))
 
 
 class EventSource:
