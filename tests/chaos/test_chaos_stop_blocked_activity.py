@@ -36,7 +36,10 @@ def test_a_stopped_worker_exits_though_a_def_activity_still_blocks(
         )
 
     wait_until(mark.exists, 20, "the activity to block")
-    assert leased()
+    # (A local activity runs inside its workflow task, which an idle worker claims in a
+    # transaction it keeps open for the decision, committed a moment later when the decision
+    # takes longer: the lease is seen once that commit is in.)
+    wait_until(leased, 20, "the task's lease to be committed")
     workers.kill(a, signal.SIGTERM)
     try:  # the grace is 0.5 s: this bound only tells a stop from a hang (the call blocks 600 s)
         code = a.wait(timeout=60)
