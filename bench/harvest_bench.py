@@ -445,7 +445,10 @@ async def bench_signals(
                 await handle.signal("ping", i)
                 SIGNAL_ACKED[key] = time.time()
 
-            await asyncio.sleep(1.2)  # (settle_stats: the warm-up's commits flushed)
+            # (Most of the warm-up's commits flushed; a backend that committed within a second
+            # of its last flush and then idles flushes up to 10 s later: a small bias, the same
+            # on every side of an A/B, docs/performance.md "Signal storms, second cut".)
+            await asyncio.sleep(1.2)
             commits_before = xact_commits(dsn)
             handed_before = worker.handed_tasks
             sends = []

@@ -921,13 +921,10 @@ $$;
 -- Wake a locked, running execution by handing its workflow task straight to
 -- p_worker_id (leased as a claim would); returns the task id, or NULL when the
 -- execution already has a workflow task (it will see the new events) or is not running.
--- The run's task is read first, without a lock: an INSERT meeting the row of a claim in
--- flight (a worker's open claim deciding in its own transaction holds it until its
--- decision, which then waits for this run's row) waited for that claim, and the caller's
--- batch with every run row it holds, until the claim gave up at its lock_timeout and
--- rolled back. (No other transaction deletes or inserts the row while the caller holds
--- the run's; a run's pending task is left to the claim: taking it over here measured
--- slower, docs/performance.md, "Signal storms, second cut".)
+-- The run's task is read first, without a lock, as core.sql _ensure_workflow_task reads
+-- it (see there: an INSERT meeting a claim in flight waited for it, the caller's batch
+-- with every run row it holds). A run's pending task is left to the claim: taking it over
+-- here made no gain, docs/performance.md, "Signal storms, second cut".
 CREATE OR REPLACE FUNCTION harvest._hand_workflow_task(
     p_execution_id uuid, p_worker_id text, p_workflow_lease_secs double precision
 )

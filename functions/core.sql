@@ -391,6 +391,13 @@ $$;
 -- Make sure the execution has a workflow task; at most one exists per execution.
 -- A PAUSED run's task is created 'paused': no claim sees it until the run is
 -- resumed (lifecycle.sql), so the wake-up waits and is not lost.
+-- The run's task is read first, without a lock: an INSERT meeting the row of a claim in
+-- flight (an idle worker's open claim holds it until its decision, which then waits for
+-- this run's row) waited for that claim, holding the run's row and whatever else the
+-- caller's transaction holds, until the claim's lock_timeout rolled it back. Every
+-- caller holds the run's row (locked FOR UPDATE, or updated by an append first), so no
+-- other transaction inserts or deletes the task meanwhile (claim.sql,
+-- _hand_workflow_task, reads it the same way).
 CREATE OR REPLACE FUNCTION harvest._ensure_workflow_task(p_execution_id uuid)
 RETURNS void
 LANGUAGE plpgsql
@@ -400,6 +407,10 @@ DECLARE
     v_status text;
     v_now timestamptz := harvest.now();
 BEGIN
+    PERFORM 1 FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'workflow';
+    IF FOUND THEN
+        RETURN;
+    END IF;
     INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, status)
     SELECT e.id, 'workflow', e.queue, v_now, v_now, CASE WHEN e.status = 'PAUSED' THEN 'paused' ELSE 'pending' END
     FROM harvest.executions AS e

@@ -10,6 +10,7 @@ import threading
 import time
 
 import psycopg
+import pytest
 from psycopg.types.json import Jsonb
 from race_helpers import in_thread
 
@@ -114,49 +115,55 @@ def _decided_with_activity(conn: psycopg.Connection, workflow_id: str) -> tuple[
     return str(execution_id), _claim(conn, "decider", 1)[0]
 
 
-def _handed(conn: psycopg.Connection, worker: str, held: tuple[int, int, int], result: str):
+def _wake(conn: psycopg.Connection, how: str, run: str, held: tuple[int, int, int]) -> tuple[str, object]:
+    """Wake the run the way ``how`` names: the decider's result with hand-off (the task handed
+    back), the same result without hand-off (queued), or a signal. (outcome, handed)."""
+    if how == "signal":
+        conn.execute("SELECT harvest.signal_workflow(%s, 'ping', '2')", (run,))
+        return "completed", None
     return conn.execute(
-        "SELECT outcome, handed FROM harvest.complete_activities(%s, %s, %s, %s::jsonb[], true)",
-        (worker, [held[0]], [held[1]], [Jsonb(result)]),
+        "SELECT outcome, handed FROM harvest.complete_activities(%s, %s, %s, %s::jsonb[], %s)",
+        ("decider", [held[0]], [held[1]], [Jsonb("r")], how == "handed result"),
     ).fetchone()
 
 
-def test_a_result_does_not_wait_for_a_claim_deciding_its_runs_workflow_task(db, conn):
+@pytest.mark.parametrize("how", ["handed result", "queued result", "signal"])
+def test_a_wake_up_does_not_wait_for_a_claim_deciding_the_runs_workflow_task(db, conn, how: str):
     """A worker's open claim holds its run's workflow task until its decision, made in the
     claim's transaction, locks the run (worker.py, _claim_deciding; lock_timeout 20 ms). A
-    result batch of that run holding the run's row used to wait for the task's row when it
-    woke the run (functions/claim.sql, _hand_workflow_task): the two waited on each other
-    until the claim's lock_timeout rolled the claim and its decision back. The batch now
-    reads the run's task first, sees one, and hands nothing; the decision then commits."""
+    result batch or a signal of that run, holding the run's row, used to wait for the task's
+    row when it woke the run (INSERT ... ON CONFLICT in _hand_workflow_task and
+    _ensure_workflow_task): the two waited on each other until the claim's lock_timeout rolled
+    the claim and its decision back. The wake-up now reads the run's task first, sees one, and
+    adds none; the decision then commits."""
     for worker in ("decider", "other"):
         conn.execute("SELECT harvest.register_worker(%s, ARRAY['wq', 'fq'], 'host', 1)", (worker,))
     run, held = _decided_with_activity(conn, "claim-in-flight")
     conn.execute("SELECT harvest.signal_workflow(%s, 'ping', '1')", (run,))
     outcome: dict = {}
-    with psycopg.connect(db) as claim, psycopg.connect(db, autocommit=True) as batch:
+    with psycopg.connect(db) as claim, psycopg.connect(db, autocommit=True) as waker:
         claim.execute(OPEN_CLAIM_LOCK_TIMEOUT)
         task_id, token, through = claim.execute(
             "SELECT c.task_id, c.fencing_token, e.last_event_id"
             " FROM harvest.claim_tasks('other', ARRAY['wq'], 1) AS c"
             " JOIN harvest.executions AS e ON e.id = c.execution_id"
         ).fetchone()
-        thread = in_thread(lambda: _handed(batch, "decider", held, "r"), outcome)
+        thread = in_thread(lambda: _wake(waker, how, run, held), outcome)
         thread.join(10)
         waited = thread.is_alive()
         if waited:  # (let it go before failing: the connections close at the block's end)
             claim.rollback()
             thread.join(10)
-        assert not waited, "the result batch waited for the claim in flight"
+        assert not waited, f"the {how} waited for the claim in flight"
         assert outcome["result"] == ("completed", None)
         claim.execute(
             "SELECT * FROM harvest.complete_workflow_tasks('other', %s, %s, %s, %s::jsonb[], %s)",
             ([task_id], [token], [through], [Jsonb([])], [0]),
         )
         claim.commit()
-    # The claim's decision stands; the result, appended while it was in flight, wakes the run
-    # again (a pending workflow task, as for any event a decision did not see).
+    # The claim's decision stands; what the wake-up appended while it was in flight wakes the
+    # run again (a pending workflow task, as for any event a decision did not see).
     assert conn.execute(WORKFLOW_TASK, (run,)).fetchone()[1:] == ("pending", None)
-    assert [r[0] for r in _completed(conn, run)] == ["1"]
     decisions = conn.execute(
         "SELECT count(*) FROM harvest.events WHERE execution_id = %s AND event_type = %s",
         (run, "WorkflowTaskCompleted"),

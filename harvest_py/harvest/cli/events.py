@@ -16,8 +16,8 @@ from typing import Any
 import click
 
 from harvest.cli.output import cli_config, cli_dsn, database_url_option, output_option
-from harvest.core.errors import DatabaseUnavailable
-from harvest.db.connection import redact
+from harvest.core.errors import ConfigError
+from harvest.db.connection import error_line, is_permanent
 from harvest.db.event_stream import EventSource, source_unreachable
 from harvest.shard.event_merge import (
     merge_streams,
@@ -94,24 +94,35 @@ def _warn(text: str) -> None:
     click.echo(f"warning: {text}", err=True)
 
 
+async def _open(url: str | None, shard: int) -> EventSource:
+    """Shard ``shard``'s event source, opened (closed again when its open fails half-way)."""
+    if url is None:
+        raise ConfigError(f"shard {shard} has no url in [shards] urls")
+    source = EventSource(url)
+    try:
+        await source.open()
+    except BaseException:
+        await source.close()
+        raise
+    return source
+
+
 async def _shard_events(
     shard: int, url: str | None, after: int | None, source: EventSource | None
 ) -> AsyncGenerator[dict[str, Any] | None, None]:
     """One shard's events for as long as the tail runs, after global id ``after`` (None: from its
     events written once it is read). ``source``: the shard's, opened (None: it could not be).
-    A shard that cannot be read, at the start or later, is tried again every RETRY_SECS and
-    named on stderr when it goes and when it is back; back, it goes on after the last of its
-    events handed on, so nothing it wrote meanwhile is missed."""
+    A shard that cannot be read (an outage: event_stream.source_unreachable), at the start or
+    later, is tried again every RETRY_SECS and named on stderr when it goes and when it is back;
+    back, it goes on after the last of its events handed on, so nothing it wrote meanwhile is
+    missed. Any other error (a refused login, a statement's error) ends the tail."""
     position = after
     lost = source is None
     try:
         while True:
             try:
                 if source is None:
-                    if url is None:
-                        raise DatabaseUnavailable(f"shard {shard} has no url")
-                    source = EventSource(url)
-                    await source.open()
+                    source = await _open(url, shard)
                 if position is None:
                     position = await source.start_position()
                 if lost:
@@ -127,9 +138,8 @@ async def _shard_events(
                 if not lost:
                     after_text = "" if position is None else f" after {shard}:{position}"
                     _warn(
-                        f"shard {shard} cannot be read ({redact(str(exc), url)}): trying again every "
-                        f"{RETRY_SECS:g} s, "
-                        f"its events{after_text} follow when it is back"
+                        f"shard {shard} cannot be read ({error_line(exc)}): trying again every "
+                        f"{RETRY_SECS:g} s, its events{after_text} follow when it is back"
                     )
                     lost = True
                 if source is not None:
@@ -144,32 +154,40 @@ async def _shard_events(
 
 async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: _Printer) -> None:
     """Every shard's events merged. A shard that cannot be read when the tail starts, or that
-    goes later, is named on stderr and followed again when it is back (_shard_events); none
-    readable at the start is an error."""
+    goes later, is named on stderr and followed again when it is back (_shard_events); one that
+    refuses the login (or has no url) is named and not followed; none readable at the start is
+    an error."""
     given = parse_positions(after) if after is not None else {}
     sources: dict[int, EventSource] = {}
+    starts: dict[int, int] = {}
+    retried: list[int] = []
     unavailable: list[int] = []
     try:
         for shard, url in sorted(urls.items()):
+            source = None
             try:
-                if url is None:
-                    raise DatabaseUnavailable(f"shard {shard} has no url")
-                source = EventSource(url)
-                await source.open()
+                source = await _open(url, shard)
+                starts[shard] = given[shard] if shard in given else await source.start_position()
                 sources[shard] = source
             except Exception as exc:
-                if not source_unreachable(exc):
+                if source is not None:  # (its start position could not be read)
+                    await source.close()
+                if not source_unreachable(exc) and not is_permanent(exc):
                     raise
                 unavailable.append(shard)
+                if is_permanent(exc):
+                    _warn(f"shard {shard} not followed: {error_line(exc)} (fix its url and run again)")
+                else:
+                    retried.append(shard)
+                    _warn(
+                        f"shard {shard} unavailable ({error_line(exc)}): trying again every "
+                        f"{RETRY_SECS:g} s, its events follow when back"
+                    )
         if not sources:
             raise none_readable(unavailable)
-        for shard in unavailable:
-            _warn(
-                f"shard {shard} unavailable: trying again every {RETRY_SECS:g} s, its events follow when back"
-            )
-        starts = {s: given[s] if s in given else await src.start_position() for s, src in sources.items()}
         streams = {
-            s: _shard_events(s, urls[s], starts.get(s, given.get(s)), sources.get(s)) for s in sorted(urls)
+            s: _shard_events(s, urls[s], starts.get(s, given.get(s)), sources.get(s))
+            for s in sorted([*sources, *retried])
         }
         merged = merge_streams(streams, {**given, **starts}, keepalive=3600.0)
         try:

@@ -32,7 +32,8 @@ import psycopg
 
 from harvest.core.errors import DatabaseUnavailable
 from harvest.db import channels
-from harvest.db.connection import connect_async
+from harvest.db.connection import connect_async, is_permanent
+from harvest.db.resend import connection_lost
 from harvest.db.sqlapi import AsyncSqlApi
 
 log = logging.getLogger("harvest.db.event_stream")
@@ -48,9 +49,15 @@ class _Probe:
 
 
 def source_unreachable(exc: BaseException) -> bool:
-    """Whether ``exc``, raised by an :class:`EventSource`'s open or reads, is its database gone or
-    refusing connections (a reader tries again later), not an answer of the database."""
-    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, DatabaseUnavailable, OSError))
+    """Whether ``exc``, raised by an :class:`EventSource`'s open or reads, is an outage that may
+    pass (the server down or starting, the connection lost), so a reader tries again later; not
+    an answer (a wrong password, an unknown database: ConnectionRejected) nor a statement's
+    error (a timeout, a lock), which retrying would meet again."""
+    if is_permanent(exc):
+        return False
+    if isinstance(exc, DatabaseUnavailable | OSError):
+        return True
+    return connection_lost(exc)
 
 
 class EventSource:
