@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -892,3 +893,47 @@ def test_activity_commands_by_a_real_task_token_match(db: str, served, start_wor
     assert stale.exit_code != 0 and "Traceback" not in stale.stderr
     failed = same(["activity", "fail", "TOKEN", "--error-type", "Declined", "--non-retryable"], failing)
     assert failed.stdout == "dead_lettered\n", failed.stderr
+
+
+def test_events_tail_over_http_says_where_to_resume_when_the_server_ends_the_stream() -> None:
+    """A stream the server ends (it is stopping, or on shards one of them went) is not the end of
+    the events: the tail prints what came, then fails naming the position to resume from."""
+    event = {
+        "global_id": 7,
+        "execution_id": "00000000-0000-4000-8000-000000000001",
+        "event_id": 1,
+        "event_type": "WorkflowExecutionStarted",
+        "event_data": {},
+        "created_at": "2026-12-04T15:00:00+00:00",
+        "workflow_name": "greet",
+        "workflow_id": "w1",
+    }
+    body = f"id: 7\ndata: {json.dumps(event)}\n\n".encode()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def one_event_then_the_end(ending: bytes) -> None:
+        peer, _ = listener.accept()
+        peer.recv(65536)
+        peer.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + f"{len(body):x}\r\n".encode()
+            + body
+            + b"\r\n"
+            + ending
+        )
+        peer.close()
+
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        for ending in (b"0\r\n\r\n", b""):  # ended cleanly, or the connection closed mid-stream
+            thread = threading.Thread(target=one_event_then_the_end, args=(ending,), daemon=True)
+            thread.start()
+            tail = run("--base-url", url, "events", "tail", "--after", "3")
+            thread.join(5)
+            assert tail.stdout.startswith("7  2026-12-04T15:00:00.000+00:00  greet/w1  #1"), tail.stdout
+            assert tail.exit_code == 1, (tail.exit_code, tail.stderr)
+            assert "--after 7" in tail.stderr, tail.stderr
+    finally:
+        listener.close()

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import cli_config, cli_dsn, database_url_option, output_option
-from harvest.core.errors import ConfigError
+from harvest.core.errors import ConfigError, DatabaseUnavailable
 from harvest.db.connection import error_line, is_permanent
 from harvest.db.event_stream import EventSource, source_unreachable
 from harvest.shard.event_merge import (
@@ -234,10 +234,23 @@ def tail(
         if settings is not None:
             with http_session(settings) as http:  # GET /stream (docs/event-streams.md)
                 notes = lambda text: click.echo(f"warning: {text}", err=True)  # noqa: E731
-                for event in http.stream_events(after, notes):
-                    if not printer.show(event, event.get("position")):
-                        return
-            return
+                last = after
+
+                def resume() -> str:
+                    return "run it again" if last is None else f"resume with --after {last}"
+
+                try:
+                    for event in http.stream_events(after, notes):
+                        last = event.get("position") or str(event["global_id"])
+                        if not printer.show(event, event.get("position")):
+                            return
+                except DatabaseUnavailable as exc:  # unreachable, or the stream broke off
+                    raise DatabaseUnavailable(f"{exc}: {resume()}") from None
+            # The server ended the stream (it is stopping, or on shards one of them went): not
+            # the end of the events, so not a success; say where to go on from.
+            raise DatabaseUnavailable(
+                f"the event stream ended (the server stopped it: it is stopping, or a shard went): {resume()}"
+            )
         config = cli_config()
         if not shards_configured(config):
             start = parse_global_id(after) if after is not None else None
