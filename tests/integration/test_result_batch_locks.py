@@ -16,15 +16,17 @@ from race_helpers import in_thread
 
 from harvest.db.sqlapi import OPEN_CLAIM_LOCK_TIMEOUT
 
-SCHEDULE = "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)"
-SCHEDULE_AS_DECIDER = "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'decider')"
+SCHEDULE = "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, %s)"
 WORKFLOW_TASK = (
     "SELECT id, status, lease_owner FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow'"
 )
 
 
-def _run_with_activities(conn: psycopg.Connection, workflow_id: str, n: int) -> str:
-    """A run on queue wq that scheduled n activities on fq; returns its execution id."""
+def _run_with_activities(
+    conn: psycopg.Connection, workflow_id: str, n: int, decided_by: str | None = None
+) -> str:
+    """A run on queue wq that scheduled n activities on fq (its decision's worker: decided_by);
+    returns its execution id."""
     conn.execute("SELECT harvest.start_workflow('fan', '[]', %s, 'wq')", (workflow_id,))
     task_id, token, execution_id = conn.execute(
         "SELECT task_id, fencing_token, execution_id FROM harvest.claim_tasks('decider', ARRAY['wq'], 1)"
@@ -32,7 +34,7 @@ def _run_with_activities(conn: psycopg.Connection, workflow_id: str, n: int) -> 
     commands = [
         {"type": "schedule_activity", "seq": i, "name": "noop", "queue": "fq"} for i in range(1, n + 1)
     ]
-    conn.execute(SCHEDULE, (task_id, token, Jsonb(commands)))
+    conn.execute(SCHEDULE, (task_id, token, Jsonb(commands), decided_by))
     return str(execution_id)
 
 
@@ -106,13 +108,8 @@ def test_a_task_deleted_while_the_batch_waited_for_its_run_is_refused_as_gone(db
 def _decided_with_activity(conn: psycopg.Connection, workflow_id: str) -> tuple[str, tuple[int, int, int]]:
     """A run on wq decided by worker "decider", whose one activity (fq) decider holds: its
     execution id and the activity's (task id, fencing token, seq)."""
-    conn.execute("SELECT harvest.start_workflow('fan', '[]', %s, 'wq')", (workflow_id,))
-    task_id, token, execution_id = conn.execute(
-        "SELECT task_id, fencing_token, execution_id FROM harvest.claim_tasks('decider', ARRAY['wq'], 1)"
-    ).fetchone()
-    commands = [{"type": "schedule_activity", "seq": 1, "name": "noop", "queue": "fq"}]
-    conn.execute(SCHEDULE_AS_DECIDER, (task_id, token, Jsonb(commands)))
-    return str(execution_id), _claim(conn, "decider", 1)[0]
+    run = _run_with_activities(conn, workflow_id, 1, decided_by="decider")
+    return run, _claim(conn, "decider", 1)[0]
 
 
 def _wake(conn: psycopg.Connection, how: str, run: str, held: tuple[int, int, int]) -> tuple[str, object]:

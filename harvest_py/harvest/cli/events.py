@@ -94,37 +94,37 @@ def _warn(text: str) -> None:
     click.echo(f"warning: {text}", err=True)
 
 
-async def _open(url: str | None, shard: int) -> EventSource:
-    """Shard ``shard``'s event source, opened (closed again when its open fails half-way)."""
+async def _open(url: str | None, shard: int, after: int | None) -> tuple[EventSource, int]:
+    """Shard ``shard``'s event source, opened, and the global id its events are read after:
+    ``after``, or (None) its last now. Closed again when either step fails."""
     if url is None:
         raise ConfigError(f"shard {shard} has no url in [shards] urls")
     source = EventSource(url)
     try:
         await source.open()
+        return source, after if after is not None else await source.start_position()
     except BaseException:
         await source.close()
         raise
-    return source
 
 
 async def _shard_events(
-    shard: int, url: str | None, after: int | None, source: EventSource | None
+    shard: int, url: str | None, after: int | None, opened: tuple[EventSource, int] | None
 ) -> AsyncGenerator[dict[str, Any] | None, None]:
     """One shard's events for as long as the tail runs, after global id ``after`` (None: from its
-    events written once it is read). ``source``: the shard's, opened (None: it could not be).
-    A shard that cannot be read (an outage: event_stream.source_unreachable), at the start or
-    later, is tried again every RETRY_SECS and named on stderr when it goes and when it is back;
-    back, it goes on after the last of its events handed on, so nothing it wrote meanwhile is
-    missed. Any other error (a refused login, a statement's error) ends the tail."""
+    events written once it is read). ``opened``: the shard's source and start (_open; None: it
+    could not be opened). A shard that cannot be read (an outage: event_stream.source_unreachable),
+    at the start or later, is tried again every RETRY_SECS and named on stderr when it goes and
+    when it is back; back, it goes on after the last of its events handed on, so nothing it wrote
+    meanwhile is missed. Any other error (a refused login, a statement's error) ends the tail."""
     position = after
-    lost = source is None
+    lost = opened is None
     try:
         while True:
             try:
-                if source is None:
-                    source = await _open(url, shard)
-                if position is None:
-                    position = await source.start_position()
+                if opened is None:
+                    opened = await _open(url, shard, position)
+                source, position = opened
                 if lost:
                     _warn(f"shard {shard} is back: following its events after {shard}:{position}")
                     lost = False
@@ -142,14 +142,14 @@ async def _shard_events(
                         f"{RETRY_SECS:g} s, its events{after_text} follow when it is back"
                     )
                     lost = True
-                if source is not None:
+                if opened is not None:
                     with contextlib.suppress(Exception):
-                        await source.close()
-                    source = None
+                        await opened[0].close()
+                    opened = None
                 await asyncio.sleep(RETRY_SECS)
     finally:
-        if source is not None:
-            await source.close()
+        if opened is not None:
+            await opened[0].close()
 
 
 async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: _Printer) -> None:
@@ -158,24 +158,19 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
     refuses the login (or has no url) is named and not followed; none readable at the start is
     an error."""
     given = parse_positions(after) if after is not None else {}
-    sources: dict[int, EventSource] = {}
-    starts: dict[int, int] = {}
+    opened: dict[int, tuple[EventSource, int]] = {}
     retried: list[int] = []
     unavailable: list[int] = []
     try:
         for shard, url in sorted(urls.items()):
-            source = None
             try:
-                source = await _open(url, shard)
-                starts[shard] = given[shard] if shard in given else await source.start_position()
-                sources[shard] = source
+                opened[shard] = await _open(url, shard, given.get(shard))
             except Exception as exc:
-                if source is not None:  # (its start position could not be read)
-                    await source.close()
-                if not source_unreachable(exc) and not is_permanent(exc):
+                permanent = is_permanent(exc)
+                if not permanent and not source_unreachable(exc):
                     raise
                 unavailable.append(shard)
-                if is_permanent(exc):
+                if permanent:
                     _warn(f"shard {shard} not followed: {error_line(exc)} (fix its url and run again)")
                 else:
                     retried.append(shard)
@@ -183,12 +178,12 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
                         f"shard {shard} unavailable ({error_line(exc)}): trying again every "
                         f"{RETRY_SECS:g} s, its events follow when back"
                     )
-        if not sources:
+        if not opened:
             raise none_readable(unavailable)
         streams = {
-            s: _shard_events(s, urls[s], starts.get(s, given.get(s)), sources.get(s))
-            for s in sorted([*sources, *retried])
+            s: _shard_events(s, urls[s], given.get(s), opened.get(s)) for s in sorted([*opened, *retried])
         }
+        starts = {s: start for s, (_, start) in opened.items()}
         merged = merge_streams(streams, {**given, **starts}, keepalive=3600.0)
         try:
             async with contextlib.aclosing(merged):  # its readers stop before the sources close
@@ -201,7 +196,7 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
             for stream in streams.values():  # (each closes the source it holds)
                 await stream.aclose()
     finally:
-        for source in sources.values():  # (those opened here; closing one twice does nothing)
+        for source, _ in opened.values():  # (those opened here; closing one twice does nothing)
             await source.close()
 
 
