@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 SQL_FILES := $(wildcard sql/*.sql functions/*.sql migrations/*.sql bench/*.sql)
 
-.PHONY: help install dev test test-python test-pg15 lint pgtap chromium promtool redis extension clean
+.PHONY: help install dev test test-python test-pg15 lint pgtap chromium promtool redis iproute2 extension clean
 
 help:
 	@echo "make dev        run Harvest end to end on an embedded PostgreSQL"
@@ -43,7 +43,7 @@ lint: install
 
 # Every suite runs side by side (scripts/run-suites.sh): the fast suite in FAST_PARTS processes,
 # each slow group in one, and the PostgreSQL 15 leg (test-pg15) beside them.
-test: install lint pgtap chromium promtool redis
+test: install lint pgtap chromium promtool redis iproute2
 	SKIP_SLOW=$(SKIP_SLOW) scripts/run-suites.sh "$(PYTEST)" "$(SLOW_GROUPS)" $(FAST_PARTS) scripts/with-debian-pg15.sh $(PYTEST) $(PG15_TESTS)
 
 # The slow suites (markers shard, chaos, browser and webfuzz: several PostgreSQL servers, killed
@@ -85,6 +85,19 @@ redis:
 	    fi; \
 	fi
 	@echo "redis: $$(redis-server --version | head -1)"
+
+# iproute2's ip for the network-cut chaos test (tests/chaos/test_chaos_network.py: a network
+# namespace and a veth pair; it runs as root, as CI does).
+iproute2:
+	@if ! command -v ip >/dev/null; then \
+	    if [ "$$(id -u)" -eq 0 ]; then \
+	        DEBIAN_FRONTEND=noninteractive apt-get update && \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2; \
+	    else \
+	        echo "ip is not installed: run 'sudo apt-get install -y iproute2', or 'sudo make iproute2'" >&2; \
+	        exit 1; \
+	    fi; \
+	fi
 
 # pgTAP from Debian's package, for PostgreSQL 15 and copied into the embedded server's
 # share/extension (pgTAP is plain SQL, so the same files load in PostgreSQL 18).

@@ -223,11 +223,49 @@ def error_line(exc: BaseException) -> str:
     return f"{lines[0] if lines else type(exc).__name__} (SQLSTATE {sqlstate})"
 
 
+# -- a server that goes silent ----------------------------------------------------------------
+
+# A server lost without a word (a failover that moves its address, a host that dies, a NAT or
+# firewall that forgets the flow) leaves a TCP connection with nothing to read. libpq turns
+# keepalives on but leaves their timing to the OS, whose first probe comes after two hours,
+# and a statement sent into the silence is retransmitted for about 15 minutes (Linux's
+# tcp_retries2) before the call fails. Meanwhile a worker's calls, its LISTEN connections and
+# a client's wait would hang. Every connection Harvest opens (and the Redis dispatch's,
+# harvest.db.redis_channel) gives such a peer up after about 30 s, idle or not: keepalive
+# probes after 10 s of quiet, and a TCP user timeout for data never acknowledged (which, with
+# keepalives on, also ends the probing at 30 s). A server that is only slow is unaffected:
+# its kernel acknowledges and answers the probes (docs/operations.md, "A database that goes
+# silent").
+KEEPALIVE_IDLE_SECS = 10
+KEEPALIVE_INTERVAL_SECS = 5
+KEEPALIVE_COUNT = 3
+SILENT_PEER_SECS = 30
+
+# The same as libpq settings. A DSN that sets any of them keeps its own; a Unix socket ignores them.
+NETWORK_DEFAULTS: Mapping[str, str] = {
+    "keepalives_idle": str(KEEPALIVE_IDLE_SECS),
+    "keepalives_interval": str(KEEPALIVE_INTERVAL_SECS),
+    "keepalives_count": str(KEEPALIVE_COUNT),
+    "tcp_user_timeout": str(SILENT_PEER_SECS * 1000),  # milliseconds
+}
+
+
+def network_options(dsn: str) -> dict[str, Any]:
+    """The :data:`NETWORK_DEFAULTS` that ``dsn`` does not set itself."""
+    try:
+        given = conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return {}  # connecting reports the DSN itself
+    return {key: value for key, value in NETWORK_DEFAULTS.items() if key not in given}
+
+
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) -> psycopg.Connection:
     """Open a connection, or raise a HarvestError naming host and database, never the password."""
     warn_if_unverified_tls(dsn)
     try:
-        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=connect_timeout)
+        return psycopg.connect(
+            dsn, autocommit=autocommit, connect_timeout=connect_timeout, **network_options(dsn)
+        )
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
 
@@ -238,7 +276,7 @@ async def connect_async(
     warn_if_unverified_tls(dsn)
     try:
         return await psycopg.AsyncConnection.connect(
-            dsn, autocommit=autocommit, connect_timeout=connect_timeout
+            dsn, autocommit=autocommit, connect_timeout=connect_timeout, **network_options(dsn)
         )
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
@@ -247,12 +285,13 @@ async def connect_async(
 class RedactingConnection(psycopg.Connection):
     """The connection class for pools: psycopg_pool logs every failed connect attempt with
     the error's text, so that text must not carry the password. Its ``json``/``jsonb`` values
-    are read with :func:`harvest.db.jsoncodec.loads` (``json.loads``, cheaper per value)."""
+    are read with :func:`harvest.db.jsoncodec.loads` (``json.loads``, cheaper per value), and
+    it has the :data:`NETWORK_DEFAULTS` the DSN does not set."""
 
     @classmethod
     def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
         try:
-            conn = super().connect(conninfo, **kwargs)
+            conn = super().connect(conninfo, **{**network_options(conninfo), **kwargs})
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
@@ -265,7 +304,7 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
     @classmethod
     async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
         try:
-            conn = await super().connect(conninfo, **kwargs)
+            conn = await super().connect(conninfo, **{**network_options(conninfo), **kwargs})
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)

@@ -19,6 +19,7 @@ database layer beside psycopg so that the client and the worker can both publish
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +27,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from harvest.core.errors import ConfigError, RedisUnavailable
+from harvest.db.connection import (
+    KEEPALIVE_COUNT,
+    KEEPALIVE_IDLE_SECS,
+    KEEPALIVE_INTERVAL_SECS,
+    SILENT_PEER_SECS,
+)
 
 log = logging.getLogger("harvest.redis")
 
@@ -38,6 +45,13 @@ SCHEMES = ("redis", "rediss")
 # Query options of a URL that would weaken TLS verification: refused (docs/redis-dispatch.md).
 UNSAFE_OPTIONS = frozenset({"ssl_cert_reqs", "ssl_check_hostname", "ssl_ca_certs", "ssl_ca_path"})
 CONNECT_TIMEOUT_SECS = 5.0
+# Socket options (IPPROTO_TCP level, as redis-py sets them) with the database's timings.
+KEEPALIVE_OPTIONS = {
+    socket.TCP_KEEPIDLE: KEEPALIVE_IDLE_SECS,
+    socket.TCP_KEEPINTVL: KEEPALIVE_INTERVAL_SECS,
+    socket.TCP_KEEPCNT: KEEPALIVE_COUNT,
+    socket.TCP_USER_TIMEOUT: SILENT_PEER_SECS * 1000,
+}
 
 
 def stream_key(queue: str) -> str:
@@ -139,6 +153,10 @@ class RedisChannel:
         options: dict[str, Any] = {
             "socket_connect_timeout": CONNECT_TIMEOUT_SECS,
             "health_check_interval": 15,
+            # A Redis that goes silent is given up as a database is (harvest.db.connection):
+            # a blocked read would otherwise wait for the OS (hours), not fall back.
+            "socket_keepalive": True,
+            "socket_keepalive_options": KEEPALIVE_OPTIONS,
         }
         if urlsplit(url).scheme == "rediss":
             # Verified against the platform trust store (SSL_CERT_FILE / SSL_CERT_DIR replace it),
