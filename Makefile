@@ -87,15 +87,15 @@ redis:
 	@echo "redis: $$(redis-server --version | head -1)"
 
 # iproute2's ip for the network-cut chaos test (tests/chaos/test_chaos_network.py: a network
-# namespace and a veth pair; it runs as root, as CI does).
+# namespace and a veth pair, so root; CI runs as root). Not root, the test skips: a warning here.
 iproute2:
-	@if ! command -v ip >/dev/null; then \
+	@if ! PATH="$$PATH:/usr/sbin:/sbin" command -v ip >/dev/null; then \
 	    if [ "$$(id -u)" -eq 0 ]; then \
 	        DEBIAN_FRONTEND=noninteractive apt-get update && \
 	        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2; \
 	    else \
-	        echo "ip is not installed: run 'sudo apt-get install -y iproute2', or 'sudo make iproute2'" >&2; \
-	        exit 1; \
+	        echo "warning: ip is not installed, so the network-cut chaos test skips" \
+	             "(sudo apt-get install -y iproute2, or sudo make iproute2)" >&2; \
 	    fi; \
 	fi
 

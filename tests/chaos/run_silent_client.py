@@ -3,8 +3,10 @@
 ``python run_silent_client.py DSN`` (run inside the test's network namespace) opens a
 connection each way Harvest opens one and prints ``{"ready": true}`` once all are in use: a
 statement in flight on :func:`connect`, a LISTEN on :func:`connect_async`, one connection in
-each kind of pool. It then waits for a line on stdin (the test has cut the network), makes a
-call through each pool, and prints one JSON line per case as its call fails:
+each kind of pool, and a transaction left open holding the advisory lock ``HELD_LOCK`` (the
+test watches the server give that session up). It then waits for a line on stdin (the test
+has cut the network), makes a call through each pool, and prints one JSON line per case as
+its call fails:
 ``{"case": ..., "error": ..., "secs": <seconds after the line>}``. A case whose call never
 fails prints nothing.
 """
@@ -18,10 +20,11 @@ import sys
 import threading
 import time
 
-from harvest.db.connection import connect, connect_async, error_line
+from harvest.core.errors import HarvestError
+from harvest.db.connection import Connection, connect, connect_async, error_line
 from harvest.db.pools import open_async_pool, open_pool
 
-CASES = ("statement_in_flight", "idle_listen", "sync_pool_call", "async_pool_call")
+HELD_LOCK = 4242
 _print_lock = threading.Lock()
 
 
@@ -36,8 +39,23 @@ def say(line: dict) -> None:
         sys.stdout.flush()
 
 
+def first_connection(dsn: str) -> Connection:
+    """The first connection, tried for a while: the test's server may still be reloading the
+    pg_hba.conf line that lets this namespace in."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return connect(dsn, autocommit=True)
+        except HarvestError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 async def main(dsn: str) -> None:
-    in_flight = connect(dsn, autocommit=True)
+    in_flight = first_connection(dsn)
+    held = connect(dsn)  # not autocommit: the transaction stays open, idle, holding the lock
+    held.execute("SELECT pg_advisory_xact_lock(%s)", (HELD_LOCK,))
     sync_pool = open_pool(dsn, max_size=1)
     sync_pool.wait()
     listen = await connect_async(dsn, autocommit=True)

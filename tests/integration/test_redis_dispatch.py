@@ -27,12 +27,6 @@ import pytest
 from harvest import App, Client, Worker, activity, workflow
 from harvest.config import load_config
 from harvest.core.errors import ConfigError, RedisUnavailable
-from harvest.db.connection import (
-    KEEPALIVE_COUNT,
-    KEEPALIVE_IDLE_SECS,
-    KEEPALIVE_INTERVAL_SECS,
-    SILENT_PEER_SECS,
-)
 from harvest.db.redis_channel import GROUP, RedisChannel, check_url, endpoint, stream_key
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -310,29 +304,18 @@ def test_a_stopping_worker_stops_its_consumer_before_its_drain_and_publishes_thr
 def test_the_channel_gives_a_silent_redis_up_as_a_database_is(redis_server) -> None:
     """Keepalives and the TCP user timeout of harvest.db.connection on the channel's socket: a
     read blocked on a Redis that went silent fails in about 30 s, and the worker falls back."""
+    from test_silent_peer_settings import EXPECTED, socket_settings
 
     async def settings() -> tuple[int, ...]:
         channel = await RedisChannel.connect(redis_server.url)
         try:
+            # redis-py keeps the socket in its pool's connection, behind asyncio's transport.
             (conn,) = channel._client.connection_pool._available_connections
-            sock = conn._writer.transport.get_extra_info("socket")
-            return (
-                sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
-                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
-                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
-                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
-                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
-            )
+            return socket_settings(conn._writer.transport.get_extra_info("socket").fileno())
         finally:
             await channel.close()
 
-    assert asyncio.run(settings()) == (
-        1,
-        KEEPALIVE_IDLE_SECS,
-        KEEPALIVE_INTERVAL_SECS,
-        KEEPALIVE_COUNT,
-        SILENT_PEER_SECS * 1000,
-    )
+    assert asyncio.run(settings()) == EXPECTED
 
 
 # -- boot refusals and config ----------------------------------------------------------------------

@@ -40,7 +40,7 @@ from psycopg.rows import dict_row
 from harvest.core.codecs import refs_in, replace_refs
 from harvest.core.errors import ConfigError, HarvestError
 from harvest.core.ids import shard_of
-from harvest.db.connection import connect, redact
+from harvest.db.connection import connect, network_options, redact
 from harvest.db.embedded import bin_dir
 
 __all__ = [
@@ -152,8 +152,10 @@ def find_tool(name: str) -> Path:
 
 
 def _tool_env(dsn: str) -> tuple[str, dict[str, str]]:
-    """The DSN without its password, and an environment carrying it (PGPASSWORD)."""
-    params = conninfo.conninfo_to_dict(dsn)
+    """The DSN without its password, and an environment carrying it (PGPASSWORD). The DSN has
+    Harvest's settings for a silent peer (``network_options``), so pg_dump and pg_restore give a
+    server that went silent up as Harvest's own connections do."""
+    params = {**conninfo.conninfo_to_dict(dsn), **network_options(dsn)}  # its options merged in
     password = params.pop("password", None)
     env = dict(os.environ)
     if password is not None:

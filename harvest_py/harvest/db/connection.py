@@ -223,40 +223,65 @@ def error_line(exc: BaseException) -> str:
     return f"{lines[0] if lines else type(exc).__name__} (SQLSTATE {sqlstate})"
 
 
-# -- a server that goes silent ----------------------------------------------------------------
+# -- a peer that goes silent --------------------------------------------------------------------
 
 # A server lost without a word (a failover that moves its address, a host that dies, a NAT or
 # firewall that forgets the flow) leaves a TCP connection with nothing to read. libpq turns
 # keepalives on but leaves their timing to the OS, whose first probe comes after two hours,
 # and a statement sent into the silence is retransmitted for about 15 minutes (Linux's
-# tcp_retries2) before the call fails. Meanwhile a worker's calls, its LISTEN connections and
-# a client's wait would hang. Every connection Harvest opens (and the Redis dispatch's,
-# harvest.db.redis_channel) gives such a peer up after about 30 s, idle or not: keepalive
-# probes after 10 s of quiet, and a TCP user timeout for data never acknowledged (which, with
-# keepalives on, also ends the probing at 30 s). A server that is only slow is unaffected:
-# its kernel acknowledges and answers the probes (docs/operations.md, "A database that goes
-# silent").
+# tcp_retries2) before the call fails: a worker's calls, its LISTEN connections and a client's
+# wait would hang that long. The server has the same blindness the other way: the session of a
+# worker whose host died or was cut off stays open, holding the locks of its open transaction
+# (a claim waiting for its decision holds its task), until the server's own keepalives notice.
+# So every session Harvest opens gives a silent peer up after about 30 s on both ends, idle or
+# not: keepalive probes after 10 s of quiet, one every 5 s, and a TCP user timeout of 30 s,
+# which on Linux ends both the probing and a wait for data never acknowledged (elsewhere the
+# probes' count does, at 25 s). A peer that is only slow is unaffected: its kernel acknowledges
+# and answers the probes whatever the process is doing (docs/operations.md, "A database that
+# goes silent"). The Redis dispatch's socket has the same timings (harvest.db.redis_channel).
 KEEPALIVE_IDLE_SECS = 10
 KEEPALIVE_INTERVAL_SECS = 5
 KEEPALIVE_COUNT = 3
 SILENT_PEER_SECS = 30
 
-# The same as libpq settings. A DSN that sets any of them keeps its own; a Unix socket ignores them.
+# This end's, as libpq settings.
 NETWORK_DEFAULTS: Mapping[str, str] = {
     "keepalives_idle": str(KEEPALIVE_IDLE_SECS),
     "keepalives_interval": str(KEEPALIVE_INTERVAL_SECS),
     "keepalives_count": str(KEEPALIVE_COUNT),
     "tcp_user_timeout": str(SILENT_PEER_SECS * 1000),  # milliseconds
 }
+# The server's end of the session, as settings its startup ``options`` give (any role may set them).
+SERVER_NETWORK_DEFAULTS: Mapping[str, str] = {
+    "tcp_keepalives_idle": str(KEEPALIVE_IDLE_SECS),
+    "tcp_keepalives_interval": str(KEEPALIVE_INTERVAL_SECS),
+    "tcp_keepalives_count": str(KEEPALIVE_COUNT),
+    "tcp_user_timeout": str(SILENT_PEER_SECS * 1000),
+}
+_SERVER_SETTING_GIVEN = re.compile(r"\b(?:tcp_keepalives_\w+|tcp_user_timeout)\s*=")
 
 
 def network_options(dsn: str) -> dict[str, Any]:
-    """The :data:`NETWORK_DEFAULTS` that ``dsn`` does not set itself."""
+    """The libpq settings that bring :data:`NETWORK_DEFAULTS` and :data:`SERVER_NETWORK_DEFAULTS`
+    to a connection to ``dsn``: each end's defaults unless the DSN sets any setting of that end
+    itself (then all of that end's are the DSN's, since on Linux one decides how another acts).
+    The server's go into ``options`` after the DSN's own (or ``PGOPTIONS``, which an ``options``
+    setting would otherwise replace). None with a service (``service=``, ``PGSERVICE``): its file,
+    which this cannot read, may set them."""
     try:
         given = conninfo.conninfo_to_dict(dsn)
     except psycopg.Error:
         return {}  # connecting reports the DSN itself
-    return {key: value for key, value in NETWORK_DEFAULTS.items() if key not in given}
+    if given.get("service") or os.environ.get("PGSERVICE"):
+        return {}
+    options: dict[str, Any] = {}
+    if not any(key in given for key in ("keepalives", *NETWORK_DEFAULTS)):
+        options.update(NETWORK_DEFAULTS)
+    own = cast(str, given.get("options") or os.environ.get("PGOPTIONS") or "")
+    if not _SERVER_SETTING_GIVEN.search(own):
+        server = " ".join(f"-c {name}={value}" for name, value in SERVER_NETWORK_DEFAULTS.items())
+        options["options"] = f"{own} {server}".strip()
+    return options
 
 
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) -> psycopg.Connection:

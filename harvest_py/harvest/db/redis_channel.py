@@ -45,12 +45,18 @@ SCHEMES = ("redis", "rediss")
 # Query options of a URL that would weaken TLS verification: refused (docs/redis-dispatch.md).
 UNSAFE_OPTIONS = frozenset({"ssl_cert_reqs", "ssl_check_hostname", "ssl_ca_certs", "ssl_ca_path"})
 CONNECT_TIMEOUT_SECS = 5.0
-# Socket options (IPPROTO_TCP level, as redis-py sets them) with the database's timings.
+# Socket options (IPPROTO_TCP level, as redis-py sets them) with the database's timings, whatever
+# redis-py's own defaults are (they changed across its versions); each only where the platform
+# has it (TCP_USER_TIMEOUT and TCP_KEEPIDLE are Linux's names).
 KEEPALIVE_OPTIONS = {
-    socket.TCP_KEEPIDLE: KEEPALIVE_IDLE_SECS,
-    socket.TCP_KEEPINTVL: KEEPALIVE_INTERVAL_SECS,
-    socket.TCP_KEEPCNT: KEEPALIVE_COUNT,
-    socket.TCP_USER_TIMEOUT: SILENT_PEER_SECS * 1000,
+    option: value
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_SECS),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_SECS),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+        ("TCP_USER_TIMEOUT", SILENT_PEER_SECS * 1000),
+    )
+    if (option := getattr(socket, name, None)) is not None
 }
 
 
@@ -153,8 +159,8 @@ class RedisChannel:
         options: dict[str, Any] = {
             "socket_connect_timeout": CONNECT_TIMEOUT_SECS,
             "health_check_interval": 15,
-            # A Redis that goes silent is given up as a database is (harvest.db.connection):
-            # a blocked read would otherwise wait for the OS (hours), not fall back.
+            # A Redis that goes silent is given up as a database is (harvest.db.connection), and
+            # the worker falls back to the Postgres claim.
             "socket_keepalive": True,
             "socket_keepalive_options": KEEPALIVE_OPTIONS,
         }
