@@ -15,6 +15,7 @@ Needs root with CAP_NET_ADMIN (a network namespace and a veth pair) and iproute2
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import selectors
@@ -94,10 +95,9 @@ def link() -> Iterator[Link]:
         pytest.skip(why_not)
     _remove_leftovers()
     pid = os.getpid()
-    base = 198 * 2**24 + 18 * 2**16 + (pid % 2**15) * 4  # this process' /30
-    address = [".".join(str(n >> shift & 255) for shift in (24, 16, 8, 0)) for n in (base + 1, base + 2)]
-    link = Link(f"{NAME_PREFIX}{pid}", f"hvs{pid}", address[0])
-    inside, peer_address = f"hvc{pid}", address[1]
+    base = ipaddress.IPv4Address("198.18.0.0") + (pid % 2**15) * 4  # this process' /30 of the /15
+    link = Link(f"{NAME_PREFIX}{pid}", f"hvs{pid}", str(base + 1))
+    inside, peer_address = f"hvc{pid}", str(base + 2)
     _ip("netns", "add", link.namespace)
     try:
         _ip("link", "add", link.host_side, "type", "veth", "peer", "name", inside, "netns", link.namespace)
