@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +56,20 @@ class WorkerProcs:
         shutdown_grace: float = 2.0,
         wait: bool = True,
         env: dict[str, str] | None = None,
+        database_url: str | None = None,
+        prefix: Sequence[str] = (),
     ) -> subprocess.Popen:
+        """A worker process on the test's database; ``database_url`` is another way to it (the
+        test still reads it at ``self.dsn``), ``prefix`` a command the worker runs under (as
+        ``ip netns exec NAME``, which keeps the pid)."""
         n = len(self.procs) + 1
-        env = dict(os.environ, HARVEST_DATABASE_URL=self.dsn, PYTHONUNBUFFERED="1", **(env or {}))
+        url = database_url or self.dsn
+        env = dict(os.environ, HARVEST_DATABASE_URL=url, PYTHONUNBUFFERED="1", **(env or {}))
         path = self.log_dir / f"worker-{n}.log"
         with open(path, "wb") as log:
             proc = subprocess.Popen(
                 [
+                    *prefix,
                     sys.executable,
                     str(RUN_WORKER),
                     "--concurrency",

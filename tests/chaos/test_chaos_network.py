@@ -29,9 +29,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from harness import wait_until
+from apps import wf_held_decision
+from harness import WorkerProcs, check_history, create_side_tables, history, query, wait_until
 
+import harvest
+from harvest.db import testkit
 from harvest.db.embedded import EmbeddedPostgres
+from harvest.db.migrate import Migrator
 
 HERE = Path(__file__).resolve().parent
 CLIENT = HERE / "run_silent_client.py"
@@ -105,6 +109,7 @@ def link() -> Iterator[Link]:
         _ip("link", "set", link.host_side, "up")
         _ip("-n", link.namespace, "addr", "add", f"{peer_address}/30", "dev", inside)
         _ip("-n", link.namespace, "link", "set", inside, "up")
+        _ip("-n", link.namespace, "link", "set", "lo", "up")
         yield link
     finally:
         # Deleting the host's end deletes both ends, even while a process keeps the namespace.
@@ -115,7 +120,13 @@ def link() -> Iterator[Link]:
 @pytest.fixture
 def server(link: Link) -> Iterator[EmbeddedPostgres]:
     """A PostgreSQL of this test, listening on loopback and on the host's end of the link."""
-    pg = EmbeddedPostgres(settings={"listen_addresses": f"127.0.0.1,{link.host_address}"})
+    pg = EmbeddedPostgres(
+        settings={
+            "listen_addresses": f"127.0.0.1,{link.host_address}",
+            "fsync": "off",
+            "synchronous_commit": "off",
+        }
+    )
     pg.start()
     try:
         with open(pg.data_dir / "pg_hba.conf", "a") as hba:
@@ -214,3 +225,85 @@ def test_both_ends_give_up_a_peer_that_went_silent(
     finally:
         proc.kill()
         proc.wait()
+
+
+# -- a worker cut off -----------------------------------------------------------------------------
+
+NET_DB = "harvest_net"
+
+
+@pytest.fixture
+def net_db(server: EmbeddedPostgres) -> str:
+    """A migrated database with the chaos side tables on the link's server: its loopback DSN."""
+    dsn = testkit.create_database(server.dsn, NET_DB)
+    Migrator(dsn).run()
+    create_side_tables(dsn)
+    return dsn
+
+
+def _claim_held(dsn: str, execution_id: str) -> bool:
+    """Whether a transaction holds the run's workflow task locked (an open claim)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT 1 FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow' "
+            "FOR UPDATE SKIP LOCKED",
+            (execution_id,),
+        ).fetchone()
+        conn.rollback()
+    return row is None
+
+
+def test_a_worker_cut_off_while_its_claim_decides_leaves_the_task_to_another(
+    link: Link, server: EmbeddedPostgres, net_db: str, tmp_path: Path
+) -> None:
+    """An idle worker's claim stays open until its decision commits with it (docs/internals.md,
+    "A claim that decides"); here the worker's host is cut off in between. Its session holds the
+    task locked until the server gives the silent client up, about 30 s later, and rolls the claim
+    back; then another worker decides it, and the run completes once. Without the server's
+    keepalives the session, and the lock, would last two hours."""
+    workers = WorkerProcs(net_db, tmp_path)
+    try:
+        hold = tmp_path / "hold"
+        hold.write_text("")
+        a = workers.start(
+            concurrency=2,
+            env={"CHAOS_HOLD_DECISION": str(hold)},
+            database_url=f"postgresql://postgres@{link.host_address}:{server.port}/{NET_DB}",
+            prefix=[IP or "ip", "netns", "exec", link.namespace],
+        )
+        # As tests/chaos/test_chaos_claim_decides.py: only a claim woken on an idle worker stays open.
+        wait_until(
+            lambda: query(net_db, "SELECT 1 FROM harvest.workers WHERE pid = %s AND sleeping", (a.pid,)),
+            15,
+            "worker A to be idle, waiting for a notification",
+        )
+        time.sleep(0.3)
+        with harvest.Client(net_db) as client:
+            handle = client.start_workflow(wf_held_decision, "x")
+            eid = handle.execution_id
+            wait_until((tmp_path / "hold.entered").exists, 15, "worker A to hold the run's first decision")
+            assert _claim_held(net_db, eid), "worker A's open claim holds the workflow task"
+
+            _ip("link", "set", link.host_side, "down")
+            cut_at = time.monotonic()
+            hold.unlink()
+            workers.start(concurrency=2)  # B, on loopback
+            assert handle.result(timeout=GIVE_UP_LIMIT_SECS) == "x:ok"
+            secs = time.monotonic() - cut_at
+        # B could take the task only once the server had ended A's session.
+        assert secs >= EARLIEST_SECS, secs
+        events = history(net_db, eid)
+        check_history(events)
+        assert [e["event_type"] for e in events] == [
+            "WorkflowStarted",
+            "WorkflowTaskCompleted",
+            "ActivityScheduled",
+            "ActivityCompleted",
+            "WorkflowTaskCompleted",
+            "WorkflowCompleted",
+        ]
+        assert query(net_db, "SELECT count(*) AS n FROM chaos_runs WHERE execution_id = %s", (eid,)) == [
+            {"n": 1}
+        ]
+    finally:
+        workers.close()
