@@ -29,8 +29,17 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from apps import wf_held_decision
-from harness import WorkerProcs, check_history, create_side_tables, history, query, wait_until
+from apps import race_expected, wf_held_decision, wf_race, wf_single
+from harness import (
+    WorkerProcs,
+    check_history,
+    count_events,
+    create_side_tables,
+    history,
+    query,
+    runs,
+    wait_until,
+)
 
 import harvest
 from harvest.db import testkit
@@ -45,6 +54,9 @@ HELD_LOCK = 4242  # run_silent_client.py's open transaction holds it
 # keepalives it ends); nothing can end sooner (the link is only cut) and the limit leaves room for
 # a loaded CI machine, far below what the OS alone takes (15 minutes, two hours).
 EARLIEST_SECS = 20.0
+# How long a cut lasts when the test brings the link back: past the 30 s after which each end
+# has given the other up.
+SILENT_PEER_GONE_SECS = 40.0
 GIVE_UP_LIMIT_SECS = 120.0
 # What a connection to a silent peer fails with: the kernel's timeout, or no route once the
 # peer's address is forgotten; never psycopg_pool's wait for a connection.
@@ -305,5 +317,55 @@ def test_a_worker_cut_off_while_its_claim_decides_leaves_the_task_to_another(
         assert query(net_db, "SELECT count(*) AS n FROM chaos_runs WHERE execution_id = %s", (eid,)) == [
             {"n": 1}
         ]
+    finally:
+        workers.close()
+
+
+def test_a_worker_cut_off_mid_activity_rejoins_and_its_late_result_is_refused(
+    link: Link, server: EmbeddedPostgres, net_db: str, tmp_path: Path
+) -> None:
+    """Split brain: worker A is cut off while its activity runs. Its lease passes, worker B
+    retries the activity and completes the run. The link comes back after A's connections have
+    given the database up (30 s); A's activity then finishes, and its result is refused (A's
+    lease is gone) and changes nothing. A reconnects on its own and takes new work."""
+    workers = WorkerProcs(net_db, tmp_path)
+    try:
+        a = workers.start(
+            concurrency=2,
+            database_url=f"postgresql://postgres@{link.host_address}:{server.port}/{NET_DB}",
+            prefix=[IP or "ip", "netns", "exec", link.namespace],
+        )
+        with harvest.Client(net_db) as client:
+            # The first run sleeps 45 s without heartbeats: its lease is 2 s (heartbeat_timeout).
+            handle = client.start_workflow(wf_single, "sleep:45", 60.0, 2.0)
+            eid = handle.execution_id
+            wait_until(lambda: runs(net_db, eid), 15, "worker A to start the activity")
+            _ip("link", "set", link.host_side, "down")
+            cut_at = time.monotonic()
+            b = workers.start(concurrency=2)  # on loopback
+            assert handle.result(timeout=30) == "run2"
+
+            # Back after A's connections gave up; A's first run ends at about 45 s.
+            time.sleep(max(0.0, SILENT_PEER_GONE_SECS - (time.monotonic() - cut_at)))
+            _ip("link", "set", link.host_side, "up")
+            wait_until(
+                lambda: "finished after its lease was lost" in workers.log(a),
+                GIVE_UP_LIMIT_SECS,
+                "worker A's late result to be refused",
+            )
+            done = runs(net_db, eid)
+            assert [(r["attempt"], r["worker_pid"], r["result"]) for r in done] == [
+                (1, a.pid, "run1"),
+                (2, b.pid, "run2"),
+            ]
+            events = history(net_db, eid)
+            check_history(events)
+            assert count_events(events, "ActivityCompleted") == 1
+
+            # A is the only worker now: a new run completes on it.
+            workers.kill(b)
+            again = client.start_workflow(wf_race, 7)
+            assert again.result(timeout=GIVE_UP_LIMIT_SECS) == race_expected(7)
+            assert {r["worker_pid"] for r in runs(net_db, again.execution_id)} == {a.pid}
     finally:
         workers.close()
