@@ -304,7 +304,7 @@ def test_a_stopping_worker_stops_its_consumer_before_its_drain_and_publishes_thr
 def test_the_channel_gives_a_silent_redis_up_as_a_database_is(redis_server) -> None:
     """Keepalives and the TCP user timeout of harvest.db.connection on the channel's socket: a
     read blocked on a Redis that went silent fails in about 30 s, and the worker falls back."""
-    from test_silent_peer_settings import EXPECTED, socket_settings
+    from silent_peer_helpers import EXPECTED, socket_settings
 
     async def settings() -> tuple[int, ...]:
         channel = await RedisChannel.connect(redis_server.url)

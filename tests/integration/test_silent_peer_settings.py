@@ -1,21 +1,21 @@
 """Every way Harvest opens a database connection sets, on both ends, the keepalives and TCP user
-timeout that give a silent peer up in about 30 s (harvest.db.connection: NETWORK_DEFAULTS on
-this end, SERVER_NETWORK_DEFAULTS on the server's); a DSN that sets its own keeps them. What
-the settings do on a real cut: tests/chaos/test_chaos_network.py."""
+timeout that give a silent peer up in about 30 s (harvest.db.connection: ``network_options`` on
+this end, ``set_server_end`` on the server's), except where the DSN or the server's own
+configuration sets them. What the settings do on a real cut: tests/chaos/test_chaos_network.py."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 
 import pytest
 from psycopg import conninfo
+from silent_peer_helpers import EXPECTED, socket_settings
 
 from harvest.db.connection import (
     KEEPALIVE_COUNT,
     KEEPALIVE_IDLE_SECS,
     KEEPALIVE_INTERVAL_SECS,
+    NETWORK_DEFAULTS,
     SILENT_PEER_SECS,
     connect,
     connect_async,
@@ -24,9 +24,6 @@ from harvest.db.connection import (
 )
 from harvest.db.pools import open_async_pool, open_pool
 
-# This end's socket: SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT (ms).
-EXPECTED = (1, KEEPALIVE_IDLE_SECS, KEEPALIVE_INTERVAL_SECS, KEEPALIVE_COUNT, SILENT_PEER_SECS * 1000)
-# The server's end, as SHOW gives it.
 SERVER_EXPECTED = (
     str(KEEPALIVE_IDLE_SECS),
     str(KEEPALIVE_INTERVAL_SECS),
@@ -39,18 +36,6 @@ SHOW_SERVER = (
 )
 
 
-def socket_settings(fd: int) -> tuple[int, ...]:
-    """What the kernel has for a connection's socket (read on a duplicate of ``fd``)."""
-    with socket.socket(fileno=os.dup(fd)) as sock:
-        return (
-            sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
-            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
-            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
-            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
-            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
-        )
-
-
 def both_ends(conn) -> tuple[tuple[int, ...], tuple[str, ...]]:
     return socket_settings(conn.pgconn.socket), conn.execute(SHOW_SERVER).fetchone()
 
@@ -61,6 +46,10 @@ async def both_ends_async(conn) -> tuple[tuple[int, ...], tuple[str, ...]]:
 
 def test_connect_and_the_sync_pool_set_both_ends(db: str) -> None:
     with connect(db, autocommit=True) as conn:
+        assert both_ends(conn) == (EXPECTED, SERVER_EXPECTED)
+    # Not autocommit: the server's settings are committed, the caller gets an idle connection.
+    with connect(db) as conn:
+        assert conn.info.transaction_status.name == "IDLE"
         assert both_ends(conn) == (EXPECTED, SERVER_EXPECTED)
     pool = open_pool(db, max_size=1)
     try:
@@ -86,18 +75,10 @@ def test_connect_async_and_the_async_pool_set_both_ends(db: str) -> None:
     assert asyncio.run(main()) == [(EXPECTED, SERVER_EXPECTED)] * 2
 
 
-def test_a_dsns_own_options_are_kept_beside_the_servers_settings(db: str) -> None:
-    # A face's LISTEN connection starts as its caller's role through options.
+def test_a_faces_listen_connection_sets_both_ends_as_its_callers_role(db: str) -> None:
     with connect(dsn_with_role(db, "harvest_reader"), autocommit=True) as conn:
         assert conn.execute("SELECT current_user").fetchone() == ("harvest_reader",)
-        assert both_ends(conn)[1] == SERVER_EXPECTED
-
-
-def test_pgoptions_is_kept_beside_the_servers_settings(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PGOPTIONS", "-c work_mem=5MB")
-    with connect(db, autocommit=True) as conn:
-        assert conn.execute("SHOW work_mem").fetchone() == ("5MB",)
-        assert both_ends(conn)[1] == SERVER_EXPECTED
+        assert both_ends(conn) == (EXPECTED, SERVER_EXPECTED)
 
 
 def test_a_dsn_that_sets_one_ends_settings_keeps_all_of_that_ends(db: str) -> None:
@@ -116,30 +97,25 @@ def test_a_dsn_that_sets_one_ends_settings_keeps_all_of_that_ends(db: str) -> No
         pool.close()
 
 
-def test_network_options_rules() -> None:
-    plain = network_options("postgresql://h/db")
-    assert plain["keepalives_idle"] == str(KEEPALIVE_IDLE_SECS)
-    assert plain["tcp_user_timeout"] == str(SILENT_PEER_SECS * 1000)
-    assert plain["options"].split() == [
-        "-c",
-        f"tcp_keepalives_idle={KEEPALIVE_IDLE_SECS}",
-        "-c",
-        f"tcp_keepalives_interval={KEEPALIVE_INTERVAL_SECS}",
-        "-c",
-        f"tcp_keepalives_count={KEEPALIVE_COUNT}",
-        "-c",
-        f"tcp_user_timeout={SILENT_PEER_SECS * 1000}",
-    ]
-    # keepalives=0 asks for none: this end gets none of the defaults; the server's end still does.
-    off = network_options("postgresql://h/db?keepalives=0")
-    assert set(off) == {"options"}
-    # The server's settings given as --name=value count as given too.
-    assert "options" not in network_options("host=h options='--tcp_user_timeout=0'")
+def test_the_servers_own_configuration_wins(db: str) -> None:
+    name = conninfo.conninfo_to_dict(db)["dbname"]
+    with connect(db, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{name}" SET tcp_keepalives_idle = 60')
+    with connect(db, autocommit=True) as conn:
+        # One of the four configured: the server's end keeps all of its own (the OS's for the
+        # rest, no user timeout); this end still has Harvest's.
+        ours, server = both_ends(conn)
+        assert ours == EXPECTED
+        assert server[0] == "60" and server[3] == "0", server
+
+
+def test_network_options_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert network_options("postgresql://h/db") == dict(NETWORK_DEFAULTS)
+    assert network_options("postgresql://h/db?keepalives=1") == dict(NETWORK_DEFAULTS)  # libpq's default
+    assert network_options("postgresql://h/db?keepalives=0") == {}  # no probes asked for
+    assert network_options("postgresql://h/db?keepalives_count=9") == {}
     # A service's file may set them: none added. An unparseable DSN gets none (connecting reports it).
     assert network_options("service=harvest") == {}
     assert network_options("postgresql://h/db?nonsense=1") == {}
-
-
-def test_pgservice_leaves_the_settings_to_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGSERVICE", "harvest")
     assert network_options("postgresql://h/db") == {}

@@ -153,9 +153,9 @@ def find_tool(name: str) -> Path:
 
 def _tool_env(dsn: str) -> tuple[str, dict[str, str]]:
     """The DSN without its password, and an environment carrying it (PGPASSWORD). The DSN has
-    Harvest's settings for a silent peer (``network_options``), so pg_dump and pg_restore give a
+    this end's settings for a silent peer (``network_options``), so pg_dump and pg_restore give a
     server that went silent up as Harvest's own connections do."""
-    params = {**conninfo.conninfo_to_dict(dsn), **network_options(dsn)}  # its options merged in
+    params = {**network_options(dsn), **conninfo.conninfo_to_dict(dsn)}
     password = params.pop("password", None)
     env = dict(os.environ)
     if password is not None:

@@ -230,9 +230,10 @@ def error_line(exc: BaseException) -> str:
 # keepalives on but leaves their timing to the OS, whose first probe comes after two hours,
 # and a statement sent into the silence is retransmitted for about 15 minutes (Linux's
 # tcp_retries2) before the call fails: a worker's calls, its LISTEN connections and a client's
-# wait would hang that long. The server has the same blindness the other way: the session of a
-# worker whose host died or was cut off stays open, holding the locks of its open transaction
-# (a claim waiting for its decision holds its task), until the server's own keepalives notice.
+# wait would hang that long. The server is as blind the other way: the session of a worker
+# whose host died or was cut off stays open until the server's own keepalives notice, holding
+# a connection slot, its session locks (the metrics sampler's leadership) and any transaction it
+# had open (a claim waiting, up to 20 ms, for its decision).
 # So every session Harvest opens gives a silent peer up after about 30 s on both ends, idle or
 # not: keepalive probes after 10 s of quiet, one every 5 s, and a TCP user timeout of 30 s,
 # which on Linux ends both the probing and a wait for data never acknowledged (elsewhere the
@@ -251,48 +252,99 @@ NETWORK_DEFAULTS: Mapping[str, str] = {
     "keepalives_count": str(KEEPALIVE_COUNT),
     "tcp_user_timeout": str(SILENT_PEER_SECS * 1000),  # milliseconds
 }
-# The server's end of the session, as settings its startup ``options`` give (any role may set them).
-SERVER_NETWORK_DEFAULTS: Mapping[str, str] = {
-    "tcp_keepalives_idle": str(KEEPALIVE_IDLE_SECS),
-    "tcp_keepalives_interval": str(KEEPALIVE_INTERVAL_SECS),
-    "tcp_keepalives_count": str(KEEPALIVE_COUNT),
-    "tcp_user_timeout": str(SILENT_PEER_SECS * 1000),
+# The server's end, set by the session itself once connected (any role may set them), and only
+# where the server has none of the four from anywhere else: its configuration, ALTER SYSTEM,
+# ROLE or DATABASE, or the DSN's options. (Sent in the startup options instead, they would
+# override all of that, and connection poolers refuse startup options they do not know.)
+_SET_SERVER_END = """
+SELECT set_config(v.name, v.value, false)
+FROM (VALUES ('tcp_keepalives_idle', %(idle)s), ('tcp_keepalives_interval', %(interval)s),
+             ('tcp_keepalives_count', %(count)s), ('tcp_user_timeout', %(user_timeout)s)) AS v (name, value)
+WHERE NOT EXISTS (
+    SELECT FROM pg_catalog.pg_settings AS s
+    WHERE s.name IN ('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count',
+                     'tcp_user_timeout')
+      AND s.source <> 'default')
+"""
+_SERVER_END_VALUES = {
+    "idle": str(KEEPALIVE_IDLE_SECS),
+    "interval": str(KEEPALIVE_INTERVAL_SECS),
+    "count": str(KEEPALIVE_COUNT),
+    "user_timeout": str(SILENT_PEER_SECS * 1000),
 }
-_SERVER_SETTING_GIVEN = re.compile(r"\b(?:tcp_keepalives_\w+|tcp_user_timeout)\s*=")
 
 
 def network_options(dsn: str) -> dict[str, Any]:
-    """The libpq settings that bring :data:`NETWORK_DEFAULTS` and :data:`SERVER_NETWORK_DEFAULTS`
-    to a connection to ``dsn``: each end's defaults unless the DSN sets any setting of that end
-    itself (then all of that end's are the DSN's, since on Linux one decides how another acts).
-    The server's go into ``options`` after the DSN's own (or ``PGOPTIONS``, which an ``options``
-    setting would otherwise replace). None with a service (``service=``, ``PGSERVICE``): its file,
-    which this cannot read, may set them."""
+    """This end's :data:`NETWORK_DEFAULTS` for a connection to ``dsn``, unless the DSN sets any of
+    them or ``keepalives=0`` (then all are the DSN's or the OS's: on Linux the user timeout decides
+    when the probes give up, so one default kept beside slower probes would cut them at 30 s).
+    None with a service (``service=``, ``PGSERVICE``): its file, which this cannot read, may set
+    them."""
     try:
         given = conninfo.conninfo_to_dict(dsn)
     except psycopg.Error:
         return {}  # connecting reports the DSN itself
     if given.get("service") or os.environ.get("PGSERVICE"):
         return {}
-    options: dict[str, Any] = {}
-    if not any(key in given for key in ("keepalives", *NETWORK_DEFAULTS)):
-        options.update(NETWORK_DEFAULTS)
-    own = cast(str, given.get("options") or os.environ.get("PGOPTIONS") or "")
-    if not _SERVER_SETTING_GIVEN.search(own):
-        server = " ".join(f"-c {name}={value}" for name, value in SERVER_NETWORK_DEFAULTS.items())
-        options["options"] = f"{own} {server}".strip()
-    return options
+    if str(given.get("keepalives", "1")).strip() == "0" or any(key in given for key in NETWORK_DEFAULTS):
+        return {}
+    return dict(NETWORK_DEFAULTS)
+
+
+_server_end_warned = False
+
+
+def _server_end_failed(exc: psycopg.Error) -> None:
+    """The settings are a safeguard, the connection works without them: a warning, once."""
+    global _server_end_warned
+    if not _server_end_warned:
+        _server_end_warned = True
+        log.warning("the server's keepalives of this session could not be set: %s", error_line(exc))
+
+
+def _over_tcp(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
+    return not conn.info.host.startswith(("/", "@"))  # else a Unix socket: nothing to set
+
+
+def set_server_end(conn: psycopg.Connection) -> None:
+    """The server's end of ``conn`` gives a silent client up as this end does (``_SET_SERVER_END``)."""
+    if not _over_tcp(conn):
+        return
+    try:
+        conn.execute(_SET_SERVER_END, _SERVER_END_VALUES)
+        if not conn.autocommit:
+            conn.commit()  # a session setting, kept past the commit; the caller gets an idle connection
+    except psycopg.Error as exc:
+        if not conn.closed and not conn.autocommit:
+            conn.rollback()
+        _server_end_failed(exc)
+
+
+async def set_server_end_async(conn: psycopg.AsyncConnection) -> None:
+    """:func:`set_server_end` for an asyncio connection."""
+    if not _over_tcp(conn):
+        return
+    try:
+        await conn.execute(_SET_SERVER_END, _SERVER_END_VALUES)
+        if not conn.autocommit:
+            await conn.commit()
+    except psycopg.Error as exc:
+        if not conn.closed and not conn.autocommit:
+            await conn.rollback()
+        _server_end_failed(exc)
 
 
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) -> psycopg.Connection:
     """Open a connection, or raise a HarvestError naming host and database, never the password."""
     warn_if_unverified_tls(dsn)
     try:
-        return psycopg.connect(
+        conn = psycopg.connect(
             dsn, autocommit=autocommit, connect_timeout=connect_timeout, **network_options(dsn)
         )
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
+    set_server_end(conn)
+    return conn
 
 
 async def connect_async(
@@ -300,18 +352,21 @@ async def connect_async(
 ) -> psycopg.AsyncConnection:
     warn_if_unverified_tls(dsn)
     try:
-        return await psycopg.AsyncConnection.connect(
+        conn = await psycopg.AsyncConnection.connect(
             dsn, autocommit=autocommit, connect_timeout=connect_timeout, **network_options(dsn)
         )
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
+    await set_server_end_async(conn)
+    return conn
 
 
 class RedactingConnection(psycopg.Connection):
     """The connection class for pools: psycopg_pool logs every failed connect attempt with
     the error's text, so that text must not carry the password. Its ``json``/``jsonb`` values
     are read with :func:`harvest.db.jsoncodec.loads` (``json.loads``, cheaper per value), and
-    it has the :data:`NETWORK_DEFAULTS` the DSN does not set."""
+    both its ends give a silent peer up as :func:`connect`'s do (``network_options``,
+    ``set_server_end``)."""
 
     @classmethod
     def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
@@ -320,6 +375,7 @@ class RedactingConnection(psycopg.Connection):
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
+        set_server_end(conn)
         return conn
 
 
@@ -333,6 +389,7 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
+        await set_server_end_async(conn)
         return conn
 
 

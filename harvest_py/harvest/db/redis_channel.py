@@ -46,17 +46,18 @@ SCHEMES = ("redis", "rediss")
 UNSAFE_OPTIONS = frozenset({"ssl_cert_reqs", "ssl_check_hostname", "ssl_ca_certs", "ssl_ca_path"})
 CONNECT_TIMEOUT_SECS = 5.0
 # Socket options (IPPROTO_TCP level, as redis-py sets them) with the database's timings, whatever
-# redis-py's own defaults are (they changed across its versions); each only where the platform
-# has it (TCP_USER_TIMEOUT and TCP_KEEPIDLE are Linux's names).
+# redis-py's own defaults are (they changed across its versions); each where the platform has it
+# (macOS names the idle time TCP_KEEPALIVE and has no TCP_USER_TIMEOUT: its probes' count ends it).
+_IDLE_OPTION = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)
 KEEPALIVE_OPTIONS = {
     option: value
-    for name, value in (
-        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_SECS),
-        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_SECS),
-        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
-        ("TCP_USER_TIMEOUT", SILENT_PEER_SECS * 1000),
+    for option, value in (
+        (_IDLE_OPTION, KEEPALIVE_IDLE_SECS),
+        (getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL_SECS),
+        (getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_COUNT),
+        (getattr(socket, "TCP_USER_TIMEOUT", None), SILENT_PEER_SECS * 1000),
     )
-    if (option := getattr(socket, name, None)) is not None
+    if option is not None
 }
 
 
