@@ -195,6 +195,28 @@ def check_history(events: list[dict[str, Any]], *, completed: bool = True) -> No
         assert len(ends) <= 1
 
 
+# The history of a run of one activity decided by one worker, as wf_held_decision's.
+ONE_ACTIVITY_HISTORY = [
+    "WorkflowStarted",
+    "WorkflowTaskCompleted",
+    "ActivityScheduled",
+    "ActivityCompleted",
+    "WorkflowTaskCompleted",
+    "WorkflowCompleted",
+]
+
+
+def check_decided_once(dsn: str, execution_id: str) -> None:
+    """A one-activity run (wf_held_decision) whose history is what one worker would have written,
+    its activity run once, however many workers tried."""
+    events = history(dsn, execution_id)
+    check_history(events)
+    assert [e["event_type"] for e in events] == ONE_ACTIVITY_HISTORY
+    assert query(dsn, "SELECT count(*) AS n FROM chaos_runs WHERE execution_id = %s", (execution_id,)) == [
+        {"n": 1}
+    ]
+
+
 def check_all_histories(dsn: str) -> int:
     """check_history over every execution of the database; returns how many."""
     rows = query(
