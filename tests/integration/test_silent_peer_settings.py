@@ -6,11 +6,15 @@ configuration sets them. What the settings do on a real cut: tests/chaos/test_ch
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from psycopg import conninfo
+from psycopg_pool import PoolTimeout
 from silent_peer_helpers import EXPECTED, socket_settings
 
+from harvest.core.errors import DatabaseUnavailable
+from harvest.db import connection
 from harvest.db.connection import (
     KEEPALIVE_COUNT,
     KEEPALIVE_IDLE_SECS,
@@ -119,3 +123,73 @@ def test_network_options_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     assert network_options("postgresql://h/db?nonsense=1") == {}
     monkeypatch.setenv("PGSERVICE", "harvest")
     assert network_options("postgresql://h/db") == {}
+
+
+def test_over_a_unix_socket_nothing_is_set_and_hostaddr_means_tcp(db: str) -> None:
+    with connect(db, autocommit=True) as conn:
+        (directory,) = conn.execute("SHOW unix_socket_directories").fetchone()
+    over_socket = conninfo.make_conninfo(db, host=directory.split(",")[0].strip())
+    with connect(over_socket, autocommit=True) as conn:
+        assert conn.info.hostaddr == ""
+        assert conn.execute("SHOW tcp_user_timeout").fetchone() == ("0",)
+    # host names the server (a socket directory here), hostaddr is where it connects: TCP.
+    over_tcp = conninfo.make_conninfo(over_socket, hostaddr="127.0.0.1")
+    with connect(over_tcp, autocommit=True) as conn:
+        assert both_ends(conn) == (EXPECTED, SERVER_EXPECTED)
+
+
+def test_a_session_path_cannot_turn_the_statement_aside(db: str) -> None:
+    # A schema before pg_catalog in the login's search_path, with a set_config and operators of
+    # its own: the statement names pg_catalog's, so the server's end is set all the same.
+    name = conninfo.conninfo_to_dict(db)["dbname"]
+    with connect(db, autocommit=True) as conn:
+        conn.execute(
+            """
+            CREATE SCHEMA aside;
+            CREATE FUNCTION aside.set_config(text, text, boolean) RETURNS text
+                LANGUAGE sql AS $$ SELECT 'turned aside' $$;
+            CREATE FUNCTION aside.never(text, text) RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;
+            CREATE FUNCTION aside.always(text, text) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$;
+            CREATE OPERATOR aside.= (LEFTARG = text, RIGHTARG = text, FUNCTION = aside.never);
+            CREATE OPERATOR aside.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = aside.always);
+            """
+        )
+        conn.execute(f'ALTER DATABASE "{name}" SET search_path = aside, pg_catalog')
+    with connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT set_config('x.y', 'z', false)").fetchone() == ("turned aside",)
+        assert both_ends(conn)[1] == SERVER_EXPECTED
+
+
+def test_a_refusal_leaves_the_connection_as_it_was(
+    db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(connection, "_SET_SERVER_END", "SELECT 1 / 0 WHERE %(idle)s::text IS NOT NULL")
+    monkeypatch.setattr(connection, "_server_end_warned", False)
+    with caplog.at_level(logging.WARNING, logger="harvest.db"), connect(db) as conn:
+        assert not conn.autocommit and conn.info.transaction_status.name == "IDLE"
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert "could not be set: division by zero (SQLSTATE 22012)" in caplog.text
+    with caplog.at_level(logging.WARNING, logger="harvest.db"), connect(db):
+        pass
+    assert caplog.text.count("could not be set") == 1  # once a process
+
+
+def test_a_connection_lost_while_setting_them_is_a_failed_connect(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        connection,
+        "_SET_SERVER_END",
+        "SELECT pg_terminate_backend(pg_backend_pid()) WHERE %(idle)s::text IS NOT NULL",
+    )
+    with pytest.raises(DatabaseUnavailable, match="cannot connect to database"):
+        connect(db)
+    with pytest.raises(DatabaseUnavailable, match="cannot connect to database"):
+        asyncio.run(connect_async(db))
+    # A pool counts it as a failed connect and tries again: none is ever lent.
+    pool = open_pool(db, max_size=1)
+    try:
+        with pytest.raises(PoolTimeout):
+            pool.wait(timeout=1.5)
+    finally:
+        pool.close()

@@ -256,15 +256,17 @@ NETWORK_DEFAULTS: Mapping[str, str] = {
 # where the server has none of the four from anywhere else: its configuration, ALTER SYSTEM,
 # ROLE or DATABASE, or the DSN's options. (Sent in the startup options instead, they would
 # override all of that, and connection poolers refuse startup options they do not know.)
+# Every name and operator schema-qualified: the session's search_path (the login role's to set)
+# may put a schema before pg_catalog.
 _SET_SERVER_END = """
-SELECT set_config(v.name, v.value, false)
+SELECT pg_catalog.set_config(v.name, v.value, false)
 FROM (VALUES ('tcp_keepalives_idle', %(idle)s), ('tcp_keepalives_interval', %(interval)s),
              ('tcp_keepalives_count', %(count)s), ('tcp_user_timeout', %(user_timeout)s)) AS v (name, value)
 WHERE NOT EXISTS (
     SELECT FROM pg_catalog.pg_settings AS s
-    WHERE s.name IN ('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count',
-                     'tcp_user_timeout')
-      AND s.source <> 'default')
+    WHERE s.name OPERATOR(pg_catalog.=) ANY (ARRAY['tcp_keepalives_idle', 'tcp_keepalives_interval',
+                                                   'tcp_keepalives_count', 'tcp_user_timeout'])
+      AND s.source OPERATOR(pg_catalog.<>) 'default')
 """
 _SERVER_END_VALUES = {
     "idle": str(KEEPALIVE_IDLE_SECS),
@@ -294,8 +296,9 @@ def network_options(dsn: str) -> dict[str, Any]:
 _server_end_warned = False
 
 
-def _server_end_failed(exc: psycopg.Error) -> None:
-    """The settings are a safeguard, the connection works without them: a warning, once."""
+def _server_end_refused(exc: psycopg.Error) -> None:
+    """A refusal (a statement_timeout of a few microseconds, a role denied pg_settings): the
+    settings are a safeguard and the connection works without them, so a warning, once."""
     global _server_end_warned
     if not _server_end_warned:
         _server_end_warned = True
@@ -303,35 +306,43 @@ def _server_end_failed(exc: psycopg.Error) -> None:
 
 
 def _over_tcp(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
-    return not conn.info.host.startswith(("/", "@"))  # else a Unix socket: nothing to set
+    return bool(conn.info.hostaddr)  # empty over a Unix socket: nothing to set
 
 
 def set_server_end(conn: psycopg.Connection) -> None:
-    """The server's end of ``conn`` gives a silent client up as this end does (``_SET_SERVER_END``)."""
+    """The server's end of ``conn`` gives a silent client up as this end does (``_SET_SERVER_END``),
+    in one round trip outside any transaction. A connection lost meanwhile raises (the caller's
+    connect failed); a refusal is logged and leaves the connection as it was."""
     if not _over_tcp(conn):
         return
+    autocommit = conn.autocommit
     try:
+        conn.autocommit = True  # idle: a client-side switch, no BEGIN/COMMIT round trips
         conn.execute(_SET_SERVER_END, _SERVER_END_VALUES)
-        if not conn.autocommit:
-            conn.commit()  # a session setting, kept past the commit; the caller gets an idle connection
     except psycopg.Error as exc:
-        if not conn.closed and not conn.autocommit:
-            conn.rollback()
-        _server_end_failed(exc)
+        if conn.closed:
+            raise
+        _server_end_refused(exc)
+    finally:
+        if not conn.closed:
+            conn.autocommit = autocommit
 
 
 async def set_server_end_async(conn: psycopg.AsyncConnection) -> None:
     """:func:`set_server_end` for an asyncio connection."""
     if not _over_tcp(conn):
         return
+    autocommit = conn.autocommit
     try:
+        await conn.set_autocommit(True)
         await conn.execute(_SET_SERVER_END, _SERVER_END_VALUES)
-        if not conn.autocommit:
-            await conn.commit()
     except psycopg.Error as exc:
-        if not conn.closed and not conn.autocommit:
-            await conn.rollback()
-        _server_end_failed(exc)
+        if conn.closed:
+            raise
+        _server_end_refused(exc)
+    finally:
+        if not conn.closed:
+            await conn.set_autocommit(autocommit)
 
 
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) -> psycopg.Connection:
@@ -341,10 +352,29 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) ->
         conn = psycopg.connect(
             dsn, autocommit=autocommit, connect_timeout=connect_timeout, **network_options(dsn)
         )
+        _set_server_end_or_close_sync(conn)
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
-    set_server_end(conn)
     return conn
+
+
+def _set_server_end_or_close_sync(conn: psycopg.Connection) -> None:
+    """:func:`set_server_end`, closing ``conn`` on any way out but its return (an interrupt)."""
+    try:
+        set_server_end(conn)
+    except BaseException:
+        conn.close()
+        raise
+
+
+async def _set_server_end_or_close(conn: psycopg.AsyncConnection) -> None:
+    """:func:`set_server_end_async`, closing ``conn`` if it is cancelled meanwhile (a pool closing
+    while it fills, a worker stopping during a reconnect)."""
+    try:
+        await set_server_end_async(conn)
+    except BaseException:
+        await conn.close()
+        raise
 
 
 async def connect_async(
@@ -355,9 +385,9 @@ async def connect_async(
         conn = await psycopg.AsyncConnection.connect(
             dsn, autocommit=autocommit, connect_timeout=connect_timeout, **network_options(dsn)
         )
+        await _set_server_end_or_close(conn)
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
-    await set_server_end_async(conn)
     return conn
 
 
@@ -375,7 +405,10 @@ class RedactingConnection(psycopg.Connection):
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
-        set_server_end(conn)
+        try:
+            _set_server_end_or_close_sync(conn)
+        except psycopg.Error as exc:  # lost meanwhile: the pool tries again
+            raise type(exc)(redact(str(exc), conninfo)) from None
         return conn
 
 
@@ -389,7 +422,10 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
-        await set_server_end_async(conn)
+        try:
+            await _set_server_end_or_close(conn)
+        except psycopg.Error as exc:  # lost meanwhile: the pool tries again
+            raise type(exc)(redact(str(exc), conninfo)) from None
         return conn
 
 
@@ -478,8 +514,8 @@ def _role_statements(role: str, source: str) -> LiteralString:
 # The audit context a face asserts for its own calls (harvest._audit_context, functions/audit.sql):
 # caller-asserted text for audit rows only, recorded beside the real login.
 _SET_AUDIT_CONTEXT = (
-    "SELECT set_config('harvest.audit_actor', %(actor)s, false), "
-    "set_config('harvest.audit_route', %(route)s, false)"
+    "SELECT pg_catalog.set_config('harvest.audit_actor', %(actor)s, false), "
+    "pg_catalog.set_config('harvest.audit_route', %(route)s, false)"
 )
 _RESET_ROLE = "RESET ROLE; RESET application_name; RESET harvest.audit_actor; RESET harvest.audit_route"
 
