@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import logging
 import threading
 import time
 import uuid
@@ -34,6 +35,7 @@ from harvest.core.deprecation import queue_alias
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
     ActivityFailure,
+    ConnectionRejected,
     DatabaseUnavailable,
     ExecutionMigrated,
     HarvestError,
@@ -50,12 +52,13 @@ from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.core.task_token import TaskToken
 from harvest.db import channels, sqlapi
-from harvest.db.connection import connect, connect_async, resolve_dsn
+from harvest.db.connection import connect, connect_async, one_line, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.migrate import check_schema_async
 from harvest.db.notify import NotificationHub, ThreadNotificationHub
 from harvest.db.pools import open_async_pool, open_pool
+from harvest.db.resend import connection_lost, resend_pause
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import (
     InTransaction,
@@ -144,8 +147,13 @@ def _not_deferred(handle: Any) -> None:
 # newest run its handle reached (docs/workflows.md, "Continue-as-new"): a bound on one call's walk
 # (two round trips a hop), not on the chain.
 _MAX_CHAIN = 100
+log = logging.getLogger("harvest.client")
+
 # result() re-reads the run this often while it waits, in case a close raced its mark.
 _RESULT_REREAD_SECS = 5.0
+# A result wait that cannot read the database reads again after the worker's resend pauses
+# (harvest.db.resend: 50 ms doubling to 2 s) times this: 0.25 s doubling to 10 s.
+_OUTAGE_PAUSE_SCALE = 5.0
 # How long a wait lets an AsyncClient's LISTEN connection come up before it reads without it.
 _HUB_START_SECS = 5.0
 
@@ -359,6 +367,50 @@ class _Marks:
         return Sql(sqlapi.stop_waiting_for_result, self.waiter_id) if self.runs else None
 
 
+class _Outage:
+    """A result wait's reads while the database cannot be read (a restart, a failover, a network
+    cut): each failed read is made again after a pause until the database answers or the wait's
+    deadline passes (then TimeoutError_), since a read that marks the waiter is idempotent. One
+    warning when the reads start failing, one line when they succeed again. A refused login is
+    an answer, not an outage: raised at once."""
+
+    __slots__ = ("execution_id", "failed", "since")
+
+    def __init__(self, execution_id: Any):
+        self.execution_id = execution_id
+        self.failed = 0
+        self.since = 0.0
+
+    def began(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is an outage to wait out (counted, warned of once)."""
+        if isinstance(exc, ConnectionRejected) or not (
+            connection_lost(exc) or isinstance(exc, DatabaseUnavailable)
+        ):
+            return False
+        self.failed += 1
+        if self.failed == 1:
+            self.since = time.monotonic()
+            log.warning(
+                "the result wait for workflow %s cannot read the database (%s); reading again until "
+                "it answers or the wait's timeout passes",
+                self.execution_id,
+                one_line(exc),
+            )
+        return True
+
+    def pause(self) -> float:
+        return resend_pause(self.failed) * _OUTAGE_PAUSE_SCALE
+
+    def ended(self) -> None:
+        if self.failed:
+            log.info(
+                "the result wait for workflow %s reads the database again after %.1fs",
+                self.execution_id,
+                time.monotonic() - self.since,
+            )
+            self.failed = 0
+
+
 def _result_steps(
     handle: Any,
     execution_id: str,
@@ -380,9 +432,25 @@ def _result_steps(
         yield Notified(
             execution_id, _RESULT_REREAD_SECS if timeout is None else min(timeout, _RESULT_REREAD_SECS)
         )
+    outage = _Outage(handle.execution_id)
     while True:
         # Marks us as waiting (a closing run then notifies) and reads the run.
-        execution = yield Sql(sqlapi.wait_for_result, execution_id, marks.waiter_id)
+        try:
+            execution = yield Sql(sqlapi.wait_for_result, execution_id, marks.waiter_id)
+        except Exception as exc:
+            if not outage.began(exc):
+                raise
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError_(
+                    f"workflow {handle.execution_id} is still running after {timeout}s "
+                    f"(its last reads found the database unreachable: {one_line(exc)})"
+                ) from exc
+            # The hub wakes the wait when its LISTEN connection is back, the pause otherwise.
+            pause = outage.pause()
+            yield Notified(execution_id, pause if remaining is None else min(remaining, pause))
+            continue
+        outage.ended()
         if execution["status"] in LIVE_STATUSES:
             marks.runs.add(execution_id)
         else:
