@@ -1,8 +1,8 @@
 """A result wait rides out a database outage: a read whose connection failed is made again
-until the database answers or the wait's timeout passes (docs/failures.md, "Waiting for a
-result"). A server of the test's own is stopped and started under the wait; failed reads are
-also injected, for an outage longer than the pool's wait for a connection (30 s) without
-waiting that long."""
+until the database answers or the wait's timeout passes (docs/failures.md, "A result wait rides
+out an outage"). A server of the test's own is stopped and started under the wait, with the
+client pool's wait for a connection cut to 1 s so that the outage outlasts it (a shorter one is
+absorbed by that wait: no read fails); failed reads are also injected."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from worker_helpers import RunningWorker
 
 from harvest import App, AsyncClient, Client, Worker, activity, workflow
+from harvest.client import client as client_module
 from harvest.core.errors import ConnectionRejected, TimeoutError_
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
@@ -57,8 +58,20 @@ def _down_while(server: EmbeddedPostgres, waiting: threading.Event, seconds: flo
     server.resume()
 
 
-def test_a_result_wait_rides_out_a_server_restart(server: EmbeddedPostgres) -> None:
-    with Client(server.dsn) as client:
+POOL_WAIT_SECS = 1.0  # the client pool's wait for a connection, 30 s by default
+
+
+@pytest.fixture(autouse=True)
+def _warn_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The warning is rate-limited per process; each test here looks for its own.
+    monkeypatch.setattr(client_module, "_outage_warned_at", None)
+
+
+def test_a_result_wait_rides_out_a_server_restart(
+    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Client(server.dsn) as client, caplog.at_level(logging.INFO, logger="harvest.client"):
+        client._target.pool.timeout = POOL_WAIT_SECS
         handle = client.start_workflow(doubled, 21)
         got: dict[str, Any] = {}
         waiting = threading.Event()
@@ -72,22 +85,52 @@ def test_a_result_wait_rides_out_a_server_restart(server: EmbeddedPostgres) -> N
 
         waiter = threading.Thread(target=wait)
         waiter.start()
-        _down_while(server, waiting, 3.0)
+        _down_while(server, waiting, 2.5)
         running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
         try:
             waiter.join(60)
         finally:
             running.stop()
     assert got == {"result": 42}
+    lines = [r.getMessage() for r in caplog.records if r.name == "harvest.client"]
+    assert len(lines) == 2, lines
+    assert f"the result wait for workflow {handle.execution_id} cannot read the database" in lines[0]
+    assert "reads the database again after" in lines[1]
+
+
+def test_closing_the_client_ends_a_wait_in_an_outage(server: EmbeddedPostgres) -> None:
+    client = Client(server.dsn)
+    client._target.pool.timeout = POOL_WAIT_SECS
+    handle = client.start_workflow(doubled, 3)
+    got: dict[str, Any] = {}
+
+    def wait() -> None:
+        try:
+            got["result"] = handle.result()  # no timeout
+        except BaseException as exc:
+            got["error"] = exc
+
+    server.pause()
+    try:
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(2 * POOL_WAIT_SECS)  # a read or two has failed
+        client.close()
+        waiter.join(15)
+        assert not waiter.is_alive(), "the wait went on after its client was closed"
+        assert "error" in got, got
+    finally:
+        server.resume()
 
 
 def test_an_async_result_wait_rides_out_a_server_restart(server: EmbeddedPostgres) -> None:
     async def main() -> int:
         client = await AsyncClient.connect(server.dsn)
         try:
+            client._target.pool.timeout = POOL_WAIT_SECS
             handle = await client.start_workflow(doubled, 4)
             waiting = threading.Event()
-            outage = threading.Thread(target=_down_while, args=(server, waiting, 3.0))
+            outage = threading.Thread(target=_down_while, args=(server, waiting, 2.5))
             outage.start()
             waiting.set()
             result = asyncio.ensure_future(handle.result(timeout=60))
@@ -180,7 +223,9 @@ def test_a_timeout_that_passes_in_an_outage_is_a_timeout_naming_it(
         assert time.monotonic() - started < 5
 
 
-def test_a_refused_login_is_raised_at_once(server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_connection_rejected_is_not_waited_out(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with Client(server.dsn) as client:
         handle = client.start_workflow(doubled, 2)
         refused = ConnectionRejected("cannot connect to database x: password authentication failed")

@@ -367,48 +367,67 @@ class _Marks:
         return Sql(sqlapi.stop_waiting_for_result, self.waiter_id) if self.runs else None
 
 
+def _is_outage(exc: BaseException) -> bool:
+    """Whether a read failed because the database could not be read: a lost connection or no
+    pooled connection in time (harvest.db.resend.connection_lost), or a DatabaseUnavailable
+    caused by one (a shard's pool: ShardUnavailable). Not a refused login, a closed pool (the
+    client is closing), a statement timeout or a shard this process has no pool for."""
+    if isinstance(exc, ConnectionRejected):
+        return False
+    if isinstance(exc, DatabaseUnavailable):
+        return exc.__context__ is not None and connection_lost(exc.__context__)
+    return connection_lost(exc)
+
+
+# One warning a process in this long, however many waits meet the same outage.
+_OUTAGE_WARN_EVERY_SECS = 60.0
+_outage_warned_at: float | None = None
+
+
 class _Outage:
     """A result wait's reads while the database cannot be read (a restart, a failover, a network
     cut): each failed read is made again after a pause until the database answers or the wait's
-    deadline passes (then TimeoutError_), since a read that marks the waiter is idempotent. One
-    warning when the reads start failing, one line when they succeed again. A refused login is
-    an answer, not an outage: raised at once."""
+    deadline passes (then TimeoutError_), since a read that marks the waiter is idempotent. A
+    warning when the reads start failing (at most one a minute in a process), and one line when
+    they succeed again after it."""
 
-    __slots__ = ("execution_id", "failed", "since")
+    __slots__ = ("execution_id", "failed", "since", "warned")
 
     def __init__(self, execution_id: Any):
         self.execution_id = execution_id
         self.failed = 0
         self.since = 0.0
+        self.warned = False
 
     def began(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is an outage to wait out (counted, warned of once)."""
-        if isinstance(exc, ConnectionRejected) or not (
-            connection_lost(exc) or isinstance(exc, DatabaseUnavailable)
-        ):
+        """Whether ``exc`` is an outage to wait out (counted, warned of)."""
+        global _outage_warned_at
+        if not _is_outage(exc):
             return False
         self.failed += 1
         if self.failed == 1:
-            self.since = time.monotonic()
-            log.warning(
-                "the result wait for workflow %s cannot read the database (%s); reading again until "
-                "it answers or the wait's timeout passes",
-                self.execution_id,
-                one_line(exc),
-            )
+            self.since = now = time.monotonic()
+            if _outage_warned_at is None or now - _outage_warned_at >= _OUTAGE_WARN_EVERY_SECS:
+                _outage_warned_at, self.warned = now, True
+                log.warning(
+                    "the result wait for workflow %s cannot read the database (%s); reading again "
+                    "until it answers or the wait's timeout passes",
+                    self.execution_id,
+                    one_line(exc),
+                )
         return True
 
     def pause(self) -> float:
         return resend_pause(self.failed) * _OUTAGE_PAUSE_SCALE
 
     def ended(self) -> None:
-        if self.failed:
+        if self.warned:
             log.info(
                 "the result wait for workflow %s reads the database again after %.1fs",
                 self.execution_id,
                 time.monotonic() - self.since,
             )
-            self.failed = 0
+        self.failed, self.warned = 0, False
 
 
 def _result_steps(
@@ -442,6 +461,9 @@ def _result_steps(
                 raise
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
+                # No call to drop the mark on the way out (it would wait for a connection
+                # again): the run's close drops it.
+                marks.runs.clear()
                 raise TimeoutError_(
                     f"workflow {handle.execution_id} is still running after {timeout}s "
                     f"(its last reads found the database unreachable: {one_line(exc)})"

@@ -29,7 +29,8 @@ connection (:class:`harvest.db.notify.NotificationHub`), so a wait holds no conn
 An operation's exception is thrown into the generator (which may catch it, as a wait
 catches NotFound); a ``cleanup`` call given to the driver runs however the steps end (given as
 a function, it is asked for the call then, and None skips it: a wait that knows it left no
-mark behind saves the round trip).
+mark behind saves the round trip). A cleanup that fails because the database cannot be reached
+is dropped: it never replaces the steps' own outcome.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 from psycopg.errors import AdminShutdown
 
+from harvest.core.errors import DatabaseUnavailable
 from harvest.db import channels
 from harvest.db.connection import DatabaseError, connect_async
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
@@ -166,7 +168,7 @@ def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Cleanup = None) -> T:
         return cast(T, stepper.result)
     finally:
         if (call := _cleanup_call(cleanup)) is not None:
-            with contextlib.suppress(DatabaseError):
+            with contextlib.suppress(DatabaseError, DatabaseUnavailable):
                 call.on(sql)
 
 
@@ -190,7 +192,7 @@ async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Cleanup = None)
         return cast(T, stepper.result)
     finally:
         if (call := _cleanup_call(cleanup)) is not None:
-            with contextlib.suppress(DatabaseError):
+            with contextlib.suppress(DatabaseError, DatabaseUnavailable):
                 await call.on(sql)
 
 
@@ -246,7 +248,7 @@ async def arun_steps_on_hub(
             return cast(T, stepper.result)
         finally:
             if (call := _cleanup_call(cleanup)) is not None:
-                with contextlib.suppress(DatabaseError):
+                with contextlib.suppress(DatabaseError, DatabaseUnavailable):
                     await call.on(sql)
 
 
@@ -317,5 +319,5 @@ def run_steps_on_hub(
             return cast(T, stepper.result)
         finally:
             if (call := _cleanup_call(cleanup)) is not None:
-                with contextlib.suppress(DatabaseError), api() as sql:
+                with contextlib.suppress(DatabaseError, DatabaseUnavailable), api() as sql:
                     call.on(sql)
