@@ -15,8 +15,7 @@ import os
 import sys
 import time
 
-import psycopg
-
+from harvest.db.connection import connect_async
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.worker import scheduler
 
@@ -27,7 +26,9 @@ def say(what: str, value: object) -> None:
 
 
 async def main(seconds: float, hold: float) -> None:
-    conn = await psycopg.AsyncConnection.connect(os.environ["HARVEST_DATABASE_URL"])
+    # Harvest's connect, as a worker's scheduler gets its connections: a scheduler cut off from
+    # the server has its session ended in about 30 s (tests/chaos/test_chaos_network.py).
+    conn = await connect_async(os.environ["HARVEST_DATABASE_URL"])
     sql = AsyncSqlApi.on_connection(conn)
     counts = {"fired": 0, "busy": 0, "stale": 0, "ticks": 0}
     end = time.monotonic() + seconds

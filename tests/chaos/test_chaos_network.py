@@ -15,6 +15,7 @@ Needs root with CAP_NET_ADMIN (a network namespace and a veth pair) and iproute2
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import json
 import os
@@ -46,9 +47,12 @@ import harvest
 from harvest.db import testkit
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
+from harvest.db.sqlapi import SqlApi
 
 HERE = Path(__file__).resolve().parent
 CLIENT = HERE / "run_silent_client.py"
+SCHEDULER = HERE / "run_scheduler.py"
+SCHEDULER_RUN_SECS = 45  # past the 30 s in which the server gives the cut scheduler up
 CASES = {"statement_in_flight", "idle_listen", "sync_pool_call", "async_pool_call"}
 HELD_LOCK = 4242  # run_silent_client.py's open transaction holds it
 # Each end gives a silent peer up 30 s after the last word it had from it (tcp_user_timeout, or
@@ -164,6 +168,22 @@ class Lines:
         assert proc.stdout is not None
         self.fd = proc.stdout.fileno()
         self.pending = b""
+
+    def text(self, until: float) -> str | None:
+        """The next line as text, or None if the child ended or the clock passed ``until``."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.fd, selectors.EVENT_READ)
+            while b"\n" not in self.pending:
+                if time.monotonic() >= until or not selector.select(
+                    timeout=max(0.0, until - time.monotonic())
+                ):
+                    return None
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    return None
+                self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode()
 
     def read(self, until: float, stop: int) -> list[dict]:
         """Lines until ``stop`` of them arrived, the child ended or the clock passed ``until``."""
@@ -376,3 +396,61 @@ def test_a_worker_cut_off_mid_activity_rejoins_and_its_late_result_is_refused(
             assert {r["worker_pid"] for r in runs(net_db, again.execution_id)} == {a.pid}
     finally:
         workers.close()
+
+
+def test_a_scheduler_cut_off_mid_tick_leaves_its_slots_to_another_once(
+    link: Link, server: EmbeddedPostgres, net_db: str, tmp_path: Path
+) -> None:
+    """A scheduler's tick holds its schedule locked until it commits its firings. Cut off in the
+    middle of one, it holds the schedule until the server gives it up, about 30 s later, and the
+    tick rolls back; then another scheduler fires the slots it held, and the ones that came due
+    meanwhile (within the schedule's 60 s catch-up window), each once. Without the server's
+    keepalives the schedule would stay locked for two hours, and nothing would fire."""
+    with psycopg.connect(net_db, autocommit=True) as conn:
+        SqlApi(conn).create_schedule("netrace", "race_wf", cron="* * * * * *", overlap="allow_all")
+    env = dict(
+        os.environ, HARVEST_DATABASE_URL=f"postgresql://postgres@{link.host_address}:{server.port}/{NET_DB}"
+    )
+    with open(tmp_path / "cut.log", "w") as log:
+        cut = subprocess.Popen(
+            [IP or "ip", "netns", "exec", link.namespace, sys.executable, str(SCHEDULER), "300", "300"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
+    try:
+        lines, held_slots = Lines(cut), None
+        until = time.monotonic() + 30
+        while held_slots is None and (line := lines.text(until)) is not None:
+            if line.startswith("HOLDING "):
+                held_slots = json.loads(line.split(" ", 1)[1])
+        assert held_slots, (tmp_path / "cut.log").read_text()
+        _ip("link", "set", link.host_side, "down")
+        other = subprocess.run(
+            [sys.executable, str(SCHEDULER), str(SCHEDULER_RUN_SECS), "0"],
+            env=dict(os.environ, HARVEST_DATABASE_URL=net_db),
+            capture_output=True,
+            text=True,
+            timeout=SCHEDULER_RUN_SECS + 60,
+        )
+        assert other.returncode == 0, other.stdout + other.stderr
+    finally:
+        cut.kill()
+        cut.wait()
+
+    with psycopg.connect(net_db) as conn:
+        firings = conn.execute(
+            "SELECT f.slot_at, f.workflow_id, f.status FROM harvest.schedule_firings AS f ORDER BY f.slot_at"
+        ).fetchall()
+        runs = conn.execute(
+            "SELECT workflow_id, count(*) FROM harvest.executions WHERE workflow_id LIKE 'sched:netrace:%' "
+            "GROUP BY workflow_id"
+        ).fetchall()
+    assert firings, "nothing fired: the cut scheduler's tick kept the schedule locked"
+    slots = [int(f[0].timestamp()) for f in firings]
+    # Each slot once, none lost, from the first the cut scheduler held to the last the other fired.
+    assert all(n == 1 for _, n in runs) and len(runs) == len(firings)
+    assert slots == list(range(slots[0], slots[-1] + 1)), slots
+    assert {int(dt.datetime.fromisoformat(s).timestamp()) for s in held_slots} <= set(slots)
+    assert all(f[2] == "started" for f in firings), firings
+    assert slots[-1] - slots[0] >= SCHEDULER_RUN_SECS - 10, "the other scheduler fired to its end"
