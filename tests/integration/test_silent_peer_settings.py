@@ -25,6 +25,7 @@ from harvest.db.connection import (
     connect_async,
     dsn_with_role,
     network_options,
+    with_startup_options,
 )
 from harvest.db.pools import open_async_pool, open_pool
 
@@ -193,3 +194,22 @@ def test_a_connection_lost_while_setting_them_is_a_failed_connect(
             pool.wait(timeout=1.5)
     finally:
         pool.close()
+
+
+def test_startup_options_are_added_after_the_dsns_or_pgoptions(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A face's LISTEN DSN (and the test clock's) add their settings after what the DSN or, when
+    # it has no options, PGOPTIONS gives: libpq reads PGOPTIONS only when the DSN has none.
+    monkeypatch.setenv("PGOPTIONS", "-c work_mem=5MB")
+    for dsn in (dsn_with_role(db, "harvest_reader"), with_startup_options(db, "-c lock_timeout=7s")):
+        with connect(dsn, autocommit=True) as conn:
+            assert conn.execute("SHOW work_mem").fetchone() == ("5MB",)
+    own = conninfo.make_conninfo(db, options="-c work_mem=6MB")
+    with connect(with_startup_options(own, "-c lock_timeout=7s"), autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT current_setting('work_mem'), current_setting('lock_timeout')"
+        ).fetchone() == (
+            "6MB",
+            "7s",
+        )

@@ -553,7 +553,14 @@ def dsn_with_role(dsn: str, role: str, source: str = "api") -> str:
     ``source`` (libpq ``options``, appended to any the DSN has): for a LISTEN connection a
     request opens (a result, query or update wait), the same rights as :func:`set_role`."""
     _role_statements(role, source)  # checks both names
+    return with_startup_options(dsn, f"-c role={role} -c application_name={FACE_APPLICATION_NAMES[source]}")
+
+
+def with_startup_options(dsn: str, extra: str) -> str:
+    """``dsn`` whose libpq ``options`` (settings the server applies at the session's start) end
+    with ``extra``, after its own, or after ``PGOPTIONS`` when it has none (libpq reads that
+    only when the DSN gives no ``options``: appending to nothing would drop it)."""
     params = conninfo.conninfo_to_dict(dsn)
-    extra = f"-c role={role} -c application_name={FACE_APPLICATION_NAMES[source]}"
-    params["options"] = f"{params['options']} {extra}" if params.get("options") else extra
+    own = str(params["options"] if "options" in params else os.environ.get("PGOPTIONS", ""))
+    params["options"] = f"{own} {extra}".strip()
     return conninfo.make_conninfo("", **params)

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, cast
 import psycopg
 from psycopg import conninfo, sql
 
-from harvest.db.connection import connect
+from harvest.db.connection import connect, with_startup_options
 
 __all__ = [
     "ClockState",
@@ -35,11 +35,9 @@ SHARED = "shared"
 
 def shared_clock_dsn(dsn: str) -> str:
     """``dsn`` with ``harvest.fake_now = 'shared'`` set on every connection made from it."""
-    params = conninfo.conninfo_to_dict(dsn)
-    options = str(params.get("options") or "")
-    if "harvest.fake_now" not in options:
-        options = f"{options} -c harvest.fake_now={SHARED}".strip()
-    return conninfo.make_conninfo(dsn, options=options)
+    if "harvest.fake_now" in str(conninfo.conninfo_to_dict(dsn).get("options") or ""):
+        return dsn
+    return with_startup_options(dsn, f"-c harvest.fake_now={SHARED}")
 
 
 def _admin(server_dsn: str) -> psycopg.Connection:
