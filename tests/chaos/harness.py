@@ -195,6 +195,29 @@ def check_history(events: list[dict[str, Any]], *, completed: bool = True) -> No
         assert len(ends) <= 1
 
 
+def workflow_task(dsn: str, execution_id: str) -> dict[str, Any] | None:
+    """The run's workflow task (status, attempt, lease owner), locked or not; None if it has none."""
+    rows = query(
+        dsn,
+        "SELECT status, attempt, lease_owner FROM harvest.tasks "
+        "WHERE execution_id = %s AND kind = 'workflow'",
+        (execution_id,),
+    )
+    return rows[0] if rows else None
+
+
+def unlocked_workflow_task(dsn: str, execution_id: str) -> dict[str, Any] | None:
+    """The run's workflow task when no transaction holds it locked (an open claim does), else None."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT status, attempt, lease_owner FROM harvest.tasks "
+            "WHERE execution_id = %s AND kind = 'workflow' FOR UPDATE SKIP LOCKED",
+            (execution_id,),
+        ).fetchone()
+        conn.rollback()
+    return None if row is None else {"status": row[0], "attempt": row[1], "lease_owner": row[2]}
+
+
 # The history of a run of one activity decided by one worker, as wf_held_decision's.
 ONE_ACTIVITY_HISTORY = [
     "WorkflowStarted",

@@ -11,34 +11,11 @@ from __future__ import annotations
 
 import time
 
-import psycopg
 import pytest
 from apps import wf_held_decision
-from harness import check_decided_once, history, query, wait_until
+from harness import check_decided_once, history, query, unlocked_workflow_task, wait_until, workflow_task
 
 pytestmark = pytest.mark.chaos
-
-
-def _workflow_task(dsn: str, execution_id: str) -> dict | None:
-    rows = query(
-        dsn,
-        "SELECT status, attempt, lease_owner FROM harvest.tasks "
-        "WHERE execution_id = %s AND kind = 'workflow'",
-        (execution_id,),
-    )
-    return rows[0] if rows else None
-
-
-def _unlocked(dsn: str, execution_id: str) -> dict | None:
-    """The workflow task's row when no transaction holds it locked, else None."""
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT status, attempt, lease_owner FROM harvest.tasks "
-            "WHERE execution_id = %s AND kind = 'workflow' FOR UPDATE SKIP LOCKED",
-            (execution_id,),
-        ).fetchone()
-        conn.rollback()
-    return None if row is None else {"status": row[0], "attempt": row[1], "lease_owner": row[2]}
 
 
 def test_worker_killed_between_its_claim_and_the_decision_loses_nothing(chaos_db, workers, client, tmp_path):
@@ -61,12 +38,14 @@ def test_worker_killed_between_its_claim_and_the_decision_loses_nothing(chaos_db
     wait_until(entered.exists, 15, "the first workflow task to be decided (and held) on worker A")
     # The claim that handed it over is not committed: to everyone else the task is still
     # pending, never attempted, with no lease (the claim's row lock keeps other claims off it).
-    assert _workflow_task(chaos_db, eid) == {"status": "pending", "attempt": 0, "lease_owner": None}
+    assert workflow_task(chaos_db, eid) == {"status": "pending", "attempt": 0, "lease_owner": None}
     assert [e["event_type"] for e in history(chaos_db, eid)] == ["WorkflowStarted"]
 
     workers.kill(a)
     # Its connection is gone and the claim with it: no lease to wait out.
-    task = wait_until(lambda: _unlocked(chaos_db, eid), 10, "the killed worker's claim to roll back")
+    task = wait_until(
+        lambda: unlocked_workflow_task(chaos_db, eid), 10, "the killed worker's claim to roll back"
+    )
     assert task == {"status": "pending", "attempt": 0, "lease_owner": None}
 
     hold.unlink()

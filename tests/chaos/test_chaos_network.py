@@ -40,7 +40,9 @@ from harness import (
     history,
     query,
     runs,
+    unlocked_workflow_task,
     wait_until,
+    workflow_task,
 )
 
 import harvest
@@ -279,18 +281,6 @@ def net_db(server: EmbeddedPostgres) -> str:
     return dsn
 
 
-def _claim_held(dsn: str, execution_id: str) -> bool:
-    """Whether a transaction holds the run's workflow task locked (an open claim)."""
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT 1 FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow' "
-            "FOR UPDATE SKIP LOCKED",
-            (execution_id,),
-        ).fetchone()
-        conn.rollback()
-    return row is None
-
-
 def test_a_worker_cut_off_while_its_claim_decides_leaves_the_task_to_another(
     link: Link, server: EmbeddedPostgres, net_db: str, tmp_path: Path
 ) -> None:
@@ -321,7 +311,9 @@ def test_a_worker_cut_off_while_its_claim_decides_leaves_the_task_to_another(
             handle = client.start_workflow(wf_held_decision, "x")
             eid = handle.execution_id
             wait_until((tmp_path / "hold.entered").exists, 15, "worker A to hold the run's first decision")
-            assert _claim_held(net_db, eid), "worker A's open claim holds the workflow task"
+            # Worker A's open claim holds the workflow task: there, and locked.
+            assert workflow_task(net_db, eid) is not None
+            assert unlocked_workflow_task(net_db, eid) is None
 
             _ip("link", "set", link.host_side, "down")
             cut_at = time.monotonic()
