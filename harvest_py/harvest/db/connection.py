@@ -311,8 +311,9 @@ def _over_tcp(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
 
 def set_server_end(conn: psycopg.Connection) -> None:
     """The server's end of ``conn`` gives a silent client up as this end does (``_SET_SERVER_END``),
-    in one round trip outside any transaction. A connection lost meanwhile raises (the caller's
-    connect failed); a refusal is logged and leaves the connection as it was."""
+    in one round trip outside any transaction. A refusal is logged and leaves the connection as it
+    was; a connection lost meanwhile, or an interrupt, closes ``conn`` and raises (the caller's
+    connect failed)."""
     if not _over_tcp(conn):
         return
     autocommit = conn.autocommit
@@ -323,13 +324,15 @@ def set_server_end(conn: psycopg.Connection) -> None:
         if conn.closed:
             raise
         _server_end_refused(exc)
-    finally:
-        if not conn.closed:
-            conn.autocommit = autocommit
+    except BaseException:
+        conn.close()
+        raise
+    conn.autocommit = autocommit
 
 
 async def set_server_end_async(conn: psycopg.AsyncConnection) -> None:
-    """:func:`set_server_end` for an asyncio connection."""
+    """:func:`set_server_end` for an asyncio connection (cancelled: a pool closing while it fills,
+    a worker stopping during a reconnect)."""
     if not _over_tcp(conn):
         return
     autocommit = conn.autocommit
@@ -340,9 +343,10 @@ async def set_server_end_async(conn: psycopg.AsyncConnection) -> None:
         if conn.closed:
             raise
         _server_end_refused(exc)
-    finally:
-        if not conn.closed:
-            await conn.set_autocommit(autocommit)
+    except BaseException:
+        await conn.close()
+        raise
+    await conn.set_autocommit(autocommit)
 
 
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) -> psycopg.Connection:
@@ -352,29 +356,10 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) ->
         conn = psycopg.connect(
             dsn, autocommit=autocommit, connect_timeout=connect_timeout, **network_options(dsn)
         )
-        _set_server_end_or_close_sync(conn)
+        set_server_end(conn)
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
     return conn
-
-
-def _set_server_end_or_close_sync(conn: psycopg.Connection) -> None:
-    """:func:`set_server_end`, closing ``conn`` on any way out but its return (an interrupt)."""
-    try:
-        set_server_end(conn)
-    except BaseException:
-        conn.close()
-        raise
-
-
-async def _set_server_end_or_close(conn: psycopg.AsyncConnection) -> None:
-    """:func:`set_server_end_async`, closing ``conn`` if it is cancelled meanwhile (a pool closing
-    while it fills, a worker stopping during a reconnect)."""
-    try:
-        await set_server_end_async(conn)
-    except BaseException:
-        await conn.close()
-        raise
 
 
 async def connect_async(
@@ -385,7 +370,7 @@ async def connect_async(
         conn = await psycopg.AsyncConnection.connect(
             dsn, autocommit=autocommit, connect_timeout=connect_timeout, **network_options(dsn)
         )
-        await _set_server_end_or_close(conn)
+        await set_server_end_async(conn)
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
     return conn
@@ -406,7 +391,7 @@ class RedactingConnection(psycopg.Connection):
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
         try:
-            _set_server_end_or_close_sync(conn)
+            set_server_end(conn)
         except psycopg.Error as exc:  # lost meanwhile: the pool tries again
             raise type(exc)(redact(str(exc), conninfo)) from None
         return conn
@@ -423,7 +408,7 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
         try:
-            await _set_server_end_or_close(conn)
+            await set_server_end_async(conn)
         except psycopg.Error as exc:  # lost meanwhile: the pool tries again
             raise type(exc)(redact(str(exc), conninfo)) from None
         return conn
