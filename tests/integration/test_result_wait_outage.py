@@ -1,6 +1,7 @@
-"""A result wait rides out a database outage: a read whose connection failed is made again
-until the database answers or the wait's timeout passes (docs/failures.md, "A result wait rides
-out an outage"). A server of the test's own is stopped and started under the wait, with the
+"""A result wait, and a query's or an update's answer wait, ride out a database outage: a read
+whose connection failed is made again until the database answers or the wait's timeout passes,
+and a read waits for a pooled connection until that timeout only (docs/failures.md, "A result
+wait rides out an outage"). A server of the test's own is stopped and started under the wait, with the
 client pool's wait for a connection cut to 1 s so that the outage outlasts it (a shorter one is
 absorbed by that wait: no read fails); failed reads are also injected."""
 
@@ -17,9 +18,9 @@ import psycopg
 import pytest
 from worker_helpers import RunningWorker
 
-from harvest import App, AsyncClient, Client, Worker, activity, workflow
-from harvest.client import client as client_module
-from harvest.core.errors import ConnectionRejected, TimeoutError_
+from harvest import App, AsyncClient, Client, Worker, activity, query, workflow
+from harvest.client import outage as outage_module
+from harvest.core.errors import ConnectionRejected, QueryTimeout, TimeoutError_
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
@@ -35,7 +36,19 @@ async def doubled(ctx, n: int) -> int:
     return await ctx.execute_activity(double, n)
 
 
-APP = App(workflows=[doubled], activities=[double])
+@workflow(queue="outage_q")
+async def waits_for_close(ctx, n: int) -> int:
+    ctx.state["n"] = n
+    await ctx.wait_for_signal("close")
+    return n
+
+
+@query(workflow="waits_for_close")
+def number(ctx) -> int:
+    return ctx.state["n"]
+
+
+APP = App(workflows=[doubled, waits_for_close], activities=[double], queries=[number])
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +71,37 @@ def _down_while(server: EmbeddedPostgres, waiting: threading.Event, seconds: flo
     server.resume()
 
 
+class _InThread:
+    """A wait made in a thread of its own: ``got`` holds its value ("value") or its exception
+    ("error"), and how long it took ("took"); ``waiting`` is set as it begins."""
+
+    def __init__(self, call: Any):
+        self.got: dict[str, Any] = {}
+        self.waiting = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(call,))
+        self.thread.start()
+
+    def _run(self, call: Any) -> None:
+        self.waiting.set()
+        started = time.monotonic()
+        try:
+            self.got["value"] = call()
+        except BaseException as exc:
+            self.got["error"] = exc
+        self.got["took"] = time.monotonic() - started
+
+    def join(self, secs: float) -> dict[str, Any]:
+        self.thread.join(secs)
+        return self.got
+
+
 POOL_WAIT_SECS = 1.0  # the client pool's wait for a connection, 30 s by default
 
 
 @pytest.fixture(autouse=True)
 def _warn_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
     # The warning is rate-limited per process; each test here looks for its own.
-    monkeypatch.setattr(client_module, "_outage_warned_at", None)
+    monkeypatch.setattr(outage_module, "_warned_at", None)
 
 
 def test_a_result_wait_rides_out_a_server_restart(
@@ -73,25 +110,14 @@ def test_a_result_wait_rides_out_a_server_restart(
     with Client(server.dsn) as client, caplog.at_level(logging.INFO, logger="harvest.client"):
         client._target.pool.timeout = POOL_WAIT_SECS
         handle = client.start_workflow(doubled, 21)
-        got: dict[str, Any] = {}
-        waiting = threading.Event()
-
-        def wait() -> None:
-            waiting.set()
-            try:
-                got["result"] = handle.result(timeout=60)
-            except BaseException as exc:
-                got["error"] = exc
-
-        waiter = threading.Thread(target=wait)
-        waiter.start()
-        _down_while(server, waiting, 2.5)
+        waiter = _InThread(lambda: handle.result(timeout=60))
+        _down_while(server, waiter.waiting, 2.5)
         running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
         try:
-            waiter.join(60)
+            got = waiter.join(60)
         finally:
             running.stop()
-    assert got == {"result": 42}
+    assert got.get("value") == 42, got
     lines = [r.getMessage() for r in caplog.records if r.name == "harvest.client"]
     assert len(lines) == 2, lines
     assert f"the result wait for workflow {handle.execution_id} cannot read the database" in lines[0]
@@ -102,22 +128,13 @@ def test_closing_the_client_ends_a_wait_in_an_outage(server: EmbeddedPostgres) -
     client = Client(server.dsn)
     client._target.pool.timeout = POOL_WAIT_SECS
     handle = client.start_workflow(doubled, 3)
-    got: dict[str, Any] = {}
-
-    def wait() -> None:
-        try:
-            got["result"] = handle.result()  # no timeout
-        except BaseException as exc:
-            got["error"] = exc
-
     server.pause()
     try:
-        waiter = threading.Thread(target=wait)
-        waiter.start()
+        waiter = _InThread(handle.result)  # no timeout
         time.sleep(2 * POOL_WAIT_SECS)  # a read or two has failed
         client.close()
-        waiter.join(15)
-        assert not waiter.is_alive(), "the wait went on after its client was closed"
+        got = waiter.join(15)
+        assert not waiter.thread.is_alive(), "the wait went on after its client was closed"
         assert "error" in got, got
     finally:
         server.resume()
@@ -149,25 +166,27 @@ def test_an_async_result_wait_rides_out_a_server_restart(server: EmbeddedPostgre
 LOST = "consuming input failed: server closed the connection unexpectedly"
 
 
-def _failing_reads(monkeypatch: pytest.MonkeyPatch, cls: Any, failures: int, error: Exception) -> list[int]:
-    """``cls.wait_for_result`` fails its first ``failures`` calls with ``error``; returns the calls
-    seen so far (a one-item list, counted)."""
-    real = cls.wait_for_result
+def _failing_reads(
+    monkeypatch: pytest.MonkeyPatch, cls: Any, failures: int, error: Exception, read: str = "wait_for_result"
+) -> list[int]:
+    """``cls``'s method ``read`` fails its first ``failures`` calls with ``error``; returns the
+    calls seen so far (a one-item list, counted)."""
+    real = getattr(cls, read)
     calls = [0]
 
-    def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def sync_read(self: Any, *args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
         if calls[0] <= failures:
             raise error
         return real(self, *args, **kwargs)
 
-    async def aread(self: Any, *args: Any, **kwargs: Any) -> Any:
+    async def async_read(self: Any, *args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
         if calls[0] <= failures:
             raise error
         return await real(self, *args, **kwargs)
 
-    monkeypatch.setattr(cls, "wait_for_result", aread if cls is AsyncSqlApi else read)
+    monkeypatch.setattr(cls, read, async_read if cls is AsyncSqlApi else sync_read)
     return calls
 
 
@@ -235,14 +254,123 @@ def test_a_connection_rejected_is_not_waited_out(
         assert calls[0] == 1
 
 
-@pytest.mark.chaos  # waits out the pool's 30 s wait for a connection
-def test_a_result_wait_whose_timeout_passes_with_the_server_down_times_out(server: EmbeddedPostgres) -> None:
-    """Before: the pool's PoolTimeout, a driver's error, after 30 s whatever the timeout."""
+def test_a_result_wait_whose_timeout_passes_with_the_server_down_times_out_on_time(
+    server: EmbeddedPostgres,
+) -> None:
+    """The client's own pool (its 30 s wait for a connection untouched): the wait's reads wait
+    for a connection until the wait's deadline only. Before: the pool's PoolTimeout after 30 s;
+    then TimeoutError_, still after the pool's 30 s."""
     with Client(server.dsn) as client:
         handle = client.start_workflow(doubled, 1)
         server.pause()
         try:
-            with pytest.raises(TimeoutError_, match="still running after 2"):
+            started = time.monotonic()
+            with pytest.raises(TimeoutError_, match=r"still running after 2s .*couldn't get a connection"):
                 handle.result(timeout=2)
+            took = time.monotonic() - started
         finally:
             server.resume()
+    assert took < 6, f"a 2 s wait took {took:.1f}s"
+
+
+def test_an_async_result_wait_whose_timeout_passes_with_the_server_down_times_out_on_time(
+    server: EmbeddedPostgres,
+) -> None:
+    async def main() -> float:
+        client = await AsyncClient.connect(server.dsn)
+        try:
+            handle = await client.start_workflow(doubled, 1)
+            await asyncio.to_thread(server.pause)
+            try:
+                started = time.monotonic()
+                with pytest.raises(TimeoutError_, match=r"still running after 2s "):
+                    await handle.result(timeout=2)
+                return time.monotonic() - started
+            finally:
+                await asyncio.to_thread(server.resume)
+        finally:
+            await client.close()
+
+    took = asyncio.run(main())
+    assert took < 6, f"a 2 s wait took {took:.1f}s"
+
+
+def _first_task_done(handle: Any) -> None:
+    """The run has made its first decision (a query answered before it finds no state)."""
+    deadline = time.monotonic() + 30
+    while not any(e["event_type"] == "WorkflowTaskCompleted" for e in handle.history()):
+        assert time.monotonic() < deadline, "the run's first workflow task did not complete"
+        time.sleep(0.05)
+
+
+def test_a_query_wait_rides_out_a_server_restart(
+    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Client(server.dsn) as client, caplog.at_level(logging.INFO, logger="harvest.client"):
+        client._target.pool.timeout = POOL_WAIT_SECS
+        handle = client.start_workflow(waits_for_close, 7)
+        running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
+        try:  # the run waits for its signal; then no worker answers until the outage is over
+            _first_task_done(handle)
+        finally:
+            running.stop()
+        asker = _InThread(lambda: handle.query("number", timeout=60))
+        _down_while(server, asker.waiting, 2.5)
+        running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
+        try:
+            got = asker.join(60)
+            handle.signal("close")
+            assert handle.result(timeout=30) == 7
+        finally:
+            running.stop()
+    assert got.get("value") == 7, got
+    lines = [r.getMessage() for r in caplog.records if r.name == "harvest.client"]
+    assert len(lines) == 2, lines
+    assert "the wait for an answer to query 'number' on execution" in lines[0]
+    assert "cannot read the database" in lines[0]
+    assert "reads the database again after" in lines[1]
+
+
+def test_a_query_whose_timeout_passes_with_the_server_down_times_out_on_time(
+    server: EmbeddedPostgres,
+) -> None:
+    """The client's own pool, its 30 s wait untouched. Before: the pool's PoolTimeout after 30 s."""
+    with Client(server.dsn) as client:
+        handle = client.start_workflow(waits_for_close, 1)  # no worker: never answered
+        asker = _InThread(lambda: handle.query("number", timeout=3))
+        assert asker.waiting.wait(10)
+        time.sleep(0.5)  # the request is recorded; the wait sleeps on its notification
+        server.pause()
+        try:
+            got = asker.join(30)
+        finally:
+            server.resume()
+        handle.terminate()
+    assert isinstance(got.get("error"), QueryTimeout), got
+    assert "no answer to query 'number'" in str(got["error"])
+    assert "its last reads found the database unreachable: couldn't get a connection" in str(got["error"])
+    assert got["took"] < 7, got
+
+
+def test_an_async_query_wait_makes_failed_reads_again(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def main() -> int:
+        client = await AsyncClient.connect(server.dsn)
+        running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
+        try:
+            handle = await client.start_workflow(waits_for_close, 9)
+            while not any(e["event_type"] == "WorkflowTaskCompleted" for e in await handle.history()):
+                await asyncio.sleep(0.05)  # the run's first decision (a query before it finds no state)
+            lost = psycopg.OperationalError(LOST)
+            calls = _failing_reads(monkeypatch, AsyncSqlApi, 3, lost, "get_query_request")
+            answer = await handle.query("number", timeout=60)
+            assert calls[0] >= 4
+            await handle.signal("close")
+            await handle.result(timeout=30)
+            return int(answer)
+        finally:
+            await asyncio.to_thread(running.stop)
+            await client.close()
+
+    assert asyncio.run(main()) == 9

@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import logging
 import threading
 import time
 import uuid
@@ -29,13 +28,13 @@ from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, ov
 from harvest.client import messages as messaging
 from harvest.client import payloads as payload_policy
 from harvest.client import routing
+from harvest.client.outage import Outage
 from harvest.core import payload
 from harvest.core.codecs import Payloads
 from harvest.core.deprecation import queue_alias
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
     ActivityFailure,
-    ConnectionRejected,
     DatabaseUnavailable,
     ExecutionMigrated,
     HarvestError,
@@ -52,13 +51,12 @@ from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.core.task_token import TaskToken
 from harvest.db import channels, sqlapi
-from harvest.db.connection import connect, connect_async, one_line, resolve_dsn
+from harvest.db.connection import connect, connect_async, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.migrate import check_schema_async
 from harvest.db.notify import NotificationHub, ThreadNotificationHub
 from harvest.db.pools import open_async_pool, open_pool
-from harvest.db.resend import connection_lost, resend_pause
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import (
     InTransaction,
@@ -147,13 +145,9 @@ def _not_deferred(handle: Any) -> None:
 # newest run its handle reached (docs/workflows.md, "Continue-as-new"): a bound on one call's walk
 # (two round trips a hop), not on the chain.
 _MAX_CHAIN = 100
-log = logging.getLogger("harvest.client")
 
 # result() re-reads the run this often while it waits, in case a close raced its mark.
 _RESULT_REREAD_SECS = 5.0
-# A result wait that cannot read the database reads again after the worker's resend pauses
-# (harvest.db.resend: 50 ms doubling to 2 s) times this: 0.25 s doubling to 10 s.
-_OUTAGE_PAUSE_SCALE = 5.0
 # How long a wait lets an AsyncClient's LISTEN connection come up before it reads without it.
 _HUB_START_SECS = 5.0
 
@@ -367,69 +361,6 @@ class _Marks:
         return Sql(sqlapi.stop_waiting_for_result, self.waiter_id) if self.runs else None
 
 
-def _is_outage(exc: BaseException) -> bool:
-    """Whether a read failed because the database could not be read: a lost connection or no
-    pooled connection in time (harvest.db.resend.connection_lost), or a DatabaseUnavailable
-    caused by one (a shard's pool: ShardUnavailable). Not a refused login, a closed pool (the
-    client is closing), a statement timeout or a shard this process has no pool for."""
-    if isinstance(exc, ConnectionRejected):
-        return False
-    if isinstance(exc, DatabaseUnavailable):
-        return exc.__context__ is not None and connection_lost(exc.__context__)
-    return connection_lost(exc)
-
-
-# One warning a process in this long, however many waits meet the same outage.
-_OUTAGE_WARN_EVERY_SECS = 60.0
-_outage_warned_at: float | None = None
-
-
-class _Outage:
-    """A result wait's reads while the database cannot be read (a restart, a failover, a network
-    cut): each failed read is made again after a pause until the database answers or the wait's
-    deadline passes (then TimeoutError_), since a read that marks the waiter is idempotent. A
-    warning when the reads start failing (at most one a minute in a process), and one line when
-    they succeed again after it."""
-
-    __slots__ = ("execution_id", "failed", "since", "warned")
-
-    def __init__(self, execution_id: Any):
-        self.execution_id = execution_id
-        self.failed = 0
-        self.since = 0.0
-        self.warned = False
-
-    def began(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is an outage to wait out (counted, warned of)."""
-        global _outage_warned_at
-        if not _is_outage(exc):
-            return False
-        self.failed += 1
-        if self.failed == 1:
-            self.since = now = time.monotonic()
-            if _outage_warned_at is None or now - _outage_warned_at >= _OUTAGE_WARN_EVERY_SECS:
-                _outage_warned_at, self.warned = now, True
-                log.warning(
-                    "the result wait for workflow %s cannot read the database (%s); reading again "
-                    "until it answers or the wait's timeout passes",
-                    self.execution_id,
-                    one_line(exc),
-                )
-        return True
-
-    def pause(self) -> float:
-        return resend_pause(self.failed) * _OUTAGE_PAUSE_SCALE
-
-    def ended(self) -> None:
-        if self.warned:
-            log.info(
-                "the result wait for workflow %s reads the database again after %.1fs",
-                self.execution_id,
-                time.monotonic() - self.since,
-            )
-        self.failed, self.warned = 0, False
-
-
 def _result_steps(
     handle: Any,
     execution_id: str,
@@ -451,11 +382,11 @@ def _result_steps(
         yield Notified(
             execution_id, _RESULT_REREAD_SECS if timeout is None else min(timeout, _RESULT_REREAD_SECS)
         )
-    outage = _Outage(handle.execution_id)
+    outage = Outage(f"the result wait for workflow {handle.execution_id}")
     while True:
         # Marks us as waiting (a closing run then notifies) and reads the run.
         try:
-            execution = yield Sql(sqlapi.wait_for_result, execution_id, marks.waiter_id)
+            execution = yield Sql(sqlapi.wait_for_result, execution_id, marks.waiter_id).by(deadline)
         except Exception as exc:
             if not outage.began(exc):
                 raise
@@ -465,8 +396,7 @@ def _result_steps(
                 # again): the run's close drops it.
                 marks.runs.clear()
                 raise TimeoutError_(
-                    f"workflow {handle.execution_id} is still running after {timeout}s "
-                    f"(its last reads found the database unreachable: {one_line(exc)})"
+                    f"workflow {handle.execution_id} is still running after {timeout}s ({outage.reason()})"
                 ) from exc
             # The hub wakes the wait when its LISTEN connection is back, the pause otherwise.
             pause = outage.pause()

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from harvest.client import payloads as payload_policy
 from harvest.client import routing
+from harvest.client.outage import Outage
 from harvest.core import payload
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
@@ -97,8 +98,8 @@ def _outcome(row: dict[str, Any], result_type: Any) -> Any:
     raise AssertionError(f"unsettled request {row}")
 
 
-def _timeout(row: dict[str, Any] | None, what: str, timeout: float) -> QueryTimeout:
-    text = f"no answer to {what} within {timeout:g}s"
+def _timeout(row: dict[str, Any] | None, what: str, timeout: float, outage: str = "") -> QueryTimeout:
+    text = f"no answer to {what} within {timeout:g}s" + (f" ({outage})" if outage else "")
     if row is None:
         return QueryTimeout(text)
     if row["status"] == "accepted":
@@ -128,11 +129,23 @@ def _answer_steps(
 ) -> Steps[dict[str, Any]]:
     request_id = yield from submit
     row = None
+    outage = Outage(f"the wait for an answer to {what}")
     while True:
         try:
-            row = yield Sql(sqlapi.get_query_request, request_id)
+            latest = yield Sql(sqlapi.get_query_request, request_id).by(deadline)
         except NotFound:
             raise _timeout(row, what, timeout) from None
+        except Exception as exc:
+            # A read the database could not answer (the request is recorded): made again.
+            if not outage.began(exc):
+                raise
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _timeout(row, what, timeout, outage.reason()) from exc
+            yield Notified(str(request_id), min(remaining, outage.pause()))
+            continue
+        outage.ended()
+        row = latest
         if _settled(row, wait):
             # The answer and the error's details as the worker's codecs wrote them (docs/payloads.md).
             return {

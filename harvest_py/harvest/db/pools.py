@@ -11,7 +11,8 @@ import collections
 import contextlib
 import select
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import psycopg
@@ -24,6 +25,7 @@ __all__ = [
     "AsyncConnectionPool",
     "ConnectionPool",
     "RoledPool",
+    "connections_by",
     "open_async_pool",
     "open_pool",
 ]
@@ -129,6 +131,45 @@ def _idle_check(conn: Any) -> None:
             raise
 
 
+# A call made for a wait with a deadline (a result wait's read) waits for a pooled connection
+# until that deadline, not for the pool's own wait (30 s): a database that cannot be reached
+# would otherwise hold ``result(timeout=2)`` for 30 s. Set around the call by the waits'
+# drivers (harvest.db.steps) with ``connections_by``; a context variable, so it follows the
+# call through the routing and SQL API layers in a thread or an asyncio task, and goes no
+# further. A deadline already passed still lets a free connection be taken (a poll).
+_connections_by: ContextVar[float | None] = ContextVar("harvest_connections_by", default=None)
+_LAST_CHANCE_SECS = 0.1
+
+
+@contextlib.contextmanager
+def connections_by(deadline: float | None) -> Iterator[None]:
+    """Within the block, a pool lends a connection by ``deadline`` (``time.monotonic()``) or
+    raises PoolTimeout then (None: the pool's own wait)."""
+    token = _connections_by.set(deadline)
+    try:
+        yield
+    finally:
+        _connections_by.reset(token)
+
+
+def _pool_wait(timeout: float | None, own: float) -> float:
+    wait = own if timeout is None else timeout
+    deadline = _connections_by.get()
+    if deadline is None:
+        return wait
+    return min(wait, max(deadline - time.monotonic(), _LAST_CHANCE_SECS))
+
+
+class _Pool(ConnectionPool[Any]):
+    def getconn(self, timeout: float | None = None) -> Any:
+        return super().getconn(_pool_wait(timeout, self.timeout))
+
+
+class _AsyncPool(AsyncConnectionPool[Any]):
+    async def getconn(self, timeout: float | None = None) -> Any:
+        return await super().getconn(_pool_wait(timeout, self.timeout))
+
+
 def _most_recent_first(pool: Any) -> None:
     # (psycopg_pool has no setting for the order; its idle connections are this deque.)
     pool._pool = _MostRecentFirst(pool._pool)
@@ -136,7 +177,7 @@ def _most_recent_first(pool: Any) -> None:
 
 def open_pool(dsn: str, *, max_size: int, min_size: int = 1) -> ConnectionPool:
     """An open synchronous pool (it fills in the background)."""
-    pool: ConnectionPool = ConnectionPool(
+    pool: ConnectionPool = _Pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
@@ -164,7 +205,7 @@ async def open_async_pool(
     kwargs: dict[str, Any] = {"autocommit": True}
     if application_name:
         kwargs["application_name"] = application_name
-    pool = AsyncConnectionPool(
+    pool = _AsyncPool(
         dsn,
         min_size=min_size,
         max_size=max_size,

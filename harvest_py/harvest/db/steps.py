@@ -7,7 +7,9 @@ returns its answer.
 
 * ``Sql(call, *args, **kwargs)``: call the SQL API; ``call`` is a declaration of ``harvest.db.sqlapi``
   (``sqlapi.get_execution``), so a misspelt call fails at import, not at run time. The
-  generator is sent the call's value, or has its exception thrown in.
+  generator is sent the call's value, or has its exception thrown in. ``Sql(...).by(deadline)``:
+  a wait's read, which waits for a pooled connection until the wait's deadline at most
+  (``harvest.db.pools.connections_by``), not for the pool's own wait.
 * ``Atomic(sync, asynchronous)``: client code that makes several calls in one transaction on
   one connection (an offloaded payload stored with the request that references it): the sync
   driver calls ``sync(sql)``, the asyncio drivers ``await asynchronous(sql)``, each on an API
@@ -46,6 +48,7 @@ from psycopg.errors import AdminShutdown
 from harvest.core.errors import DatabaseUnavailable
 from harvest.db import channels
 from harvest.db.connection import DatabaseError, connect_async
+from harvest.db.pools import connections_by
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 
 T = TypeVar("T")
@@ -55,12 +58,19 @@ Op = TypeVar("Op")
 class Sql:
     """A call of the SQL API (see the module docstring)."""
 
-    __slots__ = ("args", "kwargs", "name")
+    __slots__ = ("args", "deadline", "kwargs", "name")
 
     def __init__(self, call: Callable[..., Any], *args: Any, **kwargs: Any):
         self.name = call.__name__
         self.args = args
         self.kwargs = kwargs
+        self.deadline: float | None = None
+
+    def by(self, deadline: float | None) -> Sql:
+        """The call, waiting for a pooled connection until ``deadline`` at most
+        (``time.monotonic()``; harvest.db.pools.connections_by): a wait's read."""
+        self.deadline = deadline
+        return self
 
     def on(self, sql: SqlApi | AsyncSqlApi) -> Any:
         """Make the call on ``sql`` (an awaitable on an AsyncSqlApi)."""
@@ -186,7 +196,8 @@ async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Cleanup = None)
                 elif isinstance(op, Atomic):
                     stepper.value = await op.aon(sql)
                 else:
-                    stepper.value = await op.on(sql)
+                    with connections_by(op.deadline):
+                        stepper.value = await op.on(sql)
             except Exception as exc:
                 stepper.error = exc
         return cast(T, stepper.result)
@@ -242,7 +253,8 @@ async def arun_steps_on_hub(
                     elif isinstance(op, Atomic):
                         stepper.value = await op.aon(sql)
                     else:
-                        stepper.value = await _aon_live_connection(op, sql)
+                        with connections_by(op.deadline):
+                            stepper.value = await _aon_live_connection(op, sql)
                 except Exception as exc:
                     stepper.error = exc
             return cast(T, stepper.result)
@@ -313,7 +325,8 @@ def run_steps_on_hub(
                         event.wait(op.timeout)
                         event.clear()
                     else:
-                        stepper.value = _on_live_connection(op, api)
+                        with connections_by(op.deadline if isinstance(op, Sql) else None):
+                            stepper.value = _on_live_connection(op, api)
                 except Exception as exc:
                     stepper.error = exc
             return cast(T, stepper.result)
