@@ -1,9 +1,9 @@
 """`harvest events tail [--workflow ID]`: print events as they are written, over the database
 (the event stream's reader, harvest.db.event_stream; docs/event-streams.md) or the management
 API's ``/stream``. With ``[shards]`` every readable shard is followed, merged as ``/stream``
-merges them (harvest.shard.event_merge): each line starts with every shard's position. A shard
-that cannot be read is followed again when it is back (an HTTP stream ends instead, and its
-client resumes)."""
+merges them (harvest.shard.event_merge): each line starts with every shard's position. A
+database or a shard that cannot be read once followed is followed again when it is back (an
+HTTP stream ends instead, and its client resumes)."""
 
 from __future__ import annotations
 
@@ -74,16 +74,13 @@ class _Printer:
 
 
 async def _tail(dsn: str, after: int | None, printer: _Printer) -> None:
-    source = EventSource(dsn)
-    await source.open()
-    try:
-        start = after if after is not None else await source.start_position()
-        async for batch in source.follow(start):
-            for event in batch:
-                if not printer.show(event):
-                    return
-    finally:
-        await source.close()
+    """One database's events. One that cannot be read when the tail starts is an error; one lost
+    while followed (a restart, a failover) is followed again when it is back (_followed)."""
+    events = _followed(None, dsn, after, await _open(dsn, None, after))
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if event is not None and not printer.show(event):
+                return
 
 
 # How long a tail on shards waits before it tries a shard it cannot read again.
@@ -94,11 +91,21 @@ def _warn(text: str) -> None:
     click.echo(f"warning: {text}", err=True)
 
 
-async def _open(url: str | None, shard: int, after: int | None) -> tuple[EventSource, int]:
-    """Shard ``shard``'s event source, opened, and the global id its events are read after:
-    ``after``, or (None) its last now. Closed again when either step fails."""
+def _named(shard: int | None) -> str:
+    return "the database" if shard is None else f"shard {shard}"
+
+
+def _at(shard: int | None, position: int) -> str:
+    """A position as the tail's lines print it (on shards, ``shard:global id``)."""
+    return str(position) if shard is None else f"{shard}:{position}"
+
+
+async def _open(url: str | None, shard: int | None, after: int | None) -> tuple[EventSource, int]:
+    """The event source of shard ``shard`` (None: the one database), opened, and the global id
+    its events are read after: ``after``, or (None) its last now. Closed again when either step
+    fails."""
     if url is None:
-        raise ConfigError(f"shard {shard} has no url in [shards] urls")
+        raise ConfigError(f"{_named(shard)} has no url in [shards] urls")
     source = EventSource(url)
     try:
         await source.open()
@@ -108,15 +115,16 @@ async def _open(url: str | None, shard: int, after: int | None) -> tuple[EventSo
         raise
 
 
-async def _shard_events(
-    shard: int, url: str | None, after: int | None, opened: tuple[EventSource, int] | None
+async def _followed(
+    shard: int | None, url: str | None, after: int | None, opened: tuple[EventSource, int] | None
 ) -> AsyncGenerator[dict[str, Any] | None, None]:
-    """One shard's events for as long as the tail runs, after global id ``after`` (None: from its
-    events written once it is read). ``opened``: the shard's source and start (_open; None: it
-    could not be opened). A shard that cannot be read (an outage: event_stream.source_unreachable),
-    at the start or later, is tried again every RETRY_SECS and named on stderr when it goes and
-    when it is back; back, it goes on after the last of its events handed on, so nothing it wrote
-    meanwhile is missed. Any other error (a refused login, a statement's error) ends the tail."""
+    """One shard's events (``shard`` None: the one database's) for as long as the tail runs,
+    after global id ``after`` (None: from its events written once it is read). ``opened``: its
+    source and start (_open; None: it could not be opened). One that cannot be read (an outage:
+    event_stream.source_unreachable), at the start or later, is tried again every RETRY_SECS and
+    named on stderr when it goes and when it is back; back, it goes on after the last of its
+    events handed on, so nothing it wrote meanwhile is missed. Any other error (a refused login,
+    a statement's error) ends the tail."""
     position = after
     lost = opened is None
     try:
@@ -126,7 +134,7 @@ async def _shard_events(
                     opened = await _open(url, shard, position)
                 source, position = opened
                 if lost:
-                    _warn(f"shard {shard} is back: following its events after {shard}:{position}")
+                    _warn(f"{_named(shard)} is back: following its events after {_at(shard, position)}")
                     lost = False
                 async for batch in source.follow(position):
                     for event in batch:
@@ -136,9 +144,9 @@ async def _shard_events(
                 if not source_unreachable(exc):
                     raise
                 if not lost:
-                    after_text = "" if position is None else f" after {shard}:{position}"
+                    after_text = "" if position is None else f" after {_at(shard, position)}"
                     _warn(
-                        f"shard {shard} cannot be read ({error_line(exc)}): trying again every "
+                        f"{_named(shard)} cannot be read ({error_line(exc)}): trying again every "
                         f"{RETRY_SECS:g} s, its events{after_text} follow when it is back"
                     )
                     lost = True
@@ -154,7 +162,7 @@ async def _shard_events(
 
 async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: _Printer) -> None:
     """Every shard's events merged. A shard that cannot be read when the tail starts, or that
-    goes later, is named on stderr and followed again when it is back (_shard_events); one that
+    goes later, is named on stderr and followed again when it is back (_followed); one that
     refuses the login (or has no url) is named and not followed; none readable at the start is
     an error."""
     given = parse_positions(after) if after is not None else {}
@@ -180,9 +188,7 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
                     )
         if not opened:
             raise none_readable(unavailable)
-        streams = {
-            s: _shard_events(s, urls[s], given.get(s), opened.get(s)) for s in sorted([*opened, *retried])
-        }
+        streams = {s: _followed(s, urls[s], given.get(s), opened.get(s)) for s in sorted([*opened, *retried])}
         starts = {s: start for s, (_, start) in opened.items()}
         merged = merge_streams(streams, {**given, **starts}, keepalive=3600.0)
         try:

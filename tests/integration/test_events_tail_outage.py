@@ -1,0 +1,100 @@
+"""`harvest events tail` over one database follows it again when it is back: a server restart
+while the tail follows costs no event and prints none twice (on shards:
+tests/shard/test_events_tail_shards.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner, Result
+
+from harvest.cli import events as events_cli
+from harvest.cli.main import main
+from harvest.db.connection import connect
+from harvest.db.embedded import EmbeddedPostgres
+from harvest.db.migrate import Migrator
+
+CLEAN = {"HARVEST_URL": None, "HARVEST_TOKEN": None, "HARVEST_CONFIG": None}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedPostgres]:
+    pg = EmbeddedPostgres(settings={"fsync": "off", "synchronous_commit": "off"})
+    pg.start()
+    try:
+        Migrator(pg.dsn).run()
+        yield pg
+    finally:
+        pg.stop()
+
+
+def _last(dsn: str) -> int:
+    with connect(dsn) as conn:
+        return int(conn.execute("SELECT coalesce(max(global_id), 0) FROM harvest.events").fetchone()[0])
+
+
+def _start(dsn: str, workflow_id: str) -> None:
+    with connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT harvest.start_workflow('greet', '[]', %s, 'default')", (workflow_id,))
+
+
+def _listening(dsn: str) -> int:
+    with connect(dsn) as conn:
+        return int(
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                " AND query ILIKE 'LISTEN%%' AND state = 'idle'"
+            ).fetchone()[0]
+        )
+
+
+def _until(condition, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.05)
+
+
+def test_a_tail_follows_the_database_again_after_a_restart(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(events_cli, "RETRY_SECS", 0.1)
+    before = _last(server.dsn)
+    _start(server.dsn, "before-the-restart")
+    per_start = _last(server.dsn) - before
+    outcome: dict[str, Result] = {}
+    args = ["events", "tail", "--after", str(before), "--limit", str(3 * per_start), "-o", "json"]
+    env = {**CLEAN, "HARVEST_DATABASE_URL": server.dsn}
+    runner = CliRunner()
+    tail = threading.Thread(
+        target=lambda: outcome.update(result=runner.invoke(main, args, env=env, catch_exceptions=False)),
+        daemon=True,
+    )
+    tail.start()
+    try:
+        _until(lambda: _listening(server.dsn) > 0, "the tail listens")
+        server.pause()  # its sessions are cut while the tail follows
+        time.sleep(0.5)
+        server.resume()
+        _start(server.dsn, "after-the-restart")
+        _until(lambda: _listening(server.dsn) > 0, "the tail listens again")
+        _start(server.dsn, "once-back")
+        tail.join(60)
+    finally:
+        server.resume()  # (nothing when it is up)
+    assert not tail.is_alive(), "the tail did not print every event"
+    result = outcome["result"]
+    assert result.exit_code == 0, result.stderr
+    got = [json.loads(line)["global_id"] for line in result.stdout.splitlines()]
+    assert got == list(range(before + 1, before + 3 * per_start + 1))  # each once, none missed
+    # Gone after the events it printed (those of the first start, unless the restart came first).
+    lost = re.search(r"its events after (\d+) follow when it is back", result.stderr)
+    assert lost is not None, result.stderr
+    assert int(lost[1]) in (before, before + per_start)
+    assert "warning: the database cannot be read (" in result.stderr
+    assert f"warning: the database is back: following its events after {lost[1]}\n" in result.stderr
