@@ -148,8 +148,13 @@ _MAX_CHAIN = 100
 
 # result() re-reads the run this often while it waits, in case a close raced its mark.
 _RESULT_REREAD_SECS = 5.0
-# How long a wait lets an AsyncClient's LISTEN connection come up before it reads without it.
+# How long a wait lets its client's LISTEN connection come up before it reads without it
+# (a wait of a shorter timeout: that long).
 _HUB_START_SECS = 5.0
+
+
+def _hub_start_secs(within: float | None) -> float:
+    return _HUB_START_SECS if within is None else max(0.0, min(_HUB_START_SECS, within))
 
 
 def _successor(execution: dict[str, Any]) -> str | None:
@@ -358,7 +363,10 @@ class _Marks:
         self.runs: set[str] = set()
 
     def cleanup(self) -> Sql | None:
-        return Sql(sqlapi.stop_waiting_for_result, self.waiter_id) if self.runs else None
+        # Best effort (a run's close drops the mark too): no waiting out a busy or lost pool.
+        if not self.runs:
+            return None
+        return Sql(sqlapi.stop_waiting_for_result, self.waiter_id).by(time.monotonic())
 
 
 def _result_steps(
@@ -396,7 +404,7 @@ def _result_steps(
                 # again): the run's close drops it.
                 marks.runs.clear()
                 raise TimeoutError_(
-                    f"workflow {handle.execution_id} is still running after {timeout}s ({outage.reason()})"
+                    f"no outcome of workflow {handle.execution_id} within {timeout}s ({outage.reason()})"
                 ) from exc
             # The hub wakes the wait when its LISTEN connection is back, the pause otherwise.
             pause = outage.pause()
@@ -1129,7 +1137,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
 
         def wait(shard: int, run: str) -> ResultT:
             steps, cleanup = self._waiting(run, waiter_id, deadline, timeout, marked)
-            listener = self.client._listener(shard, channels.DONE)  # read by a thread of its own
+            listener = self.client._listener(shard, channels.DONE, within=timeout)  # a thread of its own
             api = functools.partial(routing.api, target, shard)
             return cast(ResultT, run_steps_on_hub(steps, api, listener, cleanup=cleanup, expect=run))
 
@@ -1229,16 +1237,16 @@ class Client:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _listener(self, shard: int, channel: str) -> ThreadNotificationHub:
+    def _listener(self, shard: int, channel: str, within: float | None = None) -> ThreadNotificationHub:
         """This client's LISTEN connection on ``channel`` of ``shard``, listening (or, after
-        HUB_START_SECS without a connection, trying to in the background: the waits' own
-        re-reads answer meanwhile)."""
+        HUB_START_SECS without a connection, or ``within`` if sooner, trying to in the
+        background: the waits' own re-reads answer meanwhile)."""
         with self._hubs_lock:
             hub = self._hubs.get((shard, channel))
             if hub is None:
                 hub = ThreadNotificationHub(self._target.dsn_of(shard), channel)
                 self._hubs[(shard, channel)] = hub
-        hub.start(timeout=_HUB_START_SECS)
+        hub.start(timeout=_hub_start_secs(within))
         return hub
 
     def _sql(self, shard: int | None = None) -> contextlib.AbstractContextManager[SqlApi]:
@@ -1655,7 +1663,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         async def wait(shard: int, run: str) -> ResultT:
             # (or on the LISTEN connection the client was given: client.notifications)
             steps, cleanup = self._waiting(run, waiter_id, deadline, timeout, marked)
-            listener = await self.client._listener(shard, channels.DONE)
+            listener = await self.client._listener(shard, channels.DONE, within=timeout)
             return cast(
                 ResultT,
                 await arun_steps_on_hub(steps, target.sql(shard), listener, cleanup=cleanup, expect=run),
@@ -1771,19 +1779,23 @@ class AsyncClient:
         self._hubs: dict[tuple[int, str], NotificationHub] = {}
         self.notifications: Callable[[int, str], Awaitable[Any]] | None = self._own_listener
 
-    async def _own_listener(self, shard: int, channel: str) -> NotificationHub:
+    async def _own_listener(self, shard: int, channel: str, within: float | None = None) -> NotificationHub:
         """This client's LISTEN connection on ``channel`` of ``shard``, listening (or, after
-        HUB_START_SECS without a connection, trying to in the background: the waits' own
-        re-reads answer meanwhile)."""
+        HUB_START_SECS without a connection, or ``within`` if sooner, trying to in the
+        background: the waits' own re-reads answer meanwhile)."""
         hub = self._hubs.get((shard, channel))
         if hub is None:
             hub = self._hubs[(shard, channel)] = NotificationHub(self._target.dsn_of(shard), channel)
-        await hub.start(timeout=_HUB_START_SECS)
+        await hub.start(timeout=_hub_start_secs(within))
         return hub
 
-    async def _listener(self, shard: int, channel: str) -> Any:
-        """The hub a wait on ``channel`` of ``shard`` registers with (see ``notifications``)."""
-        return await (self.notifications or self._own_listener)(shard, channel)
+    async def _listener(self, shard: int, channel: str, within: float | None = None) -> Any:
+        """The hub a wait (of ``within`` seconds) on ``channel`` of ``shard`` registers with (see
+        ``notifications``)."""
+        notifications = self.notifications
+        if notifications is None or notifications == self._own_listener:
+            return await self._own_listener(shard, channel, within)
+        return await notifications(shard, channel)
 
     async def _on(self, shard: int, steps: Steps[T]) -> T:
         """Drive ``steps`` on ``shard``'s pool (each call on a pooled connection)."""

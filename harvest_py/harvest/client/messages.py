@@ -33,6 +33,8 @@ from harvest.core.errors import (
 )
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db import channels, sqlapi
+from harvest.db.connection import one_line
+from harvest.db.pools import never_sent
 from harvest.db.steps import (
     InTransaction,
     Notified,
@@ -40,6 +42,7 @@ from harvest.db.steps import (
     Steps,
     alisten,
     arun_steps_on_hub,
+    bounded_by,
     run_steps_on_hub,
 )
 from harvest.telemetry import tracing
@@ -98,8 +101,10 @@ def _outcome(row: dict[str, Any], result_type: Any) -> Any:
     raise AssertionError(f"unsettled request {row}")
 
 
-def _timeout(row: dict[str, Any] | None, what: str, timeout: float, outage: str = "") -> QueryTimeout:
-    text = f"no answer to {what} within {timeout:g}s" + (f" ({outage})" if outage else "")
+def _timeout(row: dict[str, Any] | None, what: str, timeout: float, failed: str = "") -> QueryTimeout:
+    """No answer in time: what the last row read says (``failed``: why the database could not
+    be read at the end; the workers' count read before it is not given)."""
+    text = f"no answer to {what} within {timeout:g}s" + (f" ({failed})" if failed else "")
     if row is None:
         return QueryTimeout(text)
     if row["status"] == "accepted":
@@ -107,6 +112,8 @@ def _timeout(row: dict[str, Any] | None, what: str, timeout: float, outage: str 
             f"{text}: update {row['update_id']} was accepted and is recorded, but its "
             "handler has not finished; wait again with UpdateHandle.result()"
         )
+    if failed:
+        return QueryTimeout(text)
     if not row["live_workers"]:
         return QueryTimeout(f"{text}: no live worker polls task queue {row['queue']!r}")
     return QueryTimeout(
@@ -127,7 +134,12 @@ def _answer(
 def _answer_steps(
     submit: Steps[int], wait: str, deadline: float, timeout: float, what: str, payloads: Any = None
 ) -> Steps[dict[str, Any]]:
-    request_id = yield from submit
+    try:  # sent once; its calls wait for a connection until the deadline at most
+        request_id = yield from bounded_by(submit, deadline)
+    except Exception as exc:
+        if not never_sent(exc):
+            raise
+        raise _timeout(None, what, timeout, f"the request was not sent: {one_line(exc)}") from exc
     row = None
     outage = Outage(f"the wait for an answer to {what}")
     while True:
@@ -276,41 +288,42 @@ def _steps_per_attempt(make: Any) -> Any:
     return lambda: pending.pop() if pending else make()
 
 
-def _listen_where_it_lives(client: Any, execution_id: str, make: Any) -> Any:
+def _listen_where_it_lives(client: Any, execution_id: str, make: Any, timeout: Any) -> Any:
     """Drive the steps on the shard ``execution_id`` lives on: its id's shard, then a rebalance's
     forwarding pointer (a seal refuses the request with HR013 before anything is written, and
     the request is made afresh there), woken by the client's one LISTEN connection there."""
-    target, steps = client._target, _steps_per_attempt(make)
-    return target.follow(execution_id, lambda shard: _listen_on(client, shard, steps()))
+    target, steps, secs = client._target, _steps_per_attempt(make), seconds(timeout)
+    return target.follow(execution_id, lambda shard: _listen_on(client, shard, steps(), secs))
 
 
-def _listen_on(client: Any, shard: int, steps: Steps[dict[str, Any]]) -> dict[str, Any]:
-    """Drive ``steps`` on ``shard``: each call on a pooled connection, each wait on the client's
-    one LISTEN connection of the shard (``Client._listener``, a ThreadNotificationHub)."""
-    target = client._target
-    return run_steps_on_hub(steps, lambda: routing.api(target, shard), client._listener(shard, CHANNEL))
+def _listen_on(client: Any, shard: int, steps: Steps[dict[str, Any]], secs: float) -> dict[str, Any]:
+    """Drive ``steps`` (a wait of ``secs``) on ``shard``: each call on a pooled connection, each
+    wait on the client's one LISTEN connection of the shard (``Client._listener``, a
+    ThreadNotificationHub, given up to ``secs`` to come up)."""
+    target, hub = client._target, client._listener(shard, CHANNEL, within=secs)
+    return run_steps_on_hub(steps, lambda: routing.api(target, shard), hub)
 
 
-def _alisten_where_it_lives(client: Any, execution_id: str, make: Any) -> Any:
+def _alisten_where_it_lives(client: Any, execution_id: str, make: Any, timeout: Any) -> Any:
     """:func:`_listen_where_it_lives` under asyncio (an awaitable)."""
-    target, steps = client._target, _steps_per_attempt(make)
-    return target.follow(execution_id, lambda shard: _alisten_on(client, shard, steps()))
+    target, steps, secs = client._target, _steps_per_attempt(make), seconds(timeout)
+    return target.follow(execution_id, lambda shard: _alisten_on(client, shard, steps(), secs))
 
 
-async def _alisten_on(client: Any, shard: int, steps: Steps[dict[str, Any]]) -> dict[str, Any]:
-    """Drive ``steps`` on ``shard``: through the process's one LISTEN connection when the client
-    was given one (``client.notifications``, the HTTP API's), else on a connection of its own."""
-    notifications = getattr(client, "notifications", None)
-    if notifications is None:
+async def _alisten_on(client: Any, shard: int, steps: Steps[dict[str, Any]], secs: float) -> dict[str, Any]:
+    """Drive ``steps`` on ``shard``: through the process's one LISTEN connection of the shard
+    (``AsyncClient._listener``: its own, or the one it was given, ``client.notifications``, the
+    HTTP API's), else (``notifications`` None) on a connection of its own."""
+    if getattr(client, "notifications", None) is None:
         return await alisten(client._target.dsn_of(shard), CHANNEL, steps)
-    hub = await notifications(shard, CHANNEL)
+    hub = await client._listener(shard, CHANNEL, within=secs)
     return await arun_steps_on_hub(steps, client._target.sql(shard), hub)
 
 
 # ---------------------------------------------------------------------- the sync API
 def query(client: Any, execution_id: str, name: str, arg: Any, timeout: Any, result_type: Any) -> Any:
     row = _listen_where_it_lives(
-        client, execution_id, lambda: _query_steps(client, execution_id, name, arg, timeout)
+        client, execution_id, lambda: _query_steps(client, execution_id, name, arg, timeout), timeout
     )
     return _outcome(row, result_type)
 
@@ -335,7 +348,10 @@ def update(
     result_type: Any,
 ) -> Any:
     row = _listen_where_it_lives(
-        client, execution_id, lambda: _update_steps(client, execution_id, name, arg, wait, timeout, update_id)
+        client,
+        execution_id,
+        lambda: _update_steps(client, execution_id, name, arg, wait, timeout, update_id),
+        timeout,
     )
     return _update_outcome(client, row, wait, result_type, UpdateHandle)
 
@@ -354,7 +370,7 @@ def update_with_start(
     client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
 ) -> tuple[dict[str, Any], Any]:
     started, shard, steps = _update_with_start_request(client, call, wait, timeout)
-    row = _listen_on(client, shard, steps)
+    row = _listen_on(client, shard, steps, seconds(timeout))
     return started, _update_outcome(client, row, wait, result_type, UpdateHandle)
 
 
@@ -388,7 +404,7 @@ class UpdateHandle:
 # ---------------------------------------------------------------------- the asyncio API
 async def aquery(client: Any, execution_id: str, name: str, arg: Any, timeout: Any, result_type: Any) -> Any:
     row = await _alisten_where_it_lives(
-        client, execution_id, lambda: _query_steps(client, execution_id, name, arg, timeout)
+        client, execution_id, lambda: _query_steps(client, execution_id, name, arg, timeout), timeout
     )
     return _outcome(row, result_type)
 
@@ -404,7 +420,10 @@ async def aupdate(
     result_type: Any,
 ) -> Any:
     row = await _alisten_where_it_lives(
-        client, execution_id, lambda: _update_steps(client, execution_id, name, arg, wait, timeout, update_id)
+        client,
+        execution_id,
+        lambda: _update_steps(client, execution_id, name, arg, wait, timeout, update_id),
+        timeout,
     )
     return _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 
@@ -413,7 +432,7 @@ async def aupdate_with_start(
     client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
 ) -> tuple[dict[str, Any], Any]:
     started, shard, steps = _update_with_start_request(client, call, wait, timeout)
-    row = await _alisten_on(client, shard, steps)
+    row = await _alisten_on(client, shard, steps, seconds(timeout))
     return started, _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 
 

@@ -62,7 +62,7 @@ class Outage:
             if _warned_at is None or now - _warned_at >= WARN_EVERY_SECS:
                 _warned_at, self.warned = now, True
                 log.warning(
-                    "%s cannot read the database (%s); reading again until it answers or the "
+                    "%s could not read the database (%s); reading again until it answers or the "
                     "wait's timeout passes",
                     self.waiting,
                     self.cause,
@@ -78,5 +78,6 @@ class Outage:
         self.failed, self.warned = 0, False
 
     def reason(self) -> str:
-        """What a timeout in the outage says of it."""
-        return f"its last reads found the database unreachable: {self.cause}"
+        """What a timeout in the outage says of it (the cause: a lost connection, or none lent
+        in time, the database down or every connection busy)."""
+        return f"its last read of the database failed: {self.cause}"

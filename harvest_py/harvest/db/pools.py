@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
+from harvest.core.errors import DatabaseUnavailable
 from harvest.db.connection import RedactingAsyncConnection, RedactingConnection, set_role
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ConnectionPool",
     "RoledPool",
     "connections_by",
+    "never_sent",
     "open_async_pool",
     "open_pool",
 ]
@@ -135,10 +137,12 @@ def _idle_check(conn: Any) -> None:
 # until that deadline, not for the pool's own wait (30 s): a database that cannot be reached
 # would otherwise hold ``result(timeout=2)`` for 30 s. Set around the call by the waits'
 # drivers (harvest.db.steps) with ``connections_by``; a context variable, so it follows the
-# call through the routing and SQL API layers in a thread or an asyncio task, and goes no
-# further. A deadline already passed still lets a free connection be taken (a poll).
+# call through the routing and SQL API layers in a thread or an asyncio task. (A task created
+# inside the block copies it: nothing long-lived may be started there, or its own calls would
+# keep the deadline.) A deadline passed or near still gives the call this long: time to take a
+# free connection, or to replace a dead one a restart left in the pool (a connect).
 _connections_by: ContextVar[float | None] = ContextVar("harvest_connections_by", default=None)
-_LAST_CHANCE_SECS = 0.1
+LAST_CHANCE_SECS = 1.0
 
 
 @contextlib.contextmanager
@@ -152,12 +156,20 @@ def connections_by(deadline: float | None) -> Iterator[None]:
         _connections_by.reset(token)
 
 
+def never_sent(exc: BaseException) -> bool:
+    """Whether a call failed before it sent anything: no pooled connection in time
+    (PoolTimeout), also as a shard's pool reports it (a DatabaseUnavailable raised from it)."""
+    if isinstance(exc, DatabaseUnavailable):
+        exc = exc.__context__ or exc
+    return isinstance(exc, PoolTimeout)
+
+
 def _pool_wait(timeout: float | None, own: float) -> float:
     wait = own if timeout is None else timeout
     deadline = _connections_by.get()
     if deadline is None:
         return wait
-    return min(wait, max(deadline - time.monotonic(), _LAST_CHANCE_SECS))
+    return min(wait, max(deadline - time.monotonic(), LAST_CHANCE_SECS))
 
 
 class _Pool(ConnectionPool[Any]):
@@ -215,8 +227,8 @@ async def open_async_pool(
         check=_async_idle_check,
     )
     _most_recent_first(pool)
-    try:
-        await pool.open(wait=True, timeout=timeout)
+    try:  # (opened for a wait's call, within the wait's deadline: connections_by)
+        await pool.open(wait=True, timeout=_pool_wait(None, timeout))
     except BaseException:
         await pool.close()
         raise

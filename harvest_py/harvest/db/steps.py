@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, Self, TypeVar, cast
 
 from psycopg.errors import AdminShutdown
 
@@ -55,22 +55,30 @@ T = TypeVar("T")
 Op = TypeVar("Op")
 
 
-class Sql:
+class _Call:
+    """What a step asks of the database: a call (Sql), or calls in one transaction (Atomic)."""
+
+    __slots__ = ("deadline",)
+
+    deadline: float | None
+
+    def by(self, deadline: float | None) -> Self:
+        """This, waiting for a pooled connection until ``deadline`` at most (``time.monotonic()``;
+        harvest.db.pools.connections_by), not for the pool's own wait: a wait's call."""
+        self.deadline = deadline
+        return self
+
+
+class Sql(_Call):
     """A call of the SQL API (see the module docstring)."""
 
-    __slots__ = ("args", "deadline", "kwargs", "name")
+    __slots__ = ("args", "kwargs", "name")
 
     def __init__(self, call: Callable[..., Any], *args: Any, **kwargs: Any):
         self.name = call.__name__
         self.args = args
         self.kwargs = kwargs
-        self.deadline: float | None = None
-
-    def by(self, deadline: float | None) -> Sql:
-        """The call, waiting for a pooled connection until ``deadline`` at most
-        (``time.monotonic()``; harvest.db.pools.connections_by): a wait's read."""
-        self.deadline = deadline
-        return self
+        self.deadline = None
 
     def on(self, sql: SqlApi | AsyncSqlApi) -> Any:
         """Make the call on ``sql`` (an awaitable on an AsyncSqlApi)."""
@@ -80,7 +88,7 @@ class Sql:
         return f"Sql({self.name}, {self.args!r}, {self.kwargs!r})"
 
 
-class Atomic:
+class Atomic(_Call):
     """Calls made in one transaction on one connection (see the module docstring)."""
 
     __slots__ = ("asynchronous", "sync")
@@ -88,6 +96,7 @@ class Atomic:
     def __init__(self, sync: Callable[[SqlApi], Any], asynchronous: Callable[[AsyncSqlApi], Awaitable[Any]]):
         self.sync = sync
         self.asynchronous = asynchronous
+        self.deadline = None
 
     def on(self, sql: SqlApi) -> Any:
         with sql.conn.transaction():
@@ -105,6 +114,7 @@ class InTransaction(Atomic):
 
     def __init__(self, make: Callable[[], Steps[Any]]):
         self.make = make
+        self.deadline = None
 
     def on(self, sql: SqlApi) -> Any:
         with sql.conn.transaction():
@@ -135,6 +145,15 @@ def _cleanup_call(cleanup: Cleanup) -> Sql | None:
     return cleanup() if callable(cleanup) else cleanup
 
 
+_POOL_OWN_WAIT = contextlib.nullcontext()
+
+
+def _bounded(op: _Call) -> contextlib.AbstractContextManager[None]:
+    """Where ``op``'s calls wait for a pooled connection: until its deadline, else (None) for
+    the pool's own wait (an outer deadline, if any, left as it is)."""
+    return _POOL_OWN_WAIT if op.deadline is None else connections_by(op.deadline)
+
+
 class Stepper(Generic[Op]):
     """Where a generator stands: what to send it next (a value, or an error to throw in). The
     drivers below step steps with it; the client's flows (harvest.client.client) too."""
@@ -158,6 +177,20 @@ class Stepper(Generic[Op]):
             return None
         self.value = self.error = None
         return op
+
+
+def bounded_by(steps: Steps[T], deadline: float) -> Steps[T]:
+    """``steps`` with each of their calls waiting for a pooled connection until ``deadline``
+    at most (``by``): a wait's request, sent within the wait's timeout."""
+    stepper = Stepper(steps)
+    while (op := stepper.next()) is not None:
+        if not isinstance(op, Notified):
+            op.by(deadline)
+        try:
+            stepper.value = yield op
+        except Exception as exc:
+            stepper.error = exc
+    return cast(T, stepper.result)
 
 
 def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Cleanup = None) -> T:
@@ -193,17 +226,15 @@ async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Cleanup = None)
                         async for note in conn.notifies(timeout=op.timeout):
                             if note.payload == op.payload:
                                 break
-                elif isinstance(op, Atomic):
-                    stepper.value = await op.aon(sql)
                 else:
-                    with connections_by(op.deadline):
-                        stepper.value = await op.on(sql)
+                    with _bounded(op):
+                        stepper.value = await (op.aon(sql) if isinstance(op, Atomic) else op.on(sql))
             except Exception as exc:
                 stepper.error = exc
         return cast(T, stepper.result)
     finally:
         if (call := _cleanup_call(cleanup)) is not None:
-            with contextlib.suppress(DatabaseError, DatabaseUnavailable):
+            with contextlib.suppress(DatabaseError, DatabaseUnavailable), _bounded(call):
                 await call.on(sql)
 
 
@@ -250,17 +281,18 @@ async def arun_steps_on_hub(
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(event.wait(), op.timeout)
                         event.clear()
-                    elif isinstance(op, Atomic):
-                        stepper.value = await op.aon(sql)
                     else:
-                        with connections_by(op.deadline):
-                            stepper.value = await _aon_live_connection(op, sql)
+                        with _bounded(op):
+                            if isinstance(op, Atomic):
+                                stepper.value = await op.aon(sql)
+                            else:
+                                stepper.value = await _aon_live_connection(op, sql)
                 except Exception as exc:
                     stepper.error = exc
             return cast(T, stepper.result)
         finally:
             if (call := _cleanup_call(cleanup)) is not None:
-                with contextlib.suppress(DatabaseError, DatabaseUnavailable):
+                with contextlib.suppress(DatabaseError, DatabaseUnavailable), _bounded(call):
                     await call.on(sql)
 
 
@@ -325,12 +357,12 @@ def run_steps_on_hub(
                         event.wait(op.timeout)
                         event.clear()
                     else:
-                        with connections_by(op.deadline if isinstance(op, Sql) else None):
+                        with _bounded(op):
                             stepper.value = _on_live_connection(op, api)
                 except Exception as exc:
                     stepper.error = exc
             return cast(T, stepper.result)
         finally:
             if (call := _cleanup_call(cleanup)) is not None:
-                with contextlib.suppress(DatabaseError, DatabaseUnavailable), api() as sql:
+                with contextlib.suppress(DatabaseError, DatabaseUnavailable), _bounded(call), api() as sql:
                     call.on(sql)
