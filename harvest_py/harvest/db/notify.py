@@ -5,7 +5,8 @@ connection per wait. A :class:`NotificationHub` LISTENs on one channel over one 
 own and wakes the waiters registered for a payload (an execution id on ``harvest_done``). A wait
 registers before it reads the database (``waiting``), so a NOTIFY that comes between its read and
 its sleep is not lost. When the connection drops, every waiter is woken (it re-reads what it waits
-for) and the hub reconnects in the background.
+for), and again once the hub, reconnecting in the background, listens again; connects that fail
+meanwhile wake nobody (each waiter's own re-reads go on) and are warned of once a minute.
 
 :class:`ThreadNotificationHub` is the same for threads (the synchronous ``Client``): its one
 connection is read by a daemon thread, and a wait blocks on a :class:`threading.Event`.
@@ -19,6 +20,7 @@ import logging
 import os
 import selectors
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -39,6 +41,8 @@ E = TypeVar("E", bound=_Settable)
 
 # How long the hub waits before it connects again after losing its connection.
 RECONNECT_SECS = 1.0
+# While it cannot connect again: one warning when it goes, then one this often.
+STILL_DOWN_WARN_SECS = 60.0
 # How many notifications no wait was registered for a hub keeps (_Waiters._unclaimed).
 UNCLAIMED_KEPT = 1024
 
@@ -106,6 +110,8 @@ class _Hub(Generic[E]):
         channels.listen(channel)  # an unknown channel fails here
         self.dsn, self.channel = dsn, channel
         self._waiters: _Waiters[E] = _Waiters()
+        self._down_since: float | None = None  # since when it cannot listen (time.monotonic())
+        self._warned_at: float | None = None
 
     @property
     def waiters(self) -> int:
@@ -127,13 +133,44 @@ class _Hub(Generic[E]):
         finally:
             self._waiters.discard(payload, event)
 
-    def _lost(self, exc: BaseException) -> None:
-        """The one warning of a LISTEN whose connection failed (its DSN's password never shown)."""
-        log.warning(
-            "harvest: LISTEN %s lost its connection (%s); reconnecting",
-            self.channel,
-            redact(str(exc), self.dsn),
-        )
+    def _up(self) -> None:
+        """The LISTEN is in place: every waiter reads again (a notification may have been missed
+        while it was not), and a line when it was down."""
+        self._ready.set()
+        self._waiters.wake_all()
+        if self._down_since is not None:
+            log.info(
+                "harvest: LISTEN %s is back after %.1fs", self.channel, time.monotonic() - self._down_since
+            )
+            self._down_since = self._warned_at = None
+
+    def _failed(self, exc: BaseException) -> None:
+        """The connection failed, or a connect to make it again did (its DSN's password never
+        shown): a warning when it goes (or the first connect fails), then at most one a minute
+        while it stays down."""
+        now = time.monotonic()
+        if self._down_since is None:
+            self._down_since = now
+        if self._warned_at is None or now - self._warned_at >= STILL_DOWN_WARN_SECS:
+            if self._warned_at is None:
+                text = "lost its connection" if self._ready.is_set() else "cannot connect"
+            else:
+                text = f"still cannot connect after {now - self._down_since:.0f}s"
+            log.warning(
+                "harvest: LISTEN %s %s (%s); trying again every %gs",
+                self.channel,
+                text,
+                redact(str(exc), self.dsn),
+                RECONNECT_SECS,
+            )
+            self._warned_at = now
+
+    def _down(self) -> None:
+        """Not listening: every waiter reads again when it was (it may miss a notification now);
+        a connect that failed while already down changes nothing a waiter could read."""
+        if self._ready.is_set():
+            self._ready.clear()
+            self._waiters.wake_all()
 
 
 class NotificationHub(_Hub[asyncio.Event]):
@@ -173,16 +210,14 @@ class NotificationHub(_Hub[asyncio.Event]):
                 conn = await connect_async(self.dsn, autocommit=True)
                 async with conn:
                     await conn.execute(channels.listen(self.channel))
-                    self._ready.set()
-                    self._waiters.wake_all()  # a notification may have been missed while reconnecting
+                    self._up()
                     async for note in conn.notifies():
                         self._waiters.wake(note.payload)
             except asyncio.CancelledError:
                 raise
             except (DatabaseError, OSError, Exception) as exc:
-                self._lost(exc)
-            self._ready.clear()
-            self._waiters.wake_all()
+                self._failed(exc)
+            self._down()
             await asyncio.sleep(RECONNECT_SECS)
 
 
@@ -236,14 +271,12 @@ class ThreadNotificationHub(_Hub[threading.Event]):
             try:
                 with connect(self.dsn, autocommit=True) as conn:
                     conn.execute(channels.listen(self.channel))
-                    self._ready.set()
-                    self._waiters.wake_all()  # a notification may have been missed while reconnecting
+                    self._up()
                     self._read(conn.pgconn)
             except Exception as exc:
                 if not self._stop.is_set():
-                    self._lost(exc)
-            self._ready.clear()
-            self._waiters.wake_all()
+                    self._failed(exc)
+            self._down()
             self._stop.wait(RECONNECT_SECS)
 
     def _read(self, pgconn: Any) -> None:

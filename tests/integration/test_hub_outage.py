@@ -1,0 +1,120 @@
+"""A LISTEN hub whose database is down (harvest.db.notify): its waiters are woken when the
+connection goes and when it is back, not at each failed connect in between (each waiter's own
+re-reads go on meanwhile), and it warns when it goes, then once a minute, and says when it is
+back. Both hubs: the asyncio one and the threads' one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from harvest.db import channels, notify
+from harvest.db.embedded import EmbeddedPostgres
+from harvest.db.notify import NotificationHub, ThreadNotificationHub
+
+RECONNECT = 0.05
+DOWN_SECS = 1.0  # about 20 failed connects
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedPostgres]:
+    pg = EmbeddedPostgres(settings={"fsync": "off"})
+    pg.start()
+    try:
+        yield pg
+    finally:
+        pg.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fast_reconnects(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(notify, "RECONNECT_SECS", RECONNECT)
+
+
+def _hub_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "harvest.db.notify"]
+
+
+def _check_lines(lines: list[str]) -> None:
+    warned = [line for line in lines if "lost its connection" in line or "cannot connect" in line]
+    assert len(warned) == 1, lines  # not one a failed connect
+    assert f"trying again every {RECONNECT:g}s" in warned[0]
+    assert sum("is back after" in line for line in lines) == 1, lines
+
+
+def test_a_thread_hub_wakes_its_waiters_when_it_goes_and_when_it_is_back(
+    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+) -> None:
+    hub = ThreadNotificationHub(server.dsn, channels.DONE)
+    hub.start(timeout=10)
+    wakes = 0
+    try:
+        with caplog.at_level(logging.INFO, logger="harvest.db.notify"), hub.waiting("run-1") as event:
+            server.pause()
+            down_until = time.monotonic() + DOWN_SECS
+            while time.monotonic() < down_until:
+                if event.wait(0.01):
+                    wakes += 1
+                    event.clear()
+            assert wakes == 1  # when it went; none at the ~20 failed connects since
+            server.resume()
+            assert event.wait(30)  # back: every waiter reads again
+            wakes += 1
+    finally:
+        hub.close()
+        server.resume()
+    assert wakes == 2
+    _check_lines(_hub_lines(caplog))
+
+
+def test_an_asyncio_hub_wakes_its_waiters_when_it_goes_and_when_it_is_back(
+    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> int:
+        hub = NotificationHub(server.dsn, channels.DONE)
+        await hub.start(timeout=10)
+        wakes = 0
+        try:
+            async with hub.waiting("run-2") as event:
+                await asyncio.to_thread(server.pause)
+                down_until = time.monotonic() + DOWN_SECS
+                while time.monotonic() < down_until:
+                    if event.is_set():
+                        wakes += 1
+                        event.clear()
+                    await asyncio.sleep(0.01)
+                assert wakes == 1
+                await asyncio.to_thread(server.resume)
+                await asyncio.wait_for(event.wait(), 30)
+                wakes += 1
+        finally:
+            await hub.close()
+            await asyncio.to_thread(server.resume)
+        return wakes
+
+    with caplog.at_level(logging.INFO, logger="harvest.db.notify"):
+        assert asyncio.run(main()) == 2
+    _check_lines(_hub_lines(caplog))
+
+
+def test_a_hub_that_cannot_connect_at_all_warns_once_a_minute(
+    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notify, "STILL_DOWN_WARN_SECS", 0.5)
+    server.pause()
+    hub = ThreadNotificationHub(server.dsn, channels.DONE)
+    try:
+        with caplog.at_level(logging.INFO, logger="harvest.db.notify"), hub.waiting("run-3") as event:
+            hub.start(timeout=0)
+            assert not event.wait(1.2)  # never up: nothing to read again
+    finally:
+        hub.close()
+        server.resume()
+    lines = _hub_lines(caplog)
+    assert "cannot connect" in lines[0], lines
+    assert 2 <= len(lines) <= 4, lines  # the first, then one each 0.5 s: not one each 0.05 s
+    assert all("still cannot connect after" in line for line in lines[1:]), lines
