@@ -293,6 +293,27 @@ def network_options(dsn: str) -> dict[str, Any]:
     return dict(NETWORK_DEFAULTS)
 
 
+# A pool's connect is given this long, as connect()'s is, unless the DSN (or PGCONNECT_TIMEOUT,
+# or a service) says otherwise: libpq's own default is no limit, and a server that accepts the
+# TCP connection but never answers (a stopped or hung server, a proxy with no server behind it)
+# would hold each of the pool's connect attempts, and so the pool, for ever.
+CONNECT_TIMEOUT_SECS = 10
+
+
+def connect_timeout_option(dsn: str) -> dict[str, Any]:
+    """``connect_timeout`` for a pool's connection to ``dsn``: none when the DSN, a service or
+    ``PGCONNECT_TIMEOUT`` gives one, else :data:`CONNECT_TIMEOUT_SECS`."""
+    try:
+        given = conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return {}  # connecting reports the DSN itself
+    if "connect_timeout" in given or given.get("service") or os.environ.get("PGSERVICE"):
+        return {}
+    if os.environ.get("PGCONNECT_TIMEOUT"):
+        return {}
+    return {"connect_timeout": CONNECT_TIMEOUT_SECS}
+
+
 _server_end_warned = False
 
 
@@ -349,7 +370,9 @@ async def set_server_end_async(conn: psycopg.AsyncConnection) -> None:
     await conn.set_autocommit(autocommit)
 
 
-def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) -> psycopg.Connection:
+def connect(
+    dsn: str, *, autocommit: bool = False, connect_timeout: int = CONNECT_TIMEOUT_SECS
+) -> psycopg.Connection:
     """Open a connection, or raise a HarvestError naming host and database, never the password."""
     warn_if_unverified_tls(dsn)
     try:
@@ -363,7 +386,7 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) ->
 
 
 async def connect_async(
-    dsn: str, *, autocommit: bool = False, connect_timeout: int = 10
+    dsn: str, *, autocommit: bool = False, connect_timeout: int = CONNECT_TIMEOUT_SECS
 ) -> psycopg.AsyncConnection:
     warn_if_unverified_tls(dsn)
     try:
@@ -381,12 +404,13 @@ class RedactingConnection(psycopg.Connection):
     the error's text, so that text must not carry the password. Its ``json``/``jsonb`` values
     are read with :func:`harvest.db.jsoncodec.loads` (``json.loads``, cheaper per value), and
     both its ends give a silent peer up as :func:`connect`'s do (``network_options``,
-    ``set_server_end``)."""
+    ``set_server_end``), and its connect is bounded as theirs is (``connect_timeout_option``)."""
 
     @classmethod
     def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
         try:
-            conn = super().connect(conninfo, **{**network_options(conninfo), **kwargs})
+            options = {**network_options(conninfo), **connect_timeout_option(conninfo), **kwargs}
+            conn = super().connect(conninfo, **options)
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
@@ -403,7 +427,8 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
     @classmethod
     async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
         try:
-            conn = await super().connect(conninfo, **{**network_options(conninfo), **kwargs})
+            options = {**network_options(conninfo), **connect_timeout_option(conninfo), **kwargs}
+            conn = await super().connect(conninfo, **options)
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
