@@ -118,3 +118,30 @@ def test_a_hub_that_cannot_connect_at_all_warns_once_a_minute(
     assert "cannot connect" in lines[0], lines
     assert 2 <= len(lines) <= 4, lines  # the first, then one each 0.5 s: not one each 0.05 s
     assert all("still cannot connect after" in line for line in lines[1:]), lines
+
+
+def test_a_start_returns_once_a_connect_has_failed(server: EmbeddedPostgres) -> None:
+    """A wait does not sit out the start's timeout for a LISTEN that cannot come up: it reads
+    on its own meanwhile (before: the whole timeout, 5 s for a client's wait)."""
+    server.pause()
+    hub = ThreadNotificationHub(server.dsn, channels.DONE)
+    try:
+        started = time.monotonic()
+        hub.start(timeout=10)
+        assert time.monotonic() - started < 3
+    finally:
+        hub.close()
+        server.resume()
+
+    async def main() -> float:
+        await asyncio.to_thread(server.pause)
+        hub = NotificationHub(server.dsn, channels.DONE)
+        try:
+            started = time.monotonic()
+            await hub.start(timeout=10)
+            return time.monotonic() - started
+        finally:
+            await hub.close()
+            await asyncio.to_thread(server.resume)
+
+    assert asyncio.run(main()) < 3

@@ -337,6 +337,15 @@ def test_a_query_wait_rides_out_a_server_restart(
     assert "reads the database again after" in lines[1]
 
 
+def _until_recorded(dsn: str, execution_id: Any) -> None:
+    deadline = time.monotonic() + 10
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        query = "SELECT count(*) FROM harvest.query_requests WHERE execution_id = %s"
+        while conn.execute(query, (execution_id,)).fetchone()[0] == 0:
+            assert time.monotonic() < deadline, "the query's request was never recorded"
+            time.sleep(0.02)
+
+
 def test_a_query_whose_timeout_passes_with_the_server_down_times_out_on_time(
     server: EmbeddedPostgres,
 ) -> None:
@@ -344,8 +353,7 @@ def test_a_query_whose_timeout_passes_with_the_server_down_times_out_on_time(
     with Client(server.dsn) as client:
         handle = client.start_workflow(waits_for_close, 1)  # no worker: never answered
         asker = _InThread(lambda: handle.query("number", timeout=3))
-        assert asker.waiting.wait(10)
-        time.sleep(0.5)  # the request is recorded; the wait sleeps on its notification
+        _until_recorded(server.dsn, handle.execution_id)  # the request is sent: then the outage
         server.pause()
         try:
             got = asker.join(30)
@@ -420,3 +428,20 @@ def test_a_wait_whose_pool_is_busy_says_so_on_time(server: EmbeddedPostgres) -> 
     assert "couldn't get a connection" in str(timed_out.value)
     assert "still running" not in str(timed_out.value)
     assert took < 1 + SLACK_SECS
+
+
+def test_execute_workflow_with_the_server_down_times_out_on_time(server: EmbeddedPostgres) -> None:
+    """The start itself cannot be made: the pool's error after its wait (cut to 1 s here), after
+    the client's LISTEN connection was given at most the result's timeout to come up (before:
+    5 s)."""
+    with Client(server.dsn) as client:
+        client._target.pool.timeout = POOL_WAIT_SECS
+        server.pause()
+        try:
+            started = time.monotonic()
+            with pytest.raises(psycopg.OperationalError, match="couldn't get a connection"):
+                client.execute_workflow(doubled, 1, result_timeout=0.5)
+            took = time.monotonic() - started
+        finally:
+            server.resume()
+    assert took < POOL_WAIT_SECS + SLACK_SECS, f"took {took:.1f}s"

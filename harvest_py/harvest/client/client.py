@@ -66,6 +66,7 @@ from harvest.db.steps import (
     Steps,
     arun_steps,
     arun_steps_on_hub,
+    bounded_by,
     run_steps,
     run_steps_on_hub,
 )
@@ -155,6 +156,11 @@ _HUB_START_SECS = 5.0
 
 def _hub_start_secs(within: float | None) -> float:
     return _HUB_START_SECS if within is None else max(0.0, min(_HUB_START_SECS, within))
+
+
+def _left(deadline: float | None) -> float | None:
+    """What is left of a wait's time (None: no deadline)."""
+    return None if deadline is None else deadline - time.monotonic()
 
 
 def _successor(execution: dict[str, Any]) -> str | None:
@@ -369,6 +375,20 @@ class _Marks:
         return Sql(sqlapi.stop_waiting_for_result, self.waiter_id).by(time.monotonic())
 
 
+def _read_run(handle: Any, execution_id: str, waiter_id: str) -> Steps[dict[str, Any]]:
+    """The run, read by a result wait (which marks the waiter: a closing run then notifies), its
+    output and failure as the worker's codecs wrote them (an offloaded one: read too)."""
+    execution = yield Sql(sqlapi.wait_for_result, execution_id, waiter_id)
+    if execution["status"] in ("COMPLETED", "FAILED"):
+        payloads = handle.client.payloads
+        execution = {
+            **execution,
+            "output": (yield from payload_policy.decoded(payloads, execution.get("output"))),
+            "failure": (yield from payload_policy.decoded(payloads, execution.get("failure"))),
+        }
+    return cast("dict[str, Any]", execution)
+
+
 def _result_steps(
     handle: Any,
     execution_id: str,
@@ -392,9 +412,8 @@ def _result_steps(
         )
     outage = Outage(f"the result wait for workflow {handle.execution_id}")
     while True:
-        # Marks us as waiting (a closing run then notifies) and reads the run.
         try:
-            execution = yield Sql(sqlapi.wait_for_result, execution_id, marks.waiter_id).by(deadline)
+            execution = yield from bounded_by(_read_run(handle, execution_id, marks.waiter_id), deadline)
         except Exception as exc:
             if not outage.began(exc):
                 raise
@@ -415,16 +434,6 @@ def _result_steps(
             marks.runs.add(execution_id)
         else:
             marks.runs.discard(execution_id)
-        if execution["status"] in ("COMPLETED", "FAILED"):  # its output as the worker's codecs wrote it
-            execution = {
-                **execution,
-                "output": (
-                    yield from payload_policy.decoded(handle.client.payloads, execution.get("output"))
-                ),
-                "failure": (
-                    yield from payload_policy.decoded(handle.client.payloads, execution.get("failure"))
-                ),
-            }
         if execution["status"] not in LIVE_STATUSES:  # a paused run has not ended
             try:
                 return _outcome(execution, handle.definition)
@@ -1137,7 +1146,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
 
         def wait(shard: int, run: str) -> ResultT:
             steps, cleanup = self._waiting(run, waiter_id, deadline, timeout, marked)
-            listener = self.client._listener(shard, channels.DONE, within=timeout)  # a thread of its own
+            listener = self.client._listener(shard, channels.DONE, _left(deadline))  # a thread of its own
             api = functools.partial(routing.api, target, shard)
             return cast(ResultT, run_steps_on_hub(steps, api, listener, cleanup=cleanup, expect=run))
 
@@ -1332,7 +1341,7 @@ class Client:
         not a start given ``connection=``, offloaded input or a pinned shard) is waited for on
         the client's LISTEN connection without a first read."""
         waiter_id = str(uuid.uuid4())
-        hub = None if self._target.sharded else self._listener(routing.ONE, channels.DONE)
+        hub = None if self._target.sharded else self._listener(routing.ONE, channels.DONE, result_timeout)
         token = _listening_since(hub)
         handle, marked = self._start(workflow, args, options, kwargs, waiter_id)
         return handle._result(result_timeout, waiter_id, _unmissed(hub, token) if marked else None)
@@ -1663,7 +1672,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         async def wait(shard: int, run: str) -> ResultT:
             # (or on the LISTEN connection the client was given: client.notifications)
             steps, cleanup = self._waiting(run, waiter_id, deadline, timeout, marked)
-            listener = await self.client._listener(shard, channels.DONE, within=timeout)
+            listener = await self.client._listener(shard, channels.DONE, _left(deadline))
             return cast(
                 ResultT,
                 await arun_steps_on_hub(steps, target.sql(shard), listener, cleanup=cleanup, expect=run),
@@ -1918,7 +1927,8 @@ class AsyncClient:
     ) -> Any:
         """See :meth:`Client.execute_workflow`."""
         waiter_id = str(uuid.uuid4())
-        hub = None if self._target.sharded else await self._listener(routing.ONE, channels.DONE)
+        listening = not self._target.sharded
+        hub = await self._listener(routing.ONE, channels.DONE, result_timeout) if listening else None
         token = _listening_since(hub)
         handle, marked = await self._start(workflow, args, options, kwargs, waiter_id)
         return await handle._result(result_timeout, waiter_id, _unmissed(hub, token) if marked else None)

@@ -131,6 +131,20 @@ def _answer(
     return _answer_steps(submit, wait, time.monotonic() + timeout, timeout, what, payloads)
 
 
+def _read_request(request_id: int, wait: str, payloads: Any) -> Steps[tuple[dict[str, Any], bool]]:
+    """The request's row and whether it has settled; settled, with its answer and its error's
+    details as the worker's codecs wrote them (docs/payloads.md; offloaded ones read too)."""
+    row = yield Sql(sqlapi.get_query_request, request_id)
+    if not _settled(row, wait):
+        return row, False
+    decoded = {
+        **row,
+        "answer": (yield from payload_policy.decoded(payloads, row.get("answer"))),
+        "error": (yield from payload_policy.decoded(payloads, row.get("error"))),
+    }
+    return decoded, True
+
+
 def _answer_steps(
     submit: Steps[int], wait: str, deadline: float, timeout: float, what: str, payloads: Any = None
 ) -> Steps[dict[str, Any]]:
@@ -144,7 +158,7 @@ def _answer_steps(
     outage = Outage(f"the wait for an answer to {what}")
     while True:
         try:
-            latest = yield Sql(sqlapi.get_query_request, request_id).by(deadline)
+            latest, settled = yield from bounded_by(_read_request(request_id, wait, payloads), deadline)
         except NotFound:
             raise _timeout(row, what, timeout) from None
         except Exception as exc:
@@ -158,13 +172,8 @@ def _answer_steps(
             continue
         outage.ended()
         row = latest
-        if _settled(row, wait):
-            # The answer and the error's details as the worker's codecs wrote them (docs/payloads.md).
-            return {
-                **row,
-                "answer": (yield from payload_policy.decoded(payloads, row.get("answer"))),
-                "error": (yield from payload_policy.decoded(payloads, row.get("error"))),
-            }
+        if settled:
+            return row
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise _timeout(row, what, timeout)
@@ -292,31 +301,38 @@ def _listen_where_it_lives(client: Any, execution_id: str, make: Any, timeout: A
     """Drive the steps on the shard ``execution_id`` lives on: its id's shard, then a rebalance's
     forwarding pointer (a seal refuses the request with HR013 before anything is written, and
     the request is made afresh there), woken by the client's one LISTEN connection there."""
-    target, steps, secs = client._target, _steps_per_attempt(make), seconds(timeout)
-    return target.follow(execution_id, lambda shard: _listen_on(client, shard, steps(), secs))
+    target, steps, deadline = client._target, _steps_per_attempt(make), _deadline(timeout)
+    return target.follow(execution_id, lambda shard: _listen_on(client, shard, steps(), deadline))
 
 
-def _listen_on(client: Any, shard: int, steps: Steps[dict[str, Any]], secs: float) -> dict[str, Any]:
-    """Drive ``steps`` (a wait of ``secs``) on ``shard``: each call on a pooled connection, each
-    wait on the client's one LISTEN connection of the shard (``Client._listener``, a
-    ThreadNotificationHub, given up to ``secs`` to come up)."""
-    target, hub = client._target, client._listener(shard, CHANNEL, within=secs)
+def _deadline(timeout: Any) -> float:
+    return time.monotonic() + seconds(timeout)
+
+
+def _listen_on(client: Any, shard: int, steps: Steps[dict[str, Any]], deadline: float) -> dict[str, Any]:
+    """Drive ``steps`` (a wait until ``deadline``) on ``shard``: each call on a pooled connection,
+    each wait on the client's one LISTEN connection of the shard (``Client._listener``, a
+    ThreadNotificationHub, given what is left of the wait's time at most to come up)."""
+    target = client._target
+    hub = client._listener(shard, CHANNEL, deadline - time.monotonic())
     return run_steps_on_hub(steps, lambda: routing.api(target, shard), hub)
 
 
 def _alisten_where_it_lives(client: Any, execution_id: str, make: Any, timeout: Any) -> Any:
     """:func:`_listen_where_it_lives` under asyncio (an awaitable)."""
-    target, steps, secs = client._target, _steps_per_attempt(make), seconds(timeout)
-    return target.follow(execution_id, lambda shard: _alisten_on(client, shard, steps(), secs))
+    target, steps, deadline = client._target, _steps_per_attempt(make), _deadline(timeout)
+    return target.follow(execution_id, lambda shard: _alisten_on(client, shard, steps(), deadline))
 
 
-async def _alisten_on(client: Any, shard: int, steps: Steps[dict[str, Any]], secs: float) -> dict[str, Any]:
+async def _alisten_on(
+    client: Any, shard: int, steps: Steps[dict[str, Any]], deadline: float
+) -> dict[str, Any]:
     """Drive ``steps`` on ``shard``: through the process's one LISTEN connection of the shard
     (``AsyncClient._listener``: its own, or the one it was given, ``client.notifications``, the
     HTTP API's), else (``notifications`` None) on a connection of its own."""
     if getattr(client, "notifications", None) is None:
         return await alisten(client._target.dsn_of(shard), CHANNEL, steps)
-    hub = await client._listener(shard, CHANNEL, within=secs)
+    hub = await client._listener(shard, CHANNEL, deadline - time.monotonic())
     return await arun_steps_on_hub(steps, client._target.sql(shard), hub)
 
 
@@ -370,7 +386,7 @@ def update_with_start(
     client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
 ) -> tuple[dict[str, Any], Any]:
     started, shard, steps = _update_with_start_request(client, call, wait, timeout)
-    row = _listen_on(client, shard, steps, seconds(timeout))
+    row = _listen_on(client, shard, steps, _deadline(timeout))
     return started, _update_outcome(client, row, wait, result_type, UpdateHandle)
 
 
@@ -432,7 +448,7 @@ async def aupdate_with_start(
     client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
 ) -> tuple[dict[str, Any], Any]:
     started, shard, steps = _update_with_start_request(client, call, wait, timeout)
-    row = await _alisten_on(client, shard, steps, seconds(timeout))
+    row = await _alisten_on(client, shard, steps, _deadline(timeout))
     return started, _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 
 

@@ -106,6 +106,7 @@ class _Hub(Generic[E]):
     (``_ready``, an event of the same kind as the waiters')."""
 
     _ready: E
+    _tried: E  # set once a connect was tried (up, or failed): a start waits no longer
 
     def __init__(self, dsn: str, channel: str):
         channels.listen(channel)  # an unknown channel fails here
@@ -138,6 +139,7 @@ class _Hub(Generic[E]):
         """The LISTEN is in place: every waiter reads again (a notification may have been missed
         while it was not), and a line when it was down."""
         self._ready.set()
+        self._tried.set()
         self._waiters.wake_all()
         if self._down_since is not None:
             log.info(
@@ -150,6 +152,7 @@ class _Hub(Generic[E]):
         shown): a warning when it goes (or the first connect fails), then at most one a minute
         while it stays down."""
         now = time.monotonic()
+        self._tried.set()  # a start waits no longer: its waits read without the LISTEN meanwhile
         if self._down_since is None:
             self._down_since = now
         if self._warned_at is None or now - self._warned_at >= STILL_DOWN_WARN_SECS:
@@ -181,14 +184,16 @@ class NotificationHub(_Hub[asyncio.Event]):
         super().__init__(dsn, channel)
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
+        self._tried = asyncio.Event()
 
     async def start(self, timeout: float = 10.0) -> None:
-        """Start listening; returns once the LISTEN is in place (or ``timeout`` passed: the hub
-        goes on trying in the background, and waiters then rely on their re-reads)."""
+        """Start listening; returns once the LISTEN is in place, or once a connect has failed,
+        or ``timeout`` passed (the hub goes on trying in the background, and waiters then rely
+        on their re-reads)."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"harvest-listen-{self.channel}")
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._ready.wait(), timeout)
+            await asyncio.wait_for(self._tried.wait(), timeout)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -232,13 +237,15 @@ class ThreadNotificationHub(_Hub[threading.Event]):
         self._lock = threading.Lock()  # guards _thread
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._tried = threading.Event()
         self._stop = threading.Event()
         self._stop_r, self._stop_w = -1, -1  # a pipe: close() writes to it to end the thread's select
 
     def start(self, timeout: float = 10.0) -> None:
-        """Start listening; returns once the LISTEN is in place (or ``timeout`` passed: the thread
-        goes on trying, and waiters then rely on their re-reads). A closed hub stays closed, and
-        starting it returns at once: nothing would ever make it ready."""
+        """Start listening; returns once the LISTEN is in place, or once a connect has failed, or
+        ``timeout`` passed (the thread goes on trying, and waiters then rely on their re-reads).
+        A closed hub stays closed, and starting it returns at once: nothing would ever make it
+        ready."""
         with self._lock:
             if self._stop.is_set():
                 return
@@ -248,7 +255,7 @@ class ThreadNotificationHub(_Hub[threading.Event]):
                     target=self._run, name=f"harvest-listen-{self.channel}", daemon=True
                 )
                 self._thread.start()
-        self._ready.wait(timeout)
+        self._tried.wait(timeout)
 
     def close(self) -> None:
         with self._lock:

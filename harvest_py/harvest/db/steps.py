@@ -179,18 +179,22 @@ class Stepper(Generic[Op]):
         return op
 
 
-def bounded_by(steps: Steps[T], deadline: float) -> Steps[T]:
+def bounded_by(steps: Steps[T], deadline: float | None) -> Steps[T]:
     """``steps`` with each of their calls waiting for a pooled connection until ``deadline``
-    at most (``by``): a wait's request, sent within the wait's timeout."""
+    at most (``by``; None: the pools' own waits): a wait's reads, or its request, within the
+    wait's timeout."""
     stepper = Stepper(steps)
-    while (op := stepper.next()) is not None:
-        if not isinstance(op, Notified):
-            op.by(deadline)
-        try:
-            stepper.value = yield op
-        except Exception as exc:
-            stepper.error = exc
-    return cast(T, stepper.result)
+    try:
+        while (op := stepper.next()) is not None:
+            if not isinstance(op, Notified):
+                op.by(deadline)
+            try:
+                stepper.value = yield op
+            except Exception as exc:
+                stepper.error = exc
+        return cast(T, stepper.result)
+    finally:
+        steps.close()  # (closed with this one, or already done)
 
 
 def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Cleanup = None) -> T:
