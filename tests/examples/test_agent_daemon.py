@@ -32,15 +32,21 @@ def run_scenario(env: WorkflowEnvironment, workspace: Path) -> DaemonState:
 
 
 def held(handle: WorkflowHandle) -> tuple[dt.datetime, dt.datetime]:
-    """When a session's run got the workspace mutex and when it gave it back."""
-    events = handle.history()
-    acquired = next(e["created_at"] for e in events if e["event_type"] == "MutexAcquired")
+    """When a session's run worked inside the workspace mutex: from the first activity it
+    scheduled once it had the mutex to the last one completed before it gave it back. (Not the
+    grant's and the release's own events: a release grants the next waiter in one transaction,
+    whose events carry its statements' clocks in no set order.)"""
+    events = handle.history()  # in event id order
+    acquired = next(i for i, e in enumerate(events) if e["event_type"] == "MutexAcquired")
     released = next(
-        e["created_at"]
-        for e in events
+        i
+        for i, e in enumerate(events)
         if e["event_type"] == "MarkerRecorded" and e["event_data"]["kind"] == "mutex_release"
     )
-    return acquired, released
+    inside = events[acquired + 1 : released]
+    first = min(e["created_at"] for e in inside if e["event_type"] == "ActivityScheduled")
+    last = max(e["created_at"] for e in inside if e["event_type"] == "ActivityCompleted")
+    return first, last
 
 
 def test_two_sessions_edit_one_file_under_the_mutex_and_the_books_add_up(
