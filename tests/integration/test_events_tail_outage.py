@@ -4,6 +4,7 @@ tests/shard/test_events_tail_shards.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -98,3 +99,23 @@ def test_a_tail_follows_the_database_again_after_a_restart(
     assert int(lost[1]) in (before, before + per_start)
     assert "warning: the database cannot be read (" in result.stderr
     assert f"warning: the database is back: following its events after {lost[1]}\n" in result.stderr
+
+
+class _Horizon:
+    """An event source whose events end at ``last`` (harvest.get_event_horizon's answer)."""
+
+    def __init__(self, last: int):
+        self.last = last
+
+    async def horizon(self) -> dict[str, int]:
+        return {"last_global_id": self.last, "xmin": 1, "xmax": 1}
+
+
+def test_a_database_back_with_fewer_events_is_followed_from_its_last(capsys: pytest.CaptureFixture) -> None:
+    """After a failover to a replica that lacked the last events, the ids written from then on
+    start below the tail's position: it goes on after the database's last, saying so."""
+    assert asyncio.run(events_cli._not_past_its_end(_Horizon(9), None, 7)) == 7
+    assert asyncio.run(events_cli._not_past_its_end(_Horizon(5), None, 9)) == 5
+    assert "the database's events now end at 5, before 9 that this tail printed" in capsys.readouterr().err
+    assert asyncio.run(events_cli._not_past_its_end(_Horizon(5), 1, 9)) == 5
+    assert "shard 1's events now end at 1:5, before 1:9" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from harvest.db import channels, notify
@@ -145,3 +146,33 @@ def test_a_start_returns_once_a_connect_has_failed(server: EmbeddedPostgres) -> 
             await asyncio.to_thread(server.resume)
 
     assert asyncio.run(main()) < 3
+
+
+def test_a_connection_that_keeps_being_ended_is_warned_of_once_a_minute(
+    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A LISTEN session ended again and again (an idle-session killer): one warning, not one a
+    time, and one line when it is back."""
+    listening = "SELECT pid FROM pg_stat_activity WHERE query ILIKE 'LISTEN%%' AND pid <> pg_backend_pid()"
+    hub = ThreadNotificationHub(server.dsn, channels.DONE)
+    hub.start(timeout=10)
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger="harvest.db.notify"),
+            psycopg.connect(server.dsn, autocommit=True) as admin,
+        ):
+            for _ in range(3):
+                deadline = time.monotonic() + 10
+                while not (pids := admin.execute(listening).fetchall()):
+                    assert time.monotonic() < deadline, "the hub never listened again"
+                    time.sleep(0.02)
+                admin.execute("SELECT pg_terminate_backend(%s)", pids[0])
+                deadline = time.monotonic() + 10
+                while admin.execute(listening).fetchall() == pids:
+                    assert time.monotonic() < deadline, "the hub's session never ended"
+                    time.sleep(0.02)
+    finally:
+        hub.close()
+    lines = _hub_lines(caplog)
+    assert sum("lost its connection" in line for line in lines) == 1, lines
+    assert sum("is back after" in line for line in lines) <= 1, lines

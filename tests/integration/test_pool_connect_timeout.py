@@ -1,7 +1,8 @@
-"""A pool's connect is bounded (harvest.db.connection.connect_timeout_option): a server that
+"""Every connect is bounded (harvest.db.connection.connect_timeout_option): a server that
 accepts the TCP connection and never answers (a stopped or hung server, a proxy with nothing
-behind it) fails each attempt after the timeout, so the pool tries again, instead of holding
-its connect workers for ever. A DSN's own connect_timeout, or PGCONNECT_TIMEOUT, is kept."""
+behind it) fails a pool's attempt after 10 s, so the pool tries again, instead of after
+psycopg's 130 s. A DSN's own connect_timeout, or PGCONNECT_TIMEOUT, is kept, by pools and by
+connect() alike; a caller's own limit (a probe's) wins."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from harvest.core.errors import DatabaseUnavailable
 from harvest.db import connection
 from harvest.db.connection import RedactingAsyncConnection, RedactingConnection, connect_timeout_option
 from harvest.db.pools import open_pool
@@ -47,10 +49,10 @@ def test_the_default_applies_unless_the_dsn_or_the_environment_gives_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
-    monkeypatch.delenv("PGSERVICE", raising=False)
     assert connect_timeout_option("host=db dbname=x") == {"connect_timeout": connection.CONNECT_TIMEOUT_SECS}
     assert connect_timeout_option("postgresql://db/x?connect_timeout=60") == {}
-    assert connect_timeout_option("service=prod") == {}
+    # psycopg reads no service file for it: a service's connection gets the default too.
+    assert connect_timeout_option("service=prod") == {"connect_timeout": connection.CONNECT_TIMEOUT_SECS}
     monkeypatch.setenv("PGCONNECT_TIMEOUT", "45")
     assert connect_timeout_option("host=db dbname=x") == {}
 
@@ -101,3 +103,16 @@ def test_a_dsns_own_connect_timeout_is_kept(
     with pytest.raises(psycopg.OperationalError):
         RedactingConnection.connect(dsn + " connect_timeout=2")
     assert 1.5 <= time.monotonic() - started < 10
+
+
+def test_connect_keeps_the_dsns_connect_timeout_and_a_callers_own(
+    mute_server: tuple[str, list[socket.socket]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn, _ = mute_server
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.setattr(connection, "CONNECT_TIMEOUT_SECS", 30)
+    for given, expected in ((dsn + " connect_timeout=2", None), (dsn, 2)):
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailable):
+            connection.connect(given, connect_timeout=expected)
+        assert 1.5 <= time.monotonic() - started < 10

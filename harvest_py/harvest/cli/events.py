@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -115,6 +115,21 @@ async def _open(url: str | None, shard: int | None, after: int | None) -> tuple[
         raise
 
 
+async def _not_past_its_end(source: EventSource, shard: int | None, position: int) -> int:
+    """Where a source back after an outage is followed from: ``position``, unless its events now
+    end before it (a failover to a replica that had not received the last of them): then its
+    last, said on stderr, so the events it writes from now on, numbered again from there, are
+    not passed over."""
+    last = (await source.horizon())["last_global_id"]
+    if last >= position:
+        return position
+    _warn(
+        f"{_named(shard)}'s events now end at {_at(shard, last)}, before {_at(shard, position)} "
+        "that this tail printed (a failover that lost the last of them?): going on after its last"
+    )
+    return cast(int, last)
+
+
 async def _followed(
     shard: int | None, url: str | None, after: int | None, opened: tuple[EventSource, int] | None
 ) -> AsyncGenerator[dict[str, Any] | None, None]:
@@ -134,6 +149,7 @@ async def _followed(
                     opened = await _open(url, shard, position)
                 source, position = opened
                 if lost:
+                    position = await _not_past_its_end(source, shard, position)
                     _warn(f"{_named(shard)} is back: following its events after {_at(shard, position)}")
                     lost = False
                 async for batch in source.follow(position):

@@ -293,23 +293,22 @@ def network_options(dsn: str) -> dict[str, Any]:
     return dict(NETWORK_DEFAULTS)
 
 
-# A pool's connect is given this long, as connect()'s is, unless the DSN (or PGCONNECT_TIMEOUT,
-# or a service) says otherwise: libpq's own default is no limit, and a server that accepts the
+# Every connect is given this long (for each host and address it tries) unless the DSN or
+# PGCONNECT_TIMEOUT gives a limit: psycopg's own default is 130 s, and a server that accepts the
 # TCP connection but never answers (a stopped or hung server, a proxy with no server behind it)
-# would hold each of the pool's connect attempts, and so the pool, for ever.
+# would hold each of a pool's connect attempts that long, the keepalives being answered by its
+# kernel. (psycopg enforces the limit itself and reads no service file for it.)
 CONNECT_TIMEOUT_SECS = 10
 
 
 def connect_timeout_option(dsn: str) -> dict[str, Any]:
-    """``connect_timeout`` for a pool's connection to ``dsn``: none when the DSN, a service or
-    ``PGCONNECT_TIMEOUT`` gives one, else :data:`CONNECT_TIMEOUT_SECS`."""
+    """``connect_timeout`` for a connection to ``dsn``: none when the DSN or ``PGCONNECT_TIMEOUT``
+    gives one, else :data:`CONNECT_TIMEOUT_SECS`."""
     try:
         given = conninfo.conninfo_to_dict(dsn)
     except psycopg.Error:
         return {}  # connecting reports the DSN itself
-    if "connect_timeout" in given or given.get("service") or os.environ.get("PGSERVICE"):
-        return {}
-    if os.environ.get("PGCONNECT_TIMEOUT"):
+    if "connect_timeout" in given or os.environ.get("PGCONNECT_TIMEOUT"):
         return {}
     return {"connect_timeout": CONNECT_TIMEOUT_SECS}
 
@@ -370,15 +369,17 @@ async def set_server_end_async(conn: psycopg.AsyncConnection) -> None:
     await conn.set_autocommit(autocommit)
 
 
-def connect(
-    dsn: str, *, autocommit: bool = False, connect_timeout: int = CONNECT_TIMEOUT_SECS
-) -> psycopg.Connection:
-    """Open a connection, or raise a HarvestError naming host and database, never the password."""
+def _connect_options(dsn: str, connect_timeout: int | None) -> dict[str, Any]:
+    given = {"connect_timeout": connect_timeout} if connect_timeout is not None else None
+    return {**network_options(dsn), **(given or connect_timeout_option(dsn))}
+
+
+def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int | None = None) -> psycopg.Connection:
+    """Open a connection, or raise a HarvestError naming host and database, never the password.
+    ``connect_timeout``: the caller's limit (a probe's), else the DSN's (connect_timeout_option)."""
     warn_if_unverified_tls(dsn)
     try:
-        conn = psycopg.connect(
-            dsn, autocommit=autocommit, connect_timeout=connect_timeout, **network_options(dsn)
-        )
+        conn = psycopg.connect(dsn, autocommit=autocommit, **_connect_options(dsn, connect_timeout))
         set_server_end(conn)
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
@@ -386,12 +387,12 @@ def connect(
 
 
 async def connect_async(
-    dsn: str, *, autocommit: bool = False, connect_timeout: int = CONNECT_TIMEOUT_SECS
+    dsn: str, *, autocommit: bool = False, connect_timeout: int | None = None
 ) -> psycopg.AsyncConnection:
     warn_if_unverified_tls(dsn)
     try:
         conn = await psycopg.AsyncConnection.connect(
-            dsn, autocommit=autocommit, connect_timeout=connect_timeout, **network_options(dsn)
+            dsn, autocommit=autocommit, **_connect_options(dsn, connect_timeout)
         )
         await set_server_end_async(conn)
     except psycopg.Error as exc:

@@ -113,7 +113,8 @@ class _Hub(Generic[E]):
         self.dsn, self.channel = dsn, channel
         self._waiters: _Waiters[E] = _Waiters()
         self._down_since: float | None = None  # since when it cannot listen (time.monotonic())
-        self._warned_at: float | None = None
+        self._warned_at: float | None = None  # the last warning (at most one a minute)
+        self._warned_down = False  # this time down was warned of: say when it is back
 
     @property
     def waiters(self) -> int:
@@ -137,29 +138,29 @@ class _Hub(Generic[E]):
 
     def _up(self) -> None:
         """The LISTEN is in place: every waiter reads again (a notification may have been missed
-        while it was not), and a line when it was down."""
+        while it was not), and a line when it was down and warned of."""
+        self._waiters.wake_all()  # (the new epoch first: a token taken once ready is this one's)
         self._ready.set()
         self._tried.set()
-        self._waiters.wake_all()
         if self._down_since is not None:
-            log.info(
-                "harvest: LISTEN %s is back after %.1fs", self.channel, time.monotonic() - self._down_since
-            )
-            self._down_since = self._warned_at = None
+            if self._warned_down:
+                down_for = time.monotonic() - self._down_since
+                log.info("harvest: LISTEN %s is back after %.1fs", self.channel, down_for)
+            self._down_since, self._warned_down = None, False
 
     def _failed(self, exc: BaseException) -> None:
         """The connection failed, or a connect to make it again did (its DSN's password never
-        shown): a warning when it goes (or the first connect fails), then at most one a minute
-        while it stays down."""
+        shown): a warning when it goes (or the first connect fails), then at most one a minute,
+        also across a connection that keeps coming back and going."""
         now = time.monotonic()
         self._tried.set()  # a start waits no longer: its waits read without the LISTEN meanwhile
-        if self._down_since is None:
-            self._down_since = now
+        went = self._down_since is None
+        since = self._down_since = now if self._down_since is None else self._down_since
         if self._warned_at is None or now - self._warned_at >= STILL_DOWN_WARN_SECS:
-            if self._warned_at is None:
+            if went:
                 text = "lost its connection" if self._ready.is_set() else "cannot connect"
             else:
-                text = f"still cannot connect after {now - self._down_since:.0f}s"
+                text = f"still cannot connect after {now - since:.0f}s"
             log.warning(
                 "harvest: LISTEN %s %s (%s); trying again every %gs",
                 self.channel,
@@ -167,7 +168,7 @@ class _Hub(Generic[E]):
                 redact(str(exc), self.dsn),
                 RECONNECT_SECS,
             )
-            self._warned_at = now
+            self._warned_at, self._warned_down = now, True
 
     def _down(self) -> None:
         """Not listening: every waiter reads again when it was (it may miss a notification now);
@@ -201,6 +202,7 @@ class NotificationHub(_Hub[asyncio.Event]):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self._ready.clear()  # listening no more: no token says it is
         self._waiters.wake_all()
 
     @contextlib.asynccontextmanager
