@@ -66,6 +66,12 @@ def fail_update(ctx) -> None:
     raise KeyError("nope")
 
 
+@update(workflow="budget")
+async def spend_later(ctx) -> str:
+    await ctx.sleep(3600)  # accepted, and not finished for an hour
+    return "later"
+
+
 @workflow
 async def counter(ctx) -> int:
     count = 0
@@ -85,7 +91,7 @@ app = App(
     workflows=[budget, counter],
     activities=[book],
     queries=[total, owner, broken],
-    updates=[spend, fail_update],
+    updates=[spend, fail_update, spend_later],
 )
 
 
@@ -253,3 +259,15 @@ def test_queries_work_from_a_cold_worker(start_worker, client: Client):
     start_worker(app, cache_size=0)
     assert handle.query("count", timeout=20) == 4
     assert handle.update("bump", 1, timeout=20) == 5
+
+
+def test_an_accepted_update_not_finished_in_time_says_how_to_wait_again(start_worker, client: Client):
+    start_worker(app)
+    handle = client.start_workflow(budget, "dan")
+    settled(handle)
+    with pytest.raises(QueryTimeout) as info:
+        handle.update("spend_later", update_id="later-1", timeout=1)
+    text = str(info.value)
+    assert f"update later-1 was accepted and is recorded on execution {handle.execution_id}" in text
+    assert "ask again with update_id='later-1'" in text
+    handle.terminate()

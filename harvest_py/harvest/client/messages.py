@@ -109,8 +109,9 @@ def _timeout(row: dict[str, Any] | None, what: str, timeout: float, failed: str 
         return QueryTimeout(text)
     if row["status"] == "accepted":
         return QueryTimeout(
-            f"{text}: update {row['update_id']} was accepted and is recorded, but its "
-            "handler has not finished; wait again with UpdateHandle.result()"
+            f"{text}: update {row['update_id']} was accepted and is recorded on execution "
+            f"{row['execution_id']}, but its handler has not finished; wait again with its "
+            f"UpdateHandle's result(), or ask again with update_id={row['update_id']!r}"
         )
     if failed:
         return QueryTimeout(text)
