@@ -1,7 +1,8 @@
-"""A LISTEN hub whose database is down (harvest.db.notify): its waiters are woken when the
-connection goes and when it is back, not at each failed connect in between (each waiter's own
-re-reads go on meanwhile), and it warns when it goes, then once a minute, and says when it is
-back. Both hubs: the asyncio one and the threads' one."""
+"""A LISTEN connection whose database is down (harvest.db.notify): a hub's waiters are woken
+when the connection goes and when it is back, not at each failed connect in between (each
+waiter's own re-reads go on meanwhile); it warns when it goes, then once a minute, and says when
+it is back (``Reconnects``). Both hubs (the asyncio one and the threads' one), and the worker's
+own LISTEN connections."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from worker_helpers import RunningWorker
 
+from harvest import App, Client, Worker, activity, workflow
 from harvest.db import channels, notify
 from harvest.db.embedded import EmbeddedPostgres
+from harvest.db.migrate import Migrator
 from harvest.db.notify import NotificationHub, ThreadNotificationHub
 
 RECONNECT = 0.05
@@ -176,3 +180,41 @@ def test_a_connection_that_keeps_being_ended_is_warned_of_once_a_minute(
     lines = _hub_lines(caplog)
     assert sum("lost its connection" in line for line in lines) == 1, lines
     assert sum("is back after" in line for line in lines) <= 1, lines
+
+
+@activity
+async def one(ctx) -> int:
+    return 1
+
+
+@workflow
+async def ones(ctx) -> int:
+    return await ctx.execute_activity(one)
+
+
+def test_a_workers_listeners_warn_once_in_an_outage(
+    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker's LISTEN connections (work and queries) of one database: a warning each when
+    the database goes, not one a failed reconnect (before: two a second), and a line each when
+    it is back; the worker then takes work as before."""
+    Migrator(server.dsn).run()
+    app = App(workflows=[ones], activities=[one])
+    running = RunningWorker(Worker(app, server.dsn, queues=["default"])).start()
+    try:
+        with caplog.at_level(logging.INFO, logger="harvest.worker"):
+            time.sleep(0.5)  # listening
+            server.pause()
+            time.sleep(4)  # about four failed reconnects of each listener
+            server.resume()
+            with Client(server.dsn) as client:
+                assert client.start_workflow(ones).result(timeout=60) == 1
+    finally:
+        running.stop()
+        server.resume()
+    lines = [r.getMessage() for r in caplog.records if r.name == "harvest.worker"]
+    for listener in ("notification listener", "query listener"):
+        warned = [line for line in lines if line.startswith(f"{listener} lost its connection")]
+        assert len(warned) == 1, lines
+        assert not [line for line in lines if line.startswith(f"{listener} still cannot connect")], lines
+        assert [line for line in lines if line.startswith(f"{listener} is back after")], lines

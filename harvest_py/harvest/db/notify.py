@@ -101,6 +101,42 @@ class _Waiters(Generic[E]):
             event.set()
 
 
+class Reconnects:
+    """What is logged of a connection made again each time it fails (a LISTEN): a warning when
+    it goes, or when its first connect fails; then at most one a minute while it stays down,
+    also across a connection that keeps coming back and being ended (an idle-session killer);
+    and one line when it is back after a loss that was warned of. Not one a failed connect:
+    an outage of an hour would log thousands."""
+
+    def __init__(self, logger: logging.Logger, what: str):
+        self.log, self.what = logger, what
+        self.down_since: float | None = None  # since when it cannot connect (time.monotonic())
+        self._warned_at: float | None = None  # the last warning
+        self._warned_down = False  # this time down was warned of: say when it is back
+
+    def failed(self, reason: str, was_up: bool, every: float) -> None:
+        """The connection failed (``was_up``), or a connect to make it again did; ``reason``:
+        the error's text, its password already taken out; tried again ``every`` seconds."""
+        now = time.monotonic()
+        went = self.down_since is None
+        since = self.down_since = now if self.down_since is None else self.down_since
+        if self._warned_at is not None and now - self._warned_at < STILL_DOWN_WARN_SECS:
+            return
+        if went:
+            text = "lost its connection" if was_up else "cannot connect"
+        else:
+            text = f"still cannot connect after {now - since:.0f}s"
+        self.log.warning("%s %s (%s); trying again every %gs", self.what, text, reason, every)
+        self._warned_at, self._warned_down = now, True
+
+    def up(self) -> None:
+        if self.down_since is not None:
+            if self._warned_down:
+                down_for = time.monotonic() - self.down_since
+                self.log.info("%s is back after %.1fs", self.what, down_for)
+            self.down_since, self._warned_down = None, False
+
+
 class _Hub(Generic[E]):
     """What both hubs share: the channel, the waiters by payload, and whether the LISTEN is up
     (``_ready``, an event of the same kind as the waiters')."""
@@ -112,9 +148,7 @@ class _Hub(Generic[E]):
         channels.listen(channel)  # an unknown channel fails here
         self.dsn, self.channel = dsn, channel
         self._waiters: _Waiters[E] = _Waiters()
-        self._down_since: float | None = None  # since when it cannot listen (time.monotonic())
-        self._warned_at: float | None = None  # the last warning (at most one a minute)
-        self._warned_down = False  # this time down was warned of: say when it is back
+        self._reconnects = Reconnects(log, f"harvest: LISTEN {channel}")
 
     @property
     def waiters(self) -> int:
@@ -142,33 +176,13 @@ class _Hub(Generic[E]):
         self._waiters.wake_all()  # (the new epoch first: a token taken once ready is this one's)
         self._ready.set()
         self._tried.set()
-        if self._down_since is not None:
-            if self._warned_down:
-                down_for = time.monotonic() - self._down_since
-                log.info("harvest: LISTEN %s is back after %.1fs", self.channel, down_for)
-            self._down_since, self._warned_down = None, False
+        self._reconnects.up()
 
     def _failed(self, exc: BaseException) -> None:
         """The connection failed, or a connect to make it again did (its DSN's password never
-        shown): a warning when it goes (or the first connect fails), then at most one a minute,
-        also across a connection that keeps coming back and going."""
-        now = time.monotonic()
+        shown): logged as ``Reconnects`` says."""
         self._tried.set()  # a start waits no longer: its waits read without the LISTEN meanwhile
-        went = self._down_since is None
-        since = self._down_since = now if self._down_since is None else self._down_since
-        if self._warned_at is None or now - self._warned_at >= STILL_DOWN_WARN_SECS:
-            if went:
-                text = "lost its connection" if self._ready.is_set() else "cannot connect"
-            else:
-                text = f"still cannot connect after {now - since:.0f}s"
-            log.warning(
-                "harvest: LISTEN %s %s (%s); trying again every %gs",
-                self.channel,
-                text,
-                redact(str(exc), self.dsn),
-                RECONNECT_SECS,
-            )
-            self._warned_at, self._warned_down = now, True
+        self._reconnects.failed(redact(str(exc), self.dsn), self._ready.is_set(), RECONNECT_SECS)
 
     def _down(self) -> None:
         """Not listening: every waiter reads again when it was (it may miss a notification now);

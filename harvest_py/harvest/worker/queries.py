@@ -31,6 +31,7 @@ from harvest.core import payload
 from harvest.core.errors import ExecutionMigrated, NotFound, PayloadTooLarge
 from harvest.db import channels
 from harvest.db.connection import connect_async, redact
+from harvest.db.notify import RECONNECT_SECS, Reconnects
 from harvest.runtime import WorkflowRun
 from harvest.runtime.messages import UnknownHandler, failure_of
 from harvest.telemetry import tracing
@@ -113,12 +114,15 @@ class QueryResponder:
         self._wake.set()
 
     async def _listen(self) -> None:
-        lane = self.lane
+        lane, reconnects = self.lane, Reconnects(log, "query listener")
         while True:
+            listening = False
             try:
                 conn = await connect_async(lane.dsn, autocommit=True)
                 async with conn:
                     await conn.execute(channels.listen(channels.QUERIES))
+                    listening = True
+                    reconnects.up()
                     self._wake.set()
                     async for note in conn.notifies():
                         if note.payload in self.worker.queues:
@@ -129,8 +133,8 @@ class QueryResponder:
                 if self.worker.stopping:
                     return  # a cancellation a driver turned into an error (see worker/stopping.py)
                 if not lane.note_failure(exc, "query listener"):
-                    log.warning("query listener lost (%s); reconnecting", redact(str(exc), lane.dsn))
-                await asyncio.sleep(1.0)
+                    reconnects.failed(redact(str(exc), lane.dsn), listening, RECONNECT_SECS)
+                await asyncio.sleep(RECONNECT_SECS)
 
     # ------------------------------------------------------------------ one request
     async def _answer(self, request: dict[str, Any]) -> None:

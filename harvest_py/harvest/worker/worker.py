@@ -43,6 +43,7 @@ from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotFound, 
 from harvest.db import channels
 from harvest.db.connection import connect_async, error_line, is_permanent, redact, resolve_dsn
 from harvest.db.migrate import check_schema_async
+from harvest.db.notify import RECONNECT_SECS, Reconnects
 from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
@@ -1155,12 +1156,17 @@ class Worker:
 
     # -- background loops ----------------------------------------------------------------
     async def _listen(self, lane: ShardLane) -> None:
-        """Wake the claim loop when one of our queues gains work on the shard; reconnect on loss."""
+        """Wake the claim loop when one of our queues gains work on the shard; reconnect on loss
+        (a warning when it goes, then one a minute: ``Reconnects``)."""
+        reconnects = Reconnects(log, "notification listener")
         while True:
+            listening = False
             try:
                 conn = await connect_async(lane.dsn, autocommit=True)
                 async with conn:
                     await conn.execute(channels.listen(channels.TASKS))
+                    listening = True
+                    reconnects.up()
                     self.wake()  # anything that arrived while we were not listening
                     async for note in conn.notifies():
                         if note.payload in self.queues:
@@ -1171,8 +1177,8 @@ class Worker:
                 if self.stopping:
                     return  # a cancellation a driver turned into an error (see worker/stopping.py)
                 if not lane.note_failure(exc, "notification listener"):
-                    log.warning("notification listener lost (%s); reconnecting", redact(str(exc), lane.dsn))
-                await asyncio.sleep(1.0)
+                    reconnects.failed(redact(str(exc), lane.dsn), listening, RECONNECT_SECS)
+                await asyncio.sleep(RECONNECT_SECS)
 
     async def _scan(self, lane: ShardLane) -> None:
         """The scanner of one shard (each shard's timeouts, relays, ... are its own)."""
