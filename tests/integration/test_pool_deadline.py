@@ -112,3 +112,17 @@ def test_a_passed_deadline_still_replaces_a_connection_whose_backend_ended(db: s
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         pool.close()
+
+
+def test_a_block_with_no_deadline_keeps_an_enclosing_ones(db: str) -> None:
+    pool = open_pool(db, max_size=1)
+    pool.timeout = OWN_WAIT_SECS
+    try:
+        with pool.connection():  # the only one, held
+            started = time.monotonic()
+            with connections_by(time.monotonic() + 0.3), connections_by(None), pytest.raises(PoolTimeout):
+                with pool.connection():
+                    pass
+            assert time.monotonic() - started < 2
+    finally:
+        pool.close()

@@ -11,8 +11,8 @@ import collections
 import contextlib
 import select
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextvars import ContextVar
+from collections.abc import AsyncIterator
+from contextvars import ContextVar, Token
 from typing import Any, TypeVar
 
 import psycopg
@@ -145,15 +145,24 @@ _connections_by: ContextVar[float | None] = ContextVar("harvest_connections_by",
 LAST_CHANCE_SECS = 1.0
 
 
-@contextlib.contextmanager
-def connections_by(deadline: float | None) -> Iterator[None]:
+class connections_by:  # (named as the function it reads as: ``with connections_by(deadline):``)
     """Within the block, a pool lends a connection by ``deadline`` (``time.monotonic()``) or
-    raises PoolTimeout then (None: the pool's own wait)."""
-    token = _connections_by.set(deadline)
-    try:
-        yield
-    finally:
-        _connections_by.reset(token)
+    raises PoolTimeout then. None leaves it as it is: an enclosing block's deadline, else the
+    pool's own wait (a call with no deadline costs nothing more)."""
+
+    __slots__ = ("deadline", "token")
+
+    def __init__(self, deadline: float | None):
+        self.deadline = deadline
+        self.token: Token[float | None] | None = None
+
+    def __enter__(self) -> None:
+        if self.deadline is not None:
+            self.token = _connections_by.set(self.deadline)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.token is not None:
+            _connections_by.reset(self.token)
 
 
 def never_sent(exc: BaseException) -> bool:

@@ -145,15 +145,6 @@ def _cleanup_call(cleanup: Cleanup) -> Sql | None:
     return cleanup() if callable(cleanup) else cleanup
 
 
-_POOL_OWN_WAIT = contextlib.nullcontext()
-
-
-def _bounded(op: _Call) -> contextlib.AbstractContextManager[None]:
-    """Where ``op``'s calls wait for a pooled connection: until its deadline, else (None) for
-    the pool's own wait (an outer deadline, if any, left as it is)."""
-    return _POOL_OWN_WAIT if op.deadline is None else connections_by(op.deadline)
-
-
 class Stepper(Generic[Op]):
     """Where a generator stands: what to send it next (a value, or an error to throw in). The
     drivers below step steps with it; the client's flows (harvest.client.client) too."""
@@ -231,14 +222,14 @@ async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Cleanup = None)
                             if note.payload == op.payload:
                                 break
                 else:
-                    with _bounded(op):
+                    with connections_by(op.deadline):
                         stepper.value = await (op.aon(sql) if isinstance(op, Atomic) else op.on(sql))
             except Exception as exc:
                 stepper.error = exc
         return cast(T, stepper.result)
     finally:
         if (call := _cleanup_call(cleanup)) is not None:
-            with contextlib.suppress(DatabaseError, DatabaseUnavailable), _bounded(call):
+            with contextlib.suppress(DatabaseError, DatabaseUnavailable), connections_by(call.deadline):
                 await call.on(sql)
 
 
@@ -286,7 +277,7 @@ async def arun_steps_on_hub(
                             await asyncio.wait_for(event.wait(), op.timeout)
                         event.clear()
                     else:
-                        with _bounded(op):
+                        with connections_by(op.deadline):
                             if isinstance(op, Atomic):
                                 stepper.value = await op.aon(sql)
                             else:
@@ -296,7 +287,7 @@ async def arun_steps_on_hub(
             return cast(T, stepper.result)
         finally:
             if (call := _cleanup_call(cleanup)) is not None:
-                with contextlib.suppress(DatabaseError, DatabaseUnavailable), _bounded(call):
+                with contextlib.suppress(DatabaseError, DatabaseUnavailable), connections_by(call.deadline):
                     await call.on(sql)
 
 
@@ -361,12 +352,13 @@ def run_steps_on_hub(
                         event.wait(op.timeout)
                         event.clear()
                     else:
-                        with _bounded(op):
+                        with connections_by(op.deadline):
                             stepper.value = _on_live_connection(op, api)
                 except Exception as exc:
                     stepper.error = exc
             return cast(T, stepper.result)
         finally:
             if (call := _cleanup_call(cleanup)) is not None:
-                with contextlib.suppress(DatabaseError, DatabaseUnavailable), _bounded(call), api() as sql:
+                bounded = connections_by(call.deadline)
+                with contextlib.suppress(DatabaseError, DatabaseUnavailable), bounded, api() as sql:
                     call.on(sql)
