@@ -120,9 +120,9 @@ def test_a_block_with_no_deadline_keeps_an_enclosing_ones(db: str) -> None:
     try:
         with pool.connection():  # the only one, held
             started = time.monotonic()
-            with connections_by(time.monotonic() + 0.3), connections_by(None), pytest.raises(PoolTimeout):
-                with pool.connection():
-                    pass
+            outer, inner = connections_by(time.monotonic() + 0.3), connections_by(None)
+            with outer, inner, pytest.raises(PoolTimeout), pool.connection():
+                pass
             assert time.monotonic() - started < 2
     finally:
         pool.close()
