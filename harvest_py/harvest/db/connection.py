@@ -276,17 +276,25 @@ _SERVER_END_VALUES = {
 }
 
 
+def _given(dsn: str) -> dict[str, Any] | None:
+    """The DSN's own parameters (None when it does not parse: connecting reports it)."""
+    try:
+        return conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return None
+
+
 def network_options(dsn: str) -> dict[str, Any]:
     """This end's :data:`NETWORK_DEFAULTS` for a connection to ``dsn``, unless the DSN sets any of
     them or ``keepalives=0`` (then all are the DSN's or the OS's: on Linux the user timeout decides
     when the probes give up, so one default kept beside slower probes would cut them at 30 s).
     None with a service (``service=``, ``PGSERVICE``): its file, which this cannot read, may set
     them."""
-    try:
-        given = conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return {}  # connecting reports the DSN itself
-    if given.get("service") or os.environ.get("PGSERVICE"):
+    return _network_options(_given(dsn))
+
+
+def _network_options(given: dict[str, Any] | None) -> dict[str, Any]:
+    if given is None or given.get("service") or os.environ.get("PGSERVICE"):
         return {}
     if str(given.get("keepalives", "1")).strip() == "0" or any(key in given for key in NETWORK_DEFAULTS):
         return {}
@@ -304,13 +312,23 @@ CONNECT_TIMEOUT_SECS = 10
 def connect_timeout_option(dsn: str) -> dict[str, Any]:
     """``connect_timeout`` for a connection to ``dsn``: none when the DSN or ``PGCONNECT_TIMEOUT``
     gives one, else :data:`CONNECT_TIMEOUT_SECS`."""
-    try:
-        given = conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return {}  # connecting reports the DSN itself
-    if "connect_timeout" in given or os.environ.get("PGCONNECT_TIMEOUT"):
+    return _connect_timeout_option(_given(dsn))
+
+
+def _connect_timeout_option(given: dict[str, Any] | None) -> dict[str, Any]:
+    if given is None or "connect_timeout" in given or os.environ.get("PGCONNECT_TIMEOUT"):
         return {}
     return {"connect_timeout": CONNECT_TIMEOUT_SECS}
+
+
+def connection_options(dsn: str, connect_timeout: int | None = None) -> dict[str, Any]:
+    """What every connection Harvest opens to ``dsn`` is given beside it, from one parse of it:
+    :func:`network_options` and :func:`connect_timeout_option` (``connect_timeout``: a caller's
+    own limit, a probe's, instead)."""
+    given = _given(dsn)
+    if connect_timeout is None:
+        return {**_network_options(given), **_connect_timeout_option(given)}
+    return {**_network_options(given), "connect_timeout": connect_timeout}
 
 
 _server_end_warned = False
@@ -369,17 +387,12 @@ async def set_server_end_async(conn: psycopg.AsyncConnection) -> None:
     await conn.set_autocommit(autocommit)
 
 
-def _connect_options(dsn: str, connect_timeout: int | None) -> dict[str, Any]:
-    given = {"connect_timeout": connect_timeout} if connect_timeout is not None else None
-    return {**network_options(dsn), **(given or connect_timeout_option(dsn))}
-
-
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int | None = None) -> psycopg.Connection:
     """Open a connection, or raise a HarvestError naming host and database, never the password.
     ``connect_timeout``: the caller's limit (a probe's), else the DSN's (connect_timeout_option)."""
     warn_if_unverified_tls(dsn)
     try:
-        conn = psycopg.connect(dsn, autocommit=autocommit, **_connect_options(dsn, connect_timeout))
+        conn = psycopg.connect(dsn, autocommit=autocommit, **connection_options(dsn, connect_timeout))
         set_server_end(conn)
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
@@ -392,7 +405,7 @@ async def connect_async(
     warn_if_unverified_tls(dsn)
     try:
         conn = await psycopg.AsyncConnection.connect(
-            dsn, autocommit=autocommit, **_connect_options(dsn, connect_timeout)
+            dsn, autocommit=autocommit, **connection_options(dsn, connect_timeout)
         )
         await set_server_end_async(conn)
     except psycopg.Error as exc:
@@ -405,12 +418,12 @@ class RedactingConnection(psycopg.Connection):
     the error's text, so that text must not carry the password. Its ``json``/``jsonb`` values
     are read with :func:`harvest.db.jsoncodec.loads` (``json.loads``, cheaper per value), and
     both its ends give a silent peer up as :func:`connect`'s do (``network_options``,
-    ``set_server_end``), and its connect is bounded as theirs is (``connect_timeout_option``)."""
+    ``set_server_end``), and its connect is bounded as theirs is (``connection_options``)."""
 
     @classmethod
     def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
         try:
-            options = {**network_options(conninfo), **connect_timeout_option(conninfo), **kwargs}
+            options = {**connection_options(conninfo), **kwargs}
             conn = super().connect(conninfo, **options)
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
@@ -428,7 +441,7 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
     @classmethod
     async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
         try:
-            options = {**network_options(conninfo), **connect_timeout_option(conninfo), **kwargs}
+            options = {**connection_options(conninfo), **kwargs}
             conn = await super().connect(conninfo, **options)
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
