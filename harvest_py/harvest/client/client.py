@@ -417,8 +417,8 @@ def _result_steps(
         except Exception as exc:
             if not outage.began(exc):
                 raise
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            pause = outage.pause_until(deadline)
+            if pause is None:
                 # No call to drop the mark on the way out (it would wait for a connection
                 # again): the run's close drops it.
                 marks.runs.clear()
@@ -426,8 +426,7 @@ def _result_steps(
                     f"no outcome of workflow {handle.execution_id} within {timeout}s ({outage.reason()})"
                 ) from exc
             # The hub wakes the wait when its LISTEN connection is back, the pause otherwise.
-            pause = outage.pause()
-            yield Notified(execution_id, pause if remaining is None else min(remaining, pause))
+            yield Notified(execution_id, pause)
             continue
         outage.ended()
         if execution["status"] in LIVE_STATUSES:

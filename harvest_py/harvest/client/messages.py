@@ -166,10 +166,9 @@ def _answer_steps(
             # A read the database could not answer (the request is recorded): made again.
             if not outage.began(exc):
                 raise
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if (pause := outage.pause_until(deadline)) is None:
                 raise _timeout(row, what, timeout, outage.reason()) from exc
-            yield Notified(str(request_id), min(remaining, outage.pause()))
+            yield Notified(str(request_id), pause)
             continue
         outage.ended()
         row = latest

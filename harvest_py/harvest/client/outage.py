@@ -69,8 +69,14 @@ class Outage:
                 )
         return True
 
-    def pause(self) -> float:
-        return resend_pause(self.failed) * PAUSE_SCALE
+    def pause_until(self, deadline: float | None) -> float | None:
+        """After a failed read: how long to pause before reading again (less when the deadline
+        comes sooner), or None when the deadline has passed (the wait's timeout is raised)."""
+        pause = resend_pause(self.failed) * PAUSE_SCALE
+        if deadline is None:
+            return pause
+        remaining = deadline - time.monotonic()
+        return None if remaining <= 0 else min(remaining, pause)
 
     def ended(self) -> None:
         if self.warned:
