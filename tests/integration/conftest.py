@@ -8,6 +8,8 @@ import pytest
 from worker_helpers import RunningWorker
 
 from harvest import App, Client, Worker
+from harvest.db.embedded import EmbeddedPostgres
+from harvest.db.migrate import Migrator
 
 
 @pytest.fixture
@@ -32,3 +34,16 @@ def start_worker(db: str) -> Iterator:
 def client(db: str) -> Iterator[Client]:
     with Client(db) as instance:
         yield instance
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[EmbeddedPostgres]:
+    """A migrated PostgreSQL server of the test module's own, which its tests may stop and
+    start again (``pause``, ``resume``: outages) without touching the shared test server."""
+    pg = EmbeddedPostgres(settings={"fsync": "off", "synchronous_commit": "off"})
+    pg.start()
+    try:
+        Migrator(pg.dsn).run()
+        yield pg
+    finally:
+        pg.stop()

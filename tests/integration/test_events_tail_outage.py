@@ -9,29 +9,17 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner, Result
+from outage_helpers import wait_until
 
 from harvest.cli import events as events_cli
 from harvest.cli.main import main
 from harvest.db.connection import connect
 from harvest.db.embedded import EmbeddedPostgres
-from harvest.db.migrate import Migrator
 
 CLEAN = {"HARVEST_URL": None, "HARVEST_TOKEN": None, "HARVEST_CONFIG": None}
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[EmbeddedPostgres]:
-    pg = EmbeddedPostgres(settings={"fsync": "off", "synchronous_commit": "off"})
-    pg.start()
-    try:
-        Migrator(pg.dsn).run()
-        yield pg
-    finally:
-        pg.stop()
 
 
 def _last(dsn: str) -> int:
@@ -54,23 +42,16 @@ def _listening(dsn: str) -> int:
         )
 
 
-def _until(condition, what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.05)
-
-
 def test_a_tail_follows_the_database_again_after_a_restart(
-    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+    own_server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(events_cli, "RETRY_SECS", 0.1)
-    before = _last(server.dsn)
-    _start(server.dsn, "before-the-restart")
-    per_start = _last(server.dsn) - before
+    before = _last(own_server.dsn)
+    _start(own_server.dsn, "before-the-restart")
+    per_start = _last(own_server.dsn) - before
     outcome: dict[str, Result] = {}
     args = ["events", "tail", "--after", str(before), "--limit", str(3 * per_start), "-o", "json"]
-    env = {**CLEAN, "HARVEST_DATABASE_URL": server.dsn}
+    env = {**CLEAN, "HARVEST_DATABASE_URL": own_server.dsn}
     runner = CliRunner()
     tail = threading.Thread(
         target=lambda: outcome.update(result=runner.invoke(main, args, env=env, catch_exceptions=False)),
@@ -78,16 +59,16 @@ def test_a_tail_follows_the_database_again_after_a_restart(
     )
     tail.start()
     try:
-        _until(lambda: _listening(server.dsn) > 0, "the tail listens")
-        server.pause()  # its sessions are cut while the tail follows
+        wait_until(lambda: _listening(own_server.dsn) > 0, "the tail listens")
+        own_server.pause()  # its sessions are cut while the tail follows
         time.sleep(0.5)
-        server.resume()
-        _start(server.dsn, "after-the-restart")
-        _until(lambda: _listening(server.dsn) > 0, "the tail listens again")
-        _start(server.dsn, "once-back")
+        own_server.resume()
+        _start(own_server.dsn, "after-the-restart")
+        wait_until(lambda: _listening(own_server.dsn) > 0, "the tail listens again")
+        _start(own_server.dsn, "once-back")
         tail.join(60)
     finally:
-        server.resume()  # (nothing when it is up)
+        own_server.resume()  # (nothing when it is up)
     assert not tail.is_alive(), "the tail did not print every event"
     result = outcome["result"]
     assert result.exit_code == 0, result.stderr

@@ -9,30 +9,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
+from outage_helpers import wait_until
 from worker_helpers import RunningWorker
 
 from harvest import App, Client, Worker, activity, workflow
 from harvest.db import channels, notify
 from harvest.db.embedded import EmbeddedPostgres
-from harvest.db.migrate import Migrator
 from harvest.db.notify import NotificationHub, ThreadNotificationHub
 
 RECONNECT = 0.05
 DOWN_SECS = 1.0  # about 20 failed connects
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[EmbeddedPostgres]:
-    pg = EmbeddedPostgres(settings={"fsync": "off"})
-    pg.start()
-    try:
-        yield pg
-    finally:
-        pg.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -52,40 +41,40 @@ def _check_lines(lines: list[str]) -> None:
 
 
 def test_a_thread_hub_wakes_its_waiters_when_it_goes_and_when_it_is_back(
-    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+    own_server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
-    hub = ThreadNotificationHub(server.dsn, channels.DONE)
+    hub = ThreadNotificationHub(own_server.dsn, channels.DONE)
     hub.start(timeout=10)
     wakes = 0
     try:
         with caplog.at_level(logging.INFO, logger="harvest.db.notify"), hub.waiting("run-1") as event:
-            server.pause()
+            own_server.pause()
             down_until = time.monotonic() + DOWN_SECS
             while time.monotonic() < down_until:
                 if event.wait(0.01):
                     wakes += 1
                     event.clear()
             assert wakes == 1  # when it went; none at the ~20 failed connects since
-            server.resume()
+            own_server.resume()
             assert event.wait(30)  # back: every waiter reads again
             wakes += 1
     finally:
         hub.close()
-        server.resume()
+        own_server.resume()
     assert wakes == 2
     _check_lines(_hub_lines(caplog))
 
 
 def test_an_asyncio_hub_wakes_its_waiters_when_it_goes_and_when_it_is_back(
-    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+    own_server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> int:
-        hub = NotificationHub(server.dsn, channels.DONE)
+        hub = NotificationHub(own_server.dsn, channels.DONE)
         await hub.start(timeout=10)
         wakes = 0
         try:
             async with hub.waiting("run-2") as event:
-                await asyncio.to_thread(server.pause)
+                await asyncio.to_thread(own_server.pause)
                 down_until = time.monotonic() + DOWN_SECS
                 while time.monotonic() < down_until:
                     if event.is_set():
@@ -93,12 +82,12 @@ def test_an_asyncio_hub_wakes_its_waiters_when_it_goes_and_when_it_is_back(
                         event.clear()
                     await asyncio.sleep(0.01)
                 assert wakes == 1
-                await asyncio.to_thread(server.resume)
+                await asyncio.to_thread(own_server.resume)
                 await asyncio.wait_for(event.wait(), 30)
                 wakes += 1
         finally:
             await hub.close()
-            await asyncio.to_thread(server.resume)
+            await asyncio.to_thread(own_server.resume)
         return wakes
 
     with caplog.at_level(logging.INFO, logger="harvest.db.notify"):
@@ -107,74 +96,70 @@ def test_an_asyncio_hub_wakes_its_waiters_when_it_goes_and_when_it_is_back(
 
 
 def test_a_hub_that_cannot_connect_at_all_warns_once_a_minute(
-    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    own_server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(notify, "STILL_DOWN_WARN_SECS", 0.5)
-    server.pause()
-    hub = ThreadNotificationHub(server.dsn, channels.DONE)
+    own_server.pause()
+    hub = ThreadNotificationHub(own_server.dsn, channels.DONE)
     try:
         with caplog.at_level(logging.INFO, logger="harvest.db.notify"), hub.waiting("run-3") as event:
             hub.start(timeout=0)
             assert not event.wait(1.2)  # never up: nothing to read again
     finally:
         hub.close()
-        server.resume()
+        own_server.resume()
     lines = _hub_lines(caplog)
     assert "cannot connect" in lines[0], lines
     assert 2 <= len(lines) <= 4, lines  # the first, then one each 0.5 s: not one each 0.05 s
     assert all("still cannot connect after" in line for line in lines[1:]), lines
 
 
-def test_a_start_returns_once_a_connect_has_failed(server: EmbeddedPostgres) -> None:
+def test_a_start_returns_once_a_connect_has_failed(own_server: EmbeddedPostgres) -> None:
     """A wait does not sit out the start's timeout for a LISTEN that cannot come up: it reads
     on its own meanwhile (before: the whole timeout, 5 s for a client's wait)."""
-    server.pause()
-    hub = ThreadNotificationHub(server.dsn, channels.DONE)
+    own_server.pause()
+    hub = ThreadNotificationHub(own_server.dsn, channels.DONE)
     try:
         started = time.monotonic()
         hub.start(timeout=10)
         assert time.monotonic() - started < 3
     finally:
         hub.close()
-        server.resume()
+        own_server.resume()
 
     async def main() -> float:
-        await asyncio.to_thread(server.pause)
-        hub = NotificationHub(server.dsn, channels.DONE)
+        await asyncio.to_thread(own_server.pause)
+        hub = NotificationHub(own_server.dsn, channels.DONE)
         try:
             started = time.monotonic()
             await hub.start(timeout=10)
             return time.monotonic() - started
         finally:
             await hub.close()
-            await asyncio.to_thread(server.resume)
+            await asyncio.to_thread(own_server.resume)
 
     assert asyncio.run(main()) < 3
 
 
 def test_a_connection_that_keeps_being_ended_is_warned_of_once_a_minute(
-    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+    own_server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A LISTEN session ended again and again (an idle-session killer): one warning, not one a
     time, and one line when it is back."""
     listening = "SELECT pid FROM pg_stat_activity WHERE query ILIKE 'LISTEN%%' AND pid <> pg_backend_pid()"
-    hub = ThreadNotificationHub(server.dsn, channels.DONE)
+    hub = ThreadNotificationHub(own_server.dsn, channels.DONE)
     hub.start(timeout=10)
     try:
         with (
             caplog.at_level(logging.INFO, logger="harvest.db.notify"),
-            psycopg.connect(server.dsn, autocommit=True) as admin,
+            psycopg.connect(own_server.dsn, autocommit=True) as admin,
         ):
             for _ in range(3):
-                deadline = time.monotonic() + 10
-                while not (pids := admin.execute(listening).fetchall()):
-                    assert time.monotonic() < deadline, "the hub never listened again"
-                    time.sleep(0.02)
-                admin.execute("SELECT pg_terminate_backend(%s)", pids[0])
-                deadline = time.monotonic() + 10
-                while admin.execute(listening).fetchall() == pids:
-                    assert time.monotonic() < deadline, "the hub's session never ended"
-                    time.sleep(0.02)
+                wait_until(lambda: admin.execute(listening).fetchall(), "the hub listened again", 10)
+                ended = admin.execute(listening).fetchall()
+                admin.execute("SELECT pg_terminate_backend(%s)", ended[0])
+                moved_on = lambda ended=ended: admin.execute(listening).fetchall() != ended  # noqa: E731
+                wait_until(moved_on, "the hub's session ended", 10)
     finally:
         hub.close()
     lines = _hub_lines(caplog)
@@ -193,25 +178,24 @@ async def ones(ctx) -> int:
 
 
 def test_a_workers_listeners_warn_once_in_an_outage(
-    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+    own_server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The worker's LISTEN connections (work and queries) of one database: a warning each when
     the database goes, not one a failed reconnect (before: two a second), and a line each when
     it is back; the worker then takes work as before."""
-    Migrator(server.dsn).run()
     app = App(workflows=[ones], activities=[one])
-    running = RunningWorker(Worker(app, server.dsn, queues=["default"])).start()
+    running = RunningWorker(Worker(app, own_server.dsn, queues=["default"])).start()
     try:
         with caplog.at_level(logging.INFO, logger="harvest.worker"):
             time.sleep(0.5)  # listening
-            server.pause()
+            own_server.pause()
             time.sleep(4)  # about four failed reconnects of each listener
-            server.resume()
-            with Client(server.dsn) as client:
+            own_server.resume()
+            with Client(own_server.dsn) as client:
                 assert client.start_workflow(ones).result(timeout=60) == 1
     finally:
         running.stop()
-        server.resume()
+        own_server.resume()
     lines = [r.getMessage() for r in caplog.records if r.name == "harvest.worker"]
     for listener in ("notification listener", "query listener"):
         warned = [line for line in lines if line.startswith(f"{listener} lost its connection")]

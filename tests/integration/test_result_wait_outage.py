@@ -11,18 +11,17 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from outage_helpers import wait_until
 from worker_helpers import RunningWorker
 
 from harvest import App, AsyncClient, Client, Worker, activity, query, workflow
 from harvest.client import outage as outage_module
 from harvest.core.errors import ConnectionRejected, QueryTimeout, TimeoutError_
 from harvest.db.embedded import EmbeddedPostgres
-from harvest.db.migrate import Migrator
 from harvest.db.pools import LAST_CHANCE_SECS
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 
@@ -52,24 +51,13 @@ def number(ctx) -> int:
 APP = App(workflows=[doubled, waits_for_close], activities=[double], queries=[number])
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[EmbeddedPostgres]:
-    pg = EmbeddedPostgres(settings={"fsync": "off", "synchronous_commit": "off"})
-    pg.start()
-    try:
-        Migrator(pg.dsn).run()
-        yield pg
-    finally:
-        pg.stop()
-
-
-def _down_while(server: EmbeddedPostgres, waiting: threading.Event, seconds: float) -> None:
+def _down_while(own_server: EmbeddedPostgres, waiting: threading.Event, seconds: float) -> None:
     """Stop the server once the wait is under way, keep it down ``seconds``, start it again."""
     assert waiting.wait(10)
     time.sleep(0.5)  # the wait has read the run and sleeps on its notification
-    server.pause()
+    own_server.pause()
     time.sleep(seconds)
-    server.resume()
+    own_server.resume()
 
 
 class _InThread:
@@ -109,14 +97,14 @@ def _warn_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_result_wait_rides_out_a_server_restart(
-    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+    own_server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with Client(server.dsn) as client, caplog.at_level(logging.INFO, logger="harvest.client"):
+    with Client(own_server.dsn) as client, caplog.at_level(logging.INFO, logger="harvest.client"):
         client._target.pool.timeout = POOL_WAIT_SECS
         handle = client.start_workflow(doubled, 21)
         waiter = _InThread(lambda: handle.result(timeout=60))
-        _down_while(server, waiter.waiting, 2.5)
-        running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
+        _down_while(own_server, waiter.waiting, 2.5)
+        running = RunningWorker(Worker(APP, own_server.dsn, queues=["outage_q"])).start()
         try:
             got = waiter.join(60)
         finally:
@@ -128,11 +116,11 @@ def test_a_result_wait_rides_out_a_server_restart(
     assert "reads the database again after" in lines[1]
 
 
-def test_closing_the_client_ends_a_wait_in_an_outage(server: EmbeddedPostgres) -> None:
-    client = Client(server.dsn)
+def test_closing_the_client_ends_a_wait_in_an_outage(own_server: EmbeddedPostgres) -> None:
+    client = Client(own_server.dsn)
     client._target.pool.timeout = POOL_WAIT_SECS
     handle = client.start_workflow(doubled, 3)
-    server.pause()
+    own_server.pause()
     try:
         waiter = _InThread(handle.result)  # no timeout
         time.sleep(2 * POOL_WAIT_SECS)  # a read or two has failed
@@ -141,22 +129,22 @@ def test_closing_the_client_ends_a_wait_in_an_outage(server: EmbeddedPostgres) -
         assert not waiter.thread.is_alive(), "the wait went on after its client was closed"
         assert "error" in got, got
     finally:
-        server.resume()
+        own_server.resume()
 
 
-def test_an_async_result_wait_rides_out_a_server_restart(server: EmbeddedPostgres) -> None:
+def test_an_async_result_wait_rides_out_a_server_restart(own_server: EmbeddedPostgres) -> None:
     async def main() -> int:
-        client = await AsyncClient.connect(server.dsn)
+        client = await AsyncClient.connect(own_server.dsn)
         try:
             client._target.pool.timeout = POOL_WAIT_SECS
             handle = await client.start_workflow(doubled, 4)
             waiting = threading.Event()
-            outage = threading.Thread(target=_down_while, args=(server, waiting, 2.5))
+            outage = threading.Thread(target=_down_while, args=(own_server, waiting, 2.5))
             outage.start()
             waiting.set()
             result = asyncio.ensure_future(handle.result(timeout=60))
             await asyncio.to_thread(outage.join)
-            running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
+            running = RunningWorker(Worker(APP, own_server.dsn, queues=["outage_q"])).start()
             try:
                 return await result
             finally:
@@ -195,10 +183,10 @@ def _failing_reads(
 
 
 def test_failed_reads_are_made_again_with_one_warning_and_one_line_when_back(
-    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    own_server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with Client(server.dsn) as client, caplog.at_level(logging.INFO, logger="harvest.client"):
-        running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
+    with Client(own_server.dsn) as client, caplog.at_level(logging.INFO, logger="harvest.client"):
+        running = RunningWorker(Worker(APP, own_server.dsn, queues=["outage_q"])).start()
         try:
             handle = client.start_workflow(doubled, 5)
             calls = _failing_reads(monkeypatch, SqlApi, 4, psycopg.OperationalError(LOST))
@@ -214,11 +202,11 @@ def test_failed_reads_are_made_again_with_one_warning_and_one_line_when_back(
 
 
 def test_an_async_wait_makes_failed_reads_again(
-    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+    own_server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def main() -> int:
-        client = await AsyncClient.connect(server.dsn)
-        running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
+        client = await AsyncClient.connect(own_server.dsn)
+        running = RunningWorker(Worker(APP, own_server.dsn, queues=["outage_q"])).start()
         try:
             handle = await client.start_workflow(doubled, 6)
             _failing_reads(monkeypatch, AsyncSqlApi, 3, psycopg.OperationalError(LOST))
@@ -231,9 +219,9 @@ def test_an_async_wait_makes_failed_reads_again(
 
 
 def test_a_timeout_that_passes_in_an_outage_is_a_timeout_naming_it(
-    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+    own_server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with Client(server.dsn) as client:
+    with Client(own_server.dsn) as client:
         handle = client.start_workflow(doubled, 1)  # no worker: it never ends
         _failing_reads(monkeypatch, SqlApi, 10_000, psycopg.OperationalError(LOST))
         started = time.monotonic()
@@ -247,9 +235,9 @@ def test_a_timeout_that_passes_in_an_outage_is_a_timeout_naming_it(
 
 
 def test_a_connection_rejected_is_not_waited_out(
-    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+    own_server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with Client(server.dsn) as client:
+    with Client(own_server.dsn) as client:
         handle = client.start_workflow(doubled, 2)
         refused = ConnectionRejected("cannot connect to database x: password authentication failed")
         calls = _failing_reads(monkeypatch, SqlApi, 10_000, refused)
@@ -259,14 +247,14 @@ def test_a_connection_rejected_is_not_waited_out(
 
 
 def test_a_result_wait_whose_timeout_passes_with_the_server_down_times_out_on_time(
-    server: EmbeddedPostgres,
+    own_server: EmbeddedPostgres,
 ) -> None:
     """The client's own pool (its 30 s wait for a connection untouched): the wait's reads wait
     for a connection until the wait's deadline only. Before: the pool's PoolTimeout after 30 s;
     then TimeoutError_, still after the pool's 30 s."""
-    with Client(server.dsn) as client:
+    with Client(own_server.dsn) as client:
         handle = client.start_workflow(doubled, 1)
-        server.pause()
+        own_server.pause()
         try:
             started = time.monotonic()
             with pytest.raises(
@@ -275,25 +263,25 @@ def test_a_result_wait_whose_timeout_passes_with_the_server_down_times_out_on_ti
                 handle.result(timeout=2)
             took = time.monotonic() - started
         finally:
-            server.resume()
+            own_server.resume()
     assert took < 2 + SLACK_SECS, f"a 2 s wait took {took:.1f}s"
 
 
 def test_an_async_result_wait_whose_timeout_passes_with_the_server_down_times_out_on_time(
-    server: EmbeddedPostgres,
+    own_server: EmbeddedPostgres,
 ) -> None:
     async def main() -> float:
-        client = await AsyncClient.connect(server.dsn)
+        client = await AsyncClient.connect(own_server.dsn)
         try:
             handle = await client.start_workflow(doubled, 1)
-            await asyncio.to_thread(server.pause)
+            await asyncio.to_thread(own_server.pause)
             try:
                 started = time.monotonic()
                 with pytest.raises(TimeoutError_, match=r"no outcome of workflow .* within 2s "):
                     await handle.result(timeout=2)
                 return time.monotonic() - started
             finally:
-                await asyncio.to_thread(server.resume)
+                await asyncio.to_thread(own_server.resume)
         finally:
             await client.close()
 
@@ -303,26 +291,26 @@ def test_an_async_result_wait_whose_timeout_passes_with_the_server_down_times_ou
 
 def _first_task_done(handle: Any) -> None:
     """The run has made its first decision (a query answered before it finds no state)."""
-    deadline = time.monotonic() + 30
-    while not any(e["event_type"] == "WorkflowTaskCompleted" for e in handle.history()):
-        assert time.monotonic() < deadline, "the run's first workflow task did not complete"
-        time.sleep(0.05)
+    wait_until(
+        lambda: any(e["event_type"] == "WorkflowTaskCompleted" for e in handle.history()),
+        "the run's first workflow task completed",
+    )
 
 
 def test_a_query_wait_rides_out_a_server_restart(
-    server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+    own_server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with Client(server.dsn) as client, caplog.at_level(logging.INFO, logger="harvest.client"):
+    with Client(own_server.dsn) as client, caplog.at_level(logging.INFO, logger="harvest.client"):
         client._target.pool.timeout = POOL_WAIT_SECS
         handle = client.start_workflow(waits_for_close, 7)
-        running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
+        running = RunningWorker(Worker(APP, own_server.dsn, queues=["outage_q"])).start()
         try:  # the run waits for its signal; then no worker answers until the outage is over
             _first_task_done(handle)
         finally:
             running.stop()
         asker = _InThread(lambda: handle.query("number", timeout=60))
-        _down_while(server, asker.waiting, 2.5)
-        running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
+        _down_while(own_server, asker.waiting, 2.5)
+        running = RunningWorker(Worker(APP, own_server.dsn, queues=["outage_q"])).start()
         try:
             got = asker.join(60)
             handle.signal("close")
@@ -338,27 +326,26 @@ def test_a_query_wait_rides_out_a_server_restart(
 
 
 def _until_recorded(dsn: str, execution_id: Any) -> None:
-    deadline = time.monotonic() + 10
     with psycopg.connect(dsn, autocommit=True) as conn:
         query = "SELECT count(*) FROM harvest.query_requests WHERE execution_id = %s"
-        while conn.execute(query, (execution_id,)).fetchone()[0] == 0:
-            assert time.monotonic() < deadline, "the query's request was never recorded"
-            time.sleep(0.02)
+        wait_until(
+            lambda: conn.execute(query, (execution_id,)).fetchone()[0], "the query's request recorded", 10
+        )
 
 
 def test_a_query_whose_timeout_passes_with_the_server_down_times_out_on_time(
-    server: EmbeddedPostgres,
+    own_server: EmbeddedPostgres,
 ) -> None:
     """The client's own pool, its 30 s wait untouched. Before: the pool's PoolTimeout after 30 s."""
-    with Client(server.dsn) as client:
+    with Client(own_server.dsn) as client:
         handle = client.start_workflow(waits_for_close, 1)  # no worker: never answered
         asker = _InThread(lambda: handle.query("number", timeout=3))
-        _until_recorded(server.dsn, handle.execution_id)  # the request is sent: then the outage
-        server.pause()
+        _until_recorded(own_server.dsn, handle.execution_id)  # the request is sent: then the outage
+        own_server.pause()
         try:
             got = asker.join(30)
         finally:
-            server.resume()
+            own_server.resume()
         handle.terminate()
     assert isinstance(got.get("error"), QueryTimeout), got
     assert "no answer to query 'number'" in str(got["error"])
@@ -368,11 +355,11 @@ def test_a_query_whose_timeout_passes_with_the_server_down_times_out_on_time(
 
 
 def test_an_async_query_wait_makes_failed_reads_again(
-    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+    own_server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def main() -> int:
-        client = await AsyncClient.connect(server.dsn)
-        running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
+        client = await AsyncClient.connect(own_server.dsn)
+        running = RunningWorker(Worker(APP, own_server.dsn, queues=["outage_q"])).start()
         try:
             handle = await client.start_workflow(waits_for_close, 9)
             while not any(e["event_type"] == "WorkflowTaskCompleted" for e in await handle.history()):
@@ -391,12 +378,12 @@ def test_an_async_query_wait_makes_failed_reads_again(
     assert asyncio.run(main()) == 9
 
 
-def test_a_query_sent_with_the_server_down_times_out_on_time(server: EmbeddedPostgres) -> None:
+def test_a_query_sent_with_the_server_down_times_out_on_time(own_server: EmbeddedPostgres) -> None:
     """The request cannot be sent: no pooled connection by the wait's deadline, so nothing was
     sent. Before: the pool's PoolTimeout after its 30 s (and the LISTEN connection's 5 s)."""
-    with Client(server.dsn) as client:
+    with Client(own_server.dsn) as client:
         handle = client.start_workflow(waits_for_close, 1)
-        server.pause()
+        own_server.pause()
         try:
             started = time.monotonic()
             with pytest.raises(
@@ -405,16 +392,16 @@ def test_a_query_sent_with_the_server_down_times_out_on_time(server: EmbeddedPos
                 handle.query("number", timeout=2)
             took = time.monotonic() - started
         finally:
-            server.resume()
+            own_server.resume()
         handle.terminate()
     assert took < 2 + SLACK_SECS, f"a 2 s query took {took:.1f}s"
 
 
-def test_a_wait_whose_pool_is_busy_says_so_on_time(server: EmbeddedPostgres) -> None:
+def test_a_wait_whose_pool_is_busy_says_so_on_time(own_server: EmbeddedPostgres) -> None:
     """Every connection of the client's pool held past the wait's timeout: the wait ends at its
     timeout, and says that its read could not get a connection, not that the run is running."""
-    with Client(server.dsn, pool_size=1) as client:
-        running = RunningWorker(Worker(APP, server.dsn, queues=["outage_q"])).start()
+    with Client(own_server.dsn, pool_size=1) as client:
+        running = RunningWorker(Worker(APP, own_server.dsn, queues=["outage_q"])).start()
         try:
             handle = client.start_workflow(doubled, 2)
             assert handle.result(timeout=30) == 4
@@ -430,18 +417,18 @@ def test_a_wait_whose_pool_is_busy_says_so_on_time(server: EmbeddedPostgres) -> 
     assert took < 1 + SLACK_SECS
 
 
-def test_execute_workflow_with_the_server_down_times_out_on_time(server: EmbeddedPostgres) -> None:
+def test_execute_workflow_with_the_server_down_times_out_on_time(own_server: EmbeddedPostgres) -> None:
     """The start itself cannot be made: the pool's error after its wait (cut to 1 s here), after
     the client's LISTEN connection was given at most the result's timeout to come up (before:
     5 s)."""
-    with Client(server.dsn) as client:
+    with Client(own_server.dsn) as client:
         client._target.pool.timeout = POOL_WAIT_SECS
-        server.pause()
+        own_server.pause()
         try:
             started = time.monotonic()
             with pytest.raises(psycopg.OperationalError, match="couldn't get a connection"):
                 client.execute_workflow(doubled, 1, result_timeout=0.5)
             took = time.monotonic() - started
         finally:
-            server.resume()
+            own_server.resume()
     assert took < POOL_WAIT_SECS + SLACK_SECS, f"took {took:.1f}s"
