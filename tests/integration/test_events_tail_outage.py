@@ -9,6 +9,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner, Result
@@ -100,3 +101,68 @@ def test_a_database_back_with_fewer_events_is_followed_from_its_last(capsys: pyt
     assert "the database's events now end at 5, before 9 that this tail printed" in capsys.readouterr().err
     assert asyncio.run(events_cli._not_past_its_end(_Horizon(5), 1, 9)) == 5
     assert "shard 1's events now end at 1:5, before 1:9" in capsys.readouterr().err
+
+
+@pytest.fixture
+def api_on_own_server(own_server: EmbeddedPostgres) -> Iterator[str]:
+    """The management API (dev profile) over ``own_server`` on a real uvicorn on loopback, in a
+    thread: its base URL."""
+    import socket
+
+    import uvicorn
+
+    from harvest.config import load_config
+    from harvest.web.app import management_app
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    app = management_app(dsn=own_server.dsn, config=load_config(env={}), profile="dev")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, "the API serves")
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(5)
+    sock.close()
+
+
+def test_a_tail_over_http_follows_the_database_again_after_a_restart(
+    own_server: EmbeddedPostgres, api_on_own_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's stream ends when its database restarts; the tail opens it again (the
+    server answering 503 meanwhile) after the last event it printed: none missed, none twice."""
+    monkeypatch.setattr(events_cli, "RETRY_SECS", 0.1)
+    before = _last(own_server.dsn)
+    _start(own_server.dsn, "http-before-the-restart")
+    per_start = _last(own_server.dsn) - before
+    outcome: dict[str, Result] = {}
+    args = ["--base-url", api_on_own_server, "events", "tail", "--after", str(before)]
+    args += ["--limit", str(3 * per_start), "-o", "json"]
+    runner = CliRunner()
+    tail = threading.Thread(
+        target=lambda: outcome.update(result=runner.invoke(main, args, env=CLEAN, catch_exceptions=False)),
+        daemon=True,
+    )
+    tail.start()
+    try:
+        wait_until(lambda: _listening(own_server.dsn) > 0, "the API's stream listens")
+        own_server.pause()  # the API's sessions are cut while the tail follows its stream
+        time.sleep(0.5)
+        own_server.resume()
+        _start(own_server.dsn, "http-after-the-restart")
+        wait_until(lambda: _listening(own_server.dsn) > 0, "the API's stream listens again")
+        _start(own_server.dsn, "http-once-back")
+        tail.join(60)
+    finally:
+        own_server.resume()  # (nothing when it is up)
+    assert not tail.is_alive(), "the tail did not print every event"
+    result = outcome["result"]
+    assert result.exit_code == 0, result.stderr
+    got = [json.loads(line)["global_id"] for line in result.stdout.splitlines()]
+    assert got == list(range(before + 1, before + 3 * per_start + 1))  # each once, none missed
+    lost = re.search(r"its events after (\d+) follow when it is back", result.stderr)
+    assert lost is not None, result.stderr
+    assert int(lost[1]) in (before, before + per_start)
+    assert "warning: the event stream ended (" in result.stderr
+    assert f"warning: the event stream is back: following its events after {lost[1]}\n" in result.stderr

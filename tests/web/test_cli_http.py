@@ -21,6 +21,7 @@ from starlette.testclient import TestClient
 from harvest.cli import http as cli_http
 from harvest.cli.main import main
 from harvest.config import load_config
+from harvest.core.errors import Unauthenticated
 from harvest.web.app import management_app
 
 BASE = "http://testserver"
@@ -895,45 +896,123 @@ def test_activity_commands_by_a_real_task_token_match(db: str, served, start_wor
     assert failed.stdout == "dead_lettered\n", failed.stderr
 
 
-def test_events_tail_over_http_says_where_to_resume_when_the_server_ends_the_stream() -> None:
-    """A stream the server ends (it is stopping, or on shards one of them went) is not the end of
-    the events: the tail prints what came, then fails naming the position to resume from."""
+def _sse_event(global_id: int, workflow_id: str) -> bytes:
     event = {
-        "global_id": 7,
+        "global_id": global_id,
         "execution_id": "00000000-0000-4000-8000-000000000001",
         "event_id": 1,
         "event_type": "WorkflowExecutionStarted",
         "event_data": {},
         "created_at": "2026-12-04T15:00:00+00:00",
         "workflow_name": "greet",
-        "workflow_id": "w1",
+        "workflow_id": workflow_id,
     }
-    body = f"id: 7\ndata: {json.dumps(event)}\n\n".encode()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
+    return f"id: {global_id}\ndata: {json.dumps(event)}\n\n".encode()
 
-    def one_event_then_the_end(ending: bytes) -> None:
-        peer, _ = listener.accept()
-        peer.recv(65536)
-        peer.sendall(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-            + f"{len(body):x}\r\n".encode()
-            + body
-            + b"\r\n"
-            + ending
-        )
-        peer.close()
 
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    try:
-        for ending in (b"0\r\n\r\n", b""):  # ended cleanly, or the connection closed mid-stream
-            thread = threading.Thread(target=one_event_then_the_end, args=(ending,), daemon=True)
-            thread.start()
-            tail = run("--base-url", url, "events", "tail", "--after", "3")
-            thread.join(5)
-            assert tail.stdout.startswith("7  2026-12-04T15:00:00.000+00:00  greet/w1  #1"), tail.stdout
-            assert tail.exit_code == 1, (tail.exit_code, tail.stderr)
-            assert "--after 7" in tail.stderr, tail.stderr
-    finally:
-        listener.close()
+def _answer(status: str, error: dict[str, str]) -> bytes:
+    body = json.dumps({"error": error}).encode()
+    head = f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+class _ScriptedStreams:
+    """A stand-in for the management API's /stream: each connection gets the next of
+    ``answers``: ("ended", body) a 200 event stream the server then ends, ("cut", body) one whose
+    connection is closed mid-stream, ("raw", bytes) a whole answer. ``requests`` keeps what each
+    connection sent."""
+
+    def __init__(self, answers: list[tuple[str, bytes]]):
+        self.answers, self.requests = answers, list[str]()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        for kind, body in self.answers:
+            peer, _ = self.listener.accept()
+            self.requests.append(peer.recv(65536).decode().lower())
+            if kind == "raw":
+                peer.sendall(body)
+            else:
+                ending = b"" if kind == "cut" else b"0\r\n\r\n"
+                peer.sendall(head + f"{len(body):x}\r\n".encode() + body + b"\r\n" + ending)
+            peer.close()
+
+    def tail(self, *args: str) -> Result:
+        try:
+            result = run("--base-url", self.url, "events", "tail", *args)
+            self.thread.join(5)
+            return result
+        finally:
+            self.listener.close()
+
+
+@pytest.fixture
+def quick_retry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harvest.cli import events as events_cli
+
+    monkeypatch.setattr(events_cli, "RETRY_SECS", 0.05)
+
+
+@pytest.mark.usefixtures("quick_retry")
+def test_events_tail_over_http_opens_the_stream_again_after_its_last_position() -> None:
+    """A stream the server ends (it is stopping, or on shards one of them went) or that breaks
+    off is not the end of the events: the tail says so, opens it again after the last position
+    it had, rides out the server's 503s meanwhile, and says when it is back. Nothing is printed
+    twice."""
+    streams = _ScriptedStreams(
+        [
+            ("ended", b": stream open\nid: 3\n\n" + _sse_event(7, "w1")),  # the server ends it
+            ("raw", _answer("503 Service Unavailable", {"code": "database_unavailable", "message": "down"})),
+            ("cut", b": stream open\nid: 7\n\n"),  # open, then the connection is cut
+            ("ended", b": stream open\nid: 7\n\n" + _sse_event(8, "w2")),
+        ]
+    )
+    tail = streams.tail("--after", "3", "--limit", "2")
+    assert tail.exit_code == 0, tail.stderr
+    assert [line.split()[2] for line in tail.stdout.splitlines()] == ["greet/w1", "greet/w2"]
+    assert "last-event-id: 3\r\n" in streams.requests[0]
+    assert all("last-event-id: 7\r\n" in r for r in streams.requests[1:]), streams.requests
+    assert tail.stderr.count("warning: the event stream ended (") == 2, tail.stderr
+    assert "(the server ended it: it is stopping, or a shard went): trying again every 0.05 s" in tail.stderr
+    assert "(the event stream broke off: " in tail.stderr
+    assert tail.stderr.count("warning: the event stream is back: following its events after 7\n") == 2
+
+
+@pytest.mark.usefixtures("quick_retry")
+def test_events_tail_over_http_resumes_from_the_opening_position_before_any_event() -> None:
+    """Started from now, a tail whose stream is lost before its first event resumes after the
+    position the stream opened at: an event written meanwhile is printed."""
+    opening = b": stream open\nid: 41\n\n"
+    streams = _ScriptedStreams([("ended", opening), ("ended", opening + _sse_event(42, "w1"))])
+    tail = streams.tail("--limit", "1")
+    assert tail.exit_code == 0 and "greet/w1" in tail.stdout, tail.stderr
+    assert "last-event-id" not in streams.requests[0]
+    assert "last-event-id: 41\r\n" in streams.requests[1]
+    assert "its events after 41 follow when it is back" in tail.stderr
+
+
+@pytest.mark.usefixtures("quick_retry")
+def test_events_tail_over_http_ends_on_an_error_answer_naming_where_to_resume() -> None:
+    """Once followed, an answer that is not an outage (a revoked token) ends the tail with its
+    own error and exit code, naming the position to go on from."""
+    refused = _answer("401 Unauthorized", {"code": "unauthenticated", "message": "token revoked"})
+    opened = b": stream open\nid: 3\n\n" + _sse_event(7, "w1")
+    streams = _ScriptedStreams([("ended", opened), ("raw", refused)])
+    tail = streams.tail()
+    assert tail.stdout.startswith("7  2026-12-04T15:00:00.000+00:00  greet/w1  #1"), tail.stdout
+    assert "token revoked" in tail.stderr and "resume with --after 7" in tail.stderr, tail.stderr
+    assert tail.exit_code == Unauthenticated.exit_code
+
+
+def test_events_tail_over_http_that_cannot_open_the_stream_fails() -> None:
+    """A stream that cannot be opened at all (the server's database down) is an error, as it
+    was: the tail does not wait for a server it never read."""
+    down = _answer("503 Service Unavailable", {"code": "database_unavailable", "message": "down"})
+    tail = _ScriptedStreams([("raw", down)]).tail("--after", "5")
+    assert tail.exit_code == 1 and "down: resume with --after 5" in tail.stderr, tail.stderr

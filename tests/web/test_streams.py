@@ -43,12 +43,22 @@ async def signal(db: str, execution_id: str, name: str = "ping") -> None:
     await execute(db, "SELECT harvest.signal_workflow(%s, %s, '{}')", (execution_id, name))
 
 
+LAST_GLOBAL_ID = "SELECT coalesce(max(global_id), 0) FROM harvest.events"
+
+
 class Sse:
     """Reads one SSE response: its events (id, data) and comment lines."""
 
     def __init__(self, response: httpx.Response):
         self.lines = response.aiter_lines()
         self.comments: list[str] = []
+
+    async def opening(self, timeout: float = 10.0) -> str:
+        """The id the stream opens with (where it starts), after its ": stream open" comment."""
+        assert await self.next_comment(timeout) == ": stream open"
+        line = await asyncio.wait_for(anext(self.lines), timeout)
+        assert line.startswith("id: "), line
+        return line[4:]
 
     async def next_event(self, timeout: float = 10.0) -> tuple[int, dict]:
         async def read() -> tuple[int, dict]:
@@ -161,9 +171,10 @@ def test_the_stream_of_every_event_resumes_by_global_id_and_keeps_alive(db: str,
         try:
             app = make_app(authorizer, hub, keepalive=0.3)
             async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+                now = (await execute(db, LAST_GLOBAL_ID))[0][0]
                 async with client.stream("GET", "/stream", headers=headers(tokens["read"])) as response:
                     sse = Sse(response)
-                    assert await sse.next_comment() == ": stream open"
+                    assert await sse.opening() == str(now)  # where it starts, to resume from
                     assert await sse.next_comment() == ": keepalive"  # nothing written for 0.3 s
                     a = await start(db, "g1")
                     b = await start(db, "g2")
@@ -181,6 +192,7 @@ def test_the_stream_of_every_event_resumes_by_global_id_and_keeps_alive(db: str,
                     "GET", "/stream/durable", headers=headers(tokens["read"], last=first)
                 ) as response:
                     sse = Sse(response)
+                    assert await sse.opening() == str(first)
                     assert (await sse.next_event())[0] == second  # g2's start, then its signal
                     third, data = await sse.next_event()
                     assert third > second and data["event_type"] == "SignalReceived"
@@ -456,10 +468,11 @@ def test_on_shards_the_stream_merges_every_shard_and_resumes_from_each(shard_dbs
         try:
             async with serve(api) as url, httpx.AsyncClient(base_url=f"{url}", timeout=30) as client:
                 sse_headers = {"Accept": "text/event-stream"}
+                lasts = [(await execute(shard_dbs[s], LAST_GLOBAL_ID))[0][0] for s in (0, 1)]
                 async with client.stream("GET", "/stream", headers=sse_headers) as response:
                     assert response.status_code == 200
                     sse = Sse(response)
-                    assert await sse.next_comment() == ": stream open"
+                    assert await sse.opening() == f"0:{lasts[0]},1:{lasts[1]}"  # every shard's start
                     a = await start(shard_dbs[0], "on-0")
                     b = await start(shard_dbs[1], "on-1")
                     seen = [await sse.next_event(), await sse.next_event()]
@@ -472,6 +485,7 @@ def test_on_shards_the_stream_merges_every_shard_and_resumes_from_each(shard_dbs
                 resumed = {**sse_headers, "Last-Event-ID": last}
                 async with client.stream("GET", "/stream/durable", headers=resumed) as response:
                     sse = Sse(response)
+                    assert await sse.opening() == last
                     again = [await sse.next_event(), await sse.next_event()]
                     assert sorted((d["shard_id"], d["event_data"]["name"]) for _, d in again) == [
                         (0, "after-0"),

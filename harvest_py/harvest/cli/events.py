@@ -2,21 +2,22 @@
 (the event stream's reader, harvest.db.event_stream; docs/event-streams.md) or the management
 API's ``/stream``. With ``[shards]`` every readable shard is followed, merged as ``/stream``
 merges them (harvest.shard.event_merge): each line starts with every shard's position. A
-database or a shard that cannot be read once followed is followed again when it is back (an
-HTTP stream ends instead, and its client resumes)."""
+database or a shard that cannot be read once followed is followed again when it is back; over
+HTTP, a stream that ends or breaks off once open is opened again after its last position."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncGenerator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from harvest.cli.output import cli_config, cli_dsn, database_url_option, output_option
-from harvest.core.errors import ConfigError, DatabaseUnavailable
+from harvest.core.errors import ConfigError, DatabaseUnavailable, HarvestError, TimeoutError_
 from harvest.db.connection import error_line, is_permanent
 from harvest.db.event_stream import EventSource, source_unreachable
 from harvest.shard.event_merge import (
@@ -25,6 +26,9 @@ from harvest.shard.event_merge import (
     parse_global_id,
     parse_positions,
 )
+
+if TYPE_CHECKING:
+    from harvest.cli.http import Http
 
 _FIELDS = (
     "global_id",
@@ -222,6 +226,59 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
             await source.close()
 
 
+def _tail_http(http: Http, after: str | None, printer: _Printer) -> None:
+    """The events of ``/stream``. A stream that cannot be opened is an error. One that ends
+    once open (the server stopped it: it is stopping, or on shards one of them went), breaks
+    off, or goes silent past its idle limit is named on stderr and opened again every
+    RETRY_SECS, after the position of the last block it sent (the opening's, before any
+    event), so nothing is missed or printed twice. An error answer then (a revoked token, a
+    refused position) ends the tail, naming the position to resume from."""
+    position, lost, opened = after, False, False
+    while True:
+        try:
+            for at, event in http.stream_events(position, _warn):
+                if lost:
+                    _warn(f"the event stream is back: following its events after {_shown(position)}")
+                    lost = False
+                opened = True
+                if at is not None:
+                    position = at
+                if event is not None and not printer.show(event, event.get("position")):
+                    return
+            reason = "the server ended it: it is stopping, or a shard went"
+        except (DatabaseUnavailable, TimeoutError_) as exc:
+            if opened:
+                reason = str(exc)
+            elif isinstance(exc, TimeoutError_):
+                raise
+            else:
+                raise _resumable(exc, position) from None
+        except HarvestError as exc:
+            if not opened:
+                raise
+            raise _resumable(exc, position) from None
+        if not lost:
+            _warn(
+                f"the event stream ended ({reason}): trying again every {RETRY_SECS:g} s, its "
+                f"events after {_shown(position)} follow when it is back"
+            )
+            lost = True
+        time.sleep(RETRY_SECS)
+
+
+def _shown(position: str | None) -> str:
+    return "now" if position is None else position
+
+
+def _resumable(exc: HarvestError, position: str | None) -> HarvestError:
+    """``exc`` (an error answer's class, so the exit code is its own) naming where to go on from."""
+    text = f"{exc}: {'run it again' if position is None else f'resume with --after {position}'}"
+    try:
+        return type(exc)(text)
+    except TypeError:  # (a class whose constructor takes more than the message)
+        return HarvestError(text)
+
+
 @events.command("tail")
 @click.option("--workflow", "workflow", default=None, help="Only the events of this execution id.")
 @click.option(
@@ -250,24 +307,8 @@ def tail(
     try:
         if settings is not None:
             with http_session(settings) as http:  # GET /stream (docs/event-streams.md)
-                notes = lambda text: click.echo(f"warning: {text}", err=True)  # noqa: E731
-                last = after
-
-                def resume() -> str:
-                    return "run it again" if last is None else f"resume with --after {last}"
-
-                try:
-                    for event in http.stream_events(after, notes):
-                        last = event.get("position") or str(event["global_id"])
-                        if not printer.show(event, event.get("position")):
-                            return
-                except DatabaseUnavailable as exc:  # unreachable, or the stream broke off
-                    raise DatabaseUnavailable(f"{exc}: {resume()}") from None
-            # The server ended the stream (it is stopping, or on shards one of them went): not
-            # the end of the events, so not a success; say where to go on from.
-            raise DatabaseUnavailable(
-                f"the event stream ended (the server stopped it: it is stopping, or a shard went): {resume()}"
-            )
+                _tail_http(http, after, printer)
+            return
         config = cli_config()
         if not shards_configured(config):
             start = parse_global_id(after) if after is not None else None

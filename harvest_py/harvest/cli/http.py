@@ -209,12 +209,15 @@ class Http:
 
     def stream_events(
         self, after: str | None, note: Callable[[str], None] | None = None
-    ) -> Iterator[dict[str, Any]]:
-        """Every event from ``/stream`` (server-sent events), after ``after`` (a global id; on a
-        sharded server every shard's position, which each event then carries as ``position``;
-        None: from now). ``note`` gets what the stream says of a shard it could not open. The
-        timeout bounds the answer's headers; then the stream fails only when no data (nor a
-        keepalive, every 15 s) arrives for STREAM_IDLE_SECS or the timeout, whichever is longer."""
+    ) -> Iterator[tuple[str | None, dict[str, Any] | None]]:
+        """``/stream`` (server-sent events) after ``after`` (a global id; on a sharded server every
+        shard's position; None: from now), as ``(position, event)``: each block's ``id:`` (every
+        shard's position on a sharded server, which the event then also carries as
+        ``position``), and its event, or None for the block that opens the stream (its id is
+        where the stream starts: resuming after it misses nothing). ``note`` gets what the stream
+        says of a shard it could not open. The timeout bounds the answer's headers; then the
+        stream fails only when no data (nor a keepalive, every 15 s) arrives for
+        STREAM_IDLE_SECS or the timeout, whichever is longer."""
         import json as json_
 
         headers = {"Accept": "text/event-stream"}
@@ -246,7 +249,7 @@ class Http:
             if isinstance(timeouts, dict):
                 timeouts["read"] = idle
             data: list[str] = []
-            position = None
+            position: str | None = None
             for line in answer.iter_lines():
                 if line.startswith("data:"):
                     data.append(line[5:].lstrip(" "))
@@ -254,14 +257,16 @@ class Http:
                     position = line[3:].lstrip(" ")
                 elif line.startswith(": shard ") and note is not None:
                     note(line[2:])
-                elif line == "" and data:
-                    event = json_.loads("\n".join(data))
-                    data = []
-                    if isinstance(event.get("created_at"), str):
-                        event["created_at"] = datetime.fromisoformat(event["created_at"])
-                    if "shard_id" in event:  # a sharded server's merged stream
-                        event["position"] = position
-                    yield event
+                elif line == "" and (data or position is not None):
+                    event = None
+                    if data:
+                        event = json_.loads("\n".join(data))
+                        if isinstance(event.get("created_at"), str):
+                            event["created_at"] = datetime.fromisoformat(event["created_at"])
+                        if "shard_id" in event:  # a sharded server's merged stream
+                            event["position"] = position
+                    yield position, event
+                    data, position = [], None
         except self._httpx.TimeoutException:
             raise TimeoutError_(f"request timed out: the event stream sent nothing for {idle:g}s") from None
         except self._httpx.HTTPError as exc:

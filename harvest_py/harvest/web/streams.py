@@ -34,6 +34,7 @@ from starlette.routing import Route
 from harvest.client import routing
 from harvest.db.event_stream import PAGE, EventSource
 from harvest.shard.event_merge import (
+    format_positions,
     merge_streams,
     none_readable,
     parse_global_id,
@@ -394,7 +395,9 @@ def _merged_body(
             # Every shard's position from the start: a resumed id names each shard read.
             positions = {**given, **{s: given.get(s, sub.start_cursor) for s, sub in subs.items()}}
             streams = {s: hubs[s].events(sub, given.get(s), keepalive=3600.0) for s, sub in subs.items()}
-            yield b": stream open\n\n" + b"".join(
+            # The opening carries every shard's start as its id: a client that loses the stream
+            # before the first event resumes from there, missing nothing.
+            yield f": stream open\nid: {format_positions(positions)}\n\n".encode() + b"".join(
                 f": {unavailable_note(s)}\n\n".encode() for s in unavailable
             )
             merged = await stack.enter_async_context(
@@ -433,7 +436,14 @@ def stream_routes(
 
         async def body() -> AsyncIterator[bytes]:
             async with hub.subscribe(execution_id) as sub:
-                yield b": stream open\n\n"
+                if execution_id is None:
+                    # The opening carries where the stream starts as its id (no event: browsers
+                    # only keep it as the id to resume after), so a client that loses the stream
+                    # before its first event resumes from there, missing nothing.
+                    start = sub.start_cursor if last_id is None else last_id
+                    yield f": stream open\nid: {start}\n\n".encode()
+                else:
+                    yield b": stream open\n\n"
                 chunk: list[bytes] = []
                 async for event in hub.events(sub, last_id, keepalive=keepalive):
                     chunk.append(_sse(event, key))
