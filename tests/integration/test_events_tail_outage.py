@@ -43,16 +43,17 @@ def _listening(dsn: str) -> int:
         )
 
 
-def test_a_tail_follows_the_database_again_after_a_restart(
-    own_server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(events_cli, "RETRY_SECS", 0.1)
-    before = _last(own_server.dsn)
-    _start(own_server.dsn, "before-the-restart")
-    per_start = _last(own_server.dsn) - before
+def _tail_across_a_restart(pg: EmbeddedPostgres, transport: list[str], env: dict) -> tuple[Result, str]:
+    """Run `events tail` (``transport``: its options before the command) while ``pg`` restarts,
+    with runs started before, during and after; check it printed every event once, in order,
+    and said after which one it lost the stream. Returns its result and that position."""
+    dsn = pg.dsn
+    tag = "-".join(transport[:1]) or "sql"  # each test's own runs (a workflow id starts one run)
+    before = _last(dsn)
+    _start(dsn, f"{tag}-before-the-restart")
+    per_start = _last(dsn) - before
     outcome: dict[str, Result] = {}
-    args = ["events", "tail", "--after", str(before), "--limit", str(3 * per_start), "-o", "json"]
-    env = {**CLEAN, "HARVEST_DATABASE_URL": own_server.dsn}
+    args = [*transport, "events", "tail", "--after", str(before), "--limit", str(3 * per_start), "-o", "json"]
     runner = CliRunner()
     tail = threading.Thread(
         target=lambda: outcome.update(result=runner.invoke(main, args, env=env, catch_exceptions=False)),
@@ -60,16 +61,16 @@ def test_a_tail_follows_the_database_again_after_a_restart(
     )
     tail.start()
     try:
-        wait_until(lambda: _listening(own_server.dsn) > 0, "the tail listens")
-        own_server.pause()  # its sessions are cut while the tail follows
+        wait_until(lambda: _listening(dsn) > 0, "the tail's stream listens")
+        pg.pause()  # its sessions are cut while the tail follows
         time.sleep(0.5)
-        own_server.resume()
-        _start(own_server.dsn, "after-the-restart")
-        wait_until(lambda: _listening(own_server.dsn) > 0, "the tail listens again")
-        _start(own_server.dsn, "once-back")
+        pg.resume()
+        _start(dsn, f"{tag}-after-the-restart")
+        wait_until(lambda: _listening(dsn) > 0, "the tail's stream listens again")
+        _start(dsn, f"{tag}-once-back")
         tail.join(60)
     finally:
-        own_server.resume()  # (nothing when it is up)
+        pg.resume()  # (nothing when it is up)
     assert not tail.is_alive(), "the tail did not print every event"
     result = outcome["result"]
     assert result.exit_code == 0, result.stderr
@@ -79,8 +80,17 @@ def test_a_tail_follows_the_database_again_after_a_restart(
     lost = re.search(r"its events after (\d+) follow when it is back", result.stderr)
     assert lost is not None, result.stderr
     assert int(lost[1]) in (before, before + per_start)
+    return result, lost[1]
+
+
+def test_a_tail_follows_the_database_again_after_a_restart(
+    own_server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(events_cli, "RETRY_SECS", 0.1)
+    env = {**CLEAN, "HARVEST_DATABASE_URL": own_server.dsn}
+    result, lost = _tail_across_a_restart(own_server, [], env)
     assert "warning: the database cannot be read (" in result.stderr
-    assert f"warning: the database is back: following its events after {lost[1]}\n" in result.stderr
+    assert f"warning: the database is back: following its events after {lost}\n" in result.stderr
 
 
 class _Horizon:
@@ -133,36 +143,6 @@ def test_a_tail_over_http_follows_the_database_again_after_a_restart(
     """The server's stream ends when its database restarts; the tail opens it again (the
     server answering 503 meanwhile) after the last event it printed: none missed, none twice."""
     monkeypatch.setattr(events_cli, "RETRY_SECS", 0.1)
-    before = _last(own_server.dsn)
-    _start(own_server.dsn, "http-before-the-restart")
-    per_start = _last(own_server.dsn) - before
-    outcome: dict[str, Result] = {}
-    args = ["--base-url", api_on_own_server, "events", "tail", "--after", str(before)]
-    args += ["--limit", str(3 * per_start), "-o", "json"]
-    runner = CliRunner()
-    tail = threading.Thread(
-        target=lambda: outcome.update(result=runner.invoke(main, args, env=CLEAN, catch_exceptions=False)),
-        daemon=True,
-    )
-    tail.start()
-    try:
-        wait_until(lambda: _listening(own_server.dsn) > 0, "the API's stream listens")
-        own_server.pause()  # the API's sessions are cut while the tail follows its stream
-        time.sleep(0.5)
-        own_server.resume()
-        _start(own_server.dsn, "http-after-the-restart")
-        wait_until(lambda: _listening(own_server.dsn) > 0, "the API's stream listens again")
-        _start(own_server.dsn, "http-once-back")
-        tail.join(60)
-    finally:
-        own_server.resume()  # (nothing when it is up)
-    assert not tail.is_alive(), "the tail did not print every event"
-    result = outcome["result"]
-    assert result.exit_code == 0, result.stderr
-    got = [json.loads(line)["global_id"] for line in result.stdout.splitlines()]
-    assert got == list(range(before + 1, before + 3 * per_start + 1))  # each once, none missed
-    lost = re.search(r"its events after (\d+) follow when it is back", result.stderr)
-    assert lost is not None, result.stderr
-    assert int(lost[1]) in (before, before + per_start)
+    result, lost = _tail_across_a_restart(own_server, ["--base-url", api_on_own_server], CLEAN)
     assert "warning: the event stream ended (" in result.stderr
-    assert f"warning: the event stream is back: following its events after {lost[1]}\n" in result.stderr
+    assert f"warning: the event stream is back: following its events after {lost}\n" in result.stderr
