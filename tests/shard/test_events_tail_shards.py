@@ -17,6 +17,7 @@ from psycopg.conninfo import make_conninfo
 from harvest.cli import events as events_cli
 from harvest.cli.main import main
 from harvest.config import load_config
+from harvest.web import streams
 from harvest.web.app import management_app
 
 pytestmark = pytest.mark.shard
@@ -137,15 +138,10 @@ def _start_sql(shards, shard: int, workflow_id: str) -> None:
         conn.execute("SELECT harvest.start_workflow('greet', '[]', %s, 'default')", (workflow_id,))
 
 
-def test_events_tail_follows_a_shard_again_when_it_is_back(shards, monkeypatch) -> None:
-    """Over SQL a tail goes on when a shard cannot be read: one down when it starts is followed
-    from its given position once it is back, one lost while followed is followed again after its
-    last event printed. Each event once, none missed, and stderr says what happened."""
-    monkeypatch.setattr(events_cli, "RETRY_SECS", 0.1)
-    env = _env(shards)
-    # (A password in shard 1's url, which the test servers' trust login ignores: no warning may
-    # carry it.)
-    env["HARVEST_SHARDS__URLS__1"] = make_conninfo(shards.dsns[1], password="tail-secret-7")
+def _tail_through_shard_outages(shards, transport: list[str], env: dict[str, str | None]) -> Result:
+    """Run `events tail` (``transport``: its options before the command) from a position on both
+    shards while shard 1 is down when it starts, comes back, goes again while followed and
+    comes back; check it printed each event of both shards once, none missed."""
     before = {s: _last(shards, s) for s in (0, 1)}
     _start_sql(shards, 1, "while-up")  # written before shard 1 goes: read once it is back
     per_start = _last(shards, 1) - before[1]
@@ -154,16 +150,8 @@ def test_events_tail_follows_a_shard_again_when_it_is_back(shards, monkeypatch) 
     after_0 = _last(shards, 0)
     expected = (after_0 - before[0]) + 2 * per_start
     outcome: dict = {}
-    args = [
-        "events",
-        "tail",
-        "--after",
-        f"0:{before[0]},1:{before[1]}",
-        "--limit",
-        str(expected),
-        "-o",
-        "json",
-    ]
+    args = [*transport, "events", "tail", "--after", f"0:{before[0]},1:{before[1]}"]
+    args += ["--limit", str(expected), "-o", "json"]
     tail = threading.Thread(target=lambda: outcome.update(result=_run(args, env)), daemon=True)
     tail.start()
     try:
@@ -185,8 +173,36 @@ def test_events_tail_follows_a_shard_again_when_it_is_back(shards, monkeypatch) 
     want = [(0, g) for g in range(before[0] + 1, after_0 + 1)]
     want += [(1, g) for g in range(before[1] + 1, before[1] + 2 * per_start + 1)]
     assert got == want  # each once, none missed
+    assert f"shard 1 is back: following its events after 1:{before[1]}" in result.stderr
+    return result
+
+
+def test_events_tail_follows_a_shard_again_when_it_is_back(shards, monkeypatch) -> None:
+    """Over SQL a tail goes on when a shard cannot be read: one down when it starts is followed
+    from its given position once it is back, one lost while followed is followed again after its
+    last event printed. Each event once, none missed, and stderr says what happened."""
+    monkeypatch.setattr(events_cli, "RETRY_SECS", 0.1)
+    env: dict[str, str | None] = {**_env(shards)}
+    # (A password in shard 1's url, which the test servers' trust login ignores: no warning may
+    # carry it.)
+    env["HARVEST_SHARDS__URLS__1"] = make_conninfo(shards.dsns[1], password="tail-secret-7")
+    result = _tail_through_shard_outages(shards, [], env)
     assert "warning: shard 1 unavailable (" in result.stderr
     assert "trying again every 0.1 s, its events follow when back" in result.stderr
-    assert f"warning: shard 1 is back: following its events after 1:{before[1]}" in result.stderr
     assert "warning: shard 1 cannot be read (" in result.stderr
     assert "tail-secret-7" not in result.stderr
+
+
+def test_the_stream_over_http_follows_a_shard_again_when_it_is_back(
+    shards, live_url: str, monkeypatch
+) -> None:
+    """The sharded server's /stream does the same without ending: a shard down when it opens,
+    or lost while followed, is named in a comment, tried again, and followed after its position
+    once back, while the other shard's events go on; the tail over HTTP prints the same events
+    as over SQL and never has to open the stream again."""
+    monkeypatch.setattr(streams, "SHARD_RETRY_SECS", 0.1)
+    result = _tail_through_shard_outages(shards, ["--base-url", live_url], {})
+    assert "warning: shard 1 unavailable: its events after 1:" in result.stderr
+    assert result.stderr.count("follow when it is back") == 2, result.stderr  # at the open, and lost
+    assert result.stderr.count("warning: shard 1 is back: following its events after 1:") == 2
+    assert "the event stream ended" not in result.stderr

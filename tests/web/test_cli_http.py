@@ -961,7 +961,7 @@ def quick_retry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("quick_retry")
 def test_events_tail_over_http_opens_the_stream_again_after_its_last_position() -> None:
-    """A stream the server ends (it is stopping, or on shards one of them went) or that breaks
+    """A stream the server ends (it is stopping, or its database went) or that breaks
     off is not the end of the events: the tail says so, opens it again after the last position
     it had, rides out the server's 503s meanwhile, and says when it is back. Nothing is printed
     twice."""
@@ -979,7 +979,9 @@ def test_events_tail_over_http_opens_the_stream_again_after_its_last_position() 
     assert "last-event-id: 3\r\n" in streams.requests[0]
     assert all("last-event-id: 7\r\n" in r for r in streams.requests[1:]), streams.requests
     assert tail.stderr.count("warning: the event stream ended (") == 2, tail.stderr
-    assert "(the server ended it: it is stopping, or a shard went): trying again every 0.05 s" in tail.stderr
+    assert "(the server ended it: it is stopping, or its database went): trying again every 0.05 s" in (
+        tail.stderr
+    )
     assert "(the event stream broke off: " in tail.stderr
     assert tail.stderr.count("warning: the event stream is back: following its events after 7\n") == 2
 

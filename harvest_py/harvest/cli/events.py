@@ -21,6 +21,7 @@ from harvest.core.errors import ConfigError, DatabaseUnavailable, HarvestError, 
 from harvest.db.connection import error_line, is_permanent
 from harvest.db.event_stream import EventSource, source_unreachable
 from harvest.shard.event_merge import (
+    MergedEvent,
     merge_streams,
     none_readable,
     parse_global_id,
@@ -214,7 +215,7 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
         try:
             async with contextlib.aclosing(merged):  # its readers stop before the sources close
                 async for item in merged:
-                    if item is None:
+                    if not isinstance(item, MergedEvent):  # (a keepalive; its streams say no notes)
                         continue
                     if not printer.show({**item.event, "shard_id": item.shard}, item.position):
                         return
@@ -228,7 +229,7 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
 
 def _tail_http(http: Http, after: str | None, printer: _Printer) -> None:
     """The events of ``/stream``. A stream that cannot be opened is an error. One that ends
-    once open (the server stopped it: it is stopping, or on shards one of them went), breaks
+    once open (the server stopped it: it is stopping, or its database went), breaks
     off, or goes silent past its idle limit is named on stderr and opened again every
     RETRY_SECS, after the position of the last block it sent (the opening's, before any
     event), so nothing is missed or printed twice. An error answer then (a revoked token, a
@@ -245,7 +246,7 @@ def _tail_http(http: Http, after: str | None, printer: _Printer) -> None:
                     position = at
                 if event is not None and not printer.show(event, event.get("position")):
                     return
-            reason = "the server ended it: it is stopping, or a shard went"
+            reason = "the server ended it: it is stopping, or its database went"
         except (DatabaseUnavailable, TimeoutError_) as exc:
             if opened:
                 reason = str(exc)

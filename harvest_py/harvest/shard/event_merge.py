@@ -52,14 +52,30 @@ def format_positions(positions: Mapping[int, int]) -> str:
     return ",".join(f"{shard}:{position}" for shard, position in sorted(positions.items()))
 
 
-def unavailable_note(shard: int) -> str:
-    """What a merged stream says of a shard it could not open (its position is kept)."""
-    return f"shard {shard} unavailable: resume later for its events"
+def _after(shard: int, position: int | None) -> str:
+    return "from its events written once it is back" if position is None else f"after {shard}:{position}"
+
+
+def unavailable_note(shard: int, position: int | None) -> str:
+    """What a merged stream says of a shard it cannot read, when it opens or once it goes."""
+    return f"shard {shard} unavailable: its events {_after(shard, position)} follow when it is back"
+
+
+def back_note(shard: int, position: int) -> str:
+    return f"shard {shard} is back: following its events after {shard}:{position}"
 
 
 def none_readable(unavailable: list[int]) -> DatabaseUnavailable:
     shards = ", ".join(map(str, unavailable))
     return DatabaseUnavailable(f"no shard's events could be read (shard(s) {shards}); retry later")
+
+
+@dataclass(frozen=True)
+class ShardNote:
+    """What a merged stream says of one shard between events (it went, it is back)."""
+
+    shard: int
+    text: str
 
 
 @dataclass(frozen=True)
@@ -73,24 +89,26 @@ class MergedEvent:
 
 
 async def merge_streams(
-    streams: Mapping[int, AsyncIterator[dict[str, Any] | None]],
+    streams: Mapping[int, AsyncIterator[dict[str, Any] | ShardNote | None]],
     positions: Mapping[int, int],
     *,
     keepalive: float,
-) -> AsyncGenerator[MergedEvent | None, None]:
+) -> AsyncGenerator[MergedEvent | ShardNote | None, None]:
     """The shards' events (each stream: one shard's events in global id order; a None in one is
-    skipped) as they arrive; None after ``keepalive`` seconds without any. ``positions``: each
-    shard's start (a shard not streamed keeps its given position). Ends when one stream ends
-    (its database went: the caller resumes from the last position)."""
-    merged: asyncio.Queue[tuple[int, dict[str, Any]] | None] = asyncio.Queue(MERGE_QUEUE)
+    skipped, a ShardNote passed on) as they arrive; None after ``keepalive`` seconds without
+    any. ``positions``: each shard's start (a shard not streamed keeps its given position). Ends
+    when one stream ends (its database went: the caller resumes from the last position)."""
+    merged: asyncio.Queue[tuple[int, dict[str, Any]] | ShardNote | None] = asyncio.Queue(MERGE_QUEUE)
     at = dict(positions)
 
     failed: list[Exception] = []
 
-    async def pump(shard: int, stream: AsyncIterator[dict[str, Any] | None]) -> None:
+    async def pump(shard: int, stream: AsyncIterator[dict[str, Any] | ShardNote | None]) -> None:
         try:
             async for event in stream:
-                if event is not None:
+                if isinstance(event, ShardNote):
+                    await merged.put(event)
+                elif event is not None:
                     await merged.put((shard, event))
         except Exception as exc:  # its database went: the merge ends with the error
             failed.append(exc)
@@ -112,6 +130,9 @@ async def merge_streams(
                 if failed:
                     raise failed[0]
                 return
+            if isinstance(item, ShardNote):
+                yield item
+                continue
             shard, event = item
             at[shard] = event["global_id"]
             yield MergedEvent(shard, event, format_positions(at))

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,8 @@ from starlette.routing import Route
 from harvest.client import routing
 from harvest.db.event_stream import PAGE, EventSource
 from harvest.shard.event_merge import (
+    ShardNote,
+    back_note,
     format_positions,
     merge_streams,
     none_readable,
@@ -49,6 +52,8 @@ from harvest.web.routes import Param, path
 log = logging.getLogger("harvest.web.streams")
 
 KEEPALIVE_SECS = 15.0
+# How often the streams waiting on a shard that cannot be read try to start its listener again.
+SHARD_RETRY_SECS = 5.0
 QUEUE_SIZE = 1000  # events a subscriber may fall behind by before it reads from the table instead
 _RESYNC = object()  # in a subscriber's queue: it fell behind, read from the table
 
@@ -94,6 +99,7 @@ class EventHub:
         self._ready: asyncio.Future[Any] | None = None
         self._start_lock = asyncio.Lock()
         self._idle: asyncio.TimerHandle | None = None
+        self.next_try = 0.0  # (monotonic) when a merged stream waiting on it may next start it
 
     @property
     def listening(self) -> bool:
@@ -383,29 +389,78 @@ def _merged_sse(event: dict[str, Any], shard: int, position: str) -> bytes:
     return b"id: " + position.encode() + b"\ndata: " + data + b"\n\n"
 
 
+async def _listener_up(hub: EventHub) -> None:
+    """Once ``hub``'s listener is up (or starting) again, for a merged stream waiting on its
+    shard: every stream waiting on one shard shares one try per SHARD_RETRY_SECS, and sees a
+    listener another stream or request started within a fifth of that."""
+    while not hub.listening:
+        if time.monotonic() >= hub.next_try:
+            hub.next_try = time.monotonic() + SHARD_RETRY_SECS
+            with contextlib.suppress(Exception):  # (the listener logs why)
+                await hub.start()
+                return
+        await asyncio.sleep(SHARD_RETRY_SECS / 5)
+
+
+async def _shard_events(
+    hub: EventHub, shard: int, position: int | None, up: bool
+) -> AsyncIterator[dict[str, Any] | ShardNote | None]:
+    """One shard's part of a merged stream for as long as the response is open: its events
+    after ``position`` (None: from when it is first read). A shard that cannot be read (``up``
+    False: down when the stream opened; or its listener stopped since: a restart, a failover)
+    is named in a note, tried again (_listener_up), and named when it is back, its events
+    going on after the last one sent: the response goes on with the other shards meanwhile."""
+    while True:
+        if not up:
+            await _listener_up(hub)
+        try:
+            async with hub.subscribe(None) as sub:
+                after: int = sub.start_cursor if position is None else position
+                if not up and hub.cursor < after:
+                    # Back with its events ending before the position (a failover to a replica
+                    # that lacked the last of them): after its last, or those numbered again
+                    # from there would be passed over.
+                    after = hub.cursor
+                position = after
+                if not up:
+                    yield ShardNote(shard, back_note(shard, after))
+                    up = True
+                async for event in hub.events(sub, after, keepalive=3600.0):
+                    if event is not None:
+                        position = event["global_id"]
+                        yield event
+        except Exception as exc:  # its database went during a read (or as it came back)
+            if up:  # (once per loss and stream: a start that failed was logged by its hub)
+                log.warning("event stream: shard %s unavailable: %s", shard, exc)
+        if up:  # its listener stopped, or a read failed: the shard went
+            yield ShardNote(shard, unavailable_note(shard, position))
+            up = False
+
+
 def _merged_body(
     hubs: dict[int, EventHub], unavailable: list[int], given: dict[int, int], keepalive: float
 ) -> AsyncIterator[bytes]:
-    """Every shard's events as they arrive (in order within a shard), tagged with shard_id; a
-    shard's listener stopping ends the response (the client resumes from the last id)."""
+    """Every shard's events as they arrive (in order within a shard), tagged with shard_id. A
+    shard that cannot be read when the stream opens, or that goes later, is named in a comment
+    and followed again when it is back (_shard_events); the response goes on meanwhile."""
 
     async def body() -> AsyncIterator[bytes]:
-        async with contextlib.AsyncExitStack() as stack:
-            subs = {s: await stack.enter_async_context(hub.subscribe(None)) for s, hub in hubs.items()}
-            # Every shard's position from the start: a resumed id names each shard read.
-            positions = {**given, **{s: given.get(s, sub.start_cursor) for s, sub in subs.items()}}
-            streams = {s: hubs[s].events(sub, given.get(s), keepalive=3600.0) for s, sub in subs.items()}
-            # The opening carries every shard's start as its id: a client that loses the stream
-            # before the first event resumes from there, missing nothing.
-            yield f": stream open\nid: {format_positions(positions)}\n\n".encode() + b"".join(
-                f": {unavailable_note(s)}\n\n".encode() for s in unavailable
-            )
-            merged = await stack.enter_async_context(
-                contextlib.aclosing(merge_streams(streams, positions, keepalive=keepalive))
-            )
+        # Every shard's position from the start (a started hub's cursor: its events are read
+        # from there, so none written before the subscription is missed).
+        up = {s: hub for s, hub in hubs.items() if s not in unavailable}
+        positions = {**given, **{s: given.get(s, hub.cursor) for s, hub in up.items()}}
+        streams = {s: _shard_events(hub, s, positions.get(s), s in up) for s, hub in sorted(hubs.items())}
+        # The opening carries every shard's start as its id: a client that loses the stream
+        # before the first event resumes from there, missing nothing.
+        yield f": stream open\nid: {format_positions(positions)}\n\n".encode() + b"".join(
+            f": {unavailable_note(s, given.get(s))}\n\n".encode() for s in unavailable
+        )
+        async with contextlib.aclosing(merge_streams(streams, positions, keepalive=keepalive)) as merged:
             async for item in merged:
                 if item is None:
                     yield b": keepalive\n\n"
+                elif isinstance(item, ShardNote):
+                    yield f": {item.text}\n\n".encode()
                 else:
                     yield _merged_sse(item.event, item.shard, item.position)
 
@@ -460,19 +515,19 @@ def stream_routes(
 
     async def respond_merged(request: Request) -> StreamingResponse:
         given = _positions(request)
-        started: dict[int, EventHub] = {}
+        hubs = await streams.every()
         unavailable: list[int] = []
-        for shard, shard_hub in (await streams.every()).items():
+        for shard, shard_hub in hubs.items():
             try:
                 await shard_hub.start()
-                started[shard] = shard_hub
-            except Exception as exc:  # a shard down: the others stream, its position is kept
+            except Exception as exc:  # a shard down: the others stream, it is followed when back
                 log.warning("event stream: shard %s unavailable: %s", shard, exc)
+                shard_hub.next_try = time.monotonic() + SHARD_RETRY_SECS
                 unavailable.append(shard)
-        if not started:
+        if len(unavailable) == len(hubs):
             raise none_readable(unavailable)
         return StreamingResponse(
-            _merged_body(started, unavailable, given, keepalive),
+            _merged_body(hubs, unavailable, given, keepalive),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
