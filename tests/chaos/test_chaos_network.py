@@ -21,9 +21,12 @@ import json
 import os
 import selectors
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -446,3 +449,91 @@ def test_a_scheduler_cut_off_mid_tick_leaves_its_slots_to_another_once(
     assert {int(dt.datetime.fromisoformat(s).timestamp()) for s in held_slots} <= set(slots)
     assert all(f[2] == "started" for f in firings), firings
     assert slots[-1] - slots[0] >= SCHEDULER_RUN_SECS - 10, "the other scheduler fired to its end"
+
+
+# -- an API client cut off ------------------------------------------------------------------------
+
+SS = shutil.which("ss") or shutil.which("ss", path="/usr/sbin:/sbin")
+# A client in the namespace: opens the event stream and says so, then reads it until killed.
+STREAM_CLIENT = """
+import sys, urllib.request
+stream = urllib.request.urlopen(sys.argv[1], timeout=600)
+print("open", flush=True)
+while stream.readline():
+    pass
+"""
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _connections_from(address: str, port: int) -> int:
+    """The host's established TCP connections to ``port`` from ``address`` (the kernel's view)."""
+    listed = subprocess.run(
+        [SS or "ss", "-Htn", "state", "established", f"( sport = :{port} and dst {address} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return len(listed.splitlines())
+
+
+def test_the_api_gives_up_an_event_stream_client_that_went_silent(
+    link: Link, server: EmbeddedPostgres, net_db: str, tmp_path: Path
+) -> None:
+    """`harvest serve`'s connections carry the database's keepalive timings (its listening
+    socket's, which they inherit): a client of `/stream` cut off is given up about 30 s after its
+    last word, and its stream with it. Without them the server retransmits the stream's
+    keepalive comments to the silent client for about 15 minutes (an idle long-poll waits for
+    the OS's two hours)."""
+    with socket.socket() as probe:
+        probe.bind((link.host_address, 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, HARVEST_DATABASE_URL=net_db, HARVEST_PROFILE="dev")
+    serve = ["serve", "--host", link.host_address, "--port", str(port)]
+    with open(tmp_path / "serve.log", "w") as log:
+        api = subprocess.Popen(
+            [sys.executable, "-c", "from harvest.cli import main; main()", *serve],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://{link.host_address}:{port}/api/harvest"
+    client = None
+    try:
+        wait_until(lambda: _answers(f"{base}/health"), 60, "the API to serve")
+        in_namespace = [IP or "ip", "netns", "exec", link.namespace]
+        client = subprocess.Popen(
+            [*in_namespace, sys.executable, "-c", STREAM_CLIENT, f"{base}/stream"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        opened = Lines(client).text(time.monotonic() + 30)
+        assert opened == "open", (opened, (tmp_path / "serve.log").read_text())
+        assert _connections_from(link.peer_address, port) == 1
+        _ip("link", "set", link.host_side, "down")
+        cut_at = time.monotonic()
+        wait_until(
+            lambda: _connections_from(link.peer_address, port) == 0,
+            GIVE_UP_LIMIT_SECS,
+            "the API to give the silent stream client up",
+            0.5,
+        )
+        secs = time.monotonic() - cut_at
+        assert secs >= EARLIEST_SECS, secs
+        assert api.poll() is None, "the API went on serving"
+    finally:
+        if client is not None:
+            client.kill()
+            client.wait()
+        api.send_signal(signal.SIGINT)
+        try:
+            api.wait(30)
+        except subprocess.TimeoutExpired:
+            api.kill()
+            api.wait()

@@ -102,3 +102,35 @@ def test_dev_serves_the_api_and_prints_its_url_and_a_curl(db: str) -> None:
     finally:
         out, _ = _stop(process)
     assert f"Management API: {base}" in out and f"curl -s -X POST {base}/workflows/greet/start" in out
+
+
+def test_the_listening_socket_gives_each_connection_the_databases_keepalive_timings() -> None:
+    """A client that goes silent is given up after about 30 s, as a database is: the connections
+    the listening socket accepts inherit its keepalives and TCP user timeout (the whole path,
+    with a real cut: tests/chaos/test_chaos_network.py)."""
+    from harvest.cli.serve import listening_socket
+    from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS
+
+    with listening_socket("127.0.0.1", 0) as sock:
+        sock.listen(1)
+        with socket.create_connection(sock.getsockname()[:2]) as _client:
+            accepted, _ = sock.accept()
+            with accepted:
+                assert accepted.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                got = {o: accepted.getsockopt(socket.IPPROTO_TCP, o) for o in SOCKET_KEEPALIVE_OPTIONS}
+    assert got == dict(SOCKET_KEEPALIVE_OPTIONS)
+    if sys.platform == "linux":  # every one of the four there
+        assert got[socket.TCP_USER_TIMEOUT] == 30_000 and got[socket.TCP_KEEPIDLE] == 10
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line(db: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        env = {**os.environ, "HARVEST_DATABASE_URL": db, "HARVEST_PROFILE": "dev"}
+        process = _run(["serve", "--port", str(port)], env)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 1, err
+    assert f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another server" in err
+    assert "Traceback" not in err

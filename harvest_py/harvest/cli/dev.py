@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 import os
 import shlex
+import socket
 from typing import TYPE_CHECKING
 
 import click
@@ -103,10 +104,10 @@ def dev(
             click.echo("Ctrl-C stops everything and removes what was created.\n")
             asyncio.run(_demo(worker, dsn))
         else:
-            server_task = None if no_api else _api_server(app, dsn, host, port, demo=not target)  # type: ignore[arg-type]
+            api = None if no_api else _api_server(app, dsn, host, port, demo=not target)  # type: ignore[arg-type]
             click.echo("Ctrl-C stops everything and removes what was created.\n")
             with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(_run(worker, server_task))
+                asyncio.run(_run(worker, api))
     finally:
         if server is not None:
             click.echo("stopping the embedded PostgreSQL and removing its files", err=True)
@@ -115,14 +116,15 @@ def dev(
 
 def _api_server(
     app: App, dsn: str, host: str | None, port: int | None, demo: bool = True
-) -> uvicorn.Server | None:
+) -> tuple[uvicorn.Server, socket.socket] | None:
     """The management API of the dev runner (profile dev: every caller is admin, so it listens
-    on localhost by default), with its URL and one curl printed; None when uvicorn is missing."""
+    on localhost by default) and its listening socket, with its URL and one curl printed; None
+    when uvicorn is missing."""
     try:
         import uvicorn
 
         from harvest.cli.output import cli_config
-        from harvest.cli.serve import GRACE_SECS, MOUNT, curl_line, served_app, web_address
+        from harvest.cli.serve import GRACE_SECS, MOUNT, curl_line, listening_socket, served_app, web_address
         from harvest.web.app import management_app
     except ImportError:
         click.echo("(no management API: install harvest-workflows[web])", err=True)
@@ -146,17 +148,21 @@ def _api_server(
     # The worker owns Ctrl-C and stops the server after it. uvicorn (0.29 and later) would
     # take SIGINT and SIGTERM for the length of serve() and raise them again when it returns.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
-    return server
+    return server, listening_socket(host, port)
 
 
-async def _run(worker: Worker, server: uvicorn.Server | None) -> None:
-    """The worker, and the API beside it until the worker stops."""
-    serving = asyncio.create_task(server.serve()) if server is not None else None
-    try:
+async def _run(worker: Worker, api: tuple[uvicorn.Server, socket.socket] | None) -> None:
+    """The worker, and the API (its server and listening socket) beside it until the worker stops."""
+    if api is None:
         await worker.run(install_signal_handlers=True)
-    finally:
-        if serving is not None:
-            server.should_exit = True  # type: ignore[union-attr]  # serving is set only with a server
+        return
+    server, sock = api
+    with sock:
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            await worker.run(install_signal_handlers=True)
+        finally:
+            server.should_exit = True
             await serving
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import logging
 import shlex
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import click
 
 from harvest.cli.output import cli_config, database_url_option
+from harvest.core.errors import HarvestError
+from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -27,6 +30,36 @@ def web_address(config: Any, host: str | None, port: int | None) -> tuple[str, i
         host or config.get("web.host") or DEFAULT_HOST,
         port if port is not None else config.get("web.port", DEFAULT_PORT),
     )
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The management API's listening socket on ``host``:``port``, with TCP keepalives and a
+    user timeout set, which the connections it accepts inherit (Linux and the BSDs): a client
+    that goes silent (a host cut off, a laptop closed, a NAT that forgets the flow) is given up
+    after about 30 s, as a database is (harvest.db.connection), and its event stream or
+    long-poll ends, instead of holding a subscription while TCP retransmits the stream's
+    keepalives for 15 minutes or an idle long-poll for the OS's two hours. A client that is only
+    slow is unaffected: its kernel acknowledges and answers the probes."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise HarvestError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (check --host)") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for option, value in SOCKET_KEEPALIVE_OPTIONS.items():
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise HarvestError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server on that port? "
+            "choose another with --port or web.port)"
+        ) from None
+    return sock
 
 
 def served_app(api: Any, mount: str = MOUNT) -> Any:
@@ -107,8 +140,11 @@ def serve(
         dsn = cli_dsn(database_url)
     api = management_app(dsn=dsn, config=config, app=app)
     host, port = web_address(config, host, port)
+    sock = listening_socket(host, port)
     click.echo(f"Harvest management API on http://{host}:{port}{MOUNT}", err=True)
     # Long-polls (result?wait=) may hold a request for minutes: a stop waits GRACE_SECS for them.
-    uvicorn.run(
+    served = uvicorn.Config(
         served_app(api), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_SECS
     )
+    with sock:
+        uvicorn.Server(served).run(sockets=[sock])

@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import os
 import re
+import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, LiteralString, Self, cast
 from urllib.parse import unquote
@@ -244,6 +245,22 @@ KEEPALIVE_IDLE_SECS = 10
 KEEPALIVE_INTERVAL_SECS = 5
 KEEPALIVE_COUNT = 3
 SILENT_PEER_SECS = 30
+
+# The same as socket options (IPPROTO_TCP level), each where the platform has it (macOS names
+# the idle time TCP_KEEPALIVE and has no TCP_USER_TIMEOUT: its probes' count ends it): the
+# Redis dispatch's socket (harvest.db.redis_channel) and the management API's listening socket,
+# whose accepted connections inherit them (harvest.cli.serve.listening_socket).
+_IDLE_OPTION = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)
+SOCKET_KEEPALIVE_OPTIONS: Mapping[int, int] = {
+    option: value
+    for option, value in (
+        (_IDLE_OPTION, KEEPALIVE_IDLE_SECS),
+        (getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL_SECS),
+        (getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_COUNT),
+        (getattr(socket, "TCP_USER_TIMEOUT", None), SILENT_PEER_SECS * 1000),
+    )
+    if option is not None
+}
 
 # This end's, as libpq settings.
 NETWORK_DEFAULTS: Mapping[str, str] = {

@@ -19,7 +19,6 @@ database layer beside psycopg so that the client and the worker can both publish
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,12 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from harvest.core.errors import ConfigError, RedisUnavailable
-from harvest.db.connection import (
-    KEEPALIVE_COUNT,
-    KEEPALIVE_IDLE_SECS,
-    KEEPALIVE_INTERVAL_SECS,
-    SILENT_PEER_SECS,
-)
+from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS
 
 log = logging.getLogger("harvest.redis")
 
@@ -45,20 +39,6 @@ SCHEMES = ("redis", "rediss")
 # Query options of a URL that would weaken TLS verification: refused (docs/redis-dispatch.md).
 UNSAFE_OPTIONS = frozenset({"ssl_cert_reqs", "ssl_check_hostname", "ssl_ca_certs", "ssl_ca_path"})
 CONNECT_TIMEOUT_SECS = 5.0
-# Socket options (IPPROTO_TCP level, as redis-py sets them) with the database's timings, whatever
-# redis-py's own defaults are (they changed across its versions); each where the platform has it
-# (macOS names the idle time TCP_KEEPALIVE and has no TCP_USER_TIMEOUT: its probes' count ends it).
-_IDLE_OPTION = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)
-KEEPALIVE_OPTIONS = {
-    option: value
-    for option, value in (
-        (_IDLE_OPTION, KEEPALIVE_IDLE_SECS),
-        (getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL_SECS),
-        (getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_COUNT),
-        (getattr(socket, "TCP_USER_TIMEOUT", None), SILENT_PEER_SECS * 1000),
-    )
-    if option is not None
-}
 
 
 def stream_key(queue: str) -> str:
@@ -163,7 +143,7 @@ class RedisChannel:
             # A Redis that goes silent is given up as a database is (harvest.db.connection), and
             # the worker falls back to the Postgres claim.
             "socket_keepalive": True,
-            "socket_keepalive_options": KEEPALIVE_OPTIONS,
+            "socket_keepalive_options": SOCKET_KEEPALIVE_OPTIONS,  # the database's timings
         }
         if urlsplit(url).scheme == "rediss":
             # Verified against the platform trust store (SSL_CERT_FILE / SSL_CERT_DIR replace it),
