@@ -919,8 +919,8 @@ def _answer(status: str, error: dict[str, str]) -> bytes:
 class _ScriptedStreams:
     """A stand-in for the management API's /stream: each connection gets the next of
     ``answers``: ("ended", body) a 200 event stream the server then ends, ("cut", body) one whose
-    connection is closed mid-stream, ("raw", bytes) a whole answer. ``requests`` keeps what each
-    connection sent."""
+    connection is closed mid-stream, ("raw", bytes) a whole answer, ("drop", b"") none (the
+    connection closed). ``requests`` keeps what each connection sent."""
 
     def __init__(self, answers: list[tuple[str, bytes]]):
         self.answers, self.requests = answers, list[str]()
@@ -938,14 +938,16 @@ class _ScriptedStreams:
             self.requests.append(peer.recv(65536).decode().lower())
             if kind == "raw":
                 peer.sendall(body)
+            elif kind == "drop":  # closed with no answer at all
+                pass
             else:
                 ending = b"" if kind == "cut" else b"0\r\n\r\n"
                 peer.sendall(head + f"{len(body):x}\r\n".encode() + body + b"\r\n" + ending)
             peer.close()
 
-    def tail(self, *args: str) -> Result:
+    def tail(self, *args: str, base_url: bool = True) -> Result:
         try:
-            result = run("--base-url", self.url, "events", "tail", *args)
+            result = run(*(["--base-url", self.url] if base_url else []), "events", "tail", *args)
             self.thread.join(5)
             return result
         finally:
@@ -969,6 +971,7 @@ def test_events_tail_over_http_opens_the_stream_again_after_its_last_position() 
         [
             ("ended", b": stream open\nid: 3\n\n" + _sse_event(7, "w1")),  # the server ends it
             ("raw", _answer("503 Service Unavailable", {"code": "database_unavailable", "message": "down"})),
+            ("raw", _answer("502 Bad Gateway", {})),  # a proxy whose server is restarting
             ("cut", b": stream open\nid: 7\n\n"),  # open, then the connection is cut
             ("ended", b": stream open\nid: 7\n\n" + _sse_event(8, "w2")),
         ]
@@ -1018,3 +1021,23 @@ def test_events_tail_over_http_that_cannot_open_the_stream_fails() -> None:
     down = _answer("503 Service Unavailable", {"code": "database_unavailable", "message": "down"})
     tail = _ScriptedStreams([("raw", down)]).tail("--after", "5")
     assert tail.exit_code == 1 and "down: resume with --after 5" in tail.stderr, tail.stderr
+
+
+@pytest.mark.usefixtures("quick_retry")
+def test_events_tail_at_the_default_url_rides_out_its_server_going(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing configured the CLI tries the default URL; once its stream has opened, a
+    server there that stops answering is an outage, not a missing configuration."""
+    from harvest.cli import output
+
+    streams = _ScriptedStreams(
+        [
+            ("ended", b": stream open\nid: 3\n\n" + _sse_event(7, "w1")),
+            ("drop", b""),  # no answer at all
+            ("ended", b": stream open\nid: 7\n\n" + _sse_event(8, "w2")),
+        ]
+    )
+    monkeypatch.setattr(output, "DEFAULT_BASE_URL", streams.url)
+    tail = streams.tail("--limit", "2", base_url=False)
+    assert tail.exit_code == 0, tail.stderr
+    assert "no database" not in tail.stderr
+    assert [line.split()[2] for line in tail.stdout.splitlines()] == ["greet/w1", "greet/w2"]

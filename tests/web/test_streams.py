@@ -505,3 +505,112 @@ def test_on_shards_the_stream_merges_every_shard_and_resumes_from_each(shard_dbs
             await api.state.harvest.close()
 
     run(main())
+
+
+async def _listen_sessions_ended(db: str) -> None:
+    """End this database's LISTEN sessions (an idle-session killer, a proxy): a hub's listener
+    goes, its reading connection stays."""
+    await execute(
+        db,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid() AND query ILIKE 'LISTEN%%'",
+    )
+
+
+def test_a_merged_streams_shard_whose_listener_goes_is_followed_again_and_misses_nothing(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listener that fails is not listening while it closes: a shard's follower waits for it
+    to close and starts it anew, instead of subscribing to the closing hub and waiting on it for
+    good. The event written after the loss arrives, after the notes of the loss and the return."""
+    monkeypatch.setattr(streams, "SHARD_RETRY_SECS", 0.2)
+
+    async def main() -> tuple[list, bool, int]:
+        hub = EventHub(db)
+        await hub.start()
+        follower = streams._shard_events(hub, 1, hub.cursor, True)
+        got: list = []
+
+        async def follow() -> None:
+            async for item in follower:
+                got.append(
+                    item.text.split(":")[0] if isinstance(item, streams.ShardNote) else item["workflow_id"]
+                )
+                if got[-1] == "after-the-loss":
+                    return
+
+        task = asyncio.create_task(follow())
+        try:
+            await start(db, "before-the-loss")
+            await asyncio.wait_for(_until(lambda: "before-the-loss" in got), 10)
+            await _listen_sessions_ended(db)
+            await asyncio.wait_for(_until(lambda: len(got) >= 2), 10)  # the loss is noted
+            await start(db, "after-the-loss")
+            await asyncio.wait_for(task, 15)
+            return got, hub.listening, len(hub.subscribers)
+        finally:
+            task.cancel()
+            await follower.aclose()
+            await hub.aclose()
+
+    got, listening, subscribers = asyncio.run(main())
+    assert got[0] == "before-the-loss" and got[-1] == "after-the-loss", got
+    assert "shard 1 unavailable" in got and "shard 1 is back" in got, got
+    assert listening and subscribers == 1
+
+
+async def _until(check) -> None:
+    while not check():
+        await asyncio.sleep(0.02)
+
+
+def test_a_hub_whose_starter_left_stops_when_idle(db: str) -> None:
+    """A stream that leaves while the listener it asked for is starting does not leave it
+    listening for good: it stops ``idle_secs`` later, as after its last subscriber."""
+
+    async def main() -> tuple[bool, bool]:
+        hub = EventHub(db, idle_secs=0.3)
+        starting = asyncio.create_task(hub.start())
+        await asyncio.sleep(0)
+        starting.cancel()  # the start goes on (shielded) without the one who asked for it
+        await asyncio.wait_for(
+            _until(lambda: hub.cursor > 0 or (hub._ready is not None and hub._ready.done())), 10
+        )
+        await asyncio.sleep(0.05)
+        up_once = hub.listening
+        await asyncio.wait_for(_until(lambda: not hub.listening), 5)
+        stopped = not hub.listening
+        await hub.aclose()
+        return up_once, stopped
+
+    up_once, stopped = asyncio.run(main())
+    assert up_once and stopped
+
+
+def test_a_resume_past_the_databases_last_event_goes_on_after_it(db: str, tokens: dict) -> None:
+    """A Last-Event-ID past the last global id the database handed out (a failover to a replica
+    that lacked the last events numbers the next ones from its last): the stream says so and
+    resumes after that last, so the next event is sent."""
+
+    async def main() -> None:
+        hub, authorizer = EventHub(db), authorizer_for(db)
+        try:
+            async with (
+                serve(make_app(authorizer, hub)) as url,
+                httpx.AsyncClient(base_url=url, timeout=30) as c,
+            ):
+                last = (await execute(db, LAST_GLOBAL_ID))[0][0]
+                past = last + 1000
+                async with c.stream("GET", "/stream", headers=headers(tokens["read"], last=past)) as response:
+                    sse = Sse(response)
+                    assert await sse.opening() == str(last)
+                    said = await sse.next_comment()
+                    assert said == f": the events now end at {last}, before {past}: going on after {last}"
+                    run_id = await start(db, "after-the-failover")
+                    _, data = await sse.next_event()
+                    assert data["execution_id"] == run_id
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+
+    run(main())

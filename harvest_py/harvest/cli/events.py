@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import AsyncGenerator
@@ -241,6 +242,10 @@ def _tail_http(http: Http, after: str | None, printer: _Printer) -> None:
                 if lost:
                     _warn(f"the event stream is back: following its events after {_shown(position)}")
                     lost = False
+                if not opened and http.settings.implicit:
+                    # The default URL answered: from now on one that does not is an outage of
+                    # this server, not a missing configuration (Http._unreachable).
+                    http.settings = dataclasses.replace(http.settings, implicit=False)
                 opened = True
                 if at is not None:
                     position = at

@@ -242,6 +242,11 @@ class Http:
                     body = answer.json()
                 except ValueError:
                     body = None
+                if answer.status_code in (502, 504):  # a proxy with no server behind it: an outage
+                    raise DatabaseUnavailable(
+                        f"the management API answered HTTP {answer.status_code} (a proxy whose server "
+                        "is down or restarting?)"
+                    )
                 raise error_from_answer(answer.status_code, body, "read")
             # The headers came: from here on a read may wait `idle` (the transport reads the
             # request's read timeout when the body starts).

@@ -11,6 +11,7 @@ shards carry no order between them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,10 +73,14 @@ def none_readable(unavailable: list[int]) -> DatabaseUnavailable:
 
 @dataclass(frozen=True)
 class ShardNote:
-    """What a merged stream says of one shard between events (it went, it is back)."""
+    """What a merged stream says of one shard between events (it went, it is back), with the
+    shard's position it names (None: none yet). merge_streams sets ``positions``: every
+    shard's, from then on (a shard back after a failover may go on from a lower one)."""
 
     shard: int
     text: str
+    position: int | None = None
+    positions: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,9 +100,11 @@ async def merge_streams(
     keepalive: float,
 ) -> AsyncGenerator[MergedEvent | ShardNote | None, None]:
     """The shards' events (each stream: one shard's events in global id order; a None in one is
-    skipped, a ShardNote passed on) as they arrive; None after ``keepalive`` seconds without
-    any. ``positions``: each shard's start (a shard not streamed keeps its given position). Ends
-    when one stream ends (its database went: the caller resumes from the last position)."""
+    skipped, a ShardNote passed on with every shard's position, its own set from it) as they
+    arrive; None after ``keepalive`` seconds without any. ``positions``: each shard's start (a
+    shard not streamed keeps its given position). Ends when one stream ends, raising what it
+    raised; a stream that follows its shard through outages (the management API's, the CLI's)
+    does not end."""
     merged: asyncio.Queue[tuple[int, dict[str, Any]] | ShardNote | None] = asyncio.Queue(MERGE_QUEUE)
     at = dict(positions)
 
@@ -131,7 +138,9 @@ async def merge_streams(
                     raise failed[0]
                 return
             if isinstance(item, ShardNote):
-                yield item
+                if item.position is not None:
+                    at[item.shard] = item.position
+                yield dataclasses.replace(item, positions=format_positions(at))
                 continue
             shard, event = item
             at[shard] = event["global_id"]

@@ -24,9 +24,9 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -99,21 +99,24 @@ class EventHub:
         self._ready: asyncio.Future[Any] | None = None
         self._start_lock = asyncio.Lock()
         self._idle: asyncio.TimerHandle | None = None
+        self._stopping = False  # the listener failed and is closing: a start waits and starts anew
         self.next_try = 0.0  # (monotonic) when a merged stream waiting on it may next start it
 
     @property
     def listening(self) -> bool:
-        return self._task is not None and not self._task.done()
+        """Up, or starting: not stopped, nor failed and closing."""
+        return self._task is not None and not self._task.done() and not self._stopping
 
     async def start(self) -> None:
         async with self._start_lock:
-            if self._task is not None and (self._task.done() or self._task.cancelling()):
+            if self._task is not None and (self._task.done() or self._task.cancelling() or self._stopping):
                 with contextlib.suppress(BaseException):
                     await self._task  # a stopping listener finishes closing first
                 self._task = None
             if self._task is None:
                 loop = asyncio.get_running_loop()
                 self._ready = loop.create_future()
+                self._stopping = False
                 self._task = loop.create_task(self._run())
         assert self._ready is not None  # for the checkers: set with the task, above or before
         await asyncio.shield(self._ready)
@@ -124,14 +127,20 @@ class EventHub:
             await self.source.open()
             self.cursor = await self.source.start_position()
             self._ready.set_result(None)
+            if not self.subscribers:  # its starter left meanwhile: stopped if nobody comes
+                self._stop_later()
             async for batch in self.source.follow(self.cursor):
                 self._publish(batch)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the database went: subscribers end, clients reconnect and resume
+            # Before anything else: from here on it is not listening, and a start waits for it
+            # to close and starts anew (a subscriber taken in now would never be ended).
+            self._stopping = True
             if not self._ready.done():
-                self._ready.set_exception(exc)
-            log.warning("event stream listener stopped: %s", exc)
+                self._ready.set_exception(exc)  # (its starter reports it)
+            else:
+                log.warning("event stream listener stopped: %s", exc)
             for sub in list(self.subscribers):
                 sub.end()
         finally:
@@ -160,6 +169,12 @@ class EventHub:
         if not self.subscribers and self._task is not None:
             self._task.cancel()
 
+    def _stop_later(self) -> None:
+        """Stop ``idle_secs`` from now unless a subscriber comes."""
+        if self._idle is not None:
+            self._idle.cancel()
+        self._idle = asyncio.get_running_loop().call_later(self.idle_secs, self._stop_if_idle)
+
     @contextlib.asynccontextmanager
     async def subscribe(self, execution_id: str | None = None) -> AsyncIterator[Subscriber]:
         if self._idle is not None:
@@ -178,7 +193,7 @@ class EventHub:
             if execution_id is not None and not group:
                 self._of_execution.pop(execution_id, None)
             if not self.subscribers:
-                self._idle = asyncio.get_running_loop().call_later(self.idle_secs, self._stop_if_idle)
+                self._stop_later()
 
     async def events(
         self, sub: Subscriber, last_id: int | None, *, keepalive: float = KEEPALIVE_SECS
@@ -402,28 +417,34 @@ async def _listener_up(hub: EventHub) -> None:
         await asyncio.sleep(SHARD_RETRY_SECS / 5)
 
 
+async def _resumed_after(hub: EventHub, position: int) -> int:
+    """Where a stream resumed after ``position`` goes on: there, unless the database's events now
+    end before it (a failover to a replica that had not received the last of them): then after
+    its last, or the events it numbers again from there would be passed over. (The database's
+    last id, not the hub's cursor: a client may bring a position from another server's hub that
+    is a little ahead of this one's.)"""
+    last = (await hub.source.horizon())["last_global_id"]
+    return min(position, cast(int, last))
+
+
 async def _shard_events(
     hub: EventHub, shard: int, position: int | None, up: bool
-) -> AsyncIterator[dict[str, Any] | ShardNote | None]:
+) -> AsyncGenerator[dict[str, Any] | ShardNote | None, None]:
     """One shard's part of a merged stream for as long as the response is open: its events
     after ``position`` (None: from when it is first read). A shard that cannot be read (``up``
-    False: down when the stream opened; or its listener stopped since: a restart, a failover)
-    is named in a note, tried again (_listener_up), and named when it is back, its events
-    going on after the last one sent: the response goes on with the other shards meanwhile."""
+    False: down when the stream opened; or lost since: its listener stopped, a read failed) is
+    named in a note, tried again every SHARD_RETRY_SECS (_listener_up), and named when it is
+    back, its events going on after the last one sent (_resumed_after): the response goes on
+    with the other shards meanwhile. Each note carries the shard's position, for the ids."""
     while True:
         if not up:
             await _listener_up(hub)
         try:
             async with hub.subscribe(None) as sub:
-                after: int = sub.start_cursor if position is None else position
-                if not up and hub.cursor < after:
-                    # Back with its events ending before the position (a failover to a replica
-                    # that lacked the last of them): after its last, or those numbered again
-                    # from there would be passed over.
-                    after = hub.cursor
+                after: int = sub.start_cursor if position is None else await _resumed_after(hub, position)
                 position = after
                 if not up:
-                    yield ShardNote(shard, back_note(shard, after))
+                    yield ShardNote(shard, back_note(shard, after), after)
                     up = True
                 async for event in hub.events(sub, after, keepalive=3600.0):
                     if event is not None:
@@ -433,8 +454,11 @@ async def _shard_events(
             if up:  # (once per loss and stream: a start that failed was logged by its hub)
                 log.warning("event stream: shard %s unavailable: %s", shard, exc)
         if up:  # its listener stopped, or a read failed: the shard went
-            yield ShardNote(shard, unavailable_note(shard, position))
+            yield ShardNote(shard, unavailable_note(shard, position), position)
             up = False
+        # Never at once: a read that fails while the listener stays up would be made again in a
+        # loop (a statement timeout, a privilege revoked).
+        await asyncio.sleep(SHARD_RETRY_SECS)
 
 
 def _merged_body(
@@ -455,14 +479,18 @@ def _merged_body(
         yield f": stream open\nid: {format_positions(positions)}\n\n".encode() + b"".join(
             f": {unavailable_note(s, given.get(s))}\n\n".encode() for s in unavailable
         )
-        async with contextlib.aclosing(merge_streams(streams, positions, keepalive=keepalive)) as merged:
-            async for item in merged:
-                if item is None:
-                    yield b": keepalive\n\n"
-                elif isinstance(item, ShardNote):
-                    yield f": {item.text}\n\n".encode()
-                else:
-                    yield _merged_sse(item.event, item.shard, item.position)
+        try:
+            async with contextlib.aclosing(merge_streams(streams, positions, keepalive=keepalive)) as merged:
+                async for item in merged:
+                    if item is None:
+                        yield b": keepalive\n\n"
+                    elif isinstance(item, ShardNote):  # with every shard's position after it
+                        yield f": {item.text}\nid: {item.positions}\n\n".encode()
+                    else:
+                        yield _merged_sse(item.event, item.shard, item.position)
+        finally:
+            for stream in streams.values():  # (their subscriptions end now, not when collected)
+                await stream.aclose()
 
     return body()
 
@@ -488,6 +516,13 @@ def stream_routes(
         await hub.start()  # a database that cannot be reached is an error answer, not an empty stream
         if execution_id is not None:
             await hub.source.get_execution(execution_id)  # NotFound (404) for an unknown id
+        note = b""
+        if execution_id is None and last_id is not None:
+            resumed = await _resumed_after(hub, last_id)
+            if resumed < last_id:
+                said = f"the events now end at {resumed}, before {last_id}: going on after {resumed}"
+                note = f": {said}\n\n".encode()
+                last_id = resumed
 
         async def body() -> AsyncIterator[bytes]:
             async with hub.subscribe(execution_id) as sub:
@@ -496,7 +531,7 @@ def stream_routes(
                     # only keep it as the id to resume after), so a client that loses the stream
                     # before its first event resumes from there, missing nothing.
                     start = sub.start_cursor if last_id is None else last_id
-                    yield f": stream open\nid: {start}\n\n".encode()
+                    yield f": stream open\nid: {start}\n\n".encode() + note
                 else:
                     yield b": stream open\n\n"
                 chunk: list[bytes] = []
