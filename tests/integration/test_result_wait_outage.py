@@ -20,7 +20,7 @@ from worker_helpers import RunningWorker
 
 from harvest import App, AsyncClient, Client, Worker, activity, query, workflow
 from harvest.client import outage as outage_module
-from harvest.core.errors import ConnectionRejected, QueryTimeout, TimeoutError_
+from harvest.core.errors import ConnectionRejected, DatabaseUnavailable, QueryTimeout, TimeoutError_
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.pools import LAST_CHANCE_SECS
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
@@ -432,3 +432,51 @@ def test_execute_workflow_with_the_server_down_times_out_on_time(own_server: Emb
         finally:
             own_server.resume()
     assert took < POOL_WAIT_SECS + SLACK_SECS, f"took {took:.1f}s"
+
+
+def test_a_handle_by_workflow_id_looks_its_run_up_within_the_calls_timeout(
+    own_server: EmbeddedPostgres,
+) -> None:
+    """A handle got by workflow_id finds its run before the wait: that lookup waits for a pooled
+    connection until the call's timeout too. Before: the pool's 30 s, whatever the timeout."""
+    with Client(own_server.dsn) as client:
+        client.start_workflow(waits_for_close, 1, workflow_id="found-by-key")
+        by_key = client.get_handle(workflow_id="found-by-key")
+        own_server.pause()
+        try:
+            for call in (lambda: by_key.result(timeout=2), lambda: by_key.query("number", timeout=2)):
+                started = time.monotonic()
+                with pytest.raises(
+                    DatabaseUnavailable, match=r"workflow_id 'found-by-key': its run could not be looked up"
+                ):
+                    call()
+                took = time.monotonic() - started
+                assert took < 2 + SLACK_SECS, f"a 2 s call took {took:.1f}s"
+        finally:
+            own_server.resume()
+        assert by_key.describe()["workflow_id"] == "found-by-key"  # the same handle, the database back
+        by_key.terminate()
+
+
+def test_an_async_handle_by_workflow_id_looks_its_run_up_within_the_calls_timeout(
+    own_server: EmbeddedPostgres,
+) -> None:
+    async def main() -> float:
+        client = await AsyncClient.connect(own_server.dsn)
+        try:
+            await client.start_workflow(waits_for_close, 1, workflow_id="found-by-key-async")
+            by_key = client.get_handle(workflow_id="found-by-key-async")
+            await asyncio.to_thread(own_server.pause)
+            try:
+                started = time.monotonic()
+                with pytest.raises(DatabaseUnavailable, match=r"its run could not be looked up"):
+                    await by_key.result(timeout=2)
+                return time.monotonic() - started
+            finally:
+                await asyncio.to_thread(own_server.resume)
+                await by_key.terminate()
+        finally:
+            await client.close()
+
+    took = asyncio.run(main())
+    assert took < 2 + SLACK_SECS, f"a 2 s wait took {took:.1f}s"

@@ -51,12 +51,12 @@ from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.core.task_token import TaskToken
 from harvest.db import channels, sqlapi
-from harvest.db.connection import connect, connect_async, resolve_dsn
+from harvest.db.connection import connect, connect_async, one_line, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.migrate import check_schema_async
 from harvest.db.notify import NotificationHub, ThreadNotificationHub
-from harvest.db.pools import open_async_pool, open_pool
+from harvest.db.pools import connections_by, never_sent, open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import (
     InTransaction,
@@ -1004,13 +1004,50 @@ def _handle_of(cls: Any, client: Any, execution_id: Any, workflow: Any, workflow
     return handle
 
 
+def _lookup_deadline(method: Callable[..., Any]) -> Callable[..., float | None]:
+    """For a method with a ``timeout`` (a wait: result, query, update), the deadline its call's
+    timeout sets, which the lookup of a handle by workflow_id before it keeps as the wait's own
+    calls do: it waits for a pooled connection until then (at least a second), not the pool's
+    30 s. None for a method without one, or a call whose timeout is None."""
+    signature = inspect.signature(method)
+    if "timeout" not in signature.parameters:
+        return lambda *args, **kwargs: None
+
+    def deadline(*args: Any, **kwargs: Any) -> float | None:
+        timeout = signature.bind(*args, **kwargs).arguments.get(
+            "timeout", signature.parameters["timeout"].default
+        )
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            return None  # (None, or a value the method itself refuses)
+        return time.monotonic() + timeout
+
+    return deadline
+
+
+def _not_found_in_time(handle: _Handle, exc: BaseException, deadline: float | None) -> None:
+    """A lookup by workflow_id that got no connection by its call's deadline: the run could not
+    be looked up, said as such (the wait itself never began)."""
+    if deadline is not None and never_sent(exc):
+        raise DatabaseUnavailable(
+            f"workflow_id {handle.workflow_id!r}: its run could not be looked up within the call's "
+            f"timeout ({one_line(exc)})"
+        ) from None
+
+
 def _finds_run(method: _Method) -> _Method:
     """A WorkflowHandle method that first finds the run of a handle by workflow_id."""
+    deadline_of = _lookup_deadline(method)
 
     @functools.wraps(method)
     def call(self: WorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
-            self._found(self.client._on(*self._key_lookup()))
+            deadline = deadline_of(self, *args, **kwargs)
+            try:
+                with connections_by(deadline):
+                    self._found(self.client._on(*self._key_lookup()))
+            except Exception as exc:
+                _not_found_in_time(self, exc, deadline)
+                raise
         return method(self, *args, **kwargs)
 
     return cast("_Method", call)
@@ -1018,11 +1055,18 @@ def _finds_run(method: _Method) -> _Method:
 
 def _afinds_run(method: _Method) -> _Method:
     """:func:`_finds_run` for AsyncWorkflowHandle."""
+    deadline_of = _lookup_deadline(method)
 
     @functools.wraps(method)
     async def call(self: AsyncWorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
-            self._found(await self.client._on(*self._key_lookup()))
+            deadline = deadline_of(self, *args, **kwargs)
+            try:
+                with connections_by(deadline):
+                    self._found(await self.client._on(*self._key_lookup()))
+            except Exception as exc:
+                _not_found_in_time(self, exc, deadline)
+                raise
         return await method(self, *args, **kwargs)
 
     return cast("_Method", call)
