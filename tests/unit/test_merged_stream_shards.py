@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from harvest.core.errors import DatabaseUnavailable
 from harvest.shard.event_merge import ShardNote, merge_streams
 from harvest.web import streams
 
@@ -62,11 +63,15 @@ class _Hub:
 
     next_try = 0.0
 
-    def __init__(self, last: int, rounds: list[Any]):
-        self.cursor, self.rounds, self.read_after = last, list(rounds), list[int]()
+    def __init__(self, last: int, rounds: list[Any], *, cursor: int | None = None):
+        # ``cursor``: the last id delivered, below ``last`` (handed out) while some are in flight.
+        self.cursor = last if cursor is None else cursor
+        self.rounds, self.read_after = list(rounds), list[int]()
         self.listening = True
+        self.horizon_reads = 0
 
         async def horizon() -> dict[str, int]:
+            self.horizon_reads += 1
             return {"last_global_id": last}
 
         self.source = SimpleNamespace(horizon=horizon)
@@ -116,15 +121,32 @@ def test_a_shard_back_with_fewer_events_is_followed_from_its_new_last(
 def test_a_position_past_the_shards_last_is_followed_from_its_last_when_the_stream_opens(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The same for a Last-Event-ID position past the shard's last (no note: it was never lost)."""
+    """The same for a Last-Event-ID position past the shard's last, said in a note whose
+    position the merged ids take, so a client that reconnects does not bring the old one back."""
     monkeypatch.setattr(streams, "SHARD_RETRY_SECS", 0.01)
     hub = _Hub(5, [[{"global_id": 6}]])
     got = asyncio.run(_first(streams._shard_events(hub, 0, 9, up=True), 2))  # type: ignore[arg-type]
-    assert _notes(got) == [
-        {"global_id": 6},
-        ("shard 0 unavailable: its events after 0:6 follow when it is back", 6),
-    ]
+    assert _notes(got) == [("shard 0's events now end at 5, before 9: going on after 5", 5), {"global_id": 6}]
     assert hub.read_after == [5]
+
+
+def test_a_clamped_position_goes_on_after_the_last_id_delivered_not_the_last_handed_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ids handed out to transactions still open (4 and 5 here, the hub having delivered up to
+    3) are sent when they commit: the position goes back to the hub's cursor, not to 5."""
+    monkeypatch.setattr(streams, "SHARD_RETRY_SECS", 0.01)
+    hub = _Hub(5, [[{"global_id": 4}]], cursor=3)
+    got = asyncio.run(_first(streams._shard_events(hub, 0, 9, up=True), 2))  # type: ignore[arg-type]
+    assert _notes(got)[0] == ("shard 0's events now end at 3, before 9: going on after 3", 3)
+    assert hub.read_after == [3]
+
+
+def test_a_position_the_hub_delivered_costs_no_read() -> None:
+    """A stream opened at, or resumed from, a position up to the hub's cursor: no horizon read."""
+    hub = _Hub(5, [[{"global_id": 6}]])
+    got = asyncio.run(_first(streams._shard_events(hub, 0, 4, up=True), 1))  # type: ignore[arg-type]
+    assert got == [{"global_id": 6}] and hub.horizon_reads == 0
 
 
 def test_a_shard_down_from_the_start_with_no_position_starts_at_its_events_once_back() -> None:
@@ -175,3 +197,70 @@ def test_a_note_sets_its_shards_position_in_the_merged_ids() -> None:
     assert (back.positions, event.position) == ("0:5,1:3", "0:6,1:3")
     (joined,) = asyncio.run(merged([ShardNote(0, "back", 40)], {1: 3}))
     assert joined.positions == "0:40,1:3"
+
+
+class _SlowSource:
+    """An event source whose connect takes ``opens_in`` seconds, then follows nothing."""
+
+    def __init__(self, opens_in: float):
+        self.opens_in = opens_in
+
+    async def open(self) -> None:
+        await asyncio.sleep(self.opens_in)
+
+    async def start_position(self) -> int:
+        return 7
+
+    async def follow(self, after: int) -> AsyncIterator[list[dict[str, Any]]]:
+        await asyncio.Event().wait()
+        yield []
+
+    async def close(self) -> None:
+        pass
+
+
+def _slow_hub(opens_in: float, idle_secs: float) -> streams.EventHub:
+    hub = streams.EventHub("postgresql://unused", idle_secs=idle_secs)
+    hub.source = _SlowSource(opens_in)  # type: ignore[assignment]
+    return hub
+
+
+def test_a_start_in_progress_is_not_stopped_idle() -> None:
+    """A shard's last subscriber left (its idle stop due in 0.1 s) and a stream tries it again
+    with a connect slower than that: the start is interest, so the idle stop does not cancel it
+    (which ended that shard's part of every merged stream, silently)."""
+
+    async def main() -> tuple[bool, bool]:
+        hub = _slow_hub(opens_in=0.3, idle_secs=0.1)
+        hub._stop_later()  # as after the last subscriber left
+        await asyncio.wait_for(hub.start(), 5)
+        up = hub.listening
+        await asyncio.wait_for(_until(lambda: not hub.listening), 5)  # idle once up: stopped
+        await hub.aclose()
+        return up, hub.listening
+
+    assert asyncio.run(main()) == (True, False)
+
+
+def test_a_start_stopped_before_it_is_up_is_an_outage_to_its_caller() -> None:
+    """A listener closed while starting: its starter gets DatabaseUnavailable (what a merged
+    stream's retry loop expects), not a CancelledError that would end the stream's task."""
+
+    async def main() -> BaseException | None:
+        hub = _slow_hub(opens_in=1.0, idle_secs=60)
+        starting = asyncio.create_task(hub.start())
+        await asyncio.sleep(0.05)
+        await hub.aclose()
+        try:
+            await asyncio.wait_for(starting, 5)
+        except BaseException as exc:  # (what it raised is the finding)
+            return exc
+        return None
+
+    got = asyncio.run(main())
+    assert isinstance(got, DatabaseUnavailable), repr(got)
+
+
+async def _until(check: Any) -> None:
+    while not check():
+        await asyncio.sleep(0.01)

@@ -994,12 +994,17 @@ def test_events_tail_over_http_resumes_from_the_opening_position_before_any_even
     """Started from now, a tail whose stream is lost before its first event resumes after the
     position the stream opened at: an event written meanwhile is printed."""
     opening = b": stream open\nid: 41\n\n"
-    streams = _ScriptedStreams([("ended", opening), ("ended", opening + _sse_event(42, "w1"))])
+    said = b": the database's events now end at 40, before 41: going on after 40\n\n"
+    again = b": stream open\nid: 40\n\n" + said + b": keepalive\n\n" + _sse_event(41, "w1")
+    streams = _ScriptedStreams([("ended", opening), ("ended", again)])
     tail = streams.tail("--limit", "1")
     assert tail.exit_code == 0 and "greet/w1" in tail.stdout, tail.stderr
     assert "last-event-id" not in streams.requests[0]
     assert "last-event-id: 41\r\n" in streams.requests[1]
     assert "its events after 41 follow when it is back" in tail.stderr
+    # What the stream says in a comment is shown, but its opening and keepalives.
+    assert "warning: the database's events now end at 40, before 41: going on after 40\n" in tail.stderr
+    assert "keepalive" not in tail.stderr and "stream open" not in tail.stderr
 
 
 @pytest.mark.usefixtures("quick_retry")

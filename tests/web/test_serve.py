@@ -108,10 +108,11 @@ def test_the_listening_socket_gives_each_connection_the_databases_keepalive_timi
     """A client that goes silent is given up after about 30 s, as a database is: the connections
     the listening socket accepts inherit its keepalives and TCP user timeout (the whole path,
     with a real cut: tests/chaos/test_chaos_network.py)."""
-    from harvest.cli.serve import listening_socket
+    from harvest.cli.serve import listening_sockets
     from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS
 
-    with listening_socket("127.0.0.1", 0) as sock:
+    (sock,) = listening_sockets("127.0.0.1", 0)
+    with sock:
         sock.listen(1)
         with socket.create_connection(sock.getsockname()[:2]) as _client:
             accepted, _ = sock.accept()
@@ -134,3 +135,39 @@ def test_serve_on_a_port_in_use_says_so_in_one_line(db: str) -> None:
     assert process.returncode == 1, err
     assert f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another server" in err
     assert "Traceback" not in err
+
+
+def test_the_listening_sockets_are_one_per_address_of_the_host() -> None:
+    """As uvicorn binds them: each address the host resolves to, an IPv6 one IPv6 only."""
+    from harvest.cli.serve import listening_sockets, served_url
+
+    port = _free_port()
+    sockets = listening_sockets("localhost", port)
+    try:
+        expected = {
+            (info[0], info[4][0]) for info in socket.getaddrinfo("localhost", port, type=socket.SOCK_STREAM)
+        }
+        assert {(s.family, s.getsockname()[0]) for s in sockets} == expected
+        for sock in sockets:
+            if sock.family == socket.AF_INET6:
+                assert sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 1
+        assert served_url("localhost", sockets) == f"http://localhost:{port}/api/harvest"
+    finally:
+        for sock in sockets:
+            sock.close()
+    (any_port,) = listening_sockets("127.0.0.1", 0)
+    with any_port:
+        assert served_url("::1", [any_port]).startswith("http://[::1]:")
+        assert not served_url("::1", [any_port]).endswith(":0/api/harvest")
+
+
+def test_serve_stops_on_ctrl_c_with_exit_0(db: str) -> None:
+    port = _free_port()
+    env = {**os.environ, "HARVEST_DATABASE_URL": db, "HARVEST_PROFILE": "dev"}
+    process = _run(["serve", "--port", str(port)], env)
+    try:
+        assert _get(f"http://127.0.0.1:{port}/api/harvest/health")[0] == 200
+    finally:
+        _, err = _stop(process)
+    assert process.returncode == 0, err
+    assert "Aborted" not in err

@@ -605,7 +605,8 @@ def test_a_resume_past_the_databases_last_event_goes_on_after_it(db: str, tokens
                     sse = Sse(response)
                     assert await sse.opening() == str(last)
                     said = await sse.next_comment()
-                    assert said == f": the events now end at {last}, before {past}: going on after {last}"
+                    ended = f"the database's events now end at {last}, before {past}"
+                    assert said == f": {ended}: going on after {last}"
                     run_id = await start(db, "after-the-failover")
                     _, data = await sse.next_event()
                     assert data["execution_id"] == run_id

@@ -116,7 +116,7 @@ def dev(
 
 def _api_server(
     app: App, dsn: str, host: str | None, port: int | None, demo: bool = True
-) -> tuple[uvicorn.Server, socket.socket] | None:
+) -> tuple[uvicorn.Server, list[socket.socket]] | None:
     """The management API of the dev runner (profile dev: every caller is admin, so it listens
     on localhost by default) and its listening socket, with its URL and one curl printed; None
     when uvicorn is missing."""
@@ -124,7 +124,14 @@ def _api_server(
         import uvicorn
 
         from harvest.cli.output import cli_config
-        from harvest.cli.serve import GRACE_SECS, MOUNT, curl_line, listening_socket, served_app, web_address
+        from harvest.cli.serve import (
+            GRACE_SECS,
+            curl_line,
+            listening_sockets,
+            served_app,
+            served_url,
+            web_address,
+        )
         from harvest.web.app import management_app
     except ImportError:
         click.echo("(no management API: install harvest-workflows[web])", err=True)
@@ -132,7 +139,8 @@ def _api_server(
     config = cli_config()
     api = management_app(dsn=dsn, config=config, profile="dev", app=app)
     host, port = web_address(config, host, port)
-    base = f"http://{host}:{port}{MOUNT}"
+    sockets = listening_sockets(host, port)
+    base = served_url(host, sockets)
     curl = (
         curl_line(base) if demo or not app.workflows else curl_line(base, min(app.workflows), '{"input": []}')
     )
@@ -148,22 +156,23 @@ def _api_server(
     # The worker owns Ctrl-C and stops the server after it. uvicorn (0.29 and later) would
     # take SIGINT and SIGTERM for the length of serve() and raise them again when it returns.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
-    return server, listening_socket(host, port)
+    return server, sockets
 
 
-async def _run(worker: Worker, api: tuple[uvicorn.Server, socket.socket] | None) -> None:
-    """The worker, and the API (its server and listening socket) beside it until the worker stops."""
+async def _run(worker: Worker, api: tuple[uvicorn.Server, list[socket.socket]] | None) -> None:
+    """The worker, and the API (its server and listening sockets) beside it until the worker stops."""
     if api is None:
         await worker.run(install_signal_handlers=True)
         return
-    server, sock = api
-    with sock:
-        serving = asyncio.create_task(server.serve(sockets=[sock]))
-        try:
-            await worker.run(install_signal_handlers=True)
-        finally:
-            server.should_exit = True
-            await serving
+    server, sockets = api
+    serving = asyncio.create_task(server.serve(sockets=sockets))
+    try:
+        await worker.run(install_signal_handlers=True)
+    finally:
+        server.should_exit = True
+        await serving
+        for sock in sockets:
+            sock.close()
 
 
 async def _demo(worker: Worker, dsn: str) -> None:

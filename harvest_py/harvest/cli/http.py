@@ -215,7 +215,8 @@ class Http:
         shard's position on a sharded server, which the event then also carries as
         ``position``), and its event, or None for the block that opens the stream (its id is
         where the stream starts: resuming after it misses nothing). ``note`` gets what the stream
-        says of a shard it could not open. The timeout bounds the answer's headers; then the
+        says in its comments (a shard gone or back, a position past the end), but its opening
+        and keepalives. The timeout bounds the answer's headers; then the
         stream fails only when no data (nor a keepalive, every 15 s) arrives for
         STREAM_IDLE_SECS or the timeout, whichever is longer."""
         import json as json_
@@ -260,8 +261,10 @@ class Http:
                     data.append(line[5:].lstrip(" "))
                 elif line.startswith("id:"):
                     position = line[3:].lstrip(" ")
-                elif line.startswith(": shard ") and note is not None:
-                    note(line[2:])
+                elif line.startswith(":") and note is not None:
+                    said = line[1:].strip()
+                    if said not in ("stream open", "keepalive"):  # (what the stream says of itself)
+                        note(said)
                 elif line == "" and (data or position is not None):
                     event = None
                     if data:

@@ -4,7 +4,10 @@ task and fires no schedule; docs/http-api.md). Host and port: ``--host``/``--por
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import os
 import shlex
 import socket
 from collections.abc import AsyncIterator
@@ -32,40 +35,58 @@ def web_address(config: Any, host: str | None, port: int | None) -> tuple[str, i
     )
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """The management API's listening socket on ``host``:``port``, with TCP keepalives and a
-    user timeout set, which the connections it accepts inherit (Linux and the BSDs): a client
-    that goes silent (a host cut off, a laptop closed, a NAT that forgets the flow) is given up
-    after about 30 s, as a database is (harvest.db.connection), and its event stream or
-    long-poll ends, instead of holding a subscription while TCP retransmits the stream's
-    keepalives for 15 minutes or an idle long-poll for the OS's two hours. A client that is only
-    slow is unaffected: its kernel acknowledges and answers the probes."""
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """The management API's listening sockets on ``host``:``port`` (one per address it resolves
+    to, as uvicorn binds them: ``localhost`` on both 127.0.0.1 and ::1 where it has both; an
+    IPv6 socket IPv6 only), each with TCP keepalives and a user timeout, which the connections
+    it accepts inherit (Linux and the BSDs): a client that goes silent (a host cut off, a laptop
+    closed, a NAT that forgets the flow) is given up after about 30 s, as a database is
+    (harvest.db.connection), and its event stream or long-poll ends, instead of holding a
+    subscription while TCP retransmits the stream's keepalives for 15 minutes or an idle
+    long-poll for the OS's two hours. A live client's kernel acknowledges and answers the
+    probes, however slow its process; one that stops reading a stream with data to send for 30 s
+    (its window full) is given up too, and reconnects."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:
         raise HarvestError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (check --host)") from None
+    sockets: list[socket.socket] = []
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        for option, value in SOCKET_KEEPALIVE_OPTIONS.items():
-            sock.setsockopt(socket.IPPROTO_TCP, option, value)
-        sock.bind(address)
+        bound: set[tuple[int, Any]] = set()
+        for family, kind, proto, _, address in found:
+            if (family, address) in bound:  # (an address resolved twice)
+                continue
+            bound.add((family, address))
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            if os.name == "posix":  # (elsewhere it would let two servers share the port)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            for option, value in SOCKET_KEEPALIVE_OPTIONS.items():
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+            sock.bind(address)
     except OSError as exc:
-        sock.close()
-        raise HarvestError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server on that port? "
-            "choose another with --port or web.port)"
-        ) from None
-    return sock
+        for sock in sockets:
+            sock.close()
+        hint = (
+            "another server on that port? choose another with --port or web.port"
+            if exc.errno == errno.EADDRINUSE
+            else "check --host: an address of this machine"
+        )
+        raise HarvestError(f"cannot listen on {host}:{port}: {exc.strerror or exc} ({hint})") from None
+    return sockets
+
+
+def served_url(host: str, sockets: list[socket.socket], mount: str = MOUNT) -> str:
+    """The API's URL as ``host`` names it, with the port it got (``--port 0``: the system's)."""
+    port = sockets[0].getsockname()[1]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}{mount}"
 
 
 def served_app(api: Any, mount: str = MOUNT) -> Any:
     """The management API mounted at ``mount`` (the spec's /api/harvest), its lifespan run."""
-    import contextlib
-
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
@@ -140,11 +161,16 @@ def serve(
         dsn = cli_dsn(database_url)
     api = management_app(dsn=dsn, config=config, app=app)
     host, port = web_address(config, host, port)
-    sock = listening_socket(host, port)
-    click.echo(f"Harvest management API on http://{host}:{port}{MOUNT}", err=True)
+    sockets = listening_sockets(host, port)
+    click.echo(f"Harvest management API on {served_url(host, sockets)}", err=True)
     # Long-polls (result?wait=) may hold a request for minutes: a stop waits GRACE_SECS for them.
     served = uvicorn.Config(
         served_app(api), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_SECS
     )
-    with sock:
-        uvicorn.Server(served).run(sockets=[sock])
+    try:
+        # Ctrl-C ends it as uvicorn.run does: after the graceful stop, not as an abort (exit 0).
+        with contextlib.suppress(KeyboardInterrupt):
+            uvicorn.Server(served).run(sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()

@@ -249,7 +249,7 @@ SILENT_PEER_SECS = 30
 # The same as socket options (IPPROTO_TCP level), each where the platform has it (macOS names
 # the idle time TCP_KEEPALIVE and has no TCP_USER_TIMEOUT: its probes' count ends it): the
 # Redis dispatch's socket (harvest.db.redis_channel) and the management API's listening socket,
-# whose accepted connections inherit them (harvest.cli.serve.listening_socket).
+# whose accepted connections inherit them (harvest.cli.serve.listening_sockets).
 _IDLE_OPTION = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)
 SOCKET_KEEPALIVE_OPTIONS: Mapping[int, int] = {
     option: value

@@ -33,6 +33,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from harvest.client import routing
+from harvest.core.errors import DatabaseUnavailable
 from harvest.db.event_stream import PAGE, EventSource
 from harvest.shard.event_merge import (
     ShardNote,
@@ -110,16 +111,30 @@ class EventHub:
     async def start(self) -> None:
         async with self._start_lock:
             if self._task is not None and (self._task.done() or self._task.cancelling() or self._stopping):
-                with contextlib.suppress(BaseException):
-                    await self._task  # a stopping listener finishes closing first
+                await asyncio.wait([self._task])  # a stopping listener finishes closing first
                 self._task = None
             if self._task is None:
                 loop = asyncio.get_running_loop()
-                self._ready = loop.create_future()
+                if self._idle is not None:  # a start is interest: no idle stop while it runs
+                    self._idle.cancel()
+                    self._idle = None
+                made: asyncio.Future[Any] = loop.create_future()
+                # (Its outcome counts as read even when every starter has left.)
+                made.add_done_callback(lambda f: f.cancelled() or f.exception())
+                self._ready = made
                 self._stopping = False
                 self._task = loop.create_task(self._run())
-        assert self._ready is not None  # for the checkers: set with the task, above or before
-        await asyncio.shield(self._ready)
+        ready = self._ready
+        assert ready is not None  # for the checkers: set with the task, above or before
+        try:
+            await asyncio.shield(ready)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if ready.cancelled() and task is not None and not task.cancelling():
+                # The listener was stopped before it was up (closed, or stopped idle): an
+                # outage to this caller, not its own cancellation.
+                raise DatabaseUnavailable("the event stream's listener stopped before it was up") from None
+            raise
 
     async def _run(self) -> None:
         assert self._ready is not None  # for the checkers: start() sets it before this task exists
@@ -166,7 +181,8 @@ class EventHub:
             self._task = None
 
     def _stop_if_idle(self) -> None:
-        if not self.subscribers and self._task is not None:
+        starting = self._ready is not None and not self._ready.done()  # (stopped when up, if idle)
+        if not self.subscribers and self._task is not None and not starting:
             self._task.cancel()
 
     def _stop_later(self) -> None:
@@ -411,20 +427,29 @@ async def _listener_up(hub: EventHub) -> None:
     while not hub.listening:
         if time.monotonic() >= hub.next_try:
             hub.next_try = time.monotonic() + SHARD_RETRY_SECS
-            with contextlib.suppress(Exception):  # (the listener logs why)
+            with contextlib.suppress(Exception):  # (down: each try is not logged)
                 await hub.start()
                 return
         await asyncio.sleep(SHARD_RETRY_SECS / 5)
 
 
-async def _resumed_after(hub: EventHub, position: int) -> int:
-    """Where a stream resumed after ``position`` goes on: there, unless the database's events now
-    end before it (a failover to a replica that had not received the last of them): then after
-    its last, or the events it numbers again from there would be passed over. (The database's
-    last id, not the hub's cursor: a client may bring a position from another server's hub that
-    is a little ahead of this one's.)"""
+async def _resumed_after(hub: EventHub, position: int, *, read: bool = False) -> int:
+    """Where a stream resumed after ``position`` goes on: there, unless the database now hands
+    out no id that high (a failover to a replica that had not received the last events, whose
+    next ones are numbered again from its last): then after the hub's cursor, the last id
+    delivered, every one before it final, or those events would be passed over. Decided by the
+    database's last id handed out, not the cursor: a client may bring a position from another
+    server's hub that is a little ahead of this one's, and ids of transactions still open lie
+    between the two. A position the hub has delivered is kept without a read, unless ``read``
+    (a read that proves the database answers)."""
+    if position <= hub.cursor and not read:
+        return position
     last = (await hub.source.horizon())["last_global_id"]
-    return min(position, cast(int, last))
+    return position if cast(int, last) >= position else min(position, hub.cursor)
+
+
+def _past_the_end(where: str, last: int, position: int) -> str:
+    return f"{where}'s events now end at {last}, before {position}: going on after {last}"
 
 
 async def _shard_events(
@@ -441,17 +466,23 @@ async def _shard_events(
             await _listener_up(hub)
         try:
             async with hub.subscribe(None) as sub:
-                after: int = sub.start_cursor if position is None else await _resumed_after(hub, position)
-                position = after
+                if position is None:
+                    after = sub.start_cursor
+                else:  # (back: a read first, so a shard is back only once it answers one)
+                    after = await _resumed_after(hub, position, read=not up)
                 if not up:
                     yield ShardNote(shard, back_note(shard, after), after)
                     up = True
+                elif after != position:
+                    said = _past_the_end(f"shard {shard}", after, cast(int, position))
+                    yield ShardNote(shard, said, after)
+                position = after
                 async for event in hub.events(sub, after, keepalive=3600.0):
                     if event is not None:
                         position = event["global_id"]
                         yield event
         except Exception as exc:  # its database went during a read (or as it came back)
-            if up:  # (once per loss and stream: a start that failed was logged by its hub)
+            if up:  # (once per loss and stream; the tries while it is down are not logged)
                 log.warning("event stream: shard %s unavailable: %s", shard, exc)
         if up:  # its listener stopped, or a read failed: the shard went
             yield ShardNote(shard, unavailable_note(shard, position), position)
@@ -519,9 +550,8 @@ def stream_routes(
         note = b""
         if execution_id is None and last_id is not None:
             resumed = await _resumed_after(hub, last_id)
-            if resumed < last_id:
-                said = f"the events now end at {resumed}, before {last_id}: going on after {resumed}"
-                note = f": {said}\n\n".encode()
+            if resumed != last_id:
+                note = f": {_past_the_end('the database', resumed, last_id)}\n\n".encode()
                 last_id = resumed
 
         async def body() -> AsyncIterator[bytes]:
