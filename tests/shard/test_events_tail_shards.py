@@ -200,7 +200,7 @@ def test_the_stream_over_http_follows_a_shard_again_when_it_is_back(
     or lost while followed, is named in a comment, tried again, and followed after its position
     once back, while the other shard's events go on; the tail over HTTP prints the same events
     as over SQL and never has to open the stream again."""
-    monkeypatch.setattr(streams, "SHARD_RETRY_SECS", 0.1)
+    monkeypatch.setattr(streams, "RETRY_SECS", 0.1)
     result = _tail_through_shard_outages(shards, ["--base-url", live_url], {})
     assert "warning: shard 1 unavailable: its events after 1:" in result.stderr
     assert result.stderr.count("follow when it is back") == 2, result.stderr  # at the open, and lost

@@ -1,5 +1,5 @@
 """How the management API's merged ``/stream`` follows a shard it cannot read
-(harvest/web/streams.py, ``_listener_up`` and ``_shard_events``; harvest/shard/event_merge.py),
+(harvest/web/streams.py, ``_listener_up`` and ``_followed``; harvest/shard/event_merge.py),
 with stand-in hubs: every stream waiting on one shard shares its tries, a read that keeps
 failing is not made again in a loop, a shard back with fewer events is followed from its new
 last, and the merged ids carry what the notes say (real hubs: tests/web/test_streams.py; real
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -38,11 +39,12 @@ class _DownHub:
 
 
 def test_every_stream_waiting_on_one_shard_shares_its_tries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(streams, "SHARD_RETRY_SECS", 0.2)
+    monkeypatch.setattr(streams, "RETRY_SECS", 0.2)
 
     async def main() -> tuple[int, float]:
         hub = _DownHub()
-        waits = [asyncio.create_task(streams._listener_up(hub)) for _ in range(20)]  # type: ignore[arg-type]
+        until = time.monotonic() + 10
+        waits = [asyncio.create_task(streams._listener_up(hub, until)) for _ in range(20)]  # type: ignore[arg-type]
         await asyncio.sleep(0.5)
         tries = hub.tries
         hub.up = True  # started by another stream or request: every wait sees it
@@ -107,9 +109,9 @@ def test_a_shard_back_with_fewer_events_is_followed_from_its_new_last(
 ) -> None:
     """A failover to a replica that lacked the last events numbers the next ones from below the
     stream's position: the stream goes on after the shard's last, saying so, not past them."""
-    monkeypatch.setattr(streams, "SHARD_RETRY_SECS", 0.01)
+    monkeypatch.setattr(streams, "RETRY_SECS", 0.01)
     hub = _Hub(5, [[{"global_id": 6}]])
-    got = asyncio.run(_first(streams._shard_events(hub, 1, 9, up=False), 3))  # type: ignore[arg-type]
+    got = asyncio.run(_first(streams._followed(hub, 1, 9, up=False), 3))  # type: ignore[arg-type]
     assert _notes(got) == [
         ("shard 1 is back: following its events after 1:5", 5),
         {"global_id": 6},
@@ -123,10 +125,11 @@ def test_a_position_past_the_shards_last_is_followed_from_its_last_when_the_stre
 ) -> None:
     """The same for a Last-Event-ID position past the shard's last, said in a note whose
     position the merged ids take, so a client that reconnects does not bring the old one back."""
-    monkeypatch.setattr(streams, "SHARD_RETRY_SECS", 0.01)
+    monkeypatch.setattr(streams, "RETRY_SECS", 0.01)
     hub = _Hub(5, [[{"global_id": 6}]])
-    got = asyncio.run(_first(streams._shard_events(hub, 0, 9, up=True), 2))  # type: ignore[arg-type]
-    assert _notes(got) == [("shard 0's events now end at 5, before 9: going on after 5", 5), {"global_id": 6}]
+    got = asyncio.run(_first(streams._followed(hub, 0, 9, up=True), 2))  # type: ignore[arg-type]
+    said = "shard 0's events now end at 0:5, before 0:9: going on after 0:5"
+    assert _notes(got) == [(said, 5), {"global_id": 6}]
     assert hub.read_after == [5]
 
 
@@ -135,37 +138,37 @@ def test_a_clamped_position_goes_on_after_the_last_id_delivered_not_the_last_han
 ) -> None:
     """Ids handed out to transactions still open (4 and 5 here, the hub having delivered up to
     3) are sent when they commit: the position goes back to the hub's cursor, not to 5."""
-    monkeypatch.setattr(streams, "SHARD_RETRY_SECS", 0.01)
+    monkeypatch.setattr(streams, "RETRY_SECS", 0.01)
     hub = _Hub(5, [[{"global_id": 4}]], cursor=3)
-    got = asyncio.run(_first(streams._shard_events(hub, 0, 9, up=True), 2))  # type: ignore[arg-type]
-    assert _notes(got)[0] == ("shard 0's events now end at 3, before 9: going on after 3", 3)
+    got = asyncio.run(_first(streams._followed(hub, 0, 9, up=True), 2))  # type: ignore[arg-type]
+    assert _notes(got)[0] == ("shard 0's events now end at 0:3, before 0:9: going on after 0:3", 3)
     assert hub.read_after == [3]
 
 
 def test_a_position_the_hub_delivered_costs_no_read() -> None:
     """A stream opened at, or resumed from, a position up to the hub's cursor: no horizon read."""
     hub = _Hub(5, [[{"global_id": 6}]])
-    got = asyncio.run(_first(streams._shard_events(hub, 0, 4, up=True), 1))  # type: ignore[arg-type]
+    got = asyncio.run(_first(streams._followed(hub, 0, 4, up=True), 1))  # type: ignore[arg-type]
     assert got == [{"global_id": 6}] and hub.horizon_reads == 0
 
 
 def test_a_shard_down_from_the_start_with_no_position_starts_at_its_events_once_back() -> None:
     hub = _Hub(40, [])
-    got = asyncio.run(_first(streams._shard_events(hub, 2, None, up=False), 1))  # type: ignore[arg-type]
+    got = asyncio.run(_first(streams._followed(hub, 2, None, up=False), 1))  # type: ignore[arg-type]
     assert _notes(got) == [("shard 2 is back: following its events after 2:40", 40)]
 
 
 def test_a_read_that_keeps_failing_is_made_again_once_a_period(monkeypatch: pytest.MonkeyPatch) -> None:
     """The listener up, the reads failing (a statement timeout, a privilege revoked): one read
     a period and one note for the loss, not a loop of them."""
-    monkeypatch.setattr(streams, "SHARD_RETRY_SECS", 0.1)
+    monkeypatch.setattr(streams, "RETRY_SECS", 0.1)
 
     async def main() -> list[Any]:
         hub = _Hub(5, [RuntimeError("permission denied")] * 1000)
         seen: list[Any] = []
 
         async def follow() -> None:
-            async for item in streams._shard_events(hub, 1, 5, up=True):  # type: ignore[arg-type]
+            async for item in streams._followed(hub, 1, 5, up=True):  # type: ignore[arg-type]
                 seen.append(item)
 
         task = asyncio.create_task(follow())
@@ -264,3 +267,22 @@ def test_a_start_stopped_before_it_is_up_is_an_outage_to_its_caller() -> None:
 async def _until(check: Any) -> None:
     while not check():
         await asyncio.sleep(0.01)
+
+
+def test_a_wait_for_a_database_that_stays_down_ends_at_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower waits in spans of its keepalive (it sends one between): the wait says no once
+    the span is over, and a try is not made before ``not_before`` (the pause after a loss)."""
+    monkeypatch.setattr(streams, "RETRY_SECS", 0.05)
+
+    async def main() -> tuple[bool, int, bool]:
+        hub = _DownHub()
+        began = time.monotonic()
+        up = await streams._listener_up(hub, began + 0.2)  # type: ignore[arg-type]
+        tries, took = hub.tries, time.monotonic() - began
+        later = _DownHub()
+        later.up = True
+        held = await streams._listener_up(later, time.monotonic() + 0.05, time.monotonic() + 1)  # type: ignore[arg-type]
+        return up, tries, took < 1 and not held
+
+    up, tries, on_time = asyncio.run(main())
+    assert not up and 2 <= tries <= 6 and on_time

@@ -523,12 +523,12 @@ def test_a_merged_streams_shard_whose_listener_goes_is_followed_again_and_misses
     """A listener that fails is not listening while it closes: a shard's follower waits for it
     to close and starts it anew, instead of subscribing to the closing hub and waiting on it for
     good. The event written after the loss arrives, after the notes of the loss and the return."""
-    monkeypatch.setattr(streams, "SHARD_RETRY_SECS", 0.2)
+    monkeypatch.setattr(streams, "RETRY_SECS", 0.2)
 
     async def main() -> tuple[list, bool, int]:
         hub = EventHub(db)
         await hub.start()
-        follower = streams._shard_events(hub, 1, hub.cursor, True)
+        follower = streams._followed(hub, 1, hub.cursor, True)
         got: list = []
 
         async def follow() -> None:
@@ -603,13 +603,51 @@ def test_a_resume_past_the_databases_last_event_goes_on_after_it(db: str, tokens
                 past = last + 1000
                 async with c.stream("GET", "/stream", headers=headers(tokens["read"], last=past)) as response:
                     sse = Sse(response)
-                    assert await sse.opening() == str(last)
-                    said = await sse.next_comment()
+                    assert await sse.opening() == str(past)  # where it was asked to start
+                    said = await sse.next_comment()  # then where it goes on, with that id
                     ended = f"the database's events now end at {last}, before {past}"
                     assert said == f": {ended}: going on after {last}"
                     run_id = await start(db, "after-the-failover")
                     _, data = await sse.next_event()
                     assert data["execution_id"] == run_id
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+
+    run(main())
+
+
+def test_the_stream_of_every_event_rides_out_its_listener_going(
+    db: str, tokens: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over one database `/stream` does not end when its database goes (a browser's EventSource
+    reconnecting into a 503 would stop for good): it says so in a comment, follows the database
+    again when it is back, says that too, and goes on after the last event it sent."""
+    monkeypatch.setattr(streams, "RETRY_SECS", 0.2)
+
+    async def main() -> None:
+        hub, authorizer = EventHub(db), authorizer_for(db)
+        try:
+            app = make_app(authorizer, hub, keepalive=30)
+            async with (
+                serve(app) as url,
+                httpx.AsyncClient(base_url=url, timeout=30) as client,
+                client.stream("GET", "/stream", headers=headers(tokens["read"])) as response,
+            ):
+                sse = Sse(response)
+                await sse.opening()
+                before = await start(db, "before-the-loss")
+                first, data = await sse.next_event()
+                assert data["execution_id"] == before
+                await _listen_sessions_ended(db)
+                gone, back = await sse.next_comment(), await sse.next_comment()
+                assert (
+                    gone == f": the database is unavailable: its events after {first} follow when it is back"
+                )
+                assert back == f": the database is back: following its events after {first}"
+                after = await start(db, "after-the-loss")
+                _, data = await sse.next_event()
+                assert data["execution_id"] == after
         finally:
             await hub.aclose()
             await authorizer.aclose()

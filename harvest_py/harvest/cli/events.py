@@ -23,7 +23,10 @@ from harvest.db.connection import error_line, is_permanent
 from harvest.db.event_stream import EventSource, source_unreachable
 from harvest.shard.event_merge import (
     MergedEvent,
+    at_position,
+    back_note,
     merge_streams,
+    named,
     none_readable,
     parse_global_id,
     parse_positions,
@@ -97,21 +100,12 @@ def _warn(text: str) -> None:
     click.echo(f"warning: {text}", err=True)
 
 
-def _named(shard: int | None) -> str:
-    return "the database" if shard is None else f"shard {shard}"
-
-
-def _at(shard: int | None, position: int) -> str:
-    """A position as the tail's lines print it (on shards, ``shard:global id``)."""
-    return str(position) if shard is None else f"{shard}:{position}"
-
-
 async def _open(url: str | None, shard: int | None, after: int | None) -> tuple[EventSource, int]:
     """The event source of shard ``shard`` (None: the one database), opened, and the global id
     its events are read after: ``after``, or (None) its last now. Closed again when either step
     fails."""
     if url is None:
-        raise ConfigError(f"{_named(shard)} has no url in [shards] urls")
+        raise ConfigError(f"{named(shard)} has no url in [shards] urls")
     source = EventSource(url)
     try:
         await source.open()
@@ -130,8 +124,9 @@ async def _not_past_its_end(source: EventSource, shard: int | None, position: in
     if last >= position:
         return position
     _warn(
-        f"{_named(shard)}'s events now end at {_at(shard, last)}, before {_at(shard, position)} "
-        "that this tail printed (a failover that lost the last of them?): going on after its last"
+        f"{named(shard)}'s events now end at {at_position(shard, last)}, before "
+        f"{at_position(shard, position)} that this tail printed (a failover that lost the last of "
+        "them?): going on after its last"
     )
     return cast(int, last)
 
@@ -156,7 +151,7 @@ async def _followed(
                 source, position = opened
                 if lost:
                     position = await _not_past_its_end(source, shard, position)
-                    _warn(f"{_named(shard)} is back: following its events after {_at(shard, position)}")
+                    _warn(back_note(shard, position))
                     lost = False
                 async for batch in source.follow(position):
                     for event in batch:
@@ -166,9 +161,9 @@ async def _followed(
                 if not source_unreachable(exc):
                     raise
                 if not lost:
-                    after_text = "" if position is None else f" after {_at(shard, position)}"
+                    after_text = "" if position is None else f" after {at_position(shard, position)}"
                     _warn(
-                        f"{_named(shard)} cannot be read ({error_line(exc)}): trying again every "
+                        f"{named(shard)} cannot be read ({error_line(exc)}): trying again every "
                         f"{RETRY_SECS:g} s, its events{after_text} follow when it is back"
                     )
                     lost = True

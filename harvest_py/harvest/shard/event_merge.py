@@ -53,17 +53,33 @@ def format_positions(positions: Mapping[int, int]) -> str:
     return ",".join(f"{shard}:{position}" for shard, position in sorted(positions.items()))
 
 
-def _after(shard: int, position: int | None) -> str:
-    return "from its events written once it is back" if position is None else f"after {shard}:{position}"
+def named(shard: int | None) -> str:
+    """A source as a stream or a tail names it: a shard, or (None) the one database."""
+    return "the database" if shard is None else f"shard {shard}"
 
 
-def unavailable_note(shard: int, position: int | None) -> str:
-    """What a merged stream says of a shard it cannot read, when it opens or once it goes."""
-    return f"shard {shard} unavailable: its events {_after(shard, position)} follow when it is back"
+def at_position(shard: int | None, position: int) -> str:
+    """A source's position as the stream's ids and the tail's lines give it (``shard:global_id``)."""
+    return str(position) if shard is None else f"{shard}:{position}"
 
 
-def back_note(shard: int, position: int) -> str:
-    return f"shard {shard} is back: following its events after {shard}:{position}"
+def unavailable_note(shard: int | None, position: int | None) -> str:
+    """What a stream says of a source it cannot read, when it opens or once it goes."""
+    which = "the database is" if shard is None else f"shard {shard}"
+    if position is None:
+        return f"{which} unavailable: its events written once it is back follow then"
+    return f"{which} unavailable: its events after {at_position(shard, position)} follow when it is back"
+
+
+def back_note(shard: int | None, position: int) -> str:
+    return f"{named(shard)} is back: following its events after {at_position(shard, position)}"
+
+
+def past_the_end_note(shard: int | None, last: int, position: int) -> str:
+    """What a stream says of a source whose events now end before the position it had (a
+    failover to a replica that had not received the last of them)."""
+    now, before = at_position(shard, last), at_position(shard, position)
+    return f"{named(shard)}'s events now end at {now}, before {before}: going on after {now}"
 
 
 def none_readable(unavailable: list[int]) -> DatabaseUnavailable:
@@ -73,11 +89,12 @@ def none_readable(unavailable: list[int]) -> DatabaseUnavailable:
 
 @dataclass(frozen=True)
 class ShardNote:
-    """What a merged stream says of one shard between events (it went, it is back), with the
-    shard's position it names (None: none yet). merge_streams sets ``positions``: every
-    shard's, from then on (a shard back after a failover may go on from a lower one)."""
+    """What a stream says of one shard (or its one database) between events (it went, it is
+    back, its events end before the position), with the position it names (None: none yet).
+    merge_streams sets ``positions``: every shard's, from then on (a shard back after a
+    failover may go on from a lower one)."""
 
-    shard: int
+    shard: int | None  # (None: the one database of a stream that is not merged)
     text: str
     position: int | None = None
     positions: str = ""
@@ -138,7 +155,7 @@ async def merge_streams(
                     raise failed[0]
                 return
             if isinstance(item, ShardNote):
-                if item.position is not None:
+                if item.position is not None and item.shard is not None:
                     at[item.shard] = item.position
                 yield dataclasses.replace(item, positions=format_positions(at))
                 continue

@@ -40,9 +40,11 @@ from harvest.shard.event_merge import (
     back_note,
     format_positions,
     merge_streams,
+    named,
     none_readable,
     parse_global_id,
     parse_positions,
+    past_the_end_note,
     unavailable_note,
 )
 from harvest.shard.router import ShardRouter
@@ -53,8 +55,8 @@ from harvest.web.routes import Param, path
 log = logging.getLogger("harvest.web.streams")
 
 KEEPALIVE_SECS = 15.0
-# How often the streams waiting on a shard that cannot be read try to start its listener again.
-SHARD_RETRY_SECS = 5.0
+# How often the streams waiting on a database (or a shard) that cannot be read try its listener again.
+RETRY_SECS = 5.0
 QUEUE_SIZE = 1000  # events a subscriber may fall behind by before it reads from the table instead
 _RESYNC = object()  # in a subscriber's queue: it fell behind, read from the table
 
@@ -420,17 +422,23 @@ def _merged_sse(event: dict[str, Any], shard: int, position: str) -> bytes:
     return b"id: " + position.encode() + b"\ndata: " + data + b"\n\n"
 
 
-async def _listener_up(hub: EventHub) -> None:
-    """Once ``hub``'s listener is up (or starting) again, for a merged stream waiting on its
-    shard: every stream waiting on one shard shares one try per SHARD_RETRY_SECS, and sees a
-    listener another stream or request started within a fifth of that."""
-    while not hub.listening:
-        if time.monotonic() >= hub.next_try:
-            hub.next_try = time.monotonic() + SHARD_RETRY_SECS
+async def _listener_up(hub: EventHub, until: float, not_before: float = 0.0) -> bool:
+    """Whether ``hub``'s listener is up (or starting) again by ``until`` (monotonic), for a stream
+    waiting on its database, not tried before ``not_before``: every stream waiting on one
+    database shares one try per RETRY_SECS, and sees a listener another stream or request started
+    within a fifth of that."""
+    while True:
+        now = time.monotonic()
+        if now >= not_before and hub.listening:
+            return True
+        if now >= max(not_before, hub.next_try):
+            hub.next_try = now + RETRY_SECS
             with contextlib.suppress(Exception):  # (down: each try is not logged)
                 await hub.start()
-                return
-        await asyncio.sleep(SHARD_RETRY_SECS / 5)
+                return True
+        if time.monotonic() >= until:
+            return False
+        await asyncio.sleep(max(0.0, min(RETRY_SECS / 5, until - time.monotonic())))
 
 
 async def _resumed_after(hub: EventHub, position: int, *, read: bool = False) -> int:
@@ -448,48 +456,62 @@ async def _resumed_after(hub: EventHub, position: int, *, read: bool = False) ->
     return position if cast(int, last) >= position else min(position, hub.cursor)
 
 
-def _past_the_end(where: str, last: int, position: int) -> str:
-    return f"{where}'s events now end at {last}, before {position}: going on after {last}"
+@dataclass
+class _Following:
+    """Where a follower (_followed) reports its subscription of the moment, so that its stream
+    can see whether more events are queued (to send them in one write)."""
+
+    sub: Subscriber | None = None
 
 
-async def _shard_events(
-    hub: EventHub, shard: int, position: int | None, up: bool
+async def _followed(
+    hub: EventHub,
+    shard: int | None,
+    position: int | None,
+    up: bool,
+    *,
+    keepalive: float = 3600.0,
+    following: _Following | None = None,
 ) -> AsyncGenerator[dict[str, Any] | ShardNote | None, None]:
-    """One shard's part of a merged stream for as long as the response is open: its events
-    after ``position`` (None: from when it is first read). A shard that cannot be read (``up``
+    """The events of one database (``shard`` None: the only one; else that shard's, for a merged
+    stream) after ``position`` (None: from when it is first read), for as long as the response
+    is open, and None after ``keepalive`` seconds without any. One that cannot be read (``up``
     False: down when the stream opened; or lost since: its listener stopped, a read failed) is
-    named in a note, tried again every SHARD_RETRY_SECS (_listener_up), and named when it is
-    back, its events going on after the last one sent (_resumed_after): the response goes on
-    with the other shards meanwhile. Each note carries the shard's position, for the ids."""
+    named in a note, tried again every RETRY_SECS (_listener_up), and named when it is back, its
+    events going on after the last one sent (_resumed_after); a position past its last event is
+    said and left too. Each note carries the position it names, for the stream's ids."""
+    retry_at = 0.0
     while True:
         if not up:
-            await _listener_up(hub)
+            while not await _listener_up(hub, time.monotonic() + keepalive, retry_at):
+                yield None
         try:
             async with hub.subscribe(None) as sub:
+                if following is not None:
+                    following.sub = sub
                 if position is None:
                     after = sub.start_cursor
-                else:  # (back: a read first, so a shard is back only once it answers one)
+                else:  # (back: a read first, so a source is back only once it answers one)
                     after = await _resumed_after(hub, position, read=not up)
                 if not up:
                     yield ShardNote(shard, back_note(shard, after), after)
                     up = True
                 elif after != position:
-                    said = _past_the_end(f"shard {shard}", after, cast(int, position))
-                    yield ShardNote(shard, said, after)
+                    yield ShardNote(shard, past_the_end_note(shard, after, cast(int, position)), after)
                 position = after
-                async for event in hub.events(sub, after, keepalive=3600.0):
+                async for event in hub.events(sub, after, keepalive=keepalive):
                     if event is not None:
                         position = event["global_id"]
-                        yield event
+                    yield event
         except Exception as exc:  # its database went during a read (or as it came back)
             if up:  # (once per loss and stream; the tries while it is down are not logged)
-                log.warning("event stream: shard %s unavailable: %s", shard, exc)
-        if up:  # its listener stopped, or a read failed: the shard went
+                log.warning("event stream: %s unavailable: %s", named(shard), exc)
+        if up:  # its listener stopped, or a read failed: the database went
             yield ShardNote(shard, unavailable_note(shard, position), position)
             up = False
         # Never at once: a read that fails while the listener stays up would be made again in a
         # loop (a statement timeout, a privilege revoked).
-        await asyncio.sleep(SHARD_RETRY_SECS)
+        retry_at = time.monotonic() + RETRY_SECS
 
 
 def _merged_body(
@@ -497,14 +519,14 @@ def _merged_body(
 ) -> AsyncIterator[bytes]:
     """Every shard's events as they arrive (in order within a shard), tagged with shard_id. A
     shard that cannot be read when the stream opens, or that goes later, is named in a comment
-    and followed again when it is back (_shard_events); the response goes on meanwhile."""
+    and followed again when it is back (_followed); the response goes on meanwhile."""
 
     async def body() -> AsyncIterator[bytes]:
         # Every shard's position from the start (a started hub's cursor: its events are read
         # from there, so none written before the subscription is missed).
         up = {s: hub for s, hub in hubs.items() if s not in unavailable}
         positions = {**given, **{s: given.get(s, hub.cursor) for s, hub in up.items()}}
-        streams = {s: _shard_events(hub, s, positions.get(s), s in up) for s, hub in sorted(hubs.items())}
+        streams = {s: _followed(hub, s, positions.get(s), s in up) for s, hub in sorted(hubs.items())}
         # The opening carries every shard's start as its id: a client that loses the stream
         # before the first event resumes from there, missing nothing.
         yield f": stream open\nid: {format_positions(positions)}\n\n".encode() + b"".join(
@@ -547,23 +569,10 @@ def stream_routes(
         await hub.start()  # a database that cannot be reached is an error answer, not an empty stream
         if execution_id is not None:
             await hub.source.get_execution(execution_id)  # NotFound (404) for an unknown id
-        note = b""
-        if execution_id is None and last_id is not None:
-            resumed = await _resumed_after(hub, last_id)
-            if resumed != last_id:
-                note = f": {_past_the_end('the database', resumed, last_id)}\n\n".encode()
-                last_id = resumed
 
         async def body() -> AsyncIterator[bytes]:
             async with hub.subscribe(execution_id) as sub:
-                if execution_id is None:
-                    # The opening carries where the stream starts as its id (no event: browsers
-                    # only keep it as the id to resume after), so a client that loses the stream
-                    # before its first event resumes from there, missing nothing.
-                    start = sub.start_cursor if last_id is None else last_id
-                    yield f": stream open\nid: {start}\n\n".encode() + note
-                else:
-                    yield b": stream open\n\n"
+                yield b": stream open\n\n"
                 chunk: list[bytes] = []
                 async for event in hub.events(sub, last_id, keepalive=keepalive):
                     chunk.append(_sse(event, key))
@@ -572,8 +581,31 @@ def stream_routes(
                         yield b"".join(chunk)
                         chunk.clear()
 
+        async def every_event() -> AsyncIterator[bytes]:
+            # The opening carries where the stream starts as its id (no event: browsers only keep
+            # it as the id to resume after), so a client that loses the stream before its first
+            # event resumes from there, missing nothing.
+            start = hub.cursor if last_id is None else last_id
+            yield f": stream open\nid: {start}\n\n".encode()
+            following = _Following()
+            events = _followed(hub, None, start, True, keepalive=keepalive, following=following)
+            chunk: list[bytes] = []
+            try:
+                async for item in events:
+                    if isinstance(item, ShardNote):  # the database gone, back, or ending before
+                        chunk.append(f": {item.text}\nid: {item.position}\n\n".encode())
+                    else:
+                        chunk.append(_sse(item, key))
+                    # What is queued already goes out in one write, not one write per event.
+                    queued = following.sub is not None and not following.sub.queue.empty()
+                    if not (queued and isinstance(item, dict)) or len(chunk) >= 256:
+                        yield b"".join(chunk)
+                        chunk.clear()
+            finally:
+                await events.aclose()  # (its subscription ends now, not when collected)
+
         return StreamingResponse(
-            body(),
+            body() if execution_id is not None else every_event(),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -587,7 +619,7 @@ def stream_routes(
                 await shard_hub.start()
             except Exception as exc:  # a shard down: the others stream, it is followed when back
                 log.warning("event stream: shard %s unavailable: %s", shard, exc)
-                shard_hub.next_try = time.monotonic() + SHARD_RETRY_SECS
+                shard_hub.next_try = time.monotonic() + RETRY_SECS
                 unavailable.append(shard)
         if len(unavailable) == len(hubs):
             raise none_readable(unavailable)
