@@ -69,7 +69,7 @@ class _Hub:
         # ``cursor``: the last id delivered, below ``last`` (handed out) while some are in flight.
         self.cursor = last if cursor is None else cursor
         self.rounds, self.read_after = list(rounds), list[int]()
-        self.listening = True
+        self.listening = self.up = True
         self.horizon_reads = 0
 
         async def horizon() -> dict[str, int]:
@@ -82,7 +82,9 @@ class _Hub:
     async def subscribe(self, execution_id: str | None = None) -> AsyncIterator[Any]:
         yield SimpleNamespace(start_cursor=self.cursor)
 
-    async def events(self, sub: Any, last_id: int, *, keepalive: float) -> AsyncIterator[Any]:
+    async def events(
+        self, sub: Any, last_id: int, *, keepalive: float, flushes: bool = False
+    ) -> AsyncIterator[Any]:
         self.read_after.append(last_id)
         round_ = self.rounds.pop(0) if self.rounds else []
         if isinstance(round_, Exception):
@@ -286,3 +288,42 @@ def test_a_wait_for_a_database_that_stays_down_ends_at_its_limit(monkeypatch: py
 
     up, tries, on_time = asyncio.run(main())
     assert not up and 2 <= tries <= 6 and on_time
+
+
+def test_a_follower_keeps_its_keepalives_while_a_connect_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database whose connects hang (a silent host): the follower waits for the start no
+    longer than its next keepalive, so a keepalive goes out every ``keepalive`` seconds (a
+    proxy's read timeout, or the CLI's idle limit, would end a stream silent for longer)."""
+    monkeypatch.setattr(streams, "RETRY_SECS", 0.05)
+
+    async def main() -> list[float]:
+        hub = _slow_hub(opens_in=30, idle_secs=60)
+        follower = streams._followed(hub, None, 5, False, keepalive=0.1)
+        began, at = time.monotonic(), []
+        try:
+            async for item in follower:
+                assert item is None, item
+                at.append(time.monotonic() - began)
+                if len(at) == 5:
+                    break
+        finally:
+            await follower.aclose()
+            await hub.aclose()
+        return at
+
+    at = asyncio.run(main())
+    gaps = [b - a for a, b in zip([0.0, *at], at, strict=False)]
+    assert max(gaps) < 0.5, gaps  # one every 0.1 s, with slack; the connect takes 30
+
+
+def test_a_streams_writes_gather_events_until_nothing_more_is_at_hand() -> None:
+    async def items() -> AsyncIterator[Any]:
+        for item in ({"global_id": 1}, {"global_id": 2}, streams.FLUSH, {"global_id": 3}, None):
+            yield item
+
+    async def main() -> list[bytes]:
+        return [written async for written in streams._writes(items(), "global_id")]
+
+    writes = asyncio.run(main())
+    assert [w.count(b"id: ") for w in writes] == [2, 1]  # 1 and 2 in one write; 3 with the keepalive
+    assert writes[1].endswith(b": keepalive\n\n")

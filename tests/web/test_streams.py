@@ -603,8 +603,8 @@ def test_a_resume_past_the_databases_last_event_goes_on_after_it(db: str, tokens
                 past = last + 1000
                 async with c.stream("GET", "/stream", headers=headers(tokens["read"], last=past)) as response:
                     sse = Sse(response)
-                    assert await sse.opening() == str(past)  # where it was asked to start
-                    said = await sse.next_comment()  # then where it goes on, with that id
+                    assert await sse.opening() == str(last)  # where it goes on, said right after
+                    said = await sse.next_comment()
                     ended = f"the database's events now end at {last}, before {past}"
                     assert said == f": {ended}: going on after {last}"
                     run_id = await start(db, "after-the-failover")

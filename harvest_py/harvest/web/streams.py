@@ -61,6 +61,13 @@ QUEUE_SIZE = 1000  # events a subscriber may fall behind by before it reads from
 _RESYNC = object()  # in a subscriber's queue: it fell behind, read from the table
 
 
+class _Flush:
+    """From EventHub.events(flushes=True): nothing more is at hand, write what came."""
+
+
+FLUSH = _Flush()
+
+
 @dataclass(eq=False)
 class Subscriber:
     execution_id: str | None  # None: every event
@@ -109,6 +116,18 @@ class EventHub:
     def listening(self) -> bool:
         """Up, or starting: not stopped, nor failed and closing."""
         return self._task is not None and not self._task.done() and not self._stopping
+
+    @property
+    def up(self) -> bool:
+        """Listening, its start done: a subscription now takes no wait."""
+        ready = self._ready
+        return (
+            self.listening
+            and ready is not None
+            and ready.done()
+            and not ready.cancelled()
+            and (ready.exception() is None)
+        )
 
     async def start(self) -> None:
         async with self._start_lock:
@@ -214,11 +233,17 @@ class EventHub:
                 self._stop_later()
 
     async def events(
-        self, sub: Subscriber, last_id: int | None, *, keepalive: float = KEEPALIVE_SECS
-    ) -> AsyncIterator[dict[str, Any] | None]:
+        self,
+        sub: Subscriber,
+        last_id: int | None,
+        *,
+        keepalive: float = KEEPALIVE_SECS,
+        flushes: bool = False,
+    ) -> AsyncIterator[dict[str, Any] | _Flush | None]:
         """The subscriber's events after ``last_id``, then live; None is a keepalive. For every
         event, ``last_id`` is a global id (None: from now on); for one execution, an event id
-        (None: from its first event)."""
+        (None: from its first event). ``flushes``: FLUSH before each wait for an event (what came
+        so far can go out in one write: nothing more is at hand)."""
         if sub.execution_id is None:
             key, last, catch_up = (
                 "global_id",
@@ -239,6 +264,8 @@ class EventHub:
                 if not sub.queue.empty():
                     item = sub.queue.get_nowait()
                 else:
+                    if flushes:
+                        yield FLUSH
                     item = await asyncio.wait_for(sub.queue.get(), keepalive)
             except TimeoutError:
                 yield None
@@ -423,19 +450,30 @@ def _merged_sse(event: dict[str, Any], shard: int, position: str) -> bytes:
 
 
 async def _listener_up(hub: EventHub, until: float, not_before: float = 0.0) -> bool:
-    """Whether ``hub``'s listener is up (or starting) again by ``until`` (monotonic), for a stream
-    waiting on its database, not tried before ``not_before``: every stream waiting on one
-    database shares one try per RETRY_SECS, and sees a listener another stream or request started
-    within a fifth of that."""
+    """Whether ``hub``'s listener is up again by ``until`` (monotonic), for a stream waiting on its
+    database, not tried before ``not_before``: every stream waiting on one database shares one
+    try per RETRY_SECS (and joins one in progress), sees a listener another stream or request
+    started within a fifth of that, and never waits past ``until`` (its stream's next
+    keepalive), however long a connect takes."""
     while True:
         now = time.monotonic()
-        if now >= not_before and hub.listening:
-            return True
-        if now >= max(not_before, hub.next_try):
-            hub.next_try = now + RETRY_SECS
-            with contextlib.suppress(Exception):  # (down: each try is not logged)
-                await hub.start()
+        if now >= not_before and (hub.up or hub.listening):  # (up, or a start to join)
+            if hub.up:
                 return True
+            starting = True
+        elif now >= max(not_before, hub.next_try):
+            hub.next_try = now + RETRY_SECS
+            starting = True
+        else:
+            starting = False
+        if starting:
+            try:  # (a wait cut short leaves the start going on for the others)
+                await asyncio.wait_for(hub.start(), max(0.0, until - time.monotonic()))
+                return True
+            except TimeoutError:
+                return False
+            except Exception:  # (down: each try is not logged)
+                pass
         if time.monotonic() >= until:
             return False
         await asyncio.sleep(max(0.0, min(RETRY_SECS / 5, until - time.monotonic())))
@@ -456,14 +494,6 @@ async def _resumed_after(hub: EventHub, position: int, *, read: bool = False) ->
     return position if cast(int, last) >= position else min(position, hub.cursor)
 
 
-@dataclass
-class _Following:
-    """Where a follower (_followed) reports its subscription of the moment, so that its stream
-    can see whether more events are queued (to send them in one write)."""
-
-    sub: Subscriber | None = None
-
-
 async def _followed(
     hub: EventHub,
     shard: int | None,
@@ -471,24 +501,25 @@ async def _followed(
     up: bool,
     *,
     keepalive: float = 3600.0,
-    following: _Following | None = None,
-) -> AsyncGenerator[dict[str, Any] | ShardNote | None, None]:
+    flushes: bool = False,
+) -> AsyncGenerator[dict[str, Any] | ShardNote | _Flush | None, None]:
     """The events of one database (``shard`` None: the only one; else that shard's, for a merged
     stream) after ``position`` (None: from when it is first read), for as long as the response
-    is open, and None after ``keepalive`` seconds without any. One that cannot be read (``up``
-    False: down when the stream opened; or lost since: its listener stopped, a read failed) is
-    named in a note, tried again every RETRY_SECS (_listener_up), and named when it is back, its
-    events going on after the last one sent (_resumed_after); a position past its last event is
-    said and left too. Each note carries the position it names, for the stream's ids."""
+    is open, and None when ``keepalive`` seconds pass without anything, up or down (``flushes``:
+    FLUSH as EventHub.events gives it). One that cannot be read (``up`` False: down when the
+    stream opened; or lost since: its listener stopped, a read failed) is named in a note, tried
+    again every RETRY_SECS (_listener_up), and named when it is back, its events going on after
+    the last one sent (_resumed_after); a position past its last event is said and left too.
+    Each note carries the position it names, for the stream's ids."""
     retry_at = 0.0
+    quiet_until = time.monotonic() + keepalive  # (the next keepalive, unless something goes out)
     while True:
         if not up:
-            while not await _listener_up(hub, time.monotonic() + keepalive, retry_at):
+            while not await _listener_up(hub, quiet_until, retry_at):
                 yield None
+                quiet_until = time.monotonic() + keepalive
         try:
             async with hub.subscribe(None) as sub:
-                if following is not None:
-                    following.sub = sub
                 if position is None:
                     after = sub.start_cursor
                 else:  # (back: a read first, so a source is back only once it answers one)
@@ -499,15 +530,17 @@ async def _followed(
                 elif after != position:
                     yield ShardNote(shard, past_the_end_note(shard, after, cast(int, position)), after)
                 position = after
-                async for event in hub.events(sub, after, keepalive=keepalive):
-                    if event is not None:
+                async for event in hub.events(sub, after, keepalive=keepalive, flushes=flushes):
+                    if isinstance(event, dict):
                         position = event["global_id"]
                     yield event
+                    quiet_until = time.monotonic() + keepalive
         except Exception as exc:  # its database went during a read (or as it came back)
             if up:  # (once per loss and stream; the tries while it is down are not logged)
-                log.warning("event stream: %s unavailable: %s", named(shard), exc)
+                log.warning("event stream: %s cannot be read: %s", named(shard), exc)
         if up:  # its listener stopped, or a read failed: the database went
             yield ShardNote(shard, unavailable_note(shard, position), position)
+            quiet_until = time.monotonic() + keepalive
             up = False
         # Never at once: a read that fails while the listener stays up would be made again in a
         # loop (a statement timeout, a privilege revoked).
@@ -526,19 +559,22 @@ def _merged_body(
         # from there, so none written before the subscription is missed).
         up = {s: hub for s, hub in hubs.items() if s not in unavailable}
         positions = {**given, **{s: given.get(s, hub.cursor) for s, hub in up.items()}}
+        said = [f": {unavailable_note(s, given.get(s))}\n\n".encode() for s in unavailable]
+        for shard, hub in up.items():  # a position past a shard's last event: after its last
+            if shard in given and (start := await _resumed_after(hub, given[shard])) != given[shard]:
+                said.append(f": {past_the_end_note(shard, start, given[shard])}\n\n".encode())
+                positions[shard] = start
         streams = {s: _followed(hub, s, positions.get(s), s in up) for s, hub in sorted(hubs.items())}
         # The opening carries every shard's start as its id: a client that loses the stream
         # before the first event resumes from there, missing nothing.
-        yield f": stream open\nid: {format_positions(positions)}\n\n".encode() + b"".join(
-            f": {unavailable_note(s, given.get(s))}\n\n".encode() for s in unavailable
-        )
+        yield f": stream open\nid: {format_positions(positions)}\n\n".encode() + b"".join(said)
         try:
             async with contextlib.aclosing(merge_streams(streams, positions, keepalive=keepalive)) as merged:
                 async for item in merged:
                     if item is None:
                         yield b": keepalive\n\n"
                     elif isinstance(item, ShardNote):  # with every shard's position after it
-                        yield f": {item.text}\nid: {item.positions}\n\n".encode()
+                        yield _note(item.text, item.positions)
                     else:
                         yield _merged_sse(item.event, item.shard, item.position)
         finally:
@@ -546,6 +582,33 @@ def _merged_body(
                 await stream.aclose()
 
     return body()
+
+
+def _note(text: str, position: object) -> bytes:
+    """A comment a stream says, with the position it names as its id."""
+    return f": {text}\nid: {position}\n\n".encode()
+
+
+_Item = dict[str, Any] | ShardNote | _Flush | None  # what a stream's writes are made of
+
+
+async def _writes(items: AsyncIterator[_Item], key: str) -> AsyncIterator[bytes]:
+    """A stream's writes: its events (``id:`` the ``key`` of each), keepalives and notes, events
+    gathered into one write until FLUSH (nothing more at hand) or 256 of them."""
+    chunk: list[bytes] = []
+    async for item in items:
+        if isinstance(item, _Flush):
+            if chunk:
+                yield b"".join(chunk)
+                chunk.clear()
+            continue
+        if isinstance(item, ShardNote):  # the database gone, back, or ending before
+            chunk.append(_note(item.text, item.position))
+        else:
+            chunk.append(_sse(item, key))
+        if not isinstance(item, dict) or len(chunk) >= 256:
+            yield b"".join(chunk)
+            chunk.clear()
 
 
 def stream_routes(
@@ -573,34 +636,24 @@ def stream_routes(
         async def body() -> AsyncIterator[bytes]:
             async with hub.subscribe(execution_id) as sub:
                 yield b": stream open\n\n"
-                chunk: list[bytes] = []
-                async for event in hub.events(sub, last_id, keepalive=keepalive):
-                    chunk.append(_sse(event, key))
-                    # What is queued already goes out in one write, not one write per event.
-                    if sub.queue.empty() or len(chunk) >= 256:
-                        yield b"".join(chunk)
-                        chunk.clear()
+                events = hub.events(sub, last_id, keepalive=keepalive, flushes=True)
+                async for written in _writes(events, key):
+                    yield written
 
         async def every_event() -> AsyncIterator[bytes]:
             # The opening carries where the stream starts as its id (no event: browsers only keep
             # it as the id to resume after), so a client that loses the stream before its first
-            # event resumes from there, missing nothing.
-            start = hub.cursor if last_id is None else last_id
-            yield f": stream open\nid: {start}\n\n".encode()
-            following = _Following()
-            events = _followed(hub, None, start, True, keepalive=keepalive, following=following)
-            chunk: list[bytes] = []
+            # event resumes from there, missing nothing. A position past the database's last
+            # event starts after its last, said right after the opening.
+            start = hub.cursor if last_id is None else await _resumed_after(hub, last_id)
+            said = b""
+            if last_id is not None and start != last_id:
+                said = _note(past_the_end_note(None, start, last_id), start)
+            yield f": stream open\nid: {start}\n\n".encode() + said
+            events = _followed(hub, None, start, True, keepalive=keepalive, flushes=True)
             try:
-                async for item in events:
-                    if isinstance(item, ShardNote):  # the database gone, back, or ending before
-                        chunk.append(f": {item.text}\nid: {item.position}\n\n".encode())
-                    else:
-                        chunk.append(_sse(item, key))
-                    # What is queued already goes out in one write, not one write per event.
-                    queued = following.sub is not None and not following.sub.queue.empty()
-                    if not (queued and isinstance(item, dict)) or len(chunk) >= 256:
-                        yield b"".join(chunk)
-                        chunk.clear()
+                async for written in _writes(events, key):
+                    yield written
             finally:
                 await events.aclose()  # (its subscription ends now, not when collected)
 
