@@ -322,7 +322,8 @@ def test_a_streams_writes_gather_events_until_nothing_more_is_at_hand() -> None:
             yield item
 
     async def main() -> list[bytes]:
-        return [written async for written in streams._writes(items(), "global_id")]
+        writes = streams._Writes("global_id")
+        return [written async for item in items() if (written := writes.of(item)) is not None]
 
     writes = asyncio.run(main())
     assert [w.count(b"id: ") for w in writes] == [2, 1]  # 1 and 2 in one write; 3 with the keepalive

@@ -501,22 +501,24 @@ async def _followed(
     up: bool,
     *,
     keepalive: float = 3600.0,
-    flushes: bool = False,
-) -> AsyncGenerator[dict[str, Any] | ShardNote | _Flush | None, None]:
+    writes: _Writes | None = None,
+) -> AsyncGenerator[Any, None]:
     """The events of one database (``shard`` None: the only one; else that shard's, for a merged
     stream) after ``position`` (None: from when it is first read), for as long as the response
-    is open, and None when ``keepalive`` seconds pass without anything, up or down (``flushes``:
-    FLUSH as EventHub.events gives it). One that cannot be read (``up`` False: down when the
-    stream opened; or lost since: its listener stopped, a read failed) is named in a note, tried
-    again every RETRY_SECS (_listener_up), and named when it is back, its events going on after
-    the last one sent (_resumed_after); a position past its last event is said and left too.
-    Each note carries the position it names, for the stream's ids."""
+    is open, and None when ``keepalive`` seconds pass without anything, up or down. With
+    ``writes``: what its stream writes instead (bytes), events gathered as _Writes gathers them
+    (so a one-database stream pays no generator more per event). One that cannot be read
+    (``up`` False: down when the stream opened; or lost since: its listener stopped, a read
+    failed) is named in a note, tried again every RETRY_SECS (_listener_up), and named when it
+    is back, its events going on after the last one sent (_resumed_after); a position past its
+    last event is said and left too. Each note carries the position it names, for the ids."""
     retry_at = 0.0
     quiet_until = time.monotonic() + keepalive  # (the next keepalive, unless something goes out)
+    said: Callable[[Any], Any] = (lambda item: item) if writes is None else writes.of
     while True:
         if not up:
             while not await _listener_up(hub, quiet_until, retry_at):
-                yield None
+                yield said(None)
                 quiet_until = time.monotonic() + keepalive
         try:
             async with hub.subscribe(None) as sub:
@@ -525,21 +527,24 @@ async def _followed(
                 else:  # (back: a read first, so a source is back only once it answers one)
                     after = await _resumed_after(hub, position, read=not up)
                 if not up:
-                    yield ShardNote(shard, back_note(shard, after), after)
+                    yield said(ShardNote(shard, back_note(shard, after), after))
                     up = True
                 elif after != position:
-                    yield ShardNote(shard, past_the_end_note(shard, after, cast(int, position)), after)
+                    yield said(ShardNote(shard, past_the_end_note(shard, after, cast(int, position)), after))
                 position = after
+                flushes = writes is not None
                 async for event in hub.events(sub, after, keepalive=keepalive, flushes=flushes):
-                    if isinstance(event, dict):
+                    if isinstance(event, dict):  # (while up, the hub's keepalives come in here)
                         position = event["global_id"]
-                    yield event
-                    quiet_until = time.monotonic() + keepalive
+                    if writes is None:
+                        yield event
+                    elif (written := writes.of(event)) is not None:
+                        yield written
         except Exception as exc:  # its database went during a read (or as it came back)
             if up:  # (once per loss and stream; the tries while it is down are not logged)
                 log.warning("event stream: %s cannot be read: %s", named(shard), exc)
         if up:  # its listener stopped, or a read failed: the database went
-            yield ShardNote(shard, unavailable_note(shard, position), position)
+            yield said(ShardNote(shard, unavailable_note(shard, position), position))
             quiet_until = time.monotonic() + keepalive
             up = False
         # Never at once: a read that fails while the listener stays up would be made again in a
@@ -589,26 +594,32 @@ def _note(text: str, position: object) -> bytes:
     return f": {text}\nid: {position}\n\n".encode()
 
 
-_Item = dict[str, Any] | ShardNote | _Flush | None  # what a stream's writes are made of
+class _Writes:
+    """What a stream writes for each of its items: its events (``id:`` the ``key`` of each)
+    gathered into one write until FLUSH (nothing more at hand) or 256 of them; a keepalive or a
+    note at once, after the events before it. (A plain object, not one more generator per
+    event on the stream's path.)"""
 
+    __slots__ = ("chunk", "key")
 
-async def _writes(items: AsyncIterator[_Item], key: str) -> AsyncIterator[bytes]:
-    """A stream's writes: its events (``id:`` the ``key`` of each), keepalives and notes, events
-    gathered into one write until FLUSH (nothing more at hand) or 256 of them."""
-    chunk: list[bytes] = []
-    async for item in items:
-        if isinstance(item, _Flush):
-            if chunk:
-                yield b"".join(chunk)
-                chunk.clear()
-            continue
-        if isinstance(item, ShardNote):  # the database gone, back, or ending before
+    def __init__(self, key: str):
+        self.key, self.chunk = key, list[bytes]()
+
+    def of(self, item: dict[str, Any] | ShardNote | _Flush | None) -> bytes | None:
+        chunk = self.chunk
+        if isinstance(item, dict):
+            chunk.append(_sse(item, self.key))
+            if len(chunk) < 256:
+                return None
+        elif isinstance(item, ShardNote):  # the database gone, back, or ending before
             chunk.append(_note(item.text, item.position))
-        else:
-            chunk.append(_sse(item, key))
-        if not isinstance(item, dict) or len(chunk) >= 256:
-            yield b"".join(chunk)
-            chunk.clear()
+        elif item is None:
+            chunk.append(_sse(None, self.key))
+        if not chunk:
+            return None
+        written = b"".join(chunk)
+        chunk.clear()
+        return written
 
 
 def stream_routes(
@@ -636,9 +647,10 @@ def stream_routes(
         async def body() -> AsyncIterator[bytes]:
             async with hub.subscribe(execution_id) as sub:
                 yield b": stream open\n\n"
-                events = hub.events(sub, last_id, keepalive=keepalive, flushes=True)
-                async for written in _writes(events, key):
-                    yield written
+                writes = _Writes(key)
+                async for event in hub.events(sub, last_id, keepalive=keepalive, flushes=True):
+                    if (written := writes.of(event)) is not None:
+                        yield written
 
         async def every_event() -> AsyncIterator[bytes]:
             # The opening carries where the stream starts as its id (no event: browsers only keep
@@ -650,9 +662,9 @@ def stream_routes(
             if last_id is not None and start != last_id:
                 said = _note(past_the_end_note(None, start, last_id), start)
             yield f": stream open\nid: {start}\n\n".encode() + said
-            events = _followed(hub, None, start, True, keepalive=keepalive, flushes=True)
+            events = _followed(hub, None, start, True, keepalive=keepalive, writes=_Writes(key))
             try:
-                async for written in _writes(events, key):
+                async for written in events:
                     yield written
             finally:
                 await events.aclose()  # (its subscription ends now, not when collected)
