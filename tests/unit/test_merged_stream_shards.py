@@ -328,3 +328,28 @@ def test_a_streams_writes_gather_events_until_nothing_more_is_at_hand() -> None:
     writes = asyncio.run(main())
     assert [w.count(b"id: ") for w in writes] == [2, 1]  # 1 and 2 in one write; 3 with the keepalive
     assert writes[1].endswith(b": keepalive\n\n")
+
+
+def test_a_wait_with_no_time_left_keeps_the_shared_try_for_the_others() -> None:
+    """A try cut at once (no time left before the stream's keepalive) is not made, so the slot
+    every stream waiting on the database shares is not spent on nothing."""
+
+    async def main() -> tuple[bool, int, float]:
+        hub = _DownHub()
+        up = await streams._listener_up(hub, time.monotonic() - 1)  # type: ignore[arg-type]
+        return up, hub.tries, hub.next_try
+
+    assert asyncio.run(main()) == (False, 0, 0.0)
+
+
+def test_a_listener_that_stops_flushes_what_was_gathered_first() -> None:
+    """EventHub.events(flushes=True) says FLUSH before it returns on a stopped listener: a stream
+    that gathered events (a catch-up) writes them before it ends."""
+
+    async def main() -> list[Any]:
+        hub = streams.EventHub("postgresql://unused")
+        sub = streams.Subscriber(None, 5)
+        sub.end()  # the listener stopped
+        return [item async for item in hub.events(sub, None, flushes=True)]
+
+    assert asyncio.run(main()) == [streams.FLUSH]

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from web_helpers import authorizer_for, make_app, serve
 
+from harvest.core.errors import DatabaseUnavailable
 from harvest.db import channels
 from harvest.db.event_stream import EventSource
 from harvest.web import streams
@@ -653,3 +654,30 @@ def test_the_stream_of_every_event_rides_out_its_listener_going(
             await authorizer.aclose()
 
     run(main())
+
+
+def test_a_resume_whose_read_fails_is_an_error_answer_not_a_broken_stream(
+    db: str, tokens: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a resumed /stream starts is read before the answer begins: a failed read (the
+    database gone meanwhile) is a 503 the client retries, not a 200 cut before its opening."""
+
+    async def failing(hub: EventHub, position: int, *, read: bool = False) -> int:
+        # (The management app answers a lost connection 503 as it does this error; the test
+        # app here has the handler of Harvest's errors only.)
+        raise DatabaseUnavailable("the database is gone")
+
+    monkeypatch.setattr(streams, "_resumed_after", failing)
+
+    async def main() -> int:
+        hub, authorizer = EventHub(db), authorizer_for(db)
+        try:
+            app = make_app(authorizer, hub)
+            async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+                answer = await client.get("/stream", headers=headers(tokens["read"], last=10**9))
+                return answer.status_code
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+
+    assert run(main()) == 503

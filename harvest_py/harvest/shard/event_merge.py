@@ -111,28 +111,28 @@ class MergedEvent:
 
 
 async def merge_streams(
-    streams: Mapping[int, AsyncIterator[object]],
+    streams: Mapping[int, AsyncIterator[dict[str, Any] | ShardNote | None]],
     positions: Mapping[int, int],
     *,
     keepalive: float,
 ) -> AsyncGenerator[MergedEvent | ShardNote | None, None]:
-    """The shards' events (each stream: one shard's events in global id order, as dicts; a
-    ShardNote in one passed on with every shard's position, its own set from it; anything else
-    skipped) as they arrive; None after ``keepalive`` seconds without any. ``positions``: each
-    shard's start (a shard not streamed keeps its given position). Ends when one stream ends,
-    raising what it raised; a stream that follows its shard through outages (the management
-    API's, the CLI's) does not end."""
+    """The shards' events (each stream: one shard's events in global id order; a ShardNote in one
+    passed on with every shard's position, its own set from it; a None skipped) as they arrive;
+    None after ``keepalive`` seconds without any. ``positions``: each shard's start (a shard not
+    streamed keeps its given position). Ends when one stream ends, raising what it raised; a
+    stream that follows its shard through outages (the management API's, the CLI's) does not
+    end."""
     merged: asyncio.Queue[tuple[int, dict[str, Any]] | ShardNote | None] = asyncio.Queue(MERGE_QUEUE)
     at = dict(positions)
 
     failed: list[Exception] = []
 
-    async def pump(shard: int, stream: AsyncIterator[object]) -> None:
+    async def pump(shard: int, stream: AsyncIterator[dict[str, Any] | ShardNote | None]) -> None:
         try:
             async for event in stream:
                 if isinstance(event, ShardNote):
                     await merged.put(event)
-                elif isinstance(event, dict):  # (a keepalive, or any other word, is skipped)
+                elif event is not None:  # (a keepalive is skipped)
                     await merged.put((shard, event))
         except Exception as exc:  # its database went: the merge ends with the error
             failed.append(exc)

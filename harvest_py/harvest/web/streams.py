@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, cast, overload
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -272,8 +272,10 @@ class EventHub:
                 continue
             if item is _RESYNC:
                 catch_up = True
-            elif item is None:
-                return  # the listener stopped: the client reconnects with Last-Event-ID
+            elif item is None:  # the listener stopped: the client reconnects with Last-Event-ID
+                if flushes:
+                    yield FLUSH  # (what was gathered goes out first)
+                return
             elif item[key] > last:
                 last = item[key]
                 yield item
@@ -457,6 +459,8 @@ async def _listener_up(hub: EventHub, until: float, not_before: float = 0.0) -> 
     keepalive), however long a connect takes."""
     while True:
         now = time.monotonic()
+        if now >= until:  # (no time left: a try now would be cut at once, using the slot)
+            return hub.up and now >= not_before
         if now >= not_before and (hub.up or hub.listening):  # (up, or a start to join)
             if hub.up:
                 return True
@@ -474,8 +478,6 @@ async def _listener_up(hub: EventHub, until: float, not_before: float = 0.0) -> 
                 return False
             except Exception:  # (down: each try is not logged)
                 pass
-        if time.monotonic() >= until:
-            return False
         await asyncio.sleep(max(0.0, min(RETRY_SECS / 5, until - time.monotonic())))
 
 
@@ -492,6 +494,30 @@ async def _resumed_after(hub: EventHub, position: int, *, read: bool = False) ->
         return position
     last = (await hub.source.horizon())["last_global_id"]
     return position if cast(int, last) >= position else min(position, hub.cursor)
+
+
+@overload
+def _followed(
+    hub: EventHub,
+    shard: int | None,
+    position: int | None,
+    up: bool,
+    *,
+    keepalive: float = ...,
+    writes: None = None,
+) -> AsyncGenerator[dict[str, Any] | ShardNote | None, None]: ...
+
+
+@overload
+def _followed(
+    hub: EventHub,
+    shard: int | None,
+    position: int | None,
+    up: bool,
+    *,
+    keepalive: float = ...,
+    writes: _Writes,
+) -> AsyncGenerator[bytes, None]: ...
 
 
 async def _followed(
@@ -553,26 +579,25 @@ async def _followed(
 
 
 def _merged_body(
-    hubs: dict[int, EventHub], unavailable: list[int], given: dict[int, int], keepalive: float
+    hubs: dict[int, EventHub],
+    unavailable: list[int],
+    positions: dict[int, int],
+    said: bytes,
+    keepalive: float,
 ) -> AsyncIterator[bytes]:
-    """Every shard's events as they arrive (in order within a shard), tagged with shard_id. A
-    shard that cannot be read when the stream opens, or that goes later, is named in a comment
-    and followed again when it is back (_followed); the response goes on meanwhile."""
+    """Every shard's events as they arrive (in order within a shard), tagged with shard_id, from
+    ``positions`` (each readable shard's start; an unavailable one's if given), after the
+    opening's comments ``said``. A shard that cannot be read when the stream opens, or that goes
+    later, is named in a comment and followed again when it is back (_followed); the response
+    goes on meanwhile."""
 
     async def body() -> AsyncIterator[bytes]:
-        # Every shard's position from the start (a started hub's cursor: its events are read
-        # from there, so none written before the subscription is missed).
-        up = {s: hub for s, hub in hubs.items() if s not in unavailable}
-        positions = {**given, **{s: given.get(s, hub.cursor) for s, hub in up.items()}}
-        said = [f": {unavailable_note(s, given.get(s))}\n\n".encode() for s in unavailable]
-        for shard, hub in up.items():  # a position past a shard's last event: after its last
-            if shard in given and (start := await _resumed_after(hub, given[shard])) != given[shard]:
-                said.append(f": {past_the_end_note(shard, start, given[shard])}\n\n".encode())
-                positions[shard] = start
-        streams = {s: _followed(hub, s, positions.get(s), s in up) for s, hub in sorted(hubs.items())}
+        streams = {
+            s: _followed(hub, s, positions.get(s), s not in unavailable) for s, hub in sorted(hubs.items())
+        }
         # The opening carries every shard's start as its id: a client that loses the stream
         # before the first event resumes from there, missing nothing.
-        yield f": stream open\nid: {format_positions(positions)}\n\n".encode() + b"".join(said)
+        yield f": stream open\nid: {format_positions(positions)}\n\n".encode() + said
         try:
             async with contextlib.aclosing(merge_streams(streams, positions, keepalive=keepalive)) as merged:
                 async for item in merged:
@@ -652,15 +677,17 @@ def stream_routes(
                     if (written := writes.of(event)) is not None:
                         yield written
 
+        # Where /stream starts: a position past the database's last event after its last, said
+        # right after the opening (read here: a failed read is an error answer, not a broken stream).
+        start = hub.cursor if last_id is None else await _resumed_after(hub, last_id)
+        said = b""
+        if last_id is not None and start != last_id:
+            said = _note(past_the_end_note(None, start, last_id), start)
+
         async def every_event() -> AsyncIterator[bytes]:
             # The opening carries where the stream starts as its id (no event: browsers only keep
             # it as the id to resume after), so a client that loses the stream before its first
-            # event resumes from there, missing nothing. A position past the database's last
-            # event starts after its last, said right after the opening.
-            start = hub.cursor if last_id is None else await _resumed_after(hub, last_id)
-            said = b""
-            if last_id is not None and start != last_id:
-                said = _note(past_the_end_note(None, start, last_id), start)
+            # event resumes from there, missing nothing.
             yield f": stream open\nid: {start}\n\n".encode() + said
             events = _followed(hub, None, start, True, keepalive=keepalive, writes=_Writes(key))
             try:
@@ -679,17 +706,29 @@ def stream_routes(
         given = _positions(request)
         hubs = await streams.every()
         unavailable: list[int] = []
+        # Each readable shard's start: its hub's cursor (its events are read from there, so none
+        # written before the subscription is missed), or the given position, after the shard's
+        # last event if that is past it (said in a comment after the opening).
+        positions, said = dict(given), b""
         for shard, shard_hub in hubs.items():
             try:
                 await shard_hub.start()
+                start = (
+                    shard_hub.cursor if shard not in given else await _resumed_after(shard_hub, given[shard])
+                )
             except Exception as exc:  # a shard down: the others stream, it is followed when back
                 log.warning("event stream: shard %s unavailable: %s", shard, exc)
                 shard_hub.next_try = time.monotonic() + RETRY_SECS
                 unavailable.append(shard)
+                said += f": {unavailable_note(shard, given.get(shard))}\n\n".encode()
+                continue
+            if shard in given and start != given[shard]:
+                said += f": {past_the_end_note(shard, start, given[shard])}\n\n".encode()
+            positions[shard] = start
         if len(unavailable) == len(hubs):
             raise none_readable(unavailable)
         return StreamingResponse(
-            _merged_body(hubs, unavailable, given, keepalive),
+            _merged_body(hubs, unavailable, positions, said, keepalive),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
