@@ -461,23 +461,19 @@ async def _listener_up(hub: EventHub, until: float, not_before: float = 0.0) -> 
         now = time.monotonic()
         if now >= until:  # (no time left: a try now would be cut at once, using the slot)
             return hub.up and now >= not_before
-        if now >= not_before and (hub.up or hub.listening):  # (up, or a start to join)
+        if now >= not_before:
             if hub.up:
                 return True
-            starting = True
-        elif now >= max(not_before, hub.next_try):
-            hub.next_try = now + RETRY_SECS
-            starting = True
-        else:
-            starting = False
-        if starting:
-            try:  # (a wait cut short leaves the start going on for the others)
-                await asyncio.wait_for(hub.start(), max(0.0, until - time.monotonic()))
-                return True
-            except TimeoutError:
-                return False
-            except Exception:  # (down: each try is not logged)
-                pass
+            if hub.listening or now >= hub.next_try:  # a start to join, or this one's try
+                if not hub.listening:
+                    hub.next_try = now + RETRY_SECS
+                try:  # (a wait cut short leaves the start going on for the others)
+                    await asyncio.wait_for(hub.start(), until - now)
+                    return True
+                except TimeoutError:
+                    return False
+                except Exception:  # (down: each try is not logged)
+                    pass
         await asyncio.sleep(max(0.0, min(RETRY_SECS / 5, until - time.monotonic())))
 
 
@@ -541,6 +537,7 @@ async def _followed(
     retry_at = 0.0
     quiet_until = time.monotonic() + keepalive  # (the next keepalive, unless something goes out)
     said: Callable[[Any], Any] = (lambda item: item) if writes is None else writes.of
+    flushes = writes is not None  # (what it gathers goes out when the hub has nothing more)
     while True:
         if not up:
             while not await _listener_up(hub, quiet_until, retry_at):
@@ -558,7 +555,6 @@ async def _followed(
                 elif after != position:
                     yield said(ShardNote(shard, past_the_end_note(shard, after, cast(int, position)), after))
                 position = after
-                flushes = writes is not None
                 async for event in hub.events(sub, after, keepalive=keepalive, flushes=flushes):
                     if isinstance(event, dict):  # (while up, the hub's keepalives come in here)
                         position = event["global_id"]
@@ -612,6 +608,11 @@ def _merged_body(
                 await stream.aclose()
 
     return body()
+
+
+def _comment(text: str) -> bytes:
+    """A comment a stream says (a client's EventSource dispatches nothing for it)."""
+    return f": {text}\n\n".encode()
 
 
 def _note(text: str, position: object) -> bytes:
@@ -720,10 +721,10 @@ def stream_routes(
                 log.warning("event stream: shard %s unavailable: %s", shard, exc)
                 shard_hub.next_try = time.monotonic() + RETRY_SECS
                 unavailable.append(shard)
-                said += f": {unavailable_note(shard, given.get(shard))}\n\n".encode()
+                said += _comment(unavailable_note(shard, given.get(shard)))
                 continue
             if shard in given and start != given[shard]:
-                said += f": {past_the_end_note(shard, start, given[shard])}\n\n".encode()
+                said += _comment(past_the_end_note(shard, start, given[shard]))
             positions[shard] = start
         if len(unavailable) == len(hubs):
             raise none_readable(unavailable)
