@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.client import messages as messaging
@@ -1019,19 +1019,26 @@ def _lookup_deadline(method: Callable[..., Any]) -> Callable[..., float | None]:
         )
         if isinstance(timeout, bool) or not isinstance(timeout, int | float):
             return None  # (None, or a value the method itself refuses)
-        return time.monotonic() + timeout
+        return _deadline(timeout)
 
     return deadline
 
 
-def _not_found_in_time(handle: _Handle, exc: BaseException, deadline: float | None) -> None:
-    """A lookup by workflow_id that got no connection by its call's deadline: the run could not
-    be looked up, said as such (the wait itself never began)."""
-    if deadline is not None and never_sent(exc):
-        raise DatabaseUnavailable(
-            f"workflow_id {handle.workflow_id!r}: its run could not be looked up within the call's "
-            f"timeout ({one_line(exc)})"
-        ) from None
+@contextlib.contextmanager
+def _looking_up(handle: _Handle, deadline: float | None) -> Iterator[None]:
+    """A handle's lookup of its run by workflow_id, waiting for a pooled connection until
+    ``deadline`` (None: the pool's own wait); none by then: the run could not be looked up,
+    said as such (the wait itself never began)."""
+    try:
+        with connections_by(deadline):
+            yield
+    except Exception as exc:
+        if deadline is not None and never_sent(exc):
+            raise DatabaseUnavailable(
+                f"workflow_id {handle.workflow_id!r}: its run could not be looked up within the "
+                f"call's timeout ({one_line(exc)})"
+            ) from None
+        raise
 
 
 def _finds_run(method: _Method) -> _Method:
@@ -1041,13 +1048,8 @@ def _finds_run(method: _Method) -> _Method:
     @functools.wraps(method)
     def call(self: WorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
-            deadline = deadline_of(self, *args, **kwargs)
-            try:
-                with connections_by(deadline):
-                    self._found(self.client._on(*self._key_lookup()))
-            except Exception as exc:
-                _not_found_in_time(self, exc, deadline)
-                raise
+            with _looking_up(self, deadline_of(self, *args, **kwargs)):
+                self._found(self.client._on(*self._key_lookup()))
         return method(self, *args, **kwargs)
 
     return cast("_Method", call)
@@ -1060,13 +1062,8 @@ def _afinds_run(method: _Method) -> _Method:
     @functools.wraps(method)
     async def call(self: AsyncWorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
-            deadline = deadline_of(self, *args, **kwargs)
-            try:
-                with connections_by(deadline):
-                    self._found(await self.client._on(*self._key_lookup()))
-            except Exception as exc:
-                _not_found_in_time(self, exc, deadline)
-                raise
+            with _looking_up(self, deadline_of(self, *args, **kwargs)):
+                self._found(await self.client._on(*self._key_lookup()))
         return await method(self, *args, **kwargs)
 
     return cast("_Method", call)
