@@ -109,9 +109,9 @@ def test_a_database_back_with_fewer_events_is_followed_from_its_last(capsys: pyt
     start below the tail's position: it goes on after the database's last, saying so."""
     assert asyncio.run(events_cli._not_past_its_end(_Horizon(9), None, 7)) == 7
     assert asyncio.run(events_cli._not_past_its_end(_Horizon(5), None, 9)) == 5
-    assert "the database's events now end at 5, before 9 that this tail printed" in capsys.readouterr().err
+    assert "the database's events now end at 5, before 9: going on after 5\n" in capsys.readouterr().err
     assert asyncio.run(events_cli._not_past_its_end(_Horizon(5), 1, 9)) == 5
-    assert "shard 1's events now end at 1:5, before 1:9" in capsys.readouterr().err
+    assert "shard 1's events now end at 1:5, before 1:9: going on after 1:5\n" in capsys.readouterr().err
 
 
 @pytest.fixture

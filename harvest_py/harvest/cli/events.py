@@ -30,6 +30,7 @@ from harvest.shard.event_merge import (
     none_readable,
     parse_global_id,
     parse_positions,
+    past_the_end_note,
 )
 
 if TYPE_CHECKING:
@@ -123,11 +124,7 @@ async def _not_past_its_end(source: EventSource, shard: int | None, position: in
     last = (await source.horizon())["last_global_id"]
     if last >= position:
         return position
-    _warn(
-        f"{named(shard)}'s events now end at {at_position(shard, last)}, before "
-        f"{at_position(shard, position)} that this tail printed (a failover that lost the last of "
-        "them?): going on after its last"
-    )
+    _warn(past_the_end_note(shard, last, position))  # (as /stream says it)
     return cast(int, last)
 
 
