@@ -671,6 +671,8 @@ def test_openapi_lists_every_route_with_its_scope(api) -> None:
         operation = doc["paths"][route.path]["get"]
         assert operation["operationId"] == route.operation_id and operation["x-harvest-scope"] == "read"
         assert list(operation["responses"]["200"]["content"]) == [route.media_type]
+    for route in STREAMS:  # a database that cannot be reached when a stream is asked for
+        assert "503" in doc["paths"][route.path]["get"]["responses"], route.path
     assert {route.path for route in STREAMS} == {
         "/workflows/{execution_id}/events/stream",
         "/stream",

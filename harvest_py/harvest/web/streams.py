@@ -336,7 +336,11 @@ _RESUME = (
     ),
     Param("last_event_id", "integer", minimum=0, description="The same as the Last-Event-ID header."),
 )
-_ANSWERS = {200: "text/event-stream: id:/data: events, : keepalive comments", 400: "A bad Last-Event-ID"}
+_ANSWERS = {
+    200: "text/event-stream: id:/data: events, : comments (keepalives; a database gone, back)",
+    400: "A bad Last-Event-ID",
+    503: "The database (on shards, every shard) cannot be reached: retry after a pause",
+}
 # The stream routes as /openapi.json shows them (stream_routes builds its routes from these).
 STREAMS = (
     Mounted(
