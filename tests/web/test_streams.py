@@ -656,13 +656,118 @@ def test_the_stream_of_every_event_rides_out_its_listener_going(
     run(main())
 
 
+def test_a_workflow_stream_rides_out_its_listener_going(
+    db: str, tokens: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One execution's stream does not end when its database goes either: it says so with the
+    last event id it sent, follows the run again when the database is back, and goes on after
+    that id, the event written meanwhile once."""
+    monkeypatch.setattr(streams, "RETRY_SECS", 0.2)
+
+    async def main() -> list[tuple[int, str]]:
+        run_id = await start(db, "w-outage")
+        hub, authorizer = EventHub(db), authorizer_for(db)
+        try:
+            app = make_app(authorizer, hub, keepalive=30)
+            path = f"/workflows/{run_id}/events/stream"
+            async with (
+                serve(app) as url,
+                httpx.AsyncClient(base_url=url, timeout=30) as client,
+                client.stream("GET", path, headers=headers(tokens["read"])) as response,
+            ):
+                sse = Sse(response)
+                assert await sse.next_comment() == ": stream open"
+                got = [await sse.next_event()]
+                await _listen_sessions_ended(db)
+                gone = await sse.next_comment()
+                assert gone == (
+                    ": the database is unavailable: the execution's events after 1 follow when it is back"
+                )
+                await signal(db, run_id, "meanwhile")  # (before or after it is back: sent once)
+                assert await sse.next_comment() == (
+                    ": the database is back: following the execution's events after 1"
+                )
+                got.append(await sse.next_event())
+                await signal(db, run_id, "after")
+                got.append(await sse.next_event())
+                return [(i, d["event_data"].get("name", d["event_type"])) for i, d in got]
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+
+    assert run(main()) == [(1, "WorkflowStarted"), (2, "meanwhile"), (3, "after")]
+
+
+def test_a_workflow_stream_resumed_past_its_last_event_goes_on_after_it(db: str, tokens: dict) -> None:
+    """A Last-Event-ID past the run's last event (a failover that lost the last of them numbers
+    the next ones again from its last): said after the opening, with that last as the id, and
+    the run's next event is sent, not passed over."""
+
+    async def main() -> None:
+        run_id = await start(db, "w-past")
+        hub, authorizer = EventHub(db), authorizer_for(db)
+        try:
+            async with (
+                serve(make_app(authorizer, hub)) as url,
+                httpx.AsyncClient(base_url=url, timeout=30) as client,
+                client.stream(
+                    "GET", f"/workflows/{run_id}/events/stream", headers=headers(tokens["read"], last=50)
+                ) as response,
+            ):
+                sse = Sse(response)
+                assert await sse.next_comment() == ": stream open"
+                said = await sse.next_comment()
+                assert said == ": the execution's events now end at 1, before 50: going on after 1"
+                assert await anext(sse.lines) == "id: 1"
+                await signal(db, run_id, "next")
+                event_id, data = await sse.next_event()
+                assert (event_id, data["event_data"]["name"]) == (2, "next")
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+
+    run(main())
+
+
+def test_a_workflow_stream_whose_run_is_gone_when_its_database_is_back_ends(
+    db: str, tokens: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run deleted while its database could not be read (retention, or a failover that lost
+    it) is said when the database is back, and its stream ends rather than waiting for good."""
+    monkeypatch.setattr(streams, "RETRY_SECS", 1.0)
+
+    async def main() -> None:
+        run_id = await start(db, "w-gone")
+        hub, authorizer = EventHub(db), authorizer_for(db)
+        try:
+            path = f"/workflows/{run_id}/events/stream"
+            async with (
+                serve(make_app(authorizer, hub, keepalive=30)) as url,
+                httpx.AsyncClient(base_url=url, timeout=30) as client,
+                client.stream("GET", path, headers=headers(tokens["read"])) as response,
+            ):
+                sse = Sse(response)
+                await sse.next_event()
+                await _listen_sessions_ended(db)
+                assert (await sse.next_comment()).startswith(": the database is unavailable")
+                await execute(db, "DELETE FROM harvest.executions WHERE id = %s", (run_id,))
+                assert await sse.next_comment() == f": execution {run_id} no longer exists: the stream ends"
+                with pytest.raises(EOFError):
+                    await sse.next_comment()
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+
+    run(main())
+
+
 def test_a_resume_whose_read_fails_is_an_error_answer_not_a_broken_stream(
     db: str, tokens: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where a resumed /stream starts is read before the answer begins: a failed read (the
     database gone meanwhile) is a 503 the client retries, not a 200 cut before its opening."""
 
-    async def failing(hub: EventHub, position: int, *, read: bool = False) -> int:
+    async def failing(hub: EventHub, position: int, **_: object) -> int:
         # (The management app answers a lost connection 503 as it does this error; the test
         # app here has the handler of Harvest's errors only.)
         raise DatabaseUnavailable("the database is gone")

@@ -115,10 +115,10 @@ class EventSource:
         async with self._lock:
             return cast("list[dict[str, Any]]", await self._api.get_history(execution_id, event_id))
 
-    async def get_execution(self, execution_id: str) -> dict[str, Any] | None:
+    async def get_execution(self, execution_id: str) -> dict[str, Any]:
         """The execution (NotFound, HR002, when there is none)."""
         async with self._lock:
-            return cast("dict[str, Any] | None", await self._api.get_execution(execution_id))
+            return cast("dict[str, Any]", await self._api.get_execution(execution_id))
 
     async def horizon(self) -> dict[str, Any]:
         async with self._lock:

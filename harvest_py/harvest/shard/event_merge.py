@@ -63,23 +63,26 @@ def at_position(shard: int | None, position: int) -> str:
     return str(position) if shard is None else f"{shard}:{position}"
 
 
-def unavailable_note(shard: int | None, position: int | None) -> str:
-    """What a stream says of a source it cannot read, when it opens or once it goes."""
+def unavailable_note(shard: int | None, position: int | None, whose: str = "its") -> str:
+    """What a stream says of a source it cannot read, when it opens or once it goes. ``whose``
+    events it follows: the source's own, or (one execution's stream) "the execution's"."""
     which = "the database is" if shard is None else f"shard {shard}"
     if position is None:
-        return f"{which} unavailable: its events written once it is back follow then"
-    return f"{which} unavailable: its events after {at_position(shard, position)} follow when it is back"
+        return f"{which} unavailable: {whose} events written once it is back follow then"
+    return f"{which} unavailable: {whose} events after {at_position(shard, position)} follow when it is back"
 
 
-def back_note(shard: int | None, position: int) -> str:
-    return f"{named(shard)} is back: following its events after {at_position(shard, position)}"
+def back_note(shard: int | None, position: int, whose: str = "its") -> str:
+    return f"{named(shard)} is back: following {whose} events after {at_position(shard, position)}"
 
 
-def past_the_end_note(shard: int | None, last: int, position: int) -> str:
+def past_the_end_note(shard: int | None, last: int, position: int, whose: str | None = None) -> str:
     """What a stream says of a source whose events now end before the position it had (a
-    failover to a replica that had not received the last of them)."""
+    failover to a replica that had not received the last of them); ``whose``: as above, None
+    for the source's own."""
     now, before = at_position(shard, last), at_position(shard, position)
-    return f"{named(shard)}'s events now end at {now}, before {before}: going on after {now}"
+    subject = f"{named(shard)}'s" if whose is None else whose
+    return f"{subject} events now end at {now}, before {before}: going on after {now}"
 
 
 def none_readable(unavailable: list[int]) -> DatabaseUnavailable:

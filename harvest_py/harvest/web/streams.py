@@ -4,7 +4,9 @@
 event id. ``GET /stream``: every event of the database, each with ``id:`` its global id. Both
 resume from ``Last-Event-ID`` (the id of the last event the client saw): what was written since
 is read from the table, then the stream goes on live. A comment line (``: keepalive``) goes out
-after 15 s without an event.
+after 15 s without an event. Once open, neither ends when its database goes: each says so in a
+comment, tries it again every 5 s and goes on after its last event sent when it is back
+(``_followed``).
 
 One ``EventHub`` per process holds one LISTEN connection and one reading connection
 (``harvest.db.event_stream.EventSource``) and fans each batch out to every subscriber's bounded
@@ -33,7 +35,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from harvest.client import routing
-from harvest.core.errors import DatabaseUnavailable
+from harvest.core.errors import DatabaseUnavailable, NotFound
 from harvest.db.event_stream import PAGE, EventSource
 from harvest.shard.event_merge import (
     ShardNote,
@@ -481,7 +483,9 @@ async def _listener_up(hub: EventHub, until: float, not_before: float = 0.0) -> 
         await asyncio.sleep(max(0.0, min(RETRY_SECS / 5, until - time.monotonic())))
 
 
-async def _resumed_after(hub: EventHub, position: int, *, read: bool = False) -> int:
+async def _resumed_after(
+    hub: EventHub, position: int, *, read: bool = False, execution_id: str | None = None
+) -> int:
     """Where a stream resumed after ``position`` goes on: there, unless the database now hands
     out no id that high (a failover to a replica that had not received the last events, whose
     next ones are numbered again from its last): then after the hub's cursor, the last id
@@ -489,7 +493,14 @@ async def _resumed_after(hub: EventHub, position: int, *, read: bool = False) ->
     database's last id handed out, not the cursor: a client may bring a position from another
     server's hub that is a little ahead of this one's, and ids of transactions still open lie
     between the two. A position the hub has delivered is kept without a read, unless ``read``
-    (a read that proves the database answers)."""
+    (a read that proves the database answers).
+
+    With ``execution_id``, ``position`` is that execution's event id, and a position past its
+    last event goes on after that last: its events are numbered under its row's lock, in the
+    transaction that writes the row's ``last_event_id``, so every id up to it is committed and
+    none above. Always read (NotFound when there is no such execution)."""
+    if execution_id is not None:
+        return min(position, cast(int, (await hub.source.get_execution(execution_id))["last_event_id"]))
     if position <= hub.cursor and not read:
         return position
     last = (await hub.source.horizon())["last_global_id"]
@@ -505,6 +516,7 @@ def _followed(
     *,
     keepalive: float = ...,
     writes: None = None,
+    execution_id: str | None = None,
 ) -> AsyncGenerator[dict[str, Any] | ShardNote | None, None]: ...
 
 
@@ -517,6 +529,7 @@ def _followed(
     *,
     keepalive: float = ...,
     writes: _Writes,
+    execution_id: str | None = None,
 ) -> AsyncGenerator[bytes, None]: ...
 
 
@@ -528,6 +541,7 @@ async def _followed(
     *,
     keepalive: float = 3600.0,
     writes: _Writes | None = None,
+    execution_id: str | None = None,
 ) -> AsyncGenerator[Any, None]:
     """The events of one database (``shard`` None: the only one; else that shard's, for a merged
     stream) after ``position`` (None: from when it is first read), for as long as the response
@@ -537,7 +551,12 @@ async def _followed(
     (``up`` False: down when the stream opened; or lost since: its listener stopped, a read
     failed) is named in a note, tried again every RETRY_SECS (_listener_up), and named when it
     is back, its events going on after the last one sent (_resumed_after); a position past its
-    last event is said and left too. Each note carries the position it names, for the ids."""
+    last event is said and left too. Each note carries the position it names, for the ids.
+
+    With ``execution_id``: that execution's events only, ``position`` its event id (0: from its
+    first), already where it starts (its route read it); one that no longer exists when its
+    database is back (deleted by retention, or lost with a failover) is said and ends it."""
+    key, whose = ("global_id", "its") if execution_id is None else ("event_id", "the execution's")
     retry_at = 0.0
     quiet_until = time.monotonic() + keepalive  # (the next keepalive, unless something goes out)
     said: Callable[[Any], Any] = (lambda item: item) if writes is None else writes.of
@@ -548,29 +567,38 @@ async def _followed(
                 yield said(None)
                 quiet_until = time.monotonic() + keepalive
         try:
-            async with hub.subscribe(None) as sub:
+            async with hub.subscribe(execution_id) as sub:
                 if position is None:
                     after = sub.start_cursor
+                elif up and execution_id is not None:
+                    after = position
                 else:  # (back: a read first, so a source is back only once it answers one)
-                    after = await _resumed_after(hub, position, read=not up)
+                    after = await _resumed_after(hub, position, read=not up, execution_id=execution_id)
                 if not up:
-                    yield said(ShardNote(shard, back_note(shard, after), after))
+                    yield said(ShardNote(shard, back_note(shard, after, whose), after))
                     up = True
                 elif after != position:
-                    yield said(ShardNote(shard, past_the_end_note(shard, after, cast(int, position)), after))
+                    note = past_the_end_note(shard, after, cast(int, position))
+                    yield said(ShardNote(shard, note, after))
                 position = after
                 async for event in hub.events(sub, after, keepalive=keepalive, flushes=flushes):
                     if isinstance(event, dict):  # (while up, the hub's keepalives come in here)
-                        position = event["global_id"]
+                        position = event[key]
                     if writes is None:
                         yield event
                     elif (written := writes.of(event)) is not None:
                         yield written
+        except NotFound:
+            if execution_id is None:
+                raise
+            gone = f"execution {execution_id} no longer exists: the stream ends"
+            yield said(ShardNote(shard, gone, position))
+            return
         except Exception as exc:  # its database went during a read (or as it came back)
             if up:  # (once per loss and stream; the tries while it is down are not logged)
                 log.warning("event stream: %s cannot be read: %s", named(shard), exc)
         if up:  # its listener stopped, or a read failed: the database went
-            yield said(ShardNote(shard, unavailable_note(shard, position), position))
+            yield said(ShardNote(shard, unavailable_note(shard, position, whose), position))
             quiet_until = time.monotonic() + keepalive
             up = False
         # Never at once: a read that fails while the listener stays up would be made again in a
@@ -665,36 +693,33 @@ def stream_routes(
         if execution_id is None and streams.sharded:
             return await respond_merged(request)
         last_id = _last_event_id(request)
-        key = "global_id" if execution_id is None else "event_id"
         if execution_id is not None:
-            hub = await streams.of_execution(execution_id)
+            hub, key, whose = await streams.of_execution(execution_id), "event_id", "the execution's"
         else:
-            hub = (await streams.every())[0]
+            hub, key, whose = (await streams.every())[0], "global_id", None
         await hub.start()  # a database that cannot be reached is an error answer, not an empty stream
-        if execution_id is not None:
-            await hub.source.get_execution(execution_id)  # NotFound (404) for an unknown id
+        # Where the stream starts, read here (a failed read is an error answer, not a broken
+        # stream): a position past the last event goes on after that last, said right after the
+        # opening. /stream's opening carries its start as its id (no event: browsers only keep
+        # it as the id to resume after), so a client that loses the stream before its first
+        # event resumes from there, missing nothing.
+        given: int | None = last_id
+        if execution_id is not None:  # from its first event unless resumed; this read is also
+            given = last_id or 0  # its NotFound (404) for an unknown id
+            start = await _resumed_after(hub, given, execution_id=execution_id)
+            opening = b": stream open\n\n"
+        else:
+            start = hub.cursor if last_id is None else await _resumed_after(hub, last_id)
+            opening = f": stream open\nid: {start}\n\n".encode()
+        said = b""
+        if given is not None and start != given:
+            said = _note(past_the_end_note(None, start, given, whose), start)
 
         async def body() -> AsyncIterator[bytes]:
-            async with hub.subscribe(execution_id) as sub:
-                yield b": stream open\n\n"
-                writes = _Writes(key)
-                async for event in hub.events(sub, last_id, keepalive=keepalive, flushes=True):
-                    if (written := writes.of(event)) is not None:
-                        yield written
-
-        # Where /stream starts: a position past the database's last event after its last, said
-        # right after the opening (read here: a failed read is an error answer, not a broken stream).
-        start = hub.cursor if last_id is None else await _resumed_after(hub, last_id)
-        said = b""
-        if last_id is not None and start != last_id:
-            said = _note(past_the_end_note(None, start, last_id), start)
-
-        async def every_event() -> AsyncIterator[bytes]:
-            # The opening carries where the stream starts as its id (no event: browsers only keep
-            # it as the id to resume after), so a client that loses the stream before its first
-            # event resumes from there, missing nothing.
-            yield f": stream open\nid: {start}\n\n".encode() + said
-            events = _followed(hub, None, start, True, keepalive=keepalive, writes=_Writes(key))
+            yield opening + said
+            events = _followed(
+                hub, None, start, True, keepalive=keepalive, writes=_Writes(key), execution_id=execution_id
+            )
             try:
                 async for written in events:
                     yield written
@@ -702,7 +727,7 @@ def stream_routes(
                 await events.aclose()  # (its subscription ends now, not when collected)
 
         return StreamingResponse(
-            body() if execution_id is not None else every_event(),
+            body(),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
