@@ -5,11 +5,13 @@ table without holding anyone up, a gap in the global ids waited out, and `harves
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 
 import httpx
 import psycopg
@@ -588,114 +590,81 @@ def test_a_hub_whose_starter_left_stops_when_idle(db: str) -> None:
     assert up_once and stopped
 
 
+@contextlib.asynccontextmanager
+async def one_stream(
+    db: str, path: str, token: str, *, last: int | None = None, keepalive: float = 30.0
+) -> AsyncIterator[Sse]:
+    """``path``'s stream from an app served over ``db`` with a hub of its own."""
+    hub, authorizer = EventHub(db), authorizer_for(db)
+    try:
+        async with (
+            serve(make_app(authorizer, hub, keepalive=keepalive)) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as client,
+            client.stream("GET", path, headers=headers(token, last)) as response,
+        ):
+            yield Sse(response)
+    finally:
+        await hub.aclose()
+        await authorizer.aclose()
+
+
 def test_a_resume_past_the_databases_last_event_goes_on_after_it(db: str, tokens: dict) -> None:
     """A Last-Event-ID past the last global id the database handed out (a failover to a replica
     that lacked the last events numbers the next ones from its last): the stream says so and
     resumes after that last, so the next event is sent."""
 
     async def main() -> None:
-        hub, authorizer = EventHub(db), authorizer_for(db)
-        try:
-            async with (
-                serve(make_app(authorizer, hub)) as url,
-                httpx.AsyncClient(base_url=url, timeout=30) as c,
-            ):
-                last = (await execute(db, LAST_GLOBAL_ID))[0][0]
-                past = last + 1000
-                async with c.stream("GET", "/stream", headers=headers(tokens["read"], last=past)) as response:
-                    sse = Sse(response)
-                    assert await sse.opening() == str(last)  # where it goes on, said right after
-                    said = await sse.next_comment()
-                    ended = f"the database's events now end at {last}, before {past}"
-                    assert said == f": {ended}: going on after {last}"
-                    run_id = await start(db, "after-the-failover")
-                    _, data = await sse.next_event()
-                    assert data["execution_id"] == run_id
-        finally:
-            await hub.aclose()
-            await authorizer.aclose()
+        last = (await execute(db, LAST_GLOBAL_ID))[0][0]
+        past = last + 1000
+        async with one_stream(db, "/stream", tokens["read"], last=past) as sse:
+            assert await sse.opening() == str(last)  # where it goes on, said right after
+            said = await sse.next_comment()
+            assert said == f": the database's events now end at {last}, before {past}: going on after {last}"
+            run_id = await start(db, "after-the-failover")
+            _, data = await sse.next_event()
+            assert data["execution_id"] == run_id
 
     run(main())
 
 
-def test_the_stream_of_every_event_rides_out_its_listener_going(
-    db: str, tokens: dict, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("stream", ["every event", "one execution"])
+def test_a_stream_rides_out_its_listener_going(
+    db: str, tokens: dict, monkeypatch: pytest.MonkeyPatch, stream: str
 ) -> None:
-    """Over one database `/stream` does not end when its database goes (a browser's EventSource
-    reconnecting into a 503 would stop for good): it says so in a comment, follows the database
-    again when it is back, says that too, and goes on after the last event it sent."""
+    """A stream does not end when its database goes (a browser's EventSource reconnecting into a
+    503 would stop for good), `/stream` or one execution's: it says so in a comment with the last
+    id it sent, follows the database again when it is back, says that too, and goes on after
+    that id, the event written meanwhile sent once."""
     monkeypatch.setattr(streams, "RETRY_SECS", 0.2)
 
-    async def main() -> None:
-        hub, authorizer = EventHub(db), authorizer_for(db)
-        try:
-            app = make_app(authorizer, hub, keepalive=30)
-            async with (
-                serve(app) as url,
-                httpx.AsyncClient(base_url=url, timeout=30) as client,
-                client.stream("GET", "/stream", headers=headers(tokens["read"])) as response,
-            ):
-                sse = Sse(response)
-                await sse.opening()
-                before = await start(db, "before-the-loss")
-                first, data = await sse.next_event()
-                assert data["execution_id"] == before
-                await _listen_sessions_ended(db)
-                gone, back = await sse.next_comment(), await sse.next_comment()
-                assert (
-                    gone == f": the database is unavailable: its events after {first} follow when it is back"
-                )
-                assert back == f": the database is back: following its events after {first}"
-                after = await start(db, "after-the-loss")
-                _, data = await sse.next_event()
-                assert data["execution_id"] == after
-        finally:
-            await hub.aclose()
-            await authorizer.aclose()
-
-    run(main())
-
-
-def test_a_workflow_stream_rides_out_its_listener_going(
-    db: str, tokens: dict, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """One execution's stream does not end when its database goes either: it says so with the
-    last event id it sent, follows the run again when the database is back, and goes on after
-    that id, the event written meanwhile once."""
-    monkeypatch.setattr(streams, "RETRY_SECS", 0.2)
-
-    async def main() -> list[tuple[int, str]]:
+    async def main() -> list[str]:
         run_id = await start(db, "w-outage")
-        hub, authorizer = EventHub(db), authorizer_for(db)
-        try:
-            app = make_app(authorizer, hub, keepalive=30)
-            path = f"/workflows/{run_id}/events/stream"
-            async with (
-                serve(app) as url,
-                httpx.AsyncClient(base_url=url, timeout=30) as client,
-                client.stream("GET", path, headers=headers(tokens["read"])) as response,
-            ):
-                sse = Sse(response)
-                assert await sse.next_comment() == ": stream open"
-                got = [await sse.next_event()]
-                await _listen_sessions_ended(db)
-                gone = await sse.next_comment()
-                assert gone == (
-                    ": the database is unavailable: the execution's events after 1 follow when it is back"
-                )
-                await signal(db, run_id, "meanwhile")  # (before or after it is back: sent once)
-                assert await sse.next_comment() == (
-                    ": the database is back: following the execution's events after 1"
-                )
+        path, whose = (
+            ("/stream", "its")
+            if stream == "every event"
+            else (f"/workflows/{run_id}/events/stream", "the execution's")
+        )
+        async with one_stream(db, path, tokens["read"]) as sse:
+            assert await sse.next_comment() == ": stream open"
+            await signal(db, run_id, "before")
+            got = [await sse.next_event()]
+            while got[-1][1]["event_type"] != "SignalReceived":  # (one execution's: its history first)
                 got.append(await sse.next_event())
-                await signal(db, run_id, "after")
-                got.append(await sse.next_event())
-                return [(i, d["event_data"].get("name", d["event_type"])) for i, d in got]
-        finally:
-            await hub.aclose()
-            await authorizer.aclose()
+            await _listen_sessions_ended(db)
+            events = f"{whose} events after {got[-1][0]}"
+            assert (
+                await sse.next_comment() == f": the database is unavailable: {events} follow when it is back"
+            )
+            await signal(db, run_id, "meanwhile")  # (before or after it is back: sent once)
+            assert await sse.next_comment() == f": the database is back: following {events}"
+            got.append(await sse.next_event())
+            await signal(db, run_id, "after")
+            got.append(await sse.next_event())
+            assert [i for i, _ in got] == sorted({i for i, _ in got})
+            return [d["event_data"].get("name", d["event_type"]) for _, d in got]
 
-    assert run(main()) == [(1, "WorkflowStarted"), (2, "meanwhile"), (3, "after")]
+    history = [] if stream == "every event" else ["WorkflowStarted"]
+    assert run(main()) == [*history, "before", "meanwhile", "after"]
 
 
 def test_a_workflow_stream_resumed_past_its_last_event_goes_on_after_it(db: str, tokens: dict) -> None:
@@ -705,26 +674,14 @@ def test_a_workflow_stream_resumed_past_its_last_event_goes_on_after_it(db: str,
 
     async def main() -> None:
         run_id = await start(db, "w-past")
-        hub, authorizer = EventHub(db), authorizer_for(db)
-        try:
-            async with (
-                serve(make_app(authorizer, hub)) as url,
-                httpx.AsyncClient(base_url=url, timeout=30) as client,
-                client.stream(
-                    "GET", f"/workflows/{run_id}/events/stream", headers=headers(tokens["read"], last=50)
-                ) as response,
-            ):
-                sse = Sse(response)
-                assert await sse.next_comment() == ": stream open"
-                said = await sse.next_comment()
-                assert said == ": the execution's events now end at 1, before 50: going on after 1"
-                assert await anext(sse.lines) == "id: 1"
-                await signal(db, run_id, "next")
-                event_id, data = await sse.next_event()
-                assert (event_id, data["event_data"]["name"]) == (2, "next")
-        finally:
-            await hub.aclose()
-            await authorizer.aclose()
+        async with one_stream(db, f"/workflows/{run_id}/events/stream", tokens["read"], last=50) as sse:
+            assert await sse.next_comment() == ": stream open"
+            said = await sse.next_comment()
+            assert said == ": the execution's events now end at 1, before 50: going on after 1"
+            assert await anext(sse.lines) == "id: 1"
+            await signal(db, run_id, "next")
+            event_id, data = await sse.next_event()
+            assert (event_id, data["event_data"]["name"]) == (2, "next")
 
     run(main())
 
@@ -738,25 +695,14 @@ def test_a_workflow_stream_whose_run_is_gone_when_its_database_is_back_ends(
 
     async def main() -> None:
         run_id = await start(db, "w-gone")
-        hub, authorizer = EventHub(db), authorizer_for(db)
-        try:
-            path = f"/workflows/{run_id}/events/stream"
-            async with (
-                serve(make_app(authorizer, hub, keepalive=30)) as url,
-                httpx.AsyncClient(base_url=url, timeout=30) as client,
-                client.stream("GET", path, headers=headers(tokens["read"])) as response,
-            ):
-                sse = Sse(response)
-                await sse.next_event()
-                await _listen_sessions_ended(db)
-                assert (await sse.next_comment()).startswith(": the database is unavailable")
-                await execute(db, "DELETE FROM harvest.executions WHERE id = %s", (run_id,))
-                assert await sse.next_comment() == f": execution {run_id} no longer exists: the stream ends"
-                with pytest.raises(EOFError):
-                    await sse.next_comment()
-        finally:
-            await hub.aclose()
-            await authorizer.aclose()
+        async with one_stream(db, f"/workflows/{run_id}/events/stream", tokens["read"]) as sse:
+            await sse.next_event()
+            await _listen_sessions_ended(db)
+            assert (await sse.next_comment()).startswith(": the database is unavailable")
+            await execute(db, "DELETE FROM harvest.executions WHERE id = %s", (run_id,))
+            assert await sse.next_comment() == f": execution {run_id} no longer exists: the stream ends"
+            with pytest.raises(EOFError):
+                await sse.next_comment()
 
     run(main())
 
