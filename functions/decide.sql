@@ -877,6 +877,27 @@ BEGIN
     IF p_commands IS NULL OR jsonb_typeof(p_commands) <> 'array' THEN
         RAISE EXCEPTION 'commands must be a JSON array' USING ERRCODE = 'HR001';
     END IF;
+    -- A decision that ends the run must have seen every message its senders were told it took:
+    -- a signal or an update accepted while its task was in flight (past p_through) would be
+    -- dropped by the close. So the close is refused, nothing of the decision is written, and the
+    -- run's next workflow task reads them where this decision was made; the answer says the run
+    -- is still live (docs/messages.md, "A message that lands as the run ends"). A continue-as-new
+    -- hands unread signals to the next run, so only an update stops it. (Nested, not one
+    -- condition: the common case, nothing past p_through, reads nothing.)
+    IF v_seen_until > p_through THEN
+        v_type := p_commands -> -1 ->> 'type';  -- (a closing command is the last: see below)
+        IF v_type IN ('complete_workflow', 'fail_workflow', 'cancel_workflow', 'continue_as_new')
+           AND EXISTS (SELECT 1 FROM harvest.events AS ev
+                       WHERE ev.execution_id = v_execution.id AND ev.event_id > p_through
+                         AND (ev.event_type = 'UpdateAccepted'
+                              OR (ev.event_type = 'SignalReceived' AND v_type <> 'continue_as_new'))) THEN
+            PERFORM harvest._ensure_workflow_task(v_execution.id);
+            r.last_event_id := v_execution.last_event_id;
+            r.execution_status := v_execution.status;
+            r.handed := ARRAY[]::harvest.worker_activity_task[];
+            RETURN r;
+        END IF;
+    END IF;
 
     -- (By subscript, not a FOR over jsonb_array_elements: a query loop opens a cursor per
     -- decision; an expression per command opens none.)

@@ -11,7 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(298);
+SELECT plan(308);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1856,6 +1856,48 @@ SELECT results_eq(
              harvest._starts_runs(NULL)$$,
     $$VALUES (true, true, false, false, false, false, false)$$,
     '_starts_runs(): a continue_as_new or a start_child_workflow in a command array; nothing else, no non-array, not NULL');
+
+-- A close waits for the messages it has not seen: a signal or an update accepted while the
+-- run's last workflow task was in flight (past through) is read by the run's next task, not
+-- dropped with the close; nothing of the refused decision is written. A continue-as-new
+-- carries unread signals to the next run, so only an update stops it.
+SELECT pg_temp.start_and_claim('close_signal');
+SELECT is(harvest._append_event(pg_temp.run('close_signal'), 'SignalReceived', '{"name": "late", "payload": 1}'),
+          2::bigint, 'setup: a signal lands while the last workflow task is in flight');
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
+                           '[{"type": "complete_workflow", "result": null}]')$$,
+                         pg_temp.task('close_signal'), pg_temp.token('close_signal')),
+                  $$VALUES (2::bigint, 'RUNNING'::text)$$,
+                  'complete_workflow with a signal past through: the close is refused, the run RUNNING');
+SELECT results_eq($$SELECT e.last_event_id, e.status, t.kind, t.status
+                    FROM harvest.executions AS e JOIN harvest.tasks AS t ON t.execution_id = e.id
+                    WHERE e.id = pg_temp.run('close_signal')$$,
+                  $$VALUES (2::bigint, 'RUNNING'::text, 'workflow'::text, 'pending'::text)$$,
+                  'a refused close writes nothing of its decision and queues the run''s next workflow task');
+SELECT pg_temp.start_and_claim('fail_signal');
+SELECT is(harvest._append_event(pg_temp.run('fail_signal'), 'SignalReceived', '{"name": "late", "payload": 1}'),
+          2::bigint, 'setup: a signal lands while a failing workflow task is in flight');
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
+                           '[{"type": "fail_workflow", "failure": {"error_type": "ValueError", "message": "bad"}}]')$$,
+                         pg_temp.task('fail_signal'), pg_temp.token('fail_signal')),
+                  $$VALUES (2::bigint, 'RUNNING'::text)$$, 'fail_workflow with a signal past through: refused too');
+SELECT pg_temp.start_and_claim('can_signal');
+SELECT is(harvest._append_event(pg_temp.run('can_signal'), 'SignalReceived', '{"name": "late", "payload": 1}'),
+          2::bigint, 'setup: a signal lands while a rotating workflow task is in flight');
+SELECT is((SELECT execution_status FROM harvest.complete_workflow_task(pg_temp.task('can_signal'),
+              pg_temp.token('can_signal'), 1, '[{"type": "continue_as_new", "input": [1]}]')),
+          'CONTINUED_AS_NEW', 'continue_as_new with a signal past through goes on: the signal goes to the next run');
+SELECT pg_temp.start_and_claim('can_update');
+SELECT is(harvest._append_event(pg_temp.run('can_update'), 'UpdateAccepted',
+                                '{"update_id": "u1", "name": "hit", "input": null}'),
+          2::bigint, 'setup: an update is accepted while a rotating workflow task is in flight');
+SELECT pg_temp.batch('can_update', ARRAY['can_update'], ARRAY['[{"type": "continue_as_new", "input": [1]}]']::jsonb[],
+                     ARRAY[0]);
+SELECT results_eq($$SELECT outcome, last_event_id, execution_status FROM batch_rows WHERE label = 'can_update'$$,
+                  $$VALUES ('completed'::text, 2::bigint, 'RUNNING'::text)$$,
+                  'complete_workflow_tasks(): continue_as_new with an update past through is refused, the run RUNNING');
+SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE continued_from = pg_temp.run('can_update')$$,
+                'a refused continue-as-new starts no successor');
 
 -- \df+ harvest.* documents the API: every public function of this file has a comment.
 SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p

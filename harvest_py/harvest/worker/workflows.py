@@ -602,6 +602,18 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
         raise
     finally:
         worker.release_slots(grant)
+    if outcome["execution_status"] in LIVE_STATUSES and any(c["type"] in _CLOSING for c in commands):
+        # The database refused the close: a signal or an update reached the run while this task
+        # ran, which the close would have dropped (functions/decide.sql, _apply_decision). Nothing
+        # of the decision was written; the run's next task, queued already, replays it with them.
+        log.info(
+            "workflow %s (%s): its end waits: a message reached it while its last task ran; its "
+            "next task reads it",
+            execution_id,
+            task["workflow_name"],
+        )
+        run.close()
+        return
     if makes_nothing_due_later(commands):
         task["_nothing_due_later"] = True  # (read by Worker._finished)
     for handed in outcome["handed"]:
