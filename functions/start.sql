@@ -245,10 +245,15 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF p_conflict_policy <> 'unspecified' THEN
-        RAISE EXCEPTION 'workflow % declares a start throttle, debounce or batch: conflict_policy "%" '
-            'cannot be combined with it', p_workflow_name, p_conflict_policy USING ERRCODE = 'HR001',
+        -- (signal_with_start and update_with_start start with use_existing: named, as their
+        -- callers passed no policy.)
+        RAISE EXCEPTION 'workflow % declares a start throttle, debounce or batch: conflict_policy "%"% '
+            'cannot be combined with it', p_workflow_name, p_conflict_policy,
+            CASE WHEN p_conflict_policy = 'use_existing'
+                 THEN ' (which signal_with_start and update_with_start use)' ELSE '' END
+            USING ERRCODE = 'HR001',
             HINT = 'a deferred start has no running execution to resolve a conflict against; '
-                   'use conflict_policy unspecified';
+                   'use conflict_policy unspecified, and signal or update the run once it has started';
     END IF;
     SELECT * INTO action, execution_id, workflow_id, status, started_fresh
     FROM harvest._start_gate(p_workflow_name, p_policy, p_input, p_workflow_id,

@@ -122,6 +122,9 @@ def test_a_conflict_policy_with_a_start_gate_is_refused(db, client) -> None:
     for wf, arg in ((paced_start, 1), (reindex, {"doc": "a"}), (bulk, "x")):
         with pytest.raises(InvalidArgument, match="conflict_policy"):
             client.start_workflow(wf, arg, workflow_id="c1", conflict_policy="use_existing")
+    # signal_with_start passes no policy of its caller's: the refusal says which it uses.
+    with pytest.raises(InvalidArgument, match=r"\(which signal_with_start and update_with_start use\)"):
+        client.signal_with_start(paced_start, 1, workflow_id="c2", signal="go")
 
 
 def test_usage_report_from_durable_events(db, start_worker, client) -> None:
