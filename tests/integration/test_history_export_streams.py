@@ -105,3 +105,29 @@ def test_export_memory_stays_bounded_by_a_page_not_the_history(db, tmp_path, mon
     size = out.stat().st_size
     assert size > 12_000_000
     assert peak < size / 4, f"exported {size} bytes with a peak of {peak} bytes of Python allocations"
+
+
+def test_an_export_that_fails_midway_leaves_no_truncated_file(db, tmp_path, monkeypatch) -> None:
+    """The history read fails after the first page is written (the database gone): the
+    command fails, and the file given is neither created truncated nor, when one was there,
+    overwritten; no partial file is left beside it."""
+    monkeypatch.setattr(workflow_cli, "EXPORT_PAGE_SIZE", 5)
+    execution_id = _run_with_signals(db, 20, 10)
+    real = SqlApi.iter_history
+
+    def failing(self, execution_id, page_size=500):
+        for n, event in enumerate(real(self, execution_id, page_size)):
+            if n == 7:
+                raise psycopg.OperationalError("the connection was lost")
+            yield event
+
+    monkeypatch.setattr(SqlApi, "iter_history", failing)
+    fresh, kept = tmp_path / "fresh.json", tmp_path / "kept.json"
+    kept.write_text("an earlier export\n")
+    for out in (fresh, kept):
+        args = ["history", "export", execution_id, "--file", str(out)]
+        result = CliRunner().invoke(main, args, env={"HARVEST_DATABASE_URL": db})
+        assert result.exit_code != 0, result.output
+    assert not fresh.exists()
+    assert kept.read_text() == "an earlier export\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.json"]

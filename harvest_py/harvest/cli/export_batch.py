@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from harvest.cli.http import http_session
-from harvest.cli.output import database_url_option, json_default, selected
+from harvest.cli.output import database_url_option, json_default, output_file, selected
 from harvest.cli.shards import each_shard
 from harvest.client.export_batch import MAX_LIMIT, STATE_GROUPS, assemble, shard_batch
 from harvest.db.steps import run_steps
@@ -80,11 +80,9 @@ def export_batch(
         batch = assemble(fan.results, fan.unavailable_shards, fan.status, payload_policy, limit)
         status, unavailable = fan.status, fan.unavailable_shards
     text = json.dumps(batch, default=json_default, indent=2) + "\n"
-    if path == "-":
-        sys.stdout.write(text)
-    else:
-        with open(path, "w") as out:
-            out.write(text)
+    with output_file(path) as out:
+        out.write(text)
+    if path != "-":
         click.echo(f"wrote {path}: {len(batch['exports'])} export(s), status {status}", err=True)
     if status != COMPLETE:
         click.echo(

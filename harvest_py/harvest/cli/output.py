@@ -241,6 +241,26 @@ def emit(data: Any, output: str, render: Callable[[Any], str]) -> None:
 
 
 @contextlib.contextmanager
+def output_file(path: str) -> Iterator[Any]:
+    """Where a command writes a file it was given (``-``: standard output): a file beside it,
+    put in its place only once everything is written, so a command that fails midway (the
+    database or the server gone, an interrupt) leaves no truncated file and an earlier file
+    of that name as it was."""
+    if path == "-":
+        yield sys.stdout
+        return
+    partial = f"{path}.partial"
+    try:
+        with open(partial, "w") as out:
+            yield out
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+        raise
+
+
+@contextlib.contextmanager
 def progress(total: int, label: str, enabled: bool = True) -> Iterator[Any]:
     """A progress bar on stderr (JSON on stdout stays clean)."""
     if not enabled:

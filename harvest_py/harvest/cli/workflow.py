@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from datetime import datetime
@@ -20,6 +19,7 @@ from harvest.cli.output import (
     emit,
     json_default,
     mapping,
+    output_file,
     output_option,
     selected,
     table,
@@ -587,10 +587,6 @@ def _resolved(sql: Any, value: Any) -> Any:
     return run_steps(resolved(value), sql)
 
 
-def _opened(path: str) -> Any:
-    return contextlib.nullcontext(sys.stdout) if path == "-" else open(path, "w")
-
-
 @click.group("history")
 def history_group() -> None:
     """Export execution histories."""
@@ -626,7 +622,7 @@ def export(
         events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
         if full:  # offloaded payloads are resolved, so the file stands alone (docs/payloads.md)
             execution, events = _resolved(sql, execution), (_resolved(sql, e) for e in events)
-        with _opened(path) as out:
+        with output_file(path) as out:
             out.writelines(export_chunks(execution, events, full))
 
     settings = selected(database_url)
@@ -635,7 +631,8 @@ def export(
 
         with http_session(settings) as http:
             route = f"/workflows/{quote(execution_id, safe='')}/history/export"
-            http.download(route, {"payload_policy": "full" if full else "redacted"}, lambda: _opened(path))
+            policy = {"payload_policy": "full" if full else "redacted"}
+            http.download(route, policy, lambda: output_file(path))
     else:
         routed_read(database_url, execution_id, write)
     if path != "-":
