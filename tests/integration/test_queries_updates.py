@@ -72,6 +72,34 @@ async def spend_later(ctx) -> str:
     return "later"
 
 
+class Escape(BaseException):
+    """A handler's own BaseException: not a worker's stop."""
+
+
+@query(workflow="budget")
+def rotate_in_query(ctx) -> int:
+    ctx.continue_as_new("someone else")
+
+
+@query(workflow="budget")
+def escape_in_query(ctx) -> int:
+    raise Escape("out of the query")
+
+
+@update(workflow="budget")
+def rotate_in_update(ctx) -> str:
+    ctx.continue_as_new("someone else")
+
+
+def rotate_in_validator(ctx) -> None:
+    ctx.continue_as_new("someone else")
+
+
+@update(workflow="budget", validator=rotate_in_validator)
+def rotate_validated(ctx) -> str:
+    return "unreachable"
+
+
 @workflow
 async def counter(ctx) -> int:
     count = 0
@@ -90,8 +118,8 @@ async def counter(ctx) -> int:
 app = App(
     workflows=[budget, counter],
     activities=[book],
-    queries=[total, owner, broken],
-    updates=[spend, fail_update, spend_later],
+    queries=[total, owner, broken, rotate_in_query, escape_in_query],
+    updates=[spend, fail_update, spend_later, rotate_in_update, rotate_validated],
 )
 
 
@@ -144,6 +172,24 @@ def test_unknown_query_and_a_raising_handler_are_clear_errors(start_worker, clie
     assert info.value.error_type == "UnknownQuery"
     with pytest.raises(QueryFailed, match="RuntimeError: this query is broken"):
         handle.query("broken", timeout=10)
+
+
+def test_a_query_handler_raising_a_base_exception_is_a_query_failure(start_worker, client: Client):
+    """A BaseException (ctx.continue_as_new() raises one) is the handler's failure, answered at
+    once, not a request every worker drops until the caller's QueryTimeout; a validator's too."""
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    with pytest.raises(QueryFailed, match=r"called ctx.continue_as_new\(\): queries and validators") as info:
+        handle.query("rotate_in_query", timeout=10)
+    assert info.value.error_type == "IllegalWorkflowOperation"
+    with pytest.raises(QueryFailed, match="Escape: out of the query") as info:
+        handle.query("escape_in_query", timeout=10)
+    assert info.value.error_type == "Escape"
+    with pytest.raises(UpdateRejected, match=r"called ctx.continue_as_new\(\)"):
+        handle.update("rotate_validated", timeout=10)
+    assert handle.query("total", timeout=10) == 0  # the worker answers on
+    assert handle.describe()["status"] == "RUNNING"
 
 
 def test_no_worker_is_a_timeout_that_says_so(client: Client):
@@ -271,3 +317,20 @@ def test_an_accepted_update_not_finished_in_time_says_how_to_wait_again(start_wo
     assert f"update later-1 was accepted and is recorded on execution {handle.execution_id}" in text
     assert "ask again with update_id='later-1'" in text
     handle.terminate()
+
+
+def test_continue_as_new_in_an_update_handler_fails_the_update_and_the_run_goes_on(
+    start_worker, client: Client
+):
+    """The handler's ContinueAsNew (a BaseException) completes the update as a typed failure,
+    recorded and answered at once; the run neither rotates nor loses the update."""
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    with pytest.raises(UpdateFailed, match="continue_as_new is not allowed in an update handler") as info:
+        handle.update("rotate_in_update", timeout=10)
+    assert info.value.error_type == "IllegalWorkflowOperation"
+    assert handle.describe()["status"] == "RUNNING"
+    assert "UpdateCompleted" in event_types(handle)
+    handle.signal("close")
+    assert handle.result(timeout=30) == {"total": 0, "entries": []}
