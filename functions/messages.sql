@@ -76,7 +76,10 @@ $$;
 -- Ask for update p_name on a running run. p_update_id (minted when NULL) makes it
 -- idempotent: asking again for the same id returns the same request, or, once
 -- the request row is gone, a fresh row answered from the history (accepted or
--- completed). Only an update never seen before goes to a worker for validation.
+-- completed) of this run or of the runs it continued from (c_chain_runs
+-- runs in all). Only an update never seen before goes to a worker
+-- for validation. An id seen before under another update name is refused (HR001);
+-- the argument of a later ask is not compared (the first ask's was applied).
 CREATE OR REPLACE FUNCTION harvest.request_update(
     p_execution_id uuid, p_name text, p_arg jsonb DEFAULT 'null'::jsonb,
     p_update_id text DEFAULT NULL, p_timeout_secs double precision DEFAULT 30,
@@ -91,7 +94,13 @@ DECLARE
     v_execution harvest.executions;
     v_update_id text := coalesce(p_update_id, gen_random_uuid()::text);
     v_request harvest.query_requests;
-    v_accepted boolean;
+    -- How far back an id is looked for: this run and the runs it continued from, this many in
+    -- all (a retry that reaches the successor of a rotated run; docs/messages.md).
+    c_chain_runs CONSTANT integer := 16;
+    v_chain uuid[] := ARRAY[p_execution_id];
+    v_accepted_name text;
+    v_accepted_in uuid;
+    v_accepted_in_status text;
     v_done jsonb;
     v_status text := 'pending';
     v_answer jsonb;
@@ -114,8 +123,9 @@ BEGIN
     FOR UPDATE;
     IF FOUND THEN
         IF v_request.name <> p_name THEN
-            RAISE EXCEPTION 'update id % is already used by update "%" on execution %', v_update_id,
-                v_request.name, p_execution_id USING ERRCODE = 'HR001';
+            RAISE EXCEPTION 'update id % is already used by update "%" on execution %, not by "%"',
+                v_update_id, v_request.name, p_execution_id, p_name USING ERRCODE = 'HR001',
+                HINT = 'give each update its own update_id';
         END IF;
         UPDATE harvest.query_requests AS r
         SET expires_at = greatest(r.expires_at, v_now + make_interval(secs => p_timeout_secs))
@@ -123,25 +133,49 @@ BEGIN
         RETURN QUERY SELECT v_request.id, v_update_id, v_request.status;
         RETURN;
     END IF;
-    -- The history is the truth for an update id seen before.
-    SELECT bool_or(ev.event_type = 'UpdateAccepted'),
-           (array_agg(ev.event_data) FILTER (WHERE ev.event_type = 'UpdateCompleted'))[1]
-    INTO v_accepted, v_done
-    FROM harvest.events AS ev
-    WHERE ev.execution_id = p_execution_id AND ev.event_type IN ('UpdateAccepted', 'UpdateCompleted')
+    -- The history is the truth for an update id seen before: this run's, or that of a run it
+    -- continued from (an update_with_start, or an update by workflow_id, retried after the run
+    -- rotated reaches the successor). A run that never rotated is one probe of events_update_id.
+    IF v_execution.continued_from IS NOT NULL THEN
+        WITH RECURSIVE back AS (
+            SELECT v_execution.id AS id, v_execution.continued_from AS continued_from, 1 AS runs
+            UNION ALL
+            SELECT e.id, e.continued_from, back.runs + 1
+            FROM back JOIN harvest.executions AS e ON e.id = back.continued_from
+            WHERE back.runs < c_chain_runs
+        )
+        SELECT array_agg(back.id ORDER BY back.runs) INTO v_chain FROM back;
+    END IF;
+    -- The newest run's events first (a run that took the update on holds it as well).
+    SELECT (array_agg(ev.event_data ->> 'name' ORDER BY c.runs)
+                FILTER (WHERE ev.event_type = 'UpdateAccepted'))[1],
+           (array_agg(c.id ORDER BY c.runs) FILTER (WHERE ev.event_type = 'UpdateAccepted'))[1],
+           (array_agg(ev.event_data ORDER BY c.runs) FILTER (WHERE ev.event_type = 'UpdateCompleted'))[1]
+    INTO v_accepted_name, v_accepted_in, v_done
+    FROM unnest(v_chain) WITH ORDINALITY AS c (id, runs)
+    JOIN harvest.events AS ev ON ev.execution_id = c.id
+    WHERE ev.event_type IN ('UpdateAccepted', 'UpdateCompleted')
       AND ev.event_data ->> 'update_id' = v_update_id;
+    -- One id is one update: the same id under another name would get that update's outcome.
+    IF v_accepted_in IS NOT NULL AND v_accepted_name IS DISTINCT FROM p_name THEN
+        RAISE EXCEPTION 'update id % is already used by update "%" on execution %, not by "%"',
+            v_update_id, v_accepted_name, v_accepted_in, p_name USING ERRCODE = 'HR001',
+            HINT = 'give each update its own update_id';
+    END IF;
     IF v_done IS NOT NULL THEN
         v_answer := v_done -> 'result';
         v_error := nullif(v_done -> 'failure', 'null'::jsonb);
         v_status := CASE WHEN v_error IS NULL THEN 'completed' ELSE 'failed' END;
-    ELSIF coalesce(v_accepted, false) THEN
-        IF v_execution.status IN ('RUNNING', 'PAUSED') THEN
+    ELSIF v_accepted_in IS NOT NULL THEN
+        v_accepted_in_status := CASE WHEN v_accepted_in = v_execution.id THEN v_execution.status
+            ELSE (SELECT e.status FROM harvest.executions AS e WHERE e.id = v_accepted_in) END;
+        IF v_accepted_in_status IN ('RUNNING', 'PAUSED') THEN
             v_status := 'accepted';
         ELSE
             v_status := 'failed';
             v_error := jsonb_build_object('error_type', 'WorkflowNotRunning', 'non_retryable', true,
                 'details', NULL, 'message', format('the run ended %s before update %s completed',
-                                                   v_execution.status, v_update_id));
+                                                   v_accepted_in_status, v_update_id));
         END IF;
     ELSIF v_execution.status = 'PAUSED' THEN
         RAISE EXCEPTION 'cannot update execution %: it is PAUSED, resume it first (an update needs the workflow to run)',

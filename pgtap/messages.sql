@@ -4,7 +4,7 @@
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args and harvest._notify_query_answer.
 BEGIN;
-SELECT plan(116);
+SELECT plan(129);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -109,7 +109,8 @@ SELECT results_eq($$SELECT request_id, status FROM harvest.request_update(pg_tem
                   $$SELECT request_id, 'pending'::text FROM u1$$,
                   'asking again with the same update id returns the same request');
 SELECT throws_ok(format($$SELECT * FROM harvest.request_update(%L, 'other', 'null', 'u1')$$, pg_temp.run('a')),
-                 'HR001', format('update id u1 is already used by update "decide" on execution %s', pg_temp.run('a')),
+                 'HR001', format('update id u1 is already used by update "decide" on execution %s, not by "other"',
+                                 pg_temp.run('a')),
                  'the same update id for another update: HR001');
 SELECT matches((SELECT update_id FROM harvest.request_update(pg_temp.run('a'), 'decide')),
                '^[0-9a-f]{8}-[0-9a-f]{4}-', 'without an update id one is minted (a uuid)');
@@ -320,6 +321,57 @@ SELECT is((SELECT r.traceparent FROM harvest.query_requests AS r JOIN harvest.ex
 SELECT is((SELECT ev.event_data ->> 'traceparent' FROM harvest.executions AS e
            JOIN harvest.events AS ev ON ev.execution_id = e.id AND ev.event_id = 1 WHERE e.workflow_id = 'uws-tp'),
           '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'update_with_start(p_traceparent): the run it starts continues the caller''s span');
+
+-- An update id across a continue-as-new chain: a run (ch) that took updates uc (completed) and
+-- ua (accepted only), then continued as new into chx1, chx1 into chx2, and so on.
+SELECT isnt(pg_temp.start_decided('ch', 'q_wf', 'qq_ch'), NULL, 'setup: an idle run on queue qq_ch');
+SELECT lives_ok(format($$SELECT harvest._append_event(%1$L, 'UpdateAccepted',
+                           '{"update_id": "uc", "name": "decide", "input": null}'),
+                         harvest._append_event(%1$L, 'UpdateCompleted',
+                           '{"seq": 3, "update_id": "uc", "result": {"n": 1}, "failure": null}'),
+                         harvest._append_event(%1$L, 'UpdateAccepted',
+                           '{"update_id": "ua", "name": "decide", "input": null}')$$, pg_temp.run('ch')),
+                'setup: ch took update uc (completed) and ua (accepted)');
+DO $$
+BEGIN
+    FOR i IN 1..16 LOOP
+        PERFORM pg_temp.start_run('chx' || i, 'q_wf', 'qq_ch');
+        UPDATE harvest.executions SET continued_from = pg_temp.run(CASE WHEN i = 1 THEN 'ch' ELSE 'chx' || (i - 1) END)
+        WHERE id = pg_temp.run('chx' || i);
+    END LOOP;
+    UPDATE harvest.executions SET status = 'CONTINUED_AS_NEW', completed_at = harvest.now()
+    WHERE id = pg_temp.run('ch') OR workflow_id LIKE 'chx%' AND workflow_id <> 'chx16' AND workflow_id <> 'chx1';
+END;
+$$;
+SELECT results_eq($$SELECT status FROM harvest.request_update(pg_temp.run('chx1'), 'decide', 'null', 'uc', 60)$$,
+                  $$VALUES ('completed'::text)$$,
+                  'request_update(): an id completed by the run this one continued from is answered from there');
+SELECT results_eq($$SELECT answer FROM harvest.query_requests WHERE execution_id = pg_temp.run('chx1') AND update_id = 'uc'$$,
+                  $$VALUES ('{"n": 1}'::jsonb)$$, 'with its recorded result');
+DELETE FROM harvest.query_requests WHERE update_id = 'uc';
+SELECT throws_ok(format($$SELECT * FROM harvest.request_update(%L, 'other', 'null', 'uc', 60)$$, pg_temp.run('chx1')),
+                 'HR001', format('update id uc is already used by update "decide" on execution %s, not by "other"',
+                                 (SELECT execution_id FROM harvest.events WHERE event_type = 'UpdateAccepted'
+                                  AND event_data ->> 'update_id' = 'uc')),
+                 'request_update(): the id of another update found in the chain is HR001, naming both');
+SELECT results_eq($$SELECT status FROM harvest.request_update(pg_temp.run('chx1'), 'decide', 'null', 'ua', 60)$$,
+                  $$VALUES ('failed'::text)$$,
+                  'an id accepted by the run this one continued from, never completed there: failed');
+SELECT is((SELECT error ->> 'message' FROM harvest.query_requests WHERE update_id = 'ua'),
+          'the run ended CONTINUED_AS_NEW before update ua completed', 'as WorkflowNotRunning, naming how it ended');
+SELECT is((SELECT count(*) FROM harvest.events WHERE event_data ->> 'update_id' IN ('uc', 'ua')), 3::bigint,
+          'answering from the chain writes no history');
+SELECT results_eq($$SELECT status FROM harvest.request_update(pg_temp.run('chx15'), 'decide', 'null', 'uc', 60)$$,
+                  $$VALUES ('completed'::text)$$, 'the id is found 16 runs back (the run asked and 15 before it)');
+SELECT results_eq($$SELECT status FROM harvest.request_update(pg_temp.run('chx16'), 'decide', 'null', 'uc', 60)$$,
+                  $$VALUES ('pending'::text)$$, 'not 17 runs back: there the id is new');
+SELECT results_eq($$SELECT status FROM harvest.request_update(pg_temp.run('chx16'), 'decide', 'null', 'unew', 60)$$,
+                  $$VALUES ('pending'::text)$$, 'an id never seen in the chain is new');
+SELECT ok(EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = 'harvest' AND indexname = 'events_update_id'),
+          'events_update_id finds an update id''s events by id and run');
+SELECT is((SELECT count(*) FROM harvest.query_requests AS r JOIN harvest.events AS ev
+            ON ev.execution_id = r.execution_id AND ev.event_data ->> 'update_id' = 'uc'), 0::bigint,
+          'a retry reaching a successor is answered on the successor, the predecessor untouched');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -41,3 +41,11 @@ CREATE TABLE harvest.events (
 
 CREATE UNIQUE INDEX events_global_id
 ON harvest.events (global_id);
+
+-- An update id's events (UpdateAccepted, UpdateCompleted) by id and run: asking for an update
+-- finds an id seen before in its run, or in the runs that run continued from, with one probe
+-- per run instead of a read of each run's whole history (functions/messages.sql,
+-- _update_seen; migration 0079).
+CREATE INDEX events_update_id
+ON harvest.events ((event_data ->> 'update_id'), execution_id)
+WHERE event_type IN ('UpdateAccepted', 'UpdateCompleted');

@@ -10,6 +10,7 @@ import pytest
 from harvest import App, Client, activity, query, update, workflow
 from harvest.client.messages import UpdateHandle
 from harvest.core.errors import (
+    InvalidArgument,
     QueryFailed,
     QueryTimeout,
     UpdateFailed,
@@ -72,6 +73,63 @@ async def spend_later(ctx) -> str:
     return "later"
 
 
+class Escape(BaseException):
+    """A handler's own BaseException: not a worker's stop."""
+
+
+@query(workflow="budget")
+def rotate_in_query(ctx) -> int:
+    ctx.continue_as_new("someone else")
+
+
+@query(workflow="budget")
+def escape_in_query(ctx) -> int:
+    raise Escape("out of the query")
+
+
+@update(workflow="budget")
+def rotate_in_update(ctx) -> str:
+    ctx.continue_as_new("someone else")
+
+
+def rotate_in_validator(ctx) -> None:
+    ctx.continue_as_new("someone else")
+
+
+@update(workflow="budget", validator=rotate_in_validator)
+def rotate_validated(ctx) -> str:
+    return "unreachable"
+
+
+@update(workflow="budget")
+def refund(ctx, amount: int) -> int:
+    ctx.state["total"] -= amount
+    return ctx.state["total"]
+
+
+@workflow
+async def account(ctx, balance: int = 0) -> int:
+    """An entity that continues as new on the signal "control" = "rotate" and ends on "stop"."""
+    ctx.state["balance"] = balance
+    what = await ctx.wait_for_signal("control")
+    await ctx.drain_admitted_updates()
+    if what == "stop":
+        return ctx.state["balance"]
+    return ctx.continue_as_new(ctx.state["balance"])
+
+
+@update(workflow="account")
+def credit(ctx, amount: int) -> int:
+    ctx.state["balance"] += amount
+    return ctx.state["balance"]
+
+
+@update(workflow="account")
+def debit(ctx, amount: int) -> int:
+    ctx.state["balance"] -= amount
+    return ctx.state["balance"]
+
+
 @workflow
 async def counter(ctx) -> int:
     count = 0
@@ -88,10 +146,10 @@ async def counter(ctx) -> int:
 
 
 app = App(
-    workflows=[budget, counter],
+    workflows=[budget, counter, account],
     activities=[book],
-    queries=[total, owner, broken],
-    updates=[spend, fail_update, spend_later],
+    queries=[total, owner, broken, rotate_in_query, escape_in_query],
+    updates=[spend, fail_update, spend_later, rotate_in_update, rotate_validated, refund, credit, debit],
 )
 
 
@@ -104,6 +162,18 @@ def wait_until(predicate, timeout: float = 10.0) -> None:
 
 def event_types(handle) -> list[str]:
     return [e["event_type"] for e in handle.history()]
+
+
+def expire_requests(client: Client) -> None:
+    """Every request row is past its deadline, as once its caller's timeout has passed."""
+    with client.sql() as sql:
+        sql.conn.execute("UPDATE harvest.query_requests SET expires_at = harvest.now() - interval '1 second'")
+
+
+def rotate(handle) -> None:
+    """The account continues as new; wait until its run has."""
+    handle.signal("control", "rotate")
+    wait_until(lambda: handle.describe()["status"] == "CONTINUED_AS_NEW", timeout=20)
 
 
 def settled(handle) -> None:
@@ -144,6 +214,24 @@ def test_unknown_query_and_a_raising_handler_are_clear_errors(start_worker, clie
     assert info.value.error_type == "UnknownQuery"
     with pytest.raises(QueryFailed, match="RuntimeError: this query is broken"):
         handle.query("broken", timeout=10)
+
+
+def test_a_query_handler_raising_a_base_exception_is_a_query_failure(start_worker, client: Client):
+    """A BaseException (ctx.continue_as_new() raises one) is the handler's failure, answered at
+    once, not a request every worker drops until the caller's QueryTimeout; a validator's too."""
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    with pytest.raises(QueryFailed, match=r"called ctx.continue_as_new\(\): queries and validators") as info:
+        handle.query("rotate_in_query", timeout=10)
+    assert info.value.error_type == "IllegalWorkflowOperation"
+    with pytest.raises(QueryFailed, match="Escape: out of the query") as info:
+        handle.query("escape_in_query", timeout=10)
+    assert info.value.error_type == "Escape"
+    with pytest.raises(UpdateRejected, match=r"called ctx.continue_as_new\(\)"):
+        handle.update("rotate_validated", timeout=10)
+    assert handle.query("total", timeout=10) == 0  # the worker answers on
+    assert handle.describe()["status"] == "RUNNING"
 
 
 def test_no_worker_is_a_timeout_that_says_so(client: Client):
@@ -271,3 +359,60 @@ def test_an_accepted_update_not_finished_in_time_says_how_to_wait_again(start_wo
     assert f"update later-1 was accepted and is recorded on execution {handle.execution_id}" in text
     assert "ask again with update_id='later-1'" in text
     handle.terminate()
+
+
+def test_continue_as_new_in_an_update_handler_fails_the_update_and_the_run_goes_on(
+    start_worker, client: Client
+):
+    """The handler's ContinueAsNew (a BaseException) completes the update as a typed failure,
+    recorded and answered at once; the run neither rotates nor loses the update."""
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    with pytest.raises(UpdateFailed, match="continue_as_new is not allowed in an update handler") as info:
+        handle.update("rotate_in_update", timeout=10)
+    assert info.value.error_type == "IllegalWorkflowOperation"
+    assert handle.describe()["status"] == "RUNNING"
+    assert "UpdateCompleted" in event_types(handle)
+    handle.signal("close")
+    assert handle.result(timeout=30) == {"total": 0, "entries": []}
+
+
+def test_an_update_id_is_one_update_even_after_its_request_expired(start_worker, client: Client):
+    """The same id under another update name is refused (HR001) whether the first request's row
+    is live or gone; it never answers with the other update's recorded result."""
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    assert handle.update("refund", 10, update_id="op-0", timeout=10) == -10
+    with pytest.raises(InvalidArgument, match=r'already used by update "refund".*not by "fail_update"'):
+        handle.update("fail_update", update_id="op-0", timeout=10)
+    expire_requests(client)
+    with pytest.raises(InvalidArgument, match=r'already used by update "refund".*not by "fail_update"'):
+        handle.update("fail_update", update_id="op-0", timeout=10)
+    assert handle.update("refund", 10, update_id="op-0", timeout=10) == -10  # the recorded outcome
+    handle.signal("close")
+    assert handle.result(timeout=30)["total"] == -10
+
+
+def test_an_update_retried_after_the_run_continued_as_new_is_not_applied_twice(start_worker, client: Client):
+    """A retry of update_with_start, or of an update by workflow_id, reaches the successor of a
+    rotated run: the id is found in the run it continued from and answered from there."""
+    start_worker(app)
+    handle, first = client.update_with_start(
+        account, workflow_id="acct-1", update="credit", update_arg=5, update_id="credit-1", timeout=20
+    )
+    assert first == 5
+    rotate(handle)
+    expire_requests(client)
+    _, again = client.update_with_start(
+        account, workflow_id="acct-1", update="credit", update_arg=5, update_id="credit-1", timeout=20
+    )
+    by_key = client.get_handle(workflow_id="acct-1", workflow=account)
+    assert by_key.update("credit", 5, update_id="credit-1", timeout=20) == 5
+    with pytest.raises(InvalidArgument, match='already used by update "credit"'):
+        by_key.update("debit", 5, update_id="credit-1", timeout=20)
+    rotate(by_key)
+    assert by_key.update("credit", 5, update_id="credit-1", timeout=20) == 5  # two runs back
+    by_key.signal("control", "stop")
+    assert (again, by_key.result(timeout=30)) == (5, 5)

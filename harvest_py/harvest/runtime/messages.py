@@ -32,6 +32,7 @@ from harvest.core.errors import InvalidArgument, NonDeterminismError, PayloadErr
 from harvest.core.payload import encode
 from harvest.declare.messages import HandlerDefinition, check_handler
 from harvest.runtime.commands import failure_json
+from harvest.runtime.context import ContinueAsNew
 from harvest.runtime.loop import IllegalWorkflowOperation
 
 if TYPE_CHECKING:
@@ -133,6 +134,15 @@ class RunHandlers:
             raise
         except asyncio.CancelledError:
             failure = _failure("CancelledError", f"update {handler.name!r} was cancelled")
+        except ContinueAsNew:
+            # A BaseException: uncaught, it would end this task with nothing recorded and leave
+            # the caller waiting. The run is the main code's to end, so the update fails instead.
+            failure = _failure(
+                "IllegalWorkflowOperation",
+                f"update {handler.name!r} called ctx.continue_as_new(): continue_as_new is not "
+                "allowed in an update handler; return from the handler and continue as new from "
+                "the main workflow code",
+            )
         except Exception as exc:
             failure = failure_json(exc)
         finally:
@@ -224,6 +234,11 @@ class RunHandlers:
         except IllegalWorkflowOperation:
             self.tainted = True
             raise
+        except ContinueAsNew:
+            # Ending the run is a command like any other: refused here, and answered as a failure.
+            raise IllegalWorkflowOperation(
+                f"{what} called ctx.continue_as_new(): queries and validators only read the workflow's state"
+            ) from None
         finally:
             self.read_only = previous
             if (run._seq, len(run._new_commands), run.signals.count()) != before:

@@ -47,6 +47,9 @@ CLAIM_BATCH = 16
 MAX_IN_FLIGHT = 32
 LEASE_SECS = 30.0
 EXPIRE_EVERY_SECS = 5.0
+# What stops the worker or its task, never a handler's answer: every other BaseException a
+# query handler or validator raises (ctx.continue_as_new() among them) is answered as a failure.
+_STOPS = (asyncio.CancelledError, SystemExit, KeyboardInterrupt, GeneratorExit)
 
 
 def _event(row: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +184,9 @@ class QueryResponder:
                     payload.check_size(answer, f"the answer to query {name}", w.max_payload_bytes)
                 except PayloadTooLarge as exc:
                     answer, error = None, failure_of(exc)
-                except Exception as exc:
+                except _STOPS:
+                    raise
+                except BaseException as exc:  # a handler's own BaseException is its answer too
                     answer, error = None, failure_of(self._explain(run, exc))
                 await self._reply(request, answer, error)
                 return None
@@ -191,7 +196,9 @@ class QueryResponder:
                 if run.through != 0:  # a run that has stepped: its handlers are all known
                     await self._reply(request, None, failure_of(exc))
                     return "rejected"
-            except Exception as exc:
+            except _STOPS:
+                raise
+            except BaseException as exc:
                 await self._reply(request, None, failure_of(exc))
                 return "rejected"
             await self.lane.sql.accept_update(request_id, w.worker_id)
@@ -230,7 +237,7 @@ class QueryResponder:
         return encoded, await payloads.encode_failure(sql, execution_id, error)
 
     @staticmethod
-    def _explain(run: WorkflowRun, exc: Exception) -> Exception:
+    def _explain(run: WorkflowRun, exc: BaseException) -> BaseException:
         if isinstance(exc, UnknownHandler) and run.through == 0:
             return UnknownHandler(
                 f"{exc} (the run has not completed its first workflow task, so "
