@@ -7,7 +7,8 @@ autocommit, one statement at a time (``CREATE INDEX CONCURRENTLY`` needs that);
 it must be idempotent because nothing can roll it back.
 
 Concurrent migrators are serialised by a session advisory lock held for the whole
-run, so each migration applies once whoever runs it. After the migrations, every
+run, so each migration applies once whoever runs it; the others wait for it between short
+tries (see Migrator._lock). After the migrations, every
 file in ``functions/`` (``CREATE OR REPLACE``, repeatable) is applied when its
 checksum differs from the one recorded, so an unchanged file is not re-run.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import re
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -287,7 +289,7 @@ class Migrator:
                         "changed": current != shard_id,
                     }
                 return report
-            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK_KEY,))
+            self._lock(conn)
             try:
                 # Under the lock and before anything is written: a newer Harvest's schema is
                 # refused whole (its functions/ too), never downgraded.
@@ -330,6 +332,19 @@ class Migrator:
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
         return report
+
+    def _lock(self, conn: psycopg.Connection) -> None:
+        """Take the migration lock, waiting for another migrator between short tries, never
+        inside a statement: a session waiting in pg_advisory_lock holds a snapshot, which a
+        CREATE INDEX CONCURRENTLY of the migrator holding the lock waits for, while the waiter
+        waits for its lock (PostgreSQL ends one of the two as a deadlock)."""
+        pause, said = 0.05, False
+        while not conn.execute("SELECT pg_try_advisory_lock(%s)", (MIGRATE_LOCK_KEY,)).fetchone()[0]:  # type: ignore[index]
+            if not said:
+                self.progress("waiting for another `harvest migrate run` to finish")
+                said = True
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     def _current_shard(self, conn: psycopg.Connection) -> int | None:
         """The database's shard number; None before shard identity exists (0023 pending)."""
