@@ -1636,6 +1636,13 @@ BEGIN
             v_failure := jsonb_build_object(
                 'error_type', CASE WHEN SQLSTATE = 'HR006' THEN 'QuotaExceeded' ELSE 'PayloadTooLarge' END,
                 'non_retryable', true, 'message', v_error_message, 'details', v_error_detail::jsonb);
+        WHEN SQLSTATE 'HR001' THEN
+            -- Its start refused what the parent's code asked (a workflow_id or a queue over the
+            -- limit, an empty one): the same on every retry of this decision, so a typed failed
+            -- start the parent's code may catch, not a workflow task failing for good.
+            GET STACKED DIAGNOSTICS v_error_message = MESSAGE_TEXT;
+            v_failure := jsonb_build_object('error_type', 'InvalidArgument', 'non_retryable', true,
+                'message', v_error_message, 'details', NULL);
         WHEN SQLSTATE 'HR010' THEN
             -- No worker registered the child's name on its queue: a typed failed start.
             GET STACKED DIAGNOSTICS v_error_message = MESSAGE_TEXT, v_error_detail = PG_EXCEPTION_DETAIL;

@@ -103,6 +103,16 @@ BEGIN
     IF p_queue IS NULL OR btrim(p_queue) = '' THEN
         RAISE EXCEPTION 'task queue is empty' USING ERRCODE = 'HR001';
     END IF;
+    -- Each is a key of the runs' and tasks' indexes, whose entries PostgreSQL bounds (2,704
+    -- bytes a b-tree entry): over it the insert failed with the server's own error.
+    IF octet_length(p_workflow_id) > 1000 OR octet_length(p_workflow_name) > 1000 OR octet_length(p_queue) > 1000 THEN
+        RAISE EXCEPTION '% is % bytes, over the limit of 1000',
+            CASE WHEN octet_length(p_workflow_id) > 1000 THEN 'workflow_id'
+                 WHEN octet_length(p_workflow_name) > 1000 THEN 'the workflow name' ELSE 'the task queue' END,
+            greatest(octet_length(p_workflow_id), octet_length(p_workflow_name), octet_length(p_queue))
+            USING ERRCODE = 'HR001',
+            HINT = 'use a shorter key (a hash of a long business key, for example)';
+    END IF;
     IF p_input IS NULL OR jsonb_typeof(p_input) <> 'array' THEN
         RAISE EXCEPTION 'input must be a JSON array of positional arguments, got %',
             coalesce(jsonb_typeof(p_input), 'NULL')
@@ -498,6 +508,9 @@ BEGIN
             WHERE NOT coalesce(
                 jsonb_typeof(s.v) = 'object'
                 AND jsonb_typeof(s.v -> 'workflow_name') = 'string' AND btrim(s.v ->> 'workflow_name') <> ''
+                -- (longer ones go start_workflow's way, which refuses them: its _start_check_args)
+                AND octet_length(s.v ->> 'workflow_name') <= 1000
+                AND octet_length(coalesce(s.v ->> 'queue', 'default')) <= 1000
                 AND s.v ->> 'workflow_id' IS NULL
                 AND coalesce(s.v ->> 'reuse_policy', 'allow_duplicate') = 'allow_duplicate'
                 AND coalesce(s.v ->> 'conflict_policy', 'unspecified') = 'unspecified'

@@ -11,7 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(308);
+SELECT plan(310);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -413,6 +413,19 @@ SELECT results_eq(
     $$VALUES ('ChildWorkflowFailed'::text, 'START_FAILED'::text, 'UnknownWorkflow'::text, 'unknown_workflow'::text,
               'dq_parent3'::text)$$,
     'a child no worker registered on its queue: ChildWorkflowFailed (UnknownWorkflow), nothing started');
+SELECT pg_temp.start_and_claim('parent4');
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
+                           jsonb_build_array(jsonb_build_object('type', 'start_child_workflow', 'seq', 1,
+                               'workflow_name', 'kid', 'workflow_id', repeat('k', 1001))))$$,
+                         pg_temp.task('parent4'), pg_temp.token('parent4')),
+                  $$VALUES (4::bigint, 'RUNNING'::text)$$, 'start_child_workflow whose start is refused (HR001): accepted');
+SELECT results_eq(
+    $$SELECT event_type, event_data ->> 'status', event_data -> 'failure' ->> 'error_type',
+             event_data -> 'failure' ->> 'message'
+      FROM harvest.events WHERE execution_id = pg_temp.run('parent4') AND event_id = 4$$,
+    $$VALUES ('ChildWorkflowFailed'::text, 'START_FAILED'::text, 'InvalidArgument'::text,
+              'workflow_id is 1001 bytes, over the limit of 1000'::text)$$,
+    'a child whose start arguments are refused: ChildWorkflowFailed (InvalidArgument), not a decision failing on every retry');
 
 -- cancel_workflow closes the run as CANCELLED.
 SELECT pg_temp.start_and_claim('cancel');

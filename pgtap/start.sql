@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(189);
+SELECT plan(192);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -109,6 +109,14 @@ SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', '[]', '')$$,
                  'workflow_id is empty', 'an empty workflow_id: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', '[]', 'k', ' ')$$, 'HR001',
                  'task queue is empty', 'a blank task queue: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', '[]', md5('a') || repeat('k', 1000))$$, 'HR001',
+                 'workflow_id is 1032 bytes, over the limit of 1000', 'a workflow_id over 1000 bytes: HR001 (an index bounds it)');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', '[]', 'k', repeat('q', 1001))$$, 'HR001',
+                 'the task queue is 1001 bytes, over the limit of 1000', 'a task queue over 1000 bytes: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows(jsonb_build_array(jsonb_build_object(
+                     'workflow_name', repeat('n', 1001))))$$, 'HR001',
+                 'the workflow name is 1001 bytes, over the limit of 1000',
+                 'start_workflows() of a workflow name over 1000 bytes: HR001, not the plain batch''s insert');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', '{"a": 1}')$$, 'HR001',
                  'input must be a JSON array of positional arguments, got object',
                  'input that is an object, not an array: HR001 naming the type');

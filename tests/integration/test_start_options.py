@@ -4,12 +4,13 @@ both clients (docs/workflows.md, "Starting a run" and "Handles")."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import warnings
 
 import pytest
 
 from harvest import App, AsyncClient, Client, StartOptions, workflow
-from harvest.core.errors import InvalidArgument, NotFound
+from harvest.core.errors import ChildWorkflowError, InvalidArgument, NotFound
 
 
 @workflow
@@ -128,3 +129,29 @@ def test_the_asyncio_client_starts_and_finds_runs_the_same_way(start_worker, db:
     first, second = asyncio.run(main())
     assert first["priority"] == "high"
     assert second == 5
+
+
+@workflow
+async def long_child(ctx, n: int) -> str:
+    try:
+        await ctx.execute_child_workflow(gate, 1, workflow_id="k" * n)
+    except ChildWorkflowError as exc:
+        return f"{exc.status} {exc.error_type}: {exc.failure['message']}"
+    return "started"
+
+
+def test_a_key_over_the_index_limit_is_an_invalid_argument_not_a_server_error(
+    start_worker, client: Client
+) -> None:
+    """A workflow_id, a workflow name or a queue past 1,000 bytes was the server's own
+    ProgramLimitExceeded (an index entry over 2,704 bytes) on a start, and a child's made every
+    retry of its parent's decision fail. Now an InvalidArgument naming it, and for a child a
+    START_FAILED its parent's code can catch. (Random ids: repeated characters compress in the
+    index and passed.)"""
+    with pytest.raises(InvalidArgument, match=r"workflow_id is 3000 bytes, over the limit of 1000"):
+        client.start_workflow(ticket, "t", options=StartOptions(workflow_id=secrets.token_hex(1500)))
+    with pytest.raises(InvalidArgument, match=r"the task queue is 3000 bytes, over the limit of 1000"):
+        client.start_workflow(ticket, "t", options=StartOptions(queue=secrets.token_hex(1500)))
+    start_worker(App(workflows=[long_child, gate]))
+    answer = client.start_workflow(long_child, 1001).result(timeout=30)
+    assert answer == "START_FAILED InvalidArgument: workflow_id is 1001 bytes, over the limit of 1000"

@@ -38,3 +38,10 @@ def test_no_hint_leaves_the_message_alone() -> None:
 def test_errors_that_carry_details_keep_the_hint_too(sqlstate: str, cls: type, detail: str) -> None:
     error = from_database_error(_raised(sqlstate, "refused", "do this", detail))
     assert isinstance(error, cls) and str(error) == "refused: do this"
+
+
+def test_a_value_past_the_servers_own_limits_is_an_invalid_argument() -> None:
+    """program_limit_exceeded (an index entry over 2,704 bytes that no check of Harvest's
+    named first) is the caller's input, not an unmapped server error (a 500 over HTTP)."""
+    error = from_database_error(_raised("54000", "index row size 3024 exceeds btree version 4 maximum 2704"))
+    assert isinstance(error, InvalidArgument)

@@ -444,6 +444,9 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR030": LegalHoldActive,
     "HR031": ExecutionNotTerminal,
     "42501": PermissionDenied,
+    # program_limit_exceeded: a value too large for the server's own limits (an index entry
+    # over 2,704 bytes, ...) that no check of Harvest's named first; the caller's input.
+    "54000": InvalidArgument,
 }
 
 
