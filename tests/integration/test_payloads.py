@@ -181,6 +181,16 @@ def test_an_open_run_cannot_be_erased(db, client):
         SqlApi(conn).erase_payloads(handle.execution_id)
 
 
+def test_a_paused_run_is_live_and_keeps_its_payloads(db, client):
+    handle = client.start_workflow("nobody_runs_this", {"ssn": SECRET}, workflow_id="paused-1")
+    assert handle.pause("provider down", operator_id="ops") is True
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql = SqlApi(conn)
+        with pytest.raises(ExecutionNotTerminal):
+            sql.erase_payloads(handle.execution_id, "ops")
+        assert sql.get_execution(handle.execution_id)["input"] == [{"ssn": SECRET}]  # what it resumes with
+
+
 def test_the_cli_shows_encrypted_payloads_exports_them_for_the_replayer_and_erases_under_holds(
     db, start_worker, tmp_path
 ):
