@@ -297,6 +297,24 @@ def test_export_batch_writes_the_spec_response_and_the_replayer_reads_it(db, sta
     assert r.returncode == 0 and json.loads(out.read_text())["exports"] == []
 
 
+def test_export_batch_counts_a_paused_run_as_running_and_in_all(db, client, tmp_path):
+    import json
+
+    from operator_helpers import harvest
+
+    running = client.start_workflow("nobody_runs_this", 1, workflow_id="batch-running")
+    paused = client.start_workflow("nobody_runs_this", 2, workflow_id="batch-paused")
+    assert paused.pause("hold", operator_id="ops") is True
+    out = tmp_path / "batch.json"
+    for group in ("running", "all"):
+        r = harvest(db, "history", "export-batch", "--state-group", group, "--output-file", str(out))
+        assert r.returncode == 0, r.stderr
+        batch = json.loads(out.read_text())
+        assert batch["status"] == "complete"
+        exported = {e["execution_id"] for e in batch["exports"]}
+        assert exported == {running.execution_id, paused.execution_id}, group
+
+
 # `harvest replay --app test_payloads:BATCH_APP` (the batch test): the App with the key.
 BATCH_APP = App([big_result], [bulky], codecs=Payloads(_codecs(k1=K1), offload_bytes=1024))
 
