@@ -76,7 +76,8 @@ $$;
 
 -- A row's payload fields replaced by the erased marker: inputs, results, signal, query and
 -- update payloads, a side effect's value, and the details of a failure (its error_type and
--- message stay, as dead-letter filters and retry policies read them).
+-- message stay, as dead-letter filters and retry policies read them). Redaction hides the same
+-- fields (PAYLOAD_FIELDS in harvest/core/payload.py; a test holds the two equal).
 CREATE OR REPLACE FUNCTION harvest._erase_payload_fields(p_data jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE

@@ -9,6 +9,7 @@ import time
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from harvest import App, Client, activity, query, update, workflow
 from harvest.core.codecs import AesGcmCodec, Payloads, ZlibCodec
@@ -313,6 +314,64 @@ def test_export_batch_counts_a_paused_run_as_running_and_in_all(db, client, tmp_
         assert batch["status"] == "complete"
         exported = {e["execution_id"] for e in batch["exports"]}
         assert exported == {running.execution_id, paused.execution_id}, group
+
+
+@workflow
+async def draws(ctx) -> str:
+    token = ctx.side_effect(lambda: {"otp": SECRET})
+    return "ok" if token["otp"] else "no"
+
+
+def test_a_redacted_history_hides_a_side_effects_value(db, start_worker, tmp_path):
+    from operator_helpers import harvest
+
+    start_worker(App([draws], []))
+    with Client(db) as client:
+        handle = client.start_workflow(draws, workflow_id="se-1")
+        assert handle.result(timeout=30) == "ok"
+    out = tmp_path / "redacted.json"
+    r = harvest(db, "history", "export", handle.execution_id, "--output-file", str(out))
+    assert r.returncode == 0, r.stderr
+    assert '"redacted": true' in out.read_text() and SECRET not in out.read_text()
+    r = harvest(db, "workflow", "history", handle.execution_id, "--output", "json")
+    assert r.returncode == 0, r.stderr
+    assert '"kind": "side_effect"' in r.stdout and SECRET not in r.stdout
+
+
+# One of each shape of payload-bearing data: an event's, a task's, a query request's.
+_PAYLOAD_SHAPES = [
+    {"workflow_name": "w", "task_queue": "q", "input": [{"ssn": SECRET}]},
+    {"seq": 1, "activity_name": "a", "input": [1, 2], "options": {"retry": {"max_attempts": 3}}},
+    {"seq": 1, "result": {"ssn": SECRET}},
+    {"seq": 1, "failure": {"error_type": "E", "message": "m", "non_retryable": False, "details": {"s": 1}}},
+    {"name": "note", "payload": {"text": SECRET}, "signal_id": "s-1"},
+    {"seq": 2, "kind": "side_effect", "value": {"otp": SECRET}},
+    {"seq": 3, "kind": "version", "change_id": "c", "value": 2},
+    {"seq": 4, "kind": "dag_node", "value": {"task": "t", "state": "failed", "failure": {"error_type": "E"}}},
+    {"update_id": "u", "name": "add", "arg": SECRET},
+    {"update_id": "u", "answer": SECRET, "error": {"error_type": "E", "message": "m", "details": [1]}},
+    {"reason": "r", "details": {"why": SECRET}},
+    {"heartbeat_details": {"at": 3}, "last_failure": {"error_type": "E", "message": "m", "details": "d"}},
+    {"seq": 5, "child_execution_id": "c", "status": "FAILED", "failure": {"error_type": "E", "details": 7}},
+]
+
+
+def _changed(before, after, path=()):
+    """The paths where ``after`` replaced a value of ``before``."""
+    if before == after:
+        return set()
+    if isinstance(before, dict) and isinstance(after, dict) and before.keys() == after.keys():
+        return set().union(*(_changed(before[k], after[k], (*path, k)) for k in before))
+    return {path}
+
+
+def test_redaction_hides_exactly_the_fields_erasure_erases(db):
+    from harvest.core.payload import redact
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        for shape in _PAYLOAD_SHAPES:
+            erased = conn.execute("SELECT harvest._erase_payload_fields(%s)", (Jsonb(shape),)).fetchone()[0]
+            assert _changed(shape, redact(shape)) == _changed(shape, erased), shape
 
 
 # `harvest replay --app test_payloads:BATCH_APP` (the batch test): the App with the key.

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
 from harvest.core.errors import PayloadError, PayloadKeyMissing
+from harvest.core.payload import PAYLOAD_MARKERS
 
 __all__ = [
     "CODEC_KEY",
@@ -253,7 +254,6 @@ _COMMAND_FIELDS: dict[str, tuple[str, ...]] = {
 }
 _ARG_LISTS = {"input"}  # an input stays a JSON array (the SQL checks it): each argument is encoded
 _FAILURE_COMMANDS = {"fail_workflow": "failure", "complete_update": "failure"}
-_SIDE_EFFECT_MARKERS = {"side_effect"}
 # Payloads another execution reads (a child's input, an external signal, a continue-as-new
 # successor's input), maybe on another shard whose offload store does not hold them, or after
 # retention deleted the writer with its offloaded rows: encoded, never offloaded.
@@ -382,11 +382,7 @@ def map_command(command: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, 
     failure_field = _FAILURE_COMMANDS.get(kind)  # type: ignore[arg-type]
     if failure_field and failure_field in out:
         out = {**out, failure_field: _map_failure(out[failure_field], fn)}
-    if (
-        kind == "record_marker"
-        and command.get("kind") in _SIDE_EFFECT_MARKERS
-        and out.get("value") is not None
-    ):
+    if kind == "record_marker" and command.get("kind") in PAYLOAD_MARKERS and out.get("value") is not None:
         out = {**out, "value": fn(out["value"])}
     return out
 
