@@ -316,6 +316,64 @@ def test_export_batch_counts_a_paused_run_as_running_and_in_all(db, client, tmp_
         assert exported == {running.execution_id, paused.execution_id}, group
 
 
+tokens: list[str] = []
+
+
+@activity(start_to_close="60s")
+async def approval(ctx, tag: str) -> str:
+    tokens.append(ctx.task_token)
+    raise ctx.complete_async()
+
+
+@workflow
+async def approve(ctx, tag: str) -> str:
+    try:
+        return await ctx.execute_activity(approval, tag)
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def _token(db, start_worker, client, workflow_id):
+    tokens.clear()
+    start_worker(App([approve], [approval], codecs=_codecs(k1=K1)))
+    client.start_workflow(approve, "x", workflow_id=workflow_id)
+    deadline = time.monotonic() + 20
+    while not tokens:
+        assert time.monotonic() < deadline, "the activity did not start"
+        time.sleep(0.05)
+    return tokens[0]
+
+
+def test_a_client_with_codecs_encodes_heartbeat_details_sent_by_task_token(db, start_worker):
+    import asyncio
+
+    from harvest import AsyncClient
+
+    async def async_heartbeat(token):
+        async with await AsyncClient.connect(db, codecs=_codecs(k1=K1)) as client:
+            return await client.heartbeat_activity(token, {"async_ssn": SECRET})
+
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        token = _token(db, start_worker, client, "tok-hb")
+        assert client.heartbeat_activity(token, {"ssn": SECRET}) is False
+        assert asyncio.run(async_heartbeat(token)) is False
+    stored = _stored_text(db)
+    assert "aesgcm:k1" in stored and SECRET not in stored
+
+
+def test_a_client_with_codecs_encodes_failure_details_sent_by_task_token(db, start_worker):
+    from harvest.errors import ActivityFailure
+
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        token = _token(db, start_worker, client, "tok-fail")
+        failure = ActivityFailure("Declined", "manager said no", non_retryable=True, details={"ssn": SECRET})
+        assert client.fail_activity(token, failure) == "dead_lettered"
+    with psycopg.connect(db, autocommit=True) as conn:
+        dead = conn.execute("SELECT failure::text FROM harvest.dead_letters").fetchone()[0]
+    assert "manager said no" in dead and "aesgcm:k1" in dead
+    assert SECRET not in _stored_text(db) + dead
+
+
 @workflow
 async def draws(ctx) -> str:
     token = ctx.side_effect(lambda: {"otp": SECRET})
