@@ -316,6 +316,76 @@ def test_export_batch_counts_a_paused_run_as_running_and_in_all(db, client, tmp_
         assert exported == {running.execution_id, paused.execution_id}, group
 
 
+BIG_CHILD_RESULT = "child-result-" + "z" * 4000
+
+
+@workflow
+async def big_child(ctx) -> str:
+    return BIG_CHILD_RESULT
+
+
+@workflow
+async def waiting_parent(ctx) -> dict:
+    try:
+        got = await ctx.execute_child_workflow(big_child)
+    except Exception as exc:
+        return {"child_failed": str(exc)}
+    await ctx.wait_for_signal("go")
+    return {"ok": got == BIG_CHILD_RESULT}
+
+
+def _child_done(db, start_worker, **worker_options):
+    """A parent whose child finished with a result over the offload threshold, still waiting."""
+    policy = Payloads(offload_bytes=1024)
+    # cache_size=0: the parent's next task replays its history, the child's result included.
+    start_worker(App([waiting_parent, big_child], [], codecs=policy), cache_size=0, **worker_options)
+    client = Client(db, codecs=policy)
+    parent = client.start_workflow(waiting_parent, workflow_id="parent-1")
+    deadline = time.monotonic() + 30
+    while not any(e["event_type"] == "ChildWorkflowCompleted" for e in parent.history()):
+        assert time.monotonic() < deadline, "the child did not complete"
+        time.sleep(0.05)
+    with psycopg.connect(db, autocommit=True) as conn:
+        child_id, result = conn.execute(
+            "SELECT id::text, output::text FROM harvest.executions WHERE parent_id = %s",
+            (parent.execution_id,),
+        ).fetchone()
+    assert BIG_CHILD_RESULT in result  # inline: the parent's history holds it, not a reference
+    return client, parent, child_id
+
+
+@pytest.mark.parametrize("gone", ["retention", "erasure"])
+def test_a_childs_result_outlives_the_child_for_its_running_parent(db, start_worker, gone):
+    client, parent, child_id = _child_done(db, start_worker)
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql = SqlApi(conn)
+        if gone == "retention":
+            time.sleep(0.2)
+            assert sql.run_retention("100 milliseconds", 100, "ops")["deleted"] == 1  # the child
+        else:
+            sql.erase_payloads(child_id, "ops")
+    parent.signal("go", None)
+    try:
+        assert parent.result(timeout=30) == {"ok": True}
+    finally:
+        client.close()
+
+
+def test_a_childs_result_over_the_payload_limit_fails_the_child_saying_why(db, start_worker):
+    start_worker(
+        App([waiting_parent, big_child], [], codecs=Payloads(offload_bytes=1024)), max_payload_bytes=2048
+    )
+    with Client(db) as client:
+        result = client.start_workflow(waiting_parent, workflow_id="parent-big").result(timeout=30)
+    assert "PayloadTooLarge" in result["child_failed"] or "payload limit" in result["child_failed"], result
+    with psycopg.connect(db, autocommit=True) as conn:
+        failure = conn.execute(
+            "SELECT failure FROM harvest.executions WHERE workflow_name = 'big_child'"
+        ).fetchone()[0]
+    assert failure["error_type"] == "PayloadTooLarge"
+    assert "a child's end is never offloaded" in failure["message"], failure
+
+
 tokens: list[str] = []
 
 

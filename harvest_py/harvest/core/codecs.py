@@ -258,6 +258,10 @@ _FAILURE_COMMANDS = {"fail_workflow": "failure", "complete_update": "failure"}
 # successor's input), maybe on another shard whose offload store does not hold them, or after
 # retention deleted the writer with its offloaded rows: encoded, never offloaded.
 _STAYS_INLINE = {"start_child_workflow", "signal_external_workflow", "continue_as_new"}
+# A child's end (its result, its failure's or cancellation's details) is copied into its
+# parent's history (ChildWorkflowCompleted/Failed), maybe on another shard, and the parent may
+# outlive the child's retention or erasure: it stays inline too, as the child's input does.
+_CHILD_END_STAYS_INLINE = _STAYS_INLINE | {"complete_workflow", "fail_workflow", "cancel_workflow"}
 
 
 class CodecChain:
@@ -497,16 +501,16 @@ class Payloads:
         return lambda v: refs[v.index] if isinstance(v, _Pending) else v
 
     async def encode_commands(
-        self, sql: Any, execution_id: str | None, commands: list[dict[str, Any]]
+        self, sql: Any, execution_id: str | None, commands: list[dict[str, Any]], *, child: bool = False
     ) -> list[dict[str, Any]]:
-        """A decision's commands with their payloads encoded and the large ones offloaded."""
+        """A decision's commands with their payloads encoded and the large ones offloaded (never
+        what another run reads: ``child``, the deciding run is a child, whose end its parent reads)."""
         if not self.active:
             return commands
+        inline = _CHILD_END_STAYS_INLINE if child else _STAYS_INLINE
         big: list[Any] = []
         mark = self._marker(big)
-        marked = [
-            map_command(c, self.chain.encode if c.get("type") in _STAYS_INLINE else mark) for c in commands
-        ]
+        marked = [map_command(c, self.chain.encode if c.get("type") in inline else mark) for c in commands]
         if not big:
             return marked
         fill = await self._stored(sql, execution_id, big)
