@@ -386,6 +386,29 @@ def test_a_childs_result_over_the_payload_limit_fails_the_child_saying_why(db, s
     assert "a child's end is never offloaded" in failure["message"], failure
 
 
+@workflow
+async def rotating(ctx, generation: int) -> dict:
+    if generation == 0:
+        await ctx.wait_for_signal("go")  # "secret" arrived before "go": it is still buffered
+        ctx.continue_as_new(1)
+    return await ctx.wait_for_signal("secret")
+
+
+def test_signals_carried_over_by_continue_as_new_stay_encoded(db, start_worker):
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        handle = client.start_workflow(rotating, 0, workflow_id="can-1")
+        handle.signal("secret", {"ssn": SECRET})
+        handle.signal("go", None)
+        start_worker(App([rotating], [], codecs=_codecs(k1=K1)))
+        assert handle.result(timeout=30) == {"ssn": SECRET}  # the successor read it
+    with psycopg.connect(db, autocommit=True) as conn:
+        carried = conn.execute(
+            "SELECT count(*) FROM harvest.events AS ev JOIN harvest.executions AS e ON e.id = ev.execution_id"
+            " WHERE e.continued_from IS NOT NULL AND ev.event_type = 'SignalReceived'"
+        ).fetchone()[0]
+    assert carried == 1 and SECRET not in _stored_text(db)
+
+
 tokens: list[str] = []
 
 

@@ -388,7 +388,15 @@ def map_command(command: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, 
         out = {**out, failure_field: _map_failure(out[failure_field], fn)}
     if kind == "record_marker" and command.get("kind") in PAYLOAD_MARKERS and out.get("value") is not None:
         out = {**out, "value": fn(out["value"])}
+    if kind == "continue_as_new" and out.get("signals"):  # the unread signals the successor takes over
+        out = {**out, "signals": [_map_signal(s, fn) for s in out["signals"]]}
     return out
+
+
+def _map_signal(signal: Any, fn: Callable[[Any], Any]) -> Any:
+    if not isinstance(signal, dict) or signal.get("payload") is None:
+        return signal
+    return {**signal, "payload": fn(signal["payload"])}
 
 
 _ZLIB = ZlibCodec()

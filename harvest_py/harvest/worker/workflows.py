@@ -256,6 +256,13 @@ def _oversized(
         field = _COMMAND_PAYLOADS[kind][0]
     else:
         return None
+    if kind == "continue_as_new":  # its carried signals, encoded again (a codec may have grown one)
+        for signal in command.get("signals") or ():
+            try:
+                what = f"the payload of signal {signal.get('name')} carried over by continue-as-new"
+                payload.check_size(signal.get("payload"), what, limit)
+            except PayloadTooLarge as exc:
+                return exc
     value = command.get(field)
     if payload.payload_size(value) <= limit:
         return None  # nearly always: what the refusal would name is worked out for a refusal only
