@@ -76,7 +76,8 @@ $$;
 
 -- A row's payload fields replaced by the erased marker: inputs, results, signal, query and
 -- update payloads, a side effect's value, and the details of a failure (its error_type and
--- message stay, as dead-letter filters and retry policies read them).
+-- message stay, as dead-letter filters and retry policies read them). Redaction hides the same
+-- fields (PAYLOAD_FIELDS in harvest/core/payload.py; a test holds the two equal).
 CREATE OR REPLACE FUNCTION harvest._erase_payload_fields(p_data jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE
@@ -163,7 +164,10 @@ BEGIN
         RAISE EXCEPTION 'execution % is under a legal hold: its payloads cannot be erased', p_execution_id
             USING ERRCODE = 'HR030', HINT = 'an admin releases the hold first (release_legal_hold)';
     END IF;
-    IF v_execution.status = 'RUNNING' THEN
+    -- Only an ended run's payloads go: a PAUSED run is live (lifecycle.sql) and resumes with them.
+    IF NOT p_prior_residence AND v_execution.status NOT IN (
+        'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW'
+    ) THEN
         RAISE EXCEPTION 'execution % is %: only a terminal execution''s payloads can be erased',
             p_execution_id, v_execution.status
             USING ERRCODE = 'HR031', HINT = 'wait for it to end, or cancel or terminate it first';

@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs,
 -- erase_payloads, set_legal_hold, release_legal_hold.
 BEGIN;
-SELECT plan(40);
+SELECT plan(41);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -37,6 +37,10 @@ SELECT pg_temp.start_run('pl_open', 'pl_wf', 'pl_q');
 
 SELECT throws_ok(format('SELECT harvest.erase_payloads(%L)', pg_temp.run('pl_open')), 'HR031', NULL,
                  'an open run is refused');
+SELECT pg_temp.start_run('pl_paused', 'pl_wf', 'pl_q', '["resumes-with-this"]');
+SELECT harvest.pause_workflow(pg_temp.run('pl_paused'));
+SELECT throws_ok(format('SELECT harvest.erase_payloads(%L)', pg_temp.run('pl_paused')), 'HR031', NULL,
+                 'a paused run is live: refused');
 SELECT throws_ok($$SELECT harvest.erase_payloads(gen_random_uuid())$$, 'HR002', NULL, 'an unknown run: HR002');
 SELECT throws_ok(format('SELECT harvest.set_legal_hold(%L, %L)', pg_temp.run('pl_a'), ' '), 'HR001', NULL,
                  'a hold needs a reason');

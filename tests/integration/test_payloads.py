@@ -9,6 +9,7 @@ import time
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from harvest import App, Client, activity, query, update, workflow
 from harvest.core.codecs import AesGcmCodec, Payloads, ZlibCodec
@@ -181,6 +182,16 @@ def test_an_open_run_cannot_be_erased(db, client):
         SqlApi(conn).erase_payloads(handle.execution_id)
 
 
+def test_a_paused_run_is_live_and_keeps_its_payloads(db, client):
+    handle = client.start_workflow("nobody_runs_this", {"ssn": SECRET}, workflow_id="paused-1")
+    assert handle.pause("provider down", operator_id="ops") is True
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql = SqlApi(conn)
+        with pytest.raises(ExecutionNotTerminal):
+            sql.erase_payloads(handle.execution_id, "ops")
+        assert sql.get_execution(handle.execution_id)["input"] == [{"ssn": SECRET}]  # what it resumes with
+
+
 def test_the_cli_shows_encrypted_payloads_exports_them_for_the_replayer_and_erases_under_holds(
     db, start_worker, tmp_path
 ):
@@ -285,6 +296,233 @@ def test_export_batch_writes_the_spec_response_and_the_replayer_reads_it(db, sta
     assert not any(r.ok for r in WorkflowReplayer(app).replay_batch(batch).values())
     r = harvest(db, "history", "export-batch", "--updated-after", "2999-01-01", "--output-file", str(out))
     assert r.returncode == 0 and json.loads(out.read_text())["exports"] == []
+
+
+def test_export_batch_counts_a_paused_run_as_running_and_in_all(db, client, tmp_path):
+    import json
+
+    from operator_helpers import harvest
+
+    running = client.start_workflow("nobody_runs_this", 1, workflow_id="batch-running")
+    paused = client.start_workflow("nobody_runs_this", 2, workflow_id="batch-paused")
+    assert paused.pause("hold", operator_id="ops") is True
+    out = tmp_path / "batch.json"
+    for group in ("running", "all"):
+        r = harvest(db, "history", "export-batch", "--state-group", group, "--output-file", str(out))
+        assert r.returncode == 0, r.stderr
+        batch = json.loads(out.read_text())
+        assert batch["status"] == "complete"
+        exported = {e["execution_id"] for e in batch["exports"]}
+        assert exported == {running.execution_id, paused.execution_id}, group
+
+
+BIG_CHILD_RESULT = "child-result-" + "z" * 4000
+
+
+@workflow
+async def big_child(ctx) -> str:
+    return BIG_CHILD_RESULT
+
+
+@workflow
+async def waiting_parent(ctx) -> dict:
+    try:
+        got = await ctx.execute_child_workflow(big_child)
+    except Exception as exc:
+        return {"child_failed": str(exc)}
+    await ctx.wait_for_signal("go")
+    return {"ok": got == BIG_CHILD_RESULT}
+
+
+def _child_done(db, start_worker, **worker_options):
+    """A parent whose child finished with a result over the offload threshold, still waiting."""
+    policy = Payloads(offload_bytes=1024)
+    # cache_size=0: the parent's next task replays its history, the child's result included.
+    start_worker(App([waiting_parent, big_child], [], codecs=policy), cache_size=0, **worker_options)
+    client = Client(db, codecs=policy)
+    parent = client.start_workflow(waiting_parent, workflow_id="parent-1")
+    deadline = time.monotonic() + 30
+    while not any(e["event_type"] == "ChildWorkflowCompleted" for e in parent.history()):
+        assert time.monotonic() < deadline, "the child did not complete"
+        time.sleep(0.05)
+    with psycopg.connect(db, autocommit=True) as conn:
+        child_id, result = conn.execute(
+            "SELECT id::text, output::text FROM harvest.executions WHERE parent_id = %s",
+            (parent.execution_id,),
+        ).fetchone()
+    assert BIG_CHILD_RESULT in result  # inline: the parent's history holds it, not a reference
+    return client, parent, child_id
+
+
+@pytest.mark.parametrize("gone", ["retention", "erasure"])
+def test_a_childs_result_outlives_the_child_for_its_running_parent(db, start_worker, gone):
+    client, parent, child_id = _child_done(db, start_worker)
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql = SqlApi(conn)
+        if gone == "retention":
+            time.sleep(0.2)
+            assert sql.run_retention("100 milliseconds", 100, "ops")["deleted"] == 1  # the child
+        else:
+            sql.erase_payloads(child_id, "ops")
+    parent.signal("go", None)
+    try:
+        assert parent.result(timeout=30) == {"ok": True}
+    finally:
+        client.close()
+
+
+def test_a_childs_result_over_the_payload_limit_fails_the_child_saying_why(db, start_worker):
+    start_worker(
+        App([waiting_parent, big_child], [], codecs=Payloads(offload_bytes=1024)), max_payload_bytes=2048
+    )
+    with Client(db) as client:
+        result = client.start_workflow(waiting_parent, workflow_id="parent-big").result(timeout=30)
+    assert "PayloadTooLarge" in result["child_failed"] or "payload limit" in result["child_failed"], result
+    with psycopg.connect(db, autocommit=True) as conn:
+        failure = conn.execute(
+            "SELECT failure FROM harvest.executions WHERE workflow_name = 'big_child'"
+        ).fetchone()[0]
+    assert failure["error_type"] == "PayloadTooLarge"
+    assert "a child's end is never offloaded" in failure["message"], failure
+
+
+@workflow
+async def rotating(ctx, generation: int) -> dict:
+    if generation == 0:
+        await ctx.wait_for_signal("go")  # "secret" arrived before "go": it is still buffered
+        ctx.continue_as_new(1)
+    return await ctx.wait_for_signal("secret")
+
+
+def test_signals_carried_over_by_continue_as_new_stay_encoded(db, start_worker):
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        handle = client.start_workflow(rotating, 0, workflow_id="can-1")
+        handle.signal("secret", {"ssn": SECRET})
+        handle.signal("go", None)
+        start_worker(App([rotating], [], codecs=_codecs(k1=K1)))
+        assert handle.result(timeout=30) == {"ssn": SECRET}  # the successor read it
+    with psycopg.connect(db, autocommit=True) as conn:
+        carried = conn.execute(
+            "SELECT count(*) FROM harvest.events AS ev JOIN harvest.executions AS e ON e.id = ev.execution_id"
+            " WHERE e.continued_from IS NOT NULL AND ev.event_type = 'SignalReceived'"
+        ).fetchone()[0]
+    assert carried == 1 and SECRET not in _stored_text(db)
+
+
+tokens: list[str] = []
+
+
+@activity(start_to_close="60s")
+async def approval(ctx, tag: str) -> str:
+    tokens.append(ctx.task_token)
+    raise ctx.complete_async()
+
+
+@workflow
+async def approve(ctx, tag: str) -> str:
+    try:
+        return await ctx.execute_activity(approval, tag)
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def _token(db, start_worker, client, workflow_id):
+    tokens.clear()
+    start_worker(App([approve], [approval], codecs=_codecs(k1=K1)))
+    client.start_workflow(approve, "x", workflow_id=workflow_id)
+    deadline = time.monotonic() + 20
+    while not tokens:
+        assert time.monotonic() < deadline, "the activity did not start"
+        time.sleep(0.05)
+    return tokens[0]
+
+
+def test_a_client_with_codecs_encodes_heartbeat_details_sent_by_task_token(db, start_worker):
+    import asyncio
+
+    from harvest import AsyncClient
+
+    async def async_heartbeat(token):
+        async with await AsyncClient.connect(db, codecs=_codecs(k1=K1)) as client:
+            return await client.heartbeat_activity(token, {"async_ssn": SECRET})
+
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        token = _token(db, start_worker, client, "tok-hb")
+        assert client.heartbeat_activity(token, {"ssn": SECRET}) is False
+        assert asyncio.run(async_heartbeat(token)) is False
+    stored = _stored_text(db)
+    assert "aesgcm:k1" in stored and SECRET not in stored
+
+
+def test_a_client_with_codecs_encodes_failure_details_sent_by_task_token(db, start_worker):
+    from harvest.errors import ActivityFailure
+
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        token = _token(db, start_worker, client, "tok-fail")
+        failure = ActivityFailure("Declined", "manager said no", non_retryable=True, details={"ssn": SECRET})
+        assert client.fail_activity(token, failure) == "dead_lettered"
+    with psycopg.connect(db, autocommit=True) as conn:
+        dead = conn.execute("SELECT failure::text FROM harvest.dead_letters").fetchone()[0]
+    assert "manager said no" in dead and "aesgcm:k1" in dead
+    assert SECRET not in _stored_text(db) + dead
+
+
+@workflow
+async def draws(ctx) -> str:
+    token = ctx.side_effect(lambda: {"otp": SECRET})
+    return "ok" if token["otp"] else "no"
+
+
+def test_a_redacted_history_hides_a_side_effects_value(db, start_worker, tmp_path):
+    from operator_helpers import harvest
+
+    start_worker(App([draws], []))
+    with Client(db) as client:
+        handle = client.start_workflow(draws, workflow_id="se-1")
+        assert handle.result(timeout=30) == "ok"
+    out = tmp_path / "redacted.json"
+    r = harvest(db, "history", "export", handle.execution_id, "--output-file", str(out))
+    assert r.returncode == 0, r.stderr
+    assert '"redacted": true' in out.read_text() and SECRET not in out.read_text()
+    r = harvest(db, "workflow", "history", handle.execution_id, "--output", "json")
+    assert r.returncode == 0, r.stderr
+    assert '"kind": "side_effect"' in r.stdout and SECRET not in r.stdout
+
+
+# One of each shape of payload-bearing data: an event's, a task's, a query request's.
+_PAYLOAD_SHAPES = [
+    {"workflow_name": "w", "task_queue": "q", "input": [{"ssn": SECRET}]},
+    {"seq": 1, "activity_name": "a", "input": [1, 2], "options": {"retry": {"max_attempts": 3}}},
+    {"seq": 1, "result": {"ssn": SECRET}},
+    {"seq": 1, "failure": {"error_type": "E", "message": "m", "non_retryable": False, "details": {"s": 1}}},
+    {"name": "note", "payload": {"text": SECRET}, "signal_id": "s-1"},
+    {"seq": 2, "kind": "side_effect", "value": {"otp": SECRET}},
+    {"seq": 3, "kind": "version", "change_id": "c", "value": 2},
+    {"seq": 4, "kind": "dag_node", "value": {"task": "t", "state": "failed", "failure": {"error_type": "E"}}},
+    {"update_id": "u", "name": "add", "arg": SECRET},
+    {"update_id": "u", "answer": SECRET, "error": {"error_type": "E", "message": "m", "details": [1]}},
+    {"reason": "r", "details": {"why": SECRET}},
+    {"heartbeat_details": {"at": 3}, "last_failure": {"error_type": "E", "message": "m", "details": "d"}},
+    {"seq": 5, "child_execution_id": "c", "status": "FAILED", "failure": {"error_type": "E", "details": 7}},
+]
+
+
+def _changed(before, after, path=()):
+    """The paths where ``after`` replaced a value of ``before``."""
+    if before == after:
+        return set()
+    if isinstance(before, dict) and isinstance(after, dict) and before.keys() == after.keys():
+        return set().union(*(_changed(before[k], after[k], (*path, k)) for k in before))
+    return {path}
+
+
+def test_redaction_hides_exactly_the_fields_erasure_erases(db):
+    from harvest.core.payload import redact
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        for shape in _PAYLOAD_SHAPES:
+            erased = conn.execute("SELECT harvest._erase_payload_fields(%s)", (Jsonb(shape),)).fetchone()[0]
+            assert _changed(shape, redact(shape)) == _changed(shape, erased), shape
 
 
 # `harvest replay --app test_payloads:BATCH_APP` (the batch test): the App with the key.

@@ -83,3 +83,18 @@ def test_an_external_signal_payload_over_the_limit_ends_the_run_typed() -> None:
     [failed] = fit_payloads([cancel], 300, "wf")
     assert failed["failure"]["details"]["what"] == "the reason of an external cancel"
     assert payloads_fit([{**signal, "payload": "small"}], 300, "wf")
+
+
+def test_a_signal_carried_over_by_continue_as_new_over_the_limit_ends_the_run_typed() -> None:
+    carried = {"type": "continue_as_new", "input": [1], "signals": [{"name": "note", "payload": BIG * 4}]}
+    [failed] = fit_payloads([carried], 1000, "wf")
+    assert failed["type"] == "fail_workflow"
+    assert (
+        failed["failure"]["details"]["what"] == "the payload of signal note carried over by continue-as-new"
+    )
+    assert fit_payloads([carried], 3000, "wf") == [carried]
+
+
+def test_a_childs_result_over_the_limit_says_it_is_never_offloaded() -> None:
+    [failed] = fit_payloads([{"type": "complete_workflow", "result": BIG * 4}], 1000, "wf", child=True)
+    assert "a child's end is never offloaded" in failed["failure"]["details"]["what"]

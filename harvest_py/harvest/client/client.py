@@ -455,12 +455,15 @@ def _result_steps(
         )
 
 
-def _failure_report(error: BaseException | ActivityFailure) -> dict[str, Any]:
-    """An activity failure as fail_activity stores it ({error_type, message, non_retryable, details})."""
+def _failure_report(client: Any, error: BaseException | ActivityFailure) -> dict[str, Any]:
+    """An activity failure as fail_activity stores it ({error_type, message, non_retryable, details}),
+    its details through the client's codecs as a worker's are."""
     failure = error if isinstance(error, ActivityFailure) else ActivityFailure.from_exception(error)
     report = failure.to_json()
     report["details"] = payload.encode(report["details"], "details")
-    return report
+    report = client.payloads.chain.encode_failure(report)
+    payload.check_size(report, "the activity failure", client.max_payload_bytes)
+    return cast("dict[str, Any]", report)
 
 
 def _with_start_call(
@@ -834,14 +837,20 @@ def _token_call(task_token: str, call: Any, *args: Any) -> tuple[str, Callable[[
     return token.execution_id, lambda: _one_call(call, str(token), *args)
 
 
-def _activity_result(client: Any, result: Any) -> Any:
-    encoded = client.payloads.chain.encode(payload.encode(result))
-    payload.check_size(encoded, "the activity result", client.max_payload_bytes)
+def _token_payload(client: Any, value: Any, what: str) -> Any:
+    """A payload sent by task token, through the client's codecs (a worker's own calls encode
+    the same payloads with its codecs) and within the payload limit."""
+    encoded = client.payloads.chain.encode(payload.encode(value))
+    payload.check_size(encoded, what, client.max_payload_bytes)
     return encoded
 
 
-def _heartbeat_details(details: Any) -> Any:
-    return None if details is None else payload.encode(details)
+def _activity_result(client: Any, result: Any) -> Any:
+    return _token_payload(client, result, "the activity result")
+
+
+def _heartbeat_details(client: Any, details: Any) -> Any:
+    return None if details is None else _token_payload(client, details, "the heartbeat details")
 
 
 class EagerWorker(Protocol):
@@ -1549,12 +1558,14 @@ class Client:
     def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """Fail that attempt by its task token: retried, dead-lettered or failed per the
         activity's retry policy (returns which)."""
-        return cast("str", self._by_token(task_token, sqlapi.fail_activity_by_token, _failure_report(error)))
+        return cast(
+            "str", self._by_token(task_token, sqlapi.fail_activity_by_token, _failure_report(self, error))
+        )
 
     def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
         """Heartbeat it by its task token (its heartbeat timeout still applies); True when its
         run was asked to cancel."""
-        encoded = _heartbeat_details(details)
+        encoded = _heartbeat_details(self, details)
         return cast("bool", self._by_token(task_token, sqlapi.heartbeat_activity_by_token, encoded))
 
     @overload
@@ -2119,12 +2130,12 @@ class AsyncClient:
 
     async def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """See :meth:`Client.fail_activity`."""
-        report = _failure_report(error)
+        report = _failure_report(self, error)
         return cast("str", await self._by_token(task_token, sqlapi.fail_activity_by_token, report))
 
     async def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
         """See :meth:`Client.heartbeat_activity`."""
-        encoded = _heartbeat_details(details)
+        encoded = _heartbeat_details(self, details)
         return cast("bool", await self._by_token(task_token, sqlapi.heartbeat_activity_by_token, encoded))
 
     @overload

@@ -17,6 +17,7 @@ from typing import Any
 from harvest.core.codecs import refs_in, replace_refs
 from harvest.core.errors import HarvestError, InvalidArgument
 from harvest.core.payload import redact
+from harvest.core.statuses import LIVE_STATUSES
 from harvest.db import sqlapi
 from harvest.db.steps import Sql, Steps
 
@@ -27,8 +28,9 @@ PAGE = 500
 _ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT", "CONTINUED_AS_NEW")
 STATE_GROUPS: dict[str, set[str]] = {
     "terminal": set(_ENDED),
-    "running": {"RUNNING"},
-    "all": {"RUNNING", *_ENDED},
+    # running: every live run, a PAUSED one too (docs/lifecycle.md).
+    "running": set(LIVE_STATUSES),
+    "all": {*LIVE_STATUSES, *_ENDED},
 }
 
 # One shard's answer: (when each export's run was last updated, the export), and the failures.

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
 from harvest.core.errors import PayloadError, PayloadKeyMissing
+from harvest.core.payload import PAYLOAD_MARKERS
 
 __all__ = [
     "CODEC_KEY",
@@ -253,11 +254,14 @@ _COMMAND_FIELDS: dict[str, tuple[str, ...]] = {
 }
 _ARG_LISTS = {"input"}  # an input stays a JSON array (the SQL checks it): each argument is encoded
 _FAILURE_COMMANDS = {"fail_workflow": "failure", "complete_update": "failure"}
-_SIDE_EFFECT_MARKERS = {"side_effect"}
 # Payloads another execution reads (a child's input, an external signal, a continue-as-new
 # successor's input), maybe on another shard whose offload store does not hold them, or after
 # retention deleted the writer with its offloaded rows: encoded, never offloaded.
 _STAYS_INLINE = {"start_child_workflow", "signal_external_workflow", "continue_as_new"}
+# A child's end (its result, its failure's or cancellation's details) is copied into its
+# parent's history (ChildWorkflowCompleted/Failed), maybe on another shard, and the parent may
+# outlive the child's retention or erasure: it stays inline too, as the child's input does.
+_CHILD_END_STAYS_INLINE = _STAYS_INLINE | {"complete_workflow", "fail_workflow", "cancel_workflow"}
 
 
 class CodecChain:
@@ -382,13 +386,17 @@ def map_command(command: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, 
     failure_field = _FAILURE_COMMANDS.get(kind)  # type: ignore[arg-type]
     if failure_field and failure_field in out:
         out = {**out, failure_field: _map_failure(out[failure_field], fn)}
-    if (
-        kind == "record_marker"
-        and command.get("kind") in _SIDE_EFFECT_MARKERS
-        and out.get("value") is not None
-    ):
+    if kind == "record_marker" and command.get("kind") in PAYLOAD_MARKERS and out.get("value") is not None:
         out = {**out, "value": fn(out["value"])}
+    if kind == "continue_as_new" and out.get("signals"):  # the unread signals the successor takes over
+        out = {**out, "signals": [_map_signal(s, fn) for s in out["signals"]]}
     return out
+
+
+def _map_signal(signal: Any, fn: Callable[[Any], Any]) -> Any:
+    if not isinstance(signal, dict) or signal.get("payload") is None:
+        return signal
+    return {**signal, "payload": fn(signal["payload"])}
 
 
 _ZLIB = ZlibCodec()
@@ -501,16 +509,16 @@ class Payloads:
         return lambda v: refs[v.index] if isinstance(v, _Pending) else v
 
     async def encode_commands(
-        self, sql: Any, execution_id: str | None, commands: list[dict[str, Any]]
+        self, sql: Any, execution_id: str | None, commands: list[dict[str, Any]], *, child: bool = False
     ) -> list[dict[str, Any]]:
-        """A decision's commands with their payloads encoded and the large ones offloaded."""
+        """A decision's commands with their payloads encoded and the large ones offloaded (never
+        what another run reads: ``child``, the deciding run is a child, whose end its parent reads)."""
         if not self.active:
             return commands
+        inline = _CHILD_END_STAYS_INLINE if child else _STAYS_INLINE
         big: list[Any] = []
         mark = self._marker(big)
-        marked = [
-            map_command(c, self.chain.encode if c.get("type") in _STAYS_INLINE else mark) for c in commands
-        ]
+        marked = [map_command(c, self.chain.encode if c.get("type") in inline else mark) for c in commands]
         if not big:
             return marked
         fill = await self._stored(sql, execution_id, big)

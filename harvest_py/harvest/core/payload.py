@@ -701,17 +701,30 @@ def encode_result(value: Any) -> Any:
     return encode(value, "result")
 
 
+# -- what a payload is: the fields erasure replaces and redaction hides ------------------------
+# The same fields as functions/payloads.sql's _erase_payload_fields (and erase_payloads for a
+# run's output); test_payloads.py::test_redaction_hides_exactly_the_fields_erasure_erases holds
+# the two equal.
+PAYLOAD_FIELDS = frozenset(
+    {"input", "result", "payload", "arg", "answer", "details", "heartbeat_details", "output"}
+)
+# A marker's ``value`` is a payload only for these kinds: a version or mutex marker's is the
+# engine's own (the SQL reads it).
+PAYLOAD_MARKERS = frozenset({"side_effect"})
+
+
+def _is_payload(holder: Mapping[str, Any], key: str) -> bool:
+    return key in PAYLOAD_FIELDS or (key == "value" and holder.get("kind") in PAYLOAD_MARKERS)
+
+
 # -- redaction: what an operator sees of payloads by default (CLI history, dashboard) --------
-REDACTED_KEYS = frozenset({"input", "result", "payload", "details", "output", "heartbeat_details"})
-
-
 def redact(value: Any) -> Any:
-    """Replace every payload value (input/result/payload/details, at any depth) by its size:
-    ``{"redacted": true, "bytes": n}``, n the length of its JSON text."""
+    """Replace every payload value (``PAYLOAD_FIELDS`` and a side effect's value, at any depth)
+    by its size: ``{"redacted": true, "bytes": n}``, n the length of its JSON text."""
     if isinstance(value, dict):
         out = {}
         for key, inner in value.items():
-            if key in REDACTED_KEYS and inner is not None:
+            if inner is not None and _is_payload(value, key):
                 out[key] = {"redacted": True, "bytes": len(json.dumps(inner, default=str).encode())}
             else:
                 out[key] = redact(inner)

@@ -281,6 +281,12 @@ class WorkflowRun(CommandIssuer):
         and read back (or was accepted by :meth:`recorded`), and it has not ended."""
         return self._live is None and self._fatal is None and not self.finished and self._main is not None
 
+    @property
+    def is_child(self) -> bool:
+        """Whether the run is a child (its WorkflowStarted names a parent, as a child's
+        continue-as-new successor's does): its parent's history copies its end."""
+        return bool(self._start is not None and self._start.get("parent_id"))
+
     def recorded(self, last_event_id: int) -> bool:
         """Our commit of the last activation succeeded and the history now ends at
         ``last_event_id``: take its events as read, without reading them back, when

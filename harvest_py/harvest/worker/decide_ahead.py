@@ -173,7 +173,9 @@ async def _step(
     finally:
         LOG_FIELDS.reset(fields)
     try:
-        commands = await worker.payloads.encode_commands(lane_of(task).sql, execution_id, activation.commands)
+        commands = await worker.payloads.encode_commands(
+            lane_of(task).sql, execution_id, activation.commands, child=run.is_child
+        )
     except Exception as exc:
         log.debug("no decision ahead for %s: %s", execution_id, exc)
         run.close()

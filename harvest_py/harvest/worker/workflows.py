@@ -245,7 +245,9 @@ def payload_failure(exc: PayloadTooLarge, limit: int | None) -> dict[str, Any]:
     return failure
 
 
-def _oversized(command: dict[str, Any], limit: int, workflow_name: str) -> PayloadTooLarge | None:
+def _oversized(
+    command: dict[str, Any], limit: int, workflow_name: str, child: bool = False
+) -> PayloadTooLarge | None:
     """The database's refusal of ``command`` for a payload over ``limit``, or None."""
     kind = command["type"]
     if kind == "complete_update":
@@ -254,6 +256,13 @@ def _oversized(command: dict[str, Any], limit: int, workflow_name: str) -> Paylo
         field = _COMMAND_PAYLOADS[kind][0]
     else:
         return None
+    if kind == "continue_as_new":  # its carried signals, encoded again (a codec may have grown one)
+        for signal in command.get("signals") or ():
+            try:
+                what = f"the payload of signal {signal.get('name')} carried over by continue-as-new"
+                payload.check_size(signal.get("payload"), what, limit)
+            except PayloadTooLarge as exc:
+                return exc
     value = command.get(field)
     if payload.payload_size(value) <= limit:
         return None  # nearly always: what the refusal would name is worked out for a refusal only
@@ -267,6 +276,8 @@ def _oversized(command: dict[str, Any], limit: int, workflow_name: str) -> Paylo
             workflow=workflow_name,
             signal_name=command.get("signal_name"),
         )
+        if child and kind in ("complete_workflow", "fail_workflow", "cancel_workflow"):
+            what += " (a child's end is never offloaded: its parent's history holds it)"
     try:
         payload.check_size(value, what, limit)
     except PayloadTooLarge as exc:
@@ -285,7 +296,11 @@ def payloads_fit(commands: list[dict[str, Any]], limit: int | None, workflow_nam
 
 
 def fit_payloads(
-    commands: list[dict[str, Any]], limit: int | None, workflow_name: str, execution_id: str = ""
+    commands: list[dict[str, Any]],
+    limit: int | None,
+    workflow_name: str,
+    execution_id: str = "",
+    child: bool = False,
 ) -> list[dict[str, Any]]:
     """The decision to commit: ``commands`` when every payload fits under ``limit``.
 
@@ -300,7 +315,7 @@ def fit_payloads(
         return commands
     fitted = []
     for command in commands:
-        exc = _oversized(command, cast(int, limit), workflow_name)  # payloads_fit is True without one
+        exc = _oversized(command, cast(int, limit), workflow_name, child)  # payloads_fit is True without one
         if exc is not None and command["type"] == "complete_update":
             log.warning("workflow %s (%s): update fails: %s", execution_id, workflow_name, exc)
             command = {k: v for k, v in command.items() if k not in ("result", "failure")}
@@ -507,11 +522,15 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
 
     try:
         # The one place a worker encodes a decision's payloads (codecs, offload; docs/payloads.md).
-        commands = await worker.payloads.encode_commands(lane_of(task).sql, execution_id, activation.commands)
+        commands = await worker.payloads.encode_commands(
+            lane_of(task).sql, execution_id, activation.commands, child=run.is_child
+        )
     except Exception:
         run.close()
         raise
-    commands = fit_payloads(commands, worker.max_payload_bytes, task["workflow_name"], execution_id)
+    commands = fit_payloads(
+        commands, worker.max_payload_bytes, task["workflow_name"], execution_id, run.is_child
+    )
     try:
         commands = place_children(worker, execution_id, commands)
     except (ShardUnavailable, InvalidArgument) as exc:
