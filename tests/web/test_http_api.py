@@ -7,6 +7,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
 import pytest
 from operator_helpers import park, start
 from starlette.requests import Request
@@ -215,6 +216,18 @@ def test_result_is_204_with_retry_after_while_running_then_the_terminal_body(api
     assert done.status_code == 200, done.text
     assert done.json()["state"] == "COMPLETED" and done.json()["output"] == "HELLO BOB"
     assert done.json()["completed_at"]
+
+
+def test_a_paused_runs_result_is_waited_for_not_answered_as_ended(api, db: str) -> None:
+    """A PAUSED run has not ended: its result is a 204 after the wait, as a running one's, not
+    a body with no output; and the wait's mark is dropped, as for a running run."""
+    run = api.post("/workflows/greet/start", json={"input": "bob"}).json()["execution_id"]
+    assert api.post(f"/workflows/{run}/pause", json={"reason": "inspect"}).status_code == 200
+    paused = api.get(f"/workflows/{run}/result", params={"wait": "0.3s"})
+    assert paused.status_code == 204, paused.text
+    with psycopg.connect(db, autocommit=True) as conn:
+        marks = conn.execute("SELECT count(*) FROM harvest.result_waiters WHERE execution_id = %s", (run,))
+        assert marks.fetchone() == (0,)
 
 
 def test_signal_query_update_cancel_terminate_and_their_errors(api, start_worker) -> None:

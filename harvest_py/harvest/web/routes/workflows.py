@@ -19,6 +19,7 @@ from harvest.core.codecs import refs_in
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, NotFound
 from harvest.core.payload import redact
+from harvest.core.statuses import LIVE_STATUSES
 from harvest.db.steps import arun_steps
 from harvest.web.routes import (
     ANY,
@@ -210,7 +211,7 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
                     else:
                         row = await call.routed(current, lambda sql, c=current: sql.get_execution(c))  # type: ignore[misc]
                     row = call.resident(row)
-                    if row["status"] != "RUNNING":
+                    if row["status"] not in LIVE_STATUSES:  # (a PAUSED run has not ended)
                         marked = None  # the close deleted the mark
                         break
                     remaining = deadline - time.monotonic()
