@@ -1674,6 +1674,8 @@ AS $$
 DECLARE
     v_new_id uuid;
     v_signal record;
+    v_late jsonb[];  -- the signals it never saw (after p_through), in order
+    v_renamed jsonb;  -- {their offloaded payload's id: the successor's copy's}
 BEGIN
     PERFORM harvest._close_execution(p_execution.id, 'CONTINUED_AS_NEW', NULL, NULL);
     SELECT s.execution_id INTO v_new_id FROM harvest.start_workflow(
@@ -1696,7 +1698,8 @@ BEGIN
     PERFORM harvest._append_event(p_execution.id, 'WorkflowContinuedAsNew',
         jsonb_build_object('new_execution_id', v_new_id, 'input', p_input));
     -- A rotation loses no signal: first those the old run received but its code had
-    -- not read yet (carried by the command), then those it never saw (after p_through).
+    -- not read yet (carried by the command, encoded inline by the worker), then those it
+    -- never saw (after p_through).
     FOR v_signal IN
         SELECT jsonb_build_object('name', c.value -> 'name', 'payload', c.value -> 'payload',
                                   'signal_id', gen_random_uuid()::text) AS event_data
@@ -1705,14 +1708,25 @@ BEGIN
     LOOP
         PERFORM harvest._append_event(v_new_id, 'SignalReceived', v_signal.event_data);
     END LOOP;
-    FOR v_signal IN
-        SELECT ev.event_data FROM harvest.events AS ev
-        WHERE ev.execution_id = p_execution.id AND ev.event_id > p_through
-          AND ev.event_type = 'SignalReceived'
-        ORDER BY ev.event_id
-    LOOP
-        PERFORM harvest._append_event(v_new_id, 'SignalReceived', v_signal.event_data);
-    END LOOP;
+    SELECT array_agg(ev.event_data ORDER BY ev.event_id) INTO v_late
+    FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution.id AND ev.event_id > p_through AND ev.event_type = 'SignalReceived';
+    IF v_late IS NOT NULL THEN
+        -- Their offloaded payloads are copied under ids the successor owns, as a reset fork's
+        -- (reset.sql): the old run's retention or erasure must not take the successor's signals.
+        SELECT coalesce(jsonb_object_agg(r.id, gen_random_uuid()), '{}'::jsonb) INTO v_renamed
+        FROM (SELECT harvest._payload_refs(d) AS id FROM unnest(v_late) AS d) AS r
+        WHERE EXISTS (SELECT 1 FROM harvest.payloads AS p WHERE p.id = r.id);
+        IF v_renamed <> '{}'::jsonb THEN
+            INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, erased_at)
+            SELECT (v_renamed ->> p.id::text)::uuid, v_new_id, harvest.now(), p.bytes, p.data, p.erased_at
+            FROM harvest.payloads AS p
+            WHERE p.id IN (SELECT k::uuid FROM jsonb_object_keys(v_renamed) AS k);  -- by the primary key
+        END IF;
+        FOR v_i IN 1 .. cardinality(v_late) LOOP
+            PERFORM harvest._append_event(v_new_id, 'SignalReceived', harvest._renamed_refs(v_late[v_i], v_renamed));
+        END LOOP;
+    END IF;
     RETURN v_new_id;
 END;
 $$;

@@ -11,7 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(310);
+SELECT plan(313);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1911,6 +1911,28 @@ SELECT results_eq($$SELECT outcome, last_event_id, execution_status FROM batch_r
                   'complete_workflow_tasks(): continue_as_new with an update past through is refused, the run RUNNING');
 SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE continued_from = pg_temp.run('can_update')$$,
                 'a refused continue-as-new starts no successor');
+
+-- continue_as_new: a signal the old run never saw, its payload offloaded, goes to the successor
+-- with a copy of that payload the successor owns: the old run's retention must not take it.
+SELECT pg_temp.start_and_claim('can_off');
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
+VALUES ('00000000-0000-4000-8000-0000000000c1', pg_temp.run('can_off'), now(), 13, '"a big payload"');
+SELECT is(harvest._append_event(pg_temp.run('can_off'), 'SignalReceived',
+              '{"name": "late", "payload": {"_harvest_ref": "00000000-0000-4000-8000-0000000000c1"}}'),
+          2::bigint, 'setup: a signal with an offloaded payload lands while a rotating task is in flight');
+SELECT is((SELECT execution_status FROM harvest.complete_workflow_task(pg_temp.task('can_off'),
+              pg_temp.token('can_off'), 1, '[{"type": "continue_as_new", "input": [1]}]')),
+          'CONTINUED_AS_NEW', 'setup: the run continues as new');
+CREATE TEMP TABLE can_off_next ON COMMIT DROP AS
+SELECT id FROM harvest.executions WHERE continued_from = pg_temp.run('can_off');
+DELETE FROM harvest.executions WHERE id = pg_temp.run('can_off');  -- (as retention deletes it)
+SELECT results_eq(
+    $$SELECT ev.event_data ->> 'name', p.execution_id = n.id, p.data
+      FROM can_off_next AS n
+      JOIN harvest.events AS ev ON ev.execution_id = n.id AND ev.event_type = 'SignalReceived'
+      JOIN harvest.payloads AS p ON p.id = (ev.event_data -> 'payload' ->> '_harvest_ref')::uuid$$,
+    $$VALUES ('late'::text, true, '"a big payload"'::jsonb)$$,
+    '_continue_as_new(): a late signal''s offloaded payload is the successor''s own copy, kept when the old run goes');
 
 -- \df+ harvest.* documents the API: every public function of this file has a comment.
 SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p
