@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import psycopg
 
 from harvest import App, Client, activity, workflow
+from harvest.core.codecs import AesGcmCodec, ZlibCodec
 
 
 @activity
@@ -34,8 +36,10 @@ async def evolving_v2(ctx) -> str:
     return first
 
 
-def test_changed_code_fails_the_task_not_the_run(db: str, start_worker, client: Client) -> None:
-    v1 = start_worker(App(workflows=[evolving_v1], activities=[step_a, step_b]), cache_size=0)
+def _after_a_bad_deploy(db: str, start_worker, client: Client, **options) -> tuple[dict, int]:
+    """The failure a run's workflow task keeps once a worker with changed code replays it, and
+    how many events its history had before."""
+    v1 = start_worker(App(workflows=[evolving_v1], activities=[step_a, step_b]), cache_size=0, **options)
     handle = client.start_workflow("evolving", workflow_id="nd")
     deadline = time.monotonic() + 10
     while "TimerStarted" not in [e["event_type"] for e in handle.history()]:
@@ -44,7 +48,7 @@ def test_changed_code_fails_the_task_not_the_run(db: str, start_worker, client: 
     v1.stop()
     events_before = len(handle.history())
 
-    start_worker(App(workflows=[evolving_v2], activities=[step_a, step_b]), cache_size=0)
+    start_worker(App(workflows=[evolving_v2], activities=[step_a, step_b]), cache_size=0, **options)
     with psycopg.connect(db) as conn:
         deadline = time.monotonic() + 10
         failure = None
@@ -55,9 +59,27 @@ def test_changed_code_fails_the_task_not_the_run(db: str, start_worker, client: 
             ).fetchone()
             failure = row[0] if row else None
             time.sleep(0.05)
-    assert failure is not None and failure["error_type"] == "NonDeterminismError"
+    assert failure is not None
+    return failure, events_before
+
+
+def test_changed_code_fails_the_task_not_the_run(db: str, start_worker, client: Client) -> None:
+    failure, events_before = _after_a_bad_deploy(db, start_worker, client)
+    assert failure["error_type"] == "NonDeterminismError"
     assert "step_a" in failure["message"] and "step_b" in failure["message"]
+    assert "Traceback" in failure["details"]["traceback"]
+    handle = client.get_handle(workflow_id="nd")
     assert handle.describe()["status"] == "RUNNING"
     # Nothing beyond the TimerFired that woke it was written.
     history = handle.history()
     assert [e["event_type"] for e in history[events_before:]] in ([], ["TimerFired"])
+
+
+def test_a_failed_workflow_tasks_traceback_goes_through_the_codecs(db: str, start_worker) -> None:
+    """The traceback is the failure's details, a payload: with codecs on it is stored encoded,
+    as an activity failure's details are (docs/payloads.md); type and message stay readable."""
+    codecs = [ZlibCodec(), AesGcmCodec({"k1": bytes(range(32))})]
+    with Client(db, codecs=codecs) as client:
+        failure, _ = _after_a_bad_deploy(db, start_worker, client, codecs=codecs)
+    assert failure["error_type"] == "NonDeterminismError" and "step_b" in failure["message"]
+    assert "_harvest_codec" in json.dumps(failure["details"]) and "Traceback" not in json.dumps(failure)

@@ -515,6 +515,10 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
                 "non_retryable": False,
                 "details": {"traceback": traceback.format_exc(limit=20)},
             }
+            try:  # (the details are a payload: encoded as an activity failure's are, docs/payloads.md)
+                failure = await worker.payloads.encode_failure(lane_of(task).sql, execution_id, failure)
+            except Exception:  # (the codec itself failing: the type and message still go)
+                failure = {**failure, "details": None}
         await commit_open_claim(task)  # (its row lock would hold the call up)
         with contextlib.suppress(StaleTask):
             await lane_of(task).sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
