@@ -36,7 +36,13 @@ def test_handlers_prints_the_describe_handlers_shape(db: str) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == describe_handlers(app, "budget")
-    assert {q["name"] for q in json.loads(r.stdout)["queries"]} == {"total", "owner", "broken"}
+    assert {q["name"] for q in json.loads(r.stdout)["queries"]} == {
+        "total",
+        "owner",
+        "broken",
+        "rotate_in_query",
+        "escape_in_query",
+    }
     r = harvest(None, "workflow", "handlers", "--app", "test_queries_updates:app", "budget")
     assert r.returncode == 0
     assert "queries:" in r.stdout and "spend" in r.stdout and "HAS_VALIDATOR" in r.stdout

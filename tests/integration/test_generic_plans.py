@@ -584,7 +584,7 @@ TRAPS = [
     case(
         Statement(
             "_continue_as_new",
-            r"SELECT ev\.event_data\s+FROM harvest\.events",
+            r"SELECT array_agg\(ev\.event_data ORDER BY ev\.event_id\)",
             {"p_execution.id": "uuid", "p_through": "bigint"},
         ),
         {"events": {"events_pkey"}},
