@@ -4,17 +4,22 @@ filters' 400s, paging, and each action done with its scope and refused without i
 
 from __future__ import annotations
 
+import asyncio
 import re
+import socket
 import urllib.parse
+import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 from dashboard_demo import Demo
 from dashboard_helpers import TokenScopes, wait_for
+from psycopg.types.json import Jsonb
 from starlette.testclient import TestClient
 
 from harvest.web.ui import dashboard_app
+from harvest.web.ui.app import MAX_FORM_BYTES
 
 READ, OPERATE, ADMIN = ({"Authorization": f"Bearer {s}-token"} for s in ("read", "operate", "admin"))
 
@@ -545,3 +550,193 @@ def test_navigation_links_the_new_pages(ui: TestClient) -> None:
         "concurrency",
         "shards",
     ]
+
+
+# -- what a request must be before the dashboard acts on it (docs/dashboard.md, "Sign in") --------
+def _started(db: str, workflow_id: str, queue: str = "default") -> str:
+    """A run of workflow ``wf`` no worker polls for."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        started = "SELECT execution_id FROM harvest.start_workflow('wf', p_workflow_id => %s, p_queue => %s)"
+        return str(conn.execute(started, (workflow_id, queue)).fetchone()[0])
+
+
+def _drive(app, path: str, offered: int, *, declared: bool) -> tuple[int, int]:
+    """POST ``offered`` bytes to ``path`` with no token, in 64 KiB chunks (with or without a
+    Content-Length): the answer's status and how many bytes the app pulled from the client."""
+    consumed = sent = 0
+    status = 0
+
+    async def receive():
+        nonlocal consumed, sent
+        if sent >= offered:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        piece = min(64 * 1024, offered - sent)
+        sent += piece
+        consumed += piece
+        return {"type": "http.request", "body": b"a" * piece, "more_body": sent < offered}
+
+    async def send(message):
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    headers = [(b"host", b"testserver"), (b"content-type", b"application/x-www-form-urlencoded")]
+    if declared:
+        headers.append((b"content-length", str(offered).encode()))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("testserver", 80),
+        "state": {},
+    }
+    asyncio.run(app(scope, receive, send))
+    return status, consumed
+
+
+def test_a_form_is_refused_before_more_than_its_limit_is_read(db: str) -> None:
+    """An anonymous client must not make the server buffer an unbounded body: a form that says
+    it is over MAX_FORM_BYTES is a 413 before a byte is read; an action is authorized before its
+    body is read (401: nothing read); /login, which needs no token, reads at most the limit."""
+    app = dashboard_app(dsn=db, authorizer=TokenScopes())
+    offered, limit = 16 * MAX_FORM_BYTES, MAX_FORM_BYTES + 64 * 1024
+    action = f"/workflows/{uuid.uuid4()}/terminate"
+    assert _drive(app, action, offered, declared=True) == (413, 0)
+    assert _drive(app, "/login", offered, declared=True) == (413, 0)
+    assert _drive(app, action, offered, declared=False) == (401, 0)
+    status, consumed = _drive(app, "/login", offered, declared=False)
+    assert status == 413 and consumed <= limit, (status, consumed)
+
+
+def test_a_post_another_site_s_page_sends_is_refused(db: str) -> None:
+    """A POST whose Origin is another site's, or null (a sandboxed frame, a redirect from
+    elsewhere), or whose Sec-Fetch-Site is not same-origin, is refused (403); under the dev
+    profile no cookie is needed, so this is all that keeps any page the developer opens from
+    acting. Sign out too: another site must not sign the user out."""
+    execution_id = _started(db, "csrf")
+    cancel = f"/workflows/{execution_id}/cancel"
+    with TestClient(dashboard_app(dsn=db, profile="dev"), base_url="http://127.0.0.1:8080") as client:
+        for sent_from in (
+            {"Origin": "https://evil.example"},
+            {"Origin": "null"},
+            {"Sec-Fetch-Site": "cross-site"},
+            {"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:8080"},  # another port
+        ):
+            refused = client.post(cancel, data={"reason": "evil"}, headers=sent_from, follow_redirects=False)
+            assert refused.status_code == 403, sent_from
+            signed_out = client.post("/logout", headers=sent_from, follow_redirects=False)
+            assert signed_out.status_code == 403 and "set-cookie" not in signed_out.headers, sent_from
+        with psycopg.connect(db, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT cancel_requested FROM harvest.executions WHERE id = %s", (execution_id,)
+            )
+            assert row.fetchone()[0] is False
+        ours = {"Origin": "http://127.0.0.1:8080", "Sec-Fetch-Site": "same-origin"}
+        done = client.post(cancel, data={"reason": "ours"}, headers=ours, follow_redirects=False)
+        assert done.status_code == 303
+        assert client.post("/logout", headers=ours, follow_redirects=False).status_code == 303
+
+
+def test_a_read_principal_never_sees_a_failure_s_details_on_the_run_card(db: str) -> None:
+    """A failure's details are a payload: redacted to their size for a read principal on the
+    run card, as in the timeline; its error type and message stay."""
+    secret = "card-4111111111111111-cvv-123"
+    execution_id = _started(db, "fails-with-details", "wq_details")
+    with psycopg.connect(db, autocommit=True) as conn:
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', %s, 1)", (["wq_details"],)
+        ).fetchone()
+        failure = {
+            "error_type": "Declined",
+            "message": "declined",
+            "non_retryable": True,
+            "details": {"pan": secret},
+        }
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
+            (task[0], task[1], Jsonb([{"type": "fail_workflow", "failure": failure}])),
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{execution_id}", headers=READ)
+        assert page.status_code == 200 and "WorkflowFailed" in page.text and "Declined" in page.text
+        assert secret not in page.text
+        full = client.get(f"/workflows/{execution_id}?payloads=full", headers=OPERATE)
+        assert secret in full.text  # shown in full to whom may see payloads
+
+
+def test_a_value_the_database_calls_invalid_is_a_400_page(db: str) -> None:
+    """A NUL in a filter or a name never reaches the database (the driver refuses it): a 400
+    page, as the management API answers, not a 500."""
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        answers = {
+            url: client.get(url, headers=READ).status_code
+            for url in (
+                "/workflows?workflow_name=a%00b",
+                "/dead-letters?activity_name=a%00b",
+                "/concurrency?key=a%00b",
+                "/workers/a%00b",
+                "/schedules/0/a%00b",
+            )
+        }
+    assert set(answers.values()) == {400}, answers
+
+
+def test_a_dead_letter_id_past_bigint_is_a_404(db: str) -> None:
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for verb, token in (("replay", OPERATE), ("discard", ADMIN)):
+            page = client.post(f"/dead-letters/0/99999999999999999999999/{verb}", headers=token)
+            assert page.status_code == 404, (verb, page.status_code)
+
+
+def test_a_payload_nested_past_the_parser_s_depth_is_a_400_page(db: str) -> None:
+    execution_id = _started(db, "deep-signal")
+    deep = "[" * 100_000 + "]" * 100_000  # 200 KB, under MAX_FORM_BYTES
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes()), raise_server_exceptions=False) as client:
+        signal = client.post(
+            f"/workflows/{execution_id}/signal", data={"name": "s", "payload": deep}, headers=OPERATE
+        )
+        assert signal.status_code == 400 and "not valid JSON" in signal.text
+        trigger = client.post("/dags/nightly/trigger", data={"conf": deep}, headers=OPERATE)
+        assert trigger.status_code == 400 and "not valid JSON" in trigger.text
+
+
+class _Recording(TokenScopes):
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def authorize(self, request, needed):
+        self.asked.append(needed)
+        return await super().authorize(request, needed)
+
+
+def test_bulk_discard_in_any_spelling_asks_the_authorizer_for_admin(db: str) -> None:
+    """Bulk discard is an admin's: the action is read once (either case), and its scope chosen
+    from what was read."""
+    recording = _Recording()
+    with TestClient(dashboard_app(dsn=db, authorizer=recording)) as client:
+        form = {"action": " DISCARD", "workflow_name": "wf"}
+        assert client.post("/dead-letters/bulk", data=form, headers=OPERATE).status_code == 403
+        assert recording.asked == ["operate", "admin"]
+        done = client.post("/dead-letters/bulk", data={**form, "dry_run": "on"}, headers=ADMIN)
+        assert done.status_code == 200 and 'id="bulk-results"' in done.text
+
+
+def test_the_token_database_down_is_a_503_page() -> None:
+    """The default authorizer (API tokens) cannot reach its database: a 503 page, as the
+    management API's 503 database_unavailable, not a bare 500."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dsn = f"postgresql://harvest@127.0.0.1:{port}/harvest?connect_timeout=1"
+    app = dashboard_app(dsn=dsn, profile="production", timeout=1.0)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        page = client.get("/workers", headers={"Authorization": "Bearer hvt_x"})
+    assert page.status_code == 503 and "could not be reached" in page.text

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -139,6 +140,47 @@ def test_bad_input_is_a_400_naming_the_field(api) -> None:
     assert huge.status_code == 413 and error_of(huge)["code"] == "payload_too_large"
     missing = api.get("/workflows/" + str(uuid.uuid4()))
     assert missing.status_code == 404 and error_of(missing)["code"] == "not_found"
+
+
+def test_a_body_nested_deeper_than_the_parser_goes_is_a_400_not_a_500(api) -> None:
+    """A body nested 100k deep (200 KB, far under MAX_BODY_BYTES) makes the JSON parser raise
+    RecursionError, not ValueError: it is the caller's bad body, a 400 naming it."""
+    deep = "[" * 100_000 + "]" * 100_000
+    answer = api.post(
+        f"/workflows/{uuid.uuid4()}/signal",
+        content='{"signal_name": "s", "payload": ' + deep + "}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert answer.status_code == 400, (answer.status_code, answer.text[:200])
+    assert error_of(answer)["field"] == "body"
+
+
+def test_a_write_another_site_s_page_sends_is_refused_and_a_body_must_be_json(api, db: str) -> None:
+    """The dev profile serves every caller as admin, and localhost is reachable from any page
+    the developer's browser opens: a cross-site "simple" POST (text/plain, no preflight) must
+    not act. A write whose Origin or Sec-Fetch-Site says another site is a 403, whatever its
+    body; a body not declared JSON is a 415. The run is left as it was."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        execution_id = start(conn, "wf", "csrf-api")
+    cancel = f"/workflows/{execution_id}/cancel"
+    plain = {"Content-Type": "text/plain;charset=UTF-8"}
+    body = json.dumps({"reason": "evil page"})
+    others = ({"Origin": "https://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"})
+    for sent_from in others:
+        refused = api.post(cancel, content=body, headers={**plain, **sent_from})
+        assert refused.status_code == 403, (sent_from, refused.text[:200])
+        assert error_of(refused)["code"] == "permission_denied"
+        refused = api.post(cancel, json={"reason": "evil page"}, headers=sent_from)
+        assert refused.status_code == 403, sent_from
+    not_json = api.post(cancel, content=body, headers=plain)
+    assert not_json.status_code == 415 and error_of(not_json)["code"] == "unsupported_media_type"
+    assert api.post(cancel, content=body).status_code == 415  # no Content-Type at all
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute("SELECT cancel_requested FROM harvest.executions WHERE id = %s", (execution_id,))
+        assert row.fetchone()[0] is False
+    ours = {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"}
+    answer = api.post(cancel, content=body, headers={**ours, "Content-Type": "application/json"})
+    assert answer.status_code == 202, answer.text
 
 
 # -- starts: 201, 200, 409, 400 -------------------------------------------------------------------

@@ -206,6 +206,41 @@ def test_the_stream_of_every_event_resumes_by_global_id_and_keeps_alive(db: str,
     run(main())
 
 
+@pytest.mark.parametrize("path", ["/stream", "one execution"])
+@pytest.mark.parametrize("found_by", ["an event", "a keepalive"])
+def test_an_open_stream_ends_once_its_token_is_revoked(
+    db: str, tokens: dict, path: str, found_by: str
+) -> None:
+    """A stream is not let be once authorized: the token is asked for again at each keepalive,
+    and while events flow before the first write ``recheck`` seconds after the last ask. Once
+    revoked, the stream sends nothing more: it ends with a comment saying why."""
+
+    async def main() -> None:
+        execution_id = await start(db, "watched")
+        url_path = "/stream" if path == "/stream" else f"/workflows/{execution_id}/events/stream"
+        keepalive, recheck = (30.0, 0.3) if found_by == "an event" else (0.3, 30.0)
+        hub, authorizer = EventHub(db), authorizer_for(db)
+        try:
+            app = make_app(authorizer, hub, keepalive=keepalive, recheck=recheck)
+            async with (
+                serve(app) as url,
+                httpx.AsyncClient(base_url=url, timeout=30) as client,
+                client.stream("GET", url_path, headers=headers(tokens["read"])) as response,
+            ):
+                assert response.status_code == 200
+                await execute(db, "SELECT harvest.revoke_api_token('t-read')")
+                await asyncio.sleep(0.5)  # past the recheck: the next write asks first
+                await signal(db, execution_id, "after-the-revoke")
+                seen = [line async for line in response.aiter_lines()]  # until the stream ends
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+        assert not any("after-the-revoke" in line for line in seen), seen
+        assert any(line.startswith(": the stream ends: the API token is unknown or revoked") for line in seen)
+
+    run(asyncio.wait_for(main(), 20))
+
+
 def test_two_hundred_subscribers_share_one_listen_connection(db: str, tokens: dict) -> None:
     async def main() -> tuple[int, int, list]:
         run_id = await start(db, "many")

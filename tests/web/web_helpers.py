@@ -34,7 +34,9 @@ async def harvest_error(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def make_app(authorizer, hub: EventHub | None = None, *, keepalive: float = 15.0) -> Starlette:
+def make_app(
+    authorizer, hub: EventHub | None = None, *, keepalive: float = 15.0, recheck: float = 15.0
+) -> Starlette:
     def dummy(scope: str):
         async def endpoint(request: Request) -> JSONResponse:
             principal = await authorizer.authorize(request, scope)
@@ -44,7 +46,7 @@ def make_app(authorizer, hub: EventHub | None = None, *, keepalive: float = 15.0
 
     routes = [dummy("read"), dummy("operate"), dummy("admin")]
     if hub is not None:
-        routes += stream_routes(hub, authorizer, keepalive=keepalive)
+        routes += stream_routes(hub, authorizer, keepalive=keepalive, recheck=recheck)
     return Starlette(routes=routes, exception_handlers={HarvestError: harvest_error})
 
 

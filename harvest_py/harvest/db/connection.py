@@ -211,6 +211,13 @@ def database_error_message(exc: psycopg.Error) -> tuple[str, int]:
     return (exc.diag.message_primary or str(exc)).strip().splitlines()[0], 1
 
 
+def invalid_input(exc: BaseException) -> bool:
+    """Whether a database error says the caller's value was invalid: the server's SQLSTATE class
+    22 (data exception), or the driver's refusal of a value it cannot send (a NUL in a text
+    value, which never reaches the server). Both are psycopg's DataError."""
+    return isinstance(exc, psycopg.DataError) or (getattr(exc, "sqlstate", None) or "").startswith("22")
+
+
 def error_line(exc: BaseException) -> str:
     """An error in one line for a log: the server's first line and its SQLSTATE ("canceling
     statement due to lock timeout (SQLSTATE 55P03)"), else the client's first line. Neither

@@ -2,9 +2,9 @@
 
 The status and the code come from the one mapping in ``harvest.core.errors`` (SQLSTATE ->
 exception -> exit code -> HTTP status). A database error the SQL API has no class for is a 400
-when the server called the input invalid (SQLSTATE class 22), a 503 when the database could not
-be reached, else a 500 with the server's first line; never a stack trace. Retryable errors (a
-shard down, a run being moved) carry ``Retry-After``.
+when the input was invalid (SQLSTATE class 22, or a NUL the driver would not send), a 503 when
+the database could not be reached, else a 500 with the server's first line; never a stack
+trace. Retryable errors (a shard down, a run being moved) carry ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -31,12 +31,19 @@ from harvest.core.errors import (
     error_code,
     http_status,
 )
-from harvest.db.connection import DatabaseError, database_error_message, redact
+from harvest.db.connection import DatabaseError, database_error_message, invalid_input, redact
 from harvest.db.pools import TRANSIENT
 
 log = logging.getLogger("harvest.web")
 
 RETRY_AFTER_SECS = "1"
+
+
+class UnsupportedMediaType(HTTPException):
+    """A body the API does not read as sent (415): not declared JSON."""
+
+    def __init__(self, message: str):
+        super().__init__(415, message)
 
 
 def json_default(value: Any) -> Any:
@@ -87,6 +94,12 @@ def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
     }
 
 
+def database_error_status(exc: BaseException) -> int:
+    """The status of a database error the SQL API has no class for: 400 when the value was
+    invalid (the caller's input), else 500. The API and the dashboard both answer by it."""
+    return 400 if invalid_input(exc) else 500
+
+
 def error_response(exc: BaseException) -> JSONResponse:
     """The JSON answer for any exception a handler raised."""
     headers: dict[str, str] = {}
@@ -103,7 +116,12 @@ def error_response(exc: BaseException) -> JSONResponse:
             log.error("harvest: %s", redact(str(exc)))
     elif isinstance(exc, HTTPException):  # an authorizer or a mounted route may raise Starlette's own
         status = exc.status_code
-        code = {401: "unauthenticated", 403: "permission_denied", 404: "not_found"}.get(status, "http_error")
+        code = {
+            401: "unauthenticated",
+            403: "permission_denied",
+            404: "not_found",
+            415: "unsupported_media_type",
+        }.get(status, "http_error")
         content = error_body(code, str(exc.detail))
         headers.update(exc.headers or {})
     elif isinstance(exc, TRANSIENT):
@@ -112,12 +130,11 @@ def error_response(exc: BaseException) -> JSONResponse:
         headers["Retry-After"] = RETRY_AFTER_SECS
     elif isinstance(exc, DatabaseError):
         message, _ = database_error_message(exc)
-        sqlstate = getattr(exc, "sqlstate", None) or ""
-        if sqlstate.startswith("22"):
+        if database_error_status(exc) == 400:
             status, code = 400, "invalid_argument"
         else:
             status, code = 500, "database_error"
-            log.error("harvest: database error %s: %s", sqlstate, redact(message))
+            log.error("harvest: database error %s: %s", getattr(exc, "sqlstate", None), redact(message))
         content = error_body(code, redact(message))
     else:
         log.exception("harvest: unexpected error in the management API", exc_info=exc)

@@ -44,6 +44,16 @@ class Principal:
         return SCOPES.index(self.scope) >= SCOPES.index(needed)
 
 
+def refusal_status(exc: BaseException) -> int | None:
+    """The HTTP status an authorizer's error carries (401, 403; a Harvest error's, Starlette's
+    HTTPException's, or an ``status_code``/``status`` of its own), or None."""
+    for name in ("http_status", "status_code", "status"):
+        status = getattr(exc, name, None)
+        if isinstance(status, int) and 400 <= status < 600:
+            return status
+    return None
+
+
 class Authorizer(Protocol):
     """Turns a request into the principal making it, or raises the API's 401/403 error."""
 

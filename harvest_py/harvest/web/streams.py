@@ -6,7 +6,9 @@ resume from ``Last-Event-ID`` (the id of the last event the client saw): what wa
 is read from the table, then the stream goes on live. A comment line (``: keepalive``) goes out
 after 15 s without an event. Once open, neither ends when its database goes: each says so in a
 comment, tries it again every 5 s and goes on after its last event sent when it is back
-(``_followed``).
+(``_followed``). Nor is it let be once authorized: the caller's token is checked again every
+15 s while events flow and at each keepalive, and a stream whose token is refused (revoked,
+expired) ends with a comment saying so (``_while_authorized``).
 
 One ``EventHub`` per process holds one LISTEN connection and one reading connection
 (``harvest.db.event_stream.EventSource``) and fans each batch out to every subscriber's bounded
@@ -51,7 +53,7 @@ from harvest.shard.event_merge import (
 )
 from harvest.shard.router import ShardRouter
 from harvest.web.openapi import Mounted
-from harvest.web.principal import Authorizer
+from harvest.web.principal import Authorizer, refusal_status
 from harvest.web.routes import Param, path
 
 log = logging.getLogger("harvest.web.streams")
@@ -60,6 +62,10 @@ KEEPALIVE_SECS = 15.0
 # How often the streams waiting on a database (or a shard) that cannot be read try its listener again.
 RETRY_SECS = 5.0
 QUEUE_SIZE = 1000  # events a subscriber may fall behind by before it reads from the table instead
+# An open stream's caller is asked for again (one token lookup) at each keepalive and before the
+# first write this long after the last ask: a revoked or expired token is served no longer.
+RECHECK_SECS = 15.0
+RECHECK_TIMEOUT_SECS = 5.0  # a check not answered by then is made again at the next chance
 _RESYNC = object()  # in a subscriber's queue: it fell behind, read from the table
 
 
@@ -612,14 +618,14 @@ def _merged_body(
     positions: dict[int, int],
     said: bytes,
     keepalive: float,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """Every shard's events as they arrive (in order within a shard), tagged with shard_id, from
     ``positions`` (each readable shard's start; an unavailable one's if given), after the
     opening's comments ``said``. A shard that cannot be read when the stream opens, or that goes
     later, is named in a comment and followed again when it is back (_followed); the response
     goes on meanwhile."""
 
-    async def body() -> AsyncIterator[bytes]:
+    async def body() -> AsyncGenerator[bytes, None]:
         streams = {
             s: _followed(hub, s, positions.get(s), s not in unavailable) for s, hub in sorted(hubs.items())
         }
@@ -640,6 +646,40 @@ def _merged_body(
                 await stream.aclose()
 
     return body()
+
+
+_KEEPALIVE = b": keepalive\n\n"
+
+
+async def _while_authorized(
+    body: AsyncGenerator[bytes, None], request: Request, authorizer: Authorizer, recheck: float
+) -> AsyncIterator[bytes]:
+    """``body`` for as long as the authorizer still lets the caller read. It is asked again at
+    each keepalive and before the first write ``recheck`` seconds after its last answer (one
+    token lookup then, none per event); refused (the token revoked or expired), the stream ends
+    with a comment saying why. A check that cannot be made (the tokens' database down) is made
+    again at the next chance, the stream going on, as it rides out its own database's outage."""
+    due = time.monotonic() + recheck
+    async with contextlib.aclosing(body) as chunks:  # (its subscriptions end with it)
+        async for chunk in chunks:
+            if chunk.endswith(_KEEPALIVE) or time.monotonic() >= due:
+                refused = await _refused(request, authorizer)
+                if refused is not None:
+                    yield _comment(f"the stream ends: {refused}")
+                    return
+                due = time.monotonic() + recheck
+            yield chunk
+
+
+async def _refused(request: Request, authorizer: Authorizer) -> str | None:
+    """Why the authorizer no longer lets ``request``'s caller read (its first line), or None."""
+    try:
+        await asyncio.wait_for(authorizer.authorize(request, "read"), RECHECK_TIMEOUT_SECS)
+    except Exception as exc:
+        if refusal_status(exc) in (401, 403):
+            return (str(getattr(exc, "detail", None) or exc).strip().splitlines() or ["refused"])[0]
+        log.warning("event stream: the caller's token could not be checked again: %s", exc)
+    return None
 
 
 def _comment(text: str) -> bytes:
@@ -681,11 +721,16 @@ class _Writes:
 
 
 def stream_routes(
-    hub: EventHub | ShardStreams, authorizer: Authorizer, *, keepalive: float = KEEPALIVE_SECS
+    hub: EventHub | ShardStreams,
+    authorizer: Authorizer,
+    *,
+    keepalive: float = KEEPALIVE_SECS,
+    recheck: float = RECHECK_SECS,
 ) -> list[Route]:
     """The stream routes (scope read), to mount beside the management API's: one execution's,
     and every event's (``/stream``, also at ``/stream/durable``). ``hub``: one database's
-    :class:`EventHub`, or a :class:`ShardStreams`."""
+    :class:`EventHub`, or a :class:`ShardStreams`. ``recheck``: how long a stream serves its
+    caller before asking the authorizer again (:func:`_while_authorized`)."""
     streams = hub if isinstance(hub, ShardStreams) else _OneDatabase(hub)
 
     async def respond(request: Request, execution_id: str | None) -> StreamingResponse:
@@ -715,7 +760,7 @@ def stream_routes(
         if given is not None and start != given:
             said = _note(past_the_end_note(None, start, given, whose), start)
 
-        async def body() -> AsyncIterator[bytes]:
+        async def body() -> AsyncGenerator[bytes, None]:
             yield opening + said
             events = _followed(
                 hub, None, start, True, keepalive=keepalive, writes=_Writes(key), execution_id=execution_id
@@ -727,7 +772,7 @@ def stream_routes(
                 await events.aclose()  # (its subscription ends now, not when collected)
 
         return StreamingResponse(
-            body(),
+            _while_authorized(body(), request, authorizer, recheck),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -758,7 +803,9 @@ def stream_routes(
         if len(unavailable) == len(hubs):
             raise none_readable(unavailable)
         return StreamingResponse(
-            _merged_body(hubs, unavailable, positions, said, keepalive),
+            _while_authorized(
+                _merged_body(hubs, unavailable, positions, said, keepalive), request, authorizer, recheck
+            ),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

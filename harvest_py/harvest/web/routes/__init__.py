@@ -24,12 +24,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from harvest.client import routing
-from harvest.core.errors import DatabaseUnavailable, InvalidArgument, PayloadTooLarge
+from harvest.core.errors import DatabaseUnavailable, InvalidArgument, PermissionDenied
 from harvest.db.pools import RoledPool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.fanout import UNAVAILABLE, AsyncShardReads, Merged
 from harvest.telemetry import tracing
-from harvest.web.errors import HarvestJSONResponse, error_response
+from harvest.web.errors import HarvestJSONResponse, UnsupportedMediaType, error_response
+from harvest.web.guards import cross_site, is_json, parse_json, read_body
 
 if TYPE_CHECKING:
     from harvest.client import AsyncClient
@@ -395,15 +396,21 @@ class Endpoint:
         try:
             if not state.opened and self.scope is not None:  # mounted, or the database was down at boot
                 await state.open()  # (the probes open what they need themselves)
+            if self.method not in SAFE_METHODS and (refused := cross_site(request)):
+                # With no token to send (profile dev), or an authorizer that trusts the caller's
+                # network, a page of another site must not make the browser act for it.
+                raise PermissionDenied(refused)
             principal = None if self.scope is None else await state.authorizer.authorize(request, self.scope)
             args = self._arguments(request)
             data = None
             if self.body is not None:
-                raw = await _read_body(request)
+                raw = await read_body(request, MAX_BODY_BYTES)
                 if raw.strip():
+                    if not is_json(request):  # (a browser sends no JSON to another site unasked)
+                        raise UnsupportedMediaType("send the body as JSON: Content-Type: application/json")
                     try:
-                        decoded = json.loads(raw)
-                    except (ValueError, UnicodeDecodeError):
+                        decoded = parse_json(raw)
+                    except ValueError:
                         raise invalid("body", "is not valid JSON") from None
                 else:
                     decoded = {}
@@ -449,21 +456,7 @@ class Endpoint:
 # A request body larger than this is refused before it is parsed (a payload the engine takes is
 # bounded by harvest.engine_settings.max_payload_bytes, checked again by the client and the SQL).
 MAX_BODY_BYTES = 64 * 1024 * 1024
-
-
-async def _read_body(request: Request) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(
-            f"the request body is {declared} bytes, over {MAX_BODY_BYTES}", "the request body"
-        )
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES} bytes", "the request body")
-        chunks.append(chunk)
-    return b"".join(chunks)
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")  # read only: another site's page may send these
 
 
 class _Anonymous:

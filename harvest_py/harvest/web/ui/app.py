@@ -13,7 +13,6 @@ the management app at ``/ui``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import re
@@ -42,6 +41,7 @@ from harvest.core.errors import (
     HarvestError,
     InvalidArgument,
     NotFound,
+    PayloadTooLarge,
     PermissionDenied,
     WorkflowNotRunning,
 )
@@ -51,7 +51,9 @@ from harvest.declare.schedules import OVERLAP_POLICIES
 from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
-from harvest.web.principal import Authorizer, Principal, Scope
+from harvest.web.errors import database_error_status
+from harvest.web.guards import cross_site, declared_too_large, parse_json, read_body
+from harvest.web.principal import Authorizer, Principal, Scope, refusal_status
 from harvest.web.ui import views
 from harvest.web.ui.source import DEFAULT_TIMEOUT, Source
 
@@ -63,6 +65,8 @@ MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-l
 DEFAULT_PAGE = 50
 HISTORY_SHOWN = 500  # the timeline's last events by default; ?history=all shows every one
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
+BIGINT_MAX = (1 << 63) - 1  # a dead letter's id: no larger one exists
+BULK_ACTIONS = ("replay", "discard")
 WORKER_STATUSES = ("active", "draining", "stopped")
 LIST_STATUSES = (*EXECUTION_STATUSES, "MIGRATING", "MIGRATED")
 WINDOWS = {
@@ -135,6 +139,8 @@ def _execution_id(value: str) -> str:
 def _error_status(exc: BaseException) -> int:
     if isinstance(exc, ConfigError):
         return 500  # the server's configuration, not the request
+    if isinstance(exc, PayloadTooLarge):  # (an InvalidArgument too)
+        return 413
     if isinstance(exc, InvalidArgument):
         return 400
     if isinstance(exc, PermissionDenied):
@@ -243,32 +249,51 @@ class Dashboard:
     ) -> Response:
         return self.render(request, "error.html", status, status=status, message=message, principal=principal)
 
-    async def _guarded(
-        self, request: Request, needed: Scope, handler: Callable[[Request, Principal], Awaitable[Response]]
-    ) -> Response:
+    async def _principal(self, request: Request, needed: Scope) -> Principal | Response:
+        """The principal the authorizer makes of ``request`` for ``needed``, or the error page
+        of its refusal (its 401 or 403; 503 when it cannot reach the tokens' database)."""
         try:
             principal = await self._authorize(request, needed)
         except HTTPException as exc:
             return self.error(request, exc.status_code, str(exc.detail))
         except HarvestError as exc:
             return self.error(request, getattr(exc, "http_status", None) or _error_status(exc), str(exc))
+        except TRANSIENT:  # the management API answers the same: 503 database_unavailable
+            return self.error(request, 503, "the database of the API tokens could not be reached; retry")
+        except DatabaseError as exc:
+            return self._database_error(request, exc, None)
         except Exception as exc:
             # The authorizer's own 401/403 error type (the management API's): its status, if any.
-            status = getattr(exc, "status_code", None) or getattr(exc, "status", None)
-            if isinstance(status, int) and 400 <= status < 600:
+            status = refusal_status(exc)
+            if status is not None:
                 return self.error(request, status, _one_line(exc))
             raise
         if not principal.allows(needed):  # an authorizer that returned a lower principal
             return self.error(
                 request, 403, f"this needs the {needed} scope; you have {principal.scope}", principal
             )
+        return principal
+
+    async def _guarded(
+        self, request: Request, needed: Scope, handler: Callable[[Request, Principal], Awaitable[Response]]
+    ) -> Response:
+        principal = await self._principal(request, needed)
+        if isinstance(principal, Response):
+            return principal
         try:
             return await handler(request, principal)
         except (HarvestError, *TRANSIENT) as exc:  # type: ignore[misc]  # TRANSIENT: exception classes
             return self.error(request, _error_status(exc), _one_line(exc), principal)
         except DatabaseError as exc:  # not one of ours: the server's first line, never a traceback
+            return self._database_error(request, exc, principal)
+
+    def _database_error(self, request: Request, exc: DatabaseError, principal: Principal | None) -> Response:
+        """A database error the SQL API has no class for, as the management API answers it: a
+        value the database calls invalid is a 400, anything else a 500 (logged)."""
+        status = database_error_status(exc)
+        if status >= 500:
             log.exception("dashboard: %s %s failed", request.method, request.url.path)
-            return self.error(request, 500, database_error_message(exc)[0], principal)
+        return self.error(request, status, database_error_message(exc)[0], principal)
 
     def _page(self, handler: Callable[[Request, Principal], Awaitable[Response]]) -> Callable[..., Any]:
         async def endpoint(request: Request) -> Response:
@@ -278,18 +303,28 @@ class Dashboard:
 
     def _action(self, handler: Callable[..., Awaitable[Response]], needed: Scope) -> Callable[..., Any]:
         async def endpoint(request: Request) -> Response:
-            refused = _cross_site(request)
-            if refused:
-                return self.error(request, 403, refused)
-            body = await request.body()
-            if len(body) > MAX_FORM_BYTES:
-                return self.error(request, 413, f"a form of {len(body)} bytes is over {MAX_FORM_BYTES}")
-            form = urllib.parse.parse_qs(body.decode(errors="replace"), keep_blank_values=True)
-            fields = {k: v[-1] for k, v in form.items()}
-            scope = needed
-            if handler == self.bulk and fields.get("action") == "discard":
-                scope = "admin"  # bulk discard is an admin's, bulk replay an operator's
-            return await self._guarded(request, scope, lambda r, p: handler(r, p, fields))
+            # Nothing of the body is read before the request is known to come from our own
+            # pages, to fit, and to be authorized: an anonymous client makes the server buffer
+            # nothing.
+            refused = _refused_post(request)
+            if refused is not None:
+                return self.error(request, *refused)
+
+            async def act(request: Request, principal: Principal) -> Response:
+                form = await _form(request)
+                wanted = needed
+                if handler == self.bulk:
+                    form["action"] = _choice(form, "action", BULK_ACTIONS) or "replay"
+                    if form["action"] == "discard":
+                        wanted = "admin"  # bulk discard is an admin's, bulk replay an operator's
+                if not principal.allows(wanted):
+                    again = await self._principal(request, wanted)
+                    if isinstance(again, Response):
+                        return again
+                    principal = again
+                return await handler(request, principal, form)
+
+            return await self._guarded(request, needed, act)
 
         return endpoint
 
@@ -304,11 +339,14 @@ class Dashboard:
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
             return self.render(request, "login.html", principal=None, refresh=None)
-        refused = _cross_site(request)
-        if refused:
-            return self.error(request, 403, refused)
-        form = urllib.parse.parse_qs((await request.body())[:MAX_FORM_BYTES].decode(errors="replace"))
-        token = (form.get("token") or [""])[-1].strip()
+        refused = _refused_post(request)
+        if refused is not None:
+            return self.error(request, *refused)
+        try:
+            form = await _form(request)
+        except PayloadTooLarge as exc:
+            return self.error(request, 413, str(exc))
+        token = (form.get("token") or "").strip()
         base = request.scope.get("root_path", "").rstrip("/")
         response = RedirectResponse(f"{base}/workflows", status_code=303)
         response.set_cookie(
@@ -322,6 +360,9 @@ class Dashboard:
         return response
 
     async def logout(self, request: Request) -> Response:
+        refused = cross_site(request)  # (another site's page must not sign the user out)
+        if refused:
+            return self.error(request, 403, refused)
         base = request.scope.get("root_path", "").rstrip("/")
         response = RedirectResponse(f"{base}/login", status_code=303)
         response.delete_cookie(TOKEN_COOKIE, path=base or "/")
@@ -406,7 +447,7 @@ class Dashboard:
             raise InvalidArgument("the signal needs a name")
         text = (form.get("payload") or "").strip()
         try:
-            payload = json.loads(text) if text else None
+            payload = parse_json(text) if text else None
         except ValueError as exc:
             raise InvalidArgument(f"the payload is not valid JSON ({exc})") from None
         event_id = await self.source.routed(
@@ -649,7 +690,7 @@ class Dashboard:
         name = request.path_params["name"]
         text = (form.get("conf") or "").strip()
         try:
-            conf = json.loads(text) if text else {}
+            conf = parse_json(text) if text else {}
         except ValueError as exc:
             raise InvalidArgument(f"the conf is not valid JSON ({exc})") from None
         if not isinstance(conf, dict):
@@ -760,10 +801,12 @@ class Dashboard:
         shard, id_ = request.path_params["shard"], request.path_params["id"]
         if shard not in self.source.shards:
             raise NotFound(f"shard {shard} is not a shard of this deployment")
+        if id_ > BIGINT_MAX:  # (the route takes any digits; the database's ids are bigints)
+            raise NotFound(f"no dead letter {shard}:{id_}")
         return shard, id_
 
     async def bulk(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
-        action = _choice(form, "action", ("replay", "discard")) or "replay"
+        action = form["action"]  # (read by _action: it chose the scope)
         dry_run = form.get("dry_run") is not None
         args = {
             "activity_name": _param(form, "activity_name"),
@@ -950,14 +993,23 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _cross_site(request: Request) -> str | None:
-    """A POST from another site is refused (with the SameSite=Strict cookie, a second guard)."""
-    origin = request.headers.get("origin")
-    if origin and origin != "null":
-        ours = f"{request.url.scheme}://{request.headers.get('host', '')}"
-        if origin != ours:
-            return f"a form posted from {origin} is refused: use the dashboard's own pages"
+def _refused_post(request: Request) -> tuple[int, str] | None:
+    """Why a form's POST is refused before a byte of it is read: another site's page sent it
+    (403; with the SameSite=Strict cookie, a second guard), or it says it is too large (413)."""
+    refused = cross_site(request)
+    if refused:
+        return 403, f"{refused}: use the dashboard's own pages"
+    too_large = declared_too_large(request, MAX_FORM_BYTES)
+    if too_large is not None:
+        return 413, str(too_large)
     return None
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A form's fields (the last value of each), its body read up to MAX_FORM_BYTES."""
+    body = await read_body(request, MAX_FORM_BYTES)
+    form = urllib.parse.parse_qs(body.decode(errors="replace"), keep_blank_values=True)
+    return {k: v[-1] for k, v in form.items()}
 
 
 def dashboard_app(

@@ -174,6 +174,7 @@ def execution_page(
         elif kind == "UpdateCompleted":
             accepted.pop(str(data.get("update_id")), None)
     run = dict(execution)
+    run["failure"] = show(run.get("failure"))  # its details are a payload, as in the timeline
     payloads = {k: show({k: run.get(k)})[k] for k in ("input", "output")}
     return {
         "execution": run,

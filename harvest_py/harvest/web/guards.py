@@ -1,0 +1,75 @@
+"""What the management API and the dashboard check of a request before they act on it
+(docs/security.md, "The web faces"): that no other site's page sent it, that its body is not
+larger than they take (read with a cap, never whole), and its JSON. One place for both faces.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from harvest.core.errors import PayloadTooLarge
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+# What a browser says of a request it sends from our own pages (or one the user typed).
+_OUR_SITE = ("same-origin", "none")
+
+
+def cross_site(request: Request) -> str | None:
+    """Why ``request`` is refused as sent by another site's page, or None.
+
+    A browser names where a request comes from: ``Sec-Fetch-Site`` (anything but same-origin is
+    refused) and ``Origin`` (it must be this server's; ``null``, a sandboxed frame's or one
+    after a redirect from elsewhere, is not). A request with neither is not a browser's (curl,
+    the CLI, a proxy), or one too old to say either: it passes; such a client carries no
+    cookie of ours it did not put there itself."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site.strip().lower() not in _OUR_SITE:
+        return f"a request another site's page sent (Sec-Fetch-Site: {site}) is refused"
+    origin = request.headers.get("origin")
+    if origin is not None:
+        ours = f"{request.url.scheme}://{request.headers.get('host', '')}"
+        if origin.strip().lower() != ours.lower():
+            return f"a request from {origin} is refused: it is not this server's own page"
+    return None
+
+
+def declared_too_large(request: Request, limit: int) -> PayloadTooLarge | None:
+    """The refusal of a body whose ``Content-Length`` is over ``limit``, before a byte is read."""
+    declared = (request.headers.get("content-length") or "").strip()
+    if declared.isdigit() and int(declared) > limit:
+        return PayloadTooLarge(f"the request body is {declared} bytes, over {limit}", "the request body")
+    return None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, read as it streams in and given up past ``limit`` bytes (whatever
+    ``Content-Length`` said): PayloadTooLarge (413)."""
+    refused = declared_too_large(request, limit)
+    if refused is not None:
+        raise refused
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the request body is over {limit} bytes", "the request body")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def is_json(request: Request) -> bool:
+    """Whether the request says its body is JSON (``application/json``, or a ``+json`` type).
+    A browser sends no such body to another site without asking it first (CORS preflight)."""
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def parse_json(text: str | bytes) -> Any:
+    """JSON text as a value; ValueError for anything that is not JSON, nested too deep included
+    (the parser's RecursionError, which is no ValueError)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
