@@ -219,12 +219,14 @@ BEGIN
                 'message', 'a run of ' || p_workflow_name || ' with workflow_id ' || p_workflow_id
                            || ' is already running', 'details', NULL);
             RETURN;
-        WHEN SQLSTATE 'HR006' OR SQLSTATE 'HR008' OR SQLSTATE 'HR010' THEN
+        WHEN SQLSTATE 'HR001' OR SQLSTATE 'HR006' OR SQLSTATE 'HR008' OR SQLSTATE 'HR010' THEN
+            -- (HR001: its arguments refused, a key over 1,000 bytes say: the same on every try, so
+            -- a failed start its parent's code may catch, as _start_child makes it on one shard.)
             GET STACKED DIAGNOSTICS v_error_message = MESSAGE_TEXT, v_error_detail = PG_EXCEPTION_DETAIL;
             RETURN QUERY SELECT 'failed'::text, 'START_FAILED'::text, jsonb_build_object(
                 'error_type', CASE SQLSTATE WHEN 'HR006' THEN 'QuotaExceeded' WHEN 'HR008' THEN 'PayloadTooLarge'
-                                            ELSE 'UnknownWorkflow' END,
-                'non_retryable', true, 'message', v_error_message, 'details', v_error_detail::jsonb);
+                                            WHEN 'HR001' THEN 'InvalidArgument' ELSE 'UnknownWorkflow' END,
+                'non_retryable', true, 'message', v_error_message, 'details', nullif(v_error_detail, '')::jsonb);
             RETURN;
     END;
     RETURN QUERY SELECT 'started'::text, 'RUNNING'::text, NULL::jsonb;

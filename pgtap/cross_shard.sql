@@ -7,7 +7,7 @@
 -- start_cross_shard_child (once per id), get_cross_shard_child (following
 -- continue-as-new), cancel_cross_shard_child (the parent's close policy).
 BEGIN;
-SELECT plan(66);
+SELECT plan(67);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -152,6 +152,13 @@ SELECT results_eq(
                                                               '[1]', 'request_cancel') AS s$$,
     $$VALUES ('started'::text, 'RUNNING'::text, NULL::jsonb)$$,
     'start_cross_shard_child(): started under the id its parent minted');
+SELECT results_eq(
+    $$SELECT s.outcome, s.status, s.failure ->> 'error_type', s.failure ->> 'message', s.failure -> 'details'
+      FROM xs_ids, harvest.start_cross_shard_child(('0000' || substr(gen_random_uuid()::text, 5))::uuid, parent, 4,
+                                                   'xs_child', repeat('k', 1001), 'xq_t1', '[1]', 'terminate') AS s$$,
+    $$VALUES ('failed'::text, 'START_FAILED'::text, 'InvalidArgument'::text,
+              'workflow_id is 1001 bytes, over the limit of 1000'::text, 'null'::jsonb)$$,
+    'start_cross_shard_child() of arguments its start refuses (HR001): a START_FAILED, not an error its pump retries for good');
 SELECT results_eq(
     $$SELECT e.parent_id, e.parent_seq, e.parent_close_policy, e.workflow_id, e.input
       FROM harvest.executions AS e, xs_ids WHERE e.id = xs_ids.child$$,
