@@ -4,6 +4,9 @@ cursor, a page at a time, to the output, in the document format of before."""
 from __future__ import annotations
 
 import json
+import os
+import stat
+import threading
 import tracemalloc
 
 import psycopg
@@ -131,3 +134,42 @@ def test_an_export_that_fails_midway_leaves_no_truncated_file(db, tmp_path, monk
     assert not fresh.exists()
     assert kept.read_text() == "an earlier export\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.json"]
+
+
+def _export(db: str, execution_id: str, path: object) -> None:
+    result = CliRunner().invoke(
+        main, ["history", "export", execution_id, "--file", str(path)], env={"HARVEST_DATABASE_URL": db}
+    )
+    assert result.exit_code == 0, result.output
+
+
+def test_an_export_over_a_file_keeps_its_mode_and_writes_through_a_symlink(db, tmp_path) -> None:
+    """The file is put in place whole, as the file it replaces was: an operator's 0600 stays
+    0600 (a --full export holds payloads), and a symlink's target is written, the link kept."""
+    execution_id = _run_with_signals(db, 2, 10)
+    private = tmp_path / "private.json"
+    private.write_text("")
+    private.chmod(0o600)
+    _export(db, execution_id, private)
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600 and json.loads(private.read_text())["events"]
+    target, link = tmp_path / "dated.json", tmp_path / "latest.json"
+    target.write_text("")
+    link.symlink_to(target)
+    _export(db, execution_id, link)
+    assert link.is_symlink() and json.loads(target.read_text())["events"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dated.json", "latest.json", "private.json"]
+
+
+def test_an_export_to_a_pipe_is_written_into_it(db, tmp_path) -> None:
+    """What is not a regular file (a FIFO, a shell's /dev/fd/N) is written as it is, not
+    replaced by a file."""
+    execution_id = _run_with_signals(db, 2, 10)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    _export(db, execution_id, fifo)
+    reader.join(20)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert json.loads(b"".join(got))["execution"]["id"] == execution_id

@@ -8,7 +8,9 @@ import copy
 import json
 import os
 import re
+import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -242,18 +244,39 @@ def emit(data: Any, output: str, render: Callable[[Any], str]) -> None:
 
 @contextlib.contextmanager
 def output_file(path: str) -> Iterator[Any]:
-    """Where a command writes a file it was given (``-``: standard output): a file beside it,
-    put in its place only once everything is written, so a command that fails midway (the
-    database or the server gone, an interrupt) leaves no truncated file and an earlier file
-    of that name as it was."""
+    """Where a command writes a file it was given (``-``: standard output). A regular file (or
+    a new one) is written beside its target, under a name of its own, and put in its place only
+    once everything is written, with the mode and owner of the file it replaces: a command that
+    fails midway (the database or the server gone, an interrupt) leaves no truncated file and an
+    earlier file of that name as it was. A symlink is followed (its target is replaced); what is
+    not a regular file (a pipe, a device, ``/dev/fd/N``) is written as it is."""
     if path == "-":
         yield sys.stdout
         return
-    partial = f"{path}.partial"
+    target = os.path.realpath(path)
     try:
-        with open(partial, "w") as out:
+        existing: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        with open(path, "w") as out:
             yield out
-        os.replace(partial, path)
+        return
+    fd, partial = tempfile.mkstemp(
+        dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.", suffix=".partial"
+    )
+    try:
+        with os.fdopen(fd, "w") as out:
+            yield out
+        if existing is not None:
+            os.chmod(partial, stat.S_IMODE(existing.st_mode))
+            with contextlib.suppress(PermissionError):  # (only a privileged user may give it away)
+                os.chown(partial, existing.st_uid, existing.st_gid)
+        else:  # the mode open() would have given a new file
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.chmod(partial, 0o666 & ~umask)
+        os.replace(partial, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(partial)
