@@ -178,9 +178,39 @@ def test_a_write_another_site_s_page_sends_is_refused_and_a_body_must_be_json(ap
     with psycopg.connect(db, autocommit=True) as conn:
         row = conn.execute("SELECT cancel_requested FROM harvest.executions WHERE id = %s", (execution_id,))
         assert row.fetchone()[0] is False
-    ours = {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"}
+    ours = {"Host": "localhost:8080", "Origin": "http://localhost:8080", "Sec-Fetch-Site": "same-origin"}
     answer = api.post(cancel, content=body, headers={**ours, "Content-Type": "application/json"})
     assert answer.status_code == 202, answer.text
+
+
+def test_the_dev_profile_serves_a_browser_only_at_a_loopback_host(api, db: str) -> None:
+    """DNS rebinding: a page of another site whose name now points at 127.0.0.1 sends requests
+    whose Origin and Host agree (to the browser it is that site's own page). The dev profile,
+    which serves anyone as admin, refuses a browser's request naming a host that is not this
+    machine's loopback, a read as much as a write; a client that is no browser is not judged."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        execution_id = start(conn, "wf", "rebound")
+    rebound = {
+        "Host": "evil.example:8000",
+        "Origin": "http://evil.example:8000",
+        "Sec-Fetch-Site": "same-origin",
+    }
+    cancel = f"/workflows/{execution_id}/cancel"
+    refused = api.post(cancel, json={"reason": "evil"}, headers=rebound)
+    assert refused.status_code == 403 and "only at localhost" in error_of(refused)["message"], refused.text
+    read = api.get(
+        f"/workflows/{execution_id}", headers={"Host": "evil.example", "Sec-Fetch-Site": "same-origin"}
+    )
+    assert read.status_code == 403
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute("SELECT cancel_requested FROM harvest.executions WHERE id = %s", (execution_id,))
+        assert row.fetchone()[0] is False
+    for host in ("localhost:8080", "127.0.0.1:8080", "[::1]:8080", "app.localhost"):
+        ours = {"Host": host, "Sec-Fetch-Site": "same-origin"}
+        assert api.get(f"/workflows/{execution_id}", headers=ours).status_code == 200, host
+    assert (
+        api.get(f"/workflows/{execution_id}", headers={"Host": "evil.example"}).status_code == 200
+    )  # (curl)
 
 
 # -- starts: 201, 200, 409, 400 -------------------------------------------------------------------

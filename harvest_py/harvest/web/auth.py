@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 from harvest.core.errors import PermissionDenied, Unauthenticated
 from harvest.db.pools import open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
+from harvest.web.guards import foreign_host
 from harvest.web.principal import SCOPES, Principal, Scope
 
 if TYPE_CHECKING:
@@ -99,6 +100,9 @@ class DevAuthorizer:
         self.source = source
 
     async def authorize(self, request: Request, needed: Scope) -> Principal:
+        refused = foreign_host(request)  # (DNS rebinding: another site's page acting as admin here)
+        if refused is not None:
+            raise PermissionDenied(refused)
         return Principal(actor="dev", scope="admin", source=self.source)
 
 

@@ -5,6 +5,7 @@ larger than they take (read with a cap, never whole), and its JSON. One place fo
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,39 @@ def cross_site(request: Request) -> str | None:
         if origin.strip().lower() != ours.lower():
             return f"a request from {origin} is refused: it is not this server's own page"
     return None
+
+
+def _loopback(host: str) -> bool:
+    """Whether a Host header names this machine by a loopback name or address."""
+    name = host.strip().lower()
+    if name.startswith("["):  # [::1]:8080
+        name = name[1 : name.find("]")] if "]" in name else name[1:]
+    elif name.count(":") == 1:  # localhost:8080, 127.0.0.1:8080
+        name = name.rsplit(":", 1)[0]
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def foreign_host(request: Request) -> str | None:
+    """For a server that serves whoever reaches it (the dev profile): why a browser's request
+    that names another host than this machine's loopback is refused, or None. A page of another
+    site whose name was pointed at 127.0.0.1 (DNS rebinding) is, to the browser, that site's own
+    page: its Origin and Host agree, so cross_site lets it through. A request that does not come
+    from a browser (no Origin, no Sec-Fetch-*: curl, the CLI, a client library) is not judged."""
+    if not any(h in request.headers for h in ("origin", "sec-fetch-site", "sec-fetch-mode")):
+        return None
+    host = request.headers.get("host", "")
+    if _loopback(host):
+        return None
+    return (
+        f"the dev profile serves a browser only at localhost; this request names {host or 'no host'} "
+        "(a page of another site pointed at this machine?): open it at http://localhost, or give "
+        "the server API tokens (a non-dev profile) to serve it under other names"
+    )
 
 
 def declared_too_large(request: Request, limit: int) -> PayloadTooLarge | None:
