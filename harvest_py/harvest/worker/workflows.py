@@ -635,6 +635,7 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
             execution_id,
             task["workflow_name"],
         )
+        worker.metrics.workflow_task(task["workflow_name"], perf_counter() - started, replayed)
         run.close()
         return
     if makes_nothing_due_later(commands):
