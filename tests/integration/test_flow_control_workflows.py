@@ -209,6 +209,41 @@ def test_rate_limit_paces_claims(db, start_worker, client) -> None:
     assert span >= 0.8, f"6 calls at 5/s with burst 1 take >= 1 s, took {span:.2f}s"
 
 
+def test_a_keyed_rate_limit_does_not_gate_an_activity_whose_key_is_missing(db) -> None:
+    """docs/flow-control.md, Key paths: two activities whose input has no tenant have no key, so
+    no bucket paces them (they shared one, dyn-rate:input.tenant:(null))."""
+    rate = {"rps": 0.001, "burst": 1, "key": "input.tenant"}
+    options = {
+        "start_to_close": 30,
+        "retry": {"max_attempts": 1},
+        "priority": 0,
+        "dead_letter": True,
+        "rate_limit": rate,
+    }
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT * FROM harvest.start_workflow('by_hand', %s)", (Jsonb([]),))
+        task_id, token = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w', ARRAY['default'], 1)"
+        ).fetchone()
+        commands = [
+            {
+                "type": "schedule_activity",
+                "seq": n,
+                "name": "sync_tenant",
+                "input": [{"job": n}],
+                "queue": "rated",
+                "options": options,
+            }
+            for n in (1, 2)
+        ]
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task_id, token, Jsonb(commands))
+        )
+        claimed = conn.execute("SELECT task_id FROM harvest.claim_tasks('w', ARRAY['rated'], 10)").fetchall()
+        buckets = [r[0] for r in conn.execute("SELECT bucket_key FROM harvest.rate_limit_buckets")]
+    assert len(claimed) == 2 and buckets == [], f"{len(claimed)} of 2 claimed; buckets {buckets}"
+
+
 def test_pacing_override_set_read_clear_and_expiry(db) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         declare(conn)
