@@ -9,7 +9,7 @@ import time
 import psycopg
 import pytest
 
-from harvest import App, Client, RetryPolicy, activity, workflow
+from harvest import ActivityError, App, Client, RetryPolicy, activity, workflow
 from harvest.core.errors import WorkflowFailed
 
 progress: dict[str, list] = {}
@@ -169,6 +169,36 @@ def test_a_local_activity_longer_than_the_workflow_lease_runs_once(start_worker,
     assert slow_calls == ["k"]
     markers = [e for e in handle.history() if e["event_type"] == "MarkerRecorded"]
     assert [m["event_data"]["value"]["result"] for m in markers] == ["k:done"]
+
+
+local_calls: dict[str, int] = {}
+
+
+@activity(
+    local=True,
+    retry=RetryPolicy(max_attempts=3, initial_interval=0.01, non_retryable_errors=["ValueError: bad sku"]),
+)
+async def local_check(ctx, sku: str) -> str:
+    local_calls["local_check"] = local_calls.get("local_check", 0) + 1
+    raise ValueError("bad sku")
+
+
+@workflow
+async def local_check_flow(ctx, sku: str) -> str:
+    try:
+        return await ctx.execute_activity(local_check, sku)
+    except ActivityError as err:
+        return err.failure.error_type
+
+
+def test_a_local_activity_does_not_retry_a_failure_whose_full_text_is_non_retryable(
+    start_worker, client: Client
+) -> None:
+    """docs/activities.md, Retries: a failure is final when its full text is listed, the message
+    or "ErrorType: message", for a local activity as for a queued one."""
+    start_worker(App(workflows=[local_check_flow], activities=[local_check]))
+    assert client.start_workflow(local_check_flow, "x").result(timeout=30) == "ValueError"
+    assert local_calls["local_check"] == 1, f"retried {local_calls['local_check'] - 1} times"
 
 
 def test_one_notification_per_queue_per_transaction(db: str, client: Client) -> None:
