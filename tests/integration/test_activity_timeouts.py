@@ -171,6 +171,31 @@ def test_a_local_activity_longer_than_the_workflow_lease_runs_once(start_worker,
     assert [m["event_data"]["value"]["result"] for m in markers] == ["k:done"]
 
 
+@activity(start_to_close="30s", retry=RetryPolicy.none(), dead_letter=False)
+async def own_timeout(ctx) -> None:
+    # The activity's own client timed out after a moment: nowhere near its 30 s start_to_close.
+    raise TimeoutError("upstream did not answer in 2s")
+
+
+@workflow
+async def own_timeout_flow(ctx) -> dict:
+    try:
+        await ctx.execute_activity(own_timeout)
+    except ActivityError as err:
+        return {"error_type": err.failure.error_type, "message": err.failure.message}
+    return {}
+
+
+def test_an_activity_s_own_timeout_error_is_recorded_as_raised_not_as_start_to_close(
+    start_worker, client: Client
+) -> None:
+    """docs/activities.md: a plain exception is recorded with its class name and message;
+    StartToCloseTimeout is only an attempt that ran longer than start_to_close."""
+    start_worker(App(workflows=[own_timeout_flow], activities=[own_timeout]))
+    got = client.start_workflow(own_timeout_flow).result(timeout=30)
+    assert got == {"error_type": "TimeoutError", "message": "upstream did not answer in 2s"}
+
+
 local_calls: dict[str, int] = {}
 
 
