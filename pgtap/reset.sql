@@ -4,7 +4,7 @@
 -- history_bytes). harvest.count_versions is tested in pgtap/executions.sql; here, only
 -- that a fork carries the version markers it copied.
 BEGIN;
-SELECT plan(96);
+SELECT plan(99);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -375,6 +375,30 @@ SELECT results_eq(
       WHERE id = pg_temp.run('keyed_fork')$$,
     $$VALUES ('tenant-a'::text, 'tenant-a'::text, 60::double precision)$$,
     'the fork keeps concurrency_key, quota_key and run_timeout_secs');
+
+-- Per-key concurrency counts the fork like the run it replaces: an admitted source's slot
+-- moves to the fork; a source not admitted yet leaves the fork's first task gated like its own.
+SELECT pg_temp.start('slotted');
+INSERT INTO harvest.workflow_slots (execution_id, concurrency_key, workflow_name, admitted_at)
+VALUES (pg_temp.run('slotted'), 'tenant-s', 'reset_wf', '2029-12-31 00:00:00+00');
+INSERT INTO keyed SELECT 'slotted_fork',
+    (harvest.reset_workflow(pg_temp.run('slotted'), 1, 'slot') ->> 'new_execution_id')::uuid;
+SELECT results_eq($$SELECT execution_id, concurrency_key, admitted_at FROM harvest.workflow_slots
+                    WHERE execution_id IN (pg_temp.run('slotted'), pg_temp.run('slotted_fork'))$$,
+    $$VALUES (pg_temp.run('slotted_fork'), 'tenant-s'::text, '2029-12-31 00:00:00+00'::timestamptz)$$,
+    'reset_workflow() moves an admitted source''s workflow slot to the fork');
+SELECT pg_temp.start('gated');
+UPDATE harvest.tasks SET concurrency_key = 'tenant-g', concurrency_limit = 1
+WHERE execution_id = pg_temp.run('gated') AND kind = 'workflow';
+INSERT INTO keyed SELECT 'gated_fork',
+    (harvest.reset_workflow(pg_temp.run('gated'), 1, 'gate') ->> 'new_execution_id')::uuid;
+SELECT results_eq($$SELECT status, concurrency_key, concurrency_limit FROM harvest.tasks
+                    WHERE execution_id = pg_temp.run('gated_fork') AND kind = 'workflow'$$,
+    $$VALUES ('pending'::text, 'tenant-g'::text, 1)$$,
+    'the fork of a run not admitted yet gets its first task''s concurrency gate');
+SELECT is_empty($$SELECT 1 FROM harvest.workflow_slots WHERE execution_id = pg_temp.run('gated_fork')$$,
+    '... and no slot: it waits for one like the run it replaces');
+
 
 -- Resets are audited: one workflow.reset row per real reset (the reset of main, from
 -- this session), none for dry runs or refused resets.

@@ -119,6 +119,33 @@ def test_defer_holds_the_first_task_while_the_key_is_full(db, client) -> None:
         assert [str(x) for x in later] == [ids[2]]
 
 
+def test_a_reset_fork_counts_against_its_key_like_the_run_it_replaces(db, client) -> None:
+    """docs/flow-control.md (defer) and docs/lifecycle.md (reset): the fork of an admitted run takes
+    over its slot, and the fork of a run still waiting for one waits for a slot too (the fork of a
+    had none and was claimed beside the deferred run of the same key)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+        ids = [client.start_workflow(deferred, {"tenant_id": "r"}).execution_id for _ in range(3)]
+
+        def claim() -> list[str]:
+            rows = conn.execute("SELECT execution_id FROM harvest.claim_tasks('w', ARRAY['default'], 10)")
+            return [str(r[0]) for r in rows]
+
+        assert sorted(claim()) == sorted(ids[:2])  # limit 2: the third waits
+        admitted_fork = conn.execute("SELECT harvest.reset_workflow(%s, 1, 'stuck')", (ids[0],)).fetchone()[0]
+        waiting_fork = conn.execute("SELECT harvest.reset_workflow(%s, 1, 'stuck')", (ids[2],)).fetchone()[0]
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (time_plus(conn, 1),))
+        assert claim() == [admitted_fork["new_execution_id"]], "the waiting run's fork still waits"
+        slots = conn.execute(
+            "SELECT execution_id::text FROM harvest.workflow_slots AS s JOIN harvest.executions AS e "
+            "ON e.id = s.execution_id WHERE s.concurrency_key = 'r' AND e.status = 'RUNNING' ORDER BY 1"
+        ).fetchall()
+        assert sorted(r[0] for r in slots) == sorted([admitted_fork["new_execution_id"], ids[1]])
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'make room')", (ids[1],))
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (time_plus(conn, 2),))
+        assert claim() == [waiting_fork["new_execution_id"]]
+
+
 def time_plus(conn: psycopg.Connection, secs: float) -> str:
     return conn.execute("SELECT (now() + make_interval(secs => %s))::text", (secs,)).fetchone()[0]
 
