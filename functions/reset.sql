@@ -5,7 +5,9 @@
 -- carries are its own copies (the source's erasure or retention leaves them).
 --
 -- A boundary is valid when nothing issued at or before it is still unresolved
--- there (activities, timers, children, updates, external signals and cancels)
+-- there (activities, timers, children, updates, external signals and cancels),
+-- the run holds or awaits no durable mutex there (the fork could not take the key
+-- over safely: its history would hold it while the source's close hands it on),
 -- and it does not cut a workflow
 -- task's command group in half. Terminal runs, child runs and continue-as-new
 -- successors are refused. dry_run reports the plan and writes nothing.
@@ -116,6 +118,24 @@ BEGIN
     LOOP
         v_problems := v_problems || ('update ' || v_open.update_id || ' (event ' || v_open.event_id
                                      || ') is unresolved at event ' || p_to_event);
+    END LOOP;
+    -- A mutex acquired (or asked for) and not released by the boundary.
+    FOR v_open IN
+        SELECT a.event_id, a.event_data #>> '{value,key}' AS key
+        FROM harvest.events AS a
+        WHERE a.execution_id = p_execution.id AND a.event_id <= p_to_event
+          AND a.event_type = 'MarkerRecorded' AND a.event_data ->> 'kind' = 'mutex_acquire'
+          AND NOT EXISTS (
+              SELECT 1 FROM harvest.events AS r
+              WHERE r.execution_id = p_execution.id AND r.event_id > a.event_id AND r.event_id <= p_to_event
+                AND r.event_type = 'MarkerRecorded' AND r.event_data ->> 'kind' = 'mutex_release'
+                AND r.event_data #>> '{value,key}' = a.event_data #>> '{value,key}')
+        ORDER BY a.event_id
+    LOOP
+        v_problems := v_problems || ('mutex ' || quote_literal(v_open.key) || ' (asked for at event '
+                                     || v_open.event_id || ') is held or awaited at event ' || p_to_event
+                                     || '; a fork cannot take a mutex over: reset to before event '
+                                     || v_open.event_id || ' or to after the block released it');
     END LOOP;
     RETURN v_problems;
 END;

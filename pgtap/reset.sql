@@ -4,7 +4,7 @@
 -- history_bytes). harvest.count_versions is tested in pgtap/executions.sql; here, only
 -- that a fork carries the version markers it copied.
 BEGIN;
-SELECT plan(99);
+SELECT plan(104);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -399,6 +399,22 @@ SELECT results_eq($$SELECT status, concurrency_key, concurrency_limit FROM harve
 SELECT is_empty($$SELECT 1 FROM harvest.workflow_slots WHERE execution_id = pg_temp.run('gated_fork')$$,
     '... and no slot: it waits for one like the run it replaces');
 
+-- A durable mutex held or awaited at the boundary: refused (the fork would replay its grant
+-- while the source's close hands the key to the next waiter). One released by then is fine.
+-- 1 WorkflowStarted, 2 WorkflowTaskCompleted, 3 MarkerRecorded(acquire mk), 4 MutexAcquired,
+-- 5 WorkflowTaskCompleted, 6 MarkerRecorded(release mk)
+SELECT pg_temp.start('mx');
+SELECT is(pg_temp.decide('mx', '[{"type": "record_marker", "seq": 1, "kind": "mutex_acquire", "value": {"key": "mk"}}]'),
+          'RUNNING', 'setup: mx takes the mutex mk');
+SELECT is(pg_temp.problems('mx', 4),
+          jsonb_build_array('mutex ''mk'' (asked for at event 3) is held or awaited at event 4; a fork cannot take '
+                            'a mutex over: reset to before event 3 or to after the block released it'),
+          '_reset_problems(): a mutex held at the boundary is a problem, saying where to reset instead');
+SELECT throws_ok($$SELECT harvest.reset_workflow(pg_temp.run('mx'), 4, 'inside')$$, 'HR001', NULL,
+                 'reset_workflow() refuses a boundary inside a mutex block (HR001)');
+SELECT is(pg_temp.decide('mx', '[{"type": "record_marker", "seq": 2, "kind": "mutex_release", "value": {"key": "mk"}}]'),
+          'RUNNING', 'setup: mx releases mk');
+SELECT is(pg_temp.problems('mx', 6), '[]'::jsonb, '_reset_problems(): a mutex released by the boundary is none');
 
 -- Resets are audited: one workflow.reset row per real reset (the reset of main, from
 -- this session), none for dry runs or refused resets.
