@@ -694,7 +694,7 @@ BEGIN
 END;
 $$;
 
--- Extend the lease (never past start_to_close), keep the details for the next
+-- Extend the lease (never past start_to_close nor schedule_to_close), keep the details for the next
 -- attempt, and answer whether the run has been asked to cancel.
 CREATE OR REPLACE FUNCTION harvest.heartbeat_activity(
     p_task_id bigint, p_fencing_token bigint, p_details jsonb DEFAULT NULL
@@ -723,7 +723,8 @@ BEGIN
         lease_expires_at = least(
             started_at + make_interval(secs => coalesce((options ->> 'start_to_close')::double precision, 300)),
             v_now + make_interval(secs => coalesce((options ->> 'heartbeat_timeout')::double precision,
-                                                   (options ->> 'start_to_close')::double precision, 300)))
+                                                   (options ->> 'start_to_close')::double precision, 300)),
+            deadline_at)  -- (never past schedule_to_close; NULL: none)
     WHERE id = p_task_id;
     SELECT e.cancel_requested INTO v_cancel FROM harvest.executions AS e WHERE e.id = v_task.execution_id;
     RETURN coalesce(v_cancel, false);

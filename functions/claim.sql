@@ -60,7 +60,10 @@ END;
 $$;
 
 -- How long a claim of a task leases it: a workflow task the worker's workflow
--- lease, an activity its start_to_close, or its heartbeat timeout when shorter.
+-- lease, an activity its start_to_close, or its heartbeat timeout or its
+-- schedule_to_close when shorter. An activity's lease never outlives its
+-- deadline_at, past which a result is refused (docs/activities.md): a hand-off (the
+-- first attempt, due now) is capped here, a claim of a retry by deadline_at too.
 CREATE OR REPLACE FUNCTION harvest._lease_secs(
     p_kind text, p_options jsonb, p_workflow_lease_secs double precision
 )
@@ -71,7 +74,8 @@ AS $$
         WHEN p_kind = 'workflow' THEN p_workflow_lease_secs
         ELSE least(
             coalesce((p_options ->> 'start_to_close')::double precision, 300),
-            coalesce((p_options ->> 'heartbeat_timeout')::double precision, 'Infinity')
+            coalesce((p_options ->> 'heartbeat_timeout')::double precision, 'Infinity'),
+            coalesce((p_options ->> 'schedule_to_close')::double precision, 'Infinity')
         )
     END;
 $$;
@@ -109,8 +113,9 @@ AS $$
         heartbeat_at = NULL,
         lease_owner = p_worker_id,
         fencing_token = nextval('harvest.fencing_tokens'),
-        lease_expires_at = p_now + make_interval(
-            secs => harvest._lease_secs(t.kind, t.options, p_workflow_lease_secs))
+        -- (least skips a NULL deadline_at: no schedule_to_close)
+        lease_expires_at = least(p_now + make_interval(
+            secs => harvest._lease_secs(t.kind, t.options, p_workflow_lease_secs)), t.deadline_at)
     FROM locked
     WHERE t.id = locked.id
     RETURNING t.*;

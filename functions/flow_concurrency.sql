@@ -81,9 +81,9 @@ BEGIN
     END IF;
     IF jsonb_typeof(v_rate) = 'object' THEN
         v_path := v_rate ->> 'key';
+        -- A key path whose value is missing: no key, so no bucket (NULL rate_key, no gate).
         p_task.rate_key := CASE WHEN v_path IS NULL THEN 'rate:' || p_task.activity_name
-            ELSE 'dyn-rate:' || v_path || ':'
-                 || coalesce(harvest._resolve_key(p_task.input, v_path), '(null)') END;
+            ELSE 'dyn-rate:' || v_path || ':' || harvest._resolve_key(p_task.input, v_path) END;
     END IF;
     RETURN p_task;
 END;

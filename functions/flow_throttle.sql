@@ -4,6 +4,8 @@
 -- (harvest.flow_policies) holds one of them; the worker's scanner calls
 -- release_pending_starts to start what is due.
 --
+--   A declared key path whose value is missing from the input means no key and no
+--   gate: the start goes ahead at once (action 'start'), whatever the gate.
 --   throttle {rps, burst, key}: a token bucket per (workflow, key). A start with
 --     a token and nobody queued ahead of it starts at once; the rest queue FIFO
 --     in harvest.pending_starts and are released at the rate. The deferred
@@ -120,13 +122,20 @@ DECLARE
     v_kind text := CASE WHEN p_policy ? 'throttle' THEN 'throttle'
                         WHEN p_policy ? 'debounce' THEN 'debounce' ELSE 'batch' END;
     v_spec jsonb := p_policy -> v_kind;
-    v_key text := coalesce(harvest._resolve_key(p_input, v_spec ->> 'key'), '');
+    -- No key declared: one gate for every start (''). A declared key path whose value is
+    -- missing: no key, so no gate (docs/flow-control.md, Key paths).
+    v_key text := CASE WHEN v_spec ->> 'key' IS NULL THEN ''
+                       ELSE harvest._resolve_key(p_input, v_spec ->> 'key') END;
     v_workflow_id text := coalesce(p_workflow_id, gen_random_uuid()::text);
     v_quiet interval := make_interval(secs => coalesce((v_spec ->> 'quiet_secs')::double precision, 0));
     v_max_wait interval := make_interval(secs => (v_spec ->> 'max_wait_secs')::double precision);
     v_row harvest.pending_starts;
 BEGIN
     PERFORM harvest._check_start_gates(p_workflow_name, p_policy);
+    IF v_key IS NULL THEN
+        RETURN QUERY SELECT 'start'::text, NULL::uuid, v_workflow_id, NULL::text, NULL::boolean;
+        RETURN;
+    END IF;
     PERFORM pg_advisory_xact_lock(hashtext('harvest.start_gate:' || p_workflow_name || ':' || v_key));
     IF v_kind = 'throttle' THEN
         IF NOT EXISTS (SELECT 1 FROM harvest.pending_starts AS p

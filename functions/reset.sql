@@ -5,10 +5,16 @@
 -- carries are its own copies (the source's erasure or retention leaves them).
 --
 -- A boundary is valid when nothing issued at or before it is still unresolved
--- there (activities, timers, children, updates, external signals and cancels)
+-- there (activities, timers, children, updates, external signals and cancels),
+-- the run holds or awaits no durable mutex there (the fork could not take the key
+-- over safely: its history would hold it while the source's close hands it on),
 -- and it does not cut a workflow
 -- task's command group in half. Terminal runs, child runs and continue-as-new
 -- successors are refused. dry_run reports the plan and writes nothing.
+--
+-- Per-key workflow concurrency ("defer") counts the fork like the run it
+-- replaces: an admitted source's workflow slot moves to the fork, and a source
+-- still waiting for its slot leaves the fork's first workflow task gated as its own.
 
 -- p_data with each offload reference named in p_renamed ({old id: new id}) pointing at the
 -- new id. jsonb prints every key as "key": value whatever the session's settings, and a
@@ -113,6 +119,24 @@ BEGIN
         v_problems := v_problems || ('update ' || v_open.update_id || ' (event ' || v_open.event_id
                                      || ') is unresolved at event ' || p_to_event);
     END LOOP;
+    -- A mutex acquired (or asked for) and not released by the boundary.
+    FOR v_open IN
+        SELECT a.event_id, a.event_data #>> '{value,key}' AS key
+        FROM harvest.events AS a
+        WHERE a.execution_id = p_execution.id AND a.event_id <= p_to_event
+          AND a.event_type = 'MarkerRecorded' AND a.event_data ->> 'kind' = 'mutex_acquire'
+          AND NOT EXISTS (
+              SELECT 1 FROM harvest.events AS r
+              WHERE r.execution_id = p_execution.id AND r.event_id > a.event_id AND r.event_id <= p_to_event
+                AND r.event_type = 'MarkerRecorded' AND r.event_data ->> 'kind' = 'mutex_release'
+                AND r.event_data #>> '{value,key}' = a.event_data #>> '{value,key}')
+        ORDER BY a.event_id
+    LOOP
+        v_problems := v_problems || ('mutex ' || quote_literal(v_open.key) || ' (asked for at event '
+                                     || v_open.event_id || ') is held or awaited at event ' || p_to_event
+                                     || '; a fork cannot take a mutex over: reset to before event '
+                                     || v_open.event_id || ' or to after the block released it');
+    END LOOP;
     RETURN v_problems;
 END;
 $$;
@@ -137,6 +161,8 @@ DECLARE
     v_signal record;
     v_plan jsonb;
     v_renamed jsonb;
+    v_slot harvest.workflow_slots;
+    v_gate record;
 BEGIN
     IF p_reason IS NULL OR btrim(p_reason) = '' THEN
         RAISE EXCEPTION 'a reset needs a reason' USING ERRCODE = 'HR001',
@@ -174,6 +200,11 @@ BEGIN
             HINT = 'run it with dry_run first; harvest workflow stack shows the wait state';
     END IF;
 
+    -- The source's concurrency slot, or its first task's gate if not admitted yet, before
+    -- its close gives the one back and drops the other: the fork takes them over below.
+    SELECT * INTO v_slot FROM harvest.workflow_slots AS s WHERE s.execution_id = p_execution_id;
+    SELECT t.concurrency_key, t.concurrency_limit INTO v_gate FROM harvest.tasks AS t
+    WHERE t.execution_id = p_execution_id AND t.kind = 'workflow' AND t.concurrency_key IS NOT NULL;
     PERFORM harvest._append_event(p_execution_id, 'WorkflowTerminated', jsonb_build_object(
         'reason', 'reset to event ' || p_to_event || ': ' || p_reason, 'operator_id', p_operator_id));
     PERFORM harvest._close_execution(p_execution_id, 'TERMINATED', NULL, jsonb_build_object(
@@ -231,6 +262,14 @@ BEGIN
         END LOOP;
     END IF;
     PERFORM harvest._ensure_workflow_task(v_fork_id);
+    IF v_slot.execution_id IS NOT NULL THEN
+        INSERT INTO harvest.workflow_slots (execution_id, concurrency_key, workflow_name, admitted_at)
+        VALUES (v_fork_id, v_slot.concurrency_key, v_slot.workflow_name, v_slot.admitted_at);
+    ELSIF v_gate.concurrency_key IS NOT NULL THEN
+        UPDATE harvest.tasks AS t
+        SET concurrency_key = v_gate.concurrency_key, concurrency_limit = v_gate.concurrency_limit
+        WHERE t.execution_id = v_fork_id AND t.kind = 'workflow';
+    END IF;
     PERFORM harvest._audit('workflow.reset', p_execution_id::text, p_operator_id, jsonb_build_object(
         'reason', p_reason, 'to_event', p_to_event, 'signal_reapply', p_signal_reapply,
         'new_execution_id', v_fork_id));

@@ -8,7 +8,7 @@
 -- harvest._activity_completed, harvest._activity_completed_data, harvest._may_decide_on_result
 -- and harvest._decided_answer.
 BEGIN;
-SELECT plan(224);
+SELECT plan(229);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -245,6 +245,24 @@ SELECT throws_ok(format($$SELECT harvest.heartbeat_activity(%s, %s)$$, pg_temp.t
                  'a heartbeat with a stale token: HR004');
 SELECT throws_ok(format($$SELECT harvest.heartbeat_activity(%s, %s)$$, pg_temp.task('wf_task'), pg_temp.token('wf_task')),
                  'HR004', NULL, 'a heartbeat for a workflow task: HR004');
+
+-- The lease never outlives schedule_to_close (deadline_at): claim, retry's claim, heartbeat;
+-- a result past it is refused.
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT pg_temp.act('s2c_lease', '{"start_to_close": 60, "schedule_to_close": 30, "retry": {"initial_interval": 1}}');
+SELECT is((SELECT lease_expires_at FROM harvest.tasks WHERE id = pg_temp.task('s2c_lease')),
+          '2030-01-01 00:00:30+00'::timestamptz, 'a claim''s lease ends at schedule_to_close when start_to_close is longer');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:20+00';
+SELECT is(pg_temp.fail('s2c_lease'), 'retry_scheduled', 's2c_lease: a retry due before the deadline');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:25+00';
+SELECT is(pg_temp.reclaim('s2c_lease'), 2, 's2c_lease: claimed again');
+SELECT is((SELECT lease_expires_at FROM harvest.tasks WHERE id = pg_temp.task('s2c_lease')),
+          '2030-01-01 00:00:30+00'::timestamptz, 'a retry''s claim is leased up to deadline_at, not start_to_close');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:26+00';
+SELECT harvest.heartbeat_activity(pg_temp.task('s2c_lease'), pg_temp.token('s2c_lease'));
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:31+00';
+SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s, '"late"')$$, pg_temp.task('s2c_lease'), pg_temp.token('s2c_lease')),
+                 'HR004', NULL, 'a heartbeat never extends the lease past schedule_to_close: a result after it is refused');
 
 -- ---------------------------------------------------------------- complete_activities
 SET LOCAL harvest.fake_now = '2030-01-01 00:05:00+00';

@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(171);
+SELECT plan(172);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -487,6 +487,8 @@ SELECT results_eq(
     $$VALUES (45::double precision, 300::double precision, 20::double precision, 5::double precision,
               20::double precision, 300::double precision)$$,
     '_lease_secs(): workflow lease; activity 300 s, start_to_close, or a shorter heartbeat_timeout');
+SELECT is(harvest._lease_secs('activity', '{"start_to_close": 20, "heartbeat_timeout": 15, "schedule_to_close": 10}', 45),
+          10::double precision, '_lease_secs(): an activity''s schedule_to_close when shorter (a hand-off never outlives its deadline)');
 
 -- Hand-off (claim.sql, "Hand-off").
 SET LOCAL harvest.fake_now = '2030-01-03 00:00:00+00';

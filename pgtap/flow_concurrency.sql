@@ -3,7 +3,7 @@
 -- harvest._after_gated_claim, harvest._flow_release, harvest._supersede,
 -- harvest.list_concurrency_keys.
 BEGIN;
-SELECT plan(28);
+SELECT plan(29);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -19,6 +19,10 @@ SELECT is((harvest._flow_task_columns(jsonb_populate_record(NULL::harvest.tasks,
           '{"kind": "activity", "activity_name": "act", "input": [{"t": "x"}],
             "options": {"max_concurrent": 2, "concurrency_key": "k", "rate_limit": {"rps": 1, "key": "input.t"}}}'))).rate_key,
           'dyn-rate:input.t:x', '_flow_task_columns(): a per-key rate limit gets one bucket per value');
+SELECT is((harvest._flow_task_columns(jsonb_populate_record(NULL::harvest.tasks,
+          '{"kind": "activity", "activity_name": "act", "input": [{}],
+            "options": {"rate_limit": {"rps": 1, "key": "input.t"}}}'))).rate_key,
+          NULL, '_flow_task_columns(): a per-key rate limit whose value is missing: no bucket, no gate');
 
 -- Policies.
 SELECT is(harvest.declare_flow_policies('{"workflows": {"wf_defer": {"concurrency": {"key": "input.t", "limit": 1}},

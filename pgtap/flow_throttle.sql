@@ -4,7 +4,7 @@
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
 -- harvest.clear_start_throttle_override.
 BEGIN;
-SELECT plan(43);
+SELECT plan(47);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
@@ -93,6 +93,18 @@ SELECT results_eq($$SELECT action, execution_id IS NULL FROM harvest._start_gate
     $$VALUES ('deferred'::text, true)$$, '_start_gate(): a batch start is deferred');
 SELECT is((SELECT count(*)::integer FROM harvest.executions WHERE parent_id IS NULL AND workflow_name = 'wf_b'), 2,
           'nothing else started');
+-- A declared key path whose value is missing: no key, so no gate (throttle, debounce, batch).
+SELECT results_eq($$SELECT action, execution_id IS NULL, workflow_id FROM harvest._start_gate('wf_d',
+        '{"debounce": {"key": "input.doc", "quiet_secs": 5}}', '[{"v": 1}]', 'nodoc', 'dq', 'allow_duplicate', '{}', 0, NULL, NULL)$$,
+    $$VALUES ('start'::text, true, 'nodoc'::text)$$, '_start_gate(): a debounce start without its key value goes ahead');
+SELECT results_eq($$SELECT action FROM harvest._start_gate('wf_b',
+        '{"batch": {"key": "input.t", "max_size": 5, "window_secs": 1}}', '[{"v": 1}]', NULL, 'bq', 'allow_duplicate', '{}', 0, NULL, NULL)$$,
+    $$VALUES ('start'::text)$$, '_start_gate(): a batch start without its key value goes ahead');
+SELECT results_eq($$SELECT status FROM harvest.start_workflow('wf_k', '[{"v": 1}]', 'k-none-1', 'kq')
+                   UNION ALL SELECT status FROM harvest.start_workflow('wf_k', '[{"v": 2}]', 'k-none-2', 'kq')$$,
+    $$VALUES ('RUNNING'::text), ('RUNNING')$$, 'throttle: starts without their key value are not paced (burst 1, both run)');
+SELECT is_empty($$SELECT 1 FROM harvest.pending_starts WHERE gate_key = '' AND workflow_name IN ('wf_d', 'wf_k')$$,
+    'nothing is queued under an empty key');
 -- pacing override of a start throttle
 SELECT set_config('harvest.fake_now', '2030-01-03 00:00:00+00', true);
 SELECT results_eq($$SELECT workflow_name, rps, burst, override_rps FROM harvest.get_start_throttle('wf_o')$$,

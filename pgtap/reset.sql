@@ -4,7 +4,7 @@
 -- history_bytes). harvest.count_versions is tested in pgtap/executions.sql; here, only
 -- that a fork carries the version markers it copied.
 BEGIN;
-SELECT plan(96);
+SELECT plan(104);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -375,6 +375,46 @@ SELECT results_eq(
       WHERE id = pg_temp.run('keyed_fork')$$,
     $$VALUES ('tenant-a'::text, 'tenant-a'::text, 60::double precision)$$,
     'the fork keeps concurrency_key, quota_key and run_timeout_secs');
+
+-- Per-key concurrency counts the fork like the run it replaces: an admitted source's slot
+-- moves to the fork; a source not admitted yet leaves the fork's first task gated like its own.
+SELECT pg_temp.start('slotted');
+INSERT INTO harvest.workflow_slots (execution_id, concurrency_key, workflow_name, admitted_at)
+VALUES (pg_temp.run('slotted'), 'tenant-s', 'reset_wf', '2029-12-31 00:00:00+00');
+INSERT INTO keyed SELECT 'slotted_fork',
+    (harvest.reset_workflow(pg_temp.run('slotted'), 1, 'slot') ->> 'new_execution_id')::uuid;
+SELECT results_eq($$SELECT execution_id, concurrency_key, admitted_at FROM harvest.workflow_slots
+                    WHERE execution_id IN (pg_temp.run('slotted'), pg_temp.run('slotted_fork'))$$,
+    $$VALUES (pg_temp.run('slotted_fork'), 'tenant-s'::text, '2029-12-31 00:00:00+00'::timestamptz)$$,
+    'reset_workflow() moves an admitted source''s workflow slot to the fork');
+SELECT pg_temp.start('gated');
+UPDATE harvest.tasks SET concurrency_key = 'tenant-g', concurrency_limit = 1
+WHERE execution_id = pg_temp.run('gated') AND kind = 'workflow';
+INSERT INTO keyed SELECT 'gated_fork',
+    (harvest.reset_workflow(pg_temp.run('gated'), 1, 'gate') ->> 'new_execution_id')::uuid;
+SELECT results_eq($$SELECT status, concurrency_key, concurrency_limit FROM harvest.tasks
+                    WHERE execution_id = pg_temp.run('gated_fork') AND kind = 'workflow'$$,
+    $$VALUES ('pending'::text, 'tenant-g'::text, 1)$$,
+    'the fork of a run not admitted yet gets its first task''s concurrency gate');
+SELECT is_empty($$SELECT 1 FROM harvest.workflow_slots WHERE execution_id = pg_temp.run('gated_fork')$$,
+    '... and no slot: it waits for one like the run it replaces');
+
+-- A durable mutex held or awaited at the boundary: refused (the fork would replay its grant
+-- while the source's close hands the key to the next waiter). One released by then is fine.
+-- 1 WorkflowStarted, 2 WorkflowTaskCompleted, 3 MarkerRecorded(acquire mk), 4 MutexAcquired,
+-- 5 WorkflowTaskCompleted, 6 MarkerRecorded(release mk)
+SELECT pg_temp.start('mx');
+SELECT is(pg_temp.decide('mx', '[{"type": "record_marker", "seq": 1, "kind": "mutex_acquire", "value": {"key": "mk"}}]'),
+          'RUNNING', 'setup: mx takes the mutex mk');
+SELECT is(pg_temp.problems('mx', 4),
+          jsonb_build_array('mutex ''mk'' (asked for at event 3) is held or awaited at event 4; a fork cannot take '
+                            'a mutex over: reset to before event 3 or to after the block released it'),
+          '_reset_problems(): a mutex held at the boundary is a problem, saying where to reset instead');
+SELECT throws_ok($$SELECT harvest.reset_workflow(pg_temp.run('mx'), 4, 'inside')$$, 'HR001', NULL,
+                 'reset_workflow() refuses a boundary inside a mutex block (HR001)');
+SELECT is(pg_temp.decide('mx', '[{"type": "record_marker", "seq": 2, "kind": "mutex_release", "value": {"key": "mk"}}]'),
+          'RUNNING', 'setup: mx releases mk');
+SELECT is(pg_temp.problems('mx', 6), '[]'::jsonb, '_reset_problems(): a mutex released by the boundary is none');
 
 -- Resets are audited: one workflow.reset row per real reset (the reset of main, from
 -- this session), none for dry runs or refused resets.

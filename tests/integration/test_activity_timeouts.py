@@ -8,8 +8,9 @@ import time
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
-from harvest import App, Client, RetryPolicy, activity, workflow
+from harvest import ActivityError, App, Client, RetryPolicy, activity, workflow
 from harvest.core.errors import WorkflowFailed
 
 progress: dict[str, list] = {}
@@ -169,6 +170,103 @@ def test_a_local_activity_longer_than_the_workflow_lease_runs_once(start_worker,
     assert slow_calls == ["k"]
     markers = [e for e in handle.history() if e["event_type"] == "MarkerRecorded"]
     assert [m["event_data"]["value"]["result"] for m in markers] == ["k:done"]
+
+
+@activity(start_to_close="30s", retry=RetryPolicy.none(), dead_letter=False)
+async def own_timeout(ctx) -> None:
+    # The activity's own client timed out after a moment: nowhere near its 30 s start_to_close.
+    raise TimeoutError("upstream did not answer in 2s")
+
+
+@workflow
+async def own_timeout_flow(ctx) -> dict:
+    try:
+        await ctx.execute_activity(own_timeout)
+    except ActivityError as err:
+        return {"error_type": err.failure.error_type, "message": err.failure.message}
+    return {}
+
+
+def test_an_activity_s_own_timeout_error_is_recorded_as_raised_not_as_start_to_close(
+    start_worker, client: Client
+) -> None:
+    """docs/activities.md: a plain exception is recorded with its class name and message;
+    StartToCloseTimeout is only an attempt that ran longer than start_to_close."""
+    start_worker(App(workflows=[own_timeout_flow], activities=[own_timeout]))
+    got = client.start_workflow(own_timeout_flow).result(timeout=30)
+    assert got == {"error_type": "TimeoutError", "message": "upstream did not answer in 2s"}
+
+
+local_calls: dict[str, int] = {}
+
+
+@activity(
+    local=True,
+    retry=RetryPolicy(max_attempts=3, initial_interval=0.01, non_retryable_errors=["ValueError: bad sku"]),
+)
+async def local_check(ctx, sku: str) -> str:
+    local_calls["local_check"] = local_calls.get("local_check", 0) + 1
+    raise ValueError("bad sku")
+
+
+@workflow
+async def local_check_flow(ctx, sku: str) -> str:
+    try:
+        return await ctx.execute_activity(local_check, sku)
+    except ActivityError as err:
+        return err.failure.error_type
+
+
+def test_a_local_activity_does_not_retry_a_failure_whose_full_text_is_non_retryable(
+    start_worker, client: Client
+) -> None:
+    """docs/activities.md, Retries: a failure is final when its full text is listed, the message
+    or "ErrorType: message", for a local activity as for a queued one."""
+    start_worker(App(workflows=[local_check_flow], activities=[local_check]))
+    assert client.start_workflow(local_check_flow, "x").result(timeout=30) == "ValueError"
+    assert local_calls["local_check"] == 1, f"retried {local_calls['local_check'] - 1} times"
+
+
+def wait_for(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while not (got := predicate()):
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+    return got
+
+
+@workflow
+async def remote_call_flow(ctx) -> str:
+    # Run by name on a queue this test claims by hand (no worker of ours polls it).
+    return await ctx.execute_activity(
+        "remote_act", queue="by_hand", start_to_close="10m", schedule_to_close="30s"
+    )
+
+
+def test_a_result_after_schedule_to_close_is_refused(db, start_worker, client: Client) -> None:
+    """docs/activities.md: past schedule_to_close the failure is final. The lease of an attempt
+    (start_to_close 10 min) never outlives the 30 s deadline, so a result 40 s in is refused
+    (it was recorded: the lease ran past the deadline)."""
+    start_worker(App(workflows=[remote_call_flow]))
+    handle = client.start_workflow(remote_call_flow)
+    with psycopg.connect(db, autocommit=True) as conn:
+        wait_for(
+            lambda: conn.execute(
+                "SELECT 1 FROM harvest.tasks WHERE kind = 'activity' AND queue = 'by_hand'"
+            ).fetchone()
+        )
+        task_id, token = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('by-hand', ARRAY['by_hand'], 1)"
+        ).fetchone()
+        deadline, lease = conn.execute(
+            "SELECT deadline_at, lease_expires_at FROM harvest.tasks WHERE id = %s", (task_id,)
+        ).fetchone()
+        assert lease == deadline
+        later = conn.execute("SELECT (now() + interval '40 seconds')::text").fetchone()[0]
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (later,))
+        with pytest.raises(psycopg.Error, match="lease expired"):
+            conn.execute("SELECT harvest.complete_activity(%s, %s, %s)", (task_id, token, Jsonb("late")))
+    assert "ActivityCompleted" not in [e["event_type"] for e in handle.history()]
 
 
 def test_one_notification_per_queue_per_transaction(db: str, client: Client) -> None:

@@ -7,6 +7,7 @@ import threading
 import time
 
 import psycopg
+import pytest
 
 from harvest import App, activity, workflow
 
@@ -106,3 +107,34 @@ def test_a_terminated_holder_releases_the_key(db, start_worker, client) -> None:
         holder.terminate("operator")
         assert waiter.result(timeout=30) == "got it"
         assert queue_of(conn, "door") == []
+
+
+def test_a_reset_to_a_point_inside_a_mutex_block_is_refused_and_the_key_stays_put(
+    db, start_worker, client
+) -> None:
+    """docs/lifecycle.md (reset), docs/guarantees.md "holders of a durable mutex never overlap": a
+    fork of a holder reset inside its block would replay its grant while the source's close hands
+    the key to the next waiter (both were inside the block). Such a reset point is refused."""
+    start_worker(APP, concurrency=4)
+    a = client.start_workflow(hog, "vault").execution_id
+    with psycopg.connect(db, autocommit=True) as conn:
+        wait_for(lambda: queue_of(conn, "vault")[:1] == [a])
+        b = client.start_workflow(hog, "vault").execution_id
+        wait_for(lambda: queue_of(conn, "vault") == [a, b])
+        granted_at = conn.execute(
+            "SELECT event_id FROM harvest.events WHERE execution_id = %s AND event_type = 'MutexAcquired'",
+            (a,),
+        ).fetchone()[0]
+        plan = conn.execute(
+            "SELECT harvest.reset_workflow(%s, %s, 'redo', p_dry_run => true)", (a, granted_at)
+        )
+        problems = plan.fetchone()[0]["problems"]
+        assert any("mutex 'vault'" in p and "held or awaited" in p for p in problems), problems
+        with pytest.raises(psycopg.Error, match="mutex 'vault'") as refused:
+            conn.execute("SELECT harvest.reset_workflow(%s, %s, 'redo the tail')", (a, granted_at))
+        assert refused.value.sqlstate == "HR001"
+        assert queue_of(conn, "vault") == [a, b], "nothing changed"
+        running = conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE workflow_name = 'hog' AND status = 'RUNNING'"
+        ).fetchone()[0]
+    assert running == 2, "no fork was made"

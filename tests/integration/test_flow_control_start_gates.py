@@ -103,6 +103,19 @@ def test_debounce_collapses_a_burst_per_key_into_one_run_with_the_latest_input(
     assert got == {"a": (handles[0].workflow_id, 5), "b": (handles[5].workflow_id, 9)}
 
 
+def test_a_start_whose_key_value_is_missing_is_not_gated(db, client) -> None:
+    """docs/flow-control.md, Key paths: a missing value means no key, and no gate for that run
+    (it was deferred and merged under the key '', losing all but the latest input)."""
+    declare(db)
+    first = client.start_workflow(reindex, {"v": 1})
+    second = client.start_workflow(reindex, {"v": 2})
+    assert not first.deferred and not second.deferred
+    assert first.execution_id is not None and second.execution_id is not None
+    assert sorted(r[2][0]["v"] for r in runs(db, "reindex")) == [1, 2]
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM harvest.pending_starts").fetchone()[0] == 0
+
+
 def test_batch_gathers_starts_into_one_run(db, start_worker, client) -> None:
     declare(db)
     first = [client.start_workflow(bulk, item) for item in ("x", "y")]

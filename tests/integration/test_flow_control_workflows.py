@@ -119,6 +119,33 @@ def test_defer_holds_the_first_task_while_the_key_is_full(db, client) -> None:
         assert [str(x) for x in later] == [ids[2]]
 
 
+def test_a_reset_fork_counts_against_its_key_like_the_run_it_replaces(db, client) -> None:
+    """docs/flow-control.md (defer) and docs/lifecycle.md (reset): the fork of an admitted run takes
+    over its slot, and the fork of a run still waiting for one waits for a slot too (the fork of a
+    had none and was claimed beside the deferred run of the same key)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+        ids = [client.start_workflow(deferred, {"tenant_id": "r"}).execution_id for _ in range(3)]
+
+        def claim() -> list[str]:
+            rows = conn.execute("SELECT execution_id FROM harvest.claim_tasks('w', ARRAY['default'], 10)")
+            return [str(r[0]) for r in rows]
+
+        assert sorted(claim()) == sorted(ids[:2])  # limit 2: the third waits
+        admitted_fork = conn.execute("SELECT harvest.reset_workflow(%s, 1, 'stuck')", (ids[0],)).fetchone()[0]
+        waiting_fork = conn.execute("SELECT harvest.reset_workflow(%s, 1, 'stuck')", (ids[2],)).fetchone()[0]
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (time_plus(conn, 1),))
+        assert claim() == [admitted_fork["new_execution_id"]], "the waiting run's fork still waits"
+        slots = conn.execute(
+            "SELECT execution_id::text FROM harvest.workflow_slots AS s JOIN harvest.executions AS e "
+            "ON e.id = s.execution_id WHERE s.concurrency_key = 'r' AND e.status = 'RUNNING' ORDER BY 1"
+        ).fetchall()
+        assert sorted(r[0] for r in slots) == sorted([admitted_fork["new_execution_id"], ids[1]])
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'make room')", (ids[1],))
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (time_plus(conn, 2),))
+        assert claim() == [waiting_fork["new_execution_id"]]
+
+
 def time_plus(conn: psycopg.Connection, secs: float) -> str:
     return conn.execute("SELECT (now() + make_interval(secs => %s))::text", (secs,)).fetchone()[0]
 
@@ -207,6 +234,41 @@ def test_rate_limit_paces_claims(db, start_worker, client) -> None:
     stamps = client.start_workflow(pacer, 6).result(timeout=60)
     span = max(stamps) - min(stamps)
     assert span >= 0.8, f"6 calls at 5/s with burst 1 take >= 1 s, took {span:.2f}s"
+
+
+def test_a_keyed_rate_limit_does_not_gate_an_activity_whose_key_is_missing(db) -> None:
+    """docs/flow-control.md, Key paths: two activities whose input has no tenant have no key, so
+    no bucket paces them (they shared one, dyn-rate:input.tenant:(null))."""
+    rate = {"rps": 0.001, "burst": 1, "key": "input.tenant"}
+    options = {
+        "start_to_close": 30,
+        "retry": {"max_attempts": 1},
+        "priority": 0,
+        "dead_letter": True,
+        "rate_limit": rate,
+    }
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT * FROM harvest.start_workflow('by_hand', %s)", (Jsonb([]),))
+        task_id, token = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w', ARRAY['default'], 1)"
+        ).fetchone()
+        commands = [
+            {
+                "type": "schedule_activity",
+                "seq": n,
+                "name": "sync_tenant",
+                "input": [{"job": n}],
+                "queue": "rated",
+                "options": options,
+            }
+            for n in (1, 2)
+        ]
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task_id, token, Jsonb(commands))
+        )
+        claimed = conn.execute("SELECT task_id FROM harvest.claim_tasks('w', ARRAY['rated'], 10)").fetchall()
+        buckets = [r[0] for r in conn.execute("SELECT bucket_key FROM harvest.rate_limit_buckets")]
+    assert len(claimed) == 2 and buckets == [], f"{len(claimed)} of 2 claimed; buckets {buckets}"
 
 
 def test_pacing_override_set_read_clear_and_expiry(db) -> None:

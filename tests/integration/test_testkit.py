@@ -204,6 +204,22 @@ def test_retry_backoff_is_skipped_and_the_mock_sees_each_attempt(env: WorkflowEn
     assert env.now() - dt.datetime.now(dt.UTC) > dt.timedelta(days=1, hours=3) - SLACK
 
 
+def test_a_timeout_is_simulated_by_a_mock_raising_its_failure(env: WorkflowEnvironment):
+    """docs/testing.md: a mock raising ActivityFailure("StartToCloseTimeout", ...) gives the
+    workflow what a real overrun gives it, retried per the policy (a plain TimeoutError the
+    activity raises is its own failure, typed TimeoutError)."""
+    attempts = []
+
+    def slow(ctx, order_id: str, amount: int) -> dict:
+        attempts.append(ctx.attempt())
+        raise ActivityFailure("StartToCloseTimeout", "simulated: the gateway hung")
+
+    env.mock_activity(charge, slow)
+    with pytest.raises(WorkflowFailed, match="StartToCloseTimeout"):
+        env.client.start_workflow(checkout, "order-t", 1).result(timeout=10)
+    assert attempts == [1, 2, 3, 4]
+
+
 def test_a_local_activity_is_mocked_too(env: WorkflowEnvironment):
     env.mock_activity(lookup_rate, lambda ctx, currency: 2.0)
     assert env.client.start_workflow(convert, 21.0).result(timeout=10) == 42.0

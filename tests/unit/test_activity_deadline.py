@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harvest.worker.activities import _run_within
+from harvest.worker.activities import StartToCloseExpired, _run_within
 
 
 async def _deadline_in(seconds: float) -> float:
@@ -134,5 +134,25 @@ def test_cancelling_the_handler_cancels_the_activity_and_it_may_handle_it() -> N
         handler.cancel()
         with pytest.raises(asyncio.CancelledError):
             await handler
+
+    asyncio.run(main())
+
+
+def test_only_the_deadline_s_expiry_is_a_start_to_close_timeout() -> None:
+    """An activity's own TimeoutError passes as it was raised (it was typed StartToCloseTimeout)."""
+
+    async def main() -> None:
+        async def hangs() -> None:
+            await asyncio.Event().wait()
+
+        async def own_timeout_later() -> None:
+            await asyncio.sleep(0)
+            raise TimeoutError("upstream did not answer in 2s")
+
+        with pytest.raises(StartToCloseExpired):
+            await _run_within(hangs(), await _deadline_in(0.01))
+        with pytest.raises(TimeoutError, match="upstream") as raised:
+            await _run_within(own_timeout_later(), await _deadline_in(300))
+        assert not isinstance(raised.value, StartToCloseExpired)
 
     asyncio.run(main())

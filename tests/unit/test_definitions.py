@@ -78,6 +78,11 @@ def test_retry_resolution_order():
     assert not policy.should_retry(ActivityFailure("InvalidInput", "x"), 1)
     assert not policy.should_retry(ActivityFailure("Error", "exact text"), 1)
     assert not policy.should_retry(ActivityFailure("Timeout", "slow"), 5)
+    # the full text "ErrorType: message", as functions/activities.sql reads it
+    typed = RetryPolicy(max_attempts=5, non_retryable_errors=["ValueError: bad sku"])
+    assert not typed.should_retry(ActivityFailure("ValueError", "bad sku"), 1)
+    assert typed.should_retry(ActivityFailure("ValueError", "other"), 1)
+    assert typed.should_retry(ActivityFailure("KeyError", "bad sku"), 1)
 
 
 def test_workflow_decorator_bare_and_with_arguments():

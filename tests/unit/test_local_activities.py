@@ -180,3 +180,27 @@ def test_a_step_that_would_run_a_local_activity_can_be_deferred():
     with pytest.raises(LocalActivitiesDeferred, match="1 local activity"):
         run(new_run(app, uses_locals, local_sleep=no_sleep).advance(history.events, local_activities=False))
     assert CALLS == []
+
+
+@activity(local=True, start_to_close=0.05, retry=RetryPolicy.none())
+async def own_timeout(ctx) -> None:
+    raise TimeoutError("upstream did not answer in 2s")
+
+
+@activity(local=True, start_to_close=0.05, retry=RetryPolicy.none())
+async def overruns(ctx) -> None:
+    await asyncio.sleep(5)
+
+
+def test_only_an_expired_start_to_close_is_recorded_as_the_local_activity_overrunning_it():
+    """The activity's own TimeoutError keeps its message (it was recorded as an overrun)."""
+    from harvest.runtime.local import run_local_activity
+
+    def factory(execution_id, seq, attempt, name):
+        return LocalActivityContext(execution_id, seq, attempt, name)
+
+    own = run(run_local_activity(own_timeout.__harvest_activity__, (), "e", 1, factory, no_sleep))
+    assert own["failure"]["message"] == "upstream did not answer in 2s"
+    late = run(run_local_activity(overruns.__harvest_activity__, (), "e", 2, factory, no_sleep))
+    assert late["failure"]["error_type"] == "TimeoutError"
+    assert "exceeded start_to_close" in late["failure"]["message"]

@@ -82,3 +82,23 @@ def test_reset_problems_of_a_timer_cancelled_before_the_point():
     ]
     assert reset_problems(events, 4) == ["TimerStarted (seq 1, event 3) is unresolved at event 4"]
     assert reset_problems(events, 6) == []
+
+
+def test_reset_problems_of_a_mutex_held_at_the_point():
+    """As harvest._reset_problems: a fork cannot take over a mutex its history holds or awaits."""
+    acquire = {"seq": 1, "kind": "mutex_acquire", "value": {"key": "k"}}
+    release = {"seq": 2, "kind": "mutex_release", "value": {"key": "k"}}
+    events = [
+        {"event_id": 1, "event_type": "WorkflowStarted", "event_data": {"workflow_name": "flow"}},
+        {"event_id": 2, "event_type": "WorkflowTaskCompleted", "event_data": {"through": 1}},
+        {"event_id": 3, "event_type": "MarkerRecorded", "event_data": acquire},
+        {"event_id": 4, "event_type": "MutexAcquired", "event_data": {"seq": 1, "key": "k"}},
+        {"event_id": 5, "event_type": "WorkflowTaskCompleted", "event_data": {"through": 4}},
+        {"event_id": 6, "event_type": "MarkerRecorded", "event_data": release},
+    ]
+    problem = (
+        "mutex 'k' (asked for at event 3) is held or awaited at event 4; a fork cannot take a mutex "
+        "over: reset to before event 3 or to after the block released it"
+    )
+    assert reset_problems(events, 4) == [problem]
+    assert reset_problems(events, 6) == []

@@ -124,11 +124,17 @@ class RetryPolicy:
         return min(self.initial_interval * self.backoff ** max(attempt - 1, 0), self.max_interval)
 
     def should_retry(self, failure: ActivityFailure, attempt: int) -> bool:
-        """The resolution order of internals.md: flag, then error_type, then the message."""
+        """The resolution order of docs/activities.md (Retries): flag, then error_type, then the
+        full text, the message or "ErrorType: message". The rule of
+        harvest._fail_activity_attempt (functions/activities.sql), for what runs in Python
+        (local activities, DAG steps)."""
         if attempt >= self.max_attempts or failure.non_retryable:
             return False
+        listed = self.non_retryable_errors
         return not (
-            failure.error_type in self.non_retryable_errors or failure.message in self.non_retryable_errors
+            failure.error_type in listed
+            or failure.message in listed
+            or f"{failure.error_type}: {failure.message}" in listed
         )
 
     def to_json(self) -> dict[str, Any]:

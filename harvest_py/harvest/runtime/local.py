@@ -115,9 +115,13 @@ def _in_thread(fn: Any, ctx: Any, args: tuple[Any, ...]) -> Any:
 
 async def _call(defn: ActivityDefinition, ctx: Any, args: tuple[Any, ...]) -> Any:
     coro = defn.fn(ctx, *args) if defn.is_async else _in_thread(defn.fn, ctx, args)
+    timer = asyncio.timeout(defn.start_to_close or None)
     try:
-        return await asyncio.wait_for(coro, timeout=defn.start_to_close or None)
+        async with timer:
+            return await coro
     except TimeoutError:
+        if not timer.expired():  # the activity's own TimeoutError: typed as it was raised
+            raise
         raise ActivityFailure(
             "TimeoutError", f"local activity {defn.name!r} exceeded start_to_close of {defn.start_to_close}s"
         ) from None

@@ -95,8 +95,9 @@ def reset_problems(history: Any, event_id: int) -> list[str]:
     """Why ``event_id`` is not a point a reset of this history accepts (empty: it is). The same
     rules as the database's ``harvest._reset_problems``, as far as a history can tell: the point
     is inside the history and before its end (a terminal event), it does not cut a workflow
-    task's commands in half, and every activity, timer, child, external signal or cancel and
-    update issued by then is resolved by then. (Whether the run is running, a child or a
+    task's commands in half, every activity, timer, child, external signal or cancel and
+    update issued by then is resolved by then, and no durable mutex asked for by then is still
+    held or awaited. (Whether the run is running, a child or a
     continue-as-new successor, only the database knows.)"""
     events = load_history(history)
     last = int(events[-1]["event_id"]) if events else 0
@@ -139,6 +140,21 @@ def reset_problems(history: Any, event_id: int) -> list[str]:
         if e["event_type"] == "UpdateAccepted" and _data(e).get("update_id") not in completed:
             update_id = _data(e).get("update_id")
             problems.append(f"update {update_id} (event {e['event_id']}) is unresolved at event {event_id}")
+    held: dict[str, int] = {}  # key -> the event of its open acquire marker
+    for e in carried:
+        data = _data(e)
+        if e["event_type"] == "MarkerRecorded" and data.get("kind") in ("mutex_acquire", "mutex_release"):
+            key = str((data.get("value") or {}).get("key"))
+            if data["kind"] == "mutex_acquire":
+                held.setdefault(key, int(e["event_id"]))
+            else:
+                held.pop(key, None)
+    for key, asked_at in sorted(held.items(), key=lambda item: item[1]):
+        quoted = "'" + key.replace("'", "''") + "'"  # (as quote_literal)
+        problems.append(
+            f"mutex {quoted} (asked for at event {asked_at}) is held or awaited at event {event_id}; a fork "
+            f"cannot take a mutex over: reset to before event {asked_at} or to after the block released it"
+        )
     return problems
 
 

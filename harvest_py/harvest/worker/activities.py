@@ -169,8 +169,13 @@ class ActivityContext:
         return future.result()
 
 
+class StartToCloseExpired(TimeoutError):
+    """An attempt's start_to_close deadline expired (not a TimeoutError the activity raised)."""
+
+
 async def _run_within(call: Coroutine[Any, Any, Any], deadline: float | None) -> Any:
-    """``await call`` bounded by ``deadline`` (the loop's clock; None: unbounded).
+    """``await call`` bounded by ``deadline`` (the loop's clock; None: unbounded); the
+    deadline's expiry, and only it, raises StartToCloseExpired.
 
     The first step runs at once: an activity that returns without suspending (most
     small ones) is done before any timer is armed, and one that does suspend goes on
@@ -183,8 +188,14 @@ async def _run_within(call: Coroutine[Any, Any, Any], deadline: float | None) ->
         yielded = call.send(None)
     except StopIteration as done:
         return done.value
-    async with asyncio.timeout_at(deadline):
-        return await _Resumed(call, yielded)
+    timer = asyncio.timeout_at(deadline)
+    try:
+        async with timer:
+            return await _Resumed(call, yielded)
+    except TimeoutError:
+        if timer.expired():
+            raise StartToCloseExpired from None
+        raise  # the activity's own: typed as it was raised
 
 
 class _Resumed:
@@ -348,9 +359,8 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         try:
             if definition.is_async:
                 result = await _run_within(definition.fn(ctx, *args, **kwargs), deadline)
-            else:  # a thread, or a process: it always suspends, so the timer goes first
-                async with asyncio.timeout_at(deadline):
-                    result = await worker.executors.run(definition, ctx, args, kwargs)
+            else:  # a thread, or a process: its first step hands the call over and suspends
+                result = await _run_within(worker.executors.run(definition, ctx, args, kwargs), deadline)
         except CompleteAsync:
             # Completed elsewhere: the task stays running under its lease, held by no worker.
             detached = await resend_lost(
@@ -375,7 +385,7 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        if isinstance(exc, TimeoutError):
+        if isinstance(exc, StartToCloseExpired):
             failure = ActivityFailure(
                 "StartToCloseTimeout", f"attempt {task['attempt']} ran longer than its start_to_close"
             )
