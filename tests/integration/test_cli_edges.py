@@ -7,12 +7,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import cli_forks
 import psycopg
 import pytest
+from click.testing import CliRunner, Result
 from operator_helpers import REPO, start
+from starlette.testclient import TestClient
+
+from harvest.cli import http as cli_http
+from harvest.cli.main import main
+from harvest.config import load_config
+from harvest.web.app import management_app
 
 
 def run(
@@ -348,3 +356,48 @@ def test_worker_health_counts_every_live_worker_per_queue(db: str, conn) -> None
     assert data["by_queue_health"] == {"default": {"healthy": 1, "draining": 0, "stale": 1}}
     table = run("worker", "health", dsn=db).stdout
     assert table.splitlines()[-1].split() == ["default", "2", "1", "0", "1"]
+
+
+# -- the same refusal, the same exit code, on both transports -----------------------------------------
+
+HTTP_BASE = "http://testserver"
+NO_HARVEST_ENV = {
+    "HARVEST_DATABASE_URL": None,
+    "HARVEST_URL": None,
+    "HARVEST_TOKEN": None,
+    "HARVEST_HTTP_TIMEOUT_SECS": None,
+    "HARVEST_CONFIG": None,
+}
+
+
+def invoke(*args: str) -> Result:
+    """`harvest ARGS` in this process (the HTTP transport can then reach a TestClient)."""
+    return CliRunner().invoke(main, list(args), env=NO_HARVEST_ENV)
+
+
+@pytest.fixture
+def served(db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The management API on ``db`` as the CLI's HTTP transport at HTTP_BASE."""
+    app = management_app(dsn=db, config=load_config(env={}), profile="dev")  # type: ignore[arg-type]
+    with TestClient(app, base_url=HTTP_BASE) as client:
+        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+        yield
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["retention", "set", "--max-age", "bogus"],  # invalid input syntax for type interval (22007)
+        ["workflow", "get", "not-a-uuid"],  # invalid input syntax for type uuid (22P02)
+        ["workflow", "start", "edge_wf", "--input-json", '"\\u0000"'],  # 22P05 over SQL
+    ],
+)
+def test_a_value_the_database_refuses_exits_2_over_sql_as_over_http(
+    db: str, served: None, args: list[str]
+) -> None:
+    web = invoke("--base-url", HTTP_BASE, *args)
+    sql = invoke(*args, "--database-url", db)
+    for r in (web, sql):
+        assert isinstance(r.exception, SystemExit | None), repr(r.exception)
+        assert r.exit_code == 2 and r.stderr.startswith("error: "), (r.exit_code, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
