@@ -401,3 +401,52 @@ def test_a_value_the_database_refuses_exits_2_over_sql_as_over_http(
         assert isinstance(r.exception, SystemExit | None), repr(r.exception)
         assert r.exit_code == 2 and r.stderr.startswith("error: "), (r.exit_code, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["workflow", "start", "edge_wf"], "--input-file"),
+        (["workflow", "signal", "00000000-0000-0000-0000-000000000000", "s"], "--payload-file"),
+        (["activity", "complete", "hv_task_token"], "--result-file"),
+        (["dag", "trigger", "edge_dag"], "--conf-file"),
+    ],
+)
+def test_a_json_file_that_is_not_utf8_is_one_line_naming_the_file(
+    db: str, tmp_path: Path, args: list[str], option: str
+) -> None:
+    bad = tmp_path / "value.json"
+    bad.write_bytes(b"\xff\xfe{}")
+    r = invoke(*args, option, str(bad), "--database-url", db)
+    assert isinstance(r.exception, SystemExit | None), repr(r.exception)
+    assert r.exit_code == 2, (r.exit_code, r.stderr)
+    assert (
+        r.stderr.strip()
+        == f"error: {option} {bad}: not UTF-8 text (byte 0: invalid start byte); JSON is UTF-8"
+    )
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "[1e999]"])
+def test_a_non_finite_number_in_a_json_option_is_refused_on_both_transports(
+    db: str, served: None, value: str
+) -> None:
+    args = ["workflow", "start", "edge_wf", "--input-json", value]
+    for r in (invoke("--base-url", HTTP_BASE, *args), invoke(*args, "--database-url", db)):
+        assert isinstance(r.exception, SystemExit | None), repr(r.exception)
+        assert r.exit_code == 2 and r.stderr.startswith("error: --input: not valid JSON ("), (
+            r.exit_code,
+            r.stderr,
+        )
+    r = invoke(
+        "schedule",
+        "create-workflow",
+        "--name",
+        "edge",
+        "--every",
+        "1m",
+        "--input-json",
+        value,
+        "--database-url",
+        db,
+    )
+    assert r.exit_code == 2 and r.stderr.startswith("error: --input-json: not valid JSON ("), r.stderr
