@@ -122,6 +122,8 @@ def _input(input_json: str | None) -> list[Any] | None:
 
 
 def _catchup(catchup: bool | None, window: str | None) -> dict[str, Any]:
+    if catchup is False and window is not None:
+        raise click.UsageError("give --no-catchup or --catchup-window, not both (a window turns catch-up on)")
     out: dict[str, Any] = {}
     if catchup is not None:
         out["catchup"] = catchup
