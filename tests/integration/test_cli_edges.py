@@ -129,6 +129,21 @@ def test_bad_values_are_refused_in_one_line(db: str, args: list[str], needle: st
     assert needle in one_error_line(r)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["workflow", "list", "--state", "BOGUS"],
+        ["workflow", "count", "--state", "BOGUS"],
+        ["workflow", "children", "00000000-0000-0000-0000-000000000000", "--status", "BOGUS"],
+    ],
+)
+def test_an_unknown_state_names_the_states_once(db: str, args: list[str]) -> None:
+    """The SQL puts the advice in the HINT only: the error line (message, then hint) said it twice."""
+    r = run(*args, dsn=db)
+    line = one_error_line(r)
+    assert r.returncode == 2 and line.count("use RUNNING") == 1, line
+
+
 def test_a_string_priority_is_refused_before_the_database(db: str) -> None:
     from harvest.client import Client
     from harvest.core.errors import InvalidArgument
