@@ -465,3 +465,30 @@ def test_a_non_finite_number_in_a_json_option_is_refused_on_both_transports(
         db,
     )
     assert r.exit_code == 2 and r.stderr.startswith("error: --input-json: not valid JSON ("), r.stderr
+
+
+# -- stderr holds the CLI's own lines: a library's log records only when asked ------------------------
+
+
+def _one_shard_down(db: str, tmp_path: Path) -> None:
+    (tmp_path / "harvest.toml").write_text(
+        "[shards]\nreadable = [0, 1]\nwritable = [0]\ncli_timeout = 2\n"
+        f'[shards.urls]\n0 = {json.dumps(db)}\n1 = "postgresql://alice@127.0.0.1:1/x"\n'
+    )
+
+
+def test_a_partial_read_prints_one_warning_line_and_no_library_log(db: str, tmp_path: Path) -> None:
+    """The pool's reconnect attempts to the shard that is down (psycopg_pool's warnings, two
+    lines each) reached stderr through logging's last resort before the CLI's one warning."""
+    _one_shard_down(db, tmp_path)
+    r = run("workflow", "list", "-o", "json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert (data["status"], data["unavailable_shards"]) == ("partial", [1])
+    assert [line for line in r.stderr.splitlines() if line.strip()] == [
+        "warning: partial: shard(s) 1 could not be read; the output holds the other shards only"
+    ], r.stderr
+    # --log-level asks for every record at that level, the libraries' included.
+    verbose = run("--log-level", "warning", "workflow", "list", "-o", "json", cwd=tmp_path)
+    assert verbose.returncode == 0 and "psycopg.pool" in verbose.stderr, verbose.stderr
+    assert verbose.stderr.rstrip().endswith("the output holds the other shards only"), verbose.stderr
