@@ -92,7 +92,7 @@ def test_worker_with_an_unknown_log_level_is_one_line(tmp_path: Path) -> None:
     assert "'verbose' is not one of" in line and "info" in line
 
 
-@pytest.mark.parametrize("content", ['{"a": 1}', "[1, 2]", "[]", '{"events": [{"event_id": "x"}]}'])
+@pytest.mark.parametrize("content", ["42", '{"a": 1}', "[1, 2]", "[]", '{"events": [{"event_id": "x"}]}'])
 def test_replay_of_a_file_that_is_not_a_history_is_one_line(tmp_path: Path, content: str) -> None:
     (tmp_path / "replay_app.py").write_text("from harvest import App\napp = App()\n")
     path = tmp_path / "not_history.json"
@@ -101,6 +101,18 @@ def test_replay_of_a_file_that_is_not_a_history_is_one_line(tmp_path: Path, cont
     assert r.returncode == 2
     line = one_error_line(r)
     assert "not a Harvest history" in line and "a JSON list of events" in line
+
+
+def test_versioning_doc_says_what_replay_does_with_a_file_that_is_not_a_history() -> None:
+    """docs/versioning.md holds the behaviour above (one line, exit 2) and the batch export
+    beside it (`harvest history export-batch`, WorkflowReplayer.replay_batch): it said such a
+    file ended in a traceback and exit 1, and that there was no batch export."""
+    doc = " ".join((REPO / "docs" / "versioning.md").read_text().split())
+    assert "traceback" not in doc.lower() and "There is no batch export" not in doc
+    assert (
+        "valid JSON but not a history (say, a number): one line, `error: <file>: not a Harvest history" in doc
+    )
+    assert "harvest history export-batch" in doc and "replay_batch" in doc
 
 
 @pytest.mark.parametrize(
@@ -185,6 +197,17 @@ def test_no_database_anywhere_names_every_place_to_give_one(tmp_path: Path) -> N
     assert (
         "HARVEST_DATABASE_URL" in line and "database_url in harvest.toml" in line and "--database-url" in line
     )
+
+
+def test_install_doc_quotes_the_no_database_error_a_sql_only_command_prints(tmp_path: Path) -> None:
+    """docs/install.md ("Which database") quotes the line word for word and names the three
+    places (it quoted an older line and left out database_url in harvest.toml)."""
+    r = run("migrate", "status", cwd=tmp_path)
+    assert r.returncode == 1
+    line = one_error_line(r)
+    doc = (REPO / "docs" / "install.md").read_text()
+    assert f"\n{line}\n" in doc, line
+    assert "`database_url` in the\nconfig file" in doc and "http://localhost:3000/api/harvest" in doc
 
 
 @pytest.mark.parametrize(
