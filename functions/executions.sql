@@ -533,9 +533,8 @@ BEGIN
         FOREACH v_state IN ARRAY v_states LOOP
             IF v_state NOT IN ('RUNNING', 'PAUSED', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
                                'CONTINUED_AS_NEW', 'MIGRATING', 'MIGRATED') THEN
-                RAISE EXCEPTION 'unknown state "%": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, '
-                                'TIMED_OUT, CONTINUED_AS_NEW, MIGRATING or MIGRATED (comma-separated for several)',
-                                p_status
+                -- The advice is the HINT alone: callers print the message and the hint joined.
+                RAISE EXCEPTION 'unknown state "%"', p_status
                     USING ERRCODE = 'HR001',
                     HINT = 'use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, '
                            'MIGRATING or MIGRATED (comma-separated for several)';
@@ -757,8 +756,7 @@ BEGIN
         'RUNNING', 'PAUSED', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW',
         'MIGRATING', 'MIGRATED'
     ) THEN
-        RAISE EXCEPTION 'unknown status "%": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, '
-                        'TIMED_OUT, CONTINUED_AS_NEW, MIGRATING or MIGRATED', p_status USING ERRCODE = 'HR001',
+        RAISE EXCEPTION 'unknown status "%"', p_status USING ERRCODE = 'HR001',
             HINT = 'use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, '
                    'MIGRATING or MIGRATED';
     END IF;

@@ -7,12 +7,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import cli_forks
 import psycopg
 import pytest
+from click.testing import CliRunner, Result
 from operator_helpers import REPO, start
+from starlette.testclient import TestClient
+
+from harvest.cli import http as cli_http
+from harvest.cli.main import main
+from harvest.config import load_config
+from harvest.web.app import management_app
 
 
 def run(
@@ -84,7 +92,7 @@ def test_worker_with_an_unknown_log_level_is_one_line(tmp_path: Path) -> None:
     assert "'verbose' is not one of" in line and "info" in line
 
 
-@pytest.mark.parametrize("content", ['{"a": 1}', "[1, 2]", "[]", '{"events": [{"event_id": "x"}]}'])
+@pytest.mark.parametrize("content", ["42", '{"a": 1}', "[1, 2]", "[]", '{"events": [{"event_id": "x"}]}'])
 def test_replay_of_a_file_that_is_not_a_history_is_one_line(tmp_path: Path, content: str) -> None:
     (tmp_path / "replay_app.py").write_text("from harvest import App\napp = App()\n")
     path = tmp_path / "not_history.json"
@@ -93,6 +101,18 @@ def test_replay_of_a_file_that_is_not_a_history_is_one_line(tmp_path: Path, cont
     assert r.returncode == 2
     line = one_error_line(r)
     assert "not a Harvest history" in line and "a JSON list of events" in line
+
+
+def test_versioning_doc_says_what_replay_does_with_a_file_that_is_not_a_history() -> None:
+    """docs/versioning.md holds the behaviour above (one line, exit 2) and the batch export
+    beside it (`harvest history export-batch`, WorkflowReplayer.replay_batch): it said such a
+    file ended in a traceback and exit 1, and that there was no batch export."""
+    doc = " ".join((REPO / "docs" / "versioning.md").read_text().split())
+    assert "traceback" not in doc.lower() and "There is no batch export" not in doc
+    assert (
+        "valid JSON but not a history (say, a number): one line, `error: <file>: not a Harvest history" in doc
+    )
+    assert "harvest history export-batch" in doc and "replay_batch" in doc
 
 
 @pytest.mark.parametrize(
@@ -119,6 +139,21 @@ def test_bad_values_are_refused_in_one_line(db: str, args: list[str], needle: st
     r = run(*args, dsn=db)
     assert r.returncode == 2
     assert needle in one_error_line(r)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["workflow", "list", "--state", "BOGUS"],
+        ["workflow", "count", "--state", "BOGUS"],
+        ["workflow", "children", "00000000-0000-0000-0000-000000000000", "--status", "BOGUS"],
+    ],
+)
+def test_an_unknown_state_names_the_states_once(db: str, args: list[str]) -> None:
+    """The SQL puts the advice in the HINT only: the error line (message, then hint) said it twice."""
+    r = run(*args, dsn=db)
+    line = one_error_line(r)
+    assert r.returncode == 2 and line.count("use RUNNING") == 1, line
 
 
 def test_a_string_priority_is_refused_before_the_database(db: str) -> None:
@@ -162,6 +197,17 @@ def test_no_database_anywhere_names_every_place_to_give_one(tmp_path: Path) -> N
     assert (
         "HARVEST_DATABASE_URL" in line and "database_url in harvest.toml" in line and "--database-url" in line
     )
+
+
+def test_install_doc_quotes_the_no_database_error_a_sql_only_command_prints(tmp_path: Path) -> None:
+    """docs/install.md ("Which database") quotes the line word for word and names the three
+    places (it quoted an older line and left out database_url in harvest.toml)."""
+    r = run("migrate", "status", cwd=tmp_path)
+    assert r.returncode == 1
+    line = one_error_line(r)
+    doc = (REPO / "docs" / "install.md").read_text()
+    assert f"\n{line}\n" in doc, line
+    assert "`database_url` in the\nconfig file" in doc and "http://localhost:3000/api/harvest" in doc
 
 
 @pytest.mark.parametrize(
@@ -348,3 +394,124 @@ def test_worker_health_counts_every_live_worker_per_queue(db: str, conn) -> None
     assert data["by_queue_health"] == {"default": {"healthy": 1, "draining": 0, "stale": 1}}
     table = run("worker", "health", dsn=db).stdout
     assert table.splitlines()[-1].split() == ["default", "2", "1", "0", "1"]
+
+
+# -- the same refusal, the same exit code, on both transports -----------------------------------------
+
+HTTP_BASE = "http://testserver"
+NO_HARVEST_ENV = {
+    "HARVEST_DATABASE_URL": None,
+    "HARVEST_URL": None,
+    "HARVEST_TOKEN": None,
+    "HARVEST_HTTP_TIMEOUT_SECS": None,
+    "HARVEST_CONFIG": None,
+}
+
+
+def invoke(*args: str) -> Result:
+    """`harvest ARGS` in this process (the HTTP transport can then reach a TestClient)."""
+    return CliRunner().invoke(main, list(args), env=NO_HARVEST_ENV)
+
+
+@pytest.fixture
+def served(db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The management API on ``db`` as the CLI's HTTP transport at HTTP_BASE."""
+    app = management_app(dsn=db, config=load_config(env={}), profile="dev")  # type: ignore[arg-type]
+    with TestClient(app, base_url=HTTP_BASE) as client:
+        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+        yield
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["retention", "set", "--max-age", "bogus"],  # invalid input syntax for type interval (22007)
+        ["workflow", "get", "not-a-uuid"],  # invalid input syntax for type uuid (22P02)
+        ["workflow", "start", "edge_wf", "--input-json", '"\\u0000"'],  # 22P05 over SQL
+    ],
+)
+def test_a_value_the_database_refuses_exits_2_over_sql_as_over_http(
+    db: str, served: None, args: list[str]
+) -> None:
+    web = invoke("--base-url", HTTP_BASE, *args)
+    sql = invoke(*args, "--database-url", db)
+    for r in (web, sql):
+        assert isinstance(r.exception, SystemExit | None), repr(r.exception)
+        assert r.exit_code == 2 and r.stderr.startswith("error: "), (r.exit_code, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["workflow", "start", "edge_wf"], "--input-file"),
+        (["workflow", "signal", "00000000-0000-0000-0000-000000000000", "s"], "--payload-file"),
+        (["activity", "complete", "hv_task_token"], "--result-file"),
+        (["dag", "trigger", "edge_dag"], "--conf-file"),
+    ],
+)
+def test_a_json_file_that_is_not_utf8_is_one_line_naming_the_file(
+    db: str, tmp_path: Path, args: list[str], option: str
+) -> None:
+    bad = tmp_path / "value.json"
+    bad.write_bytes(b"\xff\xfe{}")
+    r = invoke(*args, option, str(bad), "--database-url", db)
+    assert isinstance(r.exception, SystemExit | None), repr(r.exception)
+    assert r.exit_code == 2, (r.exit_code, r.stderr)
+    assert (
+        r.stderr.strip()
+        == f"error: {option} {bad}: not UTF-8 text (byte 0: invalid start byte); JSON is UTF-8"
+    )
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "[1e999]"])
+def test_a_non_finite_number_in_a_json_option_is_refused_on_both_transports(
+    db: str, served: None, value: str
+) -> None:
+    args = ["workflow", "start", "edge_wf", "--input-json", value]
+    for r in (invoke("--base-url", HTTP_BASE, *args), invoke(*args, "--database-url", db)):
+        assert isinstance(r.exception, SystemExit | None), repr(r.exception)
+        assert r.exit_code == 2 and r.stderr.startswith("error: --input: not valid JSON ("), (
+            r.exit_code,
+            r.stderr,
+        )
+    r = invoke(
+        "schedule",
+        "create-workflow",
+        "--name",
+        "edge",
+        "--every",
+        "1m",
+        "--input-json",
+        value,
+        "--database-url",
+        db,
+    )
+    assert r.exit_code == 2 and r.stderr.startswith("error: --input-json: not valid JSON ("), r.stderr
+
+
+# -- stderr holds the CLI's own lines: a library's log records only when asked ------------------------
+
+
+def _one_shard_down(db: str, tmp_path: Path) -> None:
+    (tmp_path / "harvest.toml").write_text(
+        "[shards]\nreadable = [0, 1]\nwritable = [0]\ncli_timeout = 2\n"
+        f'[shards.urls]\n0 = {json.dumps(db)}\n1 = "postgresql://alice@127.0.0.1:1/x"\n'
+    )
+
+
+def test_a_partial_read_prints_one_warning_line_and_no_library_log(db: str, tmp_path: Path) -> None:
+    """The pool's reconnect attempts to the shard that is down (psycopg_pool's warnings, two
+    lines each) reached stderr through logging's last resort before the CLI's one warning."""
+    _one_shard_down(db, tmp_path)
+    r = run("workflow", "list", "-o", "json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert (data["status"], data["unavailable_shards"]) == ("partial", [1])
+    assert [line for line in r.stderr.splitlines() if line.strip()] == [
+        "warning: partial: shard(s) 1 could not be read; the output holds the other shards only"
+    ], r.stderr
+    # --log-level asks for every record at that level, the libraries' included.
+    verbose = run("--log-level", "warning", "workflow", "list", "-o", "json", cwd=tmp_path)
+    assert verbose.returncode == 0 and "psycopg.pool" in verbose.stderr, verbose.stderr
+    assert verbose.stderr.rstrip().endswith("the output holds the other shards only"), verbose.stderr

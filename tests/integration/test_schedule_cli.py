@@ -154,3 +154,30 @@ def test_get_shows_a_stored_schedule_the_scheduler_cannot_compute(db: str, conn)
     assert got["next_fire_times"] == [] and "the hour field '25'" in got["problem"]
     text = harvest(db, "schedule", "get", "typo")
     assert text.returncode == 0 and "the hour field '25'" in text.stdout, text.stderr
+
+
+def test_no_catchup_with_a_catchup_window_is_refused_not_turned_on(db: str) -> None:
+    """--no-catchup with --catchup-window contradicts itself, as --cron with --every does: refused
+    (exit 2, one line), on create and on update. The window used to win: catch-up silently on."""
+    made = harvest(
+        db,
+        "schedule",
+        "create-workflow",
+        "--name",
+        "nc",
+        "--every",
+        "1m",
+        "--no-catchup",
+        "--catchup-window",
+        "2d",
+    )
+    assert made.returncode == 2, (made.returncode, made.stdout)
+    assert made.stderr.startswith("error: give --no-catchup or --catchup-window, not both"), made.stderr
+    assert harvest(db, "schedule", "get", "nc").returncode == 1  # nothing was created
+    _json(db, "schedule", "create-workflow", "--name", "nc", "--every", "1m")
+    updated = harvest(db, "schedule", "update", "nc", "--no-catchup", "--catchup-window", "6h")
+    assert updated.returncode == 2 and "not both" in updated.stderr, (updated.returncode, updated.stdout)
+    assert _json(db, "schedule", "get", "nc")["catchup"] is False
+    # Each alone still works: a window turns catch-up on, --no-catchup turns it off.
+    assert _json(db, "schedule", "update", "nc", "--catchup-window", "6h")["catchup_window_secs"] == 21600
+    assert _json(db, "schedule", "update", "nc", "--no-catchup")["catchup"] is False

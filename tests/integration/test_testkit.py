@@ -22,7 +22,13 @@ import psycopg
 import pytest
 
 from harvest import App, RetryPolicy, activity, query, update, workflow
-from harvest.core.errors import ActivityFailure, SignalTimeout, WorkflowFailed, WorkflowTimedOut
+from harvest.core.errors import (
+    ActivityFailure,
+    InvalidArgument,
+    SignalTimeout,
+    WorkflowFailed,
+    WorkflowTimedOut,
+)
 from harvest.db import testkit
 from harvest.testing import TestServer, WorkflowEnvironment
 
@@ -284,6 +290,21 @@ def test_env_sleep_moves_the_clock_by_hand(env: WorkflowEnvironment):
     assert handle.query("phase", timeout=10) == "awake"
     handle.signal("done")
     assert handle.result(timeout=10) == "done"
+
+
+@pytest.mark.parametrize(
+    "duration",
+    [-3600, "-1h", dt.timedelta(hours=-1), 400 * 365 * 86400, dt.timedelta(days=999_999_999), float("nan")],
+)
+def test_env_sleep_refuses_a_negative_or_too_long_duration_of_any_form(env: WorkflowEnvironment, duration):
+    """A timedelta is checked as seconds and strings are (it was taken as is: a negative one did
+    nothing without a word, one past the database's last timestamp broke the environment's clock),
+    and a refused sleep leaves the clock where it was."""
+    before = env.now()
+    with pytest.raises(InvalidArgument):
+        env.sleep(duration)
+    assert before <= env.now() < before + dt.timedelta(minutes=1)
+    assert env.client.start_workflow(weekly).result(timeout=10)  # the environment still works
 
 
 def test_a_run_timeout_is_skipped_to(env: WorkflowEnvironment):

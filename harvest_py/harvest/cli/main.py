@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -171,6 +172,14 @@ class HarvestGroup(click.Group):
     type=click.FloatRange(1, 3600),
     help="Seconds an HTTP request may take (default: HARVEST_HTTP_TIMEOUT_SECS, else 30).",
 )
+@click.option(
+    "--log-level",
+    default=None,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+    help="Log every record at this level and above on stderr, the libraries' too (the database "
+    "pool's reconnect attempts, HTTP requests). Default: only Harvest's own warnings. "
+    "`worker`, `serve` and `dev` take their own --log-level.",
+)
 @click.pass_context
 def main(
     ctx: click.Context,
@@ -179,11 +188,13 @@ def main(
     base_url: str | None,
     token: str | None,
     http_timeout_secs: float | None,
+    log_level: str | None,
 ) -> None:
     """Harvest: durable workflows on Postgres.
 
     Operator commands speak SQL (a DSN: HARVEST_DATABASE_URL, --database-url) or HTTP to the
     management API (--base-url or HARVEST_URL, with --token or HARVEST_TOKEN)."""
+    _configure_logging(log_level)
     from harvest.cli.http import HTTP_KEY
     from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY, RootOptions
 
@@ -194,6 +205,32 @@ def main(
     # The configuration is not read here: this callback runs before the subcommand's own
     # arguments are parsed, so `harvest worker --help` would need a valid ./harvest.toml.
     # Each command reads it as it starts (_reads_config_first).
+
+
+class _HarvestWarningsOnly(logging.Handler):
+    """Harvest's own warnings and errors on stderr, as logging's last resort writes them (the
+    message alone); a library's records nowhere. Without it a partial read's one warning line
+    came after psycopg_pool's reconnect attempts to the shard that is down, two lines each."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if (
+            record.name == "harvest" or record.name.startswith("harvest.")
+        ) and logging.lastResort is not None:
+            logging.lastResort.handle(record)
+
+
+def _configure_logging(level: str | None) -> None:
+    """The CLI's logging: ``--log-level`` logs everything at that level on stderr (the worker's
+    format); without it, only Harvest's own warnings reach stderr. A process that configured
+    logging before (a program calling ``main``, a test) keeps its handlers."""
+    if level is not None:
+        from harvest.telemetry.logs import configure_logging
+
+        configure_logging(level)
+        return
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(_HarvestWarningsOnly())
 
 
 def _reads_config_first(command: click.Command) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +27,7 @@ from harvest.cli.output import (
 from harvest.cli.output import sql_api as _sql_api
 from harvest.cli.output import table as _table
 from harvest.cli.shards import _pooled_api, cli_pools, each_shard, emit_merged
+from harvest.cli.workflow import loads_json_option
 from harvest.config import shards_configured
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument
@@ -118,14 +118,12 @@ def _spec_options(cron: str | None, every: str | None, tz: str | None) -> dict[s
 def _input(input_json: str | None) -> list[Any] | None:
     if input_json is None:
         return None
-    try:
-        value = json.loads(input_json)
-    except ValueError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="--input-json") from None
-    return [value]
+    return [loads_json_option(input_json, "input-json")]
 
 
 def _catchup(catchup: bool | None, window: str | None) -> dict[str, Any]:
+    if catchup is False and window is not None:
+        raise click.UsageError("give --no-catchup or --catchup-window, not both (a window turns catch-up on)")
     out: dict[str, Any] = {}
     if catchup is not None:
         out["catchup"] = catchup

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -33,25 +34,46 @@ from harvest.core.payload import redact
 from harvest.db.steps import run_steps
 
 
+def _finite(text: str) -> float:
+    """A JSON number as a float, refused when it is too large for one (``1e999``)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a number")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    """NaN, Infinity and -Infinity, which Python's json reads and JSON does not have."""
+    raise ValueError(f"{name} is not JSON (JSON has no NaN or Infinity)")
+
+
+def loads_json_option(text: str, what: str) -> Any:
+    """The JSON value of option --``what``: strict JSON only, so the value reads the same on
+    every transport (the HTTP client refuses to send NaN or an infinite number; so do the
+    database and the payload codecs); an error names the option."""
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except ValueError as exc:
+        raise InvalidArgument(f"--{what}: not valid JSON ({exc})") from None
+
+
 def read_json_option(inline: str | None, path: str | None, what: str) -> Any:
     """--X-json TEXT or --X-file PATH (- for stdin); a parse error names the option."""
     if inline is not None and path is not None:
         raise InvalidArgument(f"give --{what}-json or --{what}-file, not both")
     text = inline
     if path is not None:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            try:
-                text = Path(path).read_text()
-            except OSError as exc:
-                raise InvalidArgument(f"--{what}-file {path}: {exc.strerror}") from None
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidArgument(f"--{what}-file {path}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument(
+                f"--{what}-file {path}: not UTF-8 text (byte {exc.start}: {exc.reason}); JSON is UTF-8"
+            ) from None
     if text is None:
         return None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InvalidArgument(f"--{what}: not valid JSON ({exc})") from None
+    return loads_json_option(text, what)
 
 
 def _echo(data: Any, output: str) -> None:

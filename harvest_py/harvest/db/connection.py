@@ -22,7 +22,13 @@ from urllib.parse import unquote
 import psycopg
 from psycopg import conninfo
 
-from harvest.core.errors import ConfigError, ConnectionRejected, DatabaseUnavailable, from_database_error
+from harvest.core.errors import (
+    ConfigError,
+    ConnectionRejected,
+    DatabaseUnavailable,
+    InvalidArgument,
+    from_database_error,
+)
 from harvest.db import jsoncodec
 
 DSN_ENV = "HARVEST_DATABASE_URL"
@@ -202,20 +208,26 @@ def connection_error(exc: psycopg.Error, dsn: str) -> ConfigError | DatabaseUnav
     return DatabaseUnavailable(f"cannot connect to database {where}: {reason}")
 
 
-def database_error_message(exc: psycopg.Error) -> tuple[str, int]:
-    """One line and an exit code for a database error: the Harvest exception's, when the
-    SQLSTATE is one of ours, else the server's first line and 1 (the CLI prints it)."""
-    mapped = from_database_error(exc)
-    if mapped is not None:
-        return str(mapped), mapped.exit_code
-    return (exc.diag.message_primary or str(exc)).strip().splitlines()[0], 1
-
-
 def invalid_input(exc: BaseException) -> bool:
     """Whether a database error says the caller's value was invalid: the server's SQLSTATE class
     22 (data exception), or the driver's refusal of a value it cannot send (a NUL in a text
-    value, which never reaches the server). Both are psycopg's DataError."""
+    value, which never reaches the server). Both are psycopg's DataError.
+
+    The one rule for an error the SQL API has no class for: a rejected argument (the CLI's exit
+    2, :func:`database_error_message`; the management API's 400, harvest.web.errors), else
+    exit 1 and a 500."""
     return isinstance(exc, psycopg.DataError) or (getattr(exc, "sqlstate", None) or "").startswith("22")
+
+
+def database_error_message(exc: psycopg.Error) -> tuple[str, int]:
+    """One line and an exit code for a database error: the Harvest exception's, when the
+    SQLSTATE is one of ours, else the server's first line and 2 for a value it refused
+    (:func:`invalid_input`), 1 for anything else (the CLI prints it)."""
+    mapped = from_database_error(exc)
+    if mapped is not None:
+        return str(mapped), mapped.exit_code
+    exit_code = InvalidArgument.exit_code if invalid_input(exc) else 1
+    return (exc.diag.message_primary or str(exc)).strip().splitlines()[0], exit_code
 
 
 def error_line(exc: BaseException) -> str:

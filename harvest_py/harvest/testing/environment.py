@@ -291,14 +291,13 @@ class WorkflowEnvironment:
 
     def sleep(self, duration: Any, *, settle_timeout: float = 10.0) -> None:
         """Move the clock forward by ``duration`` (``"1d"``, seconds, a timedelta) at once, fire
-        what became due, and return once nothing can run any more (or ``settle_timeout``)."""
-        if isinstance(duration, _dt.timedelta):
-            seconds = duration.total_seconds()
-        else:
-            seconds = parse_duration(duration, "duration")
+        what became due, and return once nothing can run any more (or ``settle_timeout``).
+        A timedelta is checked as a number or a string is: a negative one, or one longer than
+        100 years, is an InvalidArgument and the clock stays where it was."""
+        seconds = parse_duration(duration, "duration")
         with self._clock_lock:
             clock = self._require_clock()
-            self._move(clock, _dt.timedelta(seconds=max(0.0, seconds)))
+            self._move(clock, _dt.timedelta(seconds=seconds))
             clock.scan()
         self._wake()
         self.wait_until_idle(settle_timeout)

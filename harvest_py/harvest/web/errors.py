@@ -96,7 +96,8 @@ def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
 
 def database_error_status(exc: BaseException) -> int:
     """The status of a database error the SQL API has no class for: 400 when the value was
-    invalid (the caller's input), else 500. The API and the dashboard both answer by it."""
+    invalid (the caller's input), else 500. The API and the dashboard both answer by it, and the
+    CLI's exit code (2 or 1, harvest.db.connection.database_error_message) by the same rule."""
     return 400 if invalid_input(exc) else 500
 
 
