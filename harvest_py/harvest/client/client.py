@@ -39,6 +39,7 @@ from harvest.core.errors import (
     ExecutionMigrated,
     HarvestError,
     InvalidArgument,
+    NotFound,
     ShardUnavailable,
     TimeoutError_,
     WorkflowCancelled,
@@ -576,8 +577,18 @@ def _unmissed(hub: Any, token: int | None) -> Callable[[], bool]:
     return lambda: token is not None and _listening_since(hub) == token
 
 
+def _refuse_if_closed(client: Any) -> None:
+    """A closed client opens nothing more: a wait after close() would open a LISTEN connection
+    (and, for a Client, its thread) that nothing closes any more."""
+    if client._closed:
+        raise InvalidArgument(f"this {type(client).__name__} is closed: make a new one")
+
+
 def _deadline(timeout: float | None) -> float | None:
-    return None if timeout is None else time.monotonic() + timeout
+    """When a wait of ``timeout`` seconds (None: none) ends. A NaN, a negative or a non-number
+    is an InvalidArgument, as for query() and update(): NaN passed every comparison and waited
+    for good."""
+    return None if timeout is None else time.monotonic() + parse_duration(timeout, "timeout")
 
 
 def _children(merged: Any) -> Children:
@@ -940,8 +951,13 @@ class _Handle:
         """The run's history: as it is on one database; on shards with the row's residence in
         the same statement, so a seal (a run a rebalance moved) is followed."""
         if not self.client._target.sharded:
-            return cast("list[dict[str, Any]]", (yield Sql(sqlapi.get_history, self.execution_id, 0)))
+            events = yield Sql(sqlapi.get_history, self.execution_id, 0)
+            if not events:  # (every run has its WorkflowStarted: none, and it may be no run at all)
+                yield Sql(sqlapi.get_execution, self.execution_id)  # NotFound (HR002), as describe()
+            return cast("list[dict[str, Any]]", events)
         found = yield Sql(sqlapi.get_resident_history, self.execution_id, 0)
+        if not found["residence"].get("found", True):
+            raise NotFound(f"execution {self.execution_id} does not exist")
         routing.resident(found["residence"], True)
         return cast("list[dict[str, Any]]", found["events"])
 
@@ -1004,6 +1020,10 @@ def _handle_of(cls: Any, client: Any, execution_id: Any, workflow: Any, workflow
     if (execution_id is None) == (workflow_id is None):
         raise InvalidArgument("get_handle takes an execution_id or workflow_id=, one of the two")
     if execution_id is not None:
+        try:  # (the database would refuse it with its own error, not one of Harvest's)
+            uuid.UUID(str(execution_id))
+        except ValueError:
+            raise InvalidArgument(f"execution id {execution_id!r} is not a UUID") from None
         return cls(client, execution_id, "", definition)
     if not isinstance(workflow_id, str) or not workflow_id:
         raise InvalidArgument(f"workflow_id must be a non-empty string, got {workflow_id!r}")
@@ -1108,13 +1128,14 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         self._on_current(sqlapi.terminate_workflow, reason)
 
     @_finds_run
-    def signal(self, name: str, payload_value: Any = None) -> None:
-        """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
+    def signal(self, name: str, payload_value: Any = None) -> int:
+        """Deliver a durable signal and return its event id (its SignalReceived's in the run's
+        history); raises WorkflowNotRunning if the run has ended."""
         encoded, offload = self._signal_encoded(name, payload_value)
         if offload is not None:
             encoded = self._at(self.execution_id, offload)
         with self._span("harvest.workflow.signal", "harvest.signal", name):
-            self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
+            return cast(int, self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent()))
 
     @_finds_run
     def cancel(self, reason: str | None = None) -> bool:
@@ -1261,6 +1282,7 @@ class Client:
         # opening a connection each.
         self._hubs: dict[tuple[int, str], ThreadNotificationHub] = {}
         self._hubs_lock = threading.Lock()
+        self._closed = False  # (close() sets it: a wait after it opens no listener)
 
     def _first_connections(self, check_schema: bool) -> None:
         """The first shard that answers (the default first): its identity (a pool's first
@@ -1284,6 +1306,7 @@ class Client:
 
     def close(self) -> None:
         with self._hubs_lock:
+            self._closed = True  # (under the lock: no wait opens a listener after this)
             hubs, self._hubs = list(self._hubs.values()), {}
         for hub in hubs:
             hub.close()
@@ -1300,6 +1323,7 @@ class Client:
         HUB_START_SECS without a connection, or ``within`` if sooner, trying to in the
         background: the waits' own re-reads answer meanwhile)."""
         with self._hubs_lock:
+            _refuse_if_closed(self)
             hub = self._hubs.get((shard, channel))
             if hub is None:
                 hub = ThreadNotificationHub(self._target.dsn_of(shard), channel)
@@ -1635,8 +1659,8 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         await self._on_current(sqlapi.terminate_workflow, reason)
 
     @_afinds_run
-    async def signal(self, name: str, payload_value: Any = None) -> Any:
-        """See :meth:`WorkflowHandle.signal`; returns the signal's event id."""
+    async def signal(self, name: str, payload_value: Any = None) -> int:
+        """See :meth:`WorkflowHandle.signal` (returns the signal's event id)."""
         encoded, offload = self._signal_encoded(name, payload_value)
         if offload is not None:
             encoded = await self._at(self.execution_id, offload)
@@ -1644,7 +1668,9 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
             eager = self.client.eager_worker
             slot = eager.eager_slot() if eager is not None else None
             if eager is None or slot is None:
-                return await self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
+                return cast(
+                    int, await self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
+                )
             handed = None
             try:
                 answer = await self._on_current(
@@ -1653,7 +1679,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
                 handed = answer["handed"]
             finally:
                 eager.run_eager(handed)
-            return answer["event_id"]
+            return cast(int, answer["event_id"])
 
     @_afinds_run
     async def cancel(self, reason: str | None = None) -> bool:
@@ -1837,12 +1863,14 @@ class AsyncClient:
         # each. By default the client's own (opened on first use, closed by close()); the HTTP
         # API gives its process's. None: query and update waits LISTEN on a connection each.
         self._hubs: dict[tuple[int, str], NotificationHub] = {}
+        self._closed = False  # (close() sets it: a wait after it opens no listener)
         self.notifications: Callable[[int, str], Awaitable[Any]] | None = self._own_listener
 
     async def _own_listener(self, shard: int, channel: str, within: float | None = None) -> NotificationHub:
         """This client's LISTEN connection on ``channel`` of ``shard``, listening (or, after
         HUB_START_SECS without a connection, or ``within`` if sooner, trying to in the
         background: the waits' own re-reads answer meanwhile)."""
+        _refuse_if_closed(self)
         hub = self._hubs.get((shard, channel))
         if hub is None:
             hub = self._hubs[(shard, channel)] = NotificationHub(self._target.dsn_of(shard), channel)
@@ -1912,6 +1940,7 @@ class AsyncClient:
         return cls(dsn, pool, limit, codecs=codecs, eager_worker=eager_worker)
 
     async def close(self) -> None:
+        self._closed = True
         hubs, self._hubs = list(self._hubs.values()), {}
         for hub in hubs:
             await hub.close()

@@ -1,0 +1,102 @@
+"""The client surface a developer holds, the same on Client and AsyncClient: a closed client
+opens nothing more, a malformed id or timeout is an InvalidArgument, a run that does not
+exist is NotFound for its history as for describe(), and signal() answers the same on both."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import psycopg
+import pytest
+
+from harvest import App, AsyncClient, Client, workflow
+from harvest.core.errors import InvalidArgument, NotFound
+
+
+@workflow
+async def waiter(ctx) -> str:
+    return await ctx.wait_for_signal("go")
+
+
+APP = App(workflows=[waiter])
+MISSING = "00001a24-0000-4000-8000-000000000000"
+
+
+def _listen_backends(db: str) -> int:
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND query ILIKE 'LISTEN%'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _listen_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("harvest-listen"))
+
+
+def test_a_closed_client_opens_no_listener(db: str) -> None:
+    """A wait after close() opened a LISTEN connection (and a Client its thread) that nothing
+    closed any more, then failed on the closed pool with the pool's own error."""
+    client = Client(db)
+    client.close()
+    threads, backends = _listen_threads(), _listen_backends(db)
+    with pytest.raises(InvalidArgument, match="this Client is closed"):
+        client.execute_workflow(waiter, result_timeout=1)
+    assert (_listen_threads(), _listen_backends(db)) == (threads, backends)
+
+    async def closed_async() -> int:
+        aclient = await AsyncClient.connect(db)
+        await aclient.close()
+        with pytest.raises(InvalidArgument, match="this AsyncClient is closed"):
+            await aclient.execute_workflow(waiter, result_timeout=1)
+        return len(aclient._hubs)
+
+    assert asyncio.run(closed_async()) == 0
+    assert _listen_backends(db) == backends
+
+
+def test_a_malformed_execution_id_or_timeout_is_an_invalid_argument(db: str) -> None:
+    with Client(db) as client:
+        for bad in ("not-a-uuid", ""):
+            with pytest.raises(InvalidArgument, match="is not a UUID"):
+                client.get_handle(bad)
+        handle = client.start_workflow(waiter)
+        for timeout in (float("nan"), -5, "soon"):  # (NaN waited for good)
+            with pytest.raises(InvalidArgument, match="timeout"):
+                handle.result(timeout=timeout)
+
+    async def on_async() -> None:
+        async with await AsyncClient.connect(db) as aclient:
+            with pytest.raises(InvalidArgument, match="is not a UUID"):
+                aclient.get_handle("not-a-uuid")
+            with pytest.raises(InvalidArgument, match="timeout"):
+                await aclient.get_handle(handle.execution_id).result(timeout=float("nan"))
+
+    asyncio.run(on_async())
+
+
+def test_the_history_of_a_run_that_does_not_exist_is_not_found(db: str) -> None:
+    with Client(db) as client:
+        handle = client.get_handle(MISSING)
+        with pytest.raises(NotFound):
+            handle.describe()
+        with pytest.raises(NotFound):
+            handle.history()
+
+
+def test_signal_answers_its_event_id_on_both_clients(db: str) -> None:
+    with Client(db) as client:
+        handle = client.start_workflow(waiter)
+        first = handle.signal("noise", 1)
+
+        async def on_async() -> int:
+            async with await AsyncClient.connect(db) as aclient:
+                return await aclient.get_handle(handle.execution_id).signal("noise", 2)
+
+        second = asyncio.run(on_async())
+        history = handle.history()
+    assert (first, second) == (2, 3)
+    assert [e["event_type"] for e in history if e["event_id"] in (first, second)] == ["SignalReceived"] * 2
