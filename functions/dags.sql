@@ -173,8 +173,29 @@ RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh b
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_dag harvest.dags := harvest._admit_dag_run(p_dag_name);
+    v_dag harvest.dags;
+    v_existing harvest.executions;
 BEGIN
+    -- A trigger retried with its workflow_id gets the run it started, running or finished
+    -- (docs/dags.md): a retry is not a second run, so max_active_runs, which that run itself
+    -- fills, does not refuse it. (A paused DAG still refuses it, HR017, as documented.)
+    IF p_workflow_id IS NOT NULL THEN
+        SELECT e.* INTO v_existing FROM harvest.executions AS e
+        WHERE e.workflow_id = p_workflow_id AND e.workflow_name = p_dag_name
+        ORDER BY (e.status = 'RUNNING') DESC, e.created_at DESC
+        LIMIT 1;
+    END IF;
+    BEGIN
+        v_dag := harvest._admit_dag_run(p_dag_name);
+    EXCEPTION WHEN SQLSTATE 'HR018' THEN
+        IF v_existing.id IS NULL THEN
+            RAISE;
+        END IF;
+    END;
+    IF v_existing.id IS NOT NULL THEN
+        RETURN QUERY SELECT v_existing.id, v_existing.workflow_id, v_existing.status, false;
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT s.execution_id, s.workflow_id, s.status, s.started_fresh
     FROM harvest.start_workflow(p_dag_name, jsonb_build_array(coalesce(p_conf, '{}'::jsonb)), p_workflow_id,

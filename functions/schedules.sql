@@ -380,8 +380,11 @@ DECLARE
     v_id bigint;
     v_started integer := 0;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
-                   WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id IS DISTINCT FROM p_except) THEN
+    -- A paused schedule's buffered slots wait for its resume (docs/schedules.md), whoever asks:
+    -- a trigger or a backfill of it fires its own slot, not these.
+    IF p_schedule.paused OR NOT EXISTS (
+        SELECT 1 FROM harvest.schedule_firings AS f
+        WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id IS DISTINCT FROM p_except) THEN
         RETURN 0;
     END IF;
     PERFORM harvest._lock_schedule_dag(p_schedule);
@@ -433,6 +436,15 @@ BEGIN
         SELECT * INTO v_firing FROM harvest.schedule_firings AS f
         WHERE f.schedule_id = p_schedule.id AND f.slot_at = p_slot;
         RETURN harvest._firing_json(v_firing) || jsonb_build_object('duplicate', true);
+    END IF;
+    -- A paused DAG's slot is skipped before any overlap rule: it starts nothing, so it must not
+    -- end the runs in flight (cancel_other, terminate_other), and its reason is the pause, not
+    -- max_active_runs (docs/dags.md "Pausing"). (_start_firing checks it too, for buffered ones.)
+    IF p_schedule.kind = 'dag' AND EXISTS (SELECT 1 FROM harvest.dags AS d
+                                           WHERE d.dag_name = p_schedule.workflow_name AND d.paused) THEN
+        UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'dag_paused'
+        WHERE f.id = v_id RETURNING * INTO v_firing;
+        RETURN harvest._firing_json(v_firing);
     END IF;
     IF p_overlap = 'allow_all' THEN  -- no limit: nothing to count (buffered ones: start_buffered_firings)
         RETURN harvest._firing_json(harvest._start_firing(p_schedule, v_id));

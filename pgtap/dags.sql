@@ -6,7 +6,7 @@
 -- (runtime/dags.py): an activity whose options carry dag_node, a dag_node marker, a child
 -- whose workflow id is '<run id>/<task>'.
 BEGIN;
-SELECT plan(46);
+SELECT plan(47);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- A DAG of four tasks: a (activity) -> b (skipped), c (child), d (activity).
@@ -61,6 +61,10 @@ SELECT results_eq($$SELECT workflow_name, workflow_id, queue, input, search_attr
                   'trigger_dag() starts the DAG''s workflow on its queue with input [conf]');
 SELECT throws_ok($$SELECT * FROM harvest.trigger_dag('dg_etl')$$, 'HR018', 'dag dg_etl has 1 running run(s), its max_active_runs',
                  'a second run over max_active_runs 1: HR018');
+SELECT results_eq($$SELECT execution_id, workflow_id, status, started_fresh
+                    FROM harvest.trigger_dag('dg_etl', '{"date": "d1"}', 'dg-run')$$,
+                  $$VALUES (pg_temp.run('dg1'), 'dg-run'::text, 'RUNNING'::text, false)$$,
+                  'trigger_dag() retried with its workflow_id at max_active_runs: the run it started, not HR018');
 SELECT throws_ok($$SELECT * FROM harvest.trigger_dag('nope')$$, 'HR002', NULL, 'trigger_dag() of an unknown DAG: HR002');
 SAVEPOINT traced_trigger;
 UPDATE harvest.dags SET max_active_runs = 2 WHERE dag_name = 'dg_etl';

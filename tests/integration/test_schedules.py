@@ -417,3 +417,104 @@ def test_a_worker_declares_its_schedules_and_fires_them(db, start_worker) -> Non
             "SELECT declared, kind FROM harvest.schedules WHERE name = 'secondly'"
         ).fetchone()
         assert declared == (True, "workflow")
+
+
+def test_a_trigger_of_a_paused_schedule_leaves_its_buffered_slot_to_the_resume(clock, db) -> None:
+    """docs/schedules.md: "A paused schedule's buffered slots wait for the resume." A trigger
+    (or a backfill) of the paused schedule fires its own slot and leaves the buffered one (it
+    started it: _fire_slot's _start_buffered did not look at the pause)."""
+    c = clock(dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=dt.UTC))
+    c.call("create_schedule", "pbuf", "wf", interval_secs=60, overlap="buffer_one")
+    c.tick()
+    c.set(dt.datetime(2030, 1, 1, 0, 1, 1, tzinfo=dt.UTC))
+    c.tick()  # 00:01 started
+    c.set(dt.datetime(2030, 1, 1, 0, 2, 1, tzinfo=dt.UTC))
+    c.tick()  # 00:02 buffered
+    assert [s for _, s, _ in c.firings("pbuf")] == ["started", "buffered"]
+    c.call("pause_schedule", "pbuf")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.terminate_workflow(id, 'done') FROM harvest.executions WHERE status = 'RUNNING'"
+        )
+    c.set(dt.datetime(2030, 1, 1, 0, 2, 30, tzinfo=dt.UTC))
+    c.call("trigger_schedule", "pbuf")
+    buffered_slot = dt.datetime(2030, 1, 1, 0, 2, tzinfo=dt.UTC)
+    status = {slot: s for slot, s, _ in c.firings("pbuf")}[buffered_slot]
+    assert status == "buffered", "the paused schedule's buffered slot started before the resume"
+
+
+def _register_dag(api: SqlApi, name: str, max_active_runs: int | None) -> None:
+    api.register_dags(
+        [
+            {
+                "dag_name": name,
+                "queue": "default",
+                "max_active_runs": max_active_runs,
+                "tasks": [
+                    {
+                        "task": "a",
+                        "kind": "activity",
+                        "target": "a",
+                        "upstream": [],
+                        "trigger_rule": "all_success",
+                    }
+                ],
+            }
+        ]
+    )
+
+
+def test_a_paused_dags_schedule_does_not_end_the_runs_in_flight(db: str) -> None:
+    """docs/dags.md, Paused: "Runs in flight go on. ... While the DAG is paused its schedule's
+    slots are skipped, recorded with the reason dag_paused." A DAG schedule under
+    terminate_other (harvest schedule update --overlap terminate_other) terminates the run in
+    flight at the next slot of the paused DAG, and then skips that slot: no run at all."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        _register_dag(SqlApi(conn), "term_dag", 1)
+    c = Clock(db, dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=dt.UTC))
+    try:
+        c.call(
+            "create_schedule", "term_dag", "term_dag", interval_secs=60, kind="dag", overlap="terminate_other"
+        )
+        c.tick()
+        c.set(dt.datetime(2030, 1, 1, 0, 1, 1, tzinfo=dt.UTC))
+        c.tick()  # 00:01 starts a run of the DAG
+        with psycopg.connect(db, autocommit=True) as conn:
+            SqlApi(conn).pause_dag("term_dag")
+        c.set(dt.datetime(2030, 1, 1, 0, 2, 1, tzinfo=dt.UTC))
+        c.tick()  # 00:02 of the paused DAG
+        firings = c.firings("term_dag")
+    finally:
+        c.close()
+    with psycopg.connect(db, autocommit=True) as conn:
+        statuses = [
+            r[0]
+            for r in conn.execute(
+                "SELECT status FROM harvest.executions WHERE workflow_name = 'term_dag' ORDER BY created_at"
+            )
+        ]
+    assert firings[-1][1:] == ("skipped", "dag_paused")
+    assert statuses == ["RUNNING"], f"the run in flight was ended by a slot of the paused DAG: {statuses}"
+
+
+def test_a_paused_dags_slot_is_recorded_dag_paused_even_with_a_run_in_flight(db: str) -> None:
+    """docs/dags.md: "While the DAG is paused its schedule's slots are skipped, recorded with
+    the reason dag_paused". The DAG's own schedule (max_active_runs=1, overlap skip, as
+    Dag.as_schedule makes it) records a slot of the paused DAG as max_active_runs when a run
+    is in flight: _fire_slot decides the overlap before _start_firing looks at the pause."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        _register_dag(SqlApi(conn), "reason_dag", 1)
+    c = Clock(db, dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=dt.UTC))
+    try:
+        c.call("create_schedule", "reason_dag", "reason_dag", interval_secs=60, kind="dag")
+        c.tick()
+        c.set(dt.datetime(2030, 1, 1, 0, 1, 1, tzinfo=dt.UTC))
+        c.tick()
+        with psycopg.connect(db, autocommit=True) as conn:
+            SqlApi(conn).pause_dag("reason_dag")
+        c.set(dt.datetime(2030, 1, 1, 0, 2, 1, tzinfo=dt.UTC))
+        c.tick()
+        firings = c.firings("reason_dag")
+    finally:
+        c.close()
+    assert firings[-1][1:] == ("skipped", "dag_paused"), firings
