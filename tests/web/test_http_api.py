@@ -749,6 +749,10 @@ def test_openapi_lists_every_route_with_its_scope(api) -> None:
         operation = doc["paths"][endpoint.path][endpoint.method.lower()]
         assert operation.get("x-harvest-scope") == endpoint.scope
         assert "default" in operation["responses"]
+        if endpoint.method != "GET":  # (the guards: another site's write, a body not sent as JSON)
+            assert "403" in operation["responses"], endpoint.path
+        if endpoint.body is not None:
+            assert "415" in operation["responses"], endpoint.path
     assert doc["paths"]["/workflows/{name}/start"]["post"]["x-harvest-scope"] == "operate"
     assert doc["paths"]["/admin/preflight"]["get"]["x-harvest-scope"] == "read"  # the spec: a read token
     # The routes mounted beside the declared ones, from their own declarations (openapi.Mounted).

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from harvest.web.routes import Endpoint, Param
+from harvest.web.routes import SAFE_METHODS, Endpoint, Param
 
 if TYPE_CHECKING:
     from harvest.web.principal import Scope
@@ -106,7 +106,14 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
             "required": False,
             "content": {"application/json": {"schema": {**endpoint.body, "additionalProperties": False}}},
         }
-    for status, description in sorted(endpoint.responses.items()):
+    # What the guards in front of every route answer (harvest/web/guards.py), stated once here
+    # rather than on each route: a write another site's page sent, a body not sent as JSON.
+    responses = dict(endpoint.responses)
+    if endpoint.method not in SAFE_METHODS:
+        responses.setdefault(403, "Permission denied, or a write another site's page sent")
+    if endpoint.body is not None:
+        responses.setdefault(415, "A body not sent as Content-Type: application/json")
+    for status, description in sorted(responses.items()):
         if status == 204:
             op["responses"][str(status)] = {"description": description}
         else:
