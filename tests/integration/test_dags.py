@@ -12,6 +12,7 @@ from collections import Counter
 import psycopg
 import pytest
 from click.testing import CliRunner
+from dag_helpers import register_one_task_dag
 
 from harvest import App, RetryPolicy, activity, workflow
 from harvest.cli.main import main
@@ -443,27 +444,6 @@ def test_max_active_runs_holds_under_concurrent_triggers(db: str, start_worker) 
     assert running == 1
 
 
-def _register_one_task(api: SqlApi, name: str, max_active_runs: int | None) -> None:
-    api.register_dags(
-        [
-            {
-                "dag_name": name,
-                "queue": "default",
-                "max_active_runs": max_active_runs,
-                "tasks": [
-                    {
-                        "task": "a",
-                        "kind": "activity",
-                        "target": "a",
-                        "upstream": [],
-                        "trigger_rule": "all_success",
-                    }
-                ],
-            }
-        ]
-    )
-
-
 def test_a_retried_trigger_with_a_workflow_id_returns_the_run_at_max_active_runs(db: str) -> None:
     """docs/dags.md: "with one [--workflow-id], ... an existing run of that id, running or
     finished, is returned (started_fresh false) instead of a new one, so a trigger retried by a
@@ -471,7 +451,7 @@ def test_a_retried_trigger_with_a_workflow_id_returns_the_run_at_max_active_runs
     refused DagRunLimit (HR018) instead: _admit_dag_run counts before start_workflow attaches."""
     with psycopg.connect(db, autocommit=True) as conn:
         api = SqlApi(conn)
-        _register_one_task(api, "idem_dag", 1)
+        register_one_task_dag(api, "idem_dag", 1)
         first = api.trigger_dag("idem_dag", {"d": 1}, workflow_id="etl-2030-01-01")
         assert first["started_fresh"] is True
         again = api.trigger_dag("idem_dag", {"d": 1}, workflow_id="etl-2030-01-01")

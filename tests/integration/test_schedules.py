@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
+from dag_helpers import register_one_task_dag
 
 from harvest import App, Schedule, WorkflowSchedule, workflow
 from harvest.core.errors import InvalidArgument, ScheduleAlreadyExists
@@ -443,34 +444,13 @@ def test_a_trigger_of_a_paused_schedule_leaves_its_buffered_slot_to_the_resume(c
     assert status == "buffered", "the paused schedule's buffered slot started before the resume"
 
 
-def _register_dag(api: SqlApi, name: str, max_active_runs: int | None) -> None:
-    api.register_dags(
-        [
-            {
-                "dag_name": name,
-                "queue": "default",
-                "max_active_runs": max_active_runs,
-                "tasks": [
-                    {
-                        "task": "a",
-                        "kind": "activity",
-                        "target": "a",
-                        "upstream": [],
-                        "trigger_rule": "all_success",
-                    }
-                ],
-            }
-        ]
-    )
-
-
 def test_a_paused_dags_schedule_does_not_end_the_runs_in_flight(db: str) -> None:
     """docs/dags.md, Paused: "Runs in flight go on. ... While the DAG is paused its schedule's
     slots are skipped, recorded with the reason dag_paused." A DAG schedule under
     terminate_other (harvest schedule update --overlap terminate_other) terminates the run in
     flight at the next slot of the paused DAG, and then skips that slot: no run at all."""
     with psycopg.connect(db, autocommit=True) as conn:
-        _register_dag(SqlApi(conn), "term_dag", 1)
+        register_one_task_dag(SqlApi(conn), "term_dag", 1)
     c = Clock(db, dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=dt.UTC))
     try:
         c.call(
@@ -503,7 +483,7 @@ def test_a_paused_dags_slot_is_recorded_dag_paused_even_with_a_run_in_flight(db:
     Dag.as_schedule makes it) records a slot of the paused DAG as max_active_runs when a run
     is in flight: _fire_slot decides the overlap before _start_firing looks at the pause."""
     with psycopg.connect(db, autocommit=True) as conn:
-        _register_dag(SqlApi(conn), "reason_dag", 1)
+        register_one_task_dag(SqlApi(conn), "reason_dag", 1)
     c = Clock(db, dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=dt.UTC))
     try:
         c.call("create_schedule", "reason_dag", "reason_dag", interval_secs=60, kind="dag")
