@@ -625,7 +625,7 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
         raise
     finally:
         worker.release_slots(grant)
-    if outcome["execution_status"] in LIVE_STATUSES and any(c["type"] in _CLOSING for c in commands):
+    if outcome["execution_status"] in LIVE_STATUSES and closing_status(commands, "RUNNING") is not None:
         # The database refused the close: a signal or an update reached the run while this task
         # ran, which the close would have dropped (functions/decide.sql, _apply_decision). Nothing
         # of the decision was written; the run's next task, queued already, replays it with them.
