@@ -1718,10 +1718,7 @@ BEGIN
         FROM (SELECT harvest._payload_refs(d) AS id FROM unnest(v_late) AS d) AS r
         WHERE EXISTS (SELECT 1 FROM harvest.payloads AS p WHERE p.id = r.id);
         IF v_renamed <> '{}'::jsonb THEN
-            INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, erased_at)
-            SELECT (v_renamed ->> p.id::text)::uuid, v_new_id, harvest.now(), p.bytes, p.data, p.erased_at
-            FROM harvest.payloads AS p
-            WHERE p.id IN (SELECT k::uuid FROM jsonb_object_keys(v_renamed) AS k);  -- by the primary key
+            PERFORM harvest._copy_payloads(v_renamed, v_new_id, harvest.now());
         END IF;
         FOR v_i IN 1 .. cardinality(v_late) LOOP
             PERFORM harvest._append_event(v_new_id, 'SignalReceived', harvest._renamed_refs(v_late[v_i], v_renamed));

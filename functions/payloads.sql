@@ -110,6 +110,20 @@ BEGIN
 END;
 $$;
 
+-- Copy offloaded payloads to a run that takes them over (a reset fork, a continue-as-new
+-- successor), so that their first owner's retention or erasure does not take them from it:
+-- p_renamed {old id: new id}, each copy p_owner's, with its size and, if it was erased, that.
+-- By the primary key, one row each. The one copy both takers make (reset.sql, decide.sql).
+CREATE OR REPLACE FUNCTION harvest._copy_payloads(p_renamed jsonb, p_owner uuid, p_now timestamptz)
+RETURNS void
+LANGUAGE sql
+AS $$
+    INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, erased_at)
+    SELECT (p_renamed ->> p.id::text)::uuid, p_owner, p_now, p.bytes, p.data, p.erased_at
+    FROM harvest.payloads AS p
+    WHERE p.id IN (SELECT k::uuid FROM jsonb_object_keys(p_renamed) AS k);
+$$;
+
 -- The offload references anywhere in p_data.
 CREATE OR REPLACE FUNCTION harvest._payload_refs(p_data jsonb)
 RETURNS SETOF uuid

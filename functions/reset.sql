@@ -243,10 +243,7 @@ BEGIN
     SELECT v_fork_id, ev.event_id, ev.event_type, harvest._renamed_refs(ev.event_data, v_renamed), ev.created_at
     FROM harvest.events AS ev
     WHERE ev.execution_id = p_execution_id AND ev.event_id <= p_to_event;
-    INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, erased_at)
-    SELECT (v_renamed ->> p.id::text)::uuid, v_fork_id, v_now, p.bytes, p.data, p.erased_at
-    FROM harvest.payloads AS p
-    WHERE p.id IN (SELECT k::uuid FROM jsonb_object_keys(v_renamed) AS k);  -- by the primary key
+    PERFORM harvest._copy_payloads(v_renamed, v_fork_id, v_now);
     PERFORM harvest._append_event(v_fork_id, 'WorkflowResetFork', jsonb_build_object(
         'source_execution_id', p_execution_id, 'to_event', p_to_event, 'reason', p_reason,
         'operator_id', p_operator_id, 'signal_reapply', p_signal_reapply));

@@ -1,7 +1,7 @@
--- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs,
+-- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold.
 BEGIN;
-SELECT plan(41);
+SELECT plan(43);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -28,6 +28,18 @@ SELECT is(harvest._erase_payload_fields('{"input": [1]}') -> 'input',
 SELECT is(ARRAY(SELECT harvest._payload_refs(
               '{"a": [{"_harvest_ref": "6f1c2b7e-0d2a-4a55-9c0e-1a2b3c4d5e6f"}], "b": {"_harvest_ref": 7}}')),
           ARRAY['6f1c2b7e-0d2a-4a55-9c0e-1a2b3c4d5e6f'::uuid], 'references are found at any depth');
+SELECT pg_temp.start_run('pl_taker', 'pl_wf', 'pl_taker_q');
+CREATE TEMP TABLE pl_taken ON COMMIT DROP AS
+SELECT (harvest.put_payloads(NULL, ARRAY['{"taken": "over"}'::jsonb]))[1] AS id;
+SELECT lives_ok(format($$SELECT harvest._copy_payloads(jsonb_build_object(%L, %L), %L, '2030-01-02 00:00+00')$$,
+                       (SELECT id FROM pl_taken), '00000000-0000-4000-8000-0000000000b1', pg_temp.run('pl_taker')),
+                'setup: _copy_payloads of one payload to a run that takes it over');
+SELECT results_eq($$SELECT execution_id, created_at, bytes, data FROM harvest.payloads
+                    WHERE id = '00000000-0000-4000-8000-0000000000b1'$$,
+                  format($$SELECT %L::uuid, '2030-01-02 00:00+00'::timestamptz, p.bytes, p.data
+                           FROM harvest.payloads AS p WHERE p.id = %L$$,
+                         pg_temp.run('pl_taker'), (SELECT id FROM pl_taken)),
+                  '_copy_payloads(): the copy is the taker''s, under its new id, with the first one''s size and data');
 
 -- A run that completed with an offloaded result and a plain input.
 SELECT pg_temp.start_run('pl_a', 'pl_wf', 'pl_q', '["secret-input"]');
