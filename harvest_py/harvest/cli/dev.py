@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import os
 import shlex
 import socket
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from harvest.core.errors import ConfigError
-from harvest.db.connection import parse_dsn, redact
+from harvest.db.connection import is_local_host, parse_dsn, redact
 from harvest.db.embedded import EmbeddedPostgres, bin_dir
 from harvest.db.migrate import Migrator
 
@@ -30,13 +29,8 @@ def require_local(dsn: str) -> None:
     """`harvest dev` may only touch a database on this machine."""
     host = parse_dsn(dsn, DEV_DSN_ENV).get("host") or "localhost"
     for part in host.split(","):
-        if part.startswith("/") or part == "localhost":
+        if is_local_host(part):
             continue
-        try:
-            if ipaddress.ip_address(part).is_loopback:
-                continue
-        except ValueError:
-            pass
         raise ConfigError(
             f"{DEV_DSN_ENV} points at host {part!r}: harvest dev only runs against a "
             "local database (localhost, 127.0.0.1, ::1 or a socket directory)"

@@ -494,8 +494,9 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
 _tls_warned: set[str] = set()
 
 
-def _is_local(host: str) -> bool:
-    """A unix socket directory, localhost or a loopback address."""
+def is_local_host(host: str) -> bool:
+    """A unix socket directory, localhost or a loopback address (``[::1]`` too): this machine.
+    The one test of it (a DSN's hosts, `harvest dev`'s database, the dev profile's Host)."""
     host = host.strip()
     if not host or host.startswith(("/", "@")) or host.lower() == "localhost":
         return True
@@ -518,7 +519,7 @@ def tls_warning(dsn: str, env: Mapping[str, str] | None = None) -> str | None:
     hosts = cast(
         str, params.get("hostaddr") or params.get("host") or env.get("PGHOSTADDR") or env.get("PGHOST") or ""
     )
-    remote = [h.strip() for h in hosts.split(",") if not _is_local(h)]
+    remote = [h.strip() for h in hosts.split(",") if not is_local_host(h)]
     if not remote:
         return None
     sslmode = params.get("sslmode") or env.get("PGSSLMODE")

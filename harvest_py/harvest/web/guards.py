@@ -5,11 +5,11 @@ larger than they take (read with a cap, never whole), and its JSON. One place fo
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import PayloadTooLarge
+from harvest.db.connection import is_local_host
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -38,18 +38,18 @@ def cross_site(request: Request) -> str | None:
 
 
 def _loopback(host: str) -> bool:
-    """Whether a Host header names this machine by a loopback name or address."""
+    """Whether a Host header names this machine: a loopback name or address, its port aside,
+    or a ``*.localhost`` name (RFC 6761: never resolved elsewhere)."""
     name = host.strip().lower()
     if name.startswith("["):  # [::1]:8080
-        name = name[1 : name.find("]")] if "]" in name else name[1:]
+        name = name[: name.find("]") + 1] if "]" in name else name
     elif name.count(":") == 1:  # localhost:8080, 127.0.0.1:8080
         name = name.rsplit(":", 1)[0]
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    return (
+        bool(name)
+        and not name.startswith(("/", "@"))
+        and (is_local_host(name) or name.endswith(".localhost"))
+    )
 
 
 def foreign_host(request: Request) -> str | None:
