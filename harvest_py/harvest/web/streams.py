@@ -66,6 +66,7 @@ QUEUE_SIZE = 1000  # events a subscriber may fall behind by before it reads from
 # first write this long after the last ask: a revoked or expired token is served no longer.
 RECHECK_SECS = 15.0
 RECHECK_TIMEOUT_SECS = 5.0  # a check not answered by then is made again at the next chance
+_KEEPALIVE = b": keepalive\n\n"  # said after KEEPALIVE_SECS of silence (_while_authorized reads it)
 _RESYNC = object()  # in a subscriber's queue: it fell behind, read from the table
 
 
@@ -312,7 +313,7 @@ _ALL_FIELDS = ("global_id", *_FIELDS, "workflow_name", "workflow_id")
 
 def _sse(event: dict[str, Any] | None, key: str) -> bytes:
     if event is None:
-        return b": keepalive\n\n"
+        return _KEEPALIVE
     # One event goes to every subscriber as the same dict: it is encoded once per stream kind.
     cached: bytes | None = event.get(_ENCODED, {}).get(key)
     if cached is not None:
@@ -636,7 +637,7 @@ def _merged_body(
             async with contextlib.aclosing(merge_streams(streams, positions, keepalive=keepalive)) as merged:
                 async for item in merged:
                     if item is None:
-                        yield b": keepalive\n\n"
+                        yield _KEEPALIVE
                     elif isinstance(item, ShardNote):  # with every shard's position after it
                         yield _note(item.text, item.positions)
                     else:
@@ -646,9 +647,6 @@ def _merged_body(
                 await stream.aclose()
 
     return body()
-
-
-_KEEPALIVE = b": keepalive\n\n"
 
 
 async def _while_authorized(
