@@ -1041,8 +1041,30 @@ def test_events_tail_at_the_default_url_rides_out_its_server_going(monkeypatch: 
             ("ended", b": stream open\nid: 7\n\n" + _sse_event(8, "w2")),
         ]
     )
-    monkeypatch.setattr(output, "DEFAULT_BASE_URL", streams.url)
+    monkeypatch.setattr(output, "default_base_url", lambda port=None: streams.url)
     tail = streams.tail("--limit", "2", base_url=False)
     assert tail.exit_code == 0, tail.stderr
     assert "no database" not in tail.stderr
     assert [line.split()[2] for line in tail.stdout.splitlines()] == ["greet/w1", "greet/w2"]
+
+
+@pytest.mark.parametrize("configured_port", [None, "free"])
+def test_with_nothing_given_the_cli_looks_where_serve_listens(configured_port: str | None) -> None:
+    """`harvest serve` (and `harvest dev`) listened on 8080 while the CLI given nothing looked on
+    3000, so the two defaults never met. Both now take web.port, else 3000."""
+    from harvest.cli.serve import web_address
+
+    port = None
+    if configured_port == "free":
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]  # free once closed: nothing answers there
+    env = {} if port is None else {"HARVEST_WEB__PORT": str(port)}
+    listens = web_address(load_config(env={**env}), None, None)[1]
+    assert listens == (3000 if port is None else port)
+    if port is None:
+        return  # (something on this machine may answer at 3000)
+    result = run("workflow", "list", env=env)
+    assert result.exit_code == 1
+    tried = f"the default http://localhost:{listens}/api/harvest did not answer"
+    assert tried in result.output, result.output

@@ -46,7 +46,7 @@ def require_local(dsn: str) -> None:
     "--host", default=None, help="The management API's interface (default web.host, else 127.0.0.1)."
 )
 @click.option(
-    "--port", default=None, type=click.IntRange(0, 65535), help="Its port (default web.port, else 8080)."
+    "--port", default=None, type=click.IntRange(0, 65535), help="Its port (default web.port, else 3000)."
 )
 @click.option("--no-api", is_flag=True, help="Run the worker only, without the management API.")
 @click.option(

@@ -16,7 +16,8 @@ CLI's two transports"):
 3. ``HARVEST_URL`` in the environment: HTTP for a command that has a route; a command that
    exists only for a DSN (``migrate``, ``worker run``, ``shard rebalance``, ...) keeps its DSN.
 4. A DSN from ``HARVEST_DATABASE_URL`` or the config file: SQL.
-5. Nothing at all: HTTP at the default URL (http://localhost:3000/api/harvest).
+5. Nothing at all: HTTP at the default URL, http://localhost:3000/api/harvest (the port is the
+   config's ``web.port`` when it names one: where ``harvest serve`` and ``harvest dev`` listen).
 
 The token (``--token``/``HARVEST_TOKEN``) is sent as a bearer token and never printed.
 """
@@ -47,8 +48,19 @@ from harvest.shard.fanout import COMPLETE, Merged, sum_versions
 URL_ENV = "HARVEST_URL"
 TOKEN_ENV = "HARVEST_TOKEN"
 TIMEOUT_ENV = "HARVEST_HTTP_TIMEOUT_SECS"
-DEFAULT_BASE_URL = "http://localhost:3000/api/harvest"
+# Where `harvest serve` and `harvest dev` listen by default, and so where the CLI looks when it is
+# given nothing (the spec's http://localhost:3000/api/harvest): one port for both ends.
+DEFAULT_PORT = 3000
+MOUNT = "/api/harvest"
 DEFAULT_TIMEOUT_SECS = 30.0
+
+
+def default_base_url(port: int | None = None) -> str:
+    """The URL the CLI speaks to when nothing names a DSN or a URL: this machine, at the config's
+    ``web.port`` (``port``) if it has one, else the default port."""
+    return f"http://localhost:{DEFAULT_PORT if port is None else port}{MOUNT}"
+
+
 # The spec's longer budgets: an update waited to completion gets its own timeout plus this;
 # a bulk dead-letter write at least BULK_WRITE_SECS; a stream's idle limit at least STREAM_IDLE_SECS.
 UPDATE_MARGIN_SECS = 10.0
@@ -200,7 +212,7 @@ class Http:
             return ConfigError(
                 f"no database or management API given: set {DSN_ENV} (preferred: a command line is "
                 "visible to ps) or database_url in harvest.toml, or pass --database-url; or set "
-                f"{URL_ENV} / --base-url (the default {DEFAULT_BASE_URL} did not answer: {where})"
+                f"{URL_ENV} / --base-url (the default {self.settings.base_url} did not answer: {where})"
             )
         return DatabaseUnavailable(
             f"could not reach the management API at {self.settings.base_url}: {where} "

@@ -21,13 +21,13 @@ import click
 from click.decorators import FC
 
 from harvest.cli.http import (
-    DEFAULT_BASE_URL,
     DEFAULT_TIMEOUT_SECS,
     HTTP_KEY,
     TIMEOUT_ENV,
     TOKEN_ENV,
     URL_ENV,
     HttpSettings,
+    default_base_url,
 )
 from harvest.config import Config, database_url, load_config
 from harvest.core.errors import ConfigError, InvalidArgument
@@ -449,7 +449,8 @@ def selected(database_url: str | None = None) -> HttpSettings | None:
 
     if os.environ.get(DSN_ENV) or cli_config().get("database_url") or _shards(cli_config()):
         return None
-    return HttpSettings(DEFAULT_BASE_URL, _token(options), _timeout(options), implicit=True)
+    url = default_base_url(cli_config().get("web.port"))
+    return HttpSettings(url, _token(options), _timeout(options), implicit=True)
 
 
 def _shards(config: Any) -> bool:

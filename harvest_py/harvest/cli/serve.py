@@ -1,6 +1,7 @@
 """`harvest serve`: the management API on uvicorn, as the ``web`` process role (it claims no
 task and fires no schedule; docs/http-api.md). Host and port: ``--host``/``--port``, else
-``web.host``/``web.port`` (``HARVEST_WEB__HOST``, ``HARVEST_WEB__PORT``), else 127.0.0.1:8080."""
+``web.host``/``web.port`` (``HARVEST_WEB__HOST``, ``HARVEST_WEB__PORT``), else 127.0.0.1:3000
+(where the CLI looks when it is given nothing)."""
 
 from __future__ import annotations
 
@@ -15,20 +16,19 @@ from typing import Any
 
 import click
 
+from harvest.cli.http import DEFAULT_PORT, MOUNT
 from harvest.cli.output import cli_config, database_url_option
 from harvest.core.errors import HarvestError
 from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
-MOUNT = "/api/harvest"
 # How long a stopping server waits for requests in flight before it cuts them (a long-poll client
 # polls again, on another replica).
 GRACE_SECS = 5
 
 
 def web_address(config: Any, host: str | None, port: int | None) -> tuple[str, int]:
-    """The flag, else the config's web.host / web.port, else 127.0.0.1:8080."""
+    """The flag, else the config's web.host / web.port, else 127.0.0.1:3000."""
     return (
         host or config.get("web.host") or DEFAULT_HOST,
         port if port is not None else config.get("web.port", DEFAULT_PORT),
