@@ -332,3 +332,45 @@ def test_counts_add_up_per_group_and_name_the_missing_shard() -> None:
     ]
     assert (merged.status, merged.unavailable_shards) == ("partial", [2])
     assert merged.envelope("dead_letters")["unavailable_shards"] == [2]
+
+
+class ChildrenShard:
+    """list_children_of as the SQL answers it: each shard's own rows of the ids' children."""
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        self.rows = rows
+
+    def list_children_of(self, ids: list[str]) -> list[dict[str, Any]]:
+        return [r for r in self.rows if str(r["parent_id"]) in ids]
+
+
+@pytest.mark.parametrize("shards_answer", ["seal_first", "home_first"])
+def test_a_moved_child_is_listed_where_it_lives_whatever_shard_answers_first(shards_answer: str) -> None:
+    """A child moved from shard 0 to shard 1 has a MIGRATED seal on 0 and its live row on 1. The
+    children read kept the row of whichever shard it met first, so a moved child was listed as
+    MIGRATED on its old shard (its live status hidden) and its tree node was the seal."""
+    parent, child, grandchild = (str(uuid.UUID(int=n)) for n in (1, 2, 3))
+
+    def row(ident: str, parent_id: str, status: str, minute: int) -> dict[str, Any]:
+        return {
+            "execution_id": ident,
+            "parent_id": parent_id,
+            "workflow_name": "w",
+            "status": status,
+            "created_at": T0 + timedelta(minutes=minute),
+        }
+
+    seal = ChildrenShard([row(child, parent, "MIGRATED", 1)])
+    home = ChildrenShard([row(child, parent, "RUNNING", 1), row(grandchild, child, "COMPLETED", 2)])
+    order = [seal, home] if shards_answer == "seal_first" else [home, seal]
+    reads = ShardReads(dict(enumerate(order)))
+    listed = reads.list_children(parent, depth=2)
+    assert [(r["execution_id"], r["status"], r["depth"]) for r in listed.value] == [
+        (grandchild, "COMPLETED", 2),
+        (child, "RUNNING", 1),
+    ]
+    assert [r["execution_id"] for r in reads.list_children(parent, "migrated").value] == []
+    tree = reads.list_tree(parent).value
+    assert [(n["status"], [g["execution_id"] for g in n["children"]]) for n in tree["children"]] == [
+        ("RUNNING", [grandchild])
+    ]

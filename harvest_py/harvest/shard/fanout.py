@@ -800,11 +800,16 @@ def get_worker_health() -> Plan:
 
 
 # -- children and the tree -----------------------------------------------------------------------
+# Which of a moved run's rows says where it is: any status but these (the run lives there), then
+# the staged copy (between the cutover and its activation), last the source's seal.
+_HOME_RANK = {"MIGRATING": 1, "MIGRATED": 2}
+
+
 def _check_children_args(status: str | None, depth: int) -> str | None:
-    if status is not None and status.upper() not in EXECUTION_STATUSES:
+    if status is not None and status.upper() not in (*EXECUTION_STATUSES, *_HOME_RANK):
         raise InvalidArgument(
             f'unknown status "{status}": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, '
-            "TIMED_OUT or CONTINUED_AS_NEW"
+            "TIMED_OUT, CONTINUED_AS_NEW, MIGRATING or MIGRATED"
         )
     if not isinstance(depth, int) or not 1 <= depth <= 100:
         raise InvalidArgument(f"depth {depth} is out of range 1..100")
@@ -816,10 +821,13 @@ def _descendants(
 ) -> Generator[Step, FanOut[Any], tuple[list[dict[str, Any]], set[int], int]]:
     """Breadth first: each level asks every shard for the children of the whole level before
     (a child may live on any shard), so a tree of depth d costs d rounds of one query per shard.
+    A run that moved has a row on each shard it passed through: its home's row is kept (a live
+    row over the staged copy over the seal, _HOME_RANK), whatever order the shards answered in.
     Returns (rows with shard_id and depth, the shards unavailable in some round, shards asked)."""
     frontier = [str(execution_id)]
     seen = set(frontier)
     found: list[dict[str, Any]] = []
+    at: dict[str, int] = {}  # execution id -> its row's index in found
     unavailable: set[int] = set()
     answered: set[int] = set()
     for level in range(1, depth + 1):
@@ -830,9 +838,14 @@ def _descendants(
         frontier = []
         for row in _tagged(fan):
             child = str(row["execution_id"])
+            if child in at:  # a moved run: its seal and its copy, each on its shard
+                if _HOME_RANK.get(row["status"], 0) < _HOME_RANK.get(found[at[child]]["status"], 0):
+                    found[at[child]] = {**row, "depth": found[at[child]]["depth"]}
+                continue
             if child in seen:
                 continue
             seen.add(child)
+            at[child] = len(found)
             found.append({**row, "depth": level})
             frontier.append(child)
         if not frontier:
