@@ -261,6 +261,19 @@ AS $$
     ) END;
 $$;
 
+-- The workflow names a firing's runs go by: the schedule's, and the one its run was started
+-- under, which update_schedule may have changed since. Those runs still count against
+-- max_active_runs, give way to overlap cancel_other and show in get_schedule.
+CREATE OR REPLACE FUNCTION harvest._firing_workflow_names(
+    p_schedule harvest.schedules, p_firing harvest.schedule_firings
+)
+RETURNS text[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT ARRAY[p_schedule.workflow_name,
+                 (SELECT e.workflow_name FROM harvest.executions AS e WHERE e.id = p_firing.execution_id)];
+$$;
+
 -- Whether a started firing's run is live: RUNNING or PAUSED, or its start still
 -- deferred by a throttle, debounce or batch (pending_starts: a run to come).
 CREATE OR REPLACE FUNCTION harvest._firing_live(p_schedule harvest.schedules, p_firing harvest.schedule_firings)
@@ -268,7 +281,8 @@ RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
     SELECT EXISTS (SELECT 1 FROM harvest.executions AS e
-                   WHERE e.workflow_name = p_schedule.workflow_name AND e.workflow_id = p_firing.workflow_id
+                   WHERE e.workflow_name = ANY (harvest._firing_workflow_names(p_schedule, p_firing))
+                     AND e.workflow_id = p_firing.workflow_id
                      AND e.status IN ('RUNNING', 'PAUSED'))
         OR (p_firing.reason = 'deferred'
             AND EXISTS (SELECT 1 FROM harvest.pending_starts AS p
@@ -471,13 +485,18 @@ BEGIN
         WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id <> v_id;
         -- The live runs _schedule_active_runs counts: a DAG's schedule, every live run of the DAG.
         FOR v_run IN
-            SELECT e.id FROM harvest.executions AS e
-            WHERE e.workflow_name = p_schedule.workflow_name AND e.status IN ('RUNNING', 'PAUSED')
-              AND (p_schedule.kind = 'dag'
-                   OR EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
-                              WHERE f.schedule_id = p_schedule.id AND f.status = 'started'
-                                AND f.workflow_id = e.workflow_id))
-            ORDER BY e.created_at
+            SELECT e.id, e.created_at FROM harvest.executions AS e
+            WHERE p_schedule.kind = 'dag'
+              AND e.workflow_name = p_schedule.workflow_name AND e.status IN ('RUNNING', 'PAUSED')
+            UNION
+            SELECT e.id, e.created_at
+            FROM harvest.schedule_firings AS f
+            INNER JOIN harvest.executions AS e
+                ON e.workflow_id = f.workflow_id
+                AND e.workflow_name = ANY (harvest._firing_workflow_names(p_schedule, f))
+            WHERE p_schedule.kind <> 'dag' AND f.schedule_id = p_schedule.id AND f.status = 'started'
+              AND e.status IN ('RUNNING', 'PAUSED')
+            ORDER BY created_at
         LOOP
             IF p_overlap = 'cancel_other' THEN
                 PERFORM harvest.cancel_workflow(v_run.id, 'schedule ' || p_schedule.name || ': a newer slot ('
@@ -801,7 +820,8 @@ BEGIN
             SELECT jsonb_agg(x.j ORDER BY x.slot_at DESC) FROM (
                 SELECT f.slot_at, harvest._firing_json(f) || jsonb_build_object('run_status', (
                     SELECT e.status FROM harvest.executions AS e
-                    WHERE e.workflow_name = v_schedule.workflow_name AND e.workflow_id = f.workflow_id
+                    WHERE e.workflow_name = ANY (harvest._firing_workflow_names(v_schedule, f))
+                      AND e.workflow_id = f.workflow_id
                     ORDER BY e.created_at DESC LIMIT 1)) AS j
                 FROM harvest.schedule_firings AS f WHERE f.schedule_id = v_schedule.id
                 ORDER BY f.slot_at DESC LIMIT v_limit) AS x), '[]'::jsonb),

@@ -8,9 +8,10 @@
 -- declare), harvest._schedule_json, harvest._lock_schedule (HR002), harvest._fire_slot,
 -- harvest._start_firing, harvest._start_buffered, harvest._schedule_active_runs,
 -- harvest._lock_schedule_dag (a DAG schedule's firing holds the DAG's row), harvest._firing_live,
+-- harvest._firing_workflow_names,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(84);
+SELECT plan(89);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -198,6 +199,29 @@ SELECT is((SELECT string_agg(status, ',' ORDER BY workflow_id) FROM harvest.exec
           'terminate_other: only the newest run is live');
 SELECT is(pg_temp.firing_statuses('ov_allow_all'), '00:00=started 00:01=started 00:02=started',
           'allow_all: every slot starts');
+
+-- A schedule pointed at another workflow: the runs it started under the old name still count
+-- (harvest._firing_workflow_names), for max_active_runs, cancel_other and get_schedule.
+SELECT harvest.create_schedule('rn_' || p, 'rn_old_wf', p_interval_secs => 60, p_overlap => p,
+                              p_catchup_window_secs => 600)
+FROM unnest(ARRAY['skip', 'cancel_other']) AS p;
+UPDATE harvest.schedules SET next_fire_at = '2030-01-02 00:00:00+00', next_due_at = '2030-01-02 00:00:00+00'
+WHERE name LIKE 'rn\_%';
+SELECT pg_temp.tick(name, '{2030-01-02 00:00:00+00}', '2030-01-02 00:01:00+00')
+FROM harvest.schedules WHERE name LIKE 'rn\_%';
+SELECT harvest.update_schedule(name, '{"workflow_name": "rn_new_wf"}') FROM harvest.schedules WHERE name LIKE 'rn\_%';
+SELECT is(harvest._firing_workflow_names(s, f), ARRAY['rn_new_wf', 'rn_old_wf'],
+          '_firing_workflow_names(): the schedule''s workflow and the one its run was started under')
+FROM harvest.schedules AS s JOIN harvest.schedule_firings AS f ON f.schedule_id = s.id WHERE s.name = 'rn_skip';
+SELECT is((harvest.get_schedule('rn_skip') -> 'firings' -> 0 ->> 'run_status'), 'RUNNING',
+          'get_schedule(): a firing''s run started under the old name shows its status');
+SELECT pg_temp.tick(name, '{2030-01-02 00:01:00+00}', '2030-01-02 00:02:00+00')
+FROM harvest.schedules WHERE name LIKE 'rn\_%';
+SELECT is(pg_temp.firing_statuses('rn_skip'), '00:00=started 00:01=skipped/max_active_runs',
+          'a run of the old workflow name still counts against max_active_runs');
+SELECT is((harvest.get_schedule('rn_skip') ->> 'active_runs')::integer, 1, 'and in active_runs');
+SELECT is((SELECT bool_and(cancel_requested) FROM harvest.executions WHERE workflow_id LIKE 'sched:rn_cancel_other:%'),
+          true, 'cancel_other: a live run of the old workflow name is asked to cancel');
 
 -- ---------------------------------------------------------------- trigger_schedule
 SET LOCAL harvest.fake_now = '2030-01-02 00:02:30+00';
