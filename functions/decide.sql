@@ -1613,7 +1613,7 @@ BEGIN
         RETURN;
     END IF;
     BEGIN
-        SELECT s.execution_id INTO v_child_id FROM harvest.start_workflow(
+        SELECT s.execution_id INTO v_child_id FROM harvest._start_workflow(
             p_workflow_name => v_name, p_input => coalesce(p_command -> 'input', '[]'::jsonb),
             p_workflow_id => v_workflow_id,
             p_queue => coalesce(p_command ->> 'task_queue', p_parent.queue),
@@ -1678,7 +1678,7 @@ DECLARE
     v_renamed jsonb;  -- {their offloaded payload's id: the successor's copy's}
 BEGIN
     PERFORM harvest._close_execution(p_execution.id, 'CONTINUED_AS_NEW', NULL, NULL);
-    SELECT s.execution_id INTO v_new_id FROM harvest.start_workflow(
+    SELECT s.execution_id INTO v_new_id FROM harvest._start_workflow(
         p_workflow_name => p_execution.workflow_name, p_input => p_input,
         p_workflow_id => p_execution.workflow_id, p_queue => p_execution.queue,
         p_reuse_policy => 'terminate_if_running', p_search_attributes => p_execution.search_attributes,

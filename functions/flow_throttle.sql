@@ -25,7 +25,7 @@
 -- there is no running execution to resolve a conflict against at admission.
 -- Children and continue-as-new successors are never deferred (their caller needs
 -- the execution in the same transaction), nor is a released start itself
--- (start_workflow p_flow_gates => false).
+-- (_start_workflow p_flow_gates => false).
 --
 -- Serialisation: every admission and release of one (workflow, key) takes
 -- pg_advisory_xact_lock(hashtext('harvest.start_gate:' || workflow || ':' || key)),
@@ -212,7 +212,7 @@ DECLARE
 BEGIN
     DELETE FROM harvest.pending_starts AS p WHERE p.id = p_row.id;
     SELECT s.execution_id, s.workflow_id, s.status, s.started_fresh INTO v_started
-    FROM harvest.start_workflow(
+    FROM harvest._start_workflow(
         p_workflow_name => p_row.workflow_name,
         p_input => CASE WHEN p_row.kind = 'batch' THEN jsonb_build_array(p_row.input) ELSE p_row.input END,
         p_workflow_id => p_row.workflow_id, p_queue => p_row.queue,

@@ -146,8 +146,8 @@ $$;
 -- reuse_policy terminate_if_running with conflict_policy unspecified; whether a
 -- run is live right now does not matter (42501). Checked before anything is written.
 -- The engine's own starts are exempt: a continue-as-new successor and a released
--- deferred start (p_flow_gates => false) run in a worker's session, and a
--- deferred start passed this check when it was deferred.
+-- deferred start (_start_workflow's p_flow_gates => false, which no client can pass)
+-- run in a worker's session, and a deferred start passed this check when it was deferred.
 CREATE OR REPLACE FUNCTION harvest._start_check_admin(
     p_reuse_policy text, p_conflict_policy text, p_flow_gates boolean
 )
@@ -675,8 +675,14 @@ $$;
 -- the admin check, the ranges and the registration are checked; a throttle,
 -- debounce or batch may defer the start; a prior run of the key is attached to,
 -- rejected or replaced; the quota and concurrency keys are resolved; the run is
--- inserted.
-CREATE OR REPLACE FUNCTION harvest.start_workflow(
+-- inserted. The engine's own starts call it directly: a child (p_parent_id), a
+-- continue-as-new successor and a released deferred start (p_flow_gates false, as
+-- they passed the gates already). A client's start goes through start_workflow, which
+-- passes neither: a client naming a parent would graft its run onto another's history
+-- (the child's close appends a ChildWorkflow* event to the parent), and one skipping
+-- the gates would jump a throttle (and, in the worker's and client's usual login,
+-- pass for the engine's continue-as-new in _start_check_admin).
+CREATE OR REPLACE FUNCTION harvest._start_workflow(
     p_workflow_name text,
     p_input jsonb DEFAULT '[]'::jsonb,
     p_workflow_id text DEFAULT NULL,
@@ -758,16 +764,45 @@ BEGIN
     RETURN QUERY SELECT v_id, v_workflow_id, 'RUNNING'::text, true;
 END;
 $$;
+
+-- A client's start (the Python Client, the CLI, the HTTP API, psql): _start_workflow with
+-- no parent and every gate.
+CREATE OR REPLACE FUNCTION harvest.start_workflow(
+    p_workflow_name text,
+    p_input jsonb DEFAULT '[]'::jsonb,
+    p_workflow_id text DEFAULT NULL,
+    p_queue text DEFAULT 'default',
+    p_reuse_policy text DEFAULT 'allow_duplicate',
+    p_conflict_policy text DEFAULT 'unspecified',
+    p_search_attributes jsonb DEFAULT '{}'::jsonb,
+    p_priority integer DEFAULT 0,
+    -- NULL: this database's shard; another shard's number is refused (HR011).
+    p_shard integer DEFAULT NULL,
+    p_execution_timeout_secs double precision DEFAULT NULL,
+    p_run_timeout_secs double precision DEFAULT NULL,
+    -- The W3C traceparent of the starting span: the run's spans continue its trace.
+    p_traceparent text DEFAULT NULL
+)
+RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
+LANGUAGE sql
+AS $$
+    SELECT * FROM harvest._start_workflow(
+        p_workflow_name => p_workflow_name, p_input => p_input, p_workflow_id => p_workflow_id,
+        p_queue => p_queue, p_reuse_policy => p_reuse_policy, p_conflict_policy => p_conflict_policy,
+        p_search_attributes => p_search_attributes, p_priority => p_priority, p_parent_id => NULL,
+        p_shard => p_shard, p_execution_timeout_secs => p_execution_timeout_secs,
+        p_run_timeout_secs => p_run_timeout_secs, p_flow_gates => true, p_traceparent => p_traceparent);
+$$;
 COMMENT ON FUNCTION harvest.start_workflow(
-    text, jsonb, text, text, text, text, jsonb, integer, uuid, integer, double precision, double precision, boolean, text
+    text, jsonb, text, text, text, text, jsonb, integer, integer, double precision, double precision, text
 ) IS
 'Start a workflow run: the execution, its WorkflowStarted event and first workflow task, after the reuse and conflict '
 'policies resolve any prior run of (workflow_name, workflow_id) and the flow policy''s gates admit it; returns '
 'execution_id, workflow_id, status (RUNNING, a prior''s, or DEFERRED) and started_fresh; the id is minted for this '
 'database''s shard, and a p_shard naming another is refused with HR011; p_traceparent (a W3C traceparent, HR001 when '
 'malformed) puts the run''s spans in the caller''s trace. Called by clients (Python '
-'Client, CLI, psql; role harvest_operator, and harvest_admin for a policy that can terminate a live run) and by '
-'the engine for children and continue-as-new.';
+'Client, CLI, psql; role harvest_operator, and harvest_admin for a policy that can terminate a live run); the '
+'engine''s own starts (children, continue-as-new, released deferred starts) go through harvest._start_workflow.';
 
 -- A client's group commit of starts: each element of p_starts (a JSON array of
 -- objects with start_workflow's arguments, without the p_ prefix; "shard" is

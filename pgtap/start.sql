@@ -1,7 +1,8 @@
--- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
--- event and task, argument checks, and every reuse_policy x conflict_policy cell.
+-- functions/start.sql: harvest.start_workflow (the engine's own harvest._start_workflow, and
+-- start_workflows, the batch) — minted ids, shards, the first event and task, argument checks,
+-- and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(192);
+SELECT plan(194);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -52,13 +53,13 @@ SELECT results_eq($$SELECT execution_timeout_at, timeout_at FROM harvest.executi
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_shard => 513)$$, 'HR011',
                  'start addressed to shard 513 reached shard 0', 'p_shard => 513 on shard 0: HR011 (WrongShard)');
 CREATE TEMP TABLE child ON COMMIT DROP AS
-SELECT * FROM harvest.start_workflow('start_child', p_parent_id => (SELECT execution_id FROM minted));
+SELECT * FROM harvest._start_workflow('start_child', p_parent_id => (SELECT execution_id FROM minted));
 SELECT is((SELECT parent_id FROM harvest.executions WHERE id = (SELECT execution_id FROM child)),
           (SELECT execution_id FROM minted), 'p_parent_id is stored on the child');
 SELECT is((SELECT event_data ->> 'parent_id' FROM harvest.events WHERE execution_id = (SELECT execution_id FROM child)),
           (SELECT execution_id::text FROM minted), 'WorkflowStarted carries the parent_id');
 CREATE TEMP TABLE grandchild ON COMMIT DROP AS
-SELECT * FROM harvest.start_workflow('start_grandchild', p_parent_id => (SELECT execution_id FROM child));
+SELECT * FROM harvest._start_workflow('start_grandchild', p_parent_id => (SELECT execution_id FROM child));
 SELECT is((SELECT string_agg(e.event_data ->> 'trace_root', ',' ORDER BY e.execution_id = (SELECT execution_id FROM child) DESC)
            FROM harvest.events AS e
            WHERE e.event_id = 1 AND e.execution_id IN ((SELECT execution_id FROM child), (SELECT execution_id FROM grandchild))),
@@ -369,7 +370,7 @@ SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "re
                  'HR010', NULL, 'start_workflows() refuses it too');
 SELECT lives_ok($$SELECT * FROM harvest.start_workflow('reg_known', '[]', 'r-3', 'reg_elsewhere')$$,
                 'the check is per queue: another queue with no registration takes it');
-SELECT lives_ok($$SELECT * FROM harvest.start_workflow('reg_typo', '[]', 'r-4', 'reg_q', p_flow_gates => false)$$,
+SELECT lives_ok($$SELECT * FROM harvest._start_workflow('reg_typo', '[]', 'r-4', 'reg_q', p_flow_gates => false)$$,
                 'a released deferred start or a continue-as-new successor (p_flow_gates false) is not checked again');
 SELECT throws_ok($$SELECT harvest._refuse_unregistered('reg_x', 'reg_none')$$, 'HR010',
                  'workflow "reg_x" is not registered on queue "reg_none" (registered there: none)',
@@ -413,7 +414,14 @@ SELECT throws_ok($$SELECT * FROM harvest.start_workflow('guard', '[]', 'g-new', 
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('guard', '[]', 'g1', 'guard_q',
                                                        p_conflict_policy => 'terminate_existing',
                                                        p_flow_gates => false)$$,
-                 '42501', NULL, 'p_flow_gates => false is no way around it for an operator');
+                 '42883', NULL, 'a client''s start takes no p_flow_gates: it cannot pass for the engine''s own');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('guard_child', '[]', 'gc1', 'guard_q',
+                                                       p_parent_id => (SELECT execution_id FROM live))$$,
+                 '42883', NULL, '... nor a p_parent_id: it cannot graft a run onto another''s history');
+SELECT throws_ok($$SELECT * FROM harvest._start_workflow('guard', '[]', 'g1', 'guard_q',
+                                                        p_conflict_policy => 'terminate_existing',
+                                                        p_flow_gates => false)$$,
+                 '42501', NULL, 'and the engine''s _start_workflow is no role''s to call');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflows(
                      '[{"workflow_name": "guard", "workflow_id": "g1", "conflict_policy": "terminate_existing"}]')$$,
                  '42501', NULL, 'start_workflows(): the same refusal');

@@ -286,6 +286,65 @@ def test_a_start_that_can_terminate_a_live_run_needs_admin(login, db: str) -> No
         )
 
 
+def _attempt(dsn: str, sql: str, params: tuple) -> str:
+    """Run ``sql`` in a session of its own: "ok", or the SQLSTATE it was refused with."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            conn.execute(sql, params).fetchall()
+        except psycopg.Error as exc:
+            return exc.sqlstate or "error"
+    return "ok"
+
+
+def test_a_client_start_cannot_pass_for_the_engines_own(login, pg_server, db: str) -> None:
+    """A parent run and "skip the gates" belong to the engine's own starts (a child, a
+    continue-as-new successor, a released deferred start), never to a client's: an operator
+    cannot graft a run onto another's history as its child (the child's close appends a
+    ChildWorkflow* event to it), nor jump a start throttle, and the worker's and client's
+    usual login (operator and worker) cannot terminate a live run as the engine's
+    continue-as-new does."""
+    with psycopg.connect(db, autocommit=True) as owner:
+        owner.execute(
+            "SELECT harvest.declare_flow_policies(%s)",
+            (Jsonb({"workflows": {"paced": {"throttle": {"rps": 0.001, "burst": 1, "key": None}}}}),),
+        )
+        victim = start(owner, "victim", "victim-1")
+        live = start(owner, "wf", "live-1")
+        start(owner, "paced", "paced-0", queue="paced_q")  # takes the throttle's only token
+    operator = login("harvest_operator")
+    app_login = login("harvest_operator")
+    user = conninfo.conninfo_to_dict(app_login)["user"]
+    with pg_server.admin() as admin:
+        admin.execute(f'GRANT harvest_worker TO "{user}"')
+    graft = "SELECT * FROM harvest.start_workflow('forger', '[]', 'forged-1', p_parent_id => %s)"
+    jump = "SELECT * FROM harvest.start_workflow('paced', '[]', %s, 'paced_q', p_flow_gates => false)"
+    terminate = (
+        "SELECT * FROM harvest.start_workflow('wf', '[]', 'live-1',"
+        " p_conflict_policy => 'terminate_existing', p_flow_gates => false)"
+    )
+    assert _attempt(operator, graft, (victim,)) != "ok"
+    assert _attempt(operator, jump, ("paced-1",)) != "ok"
+    assert _attempt(app_login, jump, ("paced-2",)) != "ok"
+    assert _attempt(app_login, terminate, ()) != "ok"
+    with psycopg.connect(db, autocommit=True) as owner:
+        owner.execute(
+            "SELECT harvest.terminate_workflow(id) FROM harvest.executions WHERE workflow_id = 'forged-1'"
+        )
+        owner.execute("SELECT harvest.deliver_relays(10)")
+        assert [
+            r[0]
+            for r in owner.execute(
+                "SELECT event_type FROM harvest.events WHERE execution_id = %s ORDER BY event_id", (victim,)
+            )
+        ] == ["WorkflowStarted"]
+        assert owner.execute(
+            "SELECT workflow_id, status FROM harvest.executions WHERE workflow_name IN ('paced', 'wf')"
+            " ORDER BY workflow_id"
+        ).fetchall() == [("live-1", "RUNNING"), ("paced-0", "RUNNING")]
+        kept = owner.execute("SELECT id::text FROM harvest.executions WHERE workflow_id = 'live-1'")
+        assert kept.fetchall() == [(live,)]
+
+
 def test_a_worker_login_continues_as_new(login, db: str) -> None:
     """The engine's own start of a continue-as-new successor (terminate_if_running) is not an
     operator's terminate: a worker login that is no admin still runs it."""

@@ -26,5 +26,9 @@ FORMS = [
     ),
     ("kv-stray-keyword", "host=127.0.0.1 password=Kw99Secret port", ["Kw99Secret"]),
     ("kv-bad-percent-like", "host=127.0.0.1 port=abc password=Pc%zz99", ["Pc%zz99"]),
+    # sslpassword: the passphrase of the client's key (sslkey), as secret as the password.
+    ("ssl-query-param-bad-uri", "postgresql://u@[::1/db?sslpassword=KeyPass77", ["KeyPass77"]),
+    ("ssl-query-bad-percent", "postgresql://u@127.0.0.1:1/db?sslpassword=Key%zzPass78", ["Key%zzPass78"]),
+    ("ssl-kv-space", "host=127.0.0.1 sslpassword=Swordfish8 Tail8Secret", ["Swordfish8", "Tail8Secret"]),
 ]
 IDS = [form[0] for form in FORMS]

@@ -441,6 +441,20 @@ def test_a_request_that_gets_no_answer_times_out() -> None:
     assert bad.exit_code == 2 and "1..3600" in bad.stderr
 
 
+def test_an_unreachable_base_url_is_named_without_its_password() -> None:
+    """A base URL may carry HTTP credentials (``https://user:password@proxy/...``, which httpx
+    sends as basic auth); the error line that names the URL it could not reach masks the
+    password whatever it holds (a space, a quote), as a DSN's is masked."""
+    for password in ("Two Words77", "Quote'77x"):
+        url = f"http://ops:{password}@127.0.0.1:1/api/harvest"
+        for answer in (
+            run("--base-url", url, "workflow", "list"),
+            run("dlq", "list", env={"HARVEST_URL": url}),
+        ):
+            assert answer.exit_code == 1 and "could not reach" in answer.stderr, answer.stderr
+            assert "77" not in answer.stderr, answer.stderr
+
+
 def test_transport_choice(db: str) -> None:
     both_given = run("--base-url", BASE, "workflow", "list", "--database-url", db)
     assert both_given.exit_code == 2 and "not both" in both_given.stderr

@@ -80,6 +80,9 @@ def scrub(text: str) -> str:
     for token in tokens:
         if token and len(token) >= 4:
             text = text.replace(token, "***")
+    # The management API's URL may carry HTTP credentials (user:password@, sent as basic auth):
+    # its password goes as a DSN's does, whatever it holds (a space, a quote).
+    text = redact(text, getattr(options, "base_url", None) or os.environ.get("HARVEST_URL"))
     return redact(text)
 
 

@@ -77,12 +77,15 @@ def describe_dsn(dsn: str) -> str:
 
 # -- redaction -----------------------------------------------------------------------------
 
+# The DSN's secrets: the password, and sslpassword (the passphrase of the client's key,
+# sslkey), in every spelling below.
+_SECRET_KEYS = ("password", "sslpassword")
 # Generic shapes, for text that quotes a DSN we were not handed: URI userinfo (greedy up
-# to the last "@", a raw "@" may sit in the password), a ?password= parameter, a
-# password= keyword with a quoted or bare value.
+# to the last "@", a raw "@" may sit in the password), a ?password= (or ?sslpassword=)
+# parameter, a password= (or sslpassword=) keyword with a quoted or bare value.
 _URI_USERINFO = re.compile(r"([a-z][a-z0-9+.-]*://[^\s:/@\"']*:)[^\s\"']*@", re.IGNORECASE)
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&\s\"']*", re.IGNORECASE)
-_KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s\"'&]+)", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&\s\"']*", re.IGNORECASE)
+_KEYWORD_PASSWORD = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s\"'&]+)", re.IGNORECASE)
 _QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
 _PIECE_CUTS = re.compile(r"[\s@/:?#&=]+")
 # A secret this short would match inside ordinary words: replaced only as a whole token.
@@ -90,9 +93,9 @@ _SHORT_SECRET = 4
 
 
 def _keyword_values(dsn: str) -> list[str]:
-    """Every spelling of a ``password=`` keyword's value, parseable or not."""
+    """Every spelling of a ``password=`` (or ``sslpassword=``) keyword's value, parseable or not."""
     values = []
-    for match in re.finditer(r"(?:^|\s)password\s*=\s*", dsn, re.IGNORECASE):
+    for match in re.finditer(r"(?:^|\s)(?:ssl)?password\s*=\s*", dsn, re.IGNORECASE):
         rest = dsn[match.end() :]
         if rest.startswith("'"):
             # Quoted: up to the closing unescaped quote, or the end if it never closes.
@@ -107,18 +110,17 @@ def _keyword_values(dsn: str) -> list[str]:
 
 
 def _secrets(dsn: str) -> set[str]:
-    """Every spelling of the DSN's password that an error message could echo."""
+    """Every spelling of the DSN's password (and sslpassword) that an error message could echo."""
     found: set[str] = set()
     try:
-        password = conninfo.conninfo_to_dict(dsn).get("password")
-        if password:
-            found.add(cast(str, password))
+        params = conninfo.conninfo_to_dict(dsn)
+        found.update(cast(str, params[key]) for key in _SECRET_KEYS if params.get(key))
     except psycopg.Error:
         pass  # unparseable: the tolerant readings below still find it
     userinfo = re.match(r"\s*[a-z][a-z0-9+.-]*://(.*)@", dsn, re.IGNORECASE | re.DOTALL)
     if userinfo and ":" in userinfo.group(1):
         found.add(userinfo.group(1).split(":", 1)[1])
-    found.update(m.group(1) for m in re.finditer(r"[?&]password=([^&]*)", dsn, re.IGNORECASE))
+    found.update(m.group(1) for m in re.finditer(r"[?&](?:ssl)?password=([^&]*)", dsn, re.IGNORECASE))
     found.update(_keyword_values(dsn))
     found |= {unquote(s) for s in found}  # libpq echoes either the raw or the decoded form
     return {s for s in found if s}
