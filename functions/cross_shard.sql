@@ -235,24 +235,32 @@ $$;
 
 -- On the child's shard: where the child is now, following its continue-as-new
 -- successors: the current run's status and, once it ended, its output or failure.
--- HR002 when no run with that id is here (a shard restored to an earlier instant).
+-- Every run of the chain carries the child's parent and the parent's seq
+-- (_continue_as_new), so the current one is read by that link in one step, however
+-- long the chain (an entity child may rotate for ever). HR002 when no run with that
+-- id is here (a shard restored to an earlier instant).
 CREATE OR REPLACE FUNCTION harvest.get_cross_shard_child(p_child_execution_id uuid)
 RETURNS TABLE (execution_id uuid, status text, output jsonb, failure jsonb)
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_run harvest.executions;
-    v_id uuid := p_child_execution_id;
+    v_current harvest.executions;
 BEGIN
-    FOR v_hop IN 0..100 LOOP
-        SELECT * INTO v_run FROM harvest.executions AS e WHERE e.id = v_id;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'execution % does not exist on this shard (%)', v_id, harvest.get_shard_id()
-                USING ERRCODE = 'HR002';
-        END IF;
-        EXIT WHEN v_run.status <> 'CONTINUED_AS_NEW' OR v_run.output ->> 'continued_as_new' IS NULL;
-        v_id := (v_run.output ->> 'continued_as_new')::uuid;
-    END LOOP;
+    SELECT * INTO v_run FROM harvest.executions AS e WHERE e.id = p_child_execution_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'execution % does not exist on this shard (%)', p_child_execution_id,
+            harvest.get_shard_id() USING ERRCODE = 'HR002';
+    END IF;
+    IF v_run.status = 'CONTINUED_AS_NEW' AND v_run.parent_id IS NOT NULL THEN
+        -- The chain's run that did not continue (its newest), by the executions_parent index.
+        SELECT * INTO v_current FROM harvest.executions AS e
+        WHERE e.parent_id = v_run.parent_id AND e.parent_seq IS NOT DISTINCT FROM v_run.parent_seq
+          AND e.workflow_id = v_run.workflow_id
+        ORDER BY e.status = 'CONTINUED_AS_NEW', e.created_at DESC, e.id DESC
+        LIMIT 1;
+        v_run := coalesce(v_current, v_run);
+    END IF;
     RETURN QUERY SELECT v_run.id, v_run.status, v_run.output, v_run.failure;
 END;
 $$;

@@ -38,9 +38,13 @@ AS $$
         CASE WHEN p_execution.status <> 'RUNNING' THEN 'not_running' END,
         -- A child's end reaches its parent through a relay on its own database.
         CASE WHEN p_execution.parent_id IS NOT NULL THEN 'has_parent' END,
+        -- A child on another shard too: its end is pulled into the parent's row here
+        -- (its cross_shard_children row, which a move does not carry).
         CASE WHEN EXISTS (SELECT 1 FROM harvest.executions AS c
                           WHERE c.parent_id = p_execution.id
                             AND c.status IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED'))
+                  OR EXISTS (SELECT 1 FROM harvest.cross_shard_children AS x
+                             WHERE x.parent_execution_id = p_execution.id)
             THEN 'open_children' END,
         -- A pending wake (signal, cancel, fired timer, activity result) or a decision
         -- in flight.
@@ -54,7 +58,10 @@ AS $$
                           WHERE t.execution_id = p_execution.id AND t.kind = 'timer'
                             AND t.due_at <= harvest.now())
             THEN 'timer_due' END,
+        -- A relay addressed to the run, or an external signal or cancel it sent whose
+        -- outcome is still to be reported to it here (on this shard's relay row).
         CASE WHEN EXISTS (SELECT 1 FROM harvest.relays AS r WHERE r.target_execution_id = p_execution.id)
+                  OR EXISTS (SELECT 1 FROM harvest.relays AS r WHERE r.source_execution_id = p_execution.id)
             THEN 'relay_pending' END,
         CASE WHEN EXISTS (SELECT 1 FROM harvest.query_requests AS q
                           WHERE q.execution_id = p_execution.id AND q.kind = 'update'

@@ -8,7 +8,7 @@
 -- helpers _raise_migration, _lock_migration, _migration_json, _execution_json. One database plays
 -- the source (shard 0), then, emptied, the target (shard 1).
 BEGIN;
-SELECT plan(59);
+SELECT plan(61);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -54,6 +54,26 @@ SELECT is((SELECT blockers FROM harvest.list_migration_candidates(p_execution_id
           '{not_running}'::text[], 'list_migration_candidates(p_execution_id): explains one run, whatever its status');
 SELECT throws_ok($$SELECT * FROM harvest.list_migration_candidates(p_limit => 0)$$, 'HR001', NULL,
                  'list_migration_candidates(): limit 0 is HR001');
+
+-- What ties a run to this shard's rows besides its own: a child on another shard (its end is
+-- pulled into the parent here) and an external signal still in flight (its outcome is
+-- reported to the sender here). A move would leave either behind, and the run waiting.
+UPDATE harvest.engine_settings SET cross_shard_relays = true;
+SELECT pg_temp.park('xchild', jsonb_build_array(jsonb_build_object(
+    'type', 'start_child_workflow', 'seq', 1, 'workflow_name', 'rb_wf', 'workflow_id', 'xchild-kid', 'shard', 1)));
+SELECT pg_temp.park('xsignal', jsonb_build_array(jsonb_build_object(
+    'type', 'signal_external_workflow', 'seq', 1, 'signal_name', 'go', 'payload', 1,
+    'execution_id', harvest._new_execution_id(1))));
+SELECT is(harvest._migration_blockers(e), '{open_children}'::text[],
+          '_migration_blockers(): a child on another shard not settled yet is an open child')
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('xchild');
+SELECT is(harvest._migration_blockers(e), '{relay_pending}'::text[],
+          '_migration_blockers(): an external signal whose outcome is not reported yet is a pending relay')
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('xsignal');
+DELETE FROM harvest.cross_shard_children WHERE parent_execution_id = pg_temp.parked('xchild');
+DELETE FROM harvest.relays WHERE source_execution_id = pg_temp.parked('xsignal');
+DELETE FROM harvest.executions WHERE id IN (pg_temp.parked('xchild'), pg_temp.parked('xsignal'));
+UPDATE harvest.engine_settings SET cross_shard_relays = false;
 
 -- Planning.
 SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 1)$$, pg_temp.parked('busy')), 'HR013',

@@ -6,21 +6,27 @@ decision back (nothing recorded) and retries it; the parent's history replays.""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import uuid
 
+import psycopg
+import psycopg.rows
+import psycopg.types.json
 import pytest
-from cross_shard_helpers import SHARDS, clients, enable_cross_shard_relays, shard_workers, wait_for
+from cross_shard_helpers import SHARDS, clients, enable_cross_shard_relays, router, shard_workers, wait_for
+from rebalance_helpers import park
 
 from harvest import App, ChildPlacement, ChildWorkflowError, workflow
 from harvest.core.errors import InvalidArgument, ShardUnavailable, WorkflowCancelled
 from harvest.core.ids import shard_of
 from harvest.db.connection import connect
 from harvest.db.sqlapi import SqlApi
-from harvest.shard import ShardRouter
+from harvest.shard import AsyncShardPools, ShardRouter
 from harvest.shard.children import distributed_key, place_child
 from harvest.shard.fanout import ShardReads
+from harvest.shard.relay_pump import RelayPump
 from harvest.shard.router import rendezvous
 from harvest.testing import WorkflowReplayer
 
@@ -239,3 +245,155 @@ def test_place_child_resolves_each_placement() -> None:
         )
     with pytest.raises(ShardUnavailable):
         place_child(router, (0,), 0, parent, {**cmd, "placement": {"kind": "shard", "shard_id": 1}})
+
+
+def _park_with_remote_child(cluster, key: str, policy: str = "terminate") -> tuple[str, dict]:
+    """A parent on shard 0 whose decision placed a child on shard 1 (its row ``starting``),
+    with no worker and no pump: the test plays the pump's steps. Returns the parent's id and
+    the row as the pump claims it."""
+    command = {
+        "type": "start_child_workflow",
+        "seq": 1,
+        "workflow_name": "kid",
+        "workflow_id": f"{key}-kid",
+        "task_queue": "kidq",
+        "parent_close_policy": policy,
+        "shard": 1,
+    }
+    parent = park(cluster.dsns[0], key, [command])
+    with cluster.connect(0) as conn:
+        conn.row_factory = psycopg.rows.dict_row
+        row = conn.execute(
+            "SELECT * FROM harvest.cross_shard_children WHERE parent_execution_id = %s", (uuid.UUID(parent),)
+        ).fetchone()
+    return parent, row
+
+
+def _started_on_shard_1(cluster, row: dict) -> None:
+    """The pump's start on the child's shard (start_cross_shard_child), whose report to the
+    parent's shard (set_cross_shard_child_running) never arrived."""
+    with cluster.connect(1) as conn:
+        conn.execute(
+            "SELECT * FROM harvest.start_cross_shard_child(%s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                row["child_execution_id"],
+                row["parent_execution_id"],
+                row["parent_seq"],
+                row["workflow_name"],
+                row["workflow_id"],
+                row["queue"],
+                psycopg.types.json.Jsonb(row["input"]),
+                row["parent_close_policy"],
+            ),
+        )
+
+
+def _status(cluster, shard: int, execution_id) -> str | None:
+    with cluster.connect(shard) as conn:
+        found = conn.execute(
+            "SELECT status, cancel_requested FROM harvest.executions WHERE id = %s", (execution_id,)
+        ).fetchone()
+    return None if found is None else found[0] + (" (cancel requested)" if found[1] else "")
+
+
+async def _tick(cluster) -> None:
+    async with AsyncShardPools(router(), cluster.dsns, max_size=2, acquire_timeout=2.0) as pools:
+        await RelayPump(pools, sources=[0]).tick()
+
+
+@pytest.mark.parametrize(
+    ("policy", "ends"), [("terminate", "TERMINATED"), ("request_cancel", "RUNNING (cancel requested)")]
+)
+def test_a_parent_closed_before_its_childs_start_was_reported_still_closes_the_child(
+    shards, policy: str, ends: str
+) -> None:
+    """The child was started on its shard, but the report to the parent's shard was lost (the
+    row still says ``starting``) when the parent ended: its close policy reaches the child
+    that exists, as it does once the row says ``running``."""
+    enable_cross_shard_relays(shards)
+    parent, row = _park_with_remote_child(shards, f"lost-report-{policy}", policy)
+    _started_on_shard_1(shards, row)
+    with shards.connect(0) as conn:
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'stop the tree')", (parent,))
+    asyncio.run(_tick(shards))
+    child = row["child_execution_id"]
+    assert _status(shards, 1, child) == ends
+    if policy == "request_cancel":
+        with shards.connect(1) as conn:
+            assert conn.execute(
+                "SELECT cancel_requested FROM harvest.executions WHERE id = %s", (child,)
+            ).fetchone()[0]
+    assert children_rows(shards, 0) == [], "the row settled"
+
+
+def test_a_child_started_after_another_pump_settled_its_closed_parents_row_is_closed(shards) -> None:
+    """Two pumps on one shard: pump A claims the row and goes to start the child; meanwhile the
+    parent ends and pump B settles the row (its terminate finds no child yet). A's start then
+    makes a child whose row is gone: A applies the parent's close policy to it."""
+    enable_cross_shard_relays(shards)
+    parent, _ = _park_with_remote_child(shards, "two-pumps")
+
+    class PumpA(AsyncShardPools):
+        """Pump A's pools: B runs while A is on its way to the child's shard."""
+
+        raced = False
+
+        @contextlib.asynccontextmanager
+        async def api(self, shard: int):
+            if shard == 1 and not self.raced:
+                self.raced = True
+                with shards.connect(0) as conn:
+                    conn.execute("SELECT harvest.terminate_workflow(%s, 'stop the tree')", (parent,))
+                async with AsyncShardPools(router(), shards.dsns, max_size=2, acquire_timeout=2.0) as b:
+                    await RelayPump(b, sources=[0]).tick()
+                assert children_rows(shards, 0) == [], "pump B settled the row"
+            async with super().api(shard) as sql:
+                yield sql
+
+    async def race() -> None:
+        async with PumpA(router(), shards.dsns, max_size=2, acquire_timeout=2.0) as a:
+            await RelayPump(a, sources=[0]).tick()
+            assert a.raced
+
+    asyncio.run(race())
+    with shards.connect(0) as conn:
+        child = conn.execute(
+            "SELECT event_data ->> 'child_execution_id' FROM harvest.events "
+            "WHERE execution_id = %s AND event_type = 'ChildWorkflowStarted'",
+            (parent,),
+        ).fetchone()[0]
+    assert _status(shards, 1, child) == "TERMINATED"
+
+
+def _decide_child(cluster, commands: list[dict]) -> None:
+    """Decide the child's current run on shard 1 (its queue ``kidq``) with ``commands``."""
+    with cluster.connect(1) as conn:
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-test', ARRAY['kidq'], 1, 30)"
+        ).fetchone()
+        assert task is not None, "the child has no workflow task"
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'w-test')",
+            (task[0], task[1], psycopg.types.json.Jsonb(commands)),
+        )
+
+
+def test_a_remote_child_that_continued_as_new_many_times_reaches_its_parent(shards) -> None:
+    """The pump reads the child's current run however long its continue-as-new chain: a child
+    entity that rotated more than a hundred times still delivers its end to the parent."""
+    enable_cross_shard_relays(shards)
+    parent, _ = _park_with_remote_child(shards, "long-chain")
+    asyncio.run(_tick(shards))  # the pump starts the child on shard 1
+    assert children_rows(shards, 0)[0][1] == "running"
+    for n in range(105):
+        _decide_child(shards, [{"type": "continue_as_new", "input": [n]}])
+    _decide_child(shards, [{"type": "complete_workflow", "result": "done"}])
+    asyncio.run(_tick(shards))
+    with shards.connect(0) as conn:
+        ended = conn.execute(
+            "SELECT event_data FROM harvest.events "
+            "WHERE execution_id = %s AND event_type = 'ChildWorkflowCompleted'",
+            (parent,),
+        ).fetchone()
+    assert ended is not None and ended[0]["result"] == "done"
+    assert children_rows(shards, 0) == []

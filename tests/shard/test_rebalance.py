@@ -15,9 +15,10 @@ import uuid
 import psycopg
 import pytest
 from click.testing import CliRunner
+from cross_shard_helpers import ShardWorker, enable_cross_shard_relays, shard_workers, wait_for
 from rebalance_helpers import RunningWorker, authoritative, park, row, scalar, signals, wait_until
 
-from harvest import App, Client, workflow
+from harvest import App, ChildPlacement, Client, ExternalWorkflow, workflow
 from harvest.cli.main import main as cli
 from harvest.core.errors import ExecutionMigrated
 from harvest.core.ids import shard_of
@@ -38,7 +39,23 @@ async def parked(ctx, mode: str) -> dict:
     return {"mode": mode, "value": value}
 
 
-APP = App(workflows=[parked])
+@workflow
+async def waits_for_go(ctx) -> object:
+    return await ctx.wait_for_signal("go")
+
+
+@workflow
+async def awaits_remote_child(ctx, shard: int) -> object:
+    return await ctx.execute_child_workflow(waits_for_go, placement=ChildPlacement.shard(shard))
+
+
+@workflow
+async def signals_remote(ctx, target: str) -> str:
+    await ctx.signal_external_workflow(ExternalWorkflow(execution_id=target), "go", 5)
+    return "sent"
+
+
+APP = App(workflows=[parked, waits_for_go, awaits_remote_child, signals_remote])
 
 
 def _pools(shards) -> ShardPools:
@@ -406,3 +423,51 @@ def test_the_usage_reports_of_the_shards_count_a_moved_run_once(shards) -> None:
                 totals["workflow_starts"] += found[0]
                 totals["completed"] += found[1]
     assert totals == {"workflow_starts": 1, "completed": 1}, "one start (on shard 0), one completion (on 1)"
+
+
+def test_a_run_awaiting_a_child_on_another_shard_is_not_moved(shards) -> None:
+    """The child's end is pulled into the parent's row on the parent's shard (its
+    cross_shard_children row stays there): a parent moved away would never hear of it."""
+    enable_cross_shard_relays(shards)
+    with shard_workers(APP, shards), Client(shards.dsns[0]) as client:
+        parent = client.start_workflow(awaits_remote_child, 1).execution_id
+        child = wait_for(
+            lambda: scalar(
+                shards.dsns[1],
+                "SELECT max(id::text) FROM harvest.executions WHERE parent_id = %s",
+                uuid.UUID(parent),
+            ),
+            what="the child on shard 1",
+        )
+        wait_until(lambda: _parked_on(shards.dsns[1], child, None), what="the child parked")
+        wait_until(lambda: _parked_on(shards.dsns[0], parent, None), what="the parent parked")
+        with _pools(shards) as pools:
+            report = Rebalancer(pools, 0, 2).run(execution_ids=[parent])
+            assert [(m.outcome, m.blockers) for m in report.moves] == [("blocked", ["open_children"])]
+            pools.call_routed(child, lambda sql: sql.signal_workflow(child, "go", 9))
+        assert client.get_handle(parent).result(timeout=60) == 9
+    assert row(shards.dsns[2], parent) is None
+
+
+def test_a_run_awaiting_the_outcome_of_a_signal_to_another_shard_is_not_moved(shards) -> None:
+    """The outcome of an external signal is reported to the source run on the shard that holds
+    the relay: a source moved away would wait for it forever."""
+    enable_cross_shard_relays(shards)
+    with shard_workers(APP, shards, pump=False), Client(shards.dsns[0]) as client:
+        with Client(shards.dsns[1]) as other:
+            target = other.start_workflow(waits_for_go).execution_id
+        sender = client.start_workflow(signals_remote, target).execution_id
+        wait_until(
+            lambda: scalar(shards.dsns[0], "SELECT count(*) FROM harvest.relays WHERE remote") == 1,
+            what="the relay waiting for the pump",
+        )
+        wait_until(lambda: _parked_on(shards.dsns[0], sender, None), what="the sender parked")
+        with _pools(shards) as pools:
+            report = Rebalancer(pools, 0, 2).run(execution_ids=[sender])
+        assert [(m.outcome, m.blockers) for m in report.moves] == [("blocked", ["relay_pending"])]
+        pump = ShardWorker(APP, shards, 0).start()
+        try:
+            assert client.get_handle(sender).result(timeout=60) == "sent"
+        finally:
+            pump.stop()
+    assert row(shards.dsns[2], sender) is None

@@ -103,7 +103,7 @@ async def drive_children(
         except Exception as exc:  # refused there (or not there: NotFound): kept, retried with a backoff
             step = ("release", f"shard {target}: {type(exc).__name__}: {exc}")
         try:
-            await _report(pools, source, child, step, report)
+            await _report(pools, source, row, step, report)
         except ShardUnavailable:
             raise
         except HarvestError as exc:  # one row's report refused: its lease runs out, it is tried again
@@ -111,32 +111,50 @@ async def drive_children(
 
 
 async def _report(
-    pools: AsyncShardPools, source: int, child: Any, step: tuple[Any, ...], report: PumpReport
+    pools: AsyncShardPools, source: int, row: dict[str, Any], step: tuple[Any, ...], report: PumpReport
 ) -> None:
+    child = row["child_execution_id"]
     if step[0] == "running":  # its lease runs out and the next sweep reads it again
         return
+    kept = True
     async with pools.api(source) as sql:
         if step[0] == "release":
             log.info("cross-shard child %s not moved: %s", child, step[1])
             await sql.release_cross_shard_child(child, step[1])
             report.children["released"] = report.children.get("released", 0) + 1
         elif step[0] == "started":
-            await sql.set_cross_shard_child_running(child)
+            kept = await sql.set_cross_shard_child_running(child)
             report.children["started"] = report.children.get("started", 0) + 1
         elif step[0] == "settle":
             _, status, output, failure = step
             await sql.complete_cross_shard_child(child, status, output, failure)
             report.children["settled"] = report.children.get("settled", 0) + 1
+    if step[0] == "started" and not kept:
+        # The row went while this pump started the child (another pump settled it: the parent
+        # ended, and its close policy found no child there yet). The policy is applied here to
+        # the child this start made; a child that ended already is not_running, unchanged.
+        try:
+            async with pools.api(row["target_shard"]) as sql:
+                await sql.cancel_cross_shard_child(
+                    child, row["parent_close_policy"], row["parent_execution_id"]
+                )
+        except HarvestError as exc:  # (its row is gone: nothing retries it)
+            log.warning(
+                "cross-shard child %s: its parent's %s policy could not be applied on shard %s: %s",
+                child,
+                row["parent_close_policy"],
+                row["target_shard"],
+                exc,
+            )
 
 
 async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple[Any, ...]:
     child, target = row["child_execution_id"], row["target_shard"]
     async with pools.api(target) as sql:
         if row["cancel_requested"]:  # the parent ended first: its close policy, then forget the row
-            if row["status"] == "running":
-                await sql.cancel_cross_shard_child(
-                    child, row["parent_close_policy"], row["parent_execution_id"]
-                )
+            # (On a row still ``starting`` too: a start whose report was lost made the child
+            # there; a child that was never started is not_running.)
+            await sql.cancel_cross_shard_child(child, row["parent_close_policy"], row["parent_execution_id"])
             return ("settle", None, None, None)
         if row["status"] == "starting":
             started = await sql.start_cross_shard_child(
