@@ -253,11 +253,14 @@ BEGIN
             harvest.get_shard_id() USING ERRCODE = 'HR002';
     END IF;
     IF v_run.status = 'CONTINUED_AS_NEW' AND v_run.parent_id IS NOT NULL THEN
-        -- The chain's run that did not continue (its newest), by the executions_parent index.
+        -- The chain's one run that did not continue, newest first on executions_workflow_id_latest
+        -- (the chain shares its workflow name and id): its first row, not every child of the
+        -- parent (a fan-out's thousands) nor every run of the chain.
         SELECT * INTO v_current FROM harvest.executions AS e
-        WHERE e.parent_id = v_run.parent_id AND e.parent_seq IS NOT DISTINCT FROM v_run.parent_seq
-          AND e.workflow_id = v_run.workflow_id
-        ORDER BY e.status = 'CONTINUED_AS_NEW', e.created_at DESC, e.id DESC
+        WHERE e.workflow_name = v_run.workflow_name AND e.workflow_id = v_run.workflow_id
+          AND e.parent_id = v_run.parent_id AND e.parent_seq IS NOT DISTINCT FROM v_run.parent_seq
+          AND e.status <> 'CONTINUED_AS_NEW'
+        ORDER BY e.created_at DESC
         LIMIT 1;
         v_run := coalesce(v_current, v_run);
     END IF;
