@@ -59,6 +59,13 @@ BEGIN
         RETURN true;
     END IF;
     DELETE FROM harvest.relays WHERE id = p_relay_id;
+    IF v_relay.kind = 'parent_closed' AND v_target.status = 'CONTINUED_AS_NEW'
+       AND v_target.output ->> 'continued_as_new' IS NOT NULL THEN
+        -- The child rotated after its parent closed, before the policy reached it (its row
+        -- was busy): its successor inherited the parent link, so the policy is its.
+        PERFORM harvest._queue_relay((v_target.output ->> 'continued_as_new')::uuid, v_relay.kind, v_relay.payload);
+        RETURN true;
+    END IF;
     IF v_target.status NOT IN ('RUNNING', 'PAUSED') THEN  -- a paused run records it (lifecycle.sql)
         RETURN true;
     END IF;
