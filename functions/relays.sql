@@ -5,7 +5,8 @@
 -- here, parent then child there), so the cause writes a relay row and tries to
 -- deliver it at once with SKIP LOCKED; a busy target gets it from the next
 -- scanner pass (deliver_relays). Delivery checks the target is still RUNNING, so
--- delivering twice or late is harmless.
+-- delivering twice or late is harmless; a parent_closed relay to a child that continued
+-- as new meanwhile goes on to its successor, which keeps the parent link.
 --
 -- External signals and cancels (ctx.signal_external_workflow,
 -- ctx.cancel_external_workflow) are relays too, of kinds external_signal and
