@@ -882,15 +882,17 @@ BEGIN
     -- dropped by the close. So the close is refused, nothing of the decision is written, and the
     -- run's next workflow task reads them where this decision was made; the answer says the run
     -- is still live (docs/messages.md, "A message that lands as the run ends"). A continue-as-new
-    -- hands unread signals to the next run, so only an update stops it. (Nested, not one
-    -- condition: the common case, nothing past p_through, reads nothing.)
+    -- hands unread signals to the next run, so only an update stops it, or a cancel request:
+    -- a successor does not carry one, and its caller was told the run would be asked to cancel.
+    -- (Nested, not one condition: the common case, nothing past p_through, reads nothing.)
     IF v_seen_until > p_through THEN
         v_type := p_commands -> -1 ->> 'type';  -- (a closing command is the last: see below)
         IF v_type IN ('complete_workflow', 'fail_workflow', 'cancel_workflow', 'continue_as_new')
            AND EXISTS (SELECT 1 FROM harvest.events AS ev
                        WHERE ev.execution_id = v_execution.id AND ev.event_id > p_through
                          AND (ev.event_type = 'UpdateAccepted'
-                              OR (ev.event_type = 'SignalReceived' AND v_type <> 'continue_as_new'))) THEN
+                              OR (ev.event_type = 'SignalReceived' AND v_type <> 'continue_as_new')
+                              OR (ev.event_type = 'WorkflowCancelRequested' AND v_type = 'continue_as_new'))) THEN
             PERFORM harvest._ensure_workflow_task(v_execution.id);
             r.last_event_id := v_execution.last_event_id;
             r.execution_status := v_execution.status;

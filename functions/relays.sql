@@ -5,7 +5,8 @@
 -- here, parent then child there), so the cause writes a relay row and tries to
 -- deliver it at once with SKIP LOCKED; a busy target gets it from the next
 -- scanner pass (deliver_relays). Delivery checks the target is still RUNNING, so
--- delivering twice or late is harmless.
+-- delivering twice or late is harmless; a parent_closed relay to a child that continued
+-- as new meanwhile goes on to its successor, which keeps the parent link.
 --
 -- External signals and cancels (ctx.signal_external_workflow,
 -- ctx.cancel_external_workflow) are relays too, of kinds external_signal and
@@ -59,6 +60,13 @@ BEGIN
         RETURN true;
     END IF;
     DELETE FROM harvest.relays WHERE id = p_relay_id;
+    IF v_relay.kind = 'parent_closed' AND v_target.status = 'CONTINUED_AS_NEW'
+       AND v_target.output ->> 'continued_as_new' IS NOT NULL THEN
+        -- The child rotated after its parent closed, before the policy reached it (its row
+        -- was busy): its successor inherited the parent link, so the policy is its.
+        PERFORM harvest._queue_relay((v_target.output ->> 'continued_as_new')::uuid, v_relay.kind, v_relay.payload);
+        RETURN true;
+    END IF;
     IF v_target.status NOT IN ('RUNNING', 'PAUSED') THEN  -- a paused run records it (lifecycle.sql)
         RETURN true;
     END IF;

@@ -11,7 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(313);
+SELECT plan(318);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1911,6 +1911,27 @@ SELECT results_eq($$SELECT outcome, last_event_id, execution_status FROM batch_r
                   'complete_workflow_tasks(): continue_as_new with an update past through is refused, the run RUNNING');
 SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE continued_from = pg_temp.run('can_update')$$,
                 'a refused continue-as-new starts no successor');
+-- A cancel request stops a rotation too: a successor does not carry it.
+SELECT pg_temp.start_and_claim('can_cancel');
+SELECT ok(harvest.cancel_workflow(pg_temp.run('can_cancel'), 'stop'),
+          'setup: a cancel is requested while a rotating workflow task is in flight');
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
+                           '[{"type": "continue_as_new", "input": [1]}]')$$,
+                         pg_temp.task('can_cancel'), pg_temp.token('can_cancel')),
+                  $$VALUES (2::bigint, 'RUNNING'::text)$$,
+                  'continue_as_new with a cancel request past through is refused, the run RUNNING');
+SELECT results_eq($$SELECT e.cancel_requested, t.status,
+                           (SELECT count(*) FROM harvest.executions AS n WHERE n.continued_from = e.id)
+                    FROM harvest.executions AS e JOIN harvest.tasks AS t ON t.execution_id = e.id
+                    WHERE e.id = pg_temp.run('can_cancel')$$,
+                  $$VALUES (true, 'pending'::text, 0::bigint)$$,
+                  '... no successor; the run keeps its request and its next workflow task is queued');
+SELECT pg_temp.start_and_claim('done_cancel');
+SELECT ok(harvest.cancel_workflow(pg_temp.run('done_cancel'), 'stop'),
+          'setup: a cancel is requested while a completing workflow task is in flight');
+SELECT is((SELECT execution_status FROM harvest.complete_workflow_task(pg_temp.task('done_cancel'),
+              pg_temp.token('done_cancel'), 1, '[{"type": "complete_workflow", "result": 1}]')),
+          'COMPLETED', 'complete_workflow with a cancel request past through goes on: the run ends either way');
 
 -- continue_as_new: a signal the old run never saw, its payload offloaded, goes to the successor
 -- with a copy of that payload the successor owns: the old run's retention must not take it.

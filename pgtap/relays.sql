@@ -8,7 +8,7 @@
 -- here by inserting rows into harvest.relays directly and delivered by
 -- harvest.deliver_relays().
 BEGIN;
-SELECT plan(89);
+SELECT plan(101);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -260,6 +260,35 @@ SELECT results_eq(
                                                   WHERE ev.execution_id = e.id AND ev.event_type = 'WorkflowCancelRequested')
       FROM harvest.executions AS e WHERE e.id = pg_temp.run('t_rc')$$,
     $$VALUES (true, 2::bigint, 1::bigint)$$, 'a repeated request_cancel relay appends one WorkflowCancelRequested');
+
+-- A queued parent_closed relay to a child that continued as new meanwhile: its successor
+-- inherited the parent link, so the policy goes on to the successor (following the chain).
+SELECT isnt(pg_temp.start('t_can'), NULL, 'setup: a child that will rotate twice');
+SELECT is(pg_temp.decide('t_can', '[{"type": "continue_as_new", "input": [1]}]'), 'CONTINUED_AS_NEW',
+          'setup: it continues as new');
+SELECT is(pg_temp.decide('t_can', '[{"type": "continue_as_new", "input": [2]}]'), 'CONTINUED_AS_NEW',
+          'setup: and again');
+SELECT isnt(pg_temp.queue('can_t', pg_temp.run('t_can'), 'parent_closed',
+                          '{"policy": "terminate", "parent_execution_id": null}'), NULL,
+            'setup: a terminate relay queued to the first run of the chain');
+SELECT is(harvest.deliver_relays(), 1, 'deliver_relays() delivers it');
+SELECT results_eq(
+    $$SELECT status, count(*) FROM harvest.executions WHERE workflow_id = 't_can' GROUP BY status ORDER BY status$$,
+    $$VALUES ('CONTINUED_AS_NEW'::text, 2::bigint), ('TERMINATED', 1)$$,
+    'the terminate policy reaches the last run of the chain');
+SELECT is_empty($$SELECT 1 FROM harvest.relays$$, 'the forwarded relay is delivered, none is left');
+SELECT isnt(pg_temp.start('t_can_rc'), NULL, 'setup: a child that will rotate');
+SELECT is(pg_temp.decide('t_can_rc', '[{"type": "continue_as_new", "input": [1]}]'), 'CONTINUED_AS_NEW',
+          'setup: it continues as new');
+SELECT isnt(pg_temp.queue('can_rc', pg_temp.run('t_can_rc'), 'parent_closed', '{"policy": "request_cancel"}'), NULL,
+            'setup: a request_cancel relay queued to the rotated run');
+SELECT is(harvest.deliver_relays(), 1, 'deliver_relays() delivers it');
+SELECT results_eq(
+    $$SELECT e.status, e.cancel_requested, (SELECT ev.event_type FROM harvest.events AS ev
+                                            WHERE ev.execution_id = e.id ORDER BY ev.event_id DESC LIMIT 1)
+      FROM harvest.executions AS e WHERE e.workflow_id = 't_can_rc' AND e.status = 'RUNNING'$$,
+    $$VALUES ('RUNNING'::text, true, 'WorkflowCancelRequested'::text)$$,
+    'the successor gets the cancel request');
 
 SELECT * FROM finish();
 ROLLBACK;

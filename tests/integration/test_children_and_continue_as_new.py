@@ -185,3 +185,55 @@ def test_a_rotation_hands_unseen_signals_to_the_successor(start_worker, client: 
         handle.signal("item", item)
     start_worker(App(workflows=[slow_rotator], activities=[square]))
     assert handle.result(timeout=30) == ["a", "b", "c", "d"]
+
+
+@workflow
+async def child_rotates_on_signal(ctx, n: int) -> None:
+    if n == 0:
+        await ctx.wait_for_signal("go")
+        await ctx.continue_as_new(1)
+    await ctx.wait_for_signal("never")
+
+
+@workflow
+async def parent_of_a_rotating_child(ctx, policy: str) -> None:
+    await ctx.start_child_workflow(child_rotates_on_signal, 0, parent_close_policy=policy)
+    await ctx.wait_for_signal("never")
+
+
+@pytest.mark.parametrize(
+    ("policy", "successor_status"), [("terminate", "TERMINATED"), ("request_cancel", "CANCELLED")]
+)
+def test_a_parent_close_policy_reaches_the_successor_of_a_child_that_rotated_meanwhile(
+    start_worker, client: Client, db: str, policy: str, successor_status: str
+) -> None:
+    # The parent closes while its child's row is busy (a decision of the child commits): the
+    # policy waits in a relay for the scanner. The child continues as new meanwhile; the relay
+    # must reach the successor, which inherited the parent link, not die with the rotated run.
+    import psycopg
+
+    start_worker(App(workflows=[child_rotates_on_signal, parent_of_a_rotating_child]), run_scanner=False)
+    parent = client.start_workflow(parent_of_a_rotating_child, policy)
+    deadline = time.monotonic() + 10
+    while not (children := parent.children()):
+        assert time.monotonic() < deadline, "the child did not start"
+        time.sleep(0.05)
+    child = client.get_handle(str(children[0]["execution_id"]))
+    with psycopg.connect(db) as locker:
+        locker.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (child.execution_id,))
+        parent.terminate("closing the parent")
+        locker.rollback()
+    child.signal("go")
+    deadline = time.monotonic() + 10
+    while len(rotated := parent.children()) < 2:
+        assert time.monotonic() < deadline, f"the child did not rotate: {rotated}"
+        time.sleep(0.05)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.scan()")
+    deadline = time.monotonic() + 10
+    while True:
+        statuses = sorted(row["status"] for row in parent.children())
+        if statuses == sorted(["CONTINUED_AS_NEW", successor_status]):
+            break
+        assert time.monotonic() < deadline, f"the successor was not reached: {statuses}"
+        time.sleep(0.05)

@@ -123,3 +123,23 @@ def _update(handle) -> object:
         return handle.update("hit", timeout=30)
     except Exception as exc:  # (the assertion names it)
         return exc
+
+
+def test_a_cancel_requested_while_a_rotating_task_runs_reaches_the_run(
+    start_worker, client: Client, db: str
+) -> None:
+    """A cancel request that lands while the task that continues the run as new is in flight:
+    its caller was told the run will be cancelled, and a successor does not carry a cancel
+    request. The rotation is refused, and the run's next task sees the request. Before, the run
+    rotated and its successor ran on, never cancelled."""
+    from harvest.core.errors import WorkflowCancelled
+
+    start_worker(APP)
+    handle = client.start_workflow(rotor, workflow_id="rotor-cancel")
+    handle.signal("go")
+    assert _entered.wait(20), "the rotating task did not start"
+    assert handle.cancel("stop rotating") is True
+    _release.set()
+    with pytest.raises(WorkflowCancelled):
+        handle.result(timeout=15)
+    assert _events(db, handle.execution_id, "WorkflowContinuedAsNew") == 0

@@ -408,3 +408,17 @@ def test_the_pytest_plugin_fixtures(pg_server, tmp_path: Path):
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "2 passed" in run.stdout
+
+
+def test_a_paused_run_s_waiting_work_does_not_stop_time_skipping(env: WorkflowEnvironment):
+    """A paused run's workflow task (a signal woke it) waits in 'paused' with a due time that has
+    passed: no worker may claim it, so it is not work that can run. It held time skipping up, and
+    a result awaited beside it waited out its own timeout instead of a few milliseconds."""
+    paused = env.client.start_workflow(forever)
+    env.wait_until_idle()
+    assert paused.pause("held for the test")
+    paused.signal("never")  # its workflow task is 'paused', due now
+    began = time.monotonic()
+    assert len(env.client.start_workflow(weekly).result(timeout=10)) == 7
+    assert time.monotonic() - began < 3.0
+    assert paused.describe()["status"] == "PAUSED"

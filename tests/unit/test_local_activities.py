@@ -204,3 +204,62 @@ def test_only_an_expired_start_to_close_is_recorded_as_the_local_activity_overru
     late = run(run_local_activity(overruns.__harvest_activity__, (), "e", 2, factory, no_sleep))
     assert late["failure"]["error_type"] == "TimeoutError"
     assert "exceeded start_to_close" in late["failure"]["message"]
+
+
+@activity(local=True, schedule_to_close=0.5, retry=RetryPolicy.exponential(max_attempts=10, initial=0.2))
+async def keeps_failing(ctx) -> None:
+    CALLS.append(("keeps_failing", ctx.attempt()))
+    raise ConnectionError("gateway down")
+
+
+@activity(local=True, start_to_close=30, schedule_to_close=0.1, retry=RetryPolicy.exponential(max_attempts=5))
+async def outlives_its_invocation(ctx) -> None:
+    await asyncio.sleep(5)
+
+
+def _factory(execution_id, seq, attempt, name):
+    return LocalActivityContext(execution_id, seq, attempt, name)
+
+
+def test_a_local_activity_makes_no_retry_that_would_come_due_past_its_schedule_to_close():
+    """As a queued activity's (docs/activities.md, Retries): attempt 1 fails at about 0 s and
+    its retry is due at 0.2 s, inside the 0.5 s; attempt 2 fails at about 0.2 s and its retry
+    would be due at 0.6 s, past it: the failure is final, ScheduleToCloseTimeout. The deadline
+    was ignored, and the activity was retried ten times over 100 s of backoff."""
+    from harvest.runtime.local import run_local_activity
+
+    CALLS.clear()
+    outcome = run(run_local_activity(keeps_failing.__harvest_activity__, (), "e", 1, _factory))
+    assert [c for c in CALLS if c[0] == "keeps_failing"] == [("keeps_failing", 1), ("keeps_failing", 2)]
+    failure = outcome["failure"]
+    assert failure["error_type"] == "ScheduleToCloseTimeout"
+    assert failure["non_retryable"] is True
+    assert (
+        failure["message"]
+        == "activity keeps_failing ran out of its schedule_to_close of 0.5s after attempt 2"
+    )
+    assert failure["details"]["last_failure"]["error_type"] == "ConnectionError"
+
+
+def test_a_local_activity_attempt_is_cut_at_its_schedule_to_close():
+    """An attempt whose start_to_close outlasts what is left of its schedule_to_close ends at the
+    deadline, for good: ScheduleToCloseTimeout, and no retry."""
+    from harvest.runtime.local import run_local_activity
+
+    began = asyncio.run(
+        _timed(run_local_activity(outlives_its_invocation.__harvest_activity__, (), "e", 1, _factory))
+    )
+    outcome, took = began
+    assert took < 2.0
+    assert outcome["failure"]["error_type"] == "ScheduleToCloseTimeout"
+    assert outcome["failure"]["non_retryable"] is True
+    assert outcome["failure"]["message"] == (
+        "activity outlives_its_invocation did not finish within its schedule_to_close of 0.1s"
+    )
+
+
+async def _timed(coro):
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    outcome = await coro
+    return outcome, loop.time() - began

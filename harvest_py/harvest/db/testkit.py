@@ -79,14 +79,15 @@ class ClockState(NamedTuple):
 
 # What can run now, and when the next thing will. Timers and retry backoffs are pending tasks;
 # a task's deadline_at, a run's timeouts and a deferred start's release are the scanner's.
-# A running task (an activity or a decision in flight) is busy: its lease is not skipped past.
+# A running task (an activity or a decision in flight) is busy: its lease is not skipped past. A
+# paused run's task is not work that can run, however overdue: it waits for the resume.
 _STATE = """
 SELECT harvest.now() AS now,
        EXISTS (SELECT 1 FROM harvest.result_waiters AS w
                JOIN harvest.executions AS e ON e.id = w.execution_id
                WHERE e.status = 'RUNNING') AS waiting,
        EXISTS (SELECT 1 FROM harvest.tasks AS t
-               WHERE t.status = 'running' OR t.due_at <= harvest.now())
+               WHERE t.status = 'running' OR (t.status = 'pending' AND t.due_at <= harvest.now()))
        OR EXISTS (SELECT 1 FROM harvest.relays AS r WHERE NOT r.remote) AS busy,
        least((SELECT min(t.due_at) FROM harvest.tasks AS t WHERE t.status = 'pending'),
              (SELECT min(t.deadline_at) FROM harvest.tasks AS t),

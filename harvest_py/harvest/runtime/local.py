@@ -70,12 +70,19 @@ async def run_local_activity(
     context_factory: ContextFactory,
     sleep: Sleep = asyncio.sleep,
 ) -> dict[str, Any]:
-    """Run ``defn`` with retries; return the marker value ``{name, result}`` or ``{name, failure}``."""
+    """Run ``defn`` with retries; return the marker value ``{name, result}`` or ``{name, failure}``.
+
+    A ``schedule_to_close`` bounds the whole invocation as a queued activity's does
+    (functions/activities.sql, _fail_activity_attempt): an attempt is cut at the deadline, and a
+    retry that would come due at or past it is not made; either way the failure is final,
+    ``ScheduleToCloseTimeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = None if defn.schedule_to_close is None else loop.time() + defn.schedule_to_close
     attempt = 1
     while True:
         ctx = context_factory(execution_id, seq, attempt, defn.name)
         try:
-            result = await _call(defn, ctx, args)
+            result = await _call(defn, ctx, args, deadline)
             try:
                 return {"name": defn.name, "result": encode(result, "result")}
             except PayloadError as exc:
@@ -87,6 +94,18 @@ async def run_local_activity(
         if not defn.retry.should_retry(failure, attempt):
             return {"name": defn.name, "failure": failure.to_json()}
         delay = min(defn.retry.delay(attempt), LOCAL_MAX_BACKOFF)
+        if deadline is not None and loop.time() + delay >= deadline:
+            # Retries remained, but the next one would start past schedule_to_close.
+            return {
+                "name": defn.name,
+                "failure": ActivityFailure(
+                    "ScheduleToCloseTimeout",
+                    f"activity {defn.name} ran out of its schedule_to_close of "
+                    f"{_secs(defn.schedule_to_close)}s after attempt {attempt}",
+                    non_retryable=True,
+                    details={"last_failure": failure.to_json()},
+                ).to_json(),
+            }
         log.info(
             "local activity %s (seq %s) attempt %s failed: %s; retrying in %.3fs",
             defn.name,
@@ -113,15 +132,34 @@ def _in_thread(fn: Any, ctx: Any, args: tuple[Any, ...]) -> Any:
     return asyncio.get_running_loop().run_in_executor(_threads, call)
 
 
-async def _call(defn: ActivityDefinition, ctx: Any, args: tuple[Any, ...]) -> Any:
+def _secs(seconds: float | None) -> str:
+    """Seconds as the options JSON writes them (``5``, not ``5.0``), for a failure's message."""
+    return str(int(seconds) if seconds is not None and float(seconds).is_integer() else seconds)
+
+
+async def _call(
+    defn: ActivityDefinition, ctx: Any, args: tuple[Any, ...], deadline: float | None = None
+) -> Any:
+    """One attempt, bounded by its start_to_close and by the invocation's ``deadline`` (the
+    loop's clock: schedule_to_close), whichever comes first."""
     coro = defn.fn(ctx, *args) if defn.is_async else _in_thread(defn.fn, ctx, args)
-    timer = asyncio.timeout(defn.start_to_close or None)
+    loop = asyncio.get_running_loop()
+    ends = None if not defn.start_to_close else loop.time() + defn.start_to_close
+    cut = deadline is not None and (ends is None or deadline < ends)
+    timer = asyncio.timeout_at(deadline if cut else ends)
     try:
         async with timer:
             return await coro
     except TimeoutError:
         if not timer.expired():  # the activity's own TimeoutError: typed as it was raised
             raise
+        if cut:
+            raise ActivityFailure(
+                "ScheduleToCloseTimeout",
+                f"activity {defn.name} did not finish within its schedule_to_close of "
+                f"{_secs(defn.schedule_to_close)}s",
+                non_retryable=True,
+            ) from None
         raise ActivityFailure(
             "TimeoutError", f"local activity {defn.name!r} exceeded start_to_close of {defn.start_to_close}s"
         ) from None
