@@ -455,6 +455,18 @@ def test_an_unreachable_base_url_is_named_without_its_password() -> None:
             assert "77" not in answer.stderr, answer.stderr
 
 
+def test_a_base_url_that_is_no_url_is_one_line() -> None:
+    """httpx refuses some URLs before any request (a port out of range, an unclosed IPv6
+    bracket): that was a traceback; it is now one line naming the option, exit 2, and a
+    password in it masked."""
+    for url in ("http://ops:Secret77@[::1/api/harvest", "http://127.0.0.1:99x/api/harvest"):
+        by_env = run("dlq", "list", env={"HARVEST_URL": url})
+        for answer in (run("--base-url", url, "workflow", "list"), by_env):
+            assert answer.exit_code == 2, answer.stderr
+            assert "is not a URL" in answer.stderr and "--base-url / HARVEST_URL" in answer.stderr
+            assert "Traceback" not in answer.stderr and "77" not in answer.stderr, answer.stderr
+
+
 def test_transport_choice(db: str) -> None:
     both_given = run("--base-url", BASE, "workflow", "list", "--database-url", db)
     assert both_given.exit_code == 2 and "not both" in both_given.stderr

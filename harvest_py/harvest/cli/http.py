@@ -152,12 +152,18 @@ class Http:
         if settings.token:
             headers["Authorization"] = f"Bearer {settings.token}"
         self._httpx = httpx
-        self.client = httpx.Client(
-            base_url=settings.base_url.rstrip("/"),
-            headers=headers,
-            timeout=settings.timeout,
-            transport=TRANSPORT,
-        )
+        try:
+            self.client = httpx.Client(
+                base_url=settings.base_url.rstrip("/"),
+                headers=headers,
+                timeout=settings.timeout,
+                transport=TRANSPORT,
+            )
+        except httpx.InvalidURL as exc:  # a bad port, an unclosed [IPv6 literal
+            raise InvalidArgument(
+                f"the management API's URL {settings.base_url} is not a URL: {exc} "
+                f"(check --base-url / {URL_ENV})"
+            ) from None
 
     def close(self) -> None:
         self.client.close()
