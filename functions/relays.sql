@@ -194,6 +194,12 @@ BEGIN
         END LOOP;
         IF v_run.status IN ('RUNNING', 'PAUSED') THEN
             outcome := 'found';
+        ELSIF v_run.status = 'CONTINUED_AS_NEW' AND v_run.output ->> 'continued_as_new' IS NOT NULL THEN
+            -- (the walk's bound: a chain that long is named by its business key)
+            outcome := 'not_running';
+            message := format('execution %s continued as new more than 100 times: name its current run '
+                              'by workflow_id (ExternalWorkflow(workflow_id=%L))', p_execution_id,
+                              (SELECT e.workflow_id FROM harvest.executions AS e WHERE e.id = execution_id));
         ELSE
             outcome := 'not_running';
             message := format('execution %s is already %s', execution_id, v_run.status);

@@ -300,7 +300,7 @@ ROLLBACK;
 -- cross-shard pump's harvest.claim_remote_relays, harvest.deliver_external_relay,
 -- harvest.complete_relay and harvest.release_relay, driven here on one database.)
 BEGIN;
-SELECT plan(81);
+SELECT plan(83);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -452,6 +452,21 @@ SELECT ok(harvest._workflow_names() @> ARRAY['xs_other', 'xs_sender', 'xs_wf'],
           '_workflow_names(): every workflow name with a run here (for a workflow_id given alone)');
 SELECT results_eq($$SELECT outcome FROM harvest._locate_external_target(NULL, 'xs_other', 'xs_tgt')$$,
     $$VALUES ('found'::text)$$, 'naming the workflow resolves it');
+-- A chain longer than the walk's 100 hops: not_running, saying to name it by workflow_id.
+CREATE TEMP TABLE chain AS
+SELECT n, gen_random_uuid() AS id FROM generate_series(0, 101) AS n;
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, output, created_at, completed_at)
+SELECT c.id, 'xs_long', 'xs_long_key', CASE WHEN c.n < 101 THEN 'CONTINUED_AS_NEW' ELSE 'RUNNING' END,
+       CASE WHEN c.n < 101 THEN jsonb_build_object('continued_as_new', (SELECT d.id FROM chain AS d WHERE d.n = c.n + 1)) END,
+       harvest.now(), CASE WHEN c.n < 101 THEN harvest.now() END
+FROM chain AS c;
+SELECT results_eq(
+    $$SELECT outcome, message ~ 'continued as new more than 100 times.*ExternalWorkflow\(workflow_id=''xs_long_key''\)'
+      FROM harvest._locate_external_target((SELECT id FROM chain WHERE n = 0), NULL, NULL)$$,
+    $$VALUES ('not_running'::text, true)$$,
+    '_locate_external_target(): a chain past 100 hops is not_running, naming its workflow_id to use');
+SELECT results_eq($$SELECT outcome FROM harvest._locate_external_target((SELECT id FROM chain WHERE n = 1), NULL, NULL)$$,
+    $$VALUES ('found'::text)$$, 'within 100 hops the running successor is found');
 -- A relay whose immediate delivery found its target busy stays queued; the scanner delivers it.
 INSERT INTO harvest.relays (target_execution_id, kind, payload, created_at, source_execution_id, source_seq)
 VALUES (pg_temp.run('xs_can'), 'external_signal', '{"signal_name": "late", "payload": 5}', harvest.now(),
