@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from harvest.core.errors import ActivityError, ActivityFailure, ChildWorkflowError, NonDeterminismError
+from harvest.core.payload import encode_details
 from harvest.declare.definitions import WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.context import DEFAULT_VERSION
@@ -183,7 +184,7 @@ def failure_json(exc: BaseException) -> dict[str, Any]:
             "error_type": exc.error_type,
             "message": exc.message,
             "non_retryable": True,
-            "details": exc.details,
+            "details": encode_details(exc.details),
         }
     return {"error_type": type(exc).__name__, "message": str(exc), "non_retryable": True, "details": None}
 
