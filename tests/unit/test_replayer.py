@@ -145,3 +145,62 @@ def test_replay_or_raise():
 def test_a_history_without_a_start_is_reported():
     result = WorkflowReplayer(app).replay([])
     assert not result.ok and "WorkflowStarted" in result.error
+
+
+def closed_by_the_engine(events: list[dict], event_type: str, data: dict) -> list[dict]:
+    """``events`` ended by a closing event the database writes with no decision."""
+    return [*events, {"event_id": len(events) + 1, "event_type": event_type, "event_data": data}]
+
+
+@pytest.mark.parametrize(
+    ("event_type", "data"),
+    [
+        # a newer run of its key superseded it (on_conflict="cancel_running": flow_concurrency.sql)
+        ("WorkflowCancelled", {"details": {"superseded_by": "00000000-0000-0000-0000-000000000001"}}),
+        # its history outgrew a hard cap after a decision (decide.sql, _decide_history_caps)
+        (
+            "WorkflowFailed",
+            {"failure": {"error_type": "HistoryEventCapExceeded", "message": "m", "non_retryable": True}},
+        ),
+        (
+            "WorkflowFailed",
+            {"failure": {"error_type": "HistoryByteCapExceeded", "message": "m", "non_retryable": True}},
+        ),
+        # no worker that claimed its task had the workflow any more (decide.sql, fail_workflow_task)
+        (
+            "WorkflowFailed",
+            {"failure": {"error_type": "UnknownWorkflow", "reason": "unknown_workflow", "message": "m"}},
+        ),
+    ],
+)
+def test_a_run_the_engine_closed_replays_cleanly(event_type, data):
+    """The database closes some runs with no decision, right after a step, where a closing
+    command's event would be: the replayer took the last step for the one that ended the run
+    and failed unchanged code ("the code no longer ends where the history did"), so a release
+    gate over terminal histories (export-batch --state-group terminal) failed on good code."""
+    for tasks in (1, 2):
+        history = closed_by_the_engine(recorded_history(tasks), event_type, data)
+        result = WorkflowReplayer(app).replay(history)
+        assert result.ok, result.error
+        # and a changed step is still caught in such a history
+        assert not WorkflowReplayer(app).replay(history, workflow=reordered).ok
+
+
+def test_a_cancelled_ending_the_code_no_longer_makes_is_caught():
+    """A WorkflowCancelled that a decision wrote (after a cancel request) is still checked."""
+    events = recorded_history(2)
+    cancelled = closed_by_the_engine(events, "WorkflowCancelRequested", {"reason": "r"})
+    cancelled = closed_by_the_engine(cancelled, "WorkflowTaskCompleted", {"through": len(cancelled)})
+    cancelled = closed_by_the_engine(cancelled, "WorkflowCancelled", {"details": "r"})
+    assert WorkflowReplayer(app).replay(cancelled).ok  # flow_v1 lets the cancellation end it
+
+    @workflow(name="flow")
+    async def ignores_cancel(ctx) -> str:
+        try:
+            await flow_v1.__harvest_workflow__.fn(ctx)
+        except asyncio.CancelledError:
+            return "ignored"  # completes where the history was cancelled
+        return "v1"
+
+    result = WorkflowReplayer(app).replay(cancelled, workflow=ignores_cancel)
+    assert (result.ok, result.expected, result.got) == (False, "WorkflowCancelled", "WorkflowCompleted")

@@ -50,6 +50,7 @@ from harvest.runtime.commands import (
     TERMINAL_EVENTS,
     CommandIssuer,
     Pending,
+    closed_by_engine,
     describe_command,
     event_as_command,
     failure_json,
@@ -513,7 +514,7 @@ class WorkflowRun(CommandIssuer):
                     # replays nothing (advance), and a closing step must know it closes.
                     stream = False
                     self._terminal_event = event
-                    if kind in _TERMINAL_COMMAND_EVENTS:
+                    if kind in _TERMINAL_COMMAND_EVENTS and not closed_by_engine(kind, data):
                         self._terminal_owner = self._group_owner
         finally:
             self.last_event_id, self.payload_bytes = last, held
