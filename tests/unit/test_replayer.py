@@ -10,6 +10,7 @@ from history_builder import Engine
 from workflows_fixture import render, send_email
 
 from harvest.core.errors import NonDeterminismError
+from harvest.core.payload import redact
 from harvest.declare.definitions import App, workflow
 from harvest.testing import ReplayResult, WorkflowReplayer
 
@@ -204,3 +205,18 @@ def test_a_cancelled_ending_the_code_no_longer_makes_is_caught():
 
     result = WorkflowReplayer(app).replay(cancelled, workflow=ignores_cancel)
     assert (result.ok, result.expected, result.got) == (False, "WorkflowCancelled", "WorkflowCompleted")
+
+
+def test_a_redacted_export_is_refused_not_replayed(tmp_path):
+    """`harvest history export` without --full writes {"redacted": true} and every payload as
+    {"redacted": true, "bytes": n}. Replayed, the code got those instead of its inputs and
+    results: it passed when it did not look at them, or failed with a NonDeterminismError that
+    blamed the code. A batch's redacted export was refused already; a single one is too."""
+    redacted = {"execution": {}, "events": redact(recorded_history()), "redacted": True}
+    path = tmp_path / "flow.json"
+    path.write_text(json.dumps(redacted))
+    for history in (redacted, str(path)):
+        result = WorkflowReplayer(app).replay(history)
+        assert not result.ok and "redacted" in result.error and "--full" in result.error
+        assert not WorkflowReplayer(app).replay_with_reset(history, 4).ok
+    assert WorkflowReplayer(app).replay({**redacted, "events": recorded_history(), "redacted": False}).ok
