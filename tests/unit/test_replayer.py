@@ -220,3 +220,19 @@ def test_a_redacted_export_is_refused_not_replayed(tmp_path):
         assert not result.ok and "redacted" in result.error and "--full" in result.error
         assert not WorkflowReplayer(app).replay_with_reset(history, 4).ok
     assert WorkflowReplayer(app).replay({**redacted, "events": recorded_history(), "redacted": False}).ok
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"event_type": "WorkflowTaskCompleted", "event_data": {}},  # no through
+        {"event_type": "ActivityScheduled", "event_data": {"name": "send_email"}},  # no seq
+        {"event_type": "WorkflowTaskCompleted", "event_data": {"through": "one"}},
+    ],
+)
+def test_a_malformed_event_is_reported_not_raised(bad):
+    """An event without the fields its type has escaped the replayer as a KeyError (ValueError),
+    and `harvest replay` printed a traceback; it is a HistoryMismatch, reported like any other."""
+    events = recorded_history(1)[:2]
+    result = WorkflowReplayer(app).replay([*events, {"event_id": 3, **bad}], workflow=flow_v1)
+    assert not result.ok and "HistoryMismatch" in result.error and "event 3" in result.error

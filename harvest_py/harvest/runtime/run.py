@@ -516,6 +516,14 @@ class WorkflowRun(CommandIssuer):
                     self._terminal_event = event
                     if kind in _TERMINAL_COMMAND_EVENTS and not closed_by_engine(kind, data):
                         self._terminal_owner = self._group_owner
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # An event without the fields of its type (a hand-edited or foreign file: the
+            # replayer's), typed as what it is rather than left to escape as a KeyError.
+            where = event.get("event_id") if isinstance(event, dict) else event  # (the loop's, unbound only
+            raise HistoryMismatch(  # for no event, which raises nothing)
+                f"execution {self.execution_id}: event {where} is malformed "
+                f"({type(exc).__name__}: {exc}): not an event of a Harvest history"
+            ) from exc
         finally:
             self.last_event_id, self.payload_bytes = last, held
         return deferred
