@@ -439,6 +439,7 @@ class WorkflowRun(CommandIssuer):
         # events join it. Within a batch it always is; a batch that begins with a command event
         # after the previous batch's steps continues a step already taken.
         group_open = bool(markers)
+        event: Any = None  # (the one being read, for the error of a malformed one)
         try:
             for event in events:
                 raw_id = event["event_id"]
@@ -519,8 +520,8 @@ class WorkflowRun(CommandIssuer):
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             # An event without the fields of its type (a hand-edited or foreign file: the
             # replayer's), typed as what it is rather than left to escape as a KeyError.
-            where = event.get("event_id") if isinstance(event, dict) else event  # (the loop's, unbound only
-            raise HistoryMismatch(  # for no event, which raises nothing)
+            where = event.get("event_id") if isinstance(event, dict) else event  # (the loop's)
+            raise HistoryMismatch(
                 f"execution {self.execution_id}: event {where} is malformed "
                 f"({type(exc).__name__}: {exc}): not an event of a Harvest history"
             ) from exc
