@@ -103,6 +103,34 @@ def test_replay_of_a_file_that_is_not_a_history_is_one_line(tmp_path: Path, cont
     assert "not a Harvest history" in line and "a JSON list of events" in line
 
 
+def test_replay_of_a_batch_for_a_workflow_the_app_does_not_have_fails(tmp_path: Path) -> None:
+    """`harvest replay --workflow NAME` of an export batch kept the exports of NAME and replayed
+    them: a NAME the App does not register (a typo) kept none, and the gate passed, exit 0,
+    "0 of 0 replayed". It fails as for a single history: exit 1, one line naming it."""
+    from harvest.client.export_batch import BATCH_SCHEMA
+
+    (tmp_path / "replay_app.py").write_text(
+        "from harvest import App, workflow\n\n@workflow\nasync def flow(ctx) -> int:\n    return 1\n\n"
+        "app = App(workflows=[flow])\n"
+    )
+    started = {"workflow_name": "flow", "workflow_id": "f", "input": [], "task_queue": "default"}
+    events = [
+        {"event_id": 1, "event_type": "WorkflowStarted", "event_data": started},
+        {"event_id": 2, "event_type": "WorkflowTaskCompleted", "event_data": {"through": 1}},
+        {"event_id": 3, "event_type": "WorkflowCompleted", "event_data": {"result": 1}},
+    ]
+    export = {"execution_id": "e1", "workflow_name": "flow", "events": events, "redacted": False}
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps({"schema": BATCH_SCHEMA, "status": "complete", "exports": [export]}))
+    ok = run(
+        "replay", "--app", "replay_app:app", "--json-path", str(path), "--workflow", "flow", cwd=tmp_path
+    )
+    assert ok.returncode == 0 and "1 of 1 replayed" in ok.stdout, ok.stdout + ok.stderr
+    r = run("replay", "--app", "replay_app:app", "--json-path", str(path), "--workflow", "flwo", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout
+    assert "flwo" in one_error_line(r)
+
+
 def test_versioning_doc_says_what_replay_does_with_a_file_that_is_not_a_history() -> None:
     """docs/versioning.md holds the behaviour above (one line, exit 2) and the batch export
     beside it (`harvest history export-batch`, WorkflowReplayer.replay_batch): it said such a

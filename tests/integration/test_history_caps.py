@@ -8,6 +8,7 @@ import pytest
 
 from harvest import App, Client, activity, workflow
 from harvest.core.errors import InvalidArgument, WorkflowFailed
+from harvest.testing import WorkflowReplayer
 
 
 @activity
@@ -55,6 +56,10 @@ def test_event_cap_fails_a_runaway_run_with_a_typed_reason(start_worker, client:
             sql.replay_dead_letter(dead["id"])
         sql.discard_dead_letter(dead["id"])
         assert sql.list_dead_letters() == []
+    # The database closed it after a step, with no decision: its (unchanged) code replays it,
+    # rather than "no longer ending where the history did" (docs/versioning.md).
+    result = WorkflowReplayer(App(workflows=[runaway], activities=[tick])).replay(handle.history())
+    assert result.ok, result.error
 
 
 def test_byte_cap_counts_stored_event_bytes(start_worker, client: Client) -> None:

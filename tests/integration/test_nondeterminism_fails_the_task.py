@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import psycopg
@@ -83,3 +84,34 @@ def test_a_failed_workflow_tasks_traceback_goes_through_the_codecs(db: str, star
         failure, _ = _after_a_bad_deploy(db, start_worker, client, codecs=codecs)
     assert failure["error_type"] == "NonDeterminismError" and "step_b" in failure["message"]
     assert "_harvest_codec" in json.dumps(failure["details"]) and "Traceback" not in json.dumps(failure)
+
+
+@workflow(name="exits")
+async def exits(ctx) -> str:
+    await ctx.execute_activity(step_a)
+    sys.exit(3)
+
+
+def _last_failure(db: str, execution_id: str) -> dict | None:
+    with psycopg.connect(db) as conn:
+        row = conn.execute(
+            "SELECT last_failure FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow'",
+            (execution_id,),
+        ).fetchone()
+    return row[0] if row else None
+
+
+def test_sys_exit_in_workflow_code_fails_its_task_and_the_worker_goes_on(
+    db: str, start_worker, client: Client
+) -> None:
+    """sys.exit() in a workflow stopped the worker that ran it (and each worker that claimed
+    the task after it): now the task fails, typed, and the worker serves other runs."""
+    start_worker(App(workflows=[exits, evolving_v1], activities=[step_a, step_b]))
+    bad = client.start_workflow("exits", workflow_id="exits")
+    deadline = time.monotonic() + 10
+    while (failure := _last_failure(db, bad.execution_id)) is None:
+        assert time.monotonic() < deadline, "the workflow task never failed"
+        time.sleep(0.05)
+    assert failure["error_type"] == "IllegalWorkflowOperation" and "sys.exit" in failure["message"]
+    assert client.start_workflow("evolving", workflow_id="after").result(timeout=10) == "a"
+    assert bad.describe()["status"] == "RUNNING"

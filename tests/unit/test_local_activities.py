@@ -11,6 +11,7 @@ from history_builder import Engine, HistoryBuilder, new_run
 
 from harvest.core.errors import ActivityFailure
 from harvest.core.idempotency import IdempotencyKey
+from harvest.core.jsonb import stored_text
 from harvest.declare.definitions import App, RetryPolicy, activity, workflow
 from harvest.runtime import LocalActivityContext
 from harvest.runtime.run import LocalActivitiesDeferred
@@ -132,6 +133,28 @@ def test_final_failure_is_recorded_and_raised_as_activity_error():
     }
     assert act.finished
     assert act.commands[-1]["failure"]["error_type"] == "BadKey"
+
+
+def test_a_failure_whose_details_are_not_json_is_recorded_with_their_repr():
+    """A local activity's ActivityFailure with details JSON cannot hold went into the marker as
+    they were: the decision could not be sent, its handler crashed and the run hung RUNNING.
+    They are recorded as a regular activity's are: their repr."""
+
+    @activity(local=True)
+    async def picky(ctx) -> None:
+        raise ActivityFailure.non_retryable_("Picky", "no", details=object)
+
+    @workflow
+    async def calls_picky(ctx) -> None:
+        await ctx.execute_activity(picky)
+
+    act = run(
+        new_run(App(workflows=[calls_picky], activities=[picky]), calls_picky).advance(
+            HistoryBuilder("calls_picky").events
+        )
+    )
+    assert act.commands[0]["value"]["failure"]["details"] == {"repr": "<class 'object'>"}
+    assert stored_text(act.commands)  # JSON the database takes
 
 
 def test_context_factory_is_injectable():

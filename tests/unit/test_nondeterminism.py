@@ -147,6 +147,28 @@ def test_asyncio_sleep_in_a_workflow_tells_the_user_to_use_ctx_sleep():
     assert issubclass(IllegalWorkflowOperation, NonDeterminismError)
 
 
+def test_sys_exit_in_a_workflow_fails_the_task_not_the_worker():
+    """SystemExit from workflow code (sys.exit(), a library's argument parser) left the
+    workflow loop, the worker's handler and then the worker's own loop: each worker that
+    claimed the task exited. It is an illegal operation of the code, like a thread."""
+    import sys
+
+    @workflow
+    async def exits(ctx) -> None:
+        await ctx.execute_activity(send_email, "a")
+        sys.exit(3)
+
+    r = new_run(app, exits)
+    history = HistoryBuilder("exits")
+    act = run(r.advance(history.events))
+    history.complete_task(history.last_id, act.commands)
+    history.activity_completed(1, {})
+    with pytest.raises(IllegalWorkflowOperation, match=r"sys\.exit"):
+        run(r.advance(history.since(r.last_event_id)))
+    with pytest.raises(IllegalWorkflowOperation, match=r"sys\.exit"):  # a replay of it too
+        run(new_run(app, exits).advance(history.events))
+
+
 def test_failing_side_effect_fails_the_task_not_the_workflow():
     @workflow
     async def flaky(ctx) -> None:

@@ -26,6 +26,8 @@ from workflows_fixture import (
     tolerant,
 )
 
+from harvest.core.errors import ActivityFailure
+from harvest.core.jsonb import stored_text
 from harvest.declare.definitions import workflow
 
 
@@ -249,3 +251,23 @@ def test_bad_input_fails_the_workflow_with_a_payload_error():
     failure = act.commands[0]["failure"]
     assert failure["error_type"] == "PayloadError" and "input[0]" in failure["message"]
     assert Order  # the declared type that the input did not match
+
+
+def test_a_failure_whose_details_are_not_json_still_fails_the_workflow():
+    """An ActivityFailure raised by workflow code with details JSON cannot hold (a set, an
+    object) made a fail_workflow command the worker could not send: its handler crashed, the
+    lease expired and the task came back to crash again, the run RUNNING with no failure shown.
+    The details are encoded as a failed activity's are (a set as a list), or else their repr."""
+
+    @workflow(name="declines")
+    async def declines(ctx) -> None:
+        raise ActivityFailure("CardDeclined", "no", details={"codes": {7}, "card": object})
+
+    final = run(Engine(type(app)(workflows=[declines]), declines).run_to_end())
+    assert final["failure"] == {
+        "error_type": "CardDeclined",
+        "message": "no",
+        "non_retryable": True,
+        "details": {"repr": "{'codes': {7}, 'card': <class 'object'>}"},
+    }
+    assert stored_text(final)  # JSON the database takes

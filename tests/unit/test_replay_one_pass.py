@@ -104,7 +104,7 @@ def test_an_error_in_the_batch_wins_over_an_earlier_steps_error() -> None:
     broken = [dict(e) for e in events]
     broken[-3] = {**broken[-3], "event_data": {"worker_id": "w1"}}  # a marker without `through`
     assert broken[-3]["event_type"] == "WorkflowTaskCompleted"
-    with pytest.raises(KeyError, match="through"):
+    with pytest.raises(HistoryMismatch, match="KeyError: 'through'"):
         asyncio.run(new_run(renamed_chain).advance(broken))
 
 

@@ -83,6 +83,7 @@ def _replay_batch(replayer: Any, batch: dict[str, Any], workflow_name: str | Non
     """Replay every export of a batch (of ``workflow_name`` only, when given); one line each;
     exit 1 when any diverges or the batch is not complete."""
     if workflow_name is not None:
+        replayer.app.workflow(workflow_name)  # NotFound, as for one history: not "0 of 0 replayed"
         batch = {
             **batch,
             "exports": [e for e in batch.get("exports") or [] if e.get("workflow_name") == workflow_name],

@@ -58,6 +58,7 @@ __all__ = [
     "decode_result",
     "encode",
     "encode_args",
+    "encode_details",
     "encode_result",
     "param_hints",
     "payload_size",
@@ -699,6 +700,16 @@ def decode_result(fn: Callable[..., Any] | None, value: Any) -> Any:
 
 def encode_result(value: Any) -> Any:
     return encode(value, "result")
+
+
+def encode_details(details: Any) -> Any:
+    """A failure's ``details`` as JSON: encoded as any payload is, or ``{"repr": repr(details)}``
+    when they cannot be (an ``ActivityFailure`` raised with a set or an object): a failure is
+    reported whatever its details hold, by an activity, a local activity or workflow code."""
+    try:
+        return encode(details, "details")
+    except PayloadError:
+        return {"repr": repr(details)}
 
 
 # -- what a payload is: the fields erasure replaces and redaction hides ------------------------

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from harvest.core.errors import ActivityError, ActivityFailure, ChildWorkflowError, NonDeterminismError
+from harvest.core.payload import encode_details
 from harvest.declare.definitions import WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.context import DEFAULT_VERSION
@@ -28,12 +29,14 @@ __all__ = [
     "BOOKKEEPING_EVENTS",
     "COMMAND_EVENTS",
     "DIRECTIVE_COMMANDS",
+    "ENGINE_FAILURES",
     "EVENT_TYPES",
     "RESOLUTION_EVENTS",
     "TERMINAL_COMMANDS",
     "TERMINAL_EVENTS",
     "CommandIssuer",
     "Pending",
+    "closed_by_engine",
     "describe_command",
     "describe_event",
     "event_as_command",
@@ -93,6 +96,25 @@ TERMINAL_COMMANDS = {
     "cancel_workflow": "WorkflowCancelled",
     "continue_as_new": "WorkflowContinuedAsNew",
 }
+# Closing events the database writes with no decision, right after a step, where a closing
+# command's event would be: a run superseded by a newer one of its key is cancelled
+# (functions/flow_concurrency.sql), one whose history outgrew a hard cap or whose workflow no
+# claiming worker has fails (functions/decide.sql). No code ended the run there (closed_by_engine).
+ENGINE_FAILURES = frozenset({"HistoryEventCapExceeded", "HistoryByteCapExceeded", "UnknownWorkflow"})
+
+
+def closed_by_engine(event_type: str, data: dict[str, Any]) -> bool:
+    """Whether a closing event of a command's type (``WorkflowCancelled``, ``WorkflowFailed``)
+    was written by the database on its own (``ENGINE_FAILURES``, a supersede), not by a decision."""
+    if event_type == "WorkflowCancelled":
+        details = data.get("details")
+        return isinstance(details, dict) and "superseded_by" in details
+    if event_type == "WorkflowFailed":
+        failure = data.get("failure")
+        return isinstance(failure, dict) and failure.get("error_type") in ENGINE_FAILURES
+    return False
+
+
 # commands that write no event: what the worker tells the database of the run's wait
 # (hold_wakeups: docs/internals.md, "Held wake-ups"); _apply_decision reads them before its
 # dispatcher (tests/integration/test_vocabulary.py)
@@ -183,7 +205,7 @@ def failure_json(exc: BaseException) -> dict[str, Any]:
             "error_type": exc.error_type,
             "message": exc.message,
             "non_retryable": True,
-            "details": exc.details,
+            "details": encode_details(exc.details),
         }
     return {"error_type": type(exc).__name__, "message": str(exc), "non_retryable": True, "details": None}
 

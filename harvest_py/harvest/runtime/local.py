@@ -18,7 +18,7 @@ from typing import Any
 
 from harvest.core.errors import ActivityFailure, PayloadError
 from harvest.core.idempotency import IdempotencyKey
-from harvest.core.payload import encode
+from harvest.core.payload import encode, encode_details
 from harvest.core.threads import DaemonThreads
 from harvest.declare.definitions import ActivityDefinition
 
@@ -92,7 +92,9 @@ async def run_local_activity(
         except Exception as exc:
             failure = ActivityFailure.from_exception(exc)
         if not defn.retry.should_retry(failure, attempt):
-            return {"name": defn.name, "failure": failure.to_json()}
+            report = failure.to_json()
+            report["details"] = encode_details(report["details"])
+            return {"name": defn.name, "failure": report}
         delay = min(defn.retry.delay(attempt), LOCAL_MAX_BACKOFF)
         if deadline is not None and loop.time() + delay >= deadline:
             # Retries remained, but the next one would start past schedule_to_close.

@@ -102,8 +102,15 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
                         handle._context.run(handle._callback, args[0])
                     else:
                         handle._context.run(handle._callback, *args)
-                except (SystemExit, KeyboardInterrupt):
-                    raise
+                except KeyboardInterrupt:
+                    raise  # the process' interrupt (Ctrl-C), not the workflow's doing
+                except SystemExit as exc:
+                    # Workflow code's (sys.exit(), a library's argument parser): let through, it
+                    # stopped the worker, and every worker that claimed the task after it.
+                    self._illegal(
+                        f"SystemExit({exc.code!r}) raised in workflow code (sys.exit()?): a workflow "
+                        "ends by returning or raising an exception; sys.exit() would stop the worker"
+                    )
                 except BaseException as exc:
                     self._callback_failed(handle, exc)
                 if self.fatal_error is not None:

@@ -50,6 +50,7 @@ from harvest.runtime.commands import (
     TERMINAL_EVENTS,
     CommandIssuer,
     Pending,
+    closed_by_engine,
     describe_command,
     event_as_command,
     failure_json,
@@ -438,6 +439,7 @@ class WorkflowRun(CommandIssuer):
         # events join it. Within a batch it always is; a batch that begins with a command event
         # after the previous batch's steps continues a step already taken.
         group_open = bool(markers)
+        event: Any = None  # (the one being read, for the error of a malformed one)
         try:
             for event in events:
                 raw_id = event["event_id"]
@@ -513,8 +515,16 @@ class WorkflowRun(CommandIssuer):
                     # replays nothing (advance), and a closing step must know it closes.
                     stream = False
                     self._terminal_event = event
-                    if kind in _TERMINAL_COMMAND_EVENTS:
+                    if kind in _TERMINAL_COMMAND_EVENTS and not closed_by_engine(kind, data):
                         self._terminal_owner = self._group_owner
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # An event without the fields of its type (a hand-edited or foreign file: the
+            # replayer's), typed as what it is rather than left to escape as a KeyError.
+            where = event.get("event_id") if isinstance(event, dict) else event  # (the loop's)
+            raise HistoryMismatch(
+                f"execution {self.execution_id}: event {where} is malformed "
+                f"({type(exc).__name__}: {exc}): not an event of a Harvest history"
+            ) from exc
         finally:
             self.last_event_id, self.payload_bytes = last, held
         return deferred

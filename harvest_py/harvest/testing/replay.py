@@ -71,11 +71,29 @@ class ReplayResult:
         return self.ok
 
 
-def load_history(history: Any) -> list[dict[str, Any]]:
-    """Events from a list, or from a JSON file (a list, or an object with ``events``)."""
+# What a redacted export (`harvest history export` without --full, export-batch's default) gets:
+# its payloads are {"redacted": true, "bytes": n}, which the code cannot run on.
+REDACTED = (
+    "a redacted export cannot be replayed (its payloads are gone): export with "
+    "`harvest history export --full` (a batch: --payload-policy full)"
+)
+
+
+def _document(history: Any) -> Any:
+    """``history`` itself, or the JSON a path names."""
     if isinstance(history, (str, os.PathLike)):
         with open(history, encoding="utf-8") as fh:
-            history = json.load(fh)
+            return json.load(fh)
+    return history
+
+
+def _redacted(document: Any) -> bool:
+    return isinstance(document, dict) and document.get("redacted") is True
+
+
+def load_history(history: Any) -> list[dict[str, Any]]:
+    """Events from a list, or from a JSON file (a list, or an object with ``events``)."""
+    history = _document(history)
     if isinstance(history, dict):
         history = history.get("events")
     if not isinstance(history, list):
@@ -167,9 +185,12 @@ class WorkflowReplayer:
     def replay(self, history: Any, workflow: Any = None) -> ReplayResult:
         """Replay ``history`` against ``workflow`` (a name or function; by default the one
         named in its ``WorkflowStarted``)."""
+        document = _document(history)
+        if _redacted(document):
+            return ReplayResult(False, REDACTED)
         # Payloads as the App's codecs wrote them (an export keeps them encoded; docs/payloads.md).
         try:
-            events = self.app.payloads.chain.decode_tree(load_history(history))
+            events = self.app.payloads.chain.decode_tree(load_history(document))
         except PayloadError as exc:
             return ReplayResult(False, f"{type(exc).__name__}: {exc}", exception=exc)
         if workflow is None:
@@ -204,7 +225,10 @@ class WorkflowReplayer:
         workflow task replays it; not ok, naming each problem, when ``event_id`` is not a point a
         reset accepts (:func:`reset_problems`). The fork then runs on from there under the
         current code: what it does next is not replayed (it is new)."""
-        events = load_history(history)
+        document = _document(history)
+        if _redacted(document):
+            return ReplayResult(False, REDACTED)
+        events = load_history(document)
         problems = reset_problems(events, event_id)
         if problems:
             return ReplayResult(False, "not a valid reset point: " + "; ".join(problems))
@@ -237,12 +261,7 @@ class WorkflowReplayer:
             )
         results = {}
         for export in batch.get("exports") or []:
-            if export.get("redacted"):
-                results[export["execution_id"]] = ReplayResult(
-                    False, "a redacted export cannot be replayed: export with --payload-policy full"
-                )
-            else:
-                results[export["execution_id"]] = self.replay(export)
+            results[export["execution_id"]] = self.replay(export)  # (a redacted one: REDACTED)
         return results
 
     def replay_or_raise(self, history: Any, workflow: Any = None) -> ReplayResult:

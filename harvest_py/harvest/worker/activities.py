@@ -256,10 +256,7 @@ def _already_recorded(task: dict[str, Any], what: str) -> None:
 async def _report_failure(worker: Worker, task: dict[str, Any], failure: ActivityFailure) -> None:
     """Send an attempt's failure (fail_activity), made small enough to be stored."""
     report = failure.to_json()
-    try:
-        report["details"] = payload.encode(report["details"], "details")
-    except PayloadError:
-        report["details"] = {"repr": repr(failure.details)}
+    report["details"] = payload.encode_details(report["details"])
     report = await worker.payloads.encode_failure(lane_of(task).sql, str(task["execution_id"]), report)
     limit = worker.max_payload_bytes
     if limit is not None and payload.payload_size(report) > limit:
