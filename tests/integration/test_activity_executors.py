@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 
@@ -66,8 +67,24 @@ async def bad_result(ctx) -> object:
     return await ctx.execute_activity(unpicklable_result)
 
 
+@activity(retry=RetryPolicy.none(), dead_letter=False)
+async def exits_async(ctx) -> None:
+    sys.exit(3)
+
+
+@activity(retry=RetryPolicy.none(), dead_letter=False)
+def exits_in_a_thread(ctx) -> None:
+    sys.exit("bye")
+
+
+@workflow
+async def calls(ctx, name: str) -> object:
+    return await ctx.execute_activity(name)
+
+
 app = App(
-    workflows=[fan_out, compute, bad_result], activities=[meet, count_threads, crunch, unpicklable_result]
+    workflows=[fan_out, compute, bad_result, calls],
+    activities=[meet, count_threads, crunch, unpicklable_result, exits_async, exits_in_a_thread],
 )
 
 
@@ -98,6 +115,17 @@ def test_a_result_that_cannot_be_pickled_back_fails_for_good_saying_so(start_wor
     start_worker(app, activity_processes=1)
     with pytest.raises(WorkflowFailed, match="cannot be pickled"):
         client.start_workflow(bad_result).result(timeout=60)
+
+
+@pytest.mark.parametrize(("name", "code"), [("exits_async", "3"), ("exits_in_a_thread", "bye")])
+def test_sys_exit_in_an_activity_fails_the_attempt_not_the_worker(start_worker, client, name, code):
+    """sys.exit() in an activity (async, or in the thread pool) escaped the worker's handler
+    (it catches Exception) and stopped the worker's loop: the run waited for good. Now the
+    attempt fails, typed SystemExit, and the worker goes on."""
+    start_worker(app)
+    with pytest.raises(WorkflowFailed, match=f"SystemExit.*{code}"):
+        client.start_workflow(calls, name).result(timeout=30)
+    assert client.start_workflow(fan_out, "count_threads", 1).result(timeout=30) == [0]
 
 
 def _ghost(ctx) -> None:

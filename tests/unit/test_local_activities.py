@@ -286,3 +286,21 @@ async def _timed(coro):
     began = loop.time()
     outcome = await coro
     return outcome, loop.time() - began
+
+
+@activity(local=True, retry=RetryPolicy.exponential(max_attempts=2, initial="1s"))
+async def exits(ctx) -> None:
+    CALLS.append(("exits", ctx.attempt()))
+    raise SystemExit(4)
+
+
+def test_sys_exit_in_a_local_activity_fails_its_attempt():
+    """sys.exit() in a local activity went through its retry loop (it catches Exception) and out
+    of the workflow task; now it is the attempt's failure, retried by its policy, then recorded."""
+    from harvest.runtime.local import run_local_activity
+
+    CALLS.clear()
+    outcome = run(run_local_activity(exits.__harvest_activity__, (), "e", 1, _factory, sleep=no_sleep))
+    assert [c for c in CALLS if c[0] == "exits"] == [("exits", 1), ("exits", 2)]
+    assert outcome["failure"]["error_type"] == "SystemExit"
+    assert outcome["failure"]["message"] == "SystemExit(4) raised in the activity (sys.exit()?)"

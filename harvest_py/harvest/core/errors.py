@@ -348,6 +348,9 @@ class ActivityFailure(HarvestError):
         """A plain exception becomes ``error_type`` = its class name."""
         if isinstance(exc, ActivityFailure):
             return exc
+        if isinstance(exc, SystemExit):  # (its str() is the bare exit code)
+            message = f"SystemExit({exc.code!r}) raised in the activity (sys.exit()?)"
+            return cls("SystemExit", message, False, None)
         return cls(type(exc).__name__, str(exc), False, None)
 
 

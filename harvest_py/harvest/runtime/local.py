@@ -89,7 +89,7 @@ async def run_local_activity(
                 failure = ActivityFailure(type(exc).__name__, str(exc), non_retryable=True)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # (sys.exit() fails the attempt, not the task)
             failure = ActivityFailure.from_exception(exc)
         if not defn.retry.should_retry(failure, attempt):
             report = failure.to_json()

@@ -381,7 +381,7 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         payload.check_size(encoded, f"the result of activity {definition.name}", worker.max_payload_bytes)
     except asyncio.CancelledError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # (sys.exit() in an activity fails it, not the worker)
         if isinstance(exc, StartToCloseExpired):
             failure = ActivityFailure(
                 "StartToCloseTimeout", f"attempt {task['attempt']} ran longer than its start_to_close"
