@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import psycopg
 import pytest
@@ -377,6 +378,12 @@ def test_a_sharded_deployment_is_refused(db) -> None:
     [
         ("http://cache:6379", "is not a Redis URL"),
         ("rediss://cache:6380?ssl_cert_reqs=none", "sets ssl_cert_reqs; Redis dispatch always verifies"),
+        # Every other TLS option of the redis client that loosens or replaces the verification
+        ("rediss://cache:6380?ssl_ca_data=PEM", "sets ssl_ca_data; Redis dispatch always verifies"),
+        ("rediss://cache:6380?ssl_exclude_verify_flags=VERIFY_X509_STRICT", "sets ssl_exclude_verify_flags"),
+        ("rediss://cache:6380?ssl_include_verify_flags=VERIFY_X509_PARTIAL_CHAIN", "sets ssl_include_verify"),
+        ("rediss://cache:6380?ssl_min_version=2", "sets ssl_min_version"),
+        ("rediss://cache:6380?ssl_ciphers=ALL%3A%40SECLEVEL%3D0", "sets ssl_ciphers"),
     ],
 )
 def test_config_refuses_an_unusable_url(url: str, needle: str) -> None:
@@ -507,6 +514,9 @@ def test_tls_is_verified_against_the_trust_store(tmp_path, monkeypatch) -> None:
         monkeypatch.delenv("SSL_CERT_FILE", raising=False)
         with pytest.raises(RedisUnavailable, match="certificate verify failed"):
             asyncio.run(connect(url))
+        # A CA given in the URL's query does not replace the trust store: refused, not connected.
+        with pytest.raises(ConfigError, match="sets ssl_ca_data"):
+            asyncio.run(connect(f"{url}?{urlencode({'ssl_ca_data': ca.read_text()})}"))
         monkeypatch.setenv("SSL_CERT_FILE", str(ca))
         asyncio.run(connect(url))  # the private CA replaces the store: verified, connected
         with pytest.raises(RedisUnavailable, match=r"certificate verify failed|match"):
