@@ -241,6 +241,43 @@ def test_a_reference_to_a_row_another_worker_holds_is_acked_and_not_run(db, redi
     assert ran == {}
 
 
+@activity(queue="rd_wf")
+async def rd_first(ctx) -> int:
+    return 1
+
+
+@activity(queue="rd_elsewhere")
+async def rd_elsewhere(ctx, i: int) -> int:
+    return i
+
+
+@workflow(queue="rd_wf")
+async def rd_then_fan(ctx) -> int:
+    await ctx.execute_activity(rd_first)
+    return sum(await asyncio.gather(*(ctx.execute_activity(rd_elsewhere, i) for i in range(6))))
+
+
+def test_the_activities_of_a_decision_made_ahead_are_published(db, redis_server, start_worker, client):
+    """The decision the activity's worker makes ahead on its result (worker/decide_ahead.py,
+    committed with the result) schedules activities as a workflow task's does: those it does not
+    hand back are published (here all six: no worker of this one's polls their queue)."""
+    running = start_worker(
+        App(workflows=[rd_then_fan], activities=[rd_first, rd_elsewhere]),
+        queues=["rd_wf"],
+        redis_url=redis_server.url,
+    )
+    connected(running)
+    client.start_workflow(rd_then_fan, workflow_id="rd-ahead")
+    dispatch, worker = running.worker.redis, running.worker
+    deadline = time.monotonic() + 10
+    while not worker.decided_ahead and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert worker.decided_ahead == 1, "the fan-out was decided ahead on rd_first's result"
+    while dispatch.published < 6 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert dispatch.published == 6
+
+
 held_gate = threading.Event()
 held_started = threading.Event()
 
