@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import psycopg
 import pytest
@@ -240,6 +241,43 @@ def test_a_reference_to_a_row_another_worker_holds_is_acked_and_not_run(db, redi
     assert ran == {}
 
 
+@activity(queue="rd_wf")
+async def rd_first(ctx) -> int:
+    return 1
+
+
+@activity(queue="rd_elsewhere")
+async def rd_elsewhere(ctx, i: int) -> int:
+    return i
+
+
+@workflow(queue="rd_wf")
+async def rd_then_fan(ctx) -> int:
+    await ctx.execute_activity(rd_first)
+    return sum(await asyncio.gather(*(ctx.execute_activity(rd_elsewhere, i) for i in range(6))))
+
+
+def test_the_activities_of_a_decision_made_ahead_are_published(db, redis_server, start_worker, client):
+    """The decision the activity's worker makes ahead on its result (worker/decide_ahead.py,
+    committed with the result) schedules activities as a workflow task's does: those it does not
+    hand back are published (here all six: no worker of this one's polls their queue)."""
+    running = start_worker(
+        App(workflows=[rd_then_fan], activities=[rd_first, rd_elsewhere]),
+        queues=["rd_wf"],
+        redis_url=redis_server.url,
+    )
+    connected(running)
+    client.start_workflow(rd_then_fan, workflow_id="rd-ahead")
+    dispatch, worker = running.worker.redis, running.worker
+    deadline = time.monotonic() + 10
+    while not worker.decided_ahead and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert worker.decided_ahead == 1, "the fan-out was decided ahead on rd_first's result"
+    while dispatch.published < 6 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert dispatch.published == 6
+
+
 held_gate = threading.Event()
 held_started = threading.Event()
 
@@ -377,6 +415,12 @@ def test_a_sharded_deployment_is_refused(db) -> None:
     [
         ("http://cache:6379", "is not a Redis URL"),
         ("rediss://cache:6380?ssl_cert_reqs=none", "sets ssl_cert_reqs; Redis dispatch always verifies"),
+        # Every other TLS option of the redis client that loosens or replaces the verification
+        ("rediss://cache:6380?ssl_ca_data=PEM", "sets ssl_ca_data; Redis dispatch always verifies"),
+        ("rediss://cache:6380?ssl_exclude_verify_flags=VERIFY_X509_STRICT", "sets ssl_exclude_verify_flags"),
+        ("rediss://cache:6380?ssl_include_verify_flags=VERIFY_X509_PARTIAL_CHAIN", "sets ssl_include_verify"),
+        ("rediss://cache:6380?ssl_min_version=2", "sets ssl_min_version"),
+        ("rediss://cache:6380?ssl_ciphers=ALL%3A%40SECLEVEL%3D0", "sets ssl_ciphers"),
     ],
 )
 def test_config_refuses_an_unusable_url(url: str, needle: str) -> None:
@@ -507,6 +551,9 @@ def test_tls_is_verified_against_the_trust_store(tmp_path, monkeypatch) -> None:
         monkeypatch.delenv("SSL_CERT_FILE", raising=False)
         with pytest.raises(RedisUnavailable, match="certificate verify failed"):
             asyncio.run(connect(url))
+        # A CA given in the URL's query does not replace the trust store: refused, not connected.
+        with pytest.raises(ConfigError, match="sets ssl_ca_data"):
+            asyncio.run(connect(f"{url}?{urlencode({'ssl_ca_data': ca.read_text()})}"))
         monkeypatch.setenv("SSL_CERT_FILE", str(ca))
         asyncio.run(connect(url))  # the private CA replaces the store: verified, connected
         with pytest.raises(RedisUnavailable, match=r"certificate verify failed|match"):

@@ -215,3 +215,30 @@ def test_an_update_is_linked_from_the_task_that_runs_its_handler(spans, start_wo
     ]
     assert len(links) == 1 and links[0].attributes["harvest.link"] == "update"
     assert links[0].attributes["harvest.update"] == "tc_bump"
+
+
+def test_a_decision_made_ahead_on_an_activity_result_stays_in_the_callers_trace(
+    spans, start_worker, client: Client
+) -> None:
+    # The default cache: the activity's worker decides the run's next step on its result
+    # (worker/decide_ahead.py), the child start and the continue-as-new among them.
+    exporter, provider = spans
+    worker = start_worker(APP)
+    with provider.get_tracer("the caller").start_as_current_span("caller") as caller:
+        handle = client.start_workflow(tc_parent, 1, 2)
+    assert handle.result(timeout=30) == 5
+    worker.stop()
+    assert worker.worker.decided_ahead, "the decisions after the activities were made ahead"
+
+    finished = exporter.get_finished_spans()
+    trace_id = caller.get_span_context().trace_id
+    workflow_spans = [s for s in finished if s.name != "caller" and s.name != "harvest.workflow.execute"]
+    strays = [s.name for s in workflow_spans if s.context.trace_id != trace_id]
+    assert not strays, f"spans outside the caller's trace: {strays}"
+    assert len(_by_name(finished, "harvest.activity.execute")) == 4
+    assert len(_by_name(finished, "harvest.child.start")) == 2, "a child started ahead has its span"
+    assert len(_by_name(finished, "harvest.workflow.continue_as_new")) == 1
+    span_ids = {s.context.span_id for s in finished}
+    assert all(s.parent is None or s.parent.span_id in span_ids for s in workflow_spans), (
+        "no span hangs from a span nobody recorded"
+    )

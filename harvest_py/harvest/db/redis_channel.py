@@ -36,8 +36,12 @@ GROUP = "harvest"
 # reference trimmed before any worker read it is found by the Postgres claim instead.
 STREAM_MAXLEN = 100_000
 SCHEMES = ("redis", "rediss")
-# Query options of a URL that would weaken TLS verification: refused (docs/redis-dispatch.md).
-UNSAFE_OPTIONS = frozenset({"ssl_cert_reqs", "ssl_check_hostname", "ssl_ca_certs", "ssl_ca_path"})
+# The TLS options a URL's query may set: the client's own certificate (mutual TLS). Every other
+# ``ssl_*`` option (the redis client passes each query key on to its connection) would turn off,
+# loosen or replace the server's verification: ssl_cert_reqs, ssl_check_hostname, ssl_ca_certs,
+# ssl_ca_path, ssl_ca_data, ssl_include_verify_flags, ssl_exclude_verify_flags, ssl_min_version,
+# ssl_ciphers, and any a later client adds. Refused (docs/redis-dispatch.md).
+CLIENT_TLS_OPTIONS = frozenset({"ssl_certfile", "ssl_keyfile", "ssl_password"})
 CONNECT_TIMEOUT_SECS = 5.0
 
 
@@ -71,7 +75,9 @@ def check_url(url: str, where: str = "redis.url") -> None:
         raise ConfigError(
             f"{where}: {endpoint(url)!r} is not a Redis URL; use redis://host:6379 or rediss:// for TLS"
         )
-    unsafe = sorted(UNSAFE_OPTIONS & set(parse_qs(parts.query)))
+    unsafe = sorted(
+        k for k in parse_qs(parts.query) if k.lower().startswith("ssl") and k not in CLIENT_TLS_OPTIONS
+    )
     if unsafe:
         raise ConfigError(
             f"{where}: the URL sets {', '.join(unsafe)}; Redis dispatch always verifies a rediss:// "

@@ -188,6 +188,18 @@ class CompletionBatcher(_TaskGroupCommit):
             if row["outcome"] == "claimed":
                 row["handed"]["_lane"] = lane
 
+    def _committed(self, items: list[tuple[Any, ...]]) -> None:
+        """Redis dispatch: publish the workflow tasks the results woke, and, for a result that
+        carried a decision made ahead (worker/decide_ahead.py), every task that decision left
+        claimable, the activities it did not hand back among them, as a workflow task's
+        decision does (DecisionBatcher)."""
+        worker = self._worker
+        if worker.redis is None or self._on is worker:
+            return
+        lane = cast("ShardLane", self._on)
+        worker.after_commit(lane, [item[0] for item in items if item[3] is None], self.publishes)
+        worker.after_commit(lane, [item[0] for item in items if item[3] is not None], None)
+
     def _retry_alone(self, batch: list[tuple[Any, ...]], exc: Exception) -> bool:
         # A decision the database refuses fails the call: retry without decisions, so
         # that no result is lost to it. Otherwise a refusal of the whole call (a

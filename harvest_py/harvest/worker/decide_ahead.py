@@ -25,10 +25,17 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from harvest.core import jsonb
+from harvest.telemetry import tracing
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.completions import Recorded
 from harvest.worker.lanes import lane_of
-from harvest.worker.workflows import closing_status, payloads_fit, warn_on_bloat, with_hold
+from harvest.worker.workflows import (
+    closing_status,
+    payloads_fit,
+    traced_commands,
+    warn_on_bloat,
+    with_hold,
+)
 
 if TYPE_CHECKING:
     from harvest.runtime import Activation, WorkflowRun
@@ -152,12 +159,34 @@ async def _step(
     except (ValueError, TypeError):  # not storable as it stands: the plain path reports it
         worker.cache.put(execution_id, run)
         return None
-    after = run.last_event_id
     event = {
-        "event_id": after + 1,
+        "event_id": run.last_event_id + 1,
         "event_type": "ActivityCompleted",
         "event_data": {"seq": task["seq"], "result": seen, "attempt": task["attempt"]},
     }
+    if not tracing.ACTIVE:
+        return await _decide(worker, task, execution_id, run, event, result_text)
+    # Tracing on: the decision is the run's workflow task, in the run's trace as one the
+    # workflow task would make (worker/workflows.py, _task_span): its child, timer and
+    # continue-as-new spans hang from it, and its activities and signals carry it.
+    with tracing.span(
+        "harvest.workflow.task",
+        execution_id=execution_id,
+        attributes={"harvest.workflow": task["workflow_name"], "harvest.decided_ahead": True},
+        **(run.trace_seed or {}),
+    ):
+        return await _decide(worker, task, execution_id, run, event, result_text)
+
+
+async def _decide(
+    worker: Worker,
+    task: dict[str, Any],
+    execution_id: str,
+    run: WorkflowRun,
+    event: dict[str, Any],
+    result_text: str,
+) -> DecisionAhead | None:
+    after = run.last_event_id
     # The workflow code's log lines carry the run, not the activity whose result it decides on.
     fields = log_fields(
         execution_id=execution_id, workflow_id=task["workflow_id"], workflow=task["workflow_name"]
@@ -190,5 +219,7 @@ async def _step(
             return None
         if command["type"] == "schedule_activity":
             scheduled += 1
+    if tracing.ACTIVE:
+        commands = traced_commands(commands, execution_id)
     grant = worker.reserve_slots(scheduled, task)
     return DecisionAhead(worker, task, run, activation, after, result_text, grant, commands)
