@@ -45,3 +45,18 @@ def test_check_schema_reads_no_migration_file(monkeypatch: pytest.MonkeyPatch) -
     m.check_schema(_Conn(SCHEMA_VERSION))  # a Client() on a current database
     with pytest.raises(m.SchemaMismatch, match="run `harvest migrate run`"):
         m.check_schema(_Conn("0001"))
+
+
+def test_a_migration_set_that_cannot_be_read_is_one_config_error(tmp_path) -> None:
+    """`--include-dir` with a name too long for the file system, or a file that is not UTF-8,
+    was an OSError / UnicodeDecodeError traceback; both are a ConfigError naming the path."""
+    from harvest.core.errors import ConfigError
+    from harvest.db.migrate import load_set
+
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_set(tmp_path / ("x" * 300), "app")
+    (tmp_path / "0001_binary.sql").write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match=r"0001_binary\.sql cannot be read as UTF-8 text"):
+        load_set(tmp_path, "app")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_set(tmp_path / "missing", "app")

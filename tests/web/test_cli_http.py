@@ -467,6 +467,30 @@ def test_a_base_url_that_is_no_url_is_one_line() -> None:
             assert "Traceback" not in answer.stderr and "77" not in answer.stderr, answer.stderr
 
 
+def test_what_json_or_a_path_cannot_carry_is_refused_before_the_request() -> None:
+    """Over HTTP a NaN (`--rps nan`, `--timeout nan`) was httpx's ValueError traceback (JSON has
+    no NaN), and an empty name or id (`workflow get ''`) asked the collection's route
+    (`/workflows/`), whose other answer was a traceback. Both are one line, exit 2, before any
+    request (nothing listens at this URL)."""
+    url = "http://127.0.0.1:1/api/harvest"
+    nan = run("--base-url", url, "throttle", "override", "imports", "--rps", "nan")
+    assert nan.exit_code == 2 and "rps: nan is not a finite number" in nan.stderr, nan.stderr
+    zero = "00000000-0000-0000-0000-000000000000"
+    query = run("--base-url", url, "workflow", "query", zero, "q", "--timeout", "nan")
+    assert query.exit_code == 2 and "is not a finite number" in query.stderr, query.stderr
+    for args in (
+        ["workflow", "get", ""],
+        ["schedule", "get", ""],
+        ["token", "revoke", ""],
+        ["worker", "get", ""],
+    ):
+        empty = run("--base-url", url, *args)
+        assert empty.exit_code == 2 and "an empty name or id names nothing" in empty.stderr, (
+            args,
+            empty.stderr,
+        )
+
+
 def test_transport_choice(db: str) -> None:
     both_given = run("--base-url", BASE, "workflow", "list", "--database-url", db)
     assert both_given.exit_code == 2 and "not both" in both_given.stderr

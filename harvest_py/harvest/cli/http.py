@@ -25,6 +25,7 @@ The token (``--token``/``HARVEST_TOKEN``) is sent as a bearer token and never pr
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -182,6 +183,9 @@ class Http:
         """(status, decoded JSON or None); an answer >= 400 (not in ``ok``) raises its error."""
         query = _query(params or {})
         budget = self.settings.timeout if timeout is None else timeout
+        where = _non_finite(json)
+        if where is not None:  # (JSON has no NaN or Infinity: httpx would raise ValueError)
+            raise InvalidArgument(f"{where[0]}: {where[1]} is not a finite number")
         try:
             answer = self.client.request(
                 method,
@@ -369,7 +373,29 @@ def _body(value: Any) -> Any:
 
 
 def _p(segment: Any) -> str:
-    return quote(str(segment), safe="")
+    """One path segment, quoted. An empty one would name the collection instead (`/workflows/`),
+    which answers something else entirely: refused, as no name or id is empty."""
+    text = str(segment)
+    if not text:
+        raise InvalidArgument("an empty name or id names nothing: give one")
+    return quote(text, safe="")
+
+
+def _non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
+    """The first NaN or infinity in a JSON body, with the key path that holds it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "the request", value
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _non_finite(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 @contextlib.contextmanager

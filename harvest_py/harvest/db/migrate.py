@@ -108,10 +108,14 @@ def is_transactional(sql: str) -> bool:
 
 def load_set(directory: Path, set_name: str) -> list[Migration]:
     """Read one migration set; reject names that would make the order ambiguous."""
-    if not directory.is_dir():
+    try:
+        listed = sorted(directory.glob("*.sql")) if directory.is_dir() else None
+    except OSError as exc:  # (a name too long, a directory it may not read)
+        raise ConfigError(f"migration directory {directory} cannot be read: {exc.strerror or exc}") from None
+    if listed is None:
         raise ConfigError(f"migration directory {directory} does not exist")
     found: dict[str, Migration] = {}
-    for path in sorted(directory.glob("*.sql")):
+    for path in listed:
         match = MIGRATION_NAME.match(path.name)
         if not match:
             raise ConfigError(
@@ -121,7 +125,10 @@ def load_set(directory: Path, set_name: str) -> list[Migration]:
         version, name = match.groups()
         if version in found:
             raise ConfigError(f"{path}: version {version} is also used by {found[version].path.name}")
-        sql = path.read_text()
+        try:
+            sql = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path} cannot be read as UTF-8 text: {exc}") from None
         found[version] = Migration(set_name, version, name, path, sql, is_transactional(sql))
     return [found[v] for v in sorted(found)]
 
