@@ -391,7 +391,17 @@ _CHECKS: tuple[tuple[str, str], ...] = (
     ),
     (
         "child_parent_event",
+        # A child that continued as new: each successor carries the parent link, and the
+        # parent's ChildWorkflowStarted names the chain's first run, so the runs it continued
+        # from count as the child too.
         """
+        WITH RECURSIVE chain (child, run) AS (
+            SELECT c.id, c.id FROM harvest.executions AS c WHERE c.parent_id IS NOT NULL
+            UNION
+            SELECT chain.child, x.continued_from
+            FROM chain JOIN harvest.executions AS x ON x.id = chain.run
+            WHERE x.continued_from IS NOT NULL
+        )
         SELECT c.id::text AS execution_id,
                format('a child of %s (seq %s) whose parent has no ChildWorkflowStarted naming it',
                       c.parent_id, c.parent_seq) AS message
@@ -399,9 +409,11 @@ _CHECKS: tuple[tuple[str, str], ...] = (
         JOIN harvest.executions AS p ON p.id = c.parent_id
         WHERE p.status NOT IN ('MIGRATING', 'MIGRATED')
           AND NOT EXISTS (
-            SELECT 1 FROM harvest.events AS e
-            WHERE e.execution_id = c.parent_id AND e.event_type = 'ChildWorkflowStarted'
-              AND e.event_data ->> 'child_execution_id' = c.id::text)
+            SELECT 1 FROM chain AS k
+            JOIN harvest.events AS e
+                ON e.execution_id = c.parent_id AND e.event_type = 'ChildWorkflowStarted'
+                AND e.event_data ->> 'child_execution_id' = k.run::text
+            WHERE k.child = c.id)
         """,
     ),
     (
