@@ -312,7 +312,8 @@ COMMENT ON FUNCTION harvest.erase_payloads IS
 'offloaded rows), audited; HR030 under a legal hold, HR031 while it runs, HR013 on a seal unless '
 'p_prior_residence. Returns the residences to walk. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.set_legal_hold IS
-'Set a legal hold (with a reason) on an execution: erase_payloads refuses it until released; HR013 on a seal. '
+'Set a legal hold (with a reason) on an execution: erase_payloads refuses it and retention keeps it until '
+'released; HR013 on a seal. '
 'Audited. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.release_legal_hold IS
 'Release an execution''s legal hold (returns whether one was set). Audited. For admins (role harvest_admin).';

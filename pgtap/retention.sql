@@ -2,7 +2,7 @@
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
 -- _interval_text, _ago.
 BEGIN;
-SELECT plan(36);
+SELECT plan(40);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -84,6 +84,19 @@ SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM
                   $$VALUES (1, 1)$$, 'run_retention(): an ended chain goes from its last run back');
 SELECT is((harvest.run_retention() ->> 'deleted')::int, 1, '... then its first');
 SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE workflow_id = 'rt_chain'$$, '... and nothing of it is left');
+
+-- A legal hold keeps its run past the window until it is released.
+SELECT pg_temp.start_run('rt_held', 'rt_held_wf', 'rt_held_q');
+SELECT harvest.terminate_workflow(pg_temp.run('rt_held'), 'done');
+UPDATE harvest.executions SET completed_at = '2029-01-01' WHERE id = pg_temp.run('rt_held');
+SELECT harvest.set_legal_hold(pg_temp.run('rt_held'), 'case 42', 'legal');
+SELECT is((SELECT harvest._retention_keeps(e.id, e.status, e.output) FROM harvest.executions AS e
+           WHERE e.id = pg_temp.run('rt_held')), true, '_retention_keeps(): a run under a legal hold');
+SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM harvest.run_retention() AS r$$,
+                  $$VALUES (0, 0)$$, 'run_retention(): a held run stays past the window');
+SELECT harvest.release_legal_hold(pg_temp.run('rt_held'), 'legal');
+SELECT is((harvest.get_retention_status() ->> 'eligible')::int, 1, 'released, it is eligible');
+SELECT is((harvest.run_retention() ->> 'deleted')::int, 1, '... and goes');
 
 -- The worker registry rule: stopped or long-stale rows go, live and recent ones stay.
 SET LOCAL harvest.fake_now = '2029-12-01 00:00:00+00';
