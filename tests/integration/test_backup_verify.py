@@ -198,3 +198,24 @@ def test_a_child_that_continued_as_new_verifies(db: str, start_worker) -> None:
     code, data, output = _verify(db, "--app", "test_backup_verify:ROTATING")
     assert code == 0, output
     assert data["problems"] == [], data["problems"]
+
+
+def test_no_secret_of_the_dsn_reaches_a_tools_command_line(db: str, monkeypatch) -> None:
+    """pg_dump's and pg_restore's command lines are readable by any user of the host (ps): the
+    DSN's password and its sslpassword (a client key's passphrase) reach them another way."""
+    import subprocess
+
+    from psycopg import conninfo
+
+    seen: list[list[str]] = []
+    real_run = subprocess.run
+
+    def spy(args, *a, **kw):
+        seen.append(list(args))
+        return real_run(args, *a, **kw)
+
+    monkeypatch.setattr(backup.subprocess, "run", spy)
+    dsn = conninfo.make_conninfo(db, sslpassword="ssl-s3cret-phrase", sslmode="disable")
+    with drill({0: dsn}) as (sources, copies):
+        assert check_copy(sources[0], copies[0]) == []
+    assert len(seen) == 2 and all("ssl-s3cret-phrase" not in " ".join(args) for args in seen), seen
