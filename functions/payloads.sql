@@ -247,6 +247,27 @@ BEGIN
 END;
 $$;
 
+-- A hold goes with its run when a rebalance moves it (rebalance.sql copies it and the cutover
+-- drops the source's): while a move of the run is open (planned to verified, the copy maybe
+-- taken) a hold is neither set nor released, so the hold the copy carries is the hold at the
+-- cutover. HR013 (migration_in_progress): retry once the move has ended. The caller holds the
+-- run's row lock, which begin_migration takes too.
+CREATE OR REPLACE FUNCTION harvest._refuse_hold_while_moving(p_execution_id uuid, p_verb text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM harvest.shard_migrations AS m
+               WHERE m.execution_id = p_execution_id AND m.phase IN ('planned', 'copied', 'verified')) THEN
+        PERFORM harvest._raise_migration('migration_in_progress',
+            format('execution %s is being moved to another shard: its legal hold cannot be %s now',
+                   p_execution_id, CASE p_verb WHEN 'set' THEN 'set' ELSE 'released' END),
+            p_execution_id, NULL, '{migration_in_progress}',
+            'retry once the move has ended (harvest shard rebalance-resume settles a stalled one); the hold moves with the run');
+    END IF;
+END;
+$$;
+
 -- Set a legal hold on an execution (replacing the reason of one already set). A hold lives with
 -- the live run: a seal refuses it with HR013, naming where the run lives.
 CREATE OR REPLACE FUNCTION harvest.set_legal_hold(p_execution_id uuid, p_reason text, p_operator_id text DEFAULT NULL)
@@ -265,6 +286,7 @@ BEGIN
         RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002';
     END IF;
     PERFORM harvest._refuse_moved(v_execution, 'set a legal hold on');
+    PERFORM harvest._refuse_hold_while_moving(p_execution_id, 'set');
     INSERT INTO harvest.legal_holds (execution_id, reason, set_at, set_by)
     VALUES (p_execution_id, p_reason, harvest.now(), coalesce(p_operator_id, session_user))
     ON CONFLICT (execution_id) DO UPDATE SET reason = excluded.reason, set_at = excluded.set_at,
@@ -288,6 +310,7 @@ BEGIN
     SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR UPDATE;
     IF FOUND THEN
         PERFORM harvest._refuse_moved(v_execution, 'release a legal hold on');
+        PERFORM harvest._refuse_hold_while_moving(p_execution_id, 'release');
     END IF;
     DELETE FROM harvest.legal_holds WHERE execution_id = p_execution_id RETURNING reason INTO v_reason;
     PERFORM harvest._audit('workflow.legal_hold.release', p_execution_id::text, p_operator_id,
@@ -312,7 +335,8 @@ COMMENT ON FUNCTION harvest.erase_payloads IS
 'offloaded rows), audited; HR030 under a legal hold, HR031 while it runs, HR013 on a seal unless '
 'p_prior_residence. Returns the residences to walk. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.set_legal_hold IS
-'Set a legal hold (with a reason) on an execution: erase_payloads refuses it until released; HR013 on a seal. '
+'Set a legal hold (with a reason) on an execution: erase_payloads refuses it and retention keeps it until '
+'released; HR013 on a seal. '
 'Audited. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.release_legal_hold IS
 'Release an execution''s legal hold (returns whether one was set). Audited. For admins (role harvest_admin).';

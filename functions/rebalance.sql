@@ -234,6 +234,9 @@ BEGIN
                                              UNION
                                              SELECT harvest._payload_refs(ev.event_data) FROM harvest.events AS ev
                                              WHERE ev.execution_id = v_migration.execution_id)), '[]'::jsonb),
+        -- Its legal hold (payloads.sql): the hold goes with the run, where erasure judges it. No
+        -- hold can be set or released while the move is open, so this is the one at the cutover.
+        'legal_hold', (SELECT to_jsonb(h) FROM harvest.legal_holds AS h WHERE h.execution_id = v_migration.execution_id),
         'history', harvest.history_digest(v_migration.execution_id));
 END;
 $$;
@@ -401,6 +404,17 @@ BEGIN
     SELECT p.id, v_incoming.id, p.created_at, p.bytes, p.data, p.erased_at
     FROM jsonb_populate_recordset(NULL::harvest.payloads, coalesce(p_copy -> 'payloads', '[]'::jsonb)) AS p
     ON CONFLICT (id) DO NOTHING;
+    -- Its legal hold, as the copy has it (a hold row left from an earlier stay here is not the
+    -- run's hold now); a copy from before the hold was carried has none.
+    IF jsonb_typeof(p_copy -> 'legal_hold') = 'object' THEN
+        INSERT INTO harvest.legal_holds (execution_id, reason, set_at, set_by)
+        SELECT v_incoming.id, h.reason, h.set_at, h.set_by
+        FROM jsonb_populate_record(NULL::harvest.legal_holds, p_copy -> 'legal_hold') AS h
+        ON CONFLICT (execution_id) DO UPDATE SET reason = excluded.reason, set_at = excluded.set_at,
+            set_by = excluded.set_by;
+    ELSE
+        DELETE FROM harvest.legal_holds WHERE execution_id = v_incoming.id;
+    END IF;
     INSERT INTO harvest.shard_arrivals (
         execution_id, migration_id, source_shard, tasks, prior_seal, staged_at, copied_events
     ) VALUES (
@@ -525,6 +539,8 @@ BEGIN
     SET status = 'MIGRATED', migrated_to_shard = v_migration.target_shard, completed_at = harvest.now()
     WHERE id = v_execution.id;
     DELETE FROM harvest.tasks WHERE execution_id = v_execution.id;
+    -- Its legal hold went with the copy: the seal keeps none (erasure judges the live run's).
+    DELETE FROM harvest.legal_holds WHERE execution_id = v_execution.id;
     UPDATE harvest.shard_migrations SET phase = 'cut_over', updated_at = harvest.now()
     WHERE id = p_migration_id RETURNING * INTO v_migration;
     PERFORM harvest._audit('shard.rebalance.cut_over', v_migration.execution_id::text, p_operator_id,
@@ -588,6 +604,8 @@ BEGIN
         PERFORM harvest._raise_migration('activated', format('execution %s is live on shard %s: its copy is '
             'not discarded', p_execution_id, harvest.get_shard_id()), p_execution_id, harvest.get_shard_id());
     END IF;
+    -- The hold the staged copy brought (the run stays where it was, with its own).
+    DELETE FROM harvest.legal_holds WHERE execution_id = p_execution_id;
     IF v_arrival.prior_seal IS NULL THEN
         DELETE FROM harvest.executions WHERE id = p_execution_id;
         RETURN true;

@@ -1,6 +1,7 @@
 -- Retention: a janitor that deletes terminal executions older than the
 -- configured age (their events, tasks and dead letters go with them through
--- ON DELETE CASCADE), never a RUNNING one, at most one batch per call so no
+-- ON DELETE CASCADE), never a RUNNING one nor one _retention_keeps (a run under
+-- a legal hold, the earlier runs of a chain that continues), at most one batch per call so no
 -- transaction grows without bound. Settings live in harvest.retention_config.
 --
 -- The worker registry has its own rule (prune_workers): a worker row is never
@@ -30,6 +31,23 @@ RETURNS timestamptz
 LANGUAGE sql IMMUTABLE
 AS $$
     SELECT (p_at AT TIME ZONE 'UTC' - p_age) AT TIME ZONE 'UTC';
+$$;
+
+-- Whether retention keeps an ended run past its window: a run under a legal hold (payloads.sql:
+-- what is held is preserved, the run and its history with its payloads, until an admin releases
+-- the hold), and a run that continued as new while its successor is still here. The chain is
+-- known by its first run's id (the handle a start returned, a signal or an update sent by it,
+-- update ids, a parent's ChildWorkflowStarted), and the chain is followed forward from it; so a
+-- chain goes from its last run back, one run per batch, once its last run has ended and passed
+-- the window. Inlined by the planner.
+CREATE OR REPLACE FUNCTION harvest._retention_keeps(p_id uuid, p_status text, p_output jsonb)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT 1 FROM harvest.legal_holds AS h WHERE h.execution_id = p_id)
+        OR (p_status = 'CONTINUED_AS_NEW' AND EXISTS (
+            SELECT 1 FROM harvest.executions AS s
+            WHERE s.id = (p_output ->> 'continued_as_new')::uuid));
 $$;
 
 CREATE OR REPLACE FUNCTION harvest.set_retention(
@@ -71,7 +89,8 @@ BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     IF v_config.max_age IS NOT NULL THEN
         SELECT count(*) INTO v_eligible FROM harvest.executions AS e
-        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest._ago(harvest.now(), v_config.max_age);
+        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest._ago(harvest.now(), v_config.max_age)
+          AND NOT harvest._retention_keeps(e.id, e.status, e.output);
     END IF;
     IF v_config.worker_max_age IS NOT NULL THEN
         SELECT count(*) INTO v_workers_eligible FROM harvest._prunable_workers(v_config.worker_max_age) AS w;
@@ -129,6 +148,7 @@ BEGIN
     SELECT array_agg(s.id) INTO v_ids FROM (
         SELECT e.id FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
+          AND NOT harvest._retention_keeps(e.id, e.status, e.output)
         ORDER BY e.completed_at
         LIMIT v_batch
         FOR UPDATE SKIP LOCKED
@@ -168,7 +188,8 @@ BEGIN
     )
     SELECT count(*) INTO v_runless FROM gone;
     SELECT count(*) INTO v_remaining FROM harvest.executions AS e
-    WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff;
+    WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
+      AND NOT harvest._retention_keeps(e.id, e.status, e.output);
     UPDATE harvest.retention_config
     SET last_run_at = harvest.now(), last_run_deleted = coalesce(cardinality(v_ids), 0)
     WHERE id;
@@ -256,7 +277,8 @@ COMMENT ON FUNCTION harvest.get_retention_status IS
 'The retention settings, the last run, and how many executions (and worker rows) a run would delete now. For '
 'operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.run_retention IS
-'Delete one batch of expired terminal executions (never a RUNNING one), audited; returns {deleted, remaining, '
+'Delete one batch of expired terminal executions (never a RUNNING or PAUSED one, one under a legal hold, nor '
+'the earlier runs of a chain whose later run is still here), audited; returns {deleted, remaining, '
 'cutoff}: call again while remaining > 0. HR001 when no max age is set. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.set_worker_retention IS
 'Set the worker registry rule: rows of stopped or stale workers last seen more than p_max_age ago are deleted by '

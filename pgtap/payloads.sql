@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
--- erase_payloads, set_legal_hold, release_legal_hold.
+-- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
-SELECT plan(43);
+SELECT plan(46);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -133,6 +133,21 @@ UPDATE harvest.executions SET status = 'MIGRATED', migrated_to_shard = 3 WHERE i
 SELECT throws_ok(format($$SELECT harvest.put_payloads(%L, ARRAY['1'::jsonb])$$, pg_temp.run('pl_ref')), 'HR013', NULL,
                  'put_payloads(): a moved run''s seal refuses them (HR013: follow the pointer)');
 UPDATE harvest.executions SET status = 'RUNNING', migrated_to_shard = NULL WHERE id = pg_temp.run('pl_ref');
+
+-- While a move of a run is open its hold is neither set nor released: the copy carries the hold
+-- the run has at the cutover (_refuse_hold_while_moving).
+INSERT INTO harvest.shard_migrations (execution_id, workflow_name, workflow_id, source_shard, target_shard,
+                                      created_at, updated_at)
+VALUES (pg_temp.run('pl_ref'), 'pl_wf', 'pl_ref', 0, 1, now(), now());
+SELECT throws_ok(format($$SELECT harvest._refuse_hold_while_moving(%L, 'set')$$, pg_temp.run('pl_ref')), 'HR013',
+                 format('execution %s is being moved to another shard: its legal hold cannot be set now',
+                        pg_temp.run('pl_ref')),
+                 '_refuse_hold_while_moving(): HR013 while a move is open');
+SELECT throws_ok(format($$SELECT harvest.set_legal_hold(%L, 'case')$$, pg_temp.run('pl_ref')), 'HR013', NULL,
+                 'set_legal_hold(): refused while a move of the run is open');
+UPDATE harvest.shard_migrations SET phase = 'failed' WHERE execution_id = pg_temp.run('pl_ref');
+SELECT lives_ok(format($$SELECT harvest.set_legal_hold(%L, 'case')$$, pg_temp.run('pl_ref')),
+                'set_legal_hold(): once the move has ended');
 
 -- A client's start input, stored before the run existed, is handed to the run that references it.
 SELECT is(harvest.set_payloads_execution((SELECT ids FROM pl_ids), pg_temp.run('pl_ref')), 2,

@@ -8,7 +8,7 @@
 -- helpers _raise_migration, _lock_migration, _migration_json, _execution_json. One database plays
 -- the source (shard 0), then, emptied, the target (shard 1).
 BEGIN;
-SELECT plan(61);
+SELECT plan(65);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -81,8 +81,11 @@ SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 1)$$, pg_temp.parke
                  'begin_migration(): a run with work in flight is refused (HR013 naming the blocker)');
 SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 0)$$, pg_temp.parked('timer')), 'HR001', NULL,
                  'begin_migration(): the own shard is HR001');
+SELECT harvest.set_legal_hold(pg_temp.parked('timer'), 'case 7', 'legal');
 SELECT is((harvest.begin_migration(pg_temp.parked('timer'), 1, 'ops') ->> 'phase'), 'planned',
           'begin_migration(): a quiescent run gets a planned record');
+SELECT throws_ok(format($$SELECT harvest.release_legal_hold(%L)$$, pg_temp.parked('timer')), 'HR013', NULL,
+                 'a legal hold is not released while a move of its run is open');
 SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 2)$$, pg_temp.parked('timer')), 'HR013', NULL,
                  'begin_migration(): a second open move of the same run is refused');
 SELECT is(harvest._migration_blockers(e, pg_temp.mig('timer')), '{}'::text[],
@@ -108,6 +111,7 @@ SELECT is((SELECT jsonb_array_length(copy -> 'events') FROM copies), 3,
           'get_migration_copy(): the whole history (started, task completed, timer started)');
 SELECT is((SELECT copy #>> '{tasks,0,kind}' FROM copies), 'timer', 'get_migration_copy(): the timer task row');
 SELECT ok((SELECT NOT (copy #> '{tasks,0}') ? 'id' FROM copies), 'get_migration_copy(): task ids are not carried');
+SELECT is((SELECT copy #>> '{legal_hold,reason}' FROM copies), 'case 7', 'get_migration_copy(): the run''s legal hold');
 SELECT is((SELECT copy -> 'history' FROM copies), harvest.history_digest(pg_temp.parked('timer')),
           'get_migration_copy(): carries the source''s history_digest');
 SELECT is(harvest.history_digest(pg_temp.parked('timer')) ->> 'event_count', '3', 'history_digest(): counts the events');
@@ -142,6 +146,8 @@ SELECT results_eq($$SELECT status, migrated_to_shard FROM harvest.executions WHE
                   $$VALUES ('MIGRATED'::text, 1)$$, 'cut_over_migration(): MIGRATED with the forwarding pointer');
 SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.parked('timer')), 0::bigint,
           'cut_over_migration(): the source keeps no task row of the run');
+SELECT is_empty(format('SELECT 1 FROM harvest.legal_holds WHERE execution_id = %L', pg_temp.parked('timer')),
+                'cut_over_migration(): the seal keeps no legal hold (it went with the copy)');
 SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation = 'shard.rebalance.cut_over'), 1::bigint,
           'cut_over_migration(): audited');
 SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, 'late')$$, pg_temp.parked('timer')), 'HR013', NULL,
@@ -185,6 +191,8 @@ SELECT is((SELECT g.data::text FROM harvest.get_payloads(ARRAY(SELECT harvest._p
           '"referenced"', 'accept_migration_copy(): the moved input''s reference resolves on the target');
 SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.parked('timer')), 0::bigint,
           'accept_migration_copy(): its tasks wait in shard_arrivals, so no timer fires');
+SELECT is((SELECT reason FROM harvest.legal_holds WHERE execution_id = pg_temp.parked('timer')), 'case 7',
+          'accept_migration_copy(): the legal hold arrives with the copy');
 SELECT lives_ok($$SELECT harvest.accept_migration_copy((SELECT copy FROM copies))$$, 'accept_migration_copy(): idempotent');
 SELECT is(harvest.discard_migration_copy(pg_temp.parked('timer'), -5), false,
           'discard_migration_copy(): another move''s id discards nothing');

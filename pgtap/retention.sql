@@ -1,7 +1,8 @@
--- functions/retention.sql: set_retention, get_retention_status, run_retention, and the worker
--- registry rule: _prunable_workers, set_worker_retention, prune_workers; _interval_text, _ago.
+-- functions/retention.sql: set_retention, get_retention_status, run_retention, _retention_keeps,
+-- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
+-- _interval_text, _ago.
 BEGIN;
-SELECT plan(30);
+SELECT plan(40);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -62,6 +63,40 @@ SELECT is((SELECT array_agg(rt.n ORDER BY rt.n) FROM harvest.result_waiters AS w
           ARRAY[3, 4], 'a result waiter''s mark goes once older than the window and its run is not live');
 DELETE FROM harvest.relays;
 SELECT pass('setup: relays cleared');
+
+-- A chain that continues as new: its earlier runs stay past the window while a later run of it
+-- is here (the chain is known by its first run's id), and go last to first once it has ended.
+SET LOCAL harvest.fake_now = '2029-11-01 00:00:00+00';
+SELECT pg_temp.start_decided('rt_chain', 'rt_chain_wf', 'rt_chain_q', '[{"type": "continue_as_new", "input": [2]}]');
+CREATE TEMP TABLE rt_chain ON COMMIT DROP AS
+SELECT pg_temp.run('rt_chain') AS head,
+       (SELECT e.id FROM harvest.executions AS e WHERE e.continued_from = pg_temp.run('rt_chain')) AS tail;
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT is((SELECT harvest._retention_keeps(e.id, e.status, e.output) FROM harvest.executions AS e
+           WHERE e.id = (SELECT head FROM rt_chain)), true,
+          '_retention_keeps(): a run that continued as new, its successor here');
+SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM harvest.run_retention() AS r$$,
+                  $$VALUES (0, 0)$$, 'run_retention(): a live chain''s first run stays past the window');
+SELECT is((harvest.get_retention_status() ->> 'eligible')::int, 0, '... and is not counted eligible');
+SELECT harvest.terminate_workflow(tail, 'done') FROM rt_chain;
+UPDATE harvest.executions SET completed_at = '2029-11-02' WHERE id = (SELECT tail FROM rt_chain);
+SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM harvest.run_retention() AS r$$,
+                  $$VALUES (1, 1)$$, 'run_retention(): an ended chain goes from its last run back');
+SELECT is((harvest.run_retention() ->> 'deleted')::int, 1, '... then its first');
+SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE workflow_id = 'rt_chain'$$, '... and nothing of it is left');
+
+-- A legal hold keeps its run past the window until it is released.
+SELECT pg_temp.start_run('rt_held', 'rt_held_wf', 'rt_held_q');
+SELECT harvest.terminate_workflow(pg_temp.run('rt_held'), 'done');
+UPDATE harvest.executions SET completed_at = '2029-01-01' WHERE id = pg_temp.run('rt_held');
+SELECT harvest.set_legal_hold(pg_temp.run('rt_held'), 'case 42', 'legal');
+SELECT is((SELECT harvest._retention_keeps(e.id, e.status, e.output) FROM harvest.executions AS e
+           WHERE e.id = pg_temp.run('rt_held')), true, '_retention_keeps(): a run under a legal hold');
+SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM harvest.run_retention() AS r$$,
+                  $$VALUES (0, 0)$$, 'run_retention(): a held run stays past the window');
+SELECT harvest.release_legal_hold(pg_temp.run('rt_held'), 'legal');
+SELECT is((harvest.get_retention_status() ->> 'eligible')::int, 1, 'released, it is eligible');
+SELECT is((harvest.run_retention() ->> 'deleted')::int, 1, '... and goes');
 
 -- The worker registry rule: stopped or long-stale rows go, live and recent ones stay.
 SET LOCAL harvest.fake_now = '2029-12-01 00:00:00+00';

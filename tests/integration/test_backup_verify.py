@@ -156,3 +156,66 @@ def test_a_drill_that_cannot_run_exits_3_without_the_password(db: str) -> None:
     code, _data, output = _verify(bad)
     assert code == 3, output
     assert "s3cret-pw" not in output
+
+
+@workflow
+async def bv_rotating_child(ctx, n: int) -> int:
+    if n > 0:
+        ctx.continue_as_new(n - 1)
+    return await ctx.wait_for_signal("go")
+
+
+@workflow
+async def bv_rotating_parent(ctx) -> int:
+    return await ctx.execute_child_workflow(bv_rotating_child, 2)
+
+
+ROTATING = App(workflows=[bv_rotating_child, bv_rotating_parent], activities=[])
+
+
+def test_a_child_that_continued_as_new_verifies(db: str, start_worker) -> None:
+    """A child that continued as new is its parent's child in every run of its chain: the
+    successors carry the parent link while the parent's ChildWorkflowStarted names the first run.
+    A healthy database with such a child (live, then ended) verifies and replays."""
+    start_worker(ROTATING)
+    with Client(db) as client:
+        parent = client.start_workflow(bv_rotating_parent)
+        deadline = time.monotonic() + 20
+        with psycopg.connect(db, autocommit=True) as conn:
+            while (
+                conn.execute(
+                    "SELECT count(*) FROM harvest.executions WHERE workflow_name = 'bv_rotating_child'"
+                ).fetchone()[0]
+                < 3
+            ):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        code, data, output = _verify(db, "--app", "test_backup_verify:ROTATING")
+        assert code == 0, output
+        assert data["problems"] == [], data["problems"]
+        client.get_handle(parent.children()[0]["execution_id"]).signal("go", 7)
+        assert parent.result(timeout=30) == 7
+    code, data, output = _verify(db, "--app", "test_backup_verify:ROTATING")
+    assert code == 0, output
+    assert data["problems"] == [], data["problems"]
+
+
+def test_no_secret_of_the_dsn_reaches_a_tools_command_line(db: str, monkeypatch) -> None:
+    """pg_dump's and pg_restore's command lines are readable by any user of the host (ps): the
+    DSN's password and its sslpassword (a client key's passphrase) reach them another way."""
+    import subprocess
+
+    from psycopg import conninfo
+
+    seen: list[list[str]] = []
+    real_run = subprocess.run
+
+    def spy(args, *a, **kw):
+        seen.append(list(args))
+        return real_run(args, *a, **kw)
+
+    monkeypatch.setattr(backup.subprocess, "run", spy)
+    dsn = conninfo.make_conninfo(db, sslpassword="ssl-s3cret-phrase", sslmode="disable")
+    with drill({0: dsn}) as (sources, copies):
+        assert check_copy(sources[0], copies[0]) == []
+    assert len(seen) == 2 and all("ssl-s3cret-phrase" not in " ".join(args) for args in seen), seen

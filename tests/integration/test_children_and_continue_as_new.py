@@ -153,6 +153,33 @@ def test_signals_follow_the_chain_to_the_current_run(start_worker, client: Clien
     assert handle.result(timeout=30) == ["a", "b", "c"]
 
 
+def test_retention_keeps_a_live_chains_earlier_runs(start_worker, client: Client, db: str) -> None:
+    """The runs a live run continued from are past the retention window but stay: the handle
+    from the start (the first run's id) still signals and reads the chain's result."""
+    import psycopg
+
+    start_worker(App(workflows=[rotating_inbox]))
+    handle = client.start_workflow(rotating_inbox, [], workflow_id="inbox-kept")
+    handle.signal("item", "a")
+    deadline = time.monotonic() + 10
+    with psycopg.connect(db, autocommit=True) as conn:
+        while not conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE id = %s AND status = 'CONTINUED_AS_NEW'",
+            (handle.execution_id,),
+        ).fetchone()[0]:
+            assert time.monotonic() < deadline, "the run did not rotate"
+            time.sleep(0.05)
+        conn.execute(
+            "UPDATE harvest.executions SET completed_at = completed_at - interval '40 days' WHERE id = %s",
+            (handle.execution_id,),
+        )
+        swept = conn.execute("SELECT harvest.run_retention('30 days')").fetchone()[0]
+        assert swept["deleted"] == 0 and swept["remaining"] == 0, swept
+    handle.signal("item", "b")  # to the first run's id: it still leads to the live run
+    handle.signal("item", "c")
+    assert handle.result(timeout=30) == ["a", "b", "c"]
+
+
 @workflow
 async def rotates_with_run_timeout(ctx, n: int) -> None:
     if n == 0:

@@ -176,6 +176,26 @@ def test_erasure_leaves_no_payload_and_a_legal_hold_blocks_it(db, start_worker):
         assert client.get_handle(big).result(timeout=5) == {"_harvest_erased": True}
 
 
+def test_retention_keeps_a_held_run_until_its_hold_is_released(db, client):
+    """A legal hold preserves its run: past the retention window the janitor keeps it (its
+    history and payloads), and takes it once the hold is released."""
+    handle = client.start_workflow("nobody_runs_this", {"ssn": SECRET}, workflow_id="held-1")
+    handle.terminate("done")
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql = SqlApi(conn)
+        sql.set_legal_hold(handle.execution_id, "case 42", "legal")
+        conn.execute(
+            "UPDATE harvest.executions SET completed_at = completed_at - interval '40 days' WHERE id = %s",
+            (handle.execution_id,),
+        )
+        assert sql.run_retention("30 days")["deleted"] == 0
+        assert sql.get_execution(handle.execution_id)["input"] == [{"ssn": SECRET}]
+        sql.release_legal_hold(handle.execution_id, "legal")
+        assert sql.run_retention("30 days")["deleted"] == 1
+        with pytest.raises(NotFound):
+            sql.get_execution(handle.execution_id)
+
+
 def test_an_open_run_cannot_be_erased(db, client):
     handle = client.start_workflow("nobody_runs_this", workflow_id="open-1")
     with psycopg.connect(db, autocommit=True) as conn, pytest.raises(ExecutionNotTerminal):

