@@ -160,6 +160,25 @@ def test_an_export_over_a_file_keeps_its_mode_and_writes_through_a_symlink(db, t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dated.json", "latest.json", "private.json"]
 
 
+def test_a_new_file_holding_payloads_in_full_is_the_owners_alone(db, tmp_path) -> None:
+    """A new --full export (what the runs were given and answered) was created with the umask's
+    mode, readable by every user of the host; it is 0600 now. A redacted one keeps open()'s mode."""
+    execution_id = _run_with_signals(db, 2, 10)
+    umask = os.umask(0o022)
+    try:
+        for args, mode in ((["--full"], 0o600), ([], 0o644)):
+            path = tmp_path / f"new{len(args)}.json"
+            result = CliRunner().invoke(
+                main,
+                ["history", "export", execution_id, *args, "--file", str(path)],
+                env={"HARVEST_DATABASE_URL": db},
+            )
+            assert result.exit_code == 0, result.output
+            assert stat.S_IMODE(path.stat().st_mode) == mode, (args, oct(path.stat().st_mode))
+    finally:
+        os.umask(umask)
+
+
 def test_an_export_to_a_pipe_is_written_into_it(db, tmp_path) -> None:
     """What is not a regular file (a FIFO, a shell's /dev/fd/N) is written as it is, not
     replaced by a file."""

@@ -80,7 +80,7 @@ def export_batch(
         batch = assemble(fan.results, fan.unavailable_shards, fan.status, payload_policy, limit)
         status, unavailable = fan.status, fan.unavailable_shards
     text = json.dumps(batch, default=json_default, indent=2) + "\n"
-    with output_file(path) as out:
+    with output_file(path, private=payload_policy == "full") as out:
         out.write(text)
     if path != "-":
         click.echo(f"wrote {path}: {len(batch['exports'])} export(s), status {status}", err=True)

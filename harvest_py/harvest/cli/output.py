@@ -246,13 +246,15 @@ def emit(data: Any, output: str, render: Callable[[Any], str]) -> None:
 
 
 @contextlib.contextmanager
-def output_file(path: str) -> Iterator[Any]:
+def output_file(path: str, private: bool = False) -> Iterator[Any]:
     """Where a command writes a file it was given (``-``: standard output). A regular file (or
     a new one) is written beside its target, under a name of its own, and put in its place only
-    once everything is written, with the mode and owner of the file it replaces: a command that
-    fails midway (the database or the server gone, an interrupt) leaves no truncated file and an
-    earlier file of that name as it was. A symlink is followed (its target is replaced); what is
-    not a regular file (a pipe, a device, ``/dev/fd/N``) is written as it is."""
+    once everything is written and on disk, with the mode and owner of the file it replaces: a
+    command that fails midway (the database or the server gone, an interrupt, a crash) leaves no
+    truncated file and an earlier file of that name as it was. A new file gets the mode open()
+    would give it, or 0600 when ``private`` (payloads in full: what the runs were given and
+    answered). A symlink is followed (its target is replaced); what is not a regular file (a
+    pipe, a device, ``/dev/fd/N``) is written as it is."""
     if path == "-":
         yield sys.stdout
         return
@@ -271,11 +273,13 @@ def output_file(path: str) -> Iterator[Any]:
     try:
         with os.fdopen(fd, "w") as out:
             yield out
+            out.flush()
+            os.fsync(out.fileno())  # (on disk before it replaces anything)
         if existing is not None:
             os.chmod(partial, stat.S_IMODE(existing.st_mode))
             with contextlib.suppress(PermissionError):  # (only a privileged user may give it away)
                 os.chown(partial, existing.st_uid, existing.st_gid)
-        else:  # the mode open() would have given a new file
+        elif not private:  # the mode open() would have given a new file (mkstemp's is 0600)
             umask = os.umask(0o022)
             os.umask(umask)
             os.chmod(partial, 0o666 & ~umask)

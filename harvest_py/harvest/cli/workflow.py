@@ -644,7 +644,7 @@ def export(
         events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
         if full:  # offloaded payloads are resolved, so the file stands alone (docs/payloads.md)
             execution, events = _resolved(sql, execution), (_resolved(sql, e) for e in events)
-        with output_file(path) as out:
+        with output_file(path, private=full) as out:
             out.writelines(export_chunks(execution, events, full))
 
     settings = selected(database_url)
@@ -654,7 +654,7 @@ def export(
         with http_session(settings) as http:
             route = f"/workflows/{quote(execution_id, safe='')}/history/export"
             policy = {"payload_policy": "full" if full else "redacted"}
-            http.download(route, policy, lambda: output_file(path))
+            http.download(route, policy, lambda: output_file(path, private=full))
     else:
         routed_read(database_url, execution_id, write)
     if path != "-":
