@@ -570,6 +570,10 @@ $$;
 
 -- record_marker: MarkerRecorded. A mutex marker is appended alone, at once: the
 -- events_mutex trigger applies it, and a grant it makes to this run is the next event.
+-- A version marker (ctx.version()) is read across runs by count_versions, which casts its
+-- value.version to an integer: one that is not (a string, a fraction, over 32 bits) made
+-- count_versions of its change_id fail for every caller, so it is refused (HR001), as is a
+-- change_id that is not a string.
 CREATE OR REPLACE FUNCTION harvest._decide_record_marker(
     p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer,
     OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
@@ -579,6 +583,15 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     PERFORM harvest._require(p_command, 'kind', 'string');
+    IF p_command ->> 'kind' = 'version'
+       AND NOT coalesce(p_command @? 'strict $.value ? (@.change_id.type() == "string" && @.version.type() == "number"
+                                                       && @.version.floor() == @.version
+                                                       && @.version >= -2147483648 && @.version <= 2147483647)',
+                        false) THEN
+        RAISE EXCEPTION 'command record_marker (seq %) of kind version needs "value" as {"change_id": a string, '
+            '"version": an integer (a 32-bit one)}, got %', p_seq, coalesce((p_command -> 'value')::text, 'nothing')
+            USING ERRCODE = 'HR001';
+    END IF;
     PERFORM harvest._check_payload(format('the value of marker %s (command %s)',
         p_command ->> 'kind', p_seq), p_command -> 'value', p_limit);
     event_type := 'MarkerRecorded';

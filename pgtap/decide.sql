@@ -11,7 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(323);
+SELECT plan(324);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1692,6 +1692,26 @@ SELECT results_eq(
           ('{"name": "a", "options": {"retry": {"max_interval": 1e10}}}', 4)) AS c (command, n) ORDER BY c.n$$,
     $$VALUES (true), (false), (false), (false)$$,
     '_activity_command_ok(): options every later reader can cast, or not');
+-- A version marker's value is read across runs by count_versions (its version cast to an
+-- integer): one it could not cast made count_versions of that change_id fail for everyone.
+SELECT pg_temp.start_and_claim('bad_version');
+SELECT results_eq(
+    format($$SELECT pg_temp.dry_run(format('SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %%L)',
+                                           jsonb_build_array(jsonb_build_object(
+                                               'type', 'record_marker', 'seq', 1, 'kind', 'version', 'value', v.value))))
+             FROM (VALUES ('{"change_id": "c", "version": "2"}'::jsonb, 1), ('{"change_id": "c", "version": 1.5}', 2),
+                          ('{"change_id": "c", "version": 1e10}', 3), ('{"change_id": 5, "version": 1}', 4),
+                          ('{"change_id": "c"}', 5), ('"c:1"', 6), ('{"change_id": "c", "version": -1}', 7))
+                  AS v (value, n) ORDER BY v.n$$, pg_temp.task('bad_version'), pg_temp.token('bad_version')),
+    $$VALUES
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got {"version": "2", "change_id": "c"}'::text),
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got {"version": 1.5, "change_id": "c"}'),
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got {"version": 10000000000, "change_id": "c"}'),
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got {"version": 1, "change_id": 5}'),
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got {"change_id": "c"}'),
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got "c:1"'),
+      ('ok')$$,
+    'record_marker of kind version: a value count_versions could not read is refused (HR001)');
 -- _activity_scheduled_data: the event's data on the queue given.
 SELECT is(harvest._activity_scheduled_data('dq_cmd_fn', 11,
               '{"type": "schedule_activity", "seq": 11, "name": "q1", "input": [1], "options": {"priority": 3}}'),
