@@ -229,14 +229,46 @@ $$;
 -- commands that carry one; p_now and p_limit are the decision's clock reading and
 -- payload limit.
 
--- A schedule_activity command's checks passed: a name, and its input within p_limit
--- (an inlined SQL expression: the usual command is checked with no call).
+-- A schedule_activity command's checks passed: a name, its input within p_limit, and
+-- options that every later reader can cast (an inlined SQL expression: the usual command
+-- is checked with no call). The options are read long after the decision, by other
+-- callers: a claim of the queue (the timeouts, the rate limit's bucket), a failed attempt
+-- and the scanner's expiry (the retry policy, dead_letter). A value they cannot cast (a
+-- string, an array, a fraction where an integer goes, a duration that overflows an
+-- interval) made every claim of the queue, and then every scan, fail while the task
+-- waited, so each is held here to what those readers take: a timeout a number of seconds
+-- above 0 and at most 100 years (3155760000), as harvest.core.durations bounds it;
+-- priority and retry.max_attempts 32-bit integers; retry intervals 0 to 100 years;
+-- backoff a number; dead_letter a boolean; rate_limit an object with rps above 0 and
+-- burst at least 1; null anywhere the default. One jsonpath, a constant of the cached
+-- plan: strict, so an array is not unwrapped into its element and a key that is absent
+-- only leaves its exists() unknown (lax, or strict without exists(), was 1.1-2.2x dearer on
+-- the SDK's options). _activity_scheduled names the value out of place with the same
+-- tests, one field at a time (keep the two alike).
 CREATE OR REPLACE FUNCTION harvest._activity_command_ok(p_command jsonb, p_limit integer)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 AS $$
     SELECT jsonb_typeof(p_command -> 'name') IS NOT DISTINCT FROM 'string'
         AND (octet_length((p_command -> 'input')::text) > p_limit) IS NOT TRUE
+        AND coalesce(jsonb_typeof(p_command -> 'options') IN ('object', 'null'), true)
+        AND NOT coalesce(p_command @? 'strict $.options ? (
+            exists(@.start_to_close ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000))
+            || exists(@.schedule_to_close ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000))
+            || exists(@.heartbeat_timeout ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000))
+            || exists(@.priority ? (@.type() != "number" && @.type() != "null"
+                                    || @.floor() != @ || @ < -2147483648 || @ > 2147483647))
+            || exists(@.dead_letter ? (@.type() != "boolean" && @.type() != "null"))
+            || exists(@.retry ? (@.type() != "object" && @.type() != "null"
+                || exists(@.max_attempts ? (@.type() != "number" && @.type() != "null"
+                                            || @.floor() != @ || @ < -2147483648 || @ > 2147483647))
+                || exists(@.initial_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000))
+                || exists(@.max_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000))
+                || exists(@.backoff ? (@.type() != "number" && @.type() != "null"))))
+            || exists(@.rate_limit ? (@.type() != "object" && @.type() != "null"
+                || @.type() == "object" && !exists(@.keyvalue() ? (@.key == "rps"))
+                || exists(@.rps ? (@.type() != "number" || @ <= 0))
+                || exists(@.burst ? (@.type() != "number" && @.type() != "null" || @ < 1)))))', false)
 $$;
 
 -- The data of a scheduled activity's ActivityScheduled event, on p_queue (the
@@ -265,6 +297,8 @@ CREATE OR REPLACE FUNCTION harvest._activity_scheduled(
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_rule record;
 BEGIN
     IF NOT harvest._activity_command_ok(p_command, p_limit) THEN
         IF jsonb_typeof(p_command -> 'name') IS DISTINCT FROM 'string' THEN
@@ -272,6 +306,52 @@ BEGIN
         END IF;
         PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
             p_command ->> 'name', p_seq), p_command -> 'input', p_limit);
+        IF jsonb_typeof(p_command -> 'options') NOT IN ('object', 'null') THEN
+            PERFORM harvest._require(p_command, 'options', 'object');
+        END IF;
+        -- The options' tests of _activity_command_ok, one field at a time, to name the one out of place.
+        FOR v_rule IN
+            SELECT r.field, r.accepts, r.bad::jsonpath AS bad FROM (VALUES
+                ('start_to_close', 'a number of seconds above 0, at most 3155760000 (100 years), or null',
+                 'strict $.start_to_close ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000)'),
+                ('schedule_to_close', 'a number of seconds above 0, at most 3155760000 (100 years), or null',
+                 'strict $.schedule_to_close ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000)'),
+                ('heartbeat_timeout', 'a number of seconds above 0, at most 3155760000 (100 years), or null',
+                 'strict $.heartbeat_timeout ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000)'),
+                ('priority', 'an integer (a 32-bit one), or null',
+                 'strict $.priority ? (@.type() != "number" && @.type() != "null"
+                                       || @.floor() != @ || @ < -2147483648 || @ > 2147483647)'),
+                ('dead_letter', 'a JSON boolean, or null',
+                 'strict $.dead_letter ? (@.type() != "boolean" && @.type() != "null")'),
+                ('retry', 'a JSON object, or null', 'strict $.retry ? (@.type() != "object" && @.type() != "null")'),
+                ('retry.max_attempts', 'an integer (a 32-bit one; 0: no limit), or null',
+                 'strict $.retry.max_attempts ? (@.type() != "number" && @.type() != "null"
+                                                 || @.floor() != @ || @ < -2147483648 || @ > 2147483647)'),
+                ('retry.initial_interval', 'a number of seconds from 0 to 3155760000 (100 years), or null',
+                 'strict $.retry.initial_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000)'),
+                ('retry.max_interval', 'a number of seconds from 0 to 3155760000 (100 years), or null',
+                 'strict $.retry.max_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000)'),
+                ('retry.backoff', 'a number, or null',
+                 'strict $.retry.backoff ? (@.type() != "number" && @.type() != "null")'),
+                ('rate_limit', 'a JSON object {rps, burst, key}, or null',
+                 'strict $.rate_limit ? (@.type() != "object" && @.type() != "null")'),
+                ('rate_limit.rps', 'a number above 0',
+                 'strict $.rate_limit ? (@.type() == "object" && !exists(@.keyvalue() ? (@.key == "rps"))
+                                         || exists(@.rps ? (@.type() != "number" || @ <= 0)))'),
+                ('rate_limit.burst', 'a number of at least 1, or null',
+                 'strict $.rate_limit.burst ? (@.type() != "number" && @.type() != "null" || @ < 1)')
+            ) AS r (field, accepts, bad)
+        LOOP
+            IF coalesce((p_command -> 'options') @? v_rule.bad, false) THEN
+                RAISE EXCEPTION 'command schedule_activity (seq %) needs options.% as %, got %', p_seq,
+                    v_rule.field, v_rule.accepts,
+                    coalesce((p_command #> ('{options,' || replace(v_rule.field, '.', ',') || '}')::text[])::text,
+                             'nothing')
+                    USING ERRCODE = 'HR001', HINT = 'see docs/internals.md ("Commands") for the option shapes';
+            END IF;
+        END LOOP;
+        RAISE EXCEPTION 'command schedule_activity (seq %) has options out of place: %', p_seq,
+            p_command -> 'options' USING ERRCODE = 'HR001';  -- (the rules above name every case)
     END IF;
     RETURN harvest._activity_scheduled_data(coalesce(p_command ->> 'queue', p_execution.queue), p_seq, p_command);
 END;
@@ -490,6 +570,10 @@ $$;
 
 -- record_marker: MarkerRecorded. A mutex marker is appended alone, at once: the
 -- events_mutex trigger applies it, and a grant it makes to this run is the next event.
+-- A version marker (ctx.version()) is read across runs by count_versions, which casts its
+-- value.version to an integer: one that is not (a string, a fraction, over 32 bits) made
+-- count_versions of its change_id fail for every caller, so it is refused (HR001), as is a
+-- change_id that is not a string.
 CREATE OR REPLACE FUNCTION harvest._decide_record_marker(
     p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer,
     OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
@@ -499,6 +583,15 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     PERFORM harvest._require(p_command, 'kind', 'string');
+    IF p_command ->> 'kind' = 'version'
+       AND NOT coalesce(p_command @? 'strict $.value ? (@.change_id.type() == "string" && @.version.type() == "number"
+                                                       && @.version.floor() == @.version
+                                                       && @.version >= -2147483648 && @.version <= 2147483647)',
+                        false) THEN
+        RAISE EXCEPTION 'command record_marker (seq %) of kind version needs "value" as {"change_id": a string, '
+            '"version": an integer (a 32-bit one)}, got %', p_seq, coalesce((p_command -> 'value')::text, 'nothing')
+            USING ERRCODE = 'HR001';
+    END IF;
     PERFORM harvest._check_payload(format('the value of marker %s (command %s)',
         p_command ->> 'kind', p_seq), p_command -> 'value', p_limit);
     event_type := 'MarkerRecorded';

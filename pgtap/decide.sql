@@ -11,7 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(318);
+SELECT plan(324);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1628,6 +1628,90 @@ SELECT results_eq(
           ('{"name": null}', 6)) AS c (command, n) ORDER BY c.n$$,
     $$VALUES (true), (false), (true), (false), (false), (false)$$,
     '_activity_command_ok(): a string name and an input of at most the limit (7 bytes), or none');
+-- The options of a schedule_activity are read long after the decision by other callers: a
+-- claim of the queue casts the timeouts (and a rate limit's rps into its bucket), a failed
+-- attempt and the scanner's expiry the retry policy and dead_letter. A value they cannot
+-- cast was accepted, and then every claim of the queue failed while the task was pending
+-- (and every scan once its attempt expired). Now the decision is refused, HR001 naming the
+-- option, and nothing of it is written.
+SELECT pg_temp.start_and_claim('bad_opts');
+SELECT results_eq(
+    format($$SELECT pg_temp.dry_run(format('SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %%L)',
+                                           jsonb_build_array(jsonb_build_object(
+                                               'type', 'schedule_activity', 'seq', 1, 'name', 'a',
+                                               'options', o.options))))
+             FROM (VALUES
+                 ('{"start_to_close": "30s"}'::jsonb, 1), ('{"start_to_close": 0}', 2),
+                 ('{"heartbeat_timeout": 1e300}', 3), ('{"schedule_to_close": [60]}', 4),
+                 ('{"priority": 1.5}', 5), ('{"dead_letter": "maybe"}', 6), ('{"retry": "x"}', 7),
+                 ('{"retry": {"max_attempts": "x"}}', 8), ('{"retry": {"max_attempts": 2.5}}', 9),
+                 ('{"retry": {"max_attempts": 1e12}}', 10), ('{"retry": {"initial_interval": "1s"}}', 11),
+                 ('{"retry": {"max_interval": -1e300}}', 12), ('{"retry": {"backoff": "x"}}', 13),
+                 ('{"rate_limit": {}}', 14), ('{"rate_limit": {"rps": 0}}', 15),
+                 ('{"rate_limit": {"rps": 2, "burst": 0.5}}', 16), ('{"rate_limit": "x"}', 17), ('[]', 18))
+                 AS o (options, n) ORDER BY o.n$$, pg_temp.task('bad_opts'), pg_temp.token('bad_opts')),
+    $$VALUES
+      ('HR001: command schedule_activity (seq 1) needs options.start_to_close as a number of seconds above 0, at most 3155760000 (100 years), or null, got "30s"'::text),
+      ('HR001: command schedule_activity (seq 1) needs options.start_to_close as a number of seconds above 0, at most 3155760000 (100 years), or null, got 0'),
+      ('HR001: command schedule_activity (seq 1) needs options.heartbeat_timeout as a number of seconds above 0, at most 3155760000 (100 years), or null, got 1' || repeat('0', 300)),
+      ('HR001: command schedule_activity (seq 1) needs options.schedule_to_close as a number of seconds above 0, at most 3155760000 (100 years), or null, got [60]'),
+      ('HR001: command schedule_activity (seq 1) needs options.priority as an integer (a 32-bit one), or null, got 1.5'),
+      ('HR001: command schedule_activity (seq 1) needs options.dead_letter as a JSON boolean, or null, got "maybe"'),
+      ('HR001: command schedule_activity (seq 1) needs options.retry as a JSON object, or null, got "x"'),
+      ('HR001: command schedule_activity (seq 1) needs options.retry.max_attempts as an integer (a 32-bit one; 0: no limit), or null, got "x"'),
+      ('HR001: command schedule_activity (seq 1) needs options.retry.max_attempts as an integer (a 32-bit one; 0: no limit), or null, got 2.5'),
+      ('HR001: command schedule_activity (seq 1) needs options.retry.max_attempts as an integer (a 32-bit one; 0: no limit), or null, got 1000000000000'),
+      ('HR001: command schedule_activity (seq 1) needs options.retry.initial_interval as a number of seconds from 0 to 3155760000 (100 years), or null, got "1s"'),
+      ('HR001: command schedule_activity (seq 1) needs options.retry.max_interval as a number of seconds from 0 to 3155760000 (100 years), or null, got -1' || repeat('0', 300)),
+      ('HR001: command schedule_activity (seq 1) needs options.retry.backoff as a number, or null, got "x"'),
+      ('HR001: command schedule_activity (seq 1) needs options.rate_limit.rps as a number above 0, got nothing'),
+      ('HR001: command schedule_activity (seq 1) needs options.rate_limit.rps as a number above 0, got 0'),
+      ('HR001: command schedule_activity (seq 1) needs options.rate_limit.burst as a number of at least 1, or null, got 0.5'),
+      ('HR001: command schedule_activity (seq 1) needs options.rate_limit as a JSON object {rps, burst, key}, or null, got "x"'),
+      ('HR001: command schedule_activity needs "options" as a JSON object, got array')$$,
+    'schedule_activity: options a claim, a retry or the scanner could not cast are refused (HR001 naming the option)');
+SELECT is(pg_temp.dry_run(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+              {"type": "schedule_activity", "seq": 1, "name": "a", "options": null},
+              {"type": "schedule_activity", "seq": 2, "name": "b", "options": {
+                  "start_to_close": 0.5, "schedule_to_close": null, "heartbeat_timeout": 3155760000,
+                  "retry": {"max_attempts": 0, "initial_interval": 0, "backoff": 1.5, "max_interval": 3155760000,
+                            "non_retryable_errors": ["E"]},
+                  "priority": -3, "dead_letter": false, "rate_limit": {"rps": 0.5, "burst": 1, "key": null}}},
+              {"type": "schedule_activity", "seq": 3, "name": "c", "options": {"retry": null, "rate_limit": null,
+                                                                               "priority": null, "dead_letter": null}}]')$$,
+                          pg_temp.task('bad_opts'), pg_temp.token('bad_opts'))),
+          'ok', 'schedule_activity: the options at their edges, and null for any of them, are accepted');
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('bad_opts') AND kind = 'activity'),
+          0::bigint, 'a refused decision wrote no activity task');
+SELECT lives_ok($$SELECT * FROM harvest.claim_tasks('other', ARRAY['dq_bad_opts'], 10)$$,
+                'and the queue''s claims go on');
+SELECT results_eq(
+    $$SELECT harvest._activity_command_ok(c.command, 1000) FROM (VALUES
+          ('{"name": "a", "options": {"start_to_close": 30, "retry": {"max_attempts": 3}}}'::jsonb, 1),
+          ('{"name": "a", "options": {"start_to_close": "30"}}', 2), ('{"name": "a", "options": "x"}', 3),
+          ('{"name": "a", "options": {"retry": {"max_interval": 1e10}}}', 4)) AS c (command, n) ORDER BY c.n$$,
+    $$VALUES (true), (false), (false), (false)$$,
+    '_activity_command_ok(): options every later reader can cast, or not');
+-- A version marker's value is read across runs by count_versions (its version cast to an
+-- integer): one it could not cast made count_versions of that change_id fail for everyone.
+SELECT pg_temp.start_and_claim('bad_version');
+SELECT results_eq(
+    format($$SELECT pg_temp.dry_run(format('SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %%L)',
+                                           jsonb_build_array(jsonb_build_object(
+                                               'type', 'record_marker', 'seq', 1, 'kind', 'version', 'value', v.value))))
+             FROM (VALUES ('{"change_id": "c", "version": "2"}'::jsonb, 1), ('{"change_id": "c", "version": 1.5}', 2),
+                          ('{"change_id": "c", "version": 1e10}', 3), ('{"change_id": 5, "version": 1}', 4),
+                          ('{"change_id": "c"}', 5), ('"c:1"', 6), ('{"change_id": "c", "version": -1}', 7))
+                  AS v (value, n) ORDER BY v.n$$, pg_temp.task('bad_version'), pg_temp.token('bad_version')),
+    $$VALUES
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got {"version": "2", "change_id": "c"}'::text),
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got {"version": 1.5, "change_id": "c"}'),
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got {"version": 10000000000, "change_id": "c"}'),
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got {"version": 1, "change_id": 5}'),
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got {"change_id": "c"}'),
+      ('HR001: command record_marker (seq 1) of kind version needs "value" as {"change_id": a string, "version": an integer (a 32-bit one)}, got "c:1"'),
+      ('ok')$$,
+    'record_marker of kind version: a value count_versions could not read is refused (HR001)');
 -- _activity_scheduled_data: the event's data on the queue given.
 SELECT is(harvest._activity_scheduled_data('dq_cmd_fn', 11,
               '{"type": "schedule_activity", "seq": 11, "name": "q1", "input": [1], "options": {"priority": 3}}'),
