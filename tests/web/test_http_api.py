@@ -276,6 +276,32 @@ def test_a_pin_to_a_shard_without_a_pool_is_a_503(db: str) -> None:
         assert config["readable_shards"] == [0, 1] and config["writable_shards"] == [0, 1]
 
 
+def test_a_fan_out_that_reaches_no_shard_is_a_503_not_an_empty_answer(db: str) -> None:
+    """docs/http-api.md: "no shard answering is a 503". Every route that reads or writes each
+    shard says so when none answered, rather than a 200 with nothing in it (the audit log, the
+    rate limit and throttle reads, retention, the drain preview), a confident 404 for a worker
+    it could not look for, or a drain "not_found" that drained nothing."""
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__URLS__2": db,  # shards 0 and 1 have no pool here: neither answers
+    }
+    with api_client(None, env=env) as api:
+        for route in (
+            "/admin/audit",
+            "/admin/rate-limits/charge",
+            "/admin/start-throttles/paced",
+            "/admin/retention",
+            "/workers/drain-preview",
+            "/workers/w-1",
+        ):
+            answer = api.get(route)
+            assert answer.status_code == 503, (route, answer.text)
+            assert error_of(answer)["code"] == "database_unavailable" and answer.headers["Retry-After"]
+        drain = api.post("/workers/w-1/drain", json={})
+        assert drain.status_code == 503 and error_of(drain)["code"] == "database_unavailable", drain.text
+
+
 # -- results, messages, ending a run --------------------------------------------------------------
 def test_result_is_204_with_retry_after_while_running_then_the_terminal_body(api, start_worker) -> None:
     run = api.post("/workflows/greet/start", json={"input": "bob"}).json()["execution_id"]
