@@ -298,7 +298,8 @@ END;
 $$;
 
 -- Release an execution's legal hold; returns whether one was set. A seal refuses with HR013 (the
--- hold lives with the live run).
+-- hold lives with the live run). An unknown execution is HR002, unless a hold outlived its run
+-- (retention does not stop at a hold): that hold is released.
 CREATE OR REPLACE FUNCTION harvest.release_legal_hold(p_execution_id uuid, p_operator_id text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -313,6 +314,9 @@ BEGIN
         PERFORM harvest._refuse_hold_while_moving(p_execution_id, 'release');
     END IF;
     DELETE FROM harvest.legal_holds WHERE execution_id = p_execution_id RETURNING reason INTO v_reason;
+    IF v_execution.id IS NULL AND v_reason IS NULL THEN
+        RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002';
+    END IF;
     PERFORM harvest._audit('workflow.legal_hold.release', p_execution_id::text, p_operator_id,
                            jsonb_build_object('was_set', v_reason IS NOT NULL, 'reason', v_reason));
     RETURN jsonb_build_object('execution_id', p_execution_id, 'legal_hold', false, 'released', v_reason IS NOT NULL);
@@ -339,4 +343,5 @@ COMMENT ON FUNCTION harvest.set_legal_hold IS
 'released; HR013 on a seal. '
 'Audited. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.release_legal_hold IS
-'Release an execution''s legal hold (returns whether one was set). Audited. For admins (role harvest_admin).';
+'Release an execution''s legal hold (returns whether one was set); HR002 for an unknown execution with no hold, '
+'HR013 on a seal. Audited. For admins (role harvest_admin).';

@@ -1,7 +1,11 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
+<<<<<<< HEAD
 SELECT plan(46);
+=======
+SELECT plan(45);
+>>>>>>> rev_httpspec
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -68,6 +72,12 @@ SELECT is((harvest.release_legal_hold(pg_temp.run('pl_a'), 'legal') ->> 'release
           'release_legal_hold releases it');
 SELECT is((harvest.release_legal_hold(pg_temp.run('pl_a')) ->> 'released')::boolean, false,
           'releasing again says there was none');
+SELECT throws_ok(format('SELECT harvest.release_legal_hold(%L)', gen_random_uuid()), 'HR002', NULL,
+                 'releasing the hold of an unknown execution is refused');
+INSERT INTO harvest.legal_holds (execution_id, reason, set_at, set_by)
+VALUES ('00000000-0000-0000-0000-0000000000b1', 'case', harvest.now(), 'ops');
+SELECT is((harvest.release_legal_hold('00000000-0000-0000-0000-0000000000b1') ->> 'released')::boolean, true,
+          'a hold that outlived its run is released');
 
 INSERT INTO harvest.relays (target_execution_id, kind, payload, created_at)
 VALUES (pg_temp.run('pl_a'), 'child_closed', '{"result": "secret-result"}', harvest.now());

@@ -276,6 +276,32 @@ def test_a_pin_to_a_shard_without_a_pool_is_a_503(db: str) -> None:
         assert config["readable_shards"] == [0, 1] and config["writable_shards"] == [0, 1]
 
 
+def test_a_fan_out_that_reaches_no_shard_is_a_503_not_an_empty_answer(db: str) -> None:
+    """docs/http-api.md: "no shard answering is a 503". Every route that reads or writes each
+    shard says so when none answered, rather than a 200 with nothing in it (the audit log, the
+    rate limit and throttle reads, retention, the drain preview), a confident 404 for a worker
+    it could not look for, or a drain "not_found" that drained nothing."""
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__URLS__2": db,  # shards 0 and 1 have no pool here: neither answers
+    }
+    with api_client(None, env=env) as api:
+        for route in (
+            "/admin/audit",
+            "/admin/rate-limits/charge",
+            "/admin/start-throttles/paced",
+            "/admin/retention",
+            "/workers/drain-preview",
+            "/workers/w-1",
+        ):
+            answer = api.get(route)
+            assert answer.status_code == 503, (route, answer.text)
+            assert error_of(answer)["code"] == "database_unavailable" and answer.headers["Retry-After"]
+        drain = api.post("/workers/w-1/drain", json={})
+        assert drain.status_code == 503 and error_of(drain)["code"] == "database_unavailable", drain.text
+
+
 # -- results, messages, ending a run --------------------------------------------------------------
 def test_result_is_204_with_retry_after_while_running_then_the_terminal_body(api, start_worker) -> None:
     run = api.post("/workflows/greet/start", json={"input": "bob"}).json()["execution_id"]
@@ -771,6 +797,42 @@ def test_openapi_lists_every_route_with_its_scope(api) -> None:
     assert ("/workflows/{execution_id:uuid}/events/stream", "GET") in served  # the route it documents
 
 
+def test_a_not_ready_probe_answers_the_error_shape_with_retry_after(fresh_db: str) -> None:
+    """/health/ready's 503 is an error like any other (docs/http-api.md, "Answers and errors";
+    /openapi.json declares its 503 as {error: {code, message}}): the probe's status, the error
+    with its code, and Retry-After, as every retryable 503 carries. On a database not migrated
+    yet, preflight and shard health answer their reports (they were a 500: opening the API read
+    the payload limit from the schema that is not there)."""
+    with api_client(fresh_db) as api:  # a database without this Harvest's schema
+        ready = api.get("/health/ready")
+        assert ready.status_code == 503 and ready.json()["status"] == "not_ready"
+        assert error_of(ready)["code"] == "not_ready", ready.text
+        assert "schema" in error_of(ready)["message"]
+        assert ready.headers["Retry-After"] == "1"
+        # The deploy gate answers on a database not migrated yet: its checks, not a 500.
+        gate = api.get("/admin/preflight")
+        assert gate.status_code == 200, gate.text
+        assert gate.json()["overall_status"] == "fail"
+        assert {c["name"]: c["status"] for c in gate.json()["checks"]}["migrations"] == "fail"
+        assert api.get("/admin/shards/health").json()["readiness"] != "ready"
+    gated = {"HARVEST_READINESS__REQUIRE_SHARD_READINESS": "true"}
+    with api_client(fresh_db, env=gated) as api:  # /health as the readiness gate
+        for probe in ("/health", "/health/ready"):
+            answer = api.get(probe)
+            assert answer.status_code == 503 and answer.json()["readiness"] != "ready", answer.text
+            assert error_of(answer)["code"] == "not_ready" and answer.headers["Retry-After"] == "1"
+
+
+def test_a_database_behind_this_harvest_is_a_503_not_a_500(api, conn) -> None:
+    """A function this Harvest calls that the database lacks (a binary deployed ahead of its
+    migration) is the spec's 503 on every route, with Retry-After: schema_mismatch, the
+    server's own line, never a 500."""
+    conn.execute("DROP FUNCTION harvest.list_dead_letters")
+    behind = api.get("/dead-letters")
+    assert behind.status_code == 503, behind.text
+    assert error_of(behind)["code"] == "schema_mismatch" and behind.headers["Retry-After"] == "1"
+
+
 def test_a_database_down_at_boot_is_a_503_not_a_dead_server(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
@@ -786,6 +848,7 @@ def test_a_database_down_at_boot_is_a_503_not_a_dead_server(monkeypatch: pytest.
         assert api.get("/health/live").status_code == 200
         ready = api.get("/health/ready")
         assert ready.status_code == 503 and ready.json()["status"] == "not_ready"
+        assert error_of(ready)["code"] == "not_ready" and ready.headers["Retry-After"]
         down = api.get("/workflows")
         assert down.status_code == 503 and down.headers["Retry-After"]
         assert error_of(down)["code"] == "database_unavailable"

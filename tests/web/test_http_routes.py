@@ -327,6 +327,36 @@ def test_erasure_and_legal_hold(api) -> None:
     assert api.post(f"/workflows/{missing}/legal-hold", json={"reason": "x"}).status_code == 404
 
 
+def test_releasing_the_hold_of_an_unknown_run_is_a_404_and_names_the_operator(api, conn) -> None:
+    """DELETE /workflows/{id}/legal-hold answers 404 for a run that does not exist (as the docs
+    and /openapi.json say), not 200 `released: false` with an audit row about nothing; a hold
+    that outlived its run (retention deleted it) is still released. `operator_id` (the CLI's
+    --operator-id) is the operator the audit log records."""
+    missing = uuid.uuid4()
+    unknown = api.delete(f"/workflows/{missing}/legal-hold")
+    assert unknown.status_code == 404, unknown.text
+    assert error_of(unknown)["code"] == "not_found"
+    audited = conn.execute("SELECT count(*) FROM harvest.audit_log WHERE target = %s", (str(missing),))
+    assert audited.fetchone() == (0,)
+    orphan = uuid.uuid4()  # a hold whose run retention deleted
+    conn.execute(
+        "INSERT INTO harvest.legal_holds (execution_id, reason, set_at, set_by)"
+        " VALUES (%s, 'x', now(), 'ops')",
+        (orphan,),
+    )
+    assert api.delete(f"/workflows/{orphan}/legal-hold").json()["released"] is True
+    run = api.post("/workflows/idle/start", json={}).json()["execution_id"]
+    api.post(f"/workflows/{run}/legal-hold", json={"reason": "case 9"})
+    released = api.delete(f"/workflows/{run}/legal-hold", params={"operator_id": "dpo"})
+    assert released.status_code == 200 and released.json()["released"] is True
+    who = conn.execute(
+        "SELECT operator_id FROM harvest.audit_log"
+        " WHERE target = %s AND operation = 'workflow.legal_hold.release'",
+        (run,),
+    )
+    assert who.fetchall() == [("dpo",)]
+
+
 # -- start-throttle override --------------------------------------------------------------------
 def test_start_throttle_override_routes(api, conn) -> None:
     from psycopg.types.json import Jsonb

@@ -221,6 +221,17 @@ def invalid_input(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.DataError) or (getattr(exc, "sqlstate", None) or "").startswith("22")
 
 
+# SQLSTATEs of a database that lacks the Harvest schema, or a table or function of it: not
+# migrated (or behind this Harvest), not a wrong call.
+SCHEMA_MISSING = frozenset({"3F000", "42P01", "42883"})
+
+
+def schema_missing(exc: BaseException) -> bool:
+    """Whether a database error says the schema (or a table or function of it) is not there: a
+    database not migrated to this Harvest (the management API's 503 ``schema_mismatch``)."""
+    return getattr(exc, "sqlstate", None) in SCHEMA_MISSING
+
+
 def database_error_message(exc: psycopg.Error) -> tuple[str, int]:
     """One line and an exit code for a database error: the Harvest exception's, when the
     SQLSTATE is one of ours, else the server's first line and 2 for a value it refused

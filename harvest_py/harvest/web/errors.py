@@ -3,8 +3,9 @@
 The status and the code come from the one mapping in ``harvest.core.errors`` (SQLSTATE ->
 exception -> exit code -> HTTP status). A database error the SQL API has no class for is a 400
 when the input was invalid (SQLSTATE class 22, or a NUL the driver would not send), a 503 when
-the database could not be reached, else a 500 with the server's first line; never a stack
-trace. Retryable errors (a shard down, a run being moved) carry ``Retry-After``.
+the database could not be reached or has no Harvest schema (not migrated), else a 500 with the
+server's first line; never a stack trace. Retryable errors (a shard down, a run being moved)
+carry ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from harvest.core.errors import (
     HarvestError,
     PayloadTooLarge,
     QuotaExceeded,
+    SchemaMismatch,
     ShardUnavailable,
     UnknownWorkflow,
     WorkflowAlreadyExists,
@@ -31,7 +33,7 @@ from harvest.core.errors import (
     error_code,
     http_status,
 )
-from harvest.db.connection import DatabaseError, database_error_message, invalid_input, redact
+from harvest.db.connection import DatabaseError, database_error_message, invalid_input, redact, schema_missing
 from harvest.db.pools import TRANSIENT
 
 log = logging.getLogger("harvest.web")
@@ -131,7 +133,10 @@ def error_response(exc: BaseException) -> JSONResponse:
         headers["Retry-After"] = RETRY_AFTER_SECS
     elif isinstance(exc, DatabaseError):
         message, _ = database_error_message(exc)
-        if database_error_status(exc) == 400:
+        if schema_missing(exc):  # not migrated (or behind this Harvest): answers after harvest migrate
+            status, code = 503, error_code(SchemaMismatch(message))
+            headers["Retry-After"] = RETRY_AFTER_SECS
+        elif database_error_status(exc) == 400:
             status, code = 400, "invalid_argument"
         else:
             status, code = 500, "database_error"

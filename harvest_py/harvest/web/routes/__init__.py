@@ -299,13 +299,23 @@ class Call:
         async with self._pools.api(target) as sql:
             return await fn(sql)
 
-    async def each_shard(self, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> Any:
-        """``fn(sql)`` on every readable shard: a :class:`FanOut` (one database: shard 0)."""
+    async def each_shard(
+        self, fn: Callable[[AsyncSqlApi], Awaitable[Any]], undone: str = "nothing was read"
+    ) -> Any:
+        """``fn(sql)`` on every readable shard: a :class:`FanOut` (one database: shard 0). No
+        shard answering is a 503 (docs/http-api.md), never an empty answer: ``undone`` says
+        what that left undone."""
         from harvest.shard.fanout import FanOut, fan_out_async
 
         if self._pools is None:
             return FanOut.of({0: await fn(self._sql)}, ())  # type: ignore[arg-type]
-        return await fan_out_async(self.providers(), fn, timeout=self.state.shard_timeout)
+        fan = await fan_out_async(self.providers(), fn, timeout=self.state.shard_timeout)
+        if not fan.results:
+            shards = ", ".join(str(s) for s in fan.unavailable_shards)
+            raise DatabaseUnavailable(
+                f"no shard could be reached (shard(s) {shards} unreachable): {undone}; retry when one is up"
+            )
+        return fan
 
     async def routed(self, execution_id: str, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> Any:
         """``fn(sql)`` on the shard the execution lives on (its id's shard, then a moved run's

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from harvest.config import declared_queues, merge_coverage, resolve_queues
 from harvest.core.durations import moment
-from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotPlacedHere
+from harvest.core.errors import InvalidArgument, NotPlacedHere
 from harvest.shard.fanout import USAGE_SUMS, newest_audit_first
 from harvest.telemetry.metrics import CONTENT_TYPE
 from harvest.web.routes import STRING, Call, Endpoint, Param, Reply, body, invalid, merged, path
@@ -102,8 +102,6 @@ async def queue_coverage(call: Call, args: dict[str, Any], _: Any) -> Any:
         return registered, await sql.list_workers(None, "active", "healthy")
 
     fan = await call.each_shard(read)
-    if not fan.results:
-        raise DatabaseUnavailable("no shard could be read for the queue coverage; retry when one is up")
     data = merge_coverage(fan.results, declared)
     data["declared_source"] = "app" if declared is not None else "fleet"
     if not data["declared_queues"] or fan.unavailable_shards:
@@ -187,9 +185,7 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
             "workers_deleted": workers,
         }
 
-    fan = await call.each_shard(sweep)
-    if not fan.results:
-        raise DatabaseUnavailable("no shard could be swept; retry when one is up")
+    fan = await call.each_shard(sweep, "nothing was swept")
     shards = [{"shard_id": s, **r} for s, r in fan.results.items()]
     return {
         "deleted": sum(r["deleted"] for r in shards),
@@ -202,9 +198,7 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
 async def every_shard_write(call: Call, fn: Any) -> dict[str, Any]:
     """A pacing write on every shard: the answers, and shard_errors for the shards not reached;
     none reached is a 503 (no override anywhere)."""
-    fan = await call.each_shard(fn)
-    if not fan.results:
-        raise DatabaseUnavailable("no shard could be reached: no override was applied anywhere; retry")
+    fan = await call.each_shard(fn, "no override was applied anywhere")
     return {
         "shards": {str(s): r for s, r in fan.results.items()},
         "shard_errors": [{"shard_id": s, "error": "unreachable"} for s in fan.unavailable_shards],
@@ -366,8 +360,6 @@ async def queue_scaling(call: Call, args: dict[str, Any], _: Any) -> Any:
         return await sql.get_metric_samples(0), await sql.list_workers(None, "active", "healthy")
 
     fan = await call.each_shard(read)
-    if not fan.results:
-        raise DatabaseUnavailable("no shard could be read for the scaling signals; retry when one is up")
     queues = scaling_signals(list(fan.results.values()), args["per_worker"])
     if args["queue"] is not None:
         queues = [q for q in queues if q["queue"] == args["queue"]]
@@ -561,8 +553,6 @@ async def retention_settings(call: Call, args: dict[str, Any], _: Any) -> Any:
     """Each shard's retention settings, last run and eligible count (the database's, not this
     process's janitor: /admin/retention says where that runs)."""
     fan = await call.each_shard(lambda sql: sql.get_retention_status())
-    if not fan.results:
-        raise DatabaseUnavailable("no shard could be read; retry when one is up")
     shards = [{"shard_id": s, **data} for s, data in fan.results.items()]
     return {
         "shards": shards,
@@ -583,10 +573,9 @@ async def set_retention_settings(call: Call, args: dict[str, Any], data: dict[st
     fan = await call.each_shard(
         lambda sql: sql.set_retention_settings(
             data.get("max_age"), data.get("batch_size"), data.get("worker_max_age"), operator
-        )
+        ),
+        "nothing was set",
     )
-    if not fan.results:
-        raise DatabaseUnavailable("no shard could be reached: nothing was set; retry")
     shards = [{"shard_id": s, **r} for s, r in fan.results.items()]
     return {
         "shards": shards,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from harvest.core.errors import DatabaseUnavailable, NotFound
+from harvest.core.errors import NotFound
 from harvest.shard.fanout import Merged
 from harvest.telemetry import tracing
 from harvest.web.routes import (
@@ -87,9 +87,7 @@ async def _set_paused(call: Call, name: str, paused: bool) -> dict[str, Any]:
                 raise
             return None
 
-    fan = await call.each_shard(flip)
-    if not fan.results:
-        raise DatabaseUnavailable("no shard could be reached: nothing was changed; retry")
+    fan = await call.each_shard(flip, "nothing was changed")
     found = {s: changed for s, changed in fan.results.items() if changed is not None}
     if not found:
         raise NotFound(f"DAG {name!r} is not registered: GET /dags lists the DAGs")

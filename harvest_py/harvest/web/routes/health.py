@@ -52,7 +52,7 @@ async def _schema(state: Any) -> dict[str, Any]:
 
 
 def _not_ready(message: str, **details: Any) -> Reply:
-    """503, with the probe's status and the API's error shape."""
+    """503, with the probe's status and the API's error shape (a retryable 503: Retry-After)."""
     return Reply(
         {"status": "not_ready", **details, **error_body("not_ready", message)}, 503, {"Retry-After": "1"}
     )
@@ -62,17 +62,29 @@ async def ready(call: Any) -> Reply:
     state = call.state
     if state.config.get("readiness.require_shard_readiness"):
         health = await shard_readiness(state)
-        ok = health["readiness"] == "ready"
-        return Reply(
-            {"status": "ready" if ok else "not_ready", "readiness": health["readiness"]}, 200 if ok else 503
-        )
+        if health["readiness"] != "ready":
+            return _not_ready(
+                f"shard readiness is {health['readiness']}: GET /admin/shards/health names the reasons",
+                readiness=health["readiness"],
+            )
+        return Reply({"status": "ready", "readiness": health["readiness"]})
     try:
         versions = await _schema(state)
     except Exception as exc:
-        return Reply({"status": "not_ready", "reason": type(exc).__name__}, 503)
-    ok = all(v == SCHEMA_VERSION for v in versions.values())
-    body = {"status": "ready" if ok else "not_ready", "schema_version": SCHEMA_VERSION, "shards": versions}
-    return Reply(body, 200 if ok else 503)
+        return _not_ready(
+            f"the database does not answer with this Harvest's schema {SCHEMA_VERSION} "
+            f"({type(exc).__name__}: unreachable, or not migrated: harvest migrate)",
+            reason=type(exc).__name__,
+        )
+    body = {"schema_version": SCHEMA_VERSION, "shards": versions}
+    behind = sorted(s for s, v in versions.items() if v != SCHEMA_VERSION)
+    if behind:
+        return _not_ready(
+            f"shard(s) {', '.join(behind)} do not answer with this Harvest's schema {SCHEMA_VERSION} "
+            "(unreachable, or not migrated: harvest migrate)",
+            **body,
+        )
+    return Reply({"status": "ready", **body})
 
 
 async def health(call: Any, args: dict[str, Any], _: Any) -> Reply:

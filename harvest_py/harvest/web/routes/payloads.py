@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harvest.web.routes import BOOLEAN, STRING, Call, Endpoint, body, path, shape
+from harvest.web.routes import BOOLEAN, STRING, Call, Endpoint, Param, body, path, shape
 
 EXECUTION = path("execution_id", "uuid", "The execution id (a UUID).")
 
@@ -40,8 +40,11 @@ async def set_legal_hold(call: Call, args: dict[str, Any], data: dict[str, Any])
 
 
 async def release_legal_hold(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """A DELETE has no body: the operator the audit log records is the ``operator_id``
+    parameter (the CLI's --operator-id), else the token's actor."""
     execution_id = args["execution_id"]
-    return await call.routed(execution_id, lambda sql: sql.release_legal_hold(execution_id, call.operator_id))
+    operator = args["operator_id"] or call.operator_id
+    return await call.routed(execution_id, lambda sql: sql.release_legal_hold(execution_id, operator))
 
 
 ENDPOINTS = [
@@ -79,7 +82,7 @@ ENDPOINTS = [
         "admin",
         release_legal_hold,
         "Release an execution's legal hold (released: false when it had none).",
-        (EXECUTION,),
+        (EXECUTION, Param("operator_id", description="Who releases it, for the audit log (default: you).")),
         responses={200: "Released", 404: "No such execution"},
         tag="payloads",
         shape=shape(execution_id=STRING, legal_hold=BOOLEAN, released=BOOLEAN),
