@@ -833,6 +833,31 @@ def test_a_database_behind_this_harvest_is_a_503_not_a_500(api, conn) -> None:
     assert error_of(behind)["code"] == "schema_mismatch" and behind.headers["Retry-After"] == "1"
 
 
+def test_a_role_the_cluster_lacks_is_a_schema_mismatch(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a cluster Harvest was never migrated on, SET ROLE harvest_reader fails with 22023 (class
+    22), which every route answered as a 400 invalid_argument; it is the 503 schema_mismatch."""
+    import asyncio
+
+    import psycopg
+
+    from harvest.core.errors import SchemaMismatch
+    from harvest.db import connection
+
+    monkeypatch.setattr(connection, "FACE_ROLES", connection.FACE_ROLES | {"harvest_nobody"})
+
+    async def lower() -> None:
+        conn = await psycopg.AsyncConnection.connect(db, autocommit=True)
+        try:
+            async with connection.set_role(conn, "harvest_nobody"):
+                pass
+        finally:
+            await conn.close()
+
+    with pytest.raises(SchemaMismatch, match=r"role harvest_nobody does not exist.*migrate run") as caught:
+        asyncio.run(lower())
+    assert caught.value.http_status == 503
+
+
 def test_a_database_down_at_boot_is_a_503_not_a_dead_server(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 

@@ -27,6 +27,7 @@ from harvest.core.errors import (
     ConnectionRejected,
     DatabaseUnavailable,
     InvalidArgument,
+    SchemaMismatch,
     from_database_error,
 )
 from harvest.db import jsoncodec
@@ -609,8 +610,17 @@ async def set_role(
     its pool. The one place a face lowers a connection to its caller's role: the EXECUTE grants
     and ``_session_has_role`` then see that role (functions/security.sql). A connection whose
     RESET fails is closed, so a pool never hands out a connection still switched to another
-    caller's role. The login role must be a member of ``role`` (docs/http-api.md, "Roles")."""
-    await conn.execute(_role_statements(role, source))
+    caller's role. The login role must be a member of ``role`` (docs/http-api.md, "Roles"); a
+    role that does not exist (a cluster Harvest was never migrated on) is a SchemaMismatch."""
+    try:
+        await conn.execute(_role_statements(role, source))
+    except psycopg.errors.InvalidParameterValue as exc:  # (22023: role "..." does not exist)
+        if "does not exist" not in str(exc):
+            raise
+        raise SchemaMismatch(
+            f"role {role} does not exist on this server: Harvest's roles are created by its "
+            "migrations (harvest migrate run)"
+        ) from None
     try:
         await conn.execute(_SET_AUDIT_CONTEXT, {"actor": actor or "", "route": route or ""})
         yield conn
