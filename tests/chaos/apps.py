@@ -372,3 +372,50 @@ app = App(
     workflows=[*app.workflows.values(), wf_blocked],
     activities=[*app.activities.values(), blocked_in_thread, blocked_in_process, blocked_local],
 )
+
+
+# ------------------------------------------------------------- an entity under every message at once
+async def _bump_entity(ctx, tag: str) -> str:
+    """Update ``bump``: an activity, then the tag is applied to the entity's state."""
+    await ctx.execute_activity(quick, f"u-{tag}", 0.05)
+    ctx.state["applied"].append(tag)
+    return tag
+
+
+@workflow
+async def wf_entity(ctx, total: int, seen: list, applied: list) -> dict:
+    """Collect ``total`` signals ``item`` across rotations (continue-as-new every ``ROTATE``
+    signals, carrying what it saw and the updates it applied), a step after each (an activity
+    or a timer); updates ``bump`` apply once each."""
+    ctx.state["applied"] = list(applied)
+    ctx.register_update_handler("bump", _bump_entity)
+    this_run = 0
+    while len(seen) < total:
+        value = await ctx.wait_for_signal("item")
+        seen.append(value)
+        this_run += 1
+        if this_run % 2:
+            await ctx.execute_activity(quick, f"s{value}", 0.05)
+        else:
+            await ctx.sleep(0.05)
+        if this_run >= 4 and len(seen) < total:
+            await ctx.drain_admitted_updates()
+            ctx.continue_as_new(total, seen, ctx.state["applied"])
+    await ctx.drain_admitted_updates()
+    return {"seen": seen, "applied": ctx.state["applied"]}
+
+
+app = App(workflows=[*app.workflows.values(), wf_entity], activities=list(app.activities.values()))
+
+
+@workflow
+async def wf_collect(ctx, n: int) -> list:
+    """Collect ``n`` signals ``item`` in order, one workflow task each (a reset may fork it at
+    the end of any of them)."""
+    seen: list = []
+    while len(seen) < n:
+        seen.append(await ctx.wait_for_signal("item"))
+    return seen
+
+
+app = App(workflows=[*app.workflows.values(), wf_collect], activities=list(app.activities.values()))

@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
 from collections import Counter
 
 import pytest
-from apps import wf_short, wf_signals, wf_updates
+from apps import wf_collect, wf_entity, wf_short, wf_signals, wf_updates
 from harness import check_history, count_events, history, query, runs, wait_until
 
 import harvest
@@ -355,3 +356,212 @@ def test_cancel_racing_completion_ends_in_one_terminal_state(chaos_db, workers):
     # The race really was a race: both ends happened, and some cancels came too late.
     assert ended["WorkflowCompleted"] >= 1 and ended["WorkflowCancelled"] >= 1, ended
     assert ended["not running"] >= 1, ended
+
+
+# ---------------------------------------------------------------------- 4. everything at once
+ENTITY_SENDERS = 3
+ENTITY_PER_SENDER = 25
+
+
+def test_an_entity_under_signals_updates_pauses_and_kills_keeps_every_promise(chaos_db, workers):
+    """Several client connections signal, update, pause and resume one entity (by workflow_id)
+    while it continues as new every few signals and its workers are SIGKILLed: every signal is
+    seen once, in each sender's order; every update is applied once; every run's history keeps
+    the invariants."""
+    for _ in range(2):
+        workers.start(concurrency=4, workflow_lease=1.5, wait=False)
+    for proc in workers.procs:
+        workers.wait_registered(proc)
+    total = ENTITY_SENDERS * ENTITY_PER_SENDER
+    wid = "entity-1"
+    with harvest.Client(chaos_db) as starter:
+        starter.start_workflow(wf_entity, total, [], [], options=harvest.StartOptions(workflow_id=wid))
+    errors: list[BaseException] = []
+    done = threading.Event()
+    completed_updates: list[str] = []
+
+    def sender(k: int) -> None:
+        try:
+            with harvest.Client(chaos_db) as c:
+                h = c.get_handle(workflow=wf_entity, workflow_id=wid)
+                for i in range(ENTITY_PER_SENDER):
+                    while True:
+                        try:
+                            h.signal("item", k * 1000 + i)
+                            break
+                        except WorkflowNotRunning:  # rotated under a stale handle
+                            h = c.get_handle(workflow=wf_entity, workflow_id=wid)
+                    time.sleep(random.uniform(0.05, 0.35))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def pauser() -> None:
+        rng = random.Random(7)
+        try:
+            with harvest.Client(chaos_db) as c:
+                while not done.is_set():
+                    h = c.get_handle(workflow=wf_entity, workflow_id=wid)
+                    try:
+                        h.pause("chaos")
+                        time.sleep(rng.uniform(0.05, 0.3))
+                        h.resume("chaos")
+                    except WorkflowNotRunning:
+                        pass
+                    time.sleep(rng.uniform(0.05, 0.4))
+                h = c.get_handle(workflow=wf_entity, workflow_id=wid)
+                try:
+                    h.resume("end")
+                except WorkflowNotRunning:
+                    pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    def updater() -> None:
+        n = 0
+        try:
+            with harvest.Client(chaos_db) as c:
+                while not done.is_set():
+                    tag = f"t{n}"
+                    for _ in range(50):
+                        if done.is_set():
+                            break
+                        h = c.get_handle(workflow=wf_entity, workflow_id=wid)
+                        try:
+                            assert h.update("bump", tag, update_id=tag, timeout=10) == tag
+                            completed_updates.append(tag)
+                            break
+                        except (
+                            WorkflowNotRunning,
+                            harvest.QueryTimeout,
+                            harvest.UpdateRejected,
+                            harvest.UpdateFailed,
+                        ):
+                            time.sleep(0.1)
+                    n += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sender, args=(k,), daemon=True) for k in range(ENTITY_SENDERS)]
+    threads += [threading.Thread(target=pauser, daemon=True), threading.Thread(target=updater, daemon=True)]
+    for t in threads:
+        t.start()
+    rng = random.Random(int(os.environ.get("CHAOS_SEED", "99")))
+    deadline = time.monotonic() + 40
+    kills = ended = 0
+    while any(t.is_alive() for t in threads[:ENTITY_SENDERS]):
+        assert time.monotonic() < deadline, "stuck sending"
+        time.sleep(rng.uniform(0.3, 0.9))
+        if kills % 2:
+            # The database ends a worker's session while it reports (a decision, results, a claim).
+            until = time.monotonic() + 1.0
+            while time.monotonic() < until:
+                ended += query(
+                    chaos_db,
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n "
+                    "FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND query ~ '(complete_workflow_task|complete_activities|claim_tasks|accept_update)' "
+                    "AND state <> 'idle'",
+                )[0]["n"]
+                time.sleep(0.01)
+        else:
+            workers.kill(rng.choice(workers.alive()))
+            workers.start(concurrency=4, workflow_lease=1.5, wait=False)
+        kills += 1
+    with harvest.Client(chaos_db) as c:
+        h = c.get_handle(workflow=wf_entity, workflow_id=wid)
+        try:
+            result = h.result(timeout=40)
+        finally:
+            done.set()
+            for t in threads:
+                t.join(timeout=30)
+    assert not errors, errors
+    seen = result["seen"]
+    assert len(seen) == total and sorted(seen) == sorted(
+        k * 1000 + i for k in range(ENTITY_SENDERS) for i in range(ENTITY_PER_SENDER)
+    ), seen
+    for k in range(ENTITY_SENDERS):
+        mine = [v for v in seen if v // 1000 == k]
+        assert mine == sorted(mine), f"sender {k} out of order: {mine}"
+    applied = result["applied"]
+    assert len(applied) == len(set(applied)), f"an update applied twice: {applied}"
+    assert set(completed_updates) <= set(applied)
+    chain = query(chaos_db, "SELECT id, status FROM harvest.executions WHERE workflow_id = %s", (wid,))
+    assert kills >= 3
+    for row in chain:
+        events = history(chaos_db, str(row["id"]))
+        check_history(events, completed=row["status"] == "COMPLETED")
+        for uid, n in Counter(
+            e["event_data"]["update_id"] for e in events if e["event_type"] == "UpdateAccepted"
+        ).items():
+            assert n == 1, (uid, n)
+    assert len(chain) > 2 and completed_updates, (len(chain), completed_updates)
+
+
+# ---------------------------------------------------------------------- 5. resets racing signals
+RESET_SIGNALS = 60
+
+
+def test_resets_racing_signals_keep_each_signal_once_in_order(chaos_db, workers):
+    """Resets (signal_reapply="buffer") to the run's last workflow task, one after another,
+    while a client streams signals by workflow_id and a worker dies: the last fork reads every
+    signal the senders were told was taken, once, in send order."""
+    for _ in range(2):
+        workers.start(concurrency=4, workflow_lease=1.5, wait=False)
+    for proc in workers.procs:
+        workers.wait_registered(proc)
+    wid = "collect-1"
+    with harvest.Client(chaos_db) as c:
+        c.start_workflow(wf_collect, RESET_SIGNALS, options=harvest.StartOptions(workflow_id=wid))
+    errors: list[BaseException] = []
+
+    def sender() -> None:
+        try:
+            with harvest.Client(chaos_db) as c:
+                for i in range(RESET_SIGNALS):
+                    while True:
+                        try:
+                            c.get_handle(workflow=wf_collect, workflow_id=wid).signal("item", i)
+                            break
+                        except WorkflowNotRunning:  # reset under it: the fork takes the next try
+                            time.sleep(0.01)
+                    time.sleep(random.uniform(0.0, 0.05))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=sender, daemon=True)
+    thread.start()
+    resets = 0
+    rng = random.Random(int(os.environ.get("CHAOS_SEED", "5")))
+    deadline = time.monotonic() + 45
+    with harvest.Client(chaos_db) as c:
+        while thread.is_alive():
+            assert time.monotonic() < deadline, "stuck"
+            time.sleep(rng.uniform(0.05, 0.3))
+            run = query(
+                chaos_db,
+                "SELECT id FROM harvest.executions WHERE workflow_id = %s AND status = 'RUNNING'",
+                (wid,),
+            )
+            if not run:
+                continue
+            eid = str(run[0]["id"])
+            marks = [
+                e["event_id"] for e in history(chaos_db, eid) if e["event_type"] == "WorkflowTaskCompleted"
+            ]
+            if not marks:
+                continue
+            try:
+                c.get_handle(eid).reset(marks[-1], "chaos", signal_reapply="buffer")
+                resets += 1
+            except (WorkflowNotRunning, harvest.InvalidArgument):
+                pass
+            if resets % 5 == 4:
+                workers.kill(rng.choice(workers.alive()))
+                workers.start(concurrency=4, workflow_lease=1.5, wait=False)
+        thread.join(timeout=10)
+        assert not errors, errors
+        result = c.get_handle(workflow=wf_collect, workflow_id=wid).result(timeout=30)
+    assert result == list(range(RESET_SIGNALS)), result
+    assert resets >= 3, resets
