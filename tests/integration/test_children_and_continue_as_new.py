@@ -197,6 +197,38 @@ def test_a_successor_keeps_the_run_timeout(start_worker, client: Client) -> None
 
 
 @workflow
+async def rotates_under_an_execution_timeout(ctx, n: int) -> None:
+    if n == 0:
+        await ctx.sleep(0.6)
+        await ctx.continue_as_new(1)
+    await ctx.wait_for_signal("never")
+
+
+def test_a_successor_keeps_the_execution_deadline(start_worker, client: Client, db: str) -> None:
+    """docs/guarantees.md: the execution timeout covers the whole chain, counted from the first
+    start, not restarted by the rotation."""
+    import psycopg
+
+    from harvest.core.errors import WorkflowTimedOut
+
+    start_worker(App(workflows=[rotates_under_an_execution_timeout]))
+    handle = client.start_workflow(rotates_under_an_execution_timeout, 0, execution_timeout="1.5s")
+    with pytest.raises(WorkflowTimedOut):
+        handle.result(timeout=30)
+    with psycopg.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT status, execution_timeout_at, created_at FROM harvest.executions"
+            " WHERE workflow_id = %s ORDER BY created_at",
+            (handle.workflow_id,),
+        ).fetchall()
+    assert [r[0] for r in rows] == ["CONTINUED_AS_NEW", "TIMED_OUT"]
+    assert rows[0][1] == rows[1][1]  # one deadline for the chain
+    assert (rows[1][1] - rows[0][2]).total_seconds() == pytest.approx(1.5, abs=0.05)
+    ended = handle.history()  # the first run; its successor timed out on the chain's deadline
+    assert ended[-1]["event_type"] == "WorkflowContinuedAsNew"
+
+
+@workflow
 async def slow_rotator(ctx, seen: list) -> list:
     item = await ctx.wait_for_signal("item")
     await ctx.execute_activity(square, 1)  # signals sent meanwhile arrive before the rotation

@@ -141,6 +141,26 @@ def test_durable_timer_fires(start_worker, client: Client) -> None:
     assert "TimerStarted" in types and "TimerFired" in types
 
 
+def test_a_timer_fires_once_after_the_worker_restarts(start_worker, client: Client) -> None:
+    """docs/guarantees.md: a timer started under one worker fires, once, under the next one, though
+    its due time passed while no worker ran."""
+    import time
+
+    first = start_worker(App(workflows=[sleeper]))
+    handle = client.start_workflow(sleeper, 0.5)
+    deadline = time.monotonic() + 30
+    while "TimerStarted" not in [e["event_type"] for e in handle.history()]:
+        assert time.monotonic() < deadline, "the timer never started"
+        time.sleep(0.05)
+    first.stop()
+    time.sleep(1.0)  # the timer comes due with no worker up
+    assert "TimerFired" not in [e["event_type"] for e in handle.history()]
+    start_worker(App(workflows=[sleeper]))
+    assert float(handle.result(timeout=30)) >= 0.5
+    types = [e["event_type"] for e in handle.history()]
+    assert types.count("TimerStarted") == 1 and types.count("TimerFired") == 1
+
+
 def test_retries_keep_one_idempotency_key(start_worker, client: Client) -> None:
     start_worker(App(workflows=[flaky_flow], activities=[flaky]))
     handle = client.start_workflow(flaky_flow, "k1")

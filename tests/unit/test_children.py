@@ -50,6 +50,7 @@ async def fan_out_children(ctx, n: int) -> list:
 async def with_handle(ctx) -> dict:
     handle = await ctx.start_child_workflow(charge_child, 5)
     before = handle.child_execution_id
+    policy = handle.parent_close_policy  # known from the call, before the start is recorded
     await handle.started()
     receipt = await handle.result()
     return {
@@ -58,6 +59,7 @@ async def with_handle(ctx) -> dict:
         "seq": handle.seq,
         "workflow_id": handle.workflow_id,
         "charged": receipt.charged,
+        "policy": policy,
     }
 
 
@@ -130,6 +132,7 @@ def test_handle_learns_the_child_execution_id_once_the_start_is_recorded():
         "seq": 1,
         "workflow_id": "wf-1/1",
         "charged": 5,
+        "policy": "terminate",
     }
 
 

@@ -196,8 +196,8 @@ class DagTask:
 class Dag:
     """A DAG of tasks, run as the workflow named ``name``.
 
-    ``schedule`` is stored as given (a ``harvest.declare.schedules.Schedule`` once schedules
-    exist); the App turns it into a schedule of kind ``dag`` that starts this workflow.
+    ``schedule`` (a :class:`harvest.Schedule`, or None) fires the DAG: the App turns it into a
+    schedule of kind ``dag`` that starts this workflow.
     ``default_args`` sets task options for every task (``retry``, ``start_to_close``,
     ``schedule_to_close``, ``heartbeat_timeout``, ``queue``, ``priority``, ``dead_letter``,
     ``trigger_rule``); a task's own keywords win. ``max_active_runs`` bounds the RUNNING runs a

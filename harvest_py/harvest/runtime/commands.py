@@ -352,6 +352,7 @@ class CommandIssuer:
         seq, name = command["seq"], command["workflow_name"]
         future, started = self._loop.create_future(), self._loop.create_future()
         handle = ChildHandle(seq, name, command.get("workflow_id"), future, started, decode)
+        handle.parent_close_policy = command.get("parent_close_policy")  # as asked: known at once
         self._pending[seq] = Pending(seq, "child", name, future, handle=handle)
         self._children[seq] = handle
         return handle

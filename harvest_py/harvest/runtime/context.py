@@ -265,7 +265,8 @@ class WorkflowContext:
 
     # ------------------------------------------------------------------ markers
     def now(self) -> _dt.datetime:
-        """The current time (UTC), fixed at its first evaluation."""
+        """The current time (UTC), recorded: each call records its own value (a ``now``
+        marker), and a replay reads the recorded one back."""
         value = self._run.marker("now", lambda: self._run.clock().astimezone(_dt.UTC).isoformat())
         when = _dt.datetime.fromisoformat(value)
         self._run.set_logical_time(when.timestamp())
