@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -21,21 +23,28 @@ from harvest.core.errors import SchemaMismatch
 HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
 
 
-def test_dev_runs_the_demo_end_to_end_and_cleans_up(tmp_path: Path) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+def test_dev_runs_the_demo_end_to_end_and_cleans_up() -> None:
+    # Not under pytest's tmp_path: run as root, the server runs as another user, which needs to
+    # traverse every parent of its directory, and a pytest session starting beside this one (the
+    # suites run side by side) sets /tmp/pytest-of-root back to 0700 (pg_control: Permission denied).
+    scratch = Path(tempfile.mkdtemp(prefix="harvest-dev-test-"))
+    env = {**os.environ, "TMPDIR": str(scratch)}
     env.pop("HARVEST_DEV_DATABASE_URL", None)
-    done = subprocess.run(
-        [*HARVEST, "dev", "--demo-and-exit"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "result: {" in done.stdout and "Hello, world!" in done.stdout
-    assert "psql" in done.stdout and "harvest workflow start greet" in done.stdout
-    assert list(tmp_path.iterdir()) == []  # the data directory is gone
+    try:
+        done = subprocess.run(
+            [*HARVEST, "dev", "--demo-and-exit"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "result: {" in done.stdout and "Hello, world!" in done.stdout
+        assert "psql" in done.stdout and "harvest workflow start greet" in done.stdout
+        assert list(scratch.iterdir()) == []  # the data directory is gone
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def test_dev_refuses_a_remote_database() -> None:

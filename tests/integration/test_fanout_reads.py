@@ -55,7 +55,8 @@ def start(dsn: str, at: datetime, name: str = "fan_wf", parent: str | None = Non
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (at.isoformat(),))
         row = conn.execute(
-            "SELECT execution_id FROM harvest.start_workflow(%s, '[]', NULL, 'fan_q', "
+            # (the engine's own start: a client's start_workflow names no parent)
+            "SELECT execution_id FROM harvest._start_workflow(%s, '[]', NULL, 'fan_q', "
             "p_search_attributes => %s, p_parent_id => %s)",
             (name, json.dumps(attrs), parent),
         ).fetchone()
