@@ -497,12 +497,24 @@ def schema_mismatch(found: str | None, expected: str, who: str = "this Harvest")
     )
 
 
+def unfinished_migration(found: str, functions: str | None, who: str = "this Harvest") -> SchemaMismatch:
+    """The refusal of a database whose migrations are this release's and whose functions are not:
+    a `harvest migrate run` stopped after its migrations, before the function files."""
+    have = f"those of {functions}" if functions else "an older release's"
+    return SchemaMismatch(
+        f"the database's last `harvest migrate run` did not finish: it has schema version {found} "
+        f"but its SQL functions are {have}, {who} needs {found}: run `harvest migrate run` against it"
+    )
+
+
 # harvest.schema_version() missing, or the harvest schema itself: no Harvest schema at all.
 _NO_SCHEMA = (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName)
 
 
 def check_schema(conn: psycopg.Connection) -> None:
-    """Refuse to work against a schema this package does not match."""
+    """Refuse to work against a schema this package does not match: its migrations (the
+    ledger's newest), and its functions (the migration they were written for: the function
+    files come after the migrations, and a run can stop in between)."""
     expected = SCHEMA_VERSION
     try:
         with conn.transaction():
@@ -511,6 +523,13 @@ def check_schema(conn: psycopg.Connection) -> None:
         found = None
     if found != expected:
         raise schema_mismatch(found, expected)
+    try:
+        with conn.transaction():
+            functions = conn.execute("SELECT harvest.functions_version()").fetchone()[0]  # type: ignore[index]  # one row
+    except psycopg.errors.UndefinedFunction:
+        functions = None
+    if functions != expected:
+        raise unfinished_migration(found, functions)
 
 
 async def check_schema_async(sql: Any, who: str) -> None:
@@ -521,3 +540,9 @@ async def check_schema_async(sql: Any, who: str) -> None:
         found = None
     if found != SCHEMA_VERSION:
         raise schema_mismatch(found, SCHEMA_VERSION, who)
+    try:
+        functions = await sql.functions_version()
+    except psycopg.errors.UndefinedFunction:
+        functions = None
+    if functions != SCHEMA_VERSION:
+        raise unfinished_migration(found, functions, who)

@@ -35,20 +35,36 @@ async def shard_readiness(state: Any, candidate: int | None = None) -> dict[str,
     return await run_in_threadpool(shard_health, state.router, shard_urls(state), candidate=candidate)
 
 
-async def _schema(state: Any) -> dict[str, Any]:
-    """The schema version of each writable shard (one database: the database)."""
+async def _version(sql: AsyncSqlApi, unfinished: list[str], shard: str) -> Any:
+    """The database's schema version; a database whose functions are not that version's (its
+    `harvest migrate run` stopped after the migrations) is listed in ``unfinished``."""
+    found = await sql.schema_version()
+    if found == SCHEMA_VERSION:
+        try:
+            functions = await sql.functions_version()
+        except Exception:  # an older release's functions: no functions_version() yet
+            functions = None
+        if functions != found:
+            unfinished.append(shard)
+    return found
+
+
+async def _schema(state: Any) -> tuple[dict[str, Any], list[str]]:
+    """The schema version of each writable shard (one database: the database), and the shards
+    whose last migrate run did not finish."""
     await state.open()
     found: dict[str, Any] = {}
+    unfinished: list[str] = []
     if state.pools is None:
-        found["0"] = await AsyncSqlApi(state.pool).schema_version()
-        return found
+        found["0"] = await _version(AsyncSqlApi(state.pool), unfinished, "0")
+        return found, unfinished
     for shard in state.router.writable:
         try:
             async with state.pools.api(shard) as sql:
-                found[str(shard)] = await sql.schema_version()
+                found[str(shard)] = await _version(sql, unfinished, str(shard))
         except Exception:
             found[str(shard)] = None
-    return found
+    return found, unfinished
 
 
 def _not_ready(message: str, **details: Any) -> Reply:
@@ -67,11 +83,17 @@ async def ready(call: Any) -> Reply:
             {"status": "ready" if ok else "not_ready", "readiness": health["readiness"]}, 200 if ok else 503
         )
     try:
-        versions = await _schema(state)
+        versions, unfinished = await _schema(state)
     except Exception as exc:
         return Reply({"status": "not_ready", "reason": type(exc).__name__}, 503)
-    ok = all(v == SCHEMA_VERSION for v in versions.values())
-    body = {"status": "ready" if ok else "not_ready", "schema_version": SCHEMA_VERSION, "shards": versions}
+    ok = all(v == SCHEMA_VERSION for v in versions.values()) and not unfinished
+    body: dict[str, Any] = {
+        "status": "ready" if ok else "not_ready",
+        "schema_version": SCHEMA_VERSION,
+        "shards": versions,
+    }
+    if unfinished:  # migrated, and its functions not yet: `harvest migrate run` did not finish
+        body["unfinished_migration"] = unfinished
     return Reply(body, 200 if ok else 503)
 
 
