@@ -49,6 +49,18 @@ AS $$
     SELECT max(version) FROM harvest.schema_migrations WHERE set_name = 'harvest';
 $$;
 
+-- The core migration these functions were written for: harvest.db.SCHEMA_VERSION, bumped with
+-- it (tests/unit/test_schema_version.py). schema_version() answers the newest migration as
+-- soon as it commits, before `harvest migrate run` applies the function files after it; until
+-- it has, this answers the older release's version (or does not exist), and the client and
+-- the worker refuse the database as one whose migration did not finish.
+CREATE OR REPLACE FUNCTION harvest.functions_version()
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT '0080'::text;
+$$;
+
 -- A UUID whose first two bytes carry the shard number, so any id routes to its shard
 -- with no directory; then the clock in milliseconds (44 bits, around the version nibble,
 -- which stays 4), then the last eight bytes of a random UUID (62 random bits and its
@@ -704,6 +716,9 @@ COMMENT ON FUNCTION harvest.now IS
 COMMENT ON FUNCTION harvest.schema_version IS
 'The latest applied core migration; the Python client and worker refuse a schema they do not match. Roles '
 'harvest_reader, harvest_worker.';
+COMMENT ON FUNCTION harvest.functions_version IS
+'The core migration these functions were written for; equal to schema_version() once `harvest migrate run` '
+'has finished. Roles harvest_reader, harvest_worker.';
 COMMENT ON FUNCTION harvest.shard_of IS
 'The shard an execution id belongs to. Roles harvest_reader, harvest_worker.';
 COMMENT ON FUNCTION harvest.payload_limit IS

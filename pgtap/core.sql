@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(96);
+SELECT plan(98);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -31,6 +31,10 @@ SELECT is(harvest.schema_version(),
           (SELECT max(version) FROM harvest.schema_migrations WHERE set_name = 'harvest'),
           'schema_version() is the highest applied harvest migration');
 SELECT matches(harvest.schema_version(), '^[0-9]{4}$', 'schema_version() is a four-digit version');
+-- functions_version(): the migration the function files were written for, the same once migrated.
+SELECT is(harvest.functions_version(), harvest.schema_version(),
+          'functions_version() is schema_version() on a migrated database');
+SELECT has_function('harvest', 'functions_version', ARRAY[]::text[], 'harvest.functions_version() exists');
 
 -- _new_execution_id / shard_of: the first two bytes carry the shard.
 SELECT is(harvest.shard_of(harvest._new_execution_id()), 0, '_new_execution_id(): shard 0 by default');

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -426,6 +427,82 @@ def test_a_failing_function_file_records_nothing(fresh_db: str, sql_copy: Path) 
     assert "workers.sql line" in error and "no_such_function" in error
     assert function_ledger(fresh_db) == before
     assert query(fresh_db, "SELECT to_regprocedure('harvest.zz_broken()')") == [(None,)]
+
+
+# A migrator killed (SIGKILL) at the moment it would pin the functions' options and grants
+# (harvest._secure_functions), after the function files were applied and recorded.
+KILLED_BEFORE_SECURING = (
+    "import os, signal\n"
+    "from harvest.db import migrate as m\n"
+    "m.Migrator._secure_functions = lambda self, conn: os.kill(os.getpid(), signal.SIGKILL)\n"
+    "from harvest.cli.migrate import migrate\n"
+    "migrate(prog_name='harvest migrate')\n"
+)
+
+
+def unsecured_functions(dsn: str) -> list[str]:
+    """Functions any login may call, and entry points that run as their caller: what a run
+    leaves before harvest._secure_functions pins them (functions/security.sql)."""
+    return [
+        name
+        for (name,) in query(
+            dsn,
+            "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
+            " WHERE p.pronamespace = 'harvest'::regnamespace AND p.prokind = 'f'"
+            " AND (has_function_privilege('public', p.oid, 'EXECUTE')"
+            "      OR (p.proname IN ('claim_tasks', 'start_workflow', 'stop_worker') AND NOT p.prosecdef))"
+            " ORDER BY 1",
+        )
+    ]
+
+
+@pytest.mark.chaos
+def test_a_run_killed_before_securing_the_functions_leaves_them_pending(fresh_db: str) -> None:
+    """The function files, their ledger rows and the grants that make them usable are one
+    step: a run killed in between must leave work for the next run (and say so), not a ledger
+    that says all is done over functions that every login may call and that run as the caller."""
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_BEFORE_SECURING, "run"],
+        env=cli_env(fresh_db),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert cli("status", "--check", dsn=fresh_db).exit_code == 1, "a half-done run reported as done"
+    again = cli_process("run", dsn=fresh_db)
+    assert again.returncode == 0, again.stderr
+    assert unsecured_functions(fresh_db) == []
+    assert cli("status", "--check", dsn=fresh_db).exit_code == 0
+
+
+def test_a_run_stopped_after_its_migrations_leaves_every_function_file_pending(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A migration commits on its own; the functions' step comes after it. A run whose
+    connection is lost in between must not leave a ledger that says all is done: the
+    migration may have dropped a function a file brings back (0080), or added a table the
+    grants have not reached."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "DELETE FROM harvest.schema_migrations WHERE set_name = 'harvest' AND version = %s",
+            (LATEST_CORE,),
+        )
+
+    def lost(self: m.Migrator, conn: psycopg.Connection) -> None:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(m.Migrator, "_secure_functions", lost)
+    with pytest.raises(psycopg.OperationalError):
+        m.Migrator(db).run()
+    assert query(db, "SELECT harvest.schema_version()") == [(LATEST_CORE,)]
+    assert cli("status", "--check", dsn=db).exit_code == 1, "a half-done run reported as done"
+    monkeypatch.undo()
+    report = m.Migrator(db).run()
+    assert not report.applied and report.functions_applied == FUNCTION_FILES
+    assert unsecured_functions(db) == []
+    assert cli("status", "--check", dsn=db).exit_code == 0
 
 
 # -- connection errors -----------------------------------------------------------------

@@ -166,3 +166,53 @@ def test_a_background_task_slow_to_take_its_cancellation_cannot_hide_the_work_in
     assert worker_status(db, worker_id) == "stopped"
     start_worker(app)
     assert handle.result(timeout=30) == "done"
+
+
+def test_a_worker_stopped_while_its_database_is_down_stops_within_its_grace(
+    own_server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGTERM in an outage: the stop's own calls (the claim in flight, the drain's record, the
+    release of what is left, the stop) cannot reach the database. Each used to wait the pool's
+    whole connect timeout (30 s) in turn, and the last one's failure ended run() with a
+    PoolTimeout: the worker took a minute and a half past a 1 s grace to fail, past any
+    orchestrator's kill. What those calls would have done, lease expiry does (docs/failures.md)."""
+    grace = 1.0
+    worker = Worker(app, own_server.dsn, queues=["default"], shutdown_grace=grace)
+    loop_of: list[asyncio.AbstractEventLoop] = []
+    ended: list[BaseException | None] = []
+    stopped_at: list[float] = []
+
+    def main() -> None:
+        async def go() -> None:
+            loop_of.append(asyncio.get_running_loop())
+            await worker.run()
+
+        try:
+            asyncio.run(go())
+        except BaseException as exc:
+            ended.append(exc)
+        else:
+            ended.append(None)
+        stopped_at.append(time.monotonic())
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    try:
+        with Client(own_server.dsn) as client:
+            client.start_workflow(holds)
+        assert started.wait(30), "the activity never started"
+        own_server.pause()
+        with caplog.at_level(logging.WARNING, logger="harvest.worker"):
+            asked = time.monotonic()
+            loop_of[0].call_soon_threadsafe(worker.request_stop)
+            thread.join(120)
+    finally:
+        gate.set()
+        own_server.resume()
+    assert ended, "the worker never stopped"
+    assert ended[0] is None, f"the stop failed: {ended[0]!r}"
+    took = stopped_at[0] - asked
+    # The grace, then at most 10 s for what does not answer (docs/failures.md, "Graceful shutdown").
+    assert took < grace + 10, f"the stop took {took:.1f}s with a {grace:.0f}s grace"
+    lines = [r.getMessage() for r in caplog.records if r.name == "harvest.worker"]
+    assert any("leases expire" in line for line in lines), lines

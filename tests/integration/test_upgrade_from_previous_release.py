@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -27,10 +30,12 @@ import psycopg
 import pytest
 from test_schema_equivalence import ledger_keys, schema_dump
 
-from harvest import Worker
+from harvest import AsyncClient, Client, Worker
+from harvest.core.errors import SchemaMismatch
 from harvest.db import migrate as m
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "previous_release"
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "previous_release"
 DUMP = FIXTURES / "harvest_previous_release.sql"
 sys.path.insert(0, str(FIXTURES))
 
@@ -158,3 +163,50 @@ def test_the_live_runs_complete_on_the_current_worker(previous_and_fresh) -> Non
         "pending-1": "COMPLETED 42",
     }
     assert slow_attempts == [(2,)], "the killed worker's attempt expired and was retried once"
+
+
+# A migrator killed (SIGKILL) as it starts on the function files: every migration applied, the
+# functions still the previous release's (0080 has dropped its start_workflow).
+KILLED_AT_THE_FUNCTIONS = """
+import os, signal, sys
+from harvest.db import migrate as m
+
+def progress(line):
+    if line.startswith("applying functions/"):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+m.Migrator(sys.argv[1], progress=progress).run()
+"""
+
+
+@pytest.mark.chaos
+def test_workers_and_clients_refuse_a_database_whose_migrator_died_before_the_functions(
+    previous_and_fresh,
+) -> None:
+    """The schema version is the newest migration's as soon as it commits; the functions come
+    after. A worker or a client must not take the database for this release's in between."""
+    previous, _ = previous_and_fresh
+    env = {**os.environ, "PYTHONPATH": str(REPO / "harvest_py")}
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_THE_FUNCTIONS, previous],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with psycopg.connect(previous, autocommit=True) as conn:
+        assert conn.execute("SELECT harvest.schema_version()").fetchone()[0] == m.latest_core_version()
+    with pytest.raises(SchemaMismatch) as worker_error:
+        asyncio.run(Worker(app, previous, queues=[QUEUE]).run())
+    with pytest.raises(SchemaMismatch) as client_error:
+        Client(previous)
+    with pytest.raises(SchemaMismatch) as async_error:
+        asyncio.run(AsyncClient.connect(previous))
+    for info in (worker_error, client_error, async_error):
+        message = str(info.value)
+        assert "did not finish" in message and "run `harvest migrate run` against it" in message, message
+    # The next run finishes the upgrade, and the database is this release's.
+    m.Migrator(previous).run()
+    Client(previous).close()

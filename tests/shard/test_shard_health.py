@@ -160,6 +160,22 @@ def test_a_candidate_that_is_not_migrated_reports_schema_migration_missing(shard
     assert two["schema"]["version"] < two["schema"]["expected"]
 
 
+def test_a_shard_whose_migrate_run_stopped_before_the_functions_is_not_ready(shards) -> None:
+    """Its schema version is this release's, its functions an older release's (they answer an
+    older harvest.functions_version()): a migrate run stopped after its migrations."""
+    _live_worker(shards, 2)
+    with shards.connect(2) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION harvest.functions_version() RETURNS text"
+            " LANGUAGE sql IMMUTABLE AS $$ SELECT '0001'::text $$"
+        )
+    code, data = _health(_env(shards, readable=(0, 2), writable=(0,)), "--candidate-shard", "2")
+    assert code == 2
+    two = _row(data, 2)
+    assert two["reason_codes"] == ["schema_migration_missing"] and two["readiness"] == "degraded"
+    assert "did not finish" in two["error"]
+
+
 def test_another_shards_database_is_an_identity_mismatch_and_an_unknown_candidate_is_not_configured(
     shards,
 ) -> None:

@@ -75,6 +75,7 @@ SCALARS = {
     "shard_of",
     "partition_of",
     "schema_version",
+    "functions_version",
     "payload_limit",
     "next_due_at",
     "quota_usage",

@@ -3,6 +3,9 @@ neither reads the migration files; it must equal the newest migration's version.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from harvest.db import SCHEMA_VERSION
@@ -18,6 +21,19 @@ def test_schema_version_is_the_newest_migration() -> None:
     )
 
 
+def test_functions_version_is_the_schema_version() -> None:
+    """harvest.functions_version() names the migration the function files were written for:
+    a worker refuses a database whose functions answer another (a migrate run that stopped
+    after its migrations), so it moves with SCHEMA_VERSION."""
+    core = (Path(__file__).resolve().parents[2] / "functions" / "core.sql").read_text()
+    body = re.search(r"FUNCTION harvest\.functions_version\(\).*?SELECT '(\d{4})'::text;", core, re.S)
+    assert body is not None, "functions/core.sql has no harvest.functions_version()"
+    assert body.group(1) == SCHEMA_VERSION, (
+        f"harvest.functions_version() in functions/core.sql answers {body.group(1)!r} but "
+        f"SCHEMA_VERSION is {SCHEMA_VERSION!r}: bump both in the change that adds the migration"
+    )
+
+
 class _Conn:
     """Answers harvest.schema_version() like a migrated database."""
 
@@ -30,7 +46,7 @@ class _Conn:
         return contextlib.nullcontext()
 
     def execute(self, sql: str):
-        assert "schema_version()" in sql
+        assert "schema_version()" in sql or "functions_version()" in sql
         return self
 
     def fetchone(self):

@@ -116,6 +116,20 @@ def test_health_probes_and_json_errors_for_unknown_routes(api) -> None:
     assert wrong.status_code == 405 and error_of(wrong)["code"] == "method_not_allowed"
 
 
+def test_ready_is_not_ready_while_the_last_migrate_run_has_not_applied_the_functions(db: str) -> None:
+    """A `harvest migrate run` stopped after its migrations leaves the newest schema version
+    under the older release's functions (which answer the older functions_version())."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION harvest.functions_version() RETURNS text"
+            " LANGUAGE sql IMMUTABLE AS $$ SELECT '0001'::text $$"
+        )
+    with api_client(db, app=APP) as api:
+        ready = api.get("/health/ready")
+    assert ready.status_code == 503, ready.json()
+    assert ready.json()["status"] == "not_ready" and ready.json()["unfinished_migration"] == ["0"]
+
+
 def test_bad_input_is_a_400_naming_the_field(api) -> None:
     not_an_id = api.get("/workflows/not-a-uuid")
     assert not_an_id.status_code == 400 and error_of(not_an_id)["field"] == "execution_id"

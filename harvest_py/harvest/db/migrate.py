@@ -10,7 +10,10 @@ Concurrent migrators are serialised by a session advisory lock held for the whol
 run, so each migration applies once whoever runs it; the others wait for it between short
 tries (see Migrator._lock). After the migrations, every
 file in ``functions/`` (``CREATE OR REPLACE``, repeatable) is applied when its
-checksum differs from the one recorded, so an unchanged file is not re-run.
+checksum differs from the one recorded, so an unchanged file is not re-run; the files, their
+checksums and the functions' grants commit as one step (Migrator._apply_all_functions), and a
+run with Harvest migrations to apply marks every file stale before the first of them, so a run
+stopped anywhere leaves the rest pending, never a ledger that says it is done.
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ NO_TRANSACTION_MARK = "-- harvest:no-transaction"
 CORE_SET = "harvest"
 # Any constant works; it only has to be the same for every migrator.
 MIGRATE_LOCK_KEY = 0x48415256  # "HARV"
+# The function ledger's checksum of a file to apply again: what a run that has migrations to
+# apply writes first, so that one stopped before its functions' step leaves them all pending.
+STALE_CHECKSUM = "stale"
+MIGRATION_NOT_RECORDED = "nothing from this file was recorded, fix it and run again"
+FUNCTIONS_NOT_RECORDED = "no function file of this run was recorded, fix it and run again"
 
 
 class MigrationError(HarvestError):
@@ -286,7 +294,10 @@ class Migrator:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
                 applied = self._applied(conn)
                 report.applied = [m for m in self.migrations if (m.set_name, m.version) not in applied]
-                report.functions_applied = [p.name for p in self._stale_functions(conn)]
+                # (a run with Harvest migrations to apply applies every function file again: run())
+                core = any(m.set_name == CORE_SET for m in report.applied)
+                stale = function_files() if core else self._stale_functions(conn)
+                report.functions_applied = [p.name for p in stale]
                 report.functions_retired = self._retired_functions(conn)
                 if shard_id is not None:
                     current = self._current_shard(conn)
@@ -306,9 +317,14 @@ class Migrator:
                 # The ledgers' one definition is sql/ledger.sql (a fresh install's first file).
                 conn.execute(paths.ledger_file().read_text())  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own file
                 applied = self._applied(conn)
-                for migration in self.migrations:
-                    if (migration.set_name, migration.version) in applied:
-                        continue
+                pending = [m for m in self.migrations if (m.set_name, m.version) not in applied]
+                if any(m.set_name == CORE_SET for m in pending):
+                    # From Harvest's first migration until the functions' step commits, the
+                    # functions are not this run's (0080 drops one its start.sql brings back): a
+                    # run stopped anywhere in between leaves every file pending, for `status` to
+                    # say and the next run to apply (with the grants a new table needs too).
+                    conn.execute("UPDATE harvest.function_files SET checksum = %s", (STALE_CHECKSUM,))
+                for migration in pending:
                     self.progress(
                         f"applying {migration.label}"
                         + ("" if migration.transactional else " (non-transactional)")
@@ -317,28 +333,40 @@ class Migrator:
                     (report.applied if migration.transactional else report.applied_non_transactional).append(
                         migration
                     )
-                for path in self._stale_functions(conn):
-                    self.progress(f"applying functions/{path.name}")
-                    self._apply_functions(conn, path)
-                    report.functions_applied.append(path.name)
-                # After the files that took over their functions were applied: the ledger
-                # names exactly the files of this package, as a fresh install's does.
-                report.functions_retired = self._retired_functions(conn)
-                if report.functions_retired:
-                    self.progress("retiring functions/" + ", functions/".join(report.functions_retired))
-                    conn.execute(
-                        "DELETE FROM harvest.function_files WHERE file_name = ANY(%s)",
-                        (report.functions_retired,),
-                    )
-                if report.applied or report.applied_non_transactional or report.functions_applied:
-                    # CREATE OR REPLACE reset the options of what it replaced: pin search_path,
-                    # SECURITY DEFINER and the role grants again (functions/security.sql).
-                    self._secure_functions(conn)
+                self._apply_all_functions(conn, report)
                 if shard_id is not None:
                     report.shard = self._set_shard_id(conn, shard_id, operator_id)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
         return report
+
+    def _apply_all_functions(self, conn: psycopg.Connection, report: RunReport) -> None:
+        """The functions' step, in one transaction: the changed files with their checksums,
+        the retired files' rows, and the options and grants (harvest._secure_functions). One
+        step, because a ledger that says a file is applied must mean its functions are usable:
+        CREATE OR REPLACE resets what it replaces to SECURITY INVOKER with no search_path, and
+        a new function is anyone's to call, until they are secured. A run stopped before the
+        commit leaves the files pending; a run stopped after it has nothing left to do."""
+        with conn.transaction():
+            # Function files reference each other; bodies are checked when first called.
+            conn.execute("SET LOCAL check_function_bodies = off")
+            for path in self._stale_functions(conn):
+                self.progress(f"applying functions/{path.name}")
+                self._apply_functions(conn, path)
+                report.functions_applied.append(path.name)
+            # After the files that took over their functions were applied: the ledger
+            # names exactly the files of this package, as a fresh install's does.
+            report.functions_retired = self._retired_functions(conn)
+            if report.functions_retired:
+                self.progress("retiring functions/" + ", functions/".join(report.functions_retired))
+                conn.execute(
+                    "DELETE FROM harvest.function_files WHERE file_name = ANY(%s)",
+                    (report.functions_retired,),
+                )
+            if report.applied or report.applied_non_transactional or report.functions_applied:
+                # CREATE OR REPLACE reset the options of what it replaced: pin search_path,
+                # SECURITY DEFINER and the role grants again (functions/security.sql).
+                self._secure_functions(conn)
 
     def _lock(self, conn: psycopg.Connection) -> None:
         """Take the migration lock, waiting for another migrator between short tries, never
@@ -386,10 +414,11 @@ class Migrator:
             0
         ]
         if exists:
-            with conn.transaction():
-                conn.execute("SELECT harvest._secure_functions()")
+            conn.execute("SELECT harvest._secure_functions()")
 
-    def _run_statements(self, conn: psycopg.Connection, path: Path, sql: str) -> None:
+    def _run_statements(
+        self, conn: psycopg.Connection, path: Path, sql: str, not_recorded: str = MIGRATION_NOT_RECORDED
+    ) -> None:
         import pglast
 
         try:
@@ -399,8 +428,7 @@ class Migrator:
             offset = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
             line = sql.count("\n", 0, offset) + 1
             raise MigrationError(
-                f"{path} line {line}: {exc.args[0]}; nothing from this file "  # pyright: ignore[reportGeneralTypeIssues]
-                "was recorded, fix it and run again"
+                f"{path} line {line}: {exc.args[0]}; {not_recorded}"  # pyright: ignore[reportGeneralTypeIssues]
             ) from None
         for line, stmt in parsed:
             try:
@@ -411,10 +439,7 @@ class Migrator:
                 if position and position.isdigit():
                     # The server points into the statement (1-based characters): name that line.
                     line += stmt.count("\n", 0, int(position) - 1)
-                raise MigrationError(
-                    f"{path} line {line}: {message}; nothing from this file "
-                    "was recorded, fix it and run again"
-                ) from None
+                raise MigrationError(f"{path} line {line}: {message}; {not_recorded}") from None
 
     def _apply(self, conn: psycopg.Connection, migration: Migration) -> None:
         ledger = (
@@ -437,20 +462,17 @@ class Migrator:
             conn.execute(ledger, args)
 
     def _apply_functions(self, conn: psycopg.Connection, path: Path) -> None:
+        """One file and its ledger row, inside the functions' step (_apply_all_functions)."""
         data = path.read_bytes()
         # Record the checksum of the bytes read, the same one _stale_functions compares
         # (read_text() would turn CRLF into LF and the file would never look applied).
-        sql = data.decode()
-        with conn.transaction():
-            # Function files reference each other; bodies are checked when first called.
-            conn.execute("SET LOCAL check_function_bodies = off")
-            self._run_statements(conn, path, sql)
-            conn.execute(
-                "INSERT INTO harvest.function_files (file_name, checksum) VALUES (%s, %s)"
-                " ON CONFLICT (file_name) DO UPDATE SET checksum = excluded.checksum,"
-                " applied_at = clock_timestamp()",
-                (path.name, hashlib.sha256(data).hexdigest()),
-            )
+        self._run_statements(conn, path, data.decode(), FUNCTIONS_NOT_RECORDED)
+        conn.execute(
+            "INSERT INTO harvest.function_files (file_name, checksum) VALUES (%s, %s)"
+            " ON CONFLICT (file_name) DO UPDATE SET checksum = excluded.checksum,"
+            " applied_at = clock_timestamp()",
+            (path.name, hashlib.sha256(data).hexdigest()),
+        )
 
 
 def _package_version() -> str:
@@ -482,12 +504,24 @@ def schema_mismatch(found: str | None, expected: str, who: str = "this Harvest")
     )
 
 
+def unfinished_migration(found: str, functions: str | None, who: str = "this Harvest") -> SchemaMismatch:
+    """The refusal of a database whose migrations are this release's and whose functions are not:
+    a `harvest migrate run` stopped after its migrations, before the function files."""
+    have = f"those of {functions}" if functions else "an older release's"
+    return SchemaMismatch(
+        f"the database's last `harvest migrate run` did not finish: it has schema version {found} "
+        f"but its SQL functions are {have}, {who} needs {found}: run `harvest migrate run` against it"
+    )
+
+
 # harvest.schema_version() missing, or the harvest schema itself: no Harvest schema at all.
 _NO_SCHEMA = (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName)
 
 
 def check_schema(conn: psycopg.Connection) -> None:
-    """Refuse to work against a schema this package does not match."""
+    """Refuse to work against a schema this package does not match: its migrations (the
+    ledger's newest), and its functions (the migration they were written for: the function
+    files come after the migrations, and a run can stop in between)."""
     expected = SCHEMA_VERSION
     try:
         with conn.transaction():
@@ -496,6 +530,13 @@ def check_schema(conn: psycopg.Connection) -> None:
         found = None
     if found != expected:
         raise schema_mismatch(found, expected)
+    try:
+        with conn.transaction():
+            functions = conn.execute("SELECT harvest.functions_version()").fetchone()[0]  # type: ignore[index]  # one row
+    except psycopg.errors.UndefinedFunction:
+        functions = None
+    if functions != expected:
+        raise unfinished_migration(found, functions)
 
 
 async def check_schema_async(sql: Any, who: str) -> None:
@@ -506,3 +547,9 @@ async def check_schema_async(sql: Any, who: str) -> None:
         found = None
     if found != SCHEMA_VERSION:
         raise schema_mismatch(found, SCHEMA_VERSION, who)
+    try:
+        functions = await sql.functions_version()
+    except psycopg.errors.UndefinedFunction:
+        functions = None
+    if functions != SCHEMA_VERSION:
+        raise unfinished_migration(found, functions, who)

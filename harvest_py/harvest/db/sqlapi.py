@@ -131,6 +131,7 @@ GET_DEAD_LETTER = "SELECT * FROM harvest.get_dead_letter(%(id)s)"
 REPLAY_DEAD_LETTER = "SELECT harvest.replay_dead_letter(%(id)s) AS task_id"
 DISCARD_DEAD_LETTER = "SELECT harvest.discard_dead_letter(%(id)s)"
 SCHEMA_VERSION = "SELECT harvest.schema_version() AS version"
+FUNCTIONS_VERSION = "SELECT harvest.functions_version() AS version"
 # -- shard identity (functions/shards.sql)
 GET_SHARD_ID = "SELECT harvest.get_shard_id() AS shard_id"
 SET_SHARD_ID = "SELECT harvest.set_shard_id(%(shard_id)s, %(operator_id)s) AS result"
@@ -651,6 +652,12 @@ def count_versions(
 
 @call(SCHEMA_VERSION, lambda found: found[0]["version"] if found else None)
 def schema_version() -> dict[str, Any]:
+    return {}
+
+
+@call(FUNCTIONS_VERSION, column("version"))
+def functions_version() -> dict[str, Any]:
+    """The core migration the database's functions were written for (functions/core.sql)."""
     return {}
 
 

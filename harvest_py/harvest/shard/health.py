@@ -102,6 +102,22 @@ def _inspect(
             reasons.append("schema_migration_missing")
         elif found > SCHEMA_VERSION:
             reasons.append("schema_ahead")
+        else:
+            # Migrated; its functions too? (a migrate run stopped after its migrations leaves
+            # the older release's, which answer an older functions_version(), or have none)
+            try:
+                with translated_errors():
+                    functions = sql.functions_version()
+            except DatabaseError as exc:
+                if _MISSING.get(getattr(exc, "sqlstate", "")) is None:
+                    raise
+                functions = None
+            if functions != found:
+                reasons.append("schema_migration_missing")
+                row["error"] = (
+                    f"its last `harvest migrate run` did not finish (schema version {found}, the "
+                    f"functions of {functions or 'an older release'}): run harvest migrate run against it"
+                )
         try:
             identity = sql.get_shard_id()
         except DatabaseError as exc:

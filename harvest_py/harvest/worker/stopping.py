@@ -22,6 +22,12 @@ log = logging.getLogger("harvest.worker")
 
 STOP_WAIT_SECS = 5.0
 
+# How long a stop's own call to the database may go unanswered (the claim in flight at the stop,
+# the drain's record, a cancelled task's release, the release of what is left and the stopped
+# mark): a database that does not answer by then is down, and what the call would have done,
+# the leases' expiry does. Each used to wait the pool's connect timeout (30 s) in turn.
+STOP_CALL_SECS = 3.0
+
 # The tasks left running: those a stop gave up on and named in its log (the process' end does
 # not wait for them again: harvest/worker/event_loop.py), and those a closed loop was left
 # with. Held until they end, so that none is destroyed while pending (and asyncio's "Task was

@@ -64,7 +64,7 @@ from harvest.worker.owners import RECENT_HEARTBEATS
 from harvest.worker.plain_runs import PlainRuns
 from harvest.worker.queries import serve_queries
 from harvest.worker.redis_dispatch import RedisDispatch, refuse_sharded
-from harvest.worker.stopping import cancel_and_wait
+from harvest.worker.stopping import STOP_CALL_SECS, cancel_and_wait
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
 log = logging.getLogger("harvest.worker")
@@ -106,6 +106,12 @@ CLAIM_DECIDES_WINDOW_SECS = 0.02
 # After a claim that decided was rolled back (its decision refused, or its commit failed),
 # claims commit alone for this long: the task goes again the ordinary way, with its retries.
 CLAIM_DECIDES_PAUSE_SECS = 5.0
+
+
+def _retrieved(call: asyncio.Future[Any]) -> None:
+    """A background call's outcome, read (its failure is not asyncio's to report at exit)."""
+    if not call.cancelled():
+        call.exception()
 
 
 def _key(task: dict[str, Any]) -> tuple[int, int, int]:
@@ -366,7 +372,7 @@ class Worker:
                 background.append(asyncio.create_task(self.redis.publish_loop(), name="redis-publisher"))
             try:
                 if self.run_worker:
-                    await self._claim_loop()
+                    await self._claims()
                 else:
                     await self._stopping.wait()
             finally:
@@ -379,6 +385,32 @@ class Worker:
                 await lane.close()
             if self._close_pools is not None:
                 await self._close_pools()
+
+    async def _claims(self) -> None:
+        """The claim loop, until it ends or the stop begins. A claim still in flight then (one
+        waiting for a connection to a database that went down) has STOP_CALL_SECS to return,
+        and is then cancelled: a claim the database had committed left its tasks leased to this
+        worker, which the stop's release gives back (or, the database down, their leases
+        expire), as it does a killed worker's."""
+        claims = asyncio.create_task(self._claim_loop(), name="claim-loop")
+        stop = asyncio.create_task(self._stopping.wait(), name="stop-requested")
+        try:
+            await asyncio.wait({claims, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not claims.done():
+                await asyncio.wait({claims}, timeout=STOP_CALL_SECS)
+            if not claims.done():
+                log.warning(
+                    "worker %s: the claim in flight at the stop got no answer within %.0fs; cancelling it",
+                    self.worker_id,
+                    STOP_CALL_SECS,
+                )
+                await cancel_and_wait([claims], "claim")
+            elif not claims.cancelled():
+                claims.result()  # (the loop's own failure ends run, as before)
+        finally:
+            stop.cancel()
+            if not claims.done():  # run itself was cancelled
+                await cancel_and_wait([claims], "claim")
 
     def _first_usable(self) -> ShardLane:
         return next(lane for lane in self.lanes if lane.usable)
@@ -608,13 +640,13 @@ class Worker:
                 len(self._inflight),
                 grace,
             )
-        for lane in self.lanes:
-            if not lane.usable:
-                continue
-            try:
-                await lane.sql.begin_worker_drain(self.worker_id)
-            except Exception as exc:
-                log.warning("worker %s could not record that it is draining: %s", self.worker_id, exc)
+        # Recorded while the work in flight goes on: a database that does not answer holds
+        # neither the work nor the stop past the grace (or STOP_CALL_SECS, when that is longer).
+        records = [
+            asyncio.create_task(self._record_drain(lane, deadline), name=f"record-drain-{lane.shard}")
+            for lane in self.lanes
+            if lane.usable
+        ]
         if self._inflight:
             pending: set[asyncio.Task[Any]] = set()
             # Handed-off tasks may join while others finish: wait until none is left.
@@ -641,6 +673,26 @@ class Worker:
             )
         if self._giving_back:  # (bounded: _release gives back whatever these did not)
             await asyncio.wait(list(self._giving_back), timeout=stopping.STOP_WAIT_SECS)
+        if records:
+            await asyncio.wait(records)  # (each bounded: _record_drain)
+
+    async def _record_drain(self, lane: ShardLane, deadline: float) -> None:
+        """harvest.begin_worker_drain on one shard, waited for until the drain's deadline (at
+        least STOP_CALL_SECS)."""
+        wait = max(STOP_CALL_SECS, deadline - asyncio.get_running_loop().time())
+        try:
+            await asyncio.wait_for(lane.sql.begin_worker_drain(self.worker_id), wait)
+        except Exception as exc:
+            reason = f"no answer within {wait:.0f}s" if isinstance(exc, TimeoutError) else error_line(exc)
+            log.warning("worker %s could not record that it is draining: %s", self.worker_id, reason)
+
+    async def _stop_on(self, lane: ShardLane) -> int:
+        """harvest.stop_worker on one shard: the tasks released."""
+        try:
+            return int(await lane.sql.stop_worker(self.worker_id))
+        except NotFound:  # our row was pruned since the last heartbeat: register to stop it
+            await self._register(lane)
+            return int(await lane.sql.stop_worker(self.worker_id))
 
     async def _release(self) -> None:
         """The stop's end on every shard: release the tasks this worker still holds (another
@@ -650,14 +702,21 @@ class Worker:
                 # Down now: its row goes stale and its leases expire into other hands.
                 continue
             try:
-                try:
-                    released = await lane.sql.stop_worker(self.worker_id)
-                except NotFound:  # our row was pruned since the last heartbeat: register to stop it
-                    await self._register(lane)
-                    released = await lane.sql.stop_worker(self.worker_id)
+                released = await asyncio.wait_for(self._stop_on(lane), STOP_CALL_SECS)
             except Exception as exc:
-                if not lane.note_failure(exc, "stopping"):
+                if lane.note_failure(exc, "stopping"):
+                    continue
+                if not isinstance(exc, (*OUTAGE, TimeoutError)):
                     raise
+                # One database, down: the stop cannot say so, and need not wait for it.
+                log.warning(
+                    "worker %s could not release what it holds or record its stop (%s): its row "
+                    "goes stale and its leases expire into other workers' hands",
+                    self.worker_id,
+                    f"no answer within {STOP_CALL_SECS:.0f}s"
+                    if isinstance(exc, TimeoutError)
+                    else redact(error_line(exc), lane.dsn),
+                )
                 continue
             if released:
                 log.info("worker %s released %d unfinished task(s)", self.worker_id, released)
@@ -1017,8 +1076,13 @@ class Worker:
             claim = task.pop("_open_claim", None)
             if claim is not None:
                 await asyncio.shield(claim.rollback())
-            with contextlib.suppress(Exception):
-                await asyncio.shield(lane_of(task).sql.release_task(task["task_id"], task["fencing_token"]))
+            sql = lane_of(task).sql
+            release = asyncio.ensure_future(sql.release_task(task["task_id"], task["fencing_token"]))
+            release.add_done_callback(_retrieved)
+            # Bounded: a database that does not answer leaves the task to the stop's release, or
+            # to its lease's expiry. (A wait, not a shield: the release goes on if it is cut short.)
+            await asyncio.wait({release}, timeout=STOP_CALL_SECS)
+            stopping.leave_behind([release])
             raise
         except Exception:
             log.exception(

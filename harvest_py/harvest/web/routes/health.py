@@ -35,20 +35,36 @@ async def shard_readiness(state: Any, candidate: int | None = None) -> dict[str,
     return await run_in_threadpool(shard_health, state.router, shard_urls(state), candidate=candidate)
 
 
-async def _schema(state: Any) -> dict[str, Any]:
-    """The schema version of each writable shard (one database: the database)."""
+async def _version(sql: AsyncSqlApi, unfinished: list[str], shard: str) -> Any:
+    """The database's schema version; a database whose functions are not that version's (its
+    `harvest migrate run` stopped after the migrations) is listed in ``unfinished``."""
+    found = await sql.schema_version()
+    if found == SCHEMA_VERSION:
+        try:
+            functions = await sql.functions_version()
+        except Exception:  # an older release's functions: no functions_version() yet
+            functions = None
+        if functions != found:
+            unfinished.append(shard)
+    return found
+
+
+async def _schema(state: Any) -> tuple[dict[str, Any], list[str]]:
+    """The schema version of each writable shard (one database: the database), and the shards
+    whose last migrate run did not finish."""
     await state.open()
     found: dict[str, Any] = {}
+    unfinished: list[str] = []
     if state.pools is None:
-        found["0"] = await AsyncSqlApi(state.pool).schema_version()
-        return found
+        found["0"] = await _version(AsyncSqlApi(state.pool), unfinished, "0")
+        return found, unfinished
     for shard in state.router.writable:
         try:
             async with state.pools.api(shard) as sql:
-                found[str(shard)] = await sql.schema_version()
+                found[str(shard)] = await _version(sql, unfinished, str(shard))
         except Exception:
             found[str(shard)] = None
-    return found
+    return found, unfinished
 
 
 def _not_ready(message: str, **details: Any) -> Reply:
@@ -69,19 +85,26 @@ async def ready(call: Any) -> Reply:
             )
         return Reply({"status": "ready", "readiness": health["readiness"]})
     try:
-        versions = await _schema(state)
+        versions, unfinished = await _schema(state)
     except Exception as exc:
         return _not_ready(
             f"the database does not answer with this Harvest's schema {SCHEMA_VERSION} "
             f"({type(exc).__name__}: unreachable, or not migrated: harvest migrate)",
             reason=type(exc).__name__,
         )
-    body = {"schema_version": SCHEMA_VERSION, "shards": versions}
+    body: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "shards": versions}
     behind = sorted(s for s, v in versions.items() if v != SCHEMA_VERSION)
     if behind:
         return _not_ready(
             f"shard(s) {', '.join(behind)} do not answer with this Harvest's schema {SCHEMA_VERSION} "
             "(unreachable, or not migrated: harvest migrate)",
+            **body,
+        )
+    if unfinished:  # migrated, and its functions not yet: `harvest migrate run` did not finish
+        return _not_ready(
+            f"the last harvest migrate run of {', '.join(map(str, unfinished))} stopped after the "
+            "migrations, before the function files: run harvest migrate run against it",
+            unfinished_migration=unfinished,
             **body,
         )
     return Reply({"status": "ready", **body})
