@@ -740,3 +740,42 @@ def test_the_token_database_down_is_a_503_page() -> None:
     with TestClient(app, raise_server_exceptions=False) as client:
         page = client.get("/workers", headers={"Authorization": "Bearer hvt_x"})
     assert page.status_code == 503 and "could not be reached" in page.text
+
+
+# -- a run's data as it is: values that look like the page's own markers, unicode, offload --------
+def _signalled(db: str, workflow_id: str, payload: object, **start: object) -> str:
+    """A run of ``wf`` (no worker) that received signal ``s`` with ``payload``."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        (run,) = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('wf', %s, %s, p_search_attributes => %s)",
+            (Jsonb(start.get("input", [])), workflow_id, Jsonb(start.get("attrs", {}))),
+        ).fetchone()
+        conn.execute("SELECT harvest.signal_workflow(%s, 's', %s)", (run, Jsonb(payload)))
+    return str(run)
+
+
+def test_a_payload_shaped_like_a_redaction_is_shown_as_it_is(db: str) -> None:
+    """A signal's payload that happens to hold a "redacted" key (a redaction workflow's own
+    data) is the payload, not the page's size marker: shown in full it was read as a marker
+    without a size, and the page was a 500."""
+    run = _signalled(db, "looks-redacted", {"redacted": ["ssn"], "text": "kept"})
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes()), raise_server_exceptions=False) as client:
+        full = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE)
+        assert full.status_code == 200
+        signals = full.text.split('id="signals"')[1].split("</ul>")[0]
+        assert "ssn" in signals and "kept" in signals and "redacted (" not in signals
+        redacted = client.get(f"/workflows/{run}", headers=READ)
+        signals = redacted.text.split('id="signals"')[1].split("</ul>")[0]
+        assert "redacted (" in signals and "kept" not in signals
+
+
+def test_unicode_in_payloads_and_attributes_is_shown_as_written(db: str) -> None:
+    """Names, payloads and search attributes in any script are shown as written, not as JSON's
+    \\u escapes (a read principal sees the attributes; an operator the payloads)."""
+    run = _signalled(db, "unicode-1", {"to": "Zoë 🎉"}, input=["Ünïcödé"], attrs={"city": "Zürich"})
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        read = client.get(f"/workflows/{run}", headers=READ).text
+        assert "Zürich" in read and "\\u00fc" not in read
+        full = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE).text
+        assert "Zoë 🎉" in full and "Ünïcödé" in full
+        assert "\\u00" not in full and "\\ud83c" not in full

@@ -46,13 +46,13 @@ def when(moment: Any) -> str:
 
 
 def pretty(value: Any) -> str:
-    """A JSON value, indented, for a <pre>."""
-    return json.dumps(value, indent=2, default=str, sort_keys=True)
+    """A JSON value, indented, for a <pre> (text in any script as written, not \\u escapes)."""
+    return json.dumps(value, indent=2, default=str, sort_keys=True, ensure_ascii=False)
 
 
 def compact(value: Any, width: int = 120) -> str:
     """A JSON value on one line, cut at ``width`` characters."""
-    text = json.dumps(value, default=str, separators=(",", ":"))
+    text = json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
