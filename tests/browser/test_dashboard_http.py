@@ -779,3 +779,42 @@ def test_unicode_in_payloads_and_attributes_is_shown_as_written(db: str) -> None
         full = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE).text
         assert "Zoë 🎉" in full and "Ünïcödé" in full
         assert "\\u00" not in full and "\\ud83c" not in full
+
+
+def test_names_with_a_slash_open_their_pages_and_actions(db: str) -> None:
+    """A schedule, a DAG or a worker whose name holds a "/" (``billing/monthly``): its link on
+    the list opens its page and its actions reach it (the path was cut at the "/": a 404 or a
+    405 for the page, the actions unreachable)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.create_schedule('billing/monthly', 'wf', p_interval_secs => 3600)")
+        dag = [{"dag_name": "etl/nightly", "queue": "default", "tasks": [], "max_active_runs": 1}]
+        conn.execute("SELECT harvest.register_dags(%s::jsonb)", (Jsonb(dag),))
+        conn.execute("SELECT harvest.register_worker('pod/a-1', ARRAY['default'], 'h', 1, 10, '{}')")
+
+    def followed(client: TestClient, listing: str, pattern: str) -> str:
+        (href,) = re.findall(pattern, client.get(listing, headers=ADMIN).text)
+        page = client.get(href.replace("&amp;", "&"), headers=ADMIN)
+        assert page.status_code == 200, (href, page.status_code)
+        return page.text
+
+    def acted(client: TestClient, page: str, form: str) -> str:
+        action = re.search(rf'id="{form}" method="post" action="([^"]+)"', page).group(1)
+        done = client.post(action, headers=ADMIN, data={})
+        assert done.status_code == 200, (action, done.status_code)
+        return done.text
+
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        schedule = followed(client, "/schedules", r'href="(/schedules/0/billing[^"]+)"')
+        assert "Schedule billing/monthly" in schedule
+        assert 'id="paused-banner"' in acted(client, schedule, "pause-form")
+        dag = followed(client, "/dags", r'href="(/dags/etl[^"]+)"')
+        assert "DAG etl/nightly" in dag
+        assert 'id="unpause-form"' in acted(client, dag, "pause-form")
+        worker = followed(client, "/workers", r'href="(/workers/pod[^"]+)"')
+        assert "pod/a-1" in worker
+        assert "shard 0: " in acted(client, worker, "drain-form")
+    with psycopg.connect(db, autocommit=True) as conn:
+        one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+        assert one("SELECT paused FROM harvest.schedules WHERE name = 'billing/monthly'")
+        assert one("SELECT paused FROM harvest.dags WHERE dag_name = 'etl/nightly'")
+        assert one("SELECT status FROM harvest.workers WHERE id = 'pod/a-1'") != "active"

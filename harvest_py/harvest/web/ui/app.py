@@ -187,24 +187,27 @@ class Dashboard:
             Route("/workflows/{execution_id}/reset", action(self.reset, "admin"), methods=["POST"]),
             Route("/workflows/{execution_id}/pause", action(self.pause, "operate"), methods=["POST"]),
             Route("/workflows/{execution_id}/resume", action(self.resume, "operate"), methods=["POST"]),
+            # A schedule's, a DAG's or a worker's name may hold a "/" (billing/monthly): the
+            # server decodes %2F before routing, so a name is a path (a route's suffix, fixed
+            # words, says which page or action; a GET finds the page, a POST the action).
             Route("/schedules", page(self.schedules)),
-            Route("/schedules/{shard:int}/{name}", page(self.schedule)),
             Route(
-                "/schedules/{shard:int}/{name}/{verb:str}",
+                "/schedules/{shard:int}/{name:path}/{verb:str}",
                 action(self.schedule_action, "operate"),
                 methods=["POST"],
             ),
+            Route("/schedules/{shard:int}/{name:path}", page(self.schedule)),
             Route("/dags", page(self.dags)),
-            Route("/dags/{name}", page(self.dag)),
-            Route("/dags/{name}/trigger", action(self.trigger_dag, "operate"), methods=["POST"]),
-            Route("/dags/{name}/pause", action(self.pause_dag, "operate"), methods=["POST"]),
-            Route("/dags/{name}/unpause", action(self.pause_dag, "operate"), methods=["POST"]),
-            Route("/dags/{name}/runs/{execution_id}", page(self.dag_run)),
             Route(
-                "/dags/{name}/runs/{execution_id}/retry",
+                "/dags/{name:path}/runs/{execution_id}/retry",
                 action(self.retry_dag_run, "operate"),
                 methods=["POST"],
             ),
+            Route("/dags/{name:path}/runs/{execution_id}", page(self.dag_run)),
+            Route("/dags/{name:path}/trigger", action(self.trigger_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name:path}/pause", action(self.pause_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name:path}/unpause", action(self.pause_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name:path}", page(self.dag)),
             Route("/dead-letters", page(self.dead_letters)),
             Route("/dead-letters/bulk", action(self.bulk, "operate"), methods=["POST"]),
             Route(
@@ -214,8 +217,8 @@ class Dashboard:
                 "/dead-letters/{shard:int}/{id:int}/discard", action(self.discard, "admin"), methods=["POST"]
             ),
             Route("/workers", page(self.workers)),
-            Route("/workers/{worker_id}", page(self.worker)),
-            Route("/workers/{worker_id}/drain", action(self.drain, "admin"), methods=["POST"]),
+            Route("/workers/{worker_id:path}/drain", action(self.drain, "admin"), methods=["POST"]),
+            Route("/workers/{worker_id:path}", page(self.worker)),
             Route("/concurrency", page(self.concurrency)),
             Route("/shards", page(self.shards)),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
