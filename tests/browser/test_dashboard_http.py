@@ -5,6 +5,7 @@ filters' 400s, paging, and each action done with its scope and refused without i
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import socket
 import urllib.parse
@@ -818,3 +819,27 @@ def test_names_with_a_slash_open_their_pages_and_actions(db: str) -> None:
         assert one("SELECT paused FROM harvest.schedules WHERE name = 'billing/monthly'")
         assert one("SELECT paused FROM harvest.dags WHERE dag_name = 'etl/nightly'")
         assert one("SELECT status FROM harvest.workers WHERE id = 'pod/a-1'") != "active"
+
+
+def test_an_offloaded_payload_shows_its_own_size_and_what_it_is(db: str) -> None:
+    """A payload kept in the offload store (docs/payloads.md): the history holds a reference
+    with the payload's size. Redacted, the page gave the reference's size (some 60 bytes for
+    200 KB); in full, the reference's JSON. It says the payload's size, and in full what it is
+    (offloaded, as `harvest workflow history --full`), an encrypted one its key."""
+    big = "x" * 200_000
+    with psycopg.connect(db, autocommit=True) as conn:
+        run = _started(db, "offloaded")
+        stored = conn.execute("SELECT harvest.put_payloads(%s, ARRAY[%s::jsonb])", (run, Jsonb(big)))
+        (ids,) = stored.fetchone()
+        ref = {"_harvest_ref": str(ids[0]), "bytes": len(json.dumps(big))}
+        conn.execute("SELECT harvest.signal_workflow(%s, 'big', %s)", (run, Jsonb(ref)))
+        sealed = {"_harvest_codec": ["zlib", "aesgcm:k7"], "data": "c2VjcmV0"}
+        conn.execute("SELECT harvest.signal_workflow(%s, 'sealed', %s)", (run, Jsonb(sealed)))
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        redacted = client.get(f"/workflows/{run}", headers=READ).text
+        signals = redacted.split('id="signals"')[1].split("</ul>")[0]
+        assert f"redacted ({len(json.dumps(big))} bytes)" in signals
+        full = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE).text
+        signals = full.split('id="signals"')[1].split("</ul>")[0]
+        assert f"offloaded ({len(json.dumps(big))} bytes" in signals
+        assert "encrypted (key k7)" in signals and "c2VjcmV0" not in signals

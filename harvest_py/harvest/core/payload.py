@@ -729,14 +729,24 @@ def _is_payload(holder: Mapping[str, Any], key: str) -> bool:
 
 
 # -- redaction: what an operator sees of payloads by default (CLI history, dashboard) --------
+_REF_KEY = "_harvest_ref"  # codecs.REF_KEY (codecs imports this module)
+
+
+def _stored_bytes(value: Any) -> int:
+    if isinstance(value, dict) and _REF_KEY in value and isinstance(value.get("bytes"), int):
+        return int(value["bytes"])
+    return len(json.dumps(value, default=str).encode())
+
+
 def redact(value: Any) -> Any:
     """Replace every payload value (``PAYLOAD_FIELDS`` and a side effect's value, at any depth)
-    by its size: ``{"redacted": true, "bytes": n}``, n the length of its JSON text."""
+    by its size: ``{"redacted": true, "bytes": n}``, n the length of its JSON text (of an
+    offloaded payload, the size its reference records, not the reference's)."""
     if isinstance(value, dict):
         out = {}
         for key, inner in value.items():
             if inner is not None and _is_payload(value, key):
-                out[key] = {"redacted": True, "bytes": len(json.dumps(inner, default=str).encode())}
+                out[key] = {"redacted": True, "bytes": _stored_bytes(inner)}
             else:
                 out[key] = redact(inner)
         return out

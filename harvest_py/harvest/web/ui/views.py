@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import jinja2
 
+from harvest.core.codecs import describe_tree
 from harvest.core.payload import redact
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE
 
@@ -135,7 +136,10 @@ def execution_page(
     """The parts of the execution page: the run (payloads redacted unless ``full``), what it
     waits on, the timeline, its signals, the updates accepted but not completed and those
     requested and not yet accepted (``requested``, list_update_requests)."""
-    show: Callable[[Any], Any] = (lambda v: v) if full else redact
+    # In full, an encoded or offloaded payload says what it is ("<encrypted (key k1)>",
+    # "<offloaded (n bytes, ref ...)>"), as `harvest workflow history --full` prints it: the
+    # dashboard holds no codec key, and a reference's JSON is not the payload.
+    show: Callable[[Any], Any] = describe_tree if full else redact
     events = []
     signals = []
     accepted: dict[str, dict[str, Any]] = {}
