@@ -843,3 +843,17 @@ def test_an_offloaded_payload_shows_its_own_size_and_what_it_is(db: str) -> None
         signals = full.split('id="signals"')[1].split("</ul>")[0]
         assert f"offloaded ({len(json.dumps(big))} bytes" in signals
         assert "encrypted (key k7)" in signals and "c2VjcmV0" not in signals
+
+
+def test_an_actions_message_is_said_once_not_carried_on_by_the_pages_links(db: str) -> None:
+    """An action's message (``?msg=``, after its redirect) is the page it lands on: the links on
+    that page (show payloads, all the history, a count, the next page) do not carry it on, or
+    the next page read said "cancel requested" again for nothing done."""
+    runs = [_started(db, f"msg-{n}") for n in range(2)]
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        done = client.post(f"/workflows/{runs[0]}/cancel", headers=OPERATE, data={"reason": "x"})
+        assert done.status_code == 200 and "cancel requested" in done.text
+        listed = client.get("/workflows?limit=1&msg=cancel+requested", headers=OPERATE).text
+        for page in (done.text, listed):
+            hrefs = re.findall(r'href="([^"]*\?[^"]*)"', page)
+            assert hrefs and not [h for h in hrefs if "msg=" in h], hrefs
