@@ -857,3 +857,30 @@ def test_an_actions_message_is_said_once_not_carried_on_by_the_pages_links(db: s
         for page in (done.text, listed):
             hrefs = re.findall(r'href="([^"]*\?[^"]*)"', page)
             assert hrefs and not [h for h in hrefs if "msg=" in h], hrefs
+
+
+def test_a_runs_page_shows_one_moment_of_it(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's facts, what it waits on and its history are read in one transaction, from
+    one snapshot: a run that ends while its page is read is shown as it was before or after,
+    never RUNNING (with its actions) over a history that ends in WorkflowTerminated."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    run = _started(db, "ends-while-read")
+    history = AsyncSqlApi.get_history
+
+    async def ended_meanwhile(self, execution_id, *args, **kwargs):
+        def terminate() -> None:
+            with psycopg.connect(db, autocommit=True) as conn:
+                conn.execute("SELECT harvest.terminate_workflow(%s, 'meanwhile')", (execution_id,))
+
+        await asyncio.to_thread(terminate)
+        return await history(self, execution_id, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncSqlApi, "get_history", ended_meanwhile)
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{run}", headers=ADMIN).text
+    status = re.search(r'<dt>Status</dt><dd><span class="pill (\w+)">', page).group(1)
+    last_event = int(re.search(r"<dt>Last event</dt><dd>(\d+)</dd>", page).group(1))
+    events = [int(n) for n in re.findall(r'id="event-(\d+)"', page)]
+    assert (status == "TERMINATED") == ("WorkflowTerminated" in page), status
+    assert events[-1] == last_event, (events, last_event)
