@@ -884,3 +884,13 @@ def test_a_runs_page_shows_one_moment_of_it(db: str, monkeypatch: pytest.MonkeyP
     events = [int(n) for n in re.findall(r'id="event-(\d+)"', page)]
     assert (status == "TERMINATED") == ("WorkflowTerminated" in page), status
     assert events[-1] == last_event, (events, last_event)
+
+
+def test_the_filter_form_shows_the_statuses_the_list_is_filtered_by(db: str) -> None:
+    """``status=RUNNING,PAUSED`` (several, as the docs allow) filters the list; the form said
+    "any" and a click on Apply (another page size, another name) dropped the filter."""
+    _started(db, "filtered-1")
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get("/workflows?status=running,PAUSED", headers=READ).text
+    select = page.split('<select name="status">')[1].split("</select>")[0]
+    assert re.findall(r'<option value="([^"]*)" selected>', select) == ["RUNNING,PAUSED"]
