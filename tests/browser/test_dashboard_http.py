@@ -894,3 +894,23 @@ def test_the_filter_form_shows_the_statuses_the_list_is_filtered_by(db: str) -> 
         page = client.get("/workflows?status=running,PAUSED", headers=READ).text
     select = page.split('<select name="status">')[1].split("</select>")[0]
     assert re.findall(r'<option value="([^"]*)" selected>', select) == ["RUNNING,PAUSED"]
+
+
+def test_a_tree_deeper_than_the_page_draws_says_so(db: str) -> None:
+    """A run's tree is drawn 10 levels deep; a child at the last level that has children of
+    its own says so and links to them (it was drawn as a leaf: the tree cut without a word)."""
+    chain = [_started(db, "tree-0")]
+    with psycopg.connect(db, autocommit=True) as conn:
+        for n in range(1, 12):
+            child = conn.execute(
+                "SELECT execution_id FROM harvest._start_workflow('wf', p_workflow_id => %s, "
+                "p_parent_id => %s)",
+                (f"tree-{n}", chain[-1]),
+            )
+            chain.append(str(child.fetchone()[0]))
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{chain[0]}", headers=READ).text
+    tree = page.split('id="tree"')[1].split("</section>")[0]
+    assert chain[10][-12:] in tree and chain[11][-12:] not in tree  # 10 levels drawn
+    deeper = re.search(r'<a class="deeper" href="/workflows/([0-9a-f-]{36})">', tree)
+    assert deeper and deeper.group(1) == chain[10], tree

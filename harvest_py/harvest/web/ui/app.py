@@ -64,6 +64,7 @@ TOKEN_COOKIE = "harvest_ui_token"  # a token signed in through /login, sent on a
 MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-letter lists too
 DEFAULT_PAGE = 50
 HISTORY_SHOWN = 500  # the timeline's last events by default; ?history=all shows every one
+TREE_DEPTH = 10  # levels of a run's tree drawn on its page; a node at the last one links deeper
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 BIGINT_MAX = (1 << 63) - 1  # a dead letter's id: no larger one exists
 BULK_ACTIONS = ("replay", "discard")
@@ -426,7 +427,8 @@ class Dashboard:
             return row, stack, history, await api.list_update_requests(execution_id)
 
         row, stack, history, requested = await self.source.routed(execution_id, principal, read)
-        tree = await self.source.reads(principal).list_tree(execution_id, depth=10)
+        # One level more than is drawn: a node at the last level says whether it has children.
+        tree = await self.source.reads(principal).list_tree(execution_id, depth=TREE_DEPTH + 1)
         page = views.execution_page(row, stack, history, full=full, requested=requested)
         total = len(page["events"])
         if request.query_params.get("history") != "all":
@@ -437,7 +439,7 @@ class Dashboard:
             principal=principal,
             refresh=refresh,
             full=full,
-            tree=tree.value,
+            tree=views.cut_tree(tree.value, TREE_DEPTH),
             tree_unavailable=tree.unavailable_shards,
             total_events=total,
             **page,

@@ -195,6 +195,16 @@ def execution_page(
     }
 
 
+def cut_tree(node: dict[str, Any], depth: int, level: int = 0) -> dict[str, Any]:
+    """``node``'s tree (``list_tree``) drawn ``depth`` levels deep: a node at the last level
+    keeps no children but says whether it has some (``deeper``), so the page links to them
+    instead of drawing a leaf."""
+    children = node.get("children") or []
+    if level == depth:
+        return {**node, "children": [], "deeper": bool(children)}
+    return {**node, "children": [cut_tree(c, depth, level + 1) for c in children], "deeper": False}
+
+
 # -- schedules -----------------------------------------------------------------------------------
 def schedule_when(row: dict[str, Any]) -> str:
     """A schedule's cron (with its zone) or interval, as ``harvest schedule list`` says it."""
