@@ -914,3 +914,23 @@ def test_a_tree_deeper_than_the_page_draws_says_so(db: str) -> None:
     assert chain[10][-12:] in tree and chain[11][-12:] not in tree  # 10 levels drawn
     deeper = re.search(r'<a class="deeper" href="/workflows/([0-9a-f-]{36})">', tree)
     assert deeper and deeper.group(1) == chain[10], tree
+
+
+def test_a_timers_fire_time_in_the_history_is_in_utc_as_the_page_is(db: str) -> None:
+    """A TimerStarted event's fire_at is written in the deciding session's time zone (JSON
+    keeps its offset): the timeline's line said 17:30+05:30 beside event times in UTC. Every
+    time on the page is UTC."""
+    execution_id = _started(db, "timer-zone", "wq_zone")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SET TIME ZONE 'Asia/Kolkata'")
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', %s, 1)", (["wq_zone"],)
+        ).fetchone()
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
+            (task[0], task[1], Jsonb([{"type": "start_timer", "seq": 1, "duration": 3600}])),
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{execution_id}", headers=READ).text
+    line = re.search(r"<strong>TimerStarted</strong>(.*?)</summary>", page).group(1)
+    assert re.search(r"fire_at=\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", line), line

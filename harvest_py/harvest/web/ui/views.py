@@ -103,7 +103,10 @@ def _summary(event_type: str, data: dict[str, Any]) -> str:
     parts = []
     for key in ("seq", "name", "workflow_name", "signal_name", "update_id", "fire_at", "reason", "attempt"):
         if data.get(key) is not None:
-            parts.append(f"{key}={data[key]}")
+            # A time in event data keeps the offset of the session that wrote it: in UTC, as
+            # every time on the page.
+            value = when(data[key]) if key == "fire_at" else data[key]
+            parts.append(f"{key}={value}")
     failure = data.get("failure")
     if isinstance(failure, dict):
         parts.append(f"{failure.get('error_type')}: {failure.get('message')}")
