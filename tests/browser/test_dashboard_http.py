@@ -934,3 +934,18 @@ def test_a_timers_fire_time_in_the_history_is_in_utc_as_the_page_is(db: str) -> 
         page = client.get(f"/workflows/{execution_id}", headers=READ).text
     line = re.search(r"<strong>TimerStarted</strong>(.*?)</summary>", page).group(1)
     assert re.search(r"fire_at=\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", line), line
+
+
+def test_a_filter_form_keeps_the_pages_auto_refresh(db: str) -> None:
+    """``?refresh=N`` (every page takes it): Apply on a page's filters kept it on the workers
+    page only; elsewhere the filtered page stopped reloading without a word."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        dag = [{"dag_name": "refreshed", "queue": "default", "tasks": [], "max_active_runs": 1}]
+        conn.execute("SELECT harvest.register_dags(%s::jsonb)", (Jsonb(dag),))
+    pages = ("/workflows", "/dead-letters", "/schedules", "/dags", "/dags/refreshed", "/concurrency")
+    pages += ("/workers",)
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for path in pages:
+            page = client.get(f"{path}?refresh=30", headers=READ).text
+            form = page.split('<form class="filters" method="get"')[1].split("</form>")[0]
+            assert '<input type="hidden" name="refresh" value="30">' in form, path
