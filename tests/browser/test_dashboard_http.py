@@ -949,3 +949,31 @@ def test_a_filter_form_keeps_the_pages_auto_refresh(db: str) -> None:
             page = client.get(f"{path}?refresh=30", headers=READ).text
             form = page.split('<form class="filters" method="get"')[1].split("</form>")[0]
             assert '<input type="hidden" name="refresh" value="30">' in form, path
+
+
+def test_a_run_with_many_signals_lists_their_tail_as_its_history(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long history shows its last events and a link to all; the signals list drew every
+    signal the run ever received (10,000 signals, each payload in full for an operator: a page
+    of hundreds of megabytes). It lists the last as many as the history shows, says how many
+    there are, and ?history=all lists them all."""
+    import harvest.web.ui.app as ui_module
+
+    monkeypatch.setattr(ui_module, "HISTORY_SHOWN", 3)
+    run = _started(db, "many-signals")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.signal_workflow(%s, 'sig-' || g, to_jsonb(g)) FROM generate_series(1, 5) AS g",
+            (run,),
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE).text
+        every = client.get(f"/workflows/{run}?payloads=full&history=all", headers=OPERATE).text
+
+    def listed(html: str) -> list[str]:
+        return re.findall(r"<li><strong>(sig-\d)</strong>", html.split('id="signals"')[1].split("</ul>")[0])
+
+    assert listed(page) == ["sig-3", "sig-4", "sig-5"]
+    assert 'id="all-signals"' in page and "5 signals" in page
+    assert listed(every) == [f"sig-{n}" for n in range(1, 6)] and 'id="all-signals"' not in every

@@ -430,9 +430,11 @@ class Dashboard:
         # One level more than is drawn: a node at the last level says whether it has children.
         tree = await self.source.reads(principal).list_tree(execution_id, depth=TREE_DEPTH + 1)
         page = views.execution_page(row, stack, history, full=full, requested=requested)
-        total = len(page["events"])
+        total, signals = len(page["events"]), len(page["signals"])
         if request.query_params.get("history") != "all":
-            page["events"] = page["events"][-HISTORY_SHOWN:]  # a long history: its tail, and a link
+            # A long history: its tail, and a link; its signals alike (each with its payload).
+            page["events"] = page["events"][-HISTORY_SHOWN:]
+            page["signals"] = page["signals"][-HISTORY_SHOWN:]
         return self.render(
             request,
             "execution.html",
@@ -442,6 +444,7 @@ class Dashboard:
             tree=views.cut_tree(tree.value, TREE_DEPTH),
             tree_unavailable=tree.unavailable_shards,
             total_events=total,
+            total_signals=signals,
             **page,
         )
 
