@@ -977,3 +977,19 @@ def test_a_run_with_many_signals_lists_their_tail_as_its_history(
     assert listed(page) == ["sig-3", "sig-4", "sig-5"]
     assert 'id="all-signals"' in page and "5 signals" in page
     assert listed(every) == [f"sig-{n}" for n in range(1, 6)] and 'id="all-signals"' not in every
+
+
+def test_an_erased_payload_says_erased_not_a_size(db: str) -> None:
+    """A finished run's payloads erased (docs/payloads.md) are {"_harvest_erased": true}: the
+    page told a read principal "redacted (24 bytes)", a payload that is no longer anywhere. It
+    says erased, redacted or in full."""
+    run = _signalled(db, "erased-1", {"card": "4111"}, input=["secret"])
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'done')", (run,))
+        conn.execute("SELECT harvest.erase_payloads(%s, 'dpo')", (run,))
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for headers, query in ((READ, ""), (OPERATE, "?payloads=full")):
+            page = client.get(f"/workflows/{run}{query}", headers=headers).text
+            for part in ('id="input"', 'id="signals"'):
+                shown = page.split(part)[1].split("</div>" if part == 'id="input"' else "</ul>")[0]
+                assert "erased" in shown and "bytes)" not in shown, (query, part, shown)

@@ -143,7 +143,8 @@ def execution_page(
     # In full, an encoded or offloaded payload says what it is ("<encrypted (key k1)>",
     # "<offloaded (n bytes, ref ...)>"), as `harvest workflow history --full` prints it: the
     # dashboard holds no codec key, and a reference's JSON is not the payload.
-    show: Callable[[Any], Any] = describe_tree if full else redact
+    # Redacted, an erased payload says "<erased>" as well: it has no size.
+    show: Callable[[Any], Any] = describe_tree if full else (lambda v: describe_tree(redact(v)))
     events = []
     signals = []
     accepted: dict[str, dict[str, Any]] = {}
