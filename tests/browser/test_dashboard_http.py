@@ -814,6 +814,9 @@ def test_names_with_a_slash_open_their_pages_and_actions(db: str) -> None:
         worker = followed(client, "/workers", r'href="(/workers/pod[^"]+)"')
         assert "pod/a-1" in worker
         assert "shard 0: " in acted(client, worker, "drain-form")
+        for listing in ("/dags", "/workers"):  # an empty name is no name: the list's address
+            trailing = client.get(f"{listing}/", headers=ADMIN, follow_redirects=False)
+            assert trailing.status_code == 307 and trailing.headers["location"].endswith(listing)
     with psycopg.connect(db, autocommit=True) as conn:
         one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
         assert one("SELECT paused FROM harvest.schedules WHERE name = 'billing/monthly'")

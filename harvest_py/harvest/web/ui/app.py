@@ -26,6 +26,7 @@ from typing import Any, cast, overload
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -58,6 +59,17 @@ from harvest.web.ui import views
 from harvest.web.ui.source import DEFAULT_TIMEOUT, Source
 
 log = logging.getLogger("harvest.web.ui")
+
+
+class _NameConvertor(PathConvertor):
+    """A schedule's, a DAG's or a worker's name in a route: one character or more, a "/"
+    included (``billing/monthly``; the server decodes %2F before routing). Not empty, so
+    ``/dags/`` is still the list's address (a redirect), not the page of a DAG named ""."""
+
+    regex = ".+"
+
+
+register_url_convertor("name", _NameConvertor())
 
 HERE = Path(__file__).parent
 TOKEN_COOKIE = "harvest_ui_token"  # a token signed in through /login, sent on as a Bearer header
@@ -188,27 +200,27 @@ class Dashboard:
             Route("/workflows/{execution_id}/reset", action(self.reset, "admin"), methods=["POST"]),
             Route("/workflows/{execution_id}/pause", action(self.pause, "operate"), methods=["POST"]),
             Route("/workflows/{execution_id}/resume", action(self.resume, "operate"), methods=["POST"]),
-            # A schedule's, a DAG's or a worker's name may hold a "/" (billing/monthly): the
-            # server decodes %2F before routing, so a name is a path (a route's suffix, fixed
-            # words, says which page or action; a GET finds the page, a POST the action).
+            # A schedule's, a DAG's or a worker's name may hold a "/" (billing/monthly,
+            # _NameConvertor): a route's fixed words after it say which page or action; a GET
+            # finds the page, a POST the action.
             Route("/schedules", page(self.schedules)),
             Route(
-                "/schedules/{shard:int}/{name:path}/{verb:str}",
+                "/schedules/{shard:int}/{name:name}/{verb:str}",
                 action(self.schedule_action, "operate"),
                 methods=["POST"],
             ),
-            Route("/schedules/{shard:int}/{name:path}", page(self.schedule)),
+            Route("/schedules/{shard:int}/{name:name}", page(self.schedule)),
             Route("/dags", page(self.dags)),
             Route(
-                "/dags/{name:path}/runs/{execution_id}/retry",
+                "/dags/{name:name}/runs/{execution_id}/retry",
                 action(self.retry_dag_run, "operate"),
                 methods=["POST"],
             ),
-            Route("/dags/{name:path}/runs/{execution_id}", page(self.dag_run)),
-            Route("/dags/{name:path}/trigger", action(self.trigger_dag, "operate"), methods=["POST"]),
-            Route("/dags/{name:path}/pause", action(self.pause_dag, "operate"), methods=["POST"]),
-            Route("/dags/{name:path}/unpause", action(self.pause_dag, "operate"), methods=["POST"]),
-            Route("/dags/{name:path}", page(self.dag)),
+            Route("/dags/{name:name}/runs/{execution_id}", page(self.dag_run)),
+            Route("/dags/{name:name}/trigger", action(self.trigger_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name:name}/pause", action(self.pause_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name:name}/unpause", action(self.pause_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name:name}", page(self.dag)),
             Route("/dead-letters", page(self.dead_letters)),
             Route("/dead-letters/bulk", action(self.bulk, "operate"), methods=["POST"]),
             Route(
@@ -218,8 +230,8 @@ class Dashboard:
                 "/dead-letters/{shard:int}/{id:int}/discard", action(self.discard, "admin"), methods=["POST"]
             ),
             Route("/workers", page(self.workers)),
-            Route("/workers/{worker_id:path}/drain", action(self.drain, "admin"), methods=["POST"]),
-            Route("/workers/{worker_id:path}", page(self.worker)),
+            Route("/workers/{worker_id:name}/drain", action(self.drain, "admin"), methods=["POST"]),
+            Route("/workers/{worker_id:name}", page(self.worker)),
             Route("/concurrency", page(self.concurrency)),
             Route("/shards", page(self.shards)),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
