@@ -5,6 +5,7 @@ filters' 400s, paging, and each action done with its scope and refused without i
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import socket
 import urllib.parse
@@ -740,3 +741,258 @@ def test_the_token_database_down_is_a_503_page() -> None:
     with TestClient(app, raise_server_exceptions=False) as client:
         page = client.get("/workers", headers={"Authorization": "Bearer hvt_x"})
     assert page.status_code == 503 and "could not be reached" in page.text
+
+
+# -- a run's data as it is: values that look like the page's own markers, unicode, offload --------
+def _signalled(db: str, workflow_id: str, payload: object, **start: object) -> str:
+    """A run of ``wf`` (no worker) that received signal ``s`` with ``payload``."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        (run,) = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('wf', %s, %s, p_search_attributes => %s)",
+            (Jsonb(start.get("input", [])), workflow_id, Jsonb(start.get("attrs", {}))),
+        ).fetchone()
+        conn.execute("SELECT harvest.signal_workflow(%s, 's', %s)", (run, Jsonb(payload)))
+    return str(run)
+
+
+def test_a_payload_shaped_like_a_redaction_is_shown_as_it_is(db: str) -> None:
+    """A signal's payload that happens to hold a "redacted" key (a redaction workflow's own
+    data) is the payload, not the page's size marker: shown in full it was read as a marker
+    without a size, and the page was a 500."""
+    run = _signalled(db, "looks-redacted", {"redacted": ["ssn"], "text": "kept"})
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes()), raise_server_exceptions=False) as client:
+        full = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE)
+        assert full.status_code == 200
+        signals = full.text.split('id="signals"')[1].split("</ul>")[0]
+        assert "ssn" in signals and "kept" in signals and "redacted (" not in signals
+        redacted = client.get(f"/workflows/{run}", headers=READ)
+        signals = redacted.text.split('id="signals"')[1].split("</ul>")[0]
+        assert "redacted (" in signals and "kept" not in signals
+
+
+def test_unicode_in_payloads_and_attributes_is_shown_as_written(db: str) -> None:
+    """Names, payloads and search attributes in any script are shown as written, not as JSON's
+    \\u escapes (a read principal sees the attributes; an operator the payloads)."""
+    run = _signalled(db, "unicode-1", {"to": "Zoë 🎉"}, input=["Ünïcödé"], attrs={"city": "Zürich"})
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        read = client.get(f"/workflows/{run}", headers=READ).text
+        assert "Zürich" in read and "\\u00fc" not in read
+        full = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE).text
+        assert "Zoë 🎉" in full and "Ünïcödé" in full
+        assert "\\u00" not in full and "\\ud83c" not in full
+
+
+def test_names_with_a_slash_open_their_pages_and_actions(db: str) -> None:
+    """A schedule, a DAG or a worker whose name holds a "/" (``billing/monthly``): its link on
+    the list opens its page and its actions reach it (the path was cut at the "/": a 404 or a
+    405 for the page, the actions unreachable)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.create_schedule('billing/monthly', 'wf', p_interval_secs => 3600)")
+        dag = [{"dag_name": "etl/nightly", "queue": "default", "tasks": [], "max_active_runs": 1}]
+        conn.execute("SELECT harvest.register_dags(%s::jsonb)", (Jsonb(dag),))
+        conn.execute("SELECT harvest.register_worker('pod/a-1', ARRAY['default'], 'h', 1, 10, '{}')")
+
+    def followed(client: TestClient, listing: str, pattern: str) -> str:
+        (href,) = re.findall(pattern, client.get(listing, headers=ADMIN).text)
+        page = client.get(href.replace("&amp;", "&"), headers=ADMIN)
+        assert page.status_code == 200, (href, page.status_code)
+        return page.text
+
+    def acted(client: TestClient, page: str, form: str) -> str:
+        action = re.search(rf'id="{form}" method="post" action="([^"]+)"', page).group(1)
+        done = client.post(action, headers=ADMIN, data={})
+        assert done.status_code == 200, (action, done.status_code)
+        return done.text
+
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        schedule = followed(client, "/schedules", r'href="(/schedules/0/billing[^"]+)"')
+        assert "Schedule billing/monthly" in schedule
+        assert 'id="paused-banner"' in acted(client, schedule, "pause-form")
+        dag = followed(client, "/dags", r'href="(/dags/etl[^"]+)"')
+        assert "DAG etl/nightly" in dag
+        assert 'id="unpause-form"' in acted(client, dag, "pause-form")
+        worker = followed(client, "/workers", r'href="(/workers/pod[^"]+)"')
+        assert "pod/a-1" in worker
+        assert "shard 0: " in acted(client, worker, "drain-form")
+        for listing in ("/dags", "/workers"):  # an empty name is no name: the list's address
+            trailing = client.get(f"{listing}/", headers=ADMIN, follow_redirects=False)
+            assert trailing.status_code == 307 and trailing.headers["location"].endswith(listing)
+    with psycopg.connect(db, autocommit=True) as conn:
+        one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+        assert one("SELECT paused FROM harvest.schedules WHERE name = 'billing/monthly'")
+        assert one("SELECT paused FROM harvest.dags WHERE dag_name = 'etl/nightly'")
+        assert one("SELECT status FROM harvest.workers WHERE id = 'pod/a-1'") != "active"
+
+
+def test_an_offloaded_payload_shows_its_own_size_and_what_it_is(db: str) -> None:
+    """A payload kept in the offload store (docs/payloads.md): the history holds a reference
+    with the payload's size. Redacted, the page gave the reference's size (some 60 bytes for
+    200 KB); in full, the reference's JSON. It says the payload's size, and in full what it is
+    (offloaded, as `harvest workflow history --full`), an encrypted one its key."""
+    big = "x" * 200_000
+    with psycopg.connect(db, autocommit=True) as conn:
+        run = _started(db, "offloaded")
+        stored = conn.execute("SELECT harvest.put_payloads(%s, ARRAY[%s::jsonb])", (run, Jsonb(big)))
+        (ids,) = stored.fetchone()
+        ref = {"_harvest_ref": str(ids[0]), "bytes": len(json.dumps(big))}
+        conn.execute("SELECT harvest.signal_workflow(%s, 'big', %s)", (run, Jsonb(ref)))
+        sealed = {"_harvest_codec": ["zlib", "aesgcm:k7"], "data": "c2VjcmV0"}
+        conn.execute("SELECT harvest.signal_workflow(%s, 'sealed', %s)", (run, Jsonb(sealed)))
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        redacted = client.get(f"/workflows/{run}", headers=READ).text
+        signals = redacted.split('id="signals"')[1].split("</ul>")[0]
+        assert f"redacted ({len(json.dumps(big))} bytes)" in signals
+        full = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE).text
+        signals = full.split('id="signals"')[1].split("</ul>")[0]
+        assert f"offloaded ({len(json.dumps(big))} bytes" in signals
+        assert "encrypted (key k7)" in signals and "c2VjcmV0" not in signals
+
+
+def test_an_actions_message_is_said_once_not_carried_on_by_the_pages_links(db: str) -> None:
+    """An action's message (``?msg=``, after its redirect) is the page it lands on: the links on
+    that page (show payloads, all the history, a count, the next page) do not carry it on, or
+    the next page read said "cancel requested" again for nothing done."""
+    runs = [_started(db, f"msg-{n}") for n in range(2)]
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        done = client.post(f"/workflows/{runs[0]}/cancel", headers=OPERATE, data={"reason": "x"})
+        assert done.status_code == 200 and "cancel requested" in done.text
+        listed = client.get("/workflows?limit=1&msg=cancel+requested", headers=OPERATE).text
+        for page in (done.text, listed):
+            hrefs = re.findall(r'href="([^"]*\?[^"]*)"', page)
+            assert hrefs and not [h for h in hrefs if "msg=" in h], hrefs
+
+
+def test_a_runs_page_shows_one_moment_of_it(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's facts, what it waits on and its history are read in one transaction, from
+    one snapshot: a run that ends while its page is read is shown as it was before or after,
+    never RUNNING (with its actions) over a history that ends in WorkflowTerminated."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    run = _started(db, "ends-while-read")
+    history = AsyncSqlApi.get_history
+
+    async def ended_meanwhile(self, execution_id, *args, **kwargs):
+        def terminate() -> None:
+            with psycopg.connect(db, autocommit=True) as conn:
+                conn.execute("SELECT harvest.terminate_workflow(%s, 'meanwhile')", (execution_id,))
+
+        await asyncio.to_thread(terminate)
+        return await history(self, execution_id, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncSqlApi, "get_history", ended_meanwhile)
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{run}", headers=ADMIN).text
+    status = re.search(r'<dt>Status</dt><dd><span class="pill (\w+)">', page).group(1)
+    last_event = int(re.search(r"<dt>Last event</dt><dd>(\d+)</dd>", page).group(1))
+    events = [int(n) for n in re.findall(r'id="event-(\d+)"', page)]
+    assert (status == "TERMINATED") == ("WorkflowTerminated" in page), status
+    assert events[-1] == last_event, (events, last_event)
+
+
+def test_the_filter_form_shows_the_statuses_the_list_is_filtered_by(db: str) -> None:
+    """``status=RUNNING,PAUSED`` (several, as the docs allow) filters the list; the form said
+    "any" and a click on Apply (another page size, another name) dropped the filter."""
+    _started(db, "filtered-1")
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get("/workflows?status=running,PAUSED", headers=READ).text
+    select = page.split('<select name="status">')[1].split("</select>")[0]
+    assert re.findall(r'<option value="([^"]*)" selected>', select) == ["RUNNING,PAUSED"]
+
+
+def test_a_tree_deeper_than_the_page_draws_says_so(db: str) -> None:
+    """A run's tree is drawn 10 levels deep; a child at the last level that has children of
+    its own says so and links to them (it was drawn as a leaf: the tree cut without a word)."""
+    chain = [_started(db, "tree-0")]
+    with psycopg.connect(db, autocommit=True) as conn:
+        for n in range(1, 12):
+            child = conn.execute(
+                "SELECT execution_id FROM harvest._start_workflow('wf', p_workflow_id => %s, "
+                "p_parent_id => %s)",
+                (f"tree-{n}", chain[-1]),
+            )
+            chain.append(str(child.fetchone()[0]))
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{chain[0]}", headers=READ).text
+    tree = page.split('id="tree"')[1].split("</section>")[0]
+    assert chain[10][-12:] in tree and chain[11][-12:] not in tree  # 10 levels drawn
+    deeper = re.search(r'<a class="deeper" href="/workflows/([0-9a-f-]{36})">', tree)
+    assert deeper and deeper.group(1) == chain[10], tree
+
+
+def test_a_timers_fire_time_in_the_history_is_in_utc_as_the_page_is(db: str) -> None:
+    """A TimerStarted event's fire_at is written in the deciding session's time zone (JSON
+    keeps its offset): the timeline's line said 17:30+05:30 beside event times in UTC. Every
+    time on the page is UTC."""
+    execution_id = _started(db, "timer-zone", "wq_zone")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SET TIME ZONE 'Asia/Kolkata'")
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', %s, 1)", (["wq_zone"],)
+        ).fetchone()
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
+            (task[0], task[1], Jsonb([{"type": "start_timer", "seq": 1, "duration": 3600}])),
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{execution_id}", headers=READ).text
+    line = re.search(r"<strong>TimerStarted</strong>(.*?)</summary>", page).group(1)
+    assert re.search(r"fire_at=\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", line), line
+
+
+def test_a_filter_form_keeps_the_pages_auto_refresh(db: str) -> None:
+    """``?refresh=N`` (every page takes it): Apply on a page's filters kept it on the workers
+    page only; elsewhere the filtered page stopped reloading without a word."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        dag = [{"dag_name": "refreshed", "queue": "default", "tasks": [], "max_active_runs": 1}]
+        conn.execute("SELECT harvest.register_dags(%s::jsonb)", (Jsonb(dag),))
+    pages = ("/workflows", "/dead-letters", "/schedules", "/dags", "/dags/refreshed", "/concurrency")
+    pages += ("/workers",)
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for path in pages:
+            page = client.get(f"{path}?refresh=30", headers=READ).text
+            form = page.split('<form class="filters" method="get"')[1].split("</form>")[0]
+            assert '<input type="hidden" name="refresh" value="30">' in form, path
+
+
+def test_a_run_with_many_signals_lists_their_tail_as_its_history(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long history shows its last events and a link to all; the signals list drew every
+    signal the run ever received (10,000 signals, each payload in full for an operator: a page
+    of hundreds of megabytes). It lists the last as many as the history shows, says how many
+    there are, and ?history=all lists them all."""
+    import harvest.web.ui.app as ui_module
+
+    monkeypatch.setattr(ui_module, "HISTORY_SHOWN", 3)
+    run = _started(db, "many-signals")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.signal_workflow(%s, 'sig-' || g, to_jsonb(g)) FROM generate_series(1, 5) AS g",
+            (run,),
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE).text
+        every = client.get(f"/workflows/{run}?payloads=full&history=all", headers=OPERATE).text
+
+    def listed(html: str) -> list[str]:
+        return re.findall(r"<li><strong>(sig-\d)</strong>", html.split('id="signals"')[1].split("</ul>")[0])
+
+    assert listed(page) == ["sig-3", "sig-4", "sig-5"]
+    assert 'id="all-signals"' in page and "5 signals" in page
+    assert listed(every) == [f"sig-{n}" for n in range(1, 6)] and 'id="all-signals"' not in every
+
+
+def test_an_erased_payload_says_erased_not_a_size(db: str) -> None:
+    """A finished run's payloads erased (docs/payloads.md) are {"_harvest_erased": true}: the
+    page told a read principal "redacted (24 bytes)", a payload that is no longer anywhere. It
+    says erased, redacted or in full."""
+    run = _signalled(db, "erased-1", {"card": "4111"}, input=["secret"])
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'done')", (run,))
+        conn.execute("SELECT harvest.erase_payloads(%s, 'dpo')", (run,))
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for headers, query in ((READ, ""), (OPERATE, "?payloads=full")):
+            page = client.get(f"/workflows/{run}{query}", headers=headers).text
+            for part in ('id="input"', 'id="signals"'):
+                shown = page.split(part)[1].split("</div>" if part == 'id="input"' else "</ul>")[0]
+                assert "erased" in shown and "bytes)" not in shown, (query, part, shown)

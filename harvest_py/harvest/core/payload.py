@@ -729,14 +729,33 @@ def _is_payload(holder: Mapping[str, Any], key: str) -> bool:
 
 
 # -- redaction: what an operator sees of payloads by default (CLI history, dashboard) --------
+_REF_KEY = "_harvest_ref"  # codecs.REF_KEY and ERASED (codecs imports this module)
+_ERASED = {"_harvest_erased": True}
+
+
+def _erased(value: Any) -> bool:
+    """An erased payload: the marker, or an input's arguments each erased."""
+    return value == _ERASED or (isinstance(value, list) and bool(value) and all(v == _ERASED for v in value))
+
+
+def _stored_bytes(value: Any) -> int:
+    if isinstance(value, dict) and _REF_KEY in value and isinstance(value.get("bytes"), int):
+        return int(value["bytes"])
+    return len(json.dumps(value, default=str).encode())
+
+
 def redact(value: Any) -> Any:
     """Replace every payload value (``PAYLOAD_FIELDS`` and a side effect's value, at any depth)
-    by its size: ``{"redacted": true, "bytes": n}``, n the length of its JSON text."""
+    by its size: ``{"redacted": true, "bytes": n}``, n the length of its JSON text (of an
+    offloaded payload, the size its reference records, not the reference's). An erased payload
+    stays the erasure's marker: it holds nothing, and it has no size to give."""
     if isinstance(value, dict):
         out = {}
         for key, inner in value.items():
-            if inner is not None and _is_payload(value, key):
-                out[key] = {"redacted": True, "bytes": len(json.dumps(inner, default=str).encode())}
+            if _erased(inner):
+                out[key] = inner
+            elif inner is not None and _is_payload(value, key):
+                out[key] = {"redacted": True, "bytes": _stored_bytes(inner)}
             else:
                 out[key] = redact(inner)
         return out

@@ -26,6 +26,7 @@ from typing import Any, cast, overload
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -59,11 +60,23 @@ from harvest.web.ui.source import DEFAULT_TIMEOUT, Source
 
 log = logging.getLogger("harvest.web.ui")
 
+
+class _NameConvertor(PathConvertor):
+    """A schedule's, a DAG's or a worker's name in a route: one character or more, a "/"
+    included (``billing/monthly``; the server decodes %2F before routing). Not empty, so
+    ``/dags/`` is still the list's address (a redirect), not the page of a DAG named ""."""
+
+    regex = ".+"
+
+
+register_url_convertor("name", _NameConvertor())
+
 HERE = Path(__file__).parent
 TOKEN_COOKIE = "harvest_ui_token"  # a token signed in through /login, sent on as a Bearer header
 MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-letter lists too
 DEFAULT_PAGE = 50
 HISTORY_SHOWN = 500  # the timeline's last events by default; ?history=all shows every one
+TREE_DEPTH = 10  # levels of a run's tree drawn on its page; a node at the last one links deeper
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 BIGINT_MAX = (1 << 63) - 1  # a dead letter's id: no larger one exists
 BULK_ACTIONS = ("replay", "discard")
@@ -187,24 +200,27 @@ class Dashboard:
             Route("/workflows/{execution_id}/reset", action(self.reset, "admin"), methods=["POST"]),
             Route("/workflows/{execution_id}/pause", action(self.pause, "operate"), methods=["POST"]),
             Route("/workflows/{execution_id}/resume", action(self.resume, "operate"), methods=["POST"]),
+            # A schedule's, a DAG's or a worker's name may hold a "/" (billing/monthly,
+            # _NameConvertor): a route's fixed words after it say which page or action; a GET
+            # finds the page, a POST the action.
             Route("/schedules", page(self.schedules)),
-            Route("/schedules/{shard:int}/{name}", page(self.schedule)),
             Route(
-                "/schedules/{shard:int}/{name}/{verb:str}",
+                "/schedules/{shard:int}/{name:name}/{verb:str}",
                 action(self.schedule_action, "operate"),
                 methods=["POST"],
             ),
+            Route("/schedules/{shard:int}/{name:name}", page(self.schedule)),
             Route("/dags", page(self.dags)),
-            Route("/dags/{name}", page(self.dag)),
-            Route("/dags/{name}/trigger", action(self.trigger_dag, "operate"), methods=["POST"]),
-            Route("/dags/{name}/pause", action(self.pause_dag, "operate"), methods=["POST"]),
-            Route("/dags/{name}/unpause", action(self.pause_dag, "operate"), methods=["POST"]),
-            Route("/dags/{name}/runs/{execution_id}", page(self.dag_run)),
             Route(
-                "/dags/{name}/runs/{execution_id}/retry",
+                "/dags/{name:name}/runs/{execution_id}/retry",
                 action(self.retry_dag_run, "operate"),
                 methods=["POST"],
             ),
+            Route("/dags/{name:name}/runs/{execution_id}", page(self.dag_run)),
+            Route("/dags/{name:name}/trigger", action(self.trigger_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name:name}/pause", action(self.pause_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name:name}/unpause", action(self.pause_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name:name}", page(self.dag)),
             Route("/dead-letters", page(self.dead_letters)),
             Route("/dead-letters/bulk", action(self.bulk, "operate"), methods=["POST"]),
             Route(
@@ -214,8 +230,8 @@ class Dashboard:
                 "/dead-letters/{shard:int}/{id:int}/discard", action(self.discard, "admin"), methods=["POST"]
             ),
             Route("/workers", page(self.workers)),
-            Route("/workers/{worker_id}", page(self.worker)),
-            Route("/workers/{worker_id}/drain", action(self.drain, "admin"), methods=["POST"]),
+            Route("/workers/{worker_id:name}/drain", action(self.drain, "admin"), methods=["POST"]),
+            Route("/workers/{worker_id:name}", page(self.worker)),
             Route("/concurrency", page(self.concurrency)),
             Route("/shards", page(self.shards)),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -423,20 +439,24 @@ class Dashboard:
             return row, stack, history, await api.list_update_requests(execution_id)
 
         row, stack, history, requested = await self.source.routed(execution_id, principal, read)
-        tree = await self.source.reads(principal).list_tree(execution_id, depth=10)
+        # One level more than is drawn: a node at the last level says whether it has children.
+        tree = await self.source.reads(principal).list_tree(execution_id, depth=TREE_DEPTH + 1)
         page = views.execution_page(row, stack, history, full=full, requested=requested)
-        total = len(page["events"])
+        total, signals = len(page["events"]), len(page["signals"])
         if request.query_params.get("history") != "all":
-            page["events"] = page["events"][-HISTORY_SHOWN:]  # a long history: its tail, and a link
+            # A long history: its tail, and a link; its signals alike (each with its payload).
+            page["events"] = page["events"][-HISTORY_SHOWN:]
+            page["signals"] = page["signals"][-HISTORY_SHOWN:]
         return self.render(
             request,
             "execution.html",
             principal=principal,
             refresh=refresh,
             full=full,
-            tree=tree.value,
+            tree=views.cut_tree(tree.value, TREE_DEPTH),
             tree_unavailable=tree.unavailable_shards,
             total_events=total,
+            total_signals=signals,
             **page,
         )
 

@@ -3,7 +3,7 @@
 Every connection the dashboard uses is lent by :meth:`Source.lend`: lowered to the principal's
 Postgres role with the audit source ``ui`` and the principal as the audit actor
 (:func:`harvest.db.connection.set_role`, RESET before the connection goes back to its pool), in
-one transaction; a page's reads are also ``READ ONLY``. So a read principal's
+one transaction; a page's reads are also ``READ ONLY`` and one snapshot. So a read principal's
 page cannot write by accident, and an action the page let through is still checked by the
 database's own grants (``functions/security.sql``).
 
@@ -130,15 +130,17 @@ class Source:
         self, shard: int, principal: Principal, *, write: bool = False
     ) -> AsyncIterator[AsyncSqlApi]:
         """The SQL API on one connection of ``shard``, in one transaction as ``principal``'s role
-        (read only unless ``write``). A lost or unreachable shard raises ShardUnavailable or one
+        (read only unless ``write``). A read is also one snapshot (REPEATABLE READ): a page that
+        reads a run's row, stack and history shows one moment of it, not a RUNNING row over a
+        history that has ended since. A lost or unreachable shard raises ShardUnavailable or one
         of ``TRANSIENT``, which the fan-out counts as unavailable."""
         async with (
             self.pools.connection(shard) as conn,
             set_role(conn, principal.role, "ui", actor=principal.actor),
             conn.transaction(),
         ):
-            if not write:
-                await conn.execute("SET TRANSACTION READ ONLY")
+            if not write:  # (a read-only transaction never fails to serialize)
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield AsyncSqlApi.on_connection(conn)
 
     def apis(self, principal: Principal, shards: tuple[int, ...] | None = None) -> Mapping[int, Any]:

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import jinja2
 
+from harvest.core.codecs import describe_tree
 from harvest.core.payload import redact
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE
 
@@ -46,19 +47,20 @@ def when(moment: Any) -> str:
 
 
 def pretty(value: Any) -> str:
-    """A JSON value, indented, for a <pre>."""
-    return json.dumps(value, indent=2, default=str, sort_keys=True)
+    """A JSON value, indented, for a <pre> (text in any script as written, not \\u escapes)."""
+    return json.dumps(value, indent=2, default=str, sort_keys=True, ensure_ascii=False)
 
 
 def compact(value: Any, width: int = 120) -> str:
     """A JSON value on one line, cut at ``width`` characters."""
-    text = json.dumps(value, default=str, separators=(",", ":"))
+    text = json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def with_query(query: Any, **changes: Any) -> str:
-    """The current query string with ``changes`` (None removes a key), for links that keep filters."""
-    items = [(k, v) for k, v in query.multi_items() if k not in changes]
+    """The current query string with ``changes`` (None removes a key), for links that keep filters.
+    An action's message (``msg``) is never kept: it was said on this page, about what was done."""
+    items = [(k, v) for k, v in query.multi_items() if k not in changes and k != "msg"]
     for k, v in changes.items():
         if v is None:
             continue
@@ -101,7 +103,10 @@ def _summary(event_type: str, data: dict[str, Any]) -> str:
     parts = []
     for key in ("seq", "name", "workflow_name", "signal_name", "update_id", "fire_at", "reason", "attempt"):
         if data.get(key) is not None:
-            parts.append(f"{key}={data[key]}")
+            # A time in event data keeps the offset of the session that wrote it: in UTC, as
+            # every time on the page.
+            value = when(data[key]) if key == "fire_at" else data[key]
+            parts.append(f"{key}={value}")
     failure = data.get("failure")
     if isinstance(failure, dict):
         parts.append(f"{failure.get('error_type')}: {failure.get('message')}")
@@ -135,7 +140,11 @@ def execution_page(
     """The parts of the execution page: the run (payloads redacted unless ``full``), what it
     waits on, the timeline, its signals, the updates accepted but not completed and those
     requested and not yet accepted (``requested``, list_update_requests)."""
-    show: Callable[[Any], Any] = (lambda v: v) if full else redact
+    # In full, an encoded or offloaded payload says what it is ("<encrypted (key k1)>",
+    # "<offloaded (n bytes, ref ...)>"), as `harvest workflow history --full` prints it: the
+    # dashboard holds no codec key, and a reference's JSON is not the payload.
+    # Redacted, an erased payload says "<erased>" as well: it has no size.
+    show: Callable[[Any], Any] = describe_tree if full else (lambda v: describe_tree(redact(v)))
     events = []
     signals = []
     accepted: dict[str, dict[str, Any]] = {}
@@ -188,6 +197,16 @@ def execution_page(
         # the run had seen); the database checks the boundary is a completed one.
         "resettable": [e["event_id"] - 1 for e in events if e["event_type"] == "WorkflowTaskCompleted"],
     }
+
+
+def cut_tree(node: dict[str, Any], depth: int, level: int = 0) -> dict[str, Any]:
+    """``node``'s tree (``list_tree``) drawn ``depth`` levels deep: a node at the last level
+    keeps no children but says whether it has some (``deeper``), so the page links to them
+    instead of drawing a leaf."""
+    children = node.get("children") or []
+    if level == depth:
+        return {**node, "children": [], "deeper": bool(children)}
+    return {**node, "children": [cut_tree(c, depth, level + 1) for c in children], "deeper": False}
 
 
 # -- schedules -----------------------------------------------------------------------------------
