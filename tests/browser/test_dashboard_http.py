@@ -468,6 +468,29 @@ def test_dags_pages_and_the_run_graph(ui: TestClient, demo: Demo) -> None:
     assert ui.get(f"/dags/nightly_etl/runs/{demo.ids['greet-0']}", headers=READ).status_code == 404
 
 
+def test_a_dag_runs_conf_and_a_schedules_input_are_payloads_a_read_principal_does_not_see(
+    ui: TestClient, demo: Demo
+) -> None:
+    """A DAG run's conf is its run's input, and a schedule's input every started run's: the run's
+    page shows a read principal their size only, while these two pages showed them whole."""
+    triggered = ui.post(
+        "/dags/nightly_etl/trigger",
+        headers=OPERATE,
+        data={"conf": '{"token": "hunter2"}'},
+        follow_redirects=False,
+    )
+    run_page = triggered.headers["location"].split("?")[0]
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.create_schedule('secret-input', 'greet', p_cron => '0 3 * * *', "
+            "p_input => '[\"hunter2\"]')"
+        )
+    for page in (run_page, "/schedules/0/secret-input"):
+        read = ui.get(page, headers=READ)
+        assert read.status_code == 200 and "hunter2" not in read.text and "redacted" in read.text, page
+        assert "hunter2" in ui.get(page, headers=OPERATE).text, page
+
+
 def test_dag_actions_need_operate(ui: TestClient, demo: Demo) -> None:
     run = demo.ids["dag"]
     assert ui.post("/dags/nightly_etl/trigger", headers=READ, data={"conf": "{}"}).status_code == 403

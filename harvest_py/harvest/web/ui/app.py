@@ -592,6 +592,8 @@ class Dashboard:
         row = await self.source.on_shard(
             shard, principal, lambda api: api.get_schedule(name, limit), write=False
         )
+        # The input every run it starts gets: a payload, shown in full to operate and above only.
+        row = {**row, "input": views.payload_shown(row.get("input"), principal.allows("operate"))}
         return self.render(
             request,
             "schedule.html",
@@ -694,6 +696,8 @@ class Dashboard:
         run = await self.source.routed(execution_id, principal, lambda api: api.get_dag_run(execution_id))
         if run["dag_name"] != name:
             raise NotFound(f"run {execution_id} is a run of DAG {run['dag_name']!r}, not of {name!r}")
+        # The conf is the run's input: in full to operate and above only, as on the run's page.
+        run = {**run, "conf": views.payload_shown(run.get("conf"), principal.allows("operate"))}
         return self.render(
             request,
             "dag_run.html",

@@ -51,6 +51,13 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, default=str, sort_keys=True, ensure_ascii=False)
 
 
+def payload_shown(value: Any, full: bool) -> Any:
+    """A payload the page shows outside a history (a DAG run's conf, a schedule's input): as it
+    is stored, said as the run's page says it (encrypted, offloaded), or, not ``full``, its size
+    only, as a run's input is shown to a principal who may not see payloads."""
+    return describe_tree(value if full else redact({"input": value})["input"])
+
+
 def compact(value: Any, width: int = 120) -> str:
     """A JSON value on one line, cut at ``width`` characters."""
     text = json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
