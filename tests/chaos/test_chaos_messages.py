@@ -19,7 +19,7 @@ from apps import wf_collect, wf_entity, wf_short, wf_signals, wf_updates
 from harness import check_history, count_events, history, query, runs, wait_until
 
 import harvest
-from harvest.core.errors import WorkflowCancelled, WorkflowNotRunning
+from harvest.core.errors import InvalidArgument, WorkflowCancelled, WorkflowNotRunning
 
 pytestmark = pytest.mark.chaos
 
@@ -555,7 +555,7 @@ def test_resets_racing_signals_keep_each_signal_once_in_order(chaos_db, workers)
             try:
                 c.get_handle(eid).reset(marks[-1], "chaos", signal_reapply="buffer")
                 resets += 1
-            except (WorkflowNotRunning, harvest.InvalidArgument):
+            except (WorkflowNotRunning, InvalidArgument):  # (a run that ended or moved on meanwhile)
                 pass
             if resets % 5 == 4:
                 workers.kill(rng.choice(workers.alive()))
