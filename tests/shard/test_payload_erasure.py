@@ -50,9 +50,11 @@ def _holds_secret(dsn: str, execution_id: str) -> bool:
     return SECRET in text
 
 
-def test_erasure_scrubs_the_live_run_and_every_sealed_copy_it_left(shards) -> None:
+def _parked_run(shards, workflow_id: str) -> str:
+    """A run of pe_parked holding SECRET, started on shard 0 and parked there (its first
+    workflow task completed), its worker gone."""
     with RunningWorker(APP, shards.dsns[0]), Client(shards.dsns[0]) as client:
-        execution_id = client.start_workflow(pe_parked, {"ssn": SECRET}, workflow_id="pe-moved").execution_id
+        execution_id = client.start_workflow(pe_parked, {"ssn": SECRET}, workflow_id=workflow_id).execution_id
         wait_until(
             lambda: (
                 scalar(
@@ -65,6 +67,11 @@ def test_erasure_scrubs_the_live_run_and_every_sealed_copy_it_left(shards) -> No
             ),
             what="the run parked on shard 0",
         )
+    return execution_id
+
+
+def test_erasure_scrubs_the_live_run_and_every_sealed_copy_it_left(shards) -> None:
+    execution_id = _parked_run(shards, "pe-moved")
     with ShardPools(ShardRouter(ALL, ALL, 0), shards.dsns, max_size=4) as pools:
         for source, target in ((0, 1), (1, 2)):
             move = Rebalancer(pools, source, target, operator_id="ops@test").move(execution_id)
@@ -99,20 +106,7 @@ def test_a_legal_hold_moves_with_its_run(shards) -> None:
     """A hold set before a move goes with the run: once the moved run has ended, erasure is
     refused on its live shard (and so nowhere scrubbed), the seal keeps no hold of its own, and
     the hold is released where the run lives."""
-    with RunningWorker(APP, shards.dsns[0]), Client(shards.dsns[0]) as client:
-        execution_id = client.start_workflow(pe_parked, {"ssn": SECRET}, workflow_id="pe-held").execution_id
-        wait_until(
-            lambda: (
-                scalar(
-                    shards.dsns[0],
-                    "SELECT count(*) FROM harvest.events"
-                    " WHERE execution_id = %s AND event_type = 'WorkflowTaskCompleted'",
-                    execution_id,
-                )
-                >= 1
-            ),
-            what="the run parked on shard 0",
-        )
+    execution_id = _parked_run(shards, "pe-held")
     code, out = _cli(shards, "workflow", "legal-hold", "set", execution_id, "--reason", "case 11")
     assert code == 0, out
     with ShardPools(ShardRouter(ALL, ALL, 0), shards.dsns, max_size=4) as pools:
