@@ -491,6 +491,25 @@ def test_what_json_or_a_path_cannot_carry_is_refused_before_the_request() -> Non
         )
 
 
+def test_a_drain_over_http_that_missed_shards_names_them_and_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over SQL with [shards], a drain that could not reach a shard names it and exits 1; over
+    HTTP the server's answer said so (`unavailable_shards`) and the CLI printed the row and
+    exited 0, so a script took a partial drain for a whole one."""
+    import httpx
+
+    drained = {"worker_id": "w1", "outcome": "draining", "shard_id": 0}
+
+    def server(request: httpx.Request) -> httpx.Response:
+        assert request.url.path.endswith("/workers/w1/drain")
+        return httpx.Response(200, json={**drained, "rows": [drained], "unavailable_shards": [2]})
+
+    monkeypatch.setattr(cli_http, "TRANSPORT", httpx.MockTransport(server))
+    partial = run("--base-url", BASE, "worker", "drain", "w1")
+    assert partial.exit_code == 1, partial.output
+    assert "shard(s) 2 could not be reached and were not drained" in partial.stderr
+    assert "draining" in partial.stdout and "unavailable_shards" not in partial.stdout
+
+
 def test_transport_choice(db: str) -> None:
     both_given = run("--base-url", BASE, "workflow", "list", "--database-url", db)
     assert both_given.exit_code == 2 and "not both" in both_given.stderr

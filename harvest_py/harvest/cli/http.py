@@ -623,7 +623,10 @@ class HttpApi:
         answer = self.http.post(f"/workers/{_p(worker_id)}/drain", body, scope="admin")
         rows = answer.get("rows") or []
         found = [r for r in rows if r.get("outcome") != "not_found"] or rows
-        return _untagged(found[0]) if found else {"worker_id": worker_id, "outcome": "not_found"}
+        drained = _untagged(found[0]) if found else {"worker_id": worker_id, "outcome": "not_found"}
+        if answer.get("unavailable_shards"):  # the server's shards it could not reach (the CLI fails)
+            drained["unavailable_shards"] = answer["unavailable_shards"]
+        return drained
 
     def preview_drain(self, queue: str | None, worker_id: str | None) -> list[dict[str, Any]]:
         answer = self.http.get("/workers/drain-preview", queue=queue, worker_id=worker_id)

@@ -204,7 +204,10 @@ def register(group: click.Group) -> None:
             return
         with sql_api(database_url, read_only=False) as sql:
             data = sql.drain_worker(worker_id, deadline, operator)
+        # Over HTTP, the shards the server could not reach: named and exit 1, as with [shards].
+        unreached = data.pop("unavailable_shards", [])
         emit(data, output, lambda d: mapping(d, DRAIN_FIELDS))
+        fail_if_unreached(unreached, "were not drained")
         if data["outcome"] == "not_found":
             raise SystemExit(1)
 
