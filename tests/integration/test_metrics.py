@@ -117,3 +117,24 @@ def test_one_sampler_per_database(start_worker) -> None:
     wait_for(lambda: first.sampler.samples + second.sampler.samples >= 3)
     assert sorted([first.sampler.leading, second.sampler.leading], key=len) == [set(), {0}]
     assert min(first.sampler.samples, second.sampler.samples) == 0
+
+
+class _FailingPump:
+    """A cross-shard relay pump whose sweep fails (a remote shard down), after the scan did not."""
+
+    ticks = 0
+
+    async def tick(self, sources) -> None:
+        _FailingPump.ticks += 1
+        raise RuntimeError("shard 2 is down")
+
+
+def test_a_scan_tick_is_counted_once_when_the_pump_after_it_fails(start_worker) -> None:
+    """A tick whose scan succeeded and whose relay pump then failed was counted twice, ok and
+    error: harvest_scanner_tick_total{outcome="error"} rose on ticks that had scanned."""
+    ok, error = (value("harvest_scanner_tick_total", shard="0", outcome=o) for o in ("ok", "error"))
+    running = start_worker(App(workflows=[metrics_wf], activities=[metrics_flaky]), metrics_interval=0.2)
+    running.worker.relay_pump = _FailingPump()
+    wait_for(lambda: _FailingPump.ticks >= 2)
+    assert value("harvest_scanner_tick_total", shard="0", outcome="ok") - ok >= 2
+    assert value("harvest_scanner_tick_total", shard="0", outcome="error") == error

@@ -1250,10 +1250,12 @@ class Worker:
             await asyncio.sleep(self.scan_interval)
             if not lane.usable:
                 continue
+            scanned = False
             try:
                 # Timeouts, workflow deadlines, relays, mutex grants, deferred starts: one call.
                 moved = await lane.sql.scan(100)
                 self.metrics.scanned(lane.shard, True)
+                scanned = True
                 if moved["expired_tasks"]:
                     log.info(
                         "timeout scanner: %s",
@@ -1288,7 +1290,8 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self.metrics.scanned(lane.shard, False)
+                if not scanned:  # (a tick counts once: the pump's or a resume's failure is not the scan's)
+                    self.metrics.scanned(lane.shard, False)
                 if not lane.note_failure(exc, "scanning"):
                     log.warning("timeout scan failed: %s", exc)
             if lane.usable:  # a sweep's failure (a relay's remote shard down) stops no schedule
