@@ -5,6 +5,7 @@ filters' 400s, paging, and each action done with its scope and refused without i
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import re
 import socket
@@ -90,6 +91,31 @@ def test_no_token_is_401_and_the_login_cookie_signs_in(ui: TestClient) -> None:
     assert "httponly" in signed.headers["set-cookie"].lower()
     assert "samesite=strict" in signed.headers["set-cookie"].lower()
     assert ui.get("/workers").status_code == 200  # the cookie is sent on as the Bearer token
+
+
+def test_signing_in_goes_back_to_the_page_that_asked_and_never_to_another_site(ui: TestClient) -> None:
+    """Signing in always landed on /workflows, whatever page had answered 401. The 401 page now
+    links to the sign-in with the page's path, and the sign-in goes back there; a `next` that is
+    not a path of this dashboard (another site, a backslash, a header's end) lands on /workflows."""
+    refused = ui.get("/workers?status=active")
+    assert refused.status_code == 401
+    link = re.search(r'href="(/login\?next=[^"]+)"', refused.text).group(1)
+    form = ui.get(html.unescape(link))
+    assert 'name="next" value="/workers?status=active"' in form.text
+    signed = ui.post(
+        "/login", data={"token": "read-token", "next": "/workers?status=active"}, follow_redirects=False
+    )
+    assert signed.status_code == 303 and signed.headers["location"] == "/workers?status=active"
+    for elsewhere in (
+        "//evil.example/x",
+        "https://evil.example/",
+        "/\\evil.example",
+        "/x\r\nSet-Cookie: a=b",
+        "workers",
+    ):
+        landed = ui.post("/login", data={"token": "read-token", "next": elsewhere}, follow_redirects=False)
+        assert landed.headers["location"] == "/workflows", elsewhere
+    assert 'name="next"' not in ui.get("/login?next=//evil.example").text
 
 
 def test_workers_filters_refuse_unknown_values(ui: TestClient) -> None:

@@ -263,7 +263,11 @@ class Dashboard:
     def error(
         self, request: Request, status: int, message: str, principal: Principal | None = None
     ) -> Response:
-        return self.render(request, "error.html", status, status=status, message=message, principal=principal)
+        # A page refused for want of a token signs in back to itself (a GET: a form's POST is not
+        # replayed).
+        back_to = _page_path(request) if status == 401 and request.method == "GET" else None
+        context = {"status": status, "message": message, "principal": principal, "back_to": back_to}
+        return self.render(request, "error.html", status, **context)
 
     async def _principal(self, request: Request, needed: Scope) -> Principal | Response:
         """The principal the authorizer makes of ``request`` for ``needed``, or the error page
@@ -354,7 +358,8 @@ class Dashboard:
     # -- sign in -----------------------------------------------------------------------------------
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
-            return self.render(request, "login.html", principal=None, refresh=None)
+            after = _local_path(request.query_params.get("next"))
+            return self.render(request, "login.html", principal=None, refresh=None, after=after)
         refused = _refused_post(request)
         if refused is not None:
             return self.error(request, *refused)
@@ -364,7 +369,7 @@ class Dashboard:
             return self.error(request, 413, str(exc))
         token = (form.get("token") or "").strip()
         base = request.scope.get("root_path", "").rstrip("/")
-        response = RedirectResponse(f"{base}/workflows", status_code=303)
+        response = RedirectResponse(f"{base}{_local_path(form.get('next')) or '/workflows'}", status_code=303)
         response.set_cookie(
             TOKEN_COOKIE,
             token,
@@ -1015,6 +1020,25 @@ def _blank_none(value: str | None) -> str | None:
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def _page_path(request: Request) -> str:
+    """This page's path and query within the dashboard (its mount's prefix off), for a link back."""
+    base = request.scope.get("root_path", "").rstrip("/")
+    path = request.url.path[len(base) :] if base and request.url.path.startswith(base) else request.url.path
+    return path + (f"?{request.url.query}" if request.url.query else "")
+
+
+def _local_path(value: str | None) -> str | None:
+    """``value`` when it is a path of this dashboard to go back to after signing in, else None:
+    never another site (``//host``, ``https://host``, a backslash browsers read as a slash) or a
+    header's end (a control character)."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return None
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        return None
+    parts = urllib.parse.urlsplit(value)
+    return None if parts.scheme or parts.netloc else value
 
 
 def _refused_post(request: Request) -> tuple[int, str] | None:
