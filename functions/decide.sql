@@ -1779,7 +1779,7 @@ BEGIN
         p_reuse_policy => 'terminate_if_running', p_search_attributes => p_execution.search_attributes,
         -- NULL: this database's shard (a moved run's id names its origin shard).
         p_parent_id => p_execution.parent_id, p_shard => NULL,
-        p_run_timeout_secs => p_execution.run_timeout_secs, p_flow_gates => false,
+        p_run_timeout_secs => p_execution.run_timeout_secs, p_flow_gates => false, p_continues => true,
         p_traceparent => coalesce(p_traceparent, (
             SELECT ev.event_data ->> 'traceparent' FROM harvest.events AS ev
             WHERE ev.execution_id = p_execution.id AND ev.event_id = 1))) AS s;

@@ -700,7 +700,11 @@ CREATE OR REPLACE FUNCTION harvest._start_workflow(
     -- pending start and a continue-as-new successor pass false.
     p_flow_gates boolean DEFAULT true,
     -- The W3C traceparent of the starting span: the run's spans continue its trace.
-    p_traceparent text DEFAULT NULL
+    p_traceparent text DEFAULT NULL,
+    -- true: a continue-as-new successor, the same run going on: its quota key is resolved
+    -- and not checked again (a key whose dead-letter or history quota is spent refuses new
+    -- runs, not the rotation of a live one, which would fail its decision for good).
+    p_continues boolean DEFAULT false
 )
 RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
 LANGUAGE plpgsql
@@ -749,7 +753,10 @@ BEGIN
         RETURN;
     END IF;
 
-    IF v_policy ?| ARRAY['quota', 'concurrency'] THEN
+    IF p_continues THEN
+        v_quota_key := harvest._resolve_key(p_input, v_policy #>> '{quota,key}');
+        v_concurrency_key := harvest._resolve_key(p_input, v_policy #>> '{concurrency,key}');
+    ELSIF v_policy ?| ARRAY['quota', 'concurrency'] THEN
         v_keys := harvest._start_flow_keys(p_workflow_name, p_input, v_policy);
         v_quota_key := v_keys.quota_key;
         v_concurrency_key := v_keys.concurrency_key;

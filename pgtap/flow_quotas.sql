@@ -1,7 +1,7 @@
 -- functions/flow_quotas.sql: harvest._check_quota, harvest.quota_usage, and the check in start_workflow;
 -- the history-bytes quota and the history byte cap agree.
 BEGIN;
-SELECT plan(9);
+SELECT plan(10);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {"wf_q": {"quota": {"key": "input.t", "max_active_executions": 2}}}}');
 SELECT harvest.start_workflow('wf_q', '[{"t": "a"}]', 'q' || n, 'qq') FROM generate_series(1, 2) AS n;
@@ -37,5 +37,17 @@ SELECT is((SELECT history_bytes FROM harvest.executions WHERE id = (SELECT execu
           (SELECT sum(octet_length(ev.event_data::text))::bigint FROM harvest.events AS ev
            WHERE ev.execution_id = (SELECT execution_id FROM qa)),
           'the measure is the JSON text bytes of each event (a multi-byte character counts its bytes)');
+-- A continue-as-new successor is the same run going on, not a new admission: a key whose
+-- dead-letter quota is exhausted (so new starts are refused) still lets its running runs rotate.
+SELECT harvest.declare_flow_policies('{"workflows": {"wf_qc": {"quota": {"key": "input.t", "max_dead_letters": 1}}}}');
+SELECT harvest.start_workflow('wf_qc', '[{"t": "c"}]', 'qc1', 'qcq');
+INSERT INTO harvest.dead_letters (execution_id, workflow_name, seq, activity_name, queue, attempts, failure,
+                                  scheduled_at, failed_at)
+SELECT e.id, 'wf_qc', 9, 'a', 'qcq', 1, '{}', harvest.now(), harvest.now()
+FROM harvest.executions AS e WHERE e.workflow_id = 'qc1';
+SELECT lives_ok($$SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1,
+                      '[{"type": "continue_as_new", "input": [{"t": "c"}]}]')
+                  FROM harvest.claim_tasks('w-qc', ARRAY['qcq'], 1) AS c$$,
+                'a continue-as-new is not refused by the quota of its key');
 SELECT * FROM finish();
 ROLLBACK;
