@@ -25,6 +25,9 @@
 --   llm_unpriced_calls,
 --   llm_latency_ms
 -- Local activities are markers, not activities, and are not counted.
+-- A reset fork's copies of its source's events (those before its WorkflowResetFork marker,
+-- which keep their original times) are counted once, on the source; the fork counts what it
+-- appends after the marker.
 -- A run moved by a shard rebalance is counted once across the shards: each event
 -- on the shard that appended it (the events a copy brought are skipped, and so is
 -- a staged copy), so the per-shard reports add up. Ledger rows stay on the shard
@@ -96,8 +99,16 @@ BEGIN
     WITH runs AS (
         SELECT x.id,
                CASE WHEN v_attr IS NULL THEN x.workflow_name
-                    ELSE coalesce(x.search_attributes ->> v_attr, '(unattributed)') END AS grp
+                    ELSE coalesce(x.search_attributes ->> v_attr, '(unattributed)') END AS grp,
+               fork.marker
         FROM harvest.executions AS x
+        -- A reset fork (functions/reset.sql) holds copies of its source's events, with their
+        -- times, before its WorkflowResetFork marker; the source counts them. The last marker
+        -- (a fork of a fork copies the first), by the events primary key.
+        LEFT JOIN LATERAL (
+            SELECT max(f.event_id) AS marker FROM harvest.events AS f
+            WHERE f.execution_id = x.id AND f.event_type = 'WorkflowResetFork'
+        ) AS fork ON true
         WHERE x.created_at < p_to AND (x.completed_at IS NULL OR x.completed_at >= p_from)
           AND x.status <> 'MIGRATING'
     ),
@@ -110,6 +121,7 @@ BEGIN
         LEFT JOIN harvest.shard_arrivals AS a ON a.execution_id = r.id
         WHERE e.created_at >= p_from AND e.created_at < p_to
           AND NOT coalesce(a.copied_events @> e.event_id, false)
+          AND e.event_id > coalesce(r.marker, 0)
           AND e.event_type IN ('WorkflowStarted', 'WorkflowCompleted', 'WorkflowFailed', 'WorkflowCancelled',
                                'WorkflowTimedOut', 'ActivityCompleted', 'ActivityFailed')
     ),

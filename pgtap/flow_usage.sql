@@ -1,6 +1,6 @@
 -- functions/flow_usage.sql: harvest.count_usage, harvest.record_llm_call.
 BEGIN;
-SELECT plan(14);
+SELECT plan(16);
 SET LOCAL harvest.fake_now = '2030-03-01 00:00:00+00';
 CREATE TEMP TABLE u ON COMMIT DROP AS
 SELECT n, (harvest.start_workflow('wf_u', '[]', 'u' || n, 'uq',
@@ -65,5 +65,25 @@ SELECT lives_ok($$SELECT * FROM harvest.count_usage('2030-01-01', '2030-06-01')$
 SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-03-02', '2030-03-01')$$, 'HR001', NULL, 'to before from');
 SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-03-01', '2030-03-02', 'tenant')$$, 'HR001', NULL,
                  'an unknown group_by');
+
+-- A reset fork carries copies of its source's events (with their original times): the start and
+-- the activity they record are counted once, on the source; only what the fork appends is its own.
+SELECT set_config('harvest.fake_now', '2030-03-01 00:00:20+00', true);
+CREATE TEMP TABLE f ON COMMIT DROP AS
+SELECT (harvest.reset_workflow(u.execution_id, e.event_id, 'redeploy', 'ops-1') ->> 'new_execution_id')::uuid AS id
+FROM u JOIN harvest.events AS e ON e.execution_id = u.execution_id AND e.event_type = 'ActivityCompleted'
+WHERE u.n = 1;
+SELECT results_eq($$SELECT group_name, workflow_starts, activity_executions, activity_compute_seconds
+                    FROM harvest.count_usage('2030-03-01', '2030-03-02')$$,
+    $$VALUES ('wf_u'::text, 3::bigint, 1::bigint, 6::double precision)$$,
+    'a reset fork''s copied events are not counted again (one start, one activity, its compute once)');
+-- the fork's own work counts: it completes
+CREATE TEMP TABLE fc ON COMMIT DROP AS
+SELECT c.* FROM harvest.claim_tasks('w', ARRAY['uq'], 10) AS c JOIN f ON f.id = c.execution_id;
+SELECT harvest.complete_workflow_task(fc.task_id, fc.fencing_token, 1,
+    '[{"type": "complete_workflow", "result": "ok"}]') FROM fc;
+SELECT results_eq($$SELECT workflow_starts, completed, activity_executions FROM harvest.count_usage('2030-03-01', '2030-03-02')$$,
+    $$VALUES (3::bigint, 1::bigint, 1::bigint)$$,
+    'what the fork appends after its copies is counted (its completion)');
 SELECT * FROM finish();
 ROLLBACK;
