@@ -159,3 +159,19 @@ def test_bad_arguments_are_refused_at_construction() -> None:
         HarvestLifespan(run_worker=True)
     with pytest.raises(ValueError, match="must start with /"):
         HarvestLifespan(app, mount_path="api/")
+
+
+def test_an_app_stopped_at_once_stops_its_worker(db: str) -> None:
+    # Shutdown right after startup, before the worker task has run far enough to hand over
+    # its Worker: the stop must still reach it (it used to wait for a worker never asked to
+    # stop, and the app never shut down).
+    api = fastapi_app(db, run_worker=True)
+
+    async def nothing(http: httpx.AsyncClient) -> None:
+        return None
+
+    async def stopped() -> None:
+        await asyncio.wait_for(serve(api, nothing), 20)
+
+    asyncio.run(stopped())
+    assert api.state.harvest.worker is None

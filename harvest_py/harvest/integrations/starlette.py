@@ -97,6 +97,7 @@ class HarvestLifespan:
         self.worker: Worker | None = None
         self._client: AsyncClient | None = None
         self._worker_task: asyncio.Task[None] | None = None
+        self._stop_requested = False
 
     @property
     def client(self) -> AsyncClient:
@@ -166,9 +167,12 @@ class HarvestLifespan:
     async def _start_worker(self, config: Config) -> None:
         assert self.app is not None  # checked in __init__
         options = configured_options(self.app, config, **self.worker_options)
+        self._stop_requested = False
 
         def started(worker: Worker) -> None:
             self.worker = worker
+            if self._stop_requested:  # the app stopped before the worker was built
+                worker.request_stop()
 
         self._worker_task = asyncio.create_task(
             run_worker(self.app, config, options, database_url=self.dsn, started=started),
@@ -182,6 +186,8 @@ class HarvestLifespan:
         task, self._worker_task = self._worker_task, None
         if task is None:
             return
+        # A worker not built yet (the app stopped right after startup) stops as it is handed over.
+        self._stop_requested = True
         if self.worker is not None:
             self.worker.request_stop()
         try:
