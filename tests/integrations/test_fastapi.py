@@ -175,3 +175,22 @@ def test_an_app_stopped_at_once_stops_its_worker(db: str) -> None:
 
     asyncio.run(stopped())
     assert api.state.harvest.worker is None
+
+
+@pytest.mark.parametrize(
+    ("module", "missing", "extra"),
+    [
+        ("harvest.integrations.fastapi", "fastapi", "fastapi"),
+        ("harvest.integrations.starlette", "starlette", "web"),
+        ("harvest.integrations.starlette", "jinja2", "web"),
+    ],
+)
+def test_a_missing_extra_is_named_with_its_install_line(module: str, missing: str, extra: str) -> None:
+    import subprocess
+    import sys
+
+    code = f"import sys; sys.modules[{missing!r}] = None; import {module}"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError") and f"pip install 'harvest-workflows[{extra}]'" in last, last

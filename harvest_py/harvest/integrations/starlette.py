@@ -28,20 +28,26 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from starlette.applications import Starlette
-from starlette.requests import HTTPConnection, Request
-from starlette.responses import Response
-from starlette.routing import Mount
-
 from harvest.client.client import AsyncClient
 from harvest.config import async_shard_pools, load_config
 from harvest.config.config import Config
 from harvest.config.process import configured_options, is_sharded, run_worker, worker_dsn
 from harvest.declare.definitions import App
-from harvest.web.app import management_app
-from harvest.web.errors import error_response
-from harvest.web.principal import Authorizer
 from harvest.worker.worker import Worker
+
+try:  # the web face's packages (Starlette, Jinja2, ...): the [web] extra
+    from starlette.applications import Starlette
+    from starlette.requests import HTTPConnection, Request
+    from starlette.responses import Response
+    from starlette.routing import Mount
+
+    from harvest.web.app import management_app
+    from harvest.web.errors import error_response
+    from harvest.web.principal import Authorizer
+except ImportError as exc:
+    raise ImportError(
+        f"harvest.integrations.starlette needs the web extra ({exc}): pip install 'harvest-workflows[web]'"
+    ) from exc
 
 __all__ = ["DEFAULT_MOUNT_PATH", "HarvestLifespan", "harvest_client", "harvest_error_handler"]
 
