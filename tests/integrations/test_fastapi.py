@@ -194,3 +194,20 @@ def test_a_missing_extra_is_named_with_its_install_line(module: str, missing: st
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError") and f"pip install 'harvest-workflows[{extra}]'" in last, last
+
+
+def test_the_api_is_reached_past_a_catch_all_route_of_the_app(db: str) -> None:
+    # A single-page app's fallback (a route matching every path) declared by the app before the
+    # lifespan mounts the management API must not swallow the API's paths.
+    api = fastapi_app(db, run_worker=False)
+
+    @api.get("/{path:path}")
+    async def fallback(path: str) -> dict[str, str]:
+        return {"page": path}
+
+    async def calls(http: httpx.AsyncClient) -> None:
+        ready = await http.get("/api/harvest/health/ready")
+        assert ready.status_code == 200 and "page" not in ready.json(), ready.text
+        assert (await http.get("/elsewhere")).json() == {"page": "elsewhere"}
+
+    asyncio.run(serve(api, calls))

@@ -161,7 +161,9 @@ class HarvestLifespan:
             app=self.app,
         )
         mount = Mount(self.mount_path or DEFAULT_MOUNT_PATH, app=api)
-        asgi_app.router.routes.append(mount)
+        # First, so that a route of the app matching every path (a single-page app's fallback)
+        # does not answer the API's paths.
+        asgi_app.router.routes.insert(0, mount)
         self.management_api = api
         try:
             async with api.router.lifespan_context(api):
