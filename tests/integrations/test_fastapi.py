@@ -159,3 +159,55 @@ def test_bad_arguments_are_refused_at_construction() -> None:
         HarvestLifespan(run_worker=True)
     with pytest.raises(ValueError, match="must start with /"):
         HarvestLifespan(app, mount_path="api/")
+
+
+def test_an_app_stopped_at_once_stops_its_worker(db: str) -> None:
+    # Shutdown right after startup, before the worker task has run far enough to hand over
+    # its Worker: the stop must still reach it (it used to wait for a worker never asked to
+    # stop, and the app never shut down).
+    api = fastapi_app(db, run_worker=True)
+
+    async def nothing(http: httpx.AsyncClient) -> None:
+        return None
+
+    async def stopped() -> None:
+        await asyncio.wait_for(serve(api, nothing), 20)
+
+    asyncio.run(stopped())
+    assert api.state.harvest.worker is None
+
+
+@pytest.mark.parametrize(
+    ("module", "missing", "extra"),
+    [
+        ("harvest.integrations.fastapi", "fastapi", "fastapi"),
+        ("harvest.integrations.starlette", "starlette", "web"),
+        ("harvest.integrations.starlette", "jinja2", "web"),
+    ],
+)
+def test_a_missing_extra_is_named_with_its_install_line(module: str, missing: str, extra: str) -> None:
+    import subprocess
+    import sys
+
+    code = f"import sys; sys.modules[{missing!r}] = None; import {module}"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError") and f"pip install 'harvest-workflows[{extra}]'" in last, last
+
+
+def test_the_api_is_reached_past_a_catch_all_route_of_the_app(db: str) -> None:
+    # A single-page app's fallback (a route matching every path) declared by the app before the
+    # lifespan mounts the management API must not swallow the API's paths.
+    api = fastapi_app(db, run_worker=False)
+
+    @api.get("/{path:path}")
+    async def fallback(path: str) -> dict[str, str]:
+        return {"page": path}
+
+    async def calls(http: httpx.AsyncClient) -> None:
+        ready = await http.get("/api/harvest/health/ready")
+        assert ready.status_code == 200 and "page" not in ready.json(), ready.text
+        assert (await http.get("/elsewhere")).json() == {"page": "elsewhere"}
+
+    asyncio.run(serve(api, calls))

@@ -19,9 +19,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends
-
 from harvest.client.client import AsyncClient
+
+try:
+    from fastapi import Depends
+except ImportError as exc:
+    raise ImportError(
+        f"harvest.integrations.fastapi needs FastAPI ({exc}): pip install 'harvest-workflows[fastapi]'"
+    ) from exc
 from harvest.integrations.starlette import (
     DEFAULT_MOUNT_PATH,
     HarvestLifespan,

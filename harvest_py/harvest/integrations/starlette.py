@@ -28,20 +28,26 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from starlette.applications import Starlette
-from starlette.requests import HTTPConnection, Request
-from starlette.responses import Response
-from starlette.routing import Mount
-
 from harvest.client.client import AsyncClient
 from harvest.config import async_shard_pools, load_config
 from harvest.config.config import Config
 from harvest.config.process import configured_options, is_sharded, run_worker, worker_dsn
 from harvest.declare.definitions import App
-from harvest.web.app import management_app
-from harvest.web.errors import error_response
-from harvest.web.principal import Authorizer
 from harvest.worker.worker import Worker
+
+try:  # the web face's packages (Starlette, Jinja2, ...): the [web] extra
+    from starlette.applications import Starlette
+    from starlette.requests import HTTPConnection, Request
+    from starlette.responses import Response
+    from starlette.routing import Mount
+
+    from harvest.web.app import management_app
+    from harvest.web.errors import error_response
+    from harvest.web.principal import Authorizer
+except ImportError as exc:
+    raise ImportError(
+        f"harvest.integrations.starlette needs the web extra ({exc}): pip install 'harvest-workflows[web]'"
+    ) from exc
 
 __all__ = ["DEFAULT_MOUNT_PATH", "HarvestLifespan", "harvest_client", "harvest_error_handler"]
 
@@ -97,6 +103,7 @@ class HarvestLifespan:
         self.worker: Worker | None = None
         self._client: AsyncClient | None = None
         self._worker_task: asyncio.Task[None] | None = None
+        self._stop_requested = False
 
     @property
     def client(self) -> AsyncClient:
@@ -154,7 +161,9 @@ class HarvestLifespan:
             app=self.app,
         )
         mount = Mount(self.mount_path or DEFAULT_MOUNT_PATH, app=api)
-        asgi_app.router.routes.append(mount)
+        # First, so that a route of the app matching every path (a single-page app's fallback)
+        # does not answer the API's paths.
+        asgi_app.router.routes.insert(0, mount)
         self.management_api = api
         try:
             async with api.router.lifespan_context(api):
@@ -166,9 +175,12 @@ class HarvestLifespan:
     async def _start_worker(self, config: Config) -> None:
         assert self.app is not None  # checked in __init__
         options = configured_options(self.app, config, **self.worker_options)
+        self._stop_requested = False
 
         def started(worker: Worker) -> None:
             self.worker = worker
+            if self._stop_requested:  # the app stopped before the worker was built
+                worker.request_stop()
 
         self._worker_task = asyncio.create_task(
             run_worker(self.app, config, options, database_url=self.dsn, started=started),
@@ -182,6 +194,8 @@ class HarvestLifespan:
         task, self._worker_task = self._worker_task, None
         if task is None:
             return
+        # A worker not built yet (the app stopped right after startup) stops as it is handed over.
+        self._stop_requested = True
         if self.worker is not None:
             self.worker.request_stop()
         try:
