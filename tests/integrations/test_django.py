@@ -78,6 +78,35 @@ def test_a_changed_setting_closes_the_shared_client(harvest_db: str) -> None:
         assert harvest_django.get_config().get("profile") == "dev"
 
 
+def test_a_sharded_client_that_fails_to_open_closes_its_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With [shards], get_client() opened the shard pools, then the Client; a Client that failed
+    (a shard down at its first call) left the pools open, and each later call opened more."""
+    opened: list[object] = []
+
+    class Pools:
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    def shard_pools(config: object, dsn: object) -> Pools:
+        opened.append(Pools())
+        return opened[-1]  # type: ignore[return-value]
+
+    def refusing_client(*args: object, **kwargs: object) -> None:
+        raise ConfigError("shard 1 is down")
+
+    monkeypatch.setattr(harvest_django, "is_sharded", lambda config: True)
+    monkeypatch.setattr(harvest_django, "shard_pools", shard_pools)
+    monkeypatch.setattr(harvest_django, "Client", refusing_client)
+    monkeypatch.setattr(harvest_django, "worker_dsn", lambda config: None)
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="shard 1 is down"):
+            harvest_django.get_client()
+    assert len(opened) == 2 and all(pools.closed for pools in opened)  # type: ignore[attr-defined]
+    assert harvest_django._pools is None
+
+
 def test_settings_harvest_is_a_harvest_config_with_the_variables_over_it() -> None:
     data = {"database_url": "postgresql:///a", "worker": {"concurrency": 8, "queues": ["a", "b"]}}
     config = config_from_mapping(data, "settings.HARVEST", env={"HARVEST_WORKER__CONCURRENCY": "3"})

@@ -100,8 +100,13 @@ def get_client() -> Client:
             app = get_app()
             codecs = app.payloads if app is not None else None
             if is_sharded(config):
-                _pools = shard_pools(config, worker_dsn(config))
-                _client = Client(shards=_pools, codecs=codecs)
+                pools = shard_pools(config, worker_dsn(config))
+                try:
+                    _client = Client(shards=pools, codecs=codecs)
+                except BaseException:  # (the next call opens pools again: these would be left open)
+                    pools.close()
+                    raise
+                _pools = pools
             else:
                 _client = Client(worker_dsn(config), codecs=codecs)
         return _client
