@@ -23,6 +23,14 @@ from harvest.core.errors import SchemaMismatch
 HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
 
 
+def _demo_and_exit(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`harvest dev --demo-and-exit` under ``env``, which must succeed."""
+    args = [*HARVEST, "dev", "--demo-and-exit"]
+    done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_dev_runs_the_demo_end_to_end_and_cleans_up() -> None:
     # Not under pytest's tmp_path: run as root, the server runs as another user, which needs to
     # traverse every parent of its directory, and a pytest session starting beside this one (the
@@ -31,15 +39,7 @@ def test_dev_runs_the_demo_end_to_end_and_cleans_up() -> None:
     env = {**os.environ, "TMPDIR": str(scratch)}
     env.pop("HARVEST_DEV_DATABASE_URL", None)
     try:
-        done = subprocess.run(
-            [*HARVEST, "dev", "--demo-and-exit"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-            env=env,
-        )
-        assert done.returncode == 0, done.stderr
+        done = _demo_and_exit(env)
         assert "result: {" in done.stdout and "Hello, world!" in done.stdout
         assert "psql" in done.stdout and "harvest workflow start greet" in done.stdout
         assert list(scratch.iterdir()) == []  # the data directory is gone
@@ -56,16 +56,7 @@ def test_dev_refuses_a_remote_database() -> None:
 
 
 def test_dev_uses_an_existing_local_database(db: str) -> None:
-    env = {**os.environ, "HARVEST_DEV_DATABASE_URL": db}
-    done = subprocess.run(
-        [*HARVEST, "dev", "--demo-and-exit"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _demo_and_exit({**os.environ, "HARVEST_DEV_DATABASE_URL": db})
     assert "Hello, world!" in done.stdout
 
 
