@@ -35,22 +35,29 @@ def test_functions_version_is_the_schema_version() -> None:
 
 
 class _Conn:
-    """Answers harvest.schema_version() like a migrated database."""
+    """Answers harvest.schema_version() and functions_version() like a migrated database (the
+    cursor a SqlApi reads them through)."""
+
+    pgresult = type("Result", (), {"nfields": 1})()
 
     def __init__(self, version: str) -> None:
         self.version = version
 
-    def transaction(self):
-        import contextlib
+    def cursor(self, **_kwargs):
+        return self
 
-        return contextlib.nullcontext()
+    def __enter__(self):
+        return self
 
-    def execute(self, sql: str):
+    def __exit__(self, *_exc):
+        return None
+
+    def execute(self, sql: str, _params=None):
         assert "schema_version()" in sql or "functions_version()" in sql
         return self
 
-    def fetchone(self):
-        return (self.version,)
+    def fetchall(self):
+        return [{"version": self.version}]
 
 
 def test_check_schema_reads_no_migration_file(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,8 +31,10 @@ from typing import Any, cast
 import psycopg
 
 from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch, from_database_error
-from harvest.db import SCHEMA_VERSION, paths
-from harvest.db.connection import connect
+from harvest.db import SCHEMA_VERSION, paths, sqlapi
+from harvest.db.connection import DatabaseError, connect, schema_missing
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+from harvest.db.steps import Sql, Steps, arun_steps, run_steps
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARK = "-- harvest:no-transaction"
@@ -514,42 +516,43 @@ def unfinished_migration(found: str, functions: str | None, who: str = "this Har
     )
 
 
-# harvest.schema_version() missing, or the harvest schema itself: no Harvest schema at all.
-_NO_SCHEMA = (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName)
-
-
-def check_schema(conn: psycopg.Connection) -> None:
-    """Refuse to work against a schema this package does not match: its migrations (the
-    ledger's newest), and its functions (the migration they were written for: the function
-    files come after the migrations, and a run can stop in between)."""
-    expected = SCHEMA_VERSION
+def read_versions() -> Steps[tuple[str | None, str | None]]:
+    """The database's schema version (None: no Harvest schema) and, when it is this package's,
+    the migration its functions were written for (None: an older release's functions, or a
+    schema that is not this package's). The one reader of both, for every driver: the client,
+    the worker, the readiness probe and the shard health check."""
     try:
-        with conn.transaction():
-            found = conn.execute("SELECT harvest.schema_version()").fetchone()[0]  # type: ignore[index]  # one row
-    except _NO_SCHEMA:
-        found = None
-    if found != expected:
-        raise schema_mismatch(found, expected)
+        found = yield Sql(sqlapi.schema_version)
+    except DatabaseError as exc:
+        if not schema_missing(exc):
+            raise
+        return None, None
+    if found != SCHEMA_VERSION:
+        return found, None
     try:
-        with conn.transaction():
-            functions = conn.execute("SELECT harvest.functions_version()").fetchone()[0]  # type: ignore[index]  # one row
-    except psycopg.errors.UndefinedFunction:
+        functions = yield Sql(sqlapi.functions_version)
+    except DatabaseError as exc:
+        if not schema_missing(exc):
+            raise
         functions = None
-    if functions != expected:
-        raise unfinished_migration(found, functions)
+    return found, functions
 
 
-async def check_schema_async(sql: Any, who: str) -> None:
-    """:func:`check_schema` over an AsyncSqlApi (the worker's pool)."""
-    try:
-        found = await sql.schema_version()
-    except _NO_SCHEMA:
-        found = None
+def _refuse_mismatch(found: str | None, functions: str | None, who: str) -> None:
     if found != SCHEMA_VERSION:
         raise schema_mismatch(found, SCHEMA_VERSION, who)
-    try:
-        functions = await sql.functions_version()
-    except psycopg.errors.UndefinedFunction:
-        functions = None
     if functions != SCHEMA_VERSION:
         raise unfinished_migration(found, functions, who)
+
+
+def check_schema(conn: psycopg.Connection, who: str = "this Harvest") -> None:
+    """Refuse to work against a schema this package does not match: its migrations (the
+    ledger's newest), and its functions (the migration they were written for: the function
+    files come after the migrations, and a run can stop in between). ``conn`` is autocommit
+    (a pool's): a read that fails ends the reads."""
+    _refuse_mismatch(*run_steps(read_versions(), SqlApi(conn)), who)
+
+
+async def check_schema_async(sql: AsyncSqlApi, who: str) -> None:
+    """:func:`check_schema` over an AsyncSqlApi (the worker's pool, the async client's connection)."""
+    _refuse_mismatch(*await arun_steps(read_versions(), sql), who)

@@ -21,8 +21,10 @@ from typing import Any
 
 from harvest.core.errors import HarvestError
 from harvest.db import SCHEMA_VERSION
-from harvest.db.connection import DatabaseError, connect, redact
+from harvest.db.connection import DatabaseError, connect, redact, schema_missing
+from harvest.db.migrate import read_versions
 from harvest.db.sqlapi import SqlApi, translated_errors
+from harvest.db.steps import run_steps
 from harvest.shard.router import ShardRouter
 
 __all__ = ["READINESS", "REASONS", "overall_readiness", "shard_health", "shard_roles", "stranded_work"]
@@ -41,9 +43,6 @@ REASONS = {
     "queue_uncovered": "degraded",  # a declared queue with no live worker here
     "stranded_work": "degraded",  # claimable work on a queue no live worker here polls
 }
-
-# SQLSTATEs of a database that lacks the schema or one of its functions.
-_MISSING = {"3F000": "schema", "42P01": "schema", "42883": "function"}
 
 # Schedules do not exist in this Harvest yet: their freshness is reported as not applicable.
 SCHEDULER_NOT_APPLICABLE = {"status": "not_applicable", "reason": "this Harvest has no schedules"}
@@ -88,40 +87,27 @@ def _inspect(
         conn.execute("SET default_transaction_read_only = on")
         sql = SqlApi(conn)
         schema = row["schema"]
-        try:
-            with translated_errors():
-                found = sql.schema_version()
-        except DatabaseError as exc:
-            if _MISSING.get(getattr(exc, "sqlstate", "")) is None:
-                raise
+        found, functions = run_steps(read_versions(), sql)
+        if found is None:
             reasons.append("schema_migration_missing")
             row["error"] = f"no Harvest schema: run harvest migrate run --shard-id {shard} against it"
             return
         schema["version"] = found
-        if found is None or found < SCHEMA_VERSION:
+        if found < SCHEMA_VERSION:
             reasons.append("schema_migration_missing")
         elif found > SCHEMA_VERSION:
             reasons.append("schema_ahead")
-        else:
-            # Migrated; its functions too? (a migrate run stopped after its migrations leaves
-            # the older release's, which answer an older functions_version(), or have none)
-            try:
-                with translated_errors():
-                    functions = sql.functions_version()
-            except DatabaseError as exc:
-                if _MISSING.get(getattr(exc, "sqlstate", "")) is None:
-                    raise
-                functions = None
-            if functions != found:
-                reasons.append("schema_migration_missing")
-                row["error"] = (
-                    f"its last `harvest migrate run` did not finish (schema version {found}, the "
-                    f"functions of {functions or 'an older release'}): run harvest migrate run against it"
-                )
+        elif functions != found:
+            # a migrate run stopped after its migrations: the older release's functions
+            reasons.append("schema_migration_missing")
+            row["error"] = (
+                f"its last `harvest migrate run` did not finish (schema version {found}, the "
+                f"functions of {functions or 'an older release'}): run harvest migrate run against it"
+            )
         try:
             identity = sql.get_shard_id()
         except DatabaseError as exc:
-            if _MISSING.get(getattr(exc, "sqlstate", "")) is None:
+            if not schema_missing(exc):
                 raise
             identity = None  # migrated before shard identity: counted as a missing migration above
             if "schema_migration_missing" not in reasons:
@@ -135,7 +121,7 @@ def _inspect(
         try:
             facts = sql.get_shard_health(queues)
         except DatabaseError as exc:
-            if _MISSING.get(getattr(exc, "sqlstate", "")) is None:
+            if not schema_missing(exc):
                 raise
             if "schema_migration_missing" not in reasons:
                 reasons.append("schema_migration_missing")

@@ -11,7 +11,9 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from harvest.db import SCHEMA_VERSION
+from harvest.db.migrate import read_versions
 from harvest.db.sqlapi import AsyncSqlApi
+from harvest.db.steps import arun_steps
 from harvest.web.errors import error_body
 from harvest.web.routes import Endpoint, Reply, shape
 
@@ -38,14 +40,9 @@ async def shard_readiness(state: Any, candidate: int | None = None) -> dict[str,
 async def _version(sql: AsyncSqlApi, unfinished: list[str], shard: str) -> Any:
     """The database's schema version; a database whose functions are not that version's (its
     `harvest migrate run` stopped after the migrations) is listed in ``unfinished``."""
-    found = await sql.schema_version()
-    if found == SCHEMA_VERSION:
-        try:
-            functions = await sql.functions_version()
-        except Exception:  # an older release's functions: no functions_version() yet
-            functions = None
-        if functions != found:
-            unfinished.append(shard)
+    found, functions = await arun_steps(read_versions(), sql)
+    if found == SCHEMA_VERSION and functions != found:
+        unfinished.append(shard)
     return found
 
 
