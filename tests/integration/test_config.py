@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -201,6 +202,66 @@ def test_sources_and_a_warning_per_contradicting_switch() -> None:
     # Retention on but not placed here: one note naming run_on and the fix.
     plan = runtime_plan(load_config(env={"HARVEST_ROLE": "web"}))
     assert len(plan.notes) == 1 and "run_on=scheduler" in plan.notes[0] and "RUN_ON=all" in plan.notes[0]
+    # No role set is combined: turning the worker off on an API replica is an override, warned
+    # (the upgrade path: set HARVEST_ROLE=web and drop the variable).
+    plan = runtime_plan(load_config(env={"HARVEST_WORKER__ENABLED": "false"}))
+    assert plan.worker.value is False and plan.scheduler.value is True
+    assert plan.warnings == [
+        (
+            "worker.enabled=false (from HARVEST_WORKER__ENABLED) overrides role combined, "
+            "which turns the worker on"
+        )
+    ]
+
+
+def test_the_startup_line_names_each_value_and_its_source() -> None:
+    plan = runtime_plan(
+        load_config(
+            env={"HARVEST_ROLE": "web", "HARVEST_WORKER__ENABLED": "true", "HARVEST_RETENTION__RUN_ON": "all"}
+        )
+    )
+    assert plan.line() == (
+        "harvest runtimes: role=web (source: explicit (HARVEST_ROLE)); "
+        "worker.enabled=true (source: explicit (HARVEST_WORKER__ENABLED)); "
+        "scheduler.enabled=false (source: role web); "
+        "retention.enabled=true (source: explicit (run_on=all from HARVEST_RETENTION__RUN_ON)); "
+        "retention.run_on=all (source: explicit (HARVEST_RETENTION__RUN_ON))"
+    )
+    assert runtime_plan(load_config(env={})).line() == (
+        "harvest runtimes: role=combined (source: default); worker.enabled=true (source: default); "
+        "scheduler.enabled=true (source: default); retention.enabled=true (source: follows "
+        "scheduler.enabled (run_on=scheduler): default); retention.run_on=scheduler (source: default)"
+    )
+
+
+def test_every_embedding_logs_the_plan_its_overrides_and_its_queues(db: str, caplog) -> None:
+    """Django's harvest_worker and HarvestLifespan(run_worker=True) start through run_worker, as
+    `harvest worker` does: they logged no startup line, no override warning, no retention note
+    and no queues line (only `harvest worker` did)."""
+    from harvest.config.process import configured_options, run_worker
+
+    config = load_config(
+        env={"HARVEST_ROLE": "web", "HARVEST_WORKER__ENABLED": "true", "HARVEST_WORKER__QUEUES": "beta"}
+    )
+    options = configured_options(app, config)
+    caplog.set_level(logging.INFO, logger="harvest.config")
+    asyncio.run(run_worker(app, config, options, database_url=db, started=lambda w: w.request_stop()))
+    records = [r for r in caplog.records if r.name == "harvest.config"]
+    lines = [r.getMessage() for r in records if r.getMessage().startswith("harvest runtimes: ")]
+    assert lines == [runtime_plan(config).line()]
+    warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "worker.enabled=true (from HARVEST_WORKER__ENABLED) overrides role web, which turns the worker off"
+    ]
+    notes = [
+        r.getMessage()
+        for r in records
+        if r.levelno == logging.INFO and "retention is on but" in r.getMessage()
+    ]
+    assert len(notes) == 1 and "run_on=scheduler" in notes[0]
+    assert [r.getMessage() for r in records if "worker.queues" in r.getMessage()] == [
+        "harvest worker.queues: declared alpha, beta; polled beta (source: explicit (HARVEST_WORKER__QUEUES))"
+    ]
 
 
 # -- worker queues --------------------------------------------------------------------------------
@@ -422,16 +483,12 @@ def test_worker_process_logs_each_switch_narrows_queues_and_coverage_lists_the_r
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
     lines = stderr.splitlines()
-    assert any("harvest role worker (source: explicit (" in x for x in lines), stderr
-    assert sum("harvest worker.enabled=true (source: role worker)" in x for x in lines) == 1
-    assert (
-        sum(
-            "harvest scheduler.enabled=false (source: explicit (HARVEST_SCHEDULER__ENABLED))" in x
-            for x in lines
-        )
-        == 1
-    )
-    assert sum("harvest retention.enabled=false" in x for x in lines) == 1
+    runtimes = [x for x in lines if "harvest runtimes: " in x]
+    assert len(runtimes) == 1, stderr  # one line with each value and its source
+    assert f"role=worker (source: explicit ({config}))" in runtimes[0]
+    assert "; worker.enabled=true (source: role worker);" in runtimes[0]
+    assert "; scheduler.enabled=false (source: explicit (HARVEST_SCHEDULER__ENABLED));" in runtimes[0]
+    assert "; retention.enabled=false (source: " in runtimes[0]
     assert (
         sum("WARNING" in x and "scheduler.enabled=false" in x and "overrides role worker" in x for x in lines)
         == 1

@@ -64,6 +64,13 @@ def test_serve_answers_as_a_web_replica(db: str) -> None:
     finally:
         _, err = _stop(process)
     assert f"http://127.0.0.1:{port}/api/harvest" in err
+    # The web replica's startup line, and the one note that its retention runs elsewhere.
+    runtimes = [x for x in err.splitlines() if "harvest runtimes: " in x]
+    assert len(runtimes) == 1, err
+    assert "role=web (source: explicit (harvest serve))" in runtimes[0]
+    assert "worker.enabled=false (source: role web)" in runtimes[0]
+    notes = [x for x in err.splitlines() if "retention is on but does not run in this process" in x]
+    assert len(notes) == 1 and "run_on=scheduler" in notes[0] and "RUN_ON=all" in notes[0], err
 
 
 def test_serve_outside_dev_fails_closed(db: str) -> None:

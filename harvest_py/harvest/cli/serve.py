@@ -142,6 +142,7 @@ def serve(
     """Serve the management API (mounted at /api/harvest) as the web process role."""
     import uvicorn
 
+    from harvest.config import runtime_plan
     from harvest.telemetry.logs import configure_logging
     from harvest.web.app import management_app
 
@@ -160,6 +161,9 @@ def serve(
 
         dsn = cli_dsn(database_url)
     api = management_app(dsn=dsn, config=config, app=app)
+    # The process's startup line and notes, as a worker logs them: a web replica's retention
+    # runs elsewhere (run_on = "scheduler"), and the operator reads that here.
+    runtime_plan(config).log()
     host, port = web_address(config, host, port)
     sockets = listening_sockets(host, port)
     click.echo(f"Harvest management API on {served_url(host, sockets)}", err=True)

@@ -209,15 +209,7 @@ def worker(
         )
     loop = choose_event_loop(config.get("worker.event_loop", "auto"))
     app = load_app(target)
-    polled, declared, source = resolve_queues(app, config)
-    plan.log()
-    if plan.worker.value:
-        logging.getLogger("harvest.config").info(
-            "harvest worker.queues: declared %s; polled %s (source: %s)",
-            ", ".join(declared),
-            ", ".join(polled),
-            source,
-        )
+    resolve_queues(app, config)  # an undeclared queue stops the boot here (run_worker logs the rest)
     if not plan.runs_anything():
         raise ConfigError(
             f"nothing to run: role {plan.role} places no runtime in this process (worker, "

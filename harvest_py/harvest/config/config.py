@@ -576,6 +576,7 @@ class RuntimePlan:
     run_on: str
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    run_on_source: str = "default"
 
     @property
     def switches(self) -> list[Switch]:
@@ -584,11 +585,18 @@ class RuntimePlan:
     def runs_anything(self) -> bool:
         return any(s.value for s in self.switches)
 
+    def line(self) -> str:
+        """The startup line: the role, each switch and run_on, each with its value and source."""
+        parts = [
+            f"role={self.role} (source: {self.role_source})",
+            *(s.line() for s in self.switches),
+            f"retention.run_on={self.run_on} (source: {self.run_on_source})",
+        ]
+        return "harvest runtimes: " + "; ".join(parts)
+
     def log(self, logger: logging.Logger = log) -> None:
-        """One line per switch with its value and source, then the warnings and notes."""
-        logger.info("harvest role %s (source: %s)", self.role, self.role_source)
-        for switch in self.switches:
-            logger.info("harvest %s", switch.line())
+        """The startup line, then one warning per contradicting switch, then the notes."""
+        logger.info("%s", self.line())
         for warning in self.warnings:
             logger.warning("%s", warning)
         for note in self.notes:
@@ -641,7 +649,11 @@ def runtime_plan(config: Config) -> RuntimePlan:
                     "the scheduler is off and no role is set: retention may run nowhere "
                     "unless another process runs the scheduler"
                 )
-    return RuntimePlan(role, role_source, worker, scheduler, retention, run_on, warnings, notes)
+    run_on_setting = config.setting("retention.run_on")
+    run_on_source = f"explicit ({run_on_setting.source})" if run_on_setting else "default"
+    return RuntimePlan(
+        role, role_source, worker, scheduler, retention, run_on, warnings, notes, run_on_source
+    )
 
 
 # -- worker queues ----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 from harvest.config.config import (
     Config,
     database_url,
+    log,
     resolve_queues,
     runtime_plan,
     shard_urls,
@@ -52,6 +53,7 @@ async def run_worker(
     """Run a worker for ``app`` until it is asked to stop (``worker.request_stop()``, or SIGTERM
     and SIGINT with ``install_signal_handlers``), then drain it. ``started`` is handed the
     :class:`Worker` before it runs (to stop it from elsewhere)."""
+    log_startup(app, config, options)
     dsn = worker_dsn(config, database_url)
     if not is_sharded(config):
         worker = Worker(app, dsn, options=options, redis_url=config.get("redis.url"))
@@ -79,6 +81,25 @@ async def run_worker(
         if started is not None:
             started(worker)
         await worker.run(install_signal_handlers=install_signal_handlers)
+
+
+def log_startup(app: Any, config: Config, options: WorkerOptions) -> None:
+    """What every process that runs the App's runtimes logs at startup (``harvest worker``,
+    Django's ``harvest_worker``, ``HarvestLifespan(run_worker=True)``, all through
+    :func:`run_worker`): the runtimes line (each value and its source), one warning per switch
+    that contradicts the role, the retention note, and, where the worker runs, the queues."""
+    runtime_plan(config).log()
+    if not options.run_worker:
+        return
+    polled, declared, source = resolve_queues(app, config)
+    if options.queues is not None and list(options.queues) != polled:
+        polled, source = list(options.queues), "explicit (worker options)"  # a caller's own list
+    log.info(
+        "harvest worker.queues: declared %s; polled %s (source: %s)",
+        ", ".join(declared),
+        ", ".join(polled),
+        source,
+    )
 
 
 def configured_options(app: Any, config: Config, **fixed: Any) -> WorkerOptions:
