@@ -124,6 +124,10 @@ def test_queue_coverage_needs_a_live_worker_on_every_shard(shards) -> None:
     assert data["unpolled_declared_queues"] == ["billing"]
     assert data["unpolled_by_shard"] == {"0": [], "1": ["billing"], "2": ["billing"]}
     assert data["live_workers"] == {"billing": 1, "default": 3}
+    # Shards 1 and 2 drained: they take no new run, so their gaps are none.
+    result, data = _json(_env(shards, HARVEST_SHARDS__WRITABLE="0"), "queue", "coverage", "--strict")
+    assert result.exit_code == 0 and data["unpolled_declared_queues"] == []
+    assert data["unpolled_by_shard"] == {"0": []}
 
     for s in (1, 2):
         _worker(shards, s, f"w-bill{s}", "billing")

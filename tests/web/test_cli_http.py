@@ -510,6 +510,58 @@ def test_a_drain_over_http_that_missed_shards_names_them_and_fails(monkeypatch: 
     assert "draining" in partial.stdout and "unavailable_shards" not in partial.stdout
 
 
+@pytest.mark.parametrize(
+    ("answer", "exit_code"),
+    [
+        # a sharded server with shard 1 down: unknown, whatever the answering shard's workers
+        ({"unpolled_declared_queues": None, "status": "partial", "unavailable_shards": [1]}, 2),
+        # beta polled on shard 0 only: a run on shard 1 waits
+        ({"unpolled_declared_queues": ["beta"], "status": "complete", "unavailable_shards": []}, 2),
+        # an older server omits the list: the gate fails closed
+        ({"status": "complete", "unavailable_shards": []}, 2),
+        ({"unpolled_declared_queues": [], "status": "complete", "unavailable_shards": []}, 0),
+    ],
+    ids=["shard-down", "one-shard-only", "older-server", "covered"],
+)
+def test_queue_coverage_over_http_gates_on_the_servers_list(
+    monkeypatch: pytest.MonkeyPatch, answer: dict, exit_code: int
+) -> None:
+    """Over HTTP `queue coverage` rebuilt the list from GET /workers with each row's shard
+    dropped and the missed shards ignored: with shard 1 down, or beta polled on shard 0 only, a
+    sharded server's fleet passed `--strict`. It now gates on the server's own list, the
+    declared queues of --app sent along."""
+    import httpx
+
+    asked: list[httpx.URL] = []
+    worker = {"worker_id": "w0", "queues": ["alpha", "beta"], "shard_id": 0}
+
+    def server(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url)
+        if request.url.path.endswith("/workers"):  # every queue has a live worker on shard 0
+            return httpx.Response(
+                200,
+                json={"workers": [worker], "sharded": True, "status": "partial", "unavailable_shards": [1]},
+            )
+        assert request.url.path.endswith("/admin/queue-coverage"), request.url
+        return httpx.Response(
+            200,
+            json={
+                "declared_queues": ["alpha", "beta"],
+                "live_workers": {"alpha": 1, "beta": 1},
+                "unpolled_by_shard": {"0": []},
+                "sharded": True,
+                **answer,
+            },
+        )
+
+    monkeypatch.setattr(cli_http, "TRANSPORT", httpx.MockTransport(server))
+    result = run(
+        "--base-url", BASE, "queue", "coverage", "--app", "test_config:app", "--strict", "-o", "json"
+    )
+    assert result.exit_code == exit_code, result.output
+    assert [u.params.get_list("queue") for u in asked] == [["alpha", "beta"]]
+
+
 def test_transport_choice(db: str) -> None:
     both_given = run("--base-url", BASE, "workflow", "list", "--database-url", db)
     assert both_given.exit_code == 2 and "not both" in both_given.stderr

@@ -638,7 +638,10 @@ def test_admin_reads(api, conn) -> None:
     assert gates["status"] == "no_matches"
     coverage = api.get("/admin/queue-coverage").json()
     assert coverage["unpolled_declared_queues"] == ["billing", "default"]
-    assert coverage["declared_source"] == "app"
+    assert coverage["declared_source"] == "app" and coverage["sharded"] is False
+    asked = api.get("/admin/queue-coverage", params={"queue": ["default", "default"]}).json()
+    assert asked["declared_queues"] == ["default"] and asked["declared_source"] == "request"
+    assert asked["unpolled_declared_queues"] == ["default"]
     health = api.get("/admin/shards/health").json()
     assert health["readiness"] in ("ready", "degraded") and health["shards"][0]["shard_id"] == 0
     preflight = api.get("/admin/preflight").json()

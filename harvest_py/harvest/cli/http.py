@@ -522,6 +522,18 @@ class HttpApi:
         answer = self.http.get("/workers", queue=queue, status=status, health=health)
         return [_untagged(r) for r in answer["workers"]]
 
+    def queue_coverage(self, declared: list[str] | None) -> dict[str, Any]:
+        """The server's coverage of ``declared`` (None: its App's queues, else its fleet's),
+        computed per writable shard there; the one-database shape from a server of one
+        database, as over SQL. An older server's answer may lack ``unpolled_declared_queues``:
+        it stays missing, and ``--strict`` fails closed on it."""
+        answer: dict[str, Any] = self.http.get("/admin/queue-coverage", queue=declared or None)
+        if answer.pop("sharded", False):
+            return answer
+        for key in ("unpolled_by_shard", "status", "unavailable_shards"):
+            answer.pop(key, None)
+        return answer
+
     # activities by task token
     def complete_activity_by_token(self, token: str, result: Any) -> Any:
         return self.http.post("/activities/complete", {"task_token": token, "result": result})["outcome"]

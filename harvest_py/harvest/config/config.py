@@ -704,15 +704,21 @@ def queue_coverage(sql: Any, declared: Iterable[str]) -> dict[str, Any]:
 
 
 def merge_coverage(
-    results: Mapping[int, tuple[list[str], list[dict[str, Any]]]], declared: list[str] | None
+    results: Mapping[int, tuple[list[str], list[dict[str, Any]]]],
+    declared: list[str] | None,
+    writable: Iterable[int] | None = None,
+    unavailable: Iterable[int] = (),
 ) -> dict[str, Any]:
     """Coverage over every shard that answered, from each shard's (registered queues, live
-    worker rows): a queue is polled when each of those shards has a live worker on it (work on
-    a shard no live worker polls waits). ``live_workers`` counts distinct workers over the
-    shards; ``unpolled_by_shard`` names each shard's unpolled queues. ``declared`` None: the
-    queues the fleet registered on any shard."""
+    worker rows): a queue is polled when each writable shard has a live worker on it (work on
+    a shard no live worker polls waits; a drained shard takes no new run, so its gaps do not
+    count). ``live_workers`` counts distinct workers over the shards; ``unpolled_by_shard``
+    names each counted shard's unpolled queues. ``declared`` None: the queues the fleet
+    registered on any shard. ``writable`` None: every shard counts. The list is None (unknown,
+    never "all covered") when nothing is declared or a counted shard is in ``unavailable``."""
     if declared is None:
         declared = sorted({q for found, _ in results.values() for q in found})
+    counted = None if writable is None else set(writable)
     live: dict[str, set[str]] = {q: set() for q in declared}
     by_shard: dict[str, list[str]] = {}
     for s, (_, rows) in results.items():
@@ -722,10 +728,14 @@ def merge_coverage(
                 if q in live:
                     live[q].add(row["worker_id"])
                     here.add(q)
-        by_shard[str(s)] = [q for q in declared if q not in here]
+        if counted is None or s in counted:
+            by_shard[str(s)] = [q for q in declared if q not in here]
+    unknown = not declared or any(counted is None or s in counted for s in unavailable)
     return {
         "declared_queues": declared,
         "live_workers": {q: len(ids) for q, ids in live.items()},
-        "unpolled_declared_queues": [q for q in declared if any(q in u for u in by_shard.values())],
+        "unpolled_declared_queues": None
+        if unknown
+        else [q for q in declared if any(q in u for u in by_shard.values())],
         "unpolled_by_shard": by_shard,
     }

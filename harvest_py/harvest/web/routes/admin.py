@@ -92,8 +92,14 @@ async def config(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 
 async def queue_coverage(call: Call, args: dict[str, Any], _: Any) -> Any:
-    """Each declared queue with no live worker (the served App's queues, else the fleet's)."""
-    declared = declared_queues(call.state.app) if call.state.app is not None else None
+    """Each declared queue with no live worker on a writable shard (the queues asked for, else
+    the served App's, else the fleet's); null when unknown."""
+    if args["queue"]:
+        declared, source = sorted(set(args["queue"])), "request"  # `harvest queue coverage --app`
+    elif call.state.app is not None:
+        declared, source = declared_queues(call.state.app), "app"
+    else:
+        declared, source = None, "fleet"
 
     async def read(sql: Any) -> Any:
         registered = sorted(
@@ -102,11 +108,14 @@ async def queue_coverage(call: Call, args: dict[str, Any], _: Any) -> Any:
         return registered, await sql.list_workers(None, "active", "healthy")
 
     fan = await call.each_shard(read)
-    data = merge_coverage(fan.results, declared)
-    data["declared_source"] = "app" if declared is not None else "fleet"
-    if not data["declared_queues"] or fan.unavailable_shards:
-        data["unpolled_declared_queues"] = None  # unknown, never "all covered"
-    return {**data, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
+    data = merge_coverage(fan.results, declared, call.state.router.writable, fan.unavailable_shards)
+    data["declared_source"] = source
+    return {
+        **data,
+        "status": fan.status,
+        "unavailable_shards": fan.unavailable_shards,
+        "sharded": call.sharded,
+    }
 
 
 async def version_usage(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -446,7 +455,15 @@ ENDPOINTS = [
         "/admin/queue-coverage",
         "admin",
         queue_coverage,
-        "Declared queues with no live worker.",
+        "Declared queues with no live worker on a writable shard (null: unknown).",
+        (
+            Param(
+                "queue",
+                repeat=True,
+                description="A declared queue to check (repeatable; default: the served App's "
+                "queues, else those the fleet's workers registered).",
+            ),
+        ),
         tag="admin",
     ),
     Endpoint(
