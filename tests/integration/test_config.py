@@ -214,6 +214,20 @@ def test_sources_and_a_warning_per_contradicting_switch() -> None:
     ]
 
 
+def test_no_role_and_the_scheduler_off_warns_that_retention_may_run_nowhere() -> None:
+    plan = runtime_plan(load_config(env={"HARVEST_SCHEDULER__ENABLED": "false"}))
+    assert plan.retention.value is False and len(plan.notes) == 1
+    assert [w for w in plan.warnings if "may run nowhere" in w] == [
+        (
+            "the scheduler is off and no role is set: retention may run nowhere "
+            "unless another process runs the scheduler"
+        )
+    ]
+    # With a role the operator placed it on purpose: no such warning.
+    plan = runtime_plan(load_config(env={"HARVEST_ROLE": "web"}))
+    assert not [w for w in plan.warnings if "may run nowhere" in w]
+
+
 def test_the_startup_line_names_each_value_and_its_source() -> None:
     plan = runtime_plan(
         load_config(

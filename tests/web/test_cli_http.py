@@ -562,6 +562,20 @@ def test_queue_coverage_over_http_gates_on_the_servers_list(
     assert [u.params.get_list("queue") for u in asked] == [["alpha", "beta"]]
 
 
+def test_retention_run_now_over_http_on_a_web_replica_is_refused_naming_run_on_all(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's 503 (its janitor runs where the scheduler runs) reaches the operator as one
+    line naming the fix, and a failing exit, never a sweep that did not happen."""
+    api = management_app(dsn=db, config=load_config(env={"HARVEST_ROLE": "web"}), profile="dev")
+    with TestClient(api, base_url=BASE) as client:
+        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+        refused = run("--base-url", BASE, "retention", "run-now")
+    assert refused.exit_code == 1, refused.output
+    assert refused.stderr.startswith("error: retention does not run in this process")
+    assert 'set run_on = "all"' in refused.stderr and refused.stdout == ""
+
+
 def test_transport_choice(db: str) -> None:
     both_given = run("--base-url", BASE, "workflow", "list", "--database-url", db)
     assert both_given.exit_code == 2 and "not both" in both_given.stderr

@@ -670,6 +670,21 @@ def test_rate_limit_overrides_on_every_shard_audited_and_their_refusals(api, con
     assert api.post("/admin/rate-limits/charge/override", json={}).status_code == 400
 
 
+def test_admin_config_reports_the_polled_and_declared_queues_and_their_source(db: str) -> None:
+    with api_client(db, app=APP) as api:
+        worker = api.get("/admin/config").json()["worker"]
+        assert worker["queues"] == worker["declared_queues"] == ["billing", "default"]
+        assert worker["queue_source"] == "code"
+    with api_client(db, app=APP, env={"HARVEST_ROLE": "web", "HARVEST_WORKER__QUEUES": "billing"}) as api:
+        config = api.get("/admin/config").json()
+        assert config["worker"]["queues"] == ["billing"]
+        assert config["worker"]["declared_queues"] == ["billing", "default"]  # the API keeps them all
+        assert config["worker"]["queue_source"] == "explicit (HARVEST_WORKER__QUEUES)"
+        assert config["role"] == "web"
+        assert config["runtimes"]["worker.enabled"] == {"value": False, "source": "role web"}
+        assert config["retention"] == {"run_on": "scheduler", "runs_here": False}
+
+
 def test_retention_on_a_web_replica_is_placed_elsewhere_and_run_now_is_503(db: str) -> None:
     with api_client(db, env={"HARVEST_ROLE": "web"}) as web:
         status = web.get("/admin/retention").json()
