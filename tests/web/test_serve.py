@@ -73,6 +73,61 @@ def test_serve_answers_as_a_web_replica(db: str) -> None:
     assert len(notes) == 1 and "run_on=scheduler" in notes[0] and "RUN_ON=all" in notes[0], err
 
 
+def test_serve_runs_the_runtimes_its_plan_places_here(db: str) -> None:
+    """run_on = "all" places the janitor in every process, and an explicit scheduler.enabled the
+    scheduler: `harvest serve` reported them (/admin/config, placed_elsewhere false) but ran
+    neither, so a fleet whose run_on = "all" group was its web replicas swept nothing."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute("SELECT execution_id FROM harvest.start_workflow('pinger', '[1]', 'old', 'alpha')")
+        execution_id = row.fetchone()[0]
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'done')", (execution_id,))
+        conn.execute("SELECT harvest.set_retention('1 day')")
+        conn.execute(
+            "UPDATE harvest.executions SET completed_at = completed_at - interval '2 days' WHERE id = %s",
+            (execution_id,),
+        )
+        port = _free_port()
+        env = {
+            **os.environ,
+            "HARVEST_DATABASE_URL": db,
+            "HARVEST_PROFILE": "dev",
+            "HARVEST_RETENTION__RUN_ON": "all",
+            "HARVEST_RETENTION__INTERVAL": "0.1",
+        }
+        process = _run(["serve", "--port", str(port)], env)
+        try:
+            status, config = _get(f"http://127.0.0.1:{port}/api/harvest/admin/config")
+            assert status == 200 and config["retention"]["runs_here"] is True
+            deadline = time.monotonic() + 30
+            while (
+                time.monotonic() < deadline
+                and conn.execute("SELECT 1 FROM harvest.executions WHERE id = %s", (execution_id,)).fetchone()
+            ):
+                time.sleep(0.1)
+            assert not conn.execute(
+                "SELECT 1 FROM harvest.executions WHERE id = %s", (execution_id,)
+            ).fetchone()
+            # No claim loop: a web replica registers no worker row (coverage stays honest).
+            assert conn.execute("SELECT count(*) FROM harvest.workers").fetchone()[0] == 0
+        finally:
+            _, err = _stop(process)
+    assert process.returncode == 0, err
+    runtimes = [x for x in err.splitlines() if "harvest runtimes: " in x]
+    assert len(runtimes) == 1 and "retention.enabled=true" in runtimes[0], err
+
+
+def test_serve_with_the_worker_switched_on_needs_the_app(db: str) -> None:
+    env = {**os.environ, "HARVEST_DATABASE_URL": db, "HARVEST_WORKER__ENABLED": "true"}
+    result = subprocess.run(
+        [*HARVEST, "serve", "--port", "0"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    last = result.stderr.splitlines()[-1]
+    assert "worker.enabled=true (source: explicit (HARVEST_WORKER__ENABLED))" in last and "--app" in last
+
+
 def test_serve_outside_dev_fails_closed(db: str) -> None:
     port = _free_port()
     env = {**os.environ, "HARVEST_DATABASE_URL": db}

@@ -11,14 +11,14 @@ import logging
 import os
 import shlex
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import click
 
 from harvest.cli.http import DEFAULT_PORT, MOUNT
 from harvest.cli.output import cli_config, database_url_option
-from harvest.core.errors import HarvestError
+from harvest.core.errors import ConfigError, HarvestError
 from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS
 
 DEFAULT_HOST = "127.0.0.1"
@@ -85,8 +85,13 @@ def served_url(host: str, sockets: list[socket.socket], mount: str = MOUNT) -> s
     return f"http://{f'[{host}]' if ':' in host else host}:{port}{mount}"
 
 
-def served_app(api: Any, mount: str = MOUNT) -> Any:
-    """The management API mounted at ``mount`` (the spec's /api/harvest), its lifespan run."""
+def served_app(
+    api: Any,
+    mount: str = MOUNT,
+    runtimes: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None,
+) -> Any:
+    """The management API mounted at ``mount`` (the spec's /api/harvest), its lifespan run;
+    ``runtimes``: the Harvest runtimes this process runs beside it (:class:`PlacedRuntimes`)."""
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
@@ -98,11 +103,82 @@ def served_app(api: Any, mount: str = MOUNT) -> Any:
         except Exception as exc:  # served anyway: /health/ready answers 503 until the database is back
             logging.getLogger("harvest.web").warning("harvest: the database is not reachable yet: %s", exc)
         try:
-            yield
+            async with runtimes() if runtimes is not None else contextlib.nullcontext():
+                yield
         finally:
             await state.close()
 
     return Starlette(routes=[Mount(mount, app=api)], lifespan=lifespan)
+
+
+class PlacedRuntimes:
+    """The runtimes a `harvest serve` replica's plan places in it, run beside the API as
+    `harvest worker` runs them (harvest.config.process.run_worker): none for the web role, the
+    janitor with ``retention.run_on = "all"``, the scheduler or the claim loop where an explicit
+    switch turns them on. A runtime that fails stops the server (exit 1), as it stops a worker
+    process: a replica that reports a runtime and runs none would mislead (/admin/config,
+    /admin/retention)."""
+
+    def __init__(self, app: Any, config: Any, dsn: str | None) -> None:
+        from harvest.config import runtime_plan
+        from harvest.config.process import configured_options
+        from harvest.declare.definitions import App
+
+        plan = runtime_plan(config)
+        if plan.worker.value and app is None:
+            raise ConfigError(
+                f"harvest serve: {plan.worker.line()} places the claim loop here, which needs the "
+                "App: pass --app module:app, or leave the worker to `harvest worker` (a web replica "
+                "claims no task)"
+            )
+        self.app = app if app is not None else App()  # the scheduler and the janitor need no code
+        self.config = config
+        self.dsn = dsn
+        self.options = configured_options(self.app, config) if plan.runs_anything() else None
+        self.failure: BaseException | None = None
+        self.on_failure: Callable[[], None] = lambda: None  # the server's stop
+
+    def __bool__(self) -> bool:
+        return self.options is not None
+
+    @contextlib.asynccontextmanager
+    async def __call__(self) -> AsyncIterator[None]:
+        import asyncio
+
+        from harvest.config.process import run_worker
+
+        assert self.options is not None  # (served only when something is placed)
+        worker: Any = None
+        stopping = False
+
+        def started(built: Any) -> None:
+            nonlocal worker
+            worker = built
+            if stopping:
+                built.request_stop()
+
+        def ended(task: asyncio.Task[None]) -> None:
+            if stopping or task.cancelled() or task.exception() is None:
+                return
+            self.failure = task.exception()
+            logging.getLogger("harvest.web").error(
+                "harvest serve: the runtimes of this replica stopped: %s; stopping the server", self.failure
+            )
+            self.on_failure()
+
+        task = asyncio.create_task(
+            run_worker(self.app, self.config, self.options, database_url=self.dsn, started=started),
+            name="harvest-runtimes",
+        )
+        task.add_done_callback(ended)
+        try:
+            yield
+        finally:
+            stopping = True
+            if worker is not None:
+                worker.request_stop()
+            with contextlib.suppress(Exception):
+                await task
 
 
 def curl_line(base: str, workflow: str = "greet", input_json: str = '{"input": ["world"]}') -> str:
@@ -160,21 +236,32 @@ def serve(
         from harvest.cli.output import cli_dsn
 
         dsn = cli_dsn(database_url)
+    runtimes = PlacedRuntimes(app, config, dsn)
     api = management_app(dsn=dsn, config=config, app=app)
-    # The process's startup line and notes, as a worker logs them: a web replica's retention
-    # runs elsewhere (run_on = "scheduler"), and the operator reads that here.
-    runtime_plan(config).log()
+    if not runtimes:
+        # The process's startup line and notes, as a worker logs them: a web replica's retention
+        # runs elsewhere (run_on = "scheduler"), and the operator reads that here. (Runtimes
+        # placed here log them as they start, as `harvest worker` does.)
+        runtime_plan(config).log()
     host, port = web_address(config, host, port)
     sockets = listening_sockets(host, port)
     click.echo(f"Harvest management API on {served_url(host, sockets)}", err=True)
     # Long-polls (result?wait=) may hold a request for minutes: a stop waits GRACE_SECS for them.
     served = uvicorn.Config(
-        served_app(api), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_SECS
+        served_app(api, runtimes=runtimes if runtimes else None),
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=GRACE_SECS,
     )
+    server = uvicorn.Server(served)
+    runtimes.on_failure = lambda: setattr(server, "should_exit", True)
     try:
         # Ctrl-C ends it as uvicorn.run does: after the graceful stop, not as an abort (exit 0).
         with contextlib.suppress(KeyboardInterrupt):
-            uvicorn.Server(served).run(sockets=sockets)
+            server.run(sockets=sockets)
     finally:
         for sock in sockets:
             sock.close()
+    if runtimes.failure is not None:
+        raise HarvestError(f"the runtimes of this replica stopped: {runtimes.failure}")
