@@ -519,9 +519,19 @@ def test_a_drain_over_http_that_missed_shards_names_them_and_fails(monkeypatch: 
         ({"unpolled_declared_queues": ["beta"], "status": "complete", "unavailable_shards": []}, 2),
         # an older server omits the list: the gate fails closed
         ({"status": "complete", "unavailable_shards": []}, 2),
+        # a server that ignored queue= answered for its own App's queues, not --app's
+        (
+            {
+                "unpolled_declared_queues": [],
+                "status": "complete",
+                "unavailable_shards": [],
+                "declared_source": "app",
+            },
+            2,
+        ),
         ({"unpolled_declared_queues": [], "status": "complete", "unavailable_shards": []}, 0),
     ],
-    ids=["shard-down", "one-shard-only", "older-server", "covered"],
+    ids=["shard-down", "one-shard-only", "older-server", "other-queues", "covered"],
 )
 def test_queue_coverage_over_http_gates_on_the_servers_list(
     monkeypatch: pytest.MonkeyPatch, answer: dict, exit_code: int
@@ -550,6 +560,7 @@ def test_queue_coverage_over_http_gates_on_the_servers_list(
                 "live_workers": {"alpha": 1, "beta": 1},
                 "unpolled_by_shard": {"0": []},
                 "sharded": True,
+                "declared_source": "request",
                 **answer,
             },
         )

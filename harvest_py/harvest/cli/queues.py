@@ -49,6 +49,9 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
         # from /workers it lost each row's shard and the shards the server missed.
         with sql_api(database_url, read_only=True) as api:
             data = api.queue_coverage(declared_queues(app) if app is not None else None)
+        if app is not None and data.get("declared_source") != "request":
+            # A server that ignores queue= answered for other queues than the App's: unknown.
+            data["unpolled_declared_queues"] = None
         source = f"app {app_target}" if app is not None else data.get("declared_source", "fleet")
         declared = data.get("declared_queues") or []
     elif shards_configured(cli_config()):
@@ -81,6 +84,8 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
             return table(rows, ["queue", "live_workers", "covered"]) + (
                 f"\ncoverage unknown: shard(s) {missed} did not answer"
             )
+        if unpolled is None and d.get("declared_queues"):
+            return "coverage unknown: the server did not check these queues (an older server?)"
         if unpolled is None:
             return "no declared queue known: no worker has registered (give --app to check an App's queues)"
         return table(rows, ["queue", "live_workers", "covered"]) + (
