@@ -698,6 +698,23 @@ def test_retention_on_a_web_replica_is_placed_elsewhere_and_run_now_is_503(db: s
         assert swept.json()["deleted"] == 0
 
 
+def test_run_now_where_retention_is_switched_off_names_the_switch_not_run_on(db: str) -> None:
+    """retention.enabled = false is not a placement: the 503 blamed run_on = "scheduler" and
+    told the operator to set run_on = "all", which changes nothing while the switch is off."""
+    env = {
+        "HARVEST_ROLE": "worker",
+        "HARVEST_RETENTION__ENABLED": "false",
+        "HARVEST_RETENTION__RUN_ON": "all",
+    }
+    with api_client(db, env=env) as api:
+        assert api.get("/admin/retention").json()["placed_elsewhere"] is True
+        refused = api.post("/admin/retention/run-now", json={})
+        assert refused.status_code == 503
+        message = error_of(refused)["message"]
+        assert "retention.enabled=false (from HARVEST_RETENTION__ENABLED)" in message, message
+        assert "run_on" not in message
+
+
 def test_retention_settings_write_both_ages_or_neither(db: str) -> None:
     with api_client(db) as api:
         refused = api.post("/admin/retention/settings", json={"max_age": "30 days", "worker_max_age": "soon"})

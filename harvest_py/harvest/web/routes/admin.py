@@ -161,7 +161,14 @@ async def retention(call: Call, args: dict[str, Any], _: Any) -> Any:
     return {**out, "shards": shards, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
 
 
-def _not_here() -> NotPlacedHere:
+def _not_here(config: Any) -> NotPlacedHere:
+    switch = config.setting("retention.enabled")
+    if switch is not None and not switch.value:  # switched off: no placement would run it here
+        return NotPlacedHere(
+            f"retention does not run in this process: retention.enabled=false (from {switch.source}) "
+            "turns the janitor off here; unset it to sweep from the API, or let a process that runs "
+            "the janitor sweep"
+        )
     return NotPlacedHere(
         'retention does not run in this process: run_on = "scheduler" places the janitor with the '
         'scheduler, which this replica does not run; set run_on = "all" (HARVEST_RETENTION__RUN_ON=all) '
@@ -172,7 +179,7 @@ def _not_here() -> NotPlacedHere:
 async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     plan = call.state.plan
     if not (plan and plan.retention.value):
-        raise _not_here()
+        raise _not_here(call.state.config)
     operator = data.get("operator_id") or call.operator_id
     max_batches = data.get("max_batches") or 100
 
