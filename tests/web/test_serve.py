@@ -118,6 +118,24 @@ def test_serve_runs_the_runtimes_its_plan_places_here(db: str) -> None:
     assert len(runtimes) == 1 and "retention.enabled=true" in runtimes[0], err
 
 
+def test_a_web_replica_without_an_app_ignores_the_fleets_queue_list() -> None:
+    """A shared environment's HARVEST_WORKER__QUEUES names the App's queues; a web replica with
+    no --app that runs only the janitor polls nothing, so the list must not stop its boot."""
+    from harvest.cli.serve import PlacedRuntimes
+    from harvest.config import load_config
+
+    config = load_config(
+        env={"HARVEST_ROLE": "web", "HARVEST_RETENTION__RUN_ON": "all", "HARVEST_WORKER__QUEUES": "priority"}
+    )
+    runtimes = PlacedRuntimes(None, config, "postgresql://unused")
+    assert runtimes.options is not None
+    assert (runtimes.options.run_worker, runtimes.options.run_scanner, runtimes.options.run_retention) == (
+        False,
+        False,
+        True,
+    )
+
+
 def test_serve_with_the_worker_switched_on_needs_the_app(db: str) -> None:
     env = {**os.environ, "HARVEST_DATABASE_URL": db, "HARVEST_WORKER__ENABLED": "true"}
     result = subprocess.run(

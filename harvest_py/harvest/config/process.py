@@ -107,7 +107,10 @@ def configured_options(app: Any, config: Config, **fixed: Any) -> WorkerOptions:
     (``worker.queues`` narrowing the App's), the role's switches (worker, scheduler,
     retention), the ``[worker]`` tunables, and ``fixed`` over them."""
     plan = runtime_plan(config)
-    polled, _, _ = resolve_queues(app, config)
+    # Queues matter only where the claim loop runs: a scheduler or janitor process (a web
+    # replica with run_on = "all" and no App) polls nothing, so a shared worker.queues is no
+    # error there.
+    polled = resolve_queues(app, config)[0] if plan.worker.value else None
     switches = {
         "queues": polled,
         "run_worker": plan.worker.value,
