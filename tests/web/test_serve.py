@@ -136,6 +136,25 @@ def test_a_web_replica_without_an_app_ignores_the_fleets_queue_list() -> None:
     )
 
 
+def test_serve_with_an_app_refuses_an_undeclared_queue_as_a_worker_does() -> None:
+    """With --app the declared queues are known: a typo in worker.queues stops the boot (it
+    used to boot and fail GET /admin/config instead)."""
+    from harvest import App, workflow
+    from harvest.cli.serve import PlacedRuntimes
+    from harvest.config import load_config
+    from harvest.core.errors import ConfigError
+
+    @workflow(queue="priority")
+    async def urgent(ctx) -> None:
+        return None
+
+    config = load_config(env={"HARVEST_ROLE": "web", "HARVEST_WORKER__QUEUES": "Priority"})
+    with pytest.raises(
+        ConfigError, match="names 'Priority', which the App does not declare; declared queues: priority"
+    ):
+        PlacedRuntimes(App(workflows=[urgent]), config, "postgresql://unused")
+
+
 def test_serve_with_the_worker_switched_on_needs_the_app(db: str) -> None:
     env = {**os.environ, "HARVEST_DATABASE_URL": db, "HARVEST_WORKER__ENABLED": "true"}
     result = subprocess.run(
