@@ -137,12 +137,13 @@ def test_a_web_replica_without_an_app_ignores_the_fleets_queue_list() -> None:
 
 
 def test_serve_with_an_app_refuses_an_undeclared_queue_as_a_worker_does() -> None:
-    """With --app the declared queues are known: a typo in worker.queues stops the boot (it
-    used to boot and fail GET /admin/config instead)."""
+    """With an App (`harvest serve --app`, HarvestLifespan) the declared queues are known: a
+    typo in worker.queues stops the boot (the API booted and GET /admin/config answered 500
+    config_error at every request)."""
     from harvest import App, workflow
-    from harvest.cli.serve import PlacedRuntimes
     from harvest.config import load_config
     from harvest.core.errors import ConfigError
+    from harvest.web.app import management_app
 
     @workflow(queue="priority")
     async def urgent(ctx) -> None:
@@ -152,7 +153,7 @@ def test_serve_with_an_app_refuses_an_undeclared_queue_as_a_worker_does() -> Non
     with pytest.raises(
         ConfigError, match="names 'Priority', which the App does not declare; declared queues: priority"
     ):
-        PlacedRuntimes(App(workflows=[urgent]), config, "postgresql://unused")
+        management_app(dsn="postgresql://unused", config=config, profile="dev", app=App(workflows=[urgent]))
 
 
 def test_serve_with_the_worker_switched_on_needs_the_app(db: str) -> None:

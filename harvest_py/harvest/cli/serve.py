@@ -120,13 +120,11 @@ class PlacedRuntimes:
     /admin/retention)."""
 
     def __init__(self, app: Any, config: Any, dsn: str | None) -> None:
-        from harvest.config import resolve_queues, runtime_plan
+        from harvest.config import runtime_plan
         from harvest.config.process import configured_options
         from harvest.declare.definitions import App
 
         plan = runtime_plan(config)
-        if app is not None:
-            resolve_queues(app, config)  # an undeclared queue stops the boot, as in `harvest worker`
         if plan.worker.value and app is None:
             raise ConfigError(
                 f"harvest serve: {plan.worker.line()} places the claim loop here, which needs the "

@@ -41,6 +41,7 @@ from harvest.config import (
     async_shard_pools,
     database_url,
     load_config,
+    resolve_queues,
     runtime_plan,
     shards_configured,
 )
@@ -238,6 +239,10 @@ def management_app(
     if dsn is not None and shards is not None:
         raise ConfigError("give management_app a dsn or shards=, not both")
     config = load_config() if config is None else config
+    if app is not None:
+        # An undeclared queue in worker.queues stops the boot, as in `harvest worker` (else
+        # GET /admin/config fails on it at every request).
+        resolve_queues(app, config)
     profile = cast("str", profile or config.get("profile") or "production")  # config.get: Any
     own_authorizer = authorizer is None
     if authorizer is None:
