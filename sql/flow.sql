@@ -18,6 +18,18 @@ CREATE TABLE harvest.flow_policies (
     CONSTRAINT flow_policies_policy_object CHECK (jsonb_typeof(policy) = 'object')
 );
 
+-- One row per quota key a start was checked against (functions/flow_quotas.sql): each
+-- checked start of the key updates it before it counts the key's usage. The row lock
+-- serialises the starts of a key, and a start whose transaction reads one snapshot
+-- (REPEATABLE READ, SERIALIZABLE: a start inside a caller's own transaction) that
+-- predates another start of the key fails on the update (40001, retryable) instead of
+-- counting without it. admitted: the starts the quota let through.
+CREATE TABLE harvest.quota_keys (
+    quota_key text NOT NULL,
+    admitted bigint NOT NULL DEFAULT 0,
+    CONSTRAINT quota_keys_pkey PRIMARY KEY (quota_key)
+);
+
 -- Admitted runs of a per-key workflow concurrency policy ("defer"): one row from
 -- the claim of the run's first workflow task until the run leaves RUNNING.
 -- No foreign key: the claim must not lock execution rows.

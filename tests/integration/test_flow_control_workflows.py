@@ -294,3 +294,31 @@ def test_pacing_override_of_a_per_key_policy_is_a_conflict(db) -> None:
         declare(conn)
         with pytest.raises(PolicyConflict, match="per-key rate limit"):
             SqlApi(conn).set_rate_limit_override("per_tenant", 10)
+
+
+def test_quota_holds_for_a_start_in_a_snapshot_transaction(db, client) -> None:
+    """A start inside a caller's REPEATABLE READ transaction (a start on the caller's own
+    connection) counted the key's usage with the snapshot its transaction took first: a start
+    committed since was invisible, and the quota was exceeded (3 of 3 running, a fourth
+    admitted). It now fails with a serialization failure (retryable: run the transaction
+    again), and the retry sees the usage."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+    client.start_workflow(metered, {"tenant_id": "rr"})
+    client.start_workflow(metered, {"tenant_id": "rr"})
+    start = "SELECT * FROM harvest.start_workflow('metered', %s)"
+    with psycopg.connect(db) as stale:
+        stale.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        stale.execute("SELECT 1")  # its transaction's snapshot: two runs of the key
+        client.start_workflow(metered, {"tenant_id": "rr"})  # the third, committed meanwhile
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            stale.execute(start, (Jsonb([{"tenant_id": "rr"}]),))
+        stale.rollback()
+        with pytest.raises(psycopg.Error) as again:  # the retry (REPEATABLE READ again): refused
+            stale.execute(start, (Jsonb([{"tenant_id": "rr"}]),))
+        assert again.value.sqlstate == "HR006", again.value
+    with psycopg.connect(db, autocommit=True) as conn:
+        running = conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE quota_key = 'rr' AND status = 'RUNNING'"
+        ).fetchone()[0]
+    assert running == 3
