@@ -648,3 +648,54 @@ def test_harvest_dev_dispatches_through_redis(db, redis_server, tmp_path) -> Non
             await conn.aclose()
 
     assert asyncio.run(groups()) == {stream_key("default"): [GROUP]}
+
+
+def test_a_stale_channel_failing_after_the_reconnect_does_not_drop_the_new_one(tmp_path) -> None:
+    """Redis restarted: the consumer lost the channel and reconnected to the new server, then a
+    publish still in flight on the old channel failed. That failure dropped (and closed) the
+    new channel: a second loss, a second reconnect, and the references of its reads lost in
+    between. A failure on a channel already given up is now the old channel's alone."""
+    from types import SimpleNamespace
+
+    from harvest.worker.redis_dispatch import RedisDispatch
+
+    async def scenario(server: RedisServer) -> tuple[bool, int, bool]:
+        async def claimable(runs, kind):
+            return [{"task_id": 1, "queue": "rd_q", "due_at": None}]
+
+        lane = SimpleNamespace(usable=True, sql=SimpleNamespace(list_claimable_tasks=claimable))
+        worker = SimpleNamespace(queues=["rd_q"], worker_id="rd-w", lanes=[lane])
+        dispatch = RedisDispatch(worker, server.url)  # type: ignore[arg-type]
+        await dispatch.open()
+        old = dispatch.channel
+        assert old is not None
+        in_flight = asyncio.Event()
+        fail = asyncio.Event()
+
+        async def publish_across_the_restart(refs):
+            in_flight.set()
+            await fail.wait()
+            raise ConnectionError("Connection reset by peer")
+
+        old.publish = publish_across_the_restart  # type: ignore[method-assign]
+        publishing = asyncio.create_task(dispatch._publish(["run-1"], None))
+        await in_flight.wait()
+        server.kill()
+        await dispatch._lost(ConnectionError("reading"), "reading", old)  # the consumer's read failed
+        server.start()  # the same port
+        assert await dispatch._reconnect()
+        new = dispatch.channel
+        fail.set()  # the old channel's publish fails only now
+        await publishing
+        try:
+            one = [{"task_id": 2, "queue": "rd_q", "due_at": None}]
+            return dispatch.channel is new, dispatch.losses, await new.publish(one) == 1  # type: ignore[union-attr]
+        finally:
+            await dispatch.close()
+
+    server = RedisServer(tmp_path).start()
+    try:
+        kept, losses, usable = asyncio.run(scenario(server))
+    finally:
+        server.kill()
+    assert (kept, losses, usable) == (True, 1, True)
