@@ -1,7 +1,8 @@
--- functions/flow_quotas.sql: harvest._check_quota, harvest.quota_usage, and the check in start_workflow;
+-- functions/flow_quotas.sql: harvest._check_quota, harvest._take_flow_key, harvest.quota_usage, and the check
+-- in start_workflow;
 -- the history-bytes quota and the history byte cap agree.
 BEGIN;
-SELECT plan(13);
+SELECT plan(15);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {"wf_q": {"quota": {"key": "input.t", "max_active_executions": 2}}}}');
 SELECT harvest.start_workflow('wf_q', '[{"t": "a"}]', 'q' || n, 'qq') FROM generate_series(1, 2) AS n;
@@ -12,8 +13,14 @@ SELECT throws_ok($$SELECT harvest.start_workflow('wf_q', '[{"t": "a"}]', 'q3', '
 SELECT lives_ok($$SELECT harvest.start_workflow('wf_q', '[{"t": "b"}]', 'q4', 'qq')$$, 'another key has its own budget');
 SELECT throws_ok($$SELECT harvest._check_quota('wf_q', 'a', '{"max_active_executions": 1}')$$, 'HR006', NULL,
                  '_check_quota() on its own');
-SELECT is((SELECT admitted FROM harvest.quota_keys WHERE quota_key = 'a'), 2::bigint,
-          'quota_keys: the key''s row counts the starts admitted (a refused one rolled back)');
+SELECT is((SELECT admitted FROM harvest.flow_keys WHERE kind = 'quota' AND key = 'a'), 2::bigint,
+          'flow_keys: the quota key''s row counts the starts admitted (a refused one rolled back)');
+SELECT harvest._take_flow_key('concurrency', 'a');
+SELECT results_eq($$SELECT kind, key, admitted FROM harvest.flow_keys WHERE key = 'a' ORDER BY kind$$,
+                  $$VALUES ('concurrency'::text, 'a'::text, 1::bigint), ('quota', 'a', 2)$$,
+                  '_take_flow_key(): a row per kind and key, counting the starts taken');
+SELECT throws_ok($$SELECT harvest._take_flow_key('mutex', 'a')$$, '23514', NULL,
+                 '_take_flow_key() of an unknown kind: the check refuses it');
 SELECT cmp_ok(harvest.quota_usage('a', 'max_history_bytes'), '>', 0::bigint, 'history bytes are counted');
 SELECT throws_ok($$SELECT harvest.quota_usage('a', 'nope')$$, 'HR001', NULL, 'an unknown quota: HR001');
 

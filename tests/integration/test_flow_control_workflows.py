@@ -322,3 +322,26 @@ def test_quota_holds_for_a_start_in_a_snapshot_transaction(db, client) -> None:
             "SELECT count(*) FROM harvest.executions WHERE quota_key = 'rr' AND status = 'RUNNING'"
         ).fetchone()[0]
     assert running == 3
+
+
+def test_latest_wins_holds_for_a_start_in_a_snapshot_transaction(db, client) -> None:
+    """The same for on_conflict = "cancel_running": a start in a REPEATABLE READ transaction
+    looked for the runs to supersede with its transaction's snapshot and missed a run of the
+    key started since, so two ran under a limit of 1."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+    start = "SELECT * FROM harvest.start_workflow('indexer', %s)"
+    with psycopg.connect(db) as stale:
+        stale.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        stale.execute("SELECT 1")  # its transaction's snapshot: no run of the key
+        client.start_workflow(indexer, {"doc_id": "rr-doc"})  # committed meanwhile
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            stale.execute(start, (Jsonb([{"doc_id": "rr-doc"}]),))
+        stale.rollback()
+        stale.execute(start, (Jsonb([{"doc_id": "rr-doc"}]),))  # the retry supersedes it
+        stale.commit()
+    with psycopg.connect(db, autocommit=True) as conn:
+        statuses = conn.execute(
+            "SELECT status, count(*) FROM harvest.executions WHERE concurrency_key = 'rr-doc' GROUP BY 1"
+        ).fetchall()
+    assert dict(statuses) == {"RUNNING": 1, "CANCELLED": 1}
