@@ -345,3 +345,37 @@ def test_latest_wins_holds_for_a_start_in_a_snapshot_transaction(db, client) -> 
             "SELECT status, count(*) FROM harvest.executions WHERE concurrency_key = 'rr-doc' GROUP BY 1"
         ).fetchall()
     assert dict(statuses) == {"RUNNING": 1, "CANCELLED": 1}
+
+
+def test_a_start_waiting_on_the_quota_key_counts_the_start_it_waited_for(db, client) -> None:
+    """Two connections at the limit, deterministically: the second start waits on the key's
+    row while the first is uncommitted, and counts it once it commits (HR006)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+    client.start_workflow(metered, {"tenant_id": "two"})
+    client.start_workflow(metered, {"tenant_id": "two"})
+    start = "SELECT * FROM harvest.start_workflow('metered', %s)"
+    outcome: list[BaseException | None] = []
+    with psycopg.connect(db) as first, psycopg.connect(db, autocommit=True) as second:
+        first.execute(start, (Jsonb([{"tenant_id": "two"}]),))  # the third, not committed yet
+        pid = second.info.backend_pid
+
+        def second_start() -> None:
+            try:
+                second.execute(start, (Jsonb([{"tenant_id": "two"}]),))
+                outcome.append(None)
+            except psycopg.Error as exc:
+                outcome.append(exc)
+
+        waiter = threading.Thread(target=second_start)
+        waiter.start()
+        with psycopg.connect(db, autocommit=True) as look:
+            deadline = time.monotonic() + 30
+            while not look.execute(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline, "the second start never waited on the key"
+        first.commit()
+        waiter.join(30)
+    assert len(outcome) == 1 and isinstance(outcome[0], psycopg.Error), outcome
+    assert outcome[0].sqlstate == "HR006", outcome[0]
