@@ -11,7 +11,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from harvest import App, activity, workflow
-from harvest.core.errors import PolicyConflict, QuotaExceeded
+from harvest.core.errors import ChildWorkflowError, PolicyConflict, QuotaExceeded
 from harvest.declare.flow_control import Concurrency, Quota, RateLimit
 
 gate = threading.Event()
@@ -379,3 +379,34 @@ def test_a_start_waiting_on_the_quota_key_counts_the_start_it_waited_for(db, cli
         waiter.join(30)
     assert len(outcome) == 1 and isinstance(outcome[0], psycopg.Error), outcome
     assert outcome[0].sqlstate == "HR006", outcome[0]
+
+
+@workflow(quota=Quota(key="input.tenant_id", max_active_executions=1))
+async def tenant_job(ctx, order: dict) -> str:
+    await ctx.sleep(3600)
+    return "done"
+
+
+@workflow
+async def fans_tenant_jobs(ctx, tenant: str) -> list:
+    """Two children of one tenant under a quota of one live run: the first starts, the second
+    is refused, and the parent hears it typed."""
+    await ctx.start_child_workflow(tenant_job, {"tenant_id": tenant})  # ends with the parent
+    try:
+        await ctx.execute_child_workflow(tenant_job, {"tenant_id": tenant})
+    except ChildWorkflowError as err:
+        return [err.status, (err.failure or {}).get("error_type"), (err.failure or {}).get("details")]
+    return ["started"]
+
+
+def test_a_child_over_its_tenants_quota_is_a_typed_failed_start(db, start_worker, client) -> None:
+    app = App(workflows=[tenant_job, fans_tenant_jobs])
+    start_worker(app)
+    status, error_type, details = client.start_workflow(fans_tenant_jobs, "kid").result(timeout=30)
+    assert (status, error_type) == ("START_FAILED", "QuotaExceeded")
+    assert (details["quota"], details["key"], details["usage"], details["limit"]) == (
+        "max_active_executions",
+        "kid",
+        1,
+        1,
+    )
