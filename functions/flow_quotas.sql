@@ -8,7 +8,7 @@
 -- caller's own transaction) would count with a snapshot older than the lock; the
 -- update fails it instead (40001, serialization_failure: retry the transaction) when
 -- another start of the key committed after that snapshot. (An advisory lock did the
--- serialising before 0085 and let such a start exceed the quota.) A refused start
+-- serialising before 0082 and let such a start exceed the quota.) A refused start
 -- raises HR006 naming the quota, the key, the usage and the limit; DETAIL is the same
 -- as JSON, and the key's row is not updated (the raise rolls it back).
 --

@@ -1,4 +1,4 @@
--- 0085: the flow keys' rows (sql/flow.sql). A quota'd or cancel_running start updates its
+-- 0082: the flow keys' rows (sql/flow.sql). A quota'd or cancel_running start updates its
 -- key's row first (functions/flow_quotas.sql, flow_concurrency.sql): a start in a REPEATABLE
 -- READ or SERIALIZABLE transaction counted the key's runs with a snapshot that could predate
 -- another start of the key, and exceeded the quota or the concurrency limit. For quotas the
