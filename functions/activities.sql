@@ -15,6 +15,9 @@ DECLARE
     v_now timestamptz := harvest.now();
     v_retry jsonb := coalesce(p_task.options -> 'retry', '{}'::jsonb);
     v_max_attempts integer := coalesce((v_retry ->> 'max_attempts')::integer, 3);
+    -- The attempts of this budget: a replayed dead letter's count on from the earlier
+    -- budgets' (attempts_before_replay, functions/dead_letters.sql).
+    v_budget_attempt integer := p_task.attempt - coalesce((v_retry ->> 'attempts_before_replay')::integer, 0);
     v_initial double precision := coalesce((v_retry ->> 'initial_interval')::double precision, 1);
     v_backoff double precision := coalesce((v_retry ->> 'backoff')::double precision, 2);
     v_max_interval double precision := coalesce((v_retry ->> 'max_interval')::double precision, 100);
@@ -33,12 +36,12 @@ BEGIN
     -- initial * backoff^(attempt-1), capped by max_interval, taken in log space with the
     -- exponent bounded: power(2, 1024) overflows a double, and a policy with max_attempts 0
     -- (unbounded) or a large count reaches such attempts.
-    v_delay := least(v_initial * exp(least(ln(greatest(v_backoff, 1e-9)) * greatest(p_task.attempt - 1, 0), 600)),
+    v_delay := least(v_initial * exp(least(ln(greatest(v_backoff, 1e-9)) * greatest(v_budget_attempt - 1, 0), 600)),
                      v_max_interval);
     v_next := v_now + make_interval(secs => v_delay);
 
     IF p_allow_retry AND NOT v_non_retryable
-       AND (v_max_attempts <= 0 OR p_task.attempt < v_max_attempts)
+       AND (v_max_attempts <= 0 OR v_budget_attempt < v_max_attempts)
        AND (p_task.deadline_at IS NULL OR v_next < p_task.deadline_at) THEN
         -- (A PAUSED run's retry waits for its resume: lifecycle.sql.)
         UPDATE harvest.tasks
@@ -54,7 +57,7 @@ BEGIN
 
     IF p_allow_retry AND NOT v_non_retryable AND p_task.deadline_at IS NOT NULL
        AND v_next >= p_task.deadline_at
-       AND (v_max_attempts <= 0 OR p_task.attempt < v_max_attempts) THEN
+       AND (v_max_attempts <= 0 OR v_budget_attempt < v_max_attempts) THEN
         -- Retries remained, but the next one would start past schedule_to_close.
         v_failure := jsonb_build_object('error_type', 'ScheduleToCloseTimeout', 'non_retryable', true,
             'message', 'activity ' || p_task.activity_name || ' ran out of its schedule_to_close of '

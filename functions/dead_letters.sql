@@ -2,6 +2,15 @@
 -- non-retryably) while their workflow keeps waiting. Replay re-enqueues the
 -- invocation with a fresh attempt budget; discard hands the failure to the
 -- workflow, which may handle it or fail.
+--
+-- A replay's budget is fresh but its attempts keep counting: the task starts at the dead
+-- letter's attempts (its next claim is attempt attempts + 1) and its retry policy counts
+-- max_attempts from there (retry.attempts_before_replay, read by _fail_activity_attempt).
+-- So the outcome's attempt, which the usage report sums (flow_usage.sql), counts every
+-- attempt of the invocation, a second dead letter says how many were made in all, and an
+-- attempt-scoped key (ctx.attempt()) never comes back. max_attempts bounds the automatic
+-- retries between two operator decisions, not the invocation's whole life: each replay is
+-- an operator's grant of max_attempts more (docs/failures.md).
 
 CREATE OR REPLACE FUNCTION harvest.list_dead_letters(
     p_limit integer DEFAULT 100,
@@ -93,12 +102,17 @@ BEGIN
     v_stc := (v_dead.options ->> 'schedule_to_close')::double precision;
     INSERT INTO harvest.tasks (
         execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
-        scheduled_at, deadline_at, status
+        scheduled_at, deadline_at, status, attempt
     ) VALUES (
         v_execution.id, 'activity', v_dead.queue, v_dead.priority, v_now, v_dead.seq,
-        v_dead.activity_name, v_dead.input, v_dead.options, v_now,
+        v_dead.activity_name, v_dead.input,
+        -- A fresh budget counted from the attempts made so far (see the top of this file).
+        v_dead.options || jsonb_build_object('retry', coalesce(v_dead.options -> 'retry', '{}'::jsonb)
+                                                      || jsonb_build_object('attempts_before_replay', v_dead.attempts)),
+        v_now,
         CASE WHEN v_stc IS NOT NULL THEN v_now + make_interval(secs => v_stc) END,
-        CASE WHEN v_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END  -- waits for the resume
+        CASE WHEN v_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,  -- waits for the resume
+        v_dead.attempts
     ) RETURNING id INTO v_task_id;
     DELETE FROM harvest.dead_letters WHERE id = p_id;
     PERFORM harvest._notify_queue(v_dead.queue);
@@ -316,7 +330,8 @@ COMMENT ON FUNCTION harvest.list_dead_letters IS
 COMMENT ON FUNCTION harvest.get_dead_letter IS
 'One dead letter; HR002 when it does not exist. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.replay_dead_letter IS
-'Re-enqueue a dead-lettered activity with a fresh attempt budget and audit it; returns the new task id. HR005 '
+'Re-enqueue a dead-lettered activity with a fresh attempt budget (its attempts keep counting from the dead '
+'letter''s) and audit it; returns the new task id. HR005 '
 'when its run is no longer RUNNING, HR001 for a run''s own dead letter. For operators (role harvest_operator).';
 COMMENT ON FUNCTION harvest.discard_dead_letter IS
 'Drop a dead letter and audit it: a RUNNING workflow receives ActivityFailed and may handle it or fail. For '

@@ -341,7 +341,7 @@ $$;
 -- Latest wins: admitting a new run of (workflow, key) under cancel_running
 -- cancels the oldest non-terminal runs (PAUSED ones too) beyond limit - 1, at most 32 per
 -- admission, from a scan bounded to limit + 32 rows, serialised on the key's
--- advisory lock. Each is closed CANCELLED with WorkflowCancelled
+-- advisory lock (and its row of harvest.flow_keys, for a start in a snapshot transaction). Each is closed CANCELLED with WorkflowCancelled
 -- {details: {superseded_by}}. Returns the ids cancelled.
 CREATE OR REPLACE FUNCTION harvest._supersede(
     p_workflow_name text, p_key text, p_limit integer, p_new_execution_id uuid
@@ -355,6 +355,9 @@ DECLARE
     v_cancelled uuid[] := ARRAY[]::uuid[];
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext(p_key));
+    -- Then the key's row, before the runs are read: a start whose transaction snapshot is
+    -- older than another start of the key fails here (40001) instead of missing that run.
+    PERFORM harvest._take_flow_key('concurrency', p_key);
     FOR v_victim IN
         SELECT s.id FROM (
             SELECT e.id, e.created_at,

@@ -1,10 +1,16 @@
 -- Per-tenant quotas, checked inside the start transaction (start.sql). The
 -- quota key is resolved from the input by the same dot-path resolver as the
 -- concurrency key (harvest._resolve_key) and stamped on executions.quota_key.
--- Concurrent starts of one key serialise on an advisory lock taken before the
--- usage is counted (a later statement, so it sees every committed start), so a
--- quota is never exceeded by a race. A refused start raises HR006 naming the
--- quota, the key, the usage and the limit; DETAIL is the same as JSON.
+-- Concurrent starts of one key serialise on the key's row of harvest.flow_keys,
+-- updated before the usage is counted (a later statement, so at READ COMMITTED it
+-- sees every committed start), so a quota is never exceeded by a race. A start whose
+-- transaction reads one snapshot (REPEATABLE READ, SERIALIZABLE: a start inside the
+-- caller's own transaction) would count with a snapshot older than the lock; the
+-- update fails it instead (40001, serialization_failure: retry the transaction) when
+-- another start of the key committed after that snapshot. (An advisory lock did the
+-- serialising before 0082 and let such a start exceed the quota.) A refused start
+-- raises HR006 naming the quota, the key, the usage and the limit; DETAIL is the same
+-- as JSON, and the key's row is not updated (the raise rolls it back).
 --
 -- Usage: active = RUNNING runs with the key; history bytes = the sum of
 -- executions.history_bytes (each event's JSON text bytes, harvest._event_bytes:
@@ -20,7 +26,7 @@ DECLARE
     v_usage bigint;
     v_name text;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext('harvest.quota:' || p_key));
+    PERFORM harvest._take_flow_key('quota', p_key);
     FOREACH v_name IN ARRAY ARRAY['max_active_executions', 'max_history_bytes', 'max_dead_letters'] LOOP
         v_limit := (p_quota ->> v_name)::bigint;
         CONTINUE WHEN v_limit IS NULL;
@@ -36,6 +42,18 @@ BEGIN
         END IF;
     END LOOP;
 END;
+$$;
+
+-- Take a flow key's row (sql/flow.sql, harvest.flow_keys) for a start admitted under it:
+-- the row lock serialises the key's starts until commit, and in a REPEATABLE READ or
+-- SERIALIZABLE transaction whose snapshot predates another start of the key the update
+-- fails (40001) instead of letting the caller count the key's runs without that start.
+CREATE OR REPLACE FUNCTION harvest._take_flow_key(p_kind text, p_key text)
+RETURNS void
+LANGUAGE sql
+AS $$
+    INSERT INTO harvest.flow_keys AS f (kind, key, admitted) VALUES (p_kind, p_key, 1)
+    ON CONFLICT (kind, key) DO UPDATE SET admitted = f.admitted + 1;
 $$;
 
 -- One quota's current usage for a key.

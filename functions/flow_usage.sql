@@ -11,7 +11,9 @@
 --                               TERMINATED and CONTINUED_AS_NEW are not broken out
 --   activity_executions         attempts of the activities whose outcome (ActivityCompleted /
 --                               ActivityFailed, which carry the attempt count) falls in the
---                               window: a 3-attempt activity contributes 3
+--                               window: a 3-attempt activity contributes 3 (a replayed dead
+--                               letter's attempts count on from its dead-lettered ones:
+--                               dead_letters.sql, so its outcome counts them all)
 --   activity_executions_failed  ActivityFailed events (retries exhausted, non-retryable, or a
 --                               discarded dead letter)
 --   activity_compute_seconds    per finished activity, its final attempt's start (the outcome's

@@ -4,7 +4,7 @@
 -- harvest.discard_dead_letters, harvest._select_dead_letters, harvest._bulk_dead_letters) are
 -- tested in pgtap/dead_letters_bulk.sql.
 BEGIN;
-SELECT plan(37);
+SELECT plan(39);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -55,7 +55,8 @@ SELECT results_eq(
 SELECT throws_ok($$SELECT * FROM harvest.get_dead_letter(-1)$$, 'HR002', 'dead letter -1 does not exist',
                  'get_dead_letter() of an unknown id: HR002');
 
--- replay_dead_letter: a fresh activity task with a fresh attempt budget.
+-- replay_dead_letter: a fresh activity task with a fresh attempt budget, its attempts counted on
+-- from the dead letter's (retry.attempts_before_replay: the budget starts there).
 SET LOCAL harvest.fake_now = '2030-01-01 00:05:00+00';
 CREATE TEMP TABLE replayed ON COMMIT DROP AS SELECT harvest.replay_dead_letter(pg_temp.dl('a')) AS task_id;
 SELECT results_eq(
@@ -63,15 +64,22 @@ SELECT results_eq(
              scheduled_at, deadline_at
       FROM harvest.tasks WHERE id = (SELECT task_id FROM replayed)$$,
     $$SELECT pg_temp.run('a'), 'activity'::text, 'pending'::text, 'aq_a'::text, 2, 1, 'charge'::text, '["x"]'::jsonb,
-             '{"schedule_to_close": 600, "priority": 2}'::jsonb, 0, '2030-01-01 00:05:00+00'::timestamptz,
+             '{"schedule_to_close": 600, "priority": 2, "retry": {"attempts_before_replay": 1}}'::jsonb, 1,
+             '2030-01-01 00:05:00+00'::timestamptz,
              '2030-01-01 00:05:00+00'::timestamptz, '2030-01-01 00:15:00+00'::timestamptz$$,
-    'replay_dead_letter() returns a new pending activity task: same invocation, attempt 0, a new deadline');
+    'replay_dead_letter() returns a new pending activity task: same invocation, the attempts so far, a new deadline');
 SELECT is_empty(format($$SELECT 1 FROM harvest.dead_letters WHERE id = %s$$, pg_temp.dl('a')),
                 'a replayed dead letter is removed');
 SELECT is((SELECT event_type FROM harvest.events WHERE execution_id = pg_temp.run('a') ORDER BY event_id DESC LIMIT 1),
           'ActivityScheduled', 'replay writes no event');
 SELECT results_eq($$SELECT task_id, attempt FROM harvest.claim_tasks('worker', ARRAY['aq_a'])$$,
-                  $$SELECT task_id, 1 FROM replayed$$, 'the replayed activity is claimed as attempt 1');
+                  $$SELECT task_id, 2 FROM replayed$$, 'the replayed activity is claimed as attempt 2 (1 before it)');
+SELECT is(harvest._fail_activity_attempt((SELECT x FROM harvest.executions AS x WHERE x.id = pg_temp.run('a')),
+                                         (SELECT t FROM harvest.tasks AS t WHERE t.id = (SELECT task_id FROM replayed)),
+                                         '{"error_type": "Boom", "message": "again"}'),
+          'retry_scheduled', 'attempt 2 is the first of the fresh budget (max_attempts 3): retry_scheduled');
+SELECT is((SELECT due_at FROM harvest.tasks WHERE id = (SELECT task_id FROM replayed)),
+          '2030-01-01 00:05:01+00'::timestamptz, 'and backs off as a first attempt does (initial_interval 1 s)');
 SELECT throws_ok(format($$SELECT harvest.replay_dead_letter(%s)$$, pg_temp.dl('a')), 'HR002',
                  format('dead letter %s does not exist', pg_temp.dl('a')), 'replaying it twice: HR002');
 SELECT throws_ok($$SELECT harvest.replay_dead_letter(-1)$$, 'HR002', NULL, 'replay_dead_letter() of an unknown id: HR002');

@@ -1,7 +1,8 @@
--- functions/flow_quotas.sql: harvest._check_quota, harvest.quota_usage, and the check in start_workflow;
+-- functions/flow_quotas.sql: harvest._check_quota, harvest._take_flow_key, harvest.quota_usage, and the check
+-- in start_workflow;
 -- the history-bytes quota and the history byte cap agree.
 BEGIN;
-SELECT plan(10);
+SELECT plan(15);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {"wf_q": {"quota": {"key": "input.t", "max_active_executions": 2}}}}');
 SELECT harvest.start_workflow('wf_q', '[{"t": "a"}]', 'q' || n, 'qq') FROM generate_series(1, 2) AS n;
@@ -12,6 +13,14 @@ SELECT throws_ok($$SELECT harvest.start_workflow('wf_q', '[{"t": "a"}]', 'q3', '
 SELECT lives_ok($$SELECT harvest.start_workflow('wf_q', '[{"t": "b"}]', 'q4', 'qq')$$, 'another key has its own budget');
 SELECT throws_ok($$SELECT harvest._check_quota('wf_q', 'a', '{"max_active_executions": 1}')$$, 'HR006', NULL,
                  '_check_quota() on its own');
+SELECT is((SELECT admitted FROM harvest.flow_keys WHERE kind = 'quota' AND key = 'a'), 2::bigint,
+          'flow_keys: the quota key''s row counts the starts admitted (a refused one rolled back)');
+SELECT harvest._take_flow_key('concurrency', 'a');
+SELECT results_eq($$SELECT kind, key, admitted FROM harvest.flow_keys WHERE key = 'a' ORDER BY kind$$,
+                  $$VALUES ('concurrency'::text, 'a'::text, 1::bigint), ('quota', 'a', 2)$$,
+                  '_take_flow_key(): a row per kind and key, counting the starts taken');
+SELECT throws_ok($$SELECT harvest._take_flow_key('mutex', 'a')$$, '23514', NULL,
+                 '_take_flow_key() of an unknown kind: the check refuses it');
 SELECT cmp_ok(harvest.quota_usage('a', 'max_history_bytes'), '>', 0::bigint, 'history bytes are counted');
 SELECT throws_ok($$SELECT harvest.quota_usage('a', 'nope')$$, 'HR001', NULL, 'an unknown quota: HR001');
 
@@ -37,6 +46,28 @@ SELECT is((SELECT history_bytes FROM harvest.executions WHERE id = (SELECT execu
           (SELECT sum(octet_length(ev.event_data::text))::bigint FROM harvest.events AS ev
            WHERE ev.execution_id = (SELECT execution_id FROM qa)),
           'the measure is the JSON text bytes of each event (a multi-byte character counts its bytes)');
+-- A reset fork copies its source's history through the reset point: both are kept (the
+-- source until retention deletes it), so the key's history bytes count the carried events
+-- twice, as they are stored twice; the per-run byte cap of each counts its own history.
+SELECT harvest.declare_flow_policies('{"workflows": {"wf_qr": {"quota": {"key": "input.t", "max_history_bytes": 1000000}}}}');
+CREATE TEMP TABLE qr ON COMMIT DROP AS
+SELECT s.execution_id FROM harvest.start_workflow('wf_qr', '[{"t": "r"}]', 'qr1', 'qrq') AS s;
+SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1,
+    jsonb_build_array(jsonb_build_object('type', 'record_marker', 'seq', 1, 'kind', 'side_effect',
+                                         'value', repeat('x', 500))))
+FROM harvest.claim_tasks('w-qr', ARRAY['qrq'], 1) AS c;
+CREATE TEMP TABLE qr_fork ON COMMIT DROP AS
+SELECT (harvest.reset_workflow(execution_id, (SELECT last_event_id FROM harvest.executions WHERE id = execution_id),
+                               'fix') ->> 'new_execution_id')::uuid AS id FROM qr;
+SELECT is(harvest.quota_usage('r', 'max_history_bytes'),
+          (SELECT sum(harvest._event_bytes(ev.event_data))::bigint FROM harvest.events AS ev
+           WHERE ev.execution_id IN ((SELECT execution_id FROM qr), (SELECT id FROM qr_fork))),
+          'a reset: the key''s history bytes are the bytes stored for the source and the fork');
+SELECT is((SELECT history_bytes FROM harvest.executions WHERE id = (SELECT id FROM qr_fork)),
+          (SELECT sum(harvest._event_bytes(ev.event_data))::bigint FROM harvest.events AS ev
+           WHERE ev.execution_id = (SELECT id FROM qr_fork)),
+          'the fork''s own measure (its byte cap) is its own history: the copy and its marker');
+
 -- A continue-as-new successor is the same run going on, not a new admission: a key whose
 -- dead-letter quota is exhausted (so new starts are refused) still lets its running runs rotate.
 SELECT harvest.declare_flow_policies('{"workflows": {"wf_qc": {"quota": {"key": "input.t", "max_dead_letters": 1}}}}');

@@ -18,6 +18,22 @@ CREATE TABLE harvest.flow_policies (
     CONSTRAINT flow_policies_policy_object CHECK (jsonb_typeof(policy) = 'object')
 );
 
+-- One row per flow key a start was admitted under (functions/flow_quotas.sql,
+-- flow_concurrency.sql): kind 'quota' (a quota key, before its usage is counted) or
+-- 'concurrency' (a cancel_running key, before its runs are read for superseding).
+-- Each such start updates the row first: the row lock serialises the starts of a key,
+-- and a start whose transaction reads one snapshot (REPEATABLE READ, SERIALIZABLE: a
+-- start inside a caller's own transaction) that predates another start of the key
+-- fails on the update (40001, retryable) instead of counting without it.
+-- admitted: the starts admitted under the key.
+CREATE TABLE harvest.flow_keys (
+    kind text NOT NULL,
+    key text NOT NULL,
+    admitted bigint NOT NULL DEFAULT 0,
+    CONSTRAINT flow_keys_pkey PRIMARY KEY (kind, key),
+    CONSTRAINT flow_keys_kind_check CHECK (kind IN ('quota', 'concurrency'))
+);
+
 -- Admitted runs of a per-key workflow concurrency policy ("defer"): one row from
 -- the claim of the run's first workflow task until the run leaves RUNNING.
 -- No foreign key: the claim must not lock execution rows.

@@ -543,3 +543,22 @@ def test_a_partial_read_prints_one_warning_line_and_no_library_log(db: str, tmp_
     verbose = run("--log-level", "warning", "workflow", "list", "-o", "json", cwd=tmp_path)
     assert verbose.returncode == 0 and "psycopg.pool" in verbose.stderr, verbose.stderr
     assert verbose.stderr.rstrip().endswith("the output holds the other shards only"), verbose.stderr
+
+
+# -- every shard down: unavailable (exit 1), never "not found" ----------------------------------------
+
+
+def _every_shard_down(tmp_path: Path) -> None:
+    """A sharded configuration whose shards all point at a closed port: no server needed."""
+    (tmp_path / "harvest.toml").write_text(
+        "[shards]\nreadable = [0, 1]\nwritable = [0, 1]\ncli_timeout = 2\n"
+        '[shards.urls]\n0 = "postgresql://alice@127.0.0.1:1/x"\n1 = "postgresql://alice@127.0.0.1:1/y"\n'
+    )
+
+
+def test_worker_get_with_every_shard_down_is_unavailable_not_not_found(tmp_path: Path) -> None:
+    _every_shard_down(tmp_path)
+    r = run("worker", "get", "w-anywhere", cwd=tmp_path)
+    line = one_error_line(r)
+    assert r.returncode == 1, r.stderr
+    assert "no shard could be read" in line and "not found" not in line, line

@@ -11,7 +11,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from harvest import App, activity, workflow
-from harvest.core.errors import PolicyConflict, QuotaExceeded
+from harvest.core.errors import ChildWorkflowError, PolicyConflict, QuotaExceeded
 from harvest.declare.flow_control import Concurrency, Quota, RateLimit
 
 gate = threading.Event()
@@ -294,3 +294,119 @@ def test_pacing_override_of_a_per_key_policy_is_a_conflict(db) -> None:
         declare(conn)
         with pytest.raises(PolicyConflict, match="per-key rate limit"):
             SqlApi(conn).set_rate_limit_override("per_tenant", 10)
+
+
+def test_quota_holds_for_a_start_in_a_snapshot_transaction(db, client) -> None:
+    """A start inside a caller's REPEATABLE READ transaction (a start on the caller's own
+    connection) counted the key's usage with the snapshot its transaction took first: a start
+    committed since was invisible, and the quota was exceeded (3 of 3 running, a fourth
+    admitted). It now fails with a serialization failure (retryable: run the transaction
+    again), and the retry sees the usage."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+    client.start_workflow(metered, {"tenant_id": "rr"})
+    client.start_workflow(metered, {"tenant_id": "rr"})
+    start = "SELECT * FROM harvest.start_workflow('metered', %s)"
+    with psycopg.connect(db) as stale:
+        stale.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        stale.execute("SELECT 1")  # its transaction's snapshot: two runs of the key
+        client.start_workflow(metered, {"tenant_id": "rr"})  # the third, committed meanwhile
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            stale.execute(start, (Jsonb([{"tenant_id": "rr"}]),))
+        stale.rollback()
+        with pytest.raises(psycopg.Error) as again:  # the retry (REPEATABLE READ again): refused
+            stale.execute(start, (Jsonb([{"tenant_id": "rr"}]),))
+        assert again.value.sqlstate == "HR006", again.value
+    with psycopg.connect(db, autocommit=True) as conn:
+        running = conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE quota_key = 'rr' AND status = 'RUNNING'"
+        ).fetchone()[0]
+    assert running == 3
+
+
+def test_latest_wins_holds_for_a_start_in_a_snapshot_transaction(db, client) -> None:
+    """The same for on_conflict = "cancel_running": a start in a REPEATABLE READ transaction
+    looked for the runs to supersede with its transaction's snapshot and missed a run of the
+    key started since, so two ran under a limit of 1."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+    start = "SELECT * FROM harvest.start_workflow('indexer', %s)"
+    with psycopg.connect(db) as stale:
+        stale.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        stale.execute("SELECT 1")  # its transaction's snapshot: no run of the key
+        client.start_workflow(indexer, {"doc_id": "rr-doc"})  # committed meanwhile
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            stale.execute(start, (Jsonb([{"doc_id": "rr-doc"}]),))
+        stale.rollback()
+        stale.execute(start, (Jsonb([{"doc_id": "rr-doc"}]),))  # the retry supersedes it
+        stale.commit()
+    with psycopg.connect(db, autocommit=True) as conn:
+        statuses = conn.execute(
+            "SELECT status, count(*) FROM harvest.executions WHERE concurrency_key = 'rr-doc' GROUP BY 1"
+        ).fetchall()
+    assert dict(statuses) == {"RUNNING": 1, "CANCELLED": 1}
+
+
+def test_a_start_waiting_on_the_quota_key_counts_the_start_it_waited_for(db, client) -> None:
+    """Two connections at the limit, deterministically: the second start waits on the key's
+    row while the first is uncommitted, and counts it once it commits (HR006)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+    client.start_workflow(metered, {"tenant_id": "two"})
+    client.start_workflow(metered, {"tenant_id": "two"})
+    start = "SELECT * FROM harvest.start_workflow('metered', %s)"
+    outcome: list[BaseException | None] = []
+    with psycopg.connect(db) as first, psycopg.connect(db, autocommit=True) as second:
+        first.execute(start, (Jsonb([{"tenant_id": "two"}]),))  # the third, not committed yet
+        pid = second.info.backend_pid
+
+        def second_start() -> None:
+            try:
+                second.execute(start, (Jsonb([{"tenant_id": "two"}]),))
+                outcome.append(None)
+            except psycopg.Error as exc:
+                outcome.append(exc)
+
+        waiter = threading.Thread(target=second_start)
+        waiter.start()
+        with psycopg.connect(db, autocommit=True) as look:
+            deadline = time.monotonic() + 30
+            while not look.execute(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline, "the second start never waited on the key"
+        first.commit()
+        waiter.join(30)
+    assert len(outcome) == 1 and isinstance(outcome[0], psycopg.Error), outcome
+    assert outcome[0].sqlstate == "HR006", outcome[0]
+
+
+@workflow(quota=Quota(key="input.tenant_id", max_active_executions=1))
+async def tenant_job(ctx, order: dict) -> str:
+    await ctx.sleep(3600)
+    return "done"
+
+
+@workflow
+async def fans_tenant_jobs(ctx, tenant: str) -> list:
+    """Two children of one tenant under a quota of one live run: the first starts, the second
+    is refused, and the parent hears it typed."""
+    await ctx.start_child_workflow(tenant_job, {"tenant_id": tenant})  # ends with the parent
+    try:
+        await ctx.execute_child_workflow(tenant_job, {"tenant_id": tenant})
+    except ChildWorkflowError as err:
+        return [err.status, (err.failure or {}).get("error_type"), (err.failure or {}).get("details")]
+    return ["started"]
+
+
+def test_a_child_over_its_tenants_quota_is_a_typed_failed_start(db, start_worker, client) -> None:
+    app = App(workflows=[tenant_job, fans_tenant_jobs])
+    start_worker(app)
+    status, error_type, details = client.start_workflow(fans_tenant_jobs, "kid").result(timeout=30)
+    assert (status, error_type) == ("START_FAILED", "QuotaExceeded")
+    assert (details["quota"], details["key"], details["usage"], details["limit"]) == (
+        "max_active_executions",
+        "kid",
+        1,
+        1,
+    )

@@ -12,10 +12,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import cli_forks
 import httpx
 import psycopg
 import pytest
-from operator_helpers import HARVEST, harvest, start
+from operator_helpers import HARVEST, REPO, harvest, start
 from psycopg.types.json import Jsonb
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -84,6 +85,41 @@ def test_harvest_metrics_fails_when_no_database_answers() -> None:
     done = harvest("postgresql://nobody@127.0.0.1:1/none", "metrics")
     assert done.returncode == 1
     assert "error:" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_harvest_metrics_prints_the_sampled_gauges_only(db: str, tmp_path: Path) -> None:
+    """A one-shot CLI has no counter to report: harvest_sampler_errors_total started at 0 on
+    each run (1 at most: no rate() of it means anything), and the hot paths' counters and a
+    worker's gauges were printed empty. A shard that cannot be read is named on stderr and has
+    no harvest_sampler_last_success_timestamp_seconds (the alert pack's staleness check)."""
+    (tmp_path / "harvest.toml").write_text(
+        "[shards]\nreadable = [0, 1]\nwritable = [0]\ncli_timeout = 2\n"
+        f'[shards.urls]\n0 = {json.dumps(db)}\n1 = "postgresql://alice@127.0.0.1:1/x"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "harvest_py"), str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p
+    )
+    done = cli_forks.run(("metrics",), env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "shard 1 could not be sampled" in done.stderr
+    assert 'harvest_sampler_last_success_timestamp_seconds{shard="0"}' in done.stdout
+    assert 'harvest_sampler_last_success_timestamp_seconds{shard="1"}' not in done.stdout
+    names = {line.split()[2] for line in done.stdout.splitlines() if line.startswith("# TYPE ")}
+    assert "harvest_schema_behind" in names
+    assert names.isdisjoint(
+        {"harvest_sampler_errors", "harvest_queue_dispatched", "harvest_scanner_last_tick_timestamp_seconds"}
+    ), names
+    assert {line.split()[3] for line in done.stdout.splitlines() if line.startswith("# TYPE ")} == {"gauge"}
+
+
+def test_harvest_metrics_refuses_json_output(db: str) -> None:
+    """`-o json` is "for every command that prints one": Prometheus text is not JSON, so the
+    command says so instead of printing text to a script that asked for JSON."""
+    done = harvest(db, "-o", "json", "metrics")
+    assert done.returncode == 2, done.stdout
+    assert done.stdout == ""
+    assert "prints Prometheus text only" in done.stderr and "Traceback" not in done.stderr
 
 
 def _free_port() -> int:

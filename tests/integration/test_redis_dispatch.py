@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -597,3 +598,104 @@ def test_redis_killed_mid_run_the_postgres_claim_finishes_the_work(db, tmp_path,
         assert runner.worker.redis.connected
     finally:
         server.kill()
+
+
+# -- harvest dev honours redis.url ---------------------------------------------------------------------
+
+
+def _dev_demo(db: str, redis_url: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
+    env.update(HARVEST_DEV_DATABASE_URL=db, HARVEST_REDIS__URL=redis_url)
+    return subprocess.run(
+        [sys.executable, "-c", "from harvest.cli import main; main()", "dev", "--demo-and-exit", "--no-api"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+
+
+def test_harvest_dev_refuses_an_unreachable_redis(db, tmp_path) -> None:
+    """dev ran its worker without the configured redis.url (the demo passed on the Postgres
+    claim with the setting silently ignored): it now boots the worker's Redis dispatch, which
+    refuses a Redis it cannot reach, at once (not after the demo's result timeout)."""
+    port = free_port()
+    done = _dev_demo(db, f"redis://127.0.0.1:{port}/0", tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"redis://127.0.0.1:{port}/0 cannot be reached" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_harvest_dev_dispatches_through_redis(db, redis_server, tmp_path) -> None:
+    done = _dev_demo(db, redis_server.url, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Hello, world!" in done.stdout
+
+    async def groups() -> dict[str, list[str]]:
+        """The consumer groups of each stream: the dispatch makes its group on the streams of
+        the queues it polls as it boots (the demo's tasks are handed off, so none is published)."""
+        import redis.asyncio as aioredis
+
+        conn = aioredis.from_url(redis_server.url)
+        try:
+            return {
+                k.decode(): [g["name"].decode() for g in await conn.xinfo_groups(k)]
+                async for k in conn.scan_iter("harvest:tasks:*")
+            }
+        finally:
+            await conn.aclose()
+
+    assert asyncio.run(groups()) == {stream_key("default"): [GROUP]}
+
+
+def test_a_stale_channel_failing_after_the_reconnect_does_not_drop_the_new_one(tmp_path) -> None:
+    """Redis restarted: the consumer lost the channel and reconnected to the new server, then a
+    publish still in flight on the old channel failed. That failure dropped (and closed) the
+    new channel: a second loss, a second reconnect, and the references of its reads lost in
+    between. A failure on a channel already given up is now the old channel's alone."""
+    from types import SimpleNamespace
+
+    from harvest.worker.redis_dispatch import RedisDispatch
+
+    async def scenario(server: RedisServer) -> tuple[bool, int, bool]:
+        async def claimable(runs, kind):
+            return [{"task_id": 1, "queue": "rd_q", "due_at": None}]
+
+        lane = SimpleNamespace(usable=True, sql=SimpleNamespace(list_claimable_tasks=claimable))
+        worker = SimpleNamespace(queues=["rd_q"], worker_id="rd-w", lanes=[lane])
+        dispatch = RedisDispatch(worker, server.url)  # type: ignore[arg-type]
+        await dispatch.open()
+        old = dispatch.channel
+        assert old is not None
+        in_flight = asyncio.Event()
+        fail = asyncio.Event()
+
+        async def publish_across_the_restart(refs):
+            in_flight.set()
+            await fail.wait()
+            raise ConnectionError("Connection reset by peer")
+
+        old.publish = publish_across_the_restart  # type: ignore[method-assign]
+        publishing = asyncio.create_task(dispatch._publish(["run-1"], None))
+        await in_flight.wait()
+        server.kill()
+        await dispatch._lost(ConnectionError("reading"), "reading", old)  # the consumer's read failed
+        server.start()  # the same port
+        assert await dispatch._reconnect()
+        new = dispatch.channel
+        fail.set()  # the old channel's publish fails only now
+        await publishing
+        try:
+            one = [{"task_id": 2, "queue": "rd_q", "due_at": None}]
+            return dispatch.channel is new, dispatch.losses, await new.publish(one) == 1  # type: ignore[union-attr]
+        finally:
+            await dispatch.close()
+
+    server = RedisServer(tmp_path).start()
+    try:
+        kept, losses, usable = asyncio.run(scenario(server))
+    finally:
+        server.kill()
+    assert (kept, losses, usable) == (True, 1, True)

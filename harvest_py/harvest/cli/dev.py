@@ -93,7 +93,12 @@ def dev(
                 f"  HARVEST_DATABASE_URL={quoted} harvest workflow start greet --input-json '[\"world\"]'\n"
                 f"  HARVEST_DATABASE_URL={quoted} harvest workflow result <execution_id>\n"
             )
-        worker = Worker(app, dsn, poll_interval=1.0)  # type: ignore[arg-type]
+        # redis.url as `harvest worker` takes it (docs/redis-dispatch.md): a configured URL is
+        # never silently ignored; an unreachable Redis stops the boot.
+        from harvest.cli.output import cli_config
+
+        redis_url = cli_config().get("redis.url")
+        worker = Worker(app, dsn, poll_interval=1.0, redis_url=redis_url)  # type: ignore[arg-type]
         if demo_and_exit:
             click.echo("Ctrl-C stops everything and removes what was created.\n")
             asyncio.run(_demo(worker, dsn))
@@ -177,7 +182,13 @@ async def _demo(worker: Worker, dsn: str) -> None:
     async with await AsyncClient.connect(dsn) as client:
         handle = await client.start_workflow(greet, "world")
         click.echo(f"started greet: execution {handle.execution_id}")
-        result = await handle.result(timeout=60)
-        click.echo(f"result: {result}")
+        waiting = asyncio.ensure_future(handle.result(timeout=60))
+        # A worker that fails to boot (an unreachable Redis) ends the demo with its error at
+        # once, not after the result's timeout.
+        await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if running.done() and not waiting.done():
+            waiting.cancel()
+            await running  # raises the worker's error
+        click.echo(f"result: {await waiting}")
     worker.request_stop()
     await running

@@ -215,7 +215,10 @@ class Metrics:
             return hot[-1]
 
         def sampled(name: str, doc: str, labels: Iterable[str]) -> _Sampled:
+            self._sampled_names.append(name)
             return _Sampled(Gauge(name, doc, ["shard", *labels], registry=r))
+
+        self._sampled_names: list[str] = []
 
         # -- counted on the hot paths ------------------------------------------------------------
         self.queue_dispatched = counter(
@@ -559,6 +562,12 @@ class Metrics:
 
     def render(self) -> bytes:
         return _prom.generate_latest(self.registry)  # pyright: ignore[reportOptionalMemberAccess]  # set: Metrics() needs it
+
+    def render_sampled(self) -> bytes:
+        """The exposition of the gauges sampled from the database only (`harvest metrics`): a
+        one-shot process has no counter worth printing (each would start at 0 every run)."""
+        restricted = self.registry.restricted_registry(self._sampled_names)
+        return _prom.generate_latest(restricted)  # pyright: ignore[reportOptionalMemberAccess]  # set: Metrics() needs it
 
 
 class NullMetrics:

@@ -103,7 +103,13 @@ class RedisDispatch:
                 await channel.close()
 
     # -- losing and finding Redis ---------------------------------------------------------
-    async def _lost(self, exc: BaseException, what: str) -> None:
+    async def _lost(self, exc: BaseException, what: str, channel: RedisChannel) -> None:
+        """``channel`` failed at ``what``. Only the current channel is given up: a call still in
+        flight on a channel already given up (the publisher's, while the consumer reconnected
+        after a Redis restart) fails on its own, and dropping the channel that replaced it would
+        make a second loss and a second reconnect."""
+        if channel is not self.channel:
+            return  # (closed when it was given up)
         if self._lost_at is None:
             self.losses += 1
             self._lost_at = asyncio.get_running_loop().time()
@@ -112,10 +118,9 @@ class RedisDispatch:
                 what,
                 type(exc).__name__,
             )
-        channel, self.channel = self.channel, None
-        if channel is not None:
-            with contextlib.suppress(Exception):
-                await channel.close()
+        self.channel = None
+        with contextlib.suppress(Exception):
+            await channel.close()
 
     async def _reconnect(self) -> bool:
         try:
@@ -165,7 +170,7 @@ class RedisDispatch:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            await self._lost(exc, "publishing")
+            await self._lost(exc, "publishing", channel)
 
     # -- consuming ------------------------------------------------------------------------
     def slot_freed(self) -> None:
@@ -202,7 +207,7 @@ class RedisDispatch:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                await self._lost(exc, "reading")
+                await self._lost(exc, "reading", channel)
                 continue
             if refs:
                 await self._claim(channel, refs)
@@ -243,4 +248,4 @@ class RedisDispatch:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            await self._lost(exc, "acking")
+            await self._lost(exc, "acking", channel)
