@@ -3,7 +3,7 @@
 -- READ or SERIALIZABLE transaction counted the key's runs with a snapshot that could predate
 -- another start of the key, and exceeded the quota or the concurrency limit. For quotas the
 -- row lock replaces the advisory lock that serialised them.
-CREATE TABLE harvest.flow_keys (
+CREATE TABLE IF NOT EXISTS harvest.flow_keys (
     kind text NOT NULL,
     key text NOT NULL,
     admitted bigint NOT NULL DEFAULT 0,

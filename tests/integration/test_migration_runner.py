@@ -483,7 +483,10 @@ def test_a_run_stopped_after_its_migrations_leaves_every_function_file_pending(
     """A migration commits on its own; the functions' step comes after it. A run whose
     connection is lost in between must not leave a ledger that says all is done: the
     migration may have dropped a function a file brings back (0080), or added a table the
-    grants have not reached."""
+    grants have not reached.
+
+    The newest core migration runs a second time here (its ledger row deleted): write each
+    migration re-runnable (``IF NOT EXISTS``, ``DROP ... IF EXISTS``; CONTRIBUTING.md)."""
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(
             "DELETE FROM harvest.schema_migrations WHERE set_name = 'harvest' AND version = %s",
