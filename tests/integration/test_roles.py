@@ -417,3 +417,54 @@ def test_only_an_admin_turns_owner_mode_on(login, db: str) -> None:
         ).fetchall()
         assert owner.execute("SELECT enabled FROM harvest.owner_mode").fetchone()[0] is True
     assert audit == [("ops-7", "true", "5")]
+
+
+def _terminating_start(conn: psycopg.Connection) -> str:
+    try:
+        conn.execute(
+            "SELECT * FROM harvest.start_workflow('wf', '[]', 'live-1',"
+            " p_conflict_policy => 'terminate_existing')"
+        ).fetchall()
+    except psycopg.Error as exc:
+        return exc.sqlstate or "error"
+    return "ok"
+
+
+def test_a_membership_whose_rights_are_not_usable_does_not_hold_the_role(login, pg_server, db: str) -> None:
+    """A login holds a role for the in-function checks (harvest._session_has_role) only as
+    PostgreSQL lets it use the role's rights: through inheritance, or after SET ROLE. Before,
+    any membership counted: an operator login that is a member of harvest_admin through a
+    NOINHERIT group (or, on PostgreSQL 16+, by a grant WITH INHERIT FALSE, SET FALSE: a
+    membership that can never be used) could start with a terminating policy without it."""
+    with psycopg.connect(db, autocommit=True) as owner:
+        live = start(owner, "wf", "live-1")
+    group = f"g_noinherit_{uuid.uuid4().hex[:8]}"
+    via_group = login("harvest_operator")
+    unusable = login("harvest_operator")
+    with pg_server.admin() as admin:
+        new_grants = int(admin.execute("SHOW server_version_num").fetchone()[0]) >= 160000
+        admin.execute(f'CREATE ROLE "{group}" NOLOGIN NOINHERIT')
+        admin.execute(f'GRANT harvest_admin TO "{group}"')
+        admin.execute(f'GRANT "{group}" TO "{conninfo.conninfo_to_dict(via_group)["user"]}"')
+        if new_grants:
+            user = conninfo.conninfo_to_dict(unusable)["user"]
+            admin.execute(f'GRANT harvest_admin TO "{user}" WITH INHERIT FALSE, SET FALSE')
+    try:
+        with psycopg.connect(via_group, autocommit=True) as conn:
+            assert _terminating_start(conn) == "42501"
+            conn.execute("SET ROLE harvest_admin")  # the membership is usable this way
+            assert _terminating_start(conn) == "ok"
+        if new_grants:
+            with psycopg.connect(unusable, autocommit=True) as conn:
+                assert _terminating_start(conn) == "42501"
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute("SET ROLE harvest_admin")
+    finally:
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP ROLE "{group}"')
+    with psycopg.connect(db, autocommit=True) as owner:
+        statuses = owner.execute(
+            "SELECT id::text, status FROM harvest.executions WHERE workflow_id = 'live-1' ORDER BY created_at"
+        ).fetchall()
+    assert statuses[0] == (live, "TERMINATED"), statuses
+    assert [status for _, status in statuses] == ["TERMINATED", "RUNNING"], statuses
