@@ -468,3 +468,38 @@ def test_a_membership_whose_rights_are_not_usable_does_not_hold_the_role(login, 
         ).fetchall()
     assert statuses[0] == (live, "TERMINATED"), statuses
     assert [status for _, status in statuses] == ["TERMINATED", "RUNNING"], statuses
+
+
+def test_a_reader_cannot_drop_another_logins_result_wait_or_stream_listener(login, db: str) -> None:
+    """stop_waiting_for_result and stop_event_stream delete only the caller's login's own rows:
+    a reader could read another client's waiter or listener id (SELECT on every table) and
+    delete its mark, so that client's result was no longer notified (it fell back to its
+    5 s re-read) and the event stream stopped being notified until its next heartbeat."""
+    with psycopg.connect(db, autocommit=True) as owner:
+        run = start(owner, "wf", "waited-1")
+    waiter = str(uuid.uuid4())
+    client_dsn, other_dsn = login("harvest_reader"), login("harvest_reader")
+    with (
+        psycopg.connect(client_dsn, autocommit=True) as client,
+        psycopg.connect(other_dsn, autocommit=True) as other,
+    ):
+        client.execute("SELECT harvest.wait_for_result(%s, %s)", (run, waiter))
+        client.execute("SELECT harvest.heartbeat_event_stream('host:1:abc')")
+        seen = other.execute("SELECT waiter_id::text FROM harvest.result_waiters").fetchall()
+        assert seen == [(waiter,)]  # what another reader can learn
+        other.execute("SELECT harvest.stop_waiting_for_result(%s)", (waiter,))
+        # Marking the same ids first under its own login does not make the client's its own either.
+        other.execute("SELECT harvest.wait_for_result(%s, %s)", (run, waiter))
+        other.execute("SELECT harvest.stop_waiting_for_result(%s)", (waiter,))
+        assert other.execute("SELECT harvest.stop_event_stream('host:1:abc')").fetchone()[0] is False
+        other.execute("SELECT harvest.heartbeat_event_stream('host:1:abc')")
+        assert other.execute("SELECT harvest.stop_event_stream('host:1:abc')").fetchone()[0] is True
+        with psycopg.connect(db, autocommit=True) as owner:
+            assert owner.execute("SELECT count(*) FROM harvest.result_waiters").fetchone()[0] == 1
+            assert owner.execute("SELECT count(*) FROM harvest.event_stream_listeners").fetchone()[0] == 1
+        # The owner of the marks still drops them.
+        client.execute("SELECT harvest.stop_waiting_for_result(%s)", (waiter,))
+        assert client.execute("SELECT harvest.stop_event_stream('host:1:abc')").fetchone()[0] is True
+    with psycopg.connect(db, autocommit=True) as owner:
+        assert owner.execute("SELECT count(*) FROM harvest.result_waiters").fetchone()[0] == 0
+        assert owner.execute("SELECT count(*) FROM harvest.event_stream_listeners").fetchone()[0] == 0
