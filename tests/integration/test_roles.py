@@ -503,3 +503,77 @@ def test_a_reader_cannot_drop_another_logins_result_wait_or_stream_listener(logi
     with psycopg.connect(db, autocommit=True) as owner:
         assert owner.execute("SELECT count(*) FROM harvest.result_waiters").fetchone()[0] == 0
         assert owner.execute("SELECT count(*) FROM harvest.event_stream_listeners").fetchone()[0] == 0
+
+
+# The keys of two of Harvest's advisory locks, as functions/start.sql and the migrator take them.
+START_KEY = "SELECT pg_advisory_lock(hashtextextended('harvest.start:' || %s || ':' || %s, 0))"
+MIGRATE_KEY = 0x48415256  # harvest.db.migrate.MIGRATE_LOCK_KEY
+SAMPLER_KEY = 0x68617276_6D657472  # harvest.try_lead_sampler()'s (functions/metrics.sql)
+# What docs/security.md ("Advisory locks") tells an operator to run, as a superuser, in the
+# Harvest database: PostgreSQL grants EXECUTE on the advisory-lock functions to PUBLIC.
+LOCK_DOWN_ADVISORY_LOCKS = """
+DO $$
+DECLARE
+    f regprocedure;
+    v_owner text := (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'harvest');
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc AS p
+             WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname ~ '^pg_(try_)?advisory_'
+    LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s', f, v_owner);
+    END LOOP;
+END
+$$;
+"""
+
+
+def _lead_sampler(dsn: str) -> object:
+    from harvest.db.sqlapi import SqlApi
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            return SqlApi(conn).try_lead_sampler()
+        except psycopg.Error as exc:
+            return exc.sqlstate
+
+
+def test_any_login_can_hold_harvests_advisory_locks_until_they_are_locked_down(
+    login, pg_server, db: str
+) -> None:
+    """PostgreSQL grants the advisory-lock functions to PUBLIC, and every login may connect to a
+    database by default: a login with no harvest role (or a reader) can hold the locks Harvest
+    serialises on and stall it for everyone: a start of one workflow id waits for as long as it
+    holds the key's start lock, the migrator for its migrate lock, and no process samples the
+    gauges while it holds the sampler's (docs/security.md lists every key). Revoking the
+    functions from PUBLIC (the documented lock-down) closes it, and Harvest keeps working:
+    its functions take the locks as their owner, and the sampler leads through
+    harvest.try_lead_sampler() (before, the worker's own login called pg_try_advisory_lock)."""
+    nobody = conninfo.make_conninfo(db, user=f"u_nobody_{uuid.uuid4().hex[:8]}", password="")
+    with pg_server.admin() as admin:
+        admin.execute(f'CREATE ROLE "{conninfo.conninfo_to_dict(nobody)["user"]}" LOGIN')
+    operator, worker = login("harvest_operator"), login("harvest_worker")
+    try:
+        for intruder in (nobody, login("harvest_reader")):
+            with psycopg.connect(intruder, autocommit=True) as held:
+                held.execute(START_KEY, ("wf", "blocked-1"))
+                held.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_KEY,))
+                held.execute("SELECT pg_advisory_lock(%s)", (SAMPLER_KEY,))
+                with psycopg.connect(operator, autocommit=True) as conn:
+                    conn.execute("SET lock_timeout = '50ms'")  # the start would wait as long as `held` lives
+                    with pytest.raises(psycopg.errors.LockNotAvailable):
+                        conn.execute("SELECT * FROM harvest.start_workflow('wf', '[]', 'blocked-1')")
+                assert _lead_sampler(worker) is False
+                with psycopg.connect(db, autocommit=True) as owner:  # what `harvest migrate run` loops on
+                    migrating = owner.execute("SELECT pg_try_advisory_lock(%s)", (MIGRATE_KEY,)).fetchone()[0]
+                    assert migrating is False
+        with psycopg.connect(db, autocommit=True) as owner:
+            owner.execute(LOCK_DOWN_ADVISORY_LOCKS)
+        for intruder in (nobody, login("harvest_reader"), worker, operator):
+            assert _attempt(intruder, START_KEY, ("wf", "blocked-1")) == "42501"
+            assert _attempt(intruder, "SELECT pg_try_advisory_xact_lock(1)", ()) == "42501"
+        assert _attempt(operator, "SELECT * FROM harvest.start_workflow('wf', '[]', 'blocked-1')", ()) == "ok"
+        assert _lead_sampler(worker) is True
+    finally:
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP ROLE IF EXISTS "{conninfo.conninfo_to_dict(nobody)["user"]}"')
