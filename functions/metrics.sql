@@ -9,7 +9,7 @@
 -- the sampler's login calling pg_try_advisory_lock itself, so that an operator may revoke the
 -- advisory-lock functions from PUBLIC (docs/security.md, "Advisory locks") and the sampler
 -- still leads. The key is "harv" "metr", the one the sampler used before.
-CREATE OR REPLACE FUNCTION harvest.try_lead_sampler()
+CREATE OR REPLACE FUNCTION harvest.claim_sampler_lead()
 RETURNS boolean
 LANGUAGE sql VOLATILE
 AS $$
@@ -186,7 +186,7 @@ END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
-COMMENT ON FUNCTION harvest.try_lead_sampler IS
+COMMENT ON FUNCTION harvest.claim_sampler_lead IS
 'Whether this session now leads the database''s metrics sampler (a session advisory lock, held until the session '
 'ends; true again while it holds it): one sampler per database. Called by the metrics sampler (roles '
 'harvest_reader, harvest_worker).';

@@ -86,7 +86,7 @@ AS $$
         WHEN p_name IN ('get_copy_schema', 'history_digest', 'list_migrations') THEN 'harvest_reader'
         WHEN p_name IN ('now', 'schema_version', 'functions_version', 'shard_of', 'get_shard_id', 'get_history',
                         'wait_for_result', 'stop_waiting_for_result', 'count_stranded_tasks', 'partition_of', 'get_owner_mode',
-                        'get_metric_samples', 'list_forced_closes', 'try_lead_sampler')
+                        'get_metric_samples', 'list_forced_closes', 'claim_sampler_lead')
             THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('get_execution', 'get_execution_by_workflow_id', 'list_executions', 'count_executions', 'get_execution_stack', 'list_children',
                         'list_dead_letters', 'get_dead_letter', 'count_dead_letters', 'list_workers',

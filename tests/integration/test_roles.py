@@ -508,7 +508,7 @@ def test_a_reader_cannot_drop_another_logins_result_wait_or_stream_listener(logi
 # The keys of two of Harvest's advisory locks, as functions/start.sql and the migrator take them.
 START_KEY = "SELECT pg_advisory_lock(hashtextextended('harvest.start:' || %s || ':' || %s, 0))"
 MIGRATE_KEY = 0x48415256  # harvest.db.migrate.MIGRATE_LOCK_KEY
-SAMPLER_KEY = 0x68617276_6D657472  # harvest.try_lead_sampler()'s (functions/metrics.sql)
+SAMPLER_KEY = 0x68617276_6D657472  # harvest.claim_sampler_lead()'s (functions/metrics.sql)
 # What docs/security.md ("Advisory locks") tells an operator to run, as a superuser, in the
 # Harvest database: PostgreSQL grants EXECUTE on the advisory-lock functions to PUBLIC.
 LOCK_DOWN_ADVISORY_LOCKS = """
@@ -533,7 +533,7 @@ def _lead_sampler(dsn: str) -> object:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         try:
-            return SqlApi(conn).try_lead_sampler()
+            return SqlApi(conn).claim_sampler_lead()
         except psycopg.Error as exc:
             return exc.sqlstate
 
@@ -548,7 +548,7 @@ def test_any_login_can_hold_harvests_advisory_locks_until_they_are_locked_down(
     gauges while it holds the sampler's (docs/security.md lists every key). Revoking the
     functions from PUBLIC (the documented lock-down) closes it, and Harvest keeps working:
     its functions take the locks as their owner, and the sampler leads through
-    harvest.try_lead_sampler() (before, the worker's own login called pg_try_advisory_lock)."""
+    harvest.claim_sampler_lead() (before, the worker's own login called pg_try_advisory_lock)."""
     nobody = conninfo.make_conninfo(db, user=f"u_nobody_{uuid.uuid4().hex[:8]}", password="")
     with pg_server.admin() as admin:
         admin.execute(f'CREATE ROLE "{conninfo.conninfo_to_dict(nobody)["user"]}" LOGIN')
