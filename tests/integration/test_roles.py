@@ -577,3 +577,57 @@ def test_any_login_can_hold_harvests_advisory_locks_until_they_are_locked_down(
     finally:
         with pg_server.admin() as admin:
             admin.execute(f'DROP ROLE IF EXISTS "{conninfo.conninfo_to_dict(nobody)["user"]}"')
+
+
+def _at(dsn: str, minute: int) -> str:
+    """``dsn`` with the engine clock at 2030-01-01 00:<minute> (the test clock): a trigger's slot
+    is the current second, and a second trigger of one slot is a duplicate that does nothing."""
+    return conninfo.make_conninfo(dsn, options=f"-c harvest.fake_now=2030-01-01T00:{minute:02d}:00Z")
+
+
+def test_a_schedule_that_can_terminate_runs_needs_admin(login, db: str) -> None:
+    """An operator may not terminate a run, nor start with a policy that can (above); a schedule's
+    overlap terminate_other terminates the live runs it counts (a DAG schedule: every live run of
+    the DAG, triggered ones too). Before, an operator could create or update a schedule with it,
+    or trigger or backfill any schedule with terminate_other, and so terminate runs: a trigger
+    of an admin's schedule ended the run that schedule had started. Now each is 42501 for an
+    operator before anything is written, and an admin's works."""
+    with psycopg.connect(_at(db, 0), autocommit=True) as owner:
+        owner.execute("SELECT harvest.create_schedule('nightly', 'wf', p_interval_secs => 3600)")
+        owner.execute("SELECT harvest.trigger_schedule('nightly')")  # its run is live
+        owner.execute(
+            "SELECT harvest.create_schedule('hourly', 'wf', p_interval_secs => 3600,"
+            " p_overlap => 'terminate_other')"
+        )
+    operator = login("harvest_operator")
+    past = dt.datetime(2029, 12, 31, tzinfo=dt.UTC)
+    refused = [
+        ("SELECT harvest.trigger_schedule('nightly', 'terminate_other')", ()),
+        ("SELECT harvest.trigger_schedule('hourly')", ()),  # its own overlap terminates
+        ("SELECT harvest.backfill_schedule('nightly', ARRAY[%s::timestamptz], 'terminate_other')", (past,)),
+        ("SELECT harvest.create_schedule('mine', 'wf', NULL, 60, p_overlap => 'terminate_other')", ()),
+        ("SELECT harvest.update_schedule('nightly', '{\"overlap\": \"terminate_other\"}')", ()),
+        ("SELECT harvest.update_schedule('hourly', '{\"interval_secs\": 60}')", ()),
+    ]
+    for minute, (sql, params) in enumerate(refused, start=1):
+        assert _attempt(_at(operator, minute), sql, params) == "42501", sql
+    # What cannot terminate stays the operator's: asking the run to cancel, lowering the policy.
+    assert (
+        _attempt(_at(operator, 10), "SELECT harvest.trigger_schedule('nightly', 'cancel_other')", ()) == "ok"
+    )
+    assert (
+        _attempt(operator, "SELECT harvest.update_schedule('hourly', '{\"overlap\": \"skip\"}')", ()) == "ok"
+    )
+    with psycopg.connect(db, autocommit=True) as owner:
+        statuses = owner.execute(
+            "SELECT status FROM harvest.executions WHERE workflow_id LIKE 'sched:%'"
+        ).fetchall()
+        schedules = owner.execute("SELECT name, overlap FROM harvest.schedules ORDER BY name").fetchall()
+    assert statuses == [("RUNNING",)], statuses
+    assert schedules == [("hourly", "skip"), ("nightly", "skip")], schedules
+    assert _attempt(_at(login("harvest_admin"), 11), refused[0][0], ()) == "ok"
+    with psycopg.connect(db, autocommit=True) as owner:
+        statuses = owner.execute(
+            "SELECT status FROM harvest.executions WHERE workflow_id LIKE 'sched:%' ORDER BY created_at"
+        ).fetchall()
+    assert statuses == [("TERMINATED",), ("RUNNING",)], statuses  # what the operator's trigger did before
