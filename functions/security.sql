@@ -77,6 +77,8 @@ AS $$
         WHEN p_name IN ('complete_activity_by_token', 'fail_activity_by_token', 'heartbeat_activity_by_token')
             THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'list_claimable_tasks' THEN 'harvest_operator,harvest_worker'
+        -- Who leads the sampler decides whether anyone samples: not a reader's to take.
+        WHEN p_name = 'claim_sampler_lead' THEN 'harvest_admin,harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('put_payloads', 'set_payloads_execution') THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'get_payloads' THEN 'harvest_reader,harvest_worker'
@@ -86,7 +88,7 @@ AS $$
         WHEN p_name IN ('get_copy_schema', 'history_digest', 'list_migrations') THEN 'harvest_reader'
         WHEN p_name IN ('now', 'schema_version', 'functions_version', 'shard_of', 'get_shard_id', 'get_history',
                         'wait_for_result', 'stop_waiting_for_result', 'count_stranded_tasks', 'partition_of', 'get_owner_mode',
-                        'get_metric_samples', 'list_forced_closes', 'claim_sampler_lead')
+                        'get_metric_samples', 'list_forced_closes')
             THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('get_execution', 'get_execution_by_workflow_id', 'list_executions', 'count_executions', 'get_execution_stack', 'list_children',
                         'list_dead_letters', 'get_dead_letter', 'count_dead_letters', 'list_workers',

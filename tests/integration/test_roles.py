@@ -574,6 +574,8 @@ def test_any_login_can_hold_harvests_advisory_locks_until_they_are_locked_down(
             assert _attempt(intruder, "SELECT pg_try_advisory_xact_lock(1)", ()) == "42501"
         assert _attempt(operator, "SELECT * FROM harvest.start_workflow('wf', '[]', 'blocked-1')", ()) == "ok"
         assert _lead_sampler(worker) is True
+        # Who leads decides whether anyone samples: not a reader's to take.
+        assert _attempt(login("harvest_reader"), "SELECT harvest.claim_sampler_lead()", ()) == "42501"
     finally:
         with pg_server.admin() as admin:
             admin.execute(f'DROP ROLE IF EXISTS "{conninfo.conninfo_to_dict(nobody)["user"]}"')
