@@ -633,3 +633,33 @@ def test_a_schedule_that_can_terminate_runs_needs_admin(login, db: str) -> None:
             "SELECT status FROM harvest.executions WHERE workflow_id LIKE 'sched:%' ORDER BY created_at"
         ).fetchall()
     assert statuses == [("TERMINATED",), ("RUNNING",)], statuses  # what the operator's trigger did before
+
+
+def test_an_operator_cannot_take_another_clients_pending_start_payloads(login, db: str) -> None:
+    """A client stores a large start input run-less (put_payloads), then hands it to the run it
+    starts (set_payloads_execution). Any reader can read the run-less rows' ids, and an operator
+    could hand them to a run of its own first: the starting client's hand-off then left them
+    alone, and the rows went with the operator's run when retention deleted it (ON DELETE
+    CASCADE), leaving the client's run without its input. A run-less row is now its storing
+    login's to hand over."""
+    client_dsn, other_dsn = login("harvest_operator"), login("harvest_operator")
+    with (
+        psycopg.connect(client_dsn, autocommit=True) as client,
+        psycopg.connect(other_dsn, autocommit=True) as other,
+    ):
+        (ids,) = client.execute("SELECT harvest.put_payloads(NULL, ARRAY['{\"big\": 1}'::jsonb])").fetchone()
+        decoy = start(other, "wf", "decoy-1")
+        seen = other.execute(
+            "SELECT array_agg(id) FROM harvest.payloads WHERE execution_id IS NULL"
+        ).fetchone()[0]
+        assert seen == ids
+        assert (
+            other.execute("SELECT harvest.set_payloads_execution(%s, %s)", (seen, decoy)).fetchone()[0] == 0
+        )
+        run = start(client, "wf", "owner-1")
+        assert client.execute("SELECT harvest.set_payloads_execution(%s, %s)", (ids, run)).fetchone()[0] == 1
+    with psycopg.connect(db, autocommit=True) as owner:
+        owners = owner.execute(
+            "SELECT execution_id::text FROM harvest.payloads WHERE id = ANY(%s)", (ids,)
+        ).fetchall()
+    assert owners == [(run,)]
