@@ -62,7 +62,7 @@ BEGIN
         RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
             HINT = 'hand payloads to a run of this database';
     END IF;
-    -- Only the rows the caller's login stored (a row stored before 0082 has none): every
+    -- Only the rows the caller's login stored (a row stored before 0083 has none): every
     -- reader can read run-less ids, and a row handed to another run goes with that run.
     UPDATE harvest.payloads AS p SET execution_id = p_execution_id
     WHERE p.id = ANY(p_ids) AND p.execution_id IS NULL AND coalesce(p.login, session_user) = session_user;

@@ -7,7 +7,7 @@
 -- retention deletes it; erase_payloads also finds a row through the references in the run's
 -- own rows. An erased row keeps its id and holds the erased marker. login is the login
 -- that stored a run-less row (session_user), the only one that may hand it to a run
--- (set_payloads_execution); NULL on a run's own rows and on rows stored before 0082.
+-- (set_payloads_execution); NULL on a run's own rows and on rows stored before 0083.
 CREATE TABLE harvest.payloads (
     id uuid NOT NULL,
     execution_id uuid,

@@ -1,4 +1,4 @@
--- 0082: a result waiter's mark and an event stream listener belong to the login that made
+-- 0083: a result waiter's mark and an event stream listener belong to the login that made
 -- them (login, session_user by default: every entry point runs as the owner, but
 -- session_user is still the caller's login), and stop_waiting_for_result, wait_for_result and
 -- stop_event_stream delete only the caller's own (functions/executions.sql, event_streams.sql).
