@@ -43,18 +43,23 @@ BEGIN
             USING ERRCODE = 'HR001', HINT = 'pass a process-unique id such as host:pid:random';
     END IF;
     DELETE FROM harvest.event_stream_listeners AS l WHERE l.heartbeat_at < now() - interval '1 minute';
+    -- The row of this id and the caller's login (login defaults to session_user): another
+    -- login's row of the same id is not refreshed, nor taken over (sql/event_streams.sql).
     INSERT INTO harvest.event_stream_listeners (listener_id, heartbeat_at) VALUES (p_listener_id, now())
-    ON CONFLICT (listener_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at;
+    ON CONFLICT (listener_id, login) DO UPDATE SET heartbeat_at = excluded.heartbeat_at;
 END;
 $$;
 
--- A listening process stops listening.
+-- A listening process stops listening: its login's row only (a reader can read every
+-- listener id; deleting another process's row would stop its notifications).
 CREATE OR REPLACE FUNCTION harvest.stop_event_stream(p_listener_id text)
 RETURNS boolean
 LANGUAGE sql
 AS $$
     WITH gone AS (
-        DELETE FROM harvest.event_stream_listeners AS l WHERE l.listener_id = p_listener_id RETURNING 1
+        DELETE FROM harvest.event_stream_listeners AS l
+        WHERE l.listener_id = p_listener_id AND l.login = session_user
+        RETURNING 1
     )
     SELECT EXISTS (SELECT 1 FROM gone);
 $$;
@@ -114,7 +119,8 @@ COMMENT ON FUNCTION harvest.heartbeat_event_stream IS
 'A process following the event stream says it listens (every 10 s): while one does, event appends notify '
 'harvest_events; HR001 for a blank id. For stream readers (role harvest_reader).';
 COMMENT ON FUNCTION harvest.stop_event_stream IS
-'A process stops following the event stream; true when it was registered. For stream readers (role harvest_reader).';
+'A process stops following the event stream; true when it was registered by the caller''s login (another '
+'login''s row of the same id stays). For stream readers (role harvest_reader).';
 COMMENT ON FUNCTION harvest.list_events IS
 'Events after a global id, in global id order, optionally of one execution, with their workflow name and id; '
 'p_limit 1..10000 (HR001). For stream readers and operators (role harvest_reader).';

@@ -804,7 +804,8 @@ BEGIN
         RAISE EXCEPTION 'execution % does not exist', p_execution_id USING ERRCODE = 'HR002';
     END IF;
     IF v_execution.status NOT IN ('RUNNING', 'PAUSED') THEN
-        DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id AND waiter_id = p_waiter_id;
+        DELETE FROM harvest.result_waiters
+        WHERE execution_id = p_execution_id AND waiter_id = p_waiter_id AND login = session_user;
         RETURN v_execution;
     END IF;
     -- Order the mark with a close in flight: a closing transaction deletes the waiters it can
@@ -829,12 +830,14 @@ BEGIN
 END;
 $$;
 
--- Drop a waiter's marks (it got its answer, timed out or gave up).
+-- Drop a waiter's marks (it got its answer, timed out or gave up): the caller's login's
+-- own only (a mark's login is the session_user that made it, sql/result_waiters.sql). A
+-- reader can read every waiter id; deleting another client's mark would leave it unnotified.
 CREATE OR REPLACE FUNCTION harvest.stop_waiting_for_result(p_waiter_id uuid)
 RETURNS void
 LANGUAGE sql
 AS $$
-    DELETE FROM harvest.result_waiters WHERE waiter_id = p_waiter_id;
+    DELETE FROM harvest.result_waiters WHERE waiter_id = p_waiter_id AND login = session_user;
 $$;
 
 -- Which recorded versions of a ctx.version() gate are still in use, so an old
@@ -899,12 +902,12 @@ COMMENT ON FUNCTION harvest.list_children IS
 'An execution''s children, direct or down to p_depth levels (1..100), newest first, optionally of one status '
 '(else HR001). For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.wait_for_result IS
-'While the run is RUNNING or PAUSED, mark p_waiter_id as waiting for its end; returns the run as it is now, after '
-'any close in flight (HR002 when it does not exist); a run that has ended drops the waiter''s mark on it. Called by '
-'clients waiting for a result (roles harvest_reader, harvest_worker).';
+'While the run is RUNNING or PAUSED, mark p_waiter_id (of the caller''s login) as waiting for its end; returns the '
+'run as it is now, after any close in flight (HR002 when it does not exist); a run that has ended drops the '
+'waiter''s mark on it. Called by clients waiting for a result (roles harvest_reader, harvest_worker).';
 COMMENT ON FUNCTION harvest.stop_waiting_for_result IS
-'Drop a waiter''s marks (it got its answer, timed out or gave up). Called by clients (roles harvest_reader, '
-'harvest_worker).';
+'Drop a waiter''s marks made by the caller''s login (it got its answer, timed out or gave up); another login''s '
+'marks of the same waiter id stay. Called by clients (roles harvest_reader, harvest_worker).';
 COMMENT ON FUNCTION harvest.count_versions IS
 'Which recorded versions of a ctx.version() gate runs still use, so an old branch is deleted only when no run can'
 ' replay through it. Read-only, for operators (role harvest_reader).';

@@ -4,6 +4,20 @@
 -- dead letters, the worker fleet, concurrency keys, stranded work, relay backlogs,
 -- retention lag) is sampled here by one placed sampler per database.
 
+-- One sampler per database: the session that holds this session advisory lock samples (it
+-- goes with the session; harvest/worker/sampler.py). Taken here, as the owner, rather than by
+-- the sampler's login calling pg_try_advisory_lock itself, so that an operator may revoke the
+-- advisory-lock functions from PUBLIC (docs/security.md, "Advisory locks") and the sampler
+-- still leads. The key is "harv" "metr", the one the sampler used before. A session that
+-- leads and does not sample stops the gauges for everyone, so this is a worker's and an
+-- admin's (a web process's login holds admin), not a reader's.
+CREATE OR REPLACE FUNCTION harvest.claim_sampler_lead()
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT pg_catalog.pg_try_advisory_lock(7521418705652511858);  -- 0x686172766D657472
+$$;
+
 -- Every label this returns is bounded: queue names, task kinds, workflow and activity
 -- names (code-defined), worker health, concurrency keys (at most p_max_keys, the busiest
 -- first; the rest summed under other_keys). Never an execution or task id.
@@ -174,6 +188,10 @@ END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.claim_sampler_lead IS
+'Whether this session now leads the database''s metrics sampler (a session advisory lock, held until the session '
+'ends; true again while it holds it): one sampler per database. Called by the metrics sampler (roles '
+'harvest_worker, harvest_admin).';
 COMMENT ON FUNCTION harvest.get_metric_samples IS
 'The sampled gauges of this database in one read-only round trip (docs/observability.md): per queue and kind the '
 'claimable, scheduled and running tasks and the oldest claimable age; dead letters per workflow and activity; live '

@@ -34,8 +34,11 @@ BEGIN
     ),
 
     stored AS (
-        INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
-        SELECT g.id, p_execution_id, harvest.now(), octet_length(g.value::text), g.value FROM given AS g
+        -- A run-less row is its storing login's to hand to a run (set_payloads_execution).
+        INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, login)
+        SELECT g.id, p_execution_id, harvest.now(), octet_length(g.value::text), g.value,
+               CASE WHEN p_execution_id IS NULL THEN session_user END
+        FROM given AS g
         RETURNING id
     )
 
@@ -59,8 +62,10 @@ BEGIN
         RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
             HINT = 'hand payloads to a run of this database';
     END IF;
+    -- Only the rows the caller's login stored (a row stored before 0083 has none): every
+    -- reader can read run-less ids, and a row handed to another run goes with that run.
     UPDATE harvest.payloads AS p SET execution_id = p_execution_id
-    WHERE p.id = ANY(p_ids) AND p.execution_id IS NULL;
+    WHERE p.id = ANY(p_ids) AND p.execution_id IS NULL AND coalesce(p.login, session_user) = session_user;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;
@@ -329,8 +334,8 @@ COMMENT ON FUNCTION harvest.put_payloads IS
 'Called by workers (role harvest_worker) and clients (role harvest_operator).';
 COMMENT ON FUNCTION harvest.set_payloads_execution IS
 'Give run-less offloaded payloads (a client''s start input, stored before the run existed) to the run that '
-'references them, in the start''s transaction; rows another run owns are left alone. Roles harvest_operator, '
-'harvest_worker.';
+'references them, in the start''s transaction; rows another run owns, or another login stored, are left alone. '
+'Roles harvest_operator, harvest_worker.';
 COMMENT ON FUNCTION harvest.get_payloads IS
 'The stored offloaded payloads of p_ids (an erased one is {"_harvest_erased": true}; an unknown id is absent). '
 'For workers, clients and operators (roles harvest_reader, harvest_worker).';

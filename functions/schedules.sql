@@ -544,6 +544,27 @@ $$;
 -- ---------------------------------------------------------------------------------
 -- The operator's API
 
+-- A schedule whose overlap is terminate_other terminates the live runs it counts when a slot
+-- fires (a DAG's schedule: every live run of the DAG), so making, changing or firing one by
+-- hand needs harvest_admin, as terminate_workflow and a start with a terminating policy do
+-- (start.sql _start_check_admin): whether or not a run is live at the moment (42501), checked
+-- before anything is written. The scheduler's own firings (fire_schedule, a worker's) are
+-- exempt: the policy was checked when it was set, or declared by the application's code.
+CREATE OR REPLACE FUNCTION harvest._schedule_check_admin(p_overlap text, p_schedule text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_overlap = 'terminate_other' AND NOT harvest._session_has_role('harvest_admin') THEN
+        RAISE EXCEPTION 'schedule %: overlap "terminate_other" can terminate running executions, which needs the '
+            'harvest_admin role; login % does not have it', p_schedule, session_user
+            USING ERRCODE = '42501',
+            HINT = 'use overlap cancel_other (asks the runs to cancel) or another, or ask a harvest_admin';
+    END IF;
+END;
+$$;
+
+
 -- Create a schedule (HR014 when the name is taken). The scheduler computes its
 -- first slot: the first one after now.
 CREATE OR REPLACE FUNCTION harvest.create_schedule(
@@ -569,6 +590,7 @@ AS $$
 DECLARE
     v_put record;
 BEGIN
+    PERFORM harvest._schedule_check_admin(p_overlap, p_name);
     v_put := harvest._put_schedule(jsonb_strip_nulls(jsonb_build_object(
         'name', p_name, 'workflow_name', p_workflow_name, 'cron', p_cron, 'interval_secs', p_interval_secs,
         'timezone', p_timezone, 'input', p_input, 'queue', p_queue, 'max_active_runs', p_max_active_runs,
@@ -597,6 +619,10 @@ BEGIN
             USING ERRCODE = 'HR001', HINT = 'pause and resume with pause_schedule and resume_schedule';
     END IF;
     v_old := harvest._lock_schedule(p_name);
+    -- A schedule that terminates after the change is an admin's to change (its kind, name or
+    -- workflow decide which runs it ends), one that does not stays the operator's.
+    PERFORM harvest._schedule_check_admin(
+        CASE WHEN v_changes ? 'overlap' THEN v_changes ->> 'overlap' ELSE v_old.overlap END, p_name);
     -- Switching between cron and interval: the other one goes.
     IF v_changes ? 'cron' AND v_changes -> 'cron' <> 'null'::jsonb THEN
         v_changes := v_changes || '{"interval_secs": null}';
@@ -687,6 +713,7 @@ BEGIN
         RAISE EXCEPTION 'overlap % is unknown', quote_literal(v_overlap) USING ERRCODE = 'HR001',
             HINT = 'use skip, buffer_one, buffer_all, cancel_other, terminate_other or allow_all';
     END IF;
+    PERFORM harvest._schedule_check_admin(v_overlap, p_name);
     v_firing := harvest._fire_slot(v_schedule, date_trunc('second', harvest.now()), 'trigger', v_overlap);
     PERFORM harvest._audit('schedule.trigger', p_name, p_operator_id,
         jsonb_build_object('overlap', v_overlap, 'slot_at', v_firing -> 'slot_at'));
@@ -721,6 +748,7 @@ BEGIN
         RAISE EXCEPTION 'overlap % is unknown', coalesce(quote_literal(p_overlap), 'NULL') USING ERRCODE = 'HR001',
             HINT = 'use skip, buffer_one, buffer_all, cancel_other, terminate_other or allow_all';
     END IF;
+    PERFORM harvest._schedule_check_admin(p_overlap, p_name);
     IF coalesce(cardinality(p_slots), 0) > 10000 THEN
         RAISE EXCEPTION 'a backfill takes at most 10000 slots, got %', cardinality(p_slots)
             USING ERRCODE = 'HR001', HINT = 'backfill a shorter range at a time';

@@ -20,29 +20,29 @@
 
 -- Whether the caller holds p_role, for the checks an entry point makes beyond its
 -- EXECUTE grant (a start that can terminate a live run needs harvest_admin). Entry
--- points run as their owner, so current_user names the owner; the caller is the login
--- (session_user), lowered by SET ROLE when the session set one: the web process logs
--- in as a member of every harvest role and runs each request under SET ROLE <the
--- token's role>. SET ROLE changes current_user but not session_user, and inside a
--- SECURITY DEFINER function current_setting('role') still names the session's SET ROLE
--- ('none' when there is none). So both must hold p_role: the login, and the role it set.
--- A session can only SET ROLE to a role it is a member of, so this only ever lowers.
+-- points run as their owner, so current_user names the owner; the caller is the role the
+-- session acts as: the one it set with SET ROLE (inside a SECURITY DEFINER function
+-- current_setting('role') still names it; 'none' when there is none), else the login
+-- (session_user). The web process logs in as a member of every harvest role and runs each
+-- request under SET ROLE <the token's role>; PostgreSQL lets a session SET ROLE only to a
+-- role it may, so this only ever lowers. The caller holds p_role when it may use its rights
+-- as it stands, as the EXECUTE grants do (pg_has_role 'USAGE'): a membership PostgreSQL
+-- does not let it use without SET ROLE (NOINHERIT, or on 16+ a grant WITH INHERIT FALSE,
+-- possibly SET FALSE too) is not held until it does. ('MEMBER' counted any membership.)
 -- A superuser or the schema owner holds every role; a missing role is held by nobody.
 CREATE OR REPLACE FUNCTION harvest._session_has_role(p_role text)
 RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
-    SELECT bool_and(
-        EXISTS (
+    SELECT EXISTS (
             SELECT 1 FROM pg_catalog.pg_namespace AS n
-            WHERE n.nspname = 'harvest' AND pg_catalog.pg_has_role(who.rolname, n.nspowner, 'MEMBER'))
+            WHERE n.nspname = 'harvest' AND pg_catalog.pg_has_role(who.rolname, n.nspowner, 'USAGE'))
         OR EXISTS (
             SELECT 1 FROM pg_catalog.pg_roles AS r
-            WHERE r.rolname = p_role AND pg_catalog.pg_has_role(who.rolname, r.oid, 'MEMBER')))
+            WHERE r.rolname = p_role AND pg_catalog.pg_has_role(who.rolname, r.oid, 'USAGE'))
     FROM (
-        SELECT session_user AS rolname
-        UNION ALL
-        SELECT current_setting('role')::name WHERE current_setting('role') <> 'none'
+        SELECT CASE WHEN current_setting('role') = 'none' THEN session_user
+                    ELSE current_setting('role')::name END AS rolname
     ) AS who;
 $$;
 
@@ -77,6 +77,8 @@ AS $$
         WHEN p_name IN ('complete_activity_by_token', 'fail_activity_by_token', 'heartbeat_activity_by_token')
             THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'list_claimable_tasks' THEN 'harvest_operator,harvest_worker'
+        -- Who leads the sampler decides whether anyone samples: not a reader's to take.
+        WHEN p_name = 'claim_sampler_lead' THEN 'harvest_admin,harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('put_payloads', 'set_payloads_execution') THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'get_payloads' THEN 'harvest_reader,harvest_worker'

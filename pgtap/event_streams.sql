@@ -1,7 +1,7 @@
 -- functions/event_streams.sql: harvest._notify_events, harvest._live_event_listeners, heartbeat_event_stream,
 -- stop_event_stream, list_events, get_event_horizon.
 BEGIN;
-SELECT plan(16);
+SELECT plan(17);
 
 SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, 'heartbeat_event_stream() registers a listener');
 SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, '... and again refreshes it');
@@ -19,8 +19,15 @@ SELECT unalike(pg_temp.plan_of('SELECT EXISTS (SELECT 1 FROM harvest._live_event
                '%_live_event_listeners%', '_live_event_listeners() is inlined into the query that reads it');
 SELECT alike(pg_temp.plan_of('SELECT EXISTS (SELECT 1 FROM harvest._live_event_listeners())'),
              '%event_stream_listeners%', '... which reads the listeners'' table itself');
+-- A listener belongs to its login: another login's row of the same id is neither refreshed nor removed.
+INSERT INTO harvest.event_stream_listeners (listener_id, heartbeat_at, login)
+VALUES ('host:1:a', now() - interval '20 seconds', 'someone_else');
+SELECT harvest.heartbeat_event_stream('host:1:a');
 SELECT is(harvest.stop_event_stream('host:1:a'), true, 'stop_event_stream() removes the listener');
 SELECT is(harvest.stop_event_stream('host:1:a'), false, '... once');
+SELECT is((SELECT login || ' ' || (heartbeat_at < now()) FROM harvest.event_stream_listeners), 'someone_else true',
+          '... its own login''s row only: another login''s row of the same id stays, not refreshed');
+DELETE FROM harvest.event_stream_listeners;
 
 SELECT pg_temp.start_run('es1', 'es_wf', 'es_q');
 SELECT pg_temp.start_run('es2', 'es_wf', 'es_q');

@@ -291,7 +291,7 @@ ROLLBACK;
 -- harvest.wait_for_result, harvest.stop_waiting_for_result, and the
 -- waiter marks _close_execution consumes (it notifies harvest_done only for them).
 BEGIN;
-SELECT plan(10);
+SELECT plan(11);
 
 SELECT pg_temp.start_run('a', 'res_wf', 'default', p_workflow_id => 'res-a');
 SELECT pg_temp.start_run('b', 'res_wf', 'default', p_workflow_id => 'res-b');
@@ -322,8 +322,13 @@ SELECT is((SELECT count(*) FROM harvest.result_waiters), 0::bigint,
           'and its mark left on the ended run goes with that read');
 
 SELECT harvest.wait_for_result(pg_temp.run('b'), '00000000-0000-0000-0000-0000000000b1');
+SELECT is((SELECT login FROM harvest.result_waiters), session_user::text, 'a mark is its login''s');
+-- Another login's mark of the same waiter id (a reader can read every waiter id) stays.
+INSERT INTO harvest.result_waiters (execution_id, waiter_id, since, login)
+VALUES (pg_temp.run('b'), '00000000-0000-0000-0000-0000000000b1', now(), 'someone_else');
 SELECT harvest.stop_waiting_for_result('00000000-0000-0000-0000-0000000000b1');
-SELECT is((SELECT count(*) FROM harvest.result_waiters), 0::bigint, 'stop_waiting_for_result() drops the waiter''s marks');
+SELECT is((SELECT array_agg(login) FROM harvest.result_waiters), ARRAY['someone_else'],
+          'stop_waiting_for_result() drops the waiter''s marks of the caller''s login only');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,13 @@
--- functions/metrics.sql: get_metric_samples, the gauges the metrics sampler publishes, and
+-- functions/metrics.sql: claim_sampler_lead, get_metric_samples, the gauges the metrics sampler publishes, and
 -- list_forced_closes, the runs closed outside a decision that it counts.
 BEGIN;
-SELECT plan(20);
+SELECT plan(23);
+
+-- claim_sampler_lead: the sampler's session lock, taken by the function as the owner.
+SELECT is(harvest.claim_sampler_lead(), true, 'claim_sampler_lead(): a session with no other leader leads');
+SELECT is(harvest.claim_sampler_lead(), true, '... and still does when it asks again');
+SELECT is(pg_advisory_unlock(7521418705652511858) AND pg_advisory_unlock(7521418705652511858), true,
+          '... holding the session lock of the sampler''s key (once per call), which it releases here');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT throws_ok($$SELECT harvest.get_metric_samples(-1)$$, 'HR001', NULL,

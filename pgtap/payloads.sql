@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
-SELECT plan(48);
+SELECT plan(50);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -162,6 +162,13 @@ SELECT is(harvest.set_payloads_execution((SELECT ids FROM pl_ids), pg_temp.run('
           'set_payloads_execution(): rows another run owns are left alone');
 SELECT throws_ok(format($$SELECT harvest.set_payloads_execution(%L, gen_random_uuid())$$, (SELECT ids FROM pl_ids)),
                  'HR002', NULL, 'set_payloads_execution(): an unknown run is HR002');
+SELECT is((SELECT array_agg(DISTINCT login) FROM harvest.payloads WHERE id = ANY((SELECT ids FROM pl_ids)::uuid[])),
+          ARRAY[session_user::text], 'put_payloads(): a run-less row keeps the login that stored it');
+-- Another login's run-less row (a reader can read every run-less id) is not the caller's to hand over.
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, login)
+VALUES ('00000000-0000-4000-8000-0000000000c1', NULL, now(), 1, '1', 'someone_else');
+SELECT is(harvest.set_payloads_execution(ARRAY['00000000-0000-4000-8000-0000000000c1'::uuid], pg_temp.run('pl_ref')),
+          0, 'set_payloads_execution(): another login''s run-less rows are left alone');
 
 SELECT * FROM finish();
 ROLLBACK;

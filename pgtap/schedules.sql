@@ -11,7 +11,7 @@
 -- harvest._firing_workflow_names,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(89);
+SELECT plan(96);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -353,6 +353,27 @@ SELECT throws_ok($$SELECT harvest.delete_moved_schedules('["moved"]')$$, 'HR001'
                  'delete_moved_schedules() refuses anything but an object');
 SELECT is(harvest.delete_schedule('daily'), true, 'delete_schedule() deletes');
 SELECT is(harvest.delete_schedule('daily'), false, 'and answers false the second time');
+
+-- _schedule_check_admin: overlap terminate_other terminates runs, which needs harvest_admin.
+SELECT lives_ok($$SELECT harvest._schedule_check_admin('terminate_other', 's')$$,
+                '_schedule_check_admin(): the superuser may make a schedule that terminates');
+SELECT lives_ok($$SELECT harvest._schedule_check_admin('cancel_other', 's')$$,
+                '_schedule_check_admin(): any other overlap needs no admin');
+SELECT harvest.create_schedule('ta_sched', 'ta_wf', p_interval_secs => 60, p_overlap => 'terminate_other');
+SET LOCAL ROLE harvest_operator;
+SELECT throws_ok($$SELECT harvest.create_schedule('ta_op', 'ta_wf', p_interval_secs => 60,
+                                                  p_overlap => 'terminate_other')$$, '42501',
+                 'schedule ta_op: overlap "terminate_other" can terminate running executions, which needs the '
+                 'harvest_admin role; login ' || session_user || ' does not have it',
+                 'create_schedule(): an operator cannot make a schedule that terminates (42501)');
+SELECT throws_ok($$SELECT harvest.trigger_schedule('ta_sched')$$, '42501', NULL,
+                 'trigger_schedule(): nor fire one');
+SELECT throws_ok($$SELECT harvest.update_schedule('ta_sched', '{"interval_secs": 30}')$$, '42501', NULL,
+                 'update_schedule(): nor change one');
+SELECT lives_ok($$SELECT harvest.update_schedule('ta_sched', '{"overlap": "cancel_other"}')$$,
+                'update_schedule(): but may lower its overlap');
+RESET ROLE;
+SELECT is((SELECT overlap FROM harvest.schedules WHERE name = 'ta_sched'), 'cancel_other', '... which is stored');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(56);
+SELECT plan(59);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -110,6 +110,20 @@ SELECT ok(harvest._session_has_role('harvest_operator'), '_session_has_role(): a
 SELECT ok(harvest._session_has_role('harvest_reader'), '_session_has_role(): and the roles it is a member of');
 SELECT ok(NOT harvest._session_has_role('harvest_admin'), '_session_has_role(): an operator is no admin');
 SELECT ok(NOT harvest._session_has_role('no_such_role'), '_session_has_role(): a missing role is held by nobody');
+RESET SESSION AUTHORIZATION;
+-- A membership counts as PostgreSQL lets the caller use it (USAGE), not as a membership alone:
+-- a NOINHERIT login holds harvest_admin only once it SET ROLE to it.
+CREATE ROLE harvest_test_noinherit LOGIN NOINHERIT;
+GRANT harvest_admin TO harvest_test_noinherit;
+GRANT USAGE ON SCHEMA harvest TO harvest_test_noinherit;  -- for this test only
+GRANT EXECUTE ON FUNCTION harvest._session_has_role(text) TO harvest_test_noinherit;
+SET LOCAL SESSION AUTHORIZATION harvest_test_noinherit;
+SELECT ok(NOT harvest._session_has_role('harvest_admin'),
+          '_session_has_role(): a member that does not inherit the role''s rights does not hold it');
+SET LOCAL ROLE harvest_admin;
+SELECT ok(harvest._session_has_role('harvest_admin'), '... until it SET ROLE to it');
+SELECT ok(harvest._session_has_role('harvest_reader'), '... which inherits the roles below it');
+RESET ROLE;
 RESET SESSION AUTHORIZATION;
 
 -- The web process logs in as a member of every harvest role and lowers each request with

@@ -5,7 +5,9 @@
 -- the writer's codecs left it (an encrypted envelope stays encrypted). execution_id is the run
 -- that wrote it (NULL when the writer did not say), and the row goes with that run when
 -- retention deletes it; erase_payloads also finds a row through the references in the run's
--- own rows. An erased row keeps its id and holds the erased marker.
+-- own rows. An erased row keeps its id and holds the erased marker. login is the login
+-- that stored a run-less row (session_user), the only one that may hand it to a run
+-- (set_payloads_execution); NULL on a run's own rows and on rows stored before 0083.
 CREATE TABLE harvest.payloads (
     id uuid NOT NULL,
     execution_id uuid,
@@ -13,6 +15,7 @@ CREATE TABLE harvest.payloads (
     bytes integer NOT NULL,
     data jsonb NOT NULL,
     erased_at timestamptz,
+    login text,
     CONSTRAINT payloads_pkey PRIMARY KEY (id),
     CONSTRAINT payloads_bytes_check CHECK (bytes >= 0),
     CONSTRAINT payloads_execution_fkey FOREIGN KEY (execution_id)

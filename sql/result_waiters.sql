@@ -1,9 +1,13 @@
 -- Clients waiting for a run's result (handle.result()): a closing run notifies
--- harvest_done only when one is waiting. Unlogged: a hint, not data.
+-- harvest_done only when one is waiting. Unlogged: a hint, not data. A mark belongs to
+-- the login that made it (login: session_user, which an entry point running as the owner
+-- still sees as the caller's): only that login deletes it (stop_waiting_for_result), besides
+-- the run's close and retention; the same ids marked by another login are another row.
 
 CREATE UNLOGGED TABLE harvest.result_waiters (
     execution_id uuid NOT NULL,
     waiter_id uuid NOT NULL,
     since timestamptz NOT NULL,
-    CONSTRAINT result_waiters_pkey PRIMARY KEY (execution_id, waiter_id)
+    login text NOT NULL DEFAULT session_user,
+    CONSTRAINT result_waiters_pkey PRIMARY KEY (execution_id, waiter_id, login)
 );

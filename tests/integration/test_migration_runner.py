@@ -633,3 +633,46 @@ def test_concurrent_runs_apply_each_migration_exactly_once(
     assert sorted(function_ledger(fresh_db)) == FUNCTION_FILES
     assert cli("status", "--check", "--include-dir", str(slow), dsn=fresh_db).exit_code == 0
     assert elapsed < 100
+
+
+def test_a_migrator_waiting_for_its_lock_says_who_holds_it(db: str, pg_server) -> None:
+    """Any session of the database can take the migrate lock (PostgreSQL grants the advisory-lock
+    functions to PUBLIC; docs/security.md, "Advisory locks"), and the migrator waits for it as for
+    another migrator. Its one waiting line names the holder (pid, login, application), so an
+    operator can tell a migrator from a stray session and end it; before, it said only that
+    another `harvest migrate run` was at work."""
+    import threading
+    import uuid
+
+    from psycopg import conninfo
+
+    stray = f"u_stray_{uuid.uuid4().hex[:8]}"
+    with pg_server.admin() as admin:
+        admin.execute(f'CREATE ROLE "{stray}" LOGIN')
+    lines: list[str] = []
+    said = threading.Event()
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        if line.startswith("waiting"):
+            said.set()
+
+    try:
+        holder_dsn = conninfo.make_conninfo(db, user=stray, application_name="stray-tool")
+        with psycopg.connect(holder_dsn, autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", (m.MIGRATE_LOCK_KEY,))
+            pid = holder.info.backend_pid
+            migrator = threading.Thread(target=lambda: m.Migrator(db, progress=progress).run(), daemon=True)
+            migrator.start()
+            assert said.wait(60), lines
+        migrator.join(120)  # the holder's session ended: the migrator goes on
+        assert not migrator.is_alive()
+    finally:
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP ROLE IF EXISTS "{stray}"')
+    waiting = [line for line in lines if line.startswith("waiting")]
+    expected = (
+        f"waiting for the migrate lock, held by pid {pid} (login {stray}, application stray-tool):"
+        " another `harvest migrate run`, or a session to end (docs/security.md, Advisory locks)"
+    )
+    assert waiting == [expected], waiting

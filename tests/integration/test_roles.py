@@ -417,3 +417,249 @@ def test_only_an_admin_turns_owner_mode_on(login, db: str) -> None:
         ).fetchall()
         assert owner.execute("SELECT enabled FROM harvest.owner_mode").fetchone()[0] is True
     assert audit == [("ops-7", "true", "5")]
+
+
+def _terminating_start(conn: psycopg.Connection) -> str:
+    try:
+        conn.execute(
+            "SELECT * FROM harvest.start_workflow('wf', '[]', 'live-1',"
+            " p_conflict_policy => 'terminate_existing')"
+        ).fetchall()
+    except psycopg.Error as exc:
+        return exc.sqlstate or "error"
+    return "ok"
+
+
+def test_a_membership_whose_rights_are_not_usable_does_not_hold_the_role(login, pg_server, db: str) -> None:
+    """A login holds a role for the in-function checks (harvest._session_has_role) only as
+    PostgreSQL lets it use the role's rights: through inheritance, or after SET ROLE. Before,
+    any membership counted: an operator login that is a member of harvest_admin through a
+    NOINHERIT group (or, on PostgreSQL 16+, by a grant WITH INHERIT FALSE, SET FALSE: a
+    membership that can never be used) could start with a terminating policy without it."""
+    with psycopg.connect(db, autocommit=True) as owner:
+        live = start(owner, "wf", "live-1")
+    group = f"g_noinherit_{uuid.uuid4().hex[:8]}"
+    via_group = login("harvest_operator")
+    unusable = login("harvest_operator")
+    with pg_server.admin() as admin:
+        new_grants = int(admin.execute("SHOW server_version_num").fetchone()[0]) >= 160000
+        admin.execute(f'CREATE ROLE "{group}" NOLOGIN NOINHERIT')
+        admin.execute(f'GRANT harvest_admin TO "{group}"')
+        admin.execute(f'GRANT "{group}" TO "{conninfo.conninfo_to_dict(via_group)["user"]}"')
+        if new_grants:
+            user = conninfo.conninfo_to_dict(unusable)["user"]
+            admin.execute(f'GRANT harvest_admin TO "{user}" WITH INHERIT FALSE, SET FALSE')
+    try:
+        with psycopg.connect(via_group, autocommit=True) as conn:
+            assert _terminating_start(conn) == "42501"
+            conn.execute("SET ROLE harvest_admin")  # the membership is usable this way
+            assert _terminating_start(conn) == "ok"
+        if new_grants:
+            with psycopg.connect(unusable, autocommit=True) as conn:
+                assert _terminating_start(conn) == "42501"
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute("SET ROLE harvest_admin")
+    finally:
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP ROLE "{group}"')
+    with psycopg.connect(db, autocommit=True) as owner:
+        statuses = owner.execute(
+            "SELECT id::text, status FROM harvest.executions WHERE workflow_id = 'live-1' ORDER BY created_at"
+        ).fetchall()
+    assert statuses[0] == (live, "TERMINATED"), statuses
+    assert [status for _, status in statuses] == ["TERMINATED", "RUNNING"], statuses
+
+
+def test_a_reader_cannot_drop_another_logins_result_wait_or_stream_listener(login, db: str) -> None:
+    """stop_waiting_for_result and stop_event_stream delete only the caller's login's own rows:
+    a reader could read another client's waiter or listener id (SELECT on every table) and
+    delete its mark, so that client's result was no longer notified (it fell back to its
+    5 s re-read) and the event stream stopped being notified until its next heartbeat."""
+    with psycopg.connect(db, autocommit=True) as owner:
+        run = start(owner, "wf", "waited-1")
+    waiter = str(uuid.uuid4())
+    client_dsn, other_dsn = login("harvest_reader"), login("harvest_reader")
+    with (
+        psycopg.connect(client_dsn, autocommit=True) as client,
+        psycopg.connect(other_dsn, autocommit=True) as other,
+    ):
+        client.execute("SELECT harvest.wait_for_result(%s, %s)", (run, waiter))
+        client.execute("SELECT harvest.heartbeat_event_stream('host:1:abc')")
+        seen = other.execute("SELECT waiter_id::text FROM harvest.result_waiters").fetchall()
+        assert seen == [(waiter,)]  # what another reader can learn
+        other.execute("SELECT harvest.stop_waiting_for_result(%s)", (waiter,))
+        # Marking the same ids first under its own login does not make the client's its own either.
+        other.execute("SELECT harvest.wait_for_result(%s, %s)", (run, waiter))
+        other.execute("SELECT harvest.stop_waiting_for_result(%s)", (waiter,))
+        assert other.execute("SELECT harvest.stop_event_stream('host:1:abc')").fetchone()[0] is False
+        other.execute("SELECT harvest.heartbeat_event_stream('host:1:abc')")
+        assert other.execute("SELECT harvest.stop_event_stream('host:1:abc')").fetchone()[0] is True
+        with psycopg.connect(db, autocommit=True) as owner:
+            assert owner.execute("SELECT count(*) FROM harvest.result_waiters").fetchone()[0] == 1
+            assert owner.execute("SELECT count(*) FROM harvest.event_stream_listeners").fetchone()[0] == 1
+        # The owner of the marks still drops them.
+        client.execute("SELECT harvest.stop_waiting_for_result(%s)", (waiter,))
+        assert client.execute("SELECT harvest.stop_event_stream('host:1:abc')").fetchone()[0] is True
+    with psycopg.connect(db, autocommit=True) as owner:
+        assert owner.execute("SELECT count(*) FROM harvest.result_waiters").fetchone()[0] == 0
+        assert owner.execute("SELECT count(*) FROM harvest.event_stream_listeners").fetchone()[0] == 0
+
+
+# The keys of two of Harvest's advisory locks, as functions/start.sql and the migrator take them.
+START_KEY = "SELECT pg_advisory_lock(hashtextextended('harvest.start:' || %s || ':' || %s, 0))"
+MIGRATE_KEY = 0x48415256  # harvest.db.migrate.MIGRATE_LOCK_KEY
+SAMPLER_KEY = 0x68617276_6D657472  # harvest.claim_sampler_lead()'s (functions/metrics.sql)
+# What docs/security.md ("Advisory locks") tells an operator to run, as a superuser, in the
+# Harvest database: PostgreSQL grants EXECUTE on the advisory-lock functions to PUBLIC.
+LOCK_DOWN_ADVISORY_LOCKS = """
+DO $$
+DECLARE
+    f regprocedure;
+    v_owner text := (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'harvest');
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc AS p
+             WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname ~ '^pg_(try_)?advisory_'
+    LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s', f, v_owner);
+    END LOOP;
+END
+$$;
+"""
+
+
+def _lead_sampler(dsn: str) -> object:
+    from harvest.db.sqlapi import SqlApi
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            return SqlApi(conn).claim_sampler_lead()
+        except psycopg.Error as exc:
+            return exc.sqlstate
+
+
+def test_any_login_can_hold_harvests_advisory_locks_until_they_are_locked_down(
+    login, pg_server, db: str
+) -> None:
+    """PostgreSQL grants the advisory-lock functions to PUBLIC, and every login may connect to a
+    database by default: a login with no harvest role (or a reader) can hold the locks Harvest
+    serialises on and stall it for everyone: a start of one workflow id waits for as long as it
+    holds the key's start lock, the migrator for its migrate lock, and no process samples the
+    gauges while it holds the sampler's (docs/security.md lists every key). Revoking the
+    functions from PUBLIC (the documented lock-down) closes it, and Harvest keeps working:
+    its functions take the locks as their owner, and the sampler leads through
+    harvest.claim_sampler_lead() (before, the worker's own login called pg_try_advisory_lock)."""
+    nobody = conninfo.make_conninfo(db, user=f"u_nobody_{uuid.uuid4().hex[:8]}", password="")
+    with pg_server.admin() as admin:
+        admin.execute(f'CREATE ROLE "{conninfo.conninfo_to_dict(nobody)["user"]}" LOGIN')
+    operator, worker = login("harvest_operator"), login("harvest_worker")
+    try:
+        for intruder in (nobody, login("harvest_reader")):
+            with psycopg.connect(intruder, autocommit=True) as held:
+                held.execute(START_KEY, ("wf", "blocked-1"))
+                held.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_KEY,))
+                held.execute("SELECT pg_advisory_lock(%s)", (SAMPLER_KEY,))
+                with psycopg.connect(operator, autocommit=True) as conn:
+                    conn.execute("SET lock_timeout = '50ms'")  # the start would wait as long as `held` lives
+                    with pytest.raises(psycopg.errors.LockNotAvailable):
+                        conn.execute("SELECT * FROM harvest.start_workflow('wf', '[]', 'blocked-1')")
+                assert _lead_sampler(worker) is False
+                with psycopg.connect(db, autocommit=True) as owner:  # what `harvest migrate run` loops on
+                    migrating = owner.execute("SELECT pg_try_advisory_lock(%s)", (MIGRATE_KEY,)).fetchone()[0]
+                    assert migrating is False
+        with psycopg.connect(db, autocommit=True) as owner:
+            owner.execute(LOCK_DOWN_ADVISORY_LOCKS)
+        for intruder in (nobody, login("harvest_reader"), worker, operator):
+            assert _attempt(intruder, START_KEY, ("wf", "blocked-1")) == "42501"
+            assert _attempt(intruder, "SELECT pg_try_advisory_xact_lock(1)", ()) == "42501"
+        assert _attempt(operator, "SELECT * FROM harvest.start_workflow('wf', '[]', 'blocked-1')", ()) == "ok"
+        assert _lead_sampler(worker) is True
+        # Who leads decides whether anyone samples: not a reader's to take.
+        assert _attempt(login("harvest_reader"), "SELECT harvest.claim_sampler_lead()", ()) == "42501"
+    finally:
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP ROLE IF EXISTS "{conninfo.conninfo_to_dict(nobody)["user"]}"')
+
+
+def _at(dsn: str, minute: int) -> str:
+    """``dsn`` with the engine clock at 2030-01-01 00:<minute> (the test clock): a trigger's slot
+    is the current second, and a second trigger of one slot is a duplicate that does nothing."""
+    return conninfo.make_conninfo(dsn, options=f"-c harvest.fake_now=2030-01-01T00:{minute:02d}:00Z")
+
+
+def test_a_schedule_that_can_terminate_runs_needs_admin(login, db: str) -> None:
+    """An operator may not terminate a run, nor start with a policy that can (above); a schedule's
+    overlap terminate_other terminates the live runs it counts (a DAG schedule: every live run of
+    the DAG, triggered ones too). Before, an operator could create or update a schedule with it,
+    or trigger or backfill any schedule with terminate_other, and so terminate runs: a trigger
+    of an admin's schedule ended the run that schedule had started. Now each is 42501 for an
+    operator before anything is written, and an admin's works."""
+    with psycopg.connect(_at(db, 0), autocommit=True) as owner:
+        owner.execute("SELECT harvest.create_schedule('nightly', 'wf', p_interval_secs => 3600)")
+        owner.execute("SELECT harvest.trigger_schedule('nightly')")  # its run is live
+        owner.execute(
+            "SELECT harvest.create_schedule('hourly', 'wf', p_interval_secs => 3600,"
+            " p_overlap => 'terminate_other')"
+        )
+    operator = login("harvest_operator")
+    past = dt.datetime(2029, 12, 31, tzinfo=dt.UTC)
+    refused = [
+        ("SELECT harvest.trigger_schedule('nightly', 'terminate_other')", ()),
+        ("SELECT harvest.trigger_schedule('hourly')", ()),  # its own overlap terminates
+        ("SELECT harvest.backfill_schedule('nightly', ARRAY[%s::timestamptz], 'terminate_other')", (past,)),
+        ("SELECT harvest.create_schedule('mine', 'wf', NULL, 60, p_overlap => 'terminate_other')", ()),
+        ("SELECT harvest.update_schedule('nightly', '{\"overlap\": \"terminate_other\"}')", ()),
+        ("SELECT harvest.update_schedule('hourly', '{\"interval_secs\": 60}')", ()),
+    ]
+    for minute, (sql, params) in enumerate(refused, start=1):
+        assert _attempt(_at(operator, minute), sql, params) == "42501", sql
+    # What cannot terminate stays the operator's: asking the run to cancel, lowering the policy.
+    assert (
+        _attempt(_at(operator, 10), "SELECT harvest.trigger_schedule('nightly', 'cancel_other')", ()) == "ok"
+    )
+    assert (
+        _attempt(operator, "SELECT harvest.update_schedule('hourly', '{\"overlap\": \"skip\"}')", ()) == "ok"
+    )
+    with psycopg.connect(db, autocommit=True) as owner:
+        statuses = owner.execute(
+            "SELECT status FROM harvest.executions WHERE workflow_id LIKE 'sched:%'"
+        ).fetchall()
+        schedules = owner.execute("SELECT name, overlap FROM harvest.schedules ORDER BY name").fetchall()
+    assert statuses == [("RUNNING",)], statuses
+    assert schedules == [("hourly", "skip"), ("nightly", "skip")], schedules
+    assert _attempt(_at(login("harvest_admin"), 11), refused[0][0], ()) == "ok"
+    with psycopg.connect(db, autocommit=True) as owner:
+        statuses = owner.execute(
+            "SELECT status FROM harvest.executions WHERE workflow_id LIKE 'sched:%' ORDER BY created_at"
+        ).fetchall()
+    assert statuses == [("TERMINATED",), ("RUNNING",)], statuses  # what the operator's trigger did before
+
+
+def test_an_operator_cannot_take_another_clients_pending_start_payloads(login, db: str) -> None:
+    """A client stores a large start input run-less (put_payloads), then hands it to the run it
+    starts (set_payloads_execution). Any reader can read the run-less rows' ids, and an operator
+    could hand them to a run of its own first: the starting client's hand-off then left them
+    alone, and the rows went with the operator's run when retention deleted it (ON DELETE
+    CASCADE), leaving the client's run without its input. A run-less row is now its storing
+    login's to hand over."""
+    client_dsn, other_dsn = login("harvest_operator"), login("harvest_operator")
+    with (
+        psycopg.connect(client_dsn, autocommit=True) as client,
+        psycopg.connect(other_dsn, autocommit=True) as other,
+    ):
+        (ids,) = client.execute("SELECT harvest.put_payloads(NULL, ARRAY['{\"big\": 1}'::jsonb])").fetchone()
+        decoy = start(other, "wf", "decoy-1")
+        seen = other.execute(
+            "SELECT array_agg(id) FROM harvest.payloads WHERE execution_id IS NULL"
+        ).fetchone()[0]
+        assert seen == ids
+        assert (
+            other.execute("SELECT harvest.set_payloads_execution(%s, %s)", (seen, decoy)).fetchone()[0] == 0
+        )
+        run = start(client, "wf", "owner-1")
+        assert client.execute("SELECT harvest.set_payloads_execution(%s, %s)", (ids, run)).fetchone()[0] == 1
+    with psycopg.connect(db, autocommit=True) as owner:
+        owners = owner.execute(
+            "SELECT execution_id::text FROM harvest.payloads WHERE id = ANY(%s)", (ids,)
+        ).fetchall()
+    assert owners == [(run,)]

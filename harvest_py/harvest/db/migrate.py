@@ -378,10 +378,31 @@ class Migrator:
         pause, said = 0.05, False
         while not conn.execute("SELECT pg_try_advisory_lock(%s)", (MIGRATE_LOCK_KEY,)).fetchone()[0]:  # type: ignore[index]
             if not said:
-                self.progress("waiting for another `harvest migrate run` to finish")
+                self.progress(self._waiting_line(conn))
                 said = True
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
+
+    def _waiting_line(self, conn: psycopg.Connection) -> str:
+        """What the wait for the migrate lock says once: who holds it, when it can tell. Any
+        session of the database may take an advisory lock (docs/security.md, "Advisory locks"),
+        so the holder may be a stray session rather than another migrator."""
+        holder = conn.execute(
+            "SELECT a.pid, a.usename, a.application_name FROM pg_catalog.pg_locks AS l"
+            " JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND l.database = a.datid"
+            " AND a.datname = current_database() AND l.objsubid = 1"
+            " AND (l.classid::bigint << 32 | l.objid::bigint) = %s",
+            (MIGRATE_LOCK_KEY,),
+        ).fetchone()
+        if holder is None:  # let go meanwhile, or not visible to this login
+            return "waiting for another `harvest migrate run` to finish"
+        pid, login, application = holder
+        return (
+            f"waiting for the migrate lock, held by pid {pid} (login {login}, application"
+            f" {application or '-'}): another `harvest migrate run`, or a session to end"
+            " (docs/security.md, Advisory locks)"
+        )
 
     def _current_shard(self, conn: psycopg.Connection) -> int | None:
         """The database's shard number; None before shard identity exists (0023 pending)."""

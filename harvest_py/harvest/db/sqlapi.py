@@ -139,9 +139,10 @@ GET_SHARD_HEALTH = "SELECT harvest.get_shard_health(%(queues)s) AS health"
 COUNT_STRANDED_TASKS = "SELECT * FROM harvest.count_stranded_tasks()"
 # -- the metrics sampler's gauges (functions/metrics.sql)
 GET_METRIC_SAMPLES = "SELECT harvest.get_metric_samples(%(max_keys)s) AS samples"
-# One metrics sampler per database: the session that holds this lock (it goes with the session).
-SAMPLER_LOCK_KEY = 0x68617276_6D657472  # "harv" "metr"
-TRY_LEAD_SAMPLER = "SELECT pg_try_advisory_lock(%(key)s) AS leader"
+# One metrics sampler per database: the session that holds its lock (functions/metrics.sql; it goes
+# with the session). Taken by the function, as the owner: the advisory-lock functions may be
+# revoked from PUBLIC (docs/security.md, "Advisory locks").
+CLAIM_SAMPLER_LEAD = "SELECT harvest.claim_sampler_lead() AS leader"
 LIST_FORCED_CLOSES = """
 SELECT * FROM harvest.list_forced_closes(%(after_at)s, %(after_id)s, %(until)s, %(limit)s)
 """
@@ -704,11 +705,11 @@ def list_forced_closes(after_at: Any, after_id: Any, until: Any, limit: int = 10
     return {"after_at": after_at, "after_id": after_id, "until": until, "limit": limit}
 
 
-@call(TRY_LEAD_SAMPLER, column("leader"))
-def try_lead_sampler() -> dict[str, Any]:
+@call(CLAIM_SAMPLER_LEAD, column("leader"))
+def claim_sampler_lead() -> dict[str, Any]:
     """Whether this session now leads the database's metrics sampler (a session advisory lock,
     released when the session ends): one sampler per database, not one per replica."""
-    return {"key": SAMPLER_LOCK_KEY}
+    return {}
 
 
 # -- shard rebalancing (functions/rebalance.sql; driven by harvest.shard.rebalance) --------------

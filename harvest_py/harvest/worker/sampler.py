@@ -5,7 +5,7 @@ retention lag are facts of the database, not of a process: if every replica samp
 gauge would be emitted once per replica and the database would answer the same question N
 times. So the sampler runs where the scanner runs (``WorkerOptions.run_scanner``; a web process
 can run one too: :meth:`MetricsSampler.run`), and on each database only the process whose
-session holds the sampler's advisory lock (``harvest.db.sqlapi.try_lead_sampler``) samples;
+session holds the sampler's advisory lock (``harvest.db.sqlapi.claim_sampler_lead``) samples;
 the others try again every interval and take over when the leader's session ends (a crash, a
 stop, a lost connection). Each sample is one read-only round trip
 (``harvest.get_metric_samples()``) published through :meth:`Metrics.apply_samples`.
@@ -64,7 +64,7 @@ class MetricsSampler:
                 conn = await connect_async(dsn, autocommit=True)
                 async with conn:
                     sql = AsyncSqlApi.on_connection(conn)
-                    while not await sql.try_lead_sampler():
+                    while not await sql.claim_sampler_lead():
                         await asyncio.sleep(self.interval)  # another process samples this database
                     self.leading.add(shard)
                     log.info(
