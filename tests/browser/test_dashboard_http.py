@@ -1045,3 +1045,52 @@ def test_an_erased_payload_says_erased_not_a_size(db: str) -> None:
             for part in ('id="input"', 'id="signals"'):
                 shown = page.split(part)[1].split("</div>" if part == 'id="input"' else "</ul>")[0]
                 assert "erased" in shown and "bytes)" not in shown, (query, part, shown)
+
+
+# -- long values, unknown pages --------------------------------------------------------------------
+def test_a_long_value_is_cut_on_the_line_and_opens_in_full_escaped(db: str) -> None:
+    """A value longer than a line (a search attribute, a schedule's input) was cut at 120
+    characters with no way to see the rest. It is still cut on its line, and it opens (a
+    <details>) to the whole value, escaped; a read principal still sees a payload's size only."""
+    tail = "<script>alert('x')</script>-the-end"
+    run = _signalled(db, "long-attrs", None, attrs={"note": "n" * 200 + tail})
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.create_schedule('long-input', 'wf', p_interval_secs => 3600, p_input => %s)",
+            (Jsonb(["i" * 200 + tail]),),
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{run}", headers=READ).text
+        attrs = page.split("<dt>Search attributes</dt>")[1].split("</dd>")[0]
+        assert "<details" in attrs and "…" in attrs
+        assert tail in html.unescape(attrs.split("<pre>")[1])  # the whole value, opened
+        assert "&lt;script&gt;alert(" in attrs and "<script>" not in page
+        full = client.get("/schedules/0/long-input", headers=OPERATE).text
+        shown = full.split("<dt>Input</dt>")[1].split("</dd>")[0]
+        assert "<details" in shown and "-the-end" in shown and "<script>" not in full
+        redacted = client.get("/schedules/0/long-input", headers=READ).text
+        shown = redacted.split("<dt>Input</dt>")[1].split("</dd>")[0]
+        assert "-the-end" not in shown and "iiii" not in shown
+
+
+def test_an_unknown_page_is_the_dashboards_own_404(db: str) -> None:
+    """A path the dashboard has no page for answered Starlette's plain text "Not Found" (a GET
+    of an action's path: "Method Not Allowed"): now the dashboard's error page, with its
+    navigation, as every other refusal."""
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for path, method, status in (
+            ("/no/such/page?x=<b>", "GET", 404),
+            ("/static/missing.css", "GET", 404),
+            ("/workflows/00000000-0000-0000-0000-000000000000/cancel", "GET", 405),
+        ):
+            page = client.request(method, path, headers=READ)
+            assert page.status_code == status, path
+            assert page.headers["content-type"].startswith("text/html"), path
+            assert 'aria-label="pages"' in page.text and 'role="alert"' in page.text, path
+            assert "<b>" not in page.text
+        assert (
+            "POST"
+            in client.get("/workflows/00000000-0000-0000-0000-000000000000/cancel", headers=READ).headers[
+                "allow"
+            ]
+        )

@@ -1088,7 +1088,20 @@ def dashboard_app(
         yield
         await dashboard.close()
 
-    app = Starlette(routes=dashboard.routes(), lifespan=lifespan)
+    async def no_page(request: Request, exc: Exception) -> Response:
+        # A path no route matches (or a method its route does not take): the dashboard's own
+        # error page, with its navigation, not Starlette's plain text. Mounted in the management
+        # app, only paths under /ui come here; the API's own keep its JSON errors.
+        status = getattr(exc, "status_code", 500)
+        message = {
+            404: "no page at this address: the dashboard's pages are linked above",
+            405: f"{request.method} is not allowed here: open the page from the dashboard's links",
+        }.get(status, str(getattr(exc, "detail", "")))
+        page = dashboard.error(request, status, message)
+        page.headers.update(getattr(exc, "headers", None) or {})  # a 405's Allow
+        return page
+
+    app = Starlette(routes=dashboard.routes(), lifespan=lifespan, exception_handlers={HTTPException: no_page})
     app.state.dashboard = dashboard
     return app
 
