@@ -398,7 +398,7 @@ BEGIN
            harvest._dag_counts(harvest._dag_tasks(e))
     FROM harvest.executions AS e
     WHERE e.workflow_name = p_dag_name
-    ORDER BY e.created_at DESC, e.id
+    ORDER BY e.created_at DESC, e.id DESC  -- as every shard's runs are merged (ties: the greater id)
     LIMIT p_limit;
 END;
 $$;

@@ -6,7 +6,7 @@
 -- (runtime/dags.py): an activity whose options carry dag_node, a dag_node marker, a child
 -- whose workflow id is '<run id>/<task>'.
 BEGIN;
-SELECT plan(47);
+SELECT plan(48);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- A DAG of four tasks: a (activity) -> b (skipped), c (child), d (activity).
@@ -170,6 +170,13 @@ SELECT throws_ok($$SELECT harvest.get_dag_run(pg_temp.run('dg_plain'))$$, 'HR002
                  'get_dag_run() of a run of a workflow that is no DAG: HR002');
 SELECT throws_ok($$SELECT harvest.get_dag_run('00000000-0000-4000-8000-000000000000')$$, 'HR002', NULL,
                  'get_dag_run() of an unknown run: HR002');
+
+-- list_dag_runs' order: the runs above, given one created_at, tie; the greater id comes first.
+UPDATE harvest.executions SET created_at = '2030-01-01 00:00:00+00' WHERE workflow_name = 'dg_etl';
+SELECT results_eq(
+    $$SELECT execution_id FROM harvest.list_dag_runs('dg_etl')$$,
+    $$SELECT id FROM harvest.executions WHERE workflow_name = 'dg_etl' ORDER BY created_at DESC, id DESC$$,
+    'list_dag_runs(): newest first, ties by the greater id (the order shards'' runs are merged in)');
 
 SELECT * FROM finish();
 ROLLBACK;

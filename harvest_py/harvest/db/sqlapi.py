@@ -125,7 +125,9 @@ RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS r
 WORKER_SLEEP = "SELECT harvest.set_worker_sleeping(%(worker_id)s, %(sleeping)s) AS settled"
 SCAN = "SELECT harvest.scan(%(limit)s) AS moved"
 LIST_DEAD_LETTERS = """
-SELECT * FROM harvest.list_dead_letters(%(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s)
+SELECT * FROM harvest.list_dead_letters(
+    %(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s, %(before_failed_at)s
+)
 """
 GET_DEAD_LETTER = "SELECT * FROM harvest.get_dead_letter(%(id)s)"
 REPLAY_DEAD_LETTER = "SELECT harvest.replay_dead_letter(%(id)s) AS task_id"
@@ -1339,12 +1341,16 @@ def list_dead_letters(
     activity_name: str | None = None,
     workflow_name: str | None = None,
     before_id: int | None = None,
+    before_failed_at: _dt.datetime | None = None,
 ) -> dict[str, Any]:
+    """Newest failure first; a page goes on after (``before_failed_at``, ``before_id``), the
+    last row's (``before_id`` alone: that dead letter, HR002 once it is gone)."""
     return {
         "limit": limit,
         "activity_name": activity_name,
         "workflow_name": workflow_name,
         "before_id": before_id,
+        "before_failed_at": before_failed_at,
     }
 
 

@@ -49,7 +49,7 @@ from harvest.core.errors import (
 from harvest.db.connection import DatabaseError, database_error_message
 from harvest.db.pools import TRANSIENT
 from harvest.declare.schedules import OVERLAP_POLICIES
-from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async
+from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async, newest_run_first
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
 from harvest.web.errors import database_error_status
@@ -681,7 +681,7 @@ class Dashboard:
         runs = [{**run, "shard_id": s} for s, r in found.items() for run in r[1]]
         if status:
             runs = [r for r in runs if r["status"] == status.upper()]
-        runs.sort(key=lambda r: r["created_at"], reverse=True)
+        runs.sort(key=newest_run_first, reverse=True)  # (ties: as each shard ordered them)
         return self.render(
             request,
             "dag.html",
