@@ -1094,3 +1094,28 @@ def test_an_unknown_page_is_the_dashboards_own_404(db: str) -> None:
                 "allow"
             ]
         )
+
+
+def test_a_name_with_dot_segments_acts_on_its_own_page_only(db: str) -> None:
+    """A name is one path segment of its page's address. A schedule named ``../../dags/etl``
+    kept its "/" in its form's action (``/schedules/0/../../dags/etl/pause``), which a browser
+    resolves to ``/dags/etl/pause``: pausing the schedule paused the DAG instead (a DAG or a
+    worker id could point at a schedule alike). Its "/" is now %2F, and the action acts on it."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.create_schedule('../../dags/etl', 'wf', p_interval_secs => 3600)")
+        dag = [{"dag_name": "etl", "queue": "default", "tasks": [], "max_active_runs": 1}]
+        conn.execute("SELECT harvest.register_dags(%s::jsonb)", (Jsonb(dag),))
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        listed = client.get("/schedules", headers=ADMIN).text
+        (href,) = re.findall(r'href="(/schedules/0/[^"]*dags[^"]*)"', listed)
+        page = client.get(urllib.parse.urljoin("http://testserver/", html.unescape(href)), headers=ADMIN)
+        assert page.status_code == 200 and "Schedule ../../dags/etl" in page.text
+        form = re.search(r'id="pause-form" method="post" action="([^"]+)"', page.text)
+        action = html.unescape(form.group(1))
+        resolved = urllib.parse.urljoin("http://testserver/", action)  # as a browser resolves it
+        done = client.post(resolved, headers=ADMIN, data={})
+        assert done.status_code == 200, (resolved, done.status_code)
+    with psycopg.connect(db, autocommit=True) as conn:
+        one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+        assert one("SELECT paused FROM harvest.schedules WHERE name = '../../dags/etl'")
+        assert not one("SELECT paused FROM harvest.dags WHERE dag_name = 'etl'")

@@ -89,8 +89,17 @@ def with_query(query: Any, **changes: Any) -> str:
     return "?" + urllib.parse.urlencode(items) if items else "?"
 
 
+def segment(name: Any) -> str:
+    """A name (a schedule's, a DAG's, a worker's) as one segment of a page's address: every "/"
+    quoted too (the server decodes it before routing), so a name with ".." segments cannot make
+    a browser resolve its link or its form's action to another page (``../../dags/etl``)."""
+    return urllib.parse.quote(str(name), safe="")
+
+
 def install(env: jinja2.Environment) -> None:
-    env.filters.update(ago=ago, when=when, pretty=pretty, compact=compact, cut=cut, duration=duration)
+    env.filters.update(
+        ago=ago, when=when, pretty=pretty, compact=compact, cut=cut, duration=duration, segment=segment
+    )
     env.globals.update(with_query=with_query, COMPLETE=COMPLETE)
 
 
