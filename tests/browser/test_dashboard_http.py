@@ -1119,3 +1119,58 @@ def test_a_name_with_dot_segments_acts_on_its_own_page_only(db: str) -> None:
         one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
         assert one("SELECT paused FROM harvest.schedules WHERE name = '../../dags/etl'")
         assert not one("SELECT paused FROM harvest.dags WHERE dag_name = 'etl'")
+
+
+def test_hostile_names_and_messages_are_text_on_every_page(db: str) -> None:
+    """Every value a user or a workflow chooses (a workflow id, name and queue, search
+    attributes, a failure's message, a signal's name, a pause's reason, a worker's id and
+    metadata, a schedule's and a DAG's name and description) is shown as text on every page
+    that shows it: the markup it holds never reaches the page as markup."""
+    evil = "\"'><svg onload=alert(1)>"
+    with psycopg.connect(db, autocommit=True) as conn:
+        (run,) = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow(%s, '[]', %s, %s, p_search_attributes => %s)",
+            (f"wf{evil}", f"id{evil}", f"q{evil}", Jsonb({f"k{evil}": f"v{evil}"})),
+        ).fetchone()
+        conn.execute("SELECT harvest.signal_workflow(%s, %s, '1')", (run, f"sig{evil}"))
+        conn.execute("SELECT harvest.pause_workflow(%s, %s, %s)", (run, f"why{evil}", f"op{evil}"))
+        started = "SELECT execution_id FROM harvest.start_workflow('wf2', '[]', 'ended')"
+        (ended,) = conn.execute(started).fetchone()
+        conn.execute("SELECT harvest.terminate_workflow(%s, %s)", (ended, f"reason{evil}"))
+        conn.execute(
+            "SELECT harvest.register_worker(%s, ARRAY[%s], %s, 1, 10, %s)",
+            (f"w{evil}", f"q{evil}", f"h{evil}", Jsonb({"m": evil})),
+        )
+        conn.execute("SELECT harvest.create_schedule(%s, 'wf', p_interval_secs => 3600)", (f"s{evil}",))
+        dag = [{"dag_name": f"d{evil}", "queue": "default", "tasks": [], "description": f"about{evil}"}]
+        conn.execute("SELECT harvest.register_dags(%s::jsonb)", (Jsonb(dag),))
+        conn.execute(
+            "INSERT INTO harvest.dead_letters (execution_id, workflow_name, seq, activity_name, queue,"
+            " attempts, failure, scheduled_at, failed_at) VALUES (%s, %s, 1, %s, 'q', 3, %s, now(), now())",
+            (run, f"wf{evil}", f"act{evil}", Jsonb({"error_type": f"E{evil}", "message": f"m{evil}"})),
+        )
+    seg = urllib.parse.quote
+    pages = [
+        "/workflows",
+        "/workflows?status=TERMINATED",
+        f"/workflows/{run}",
+        f"/workflows/{run}?payloads=full",
+        f"/workflows/{ended}",
+        "/dead-letters",
+        "/workers",
+        f"/workers/{seg('w' + evil, safe='')}",
+        "/schedules",
+        f"/schedules/0/{seg('s' + evil, safe='')}",
+        "/dags",
+        f"/dags/{seg('d' + evil, safe='')}",
+        "/concurrency",
+        f"/workflows?workflow_name={seg(evil, safe='')}",
+        f"/no/such/{seg(evil, safe='')}",
+    ]
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for path in pages:
+            page = client.get(path, headers=ADMIN)
+            assert page.status_code in (200, 404), (path, page.status_code)
+            assert "<svg" not in page.text, path
+        shown = client.get(f"/workflows/{run}", headers=ADMIN).text
+        assert "why" + evil in html.unescape(shown) and "sig" + evil in html.unescape(shown)  # as text
