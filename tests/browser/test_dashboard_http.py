@@ -1174,3 +1174,19 @@ def test_hostile_names_and_messages_are_text_on_every_page(db: str) -> None:
             assert "<svg" not in page.text, path
         shown = client.get(f"/workflows/{run}", headers=ADMIN).text
         assert "why" + evil in html.unescape(shown) and "sig" + evil in html.unescape(shown)  # as text
+
+
+def test_every_response_forbids_framing_and_scripts(db: str) -> None:
+    """Another site could frame the dashboard and have a user click its buttons (clickjacking:
+    under the dev profile, or behind a proxy that signs in with a cookie of its own, the framed
+    page is signed in). Every response now forbids framing (X-Frame-Options, CSP frame-ancestors)
+    and scripts (the pages have none), and says its type is its type (nosniff)."""
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for path, status in (("/workflows", 200), ("/login", 200), ("/workers", 401), ("/nope", 404)):
+            page = client.get(path, headers=READ if status != 401 else {})
+            assert page.status_code == status, path
+            assert page.headers["x-frame-options"] == "DENY", path
+            policy = page.headers["content-security-policy"]
+            assert "frame-ancestors 'none'" in policy and "script-src 'none'" in policy, path
+            assert page.headers["x-content-type-options"] == "nosniff", path
+        assert client.get("/static/dashboard.css").headers["x-frame-options"] == "DENY"

@@ -28,6 +28,7 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -1060,6 +1061,45 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[-1] for k, v in form.items()}
 
 
+# Every response of the dashboard: no other site may frame it (clickjacking: under the dev
+# profile, or behind a proxy that signs in with a cookie of its own, a framed page is signed in
+# and its buttons act), no script runs on it (it has none: an injection would run nothing), its
+# forms post only to it, and a response is read as the type it says.
+PAGE_HEADERS = (
+    (b"x-frame-options", b"DENY"),
+    (
+        b"content-security-policy",
+        (
+            b"default-src 'self'; script-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+            b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        ),
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+)
+
+
+class _PageHeaders:
+    """ASGI middleware: PAGE_HEADERS on every HTTP response of the app it wraps."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        names = {name for name, _ in PAGE_HEADERS}
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                kept = [h for h in message.get("headers", []) if h[0].lower() not in names]
+                message = {**message, "headers": [*kept, *PAGE_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
 def dashboard_app(
     *,
     dsn: str | None = None,
@@ -1101,7 +1141,12 @@ def dashboard_app(
         page.headers.update(getattr(exc, "headers", None) or {})  # a 405's Allow
         return page
 
-    app = Starlette(routes=dashboard.routes(), lifespan=lifespan, exception_handlers={HTTPException: no_page})
+    app = Starlette(
+        routes=dashboard.routes(),
+        lifespan=lifespan,
+        exception_handlers={HTTPException: no_page},
+        middleware=[Middleware(_PageHeaders)],
+    )
     app.state.dashboard = dashboard
     return app
 
