@@ -1190,3 +1190,22 @@ def test_every_response_forbids_framing_and_scripts(db: str) -> None:
             assert "frame-ancestors 'none'" in policy and "script-src 'none'" in policy, path
             assert page.headers["x-content-type-options"] == "nosniff", path
         assert client.get("/static/dashboard.css").headers["x-frame-options"] == "DENY"
+
+
+def test_a_dags_status_filter_finds_runs_older_than_the_newest_thousand(db: str) -> None:
+    """The DAG page filtered by status read each shard's newest 1000 runs and filtered those:
+    a FAILED run older than a thousand newer ones was not listed ("no runs"). The status now
+    filters in the database, before the limit."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        dag = [{"dag_name": "busy", "queue": "nobody", "tasks": [], "max_active_runs": 2000}]
+        conn.execute("SELECT harvest.register_dags(%s::jsonb)", (Jsonb(dag),))
+        conn.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:00Z', false)")
+        (old,) = conn.execute("SELECT execution_id FROM harvest.trigger_dag('busy')").fetchone()
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'old')", (old,))
+        conn.execute("SELECT set_config('harvest.fake_now', '2030-01-02T00:00:00Z', false)")
+        conn.execute("SELECT harvest.trigger_dag('busy') FROM generate_series(1, 1001)")
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get("/dags/busy?status=terminated&limit=5", headers=READ)
+        assert page.status_code == 200
+        assert str(old)[-12:] in page.text
+        assert client.get("/dags/busy?status=nope", headers=READ).status_code == 400

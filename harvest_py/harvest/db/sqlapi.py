@@ -1778,7 +1778,7 @@ TRIGGER_DAG = """
 SELECT * FROM harvest.trigger_dag(%(dag_name)s, %(conf)s, %(workflow_id)s, %(operator)s, %(traceparent)s)
 """
 GET_DAG_RUN = "SELECT harvest.get_dag_run(%(execution_id)s) AS run"
-LIST_DAG_RUNS = "SELECT * FROM harvest.list_dag_runs(%(dag_name)s, %(limit)s)"
+LIST_DAG_RUNS = "SELECT * FROM harvest.list_dag_runs(%(dag_name)s, %(limit)s, %(status)s)"
 RETRY_DAG_RUN = "SELECT * FROM harvest.retry_dag_run(%(execution_id)s, %(operator)s)"
 
 
@@ -1825,8 +1825,9 @@ def get_dag_run(execution_id: str) -> dict[str, Any]:
 
 
 @call(LIST_DAG_RUNS)
-def list_dag_runs(dag_name: str, limit: int = 50) -> dict[str, Any]:
-    return {"dag_name": dag_name, "limit": limit}
+def list_dag_runs(dag_name: str, limit: int = 50, status: str | None = None) -> dict[str, Any]:
+    """Newest first; ``status`` (one or several, comma-separated) filters before the limit."""
+    return {"dag_name": dag_name, "limit": limit, "status": status}
 
 
 @call(RETRY_DAG_RUN, first)

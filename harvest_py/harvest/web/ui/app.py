@@ -670,7 +670,7 @@ class Dashboard:
 
         async def one(api: Any) -> Any:
             dag = next((d for d in await api.list_dags() if d["dag_name"] == name), None)
-            return None if dag is None else (dag, await api.list_dag_runs(name, 1000 if status else limit))
+            return None if dag is None else (dag, await api.list_dag_runs(name, limit, status))
 
         fan = await fan_out_async(self.source.apis(principal), one, timeout=self.source.timeout)
         found = {s: r for s, r in fan.results.items() if r is not None}
@@ -680,8 +680,6 @@ class Dashboard:
             raise NotFound(f"no DAG {name!r} is registered on any shard")
         dag = views.merge_dags({s: [r[0]] for s, r in found.items()})[0]
         runs = [{**run, "shard_id": s} for s, r in found.items() for run in r[1]]
-        if status:
-            runs = [r for r in runs if r["status"] == status.upper()]
         runs.sort(key=newest_run_first, reverse=True)  # (ties: as each shard ordered them)
         return self.render(
             request,
