@@ -1209,3 +1209,21 @@ def test_a_dags_status_filter_finds_runs_older_than_the_newest_thousand(db: str)
         assert page.status_code == 200
         assert str(old)[-12:] in page.text
         assert client.get("/dags/busy?status=nope", headers=READ).status_code == 400
+
+
+def test_a_runs_own_dead_letter_is_named_and_offers_no_replay(db: str) -> None:
+    """A dead letter of kind workflow (a run that failed at a history hard cap) has no activity:
+    its rows said "None", its group linked to a filter that dropped the activity filter, and it
+    offered Replay, which the database refuses for such a letter (HR001, a 400 page)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        started = "SELECT execution_id FROM harvest.start_workflow('capped', '[]', 'c1')"
+        (run,) = conn.execute(started).fetchone()
+        conn.execute(
+            "INSERT INTO harvest.dead_letters (execution_id, workflow_name, queue, attempts, failure,"
+            " scheduled_at, failed_at, kind) VALUES (%s, 'capped', 'q', 1, %s, now(), now(), 'workflow')",
+            (run, Jsonb({"error_type": "HistoryCap", "message": "the history is at its cap"})),
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get("/dead-letters", headers=OPERATE).text
+        assert "None" not in page and page.count("the run itself") == 2
+        assert "/replay" not in page
