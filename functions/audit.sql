@@ -81,7 +81,7 @@ AS $$
     SELECT CASE p_application_name WHEN 'harvest-api' THEN 'api' WHEN 'harvest-ui' THEN 'ui' ELSE 'cli' END;
 $$;
 
--- The audit log, newest first (with each row's source: api, cli or ui).
+-- The audit log, newest first (by at, then id; with each row's source: api, cli or ui).
 CREATE OR REPLACE FUNCTION harvest.list_audit_log(p_limit integer DEFAULT 100, p_operation text DEFAULT NULL)
 RETURNS SETOF harvest.audit_log
 LANGUAGE plpgsql STABLE
@@ -90,9 +90,13 @@ BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
         RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001';
     END IF;
+    -- Newest first by time, then id: the order every shard's rows are merged in (the CLI, the
+    -- API), so each shard's first p_limit rows hold its share of the merged first p_limit. An id
+    -- is taken at the insert, `at` at the statement's start: they disagree across concurrent
+    -- actions (and under the test clock).
     RETURN QUERY SELECT * FROM harvest.audit_log AS a
     WHERE p_operation IS NULL OR a.operation = p_operation
-    ORDER BY a.id DESC LIMIT p_limit;
+    ORDER BY a.at DESC, a.id DESC LIMIT p_limit;
 END;
 $$;
 

@@ -12,25 +12,44 @@
 -- retries between two operator decisions, not the invocation's whole life: each replay is
 -- an operator's grant of max_attempts more (docs/failures.md).
 
+-- Dead letters, newest failure first: (failed_at, id) descending, the order every shard's rows
+-- are merged in (harvest.shard.fanout), so a shard's page is its share of the merged page. An
+-- id is taken at the insert, failed_at at the statement's start: they disagree across
+-- concurrent failures (and under the test clock), so the id alone orders nothing a reader
+-- means by "newest". A page goes on after a position: p_before_failed_at with p_before_id (the
+-- last row's; the keyset, which outlives the row: replayed or discarded, it is gone), or
+-- p_before_id alone, a dead letter of this database whose failure time is read (HR002 when it
+-- is gone: give its failed_at as well).
 CREATE OR REPLACE FUNCTION harvest.list_dead_letters(
     p_limit integer DEFAULT 100,
     p_activity_name text DEFAULT NULL,
     p_workflow_name text DEFAULT NULL,
-    p_before_id bigint DEFAULT NULL
+    p_before_id bigint DEFAULT NULL,
+    p_before_failed_at timestamptz DEFAULT NULL
 )
 RETURNS SETOF harvest.dead_letters
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    v_before timestamptz := p_before_failed_at;
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
         RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001';
+    END IF;
+    IF p_before_id IS NOT NULL AND v_before IS NULL THEN
+        SELECT d.failed_at INTO v_before FROM harvest.dead_letters AS d WHERE d.id = p_before_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'dead letter % does not exist (replayed or discarded since): page with the list''s '
+                'cursor, or give its failed_at as well', p_before_id USING ERRCODE = 'HR002';
+        END IF;
     END IF;
     RETURN QUERY
     SELECT * FROM harvest.dead_letters AS d
     WHERE (p_activity_name IS NULL OR d.activity_name = p_activity_name)
       AND (p_workflow_name IS NULL OR d.workflow_name = p_workflow_name)
-      AND (p_before_id IS NULL OR d.id < p_before_id)
-    ORDER BY d.id DESC
+      -- Without an id, a time alone: the rows that failed before it (id 0 precedes every id).
+      AND (v_before IS NULL OR (d.failed_at, d.id) < (v_before, coalesce(p_before_id, 0)))
+    ORDER BY d.failed_at DESC, d.id DESC
     LIMIT p_limit;
 END;
 $$;
@@ -325,8 +344,9 @@ $$;
 
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.list_dead_letters IS
-'Dead letters, newest first, optionally of one activity or workflow and before an id (keyset paging); p_limit '
-'1..1000 (else HR001). For operators (role harvest_reader).';
+'Dead letters, newest failure first (failed_at, then id), optionally of one activity or workflow and after a '
+'position (keyset paging: p_before_failed_at and p_before_id, the last row''s; p_before_id alone: that dead letter, '
+'HR002 when it is gone); p_limit 1..1000 (else HR001). For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_dead_letter IS
 'One dead letter; HR002 when it does not exist. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.replay_dead_letter IS

@@ -1,7 +1,7 @@
 -- functions/audit.sql: harvest._audit, harvest._audit_context, harvest._audit_source, harvest.list_audit_log,
 -- harvest._audit_asserted.
 BEGIN;
-SELECT plan(14);
+SELECT plan(15);
 
 SELECT ok(harvest._audit('test.op', 't', 'me', '{}') > 0, '_audit returns the new row id');
 
@@ -60,6 +60,17 @@ SELECT results_eq($$SELECT operation, target, actor, source, details - 'event_id
                   'a start and a signal through a face are audited with its actor, without the payload');
 SELECT is((SELECT count(*) FROM harvest.audit_log WHERE details::text LIKE '%secret%'), 0::bigint,
           'no signal payload in the audit log');
+
+-- list_audit_log: newest first by time, then id (the order every shard's rows are merged in),
+-- whatever order the ids were taken in (a long action's row gets its id last).
+SET LOCAL harvest.fake_now = '2040-01-01 00:00:10+00';
+SELECT harvest._audit('test.order', 'later', NULL, '{}');
+SET LOCAL harvest.fake_now = '2040-01-01 00:00:00+00';
+SELECT harvest._audit('test.order', 'earlier', NULL, '{}');
+SELECT harvest._audit('test.order', 'earlier, a greater id', NULL, '{}');
+SELECT results_eq($$SELECT target FROM harvest.list_audit_log(3, 'test.order')$$,
+                  $$VALUES ('later'::text), ('earlier, a greater id'), ('earlier')$$,
+                  'list_audit_log(): newest by time first, ties by the greater id, not by id alone');
 
 SELECT * FROM finish();
 ROLLBACK;

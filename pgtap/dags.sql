@@ -6,7 +6,7 @@
 -- (runtime/dags.py): an activity whose options carry dag_node, a dag_node marker, a child
 -- whose workflow id is '<run id>/<task>'.
 BEGIN;
-SELECT plan(47);
+SELECT plan(50);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- A DAG of four tasks: a (activity) -> b (skipped), c (child), d (activity).
@@ -131,6 +131,10 @@ SELECT results_eq(
     $$VALUES ('dg-run'::text, 'FAILED'::text, '{"failed": 1, "skipped": 1, "success": 1, "upstream_failed": 1}'::jsonb)$$,
     'list_dag_runs(): the run with its counts');
 SELECT throws_ok($$SELECT * FROM harvest.list_dag_runs('dg_etl', 0)$$, 'HR001', NULL, 'list_dag_runs() limit 0: HR001');
+SELECT results_eq($$SELECT workflow_id FROM harvest.list_dag_runs('dg_etl', 1, 'failed, completed')$$,
+                  $$VALUES ('dg-run'::text)$$, 'list_dag_runs(p_status): the runs in those statuses, either case');
+SELECT throws_ok($$SELECT * FROM harvest.list_dag_runs('dg_etl', 1, 'DONE')$$, 'HR001', NULL,
+                 'list_dag_runs() of an unknown status: HR001');
 
 -- retry_dag_run: a new run of the same workflow id carrying a's result and b's skip.
 SELECT pg_temp.remember('dg2', (SELECT execution_id FROM harvest.retry_dag_run(pg_temp.run('dg1'), 'ops')));
@@ -170,6 +174,13 @@ SELECT throws_ok($$SELECT harvest.get_dag_run(pg_temp.run('dg_plain'))$$, 'HR002
                  'get_dag_run() of a run of a workflow that is no DAG: HR002');
 SELECT throws_ok($$SELECT harvest.get_dag_run('00000000-0000-4000-8000-000000000000')$$, 'HR002', NULL,
                  'get_dag_run() of an unknown run: HR002');
+
+-- list_dag_runs' order: the runs above, given one created_at, tie; the greater id comes first.
+UPDATE harvest.executions SET created_at = '2030-01-01 00:00:00+00' WHERE workflow_name = 'dg_etl';
+SELECT results_eq(
+    $$SELECT execution_id FROM harvest.list_dag_runs('dg_etl')$$,
+    $$SELECT id FROM harvest.executions WHERE workflow_name = 'dg_etl' ORDER BY created_at DESC, id DESC$$,
+    'list_dag_runs(): newest first, ties by the greater id (the order shards'' runs are merged in)');
 
 SELECT * FROM finish();
 ROLLBACK;

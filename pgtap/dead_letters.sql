@@ -4,7 +4,7 @@
 -- harvest.discard_dead_letters, harvest._select_dead_letters, harvest._bulk_dead_letters) are
 -- tested in pgtap/dead_letters_bulk.sql.
 BEGIN;
-SELECT plan(39);
+SELECT plan(43);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -41,6 +41,21 @@ SELECT results_eq($$SELECT id FROM harvest.list_dead_letters(2)$$,
 SELECT results_eq(format($$SELECT id FROM harvest.list_dead_letters(2, p_before_id => %s)$$, pg_temp.dl('c')),
                   $$SELECT pg_temp.dl(k) FROM unnest(ARRAY['b', 'a']) AS k$$,
                   'p_before_id: the next page');
+-- Ids and failure times that disagree (a long transaction's row gets its id last): the failure
+-- time orders, and a page goes on after a (failed_at, id) position, even one whose row is gone.
+UPDATE harvest.dead_letters SET failed_at = failed_at + interval '1 minute' WHERE id = pg_temp.dl('b');
+SELECT results_eq($$SELECT id FROM harvest.list_dead_letters()$$,
+                  $$SELECT pg_temp.dl(k) FROM unnest(ARRAY['b', 'd', 'c', 'a']) AS k$$,
+                  'list_dead_letters(): newest failure first, then the greater id');
+SELECT results_eq(format($$SELECT id FROM harvest.list_dead_letters(2, p_before_id => %s)$$, pg_temp.dl('b')),
+                  $$SELECT pg_temp.dl(k) FROM unnest(ARRAY['d', 'c']) AS k$$,
+                  'p_before_id alone: after that dead letter in the list''s order');
+SELECT results_eq(format($$SELECT id FROM harvest.list_dead_letters(5, p_before_id => %s,
+                              p_before_failed_at => '2030-01-01 00:00:00+00')$$, pg_temp.dl('c')),
+                  $$SELECT pg_temp.dl('a')$$, 'p_before_failed_at with p_before_id: the keyset position');
+SELECT throws_ok($$SELECT * FROM harvest.list_dead_letters(2, p_before_id => 999999)$$, 'HR002', NULL,
+                 'p_before_id of a dead letter that is gone, without its time: HR002');
+UPDATE harvest.dead_letters SET failed_at = failed_at - interval '1 minute' WHERE id = pg_temp.dl('b');
 SELECT throws_ok($$SELECT * FROM harvest.list_dead_letters(0)$$, 'HR001', 'limit 0 is out of range 1..1000',
                  'list_dead_letters(0): HR001');
 SELECT throws_ok($$SELECT * FROM harvest.list_dead_letters(1001)$$, 'HR001', NULL, 'list_dead_letters(1001): HR001');

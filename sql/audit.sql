@@ -24,3 +24,7 @@ CREATE TABLE harvest.audit_log (
 
 CREATE INDEX audit_log_operation_at
 ON harvest.audit_log (operation, at DESC);
+
+-- list_audit_log's order (newest first by time, then id), the order shards' rows are merged in.
+CREATE INDEX audit_log_at
+ON harvest.audit_log (at DESC, id DESC);

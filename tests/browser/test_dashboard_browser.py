@@ -320,3 +320,39 @@ def test_schedules_dags_and_a_paused_run(browser: Any, site: str, demo: Demo) ->
     click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#resume-form button"))
     assert _text(browser, ".flash") == "resumed"
     assert console_errors(browser) == []
+
+
+def test_another_site_cannot_frame_the_dashboard_and_a_long_value_opens(browser: Any, db: str) -> None:
+    """A page of another origin (another server, at localhost rather than 127.0.0.1) framing
+    the dashboard gets no dashboard in its frame (clickjacking), while the dashboard itself
+    renders under its policy: a long search attribute, cut on its line, opens with a click."""
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse
+    from starlette.routing import Route
+
+    whole = "tail-" * 40 + "the-end"
+    with psycopg.connect(db, autocommit=True) as conn:
+        (run,) = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('wf', '[]', 'long', p_search_attributes => %s)",
+            (f'{{"note": "{whole}"}}',),
+        ).fetchone()
+    with Served(dashboard_app(dsn=db, authorizer=TokenScopes(), timeout=3.0)) as served:
+
+        async def framing(request: Any) -> HTMLResponse:
+            return HTMLResponse(f"<iframe id='f' width=800 height=600 src='{served.url}/login'></iframe>")
+
+        with Served(Starlette(routes=[Route("/", framing)])) as other:
+            browser.get(other.url.replace("127.0.0.1", "localhost") + "/")
+            browser.switch_to.frame(browser.find_element(By.ID, "f"))
+            framed = browser.page_source
+            browser.switch_to.default_content()
+        assert "Harvest dashboard" not in framed  # (the login page, framed, says it)
+        console_errors(browser)  # the refused frame is an expected console error
+
+        sign_in(browser, served.url, "read-token")
+        browser.get(f"{served.url}/workflows/{run}")
+        summary = browser.find_element(By.CSS_SELECTOR, "details.whole summary")
+        assert summary.text.endswith("…") and "the-end" not in summary.text
+        summary.click()
+        assert "the-end" in _text(browser, "details.whole[open] pre")
+        assert console_errors(browser) == []  # no style or script the policy refused

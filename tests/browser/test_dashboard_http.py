@@ -1045,3 +1045,185 @@ def test_an_erased_payload_says_erased_not_a_size(db: str) -> None:
             for part in ('id="input"', 'id="signals"'):
                 shown = page.split(part)[1].split("</div>" if part == 'id="input"' else "</ul>")[0]
                 assert "erased" in shown and "bytes)" not in shown, (query, part, shown)
+
+
+# -- long values, unknown pages --------------------------------------------------------------------
+def test_a_long_value_is_cut_on_the_line_and_opens_in_full_escaped(db: str) -> None:
+    """A value longer than a line (a search attribute, a schedule's input) was cut at 120
+    characters with no way to see the rest. It is still cut on its line, and it opens (a
+    <details>) to the whole value, escaped; a read principal still sees a payload's size only."""
+    tail = "<script>alert('x')</script>-the-end"
+    run = _signalled(db, "long-attrs", None, attrs={"note": "n" * 200 + tail})
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.create_schedule('long-input', 'wf', p_interval_secs => 3600, p_input => %s)",
+            (Jsonb(["i" * 200 + tail]),),
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{run}", headers=READ).text
+        attrs = page.split("<dt>Search attributes</dt>")[1].split("</dd>")[0]
+        assert "<details" in attrs and "…" in attrs
+        assert tail in html.unescape(attrs.split("<pre>")[1])  # the whole value, opened
+        assert "&lt;script&gt;alert(" in attrs and "<script>" not in page
+        full = client.get("/schedules/0/long-input", headers=OPERATE).text
+        shown = full.split("<dt>Input</dt>")[1].split("</dd>")[0]
+        assert "<details" in shown and "-the-end" in shown and "<script>" not in full
+        redacted = client.get("/schedules/0/long-input", headers=READ).text
+        shown = redacted.split("<dt>Input</dt>")[1].split("</dd>")[0]
+        assert "-the-end" not in shown and "iiii" not in shown
+
+
+def test_an_unknown_page_is_the_dashboards_own_404(db: str) -> None:
+    """A path the dashboard has no page for answered Starlette's plain text "Not Found" (a GET
+    of an action's path: "Method Not Allowed"): now the dashboard's error page, with its
+    navigation, as every other refusal."""
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for path, method, status in (
+            ("/no/such/page?x=<b>", "GET", 404),
+            ("/static/missing.css", "GET", 404),
+            ("/workflows/00000000-0000-0000-0000-000000000000/cancel", "GET", 405),
+        ):
+            page = client.request(method, path, headers=READ)
+            assert page.status_code == status, path
+            assert page.headers["content-type"].startswith("text/html"), path
+            assert 'aria-label="pages"' in page.text and 'role="alert"' in page.text, path
+            assert "<b>" not in page.text
+        assert (
+            "POST"
+            in client.get("/workflows/00000000-0000-0000-0000-000000000000/cancel", headers=READ).headers[
+                "allow"
+            ]
+        )
+
+
+def test_a_name_with_dot_segments_acts_on_its_own_page_only(db: str) -> None:
+    """A name is one path segment of its page's address. A schedule named ``../../dags/etl``
+    kept its "/" in its form's action (``/schedules/0/../../dags/etl/pause``), which a browser
+    resolves to ``/dags/etl/pause``: pausing the schedule paused the DAG instead (a DAG or a
+    worker id could point at a schedule alike). Its "/" is now %2F, and the action acts on it."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.create_schedule('../../dags/etl', 'wf', p_interval_secs => 3600)")
+        dag = [{"dag_name": "etl", "queue": "default", "tasks": [], "max_active_runs": 1}]
+        conn.execute("SELECT harvest.register_dags(%s::jsonb)", (Jsonb(dag),))
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        listed = client.get("/schedules", headers=ADMIN).text
+        (href,) = re.findall(r'href="(/schedules/0/[^"]*dags[^"]*)"', listed)
+        page = client.get(urllib.parse.urljoin("http://testserver/", html.unescape(href)), headers=ADMIN)
+        assert page.status_code == 200 and "Schedule ../../dags/etl" in page.text
+        form = re.search(r'id="pause-form" method="post" action="([^"]+)"', page.text)
+        action = html.unescape(form.group(1))
+        resolved = urllib.parse.urljoin("http://testserver/", action)  # as a browser resolves it
+        done = client.post(resolved, headers=ADMIN, data={})
+        assert done.status_code == 200, (resolved, done.status_code)
+    with psycopg.connect(db, autocommit=True) as conn:
+        one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+        assert one("SELECT paused FROM harvest.schedules WHERE name = '../../dags/etl'")
+        assert not one("SELECT paused FROM harvest.dags WHERE dag_name = 'etl'")
+
+
+def test_hostile_names_and_messages_are_text_on_every_page(db: str) -> None:
+    """Every value a user or a workflow chooses (a workflow id, name and queue, search
+    attributes, a failure's message, a signal's name, a pause's reason, a worker's id and
+    metadata, a schedule's and a DAG's name and description) is shown as text on every page
+    that shows it: the markup it holds never reaches the page as markup."""
+    evil = "\"'><svg onload=alert(1)>"
+    with psycopg.connect(db, autocommit=True) as conn:
+        (run,) = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow(%s, '[]', %s, %s, p_search_attributes => %s)",
+            (f"wf{evil}", f"id{evil}", f"q{evil}", Jsonb({f"k{evil}": f"v{evil}"})),
+        ).fetchone()
+        conn.execute("SELECT harvest.signal_workflow(%s, %s, '1')", (run, f"sig{evil}"))
+        conn.execute("SELECT harvest.pause_workflow(%s, %s, %s)", (run, f"why{evil}", f"op{evil}"))
+        started = "SELECT execution_id FROM harvest.start_workflow('wf2', '[]', 'ended')"
+        (ended,) = conn.execute(started).fetchone()
+        conn.execute("SELECT harvest.terminate_workflow(%s, %s)", (ended, f"reason{evil}"))
+        conn.execute(
+            "SELECT harvest.register_worker(%s, ARRAY[%s], %s, 1, 10, %s)",
+            (f"w{evil}", f"q{evil}", f"h{evil}", Jsonb({"m": evil})),
+        )
+        conn.execute("SELECT harvest.create_schedule(%s, 'wf', p_interval_secs => 3600)", (f"s{evil}",))
+        dag = [{"dag_name": f"d{evil}", "queue": "default", "tasks": [], "description": f"about{evil}"}]
+        conn.execute("SELECT harvest.register_dags(%s::jsonb)", (Jsonb(dag),))
+        conn.execute(
+            "INSERT INTO harvest.dead_letters (execution_id, workflow_name, seq, activity_name, queue,"
+            " attempts, failure, scheduled_at, failed_at) VALUES (%s, %s, 1, %s, 'q', 3, %s, now(), now())",
+            (run, f"wf{evil}", f"act{evil}", Jsonb({"error_type": f"E{evil}", "message": f"m{evil}"})),
+        )
+    seg = urllib.parse.quote
+    pages = [
+        "/workflows",
+        "/workflows?status=TERMINATED",
+        f"/workflows/{run}",
+        f"/workflows/{run}?payloads=full",
+        f"/workflows/{ended}",
+        "/dead-letters",
+        "/workers",
+        f"/workers/{seg('w' + evil, safe='')}",
+        "/schedules",
+        f"/schedules/0/{seg('s' + evil, safe='')}",
+        "/dags",
+        f"/dags/{seg('d' + evil, safe='')}",
+        "/concurrency",
+        f"/workflows?workflow_name={seg(evil, safe='')}",
+        f"/no/such/{seg(evil, safe='')}",
+    ]
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for path in pages:
+            page = client.get(path, headers=ADMIN)
+            assert page.status_code in (200, 404), (path, page.status_code)
+            assert "<svg" not in page.text, path
+        shown = client.get(f"/workflows/{run}", headers=ADMIN).text
+        assert "why" + evil in html.unescape(shown) and "sig" + evil in html.unescape(shown)  # as text
+
+
+def test_every_response_forbids_framing_and_scripts(db: str) -> None:
+    """Another site could frame the dashboard and have a user click its buttons (clickjacking:
+    under the dev profile, or behind a proxy that signs in with a cookie of its own, the framed
+    page is signed in). Every response now forbids framing (X-Frame-Options, CSP frame-ancestors)
+    and scripts (the pages have none), and says its type is its type (nosniff)."""
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for path, status in (("/workflows", 200), ("/login", 200), ("/workers", 401), ("/nope", 404)):
+            page = client.get(path, headers=READ if status != 401 else {})
+            assert page.status_code == status, path
+            assert page.headers["x-frame-options"] == "DENY", path
+            policy = page.headers["content-security-policy"]
+            assert "frame-ancestors 'none'" in policy and "script-src 'none'" in policy, path
+            assert page.headers["x-content-type-options"] == "nosniff", path
+        assert client.get("/static/dashboard.css").headers["x-frame-options"] == "DENY"
+
+
+def test_a_dags_status_filter_finds_runs_older_than_the_newest_thousand(db: str) -> None:
+    """The DAG page filtered by status read each shard's newest 1000 runs and filtered those:
+    a FAILED run older than a thousand newer ones was not listed ("no runs"). The status now
+    filters in the database, before the limit."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        dag = [{"dag_name": "busy", "queue": "nobody", "tasks": [], "max_active_runs": 2000}]
+        conn.execute("SELECT harvest.register_dags(%s::jsonb)", (Jsonb(dag),))
+        conn.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:00Z', false)")
+        (old,) = conn.execute("SELECT execution_id FROM harvest.trigger_dag('busy')").fetchone()
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'old')", (old,))
+        conn.execute("SELECT set_config('harvest.fake_now', '2030-01-02T00:00:00Z', false)")
+        conn.execute("SELECT harvest.trigger_dag('busy') FROM generate_series(1, 1001)")
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get("/dags/busy?status=terminated&limit=5", headers=READ)
+        assert page.status_code == 200
+        assert str(old)[-12:] in page.text
+        assert client.get("/dags/busy?status=nope", headers=READ).status_code == 400
+
+
+def test_a_runs_own_dead_letter_is_named_and_offers_no_replay(db: str) -> None:
+    """A dead letter of kind workflow (a run that failed at a history hard cap) has no activity:
+    its rows said "None", its group linked to a filter that dropped the activity filter, and it
+    offered Replay, which the database refuses for such a letter (HR001, a 400 page)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        started = "SELECT execution_id FROM harvest.start_workflow('capped', '[]', 'c1')"
+        (run,) = conn.execute(started).fetchone()
+        conn.execute(
+            "INSERT INTO harvest.dead_letters (execution_id, workflow_name, queue, attempts, failure,"
+            " scheduled_at, failed_at, kind) VALUES (%s, 'capped', 'q', 1, %s, now(), now(), 'workflow')",
+            (run, Jsonb({"error_type": "HistoryCap", "message": "the history is at its cap"})),
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get("/dead-letters", headers=OPERATE).text
+        assert "None" not in page and page.count("the run itself") == 2
+        assert "/replay" not in page

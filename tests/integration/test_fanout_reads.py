@@ -265,3 +265,99 @@ def test_cli_pages_usage_and_dead_letters_over_three_shards(shards, monkeypatch)
     assert out.exit_code == 0 and "0 group(s)" in out.stdout
     out = runner.invoke(main, ["usage", "--from", "last tuesday"])
     assert out.exit_code == 2 and "neither an RFC 3339 time" in out.output
+
+
+# -- each shard's page in the order the merge uses ------------------------------------------------
+def _at(conn: psycopg.Connection, moment: datetime) -> None:
+    conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (moment.isoformat(),))
+
+
+def _shard_env(dsns: dict[int, str]) -> dict[str, str | None]:
+    readable = ",".join(map(str, sorted(dsns)))
+    return {
+        "HARVEST_DATABASE_URL": None,
+        "HARVEST_URL": None,
+        "HARVEST_SHARDS__READABLE": readable,
+        "HARVEST_SHARDS__WRITABLE": readable,
+        **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in dsns.items()},
+    }
+
+
+def test_dead_letters_page_newest_failure_first_when_ids_and_times_disagree(shards) -> None:
+    """Each shard listed its dead letters by id while the merge ordered them by failure time: a
+    shard whose newer id failed earlier (a long transaction, the test clock) held back its
+    newest failure behind it. Each shard now pages by (failed_at, id), and the cursor keeps each
+    shard's (failed_at, id): a row acted on between pages (replayed, discarded) does not lose
+    the place."""
+    live = {s: shards[s] for s in (0, 1, 2)}
+    times = {0: [10, 0, 7], 1: [5], 2: [5, 3]}  # seconds after T0, in id order
+    for s, seconds in times.items():
+        run = start(live[s], T0)
+        with psycopg.connect(live[s], autocommit=True) as conn:
+            for n in seconds:
+                conn.execute(
+                    "INSERT INTO harvest.dead_letters (execution_id, workflow_name, seq, activity_name,"
+                    " queue, attempts, failure, scheduled_at, failed_at)"
+                    " VALUES (%s, 'fan_wf', 1, 'act', 'fan_q', 3, '{}', now(), %s)",
+                    (run, T0 + timedelta(seconds=n)),
+                )
+    reads = ShardReads(apis_for(live))
+    got, cursor = [], None
+    for _ in range(10):
+        page = reads.list_dead_letters(2, cursor=cursor)
+        got += page.value
+        if page.value and page.value[-1]["shard_id"] == 0 and page.value[-1]["id"] == 1:
+            with psycopg.connect(live[0], autocommit=True) as conn:  # the cursor's own row goes
+                conn.execute("DELETE FROM harvest.dead_letters WHERE id = 1")
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    keys = [((r["failed_at"] - T0).seconds, r["shard_id"], r["id"]) for r in got]
+    assert keys == [(10, 0, 1), (7, 0, 3), (5, 1, 1), (5, 2, 1), (3, 2, 2), (0, 0, 2)]
+
+
+def test_audit_and_dag_run_lists_keep_the_newest_across_shards(shards, monkeypatch) -> None:
+    """`harvest audit list --limit N` merges every shard's newest N by time, but each shard sent
+    its newest N by id: shard 0's newest action, written under an older id, was left out. And a
+    DAG's runs: each shard sent its ties (one created_at) by ascending id while the merge wants
+    descending, so `limit` kept the wrong one. Each shard now orders as the merge does."""
+    live = {s: shards[s] for s in (0, 1)}
+    with psycopg.connect(live[1], autocommit=True) as conn:  # (its audit row: today, before T0)
+        conn.execute("SELECT harvest.set_shard_id(1, 'tests')")
+    for s, seconds in {0: [10, 0], 1: [5]}.items():
+        with psycopg.connect(live[s], autocommit=True) as conn:
+            for n in seconds:
+                _at(conn, T0 + timedelta(seconds=n))
+                conn.execute("SELECT harvest._audit('worker.drain', %s, 'ops', '{}')", (f"w{s}-{n}",))
+    for key, value in _shard_env(live).items():
+        monkeypatch.setenv(key, value) if value is not None else monkeypatch.delenv(key, raising=False)
+    out = CliRunner().invoke(main, ["audit", "list", "--limit", "1", "--output", "json"])
+    assert out.exit_code == 0, out.output
+    assert [r["target"] for r in json.loads(out.stdout)["audit_log"]] == ["w0-10"]
+
+    dag = [{"dag_name": "fan_dag", "queue": "fan_q", "tasks": [], "max_active_runs": 10}]
+    runs: dict[int, list[str]] = {}
+    for s, seconds in {0: [0, 0, 0], 1: [-1]}.items():
+        with psycopg.connect(live[s], autocommit=True) as conn:
+            conn.execute("SELECT harvest.register_dags(%s::jsonb)", (json.dumps(dag),))
+            for n in seconds:
+                _at(conn, T0 + timedelta(seconds=n))
+                (run,) = conn.execute("SELECT execution_id FROM harvest.trigger_dag('fan_dag')").fetchone()
+                runs.setdefault(s, []).append(str(run))
+    newest = max(runs[0], key=uuid.UUID)  # ties on created_at: the greater id first, as the merge
+    from starlette.testclient import TestClient
+
+    from harvest.config import load_config
+    from harvest.web import management_app
+    from harvest.web.ui import dashboard_app
+
+    config = load_config(env={k: v for k, v in _shard_env(live).items() if v is not None})
+    with TestClient(management_app(config=config, profile="dev")) as api:
+        listed = api.get("/dags/fan_dag/runs", params={"limit": 1})
+        assert listed.status_code == 200, listed.text
+        assert [r["execution_id"] for r in listed.json()["runs"]] == [newest]
+    with TestClient(dashboard_app(config=config, profile="dev")) as ui:
+        page = ui.get("/dags/fan_dag", params={"limit": 2})
+        assert page.status_code == 200, page.text
+        shown = [r for r in runs[0] if r[-12:] in page.text]
+        assert newest in shown and len(shown) == 2, shown

@@ -62,10 +62,17 @@ class FakeShard:
             page[-1]["next_cursor"] = "more"
         return page
 
-    def list_dead_letters(self, limit, activity_name=None, workflow_name=None, before_id=None) -> list[dict]:
+    def list_dead_letters(
+        self, limit, activity_name=None, workflow_name=None, before_id=None, before_failed_at=None
+    ) -> list[dict]:
+        """As harvest.list_dead_letters: (failed_at, id) descending, after a position."""
         self._check()
-        rows = sorted(self.dead_letters, key=lambda r: r["id"], reverse=True)
-        return [r for r in rows if before_id is None or r["id"] < before_id][:limit]
+        rows = sorted(self.dead_letters, key=lambda r: (r["failed_at"], r["id"]), reverse=True)
+        if before_id is not None and before_failed_at is None:
+            (before_failed_at,) = [r["failed_at"] for r in self.dead_letters if r["id"] == before_id]
+        if before_failed_at is None:
+            return rows[:limit]
+        return [r for r in rows if (r["failed_at"], r["id"]) < (before_failed_at, before_id or 0)][:limit]
 
 
 def make_shards(rng: random.Random, sizes: tuple[int, ...], tie_pool: int) -> dict[int, FakeShard]:
@@ -307,7 +314,34 @@ def test_dead_letter_pages_hold_every_row_once_even_across_an_outage(limit: int)
         want = [(s, r["id"]) for s, sh in shards.items() for r in sh.dead_letters]
         assert sorted(seen) == sorted(want) and len(seen) == len(set(seen)), seed
     with pytest.raises(InvalidArgument, match="malformed"):
-        reads.list_dead_letters(cursor="dl1.eyJwIjp7IngiOjF9fQ")  # {"p":{"x":1}}
+        reads.list_dead_letters(cursor="dl2.eyJwIjp7IngiOjF9fQ")  # {"p":{"x":1}}
+    with pytest.raises(InvalidArgument, match="older version"):
+        reads.list_dead_letters(cursor="dl1.eyJwIjp7IngiOjF9fQ")
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 7])
+def test_dead_letter_pages_are_newest_failure_first_when_ids_disagree(limit: int) -> None:
+    """Each shard's failure times disagree with its ids (drawn at random): the pages, joined,
+    are newest failure first across the shards, each row once, even when the last row of a
+    page is deleted (replayed) before the next page is asked for."""
+    for seed in range(10):
+        rng = random.Random(seed)
+        shards = {s: FakeShard([], _dead_letters(rng, rng.randrange(0, 10))) for s in range(3)}
+        total = sum(len(sh.dead_letters) for sh in shards.values())
+        reads = ShardReads(shards, concurrent=False)
+        seen, cursor = [], None
+        for _ in range(200):
+            page = reads.list_dead_letters(limit, cursor=cursor)
+            seen += page.value
+            if page.value:  # the page's last row replayed before the next page
+                last = page.value[-1]
+                shard = shards[last["shard_id"]]
+                shard.dead_letters = [r for r in shard.dead_letters if r["id"] != last["id"]]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        keys = [(r["failed_at"], -r["shard_id"], r["id"]) for r in seen]
+        assert keys == sorted(keys, reverse=True) and len(set(keys)) == len(keys) == total, seed
 
 
 def test_counts_add_up_per_group_and_name_the_missing_shard() -> None:

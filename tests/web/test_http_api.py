@@ -114,6 +114,10 @@ def test_health_probes_and_json_errors_for_unknown_routes(api) -> None:
     assert missing.status_code == 404 and error_of(missing)["code"] == "not_found"
     wrong = api.delete("/workflows")
     assert wrong.status_code == 405 and error_of(wrong)["code"] == "method_not_allowed"
+    # Under /ui, the dashboard's own error page (with its navigation); the API's stay JSON.
+    page = api.get("/ui/no/such/page")
+    assert page.status_code == 404 and page.headers["content-type"].startswith("text/html")
+    assert 'aria-label="pages"' in page.text
 
 
 def test_ready_is_not_ready_while_the_last_migrate_run_has_not_applied_the_functions(db: str) -> None:

@@ -42,7 +42,7 @@ def dlq() -> None:
 @click.option("--activity-name", default=None)
 @click.option("--workflow-name", default=None)
 @click.option("--limit", default=100, show_default=True, type=PAGE, help="At most this many (max 1000).")
-@click.option("--before-id", default=None, type=ROW_ID, help="Page on one shard: only ids below this one.")
+@click.option("--before-id", default=None, type=ROW_ID, help="Page on one shard: after this one.")
 @click.option("--cursor", default=None, help="next_cursor from the previous page (every shard).")
 @database_url_option
 @output_option

@@ -125,7 +125,9 @@ RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS r
 WORKER_SLEEP = "SELECT harvest.set_worker_sleeping(%(worker_id)s, %(sleeping)s) AS settled"
 SCAN = "SELECT harvest.scan(%(limit)s) AS moved"
 LIST_DEAD_LETTERS = """
-SELECT * FROM harvest.list_dead_letters(%(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s)
+SELECT * FROM harvest.list_dead_letters(
+    %(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s, %(before_failed_at)s
+)
 """
 GET_DEAD_LETTER = "SELECT * FROM harvest.get_dead_letter(%(id)s)"
 REPLAY_DEAD_LETTER = "SELECT harvest.replay_dead_letter(%(id)s) AS task_id"
@@ -1340,12 +1342,16 @@ def list_dead_letters(
     activity_name: str | None = None,
     workflow_name: str | None = None,
     before_id: int | None = None,
+    before_failed_at: _dt.datetime | None = None,
 ) -> dict[str, Any]:
+    """Newest failure first; a page goes on after (``before_failed_at``, ``before_id``), the
+    last row's (``before_id`` alone: that dead letter, HR002 once it is gone)."""
     return {
         "limit": limit,
         "activity_name": activity_name,
         "workflow_name": workflow_name,
         "before_id": before_id,
+        "before_failed_at": before_failed_at,
     }
 
 
@@ -1773,7 +1779,7 @@ TRIGGER_DAG = """
 SELECT * FROM harvest.trigger_dag(%(dag_name)s, %(conf)s, %(workflow_id)s, %(operator)s, %(traceparent)s)
 """
 GET_DAG_RUN = "SELECT harvest.get_dag_run(%(execution_id)s) AS run"
-LIST_DAG_RUNS = "SELECT * FROM harvest.list_dag_runs(%(dag_name)s, %(limit)s)"
+LIST_DAG_RUNS = "SELECT * FROM harvest.list_dag_runs(%(dag_name)s, %(limit)s, %(status)s)"
 RETRY_DAG_RUN = "SELECT * FROM harvest.retry_dag_run(%(execution_id)s, %(operator)s)"
 
 
@@ -1820,8 +1826,9 @@ def get_dag_run(execution_id: str) -> dict[str, Any]:
 
 
 @call(LIST_DAG_RUNS)
-def list_dag_runs(dag_name: str, limit: int = 50) -> dict[str, Any]:
-    return {"dag_name": dag_name, "limit": limit}
+def list_dag_runs(dag_name: str, limit: int = 50, status: str | None = None) -> dict[str, Any]:
+    """Newest first; ``status`` (one or several, comma-separated) filters before the limit."""
+    return {"dag_name": dag_name, "limit": limit, "status": status}
 
 
 @call(RETRY_DAG_RUN, first)

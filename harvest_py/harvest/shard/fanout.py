@@ -141,6 +141,13 @@ def newest_audit_first(row: dict[str, Any]) -> tuple[Any, int, int]:
     return (row["at"], -int(row["shard_id"]), int(row["id"]))
 
 
+def newest_run_first(row: dict[str, Any]) -> tuple[datetime, uuid.UUID]:
+    """The sort key (reversed) of runs merged from every shard (a DAG's runs): newest first,
+    ties by the greater execution id, as each shard's ``list_dag_runs`` orders them, so each
+    shard's first ``limit`` hold its share of the merged first ``limit``."""
+    return _key(row)
+
+
 def no_worker_anywhere(worker_id: str, unavailable: Iterable[int]) -> NotFound:
     """A worker no readable shard has (naming the shards that could not be read)."""
     missed = ", ".join(map(str, unavailable))
@@ -879,21 +886,31 @@ def list_tree(execution_id: Any, depth: int = 100) -> Plan:
 
 
 # -- dead letters --------------------------------------------------------------------------------
+# A shard's place in the dead-letter list: the (failed_at, id) of the last row delivered, or
+# None (nothing delivered yet: from its newest). Its failure time as well as its id: the list is
+# ordered by both, and the row itself may be gone (replayed, discarded) when the next page asks.
+DeadLetterPosition = tuple[datetime, int] | None
+
+
 @dataclass(frozen=True)
 class DeadLetterCursor:
-    """Dead-letter ids are per shard, so this cursor holds one position per shard: the id
-    below which that shard continues (None: from its newest), and the shards already read to
-    the end."""
+    """Dead-letter ids are per shard, so this cursor holds one position per shard, where that
+    shard continues, and the shards already read to the end."""
 
-    positions: dict[int, int | None]
+    positions: dict[int, DeadLetterPosition]
     done: frozenset[int]
     filters: str
 
     def encode(self) -> str:
+        def out(pos: DeadLetterPosition) -> list[Any] | None:
+            if pos is None:
+                return None
+            return [pos[0].astimezone(UTC).isoformat(timespec="microseconds"), pos[1]]
+
         return _encode_token(
-            "dl1.",
+            "dl2.",
             {
-                "p": {str(s): p for s, p in sorted(self.positions.items())},
+                "p": {str(s): out(p) for s, p in sorted(self.positions.items())},
                 "d": sorted(self.done),
                 "f": self.filters,
             },
@@ -901,12 +918,22 @@ class DeadLetterCursor:
 
     @classmethod
     def decode(cls, token: str) -> DeadLetterCursor:
-        body = _decode_token("dl1.", token, "dead-letter")
+        if isinstance(token, str) and token.startswith("dl1."):
+            raise InvalidArgument(
+                "this dead-letter cursor was made by an older version (pages by id): list from the first "
+                "page again, without a cursor"
+            )
+        body = _decode_token("dl2.", token, "dead-letter")
         try:
-            positions = {}
+            positions: dict[int, DeadLetterPosition] = {}
             for s, p in body["p"].items():
-                if p is not None and (not isinstance(p, int) or isinstance(p, bool) or p < 1):
-                    raise ValueError("id")
+                if p is not None:
+                    if not isinstance(p, list) or len(p) != 2:
+                        raise ValueError("position")
+                    at, id_ = datetime.fromisoformat(p[0]), p[1]
+                    if at.tzinfo is None or not isinstance(id_, int) or isinstance(id_, bool) or id_ < 1:
+                        raise ValueError("position")
+                    p = (at, id_)
                 positions[_shard_key(s, "dead-letter")] = p
             done = frozenset(_shard_key(s, "dead-letter") for s in body["d"])
             if not isinstance(body["f"], str):
@@ -919,6 +946,12 @@ class DeadLetterCursor:
         return cls(positions, done, body["f"])
 
 
+def newest_failure_first(row: dict[str, Any]) -> tuple[Any, int, int]:
+    """The sort key (reversed) of every shard's dead letters merged: newest failure first, ties by
+    shard then id; each shard's list_dead_letters orders its own rows so (failed_at, id)."""
+    return (row["failed_at"], -int(row["shard_id"]), int(row["id"]))
+
+
 def list_dead_letters(
     limit: int = 100,
     activity_name: str | None = None,
@@ -929,8 +962,9 @@ def list_dead_letters(
     """A page of dead letters over every shard, newest failure first, each row with its
     ``shard_id`` (a dead letter is named by (shard_id, id): ids are per shard). Each shard is
     read from its own position in the cursor, so a shard unavailable for a page loses nothing:
-    its rows come when it answers again. ``before_id`` (the one-shard way to page) is refused
-    when more than one shard is read: an id names a row of one shard only."""
+    its rows come when it answers again. ``before_id`` (the one-shard way to page: after that
+    dead letter) is refused when more than one shard is read: an id names a row of one shard
+    only."""
     if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
     filters = _fingerprint({"activity_name": activity_name, "workflow_name": workflow_name})
@@ -947,7 +981,10 @@ def list_dead_letters(
     ask = min(limit + 1, MAX_PAGE)
 
     def read(api: Any, shard: int) -> Any:
-        return api.list_dead_letters(ask, activity_name, workflow_name, state.positions.get(shard, before_id))
+        pos = state.positions.get(shard)
+        if pos is None:
+            return api.list_dead_letters(ask, activity_name, workflow_name, before_id)
+        return api.list_dead_letters(ask, activity_name, workflow_name, pos[1], pos[0])
 
     fan = yield Step(read, skip=state.done)  # a shard read to the end is not asked again
     results = fan.results
@@ -956,14 +993,14 @@ def list_dead_letters(
             "before_id names a dead letter of one shard; with several shards, page with next_cursor"
         )
     streams = [[{**row, "shard_id": s} for row in rows] for s, rows in results.items()]
-    merged = heapq.merge(*streams, key=lambda r: (r["failed_at"], -r["shard_id"], r["id"]), reverse=True)
+    merged = heapq.merge(*streams, key=newest_failure_first, reverse=True)
     page = [row for _, row in zip(range(limit), merged, strict=False)]
     positions = dict(state.positions)
     done = set(state.done)
     taken: dict[int, int] = {}
     for row in page:
         taken[row["shard_id"]] = taken.get(row["shard_id"], 0) + 1
-        positions[row["shard_id"]] = row["id"]
+        positions[row["shard_id"]] = (row["failed_at"], row["id"])
     for s, rows in results.items():
         if len(rows) < ask and taken.get(s, 0) == len(rows):
             done.add(s)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from harvest.core.errors import NotFound
-from harvest.shard.fanout import Merged
+from harvest.shard.fanout import Merged, newest_run_first
 from harvest.telemetry import tracing
 from harvest.web.routes import (
     ANY,
@@ -113,7 +113,7 @@ async def dag_runs(call: Call, args: dict[str, Any], _: Any) -> Any:
     name, limit = args["dag_name"], args["limit"]
     fan = await call.each_shard(lambda sql: sql.list_dag_runs(name, limit))
     rows = [{**row, "shard_id": s} for s, found in fan.results.items() for row in found]
-    rows.sort(key=lambda r: (r["created_at"], str(r["execution_id"])), reverse=True)
+    rows.sort(key=newest_run_first, reverse=True)
     return merged(Merged(rows[:limit], fan.unavailable_shards, fan.status), "runs")
 
 

@@ -102,7 +102,7 @@ ENDPOINTS = [
             Param("activity_name"),
             Param("workflow_name"),
             Param("cursor", description="next_cursor of the previous page."),
-            Param("before_id", "integer", minimum=1, maximum=2**63 - 1, description="One shard: ids below."),
+            Param("before_id", "integer", minimum=1, maximum=2**63 - 1, description="One shard: after it."),
         ),
         tag="dead-letters",
         shape=shape(dead_letters=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),

@@ -28,6 +28,7 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -49,7 +50,7 @@ from harvest.core.errors import (
 from harvest.db.connection import DatabaseError, database_error_message
 from harvest.db.pools import TRANSIENT
 from harvest.declare.schedules import OVERLAP_POLICIES
-from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async
+from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async, newest_run_first
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
 from harvest.web.errors import database_error_status
@@ -669,7 +670,7 @@ class Dashboard:
 
         async def one(api: Any) -> Any:
             dag = next((d for d in await api.list_dags() if d["dag_name"] == name), None)
-            return None if dag is None else (dag, await api.list_dag_runs(name, 1000 if status else limit))
+            return None if dag is None else (dag, await api.list_dag_runs(name, limit, status))
 
         fan = await fan_out_async(self.source.apis(principal), one, timeout=self.source.timeout)
         found = {s: r for s, r in fan.results.items() if r is not None}
@@ -679,9 +680,7 @@ class Dashboard:
             raise NotFound(f"no DAG {name!r} is registered on any shard")
         dag = views.merge_dags({s: [r[0]] for s, r in found.items()})[0]
         runs = [{**run, "shard_id": s} for s, r in found.items() for run in r[1]]
-        if status:
-            runs = [r for r in runs if r["status"] == status.upper()]
-        runs.sort(key=lambda r: r["created_at"], reverse=True)
+        runs.sort(key=newest_run_first, reverse=True)  # (ties: as each shard ordered them)
         return self.render(
             request,
             "dag.html",
@@ -1060,6 +1059,45 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[-1] for k, v in form.items()}
 
 
+# Every response of the dashboard: no other site may frame it (clickjacking: under the dev
+# profile, or behind a proxy that signs in with a cookie of its own, a framed page is signed in
+# and its buttons act), no script runs on it (it has none: an injection would run nothing), its
+# forms post only to it, and a response is read as the type it says.
+PAGE_HEADERS = (
+    (b"x-frame-options", b"DENY"),
+    (
+        b"content-security-policy",
+        (
+            b"default-src 'self'; script-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+            b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        ),
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+)
+
+
+class _PageHeaders:
+    """ASGI middleware: PAGE_HEADERS on every HTTP response of the app it wraps."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        names = {name for name, _ in PAGE_HEADERS}
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                kept = [h for h in message.get("headers", []) if h[0].lower() not in names]
+                message = {**message, "headers": [*kept, *PAGE_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
 def dashboard_app(
     *,
     dsn: str | None = None,
@@ -1088,7 +1126,25 @@ def dashboard_app(
         yield
         await dashboard.close()
 
-    app = Starlette(routes=dashboard.routes(), lifespan=lifespan)
+    async def no_page(request: Request, exc: Exception) -> Response:
+        # A path no route matches (or a method its route does not take): the dashboard's own
+        # error page, with its navigation, not Starlette's plain text. Mounted in the management
+        # app, only paths under /ui come here; the API's own keep its JSON errors.
+        status = getattr(exc, "status_code", 500)
+        message = {
+            404: "no page at this address: the dashboard's pages are linked above",
+            405: f"{request.method} is not allowed here: open the page from the dashboard's links",
+        }.get(status, str(getattr(exc, "detail", "")))
+        page = dashboard.error(request, status, message)
+        page.headers.update(getattr(exc, "headers", None) or {})  # a 405's Allow
+        return page
+
+    app = Starlette(
+        routes=dashboard.routes(),
+        lifespan=lifespan,
+        exception_handlers={HTTPException: no_page},
+        middleware=[Middleware(_PageHeaders)],
+    )
     app.state.dashboard = dashboard
     return app
 

@@ -58,10 +58,23 @@ def payload_shown(value: Any, full: bool) -> Any:
     return describe_tree(value if full else redact({"input": value})["input"])
 
 
-def compact(value: Any, width: int = 120) -> str:
-    """A JSON value on one line, cut at ``width`` characters."""
-    text = json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
+LINE = 120  # the characters of a JSON value shown on its line; a longer one opens to the rest
+
+
+def _one_line(value: Any) -> str:
+    return json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
+
+
+def compact(value: Any, width: int = LINE) -> str:
+    """A JSON value on one line, cut at ``width`` characters (``json_value`` in _macros.html
+    shows the whole of a cut one on demand)."""
+    text = _one_line(value)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def cut(value: Any, width: int = LINE) -> bool:
+    """Whether ``compact`` cuts ``value``: the page then offers the whole value as well."""
+    return len(_one_line(value)) > width
 
 
 def with_query(query: Any, **changes: Any) -> str:
@@ -76,8 +89,17 @@ def with_query(query: Any, **changes: Any) -> str:
     return "?" + urllib.parse.urlencode(items) if items else "?"
 
 
+def segment(name: Any) -> str:
+    """A name (a schedule's, a DAG's, a worker's) as one segment of a page's address: every "/"
+    quoted too (the server decodes it before routing), so a name with ".." segments cannot make
+    a browser resolve its link or its form's action to another page (``../../dags/etl``)."""
+    return urllib.parse.quote(str(name), safe="")
+
+
 def install(env: jinja2.Environment) -> None:
-    env.filters.update(ago=ago, when=when, pretty=pretty, compact=compact, duration=duration)
+    env.filters.update(
+        ago=ago, when=when, pretty=pretty, compact=compact, cut=cut, duration=duration, segment=segment
+    )
     env.globals.update(with_query=with_query, COMPLETE=COMPLETE)
 
 
