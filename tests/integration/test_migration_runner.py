@@ -79,7 +79,8 @@ def cli_process(*args: str, dsn: str | None = None, timeout: float = 120) -> sub
 
 def query(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(sql, params).fetchall()
+        cursor = conn.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
 
 
 def ledger(dsn: str) -> list[tuple]:
@@ -630,3 +631,147 @@ def test_concurrent_runs_apply_each_migration_exactly_once(
     assert sorted(function_ledger(fresh_db)) == FUNCTION_FILES
     assert cli("status", "--check", "--include-dir", str(slow), dsn=fresh_db).exit_code == 0
     assert elapsed < 100
+
+
+# -- patch releases: the function files of the same schema version -------------------------
+
+# What a newer patch release changed in its core.sql: a function's comment (anything the older
+# file would put back shows up as this line gone).
+PATCHED = "patched in the newer release"
+
+
+def as_release(monkeypatch: pytest.MonkeyPatch, version: str, sql_root: Path) -> None:
+    """Make this process Harvest `version` whose sql/, functions/ and migrations/ are sql_root's:
+    two patch releases share the migrations and differ in their function files."""
+    monkeypatch.setattr(m, "_package_version", lambda: version)
+    monkeypatch.setenv("HARVEST_SQL_DIR", str(sql_root))
+
+
+def function_releases(dsn: str) -> dict[str, tuple[str, str | None]]:
+    return {
+        name: (checksum, release)
+        for name, checksum, release in query(
+            dsn, "SELECT file_name, checksum, package_version FROM harvest.function_files"
+        )
+    }
+
+
+def payload_limit_comment(dsn: str) -> str:
+    return query(dsn, "SELECT obj_description('harvest.payload_limit()'::regprocedure)")[0][0]
+
+
+@pytest.fixture
+def newer_patch(db: str, sql_copy: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A database the newer patch release (1.4.2, its core.sql changed) migrated last; the older
+    one (1.4.1) has this checkout's files, and both have the same migrations."""
+    core = sql_copy / "functions" / "core.sql"
+    core.write_text(core.read_text() + f"\nCOMMENT ON FUNCTION harvest.payload_limit IS '{PATCHED}';\n")
+    as_release(monkeypatch, "1.4.2", sql_copy)
+    report = m.Migrator(db).run()
+    assert report.functions_applied == ["core.sql"] and payload_limit_comment(db) == PATCHED
+    return db
+
+
+def test_an_older_patch_release_refuses_to_put_back_its_function_files(
+    newer_patch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both releases are at the same schema version, so the ahead check passes; the older one's
+    core.sql differs by checksum and used to be applied over the newer one's, silently
+    downgrading the functions the newer fleet runs against."""
+    ledger_before, migrations_before = function_ledger(newer_patch), ledger(newer_patch)
+    as_release(monkeypatch, "1.4.1", REPO)
+    for dry_run in (True, False):
+        with pytest.raises(SchemaMismatch) as info:
+            m.Migrator(newer_patch).run(dry_run=dry_run)
+        message = str(info.value)
+        assert len(message.splitlines()) == 1
+        assert "functions/core.sql" in message and "1.4.2" in message and "1.4.1" in message
+        assert "Upgrade Harvest (the package)" in message and "--allow-downgrade" in message
+        assert message.endswith("nothing was changed")
+    assert function_ledger(newer_patch) == ledger_before and ledger(newer_patch) == migrations_before
+    assert payload_limit_comment(newer_patch) == PATCHED
+    # The CLI says it in one line and exits 1; status names it too, and --check fails.
+    result = cli_process("run", dsn=newer_patch)
+    assert result.returncode == 1 and len(error_lines(result.stderr)) == 1, result.stderr
+    status = cli("status", dsn=newer_patch)
+    assert "1.4.2" in status.stdout and "pending (changed)" not in status.stdout
+    assert cli("status", "--check", dsn=newer_patch).exit_code == 1
+    assert payload_limit_comment(newer_patch) == PATCHED
+
+
+def test_allow_downgrade_puts_the_older_files_back_says_so_and_audits_it(
+    newer_patch: str, sql_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_release(monkeypatch, "1.4.1", REPO)
+    plan = cli("run", "--dry-run", "--allow-downgrade", dsn=newer_patch)
+    assert plan.exit_code == 0, plan.output
+    assert "would apply functions/core.sql (downgrading Harvest 1.4.2's)" in plan.stdout
+    assert payload_limit_comment(newer_patch) == PATCHED, "a dry run changes nothing"
+
+    result = cli("run", "--allow-downgrade", "--operator-id", "ops-ann", dsn=newer_patch)
+    assert result.exit_code == 0, result.output
+    assert "downgrading functions/core.sql: Harvest 1.4.2 applied it, this is Harvest 1.4.1" in result.stderr
+    assert "applied 0 migration(s), 1 function file(s), 1 downgraded" in result.stdout
+    assert payload_limit_comment(newer_patch) != PATCHED
+    older_core = hashlib.sha256((REPO / "functions" / "core.sql").read_bytes()).hexdigest()
+    assert function_releases(newer_patch)["core.sql"] == (older_core, "1.4.1")
+    [(operator_id, target, details)] = query(
+        newer_patch,
+        "SELECT operator_id, target, details FROM harvest.audit_log WHERE operation = 'functions.downgrade'",
+    )
+    assert (operator_id, target) == ("ops-ann", "functions")
+    assert details["package_version"] == "1.4.1" and details["replaced"] == {"core.sql": "1.4.2"}
+    assert unsecured_functions(newer_patch) == []
+    # Now at this release, a rerun is a no-op; the newer release replaces its files as before.
+    assert "applied 0 migration(s), 0 function file(s)" in cli("run", dsn=newer_patch).stdout
+    as_release(monkeypatch, "1.4.2", sql_copy)
+    again = m.Migrator(newer_patch).run()
+    assert again.functions_applied == ["core.sql"] and not again.functions_downgraded
+    assert function_releases(newer_patch)["core.sql"][1] == "1.4.2"
+    assert payload_limit_comment(newer_patch) == PATCHED
+
+
+def test_a_newer_patch_release_replaces_older_and_unrecorded_files_and_reruns_are_no_ops(
+    db: str, sql_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows from before migration 0083 record no release: the oldest, any release replaces
+    them. A release replaces an older one's files; its own rerun changes nothing."""
+    query(db, "UPDATE harvest.function_files SET package_version = NULL")
+    core = sql_copy / "functions" / "core.sql"
+    core.write_text(core.read_text() + f"\nCOMMENT ON FUNCTION harvest.payload_limit IS '{PATCHED}';\n")
+    as_release(monkeypatch, "0.0.1", sql_copy)
+    assert m.Migrator(db).run().functions_applied == ["core.sql"]
+    releases = function_releases(db)
+    assert releases["core.sql"][1] == "0.0.1" and releases["start.sql"][1] is None
+    before = function_ledger(db)
+    assert m.Migrator(db).run().functions_applied == []
+    assert function_ledger(db) == before, "a same-release rerun changed the ledger"
+    # A newer release (this checkout's files): replaces 0.0.1's core.sql, no flag needed.
+    as_release(monkeypatch, "0.0.2", REPO)
+    assert m.Migrator(db).run().functions_applied == ["core.sql"]
+    assert function_releases(db)["core.sql"][1] == "0.0.2" and payload_limit_comment(db) != PATCHED
+
+
+def test_a_checkout_of_unknown_version_refuses_a_released_file_and_retiring_one_is_refused_too(
+    db: str, sql_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Harvest run from a checkout that is not installed has no version to compare: it
+    counts as the oldest. A file the newer release has and this one lacks would be retired:
+    deleting a newer release's ledger row is a downgrade too."""
+    (sql_copy / "functions" / "zz_patch.sql").write_text(
+        "CREATE OR REPLACE FUNCTION harvest._zz_patch() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$;\n"
+    )
+    as_release(monkeypatch, "2.0.0", sql_copy)
+    assert m.Migrator(db).run().functions_applied == ["zz_patch.sql"]
+    as_release(monkeypatch, "unknown", REPO)
+    with pytest.raises(SchemaMismatch, match=r"functions/zz_patch\.sql applied by Harvest 2\.0\.0") as info:
+        m.Migrator(db).run()
+    assert "an unknown version" in str(info.value)
+    assert "zz_patch.sql" in function_releases(db)
+    as_release(monkeypatch, "1.9.9", REPO)
+    with pytest.raises(SchemaMismatch, match="zz_patch"):
+        m.Migrator(db).run()
+    report = m.Migrator(db).run(allow_downgrade=True)
+    assert report.functions_retired == ["zz_patch.sql"] and report.functions_downgraded == {
+        "zz_patch.sql": "2.0.0"
+    }

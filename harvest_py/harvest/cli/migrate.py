@@ -127,7 +127,17 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
     help="After migrating, make this database shard N (idempotent; refused when it holds "
     "another shard's executions).",
 )
-@click.option("--operator-id", default=None, help="Who sets the shard id, for the audit log.")
+@click.option(
+    "--operator-id",
+    default=None,
+    help="Who sets the shard id or downgrades the functions, for the audit log.",
+)
+@click.option(
+    "--allow-downgrade",
+    is_flag=True,
+    help="Put this release's function files back over those a newer release of the same schema "
+    "version applied (a rollback; each file is printed and the downgrade audited).",
+)
 @output_option
 def run(
     database_url: str | None,
@@ -135,13 +145,16 @@ def run(
     dry_run: bool,
     shard_id: int | None,
     operator_id: str | None,
+    allow_downgrade: bool,
     output: str,
 ) -> None:
     """Apply every pending migration in version order, then changed function files; with
     --shard-id N, then make the database shard N."""
     dsn = cli_dsn(database_url)
     migrator = Migrator(dsn, include_dirs, progress=lambda msg: click.echo(msg, err=True))
-    report = migrator.run(dry_run=dry_run, shard_id=shard_id, operator_id=operator_id)
+    report = migrator.run(
+        dry_run=dry_run, shard_id=shard_id, operator_id=operator_id, allow_downgrade=allow_downgrade
+    )
     if output == "json":  # the same facts as the lines below, for scripts
         click.echo(
             to_json(
@@ -152,6 +165,7 @@ def run(
                     "applied_non_transactional": [m.label for m in report.applied_non_transactional],
                     "functions_applied": list(report.functions_applied),
                     "functions_retired": list(report.functions_retired),
+                    "functions_downgraded": dict(report.functions_downgraded),
                     "shard": report.shard,
                 }
             )
@@ -162,7 +176,8 @@ def run(
         for m in report.applied:
             click.echo(f"  would apply {m.label}" + ("" if m.transactional else " (non-transactional)"))
         for name in report.functions_applied:
-            click.echo(f"  would apply functions/{name}")
+            was = report.functions_downgraded.get(name)
+            click.echo(f"  would apply functions/{name}" + (f" (downgrading Harvest {was}'s)" if was else ""))
         for name in report.functions_retired:
             click.echo(f"  would retire functions/{name} (its ledger row)")
         if report.shard is not None:
@@ -192,6 +207,7 @@ def run(
         )
         + f", {len(report.functions_applied)} function file(s)"
         + (f", {len(report.functions_retired)} retired" if report.functions_retired else "")
+        + (f", {len(report.functions_downgraded)} downgraded" if report.functions_downgraded else "")
         + (_shard_note(report.shard) if report.shard is not None else "")
     )
 
