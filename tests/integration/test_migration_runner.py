@@ -775,3 +775,37 @@ def test_a_checkout_of_unknown_version_refuses_a_released_file_and_retiring_one_
     assert report.functions_retired == ["zz_patch.sql"] and report.functions_downgraded == {
         "zz_patch.sql": "2.0.0"
     }
+
+
+def test_an_included_set_runs_after_harvests_functions_so_it_can_use_this_releases_sql_api(
+    db: str, tmp_path: Path
+) -> None:
+    """A run that upgrades Harvest and applies an app's migrations. Harvest's migrations drop
+    functions whose new signatures its function files bring back (0077, 0080, 0081 do), and a
+    function new in a release exists only once the files are applied: an app migration that
+    calls the SQL API (to seed a schedule, set retention, ...) must run after them, not between
+    Harvest's migrations and its functions, against the functions of no release."""
+    # As far as this needs, the previous release's database: Harvest's newest migration pending
+    # (the run applies every function file after it) and a function it dropped, which this
+    # release's core.sql brings back.
+    query(
+        db,
+        "DELETE FROM harvest.schema_migrations WHERE set_name = 'harvest' AND version = %s",
+        (LATEST_CORE,),
+    )
+    query(db, "DROP FUNCTION harvest.payload_limit()")
+    app = write_set(
+        tmp_path / "app",
+        {"0001_uses_the_api.sql": "CREATE TABLE public.limits AS SELECT harvest.payload_limit() AS bytes;\n"},
+    )
+    plan = cli("run", "--dry-run", "--include-dir", str(app), dsn=db)
+    planned = [line.strip() for line in plan.stdout.splitlines() if "would apply" in line]
+    assert planned.index("would apply app/0001_uses_the_api.sql") > planned.index(
+        "would apply functions/core.sql"
+    )
+    result = cli("run", "--include-dir", str(app), dsn=db)
+    assert result.exit_code == 0, result.output
+    order = [line for line in result.stderr.splitlines() if line.startswith("applying ")]
+    assert order.index("applying app/0001_uses_the_api.sql") > order.index("applying functions/core.sql")
+    assert query(db, "SELECT count(*) FROM public.limits") == [(1,)]
+    assert cli("status", "--check", "--include-dir", str(app), dsn=db).exit_code == 0

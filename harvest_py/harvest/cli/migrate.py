@@ -12,7 +12,7 @@ import click
 from harvest.cli.output import cli_dsn, output_option, scrub, to_json
 from harvest.core.errors import HarvestError
 from harvest.db.connection import describe_dsn
-from harvest.db.migrate import Migrator
+from harvest.db.migrate import CORE_SET, Migrator
 
 database_url_option = click.option(
     "--database-url",
@@ -173,13 +173,18 @@ def run(
         return
     if dry_run:
         click.echo(f"plan for {describe_dsn(dsn)} (dry run, nothing changed):")
-        for m in report.applied:
+        # In the order a run applies them: Harvest's migrations, its functions, the included sets.
+        core = [m for m in report.applied if m.set_name == CORE_SET]
+        for m in core:
             click.echo(f"  would apply {m.label}" + ("" if m.transactional else " (non-transactional)"))
         for name in report.functions_applied:
             was = report.functions_downgraded.get(name)
             click.echo(f"  would apply functions/{name}" + (f" (downgrading Harvest {was}'s)" if was else ""))
         for name in report.functions_retired:
             click.echo(f"  would retire functions/{name} (its ledger row)")
+        for m in report.applied:
+            if m.set_name != CORE_SET:
+                click.echo(f"  would apply {m.label}" + ("" if m.transactional else " (non-transactional)"))
         if report.shard is not None:
             if report.shard["changed"]:
                 was = report.shard["previous_shard_id"]

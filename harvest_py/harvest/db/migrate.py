@@ -439,21 +439,35 @@ class Migrator:
                     # run stopped anywhere in between leaves every file pending, for `status` to
                     # say and the next run to apply (with the grants a new table needs too).
                     conn.execute("UPDATE harvest.function_files SET checksum = %s", (STALE_CHECKSUM,))
-                for migration in pending:
-                    self.progress(
-                        f"applying {migration.label}"
-                        + ("" if migration.transactional else " (non-transactional)")
-                    )
-                    self._apply(conn, migration)
-                    (report.applied if migration.transactional else report.applied_non_transactional).append(
-                        migration
-                    )
+                # Harvest's migrations, its functions, then the included sets: an app's migration
+                # may call the SQL API, which is this release's only once the files are applied
+                # (a Harvest migration may drop a function whose new signature they bring back).
+                self._apply_migrations(conn, [m for m in pending if m.set_name == CORE_SET], report)
                 self._apply_all_functions(conn, report, operator_id)
+                included = [m for m in pending if m.set_name != CORE_SET]
+                self._apply_migrations(conn, included, report)
+                if included:
+                    # What they made in schema harvest gets the options and grants every function
+                    # there has, as when they ran before the functions' step.
+                    with conn.transaction():
+                        self._secure_functions(conn)
                 if shard_id is not None:
                     report.shard = self._set_shard_id(conn, shard_id, operator_id)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
         return report
+
+    def _apply_migrations(
+        self, conn: psycopg.Connection, migrations: list[Migration], report: RunReport
+    ) -> None:
+        for migration in migrations:
+            self.progress(
+                f"applying {migration.label}" + ("" if migration.transactional else " (non-transactional)")
+            )
+            self._apply(conn, migration)
+            (report.applied if migration.transactional else report.applied_non_transactional).append(
+                migration
+            )
 
     def _refuse_downgrade(self, conn: psycopg.Connection, core_pending: bool, allow: bool) -> dict[str, str]:
         """Refuse a run that would replace or retire function files a newer release applied
