@@ -809,3 +809,20 @@ def test_an_included_set_runs_after_harvests_functions_so_it_can_use_this_releas
     assert order.index("applying app/0001_uses_the_api.sql") > order.index("applying functions/core.sql")
     assert query(db, "SELECT count(*) FROM public.limits") == [(1,)]
     assert cli("status", "--check", "--include-dir", str(app), dsn=db).exit_code == 0
+
+
+def test_a_run_whose_connection_is_lost_names_the_file_it_was_applying(db: str, tmp_path: Path) -> None:
+    """The server ends the migrator's session mid-file (a failover, an administrator): the one
+    error line must say which file and why, not only what releasing the migration lock on the
+    dead connection raised afterwards ("the connection is closed")."""
+    app = write_set(tmp_path / "app", {"0001_lost.sql": "SELECT pg_terminate_backend(pg_backend_pid());\n"})
+    result = cli_process("run", "--include-dir", str(app), dsn=db)
+    assert result.returncode == 1, result.stderr
+    [error] = error_lines(result.stderr)
+    assert "0001_lost.sql line 1" in error and "terminat" in error, error
+    assert "nothing from this file was recorded" in error
+    assert ("app", "0001") not in {(s, v) for s, v, *_ in ledger(db)}
+    # The session (and its lock) went with the connection: the next run is not kept waiting.
+    (app / "0001_lost.sql").write_text("SELECT 1;\n")
+    again = cli_process("run", "--include-dir", str(app), dsn=db, timeout=60)
+    assert again.returncode == 0 and "waiting for another" not in again.stderr, again.stderr

@@ -454,7 +454,10 @@ class Migrator:
                 if shard_id is not None:
                     report.shard = self._set_shard_id(conn, shard_id, operator_id)
             finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
+                # A session the server ended took its lock with it; unlocking there would raise
+                # "the connection is closed" over the error that says which file and why.
+                if not conn.broken:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
         return report
 
     def _apply_migrations(
