@@ -826,3 +826,78 @@ def test_a_run_whose_connection_is_lost_names_the_file_it_was_applying(db: str, 
     (app / "0001_lost.sql").write_text("SELECT 1;\n")
     again = cli_process("run", "--include-dir", str(app), dsn=db, timeout=60)
     assert again.returncode == 0 and "waiting for another" not in again.stderr, again.stderr
+
+
+# A migrator of release argv[2] whose progress lines go to stderr as they come; with argv[3]
+# ("hold"), it stops inside its functions' step (after core.sql, before the commit) until a line
+# arrives on stdin.
+RELEASE_MIGRATOR = """
+import sys
+from harvest.core.errors import HarvestError
+from harvest.db import migrate as m
+
+m._package_version = lambda: sys.argv[2]
+
+def progress(line):
+    print(line, file=sys.stderr, flush=True)
+    if line == "applying functions/core.sql" and sys.argv[3] == "hold":
+        sys.stdin.readline()
+
+try:
+    report = m.Migrator(sys.argv[1], progress=progress).run()
+except HarvestError as exc:
+    print(f"error: {exc}", file=sys.stderr, flush=True)
+    sys.exit(1)
+print("applied", ",".join(report.functions_applied))
+"""
+
+
+def read_until(stream, marker: str) -> list[str]:
+    lines = []
+    while True:
+        line = stream.readline()
+        assert line, f"the process ended before {marker!r}: {lines}"
+        lines.append(line.rstrip("\n"))
+        if lines[-1].startswith(marker):
+            return lines
+
+
+def test_an_older_release_started_while_a_newer_one_applies_its_functions_refuses_after_the_lock(
+    db: str, sql_copy: Path
+) -> None:
+    """The release check reads the ledger under the migration lock: an older release that
+    starts while a newer one is inside its functions' step (its rows not yet committed) waits,
+    then sees them and refuses, rather than judging the ledger as it was and downgrading it."""
+    core = sql_copy / "functions" / "core.sql"
+    core.write_text(core.read_text() + f"\nCOMMENT ON FUNCTION harvest.payload_limit IS '{PATCHED}';\n")
+
+    def start(version: str, root: Path, hold: str) -> subprocess.Popen:
+        env = {**cli_env(), "HARVEST_SQL_DIR": str(root)}
+        return subprocess.Popen(
+            [sys.executable, "-c", RELEASE_MIGRATOR, db, version, hold],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    newer = start("1.4.2", sql_copy, "hold")
+    older = None
+    try:
+        read_until(newer.stderr, "applying functions/core.sql")  # holding the lock, not committed
+        older = start("1.4.1", REPO, "go")
+        read_until(older.stderr, "waiting for another")
+        newer.stdin.write("go\n")
+        newer.stdin.flush()
+        out, err = newer.communicate(timeout=120)
+        assert newer.returncode == 0 and out.strip() == "applied core.sql", err
+        out, err = older.communicate(timeout=120)
+    finally:
+        for proc in (newer, older):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert older.returncode == 1, out + err
+    assert "newer release's: functions/core.sql applied by Harvest 1.4.2" in err
+    assert function_releases(db)["core.sql"][1] == "1.4.2" and payload_limit_comment(db) == PATCHED
