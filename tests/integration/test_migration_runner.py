@@ -694,7 +694,12 @@ def test_an_older_patch_release_refuses_to_put_back_its_function_files(
     result = cli_process("run", dsn=newer_patch)
     assert result.returncode == 1 and len(error_lines(result.stderr)) == 1, result.stderr
     status = cli("status", dsn=newer_patch)
-    assert "1.4.2" in status.stdout and "pending (changed)" not in status.stdout
+    assert "pending (changed)" not in status.stdout
+    assert "function files applied by " in status.stdout and "Harvest 1.4.2 (1)" in status.stdout
+    assert "newer release's: functions/core.sql applied by Harvest 1.4.2" in status.stdout
+    as_json = json.loads(cli("status", "--output", "json", dsn=newer_patch).stdout)
+    assert as_json["database_ahead"] is True and "1.4.1" in as_json["error"]
+    assert as_json["function_file_releases"]["core.sql"] == "1.4.2"
     assert cli("status", "--check", dsn=newer_patch).exit_code == 1
     assert payload_limit_comment(newer_patch) == PATCHED
 

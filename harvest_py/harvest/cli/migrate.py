@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
                     "pending": len(pending),
                     "stale_function_files": [p.name for p in stale],
                     "retired_function_files": report.retired_functions,
+                    "function_file_releases": report.function_releases,
                     "unknown_migrations": [
                         {
                             "set": u.set_name,
@@ -110,6 +112,13 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
             f"{len(rows) - len(pending)} applied, {len(pending)} pending"
             + (f", {len(unknown)} unknown to this Harvest" if unknown else "")
         )
+        if report.function_releases:
+            # Which release's SQL functions the database runs (a rollout applied, a rollback put back).
+            counts = Counter(v or "unknown (before 0083)" for v in report.function_releases.values())
+            click.echo(
+                "function files applied by "
+                + ", ".join(f"Harvest {v} ({n})" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            )
         if report.ahead:
             click.echo(str(report.ahead))
     if check and (pending or stale or report.retired_functions or report.ahead):

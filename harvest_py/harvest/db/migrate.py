@@ -113,6 +113,8 @@ class StatusReport:
     # the refusal, when some set's database version is the newer, or (same schema) function
     # files this package would replace were applied by a newer release
     ahead: SchemaMismatch | None
+    # each recorded function file and the release that applied it (None: before migration 0083)
+    function_releases: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -369,6 +371,7 @@ class Migrator:
             stale = self._stale_functions(conn)
             retired = self._retired_functions(conn)
             unknown = self._unknown(conn)
+            releases = {name: version for name, (_checksum, version) in self._function_ledger(conn).items()}
             ahead = self._ahead(unknown)
             if ahead is None:
                 core_pending = any(
@@ -378,7 +381,7 @@ class Migrator:
                 if newer:
                     ahead = SchemaMismatch(downgrade_message(newer, _package_version()))
         rows = [MigrationStatus(m, applied.get((m.set_name, m.version))) for m in self.migrations]
-        return StatusReport(rows, stale, retired, unknown, ahead)
+        return StatusReport(rows, stale, retired, unknown, ahead, dict(sorted(releases.items())))
 
     # -- writing -----------------------------------------------------------------------
     def run(
