@@ -711,6 +711,7 @@ def test_allow_downgrade_puts_the_older_files_back_says_so_and_audits_it(
     plan = cli("run", "--dry-run", "--allow-downgrade", dsn=newer_patch)
     assert plan.exit_code == 0, plan.output
     assert "would apply functions/core.sql (downgrading Harvest 1.4.2's)" in plan.stdout
+    assert "downgrading functions/" not in plan.stderr, "a dry run said it was downgrading"
     assert payload_limit_comment(newer_patch) == PATCHED, "a dry run changes nothing"
 
     result = cli("run", "--allow-downgrade", "--operator-id", "ops-ann", dsn=newer_patch)

@@ -409,7 +409,7 @@ class Migrator:
                 report.applied = [m for m in self.migrations if (m.set_name, m.version) not in applied]
                 # (a run with Harvest migrations to apply applies every function file again: run())
                 core = any(m.set_name == CORE_SET for m in report.applied)
-                report.functions_downgraded = self._refuse_downgrade(conn, core, allow_downgrade)
+                report.functions_downgraded = self._refuse_downgrade(conn, core, allow_downgrade, say=False)
                 stale = function_files() if core else self._stale_functions(conn)
                 report.functions_applied = [p.name for p in stale]
                 report.functions_retired = self._retired_functions(conn)
@@ -475,14 +475,17 @@ class Migrator:
                 migration
             )
 
-    def _refuse_downgrade(self, conn: psycopg.Connection, core_pending: bool, allow: bool) -> dict[str, str]:
+    def _refuse_downgrade(
+        self, conn: psycopg.Connection, core_pending: bool, allow: bool, say: bool = True
+    ) -> dict[str, str]:
         """Refuse a run that would replace or retire function files a newer release applied
         (SchemaMismatch, nothing changed); with ``allow``, the files it will put back and the
-        release each one replaces, said as progress lines."""
+        release each one replaces, ``say``-ing each as a progress line (a dry run's plan
+        lists them instead)."""
         newer = self._newer_functions(conn, core_pending)
         if newer and not allow:
             raise SchemaMismatch(f"{downgrade_message(newer, _package_version())}; nothing was changed")
-        for f in newer:
+        for f in newer if say else ():
             self.progress(
                 f"downgrading functions/{f.file_name}: Harvest {f.package_version} applied it, "
                 f"this is Harvest {_package_version()} (--allow-downgrade)"
