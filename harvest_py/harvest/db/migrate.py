@@ -246,16 +246,19 @@ class NewerFunctionFile:
 
 def downgrade_message(newer: list[NewerFunctionFile], ours: str) -> str:
     """Refusing to put this older release's function files back over a newer release's."""
-    newest = max((f.package_version for f in newer), key=release_order)
+    releases = sorted({f.package_version for f in newer}, key=release_order)
+    newest = releases[-1]
     names = [f"functions/{f.file_name}" for f in newer]
     listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     this = (
         f"Harvest {ours}"
         if release_order(ours) != (0,)
-        else f"Harvest of an unknown version ({ours!r}: a checkout that is not installed)"
+        else f"Harvest of an unknown version ({ours!r}: "
+        + ("a checkout that is not installed)" if ours == "unknown" else "not a PEP 440 version)")
     )
     return (
-        f"the database's SQL functions are a newer release's: {listed} applied by Harvest {newest}, "
+        f"the database's SQL functions are a newer release's: {listed} applied by Harvest "
+        f"{', '.join(releases)}, "
         f"this is {this}, which would put its older files back. Upgrade Harvest (the "
         f"package) to {newest} or later; to roll the functions back on purpose, run `harvest migrate "
         "run --allow-downgrade`"
