@@ -907,3 +907,38 @@ def test_an_older_release_started_while_a_newer_one_applies_its_functions_refuse
     assert older.returncode == 1, out + err
     assert "newer release's: functions/core.sql applied by Harvest 1.4.2" in err
     assert function_releases(db)["core.sql"][1] == "1.4.2" and payload_limit_comment(db) == PATCHED
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "word"),
+    [
+        # psql-style: the COMMIT committed the table, the error after it left it unrecorded
+        ("BEGIN;\nCREATE TABLE public.half_done (id int);\nCOMMIT;\nSELECT 1 / 0;\n", 1, "BEGIN"),
+        ("CREATE TABLE public.half_done (id int);\n\nCOMMIT;\nSELECT 1 / 0;\n", 3, "COMMIT"),
+        # the ROLLBACK undid the table and the runner recorded the file as applied
+        ("CREATE TABLE public.half_done (id int);\n-- changed my mind\nROLLBACK;\n", 3, "ROLLBACK"),
+        ("-- harvest:no-transaction\nBEGIN;\nCREATE TABLE public.half_done (id int);\n", 2, "BEGIN"),
+    ],
+    ids=["begin-commit", "commit", "rollback", "begin-without-transaction"],
+)
+def test_a_migration_holding_transaction_control_is_refused_before_it_runs(
+    db: str, tmp_path: Path, text: str, line: int, word: str
+) -> None:
+    """The runner owns the transaction: a COMMIT or ROLLBACK inside a file broke the promise that
+    a failed file leaves neither its changes nor its record, and that a recorded one is applied."""
+    app = write_set(tmp_path / "app", {"0001_ok.sql": "SELECT 1;\n", "0002_control.sql": text})
+    with pytest.raises(m.MigrationError) as info:
+        m.Migrator(db, [app]).run()
+    message = str(info.value)
+    assert f"0002_control.sql line {line}: {word}" in message and "runner owns" in message, message
+    assert message.endswith("nothing from this file was recorded, fix it and run again")
+    assert not relation_exists(db, "public.half_done"), "a statement of the refused file ran"
+    assert ("app", "0002") not in {(s, v) for s, v, *_ in ledger(db)}
+    assert ("app", "0001") in {(s, v) for s, v, *_ in ledger(db)}
+    # Savepoints stay inside the runner's transaction: allowed.
+    (app / "0002_control.sql").write_text(
+        "SAVEPOINT a;\nCREATE TABLE public.kept (id int);\nRELEASE SAVEPOINT a;\n"
+        "SAVEPOINT b;\nCREATE TABLE public.undone (id int);\nROLLBACK TO SAVEPOINT b;\n"
+    )
+    m.Migrator(db, [app]).run()
+    assert relation_exists(db, "public.kept") and not relation_exists(db, "public.undone")

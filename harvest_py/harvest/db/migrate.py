@@ -202,6 +202,30 @@ def statements(sql: str) -> list[tuple[int, str]]:
     return result
 
 
+def transaction_control(sql: str) -> tuple[int, str] | None:
+    """The line and keyword of the first statement in ``sql`` that would end or open the
+    runner's transaction (BEGIN, COMMIT, ROLLBACK, PREPARE TRANSACTION, ...), or None. A COMMIT
+    in a file kept its first half with no ledger row when a later statement failed; a ROLLBACK
+    undid the file and the runner recorded it as applied; a BEGIN in a no-transaction file wrapped
+    the rest in a block. Savepoints stay inside the transaction and are allowed."""
+    import pglast
+    from pglast.enums import TransactionStmtKind
+
+    inside = {
+        TransactionStmtKind.TRANS_STMT_SAVEPOINT,
+        TransactionStmtKind.TRANS_STMT_RELEASE,
+        TransactionStmtKind.TRANS_STMT_ROLLBACK_TO,
+    }
+    for raw in pglast.parse_sql(sql):
+        stmt = raw.stmt
+        if isinstance(stmt, pglast.ast.TransactionStmt) and stmt.kind not in inside:
+            start = raw.stmt_location or 0
+            text = sql[start:]
+            start += len(text) - len(text.lstrip())  # (the location may point at the whitespace before)
+            return sql.count("\n", 0, start) + 1, sql[start:].split(None, 1)[0].rstrip(";").upper()
+    return None
+
+
 def function_files() -> list[Path]:
     return sorted(paths.functions_dir().glob("*.sql"))
 
@@ -602,6 +626,14 @@ class Migrator:
             raise MigrationError(
                 f"{path} line {line}: {exc.args[0]}; {not_recorded}"  # pyright: ignore[reportGeneralTypeIssues]
             ) from None
+        # The runner owns the transaction (the functions' step's, a migration's, or none).
+        control = transaction_control(sql)
+        if control:
+            line, word = control
+            raise MigrationError(
+                f"{path} line {line}: {word} is not allowed here, the runner owns the transaction "
+                f"(remove it); {not_recorded}"
+            )
         for line, stmt in parsed:
             try:
                 conn.execute(stmt, prepare=False)  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own files
