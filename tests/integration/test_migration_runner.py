@@ -942,3 +942,30 @@ def test_a_migration_holding_transaction_control_is_refused_before_it_runs(
     )
     m.Migrator(db, [app]).run()
     assert relation_exists(db, "public.kept") and not relation_exists(db, "public.undone")
+
+
+def test_an_applied_migration_edited_since_is_named_not_silently_skipped(db: str, tmp_path: Path) -> None:
+    """A migration is never run again, so an edit to an applied one changes nothing where it
+    ran (and everything where it has not yet): the ledger has its checksum, and status and run
+    say so instead of passing over it in silence."""
+    app = write_set(tmp_path / "app", {"0001_widgets.sql": "CREATE TABLE public.widgets (id int);\n"})
+    assert cli("run", "--include-dir", str(app), dsn=db).exit_code == 0
+    assert "changed since" not in cli("status", "--include-dir", str(app), dsn=db).stdout
+    (app / "0001_widgets.sql").write_text("CREATE TABLE public.widgets (id int, name text);\n")
+
+    status = cli("status", "--include-dir", str(app), dsn=db)
+    [line] = [x for x in status.stdout.splitlines() if "app/0001_widgets.sql" in x]
+    assert "applied" in line and "changed since it was applied" in line, line
+    as_json = json.loads(cli("status", "--output", "json", "--include-dir", str(app), dsn=db).stdout)
+    changed = {(r["set"], r["version"]): r["changed"] for r in as_json["migrations"]}
+    assert changed[("app", "0001")] is True and not any(v for k, v in changed.items() if k[0] == "harvest")
+    # Not pending: --check is about what a run would do.
+    assert cli("status", "--check", "--include-dir", str(app), dsn=db).exit_code == 0
+    for args in (["run", "--dry-run"], ["run"]):
+        result = cli(*args, "--include-dir", str(app), dsn=db)
+        assert result.exit_code == 0, result.output
+        assert "app/0001_widgets.sql changed since it was applied" in result.stderr, result.stderr
+        assert "new migration" in result.stderr
+    assert query(
+        db, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.widgets'::regclass AND attnum > 0"
+    ) == [(1,)]

@@ -73,6 +73,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
                             "name": r.migration.name,
                             "transactional": r.migration.transactional,
                             "applied_at": r.applied_at.isoformat() if r.applied_at else None,
+                            "changed": r.changed,
                         }
                         for r in rows
                     ],
@@ -98,6 +99,8 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
         for r in rows:
             state = f"applied {r.applied_at:%Y-%m-%d %H:%M:%S}" if r.applied_at else "pending"
             mark = "" if r.migration.transactional else "  (non-transactional)"
+            if r.changed:
+                mark += "  (changed since it was applied: not run again)"
             click.echo(f"{r.migration.label:<45} {state}{mark}")
         for u in unknown:
             click.echo(f"{u.label:<45} applied {u.applied_at:%Y-%m-%d %H:%M:%S}  (unknown to this Harvest)")

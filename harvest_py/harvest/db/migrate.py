@@ -87,6 +87,8 @@ class Migration:
 class MigrationStatus:
     migration: Migration
     applied_at: datetime | None
+    # applied, and its file differs from the one recorded: it is not run again
+    changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,7 @@ def transaction_control(sql: str) -> tuple[int, str] | None:
     undid the file and the runner recorded it as applied; a BEGIN in a no-transaction file wrapped
     the rest in a block. Savepoints stay inside the transaction and are allowed."""
     import pglast
+    from pglast.ast import TransactionStmt
     from pglast.enums import TransactionStmtKind
 
     inside = {
@@ -218,7 +221,7 @@ def transaction_control(sql: str) -> tuple[int, str] | None:
     }
     for raw in pglast.parse_sql(sql):
         stmt = raw.stmt
-        if isinstance(stmt, pglast.ast.TransactionStmt) and stmt.kind not in inside:
+        if isinstance(stmt, TransactionStmt) and stmt.kind not in inside:
             start = raw.stmt_location or 0
             text = sql[start:]
             start += len(text) - len(text.lstrip())  # (the location may point at the whitespace before)
@@ -298,17 +301,30 @@ class Migrator:
         self.progress = progress or (lambda _msg: None)
 
     # -- reading -----------------------------------------------------------------------
-    def _ledger(self, conn: psycopg.Connection) -> list[tuple[str, str, str, datetime]]:
+    def _ledger(self, conn: psycopg.Connection) -> list[tuple[str, str, str, datetime, str]]:
         exists = conn.execute("SELECT to_regclass('harvest.schema_migrations') IS NOT NULL").fetchone()[0]  # type: ignore[index]  # one row
         if not exists:
             return []
         return conn.execute(
-            "SELECT set_name, version, name, applied_at FROM harvest.schema_migrations"
+            "SELECT set_name, version, name, applied_at, checksum FROM harvest.schema_migrations"
             " ORDER BY set_name, version"
         ).fetchall()
 
     def _applied(self, conn: psycopg.Connection) -> dict[tuple[str, str], datetime]:
-        return {(s, v): at for s, v, _name, at in self._ledger(conn)}
+        return {(s, v): at for s, v, _name, at, _checksum in self._ledger(conn)}
+
+    def _changed(self, conn: psycopg.Connection) -> list[Migration]:
+        """Applied migrations whose file is not the one recorded (edited since): never run
+        again, so the edit does nothing where the file was applied."""
+        recorded = {(s, v): checksum for s, v, _name, _at, checksum in self._ledger(conn)}
+        return [m for m in self.migrations if recorded.get((m.set_name, m.version), m.checksum) != m.checksum]
+
+    def _note_changed(self, conn: psycopg.Connection) -> None:
+        for m in self._changed(conn):
+            self.progress(
+                f"note: {m.label} changed since it was applied; an applied migration is not run "
+                "again: put the change in a new migration"
+            )
 
     def _unknown(self, conn: psycopg.Connection) -> list[UnknownMigration]:
         """Applied migrations of this run's sets that this run does not have. Rows of other
@@ -317,7 +333,7 @@ class Migrator:
         sets = {m.set_name for m in self.migrations} | {CORE_SET}
         return [
             UnknownMigration(s, v, n, at)
-            for s, v, n, at in self._ledger(conn)
+            for s, v, n, at, _checksum in self._ledger(conn)
             if s in sets and (s, v) not in known
         ]
 
@@ -398,6 +414,7 @@ class Migrator:
             stale = self._stale_functions(conn)
             retired = self._retired_functions(conn)
             unknown = self._unknown(conn)
+            changed = {(m.set_name, m.version) for m in self._changed(conn)}
             releases = {name: version for name, (_checksum, version) in self._function_ledger(conn).items()}
             ahead = self._ahead(unknown)
             if ahead is None:
@@ -407,7 +424,10 @@ class Migrator:
                 newer = self._newer_functions(conn, core_pending)
                 if newer:
                     ahead = SchemaMismatch(downgrade_message(newer, _package_version()))
-        rows = [MigrationStatus(m, applied.get((m.set_name, m.version))) for m in self.migrations]
+        rows = [
+            MigrationStatus(m, applied.get((m.set_name, m.version)), (m.set_name, m.version) in changed)
+            for m in self.migrations
+        ]
         return StatusReport(rows, stale, retired, unknown, ahead, dict(sorted(releases.items())))
 
     # -- writing -----------------------------------------------------------------------
@@ -433,6 +453,7 @@ class Migrator:
                 if ahead:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
                 applied = self._applied(conn)
+                self._note_changed(conn)
                 report.applied = [m for m in self.migrations if (m.set_name, m.version) not in applied]
                 # (a run with Harvest migrations to apply applies every function file again: run())
                 core = any(m.set_name == CORE_SET for m in report.applied)
@@ -458,6 +479,7 @@ class Migrator:
                 # The ledgers' one definition is sql/ledger.sql (a fresh install's first file).
                 conn.execute(paths.ledger_file().read_text())  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own file
                 applied = self._applied(conn)
+                self._note_changed(conn)
                 pending = [m for m in self.migrations if (m.set_name, m.version) not in applied]
                 core_pending = any(m.set_name == CORE_SET for m in pending)
                 # Also before anything is written: the lock keeps another release from applying
