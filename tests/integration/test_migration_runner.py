@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from harvest.cli.migrate import migrate
-from harvest.core.errors import SchemaMismatch
+from harvest.core.errors import ConfigError, SchemaMismatch
 from harvest.db import migrate as m
 
 REPO = Path(__file__).resolve().parents[2]
@@ -969,3 +969,14 @@ def test_an_applied_migration_edited_since_is_named_not_silently_skipped(db: str
     assert query(
         db, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.widgets'::regclass AND attnum > 0"
     ) == [(1,)]
+
+
+def test_harvests_own_migrations_directory_is_refused_as_an_included_set(db: str) -> None:
+    """Passed by mistake (`--include-dir .../harvest/migrations`), Harvest's own files became a set
+    named `migrations` and every core migration ran a second time under it."""
+    own = REPO / "migrations"
+    with pytest.raises(ConfigError, match="Harvest's own migrations"):
+        m.discover([own])
+    result = cli("run", "--include-dir", str(own), dsn=db)
+    assert result.exit_code == 1 and "Harvest's own migrations" in result.stderr, result.output
+    assert "migrations" not in {s for s, *_ in ledger(db)}

@@ -165,11 +165,18 @@ def load_set(directory: Path, set_name: str) -> list[Migration]:
 
 
 def discover(include_dirs: Iterable[Path] = ()) -> list[Migration]:
-    migrations = load_set(paths.migrations_dir(), CORE_SET)
+    own = paths.migrations_dir()
+    migrations = load_set(own, CORE_SET)
     seen: dict[str, Path] = {}
     for directory in include_dirs:
         directory = Path(directory)
         set_name = directory.resolve().name
+        # Under another set's name, Harvest's own files would all run a second time.
+        if directory.resolve() == own.resolve():
+            raise ConfigError(
+                f"--include-dir {directory} is Harvest's own migrations directory, which every run "
+                "applies: leave it out (--include-dir is for an application's own sets)"
+            )
         # The ledger keys a set by its directory's name: a set named like Harvest's own, or
         # like another included one, would mix its versions into theirs.
         if set_name == CORE_SET:
