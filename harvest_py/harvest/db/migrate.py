@@ -2,14 +2,15 @@
 
 A migration is a plain ``NNNN_description.sql`` file. It runs in one transaction
 together with its ledger row, so a failure leaves neither the change nor the
-record. A file whose first lines carry ``-- harvest:no-transaction`` runs in
+record (the runner owns the transaction: a file holding BEGIN, COMMIT or ROLLBACK is
+refused). A file whose first lines carry ``-- harvest:no-transaction`` runs in
 autocommit, one statement at a time (``CREATE INDEX CONCURRENTLY`` needs that);
 it must be idempotent because nothing can roll it back.
 
 Concurrent migrators are serialised by a session advisory lock held for the whole
 run, so each migration applies once whoever runs it; the others wait for it between short
-tries (see Migrator._lock). After the migrations, every
-file in ``functions/`` (``CREATE OR REPLACE``, repeatable) is applied when its
+tries (see Migrator._lock). After Harvest's migrations (and before the included sets', which
+may call the SQL API), every file in ``functions/`` (``CREATE OR REPLACE``, repeatable) is applied when its
 checksum differs from the one recorded, so an unchanged file is not re-run; the files, their
 checksums and the functions' grants commit as one step (Migrator._apply_all_functions), and a
 run with Harvest migrations to apply marks every file stale before the first of them, so a run
