@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS harvest.function_files (
     checksum text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     -- the Harvest release (package version) that applied the file; NULL: one from before
-    -- migration 0083, which did not record it (the oldest)
+    -- migration 0085, which did not record it (the oldest)
     package_version text,
     CONSTRAINT function_files_pkey PRIMARY KEY (file_name)
 );

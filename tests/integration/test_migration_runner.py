@@ -740,7 +740,7 @@ def test_allow_downgrade_puts_the_older_files_back_says_so_and_audits_it(
 def test_a_newer_patch_release_replaces_older_and_unrecorded_files_and_reruns_are_no_ops(
     db: str, sql_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Rows from before migration 0083 record no release: the oldest, any release replaces
+    """Rows from before migration 0085 record no release: the oldest, any release replaces
     them. A release replaces an older one's files; its own rerun changes nothing."""
     query(db, "UPDATE harvest.function_files SET package_version = NULL")
     core = sql_copy / "functions" / "core.sql"

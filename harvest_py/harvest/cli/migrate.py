@@ -117,7 +117,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
         )
         if report.function_releases:
             # Which release's SQL functions the database runs (a rollout applied, a rollback put back).
-            counts = Counter(v or "unknown (before 0083)" for v in report.function_releases.values())
+            counts = Counter(v or "unknown (before 0085)" for v in report.function_releases.values())
             click.echo(
                 "function files applied by "
                 + ", ".join(f"Harvest {v} ({n})" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))

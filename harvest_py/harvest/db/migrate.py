@@ -53,7 +53,7 @@ STALE_CHECKSUM = "stale"
 # PEP 440's public versions (what importlib.metadata answers for a built package), ordered as PEP
 # 440 orders them, with no dependency on `packaging`: N(.N)*[{a|b|rc}N][.postN][.devN][+local],
 # the local label ignored. Anything else ("unknown": a checkout run without being installed) and
-# a ledger row from before migration 0083 (no release) count as the oldest release.
+# a ledger row from before migration 0085 (no release) count as the oldest release.
 RELEASE_VERSION = re.compile(
     r"^v?(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?(?:\+[a-z0-9.]+)?$"
 )
@@ -116,7 +116,7 @@ class StatusReport:
     # the refusal, when some set's database version is the newer, or (same schema) function
     # files this package would replace were applied by a newer release
     ahead: SchemaMismatch | None
-    # each recorded function file and the release that applied it (None: before migration 0083)
+    # each recorded function file and the release that applied it (None: before migration 0085)
     function_releases: dict[str, str | None] = field(default_factory=dict)
 
 
@@ -365,7 +365,7 @@ class Migrator:
 
     def _function_ledger(self, conn: psycopg.Connection) -> dict[str, tuple[str, str | None]]:
         """Each recorded function file's checksum and the release that applied it (None before
-        migration 0083 added the column, and in the rows it found)."""
+        migration 0085 added the column, and in the rows it found)."""
         columns = {
             name
             for (name,) in conn.execute(
