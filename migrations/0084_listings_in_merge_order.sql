@@ -4,7 +4,7 @@
 -- (p_before_failed_at, p_before_id), and harvest.list_dag_runs filters by status before its
 -- limit (p_status); the old signatures go here, the new ones are installed with the
 -- functions, after the migrations.
-CREATE INDEX audit_log_at
+CREATE INDEX IF NOT EXISTS audit_log_at
 ON harvest.audit_log (at DESC, id DESC);
 DROP FUNCTION IF EXISTS harvest.list_dead_letters(integer, text, text, bigint);
 DROP FUNCTION IF EXISTS harvest.list_dag_runs(text, integer);

@@ -4,10 +4,10 @@
 The script is the canonical schema (``sql/*.sql`` in the install order of
 ``harvest.db.paths.SCHEMA_FILES``) followed by the SQL API (``functions/*.sql``), the
 call to ``harvest._secure_functions()``, then the migration ledger rows and the
-function-file checksums, so ``harvest migrate status --check`` finds nothing pending
-in a database made with ``CREATE EXTENSION harvest``. The version is the one in
-pyproject.toml. Run it with ``make extension``; install the two files into
-``$(pg_config --sharedir)/extension``.
+function-file checksums (this version as the release that applied them), so ``harvest
+migrate status --check`` finds nothing pending in a database made with ``CREATE EXTENSION
+harvest``. The version is the one in pyproject.toml. Run it with ``make extension``;
+install the two files into ``$(pg_config --sharedir)/extension``.
 
 An extension script cannot hold transaction control, and since PostgreSQL's
 CVE-2022-2625 fix a ``CREATE ... IF NOT EXISTS`` in one refuses an object that
@@ -92,9 +92,11 @@ def script_text(root: Path = ROOT) -> str:
             f" {_literal(m.checksum)}, {_literal(m.transactional)});"
         )
     for path in function_paths:
+        # The release that applied the file, as the migrator records it: an older release's
+        # `harvest migrate run` then refuses to put its files back over this one's.
         parts.append(
-            "INSERT INTO harvest.function_files (file_name, checksum)"
-            f" VALUES ({_literal(path.name)}, {_literal(file_checksum(path))});"
+            "INSERT INTO harvest.function_files (file_name, checksum, package_version)"
+            f" VALUES ({_literal(path.name)}, {_literal(file_checksum(path))}, {_literal(version)});"
         )
     parts += [
         "",

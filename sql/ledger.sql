@@ -19,5 +19,8 @@ CREATE TABLE IF NOT EXISTS harvest.function_files (
     file_name text NOT NULL,
     checksum text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- the Harvest release (package version) that applied the file; NULL: one from before
+    -- migration 0085, which did not record it (the oldest)
+    package_version text,
     CONSTRAINT function_files_pkey PRIMARY KEY (file_name)
 );

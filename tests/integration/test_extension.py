@@ -57,7 +57,8 @@ def test_build_writes_the_script_and_the_control_file(tmp_path: Path) -> None:
     for mig in m.load_set(REPO / "migrations", m.CORE_SET):
         assert f"'{mig.version}', '{mig.name}', '{mig.checksum}'" in text
     for path in sorted((REPO / "functions").glob("*.sql")):
-        assert f"('{path.name}', '{m.file_checksum(path)}')" in text
+        # with the extension's version as the release that applied it (the migrator's rule)
+        assert f"('{path.name}', '{m.file_checksum(path)}', '{VERSION}')" in text
 
     settings = dict(re.findall(r"^(\w+)\s*=\s*(.+?)\s*$", control.read_text(), re.MULTILINE))
     assert settings["default_version"] == f"'{VERSION}'"

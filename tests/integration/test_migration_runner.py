@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from harvest.cli.migrate import migrate
-from harvest.core.errors import SchemaMismatch
+from harvest.core.errors import ConfigError, SchemaMismatch
 from harvest.db import migrate as m
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +79,8 @@ def cli_process(*args: str, dsn: str | None = None, timeout: float = 120) -> sub
 
 def query(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(sql, params).fetchall()
+        cursor = conn.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
 
 
 def ledger(dsn: str) -> list[tuple]:
@@ -676,3 +677,352 @@ def test_a_migrator_waiting_for_its_lock_says_who_holds_it(db: str, pg_server) -
         " another `harvest migrate run`, or a session to end (docs/security.md, Advisory locks)"
     )
     assert waiting == [expected], waiting
+
+
+# -- patch releases: the function files of the same schema version -------------------------
+
+# What a newer patch release changed in its core.sql: a function's comment (anything the older
+# file would put back shows up as this line gone).
+PATCHED = "patched in the newer release"
+
+
+def as_release(monkeypatch: pytest.MonkeyPatch, version: str, sql_root: Path) -> None:
+    """Make this process Harvest `version` whose sql/, functions/ and migrations/ are sql_root's:
+    two patch releases share the migrations and differ in their function files."""
+    monkeypatch.setattr(m, "_package_version", lambda: version)
+    monkeypatch.setenv("HARVEST_SQL_DIR", str(sql_root))
+
+
+def function_releases(dsn: str) -> dict[str, tuple[str, str | None]]:
+    return {
+        name: (checksum, release)
+        for name, checksum, release in query(
+            dsn, "SELECT file_name, checksum, package_version FROM harvest.function_files"
+        )
+    }
+
+
+def payload_limit_comment(dsn: str) -> str:
+    return query(dsn, "SELECT obj_description('harvest.payload_limit()'::regprocedure)")[0][0]
+
+
+@pytest.fixture
+def newer_patch(db: str, sql_copy: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A database the newer patch release (1.4.2, its core.sql changed) migrated last; the older
+    one (1.4.1) has this checkout's files, and both have the same migrations."""
+    core = sql_copy / "functions" / "core.sql"
+    core.write_text(core.read_text() + f"\nCOMMENT ON FUNCTION harvest.payload_limit IS '{PATCHED}';\n")
+    as_release(monkeypatch, "1.4.2", sql_copy)
+    report = m.Migrator(db).run()
+    assert report.functions_applied == ["core.sql"] and payload_limit_comment(db) == PATCHED
+    return db
+
+
+def test_an_older_patch_release_refuses_to_put_back_its_function_files(
+    newer_patch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both releases are at the same schema version, so the ahead check passes; the older one's
+    core.sql differs by checksum and used to be applied over the newer one's, silently
+    downgrading the functions the newer fleet runs against."""
+    ledger_before, migrations_before = function_ledger(newer_patch), ledger(newer_patch)
+    as_release(monkeypatch, "1.4.1", REPO)
+    for dry_run in (True, False):
+        with pytest.raises(SchemaMismatch) as info:
+            m.Migrator(newer_patch).run(dry_run=dry_run)
+        message = str(info.value)
+        assert len(message.splitlines()) == 1
+        assert "functions/core.sql" in message and "1.4.2" in message and "1.4.1" in message
+        assert "Upgrade Harvest (the package)" in message and "--allow-downgrade" in message
+        assert message.endswith("nothing was changed")
+    assert function_ledger(newer_patch) == ledger_before and ledger(newer_patch) == migrations_before
+    assert payload_limit_comment(newer_patch) == PATCHED
+    # The CLI says it in one line and exits 1; status names it too, and --check fails.
+    result = cli_process("run", dsn=newer_patch)
+    assert result.returncode == 1 and len(error_lines(result.stderr)) == 1, result.stderr
+    status = cli("status", dsn=newer_patch)
+    assert "pending (changed)" not in status.stdout
+    assert "function files applied by " in status.stdout and "Harvest 1.4.2 (1)" in status.stdout
+    assert "newer release's: functions/core.sql applied by Harvest 1.4.2" in status.stdout
+    as_json = json.loads(cli("status", "--output", "json", dsn=newer_patch).stdout)
+    assert as_json["database_ahead"] is True and "1.4.1" in as_json["error"]
+    assert as_json["function_file_releases"]["core.sql"] == "1.4.2"
+    assert cli("status", "--check", dsn=newer_patch).exit_code == 1
+    assert payload_limit_comment(newer_patch) == PATCHED
+
+
+def test_allow_downgrade_puts_the_older_files_back_says_so_and_audits_it(
+    newer_patch: str, sql_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_release(monkeypatch, "1.4.1", REPO)
+    plan = cli("run", "--dry-run", "--allow-downgrade", dsn=newer_patch)
+    assert plan.exit_code == 0, plan.output
+    assert "would apply functions/core.sql (downgrading Harvest 1.4.2's)" in plan.stdout
+    assert "downgrading functions/" not in plan.stderr, "a dry run said it was downgrading"
+    assert payload_limit_comment(newer_patch) == PATCHED, "a dry run changes nothing"
+
+    result = cli("run", "--allow-downgrade", "--operator-id", "ops-ann", dsn=newer_patch)
+    assert result.exit_code == 0, result.output
+    assert "downgrading functions/core.sql: Harvest 1.4.2 applied it, this is Harvest 1.4.1" in result.stderr
+    assert "applied 0 migration(s), 1 function file(s), 1 downgraded" in result.stdout
+    assert payload_limit_comment(newer_patch) != PATCHED
+    older_core = hashlib.sha256((REPO / "functions" / "core.sql").read_bytes()).hexdigest()
+    assert function_releases(newer_patch)["core.sql"] == (older_core, "1.4.1")
+    [(operator_id, target, details)] = query(
+        newer_patch,
+        "SELECT operator_id, target, details FROM harvest.audit_log WHERE operation = 'functions.downgrade'",
+    )
+    assert (operator_id, target) == ("ops-ann", "functions")
+    assert details["package_version"] == "1.4.1" and details["replaced"] == {"core.sql": "1.4.2"}
+    assert unsecured_functions(newer_patch) == []
+    # Now at this release, a rerun is a no-op; the newer release replaces its files as before.
+    assert "applied 0 migration(s), 0 function file(s)" in cli("run", dsn=newer_patch).stdout
+    as_release(monkeypatch, "1.4.2", sql_copy)
+    again = m.Migrator(newer_patch).run()
+    assert again.functions_applied == ["core.sql"] and not again.functions_downgraded
+    assert function_releases(newer_patch)["core.sql"][1] == "1.4.2"
+    assert payload_limit_comment(newer_patch) == PATCHED
+
+
+def test_a_newer_patch_release_replaces_older_and_unrecorded_files_and_reruns_are_no_ops(
+    db: str, sql_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows from before migration 0085 record no release: the oldest, any release replaces
+    them. A release replaces an older one's files; its own rerun changes nothing."""
+    query(db, "UPDATE harvest.function_files SET package_version = NULL")
+    core = sql_copy / "functions" / "core.sql"
+    core.write_text(core.read_text() + f"\nCOMMENT ON FUNCTION harvest.payload_limit IS '{PATCHED}';\n")
+    as_release(monkeypatch, "0.0.1", sql_copy)
+    assert m.Migrator(db).run().functions_applied == ["core.sql"]
+    releases = function_releases(db)
+    assert releases["core.sql"][1] == "0.0.1" and releases["start.sql"][1] is None
+    before = function_ledger(db)
+    assert m.Migrator(db).run().functions_applied == []
+    assert function_ledger(db) == before, "a same-release rerun changed the ledger"
+    # A newer release (this checkout's files): replaces 0.0.1's core.sql, no flag needed.
+    as_release(monkeypatch, "0.0.2", REPO)
+    assert m.Migrator(db).run().functions_applied == ["core.sql"]
+    assert function_releases(db)["core.sql"][1] == "0.0.2" and payload_limit_comment(db) != PATCHED
+
+
+def test_a_checkout_of_unknown_version_refuses_a_released_file_and_retiring_one_is_refused_too(
+    db: str, sql_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Harvest run from a checkout that is not installed has no version to compare: it
+    counts as the oldest. A file the newer release has and this one lacks would be retired:
+    deleting a newer release's ledger row is a downgrade too."""
+    (sql_copy / "functions" / "zz_patch.sql").write_text(
+        "CREATE OR REPLACE FUNCTION harvest._zz_patch() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$;\n"
+    )
+    as_release(monkeypatch, "2.0.0", sql_copy)
+    assert m.Migrator(db).run().functions_applied == ["zz_patch.sql"]
+    as_release(monkeypatch, "unknown", REPO)
+    with pytest.raises(SchemaMismatch, match=r"functions/zz_patch\.sql applied by Harvest 2\.0\.0") as info:
+        m.Migrator(db).run()
+    assert "an unknown version" in str(info.value)
+    assert "zz_patch.sql" in function_releases(db)
+    as_release(monkeypatch, "1.9.9", REPO)
+    with pytest.raises(SchemaMismatch, match="zz_patch"):
+        m.Migrator(db).run()
+    report = m.Migrator(db).run(allow_downgrade=True)
+    assert report.functions_retired == ["zz_patch.sql"] and report.functions_downgraded == {
+        "zz_patch.sql": "2.0.0"
+    }
+
+
+def test_an_included_set_runs_after_harvests_functions_so_it_can_use_this_releases_sql_api(
+    db: str, tmp_path: Path
+) -> None:
+    """A run that upgrades Harvest and applies an app's migrations. Harvest's migrations drop
+    functions whose new signatures its function files bring back (0077, 0080, 0081 do), and a
+    function new in a release exists only once the files are applied: an app migration that
+    calls the SQL API (to seed a schedule, set retention, ...) must run after them, not between
+    Harvest's migrations and its functions, against the functions of no release."""
+    # As far as this needs, the previous release's database: Harvest's newest migration pending
+    # (the run applies every function file after it) and a function it dropped, which this
+    # release's core.sql brings back.
+    query(
+        db,
+        "DELETE FROM harvest.schema_migrations WHERE set_name = 'harvest' AND version = %s",
+        (LATEST_CORE,),
+    )
+    query(db, "DROP FUNCTION harvest.payload_limit()")
+    app = write_set(
+        tmp_path / "app",
+        {"0001_uses_the_api.sql": "CREATE TABLE public.limits AS SELECT harvest.payload_limit() AS bytes;\n"},
+    )
+    plan = cli("run", "--dry-run", "--include-dir", str(app), dsn=db)
+    planned = [line.strip() for line in plan.stdout.splitlines() if "would apply" in line]
+    assert planned.index("would apply app/0001_uses_the_api.sql") > planned.index(
+        "would apply functions/core.sql"
+    )
+    result = cli("run", "--include-dir", str(app), dsn=db)
+    assert result.exit_code == 0, result.output
+    order = [line for line in result.stderr.splitlines() if line.startswith("applying ")]
+    assert order.index("applying app/0001_uses_the_api.sql") > order.index("applying functions/core.sql")
+    assert query(db, "SELECT count(*) FROM public.limits") == [(1,)]
+    assert cli("status", "--check", "--include-dir", str(app), dsn=db).exit_code == 0
+
+
+def test_a_run_whose_connection_is_lost_names_the_file_it_was_applying(db: str, tmp_path: Path) -> None:
+    """The server ends the migrator's session mid-file (a failover, an administrator): the one
+    error line must say which file and why, not only what releasing the migration lock on the
+    dead connection raised afterwards ("the connection is closed")."""
+    app = write_set(tmp_path / "app", {"0001_lost.sql": "SELECT pg_terminate_backend(pg_backend_pid());\n"})
+    result = cli_process("run", "--include-dir", str(app), dsn=db)
+    assert result.returncode == 1, result.stderr
+    [error] = error_lines(result.stderr)
+    assert "0001_lost.sql line 1" in error and "terminat" in error, error
+    assert "nothing from this file was recorded" in error
+    assert ("app", "0001") not in {(s, v) for s, v, *_ in ledger(db)}
+    # The session (and its lock) went with the connection: the next run is not kept waiting.
+    (app / "0001_lost.sql").write_text("SELECT 1;\n")
+    again = cli_process("run", "--include-dir", str(app), dsn=db, timeout=60)
+    assert again.returncode == 0 and "waiting for another" not in again.stderr, again.stderr
+
+
+# A migrator of release argv[2] whose progress lines go to stderr as they come; with argv[3]
+# ("hold"), it stops inside its functions' step (after core.sql, before the commit) until a line
+# arrives on stdin.
+RELEASE_MIGRATOR = """
+import sys
+from harvest.core.errors import HarvestError
+from harvest.db import migrate as m
+
+m._package_version = lambda: sys.argv[2]
+
+def progress(line):
+    print(line, file=sys.stderr, flush=True)
+    if line == "applying functions/core.sql" and sys.argv[3] == "hold":
+        sys.stdin.readline()
+
+try:
+    report = m.Migrator(sys.argv[1], progress=progress).run()
+except HarvestError as exc:
+    print(f"error: {exc}", file=sys.stderr, flush=True)
+    sys.exit(1)
+print("applied", ",".join(report.functions_applied))
+"""
+
+
+def read_until(stream, marker: str) -> list[str]:
+    lines = []
+    while True:
+        line = stream.readline()
+        assert line, f"the process ended before {marker!r}: {lines}"
+        lines.append(line.rstrip("\n"))
+        if lines[-1].startswith(marker):
+            return lines
+
+
+def test_an_older_release_started_while_a_newer_one_applies_its_functions_refuses_after_the_lock(
+    db: str, sql_copy: Path
+) -> None:
+    """The release check reads the ledger under the migration lock: an older release that
+    starts while a newer one is inside its functions' step (its rows not yet committed) waits,
+    then sees them and refuses, rather than judging the ledger as it was and downgrading it."""
+    core = sql_copy / "functions" / "core.sql"
+    core.write_text(core.read_text() + f"\nCOMMENT ON FUNCTION harvest.payload_limit IS '{PATCHED}';\n")
+
+    def start(version: str, root: Path, hold: str) -> subprocess.Popen:
+        env = {**cli_env(), "HARVEST_SQL_DIR": str(root)}
+        return subprocess.Popen(
+            [sys.executable, "-c", RELEASE_MIGRATOR, db, version, hold],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    newer = start("1.4.2", sql_copy, "hold")
+    older = None
+    try:
+        read_until(newer.stderr, "applying functions/core.sql")  # holding the lock, not committed
+        older = start("1.4.1", REPO, "go")
+        read_until(older.stderr, "waiting for another")
+        newer.stdin.write("go\n")
+        newer.stdin.flush()
+        out, err = newer.communicate(timeout=120)
+        assert newer.returncode == 0 and out.strip() == "applied core.sql", err
+        out, err = older.communicate(timeout=120)
+    finally:
+        for proc in (newer, older):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert older.returncode == 1, out + err
+    assert "newer release's: functions/core.sql applied by Harvest 1.4.2" in err
+    assert function_releases(db)["core.sql"][1] == "1.4.2" and payload_limit_comment(db) == PATCHED
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "word"),
+    [
+        # psql-style: the COMMIT committed the table, the error after it left it unrecorded
+        ("BEGIN;\nCREATE TABLE public.half_done (id int);\nCOMMIT;\nSELECT 1 / 0;\n", 1, "BEGIN"),
+        ("CREATE TABLE public.half_done (id int);\n\nCOMMIT;\nSELECT 1 / 0;\n", 3, "COMMIT"),
+        # the ROLLBACK undid the table and the runner recorded the file as applied
+        ("CREATE TABLE public.half_done (id int);\n-- changed my mind\nROLLBACK;\n", 3, "ROLLBACK"),
+        ("-- harvest:no-transaction\nBEGIN;\nCREATE TABLE public.half_done (id int);\n", 2, "BEGIN"),
+    ],
+    ids=["begin-commit", "commit", "rollback", "begin-without-transaction"],
+)
+def test_a_migration_holding_transaction_control_is_refused_before_it_runs(
+    db: str, tmp_path: Path, text: str, line: int, word: str
+) -> None:
+    """The runner owns the transaction: a COMMIT or ROLLBACK inside a file broke the promise that
+    a failed file leaves neither its changes nor its record, and that a recorded one is applied."""
+    app = write_set(tmp_path / "app", {"0001_ok.sql": "SELECT 1;\n", "0002_control.sql": text})
+    with pytest.raises(m.MigrationError) as info:
+        m.Migrator(db, [app]).run()
+    message = str(info.value)
+    assert f"0002_control.sql line {line}: {word}" in message and "runner owns" in message, message
+    assert message.endswith("nothing from this file was recorded, fix it and run again")
+    assert not relation_exists(db, "public.half_done"), "a statement of the refused file ran"
+    assert ("app", "0002") not in {(s, v) for s, v, *_ in ledger(db)}
+    assert ("app", "0001") in {(s, v) for s, v, *_ in ledger(db)}
+    # Savepoints stay inside the runner's transaction: allowed.
+    (app / "0002_control.sql").write_text(
+        "SAVEPOINT a;\nCREATE TABLE public.kept (id int);\nRELEASE SAVEPOINT a;\n"
+        "SAVEPOINT b;\nCREATE TABLE public.undone (id int);\nROLLBACK TO SAVEPOINT b;\n"
+    )
+    m.Migrator(db, [app]).run()
+    assert relation_exists(db, "public.kept") and not relation_exists(db, "public.undone")
+
+
+def test_an_applied_migration_edited_since_is_named_not_silently_skipped(db: str, tmp_path: Path) -> None:
+    """A migration is never run again, so an edit to an applied one changes nothing where it
+    ran (and everything where it has not yet): the ledger has its checksum, and status and run
+    say so instead of passing over it in silence."""
+    app = write_set(tmp_path / "app", {"0001_widgets.sql": "CREATE TABLE public.widgets (id int);\n"})
+    assert cli("run", "--include-dir", str(app), dsn=db).exit_code == 0
+    assert "changed since" not in cli("status", "--include-dir", str(app), dsn=db).stdout
+    (app / "0001_widgets.sql").write_text("CREATE TABLE public.widgets (id int, name text);\n")
+
+    status = cli("status", "--include-dir", str(app), dsn=db)
+    [line] = [x for x in status.stdout.splitlines() if "app/0001_widgets.sql" in x]
+    assert "applied" in line and "changed since it was applied" in line, line
+    as_json = json.loads(cli("status", "--output", "json", "--include-dir", str(app), dsn=db).stdout)
+    changed = {(r["set"], r["version"]): r["changed"] for r in as_json["migrations"]}
+    assert changed[("app", "0001")] is True and not any(v for k, v in changed.items() if k[0] == "harvest")
+    # Not pending: --check is about what a run would do.
+    assert cli("status", "--check", "--include-dir", str(app), dsn=db).exit_code == 0
+    for args in (["run", "--dry-run"], ["run"]):
+        result = cli(*args, "--include-dir", str(app), dsn=db)
+        assert result.exit_code == 0, result.output
+        assert "app/0001_widgets.sql changed since it was applied" in result.stderr, result.stderr
+        assert "new migration" in result.stderr
+    assert query(
+        db, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.widgets'::regclass AND attnum > 0"
+    ) == [(1,)]
+
+
+def test_harvests_own_migrations_directory_is_refused_as_an_included_set(db: str) -> None:
+    """Passed by mistake (`--include-dir .../harvest/migrations`), Harvest's own files became a set
+    named `migrations` and every core migration ran a second time under it."""
+    own = REPO / "migrations"
+    with pytest.raises(ConfigError, match="Harvest's own migrations"):
+        m.discover([own])
+    result = cli("run", "--include-dir", str(own), dsn=db)
+    assert result.exit_code == 1 and "Harvest's own migrations" in result.stderr, result.output
+    assert "migrations" not in {s for s, *_ in ledger(db)}

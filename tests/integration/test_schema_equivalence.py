@@ -42,8 +42,9 @@ def install_canonical(dsn: str, reverse_functions: bool = False) -> None:
             )
         for path in sorted((REPO / "functions").glob("*.sql")):
             conn.execute(
-                "INSERT INTO harvest.function_files (file_name, checksum) VALUES (%s, %s)",
-                (path.name, m.file_checksum(path)),
+                "INSERT INTO harvest.function_files (file_name, checksum, package_version)"
+                " VALUES (%s, %s, %s)",
+                (path.name, m.file_checksum(path), m._package_version()),
             )
 
 
@@ -65,7 +66,7 @@ def ledger_keys(dsn: str) -> tuple[list, list]:
             " FROM harvest.schema_migrations ORDER BY 1, 2"
         ).fetchall()
         functions = conn.execute(
-            "SELECT file_name, checksum FROM harvest.function_files ORDER BY 1"
+            "SELECT file_name, checksum, package_version FROM harvest.function_files ORDER BY 1"
         ).fetchall()
     return migrations, functions
 
@@ -78,7 +79,7 @@ def test_fresh_install_catalog_equals_the_migrated_catalog(two_dbs: tuple[str, s
     assert a["indexes"] and a["constraints"] and a["sequences"]
     assert "schema_version" in {f[0] for f in a["functions"]}
     catalog.assert_same(a, b, "sql/ + functions/", "migrations/")
-    # Same ledger keys and checksums (applied_at differs and is not compared).
+    # Same ledger keys, checksums and releases (applied_at differs and is not compared).
     assert ledger_keys(canonical) == ledger_keys(migrated)
 
 

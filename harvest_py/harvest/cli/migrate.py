@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import click
 from harvest.cli.output import cli_dsn, output_option, scrub, to_json
 from harvest.core.errors import HarvestError
 from harvest.db.connection import describe_dsn
-from harvest.db.migrate import Migrator
+from harvest.db.migrate import CORE_SET, Migrator
 
 database_url_option = click.option(
     "--database-url",
@@ -72,12 +73,14 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
                             "name": r.migration.name,
                             "transactional": r.migration.transactional,
                             "applied_at": r.applied_at.isoformat() if r.applied_at else None,
+                            "changed": r.changed,
                         }
                         for r in rows
                     ],
                     "pending": len(pending),
                     "stale_function_files": [p.name for p in stale],
                     "retired_function_files": report.retired_functions,
+                    "function_file_releases": report.function_releases,
                     "unknown_migrations": [
                         {
                             "set": u.set_name,
@@ -96,6 +99,8 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
         for r in rows:
             state = f"applied {r.applied_at:%Y-%m-%d %H:%M:%S}" if r.applied_at else "pending"
             mark = "" if r.migration.transactional else "  (non-transactional)"
+            if r.changed:
+                mark += "  (changed since it was applied: not run again)"
             click.echo(f"{r.migration.label:<45} {state}{mark}")
         for u in unknown:
             click.echo(f"{u.label:<45} applied {u.applied_at:%Y-%m-%d %H:%M:%S}  (unknown to this Harvest)")
@@ -110,6 +115,13 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
             f"{len(rows) - len(pending)} applied, {len(pending)} pending"
             + (f", {len(unknown)} unknown to this Harvest" if unknown else "")
         )
+        if report.function_releases:
+            # Which release's SQL functions the database runs (a rollout applied, a rollback put back).
+            counts = Counter(v or "unknown (before 0085)" for v in report.function_releases.values())
+            click.echo(
+                "function files applied by "
+                + ", ".join(f"Harvest {v} ({n})" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            )
         if report.ahead:
             click.echo(str(report.ahead))
     if check and (pending or stale or report.retired_functions or report.ahead):
@@ -127,7 +139,17 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
     help="After migrating, make this database shard N (idempotent; refused when it holds "
     "another shard's executions).",
 )
-@click.option("--operator-id", default=None, help="Who sets the shard id, for the audit log.")
+@click.option(
+    "--operator-id",
+    default=None,
+    help="Who sets the shard id or downgrades the functions, for the audit log.",
+)
+@click.option(
+    "--allow-downgrade",
+    is_flag=True,
+    help="Put this release's function files back over those a newer release of the same schema "
+    "version applied (a rollback; each file is printed and the downgrade audited).",
+)
 @output_option
 def run(
     database_url: str | None,
@@ -135,13 +157,16 @@ def run(
     dry_run: bool,
     shard_id: int | None,
     operator_id: str | None,
+    allow_downgrade: bool,
     output: str,
 ) -> None:
     """Apply every pending migration in version order, then changed function files; with
     --shard-id N, then make the database shard N."""
     dsn = cli_dsn(database_url)
     migrator = Migrator(dsn, include_dirs, progress=lambda msg: click.echo(msg, err=True))
-    report = migrator.run(dry_run=dry_run, shard_id=shard_id, operator_id=operator_id)
+    report = migrator.run(
+        dry_run=dry_run, shard_id=shard_id, operator_id=operator_id, allow_downgrade=allow_downgrade
+    )
     if output == "json":  # the same facts as the lines below, for scripts
         click.echo(
             to_json(
@@ -152,6 +177,7 @@ def run(
                     "applied_non_transactional": [m.label for m in report.applied_non_transactional],
                     "functions_applied": list(report.functions_applied),
                     "functions_retired": list(report.functions_retired),
+                    "functions_downgraded": dict(report.functions_downgraded),
                     "shard": report.shard,
                 }
             )
@@ -159,12 +185,18 @@ def run(
         return
     if dry_run:
         click.echo(f"plan for {describe_dsn(dsn)} (dry run, nothing changed):")
-        for m in report.applied:
+        # In the order a run applies them: Harvest's migrations, its functions, the included sets.
+        core = [m for m in report.applied if m.set_name == CORE_SET]
+        for m in core:
             click.echo(f"  would apply {m.label}" + ("" if m.transactional else " (non-transactional)"))
         for name in report.functions_applied:
-            click.echo(f"  would apply functions/{name}")
+            was = report.functions_downgraded.get(name)
+            click.echo(f"  would apply functions/{name}" + (f" (downgrading Harvest {was}'s)" if was else ""))
         for name in report.functions_retired:
             click.echo(f"  would retire functions/{name} (its ledger row)")
+        for m in report.applied:
+            if m.set_name != CORE_SET:
+                click.echo(f"  would apply {m.label}" + ("" if m.transactional else " (non-transactional)"))
         if report.shard is not None:
             if report.shard["changed"]:
                 was = report.shard["previous_shard_id"]
@@ -192,6 +224,7 @@ def run(
         )
         + f", {len(report.functions_applied)} function file(s)"
         + (f", {len(report.functions_retired)} retired" if report.functions_retired else "")
+        + (f", {len(report.functions_downgraded)} downgraded" if report.functions_downgraded else "")
         + (_shard_note(report.shard) if report.shard is not None else "")
     )
 

@@ -2,18 +2,23 @@
 
 A migration is a plain ``NNNN_description.sql`` file. It runs in one transaction
 together with its ledger row, so a failure leaves neither the change nor the
-record. A file whose first lines carry ``-- harvest:no-transaction`` runs in
+record (the runner owns the transaction: a file holding BEGIN, COMMIT or ROLLBACK is
+refused). A file whose first lines carry ``-- harvest:no-transaction`` runs in
 autocommit, one statement at a time (``CREATE INDEX CONCURRENTLY`` needs that);
 it must be idempotent because nothing can roll it back.
 
 Concurrent migrators are serialised by a session advisory lock held for the whole
 run, so each migration applies once whoever runs it; the others wait for it between short
-tries (see Migrator._lock). After the migrations, every
-file in ``functions/`` (``CREATE OR REPLACE``, repeatable) is applied when its
+tries (see Migrator._lock). After Harvest's migrations (and before the included sets', which
+may call the SQL API), every file in ``functions/`` (``CREATE OR REPLACE``, repeatable) is applied when its
 checksum differs from the one recorded, so an unchanged file is not re-run; the files, their
 checksums and the functions' grants commit as one step (Migrator._apply_all_functions), and a
 run with Harvest migrations to apply marks every file stale before the first of them, so a run
 stopped anywhere leaves the rest pending, never a ledger that says it is done.
+
+Each function file's ledger row names the release (the package's version) that applied it: a
+release does not replace, nor retire, a file a newer release applied (two patch releases share
+a schema version and differ in their functions/), unless told to (``allow_downgrade``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch, from_database_error
 from harvest.db import SCHEMA_VERSION, paths, sqlapi
@@ -44,6 +50,14 @@ MIGRATE_LOCK_KEY = 0x48415256  # "HARV"
 # The function ledger's checksum of a file to apply again: what a run that has migrations to
 # apply writes first, so that one stopped before its functions' step leaves them all pending.
 STALE_CHECKSUM = "stale"
+# PEP 440's public versions (what importlib.metadata answers for a built package), ordered as PEP
+# 440 orders them, with no dependency on `packaging`: N(.N)*[{a|b|rc}N][.postN][.devN][+local],
+# the local label ignored. Anything else ("unknown": a checkout run without being installed) and
+# a ledger row from before migration 0085 (no release) count as the oldest release.
+RELEASE_VERSION = re.compile(
+    r"^v?(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?(?:\+[a-z0-9.]+)?$"
+)
+PRE_RELEASES = ("a", "b", "rc")
 MIGRATION_NOT_RECORDED = "nothing from this file was recorded, fix it and run again"
 FUNCTIONS_NOT_RECORDED = "no function file of this run was recorded, fix it and run again"
 
@@ -74,6 +88,8 @@ class Migration:
 class MigrationStatus:
     migration: Migration
     applied_at: datetime | None
+    # applied, and its file differs from the one recorded: it is not run again
+    changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,7 +113,11 @@ class StatusReport:
     # ledger rows of function files this package no longer has (moved or removed): a run deletes them
     retired_functions: list[str]
     unknown: list[UnknownMigration]  # applied, and not in this package: the database is ahead
-    ahead: SchemaMismatch | None  # the refusal, when some set's database version is the newer
+    # the refusal, when some set's database version is the newer, or (same schema) function
+    # files this package would replace were applied by a newer release
+    ahead: SchemaMismatch | None
+    # each recorded function file and the release that applied it (None: before migration 0085)
+    function_releases: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -106,6 +126,8 @@ class RunReport:
     applied_non_transactional: list[Migration] = field(default_factory=list)
     functions_applied: list[str] = field(default_factory=list)
     functions_retired: list[str] = field(default_factory=list)
+    # applied (or retired) over a newer release's rows, with allow_downgrade: {file: that release}
+    functions_downgraded: dict[str, str] = field(default_factory=dict)
     # run(shard_id=N): harvest.set_shard_id's answer {shard_id, previous_shard_id, changed}
     # (a dry run: what it would be, "changed" meaning it would change)
     shard: dict[str, Any] | None = None
@@ -144,11 +166,18 @@ def load_set(directory: Path, set_name: str) -> list[Migration]:
 
 
 def discover(include_dirs: Iterable[Path] = ()) -> list[Migration]:
-    migrations = load_set(paths.migrations_dir(), CORE_SET)
+    own = paths.migrations_dir()
+    migrations = load_set(own, CORE_SET)
     seen: dict[str, Path] = {}
     for directory in include_dirs:
         directory = Path(directory)
         set_name = directory.resolve().name
+        # Under another set's name, Harvest's own files would all run a second time.
+        if directory.resolve() == own.resolve():
+            raise ConfigError(
+                f"--include-dir {directory} is Harvest's own migrations directory, which every run "
+                "applies: leave it out (--include-dir is for an application's own sets)"
+            )
         # The ledger keys a set by its directory's name: a set named like Harvest's own, or
         # like another included one, would mix its versions into theirs.
         if set_name == CORE_SET:
@@ -183,6 +212,31 @@ def statements(sql: str) -> list[tuple[int, str]]:
     return result
 
 
+def transaction_control(sql: str) -> tuple[int, str] | None:
+    """The line and keyword of the first statement in ``sql`` that would end or open the
+    runner's transaction (BEGIN, COMMIT, ROLLBACK, PREPARE TRANSACTION, ...), or None. A COMMIT
+    in a file kept its first half with no ledger row when a later statement failed; a ROLLBACK
+    undid the file and the runner recorded it as applied; a BEGIN in a no-transaction file wrapped
+    the rest in a block. Savepoints stay inside the transaction and are allowed."""
+    import pglast
+    from pglast.ast import TransactionStmt
+    from pglast.enums import TransactionStmtKind
+
+    inside = {
+        TransactionStmtKind.TRANS_STMT_SAVEPOINT,
+        TransactionStmtKind.TRANS_STMT_RELEASE,
+        TransactionStmtKind.TRANS_STMT_ROLLBACK_TO,
+    }
+    for raw in pglast.parse_sql(sql):
+        stmt = raw.stmt
+        if isinstance(stmt, TransactionStmt) and stmt.kind not in inside:
+            start = raw.stmt_location or 0
+            text = sql[start:]
+            start += len(text) - len(text.lstrip())  # (the location may point at the whitespace before)
+            return sql.count("\n", 0, start) + 1, sql[start:].split(None, 1)[0].rstrip(";").upper()
+    return None
+
+
 def function_files() -> list[Path]:
     return sorted(paths.functions_dir().glob("*.sql"))
 
@@ -190,6 +244,60 @@ def function_files() -> list[Path]:
 def file_checksum(path: Path) -> str:
     """The ledger checksum of a functions/ file: SHA-256 of its bytes, exactly as on disk."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def release_order(version: str | None) -> tuple[Any, ...]:
+    """A sort key of a release's version: a newer release's is greater; two versions with equal
+    keys are the same release; unknown versions (and None) are equal and below every other."""
+    match = RELEASE_VERSION.match((version or "").strip().lower())
+    if not match:
+        return (0,)
+    release, phase, pre, post, dev = match.groups()
+    numbers = [int(n) for n in release.split(".")]
+    while len(numbers) > 1 and numbers[-1] == 0:  # 1.2 is 1.2.0
+        numbers.pop()
+    if phase:
+        stage = (1, PRE_RELEASES.index(phase), int(pre))
+    elif dev is not None and post is None:
+        stage = (0, 0, 0)  # 1.0.dev1 comes before 1.0a1
+    else:
+        stage = (2, 0, 0)  # the final release after its pre-releases
+    return (
+        1,
+        tuple(numbers),
+        stage,
+        -1 if post is None else int(post),
+        (0, int(dev)) if dev is not None else (1, 0),
+    )
+
+
+@dataclass(frozen=True)
+class NewerFunctionFile:
+    """A function file a run would replace (or retire) that a newer release applied."""
+
+    file_name: str
+    package_version: str
+
+
+def downgrade_message(newer: list[NewerFunctionFile], ours: str) -> str:
+    """Refusing to put this older release's function files back over a newer release's."""
+    releases = sorted({f.package_version for f in newer}, key=release_order)
+    newest = releases[-1]
+    names = [f"functions/{f.file_name}" for f in newer]
+    listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    this = (
+        f"Harvest {ours}"
+        if release_order(ours) != (0,)
+        else f"Harvest of an unknown version ({ours!r}: "
+        + ("a checkout that is not installed)" if ours == "unknown" else "not a PEP 440 version)")
+    )
+    return (
+        f"the database's SQL functions are a newer release's: {listed} applied by Harvest "
+        f"{', '.join(releases)}, "
+        f"this is {this}, which would put its older files back. Upgrade Harvest (the "
+        f"package) to {newest} or later; to roll the functions back on purpose, run `harvest migrate "
+        "run --allow-downgrade`"
+    )
 
 
 class Migrator:
@@ -201,17 +309,30 @@ class Migrator:
         self.progress = progress or (lambda _msg: None)
 
     # -- reading -----------------------------------------------------------------------
-    def _ledger(self, conn: psycopg.Connection) -> list[tuple[str, str, str, datetime]]:
+    def _ledger(self, conn: psycopg.Connection) -> list[tuple[str, str, str, datetime, str]]:
         exists = conn.execute("SELECT to_regclass('harvest.schema_migrations') IS NOT NULL").fetchone()[0]  # type: ignore[index]  # one row
         if not exists:
             return []
         return conn.execute(
-            "SELECT set_name, version, name, applied_at FROM harvest.schema_migrations"
+            "SELECT set_name, version, name, applied_at, checksum FROM harvest.schema_migrations"
             " ORDER BY set_name, version"
         ).fetchall()
 
     def _applied(self, conn: psycopg.Connection) -> dict[tuple[str, str], datetime]:
-        return {(s, v): at for s, v, _name, at in self._ledger(conn)}
+        return {(s, v): at for s, v, _name, at, _checksum in self._ledger(conn)}
+
+    def _changed(self, conn: psycopg.Connection) -> list[Migration]:
+        """Applied migrations whose file is not the one recorded (edited since): never run
+        again, so the edit does nothing where the file was applied."""
+        recorded = {(s, v): checksum for s, v, _name, _at, checksum in self._ledger(conn)}
+        return [m for m in self.migrations if recorded.get((m.set_name, m.version), m.checksum) != m.checksum]
+
+    def _note_changed(self, conn: psycopg.Connection) -> None:
+        for m in self._changed(conn):
+            self.progress(
+                f"note: {m.label} changed since it was applied; an applied migration is not run "
+                "again: put the change in a new migration"
+            )
 
     def _unknown(self, conn: psycopg.Connection) -> list[UnknownMigration]:
         """Applied migrations of this run's sets that this run does not have. Rows of other
@@ -220,7 +341,7 @@ class Migrator:
         sets = {m.set_name for m in self.migrations} | {CORE_SET}
         return [
             UnknownMigration(s, v, n, at)
-            for s, v, n, at in self._ledger(conn)
+            for s, v, n, at, _checksum in self._ledger(conn)
             if s in sets and (s, v) not in known
         ]
 
@@ -242,12 +363,37 @@ class Migrator:
             "run the newer release that has it, not this one"
         )
 
+    def _function_ledger(self, conn: psycopg.Connection) -> dict[str, tuple[str, str | None]]:
+        """Each recorded function file's checksum and the release that applied it (None before
+        migration 0085 added the column, and in the rows it found)."""
+        columns = {
+            name
+            for (name,) in conn.execute(
+                "SELECT attname FROM pg_catalog.pg_attribute WHERE attnum > 0 AND NOT attisdropped"
+                " AND attrelid = to_regclass('harvest.function_files')"
+            ).fetchall()
+        }
+        if not columns:
+            return {}
+        release = "package_version" if "package_version" in columns else "NULL::text"
+        rows = conn.execute(f"SELECT file_name, checksum, {release} FROM harvest.function_files").fetchall()  # pyright: ignore[reportArgumentType, reportCallIssue]  # one of two literals
+        return {name: (checksum, version) for name, checksum, version in rows}
+
     def _stale_functions(self, conn: psycopg.Connection) -> list[Path]:
-        exists = conn.execute("SELECT to_regclass('harvest.function_files') IS NOT NULL").fetchone()[0]  # type: ignore[index]  # one row
-        recorded: dict[str, Any] = {}
-        if exists:
-            recorded = dict(conn.execute("SELECT file_name, checksum FROM harvest.function_files").fetchall())
-        return [p for p in function_files() if recorded.get(p.name) != file_checksum(p)]
+        recorded = self._function_ledger(conn)
+        return [p for p in function_files() if recorded.get(p.name, ("", None))[0] != file_checksum(p)]
+
+    def _newer_functions(self, conn: psycopg.Connection, core_pending: bool) -> list[NewerFunctionFile]:
+        """The function files this run would replace or retire whose ledger rows a newer release
+        wrote (a run with Harvest migrations to apply replaces every file)."""
+        ours = release_order(_package_version())
+        touched = {p.name for p in (function_files() if core_pending else self._stale_functions(conn))}
+        touched.update(self._retired_functions(conn))
+        return [
+            NewerFunctionFile(name, version)
+            for name, (_checksum, version) in sorted(self._function_ledger(conn).items())
+            if name in touched and version is not None and release_order(version) > ours
+        ]
 
     def _retired_functions(self, conn: psycopg.Connection) -> list[str]:
         """Ledger rows of files no longer in functions/ (a file renamed, merged or removed).
@@ -276,16 +422,36 @@ class Migrator:
             stale = self._stale_functions(conn)
             retired = self._retired_functions(conn)
             unknown = self._unknown(conn)
-        rows = [MigrationStatus(m, applied.get((m.set_name, m.version))) for m in self.migrations]
-        return StatusReport(rows, stale, retired, unknown, self._ahead(unknown))
+            changed = {(m.set_name, m.version) for m in self._changed(conn)}
+            releases = {name: version for name, (_checksum, version) in self._function_ledger(conn).items()}
+            ahead = self._ahead(unknown)
+            if ahead is None:
+                core_pending = any(
+                    m.set_name == CORE_SET and (m.set_name, m.version) not in applied for m in self.migrations
+                )
+                newer = self._newer_functions(conn, core_pending)
+                if newer:
+                    ahead = SchemaMismatch(downgrade_message(newer, _package_version()))
+        rows = [
+            MigrationStatus(m, applied.get((m.set_name, m.version)), (m.set_name, m.version) in changed)
+            for m in self.migrations
+        ]
+        return StatusReport(rows, stale, retired, unknown, ahead, dict(sorted(releases.items())))
 
     # -- writing -----------------------------------------------------------------------
     def run(
-        self, dry_run: bool = False, *, shard_id: int | None = None, operator_id: str | None = None
+        self,
+        dry_run: bool = False,
+        *,
+        shard_id: int | None = None,
+        operator_id: str | None = None,
+        allow_downgrade: bool = False,
     ) -> RunReport:
         """Apply what is pending; then, with ``shard_id``, make the database that shard
         (``harvest.set_shard_id``: idempotent, refused with WrongShard when the database holds
-        executions of another shard, audited as ``operator_id``)."""
+        executions of another shard, audited as ``operator_id``). Function files a newer release
+        applied are refused (SchemaMismatch), or with ``allow_downgrade`` replaced by this
+        release's, each said in a progress line and the whole audited as ``operator_id``."""
         if shard_id is not None and (isinstance(shard_id, bool) or not 0 <= shard_id <= 65535):
             raise ConfigError(f"--shard-id {shard_id} is not a shard number 0..65535")
         report = RunReport()
@@ -295,9 +461,11 @@ class Migrator:
                 if ahead:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
                 applied = self._applied(conn)
+                self._note_changed(conn)
                 report.applied = [m for m in self.migrations if (m.set_name, m.version) not in applied]
                 # (a run with Harvest migrations to apply applies every function file again: run())
                 core = any(m.set_name == CORE_SET for m in report.applied)
+                report.functions_downgraded = self._refuse_downgrade(conn, core, allow_downgrade, say=False)
                 stale = function_files() if core else self._stale_functions(conn)
                 report.functions_applied = [p.name for p in stale]
                 report.functions_retired = self._retired_functions(conn)
@@ -319,30 +487,71 @@ class Migrator:
                 # The ledgers' one definition is sql/ledger.sql (a fresh install's first file).
                 conn.execute(paths.ledger_file().read_text())  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own file
                 applied = self._applied(conn)
+                self._note_changed(conn)
                 pending = [m for m in self.migrations if (m.set_name, m.version) not in applied]
-                if any(m.set_name == CORE_SET for m in pending):
+                core_pending = any(m.set_name == CORE_SET for m in pending)
+                # Also before anything is written: the lock keeps another release from applying
+                # files between this check and this run's functions' step.
+                report.functions_downgraded = self._refuse_downgrade(conn, core_pending, allow_downgrade)
+                if core_pending:
                     # From Harvest's first migration until the functions' step commits, the
                     # functions are not this run's (0080 drops one its start.sql brings back): a
                     # run stopped anywhere in between leaves every file pending, for `status` to
                     # say and the next run to apply (with the grants a new table needs too).
                     conn.execute("UPDATE harvest.function_files SET checksum = %s", (STALE_CHECKSUM,))
-                for migration in pending:
-                    self.progress(
-                        f"applying {migration.label}"
-                        + ("" if migration.transactional else " (non-transactional)")
-                    )
-                    self._apply(conn, migration)
-                    (report.applied if migration.transactional else report.applied_non_transactional).append(
-                        migration
-                    )
-                self._apply_all_functions(conn, report)
+                # Harvest's migrations, its functions, then the included sets: an app's migration
+                # may call the SQL API, which is this release's only once the files are applied
+                # (a Harvest migration may drop a function whose new signature they bring back).
+                self._apply_migrations(conn, [m for m in pending if m.set_name == CORE_SET], report)
+                self._apply_all_functions(conn, report, operator_id)
+                included = [m for m in pending if m.set_name != CORE_SET]
+                self._apply_migrations(conn, included, report)
+                if included:
+                    # What they made in schema harvest gets the options and grants every function
+                    # there has, as when they ran before the functions' step.
+                    with conn.transaction():
+                        self._secure_functions(conn)
                 if shard_id is not None:
                     report.shard = self._set_shard_id(conn, shard_id, operator_id)
             finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
+                # A session the server ended took its lock with it; unlocking there would raise
+                # "the connection is closed" over the error that says which file and why.
+                if not conn.broken:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
         return report
 
-    def _apply_all_functions(self, conn: psycopg.Connection, report: RunReport) -> None:
+    def _apply_migrations(
+        self, conn: psycopg.Connection, migrations: list[Migration], report: RunReport
+    ) -> None:
+        for migration in migrations:
+            self.progress(
+                f"applying {migration.label}" + ("" if migration.transactional else " (non-transactional)")
+            )
+            self._apply(conn, migration)
+            (report.applied if migration.transactional else report.applied_non_transactional).append(
+                migration
+            )
+
+    def _refuse_downgrade(
+        self, conn: psycopg.Connection, core_pending: bool, allow: bool, say: bool = True
+    ) -> dict[str, str]:
+        """Refuse a run that would replace or retire function files a newer release applied
+        (SchemaMismatch, nothing changed); with ``allow``, the files it will put back and the
+        release each one replaces, ``say``-ing each as a progress line (a dry run's plan
+        lists them instead)."""
+        newer = self._newer_functions(conn, core_pending)
+        if newer and not allow:
+            raise SchemaMismatch(f"{downgrade_message(newer, _package_version())}; nothing was changed")
+        for f in newer if say else ():
+            self.progress(
+                f"downgrading functions/{f.file_name}: Harvest {f.package_version} applied it, "
+                f"this is Harvest {_package_version()} (--allow-downgrade)"
+            )
+        return {f.file_name: f.package_version for f in newer}
+
+    def _apply_all_functions(
+        self, conn: psycopg.Connection, report: RunReport, operator_id: str | None = None
+    ) -> None:
         """The functions' step, in one transaction: the changed files with their checksums,
         the retired files' rows, and the options and grants (harvest._secure_functions). One
         step, because a ledger that says a file is applied must mean its functions are usable:
@@ -369,6 +578,21 @@ class Migrator:
                 # CREATE OR REPLACE reset the options of what it replaced: pin search_path,
                 # SECURITY DEFINER and the role grants again (functions/security.sql).
                 self._secure_functions(conn)
+            if report.functions_downgraded:
+                # An operator's choice that changes what every worker runs: in the audit log,
+                # committed with the files it put back.
+                conn.execute(
+                    "SELECT harvest._audit('functions.downgrade', 'functions', %s, %s)",
+                    (
+                        operator_id,
+                        Jsonb(
+                            {
+                                "package_version": _package_version(),
+                                "replaced": report.functions_downgraded,
+                            }
+                        ),
+                    ),
+                )
 
     def _lock(self, conn: psycopg.Connection) -> None:
         """Take the migration lock, waiting for another migrator between short tries, never
@@ -453,6 +677,14 @@ class Migrator:
             raise MigrationError(
                 f"{path} line {line}: {exc.args[0]}; {not_recorded}"  # pyright: ignore[reportGeneralTypeIssues]
             ) from None
+        # The runner owns the transaction (the functions' step's, a migration's, or none).
+        control = transaction_control(sql)
+        if control:
+            line, word = control
+            raise MigrationError(
+                f"{path} line {line}: {word} is not allowed here, the runner owns the transaction "
+                f"(remove it); {not_recorded}"
+            )
         for line, stmt in parsed:
             try:
                 conn.execute(stmt, prepare=False)  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own files
@@ -491,10 +723,10 @@ class Migrator:
         # (read_text() would turn CRLF into LF and the file would never look applied).
         self._run_statements(conn, path, data.decode(), FUNCTIONS_NOT_RECORDED)
         conn.execute(
-            "INSERT INTO harvest.function_files (file_name, checksum) VALUES (%s, %s)"
+            "INSERT INTO harvest.function_files (file_name, checksum, package_version) VALUES (%s, %s, %s)"
             " ON CONFLICT (file_name) DO UPDATE SET checksum = excluded.checksum,"
-            " applied_at = clock_timestamp()",
-            (path.name, hashlib.sha256(data).hexdigest()),
+            " package_version = excluded.package_version, applied_at = clock_timestamp()",
+            (path.name, hashlib.sha256(data).hexdigest(), _package_version()),
         )
 
 
