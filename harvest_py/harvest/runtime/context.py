@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import functools
 import logging
+import sys
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, TypeVarTuple, overload
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.core.deprecation import queue_alias, renamed_attribute
 from harvest.core.durations import parse_duration
@@ -23,6 +25,7 @@ from harvest.core.payload import decode, decode_result, encode, encode_args, ret
 from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition
 from harvest.runtime.children import ChildPlacement
 from harvest.runtime.external import external_target
+from harvest.runtime.loop import IllegalWorkflowOperation
 
 if TYPE_CHECKING:
     from harvest.runtime.children import ChildHandle
@@ -37,6 +40,73 @@ __all__ = ["DEFAULT_VERSION", "ContinueAsNew", "WorkflowContext", "WorkflowInfo"
 ResultT = TypeVar("ResultT")
 Args = TypeVarTuple("Args")
 T = TypeVar("T")
+
+P = ParamSpec("P")
+
+
+class _CtxCall(Coroutine[Any, Any, Any]):
+    """What a ``ctx`` coroutine method returns: its coroutine, watched for being dropped unawaited.
+
+    ``ctx.execute_activity(...)`` without ``await`` issues nothing (the command is issued when
+    the coroutine first runs), so the activity silently never ran and the run went on; Python's
+    only trace was a RuntimeWarning in the worker's stderr, pointing at whatever freed the
+    coroutine. Freed without ever having run while the workflow's loop steps, it fails the
+    workflow task instead (``IllegalWorkflowOperation``, the run untouched), naming the
+    method and the workflow code's line. A ``Coroutine``, so ``asyncio.gather`` and
+    ``asyncio.create_task`` take it as they take the method's own.
+    """
+
+    __slots__ = ("_call", "_coro", "_loop", "_started")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], loop: Any, call: tuple[str, str, int]):
+        self._coro, self._loop, self._call, self._started = coro, loop, call, False
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        self._started = True
+        return self._coro.__await__()
+
+    def send(self, value: Any) -> Any:
+        self._started = True
+        return self._coro.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        self._started = True
+        return self._coro.throw(*args)
+
+    def close(self) -> None:
+        self._started = True
+        self._coro.close()
+
+    def __del__(self) -> None:
+        if self._started:
+            return
+        self._coro.close()  # (no RuntimeWarning from Python: reported here, where it helps)
+        loop = self._loop
+        if loop.is_running() and loop.fatal_error is None:  # (an evicted run's frames: not a mistake)
+            loop.fatal_error = IllegalWorkflowOperation(never_awaited_message(*self._call))
+
+
+def never_awaited_message(method: str, filename: str, line: int) -> str:
+    where = f" at {filename.rsplit('/', 1)[-1]}:{line}" if line else ""
+    return (
+        f"ctx.{method}(...){where} was never awaited, so it did nothing: write "
+        f"`await ctx.{method}(...)` (or hand it to asyncio.gather / asyncio.create_task)"
+    )
+
+
+def _must_await(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Wrap a ``ctx`` coroutine method's result in a ``_CtxCall`` that notices a missing ``await``."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
+        caller = sys._getframe(1)  # the workflow code's line, for the message
+        ctx = cast("WorkflowContext", args[0])
+        call = (name, caller.f_code.co_filename, caller.f_lineno or 0)
+        return cast("Coroutine[Any, Any, T]", _CtxCall(method(*args, **kwargs), ctx._run._loop, call))
+
+    return call
+
 
 # ``ctx.version`` returns it when replaying a history recorded before the call existed.
 DEFAULT_VERSION = -1
@@ -163,6 +233,7 @@ class WorkflowContext:
     async def execute_activity(
         self, activity: str | ActivityDefinition, *args: Any, **options: Any
     ) -> Any: ...
+    @_must_await
     async def execute_activity(self, activity: Any, *args: object, **options: Any) -> Any:
         """Schedule an activity and wait for its result.
 
@@ -216,6 +287,7 @@ class WorkflowContext:
     async def execute_local_activity(
         self, activity: str | ActivityDefinition, *args: Any, **options: Any
     ) -> Any: ...
+    @_must_await
     async def execute_local_activity(self, activity: Any, *args: object, **options: Any) -> Any:
         """Run an activity inline in this workflow task; its outcome is recorded as a marker."""
         defn, fn = self._resolve(activity)
@@ -257,6 +329,7 @@ class WorkflowContext:
         )
 
     # ------------------------------------------------------------------ timers
+    @_must_await
     async def sleep(self, duration: Any) -> None:
         """A durable timer: ``await ctx.sleep("1h")`` survives restarts."""
         seconds = parse_duration(duration, "sleep")
@@ -297,6 +370,7 @@ class WorkflowContext:
     async def wait_for_signal(self, name: str, timeout: Any = None, *, type_hint: type[T]) -> T: ...
     @overload
     async def wait_for_signal(self, name: str, timeout: Any = None, *, type_hint: Any = Any) -> Any: ...
+    @_must_await
     async def wait_for_signal(self, name: str, timeout: Any = None, *, type_hint: Any = Any) -> Any:
         """The oldest buffered payload of signal ``name``, or wait for the next one.
 
@@ -343,6 +417,7 @@ class WorkflowContext:
         return self._run.signals.count(name)
 
     # ------------------------------------------------------------------ other workflows
+    @_must_await
     async def signal_external_workflow(self, target: Any, signal_name: str, payload: Any = None) -> None:
         """Send signal ``signal_name`` with ``payload`` to another workflow (durable command).
 
@@ -368,6 +443,7 @@ class WorkflowContext:
         command["seq"] = self._run.next_seq()
         await self._run.issue(command, "external", signal_name)
 
+    @_must_await
     async def cancel_external_workflow(self, target: Any, reason: str | None = None) -> bool:
         """Ask another workflow to cancel, as ``handle.cancel(reason)`` does (durable command).
 
@@ -428,6 +504,7 @@ class WorkflowContext:
         task_queue: str | None = None,
         placement: ChildPlacement | None = None,
     ) -> ChildHandle[Any]: ...
+    @_must_await
     async def start_child_workflow(
         self,
         workflow: Any,
@@ -499,6 +576,7 @@ class WorkflowContext:
         task_queue: str | None = None,
         placement: ChildPlacement | None = None,
     ) -> Any: ...
+    @_must_await
     async def execute_child_workflow(
         self,
         workflow: Any,
@@ -602,6 +680,7 @@ class WorkflowContext:
         ``validator(ctx[, arg])`` rejects an update by raising, before anything is recorded."""
         self._run.handlers.register_update(name, fn, validator)
 
+    @_must_await
     async def drain_admitted_updates(self) -> None:
         """Wait until every accepted update's handler has finished (call it before returning)."""
         await self._run.handlers.drain()

@@ -57,9 +57,15 @@ from harvest.runtime.commands import (
     nondeterminism,
     same,
 )
-from harvest.runtime.context import ContinueAsNew, WorkflowContext, WorkflowInfo
+from harvest.runtime.context import (
+    ContinueAsNew,
+    WorkflowContext,
+    WorkflowInfo,
+    _CtxCall,
+    never_awaited_message,
+)
 from harvest.runtime.local import LocalActivityContext, run_local_activity
-from harvest.runtime.loop import DeterministicEventLoop
+from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperation
 from harvest.runtime.messages import RunHandlers
 from harvest.runtime.signals import SignalBuffer
 
@@ -112,7 +118,7 @@ def _gather_done_code() -> tuple[types.CodeType | None, int | None]:
 
 
 _GATHER_DONE_CODE, _GATHER_OUTER = _gather_done_code()
-_EXECUTE_ACTIVITY_CODE = WorkflowContext.execute_activity.__code__
+_EXECUTE_ACTIVITY_CODE = WorkflowContext.execute_activity.__wrapped__.__code__  # type: ignore[attr-defined]
 
 
 class HistoryMismatch(HarvestError):
@@ -396,7 +402,10 @@ class WorkflowRun(CommandIssuer):
             task: Any = getattr(waiters[0][0], "__self__", None)  # a task's wake-up, bound to it
             if not isinstance(task, asyncio.Task) or task._fut_waiter is not future:  # type: ignore[attr-defined]
                 return False
-            if getattr(task.get_coro(), "cr_code", None) is not _EXECUTE_ACTIVITY_CODE:
+            coro: Any = task.get_coro()
+            if type(coro) is _CtxCall:  # (what ctx's coroutine methods return: the method's own inside)
+                coro = coro._coro
+            if getattr(coro, "cr_code", None) is not _EXECUTE_ACTIVITY_CODE:
                 return False
             waiters = task._callbacks
             if not waiters or len(waiters) != 1:
@@ -556,6 +565,9 @@ class WorkflowRun(CommandIssuer):
             if exc.args and exc.args[0] is not None:
                 self._cancel_details = exc.args[0]
             raise
+        if type(result) is _CtxCall:  # `return ctx.execute_activity(...)`: a missing await, not a result
+            result.close()
+            raise IllegalWorkflowOperation(never_awaited_message(*result._call))
         return encode(result, "result")
 
     # ------------------------------------------------------------------ steps
