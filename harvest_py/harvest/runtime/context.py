@@ -394,7 +394,7 @@ class WorkflowContext:
 
                 def timed_out() -> None:
                     if not waiter.done():
-                        waiter.set_exception(SignalTimeout(name, seconds))
+                        waiter.set_exception(SignalTimeout(name, seconds, run.signals.unread(but=name)))
 
                 run.issue(
                     {"type": "start_timer", "seq": timer_seq, "duration": _secs(seconds)},
