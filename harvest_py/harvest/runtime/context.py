@@ -14,9 +14,9 @@ import functools
 import logging
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, TypeVarTuple, cast, overload
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, TypeVarTuple, overload
 
 from harvest.core.deprecation import queue_alias, renamed_attribute
 from harvest.core.durations import parse_duration
@@ -25,7 +25,6 @@ from harvest.core.payload import decode, decode_result, encode, encode_args, ret
 from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition
 from harvest.runtime.children import ChildPlacement
 from harvest.runtime.external import external_target
-from harvest.runtime.loop import IllegalWorkflowOperation
 
 if TYPE_CHECKING:
     from harvest.runtime.children import ChildHandle
@@ -44,68 +43,38 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class _CtxCall(Coroutine[Any, Any, Any]):
-    """What a ``ctx`` coroutine method returns: its coroutine, watched for being dropped unawaited.
+def _must_await(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Note each coroutine a ``ctx`` method returns, for ``WorkflowRun.check_awaited``.
 
     ``ctx.execute_activity(...)`` without ``await`` issues nothing (the command is issued when
     the coroutine first runs), so the activity silently never ran and the run went on; Python's
     only trace was a RuntimeWarning in the worker's stderr, pointing at whatever freed the
-    coroutine. Freed without ever having run while the workflow's loop steps, it fails the
-    workflow task instead (``IllegalWorkflowOperation``, the run untouched), naming the
-    method and the workflow code's line. A ``Coroutine``, so ``asyncio.gather`` and
-    ``asyncio.create_task`` take it as they take the method's own.
+    coroutine. The run keeps each new coroutine with its caller's code and instruction until
+    the step's loop has run; one that never started and that nothing else holds was dropped
+    unawaited, and fails the workflow task (``IllegalWorkflowOperation``) naming the method and
+    the line. The coroutine itself is returned (no wrapper): awaiting it costs nothing more.
     """
-
-    __slots__ = ("_call", "_coro", "_loop", "_started")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], loop: Any, call: tuple[str, str, int]):
-        self._coro, self._loop, self._call, self._started = coro, loop, call, False
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        self._started = True
-        return self._coro.__await__()
-
-    def send(self, value: Any) -> Any:
-        self._started = True
-        return self._coro.send(value)
-
-    def throw(self, *args: Any) -> Any:
-        self._started = True
-        return self._coro.throw(*args)
-
-    def close(self) -> None:
-        self._started = True
-        self._coro.close()
-
-    def __del__(self) -> None:
-        if self._started:
-            return
-        self._coro.close()  # (no RuntimeWarning from Python: reported here, where it helps)
-        loop = self._loop
-        if loop.is_running() and loop.fatal_error is None:  # (an evicted run's frames: not a mistake)
-            loop.fatal_error = IllegalWorkflowOperation(never_awaited_message(*self._call))
-
-
-def never_awaited_message(method: str, filename: str, line: int) -> str:
-    where = f" at {filename.rsplit('/', 1)[-1]}:{line}" if line else ""
-    return (
-        f"ctx.{method}(...){where} was never awaited, so it did nothing: write "
-        f"`await ctx.{method}(...)` (or hand it to asyncio.gather / asyncio.create_task)"
-    )
-
-
-def _must_await(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
-    """Wrap a ``ctx`` coroutine method's result in a ``_CtxCall`` that notices a missing ``await``."""
     name = method.__name__
 
     @functools.wraps(method)
     def call(*args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
-        caller = sys._getframe(1)  # the workflow code's line, for the message
-        ctx = cast("WorkflowContext", args[0])
-        call = (name, caller.f_code.co_filename, caller.f_lineno or 0)
-        return cast("Coroutine[Any, Any, T]", _CtxCall(method(*args, **kwargs), ctx._run._loop, call))
+        coro = method(*args, **kwargs)
+        caller = sys._getframe(1)  # (its code and instruction: the line is found only for an error)
+        ctx: Any = args[0]  # (not typing.cast: a call, on every ctx call)
+        ctx._run.made.append((coro, name, caller.f_code, caller.f_lasti))
+        return coro
 
     return call
+
+
+def never_awaited_message(method: str, code: Any, lasti: int) -> str:
+    """What a ``ctx`` call dropped unawaited (or returned as the result) is told, with its line."""
+    line = next((ln for start, end, ln in code.co_lines() if start <= lasti < end and ln), None)
+    where = f" at {code.co_filename.rsplit('/', 1)[-1]}:{line}" if line else ""
+    return (
+        f"ctx.{method}(...){where} was never awaited, so it did nothing: write "
+        f"`await ctx.{method}(...)` (or hand it to asyncio.gather / asyncio.create_task)"
+    )
 
 
 # ``ctx.version`` returns it when replaying a history recorded before the call existed.
