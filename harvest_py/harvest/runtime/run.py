@@ -384,7 +384,8 @@ class WorkflowRun(CommandIssuer):
         on its main task lets go of its context (``ctx`` is None after) and its handlers."""
         self._loop.close()
         for entry in self.made:  # held to await later, never awaited: no RuntimeWarning for them
-            entry[0].close()
+            if not _started(entry[0]):
+                entry[0].close()
         self.made = []
         self._pending.clear()
         self._children.clear()
