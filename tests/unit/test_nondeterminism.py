@@ -271,3 +271,20 @@ def test_a_recorded_history_of_a_dropped_ctx_call_fails_its_replay():
     history.complete_task(history.last_id, [{"type": "complete_workflow", "result": "done"}])
     with pytest.raises(IllegalWorkflowOperation, match=r"ctx\.execute_activity\(\.\.\.\) at .*never awaited"):
         new_run(app, drops).replay_history(history.events)
+
+
+def test_a_mismatch_names_the_likely_causes_and_their_remedies():
+    """The message said what differed (seq, expected, got) but not why code differs from its own
+    history: a change since, or code that is not deterministic (time, random, I/O)."""
+    import random as stdlib_random
+
+    @workflow(name="flow")
+    async def coin_flip(ctx) -> str:
+        if stdlib_random.random() < 2:  # the mistake: a replay may take the other branch
+            await ctx.execute_activity("send_sms", "a")
+        return "v2"
+
+    with pytest.raises(NonDeterminismError) as err:
+        replay(coin_flip, history_of_v1(1))
+    message = str(err.value)
+    assert "ctx.version" in message and "ctx.now()" in message and "ctx.random()" in message
