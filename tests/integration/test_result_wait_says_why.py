@@ -13,8 +13,13 @@ import pytest
 from operator_helpers import harvest
 from outage_helpers import wait_until
 
-from harvest import App, AsyncClient, Client, RetryPolicy, workflow
+from harvest import App, AsyncClient, Client, RetryPolicy, activity, workflow
 from harvest.core.errors import TimeoutError_
+
+
+@activity
+def hello(ctx, name: str) -> str:
+    return f"hello {name}"
 
 
 @workflow
@@ -28,7 +33,7 @@ async def forgets_to_await(ctx) -> str:
     return "done"
 
 
-APP = App(workflows=[calls_a_misspelt_activity, forgets_to_await])
+APP = App(workflows=[calls_a_misspelt_activity, forgets_to_await], activities=[hello])
 
 
 def _count(db: str, sql: str, execution_id: str) -> int:
@@ -53,6 +58,7 @@ def test_a_dead_lettered_activity_is_named_with_its_failure_and_the_remedy(db: s
     assert "is still running after 0.2s" in message
     assert "activity 'helo'" in message and "dead-lettered" in message
     assert "ActivityNotRegistered" in message and "harvest dlq replay" in message
+    assert "did you mean 'hello'?" in message  # the worker's App has a name close to it
 
 
 def test_a_workflow_task_failing_on_every_attempt_is_quoted_on_both_clients(db: str, start_worker) -> None:
