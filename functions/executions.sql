@@ -678,7 +678,8 @@ $$;
 -- What a run is waiting on now: open activities (pending, running or parked as
 -- dead letters) with their attempt, timers with their fire time, signals
 -- received since the workflow last ran (the ones it may not have read yet),
--- running children, the workflow task, and the last event id (a change cursor).
+-- running children, the workflow task (with why its last attempt failed, if it did),
+-- and the last event id (a change cursor).
 CREATE OR REPLACE FUNCTION harvest.get_execution_stack(p_execution_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
@@ -734,7 +735,8 @@ BEGIN
             WHERE c.parent_id = p_execution_id AND c.status IN ('RUNNING', 'PAUSED')), '[]'::jsonb),
         'workflow_task', (
             SELECT jsonb_build_object('task_id', t.id, 'status', t.status, 'due_at', t.due_at,
-                                      'lease_owner', t.lease_owner, 'attempt', t.attempt)
+                                      'lease_owner', t.lease_owner, 'attempt', t.attempt,
+                                      'last_failure', t.last_failure)
             FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'workflow'),
         'last_workflow_task_event_id', v_last_task_event
     );

@@ -101,7 +101,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(48);
+SELECT plan(49);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -233,6 +233,11 @@ SELECT is((harvest.get_execution_stack((SELECT id FROM runs WHERE n = 1)) ->> 's
           'stack reports the status');
 SELECT throws_ok(format('SELECT harvest.get_execution_stack(%L)', gen_random_uuid()), 'HR002', NULL,
                  'stack of an unknown execution is not found');
+SELECT pg_temp.start_claimed('stuck', 'stuck_wf', 'stuck_q');
+SELECT harvest.fail_workflow_task(pg_temp.task('stuck'), pg_temp.token('stuck'),
+                                  '{"error_type": "IllegalWorkflowOperation", "message": "never awaited"}', 5);
+SELECT is(harvest.get_execution_stack(pg_temp.run('stuck')) #>> '{workflow_task,last_failure,message}',
+          'never awaited', 'stack: a failing workflow task says why it fails (a result wait quotes it)');
 
 -- The helpers, directly.
 SELECT is((SELECT id FROM harvest._decode_cursor(harvest._encode_cursor('2030-01-01 00:00:00+00',

@@ -227,6 +227,16 @@ def test_no_database_anywhere_names_every_place_to_give_one(tmp_path: Path) -> N
     )
 
 
+@pytest.mark.parametrize("args", [["workflow", "list"], ["dlq", "list"], ["worker", "list"]])
+def test_a_database_never_migrated_says_to_run_migrate(fresh_db: str, args: list[str]) -> None:
+    """The SQL-only commands printed the server's line alone ('schema "harvest" does not
+    exist'), where `harvest workflow start` and the worker say what to do."""
+    r = run(*args, dsn=fresh_db)
+    assert r.returncode == 1
+    line = one_error_line(r)
+    assert 'schema "harvest" does not exist' in line and "harvest migrate run" in line, line
+
+
 def test_install_doc_quotes_the_no_database_error_a_sql_only_command_prints(tmp_path: Path) -> None:
     """docs/install.md ("Which database") quotes the line word for word and names the three
     places (it quoted an older line and left out database_url in harvest.toml)."""

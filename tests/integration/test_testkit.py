@@ -26,6 +26,7 @@ from harvest.core.errors import (
     ActivityFailure,
     InvalidArgument,
     SignalTimeout,
+    TimeoutError_,
     WorkflowFailed,
     WorkflowTimedOut,
 )
@@ -139,8 +140,13 @@ async def forever(ctx) -> None:
     await ctx.wait_for_signal("never")
 
 
+@workflow
+async def forgets_to_await(ctx) -> None:
+    ctx.sleep("1d")  # a bug of the code under test: its workflow task fails on every attempt
+
+
 app = App(
-    workflows=[checkout, weekly, approval, reminder, convert, ship, forever],
+    workflows=[checkout, weekly, approval, reminder, convert, ship, forever, forgets_to_await],
     activities=[charge, lookup_rate, print_label],
     queries=[status, phase],
     updates=[rename],
@@ -422,3 +428,19 @@ def test_a_paused_run_s_waiting_work_does_not_stop_time_skipping(env: WorkflowEn
     assert len(env.client.start_workflow(weekly).result(timeout=10)) == 7
     assert time.monotonic() - began < 3.0
     assert paused.describe()["status"] == "PAUSED"
+
+
+def test_a_failing_workflow_task_is_not_skipped_into_a_spin(env: WorkflowEnvironment):
+    """Time skipping moved the clock past each 5 s retry of a workflow task that fails on every
+    attempt (a bug of the workflow code): the worker retried it hundreds of times a second, each
+    logged at ERROR, until the test's result wait ran out with "still running". Its retries keep
+    real time; the wait's error quotes the failure."""
+    handle = env.client.start_workflow(forgets_to_await)
+    with pytest.raises(TimeoutError_, match=r"its workflow task fails .*IllegalWorkflowOperation"):
+        handle.result(timeout=1)
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        attempts = conn.execute(
+            "SELECT attempt FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow'",
+            (handle.execution_id,),
+        ).fetchone()[0]
+    assert attempts <= 2  # the first attempt, and at most one retry 5 s of real time later

@@ -186,6 +186,27 @@ def test_app_registry():
         app.workflow("nope")
 
 
+def test_an_activity_in_workflows_or_a_workflow_in_activities_is_told_where_it_goes():
+    """The error said "is not decorated with @workflow" of a function that is, with @activity."""
+
+    @activity
+    async def an_activity(ctx) -> None:
+        pass
+
+    @workflow
+    async def a_workflow(ctx) -> None:
+        pass
+
+    with pytest.raises(
+        TypeError, match=r"an_activity is an @activity, not a @workflow: pass it in App\(activities"
+    ):
+        App(workflows=[an_activity])
+    with pytest.raises(
+        TypeError, match=r"a_workflow is a @workflow, not an @activity: pass it in App\(workflows"
+    ):
+        App(activities=[a_workflow])
+
+
 def test_app_rejects_undecorated_functions_and_duplicates():
     async def naked(ctx) -> None:
         pass

@@ -194,3 +194,97 @@ def test_cached_run_rejects_a_gap_in_event_ids():
     run(r.advance(history.events[:1]))
     with pytest.raises(HistoryMismatch, match="expected event 2"):
         run(r.advance(history.events[2:]))
+
+
+def test_a_ctx_call_never_awaited_fails_the_task_at_its_line():
+    """`ctx.execute_activity(...)` without `await` did nothing: the activity never ran, the
+    workflow completed, and the only trace was Python's RuntimeWarning in the worker's
+    stderr, pointing at whatever code happened to free the coroutine."""
+
+    @workflow
+    async def drops(ctx) -> str:
+        ctx.execute_activity(send_email, "x")  # the mistake
+        return "done"
+
+    with pytest.raises(IllegalWorkflowOperation) as err:
+        run(new_run(app, drops).advance(HistoryBuilder("drops").events))
+    message = str(err.value)
+    assert "ctx.execute_activity" in message and "never awaited" in message
+    assert f"{__file__.rsplit('/', 1)[-1]}:" in message  # the line that made the mistake
+    assert "await ctx.execute_activity" in message  # what to do
+
+
+def test_a_ctx_sleep_never_awaited_fails_the_task_even_when_the_run_goes_on():
+    @workflow
+    async def naps(ctx) -> str:
+        ctx.sleep("1h")  # the mistake: no timer at all
+        await ctx.execute_activity(send_email, "x")
+        return "done"
+
+    with pytest.raises(IllegalWorkflowOperation, match=r"ctx\.sleep\(\.\.\.\) .*never awaited"):
+        run(new_run(app, naps).advance(HistoryBuilder("naps").events))
+
+
+def test_a_workflow_returning_an_unawaited_ctx_call_is_told_to_await_it():
+    @workflow
+    async def returns_it(ctx) -> str:
+        return ctx.execute_activity(send_email, "x")  # type: ignore[return-value]
+
+    with pytest.raises(IllegalWorkflowOperation, match=r"await ctx\.execute_activity"):
+        run(new_run(app, returns_it).advance(HistoryBuilder("returns_it").events))
+
+
+def test_ctx_calls_awaited_later_gathered_or_made_tasks_are_not_flagged():
+    """Holding a ctx call to await it later, handing it to gather or create_task: all fine."""
+
+    @workflow
+    async def fans_out(ctx) -> list:
+        later = ctx.execute_activity(send_email, "a")
+        task = asyncio.create_task(ctx.execute_activity(send_email, "b"))
+        both = await asyncio.gather(ctx.execute_activity(send_email, "c"), ctx.sleep(1))
+        return [await later, await task, both[0]]
+
+    engine = Engine(
+        App(workflows=[fans_out], activities=[send_email]),
+        fans_out,
+        resolver=lambda out: [(c, ("fire",) if c["type"] == "start_timer" else ("result", {})) for c in out],
+    )
+    while not engine.run.finished:
+        run(engine.task())
+        engine.resolve()
+    events = engine.history.events
+    assert [e["event_type"] for e in events].count("ActivityScheduled") == 3
+    replayed = new_run(App(workflows=[fans_out], activities=[send_email]), fans_out)
+    run(replayed.advance(events))  # a replay of it raises nothing either
+
+
+def test_a_recorded_history_of_a_dropped_ctx_call_fails_its_replay():
+    """A run recorded before the check (the call dropped, the run completed) fails the replayer
+    on the current code, which names the call: the bug is in the code, not the history."""
+
+    @workflow
+    async def drops(ctx) -> str:
+        ctx.execute_activity(send_email, "x")
+        return "done"
+
+    history = HistoryBuilder("drops")
+    history.complete_task(history.last_id, [{"type": "complete_workflow", "result": "done"}])
+    with pytest.raises(IllegalWorkflowOperation, match=r"ctx\.execute_activity\(\.\.\.\) at .*never awaited"):
+        new_run(app, drops).replay_history(history.events)
+
+
+def test_a_mismatch_names_the_likely_causes_and_their_remedies():
+    """The message said what differed (seq, expected, got) but not why code differs from its own
+    history: a change since, or code that is not deterministic (time, random, I/O)."""
+    import random as stdlib_random
+
+    @workflow(name="flow")
+    async def coin_flip(ctx) -> str:
+        if stdlib_random.random() < 2:  # the mistake: a replay may take the other branch
+            await ctx.execute_activity("send_sms", "a")
+        return "v2"
+
+    with pytest.raises(NonDeterminismError) as err:
+        replay(coin_flip, history_of_v1(1))
+    message = str(err.value)
+    assert "ctx.version" in message and "ctx.now()" in message and "ctx.random()" in message

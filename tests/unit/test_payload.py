@@ -82,8 +82,27 @@ def test_encode_error_names_the_path():
     value = Box(items=[Line(1), Line(2), Line(Foo())])
     with pytest.raises(PayloadError) as err:
         encode_args(None, [value])
-    assert str(err.value) == "input[0].items[2].when: cannot encode object of type Foo"
+    assert str(err.value).startswith("input[0].items[2].when: cannot encode object of type Foo: ")
     assert isinstance(err.value, TypeError)
+
+
+def test_an_object_it_cannot_encode_is_told_what_it_can():
+    """The error said what was wrong (the path, the type) but not what to pass instead."""
+    with pytest.raises(PayloadError) as err:
+        encode_args(None, [object()])
+    message = str(err.value)
+    assert message.startswith("input[0]: cannot encode object of type object: ")
+    assert "dataclass" in message and "pydantic" in message and "activities.md#payloads" in message
+
+
+def test_a_coroutine_passed_as_a_payload_asks_for_the_missing_await():
+    async def lookup() -> int:
+        return 1
+
+    coro = lookup()
+    with pytest.raises(PayloadError, match=r"input\[0\]: cannot encode a coroutine: .*forget `await`"):
+        encode_args(None, [coro])
+    coro.close()
 
 
 def test_other_encode_errors():

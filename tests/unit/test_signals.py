@@ -208,3 +208,31 @@ def test_a_signal_after_the_wait_was_cancelled_is_buffered():
     assert run(e.task()).commands == []  # now waiting again
     e.history.signal("s", "second")
     assert run(e.task()).commands[-1]["result"] == {"buffered": 0, "next": "second"}
+
+
+def test_a_signal_timeout_names_the_signals_of_other_names_left_unread():
+    """`handle.signal("aproved")` to a run that waits for "approved" was buffered without a
+    word, and the wait's SignalTimeout said only that "approved" never came."""
+    e = engine(wait_or_timeout)
+    run(e.task())
+    e.history.signal("Go", "approved")  # the sender's misspelling
+    e.history.signal("Go", "approved again")
+    run(e.task())
+    e.history.timer_fired(1)
+    act = run(e.task())
+    e.history.activity_completed(2, {"sent": "late"})
+    final = run(e.task())
+    message = final.commands[-1]["result"]["timeout"]
+    assert "no signal 'go' arrived within 3600s" in message
+    assert "'Go' (2)" in message and "misspelt" in message, message
+    assert act.commands  # (the timeout branch ran)
+
+
+def test_a_signal_timeout_with_nothing_else_buffered_says_only_that():
+    e = engine(wait_or_timeout)
+    run(e.task())
+    e.history.timer_fired(1)
+    run(e.task())
+    e.history.activity_completed(2, {"sent": "late"})
+    final = run(e.task())
+    assert final.commands[-1]["result"]["timeout"] == "no signal 'go' arrived within 3600s"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import shlex
 import socket
@@ -140,9 +141,11 @@ def _api_server(
     host, port = web_address(config, host, port)
     sockets = listening_sockets(host, port)
     base = served_url(host, sockets)
-    curl = (
-        curl_line(base) if demo or not app.workflows else curl_line(base, min(app.workflows), '{"input": []}')
-    )
+    if demo or not app.workflows:
+        curl = curl_line(base)
+    else:
+        name, body, note = start_hint(app)
+        curl = curl_line(base, name, body) + (f"\n    {note}" if note else "")
     click.echo(
         f"Management API: {base}  (OpenAPI: {base}/openapi.json)\n  {curl}\n"
         f"  HARVEST_URL={base} harvest workflow list    (the CLI over HTTP)\n"
@@ -192,3 +195,29 @@ async def _demo(worker: Worker, dsn: str) -> None:
         click.echo(f"result: {await waiting}")
     worker.request_stop()
     await running
+
+
+def start_hint(app: App) -> tuple[str, str, str]:
+    """The workflow the dev runner's curl line starts, its request body, and a note: the first
+    workflow (by name) that needs no argument, else the first with a note naming what to fill
+    in (an empty input would start a run that fails at once on its missing parameters)."""
+    needs = {name: _required_parameters(defn.fn) for name, defn in sorted(app.workflows.items())}
+    name = next((n for n, required in needs.items() if not required), min(needs))
+    note = (
+        f"(fill input with {name}'s arguments, a JSON array: {', '.join(needs[name])})" if needs[name] else ""
+    )
+    return name, '{"input": []}', note
+
+
+def _required_parameters(fn: object) -> list[str]:
+    """The parameters after the context that have no default."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())[1:]  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return []
+    kinds = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+    return [p.name for p in parameters if p.kind in kinds and p.default is inspect.Parameter.empty]

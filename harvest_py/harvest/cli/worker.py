@@ -15,8 +15,8 @@ from harvest.worker.options import WorkerOptions
 
 def load_app(target: str) -> App:
     """Import ``module:attribute`` (attribute defaults to ``app``) and check it is an App."""
-    module_name, _, attribute = target.partition(":")
-    attribute = attribute or "app"
+    module_name, _, given = target.partition(":")
+    attribute = given or "app"
     if "." not in sys.path and "" not in sys.path:
         sys.path.insert(0, "")
     try:
@@ -24,12 +24,19 @@ def load_app(target: str) -> App:
     except ImportError as exc:
         raise ConfigError(f"cannot import {module_name!r} for {target!r}: {exc}") from None
     app = getattr(module, attribute, None)
-    if not isinstance(app, App):
+    if isinstance(app, App):
+        return app
+    apps = [f"{module_name}:{name}" for name, value in vars(module).items() if isinstance(value, App)]
+    found = f"its App: {', '.join(apps)}" if apps else "it has no App"
+    if not hasattr(module, attribute):  # (a misspelt name read "found NoneType", as if it existed)
+        default = "" if given else " (the default)"
         raise ConfigError(
-            f"{target!r} is not a harvest.App (found {type(app).__name__}); "
-            "pass module:attribute naming your App"
+            f"{target!r}: module {module_name!r} has no attribute {attribute!r}{default}; {found}"
         )
-    return app
+    raise ConfigError(
+        f"{target!r} is not a harvest.App (found {type(app).__name__}); {found}: "
+        "pass module:attribute naming your App"
+    )
 
 
 @click.command()

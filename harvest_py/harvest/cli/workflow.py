@@ -550,7 +550,11 @@ def stack(execution_id: str, database_url: str | None, output: str) -> None:
                 table(d["children"], ["seq", "execution_id", "workflow_name", "status"]),
             ]
         if d.get("workflow_task"):
-            parts += ["", "workflow task: " + mapping(d["workflow_task"]).replace("\n", "; ")]
+            task = dict(d["workflow_task"])
+            failure = task.pop("last_failure", None)
+            parts += ["", "workflow task: " + mapping(task).replace("\n", "; ")]
+            if isinstance(failure, dict):  # why it is being retried (its details may be large or encoded)
+                parts += [f"  last failure: {failure.get('error_type')}: {failure.get('message')}"]
         if not (d["pending_activities"] or d["timers"] or d["children"] or d.get("workflow_task")):
             parts += ["", "waiting on: nothing (signals, or a terminal run)"]
         return "\n".join(parts)

@@ -449,11 +449,50 @@ def _result_steps(
                 continue
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
-            raise TimeoutError_(f"workflow {handle.execution_id} is still running after {timeout}s")
+            why = yield from _why_stuck(execution_id)
+            raise TimeoutError_(f"workflow {handle.execution_id} is still running after {timeout}s{why}")
         # Wake on our id; a periodic re-read covers a close that raced our mark.
         yield Notified(
             execution_id, _RESULT_REREAD_SECS if remaining is None else min(remaining, _RESULT_REREAD_SECS)
         )
+
+
+def _why_stuck(execution_id: str) -> Steps[str]:
+    """Why a run a result wait gave up on cannot go on, from its stack ("; " and the reasons),
+    or "" when nothing says it is stuck (merely slow, or waiting for a timer or a signal).
+    Without it, an activity no worker registers or workflow code failing on every attempt
+    read as a plain timeout, the reason only in a worker's log. Read once, after the wait."""
+    try:
+        stack = yield Sql(sqlapi.get_execution_stack, execution_id)
+    except Exception:  # a hint only: the timeout is the answer
+        return ""
+    reasons = []
+    task = stack.get("workflow_task") or {}
+    if task.get("last_failure"):
+        reasons.append(
+            f"its workflow task fails (attempt {task.get('attempt')}: "
+            f"{_failure_line(task['last_failure'])}); it is retried until a worker runs fixed code"
+        )
+    for activity in stack.get("pending_activities") or ():
+        failure, name = activity.get("last_failure"), activity.get("name")
+        if activity.get("status") == "dead_lettered":
+            reasons.append(
+                f"its activity {name!r} is dead-lettered after {activity.get('attempt')} attempt(s) "
+                f"({_failure_line(failure)}): fix the cause, then "
+                f"`harvest dlq replay {activity.get('dead_letter_id')}`"
+            )
+        elif failure:
+            reasons.append(
+                f"its activity {name!r} failed attempt {activity.get('attempt')} ({_failure_line(failure)})"
+            )
+    return "".join(f"; {reason}" for reason in reasons)
+
+
+def _failure_line(failure: Any) -> str:
+    """``error_type: message`` of a stored failure (both plain under payload codecs)."""
+    if not isinstance(failure, dict):
+        return str(failure)
+    return ": ".join(str(part) for part in (failure.get("error_type"), failure.get("message")) if part)
 
 
 def _failure_report(client: Any, error: BaseException | ActivityFailure) -> dict[str, Any]:

@@ -526,10 +526,17 @@ def from_database_error(exc: Exception) -> HarvestError | None:
 class SignalTimeout(HarvestError, TimeoutError):
     """``ctx.wait_for_signal(name, timeout=...)``: the timer fired before the signal came."""
 
-    def __init__(self, name: str, timeout: float):
-        super().__init__(f"no signal {name!r} arrived within {timeout:g}s")
+    def __init__(self, name: str, timeout: float, unread: dict[str, int] | None = None):
+        message = f"no signal {name!r} arrived within {timeout:g}s"
+        if unread:  # a signal sent under another name is buffered without a word: say so here
+            names = ", ".join(f"{other!r} ({count})" for other, count in sorted(unread.items()))
+            message += (
+                f"; signals of other names wait unread: {names} (a misspelt name, here or by the sender?)"
+            )
+        super().__init__(message)
         self.name = name
         self.timeout = timeout
+        self.unread = dict(unread or {})
 
 
 class ChildWorkflowError(HarvestError):

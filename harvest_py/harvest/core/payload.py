@@ -210,7 +210,17 @@ def _encode(value: Any, path: str, active: set[int]) -> Any:
             return [_encode(item, f"{path}[{i}]", active) for i, item in enumerate(items)]
         finally:
             active.discard(marker)
-    raise PayloadError(f"{path}: cannot encode object of type {type(value).__name__}")
+    if inspect.isawaitable(value):  # `ctx.execute_activity(...)` or a client call without await
+        raise PayloadError(f"{path}: cannot encode a coroutine: did you forget `await`?")
+    raise PayloadError(f"{path}: cannot encode object of type {type(value).__name__}: {_ENCODABLE}")
+
+
+# What a PayloadError for an unknown type tells the caller to pass instead.
+_ENCODABLE = (
+    "pass JSON values (str, int, float, bool, None, lists, dicts with str keys), dataclasses, "
+    "pydantic models, enums, datetimes, UUIDs, Decimals or bytes, or convert it yourself "
+    "(docs/activities.md#payloads)"
+)
 
 
 # --------------------------------------------------------------------------- decode

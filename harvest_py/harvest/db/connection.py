@@ -236,12 +236,15 @@ def schema_missing(exc: BaseException) -> bool:
 def database_error_message(exc: psycopg.Error) -> tuple[str, int]:
     """One line and an exit code for a database error: the Harvest exception's, when the
     SQLSTATE is one of ours, else the server's first line and 2 for a value it refused
-    (:func:`invalid_input`), 1 for anything else (the CLI prints it)."""
+    (:func:`invalid_input`), 1 for anything else (the CLI prints it); a schema, table or
+    function of Harvest's missing (:func:`schema_missing`) says to migrate."""
     mapped = from_database_error(exc)
     if mapped is not None:
         return str(mapped), mapped.exit_code
-    exit_code = InvalidArgument.exit_code if invalid_input(exc) else 1
-    return (exc.diag.message_primary or str(exc)).strip().splitlines()[0], exit_code
+    line = (exc.diag.message_primary or str(exc)).strip().splitlines()[0]
+    if schema_missing(exc):  # the server's line alone ('schema "harvest" does not exist') said no remedy
+        return f"{line}: the database is not migrated to this Harvest; run `harvest migrate run` on it", 1
+    return line, InvalidArgument.exit_code if invalid_input(exc) else 1
 
 
 def error_line(exc: BaseException) -> str:

@@ -80,7 +80,9 @@ class ClockState(NamedTuple):
 # What can run now, and when the next thing will. Timers and retry backoffs are pending tasks;
 # a task's deadline_at, a run's timeouts and a deferred start's release are the scanner's.
 # A running task (an activity or a decision in flight) is busy: its lease is not skipped past. A
-# paused run's task is not work that can run, however overdue: it waits for the resume.
+# paused run's task is not work that can run, however overdue: it waits for the resume. A failed
+# workflow task's retry is not skipped to: it fails on a bug of the workflow code, and skipping
+# its backoff only spun it (hundreds of failed attempts a second, each logged).
 _STATE = """
 SELECT harvest.now() AS now,
        EXISTS (SELECT 1 FROM harvest.result_waiters AS w
@@ -89,7 +91,8 @@ SELECT harvest.now() AS now,
        EXISTS (SELECT 1 FROM harvest.tasks AS t
                WHERE t.status = 'running' OR (t.status = 'pending' AND t.due_at <= harvest.now()))
        OR EXISTS (SELECT 1 FROM harvest.relays AS r WHERE NOT r.remote) AS busy,
-       least((SELECT min(t.due_at) FROM harvest.tasks AS t WHERE t.status = 'pending'),
+       least((SELECT min(t.due_at) FROM harvest.tasks AS t
+              WHERE t.status = 'pending' AND NOT (t.kind = 'workflow' AND t.last_failure IS NOT NULL)),
              (SELECT min(t.deadline_at) FROM harvest.tasks AS t),
              (SELECT min(e.timeout_at) FROM harvest.executions AS e WHERE e.status = 'RUNNING'),
              (SELECT min(e.execution_timeout_at) FROM harvest.executions AS e WHERE e.status = 'RUNNING'),

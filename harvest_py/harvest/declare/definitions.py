@@ -587,6 +587,11 @@ def _as_workflow(item: Any) -> WorkflowDefinition:
         return item
     defn = getattr(item, "__harvest_workflow__", None)
     if not isinstance(defn, WorkflowDefinition):
+        if isinstance(getattr(item, "__harvest_activity__", None), ActivityDefinition):
+            raise TypeError(
+                f"App(workflows=...): {_describe(item)} is an @activity, not a @workflow: "
+                "pass it in App(activities=[...])"
+            )
         raise TypeError(f"App(workflows=...): {_describe(item)} is not decorated with @workflow")
     return defn
 
@@ -596,5 +601,10 @@ def _as_activity(item: Any) -> ActivityDefinition:
         return item
     defn = getattr(item, "__harvest_activity__", None)
     if not isinstance(defn, ActivityDefinition):
+        if isinstance(getattr(item, "__harvest_workflow__", None), WorkflowDefinition):
+            raise TypeError(
+                f"App(activities=...): {_describe(item)} is a @workflow, not an @activity: "
+                "pass it in App(workflows=[...])"
+            )
         raise TypeError(f"App(activities=...): {_describe(item)} is not decorated with @activity")
     return defn

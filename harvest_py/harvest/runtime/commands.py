@@ -176,10 +176,18 @@ def same(cmd: dict[str, Any], recorded: dict[str, Any]) -> bool:
     return describe_command(cmd) == describe_command(recorded)
 
 
+# Why code would not match its own history, and what to do (every mismatch's message ends so).
+_CAUSES = (
+    "; the workflow code changed since the run recorded it (gate the change with ctx.version, "
+    "docs/versioning.md) or it is not deterministic (time, random, I/O, the environment: use "
+    "ctx.now(), ctx.random(), ctx.uuid4() or an activity)"
+)
+
+
 def nondeterminism(seq: int | None, expected: str, got: str, hint: str = "") -> NonDeterminismError:
     where = f" at seq {seq}" if seq is not None else ""
     exc = NonDeterminismError(
-        f"non-determinism{where}: expected {expected}, got {got}" + (f" ({hint})" if hint else "")
+        f"non-determinism{where}: expected {expected}, got {got}" + (f" ({hint})" if hint else "") + _CAUSES
     )
     exc.seq, exc.expected, exc.got = seq, expected, got  # type: ignore[attr-defined]
     return exc

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import functools
 import logging
+import sys
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, TypeVarTuple, overload
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, TypeVarTuple, overload
 
 from harvest.core.deprecation import queue_alias, renamed_attribute
 from harvest.core.durations import parse_duration
@@ -37,6 +39,43 @@ __all__ = ["DEFAULT_VERSION", "ContinueAsNew", "WorkflowContext", "WorkflowInfo"
 ResultT = TypeVar("ResultT")
 Args = TypeVarTuple("Args")
 T = TypeVar("T")
+
+P = ParamSpec("P")
+
+
+def _must_await(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Note each coroutine a ``ctx`` method returns, for ``WorkflowRun.check_awaited``.
+
+    ``ctx.execute_activity(...)`` without ``await`` issues nothing (the command is issued when
+    the coroutine first runs), so the activity silently never ran and the run went on; Python's
+    only trace was a RuntimeWarning in the worker's stderr, pointing at whatever freed the
+    coroutine. The run keeps each new coroutine with its caller's code and instruction until
+    the step's loop has run; one that never started and that nothing else holds was dropped
+    unawaited, and fails the workflow task (``IllegalWorkflowOperation``) naming the method and
+    the line. The coroutine itself is returned (no wrapper): awaiting it costs nothing more.
+    """
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
+        coro = method(*args, **kwargs)
+        caller = sys._getframe(1)  # (its code and instruction: the line is found only for an error)
+        ctx: Any = args[0]  # (not typing.cast: a call, on every ctx call)
+        ctx._run.made.append((coro, name, caller.f_code, caller.f_lasti))
+        return coro
+
+    return call
+
+
+def never_awaited_message(method: str, code: Any, lasti: int) -> str:
+    """What a ``ctx`` call dropped unawaited (or returned as the result) is told, with its line."""
+    line = next((ln for start, end, ln in code.co_lines() if start <= lasti < end and ln), None)
+    where = f" at {code.co_filename.rsplit('/', 1)[-1]}:{line}" if line else ""
+    return (
+        f"ctx.{method}(...){where} was never awaited, so it did nothing: write "
+        f"`await ctx.{method}(...)` (or hand it to asyncio.gather / asyncio.create_task)"
+    )
+
 
 # ``ctx.version`` returns it when replaying a history recorded before the call existed.
 DEFAULT_VERSION = -1
@@ -163,6 +202,7 @@ class WorkflowContext:
     async def execute_activity(
         self, activity: str | ActivityDefinition, *args: Any, **options: Any
     ) -> Any: ...
+    @_must_await
     async def execute_activity(self, activity: Any, *args: object, **options: Any) -> Any:
         """Schedule an activity and wait for its result.
 
@@ -216,6 +256,7 @@ class WorkflowContext:
     async def execute_local_activity(
         self, activity: str | ActivityDefinition, *args: Any, **options: Any
     ) -> Any: ...
+    @_must_await
     async def execute_local_activity(self, activity: Any, *args: object, **options: Any) -> Any:
         """Run an activity inline in this workflow task; its outcome is recorded as a marker."""
         defn, fn = self._resolve(activity)
@@ -257,6 +298,7 @@ class WorkflowContext:
         )
 
     # ------------------------------------------------------------------ timers
+    @_must_await
     async def sleep(self, duration: Any) -> None:
         """A durable timer: ``await ctx.sleep("1h")`` survives restarts."""
         seconds = parse_duration(duration, "sleep")
@@ -297,6 +339,7 @@ class WorkflowContext:
     async def wait_for_signal(self, name: str, timeout: Any = None, *, type_hint: type[T]) -> T: ...
     @overload
     async def wait_for_signal(self, name: str, timeout: Any = None, *, type_hint: Any = Any) -> Any: ...
+    @_must_await
     async def wait_for_signal(self, name: str, timeout: Any = None, *, type_hint: Any = Any) -> Any:
         """The oldest buffered payload of signal ``name``, or wait for the next one.
 
@@ -320,7 +363,7 @@ class WorkflowContext:
 
                 def timed_out() -> None:
                     if not waiter.done():
-                        waiter.set_exception(SignalTimeout(name, seconds))
+                        waiter.set_exception(SignalTimeout(name, seconds, run.signals.unread(but=name)))
 
                 run.issue(
                     {"type": "start_timer", "seq": timer_seq, "duration": _secs(seconds)},
@@ -343,6 +386,7 @@ class WorkflowContext:
         return self._run.signals.count(name)
 
     # ------------------------------------------------------------------ other workflows
+    @_must_await
     async def signal_external_workflow(self, target: Any, signal_name: str, payload: Any = None) -> None:
         """Send signal ``signal_name`` with ``payload`` to another workflow (durable command).
 
@@ -368,6 +412,7 @@ class WorkflowContext:
         command["seq"] = self._run.next_seq()
         await self._run.issue(command, "external", signal_name)
 
+    @_must_await
     async def cancel_external_workflow(self, target: Any, reason: str | None = None) -> bool:
         """Ask another workflow to cancel, as ``handle.cancel(reason)`` does (durable command).
 
@@ -428,6 +473,7 @@ class WorkflowContext:
         task_queue: str | None = None,
         placement: ChildPlacement | None = None,
     ) -> ChildHandle[Any]: ...
+    @_must_await
     async def start_child_workflow(
         self,
         workflow: Any,
@@ -499,6 +545,7 @@ class WorkflowContext:
         task_queue: str | None = None,
         placement: ChildPlacement | None = None,
     ) -> Any: ...
+    @_must_await
     async def execute_child_workflow(
         self,
         workflow: Any,
@@ -602,6 +649,7 @@ class WorkflowContext:
         ``validator(ctx[, arg])`` rejects an update by raising, before anything is recorded."""
         self._run.handlers.register_update(name, fn, validator)
 
+    @_must_await
     async def drain_admitted_updates(self) -> None:
         """Wait until every accepted update's handler has finished (call it before returning)."""
         await self._run.handlers.drain()

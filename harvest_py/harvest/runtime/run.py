@@ -22,6 +22,7 @@ import datetime as _dt
 import functools
 import json
 import random as _random
+import sys
 import types
 from asyncio.events import _get_running_loop, _set_running_loop
 from collections import deque
@@ -57,9 +58,14 @@ from harvest.runtime.commands import (
     nondeterminism,
     same,
 )
-from harvest.runtime.context import ContinueAsNew, WorkflowContext, WorkflowInfo
+from harvest.runtime.context import (
+    ContinueAsNew,
+    WorkflowContext,
+    WorkflowInfo,
+    never_awaited_message,
+)
 from harvest.runtime.local import LocalActivityContext, run_local_activity
-from harvest.runtime.loop import DeterministicEventLoop
+from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperation
 from harvest.runtime.messages import RunHandlers
 from harvest.runtime.signals import SignalBuffer
 
@@ -112,7 +118,27 @@ def _gather_done_code() -> tuple[types.CodeType | None, int | None]:
 
 
 _GATHER_DONE_CODE, _GATHER_OUTER = _gather_done_code()
-_EXECUTE_ACTIVITY_CODE = WorkflowContext.execute_activity.__code__
+_EXECUTE_ACTIVITY_CODE = WorkflowContext.execute_activity.__wrapped__.__code__  # type: ignore[attr-defined]
+
+
+def _started(coro: Any) -> bool:
+    return bool(coro.cr_frame is None or coro.cr_suspended or coro.cr_running)
+
+
+def _references(entry: tuple[Any, ...]) -> int:
+    """The reference count of ``entry``'s coroutine, as ``check_awaited`` sees it."""
+    coro = entry[0]
+    return sys.getrefcount(coro)
+
+
+# A replayed step checks the ctx calls it made only once this many are waiting: a replay of a
+# long history would otherwise pay a check per step (about 3% of its time), and a dropped call
+# is reported as surely later (made holds it), at the latest by the live step after the replay.
+_MADE_CHECKED_AT = 32
+
+# What _references answers for an object that only its entry holds (measured, not assumed: the
+# interpreter's own references in the call differ between Python versions).
+_UNHELD = _references((object(),))
 
 
 class HistoryMismatch(HarvestError):
@@ -213,6 +239,8 @@ class WorkflowRun(CommandIssuer):
         self._live: tuple[int, list[dict[str, Any]]] | None = None  # last activation, not yet confirmed
         self._fatal: BaseException | None = None
         self.signals = SignalBuffer()
+        # The coroutines ctx's methods made since the step's loop last ran (check_awaited).
+        self.made: list[tuple[Any, str, types.CodeType, int]] = []
         self.handlers = RunHandlers(self)  # queries and updates
         self._children: dict[int, ChildHandle[Any]] = {}
         self._cancelled_timers: set[int] = set()
@@ -336,6 +364,10 @@ class WorkflowRun(CommandIssuer):
                 self._replay_step(marker_id, through, closes=marker_id == self._terminal_owner)
         finally:
             _set_running_loop(prev)
+        if self.made:  # (no live step follows: the replayed steps' calls not checked yet)
+            self.check_awaited()
+            if self._loop.fatal_error is not None:
+                self._raise_fatal(self._loop.fatal_error)
         if self._terminal_owner is not None and not self._main_task.done():
             recorded = cast("dict[str, Any]", self._terminal_event)["event_type"]
             self._raise_fatal(
@@ -351,6 +383,10 @@ class WorkflowRun(CommandIssuer):
         """Drop the run: an evicted run's suspended coroutines are abandoned, and a run that ended
         on its main task lets go of its context (``ctx`` is None after) and its handlers."""
         self._loop.close()
+        for entry in self.made:  # held to await later, never awaited: no RuntimeWarning for them
+            if not _started(entry[0]):
+                entry[0].close()
+        self.made = []
         self._pending.clear()
         self._children.clear()
         main = self._main
@@ -556,6 +592,12 @@ class WorkflowRun(CommandIssuer):
             if exc.args and exc.args[0] is not None:
                 self._cancel_details = exc.args[0]
             raise
+        if type(result) is types.CoroutineType:  # `return ctx.execute_activity(...)`: a missing await
+            made = next((entry for entry in self.made if entry[0] is result), None)
+            result.close()
+            if made is not None:
+                raise IllegalWorkflowOperation(never_awaited_message(*made[1:]))
+            raise IllegalWorkflowOperation("the workflow returned a coroutine: did you forget `await`?")
         return encode(result, "result")
 
     # ------------------------------------------------------------------ steps
@@ -570,6 +612,8 @@ class WorkflowRun(CommandIssuer):
         assert main is not None  # (_begin ran)
         loop = self._loop
         loop.run_until_idle()  # (_step_loop and _run_until_blocked_replay, inline: once per step)
+        if len(self.made) > _MADE_CHECKED_AT:  # (a live step checks each time: _check_step_loop)
+            self.check_awaited()
         if loop.fatal_error is not None or main.done() or self._issued_local:
             self._run_until_blocked_replay()
         self.handlers.end_of_step()
@@ -714,6 +758,8 @@ class WorkflowRun(CommandIssuer):
         """After the loop ran: a fatal error of the loop or a non-determinism error that
         ended the workflow ends the run."""
         loop = self._loop
+        if self.made:
+            self.check_awaited()
         if loop.fatal_error is not None:
             self._fatal = loop.fatal_error
             raise self._fatal
@@ -722,6 +768,23 @@ class WorkflowRun(CommandIssuer):
         if main.done() and not main.cancelled() and isinstance(main.exception(), NonDeterminismError):
             self._fatal = main.exception()
             raise cast(BaseException, self._fatal)
+
+    def check_awaited(self) -> None:
+        """Once the step's loop has run: a coroutine a ``ctx`` method made that never started and
+        that nothing but ``made`` holds was dropped unawaited (``ctx.sleep("1h")`` as a statement):
+        the loop's fatal error, an ``IllegalWorkflowOperation`` naming the call. One still held
+        (to await later) is looked at again after the next step; one that started, never again."""
+        held = []
+        for entry in self.made:  # (no local names the coroutine: _references counts who holds it)
+            if _started(entry[0]):
+                continue  # it ran (or runs): awaited, gathered or made a task
+            if _references(entry) > _UNHELD:
+                held.append(entry)
+                continue
+            entry[0].close()  # (Python's own RuntimeWarning would point at unrelated code)
+            if self._loop.fatal_error is None:
+                self._loop.fatal_error = IllegalWorkflowOperation(never_awaited_message(*entry[1:]))
+        self.made = held
 
     def _terminal_command(self) -> dict[str, Any]:
         task = self._main_task

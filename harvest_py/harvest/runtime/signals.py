@@ -53,6 +53,10 @@ class SignalBuffer:
             return len(self._buffers.get(name) or ())
         return sum(len(b) for b in self._buffers.values())
 
+    def unread(self, but: str) -> dict[str, int]:
+        """How many signals of each name other than ``but`` are buffered (a timed-out wait's hint)."""
+        return {name: len(buffer) for name, buffer in self._buffers.items() if buffer and name != but}
+
     def pending(self) -> list[dict[str, Any]]:
         """Every buffered signal, oldest first: what a continue-as-new carries over."""
         entries = [(n, name, payload) for name, buffer in self._buffers.items() for n, payload in buffer]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 from collections.abc import Coroutine, Generator
 from time import perf_counter
@@ -325,11 +326,13 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
     started = perf_counter()
     try:
         if definition is None:
+            name = task["activity_name"]
+            close = difflib.get_close_matches(name, worker.app.activities, n=1)  # a misspelt name?
             raise ActivityFailure(
                 "ActivityNotRegistered",
-                f"no activity named {task['activity_name']!r} is registered on "
+                f"no activity named {name!r} is registered on "
                 f"worker {worker.worker_id}; register it in the App of the workers "
-                f"polling queue {task['queue']!r}",
+                f"polling queue {task['queue']!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
             )
         # One running-loop look-up for the context and the deadline (in 3.11 each is a getpid()).
         loop = asyncio.get_running_loop()
