@@ -910,6 +910,31 @@ def test_an_actions_message_is_said_once_not_carried_on_by_the_pages_links(db: s
             assert hrefs and not [h for h in hrefs if "msg=" in h], hrefs
 
 
+def test_a_message_in_a_link_from_elsewhere_is_not_shown(db: str) -> None:
+    """Every page showed ``?msg=`` as the dashboard's own banner, so any site could link a user
+    to the dashboard saying "Your session expired, sign in at evil.example". Only a message
+    the dashboard itself set on an action's redirect (signed by this dashboard) is shown; a
+    forged, altered or unsigned one is dropped."""
+    run = _started(db, "spoofed-msg")
+    spoof = "Your session expired, sign in at evil.example"
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for query in (
+            {"msg": spoof},
+            {"msg": spoof, "msg_sig": "0" * 32},
+        ):
+            page = client.get(f"/workflows/{run}", params=query, headers=READ).text
+            assert "evil.example" not in page and 'class="flash"' not in page
+        done = client.post(
+            f"/workflows/{run}/cancel", headers=OPERATE, data={"reason": "x"}, follow_redirects=False
+        )
+        assert done.status_code == 303
+        landed = client.get(done.headers["location"], headers=OPERATE).text
+        assert '<p class="flash" role="status">cancel requested</p>' in landed
+        # The dashboard's own signature does not carry over to another text.
+        altered = done.headers["location"].replace("cancel+requested", "sign+in+at+evil.example")
+        assert "evil.example" not in client.get(altered, headers=OPERATE).text
+
+
 def test_a_runs_page_shows_one_moment_of_it(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's facts, what it waits on and its history are read in one transaction, from
     one snapshot: a run that ends while its page is read is shown as it was before or after,

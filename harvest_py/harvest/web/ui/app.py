@@ -13,9 +13,12 @@ the management app at ``/ui``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import random
 import re
+import secrets
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -174,6 +177,9 @@ class Dashboard:
 
     def __init__(self, source: Source, authorizer: Authorizer):
         self.source, self.authorizer = source, authorizer
+        # Signs the messages of this process's redirects (_back); a message signed by another
+        # process (behind a balancer without sticky sessions) is not shown, the action is done.
+        self._msg_key = secrets.token_bytes(32)
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
@@ -257,7 +263,7 @@ class Dashboard:
             path=request.url.path,
             query=params,
             refresh=refresh,
-            msg=_param(params, "msg"),
+            msg=self._own_message(params),
             **context,
         )
         return HTMLResponse(html, status_code=code)
@@ -352,7 +358,20 @@ class Dashboard:
 
     def _back(self, request: Request, to: str, msg: str) -> Response:
         base = request.scope.get("root_path", "").rstrip("/")
-        return RedirectResponse(f"{base}{to}?{urllib.parse.urlencode({'msg': msg})}", status_code=303)
+        query = urllib.parse.urlencode({"msg": msg, "msg_sig": self._msg_signature(msg)})
+        return RedirectResponse(f"{base}{to}?{query}", status_code=303)
+
+    def _msg_signature(self, msg: str) -> str:
+        return hmac.new(self._msg_key, msg.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def _own_message(self, params: Any) -> str | None:
+        """The ``msg`` of an action's redirect (``_back``), shown as the page's banner only when
+        this dashboard signed it (``msg_sig``): any site can link to the dashboard with a ``msg``
+        of its own ("your session expired, sign in at ..."), which must not read as ours."""
+        msg, signature = _param(params, "msg"), params.get("msg_sig")
+        if msg is None or not signature:
+            return None
+        return msg if hmac.compare_digest(signature, self._msg_signature(msg)) else None
 
     def _refresh(self, request: Request) -> int | None:
         return _int(request.query_params, "refresh", 1, 86_400, None)

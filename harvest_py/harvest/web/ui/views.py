@@ -81,7 +81,7 @@ def cut(value: Any, width: int = LINE) -> bool:
 def with_query(query: Any, **changes: Any) -> str:
     """The current query string with ``changes`` (None removes a key), for links that keep filters.
     An action's message (``msg``) is never kept: it was said on this page, about what was done."""
-    items = [(k, v) for k, v in query.multi_items() if k not in changes and k != "msg"]
+    items = [(k, v) for k, v in query.multi_items() if k not in changes and k not in ("msg", "msg_sig")]
     for k, v in changes.items():
         if v is None:
             continue
