@@ -58,7 +58,7 @@ CREATE OR REPLACE FUNCTION harvest.functions_version()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT '0085'::text;
+    SELECT '0086'::text;
 $$;
 
 -- A UUID whose first two bytes carry the shard number, so any id routes to its shard

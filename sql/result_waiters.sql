@@ -11,3 +11,6 @@ CREATE UNLOGGED TABLE harvest.result_waiters (
     login text NOT NULL DEFAULT session_user,
     CONSTRAINT result_waiters_pkey PRIMARY KEY (execution_id, waiter_id, login)
 );
+-- A wait that ends drops its marks by waiter id (stop_waiting_for_result): one probe here,
+-- not a scan of every client's marks (the key leads with the run, for the close's delete).
+CREATE INDEX result_waiters_waiter ON harvest.result_waiters (waiter_id);

@@ -330,7 +330,7 @@ def test_drain_a_worker_is_an_admins(ui: TestClient, demo: Demo) -> None:
     assert ui.post("/workers/nobody/drain", headers=ADMIN).status_code == 404
 
 
-def test_a_long_history_shows_its_tail_and_a_link_to_all(
+def test_a_long_history_shows_its_tail_and_a_link_to_older_events(
     ui: TestClient, demo: Demo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import harvest.web.ui.app as ui_module
@@ -341,13 +341,12 @@ def test_a_long_history_shows_its_tail_and_a_link_to_all(
     shown = re.findall(r'<li class="[a-z]+" id="event-(\d+)">', page)
     total = int(re.search(r"History <span class=\"muted\">\((\d+) events\)", page).group(1))
     assert total > 3 and shown == [str(n) for n in range(total - 2, total + 1)]
-    assert 'id="all-history"' in page
-    every = ui.get(f"/workflows/{run}?history=all", headers=READ).text
-    # The demo's run may go on between the two pages (CI saw 7 events, then 9): the second page
-    # is checked against its own count, which can only have grown.
-    total_now = int(re.search(r"History <span class=\"muted\">\((\d+) events\)", every).group(1))
-    assert total_now >= total
-    assert len(re.findall(r'id="event-\d+"', every)) == total_now and 'id="all-history"' not in every
+    older = re.search(r'id="older-history" href="([^"]+)"', page)
+    assert older is not None and f"history_before={total - 2}" in older.group(1)
+    # The demo's run may go on between the two pages (CI saw 7 events, then 9): the older page
+    # is the three events before the first one shown, whatever came after.
+    before = ui.get(f"/workflows/{run}" + html.unescape(older.group(1)), headers=READ).text
+    assert re.findall(r'id="event-(\d+)"', before) == [str(n) for n in range(total - 5, total - 2) if n >= 1]
 
 
 def test_dead_letters_page_with_the_cursor_and_filter(ui: TestClient, demo: Demo) -> None:
@@ -911,6 +910,31 @@ def test_an_actions_message_is_said_once_not_carried_on_by_the_pages_links(db: s
             assert hrefs and not [h for h in hrefs if "msg=" in h], hrefs
 
 
+def test_a_message_in_a_link_from_elsewhere_is_not_shown(db: str) -> None:
+    """Every page showed ``?msg=`` as the dashboard's own banner, so any site could link a user
+    to the dashboard saying "Your session expired, sign in at evil.example". Only a message
+    the dashboard itself set on an action's redirect (signed by this dashboard) is shown; a
+    forged, altered or unsigned one is dropped."""
+    run = _started(db, "spoofed-msg")
+    spoof = "Your session expired, sign in at evil.example"
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for query in (
+            {"msg": spoof},
+            {"msg": spoof, "msg_sig": "0" * 32},
+        ):
+            page = client.get(f"/workflows/{run}", params=query, headers=READ).text
+            assert "evil.example" not in page and 'class="flash"' not in page
+        done = client.post(
+            f"/workflows/{run}/cancel", headers=OPERATE, data={"reason": "x"}, follow_redirects=False
+        )
+        assert done.status_code == 303
+        landed = client.get(done.headers["location"], headers=OPERATE).text
+        assert '<p class="flash" role="status">cancel requested</p>' in landed
+        # The dashboard's own signature does not carry over to another text.
+        altered = done.headers["location"].replace("cancel+requested", "sign+in+at+evil.example")
+        assert "evil.example" not in client.get(altered, headers=OPERATE).text
+
+
 def test_a_runs_page_shows_one_moment_of_it(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's facts, what it waits on and its history are read in one transaction, from
     one snapshot: a run that ends while its page is read is shown as it was before or after,
@@ -1009,7 +1033,7 @@ def test_a_run_with_many_signals_lists_their_tail_as_its_history(
     """A long history shows its last events and a link to all; the signals list drew every
     signal the run ever received (10,000 signals, each payload in full for an operator: a page
     of hundreds of megabytes). It lists the last as many as the history shows, says how many
-    there are, and ?history=all lists them all."""
+    there are, and links to the history's first page, where the others are (paged)."""
     import harvest.web.ui.app as ui_module
 
     monkeypatch.setattr(ui_module, "HISTORY_SHOWN", 3)
@@ -1021,14 +1045,60 @@ def test_a_run_with_many_signals_lists_their_tail_as_its_history(
         )
     with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
         page = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE).text
-        every = client.get(f"/workflows/{run}?payloads=full&history=all", headers=OPERATE).text
 
     def listed(html: str) -> list[str]:
         return re.findall(r"<li><strong>(sig-\d)</strong>", html.split('id="signals"')[1].split("</ul>")[0])
 
     assert listed(page) == ["sig-3", "sig-4", "sig-5"]
     assert 'id="all-signals"' in page and "5 signals" in page
-    assert listed(every) == [f"sig-{n}" for n in range(1, 6)] and 'id="all-signals"' not in every
+    # The others are in the history, paged: the link goes to its first page.
+    assert re.search(r'id="all-signals" href="[^"]*history_from=1[^"]*"', page)
+
+
+def test_a_long_history_pages_and_never_renders_all_of_it(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """?history=all rendered every event of the run (a run of 100,000 events: a page of
+    100,000 rows, held in memory). The history is paged: at most HISTORY_SHOWN events a page,
+    the tail first, with links to the older and newer pages; walking them lists each event
+    once, and no query string renders more than a page."""
+    import harvest.web.ui.app as ui_module
+
+    monkeypatch.setattr(ui_module, "HISTORY_SHOWN", 3)
+    run = _started(db, "paged-history")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.signal_workflow(%s, 'sig-' || g, to_jsonb(g)) FROM generate_series(1, 8) AS g",
+            (run,),
+        )
+        total = conn.execute(
+            "SELECT count(*) FROM harvest.events WHERE execution_id = %s", (run,)
+        ).fetchone()[0]
+
+    def shown(html: str) -> list[int]:
+        return [int(n) for n in re.findall(r'<li class="[a-z]+" id="event-(\d+)">', html)]
+
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        assert len(shown(client.get(f"/workflows/{run}?history=all", headers=READ).text)) <= 3
+        page = client.get(f"/workflows/{run}", headers=READ).text
+        assert shown(page) == [total - 2, total - 1, total] and 'id="newer-history"' not in page
+        seen: list[int] = []
+        while True:
+            seen = shown(page) + seen
+            older = re.search(r'id="older-history" href="([^"]+)"', page)
+            if older is None:
+                break
+            page = client.get(f"/workflows/{run}" + html.unescape(older.group(1)), headers=READ).text
+            assert len(shown(page)) <= 3
+        assert seen == list(range(1, total + 1))
+        first = client.get(f"/workflows/{run}?history_from=1", headers=READ).text
+        assert shown(first) == [1, 2, 3] and 'id="older-history"' not in first
+        newer = re.search(r'id="newer-history" href="([^"]+)"', first)
+        assert newer is not None
+        assert shown(client.get(f"/workflows/{run}" + html.unescape(newer.group(1)), headers=READ).text) == [
+            4,
+            5,
+            6,
+        ]
+        assert client.get(f"/workflows/{run}?history_from=0", headers=READ).status_code == 400
 
 
 def test_an_erased_payload_says_erased_not_a_size(db: str) -> None:

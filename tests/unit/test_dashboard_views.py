@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE
 from harvest.web.ui.views import (
+    HistoryPage,
     ago,
     dag_graph,
     duration,
@@ -61,13 +62,20 @@ def test_execution_page_redacts_and_finds_signals_and_pending_updates() -> None:
         _event(7, "UpdateCompleted", seq=1, update_id="u1", result=5, failure=None),
     ]
     row = {"id": "x", "input": ["secret"], "output": None}
-    page = execution_page(row, {}, history, full=False)
+
+    def read(full: bool) -> HistoryPage:
+        page = HistoryPage(500, full=full)
+        for event in history:
+            page.add(event)
+        return page
+
+    page = execution_page(row, {}, read(False), full=False)
     assert page["payloads"]["input"] == {"redacted": True, "bytes": 10}
     assert "secret" not in repr(page["events"]) and "4111" not in repr(page["signals"])
     assert [s["name"] for s in page["signals"]] == ["approved"]
     assert [u["update_id"] for u in page["pending_updates"]] == ["u2"]
     assert page["resettable"] == [1, 5]  # the last event before each workflow task
-    shown = execution_page(row, {}, history, full=True)
+    shown = execution_page(row, {}, read(True), full=True)
     assert shown["payloads"]["input"] == ["secret"] and shown["signals"][0]["payload"] == {"card": "4111"}
 
 

@@ -403,6 +403,20 @@ def test_start_result_and_the_token_errors(db: str, served, tokens) -> None:
     assert (ended.exit_code, ended.stdout, ended.stderr) == (1, over_sql.stdout, over_sql.stderr)
 
 
+def test_a_result_timeout_says_why_the_run_is_stuck_over_http_as_over_sql(db: str, served, conn) -> None:
+    """Over HTTP a result wait that ran out printed a bare "is still running after 0.2s", while
+    over SQL it quotes why the run cannot go on (here a dead-lettered activity, with the
+    `harvest dlq replay <id>` to run): the two transports print the same."""
+    served()
+    execution_id, dead_letter_id = park(conn, "stuck-result")
+    args = ("workflow", "result", execution_id, "--timeout", "0.2")
+    over_sql = run(*args, "--database-url", db)
+    over_http = run("--base-url", BASE, *args)
+    assert over_sql.exit_code == 3, over_sql.stderr
+    assert f"harvest dlq replay {dead_letter_id}" in over_sql.stderr, over_sql.stderr
+    assert (over_http.exit_code, over_http.stderr) == (over_sql.exit_code, over_sql.stderr)
+
+
 def test_health_exit_codes(served) -> None:
     served()
     ok = run("--base-url", BASE, "health", "--output", "json")

@@ -1094,7 +1094,21 @@ class HttpHandle:
                 }
                 return _outcome(execution, None)
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
+                raise TimeoutError_(
+                    f"workflow {self.execution_id} is still running after {timeout}s{self._why_stuck()}"
+                )
+
+    def _why_stuck(self) -> str:
+        """What the SQL client's timeout says of a stuck run (a failing workflow task, a
+        dead-lettered activity), read from the stack route; "" when the read fails (a hint:
+        the timeout is the answer)."""
+        from harvest.client.client import why_stuck
+
+        try:
+            stack = _obj(self.http.get(f"/workflows/{_p(self.execution_id)}/stack"))
+        except Exception:
+            return ""
+        return why_stuck(stack)
 
     def query(self, name: str, arg: Any = None, timeout: float = 10.0) -> Any:
         body = {"query_name": name, "input": arg, "timeout_secs": timeout}

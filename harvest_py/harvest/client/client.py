@@ -466,6 +466,12 @@ def _why_stuck(execution_id: str) -> Steps[str]:
         stack = yield Sql(sqlapi.get_execution_stack, execution_id)
     except Exception:  # a hint only: the timeout is the answer
         return ""
+    return why_stuck(stack)
+
+
+def why_stuck(stack: dict[str, Any]) -> str:
+    """The reasons a run's stack (get_execution_stack) says it cannot go on, each after "; ",
+    or "". One wording for every transport (the CLI over HTTP reads the stack route)."""
     reasons = []
     task = stack.get("workflow_task") or {}
     if task.get("last_failure"):

@@ -13,9 +13,12 @@ the management app at ``/ui``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import random
 import re
+import secrets
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -76,7 +79,8 @@ HERE = Path(__file__).parent
 TOKEN_COOKIE = "harvest_ui_token"  # a token signed in through /login, sent on as a Bearer header
 MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-letter lists too
 DEFAULT_PAGE = 50
-HISTORY_SHOWN = 500  # the timeline's last events by default; ?history=all shows every one
+HISTORY_SHOWN = 500  # the timeline's events a page (the last by default; history_from/_before page)
+HISTORY_READ_BATCH = 1000  # events per fetch of the history's stream, which the page reads whole
 TREE_DEPTH = 10  # levels of a run's tree drawn on its page; a node at the last one links deeper
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 BIGINT_MAX = (1 << 63) - 1  # a dead letter's id: no larger one exists
@@ -173,6 +177,9 @@ class Dashboard:
 
     def __init__(self, source: Source, authorizer: Authorizer):
         self.source, self.authorizer = source, authorizer
+        # Signs the messages of this process's redirects (_back); a message signed by another
+        # process (behind a balancer without sticky sessions) is not shown, the action is done.
+        self._msg_key = secrets.token_bytes(32)
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
@@ -256,7 +263,7 @@ class Dashboard:
             path=request.url.path,
             query=params,
             refresh=refresh,
-            msg=_param(params, "msg"),
+            msg=self._own_message(params),
             **context,
         )
         return HTMLResponse(html, status_code=code)
@@ -351,7 +358,20 @@ class Dashboard:
 
     def _back(self, request: Request, to: str, msg: str) -> Response:
         base = request.scope.get("root_path", "").rstrip("/")
-        return RedirectResponse(f"{base}{to}?{urllib.parse.urlencode({'msg': msg})}", status_code=303)
+        query = urllib.parse.urlencode({"msg": msg, "msg_sig": self._msg_signature(msg)})
+        return RedirectResponse(f"{base}{to}?{query}", status_code=303)
+
+    def _msg_signature(self, msg: str) -> str:
+        return hmac.new(self._msg_key, msg.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def _own_message(self, params: Any) -> str | None:
+        """The ``msg`` of an action's redirect (``_back``), shown as the page's banner only when
+        this dashboard signed it (``msg_sig``): any site can link to the dashboard with a ``msg``
+        of its own ("your session expired, sign in at ..."), which must not read as ours."""
+        msg, signature = _param(params, "msg"), params.get("msg_sig")
+        if msg is None or not signature:
+            return None
+        return msg if hmac.compare_digest(signature, self._msg_signature(msg)) else None
 
     def _refresh(self, request: Request) -> int | None:
         return _int(request.query_params, "refresh", 1, 86_400, None)
@@ -439,20 +459,24 @@ class Dashboard:
         full = request.query_params.get("payloads") == "full" and principal.allows("operate")
         sharded = self.source.sharded
 
+        # The history is read as a stream and only one page of it kept (views.HistoryPage).
+        after = _int(request.query_params, "history_from", 1, BIGINT_MAX, None)
+        before = _int(request.query_params, "history_before", 1, BIGINT_MAX, None)
+        if after is not None and before is not None:
+            raise InvalidArgument("give history_from or history_before, not both")
+
         async def read(api: Any) -> tuple[Any, Any, Any, Any]:
             row = resident(await api.get_execution(execution_id), sharded)
-            stack, history = await api.get_execution_stack(execution_id), await api.get_history(execution_id)
+            stack = await api.get_execution_stack(execution_id)
+            history = views.HistoryPage(HISTORY_SHOWN, after=after, before=before, full=full)
+            async for event in api.iter_history(execution_id, HISTORY_READ_BATCH):
+                history.add(event)
             return row, stack, history, await api.list_update_requests(execution_id)
 
         row, stack, history, requested = await self.source.routed(execution_id, principal, read)
         # One level more than is drawn: a node at the last level says whether it has children.
         tree = await self.source.reads(principal).list_tree(execution_id, depth=TREE_DEPTH + 1)
         page = views.execution_page(row, stack, history, full=full, requested=requested)
-        total, signals = len(page["events"]), len(page["signals"])
-        if request.query_params.get("history") != "all":
-            # A long history: its tail, and a link; its signals alike (each with its payload).
-            page["events"] = page["events"][-HISTORY_SHOWN:]
-            page["signals"] = page["signals"][-HISTORY_SHOWN:]
         return self.render(
             request,
             "execution.html",
@@ -461,8 +485,6 @@ class Dashboard:
             full=full,
             tree=views.cut_tree(tree.value, TREE_DEPTH),
             tree_unavailable=tree.unavailable_shards,
-            total_events=total,
-            total_signals=signals,
             **page,
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -80,7 +81,7 @@ def cut(value: Any, width: int = LINE) -> bool:
 def with_query(query: Any, **changes: Any) -> str:
     """The current query string with ``changes`` (None removes a key), for links that keep filters.
     An action's message (``msg``) is never kept: it was said on this page, about what was done."""
-    items = [(k, v) for k, v in query.multi_items() if k not in changes and k != "msg"]
+    items = [(k, v) for k, v in query.multi_items() if k not in changes and k not in ("msg", "msg_sig")]
     for k, v in changes.items():
         if v is None:
             continue
@@ -158,73 +159,116 @@ KIND = {
 }
 
 
+class HistoryPage:
+    """One page of a run's history, read event by event (``add``) from a stream of the whole
+    history, so the page holds at most ``size`` events however long the run: the first ``size``
+    events from event ``after`` on, or the last ``size`` before event ``before`` (neither: the
+    run's last ``size``; keyset pages, so walking them shows each event once), the last ``size``
+    signals, the updates accepted and not completed, the last ``size`` reset points, and the
+    counts. Before, the page took the whole history as a list and ?history=all drew every event
+    (100,000 rows)."""
+
+    def __init__(self, size: int, *, after: int | None = None, before: int | None = None, full: bool):
+        # In full, an encoded or offloaded payload says what it is ("<encrypted (key k1)>",
+        # "<offloaded (n bytes, ref ...)>"), as `harvest workflow history --full` prints it: the
+        # dashboard holds no codec key, and a reference's JSON is not the payload.
+        # Redacted, an erased payload says "<erased>" as well: it has no size.
+        self.show: Callable[[Any], Any] = describe_tree if full else (lambda v: describe_tree(redact(v)))
+        self.size, self.after, self.before = size, after, before
+        self.events: deque[dict[str, Any]] = deque(maxlen=size)
+        self.signals: deque[dict[str, Any]] = deque(maxlen=size)
+        self.resettable: deque[int] = deque(maxlen=size)
+        self.accepted: dict[str, dict[str, Any]] = {}
+        self.total_events = self.total_signals = 0
+        self.last_event_id = 0
+
+    def _on_page(self, event_id: int) -> bool:
+        if self.after is not None:
+            return event_id >= self.after and len(self.events) < self.size
+        # The last ``size`` before ``before`` (or of all): the deque drops the older ones.
+        return self.before is None or event_id < self.before
+
+    def add(self, event: dict[str, Any]) -> None:
+        data = event["event_data"] or {}
+        kind, event_id = event["event_type"], event["event_id"]
+        self.total_events += 1
+        self.last_event_id = event_id
+        if self._on_page(event_id):
+            self.events.append(
+                {
+                    "event_id": event_id,
+                    "event_type": kind,
+                    "created_at": event["created_at"],
+                    "kind": KIND.get(kind, "step"),
+                    "summary": _summary(kind, data),
+                    "data": self.show(data),
+                }
+            )
+        if kind == "SignalReceived":
+            self.total_signals += 1
+            self.signals.append(
+                {
+                    "event_id": event_id,
+                    "name": data.get("name"),
+                    "created_at": event["created_at"],
+                    "payload": self.show({"payload": data.get("payload")})["payload"],
+                    "sender": data.get("sender_execution_id"),
+                }
+            )
+        elif kind == "UpdateAccepted":
+            self.accepted[str(data.get("update_id"))] = {
+                "event_id": event_id,
+                "update_id": data.get("update_id"),
+                "name": data.get("name"),
+                "created_at": event["created_at"],
+                "input": self.show({"input": data.get("input")})["input"],
+            }
+        elif kind == "UpdateCompleted":
+            self.accepted.pop(str(data.get("update_id")), None)
+        elif kind == "WorkflowTaskCompleted":
+            # A reset point: the last event before the workflow task (the end of a batch the
+            # run had seen); the database checks the boundary is a completed one.
+            self.resettable.append(event_id - 1)
+
+    def links(self) -> dict[str, int | None]:
+        """Where the older page ends (history_before) and the newer one starts (history_from);
+        None when there is no such page."""
+        if not self.events:
+            return {"older": None, "newer": None}
+        first, last = self.events[0]["event_id"], self.events[-1]["event_id"]
+        return {
+            "older": first if first > 1 else None,
+            "newer": last + 1 if last < self.last_event_id else None,
+        }
+
+
 def execution_page(
     execution: dict[str, Any],
     stack: dict[str, Any],
-    history: list[dict[str, Any]],
+    history: HistoryPage,
     *,
     full: bool,
     requested: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The parts of the execution page: the run (payloads redacted unless ``full``), what it
-    waits on, the timeline, its signals, the updates accepted but not completed and those
-    requested and not yet accepted (``requested``, list_update_requests)."""
-    # In full, an encoded or offloaded payload says what it is ("<encrypted (key k1)>",
-    # "<offloaded (n bytes, ref ...)>"), as `harvest workflow history --full` prints it: the
-    # dashboard holds no codec key, and a reference's JSON is not the payload.
-    # Redacted, an erased payload says "<erased>" as well: it has no size.
-    show: Callable[[Any], Any] = describe_tree if full else (lambda v: describe_tree(redact(v)))
-    events = []
-    signals = []
-    accepted: dict[str, dict[str, Any]] = {}
-    for event in history:
-        data = event["event_data"] or {}
-        kind = event["event_type"]
-        shown = show(data)
-        events.append(
-            {
-                "event_id": event["event_id"],
-                "event_type": kind,
-                "created_at": event["created_at"],
-                "kind": KIND.get(kind, "step"),
-                "summary": _summary(kind, data),
-                "data": shown,
-            }
-        )
-        if kind == "SignalReceived":
-            signals.append(
-                {
-                    "event_id": event["event_id"],
-                    "name": data.get("name"),
-                    "created_at": event["created_at"],
-                    "payload": shown.get("payload"),
-                    "sender": data.get("sender_execution_id"),
-                }
-            )
-        elif kind == "UpdateAccepted":
-            accepted[str(data.get("update_id"))] = {
-                "event_id": event["event_id"],
-                "update_id": data.get("update_id"),
-                "name": data.get("name"),
-                "created_at": event["created_at"],
-                "input": shown.get("input"),
-            }
-        elif kind == "UpdateCompleted":
-            accepted.pop(str(data.get("update_id")), None)
+    waits on, the page of its timeline (``history``, read by the caller), its last signals, the
+    updates accepted but not completed and those requested and not yet accepted (``requested``,
+    list_update_requests)."""
     run = dict(execution)
-    run["failure"] = show(run.get("failure"))  # its details are a payload, as in the timeline
-    payloads = {k: show({k: run.get(k)})[k] for k in ("input", "output")}
+    run["failure"] = history.show(run.get("failure"))  # its details are a payload, as in the timeline
+    payloads = {k: history.show({k: run.get(k)})[k] for k in ("input", "output")}
     return {
         "execution": run,
         "payloads": payloads,
         "stack": stack,
-        "events": events,
-        "signals": signals,
-        "pending_updates": list(accepted.values()),
+        "events": list(history.events),
+        "signals": list(history.signals),
+        "pending_updates": list(history.accepted.values()),
         "requested_updates": list(requested or []),
-        # Reset points to offer: the last event before each workflow task (the end of a batch
-        # the run had seen); the database checks the boundary is a completed one.
-        "resettable": [e["event_id"] - 1 for e in events if e["event_type"] == "WorkflowTaskCompleted"],
+        "resettable": list(history.resettable),
+        "history_links": history.links(),
+        "total_events": history.total_events,
+        "total_signals": history.total_signals,
     }
 
 
