@@ -3,7 +3,8 @@ row for, and no other.
 
 The operations are read from functions/*.sql: the first argument of each call of
 ``harvest._audit`` and ``harvest._audit_asserted`` (a literal, a CASE of literals, or a literal
-prefix completed by a parameter, which PREFIXES completes). The table is the one under
+prefix completed by a parameter, which PREFIXES completes); and from the Python that calls
+``harvest._audit`` itself (the migrator's ``functions.downgrade``), where it is a literal. The table is the one under
 "### The audit log": the backquoted names of its first column.
 """
 
@@ -17,6 +18,7 @@ from docs_scan import ROOT
 PREFIXES = {"dead_letters.bulk_": ("dead_letters.bulk_replay", "dead_letters.bulk_discard")}
 CALL = re.compile(r"harvest\._audit(?:_asserted)?\(")
 LITERAL = re.compile(r"'((?:[^']|'')*)'")
+PYTHON_CALL = re.compile(r"harvest\._audit(?:_asserted)?\('([a-z_.]+)'")
 
 
 def _first_argument(text: str, start: int) -> str:
@@ -57,6 +59,9 @@ def audited_in_sql() -> dict[str, set[str]]:
             for name in names:
                 if not name.startswith("p_"):  # a literal of the CASE's condition is no operation
                     found.setdefault(name, set()).add(path.name)
+    for path in sorted((ROOT / "harvest_py").rglob("*.py")):
+        for name in PYTHON_CALL.findall(path.read_text()):
+            found.setdefault(name, set()).add(path.name)
     return found
 
 
