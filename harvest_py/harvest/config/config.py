@@ -33,7 +33,7 @@ import logging
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -584,6 +584,22 @@ class RuntimePlan:
 
     def runs_anything(self) -> bool:
         return any(s.value for s in self.switches)
+
+    def as_run(self, runs: Mapping[str, bool], source: str) -> RuntimePlan:
+        """This plan as the process actually runs it: each switch named in ``runs`` (``worker``,
+        ``scheduler``, ``retention``) whose value differs takes that value, with ``source``
+        (a process that runs fewer runtimes than its role places must not report them)."""
+
+        def run(switch: Switch, name: str) -> Switch:
+            value = runs.get(name, switch.value)
+            return switch if value == switch.value else Switch(switch.name, value, source)
+
+        return replace(
+            self,
+            worker=run(self.worker, "worker"),
+            scheduler=run(self.scheduler, "scheduler"),
+            retention=run(self.retention, "retention"),
+        )
 
     def line(self) -> str:
         """The startup line: the role, each switch and run_on, each with its value and source."""

@@ -161,8 +161,15 @@ async def retention(call: Call, args: dict[str, Any], _: Any) -> Any:
     return {**out, "shards": shards, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
 
 
-def _not_here(config: Any) -> NotPlacedHere:
+def _not_here(config: Any, plan: Any) -> NotPlacedHere:
     switch = config.setting("retention.enabled")
+    if plan is not None and switch is None and not plan.retention.source.startswith("follows"):
+        # Not the placement: the process runs less than its config places (HarvestLifespan
+        # with run_worker=False, or worker_options that turn the janitor off).
+        return NotPlacedHere(
+            f"retention does not run in this process ({plan.retention.line()}); let a process "
+            "that runs the janitor sweep, or run it here (HarvestLifespan(run_worker=True))"
+        )
     if switch is not None and not switch.value:  # switched off: no placement would run it here
         return NotPlacedHere(
             f"retention does not run in this process: retention.enabled=false (from {switch.source}) "
@@ -179,7 +186,7 @@ def _not_here(config: Any) -> NotPlacedHere:
 async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     plan = call.state.plan
     if not (plan and plan.retention.value):
-        raise _not_here(call.state.config)
+        raise _not_here(call.state.config, plan)
     operator = data.get("operator_id") or call.operator_id
     max_batches = data.get("max_batches") or 100
 
