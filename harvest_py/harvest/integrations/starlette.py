@@ -159,8 +159,9 @@ class HarvestLifespan:
         none for a mounted app): its pools open now, and close when the app stops. It reports
         the runtimes this process runs (``options``; None: none), not the ones its role places:
         ``run_worker=False`` runs none whatever the role, and ``worker_options`` may turn one off."""
+        runs: dict[str, bool]
         if options is None:
-            runs = dict.fromkeys(("worker", "scheduler", "retention"), False)
+            runs = {"worker": False, "scheduler": False, "retention": False}
             source = "off (HarvestLifespan(run_worker=False))"
         else:
             runs = {

@@ -93,13 +93,14 @@ async def config(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 async def queue_coverage(call: Call, args: dict[str, Any], _: Any) -> Any:
     """Each declared queue with no live worker on a writable shard (the queues asked for, else
-    the served App's, else the fleet's); null when unknown."""
+    the served App's); null when unknown, as with no App: the fleet's registered queues are
+    reported (``registered_queues``) but miss a queue no worker ever registered."""
     if args["queue"]:
         declared, source = sorted(set(args["queue"])), "request"  # `harvest queue coverage --app`
     elif call.state.app is not None:
         declared, source = declared_queues(call.state.app), "app"
     else:
-        declared, source = None, "fleet"
+        declared, source = None, "none"
 
     async def read(sql: Any) -> Any:
         registered = sorted(
@@ -475,7 +476,7 @@ ENDPOINTS = [
                 "queue",
                 repeat=True,
                 description="A declared queue to check (repeatable; default: the served App's "
-                "queues, else those the fleet's workers registered).",
+                "queues; with neither the list is null, unknown).",
             ),
         ),
         tag="admin",
