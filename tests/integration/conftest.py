@@ -21,6 +21,7 @@ def start_worker(db: str) -> Iterator:
     def start(app: App, dsn: str | None = None, **options) -> RunningWorker:
         options.setdefault("poll_interval", 0.5)
         options.setdefault("scan_interval", 0.2)
+        options.setdefault("run_retention", False)  # a test that wants the janitor asks for it
         worker = RunningWorker(Worker(app, dsn or db, **options)).start()
         running.append(worker)
         return worker

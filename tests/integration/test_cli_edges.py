@@ -361,18 +361,31 @@ def test_worker_list_shard_id(db: str, conn) -> None:
     assert r.returncode == 2 and "--shard-id 3: no such shard; the shards here are 0" in one_error_line(r)
 
 
-def test_queue_coverage_strict_without_app_reads_the_fleet(db: str, conn) -> None:
+def test_queue_coverage_without_an_app_is_unknown(db: str, conn, tmp_path: Path) -> None:
+    """Without --app the queues the fleet registered stood in for the declared ones: a queue no
+    worker ever registered was missed and --strict passed. No App declares the queues, so the
+    list is null (unknown) and the gate fails closed; the registered queues are still shown."""
     r = run("queue", "coverage", "--strict", "-o", "json", dsn=db)
-    assert r.returncode == 2  # nothing registered: unknown, and the gate fails closed
+    assert r.returncode == 2  # nothing registered: unknown
     assert json.loads(r.stdout)["unpolled_declared_queues"] is None
     conn.execute("SELECT harvest.register_worker('w-a', ARRAY['alpha'], 'h', 1, 5)")
     r = run("queue", "coverage", "--strict", "-o", "json", dsn=db)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert json.loads(r.stdout)["declared_queues"] == ["alpha"]
-    conn.execute("SELECT harvest.register_worker('w-b', ARRAY['beta'], 'h', 2, 5)")
-    conn.execute("SELECT harvest.stop_worker('w-b')")  # beta is registered but nobody polls it now
-    r = run("queue", "coverage", "--strict", dsn=db)
-    assert r.returncode == 2 and "unpolled declared queues: beta" in r.stdout
+    assert r.returncode == 2, r.stdout + r.stderr  # alpha is polled, but is alpha all there is?
+    data = json.loads(r.stdout)
+    assert (data["unpolled_declared_queues"], data["declared_queues"]) == (None, None)
+    assert data["registered_queues"] == ["alpha"] and data["live_workers"] == {"alpha": 1}
+    assert data["declared_source"] == "none"
+    r = run("queue", "coverage", dsn=db)
+    assert r.returncode == 0 and "coverage unknown: no App declares the queues" in r.stdout
+    # With the App, its declared queues: beta and default, which no worker ever registered.
+    (tmp_path / "cov_app.py").write_text(
+        "from harvest import App, activity, workflow\n"
+        "@activity(queue='beta')\nasync def send(ctx): return 1\n"
+        "@workflow\nasync def flow(ctx): return 1\n"
+        "app = App(workflows=[flow], activities=[send])\n"
+    )
+    r = run("queue", "coverage", "--app", "cov_app:app", "--strict", dsn=db, cwd=tmp_path)
+    assert r.returncode == 2 and "unpolled declared queues: beta, default" in r.stdout, r.stdout + r.stderr
 
 
 def test_workflow_result_exit_codes_differ_for_a_failed_run_and_a_timeout(db: str, conn) -> None:

@@ -103,3 +103,24 @@ def test_worker_and_client_refuse_an_unmigrated_database(fresh_db: str) -> None:
         asyncio.run(Worker(demo_app, fresh_db).run())
     with pytest.raises(SchemaMismatch, match="harvest migrate run"):
         Client(fresh_db)
+
+
+def test_dev_runs_the_retention_janitor(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`harvest dev` runs everything, the janitor too: it ran none (a Worker built in code
+    defaulted to run_retention=False), so a configured retention never applied and the dev
+    database grew forever."""
+    from click.testing import CliRunner
+
+    from harvest.cli.main import main
+
+    ran: list[Worker] = []
+
+    async def run(self: Worker, install_signal_handlers: bool = False) -> None:
+        ran.append(self)  # the worker dev built, not run: its switches are the point
+
+    monkeypatch.setattr(Worker, "run", run)
+    monkeypatch.setenv("HARVEST_DEV_DATABASE_URL", db)
+    done = CliRunner().invoke(main, ["dev", "--no-api"])
+    assert done.exit_code == 0, done.output
+    [worker] = ran
+    assert (worker.run_worker, worker.run_scanner, worker.run_retention) == (True, True, True)

@@ -128,6 +128,35 @@ def test_without_a_worker_runs_wait_for_one_and_the_api_can_stay_unmounted(db: s
     asyncio.run(serve(api, calls))
 
 
+def test_the_mounted_api_reports_the_runtimes_this_process_runs(db: str) -> None:
+    """HarvestLifespan(run_worker=False) runs no runtime, but its management API reported the
+    role's (combined by default: all three on) in /admin/config and /admin/retention, and swept
+    from POST /admin/retention/run-now as if it ran the janitor."""
+    idle = fastapi_app(db, run_worker=False)
+    narrowed = fastapi_app(db, run_worker=True, worker_options={**FAST, "run_retention": False})
+
+    async def read(http: httpx.AsyncClient) -> tuple[dict[str, Any], dict[str, Any], httpx.Response]:
+        config = (await http.get("/api/harvest/admin/config")).json()
+        retention = (await http.get("/api/harvest/admin/retention")).json()
+        return config, retention, await http.post("/api/harvest/admin/retention/run-now", json={})
+
+    config, retention, swept = asyncio.run(serve(idle, read))
+    assert {name: r["value"] for name, r in config["runtimes"].items()} == dict.fromkeys(
+        ("worker.enabled", "scheduler.enabled", "retention.enabled"), False
+    ), config["runtimes"]
+    assert config["runtimes"]["worker.enabled"]["source"] == "off (HarvestLifespan(run_worker=False))"
+    assert config["retention"]["runs_here"] is False and retention["placed_elsewhere"] is True
+    assert swept.status_code == 503 and "run_worker=True" in swept.json()["error"]["message"], swept.text
+    config, retention, swept = asyncio.run(serve(narrowed, read))
+    runtimes = config["runtimes"]
+    assert (runtimes["worker.enabled"]["value"], runtimes["scheduler.enabled"]["value"]) == (True, True)
+    assert runtimes["retention.enabled"] == {
+        "value": False,
+        "source": "explicit (HarvestLifespan worker_options)",
+    }
+    assert retention["placed_elsewhere"] is True and swept.status_code == 503
+
+
 def test_a_plain_starlette_app_and_a_lifespan_of_its_own(db: str) -> None:
     harvest = HarvestLifespan(app, dsn=db, config=Config(), profile="dev")
     opened: list[str] = []

@@ -170,6 +170,7 @@ def per_shard_workers(shards: ShardCluster) -> Iterator:
     def start(app, shard_ids=tuple(range(SHARD_COUNT)), **options) -> PerShardWorkers:
         options.setdefault("poll_interval", 0.5)
         options.setdefault("scan_interval", 0.2)
+        options.setdefault("run_retention", False)  # a test that wants the janitor asks for it
         group = PerShardWorkers([Worker(app, shards.dsns[s], **options) for s in shard_ids]).start()
         running.append(group)
         return group

@@ -114,27 +114,39 @@ def test_drain_preview_lists_every_shards_workers(shards) -> None:
     assert [r["worker_id"] for r in data["workers"]] == ["w1"]
 
 
-def test_queue_coverage_needs_a_live_worker_on_every_shard(shards) -> None:
+def test_queue_coverage_needs_a_live_worker_on_every_shard(shards, tmp_path, monkeypatch) -> None:
+    (tmp_path / "shard_cov_app.py").write_text(
+        "from harvest import App, activity, workflow\n"
+        "@activity(queue='billing')\nasync def charge(ctx): return 1\n"
+        "@workflow\nasync def flow(ctx): return 1\n"
+        "app = App(workflows=[flow], activities=[charge])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = ("--app", "shard_cov_app:app")
     for s in (0, 1, 2):
         _worker(shards, s, f"w{s}", "default")
     _worker(shards, 0, "w-bill", "billing")
+    # No App: the declared queues are unknown (the registered ones are shown), and --strict fails.
     result, data = _json(_env(shards), "queue", "coverage", "--strict")
+    assert result.exit_code == 2 and data["unpolled_declared_queues"] is None
+    assert data["registered_queues"] == ["billing", "default"]
+    result, data = _json(_env(shards), "queue", "coverage", "--strict", *app)
     assert result.exit_code == 2  # billing is polled on shard 0 only
     assert data["declared_queues"] == ["billing", "default"]
     assert data["unpolled_declared_queues"] == ["billing"]
     assert data["unpolled_by_shard"] == {"0": [], "1": ["billing"], "2": ["billing"]}
     assert data["live_workers"] == {"billing": 1, "default": 3}
     # Shards 1 and 2 drained: they take no new run, so their gaps are none.
-    result, data = _json(_env(shards, HARVEST_SHARDS__WRITABLE="0"), "queue", "coverage", "--strict")
+    result, data = _json(_env(shards, HARVEST_SHARDS__WRITABLE="0"), "queue", "coverage", "--strict", *app)
     assert result.exit_code == 0 and data["unpolled_declared_queues"] == []
     assert data["unpolled_by_shard"] == {"0": []}
 
     for s in (1, 2):
         _worker(shards, s, f"w-bill{s}", "billing")
-    result, data = _json(_env(shards), "queue", "coverage", "--strict")
+    result, data = _json(_env(shards), "queue", "coverage", "--strict", *app)
     assert result.exit_code == 0 and data["unpolled_declared_queues"] == []
 
-    result, data = _stopped(shards, 2, "queue", "coverage", "--strict")
+    result, data = _stopped(shards, 2, "queue", "coverage", "--strict", *app)
     assert result.exit_code == 2  # a shard not read: coverage unknown, fail closed
     assert data["status"] == "partial" and data["unavailable_shards"] == [2]
 

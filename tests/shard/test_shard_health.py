@@ -221,3 +221,28 @@ def test_preflight_checks_every_configured_shard(shards) -> None:
     database = next(c for c in data["checks"] if c["name"] == "database" and c["scope"] == "shard 1")
     assert database["status"] == "fail"
     assert next(c for c in data["checks"] if c["name"] == "shards")["details"]["not_ready"] == [1]
+
+
+def test_preflight_does_not_count_a_drained_shards_coverage(shards) -> None:
+    """A drained shard (not in shards.writable) takes no new run: `harvest queue coverage` and
+    GET /admin/queue-coverage leave its gaps out (merge_coverage), but preflight's queue_coverage
+    still warned that its queues had no live worker. Preflight now applies the same rule."""
+    _live_worker(shards, 0)
+    with shards.connect(1) as conn:  # shard 1's worker of default has stopped: no live worker there
+        _live_worker(shards, 1, worker_id="w-gone")
+        conn.execute("SELECT harvest.stop_worker('w-gone')")
+
+    def coverage(env: dict[str, str]) -> dict[int, dict]:
+        data = json.loads(_run(env, "preflight", "--output", "json").output)
+        return {
+            int(c["scope"].split()[1]): c
+            for c in data["checks"]
+            if c["name"] == "queue_coverage" and c["scope"].startswith("shard ")
+        }
+
+    writable = coverage(_env(shards))  # both shards writable: shard 1's gap counts
+    assert writable[1]["status"] == "warn" and writable[1]["details"]["uncovered"] == ["default"]
+    drained = coverage(_env(shards, writable=(0,)))
+    assert drained[1]["status"] == "skip" and "drained" in drained[1]["summary"], drained[1]
+    assert drained[1]["details"]["uncovered"] == []
+    assert drained[0]["details"]["uncovered"] == []  # shard 0 is polled

@@ -36,3 +36,14 @@ def test_a_writable_shard_that_gave_no_answer_makes_the_list_unknown() -> None:
     )
     # Nothing declared is unknown too, never "all covered".
     assert merge_coverage(answered, [], writable=[0])["unpolled_declared_queues"] is None
+
+
+def test_with_no_declared_queues_the_list_is_unknown_and_the_registered_ones_are_shown() -> None:
+    """No App (no runtime installed): the fleet's registered queues stood in for the declared
+    ones, so a queue no worker ever registered was missed and `--strict` passed. The list is now
+    null; the registered queues and their live workers are still reported."""
+    merged = merge_coverage(RESULTS, None, writable=[0])
+    assert merged["unpolled_declared_queues"] is None and merged["declared_queues"] is None
+    assert merged["registered_queues"] == ["alpha", "beta"]
+    assert merged["live_workers"] == {"alpha": 1, "beta": 1}
+    assert "registered_queues" not in merge_coverage(RESULTS, ["alpha"], writable=[0])

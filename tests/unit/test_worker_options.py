@@ -142,3 +142,17 @@ def test_the_activity_thread_pool_defaults_to_the_concurrency() -> None:
     assert worker.executors.thread_count == 17
     worker = Worker(App(), "postgresql://nobody@127.0.0.1:1/none", concurrency=17, activity_threads=3)
     assert worker.executors.thread_count == 3
+
+
+def test_a_worker_built_in_code_runs_the_janitor_where_it_runs_the_scheduler(caplog) -> None:
+    """A Worker with no config has no role: both switches stay on, and retention follows the
+    scheduler (run_on = "scheduler"). It ran no janitor by default, so `harvest dev` and an
+    embedded worker never applied a retention the user had configured."""
+    assert Worker(App(), DSN).run_retention is True
+    assert Worker(App(), DSN, run_retention=False).run_retention is False  # an explicit value wins
+    assert Worker(App(), DSN, run_scanner=False, run_retention=True).run_retention is True
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    # No role and the scheduler off: no janitor here, and a warning that it may run nowhere.
+    assert Worker(App(), DSN, run_scanner=False).run_retention is False
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "run_scanner=False" in warning and "run_retention=True" in warning

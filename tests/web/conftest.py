@@ -27,6 +27,7 @@ def start_worker(db: str) -> Iterator:
     def start(app: App, **options) -> RunningWorker:
         options.setdefault("poll_interval", 0.2)
         options.setdefault("scan_interval", 0.2)
+        options.setdefault("run_retention", False)  # a test that wants the janitor asks for it
         worker = RunningWorker(Worker(app, db, **options)).start()
         running.append(worker)
         return worker

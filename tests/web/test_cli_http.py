@@ -587,6 +587,21 @@ def test_queue_coverage_over_http_gates_on_the_servers_list(
     assert [u.params.get_list("queue") for u in asked] == [["alpha", "beta"]]
 
 
+def test_queue_coverage_with_no_app_is_unknown_over_sql_and_http(db: str, both: Callable[..., tuple]) -> None:
+    """A server with no App (and a CLI with no --app) answered with the queues the fleet
+    registered as the declared ones, so --strict passed while a queue no worker ever registered
+    went unpolled. Over SQL and over HTTP the list is null and the gate fails closed, alike."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.register_worker('w-a', ARRAY['alpha'], 'h', 1, 5)")
+    sql, _ = both("queue", "coverage", "--strict", "-o", "json")
+    assert sql.exit_code == 2, sql.output
+    data = json.loads(sql.stdout)
+    assert data["unpolled_declared_queues"] is None and data["declared_source"] == "none"
+    assert data["registered_queues"] == ["alpha"] and data["live_workers"] == {"alpha": 1}
+    text, _ = both("queue", "coverage")
+    assert text.exit_code == 0 and "coverage unknown: no App declares the queues" in text.stdout
+
+
 def test_retention_run_now_over_http_on_a_web_replica_is_refused_naming_run_on_all(
     db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -523,7 +523,7 @@ class HttpApi:
         return [_untagged(r) for r in answer["workers"]]
 
     def queue_coverage(self, declared: list[str] | None) -> dict[str, Any]:
-        """The server's coverage of ``declared`` (None: its App's queues, else its fleet's),
+        """The server's coverage of ``declared`` (None: its App's queues; with no App, unknown),
         computed per writable shard there; the one-database shape from a server of one
         database, as over SQL. An older server's answer may lack ``unpolled_declared_queues``:
         it stays missing, and ``--strict`` fails closed on it."""

@@ -23,13 +23,14 @@ def queue() -> None:
     "--app",
     "app_target",
     default=None,
-    help="module:app whose declared queues to check (default: the queues the fleet's workers registered).",
+    help="module:app whose declared queues to check (default over HTTP: the server's App; "
+    "without either the list is unknown).",
 )
 @click.option(
     "--strict",
     is_flag=True,
     help="Exit 2 when a declared queue has no live worker, or when the list is unknown "
-    "(no --app and no worker ever registered, a writable shard not read, or a server that omits it).",
+    "(no App declares the queues, a writable shard not read, or a server that omits it).",
 )
 @database_url_option
 @output_option
@@ -37,39 +38,35 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
     """List every declared queue with no live worker (active and not stale).
 
     A draining or stopped worker takes no new run, so it does not count; nor does a drained
-    shard (one not in shards.writable). Without --app the declared queues are those the fleet
-    registered (every worker row, whatever its state); over HTTP, the server's App's first.
+    shard (one not in shards.writable). The declared queues are the App's (--app; over HTTP,
+    else the server's App). Without an App the list is unknown (null): the queues the fleet's
+    workers registered are shown, but a queue no worker ever registered is not among them.
     """
     from harvest.cli.worker import load_app
-    from harvest.config import declared_queues, fleet_queues, queue_coverage
+    from harvest.config import declared_queues, queue_coverage
 
     app = load_app(app_target) if app_target else None
+    declared = declared_queues(app) if app is not None else None
     if http_selected(database_url) is not None:
         # The server's own list, computed per writable shard where the shards are: rebuilt here
         # from /workers it lost each row's shard and the shards the server missed.
         with sql_api(database_url, read_only=True) as api:
-            data = api.queue_coverage(declared_queues(app) if app is not None else None)
+            data = api.queue_coverage(declared)
         if app is not None and data.get("declared_source") != "request":
             # A server that ignores queue= answered for other queues than the App's: unknown.
             data["unpolled_declared_queues"] = None
-        source = f"app {app_target}" if app is not None else data.get("declared_source", "fleet")
-        declared = data.get("declared_queues") or []
+        if app is None and data.get("declared_source") == "fleet":
+            # An older server stood the fleet's registered queues in for the declared ones.
+            data["unpolled_declared_queues"] = None
+        source = f"app {app_target}" if app is not None else data.get("declared_source", "none")
     elif shards_configured(cli_config()):
-        data = _coverage_shards(database_url, declared_queues(app) if app is not None else None)
-        source = f"app {app_target}" if app is not None else "fleet"
-        declared = data["declared_queues"]
+        data = _coverage_shards(database_url, declared)
+        source = f"app {app_target}" if app is not None else "none"
     else:
         with sql_api(database_url, read_only=True) as sql:
-            if app is not None:
-                declared, source = declared_queues(app), f"app {app_target}"
-            else:
-                declared = fleet_queues(sql)
-                source = "fleet"
             data = queue_coverage(sql, declared)
+        source = f"app {app_target}" if app is not None else "none"
     data["declared_source"] = source
-    if not declared and "unpolled_declared_queues" in data:
-        # Nothing declared and no --app: unknown, not "all covered" (the spec's null fails closed).
-        data["unpolled_declared_queues"] = None
 
     def render(d: dict[str, Any]) -> str:
         if "unpolled_declared_queues" not in d:
@@ -87,7 +84,12 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
         if unpolled is None and d.get("declared_queues"):
             return "coverage unknown: the server did not check these queues (an older server?)"
         if unpolled is None:
-            return "no declared queue known: no worker has registered (give --app to check an App's queues)"
+            # No App: the registered queues are shown, but they are not the declared ones.
+            known = table(rows, ["queue", "live_workers", "covered"]) + "\n" if rows else ""
+            return known + (
+                "coverage unknown: no App declares the queues (a queue no worker ever registered "
+                "is not listed); give --app module:app, or serve the API with --app"
+            )
         return table(rows, ["queue", "live_workers", "covered"]) + (
             f"\nunpolled declared queues: {', '.join(unpolled)}"
             if unpolled
@@ -97,23 +99,19 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
     emit(data, output, render)
     if data.get("status") == PARTIAL:
         warn_partial(Merged(None, data["unavailable_shards"], PARTIAL))
-    # A writable shard not read makes the list null (merge_coverage); a missing list is an
-    # older server's: either is coverage unknown, and the gate fails closed.
+    # No App, a writable shard not read (merge_coverage), or an older server's missing list:
+    # coverage unknown, and the gate fails closed.
     if strict and data.get("unpolled_declared_queues", None) != []:
         raise SystemExit(2)
 
 
 def _coverage_shards(database_url: str | None, declared: list[str] | None) -> dict[str, Any]:
-    """Coverage over every shard: a queue is polled when each shard that answered has a live
-    worker on it (work on a shard no live worker polls waits). ``live_workers`` counts distinct
-    workers over the shards; ``by_shard`` names each shard's unpolled queues. ``declared``
-    None: the queues the fleet registered on any shard."""
-    from harvest.config import fleet_queues, merge_coverage
+    """Coverage over every shard by merge_coverage's rule (each writable shard needs a live
+    worker on the queue; a drained shard does not count)."""
+    from harvest.config import coverage_facts, merge_coverage
     from harvest.shard.router import ShardRouter
 
-    fan = each_shard(
-        database_url, lambda api: (fleet_queues(api), api.list_workers(None, "active", "healthy"))
-    )
+    fan = each_shard(database_url, coverage_facts)
     writable = ShardRouter.from_config(cli_config()).writable  # a drained shard takes no new run
     return {
         **merge_coverage(fan.results, declared, writable, fan.unavailable_shards),

@@ -33,7 +33,7 @@ import logging
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -585,6 +585,22 @@ class RuntimePlan:
     def runs_anything(self) -> bool:
         return any(s.value for s in self.switches)
 
+    def as_run(self, runs: Mapping[str, bool], source: str) -> RuntimePlan:
+        """This plan as the process actually runs it: each switch named in ``runs`` (``worker``,
+        ``scheduler``, ``retention``) whose value differs takes that value, with ``source``
+        (a process that runs fewer runtimes than its role places must not report them)."""
+
+        def run(switch: Switch, name: str) -> Switch:
+            value = runs.get(name, switch.value)
+            return switch if value == switch.value else Switch(switch.name, value, source)
+
+        return replace(
+            self,
+            worker=run(self.worker, "worker"),
+            scheduler=run(self.scheduler, "scheduler"),
+            retention=run(self.retention, "retention"),
+        )
+
     def line(self) -> str:
         """The startup line: the role, each switch and run_on, each with its value and source."""
         parts = [
@@ -684,23 +700,19 @@ def fleet_queues(sql: Any) -> list[str]:
     return sorted({q for row in sql.list_workers(None, None, None) for q in row.get("queues") or []})
 
 
-def queue_coverage(sql: Any, declared: Iterable[str]) -> dict[str, Any]:
-    """Each declared queue with no live worker: active (not draining, not stopped) and not stale.
+def coverage_facts(sql: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """What :func:`merge_coverage` reads from one database (a sync :class:`harvest.db.sqlapi.
+    SqlApi`): the queues its workers registered, and its live workers (active and not stale)."""
+    return fleet_queues(sql), sql.list_workers(None, "active", "healthy")
 
-    ``sql`` is a :class:`harvest.db.sqlapi.SqlApi`; the answer is
-    ``{"declared_queues", "live_workers": {queue: n}, "unpolled_declared_queues"}``.
-    """
-    declared = list(declared)
-    live: dict[str, int] = dict.fromkeys(declared, 0)
-    for row in sql.list_workers(None, "active", "healthy"):
-        for queue in row.get("queues") or []:
-            if queue in live:
-                live[queue] += 1
-    return {
-        "declared_queues": declared,
-        "live_workers": live,
-        "unpolled_declared_queues": [q for q in declared if not live[q]],
-    }
+
+def queue_coverage(sql: Any, declared: Iterable[str] | None) -> dict[str, Any]:
+    """Coverage of one database (``sql``: a :class:`harvest.db.sqlapi.SqlApi`), by the rule of
+    :func:`merge_coverage`: ``{"declared_queues", "live_workers", "unpolled_declared_queues"}``
+    (and ``registered_queues`` when ``declared`` is None, which leaves the list unknown)."""
+    merged = merge_coverage({0: coverage_facts(sql)}, None if declared is None else list(declared))
+    del merged["unpolled_by_shard"]  # one database: the list itself
+    return merged
 
 
 def merge_coverage(
@@ -709,17 +721,21 @@ def merge_coverage(
     writable: Iterable[int] | None = None,
     unavailable: Iterable[int] = (),
 ) -> dict[str, Any]:
-    """Coverage over every shard that answered, from each shard's (registered queues, live
-    worker rows): a queue is polled when each writable shard has a live worker on it (work on
-    a shard no live worker polls waits; a drained shard takes no new run, so its gaps do not
-    count). ``live_workers`` counts distinct workers over the shards; ``unpolled_by_shard``
-    names each counted shard's unpolled queues. ``declared`` None: the queues the fleet
-    registered on any shard. ``writable`` None: every shard counts. The list is None (unknown,
-    never "all covered") when nothing is declared or a counted shard is in ``unavailable``."""
-    if declared is None:
-        declared = sorted({q for found, _ in results.values() for q in found})
+    """Queue coverage: the one rule that ``harvest queue coverage``, ``GET /admin/queue-coverage``
+    and ``harvest preflight`` share. From each shard's (registered queues, live worker rows)
+    (:func:`coverage_facts`): a queue is polled when each writable shard has a live worker on
+    it (work on a shard no live worker polls waits; a drained shard takes no new run, so its
+    gaps do not count). ``live_workers`` counts distinct workers over the shards;
+    ``unpolled_by_shard`` names each counted shard's unpolled queues. ``writable`` None: every
+    shard counts. The list is None (unknown, never "all covered") when nothing is declared or a
+    counted shard is in ``unavailable``. ``declared`` None (no App: no runtime is installed)
+    is unknown too: the queues the fleet registered miss a queue no worker ever registered, so
+    they are reported (``registered_queues``, and ``live_workers`` and ``unpolled_by_shard``
+    over them) but never stand in for the declared list."""
+    registered = sorted({q for found, _ in results.values() for q in found})
+    queues = registered if declared is None else declared
     counted = None if writable is None else set(writable)
-    live: dict[str, set[str]] = {q: set() for q in declared}
+    live: dict[str, set[str]] = {q: set() for q in queues}
     by_shard: dict[str, list[str]] = {}
     for s, (_, rows) in results.items():
         here: set[str] = set()
@@ -729,13 +745,16 @@ def merge_coverage(
                     live[q].add(row["worker_id"])
                     here.add(q)
         if counted is None or s in counted:
-            by_shard[str(s)] = [q for q in declared if q not in here]
-    unknown = not declared or any(counted is None or s in counted for s in unavailable)
-    return {
+            by_shard[str(s)] = [q for q in queues if q not in here]
+    missed = any(counted is None or s in counted for s in unavailable)
+    out: dict[str, Any] = {
         "declared_queues": declared,
         "live_workers": {q: len(ids) for q, ids in live.items()},
         "unpolled_declared_queues": None
-        if unknown
+        if not declared or missed
         else [q for q in declared if any(q in u for u in by_shard.values())],
         "unpolled_by_shard": by_shard,
     }
+    if declared is None:
+        out["registered_queues"] = registered
+    return out

@@ -11,7 +11,7 @@ and itself. Over HTTP one more check, ``admin_auth_boundary``, says whether the 
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -94,18 +94,32 @@ def _catalog_consistency(app: App) -> Check:
     )
 
 
-def _queue_coverage(sql: SqlApi, app: App | None) -> Check:
-    """Each queue with no live worker: the App's declared queues with --app, else the queues the
+def _queue_coverage(sql: SqlApi, app: App | None, shard: int | None, writable: Iterable[int] | None) -> Check:
+    """Each queue with no live worker, by the rule ``harvest queue coverage`` and GET
+    /admin/queue-coverage share (harvest.config.merge_coverage): a drained shard (``shard`` not in
+    ``writable``) takes no new run, so its gaps do not count. With --app the App's declared
+    queues; without it the declared queues are unknown, and the check reports the queues the
     fleet registered (every worker row, stopped and stale too: a queue whose workers all died is
-    exactly the one to report). No registered worker at all: coverage is unknown, and a gate fails
-    closed on unknown (spec: `queue coverage --strict`), so it warns rather than passes."""
-    from harvest.config import declared_queues, fleet_queues, queue_coverage
+    exactly the one to report) with no live worker, else skips (it cannot see a queue no worker
+    ever registered). No registered worker at all warns: a gate fails closed on unknown."""
+    from harvest.config import coverage_facts, declared_queues, merge_coverage
 
+    declared = declared_queues(app) if app is not None else None
+    key = 0 if shard is None else shard
+    data = merge_coverage({key: coverage_facts(sql)}, declared, None if shard is None else writable)
+    if str(key) not in data["unpolled_by_shard"]:  # not counted: a drained shard
+        return Check(
+            "queue_coverage",
+            "skip",
+            f"shard {shard} is drained (not in shards.writable): it takes no new run, so its "
+            "queues need no live worker",
+            details={"source": "app" if app is not None else "fleet", "declared": declared, "uncovered": []},
+        )
+    gaps = data["unpolled_by_shard"][str(key)]
     if app is not None:
-        queues, source = declared_queues(app), "app"
+        queues, source, what = declared or [], "app", "declared"
     else:
-        queues = fleet_queues(sql)
-        source = "fleet"
+        queues, source, what = data["registered_queues"], "fleet", "registered"
         if not queues:
             return Check(
                 "queue_coverage",
@@ -115,17 +129,23 @@ def _queue_coverage(sql: SqlApi, app: App | None) -> Check:
                 remediation="start the workers before this gate, or pass --app module:app "
                 "to check the queues the App declares",
             )
-    # Live = active and fresh: a draining worker takes no new work, so it does not count.
-    uncovered = queue_coverage(sql, queues)["unpolled_declared_queues"]
-    details = {"source": source, "declared": queues, "uncovered": uncovered}
-    what = "declared" if source == "app" else "registered"
-    if uncovered:
+    details = {"source": source, "declared": queues, "uncovered": gaps}
+    if gaps:
         return Check(
             "queue_coverage",
             "warn",
-            f"{len(uncovered)} {what} queue(s) have no live worker",
+            f"{len(gaps)} {what} queue(s) have no live worker",
             details=details,
-            remediation="start a worker polling: " + ", ".join(uncovered),
+            remediation="start a worker polling: " + ", ".join(gaps),
+        )
+    if app is None:
+        return Check(
+            "queue_coverage",
+            "skip",
+            f"every registered queue has a live worker ({', '.join(queues)}), but the declared "
+            "queues are unknown without --app: a queue no worker ever registered is not seen",
+            details=details,
+            remediation="pass --app module:app to check the queues the App declares",
         )
     return Check(
         "queue_coverage",
@@ -164,7 +184,7 @@ def run_shard_checks(
                 )
             ]
         else:
-            found = _database_checks(dsn, app, app_cache, scope=scope, shard=shard)
+            found = _database_checks(dsn, app, app_cache, scope=scope, shard=shard, writable=router.writable)
         checks += found
         if shard in router.writable and any(
             c.status == "fail" and c.name in ("database", "migrations", "schema_version", "identity")
@@ -195,7 +215,13 @@ def run_shard_checks(
 
 
 def _database_checks(
-    dsn: str, app: Any, once: dict[str, Any], *, scope: str = "-", shard: int | None = None
+    dsn: str,
+    app: Any,
+    once: dict[str, Any],
+    *,
+    scope: str = "-",
+    shard: int | None = None,
+    writable: Iterable[int] | None = None,
 ) -> list[Check]:
     from harvest.db.migrate import Migrator, latest_core_version
 
@@ -299,7 +325,7 @@ def _database_checks(
                     details=health,
                 )
             )
-            checks.append(_queue_coverage(sql, app))
+            checks.append(_queue_coverage(sql, app, shard, writable))
         checks.append(_schedules(sql, app, declared=app is not None and first))
         try:
             dead = sql.count_dead_letters("all")

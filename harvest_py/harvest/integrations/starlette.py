@@ -30,9 +30,10 @@ from typing import Any
 
 from harvest.client.client import AsyncClient
 from harvest.config import async_shard_pools, load_config
-from harvest.config.config import Config
+from harvest.config.config import Config, runtime_plan
 from harvest.config.process import configured_options, is_sharded, run_worker, worker_dsn
 from harvest.declare.definitions import App
+from harvest.worker.options import WorkerOptions, retention_placed
 from harvest.worker.worker import Worker
 
 try:  # the web face's packages (Starlette, Jinja2, ...): the [web] extra
@@ -126,10 +127,11 @@ class HarvestLifespan:
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(self._forget)
             self._client = await self._open_client(config, stack)
+            options = configured_options(self.app, config, **self.worker_options) if self.run_worker else None
             if self.mount_path is not None:
-                await stack.enter_async_context(self._mounted(asgi_app, config))
-            if self.run_worker:
-                await self._start_worker(config)
+                await stack.enter_async_context(self._mounted(asgi_app, config, options))
+            if options is not None:
+                await self._start_worker(config, options)
                 stack.push_async_callback(self._stop_worker)
             yield
 
@@ -150,15 +152,31 @@ class HarvestLifespan:
         return client
 
     @contextlib.asynccontextmanager
-    async def _mounted(self, asgi_app: Starlette, config: Config) -> AsyncIterator[None]:
+    async def _mounted(
+        self, asgi_app: Starlette, config: Config, options: WorkerOptions | None
+    ) -> AsyncIterator[None]:
         """The management API mounted at ``mount_path``, its own lifespan run (Starlette runs
-        none for a mounted app): its pools open now, and close when the app stops."""
+        none for a mounted app): its pools open now, and close when the app stops. It reports
+        the runtimes this process runs (``options``; None: none), not the ones its role places:
+        ``run_worker=False`` runs none whatever the role, and ``worker_options`` may turn one off."""
+        runs: dict[str, bool]
+        if options is None:
+            runs = {"worker": False, "scheduler": False, "retention": False}
+            source = "off (HarvestLifespan(run_worker=False))"
+        else:
+            runs = {
+                "worker": options.run_worker,
+                "scheduler": options.run_scanner,
+                "retention": retention_placed(options),
+            }
+            source = "explicit (HarvestLifespan worker_options)"
         api = management_app(
             dsn=None if is_sharded(config) else worker_dsn(config, self.dsn),
             config=config,
             authorizer=self.authorizer,
             profile=self.profile,
             app=self.app,
+            plan=runtime_plan(config).as_run(runs, source),
         )
         mount = Mount(self.mount_path or DEFAULT_MOUNT_PATH, app=api)
         # First, so that a route of the app matching every path (a single-page app's fallback)
@@ -172,9 +190,8 @@ class HarvestLifespan:
             asgi_app.router.routes.remove(mount)
             self.management_api = None
 
-    async def _start_worker(self, config: Config) -> None:
+    async def _start_worker(self, config: Config, options: WorkerOptions) -> None:
         assert self.app is not None  # checked in __init__
-        options = configured_options(self.app, config, **self.worker_options)
         self._stop_requested = False
 
         def started(worker: Worker) -> None:

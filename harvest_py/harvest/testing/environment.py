@@ -50,7 +50,14 @@ IDLE_POLL_SECS = 0.02
 # How long start() waits for the worker to register, and close() for it to drain.
 WORKER_START_SECS = 30.0
 # The worker's defaults here: a short scan tick (deadlines, relays), a quick drain.
-WORKER_DEFAULTS: dict[str, Any] = {"poll_interval": 0.5, "scan_interval": 0.05, "shutdown_grace": 2.0}
+# No retention janitor: a test's database is thrown away, and a janitor on the skipped clock
+# would delete the runs (and the worker rows) a test reads after a skip past their retention.
+WORKER_DEFAULTS: dict[str, Any] = {
+    "poll_interval": 0.5,
+    "scan_interval": 0.05,
+    "shutdown_grace": 2.0,
+    "run_retention": False,
+}
 
 
 @dataclasses.dataclass

@@ -224,6 +224,7 @@ def management_app(
     profile: str | None = None,
     app: Any = None,
     pool_size: int = DEFAULT_POOL_SIZE,
+    plan: RuntimePlan | None = None,
 ) -> Starlette:
     """The management API (a Starlette app; mount it under any prefix).
 
@@ -233,7 +234,10 @@ def management_app(
     ``harvest.toml`` and ``HARVEST_*``); ``authorizer``: turns a request into a Principal
     (:class:`harvest.web.principal.Authorizer`); ``profile``: ``dev`` serves everyone as admin
     when no authorizer is given (default: the config's ``profile``, else fail closed); ``app``:
-    the :class:`harvest.App` whose catalog the handler and registered-type routes show."""
+    the :class:`harvest.App` whose catalog the handler and registered-type routes show;
+    ``plan``: the runtimes this process runs, which ``/admin/config`` and ``/admin/retention``
+    report (default: ``runtime_plan(config)``, what the config places here; a process that runs
+    fewer passes :meth:`RuntimePlan.as_run`'s)."""
     from harvest.web import openapi
 
     if dsn is not None and shards is not None:
@@ -259,7 +263,7 @@ def management_app(
         pool_size=pool_size,
         pools=shards,
         router=shards.router if shards is not None else ShardRouter.from_config(config),
-        plan=runtime_plan(config),
+        plan=runtime_plan(config) if plan is None else plan,
     )
     table = endpoints()
     routes: list[BaseRoute] = [

@@ -13,12 +13,15 @@ committed ~2,400 times a second).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.core.ids import MAX_SHARD
+
+log = logging.getLogger("harvest.worker")
 
 __all__ = [
     "AUTO",
@@ -164,9 +167,11 @@ class WorkerOptions:
     history_byte_hard_cap: int | None = _num(1, 2**62, 50 * 1024 * 1024, integer=True, optional=True)
     history_bloat_warn_fraction: float = _num(0, 1, 0.2048)
     # Process roles (harvest.config): the claim loop, the scheduler-side loops, the janitor.
+    # run_retention None: the janitor follows run_scanner, as retention.run_on = "scheduler"
+    # places it in a configured process (a Worker built with no config has no role: both on).
     run_worker: bool = True
     run_scanner: bool = True
-    run_retention: bool = False
+    run_retention: bool | None = None
     # Hand a task a commit returned straight to a free slot (docs/workflows.md, Hand-off).
     hand_off: bool = True
     # Results, failures and heartbeat details larger than this fail the activity here, typed
@@ -198,6 +203,23 @@ class WorkerOptions:
                 f"the options are {', '.join(f.name for f in dataclasses.fields(self))}"
             )
         return dataclasses.replace(self, **changes) if changes else self
+
+
+def retention_placed(options: WorkerOptions) -> bool:
+    """Whether a Worker built with ``options`` runs the retention janitor. An explicit
+    ``run_retention`` wins; unset, the janitor follows the scheduler (``run_scanner``), as
+    ``retention.run_on = "scheduler"`` places it in a configured process. A Worker with no role
+    and the scheduler off warns: its retention may run nowhere (docs/operations.md)."""
+    if options.run_retention is not None:
+        return options.run_retention
+    if not options.run_scanner:
+        log.warning(
+            "this worker runs no scheduler (run_scanner=False), so it runs no retention janitor "
+            "either (it follows the scheduler): retention runs only where another process runs "
+            "the scheduler; pass run_retention=True to run it here, or run_retention=False to "
+            "silence this warning"
+        )
+    return options.run_scanner
 
 
 @dataclass(frozen=True)

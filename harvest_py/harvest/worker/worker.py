@@ -59,7 +59,12 @@ from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.executors import ActivityExecutors, check_process_activities
 from harvest.worker.lanes import OUTAGE, ShardLane, lane_of
-from harvest.worker.options import WorkerOptions, refuse_auto_with_cells, resolve_shard_assignments
+from harvest.worker.options import (
+    WorkerOptions,
+    refuse_auto_with_cells,
+    resolve_shard_assignments,
+    retention_placed,
+)
 from harvest.worker.owners import RECENT_HEARTBEATS
 from harvest.worker.plain_runs import PlainRuns
 from harvest.worker.queries import serve_queries
@@ -281,7 +286,7 @@ class Worker:
         # scheduler-side loops (timeout scanner, relays, mutex grants); run_retention the janitor.
         self.run_worker = options.run_worker
         self.run_scanner = options.run_scanner
-        self.run_retention = options.run_retention
+        self.run_retention = retention_placed(options)
         self.retention_interval = options.retention_interval
         self.relay_pump = relay_pump
         self._rebalance_resume = ResumeScanner()
@@ -1408,7 +1413,8 @@ class Worker:
             except PermissionDenied as exc:
                 log.warning(
                     "retention janitor stopped: %s (connect this process as a login with "
-                    "harvest_admin, or set HARVEST_RETENTION__ENABLED=false)",
+                    "harvest_admin, or set HARVEST_RETENTION__ENABLED=false; a Worker built in "
+                    "code: run_retention=False)",
                     exc,
                 )
                 return

@@ -93,13 +93,14 @@ async def config(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 async def queue_coverage(call: Call, args: dict[str, Any], _: Any) -> Any:
     """Each declared queue with no live worker on a writable shard (the queues asked for, else
-    the served App's, else the fleet's); null when unknown."""
+    the served App's); null when unknown, as with no App: the fleet's registered queues are
+    reported (``registered_queues``) but miss a queue no worker ever registered."""
     if args["queue"]:
         declared, source = sorted(set(args["queue"])), "request"  # `harvest queue coverage --app`
     elif call.state.app is not None:
         declared, source = declared_queues(call.state.app), "app"
     else:
-        declared, source = None, "fleet"
+        declared, source = None, "none"
 
     async def read(sql: Any) -> Any:
         registered = sorted(
@@ -161,8 +162,15 @@ async def retention(call: Call, args: dict[str, Any], _: Any) -> Any:
     return {**out, "shards": shards, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
 
 
-def _not_here(config: Any) -> NotPlacedHere:
+def _not_here(config: Any, plan: Any) -> NotPlacedHere:
     switch = config.setting("retention.enabled")
+    if plan is not None and switch is None and not plan.retention.source.startswith("follows"):
+        # Not the placement: the process runs less than its config places (HarvestLifespan
+        # with run_worker=False, or worker_options that turn the janitor off).
+        return NotPlacedHere(
+            f"retention does not run in this process ({plan.retention.line()}); let a process "
+            "that runs the janitor sweep, or run it here (HarvestLifespan(run_worker=True))"
+        )
     if switch is not None and not switch.value:  # switched off: no placement would run it here
         return NotPlacedHere(
             f"retention does not run in this process: retention.enabled=false (from {switch.source}) "
@@ -179,7 +187,7 @@ def _not_here(config: Any) -> NotPlacedHere:
 async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     plan = call.state.plan
     if not (plan and plan.retention.value):
-        raise _not_here(call.state.config)
+        raise _not_here(call.state.config, plan)
     operator = data.get("operator_id") or call.operator_id
     max_batches = data.get("max_batches") or 100
 
@@ -468,7 +476,7 @@ ENDPOINTS = [
                 "queue",
                 repeat=True,
                 description="A declared queue to check (repeatable; default: the served App's "
-                "queues, else those the fleet's workers registered).",
+                "queues; with neither the list is null, unknown).",
             ),
         ),
         tag="admin",
