@@ -4,8 +4,8 @@ row for, and no other.
 The operations are read from functions/*.sql: the first argument of each call of
 ``harvest._audit`` and ``harvest._audit_asserted`` (a literal, a CASE of literals, or a literal
 prefix completed by a parameter, which PREFIXES completes); and from the Python that calls
-``harvest._audit`` itself (the migrator's ``functions.downgrade``), where it is a literal. The table is the one under
-"### The audit log": the backquoted names of its first column.
+``harvest._audit`` itself (the migrator's ``functions.downgrade``), where it is a literal. The
+table is the one under "### The audit log": the backquoted names of its first column.
 """
 
 from __future__ import annotations
