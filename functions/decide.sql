@@ -114,7 +114,7 @@ BEGIN
 END;
 $$;
 
--- Take the start locks (functions/start.sql) that a decision's commands will take,
+-- Take the start locks (functions/start.sql) that a decision's commands will take, then their flow keys,
 -- before any execution row: its own run's business key for a continue_as_new, a
 -- local child's for a start_child_workflow (its workflow_id, or the one _start_child
 -- derives). p_commands[i] is the command array of the task p_task_ids[i] (NULL: none).
@@ -198,6 +198,52 @@ BEGIN
         ORDER BY k.workflow_name, k.workflow_id
     LOOP
         PERFORM harvest._lock_start_key(v_key.workflow_name, v_key.workflow_id);
+    END LOOP;
+    -- Then the flow keys those starts take (a local child's quota key, a cancel_running
+    -- key), quotas first, each kind in (hashtext(key), key) order, the order of the
+    -- concurrency keys' advisory locks. The starts took them after the run's row, and a
+    -- client start holding a key and then locking that run (a run it supersedes, or a
+    -- signal in the caller's transaction), or a decision taking two keys in the other
+    -- order, deadlocked with them (40P01). A command that is not well formed locks
+    -- nothing here.
+    FOR v_key IN
+        SELECT DISTINCT f.kind, f.key, hashtext(f.key) AS bucket
+        FROM unnest(p_task_ids, p_commands) AS u (task_id, commands)
+        CROSS JOIN LATERAL (
+            SELECT e.workflow_name FROM harvest.executions AS e
+            WHERE e.id = (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.task_id)
+        ) AS e
+        CROSS JOIN LATERAL jsonb_array_elements(
+            CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
+        CROSS JOIN LATERAL (
+            -- A successor continues its run: its quota is not checked again (_start_workflow).
+            SELECT e.workflow_name, false AS checks_quota
+            WHERE c.command ->> 'type' = 'continue_as_new'
+            UNION ALL
+            SELECT c.command ->> 'workflow_name', true
+            WHERE c.command ->> 'type' = 'start_child_workflow'
+              AND jsonb_typeof(c.command -> 'workflow_name') = 'string'
+              -- (a cross-shard child is started, and gated, on its own shard)
+              AND (jsonb_typeof(c.command -> 'shard') IS DISTINCT FROM 'number'
+                   OR c.command -> 'shard' = to_jsonb(harvest.get_shard_id()))
+        ) AS s
+        JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = s.workflow_name
+        CROSS JOIN LATERAL (
+            SELECT 'quota'::text AS kind,
+                   harvest._resolve_key(coalesce(c.command -> 'input', '[]'), p.policy #>> '{quota,key}') AS key
+            WHERE s.checks_quota AND p.policy ? 'quota'
+            UNION ALL
+            SELECT 'concurrency',
+                   harvest._resolve_key(coalesce(c.command -> 'input', '[]'), p.policy #>> '{concurrency,key}')
+            WHERE p.policy #>> '{concurrency,on_conflict}' = 'cancel_running'
+        ) AS f
+        WHERE f.key IS NOT NULL
+        ORDER BY f.kind DESC, bucket, f.key
+    LOOP
+        IF v_key.kind = 'concurrency' THEN
+            PERFORM pg_advisory_xact_lock(v_key.bucket);  -- _supersede's lock
+        END IF;
+        PERFORM harvest._lock_flow_key(v_key.kind, v_key.key);
     END LOOP;
 END;
 $$;

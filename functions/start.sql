@@ -27,8 +27,9 @@
 -- Lock order of a start: the start-gate key, then the start lock, then the
 -- quota key, then the concurrency key, then execution rows. A decision whose
 -- commands start runs (continue_as_new, start_child_workflow) takes their start
--- locks before its own run's row (decide.sql, _lock_decision_start_keys), so the
--- start it makes keeps this order (docs/internals.md, "Lock order").
+-- locks, then their quota and cancel_running keys, before its own run's row (decide.sql,
+-- _lock_decision_start_keys), so the start it makes keeps this order (docs/internals.md,
+-- "Lock order").
 --
 -- Layout: start_workflow is a dispatcher over one function per gate, defined
 -- above it in the order it calls them (_start_check_shard, _start_check_arguments, _start_check_admin,
