@@ -200,41 +200,61 @@ BEGIN
         PERFORM harvest._lock_start_key(v_key.workflow_name, v_key.workflow_id);
     END LOOP;
     -- Then the flow keys those starts take (a local child's quota key, a cancel_running
-    -- key), quotas first, each kind in (hashtext(key), key) order, the order of the
-    -- concurrency keys' advisory locks. The starts took them after the run's row, and a
-    -- client start holding a key and then locking that run (a run it supersedes, or a
-    -- signal in the caller's transaction), or a decision taking two keys in the other
-    -- order, deadlocked with them (40P01). A command that is not well formed locks
-    -- nothing here.
+    -- key): the starts took them after the run's row, and a client start holding a key and
+    -- then locking that run (a run it supersedes, or a signal in the caller's transaction),
+    -- or a decision taking two keys in the other order, deadlocked with them (40P01).
+    PERFORM harvest._lock_flow_keys_of(coalesce(jsonb_agg(s.start), '[]'))
+    FROM unnest(p_task_ids, p_commands) AS u (task_id, commands)
+    CROSS JOIN LATERAL (
+        SELECT e.workflow_name FROM harvest.executions AS e
+        WHERE e.id = (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.task_id)
+    ) AS e
+    CROSS JOIN LATERAL jsonb_array_elements(
+        CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
+    CROSS JOIN LATERAL (
+        -- A successor continues its run: its quota is not checked again (_start_workflow).
+        SELECT jsonb_build_object('workflow_name', e.workflow_name, 'input', c.command -> 'input',
+                                  'quota', false) AS start
+        WHERE c.command ->> 'type' = 'continue_as_new'
+        UNION ALL
+        SELECT jsonb_build_object('workflow_name', c.command -> 'workflow_name', 'input', c.command -> 'input',
+                                  'quota', true)
+        WHERE c.command ->> 'type' = 'start_child_workflow'
+          -- (a cross-shard child is started, and gated, on its own shard)
+          AND (jsonb_typeof(c.command -> 'shard') IS DISTINCT FROM 'number'
+               OR c.command -> 'shard' = to_jsonb(harvest.get_shard_id()))
+    ) AS s;
+END;
+$$;
+
+-- Take the flow keys that starts will take (functions/flow_quotas.sql, flow_concurrency.sql),
+-- in one order, before the caller locks any execution row or (start_workflows) starts the
+-- first of them: quota keys (their rows of harvest.flow_keys) first, then cancel_running
+-- keys (the advisory lock _supersede takes, then the row), each kind in (hashtext(key), key)
+-- order (docs/internals.md, "Lock order", 3). The starts that follow find them held.
+-- p_starts: a JSON array of {workflow_name, input, quota}; quota false for a continue-as-new
+-- successor, whose quota is not checked. An element that is not well formed locks nothing.
+CREATE OR REPLACE FUNCTION harvest._lock_flow_keys_of(p_starts jsonb)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_key record;
+BEGIN
     FOR v_key IN
         SELECT DISTINCT f.kind, f.key, hashtext(f.key) AS bucket
-        FROM unnest(p_task_ids, p_commands) AS u (task_id, commands)
-        CROSS JOIN LATERAL (
-            SELECT e.workflow_name FROM harvest.executions AS e
-            WHERE e.id = (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.task_id)
-        ) AS e
-        CROSS JOIN LATERAL jsonb_array_elements(
-            CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
-        CROSS JOIN LATERAL (
-            -- A successor continues its run: its quota is not checked again (_start_workflow).
-            SELECT e.workflow_name, false AS checks_quota
-            WHERE c.command ->> 'type' = 'continue_as_new'
-            UNION ALL
-            SELECT c.command ->> 'workflow_name', true
-            WHERE c.command ->> 'type' = 'start_child_workflow'
-              AND jsonb_typeof(c.command -> 'workflow_name') = 'string'
-              -- (a cross-shard child is started, and gated, on its own shard)
-              AND (jsonb_typeof(c.command -> 'shard') IS DISTINCT FROM 'number'
-                   OR c.command -> 'shard' = to_jsonb(harvest.get_shard_id()))
-        ) AS s
-        JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = s.workflow_name
+        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_starts) = 'array' THEN p_starts ELSE '[]' END)
+            AS s (start)
+        JOIN harvest.flow_policies AS p
+          ON p.kind = 'workflow' AND jsonb_typeof(s.start) = 'object'
+             AND p.name = s.start ->> 'workflow_name' AND jsonb_typeof(s.start -> 'workflow_name') = 'string'
         CROSS JOIN LATERAL (
             SELECT 'quota'::text AS kind,
-                   harvest._resolve_key(coalesce(c.command -> 'input', '[]'), p.policy #>> '{quota,key}') AS key
-            WHERE s.checks_quota AND p.policy ? 'quota'
+                   harvest._resolve_key(coalesce(s.start -> 'input', '[]'), p.policy #>> '{quota,key}') AS key
+            WHERE s.start -> 'quota' = 'true' AND p.policy ? 'quota'
             UNION ALL
             SELECT 'concurrency',
-                   harvest._resolve_key(coalesce(c.command -> 'input', '[]'), p.policy #>> '{concurrency,key}')
+                   harvest._resolve_key(coalesce(s.start -> 'input', '[]'), p.policy #>> '{concurrency,key}')
             WHERE p.policy #>> '{concurrency,on_conflict}' = 'cancel_running'
         ) AS f
         WHERE f.key IS NOT NULL

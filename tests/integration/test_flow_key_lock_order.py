@@ -11,6 +11,8 @@ that deadlocked with a third session holding one lock while the others queue beh
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import psycopg
@@ -61,6 +63,20 @@ def _decide(db: str, name: str, decision: tuple[Any, ...], commands: list[dict[s
             "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
             (task_id, token, through, Jsonb(commands)),
         ).fetchone()[0]
+
+
+def _until_done_or_blocked(conn: psycopg.Connection, thread: threading.Thread, name: str) -> None:
+    deadline = time.monotonic() + 10
+    while (
+        thread.is_alive()
+        and not conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+            " AND datname = current_database() AND wait_event_type = 'Lock')",
+            (name,),
+        ).fetchone()[0]
+    ):
+        assert time.monotonic() < deadline, f"{name} neither finished nor waited on a lock"
+        time.sleep(0.01)
 
 
 def _hold_flow_key(holder: psycopg.Connection, kind: str, key: str) -> None:
@@ -157,3 +173,30 @@ def test_two_decisions_starting_children_under_keys_in_opposite_orders_do_not_de
         "SELECT array_agg(quota_key ORDER BY quota_key) FROM harvest.executions"
         " WHERE workflow_name = 'metered'"
     ).fetchone()[0] == ["a", "a", "b", "b", "c"]
+
+
+def test_two_batches_of_starts_under_quota_keys_in_opposite_orders_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """start_workflows took each start's start lock and quota key in turn: a batch holding the
+    quota key of its first start waited on its second start's lock, while another batch held
+    that second key and waited on the first."""
+    _declare(conn)
+
+    def batch(name: str, *starts: tuple[str, str]) -> Any:
+        args = [{"workflow_name": "metered", "workflow_id": i, "input": [{"t": t}]} for i, t in starts]
+        with psycopg.connect(db, autocommit=True, application_name=name) as c:
+            return c.execute("SELECT count(*) FROM harvest.start_workflows(%s)", (Jsonb(args),)).fetchone()[0]
+
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT harvest._lock_start_key('metered', 'b')")
+        one = in_thread(lambda: batch("one", ("a", "k2"), ("b", "k1")), outcome, "one")
+        wait_until_blocked(conn, "one")  # on start b's lock
+        two = in_thread(lambda: batch("two", ("c", "k1"), ("d", "k2")), outcome, "two")
+        _until_done_or_blocked(conn, two, "two")  # (before the fix: on the first batch's key)
+        holder.commit()
+        one.join(20)
+        two.join(20)
+
+    assert outcome == {"one": 2, "two": 2}
