@@ -1007,6 +1007,8 @@ DECLARE
     v_may_hand boolean;
     v_queue text;
     v_priority integer;
+    v_mutex_keys_locked boolean := false;  -- the decision's mutex keys, in key order (below)
+    v_mutex_key text;
     v_hand_queue text;  -- the queue and priority _may_hand_off allowed for the gathered handed ones
     v_hand_priority integer;
     v_allowed boolean;  -- _may_hand_off's answer, or an earlier one that holds
@@ -1104,6 +1106,21 @@ BEGIN
             v_handed := v_handed || harvest._hand_activities(v_execution, v_hand_seqs, v_hand_cmds, p_worker_id, v_now);
             v_hand_seqs := ARRAY[]::integer[];
             v_hand_cmds := ARRAY[]::jsonb[];
+        END IF;
+        -- The first mutex marker takes the locks of every mutex key the decision names, in key
+        -- order, as _mutex_release_all does (flow_mutex.sql): taken marker by marker in the
+        -- commands' order, two decisions naming two keys in opposite orders deadlocked (40P01).
+        IF v_type = 'record_marker' AND v_command ->> 'kind' IN ('mutex_acquire', 'mutex_release')
+           AND NOT v_mutex_keys_locked THEN
+            FOR v_mutex_key IN
+                SELECT DISTINCT c.command #>> '{value,key}' FROM jsonb_array_elements(p_commands) AS c (command)
+                WHERE c.command ->> 'type' = 'record_marker' AND c.command ->> 'kind' IN ('mutex_acquire', 'mutex_release')
+                  AND c.command #>> '{value,key}' <> ''
+                ORDER BY 1
+            LOOP
+                PERFORM pg_advisory_xact_lock(hashtext('harvest.mutex:' || v_mutex_key));
+            END LOOP;
+            v_mutex_keys_locked := true;
         END IF;
         IF (v_type IN ('start_child_workflow', 'complete_update', 'continue_as_new', 'signal_external_workflow',
                        'cancel_external_workflow')

@@ -5,8 +5,10 @@ key's advisory lock and row (functions/flow_quotas.sql, flow_concurrency.sql), a
 start takes them before it writes execution rows. A decision that started a child locked its
 own run's row first and the child's keys after, so it could wait in a cycle (SQLSTATE 40P01)
 with a start that held a key and then needed that run's row, or with another decision taking
-two keys in the other order. docs/internals.md, "Lock order". Each test forces the interleaving
-that deadlocked with a third session holding one lock while the others queue behind it.
+two keys in the other order. A batch of starts (start_workflows) and a decision's mutex keys
+had the same flaw: keys taken in turn, in no one order. docs/internals.md, "Lock order". Each
+test forces the interleaving that deadlocked with a third session holding one lock while the
+others queue behind it.
 """
 
 from __future__ import annotations
@@ -200,3 +202,37 @@ def test_two_batches_of_starts_under_quota_keys_in_opposite_orders_do_not_deadlo
         two.join(20)
 
     assert outcome == {"one": 2, "two": 2}
+
+
+def _mutexes(*keys: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "record_marker", "seq": seq, "kind": "mutex_acquire", "value": {"key": key}}
+        for seq, key in enumerate(keys, start=1)
+    ]
+
+
+def test_two_decisions_acquiring_mutexes_in_opposite_orders_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A decision asking for several mutexes at once (ctx.mutex in gathered branches) took their
+    keys' locks in its commands' order: one asking for a, c, b and one for b, a each held a key
+    the other waited on. The mutex keys are not flow keys, but the same rule holds: one order."""
+    first = _claimed_decision(conn, "plain", [])
+    second = _claimed_decision(conn, "plain", [])
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('harvest.mutex:c'))")
+        one = in_thread(lambda: _decide(db, "one", first, _mutexes("a", "c", "b")), outcome, "one")
+        wait_until_blocked(conn, "one")
+        two = in_thread(lambda: _decide(db, "two", second, _mutexes("b", "a")), outcome, "two")
+        wait_until_blocked(conn, "two")
+        holder.commit()
+        one.join(20)
+        two.join(20)
+
+    assert (outcome["one"], outcome["two"]) == ("RUNNING", "RUNNING"), outcome
+    assert conn.execute(
+        "SELECT array_agg(lock_key ORDER BY lock_key) FROM harvest.mutex_locks"
+        " WHERE holder_execution_id = %s",
+        (first[0],),
+    ).fetchone()[0] == ["a", "b", "c"]
