@@ -203,6 +203,13 @@ BEGIN
     -- key): the starts took them after the run's row, and a client start holding a key and
     -- then locking that run (a run it supersedes, or a signal in the caller's transaction),
     -- or a decision taking two keys in the other order, deadlocked with them (40P01).
+    -- Only where some workflow declares such a key: the statement below costs a decision
+    -- that starts a child about 0.2 ms.
+    IF NOT EXISTS (SELECT 1 FROM harvest.flow_policies AS p
+                   WHERE p.kind = 'workflow'
+                     AND (p.policy ? 'quota' OR p.policy #>> '{concurrency,on_conflict}' = 'cancel_running')) THEN
+        RETURN;
+    END IF;
     PERFORM harvest._lock_flow_keys_of(coalesce(jsonb_agg(s.start), '[]'))
     FROM unnest(p_task_ids, p_commands) AS u (task_id, commands)
     CROSS JOIN LATERAL (
