@@ -56,6 +56,17 @@ AS $$
     ON CONFLICT (kind, key) DO UPDATE SET admitted = f.admitted + 1;
 $$;
 
+-- Lock a flow key's row without admitting a start under it (admitted unchanged): a decision
+-- takes its children's keys in one order before its run's row (decide.sql,
+-- _lock_decision_start_keys); the starts that follow find the row locked by their transaction.
+CREATE OR REPLACE FUNCTION harvest._lock_flow_key(p_kind text, p_key text)
+RETURNS void
+LANGUAGE sql
+AS $$
+    INSERT INTO harvest.flow_keys AS f (kind, key) VALUES (p_kind, p_key)
+    ON CONFLICT (kind, key) DO UPDATE SET admitted = f.admitted;
+$$;
+
 -- One quota's current usage for a key.
 CREATE OR REPLACE FUNCTION harvest.quota_usage(p_key text, p_quota text)
 RETURNS bigint

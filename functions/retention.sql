@@ -269,6 +269,69 @@ BEGIN
 END;
 $$;
 
+-- Delete up to p_batch_size rows of harvest.flow_keys (sql/flow.sql) that no start needs:
+-- one row per quota or cancel_running key ever admitted, so per-tenant or per-user keys grew
+-- without bound. A start takes its key's row in one statement (_take_flow_key, _lock_flow_key:
+-- an insert or an update, never a read before the lock), so a start is either done (committed)
+-- or holds the row, or comes after the delete and inserts the row again: the row is a lock,
+-- and a fresh one serialises the key's starts as well. What the row also does is refuse
+-- (40001) a start whose transaction snapshot (REPEATABLE READ, SERIALIZABLE) predates another
+-- start of the key; once the row is gone that start would insert a fresh one and count the
+-- key's runs without the other start's. So a row goes only when
+--   1. no session holds it (SKIP LOCKED: a start in progress keeps it),
+--   2. its last writer (xmin) is older than the snapshot of every other session of this
+--      database (pg_stat_activity's backend_xmin): every start of the key that ever wrote it
+--      is visible to every open snapshot, so no open transaction can miss one, and
+--   3. no live run (RUNNING, PAUSED) has the key: a key in use keeps its row (no churn).
+-- The rows are locked first and the runs read in a later statement, whose snapshot (READ
+-- COMMITTED) sees the runs of every start that wrote a locked row (in a snapshot transaction
+-- a row written since its snapshot is not locked: 40001). admitted counts the starts since
+-- the row was (re)made. The janitor calls it on every round. Returns {deleted}.
+CREATE OR REPLACE FUNCTION harvest.prune_flow_keys(p_batch_size integer DEFAULT 500)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_horizon_age integer;
+    v_kinds text[];
+    v_keys text[];
+    v_deleted bigint;
+BEGIN
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
+        RAISE EXCEPTION 'flow key batch size % is out of range 1..10000', p_batch_size USING ERRCODE = 'HR001';
+    END IF;
+    -- The age of the oldest snapshot of another session of this database (ages are stable
+    -- within a transaction; another database's sessions start nothing here).
+    SELECT max(age(a.backend_xmin)) INTO v_horizon_age
+    FROM pg_stat_activity AS a
+    WHERE a.backend_xmin IS NOT NULL AND a.datname = current_database() AND a.pid <> pg_backend_pid();
+    SELECT array_agg(f.kind), array_agg(f.key) INTO v_kinds, v_keys FROM (
+        SELECT k.kind, k.key FROM harvest.flow_keys AS k
+        WHERE age(k.xmin) > coalesce(v_horizon_age, -1)  -- (age 0: this transaction wrote it)
+        LIMIT p_batch_size
+        FOR UPDATE SKIP LOCKED
+    ) AS f;
+    IF v_keys IS NULL THEN
+        RETURN jsonb_build_object('deleted', 0);
+    END IF;
+    WITH gone AS (
+        DELETE FROM harvest.flow_keys AS k
+        USING unnest(v_kinds, v_keys) AS c (kind, key)
+        WHERE k.kind = c.kind AND k.key = c.key
+          AND NOT EXISTS (
+              SELECT 1 FROM harvest.executions AS e
+              WHERE c.kind = 'quota' AND e.quota_key = c.key AND e.status IN ('RUNNING', 'PAUSED'))
+          AND NOT EXISTS (
+              SELECT 1 FROM harvest.executions AS e
+              WHERE c.kind = 'concurrency' AND e.concurrency_key = c.key
+                AND e.status IN ('RUNNING', 'PAUSED'))
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_deleted FROM gone;
+    RETURN jsonb_build_object('deleted', v_deleted);
+END;
+$$;
+
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.set_retention IS
 'Set how long terminal executions are kept (p_max_age; NULL keeps everything) and the batch size (1..10000), '
@@ -286,3 +349,7 @@ COMMENT ON FUNCTION harvest.set_worker_retention IS
 COMMENT ON FUNCTION harvest.prune_workers IS
 'Delete the worker rows the registry rule lets go (never a live, recent or task-holding worker), audited; returns'
 ' {deleted, cutoff, worker_max_age}. Run by the retention janitor (role harvest_admin).';
+COMMENT ON FUNCTION harvest.prune_flow_keys IS
+'Delete up to p_batch_size (1..10000, default 500) rows of harvest.flow_keys that no start needs: not locked, last '
+'written before every open snapshot, and no live run with the key. Returns {deleted}. Called by the retention '
+'janitor on every round (role harvest_admin).';

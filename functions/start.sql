@@ -27,8 +27,9 @@
 -- Lock order of a start: the start-gate key, then the start lock, then the
 -- quota key, then the concurrency key, then execution rows. A decision whose
 -- commands start runs (continue_as_new, start_child_workflow) takes their start
--- locks before its own run's row (decide.sql, _lock_decision_start_keys), so the
--- start it makes keeps this order (docs/internals.md, "Lock order").
+-- locks, then their quota and cancel_running keys, before its own run's row (decide.sql,
+-- _lock_decision_start_keys), so the start it makes keeps this order (docs/internals.md,
+-- "Lock order").
 --
 -- Layout: start_workflow is a dispatcher over one function per gate, defined
 -- above it in the order it calls them (_start_check_shard, _start_check_arguments, _start_check_admin,
@@ -811,6 +812,16 @@ COMMENT ON FUNCTION harvest.start_workflow(
 'Client, CLI, psql; role harvest_operator, and harvest_admin for a policy that can terminate a live run); the '
 'engine''s own starts (children, continue-as-new, released deferred starts) go through harvest._start_workflow.';
 
+-- Whether a workflow's declared policy has a start gate (a throttle, debounce or batch,
+-- flow_throttle.sql), which a client's start takes before its start lock.
+CREATE OR REPLACE FUNCTION harvest._start_gated(p_workflow_name text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce((SELECT p.policy ?| ARRAY['throttle', 'debounce', 'batch'] FROM harvest.flow_policies AS p
+                     WHERE p.kind = 'workflow' AND p.name = p_workflow_name), false);
+$$;
+
 -- A client's group commit of starts: each element of p_starts (a JSON array of
 -- objects with start_workflow's arguments, without the p_ prefix; "shard" is
 -- p_shard, refused with HR011 when it is not this database's; "task_queue" is
@@ -839,6 +850,29 @@ BEGIN
     IF harvest._starts_plain(p_starts, harvest._payload_limit()) THEN
         RETURN QUERY SELECT * FROM harvest._start_plain_batch(p_starts);
         RETURN;
+    END IF;
+    -- More than one start: the start locks of them all, then their flow keys (quota and
+    -- cancel_running keys) in one order, before the first start (docs/internals.md, "Lock
+    -- order"). Taken start by start, the first start's quota key came before the second's
+    -- start lock and the keys in the batch's order, so two batches naming two quota keys in
+    -- opposite orders deadlocked (40P01). A start a throttle, debounce or batch may defer
+    -- takes its gate first (_start_defer): such starts are left to the loop.
+    IF jsonb_array_length(p_starts) > 1 THEN
+        FOR v_start IN
+            SELECT s.value ->> 'workflow_name' AS workflow_name, s.value ->> 'workflow_id' AS workflow_id
+            FROM jsonb_array_elements(p_starts) AS s
+            WHERE jsonb_typeof(s.value -> 'workflow_name') = 'string'
+              AND jsonb_typeof(s.value -> 'workflow_id') = 'string'
+              AND NOT harvest._start_gated(s.value ->> 'workflow_name')
+            ORDER BY 1, 2
+        LOOP
+            PERFORM harvest._lock_start_key(v_start.workflow_name, v_start.workflow_id);
+        END LOOP;
+        PERFORM harvest._lock_flow_keys_of(coalesce(jsonb_agg(jsonb_build_object(
+            'workflow_name', s.value -> 'workflow_name', 'input', s.value -> 'input', 'quota', true)), '[]'))
+        FROM jsonb_array_elements(p_starts) AS s
+        WHERE jsonb_typeof(s.value -> 'workflow_name') = 'string'
+          AND NOT harvest._start_gated(s.value ->> 'workflow_name');
     END IF;
     FOR v_start IN
         SELECT s.value AS args, s.ordinality::integer AS n

@@ -2278,3 +2278,25 @@ SELECT results_eq(
     '... the parent hears of both children, the live child of the closed parent is terminated, the waiter and every closed run''s task gone');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- _lock_flow_keys_of: the quota and cancel_running keys of the starts a decision (or a batch of
+-- starts) will make, locked before any execution row; a successor's quota key is not.
+BEGIN;
+SELECT plan(3);
+SELECT harvest.declare_flow_policies('{"workflows": {"fk_q": {"quota": {"key": "input.t", "max_active_executions": 9}},
+    "fk_c": {"concurrency": {"key": "input.d", "limit": 1, "on_conflict": "cancel_running"},
+             "quota": {"key": "input.t", "max_active_executions": 9}}}}');
+SELECT harvest._lock_flow_keys_of('[{"workflow_name": "fk_q", "input": [{"t": "b"}], "quota": true},
+    {"workflow_name": "fk_c", "input": [{"t": "a", "d": "x"}], "quota": false},
+    {"workflow_name": "fk_q", "input": [{"t": "b"}], "quota": true},
+    {"workflow_name": "nope", "input": [{"t": "z"}], "quota": true}, 7, {"workflow_name": 1}]');
+SELECT results_eq($$SELECT kind, key, admitted FROM harvest.flow_keys ORDER BY kind, key$$,
+                  $$VALUES ('concurrency'::text, 'x'::text, 0::bigint), ('quota', 'b', 0)$$,
+                  '_lock_flow_keys_of(): each key once, no admission counted; no quota key for a successor');
+SELECT is((SELECT count(*) FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
+           AND l.objid::integer = hashtext('x')), 1::bigint,
+          '_lock_flow_keys_of(): a cancel_running key''s advisory lock, as _supersede takes it');
+SELECT lives_ok($$SELECT harvest._lock_flow_keys_of('{"not": "an array"}')$$,
+                '_lock_flow_keys_of() of anything but an array: nothing');
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,8 +1,8 @@
--- functions/flow_quotas.sql: harvest._check_quota, harvest._take_flow_key, harvest.quota_usage, and the check
+-- functions/flow_quotas.sql: harvest._check_quota, harvest._take_flow_key, harvest._lock_flow_key, harvest.quota_usage, and the check
 -- in start_workflow;
 -- the history-bytes quota and the history byte cap agree.
 BEGIN;
-SELECT plan(15);
+SELECT plan(16);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {"wf_q": {"quota": {"key": "input.t", "max_active_executions": 2}}}}');
 SELECT harvest.start_workflow('wf_q', '[{"t": "a"}]', 'q' || n, 'qq') FROM generate_series(1, 2) AS n;
@@ -19,6 +19,10 @@ SELECT harvest._take_flow_key('concurrency', 'a');
 SELECT results_eq($$SELECT kind, key, admitted FROM harvest.flow_keys WHERE key = 'a' ORDER BY kind$$,
                   $$VALUES ('concurrency'::text, 'a'::text, 1::bigint), ('quota', 'a', 2)$$,
                   '_take_flow_key(): a row per kind and key, counting the starts taken');
+SELECT harvest._lock_flow_key('quota', 'a'), harvest._lock_flow_key('quota', 'fresh');
+SELECT results_eq($$SELECT key, admitted FROM harvest.flow_keys WHERE kind = 'quota' AND key IN ('a', 'fresh') ORDER BY key$$,
+                  $$VALUES ('a'::text, 2::bigint), ('fresh', 0)$$,
+                  '_lock_flow_key(): the row is there and locked, admitting no start');
 SELECT throws_ok($$SELECT harvest._take_flow_key('mutex', 'a')$$, '23514', NULL,
                  '_take_flow_key() of an unknown kind: the check refuses it');
 SELECT cmp_ok(harvest.quota_usage('a', 'max_history_bytes'), '>', 0::bigint, 'history bytes are counted');

@@ -1,8 +1,8 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, _retention_keeps,
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
--- _interval_text, _ago.
+-- _interval_text, _ago; prune_flow_keys.
 BEGIN;
-SELECT plan(40);
+SELECT plan(43);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -147,6 +147,17 @@ SELECT is(harvest._ago('2030-04-01 12:00+00', '30 days'), '2030-03-02 12:00+00':
 SELECT is(harvest._ago('2030-03-31 00:30+00', '1 mon'), '2030-02-28 00:30+00'::timestamptz,
           '_ago: a month before, counted in UTC under America/New_York');
 RESET TimeZone;
+
+-- prune_flow_keys: a key's row goes once no live run has the key (the rows this transaction
+-- wrote count as written before every other session's snapshot: none is open here).
+SELECT harvest.declare_flow_policies('{"workflows": {"wf_fk": {"quota": {"key": "input.t", "max_active_executions": 9}}}}');
+SELECT harvest.start_workflow('wf_fk', '[{"t": "live"}]', 'fk-live', 'fkq');
+INSERT INTO harvest.flow_keys (kind, key) VALUES ('quota', 'gone'), ('concurrency', 'gone');
+SELECT is(harvest.prune_flow_keys() ->> 'deleted', '2', 'prune_flow_keys(): the rows of keys without a live run go');
+SELECT results_eq($$SELECT kind, key FROM harvest.flow_keys WHERE key IN ('live', 'gone')$$,
+                  $$VALUES ('quota'::text, 'live'::text)$$, 'prune_flow_keys(): a key with a live run keeps its row');
+SELECT throws_ok($$SELECT harvest.prune_flow_keys(10001)$$, 'HR001', NULL,
+                 'prune_flow_keys(): a batch size out of 1..10000 is refused');
 
 SELECT * FROM finish();
 ROLLBACK;

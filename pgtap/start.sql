@@ -2,7 +2,7 @@
 -- start_workflows, the batch) — minted ids, shards, the first event and task, argument checks,
 -- and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(194);
+SELECT plan(196);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -544,6 +544,12 @@ SELECT results_eq(
 SELECT throws_ok($$SELECT * FROM harvest._start_flow_keys('fn_wf', '[{"t": "acme"}]',
                        '{"quota": {"key": "input.t", "max_active_executions": 0}}')$$,
                  'HR006', NULL, '_start_flow_keys() checks the quota: HR006 when exhausted');
+INSERT INTO harvest.flow_policies (kind, name, policy, updated_at)
+VALUES ('workflow', 'fn_gated', '{"debounce": {"window": 1}}', harvest.now()),
+       ('workflow', 'fn_quota', '{"quota": {"key": "input.t", "max_active_executions": 1}}', harvest.now());
+SELECT is(ARRAY[harvest._start_gated('fn_gated'), harvest._start_gated('fn_quota')], ARRAY[true, false],
+          '_start_gated(): whether the workflow''s policy has a start gate (throttle, debounce, batch)');
+SELECT is(harvest._start_gated('no-such-workflow'), false, '_start_gated() of a workflow without a policy: false');
 SELECT results_eq($$SELECT * FROM harvest._start_flow_keys('fn_wf', '[]', NULL)$$, $$VALUES (NULL::text, NULL::text)$$,
                   '_start_flow_keys() without a policy: no keys');
 CREATE TEMP TABLE fn_new ON COMMIT DROP AS

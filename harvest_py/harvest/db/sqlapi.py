@@ -302,6 +302,7 @@ SET_RETENTION_SETTINGS = (
 )
 RUN_RETENTION = "SELECT harvest.run_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS result"
 PRUNE_WORKERS = "SELECT harvest.prune_workers(%(max_age)s::interval, %(operator)s) AS result"
+PRUNE_FLOW_KEYS = "SELECT harvest.prune_flow_keys(%(batch_size)s) AS result"
 
 
 # -- queries and updates (functions/messages.sql)
@@ -1528,6 +1529,11 @@ def run_retention(
 @call(PRUNE_WORKERS, column("result"))
 def prune_workers(max_age: str | None = None, operator: str | None = None) -> dict[str, Any]:
     return {"max_age": max_age, "operator": operator}
+
+
+@call(PRUNE_FLOW_KEYS, column("result"))
+def prune_flow_keys(batch_size: int = 500) -> dict[str, Any]:
+    return {"batch_size": batch_size}
 
 
 # -- queries and updates (functions/messages.sql) ----------------------------------------------

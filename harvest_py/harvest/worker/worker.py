@@ -1397,6 +1397,11 @@ class Worker:
                         pruned["deleted"],
                         pruned["cutoff"],
                     )
+                # The rows of quota and cancel_running keys no start needs (their count grows
+                # with the keys: a per-tenant key makes one per tenant), configured or not.
+                keys = await lane.sql.prune_flow_keys()
+                if keys["deleted"]:
+                    log.info("retention: deleted %d unused flow key row(s)", keys["deleted"])
                 result = await lane.sql.run_retention()
                 if result["deleted"]:
                     log.info(

@@ -1,0 +1,238 @@
+"""A decision that starts children takes their flow keys before its own run's row.
+
+A quota'd start locks its key's row of ``harvest.flow_keys`` and a ``cancel_running`` start its
+key's advisory lock and row (functions/flow_quotas.sql, flow_concurrency.sql), and every client
+start takes them before it writes execution rows. A decision that started a child locked its
+own run's row first and the child's keys after, so it could wait in a cycle (SQLSTATE 40P01)
+with a start that held a key and then needed that run's row, or with another decision taking
+two keys in the other order. A batch of starts (start_workflows) and a decision's mutex keys
+had the same flaw: keys taken in turn, in no one order. docs/internals.md, "Lock order". Each
+test forces the interleaving that deadlocked with a third session holding one lock while the
+others queue behind it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from race_helpers import in_thread, wait_until_blocked
+
+POLICIES = {
+    "workflows": {
+        "metered": {"quota": {"key": "input.t", "max_active_executions": 100}},
+        "latest": {
+            "quota": {"key": "input.t", "max_active_executions": 100},
+            "concurrency": {"key": "input.doc", "limit": 1, "on_conflict": "cancel_running"},
+        },
+    },
+    "activities": {},
+}
+
+
+def _declare(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(POLICIES),))
+
+
+def _claimed_decision(conn: psycopg.Connection, workflow_name: str, input_: Any) -> tuple[Any, ...]:
+    """A run started and its first workflow task claimed: (run id, task id, token, through)."""
+    run_id = conn.execute(
+        "SELECT execution_id FROM harvest.start_workflow(%s, %s)", (workflow_name, Jsonb(input_))
+    ).fetchone()[0]
+    task_id, token = conn.execute(
+        "SELECT task_id, fencing_token FROM harvest.claim_tasks('w', ARRAY['default'], 1)"
+    ).fetchone()
+    through = conn.execute(
+        "SELECT last_event_id FROM harvest.executions WHERE id = %s", (run_id,)
+    ).fetchone()[0]
+    return run_id, task_id, token, through
+
+
+def _children(*tenants: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "start_child_workflow", "seq": seq, "workflow_name": "metered", "input": [{"t": tenant}]}
+        for seq, tenant in enumerate(tenants, start=1)
+    ]
+
+
+def _decide(db: str, name: str, decision: tuple[Any, ...], commands: list[dict[str, Any]]) -> Any:
+    _, task_id, token, through = decision
+    with psycopg.connect(db, autocommit=True, application_name=name) as c:
+        return c.execute(
+            "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
+            (task_id, token, through, Jsonb(commands)),
+        ).fetchone()[0]
+
+
+def _until_done_or_blocked(conn: psycopg.Connection, thread: threading.Thread, name: str) -> None:
+    deadline = time.monotonic() + 10
+    while (
+        thread.is_alive()
+        and not conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+            " AND datname = current_database() AND wait_event_type = 'Lock')",
+            (name,),
+        ).fetchone()[0]
+    ):
+        assert time.monotonic() < deadline, f"{name} neither finished nor waited on a lock"
+        time.sleep(0.01)
+
+
+def _hold_flow_key(holder: psycopg.Connection, kind: str, key: str) -> None:
+    holder.execute(
+        "INSERT INTO harvest.flow_keys (kind, key) VALUES (%s, %s) ON CONFLICT DO NOTHING", (kind, key)
+    )
+    holder.execute("SELECT 1 FROM harvest.flow_keys WHERE kind = %s AND key = %s FOR UPDATE", (kind, key))
+
+
+def test_a_child_under_a_quota_and_a_callers_start_then_signal_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """The caller's transaction starts a quota'd run (the key's row) and then signals the
+    parent (its row), the documented order; the parent's decision starts a child under the
+    same key meanwhile."""
+    _declare(conn)
+    parent = _claimed_decision(conn, "plain", [])
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as caller:  # a transaction: its locks stay until commit
+        caller.execute("SELECT harvest.start_workflow('metered', %s)", (Jsonb([{"t": "acme"}]),))
+        deciding = in_thread(lambda: _decide(db, "decide", parent, _children("acme")), outcome, "decide")
+        wait_until_blocked(conn, "decide")  # on the quota key's row the caller holds
+        try:
+            caller.execute("SELECT harvest.signal_workflow(%s, 'poke')", (parent[0],))
+            caller.commit()
+        except psycopg.Error as exc:
+            outcome["caller"] = exc
+        deciding.join(20)
+
+    assert "caller" not in outcome, outcome  # no DeadlockDetected on either side
+    assert outcome["decide"] == "RUNNING", outcome
+    assert (
+        conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE workflow_name = 'metered' AND quota_key = 'acme'"
+        ).fetchone()[0]
+        == 2
+    )
+
+
+def test_a_child_under_a_quota_and_a_start_superseding_its_parent_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A client start of a cancel_running workflow holds its quota key and then locks the run it
+    supersedes; that run's decision starts a child under the same quota key."""
+    _declare(conn)
+    parent = _claimed_decision(conn, "latest", [{"t": "acme", "doc": "d1"}])
+    outcome: dict[str, Any] = {}
+
+    def start() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="start") as c:
+            return c.execute(
+                "SELECT started_fresh FROM harvest.start_workflow('latest', %s)",
+                (Jsonb([{"t": "acme", "doc": "d1"}]),),
+            ).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        _hold_flow_key(holder, "concurrency", "d1")
+        starting = in_thread(start, outcome, "start")
+        wait_until_blocked(conn, "start")  # holding the quota key, before the superseding
+        deciding = in_thread(lambda: _decide(db, "decide", parent, _children("acme")), outcome, "decide")
+        wait_until_blocked(conn, "decide")
+        holder.commit()
+        starting.join(20)
+        deciding.join(20)
+
+    assert outcome["start"] is True, outcome
+    # The parent was superseded while its decision waited: its task is gone, not a deadlock.
+    assert not isinstance(outcome["decide"], psycopg.errors.DeadlockDetected), outcome
+    status = conn.execute("SELECT status FROM harvest.executions WHERE id = %s", (parent[0],)).fetchone()[0]
+    assert status == "CANCELLED"
+
+
+def test_two_decisions_starting_children_under_keys_in_opposite_orders_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """One decision starts children of tenants a, c, b, the other of b, a: each took a key and
+    waited on the other's."""
+    _declare(conn)
+    first = _claimed_decision(conn, "plain", [])
+    second = _claimed_decision(conn, "plain", [])
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        _hold_flow_key(holder, "quota", "c")
+        one = in_thread(lambda: _decide(db, "one", first, _children("a", "c", "b")), outcome, "one")
+        wait_until_blocked(conn, "one")
+        two = in_thread(lambda: _decide(db, "two", second, _children("b", "a")), outcome, "two")
+        wait_until_blocked(conn, "two")
+        holder.commit()
+        one.join(20)
+        two.join(20)
+
+    assert (outcome["one"], outcome["two"]) == ("RUNNING", "RUNNING"), outcome
+    assert conn.execute(
+        "SELECT array_agg(quota_key ORDER BY quota_key) FROM harvest.executions"
+        " WHERE workflow_name = 'metered'"
+    ).fetchone()[0] == ["a", "a", "b", "b", "c"]
+
+
+def test_two_batches_of_starts_under_quota_keys_in_opposite_orders_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """start_workflows took each start's start lock and quota key in turn: a batch holding the
+    quota key of its first start waited on its second start's lock, while another batch held
+    that second key and waited on the first."""
+    _declare(conn)
+
+    def batch(name: str, *starts: tuple[str, str]) -> Any:
+        args = [{"workflow_name": "metered", "workflow_id": i, "input": [{"t": t}]} for i, t in starts]
+        with psycopg.connect(db, autocommit=True, application_name=name) as c:
+            return c.execute("SELECT count(*) FROM harvest.start_workflows(%s)", (Jsonb(args),)).fetchone()[0]
+
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT harvest._lock_start_key('metered', 'b')")
+        one = in_thread(lambda: batch("one", ("a", "k2"), ("b", "k1")), outcome, "one")
+        wait_until_blocked(conn, "one")  # on start b's lock
+        two = in_thread(lambda: batch("two", ("c", "k1"), ("d", "k2")), outcome, "two")
+        _until_done_or_blocked(conn, two, "two")  # (before the fix: on the first batch's key)
+        holder.commit()
+        one.join(20)
+        two.join(20)
+
+    assert outcome == {"one": 2, "two": 2}
+
+
+def _mutexes(*keys: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "record_marker", "seq": seq, "kind": "mutex_acquire", "value": {"key": key}}
+        for seq, key in enumerate(keys, start=1)
+    ]
+
+
+def test_two_decisions_acquiring_mutexes_in_opposite_orders_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A decision asking for several mutexes at once (ctx.mutex in gathered branches) took their
+    keys' locks in its commands' order: one asking for a, c, b and one for b, a each held a key
+    the other waited on. The mutex keys are not flow keys, but the same rule holds: one order."""
+    first = _claimed_decision(conn, "plain", [])
+    second = _claimed_decision(conn, "plain", [])
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('harvest.mutex:c'))")
+        one = in_thread(lambda: _decide(db, "one", first, _mutexes("a", "c", "b")), outcome, "one")
+        wait_until_blocked(conn, "one")
+        two = in_thread(lambda: _decide(db, "two", second, _mutexes("b", "a")), outcome, "two")
+        wait_until_blocked(conn, "two")
+        holder.commit()
+        one.join(20)
+        two.join(20)
+
+    assert (outcome["one"], outcome["two"]) == ("RUNNING", "RUNNING"), outcome
+    assert conn.execute(
+        "SELECT array_agg(lock_key ORDER BY lock_key) FROM harvest.mutex_locks"
+        " WHERE holder_execution_id = %s",
+        (first[0],),
+    ).fetchone()[0] == ["a", "b", "c"]

@@ -1,0 +1,131 @@
+"""The janitor deletes the rows of ``harvest.flow_keys`` that no start needs.
+
+A quota'd or cancel_running start writes its key's row (functions/flow_quotas.sql), one row per
+key ever admitted: a per-tenant key made one per tenant, forever. ``harvest.prune_flow_keys``
+(functions/retention.sql) deletes a row only when no session holds it, its last writer is older
+than every open snapshot, and no live run has the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from harvest import App, Worker, workflow
+
+POLICIES = {
+    "workflows": {
+        "metered": {"quota": {"key": "input.t", "max_active_executions": 100}},
+        "latest": {"concurrency": {"key": "input.doc", "limit": 1, "on_conflict": "cancel_running"}},
+    },
+    "activities": {},
+}
+
+
+def _start(conn: psycopg.Connection, workflow_name: str, arg: dict[str, str]) -> str:
+    return conn.execute(
+        "SELECT execution_id FROM harvest.start_workflow(%s, %s)", (workflow_name, Jsonb([arg]))
+    ).fetchone()[0]
+
+
+def _keys(conn: psycopg.Connection) -> list[tuple[str, str]]:
+    return conn.execute("SELECT kind, key FROM harvest.flow_keys ORDER BY kind, key").fetchall()
+
+
+def _prune(conn: psycopg.Connection) -> int:
+    return int(conn.execute("SELECT harvest.prune_flow_keys() ->> 'deleted'").fetchone()[0])
+
+
+@pytest.fixture
+def declared(conn: psycopg.Connection) -> psycopg.Connection:
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(POLICIES),))
+    return conn
+
+
+def test_a_key_without_live_runs_goes_and_a_key_in_use_stays(declared: psycopg.Connection) -> None:
+    conn = declared
+    _start(conn, "metered", {"t": "live"})
+    conn.execute("SELECT harvest.terminate_workflow(%s)", (_start(conn, "metered", {"t": "done"}),))
+    _start(conn, "latest", {"doc": "open"})
+    conn.execute("SELECT harvest.terminate_workflow(%s)", (_start(conn, "latest", {"doc": "closed"}),))
+    assert _prune(conn) == 2
+    assert _keys(conn) == [("concurrency", "open"), ("quota", "live")]
+    # The next start of a pruned key makes its row again and is counted as before.
+    _start(conn, "metered", {"t": "done"})
+    assert conn.execute(
+        "SELECT admitted FROM harvest.flow_keys WHERE kind = 'quota' AND key = 'done'"
+    ).fetchone() == (1,)
+
+
+def test_a_row_a_start_holds_is_skipped_without_waiting(db: str, declared: psycopg.Connection) -> None:
+    conn = declared
+    with psycopg.connect(db) as starting:  # a start in its own transaction, not yet committed
+        starting.execute("SELECT harvest._lock_flow_key('quota', 'busy')")
+        conn.execute("INSERT INTO harvest.flow_keys (kind, key) VALUES ('quota', 'idle')")
+        assert _prune(conn) == 1  # 'idle' went; 'busy' was skipped, the call did not wait
+        starting.commit()
+    assert _keys(conn) == [("quota", "busy")]
+    assert _prune(conn) == 1
+
+
+def test_a_row_stays_while_a_snapshot_older_than_its_last_start_is_open(
+    db: str, declared: psycopg.Connection
+) -> None:
+    """A start in a REPEATABLE READ transaction whose snapshot predates another start of its key
+    is refused on the key's row (40001). Had the row been pruned in between, the start would
+    insert a fresh one and count the key's runs without the other start's."""
+    conn = declared
+    with psycopg.connect(db) as snapshot:
+        snapshot.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        snapshot.execute("SELECT count(*) FROM harvest.executions")  # the snapshot is taken
+        conn.execute("SELECT harvest.terminate_workflow(%s)", (_start(conn, "metered", {"t": "k"}),))
+        assert _prune(conn) == 0
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            snapshot.execute("SELECT harvest.start_workflow('metered', %s)", (Jsonb([{"t": "k"}]),))
+        snapshot.rollback()
+    assert _prune(conn) == 1
+    assert _keys(conn) == []
+
+
+def test_the_batch_size_is_bounded(declared: psycopg.Connection) -> None:
+    conn = declared
+    conn.execute(
+        "INSERT INTO harvest.flow_keys (kind, key) SELECT 'quota', 'k' || n FROM generate_series(1, 3) AS n"
+    )
+    assert conn.execute("SELECT harvest.prune_flow_keys(2) ->> 'deleted'").fetchone() == ("2",)
+    with pytest.raises(psycopg.Error, match=r"out of range 1\.\.10000") as refused:
+        conn.execute("SELECT harvest.prune_flow_keys(0)")
+    assert refused.value.sqlstate == "HR001"
+
+
+@workflow
+async def idle(ctx: object) -> None:
+    return None
+
+
+def test_the_retention_janitor_prunes_them_unconfigured(db: str, conn: psycopg.Connection) -> None:
+    """Every round, whether or not execution retention is configured (it is not here)."""
+    conn.execute("INSERT INTO harvest.flow_keys (kind, key) VALUES ('quota', 'tenant-gone')")
+
+    async def main() -> None:
+        worker = Worker(
+            App(workflows=[idle]),
+            db,
+            run_worker=False,
+            run_scanner=False,
+            run_retention=True,
+            retention_interval=0.1,
+        )
+        task = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 20
+        while _keys(conn) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        worker.request_stop()
+        await asyncio.wait_for(task, 20)
+
+    asyncio.run(main())
+    assert _keys(conn) == []
