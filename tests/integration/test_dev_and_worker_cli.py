@@ -124,3 +124,32 @@ def test_dev_runs_the_retention_janitor(db: str, monkeypatch: pytest.MonkeyPatch
     assert done.exit_code == 0, done.output
     [worker] = ran
     assert (worker.run_worker, worker.run_scanner, worker.run_retention) == (True, True, True)
+
+
+def test_dev_reads_the_worker_and_retention_settings_and_runs_everything_whatever_the_role(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`harvest dev` built its worker from nothing but its own defaults: `[worker]` tunables,
+    `retention.enabled = false` and `retention.interval` were ignored. It now reads them as
+    `harvest worker` does, and still runs everything in its one process (a role set in the
+    shell for another process, web here, does not turn its claim loop off)."""
+    from click.testing import CliRunner
+
+    from harvest.cli.main import main
+
+    ran: list[Worker] = []
+
+    async def run(self: Worker, install_signal_handlers: bool = False) -> None:
+        ran.append(self)
+
+    monkeypatch.setattr(Worker, "run", run)
+    monkeypatch.setenv("HARVEST_DEV_DATABASE_URL", db)
+    monkeypatch.setenv("HARVEST_ROLE", "web")
+    monkeypatch.setenv("HARVEST_WORKER__CONCURRENCY", "3")
+    monkeypatch.setenv("HARVEST_RETENTION__ENABLED", "false")
+    monkeypatch.setenv("HARVEST_RETENTION__INTERVAL", "7")
+    done = CliRunner().invoke(main, ["dev", "--no-api"])
+    assert done.exit_code == 0, done.output
+    [worker] = ran
+    assert (worker.run_worker, worker.run_scanner, worker.run_retention) == (True, True, False)
+    assert worker.concurrency == 3 and worker.options.retention_interval == 7

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from harvest.declare.definitions import App
     from harvest.worker import Worker
+    from harvest.worker.options import WorkerOptions
 
 DEV_DSN_ENV = "HARVEST_DEV_DATABASE_URL"
 
@@ -94,12 +95,9 @@ def dev(
                 f"  HARVEST_DATABASE_URL={quoted} harvest workflow start greet --input-json '[\"world\"]'\n"
                 f"  HARVEST_DATABASE_URL={quoted} harvest workflow result <execution_id>\n"
             )
-        # redis.url as `harvest worker` takes it (docs/redis-dispatch.md): a configured URL is
-        # never silently ignored; an unreachable Redis stops the boot.
         from harvest.cli.output import cli_config
 
-        redis_url = cli_config().get("redis.url")
-        worker = Worker(app, dsn, poll_interval=1.0, redis_url=redis_url)  # type: ignore[arg-type]
+        worker = Worker(app, dsn, options=_dev_options(), redis_url=cli_config().get("redis.url"))  # type: ignore[arg-type]
         if demo_and_exit:
             click.echo("Ctrl-C stops everything and removes what was created.\n")
             asyncio.run(_demo(worker, dsn))
@@ -112,6 +110,29 @@ def dev(
         if server is not None:
             click.echo("stopping the embedded PostgreSQL and removing its files", err=True)
             server.stop()
+
+
+def _dev_options() -> WorkerOptions:
+    """The dev worker's options: everything runs in this one process, whatever the role (the
+    claim loop, the scheduler, the janitor unless ``retention.enabled = false``), with the
+    ``[worker]`` and ``[retention]`` tunables as `harvest worker` reads them, on the one
+    embedded database (``worker.shard_assignments`` does not apply), polling every second.
+    (redis.url is taken as `harvest worker` takes it, docs/redis-dispatch.md: never silently
+    ignored; an unreachable Redis stops the boot.)"""
+    from harvest.cli.output import cli_config
+    from harvest.config import worker_options
+    from harvest.worker.options import AUTO
+
+    config = cli_config()
+    retention = config.get("retention.enabled")
+    return worker_options(
+        config,
+        run_worker=True,
+        run_scanner=True,
+        run_retention=retention is not False,
+        shard_assignments=AUTO,
+        poll_interval=1.0,
+    )
 
 
 def _api_server(
