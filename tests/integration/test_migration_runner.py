@@ -939,7 +939,7 @@ def test_an_older_release_started_while_a_newer_one_applies_its_functions_refuse
     try:
         read_until(newer.stderr, "applying functions/core.sql")  # holding the lock, not committed
         older = start("1.4.1", REPO, "go")
-        read_until(older.stderr, "waiting for another")
+        read_until(older.stderr, "waiting for ")  # (the migrate lock, held by the newer one's pid)
         newer.stdin.write("go\n")
         newer.stdin.flush()
         out, err = newer.communicate(timeout=120)
@@ -1026,3 +1026,159 @@ def test_harvests_own_migrations_directory_is_refused_as_an_included_set(db: str
     result = cli("run", "--include-dir", str(own), dsn=db)
     assert result.exit_code == 1 and "Harvest's own migrations" in result.stderr, result.output
     assert "migrations" not in {s for s, *_ in ledger(db)}
+
+
+# -- lock waits: a migration's DDL behind a long transaction ------------------------------
+
+
+def wait_for_lock_wait(conn: psycopg.Connection, query_start: str) -> None:
+    """Until a session waits on a lock in a statement starting with ``query_start``."""
+    deadline = time.monotonic() + 60
+    while not conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+        (query_start + "%",),
+    ).fetchone()[0]:  # type: ignore[index]
+        assert time.monotonic() < deadline, f"nobody waits in {query_start!r}"
+        time.sleep(0.02)
+
+
+def test_a_migration_behind_a_long_transaction_gives_up_in_bounded_tries_and_names_the_blocker(
+    db: str, tmp_path: Path
+) -> None:
+    """An ALTER TABLE waiting for its lock queues every later query on the table behind it
+    (PostgreSQL grants locks in order): before, the migrator waited without limit and a report
+    left open stopped every worker's query on harvest.tasks. Now each try waits --lock-timeout,
+    the queue drains between tries, and after --lock-wait the run stops naming the blocker."""
+    app = write_set(tmp_path / "app", {"0001_note.sql": "ALTER TABLE harvest.tasks ADD COLUMN note text;\n"})
+    with psycopg.connect(db, application_name="nightly-report") as report:
+        report.execute(
+            "SELECT count(*) FROM harvest.tasks WHERE 'secret' <> '' -- the nightly report\nLIMIT 1"
+        )
+        blocker = report.info.backend_pid
+        proc = subprocess.Popen(
+            [*CLI, "run", "--include-dir", str(app), "--lock-timeout", "0.5", "--lock-wait", "3"],
+            env=cli_env(db),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            with psycopg.connect(db, autocommit=True) as worker:
+                wait_for_lock_wait(worker, "ALTER TABLE harvest.tasks")
+                # A worker's query, behind the migrator's waiting lock: it goes through at the
+                # end of the try, while the report still holds its lock.
+                worker.execute("SET statement_timeout = '60s'")
+                assert worker.execute("SELECT count(*) FROM harvest.tasks").fetchone() is not None
+            _out, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        report.rollback()
+    assert proc.returncode == 1, err
+    waited = [line for line in err.splitlines() if "waited 0.5s for a lock" in line]
+    assert len(waited) == 2, err  # tries at 0, 1 and 2.5s; a pause of 2 more would pass 3s
+    (line,) = error_lines(err)
+    assert line.startswith(
+        f"error: {app / '0001_note.sql'} line 1: gave up waiting for a lock after 3 tries"
+    ), line
+    assert (
+        f"blocked by pid {blocker} (login " in line
+        and ", application nightly-report, idle in transaction, in a transaction for " in line
+        and "running `SELECT count(*) FROM harvest.tasks WHERE '…' <> '…' -- the nightly report`" in line
+    ), line
+    assert f"(SELECT pg_terminate_backend({blocker}))" in line, line
+    assert line.endswith("nothing from this file was recorded"), line
+    assert "secret" not in err
+    assert [r for r in ledger(db) if r[0] == "app"] == []
+    assert query(
+        db,
+        "SELECT count(*) FROM pg_attribute WHERE attrelid = 'harvest.tasks'::regclass AND attname = 'note'",
+    ) == [(0,)]
+
+
+def test_what_a_migration_sets_for_its_session_ends_with_its_file(db: str, tmp_path: Path) -> None:
+    """A plain SET (not SET LOCAL) outlives its transaction: before, a migration's search_path
+    made the next file create its table in another schema, and its SET ROLE ran the next files
+    (and the ledger rows) as that role. Now the session is reset after each file; within a file
+    (a no-transaction one needs it: SET LOCAL does nothing there) a SET still holds."""
+    role = f"r_{os.getpid()}_{time.monotonic_ns() % 100000}"
+    with psycopg.connect(db, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
+        admin.execute(f'GRANT "{role}" TO current_user')
+        login = admin.execute("SELECT current_user").fetchone()[0]  # type: ignore[index]
+    try:
+        app = write_set(
+            tmp_path / "app",
+            {
+                "0001_elsewhere.sql": "CREATE SCHEMA elsewhere;\nSET search_path = elsewhere;\n"
+                f'SET ROLE "{role}";\n',
+                "0002_marker.sql": "CREATE TABLE public.marker (id int);\nCREATE TABLE plain (id int);\n",
+                "0003_within.sql": "-- harvest:no-transaction\nSET search_path = elsewhere;\n"
+                "CREATE TABLE IF NOT EXISTS inside (id int);\n",
+                "0004_after.sql": "CREATE TABLE after (id int);\n",
+            },
+        )
+        result = cli("run", "--include-dir", str(app), dsn=db)
+        assert result.exit_code == 0, result.output
+        tables = query(
+            db,
+            "SELECT c.relnamespace::regnamespace::text || '.' || c.relname, pg_get_userbyid(c.relowner)"
+            " FROM pg_class AS c WHERE c.relname IN ('marker', 'plain', 'inside', 'after') ORDER BY 1",
+        )
+        assert tables == [
+            ("elsewhere.inside", login),
+            ("public.after", login),
+            ("public.marker", login),
+            ("public.plain", login),
+        ]
+    finally:
+        with psycopg.connect(db, autocommit=True) as admin:
+            admin.execute("DROP SCHEMA IF EXISTS elsewhere CASCADE")
+            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+@pytest.mark.parametrize(
+    ("stmt", "unbounded"),
+    [
+        ("CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON harvest.tasks (id)", True),
+        ("DROP INDEX CONCURRENTLY IF EXISTS harvest.i", True),
+        ("REINDEX INDEX CONCURRENTLY harvest.i", True),
+        ("CREATE INDEX IF NOT EXISTS i ON harvest.tasks (id)", False),
+        ("ALTER TABLE harvest.tasks ADD COLUMN note text", False),
+        ("REINDEX INDEX harvest.i", False),
+    ],
+)
+def test_only_concurrent_index_builds_wait_for_their_lock_without_limit(stmt: str, unbounded: bool) -> None:
+    """Their wait queues no query (a lock reads and writes do not conflict with), and one given up
+    midway leaves an INVALID index a re-run's IF NOT EXISTS skips: no lock timeout for them."""
+    assert m.waits_harmlessly(stmt) is unbounded
+
+
+def test_a_no_transaction_file_retries_the_statement_that_timed_out_not_the_ones_before(
+    db: str, tmp_path: Path
+) -> None:
+    """In a no-transaction file each statement is its own try: the one before the lock wait is
+    committed once; the one waiting is tried again once the blocker let go."""
+    app = write_set(
+        tmp_path / "app",
+        {
+            "0001_two.sql": "-- harvest:no-transaction\nINSERT INTO public.tries VALUES (1);\n"
+            "ALTER TABLE harvest.tasks ADD COLUMN IF NOT EXISTS note text;\n",
+        },
+    )
+    query(db, "CREATE TABLE public.tries (n int)")
+    lines: list[str] = []
+    with psycopg.connect(db) as report:
+        report.execute("SELECT count(*) FROM harvest.tasks")
+
+        def let_go(_pause: float) -> None:  # the first pause: the report ends
+            report.rollback()
+
+        migrator = m.Migrator(db, [app], progress=lines.append, lock_timeout=0.2, lock_wait=60, sleep=let_go)
+        migrator.run()
+    waited = [line for line in lines if "waited 0.2s for a lock" in line]
+    assert len(waited) == 1 and waited[0].startswith(f"{app / '0001_two.sql'} line 3:"), lines
+    assert query(db, "SELECT n FROM public.tries") == [(1,)]
+    assert query(
+        db,
+        "SELECT count(*) FROM pg_attribute WHERE attrelid = 'harvest.tasks'::regclass AND attname = 'note'",
+    ) == [(1,)]
