@@ -1,7 +1,8 @@
 """docs/operations.md's table of audited operations names every operation the SQL writes an audit
 row for, and no other.
 
-The operations are read from functions/*.sql: the first argument of each call of
+The operations are read from functions/*.sql, and from the package's SQL that calls it itself
+(the migrator's ``functions.downgrade``, harvest/db/migrate.py): the first argument of each call of
 ``harvest._audit`` and ``harvest._audit_asserted`` (a literal, a CASE of literals, or a literal
 prefix completed by a parameter, which PREFIXES completes). The table is the one under
 "### The audit log": the backquoted names of its first column.
@@ -40,7 +41,7 @@ def _first_argument(text: str, start: int) -> str:
 def audited_in_sql() -> dict[str, set[str]]:
     """{operation: the files that write it}."""
     found: dict[str, set[str]] = {}
-    for path in sorted((ROOT / "functions").glob("*.sql")):
+    for path in [*sorted((ROOT / "functions").glob("*.sql")), *sorted((ROOT / "harvest_py").rglob("*.py"))]:
         text = path.read_text()
         for call in CALL.finditer(text):
             if re.search(r"FUNCTION\s+$", text[: call.start()]):
