@@ -1182,3 +1182,44 @@ def test_a_no_transaction_file_retries_the_statement_that_timed_out_not_the_ones
         db,
         "SELECT count(*) FROM pg_attribute WHERE attrelid = 'harvest.tasks'::regclass AND attname = 'note'",
     ) == [(1,)]
+
+
+def test_a_process_of_another_release_than_the_functions_warns_once_and_runs(
+    db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, a worker of 1.4.2 ran silently against the functions 1.4.1's --allow-downgrade
+    put back (the same schema version: nothing refused it). It still runs (a rolling deploy
+    overlaps the two releases both ways), and says so once, naming both releases."""
+    import logging
+
+    monkeypatch.setattr(m, "_package_version", lambda: "1.4.2")
+    monkeypatch.setattr(m, "_release_warnings", set())
+
+    def boot(release: str) -> list[str]:
+        query(db, "UPDATE harvest.function_files SET package_version = %s", (release,))
+        caplog.clear()
+        with (
+            psycopg.connect(db, autocommit=True) as conn,
+            caplog.at_level(logging.WARNING, "harvest.db.migrate"),
+        ):
+            m.check_schema(conn, "this worker")
+            m.check_schema(conn, "this worker")  # a reconnect, another shard's lane: said once
+        return [r.getMessage() for r in caplog.records if r.name == "harvest.db.migrate"]
+
+    assert boot("1.4.1") == [
+        (
+            "the database's SQL functions were applied by Harvest 1.4.1, this worker is Harvest 1.4.2: the"
+            " fixes of 1.4.2's functions are not in effect until `harvest migrate run` of 1.4.2 applies"
+            " them; if the functions were rolled back on purpose (--allow-downgrade), roll this process"
+            " back too"
+        )
+    ]
+    assert boot("1.4.3") == [
+        (
+            "the database's SQL functions were applied by Harvest 1.4.3, this worker is Harvest 1.4.2:"
+            " expected while a rolling deploy replaces this process; one that is not being replaced"
+            " should be upgraded to 1.4.3"
+        )
+    ]
+    assert boot("1.4.2") == []
+    assert boot("1.4.2+g123") == []  # the same release, a local label

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import logging
 import re
 import threading
 import time
@@ -55,6 +56,8 @@ from harvest.db import SCHEMA_VERSION, paths, sqlapi
 from harvest.db.connection import DatabaseError, connect, schema_missing, set_server_end
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import Sql, Steps, arun_steps, run_steps
+
+log = logging.getLogger("harvest.db.migrate")
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARK = "-- harvest:no-transaction"
@@ -1071,6 +1074,59 @@ def read_versions() -> Steps[tuple[str | None, str | None]]:
     return found, functions
 
 
+def read_function_releases() -> Steps[list[str] | None]:
+    """The releases that applied the database's function files; None when its functions are a
+    release's from before harvest.get_function_releases() (nothing to compare)."""
+    try:
+        releases = yield Sql(sqlapi.get_function_releases)
+    except DatabaseError as exc:
+        if not schema_missing(exc):
+            raise
+        return None
+    return list(releases or ())
+
+
+# the releases already warned about: once per process, not once per shard lane or reconnect
+_release_warnings: set[tuple[str, ...]] = set()
+
+
+def release_warning(releases: list[str] | None, ours: str, who: str) -> str | None:
+    """What to say when the function files are another release's than this process' (same
+    schema version: two patch releases). A warning, never a refusal: in a rolling deploy the
+    processes of the old release keep running (and restart) against the new release's functions
+    until they are replaced, and a patch release's functions serve its neighbours' processes
+    (docs/install.md, "Which release's functions a process runs against")."""
+    if not releases or release_order(ours) == (0,):  # (a checkout of unknown version: no release)
+        return None
+    mine = release_order(ours)
+    newer = [r for r in releases if release_order(r) > mine]
+    older = [r for r in releases if release_order(r) < mine]
+    if not newer and not older:
+        return None
+    said = (
+        f"the database's SQL functions were applied by Harvest {', '.join(releases)}, {who} is "
+        f"Harvest {ours}: "
+    )
+    if newer:
+        return said + (
+            "expected while a rolling deploy replaces this process; one that is not being "
+            f"replaced should be upgraded to {max(newer, key=release_order)}"
+        )
+    return said + (
+        f"the fixes of {ours}'s functions are not in effect until `harvest migrate run` of "
+        f"{ours} applies them; if the functions were rolled back on purpose (--allow-downgrade), "
+        "roll this process back too"
+    )
+
+
+def _warn_release(releases: list[str] | None, who: str) -> None:
+    key = tuple(releases or ())
+    message = release_warning(releases, _package_version(), who)
+    if message is not None and key not in _release_warnings:
+        _release_warnings.add(key)
+        log.warning("%s", message)
+
+
 def _refuse_mismatch(found: str | None, functions: str | None, who: str) -> None:
     if found != SCHEMA_VERSION:
         raise schema_mismatch(found, SCHEMA_VERSION, who)
@@ -1082,10 +1138,13 @@ def check_schema(conn: psycopg.Connection, who: str = "this Harvest") -> None:
     """Refuse to work against a schema this package does not match: its migrations (the
     ledger's newest), and its functions (the migration they were written for: the function
     files come after the migrations, and a run can stop in between). ``conn`` is autocommit
-    (a pool's): a read that fails ends the reads."""
+    (a pool's): a read that fails ends the reads. Then warn, once per process, when another
+    release of the same schema applied the functions (release_warning)."""
     _refuse_mismatch(*run_steps(read_versions(), SqlApi(conn)), who)
+    _warn_release(run_steps(read_function_releases(), SqlApi(conn)), who)
 
 
 async def check_schema_async(sql: AsyncSqlApi, who: str) -> None:
     """:func:`check_schema` over an AsyncSqlApi (the worker's pool, the async client's connection)."""
     _refuse_mismatch(*await arun_steps(read_versions(), sql), who)
+    _warn_release(await arun_steps(read_function_releases(), sql), who)
