@@ -1223,3 +1223,25 @@ def test_a_process_of_another_release_than_the_functions_warns_once_and_runs(
     ]
     assert boot("1.4.2") == []
     assert boot("1.4.2+g123") == []  # the same release, a local label
+
+
+def test_the_functions_step_behind_a_lock_is_tried_again_whole(db: str, sql_copy: Path) -> None:
+    """The function files' step is one transaction: a try that timed out on a lock (here a
+    function's catalog row another transaction altered) rolls back and the next one applies
+    every changed file again, each counted once."""
+    changed = sql_copy / "functions" / "core.sql"
+    changed.write_text(changed.read_text() + "\n-- a comment is a change too\n")
+    lines: list[str] = []
+    with psycopg.connect(db) as other:
+        other.execute("ALTER FUNCTION harvest.payload_limit() COST 7")
+
+        def let_go(_pause: float) -> None:
+            other.rollback()
+
+        migrator = m.Migrator(db, progress=lines.append, lock_timeout=0.2, lock_wait=60, sleep=let_go)
+        report = migrator.run()
+    waited = [line for line in lines if "waited 0.2s for a lock" in line]
+    assert len(waited) == 1 and waited[0].startswith(f"{changed} line "), lines
+    assert report.functions_applied == ["core.sql"]
+    assert lines.count("applying functions/core.sql") == 2
+    assert function_ledger(db)["core.sql"][0] == hashlib.sha256(changed.read_bytes()).hexdigest()

@@ -836,6 +836,8 @@ class Migrator:
                         "SELECT harvest.set_shard_id(%s, %s)", (shard_id, operator_id), prepare=False
                     ).fetchone()[0],
                 )
+        except psycopg.errors.LockNotAvailable:
+            raise  # (a lock wait that timed out: Migrator._retrying tries again)
         except psycopg.Error as exc:
             mapped = from_database_error(exc)
             if mapped is not None:
