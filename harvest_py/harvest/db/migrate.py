@@ -24,7 +24,7 @@ gives up its one statement; the next try follows a growing pause, until ``lock_w
 in all, then the run stops naming the sessions it waited for (see Migrator._retrying). The wait
 for the migrate lock itself (another migrator) blocks no one and stays unbounded.
 
-Between files the session is reset (RESET ALL, RESET ROLE): a migration's plain SET (of
+Between files the session is reset (Migrator._reset_session): a migration's plain SET (of
 search_path, a role) must not change what the next file, or the functions' step, means.
 
 Each function file's ledger row names the release (the package's version) that applied it: a
