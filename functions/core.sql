@@ -61,6 +61,19 @@ AS $$
     SELECT '0086'::text;
 $$;
 
+-- The Harvest releases (package versions) that applied the database's function files, in text
+-- order (harvest.function_files; rows from before migration 0085 recorded none and are left
+-- out). A worker and a client compare them with their own release at boot and warn once when
+-- they differ: a rollout half done, or functions a rollback put back (harvest.db.migrate).
+CREATE OR REPLACE FUNCTION harvest.get_function_releases()
+RETURNS text[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce(array_agg(DISTINCT f.package_version ORDER BY f.package_version), '{}'::text [])
+    FROM harvest.function_files AS f
+    WHERE f.package_version IS NOT NULL;
+$$;
+
 -- A UUID whose first two bytes carry the shard number, so any id routes to its shard
 -- with no directory; then the clock in milliseconds (44 bits, around the version nibble,
 -- which stays 4), then the last eight bytes of a random UUID (62 random bits and its
@@ -719,6 +732,9 @@ COMMENT ON FUNCTION harvest.schema_version IS
 COMMENT ON FUNCTION harvest.functions_version IS
 'The core migration these functions were written for; equal to schema_version() once `harvest migrate run` '
 'has finished. Roles harvest_reader, harvest_worker.';
+COMMENT ON FUNCTION harvest.get_function_releases IS
+'The Harvest releases that applied the function files (harvest.function_files), for the worker''s and the '
+'client''s boot check. Roles harvest_reader, harvest_worker.';
 COMMENT ON FUNCTION harvest.shard_of IS
 'The shard an execution id belongs to. Roles harvest_reader, harvest_worker.';
 COMMENT ON FUNCTION harvest.payload_limit IS

@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(98);
+SELECT plan(100);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -35,6 +35,13 @@ SELECT matches(harvest.schema_version(), '^[0-9]{4}$', 'schema_version() is a fo
 SELECT is(harvest.functions_version(), harvest.schema_version(),
           'functions_version() is schema_version() on a migrated database');
 SELECT has_function('harvest', 'functions_version', ARRAY[]::text[], 'harvest.functions_version() exists');
+-- get_function_releases(): each release that applied a function file once, rows without one left out.
+UPDATE harvest.function_files SET package_version = CASE WHEN file_name = 'core.sql' THEN '1.4.1' ELSE '1.4.2' END;
+SELECT is(harvest.get_function_releases(), ARRAY['1.4.1', '1.4.2'],
+          'get_function_releases(): each release that applied a file, once');
+UPDATE harvest.function_files SET package_version = NULL WHERE file_name <> 'core.sql';
+SELECT is(harvest.get_function_releases(), ARRAY['1.4.1'],
+          'get_function_releases(): a row from before 0085 (no release) is left out');
 
 -- _new_execution_id / shard_of: the first two bytes carry the shard.
 SELECT is(harvest.shard_of(harvest._new_execution_id()), 0, '_new_execution_id(): shard 0 by default');

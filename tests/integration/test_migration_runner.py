@@ -1037,3 +1037,222 @@ def test_harvests_own_migrations_directory_is_refused_as_an_included_set(db: str
     result = cli("run", "--include-dir", str(own), dsn=db)
     assert result.exit_code == 1 and "Harvest's own migrations" in result.stderr, result.output
     assert "migrations" not in {s for s, *_ in ledger(db)}
+
+
+# -- lock waits: a migration's DDL behind a long transaction ------------------------------
+
+
+def wait_for_lock_wait(conn: psycopg.Connection, query_start: str) -> None:
+    """Until a session waits on a lock in a statement starting with ``query_start``."""
+    deadline = time.monotonic() + 60
+    while not conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+        (query_start + "%",),
+    ).fetchone()[0]:  # type: ignore[index]
+        assert time.monotonic() < deadline, f"nobody waits in {query_start!r}"
+        time.sleep(0.02)
+
+
+def test_a_migration_behind_a_long_transaction_gives_up_in_bounded_tries_and_names_the_blocker(
+    db: str, tmp_path: Path
+) -> None:
+    """An ALTER TABLE waiting for its lock queues every later query on the table behind it
+    (PostgreSQL grants locks in order): before, the migrator waited without limit and a report
+    left open stopped every worker's query on harvest.tasks. Now each try waits --lock-timeout,
+    the queue drains between tries, and after --lock-wait the run stops naming the blocker."""
+    app = write_set(tmp_path / "app", {"0001_note.sql": "ALTER TABLE harvest.tasks ADD COLUMN note text;\n"})
+    with psycopg.connect(db, application_name="nightly-report") as report:
+        report.execute(
+            "SELECT count(*) FROM harvest.tasks WHERE 'secret' <> '' -- the nightly report\nLIMIT 1"
+        )
+        blocker = report.info.backend_pid
+        proc = subprocess.Popen(
+            [*CLI, "run", "--include-dir", str(app), "--lock-timeout", "0.5", "--lock-wait", "3"],
+            env=cli_env(db),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            with psycopg.connect(db, autocommit=True) as worker:
+                wait_for_lock_wait(worker, "ALTER TABLE harvest.tasks")
+                # A worker's query, behind the migrator's waiting lock: it goes through at the
+                # end of the try, while the report still holds its lock.
+                worker.execute("SET statement_timeout = '60s'")
+                assert worker.execute("SELECT count(*) FROM harvest.tasks").fetchone() is not None
+            _out, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        report.rollback()
+    assert proc.returncode == 1, err
+    waited = [line for line in err.splitlines() if "waited 0.5s for a lock" in line]
+    assert len(waited) == 2, err  # tries at 0, 1 and 2.5s; a pause of 2 more would pass 3s
+    (line,) = error_lines(err)
+    assert line.startswith(
+        f"error: {app / '0001_note.sql'} line 1: gave up waiting for a lock after 3 tries"
+    ), line
+    assert (
+        f"blocked by pid {blocker} (login " in line
+        and ", application nightly-report, idle in transaction, in a transaction for " in line
+        and "running `SELECT count(*) FROM harvest.tasks WHERE '…' <> '…' -- the nightly report`" in line
+    ), line
+    assert f"(SELECT pg_terminate_backend({blocker}))" in line, line
+    assert line.endswith("nothing from this file was recorded"), line
+    assert "secret" not in err
+    assert [r for r in ledger(db) if r[0] == "app"] == []
+    assert query(
+        db,
+        "SELECT count(*) FROM pg_attribute WHERE attrelid = 'harvest.tasks'::regclass AND attname = 'note'",
+    ) == [(0,)]
+
+
+def test_what_a_migration_sets_for_its_session_ends_with_its_file(db: str, tmp_path: Path) -> None:
+    """A plain SET (not SET LOCAL) outlives its transaction: before, a migration's search_path
+    made the next file create its table in another schema, and its SET ROLE ran the next files
+    (and the ledger rows) as that role. Now the session is reset after each file; within a file
+    (a no-transaction one needs it: SET LOCAL does nothing there) a SET still holds."""
+    role = f"r_{os.getpid()}_{time.monotonic_ns() % 100000}"
+    with psycopg.connect(db, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
+        admin.execute(f'GRANT "{role}" TO current_user')
+        login = admin.execute("SELECT current_user").fetchone()[0]  # type: ignore[index]
+    try:
+        app = write_set(
+            tmp_path / "app",
+            {
+                "0001_elsewhere.sql": "CREATE SCHEMA elsewhere;\nSET search_path = elsewhere;\n"
+                f'SET ROLE "{role}";\n',
+                "0002_marker.sql": "CREATE TABLE public.marker (id int);\nCREATE TABLE plain (id int);\n",
+                "0003_within.sql": "-- harvest:no-transaction\nSET search_path = elsewhere;\n"
+                "CREATE TABLE IF NOT EXISTS inside (id int);\n",
+                "0004_after.sql": "CREATE TABLE after (id int);\n",
+            },
+        )
+        result = cli("run", "--include-dir", str(app), dsn=db)
+        assert result.exit_code == 0, result.output
+        tables = query(
+            db,
+            "SELECT c.relnamespace::regnamespace::text || '.' || c.relname, pg_get_userbyid(c.relowner)"
+            " FROM pg_class AS c WHERE c.relname IN ('marker', 'plain', 'inside', 'after') ORDER BY 1",
+        )
+        assert tables == [
+            ("elsewhere.inside", login),
+            ("public.after", login),
+            ("public.marker", login),
+            ("public.plain", login),
+        ]
+    finally:
+        with psycopg.connect(db, autocommit=True) as admin:
+            admin.execute("DROP SCHEMA IF EXISTS elsewhere CASCADE")
+            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+@pytest.mark.parametrize(
+    ("stmt", "unbounded"),
+    [
+        ("CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON harvest.tasks (id)", True),
+        ("DROP INDEX CONCURRENTLY IF EXISTS harvest.i", True),
+        ("REINDEX INDEX CONCURRENTLY harvest.i", True),
+        ("CREATE INDEX IF NOT EXISTS i ON harvest.tasks (id)", False),
+        ("ALTER TABLE harvest.tasks ADD COLUMN note text", False),
+        ("REINDEX INDEX harvest.i", False),
+    ],
+)
+def test_only_concurrent_index_builds_wait_for_their_lock_without_limit(stmt: str, unbounded: bool) -> None:
+    """Their wait queues no query (a lock reads and writes do not conflict with), and one given up
+    midway leaves an INVALID index a re-run's IF NOT EXISTS skips: no lock timeout for them."""
+    assert m.waits_harmlessly(stmt) is unbounded
+
+
+def test_a_no_transaction_file_retries_the_statement_that_timed_out_not_the_ones_before(
+    db: str, tmp_path: Path
+) -> None:
+    """In a no-transaction file each statement is its own try: the one before the lock wait is
+    committed once; the one waiting is tried again once the blocker let go."""
+    app = write_set(
+        tmp_path / "app",
+        {
+            "0001_two.sql": "-- harvest:no-transaction\nINSERT INTO public.tries VALUES (1);\n"
+            "ALTER TABLE harvest.tasks ADD COLUMN IF NOT EXISTS note text;\n",
+        },
+    )
+    query(db, "CREATE TABLE public.tries (n int)")
+    lines: list[str] = []
+    with psycopg.connect(db) as report:
+        report.execute("SELECT count(*) FROM harvest.tasks")
+
+        def let_go(_pause: float) -> None:  # the first pause: the report ends
+            report.rollback()
+
+        migrator = m.Migrator(db, [app], progress=lines.append, lock_timeout=0.2, lock_wait=60, sleep=let_go)
+        migrator.run()
+    waited = [line for line in lines if "waited 0.2s for a lock" in line]
+    assert len(waited) == 1 and waited[0].startswith(f"{app / '0001_two.sql'} line 3:"), lines
+    assert query(db, "SELECT n FROM public.tries") == [(1,)]
+    assert query(
+        db,
+        "SELECT count(*) FROM pg_attribute WHERE attrelid = 'harvest.tasks'::regclass AND attname = 'note'",
+    ) == [(1,)]
+
+
+def test_a_process_of_another_release_than_the_functions_warns_once_and_runs(
+    db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, a worker of 1.4.2 ran silently against the functions 1.4.1's --allow-downgrade
+    put back (the same schema version: nothing refused it). It still runs (a rolling deploy
+    overlaps the two releases both ways), and says so once, naming both releases."""
+    import logging
+
+    monkeypatch.setattr(m, "_package_version", lambda: "1.4.2")
+    monkeypatch.setattr(m, "_release_warnings", set())
+
+    def boot(release: str) -> list[str]:
+        query(db, "UPDATE harvest.function_files SET package_version = %s", (release,))
+        caplog.clear()
+        with (
+            psycopg.connect(db, autocommit=True) as conn,
+            caplog.at_level(logging.WARNING, "harvest.db.migrate"),
+        ):
+            m.check_schema(conn, "this worker")
+            m.check_schema(conn, "this worker")  # a reconnect, another shard's lane: said once
+        return [r.getMessage() for r in caplog.records if r.name == "harvest.db.migrate"]
+
+    assert boot("1.4.1") == [
+        (
+            "the database's SQL functions were applied by Harvest 1.4.1, this worker is Harvest 1.4.2: the"
+            " fixes of 1.4.2's functions are not in effect until `harvest migrate run` of 1.4.2 applies"
+            " them; if the functions were rolled back on purpose (--allow-downgrade), roll this process"
+            " back too"
+        )
+    ]
+    assert boot("1.4.3") == [
+        (
+            "the database's SQL functions were applied by Harvest 1.4.3, this worker is Harvest 1.4.2:"
+            " expected while a rolling deploy replaces this process; one that is not being replaced"
+            " should be upgraded to 1.4.3"
+        )
+    ]
+    assert boot("1.4.2") == []
+    assert boot("1.4.2+g123") == []  # the same release, a local label
+
+
+def test_the_functions_step_behind_a_lock_is_tried_again_whole(db: str, sql_copy: Path) -> None:
+    """The function files' step is one transaction: a try that timed out on a lock (here a
+    function's catalog row another transaction altered) rolls back and the next one applies
+    every changed file again, each counted once."""
+    changed = sql_copy / "functions" / "core.sql"
+    changed.write_text(changed.read_text() + "\n-- a comment is a change too\n")
+    lines: list[str] = []
+    with psycopg.connect(db) as other:
+        other.execute("ALTER FUNCTION harvest.payload_limit() COST 7")
+
+        def let_go(_pause: float) -> None:
+            other.rollback()
+
+        migrator = m.Migrator(db, progress=lines.append, lock_timeout=0.2, lock_wait=60, sleep=let_go)
+        report = migrator.run()
+    waited = [line for line in lines if "waited 0.2s for a lock" in line]
+    assert len(waited) == 1 and waited[0].startswith(f"{changed} line "), lines
+    assert report.functions_applied == ["core.sql"]
+    assert lines.count("applying functions/core.sql") == 2
+    assert function_ledger(db)["core.sql"][0] == hashlib.sha256(changed.read_bytes()).hexdigest()

@@ -35,8 +35,8 @@ def test_functions_version_is_the_schema_version() -> None:
 
 
 class _Conn:
-    """Answers harvest.schema_version() and functions_version() like a migrated database (the
-    cursor a SqlApi reads them through)."""
+    """Answers harvest.schema_version(), functions_version() and get_function_releases() like a
+    migrated database (the cursor a SqlApi reads them through)."""
 
     pgresult = type("Result", (), {"nfields": 1})()
 
@@ -53,11 +53,12 @@ class _Conn:
         return None
 
     def execute(self, sql: str, _params=None):
-        assert "schema_version()" in sql or "functions_version()" in sql
+        assert "schema_version()" in sql or "functions_version()" in sql or "get_function_releases()" in sql
+        self.releases = "get_function_releases()" in sql
         return self
 
     def fetchall(self):
-        return [{"version": self.version}]
+        return [{"releases": []}] if self.releases else [{"version": self.version}]
 
 
 def test_check_schema_reads_no_migration_file(monkeypatch: pytest.MonkeyPatch) -> None:

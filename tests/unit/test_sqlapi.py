@@ -139,6 +139,7 @@ ROW = {
     "data": {},
     "samples": {},
     "leader": True,
+    "releases": ["1.4.2"],
     "options": '{"retry": {"max_attempts": 3}, "start_to_close": 300}',  # claim_tasks: as text
 }
 SAMPLE = {

@@ -10,10 +10,10 @@ from typing import Any
 
 import click
 
-from harvest.cli.output import cli_dsn, output_option, scrub, to_json
+from harvest.cli.output import cli_config, cli_dsn, output_option, scrub, to_json
 from harvest.core.errors import HarvestError
 from harvest.db.connection import describe_dsn
-from harvest.db.migrate import CORE_SET, Migrator
+from harvest.db.migrate import CORE_SET, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, Migrator, format_seconds
 
 database_url_option = click.option(
     "--database-url",
@@ -150,6 +150,21 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
     help="Put this release's function files back over those a newer release of the same schema "
     "version applied (a rollback; each file is printed and the downgrade audited).",
 )
+@click.option(
+    "--lock-timeout",
+    type=float,
+    default=None,
+    help="Seconds one try of a migration waits for a lock before it gives up and tries again, so "
+    "the queries queued behind it go on (config migrate.lock_timeout; default "
+    f"{format_seconds(DEFAULT_LOCK_TIMEOUT)}; 0 waits without limit).",
+)
+@click.option(
+    "--lock-wait",
+    type=float,
+    default=None,
+    help="Seconds to keep trying for a lock in all before stopping with the blocking session named "
+    f"(config migrate.lock_wait; default {format_seconds(DEFAULT_LOCK_WAIT)}).",
+)
 @output_option
 def run(
     database_url: str | None,
@@ -158,12 +173,26 @@ def run(
     shard_id: int | None,
     operator_id: str | None,
     allow_downgrade: bool,
+    lock_timeout: float | None,
+    lock_wait: float | None,
     output: str,
 ) -> None:
     """Apply every pending migration in version order, then changed function files; with
     --shard-id N, then make the database shard N."""
     dsn = cli_dsn(database_url)
-    migrator = Migrator(dsn, include_dirs, progress=lambda msg: click.echo(msg, err=True))
+    config = cli_config().with_overrides(
+        {
+            "migrate.lock_timeout": (lock_timeout, "--lock-timeout"),
+            "migrate.lock_wait": (lock_wait, "--lock-wait"),
+        }
+    )
+    migrator = Migrator(
+        dsn,
+        include_dirs,
+        progress=lambda msg: click.echo(msg, err=True),
+        lock_timeout=config.get("migrate.lock_timeout", DEFAULT_LOCK_TIMEOUT),
+        lock_wait=config.get("migrate.lock_wait", DEFAULT_LOCK_WAIT),
+    )
     report = migrator.run(
         dry_run=dry_run, shard_id=shard_id, operator_id=operator_id, allow_downgrade=allow_downgrade
     )

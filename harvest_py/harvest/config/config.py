@@ -119,6 +119,10 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("web", "host"): str,
     ("web", "port"): int,
     ("readiness", "require_shard_readiness"): bool,
+    # `harvest migrate run`'s bound on a migration's lock wait (harvest/db/migrate.py): seconds
+    # a try, seconds in all.
+    ("migrate", "lock_timeout"): float,
+    ("migrate", "lock_wait"): float,
     # The optional Redis dispatch (docs/redis-dispatch.md): unset, every worker stays on the
     # Postgres claim path.
     ("redis", "url"): str,
@@ -131,6 +135,10 @@ UNITS: dict[tuple[str, ...], str] = {key: t.unit for key, t in WORKER_KEYS.items
 UNITS[("shards", "default")] = ""
 BOUNDS[("shards", "cli_timeout")] = (0.1, 600)
 UNITS[("shards", "cli_timeout")] = " seconds"
+BOUNDS[("migrate", "lock_timeout")] = (0, 3600)
+UNITS[("migrate", "lock_timeout")] = " seconds (0: without limit)"
+BOUNDS[("migrate", "lock_wait")] = (0, 86400)
+UNITS[("migrate", "lock_wait")] = " seconds"
 BOUNDS[("web", "port")] = (0, 65535)
 UNITS[("web", "port")] = ""
 _TRUE = {"1", "true", "yes", "on"}

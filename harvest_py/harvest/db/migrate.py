@@ -16,6 +16,17 @@ checksums and the functions' grants commit as one step (Migrator._apply_all_func
 run with Harvest migrations to apply marks every file stale before the first of them, so a run
 stopped anywhere leaves the rest pending, never a ledger that says it is done.
 
+A lock a migration needs is waited for at most ``lock_timeout`` seconds per try: DDL waiting
+behind a long transaction queues every later query on its table behind it (PostgreSQL grants
+locks in order), so a migrator that waited without limit could stop every worker. A try that
+times out rolls back whole (a migration, or the functions' step) or, in a no-transaction file,
+gives up its one statement; the next try follows a growing pause, until ``lock_wait`` seconds
+in all, then the run stops naming the sessions it waited for (see Migrator._retrying). The wait
+for the migrate lock itself (another migrator) blocks no one and stays unbounded.
+
+Between files the session is reset (Migrator._reset_session): a migration's plain SET (of
+search_path, a role) must not change what the next file, or the functions' step, means.
+
 Each function file's ledger row names the release (the package's version) that applied it: a
 release does not replace, nor retire, a file a newer release applied (two patch releases share
 a schema version and differ in their functions/), unless told to (``allow_downgrade``).
@@ -23,24 +34,30 @@ a schema version and differ in their functions/), unless told to (``allow_downgr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
+import logging
 import re
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch, from_database_error
 from harvest.db import SCHEMA_VERSION, paths, sqlapi
-from harvest.db.connection import DatabaseError, connect, schema_missing
+from harvest.db.connection import DatabaseError, connect, schema_missing, set_server_end
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import Sql, Steps, arun_steps, run_steps
+
+log = logging.getLogger("harvest.db.migrate")
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARK = "-- harvest:no-transaction"
@@ -60,10 +77,136 @@ RELEASE_VERSION = re.compile(
 PRE_RELEASES = ("a", "b", "rc")
 MIGRATION_NOT_RECORDED = "nothing from this file was recorded, fix it and run again"
 FUNCTIONS_NOT_RECORDED = "no function file of this run was recorded, fix it and run again"
+# How long one try of a migration waits for a lock it needs (seconds; 0: without limit), and
+# for how long in all it tries (docs/operations.md, "Migrations and locks"). The first bounds
+# how long the fleet's queries on a table may queue behind the migration's waiting DDL.
+DEFAULT_LOCK_TIMEOUT = 2.0
+DEFAULT_LOCK_WAIT = 60.0
+# the pause after a try that timed out, doubling up to the last: the queue behind it drains
+FIRST_LOCK_PAUSE = 0.5
+LAST_LOCK_PAUSE = 10.0
+# A blocker's query is shown by its first line, quoted literals elided (a password in an ALTER
+# ROLE of the same transaction must not reach a deploy log), at most this long.
+BLOCKER_QUERY_CHARS = 120
+QUOTED_LITERAL = re.compile(r"'(?:[^']|'')*'")
+T = TypeVar("T")
 
 
 class MigrationError(HarvestError):
     """A migration failed; nothing of it was recorded."""
+
+
+class LockTimedOut(Exception):
+    """One try of a statement waited ``lock_timeout`` for a lock and gave up (SQLSTATE 55P03);
+    Migrator._retrying tries the unit again or says who held the lock."""
+
+    def __init__(self, where: str, not_recorded: str) -> None:
+        super().__init__(where)
+        self.where = where
+        self.not_recorded = not_recorded
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A session a migrator's statement waited for (pg_blocking_pids)."""
+
+    pid: int
+    login: str | None
+    application: str | None
+    state: str | None
+    query: str | None
+    transaction_secs: float | None
+
+    def describe(self) -> str:
+        first = (self.query or "").strip().splitlines()[0] if (self.query or "").strip() else ""
+        first = QUOTED_LITERAL.sub("'…'", first)
+        if len(first) > BLOCKER_QUERY_CHARS:
+            first = first[: BLOCKER_QUERY_CHARS - 1] + "…"
+        held = (
+            f", in a transaction for {self.transaction_secs:.0f}s"
+            if self.transaction_secs is not None
+            else ""
+        )
+        query = f" running `{first}`" if first else " (its query is not visible to this login)"
+        return (
+            f"pid {self.pid} (login {self.login or '?'}, application {self.application or '-'}, "
+            f"{self.state or 'state unknown'}{held}){query}"
+        )
+
+
+def waits_harmlessly(stmt: str) -> bool:
+    """A statement whose lock wait queues no one: CREATE INDEX, DROP INDEX and REINDEX
+    CONCURRENTLY take a lock that reads and writes do not conflict with, and wait for the
+    transactions before them. Given up midway they would leave an INVALID index behind (that a
+    re-run's IF NOT EXISTS then skips), so they wait without limit."""
+    import pglast
+    from pglast.ast import DropStmt, IndexStmt, ReindexStmt
+
+    try:
+        parsed = pglast.parse_sql(stmt)
+    except pglast.parser.ParseError:
+        return False
+    for raw in parsed:
+        node = raw.stmt
+        if isinstance(node, IndexStmt | DropStmt) and node.concurrent:
+            return True
+        if isinstance(node, ReindexStmt) and any(
+            getattr(p, "defname", None) == "concurrently" for p in node.params or ()
+        ):
+            return True
+    return False
+
+
+class BlockerWatch:
+    """Who a try waits for. The waiting session cannot ask (it is inside its statement), so a
+    thread asks pg_blocking_pids from a second connection every ``interval`` while the try runs,
+    opened at the first ask (a run whose units all finish quickly opens none) and kept for the
+    run. The last non-empty answer is kept: the one that names the session to end."""
+
+    def __init__(self, dsn: str, interval: float) -> None:
+        self.dsn = dsn
+        self.interval = interval
+        self.conn: psycopg.Connection | None = None
+        self.blockers: list[Blocker] = []
+
+    @contextmanager
+    def watching(self, pid: int) -> Iterator[None]:
+        done = threading.Event()
+        thread = threading.Thread(
+            target=self._watch, args=(pid, done), name="harvest-lock-watch", daemon=True
+        )
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    def _watch(self, pid: int, done: threading.Event) -> None:
+        while not done.wait(self.interval):
+            found = self._ask(pid)
+            if found:
+                self.blockers = found
+
+    def _ask(self, pid: int) -> list[Blocker]:
+        try:
+            if self.conn is None:
+                self.conn = connect(self.dsn, autocommit=True)
+            rows = self.conn.execute(
+                "SELECT a.pid, a.usename, a.application_name, a.state, a.query,"
+                " extract(epoch FROM now() - a.xact_start)::float8"
+                " FROM unnest(pg_catalog.pg_blocking_pids(%s)) AS b(pid)"
+                " JOIN pg_catalog.pg_stat_activity AS a ON a.pid = b.pid ORDER BY a.xact_start",
+                (pid,),
+            ).fetchall()
+        except (psycopg.Error, HarvestError):  # a probe that fails says nothing; the run goes on
+            return []
+        return [Blocker(*row) for row in rows]
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 @dataclass(frozen=True)
@@ -302,11 +445,27 @@ def downgrade_message(newer: list[NewerFunctionFile], ours: str) -> str:
 
 class Migrator:
     def __init__(
-        self, dsn: str, include_dirs: Iterable[Path] = (), progress: Callable[[str], None] | None = None
+        self,
+        dsn: str,
+        include_dirs: Iterable[Path] = (),
+        progress: Callable[[str], None] | None = None,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_wait: float = DEFAULT_LOCK_WAIT,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ):
+        if not (lock_timeout >= 0 and lock_wait >= 0):  # (NaN too)
+            raise ConfigError(
+                f"--lock-timeout {lock_timeout} and --lock-wait {lock_wait} must be 0 or more seconds"
+            )
         self.dsn = dsn
         self.migrations = discover(include_dirs)
         self.progress = progress or (lambda _msg: None)
+        self.lock_timeout = lock_timeout
+        self.lock_wait = lock_wait
+        self.sleep = sleep
+        self.clock = clock
 
     # -- reading -----------------------------------------------------------------------
     def _ledger(self, conn: psycopg.Connection) -> list[tuple[str, str, str, datetime, str]]:
@@ -478,6 +637,7 @@ class Migrator:
                     }
                 return report
             self._lock(conn)
+            watch = BlockerWatch(self.dsn, max(self.lock_timeout / 2, 0.01))
             try:
                 # Under the lock and before anything is written: a newer Harvest's schema is
                 # refused whole (its functions/ too), never downgraded.
@@ -485,7 +645,8 @@ class Migrator:
                 if ahead:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
                 # The ledgers' one definition is sql/ledger.sql (a fresh install's first file).
-                conn.execute(paths.ledger_file().read_text())  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own file
+                ledger_sql = paths.ledger_file().read_text()
+                self._retrying(conn, watch, "sql/ledger.sql", lambda: conn.execute(ledger_sql))  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own file
                 applied = self._applied(conn)
                 self._note_changed(conn)
                 pending = [m for m in self.migrations if (m.set_name, m.version) not in applied]
@@ -498,22 +659,40 @@ class Migrator:
                     # functions are not this run's (0080 drops one its start.sql brings back): a
                     # run stopped anywhere in between leaves every file pending, for `status` to
                     # say and the next run to apply (with the grants a new table needs too).
-                    conn.execute("UPDATE harvest.function_files SET checksum = %s", (STALE_CHECKSUM,))
+                    self._retrying(
+                        conn,
+                        watch,
+                        "the function ledger",
+                        lambda: conn.execute(
+                            "UPDATE harvest.function_files SET checksum = %s", (STALE_CHECKSUM,)
+                        ),
+                    )
                 # Harvest's migrations, its functions, then the included sets: an app's migration
                 # may call the SQL API, which is this release's only once the files are applied
                 # (a Harvest migration may drop a function whose new signature they bring back).
-                self._apply_migrations(conn, [m for m in pending if m.set_name == CORE_SET], report)
-                self._apply_all_functions(conn, report, operator_id)
+                self._apply_migrations(conn, watch, [m for m in pending if m.set_name == CORE_SET], report)
+                self._retrying(
+                    conn,
+                    watch,
+                    "the functions' step",
+                    lambda: self._apply_all_functions(conn, report, operator_id),
+                    FUNCTIONS_NOT_RECORDED.split(",")[0],
+                )
                 included = [m for m in pending if m.set_name != CORE_SET]
-                self._apply_migrations(conn, included, report)
+                self._apply_migrations(conn, watch, included, report)
                 if included:
                     # What they made in schema harvest gets the options and grants every function
                     # there has, as when they ran before the functions' step.
-                    with conn.transaction():
-                        self._secure_functions(conn)
+                    def secure() -> None:
+                        with conn.transaction():
+                            self._secure_functions(conn)
+
+                    self._retrying(conn, watch, "securing the functions", secure)
                 if shard_id is not None:
-                    report.shard = self._set_shard_id(conn, shard_id, operator_id)
+                    set_shard = lambda: self._set_shard_id(conn, shard_id, operator_id)  # noqa: E731
+                    report.shard = self._retrying(conn, watch, "setting the shard id", set_shard)
             finally:
+                watch.close()
                 # A session the server ended took its lock with it; unlocking there would raise
                 # "the connection is closed" over the error that says which file and why.
                 if not conn.broken:
@@ -521,13 +700,20 @@ class Migrator:
         return report
 
     def _apply_migrations(
-        self, conn: psycopg.Connection, migrations: list[Migration], report: RunReport
+        self, conn: psycopg.Connection, watch: BlockerWatch, migrations: list[Migration], report: RunReport
     ) -> None:
         for migration in migrations:
             self.progress(
                 f"applying {migration.label}" + ("" if migration.transactional else " (non-transactional)")
             )
-            self._apply(conn, migration)
+            if migration.transactional:
+                # A try that timed out on a lock rolled back whole: the next one runs the file again.
+                self._retrying(
+                    conn, watch, str(migration.path), functools.partial(self._apply, conn, migration)
+                )
+            else:
+                self._apply(conn, migration, watch)
+            self._reset_session(conn)
             (report.applied if migration.transactional else report.applied_non_transactional).append(
                 migration
             )
@@ -558,6 +744,8 @@ class Migrator:
         CREATE OR REPLACE resets what it replaces to SECURITY INVOKER with no search_path, and
         a new function is anyone's to call, until they are secured. A run stopped before the
         commit leaves the files pending; a run stopped after it has nothing left to do."""
+        # (a try again after a lock timeout starts from an empty list)
+        report.functions_applied, report.functions_retired = [], []
         with conn.transaction():
             # Function files reference each other; bodies are checked when first called.
             conn.execute("SET LOCAL check_function_bodies = off")
@@ -648,6 +836,8 @@ class Migrator:
                         "SELECT harvest.set_shard_id(%s, %s)", (shard_id, operator_id), prepare=False
                     ).fetchone()[0],
                 )
+        except psycopg.errors.LockNotAvailable:
+            raise  # (a lock wait that timed out: Migrator._retrying tries again)
         except psycopg.Error as exc:
             mapped = from_database_error(exc)
             if mapped is not None:
@@ -664,8 +854,15 @@ class Migrator:
             conn.execute("SELECT harvest._secure_functions()")
 
     def _run_statements(
-        self, conn: psycopg.Connection, path: Path, sql: str, not_recorded: str = MIGRATION_NOT_RECORDED
+        self,
+        conn: psycopg.Connection,
+        path: Path,
+        sql: str,
+        not_recorded: str = MIGRATION_NOT_RECORDED,
+        watch: BlockerWatch | None = None,
     ) -> None:
+        """Run a file's statements; with ``watch`` (a no-transaction file), each one is its own
+        unit of lock-wait tries: the statements before it are committed and idempotent."""
         import pglast
 
         try:
@@ -686,17 +883,92 @@ class Migrator:
                 f"(remove it); {not_recorded}"
             )
         for line, stmt in parsed:
-            try:
-                conn.execute(stmt, prepare=False)  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own files
-            except psycopg.Error as exc:
-                message = (exc.diag.message_primary or str(exc)).strip()
-                position = exc.diag.statement_position
-                if position and position.isdigit():
-                    # The server points into the statement (1-based characters): name that line.
-                    line += stmt.count("\n", 0, int(position) - 1)
-                raise MigrationError(f"{path} line {line}: {message}; {not_recorded}") from None
+            if watch is None:
+                self._run_statement(conn, path, line, stmt, not_recorded)
+                continue
+            unbounded = waits_harmlessly(stmt)
 
-    def _apply(self, conn: psycopg.Connection, migration: Migration) -> None:
+            def attempt(line: int = line, stmt: str = stmt, unbounded: bool = unbounded) -> None:
+                if unbounded:
+                    self._set_lock_timeout(conn, 0)
+                self._run_statement(conn, path, line, stmt, not_recorded)
+
+            self._retrying(conn, watch, f"{path} line {line}", attempt, not_recorded.split(",")[0])
+
+    def _run_statement(
+        self, conn: psycopg.Connection, path: Path, line: int, stmt: str, not_recorded: str
+    ) -> None:
+        try:
+            conn.execute(stmt, prepare=False)  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own files
+        except psycopg.Error as exc:
+            message = (exc.diag.message_primary or str(exc)).strip()
+            position = exc.diag.statement_position
+            if position and position.isdigit():
+                # The server points into the statement (1-based characters): name that line.
+                line += stmt.count("\n", 0, int(position) - 1)
+            if isinstance(exc, psycopg.errors.LockNotAvailable):
+                raise LockTimedOut(f"{path} line {line}", not_recorded.split(",")[0]) from None
+            raise MigrationError(f"{path} line {line}: {message}; {not_recorded}") from None
+
+    def _set_lock_timeout(self, conn: psycopg.Connection, seconds: float) -> None:
+        conn.execute(
+            "SELECT pg_catalog.set_config('lock_timeout', %s, false)", (f"{round(seconds * 1000)}ms",)
+        )
+
+    def _reset_session(self, conn: psycopg.Connection) -> None:
+        """Undo what a file SET for the session (search_path, a role, a plain SET that outlived
+        its transaction): the next file, and the functions' step, run as the run began."""
+        conn.execute("RESET SESSION AUTHORIZATION; RESET ROLE; RESET ALL")
+        set_server_end(conn)  # (RESET ALL undid the keepalives connect() set)
+
+    def _retrying(
+        self,
+        conn: psycopg.Connection,
+        watch: BlockerWatch,
+        what: str,
+        attempt: Callable[[], T],
+        not_recorded: str = MIGRATION_NOT_RECORDED.split(",")[0],
+    ) -> T:
+        """``attempt`` (one unit: it rolls back whole when it fails) under a lock_timeout, tried
+        again after a growing pause while a try times out on a lock, until lock_wait seconds have
+        passed; then MigrationError naming the sessions it waited for."""
+        started, pause, tries = self.clock(), FIRST_LOCK_PAUSE, 0
+        pid = conn.info.backend_pid
+        while True:
+            tries += 1
+            self._set_lock_timeout(conn, self.lock_timeout)
+            watch.blockers = []
+            try:
+                with watch.watching(pid) if self.lock_timeout else _nothing():
+                    return attempt()
+            except (LockTimedOut, psycopg.errors.LockNotAvailable) as exc:
+                where = exc.where if isinstance(exc, LockTimedOut) else what
+                said = exc.not_recorded if isinstance(exc, LockTimedOut) else not_recorded
+            blockers = "; ".join(b.describe() for b in watch.blockers) or (
+                "the session holding it was not seen (it let go, or this login cannot see it)"
+            )
+            waited = self.clock() - started
+            if waited + pause > self.lock_wait:
+                pids = ", ".join(str(b.pid) for b in watch.blockers)
+                end = f" (SELECT pg_terminate_backend({pids.split(', ')[0]}))" if pids else ""
+                raise MigrationError(
+                    f"{where}: gave up waiting for a lock after {tries} tr{'y' if tries == 1 else 'ies'} in "
+                    f"{waited:.1f}s (lock timeout {format_seconds(self.lock_timeout)}s a try, lock wait "
+                    f"{format_seconds(self.lock_wait)}s in all): blocked by {blockers}. Let that transaction "
+                    f"finish or end it{end}, or run again with a longer --lock-wait; {said}"
+                )
+            self.progress(
+                f"{where}: waited {format_seconds(self.lock_timeout)}s for a lock, blocked by {blockers}; "
+                f"trying again in {format_seconds(pause)}s"
+            )
+            self.sleep(pause)
+            pause = min(pause * 2, LAST_LOCK_PAUSE)
+
+    def _apply(
+        self, conn: psycopg.Connection, migration: Migration, watch: BlockerWatch | None = None
+    ) -> None:
+        """One migration and its ledger row; a no-transaction one with ``watch``, its statements
+        each tried on their own (a transactional one is tried whole by _apply_migrations)."""
         ledger = (
             "INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
             " VALUES (%s, %s, %s, %s, %s)"
@@ -709,11 +981,14 @@ class Migrator:
             migration.transactional,
         )
         if not migration.transactional:
-            self._run_statements(conn, migration.path, migration.sql)
+            self._run_statements(conn, migration.path, migration.sql, watch=watch)
+            # (as the run began: a role the file SET might not write the ledger)
+            self._reset_session(conn)
             conn.execute(ledger + " ON CONFLICT DO NOTHING", args)
             return
         with conn.transaction():
             self._run_statements(conn, migration.path, migration.sql)
+            conn.execute("RESET ROLE")  # the ledger row is written as the run's login, whatever the file SET
             conn.execute(ledger, args)
 
     def _apply_functions(self, conn: psycopg.Connection, path: Path) -> None:
@@ -728,6 +1003,16 @@ class Migrator:
             " package_version = excluded.package_version, applied_at = clock_timestamp()",
             (path.name, hashlib.sha256(data).hexdigest(), _package_version()),
         )
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def format_seconds(x: float) -> str:
+    """A number of seconds as an option would be written: 2, 0.25."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def _package_version() -> str:
@@ -791,6 +1076,59 @@ def read_versions() -> Steps[tuple[str | None, str | None]]:
     return found, functions
 
 
+def read_function_releases() -> Steps[list[str] | None]:
+    """The releases that applied the database's function files; None when its functions are a
+    release's from before harvest.get_function_releases() (nothing to compare)."""
+    try:
+        releases = yield Sql(sqlapi.get_function_releases)
+    except DatabaseError as exc:
+        if not schema_missing(exc):
+            raise
+        return None
+    return list(releases or ())
+
+
+# the releases already warned about: once per process, not once per shard lane or reconnect
+_release_warnings: set[tuple[str, ...]] = set()
+
+
+def release_warning(releases: list[str] | None, ours: str, who: str) -> str | None:
+    """What to say when the function files are another release's than this process' (same
+    schema version: two patch releases). A warning, never a refusal: in a rolling deploy the
+    processes of the old release keep running (and restart) against the new release's functions
+    until they are replaced, and a patch release's functions serve its neighbours' processes
+    (docs/install.md, "Which release's functions a process runs against")."""
+    if not releases or release_order(ours) == (0,):  # (a checkout of unknown version: no release)
+        return None
+    mine = release_order(ours)
+    newer = [r for r in releases if release_order(r) > mine]
+    older = [r for r in releases if release_order(r) < mine]
+    if not newer and not older:
+        return None
+    said = (
+        f"the database's SQL functions were applied by Harvest {', '.join(releases)}, {who} is "
+        f"Harvest {ours}: "
+    )
+    if newer:
+        return said + (
+            "expected while a rolling deploy replaces this process; one that is not being "
+            f"replaced should be upgraded to {max(newer, key=release_order)}"
+        )
+    return said + (
+        f"the fixes of {ours}'s functions are not in effect until `harvest migrate run` of "
+        f"{ours} applies them; if the functions were rolled back on purpose (--allow-downgrade), "
+        "roll this process back too"
+    )
+
+
+def _warn_release(releases: list[str] | None, who: str) -> None:
+    key = tuple(releases or ())
+    message = release_warning(releases, _package_version(), who)
+    if message is not None and key not in _release_warnings:
+        _release_warnings.add(key)
+        log.warning("%s", message)
+
+
 def _refuse_mismatch(found: str | None, functions: str | None, who: str) -> None:
     if found != SCHEMA_VERSION:
         raise schema_mismatch(found, SCHEMA_VERSION, who)
@@ -802,10 +1140,13 @@ def check_schema(conn: psycopg.Connection, who: str = "this Harvest") -> None:
     """Refuse to work against a schema this package does not match: its migrations (the
     ledger's newest), and its functions (the migration they were written for: the function
     files come after the migrations, and a run can stop in between). ``conn`` is autocommit
-    (a pool's): a read that fails ends the reads."""
+    (a pool's): a read that fails ends the reads. Then warn, once per process, when another
+    release of the same schema applied the functions (release_warning)."""
     _refuse_mismatch(*run_steps(read_versions(), SqlApi(conn)), who)
+    _warn_release(run_steps(read_function_releases(), SqlApi(conn)), who)
 
 
 async def check_schema_async(sql: AsyncSqlApi, who: str) -> None:
     """:func:`check_schema` over an AsyncSqlApi (the worker's pool, the async client's connection)."""
     _refuse_mismatch(*await arun_steps(read_versions(), sql), who)
+    _warn_release(await arun_steps(read_function_releases(), sql), who)

@@ -134,6 +134,7 @@ REPLAY_DEAD_LETTER = "SELECT harvest.replay_dead_letter(%(id)s) AS task_id"
 DISCARD_DEAD_LETTER = "SELECT harvest.discard_dead_letter(%(id)s)"
 SCHEMA_VERSION = "SELECT harvest.schema_version() AS version"
 FUNCTIONS_VERSION = "SELECT harvest.functions_version() AS version"
+GET_FUNCTION_RELEASES = "SELECT harvest.get_function_releases() AS releases"
 # -- shard identity (functions/shards.sql)
 GET_SHARD_ID = "SELECT harvest.get_shard_id() AS shard_id"
 SET_SHARD_ID = "SELECT harvest.set_shard_id(%(shard_id)s, %(operator_id)s) AS result"
@@ -662,6 +663,12 @@ def schema_version() -> dict[str, Any]:
 @call(FUNCTIONS_VERSION, column("version"))
 def functions_version() -> dict[str, Any]:
     """The core migration the database's functions were written for (functions/core.sql)."""
+    return {}
+
+
+@call(GET_FUNCTION_RELEASES, column("releases"))
+def get_function_releases() -> dict[str, Any]:
+    """The Harvest releases that applied the database's function files (functions/core.sql)."""
     return {}
 
 
