@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -88,6 +89,32 @@ def _hold_flow_key(holder: psycopg.Connection, kind: str, key: str) -> None:
     holder.execute("SELECT 1 FROM harvest.flow_keys WHERE kind = %s AND key = %s FOR UPDATE", (kind, key))
 
 
+def _two_decisions_behind_a_held_key(
+    db: str,
+    conn: psycopg.Connection,
+    hold: Callable[[psycopg.Connection], Any],
+    one_commands: list[dict[str, Any]],
+    two_commands: list[dict[str, Any]],
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """Two runs' first decisions, each queued behind a key a third session holds (``hold``),
+    then let go: both must end RUNNING (before the fixes, one of them met DeadlockDetected).
+    Returns the two claimed decisions."""
+    first = _claimed_decision(conn, "plain", [])
+    second = _claimed_decision(conn, "plain", [])
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        hold(holder)
+        one = in_thread(lambda: _decide(db, "one", first, one_commands), outcome, "one")
+        wait_until_blocked(conn, "one")
+        two = in_thread(lambda: _decide(db, "two", second, two_commands), outcome, "two")
+        wait_until_blocked(conn, "two")
+        holder.commit()
+        one.join(20)
+        two.join(20)
+    assert (outcome["one"], outcome["two"]) == ("RUNNING", "RUNNING"), outcome
+    return first, second
+
+
 def test_a_child_under_a_quota_and_a_callers_start_then_signal_do_not_deadlock(
     db: str, conn: psycopg.Connection
 ) -> None:
@@ -157,20 +184,13 @@ def test_two_decisions_starting_children_under_keys_in_opposite_orders_do_not_de
     """One decision starts children of tenants a, c, b, the other of b, a: each took a key and
     waited on the other's."""
     _declare(conn)
-    first = _claimed_decision(conn, "plain", [])
-    second = _claimed_decision(conn, "plain", [])
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as holder:
-        _hold_flow_key(holder, "quota", "c")
-        one = in_thread(lambda: _decide(db, "one", first, _children("a", "c", "b")), outcome, "one")
-        wait_until_blocked(conn, "one")
-        two = in_thread(lambda: _decide(db, "two", second, _children("b", "a")), outcome, "two")
-        wait_until_blocked(conn, "two")
-        holder.commit()
-        one.join(20)
-        two.join(20)
-
-    assert (outcome["one"], outcome["two"]) == ("RUNNING", "RUNNING"), outcome
+    _two_decisions_behind_a_held_key(
+        db,
+        conn,
+        lambda holder: _hold_flow_key(holder, "quota", "c"),
+        _children("a", "c", "b"),
+        _children("b", "a"),
+    )
     assert conn.execute(
         "SELECT array_agg(quota_key ORDER BY quota_key) FROM harvest.executions"
         " WHERE workflow_name = 'metered'"
@@ -217,20 +237,13 @@ def test_two_decisions_acquiring_mutexes_in_opposite_orders_do_not_deadlock(
     """A decision asking for several mutexes at once (ctx.mutex in gathered branches) took their
     keys' locks in its commands' order: one asking for a, c, b and one for b, a each held a key
     the other waited on. The mutex keys are not flow keys, but the same rule holds: one order."""
-    first = _claimed_decision(conn, "plain", [])
-    second = _claimed_decision(conn, "plain", [])
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT pg_advisory_xact_lock(hashtext('harvest.mutex:c'))")
-        one = in_thread(lambda: _decide(db, "one", first, _mutexes("a", "c", "b")), outcome, "one")
-        wait_until_blocked(conn, "one")
-        two = in_thread(lambda: _decide(db, "two", second, _mutexes("b", "a")), outcome, "two")
-        wait_until_blocked(conn, "two")
-        holder.commit()
-        one.join(20)
-        two.join(20)
-
-    assert (outcome["one"], outcome["two"]) == ("RUNNING", "RUNNING"), outcome
+    first, _ = _two_decisions_behind_a_held_key(
+        db,
+        conn,
+        lambda holder: holder.execute("SELECT pg_advisory_xact_lock(hashtext('harvest.mutex:c'))"),
+        _mutexes("a", "c", "b"),
+        _mutexes("b", "a"),
+    )
     assert conn.execute(
         "SELECT array_agg(lock_key ORDER BY lock_key) FROM harvest.mutex_locks"
         " WHERE holder_execution_id = %s",
