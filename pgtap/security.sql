@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(59);
+SELECT plan(63);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -72,6 +72,16 @@ SELECT throws_ok($$SELECT harvest.set_shard_id(7)$$, '42501', NULL, 'set_shard_i
 SET LOCAL ROLE harvest_reader;
 SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['q'], ARRAY['wf'])$$, '42501', NULL,
                  'register_workflows(): refused to a reader');
+-- Stop 51's entry points: whoever holds the sampler's lead decides whether anyone samples
+-- (workers and admins only), and pruning the flow keys is the janitor's (admin only).
+SELECT throws_ok($$SELECT harvest.claim_sampler_lead()$$, '42501', NULL,
+                 'claim_sampler_lead(): refused to a reader');
+SET LOCAL ROLE harvest_operator;
+SELECT throws_ok($$SELECT harvest.claim_sampler_lead()$$, '42501', NULL,
+                 'claim_sampler_lead(): refused to an operator');
+SELECT throws_ok($$SELECT harvest.prune_flow_keys()$$, '42501', NULL, 'prune_flow_keys(): refused to an operator');
+SET LOCAL ROLE harvest_worker;
+SELECT throws_ok($$SELECT harvest.prune_flow_keys()$$, '42501', NULL, 'prune_flow_keys(): refused to a worker');
 RESET ROLE;
 -- The cross-shard pump's relay functions are the worker's (it runs the pump), no one else's.
 SELECT is(harvest._function_role(f), 'harvest_worker', f || ': granted to harvest_worker')
