@@ -1121,6 +1121,13 @@ def release_warning(releases: list[str] | None, ours: str, who: str) -> str | No
     )
 
 
+def _knows_its_release() -> bool:
+    """Whether this package has a release to compare (a checkout of unknown version has none,
+    and release_warning says nothing for it): only then is the ledger's release read, a round
+    trip more on each connect's schema check."""
+    return release_order(_package_version()) != (0,)
+
+
 def _warn_release(releases: list[str] | None, who: str) -> None:
     key = tuple(releases or ())
     message = release_warning(releases, _package_version(), who)
@@ -1143,10 +1150,12 @@ def check_schema(conn: psycopg.Connection, who: str = "this Harvest") -> None:
     (a pool's): a read that fails ends the reads. Then warn, once per process, when another
     release of the same schema applied the functions (release_warning)."""
     _refuse_mismatch(*run_steps(read_versions(), SqlApi(conn)), who)
-    _warn_release(run_steps(read_function_releases(), SqlApi(conn)), who)
+    if _knows_its_release():
+        _warn_release(run_steps(read_function_releases(), SqlApi(conn)), who)
 
 
 async def check_schema_async(sql: AsyncSqlApi, who: str) -> None:
     """:func:`check_schema` over an AsyncSqlApi (the worker's pool, the async client's connection)."""
     _refuse_mismatch(*await arun_steps(read_versions(), sql), who)
-    _warn_release(await arun_steps(read_function_releases(), sql), who)
+    if _knows_its_release():
+        _warn_release(await arun_steps(read_function_releases(), sql), who)
