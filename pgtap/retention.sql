@@ -1,8 +1,8 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, _retention_keeps,
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
--- _interval_text, _ago; prune_flow_keys.
+-- _interval_text, _ago; prune_flow_keys, _flow_key_in_use.
 BEGIN;
-SELECT plan(43);
+SELECT plan(46);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -156,6 +156,13 @@ INSERT INTO harvest.flow_keys (kind, key) VALUES ('quota', 'gone'), ('concurrenc
 SELECT is(harvest.prune_flow_keys() ->> 'deleted', '2', 'prune_flow_keys(): the rows of keys without a live run go');
 SELECT results_eq($$SELECT kind, key FROM harvest.flow_keys WHERE key IN ('live', 'gone')$$,
                   $$VALUES ('quota'::text, 'live'::text)$$, 'prune_flow_keys(): a key with a live run keeps its row');
+SELECT ok(harvest._flow_key_in_use('quota', 'live'), '_flow_key_in_use(): a running run''s quota key is in use');
+SELECT ok(NOT harvest._flow_key_in_use('concurrency', 'live'),
+          '_flow_key_in_use(): the same text as a concurrency key is not');
+-- A batch takes only the rows it may delete: the live key's row (written first, so first in the
+-- table) took a batch of one every round, and the rows after it were never reached.
+INSERT INTO harvest.flow_keys (kind, key) VALUES ('quota', 'after');
+SELECT is(harvest.prune_flow_keys(1) ->> 'deleted', '1', 'prune_flow_keys(1): a key in use takes no room in the batch');
 SELECT throws_ok($$SELECT harvest.prune_flow_keys(10001)$$, 'HR001', NULL,
                  'prune_flow_keys(): a batch size out of 1..10000 is refused');
 
