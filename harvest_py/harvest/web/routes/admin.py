@@ -468,7 +468,7 @@ ENDPOINTS = [
     Endpoint(
         "GET",
         "/admin/queue-coverage",
-        "admin",
+        "read",  # (the facts /workers and /admin/preflight show a read token; `harvest queue coverage` reads it)
         queue_coverage,
         "Declared queues with no live worker on a writable shard (null: unknown).",
         (
