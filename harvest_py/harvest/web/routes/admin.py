@@ -163,19 +163,21 @@ async def retention(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 
 def _not_here(config: Any, plan: Any) -> NotPlacedHere:
+    """Why this process runs no janitor, first reason first: the switch turned off, then the
+    process running less than its config places, then the placement (run_on)."""
     switch = config.setting("retention.enabled")
-    if plan is not None and switch is None and not plan.retention.source.startswith("follows"):
-        # Not the placement: the process runs less than its config places (HarvestLifespan
-        # with run_worker=False, or worker_options that turn the janitor off).
-        return NotPlacedHere(
-            f"retention does not run in this process ({plan.retention.line()}); let a process "
-            "that runs the janitor sweep, or run it here (HarvestLifespan(run_worker=True))"
-        )
     if switch is not None and not switch.value:  # switched off: no placement would run it here
         return NotPlacedHere(
             f"retention does not run in this process: retention.enabled=false (from {switch.source}) "
             "turns the janitor off here; unset it to sweep from the API, or let a process that runs "
             "the janitor sweep"
+        )
+    if plan is not None and not plan.retention.source.startswith("follows"):
+        # Not the placement: the process runs less than its config places (HarvestLifespan
+        # with run_worker=False, or worker_options that turn the janitor off).
+        return NotPlacedHere(
+            f"retention does not run in this process ({plan.retention.line()}); let a process "
+            "that runs the janitor sweep, or run it here (HarvestLifespan(run_worker=True))"
         )
     return NotPlacedHere(
         'retention does not run in this process: run_on = "scheduler" places the janitor with the '
@@ -468,7 +470,8 @@ ENDPOINTS = [
     Endpoint(
         "GET",
         "/admin/queue-coverage",
-        "read",  # (the facts /workers and /admin/preflight show a read token; `harvest queue coverage` reads it)
+        # (read: the facts /workers and /admin/preflight show a read token; the CLI reads it)
+        "read",
         queue_coverage,
         "Declared queues with no live worker on a writable shard (null: unknown).",
         (
