@@ -51,7 +51,8 @@ FAST = {"poll_interval": 0.2, "scan_interval": 0.2, "shutdown_grace": 5.0}
 
 def fastapi_app(db: str, **options: Any) -> FastAPI:
     options.setdefault("worker_options", FAST)
-    harvest = HarvestLifespan(app, dsn=db, config=Config(), profile="dev", **options)
+    options.setdefault("config", Config())
+    harvest = HarvestLifespan(app, dsn=db, profile="dev", **options)
     api = FastAPI(lifespan=harvest)
 
     @api.post("/greet/{name}")
@@ -155,6 +156,14 @@ def test_the_mounted_api_reports_the_runtimes_this_process_runs(db: str) -> None
         "source": "explicit (HarvestLifespan worker_options)",
     }
     assert retention["placed_elsewhere"] is True and swept.status_code == 503
+    # retention.enabled = true set, and the process runs no janitor: the refusal names why
+    # (run_worker=False), not run_on, which the switch overrides anyway.
+    switched_on = fastapi_app(
+        db, run_worker=False, config=Config().with_overrides({"retention.enabled": (True, "harvest.toml")})
+    )
+    _, _, swept = asyncio.run(serve(switched_on, read))
+    message = swept.json()["error"]["message"]
+    assert swept.status_code == 503 and "run_worker=True" in message and "run_on" not in message, swept.text
 
 
 def test_a_plain_starlette_app_and_a_lifespan_of_its_own(db: str) -> None:
