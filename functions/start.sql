@@ -841,6 +841,7 @@ AS $$
 DECLARE
     v_start record;
     v_row record;
+    v_ungated jsonb;
 BEGIN
     IF p_starts IS NULL OR jsonb_typeof(p_starts) <> 'array' THEN
         RAISE EXCEPTION 'starts must be a JSON array of objects' USING ERRCODE = 'HR001';
@@ -858,21 +859,22 @@ BEGIN
     -- opposite orders deadlocked (40P01). A start a throttle, debounce or batch may defer
     -- takes its gate first (_start_defer): such starts are left to the loop.
     IF jsonb_array_length(p_starts) > 1 THEN
+        -- (The starts no gate may defer, each looked up once.)
+        SELECT coalesce(jsonb_agg(s.value), '[]') INTO v_ungated
+        FROM jsonb_array_elements(p_starts) AS s
+        WHERE jsonb_typeof(s.value -> 'workflow_name') = 'string'
+          AND NOT harvest._start_gated(s.value ->> 'workflow_name');
         FOR v_start IN
-            SELECT s.value ->> 'workflow_name' AS workflow_name, s.value ->> 'workflow_id' AS workflow_id
-            FROM jsonb_array_elements(p_starts) AS s
-            WHERE jsonb_typeof(s.value -> 'workflow_name') = 'string'
-              AND jsonb_typeof(s.value -> 'workflow_id') = 'string'
-              AND NOT harvest._start_gated(s.value ->> 'workflow_name')
+            SELECT u.value ->> 'workflow_name' AS workflow_name, u.value ->> 'workflow_id' AS workflow_id
+            FROM jsonb_array_elements(v_ungated) AS u
+            WHERE jsonb_typeof(u.value -> 'workflow_id') = 'string'
             ORDER BY 1, 2
         LOOP
             PERFORM harvest._lock_start_key(v_start.workflow_name, v_start.workflow_id);
         END LOOP;
         PERFORM harvest._lock_flow_keys_of(coalesce(jsonb_agg(jsonb_build_object(
-            'workflow_name', s.value -> 'workflow_name', 'input', s.value -> 'input', 'quota', true)), '[]'))
-        FROM jsonb_array_elements(p_starts) AS s
-        WHERE jsonb_typeof(s.value -> 'workflow_name') = 'string'
-          AND NOT harvest._start_gated(s.value ->> 'workflow_name');
+            'workflow_name', u.value -> 'workflow_name', 'input', u.value -> 'input', 'quota', true)), '[]'))
+        FROM jsonb_array_elements(v_ungated) AS u;
     END IF;
     FOR v_start IN
         SELECT s.value AS args, s.ordinality::integer AS n
