@@ -11,9 +11,10 @@ from typing import Any
 import click
 
 from harvest.cli.output import cli_config, cli_dsn, output_option, scrub, to_json
+from harvest.core.durations import plain_number
 from harvest.core.errors import HarvestError
 from harvest.db.connection import describe_dsn
-from harvest.db.migrate import CORE_SET, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, Migrator, format_seconds
+from harvest.db.migrate import CORE_SET, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, Migrator
 
 database_url_option = click.option(
     "--database-url",
@@ -156,14 +157,14 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
     default=None,
     help="Seconds one try of a migration waits for a lock before it gives up and tries again, so "
     "the queries queued behind it go on (config migrate.lock_timeout; default "
-    f"{format_seconds(DEFAULT_LOCK_TIMEOUT)}; 0 waits without limit).",
+    f"{plain_number(DEFAULT_LOCK_TIMEOUT)}; 0 waits without limit).",
 )
 @click.option(
     "--lock-wait",
     type=float,
     default=None,
     help="Seconds to keep trying for a lock in all before stopping with the blocking session named "
-    f"(config migrate.lock_wait; default {format_seconds(DEFAULT_LOCK_WAIT)}).",
+    f"(config migrate.lock_wait; default {plain_number(DEFAULT_LOCK_WAIT)}).",
 )
 @output_option
 def run(

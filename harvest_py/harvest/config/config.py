@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
+from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.worker.event_loop import EVENT_LOOPS
 from harvest.worker.options import WorkerOptions, parse_shard_assignments, tunables
@@ -313,13 +314,9 @@ def _in_bounds(key: tuple[str, ...], value: float, source: str) -> int | float:
     if not low <= value <= high:  # False for NaN too
         raise ConfigError(
             f"{dotted(key)} = {value!r} (from {source}) is out of range: allowed "
-            f"{_num(low)} to {_num(high)}{UNITS[key]}"
+            f"{plain_number(low)} to {plain_number(high)}{UNITS[key]}"
         )
     return value
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 def _suggest(name: str, candidates: Iterable[str]) -> str:

@@ -84,3 +84,8 @@ def moment(value: str, what: str, now: _dt.datetime) -> _dt.datetime:
                 "nor a duration back from now (24h, 7d)"
             ) from None
     return found if found.tzinfo is not None else found.replace(tzinfo=_dt.UTC)
+
+
+def plain_number(x: float) -> str:
+    """A number as a person would write it in an option or a message: 2 (not 2.0), 0.25."""
+    return str(int(x)) if float(x).is_integer() else str(x)

@@ -42,7 +42,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -51,6 +51,7 @@ from typing import Any, TypeVar, cast
 import psycopg
 from psycopg.types.json import Jsonb
 
+from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch, from_database_error
 from harvest.db import SCHEMA_VERSION, paths, sqlapi
 from harvest.db.connection import DatabaseError, connect, schema_missing, set_server_end
@@ -939,7 +940,7 @@ class Migrator:
             self._set_lock_timeout(conn, self.lock_timeout)
             watch.blockers = []
             try:
-                with watch.watching(pid) if self.lock_timeout else _nothing():
+                with watch.watching(pid) if self.lock_timeout else nullcontext():
                     return attempt()
             except (LockTimedOut, psycopg.errors.LockNotAvailable) as exc:
                 where = exc.where if isinstance(exc, LockTimedOut) else what
@@ -953,13 +954,13 @@ class Migrator:
                 end = f" (SELECT pg_terminate_backend({pids.split(', ')[0]}))" if pids else ""
                 raise MigrationError(
                     f"{where}: gave up waiting for a lock after {tries} tr{'y' if tries == 1 else 'ies'} in "
-                    f"{waited:.1f}s (lock timeout {format_seconds(self.lock_timeout)}s a try, lock wait "
-                    f"{format_seconds(self.lock_wait)}s in all): blocked by {blockers}. Let that transaction "
+                    f"{waited:.1f}s (lock timeout {plain_number(self.lock_timeout)}s a try, lock wait "
+                    f"{plain_number(self.lock_wait)}s in all): blocked by {blockers}. Let that transaction "
                     f"finish or end it{end}, or run again with a longer --lock-wait; {said}"
                 )
             self.progress(
-                f"{where}: waited {format_seconds(self.lock_timeout)}s for a lock, blocked by {blockers}; "
-                f"trying again in {format_seconds(pause)}s"
+                f"{where}: waited {plain_number(self.lock_timeout)}s for a lock, blocked by {blockers}; "
+                f"trying again in {plain_number(pause)}s"
             )
             self.sleep(pause)
             pause = min(pause * 2, LAST_LOCK_PAUSE)
@@ -1003,16 +1004,6 @@ class Migrator:
             " package_version = excluded.package_version, applied_at = clock_timestamp()",
             (path.name, hashlib.sha256(data).hexdigest(), _package_version()),
         )
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
-
-
-def format_seconds(x: float) -> str:
-    """A number of seconds as an option would be written: 2, 0.25."""
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def _package_version() -> str:

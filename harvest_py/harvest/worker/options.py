@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.core.ids import MAX_SHARD
 
@@ -243,12 +244,8 @@ class Tunable:
         if not ok_type or not self.low <= cast(float, value) <= self.high:  # NaN fails the comparison
             raise InvalidArgument(
                 f"Worker({self.name}={value!r}): allowed {'an integer' if self.integer else 'a number'} "
-                f"from {_text(self.low)} to {_text(self.high)}"
+                f"from {plain_number(self.low)} to {plain_number(self.high)}"
             )
-
-
-def _text(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 def tunables() -> Iterator[Tunable]:
