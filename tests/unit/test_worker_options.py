@@ -15,7 +15,7 @@ from harvest.config import load_config, worker_options
 from harvest.config.config import BOUNDS, SCHEMA
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.worker import WorkerOptions
-from harvest.worker.options import tunables
+from harvest.worker.options import retention_placed, tunables
 
 DSN = "postgresql://nobody@localhost:1/none"  # never connected: the constructor does not connect
 
@@ -156,3 +156,8 @@ def test_a_worker_built_in_code_runs_the_janitor_where_it_runs_the_scheduler(cap
     assert Worker(App(), DSN, run_scanner=False).run_retention is False
     [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert "run_scanner=False" in warning and "run_retention=True" in warning
+    # Asking where the janitor runs says nothing itself (HarvestLifespan asks, then builds the
+    # Worker: the warning came twice).
+    caplog.clear()
+    assert retention_placed(WorkerOptions(run_scanner=False)) is False
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

@@ -13,7 +13,6 @@ committed ~2,400 times a second).
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -21,8 +20,6 @@ from typing import Any, cast
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.core.ids import MAX_SHARD
-
-log = logging.getLogger("harvest.worker")
 
 __all__ = [
     "AUTO",
@@ -209,18 +206,10 @@ class WorkerOptions:
 def retention_placed(options: WorkerOptions) -> bool:
     """Whether a Worker built with ``options`` runs the retention janitor. An explicit
     ``run_retention`` wins; unset, the janitor follows the scheduler (``run_scanner``), as
-    ``retention.run_on = "scheduler"`` places it in a configured process. A Worker with no role
-    and the scheduler off warns: its retention may run nowhere (docs/operations.md)."""
-    if options.run_retention is not None:
-        return options.run_retention
-    if not options.run_scanner:
-        log.warning(
-            "this worker runs no scheduler (run_scanner=False), so it runs no retention janitor "
-            "either (it follows the scheduler): retention runs only where another process runs "
-            "the scheduler; pass run_retention=True to run it here, or run_retention=False to "
-            "silence this warning"
-        )
-    return options.run_scanner
+    ``retention.run_on = "scheduler"`` places it in a configured process. (A Worker with no
+    role and the scheduler off warns that its retention may run nowhere: Worker.__init__, once
+    per worker, however many places ask this.)"""
+    return options.run_scanner if options.run_retention is None else options.run_retention
 
 
 @dataclass(frozen=True)

@@ -287,6 +287,13 @@ class Worker:
         self.run_worker = options.run_worker
         self.run_scanner = options.run_scanner
         self.run_retention = retention_placed(options)
+        if options.run_retention is None and not options.run_scanner:
+            log.warning(
+                "this worker runs no scheduler (run_scanner=False), so it runs no retention janitor "
+                "either (it follows the scheduler): retention runs only where another process runs "
+                "the scheduler; pass run_retention=True to run it here, or run_retention=False to "
+                "silence this warning"
+            )
         self.retention_interval = options.retention_interval
         self.relay_pump = relay_pump
         self._rebalance_resume = ResumeScanner()
