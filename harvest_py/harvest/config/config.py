@@ -702,13 +702,20 @@ def resolve_queues(app: Any, config: Config) -> tuple[list[str], list[str], str]
 def fleet_queues(sql: Any) -> list[str]:
     """The queues the fleet registered: every worker row, stopped and stale too (a queue whose
     workers all died is exactly the one coverage must report)."""
-    return sorted({q for row in sql.list_workers(None, None, None) for q in row.get("queues") or []})
+    return _registered(sql.list_workers(None, None, None))
+
+
+def _registered(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    return sorted({q for row in rows for q in row.get("queues") or []})
 
 
 def coverage_facts(sql: Any) -> tuple[list[str], list[dict[str, Any]]]:
     """What :func:`merge_coverage` reads from one database (a sync :class:`harvest.db.sqlapi.
-    SqlApi`): the queues its workers registered, and its live workers (active and not stale)."""
-    return fleet_queues(sql), sql.list_workers(None, "active", "healthy")
+    SqlApi`): the queues its workers registered, and its live workers (active and not stale,
+    as list_workers(status active, health healthy) filters them), from one read of the rows."""
+    rows = sql.list_workers(None, None, None)
+    live = [r for r in rows if r["status"] == "active" and r["health"] == "healthy"]
+    return _registered(rows), live
 
 
 def queue_coverage(sql: Any, declared: Iterable[str] | None) -> dict[str, Any]:
