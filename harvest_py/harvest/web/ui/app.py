@@ -660,7 +660,7 @@ class Dashboard:
                 said += ", a firing that second already existed"
         else:
             said = f"schedule {'paused' if answer.get('paused') else 'running'}"
-        return self._back(request, f"/schedules/{shard}/{urllib.parse.quote(name, safe='')}", said)
+        return self._back(request, f"/schedules/{shard}/{views.segment(name)}", said)
 
     # -- DAGs ----------------------------------------------------------------------------------------
     async def dags(self, request: Request, principal: Principal) -> Response:
@@ -754,7 +754,7 @@ class Dashboard:
             shard, principal, lambda api: api.trigger_dag(name, conf, workflow_id, actor), write=True
         )
         said = "triggered" if row["started_fresh"] else f"a run of workflow id {row['workflow_id']} exists"
-        return self._back(request, f"/dags/{_quoted(name)}/runs/{row['execution_id']}", said)
+        return self._back(request, f"/dags/{views.segment(name)}/runs/{row['execution_id']}", said)
 
     async def _dag_home(self, name: str, workflow_id: str | None, principal: Principal) -> tuple[int, str]:
         """Where a trigger of DAG ``name`` goes on several shards: with a workflow id, the shard
@@ -798,7 +798,7 @@ class Dashboard:
         if fan.unavailable_shards:
             shards = ", ".join(map(str, fan.unavailable_shards))
             said += f"; shard(s) {shards} could not be reached: do it again when they are up"
-        return self._back(request, f"/dags/{_quoted(name)}", said)
+        return self._back(request, f"/dags/{views.segment(name)}", said)
 
     async def retry_dag_run(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
         """Retry a failed run from its failed tasks (a new run; its successful tasks carried over)."""
@@ -808,7 +808,7 @@ class Dashboard:
             execution_id, principal, lambda api: api.retry_dag_run(execution_id, principal.actor), write=True
         )
         said = "retried: a new run" if row["started_fresh"] else "already retried: its newer run"
-        return self._back(request, f"/dags/{_quoted(name)}/runs/{row['execution_id']}", said)
+        return self._back(request, f"/dags/{views.segment(name)}/runs/{row['execution_id']}", said)
 
     # -- dead letters --------------------------------------------------------------------------------
     async def dead_letters(self, request: Request, principal: Principal) -> Response:
@@ -968,7 +968,7 @@ class Dashboard:
         if fan.unavailable_shards:
             shards = ", ".join(map(str, fan.unavailable_shards))
             said += f"; shard(s) {shards} could not be reached and were not drained: drain again when up"
-        return self._back(request, f"/workers/{urllib.parse.quote(worker_id, safe='')}", f"drain: {said}")
+        return self._back(request, f"/workers/{views.segment(worker_id)}", f"drain: {said}")
 
     # -- concurrency and usage --------------------------------------------------------------------
     async def concurrency(self, request: Request, principal: Principal) -> Response:
@@ -1027,10 +1027,6 @@ def _missing(*reads: Merged[Any]) -> list[int]:
 def _writer(source: Source, shard: int, principal: Principal) -> Callable[[], Any]:
     # A dry run too: it selects the rows it would act on FOR UPDATE, as the real run does.
     return lambda: source.lend(shard, principal, write=True)
-
-
-def _quoted(name: str) -> str:
-    return urllib.parse.quote(name, safe="")
 
 
 def _blank_none(value: str | None) -> str | None:
