@@ -216,3 +216,71 @@ def test_a_worker_stopped_while_its_database_is_down_stops_within_its_grace(
     assert took < grace + 10, f"the stop took {took:.1f}s with a {grace:.0f}s grace"
     lines = [r.getMessage() for r in caplog.records if r.name == "harvest.worker"]
     assert any("leases expire" in line for line in lines), lines
+
+
+def test_the_scanner_and_the_janitor_finish_the_pass_they_are_in(
+    db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """They end between two passes, not mid-call. They used to be cancelled in the middle of
+    one: a call that failed as its cancellation reached the server (the janitor's "retention is
+    not configured", every pass) made psycopg warn "query cancellation interrupted" and close
+    the connection, in the output of a `harvest dev` stopped at that moment (a CI flake)."""
+    from harvest.core.errors import InvalidArgument
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    calls: list[str] = []
+    entered = threading.Event()
+
+    def slow(name: str, answer: object):
+        async def call(self: AsyncSqlApi, *args: object, **kwargs: object) -> object:
+            calls.append(f"{name} entered")
+            entered.set()
+            await asyncio.sleep(0.5)  # a pass longer than the stop takes to reach it
+            calls.append(f"{name} finished")
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+
+        return call
+
+    monkeypatch.setattr(AsyncSqlApi, "run_retention", slow("retention", InvalidArgument("not configured")))
+    monkeypatch.setattr(
+        AsyncSqlApi,
+        "scan",
+        slow(
+            "scan",
+            {
+                "expired_tasks": [],
+                "timed_out_workflows": 0,
+                "relays_delivered": 0,
+                "mutex_grants": 0,
+                "starts_released": 0,
+            },
+        ),
+    )
+    worker = Worker(
+        app,
+        db,
+        run_worker=False,
+        run_scanner=True,
+        run_retention=True,
+        scan_interval=0.05,
+        retention_interval=60,
+    )
+
+    async def main() -> float:
+        running = asyncio.create_task(worker.run())
+        while calls.count("retention entered") < 1 or calls.count("scan entered") < 1:
+            assert not running.done()
+            await asyncio.sleep(0.01)
+        worker.request_stop()
+        asked = time.monotonic()
+        await asyncio.wait_for(running, 30)
+        return time.monotonic() - asked
+
+    with caplog.at_level(logging.DEBUG):
+        took = asyncio.run(main())
+    assert calls.count("retention entered") == calls.count("retention finished") == 1, calls
+    assert calls.count("scan entered") == calls.count("scan finished"), calls
+    assert took < 3, f"the stop took {took:.1f}s: a pass ended, the next did not begin"  # (60 s apart)
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]

@@ -250,6 +250,9 @@ class Worker:
             policies.get("activities")
         )
         self._stopping = asyncio.Event()
+        # Set once the drain is over: the scanner and the janitor end after the pass they are
+        # in (_passes_end), rather than being cancelled mid-call (see _stop).
+        self._passes_ending = asyncio.Event()
         # Keyed by _key: (shard, task id, fencing token).
         self._inflight: dict[tuple[int, int, int], asyncio.Task[Any]] = {}
         # The task each of those runs (what a stop that leaves one behind names).
@@ -355,6 +358,7 @@ class Worker:
             if self.max_payload_bytes is None:
                 self.max_payload_bytes = await self._first_usable().sql.payload_limit()
             background = []
+            passes = []  # the scanner and the janitor: they end between passes (see _stop)
             heartbeats = []
             if self.run_worker:
                 shards = (
@@ -371,9 +375,9 @@ class Worker:
                         asyncio.create_task(serve_queries(self, lane), name=f"queries-{shard}"),
                     ]  # queries and updates
                 if self.run_scanner:
-                    background.append(asyncio.create_task(self._scan(lane), name=f"scanner-{shard}"))
+                    passes.append(asyncio.create_task(self._scan(lane), name=f"scanner-{shard}"))
                 if self.run_retention:
-                    background.append(asyncio.create_task(self._retention(lane), name=f"retention-{shard}"))
+                    passes.append(asyncio.create_task(self._retention(lane), name=f"retention-{shard}"))
                 if self.sampler is not None:
                     sampler = self.sampler.run(lane.dsn, shard)
                     background.append(asyncio.create_task(sampler, name=f"sampler-{shard}"))
@@ -388,7 +392,7 @@ class Worker:
                 else:
                     await self._stopping.wait()
             finally:
-                await self._stop(intake, background, heartbeats)
+                await self._stop(intake, passes, background, heartbeats)
         finally:
             self.executors.shutdown()
             if self.redis is not None:
@@ -601,6 +605,7 @@ class Worker:
     async def _stop(
         self,
         intake: list[asyncio.Task[Any]],
+        passes: list[asyncio.Task[Any]],
         background: list[asyncio.Task[Any]],
         heartbeats: list[asyncio.Task[Any]],
     ) -> None:
@@ -613,27 +618,44 @@ class Worker:
            query responders (a run in flight is still queried and updated), the heartbeats
            (the row stays fresh; a remote drain's deadline is read), the scanner, retention,
            the sampler, the Redis publisher;
-        3. cancel the background services and wait for them (bounded: worker/stopping.py);
+        3. cancel the background services and wait for them (bounded: worker/stopping.py),
+           but the scanner and the janitor, which end after the pass they are in;
         4. release what is left and mark the worker ``stopped`` on every shard
-           (:meth:`_release`); the heartbeats end last.
+           (:meth:`_release`), while they do (up to STOP_CALL_SECS, then they are cancelled);
+           the heartbeats end last.
 
         The background services used to be cancelled first: the queries of runs in flight went
         unanswered through the whole drain, and a service slow to take its cancellation held
         the drain back, so work in flight at the stop could end before the drain was recorded
-        or said what it was finishing."""
+        or said what it was finishing. The scanner and the janitor used to be cancelled mid-call
+        too: a call that failed as its cancellation reached the server (the janitor's "retention
+        is not configured", every pass) made the driver log a warning and close the connection,
+        in the output of every Ctrl-C that came at that moment."""
         self._stopping.set()  # (already, unless the claim loop failed)
+        loop = asyncio.get_running_loop()
+        passes_end_by = loop.time() + STOP_CALL_SECS  # (reset when the passes are told to end)
         try:
             try:
                 await cancel_and_wait(intake, "claim")
                 if self.run_worker:
                     await self._drain()
             finally:
+                # The scanner and the janitor end after the pass they are in, beside the
+                # release (a database that does not answer adds no wait of its own to the stop).
+                self._passes_ending.set()
+                passes_end_by = loop.time() + STOP_CALL_SECS
                 await cancel_and_wait([*intake, *background], "background")
             if self.run_worker:
                 await self._release()
         finally:
-            # The heartbeat outlives the drain: a draining worker is not stale.
-            await cancel_and_wait(heartbeats, "heartbeat")
+            try:
+                running = [task for task in passes if not task.done()]
+                if running and passes_end_by > loop.time():
+                    await asyncio.wait(running, timeout=passes_end_by - loop.time())
+                await cancel_and_wait(passes, "background")
+            finally:
+                # The heartbeat outlives the drain: a draining worker is not stale.
+                await cancel_and_wait(heartbeats, "heartbeat")
 
     async def _drain(self) -> None:
         """Say and record on every shard that this worker drains (the fleet's worker list,
@@ -1257,9 +1279,9 @@ class Worker:
                 await asyncio.sleep(RECONNECT_SECS)
 
     async def _scan(self, lane: ShardLane) -> None:
-        """The scanner of one shard (each shard's timeouts, relays, ... are its own)."""
-        while True:
-            await asyncio.sleep(self.scan_interval)
+        """The scanner of one shard (each shard's timeouts, relays, ... are its own), until the
+        stop ends the passes."""
+        while not await self._passes_end(self.scan_interval):
             if not lane.usable:
                 continue
             scanned = False
@@ -1391,10 +1413,10 @@ class Worker:
     async def _retention(self, lane: ShardLane) -> None:
         """The retention janitor of one shard: one bounded batch per call, batch after batch while
         rows remain; and the worker registry rule (stopped and long-stale worker rows), whether
-        or not execution retention is configured."""
-        while True:
+        or not execution retention is configured; until the stop ends the passes."""
+        while not self._passes_ending.is_set():
             if not lane.usable:
-                await asyncio.sleep(self.retention_interval)
+                await self._passes_end(self.retention_interval)
                 continue
             try:
                 pruned = await lane.sql.prune_workers()
@@ -1433,4 +1455,11 @@ class Worker:
             except Exception as exc:
                 if not lane.note_failure(exc, "retention"):
                     log.warning("retention run failed: %s", exc)
-            await asyncio.sleep(self.retention_interval)
+            await self._passes_end(self.retention_interval)
+
+    async def _passes_end(self, secs: float) -> bool:
+        """Wait ``secs`` between two passes of the scanner or the janitor: True (at once) when
+        the stop ends them."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._passes_ending.wait(), secs)
+        return self._passes_ending.is_set()
