@@ -218,6 +218,36 @@ def unlocked_workflow_task(dsn: str, execution_id: str) -> dict[str, Any] | None
     return None if row is None else {"status": row[0], "attempt": row[1], "lease_owner": row[2]}
 
 
+def hold_in_an_open_claim(
+    workers: WorkerProcs, hold: Path, start_run: Callable[[], Any], tries: int = 3, **start: Any
+) -> tuple[subprocess.Popen, Any]:
+    """Worker A (``workers.start(**start)``, run with CHAOS_HOLD_DECISION) holding the first
+    decision of a run (``start_run()``'s handle) in a claim still open (docs/internals.md, "A
+    claim that decides"). Only a claim woken by a notification on an idle worker stays open, so
+    the run starts once A sleeps; but A's last look for work after its sleep mark commits alone,
+    and on a loaded machine (CI runs its suites side by side) it can come after the settle below
+    and take the run. Then that A is killed (the run it took goes to another worker when its
+    lease expires) and the next try starts another A and another run."""
+    entered = hold.with_name(hold.name + ".entered")
+    for _ in range(tries):
+        entered.unlink(missing_ok=True)
+        a = workers.start(env={"CHAOS_HOLD_DECISION": str(hold)}, **start)
+        wait_until(
+            lambda pid=a.pid: query(
+                workers.dsn, "SELECT 1 FROM harvest.workers WHERE pid = %s AND sleeping", (pid,)
+            ),
+            15,
+            "worker A to be idle, waiting for a notification",
+        )
+        time.sleep(0.3)  # (the sleep mark is set just before A's last claim ahead of its wait)
+        handle = start_run()
+        wait_until(entered.exists, 15, "worker A to hold the run's first decision")
+        if unlocked_workflow_task(workers.dsn, handle.execution_id) is None:
+            return a, handle  # locked: the claim that handed it over is still open
+        workers.kill(a)
+    raise AssertionError(f"worker A never held a decision in an open claim in {tries} tries")
+
+
 # The history of a run of one activity decided by one worker, as wf_held_decision's.
 ONE_ACTIVITY_HISTORY = [
     "WorkflowStarted",

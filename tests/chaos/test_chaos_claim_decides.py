@@ -9,11 +9,16 @@ and the history is what one worker would have written.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from apps import wf_held_decision
-from harness import check_decided_once, history, query, unlocked_workflow_task, wait_until, workflow_task
+from harness import (
+    check_decided_once,
+    history,
+    hold_in_an_open_claim,
+    unlocked_workflow_task,
+    wait_until,
+    workflow_task,
+)
 
 pytestmark = pytest.mark.chaos
 
@@ -21,21 +26,10 @@ pytestmark = pytest.mark.chaos
 def test_worker_killed_between_its_claim_and_the_decision_loses_nothing(chaos_db, workers, client, tmp_path):
     hold = tmp_path / "hold"
     hold.write_text("")
-    a = workers.start(concurrency=2, env={"CHAOS_HOLD_DECISION": str(hold)})
-    # Only a claim woken by a notification on an idle worker keeps its transaction open: start
-    # the run once A sleeps, not while its first claims (which commit alone) may still find it.
-    # The sleep mark is set just before the worker's last claim ahead of its wait, hence the
-    # short settle after it.
-    wait_until(
-        lambda: query(chaos_db, "SELECT 1 FROM harvest.workers WHERE pid = %s AND sleeping", (a.pid,)),
-        15,
-        "worker A to be idle, waiting for a notification",
+    a, handle = hold_in_an_open_claim(
+        workers, hold, lambda: client.start_workflow(wf_held_decision, "x"), concurrency=2
     )
-    time.sleep(0.3)
-    handle = client.start_workflow(wf_held_decision, "x")
     eid = handle.execution_id
-    entered = tmp_path / "hold.entered"
-    wait_until(entered.exists, 15, "the first workflow task to be decided (and held) on worker A")
     # The claim that handed it over is not committed: to everyone else the task is still
     # pending, never attempted, with no lease (the claim's row lock keeps other claims off it).
     assert workflow_task(chaos_db, eid) == {"status": "pending", "attempt": 0, "lease_owner": None}

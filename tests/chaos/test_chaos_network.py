@@ -41,6 +41,7 @@ from harness import (
     count_events,
     create_side_tables,
     history,
+    hold_in_an_open_claim,
     query,
     runs,
     unlocked_workflow_task,
@@ -297,23 +298,16 @@ def test_a_worker_cut_off_while_its_claim_decides_leaves_the_task_to_another(
     try:
         hold = tmp_path / "hold"
         hold.write_text("")
-        a = workers.start(
-            concurrency=2,
-            env={"CHAOS_HOLD_DECISION": str(hold)},
-            database_url=f"postgresql://postgres@{link.host_address}:{server.port}/{NET_DB}",
-            prefix=[IP or "ip", "netns", "exec", link.namespace],
-        )
-        # As tests/chaos/test_chaos_claim_decides.py: only a claim woken on an idle worker stays open.
-        wait_until(
-            lambda: query(net_db, "SELECT 1 FROM harvest.workers WHERE pid = %s AND sleeping", (a.pid,)),
-            15,
-            "worker A to be idle, waiting for a notification",
-        )
-        time.sleep(0.3)
         with harvest.Client(net_db) as client:
-            handle = client.start_workflow(wf_held_decision, "x")
+            _, handle = hold_in_an_open_claim(
+                workers,
+                hold,
+                lambda: client.start_workflow(wf_held_decision, "x"),
+                concurrency=2,
+                database_url=f"postgresql://postgres@{link.host_address}:{server.port}/{NET_DB}",
+                prefix=[IP or "ip", "netns", "exec", link.namespace],
+            )
             eid = handle.execution_id
-            wait_until((tmp_path / "hold.entered").exists, 15, "worker A to hold the run's first decision")
             # Worker A's open claim holds the workflow task: there, and locked.
             assert workflow_task(net_db, eid) is not None
             assert unlocked_workflow_task(net_db, eid) is None
