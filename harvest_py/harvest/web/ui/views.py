@@ -13,6 +13,7 @@ from typing import Any, cast
 import jinja2
 
 from harvest.core.codecs import describe_tree
+from harvest.core.errors import failure_line
 from harvest.core.payload import redact
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE
 
@@ -139,7 +140,7 @@ def _summary(event_type: str, data: dict[str, Any]) -> str:
             parts.append(f"{key}={value}")
     failure = data.get("failure")
     if isinstance(failure, dict):
-        parts.append(f"{failure.get('error_type')}: {failure.get('message')}")
+        parts.append(failure_line(failure))
     return " ".join(str(p) for p in parts)
 
 
