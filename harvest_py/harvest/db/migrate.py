@@ -135,27 +135,18 @@ class Blocker:
         )
 
 
-def waits_harmlessly(stmt: str) -> bool:
-    """A statement whose lock wait queues no one: CREATE INDEX, DROP INDEX and REINDEX
-    CONCURRENTLY take a lock that reads and writes do not conflict with, and wait for the
-    transactions before them. Given up midway they would leave an INVALID index behind (that a
-    re-run's IF NOT EXISTS then skips), so they wait without limit."""
-    import pglast
+def waits_harmlessly(node: Any) -> bool:
+    """A statement (its parse tree: :func:`statements`) whose lock wait queues no one: CREATE
+    INDEX, DROP INDEX and REINDEX CONCURRENTLY take a lock that reads and writes do not conflict
+    with, and wait for the transactions before them. Given up midway they would leave an INVALID
+    index behind (that a re-run's IF NOT EXISTS then skips), so they wait without limit."""
     from pglast.ast import DropStmt, IndexStmt, ReindexStmt
 
-    try:
-        parsed = pglast.parse_sql(stmt)
-    except pglast.parser.ParseError:
-        return False
-    for raw in parsed:
-        node = raw.stmt
-        if isinstance(node, IndexStmt | DropStmt) and node.concurrent:
-            return True
-        if isinstance(node, ReindexStmt) and any(
-            getattr(p, "defname", None) == "concurrently" for p in node.params or ()
-        ):
-            return True
-    return False
+    if isinstance(node, IndexStmt | DropStmt) and node.concurrent:
+        return True
+    return isinstance(node, ReindexStmt) and any(
+        getattr(p, "defname", None) == "concurrently" for p in node.params or ()
+    )
 
 
 class BlockerWatch:
@@ -345,24 +336,35 @@ def latest_core_version() -> str:
     return load_set(paths.migrations_dir(), CORE_SET)[-1].version
 
 
-def statements(sql: str) -> list[tuple[int, str]]:
-    """Split SQL into (line number, statement) pairs; the line names a failure's place."""
+@dataclass(frozen=True)
+class Statement:
+    """One statement of a file: the line it starts on (a failure's place), its text, its parse
+    tree (what transaction_control and waits_harmlessly read)."""
+
+    line: int
+    text: str
+    node: Any
+
+
+def statements(sql: str) -> list[Statement]:
+    """Split SQL into its statements, parsing it once (ParseError: a syntax error anywhere)."""
     import pglast  # the parser is needed only when a migrator runs: `import harvest` stays light
 
     result = []
-    for piece in pglast.split(sql, with_parser=True, only_slices=True):
-        line = sql.count("\n", 0, piece.start) + 1
-        result.append((line, sql[piece]))
+    for raw in pglast.parse_sql(sql):
+        start = raw.stmt_location or 0
+        # (the last statement, with no ";", has no length: it runs to the end; blanks after are cut)
+        end = start + raw.stmt_len if raw.stmt_len else len(sql)
+        result.append(Statement(sql.count("\n", 0, start) + 1, sql[start:end].rstrip(), raw.stmt))
     return result
 
 
-def transaction_control(sql: str) -> tuple[int, str] | None:
-    """The line and keyword of the first statement in ``sql`` that would end or open the
-    runner's transaction (BEGIN, COMMIT, ROLLBACK, PREPARE TRANSACTION, ...), or None. A COMMIT
+def transaction_control(parsed: list[Statement]) -> tuple[int, str] | None:
+    """The line and keyword of the first statement that would end or open the runner's
+    transaction (BEGIN, COMMIT, ROLLBACK, PREPARE TRANSACTION, ...), or None. A COMMIT
     in a file kept its first half with no ledger row when a later statement failed; a ROLLBACK
     undid the file and the runner recorded it as applied; a BEGIN in a no-transaction file wrapped
     the rest in a block. Savepoints stay inside the transaction and are allowed."""
-    import pglast
     from pglast.ast import TransactionStmt
     from pglast.enums import TransactionStmtKind
 
@@ -371,13 +373,12 @@ def transaction_control(sql: str) -> tuple[int, str] | None:
         TransactionStmtKind.TRANS_STMT_RELEASE,
         TransactionStmtKind.TRANS_STMT_ROLLBACK_TO,
     }
-    for raw in pglast.parse_sql(sql):
-        stmt = raw.stmt
-        if isinstance(stmt, TransactionStmt) and stmt.kind not in inside:
-            start = raw.stmt_location or 0
-            text = sql[start:]
-            start += len(text) - len(text.lstrip())  # (the location may point at the whitespace before)
-            return sql.count("\n", 0, start) + 1, sql[start:].split(None, 1)[0].rstrip(";").upper()
+    for statement in parsed:
+        node, text = statement.node, statement.text
+        if isinstance(node, TransactionStmt) and node.kind not in inside:
+            # (the location may point at the whitespace before)
+            blank = text[: len(text) - len(text.lstrip())]
+            return statement.line + blank.count("\n"), text.split(None, 1)[0].rstrip(";").upper()
     return None
 
 
@@ -876,18 +877,19 @@ class Migrator:
                 f"{path} line {line}: {exc.args[0]}; {not_recorded}"  # pyright: ignore[reportGeneralTypeIssues]
             ) from None
         # The runner owns the transaction (the functions' step's, a migration's, or none).
-        control = transaction_control(sql)
+        control = transaction_control(parsed)
         if control:
             line, word = control
             raise MigrationError(
                 f"{path} line {line}: {word} is not allowed here, the runner owns the transaction "
                 f"(remove it); {not_recorded}"
             )
-        for line, stmt in parsed:
+        for statement in parsed:
+            line, stmt = statement.line, statement.text
             if watch is None:
                 self._run_statement(conn, path, line, stmt, not_recorded)
                 continue
-            unbounded = waits_harmlessly(stmt)
+            unbounded = waits_harmlessly(statement.node)
 
             def attempt(line: int = line, stmt: str = stmt, unbounded: bool = unbounded) -> None:
                 if unbounded:
