@@ -268,6 +268,12 @@ class RunReport:
     shard: dict[str, Any] | None = None
 
 
+# A row of the migration ledger (set_name, version, name, applied_at, checksum), and the function
+# ledger: each file's checksum and the release that applied it.
+LedgerRow = tuple[str, str, str, datetime, str]
+FunctionLedger = dict[str, tuple[str, str | None]]
+
+
 def is_transactional(sql: str) -> bool:
     head = [line.strip() for line in sql.splitlines()[:5]]
     return NO_TRANSACTION_MARK not in head
@@ -470,7 +476,9 @@ class Migrator:
         self.clock = clock
 
     # -- reading -----------------------------------------------------------------------
-    def _ledger(self, conn: psycopg.Connection) -> list[tuple[str, str, str, datetime, str]]:
+    # A pass reads each ledger once (_ledger, _function_ledger) and hands the rows to the
+    # helpers that judge them, rather than each helper reading it again.
+    def _ledger(self, conn: psycopg.Connection) -> list[LedgerRow]:
         exists = conn.execute("SELECT to_regclass('harvest.schema_migrations') IS NOT NULL").fetchone()[0]  # type: ignore[index]  # one row
         if not exists:
             return []
@@ -479,30 +487,30 @@ class Migrator:
             " ORDER BY set_name, version"
         ).fetchall()
 
-    def _applied(self, conn: psycopg.Connection) -> dict[tuple[str, str], datetime]:
-        return {(s, v): at for s, v, _name, at, _checksum in self._ledger(conn)}
+    def _applied(self, ledger: list[LedgerRow]) -> dict[tuple[str, str], datetime]:
+        return {(s, v): at for s, v, _name, at, _checksum in ledger}
 
-    def _changed(self, conn: psycopg.Connection) -> list[Migration]:
+    def _changed(self, ledger: list[LedgerRow]) -> list[Migration]:
         """Applied migrations whose file is not the one recorded (edited since): never run
         again, so the edit does nothing where the file was applied."""
-        recorded = {(s, v): checksum for s, v, _name, _at, checksum in self._ledger(conn)}
+        recorded = {(s, v): checksum for s, v, _name, _at, checksum in ledger}
         return [m for m in self.migrations if recorded.get((m.set_name, m.version), m.checksum) != m.checksum]
 
-    def _note_changed(self, conn: psycopg.Connection) -> None:
-        for m in self._changed(conn):
+    def _note_changed(self, ledger: list[LedgerRow]) -> None:
+        for m in self._changed(ledger):
             self.progress(
                 f"note: {m.label} changed since it was applied; an applied migration is not run "
                 "again: put the change in a new migration"
             )
 
-    def _unknown(self, conn: psycopg.Connection) -> list[UnknownMigration]:
+    def _unknown(self, ledger: list[LedgerRow]) -> list[UnknownMigration]:
         """Applied migrations of this run's sets that this run does not have. Rows of other
         sets (an app's set not included this time) are not ours to judge."""
         known = {(m.set_name, m.version) for m in self.migrations}
         sets = {m.set_name for m in self.migrations} | {CORE_SET}
         return [
             UnknownMigration(s, v, n, at)
-            for s, v, n, at, _checksum in self._ledger(conn)
+            for s, v, n, at, _checksum in ledger
             if s in sets and (s, v) not in known
         ]
 
@@ -524,7 +532,7 @@ class Migrator:
             "run the newer release that has it, not this one"
         )
 
-    def _function_ledger(self, conn: psycopg.Connection) -> dict[str, tuple[str, str | None]]:
+    def _function_ledger(self, conn: psycopg.Connection) -> FunctionLedger:
         """Each recorded function file's checksum and the release that applied it (None before
         migration 0085 added the column, and in the rows it found)."""
         columns = {
@@ -540,19 +548,20 @@ class Migrator:
         rows = conn.execute(f"SELECT file_name, checksum, {release} FROM harvest.function_files").fetchall()  # pyright: ignore[reportArgumentType, reportCallIssue]  # one of two literals
         return {name: (checksum, version) for name, checksum, version in rows}
 
-    def _stale_functions(self, conn: psycopg.Connection) -> list[Path]:
-        recorded = self._function_ledger(conn)
+    def _stale_functions(self, recorded: FunctionLedger) -> list[Path]:
         return [p for p in function_files() if recorded.get(p.name, ("", None))[0] != file_checksum(p)]
 
-    def _newer_functions(self, conn: psycopg.Connection, core_pending: bool) -> list[NewerFunctionFile]:
+    def _newer_functions(
+        self, recorded: FunctionLedger, retired: list[str], core_pending: bool
+    ) -> list[NewerFunctionFile]:
         """The function files this run would replace or retire whose ledger rows a newer release
         wrote (a run with Harvest migrations to apply replaces every file)."""
         ours = release_order(_package_version())
-        touched = {p.name for p in (function_files() if core_pending else self._stale_functions(conn))}
-        touched.update(self._retired_functions(conn))
+        touched = {p.name for p in (function_files() if core_pending else self._stale_functions(recorded))}
+        touched.update(retired)
         return [
             NewerFunctionFile(name, version)
-            for name, (_checksum, version) in sorted(self._function_ledger(conn).items())
+            for name, (_checksum, version) in sorted(recorded.items())
             if name in touched and version is not None and release_order(version) > ours
         ]
 
@@ -579,20 +588,21 @@ class Migrator:
     def inspect(self) -> StatusReport:
         """:meth:`status` plus the applied migrations this package does not know."""
         with connect(self.dsn, autocommit=True) as conn:
-            applied = self._applied(conn)
-            stale = self._stale_functions(conn)
+            ledger, recorded = self._ledger(conn), self._function_ledger(conn)
             retired = self._retired_functions(conn)
-            unknown = self._unknown(conn)
-            changed = {(m.set_name, m.version) for m in self._changed(conn)}
-            releases = {name: version for name, (_checksum, version) in self._function_ledger(conn).items()}
-            ahead = self._ahead(unknown)
-            if ahead is None:
-                core_pending = any(
-                    m.set_name == CORE_SET and (m.set_name, m.version) not in applied for m in self.migrations
-                )
-                newer = self._newer_functions(conn, core_pending)
-                if newer:
-                    ahead = SchemaMismatch(downgrade_message(newer, _package_version()))
+        applied = self._applied(ledger)
+        stale = self._stale_functions(recorded)
+        unknown = self._unknown(ledger)
+        changed = {(m.set_name, m.version) for m in self._changed(ledger)}
+        releases = {name: version for name, (_checksum, version) in recorded.items()}
+        ahead = self._ahead(unknown)
+        if ahead is None:
+            core_pending = any(
+                m.set_name == CORE_SET and (m.set_name, m.version) not in applied for m in self.migrations
+            )
+            newer = self._newer_functions(recorded, retired, core_pending)
+            if newer:
+                ahead = SchemaMismatch(downgrade_message(newer, _package_version()))
         rows = [
             MigrationStatus(m, applied.get((m.set_name, m.version)), (m.set_name, m.version) in changed)
             for m in self.migrations
@@ -618,18 +628,22 @@ class Migrator:
         report = RunReport()
         with connect(self.dsn, autocommit=True) as conn:
             if dry_run:
-                ahead = self._ahead(self._unknown(conn))
+                ledger = self._ledger(conn)
+                ahead = self._ahead(self._unknown(ledger))
                 if ahead:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
-                applied = self._applied(conn)
-                self._note_changed(conn)
+                self._note_changed(ledger)
+                applied = self._applied(ledger)
                 report.applied = [m for m in self.migrations if (m.set_name, m.version) not in applied]
                 # (a run with Harvest migrations to apply applies every function file again: run())
                 core = any(m.set_name == CORE_SET for m in report.applied)
-                report.functions_downgraded = self._refuse_downgrade(conn, core, allow_downgrade, say=False)
-                stale = function_files() if core else self._stale_functions(conn)
+                recorded, retired = self._function_ledger(conn), self._retired_functions(conn)
+                report.functions_downgraded = self._refuse_downgrade(
+                    recorded, retired, core, allow_downgrade, say=False
+                )
+                stale = function_files() if core else self._stale_functions(recorded)
                 report.functions_applied = [p.name for p in stale]
-                report.functions_retired = self._retired_functions(conn)
+                report.functions_retired = retired
                 if shard_id is not None:
                     current = self._current_shard(conn)
                     report.shard = {
@@ -643,19 +657,23 @@ class Migrator:
             try:
                 # Under the lock and before anything is written: a newer Harvest's schema is
                 # refused whole (its functions/ too), never downgraded.
-                ahead = self._ahead(self._unknown(conn))
+                ledger = self._ledger(conn)
+                ahead = self._ahead(self._unknown(ledger))
                 if ahead:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
                 # The ledgers' one definition is sql/ledger.sql (a fresh install's first file).
+                # (It creates what is missing and changes no row: the rows read above stand.)
                 ledger_sql = paths.ledger_file().read_text()
                 self._retrying(conn, watch, "sql/ledger.sql", lambda: conn.execute(ledger_sql))  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own file
-                applied = self._applied(conn)
-                self._note_changed(conn)
+                self._note_changed(ledger)
+                applied = self._applied(ledger)
                 pending = [m for m in self.migrations if (m.set_name, m.version) not in applied]
                 core_pending = any(m.set_name == CORE_SET for m in pending)
                 # Also before anything is written: the lock keeps another release from applying
                 # files between this check and this run's functions' step.
-                report.functions_downgraded = self._refuse_downgrade(conn, core_pending, allow_downgrade)
+                report.functions_downgraded = self._refuse_downgrade(
+                    self._function_ledger(conn), self._retired_functions(conn), core_pending, allow_downgrade
+                )
                 if core_pending:
                     # From Harvest's first migration until the functions' step commits, the
                     # functions are not this run's (0080 drops one its start.sql brings back): a
@@ -721,13 +739,13 @@ class Migrator:
             )
 
     def _refuse_downgrade(
-        self, conn: psycopg.Connection, core_pending: bool, allow: bool, say: bool = True
+        self, recorded: FunctionLedger, retired: list[str], core_pending: bool, allow: bool, say: bool = True
     ) -> dict[str, str]:
         """Refuse a run that would replace or retire function files a newer release applied
         (SchemaMismatch, nothing changed); with ``allow``, the files it will put back and the
         release each one replaces, ``say``-ing each as a progress line (a dry run's plan
         lists them instead)."""
-        newer = self._newer_functions(conn, core_pending)
+        newer = self._newer_functions(recorded, retired, core_pending)
         if newer and not allow:
             raise SchemaMismatch(f"{downgrade_message(newer, _package_version())}; nothing was changed")
         for f in newer if say else ():
@@ -751,7 +769,7 @@ class Migrator:
         with conn.transaction():
             # Function files reference each other; bodies are checked when first called.
             conn.execute("SET LOCAL check_function_bodies = off")
-            for path in self._stale_functions(conn):
+            for path in self._stale_functions(self._function_ledger(conn)):
                 self.progress(f"applying functions/{path.name}")
                 self._apply_functions(conn, path)
                 report.functions_applied.append(path.name)
