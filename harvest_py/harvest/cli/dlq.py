@@ -22,7 +22,7 @@ from harvest.cli.output import (
 )
 from harvest.cli.shards import emit_merged, read_shards, shard_api
 from harvest.core.codecs import describe_tree
-from harvest.core.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument, failure_line
 
 TIMES = [
     "%Y-%m-%d",
@@ -61,7 +61,7 @@ def list_(
         lambda reads: reads.list_dead_letters(limit, activity_name, workflow_name, cursor, before_id),
     )
     for row in merged.value:
-        row["error"] = f"{row['failure'].get('error_type')}: {row['failure'].get('message')}"
+        row["error"] = failure_line(row["failure"])
 
     def render(rows: list[dict[str, Any]]) -> str:
         text = table(

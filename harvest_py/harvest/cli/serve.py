@@ -143,42 +143,31 @@ class PlacedRuntimes:
 
     @contextlib.asynccontextmanager
     async def __call__(self) -> AsyncIterator[None]:
-        import asyncio
-
-        from harvest.config.process import run_worker
+        from harvest.config.process import WorkerBeside
 
         assert self.options is not None  # (served only when something is placed)
-        worker: Any = None
-        stopping = False
 
-        def started(built: Any) -> None:
-            nonlocal worker
-            worker = built
-            if stopping:
-                built.request_stop()
-
-        def ended(task: asyncio.Task[None]) -> None:
-            if stopping or task.cancelled() or task.exception() is None:
-                return
-            self.failure = task.exception()
+        def ended(error: BaseException) -> None:
+            self.failure = error
             logging.getLogger("harvest.web").error(
-                "harvest serve: the runtimes of this replica stopped: %s; stopping the server", self.failure
+                "harvest serve: the runtimes of this replica stopped: %s; stopping the server", error
             )
             self.on_failure()
 
-        task = asyncio.create_task(
-            run_worker(self.app, self.config, self.options, database_url=self.dsn, started=started),
+        runtimes = WorkerBeside(
+            self.app,
+            self.config,
+            self.options,
+            database_url=self.dsn,
             name="harvest-runtimes",
+            on_failure=ended,
         )
-        task.add_done_callback(ended)
         try:
             yield
         finally:
-            stopping = True
-            if worker is not None:
-                worker.request_stop()
+            # (a failure while serving is self.failure, which `harvest serve` exits with)
             with contextlib.suppress(Exception):
-                await task
+                await runtimes.stop()
 
 
 def curl_line(base: str, workflow: str = "greet", input_json: str = '{"input": ["world"]}') -> str:

@@ -29,7 +29,7 @@ from harvest.cli.shards import cli_client, emit_merged, read_shards, routed_call
 from harvest.client.export_batch import resolved
 from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks
 from harvest.core.codecs import describe_tree
-from harvest.core.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument, failure_line
 from harvest.core.payload import redact
 from harvest.db.steps import run_steps
 
@@ -271,7 +271,7 @@ def _summary(event: dict[str, Any]) -> str:
     parts = [f"{k}={data[k]}" for k in ("seq", "name", "workflow_name", "signal_id", "reason") if k in data]
     failure = data.get("failure")
     if isinstance(failure, dict):
-        parts.append(f"{failure.get('error_type')}: {failure.get('message')}")
+        parts.append(failure_line(failure))
     return " ".join(str(p) for p in parts)
 
 
@@ -554,7 +554,7 @@ def stack(execution_id: str, database_url: str | None, output: str) -> None:
             failure = task.pop("last_failure", None)
             parts += ["", "workflow task: " + mapping(task).replace("\n", "; ")]
             if isinstance(failure, dict):  # why it is being retried (its details may be large or encoded)
-                parts += [f"  last failure: {failure.get('error_type')}: {failure.get('message')}"]
+                parts += [f"  last failure: {failure_line(failure)}"]
         if not (d["pending_activities"] or d["timers"] or d["children"] or d.get("workflow_task")):
             parts += ["", "waiting on: nothing (signals, or a terminal run)"]
         return "\n".join(parts)

@@ -47,6 +47,7 @@ from harvest.core.errors import (
     WorkflowNotRunning,
     WorkflowTerminated,
     WorkflowTimedOut,
+    failure_line,
 )
 from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
@@ -477,28 +478,21 @@ def why_stuck(stack: dict[str, Any]) -> str:
     if task.get("last_failure"):
         reasons.append(
             f"its workflow task fails (attempt {task.get('attempt')}: "
-            f"{_failure_line(task['last_failure'])}); it is retried until a worker runs fixed code"
+            f"{failure_line(task['last_failure'])}); it is retried until a worker runs fixed code"
         )
     for activity in stack.get("pending_activities") or ():
         failure, name = activity.get("last_failure"), activity.get("name")
         if activity.get("status") == "dead_lettered":
             reasons.append(
                 f"its activity {name!r} is dead-lettered after {activity.get('attempt')} attempt(s) "
-                f"({_failure_line(failure)}): fix the cause, then "
+                f"({failure_line(failure)}): fix the cause, then "
                 f"`harvest dlq replay {activity.get('dead_letter_id')}`"
             )
         elif failure:
             reasons.append(
-                f"its activity {name!r} failed attempt {activity.get('attempt')} ({_failure_line(failure)})"
+                f"its activity {name!r} failed attempt {activity.get('attempt')} ({failure_line(failure)})"
             )
     return "".join(f"; {reason}" for reason in reasons)
-
-
-def _failure_line(failure: Any) -> str:
-    """``error_type: message`` of a stored failure (both plain under payload codecs)."""
-    if not isinstance(failure, dict):
-        return str(failure)
-    return ": ".join(str(part) for part in (failure.get("error_type"), failure.get("message")) if part)
 
 
 def _failure_report(client: Any, error: BaseException | ActivityFailure) -> dict[str, Any]:

@@ -2,11 +2,13 @@
 
 The one place that turns a :class:`~harvest.config.Config` and a :class:`WorkerOptions` into a
 running :class:`~harvest.worker.Worker`: ``harvest worker``, Django's ``manage.py
-harvest_worker`` and the FastAPI/Starlette lifespan (harvest/integrations) all call it.
+harvest_worker`` and the FastAPI/Starlette lifespan (harvest/integrations) all call it, the
+lifespan and ``harvest serve`` through :class:`WorkerBeside`.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -81,6 +83,51 @@ async def run_worker(
         if started is not None:
             started(worker)
         await worker.run(install_signal_handlers=install_signal_handlers)
+
+
+class WorkerBeside:
+    """:func:`run_worker` as a task on a server's event loop, beside what the server serves
+    (``HarvestLifespan(run_worker=True)``, the runtimes ``harvest serve`` places): it starts at
+    once, and :meth:`stop` drains it. ``on_failure`` is handed the error of a worker that ended
+    by itself while the server ran (a stop's own error is :meth:`stop`'s to raise)."""
+
+    def __init__(
+        self,
+        app: Any,
+        config: Config,
+        options: WorkerOptions,
+        *,
+        database_url: str | None,
+        name: str,
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
+        self.worker: Worker | None = None  # once built (a stop before that stops it as it is handed over)
+        self._stopping = False
+        self._on_failure = on_failure
+        self._task = asyncio.create_task(
+            run_worker(app, config, options, database_url=database_url, started=self._started), name=name
+        )
+        self._task.add_done_callback(self._ended)
+
+    def _started(self, worker: Worker) -> None:
+        self.worker = worker
+        if self._stopping:  # the server stopped before the worker was built
+            worker.request_stop()
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if self._stopping or task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self._on_failure(error)
+
+    async def stop(self) -> None:
+        """Stop claiming, let the tasks in flight finish (``shutdown_grace``), release the
+        rest; a worker that had failed raises its error here."""
+        self._stopping = True
+        if self.worker is not None:
+            self.worker.request_stop()
+        await self._task
 
 
 def log_startup(app: Any, config: Config, options: WorkerOptions) -> None:

@@ -354,6 +354,15 @@ class ActivityFailure(HarvestError):
         return cls(type(exc).__name__, str(exc), False, None)
 
 
+def failure_line(failure: Any) -> str:
+    """A stored failure (``{error_type, message, ...}``; both stay plain under payload codecs)
+    as one line, ``error_type: message``, a part it lacks left out: the one wording of a
+    failure in the CLI, the dashboard and the client's hints. Not a mapping: its ``str``."""
+    if not isinstance(failure, dict):
+        return str(failure)
+    return ": ".join(str(part) for part in (failure.get("error_type"), failure.get("message")) if part)
+
+
 class ActivityError(HarvestError):
     """Raised inside a workflow when an activity failed for good."""
 

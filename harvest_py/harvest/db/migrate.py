@@ -135,27 +135,18 @@ class Blocker:
         )
 
 
-def waits_harmlessly(stmt: str) -> bool:
-    """A statement whose lock wait queues no one: CREATE INDEX, DROP INDEX and REINDEX
-    CONCURRENTLY take a lock that reads and writes do not conflict with, and wait for the
-    transactions before them. Given up midway they would leave an INVALID index behind (that a
-    re-run's IF NOT EXISTS then skips), so they wait without limit."""
-    import pglast
+def waits_harmlessly(node: Any) -> bool:
+    """A statement (its parse tree: :func:`statements`) whose lock wait queues no one: CREATE
+    INDEX, DROP INDEX and REINDEX CONCURRENTLY take a lock that reads and writes do not conflict
+    with, and wait for the transactions before them. Given up midway they would leave an INVALID
+    index behind (that a re-run's IF NOT EXISTS then skips), so they wait without limit."""
     from pglast.ast import DropStmt, IndexStmt, ReindexStmt
 
-    try:
-        parsed = pglast.parse_sql(stmt)
-    except pglast.parser.ParseError:
-        return False
-    for raw in parsed:
-        node = raw.stmt
-        if isinstance(node, IndexStmt | DropStmt) and node.concurrent:
-            return True
-        if isinstance(node, ReindexStmt) and any(
-            getattr(p, "defname", None) == "concurrently" for p in node.params or ()
-        ):
-            return True
-    return False
+    if isinstance(node, IndexStmt | DropStmt) and node.concurrent:
+        return True
+    return isinstance(node, ReindexStmt) and any(
+        getattr(p, "defname", None) == "concurrently" for p in node.params or ()
+    )
 
 
 class BlockerWatch:
@@ -277,6 +268,12 @@ class RunReport:
     shard: dict[str, Any] | None = None
 
 
+# A row of the migration ledger (set_name, version, name, applied_at, checksum), and the function
+# ledger: each file's checksum and the release that applied it.
+LedgerRow = tuple[str, str, str, datetime, str]
+FunctionLedger = dict[str, tuple[str, str | None]]
+
+
 def is_transactional(sql: str) -> bool:
     head = [line.strip() for line in sql.splitlines()[:5]]
     return NO_TRANSACTION_MARK not in head
@@ -345,24 +342,35 @@ def latest_core_version() -> str:
     return load_set(paths.migrations_dir(), CORE_SET)[-1].version
 
 
-def statements(sql: str) -> list[tuple[int, str]]:
-    """Split SQL into (line number, statement) pairs; the line names a failure's place."""
+@dataclass(frozen=True)
+class Statement:
+    """One statement of a file: the line it starts on (a failure's place), its text, its parse
+    tree (what transaction_control and waits_harmlessly read)."""
+
+    line: int
+    text: str
+    node: Any
+
+
+def statements(sql: str) -> list[Statement]:
+    """Split SQL into its statements, parsing it once (ParseError: a syntax error anywhere)."""
     import pglast  # the parser is needed only when a migrator runs: `import harvest` stays light
 
     result = []
-    for piece in pglast.split(sql, with_parser=True, only_slices=True):
-        line = sql.count("\n", 0, piece.start) + 1
-        result.append((line, sql[piece]))
+    for raw in pglast.parse_sql(sql):
+        start = raw.stmt_location or 0
+        # (the last statement, with no ";", has no length: it runs to the end; blanks after are cut)
+        end = start + raw.stmt_len if raw.stmt_len else len(sql)
+        result.append(Statement(sql.count("\n", 0, start) + 1, sql[start:end].rstrip(), raw.stmt))
     return result
 
 
-def transaction_control(sql: str) -> tuple[int, str] | None:
-    """The line and keyword of the first statement in ``sql`` that would end or open the
-    runner's transaction (BEGIN, COMMIT, ROLLBACK, PREPARE TRANSACTION, ...), or None. A COMMIT
+def transaction_control(parsed: list[Statement]) -> tuple[int, str] | None:
+    """The line and keyword of the first statement that would end or open the runner's
+    transaction (BEGIN, COMMIT, ROLLBACK, PREPARE TRANSACTION, ...), or None. A COMMIT
     in a file kept its first half with no ledger row when a later statement failed; a ROLLBACK
     undid the file and the runner recorded it as applied; a BEGIN in a no-transaction file wrapped
     the rest in a block. Savepoints stay inside the transaction and are allowed."""
-    import pglast
     from pglast.ast import TransactionStmt
     from pglast.enums import TransactionStmtKind
 
@@ -371,13 +379,12 @@ def transaction_control(sql: str) -> tuple[int, str] | None:
         TransactionStmtKind.TRANS_STMT_RELEASE,
         TransactionStmtKind.TRANS_STMT_ROLLBACK_TO,
     }
-    for raw in pglast.parse_sql(sql):
-        stmt = raw.stmt
-        if isinstance(stmt, TransactionStmt) and stmt.kind not in inside:
-            start = raw.stmt_location or 0
-            text = sql[start:]
-            start += len(text) - len(text.lstrip())  # (the location may point at the whitespace before)
-            return sql.count("\n", 0, start) + 1, sql[start:].split(None, 1)[0].rstrip(";").upper()
+    for statement in parsed:
+        node, text = statement.node, statement.text
+        if isinstance(node, TransactionStmt) and node.kind not in inside:
+            # (the location may point at the whitespace before)
+            blank = text[: len(text) - len(text.lstrip())]
+            return statement.line + blank.count("\n"), text.split(None, 1)[0].rstrip(";").upper()
     return None
 
 
@@ -469,7 +476,9 @@ class Migrator:
         self.clock = clock
 
     # -- reading -----------------------------------------------------------------------
-    def _ledger(self, conn: psycopg.Connection) -> list[tuple[str, str, str, datetime, str]]:
+    # A pass reads each ledger once (_ledger, _function_ledger) and hands the rows to the
+    # helpers that judge them, rather than each helper reading it again.
+    def _ledger(self, conn: psycopg.Connection) -> list[LedgerRow]:
         exists = conn.execute("SELECT to_regclass('harvest.schema_migrations') IS NOT NULL").fetchone()[0]  # type: ignore[index]  # one row
         if not exists:
             return []
@@ -478,30 +487,30 @@ class Migrator:
             " ORDER BY set_name, version"
         ).fetchall()
 
-    def _applied(self, conn: psycopg.Connection) -> dict[tuple[str, str], datetime]:
-        return {(s, v): at for s, v, _name, at, _checksum in self._ledger(conn)}
+    def _applied(self, ledger: list[LedgerRow]) -> dict[tuple[str, str], datetime]:
+        return {(s, v): at for s, v, _name, at, _checksum in ledger}
 
-    def _changed(self, conn: psycopg.Connection) -> list[Migration]:
+    def _changed(self, ledger: list[LedgerRow]) -> list[Migration]:
         """Applied migrations whose file is not the one recorded (edited since): never run
         again, so the edit does nothing where the file was applied."""
-        recorded = {(s, v): checksum for s, v, _name, _at, checksum in self._ledger(conn)}
+        recorded = {(s, v): checksum for s, v, _name, _at, checksum in ledger}
         return [m for m in self.migrations if recorded.get((m.set_name, m.version), m.checksum) != m.checksum]
 
-    def _note_changed(self, conn: psycopg.Connection) -> None:
-        for m in self._changed(conn):
+    def _note_changed(self, ledger: list[LedgerRow]) -> None:
+        for m in self._changed(ledger):
             self.progress(
                 f"note: {m.label} changed since it was applied; an applied migration is not run "
                 "again: put the change in a new migration"
             )
 
-    def _unknown(self, conn: psycopg.Connection) -> list[UnknownMigration]:
+    def _unknown(self, ledger: list[LedgerRow]) -> list[UnknownMigration]:
         """Applied migrations of this run's sets that this run does not have. Rows of other
         sets (an app's set not included this time) are not ours to judge."""
         known = {(m.set_name, m.version) for m in self.migrations}
         sets = {m.set_name for m in self.migrations} | {CORE_SET}
         return [
             UnknownMigration(s, v, n, at)
-            for s, v, n, at, _checksum in self._ledger(conn)
+            for s, v, n, at, _checksum in ledger
             if s in sets and (s, v) not in known
         ]
 
@@ -523,7 +532,7 @@ class Migrator:
             "run the newer release that has it, not this one"
         )
 
-    def _function_ledger(self, conn: psycopg.Connection) -> dict[str, tuple[str, str | None]]:
+    def _function_ledger(self, conn: psycopg.Connection) -> FunctionLedger:
         """Each recorded function file's checksum and the release that applied it (None before
         migration 0085 added the column, and in the rows it found)."""
         columns = {
@@ -539,19 +548,20 @@ class Migrator:
         rows = conn.execute(f"SELECT file_name, checksum, {release} FROM harvest.function_files").fetchall()  # pyright: ignore[reportArgumentType, reportCallIssue]  # one of two literals
         return {name: (checksum, version) for name, checksum, version in rows}
 
-    def _stale_functions(self, conn: psycopg.Connection) -> list[Path]:
-        recorded = self._function_ledger(conn)
+    def _stale_functions(self, recorded: FunctionLedger) -> list[Path]:
         return [p for p in function_files() if recorded.get(p.name, ("", None))[0] != file_checksum(p)]
 
-    def _newer_functions(self, conn: psycopg.Connection, core_pending: bool) -> list[NewerFunctionFile]:
+    def _newer_functions(
+        self, recorded: FunctionLedger, retired: list[str], core_pending: bool
+    ) -> list[NewerFunctionFile]:
         """The function files this run would replace or retire whose ledger rows a newer release
         wrote (a run with Harvest migrations to apply replaces every file)."""
         ours = release_order(_package_version())
-        touched = {p.name for p in (function_files() if core_pending else self._stale_functions(conn))}
-        touched.update(self._retired_functions(conn))
+        touched = {p.name for p in (function_files() if core_pending else self._stale_functions(recorded))}
+        touched.update(retired)
         return [
             NewerFunctionFile(name, version)
-            for name, (_checksum, version) in sorted(self._function_ledger(conn).items())
+            for name, (_checksum, version) in sorted(recorded.items())
             if name in touched and version is not None and release_order(version) > ours
         ]
 
@@ -578,20 +588,21 @@ class Migrator:
     def inspect(self) -> StatusReport:
         """:meth:`status` plus the applied migrations this package does not know."""
         with connect(self.dsn, autocommit=True) as conn:
-            applied = self._applied(conn)
-            stale = self._stale_functions(conn)
+            ledger, recorded = self._ledger(conn), self._function_ledger(conn)
             retired = self._retired_functions(conn)
-            unknown = self._unknown(conn)
-            changed = {(m.set_name, m.version) for m in self._changed(conn)}
-            releases = {name: version for name, (_checksum, version) in self._function_ledger(conn).items()}
-            ahead = self._ahead(unknown)
-            if ahead is None:
-                core_pending = any(
-                    m.set_name == CORE_SET and (m.set_name, m.version) not in applied for m in self.migrations
-                )
-                newer = self._newer_functions(conn, core_pending)
-                if newer:
-                    ahead = SchemaMismatch(downgrade_message(newer, _package_version()))
+        applied = self._applied(ledger)
+        stale = self._stale_functions(recorded)
+        unknown = self._unknown(ledger)
+        changed = {(m.set_name, m.version) for m in self._changed(ledger)}
+        releases = {name: version for name, (_checksum, version) in recorded.items()}
+        ahead = self._ahead(unknown)
+        if ahead is None:
+            core_pending = any(
+                m.set_name == CORE_SET and (m.set_name, m.version) not in applied for m in self.migrations
+            )
+            newer = self._newer_functions(recorded, retired, core_pending)
+            if newer:
+                ahead = SchemaMismatch(downgrade_message(newer, _package_version()))
         rows = [
             MigrationStatus(m, applied.get((m.set_name, m.version)), (m.set_name, m.version) in changed)
             for m in self.migrations
@@ -617,18 +628,22 @@ class Migrator:
         report = RunReport()
         with connect(self.dsn, autocommit=True) as conn:
             if dry_run:
-                ahead = self._ahead(self._unknown(conn))
+                ledger = self._ledger(conn)
+                ahead = self._ahead(self._unknown(ledger))
                 if ahead:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
-                applied = self._applied(conn)
-                self._note_changed(conn)
+                self._note_changed(ledger)
+                applied = self._applied(ledger)
                 report.applied = [m for m in self.migrations if (m.set_name, m.version) not in applied]
                 # (a run with Harvest migrations to apply applies every function file again: run())
                 core = any(m.set_name == CORE_SET for m in report.applied)
-                report.functions_downgraded = self._refuse_downgrade(conn, core, allow_downgrade, say=False)
-                stale = function_files() if core else self._stale_functions(conn)
+                recorded, retired = self._function_ledger(conn), self._retired_functions(conn)
+                report.functions_downgraded = self._refuse_downgrade(
+                    recorded, retired, core, allow_downgrade, say=False
+                )
+                stale = function_files() if core else self._stale_functions(recorded)
                 report.functions_applied = [p.name for p in stale]
-                report.functions_retired = self._retired_functions(conn)
+                report.functions_retired = retired
                 if shard_id is not None:
                     current = self._current_shard(conn)
                     report.shard = {
@@ -642,19 +657,23 @@ class Migrator:
             try:
                 # Under the lock and before anything is written: a newer Harvest's schema is
                 # refused whole (its functions/ too), never downgraded.
-                ahead = self._ahead(self._unknown(conn))
+                ledger = self._ledger(conn)
+                ahead = self._ahead(self._unknown(ledger))
                 if ahead:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
                 # The ledgers' one definition is sql/ledger.sql (a fresh install's first file).
+                # (It creates what is missing and changes no row: the rows read above stand.)
                 ledger_sql = paths.ledger_file().read_text()
                 self._retrying(conn, watch, "sql/ledger.sql", lambda: conn.execute(ledger_sql))  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own file
-                applied = self._applied(conn)
-                self._note_changed(conn)
+                self._note_changed(ledger)
+                applied = self._applied(ledger)
                 pending = [m for m in self.migrations if (m.set_name, m.version) not in applied]
                 core_pending = any(m.set_name == CORE_SET for m in pending)
                 # Also before anything is written: the lock keeps another release from applying
                 # files between this check and this run's functions' step.
-                report.functions_downgraded = self._refuse_downgrade(conn, core_pending, allow_downgrade)
+                report.functions_downgraded = self._refuse_downgrade(
+                    self._function_ledger(conn), self._retired_functions(conn), core_pending, allow_downgrade
+                )
                 if core_pending:
                     # From Harvest's first migration until the functions' step commits, the
                     # functions are not this run's (0080 drops one its start.sql brings back): a
@@ -720,13 +739,13 @@ class Migrator:
             )
 
     def _refuse_downgrade(
-        self, conn: psycopg.Connection, core_pending: bool, allow: bool, say: bool = True
+        self, recorded: FunctionLedger, retired: list[str], core_pending: bool, allow: bool, say: bool = True
     ) -> dict[str, str]:
         """Refuse a run that would replace or retire function files a newer release applied
         (SchemaMismatch, nothing changed); with ``allow``, the files it will put back and the
         release each one replaces, ``say``-ing each as a progress line (a dry run's plan
         lists them instead)."""
-        newer = self._newer_functions(conn, core_pending)
+        newer = self._newer_functions(recorded, retired, core_pending)
         if newer and not allow:
             raise SchemaMismatch(f"{downgrade_message(newer, _package_version())}; nothing was changed")
         for f in newer if say else ():
@@ -750,7 +769,7 @@ class Migrator:
         with conn.transaction():
             # Function files reference each other; bodies are checked when first called.
             conn.execute("SET LOCAL check_function_bodies = off")
-            for path in self._stale_functions(conn):
+            for path in self._stale_functions(self._function_ledger(conn)):
                 self.progress(f"applying functions/{path.name}")
                 self._apply_functions(conn, path)
                 report.functions_applied.append(path.name)
@@ -876,18 +895,19 @@ class Migrator:
                 f"{path} line {line}: {exc.args[0]}; {not_recorded}"  # pyright: ignore[reportGeneralTypeIssues]
             ) from None
         # The runner owns the transaction (the functions' step's, a migration's, or none).
-        control = transaction_control(sql)
+        control = transaction_control(parsed)
         if control:
             line, word = control
             raise MigrationError(
                 f"{path} line {line}: {word} is not allowed here, the runner owns the transaction "
                 f"(remove it); {not_recorded}"
             )
-        for line, stmt in parsed:
+        for statement in parsed:
+            line, stmt = statement.line, statement.text
             if watch is None:
                 self._run_statement(conn, path, line, stmt, not_recorded)
                 continue
-            unbounded = waits_harmlessly(stmt)
+            unbounded = waits_harmlessly(statement.node)
 
             def attempt(line: int = line, stmt: str = stmt, unbounded: bool = unbounded) -> None:
                 if unbounded:

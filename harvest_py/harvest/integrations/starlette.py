@@ -22,7 +22,6 @@ API's pools and the client. docs/integrations.md is the guide.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -31,7 +30,7 @@ from typing import Any
 from harvest.client.client import AsyncClient
 from harvest.config import async_shard_pools, load_config
 from harvest.config.config import Config, runtime_plan
-from harvest.config.process import configured_options, is_sharded, run_worker, worker_dsn
+from harvest.config.process import WorkerBeside, configured_options, is_sharded, worker_dsn
 from harvest.declare.definitions import App
 from harvest.worker.options import WorkerOptions, retention_placed
 from harvest.worker.worker import Worker
@@ -101,10 +100,14 @@ class HarvestLifespan:
         self.profile = profile
         self.pool_size = pool_size
         self.management_api: Starlette | None = None
-        self.worker: Worker | None = None
         self._client: AsyncClient | None = None
-        self._worker_task: asyncio.Task[None] | None = None
-        self._stop_requested = False
+        self._worker: WorkerBeside | None = None
+
+    @property
+    def worker(self) -> Worker | None:
+        """The in-process :class:`~harvest.Worker` once built (None without ``run_worker``, and
+        after shutdown)."""
+        return self._worker.worker if self._worker is not None else None
 
     @property
     def client(self) -> AsyncClient:
@@ -192,38 +195,28 @@ class HarvestLifespan:
 
     async def _start_worker(self, config: Config, options: WorkerOptions) -> None:
         assert self.app is not None  # checked in __init__
-        self._stop_requested = False
-
-        def started(worker: Worker) -> None:
-            self.worker = worker
-            if self._stop_requested:  # the app stopped before the worker was built
-                worker.request_stop()
-
-        self._worker_task = asyncio.create_task(
-            run_worker(self.app, config, options, database_url=self.dsn, started=started),
+        self._worker = WorkerBeside(
+            self.app,
+            config,
+            options,
+            database_url=self.dsn,
             name="harvest-worker",
+            on_failure=_log_worker_end,
         )
-        self._worker_task.add_done_callback(_log_worker_end)
 
     async def _stop_worker(self) -> None:
-        """Stop claiming, let the tasks in flight finish (``shutdown_grace``), release the
-        rest; a worker that had failed raises its error here."""
-        task, self._worker_task = self._worker_task, None
-        if task is None:
+        """The worker drained (WorkerBeside.stop); one that had failed raises its error here."""
+        beside = self._worker
+        if beside is None:
             return
-        # A worker not built yet (the app stopped right after startup) stops as it is handed over.
-        self._stop_requested = True
-        if self.worker is not None:
-            self.worker.request_stop()
         try:
-            await task
+            await beside.stop()
         finally:
-            self.worker = None
+            self._worker = None
 
 
-def _log_worker_end(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("harvest: the in-process worker stopped: %s", task.exception())
+def _log_worker_end(error: BaseException) -> None:
+    log.error("harvest: the in-process worker stopped: %s", error)
 
 
 def harvest_client(connection: HTTPConnection) -> AsyncClient:

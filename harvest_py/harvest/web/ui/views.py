@@ -13,6 +13,7 @@ from typing import Any, cast
 import jinja2
 
 from harvest.core.codecs import describe_tree
+from harvest.core.errors import failure_line
 from harvest.core.payload import redact
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE
 
@@ -62,20 +63,14 @@ def payload_shown(value: Any, full: bool) -> Any:
 LINE = 120  # the characters of a JSON value shown on its line; a longer one opens to the rest
 
 
-def _one_line(value: Any) -> str:
-    return json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
-
-
-def compact(value: Any, width: int = LINE) -> str:
-    """A JSON value on one line, cut at ``width`` characters (``json_value`` in _macros.html
-    shows the whole of a cut one on demand)."""
-    text = _one_line(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def cut(value: Any, width: int = LINE) -> bool:
-    """Whether ``compact`` cuts ``value``: the page then offers the whole value as well."""
-    return len(_one_line(value)) > width
+def one_line(value: Any, width: int = LINE) -> tuple[str, str | None]:
+    """A JSON value on one line, cut at ``width`` characters, and, where it was cut, the whole
+    of it indented (``json_value`` in _macros.html opens to it), else None: serialised once
+    for the line, once more only for a value too long for it."""
+    text = json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
+    if len(text) <= width:
+        return text, None
+    return text[: width - 1] + "…", pretty(value)
 
 
 def with_query(query: Any, **changes: Any) -> str:
@@ -99,7 +94,7 @@ def segment(name: Any) -> str:
 
 def install(env: jinja2.Environment) -> None:
     env.filters.update(
-        ago=ago, when=when, pretty=pretty, compact=compact, cut=cut, duration=duration, segment=segment
+        ago=ago, when=when, pretty=pretty, one_line=one_line, duration=duration, segment=segment
     )
     env.globals.update(with_query=with_query, COMPLETE=COMPLETE)
 
@@ -139,7 +134,7 @@ def _summary(event_type: str, data: dict[str, Any]) -> str:
             parts.append(f"{key}={value}")
     failure = data.get("failure")
     if isinstance(failure, dict):
-        parts.append(f"{failure.get('error_type')}: {failure.get('message')}")
+        parts.append(failure_line(failure))
     return " ".join(str(p) for p in parts)
 
 
