@@ -270,7 +270,7 @@ BEGIN
         IF v_key.kind = 'concurrency' THEN
             PERFORM pg_advisory_xact_lock(v_key.bucket);  -- _supersede's lock
         END IF;
-        PERFORM harvest._lock_flow_key(v_key.kind, v_key.key);
+        PERFORM harvest._take_flow_key(v_key.kind, v_key.key);
     END LOOP;
 END;
 $$;

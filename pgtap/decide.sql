@@ -2290,9 +2290,9 @@ SELECT harvest._lock_flow_keys_of('[{"workflow_name": "fk_q", "input": [{"t": "b
     {"workflow_name": "fk_c", "input": [{"t": "a", "d": "x"}], "quota": false},
     {"workflow_name": "fk_q", "input": [{"t": "b"}], "quota": true},
     {"workflow_name": "nope", "input": [{"t": "z"}], "quota": true}, 7, {"workflow_name": 1}]');
-SELECT results_eq($$SELECT kind, key, admitted FROM harvest.flow_keys ORDER BY kind, key$$,
-                  $$VALUES ('concurrency'::text, 'x'::text, 0::bigint), ('quota', 'b', 0)$$,
-                  '_lock_flow_keys_of(): each key once, no admission counted; no quota key for a successor');
+SELECT results_eq($$SELECT kind, key FROM harvest.flow_keys ORDER BY kind, key$$,
+                  $$VALUES ('concurrency'::text, 'x'::text), ('quota', 'b')$$,
+                  '_lock_flow_keys_of(): each key once; no quota key for a successor');
 SELECT is((SELECT count(*) FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
            AND l.objid::integer = hashtext('x')), 1::bigint,
           '_lock_flow_keys_of(): a cancel_running key''s advisory lock, as _supersede takes it');
