@@ -168,34 +168,50 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
+    v_names text[];
+    v_ids text[];
+    v_inputs jsonb[];
+    v_quotas boolean[];
+    v_local boolean[];
     v_key record;
 BEGIN
     -- The common decision starts nothing: no lookup at all.
     IF NOT EXISTS (SELECT 1 FROM unnest(p_commands) AS c (commands) WHERE harvest._starts_runs(c.commands)) THEN
         RETURN;
     END IF;
+    -- The starts the decisions make, each run probed and its commands read once for both
+    -- passes below: a continue_as_new's successor (its run's name and key, its quota not
+    -- checked again: _start_workflow), a child (its workflow_id, or <parent workflow_id>/<seq>;
+    -- not local on another shard, where it is started, and gated, on its own).
+    SELECT array_agg(k.workflow_name), array_agg(k.workflow_id), array_agg(c.command -> 'input'),
+           array_agg(k.quota), array_agg(k.local)
+    INTO v_names, v_ids, v_inputs, v_quotas, v_local
+    FROM unnest(p_task_ids, p_commands) AS u (task_id, commands)
+    -- (A scalar probe per id, not a join: see complete_workflow_tasks.)
+    CROSS JOIN LATERAL (
+        SELECT e.workflow_name, e.workflow_id FROM harvest.executions AS e
+        WHERE e.id = (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.task_id)
+    ) AS e
+    CROSS JOIN LATERAL jsonb_array_elements(
+        CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
+    CROSS JOIN LATERAL (
+        SELECT e.workflow_name, e.workflow_id, false AS quota, true AS local
+        WHERE c.command ->> 'type' = 'continue_as_new'
+        UNION ALL
+        SELECT c.command ->> 'workflow_name',
+               coalesce(c.command ->> 'workflow_id', CASE WHEN jsonb_typeof(c.command -> 'seq') = 'number'
+                   THEN e.workflow_id || '/' || (c.command -> 'seq')::integer END),
+               true,
+               jsonb_typeof(c.command -> 'shard') IS DISTINCT FROM 'number'
+               OR c.command -> 'shard' = to_jsonb(harvest.get_shard_id())
+        WHERE c.command ->> 'type' = 'start_child_workflow'
+          AND jsonb_typeof(c.command -> 'workflow_name') = 'string'
+    ) AS k;
     FOR v_key IN
-        SELECT DISTINCT k.workflow_name, k.workflow_id
-        FROM unnest(p_task_ids, p_commands) AS u (task_id, commands)
-        -- (A scalar probe per id, not a join: see complete_workflow_tasks.)
-        CROSS JOIN LATERAL (
-            SELECT e.workflow_name, e.workflow_id FROM harvest.executions AS e
-            WHERE e.id = (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.task_id)
-        ) AS e
-        CROSS JOIN LATERAL jsonb_array_elements(
-            CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
-        CROSS JOIN LATERAL (
-            SELECT e.workflow_name, e.workflow_id
-            WHERE c.command ->> 'type' = 'continue_as_new'
-            UNION ALL
-            SELECT c.command ->> 'workflow_name',
-                   coalesce(c.command ->> 'workflow_id', CASE WHEN jsonb_typeof(c.command -> 'seq') = 'number'
-                       THEN e.workflow_id || '/' || (c.command -> 'seq')::integer END)
-            WHERE c.command ->> 'type' = 'start_child_workflow'
-              AND jsonb_typeof(c.command -> 'workflow_name') = 'string'
-        ) AS k
-        WHERE k.workflow_id IS NOT NULL
-        ORDER BY k.workflow_name, k.workflow_id
+        SELECT DISTINCT s.workflow_name, s.workflow_id
+        FROM unnest(v_names, v_ids) AS s (workflow_name, workflow_id)
+        WHERE s.workflow_id IS NOT NULL
+        ORDER BY s.workflow_name, s.workflow_id
     LOOP
         PERFORM harvest._lock_start_key(v_key.workflow_name, v_key.workflow_id);
     END LOOP;
@@ -210,27 +226,10 @@ BEGIN
                      AND (p.policy ? 'quota' OR p.policy #>> '{concurrency,on_conflict}' = 'cancel_running')) THEN
         RETURN;
     END IF;
-    PERFORM harvest._lock_flow_keys_of(coalesce(jsonb_agg(s.start), '[]'))
-    FROM unnest(p_task_ids, p_commands) AS u (task_id, commands)
-    CROSS JOIN LATERAL (
-        SELECT e.workflow_name FROM harvest.executions AS e
-        WHERE e.id = (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.task_id)
-    ) AS e
-    CROSS JOIN LATERAL jsonb_array_elements(
-        CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
-    CROSS JOIN LATERAL (
-        -- A successor continues its run: its quota is not checked again (_start_workflow).
-        SELECT jsonb_build_object('workflow_name', e.workflow_name, 'input', c.command -> 'input',
-                                  'quota', false) AS start
-        WHERE c.command ->> 'type' = 'continue_as_new'
-        UNION ALL
-        SELECT jsonb_build_object('workflow_name', c.command -> 'workflow_name', 'input', c.command -> 'input',
-                                  'quota', true)
-        WHERE c.command ->> 'type' = 'start_child_workflow'
-          -- (a cross-shard child is started, and gated, on its own shard)
-          AND (jsonb_typeof(c.command -> 'shard') IS DISTINCT FROM 'number'
-               OR c.command -> 'shard' = to_jsonb(harvest.get_shard_id()))
-    ) AS s;
+    PERFORM harvest._lock_flow_keys_of(coalesce(jsonb_agg(jsonb_build_object(
+        'workflow_name', s.workflow_name, 'input', s.input, 'quota', s.quota)), '[]'))
+    FROM unnest(v_names, v_inputs, v_quotas, v_local) AS s (workflow_name, input, quota, local)
+    WHERE s.local;
 END;
 $$;
 
@@ -255,13 +254,13 @@ BEGIN
         JOIN harvest.flow_policies AS p
           ON p.kind = 'workflow' AND jsonb_typeof(s.start) = 'object'
              AND p.name = s.start ->> 'workflow_name' AND jsonb_typeof(s.start -> 'workflow_name') = 'string'
+        CROSS JOIN LATERAL harvest._resolve_flow_keys(coalesce(s.start -> 'input', '[]'), p.policy) AS r
         CROSS JOIN LATERAL (
-            SELECT 'quota'::text AS kind,
-                   harvest._resolve_key(coalesce(s.start -> 'input', '[]'), p.policy #>> '{quota,key}') AS key
-            WHERE s.start -> 'quota' = 'true' AND p.policy ? 'quota'
+            -- The rows the starts take: a quota key's (_check_quota), a cancel_running key's (_supersede).
+            SELECT 'quota'::text AS kind, r.quota_key AS key
+            WHERE s.start -> 'quota' = 'true'
             UNION ALL
-            SELECT 'concurrency',
-                   harvest._resolve_key(coalesce(s.start -> 'input', '[]'), p.policy #>> '{concurrency,key}')
+            SELECT 'concurrency', r.concurrency_key
             WHERE p.policy #>> '{concurrency,on_conflict}' = 'cancel_running'
         ) AS f
         WHERE f.key IS NOT NULL
@@ -270,7 +269,7 @@ BEGIN
         IF v_key.kind = 'concurrency' THEN
             PERFORM pg_advisory_xact_lock(v_key.bucket);  -- _supersede's lock
         END IF;
-        PERFORM harvest._lock_flow_key(v_key.kind, v_key.key);
+        PERFORM harvest._take_flow_key(v_key.kind, v_key.key);
     END LOOP;
 END;
 $$;

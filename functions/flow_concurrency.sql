@@ -63,6 +63,20 @@ BEGIN
 END;
 $$;
 
+-- The flow keys a workflow's policy names for a start's input: its quota key and its
+-- concurrency key, each NULL without that policy or without a value at its path. The one
+-- place they are resolved: a new run's start (start.sql, _start_flow_keys, which checks the
+-- quota), a continue-as-new successor's (_start_workflow) and the passes that take the keys
+-- before the starts (decide.sql, _lock_flow_keys_of).
+CREATE OR REPLACE FUNCTION harvest._resolve_flow_keys(
+    p_input jsonb, p_policy jsonb, OUT quota_key text, OUT concurrency_key text
+)
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT harvest._resolve_key(p_input, p_policy #>> '{quota,key}'),
+           harvest._resolve_key(p_input, p_policy #>> '{concurrency,key}');
+$$;
+
 -- The gate columns of an activity task from its options (the BEFORE INSERT
 -- trigger tasks_derived_columns calls this). rate_key names the token bucket:
 -- rate:<activity> for a static limit, dyn-rate:<key path>:<value> per key.

@@ -44,27 +44,19 @@ BEGIN
 END;
 $$;
 
--- Take a flow key's row (sql/flow.sql, harvest.flow_keys) for a start admitted under it:
--- the row lock serialises the key's starts until commit, and in a REPEATABLE READ or
--- SERIALIZABLE transaction whose snapshot predates another start of the key the update
--- fails (40001) instead of letting the caller count the key's runs without that start.
+-- Take a flow key's row (sql/flow.sql, harvest.flow_keys), for a start under the key or for a
+-- decision or a batch taking its starts' keys first (decide.sql, _lock_flow_keys_of): the row
+-- lock serialises the key's starts until commit, and in a REPEATABLE READ or SERIALIZABLE
+-- transaction whose snapshot predates another start of the key the update fails (40001)
+-- instead of letting the caller count the key's runs without that start. The update changes
+-- nothing but is what counts: the lock, the 40001, and the xmin the janitor reads
+-- (retention.sql, prune_flow_keys).
 CREATE OR REPLACE FUNCTION harvest._take_flow_key(p_kind text, p_key text)
 RETURNS void
 LANGUAGE sql
 AS $$
-    INSERT INTO harvest.flow_keys AS f (kind, key, admitted) VALUES (p_kind, p_key, 1)
-    ON CONFLICT (kind, key) DO UPDATE SET admitted = f.admitted + 1;
-$$;
-
--- Lock a flow key's row without admitting a start under it (admitted unchanged): a decision
--- takes its children's keys in one order before its run's row (decide.sql,
--- _lock_decision_start_keys); the starts that follow find the row locked by their transaction.
-CREATE OR REPLACE FUNCTION harvest._lock_flow_key(p_kind text, p_key text)
-RETURNS void
-LANGUAGE sql
-AS $$
     INSERT INTO harvest.flow_keys AS f (kind, key) VALUES (p_kind, p_key)
-    ON CONFLICT (kind, key) DO UPDATE SET admitted = f.admitted;
+    ON CONFLICT (kind, key) DO UPDATE SET key = f.key;
 $$;
 
 -- One quota's current usage for a key.

@@ -271,8 +271,8 @@ $$;
 
 -- Delete up to p_batch_size rows of harvest.flow_keys (sql/flow.sql) that no start needs:
 -- one row per quota or cancel_running key ever admitted, so per-tenant or per-user keys grew
--- without bound. A start takes its key's row in one statement (_take_flow_key, _lock_flow_key:
--- an insert or an update, never a read before the lock), so a start is either done (committed)
+-- without bound. A start takes its key's row in one statement (_take_flow_key: an insert or an
+-- update, never a read before the lock), so a start is either done (committed)
 -- or holds the row, or comes after the delete and inserts the row again: the row is a lock,
 -- and a fresh one serialises the key's starts as well. What the row also does is refuse
 -- (40001) a start whose transaction snapshot (REPEATABLE READ, SERIALIZABLE) predates another
@@ -285,10 +285,11 @@ $$;
 --   3. no live run (RUNNING, PAUSED) has the key: a key in use keeps its row (no churn).
 -- The rows are locked first and the runs read in a later statement, whose snapshot (READ
 -- COMMITTED) sees the runs of every start that wrote a locked row (in a snapshot transaction
--- a row written since its snapshot is not locked: 40001). admitted counts the starts since
--- the row was (re)made. The janitor calls it on every round. Returns {deleted}.
--- Whether a live run (RUNNING, PAUSED) has this flow key (kind quota or concurrency). An
--- expression, inlined where it is called.
+-- a row written since its snapshot is not locked: 40001). The janitor calls it on every
+-- round. Returns {deleted}.
+-- Whether a live run (RUNNING, PAUSED) has this flow key (kind quota or concurrency): one
+-- probe of executions_live_concurrency_key (led by the key) or executions_quota_key. A call
+-- per key (a body with subqueries is not inlined).
 CREATE OR REPLACE FUNCTION harvest._flow_key_in_use(p_kind text, p_key text)
 RETURNS boolean
 LANGUAGE sql STABLE

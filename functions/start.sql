@@ -391,24 +391,23 @@ BEGIN
 END;
 $$;
 
--- The flow keys of a new run under its workflow's policy (docs/flow-control.md): a
--- quota is checked under its key's lock (flow_quotas.sql, HR006 when exhausted), then
--- the concurrency key is resolved from the input.
+-- The flow keys of a new run under its workflow's policy (flow_concurrency.sql,
+-- _resolve_flow_keys), its quota checked under its key's lock (flow_quotas.sql, HR006 when
+-- exhausted).
 CREATE OR REPLACE FUNCTION harvest._start_flow_keys(
     p_workflow_name text, p_input jsonb, p_policy jsonb,
     OUT quota_key text, OUT concurrency_key text
 )
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_keys record;
 BEGIN
-    IF p_policy ? 'quota' THEN
-        quota_key := harvest._resolve_key(p_input, p_policy #>> '{quota,key}');
-        IF quota_key IS NOT NULL THEN
-            PERFORM harvest._check_quota(p_workflow_name, quota_key, p_policy -> 'quota');
-        END IF;
-    END IF;
-    IF p_policy ? 'concurrency' THEN
-        concurrency_key := harvest._resolve_key(p_input, p_policy #>> '{concurrency,key}');
+    v_keys := harvest._resolve_flow_keys(p_input, p_policy);
+    quota_key := v_keys.quota_key;
+    concurrency_key := v_keys.concurrency_key;
+    IF quota_key IS NOT NULL THEN
+        PERFORM harvest._check_quota(p_workflow_name, quota_key, p_policy -> 'quota');
     END IF;
 END;
 $$;
@@ -754,11 +753,12 @@ BEGIN
         RETURN;
     END IF;
 
-    IF p_continues THEN
-        v_quota_key := harvest._resolve_key(p_input, v_policy #>> '{quota,key}');
-        v_concurrency_key := harvest._resolve_key(p_input, v_policy #>> '{concurrency,key}');
-    ELSIF v_policy ?| ARRAY['quota', 'concurrency'] THEN
-        v_keys := harvest._start_flow_keys(p_workflow_name, p_input, v_policy);
+    IF v_policy ?| ARRAY['quota', 'concurrency'] THEN
+        IF p_continues THEN  -- the same run going on: its keys, its quota not checked again
+            v_keys := harvest._resolve_flow_keys(p_input, v_policy);
+        ELSE
+            v_keys := harvest._start_flow_keys(p_workflow_name, p_input, v_policy);
+        END IF;
         v_quota_key := v_keys.quota_key;
         v_concurrency_key := v_keys.concurrency_key;
     END IF;

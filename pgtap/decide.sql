@@ -2282,7 +2282,7 @@ ROLLBACK;
 -- _lock_flow_keys_of: the quota and cancel_running keys of the starts a decision (or a batch of
 -- starts) will make, locked before any execution row; a successor's quota key is not.
 BEGIN;
-SELECT plan(3);
+SELECT plan(4);
 SELECT harvest.declare_flow_policies('{"workflows": {"fk_q": {"quota": {"key": "input.t", "max_active_executions": 9}},
     "fk_c": {"concurrency": {"key": "input.d", "limit": 1, "on_conflict": "cancel_running"},
              "quota": {"key": "input.t", "max_active_executions": 9}}}}');
@@ -2290,13 +2290,26 @@ SELECT harvest._lock_flow_keys_of('[{"workflow_name": "fk_q", "input": [{"t": "b
     {"workflow_name": "fk_c", "input": [{"t": "a", "d": "x"}], "quota": false},
     {"workflow_name": "fk_q", "input": [{"t": "b"}], "quota": true},
     {"workflow_name": "nope", "input": [{"t": "z"}], "quota": true}, 7, {"workflow_name": 1}]');
-SELECT results_eq($$SELECT kind, key, admitted FROM harvest.flow_keys ORDER BY kind, key$$,
-                  $$VALUES ('concurrency'::text, 'x'::text, 0::bigint), ('quota', 'b', 0)$$,
-                  '_lock_flow_keys_of(): each key once, no admission counted; no quota key for a successor');
+SELECT results_eq($$SELECT kind, key FROM harvest.flow_keys ORDER BY kind, key$$,
+                  $$VALUES ('concurrency'::text, 'x'::text), ('quota', 'b')$$,
+                  '_lock_flow_keys_of(): each key once; no quota key for a successor');
 SELECT is((SELECT count(*) FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
            AND l.objid::integer = hashtext('x')), 1::bigint,
           '_lock_flow_keys_of(): a cancel_running key''s advisory lock, as _supersede takes it');
 SELECT lives_ok($$SELECT harvest._lock_flow_keys_of('{"not": "an array"}')$$,
                 '_lock_flow_keys_of() of anything but an array: nothing');
+-- A decision's pass (_lock_decision_start_keys) takes the keys its starts will: a local
+-- child's quota and cancel_running keys, a successor's cancel_running key but not its quota
+-- key, nothing for a child on another shard.
+SELECT pg_temp.start_claimed('fk_run', 'fk_c', 'fkq', 'worker-1', '[{"t": "p", "d": "own"}]');
+DELETE FROM harvest.flow_keys;
+SELECT harvest._lock_decision_start_keys(ARRAY[pg_temp.task('fk_run')], ARRAY[$$[
+    {"type": "continue_as_new", "input": [{"t": "s", "d": "next"}]},
+    {"type": "start_child_workflow", "seq": 1, "workflow_name": "fk_q", "input": [{"t": "kq"}]},
+    {"type": "start_child_workflow", "seq": 2, "workflow_name": "fk_c", "input": [{"t": "kt", "d": "kd"}]},
+    {"type": "start_child_workflow", "seq": 3, "workflow_name": "fk_q", "input": [{"t": "far"}], "shard": 99}]$$::jsonb]);
+SELECT results_eq($$SELECT kind, key FROM harvest.flow_keys ORDER BY kind, key$$,
+                  $$VALUES ('concurrency'::text, 'kd'::text), ('concurrency', 'next'), ('quota', 'kq'), ('quota', 'kt')$$,
+                  '_lock_decision_start_keys(): its starts'' flow keys; a successor''s quota key and a remote child''s keys not');
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,9 +1,9 @@
--- functions/flow_concurrency.sql: harvest._resolve_key, harvest._flow_task_columns,
+-- functions/flow_concurrency.sql: harvest._resolve_key, harvest._resolve_flow_keys, harvest._flow_task_columns,
 -- harvest.declare_flow_policies, harvest._admit_candidates, harvest._in_flight,
 -- harvest._after_gated_claim, harvest._flow_release, harvest._supersede,
 -- harvest.list_concurrency_keys.
 BEGIN;
-SELECT plan(29);
+SELECT plan(31);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -13,6 +13,13 @@ SELECT is(harvest._resolve_key('[{"a": {"b": 7}}]', 'input.a.b'), '7', 'nested f
 SELECT is(harvest._resolve_key('["k"]', 'input'), 'k', 'input alone is the first argument');
 SELECT is(harvest._resolve_key('[{}]', 'input.tenant_id'), NULL, 'a missing field: no key (no gate)');
 SELECT throws_ok($$SELECT harvest._resolve_key('[]', 'args.x')$$, 'HR001', NULL, 'a path not under input: HR001');
+SELECT results_eq($$SELECT * FROM harvest._resolve_flow_keys('[{"t": "acme", "d": 7}]',
+                      '{"quota": {"key": "input.t"}, "concurrency": {"key": "input.d", "limit": 1}}')$$,
+                  $$VALUES ('acme'::text, '7'::text)$$, '_resolve_flow_keys(): the quota and the concurrency key');
+SELECT results_eq($$SELECT a.*, b.* FROM harvest._resolve_flow_keys('[{"t": "acme"}]', '{"quota": {"key": "input.x"}}') AS a,
+                           harvest._resolve_flow_keys('[{"t": "acme"}]', NULL) AS b$$,
+                  $$VALUES (NULL::text, NULL::text, NULL::text, NULL::text)$$,
+                  '_resolve_flow_keys(): NULL without the policy or a value at its path');
 
 -- Gate columns from activity options (the tasks_flow_columns trigger).
 SELECT is((harvest._flow_task_columns(jsonb_populate_record(NULL::harvest.tasks,

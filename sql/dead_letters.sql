@@ -26,14 +26,16 @@ CREATE TABLE harvest.dead_letters (
     REFERENCES harvest.executions (id) ON DELETE CASCADE
 );
 
-CREATE INDEX dead_letters_failed_at
-ON harvest.dead_letters (failed_at DESC, id);
+-- The listing's order, newest first (functions/dead_letters.sql, list_dead_letters), of all
+-- or of one activity or workflow; read backwards, the bulk actions' oldest first.
+CREATE INDEX dead_letters_newest
+ON harvest.dead_letters (failed_at DESC, id DESC);
 
-CREATE INDEX dead_letters_activity
-ON harvest.dead_letters (activity_name, failed_at DESC);
+CREATE INDEX dead_letters_activity_newest
+ON harvest.dead_letters (activity_name, failed_at DESC, id DESC);
 
 CREATE INDEX dead_letters_execution
 ON harvest.dead_letters (execution_id);
 
-CREATE INDEX dead_letters_workflow
-ON harvest.dead_letters (workflow_name, failed_at DESC);
+CREATE INDEX dead_letters_workflow_newest
+ON harvest.dead_letters (workflow_name, failed_at DESC, id DESC);

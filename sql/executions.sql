@@ -119,9 +119,10 @@ CREATE INDEX executions_completed
 ON harvest.executions (completed_at)
 WHERE status <> 'RUNNING';
 
--- The supersede scan: non-terminal runs (paused ones too) of one workflow type and key, oldest first.
-CREATE INDEX executions_concurrency_key
-ON harvest.executions (workflow_name, concurrency_key, created_at)
+-- Non-terminal runs (paused ones too) by concurrency key: the supersede scan (one workflow type
+-- and key, oldest first), and the janitor's probe of a key (any workflow: the key leads).
+CREATE INDEX executions_live_concurrency_key
+ON harvest.executions (concurrency_key, workflow_name, created_at)
 WHERE status IN ('RUNNING', 'PAUSED') AND concurrency_key IS NOT NULL;
 
 -- Quota usage per key.

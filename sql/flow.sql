@@ -25,12 +25,11 @@ CREATE TABLE harvest.flow_policies (
 -- and a start whose transaction reads one snapshot (REPEATABLE READ, SERIALIZABLE: a
 -- start inside a caller's own transaction) that predates another start of the key
 -- fails on the update (40001, retryable) instead of counting without it.
--- admitted: the starts admitted under the key since the row was made. The retention janitor
--- deletes the rows no start needs (functions/retention.sql, prune_flow_keys).
+-- The row is a lock and holds nothing else. The retention janitor deletes the rows no start
+-- needs (functions/retention.sql, prune_flow_keys).
 CREATE TABLE harvest.flow_keys (
     kind text NOT NULL,
     key text NOT NULL,
-    admitted bigint NOT NULL DEFAULT 0,
     CONSTRAINT flow_keys_pkey PRIMARY KEY (kind, key),
     CONSTRAINT flow_keys_kind_check CHECK (kind IN ('quota', 'concurrency'))
 );

@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
+from test_generic_plans import Statement, nodes, plain_sql
 
 from harvest import App, Client, RetryPolicy, activity, workflow
 from harvest.core.errors import WorkflowFailed, WorkflowNotRunning
@@ -119,3 +121,74 @@ def test_a_replay_gives_a_fresh_budget_and_the_attempts_keep_counting(start_work
     with client.sql() as sql:
         (usage,) = sql.count_usage(now - timedelta(hours=1), now + timedelta(hours=1))
     assert usage["activity_executions"] == 5, usage
+
+
+# -- the listing's order is its index's ------------------------------------------------------
+
+LISTING = Statement(
+    "list_dead_letters",
+    r"SELECT \* FROM harvest\.dead_letters AS d",
+    {
+        "p_activity_name": "text",
+        "p_workflow_name": "text",
+        "v_before": "timestamptz",
+        "p_before_id": "bigint",
+        "p_limit": "integer",
+    },
+)
+# The bulk actions' selection (_select_dead_letters): oldest first, the same index backwards.
+BULK = Statement(
+    "_select_dead_letters",
+    r"SELECT d\.id, d\.failed_at FROM harvest\.dead_letters AS d",
+    {
+        "p_activity_name": "text",
+        "p_workflow_name": "text",
+        "p_failed_after": "timestamptz",
+        "p_failed_before": "timestamptz",
+        "p_limit": "integer",
+    },
+    end=r"\) AS s;",
+)
+PAGES = {
+    "the newest page": (LISTING, "NULL, NULL, NULL, NULL, 100"),
+    "after a cursor": (LISTING, "NULL, NULL, '2030-01-01 00:00:00+00', 2000, 100"),
+    "of one activity, after a cursor": (LISTING, "'a1', NULL, '2030-01-01 00:00:00+00', 2000, 100"),
+    "of one workflow": (LISTING, "NULL, 'w1', NULL, NULL, 100"),
+    "a bulk action's oldest of one activity": (BULK, "'a1', NULL, NULL, NULL, 100"),
+    "a bulk action's oldest before a time": (BULK, "NULL, NULL, NULL, '2030-01-02 00:00:00+00', 100"),
+}
+
+
+@pytest.mark.parametrize("plan_cache_mode", ["force_custom_plan", "force_generic_plan"])
+@pytest.mark.parametrize("page", list(PAGES))
+def test_a_dead_letter_page_is_read_in_its_index_order_without_a_sort(
+    conn: psycopg.Connection, page: str, plan_cache_mode: str
+) -> None:
+    """The listing orders by (failed_at DESC, id DESC), but its index was (failed_at DESC, id):
+    every page sorted the rows of each failed_at it read (an Incremental Sort), so a burst of
+    dead letters at one instant (one transaction's now) was read and sorted whole for each page.
+    The indexes now hold the listing's order (and, backwards, the bulk actions')."""
+    statement, values = PAGES[page]
+    conn.execute(
+        "INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at)"
+        " SELECT gen_random_uuid(), 'w' || g, 'id-' || g, '2030-01-01 00:00:00+00'"
+        " FROM generate_series(0, 4) AS g"
+    )
+    # 5,000 dead letters in bursts of 500 at one instant, over 5 activities and workflows.
+    conn.execute(
+        "INSERT INTO harvest.dead_letters (execution_id, workflow_name, seq, activity_name, queue,"
+        " attempts, failure, scheduled_at, failed_at)"
+        " SELECT e.id, e.workflow_name, g, 'a' || (g % 5), 'default', 1, '{}', '2030-01-01 00:00:00+00',"
+        " '2030-01-01 00:00:00+00'::timestamptz + (g / 500) * interval '1 hour'"
+        " FROM generate_series(1, 5000) AS g"
+        " JOIN harvest.executions AS e ON e.workflow_name = 'w' || (g % 5)"
+    )
+    conn.execute("ANALYZE harvest.dead_letters")
+    sql = plain_sql(conn, statement)
+    conn.execute(f"SET plan_cache_mode = {plan_cache_mode}")
+    conn.execute(f"PREPARE page ({', '.join(statement.params.values())}) AS {sql}")
+    (explained,) = conn.execute(f"EXPLAIN (FORMAT JSON) EXECUTE page ({values})").fetchone()
+    plan = explained[0]["Plan"]
+    kinds = [node["Node Type"] for node in nodes(plan)]
+    assert "Sort" not in kinds and "Incremental Sort" not in kinds, (page, kinds)
+    assert any(n.get("Relation Name") == "dead_letters" and "Index Name" in n for n in nodes(plan)), kinds
