@@ -23,7 +23,9 @@ def wait_until_blocked(conn: psycopg.Connection, application_name: str) -> None:
         time.sleep(0.01)
 
 
-def wait_until_done_or_blocked(conn: psycopg.Connection, thread: threading.Thread, application_name: str) -> None:
+def wait_until_done_or_blocked(
+    conn: psycopg.Connection, thread: threading.Thread, application_name: str
+) -> None:
     """Until ``thread`` has finished or the session named ``application_name`` waits on a lock
     (10 s at most): for a call that waits only before a fix."""
     deadline = time.monotonic() + 10
