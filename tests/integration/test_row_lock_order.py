@@ -193,3 +193,53 @@ def test_a_group_commit_and_a_terminate_of_a_later_run_holding_its_mutex_do_not_
     assert not isinstance(outcome["terminate"], BaseException), outcome
     # r2 let a go as it ended, to r1, its waiter.
     assert conn.execute("SELECT holder_execution_id::text FROM harvest.mutex_locks").fetchall() == [(r1,)]
+
+
+def test_a_schedule_terminating_two_runs_and_a_group_commit_of_their_decisions_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A slot fired under overlap terminate_other ends the schedule's live runs (two: started
+    under allow_all), and ended them one by one in created_at order; a group commit of both
+    runs' decisions locks them in id order. The firing held the older run (higher id) and,
+    closing it, waited on its task row (a third session); the batch held the lower id and waited
+    on the higher; the firing then waited on the lower: a cycle."""
+    conn.execute(
+        "SELECT harvest.create_schedule('ov', 'plain', p_interval_secs => 3600, p_overlap => 'allow_all')"
+    )
+    for at in ("2030-01-01T00:00:01+00:00", "2030-01-01T00:00:02+00:00"):
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (at,))
+        assert conn.execute("SELECT harvest.trigger_schedule('ov') ->> 'status'").fetchone()[0] == "started"
+    claimed = _claim_all(conn, 2)
+    low, high = sorted(claimed)
+    conn.execute(
+        "UPDATE harvest.executions SET created_at = CASE WHEN id = %s"
+        " THEN timestamptz '2030-01-01T00:00:01+00' ELSE timestamptz '2030-01-01T00:00:02+00' END"
+        " WHERE id IN (%s, %s)",
+        (high, low, high),
+    )
+    outcome: dict[str, Any] = {}
+
+    def fire() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="fire") as c:
+            c.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:03+00:00', false)")
+            return c.execute(
+                "SELECT harvest.trigger_schedule('ov', 'terminate_other') ->> 'status'"
+            ).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
+        firing = in_thread(fire, outcome, "fire")
+        wait_until_blocked(conn, "fire")  # terminating the older run: its task's delete
+        batch = [(claimed[low], _timer()), (claimed[high], _timer())]
+        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
+        wait_until_blocked(conn, "batch")
+        holder.commit()
+        firing.join(20)
+        committing.join(20)
+
+    assert outcome["fire"] == "started", outcome
+    assert isinstance(outcome["batch"], dict), outcome
+    assert "completed" not in outcome["batch"].values(), outcome
+    assert conn.execute(
+        "SELECT array_agg(status ORDER BY id) FROM harvest.executions WHERE id IN (%s, %s)", (low, high)
+    ).fetchone()[0] == ["TERMINATED", "TERMINATED"]
