@@ -243,3 +243,83 @@ def test_a_schedule_terminating_two_runs_and_a_group_commit_of_their_decisions_d
     assert conn.execute(
         "SELECT array_agg(status ORDER BY id) FROM harvest.executions WHERE id IN (%s, %s)", (low, high)
     ).fetchone()[0] == ["TERMINATED", "TERMINATED"]
+
+
+def _runs_awaiting_a_result(conn: psycopg.Connection, n: int) -> dict[str, tuple[int, int, int]]:
+    """n runs, each decided by worker w to run one activity on queue aq, whose activity tasks w
+    claimed: run id -> (activity task id, token, the run's last event id)."""
+    conn.execute("SELECT harvest.register_worker('w', ARRAY['default'], 'host', 1)")
+    for _ in range(n):
+        conn.execute("SELECT harvest.start_workflow('plain', '[]')")
+    for task, token, through in _claim_all(conn, n).values():
+        conn.execute(
+            "SELECT harvest.complete_workflow_task(%s, %s, %s, %s, 'w')",
+            (
+                task,
+                token,
+                through,
+                Jsonb([{"type": "schedule_activity", "seq": 1, "name": "noop", "queue": "aq"}]),
+            ),
+        )
+    rows = conn.execute(
+        "SELECT c.execution_id::text, c.task_id, c.fencing_token, e.last_event_id"
+        " FROM harvest.claim_tasks('w', ARRAY['aq'], %s) AS c"
+        " JOIN harvest.executions AS e ON e.id = c.execution_id",
+        (n,),
+    ).fetchall()
+    assert len(rows) == n, rows
+    return {run: (task, token, last) for run, task, token, last in rows}
+
+
+def _results_with_decisions(db: str, name: str, items: list[tuple[tuple[int, int, int], str]]) -> Any:
+    """complete_activities of the items ((task id, token, last event id), the mutex key the
+    decision ahead asks for), each result 1: {task id: decided or not}."""
+    decisions = [
+        Jsonb(
+            {
+                "after": last,
+                "result_text": "1",
+                "hand_off_slots": 0,
+                "commands": [
+                    {"type": "record_marker", "seq": 2, "kind": "mutex_acquire", "value": {"key": key}}
+                ],
+            }
+        )
+        for (_, _, last), key in items
+    ]
+    with psycopg.connect(db, autocommit=True, application_name=name) as c:
+        return dict(
+            c.execute(
+                "SELECT task_id, decided IS NOT NULL FROM harvest.complete_activities("
+                "'w', %s, %s, %s::jsonb[], true, 30, %s::jsonb[])",
+                ([t[0] for t, _ in items], [t[1] for t, _ in items], [Jsonb(1) for _ in items], decisions),
+            ).fetchall()
+        )
+
+
+def test_two_result_batches_deciding_mutexes_in_opposite_orders_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """The same as two group commits of decisions, for results that carry their decisions
+    ahead (complete_activities): one batch decides r1 (mutex a) and r3 (b), the other r2 (b) and
+    r4 (a)."""
+    runs = _runs_awaiting_a_result(conn, 4)
+    r1, r2, r3, r4 = sorted(runs)
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (r3,))
+        one = in_thread(
+            lambda: _results_with_decisions(db, "one", [(runs[r1], "a"), (runs[r3], "b")]), outcome, "one"
+        )
+        wait_until_blocked(conn, "one")  # on r3's row (holding mutex a, before the fix)
+        two = in_thread(
+            lambda: _results_with_decisions(db, "two", [(runs[r2], "b"), (runs[r4], "a")]), outcome, "two"
+        )
+        wait_until_done_or_blocked(conn, two, "two")  # (before the fix: on mutex a, holding b)
+        holder.commit()
+        one.join(20)
+        two.join(20)
+
+    assert isinstance(outcome["one"], dict) and isinstance(outcome["two"], dict), outcome
+    assert set(outcome["one"].values()) | set(outcome["two"].values()) == {True}, outcome  # all decided
+    assert conn.execute("SELECT count(*) FROM harvest.mutex_waiters").fetchone()[0] == 2
