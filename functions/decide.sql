@@ -252,7 +252,6 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_runs uuid[];
-    v_key text;
 BEGIN
     IF NOT EXISTS (
         SELECT 1 FROM unnest(p_commands) AS c (commands)
@@ -269,24 +268,14 @@ BEGIN
         WHERE e.id = ANY (ARRAY(SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = ANY (p_task_ids)))
         ORDER BY e.id FOR UPDATE
     );
-    FOR v_key IN
-        SELECT k.key FROM (
-            SELECT c.command #>> '{value,key}' AS key
-            FROM unnest(p_commands) AS u (commands)
-            CROSS JOIN LATERAL jsonb_array_elements(
-                CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
-            WHERE c.command ->> 'type' = 'record_marker'
-              AND c.command ->> 'kind' IN ('mutex_acquire', 'mutex_release')
-              AND c.command #>> '{value,key}' <> ''
-            UNION
-            SELECT l.lock_key FROM harvest.mutex_locks AS l WHERE l.holder_execution_id = ANY (v_runs)
-            UNION
-            SELECT w.lock_key FROM harvest.mutex_waiters AS w WHERE w.execution_id = ANY (v_runs)
-        ) AS k
-        ORDER BY 1
-    LOOP
-        PERFORM pg_advisory_xact_lock(hashtext('harvest.mutex:' || v_key));
-    END LOOP;
+    PERFORM harvest._lock_mutex_keys(v_runs, ARRAY(
+        SELECT c.command #>> '{value,key}'
+        FROM unnest(p_commands) AS u (commands)
+        CROSS JOIN LATERAL jsonb_array_elements(
+            CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
+        WHERE c.command ->> 'type' = 'record_marker'
+          AND c.command ->> 'kind' IN ('mutex_acquire', 'mutex_release')
+    ));
 END;
 $$;
 

@@ -343,11 +343,12 @@ $$;
 -- admission, from a scan bounded to limit + 32 rows, serialised on the key's
 -- advisory lock (and its row of harvest.flow_keys, for a start in a snapshot transaction). Each is closed CANCELLED with WorkflowCancelled
 -- {details: {superseded_by}}. Returns the ids cancelled.
--- The runs are locked all at once, in id order, before the first is closed (docs/internals.md,
--- "Lock order"): locked one by one in created_at order, which is not id order (an id's clock
--- is its transaction's and its low bytes are random), a start superseding two runs waited on
--- the second while holding the first, and a group commit of both runs' decisions, locking them
--- in id order, held the second and waited on the first (40P01;
+-- The runs are locked all at once, in id order, then the mutex keys their closes release, in
+-- key order, before the first is closed (docs/internals.md, "Lock order"): locked one by one in
+-- created_at order, which is not id order (an id's clock is its transaction's and its low bytes
+-- are random), a start superseding two runs waited on the second while holding the first, and a
+-- group commit of both runs' decisions, locking them in id order, held the second and waited on
+-- the first; their keys, released run by run, met a group commit taking them in key order (40P01;
 -- tests/integration/test_row_lock_order.py).
 CREATE OR REPLACE FUNCTION harvest._supersede(
     p_workflow_name text, p_key text, p_limit integer, p_new_execution_id uuid
@@ -388,6 +389,8 @@ BEGIN
     PERFORM 1 FROM harvest.executions AS e
     WHERE e.id = ANY (v_victims) AND e.status IN ('RUNNING', 'PAUSED')
     ORDER BY e.id FOR UPDATE;
+    -- Then the mutex keys their closes release, in key order (flow_mutex.sql).
+    PERFORM harvest._lock_mutex_keys(v_victims);
     FOREACH v_victim IN ARRAY v_victims LOOP
         -- (Held already; one closed while this waited, by a cancel that held it, is passed.)
         PERFORM 1 FROM harvest.executions AS e

@@ -509,6 +509,9 @@ BEGIN
         PERFORM 1 FROM harvest.executions AS e
         WHERE e.id = ANY (v_runs) AND e.status IN ('RUNNING', 'PAUSED')
         ORDER BY e.id FOR UPDATE;
+        IF p_overlap = 'terminate_other' THEN  -- (then the mutex keys their ends release, in key order)
+            PERFORM harvest._lock_mutex_keys(v_runs);
+        END IF;
         FOREACH v_run_id IN ARRAY v_runs LOOP
             -- (One that ended while this waited for it is passed.)
             CONTINUE WHEN NOT EXISTS (SELECT 1 FROM harvest.executions AS e

@@ -323,3 +323,52 @@ def test_two_result_batches_deciding_mutexes_in_opposite_orders_do_not_deadlock(
     assert isinstance(outcome["one"], dict) and isinstance(outcome["two"], dict), outcome
     assert set(outcome["one"].values()) | set(outcome["two"].values()) == {True}, outcome  # all decided
     assert conn.execute("SELECT count(*) FROM harvest.mutex_waiters").fetchone()[0] == 2
+
+
+def test_a_start_superseding_two_mutex_holders_and_a_group_commit_asking_for_their_keys_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """Two runs of one key hold mutexes b (the older) and a (the newer); a start supersedes both
+    while a batch of two other runs' decisions asks for a and b. The start released each run's
+    keys as it closed it, b then a, while the batch took a then b: the start held b and, closing
+    the older run, waited on its task row (a third session); the batch took a and waited on b;
+    the start then waited on a."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(2),))
+    for _ in range(2):
+        conn.execute("SELECT harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),))
+    latest = _claim_all(conn, 2)
+    older, newer = sorted(latest)
+    conn.execute(
+        "UPDATE harvest.executions SET created_at = created_at - interval '1 s' WHERE id = %s", (older,)
+    )
+    _group_commit(db, "setup", [(latest[older], _acquire("b")), (latest[newer], _acquire("a"))])
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1),))
+    for _ in range(2):
+        conn.execute("SELECT harvest.start_workflow('plain', '[]')")
+    others = {
+        run: task for run, task in _claim_all(conn, 4).items() if run not in latest
+    }  # (and the two holders' tasks after MutexAcquired)
+    x, y = sorted(others)
+    outcome: dict[str, Any] = {}
+
+    def start() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="start") as c:
+            return c.execute(
+                "SELECT started_fresh FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
+            ).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (older,))
+        starting = in_thread(start, outcome, "start")
+        wait_until_blocked(conn, "start")  # closing the older run: its task's delete, holding b
+        batch = [(others[x], _acquire("a")), (others[y], _acquire("b"))]
+        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
+        wait_until_blocked(conn, "batch")  # on a (after the fix) or b (before it)
+        holder.commit()
+        starting.join(20)
+        committing.join(20)
+
+    assert outcome["start"] is True, outcome
+    assert outcome["batch"] == {others[x][0]: "completed", others[y][0]: "completed"}, outcome
+    holders = conn.execute("SELECT lock_key, holder_execution_id::text FROM harvest.mutex_locks ORDER BY 1")
+    assert holders.fetchall() == [("a", x), ("b", y)]
