@@ -372,3 +372,50 @@ def test_a_start_superseding_two_mutex_holders_and_a_group_commit_asking_for_the
     assert outcome["batch"] == {others[x][0]: "completed", others[y][0]: "completed"}, outcome
     holders = conn.execute("SELECT lock_key, holder_execution_id::text FROM harvest.mutex_locks ORDER BY 1")
     assert holders.fetchall() == [("a", x), ("b", y)]
+
+
+def test_a_schedule_terminating_two_mutex_holders_and_a_group_commit_asking_for_their_keys_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """The same as a start superseding two mutex holders, for a slot fired under overlap
+    terminate_other: each terminate released its run's keys, b then a."""
+    conn.execute(
+        "SELECT harvest.create_schedule('ov', 'plain', p_interval_secs => 3600, p_overlap => 'allow_all')"
+    )
+    for at in ("2030-01-01T00:00:01+00:00", "2030-01-01T00:00:02+00:00"):
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (at,))
+        conn.execute("SELECT harvest.trigger_schedule('ov')")
+    scheduled = _claim_all(conn, 2)
+    older, newer = sorted(scheduled)
+    conn.execute(
+        "UPDATE harvest.executions SET created_at = created_at - interval '1 h' WHERE id = %s", (older,)
+    )
+    _group_commit(db, "setup", [(scheduled[older], _acquire("b")), (scheduled[newer], _acquire("a"))])
+    for _ in range(2):
+        conn.execute("SELECT harvest.start_workflow('plain', '[]')")
+    others = {run: task for run, task in _claim_all(conn, 4).items() if run not in scheduled}
+    x, y = sorted(others)
+    outcome: dict[str, Any] = {}
+
+    def fire() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="fire") as c:
+            c.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:03+00:00', false)")
+            return c.execute(
+                "SELECT harvest.trigger_schedule('ov', 'terminate_other') ->> 'status'"
+            ).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (older,))
+        firing = in_thread(fire, outcome, "fire")
+        wait_until_blocked(conn, "fire")  # terminating the older run: its task's delete, holding b
+        batch = [(others[x], _acquire("a")), (others[y], _acquire("b"))]
+        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
+        wait_until_blocked(conn, "batch")  # on a (after the fix) or b (before it)
+        holder.commit()
+        firing.join(20)
+        committing.join(20)
+
+    assert outcome["fire"] == "started", outcome
+    assert outcome["batch"] == {others[x][0]: "completed", others[y][0]: "completed"}, outcome
+    holders = conn.execute("SELECT lock_key, holder_execution_id::text FROM harvest.mutex_locks ORDER BY 1")
+    assert holders.fetchall() == [("a", x), ("b", y)]
