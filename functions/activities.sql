@@ -416,6 +416,12 @@ BEGIN
                 EXIT;
             END IF;
         END LOOP;
+        -- Then, in a batch, its runs' rows and its decisions' mutex keys (decide.sql).
+        IF v_batched THEN
+            PERFORM harvest._lock_batch_mutexes(p_task_ids,
+                ARRAY(SELECT d.decision -> 'commands' FROM unnest(p_decisions) WITH ORDINALITY AS d (decision, n)
+                      ORDER BY d.n));
+        END IF;
     END IF;
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with

@@ -233,6 +233,51 @@ BEGIN
 END;
 $$;
 
+-- A group commit's mutex keys, all of them before its first decision (complete_workflow_tasks,
+-- complete_activities with decisions ahead; p_commands[i] is the command array of the task
+-- p_task_ids[i], NULL: none): first every run of the batch's tasks, locked in id order, then every
+-- mutex key a decision of the batch may take, in key order as _apply_decision and
+-- _mutex_release_all take theirs (docs/internals.md, "Lock order", 4 and 5): the keys its mutex
+-- markers name, and those its runs hold or wait for (a close releases them). Taken as each item
+-- came, a batch held its first run's key while it waited on a later run's row or key, and two
+-- batches whose runs named two keys in opposite id orders deadlocked (40P01;
+-- tests/integration/test_row_lock_order.py), as did a batch and a cancel of a later run holding
+-- the key. After the rows: what a run holds or waits for changes only under its row lock (a
+-- grant to a run takes its row SKIP LOCKED). The items' own locks then find all held. Nothing is
+-- locked where no decision names a mutex and none is held or waited for (the usual batch).
+CREATE OR REPLACE FUNCTION harvest._lock_batch_mutexes(p_task_ids bigint[], p_commands jsonb[])
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_runs uuid[];
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM unnest(p_commands) AS c (commands)
+        WHERE jsonb_typeof(c.commands) = 'array'
+          AND (c.commands @? '$[*] ? (@.type == "record_marker" && (@.kind == "mutex_acquire" || @.kind == "mutex_release"))'
+               OR EXISTS (SELECT 1 FROM harvest.mutex_locks) OR EXISTS (SELECT 1 FROM harvest.mutex_waiters))
+    ) THEN
+        RETURN;
+    END IF;
+    -- (The sort is below the row lock: locked in id order. By an id array, not a join: see
+    -- complete_workflow_tasks.)
+    v_runs := ARRAY(
+        SELECT e.id FROM harvest.executions AS e
+        WHERE e.id = ANY (ARRAY(SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = ANY (p_task_ids)))
+        ORDER BY e.id FOR UPDATE
+    );
+    PERFORM harvest._lock_mutex_keys(v_runs, ARRAY(
+        SELECT c.command #>> '{value,key}'
+        FROM unnest(p_commands) AS u (commands)
+        CROSS JOIN LATERAL jsonb_array_elements(
+            CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
+        WHERE c.command ->> 'type' = 'record_marker'
+          AND c.command ->> 'kind' IN ('mutex_acquire', 'mutex_release')
+    ));
+END;
+$$;
+
 -- Take the flow keys that starts will take (functions/flow_quotas.sql, flow_concurrency.sql),
 -- in one order, before the caller locks any execution row or (start_workflows) starts the
 -- first of them: quota keys (their rows of harvest.flow_keys) first, then cancel_running
@@ -1509,6 +1554,10 @@ BEGIN
             EXIT;
         END IF;
     END LOOP;
+    -- Then, in a batch, its runs' rows and its mutex keys, all before its first decision.
+    IF v_batched THEN
+        PERFORM harvest._lock_batch_mutexes(p_task_ids, p_commands);
+    END IF;
     -- (RETURN NEXT per answer: a set query here would be planned on every call.)
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with

@@ -357,6 +357,13 @@ $$;
 -- admission, from a scan bounded to limit + 32 rows, serialised on the key's
 -- advisory lock (and its row of harvest.flow_keys, for a start in a snapshot transaction). Each is closed CANCELLED with WorkflowCancelled
 -- {details: {superseded_by}}. Returns the ids cancelled.
+-- The runs are locked all at once, in id order, then the mutex keys their closes release, in
+-- key order, before the first is closed (docs/internals.md, "Lock order"): locked one by one in
+-- created_at order, which is not id order (an id's clock is its transaction's and its low bytes
+-- are random), a start superseding two runs waited on the second while holding the first, and a
+-- group commit of both runs' decisions, locking them in id order, held the second and waited on
+-- the first; their keys, released run by run, met a group commit taking them in key order (40P01;
+-- tests/integration/test_row_lock_order.py).
 CREATE OR REPLACE FUNCTION harvest._supersede(
     p_workflow_name text, p_key text, p_limit integer, p_new_execution_id uuid
 )
@@ -365,6 +372,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     c_scan_limit constant integer := 32;
+    v_victims uuid[];
     v_victim uuid;
     v_cancelled uuid[] := ARRAY[]::uuid[];
 BEGIN
@@ -372,7 +380,7 @@ BEGIN
     -- Then the key's row, before the runs are read: a start whose transaction snapshot is
     -- older than another start of the key fails here (40001) instead of missing that run.
     PERFORM harvest._take_flow_key('concurrency', p_key);
-    FOR v_victim IN
+    v_victims := ARRAY(
         SELECT s.id FROM (
             SELECT e.id, e.created_at,
                    row_number() OVER (ORDER BY e.created_at DESC, e.id DESC) AS newest
@@ -387,9 +395,20 @@ BEGIN
         WHERE s.newest > p_limit - 1
         ORDER BY s.created_at, s.id
         LIMIT c_scan_limit
-    LOOP
+    );
+    IF cardinality(v_victims) = 0 THEN
+        RETURN v_cancelled;
+    END IF;
+    -- All locked first, in id order (the sort is below the row lock), then closed oldest first.
+    PERFORM 1 FROM harvest.executions AS e
+    WHERE e.id = ANY (v_victims) AND e.status IN ('RUNNING', 'PAUSED')
+    ORDER BY e.id FOR UPDATE;
+    -- Then the mutex keys their closes release, in key order (flow_mutex.sql).
+    PERFORM harvest._lock_mutex_keys(v_victims);
+    FOREACH v_victim IN ARRAY v_victims LOOP
+        -- (Held already; one closed while this waited, by a cancel that held it, is passed.)
         PERFORM 1 FROM harvest.executions AS e
-        WHERE e.id = v_victim AND e.status IN ('RUNNING', 'PAUSED') FOR UPDATE;
+        WHERE e.id = v_victim AND e.status IN ('RUNNING', 'PAUSED');
         CONTINUE WHEN NOT FOUND;
         PERFORM harvest._append_event(v_victim, 'WorkflowCancelled', jsonb_build_object(
             'details', jsonb_build_object('superseded_by', p_new_execution_id)));

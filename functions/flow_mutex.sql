@@ -102,6 +102,36 @@ BEGIN
 END;
 $$;
 
+-- Lock, in key order, the keys p_keys names and every key the runs p_runs hold or wait for
+-- (their closes release them: _mutex_release_all), for a transaction about to act on several runs
+-- whose rows it holds already (docs/internals.md, "Lock order", 5): a group commit
+-- (_lock_batch_mutexes), a start superseding runs (_supersede), a schedule slot ending them
+-- (_fire_slot). Taken run by run as each closed, one transaction took b (the first run's) then a
+-- (the second's) while another took a then b: 40P01 (tests/integration/test_row_lock_order.py).
+-- What a run holds or waits for changes only under its row lock (a grant takes the row SKIP
+-- LOCKED), so the set read here is the set its close releases.
+CREATE OR REPLACE FUNCTION harvest._lock_mutex_keys(p_runs uuid[], p_keys text[] DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_key text;
+BEGIN
+    FOR v_key IN
+        SELECT k.key FROM (
+            SELECT u.key FROM unnest(p_keys) AS u (key) WHERE u.key <> ''
+            UNION
+            SELECT l.lock_key FROM harvest.mutex_locks AS l WHERE l.holder_execution_id = ANY (p_runs)
+            UNION
+            SELECT w.lock_key FROM harvest.mutex_waiters AS w WHERE w.execution_id = ANY (p_runs)
+        ) AS k
+        ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(hashtext('harvest.mutex:' || v_key));
+    END LOOP;
+END;
+$$;
+
 -- Grant free keys whose head waiter could not be locked at release time.
 CREATE OR REPLACE FUNCTION harvest.grant_mutexes(p_limit integer DEFAULT 100)
 RETURNS integer

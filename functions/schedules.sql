@@ -434,7 +434,8 @@ DECLARE
     v_id bigint;
     v_firing harvest.schedule_firings;
     v_now timestamptz := harvest.now();
-    v_run record;
+    v_runs uuid[];
+    v_run_id uuid;
     v_waiting boolean;
 BEGIN
     PERFORM harvest._lock_schedule_dag(p_schedule);
@@ -484,25 +485,42 @@ BEGIN
         UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'superseded'
         WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id <> v_id;
         -- The live runs _schedule_active_runs counts: a DAG's schedule, every live run of the DAG.
-        FOR v_run IN
-            SELECT e.id, e.created_at FROM harvest.executions AS e
-            WHERE p_schedule.kind = 'dag'
-              AND e.workflow_name = p_schedule.workflow_name AND e.status IN ('RUNNING', 'PAUSED')
-            UNION
-            SELECT e.id, e.created_at
-            FROM harvest.schedule_firings AS f
-            INNER JOIN harvest.executions AS e
-                ON e.workflow_id = f.workflow_id
-                AND e.workflow_name = ANY (harvest._firing_workflow_names(p_schedule, f))
-            WHERE p_schedule.kind <> 'dag' AND f.schedule_id = p_schedule.id AND f.status = 'started'
-              AND e.status IN ('RUNNING', 'PAUSED')
-            ORDER BY created_at
-        LOOP
+        -- All locked first, in id order (docs/internals.md, "Lock order"), then ended oldest
+        -- first: ended one by one in created_at order, which is not id order, the firing held
+        -- one run while it waited on the next, and a group commit of their decisions, locking
+        -- them in id order, held that one and waited on the first (40P01;
+        -- tests/integration/test_row_lock_order.py).
+        v_runs := ARRAY(
+            SELECT r.id FROM (
+                SELECT e.id, e.created_at FROM harvest.executions AS e
+                WHERE p_schedule.kind = 'dag'
+                  AND e.workflow_name = p_schedule.workflow_name AND e.status IN ('RUNNING', 'PAUSED')
+                UNION
+                SELECT e.id, e.created_at
+                FROM harvest.schedule_firings AS f
+                INNER JOIN harvest.executions AS e
+                    ON e.workflow_id = f.workflow_id
+                    AND e.workflow_name = ANY (harvest._firing_workflow_names(p_schedule, f))
+                WHERE p_schedule.kind <> 'dag' AND f.schedule_id = p_schedule.id AND f.status = 'started'
+                  AND e.status IN ('RUNNING', 'PAUSED')
+            ) AS r
+            ORDER BY r.created_at
+        );
+        PERFORM 1 FROM harvest.executions AS e
+        WHERE e.id = ANY (v_runs) AND e.status IN ('RUNNING', 'PAUSED')
+        ORDER BY e.id FOR UPDATE;
+        IF p_overlap = 'terminate_other' THEN  -- (then the mutex keys their ends release, in key order)
+            PERFORM harvest._lock_mutex_keys(v_runs);
+        END IF;
+        FOREACH v_run_id IN ARRAY v_runs LOOP
+            -- (One that ended while this waited for it is passed.)
+            CONTINUE WHEN NOT EXISTS (SELECT 1 FROM harvest.executions AS e
+                                      WHERE e.id = v_run_id AND e.status IN ('RUNNING', 'PAUSED'));
             IF p_overlap = 'cancel_other' THEN
-                PERFORM harvest.cancel_workflow(v_run.id, 'schedule ' || p_schedule.name || ': a newer slot ('
+                PERFORM harvest.cancel_workflow(v_run_id, 'schedule ' || p_schedule.name || ': a newer slot ('
                     || p_slot || ') cancels it (overlap cancel_other)');
             ELSE
-                PERFORM harvest.terminate_workflow(v_run.id, 'schedule ' || p_schedule.name || ': a newer slot ('
+                PERFORM harvest.terminate_workflow(v_run_id, 'schedule ' || p_schedule.name || ': a newer slot ('
                     || p_slot || ') terminates it (overlap terminate_other)');
             END IF;
         END LOOP;

@@ -9,7 +9,8 @@
 -- (the start locks a decision takes before its run's row), harvest._activity_scheduled,
 -- harvest._activity_command_ok, harvest._activity_scheduled_data, harvest._queue_activities and
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
--- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
+-- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT),
+-- harvest._lock_batch_mutexes (a group commit's runs and mutex keys, before its first decision).
 BEGIN;
 SELECT plan(324);
 SET LOCAL TimeZone = 'UTC';
@@ -2311,5 +2312,32 @@ SELECT harvest._lock_decision_start_keys(ARRAY[pg_temp.task('fk_run')], ARRAY[$$
 SELECT results_eq($$SELECT kind, key FROM harvest.flow_keys ORDER BY kind, key$$,
                   $$VALUES ('concurrency'::text, 'kd'::text), ('concurrency', 'next'), ('quota', 'kq'), ('quota', 'kt')$$,
                   '_lock_decision_start_keys(): its starts'' flow keys; a successor''s quota key and a remote child''s keys not');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- _lock_batch_mutexes: a group commit's runs, then every mutex key its decisions may take (their
+-- markers' keys, those its runs hold or wait for), in key order; nothing in a batch without mutexes.
+BEGIN;
+SELECT plan(3);
+SELECT pg_temp.start_claimed(k, 'decide_wf', 'dq_' || k, 'worker-1', '["in"]') FROM unnest(ARRAY['bm1', 'bm2', 'bm3']) AS k;
+CREATE FUNCTION pg_temp.mutex_keys_locked() RETURNS text[] LANGUAGE sql AS $fn$
+    SELECT array_agg(k ORDER BY k) FROM unnest(ARRAY['m1', 'm2', 'm3', 'm4', 'm5']) AS k
+    WHERE EXISTS (SELECT 1 FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
+                  AND l.objid::integer = hashtext('harvest.mutex:' || k));
+$fn$;
+SELECT harvest._lock_batch_mutexes(ARRAY[pg_temp.task('bm1'), pg_temp.task('bm2')],
+    ARRAY['[{"type": "start_timer", "seq": 1, "duration": 5}]'::jsonb, NULL]);
+SELECT is(pg_temp.mutex_keys_locked(), NULL, '_lock_batch_mutexes(): no mutex named, held or awaited: no key locked');
+INSERT INTO harvest.mutex_locks (lock_key, holder_execution_id, acquired_at) VALUES ('m3', pg_temp.run('bm1'), harvest.now());
+INSERT INTO harvest.mutex_waiters (lock_key, execution_id, seq, enqueued_at) VALUES ('m4', pg_temp.run('bm2'), 7, harvest.now());
+INSERT INTO harvest.mutex_locks (lock_key, holder_execution_id, acquired_at) VALUES ('m5', pg_temp.run('bm3'), harvest.now());
+SELECT harvest._lock_batch_mutexes(ARRAY[pg_temp.task('bm1'), pg_temp.task('bm2')], ARRAY[NULL, $$[
+    {"type": "record_marker", "seq": 1, "kind": "mutex_acquire", "value": {"key": "m2"}},
+    {"type": "record_marker", "seq": 2, "kind": "mutex_release", "value": {"key": "m1"}},
+    {"type": "record_marker", "seq": 3, "kind": "other", "value": {"key": "m5"}}]$$::jsonb]);
+SELECT is(pg_temp.mutex_keys_locked(), ARRAY['m1', 'm2', 'm3', 'm4'],
+          '_lock_batch_mutexes(): the markers'' keys and the keys the batch''s runs hold or wait for; not another run''s');
+SELECT lives_ok($$SELECT harvest._lock_batch_mutexes(ARRAY[1, 2]::bigint[], ARRAY['{"not": "an array"}'::jsonb, '7'])$$,
+                '_lock_batch_mutexes() of commands that are not arrays: nothing');
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,5 +1,6 @@
 -- functions/flow_mutex.sql: harvest._mutex_marker, harvest._mutex_grant_next, harvest._mutex_release_all,
--- harvest.grant_mutexes, harvest.list_mutexes, harvest._mutex_on_marker (through the events_mutex trigger).
+-- harvest.grant_mutexes, harvest.list_mutexes, harvest._mutex_on_marker (through the events_mutex trigger),
+-- harvest._lock_mutex_keys (several runs' keys in key order).
 BEGIN;
 SELECT plan(13);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -55,5 +56,27 @@ SELECT results_eq($$SELECT status FROM harvest.executions WHERE id = (SELECT exe
                   $$VALUES ('COMPLETED'::text)$$, 'setup: the run took K4 and ended in one decision');
 SELECT is_empty($$SELECT * FROM harvest.list_mutexes('K4')$$,
                 'a run that takes a key in its closing decision gives it back');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- _lock_mutex_keys: the keys given and those the runs hold or wait for, each once; not another run's.
+BEGIN;
+SELECT plan(2);
+CREATE TEMP TABLE lk ON COMMIT DROP AS
+SELECT n, (harvest.start_workflow('wf_m', '[]', 'lk' || n, 'mq')).execution_id FROM generate_series(1, 3) AS n;
+INSERT INTO harvest.mutex_locks (lock_key, holder_execution_id, acquired_at)
+SELECT 'L' || n, execution_id, harvest.now() FROM lk;
+INSERT INTO harvest.mutex_waiters (lock_key, execution_id, seq, enqueued_at)
+SELECT 'L3', execution_id, 9, harvest.now() FROM lk WHERE n = 1;
+CREATE FUNCTION pg_temp.keys_locked() RETURNS text[] LANGUAGE sql AS $fn$
+    SELECT array_agg(k ORDER BY k) FROM unnest(ARRAY['L1', 'L2', 'L3', 'L4']) AS k
+    WHERE EXISTS (SELECT 1 FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
+                  AND l.objid::integer = hashtext('harvest.mutex:' || k));
+$fn$;
+SELECT harvest._lock_mutex_keys(ARRAY(SELECT execution_id FROM lk WHERE n = 1), ARRAY['L4', '', 'L4']);
+SELECT is(pg_temp.keys_locked(), ARRAY['L1', 'L3', 'L4'],
+          '_lock_mutex_keys(): the key given, the key the run holds and the one it waits for; not L2 (another run''s)');
+SELECT lives_ok($$SELECT harvest._lock_mutex_keys(ARRAY[]::uuid[]), harvest._lock_mutex_keys(NULL, NULL)$$,
+                '_lock_mutex_keys() of no runs and no keys: nothing');
 SELECT * FROM finish();
 ROLLBACK;

@@ -23,6 +23,24 @@ def wait_until_blocked(conn: psycopg.Connection, application_name: str) -> None:
         time.sleep(0.01)
 
 
+def wait_until_done_or_blocked(
+    conn: psycopg.Connection, thread: threading.Thread, application_name: str
+) -> None:
+    """Until ``thread`` has finished or the session named ``application_name`` waits on a lock
+    (10 s at most): for a call that waits only before a fix."""
+    deadline = time.monotonic() + 10
+    while (
+        thread.is_alive()
+        and not conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+            " AND datname = current_database() AND wait_event_type = 'Lock')",
+            (application_name,),
+        ).fetchone()[0]  # type: ignore[index]  # one row
+    ):
+        assert time.monotonic() < deadline, f"{application_name} neither finished nor waited on a lock"
+        time.sleep(0.01)
+
+
 def in_thread(target: Callable[[], Any], outcome: dict[str, Any], key: str = "result") -> threading.Thread:
     """``target()`` on a daemon thread, started; ``outcome[key]`` is its result or exception
     once the thread is joined (the test's assertion names it)."""

@@ -1,0 +1,421 @@
+"""Execution rows in id order, then mutex keys in key order, in every transaction that takes
+several (docs/internals.md, "Lock order").
+
+A latest-wins start (functions/flow_concurrency.sql, ``_supersede``) locked the runs it
+supersedes in ``created_at`` order, while a group commit of decisions locks its runs in id order:
+ids are minted from the transaction's clock with random low bytes, so two runs started in one
+millisecond (or under a fake clock) sort one way by id and the other by ``created_at``. And a
+group commit (functions/decide.sql, ``complete_workflow_tasks``) took each decision's mutex keys
+as it reached the item, after that item's row and before the next item's row: two batches whose
+items named two keys in opposite id orders each held a key the other waited on. Each test forces
+the interleaving that deadlocked (SQLSTATE 40P01) with a third session holding one lock while
+the others queue behind it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from race_helpers import in_thread, wait_until_blocked, wait_until_done_or_blocked
+
+
+def _policy(limit: int) -> Jsonb:
+    concurrency = {"key": "input.doc", "limit": limit, "on_conflict": "cancel_running"}
+    return Jsonb({"workflows": {"latest": {"concurrency": concurrency}}, "activities": {}})
+
+
+def _claim_all(conn: psycopg.Connection, n: int) -> dict[str, tuple[int, int, int]]:
+    """The first workflow tasks of n runs claimed: run id -> (task id, token, through)."""
+    rows = conn.execute(
+        "SELECT c.execution_id::text, c.task_id, c.fencing_token, e.last_event_id"
+        " FROM harvest.claim_tasks('w', ARRAY['default'], %s) AS c"
+        " JOIN harvest.executions AS e ON e.id = c.execution_id",
+        (n,),
+    ).fetchall()
+    assert len(rows) == n, rows
+    return {run: (task, token, through) for run, task, token, through in rows}
+
+
+def _group_commit(db: str, name: str, items: list[tuple[tuple[int, int, int], list[dict[str, Any]]]]) -> Any:
+    """complete_workflow_tasks of the items ((task id, token, through), commands), its own
+    transaction: {task id: outcome}."""
+    with psycopg.connect(db, autocommit=True, application_name=name) as c:
+        return dict(
+            c.execute(
+                "SELECT task_id, outcome"
+                " FROM harvest.complete_workflow_tasks('w', %s, %s, %s, %s::jsonb[], %s)",
+                (
+                    [t[0] for t, _ in items],
+                    [t[1] for t, _ in items],
+                    [t[2] for t, _ in items],
+                    [Jsonb(commands) for _, commands in items],
+                    [0 for _ in items],
+                ),
+            ).fetchall()
+        )
+
+
+def _timer(seq: int = 1) -> list[dict[str, Any]]:
+    return [{"type": "start_timer", "seq": seq, "duration": 3600}]
+
+
+def test_a_start_superseding_two_runs_and_a_group_commit_of_their_decisions_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """Two runs of one key (started under limit 2, the limit since lowered to 1), the one with
+    the higher id started first; a new start supersedes both while a worker commits both runs'
+    decisions in one batch. The start locked the older run (higher id) and, closing it, waited on
+    its task row (a third session); the batch locked the lower id and waited on the higher; the
+    start then waited on the lower: a cycle."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(2),))
+    for _ in range(2):
+        conn.execute("SELECT harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),))
+    claimed = _claim_all(conn, 2)
+    low, high = sorted(claimed)
+    # (Runs started in one millisecond: the ids' random low bytes decide their order.)
+    conn.execute(
+        "UPDATE harvest.executions SET created_at = created_at - CASE WHEN id = %s THEN interval '1 s'"
+        " ELSE interval '0' END WHERE id IN (%s, %s)",
+        (high, low, high),
+    )
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1),))
+    outcome: dict[str, Any] = {}
+
+    def start() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="start") as c:
+            return c.execute(
+                "SELECT started_fresh FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
+            ).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
+        starting = in_thread(start, outcome, "start")
+        wait_until_blocked(conn, "start")  # closing the older run: its task's delete
+        batch = [(claimed[low], _timer()), (claimed[high], _timer())]
+        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
+        wait_until_blocked(conn, "batch")
+        holder.commit()
+        starting.join(20)
+        committing.join(20)
+
+    assert outcome["start"] is True, outcome
+    # Both runs were superseded before the batch could lock them: its items are refused.
+    assert isinstance(outcome["batch"], dict), outcome
+    assert "completed" not in outcome["batch"].values(), outcome
+    assert conn.execute(
+        "SELECT array_agg(status ORDER BY id) FROM harvest.executions WHERE id IN (%s, %s)", (low, high)
+    ).fetchone()[0] == ["CANCELLED", "CANCELLED"]
+
+
+def _acquire(key: str) -> list[dict[str, Any]]:
+    return [{"type": "record_marker", "seq": 1, "kind": "mutex_acquire", "value": {"key": key}}]
+
+
+def test_two_group_commits_acquiring_mutexes_in_opposite_orders_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """Four runs r1 < r2 < r3 < r4 by id; one batch decides r1 (mutex a) and r3 (mutex b), the
+    other r2 (b) and r4 (a). Taken item by item, the first held a and waited on b, the second
+    held b and waited on a. A third session holds r3's row so that the first batch stops
+    between its two items."""
+    for _ in range(4):
+        conn.execute("SELECT harvest.start_workflow('plain', '[]')")
+    claimed = _claim_all(conn, 4)
+    r1, r2, r3, r4 = sorted(claimed)
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (r3,))
+        one = in_thread(
+            lambda: _group_commit(db, "one", [(claimed[r1], _acquire("a")), (claimed[r3], _acquire("b"))]),
+            outcome,
+            "one",
+        )
+        wait_until_blocked(conn, "one")  # on r3's row (holding mutex a, before the fix)
+        two = in_thread(
+            lambda: _group_commit(db, "two", [(claimed[r2], _acquire("b")), (claimed[r4], _acquire("a"))]),
+            outcome,
+            "two",
+        )
+        wait_until_done_or_blocked(conn, two, "two")  # (before the fix: on mutex a, holding b)
+        holder.commit()
+        one.join(20)
+        two.join(20)
+
+    assert isinstance(outcome["one"], dict) and isinstance(outcome["two"], dict), outcome
+    assert set(outcome["one"].values()) | set(outcome["two"].values()) == {"completed"}, outcome
+    held = conn.execute("SELECT array_agg(lock_key ORDER BY lock_key) FROM harvest.mutex_locks").fetchone()
+    assert held == (["a", "b"],)
+    # Each key went to one of its two askers; the other waits for it.
+    assert conn.execute("SELECT count(*) FROM harvest.mutex_waiters").fetchone()[0] == 2
+
+
+def test_a_group_commit_and_a_terminate_of_a_later_run_holding_its_mutex_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """Runs r1 < r2 by id, r2 holding mutex a; one batch decides r1 (acquire a) and r2. A
+    terminate of r2 locks r2's row, then a's lock to release it. Taken item by item, the batch
+    held a (r1's marker) and then waited on r2's row: a cycle. A third session's uncommitted
+    insert of r1's waiter row stops the batch just after it took a."""
+    for _ in range(2):
+        conn.execute("SELECT harvest.start_workflow('plain', '[]')")
+    claimed = _claim_all(conn, 2)
+    r1, r2 = sorted(claimed)
+    _group_commit(db, "setup", [(claimed[r2], _acquire("a"))])
+    assert conn.execute("SELECT holder_execution_id::text FROM harvest.mutex_locks").fetchone()[0] == r2
+    r2_task = _claim_all(conn, 1)[r2]  # its task after MutexAcquired
+    outcome: dict[str, Any] = {}
+
+    def terminate() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="terminate") as c:
+            return c.execute("SELECT harvest.terminate_workflow(%s)", (r2,)).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        holder.execute(
+            "INSERT INTO harvest.mutex_waiters (lock_key, execution_id, seq, enqueued_at)"
+            " VALUES ('a', %s, 1, now())",
+            (r1,),
+        )
+        committing = in_thread(
+            lambda: _group_commit(db, "batch", [(claimed[r1], _acquire("a")), (r2_task, _timer(2))]),
+            outcome,
+            "batch",
+        )
+        wait_until_blocked(conn, "batch")  # on the waiter row, holding a (and r2's row, after the fix)
+        terminating = in_thread(terminate, outcome, "terminate")
+        wait_until_blocked(conn, "terminate")  # (before the fix: on a, holding r2's row)
+        holder.rollback()
+        committing.join(20)
+        terminating.join(20)
+
+    assert outcome.get("batch") == {claimed[r1][0]: "completed", r2_task[0]: "completed"}, outcome
+    assert not isinstance(outcome["terminate"], BaseException), outcome
+    # r2 let a go as it ended, to r1, its waiter.
+    assert conn.execute("SELECT holder_execution_id::text FROM harvest.mutex_locks").fetchall() == [(r1,)]
+
+
+def test_a_schedule_terminating_two_runs_and_a_group_commit_of_their_decisions_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A slot fired under overlap terminate_other ends the schedule's live runs (two: started
+    under allow_all), and ended them one by one in created_at order; a group commit of both
+    runs' decisions locks them in id order. The firing held the older run (higher id) and,
+    closing it, waited on its task row (a third session); the batch held the lower id and waited
+    on the higher; the firing then waited on the lower: a cycle."""
+    conn.execute(
+        "SELECT harvest.create_schedule('ov', 'plain', p_interval_secs => 3600, p_overlap => 'allow_all')"
+    )
+    for at in ("2030-01-01T00:00:01+00:00", "2030-01-01T00:00:02+00:00"):
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (at,))
+        assert conn.execute("SELECT harvest.trigger_schedule('ov') ->> 'status'").fetchone()[0] == "started"
+    claimed = _claim_all(conn, 2)
+    low, high = sorted(claimed)
+    conn.execute(
+        "UPDATE harvest.executions SET created_at = CASE WHEN id = %s"
+        " THEN timestamptz '2030-01-01T00:00:01+00' ELSE timestamptz '2030-01-01T00:00:02+00' END"
+        " WHERE id IN (%s, %s)",
+        (high, low, high),
+    )
+    outcome: dict[str, Any] = {}
+
+    def fire() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="fire") as c:
+            c.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:03+00:00', false)")
+            return c.execute(
+                "SELECT harvest.trigger_schedule('ov', 'terminate_other') ->> 'status'"
+            ).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
+        firing = in_thread(fire, outcome, "fire")
+        wait_until_blocked(conn, "fire")  # terminating the older run: its task's delete
+        batch = [(claimed[low], _timer()), (claimed[high], _timer())]
+        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
+        wait_until_blocked(conn, "batch")
+        holder.commit()
+        firing.join(20)
+        committing.join(20)
+
+    assert outcome["fire"] == "started", outcome
+    assert isinstance(outcome["batch"], dict), outcome
+    assert "completed" not in outcome["batch"].values(), outcome
+    assert conn.execute(
+        "SELECT array_agg(status ORDER BY id) FROM harvest.executions WHERE id IN (%s, %s)", (low, high)
+    ).fetchone()[0] == ["TERMINATED", "TERMINATED"]
+
+
+def _runs_awaiting_a_result(conn: psycopg.Connection, n: int) -> dict[str, tuple[int, int, int]]:
+    """n runs, each decided by worker w to run one activity on queue aq, whose activity tasks w
+    claimed: run id -> (activity task id, token, the run's last event id)."""
+    conn.execute("SELECT harvest.register_worker('w', ARRAY['default'], 'host', 1)")
+    for _ in range(n):
+        conn.execute("SELECT harvest.start_workflow('plain', '[]')")
+    for task, token, through in _claim_all(conn, n).values():
+        conn.execute(
+            "SELECT harvest.complete_workflow_task(%s, %s, %s, %s, 'w')",
+            (
+                task,
+                token,
+                through,
+                Jsonb([{"type": "schedule_activity", "seq": 1, "name": "noop", "queue": "aq"}]),
+            ),
+        )
+    rows = conn.execute(
+        "SELECT c.execution_id::text, c.task_id, c.fencing_token, e.last_event_id"
+        " FROM harvest.claim_tasks('w', ARRAY['aq'], %s) AS c"
+        " JOIN harvest.executions AS e ON e.id = c.execution_id",
+        (n,),
+    ).fetchall()
+    assert len(rows) == n, rows
+    return {run: (task, token, last) for run, task, token, last in rows}
+
+
+def _results_with_decisions(db: str, name: str, items: list[tuple[tuple[int, int, int], str]]) -> Any:
+    """complete_activities of the items ((task id, token, last event id), the mutex key the
+    decision ahead asks for), each result 1: {task id: decided or not}."""
+    decisions = [
+        Jsonb(
+            {
+                "after": last,
+                "result_text": "1",
+                "hand_off_slots": 0,
+                "commands": [
+                    {"type": "record_marker", "seq": 2, "kind": "mutex_acquire", "value": {"key": key}}
+                ],
+            }
+        )
+        for (_, _, last), key in items
+    ]
+    with psycopg.connect(db, autocommit=True, application_name=name) as c:
+        return dict(
+            c.execute(
+                "SELECT task_id, decided IS NOT NULL FROM harvest.complete_activities("
+                "'w', %s, %s, %s::jsonb[], true, 30, %s::jsonb[])",
+                ([t[0] for t, _ in items], [t[1] for t, _ in items], [Jsonb(1) for _ in items], decisions),
+            ).fetchall()
+        )
+
+
+def test_two_result_batches_deciding_mutexes_in_opposite_orders_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """The same as two group commits of decisions, for results that carry their decisions
+    ahead (complete_activities): one batch decides r1 (mutex a) and r3 (b), the other r2 (b) and
+    r4 (a)."""
+    runs = _runs_awaiting_a_result(conn, 4)
+    r1, r2, r3, r4 = sorted(runs)
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (r3,))
+        one = in_thread(
+            lambda: _results_with_decisions(db, "one", [(runs[r1], "a"), (runs[r3], "b")]), outcome, "one"
+        )
+        wait_until_blocked(conn, "one")  # on r3's row (holding mutex a, before the fix)
+        two = in_thread(
+            lambda: _results_with_decisions(db, "two", [(runs[r2], "b"), (runs[r4], "a")]), outcome, "two"
+        )
+        wait_until_done_or_blocked(conn, two, "two")  # (before the fix: on mutex a, holding b)
+        holder.commit()
+        one.join(20)
+        two.join(20)
+
+    assert isinstance(outcome["one"], dict) and isinstance(outcome["two"], dict), outcome
+    assert set(outcome["one"].values()) | set(outcome["two"].values()) == {True}, outcome  # all decided
+    assert conn.execute("SELECT count(*) FROM harvest.mutex_waiters").fetchone()[0] == 2
+
+
+def test_a_start_superseding_two_mutex_holders_and_a_group_commit_asking_for_their_keys_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """Two runs of one key hold mutexes b (the older) and a (the newer); a start supersedes both
+    while a batch of two other runs' decisions asks for a and b. The start released each run's
+    keys as it closed it, b then a, while the batch took a then b: the start held b and, closing
+    the older run, waited on its task row (a third session); the batch took a and waited on b;
+    the start then waited on a."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(2),))
+    for _ in range(2):
+        conn.execute("SELECT harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),))
+    latest = _claim_all(conn, 2)
+    older, newer = sorted(latest)
+    conn.execute(
+        "UPDATE harvest.executions SET created_at = created_at - interval '1 s' WHERE id = %s", (older,)
+    )
+    _group_commit(db, "setup", [(latest[older], _acquire("b")), (latest[newer], _acquire("a"))])
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1),))
+    for _ in range(2):
+        conn.execute("SELECT harvest.start_workflow('plain', '[]')")
+    others = {
+        run: task for run, task in _claim_all(conn, 4).items() if run not in latest
+    }  # (and the two holders' tasks after MutexAcquired)
+    x, y = sorted(others)
+    outcome: dict[str, Any] = {}
+
+    def start() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="start") as c:
+            return c.execute(
+                "SELECT started_fresh FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
+            ).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (older,))
+        starting = in_thread(start, outcome, "start")
+        wait_until_blocked(conn, "start")  # closing the older run: its task's delete, holding b
+        batch = [(others[x], _acquire("a")), (others[y], _acquire("b"))]
+        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
+        wait_until_blocked(conn, "batch")  # on a (after the fix) or b (before it)
+        holder.commit()
+        starting.join(20)
+        committing.join(20)
+
+    assert outcome["start"] is True, outcome
+    assert outcome["batch"] == {others[x][0]: "completed", others[y][0]: "completed"}, outcome
+    holders = conn.execute("SELECT lock_key, holder_execution_id::text FROM harvest.mutex_locks ORDER BY 1")
+    assert holders.fetchall() == [("a", x), ("b", y)]
+
+
+def test_a_schedule_terminating_two_mutex_holders_and_a_group_commit_asking_for_their_keys_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """The same as a start superseding two mutex holders, for a slot fired under overlap
+    terminate_other: each terminate released its run's keys, b then a."""
+    conn.execute(
+        "SELECT harvest.create_schedule('ov', 'plain', p_interval_secs => 3600, p_overlap => 'allow_all')"
+    )
+    for at in ("2030-01-01T00:00:01+00:00", "2030-01-01T00:00:02+00:00"):
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (at,))
+        conn.execute("SELECT harvest.trigger_schedule('ov')")
+    scheduled = _claim_all(conn, 2)
+    older, newer = sorted(scheduled)
+    conn.execute(
+        "UPDATE harvest.executions SET created_at = created_at - interval '1 h' WHERE id = %s", (older,)
+    )
+    _group_commit(db, "setup", [(scheduled[older], _acquire("b")), (scheduled[newer], _acquire("a"))])
+    for _ in range(2):
+        conn.execute("SELECT harvest.start_workflow('plain', '[]')")
+    others = {run: task for run, task in _claim_all(conn, 4).items() if run not in scheduled}
+    x, y = sorted(others)
+    outcome: dict[str, Any] = {}
+
+    def fire() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="fire") as c:
+            c.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:03+00:00', false)")
+            return c.execute(
+                "SELECT harvest.trigger_schedule('ov', 'terminate_other') ->> 'status'"
+            ).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (older,))
+        firing = in_thread(fire, outcome, "fire")
+        wait_until_blocked(conn, "fire")  # terminating the older run: its task's delete, holding b
+        batch = [(others[x], _acquire("a")), (others[y], _acquire("b"))]
+        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
+        wait_until_blocked(conn, "batch")  # on a (after the fix) or b (before it)
+        holder.commit()
+        firing.join(20)
+        committing.join(20)
+
+    assert outcome["fire"] == "started", outcome
+    assert outcome["batch"] == {others[x][0]: "completed", others[y][0]: "completed"}, outcome
+    holders = conn.execute("SELECT lock_key, holder_execution_id::text FROM harvest.mutex_locks ORDER BY 1")
+    assert holders.fetchall() == [("a", x), ("b", y)]
