@@ -131,7 +131,7 @@ ON harvest.executions (quota_key)
 WHERE quota_key IS NOT NULL;
 
 -- Live runs (paused ones too) by quota key: a quota'd start's count of its key's live runs and
--- the janitor's probe of a key, without reading the key's kept finished runs (migration 0091).
+-- the janitor's probe of a key, without reading the key's kept finished runs (migration 0088).
 -- The status set is the one both read: a query's predicate must imply the index's.
 CREATE INDEX executions_live_quota_key
 ON harvest.executions (quota_key)

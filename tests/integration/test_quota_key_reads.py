@@ -7,7 +7,7 @@ _flow_key_in_use). Both read the key's runs through executions_quota_key. The ru
 for history (finished, not yet deleted by retention) must not be read by either: a per-tenant
 key with a year of kept runs would make every start of the tenant, and every janitor round,
 read them all. executions_quota_key holds every run with a key; the live-run reads go through
-executions_live_quota_key (migration 0091), which holds the live runs only.
+executions_live_quota_key (migration 0088), which holds the live runs only.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 -- harvest:no-transaction
--- 0091: a quota key's live runs are read without its history (re-runnable: this file runs
+-- 0088: a quota key's live runs are read without its history (re-runnable: this file runs
 -- outside a transaction, so the index is built without blocking the writes of
 -- harvest.executions).
 --
