@@ -12,10 +12,13 @@
 -- raises HR006 naming the quota, the key, the usage and the limit; DETAIL is the same
 -- as JSON, and the key's row is not updated (the raise rolls it back).
 --
--- Usage: active = RUNNING runs with the key; history bytes = the sum of
--- executions.history_bytes (each event's JSON text bytes, harvest._event_bytes:
--- the measure of the history byte cap too) of every kept run with the key;
--- dead letters = parked activity failures of runs with the key.
+-- Usage: active = live (RUNNING, PAUSED) runs with the key, read through
+-- executions_live_quota_key (its live runs only: the same status set), whatever the key's
+-- kept history;
+-- history bytes = the sum of executions.history_bytes (each event's JSON text bytes,
+-- harvest._event_bytes: the measure of the history byte cap too) of every kept run with the
+-- key; dead letters = parked activity failures of runs with the key. These two read every kept
+-- run of the key: their cost grows with the key's history until retention deletes it.
 
 CREATE OR REPLACE FUNCTION harvest._check_quota(p_workflow_name text, p_key text, p_quota jsonb)
 RETURNS void

@@ -288,8 +288,9 @@ $$;
 -- a row written since its snapshot is not locked: 40001). The janitor calls it on every
 -- round. Returns {deleted}.
 -- Whether a live run (RUNNING, PAUSED) has this flow key (kind quota or concurrency): one
--- probe of executions_live_concurrency_key (led by the key) or executions_quota_key. A call
--- per key (a body with subqueries is not inlined).
+-- probe of executions_live_concurrency_key (led by the key) or executions_live_quota_key (live
+-- runs only: no finished run of the key is read). A call per key (a body with subqueries is not
+-- inlined).
 CREATE OR REPLACE FUNCTION harvest._flow_key_in_use(p_kind text, p_key text)
 RETURNS boolean
 LANGUAGE sql STABLE

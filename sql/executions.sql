@@ -125,10 +125,17 @@ CREATE INDEX executions_live_concurrency_key
 ON harvest.executions (concurrency_key, workflow_name, created_at)
 WHERE status IN ('RUNNING', 'PAUSED') AND concurrency_key IS NOT NULL;
 
--- Quota usage per key.
+-- Quota usage per key: every kept run of a key (the history bytes and dead letters quotas).
 CREATE INDEX executions_quota_key
 ON harvest.executions (quota_key)
 WHERE quota_key IS NOT NULL;
+
+-- Live runs (paused ones too) by quota key: a quota'd start's count of its key's live runs and
+-- the janitor's probe of a key, without reading the key's kept finished runs (migration 0088).
+-- The status set is the one both read: a query's predicate must imply the index's.
+CREATE INDEX executions_live_quota_key
+ON harvest.executions (quota_key)
+WHERE status IN ('RUNNING', 'PAUSED') AND quota_key IS NOT NULL;
 
 -- A run's row update that a batch call (complete_activities, complete_workflow_tasks) held
 -- back from one decision's append, to write with its batch's (harvest._update_held_rows,
