@@ -598,6 +598,46 @@ def test_dead_letters_list_get_aggregate_and_bulk_with_dry_run(api, conn) -> Non
     assert api.post(f"/dead-letters/{dead}/replay").status_code == 404  # replayed: gone
 
 
+def test_dead_letters_page_through_with_the_next_cursor_over_http(api, conn) -> None:
+    # Three dead letters, two a page: the cursor carries the second page's start, each row comes
+    # once, newest failure first, and the last page says there is no more (next_cursor null).
+    dead = [park(conn, f"dlp{n}", activity="send_email")[1] for n in range(3)]
+    first = api.get("/dead-letters", params={"limit": 2})
+    assert first.status_code == 200, first.text
+    page = first.json()
+    assert len(page["dead_letters"]) == 2 and page["next_cursor"]
+    second = api.get("/dead-letters", params={"limit": 2, "cursor": page["next_cursor"]}).json()
+    assert second["next_cursor"] is None and second["status"] == "complete"
+    walked = [d["id"] for d in page["dead_letters"] + second["dead_letters"]]
+    assert walked == sorted(dead, reverse=True)  # one failure time per statement: ties by id
+    # The cursor is for the filters it was issued with.
+    other = api.get("/dead-letters", params={"cursor": page["next_cursor"], "activity_name": "other"})
+    assert other.status_code == 400 and error_of(other)["code"] == "invalid_argument", other.text
+
+
+def test_refused_dead_letter_calls_answer_the_documented_error_over_http(api, conn) -> None:
+    # A cursor that is not one, or one of another listing: 400 invalid_argument naming the
+    # cursor, and no rows.
+    for cursor in ("not-a-cursor", "dl2.e30"):
+        bad = api.get("/dead-letters", params={"cursor": cursor})
+        assert bad.status_code == 400, bad.text
+        error = error_of(bad)
+        assert error["code"] == "invalid_argument" and "cursor" in error["message"], error
+        assert "dead_letters" not in bad.json()
+    # A dead letter of a run that ended: replay is refused (409 workflow_not_running) and the
+    # dead letter stays to discard.
+    execution_id, dead = park(conn, "dlr", activity="send_email")
+    conn.execute("SELECT harvest.terminate_workflow(%s, 'done with it')", (execution_id,))
+    refused = api.post(f"/dead-letters/{dead}/replay")
+    assert refused.status_code == 409, refused.text
+    error = error_of(refused)
+    assert error["code"] == "workflow_not_running" and "task_id" not in refused.json(), error
+    assert api.get(f"/dead-letters/{dead}").status_code == 200
+    # An id of no dead letter: 404 not_found, in the same shape.
+    gone = api.post("/dead-letters/999999/replay")
+    assert gone.status_code == 404 and error_of(gone)["code"] == "not_found", gone.text
+
+
 # -- workers ---------------------------------------------------------------------------------------
 def test_worker_routes_and_their_400s(api, start_worker) -> None:
     assert error_of(api.get("/workers", params={"status": "sleepy"}))["field"] == "status"
