@@ -1076,12 +1076,13 @@ class HttpHandle:
         from harvest.client.client import _outcome
 
         deadline = None if timeout is None else time.monotonic() + timeout
+        running = self.execution_id  # the run of the chain still running (continue-as-new)
         while True:
             left = RESULT_POLL_SECS if deadline is None else max(0.0, deadline - time.monotonic())
             wait = min(left, RESULT_POLL_SECS)
             status, data = self.http.request(
                 "GET",
-                f"/workflows/{_p(self.execution_id)}/result",
+                f"/workflows/{_p(running)}/result",
                 params={"wait": f"{wait:.3f}"},
                 timeout=self.http.settings.timeout + wait,
             )
@@ -1093,19 +1094,21 @@ class HttpHandle:
                     "failure": data.get("error"),
                 }
                 return _outcome(execution, None)
+            # The 204 names the run still running: after a continue-as-new, a successor, whose
+            # stack says why it is stuck (the first run's, ended, says nothing).
+            running = self.http.last_headers.get("x-harvest-execution-id") or running
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError_(
-                    f"workflow {self.execution_id} is still running after {timeout}s{self._why_stuck()}"
-                )
+                why = self._why_stuck(running)
+                raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s{why}")
 
-    def _why_stuck(self) -> str:
+    def _why_stuck(self, running: str) -> str:
         """What the SQL client's timeout says of a stuck run (a failing workflow task, a
-        dead-lettered activity), read from the stack route; "" when the read fails (a hint:
-        the timeout is the answer)."""
+        dead-lettered activity), read from the stack route of ``running`` (the run of the
+        chain still running); "" when the read fails (a hint: the timeout is the answer)."""
         from harvest.client.client import why_stuck
 
         try:
-            stack = _obj(self.http.get(f"/workflows/{_p(self.execution_id)}/stack"))
+            stack = _obj(self.http.get(f"/workflows/{_p(running)}/stack"))
         except Exception:
             return ""
         return why_stuck(stack)
