@@ -112,6 +112,9 @@ GET_EXECUTION_BY_WORKFLOW_ID = (
 WAIT_FOR_RESULT = "SELECT * FROM harvest.wait_for_result(%(execution_id)s, %(waiter_id)s)"
 STOP_WAITING = "SELECT harvest.stop_waiting_for_result(%(waiter_id)s)"
 GET_HISTORY = "SELECT * FROM harvest.get_history(%(execution_id)s, %(after_event_id)s)"
+GET_HISTORY_PAGE = """
+SELECT * FROM harvest.get_history_page(%(execution_id)s, %(from_event_id)s, %(before_event_id)s, %(limit)s)
+"""
 TERMINATE_WORKFLOW = "SELECT harvest.terminate_workflow(%(execution_id)s, %(reason)s)"
 REGISTER_WORKER = """
 SELECT harvest.register_worker(%(worker_id)s, %(queues)s, %(hostname)s, %(pid)s,
@@ -612,6 +615,20 @@ def iter_history(execution_id: str, page_size: int = 500) -> dict[str, Any]:
     cursor (in a transaction of its own), so that a history of any size streams through a
     bounded amount of client memory."""
     return {"execution_id": execution_id, "after_event_id": 0, "page_size": page_size}
+
+
+@call(GET_HISTORY_PAGE)
+def get_history_page(
+    execution_id: str, from_event_id: int | None = None, before_event_id: int | None = None, limit: int = 500
+) -> dict[str, Any]:
+    """One page of the history with the run page's signals, pending updates, reset points and
+    counts, rows tagged by ``part`` (functions/executions.sql, harvest.get_history_page)."""
+    return {
+        "execution_id": execution_id,
+        "from_event_id": from_event_id,
+        "before_event_id": before_event_id,
+        "limit": limit,
+    }
 
 
 @call(WAIT_FOR_RESULT, first)
