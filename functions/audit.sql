@@ -82,7 +82,12 @@ AS $$
 $$;
 
 -- The audit log, newest first (by at, then id; with each row's source: api, cli or ui).
-CREATE OR REPLACE FUNCTION harvest.list_audit_log(p_limit integer DEFAULT 100, p_operation text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.list_audit_log(
+    p_limit integer DEFAULT 100,
+    p_operation text DEFAULT NULL,
+    p_before_at timestamptz DEFAULT NULL,
+    p_before_id bigint DEFAULT NULL
+)
 RETURNS SETOF harvest.audit_log
 LANGUAGE plpgsql STABLE
 AS $$
@@ -90,12 +95,18 @@ BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
         RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001';
     END IF;
+    IF (p_before_at IS NULL) <> (p_before_id IS NULL) THEN
+        RAISE EXCEPTION 'a position in the audit log is a time and an id: give both or neither'
+            USING ERRCODE = 'HR001', HINT = 'pass the at and id of the last row of the previous page';
+    END IF;
     -- Newest first by time, then id: the order every shard's rows are merged in (the CLI, the
     -- API), so each shard's first p_limit rows hold its share of the merged first p_limit. An id
     -- is taken at the insert, `at` at the statement's start: they disagree across concurrent
     -- actions (and under the test clock).
+    -- Keyset paging: the rows after the last one of the previous page, in the same order.
     RETURN QUERY SELECT * FROM harvest.audit_log AS a
-    WHERE p_operation IS NULL OR a.operation = p_operation
+    WHERE (p_operation IS NULL OR a.operation = p_operation)
+      AND (p_before_at IS NULL OR (a.at, a.id) < (p_before_at, p_before_id))
     ORDER BY a.at DESC, a.id DESC LIMIT p_limit;
 END;
 $$;
@@ -104,4 +115,5 @@ $$;
 COMMENT ON FUNCTION harvest.list_audit_log IS
 'The audit log of operator actions (terminate, cancel, reset, dead-letter replay and discard, worker drain, '
 'retention, rate-limit overrides, API tokens; starts and signals made through the HTTP API or the dashboard) with each row''s actor, login, source and route, newest first, '
-'optionally of one operation; p_limit 1..1000. For operators (role harvest_reader).';
+'optionally of one operation, after a position (keyset paging: p_before_at and p_before_id, the last row''s; one '
+'without the other is HR001); p_limit 1..1000. For operators (role harvest_reader).';

@@ -384,7 +384,13 @@ $$;
 -- A DAG's runs, newest first; p_status (one status or several, comma-separated, either case;
 -- HR001 for an unknown one, as list_executions) keeps the runs in it, before the limit: a
 -- filter applied after it missed every matching run older than the newest p_limit.
-CREATE OR REPLACE FUNCTION harvest.list_dag_runs(p_dag_name text, p_limit integer DEFAULT 50, p_status text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.list_dag_runs(
+    p_dag_name text,
+    p_limit integer DEFAULT 50,
+    p_status text DEFAULT NULL,
+    p_before_created_at timestamptz DEFAULT NULL,
+    p_before_id uuid DEFAULT NULL
+)
 RETURNS TABLE (
     execution_id uuid, workflow_id text, status text, created_at timestamptz, completed_at timestamptz,
     retry_of uuid, counts jsonb
@@ -397,12 +403,18 @@ BEGIN
         RAISE EXCEPTION 'p_limit % is out of range: 1 to 1000', coalesce(p_limit::text, 'NULL') USING ERRCODE = 'HR001';
     END IF;
     PERFORM harvest._execution_filters(p_status, NULL, NULL, NULL, NULL);  -- (HR001: an unknown status)
+    IF (p_before_created_at IS NULL) <> (p_before_id IS NULL) THEN
+        RAISE EXCEPTION 'a position in the DAG runs is a time and an execution id: give both or neither'
+            USING ERRCODE = 'HR001', HINT = 'pass the created_at and execution_id of the last run of the previous page';
+    END IF;
     RETURN QUERY
     SELECT e.id, e.workflow_id, e.status, e.created_at, e.completed_at, (e.input #>> '{1,retry_of}')::uuid,
            harvest._dag_counts(harvest._dag_tasks(e))
     FROM harvest.executions AS e
     WHERE e.workflow_name = p_dag_name
       AND (p_status IS NULL OR e.status = ANY(string_to_array(upper(replace(p_status, ' ', '')), ',')))
+      -- Keyset paging: the runs after the last one of the previous page, in the same order.
+      AND (p_before_created_at IS NULL OR (e.created_at, e.id) < (p_before_created_at, p_before_id))
     ORDER BY e.created_at DESC, e.id DESC  -- as every shard's runs are merged (ties: the greater id)
     LIMIT p_limit;
 END;
@@ -486,7 +498,9 @@ COMMENT ON FUNCTION harvest.get_dag_run IS
 'when the run is missing or not a DAG''s. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.list_dag_runs IS
 'The runs of one DAG, newest first (ties: the greater id), with their task counts per state, optionally of one '
-'status or several (p_status, comma-separated; HR001 unknown); HR002 unknown DAG, HR001 limit out of 1..1000. '
+'status or several (p_status, comma-separated; HR001 unknown), after a position (keyset paging: '
+'p_before_created_at and p_before_id, the last run''s; one without the other is HR001); HR002 unknown DAG, HR001 '
+'limit out of 1..1000. '
 'For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.retry_dag_run IS
 'Retry a FAILED, CANCELLED, TERMINATED or TIMED_OUT DAG run from its failed tasks: a new run of the same workflow_id '

@@ -69,6 +69,82 @@ AS $$
     ORDER BY ev.event_id;
 $$;
 
+-- The dashboard's run page: one page of the history and what the page shows beside it, in
+-- rows of a few parts, never more than it shows however long the history (a run of 100,000
+-- events was read whole, a stream, to draw 500). ``part``:
+--   'event'  the page: p_limit events from p_from_event_id on, or the last p_limit before
+--            p_before_event_id, or (neither) the last p_limit;
+--   'signal' the last p_limit SignalReceived;
+--   'update' each UpdateAccepted whose update has no UpdateCompleted;
+--   'reset'  the last p_limit WorkflowTaskCompleted, without their data (the id is the point);
+--   'count'  one row: event_id the last event's id, event_data {"events", "signals"}.
+-- The counts read the run's rows, not their payloads; the page and the tails are index range
+-- scans of events_pkey from an end.
+CREATE OR REPLACE FUNCTION harvest.get_history_page(
+    p_execution_id uuid,
+    p_from_event_id bigint DEFAULT NULL,
+    p_before_event_id bigint DEFAULT NULL,
+    p_limit integer DEFAULT 500
+)
+RETURNS TABLE (part text, event_id bigint, event_type text, event_data jsonb, created_at timestamptz)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..10000', coalesce(p_limit::text, 'NULL')
+            USING ERRCODE = 'HR001';
+    END IF;
+    IF p_from_event_id IS NOT NULL AND p_before_event_id IS NOT NULL THEN
+        RAISE EXCEPTION 'a page starts at an event or ends before one, not both'
+            USING ERRCODE = 'HR001', HINT = 'give p_from_event_id or p_before_event_id';
+    END IF;
+    IF p_from_event_id < 1 OR p_before_event_id < 1 THEN
+        RAISE EXCEPTION 'event id % is out of range: event ids start at 1',
+            least(p_from_event_id, p_before_event_id) USING ERRCODE = 'HR001';
+    END IF;
+    IF p_from_event_id IS NOT NULL THEN
+        RETURN QUERY
+        SELECT 'event', ev.event_id, ev.event_type, ev.event_data, ev.created_at
+        FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution_id AND ev.event_id >= p_from_event_id
+        ORDER BY ev.event_id LIMIT p_limit;
+    ELSE
+        RETURN QUERY
+        SELECT 'event', ev.event_id, ev.event_type, ev.event_data, ev.created_at
+        FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution_id
+          AND (p_before_event_id IS NULL OR ev.event_id < p_before_event_id)
+        ORDER BY ev.event_id DESC LIMIT p_limit;
+    END IF;
+    RETURN QUERY
+    SELECT 'signal', ev.event_id, ev.event_type, ev.event_data, ev.created_at
+    FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution_id AND ev.event_type = 'SignalReceived'
+    ORDER BY ev.event_id DESC LIMIT p_limit;
+    RETURN QUERY
+    SELECT 'update', ev.event_id, ev.event_type, ev.event_data, ev.created_at
+    FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution_id AND ev.event_type = 'UpdateAccepted'
+      AND NOT EXISTS (
+          SELECT 1 FROM harvest.events AS done
+          WHERE done.event_data ->> 'update_id' = ev.event_data ->> 'update_id'
+            AND done.execution_id = p_execution_id AND done.event_type = 'UpdateCompleted')
+    ORDER BY ev.event_id;
+    RETURN QUERY
+    SELECT 'reset', ev.event_id, ev.event_type, '{}'::jsonb, ev.created_at
+    FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution_id AND ev.event_type = 'WorkflowTaskCompleted'
+    ORDER BY ev.event_id DESC LIMIT p_limit;
+    RETURN QUERY
+    SELECT 'count', coalesce(max(ev.event_id), 0), NULL::text,
+           jsonb_build_object('events', count(*),
+                              'signals', count(*) FILTER (WHERE ev.event_type = 'SignalReceived')),
+           NULL::timestamptz
+    FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution_id;
+END;
+$$;
+
 -- End a run at once: no cleanup code runs, open activities and timers are dropped.
 CREATE OR REPLACE FUNCTION harvest.terminate_workflow(p_execution_id uuid, p_reason text DEFAULT NULL)
 RETURNS void
@@ -882,6 +958,11 @@ COMMENT ON FUNCTION harvest.get_execution IS
 COMMENT ON FUNCTION harvest.get_history IS
 'A run''s history after event p_after_event_id (0 = from the start), in order. Called by clients, workers and '
 'operators (roles harvest_reader, harvest_worker).';
+COMMENT ON FUNCTION harvest.get_history_page IS
+'One page of a run''s history for the dashboard (part event: p_limit events from p_from_event_id on, or the last '
+'p_limit before p_before_event_id, or the last p_limit) with its last p_limit signals and reset points, its pending '
+'updates and its counts (part count), in rows that do not grow with the history; HR001 for a limit out of 1..10000, '
+'an event id below 1 or both ends given. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.terminate_workflow IS
 'End a RUNNING run at once as TERMINATED, audited: no cleanup code runs, open activities and timers are dropped; '
 'HR005 when it has already ended. For admins (role harvest_admin).';

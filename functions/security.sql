@@ -97,7 +97,7 @@ AS $$
                         'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage', 'get_shard_health',
                         'list_partition_owners', 'list_dags', 'list_dag_runs', 'get_dag_run',
                         'authenticate_api_token', 'list_events', 'get_event_horizon', 'heartbeat_event_stream',
-                        'stop_event_stream', 'list_update_requests')
+                        'stop_event_stream', 'list_update_requests', 'get_history_page')
             THEN 'harvest_reader'
         WHEN p_name IN ('start_workflow', 'start_workflows', 'signal_with_start', 'signal_workflow',
                         'signal_workflow_eager', 'cancel_workflow',

@@ -1,7 +1,7 @@
 -- functions/audit.sql: harvest._audit, harvest._audit_context, harvest._audit_source, harvest.list_audit_log,
 -- harvest._audit_asserted.
 BEGIN;
-SELECT plan(15);
+SELECT plan(18);
 
 SELECT ok(harvest._audit('test.op', 't', 'me', '{}') > 0, '_audit returns the new row id');
 
@@ -71,6 +71,18 @@ SELECT harvest._audit('test.order', 'earlier, a greater id', NULL, '{}');
 SELECT results_eq($$SELECT target FROM harvest.list_audit_log(3, 'test.order')$$,
                   $$VALUES ('later'::text), ('earlier, a greater id'), ('earlier')$$,
                   'list_audit_log(): newest by time first, ties by the greater id, not by id alone');
+-- ... and pages after a position, the last row's (at, id), in the same order.
+SELECT results_eq(
+    $$SELECT r.target FROM harvest.audit_log AS a, LATERAL harvest.list_audit_log(3, 'test.order', a.at, a.id) AS r
+      WHERE a.target = 'earlier, a greater id'$$,
+    $$VALUES ('earlier'::text)$$, 'list_audit_log(p_before_at, p_before_id): the rows after that one');
+SELECT is_empty(
+    $$SELECT r.* FROM harvest.audit_log AS a, LATERAL harvest.list_audit_log(3, 'test.order', a.at, a.id) AS r
+      WHERE a.target = 'earlier' AND a.operation = 'test.order'$$,
+    'list_audit_log() after the last row: empty');
+SELECT throws_ok($$SELECT * FROM harvest.list_audit_log(3, NULL, now(), NULL)$$, 'HR001',
+                 'a position in the audit log is a time and an id: give both or neither',
+                 'list_audit_log() with a time and no id: HR001');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -6,7 +6,7 @@
 -- (runtime/dags.py): an activity whose options carry dag_node, a dag_node marker, a child
 -- whose workflow id is '<run id>/<task>'.
 BEGIN;
-SELECT plan(50);
+SELECT plan(52);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- A DAG of four tasks: a (activity) -> b (skipped), c (child), d (activity).
@@ -181,6 +181,14 @@ SELECT results_eq(
     $$SELECT execution_id FROM harvest.list_dag_runs('dg_etl')$$,
     $$SELECT id FROM harvest.executions WHERE workflow_name = 'dg_etl' ORDER BY created_at DESC, id DESC$$,
     'list_dag_runs(): newest first, ties by the greater id (the order shards'' runs are merged in)');
+SELECT results_eq(
+    $$SELECT r.execution_id FROM (SELECT * FROM harvest.list_dag_runs('dg_etl') LIMIT 1) AS top,
+      LATERAL harvest.list_dag_runs('dg_etl', 50, NULL, top.created_at, top.execution_id) AS r$$,
+    $$SELECT id FROM harvest.executions WHERE workflow_name = 'dg_etl' ORDER BY created_at DESC, id DESC OFFSET 1$$,
+    'list_dag_runs(p_before_created_at, p_before_id): the runs after that one, in the same order');
+SELECT throws_ok($$SELECT * FROM harvest.list_dag_runs('dg_etl', 1, NULL, NULL, pg_temp.run('dg1'))$$, 'HR001',
+                 'a position in the DAG runs is a time and an execution id: give both or neither',
+                 'list_dag_runs() with an id and no time: HR001');
 
 SELECT * FROM finish();
 ROLLBACK;

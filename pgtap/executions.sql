@@ -1,7 +1,8 @@
 -- functions/executions.sql: harvest.get_execution, get_execution_by_workflow_id, harvest.get_history,
 -- harvest.terminate_workflow; then the list and the stack, waiting for a result,
--- the children (list_children), the runs per version (count_versions) and a run row's
--- rules (the executions_checks trigger), each in a transaction of its own.
+-- the children (list_children), the runs per version (count_versions), a run row's
+-- rules (the executions_checks trigger) and the dashboard's history page (get_history_page),
+-- each in a transaction of its own.
 BEGIN;
 SELECT plan(28);
 SET LOCAL TimeZone = 'UTC';
@@ -581,5 +582,61 @@ SELECT throws_ok($$SELECT harvest.wait_for_result('00000000-0000-0000-0000-00000
                                                   '00000000-0000-0000-0000-0000000000a1')$$,
                  'HR002', 'execution 00000000-0000-0000-0000-00000000dead does not exist',
                  'wait_for_result() of an unknown run: HR002');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- get_history_page: the dashboard's page of a run's history and what it shows beside it, in
+-- rows that do not grow with the history.
+BEGIN;
+SELECT plan(12);
+SELECT pg_temp.start_run('ghp', 'ghp_wf', 'ghp_q');                     -- 1 WorkflowStarted
+SELECT harvest._append_event(pg_temp.run('ghp'), 'WorkflowTaskCompleted', '{}');          -- 2
+SELECT harvest._append_event(pg_temp.run('ghp'), 'SignalReceived', '{"name": "s1", "payload": 1}');  -- 3
+SELECT harvest._append_event(pg_temp.run('ghp'), 'UpdateAccepted', '{"update_id": "u1", "name": "add"}');  -- 4
+SELECT harvest._append_event(pg_temp.run('ghp'), 'UpdateAccepted', '{"update_id": "u2", "name": "add"}');  -- 5
+SELECT harvest._append_event(pg_temp.run('ghp'), 'WorkflowTaskCompleted', '{}');          -- 6
+SELECT harvest._append_event(pg_temp.run('ghp'), 'UpdateCompleted', '{"update_id": "u1", "seq": 1}');  -- 7
+SELECT harvest._append_event(pg_temp.run('ghp'), 'SignalReceived', '{"name": "s2", "payload": 2}');  -- 8
+SELECT harvest._append_event(pg_temp.run('ghp'), 'SignalReceived', '{"name": "s3", "payload": 3}');  -- 9
+
+SELECT results_eq(
+    $$SELECT event_id FROM harvest.get_history_page(pg_temp.run('ghp'), p_limit => 2) WHERE part = 'event'
+      ORDER BY event_id$$,
+    $$VALUES (8::bigint), (9::bigint)$$, 'get_history_page(): neither end given, the last p_limit events');
+SELECT results_eq(
+    $$SELECT event_id FROM harvest.get_history_page(pg_temp.run('ghp'), 3, NULL, 2) WHERE part = 'event'
+      ORDER BY event_id$$,
+    $$VALUES (3::bigint), (4::bigint)$$, '... p_from_event_id: the first p_limit from that event on');
+SELECT results_eq(
+    $$SELECT event_id FROM harvest.get_history_page(pg_temp.run('ghp'), NULL, 3, 5) WHERE part = 'event'
+      ORDER BY event_id$$,
+    $$VALUES (1::bigint), (2::bigint)$$, '... p_before_event_id: the last p_limit before that event');
+SELECT results_eq(
+    $$SELECT event_id, event_data ->> 'name' FROM harvest.get_history_page(pg_temp.run('ghp'), p_limit => 2)
+      WHERE part = 'signal' ORDER BY event_id$$,
+    $$VALUES (8::bigint, 's2'), (9::bigint, 's3')$$, '... the last p_limit signals, with their data');
+SELECT results_eq(
+    $$SELECT event_id, event_data ->> 'update_id' FROM harvest.get_history_page(pg_temp.run('ghp'))
+      WHERE part = 'update'$$,
+    $$VALUES (5::bigint, 'u2')$$, '... the updates accepted and not completed');
+SELECT results_eq(
+    $$SELECT event_id, event_data FROM harvest.get_history_page(pg_temp.run('ghp'), p_limit => 1)
+      WHERE part = 'reset'$$,
+    $$VALUES (6::bigint, '{}'::jsonb)$$, '... the last p_limit workflow tasks (reset points), without their data');
+SELECT results_eq(
+    $$SELECT event_id, event_data FROM harvest.get_history_page(pg_temp.run('ghp'), p_limit => 1)
+      WHERE part = 'count'$$,
+    $$VALUES (9::bigint, '{"events": 9, "signals": 3}'::jsonb)$$, '... one count row: the last event id, the counts');
+SELECT is((SELECT count(*) FROM harvest.get_history_page(pg_temp.run('ghp'), p_limit => 1)), 5::bigint,
+          '... p_limit bounds every part: 1 event, 1 signal, 1 pending update, 1 reset point, the counts');
+SELECT results_eq(
+    $$SELECT part, event_id FROM harvest.get_history_page('00000000-0000-4000-8000-00000000abcd')$$,
+    $$VALUES ('count'::text, 0::bigint)$$, '... of no run: the counts, zero');
+SELECT throws_ok($$SELECT * FROM harvest.get_history_page(pg_temp.run('ghp'), p_limit => 0)$$, 'HR001',
+                 'limit 0 is out of range 1..10000', 'get_history_page(p_limit => 0): HR001');
+SELECT throws_ok($$SELECT * FROM harvest.get_history_page(pg_temp.run('ghp'), 1, 5)$$, 'HR001',
+                 'a page starts at an event or ends before one, not both', '... both ends given: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.get_history_page(pg_temp.run('ghp'), 0)$$, 'HR001',
+                 'event id 0 is out of range: event ids start at 1', '... an event id below 1: HR001');
 SELECT * FROM finish();
 ROLLBACK;

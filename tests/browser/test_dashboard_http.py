@@ -1101,6 +1101,86 @@ def test_a_long_history_pages_and_never_renders_all_of_it(db: str, monkeypatch: 
         assert client.get(f"/workflows/{run}?history_from=0", headers=READ).status_code == 400
 
 
+def test_a_page_of_a_long_history_reads_and_redacts_that_page_only(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run page drew one page of the history but read the whole of it from the database
+    (a stream of every event) and redacted every signal's payload on the way, to keep the last
+    few: a run of 100,000 events cost 100,000 rows and as many redactions a page view. It reads
+    the page, the last signals and reset points, the pending updates and the counts, and redacts
+    what it shows; the rows it fetches do not grow with the history."""
+    import harvest.web.ui.app as ui_module
+    import harvest.web.ui.views as views_module
+    from harvest.web.ui.source import Source
+
+    monkeypatch.setattr(ui_module, "HISTORY_SHOWN", 3)
+    run = _started(db, "long-history")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.signal_workflow(%s, 'sig-' || g, to_jsonb(g)) FROM generate_series(1, 400) AS g",
+            (run,),
+        )
+    fetched = redacted = 0
+
+    def counted(value: object) -> object:
+        nonlocal fetched
+        fetched += len(value) if isinstance(value, list) else 1
+        return value
+
+    class Counting:
+        """An API whose every answer counts its rows (a list's length, a stream's items)."""
+
+        def __init__(self, api: object) -> None:
+            self.api = api
+
+        def __getattr__(self, name: str) -> object:
+            method = getattr(self.api, name)
+
+            def call(*args: object, **kwargs: object) -> object:
+                answer = method(*args, **kwargs)
+                if hasattr(answer, "__aiter__"):
+
+                    async def stream():
+                        async for item in answer:
+                            yield counted(item)
+
+                    return stream()
+
+                async def awaited() -> object:
+                    return counted(await answer)
+
+                return awaited()
+
+            return call
+
+    routed = Source.routed
+
+    async def counting_routed(self, execution_id, principal, fn, **kw):
+        return await routed(self, execution_id, principal, lambda api: fn(Counting(api)), **kw)
+
+    redact = views_module.redact
+
+    def counting_redact(value: object) -> object:
+        nonlocal redacted
+        redacted += 1
+        return redact(value)
+
+    monkeypatch.setattr(Source, "routed", counting_routed)
+    monkeypatch.setattr(views_module, "redact", counting_redact)
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{run}", headers=READ).text
+        assert "401 events" in page and "400 signals" in page
+        assert re.findall(r'id="event-(\d+)"', page) == ["399", "400", "401"]
+        # The page: three events, three signals, the counts, the run and its stack.
+        assert fetched <= 20, fetched
+        # Three events, three signals, the run's input, output and failure.
+        assert redacted <= 10, redacted
+        fetched = redacted = 0
+        older = client.get(f"/workflows/{run}?history_before=200", headers=READ).text
+        assert re.findall(r'id="event-(\d+)"', older) == ["197", "198", "199"]
+        assert fetched <= 20 and redacted <= 10, (fetched, redacted)
+
+
 def test_an_erased_payload_says_erased_not_a_size(db: str) -> None:
     """A finished run's payloads erased (docs/payloads.md) are {"_harvest_erased": true}: the
     page told a read principal "redacted (24 bytes)", a payload that is no longer anywhere. It

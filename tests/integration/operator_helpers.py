@@ -45,10 +45,28 @@ def start(
 
 
 def park(
-    conn: psycopg.Connection, key: str, workflow: str = "wf", activity: str = "act", error_type: str = "Boom"
+    conn: psycopg.Connection,
+    key: str,
+    workflow: str = "wf",
+    activity: str = "act",
+    error_type: str = "Boom",
+    continued_as_new: bool = False,
 ) -> tuple[str, int]:
-    """Start wf/<key> whose activity fails non-retryably into the DLQ: (execution id, dead letter id)."""
-    execution_id = start(conn, workflow, key, queue=f"wq_{key}")
+    """Start wf/<key> whose activity fails non-retryably into the DLQ: (execution id, dead letter id).
+    ``continued_as_new``: the run first continues as new, and its successor's activity fails (the
+    id returned is still the first run's)."""
+    first = execution_id = start(conn, workflow, key, queue=f"wq_{key}")
+    if continued_as_new:
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', %s, 1)", ([f"wq_{key}"],)
+        ).fetchone()
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
+            (task[0], task[1], Jsonb([{"type": "continue_as_new", "input": []}])),
+        )
+        execution_id = conn.execute(
+            "SELECT output ->> 'continued_as_new' FROM harvest.executions WHERE id = %s", (first,)
+        ).fetchone()[0]
     task = conn.execute(
         "SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', %s, 1)", ([f"wq_{key}"],)
     ).fetchone()
@@ -88,4 +106,4 @@ def park(
     dead_id = conn.execute(
         "SELECT id FROM harvest.dead_letters WHERE execution_id = %s", (execution_id,)
     ).fetchone()[0]
-    return execution_id, dead_id
+    return first, dead_id

@@ -302,7 +302,7 @@ def test_pause_max_active_runs_and_the_cli(db: str, start_worker, client) -> Non
     assert again.exit_code == 0, again.output
     assert client.get_handle(json.loads(again.output)["execution_id"]).result(timeout=30)
 
-    runs = json.loads(runner.invoke(main, ["dag", "runs", "gated_dag", "-o", "json"], env=env).output)
+    runs = json.loads(runner.invoke(main, ["dag", "runs", "gated_dag", "-o", "json"], env=env).output)["runs"]
     assert len(runs) == 2 and all(r["status"] == "COMPLETED" for r in runs)
     unknown = runner.invoke(main, ["dag", "trigger", "nope"], env=env)
     assert unknown.exit_code == 1 and "dag nope is not registered" in unknown.output

@@ -47,6 +47,7 @@ READS = [
     "SELECT harvest.get_execution_stack(%(e)s)",
     "SELECT * FROM harvest.get_execution(%(e)s)",
     "SELECT * FROM harvest.get_history(%(e)s)",
+    "SELECT * FROM harvest.get_history_page(%(e)s)",
     "SELECT * FROM harvest.list_dead_letters()",
     "SELECT * FROM harvest.count_dead_letters()",
     "SELECT * FROM harvest.list_workers()",
@@ -141,7 +142,7 @@ def test_worker_claims_and_completes_only(login, setup) -> None:
     dsn = login("harvest_worker")
     for sql in WORKER:
         assert params_attempt(dsn, sql, setup) == "ok", sql
-    for sql in [r for r in READS if "get_history" not in r] + OPERATE + ADMIN + NEVER:
+    for sql in [r for r in READS if "harvest.get_history(" not in r] + OPERATE + ADMIN + NEVER:
         assert params_attempt(dsn, sql, setup) == "42501", sql
 
 

@@ -51,22 +51,37 @@ def _event(event_id: int, event_type: str, **data) -> dict:
     return {"event_id": event_id, "event_type": event_type, "event_data": data, "created_at": NOW}
 
 
-def test_execution_page_redacts_and_finds_signals_and_pending_updates() -> None:
-    history = [
-        _event(1, "WorkflowStarted", workflow_name="w", input=["secret"]),
-        _event(2, "WorkflowTaskCompleted", through=1),
-        _event(3, "SignalReceived", name="approved", payload={"card": "4111"}, signal_id="s1"),
-        _event(4, "UpdateAccepted", update_id="u1", name="spend", input=[5]),
-        _event(5, "UpdateAccepted", update_id="u2", name="spend", input=[6]),
-        _event(6, "WorkflowTaskCompleted", through=5),
-        _event(7, "UpdateCompleted", seq=1, update_id="u1", result=5, failure=None),
+def test_execution_page_redacts_the_signals_and_pending_updates_it_is_given() -> None:
+    # The rows of harvest.get_history_page (which picks the pending updates and the tails; its
+    # pgTAP test checks that): tagged by part, in no particular order.
+    def part(name: str, event: dict) -> dict:
+        return {"part": name, **event}
+
+    rows = [
+        part(
+            "count",
+            {
+                "event_id": 7,
+                "event_type": None,
+                "event_data": {"events": 7, "signals": 1},
+                "created_at": None,
+            },
+        ),
+        part("event", _event(7, "UpdateCompleted", seq=1, update_id="u1", result=5, failure=None)),
+        part("event", _event(1, "WorkflowStarted", workflow_name="w", input=["secret"])),
+        part("event", _event(3, "SignalReceived", name="approved", payload={"card": "4111"}, signal_id="s1")),
+        part(
+            "signal", _event(3, "SignalReceived", name="approved", payload={"card": "4111"}, signal_id="s1")
+        ),
+        part("update", _event(5, "UpdateAccepted", update_id="u2", name="spend", input=[6])),
+        part("reset", _event(6, "WorkflowTaskCompleted")),
+        part("reset", _event(2, "WorkflowTaskCompleted")),
     ]
     row = {"id": "x", "input": ["secret"], "output": None}
 
     def read(full: bool) -> HistoryPage:
         page = HistoryPage(500, full=full)
-        for event in history:
-            page.add(event)
+        page.add_rows(rows)
         return page
 
     page = execution_page(row, {}, read(False), full=False)
@@ -75,6 +90,12 @@ def test_execution_page_redacts_and_finds_signals_and_pending_updates() -> None:
     assert [s["name"] for s in page["signals"]] == ["approved"]
     assert [u["update_id"] for u in page["pending_updates"]] == ["u2"]
     assert page["resettable"] == [1, 5]  # the last event before each workflow task
+    assert [e["event_id"] for e in page["events"]] == [1, 3, 7]
+    assert (page["total_events"], page["total_signals"], page["history_links"]) == (
+        7,
+        1,
+        {"older": None, "newer": None},
+    )
     shown = execution_page(row, {}, read(True), full=True)
     assert shown["payloads"]["input"] == ["secret"] and shown["signals"][0]["payload"] == {"card": "4111"}
 

@@ -74,6 +74,27 @@ class FakeShard:
             return rows[:limit]
         return [r for r in rows if (r["failed_at"], r["id"]) < (before_failed_at, before_id or 0)][:limit]
 
+    def list_audit_log(self, limit, operation=None, before_at=None, before_id=None) -> list[dict]:
+        """As harvest.list_audit_log: (at, id) descending, after a position (the rows are kept
+        in ``dead_letters`` with ``at`` for ``failed_at``)."""
+        self._check()
+        rows = sorted(
+            ({**r, "at": r["failed_at"]} for r in self.dead_letters), key=lambda r: (r["at"], r["id"])
+        )
+        rows.reverse()
+        return [r for r in rows if before_at is None or (r["at"], r["id"]) < (before_at, before_id)][:limit]
+
+    def list_dag_runs(
+        self, dag_name, limit, status=None, before_created_at=None, before_id=None
+    ) -> list[dict]:
+        """As harvest.list_dag_runs: (created_at, id) descending, after a position."""
+        self._check()
+        rows = sorted(self.executions, key=lambda r: (r["created_at"], r["execution_id"]), reverse=True)
+        if before_created_at is not None:
+            after = (before_created_at, uuid.UUID(before_id))
+            rows = [r for r in rows if (r["created_at"], r["execution_id"]) < after]
+        return rows[:limit]
+
 
 def make_shards(rng: random.Random, sizes: tuple[int, ...], tie_pool: int) -> dict[int, FakeShard]:
     """Rows whose created_at is drawn from a small pool of instants, so ties across shards are
@@ -408,3 +429,43 @@ def test_a_moved_child_is_listed_where_it_lives_whatever_shard_answers_first(sha
     assert [(n["status"], [g["execution_id"] for g in n["children"]]) for n in tree["children"]] == [
         ("RUNNING", [grandchild])
     ]
+
+
+@pytest.mark.parametrize("outage", [False, True])
+@pytest.mark.parametrize("limit", [1, 2, 3, 7])
+def test_audit_and_dag_run_pages_hold_every_row_once_in_order_even_across_an_outage(
+    limit: int, outage: bool
+) -> None:
+    """The audit log and a DAG's runs page as the dead letters do (one position per shard): every
+    row once, newest first across the shards (with every shard up), a shard down for a page
+    losing nothing."""
+    for seed in range(10):
+        rng = random.Random(seed)
+        shards = make_shards(rng, (rng.randrange(0, 9), rng.randrange(0, 9), rng.randrange(0, 9)), 3)
+        for shard in shards.values():
+            shard.dead_letters = _dead_letters(rng, rng.randrange(0, 10))
+        reads = ShardReads(shards, concurrent=False)
+        lists = (
+            ("list_audit_log", (), lambda r: (r["at"], -r["shard_id"], r["id"]), "dead_letters"),
+            ("list_dag_runs", ("d",), lambda r: (r["created_at"], r["execution_id"]), "executions"),
+        )
+        for name, first, key, rows in lists:
+            seen, cursor = [], None
+            for step in range(200):
+                shards[1].down = outage and step in (0, 2)
+                page = getattr(reads, name)(*first, limit, None, cursor)
+                shards[1].down = False
+                assert len(page.value) <= limit
+                seen += page.value
+                if (cursor := page.next_cursor) is None:
+                    break
+            keys = [key(r) for r in seen]
+            assert len(set(keys)) == len(keys) == sum(len(getattr(sh, rows)) for sh in shards.values()), seed
+            if not outage:
+                assert keys == sorted(keys, reverse=True), seed
+    with pytest.raises(InvalidArgument, match="malformed"):
+        reads.list_audit_log(cursor="au1.eyJwIjp7IngiOjF9fQ")
+    with pytest.raises(InvalidArgument, match="malformed"):
+        reads.list_dag_runs("d", cursor="dl2.eyJwIjp7fSwiZCI6W10sImYiOiIifQ")  # a dead-letter cursor
+    with pytest.raises(InvalidArgument, match="other filters"):
+        reads.list_dag_runs("e", 1, None, reads.list_dag_runs("d", 1, None, None).next_cursor or "dr1.")

@@ -417,6 +417,20 @@ def test_a_result_timeout_says_why_the_run_is_stuck_over_http_as_over_sql(db: st
     assert (over_http.exit_code, over_http.stderr) == (over_sql.exit_code, over_sql.stderr)
 
 
+def test_a_result_timeout_after_continue_as_new_says_why_the_last_run_is_stuck(db: str, served, conn) -> None:
+    """The run asked for continued as new and its successor is the one stuck: over HTTP the
+    timeout read the stack of the first run (ended, waiting on nothing) and said nothing, while
+    over SQL it quotes the latest run's dead-lettered activity."""
+    served()
+    execution_id, dead_letter_id = park(conn, "rotated-result", continued_as_new=True)
+    args = ("workflow", "result", execution_id, "--timeout", "0.2")
+    over_sql = run(*args, "--database-url", db)
+    over_http = run("--base-url", BASE, *args)
+    assert over_sql.exit_code == 3, over_sql.stderr
+    assert f"harvest dlq replay {dead_letter_id}" in over_sql.stderr, over_sql.stderr
+    assert (over_http.exit_code, over_http.stderr) == (over_sql.exit_code, over_sql.stderr)
+
+
 def test_health_exit_codes(served) -> None:
     served()
     ok = run("--base-url", BASE, "health", "--output", "json")

@@ -598,6 +598,94 @@ def test_dead_letters_list_get_aggregate_and_bulk_with_dry_run(api, conn) -> Non
     assert api.post(f"/dead-letters/{dead}/replay").status_code == 404  # replayed: gone
 
 
+def test_dead_letters_page_through_with_the_next_cursor_over_http(api, conn) -> None:
+    # Three dead letters, two a page: the cursor carries the second page's start, each row comes
+    # once, newest failure first, and the last page says there is no more (next_cursor null).
+    dead = [park(conn, f"dlp{n}", activity="send_email")[1] for n in range(3)]
+    first = api.get("/dead-letters", params={"limit": 2})
+    assert first.status_code == 200, first.text
+    page = first.json()
+    assert len(page["dead_letters"]) == 2 and page["next_cursor"]
+    second = api.get("/dead-letters", params={"limit": 2, "cursor": page["next_cursor"]}).json()
+    assert second["next_cursor"] is None and second["status"] == "complete"
+    walked = [d["id"] for d in page["dead_letters"] + second["dead_letters"]]
+    assert walked == sorted(dead, reverse=True)  # one failure time per statement: ties by id
+    # The cursor is for the filters it was issued with.
+    other = api.get("/dead-letters", params={"cursor": page["next_cursor"], "activity_name": "other"})
+    assert other.status_code == 400 and error_of(other)["code"] == "invalid_argument", other.text
+
+
+def _walk(api, route: str, key: str, **params) -> tuple[list[dict], int]:
+    """Every row of a paged list route, following next_cursor: (the rows, the pages)."""
+    rows: list[dict] = []
+    pages, cursor = 0, None
+    while True:
+        answer = api.get(route, params={**params, **({"cursor": cursor} if cursor else {})})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert "next_cursor" in body and len(body[key]) <= params["limit"], body
+        rows += body[key]
+        pages += 1
+        if (cursor := body["next_cursor"]) is None:
+            return rows, pages
+        assert pages < 10, "the cursor does not move on"
+
+
+def test_the_audit_log_and_a_dags_runs_page_with_the_next_cursor_over_http(api, conn) -> None:
+    """GET /admin/audit and GET /dags/{name}/runs answered their newest `limit` rows and no
+    more: past the first page nothing could be read. They page by cursor as the dead letters
+    do: each row once, newest first, next_cursor null on the last page."""
+    for n in range(5):
+        conn.execute("SELECT harvest._audit('worker.drain', %s, 'ops', '{}')", (f"w{n}",))
+    rows, pages = _walk(api, "/admin/audit", "entries", limit=2, operation="worker.drain")
+    assert [r["target"] for r in rows] == [f"w{n}" for n in reversed(range(5))] and pages == 3
+    conn.execute(
+        "SELECT harvest.register_dags(%s::jsonb)",
+        (json.dumps([{"dag_name": "paged_dag", "queue": "paged_q", "tasks": [], "max_active_runs": 10}]),),
+    )
+    made = [
+        str(conn.execute("SELECT execution_id FROM harvest.trigger_dag('paged_dag')").fetchone()[0])
+        for _ in range(5)
+    ]
+    rows, pages = _walk(api, "/dags/paged_dag/runs", "runs", limit=2)
+    assert sorted(r["execution_id"] for r in rows) == sorted(made) and len(rows) == 5 and pages == 3
+    assert [(r["created_at"], r["execution_id"]) for r in rows] == sorted(
+        ((r["created_at"], r["execution_id"]) for r in rows), reverse=True
+    )
+    # A cursor of one list is not one of the other, nor of other filters: 400.
+    first = api.get("/admin/audit", params={"limit": 2}).json()["next_cursor"]
+    for route, params in (
+        ("/dags/paged_dag/runs", {"cursor": first}),
+        ("/admin/audit", {"cursor": first, "operation": "worker.drain"}),
+        ("/admin/audit", {"cursor": "au1.nonsense"}),
+    ):
+        refused = api.get(route, params=params)
+        assert refused.status_code == 400 and error_of(refused)["code"] == "invalid_argument", refused.text
+
+
+def test_refused_dead_letter_calls_answer_the_documented_error_over_http(api, conn) -> None:
+    # A cursor that is not one, or one of another listing: 400 invalid_argument naming the
+    # cursor, and no rows.
+    for cursor in ("not-a-cursor", "dl2.e30"):
+        bad = api.get("/dead-letters", params={"cursor": cursor})
+        assert bad.status_code == 400, bad.text
+        error = error_of(bad)
+        assert error["code"] == "invalid_argument" and "cursor" in error["message"], error
+        assert "dead_letters" not in bad.json()
+    # A dead letter of a run that ended: replay is refused (409 workflow_not_running) and the
+    # dead letter stays to discard.
+    execution_id, dead = park(conn, "dlr", activity="send_email")
+    conn.execute("SELECT harvest.terminate_workflow(%s, 'done with it')", (execution_id,))
+    refused = api.post(f"/dead-letters/{dead}/replay")
+    assert refused.status_code == 409, refused.text
+    error = error_of(refused)
+    assert error["code"] == "workflow_not_running" and "task_id" not in refused.json(), error
+    assert api.get(f"/dead-letters/{dead}").status_code == 200
+    # An id of no dead letter: 404 not_found, in the same shape.
+    gone = api.post("/dead-letters/999999/replay")
+    assert gone.status_code == 404 and error_of(gone)["code"] == "not_found", gone.text
+
+
 # -- workers ---------------------------------------------------------------------------------------
 def test_worker_routes_and_their_400s(api, start_worker) -> None:
     assert error_of(api.get("/workers", params={"status": "sleepy"}))["field"] == "status"

@@ -21,6 +21,7 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
+from harvest.cli.shards import emit_merged, read_shards
 from harvest.cli.workflow import read_json_option
 
 
@@ -122,18 +123,20 @@ def _counts(counts: dict[str, int] | None) -> str:
 @dag.command("runs")
 @click.argument("name")
 @click.option("--limit", default=50, show_default=True, type=PAGE)
+@click.option("--cursor", default=None, help="next_cursor from the previous page (every shard).")
 @database_url_option
 @output_option
-def runs(name: str, limit: int, database_url: str | None, output: str) -> None:
-    """The runs of DAG NAME, newest first, with their tasks' states counted."""
-    with sql_api(database_url, read_only=True) as sql:
-        rows = sql.list_dag_runs(name, limit)
-    emit(
-        rows,
+def runs(name: str, limit: int, cursor: str | None, database_url: str | None, output: str) -> None:
+    """The runs of DAG NAME over every shard, newest first, with their tasks' states counted;
+    page with --cursor."""
+    merged = read_shards(database_url, lambda reads: reads.list_dag_runs(name, limit, None, cursor))
+    emit_merged(
+        merged,
+        "runs",
         output,
         lambda r: table(
             [{**x, "tasks": _counts(x["counts"])} for x in r],
-            ["execution_id", "status", "created_at", "completed_at", "retry_of", "tasks"],
+            ["execution_id", "status", "created_at", "completed_at", "retry_of", "tasks", "shard_id"],
         ),
     )
 

@@ -613,9 +613,6 @@ class HttpApi:
     def unpause_dag(self, name: str, operator: str | None = None) -> Any:
         return self.http.post(f"/dags/{_p(name)}/unpause")["changed"]
 
-    def list_dag_runs(self, name: str, limit: int) -> list[dict[str, Any]]:
-        return [_untagged(r) for r in self.http.get(f"/dags/{_p(name)}/runs", limit=limit)["runs"]]
-
     def get_dag_run(self, execution_id: str) -> dict[str, Any]:
         return _obj(self.http.get(f"/dag-runs/{_p(execution_id)}"))
 
@@ -763,14 +760,6 @@ class HttpApi:
         return answer  # every shard's answer: the command adds them up (cli/retention.py)
 
     # audit
-    def list_audit_log(
-        self, limit: int = 100, operation: str | None = None
-    ) -> list[dict[str, Any]] | PerShard:
-        answer = self.http.get("/admin/audit", limit=limit, operation=operation)
-        if answer.get("sharded"):  # every shard's newest, merged (as the CLI merges them)
-            return _by_shard(answer, answer["entries"], every=True)
-        return [_untagged(r) for r in answer["entries"]]
-
     # tokens
     def create_api_token(self, name: str, scope: str, expires_in_secs: float | None = None) -> dict[str, Any]:
         body = {"name": name, "scope": scope, "expires_in_secs": expires_in_secs}
@@ -819,16 +808,11 @@ def _per_shard(answer: dict[str, Any]) -> PerShard:
     return PerShard({int(s): r for s, r in (answer.get("shards") or {}).items()}, missed)
 
 
-def _by_shard(answer: dict[str, Any], rows: list[dict[str, Any]], every: bool = False) -> PerShard:
-    """A sharded server's rows (each with its shard_id) as {shard: row}, or with ``every``
-    {shard: [rows]}; the server's status (a shard with no row is no missing shard)."""
+def _by_shard(answer: dict[str, Any], rows: list[dict[str, Any]]) -> PerShard:
+    """A sharded server's rows (each with its shard_id) as {shard: row}; the server's status (a
+    shard with no row is no missing shard)."""
     missed = list(answer.get("unavailable_shards") or [])
-    results: dict[int, Any] = {}
-    if every:
-        for row in rows:
-            results.setdefault(int(row["shard_id"]), []).append(_untagged(row))
-    else:
-        results = {int(row["shard_id"]): _untagged(row) for row in rows}
+    results: dict[int, Any] = {int(row["shard_id"]): _untagged(row) for row in rows}
     return PerShard(results, missed, answer.get("read_status") or answer.get("status"))
 
 
@@ -977,6 +961,19 @@ class HttpReads:
     def count_dead_letters(self, group_by: str = "all") -> Merged[Any]:
         return _merged(self.http.get("/dead-letters/aggregate", group_by=group_by), "groups")
 
+    def list_audit_log(
+        self, limit: int = 100, operation: str | None = None, cursor: str | None = None
+    ) -> Merged[Any]:
+        answer = self.http.get("/admin/audit", limit=limit, operation=operation, cursor=cursor)
+        return _merged(answer, "entries")
+
+    def list_dag_runs(
+        self, dag_name: str, limit: int = 50, status: str | None = None, cursor: str | None = None
+    ) -> Merged[Any]:
+        if status is not None:  # (the route filters by no status; no command asks it to)
+            raise InvalidArgument("the DAG runs route filters by no status")
+        return _merged(self.http.get(f"/dags/{_p(dag_name)}/runs", limit=limit, cursor=cursor), "runs")
+
     def list_workers(
         self,
         queue: str | None = None,
@@ -1076,12 +1073,13 @@ class HttpHandle:
         from harvest.client.client import _outcome
 
         deadline = None if timeout is None else time.monotonic() + timeout
+        running = self.execution_id  # the run of the chain still running (continue-as-new)
         while True:
             left = RESULT_POLL_SECS if deadline is None else max(0.0, deadline - time.monotonic())
             wait = min(left, RESULT_POLL_SECS)
             status, data = self.http.request(
                 "GET",
-                f"/workflows/{_p(self.execution_id)}/result",
+                f"/workflows/{_p(running)}/result",
                 params={"wait": f"{wait:.3f}"},
                 timeout=self.http.settings.timeout + wait,
             )
@@ -1093,19 +1091,21 @@ class HttpHandle:
                     "failure": data.get("error"),
                 }
                 return _outcome(execution, None)
+            # The 204 names the run still running: after a continue-as-new, a successor, whose
+            # stack says why it is stuck (the first run's, ended, says nothing).
+            running = self.http.last_headers.get("x-harvest-execution-id") or running
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError_(
-                    f"workflow {self.execution_id} is still running after {timeout}s{self._why_stuck()}"
-                )
+                why = self._why_stuck(running)
+                raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s{why}")
 
-    def _why_stuck(self) -> str:
+    def _why_stuck(self, running: str) -> str:
         """What the SQL client's timeout says of a stuck run (a failing workflow task, a
-        dead-lettered activity), read from the stack route; "" when the read fails (a hint:
-        the timeout is the answer)."""
+        dead-lettered activity), read from the stack route of ``running`` (the run of the
+        chain still running); "" when the read fails (a hint: the timeout is the answer)."""
         from harvest.client.client import why_stuck
 
         try:
-            stack = _obj(self.http.get(f"/workflows/{_p(self.execution_id)}/stack"))
+            stack = _obj(self.http.get(f"/workflows/{_p(running)}/stack"))
         except Exception:
             return ""
         return why_stuck(stack)

@@ -112,6 +112,9 @@ GET_EXECUTION_BY_WORKFLOW_ID = (
 WAIT_FOR_RESULT = "SELECT * FROM harvest.wait_for_result(%(execution_id)s, %(waiter_id)s)"
 STOP_WAITING = "SELECT harvest.stop_waiting_for_result(%(waiter_id)s)"
 GET_HISTORY = "SELECT * FROM harvest.get_history(%(execution_id)s, %(after_event_id)s)"
+GET_HISTORY_PAGE = """
+SELECT * FROM harvest.get_history_page(%(execution_id)s, %(from_event_id)s, %(before_event_id)s, %(limit)s)
+"""
 TERMINATE_WORKFLOW = "SELECT harvest.terminate_workflow(%(execution_id)s, %(reason)s)"
 REGISTER_WORKER = """
 SELECT harvest.register_worker(%(worker_id)s, %(queues)s, %(hostname)s, %(pid)s,
@@ -281,7 +284,9 @@ GET_WORKER = "SELECT harvest.get_worker(%(worker_id)s) AS worker"
 WORKER_HEALTH = "SELECT harvest.get_worker_health() AS health"
 DRAIN_WORKER = "SELECT harvest.drain_worker(%(worker_id)s, %(deadline)s, %(operator)s) AS result"
 DRAIN_PREVIEW = "SELECT * FROM harvest.preview_drain(%(queue)s, %(worker_id)s)"
-LIST_AUDIT_LOG = "SELECT * FROM harvest.list_audit_log(%(limit)s, %(operation)s)"
+LIST_AUDIT_LOG = (
+    "SELECT * FROM harvest.list_audit_log(%(limit)s, %(operation)s, %(before_at)s, %(before_id)s)"
+)
 CREATE_API_TOKEN = "SELECT * FROM harvest.create_api_token(%(name)s, %(scope)s, %(expires_in)s)"
 LIST_API_TOKENS = "SELECT * FROM harvest.list_api_tokens(%(include_revoked)s)"
 REVOKE_API_TOKEN = "SELECT harvest.revoke_api_token(%(name)s) AS token_id"
@@ -612,6 +617,20 @@ def iter_history(execution_id: str, page_size: int = 500) -> dict[str, Any]:
     cursor (in a transaction of its own), so that a history of any size streams through a
     bounded amount of client memory."""
     return {"execution_id": execution_id, "after_event_id": 0, "page_size": page_size}
+
+
+@call(GET_HISTORY_PAGE)
+def get_history_page(
+    execution_id: str, from_event_id: int | None = None, before_event_id: int | None = None, limit: int = 500
+) -> dict[str, Any]:
+    """One page of the history with the run page's signals, pending updates, reset points and
+    counts, rows tagged by ``part`` (functions/executions.sql, harvest.get_history_page)."""
+    return {
+        "execution_id": execution_id,
+        "from_event_id": from_event_id,
+        "before_event_id": before_event_id,
+        "limit": limit,
+    }
 
 
 @call(WAIT_FOR_RESULT, first)
@@ -1493,8 +1512,14 @@ def preview_drain(queue: str | None = None, worker_id: str | None = None) -> dic
 
 
 @call(LIST_AUDIT_LOG)
-def list_audit_log(limit: int = 100, operation: str | None = None) -> dict[str, Any]:
-    return {"limit": limit, "operation": operation}
+def list_audit_log(
+    limit: int = 100,
+    operation: str | None = None,
+    before_at: _dt.datetime | None = None,
+    before_id: int | None = None,
+) -> dict[str, Any]:
+    """Newest first by (at, id); a page goes on after (``before_at``, ``before_id``), the last row's."""
+    return {"limit": limit, "operation": operation, "before_at": before_at, "before_id": before_id}
 
 
 @call(RETENTION_STATUS, column("status"))
@@ -1792,7 +1817,9 @@ TRIGGER_DAG = """
 SELECT * FROM harvest.trigger_dag(%(dag_name)s, %(conf)s, %(workflow_id)s, %(operator)s, %(traceparent)s)
 """
 GET_DAG_RUN = "SELECT harvest.get_dag_run(%(execution_id)s) AS run"
-LIST_DAG_RUNS = "SELECT * FROM harvest.list_dag_runs(%(dag_name)s, %(limit)s, %(status)s)"
+LIST_DAG_RUNS = """
+SELECT * FROM harvest.list_dag_runs(%(dag_name)s, %(limit)s, %(status)s, %(before_created_at)s, %(before_id)s)
+"""
 RETRY_DAG_RUN = "SELECT * FROM harvest.retry_dag_run(%(execution_id)s, %(operator)s)"
 
 
@@ -1839,9 +1866,22 @@ def get_dag_run(execution_id: str) -> dict[str, Any]:
 
 
 @call(LIST_DAG_RUNS)
-def list_dag_runs(dag_name: str, limit: int = 50, status: str | None = None) -> dict[str, Any]:
-    """Newest first; ``status`` (one or several, comma-separated) filters before the limit."""
-    return {"dag_name": dag_name, "limit": limit, "status": status}
+def list_dag_runs(
+    dag_name: str,
+    limit: int = 50,
+    status: str | None = None,
+    before_created_at: _dt.datetime | None = None,
+    before_id: str | None = None,
+) -> dict[str, Any]:
+    """Newest first; ``status`` (one or several, comma-separated) filters before the limit; a
+    page goes on after (``before_created_at``, ``before_id``), the last run's."""
+    return {
+        "dag_name": dag_name,
+        "limit": limit,
+        "status": status,
+        "before_created_at": before_created_at,
+        "before_id": before_id,
+    }
 
 
 @call(RETRY_DAG_RUN, first)

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, overload
 
 from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, NotFound
 from harvest.db.pools import TRANSIENT
@@ -60,8 +60,10 @@ __all__ = [
     "fan_out_async",
     "get_worker_health",
     "is_shard_failure",
+    "list_audit_log",
     "list_children",
     "list_concurrency_keys",
+    "list_dag_runs",
     "list_dead_letters",
     "list_tree",
     "list_workers",
@@ -127,7 +129,7 @@ class Merged(Generic[R]):
             "status": self.status,
             "unavailable_shards": self.unavailable_shards,
         }
-        if self.next_cursor is not None or key in ("executions", "dead_letters"):
+        if self.next_cursor is not None or key in ("executions", "dead_letters", "audit_log", "runs"):
             out["next_cursor"] = self.next_cursor
         return out
 
@@ -885,30 +887,42 @@ def list_tree(execution_id: Any, depth: int = 100) -> Plan:
     return Merged(root, sorted(unavailable), status_of(answered, len(unavailable)))
 
 
-# -- dead letters --------------------------------------------------------------------------------
-# A shard's place in the dead-letter list: the (failed_at, id) of the last row delivered, or
-# None (nothing delivered yet: from its newest). Its failure time as well as its id: the list is
-# ordered by both, and the row itself may be gone (replayed, discarded) when the next page asks.
-DeadLetterPosition = tuple[datetime, int] | None
+# -- lists whose ids are per shard: dead letters, the audit log, a DAG's runs ------------------
+# A shard's place in such a list: the (time, id) of the last row delivered, or None (nothing
+# delivered yet: from its newest). Its time as well as its id: the list is ordered by both, and
+# the row itself may be gone (a dead letter replayed, discarded) when the next page asks.
+ShardPosition = tuple[datetime, Any] | None
+DeadLetterPosition = ShardPosition
 
 
 @dataclass(frozen=True)
-class DeadLetterCursor:
-    """Dead-letter ids are per shard, so this cursor holds one position per shard, where that
-    shard continues, and the shards already read to the end."""
+class ShardCursor:
+    """The cursor of a list read newest first from every shard, each shard from its own
+    position: one position per shard, where that shard continues, and the shards already read
+    to the end. A subclass names its token's ``PREFIX``, what it pages (``WHAT``, for the
+    errors) and how its ids read back (``parse_id``)."""
 
-    positions: dict[int, DeadLetterPosition]
+    positions: dict[int, ShardPosition]
     done: frozenset[int]
     filters: str
 
+    PREFIX: ClassVar[str]
+    WHAT: ClassVar[str]
+
+    @staticmethod
+    def parse_id(value: Any) -> Any:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError("id")
+        return value
+
     def encode(self) -> str:
-        def out(pos: DeadLetterPosition) -> list[Any] | None:
+        def out(pos: ShardPosition) -> list[Any] | None:
             if pos is None:
                 return None
             return [pos[0].astimezone(UTC).isoformat(timespec="microseconds"), pos[1]]
 
         return _encode_token(
-            "dl2.",
+            self.PREFIX,
             {
                 "p": {str(s): out(p) for s, p in sorted(self.positions.items())},
                 "d": sorted(self.done),
@@ -917,33 +931,103 @@ class DeadLetterCursor:
         )
 
     @classmethod
-    def decode(cls, token: str) -> DeadLetterCursor:
+    def decode(cls, token: str) -> Any:
+        body = _decode_token(cls.PREFIX, token, cls.WHAT)
+        try:
+            positions: dict[int, ShardPosition] = {}
+            for s, p in body["p"].items():
+                if p is not None:
+                    if not isinstance(p, list) or len(p) != 2:
+                        raise ValueError("position")
+                    at, id_ = datetime.fromisoformat(p[0]), cls.parse_id(p[1])
+                    if at.tzinfo is None:
+                        raise ValueError("position")
+                    p = (at, id_)
+                positions[_shard_key(s, cls.WHAT)] = p
+            done = frozenset(_shard_key(s, cls.WHAT) for s in body["d"])
+            if not isinstance(body["f"], str):
+                raise ValueError("filters")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise InvalidArgument(
+                f"{cls.WHAT} cursor {token[:40]!r} is malformed: pass the next_cursor of a previous "
+                "page unchanged, or no cursor for the first page"
+            ) from None
+        return cls(positions, done, body["f"])
+
+    @classmethod
+    def start(cls, cursor: str | None, filters: str) -> Any:
+        """The cursor to read from: ``cursor`` decoded (refused when issued for other filters),
+        or the first page's."""
+        if not cursor:
+            return cls({}, frozenset(), filters)
+        state = cls.decode(cursor)
+        if state.filters != filters:
+            raise InvalidArgument(
+                "the cursor was issued for other filters: pass the same filters as the first page, "
+                "or no cursor to start again"
+            )
+        return state
+
+
+class DeadLetterCursor(ShardCursor):
+    PREFIX, WHAT = "dl2.", "dead-letter"
+
+    @classmethod
+    def decode(cls, token: str) -> Any:
         if isinstance(token, str) and token.startswith("dl1."):
             raise InvalidArgument(
                 "this dead-letter cursor was made by an older version (pages by id): list from the first "
                 "page again, without a cursor"
             )
-        body = _decode_token("dl2.", token, "dead-letter")
-        try:
-            positions: dict[int, DeadLetterPosition] = {}
-            for s, p in body["p"].items():
-                if p is not None:
-                    if not isinstance(p, list) or len(p) != 2:
-                        raise ValueError("position")
-                    at, id_ = datetime.fromisoformat(p[0]), p[1]
-                    if at.tzinfo is None or not isinstance(id_, int) or isinstance(id_, bool) or id_ < 1:
-                        raise ValueError("position")
-                    p = (at, id_)
-                positions[_shard_key(s, "dead-letter")] = p
-            done = frozenset(_shard_key(s, "dead-letter") for s in body["d"])
-            if not isinstance(body["f"], str):
-                raise ValueError("filters")
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise InvalidArgument(
-                f"dead-letter cursor {token[:40]!r} is malformed: pass the next_cursor of a previous "
-                "page unchanged, or no cursor for the first page"
-            ) from None
-        return cls(positions, done, body["f"])
+        return super().decode(token)
+
+
+class AuditCursor(ShardCursor):
+    PREFIX, WHAT = "au1.", "audit log"
+
+
+class DagRunCursor(ShardCursor):
+    PREFIX, WHAT = "dr1.", "DAG run"
+
+    @staticmethod
+    def parse_id(value: Any) -> Any:
+        return str(uuid.UUID(value))  # (ValueError, TypeError, AttributeError: malformed)
+
+
+def _page_over_shards(
+    state: ShardCursor,
+    fan: Any,
+    limit: int,
+    ask: int,
+    newest_first: Callable[[dict[str, Any]], Any],
+    position: Callable[[dict[str, Any]], tuple[datetime, Any]],
+) -> Merged[list[dict[str, Any]]]:
+    """One page of ``limit`` rows merged from every shard's (each asked for ``ask``, newest
+    first by ``newest_first``), each row with its ``shard_id``, and the cursor of the next: a
+    shard's position moves to the last row of it on the page; a shard that answered fewer than
+    it was asked and had all of them on the page is done; a shard that could not be read keeps
+    its position, so it loses nothing (next_cursor stays set while one is unread)."""
+    results = fan.results
+    streams = [[{**row, "shard_id": s} for row in rows] for s, rows in results.items()]
+    merged = heapq.merge(*streams, key=newest_first, reverse=True)
+    page = [row for _, row in zip(range(limit), merged, strict=False)]
+    positions = dict(state.positions)
+    done = set(state.done)
+    taken: dict[int, int] = {}
+    for row in page:
+        taken[row["shard_id"]] = taken.get(row["shard_id"], 0) + 1
+        positions[row["shard_id"]] = position(row)
+    for s, rows in results.items():
+        if len(rows) < ask and taken.get(s, 0) == len(rows):
+            done.add(s)
+    # A shard the cursor has a position for that this process has no API for: still unread.
+    asked = set(results) | set(fan.unavailable_shards)
+    unavailable = sorted(
+        set(fan.unavailable_shards) | {s for s in positions if s not in asked and s not in done}
+    )
+    more = any(s not in done for s in results) or bool(unavailable)
+    next_cursor = type(state)(positions, frozenset(done), state.filters).encode() if more else None
+    return Merged(page, unavailable, status_of(len(results), len(unavailable)), next_cursor)
 
 
 def newest_failure_first(row: dict[str, Any]) -> tuple[Any, int, int]:
@@ -968,14 +1052,7 @@ def list_dead_letters(
     if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
     filters = _fingerprint({"activity_name": activity_name, "workflow_name": workflow_name})
-    state = DeadLetterCursor({}, frozenset(), filters)
-    if cursor:
-        state = DeadLetterCursor.decode(cursor)
-        if state.filters != filters:
-            raise InvalidArgument(
-                "the cursor was issued for other filters: pass the same filters as the first page, "
-                "or no cursor to start again"
-            )
+    state = DeadLetterCursor.start(cursor, filters)
     if before_id is not None and cursor:
         raise InvalidArgument("give a cursor or before_id, not both")
     ask = min(limit + 1, MAX_PAGE)
@@ -987,31 +1064,49 @@ def list_dead_letters(
         return api.list_dead_letters(ask, activity_name, workflow_name, pos[1], pos[0])
 
     fan = yield Step(read, skip=state.done)  # a shard read to the end is not asked again
-    results = fan.results
-    if before_id is not None and len(results) + len(fan.unavailable_shards) > 1:
+    if before_id is not None and len(fan.results) + len(fan.unavailable_shards) > 1:
         raise InvalidArgument(
             "before_id names a dead letter of one shard; with several shards, page with next_cursor"
         )
-    streams = [[{**row, "shard_id": s} for row in rows] for s, rows in results.items()]
-    merged = heapq.merge(*streams, key=newest_failure_first, reverse=True)
-    page = [row for _, row in zip(range(limit), merged, strict=False)]
-    positions = dict(state.positions)
-    done = set(state.done)
-    taken: dict[int, int] = {}
-    for row in page:
-        taken[row["shard_id"]] = taken.get(row["shard_id"], 0) + 1
-        positions[row["shard_id"]] = (row["failed_at"], row["id"])
-    for s, rows in results.items():
-        if len(rows) < ask and taken.get(s, 0) == len(rows):
-            done.add(s)
-    # A shard the cursor has a position for that this process has no API for: still unread.
-    asked = set(results) | set(fan.unavailable_shards)
-    unavailable = sorted(
-        set(fan.unavailable_shards) | {s for s in positions if s not in asked and s not in done}
+    return _page_over_shards(
+        state, fan, limit, ask, newest_failure_first, lambda r: (r["failed_at"], r["id"])
     )
-    more = any(s not in done for s in results) or bool(unavailable)
-    next_cursor = DeadLetterCursor(positions, frozenset(done), filters).encode() if more else None
-    return Merged(page, unavailable, status_of(len(results), len(unavailable)), next_cursor)
+
+
+def list_audit_log(limit: int = 100, operation: str | None = None, cursor: str | None = None) -> Plan:
+    """A page of the audit log over every shard, newest first, each row with its ``shard_id``
+    (ids are per shard); paged by ``cursor`` as the dead letters are."""
+    if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
+    state = AuditCursor.start(cursor, _fingerprint({"operation": operation}))
+    ask = min(limit + 1, MAX_PAGE)
+
+    def read(api: Any, shard: int) -> Any:
+        at, id_ = state.positions.get(shard) or (None, None)
+        return api.list_audit_log(ask, operation, at, id_)
+
+    fan = yield Step(read, skip=state.done)
+    return _page_over_shards(state, fan, limit, ask, newest_audit_first, lambda r: (r["at"], r["id"]))
+
+
+def list_dag_runs(
+    dag_name: str, limit: int = 50, status: str | None = None, cursor: str | None = None
+) -> Plan:
+    """A page of one DAG's runs over every shard, newest first, each with its ``shard_id``;
+    paged by ``cursor`` as the dead letters are."""
+    if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
+    state = DagRunCursor.start(cursor, _fingerprint({"dag_name": dag_name, "status": status}))
+    ask = min(limit + 1, MAX_PAGE)
+
+    def read(api: Any, shard: int) -> Any:
+        at, id_ = state.positions.get(shard) or (None, None)
+        return api.list_dag_runs(dag_name, ask, status, at, id_)
+
+    fan = yield Step(read, skip=state.done)
+    return _page_over_shards(
+        state, fan, limit, ask, newest_run_first, lambda r: (r["created_at"], str(r["execution_id"]))
+    )
 
 
 # -- the readers: every plan as a method, over one mapping ----------------------------------------
@@ -1024,6 +1119,8 @@ PLANS: dict[str, Callable[..., Plan]] = {
     "list_concurrency_keys": list_concurrency_keys,
     "list_dead_letters": list_dead_letters,
     "count_dead_letters": count_dead_letters,
+    "list_audit_log": list_audit_log,
+    "list_dag_runs": list_dag_runs,
     "list_workers": list_workers,
     "get_worker_health": get_worker_health,
 }

@@ -14,9 +14,22 @@ from starlette.responses import Response
 from harvest.config import declared_queues, merge_coverage, resolve_queues
 from harvest.core.durations import moment
 from harvest.core.errors import InvalidArgument, NotPlacedHere
-from harvest.shard.fanout import USAGE_SUMS, newest_audit_first
+from harvest.shard.fanout import USAGE_SUMS
 from harvest.telemetry.metrics import CONTENT_TYPE
-from harvest.web.routes import STRING, Call, Endpoint, Param, Reply, body, invalid, merged, path
+from harvest.web.routes import (
+    FANOUT,
+    ROWS,
+    STRING,
+    Call,
+    Endpoint,
+    Param,
+    Reply,
+    body,
+    invalid,
+    merged,
+    path,
+    shape,
+)
 from harvest.web.routes.health import shard_readiness, shard_urls
 
 
@@ -265,15 +278,9 @@ async def shards_health(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 
 async def audit_log(call: Call, args: dict[str, Any], _: Any) -> Any:
-    fan = await call.each_shard(lambda sql: sql.list_audit_log(args["limit"], args["operation"]))
-    rows = [{**r, "shard_id": s} for s, found in fan.results.items() for r in found]
-    rows.sort(key=newest_audit_first, reverse=True)
-    return {
-        "entries": rows[: args["limit"]],
-        "status": fan.status,
-        "unavailable_shards": fan.unavailable_shards,
-        "sharded": call.sharded,
-    }
+    """Every shard's rows merged newest first, paged by ``cursor`` (harvest.shard.fanout)."""
+    found = await call.reads().list_audit_log(args["limit"], args["operation"], args["cursor"])
+    return {**merged(found, "entries"), "next_cursor": found.next_cursor, "sharded": call.sharded}
 
 
 async def preflight(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -574,8 +581,15 @@ ENDPOINTS = [
         "admin",
         audit_log,
         "The audit log of operator actions, newest first.",
-        (Param("limit", "integer", default=100, minimum=1, maximum=1000), Param("operation")),
+        (
+            Param("limit", "integer", default=100, minimum=1, maximum=1000),
+            Param("operation"),
+            Param("cursor", description="next_cursor of the previous page."),
+        ),
         tag="admin",
+        shape=shape(
+            entries=ROWS, next_cursor={"type": ["string", "null"]}, sharded={"type": "boolean"}, **FANOUT
+        ),
     ),
 ]
 

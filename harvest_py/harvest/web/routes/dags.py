@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from harvest.core.errors import NotFound
-from harvest.shard.fanout import Merged, newest_run_first
+from harvest.shard.fanout import Merged
 from harvest.telemetry import tracing
 from harvest.web.routes import (
     ANY,
@@ -110,11 +110,9 @@ async def unpause_dag(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 
 async def dag_runs(call: Call, args: dict[str, Any], _: Any) -> Any:
-    name, limit = args["dag_name"], args["limit"]
-    fan = await call.each_shard(lambda sql: sql.list_dag_runs(name, limit))
-    rows = [{**row, "shard_id": s} for s, found in fan.results.items() for row in found]
-    rows.sort(key=newest_run_first, reverse=True)
-    return merged(Merged(rows[:limit], fan.unavailable_shards, fan.status), "runs")
+    """Every shard's runs merged newest first, paged by ``cursor`` (harvest.shard.fanout)."""
+    found = await call.reads().list_dag_runs(args["dag_name"], args["limit"], None, args["cursor"])
+    return merged(found, "runs")
 
 
 async def get_dag_run(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -185,10 +183,14 @@ ENDPOINTS = [
         "read",
         dag_runs,
         "The runs of a DAG over every shard, newest first, with their tasks' states counted.",
-        (DAG, Param("limit", "integer", default=50, minimum=1, maximum=1000)),
+        (
+            DAG,
+            Param("limit", "integer", default=50, minimum=1, maximum=1000),
+            Param("cursor", description="next_cursor of the previous page."),
+        ),
         responses={200: "OK", 404: "No such DAG"},
         tag="dags",
-        shape=shape(runs=ROWS, **FANOUT),
+        shape=shape(runs=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
     ),
     Endpoint(
         "GET",

@@ -44,6 +44,8 @@ NAME = path("name", description="The workflow name (as registered).")
 WAIT_MAX_SECS = 300.0
 # Retry-After of a result that is not there yet.
 RESULT_RETRY_AFTER = "1"
+# The 204's header naming the run still running: the last of the continue-as-new chain.
+RUN_WAITED_ON = "X-Harvest-Execution-Id"
 
 STATE = Param(
     "state", description="RUNNING, COMPLETED, FAILED, ... (comma-separated for several); alias status."
@@ -216,7 +218,11 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
                         break
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        return Reply(None, 204, {"Retry-After": RESULT_RETRY_AFTER})
+                        # Which run of the chain is still running: the one a client asks why
+                        # it is stuck, and polls from next.
+                        return Reply(
+                            None, 204, {"Retry-After": RESULT_RETRY_AFTER, RUN_WAITED_ON: str(current)}
+                        )
                     woken.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(woken.wait(), min(remaining, 5.0))

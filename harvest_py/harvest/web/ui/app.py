@@ -80,7 +80,6 @@ TOKEN_COOKIE = "harvest_ui_token"  # a token signed in through /login, sent on a
 MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-letter lists too
 DEFAULT_PAGE = 50
 HISTORY_SHOWN = 500  # the timeline's events a page (the last by default; history_from/_before page)
-HISTORY_READ_BATCH = 1000  # events per fetch of the history's stream, which the page reads whole
 TREE_DEPTH = 10  # levels of a run's tree drawn on its page; a node at the last one links deeper
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 BIGINT_MAX = (1 << 63) - 1  # a dead letter's id: no larger one exists
@@ -459,7 +458,7 @@ class Dashboard:
         full = request.query_params.get("payloads") == "full" and principal.allows("operate")
         sharded = self.source.sharded
 
-        # The history is read as a stream and only one page of it kept (views.HistoryPage).
+        # One page of the history is read, never the whole (views.HistoryPage).
         after = _int(request.query_params, "history_from", 1, BIGINT_MAX, None)
         before = _int(request.query_params, "history_before", 1, BIGINT_MAX, None)
         if after is not None and before is not None:
@@ -469,8 +468,7 @@ class Dashboard:
             row = resident(await api.get_execution(execution_id), sharded)
             stack = await api.get_execution_stack(execution_id)
             history = views.HistoryPage(HISTORY_SHOWN, after=after, before=before, full=full)
-            async for event in api.iter_history(execution_id, HISTORY_READ_BATCH):
-                history.add(event)
+            await history.read(api, execution_id)
             return row, stack, history, await api.list_update_requests(execution_id)
 
         row, stack, history, requested = await self.source.routed(execution_id, principal, read)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -155,13 +154,14 @@ KIND = {
 
 
 class HistoryPage:
-    """One page of a run's history, read event by event (``add``) from a stream of the whole
-    history, so the page holds at most ``size`` events however long the run: the first ``size``
-    events from event ``after`` on, or the last ``size`` before event ``before`` (neither: the
-    run's last ``size``; keyset pages, so walking them shows each event once), the last ``size``
-    signals, the updates accepted and not completed, the last ``size`` reset points, and the
-    counts. Before, the page took the whole history as a list and ?history=all drew every event
-    (100,000 rows)."""
+    """One page of a run's history and what the run page shows beside it, from the rows of
+    ``harvest.get_history_page`` (``read``): the page's events (the first ``size`` from event
+    ``after`` on, or the last ``size`` before event ``before``; neither: the run's last
+    ``size``; keyset pages, so walking them shows each event once), the last ``size`` signals,
+    the updates accepted and not completed, the last ``size`` reset points, and the counts.
+    The database sends no more rows than the page shows, and only what is shown is redacted:
+    before, the page read the whole history (a stream of 100,000 events for a long run) and
+    redacted every signal's payload to keep the last few."""
 
     def __init__(self, size: int, *, after: int | None = None, before: int | None = None, full: bool):
         # In full, an encoded or offloaded payload says what it is ("<encrypted (key k1)>",
@@ -170,28 +170,28 @@ class HistoryPage:
         # Redacted, an erased payload says "<erased>" as well: it has no size.
         self.show: Callable[[Any], Any] = describe_tree if full else (lambda v: describe_tree(redact(v)))
         self.size, self.after, self.before = size, after, before
-        self.events: deque[dict[str, Any]] = deque(maxlen=size)
-        self.signals: deque[dict[str, Any]] = deque(maxlen=size)
-        self.resettable: deque[int] = deque(maxlen=size)
+        self.events: list[dict[str, Any]] = []
+        self.signals: list[dict[str, Any]] = []
+        self.resettable: list[int] = []
         self.accepted: dict[str, dict[str, Any]] = {}
         self.total_events = self.total_signals = 0
         self.last_event_id = 0
 
-    def _on_page(self, event_id: int) -> bool:
-        if self.after is not None:
-            return event_id >= self.after and len(self.events) < self.size
-        # The last ``size`` before ``before`` (or of all): the deque drops the older ones.
-        return self.before is None or event_id < self.before
+    async def read(self, api: Any, execution_id: str) -> HistoryPage:
+        """The page's rows from ``api`` (one call, harvest.get_history_page), kept in event order."""
+        self.add_rows(await api.get_history_page(execution_id, self.after, self.before, self.size))
+        return self
 
-    def add(self, event: dict[str, Any]) -> None:
-        data = event["event_data"] or {}
-        kind, event_id = event["event_type"], event["event_id"]
-        self.total_events += 1
-        self.last_event_id = event_id
-        if self._on_page(event_id):
+    def add_rows(self, rows: list[dict[str, Any]]) -> None:
+        by_part: dict[str, list[dict[str, Any]]] = {}
+        for row in sorted(rows, key=lambda r: r["event_id"]):
+            by_part.setdefault(row["part"], []).append(row)
+        for event in by_part.get("event", ()):
+            data = event["event_data"] or {}
+            kind = event["event_type"]
             self.events.append(
                 {
-                    "event_id": event_id,
+                    "event_id": event["event_id"],
                     "event_type": kind,
                     "created_at": event["created_at"],
                     "kind": KIND.get(kind, "step"),
@@ -199,31 +199,33 @@ class HistoryPage:
                     "data": self.show(data),
                 }
             )
-        if kind == "SignalReceived":
-            self.total_signals += 1
+        for event in by_part.get("signal", ()):
+            data = event["event_data"] or {}
             self.signals.append(
                 {
-                    "event_id": event_id,
+                    "event_id": event["event_id"],
                     "name": data.get("name"),
                     "created_at": event["created_at"],
                     "payload": self.show({"payload": data.get("payload")})["payload"],
                     "sender": data.get("sender_execution_id"),
                 }
             )
-        elif kind == "UpdateAccepted":
+        for event in by_part.get("update", ()):
+            data = event["event_data"] or {}
             self.accepted[str(data.get("update_id"))] = {
-                "event_id": event_id,
+                "event_id": event["event_id"],
                 "update_id": data.get("update_id"),
                 "name": data.get("name"),
                 "created_at": event["created_at"],
                 "input": self.show({"input": data.get("input")})["input"],
             }
-        elif kind == "UpdateCompleted":
-            self.accepted.pop(str(data.get("update_id")), None)
-        elif kind == "WorkflowTaskCompleted":
-            # A reset point: the last event before the workflow task (the end of a batch the
-            # run had seen); the database checks the boundary is a completed one.
-            self.resettable.append(event_id - 1)
+        # A reset point: the last event before the workflow task (the end of a batch the run
+        # had seen); the database checks the boundary is a completed one.
+        self.resettable.extend(event["event_id"] - 1 for event in by_part.get("reset", ()))
+        for count in by_part.get("count", ()):
+            self.last_event_id = count["event_id"]
+            self.total_events = int(count["event_data"]["events"])
+            self.total_signals = int(count["event_data"]["signals"])
 
     def links(self) -> dict[str, int | None]:
         """Where the older page ends (history_before) and the newer one starts (history_from);
