@@ -218,3 +218,37 @@ def test_batched_decisions_write_gapless_histories(db, start_worker):
         assert (count, top, bytes_match) == (last, last, True), execution_id
         assert through <= last
         WorkflowReplayer(app).replay_or_raise(_history(db, execution_id))
+
+
+@workflow
+async def shaped_twice(ctx) -> str:
+    first = await ctx.execute_activity(shaped)
+    second = await ctx.execute_activity(shaped)
+    return f"{next(iter(first))}{next(iter(second))}"
+
+
+def test_a_result_decided_on_ahead_is_printed_once(db, start_worker, monkeypatch):
+    # Its size check (payload.checked_text) prints the result's stored text, and the decision
+    # ahead sends that text as its result_text: one print of each result, where the check and
+    # the decision made one each (a walk of the whole value in Python, twice).
+    from harvest.core import jsonb, payload
+
+    printed: list[Any] = []
+    real = jsonb.stored_text
+
+    def counted(value: Any) -> str:
+        if type(value) is dict and "zz" in value:  # the shaped activity's result
+            printed.append(value)
+        return real(value)
+
+    monkeypatch.setattr(jsonb, "stored_text", counted)
+    monkeypatch.setattr(payload, "stored_text", counted)
+    app = App(workflows=[shaped_twice], activities=[shaped])
+    worker = start_worker(app)
+    with Client(db) as client:
+        handle = client.start_workflow(shaped_twice, workflow_id="printed-once")
+        assert handle.result(timeout=30) == "aa"
+    worker.stop()
+    assert worker.worker.decided_ahead == 2
+    assert len(printed) == 2  # one per result
+    WorkflowReplayer(app).replay_or_raise(_history(db, handle.execution_id))

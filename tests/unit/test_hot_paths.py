@@ -61,3 +61,50 @@ def test_a_start_with_tracing_off_gets_the_shared_no_op_trace() -> None:
         assert trace.traceparent is None
         trace.started("00000000-0000-0000-0000-000000000001", {"harvest.workflow": "wf"})  # records nothing
     assert tracing.OFF.span is None and tracing.OFF.started_ns == 0
+
+
+def test_payload_size_of_ints_and_lists_of_ints_skips_the_stored_text_walk(monkeypatch) -> None:
+    from harvest.core import jsonb, payload
+
+    values = [0, -7, 2**63, [], [2], [1, -2, 30], [True], [1, 2.5], [1, [2]], None, "x", {"b": 1, "a": 2}]
+    expected = [len(jsonb.stored_text(v)) for v in values]
+    assert [payload.payload_size(v) for v in values] == expected
+    # An int past the interpreter's digit limit: refused for another reason, counted 0 as before.
+    huge = 10**5000
+    assert payload.payload_size(huge) == 0 and payload.payload_size([1, huge]) == 0
+
+    def walked(value: object) -> str:
+        raise AssertionError(f"stored_text walked {value!r}")
+
+    monkeypatch.setattr(payload, "stored_text", walked)
+    assert [payload.payload_size(v) for v in (5, [2], [1, -2, 30], [])] == [1, 3, 11, 2]
+
+
+def test_checked_text_is_check_size_answering_the_text_it_measured() -> None:
+    import pytest
+
+    from harvest.core import jsonb, payload
+    from harvest.core.errors import PayloadTooLarge
+
+    value = {"zz": 1, "a": 1e20}
+    assert payload.checked_text(value, "it", 1000) == jsonb.stored_text(value)
+    assert payload.checked_text(value, "it", None) is None  # no limit: nothing measured
+    assert payload.checked_text("a\x00b", "it", 1000) is None  # refused for another reason
+    with pytest.raises(PayloadTooLarge) as over:
+        payload.checked_text(value, "the result", 5)
+    with pytest.raises(PayloadTooLarge) as checked:
+        payload.check_size(value, "the result", 5)
+    assert str(over.value) == str(checked.value) and over.value.bytes == checked.value.bytes
+
+
+def test_runs_share_one_system_random() -> None:
+    from harvest import workflow
+    from harvest.runtime.run import WorkflowRun
+
+    @workflow
+    async def draws(ctx) -> float:
+        return ctx.random()
+
+    first, second = WorkflowRun(draws, execution_id="a"), WorkflowRun(draws, execution_id="b")
+    assert first.rng is second.rng
+    assert type(first.rng).__name__ == "SystemRandom"

@@ -79,11 +79,23 @@ PAYLOAD_HINT = (
 def payload_size(value: Any) -> int:
     """The size the engine counts for an encoded payload: the bytes of its JSON text as
     the database prints it (``octet_length(p::jsonb::text)`` in SQL, core.sql)."""
+    # The hot path's usual payloads first, by exact type: an int (a result), a list of ints (an
+    # activity's arguments). Their stored text is Python's own repr (stored_text writes an int
+    # as int.__repr__ and a list as "[" + ", ".join(...) + "]"), so stored_text's walk is skipped.
+    kind = type(value)
     try:
+        if kind is int:
+            return len(int.__repr__(value))
+        if kind is list:
+            for item in value:
+                if type(item) is not int:
+                    break
+            else:
+                return len(list.__repr__(value))
         text = stored_text(value)
-        return len(text) if text.isascii() else len(text.encode("utf-8"))  # ASCII: a byte a character
     except ValueError:
         return 0  # the database refuses it for another reason, and says so
+    return len(text) if text.isascii() else len(text.encode("utf-8"))  # ASCII: a byte a character
 
 
 def approx_size(value: Any) -> int:
@@ -111,12 +123,32 @@ def check_size(value: Any, what: str, limit: int | None) -> None:
         return
     size = payload_size(value)
     if size > limit:
-        raise PayloadTooLarge(
-            f"{what} is {size} bytes, over the payload limit of {limit} bytes: {PAYLOAD_HINT}",
-            what,
-            size,
-            limit,
-        )
+        raise _too_large(size, what, limit)
+
+
+def checked_text(value: Any, what: str, limit: int | None) -> str | None:
+    """:func:`check_size`, answering the stored text it measured (None: no limit, so nothing
+    was measured, or a value the database refuses for another reason), for a caller that needs
+    the text too (an activity's result, sent with a decision ahead as its ``result_text``): the
+    value is printed once, not once per use."""
+    if limit is None:
+        return None
+    text: str | None
+    try:
+        text = stored_text(value)
+    except ValueError:
+        text = None
+    # (None, refused for another reason, counts 0, as payload_size counts it)
+    size = 0 if text is None else len(text) if text.isascii() else len(text.encode("utf-8"))
+    if size > limit:
+        raise _too_large(size, what, limit)
+    return text
+
+
+def _too_large(size: int, what: str, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"{what} is {size} bytes, over the payload limit of {limit} bytes: {PAYLOAD_HINT}", what, size, limit
+    )
 
 
 def _is_pydantic_model(obj: Any) -> bool:

@@ -79,6 +79,10 @@ __all__ = [
 
 DEFAULT_CONTINUE_AS_NEW_THRESHOLD = 10_000
 _UNSET = object()
+# The runs' default source of ctx.random() and ctx.uuid4() (recorded as markers, so a replay
+# reads them back). SystemRandom keeps no state (each draw reads os.urandom), so one serves
+# every run: a new one per run cost each run its construction and nothing else.
+_SYSTEM_RANDOM = _random.SystemRandom()
 # Commands whose one event, written by our own commit, tells the run nothing it
 # does not know (WorkflowRun.recorded). A child's start event carries the child's
 # id; a mutex marker may be followed by a grant; a terminal command ends the run.
@@ -208,7 +212,7 @@ class WorkflowRun(CommandIssuer):
         self._workflow_id, self._queue = workflow_id, queue_alias(queue, task_queue)
         self.activity_context_factory = activity_context_factory or LocalActivityContext
         self.clock = clock or (lambda: _dt.datetime.now(_dt.UTC))
-        self.rng = rng or _random.SystemRandom()
+        self.rng = rng or _SYSTEM_RANDOM
         self.continue_as_new_threshold = continue_as_new_threshold
         self._local_sleep = local_sleep
         self._loop = DeterministicEventLoop()  # type: ignore[abstract]  # no I/O methods: workflows do no I/O

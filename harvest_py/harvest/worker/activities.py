@@ -381,7 +381,10 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         plain = encoded
         if worker.payloads.active:  # (codecs or offload configured: else no coroutine)
             encoded = await worker.payloads.encode(sql, execution_id, encoded)
-        payload.check_size(encoded, f"the result of activity {definition.name}", worker.max_payload_bytes)
+        # (The text measured is the one a decision ahead sends as the result's stored text.)
+        result_text = payload.checked_text(
+            encoded, f"the result of activity {definition.name}", worker.max_payload_bytes
+        )
     except asyncio.CancelledError:
         raise
     except (Exception, SystemExit) as exc:  # (sys.exit() in an activity fails it, not the worker)
@@ -398,7 +401,7 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         return
     worker.metrics.activity_finished(task["workflow_name"], task["activity_name"], perf_counter() - started)
     # The cached run may decide on this result now, to commit both at once.
-    ahead = await decide_ahead(worker, task, encoded, plain)
+    ahead = await decide_ahead(worker, task, encoded, plain, result_text)
     recorded = None
     try:
         recorded = await lane.completions.complete(task_id, token, encoded, ahead.decision if ahead else None)

@@ -110,12 +110,14 @@ class DecisionAhead:
 
 
 async def decide_ahead(
-    worker: Worker, task: dict[str, Any], result: Any, plain: Any = None
+    worker: Worker, task: dict[str, Any], result: Any, plain: Any = None, result_text: str | None = None
 ) -> DecisionAhead | None:
     """The cached run's decision on this activity result, or None where none can be made.
 
     ``result`` is the result as it will be stored; ``plain`` the same before the worker's
-    codecs (docs/payloads.md), what the run reads (None: ``result`` itself)."""
+    codecs (docs/payloads.md), what the run reads (None: ``result`` itself); ``result_text``
+    ``result``'s stored text where the caller has it already (its size check printed it), else
+    None."""
     if not worker.accepts_hand_off():
         return None
     execution_id = str(task["execution_id"])
@@ -129,7 +131,7 @@ async def decide_ahead(
         return None
     ahead = None
     try:
-        ahead = await _step(worker, task, execution_id, run, result, plain)
+        ahead = await _step(worker, task, execution_id, run, result, plain, result_text)
         return ahead
     finally:
         if ahead is None:  # put back or dropped (else DecisionAhead.settle gives it back)
@@ -137,7 +139,13 @@ async def decide_ahead(
 
 
 async def _step(
-    worker: Worker, task: dict[str, Any], execution_id: str, run: WorkflowRun, result: Any, plain: Any
+    worker: Worker,
+    task: dict[str, Any],
+    execution_id: str,
+    run: WorkflowRun,
+    result: Any,
+    plain: Any,
+    result_text: str | None = None,
 ) -> DecisionAhead | None:
     """The decision of ``run`` (taken from the cache) on the result, or None: the run put back
     or closed."""
@@ -149,7 +157,8 @@ async def _step(
         return None
     read = result if plain is None else plain
     try:
-        result_text = jsonb.stored_text(result)
+        if result_text is None:
+            result_text = jsonb.stored_text(result)
         if read is None or type(read) is int or type(read) is bool:
             seen = read  # what reading its stored text back gives, without the print and parse
         elif read is result:  # no codec changed it: its stored text is result_text
