@@ -13,14 +13,12 @@ others queue behind it.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
-from race_helpers import in_thread, wait_until_blocked
+from race_helpers import in_thread, wait_until_blocked, wait_until_done_or_blocked
 
 POLICIES = {
     "workflows": {
@@ -66,20 +64,6 @@ def _decide(db: str, name: str, decision: tuple[Any, ...], commands: list[dict[s
             "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
             (task_id, token, through, Jsonb(commands)),
         ).fetchone()[0]
-
-
-def _until_done_or_blocked(conn: psycopg.Connection, thread: threading.Thread, name: str) -> None:
-    deadline = time.monotonic() + 10
-    while (
-        thread.is_alive()
-        and not conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
-            " AND datname = current_database() AND wait_event_type = 'Lock')",
-            (name,),
-        ).fetchone()[0]
-    ):
-        assert time.monotonic() < deadline, f"{name} neither finished nor waited on a lock"
-        time.sleep(0.01)
 
 
 def _hold_flow_key(holder: psycopg.Connection, kind: str, key: str) -> None:
@@ -216,7 +200,7 @@ def test_two_batches_of_starts_under_quota_keys_in_opposite_orders_do_not_deadlo
         one = in_thread(lambda: batch("one", ("a", "k2"), ("b", "k1")), outcome, "one")
         wait_until_blocked(conn, "one")  # on start b's lock
         two = in_thread(lambda: batch("two", ("c", "k1"), ("d", "k2")), outcome, "two")
-        _until_done_or_blocked(conn, two, "two")  # (before the fix: on the first batch's key)
+        wait_until_done_or_blocked(conn, two, "two")  # (before the fix: on the first batch's key)
         holder.commit()
         one.join(20)
         two.join(20)
