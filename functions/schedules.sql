@@ -484,6 +484,18 @@ BEGIN
         -- cancel_other / terminate_other: the newest slot wins; older waiting ones give way.
         UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'superseded'
         WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id <> v_id;
+        -- A terminate_other slot starts its run after it ends the live ones, whose closes
+        -- release their mutexes: so first the start's lock and flow keys (a quota key, a
+        -- cancel_running key), in the start's order (docs/internals.md, "Lock order", 2 and 3).
+        -- Taken by the start, after the runs' rows and keys, the key waited in a cycle (40P01)
+        -- with a start of the key superseding those runs (tests/integration/
+        -- test_mutex_flow_key_order.py). A gated workflow's start takes its gate first: left to it.
+        IF p_overlap = 'terminate_other' AND NOT harvest._start_gated(p_schedule.workflow_name) THEN
+            PERFORM harvest._lock_start_key(p_schedule.workflow_name,
+                (SELECT f.workflow_id FROM harvest.schedule_firings AS f WHERE f.id = v_id));
+            PERFORM harvest._lock_flow_keys_of(jsonb_build_array(jsonb_build_object(
+                'workflow_name', p_schedule.workflow_name, 'input', p_schedule.input, 'quota', true)));
+        END IF;
         -- The live runs _schedule_active_runs counts: a DAG's schedule, every live run of the DAG.
         -- All locked first, in id order (docs/internals.md, "Lock order"), then ended oldest
         -- first: ended one by one in created_at order, which is not id order, the firing held

@@ -747,6 +747,19 @@ BEGIN
         v_workflow_id := v_gate.workflow_id;
     END IF;
 
+    -- A start that may end a live prior (terminate_existing, terminate_if_running) takes its
+    -- flow keys after the start lock and before the prior's row (docs/internals.md, "Lock
+    -- order", 2 to 5): the prior's close releases its mutexes, and a quota or cancel_running key
+    -- taken after them waited in a cycle (40P01) with a start of that key superseding a run
+    -- queued for one of them (tests/integration/test_mutex_flow_key_order.py). The start below
+    -- finds them held. (An attaching or fresh start locks no live run before its keys; a
+    -- continue-as-new successor's decision took them before its run's row, _lock_decision_start_keys.)
+    IF v_policy ?| ARRAY['quota', 'concurrency'] AND NOT coalesce(p_continues, false)
+       AND harvest._start_action('RUNNING', p_reuse_policy, p_conflict_policy) = 'replace' THEN
+        PERFORM harvest._lock_start_key(p_workflow_name, v_workflow_id);
+        PERFORM harvest._lock_flow_keys_of(jsonb_build_array(jsonb_build_object(
+            'workflow_name', p_workflow_name, 'input', p_input, 'quota', true)));
+    END IF;
     v_prior := harvest._start_resolve_prior(p_workflow_name, v_workflow_id, p_reuse_policy, p_conflict_policy);
     IF v_prior.id IS NOT NULL THEN
         RETURN QUERY SELECT v_prior.id, v_prior.workflow_id, v_prior.status, false;

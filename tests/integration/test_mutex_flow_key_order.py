@@ -1,0 +1,227 @@
+"""A latest-wins key before the mutex keys, in every transaction that takes both.
+
+A ``cancel_running`` start holds its key (an advisory lock on ``hashtext(key)``, then the key's
+row of ``harvest.flow_keys``) while it supersedes the runs of the key, and each close releases
+the mutexes its run holds or waits for (``harvest.mutex:<key>`` locks). A transaction that ends a
+mutex holder and then starts a ``cancel_running`` run takes them the other way round unless it
+takes the key first: a decision releasing a mutex and starting a child of the key (before the
+decision took its starts' keys ahead of its run's row, docs/internals.md "Lock order"), a start
+replacing a prior run (``terminate_existing``) that holds a mutex, and a schedule's
+``terminate_other`` slot ending a run and starting the next. Each test forces the interleaving
+that met in a cycle (SQLSTATE 40P01): a third session holds the row of the run the start
+supersedes, or the key's row, so that both transactions queue in the deadlocking order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+from race_helpers import in_thread, wait_until_blocked
+
+LATEST_WINS = {"concurrency": {"key": "input.doc", "limit": 1, "on_conflict": "cancel_running"}}
+POLICIES = Jsonb({"workflows": {"latest": LATEST_WINS}, "activities": {}})
+
+
+def _claim(conn: psycopg.Connection) -> dict[str, tuple[str, int, int, int]]:
+    """The claimable workflow tasks: run id -> (run id, task id, token, through)."""
+    rows = conn.execute(
+        "SELECT c.execution_id::text, c.task_id, c.fencing_token, e.last_event_id"
+        " FROM harvest.claim_tasks('w', ARRAY['default'], 10) AS c"
+        " JOIN harvest.executions AS e ON e.id = c.execution_id"
+    ).fetchall()
+    return {row[0]: row for row in rows}
+
+
+def _claim_one(conn: psycopg.Connection) -> tuple[str, int, int, int]:
+    """The one claimable workflow task: (run id, task id, token, through)."""
+    tasks = list(_claim(conn).values())
+    assert len(tasks) == 1, tasks
+    return tasks[0]
+
+
+def _decide(db: str, name: str, task: tuple[str, int, int, int], commands: list[dict[str, Any]]) -> Any:
+    _, task_id, token, through = task
+    with psycopg.connect(db, autocommit=True, application_name=name) as c:
+        return c.execute(
+            "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
+            (task_id, token, through, Jsonb(commands)),
+        ).fetchone()[0]
+
+
+def _marker(seq: int, kind: str, key: str) -> dict[str, Any]:
+    return {"type": "record_marker", "seq": seq, "kind": kind, "value": {"key": key}}
+
+
+def _run_holding(conn: psycopg.Connection, db: str, workflow_name: str, input_: Any, **start: Any) -> str:
+    """A run started and granted mutex m (its first decision asks for it)."""
+    run = conn.execute(
+        "SELECT execution_id::text FROM harvest.start_workflow(%s, %s, %s)",
+        (workflow_name, Jsonb(input_), start.get("workflow_id")),
+    ).fetchone()[0]
+    task = _claim_one(conn)
+    assert task[0] == run
+    assert _decide(db, "setup", task, [_marker(1, "mutex_acquire", "m")]) == "RUNNING"
+    return run
+
+
+def _incumbent_waiting_on_m(conn: psycopg.Connection, db: str) -> tuple[str, Any]:
+    """A run of 'latest' under key d1 queued for mutex m (its close releases m's lock); also
+    claimed: the next task of the holder of m, if any (returned too)."""
+    run = conn.execute(
+        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
+    ).fetchone()[0]
+    tasks = _claim(conn)
+    assert _decide(db, "setup", tasks.pop(run), [_marker(1, "mutex_acquire", "m")]) == "RUNNING"
+    return run, next(iter(tasks.values()), None)
+
+
+def _start_latest(db: str, name: str, doc: str, **args: Any) -> Any:
+    with psycopg.connect(db, autocommit=True, application_name=name) as c:
+        return c.execute(
+            "SELECT started_fresh FROM harvest.start_workflow(%s, %s, %s, p_conflict_policy => %s)",
+            ("latest", Jsonb([{"doc": doc}]), args.get("workflow_id"), args.get("conflict", "unspecified")),
+        ).fetchone()[0]
+
+
+def _status(conn: psycopg.Connection, run: str) -> str:
+    return conn.execute("SELECT status FROM harvest.executions WHERE id = %s", (run,)).fetchone()[0]
+
+
+# The holder's decision: release m and start a child of key d1, or end (a continue-as-new, which
+# releases m) and start its successor under key d1.
+ENDINGS = {
+    "child": (
+        "plain",
+        [{"doc": "d2"}],
+        [
+            _marker(2, "mutex_release", "m"),
+            {"type": "start_child_workflow", "seq": 3, "workflow_name": "latest", "input": [{"doc": "d1"}]},
+        ],
+    ),
+    "continue_as_new": ("latest", [{"doc": "d2"}], [{"type": "continue_as_new", "input": [{"doc": "d1"}]}]),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_a_mutex_holder_starting_a_latest_wins_run_and_a_start_superseding_a_waiter_do_not_deadlock(
+    db: str, conn: psycopg.Connection, ending: str
+) -> None:
+    """The cycle docs/flow-control.md warned of: a client start of key d1 holds the key and
+    supersedes a run queued for mutex m (its close takes m's lock), while the holder of m, in one
+    decision, releases m (or ends, a continue-as-new) and starts a run of key d1. A decision
+    taking that key after its run's row (and so after m) met the start in a cycle (40P01): it
+    does if _lock_decision_start_keys (functions/decide.sql) skips its flow-key pass. It takes
+    the key before its row, so it waits for the start and then supersedes its run."""
+    workflow_name, input_, commands = ENDINGS[ending]
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
+    holder_run = _run_holding(conn, db, workflow_name, input_)
+    incumbent, holding = _incumbent_waiting_on_m(conn, db)  # holding: the holder's next task
+    assert holding[0] == holder_run
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as third:
+        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (incumbent,))
+        starting = in_thread(lambda: _start_latest(db, "start", "d1"), outcome, "start")
+        wait_until_blocked(conn, "start")  # holding key d1, on the incumbent's row
+        deciding = in_thread(lambda: _decide(db, "decide", holding, commands), outcome, "decide")
+        wait_until_blocked(conn, "decide")  # on key d1 (taken after its row: holding m)
+        third.commit()
+        starting.join(20)
+        deciding.join(20)
+
+    ended = "RUNNING" if ending == "child" else "CONTINUED_AS_NEW"
+    assert (outcome["start"], outcome["decide"]) == (True, ended), outcome
+    assert _status(conn, incumbent) == "CANCELLED"
+    # The decision's run of d1, started last, superseded the client's: latest wins.
+    assert (
+        conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE workflow_name = 'latest' AND status = 'RUNNING'"
+            " AND concurrency_key = 'd1'"
+        ).fetchone()[0]
+        == 1
+    )
+    assert conn.execute("SELECT count(*) FROM harvest.mutex_locks").fetchone()[0] == 0
+
+
+def test_a_start_replacing_a_mutex_holder_and_a_start_superseding_a_waiter_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A start of id A with terminate_existing ends A's prior run, the holder of mutex m (its
+    close takes m's lock), and then, latest wins, takes key d1; a start of key d1 meanwhile
+    holds the key and supersedes a run queued for m."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
+    prior = _run_holding(conn, db, "latest", [{"doc": "d9"}], workflow_id="A")
+    incumbent, _ = _incumbent_waiting_on_m(conn, db)
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as third:
+        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (incumbent,))
+        starting = in_thread(lambda: _start_latest(db, "start", "d1"), outcome, "start")
+        wait_until_blocked(conn, "start")  # holding key d1, on the incumbent's row
+        replacing = in_thread(
+            lambda: _start_latest(db, "replace", "d1", workflow_id="A", conflict="terminate_existing"),
+            outcome,
+            "replace",
+        )
+        wait_until_blocked(conn, "replace")  # on key d1 (before the fix: holding m)
+        third.commit()
+        starting.join(20)
+        replacing.join(20)
+
+    assert (outcome["start"], outcome["replace"]) == (True, True), outcome
+    assert (_status(conn, prior), _status(conn, incumbent)) == ("TERMINATED", "CANCELLED")
+    assert conn.execute(
+        "SELECT array_agg(workflow_id) FROM harvest.executions"
+        " WHERE workflow_name = 'latest' AND status = 'RUNNING'"
+    ).fetchone()[0] == ["A"]
+
+
+def test_a_terminate_other_slot_and_a_start_superseding_its_run_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A schedule of 'latest' (key d1) whose slot terminates the live run, the holder of mutex m,
+    and then starts the next run, taking key d1; a client start of key d1 meanwhile holds the
+    key's advisory lock and, once it has the key's row, supersedes that same live run."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
+    conn.execute(
+        "SELECT harvest.create_schedule('s', 'latest', p_interval_secs => 3600, p_input => %s,"
+        " p_overlap => 'terminate_other')",
+        (Jsonb([{"doc": "d1"}]),),
+    )
+    # (The first slot an hour back, so the next trigger's run has an id of its own.)
+    conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
+    conn.execute("SELECT set_config('harvest.fake_now', (now() - interval '1 hour')::text, false)")
+    first = conn.execute("SELECT harvest.trigger_schedule('s', 'allow_all')").fetchone()[0]
+    conn.execute("RESET harvest.fake_now")
+    run = first["execution_id"]
+    task = _claim_one(conn)
+    assert task[0] == run
+    assert _decide(db, "setup", task, [_marker(1, "mutex_acquire", "m")]) == "RUNNING"
+
+    def fire() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="fire") as c:
+            return c.execute("SELECT harvest.trigger_schedule('s') ->> 'status'").fetchone()[0]
+
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as third:
+        third.execute(
+            "INSERT INTO harvest.flow_keys (kind, key) VALUES ('concurrency', 'd1') ON CONFLICT DO NOTHING"
+        )
+        third.execute("SELECT 1 FROM harvest.flow_keys WHERE kind = 'concurrency' AND key = 'd1' FOR UPDATE")
+        starting = in_thread(lambda: _start_latest(db, "start", "d1"), outcome, "start")
+        wait_until_blocked(conn, "start")  # holding key d1's advisory lock, on its row
+        firing = in_thread(fire, outcome, "fire")
+        wait_until_blocked(conn, "fire")  # on key d1 (before the fix: holding the run and m)
+        third.commit()
+        starting.join(20)
+        firing.join(20)
+
+    assert (outcome["start"], outcome["fire"]) == (True, "started"), outcome
+    assert _status(conn, run) in ("CANCELLED", "TERMINATED")
+    assert (
+        conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE workflow_name = 'latest' AND status = 'RUNNING'"
+        ).fetchone()[0]
+        == 1
+    )
