@@ -47,6 +47,102 @@ def test_dev_runs_the_demo_end_to_end_and_cleans_up() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def test_dev_killed_outright_leaves_no_postgres_behind() -> None:
+    """`harvest dev` killed with SIGKILL (an IDE's stop button, the OOM killer) runs no cleanup of
+    its own: its embedded PostgreSQL kept running, and its files stayed, one more server a kill."""
+    scratch = Path(tempfile.mkdtemp(prefix="harvest-dev-test-"))  # (not tmp_path: see above)
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    env.pop("HARVEST_DEV_DATABASE_URL", None)
+    dev = subprocess.Popen(
+        [*HARVEST, "dev", "--no-api"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    postmaster = None
+    try:
+        lines = []
+        for line in dev.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if line.startswith("Harvest is ready on"):
+                break
+        assert lines and lines[-1].startswith("Harvest is ready on"), "".join(lines)
+        [data] = list(scratch.iterdir())
+        postmaster = int((data / "data" / "postmaster.pid").read_text().split()[0])
+        dev.kill()
+        dev.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while (_alive(postmaster) or data.exists()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(postmaster), "the embedded PostgreSQL outlived harvest dev"
+        assert list(scratch.iterdir()) == [], "its files stayed"
+    finally:
+        if dev.poll() is None:
+            dev.kill()
+        if postmaster is not None and _alive(postmaster):
+            os.kill(postmaster, signal.SIGQUIT)  # (a failed run leaves no server either)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_dev_keeps_its_data_dir_across_runs_and_kills() -> None:
+    """`harvest dev --data-dir`: the database outlives the process (a kill too, stopped cleanly
+    by the watchdog), and the next run starts on it: what the first run did is there."""
+    scratch = Path(tempfile.mkdtemp(prefix="harvest-dev-test-"))  # (not tmp_path: see above)
+    kept = scratch / "kept"
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    env.pop("HARVEST_DEV_DATABASE_URL", None)
+    runs: list[subprocess.Popen[str]] = []
+
+    def start() -> str:
+        dev = subprocess.Popen(
+            [*HARVEST, "dev", "--no-api", "--data-dir", str(kept)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        runs.append(dev)
+        lines = []
+        for line in dev.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if line.strip().startswith("psql:"):
+                return line.split()[-1].strip("'")  # the DSN, shell-quoted
+        raise AssertionError("".join(lines))
+
+    try:
+        with Client(start()) as client:
+            handle = client.start_workflow("greet", "world", workflow_id="kept-run")
+            assert "world" in str(handle.result(timeout=60))
+        runs[0].kill()  # outright: the watchdog stops the server, the data stays
+        runs[0].wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while (kept / "data" / "postmaster.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not (kept / "data" / "postmaster.pid").exists(), "the server outlived harvest dev"
+        assert (kept / "data" / "PG_VERSION").exists()
+
+        with Client(start()) as client:  # the next run, on the same database
+            assert client.get_handle(workflow_id="kept-run").describe()["status"] == "COMPLETED"
+        runs[1].send_signal(signal.SIGTERM)
+        output = runs[1].communicate(timeout=60)[0]
+        assert runs[1].returncode == 0, output
+        assert f"keeping its data in {kept}" in output
+        assert (kept / "data" / "PG_VERSION").exists() and not (kept / "data" / "postmaster.pid").exists()
+    finally:
+        for dev in runs:
+            if dev.poll() is None:
+                dev.kill()
+        pid_file = kept / "data" / "postmaster.pid"
+        if pid_file.exists() and _alive(int(pid_file.read_text().split()[0])):
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGQUIT)  # (a failed run leaves no server)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_dev_refuses_a_remote_database() -> None:
     env = {**os.environ, "HARVEST_DEV_DATABASE_URL": "postgresql://u:secret@db.example.com/app"}
     done = subprocess.run([*HARVEST, "dev"], capture_output=True, text=True, timeout=60, env=env, check=False)

@@ -8,6 +8,7 @@ import inspect
 import os
 import shlex
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -52,6 +53,13 @@ def require_local(dsn: str) -> None:
 )
 @click.option("--no-api", is_flag=True, help="Run the worker only, without the management API.")
 @click.option(
+    "--data-dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the embedded database in this directory across runs (made on first use, never "
+    "removed); by default it is a fresh one, removed at the end.",
+)
+@click.option(
     "--log-format",
     default="text",
     show_default=True,
@@ -59,13 +67,20 @@ def require_local(dsn: str) -> None:
     help="text or json lines.",
 )
 def dev(
-    target: str | None, demo_and_exit: bool, host: str | None, port: int | None, no_api: bool, log_format: str
+    target: str | None,
+    demo_and_exit: bool,
+    host: str | None,
+    port: int | None,
+    no_api: bool,
+    data_dir: Path | None,
+    log_format: str,
 ) -> None:
     """Run a worker and the management API on an embedded PostgreSQL (or
     HARVEST_DEV_DATABASE_URL, local only).
 
     TARGET is module:attribute of your App; without it the built-in demo runs.
-    Ctrl-C stops the worker, the server, and removes what it created.
+    Ctrl-C stops the worker, the server, and removes what it created (a --data-dir stays).
+    Killed outright, its embedded PostgreSQL stops too.
     """
     from harvest.cli.worker import load_app
     from harvest.telemetry.logs import configure_logging
@@ -78,12 +93,20 @@ def dev(
         from harvest.cli.demo import app
     server = None
     dsn = os.environ.get(DEV_DSN_ENV)
+    if dsn and data_dir is not None:
+        raise click.UsageError(f"--data-dir is the embedded database's; {DEV_DSN_ENV} names another one")
     if dsn:
         require_local(dsn)
     else:
-        click.echo("starting an embedded PostgreSQL ...", err=True)
-        server = EmbeddedPostgres()
+        kept = f" (kept in {data_dir})" if data_dir is not None else ""
+        click.echo(f"starting an embedded PostgreSQL{kept} ...", err=True)
+        server = EmbeddedPostgres(base_dir=data_dir)
         dsn = server.start()
+    stops = (
+        "Ctrl-C stops everything and removes what was created.\n"
+        if data_dir is None
+        else f"Ctrl-C stops everything; the database stays in {data_dir} for the next run.\n"
+    )
     try:
         Migrator(dsn, progress=lambda msg: click.echo(msg, err=True)).run()
         # A DSN given in the environment may hold a password: refer to the variable instead.
@@ -99,16 +122,17 @@ def dev(
 
         worker = Worker(app, dsn, options=_dev_options(), redis_url=cli_config().get("redis.url"))  # type: ignore[arg-type]
         if demo_and_exit:
-            click.echo("Ctrl-C stops everything and removes what was created.\n")
+            click.echo(stops)
             asyncio.run(_demo(worker, dsn))
         else:
             api = None if no_api else _api_server(app, dsn, host, port, demo=not target)  # type: ignore[arg-type]
-            click.echo("Ctrl-C stops everything and removes what was created.\n")
+            click.echo(stops)
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(_run(worker, api))
     finally:
         if server is not None:
-            click.echo("stopping the embedded PostgreSQL and removing its files", err=True)
+            removing = "removing its files" if data_dir is None else f"keeping its data in {data_dir}"
+            click.echo(f"stopping the embedded PostgreSQL and {removing}", err=True)
             server.stop()
 
 

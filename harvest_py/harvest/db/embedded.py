@@ -72,6 +72,7 @@ class EmbeddedPostgres:
         self.port = port or _free_port()
         self.settings = settings or {}
         self._user: pwd.struct_passwd | None = None
+        self._lifeline: int | None = None  # the write end of the watchdog's pipe (_watch_owner)
         self.started = False
 
     @property
@@ -92,31 +93,67 @@ class EmbeddedPostgres:
         return subprocess.run(args, **kwargs)
 
     def start(self) -> str:
+        """Start the server: on a new data directory (initdb), or on the one a given base_dir
+        kept from an earlier run."""
         binaries = bin_dir()
+        self.base_dir.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             self._user = _ensure_service_user()
             _open_path_for(binaries / "postgres")
             _open_path_for(self.base_dir)
             os.chown(self.base_dir, self._user.pw_uid, self._user.pw_gid)
         try:
-            self._run(
-                [
-                    str(binaries / "initdb"),
-                    "-D",
-                    str(self.data_dir),
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "--encoding=UTF8",
-                    "--no-instructions",
-                ]
-            )
+            if not (self.data_dir / "PG_VERSION").exists():
+                self._init_data_dir()
             self._pg_ctl_start()
         except subprocess.CalledProcessError as exc:
             log = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
             raise ConfigError(f"the embedded PostgreSQL did not start: {exc.stderr.strip()}\n{log}") from None
         self.started = True
+        self._watch_owner()
         return self.dsn
+
+    def _init_data_dir(self) -> None:
+        self._run(
+            [
+                str(bin_dir() / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-instructions",
+            ]
+        )
+
+    def _watch_owner(self) -> None:
+        """Stop the server and remove its files when this process ends without :meth:`stop`.
+
+        pg_ctl detaches the server, so a process killed outright (SIGKILL: an IDE's stop button,
+        the OOM killer) left it running with its files, one more server a kill. A shell in its
+        own session (a terminal's Ctrl-C does not reach it) waits on a pipe whose only write end
+        this process holds; the kernel closes that end however the process ends, and the shell
+        then stops the postmaster its pid file names (SIGINT, a fast shutdown: a kept data
+        directory starts clean next time), waits for it (30 s at most) and removes what this
+        object owns. After :meth:`stop` (or :meth:`pause`) there is no pid file: nothing is left
+        for it to do."""
+        read_end, self._lifeline = os.pipe()
+        script = (
+            'read -r _; pid=$(head -n 1 "$0/postmaster.pid" 2>/dev/null); '
+            'if [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null; then n=0; '
+            'while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done; fi; '
+            '[ -z "$1" ] || rm -rf -- "$1"'
+        )
+        owned = str(self.base_dir) if self._owns_base else ""
+        subprocess.Popen(
+            ["sh", "-c", script, str(self.data_dir), owned],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        os.close(read_end)
 
     def _pg_ctl_start(self) -> None:
         options = [
@@ -168,6 +205,9 @@ class EmbeddedPostgres:
             self.started = False
         if self._owns_base:
             shutil.rmtree(self.base_dir, ignore_errors=True)
+        if self._lifeline is not None:  # (the watchdog finds nothing left)
+            os.close(self._lifeline)
+            self._lifeline = None
 
     def __enter__(self) -> Self:
         self.start()
