@@ -517,3 +517,46 @@ def test_a_decision_starting_children_that_supersede_runs_of_two_keys_and_a_grou
         ).fetchone()[0]
         == 2
     )
+
+
+def test_two_batches_of_starts_superseding_runs_of_two_keys_in_opposite_orders_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """Two start_workflows batches of latest-wins starts of keys d1 and d2, one in each order.
+    Both take the two keys' locks, in one order, before any run's row (_lock_flow_keys_of), so
+    the second waits for the first's commit and then supersedes its new runs: no cycle. Taken
+    start by start (no pass before the first start), the first held d_high's key and run and
+    stopped closing it (a third session holds its task), the second took d_low's key and run and
+    waited on d_high's key, and the first then waited on d_low's: 40P01."""
+    claimed, first, second = _incumbents_of_two_keys(conn)
+    low, high = sorted(claimed)
+    outcome: dict[str, Any] = {}
+
+    def starts(name: str, docs: tuple[str, str]) -> Any:
+        with psycopg.connect(db, autocommit=True, application_name=name) as c:
+            c.execute("SET deadlock_timeout = '50ms'")
+            return c.execute(
+                "SELECT array_agg(execution_id::text ORDER BY n) FROM harvest.start_workflows(%s)",
+                (Jsonb([{"workflow_name": "latest", "input": [{"doc": doc}]} for doc in docs]),),
+            ).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
+        one = in_thread(lambda: starts("one", (first, second)), outcome, "one")
+        wait_until_blocked(conn, "one")  # closing d_high's run: its task's delete
+        two = in_thread(lambda: starts("two", (second, first)), outcome, "two")
+        wait_until_blocked(conn, "two")  # on a key (before the pass: on d_high's key, holding d_low's)
+        holder.commit()
+        one.join(20)
+        two.join(20)
+
+    assert isinstance(outcome["one"], list) and isinstance(outcome["two"], list), outcome
+    live = conn.execute(
+        "SELECT array_agg(id::text ORDER BY id) FROM harvest.executions WHERE status = 'RUNNING'"
+    ).fetchone()[0]
+    assert live == sorted(outcome["two"]), outcome  # the later batch superseded the first's runs
+    statuses = conn.execute(
+        "SELECT array_agg(status ORDER BY id) FROM harvest.executions WHERE id::text = ANY (%s)",
+        ([low, high, *outcome["one"]],),
+    ).fetchone()[0]
+    assert statuses == ["CANCELLED"] * 4, outcome
