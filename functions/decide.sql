@@ -174,6 +174,7 @@ DECLARE
     v_quotas boolean[];
     v_local boolean[];
     v_key record;
+    v_starts jsonb;
 BEGIN
     -- The common decision starts nothing: no lookup at all.
     IF NOT EXISTS (SELECT 1 FROM unnest(p_commands) AS c (commands) WHERE harvest._starts_runs(c.commands)) THEN
@@ -226,10 +227,17 @@ BEGIN
                      AND (p.policy ? 'quota' OR p.policy #>> '{concurrency,on_conflict}' = 'cancel_running')) THEN
         RETURN;
     END IF;
-    PERFORM harvest._lock_flow_keys_of(coalesce(jsonb_agg(jsonb_build_object(
-        'workflow_name', s.workflow_name, 'input', s.input, 'quota', s.quota)), '[]'))
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'workflow_name', s.workflow_name, 'input', s.input, 'quota', s.quota)), '[]')
+    INTO v_starts
     FROM unnest(v_names, v_inputs, v_quotas, v_local) AS s (workflow_name, input, quota, local)
     WHERE s.local;
+    PERFORM harvest._lock_flow_keys_of(v_starts);
+    -- Then, where those starts supersede runs, the decisions' own runs and those, in id order,
+    -- and every mutex key they hold or the decisions name, in key order, before the first
+    -- start (flow_concurrency.sql, _lock_superseded_runs): each child's or successor's start
+    -- locked its own key's runs as the decision reached it.
+    PERFORM harvest._lock_superseded_runs(v_starts, p_task_ids, p_commands);
 END;
 $$;
 
@@ -316,6 +324,45 @@ BEGIN
         END IF;
         PERFORM harvest._take_flow_key(v_key.kind, v_key.key);
     END LOOP;
+END;
+$$;
+
+-- Before the first of several latest-wins starts (a batch of starts, start_workflows; a
+-- decision's or a group commit's children and successors, _lock_decision_start_keys, after
+-- their flow keys): every run they may supersede (flow_concurrency.sql, _superseded_runs) and
+-- the runs of the tasks p_task_ids, all in id order, then every mutex key those runs hold or
+-- wait for and the mutex markers of p_commands name, in key order (_lock_mutex_keys;
+-- docs/internals.md, "Lock order", 4 and 5). Each _supersede locked its own key's runs as its
+-- start came, so a transaction superseding runs of two keys held the one it reached first and
+-- waited on the other while a group commit of both runs' decisions, locking them in id order,
+-- held the other: 40P01 (tests/integration/test_row_lock_order.py). Nothing is locked where
+-- the starts supersede nothing (the usual call).
+CREATE OR REPLACE FUNCTION harvest._lock_superseded_runs(
+    p_starts jsonb, p_task_ids bigint[] DEFAULT NULL, p_commands jsonb[] DEFAULT NULL
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_runs uuid[] := harvest._superseded_runs(p_starts);
+BEGIN
+    IF cardinality(v_runs) = 0 THEN
+        RETURN;
+    END IF;
+    -- (The sort is below the row lock: locked in id order.)
+    v_runs := ARRAY(
+        SELECT e.id FROM harvest.executions AS e
+        WHERE e.id = ANY (v_runs || ARRAY(SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = ANY (p_task_ids)))
+        ORDER BY e.id FOR UPDATE
+    );
+    PERFORM harvest._lock_mutex_keys(v_runs, ARRAY(
+        SELECT c.command #>> '{value,key}'
+        FROM unnest(p_commands) AS u (commands)
+        CROSS JOIN LATERAL jsonb_array_elements(
+            CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
+        WHERE c.command ->> 'type' = 'record_marker'
+          AND c.command ->> 'kind' IN ('mutex_acquire', 'mutex_release')
+    ));
 END;
 $$;
 

@@ -422,6 +422,39 @@ BEGIN
 END;
 $$;
 
+-- The live runs that latest-wins starts may supersede (_supersede), read under their keys'
+-- locks (_lock_flow_keys_of, taken first, so no start of the key adds a run meanwhile). p_starts:
+-- a JSON array of {workflow_name, input}, as _lock_flow_keys_of reads it. Per workflow and
+-- key with n starts, the live runs past the newest limit - n, at most 33 * n of them (a start's
+-- scan reaches 32 past the limit, each earlier start's closes shift it by at most 32): every
+-- run the starts close, and, where a key has more than 32 runs past its limit, one or two more.
+CREATE OR REPLACE FUNCTION harvest._superseded_runs(p_starts jsonb)
+RETURNS uuid[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce(array_agg(v.id), '{}')
+    FROM (
+        SELECT s.start ->> 'workflow_name' AS workflow_name, r.concurrency_key AS key,
+               (p.policy #>> '{concurrency,limit}')::integer AS max_live, count(*)::integer AS n
+        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_starts) = 'array' THEN p_starts ELSE '[]' END)
+            AS s (start)
+        JOIN harvest.flow_policies AS p
+          ON p.kind = 'workflow' AND jsonb_typeof(s.start) = 'object'
+             AND jsonb_typeof(s.start -> 'workflow_name') = 'string' AND p.name = s.start ->> 'workflow_name'
+             AND p.policy #>> '{concurrency,on_conflict}' = 'cancel_running'
+        CROSS JOIN LATERAL harvest._resolve_flow_keys(coalesce(s.start -> 'input', '[]'), p.policy) AS r
+        WHERE r.concurrency_key IS NOT NULL
+        GROUP BY 1, 2, 3
+    ) AS k
+    CROSS JOIN LATERAL (
+        SELECT x.id FROM harvest.executions AS x
+        WHERE x.workflow_name = k.workflow_name AND x.concurrency_key = k.key
+          AND x.status IN ('RUNNING', 'PAUSED')
+        ORDER BY x.created_at DESC, x.id DESC
+        OFFSET greatest(k.max_live - k.n, 0) LIMIT 33 * k.n
+    ) AS v;
+$$;
+
 -- Concurrency status per key, the shape of the spec's GET /admin/concurrency:
 -- key, task_type, max_concurrent, in_flight, pending, and for workflow keys the
 -- workflows with live work on the key and their on_conflict.

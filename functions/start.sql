@@ -888,6 +888,10 @@ BEGIN
         PERFORM harvest._lock_flow_keys_of(coalesce(jsonb_agg(jsonb_build_object(
             'workflow_name', u.value -> 'workflow_name', 'input', u.value -> 'input', 'quota', true)), '[]'))
         FROM jsonb_array_elements(v_ungated) AS u;
+        -- Then every run their latest-wins starts may supersede, in id order, and the mutex
+        -- keys those runs hold, before the first start supersedes any (decide.sql,
+        -- _lock_superseded_runs): each start locked its own key's runs, in the batch's order.
+        PERFORM harvest._lock_superseded_runs(v_ungated);
     END IF;
     FOR v_start IN
         SELECT s.value AS args, s.ordinality::integer AS n

@@ -10,7 +10,8 @@
 -- harvest._activity_command_ok, harvest._activity_scheduled_data, harvest._queue_activities and
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT),
--- harvest._lock_batch_mutexes (a group commit's runs and mutex keys, before its first decision).
+-- harvest._lock_batch_mutexes (a group commit's runs and mutex keys, before its first decision),
+-- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
 SELECT plan(324);
 SET LOCAL TimeZone = 'UTC';
@@ -2312,6 +2313,42 @@ SELECT harvest._lock_decision_start_keys(ARRAY[pg_temp.task('fk_run')], ARRAY[$$
 SELECT results_eq($$SELECT kind, key FROM harvest.flow_keys ORDER BY kind, key$$,
                   $$VALUES ('concurrency'::text, 'kd'::text), ('concurrency', 'next'), ('quota', 'kq'), ('quota', 'kt')$$,
                   '_lock_decision_start_keys(): its starts'' flow keys; a successor''s quota key and a remote child''s keys not');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- _lock_superseded_runs: the runs latest-wins starts may supersede and the tasks' runs, then
+-- their mutex keys and the markers', before the first start; nothing where none is superseded.
+BEGIN;
+SELECT plan(4);
+SELECT harvest.declare_flow_policies('{"workflows": {
+    "ls_c": {"concurrency": {"key": "input.d", "limit": 1, "on_conflict": "cancel_running"}},
+    "ls_d": {"concurrency": {"key": "input.d", "limit": 1}}}}');
+SELECT pg_temp.start_claimed('ls_own', 'decide_wf', 'lsq_own', 'worker-1', '["in"]');
+CREATE TEMP TABLE ls ON COMMIT DROP AS
+SELECT k, (harvest.start_workflow(w, jsonb_build_array(jsonb_build_object('d', d)), 'ls-' || k, 'lsq')).execution_id
+FROM (VALUES ('a', 'ls_c', 'a'), ('b', 'ls_c', 'b'), ('x', 'ls_c', 'x'), ('y', 'ls_d', 'a')) AS v (k, w, d);
+INSERT INTO harvest.mutex_locks (lock_key, holder_execution_id, acquired_at)
+VALUES ('n2', (SELECT execution_id FROM ls WHERE k = 'a'), harvest.now()),
+       ('n3', pg_temp.run('ls_own'), harvest.now()),
+       ('n4', (SELECT execution_id FROM ls WHERE k = 'x'), harvest.now());
+-- (The mutex keys only: the rows' locks do not show in pg_locks, and the runs' xmax is set
+-- already by their tasks' and events' foreign keys. n2 is a's, n3 the task's run's: those runs
+-- were among the locked; tests/integration/test_row_lock_order.py races the rows' order.)
+CREATE FUNCTION pg_temp.ls_locked() RETURNS text[] LANGUAGE sql AS $fn$
+    SELECT array_agg(k ORDER BY k) FROM unnest(ARRAY['n1', 'n2', 'n3', 'n4']) AS k
+    WHERE EXISTS (SELECT 1 FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
+                  AND l.objid::integer = hashtext('harvest.mutex:' || k));
+$fn$;
+SELECT is(pg_temp.ls_locked(), NULL, 'setup: no mutex key locked');
+SELECT harvest._lock_superseded_runs('[{"workflow_name": "ls_d", "input": [{"d": "a"}]}]',
+    ARRAY[pg_temp.task('ls_own')], ARRAY['[{"type": "record_marker", "seq": 1, "kind": "mutex_acquire", "value": {"key": "n1"}}]'::jsonb]);
+SELECT is(pg_temp.ls_locked(), NULL, '_lock_superseded_runs(): starts that supersede nothing: nothing locked');
+SELECT harvest._lock_superseded_runs('[{"workflow_name": "ls_c", "input": [{"d": "a"}]}, {"workflow_name": "ls_c", "input": [{"d": "b"}]}]',
+    ARRAY[pg_temp.task('ls_own')], ARRAY['[{"type": "record_marker", "seq": 1, "kind": "mutex_acquire", "value": {"key": "n1"}}]'::jsonb]);
+SELECT is(pg_temp.ls_locked(), ARRAY['n1', 'n2', 'n3'],
+          '_lock_superseded_runs(): the keys the superseded runs and the task''s run hold, and the marker''s; not another run''s');
+SELECT lives_ok($$SELECT harvest._lock_superseded_runs('{"not": "an array"}'), harvest._lock_superseded_runs(NULL, NULL, NULL)$$,
+                '_lock_superseded_runs() of no starts: nothing');
 SELECT * FROM finish();
 ROLLBACK;
 

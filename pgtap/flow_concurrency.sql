@@ -1,6 +1,6 @@
 -- functions/flow_concurrency.sql: harvest._resolve_key, harvest._resolve_flow_keys, harvest._flow_task_columns,
 -- harvest.declare_flow_policies, harvest._admit_candidates, harvest._in_flight,
--- harvest._after_gated_claim, harvest._flow_release, harvest._supersede,
+-- harvest._after_gated_claim, harvest._flow_release, harvest._supersede, harvest._superseded_runs,
 -- harvest.list_concurrency_keys.
 BEGIN;
 SELECT plan(31);
@@ -229,5 +229,36 @@ SELECT is((SELECT (t.tgtype::integer) || ' ' || string_agg(a.attname, ',' ORDER 
           'tasks_checks fires after an UPDATE of kind, concurrency_limit or priority_aging_secs, for each row');
 SELECT lives_ok($$SELECT harvest._task_rules('activity', NULL, NULL)$$, 'harvest._task_rules: NULLs pass');
 
+SELECT * FROM finish();
+ROLLBACK;
+
+-- _superseded_runs: the live runs latest-wins starts may supersede, per workflow and key with n
+-- starts those past the newest limit - n (each start's own victims, with every start before it).
+BEGIN;
+SELECT plan(5);
+SELECT harvest.declare_flow_policies('{"workflows": {
+    "sr_c": {"concurrency": {"key": "input.d", "limit": 2, "on_conflict": "cancel_running"}},
+    "sr_d": {"concurrency": {"key": "input.d", "limit": 1}}}}');
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at, concurrency_key, status)
+SELECT ('00000000-0000-4000-8000-0000000e000' || n)::uuid, 'sr_c', 'sr-' || n,
+       timestamptz '2030-01-01 00:00:00+00' + make_interval(secs => n),
+       CASE WHEN n = 6 THEN 'other' ELSE 'k' END, CASE WHEN n = 5 THEN 'COMPLETED' ELSE 'RUNNING' END
+FROM generate_series(1, 6) AS n;
+UPDATE harvest.executions SET status = 'PAUSED' WHERE id = '00000000-0000-4000-8000-0000000e0001';
+CREATE FUNCTION pg_temp.sr(p_starts text) RETURNS text[] LANGUAGE sql AS $fn$
+    SELECT array_agg(right(id::text, 1) ORDER BY id) FROM unnest(harvest._superseded_runs(p_starts::jsonb)) AS id;
+$fn$;
+SELECT is(pg_temp.sr('[{"workflow_name": "sr_c", "input": [{"d": "k"}]}]'), ARRAY['1', '2', '3'],
+          '_superseded_runs(): one start, limit 2: the live runs (a paused one too) past the newest, not a closed one');
+SELECT is(pg_temp.sr('[{"workflow_name": "sr_c", "input": [{"d": "k"}]}, {"workflow_name": "sr_c", "input": [{"d": "k"}]},
+                      {"workflow_name": "sr_c", "input": [{"d": "other"}]}]'),
+          ARRAY['1', '2', '3', '4'], '_superseded_runs(): two starts of a key: past limit - 2 (every live run); none of a key within its limit');
+SELECT is(pg_temp.sr('[{"workflow_name": "sr_d", "input": [{"d": "k"}]}, {"workflow_name": "sr_c", "input": [{}]},
+                      {"workflow_name": "nope", "input": [{"d": "k"}]}]'), NULL,
+          '_superseded_runs(): none for a defer key, a start without a key or a workflow without a policy');
+SELECT is(pg_temp.sr('[7, {"workflow_name": 1}, {"input": [{"d": "k"}]}]'), NULL,
+          '_superseded_runs(): none for elements that are not starts');
+SELECT is(harvest._superseded_runs('{"not": "an array"}'), ARRAY[]::uuid[],
+          '_superseded_runs() of anything but an array: an empty array');
 SELECT * FROM finish();
 ROLLBACK;

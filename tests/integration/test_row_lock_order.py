@@ -7,7 +7,9 @@ ids are minted from the transaction's clock with random low bytes, so two runs s
 millisecond (or under a fake clock) sort one way by id and the other by ``created_at``. And a
 group commit (functions/decide.sql, ``complete_workflow_tasks``) took each decision's mutex keys
 as it reached the item, after that item's row and before the next item's row: two batches whose
-items named two keys in opposite id orders each held a key the other waited on. Each test forces
+items named two keys in opposite id orders each held a key the other waited on. A batch of
+starts, or a decision, whose latest-wins starts supersede runs of two keys locked each key's runs
+as it reached that start, not in id order across the keys. Each test forces
 the interleaving that deadlocked (SQLSTATE 40P01) with a third session holding one lock while
 the others queue behind it.
 """
@@ -419,3 +421,142 @@ def test_a_schedule_terminating_two_mutex_holders_and_a_group_commit_asking_for_
     assert outcome["batch"] == {others[x][0]: "completed", others[y][0]: "completed"}, outcome
     holders = conn.execute("SELECT lock_key, holder_execution_id::text FROM harvest.mutex_locks ORDER BY 1")
     assert holders.fetchall() == [("a", x), ("b", y)]
+
+
+def _incumbents_of_two_keys(conn: psycopg.Connection) -> tuple[dict[str, tuple[int, int, int]], str, str]:
+    """One run of 'latest' (cancel_running, limit 1) per key, d1 and d2, their first tasks
+    claimed: (run id -> task, the key of the run with the higher id, the other key)."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1),))
+    doc_of = {
+        conn.execute(
+            "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": doc}]),)
+        ).fetchone()[0]: doc
+        for doc in ("d1", "d2")
+    }
+    claimed = _claim_all(conn, 2)
+    low, high = sorted(claimed)
+    return claimed, doc_of[high], doc_of[low]
+
+
+def _race_against_a_group_commit_of_the_incumbents(
+    db: str, conn: psycopg.Connection, claimed: dict[str, tuple[int, int, int]], name: str, call: Any
+) -> dict[str, Any]:
+    """``call`` (session ``name``) supersedes the higher-id incumbent first; a third session
+    holds that run's task row, so the call stops closing it; a group commit of both incumbents'
+    decisions then locks the lower id and waits on the higher. Taken start by start, the call
+    then waited on the lower id: a cycle (40P01)."""
+    low, high = sorted(claimed)
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
+        calling = in_thread(call, outcome, name)
+        wait_until_blocked(conn, name)  # closing the higher id's run: its task's delete
+        batch = [(claimed[low], _timer()), (claimed[high], _timer())]
+        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
+        wait_until_blocked(conn, "batch")  # on the higher id's row (on the lower's, after the fix)
+        holder.commit()
+        calling.join(20)
+        committing.join(20)
+    # Both incumbents were superseded before the batch could lock them: its items are refused.
+    assert isinstance(outcome["batch"], dict), outcome
+    assert "completed" not in outcome["batch"].values(), outcome
+    assert conn.execute(
+        "SELECT array_agg(status ORDER BY id) FROM harvest.executions WHERE id IN (%s, %s)", (low, high)
+    ).fetchone()[0] == ["CANCELLED", "CANCELLED"]
+    return outcome
+
+
+def test_a_batch_of_starts_superseding_runs_of_two_keys_and_a_group_commit_of_their_decisions_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A start_workflows batch of two latest-wins starts, keys d_high then d_low, each
+    superseding the one run of its key. Each start locked its key's runs in turn (_supersede),
+    so the batch held the higher id and then waited on the lower, while a group commit of both
+    runs' decisions held the lower and waited on the higher."""
+    claimed, first, second = _incumbents_of_two_keys(conn)
+
+    def start_both() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="starts") as c:
+            c.execute("SET deadlock_timeout = '50ms'")
+            return c.execute(
+                "SELECT array_agg(started_fresh ORDER BY n) FROM harvest.start_workflows(%s)",
+                (Jsonb([{"workflow_name": "latest", "input": [{"doc": doc}]} for doc in (first, second)]),),
+            ).fetchone()[0]
+
+    outcome = _race_against_a_group_commit_of_the_incumbents(db, conn, claimed, "starts", start_both)
+    assert outcome["starts"] == [True, True], outcome
+
+
+def test_a_decision_starting_children_that_supersede_runs_of_two_keys_and_a_group_commit_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """The same for one decision starting two latest-wins children, keys d_high then d_low:
+    each child's start locked its key's runs after the parent's row, in the decision's order."""
+    claimed, first, second = _incumbents_of_two_keys(conn)
+    start = "SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')"
+    parent = conn.execute(start).fetchone()[0]
+    task, token, through = _claim_all(conn, 1)[parent]
+    children = [
+        {"type": "start_child_workflow", "seq": seq, "workflow_name": "latest", "input": [{"doc": doc}]}
+        for seq, doc in enumerate((first, second), start=1)
+    ]
+
+    def decide() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="decide") as c:
+            c.execute("SET deadlock_timeout = '50ms'")
+            return c.execute(
+                "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
+                (task, token, through, Jsonb(children)),
+            ).fetchone()[0]
+
+    outcome = _race_against_a_group_commit_of_the_incumbents(db, conn, claimed, "decide", decide)
+    assert outcome["decide"] == "RUNNING", outcome
+    assert (
+        conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE parent_id = %s AND status = 'RUNNING'", (parent,)
+        ).fetchone()[0]
+        == 2
+    )
+
+
+def test_two_batches_of_starts_superseding_runs_of_two_keys_in_opposite_orders_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """Two start_workflows batches of latest-wins starts of keys d1 and d2, one in each order.
+    Both take the two keys' locks, in one order, before any run's row (_lock_flow_keys_of), so
+    the second waits for the first's commit and then supersedes its new runs: no cycle. Taken
+    start by start (no pass before the first start), the first held d_high's key and run and
+    stopped closing it (a third session holds its task), the second took d_low's key and run and
+    waited on d_high's key, and the first then waited on d_low's: 40P01."""
+    claimed, first, second = _incumbents_of_two_keys(conn)
+    low, high = sorted(claimed)
+    outcome: dict[str, Any] = {}
+
+    def starts(name: str, docs: tuple[str, str]) -> Any:
+        with psycopg.connect(db, autocommit=True, application_name=name) as c:
+            c.execute("SET deadlock_timeout = '50ms'")
+            return c.execute(
+                "SELECT array_agg(execution_id::text ORDER BY n) FROM harvest.start_workflows(%s)",
+                (Jsonb([{"workflow_name": "latest", "input": [{"doc": doc}]} for doc in docs]),),
+            ).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
+        one = in_thread(lambda: starts("one", (first, second)), outcome, "one")
+        wait_until_blocked(conn, "one")  # closing d_high's run: its task's delete
+        two = in_thread(lambda: starts("two", (second, first)), outcome, "two")
+        wait_until_blocked(conn, "two")  # on a key (before the pass: on d_high's key, holding d_low's)
+        holder.commit()
+        one.join(20)
+        two.join(20)
+
+    assert isinstance(outcome["one"], list) and isinstance(outcome["two"], list), outcome
+    live = conn.execute(
+        "SELECT array_agg(id::text ORDER BY id) FROM harvest.executions WHERE status = 'RUNNING'"
+    ).fetchone()[0]
+    assert live == sorted(outcome["two"]), outcome  # the later batch superseded the first's runs
+    statuses = conn.execute(
+        "SELECT array_agg(status ORDER BY id) FROM harvest.executions WHERE id::text = ANY (%s)",
+        ([low, high, *outcome["one"]],),
+    ).fetchone()[0]
+    assert statuses == ["CANCELLED"] * 4, outcome
