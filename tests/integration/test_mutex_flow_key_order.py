@@ -225,3 +225,54 @@ def test_a_terminate_other_slot_and_a_start_superseding_its_run_do_not_deadlock(
         ).fetchone()[0]
         == 1
     )
+
+
+def test_a_decision_taking_a_mutex_and_superseding_a_holder_of_another_and_a_group_commit_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """Run v (latest-wins, key d1) holds mutex a. Run r1's decision takes mutex b and starts a
+    child of key d1, which supersedes v and so releases a; a group commit of x's and y's
+    decisions asks for a, then b. The decision took v's row and a after its own row and b,
+    out of key order, and met the batch in a cycle (40P01); it now locks v with its own run and
+    a with b before its first command (_lock_superseded_runs; docs/internals.md "Lock order")."""
+    from race_helpers import wait_until_done_or_blocked
+    from test_row_lock_order import _group_commit
+
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
+    row = conn.execute(
+        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
+    ).fetchone()
+    assert row is not None
+    v = row[0]
+    assert _decide(db, "setup", _claim(conn)[v], [_marker(1, "mutex_acquire", "a")]) == "RUNNING"
+    r1, x, y = (
+        conn.execute("SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')").fetchone()[0]  # type: ignore[index]
+        for _ in range(3)
+    )
+    tasks = _claim(conn)
+    child = {"type": "start_child_workflow", "seq": 2, "workflow_name": "latest", "input": [{"doc": "d1"}]}
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as third:
+        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (v,))
+        one = in_thread(
+            lambda: _decide(db, "one", tasks[r1], [_marker(1, "mutex_acquire", "b"), child]), outcome, "one"
+        )
+        wait_until_blocked(conn, "one")  # on v's row
+        two = in_thread(
+            lambda: _group_commit(
+                db,
+                "two",
+                [
+                    (tasks[x][1:], [_marker(1, "mutex_acquire", "a")]),
+                    (tasks[y][1:], [_marker(1, "mutex_acquire", "b")]),
+                ],
+            ),
+            outcome,
+            "two",
+        )
+        wait_until_done_or_blocked(conn, two, "two")  # (before the fix: on b, one holding it)
+        third.commit()
+        one.join(20)
+        two.join(20)
+    assert not one.is_alive() and not two.is_alive()
+    assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
