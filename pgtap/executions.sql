@@ -4,7 +4,7 @@
 -- rules (the executions_checks trigger) and the dashboard's history page (get_history_page),
 -- each in a transaction of its own.
 BEGIN;
-SELECT plan(28);
+SELECT plan(33);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -53,6 +53,15 @@ SELECT is((SELECT count(*) FROM harvest.get_history(pg_temp.run('ex-1'), NULL)),
           'get_history(p_after_event_id => NULL) starts at the beginning');
 SELECT is_empty($$SELECT * FROM harvest.get_history('00000000-0000-4000-8000-00000000abcd')$$,
                 'get_history() of an unknown id: empty');
+SELECT results_eq($$SELECT event_id FROM harvest.get_history(pg_temp.run('ex-1'), 0, 2)$$,
+                  $$VALUES (1::bigint), (2)$$, 'get_history(p_limit => 2): the first two events');
+SELECT results_eq($$SELECT event_id FROM harvest.get_history(pg_temp.run('ex-1'), 2, 5)$$,
+                  $$VALUES (3::bigint)$$, 'get_history(p_after_event_id => 2, p_limit => 5): the rest, one event');
+SELECT is_empty($$SELECT * FROM harvest.get_history(pg_temp.run('ex-1'), 0, 0)$$, 'get_history(p_limit => 0): empty');
+SELECT is((SELECT count(*) FROM harvest.get_history(pg_temp.run('ex-1'), 0, NULL)), 3::bigint,
+          'get_history(p_limit => NULL): every event');
+SELECT throws_ok($$SELECT * FROM harvest.get_history(pg_temp.run('ex-1'), 0, -1)$$, '2201W', NULL,
+                 'get_history() with a negative limit: refused (class 22, a 400 over HTTP)');
 
 -- terminate_workflow: ends the run at once, open tasks dropped.
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:02+00';

@@ -493,6 +493,20 @@ def test_dags_pages_and_the_run_graph(ui: TestClient, demo: Demo) -> None:
     assert ui.get(f"/dags/nightly_etl/runs/{demo.ids['greet-0']}", headers=READ).status_code == 404
 
 
+def test_a_dags_runs_page_on_to_the_last(ui: TestClient, demo: Demo) -> None:
+    """The DAG page showed the newest `limit` runs and no way past them, though the API pages
+    them by cursor: it links to the next page as the workflow and dead-letter lists do, and
+    walking the pages shows every run once."""
+    with demo.client.sql() as sql:
+        sql.trigger_dag("nightly_etl", {"date": "2026-05-02"})
+    row = r'<tr data-status="[A-Z_]+">\s*<td class="mono"><a href="/dags/nightly_etl/runs/([0-9a-f-]{36})"'
+    every = ui.get("/dags/nightly_etl?limit=200", headers=READ).text
+    runs = re.findall(row, every)
+    assert len(runs) >= 2 and 'id="next"' not in every
+    assert _every_page(ui, "/dags/nightly_etl?limit=1", row) == runs
+    assert ui.get("/dags/nightly_etl?cursor=garbage", headers=READ).status_code == 400
+
+
 def test_a_dag_runs_conf_and_a_schedules_input_are_payloads_a_read_principal_does_not_see(
     ui: TestClient, demo: Demo
 ) -> None:

@@ -414,6 +414,90 @@ def test_reads_of_one_run_and_reset_dry_run(api, conn) -> None:
     assert api.post(f"/workflows/{run}/reset", json={"reason": "no boundary"}).status_code == 400
 
 
+def _signalled(conn, run: str, n: int) -> None:
+    """``n`` signals on ``run``, in one statement: a history of n + 1 events."""
+    conn.execute(
+        "SELECT harvest.signal_workflow(%s, 'sig-' || g, to_jsonb(g)) FROM generate_series(1, %s) AS g",
+        (run, n),
+    )
+
+
+@pytest.fixture
+def history_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The events each harvest.get_history call of the routes fetched from the database."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    fetched: list[int] = []
+    read = AsyncSqlApi.get_history
+
+    async def counted(self, *args, **kwargs):
+        rows = await read(self, *args, **kwargs)
+        fetched.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(AsyncSqlApi, "get_history", counted)
+    return fetched
+
+
+def test_a_long_history_pages_by_cursor_and_a_page_reads_a_page(api, conn, history_rows) -> None:
+    """GET /workflows/{id}/history answered the whole history in one body, read whole into
+    memory: a run of 100,000 events was one giant answer. It answers `limit` events (default
+    500) and a next_cursor to continue, reading limit + 1 rows a request."""
+    run = start(conn, "ledger", "long-1", input=["me"])
+    _signalled(conn, run, 600)  # 601 events
+    first = api.get(f"/workflows/{run}/history").json()
+    assert [e["event_id"] for e in first["events"]] == list(range(1, 501))
+    assert first["next_cursor"] and first["redacted"] is True
+    assert max(history_rows) <= 501, history_rows
+    rest = api.get(f"/workflows/{run}/history", params={"cursor": first["next_cursor"]}).json()
+    assert [e["event_id"] for e in rest["events"]] == list(range(501, 602)) and rest["next_cursor"] is None
+
+    history_rows.clear()
+    seen, cursor = [], None
+    while True:
+        params = {"limit": 250, "payload_policy": "full", **({"cursor": cursor} if cursor else {})}
+        page = api.get(f"/workflows/{run}/history", params=params).json()
+        assert len(page["events"]) <= 250
+        seen += [e["event_id"] for e in page["events"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == list(range(1, 602)) and max(history_rows) <= 251, history_rows
+    assert page["events"][-1]["event_data"]["payload"] == 600  # full: as stored
+    after = api.get(f"/workflows/{run}/history", params={"after_event_id": 599, "limit": 1}).json()
+    assert [e["event_id"] for e in after["events"]] == [600] and after["next_cursor"]
+
+    for params in ({"limit": 0}, {"limit": 1001}, {"cursor": "nope"}, {"cursor": "ev1.x", "limit": 5}):
+        assert error_of(api.get(f"/workflows/{run}/history", params=params))["field"] in ("limit", "cursor")
+    other = start(conn, "ledger", "long-2", input=["me"])
+    refused = api.get(f"/workflows/{other}/history", params={"cursor": first["next_cursor"]})
+    assert refused.status_code == 400 and error_of(refused)["field"] == "cursor", refused.text
+    both = api.get(f"/workflows/{run}/history", params={"cursor": first["next_cursor"], "after_event_id": 3})
+    assert error_of(both)["field"] == "cursor"
+
+
+def test_one_run_carries_the_first_page_of_its_history(api, conn, history_rows) -> None:
+    """GET /workflows/{id} carried the run's whole history (the spec's "execution/history"
+    payload): a long run's row cost its every event. It carries the history's first page
+    (history_limit, default 500, as /history) and history_next_cursor, /history's cursor."""
+    run = start(conn, "ledger", "long-3", input=["me"])
+    _signalled(conn, run, 600)
+    got = api.get(f"/workflows/{run}").json()
+    assert got["execution"]["workflow_id"] == "long-3" and got["parent_id"] is None
+    assert [e["event_id"] for e in got["history"]] == list(range(1, 501))
+    assert max(history_rows) <= 501, history_rows
+    rest = api.get(f"/workflows/{run}/history", params={"cursor": got["history_next_cursor"]}).json()
+    assert rest["events"][0]["event_id"] == 501
+    bare = api.get(f"/workflows/{run}", params={"history_limit": 0}).json()
+    assert bare["history"] == [] and bare["history_next_cursor"]
+    nxt = api.get(f"/workflows/{run}/history", params={"cursor": bare["history_next_cursor"], "limit": 2})
+    assert [e["event_id"] for e in nxt.json()["events"]] == [1, 2]
+    short = start(conn, "ledger", "short-1", input=["me"])
+    whole = api.get(f"/workflows/{short}").json()
+    assert len(whole["history"]) == 1 and whole["history_next_cursor"] is None
+    assert error_of(api.get(f"/workflows/{run}", params={"history_limit": 1001}))["field"] == "history_limit"
+
+
 def test_children_page_with_a_cursor(api, start_worker) -> None:
     start_worker(APP)
     started = api.post("/workflows/parent/start", json={})

@@ -410,6 +410,10 @@ def http_session(settings: HttpSettings) -> Iterator[Http]:
 # -- the operator API over HTTP ----------------------------------------------------------------
 
 
+# The events a request of `workflow history` over HTTP asks for (the route's maximum).
+HISTORY_PAGE = 1000
+
+
 class HttpApi:
     """The SQL API calls the commands make, as requests (the same arguments, the same values).
     ``shard``: the shard a per-shard call (a dead letter) names (None: the server's default)."""
@@ -424,13 +428,19 @@ class HttpApi:
 
     # executions
     def get_execution(self, execution_id: str) -> dict[str, Any]:
-        return _obj(self.http.get(f"/workflows/{_p(execution_id)}")["execution"])
+        # The row only: the route's first page of the history is not read for it.
+        return _obj(self.http.get(f"/workflows/{_p(execution_id)}", history_limit=0)["execution"])
 
     def get_history(self, execution_id: str, after_event_id: int = 0) -> list[dict[str, Any]]:
-        doc = self.http.get(
-            f"/workflows/{_p(execution_id)}/history", after_event_id=after_event_id, payload_policy="full"
-        )
-        return _rows(doc["events"])
+        """Every event after ``after_event_id``, page by page: the route answers a page and the
+        cursor of the rest (docs/http-api.md), so a long history is many small answers."""
+        route = f"/workflows/{_p(execution_id)}/history"
+        doc = self.http.get(route, after_event_id=after_event_id, limit=HISTORY_PAGE, payload_policy="full")
+        events = _rows(doc["events"])
+        while doc.get("next_cursor"):
+            doc = self.http.get(route, cursor=doc["next_cursor"], limit=HISTORY_PAGE, payload_policy="full")
+            events += _rows(doc["events"])
+        return events
 
     def get_execution_stack(self, execution_id: str) -> dict[str, Any]:
         return _obj(self.http.get(f"/workflows/{_p(execution_id)}/stack"))

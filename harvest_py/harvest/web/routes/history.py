@@ -5,9 +5,9 @@
 There is no route for ``WorkflowReplayer.replay_with_reset``: it replays a history against the
 workflow code of whoever calls it (the build a release gate is about to deploy), which is not
 the code a web replica runs, and a replay runs workflow code, which an API process does not.
-Fetch the history here (or ``GET /workflows/{id}/history?payload_policy=full``) and replay it
-where the new code is; ``POST /workflows/{id}/reset`` with ``dry_run`` checks the reset point
-on the server.
+Fetch the history here (or ``GET /workflows/{id}/history/export?payload_policy=full``, the whole
+history; ``/history`` answers a page) and replay it where the new code is;
+``POST /workflows/{id}/reset`` with ``dry_run`` checks the reset point on the server.
 """
 
 from __future__ import annotations

@@ -136,15 +136,65 @@ async def count_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
     return out
 
 
-async def get_workflow(call: Call, args: dict[str, Any], _: Any) -> Any:
-    execution_id = args["execution_id"]
+# A history page (GET /workflows/{id}/history, and the history of GET /workflows/{id}): a run
+# of 100,000 events was one answer, read whole into the server's memory.
+HISTORY_PAGE = 500
+HISTORY_PAGE_MAX = 1000
+HISTORY_CURSOR = "ev1."
+
+
+def _history_cursor(execution_id: str, after_event_id: int) -> str:
+    """The token that continues ``execution_id``'s history after ``after_event_id``."""
+    body = json.dumps({"x": str(execution_id), "e": after_event_id}, separators=(",", ":"))
+    return HISTORY_CURSOR + base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
+
+
+def _after_history_cursor(token: str, execution_id: str) -> int:
+    """The event id a history cursor continues after; a 400 naming ``cursor`` for a token this
+    route did not make, or made for another run."""
+    try:
+        if not token.startswith(HISTORY_CURSOR):
+            raise ValueError(token)
+        raw = token[len(HISTORY_CURSOR) :]
+        body = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        run, after = str(uuid.UUID(body["x"])), body["e"]
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            raise ValueError(after)
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise invalid("cursor", "is not a next_cursor of this route: pass it unchanged") from None
+    if run != str(uuid.UUID(str(execution_id))):
+        raise invalid("cursor", "was issued for another run's history: start without a cursor")
+    return after
+
+
+async def _history_page(
+    call: Call, execution_id: str, after: int, limit: int
+) -> tuple[Any, list[dict[str, Any]], str | None]:
+    """The run's row and ``limit`` events after ``after`` with the cursor of the rest (None: no
+    more now), from ``limit + 1`` rows: a page costs a page however long the history."""
 
     async def read(sql: Any) -> Any:
         row = call.resident(await sql.get_execution(execution_id))
-        return row, await sql.get_history(execution_id, 0)
+        return row, await sql.get_history(execution_id, after, limit + 1)
 
-    row, events = await call.routed(execution_id, read)
-    return {"execution": row, "parent_id": row.get("parent_id"), "history": events}
+    row, rows = await call.routed(execution_id, read)
+    events = rows[:limit]
+    more = len(rows) > limit
+    last = events[-1]["event_id"] if events else after
+    return row, events, _history_cursor(execution_id, last) if more else None
+
+
+async def get_workflow(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """The run with the first page of its history (the spec's execution/history payload), and
+    the cursor of /history that continues it."""
+    execution_id = args["execution_id"]
+    row, events, more = await _history_page(call, execution_id, 0, args["history_limit"])
+    return {
+        "execution": row,
+        "parent_id": row.get("parent_id"),
+        "history": events,
+        "history_next_cursor": more,
+    }
 
 
 def _terminal(row: dict[str, Any]) -> dict[str, Any]:
@@ -295,14 +345,21 @@ async def workflow_tree(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 
 async def workflow_history(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """A page of the history: ``limit`` events after ``after_event_id`` (or after where
+    ``cursor`` left off), and ``next_cursor`` while there are more."""
     execution_id = args["execution_id"]
-
-    async def read(sql: Any) -> Any:
-        call.resident(await sql.get_execution(execution_id))
-        return await sql.get_history(execution_id, args["after_event_id"])
-
-    events = await call.routed(execution_id, read)
-    doc = {"execution_id": execution_id, "events": events, "redacted": args["payload_policy"] == "redacted"}
+    after = args["after_event_id"]
+    if args["cursor"] is not None:
+        if after:
+            raise invalid("cursor", "give cursor or after_event_id, not both")
+        after = _after_history_cursor(args["cursor"], execution_id)
+    _, events, more = await _history_page(call, execution_id, after, args["limit"])
+    doc = {
+        "execution_id": execution_id,
+        "events": events,
+        "redacted": args["payload_policy"] == "redacted",
+        "next_cursor": more,
+    }
     return redact(doc) if doc["redacted"] else doc
 
 
@@ -606,9 +663,26 @@ ENDPOINTS = [
         "/workflows/{execution_id}",
         "read",
         get_workflow,
-        "One execution with its parent_id and its history (for inspection, not polling).",
-        (EXECUTION,),
+        "One execution with its parent_id and the first page of its history (for inspection, not "
+        "polling); history_next_cursor continues it at /workflows/{execution_id}/history.",
+        (
+            EXECUTION,
+            Param(
+                "history_limit",
+                "integer",
+                default=HISTORY_PAGE,
+                minimum=0,
+                maximum=HISTORY_PAGE_MAX,
+                description="Events of the history carried (0: none).",
+            ),
+        ),
         tag="workflows",
+        shape=shape(
+            execution=OBJECT,
+            parent_id=ANY,
+            history=ROWS,
+            history_next_cursor={"type": ["string", "null"]},
+        ),
     ),
     Endpoint(
         "GET",
@@ -677,13 +751,29 @@ ENDPOINTS = [
         "/workflows/{execution_id}/history",
         "read",
         workflow_history,
-        "The execution's event history (payload values redacted unless payload_policy=full).",
+        "A page of the execution's event history in order (payload values redacted unless "
+        "payload_policy=full); next_cursor continues it, null when there are no more events.",
         (
             EXECUTION,
             Param("after_event_id", "integer", default=0, minimum=0, maximum=2**31 - 1),
+            Param(
+                "limit",
+                "integer",
+                default=HISTORY_PAGE,
+                minimum=1,
+                maximum=HISTORY_PAGE_MAX,
+                description="Events per page.",
+            ),
+            Param("cursor", description="next_cursor of the previous page."),
             Param("payload_policy", "enum", default="redacted", choices=("redacted", "full")),
         ),
         tag="workflows",
+        shape=shape(
+            execution_id={"type": "string"},
+            events=ROWS,
+            redacted=BOOLEAN,
+            next_cursor={"type": ["string", "null"]},
+        ),
     ),
     Endpoint(
         "POST",

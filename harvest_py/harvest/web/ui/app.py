@@ -53,7 +53,7 @@ from harvest.core.errors import (
 from harvest.db.connection import DatabaseError, database_error_message
 from harvest.db.pools import TRANSIENT
 from harvest.declare.schedules import OVERLAP_POLICIES
-from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async, newest_run_first
+from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
 from harvest.web.errors import database_error_status
@@ -689,29 +689,34 @@ class Dashboard:
         status = _choice(request.query_params, "status", tuple(s.lower() for s in EXECUTION_STATUSES))
 
         async def one(api: Any) -> Any:
-            dag = next((d for d in await api.list_dags() if d["dag_name"] == name), None)
-            return None if dag is None else (dag, await api.list_dag_runs(name, limit, status))
+            return next((d for d in await api.list_dags() if d["dag_name"] == name), None)
 
-        fan = await fan_out_async(self.source.apis(principal), one, timeout=self.source.timeout)
+        # The runs page by cursor over every shard, as the API's GET /dags/{name}/runs and the
+        # dead letters' page do: one page, and the link to the next.
+        fan, page = await asyncio.gather(
+            fan_out_async(self.source.apis(principal), one, timeout=self.source.timeout),
+            self.source.reads(principal).list_dag_runs(
+                name, limit, status, _param(request.query_params, "cursor")
+            ),
+        )
         found = {s: r for s, r in fan.results.items() if r is not None}
         if not found:
             if fan.unavailable_shards:
                 raise DatabaseUnavailable("no shard could be read; retry when one is up")
             raise NotFound(f"no DAG {name!r} is registered on any shard")
-        dag = views.merge_dags({s: [r[0]] for s, r in found.items()})[0]
-        runs = [{**run, "shard_id": s} for s, r in found.items() for run in r[1]]
-        runs.sort(key=newest_run_first, reverse=True)  # (ties: as each shard ordered them)
+        dag = views.merge_dags({s: [r] for s, r in found.items()})[0]
         return self.render(
             request,
             "dag.html",
             principal=principal,
             refresh=self._refresh(request),
             dag=dag,
-            runs=runs[:limit],
+            runs=page.value,
+            next_cursor=page.next_cursor,
             limit=limit,
             status=status,
             statuses=EXECUTION_STATUSES,
-            unavailable=fan.unavailable_shards,
+            unavailable=sorted(set(fan.unavailable_shards) | set(page.unavailable_shards)),
         )
 
     async def dag_run(self, request: Request, principal: Principal) -> Response:
