@@ -85,6 +85,9 @@ def test_dev_keeps_its_data_dir_across_runs_and_kills() -> None:
     """`harvest dev --data-dir`: the database outlives the process (a kill too, stopped cleanly
     by the watchdog), and the next run starts on it: what the first run did is there."""
     scratch = Path(tempfile.mkdtemp(prefix="harvest-dev-test-"))  # (not tmp_path: see above)
+    scratch.chmod(
+        0o755
+    )  # (as root the server's user must traverse it: a named directory's parents stay as they are)
     kept = scratch / "kept"
     env = {**os.environ, "TMPDIR": str(scratch)}
     env.pop("HARVEST_DEV_DATABASE_URL", None)
@@ -92,11 +95,12 @@ def test_dev_keeps_its_data_dir_across_runs_and_kills() -> None:
 
     def start() -> str:
         dev = subprocess.Popen(
-            [*HARVEST, "dev", "--no-api", "--data-dir", str(kept)],
+            [*HARVEST, "dev", "--no-api", "--data-dir", "kept"],  # relative, as the docs write it
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
+            cwd=scratch,
         )
         runs.append(dev)
         lines = []
@@ -133,6 +137,44 @@ def test_dev_keeps_its_data_dir_across_runs_and_kills() -> None:
         if pid_file.exists() and _alive(int(pid_file.read_text().split()[0])):
             os.kill(int(pid_file.read_text().split()[0]), signal.SIGQUIT)  # (a failed run leaves no server)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root only: the server then runs as another user")
+def test_dev_as_root_neither_opens_up_nor_takes_over_a_named_data_dir(tmp_path: Path) -> None:
+    """Root's embedded server runs as the service user, which must reach its directory. A
+    temporary one is made for it; a named one is the caller's (a home, a project): its parents
+    were opened to every user and an existing directory handed to the service user."""
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if k != "HARVEST_DEV_DATABASE_URL"}
+    done = subprocess.run(
+        [*HARVEST, "dev", "--no-api", "--data-dir", str(closed / "db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{closed} is closed to other users" in done.stderr and "Traceback" not in done.stderr
+    assert closed.stat().st_mode & 0o777 == 0o700 and not (closed / "db").exists()
+
+    mine = Path(tempfile.mkdtemp(prefix="harvest-dev-test-"))  # (traversable, root's)
+    try:
+        mine.chmod(0o755)
+        done = subprocess.run(
+            [*HARVEST, "dev", "--no-api", "--data-dir", str(mine)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=False,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"{mine} exists and is not harvest_pg's" in done.stderr
+        assert mine.stat().st_uid == 0
+    finally:
+        shutil.rmtree(mine, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

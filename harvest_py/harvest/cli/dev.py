@@ -55,7 +55,7 @@ def require_local(dsn: str) -> None:
 @click.option(
     "--data-dir",
     default=None,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False, resolve_path=True, path_type=Path),
     help="Keep the embedded database in this directory across runs (made on first use, never "
     "removed); by default it is a fresh one, removed at the end.",
 )

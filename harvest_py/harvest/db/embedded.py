@@ -66,7 +66,9 @@ class EmbeddedPostgres:
         self, base_dir: Path | None = None, settings: dict[str, str] | None = None, port: int | None = None
     ):
         self._owns_base = base_dir is None
-        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="harvest-pg-"))
+        # Absolute: the server resolves its socket directory after moving into its data
+        # directory, so a relative one (`harvest dev --data-dir .harvest-dev`) never started.
+        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="harvest-pg-")).absolute()
         self.data_dir = self.base_dir / "data"
         self.log_file = self.base_dir / "server.log"
         self.port = port or _free_port()
@@ -96,12 +98,16 @@ class EmbeddedPostgres:
         """Start the server: on a new data directory (initdb), or on the one a given base_dir
         kept from an earlier run."""
         binaries = bin_dir()
-        self.base_dir.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             self._user = _ensure_service_user()
             _open_path_for(binaries / "postgres")
-            _open_path_for(self.base_dir)
-            os.chown(self.base_dir, self._user.pw_uid, self._user.pw_gid)
+            if self._owns_base:
+                _open_path_for(self.base_dir)
+                os.chown(self.base_dir, self._user.pw_uid, self._user.pw_gid)
+            else:
+                self._hand_over_named_dir()
+        else:
+            self.base_dir.mkdir(parents=True, exist_ok=True)
         try:
             if not (self.data_dir / "PG_VERSION").exists():
                 self._init_data_dir()
@@ -112,6 +118,31 @@ class EmbeddedPostgres:
         self.started = True
         self._watch_owner()
         return self.dsn
+
+    def _hand_over_named_dir(self) -> None:
+        """As root, a directory the caller named (``harvest dev --data-dir``) is the service
+        user's: made for it, or kept from an earlier run. Unlike a temporary one, its parents are
+        the caller's (a home directory, a project) and are not opened up to other users, nor is
+        an existing directory of someone else's taken over: either refuses, naming what to do."""
+        assert self._user is not None
+        user = self._user
+        for parent in self.base_dir.parents:
+            if parent.exists() and not parent.stat().st_mode & 0o001:
+                raise ConfigError(
+                    f"the embedded PostgreSQL runs as {SERVICE_USER} (PostgreSQL refuses root), which "
+                    f"cannot reach {self.base_dir}: {parent} is closed to other users; choose a "
+                    "directory whose parents others may traverse (under /tmp or /var/tmp, say)"
+                )
+        if self.base_dir.exists():
+            if self.base_dir.stat().st_uid != user.pw_uid:
+                raise ConfigError(
+                    f"{self.base_dir} exists and is not {SERVICE_USER}'s (the user the embedded "
+                    "PostgreSQL runs as when started by root): name a directory that does not "
+                    "exist yet, and harvest dev makes it"
+                )
+            return
+        self.base_dir.mkdir(parents=True)
+        os.chown(self.base_dir, user.pw_uid, user.pw_gid)
 
     def _init_data_dir(self) -> None:
         self._run(
