@@ -316,14 +316,15 @@ BEGIN
     IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
         RAISE EXCEPTION 'flow key batch size % is out of range 1..10000', p_batch_size USING ERRCODE = 'HR001';
     END IF;
-    -- The age of the oldest snapshot of another client session of this database (ages are
+    -- The age of the oldest snapshot of another login's session of this database (ages are
     -- stable within a transaction; another database's sessions start nothing here, nor does
     -- an autovacuum worker, whose snapshot held every row back while it ran: hours, on a
-    -- large table).
+    -- large table). A login is told by usesysid, which every viewer sees: an owner that is no
+    -- superuser sees another role's backend_xmin but not its backend_type.
     SELECT max(age(a.backend_xmin)) INTO v_horizon_age
     FROM pg_stat_activity AS a
     WHERE a.backend_xmin IS NOT NULL AND a.datname = current_database() AND a.pid <> pg_backend_pid()
-      AND a.backend_type = 'client backend';
+      AND a.usesysid IS NOT NULL;
     -- (The live-run test here keeps a key in use from taking a place in the batch: without it
     -- the first rows of the table, in use, filled every round's batch and the rest were never
     -- reached. It is made again after the lock, below, where it decides.)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 import psycopg
 import pytest
@@ -88,6 +89,34 @@ def test_a_row_stays_while_a_snapshot_older_than_its_last_start_is_open(
         snapshot.rollback()
     assert _prune(conn) == 1
     assert _keys(conn) == []
+
+
+def test_the_horizon_counts_other_roles_snapshots_under_an_owner_that_is_no_superuser(
+    db: str, declared: psycopg.Connection
+) -> None:
+    """The schema's owner need not be a superuser (docs/install.md). Without pg_read_all_stats it
+    sees other roles' sessions' backend_xmin in pg_stat_activity but not their backend_type: a
+    filter on backend_type (meant to leave autovacuum out) dropped them all, and the janitor
+    pruned a row an open snapshot predates."""
+    conn = declared
+    owner = f"harvest_low_owner_{uuid.uuid4().hex[:8]}"  # (roles are the cluster's)
+    conn.execute(f'CREATE ROLE "{owner}" NOLOGIN')
+    try:
+        conn.execute(f'GRANT USAGE ON SCHEMA harvest TO "{owner}"')
+        conn.execute(f'GRANT SELECT, UPDATE, DELETE ON harvest.flow_keys, harvest.executions TO "{owner}"')
+        conn.execute(f'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA harvest TO "{owner}"')
+        conn.execute(f'ALTER FUNCTION harvest.prune_flow_keys(integer) OWNER TO "{owner}"')
+        with psycopg.connect(db) as snapshot:  # (a superuser's: another role's session)
+            snapshot.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            snapshot.execute("SELECT count(*) FROM harvest.executions")  # the snapshot is taken
+            conn.execute("SELECT harvest.terminate_workflow(%s)", (_start(conn, "metered", {"t": "k"}),))
+            assert _prune(conn) == 0
+            snapshot.rollback()
+        assert _prune(conn) == 1
+    finally:
+        conn.execute("ALTER FUNCTION harvest.prune_flow_keys(integer) OWNER TO CURRENT_USER")
+        conn.execute(f'DROP OWNED BY "{owner}"')
+        conn.execute(f'DROP ROLE "{owner}"')
 
 
 def test_the_batch_size_is_bounded(declared: psycopg.Connection) -> None:
