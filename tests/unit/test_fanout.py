@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from harvest.core.errors import HarvestError, InvalidArgument
+from harvest.core.errors import HarvestError, InvalidArgument, NotFound
 from harvest.shard import fanout
 from harvest.shard.fanout import AsyncShardReads, FanOut, ShardReads, fan_out, fan_out_async
 
@@ -41,6 +41,7 @@ class FakeShard:
         self.dead_letters = list(dead_letters)
         self.down = False
         self.rows_read = 0
+        self.dags = ["d", "e"]  # registered here (a DAG is on the shards its workers poll)
 
     def _check(self) -> None:
         if self.down:
@@ -84,11 +85,18 @@ class FakeShard:
         rows.reverse()
         return [r for r in rows if before_at is None or (r["at"], r["id"]) < (before_at, before_id)][:limit]
 
+    def list_dags(self) -> list[dict]:
+        self._check()
+        return [{"dag_name": name} for name in self.dags]
+
     def list_dag_runs(
         self, dag_name, limit, status=None, before_created_at=None, before_id=None
     ) -> list[dict]:
-        """As harvest.list_dag_runs: (created_at, id) descending, after a position."""
+        """As harvest.list_dag_runs: (created_at, id) descending, after a position; HR002 for
+        a DAG this shard does not have."""
         self._check()
+        if dag_name not in self.dags:
+            raise NotFound(f"unknown DAG {dag_name}")
         rows = sorted(self.executions, key=lambda r: (r["created_at"], r["execution_id"]), reverse=True)
         if before_created_at is not None:
             after = (before_created_at, uuid.UUID(before_id))
@@ -469,3 +477,25 @@ def test_audit_and_dag_run_pages_hold_every_row_once_in_order_even_across_an_out
         reads.list_dag_runs("d", cursor="dl2.eyJwIjp7fSwiZCI6W10sImYiOiIifQ")  # a dead-letter cursor
     with pytest.raises(InvalidArgument, match="other filters"):
         reads.list_dag_runs("e", 1, None, reads.list_dag_runs("d", 1, None, None).next_cursor or "dr1.")
+
+
+def test_a_dags_runs_are_read_on_the_shards_that_have_it() -> None:
+    """A DAG is registered on the shards its workers poll only, and each shard's
+    list_dag_runs refuses one it lacks (HR002): the merged listing failed for every DAG not on
+    every shard (the dashboard's DAG page, `harvest dag runs`, GET /dags/{name}/runs)."""
+    rng = random.Random(7)
+    shards = make_shards(rng, (4, 3, 5), 3)
+    shards[1].dags = []  # this shard's workers run no DAG
+    reads = ShardReads(shards, concurrent=False)
+    seen, cursor = [], None
+    for _ in range(20):
+        page = reads.list_dag_runs("d", 2, None, cursor)
+        assert page.unavailable_shards == []
+        seen += page.value
+        if (cursor := page.next_cursor) is None:
+            break
+    assert sorted(r["shard_id"] for r in seen) == [0] * 4 + [2] * 5
+    for shard in shards.values():
+        shard.dags = []
+    with pytest.raises(NotFound, match=r"no DAG 'd' is registered \(on any shard\)"):
+        reads.list_dag_runs("d", 2)

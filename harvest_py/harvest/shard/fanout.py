@@ -1093,17 +1093,27 @@ def list_dag_runs(
     dag_name: str, limit: int = 50, status: str | None = None, cursor: str | None = None
 ) -> Plan:
     """A page of one DAG's runs over every shard, newest first, each with its ``shard_id``;
-    paged by ``cursor`` as the dead letters are."""
+    paged by ``cursor`` as the dead letters are. A DAG is registered on the shards its workers
+    poll only, and each shard's ``list_dag_runs`` refuses a DAG it does not have: the shards
+    that have it are asked (and one that could not be read, which may), NotFound when none does."""
     if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
     state = DagRunCursor.start(cursor, _fingerprint({"dag_name": dag_name, "status": status}))
     ask = min(limit + 1, MAX_PAGE)
 
+    listed = yield Step(lambda api, _s: api.list_dags(), skip=state.done)
+    having = {s for s, dags in listed.results.items() if any(d["dag_name"] == dag_name for d in dags)}
+    if not having and not listed.unavailable_shards and not state.positions:
+        raise NotFound(
+            f"no DAG {dag_name!r} is registered (on any shard); list them with harvest dag list (GET /dags)"
+        )
+
     def read(api: Any, shard: int) -> Any:
         at, id_ = state.positions.get(shard) or (None, None)
         return api.list_dag_runs(dag_name, ask, status, at, id_)
 
-    fan = yield Step(read, skip=state.done)
+    asked = having | set(listed.unavailable_shards) | (set(state.positions) - set(listed.results))
+    fan = yield Step(read, shards=tuple(sorted(asked)), skip=state.done)
     return _page_over_shards(
         state, fan, limit, ask, newest_run_first, lambda r: (r["created_at"], str(r["execution_id"]))
     )
