@@ -62,5 +62,10 @@ def test_audit_list_pages_with_the_next_cursor(db: str, conn) -> None:
             break
         cursor = ["--cursor", page["next_cursor"]]
     assert seen == [f"w{n}" for n in reversed(range(5))] and pages == 3
+    # The table says how to ask for the next page too (it printed no cursor at all).
+    first = harvest(db, "audit", "list", "--limit", "2")
+    assert first.returncode == 0 and "next page: --cursor au1." in first.stdout, first.stdout
+    last = harvest(db, "audit", "list", "--limit", "10")
+    assert "next page" not in last.stdout, last.stdout
     other = harvest(db, "audit", "list", "--operation", "workflow.terminate", *cursor)
     assert (other.returncode, "other filters" in other.stderr) == (2, True), other.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from harvest.cli.output import database_url_option, output_option, table
-from harvest.cli.shards import emit_merged, read_shards
+from harvest.cli.shards import emit_merged, read_shards, with_next_page
 
 COLUMNS = ["id", "at", "operation", "target", "actor", "login", "operator_id", "source", "route", "details"]
 
@@ -27,4 +27,6 @@ def list_(
     """List audit log rows over every shard, newest first, each with its shard_id (ids are per
     shard); page with --cursor (over SQL with [shards], or HTTP)."""
     merged = read_shards(database_url, lambda reads: reads.list_audit_log(limit, operation, cursor))
-    emit_merged(merged, "audit_log", output, lambda d: table(d, [*COLUMNS, "shard_id"]))
+    emit_merged(
+        merged, "audit_log", output, lambda d: with_next_page(table(d, [*COLUMNS, "shard_id"]), merged)
+    )

@@ -308,6 +308,12 @@ def fail_if_unreached(unavailable: list[int], what: str) -> None:
         raise SystemExit(1)
 
 
+def with_next_page(text: str, merged: Merged[Any]) -> str:
+    """A table's text and, when there is a next page, how to ask for it (JSON carries
+    next_cursor itself)."""
+    return f"{text}\nnext page: --cursor {merged.next_cursor}" if merged.next_cursor else text
+
+
 def emit_merged(merged: Merged[Any], key: str | None, output: str, render: Callable[[Any], str]) -> None:
     """JSON: the value under ``key`` with status and unavailable_shards (next_cursor when
     paginated), or, with ``key`` None, the value's own keys plus those two; table: render(value)
