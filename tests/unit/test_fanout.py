@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import random
 import threading
 import time
@@ -473,6 +474,10 @@ def test_audit_and_dag_run_pages_hold_every_row_once_in_order_even_across_an_out
                 assert keys == sorted(keys, reverse=True), seed
     with pytest.raises(InvalidArgument, match="malformed"):
         reads.list_audit_log(cursor="au1.eyJwIjp7IngiOjF9fQ")
+    past_bigint = {"p": {"0": ["2026-01-01T00:00:00.000000+00:00", 2**63]}, "d": [], "f": ""}
+    token = "au1." + base64.urlsafe_b64encode(json.dumps(past_bigint).encode()).decode().rstrip("=")
+    with pytest.raises(InvalidArgument, match="malformed"):  # (it reached the database as numeric)
+        reads.list_audit_log(cursor=token)
     with pytest.raises(InvalidArgument, match="malformed"):
         reads.list_dag_runs("d", cursor="dl2.eyJwIjp7fSwiZCI6W10sImYiOiIifQ")  # a dead-letter cursor
     with pytest.raises(InvalidArgument, match="other filters"):

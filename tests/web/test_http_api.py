@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -474,6 +475,10 @@ def test_a_long_history_pages_by_cursor_and_a_page_reads_a_page(api, conn, histo
     assert refused.status_code == 400 and error_of(refused)["field"] == "cursor", refused.text
     both = api.get(f"/workflows/{run}/history", params={"cursor": first["next_cursor"], "after_event_id": 3})
     assert error_of(both)["field"] == "cursor"
+    # A hand-made cursor past a bigint reached the database as numeric: a 500 (42883), not a 400.
+    body = json.dumps({"x": run, "e": 2**63}, separators=(",", ":")).encode()
+    edited = "ev1." + base64.urlsafe_b64encode(body).decode().rstrip("=")
+    assert error_of(api.get(f"/workflows/{run}/history", params={"cursor": edited}))["field"] == "cursor"
 
 
 def test_one_run_carries_the_first_page_of_its_history(api, conn, history_rows) -> None:

@@ -31,13 +31,14 @@ from harvest.cli.http import (
 )
 from harvest.config import Config, database_url, load_config
 from harvest.core.errors import ConfigError, InvalidArgument
+from harvest.core.ids import ROW_ID_MAX
 from harvest.db.connection import connect
 from harvest.db.sqlapi import SqlApi, translated_errors
 
 OUTPUT_CHOICES = click.Choice(["table", "json"])
 # Bounded numbers: an unbounded int reached the database as a numeric with no matching
 # function ("function ... does not exist"), so every count, id and timeout has its range here.
-ROW_ID = click.IntRange(1, 2**63 - 1)
+ROW_ID = click.IntRange(1, ROW_ID_MAX)
 PAGE = click.IntRange(1, 1000)
 WAIT_SECS = click.FloatRange(0, 86_400, min_open=True)
 # ctx.meta keys the root `harvest` group sets (ctx.meta is shared by every nested context).

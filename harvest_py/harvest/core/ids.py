@@ -15,6 +15,10 @@ import uuid
 # A shard number is 0..MAX_SHARD (two bytes of the id).
 MAX_SHARD = 65535
 
+# The largest row id (a dead letter's, an audit row's, an event's): the columns are bigints, and
+# a larger number given as a position reached the database as numeric (42883, a 500).
+ROW_ID_MAX = 2**63 - 1
+
 
 def shard_of(execution_id: str | uuid.UUID) -> int:
     """The shard an execution id belongs to: its first two bytes, big-endian.

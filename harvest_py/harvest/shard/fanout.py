@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, overload
 
 from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, NotFound
+from harvest.core.ids import ROW_ID_MAX
 from harvest.db.pools import TRANSIENT
 
 __all__ = [
@@ -911,7 +912,7 @@ class ShardCursor:
 
     @staticmethod
     def parse_id(value: Any) -> Any:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= ROW_ID_MAX:
             raise ValueError("id")
         return value
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harvest.core.ids import ROW_ID_MAX
 from harvest.web.routes import (
     BOOLEAN,
     DATETIME,
@@ -21,7 +22,7 @@ from harvest.web.routes import (
     shape,
 )
 
-ID = Param("dead_letter_id", "integer", required=True, minimum=1, maximum=2**63 - 1, where="path")
+ID = Param("dead_letter_id", "integer", required=True, minimum=1, maximum=ROW_ID_MAX, where="path")
 SHARD = Param("shard_id", "integer", minimum=0, maximum=65535, description="The dead letter's shard.")
 
 
@@ -102,7 +103,7 @@ ENDPOINTS = [
             Param("activity_name"),
             Param("workflow_name"),
             Param("cursor", description="next_cursor of the previous page."),
-            Param("before_id", "integer", minimum=1, maximum=2**63 - 1, description="One shard: after it."),
+            Param("before_id", "integer", minimum=1, maximum=ROW_ID_MAX, description="One shard: after it."),
         ),
         tag="dead-letters",
         shape=shape(dead_letters=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),

@@ -18,6 +18,7 @@ from harvest.client.export_batch import resolved
 from harvest.core.codecs import refs_in
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, NotFound
+from harvest.core.ids import ROW_ID_MAX
 from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db.steps import arun_steps
@@ -158,7 +159,7 @@ def _after_history_cursor(token: str, execution_id: str) -> int:
         raw = token[len(HISTORY_CURSOR) :]
         body = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
         run, after = str(uuid.UUID(body["x"])), body["e"]
-        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= ROW_ID_MAX:
             raise ValueError(after)
     except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
         raise invalid("cursor", "is not a next_cursor of this route: pass it unchanged") from None

@@ -50,6 +50,7 @@ from harvest.core.errors import (
     PermissionDenied,
     WorkflowNotRunning,
 )
+from harvest.core.ids import ROW_ID_MAX
 from harvest.db.connection import DatabaseError, database_error_message
 from harvest.db.pools import TRANSIENT
 from harvest.declare.schedules import OVERLAP_POLICIES
@@ -82,7 +83,6 @@ DEFAULT_PAGE = 50
 HISTORY_SHOWN = 500  # the timeline's events a page (the last by default; history_from/_before page)
 TREE_DEPTH = 10  # levels of a run's tree drawn on its page; a node at the last one links deeper
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
-BIGINT_MAX = (1 << 63) - 1  # a dead letter's id: no larger one exists
 BULK_ACTIONS = ("replay", "discard")
 WORKER_STATUSES = ("active", "draining", "stopped")
 LIST_STATUSES = (*EXECUTION_STATUSES, "MIGRATING", "MIGRATED")
@@ -459,8 +459,8 @@ class Dashboard:
         sharded = self.source.sharded
 
         # One page of the history is read, never the whole (views.HistoryPage).
-        after = _int(request.query_params, "history_from", 1, BIGINT_MAX, None)
-        before = _int(request.query_params, "history_before", 1, BIGINT_MAX, None)
+        after = _int(request.query_params, "history_from", 1, ROW_ID_MAX, None)
+        before = _int(request.query_params, "history_before", 1, ROW_ID_MAX, None)
         if after is not None and before is not None:
             raise InvalidArgument("give history_from or history_before, not both")
 
@@ -854,7 +854,7 @@ class Dashboard:
         shard, id_ = request.path_params["shard"], request.path_params["id"]
         if shard not in self.source.shards:
             raise NotFound(f"shard {shard} is not a shard of this deployment")
-        if id_ > BIGINT_MAX:  # (the route takes any digits; the database's ids are bigints)
+        if id_ > ROW_ID_MAX:  # (the route takes any digits; the database's ids are bigints)
             raise NotFound(f"no dead letter {shard}:{id_}")
         return shard, id_
 
