@@ -81,7 +81,8 @@ $$;
 --   'event'  the page: p_limit events from p_from_event_id on, or the last p_limit before
 --            p_before_event_id, or (neither) the last p_limit;
 --   'signal' the last p_limit SignalReceived;
---   'update' each UpdateAccepted whose update has no UpdateCompleted;
+--   'update' each UpdateAccepted whose update has no UpdateCompleted (the page shows them all:
+--            these rows grow with the updates in flight, not with the history);
 --   'reset'  the last p_limit WorkflowTaskCompleted, without their data (the id is the point);
 --   'count'  one row: event_id the last event's id, event_data {"events", "signals"}.
 -- The counts read the run's rows, not their payloads; the page and the tails are index range
@@ -967,7 +968,8 @@ COMMENT ON FUNCTION harvest.get_history IS
 COMMENT ON FUNCTION harvest.get_history_page IS
 'One page of a run''s history for the dashboard (part event: p_limit events from p_from_event_id on, or the last '
 'p_limit before p_before_event_id, or the last p_limit) with its last p_limit signals and reset points, its pending '
-'updates and its counts (part count), in rows that do not grow with the history; HR001 for a limit out of 1..10000, '
+'updates (one row each) and its counts (part count): but for those updates, in rows that do not grow with the '
+'history; HR001 for a limit out of 1..10000, '
 'an event id below 1 or both ends given. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.terminate_workflow IS
 'End a RUNNING run at once as TERMINATED, audited: no cleanup code runs, open activities and timers are dropped; '
