@@ -1288,3 +1288,12 @@ def test_with_nothing_given_the_cli_looks_where_serve_listens(configured_port: s
     assert result.exit_code == 1
     tried = f"the default http://localhost:{listens}/api/harvest did not answer"
     assert tried in result.output, result.output
+
+
+def test_the_clis_history_page_is_the_routes_largest() -> None:
+    """The CLI over HTTP reads a history in pages of the route's largest limit: a route whose
+    maximum dropped below the CLI's page would answer every `workflow history` with a 400."""
+    from harvest.cli import http
+    from harvest.web.routes import workflows
+
+    assert http.HISTORY_PAGE == workflows.HISTORY_PAGE_MAX
