@@ -59,3 +59,21 @@ def web_login(pg_server, db: str) -> Iterator[str]:
     yield conninfo.make_conninfo(db, user=user, password="")
     with pg_server.admin() as admin:
         admin.execute(f'DROP ROLE IF EXISTS "{user}"')
+
+
+@pytest.fixture
+def history_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The events each harvest.get_history call of the routes fetched from the database (what a
+    page of a long history costs)."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    fetched: list[int] = []
+    read = AsyncSqlApi.get_history
+
+    async def counted(self, *args, **kwargs):
+        rows = await read(self, *args, **kwargs)
+        fetched.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(AsyncSqlApi, "get_history", counted)
+    return fetched

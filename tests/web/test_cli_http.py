@@ -148,34 +148,23 @@ def test_operator_commands_print_the_same_over_sql_and_http(both, conn) -> None:
 
 
 def test_a_history_longer_than_a_page_prints_the_same_over_sql_and_http(
-    both, conn, monkeypatch: pytest.MonkeyPatch
+    both, conn, monkeypatch: pytest.MonkeyPatch, history_rows: list[int]
 ) -> None:
     """`workflow history` over HTTP read the history from one answer of the route, the whole
     of it; the route answers a page (docs/http-api.md): the CLI follows next_cursor to the end
     and prints what it prints over SQL, and no request reads more than a page."""
-    from harvest.db.sqlapi import AsyncSqlApi
-
     monkeypatch.setattr(cli_http, "HISTORY_PAGE", 4)
     run_id = start(conn, "onboarding", "long-cli")
     conn.execute(
         "SELECT harvest.signal_workflow(%s, 'sig-' || g, to_jsonb(g)) FROM generate_series(1, 10) AS g",
         (run_id,),
     )
-    fetched: list[int] = []
-    read = AsyncSqlApi.get_history
-
-    async def counted(self, *args, **kwargs):
-        rows = await read(self, *args, **kwargs)
-        fetched.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(AsyncSqlApi, "get_history", counted)
     for output in ("table", "json"):
         sql, _ = both("workflow", "history", run_id, "--output", output)
         both("workflow", "history", run_id, "--full", "--output", output)
         both("workflow", "get", run_id, "--output", output)
     assert "sig-10" in sql.stdout or '"payload": 10' in sql.stdout
-    assert fetched and max(fetched) <= 5, fetched
+    assert history_rows and max(history_rows) <= 5, history_rows
 
 
 def test_writes_print_the_same_over_sql_and_http(db: str, served, conn) -> None:

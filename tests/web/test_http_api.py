@@ -423,23 +423,6 @@ def _signalled(conn, run: str, n: int) -> None:
     )
 
 
-@pytest.fixture
-def history_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The events each harvest.get_history call of the routes fetched from the database."""
-    from harvest.db.sqlapi import AsyncSqlApi
-
-    fetched: list[int] = []
-    read = AsyncSqlApi.get_history
-
-    async def counted(self, *args, **kwargs):
-        rows = await read(self, *args, **kwargs)
-        fetched.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(AsyncSqlApi, "get_history", counted)
-    return fetched
-
-
 def test_a_long_history_pages_by_cursor_and_a_page_reads_a_page(api, conn, history_rows) -> None:
     """GET /workflows/{id}/history answered the whole history in one body, read whole into
     memory: a run of 100,000 events was one giant answer. It answers `limit` events (default
