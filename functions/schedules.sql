@@ -435,6 +435,7 @@ DECLARE
     v_firing harvest.schedule_firings;
     v_now timestamptz := harvest.now();
     v_runs uuid[];
+    v_locked uuid[];  -- v_runs and the runs the slot's start supersedes
     v_run_id uuid;
     v_waiting boolean;
 BEGIN
@@ -518,11 +519,21 @@ BEGIN
             ) AS r
             ORDER BY r.created_at
         );
+        v_locked := v_runs;
+        IF p_overlap = 'terminate_other' AND NOT harvest._start_gated(p_schedule.workflow_name) THEN
+            -- With them the runs the slot's start supersedes (a cancel_running key, read under
+            -- the key's lock, taken above): locked by its _supersede after these rows and their
+            -- mutex keys, the firing met a group commit of those runs' decisions (rows in id
+            -- order, then mutex keys) in a cycle (40P01; tests/integration/
+            -- test_mutex_flow_key_order.py).
+            v_locked := v_runs || harvest._superseded_runs(jsonb_build_array(jsonb_build_object(
+                'workflow_name', p_schedule.workflow_name, 'input', p_schedule.input)));
+        END IF;
         PERFORM 1 FROM harvest.executions AS e
-        WHERE e.id = ANY (v_runs) AND e.status IN ('RUNNING', 'PAUSED')
+        WHERE e.id = ANY (v_locked) AND e.status IN ('RUNNING', 'PAUSED')
         ORDER BY e.id FOR UPDATE;
         IF p_overlap = 'terminate_other' THEN  -- (then the mutex keys their ends release, in key order)
-            PERFORM harvest._lock_mutex_keys(v_runs);
+            PERFORM harvest._lock_mutex_keys(v_locked);
         END IF;
         FOREACH v_run_id IN ARRAY v_runs LOOP
             -- (One that ended while this waited for it is passed.)

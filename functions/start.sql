@@ -714,6 +714,7 @@ DECLARE
     v_policy jsonb;
     v_gate record;
     v_prior harvest.executions;
+    v_replaced uuid[];
     v_keys record;
     v_quota_key text;
     v_concurrency_key text;
@@ -759,6 +760,31 @@ BEGIN
         PERFORM harvest._lock_start_key(p_workflow_name, v_workflow_id);
         PERFORM harvest._lock_flow_keys_of(jsonb_build_array(jsonb_build_object(
             'workflow_name', p_workflow_name, 'input', p_input, 'quota', true)));
+        -- Then the live prior's row with those of the runs the start supersedes (a
+        -- cancel_running key, _superseded_runs, read under the key's lock), all in id order,
+        -- then every mutex key they hold or wait for, in key order (docs/internals.md, "Lock
+        -- order", 4 and 5). Locked one by one, the prior (and its mutexes, by its terminate)
+        -- before the supersede's runs, the start met a group commit of those runs' decisions
+        -- (rows in id order, then mutex keys) in a cycle (40P01; tests/integration/
+        -- test_mutex_flow_key_order.py). (The prior's close only shrinks what the start
+        -- supersedes: the runs older than it move up the key's list.)
+        v_replaced := ARRAY(
+            SELECT e.id FROM harvest.executions AS e
+            WHERE e.workflow_name = p_workflow_name
+              AND e.workflow_id BETWEEN v_workflow_id AND v_workflow_id
+              AND e.status IN ('RUNNING', 'PAUSED')
+            ORDER BY e.workflow_id  -- (read as _start_resolve_prior reads it: by its index)
+        ) || harvest._superseded_runs(jsonb_build_array(jsonb_build_object(
+            'workflow_name', p_workflow_name, 'input', p_input)));
+        IF cardinality(v_replaced) > 0 THEN
+            -- (The sort is below the row lock: locked in id order.)
+            v_replaced := ARRAY(
+                SELECT e.id FROM harvest.executions AS e
+                WHERE e.id = ANY (v_replaced) AND e.status IN ('RUNNING', 'PAUSED')
+                ORDER BY e.id FOR UPDATE
+            );
+            PERFORM harvest._lock_mutex_keys(v_replaced);
+        END IF;
     END IF;
     v_prior := harvest._start_resolve_prior(p_workflow_name, v_workflow_id, p_reuse_policy, p_conflict_policy);
     IF v_prior.id IS NOT NULL THEN

@@ -10,6 +10,11 @@ replacing a prior run (``terminate_existing``) that holds a mutex, and a schedul
 ``terminate_other`` slot ending a run and starting the next. Each test forces the interleaving
 that met in a cycle (SQLSTATE 40P01): a third session holds the row of the run the start
 supersedes, or the key's row, so that both transactions queue in the deadlocking order.
+
+The same replacing start and ``terminate_other`` slot also lock the runs they end with the runs
+their start supersedes, in id order, then those runs' mutex keys: a group commit (rows in id
+order, then mutex keys) met them in a cycle while they took the ended run's row and mutexes
+before the superseded runs' rows (the last three tests).
 """
 
 from __future__ import annotations
@@ -276,3 +281,144 @@ def test_a_decision_taking_a_mutex_and_superseding_a_holder_of_another_and_a_gro
         two.join(20)
     assert not one.is_alive() and not two.is_alive()
     assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
+
+
+def _replace_w(db: str) -> Any:
+    """A start of 'latest' (key d1) replacing the live run of workflow id W (terminate_existing)."""
+    return _start_latest(db, "start", "d1", workflow_id="W", conflict="terminate_existing")
+
+
+def test_a_start_replacing_a_mutex_holder_and_superseding_a_run_and_a_group_commit_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """Prior p (workflow id W, key dP) holds mutex m; v (key d1) sorts before x by id. A group
+    commit of v's decision (asking for m) and x's locks v, then x, then m. A start of key d1
+    replacing p (terminate_existing) took p's row and m (the terminate) before v's row (the
+    supersede): it held m and waited on v while the batch held v and waited on m (40P01). The
+    start now locks p with the runs it supersedes, in id order, then their mutex keys, before
+    the terminate (docs/internals.md "Lock order")."""
+    from test_row_lock_order import _group_commit
+
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
+    p = _run_holding(conn, db, "latest", [{"doc": "dP"}], workflow_id="W")
+    v = conn.execute(
+        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
+    ).fetchone()[0]  # type: ignore[index]
+    x = conn.execute("SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')").fetchone()[0]  # type: ignore[index]
+    assert p < v < x  # (ids in start order)
+    tasks = _claim(conn)
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as third:
+        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (x,))
+        batch = in_thread(
+            lambda: _group_commit(
+                db, "batch", [(tasks[v][1:], [_marker(1, "mutex_acquire", "m")]), (tasks[x][1:], [])]
+            ),
+            outcome,
+            "batch",
+        )
+        wait_until_blocked(conn, "batch")  # holding v's row, on x's
+        starting = in_thread(lambda: _replace_w(db), outcome, "start")
+        wait_until_blocked(conn, "start")  # on v's row (before the fix: holding p's row and m)
+        third.commit()
+        batch.join(20)
+        starting.join(20)
+    assert not batch.is_alive() and not starting.is_alive()
+    assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
+    assert outcome["start"] is True
+    assert (_status(conn, p), _status(conn, v)) == ("TERMINATED", "CANCELLED")
+
+
+def test_a_start_replacing_a_run_and_superseding_an_older_one_and_a_group_commit_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """No mutex: v (key d1) sorts before prior p (workflow id W, key dP) by id. A start of key d1
+    replacing p (terminate_existing) locked p's row, then v's (the supersede), out of id order,
+    while a group commit of v's and p's decisions held v and waited on p (40P01). The start now
+    locks v and p in id order before the terminate."""
+    from test_row_lock_order import _group_commit
+
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
+    v = conn.execute(
+        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
+    ).fetchone()[0]  # type: ignore[index]
+    p = conn.execute(
+        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s, 'W')", (Jsonb([{"doc": "dP"}]),)
+    ).fetchone()[0]  # type: ignore[index]
+    assert v < p  # (ids in start order)
+    tasks = _claim(conn)
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as third:
+        third.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (p,))
+        starting = in_thread(lambda: _replace_w(db), outcome, "start")
+        wait_until_blocked(conn, "start")  # on p's task row (the terminate), holding p's row
+        batch = in_thread(
+            lambda: _group_commit(db, "batch", [(tasks[v][1:], []), (tasks[p][1:], [])]), outcome, "batch"
+        )
+        wait_until_blocked(conn, "batch")  # on v's row (before the fix: holding v's, on p's)
+        third.commit()
+        batch.join(20)
+        starting.join(20)
+    assert not batch.is_alive() and not starting.is_alive()
+    assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
+    assert outcome["start"] is True
+    assert (_status(conn, p), _status(conn, v)) == ("TERMINATED", "CANCELLED")
+
+
+def test_a_terminate_other_slot_superseding_a_run_and_a_group_commit_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A schedule's run r (key dR, its input then) holds mutex m; the schedule's input is now key
+    d1, whose live run v sorts before x by id. A group commit of v's decision (asking for m) and
+    x's locks v, then x, then m. The next terminate_other slot locked r and m (its end) before
+    v's row (its start's supersede): it held m and waited on v while the batch held v and
+    waited on m (40P01). The slot now locks the runs its start supersedes with its own, in id
+    order, then their mutex keys (docs/internals.md "Lock order")."""
+    from test_row_lock_order import _group_commit
+
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
+    conn.execute(
+        "SELECT harvest.create_schedule('s', 'latest', p_interval_secs => 3600, p_input => %s,"
+        " p_overlap => 'terminate_other')",
+        (Jsonb([{"doc": "dR"}]),),
+    )
+    # (The first slot an hour back, so the next trigger's run has an id of its own.)
+    conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
+    conn.execute("SELECT set_config('harvest.fake_now', (now() - interval '1 hour')::text, false)")
+    r = conn.execute("SELECT harvest.trigger_schedule('s', 'allow_all')").fetchone()[0]["execution_id"]  # type: ignore[index]
+    conn.execute("RESET harvest.fake_now")
+    task = _claim_one(conn)
+    assert task[0] == r
+    assert _decide(db, "setup", task, [_marker(1, "mutex_acquire", "m")]) == "RUNNING"
+    conn.execute("SELECT harvest.update_schedule('s', %s)", (Jsonb({"input": [{"doc": "d1"}]}),))
+    v = conn.execute(
+        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
+    ).fetchone()[0]  # type: ignore[index]
+    x = conn.execute("SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')").fetchone()[0]  # type: ignore[index]
+    assert v < x  # (ids in start order)
+    tasks = _claim(conn)
+
+    def fire() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="fire") as c:
+            return c.execute("SELECT harvest.trigger_schedule('s') ->> 'status'").fetchone()[0]
+
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as third:
+        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (x,))
+        batch = in_thread(
+            lambda: _group_commit(
+                db, "batch", [(tasks[v][1:], [_marker(1, "mutex_acquire", "m")]), (tasks[x][1:], [])]
+            ),
+            outcome,
+            "batch",
+        )
+        wait_until_blocked(conn, "batch")  # holding v's row, on x's
+        firing = in_thread(fire, outcome, "fire")
+        wait_until_blocked(conn, "fire")  # on v's row (before the fix: holding r's row and m)
+        third.commit()
+        batch.join(20)
+        firing.join(20)
+    assert not batch.is_alive() and not firing.is_alive()
+    assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
+    assert outcome["fire"] == "started"
+    assert (_status(conn, r), _status(conn, v)) == ("TERMINATED", "CANCELLED")
