@@ -335,16 +335,20 @@ $$;
 -- docs/internals.md, "Lock order", 4 and 5). Each _supersede locked its own key's runs as its
 -- start came, so a transaction superseding runs of two keys held the one it reached first and
 -- waited on the other while a group commit of both runs' decisions, locking them in id order,
--- held the other: 40P01 (tests/integration/test_row_lock_order.py). Nothing is locked where
--- the starts supersede nothing (the usual call).
+-- held the other: 40P01 (tests/integration/test_row_lock_order.py). p_runs: more runs to lock
+-- with them (a batch's replacing starts' live priors, start_workflows: each start's replace
+-- pass locked its prior after the batch held these, out of id order, 40P01;
+-- tests/integration/test_mutex_flow_key_order.py). Nothing is locked where the starts
+-- supersede nothing and p_runs is empty (the usual call).
 CREATE OR REPLACE FUNCTION harvest._lock_superseded_runs(
-    p_starts jsonb, p_task_ids bigint[] DEFAULT NULL, p_commands jsonb[] DEFAULT NULL
+    p_starts jsonb, p_task_ids bigint[] DEFAULT NULL, p_commands jsonb[] DEFAULT NULL,
+    p_runs uuid[] DEFAULT NULL
 )
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_runs uuid[] := harvest._superseded_runs(p_starts);
+    v_runs uuid[] := harvest._superseded_runs(p_starts) || coalesce(p_runs, '{}');
 BEGIN
     IF cardinality(v_runs) = 0 THEN
         RETURN;

@@ -914,10 +914,27 @@ BEGIN
         PERFORM harvest._lock_flow_keys_of(coalesce(jsonb_agg(jsonb_build_object(
             'workflow_name', u.value -> 'workflow_name', 'input', u.value -> 'input', 'quota', true)), '[]'))
         FROM jsonb_array_elements(v_ungated) AS u;
-        -- Then every run their latest-wins starts may supersede, in id order, and the mutex
-        -- keys those runs hold, before the first start supersedes any (decide.sql,
-        -- _lock_superseded_runs): each start locked its own key's runs, in the batch's order.
-        PERFORM harvest._lock_superseded_runs(v_ungated);
+        -- Then every run their latest-wins starts may supersede and the live prior of each
+        -- replacing start (terminate_existing, terminate_if_running), all in id order, and the
+        -- mutex keys those runs hold, before the first start supersedes or ends any (decide.sql,
+        -- _lock_superseded_runs): each start locked its own key's runs, in the batch's order,
+        -- and a replacing start its prior after the batch held the superseded runs, a lower id
+        -- after a higher: 40P01 with a group commit of those runs (tests/integration/
+        -- test_mutex_flow_key_order.py). (Read under the start locks taken above.)
+        PERFORM harvest._lock_superseded_runs(v_ungated, p_runs => ARRAY(
+            SELECT r.id
+            FROM jsonb_array_elements(v_ungated) AS u
+            CROSS JOIN LATERAL (
+                SELECT e.id FROM harvest.executions AS e
+                WHERE e.workflow_name = u.value ->> 'workflow_name'
+                  AND e.workflow_id BETWEEN u.value ->> 'workflow_id' AND u.value ->> 'workflow_id'
+                  AND e.status IN ('RUNNING', 'PAUSED')
+                ORDER BY e.workflow_id  -- (read as _start_resolve_prior reads it: by its index)
+            ) AS r
+            WHERE jsonb_typeof(u.value -> 'workflow_id') = 'string'
+              AND harvest._start_action('RUNNING', coalesce(u.value ->> 'reuse_policy', 'allow_duplicate'),
+                                        coalesce(u.value ->> 'conflict_policy', 'unspecified')) = 'replace'
+        ));
     END IF;
     FOR v_start IN
         SELECT s.value AS args, s.ordinality::integer AS n

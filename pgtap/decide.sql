@@ -2319,7 +2319,7 @@ ROLLBACK;
 -- _lock_superseded_runs: the runs latest-wins starts may supersede and the tasks' runs, then
 -- their mutex keys and the markers', before the first start; nothing where none is superseded.
 BEGIN;
-SELECT plan(4);
+SELECT plan(5);
 SELECT harvest.declare_flow_policies('{"workflows": {
     "ls_c": {"concurrency": {"key": "input.d", "limit": 1, "on_conflict": "cancel_running"}},
     "ls_d": {"concurrency": {"key": "input.d", "limit": 1}}}}');
@@ -2347,8 +2347,12 @@ SELECT harvest._lock_superseded_runs('[{"workflow_name": "ls_c", "input": [{"d":
     ARRAY[pg_temp.task('ls_own')], ARRAY['[{"type": "record_marker", "seq": 1, "kind": "mutex_acquire", "value": {"key": "n1"}}]'::jsonb]);
 SELECT is(pg_temp.ls_locked(), ARRAY['n1', 'n2', 'n3'],
           '_lock_superseded_runs(): the keys the superseded runs and the task''s run hold, and the marker''s; not another run''s');
-SELECT lives_ok($$SELECT harvest._lock_superseded_runs('{"not": "an array"}'), harvest._lock_superseded_runs(NULL, NULL, NULL)$$,
+SELECT lives_ok($$SELECT harvest._lock_superseded_runs('{"not": "an array"}'), harvest._lock_superseded_runs(NULL, NULL, NULL, NULL)$$,
                 '_lock_superseded_runs() of no starts: nothing');
+SELECT harvest._lock_superseded_runs('[{"workflow_name": "ls_d", "input": [{"d": "a"}]}]',
+    p_runs => ARRAY[(SELECT execution_id FROM ls WHERE k = 'x')]);
+SELECT is(pg_temp.ls_locked(), ARRAY['n1', 'n2', 'n3', 'n4'],
+          '_lock_superseded_runs(): p_runs locked with them (a batch''s priors), and the keys they hold, where the starts supersede nothing');
 SELECT * FROM finish();
 ROLLBACK;
 

@@ -422,3 +422,60 @@ def test_a_terminate_other_slot_superseding_a_run_and_a_group_commit_do_not_dead
     assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
     assert outcome["fire"] == "started"
     assert (_status(conn, r), _status(conn, v)) == ("TERMINATED", "CANCELLED")
+
+
+def test_a_batch_of_replacing_starts_and_a_group_commit_of_their_runs_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A start_workflows batch whose start of key d1 replaces prior p (workflow id W, key dP) and
+    supersedes v (key d1), p < x < v by id. The batch locked v up front (_lock_superseded_runs)
+    and p only at W's start (its replace pass), out of id order, while a group commit of p's,
+    x's and v's decisions held p and, once a third session let x go, waited on v (40P01). The
+    batch now locks each replacing start's live prior in its id-ordered pass before the first
+    start (docs/internals.md "Lock order")."""
+    from test_row_lock_order import _group_commit
+
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
+    p = conn.execute(
+        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s, 'W')", (Jsonb([{"doc": "dP"}]),)
+    ).fetchone()[0]  # type: ignore[index]
+    x = conn.execute("SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')").fetchone()[0]  # type: ignore[index]
+    v = conn.execute(
+        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
+    ).fetchone()[0]  # type: ignore[index]
+    assert p < x < v  # (ids in start order)
+    tasks = _claim(conn)
+    replacing = [
+        {
+            "workflow_name": "latest",
+            "workflow_id": wid,
+            "input": [{"doc": doc}],
+            "conflict_policy": "terminate_existing",
+        }
+        for wid, doc in (("W", "d1"), ("Z", "d2"))
+    ]
+
+    def start_batch() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="starts") as c:
+            c.execute("SET deadlock_timeout = '50ms'")
+            return c.execute(
+                "SELECT array_agg(started_fresh ORDER BY n) FROM harvest.start_workflows(%s)",
+                (Jsonb(replacing),),
+            ).fetchone()[0]
+
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as third:
+        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (x,))
+        batch = in_thread(
+            lambda: _group_commit(db, "batch", [(tasks[run][1:], []) for run in (p, x, v)]), outcome, "batch"
+        )
+        wait_until_blocked(conn, "batch")  # holding p's row, on x's
+        starting = in_thread(start_batch, outcome, "starts")
+        wait_until_blocked(conn, "starts")  # on p's row (before the fix: holding v's)
+        third.commit()
+        batch.join(20)
+        starting.join(20)
+    assert not batch.is_alive() and not starting.is_alive()
+    assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
+    assert outcome["starts"] == [True, True]
+    assert (_status(conn, p), _status(conn, v)) == ("TERMINATED", "CANCELLED")
