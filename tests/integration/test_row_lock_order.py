@@ -560,3 +560,55 @@ def test_two_batches_of_starts_superseding_runs_of_two_keys_in_opposite_orders_d
         ([low, high, *outcome["one"]],),
     ).fetchone()[0]
     assert statuses == ["CANCELLED"] * 4, outcome
+
+
+def test_a_batch_of_starts_replacing_two_runs_and_a_group_commit_of_their_decisions_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A start_workflows batch of two terminate_existing starts (no policy), ids A then B, whose
+    live priors have the higher id (A's) and the lower (B's). Each start locked its prior as the
+    batch reached it, in (workflow_name, workflow_id) order: the batch held A's prior and then
+    waited on B's while a group commit of both priors' decisions held B's and waited on A's
+    (40P01). The batch now locks them in id order before its first start (_lock_superseded_runs,
+    p_runs)."""
+    start = "SELECT execution_id::text FROM harvest.start_workflow('plain', '[]', %s)"
+    low = conn.execute(start, ("B",)).fetchone()[0]  # type: ignore[index]
+    high = conn.execute(start, ("A",)).fetchone()[0]  # type: ignore[index]
+    assert low < high  # (ids in start order)
+    claimed = _claim_all(conn, 2)
+
+    def replace_both() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="starts") as c:
+            c.execute("SET deadlock_timeout = '50ms'")
+            return c.execute(
+                "SELECT array_agg(started_fresh ORDER BY n) FROM harvest.start_workflows(%s)",
+                (
+                    Jsonb(
+                        [
+                            {
+                                "workflow_name": "plain",
+                                "workflow_id": w,
+                                "conflict_policy": "terminate_existing",
+                            }
+                            for w in ("A", "B")
+                        ]
+                    ),
+                ),
+            ).fetchone()[0]
+
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
+        calling = in_thread(replace_both, outcome, "starts")
+        wait_until_blocked(conn, "starts")  # ending A's prior: its task's delete
+        batch = [(claimed[low], _timer()), (claimed[high], _timer())]
+        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
+        wait_until_blocked(conn, "batch")  # on the lower id's row (before the fix: on the higher's)
+        holder.commit()
+        calling.join(20)
+        committing.join(20)
+    assert outcome["starts"] == [True, True], outcome
+    assert isinstance(outcome["batch"], dict) and "completed" not in outcome["batch"].values(), outcome
+    assert conn.execute(
+        "SELECT array_agg(status ORDER BY id) FROM harvest.executions WHERE id IN (%s, %s)", (low, high)
+    ).fetchone()[0] == ["TERMINATED", "TERMINATED"]
