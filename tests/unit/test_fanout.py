@@ -502,5 +502,8 @@ def test_a_dags_runs_are_read_on_the_shards_that_have_it() -> None:
     assert sorted(r["shard_id"] for r in seen) == [0] * 4 + [2] * 5
     for shard in shards.values():
         shard.dags = []
-    with pytest.raises(NotFound, match=r"no DAG 'd' is registered \(on any shard\)"):
+    with pytest.raises(NotFound, match="no DAG 'd' is registered on any shard;"):
+        reads.list_dag_runs("d", 2)
+    shards[2].down = True  # judged by the shards read, as a worker no shard has (no_worker_anywhere)
+    with pytest.raises(NotFound, match=r"on any shard \(shard\(s\) 2 could not be read\)"):
         reads.list_dag_runs("d", 2)

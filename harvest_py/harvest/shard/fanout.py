@@ -1096,7 +1096,8 @@ def list_dag_runs(
     """A page of one DAG's runs over every shard, newest first, each with its ``shard_id``;
     paged by ``cursor`` as the dead letters are. A DAG is registered on the shards its workers
     poll only, and each shard's ``list_dag_runs`` refuses a DAG it does not have: the shards
-    that have it are asked (and one that could not be read, which may), NotFound when none does."""
+    that have it are asked (and one that could not be read, which may), NotFound when none of
+    those read does (naming those that could not be)."""
     if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
     state = DagRunCursor.start(cursor, _fingerprint({"dag_name": dag_name, "status": status}))
@@ -1104,9 +1105,12 @@ def list_dag_runs(
 
     listed = yield Step(lambda api, _s: api.list_dags(), skip=state.done)
     having = {s for s, dags in listed.results.items() if any(d["dag_name"] == dag_name for d in dags)}
-    if not having and not listed.unavailable_shards and not state.positions:
+    if not having and not state.positions:  # (as no_worker_anywhere: judged by the shards read)
+        missed = ", ".join(map(str, listed.unavailable_shards))
+        where = f" (shard(s) {missed} could not be read)" if missed else ""
         raise NotFound(
-            f"no DAG {dag_name!r} is registered (on any shard); list them with harvest dag list (GET /dags)"
+            f"no DAG {dag_name!r} is registered on any shard{where}; "
+            "list them with harvest dag list (GET /dags)"
         )
 
     def read(api: Any, shard: int) -> Any:
