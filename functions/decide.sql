@@ -241,6 +241,40 @@ BEGIN
 END;
 $$;
 
+-- The runs p_runs and those of the tasks p_task_ids, locked in id order, then every mutex key
+-- those runs hold or wait for and the mutex markers of p_commands name (p_commands[i]: the
+-- command array of a decision, NULL: none), in key order (_lock_mutex_keys; docs/internals.md,
+-- "Lock order", 4 and 5): the one pass of _lock_batch_mutexes and _lock_superseded_runs.
+CREATE OR REPLACE FUNCTION harvest._lock_runs_and_mutexes(
+    p_runs uuid[], p_task_ids bigint[], p_commands jsonb[]
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_runs uuid[];
+BEGIN
+    -- (The sort is below the row lock: locked in id order. By an id array, not a join: see
+    -- complete_workflow_tasks.)
+    v_runs := ARRAY(
+        SELECT e.id FROM harvest.executions AS e
+        WHERE e.id = ANY (
+            coalesce(p_runs, '{}')
+            || ARRAY(SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = ANY (p_task_ids))
+        )
+        ORDER BY e.id FOR UPDATE
+    );
+    PERFORM harvest._lock_mutex_keys(v_runs, ARRAY(
+        SELECT c.command #>> '{value,key}'
+        FROM unnest(p_commands) AS u (commands)
+        CROSS JOIN LATERAL jsonb_array_elements(
+            CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
+        WHERE c.command ->> 'type' = 'record_marker'
+          AND c.command ->> 'kind' IN ('mutex_acquire', 'mutex_release')
+    ));
+END;
+$$;
+
 -- A group commit's mutex keys, all of them before its first decision (complete_workflow_tasks,
 -- complete_activities with decisions ahead; p_commands[i] is the command array of the task
 -- p_task_ids[i], NULL: none): first every run of the batch's tasks, locked in id order, then every
@@ -257,8 +291,6 @@ CREATE OR REPLACE FUNCTION harvest._lock_batch_mutexes(p_task_ids bigint[], p_co
 RETURNS void
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    v_runs uuid[];
 BEGIN
     IF NOT EXISTS (
         SELECT 1 FROM unnest(p_commands) AS c (commands)
@@ -268,21 +300,7 @@ BEGIN
     ) THEN
         RETURN;
     END IF;
-    -- (The sort is below the row lock: locked in id order. By an id array, not a join: see
-    -- complete_workflow_tasks.)
-    v_runs := ARRAY(
-        SELECT e.id FROM harvest.executions AS e
-        WHERE e.id = ANY (ARRAY(SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = ANY (p_task_ids)))
-        ORDER BY e.id FOR UPDATE
-    );
-    PERFORM harvest._lock_mutex_keys(v_runs, ARRAY(
-        SELECT c.command #>> '{value,key}'
-        FROM unnest(p_commands) AS u (commands)
-        CROSS JOIN LATERAL jsonb_array_elements(
-            CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
-        WHERE c.command ->> 'type' = 'record_marker'
-          AND c.command ->> 'kind' IN ('mutex_acquire', 'mutex_release')
-    ));
+    PERFORM harvest._lock_runs_and_mutexes(NULL, p_task_ids, p_commands);
 END;
 $$;
 
@@ -353,20 +371,7 @@ BEGIN
     IF cardinality(v_runs) = 0 THEN
         RETURN;
     END IF;
-    -- (The sort is below the row lock: locked in id order.)
-    v_runs := ARRAY(
-        SELECT e.id FROM harvest.executions AS e
-        WHERE e.id = ANY (v_runs || ARRAY(SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = ANY (p_task_ids)))
-        ORDER BY e.id FOR UPDATE
-    );
-    PERFORM harvest._lock_mutex_keys(v_runs, ARRAY(
-        SELECT c.command #>> '{value,key}'
-        FROM unnest(p_commands) AS u (commands)
-        CROSS JOIN LATERAL jsonb_array_elements(
-            CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
-        WHERE c.command ->> 'type' = 'record_marker'
-          AND c.command ->> 'kind' IN ('mutex_acquire', 'mutex_release')
-    ));
+    PERFORM harvest._lock_runs_and_mutexes(v_runs, p_task_ids, p_commands);
 END;
 $$;
 

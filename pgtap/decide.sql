@@ -11,6 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT),
 -- harvest._lock_batch_mutexes (a group commit's runs and mutex keys, before its first decision),
+-- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
 SELECT plan(324);
@@ -2359,7 +2360,7 @@ ROLLBACK;
 -- _lock_batch_mutexes: a group commit's runs, then every mutex key its decisions may take (their
 -- markers' keys, those its runs hold or wait for), in key order; nothing in a batch without mutexes.
 BEGIN;
-SELECT plan(3);
+SELECT plan(4);
 SELECT pg_temp.start_claimed(k, 'decide_wf', 'dq_' || k, 'worker-1', '["in"]') FROM unnest(ARRAY['bm1', 'bm2', 'bm3']) AS k;
 CREATE FUNCTION pg_temp.mutex_keys_locked() RETURNS text[] LANGUAGE sql AS $fn$
     SELECT array_agg(k ORDER BY k) FROM unnest(ARRAY['m1', 'm2', 'm3', 'm4', 'm5']) AS k
@@ -2380,5 +2381,8 @@ SELECT is(pg_temp.mutex_keys_locked(), ARRAY['m1', 'm2', 'm3', 'm4'],
           '_lock_batch_mutexes(): the markers'' keys and the keys the batch''s runs hold or wait for; not another run''s');
 SELECT lives_ok($$SELECT harvest._lock_batch_mutexes(ARRAY[1, 2]::bigint[], ARRAY['{"not": "an array"}'::jsonb, '7'])$$,
                 '_lock_batch_mutexes() of commands that are not arrays: nothing');
+SELECT harvest._lock_runs_and_mutexes(ARRAY[pg_temp.run('bm3')], NULL, NULL);
+SELECT is(pg_temp.mutex_keys_locked(), ARRAY['m1', 'm2', 'm3', 'm4', 'm5'],
+          '_lock_runs_and_mutexes(p_runs): those runs too, and the keys they hold (their shared pass)');
 SELECT * FROM finish();
 ROLLBACK;
