@@ -54,3 +54,12 @@ def in_thread(target: Callable[[], Any], outcome: dict[str, Any], key: str = "re
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def all_finished(outcome: dict[str, Any], *threads: threading.Thread) -> None:
+    """Join ``threads`` (20 s each) and check each ended, none with an exception (a deadlock's
+    40P01 among them): the end of every lock-order race."""
+    for thread in threads:
+        thread.join(20)
+    assert not any(thread.is_alive() for thread in threads), [t.name for t in threads if t.is_alive()]
+    assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
-from race_helpers import in_thread, wait_until_blocked
+from race_helpers import all_finished, in_thread, wait_until_blocked
 
 LATEST_WINS = {"concurrency": {"key": "input.doc", "limit": 1, "on_conflict": "cancel_running"}}
 POLICIES = Jsonb({"workflows": {"latest": LATEST_WINS}, "activities": {}})
@@ -277,10 +277,7 @@ def test_a_decision_taking_a_mutex_and_superseding_a_holder_of_another_and_a_gro
         )
         wait_until_done_or_blocked(conn, two, "two")  # (before the fix: on b, one holding it)
         third.commit()
-        one.join(20)
-        two.join(20)
-    assert not one.is_alive() and not two.is_alive()
-    assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
+        all_finished(outcome, one, two)
 
 
 def _replace_w(db: str) -> Any:
@@ -321,10 +318,7 @@ def test_a_start_replacing_a_mutex_holder_and_superseding_a_run_and_a_group_comm
         starting = in_thread(lambda: _replace_w(db), outcome, "start")
         wait_until_blocked(conn, "start")  # on v's row (before the fix: holding p's row and m)
         third.commit()
-        batch.join(20)
-        starting.join(20)
-    assert not batch.is_alive() and not starting.is_alive()
-    assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
+        all_finished(outcome, batch, starting)
     assert outcome["start"] is True
     assert (_status(conn, p), _status(conn, v)) == ("TERMINATED", "CANCELLED")
 
@@ -357,10 +351,7 @@ def test_a_start_replacing_a_run_and_superseding_an_older_one_and_a_group_commit
         )
         wait_until_blocked(conn, "batch")  # on v's row (before the fix: holding v's, on p's)
         third.commit()
-        batch.join(20)
-        starting.join(20)
-    assert not batch.is_alive() and not starting.is_alive()
-    assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
+        all_finished(outcome, batch, starting)
     assert outcome["start"] is True
     assert (_status(conn, p), _status(conn, v)) == ("TERMINATED", "CANCELLED")
 
@@ -416,10 +407,7 @@ def test_a_terminate_other_slot_superseding_a_run_and_a_group_commit_do_not_dead
         firing = in_thread(fire, outcome, "fire")
         wait_until_blocked(conn, "fire")  # on v's row (before the fix: holding r's row and m)
         third.commit()
-        batch.join(20)
-        firing.join(20)
-    assert not batch.is_alive() and not firing.is_alive()
-    assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
+        all_finished(outcome, batch, firing)
     assert outcome["fire"] == "started"
     assert (_status(conn, r), _status(conn, v)) == ("TERMINATED", "CANCELLED")
 
@@ -473,9 +461,6 @@ def test_a_batch_of_replacing_starts_and_a_group_commit_of_their_runs_do_not_dea
         starting = in_thread(start_batch, outcome, "starts")
         wait_until_blocked(conn, "starts")  # on p's row (before the fix: holding v's)
         third.commit()
-        batch.join(20)
-        starting.join(20)
-    assert not batch.is_alive() and not starting.is_alive()
-    assert not any(isinstance(o, BaseException) for o in outcome.values()), outcome
+        all_finished(outcome, batch, starting)
     assert outcome["starts"] == [True, True]
     assert (_status(conn, p), _status(conn, v)) == ("TERMINATED", "CANCELLED")

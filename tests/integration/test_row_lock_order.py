@@ -59,6 +59,27 @@ def _group_commit(db: str, name: str, items: list[tuple[tuple[int, int, int], li
         )
 
 
+def _a_call_and_a_group_commit_behind_a_held_task(
+    db: str, conn: psycopg.Connection, held_run: str, name: str, call: Any, batch: list[Any]
+) -> dict[str, Any]:
+    """The race of most tests here: a third session holds ``held_run``'s task row; ``call``
+    (session ``name``) runs until it waits (on that row, ending the run, and holding whatever
+    it locked before), then a group commit of ``batch`` runs until it waits too; the row is let
+    go and both end. Before each fix the two then waited on each other: 40P01. The outcome
+    of each, by name ("batch" for the group commit)."""
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (held_run,))
+        calling = in_thread(call, outcome, name)
+        wait_until_blocked(conn, name)
+        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
+        wait_until_blocked(conn, "batch")
+        holder.commit()
+        calling.join(20)
+        committing.join(20)
+    return outcome
+
+
 def _timer(seq: int = 1) -> list[dict[str, Any]]:
     return [{"type": "start_timer", "seq": seq, "duration": 3600}]
 
@@ -83,7 +104,6 @@ def test_a_start_superseding_two_runs_and_a_group_commit_of_their_decisions_do_n
         (high, low, high),
     )
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1),))
-    outcome: dict[str, Any] = {}
 
     def start() -> Any:
         with psycopg.connect(db, autocommit=True, application_name="start") as c:
@@ -91,16 +111,8 @@ def test_a_start_superseding_two_runs_and_a_group_commit_of_their_decisions_do_n
                 "SELECT started_fresh FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
             ).fetchone()[0]
 
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
-        starting = in_thread(start, outcome, "start")
-        wait_until_blocked(conn, "start")  # closing the older run: its task's delete
-        batch = [(claimed[low], _timer()), (claimed[high], _timer())]
-        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
-        wait_until_blocked(conn, "batch")
-        holder.commit()
-        starting.join(20)
-        committing.join(20)
+    batch = [(claimed[low], _timer()), (claimed[high], _timer())]
+    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, high, "start", start, batch)
 
     assert outcome["start"] is True, outcome
     # Both runs were superseded before the batch could lock them: its items are refused.
@@ -219,7 +231,6 @@ def test_a_schedule_terminating_two_runs_and_a_group_commit_of_their_decisions_d
         " WHERE id IN (%s, %s)",
         (high, low, high),
     )
-    outcome: dict[str, Any] = {}
 
     def fire() -> Any:
         with psycopg.connect(db, autocommit=True, application_name="fire") as c:
@@ -228,16 +239,8 @@ def test_a_schedule_terminating_two_runs_and_a_group_commit_of_their_decisions_d
                 "SELECT harvest.trigger_schedule('ov', 'terminate_other') ->> 'status'"
             ).fetchone()[0]
 
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
-        firing = in_thread(fire, outcome, "fire")
-        wait_until_blocked(conn, "fire")  # terminating the older run: its task's delete
-        batch = [(claimed[low], _timer()), (claimed[high], _timer())]
-        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
-        wait_until_blocked(conn, "batch")
-        holder.commit()
-        firing.join(20)
-        committing.join(20)
+    batch = [(claimed[low], _timer()), (claimed[high], _timer())]
+    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, high, "fire", fire, batch)
 
     assert outcome["fire"] == "started", outcome
     assert isinstance(outcome["batch"], dict), outcome
@@ -351,7 +354,6 @@ def test_a_start_superseding_two_mutex_holders_and_a_group_commit_asking_for_the
         run: task for run, task in _claim_all(conn, 4).items() if run not in latest
     }  # (and the two holders' tasks after MutexAcquired)
     x, y = sorted(others)
-    outcome: dict[str, Any] = {}
 
     def start() -> Any:
         with psycopg.connect(db, autocommit=True, application_name="start") as c:
@@ -359,16 +361,8 @@ def test_a_start_superseding_two_mutex_holders_and_a_group_commit_asking_for_the
                 "SELECT started_fresh FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
             ).fetchone()[0]
 
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (older,))
-        starting = in_thread(start, outcome, "start")
-        wait_until_blocked(conn, "start")  # closing the older run: its task's delete, holding b
-        batch = [(others[x], _acquire("a")), (others[y], _acquire("b"))]
-        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
-        wait_until_blocked(conn, "batch")  # on a (after the fix) or b (before it)
-        holder.commit()
-        starting.join(20)
-        committing.join(20)
+    batch = [(others[x], _acquire("a")), (others[y], _acquire("b"))]
+    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, older, "start", start, batch)
 
     assert outcome["start"] is True, outcome
     assert outcome["batch"] == {others[x][0]: "completed", others[y][0]: "completed"}, outcome
@@ -397,7 +391,6 @@ def test_a_schedule_terminating_two_mutex_holders_and_a_group_commit_asking_for_
         conn.execute("SELECT harvest.start_workflow('plain', '[]')")
     others = {run: task for run, task in _claim_all(conn, 4).items() if run not in scheduled}
     x, y = sorted(others)
-    outcome: dict[str, Any] = {}
 
     def fire() -> Any:
         with psycopg.connect(db, autocommit=True, application_name="fire") as c:
@@ -406,16 +399,8 @@ def test_a_schedule_terminating_two_mutex_holders_and_a_group_commit_asking_for_
                 "SELECT harvest.trigger_schedule('ov', 'terminate_other') ->> 'status'"
             ).fetchone()[0]
 
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (older,))
-        firing = in_thread(fire, outcome, "fire")
-        wait_until_blocked(conn, "fire")  # terminating the older run: its task's delete, holding b
-        batch = [(others[x], _acquire("a")), (others[y], _acquire("b"))]
-        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
-        wait_until_blocked(conn, "batch")  # on a (after the fix) or b (before it)
-        holder.commit()
-        firing.join(20)
-        committing.join(20)
+    batch = [(others[x], _acquire("a")), (others[y], _acquire("b"))]
+    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, older, "fire", fire, batch)
 
     assert outcome["fire"] == "started", outcome
     assert outcome["batch"] == {others[x][0]: "completed", others[y][0]: "completed"}, outcome
@@ -446,17 +431,8 @@ def _race_against_a_group_commit_of_the_incumbents(
     decisions then locks the lower id and waits on the higher. Taken start by start, the call
     then waited on the lower id: a cycle (40P01)."""
     low, high = sorted(claimed)
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
-        calling = in_thread(call, outcome, name)
-        wait_until_blocked(conn, name)  # closing the higher id's run: its task's delete
-        batch = [(claimed[low], _timer()), (claimed[high], _timer())]
-        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
-        wait_until_blocked(conn, "batch")  # on the higher id's row (on the lower's, after the fix)
-        holder.commit()
-        calling.join(20)
-        committing.join(20)
+    batch = [(claimed[low], _timer()), (claimed[high], _timer())]
+    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, high, name, call, batch)
     # Both incumbents were superseded before the batch could lock them: its items are refused.
     assert isinstance(outcome["batch"], dict), outcome
     assert "completed" not in outcome["batch"].values(), outcome
@@ -597,16 +573,10 @@ def test_a_batch_of_starts_replacing_two_runs_and_a_group_commit_of_their_decisi
             ).fetchone()[0]
 
     outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
-        calling = in_thread(replace_both, outcome, "starts")
-        wait_until_blocked(conn, "starts")  # ending A's prior: its task's delete
-        batch = [(claimed[low], _timer()), (claimed[high], _timer())]
-        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
-        wait_until_blocked(conn, "batch")  # on the lower id's row (before the fix: on the higher's)
-        holder.commit()
-        calling.join(20)
-        committing.join(20)
+    batch = [(claimed[low], _timer()), (claimed[high], _timer())]
+    outcome.update(
+        _a_call_and_a_group_commit_behind_a_held_task(db, conn, high, "starts", replace_both, batch)
+    )
     assert outcome["starts"] == [True, True], outcome
     assert isinstance(outcome["batch"], dict) and "completed" not in outcome["batch"].values(), outcome
     assert conn.execute(
