@@ -572,11 +572,8 @@ def test_a_batch_of_starts_replacing_two_runs_and_a_group_commit_of_their_decisi
                 ),
             ).fetchone()[0]
 
-    outcome: dict[str, Any] = {}
     batch = [(claimed[low], _timer()), (claimed[high], _timer())]
-    outcome.update(
-        _a_call_and_a_group_commit_behind_a_held_task(db, conn, high, "starts", replace_both, batch)
-    )
+    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, high, "starts", replace_both, batch)
     assert outcome["starts"] == [True, True], outcome
     assert isinstance(outcome["batch"], dict) and "completed" not in outcome["batch"].values(), outcome
     assert conn.execute(
