@@ -1090,35 +1090,55 @@ def list_audit_log(limit: int = 100, operation: str | None = None, cursor: str |
     return _page_over_shards(state, fan, limit, ask, newest_audit_first, lambda r: (r["at"], r["id"]))
 
 
+def _none_if_absent(call: Callable[[], Any], shard: int, lacking: set[int]) -> Any:
+    """``call()``'s answer (a shard's read, sync or awaitable), or no rows where the shard has no
+    such thing (NotFound), ``shard`` then noted in ``lacking``."""
+    try:
+        answer = call()
+    except NotFound:
+        lacking.add(shard)
+        return []
+    if not inspect.isawaitable(answer):
+        return answer
+
+    async def awaited() -> Any:
+        try:
+            return await answer
+        except NotFound:
+            lacking.add(shard)
+            return []
+
+    return awaited()
+
+
 def list_dag_runs(
     dag_name: str, limit: int = 50, status: str | None = None, cursor: str | None = None
 ) -> Plan:
     """A page of one DAG's runs over every shard, newest first, each with its ``shard_id``;
     paged by ``cursor`` as the dead letters are. A DAG is registered on the shards its workers
-    poll only, and each shard's ``list_dag_runs`` refuses a DAG it does not have: the shards
-    that have it are asked (and one that could not be read, which may), NotFound when none of
-    those read does (naming those that could not be)."""
+    poll only, and each shard's ``list_dag_runs`` refuses a DAG it does not have (NotFound): such
+    a shard has no runs of it, and NotFound is the answer only when every shard read lacks it
+    (naming those that could not be read)."""
     if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
     state = DagRunCursor.start(cursor, _fingerprint({"dag_name": dag_name, "status": status}))
     ask = min(limit + 1, MAX_PAGE)
 
-    listed = yield Step(lambda api, _s: api.list_dags(), skip=state.done)
-    having = {s for s, dags in listed.results.items() if any(d["dag_name"] == dag_name for d in dags)}
-    if not having and not state.positions:  # (as no_worker_anywhere: judged by the shards read)
-        missed = ", ".join(map(str, listed.unavailable_shards))
+    lacking: set[int] = set()
+
+    def read(api: Any, shard: int) -> Any:
+        at, id_ = state.positions.get(shard) or (None, None)
+        return _none_if_absent(lambda: api.list_dag_runs(dag_name, ask, status, at, id_), shard, lacking)
+
+    fan = yield Step(read, skip=state.done)
+    if lacking and lacking == set(fan.results) and not state.positions:
+        # (as no_worker_anywhere: judged by the shards read, naming those that could not be)
+        missed = ", ".join(map(str, fan.unavailable_shards))
         where = f" (shard(s) {missed} could not be read)" if missed else ""
         raise NotFound(
             f"no DAG {dag_name!r} is registered on any shard{where}; "
             "list them with harvest dag list (GET /dags)"
         )
-
-    def read(api: Any, shard: int) -> Any:
-        at, id_ = state.positions.get(shard) or (None, None)
-        return api.list_dag_runs(dag_name, ask, status, at, id_)
-
-    asked = having | set(listed.unavailable_shards) | (set(state.positions) - set(listed.results))
-    fan = yield Step(read, shards=tuple(sorted(asked)), skip=state.done)
     return _page_over_shards(
         state, fan, limit, ask, newest_run_first, lambda r: (r["created_at"], str(r["execution_id"]))
     )
