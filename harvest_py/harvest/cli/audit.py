@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from harvest.cli.output import database_url_option, output_option, table
-from harvest.cli.shards import emit_merged, read_shards, with_next_page
+from harvest.cli.shards import emit_merged, read_shards, with_page_footer
 
 COLUMNS = ["id", "at", "operation", "target", "actor", "login", "operator_id", "source", "route", "details"]
 
@@ -28,5 +28,8 @@ def list_(
     shard); page with --cursor (over SQL with [shards], or HTTP)."""
     merged = read_shards(database_url, lambda reads: reads.list_audit_log(limit, operation, cursor))
     emit_merged(
-        merged, "audit_log", output, lambda d: with_next_page(table(d, [*COLUMNS, "shard_id"]), merged)
+        merged,
+        "audit_log",
+        output,
+        lambda d: with_page_footer(table(d, [*COLUMNS, "shard_id"]), d, "audit row(s)", merged),
     )

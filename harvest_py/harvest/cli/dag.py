@@ -21,7 +21,7 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
-from harvest.cli.shards import emit_merged, read_shards, with_next_page
+from harvest.cli.shards import emit_merged, read_shards, with_page_footer
 from harvest.cli.workflow import read_json_option
 
 
@@ -134,11 +134,13 @@ def runs(name: str, limit: int, cursor: str | None, database_url: str | None, ou
         merged,
         "runs",
         output,
-        lambda r: with_next_page(
+        lambda r: with_page_footer(
             table(
                 [{**x, "tasks": _counts(x["counts"])} for x in r],
                 ["execution_id", "status", "created_at", "completed_at", "retry_of", "tasks", "shard_id"],
             ),
+            r,
+            "run(s)",
             merged,
         ),
     )

@@ -20,7 +20,7 @@ from harvest.cli.output import (
     progress,
     table,
 )
-from harvest.cli.shards import emit_merged, read_shards, shard_api
+from harvest.cli.shards import emit_merged, read_shards, shard_api, with_page_footer
 from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument, failure_line
 
@@ -77,10 +77,7 @@ def list_(
                 "error",
             ],
         )
-        text += f"\n{len(rows)} dead letter(s)"
-        if merged.next_cursor:
-            text += f"; next page: --cursor {merged.next_cursor}"
-        return text
+        return with_page_footer(text, rows, "dead letter(s)", merged)
 
     emit_merged(merged, "dead_letters", output, render)
 

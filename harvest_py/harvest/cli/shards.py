@@ -308,10 +308,13 @@ def fail_if_unreached(unavailable: list[int], what: str) -> None:
         raise SystemExit(1)
 
 
-def with_next_page(text: str, merged: Merged[Any]) -> str:
-    """A table's text and, when there is a next page, how to ask for it (JSON carries
-    next_cursor itself)."""
-    return f"{text}\nnext page: --cursor {merged.next_cursor}" if merged.next_cursor else text
+def with_page_footer(text: str, rows: list[Any], noun: str, merged: Merged[Any]) -> str:
+    """A page's table and its footer: how many ``noun`` it shows and, when there is a next page,
+    how to ask for it (JSON carries next_cursor itself)."""
+    footer = f"{len(rows)} {noun}"
+    if merged.next_cursor:
+        footer += f"; next page: --cursor {merged.next_cursor}"
+    return f"{text}\n{footer}"
 
 
 def emit_merged(merged: Merged[Any], key: str | None, output: str, render: Callable[[Any], str]) -> None:

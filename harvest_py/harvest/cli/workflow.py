@@ -25,7 +25,14 @@ from harvest.cli.output import (
     selected,
     table,
 )
-from harvest.cli.shards import cli_client, emit_merged, read_shards, routed_call, routed_read
+from harvest.cli.shards import (
+    cli_client,
+    emit_merged,
+    read_shards,
+    routed_call,
+    routed_read,
+    with_page_footer,
+)
 from harvest.client.export_batch import resolved
 from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks
 from harvest.core.codecs import describe_tree
@@ -353,10 +360,7 @@ def list_(
             ["execution_id", "workflow_name", "workflow_id", "status", "created_at", "completed_at"],
             ["execution_id", "workflow", "workflow_id", "status", "created", "completed"],
         )
-        text += f"\n{len(rows)} execution(s)"
-        if merged.next_cursor:
-            text += f"; next page: --cursor {merged.next_cursor}"
-        return text
+        return with_page_footer(text, rows, "execution(s)", merged)
 
     emit_merged(merged, "executions", output, render)
 
