@@ -39,6 +39,20 @@ def setup(db: str):
         other = start(conn, "wf", "plain")
         conn.execute("SELECT harvest.register_worker('w1', ARRAY['default'], 'h', 1, 5)")
         conn.execute("SELECT harvest.set_retention('30 days')")
+        conn.execute(  # (a DAG to list the runs of: list_dag_runs refuses an unknown one, HR002)
+            "SELECT harvest.register_dags(%s)",
+            (
+                Jsonb(
+                    [
+                        {
+                            "dag_name": "roles_dag",
+                            "queue": "default",
+                            "tasks": [{"task": "a", "kind": "activity", "target": "act_a", "upstream": []}],
+                        }
+                    ]
+                ),
+            ),
+        )
     return {"execution_id": execution_id, "dead_id": dead_id, "dead_id2": dead_id2, "other": other}
 
 
@@ -55,6 +69,7 @@ READS = [
     "SELECT * FROM harvest.preview_drain()",
     "SELECT harvest.get_retention_status()",
     "SELECT * FROM harvest.list_audit_log()",
+    "SELECT * FROM harvest.list_dag_runs('roles_dag')",
     "SELECT count(*) FROM harvest.executions",
 ]
 OPERATE = [
