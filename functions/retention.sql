@@ -345,6 +345,9 @@ BEGIN
         RETURNING 1
     )
     SELECT count(*) INTO v_deleted FROM gone;
+    IF v_deleted > 0 THEN  -- (as prune_workers: a round that deletes nothing writes nothing)
+        PERFORM harvest._audit('retention.prune_flow_keys', NULL, NULL, jsonb_build_object('deleted', v_deleted));
+    END IF;
     RETURN jsonb_build_object('deleted', v_deleted);
 END;
 $$;

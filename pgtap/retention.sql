@@ -2,7 +2,7 @@
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
 -- _interval_text, _ago; prune_flow_keys, _flow_key_in_use.
 BEGIN;
-SELECT plan(46);
+SELECT plan(48);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -154,6 +154,11 @@ SELECT harvest.declare_flow_policies('{"workflows": {"wf_fk": {"quota": {"key": 
 SELECT harvest.start_workflow('wf_fk', '[{"t": "live"}]', 'fk-live', 'fkq');
 INSERT INTO harvest.flow_keys (kind, key) VALUES ('quota', 'gone'), ('concurrency', 'gone');
 SELECT is(harvest.prune_flow_keys() ->> 'deleted', '2', 'prune_flow_keys(): the rows of keys without a live run go');
+SELECT results_eq($$SELECT details ->> 'deleted' FROM harvest.audit_log WHERE operation = 'retention.prune_flow_keys'$$,
+                  $$VALUES ('2')$$, 'prune_flow_keys(): a round that deletes is audited');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation = 'retention.prune_flow_keys'
+           AND (SELECT harvest.prune_flow_keys() ->> 'deleted') = '0'), 1::bigint,
+          'prune_flow_keys(): a round that deletes nothing writes no audit row');
 SELECT results_eq($$SELECT kind, key FROM harvest.flow_keys WHERE key IN ('live', 'gone')$$,
                   $$VALUES ('quota'::text, 'live'::text)$$, 'prune_flow_keys(): a key with a live run keeps its row');
 SELECT ok(harvest._flow_key_in_use('quota', 'live'), '_flow_key_in_use(): a running run''s quota key is in use');
