@@ -104,7 +104,8 @@ def test_the_horizon_counts_other_roles_snapshots_under_an_owner_that_is_no_supe
     try:
         conn.execute(f'GRANT USAGE ON SCHEMA harvest TO "{owner}"')
         conn.execute(f'GRANT SELECT, UPDATE, DELETE ON harvest.flow_keys, harvest.executions TO "{owner}"')
-        conn.execute(f'GRANT SELECT, INSERT ON harvest.audit_log TO "{owner}"')  # (a round that deletes is audited)
+        # (a round that deletes is audited)
+        conn.execute(f'GRANT SELECT, INSERT ON harvest.audit_log TO "{owner}"')
         conn.execute(f'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA harvest TO "{owner}"')
         conn.execute(f'ALTER FUNCTION harvest.prune_flow_keys(integer) OWNER TO "{owner}"')
         with psycopg.connect(db) as snapshot:  # (a superuser's: another role's session)
