@@ -94,11 +94,18 @@ END;
 $$;
 
 -- What the stream reader needs to tell a gap that will fill from one that never will:
--- the last global id handed out, then (a later statement, so a later snapshot) the
--- oldest transaction still running and the next transaction id. Every transaction that
--- took a global id up to last_global_id had its transaction id before (an append writes
--- its execution row first), so below xmax; once a later call's xmin passes that xmax,
--- each of them has ended and every id up to last_global_id is final.
+-- the last global id handed out, then (later statements, so later snapshots) the oldest
+-- transaction still running and a bound above every transaction id assigned by then.
+-- Every transaction that took a global id up to last_global_id had its transaction id
+-- before (an append writes its execution row first), so below that bound; once a later
+-- call's xmin reaches it, each of them has ended and every id up to last_global_id is final.
+-- The bound is not the snapshot's xmax alone: xmax is one past the newest transaction
+-- that has *ended*, and a running transaction assigned after it (a lone writer, the newest
+-- of the server) is below no xmax and lowers no xmin, so a horizon of xmax would call its
+-- id final while it still runs, and the reader would pass over its event for good. The
+-- running transactions' own ids come from their locks (pg_locks: every top-level
+-- transaction holds one on its id, a prepared one too; readable by every role), each
+-- widened to 64 bits against xmax, which lies within 2^31 of every running id.
 CREATE OR REPLACE FUNCTION harvest.get_event_horizon(
     OUT last_global_id bigint, OUT xmin bigint, OUT xmax bigint
 )
@@ -106,11 +113,21 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_snapshot pg_snapshot;
+    v_newest_running bigint;
 BEGIN
     last_global_id := coalesce(pg_sequence_last_value('harvest.events_global_id_seq'), 0);
     SELECT pg_current_snapshot() INTO v_snapshot;
     xmin := pg_snapshot_xmin(v_snapshot)::text::bigint;
     xmax := pg_snapshot_xmax(v_snapshot)::text::bigint;
+    -- Ids at or after xmax (a 32-bit distance under 2^31): running, and newer than any ended.
+    SELECT max(xmax + d.distance) INTO v_newest_running
+    FROM pg_catalog.pg_locks AS l
+    CROSS JOIN LATERAL (
+        SELECT ((l.transactionid::text::bigint - xmax) % 4294967296 + 4294967296) % 4294967296 AS distance
+    ) AS d
+    WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+      AND d.distance < 2147483648;
+    xmax := greatest(xmax, v_newest_running + 1);
 END;
 $$;
 
@@ -125,5 +142,7 @@ COMMENT ON FUNCTION harvest.list_events IS
 'Events after a global id, in global id order, optionally of one execution, with their workflow name and id; '
 'p_limit 1..10000 (HR001). For stream readers and operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_event_horizon IS
-'The last global event id handed out and the transaction horizon (xmin, xmax) the stream reader uses to tell a '
-'final gap from an event still being written. For stream readers (role harvest_reader).';
+'The last global event id handed out and the transaction horizon the stream reader uses to tell a final gap from '
+'an event still being written: xmin, the oldest transaction running, and xmax, a bound above every transaction id '
+'assigned (running ones included); once a later call''s xmin reaches a call''s xmax, every id up to its '
+'last_global_id is final. For stream readers (role harvest_reader).';

@@ -1,7 +1,7 @@
 -- functions/event_streams.sql: harvest._notify_events, harvest._live_event_listeners, heartbeat_event_stream,
 -- stop_event_stream, list_events, get_event_horizon.
 BEGIN;
-SELECT plan(17);
+SELECT plan(18);
 
 SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, 'heartbeat_event_stream() registers a listener');
 SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, '... and again refreshes it');
@@ -46,6 +46,8 @@ SELECT ok((SELECT last_global_id >= (SELECT max(global_id) FROM harvest.events) 
           'get_event_horizon(): the last global id handed out');
 SELECT ok((SELECT xmin <= xmax AND xmin <= pg_current_xact_id()::text::bigint FROM harvest.get_event_horizon()),
           'get_event_horizon(): the snapshot''s xmin, at most this transaction, and xmax');
+SELECT ok((SELECT xmax > pg_current_xact_id()::text::bigint FROM harvest.get_event_horizon()),
+          'get_event_horizon(): xmax is above every running transaction, this one (the newest) included');
 
 SELECT * FROM finish();
 ROLLBACK;
