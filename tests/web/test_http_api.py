@@ -506,6 +506,32 @@ def test_children_page_with_a_cursor(api, start_worker) -> None:
     assert len(tree["children"]) == 3
 
 
+def adopt(conn, parent_id: str, n: int) -> list[str]:
+    """Start ``n`` runs and make them children of ``parent_id`` (what a fan-out of ``n``
+    child workflows leaves on the parent's shard), without a worker."""
+    kids = [start(conn, "kid", f"{parent_id}-kid-{i}") for i in range(n)]
+    conn.execute("UPDATE harvest.executions SET parent_id = %s WHERE id = ANY(%s::uuid[])", (parent_id, kids))
+    return kids
+
+
+def test_children_without_page_size_answer_a_page_and_the_cursor_of_the_rest(api, conn) -> None:
+    """Without page_size the route answered every child in one JSON (a run with 100,000
+    children, one huge answer): it answers the default page, as GET /workflows does, and
+    next_cursor continues it; page_size stays capped at 1000."""
+    from harvest.web.routes import workflows
+
+    run = start(conn, "parent", "many-kids")
+    kids = adopt(conn, run, workflows.CHILDREN_PAGE + 3)
+    first = api.get(f"/workflows/{run}/children").json()
+    assert len(first["items"]) == workflows.CHILDREN_PAGE and first["next_cursor"], len(first["items"])
+    rest = api.get(f"/workflows/{run}/children", params={"cursor": first["next_cursor"]}).json()
+    assert len(rest["items"]) == 3 and rest["next_cursor"] is None
+    seen = [c["exec_id"] for c in first["items"] + rest["items"]]
+    assert sorted(seen) == sorted(kids) and len(set(seen)) == len(kids)
+    big = api.get(f"/workflows/{run}/children", params={"page_size": workflows.CHILDREN_PAGE_MAX + 1})
+    assert error_of(big)["field"] == "page_size"
+
+
 def test_list_pages_with_a_cursor_and_count_rolls_the_tail_into_other(api, conn) -> None:
     for i in range(3):
         start(conn, "greet", f"page-{i}", search_attributes={"tenant": "acme", "n": i})
