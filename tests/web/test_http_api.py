@@ -664,6 +664,90 @@ def test_history_export_batch_is_the_clis_document(api, conn) -> None:
     assert error_of(api.get("/history/export-batch", params={"state_group": "x"}))["field"] == "state_group"
 
 
+def test_history_export_batch_streams_its_histories_a_page_at_a_time(db, conn, monkeypatch) -> None:
+    """The batch route read every export's whole history (up to 10,000 runs) into memory and
+    sent nothing before the last one: it streams, each history from a server-side cursor, so at
+    each chunk it sends it has read no more than a page and the read-ahead beyond what it sent.
+    (Observed at the ASGI send, not through the test client, which buffers the body.)"""
+    from starlette.testclient import TestClient
+
+    from harvest.config import load_config
+    from harvest.db.sqlapi import AsyncSqlApi
+    from harvest.web.app import management_app
+    from harvest.web.routes import history
+
+    page = 2
+    monkeypatch.setattr(history, "EXPORT_PAGE_SIZE", page)
+    read = [0]  # history events fetched from the database so far
+    whole, streamed = AsyncSqlApi.get_history, AsyncSqlApi.iter_history
+
+    async def counted_whole(self, *args, **kwargs):
+        rows = await whole(self, *args, **kwargs)
+        read[0] += len(rows)
+        return rows
+
+    async def counted_stream(self, *args, **kwargs):
+        async for row in streamed(self, *args, **kwargs):
+            read[0] += 1
+            yield row
+
+    monkeypatch.setattr(AsyncSqlApi, "get_history", counted_whole)
+    monkeypatch.setattr(AsyncSqlApi, "iter_history", counted_stream)
+    runs = [start(conn, "greet", f"streamed-{i}", input=[f"secret-{i}"]) for i in range(3)]
+    for run in runs:
+        conn.execute(
+            "SELECT harvest.signal_workflow(%s, 'sig-' || g, to_jsonb(g)) FROM generate_series(1, 30) AS g",
+            (run,),
+        )
+    total = 3 * 31  # each run: WorkflowStarted and 30 signals
+    read_at_send: list[int] = []
+
+    app = management_app(dsn=db, config=load_config(env={}), profile="dev", app=APP)
+
+    async def spying(scope, receive, send):
+        async def spy(message):
+            if message["type"] == "http.response.body" and message.get("body"):
+                read_at_send.append(read[0])
+            await send(message)
+
+        await app(scope, receive, spy)
+
+    with TestClient(spying) as client:
+        for policy in ("redacted", "full"):
+            read[0], read_at_send[:] = 0, []
+            answer = client.get(
+                "/history/export-batch", params={"state_group": "all", "payload_policy": policy}
+            )
+            assert answer.status_code == 200, answer.text
+            doc = answer.json()
+            assert sorted(len(e["events"]) for e in doc["exports"]) == [31, 31, 31]
+            assert read[0] == total
+            ahead = 2 * page + history._READ_AHEAD  # a cursor page fetched, a page yielded, the queue
+            assert read_at_send[0] <= ahead, (policy, read_at_send[:3])
+            assert all(n <= i + ahead for i, n in enumerate(read_at_send)), (policy, read_at_send)
+
+
+def test_a_batch_run_that_cannot_be_exported_is_a_failure_and_the_rest_stream(api, conn, monkeypatch) -> None:
+    """A run picked for the batch whose export fails before its first byte (here: gone) is
+    listed under failures, and the document around it stays whole."""
+    from harvest.core.errors import NotFound
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    runs = [start(conn, "greet", f"gone-{i}", input=[i]) for i in range(3)]
+    read = AsyncSqlApi.get_execution
+
+    async def gone(self, execution_id, *args, **kwargs):
+        if str(execution_id) == runs[1]:
+            raise NotFound(f"execution {execution_id} does not exist")
+        return await read(self, execution_id, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncSqlApi, "get_execution", gone)
+    doc = api.get("/history/export-batch", params={"state_group": "all"}).json()
+    assert sorted(e["execution_id"] for e in doc["exports"]) == sorted([runs[0], runs[2]])
+    assert [(f["execution_id"], f["shard_id"]) for f in doc["failures"]] == [(runs[1], 0)]
+    assert "does not exist" in doc["failures"][0]["error"] and doc["status"] == "complete"
+
+
 def test_handlers_and_registered_types_with_declared_dependencies(api) -> None:
     handlers = api.get("/workflows/types/ledger/handlers").json()
     assert [q["name"] for q in handlers["queries"]] == ["broken", "total"]
