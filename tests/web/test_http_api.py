@@ -532,6 +532,48 @@ def test_children_without_page_size_answer_a_page_and_the_cursor_of_the_rest(api
     assert error_of(big)["field"] == "page_size"
 
 
+def test_a_page_of_children_reads_a_page_from_the_database(api, conn, monkeypatch) -> None:
+    """Each page of /children read every child of the run into the server (a run of 100,000
+    children: 100,000 rows for each page of 50, and the CLI asks for every page): a page of
+    direct children now reads page_size + 1 rows a shard, after the cursor, in the database."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    fetched: list[int] = []
+    for name in ("list_children", "list_children_of", "list_children_page"):
+        read = getattr(AsyncSqlApi, name, None)
+        if read is None:
+            continue
+
+        async def counted(self, *args, read=read, **kwargs):
+            rows = await read(self, *args, **kwargs)
+            fetched.append(len(rows))
+            return rows
+
+        monkeypatch.setattr(AsyncSqlApi, name, counted)
+    run = start(conn, "parent", "paged-kids")
+    kids = adopt(conn, run, 12)
+    # Siblings a decision starts share their created_at: the cursor's id breaks the ties.
+    conn.execute(
+        "UPDATE harvest.executions SET created_at = (SELECT max(created_at) FROM harvest.executions)"
+        " WHERE id = ANY(%s::uuid[])",
+        (kids[:8],),
+    )
+    seen, cursor = [], None
+    while True:
+        fetched.clear()
+        params = {"page_size": 5, **({"cursor": cursor} if cursor else {})}
+        page = api.get(f"/workflows/{run}/children", params=params).json()
+        assert fetched and max(fetched) <= 6, fetched
+        seen += [c["exec_id"] for c in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    whole = api.get(f"/workflows/{run}/children", params={"page_size": 1000}).json()["items"]
+    assert seen == [c["exec_id"] for c in whole] and sorted(seen) == sorted(kids)
+    failed = api.get(f"/workflows/{run}/children", params={"status": "FAILED", "page_size": 5}).json()
+    assert failed["items"] == [] and failed["next_cursor"] is None
+
+
 def test_list_pages_with_a_cursor_and_count_rolls_the_tail_into_other(api, conn) -> None:
     for i in range(3):
         start(conn, "greet", f"page-{i}", search_attributes={"tenant": "acme", "n": i})

@@ -329,17 +329,14 @@ CHILDREN_PAGE_MAX = 1000
 async def workflow_children(call: Call, args: dict[str, Any], _: Any) -> Any:
     """A page of the children merged over every shard, newest first (created_at DESC, then id),
     continued by a keyset cursor on (created_at, id)."""
-    found = await call.reads().list_children(args["execution_id"], args["status"], args["depth"])
+    after = _after_child_cursor(args["cursor"]) if args["cursor"] is not None else None
+    size = args["page_size"]
+    # One row more than the page: whether there is a next one.
+    found = await call.reads().list_children(
+        args["execution_id"], args["status"], args["depth"], after, size + 1
+    )
     out = merged(found, "items")
     rows = out["items"]
-    if args["cursor"] is not None:
-        at, after = _after_child_cursor(args["cursor"])
-        rows = [
-            r
-            for r in rows
-            if r["created_at"] < at or (r["created_at"] == at and str(r["execution_id"]) > after)
-        ]
-    size = args["page_size"]
     page = rows[:size]
     out["items"] = [_child(r) for r in page]
     out["next_cursor"] = _child_cursor(page[-1]) if len(rows) > size else None
