@@ -61,18 +61,26 @@ $$;
 -- The history after a given event id (0 = from the start), in order; at most p_limit events
 -- (NULL: all). The limit is the function's own: it runs as its owner (security.sql), so it is
 -- never inlined and a LIMIT around the call would still read the whole history (the HTTP
--- API's pages, a run of 100,000 events).
+-- API's pages, a run of 100,000 events). A negative limit is HR001 with a hint (LIMIT's own
+-- 2201W named no Harvest code and said nothing of what to give).
 CREATE OR REPLACE FUNCTION harvest.get_history(
     p_execution_id uuid, p_after_event_id bigint DEFAULT 0, p_limit integer DEFAULT NULL
 )
 RETURNS TABLE (event_id bigint, event_type text, event_data jsonb, created_at timestamptz)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
+BEGIN
+    IF p_limit < 0 THEN
+        RAISE EXCEPTION 'limit % is negative', p_limit USING ERRCODE = 'HR001',
+            HINT = 'give 0 or more events, or NULL for the whole history';
+    END IF;
+    RETURN QUERY
     SELECT ev.event_id, ev.event_type, ev.event_data, ev.created_at
     FROM harvest.events AS ev
     WHERE ev.execution_id = p_execution_id AND ev.event_id > coalesce(p_after_event_id, 0)
     ORDER BY ev.event_id
     LIMIT p_limit;
+END;
 $$;
 
 -- The dashboard's run page: one page of the history and what the page shows beside it, in
@@ -964,7 +972,8 @@ COMMENT ON FUNCTION harvest.get_execution IS
 'One execution row; HR002 when it does not exist. For operators and clients (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_history IS
 'A run''s history after event p_after_event_id (0 = from the start), in order, at most p_limit events (NULL: all; '
-'a page of the HTTP API). Called by clients, workers and operators (roles harvest_reader, harvest_worker).';
+'a page of the HTTP API; a negative limit is HR001). Called by clients, workers and operators (roles harvest_reader, '
+'harvest_worker).';
 COMMENT ON FUNCTION harvest.get_history_page IS
 'One page of a run''s history for the dashboard (part event: p_limit events from p_from_event_id on, or the last '
 'p_limit before p_before_event_id, or the last p_limit) with its last p_limit signals and reset points, its pending '

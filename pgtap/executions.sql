@@ -4,7 +4,7 @@
 -- rules (the executions_checks trigger) and the dashboard's history page (get_history_page),
 -- each in a transaction of its own.
 BEGIN;
-SELECT plan(33);
+SELECT plan(34);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -60,8 +60,23 @@ SELECT results_eq($$SELECT event_id FROM harvest.get_history(pg_temp.run('ex-1')
 SELECT is_empty($$SELECT * FROM harvest.get_history(pg_temp.run('ex-1'), 0, 0)$$, 'get_history(p_limit => 0): empty');
 SELECT is((SELECT count(*) FROM harvest.get_history(pg_temp.run('ex-1'), 0, NULL)), 3::bigint,
           'get_history(p_limit => NULL): every event');
-SELECT throws_ok($$SELECT * FROM harvest.get_history(pg_temp.run('ex-1'), 0, -1)$$, '2201W', NULL,
-                 'get_history() with a negative limit: refused (class 22, a 400 over HTTP)');
+SELECT throws_ok($$SELECT * FROM harvest.get_history(pg_temp.run('ex-1'), 0, -1)$$, 'HR001',
+                 'limit -1 is negative',
+                 'get_history() with a negative limit: HR001 (PostgreSQL''s own 2201W said nothing of Harvest)');
+CREATE FUNCTION pg_temp.hint_of(p_sql text) RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_hint text;
+BEGIN
+    EXECUTE p_sql;
+    RETURN NULL;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS v_hint = PG_EXCEPTION_HINT;
+    RETURN v_hint;
+END;
+$fn$;
+SELECT is(pg_temp.hint_of($$SELECT * FROM harvest.get_history(pg_temp.run('ex-1'), 0, -1)$$),
+          'give 0 or more events, or NULL for the whole history',
+          'get_history() with a negative limit: the hint says what to give');
 
 -- terminate_workflow: ends the run at once, open tasks dropped.
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:02+00';

@@ -10,11 +10,14 @@ import json
 import pytest
 from click.testing import CliRunner
 from rebalance_helpers import RunningWorker, authoritative, row, scalar, wait_until
+from starlette.testclient import TestClient
 
 from harvest import App, Client, workflow
 from harvest.cli.main import main as cli
+from harvest.config import load_config
 from harvest.shard import ShardPools, ShardRouter
 from harvest.shard.rebalance import Rebalancer
+from harvest.web.app import management_app
 
 pytestmark = pytest.mark.shard
 
@@ -156,6 +159,17 @@ def test_export_batch_reads_every_shard_and_a_missing_shard_makes_it_partial(sha
     batch = json.loads(out.read_text())
     assert batch["status"] == "complete" and batch["shard_coverage"] == {"read": ALL, "unavailable": []}
     assert sorted((e["shard_id"], e["execution_id"]) for e in batch["exports"]) == sorted(ids.items())
+    # The route streams the same document, each export read on its own shard.
+    served = {
+        "HARVEST_SHARDS__READABLE": "0,1,2",
+        "HARVEST_SHARDS__WRITABLE": "0,1,2",
+        **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in shards.dsns.items()},
+    }
+    with TestClient(management_app(config=load_config(env=served), profile="dev")) as api:
+        answer = api.get(
+            "/history/export-batch", params={"workflow_name": "pe_batch", "payload_policy": "full"}
+        )
+    assert answer.status_code == 200 and answer.json() == batch, answer.text
 
     shards.stop(2)
     try:

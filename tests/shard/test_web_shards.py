@@ -43,6 +43,19 @@ def test_routes_over_three_shards_and_a_stopped_one(shards) -> None:
         assert api.get("/workflows/count").json()["counts"] == [
             {"status": "RUNNING", "workflow_name": None, "executions": 3}
         ]
+        # The runs on shards 1 and 2 as children of shard 0's: a page a request, merged.
+        for shard in (1, 2):
+            with shards.connect(shard) as conn:
+                conn.execute(
+                    "UPDATE harvest.executions SET parent_id = %s WHERE id = %s", (ids[0], ids[shard])
+                )
+        kids = api.get(f"/workflows/{ids[0]}/children", params={"page_size": 1}).json()
+        assert kids["status"] == "complete" and len(kids["items"]) == 1 and kids["next_cursor"]
+        more = api.get(
+            f"/workflows/{ids[0]}/children", params={"page_size": 1, "cursor": kids["next_cursor"]}
+        )
+        assert more.json()["next_cursor"] is None
+        assert {c["exec_id"] for c in kids["items"] + more.json()["items"]} == {ids[1], ids[2]}
         with shards.connect(1) as conn, shards.connect(2) as other:
             for c in (conn, other):
                 c.execute("SELECT harvest.register_worker('w-multi', ARRAY['default'], 'host', 1, 60, '{}')")
@@ -56,6 +69,9 @@ def test_routes_over_three_shards_and_a_stopped_one(shards) -> None:
         try:
             partial = api.get("/workflows").json()
             assert partial["status"] == "partial" and partial["unavailable_shards"] == [1]
+            kids = api.get(f"/workflows/{ids[0]}/children").json()
+            assert (kids["status"], kids["unavailable_shards"]) == ("partial", [1])
+            assert [c["exec_id"] for c in kids["items"]] == [ids[2]] and kids["next_cursor"] is None
             assert {r["shard_id"] for r in partial["executions"]} == {0, 2}
             down = api.get(f"/workflows/{ids[1]}")
             assert down.status_code == 503 and down.json()["error"]["shard_id"] == 1

@@ -407,6 +407,60 @@ class ChildrenShard:
     def list_children_of(self, ids: list[str]) -> list[dict[str, Any]]:
         return [r for r in self.rows if str(r["parent_id"]) in ids]
 
+    def list_children_page(self, execution_id, status, after, limit) -> list[dict[str, Any]]:
+        """LIST_CHILDREN_PAGE: the direct children after the position, in order, ``limit``."""
+        found = [
+            r
+            for r in self.rows
+            if str(r["parent_id"]) == str(execution_id)
+            and (status is None or r["status"] == status)
+            and (
+                after is None
+                or r["created_at"] < after[0]
+                or (r["created_at"] == after[0] and uuid.UUID(r["execution_id"]) > uuid.UUID(after[1]))
+            )
+        ]
+        found.sort(key=lambda r: uuid.UUID(r["execution_id"]))
+        found.sort(key=lambda r: r["created_at"], reverse=True)
+        return found[:limit]
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 5])
+@pytest.mark.parametrize("status", [None, "RUNNING"])
+def test_pages_of_children_read_a_page_a_shard_and_hold_every_child_once(limit: int, status) -> None:
+    """A page of direct children is a page from each shard, merged: page after page, the same
+    list the whole walk gives, every child once in order, siblings that share a created_at
+    and moved children (a seal on one shard, the home on another) included."""
+    parent = str(uuid.UUID(int=1))
+    for seed in range(20):
+        rng = random.Random(seed)
+        shards: dict[int, list[dict[str, Any]]] = {0: [], 1: [], 2: []}
+        for n in range(rng.randrange(0, 15)):
+            row = {
+                "execution_id": str(uuid.UUID(int=rng.getrandbits(128))),
+                "parent_id": parent,
+                "workflow_name": "w",
+                "status": rng.choice(["RUNNING", "COMPLETED"]),
+                "created_at": T0 + timedelta(minutes=rng.randrange(0, 3)),  # ties
+            }
+            home = rng.randrange(0, 3)
+            shards[home].append(row)
+            if n % 4 == 0:  # moved here from another shard: its seal stays there
+                shards[(home + 1) % 3].append({**row, "status": "MIGRATED"})
+        reads = ShardReads({s: ChildrenShard(rows) for s, rows in shards.items()}, concurrent=False)
+        whole = reads.list_children(parent, status).value
+        seen: list[dict[str, Any]] = []
+        after = None
+        for _ in range(100):
+            page = reads.list_children(parent, status, 1, after, limit + 1).value
+            seen += page[:limit]
+            if len(page) <= limit:
+                break
+            after = (page[limit - 1]["created_at"], str(page[limit - 1]["execution_id"]))
+        assert [(r["execution_id"], r["status"]) for r in seen] == [
+            (r["execution_id"], r["status"]) for r in whole
+        ], seed
+
 
 @pytest.mark.parametrize("shards_answer", ["seal_first", "home_first"])
 def test_a_moved_child_is_listed_where_it_lives_whatever_shard_answers_first(shards_answer: str) -> None:

@@ -162,6 +162,7 @@ SAMPLE = {
     "list[tuple[int, int, int, list[dict[str, Any]], int, int | None]]": [(1, 2, 3, [], 0, None)],
     "list[tuple[int, int, Any, dict[str, Any] | None]]": [(1, 2, "r", None)],
     "list[Any] | None": None,
+    "tuple[_dt.datetime, str] | None": None,
 }
 
 

@@ -167,6 +167,37 @@ def test_a_history_longer_than_a_page_prints_the_same_over_sql_and_http(
     assert history_rows and max(history_rows) <= 5, history_rows
 
 
+def test_children_more_than_a_page_print_the_same_over_sql_and_http(
+    both, conn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The children route answers a page (docs/http-api.md): `workflow children` over HTTP
+    follows next_cursor to the end and prints what it prints over SQL, every child once."""
+    monkeypatch.setattr(cli_http, "CHILDREN_PAGE", 2)
+    asked: list[object] = []
+    get = cli_http.Http.get
+
+    def counted(self, path: str, **params: object) -> object:
+        if path.endswith("/children"):
+            asked.append(params.get("page_size"))
+        return get(self, path, **params)
+
+    monkeypatch.setattr(cli_http.Http, "get", counted)
+    parent = start(conn, "onboarding", "many-kids")
+    kids = [start(conn, "billing", f"kid-{i}") for i in range(5)]
+    conn.execute("UPDATE harvest.executions SET parent_id = %s WHERE id = ANY(%s::uuid[])", (parent, kids))
+    for output in ("table", "json"):
+        sql, _ = both("workflow", "children", parent, "--output", output)
+        assert all(k in sql.stdout for k in kids)
+        both("workflow", "children", parent, "--status", "RUNNING", "--depth", "2", "--output", output)
+    assert asked and set(asked) == {2}, asked
+
+
+def test_the_clis_children_page_is_the_routes_largest() -> None:
+    from harvest.web.routes import workflows
+
+    assert cli_http.CHILDREN_PAGE == workflows.CHILDREN_PAGE_MAX
+
+
 def test_writes_print_the_same_over_sql_and_http(db: str, served, conn) -> None:
     """Each write made once per transport, on twin runs in the same state: the outputs are
     equal once each names its own run."""

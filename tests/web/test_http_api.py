@@ -506,6 +506,74 @@ def test_children_page_with_a_cursor(api, start_worker) -> None:
     assert len(tree["children"]) == 3
 
 
+def adopt(conn, parent_id: str, n: int) -> list[str]:
+    """Start ``n`` runs and make them children of ``parent_id`` (what a fan-out of ``n``
+    child workflows leaves on the parent's shard), without a worker."""
+    kids = [start(conn, "kid", f"{parent_id}-kid-{i}") for i in range(n)]
+    conn.execute("UPDATE harvest.executions SET parent_id = %s WHERE id = ANY(%s::uuid[])", (parent_id, kids))
+    return kids
+
+
+def test_children_without_page_size_answer_a_page_and_the_cursor_of_the_rest(api, conn) -> None:
+    """Without page_size the route answered every child in one JSON (a run with 100,000
+    children, one huge answer): it answers the default page, as GET /workflows does, and
+    next_cursor continues it; page_size stays capped at 1000."""
+    from harvest.web.routes import workflows
+
+    run = start(conn, "parent", "many-kids")
+    kids = adopt(conn, run, workflows.CHILDREN_PAGE + 3)
+    first = api.get(f"/workflows/{run}/children").json()
+    assert len(first["items"]) == workflows.CHILDREN_PAGE and first["next_cursor"], len(first["items"])
+    rest = api.get(f"/workflows/{run}/children", params={"cursor": first["next_cursor"]}).json()
+    assert len(rest["items"]) == 3 and rest["next_cursor"] is None
+    seen = [c["exec_id"] for c in first["items"] + rest["items"]]
+    assert sorted(seen) == sorted(kids) and len(set(seen)) == len(kids)
+    big = api.get(f"/workflows/{run}/children", params={"page_size": workflows.CHILDREN_PAGE_MAX + 1})
+    assert error_of(big)["field"] == "page_size"
+
+
+def test_a_page_of_children_reads_a_page_from_the_database(api, conn, monkeypatch) -> None:
+    """Each page of /children read every child of the run into the server (a run of 100,000
+    children: 100,000 rows for each page of 50, and the CLI asks for every page): a page of
+    direct children now reads page_size + 1 rows a shard, after the cursor, in the database."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    fetched: list[int] = []
+    for name in ("list_children", "list_children_of", "list_children_page"):
+        read = getattr(AsyncSqlApi, name, None)
+        if read is None:
+            continue
+
+        async def counted(self, *args, read=read, **kwargs):
+            rows = await read(self, *args, **kwargs)
+            fetched.append(len(rows))
+            return rows
+
+        monkeypatch.setattr(AsyncSqlApi, name, counted)
+    run = start(conn, "parent", "paged-kids")
+    kids = adopt(conn, run, 12)
+    # Siblings a decision starts share their created_at: the cursor's id breaks the ties.
+    conn.execute(
+        "UPDATE harvest.executions SET created_at = (SELECT max(created_at) FROM harvest.executions)"
+        " WHERE id = ANY(%s::uuid[])",
+        (kids[:8],),
+    )
+    seen, cursor = [], None
+    while True:
+        fetched.clear()
+        params = {"page_size": 5, **({"cursor": cursor} if cursor else {})}
+        page = api.get(f"/workflows/{run}/children", params=params).json()
+        assert fetched and max(fetched) <= 6, fetched
+        seen += [c["exec_id"] for c in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    whole = api.get(f"/workflows/{run}/children", params={"page_size": 1000}).json()["items"]
+    assert seen == [c["exec_id"] for c in whole] and sorted(seen) == sorted(kids)
+    failed = api.get(f"/workflows/{run}/children", params={"status": "FAILED", "page_size": 5}).json()
+    assert failed["items"] == [] and failed["next_cursor"] is None
+
+
 def test_list_pages_with_a_cursor_and_count_rolls_the_tail_into_other(api, conn) -> None:
     for i in range(3):
         start(conn, "greet", f"page-{i}", search_attributes={"tenant": "acme", "n": i})
@@ -636,6 +704,90 @@ def test_history_export_batch_is_the_clis_document(api, conn) -> None:
     assert none["exports"] == [] and none["status"] == "complete"
     assert error_of(api.get("/history/export-batch", params={"limit": 0}))["field"] == "limit"
     assert error_of(api.get("/history/export-batch", params={"state_group": "x"}))["field"] == "state_group"
+
+
+def test_history_export_batch_streams_its_histories_a_page_at_a_time(db, conn, monkeypatch) -> None:
+    """The batch route read every export's whole history (up to 10,000 runs) into memory and
+    sent nothing before the last one: it streams, each history from a server-side cursor, so at
+    each chunk it sends it has read no more than a page and the read-ahead beyond what it sent.
+    (Observed at the ASGI send, not through the test client, which buffers the body.)"""
+    from starlette.testclient import TestClient
+
+    from harvest.config import load_config
+    from harvest.db.sqlapi import AsyncSqlApi
+    from harvest.web.app import management_app
+    from harvest.web.routes import history
+
+    page = 2
+    monkeypatch.setattr(history, "EXPORT_PAGE_SIZE", page)
+    read = [0]  # history events fetched from the database so far
+    whole, streamed = AsyncSqlApi.get_history, AsyncSqlApi.iter_history
+
+    async def counted_whole(self, *args, **kwargs):
+        rows = await whole(self, *args, **kwargs)
+        read[0] += len(rows)
+        return rows
+
+    async def counted_stream(self, *args, **kwargs):
+        async for row in streamed(self, *args, **kwargs):
+            read[0] += 1
+            yield row
+
+    monkeypatch.setattr(AsyncSqlApi, "get_history", counted_whole)
+    monkeypatch.setattr(AsyncSqlApi, "iter_history", counted_stream)
+    runs = [start(conn, "greet", f"streamed-{i}", input=[f"secret-{i}"]) for i in range(3)]
+    for run in runs:
+        conn.execute(
+            "SELECT harvest.signal_workflow(%s, 'sig-' || g, to_jsonb(g)) FROM generate_series(1, 30) AS g",
+            (run,),
+        )
+    total = 3 * 31  # each run: WorkflowStarted and 30 signals
+    read_at_send: list[int] = []
+
+    app = management_app(dsn=db, config=load_config(env={}), profile="dev", app=APP)
+
+    async def spying(scope, receive, send):
+        async def spy(message):
+            if message["type"] == "http.response.body" and message.get("body"):
+                read_at_send.append(read[0])
+            await send(message)
+
+        await app(scope, receive, spy)
+
+    with TestClient(spying) as client:
+        for policy in ("redacted", "full"):
+            read[0], read_at_send[:] = 0, []
+            answer = client.get(
+                "/history/export-batch", params={"state_group": "all", "payload_policy": policy}
+            )
+            assert answer.status_code == 200, answer.text
+            doc = answer.json()
+            assert sorted(len(e["events"]) for e in doc["exports"]) == [31, 31, 31]
+            assert read[0] == total
+            ahead = 2 * page + history._READ_AHEAD  # a cursor page fetched, a page yielded, the queue
+            assert read_at_send[0] <= ahead, (policy, read_at_send[:3])
+            assert all(n <= i + ahead for i, n in enumerate(read_at_send)), (policy, read_at_send)
+
+
+def test_a_batch_run_that_cannot_be_exported_is_a_failure_and_the_rest_stream(api, conn, monkeypatch) -> None:
+    """A run picked for the batch whose export fails before its first byte (here: gone) is
+    listed under failures, and the document around it stays whole."""
+    from harvest.core.errors import NotFound
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    runs = [start(conn, "greet", f"gone-{i}", input=[i]) for i in range(3)]
+    read = AsyncSqlApi.get_execution
+
+    async def gone(self, execution_id, *args, **kwargs):
+        if str(execution_id) == runs[1]:
+            raise NotFound(f"execution {execution_id} does not exist")
+        return await read(self, execution_id, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncSqlApi, "get_execution", gone)
+    doc = api.get("/history/export-batch", params={"state_group": "all"}).json()
+    assert sorted(e["execution_id"] for e in doc["exports"]) == sorted([runs[0], runs[2]])
+    assert [(f["execution_id"], f["shard_id"]) for f in doc["failures"]] == [(runs[1], 0)]
+    assert "does not exist" in doc["failures"][0]["error"] and doc["status"] == "complete"
 
 
 def test_handlers_and_registered_types_with_declared_dependencies(api) -> None:

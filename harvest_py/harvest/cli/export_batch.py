@@ -20,9 +20,16 @@ import click
 from harvest.cli.http import http_session
 from harvest.cli.output import database_url_option, json_default, output_file, selected
 from harvest.cli.shards import each_shard
-from harvest.client.export_batch import MAX_LIMIT, STATE_GROUPS, assemble, shard_batch
+from harvest.client.export_batch import (
+    MAX_LIMIT,
+    STATE_GROUPS,
+    assemble,
+    newest,
+    shard_candidates,
+    shard_exports,
+)
 from harvest.db.steps import run_steps
-from harvest.shard.fanout import COMPLETE
+from harvest.shard.fanout import COMPLETE, status_of
 
 
 @click.command("export-batch")
@@ -71,14 +78,24 @@ def export_batch(
             _, batch = http.request("GET", "/history/export-batch", params=params)
         status, unavailable = batch["status"], list(batch["shard_coverage"].get("unavailable") or [])
     else:
+        # The newest `limit` runs over every shard first, then each shard exports its own of them.
         full = payload_policy == "full"
-
-        def read(api: Any) -> Any:
-            return run_steps(shard_batch(workflow_name, state_group, updated_after, limit, full), api)
-
-        fan = each_shard(database_url, read, none_is_error=False)
-        batch = assemble(fan.results, fan.unavailable_shards, fan.status, payload_policy, limit)
-        status, unavailable = fan.status, fan.unavailable_shards
+        picks = each_shard(
+            database_url,
+            lambda api: run_steps(shard_candidates(workflow_name, state_group, updated_after, limit), api),
+            none_is_error=False,
+        )
+        chosen = newest(picks.results, limit)
+        exported: dict[int, Any] = {}
+        unavailable = list(picks.unavailable_shards)
+        if chosen:
+            exports = each_shard(
+                database_url, lambda api: run_steps(shard_exports(chosen, full), api), none_is_error=False
+            )
+            exported, unavailable = exports.results, sorted({*unavailable, *exports.unavailable_shards})
+        read = set(picks.results) - set(unavailable)
+        status = status_of(len(read), len(unavailable))
+        batch = assemble(chosen, exported, read, unavailable, status, payload_policy)
     text = json.dumps(batch, default=json_default, indent=2) + "\n"
     with output_file(path, private=payload_policy == "full") as out:
         out.write(text)

@@ -412,6 +412,8 @@ def http_session(settings: HttpSettings) -> Iterator[Http]:
 
 # The events a request of `workflow history` over HTTP asks for (the route's maximum).
 HISTORY_PAGE = 1000
+# The children a `workflow children` request asks for: the route's largest page.
+CHILDREN_PAGE = 1000
 
 
 class HttpApi:
@@ -941,8 +943,22 @@ class HttpReads:
         return _merged(answer, "counts")
 
     def list_children(self, execution_id: str, status: str | None = None, depth: int = 1) -> Merged[Any]:
-        answer = self.http.get(f"/workflows/{_p(execution_id)}/children", status=status, depth=depth)
+        """Every child, page by page: the route answers a page and the cursor of the rest
+        (docs/http-api.md), and the command prints them all, as over SQL."""
+        route = f"/workflows/{_p(execution_id)}/children"
+        answer = self.http.get(route, status=status, depth=depth, page_size=CHILDREN_PAGE)
         merged = _merged(answer, "items")
+        unavailable = set(merged.unavailable_shards)
+        while answer.get("next_cursor"):
+            answer = self.http.get(
+                route, status=status, depth=depth, page_size=CHILDREN_PAGE, cursor=answer["next_cursor"]
+            )
+            page = _merged(answer, "items")
+            merged.value += page.value
+            unavailable |= set(page.unavailable_shards)
+            if page.status != COMPLETE:  # a shard missed on any page: the list is partial
+                merged.status = page.status
+        merged.unavailable_shards = sorted(unavailable)
         # The route adds the spec's aliases (exec_id, started_at); the CLI prints the rows.
         merged.value = [
             {k: v for k, v in r.items() if k not in ("exec_id", "started_at")} for r in merged.value

@@ -33,8 +33,9 @@ STATE_GROUPS: dict[str, set[str]] = {
     "all": {*LIVE_STATUSES, *_ENDED},
 }
 
-# One shard's answer: (when each export's run was last updated, the export), and the failures.
-ShardBatch = tuple[list[tuple[datetime, dict[str, Any]]], list[dict[str, Any]]]
+# A run the batch takes (the newest ``limit`` matching runs over every shard): its id, shard,
+# workflow name and when it was last updated; small, so 10,000 of them are no burden.
+Candidate = dict[str, Any]
 
 
 def updated_at(row: dict[str, Any]) -> datetime:
@@ -69,8 +70,10 @@ def resolved(value: Any) -> Steps[Any]:
     return replace_refs(value, (yield Sql(sqlapi.get_payloads, ids)))
 
 
-def _export(shard: int, row: dict[str, Any], full: bool) -> Steps[dict[str, Any]]:
-    execution_id = str(row["execution_id"])
+def export(candidate: Candidate, full: bool) -> Steps[dict[str, Any]]:
+    """One run's export in the batch, whole (the CLI's document; the HTTP route streams the
+    same export, harvest/web/routes/history.py)."""
+    execution_id = candidate["execution_id"]
     execution = yield Sql(sqlapi.get_execution, execution_id)
     events = yield Sql(sqlapi.get_history, execution_id)
     if full:  # payloads as stored, offloaded ones resolved (as `history export --payload-policy full`)
@@ -79,7 +82,20 @@ def _export(shard: int, row: dict[str, Any], full: bool) -> Steps[dict[str, Any]
         doc = {"execution": execution, "events": events, "redacted": False}
     else:
         doc = redact({"execution": execution, "events": events, "redacted": True})
-    return {"execution_id": execution_id, "shard_id": shard, "workflow_name": row["workflow_name"], **doc}
+    return {**export_key(candidate), **doc}
+
+
+def export_key(candidate: Candidate) -> dict[str, Any]:
+    """The fields an export starts with, before its ``execution``, ``events`` and ``redacted``."""
+    return {
+        "execution_id": candidate["execution_id"],
+        "shard_id": candidate["shard_id"],
+        "workflow_name": candidate["workflow_name"],
+    }
+
+
+def failure(candidate: Candidate, error: str) -> dict[str, Any]:
+    return {"execution_id": candidate["execution_id"], "shard_id": candidate["shard_id"], "error": error}
 
 
 def check(state_group: str, limit: int) -> None:
@@ -89,42 +105,92 @@ def check(state_group: str, limit: int) -> None:
         raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_LIMIT}")
 
 
-def shard_batch(
-    workflow_name: str | None, state_group: str, after: datetime | None, limit: int, full: bool
-) -> Steps[ShardBatch]:
-    """One shard's part of the batch: its newest matching runs exported, and the runs that
-    matched but could not be exported (a failure each, the batch goes on)."""
-    check(state_group, limit)
+def shard_id() -> Steps[int]:
     try:
-        shard = int((yield Sql(sqlapi.get_shard_id)))
+        return int((yield Sql(sqlapi.get_shard_id)))
     except (HarvestError, TypeError, ValueError):  # pragma: no cover - a database without identity
         raise InvalidArgument("this database has no shard identity; run `harvest migrate run`") from None
-    exports: list[tuple[datetime, dict[str, Any]]] = []
-    failures: list[dict[str, Any]] = []
-    for row in (yield from _matching(workflow_name, STATE_GROUPS[state_group], after, limit)):
-        try:
-            exports.append((updated_at(row), (yield from _export(shard, row, full))))
-        except HarvestError as exc:
-            failures.append({"execution_id": str(row["execution_id"]), "shard_id": shard, "error": str(exc)})
-    return exports, failures
 
 
-def assemble(
-    results: Mapping[int, ShardBatch],
-    unavailable: Iterable[int],
-    status: str,
-    payload_policy: str,
-    limit: int,
-) -> dict[str, Any]:
-    """The batch document from the shards' answers: the newest ``limit`` exports over all of
-    them, every failure, and which shards were read."""
-    exports = sorted((e for found, _ in results.values() for e in found), key=lambda p: p[0], reverse=True)
+def shard_candidates(
+    workflow_name: str | None, state_group: str, after: datetime | None, limit: int
+) -> Steps[list[Candidate]]:
+    """One shard's newest ``limit`` matching runs, exported nothing yet: the batch first picks
+    its runs over every shard (:func:`newest`), then exports those, one at a time."""
+    check(state_group, limit)
+    shard = yield from shard_id()
+    return [
+        {
+            "execution_id": str(row["execution_id"]),
+            "shard_id": shard,
+            "workflow_name": row["workflow_name"],
+            "updated_at": updated_at(row),
+        }
+        for row in (yield from _matching(workflow_name, STATE_GROUPS[state_group], after, limit))
+    ]
+
+
+def newest(results: Mapping[int, list[Candidate]], limit: int) -> list[Candidate]:
+    """The batch's runs: the newest ``limit`` (by when they were last updated) over every shard."""
+    found = [c for candidates in results.values() for c in candidates]
+    return sorted(found, key=lambda c: c["updated_at"], reverse=True)[:limit]
+
+
+# A run's outcome in the batch: (True, its export) or (False, its failure).
+Outcome = tuple[bool, dict[str, Any]]
+
+
+def shard_exports(chosen: list[Candidate], full: bool) -> Steps[dict[str, Outcome]]:
+    """The exports of this shard's runs among ``chosen``, by execution id; a run that could not
+    be exported has its failure instead (the batch goes on)."""
+    shard = yield from shard_id()
+    out: dict[str, Outcome] = {}
+    for candidate in chosen:
+        if candidate["shard_id"] == shard:
+            try:
+                out[candidate["execution_id"]] = (True, (yield from export(candidate, full)))
+            except HarvestError as exc:
+                out[candidate["execution_id"]] = (False, failure(candidate, str(exc)))
+    return out
+
+
+def head(status: str, payload_policy: str) -> dict[str, Any]:
+    """The document's fields before ``exports``."""
     return {
         "schema": BATCH_SCHEMA,
         "version": BATCH_VERSION,
         "status": status,
         "payload_policy": payload_policy,
-        "exports": [doc for _, doc in exports[:limit]],
-        "failures": [f for _, failed in results.values() for f in failed],
-        "shard_coverage": {"read": sorted(results), "unavailable": list(unavailable)},
+    }
+
+
+def coverage(read: Iterable[int], unavailable: Iterable[int]) -> dict[str, Any]:
+    return {"read": sorted(read), "unavailable": list(unavailable)}
+
+
+def assemble(
+    chosen: list[Candidate],
+    exported: Mapping[int, dict[str, Outcome]],
+    read: Iterable[int],
+    unavailable: Iterable[int],
+    status: str,
+    payload_policy: str,
+) -> dict[str, Any]:
+    """The batch document: the export of each of ``chosen`` in order (newest first), the
+    failures of those that could not be exported, and which shards were read."""
+    outcomes = {eid: outcome for found in exported.values() for eid, outcome in found.items()}
+    exports: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
+    for candidate in chosen:
+        # (not there: its shard answered the pick but not the export)
+        ok, doc = outcomes.get(candidate["execution_id"]) or (
+            False,
+            failure(candidate, f"shard {candidate['shard_id']} could not be read"),
+        )
+        (exports if ok else failures).append(doc)
+    return {
+        **head(status, payload_policy),
+        "exports": exports,
+        "failures": failures,
+        "shard_coverage": coverage(read, unavailable),
     }

@@ -271,6 +271,17 @@ LIST_CHILDREN_OF = """
 SELECT c.* FROM unnest(%(execution_ids)s::uuid[]) AS p (id)
 CROSS JOIN LATERAL harvest.list_children(p.id, NULL, 1) AS c
 """
+# A page of an execution's direct children on this shard: the first ``limit`` in the list's
+# order (created_at DESC, then id) after a position (the last row a page showed; NULL: from
+# the newest), so a page of children costs the web process a page, not every child.
+LIST_CHILDREN_PAGE = """
+SELECT c.* FROM harvest.list_children(%(execution_id)s, %(status)s, 1) AS c
+WHERE %(after_created_at)s::timestamptz IS NULL
+   OR c.created_at < %(after_created_at)s::timestamptz
+   OR (c.created_at = %(after_created_at)s::timestamptz AND c.execution_id > %(after_id)s::uuid)
+ORDER BY c.created_at DESC, c.execution_id
+LIMIT %(limit)s
+"""
 WORKFLOW_STACK = "SELECT harvest.get_execution_stack(%(execution_id)s) AS stack"
 AGGREGATE_DEAD_LETTERS = "SELECT * FROM harvest.count_dead_letters(%(group_by)s)"
 BULK_DEAD_LETTERS = """
@@ -587,6 +598,21 @@ def terminate_workflow(execution_id: str, reason: str | None) -> dict[str, Any]:
 @call(LIST_CHILDREN)
 def list_children(execution_id: str, status: str | None = None, depth: int = 1) -> dict[str, Any]:
     return {"execution_id": execution_id, "status": status, "depth": depth}
+
+
+@call(LIST_CHILDREN_PAGE)
+def list_children_page(
+    execution_id: str, status: str | None, after: tuple[_dt.datetime, str] | None, limit: int
+) -> dict[str, Any]:
+    """harvest.list_children (one level) of ``execution_id``: ``limit`` rows after ``after``
+    ((created_at, execution id) of the last row shown; None: from the newest)."""
+    return {
+        "execution_id": execution_id,
+        "status": status,
+        "after_created_at": after[0] if after else None,
+        "after_id": after[1] if after else None,
+        "limit": limit,
+    }
 
 
 @call(LIST_CHILDREN_OF)

@@ -863,16 +863,55 @@ def _descendants(
     return found, unavailable, len(answered - unavailable)
 
 
-def list_children(execution_id: Any, status: str | None = None, depth: int = 1) -> Plan:
+# Where a page of children starts: after the (created_at, execution id) of the last row shown.
+ChildPosition = tuple[datetime, str]
+
+
+def _after_position(row: dict[str, Any], after: ChildPosition) -> bool:
+    at, last = after
+    return row["created_at"] < at or (row["created_at"] == at and _key(row)[1] > uuid.UUID(last))
+
+
+def list_children(
+    execution_id: Any,
+    status: str | None = None,
+    depth: int = 1,
+    after: ChildPosition | None = None,
+    limit: int | None = None,
+) -> Plan:
     """An execution's children (to ``depth`` levels) on every shard, newest first (created_at
     DESC, then id), each row with its ``shard_id`` and ``depth``; ``status`` filters the rows
-    shown, never the walk."""
+    shown, never the walk. ``after`` and ``limit``: the first ``limit`` rows after that
+    position (a page: the HTTP API's; None, all). The direct children's page is read as a page
+    on each shard (``limit`` rows after the position, in the database: the k-way merge of the
+    workflow list); a deeper one walks the tree and keeps the page."""
     wanted = _check_children_args(status, depth)
-    found, unavailable, answered = yield from _descendants(execution_id, depth)
-    rows = [r for r in found if wanted is None or r["status"] == wanted]
+    if limit is not None and depth == 1 and wanted not in _HOME_RANK:
+        # A moved run's seal (MIGRATED) and staged copy (MIGRATING) never pass a live status,
+        # so each shard may filter: the rows left are the runs' homes, once each.
+        fan = yield Step(lambda api, _s: api.list_children_page(execution_id, wanted, after, limit))
+        rows = [{**r, "depth": 1} for r in _homes(_tagged(fan))]
+        unavailable, answered = set(fan.unavailable_shards), len(fan.results)
+    else:
+        found, unavailable, answered = yield from _descendants(execution_id, depth)
+        rows = [r for r in found if wanted is None or r["status"] == wanted]
+        if after is not None:
+            rows = [r for r in rows if _after_position(r, after)]
     rows.sort(key=_key)
     rows.sort(key=lambda r: r["created_at"], reverse=True)
-    return Merged(rows, sorted(unavailable), status_of(answered, len(unavailable)))
+    return Merged(
+        rows if limit is None else rows[:limit], sorted(unavailable), status_of(answered, len(unavailable))
+    )
+
+
+def _homes(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per run: a moved run's home row (_HOME_RANK) over its others."""
+    kept: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        child = str(row["execution_id"])
+        if child not in kept or _HOME_RANK.get(row["status"], 0) < _HOME_RANK.get(kept[child]["status"], 0):
+            kept[child] = row
+    return list(kept.values())
 
 
 def list_tree(execution_id: Any, depth: int = 100) -> Plan:

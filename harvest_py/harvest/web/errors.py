@@ -63,11 +63,16 @@ def json_default(value: Any) -> Any:
     return str(value)
 
 
+def compact_json(content: Any) -> bytes:
+    """The API's JSON text of ``content`` (a streamed answer writes its pieces with it too)."""
+    return json.dumps(content, default=json_default, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 class HarvestJSONResponse(JSONResponse):
     """JSON of the rows the SQL API returns (times, UUIDs, decimals: :func:`json_default`)."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, default=json_default, ensure_ascii=False, separators=(",", ":")).encode()
+        return compact_json(content)
 
 
 def _details(exc: HarvestError) -> dict[str, Any]:

@@ -13,56 +13,46 @@ history; ``/history`` answers a page) and replay it where the new code is;
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.responses import StreamingResponse
 
-from harvest.client.export_batch import MAX_LIMIT, STATE_GROUPS, assemble, resolved, shard_batch
+from harvest.client.export_batch import (
+    MAX_LIMIT,
+    STATE_GROUPS,
+    coverage,
+    export_key,
+    failure,
+    head,
+    newest,
+    resolved,
+    shard_candidates,
+)
 from harvest.client.history_export import EXPORT_PAGE_SIZE, aexport_chunks
+from harvest.core.errors import HarvestError
+from harvest.core.payload import redact
 from harvest.db.steps import arun_steps
+from harvest.web.errors import compact_json
 from harvest.web.routes import ROWS, Call, Endpoint, Param, path, shape
 
 # Pieces of an export read ahead of a slow client (each is one event's text).
 _READ_AHEAD = 16
 
-
-async def export_history_batch(call: Call, args: dict[str, Any], _: Any) -> Any:
-    """The batch document; ``status`` partial (200) when a shard could not be read, 503 when none
-    could."""
-    full = args["payload_policy"] == "full"
-    steps = (args["workflow_name"], args["state_group"], args["updated_after"], args["limit"], full)
-    fan = await call.each_shard(lambda sql: arun_steps(shard_batch(*steps), sql))
-    return assemble(fan.results, fan.unavailable_shards, fan.status, args["payload_policy"], args["limit"])
+# Puts a piece of the answer's text on the way to the client (waits while it is _READ_AHEAD behind).
+Put = Callable[[str], Awaitable[None]]
 
 
-async def export_workflow_history(call: Call, args: dict[str, Any], _: Any) -> Any:
-    """One execution's export, as `harvest history export` writes it (the same bytes), streamed
-    from a server-side cursor as the events are read; under ``full`` offloaded payloads are
-    resolved. An unknown or moved run is an error answer before any byte."""
-    execution_id, full = args["execution_id"], args["payload_policy"] == "full"
-
-    async def head(sql: Any) -> tuple[dict[str, Any], int | None]:
-        execution = call.resident(await sql.get_execution(execution_id))
-        if full:
-            execution = await arun_steps(resolved(execution), sql)
-        return execution, (await sql.get_shard_id() if call.sharded else None)
-
-    execution, shard = await call.routed(execution_id, head)
+def _streamed(produce: Callable[[Put], Awaitable[None]]) -> StreamingResponse:
+    """The JSON answer ``produce`` writes piece by piece, sent as it is written: at most
+    _READ_AHEAD pieces wait for a slow client, so a document of any size costs a page of
+    memory. An error once the answer has begun ends it short (the client sees it broke off)."""
     pieces: asyncio.Queue[str | BaseException | None] = asyncio.Queue(_READ_AHEAD)
-
-    async def produce(sql: Any) -> None:
-        async def events() -> AsyncIterator[dict[str, Any]]:
-            async for event in sql.iter_history(execution_id, EXPORT_PAGE_SIZE):
-                yield await arun_steps(resolved(event), sql) if full else event
-
-        async for piece in aexport_chunks(execution, events(), full):
-            await pieces.put(piece)
 
     async def body() -> AsyncIterator[bytes]:
         async def run() -> None:
             try:
-                await call.on_shard(shard, produce)
+                await produce(pieces.put)
                 await pieces.put(None)
             except Exception as exc:  # the stream ends short: the client sees it broke off
                 await pieces.put(exc)
@@ -78,6 +68,90 @@ async def export_workflow_history(call: Call, args: dict[str, Any], _: Any) -> A
             await asyncio.gather(task, return_exceptions=True)
 
     return StreamingResponse(body(), media_type="application/json")
+
+
+async def _events(sql: Any, execution_id: str, full: bool) -> AsyncIterator[dict[str, Any]]:
+    """A run's events from a server-side cursor, EXPORT_PAGE_SIZE a round trip; under ``full``
+    each with its offloaded payloads read back (else as stored: the caller redacts)."""
+    async for event in sql.iter_history(execution_id, EXPORT_PAGE_SIZE):
+        yield await arun_steps(resolved(event), sql) if full else event
+
+
+def _json(value: Any) -> str:
+    return compact_json(value).decode()
+
+
+async def export_history_batch(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """The batch document, streamed: every shard first names its newest matching runs (small
+    rows), then the newest ``limit`` of them are exported one at a time, each history from a
+    server-side cursor, so the answer never holds more than a page of events (it held every
+    history of the batch, up to 10,000 of them). The bytes are those the document was answered
+    with whole. ``status`` partial (200) when a shard could not be read, 503 when none could."""
+    full, policy = args["payload_policy"] == "full", args["payload_policy"]
+    pick = (args["workflow_name"], args["state_group"], args["updated_after"], args["limit"])
+    fan = await call.each_shard(lambda sql: arun_steps(shard_candidates(*pick), sql))
+    chosen = newest(fan.results, args["limit"])
+
+    async def produce(put: Put) -> None:
+        await put(_json(head(fan.status, policy))[:-1] + ',"exports":[')
+        failures: list[dict[str, Any]] = []
+        begun = 0  # exports whose first byte went out
+
+        async def export(sql: Any, candidate: dict[str, Any]) -> None:
+            nonlocal begun
+            execution = await sql.get_execution(candidate["execution_id"])
+            if full:
+                execution = await arun_steps(resolved(execution), sql)
+            # Its fields as the document had them: {execution_id, shard_id, workflow_name,
+            # execution, events, redacted}, payloads redacted unless full.
+            opening = ("," if begun else "") + _json(export_key(candidate))[:-1] + ',"execution":'
+            begun += 1
+            await put(opening + _json(execution if full else redact(execution)) + ',"events":[')
+            comma = ""
+            async for event in _events(sql, candidate["execution_id"], full):
+                await put(comma + _json(event if full else redact(event)))
+                comma = ","
+            await put('],"redacted":' + _json(not full) + "}")
+
+        for candidate in chosen:
+            before = begun
+            try:
+                await call.on_shard(
+                    candidate["shard_id"] if call.sharded else None,
+                    lambda sql, c=candidate: export(sql, c),  # type: ignore[misc]
+                )
+            except HarvestError as exc:
+                if begun != before:  # it failed half written: the answer ends short
+                    raise
+                failures.append(failure(candidate, str(exc)))
+        coverage_ = coverage(fan.results, fan.unavailable_shards)
+        await put('],"failures":' + _json(failures) + ',"shard_coverage":' + _json(coverage_) + "}")
+
+    return _streamed(produce)
+
+
+async def export_workflow_history(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """One execution's export, as `harvest history export` writes it (the same bytes), streamed
+    from a server-side cursor as the events are read; under ``full`` offloaded payloads are
+    resolved. An unknown or moved run is an error answer before any byte."""
+    execution_id, full = args["execution_id"], args["payload_policy"] == "full"
+
+    async def head_(sql: Any) -> tuple[dict[str, Any], int | None]:
+        execution = call.resident(await sql.get_execution(execution_id))
+        if full:
+            execution = await arun_steps(resolved(execution), sql)
+        return execution, (await sql.get_shard_id() if call.sharded else None)
+
+    execution, shard = await call.routed(execution_id, head_)
+
+    async def produce(put: Put) -> None:
+        async def read(sql: Any) -> None:
+            async for piece in aexport_chunks(execution, _events(sql, execution_id, full), full):
+                await put(piece)
+
+        await call.on_shard(shard, read)
+
+    return _streamed(produce)
 
 
 ENDPOINTS = [
