@@ -304,9 +304,29 @@ BEGIN
 END;
 $$;
 
+-- The start a pending start makes when it is released (_release_pending_start), as
+-- start_workflows' elements spell one, for a lock pass before it (start.sql, _start_admission;
+-- release_pending_starts): a batch's run takes the list of the arguments.
+CREATE OR REPLACE FUNCTION harvest._pending_start_args(p_row harvest.pending_starts)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'workflow_name', p_row.workflow_name, 'workflow_id', p_row.workflow_id,
+        'input', CASE WHEN p_row.kind = 'batch' THEN jsonb_build_array(p_row.input) ELSE p_row.input END,
+        'reuse_policy', p_row.reuse_policy);
+$$;
+
 -- The scanner's pass: start the due debounce and batch rows, and as many queued
--- throttled starts as each bucket's tokens allow (FIFO). Never waits on a key
+-- throttled starts as each bucket's tokens allow (FIFO). Never waits on a gate
 -- another transaction holds. Returns how many runs were started.
+-- First the rows it releases, under their gates; then, before the first release, the start
+-- locks of their starts, their flow keys, and every run they may supersede or replace, in id
+-- order, with those runs' mutex keys (docs/internals.md, "Lock order", 2 to 5; as a batch of
+-- starts does, start.sql start_workflows): released one by one, each locked its key's runs as
+-- the scan reached it, and a release of two keys' starts met a group commit of those runs in
+-- a cycle (40P01: a release that lost it kept its row, last_error, for 10 s;
+-- tests/integration/test_row_lock_order.py).
 CREATE OR REPLACE FUNCTION harvest.release_pending_starts(p_limit integer DEFAULT 100)
 RETURNS integer
 LANGUAGE plpgsql
@@ -314,6 +334,9 @@ AS $$
 DECLARE
     v_now timestamptz := harvest.now();
     v_row harvest.pending_starts;
+    v_due harvest.pending_starts[] := '{}';
+    v_going jsonb;
+    v_start record;
     v_bucket record;
     v_spec jsonb;
     v_tokens integer;
@@ -327,9 +350,7 @@ BEGIN
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(harvest._start_gate_lock(v_row.workflow_name, v_row.gate_key));
         SELECT * INTO v_row FROM harvest.pending_starts AS p WHERE p.id = v_row.id AND p.release_at <= v_now;
         CONTINUE WHEN NOT FOUND;  -- a start moved it on meanwhile
-        IF harvest._try_release_pending_start(v_row) THEN
-            v_released := v_released + 1;
-        END IF;
+        v_due := v_due || v_row;
     END LOOP;
     FOR v_bucket IN
         SELECT DISTINCT p.workflow_name, p.gate_key FROM harvest.pending_starts AS p
@@ -347,16 +368,28 @@ BEGIN
                  WHERE p.kind = 'throttle' AND p.workflow_name = v_bucket.workflow_name
                    AND p.gate_key = v_bucket.gate_key AND coalesce(p.release_at, v_now) <= v_now));
         END IF;
-        FOR v_row IN
-            SELECT * FROM harvest.pending_starts AS p
+        v_due := v_due || ARRAY(
+            SELECT p FROM harvest.pending_starts AS p
             WHERE p.kind = 'throttle' AND p.workflow_name = v_bucket.workflow_name
               AND p.gate_key = v_bucket.gate_key AND coalesce(p.release_at, v_now) <= v_now
             ORDER BY p.id LIMIT v_tokens
+        );
+    END LOOP;
+    IF cardinality(v_due) > 1 THEN
+        SELECT jsonb_agg(harvest._pending_start_args(d)) INTO v_going FROM unnest(v_due) AS d;
+        FOR v_start IN
+            SELECT DISTINCT d.workflow_name, d.workflow_id FROM unnest(v_due) AS d ORDER BY 1, 2
         LOOP
-            IF harvest._try_release_pending_start(v_row) THEN
-                v_released := v_released + 1;
-            END IF;
+            PERFORM harvest._lock_start_key(v_start.workflow_name, v_start.workflow_id);
         END LOOP;
+        PERFORM harvest._lock_flow_keys_of((SELECT jsonb_agg(g.value || '{"quota": true}')
+                                            FROM jsonb_array_elements(v_going) AS g));
+        PERFORM harvest._lock_superseded_runs(v_going, p_runs => harvest._replaced_runs(v_going));
+    END IF;
+    FOREACH v_row IN ARRAY v_due LOOP
+        IF harvest._try_release_pending_start(v_row) THEN
+            v_released := v_released + 1;
+        END IF;
     END LOOP;
     RETURN v_released;
 END;

@@ -980,9 +980,7 @@ BEGIN
         'action', v_gate.action, 'workflow_id', v_gate.workflow_id, 'release', to_jsonb(v_gate.release),
         'start', CASE v_gate.action
             WHEN 'start' THEN p_args || jsonb_build_object('workflow_id', v_gate.workflow_id)
-            WHEN 'release' THEN jsonb_build_object(  -- (a batch's run: its input the list, _release_pending_start)
-                'workflow_name', (v_gate.release).workflow_name, 'workflow_id', (v_gate.release).workflow_id,
-                'input', jsonb_build_array((v_gate.release).input), 'reuse_policy', (v_gate.release).reuse_policy)
+            WHEN 'release' THEN harvest._pending_start_args(v_gate.release)  -- (the filled batch's run)
             ELSE 'null'::jsonb END);
 END;
 $$;

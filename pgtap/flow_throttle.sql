@@ -1,11 +1,11 @@
 -- functions/flow_throttle.sql: harvest._check_start_gates, harvest._throttle_take, harvest._start_gate,
--- harvest._start_gate_key, harvest._start_gate_lock, harvest._lock_start_gates,
+-- harvest._start_gate_key, harvest._start_gate_lock, harvest._lock_start_gates, harvest._pending_start_args,
 -- harvest._release_pending_start, harvest._try_release_pending_start, harvest.release_pending_starts,
 -- harvest.list_pending_starts, the gates in start_workflow, and the pacing override:
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
 -- harvest.clear_start_throttle_override.
 BEGIN;
-SELECT plan(53);
+SELECT plan(54);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
@@ -106,6 +106,11 @@ SELECT is(ARRAY[harvest._start_gate_key('{"throttle": {"rps": 1}}', '[{"t": "a"}
                 harvest._start_gate_key('{"quota": {"key": "input.t"}}', '[{"t": "a"}]')],
           ARRAY['', 'a', NULL, NULL],
           '_start_gate_key(): empty for a gate without a key, the key''s value, NULL without a value or a gate');
+SELECT is(harvest._pending_start_args(jsonb_populate_record(NULL::harvest.pending_starts,
+              '{"kind": "batch", "workflow_name": "wf_b", "workflow_id": "w-1", "input": ["a", "b"],
+                "reuse_policy": "terminate_if_running"}')),
+          '{"workflow_name": "wf_b", "workflow_id": "w-1", "input": [["a", "b"]], "reuse_policy": "terminate_if_running"}',
+          '_pending_start_args(): the start a released batch makes, its input the list of the arguments');
 SELECT is(harvest._start_gate_lock('wf_t', 'a'), hashtext('harvest.start_gate:wf_t:a')::bigint,
           '_start_gate_lock(): the advisory lock of a (workflow, key) gate');
 SELECT lives_ok($$SELECT harvest._lock_start_gates('[{"workflow_name": "wf_k", "input": [{"tenant": "b"}]},

@@ -635,3 +635,32 @@ def test_a_batch_of_deferred_latest_wins_starts_locks_and_supersedes_nothing(
     assert conn.execute(
         "SELECT array_agg(status) FROM harvest.executions WHERE id = ANY (%s::uuid[])", (list(claimed),)
     ).fetchone()[0] == ["RUNNING", "RUNNING"]
+
+
+def test_the_release_of_debounced_starts_superseding_runs_of_two_keys_and_a_group_commit_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """The scanner's release of two debounced latest-wins starts, keys d_high then d_low (their
+    release order), each superseding the one run of its key, and a group commit of both runs'
+    decisions. Each release locked its key's runs as the scan reached it: the same cycle as a
+    batch's starts taken in turn."""
+    claimed, first, second = _incumbents_of_two_keys(conn)
+    concurrency = {"key": "input.doc", "limit": 1, "on_conflict": "cancel_running"}
+    debounced = {"concurrency": concurrency, "debounce": {"key": "input.doc", "quiet_secs": 1}}
+    conn.execute(
+        "SELECT harvest.declare_flow_policies(%s)",
+        (Jsonb({"workflows": {"latest": debounced}, "activities": {}}),),
+    )
+    for doc in (first, second):
+        conn.execute("SELECT harvest.start_workflow('latest', %s)", (Jsonb([{"doc": doc}]),))
+    conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
+
+    def release() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="scan") as c:
+            c.execute("SET deadlock_timeout = '50ms'")
+            c.execute("SELECT set_config('harvest.fake_now', (now() + interval '1 minute')::text, false)")
+            return c.execute("SELECT harvest.release_pending_starts()").fetchone()[0]
+
+    outcome = _race_against_a_group_commit_of_the_incumbents(db, conn, claimed, "scan", release)
+    assert outcome["scan"] == 2, outcome
+    assert conn.execute("SELECT count(*) FROM harvest.pending_starts").fetchone()[0] == 0
