@@ -103,9 +103,61 @@ BEGIN
 END;
 $$;
 
--- The admission of a gated start. action: 'start' (go ahead now, with
--- workflow_id), 'deferred' (queued; no execution yet) or 'started' (this start
--- filled a batch, whose run it returns).
+-- The key of a gated start's gate under its workflow's policy: '' for a gate declared without a
+-- key, NULL where the declared key path's value is missing from the input (no gate) or the
+-- policy has no gate.
+CREATE OR REPLACE FUNCTION harvest._start_gate_key(p_policy jsonb, p_input jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN g.spec IS NULL THEN NULL
+                WHEN g.spec ->> 'key' IS NULL THEN ''
+                ELSE harvest._resolve_key(p_input, g.spec ->> 'key') END
+    FROM (SELECT coalesce(p_policy -> 'throttle', p_policy -> 'debounce', p_policy -> 'batch') AS spec) AS g;
+$$;
+
+-- The gate lock of one (workflow, key) (docs/internals.md, "Lock order", 1).
+CREATE OR REPLACE FUNCTION harvest._start_gate_lock(p_workflow_name text, p_key text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT hashtext('harvest.start_gate:' || p_workflow_name || ':' || p_key)::bigint;
+$$;
+
+-- The gates of the gated starts among p_starts (a JSON array of {workflow_name, input}), in
+-- (workflow, key) order, before any start lock (docs/internals.md, "Lock order", 1): the one
+-- transaction that waits on several, a batch of starts (start_workflows), takes them so, and
+-- then admits its gated starts under them (_start_gate finds them held). A start whose key
+-- value is missing passes no gate and locks none; an element that is not well formed none.
+CREATE OR REPLACE FUNCTION harvest._lock_start_gates(p_starts jsonb)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_gate record;
+BEGIN
+    FOR v_gate IN
+        SELECT DISTINCT p.name, harvest._start_gate_key(p.policy, coalesce(s.start -> 'input', '[]')) AS key
+        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_starts) = 'array' THEN p_starts ELSE '[]' END)
+            AS s (start)
+        JOIN harvest.flow_policies AS p
+          ON p.kind = 'workflow' AND jsonb_typeof(s.start) = 'object'
+             AND jsonb_typeof(s.start -> 'workflow_name') = 'string' AND p.name = s.start ->> 'workflow_name'
+             AND p.policy ?| ARRAY['throttle', 'debounce', 'batch']
+        WHERE jsonb_typeof(coalesce(s.start -> 'input', '[]')) = 'array'
+        ORDER BY 1, 2
+    LOOP
+        CONTINUE WHEN v_gate.key IS NULL;
+        PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(v_gate.name, v_gate.key));
+    END LOOP;
+END;
+$$;
+
+-- The admission of a gated start. action: 'start' (go ahead now, with workflow_id), 'deferred'
+-- (queued; no execution yet) or 'release' (this start filled a batch: its pending row,
+-- release, is taken off the queue here and is the caller's to start, _release_pending_start,
+-- after the locks its start takes: a batch of starts locks its starts' runs, in id order,
+-- between its gates and its first start; docs/internals.md, "Lock order").
 CREATE OR REPLACE FUNCTION harvest._start_gate(
     p_workflow_name text, p_policy jsonb, p_input jsonb, p_workflow_id text, p_queue text,
     p_reuse_policy text, p_search_attributes jsonb, p_priority integer,
@@ -114,7 +166,7 @@ CREATE OR REPLACE FUNCTION harvest._start_gate(
     -- continues it (debounce, batch: the latest caller's that has one).
     p_traceparent text DEFAULT NULL
 )
-RETURNS TABLE (action text, execution_id uuid, workflow_id text, status text, started_fresh boolean)
+RETURNS TABLE (action text, workflow_id text, release harvest.pending_starts)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -124,8 +176,7 @@ DECLARE
     v_spec jsonb := p_policy -> v_kind;
     -- No key declared: one gate for every start (''). A declared key path whose value is
     -- missing: no key, so no gate (docs/flow-control.md, Key paths).
-    v_key text := CASE WHEN v_spec ->> 'key' IS NULL THEN ''
-                       ELSE harvest._resolve_key(p_input, v_spec ->> 'key') END;
+    v_key text := harvest._start_gate_key(p_policy, p_input);
     v_workflow_id text := coalesce(p_workflow_id, gen_random_uuid()::text);
     v_quiet interval := make_interval(secs => coalesce((v_spec ->> 'quiet_secs')::double precision, 0));
     v_max_wait interval := make_interval(secs => (v_spec ->> 'max_wait_secs')::double precision);
@@ -133,15 +184,15 @@ DECLARE
 BEGIN
     PERFORM harvest._check_start_gates(p_workflow_name, p_policy);
     IF v_key IS NULL THEN
-        RETURN QUERY SELECT 'start'::text, NULL::uuid, v_workflow_id, NULL::text, NULL::boolean;
+        RETURN QUERY SELECT 'start'::text, v_workflow_id, NULL::harvest.pending_starts;
         RETURN;
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtext('harvest.start_gate:' || p_workflow_name || ':' || v_key));
+    PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(p_workflow_name, v_key));
     IF v_kind = 'throttle' THEN
         IF NOT EXISTS (SELECT 1 FROM harvest.pending_starts AS p
                        WHERE p.kind = 'throttle' AND p.workflow_name = p_workflow_name AND p.gate_key = v_key)
            AND harvest._throttle_take(p_workflow_name, v_key, v_spec, 1) = 1 THEN
-            RETURN QUERY SELECT 'start'::text, NULL::uuid, v_workflow_id, NULL::text, NULL::boolean;
+            RETURN QUERY SELECT 'start'::text, v_workflow_id, NULL::harvest.pending_starts;
             RETURN;
         END IF;
         INSERT INTO harvest.pending_starts (
@@ -190,16 +241,18 @@ BEGIN
             traceparent = coalesce(excluded.traceparent, p.traceparent)
         RETURNING * INTO v_row;
         IF v_row.starts >= (v_spec ->> 'max_size')::integer THEN
-            RETURN QUERY SELECT 'started'::text, s.execution_id, s.workflow_id, s.status, s.started_fresh
-                FROM harvest._release_pending_start(v_row) AS s;
+            -- (Off the queue now: a later start of the batch in this transaction opens the next.)
+            DELETE FROM harvest.pending_starts AS p WHERE p.id = v_row.id;
+            RETURN QUERY SELECT 'release'::text, v_row.workflow_id, v_row;
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT 'deferred'::text, NULL::uuid, v_row.workflow_id, 'DEFERRED'::text, false;
+    RETURN QUERY SELECT 'deferred'::text, v_row.workflow_id, NULL::harvest.pending_starts;
 END;
 $$;
 
--- Start one pending start now (the caller holds its key's lock) and drop its row.
+-- Start one pending start now (the caller holds its key's lock) and drop its row (if
+-- _start_gate has not: a filled batch).
 -- The batched run's input is one argument: the list of the collected arguments.
 -- The offloaded payloads its input references that no run owns (a client stored them when it
 -- made the start, docs/payloads.md) are handed to the run in the same transaction.
@@ -251,9 +304,29 @@ BEGIN
 END;
 $$;
 
+-- The start a pending start makes when it is released (_release_pending_start), as
+-- start_workflows' elements spell one, for a lock pass before it (start.sql, _start_admission;
+-- release_pending_starts): a batch's run takes the list of the arguments.
+CREATE OR REPLACE FUNCTION harvest._pending_start_args(p_row harvest.pending_starts)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'workflow_name', p_row.workflow_name, 'workflow_id', p_row.workflow_id,
+        'input', CASE WHEN p_row.kind = 'batch' THEN jsonb_build_array(p_row.input) ELSE p_row.input END,
+        'reuse_policy', p_row.reuse_policy);
+$$;
+
 -- The scanner's pass: start the due debounce and batch rows, and as many queued
--- throttled starts as each bucket's tokens allow (FIFO). Never waits on a key
+-- throttled starts as each bucket's tokens allow (FIFO). Never waits on a gate
 -- another transaction holds. Returns how many runs were started.
+-- First the rows it releases, under their gates; then, before the first release, the start
+-- locks of their starts, their flow keys, and every run they may supersede or replace, in id
+-- order, with those runs' mutex keys (docs/internals.md, "Lock order", 2 to 5; as a batch of
+-- starts does, start.sql start_workflows): released one by one, each locked its key's runs as
+-- the scan reached it, and a release of two keys' starts met a group commit of those runs in
+-- a cycle (40P01: a release that lost it kept its row, last_error, for 10 s;
+-- tests/integration/test_row_lock_order.py).
 CREATE OR REPLACE FUNCTION harvest.release_pending_starts(p_limit integer DEFAULT 100)
 RETURNS integer
 LANGUAGE plpgsql
@@ -261,6 +334,9 @@ AS $$
 DECLARE
     v_now timestamptz := harvest.now();
     v_row harvest.pending_starts;
+    v_due harvest.pending_starts[] := '{}';
+    v_going jsonb;
+    v_start record;
     v_bucket record;
     v_spec jsonb;
     v_tokens integer;
@@ -271,20 +347,17 @@ BEGIN
         WHERE p.release_at <= v_now AND p.kind IN ('debounce', 'batch')
         ORDER BY p.release_at, p.id LIMIT p_limit
     LOOP
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(
-            hashtext('harvest.start_gate:' || v_row.workflow_name || ':' || v_row.gate_key));
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(harvest._start_gate_lock(v_row.workflow_name, v_row.gate_key));
         SELECT * INTO v_row FROM harvest.pending_starts AS p WHERE p.id = v_row.id AND p.release_at <= v_now;
         CONTINUE WHEN NOT FOUND;  -- a start moved it on meanwhile
-        IF harvest._try_release_pending_start(v_row) THEN
-            v_released := v_released + 1;
-        END IF;
+        v_due := v_due || v_row;
     END LOOP;
     FOR v_bucket IN
         SELECT DISTINCT p.workflow_name, p.gate_key FROM harvest.pending_starts AS p
         WHERE p.kind = 'throttle' ORDER BY 1, 2 LIMIT p_limit
     LOOP
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(
-            hashtext('harvest.start_gate:' || v_bucket.workflow_name || ':' || v_bucket.gate_key));
+            harvest._start_gate_lock(v_bucket.workflow_name, v_bucket.gate_key));
         SELECT f.policy -> 'throttle' INTO v_spec FROM harvest.flow_policies AS f
         WHERE f.kind = 'workflow' AND f.name = v_bucket.workflow_name;
         IF v_spec IS NULL THEN
@@ -295,16 +368,28 @@ BEGIN
                  WHERE p.kind = 'throttle' AND p.workflow_name = v_bucket.workflow_name
                    AND p.gate_key = v_bucket.gate_key AND coalesce(p.release_at, v_now) <= v_now));
         END IF;
-        FOR v_row IN
-            SELECT * FROM harvest.pending_starts AS p
+        v_due := v_due || ARRAY(
+            SELECT p FROM harvest.pending_starts AS p
             WHERE p.kind = 'throttle' AND p.workflow_name = v_bucket.workflow_name
               AND p.gate_key = v_bucket.gate_key AND coalesce(p.release_at, v_now) <= v_now
             ORDER BY p.id LIMIT v_tokens
+        );
+    END LOOP;
+    IF cardinality(v_due) > 1 THEN
+        SELECT jsonb_agg(harvest._pending_start_args(d)) INTO v_going FROM unnest(v_due) AS d;
+        FOR v_start IN
+            SELECT DISTINCT d.workflow_name, d.workflow_id FROM unnest(v_due) AS d ORDER BY 1, 2
         LOOP
-            IF harvest._try_release_pending_start(v_row) THEN
-                v_released := v_released + 1;
-            END IF;
+            PERFORM harvest._lock_start_key(v_start.workflow_name, v_start.workflow_id);
         END LOOP;
+        PERFORM harvest._lock_flow_keys_of((SELECT jsonb_agg(g.value || '{"quota": true}')
+                                            FROM jsonb_array_elements(v_going) AS g));
+        PERFORM harvest._lock_superseded_runs(v_going, p_runs => harvest._replaced_runs(v_going));
+    END IF;
+    FOREACH v_row IN ARRAY v_due LOOP
+        IF harvest._try_release_pending_start(v_row) THEN
+            v_released := v_released + 1;
+        END IF;
     END LOOP;
     RETURN v_released;
 END;
@@ -395,7 +480,7 @@ BEGIN
             p_rps, p_burst, p_ttl_secs USING ERRCODE = 'HR001';
     END IF;
     PERFORM harvest._throttle_override_spec(p_workflow_name);
-    PERFORM pg_advisory_xact_lock(hashtext('harvest.start_gate:' || p_workflow_name || ':'));
+    PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(p_workflow_name, ''));
     UPDATE harvest.start_throttle_buckets AS b
     SET override_rps = p_rps, override_burst = greatest(coalesce(p_burst, p_rps), 1),
         override_expires_at = harvest.now() + make_interval(secs => p_ttl_secs)
@@ -419,7 +504,7 @@ DECLARE
     v_live boolean;
 BEGIN
     PERFORM harvest._throttle_override_spec(p_workflow_name);
-    PERFORM pg_advisory_xact_lock(hashtext('harvest.start_gate:' || p_workflow_name || ':'));
+    PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(p_workflow_name, ''));
     SELECT b.override_expires_at > harvest.now() INTO v_live FROM harvest.start_throttle_buckets AS b
     WHERE b.workflow_name = p_workflow_name AND b.gate_key = '';
     UPDATE harvest.start_throttle_buckets AS b

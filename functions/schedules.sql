@@ -314,10 +314,26 @@ AS $$
         'recorded_at', p_firing.recorded_at, 'started_at', p_firing.started_at);
 $$;
 
+-- The start of a firing's run, as start_workflows' elements spell one (start.sql _start_args):
+-- what _start_firing starts, and what a terminate_other slot admits at its gate first.
+CREATE OR REPLACE FUNCTION harvest._firing_start(p_schedule harvest.schedules, p_firing harvest.schedule_firings)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'workflow_name', p_schedule.workflow_name, 'input', p_schedule.input,
+        'workflow_id', p_firing.workflow_id, 'queue', p_schedule.queue, 'traceparent', p_firing.traceparent);
+$$;
+
 -- Start the run of a recorded firing (status started, or failed with the error when
 -- the start raised: an unregistered workflow, a quota, ...; the tick goes on). A
 -- failure that passes (a deadlock, ...) is raised: the whole tick rolls back.
-CREATE OR REPLACE FUNCTION harvest._start_firing(p_schedule harvest.schedules, p_firing_id bigint)
+-- p_admission: the firing's start admitted at its gate already (a terminate_other slot of a
+-- gated workflow, _fire_slot: start.sql _start_admission), started as admitted, or its
+-- refusal there ({refused: {sqlstate, message}}), recorded as the start's.
+CREATE OR REPLACE FUNCTION harvest._start_firing(
+    p_schedule harvest.schedules, p_firing_id bigint, p_admission jsonb DEFAULT NULL
+)
 RETURNS harvest.schedule_firings
 LANGUAGE plpgsql
 AS $$
@@ -336,10 +352,18 @@ BEGIN
         RETURN v_firing;
     END IF;
     BEGIN
-        SELECT * INTO v_start FROM harvest.start_workflow(
-            p_workflow_name => p_schedule.workflow_name, p_input => p_schedule.input,
-            p_workflow_id => v_firing.workflow_id, p_queue => p_schedule.queue,
-            p_traceparent => v_firing.traceparent);
+        IF p_admission IS NULL THEN
+            SELECT * INTO v_start FROM harvest.start_workflow(
+                p_workflow_name => p_schedule.workflow_name, p_input => p_schedule.input,
+                p_workflow_id => v_firing.workflow_id, p_queue => p_schedule.queue,
+                p_traceparent => v_firing.traceparent);
+        ELSIF p_admission ? 'refused' THEN  -- (refused at its admission: _fire_slot)
+            RAISE EXCEPTION USING ERRCODE = p_admission #>> '{refused,sqlstate}',
+                MESSAGE = p_admission #>> '{refused,message}';
+        ELSE
+            SELECT * INTO v_start
+            FROM harvest._start_admitted(p_admission, harvest._firing_start(p_schedule, v_firing)) AS s;
+        END IF;
         UPDATE harvest.schedule_firings AS f SET
             status = 'started', execution_id = v_start.execution_id, started_at = v_now,
             reason = CASE WHEN v_start.status = 'DEFERRED' THEN 'deferred'
@@ -436,6 +460,8 @@ DECLARE
     v_now timestamptz := harvest.now();
     v_runs uuid[];
     v_locked uuid[];  -- v_runs and the runs the slot's start supersedes
+    v_going jsonb;  -- a terminate_other slot's start, as it will start (JSON null: none, deferred)
+    v_admission jsonb;  -- its admission at its gate (a gated workflow's)
     v_run_id uuid;
     v_waiting boolean;
 BEGIN
@@ -486,16 +512,34 @@ BEGIN
         UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'superseded'
         WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id <> v_id;
         -- A terminate_other slot starts its run after it ends the live ones, whose closes
-        -- release their mutexes: so first the start's lock and flow keys (a quota key, a
-        -- cancel_running key), in the start's order (docs/internals.md, "Lock order", 2 and 3).
-        -- Taken by the start, after the runs' rows and keys, the key waited in a cycle (40P01)
-        -- with a start of the key superseding those runs (tests/integration/
-        -- test_mutex_flow_key_order.py). A gated workflow's start takes its gate first: left to it.
-        IF p_overlap = 'terminate_other' AND NOT harvest._start_gated(p_schedule.workflow_name) THEN
-            PERFORM harvest._lock_start_key(p_schedule.workflow_name,
-                (SELECT f.workflow_id FROM harvest.schedule_firings AS f WHERE f.id = v_id));
-            PERFORM harvest._lock_flow_keys_of(jsonb_build_array(jsonb_build_object(
-                'workflow_name', p_schedule.workflow_name, 'input', p_schedule.input, 'quota', true)));
+        -- release their mutexes: so first, in the start's order, its gate (a gated workflow's:
+        -- the start is admitted there, _start_admission), its lock and flow keys (a quota key,
+        -- a cancel_running key) (docs/internals.md, "Lock order", 1 to 3). Taken by the start,
+        -- after the runs' rows and keys, the key waited in a cycle (40P01) with a start of the
+        -- key superseding those runs, and so did the gate, with such a start holding it
+        -- (tests/integration/test_mutex_flow_key_order.py). A start its gate defers locks none.
+        IF p_overlap = 'terminate_other' THEN
+            SELECT harvest._firing_start(p_schedule, f) INTO v_going
+            FROM harvest.schedule_firings AS f WHERE f.id = v_id;
+            IF harvest._start_gated(p_schedule.workflow_name) THEN
+                BEGIN
+                    v_admission := harvest._start_admission(v_going);
+                    v_going := v_admission -> 'start';
+                EXCEPTION WHEN OTHERS THEN
+                    -- (As _start_firing: a start's own refusal is the firing's, which _start_firing
+                    -- records failed after the runs end, as it did when it started it.)
+                    IF left(SQLSTATE, 2) IN ('40', '53', '57', '58', 'XX') OR SQLSTATE = '55P03' THEN
+                        RAISE;
+                    END IF;
+                    v_admission := jsonb_build_object('refused', jsonb_build_object(
+                        'sqlstate', SQLSTATE, 'message', SQLERRM));
+                    v_going := 'null';
+                END;
+            END IF;
+            IF jsonb_typeof(v_going) = 'object' THEN
+                PERFORM harvest._lock_start_key(v_going ->> 'workflow_name', v_going ->> 'workflow_id');
+                PERFORM harvest._lock_flow_keys_of(jsonb_build_array(v_going || '{"quota": true}'));
+            END IF;
         END IF;
         -- The live runs _schedule_active_runs counts: a DAG's schedule, every live run of the DAG.
         -- All locked first, in id order (docs/internals.md, "Lock order"), then ended oldest
@@ -520,14 +564,15 @@ BEGIN
             ORDER BY r.created_at
         );
         v_locked := v_runs;
-        IF p_overlap = 'terminate_other' AND NOT harvest._start_gated(p_schedule.workflow_name) THEN
+        IF jsonb_typeof(v_going) = 'object' THEN
             -- With them the runs the slot's start supersedes (a cancel_running key, read under
-            -- the key's lock, taken above): locked by its _supersede after these rows and their
+            -- the key's lock, taken above) and the prior it replaces (a filled batch's run under
+            -- terminate_if_running): locked by its _supersede after these rows and their
             -- mutex keys, the firing met a group commit of those runs' decisions (rows in id
             -- order, then mutex keys) in a cycle (40P01; tests/integration/
             -- test_mutex_flow_key_order.py).
-            v_locked := v_runs || harvest._superseded_runs(jsonb_build_array(jsonb_build_object(
-                'workflow_name', p_schedule.workflow_name, 'input', p_schedule.input)));
+            v_locked := v_runs || harvest._superseded_runs(jsonb_build_array(v_going))
+                || harvest._replaced_runs(jsonb_build_array(v_going));
         END IF;
         PERFORM 1 FROM harvest.executions AS e
         WHERE e.id = ANY (v_locked) AND e.status IN ('RUNNING', 'PAUSED')
@@ -548,7 +593,7 @@ BEGIN
             END IF;
         END LOOP;
         IF p_overlap = 'terminate_other' THEN
-            v_firing := harvest._start_firing(p_schedule, v_id);
+            v_firing := harvest._start_firing(p_schedule, v_id, v_admission);
         ELSE
             SELECT * INTO v_firing FROM harvest.schedule_firings AS f WHERE f.id = v_id;
         END IF;

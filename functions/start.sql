@@ -240,20 +240,47 @@ BEGIN
 END;
 $$;
 
+-- Every check of a start before anything is written, in _start_workflow's order (_start_check_*,
+-- _check_traceparent); returns the shard its run's id is minted for. A batch of starts runs
+-- them for its gated starts before it admits them at their gates (start_workflows).
+CREATE OR REPLACE FUNCTION harvest._start_check(
+    p_workflow_name text, p_input jsonb, p_workflow_id text, p_queue text, p_reuse_policy text,
+    p_conflict_policy text, p_search_attributes jsonb, p_priority integer, p_shard integer,
+    p_execution_timeout_secs double precision, p_run_timeout_secs double precision,
+    p_flow_gates boolean, p_traceparent text
+)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_shard integer := harvest._start_check_shard(p_shard);
+    v_traceparent text := harvest._check_traceparent(p_traceparent);  -- (raises when malformed)
+BEGIN
+    PERFORM harvest._start_check_arguments(p_workflow_name, p_input, p_workflow_id, p_queue,
+                                           p_search_attributes, p_reuse_policy, p_conflict_policy);
+    PERFORM harvest._start_check_admin(p_reuse_policy, p_conflict_policy, p_flow_gates);
+    PERFORM harvest._start_check_ranges(p_execution_timeout_secs, p_run_timeout_secs, p_priority);
+    PERFORM harvest._start_check_registered(p_workflow_name, p_queue, p_flow_gates);
+    RETURN v_shard;
+END;
+$$;
+
 -- A start of a workflow whose policy declares a start throttle, debounce or batch
 -- (flow_throttle.sql, _start_gate): action 'start' lets it through (under the
--- workflow_id the gate chose); any other action admits it without an execution
--- (status DEFERRED, execution_id NULL, the run's workflow_id), which
--- start_workflow returns as it is.
+-- workflow_id the gate chose); 'deferred' admits it without an execution (status
+-- DEFERRED, execution_id NULL, the run's workflow_id; audited here); 'release': it filled a
+-- batch, whose pending row (release) the caller starts (_release_pending_start).
 CREATE OR REPLACE FUNCTION harvest._start_defer(
     p_workflow_name text, p_policy jsonb, p_input jsonb, p_workflow_id text, p_queue text,
     p_reuse_policy text, p_conflict_policy text, p_search_attributes jsonb, p_priority integer,
     p_execution_timeout_secs double precision, p_run_timeout_secs double precision,
     p_traceparent text DEFAULT NULL,
-    OUT action text, OUT execution_id uuid, OUT workflow_id text, OUT status text, OUT started_fresh boolean
+    OUT action text, OUT workflow_id text, OUT release harvest.pending_starts
 )
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_gate record;
 BEGIN
     IF p_conflict_policy <> 'unspecified' THEN
         -- (signal_with_start and update_with_start start with use_existing: named, as their
@@ -266,10 +293,17 @@ BEGIN
             HINT = 'a deferred start has no running execution to resolve a conflict against; '
                    'use conflict_policy unspecified, and signal or update the run once it has started';
     END IF;
-    SELECT * INTO action, execution_id, workflow_id, status, started_fresh
+    SELECT * INTO v_gate
     FROM harvest._start_gate(p_workflow_name, p_policy, p_input, p_workflow_id,
         p_queue, p_reuse_policy, p_search_attributes, coalesce(p_priority, 0),
         p_execution_timeout_secs, p_run_timeout_secs, p_traceparent) AS g;
+    action := v_gate.action;
+    workflow_id := v_gate.workflow_id;
+    release := v_gate.release;
+    IF action = 'deferred' THEN
+        PERFORM harvest._audit_asserted('workflow.start', NULL, jsonb_build_object(
+            'workflow_name', p_workflow_name, 'workflow_id', workflow_id, 'outcome', 'deferred'));
+    END IF;
 END;
 $$;
 
@@ -720,15 +754,10 @@ DECLARE
     v_concurrency_key text;
     v_id uuid;
     v_shard integer;
-    v_traceparent text;
 BEGIN
-    v_shard := harvest._start_check_shard(p_shard);
-    v_traceparent := harvest._check_traceparent(p_traceparent);  -- (an expression, not a PERFORM)
-    PERFORM harvest._start_check_arguments(p_workflow_name, p_input, v_workflow_id, p_queue,
-                                           p_search_attributes, p_reuse_policy, p_conflict_policy);
-    PERFORM harvest._start_check_admin(p_reuse_policy, p_conflict_policy, p_flow_gates);
-    PERFORM harvest._start_check_ranges(p_execution_timeout_secs, p_run_timeout_secs, p_priority);
-    PERFORM harvest._start_check_registered(p_workflow_name, p_queue, p_flow_gates);
+    v_shard := harvest._start_check(p_workflow_name, p_input, v_workflow_id, p_queue, p_reuse_policy,
+        p_conflict_policy, p_search_attributes, p_priority, p_shard, p_execution_timeout_secs,
+        p_run_timeout_secs, p_flow_gates, p_traceparent);
 
     SELECT p.policy INTO v_policy FROM harvest.flow_policies AS p
     WHERE p.kind = 'workflow' AND p.name = p_workflow_name;
@@ -737,12 +766,11 @@ BEGIN
         v_gate := harvest._start_defer(p_workflow_name, v_policy, p_input, p_workflow_id, p_queue,
             p_reuse_policy, p_conflict_policy, p_search_attributes, p_priority,
             p_execution_timeout_secs, p_run_timeout_secs, p_traceparent);
-        IF v_gate.action <> 'start' THEN
-            IF v_gate.status = 'DEFERRED' THEN
-                PERFORM harvest._audit_asserted('workflow.start', NULL, jsonb_build_object(
-                    'workflow_name', p_workflow_name, 'workflow_id', v_gate.workflow_id, 'outcome', 'deferred'));
-            END IF;
-            RETURN QUERY SELECT v_gate.execution_id, v_gate.workflow_id, v_gate.status, v_gate.started_fresh;
+        IF v_gate.action = 'deferred' THEN
+            RETURN QUERY SELECT NULL::uuid, v_gate.workflow_id, 'DEFERRED'::text, false;
+            RETURN;
+        ELSIF v_gate.action = 'release' THEN  -- (it filled a batch: that batch's run starts)
+            RETURN QUERY SELECT * FROM harvest._release_pending_start(v_gate.release);
             RETURN;
         END IF;
         v_workflow_id := v_gate.workflow_id;
@@ -861,6 +889,130 @@ AS $$
                      WHERE p.kind = 'workflow' AND p.name = p_workflow_name), false);
 $$;
 
+-- The live runs that replacing starts among p_starts (terminate_existing, terminate_if_running;
+-- start_workflows' elements, or what _start_admission says a gated start will do) end: each
+-- named key's live prior, read as _start_resolve_prior reads it, for the caller's id-ordered
+-- pass (_lock_superseded_runs, p_runs), under the starts' locks.
+CREATE OR REPLACE FUNCTION harvest._replaced_runs(p_starts jsonb)
+RETURNS uuid[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT ARRAY(
+        SELECT r.id
+        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_starts) = 'array' THEN p_starts ELSE '[]' END) AS u
+        CROSS JOIN LATERAL (
+            SELECT e.id FROM harvest.executions AS e
+            WHERE e.workflow_name = u.value ->> 'workflow_name'
+              AND e.workflow_id BETWEEN u.value ->> 'workflow_id' AND u.value ->> 'workflow_id'
+              AND e.status IN ('RUNNING', 'PAUSED')
+            ORDER BY e.workflow_id  -- (read as _start_resolve_prior reads it: by its index)
+        ) AS r
+        WHERE jsonb_typeof(u.value) = 'object' AND jsonb_typeof(u.value -> 'workflow_id') = 'string'
+          AND harvest._start_action('RUNNING', coalesce(u.value ->> 'reuse_policy', 'allow_duplicate'),
+                                    coalesce(u.value ->> 'conflict_policy', 'unspecified')) = 'replace'
+    );
+$$;
+
+-- One element of a batch of starts (start_workflows; p_n its position, for the message) as
+-- start_workflow's arguments, the defaults filled in; HR001 for an element that is not an
+-- object naming its workflow, or whose "queue" and "task_queue" (its deprecated spelling)
+-- disagree.
+CREATE OR REPLACE FUNCTION harvest._start_args(
+    p_args jsonb, p_n integer,
+    OUT workflow_name text, OUT input jsonb, OUT workflow_id text, OUT queue text, OUT reuse_policy text,
+    OUT conflict_policy text, OUT search_attributes jsonb, OUT priority integer, OUT shard integer,
+    OUT execution_timeout_secs double precision, OUT run_timeout_secs double precision, OUT traceparent text
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF jsonb_typeof(p_args) IS DISTINCT FROM 'object'
+       OR jsonb_typeof(p_args -> 'workflow_name') IS DISTINCT FROM 'string' THEN
+        RAISE EXCEPTION 'start % needs "workflow_name" as a JSON string', p_n USING ERRCODE = 'HR001';
+    END IF;
+    -- "task_queue" is the deprecated spelling of "queue" (accepted for one release).
+    IF p_args ? 'queue' AND p_args ? 'task_queue' AND p_args -> 'queue' IS DISTINCT FROM p_args -> 'task_queue' THEN
+        RAISE EXCEPTION 'start % gives "queue" % and "task_queue" %, which disagree', p_n,
+            p_args -> 'queue', p_args -> 'task_queue' USING ERRCODE = 'HR001',
+            HINT = 'pass "queue" only ("task_queue" is its deprecated spelling)';
+    END IF;
+    workflow_name := p_args ->> 'workflow_name';
+    input := coalesce(p_args -> 'input', '[]'::jsonb);
+    workflow_id := p_args ->> 'workflow_id';
+    queue := coalesce(p_args ->> 'queue', p_args ->> 'task_queue', 'default');
+    reuse_policy := coalesce(p_args ->> 'reuse_policy', 'allow_duplicate');
+    conflict_policy := coalesce(p_args ->> 'conflict_policy', 'unspecified');
+    search_attributes := coalesce(p_args -> 'search_attributes', '{}'::jsonb);
+    priority := coalesce((p_args ->> 'priority')::integer, 0);
+    shard := (p_args ->> 'shard')::integer;
+    execution_timeout_secs := (p_args ->> 'execution_timeout')::double precision;
+    run_timeout_secs := (p_args ->> 'run_timeout')::double precision;
+    traceparent := p_args ->> 'traceparent';
+END;
+$$;
+
+-- The admission of a gated start (one whose workflow declares a start throttle, debounce or
+-- batch) of a transaction that starts it after it locks every run its starts may end
+-- (start_workflows; a terminate_other slot, schedules.sql _fire_slot): its checks, then its
+-- gate (_start_defer), and no start yet. p_args: a start_workflows element. Returns
+-- {action, workflow_id, release, start}: start is what the start that follows will do, for
+-- the caller's lock pass (workflow_name, workflow_id, input, reuse_policy, conflict_policy,
+-- as start_workflows' elements spell them): p_args under the gate's workflow_id when the gate
+-- lets it through, the filled batch's run when it releases one, and JSON null when it defers
+-- the start, which then locks and ends nothing. _start_admitted starts it.
+CREATE OR REPLACE FUNCTION harvest._start_admission(p_args jsonb, p_n integer DEFAULT 1)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_args record := harvest._start_args(p_args, p_n);
+    v_gate record;
+BEGIN
+    PERFORM harvest._start_check(v_args.workflow_name, v_args.input, v_args.workflow_id, v_args.queue,
+        v_args.reuse_policy, v_args.conflict_policy, v_args.search_attributes, v_args.priority, v_args.shard,
+        v_args.execution_timeout_secs, v_args.run_timeout_secs, true, v_args.traceparent);
+    v_gate := harvest._start_defer(v_args.workflow_name,
+        (SELECT p.policy FROM harvest.flow_policies AS p WHERE p.kind = 'workflow' AND p.name = v_args.workflow_name),
+        v_args.input, v_args.workflow_id, v_args.queue, v_args.reuse_policy, v_args.conflict_policy,
+        v_args.search_attributes, v_args.priority, v_args.execution_timeout_secs, v_args.run_timeout_secs,
+        v_args.traceparent);
+    RETURN jsonb_build_object(
+        'action', v_gate.action, 'workflow_id', v_gate.workflow_id, 'release', to_jsonb(v_gate.release),
+        'start', CASE v_gate.action
+            WHEN 'start' THEN p_args || jsonb_build_object('workflow_id', v_gate.workflow_id)
+            WHEN 'release' THEN harvest._pending_start_args(v_gate.release)  -- (the filled batch's run)
+            ELSE 'null'::jsonb END);
+END;
+$$;
+
+-- The start a gate admitted (_start_admission, p_admission; p_args the start_workflows element
+-- it admitted): a deferred start's answer (no execution), a filled batch's run, or the start
+-- under the gate's workflow_id, past its gate (p_flow_gates false: its checks ran at admission).
+CREATE OR REPLACE FUNCTION harvest._start_admitted(p_admission jsonb, p_args jsonb, p_n integer DEFAULT 1)
+RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_args record := harvest._start_args(p_args, p_n);
+BEGIN
+    IF p_admission ->> 'action' = 'deferred' THEN
+        RETURN QUERY SELECT NULL::uuid, p_admission ->> 'workflow_id', 'DEFERRED'::text, false;
+    ELSIF p_admission ->> 'action' = 'release' THEN
+        RETURN QUERY SELECT * FROM harvest._release_pending_start(
+            jsonb_populate_record(NULL::harvest.pending_starts, p_admission -> 'release'));
+    ELSE
+        RETURN QUERY SELECT * FROM harvest._start_workflow(
+            p_workflow_name => v_args.workflow_name, p_input => v_args.input,
+            p_workflow_id => p_admission ->> 'workflow_id', p_queue => v_args.queue,
+            p_reuse_policy => v_args.reuse_policy, p_conflict_policy => v_args.conflict_policy,
+            p_search_attributes => v_args.search_attributes, p_priority => v_args.priority,
+            p_shard => v_args.shard, p_execution_timeout_secs => v_args.execution_timeout_secs,
+            p_run_timeout_secs => v_args.run_timeout_secs, p_flow_gates => false,
+            p_traceparent => v_args.traceparent);
+    END IF;
+END;
+$$;
+
 -- A client's group commit of starts: each element of p_starts (a JSON array of
 -- objects with start_workflow's arguments, without the p_ prefix; "shard" is
 -- p_shard, refused with HR011 when it is not this database's; "task_queue" is
@@ -879,8 +1031,10 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_start record;
+    v_args record;
     v_row record;
-    v_ungated jsonb;
+    v_going jsonb;
+    v_admissions jsonb := '{}';
 BEGIN
     IF p_starts IS NULL OR jsonb_typeof(p_starts) <> 'array' THEN
         RAISE EXCEPTION 'starts must be a JSON array of objects' USING ERRCODE = 'HR001';
@@ -891,21 +1045,40 @@ BEGIN
         RETURN QUERY SELECT * FROM harvest._start_plain_batch(p_starts);
         RETURN;
     END IF;
-    -- More than one start: the start locks of them all, then their flow keys (quota and
-    -- cancel_running keys) in one order, before the first start (docs/internals.md, "Lock
-    -- order"). Taken start by start, the first start's quota key came before the second's
-    -- start lock and the keys in the batch's order, so two batches naming two quota keys in
-    -- opposite orders deadlocked (40P01). A start a throttle, debounce or batch may defer
-    -- takes its gate first (_start_defer): such starts are left to the loop.
+    -- More than one start: first the gates of its gated starts (a throttle, debounce or batch),
+    -- in one order, and their admissions under them (_start_admission), in the starts' order;
+    -- then the start locks of every start that will start (the ungated ones, those a gate lets
+    -- through, the runs of the batches they fill: not a deferred one), then their flow keys
+    -- (quota and cancel_running keys) in one order, before the first start (docs/internals.md,
+    -- "Lock order", 1 to 3). Taken start by start, the first start's quota key came before
+    -- the second's start lock and the keys in the batch's order, so two batches naming two
+    -- quota keys in opposite orders deadlocked (40P01); and a gated start, left to its turn,
+    -- took its gate after the locks of the starts before it and its runs after the batch's
+    -- pass (tests/integration/test_row_lock_order.py).
     IF jsonb_array_length(p_starts) > 1 THEN
-        -- (The starts no gate may defer, each looked up once.)
-        SELECT coalesce(jsonb_agg(s.value), '[]') INTO v_ungated
-        FROM jsonb_array_elements(p_starts) AS s
-        WHERE jsonb_typeof(s.value -> 'workflow_name') = 'string'
-          AND NOT harvest._start_gated(s.value ->> 'workflow_name');
+        PERFORM harvest._lock_start_gates(p_starts);
+        FOR v_start IN
+            SELECT s.value AS args, s.ordinality::integer AS n
+            FROM jsonb_array_elements(p_starts) WITH ORDINALITY AS s
+            WHERE jsonb_typeof(s.value -> 'workflow_name') = 'string'
+              AND harvest._start_gated(s.value ->> 'workflow_name')
+            ORDER BY s.value ->> 'workflow_name', s.value ->> 'workflow_id' NULLS LAST, s.ordinality
+        LOOP
+            v_admissions := v_admissions
+                || jsonb_build_object(v_start.n::text, harvest._start_admission(v_start.args, v_start.n));
+        END LOOP;
+        SELECT coalesce(jsonb_agg(g.start), '[]') INTO v_going
+        FROM (
+            SELECT s.value AS start FROM jsonb_array_elements(p_starts) AS s
+            WHERE jsonb_typeof(s.value -> 'workflow_name') = 'string'
+              AND NOT harvest._start_gated(s.value ->> 'workflow_name')
+            UNION ALL
+            SELECT a.value -> 'start' FROM jsonb_each(v_admissions) AS a
+            WHERE jsonb_typeof(a.value -> 'start') = 'object'
+        ) AS g;
         FOR v_start IN
             SELECT u.value ->> 'workflow_name' AS workflow_name, u.value ->> 'workflow_id' AS workflow_id
-            FROM jsonb_array_elements(v_ungated) AS u
+            FROM jsonb_array_elements(v_going) AS u
             WHERE jsonb_typeof(u.value -> 'workflow_id') = 'string'
             ORDER BY 1, 2
         LOOP
@@ -913,7 +1086,7 @@ BEGIN
         END LOOP;
         PERFORM harvest._lock_flow_keys_of(coalesce(jsonb_agg(jsonb_build_object(
             'workflow_name', u.value -> 'workflow_name', 'input', u.value -> 'input', 'quota', true)), '[]'))
-        FROM jsonb_array_elements(v_ungated) AS u;
+        FROM jsonb_array_elements(v_going) AS u;
         -- Then every run their latest-wins starts may supersede and the live prior of each
         -- replacing start (terminate_existing, terminate_if_running), all in id order, and the
         -- mutex keys those runs hold, before the first start supersedes or ends any (decide.sql,
@@ -921,51 +1094,25 @@ BEGIN
         -- and a replacing start its prior after the batch held the superseded runs, a lower id
         -- after a higher: 40P01 with a group commit of those runs (tests/integration/
         -- test_mutex_flow_key_order.py). (Read under the start locks taken above.)
-        PERFORM harvest._lock_superseded_runs(v_ungated, p_runs => ARRAY(
-            SELECT r.id
-            FROM jsonb_array_elements(v_ungated) AS u
-            CROSS JOIN LATERAL (
-                SELECT e.id FROM harvest.executions AS e
-                WHERE e.workflow_name = u.value ->> 'workflow_name'
-                  AND e.workflow_id BETWEEN u.value ->> 'workflow_id' AND u.value ->> 'workflow_id'
-                  AND e.status IN ('RUNNING', 'PAUSED')
-                ORDER BY e.workflow_id  -- (read as _start_resolve_prior reads it: by its index)
-            ) AS r
-            WHERE jsonb_typeof(u.value -> 'workflow_id') = 'string'
-              AND harvest._start_action('RUNNING', coalesce(u.value ->> 'reuse_policy', 'allow_duplicate'),
-                                        coalesce(u.value ->> 'conflict_policy', 'unspecified')) = 'replace'
-        ));
+        PERFORM harvest._lock_superseded_runs(v_going, p_runs => harvest._replaced_runs(v_going));
     END IF;
     FOR v_start IN
         SELECT s.value AS args, s.ordinality::integer AS n
         FROM jsonb_array_elements(p_starts) WITH ORDINALITY AS s
         ORDER BY s.value ->> 'workflow_name', s.value ->> 'workflow_id' NULLS LAST, s.ordinality
     LOOP
-        IF jsonb_typeof(v_start.args) IS DISTINCT FROM 'object'
-           OR jsonb_typeof(v_start.args -> 'workflow_name') IS DISTINCT FROM 'string' THEN
-            RAISE EXCEPTION 'start % needs "workflow_name" as a JSON string', v_start.n
-                USING ERRCODE = 'HR001';
+        IF v_admissions ? v_start.n::text THEN  -- (admitted at its gate above)
+            SELECT * INTO v_row FROM harvest._start_admitted(v_admissions -> v_start.n::text, v_start.args, v_start.n);
+        ELSE
+            v_args := harvest._start_args(v_start.args, v_start.n);
+            SELECT * INTO v_row FROM harvest.start_workflow(
+                p_workflow_name => v_args.workflow_name, p_input => v_args.input,
+                p_workflow_id => v_args.workflow_id, p_queue => v_args.queue,
+                p_reuse_policy => v_args.reuse_policy, p_conflict_policy => v_args.conflict_policy,
+                p_search_attributes => v_args.search_attributes, p_priority => v_args.priority,
+                p_shard => v_args.shard, p_execution_timeout_secs => v_args.execution_timeout_secs,
+                p_run_timeout_secs => v_args.run_timeout_secs, p_traceparent => v_args.traceparent);
         END IF;
-        -- "task_queue" is the deprecated spelling of "queue" (accepted for one release).
-        IF v_start.args ? 'queue' AND v_start.args ? 'task_queue'
-           AND v_start.args -> 'queue' IS DISTINCT FROM v_start.args -> 'task_queue' THEN
-            RAISE EXCEPTION 'start % gives "queue" % and "task_queue" %, which disagree', v_start.n,
-                v_start.args -> 'queue', v_start.args -> 'task_queue' USING ERRCODE = 'HR001',
-                HINT = 'pass "queue" only ("task_queue" is its deprecated spelling)';
-        END IF;
-        SELECT * INTO v_row FROM harvest.start_workflow(
-            p_workflow_name => v_start.args ->> 'workflow_name',
-            p_input => coalesce(v_start.args -> 'input', '[]'::jsonb),
-            p_workflow_id => v_start.args ->> 'workflow_id',
-            p_queue => coalesce(v_start.args ->> 'queue', v_start.args ->> 'task_queue', 'default'),
-            p_reuse_policy => coalesce(v_start.args ->> 'reuse_policy', 'allow_duplicate'),
-            p_conflict_policy => coalesce(v_start.args ->> 'conflict_policy', 'unspecified'),
-            p_search_attributes => coalesce(v_start.args -> 'search_attributes', '{}'::jsonb),
-            p_priority => coalesce((v_start.args ->> 'priority')::integer, 0),
-            p_shard => (v_start.args ->> 'shard')::integer,
-            p_execution_timeout_secs => (v_start.args ->> 'execution_timeout')::double precision,
-            p_run_timeout_secs => (v_start.args ->> 'run_timeout')::double precision,
-            p_traceparent => v_start.args ->> 'traceparent');
         -- A caller that will wait marks itself on a run this start created (and only there:
         -- a run it attached to may be closing, so that one is marked by wait_for_result).
         IF v_start.args ? 'result_waiter' AND v_row.started_fresh AND v_row.status = 'RUNNING'

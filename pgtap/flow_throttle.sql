@@ -1,10 +1,11 @@
 -- functions/flow_throttle.sql: harvest._check_start_gates, harvest._throttle_take, harvest._start_gate,
+-- harvest._start_gate_key, harvest._start_gate_lock, harvest._lock_start_gates, harvest._pending_start_args,
 -- harvest._release_pending_start, harvest._try_release_pending_start, harvest.release_pending_starts,
 -- harvest.list_pending_starts, the gates in start_workflow, and the pacing override:
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
 -- harvest.clear_start_throttle_override.
 BEGIN;
-SELECT plan(47);
+SELECT plan(54);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
@@ -88,13 +89,45 @@ WHERE p.kind = 'debounce';
 SELECT is((SELECT ev.event_data ->> 'traceparent' FROM released_traced AS r
            JOIN harvest.events AS ev ON ev.execution_id = r.execution_id AND ev.event_type = 'WorkflowStarted'),
           '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', '_release_pending_start(): the released run continues the deferred caller''s span');
-SELECT results_eq($$SELECT action, execution_id IS NULL FROM harvest._start_gate('wf_b',
+SELECT results_eq($$SELECT action, release IS NULL FROM harvest._start_gate('wf_b',
         '{"batch": {"max_size": 5, "window_secs": 1}}', '["q"]', 'wid', 'bq', 'allow_duplicate', '{}', 0, NULL, NULL)$$,
     $$VALUES ('deferred'::text, true)$$, '_start_gate(): a batch start is deferred');
+SELECT results_eq($$SELECT action, workflow_id, (release).input, (release).starts FROM harvest._start_gate('wf_b',
+        '{"batch": {"max_size": 2, "window_secs": 1}}', '["r"]', 'wid2', 'bq', 'allow_duplicate', '{}', 0, NULL, NULL)$$,
+    $$VALUES ('release'::text, 'wid'::text, '["q", "r"]'::jsonb, 2)$$,
+    '_start_gate(): the start that fills a batch hands back its pending row to start (release), under the first start''s id');
+SELECT is_empty($$SELECT 1 FROM harvest.pending_starts WHERE kind = 'batch'$$,
+    '_start_gate(): ... and takes that row off the queue (a later start of the key opens the next batch)');
 SELECT is((SELECT count(*)::integer FROM harvest.executions WHERE parent_id IS NULL AND workflow_name = 'wf_b'), 2,
           'nothing else started');
+SELECT is(ARRAY[harvest._start_gate_key('{"throttle": {"rps": 1}}', '[{"t": "a"}]'),
+                harvest._start_gate_key('{"batch": {"key": "input.t"}}', '[{"t": "a"}]'),
+                harvest._start_gate_key('{"debounce": {"key": "input.t"}}', '[{"v": 1}]'),
+                harvest._start_gate_key('{"quota": {"key": "input.t"}}', '[{"t": "a"}]')],
+          ARRAY['', 'a', NULL, NULL],
+          '_start_gate_key(): empty for a gate without a key, the key''s value, NULL without a value or a gate');
+SELECT is(harvest._pending_start_args(jsonb_populate_record(NULL::harvest.pending_starts,
+              '{"kind": "batch", "workflow_name": "wf_b", "workflow_id": "w-1", "input": ["a", "b"],
+                "reuse_policy": "terminate_if_running"}')),
+          '{"workflow_name": "wf_b", "workflow_id": "w-1", "input": [["a", "b"]], "reuse_policy": "terminate_if_running"}',
+          '_pending_start_args(): the start a released batch makes, its input the list of the arguments');
+SELECT is(harvest._start_gate_lock('wf_t', 'a'), hashtext('harvest.start_gate:wf_t:a')::bigint,
+          '_start_gate_lock(): the advisory lock of a (workflow, key) gate');
+SELECT lives_ok($$SELECT harvest._lock_start_gates('[{"workflow_name": "wf_k", "input": [{"tenant": "b"}]},
+        {"workflow_name": "wf_k", "input": [{"tenant": "a"}]}, {"workflow_name": "wf_k", "input": [{"v": 1}]},
+        {"workflow_name": "wf_unknown"}, 7, {"workflow_name": "wf_t", "input": {}}]')$$,
+    '_lock_start_gates(): elements without a gate or not well formed are passed');
+SELECT is(ARRAY(SELECT l.objid::bigint FROM pg_locks AS l
+                WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.objsubid = 1
+                  AND l.objid::bigint IN (harvest._start_gate_lock('wf_k', 'a') & 4294967295,
+                                          harvest._start_gate_lock('wf_k', 'b') & 4294967295,
+                                          harvest._start_gate_lock('wf_k', '') & 4294967295)
+                ORDER BY 1),
+          ARRAY(SELECT v & 4294967295 FROM unnest(ARRAY[harvest._start_gate_lock('wf_k', 'a'),
+                                                         harvest._start_gate_lock('wf_k', 'b')]) AS v ORDER BY 1),
+          '_lock_start_gates(): the gates of the gated starts with a key value, held to the commit');
 -- A declared key path whose value is missing: no key, so no gate (throttle, debounce, batch).
-SELECT results_eq($$SELECT action, execution_id IS NULL, workflow_id FROM harvest._start_gate('wf_d',
+SELECT results_eq($$SELECT action, release IS NULL, workflow_id FROM harvest._start_gate('wf_d',
         '{"debounce": {"key": "input.doc", "quiet_secs": 5}}', '[{"v": 1}]', 'nodoc', 'dq', 'allow_duplicate', '{}', 0, NULL, NULL)$$,
     $$VALUES ('start'::text, true, 'nodoc'::text)$$, '_start_gate(): a debounce start without its key value goes ahead');
 SELECT results_eq($$SELECT action FROM harvest._start_gate('wf_b',

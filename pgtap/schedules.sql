@@ -6,12 +6,12 @@
 -- start_buffered_firings. The helpers run inside them: harvest._check_schedule_spec
 -- (the bad fields), harvest._put_schedule and harvest._schedule_spec (create, update,
 -- declare), harvest._schedule_json, harvest._lock_schedule (HR002), harvest._fire_slot,
--- harvest._start_firing, harvest._start_buffered, harvest._schedule_active_runs,
+-- harvest._start_firing, harvest._firing_start, harvest._start_buffered, harvest._schedule_active_runs,
 -- harvest._lock_schedule_dag (a DAG schedule's firing holds the DAG's row), harvest._firing_live,
 -- harvest._firing_workflow_names,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(96);
+SELECT plan(100);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -306,6 +306,24 @@ SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger
 SET LOCAL harvest.fake_now = '2031-01-01 00:02:00+00';
 SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('paced') AS f),
           'skipped:max_active_runs', 'a deferred start counts as the schedule''s live run');
+-- A terminate_other slot of a gated workflow admits its start at its gate before it ends the
+-- live runs (harvest._firing_start is what it admits, _start_firing starts it as admitted).
+SELECT is(harvest._firing_start(s, f) - 'workflow_id',
+          jsonb_build_object('workflow_name', 'paced_wf', 'input', s.input, 'queue', s.queue, 'traceparent', NULL),
+          '_firing_start(): the firing''s start, as start_workflows'' elements spell one')
+FROM harvest.schedules AS s JOIN harvest.schedule_firings AS f ON f.schedule_id = s.id
+WHERE s.name = 'paced' ORDER BY f.slot_at LIMIT 1;
+SET LOCAL harvest.fake_now = '2031-01-01 00:02:30+00';
+SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('paced', 'terminate_other') AS f),
+          'started:deferred', 'a terminate_other slot whose gate defers its start: deferred ...');
+SELECT is((SELECT count(*)::integer FROM harvest.pending_starts AS p WHERE p.workflow_name = 'paced_wf'), 2,
+          '... once (admitted at its gate before the runs end, not again at its start)');
+SELECT harvest.declare_flow_policies('{"workflows": {"paced_wf": {"throttle": {"rps": 0.0001, "burst": 1}},
+    "batched_wf": {"batch": {"max_size": 2, "window_secs": 60}}}}');
+SELECT harvest.create_schedule('batched', 'batched_wf', p_interval_secs => 60, p_input => '[1, 2]',
+                               p_overlap => 'terminate_other');
+SELECT is((SELECT f ->> 'status' || ':' || left(f ->> 'reason', 5) FROM harvest.trigger_schedule('batched') AS f),
+          'failed:HR001', 'a terminate_other slot whose start its gate refuses (a batch start of two arguments) fails');
 -- buffer_all keeps at most harvest._max_buffered_firings() slots waiting; the next is skipped.
 SELECT is(harvest._max_buffered_firings(), 10000, 'a schedule keeps at most 10000 slots waiting');
 SELECT harvest.create_schedule('stacked', 'stacked_wf', p_interval_secs => 60, p_overlap => 'buffer_all');

@@ -1,8 +1,9 @@
 -- functions/start.sql: harvest.start_workflow (the engine's own harvest._start_workflow, and
--- start_workflows, the batch) — minted ids, shards, the first event and task, argument checks,
+-- start_workflows, the batch, with harvest._start_args, harvest._start_check, harvest._replaced_runs and a gated
+-- start's harvest._start_admission and harvest._start_admitted) — minted ids, shards, the first event and task, argument checks,
 -- and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(196);
+SELECT plan(211);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -568,20 +569,83 @@ SELECT results_eq(
     '... and its first workflow task, gated by the key at the claim');
 SELECT harvest.declare_flow_policies('{"workflows": {"fn_paced": {"throttle": {"rps": 0.001, "burst": 1}}}}');
 SELECT results_eq(
-    $$SELECT action, execution_id, workflow_id, status FROM harvest._start_defer('fn_paced',
+    $$SELECT action, workflow_id, release IS NULL FROM harvest._start_defer('fn_paced',
           (SELECT policy FROM harvest.flow_policies WHERE kind = 'workflow' AND name = 'fn_paced'),
           '[]', 'fp-1', 'fn_q', 'allow_duplicate', 'unspecified', '{}', 0, NULL, NULL)$$,
-    $$VALUES ('start'::text, NULL::uuid, 'fp-1'::text, NULL::text)$$,
+    $$VALUES ('start'::text, 'fp-1'::text, true)$$,
     '_start_defer() with a token: start now');
 SELECT results_eq(
-    $$SELECT action, execution_id, workflow_id, status FROM harvest._start_defer('fn_paced',
+    $$SELECT action, workflow_id, release IS NULL FROM harvest._start_defer('fn_paced',
           (SELECT policy FROM harvest.flow_policies WHERE kind = 'workflow' AND name = 'fn_paced'),
           '[]', 'fp-2', 'fn_q', 'allow_duplicate', 'unspecified', '{}', 0, NULL, NULL)$$,
-    $$VALUES ('deferred'::text, NULL::uuid, 'fp-2'::text, 'DEFERRED'::text)$$,
+    $$VALUES ('deferred'::text, 'fp-2'::text, true)$$,
     '_start_defer() without one: deferred, no execution');
 SELECT throws_ok($$SELECT * FROM harvest._start_defer('fn_paced', '{"throttle": {}}', '[]', 'fp-3', 'fn_q',
                        'allow_duplicate', 'fail', '{}', 0, NULL, NULL)$$, 'HR001', NULL,
                  '_start_defer() with a conflict_policy: HR001');
+-- _start_check: every check of a start, the shard its id is minted for.
+SELECT is(harvest._start_check('fn_wf', '[]', NULL, 'fn_q', 'allow_duplicate', 'unspecified', '{}', 0, NULL,
+                               NULL, NULL, true, NULL), harvest.get_shard_id(),
+          '_start_check(): a start that passes every check gets this database''s shard');
+SELECT throws_ok($$SELECT harvest._start_check('fn_wf', '[]', NULL, 'fn_q', 'allow_duplicate', 'unspecified', '{}',
+                       0, NULL, NULL, NULL, true, 'not-a-traceparent')$$, 'HR001', NULL,
+                 '_start_check(): a malformed traceparent: HR001');
+SELECT throws_ok($$SELECT harvest._start_check('fn_wf', '[]', NULL, 'fn_q', 'allow_duplicate', 'unspecified', '{}',
+                       2000000, NULL, NULL, NULL, true, NULL)$$, 'HR001', NULL,
+                 '_start_check(): a priority out of range: HR001');
+-- _start_args: a start_workflows element as start_workflow's arguments.
+SELECT results_eq(
+    $$SELECT workflow_name, input, workflow_id, queue, reuse_policy, conflict_policy, search_attributes, priority,
+             shard, execution_timeout_secs, run_timeout_secs, traceparent
+      FROM harvest._start_args('{"workflow_name": "a_wf", "task_queue": "tq", "run_timeout": 5}', 1)$$,
+    $$VALUES ('a_wf'::text, '[]'::jsonb, NULL::text, 'tq'::text, 'allow_duplicate'::text, 'unspecified'::text,
+              '{}'::jsonb, 0, NULL::integer, NULL::double precision, 5::double precision, NULL::text)$$,
+    '_start_args(): the defaults filled in, task_queue read as the queue');
+SELECT throws_ok($$SELECT * FROM harvest._start_args('[1]', 2)$$, 'HR001',
+                 'start 2 needs "workflow_name" as a JSON string', '_start_args(): not an object: HR001');
+SELECT throws_ok($$SELECT * FROM harvest._start_args('{"workflow_name": "a", "queue": "x", "task_queue": "y"}', 3)$$,
+                 'HR001', NULL, '_start_args(): queue and task_queue that disagree: HR001');
+-- _replaced_runs: the live priors of replacing starts.
+SELECT is(harvest._replaced_runs(jsonb_build_array(
+              '{"workflow_name": "fn_wf", "workflow_id": "fn-2", "conflict_policy": "terminate_existing"}'::jsonb,
+              '{"workflow_name": "fn_wf", "workflow_id": "fn-2"}'::jsonb,
+              '{"workflow_name": "fn_wf", "reuse_policy": "terminate_if_running"}'::jsonb, '7'::jsonb)),
+          ARRAY(SELECT id FROM harvest.executions WHERE workflow_id = 'fn-2' AND status = 'RUNNING'),
+          '_replaced_runs(): a replacing start''s live prior; none for an attaching start or an unnamed one');
+-- _start_admission and _start_admitted: a gated start of a batch, admitted before its start.
+SELECT harvest.declare_flow_policies('{"workflows": {"fn_paced": {"throttle": {"rps": 0.001, "burst": 1}},
+    "fn_open": {"throttle": {"rps": 1, "burst": 5}}, "fn_one": {"batch": {"max_size": 1, "window_secs": 9}}}}');
+SELECT is(harvest._start_admission('{"workflow_name": "fn_paced", "workflow_id": "fa-1", "queue": "fn_q"}') - 'release',
+          '{"action": "deferred", "workflow_id": "fa-1", "start": null}',
+          '_start_admission(): a start its gate defers will start nothing (start: null)');
+SELECT is(harvest._start_admission('{"workflow_name": "fn_open", "queue": "fn_q", "input": [1]}') #> '{start,input}',
+          '[1]', '_start_admission(): a start its gate lets through starts as given ...');
+SELECT is(jsonb_typeof(harvest._start_admission('{"workflow_name": "fn_open", "queue": "fn_q"}') #> '{start,workflow_id}'),
+          'string', '... under the workflow id its gate minted');
+CREATE TEMP TABLE fn_filled ON COMMIT DROP AS
+SELECT harvest._start_admission('{"workflow_name": "fn_one", "workflow_id": "fo-1", "queue": "fn_q",
+                                  "input": ["x"], "reuse_policy": "reject_duplicate"}') AS a;
+SELECT is((SELECT a -> 'start' FROM fn_filled),
+          '{"workflow_name": "fn_one", "workflow_id": "fo-1", "input": [["x"]], "reuse_policy": "reject_duplicate"}',
+          '_start_admission(): a start that fills a batch starts that batch''s run');
+SELECT throws_ok($$SELECT harvest._start_admission('{"workflow_name": "fn_paced", "queue": "fn_q", "priority": 1.5}')$$,
+                 '22P02', NULL, '_start_admission(): the element''s own errors, before its gate');
+SELECT results_eq($$SELECT execution_id, workflow_id, status, started_fresh FROM harvest._start_admitted(
+        '{"action": "deferred", "workflow_id": "fa-1"}', '{"workflow_name": "fn_paced"}')$$,
+    $$VALUES (NULL::uuid, 'fa-1'::text, 'DEFERRED'::text, false)$$, '_start_admitted(): a deferred start: no execution');
+-- (Started into temp tables: a query joining the runs its own call inserts does not see them.)
+CREATE TEMP TABLE fn_released ON COMMIT DROP AS
+SELECT * FROM harvest._start_admitted((SELECT a FROM fn_filled), '{"workflow_name": "fn_one", "input": ["x"]}');
+SELECT results_eq($$SELECT e.input, e.workflow_id, s.status FROM fn_released AS s
+        JOIN harvest.executions AS e ON e.id = s.execution_id$$,
+    $$VALUES ('[["x"]]'::jsonb, 'fo-1'::text, 'RUNNING'::text)$$, '_start_admitted(): a filled batch''s run');
+CREATE TEMP TABLE fn_let_through ON COMMIT DROP AS
+SELECT * FROM harvest._start_admitted('{"action": "start", "workflow_id": "fa-9"}',
+                                      '{"workflow_name": "fn_paced", "queue": "fn_q"}');
+SELECT results_eq($$SELECT e.workflow_name, e.workflow_id, s.started_fresh FROM fn_let_through AS s
+        JOIN harvest.executions AS e ON e.id = s.execution_id$$,
+    $$VALUES ('fn_paced'::text, 'fa-9'::text, true)$$,
+    '_start_admitted(): a start let through, under its gate''s id, past its gate (fn_paced has no token left)');
 
 -- _starts_plain and _start_plain_batch: start_workflows' batch of plain starts, one statement
 -- per table. Which batches are plain: none given a workflow_id, a policy, a shard, a

@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
-from race_helpers import in_thread, wait_until_blocked, wait_until_done_or_blocked
+from race_helpers import all_finished, in_thread, wait_until_blocked, wait_until_done_or_blocked
 
 POLICIES = {
     "workflows": {
@@ -233,3 +233,48 @@ def test_two_decisions_acquiring_mutexes_in_opposite_orders_do_not_deadlock(
         " WHERE holder_execution_id = %s",
         (first[0],),
     ).fetchone()[0] == ["a", "b", "c"]
+
+
+def test_a_batch_with_a_gated_start_and_a_gated_start_under_its_quota_key_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A start_workflows batch of a quota'd start (key acme) and a start of a throttled workflow;
+    beside it a client's start of the throttled workflow under quota key acme, which took the
+    throttle's gate and waits on its start lock (a third session holds it). The batch took acme
+    (its pass before the first start) and then, at its gated start's turn, waited on the gate;
+    the client start, let go, waited on acme: a cycle (40P01). The batch now takes its starts'
+    gates before any start lock or key (docs/internals.md, "Lock order", 1), so it waits on the
+    gate holding nothing the client start needs."""
+    gated = {"throttle": {"rps": 1, "burst": 100}, "quota": {"key": "input.t", "max_active_executions": 100}}
+    conn.execute(
+        "SELECT harvest.declare_flow_policies(%s)",
+        (Jsonb({**POLICIES, "workflows": {**POLICIES["workflows"], "paced": gated}}),),
+    )
+    starts = [
+        {"workflow_name": "metered", "workflow_id": "m", "input": [{"t": "acme"}]},
+        {"workflow_name": "paced", "workflow_id": "p", "input": [{"t": "other"}]},
+    ]
+
+    def batch() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="batch") as c:
+            c.execute("SET deadlock_timeout = '50ms'")
+            return c.execute("SELECT count(*) FROM harvest.start_workflows(%s)", (Jsonb(starts),)).fetchone()[
+                0
+            ]
+
+    def start() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="start") as c:
+            return c.execute(
+                "SELECT status FROM harvest.start_workflow('paced', %s, 'x')", (Jsonb([{"t": "acme"}]),)
+            ).fetchone()[0]
+
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT harvest._lock_start_key('paced', 'x')")
+        starting = in_thread(start, outcome, "start")
+        wait_until_blocked(conn, "start")  # holding the gate, on its start lock
+        batching = in_thread(batch, outcome, "batch")
+        wait_until_blocked(conn, "batch")  # on the gate (before the fix: holding acme)
+        holder.commit()
+        all_finished(outcome, batching, starting)
+    assert outcome == {"batch": 2, "start": "RUNNING"}

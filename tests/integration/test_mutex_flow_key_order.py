@@ -25,6 +25,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 from race_helpers import all_finished, in_thread, wait_until_blocked
+from test_row_lock_order import GATES, _policy
 
 LATEST_WINS = {"concurrency": {"key": "input.doc", "limit": 1, "on_conflict": "cancel_running"}}
 POLICIES = Jsonb({"workflows": {"latest": LATEST_WINS}, "activities": {}})
@@ -182,13 +183,17 @@ def test_a_start_replacing_a_mutex_holder_and_a_start_superseding_a_waiter_do_no
     ).fetchone()[0] == ["A"]
 
 
+@pytest.mark.parametrize("gate", [None, *GATES])
 def test_a_terminate_other_slot_and_a_start_superseding_its_run_do_not_deadlock(
-    db: str, conn: psycopg.Connection
+    db: str, conn: psycopg.Connection, gate: str | None
 ) -> None:
     """A schedule of 'latest' (key d1) whose slot terminates the live run, the holder of mutex m,
     and then starts the next run, taking key d1; a client start of key d1 meanwhile holds the
-    key's advisory lock and, once it has the key's row, supersedes that same live run."""
-    conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
+    key's advisory lock and, once it has the key's row, supersedes that same live run. Behind a
+    start gate (per key), the slot took the gate only at its start, after the run's row and m,
+    and the client start held the gate: the same cycle, until the slot admitted its start at
+    the gate before it locked any run."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1, gate),))
     conn.execute(
         "SELECT harvest.create_schedule('s', 'latest', p_interval_secs => 3600, p_input => %s,"
         " p_overlap => 'terminate_other')",
@@ -356,18 +361,21 @@ def test_a_start_replacing_a_run_and_superseding_an_older_one_and_a_group_commit
     assert (_status(conn, p), _status(conn, v)) == ("TERMINATED", "CANCELLED")
 
 
+@pytest.mark.parametrize("gate", [None, *GATES])
 def test_a_terminate_other_slot_superseding_a_run_and_a_group_commit_do_not_deadlock(
-    db: str, conn: psycopg.Connection
+    db: str, conn: psycopg.Connection, gate: str | None
 ) -> None:
     """A schedule's run r (key dR, its input then) holds mutex m; the schedule's input is now key
     d1, whose live run v sorts before x by id. A group commit of v's decision (asking for m) and
     x's locks v, then x, then m. The next terminate_other slot locked r and m (its end) before
     v's row (its start's supersede): it held m and waited on v while the batch held v and
     waited on m (40P01). The slot now locks the runs its start supersedes with its own, in id
-    order, then their mutex keys (docs/internals.md "Lock order")."""
+    order, then their mutex keys (docs/internals.md "Lock order"). Behind a start gate, the slot
+    left its start out of that pass (its gate comes first) and met the same cycle, until it
+    admitted the start at its gate before locking any run."""
     from test_row_lock_order import _group_commit
 
-    conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1, gate),))
     conn.execute(
         "SELECT harvest.create_schedule('s', 'latest', p_interval_secs => 3600, p_input => %s,"
         " p_overlap => 'terminate_other')",

@@ -19,13 +19,24 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg.types.json import Jsonb
 from race_helpers import in_thread, wait_until_blocked, wait_until_done_or_blocked
 
+# Start gates of 'latest' (docs/flow-control.md, "Start throttle, debounce and batch") that let
+# every start of a test through, each gate per key: a throttle with tokens to spare, and a batch
+# of one, which the start filling it starts (its run's input is the list of the starts'
+# arguments, so its concurrency key is read one level down).
+GATES: dict[str, tuple[dict[str, Any], str]] = {
+    "throttle": ({"throttle": {"rps": 1, "burst": 100, "key": "input.doc"}}, "input.doc"),
+    "batch": ({"batch": {"max_size": 1, "window_secs": 60, "key": "input.doc"}}, "input.0.doc"),
+}
 
-def _policy(limit: int) -> Jsonb:
-    concurrency = {"key": "input.doc", "limit": limit, "on_conflict": "cancel_running"}
-    return Jsonb({"workflows": {"latest": {"concurrency": concurrency}}, "activities": {}})
+
+def _policy(limit: int, gate: str | None = None) -> Jsonb:
+    declared, key = GATES[gate] if gate else ({}, "input.doc")
+    concurrency = {"key": key, "limit": limit, "on_conflict": "cancel_running"}
+    return Jsonb({"workflows": {"latest": {"concurrency": concurrency, **declared}}, "activities": {}})
 
 
 def _claim_all(conn: psycopg.Connection, n: int) -> dict[str, tuple[int, int, int]]:
@@ -408,10 +419,13 @@ def test_a_schedule_terminating_two_mutex_holders_and_a_group_commit_asking_for_
     assert holders.fetchall() == [("a", x), ("b", y)]
 
 
-def _incumbents_of_two_keys(conn: psycopg.Connection) -> tuple[dict[str, tuple[int, int, int]], str, str]:
-    """One run of 'latest' (cancel_running, limit 1) per key, d1 and d2, their first tasks
-    claimed: (run id -> task, the key of the run with the higher id, the other key)."""
-    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1),))
+def _incumbents_of_two_keys(
+    conn: psycopg.Connection, gate: str | None = None
+) -> tuple[dict[str, tuple[int, int, int]], str, str]:
+    """One run of 'latest' (cancel_running, limit 1, behind ``gate`` if one is named) per key,
+    d1 and d2, their first tasks claimed: (run id -> task, the key of the run with the higher
+    id, the other key)."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1, gate),))
     doc_of = {
         conn.execute(
             "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": doc}]),)
@@ -442,14 +456,17 @@ def _race_against_a_group_commit_of_the_incumbents(
     return outcome
 
 
+@pytest.mark.parametrize("gate", [None, *GATES])
 def test_a_batch_of_starts_superseding_runs_of_two_keys_and_a_group_commit_of_their_decisions_do_not_deadlock(
-    db: str, conn: psycopg.Connection
+    db: str, conn: psycopg.Connection, gate: str | None
 ) -> None:
     """A start_workflows batch of two latest-wins starts, keys d_high then d_low, each
     superseding the one run of its key. Each start locked its key's runs in turn (_supersede),
     so the batch held the higher id and then waited on the lower, while a group commit of both
-    runs' decisions held the lower and waited on the higher."""
-    claimed, first, second = _incumbents_of_two_keys(conn)
+    runs' decisions held the lower and waited on the higher. Behind a gate (a throttle letting
+    them through, a batch each fills): left out of the batch's id-ordered pass, the starts met
+    the same cycle, until the batch admitted them at their gates before the pass."""
+    claimed, first, second = _incumbents_of_two_keys(conn, gate)
 
     def start_both() -> Any:
         with psycopg.connect(db, autocommit=True, application_name="starts") as c:
@@ -495,16 +512,19 @@ def test_a_decision_starting_children_that_supersede_runs_of_two_keys_and_a_grou
     )
 
 
+@pytest.mark.parametrize("gate", [None, *GATES])
 def test_two_batches_of_starts_superseding_runs_of_two_keys_in_opposite_orders_do_not_deadlock(
-    db: str, conn: psycopg.Connection
+    db: str, conn: psycopg.Connection, gate: str | None
 ) -> None:
     """Two start_workflows batches of latest-wins starts of keys d1 and d2, one in each order.
     Both take the two keys' locks, in one order, before any run's row (_lock_flow_keys_of), so
     the second waits for the first's commit and then supersedes its new runs: no cycle. Taken
     start by start (no pass before the first start), the first held d_high's key and run and
     stopped closing it (a third session holds its task), the second took d_low's key and run and
-    waited on d_high's key, and the first then waited on d_low's: 40P01."""
-    claimed, first, second = _incumbents_of_two_keys(conn)
+    waited on d_high's key, and the first then waited on d_low's: 40P01. Behind a gate (per key),
+    each start took its gate and its key as the batch reached it: the same cycle, until the
+    batch took the gates of all its starts, in one order, first."""
+    claimed, first, second = _incumbents_of_two_keys(conn, gate)
     low, high = sorted(claimed)
     outcome: dict[str, Any] = {}
 
@@ -579,3 +599,68 @@ def test_a_batch_of_starts_replacing_two_runs_and_a_group_commit_of_their_decisi
     assert conn.execute(
         "SELECT array_agg(status ORDER BY id) FROM harvest.executions WHERE id IN (%s, %s)", (low, high)
     ).fetchone()[0] == ["TERMINATED", "TERMINATED"]
+
+
+def test_a_batch_of_deferred_latest_wins_starts_locks_and_supersedes_nothing(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A batch's pass locks the runs of the starts a gate lets through, never those of a start its
+    gate defers: behind a debounce, both latest-wins starts of a batch are deferred, so the batch
+    answers while a third session holds both incumbents' rows, and both stay live."""
+    claimed, first, second = _incumbents_of_two_keys(conn)
+    debounced = {"debounce": {"key": "input.doc", "quiet_secs": 60}}
+    concurrency = {"key": "input.doc", "limit": 1, "on_conflict": "cancel_running"}
+    conn.execute(
+        "SELECT harvest.declare_flow_policies(%s)",
+        (Jsonb({"workflows": {"latest": {"concurrency": concurrency, **debounced}}, "activities": {}}),),
+    )
+    outcome: dict[str, Any] = {}
+
+    def start_both() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="starts") as c:
+            return c.execute(
+                "SELECT array_agg(status ORDER BY n) FROM harvest.start_workflows(%s)",
+                (Jsonb([{"workflow_name": "latest", "input": [{"doc": doc}]} for doc in (first, second)]),),
+            ).fetchone()[0]
+
+    with psycopg.connect(db) as holder:
+        holder.execute(
+            "SELECT 1 FROM harvest.executions WHERE id = ANY (%s::uuid[]) FOR UPDATE", (list(claimed),)
+        )
+        starting = in_thread(start_both, outcome, "starts")
+        wait_until_done_or_blocked(conn, starting, "starts")
+        assert not starting.is_alive(), "the batch waited on a run its deferred starts do not end"
+    starting.join(20)
+    assert outcome == {"starts": ["DEFERRED", "DEFERRED"]}
+    assert conn.execute(
+        "SELECT array_agg(status) FROM harvest.executions WHERE id = ANY (%s::uuid[])", (list(claimed),)
+    ).fetchone()[0] == ["RUNNING", "RUNNING"]
+
+
+def test_the_release_of_debounced_starts_superseding_runs_of_two_keys_and_a_group_commit_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """The scanner's release of two debounced latest-wins starts, keys d_high then d_low (their
+    release order), each superseding the one run of its key, and a group commit of both runs'
+    decisions. Each release locked its key's runs as the scan reached it: the same cycle as a
+    batch's starts taken in turn."""
+    claimed, first, second = _incumbents_of_two_keys(conn)
+    concurrency = {"key": "input.doc", "limit": 1, "on_conflict": "cancel_running"}
+    debounced = {"concurrency": concurrency, "debounce": {"key": "input.doc", "quiet_secs": 1}}
+    conn.execute(
+        "SELECT harvest.declare_flow_policies(%s)",
+        (Jsonb({"workflows": {"latest": debounced}, "activities": {}}),),
+    )
+    for doc in (first, second):
+        conn.execute("SELECT harvest.start_workflow('latest', %s)", (Jsonb([{"doc": doc}]),))
+    conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
+
+    def release() -> Any:
+        with psycopg.connect(db, autocommit=True, application_name="scan") as c:
+            c.execute("SET deadlock_timeout = '50ms'")
+            c.execute("SELECT set_config('harvest.fake_now', (now() + interval '1 minute')::text, false)")
+            return c.execute("SELECT harvest.release_pending_starts()").fetchone()[0]
+
+    outcome = _race_against_a_group_commit_of_the_incumbents(db, conn, claimed, "scan", release)
+    assert outcome["scan"] == 2, outcome
+    assert conn.execute("SELECT count(*) FROM harvest.pending_starts").fetchone()[0] == 0
