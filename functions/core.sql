@@ -58,7 +58,7 @@ CREATE OR REPLACE FUNCTION harvest.functions_version()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT '0092'::text;
+    SELECT '0093'::text;
 $$;
 
 -- The Harvest releases (package versions) that applied the database's function files, in text
@@ -476,9 +476,9 @@ $$;
 -- (_apply_decision): the append's update and the close's would be two versions of
 -- the run's row, and the close's, changing the status, is never HOT: it writes an
 -- entry into each index the closed row is in (docs/performance.md, "A closing
--- decision's row, written once"). The row is closed before these events are inserted: the one
--- trigger on events acts on a mutex marker, which _decide_record_marker appends on
--- its own, before, so it takes its key before the close gives the run's keys back.
+-- decision's row, written once"). The row is closed before these events are inserted: a mutex
+-- marker is not among them (_decide_record_marker appends and applies it on its own, before),
+-- so it takes its key before the close gives the run's keys back.
 -- Returns the id of the last event. (Its own statement, not _append_events' with
 -- optional close columns: an UPDATE that names status fires the AFTER UPDATE OF
 -- status triggers, so every append would pay them.) With p_defer, the events are not

@@ -741,8 +741,11 @@ BEGIN
 END;
 $$;
 
--- record_marker: MarkerRecorded. A mutex marker is appended alone, at once: the
--- events_mutex trigger applies it, and a grant it makes to this run is the next event.
+-- record_marker: MarkerRecorded. A mutex marker is appended alone, at once, and applied here
+-- (_mutex_marker): a grant it makes to this run is the next event. Applied by the decision that
+-- issues it, not by a trigger on harvest.events (until 0093): a reset's fork and a moved run copy
+-- their history's markers, which re-ran a finished block's acquire and appended a second
+-- MutexAcquired that no replay could match (tests/integration/test_flow_control_mutex.py).
 -- A version marker (ctx.version()) is read across runs by count_versions, which casts its
 -- value.version to an integer: one that is not (a string, a fraction, over 32 bits) made
 -- count_versions of its change_id fail for every caller, so it is refused (HR001), as is a
@@ -772,6 +775,7 @@ BEGIN
         'seq', p_seq, 'kind', p_command ->> 'kind', 'value', p_command -> 'value');
     IF p_command ->> 'kind' IN ('mutex_acquire', 'mutex_release') THEN
         PERFORM harvest._append_events(p_execution.id, ARRAY[event_type], ARRAY[event_data]);
+        PERFORM harvest._mutex_marker(p_execution.id, p_seq, p_command ->> 'kind', p_command #>> '{value,key}');
         event_type := NULL;
         event_data := NULL;
     END IF;

@@ -3,9 +3,10 @@
 -- grant serialises on pg_advisory_xact_lock(hashtext('harvest.mutex:' || key)).
 --
 -- A workflow asks with a record_marker command of kind "mutex_acquire" (value
--- {key}) and gives the key back with kind "mutex_release" (value {key}); the
--- AFTER INSERT trigger events_mutex on harvest.events applies both in the same
--- transaction as the workflow task that issued them. A grant appends the
+-- {key}) and gives the key back with kind "mutex_release" (value {key});
+-- _decide_record_marker (decide.sql) applies both with _mutex_marker in the same
+-- transaction as the workflow task that issued them. Only the decision does: a
+-- history copied into another run (a reset's fork, a moved run) takes no key. A grant appends the
 -- resolution event MutexAcquired {seq, key} to the holder's history, where seq
 -- is the seq of its acquire marker, and wakes it. A run that leaves RUNNING
 -- (finish, failure, cancel, terminate, timeout, reset, supersede) releases
@@ -168,18 +169,6 @@ AS $$
     LEFT JOIN harvest.mutex_locks AS l ON l.lock_key = k.lock_key
     WHERE p_key IS NULL OR k.lock_key = p_key
     ORDER BY 1;
-$$;
-
--- The events_mutex trigger's work: a MarkerRecorded of kind mutex_acquire or
--- mutex_release (the issuing execution's row is locked by complete_workflow_task).
-CREATE OR REPLACE FUNCTION harvest._mutex_on_marker(p_event harvest.events)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    PERFORM harvest._mutex_marker(p_event.execution_id, (p_event.event_data ->> 'seq')::integer,
-                                  p_event.event_data ->> 'kind', p_event.event_data #>> '{value,key}');
-END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.

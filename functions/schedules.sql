@@ -643,7 +643,7 @@ AS $$
 BEGIN
     IF p_overlap = 'terminate_other' AND NOT harvest._session_has_role('harvest_admin') THEN
         RAISE EXCEPTION 'schedule %: overlap "terminate_other" can terminate running executions, which needs the '
-            'harvest_admin role; login % does not have it', p_schedule, session_user
+            'harvest_admin role; % does not have it', p_schedule, harvest._session_caller()
             USING ERRCODE = '42501',
             HINT = 'use overlap cancel_other (asks the runs to cancel) or another, or ask a harvest_admin';
     END IF;

@@ -18,6 +18,32 @@
 -- creation block). A function it does not know (a new one) is granted to
 -- harvest_admin only; helpers (_name) to no role.
 
+-- Who the caller is (docs/security.md, "Who the caller is"): its login, session_user, which no
+-- session can change (only a superuser's SET SESSION AUTHORIZATION does): the rows a caller owns
+-- (result-wait marks, stream listeners, run-less payloads, a token's created_by) and the audit's
+-- login are its login's. What it may do is the role it acts as, _session_role(): the one it set
+-- with SET ROLE, else the login. Ownership by that role instead would merge every login that sets
+-- one shared role (two admin logins under SET ROLE harvest_operator would own each other's rows),
+-- and SET ROLE can only lower rights, never change who the caller is.
+CREATE OR REPLACE FUNCTION harvest._session_role()
+RETURNS name
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN current_setting('role') = 'none' THEN session_user
+                ELSE current_setting('role')::name END;
+$$;
+
+-- The caller as a refusal names it: the role it acts as, and the login that set it when they
+-- differ (a refusal under SET ROLE harvest_operator named only the login, an admin: "login x
+-- does not have" harvest_admin, which x had).
+CREATE OR REPLACE FUNCTION harvest._session_caller()
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN harvest._session_role() = session_user THEN 'login ' || session_user
+                ELSE 'role ' || harvest._session_role() || ' (set by login ' || session_user || ')' END;
+$$;
+
 -- Whether the caller holds p_role, for the checks an entry point makes beyond its
 -- EXECUTE grant (a start that can terminate a live run needs harvest_admin). Entry
 -- points run as their owner, so current_user names the owner; the caller is the role the
@@ -40,10 +66,7 @@ AS $$
         OR EXISTS (
             SELECT 1 FROM pg_catalog.pg_roles AS r
             WHERE r.rolname = p_role AND pg_catalog.pg_has_role(who.rolname, r.oid, 'USAGE'))
-    FROM (
-        SELECT CASE WHEN current_setting('role') = 'none' THEN session_user
-                    ELSE current_setting('role')::name END AS rolname
-    ) AS who;
+    FROM (SELECT harvest._session_role() AS rolname) AS who;
 $$;
 
 CREATE OR REPLACE FUNCTION harvest._function_role(p_name text)

@@ -161,10 +161,10 @@ BEGIN
        AND NOT harvest._session_has_role('harvest_admin')
        AND (coalesce(p_flow_gates, true) OR NOT harvest._session_has_role('harvest_worker')) THEN
         RAISE EXCEPTION '% can terminate a running execution, which needs the harvest_admin role; '
-            'login % does not have it',
+            '% does not have it',
             CASE WHEN p_conflict_policy = 'terminate_existing' THEN 'conflict_policy "terminate_existing"'
                  ELSE 'reuse_policy "terminate_if_running" (with conflict_policy unspecified)' END,
-            session_user
+            harvest._session_caller()
             USING ERRCODE = '42501',
             HINT = 'pass conflict_policy use_existing (attach to a running run) or fail, '
                    'or ask a harvest_admin to terminate the run';

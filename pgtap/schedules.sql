@@ -382,8 +382,8 @@ SET LOCAL ROLE harvest_operator;
 SELECT throws_ok($$SELECT harvest.create_schedule('ta_op', 'ta_wf', p_interval_secs => 60,
                                                   p_overlap => 'terminate_other')$$, '42501',
                  'schedule ta_op: overlap "terminate_other" can terminate running executions, which needs the '
-                 'harvest_admin role; login ' || session_user || ' does not have it',
-                 'create_schedule(): an operator cannot make a schedule that terminates (42501)');
+                 'harvest_admin role; role harvest_operator (set by login ' || session_user || ') does not have it',
+                 'create_schedule(): an operator cannot make a schedule that terminates (42501), naming the role in use');
 SELECT throws_ok($$SELECT harvest.trigger_schedule('ta_sched')$$, '42501', NULL,
                  'trigger_schedule(): nor fire one');
 SELECT throws_ok($$SELECT harvest.update_schedule('ta_sched', '{"interval_secs": 30}')$$, '42501', NULL,

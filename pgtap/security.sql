@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(63);
+SELECT plan(66);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -114,7 +114,7 @@ SELECT throws_ok($$SELECT harvest.cancel_cross_shard_child(gen_random_uuid(), 't
 RESET ROLE;
 -- _session_has_role: the login's roles; a superuser or the schema owner holds every one.
 SELECT ok(harvest._session_has_role('harvest_admin'), '_session_has_role(): the superuser running this holds admin');
-GRANT EXECUTE ON FUNCTION harvest._session_has_role(text) TO harvest_operator;  -- for this test only
+GRANT EXECUTE ON FUNCTION harvest._session_has_role(text), harvest._session_role() TO harvest_operator;  -- for this test only
 SET LOCAL SESSION AUTHORIZATION harvest_operator;
 SELECT ok(harvest._session_has_role('harvest_operator'), '_session_has_role(): a login holds its own role');
 SELECT ok(harvest._session_has_role('harvest_reader'), '_session_has_role(): and the roles it is a member of');
@@ -126,7 +126,7 @@ RESET SESSION AUTHORIZATION;
 CREATE ROLE harvest_test_noinherit LOGIN NOINHERIT;
 GRANT harvest_admin TO harvest_test_noinherit;
 GRANT USAGE ON SCHEMA harvest TO harvest_test_noinherit;  -- for this test only
-GRANT EXECUTE ON FUNCTION harvest._session_has_role(text) TO harvest_test_noinherit;
+GRANT EXECUTE ON FUNCTION harvest._session_has_role(text), harvest._session_role() TO harvest_test_noinherit;
 SET LOCAL SESSION AUTHORIZATION harvest_test_noinherit;
 SELECT ok(NOT harvest._session_has_role('harvest_admin'),
           '_session_has_role(): a member that does not inherit the role''s rights does not hold it');
@@ -135,6 +135,16 @@ SELECT ok(harvest._session_has_role('harvest_admin'), '... until it SET ROLE to 
 SELECT ok(harvest._session_has_role('harvest_reader'), '... which inherits the roles below it');
 RESET ROLE;
 RESET SESSION AUTHORIZATION;
+
+-- Who the caller is: its login; the role it acts as is SET ROLE's, else the login.
+SELECT is(harvest._session_role(), session_user, '_session_role(): the login when no role is set');
+SELECT is(harvest._session_caller(), 'login ' || session_user, '_session_caller(): then named by its login');
+GRANT EXECUTE ON FUNCTION harvest._session_role(), harvest._session_caller() TO harvest_admin;  -- this test only
+SET LOCAL ROLE harvest_admin;
+SELECT is((SELECT harvest._session_role()::text || ' / ' || harvest._session_caller()),
+          'harvest_admin / role harvest_admin (set by login ' || session_user || ')',
+          '_session_role(), _session_caller(): the role set with SET ROLE, and the login that set it');
+RESET ROLE;
 
 -- The web process logs in as a member of every harvest role and lowers each request with
 -- SET ROLE <the token's role>: the in-function checks follow the lowered role, not the login.
@@ -147,8 +157,10 @@ SELECT is((SELECT current_user::text || ' ' || session_user::text), 'harvest_ope
           'SET ROLE changes current_user, not session_user');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('rr_wf', '[]', 'rr1', 'rr_q',
                                                          p_conflict_policy => 'terminate_existing')$$,
-                 '42501', NULL,
-                 'an admin-member login under SET ROLE harvest_operator cannot start with a terminating policy');
+                 '42501', 'conflict_policy "terminate_existing" can terminate a running execution, which needs '
+                          'the harvest_admin role; role harvest_operator (set by login harvest_test_web) does not have it',
+                 'an admin-member login under SET ROLE harvest_operator cannot start with a terminating policy, '
+                 'and the refusal names the role in use (_session_caller), not the login as lacking it');
 SELECT is((SELECT status FROM harvest.executions WHERE id = (SELECT id FROM harvest.executions WHERE workflow_id = 'rr1' AND status = 'RUNNING')), 'RUNNING',
           '... and the live run is untouched');
 SELECT lives_ok($$SELECT harvest.signal_workflow((SELECT id FROM harvest.executions WHERE workflow_id = 'rr1' AND status = 'RUNNING'), 'ping', '{}')$$,

@@ -475,8 +475,8 @@ SELECT throws_ok($$SELECT harvest._start_check_arguments('fn_wf', '[]', 'k', 'q'
 SELECT lives_ok($$SELECT harvest._start_check_admin('terminate_if_running', 'unspecified', true)$$,
                 '_start_check_admin() lets an admin login start with a terminating policy');
 -- (Granted here so an operator's login can call the gate directly; start_workflow runs it as its owner.)
-GRANT EXECUTE ON FUNCTION harvest._start_check_admin(text, text, boolean), harvest._session_has_role(text)
-    TO harvest_operator;
+GRANT EXECUTE ON FUNCTION harvest._start_check_admin(text, text, boolean), harvest._session_has_role(text),
+    harvest._session_role(), harvest._session_caller() TO harvest_operator;
 SET LOCAL SESSION AUTHORIZATION harvest_operator;
 SELECT lives_ok($$SELECT harvest._start_check_admin('terminate_if_running', 'use_existing', true)$$,
                 '_start_check_admin(): an operator may pass a policy that cannot terminate a live run');

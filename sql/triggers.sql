@@ -185,26 +185,6 @@ FOR EACH ROW
 WHEN (old.status IN ('RUNNING', 'PAUSED') AND new.status NOT IN ('RUNNING', 'PAUSED'))
 EXECUTE FUNCTION harvest._executions_flow_release();
 
--- Mutex markers (record_marker kind mutex_acquire / mutex_release) take effect
--- in the transaction that records them (functions/flow_mutex.sql). The WHEN clause
--- is the event type alone, and the kind is checked here: a WHEN clause is read back
--- from its stored text on every INSERT statement into events, and the kind's IN list
--- made that the larger part of an append's cost (docs/performance.md, "Cheaper write
--- statements"); a marker of another kind pays one call instead.
-CREATE FUNCTION harvest._events_mutex()
-RETURNS trigger
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    IF NEW.event_data ->> 'kind' IN ('mutex_acquire', 'mutex_release') THEN
-        PERFORM harvest._mutex_on_marker(NEW);
-    END IF;
-    RETURN NULL;
-END;
-$$;
-
-CREATE TRIGGER events_mutex
-AFTER INSERT ON harvest.events
-FOR EACH ROW
-WHEN (new.event_type = 'MarkerRecorded')
-EXECUTE FUNCTION harvest._events_mutex();
+-- No trigger on harvest.events: a mutex marker takes effect in the decision that issues it
+-- (_decide_record_marker, functions/decide.sql), so a history copied into another run (a
+-- reset's fork, a run moved to another shard) carries its markers as the past (migration 0093).

@@ -44,7 +44,14 @@ async def polite(ctx, key: str) -> str:
         return "got it"
 
 
-APP = App(workflows=[serialised, hog, polite], activities=[critical])
+@workflow
+async def locks_then_waits(ctx, key: str) -> str:
+    async with ctx.mutex(key):
+        pass
+    return await ctx.wait_for_signal("go")
+
+
+APP = App(workflows=[serialised, hog, polite, locks_then_waits], activities=[critical])
 
 
 def wait_for(predicate, timeout: float = 20.0) -> None:
@@ -138,3 +145,45 @@ def test_a_reset_to_a_point_inside_a_mutex_block_is_refused_and_the_key_stays_pu
             "SELECT count(*) FROM harvest.executions WHERE workflow_name = 'hog' AND status = 'RUNNING'"
         ).fetchone()[0]
     assert running == 2, "no fork was made"
+
+
+def test_a_reset_past_a_finished_mutex_block_carries_it_as_history_only(db, start_worker, client) -> None:
+    """A reset copies the history up to its point into the fork. A mutex block finished there
+    (acquire, grant, release) is the past: copying its markers must not ask for the key again.
+    They were applied by the events_mutex trigger on harvest.events, so the copy re-ran them: the
+    free key was granted to the fork once more (a MutexAcquired appended after the carried
+    history, before WorkflowResetFork), and the grant and release hung on the copy's row order."""
+    worker = start_worker(APP, concurrency=4)
+    handle = client.start_workflow(locks_then_waits, "ledger")
+    with psycopg.connect(db, autocommit=True) as conn:
+
+        def released() -> bool:  # the block is done and the run waits for its signal
+            return conn.execute(
+                "SELECT EXISTS (SELECT FROM harvest.events WHERE execution_id = %s "
+                "AND event_data ->> 'kind' = 'mutex_release') "
+                "AND NOT EXISTS (SELECT FROM harvest.tasks WHERE execution_id = %s)",
+                (handle.execution_id, handle.execution_id),
+            ).fetchone()[0]
+
+        wait_for(released)
+        worker.stop()
+        source = handle.execution_id
+        boundary = handle.describe()["last_event_id"]
+        (plan,) = conn.execute("SELECT harvest.reset_workflow(%s, %s, 'new')", (source, boundary)).fetchone()
+        fork = plan["new_execution_id"]
+        after_prefix = [
+            r[0]
+            for r in conn.execute(
+                "SELECT event_type FROM harvest.events "
+                "WHERE execution_id = %s AND event_id > %s ORDER BY event_id",
+                (fork, boundary),
+            )
+        ]
+        assert after_prefix == ["WorkflowResetFork"], "the copy asked for the key again"
+        assert queue_of(conn, "ledger") == [], "the fork holds or awaits nothing"
+        start_worker(APP, concurrency=4)
+        other = client.start_workflow(polite, "ledger")
+        assert other.result(timeout=30) == "got it"
+        client.get_handle(fork).signal("go", "done")
+        assert client.get_handle(fork).result(timeout=30) == "done"
+        assert queue_of(conn, "ledger") == []

@@ -1256,3 +1256,70 @@ def test_the_functions_step_behind_a_lock_is_tried_again_whole(db: str, sql_copy
     assert report.functions_applied == ["core.sql"]
     assert lines.count("applying functions/core.sql") == 2
     assert function_ledger(db)["core.sql"][0] == hashlib.sha256(changed.read_bytes()).hexdigest()
+
+
+# -- statement timeouts: the login's, the database's or the DSN's ---------------------------
+
+
+def test_a_long_migration_is_not_cut_short_by_the_logins_statement_timeout(db: str, tmp_path: Path) -> None:
+    """A statement_timeout the migrating login brings (its DSN's options, ALTER ROLE/DATABASE ...
+    SET, often set for the application's own queries) cancelled a migration statement that ran
+    longer: a data migration then rolled back on every run and never applied. The runner bounds
+    lock waits itself (--lock-timeout, --lock-wait); a statement that holds its locks and works
+    runs to its end (docs/install.md, "Lock waits")."""
+    app = write_set(
+        tmp_path / "app",
+        {"0001_backfill.sql": "CREATE TABLE public.backfilled AS SELECT 1 AS n FROM pg_sleep(0.5);\n"},
+    )
+    timed = psycopg.conninfo.make_conninfo(db, options="-c statement_timeout=100")
+    report = m.Migrator(timed, [app]).run()
+    assert [x.label for x in report.applied] == ["app/0001_backfill.sql"]
+    assert query(db, "SELECT n FROM public.backfilled") == [(1,)]
+
+
+def test_a_concurrent_index_waiting_for_old_transactions_is_not_left_invalid_by_a_statement_timeout(
+    db: str, tmp_path: Path
+) -> None:
+    """CREATE INDEX CONCURRENTLY waits for the transactions older than it, without a lock timeout
+    (one given up midway leaves an INVALID index that a re-run's IF NOT EXISTS skips). A
+    statement_timeout from the login did exactly that: the run failed, and the next one recorded
+    the file as applied over the INVALID index. Now it waits for the old transaction, as documented."""
+    query(db, "CREATE TABLE public.gadgets (id int PRIMARY KEY, name text)")
+    app = write_set(
+        tmp_path / "app",
+        {
+            "0001_gadget_names.sql": "-- harvest:no-transaction\n"
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS gadgets_name ON public.gadgets (name);\n"
+        },
+    )
+    timed = psycopg.conninfo.make_conninfo(db, options="-c statement_timeout=1000")
+    outcome: list[object] = []
+    with psycopg.connect(db) as old:
+        old.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        old.execute("SELECT 1")  # a snapshot older than the index build, which must outwait it
+        migrator = threading.Thread(
+            target=lambda: outcome.append(_run_or_error(m.Migrator(timed, [app]))), daemon=True
+        )
+        migrator.start()
+        with psycopg.connect(db, autocommit=True) as watcher:
+            wait_for_lock_wait(watcher, "%CREATE INDEX CONCURRENTLY")
+            # Still waiting at twice the login's statement_timeout, by the server's clock.
+            deadline = time.monotonic() + 60
+            while not watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%CREATE INDEX CONCURRENTLY%'"
+                " AND state = 'active' AND clock_timestamp() - query_start > interval '2 s'"
+            ).fetchone()[0]:  # type: ignore[index]
+                assert not outcome and time.monotonic() < deadline, outcome
+                time.sleep(0.05)
+        old.rollback()
+    migrator.join(60)
+    assert outcome and not isinstance(outcome[0], Exception), outcome
+    valid = query(db, "SELECT indisvalid FROM pg_index WHERE indexrelid = 'public.gadgets_name'::regclass")
+    assert valid == [(True,)]
+
+
+def _run_or_error(migrator: m.Migrator) -> object:
+    try:
+        return migrator.run()
+    except Exception as exc:  # the test asserts on it
+        return exc

@@ -679,3 +679,55 @@ def test_an_operator_cannot_take_another_clients_pending_start_payloads(login, d
             "SELECT execution_id::text FROM harvest.payloads WHERE id = ANY(%s)", (ids,)
         ).fetchall()
     assert owners == [(run,)]
+
+
+def test_a_caller_is_its_login_and_acts_with_the_role_it_set(login, db: str) -> None:
+    """The one rule (docs/security.md, "Who the caller is"): a caller is its login (session_user),
+    which no session can change, so the rows a login owns (result-wait marks, stream listeners,
+    run-less payloads) and the audit's login follow it; what it may do follows the role it acts
+    as (SET ROLE's, else the login's), which can only lower its rights. Two admin logins that both
+    SET ROLE harvest_operator share the role, not each other's rows; a refusal names the role in
+    use: it said "login <admin login> does not have" harvest_admin, which that login has."""
+    mine_dsn, other_dsn = login("harvest_admin"), login("harvest_admin")
+    other_login = conninfo.conninfo_to_dict(other_dsn)["user"]
+    with psycopg.connect(db, autocommit=True) as owner:
+        run = start(owner, "wf", "set-role-1")
+    waiter = str(uuid.uuid4())
+    with (
+        psycopg.connect(mine_dsn, autocommit=True) as mine,
+        psycopg.connect(other_dsn, autocommit=True) as other,
+    ):
+        for conn in (mine, other):
+            conn.execute("SET ROLE harvest_operator")
+        mine.execute("SELECT harvest.wait_for_result(%s, %s)", (run, waiter))
+        mine.execute("SELECT harvest.heartbeat_event_stream('host:2:set-role')")
+        (ids,) = mine.execute("SELECT harvest.put_payloads(NULL, ARRAY['{\"big\": 1}'::jsonb])").fetchone()
+        other.execute("SELECT harvest.stop_waiting_for_result(%s)", (waiter,))
+        assert other.execute("SELECT harvest.stop_event_stream('host:2:set-role')").fetchone()[0] is False
+        assert other.execute("SELECT harvest.set_payloads_execution(%s, %s)", (ids, run)).fetchone()[0] == 0
+        with psycopg.connect(db, autocommit=True) as owner:
+            assert owner.execute("SELECT count(*) FROM harvest.result_waiters").fetchone()[0] == 1
+            assert owner.execute("SELECT count(*) FROM harvest.event_stream_listeners").fetchone()[0] == 1
+        # The rights are the role's: a terminating start is refused, naming the role in use.
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+            other.execute(
+                "SELECT harvest.start_workflow('wf', '[]', 'set-role-1',"
+                " p_conflict_policy => 'terminate_existing')"
+            )
+        message = refused.value.diag.message_primary or ""
+        assert "role harvest_operator" in message and other_login in message, message
+        assert f"login {other_login} does not have it" not in message, message
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="role harvest_operator"):
+            other.execute(
+                "SELECT harvest.create_schedule('s1', 'wf', NULL, 60, p_overlap => 'terminate_other')"
+            )
+        # The audit records the login, whatever role it set.
+        other.execute("SELECT harvest.cancel_workflow(%s, 'as an operator')", (run,))
+        with psycopg.connect(db, autocommit=True) as owner:
+            assert owner.execute(
+                "SELECT login, actor FROM harvest.audit_log WHERE operation = 'workflow.cancel'"
+            ).fetchall() == [(other_login, other_login)]
+        # A lowered session still owns its login's rows.
+        mine.execute("SELECT harvest.stop_waiting_for_result(%s)", (waiter,))
+        assert mine.execute("SELECT harvest.stop_event_stream('host:2:set-role')").fetchone()[0] is True
+        assert mine.execute("SELECT harvest.set_payloads_execution(%s, %s)", (ids, run)).fetchone()[0] == 1

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 from operator_helpers import park, start
+from psycopg.types.json import Jsonb
 from starlette.requests import Request
 from web_helpers import api_client
 
@@ -345,6 +346,54 @@ def test_a_paused_runs_result_is_waited_for_not_answered_as_ended(api, db: str) 
     with psycopg.connect(db, autocommit=True) as conn:
         marks = conn.execute("SELECT count(*) FROM harvest.result_waiters WHERE execution_id = %s", (run,))
         assert marks.fetchone() == (0,)
+
+
+def _decide(conn: psycopg.Connection, queue: str, command: dict) -> None:
+    """The next workflow task of ``queue`` decided with ``command``, having seen the whole history."""
+    task_id, token, seen = conn.execute(
+        "SELECT c.task_id, c.fencing_token, e.last_event_id FROM harvest.claim_tasks('decider', %s, 1) AS c"
+        " JOIN harvest.executions AS e ON e.id = c.execution_id",
+        ([queue],),
+    ).fetchone()
+    conn.execute(
+        "SELECT * FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
+        (task_id, token, seen, Jsonb([command])),
+    )
+
+
+def test_a_chain_longer_than_one_request_walks_is_polled_on_not_refused(api, db: str) -> None:
+    """docs/http-api.md ("Result"), docs/workflows.md ("Continue-as-new"): one request follows at most
+    100 rotations of a continue-as-new chain. Past that, GET /result answered 400 ("continued as
+    new more than 100 times") to a valid request, with nothing to do next, while the SQL client
+    follows a chain to its end; now it answers 204 naming the run it reached, where the next poll
+    goes on (the CLI over HTTP does). A signal by the chain's first id past 100 rotations is a 409
+    that names the workflow_id to use: it said "get a handle by workflow_id" without naming it."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        runs = [start(conn, "rotating", "entity-7", queue="rotq")]
+        for _ in range(150):
+            _decide(conn, "rotq", {"type": "continue_as_new", "input": []})
+            runs.append(
+                conn.execute(
+                    "SELECT output ->> 'continued_as_new' FROM harvest.executions WHERE id = %s", (runs[-1],)
+                ).fetchone()[0]
+            )
+    signal = api.post(f"/workflows/{runs[0]}/signal", json={"signal_name": "poke"})
+    assert signal.status_code == 409 and error_of(signal)["code"] == "workflow_not_running", signal.text
+    refused = error_of(signal)["message"]
+    assert "more than 100 times" in refused and "workflow_id 'entity-7'" in refused, refused
+    assert api.post(f"/workflows/{runs[100]}/signal", json={"signal_name": "poke"}).status_code == 200
+    polled, asked = [], runs[0]
+    while (answer := api.get(f"/workflows/{asked}/result")).status_code == 204:
+        asked = answer.headers["X-Harvest-Execution-Id"]
+        polled.append(asked)
+        if asked == runs[-1]:
+            break
+    assert answer.status_code == 204, answer.text
+    assert polled == [runs[100], runs[-1]], "100 rotations a request, then the run still running"
+    with psycopg.connect(db, autocommit=True) as conn:
+        _decide(conn, "rotq", {"type": "complete_workflow", "result": "settled"})
+    done = api.get(f"/workflows/{runs[100]}/result")
+    assert done.status_code == 200 and done.json()["output"] == "settled", done.text
 
 
 def test_signal_query_update_cancel_terminate_and_their_errors(api, start_worker) -> None:

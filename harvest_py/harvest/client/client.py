@@ -306,6 +306,7 @@ def _on_current_run(handle: Any, execution_id: str, call: Any, *args: Any) -> St
     successor on another shard raises _Hop for the handle to go on there (:func:`_chain`)."""
     route = handle.client._target.route
     run = execution_id
+    workflow_id = None
     for _ in range(_MAX_CHAIN):
         try:
             answer = yield Sql(call, run, *args)
@@ -316,13 +317,15 @@ def _on_current_run(handle: Any, execution_id: str, call: Any, *args: Any) -> St
                 raise
             raise _Hop(run) from None  # a successor a rebalance moved: routed by its own id
         except WorkflowNotRunning:
-            successor = _successor((yield Sql(sqlapi.get_execution, run)))
+            row = yield Sql(sqlapi.get_execution, run)
+            workflow_id = row.get("workflow_id")
+            successor = _successor(row)
             if successor is None:
                 raise
             if not _same_shard(route, run, successor):
                 raise _Hop(successor) from None
             run = successor
-    raise _chain_too_long(execution_id)
+    raise _chain_too_long(execution_id, workflow_id or handle.workflow_id)
 
 
 def _chain(handle: Any, run: str, act: Callable[[str], T], keep: bool = False) -> T:
@@ -336,7 +339,7 @@ def _chain(handle: Any, run: str, act: Callable[[str], T], keep: bool = False) -
             run = hop.execution_id
             if keep:
                 handle._current_run = run
-    raise _chain_too_long(handle.execution_id)
+    raise _chain_too_long(handle.execution_id, handle.workflow_id)
 
 
 async def _achain(handle: Any, run: str, act: Callable[[str], Awaitable[T]], keep: bool = False) -> T:
@@ -348,14 +351,17 @@ async def _achain(handle: Any, run: str, act: Callable[[str], Awaitable[T]], kee
             run = hop.execution_id
             if keep:
                 handle._current_run = run
-    raise _chain_too_long(handle.execution_id)
+    raise _chain_too_long(handle.execution_id, handle.workflow_id)
 
 
-def _chain_too_long(execution_id: str | None) -> WorkflowNotRunning:
+def _chain_too_long(execution_id: str | None, workflow_id: str | None) -> WorkflowNotRunning:
+    """What a call says when the chain rotated past _MAX_CHAIN: what happened, and the business key
+    that names the current run in one lookup (the walk by execution id costs a read a run)."""
+    key = repr(workflow_id) if workflow_id else "..."
     return WorkflowNotRunning(
         f"workflow {execution_id} continued as new more than {_MAX_CHAIN} times past the run this handle "
-        "last reached, more hops than one call follows: get a handle by workflow_id "
-        "(client.get_handle(workflow_id=...)) to act on its current run"
+        f"last reached, more hops than one call follows: act on its current run by its workflow_id {key} "
+        f"(client.get_handle(workflow_id={key}), ExternalWorkflow(workflow_id={key}) from a workflow)"
     )
 
 

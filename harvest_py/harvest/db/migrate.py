@@ -27,6 +27,10 @@ for the migrate lock itself (another migrator) blocks no one and stays unbounded
 Between files the session is reset (Migrator._reset_session): a migration's plain SET (of
 search_path, a role) must not change what the next file, or the functions' step, means.
 
+A statement runs without a statement_timeout (Migrator._unbound_statements), whatever the login
+or the DSN sets: cancelled midway, a data migration never applies and a concurrent index build
+leaves an INVALID index. What must not run long is the wait for a lock, which lock_timeout bounds.
+
 Each function file's ledger row names the release (the package's version) that applied it: a
 release does not replace, nor retire, a file a newer release applied (two patch releases share
 a schema version and differ in their functions/), unless told to (``allow_downgrade``).
@@ -627,6 +631,7 @@ class Migrator:
             raise ConfigError(f"--shard-id {shard_id} is not a shard number 0..65535")
         report = RunReport()
         with connect(self.dsn, autocommit=True) as conn:
+            self._unbound_statements(conn)
             if dry_run:
                 ledger = self._ledger(conn)
                 ahead = self._ahead(self._unknown(ledger))
@@ -941,6 +946,19 @@ class Migrator:
         its transaction): the next file, and the functions' step, run as the run began."""
         conn.execute("RESET SESSION AUTHORIZATION; RESET ROLE; RESET ALL")
         set_server_end(conn)  # (RESET ALL undid the keepalives connect() set)
+        self._unbound_statements(conn)  # (and brought back the login's statement_timeout)
+
+    def _unbound_statements(self, conn: psycopg.Connection) -> None:
+        """No statement_timeout (nor, on PostgreSQL 17+, transaction_timeout) for the run's
+        session, whatever the login, its database or the DSN set (often for an application's own
+        queries): a migration statement cancelled midway never applied (a data migration rolled
+        back on every run) or, a CREATE INDEX CONCURRENTLY, left an INVALID index that a re-run's
+        IF NOT EXISTS skipped. Lock waits stay bounded by the runner's lock_timeout (_retrying)."""
+        conn.execute(
+            "SELECT pg_catalog.set_config('statement_timeout', '0', false),"
+            " CASE WHEN pg_catalog.current_setting('transaction_timeout', true) IS NOT NULL"
+            " THEN pg_catalog.set_config('transaction_timeout', '0', false) END"
+        )
 
     def _retrying(
         self,

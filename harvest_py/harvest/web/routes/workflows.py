@@ -47,6 +47,9 @@ WAIT_MAX_SECS = 300.0
 RESULT_RETRY_AFTER = "1"
 # The 204's header naming the run still running: the last of the continue-as-new chain.
 RUN_WAITED_ON = "X-Harvest-Execution-Id"
+# The continue-as-new rotations one /result request follows (a read a run): a longer chain is
+# answered 204 naming the run reached, where the next poll goes on (docs/http-api.md, "Result").
+RESULT_HOPS = 100
 
 STATE = Param(
     "state", description="RUNNING, COMPLETED, FAILED, ... (comma-separated for several); alias status."
@@ -247,7 +250,7 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
     waiter = str(uuid.uuid4())
     marked: str | None = None  # the run our waiter row is on (a close deletes it)
     try:
-        for _hop in range(100):
+        for _hop in range(RESULT_HOPS):
             hub = call.state.hub(call.state.router.route(current) if call.sharded else 0)
             if wait > 0:
                 await hub.start(timeout=1.0)  # not listening yet: the 5 s re-reads still answer
@@ -281,7 +284,10 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
             if successor is None:
                 return await _terminal_resolved(call, current, row)
             current = successor
-        raise InvalidArgument(f"workflow {args['execution_id']} continued as new more than 100 times")
+        # The chain rotated RESULT_HOPS times in this request: it has not ended as far as this
+        # request walked, so it answers what a wait that ran out does, naming the run to ask next.
+        # (It answered 400: a valid request refused, where the SQL client follows to the end.)
+        return Reply(None, 204, {"Retry-After": "0", RUN_WAITED_ON: str(current)})
     finally:
         if marked is not None:  # gave up on a run still running: drop our mark
             with contextlib.suppress(Exception):
