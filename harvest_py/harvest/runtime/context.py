@@ -227,7 +227,8 @@ class WorkflowContext:
     ) -> Any:
         """Issue ``schedule_activity``; the future of its raw JSON result. ``tag`` joins the
         recorded options (a DAG's task name: runtime/dags.py), never what replay compares."""
-        if options:
+        overridden = bool(options)
+        if overridden:
             defn = defn.with_options(**options)
         run = self._run
         command = {
@@ -238,10 +239,13 @@ class WorkflowContext:
             "queue": defn.queue or self.info.queue,
         }
         if not run.matching():  # a replay compares the name only; the options cannot fail
-            options = defn.options_json()  # (a new dict each call: the tag joins it in place)
-            if tag:
-                options.update(tag)
-            command["options"] = options
+            if tag or overridden:  # a new dict (the tag joins it in place) of a call's own options
+                plain = defn.options_json()
+                if tag:
+                    plain.update(tag)
+                command["options"] = plain
+            else:  # the declaration's own: its text written once (encoded_options)
+                command["options"] = defn.encoded_options()
         return run.issue(command, "activity", defn.name)
 
     @overload
