@@ -80,7 +80,7 @@ class HistoryBuilder:
                     name=c["name"],
                     input=c["input"],
                     queue=c["queue"],
-                    options=dict(c["options"]),  # as the database stores it: a JSON object
+                    options=c["options"],
                 )
             elif t == "start_timer":
                 self.add("TimerStarted", seq=c["seq"], fire_at="2026-11-29T10:00:00+00:00")

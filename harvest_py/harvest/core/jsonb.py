@@ -17,60 +17,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from json import encoder
 from json.encoder import encode_basestring
 from typing import Any
 
-__all__ = ["EncodedJson", "dumps", "dumps_spliced", "stored_text", "stored_value"]
+__all__ = ["dumps", "stored_text", "stored_value"]
 
 # json.dumps' defaults: ensure_ascii, check_circular, allow_nan, ", " and ": ", no sort, no skip.
-_json_default = json.JSONEncoder().default  # the TypeError json.dumps raises for a value it cannot write
+_default = json.JSONEncoder().default  # the TypeError json.dumps raises for a value it cannot write
 _c_make_encoder: Any = vars(encoder).get("c_make_encoder")  # None without the C accelerator
 _escape_ascii = encoder.encode_basestring_ascii
-
-
-class EncodedJson(Mapping[str, Any]):
-    """A JSON object that carries its ``json.dumps`` text, written once: :func:`dumps_spliced`
-    puts the text in place of the object, :func:`dumps` (and anything reading it as a mapping)
-    sees the object. Read-only, so the text cannot go stale (an activity's options:
-    ActivityDefinition.encoded_options). Not a ``dict``, or the C encoder would write it again
-    instead of asking its ``default`` hook."""
-
-    __slots__ = ("_value", "text")
-
-    def __init__(self, value: dict[str, Any]):
-        self._value = dict(value)
-        self.text = dumps(self._value)
-
-    def __getitem__(self, key: str) -> Any:
-        return self._value[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._value
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._value)
-
-    def __len__(self) -> int:
-        return len(self._value)
-
-    def __repr__(self) -> str:
-        return f"EncodedJson({self._value!r})"
-
-
-def _default(value: Any) -> Any:
-    if type(value) is EncodedJson:
-        return value._value  # written as the object it is: the text equals its own
-    return _json_default(value)
-
-
-# What dumps_spliced writes in place of an EncodedJson while encoding, then replaces by its text.
-# A lone surrogate, which no value the database takes can hold; a value's own string equal to it
-# is caught by the count (dumps_spliced) and the value is written plainly.
-_SPLICE_MARK = "\udc00harvest: spliced JSON\udc00"
-_SPLICE_TOKEN = _escape_ascii(_SPLICE_MARK)
 
 
 def dumps(value: Any) -> str:
@@ -84,32 +41,6 @@ def dumps(value: Any) -> str:
     return "".join(
         _c_make_encoder({}, _default, _escape_ascii, None, ": ", ", ", False, False, True)(value, 0)
     )
-
-
-def dumps_spliced(value: Any) -> str:
-    """``dumps(value)``, each :class:`EncodedJson` in it written as its text, not encoded again
-    (a decision's scheduled activities' options, two thirds of its JSON: harvest.db.arrays)."""
-    if _c_make_encoder is None:
-        return dumps(value)
-    texts: list[str] = []
-
-    def splice(found: Any) -> Any:
-        if type(found) is EncodedJson:
-            texts.append(found.text)
-            return _SPLICE_MARK
-        return _json_default(found)
-
-    text = "".join(_c_make_encoder({}, splice, _escape_ascii, None, ": ", ", ", False, False, True)(value, 0))
-    if not texts:
-        return text
-    pieces = text.split(_SPLICE_TOKEN)
-    if len(pieces) != len(texts) + 1:  # a string of the value's own reads as the mark
-        return dumps(value)
-    out = [pieces[0]]
-    for spliced, piece in zip(texts, pieces[1:], strict=True):
-        out.append(spliced)
-        out.append(piece)
-    return "".join(out)
 
 
 def stored_text(value: Any) -> str:
@@ -137,8 +68,6 @@ def stored_text(value: Any) -> str:
         return "[" + ", ".join(map(stored_text, value)) + "]"
     if isinstance(value, dict):
         return _stored_object(value)
-    if type(value) is EncodedJson:
-        return _stored_object(value._value)
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 

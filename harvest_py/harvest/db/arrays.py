@@ -23,7 +23,7 @@ from psycopg import postgres
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
-from harvest.core.jsonb import dumps, dumps_spliced
+from harvest.core.jsonb import dumps
 
 __all__ = ["BigintArray", "JsonbArray"]
 
@@ -36,15 +36,13 @@ _NULL = _LEN.pack(-1)
 
 
 class JsonbArray(list):  # type: ignore[type-arg]
-    """A ``jsonb[]`` parameter: each element's JSON is ``json.dumps``' text (harvest.core.jsonb);
-    with ``spliced``, each ``EncodedJson`` in it written as its text (decisions' commands)."""
+    """A ``jsonb[]`` parameter: each element's JSON is ``json.dumps``' text (harvest.core.jsonb)."""
 
-    __slots__ = ("none_is_null", "spliced")
+    __slots__ = ("none_is_null",)
 
-    def __init__(self, values: Any = (), none_is_null: bool = False, spliced: bool = False):
+    def __init__(self, values: Any = (), none_is_null: bool = False):
         super().__init__(values)
         self.none_is_null = none_is_null
-        self.spliced = spliced
 
 
 class BigintArray(list):  # type: ignore[type-arg]
@@ -64,13 +62,12 @@ class JsonbArrayBinaryDumper(Dumper):
         append = parts.append
         hasnull = 0
         null = obj.none_is_null
-        encode = dumps_spliced if obj.spliced else dumps
         for value in obj:
             if value is None and null:
                 hasnull = 1
                 append(_NULL)
                 continue
-            data = encode(value).encode()
+            data = dumps(value).encode()
             append(_LEN.pack(len(data) + 1))
             append(b"\x01")  # the jsonb binary format's version
             append(data)

@@ -1068,7 +1068,7 @@ def complete_workflow_tasks(
         "task_ids": BigintArray([i[0] for i in items]),
         "fencing_tokens": BigintArray([i[1] for i in items]),
         "throughs": BigintArray([i[2] for i in items]),
-        "commands": JsonbArray([i[3] for i in items], spliced=True),
+        "commands": JsonbArray([i[3] for i in items]),
         "hand_off_slots": [i[4] for i in items],
         "event_cap": event_cap,
         "byte_cap": byte_cap,
@@ -1109,7 +1109,7 @@ def complete_activities(
         "results": JsonbArray([i[2] for i in items]),
         "hand_off": hand_off,
         "workflow_lease_secs": workflow_lease_secs,
-        "decisions": JsonbArray([i[3] for i in items], none_is_null=True, spliced=True),
+        "decisions": JsonbArray([i[3] for i in items], none_is_null=True),
         "event_cap": event_cap,
         "byte_cap": byte_cap,
     }

@@ -11,12 +11,10 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from operator import attrgetter, is_
 from typing import Any, TypeVar, cast, overload
 
 from harvest.core.durations import parse_duration
 from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
-from harvest.core.jsonb import EncodedJson
 from harvest.declare import flow_control as _flow
 
 __all__ = [
@@ -212,24 +210,6 @@ class ActivityDefinition:
             options.update(self._flow_options())
         return options
 
-    def encoded_options(self) -> EncodedJson:
-        """:meth:`options_json` with its JSON text, made once and reused while nothing it reads
-        changes: a decision writes the text as it is (harvest.core.jsonb.dumps_spliced), where
-        encoding the options again was two thirds of a scheduled activity's JSON. A definition
-        and its retry policy can be changed in place, so the text is kept with the objects it
-        was made from (every field the options read, the retry policy's, its error names) and
-        reused only while each is the same object: any assignment, even of an equal value of
-        another type (``True`` for ``1``), makes it again."""
-        retry = self.retry
-        made_from = _OPTION_READS(self) + _RETRY_READS(retry) + tuple(retry.non_retryable_errors)
-        kept = self.__dict__.get("_encoded_options")
-        if kept is not None and len(kept[0]) == len(made_from) and all(map(is_, kept[0], made_from)):
-            encoded: EncodedJson = kept[1]
-            return encoded
-        encoded = EncodedJson(self.options_json())
-        self.__dict__["_encoded_options"] = (made_from, encoded)  # (not a field: no eq, repr, replace)
-        return encoded
-
     def _flow_options(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.max_concurrent is not None:
@@ -249,26 +229,6 @@ class ActivityDefinition:
         if unknown:
             raise TypeError(f"unknown activity option(s) {unknown}; accepted: {list(self.OVERRIDABLE)}")
         return dataclasses.replace(self, **_normalize_options(overrides))
-
-
-# What options_json reads (encoded_options keeps its text while each is the same object).
-_OPTION_READS = attrgetter(
-    "name",
-    "start_to_close",
-    "schedule_to_close",
-    "heartbeat_timeout",
-    "retry",
-    "priority",
-    "dead_letter",
-    "max_concurrent",
-    "concurrency_key",
-    "rate_limit",
-    "priority_aging_secs",
-    "fairness_key",
-)
-_RETRY_READS = attrgetter(
-    "max_attempts", "initial_interval", "backoff", "max_interval", "non_retryable_errors"
-)
 
 
 def _normalize_options(opts: dict[str, Any]) -> dict[str, Any]:

@@ -227,8 +227,7 @@ class WorkflowContext:
     ) -> Any:
         """Issue ``schedule_activity``; the future of its raw JSON result. ``tag`` joins the
         recorded options (a DAG's task name: runtime/dags.py), never what replay compares."""
-        overridden = bool(options)
-        if overridden:
+        if options:
             defn = defn.with_options(**options)
         run = self._run
         command = {
@@ -239,13 +238,10 @@ class WorkflowContext:
             "queue": defn.queue or self.info.queue,
         }
         if not run.matching():  # a replay compares the name only; the options cannot fail
-            if tag or overridden:  # a new dict (the tag joins it in place) of a call's own options
-                plain = defn.options_json()
-                if tag:
-                    plain.update(tag)
-                command["options"] = plain
-            else:  # the declaration's own: its text written once (encoded_options)
-                command["options"] = defn.encoded_options()
+            options = defn.options_json()  # (a new dict each call: the tag joins it in place)
+            if tag:
+                options.update(tag)
+            command["options"] = options
         return run.issue(command, "activity", defn.name)
 
     @overload
