@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
-from race_helpers import all_finished, in_thread, wait_until_blocked, wait_until_done_or_blocked
+from race_helpers import LockHold, Racer, flow_key_row, race_behind_a_held_lock, start_lock
 
 POLICIES = {
     "workflows": {
@@ -57,44 +57,37 @@ def _children(*tenants: str) -> list[dict[str, Any]]:
     ]
 
 
-def _decide(db: str, name: str, decision: tuple[Any, ...], commands: list[dict[str, Any]]) -> Any:
+def _deciding(
+    decision: tuple[Any, ...], commands: list[dict[str, Any]]
+) -> Callable[[psycopg.Connection], Any]:
+    """The claimed decision completed with ``commands``, as a racer's call: the run's status."""
     _, task_id, token, through = decision
-    with psycopg.connect(db, autocommit=True, application_name=name) as c:
-        return c.execute(
-            "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
-            (task_id, token, through, Jsonb(commands)),
-        ).fetchone()[0]
-
-
-def _hold_flow_key(holder: psycopg.Connection, kind: str, key: str) -> None:
-    holder.execute(
-        "INSERT INTO harvest.flow_keys (kind, key) VALUES (%s, %s) ON CONFLICT DO NOTHING", (kind, key)
-    )
-    holder.execute("SELECT 1 FROM harvest.flow_keys WHERE kind = %s AND key = %s FOR UPDATE", (kind, key))
+    return lambda c: c.execute(
+        "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
+        (task_id, token, through, Jsonb(commands)),
+    ).fetchone()[0]
 
 
 def _two_decisions_behind_a_held_key(
     db: str,
     conn: psycopg.Connection,
-    hold: Callable[[psycopg.Connection], Any],
+    hold: LockHold,
     one_commands: list[dict[str, Any]],
     two_commands: list[dict[str, Any]],
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """Two runs' first decisions, each queued behind a key a third session holds (``hold``),
     then let go: both must end RUNNING (before the fixes, one of them met DeadlockDetected).
-    Returns the two claimed decisions."""
+    Both ask for key a first (in key order); the first racer takes it, then waits on the held
+    key. Returns the two claimed decisions."""
     first = _claimed_decision(conn, "plain", [])
     second = _claimed_decision(conn, "plain", [])
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as holder:
-        hold(holder)
-        one = in_thread(lambda: _decide(db, "one", first, one_commands), outcome, "one")
-        wait_until_blocked(conn, "one")
-        two = in_thread(lambda: _decide(db, "two", second, two_commands), outcome, "two")
-        wait_until_blocked(conn, "two")
-        holder.commit()
-        one.join(20)
-        two.join(20)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        hold,
+        Racer("one", _deciding(first, one_commands), waits_on="the key the third session holds"),
+        Racer("two", _deciding(second, two_commands), waits_on="key a, which one holds"),
+    )
     assert (outcome["one"], outcome["two"]) == ("RUNNING", "RUNNING"), outcome
     return first, second
 
@@ -107,19 +100,25 @@ def test_a_child_under_a_quota_and_a_callers_start_then_signal_do_not_deadlock(
     same key meanwhile."""
     _declare(conn)
     parent = _claimed_decision(conn, "plain", [])
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as caller:  # a transaction: its locks stay until commit
-        caller.execute("SELECT harvest.start_workflow('metered', %s)", (Jsonb([{"t": "acme"}]),))
-        deciding = in_thread(lambda: _decide(db, "decide", parent, _children("acme")), outcome, "decide")
-        wait_until_blocked(conn, "decide")  # on the quota key's row the caller holds
-        try:
-            caller.execute("SELECT harvest.signal_workflow(%s, 'poke')", (parent[0],))
-            caller.commit()
-        except psycopg.Error as exc:
-            outcome["caller"] = exc
-        deciding.join(20)
 
-    assert "caller" not in outcome, outcome  # no DeadlockDetected on either side
+    def start_metered(caller: psycopg.Connection) -> None:  # a transaction: its locks stay until commit
+        caller.execute("SELECT harvest.start_workflow('metered', %s)", (Jsonb([{"t": "acme"}]),))
+
+    def signal_the_parent(caller: psycopg.Connection) -> None:
+        caller.execute("SELECT harvest.signal_workflow(%s, 'poke')", (parent[0],))
+        caller.commit()
+
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        start_metered,
+        Racer(
+            "decide", _deciding(parent, _children("acme")), waits_on="the quota key's row the caller holds"
+        ),
+        let_go=signal_the_parent,
+    )
+
+    assert "holder" not in outcome, outcome  # no DeadlockDetected on either side (the caller's own)
     assert outcome["decide"] == "RUNNING", outcome
     assert (
         conn.execute(
@@ -136,24 +135,21 @@ def test_a_child_under_a_quota_and_a_start_superseding_its_parent_do_not_deadloc
     supersedes; that run's decision starts a child under the same quota key."""
     _declare(conn)
     parent = _claimed_decision(conn, "latest", [{"t": "acme", "doc": "d1"}])
-    outcome: dict[str, Any] = {}
 
-    def start() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="start") as c:
-            return c.execute(
-                "SELECT started_fresh FROM harvest.start_workflow('latest', %s)",
-                (Jsonb([{"t": "acme", "doc": "d1"}]),),
-            ).fetchone()[0]
+    def start(c: psycopg.Connection) -> Any:
+        return c.execute(
+            "SELECT started_fresh FROM harvest.start_workflow('latest', %s)",
+            (Jsonb([{"t": "acme", "doc": "d1"}]),),
+        ).fetchone()[0]
 
-    with psycopg.connect(db) as holder:
-        _hold_flow_key(holder, "concurrency", "d1")
-        starting = in_thread(start, outcome, "start")
-        wait_until_blocked(conn, "start")  # holding the quota key, before the superseding
-        deciding = in_thread(lambda: _decide(db, "decide", parent, _children("acme")), outcome, "decide")
-        wait_until_blocked(conn, "decide")
-        holder.commit()
-        starting.join(20)
-        deciding.join(20)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        flow_key_row("concurrency", "d1"),
+        Racer("start", start, waits_on="key d1's row, holding the quota key, before the superseding"),
+        # Its run superseded while it waits, the decision may be refused: judged below.
+        Racer("decide", _deciding(parent, _children("acme")), waits_on="the quota key acme", may_fail=True),
+    )
 
     assert outcome["start"] is True, outcome
     # The parent was superseded while its decision waited: its task is gone, not a deadlock.
@@ -171,7 +167,7 @@ def test_two_decisions_starting_children_under_keys_in_opposite_orders_do_not_de
     _two_decisions_behind_a_held_key(
         db,
         conn,
-        lambda holder: _hold_flow_key(holder, "quota", "c"),
+        flow_key_row("quota", "c"),
         _children("a", "c", "b"),
         _children("b", "a"),
     )
@@ -189,21 +185,24 @@ def test_two_batches_of_starts_under_quota_keys_in_opposite_orders_do_not_deadlo
     that second key and waited on the first."""
     _declare(conn)
 
-    def batch(name: str, *starts: tuple[str, str]) -> Any:
+    def batch(*starts: tuple[str, str]) -> Any:
         args = [{"workflow_name": "metered", "workflow_id": i, "input": [{"t": t}]} for i, t in starts]
-        with psycopg.connect(db, autocommit=True, application_name=name) as c:
-            return c.execute("SELECT count(*) FROM harvest.start_workflows(%s)", (Jsonb(args),)).fetchone()[0]
+        return lambda c: c.execute(
+            "SELECT count(*) FROM harvest.start_workflows(%s)", (Jsonb(args),)
+        ).fetchone()[0]
 
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT harvest._lock_start_key('metered', 'b')")
-        one = in_thread(lambda: batch("one", ("a", "k2"), ("b", "k1")), outcome, "one")
-        wait_until_blocked(conn, "one")  # on start b's lock
-        two = in_thread(lambda: batch("two", ("c", "k1"), ("d", "k2")), outcome, "two")
-        wait_until_done_or_blocked(conn, two, "two")  # (before the fix: on the first batch's key)
-        holder.commit()
-        one.join(20)
-        two.join(20)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        start_lock("metered", "b"),
+        Racer("one", batch(("a", "k2"), ("b", "k1")), waits_on="start b's lock"),
+        Racer(
+            "two",
+            batch(("c", "k1"), ("d", "k2")),
+            waits_on="the first batch's key",
+            waits_only_before_the_fix=True,
+        ),
+    )
 
     assert outcome == {"one": 2, "two": 2}
 
@@ -255,26 +254,20 @@ def test_a_batch_with_a_gated_start_and_a_gated_start_under_its_quota_key_do_not
         {"workflow_name": "paced", "workflow_id": "p", "input": [{"t": "other"}]},
     ]
 
-    def batch() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="batch") as c:
-            c.execute("SET deadlock_timeout = '50ms'")
-            return c.execute("SELECT count(*) FROM harvest.start_workflows(%s)", (Jsonb(starts),)).fetchone()[
-                0
-            ]
+    def batch(c: psycopg.Connection) -> Any:
+        c.execute("SET deadlock_timeout = '50ms'")
+        return c.execute("SELECT count(*) FROM harvest.start_workflows(%s)", (Jsonb(starts),)).fetchone()[0]
 
-    def start() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="start") as c:
-            return c.execute(
-                "SELECT status FROM harvest.start_workflow('paced', %s, 'x')", (Jsonb([{"t": "acme"}]),)
-            ).fetchone()[0]
+    def start(c: psycopg.Connection) -> Any:
+        return c.execute(
+            "SELECT status FROM harvest.start_workflow('paced', %s, 'x')", (Jsonb([{"t": "acme"}]),)
+        ).fetchone()[0]
 
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT harvest._lock_start_key('paced', 'x')")
-        starting = in_thread(start, outcome, "start")
-        wait_until_blocked(conn, "start")  # holding the gate, on its start lock
-        batching = in_thread(batch, outcome, "batch")
-        wait_until_blocked(conn, "batch")  # on the gate (before the fix: holding acme)
-        holder.commit()
-        all_finished(outcome, batching, starting)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        start_lock("paced", "x"),
+        Racer("start", start, waits_on="its start lock, holding the gate"),
+        Racer("batch", batch, waits_on="the gate (before the fix: holding acme)"),
+    )
     assert outcome == {"batch": 2, "start": "RUNNING"}

@@ -19,13 +19,14 @@ before the superseded runs' rows (the last three tests).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
-from race_helpers import all_finished, in_thread, wait_until_blocked
-from test_row_lock_order import GATES, _policy
+from race_helpers import Racer, flow_key_row, race_behind_a_held_lock, run_row, session, task_rows_of
+from test_row_lock_order import GATES, _committing, _policy
 
 LATEST_WINS = {"concurrency": {"key": "input.doc", "limit": 1, "on_conflict": "cancel_running"}}
 POLICIES = Jsonb({"workflows": {"latest": LATEST_WINS}, "activities": {}})
@@ -48,13 +49,18 @@ def _claim_one(conn: psycopg.Connection) -> tuple[str, int, int, int]:
     return tasks[0]
 
 
-def _decide(db: str, name: str, task: tuple[str, int, int, int], commands: list[dict[str, Any]]) -> Any:
+def _decide(c: psycopg.Connection, task: tuple[str, int, int, int], commands: list[dict[str, Any]]) -> Any:
     _, task_id, token, through = task
-    with psycopg.connect(db, autocommit=True, application_name=name) as c:
-        return c.execute(
-            "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
-            (task_id, token, through, Jsonb(commands)),
-        ).fetchone()[0]
+    return c.execute(
+        "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
+        (task_id, token, through, Jsonb(commands)),
+    ).fetchone()[0]
+
+
+def _acquire_in_setup(db: str, task: tuple[str, int, int, int], key: str) -> None:
+    """The task's run asks for mutex ``key`` (and, free, is granted it)."""
+    with session(db, "setup") as c:
+        assert _decide(c, task, [_marker(1, "mutex_acquire", key)]) == "RUNNING"
 
 
 def _marker(seq: int, kind: str, key: str) -> dict[str, Any]:
@@ -69,7 +75,7 @@ def _run_holding(conn: psycopg.Connection, db: str, workflow_name: str, input_: 
     ).fetchone()[0]
     task = _claim_one(conn)
     assert task[0] == run
-    assert _decide(db, "setup", task, [_marker(1, "mutex_acquire", "m")]) == "RUNNING"
+    _acquire_in_setup(db, task, "m")
     return run
 
 
@@ -80,16 +86,22 @@ def _incumbent_waiting_on_m(conn: psycopg.Connection, db: str) -> tuple[str, Any
         "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
     ).fetchone()[0]
     tasks = _claim(conn)
-    assert _decide(db, "setup", tasks.pop(run), [_marker(1, "mutex_acquire", "m")]) == "RUNNING"
+    _acquire_in_setup(db, tasks.pop(run), "m")
     return run, next(iter(tasks.values()), None)
 
 
-def _start_latest(db: str, name: str, doc: str, **args: Any) -> Any:
-    with psycopg.connect(db, autocommit=True, application_name=name) as c:
-        return c.execute(
-            "SELECT started_fresh FROM harvest.start_workflow(%s, %s, %s, p_conflict_policy => %s)",
-            ("latest", Jsonb([{"doc": doc}]), args.get("workflow_id"), args.get("conflict", "unspecified")),
-        ).fetchone()[0]
+def _start_latest(doc: str, **args: Any) -> Callable[[psycopg.Connection], Any]:
+    """A start of 'latest' under key ``doc`` (its ``workflow_id``, ``conflict`` policy), as a
+    racer's call: started fresh or not."""
+    return lambda c: c.execute(
+        "SELECT started_fresh FROM harvest.start_workflow(%s, %s, %s, p_conflict_policy => %s)",
+        ("latest", Jsonb([{"doc": doc}]), args.get("workflow_id"), args.get("conflict", "unspecified")),
+    ).fetchone()[0]
+
+
+def _fire(c: psycopg.Connection) -> Any:
+    """Schedule s's next slot (under its terminate_other overlap): its status."""
+    return c.execute("SELECT harvest.trigger_schedule('s') ->> 'status'").fetchone()[0]
 
 
 def _status(conn: psycopg.Connection, run: str) -> str:
@@ -126,16 +138,17 @@ def test_a_mutex_holder_starting_a_latest_wins_run_and_a_start_superseding_a_wai
     holder_run = _run_holding(conn, db, workflow_name, input_)
     incumbent, holding = _incumbent_waiting_on_m(conn, db)  # holding: the holder's next task
     assert holding[0] == holder_run
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as third:
-        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (incumbent,))
-        starting = in_thread(lambda: _start_latest(db, "start", "d1"), outcome, "start")
-        wait_until_blocked(conn, "start")  # holding key d1, on the incumbent's row
-        deciding = in_thread(lambda: _decide(db, "decide", holding, commands), outcome, "decide")
-        wait_until_blocked(conn, "decide")  # on key d1 (taken after its row: holding m)
-        third.commit()
-        starting.join(20)
-        deciding.join(20)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        run_row(incumbent),
+        Racer("start", _start_latest("d1"), waits_on="the incumbent's row, holding key d1"),
+        Racer(
+            "decide",
+            lambda c: _decide(c, holding, commands),
+            waits_on="key d1 (taken after its row: holding m)",
+        ),
+    )
 
     ended = "RUNNING" if ending == "child" else "CONTINUED_AS_NEW"
     assert (outcome["start"], outcome["decide"]) == (True, ended), outcome
@@ -160,20 +173,14 @@ def test_a_start_replacing_a_mutex_holder_and_a_start_superseding_a_waiter_do_no
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
     prior = _run_holding(conn, db, "latest", [{"doc": "d9"}], workflow_id="A")
     incumbent, _ = _incumbent_waiting_on_m(conn, db)
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as third:
-        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (incumbent,))
-        starting = in_thread(lambda: _start_latest(db, "start", "d1"), outcome, "start")
-        wait_until_blocked(conn, "start")  # holding key d1, on the incumbent's row
-        replacing = in_thread(
-            lambda: _start_latest(db, "replace", "d1", workflow_id="A", conflict="terminate_existing"),
-            outcome,
-            "replace",
-        )
-        wait_until_blocked(conn, "replace")  # on key d1 (before the fix: holding m)
-        third.commit()
-        starting.join(20)
-        replacing.join(20)
+    replace = _start_latest("d1", workflow_id="A", conflict="terminate_existing")
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        run_row(incumbent),
+        Racer("start", _start_latest("d1"), waits_on="the incumbent's row, holding key d1"),
+        Racer("replace", replace, waits_on="key d1 (before the fix: holding m)"),
+    )
 
     assert (outcome["start"], outcome["replace"]) == (True, True), outcome
     assert (_status(conn, prior), _status(conn, incumbent)) == ("TERMINATED", "CANCELLED")
@@ -181,6 +188,26 @@ def test_a_start_replacing_a_mutex_holder_and_a_start_superseding_a_waiter_do_no
         "SELECT array_agg(workflow_id) FROM harvest.executions"
         " WHERE workflow_name = 'latest' AND status = 'RUNNING'"
     ).fetchone()[0] == ["A"]
+
+
+def _scheduled_run_holding_m(conn: psycopg.Connection, db: str, gate: str | None, doc: str) -> str:
+    """Schedule s of 'latest' (limit 1 of key input.doc, behind ``gate`` if one is named; input
+    key ``doc``; overlap terminate_other): its first run, an hour back, granted mutex m."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1, gate),))
+    conn.execute(
+        "SELECT harvest.create_schedule('s', 'latest', p_interval_secs => 3600, p_input => %s,"
+        " p_overlap => 'terminate_other')",
+        (Jsonb([{"doc": doc}]),),
+    )
+    # (The first slot an hour back, so the next trigger's run has an id of its own.)
+    conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
+    conn.execute("SELECT set_config('harvest.fake_now', (now() - interval '1 hour')::text, false)")
+    run = conn.execute("SELECT harvest.trigger_schedule('s', 'allow_all')").fetchone()[0]["execution_id"]  # type: ignore[index]
+    conn.execute("RESET harvest.fake_now")
+    task = _claim_one(conn)
+    assert task[0] == run
+    _acquire_in_setup(db, task, "m")
+    return run
 
 
 @pytest.mark.parametrize("gate", [None, *GATES])
@@ -193,39 +220,15 @@ def test_a_terminate_other_slot_and_a_start_superseding_its_run_do_not_deadlock(
     start gate (per key), the slot took the gate only at its start, after the run's row and m,
     and the client start held the gate: the same cycle, until the slot admitted its start at
     the gate before it locked any run."""
-    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1, gate),))
-    conn.execute(
-        "SELECT harvest.create_schedule('s', 'latest', p_interval_secs => 3600, p_input => %s,"
-        " p_overlap => 'terminate_other')",
-        (Jsonb([{"doc": "d1"}]),),
+    run = _scheduled_run_holding_m(conn, db, gate, "d1")
+
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        flow_key_row("concurrency", "d1"),
+        Racer("start", _start_latest("d1"), waits_on="key d1's row, holding its advisory lock"),
+        Racer("fire", _fire, waits_on="key d1 (before the fix: holding the run and m)"),
     )
-    # (The first slot an hour back, so the next trigger's run has an id of its own.)
-    conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
-    conn.execute("SELECT set_config('harvest.fake_now', (now() - interval '1 hour')::text, false)")
-    first = conn.execute("SELECT harvest.trigger_schedule('s', 'allow_all')").fetchone()[0]
-    conn.execute("RESET harvest.fake_now")
-    run = first["execution_id"]
-    task = _claim_one(conn)
-    assert task[0] == run
-    assert _decide(db, "setup", task, [_marker(1, "mutex_acquire", "m")]) == "RUNNING"
-
-    def fire() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="fire") as c:
-            return c.execute("SELECT harvest.trigger_schedule('s') ->> 'status'").fetchone()[0]
-
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as third:
-        third.execute(
-            "INSERT INTO harvest.flow_keys (kind, key) VALUES ('concurrency', 'd1') ON CONFLICT DO NOTHING"
-        )
-        third.execute("SELECT 1 FROM harvest.flow_keys WHERE kind = 'concurrency' AND key = 'd1' FOR UPDATE")
-        starting = in_thread(lambda: _start_latest(db, "start", "d1"), outcome, "start")
-        wait_until_blocked(conn, "start")  # holding key d1's advisory lock, on its row
-        firing = in_thread(fire, outcome, "fire")
-        wait_until_blocked(conn, "fire")  # on key d1 (before the fix: holding the run and m)
-        third.commit()
-        starting.join(20)
-        firing.join(20)
 
     assert (outcome["start"], outcome["fire"]) == (True, "started"), outcome
     assert _status(conn, run) in ("CANCELLED", "TERMINATED")
@@ -245,49 +248,35 @@ def test_a_decision_taking_a_mutex_and_superseding_a_holder_of_another_and_a_gro
     decisions asks for a, then b. The decision took v's row and a after its own row and b,
     out of key order, and met the batch in a cycle (40P01); it now locks v with its own run and
     a with b before its first command (_lock_superseded_runs; docs/internals.md "Lock order")."""
-    from race_helpers import wait_until_done_or_blocked
-    from test_row_lock_order import _group_commit
-
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
     row = conn.execute(
         "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
     ).fetchone()
     assert row is not None
     v = row[0]
-    assert _decide(db, "setup", _claim(conn)[v], [_marker(1, "mutex_acquire", "a")]) == "RUNNING"
+    _acquire_in_setup(db, _claim(conn)[v], "a")
     r1, x, y = (
         conn.execute("SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')").fetchone()[0]  # type: ignore[index]
         for _ in range(3)
     )
     tasks = _claim(conn)
     child = {"type": "start_child_workflow", "seq": 2, "workflow_name": "latest", "input": [{"doc": "d1"}]}
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as third:
-        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (v,))
-        one = in_thread(
-            lambda: _decide(db, "one", tasks[r1], [_marker(1, "mutex_acquire", "b"), child]), outcome, "one"
-        )
-        wait_until_blocked(conn, "one")  # on v's row
-        two = in_thread(
-            lambda: _group_commit(
-                db,
-                "two",
-                [
-                    (tasks[x][1:], [_marker(1, "mutex_acquire", "a")]),
-                    (tasks[y][1:], [_marker(1, "mutex_acquire", "b")]),
-                ],
-            ),
-            outcome,
-            "two",
-        )
-        wait_until_done_or_blocked(conn, two, "two")  # (before the fix: on b, one holding it)
-        third.commit()
-        all_finished(outcome, one, two)
+    one = [_marker(1, "mutex_acquire", "b"), child]
+    two = [
+        (tasks[x][1:], [_marker(1, "mutex_acquire", "a")]),
+        (tasks[y][1:], [_marker(1, "mutex_acquire", "b")]),
+    ]
+    race_behind_a_held_lock(
+        db,
+        conn,
+        run_row(v),
+        Racer("one", lambda c: _decide(c, tasks[r1], one), waits_on="v's row"),
+        Racer("two", _committing(two), waits_on="b, one holding it", waits_only_before_the_fix=True),
+    )
 
 
-def _replace_w(db: str) -> Any:
-    """A start of 'latest' (key d1) replacing the live run of workflow id W (terminate_existing)."""
-    return _start_latest(db, "start", "d1", workflow_id="W", conflict="terminate_existing")
+# A start of 'latest' (key d1) replacing the live run of workflow id W (terminate_existing).
+REPLACE_W = _start_latest("d1", workflow_id="W", conflict="terminate_existing")
 
 
 def test_a_start_replacing_a_mutex_holder_and_superseding_a_run_and_a_group_commit_do_not_deadlock(
@@ -299,8 +288,6 @@ def test_a_start_replacing_a_mutex_holder_and_superseding_a_run_and_a_group_comm
     supersede): it held m and waited on v while the batch held v and waited on m (40P01). The
     start now locks p with the runs it supersedes, in id order, then their mutex keys, before
     the terminate (docs/internals.md "Lock order")."""
-    from test_row_lock_order import _group_commit
-
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
     p = _run_holding(conn, db, "latest", [{"doc": "dP"}], workflow_id="W")
     v = conn.execute(
@@ -309,21 +296,14 @@ def test_a_start_replacing_a_mutex_holder_and_superseding_a_run_and_a_group_comm
     x = conn.execute("SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')").fetchone()[0]  # type: ignore[index]
     assert p < v < x  # (ids in start order)
     tasks = _claim(conn)
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as third:
-        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (x,))
-        batch = in_thread(
-            lambda: _group_commit(
-                db, "batch", [(tasks[v][1:], [_marker(1, "mutex_acquire", "m")]), (tasks[x][1:], [])]
-            ),
-            outcome,
-            "batch",
-        )
-        wait_until_blocked(conn, "batch")  # holding v's row, on x's
-        starting = in_thread(lambda: _replace_w(db), outcome, "start")
-        wait_until_blocked(conn, "start")  # on v's row (before the fix: holding p's row and m)
-        third.commit()
-        all_finished(outcome, batch, starting)
+    batch = [(tasks[v][1:], [_marker(1, "mutex_acquire", "m")]), (tasks[x][1:], [])]
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        run_row(x),
+        Racer("batch", _committing(batch), waits_on="x's row, holding v's"),
+        Racer("start", REPLACE_W, waits_on="v's row (before the fix: holding p's row and m)"),
+    )
     assert outcome["start"] is True
     assert (_status(conn, p), _status(conn, v)) == ("TERMINATED", "CANCELLED")
 
@@ -335,8 +315,6 @@ def test_a_start_replacing_a_run_and_superseding_an_older_one_and_a_group_commit
     replacing p (terminate_existing) locked p's row, then v's (the supersede), out of id order,
     while a group commit of v's and p's decisions held v and waited on p (40P01). The start now
     locks v and p in id order before the terminate."""
-    from test_row_lock_order import _group_commit
-
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
     v = conn.execute(
         "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
@@ -346,17 +324,14 @@ def test_a_start_replacing_a_run_and_superseding_an_older_one_and_a_group_commit
     ).fetchone()[0]  # type: ignore[index]
     assert v < p  # (ids in start order)
     tasks = _claim(conn)
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as third:
-        third.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (p,))
-        starting = in_thread(lambda: _replace_w(db), outcome, "start")
-        wait_until_blocked(conn, "start")  # on p's task row (the terminate), holding p's row
-        batch = in_thread(
-            lambda: _group_commit(db, "batch", [(tasks[v][1:], []), (tasks[p][1:], [])]), outcome, "batch"
-        )
-        wait_until_blocked(conn, "batch")  # on v's row (before the fix: holding v's, on p's)
-        third.commit()
-        all_finished(outcome, batch, starting)
+    batch = [(tasks[v][1:], []), (tasks[p][1:], [])]
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        task_rows_of(p),
+        Racer("start", REPLACE_W, waits_on="p's task row (the terminate), holding p's row"),
+        Racer("batch", _committing(batch), waits_on="v's row (before the fix: holding v's, on p's)"),
+    )
     assert outcome["start"] is True
     assert (_status(conn, p), _status(conn, v)) == ("TERMINATED", "CANCELLED")
 
@@ -373,22 +348,7 @@ def test_a_terminate_other_slot_superseding_a_run_and_a_group_commit_do_not_dead
     order, then their mutex keys (docs/internals.md "Lock order"). Behind a start gate, the slot
     left its start out of that pass (its gate comes first) and met the same cycle, until it
     admitted the start at its gate before locking any run."""
-    from test_row_lock_order import _group_commit
-
-    conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1, gate),))
-    conn.execute(
-        "SELECT harvest.create_schedule('s', 'latest', p_interval_secs => 3600, p_input => %s,"
-        " p_overlap => 'terminate_other')",
-        (Jsonb([{"doc": "dR"}]),),
-    )
-    # (The first slot an hour back, so the next trigger's run has an id of its own.)
-    conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
-    conn.execute("SELECT set_config('harvest.fake_now', (now() - interval '1 hour')::text, false)")
-    r = conn.execute("SELECT harvest.trigger_schedule('s', 'allow_all')").fetchone()[0]["execution_id"]  # type: ignore[index]
-    conn.execute("RESET harvest.fake_now")
-    task = _claim_one(conn)
-    assert task[0] == r
-    assert _decide(db, "setup", task, [_marker(1, "mutex_acquire", "m")]) == "RUNNING"
+    r = _scheduled_run_holding_m(conn, db, gate, "dR")
     conn.execute("SELECT harvest.update_schedule('s', %s)", (Jsonb({"input": [{"doc": "d1"}]}),))
     v = conn.execute(
         "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
@@ -396,26 +356,14 @@ def test_a_terminate_other_slot_superseding_a_run_and_a_group_commit_do_not_dead
     x = conn.execute("SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')").fetchone()[0]  # type: ignore[index]
     assert v < x  # (ids in start order)
     tasks = _claim(conn)
-
-    def fire() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="fire") as c:
-            return c.execute("SELECT harvest.trigger_schedule('s') ->> 'status'").fetchone()[0]
-
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as third:
-        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (x,))
-        batch = in_thread(
-            lambda: _group_commit(
-                db, "batch", [(tasks[v][1:], [_marker(1, "mutex_acquire", "m")]), (tasks[x][1:], [])]
-            ),
-            outcome,
-            "batch",
-        )
-        wait_until_blocked(conn, "batch")  # holding v's row, on x's
-        firing = in_thread(fire, outcome, "fire")
-        wait_until_blocked(conn, "fire")  # on v's row (before the fix: holding r's row and m)
-        third.commit()
-        all_finished(outcome, batch, firing)
+    batch = [(tasks[v][1:], [_marker(1, "mutex_acquire", "m")]), (tasks[x][1:], [])]
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        run_row(x),
+        Racer("batch", _committing(batch), waits_on="x's row, holding v's"),
+        Racer("fire", _fire, waits_on="v's row (before the fix: holding r's row and m)"),
+    )
     assert outcome["fire"] == "started"
     assert (_status(conn, r), _status(conn, v)) == ("TERMINATED", "CANCELLED")
 
@@ -429,8 +377,6 @@ def test_a_batch_of_replacing_starts_and_a_group_commit_of_their_runs_do_not_dea
     x's and v's decisions held p and, once a third session let x go, waited on v (40P01). The
     batch now locks each replacing start's live prior in its id-ordered pass before the first
     start (docs/internals.md "Lock order")."""
-    from test_row_lock_order import _group_commit
-
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
     p = conn.execute(
         "SELECT execution_id::text FROM harvest.start_workflow('latest', %s, 'W')", (Jsonb([{"doc": "dP"}]),)
@@ -451,24 +397,19 @@ def test_a_batch_of_replacing_starts_and_a_group_commit_of_their_runs_do_not_dea
         for wid, doc in (("W", "d1"), ("Z", "d2"))
     ]
 
-    def start_batch() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="starts") as c:
-            c.execute("SET deadlock_timeout = '50ms'")
-            return c.execute(
-                "SELECT array_agg(started_fresh ORDER BY n) FROM harvest.start_workflows(%s)",
-                (Jsonb(replacing),),
-            ).fetchone()[0]
+    def start_batch(c: psycopg.Connection) -> Any:
+        c.execute("SET deadlock_timeout = '50ms'")
+        return c.execute(
+            "SELECT array_agg(started_fresh ORDER BY n) FROM harvest.start_workflows(%s)", (Jsonb(replacing),)
+        ).fetchone()[0]
 
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as third:
-        third.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (x,))
-        batch = in_thread(
-            lambda: _group_commit(db, "batch", [(tasks[run][1:], []) for run in (p, x, v)]), outcome, "batch"
-        )
-        wait_until_blocked(conn, "batch")  # holding p's row, on x's
-        starting = in_thread(start_batch, outcome, "starts")
-        wait_until_blocked(conn, "starts")  # on p's row (before the fix: holding v's)
-        third.commit()
-        all_finished(outcome, batch, starting)
+    batch = [(tasks[run][1:], []) for run in (p, x, v)]
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        run_row(x),
+        Racer("batch", _committing(batch), waits_on="x's row, holding p's"),
+        Racer("starts", start_batch, waits_on="p's row (before the fix: holding v's)"),
+    )
     assert outcome["starts"] == [True, True]
     assert (_status(conn, p), _status(conn, v)) == ("TERMINATED", "CANCELLED")

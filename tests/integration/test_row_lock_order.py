@@ -16,12 +16,21 @@ the others queue behind it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
-from race_helpers import in_thread, wait_until_blocked, wait_until_done_or_blocked
+from race_helpers import (
+    Racer,
+    in_thread,
+    race_behind_a_held_lock,
+    run_row,
+    session,
+    task_rows_of,
+    wait_until_done_or_blocked,
+)
 
 # Start gates of 'latest' (docs/flow-control.md, "Start throttle, debounce and batch") that let
 # every start of a test through, each gate per key: a throttle with tokens to spare, and a batch
@@ -51,48 +60,46 @@ def _claim_all(conn: psycopg.Connection, n: int) -> dict[str, tuple[int, int, in
     return {run: (task, token, through) for run, task, token, through in rows}
 
 
-def _group_commit(db: str, name: str, items: list[tuple[tuple[int, int, int], list[dict[str, Any]]]]) -> Any:
-    """complete_workflow_tasks of the items ((task id, token, through), commands), its own
-    transaction: {task id: outcome}."""
-    with psycopg.connect(db, autocommit=True, application_name=name) as c:
-        return dict(
-            c.execute(
-                "SELECT task_id, outcome"
-                " FROM harvest.complete_workflow_tasks('w', %s, %s, %s, %s::jsonb[], %s)",
-                (
-                    [t[0] for t, _ in items],
-                    [t[1] for t, _ in items],
-                    [t[2] for t, _ in items],
-                    [Jsonb(commands) for _, commands in items],
-                    [0 for _ in items],
-                ),
-            ).fetchall()
-        )
+def _group_commit(
+    c: psycopg.Connection, items: list[tuple[tuple[int, int, int], list[dict[str, Any]]]]
+) -> Any:
+    """complete_workflow_tasks of the items ((task id, token, through), commands), one
+    transaction on ``c``: {task id: outcome}."""
+    return dict(
+        c.execute(
+            "SELECT task_id, outcome FROM harvest.complete_workflow_tasks('w', %s, %s, %s, %s::jsonb[], %s)",
+            (
+                [t[0] for t, _ in items],
+                [t[1] for t, _ in items],
+                [t[2] for t, _ in items],
+                [Jsonb(commands) for _, commands in items],
+                [0 for _ in items],
+            ),
+        ).fetchall()
+    )
 
 
-def _a_call_and_a_group_commit_behind_a_held_task(
-    db: str, conn: psycopg.Connection, held_run: str, name: str, call: Any, batch: list[Any]
-) -> dict[str, Any]:
-    """The race of most tests here: a third session holds ``held_run``'s task row; ``call``
-    (session ``name``) runs until it waits (on that row, ending the run, and holding whatever
-    it locked before), then a group commit of ``batch`` runs until it waits too; the row is let
-    go and both end. Before each fix the two then waited on each other: 40P01. The outcome
-    of each, by name ("batch" for the group commit)."""
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (held_run,))
-        calling = in_thread(call, outcome, name)
-        wait_until_blocked(conn, name)
-        committing = in_thread(lambda: _group_commit(db, "batch", batch), outcome, "batch")
-        wait_until_blocked(conn, "batch")
-        holder.commit()
-        calling.join(20)
-        committing.join(20)
-    return outcome
+def _committing(
+    items: list[tuple[tuple[int, int, int], list[dict[str, Any]]]],
+) -> Callable[[psycopg.Connection], Any]:
+    """A group commit of the items, as a racer's call."""
+    return lambda c: _group_commit(c, items)
+
+
+def _group_commit_in_setup(db: str, items: list[tuple[tuple[int, int, int], list[dict[str, Any]]]]) -> Any:
+    with session(db, "setup") as c:
+        return _group_commit(c, items)
 
 
 def _timer(seq: int = 1) -> list[dict[str, Any]]:
     return [{"type": "start_timer", "seq": seq, "duration": 3600}]
+
+
+def _start_latest_d1(c: psycopg.Connection) -> Any:
+    """A start of 'latest' under key d1: started fresh or not."""
+    return c.execute(
+        "SELECT started_fresh FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
+    ).fetchone()[0]
 
 
 def test_a_start_superseding_two_runs_and_a_group_commit_of_their_decisions_do_not_deadlock(
@@ -116,14 +123,14 @@ def test_a_start_superseding_two_runs_and_a_group_commit_of_their_decisions_do_n
     )
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1),))
 
-    def start() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="start") as c:
-            return c.execute(
-                "SELECT started_fresh FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
-            ).fetchone()[0]
-
     batch = [(claimed[low], _timer()), (claimed[high], _timer())]
-    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, high, "start", start, batch)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        task_rows_of(high),
+        Racer("start", _start_latest_d1, waits_on="the higher id's task row, closing that run"),
+        Racer("batch", _committing(batch), waits_on="the higher id's row, holding the lower"),
+    )
 
     assert outcome["start"] is True, outcome
     # Both runs were superseded before the batch could lock them: its items are refused.
@@ -149,24 +156,15 @@ def test_two_group_commits_acquiring_mutexes_in_opposite_orders_do_not_deadlock(
         conn.execute("SELECT harvest.start_workflow('plain', '[]')")
     claimed = _claim_all(conn, 4)
     r1, r2, r3, r4 = sorted(claimed)
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (r3,))
-        one = in_thread(
-            lambda: _group_commit(db, "one", [(claimed[r1], _acquire("a")), (claimed[r3], _acquire("b"))]),
-            outcome,
-            "one",
-        )
-        wait_until_blocked(conn, "one")  # on r3's row (holding mutex a, before the fix)
-        two = in_thread(
-            lambda: _group_commit(db, "two", [(claimed[r2], _acquire("b")), (claimed[r4], _acquire("a"))]),
-            outcome,
-            "two",
-        )
-        wait_until_done_or_blocked(conn, two, "two")  # (before the fix: on mutex a, holding b)
-        holder.commit()
-        one.join(20)
-        two.join(20)
+    one = [(claimed[r1], _acquire("a")), (claimed[r3], _acquire("b"))]
+    two = [(claimed[r2], _acquire("b")), (claimed[r4], _acquire("a"))]
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        run_row(r3),
+        Racer("one", _committing(one), waits_on="r3's row (holding mutex a, before the fix)"),
+        Racer("two", _committing(two), waits_on="mutex a, holding b", waits_only_before_the_fix=True),
+    )
 
     assert isinstance(outcome["one"], dict) and isinstance(outcome["two"], dict), outcome
     assert set(outcome["one"].values()) | set(outcome["two"].values()) == {"completed"}, outcome
@@ -187,37 +185,43 @@ def test_a_group_commit_and_a_terminate_of_a_later_run_holding_its_mutex_do_not_
         conn.execute("SELECT harvest.start_workflow('plain', '[]')")
     claimed = _claim_all(conn, 2)
     r1, r2 = sorted(claimed)
-    _group_commit(db, "setup", [(claimed[r2], _acquire("a"))])
+    _group_commit_in_setup(db, [(claimed[r2], _acquire("a"))])
     assert conn.execute("SELECT holder_execution_id::text FROM harvest.mutex_locks").fetchone()[0] == r2
     r2_task = _claim_all(conn, 1)[r2]  # its task after MutexAcquired
-    outcome: dict[str, Any] = {}
+    batch = [(claimed[r1], _acquire("a")), (r2_task, _timer(2))]
 
-    def terminate() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="terminate") as c:
-            return c.execute("SELECT harvest.terminate_workflow(%s)", (r2,)).fetchone()[0]
-
-    with psycopg.connect(db) as holder:
+    def r1s_waiter_row(holder: psycopg.Connection) -> None:  # uncommitted: rolled back to let go
         holder.execute(
             "INSERT INTO harvest.mutex_waiters (lock_key, execution_id, seq, enqueued_at)"
             " VALUES ('a', %s, 1, now())",
             (r1,),
         )
-        committing = in_thread(
-            lambda: _group_commit(db, "batch", [(claimed[r1], _acquire("a")), (r2_task, _timer(2))]),
-            outcome,
-            "batch",
-        )
-        wait_until_blocked(conn, "batch")  # on the waiter row, holding a (and r2's row, after the fix)
-        terminating = in_thread(terminate, outcome, "terminate")
-        wait_until_blocked(conn, "terminate")  # (before the fix: on a, holding r2's row)
-        holder.rollback()
-        committing.join(20)
-        terminating.join(20)
+
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        r1s_waiter_row,
+        Racer(
+            "batch", _committing(batch), waits_on="r1's waiter row, holding a (and r2's row, after the fix)"
+        ),
+        Racer(
+            "terminate",
+            lambda c: c.execute("SELECT harvest.terminate_workflow(%s)", (r2,)).fetchone()[0],
+            waits_on="a lock (before the fix: on a, holding r2's row)",
+        ),
+        let_go=psycopg.Connection.rollback,
+    )
 
     assert outcome.get("batch") == {claimed[r1][0]: "completed", r2_task[0]: "completed"}, outcome
     assert not isinstance(outcome["terminate"], BaseException), outcome
     # r2 let a go as it ended, to r1, its waiter.
     assert conn.execute("SELECT holder_execution_id::text FROM harvest.mutex_locks").fetchall() == [(r1,)]
+
+
+def _fire_terminate_other_slot(c: psycopg.Connection) -> Any:
+    """Schedule ov's slot of 2030-01-01T00:00:03 fired under overlap terminate_other: its status."""
+    c.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:03+00:00', false)")
+    return c.execute("SELECT harvest.trigger_schedule('ov', 'terminate_other') ->> 'status'").fetchone()[0]
 
 
 def test_a_schedule_terminating_two_runs_and_a_group_commit_of_their_decisions_do_not_deadlock(
@@ -243,15 +247,14 @@ def test_a_schedule_terminating_two_runs_and_a_group_commit_of_their_decisions_d
         (high, low, high),
     )
 
-    def fire() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="fire") as c:
-            c.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:03+00:00', false)")
-            return c.execute(
-                "SELECT harvest.trigger_schedule('ov', 'terminate_other') ->> 'status'"
-            ).fetchone()[0]
-
     batch = [(claimed[low], _timer()), (claimed[high], _timer())]
-    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, high, "fire", fire, batch)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        task_rows_of(high),
+        Racer("fire", _fire_terminate_other_slot, waits_on="the higher id's task row, closing that run"),
+        Racer("batch", _committing(batch), waits_on="the higher id's row, holding the lower"),
+    )
 
     assert outcome["fire"] == "started", outcome
     assert isinstance(outcome["batch"], dict), outcome
@@ -287,7 +290,7 @@ def _runs_awaiting_a_result(conn: psycopg.Connection, n: int) -> dict[str, tuple
     return {run: (task, token, last) for run, task, token, last in rows}
 
 
-def _results_with_decisions(db: str, name: str, items: list[tuple[tuple[int, int, int], str]]) -> Any:
+def _results_with_decisions(c: psycopg.Connection, items: list[tuple[tuple[int, int, int], str]]) -> Any:
     """complete_activities of the items ((task id, token, last event id), the mutex key the
     decision ahead asks for), each result 1: {task id: decided or not}."""
     decisions = [
@@ -303,14 +306,13 @@ def _results_with_decisions(db: str, name: str, items: list[tuple[tuple[int, int
         )
         for (_, _, last), key in items
     ]
-    with psycopg.connect(db, autocommit=True, application_name=name) as c:
-        return dict(
-            c.execute(
-                "SELECT task_id, decided IS NOT NULL FROM harvest.complete_activities("
-                "'w', %s, %s, %s::jsonb[], true, 30, %s::jsonb[])",
-                ([t[0] for t, _ in items], [t[1] for t, _ in items], [Jsonb(1) for _ in items], decisions),
-            ).fetchall()
-        )
+    return dict(
+        c.execute(
+            "SELECT task_id, decided IS NOT NULL FROM harvest.complete_activities("
+            "'w', %s, %s, %s::jsonb[], true, 30, %s::jsonb[])",
+            ([t[0] for t, _ in items], [t[1] for t, _ in items], [Jsonb(1) for _ in items], decisions),
+        ).fetchall()
+    )
 
 
 def test_two_result_batches_deciding_mutexes_in_opposite_orders_do_not_deadlock(
@@ -321,20 +323,24 @@ def test_two_result_batches_deciding_mutexes_in_opposite_orders_do_not_deadlock(
     r4 (a)."""
     runs = _runs_awaiting_a_result(conn, 4)
     r1, r2, r3, r4 = sorted(runs)
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (r3,))
-        one = in_thread(
-            lambda: _results_with_decisions(db, "one", [(runs[r1], "a"), (runs[r3], "b")]), outcome, "one"
-        )
-        wait_until_blocked(conn, "one")  # on r3's row (holding mutex a, before the fix)
-        two = in_thread(
-            lambda: _results_with_decisions(db, "two", [(runs[r2], "b"), (runs[r4], "a")]), outcome, "two"
-        )
-        wait_until_done_or_blocked(conn, two, "two")  # (before the fix: on mutex a, holding b)
-        holder.commit()
-        one.join(20)
-        two.join(20)
+    one = [(runs[r1], "a"), (runs[r3], "b")]
+    two = [(runs[r2], "b"), (runs[r4], "a")]
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        run_row(r3),
+        Racer(
+            "one",
+            lambda c: _results_with_decisions(c, one),
+            waits_on="r3's row (holding mutex a, before the fix)",
+        ),
+        Racer(
+            "two",
+            lambda c: _results_with_decisions(c, two),
+            waits_on="mutex a, holding b",
+            waits_only_before_the_fix=True,
+        ),
+    )
 
     assert isinstance(outcome["one"], dict) and isinstance(outcome["two"], dict), outcome
     assert set(outcome["one"].values()) | set(outcome["two"].values()) == {True}, outcome  # all decided
@@ -357,7 +363,7 @@ def test_a_start_superseding_two_mutex_holders_and_a_group_commit_asking_for_the
     conn.execute(
         "UPDATE harvest.executions SET created_at = created_at - interval '1 s' WHERE id = %s", (older,)
     )
-    _group_commit(db, "setup", [(latest[older], _acquire("b")), (latest[newer], _acquire("a"))])
+    _group_commit_in_setup(db, [(latest[older], _acquire("b")), (latest[newer], _acquire("a"))])
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (_policy(1),))
     for _ in range(2):
         conn.execute("SELECT harvest.start_workflow('plain', '[]')")
@@ -366,14 +372,14 @@ def test_a_start_superseding_two_mutex_holders_and_a_group_commit_asking_for_the
     }  # (and the two holders' tasks after MutexAcquired)
     x, y = sorted(others)
 
-    def start() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="start") as c:
-            return c.execute(
-                "SELECT started_fresh FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
-            ).fetchone()[0]
-
     batch = [(others[x], _acquire("a")), (others[y], _acquire("b"))]
-    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, older, "start", start, batch)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        task_rows_of(older),
+        Racer("start", _start_latest_d1, waits_on="the older run's task row (before the fix: holding b)"),
+        Racer("batch", _committing(batch), waits_on="a mutex key (before the fix: b, holding a)"),
+    )
 
     assert outcome["start"] is True, outcome
     assert outcome["batch"] == {others[x][0]: "completed", others[y][0]: "completed"}, outcome
@@ -397,21 +403,24 @@ def test_a_schedule_terminating_two_mutex_holders_and_a_group_commit_asking_for_
     conn.execute(
         "UPDATE harvest.executions SET created_at = created_at - interval '1 h' WHERE id = %s", (older,)
     )
-    _group_commit(db, "setup", [(scheduled[older], _acquire("b")), (scheduled[newer], _acquire("a"))])
+    _group_commit_in_setup(db, [(scheduled[older], _acquire("b")), (scheduled[newer], _acquire("a"))])
     for _ in range(2):
         conn.execute("SELECT harvest.start_workflow('plain', '[]')")
     others = {run: task for run, task in _claim_all(conn, 4).items() if run not in scheduled}
     x, y = sorted(others)
 
-    def fire() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="fire") as c:
-            c.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:03+00:00', false)")
-            return c.execute(
-                "SELECT harvest.trigger_schedule('ov', 'terminate_other') ->> 'status'"
-            ).fetchone()[0]
-
     batch = [(others[x], _acquire("a")), (others[y], _acquire("b"))]
-    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, older, "fire", fire, batch)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        task_rows_of(older),
+        Racer(
+            "fire",
+            _fire_terminate_other_slot,
+            waits_on="the older run's task row (before the fix: holding b)",
+        ),
+        Racer("batch", _committing(batch), waits_on="a mutex key (before the fix: b, holding a)"),
+    )
 
     assert outcome["fire"] == "started", outcome
     assert outcome["batch"] == {others[x][0]: "completed", others[y][0]: "completed"}, outcome
@@ -438,15 +447,21 @@ def _incumbents_of_two_keys(
 
 
 def _race_against_a_group_commit_of_the_incumbents(
-    db: str, conn: psycopg.Connection, claimed: dict[str, tuple[int, int, int]], name: str, call: Any
+    db: str, conn: psycopg.Connection, claimed: dict[str, tuple[int, int, int]], superseding: Racer
 ) -> dict[str, Any]:
-    """``call`` (session ``name``) supersedes the higher-id incumbent first; a third session
-    holds that run's task row, so the call stops closing it; a group commit of both incumbents'
-    decisions then locks the lower id and waits on the higher. Taken start by start, the call
-    then waited on the lower id: a cycle (40P01)."""
+    """``superseding`` supersedes the higher-id incumbent first; a third session holds that
+    run's task row, so the call stops closing it; a group commit of both incumbents' decisions
+    then locks the lower id and waits on the higher. Taken start by start, the call then waited
+    on the lower id: a cycle (40P01)."""
     low, high = sorted(claimed)
     batch = [(claimed[low], _timer()), (claimed[high], _timer())]
-    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, high, name, call, batch)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        task_rows_of(high),
+        superseding,
+        Racer("batch", _committing(batch), waits_on="the higher id's row, holding the lower"),
+    )
     # Both incumbents were superseded before the batch could lock them: its items are refused.
     assert isinstance(outcome["batch"], dict), outcome
     assert "completed" not in outcome["batch"].values(), outcome
@@ -468,15 +483,15 @@ def test_a_batch_of_starts_superseding_runs_of_two_keys_and_a_group_commit_of_th
     the same cycle, until the batch admitted them at their gates before the pass."""
     claimed, first, second = _incumbents_of_two_keys(conn, gate)
 
-    def start_both() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="starts") as c:
-            c.execute("SET deadlock_timeout = '50ms'")
-            return c.execute(
-                "SELECT array_agg(started_fresh ORDER BY n) FROM harvest.start_workflows(%s)",
-                (Jsonb([{"workflow_name": "latest", "input": [{"doc": doc}]} for doc in (first, second)]),),
-            ).fetchone()[0]
+    def start_both(c: psycopg.Connection) -> Any:
+        c.execute("SET deadlock_timeout = '50ms'")
+        return c.execute(
+            "SELECT array_agg(started_fresh ORDER BY n) FROM harvest.start_workflows(%s)",
+            (Jsonb([{"workflow_name": "latest", "input": [{"doc": doc}]} for doc in (first, second)]),),
+        ).fetchone()[0]
 
-    outcome = _race_against_a_group_commit_of_the_incumbents(db, conn, claimed, "starts", start_both)
+    starts = Racer("starts", start_both, waits_on="the higher id's task row, closing that run")
+    outcome = _race_against_a_group_commit_of_the_incumbents(db, conn, claimed, starts)
     assert outcome["starts"] == [True, True], outcome
 
 
@@ -494,15 +509,16 @@ def test_a_decision_starting_children_that_supersede_runs_of_two_keys_and_a_grou
         for seq, doc in enumerate((first, second), start=1)
     ]
 
-    def decide() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="decide") as c:
-            c.execute("SET deadlock_timeout = '50ms'")
-            return c.execute(
-                "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
-                (task, token, through, Jsonb(children)),
-            ).fetchone()[0]
+    def decide(c: psycopg.Connection) -> Any:
+        c.execute("SET deadlock_timeout = '50ms'")
+        return c.execute(
+            "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
+            (task, token, through, Jsonb(children)),
+        ).fetchone()[0]
 
-    outcome = _race_against_a_group_commit_of_the_incumbents(db, conn, claimed, "decide", decide)
+    outcome = _race_against_a_group_commit_of_the_incumbents(
+        db, conn, claimed, Racer("decide", decide, waits_on="the higher id's task row, closing that run")
+    )
     assert outcome["decide"] == "RUNNING", outcome
     assert (
         conn.execute(
@@ -526,25 +542,26 @@ def test_two_batches_of_starts_superseding_runs_of_two_keys_in_opposite_orders_d
     batch took the gates of all its starts, in one order, first."""
     claimed, first, second = _incumbents_of_two_keys(conn, gate)
     low, high = sorted(claimed)
-    outcome: dict[str, Any] = {}
 
-    def starts(name: str, docs: tuple[str, str]) -> Any:
-        with psycopg.connect(db, autocommit=True, application_name=name) as c:
+    def starts(*docs: str) -> Any:
+        def start_batch(c: psycopg.Connection) -> Any:
             c.execute("SET deadlock_timeout = '50ms'")
             return c.execute(
                 "SELECT array_agg(execution_id::text ORDER BY n) FROM harvest.start_workflows(%s)",
                 (Jsonb([{"workflow_name": "latest", "input": [{"doc": doc}]} for doc in docs]),),
             ).fetchone()[0]
 
-    with psycopg.connect(db) as holder:
-        holder.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (high,))
-        one = in_thread(lambda: starts("one", (first, second)), outcome, "one")
-        wait_until_blocked(conn, "one")  # closing d_high's run: its task's delete
-        two = in_thread(lambda: starts("two", (second, first)), outcome, "two")
-        wait_until_blocked(conn, "two")  # on a key (before the pass: on d_high's key, holding d_low's)
-        holder.commit()
-        one.join(20)
-        two.join(20)
+        return start_batch
+
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        task_rows_of(high),
+        Racer("one", starts(first, second), waits_on="d_high's run's task row (its delete, closing the run)"),
+        Racer(
+            "two", starts(second, first), waits_on="a key (before the pass: d_high's key, holding d_low's)"
+        ),
+    )
 
     assert isinstance(outcome["one"], list) and isinstance(outcome["two"], list), outcome
     live = conn.execute(
@@ -573,27 +590,25 @@ def test_a_batch_of_starts_replacing_two_runs_and_a_group_commit_of_their_decisi
     assert low < high  # (ids in start order)
     claimed = _claim_all(conn, 2)
 
-    def replace_both() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="starts") as c:
-            c.execute("SET deadlock_timeout = '50ms'")
-            return c.execute(
-                "SELECT array_agg(started_fresh ORDER BY n) FROM harvest.start_workflows(%s)",
-                (
-                    Jsonb(
-                        [
-                            {
-                                "workflow_name": "plain",
-                                "workflow_id": w,
-                                "conflict_policy": "terminate_existing",
-                            }
-                            for w in ("A", "B")
-                        ]
-                    ),
-                ),
-            ).fetchone()[0]
+    replacing = [
+        {"workflow_name": "plain", "workflow_id": w, "conflict_policy": "terminate_existing"}
+        for w in ("A", "B")
+    ]
+
+    def replace_both(c: psycopg.Connection) -> Any:
+        c.execute("SET deadlock_timeout = '50ms'")
+        return c.execute(
+            "SELECT array_agg(started_fresh ORDER BY n) FROM harvest.start_workflows(%s)", (Jsonb(replacing),)
+        ).fetchone()[0]
 
     batch = [(claimed[low], _timer()), (claimed[high], _timer())]
-    outcome = _a_call_and_a_group_commit_behind_a_held_task(db, conn, high, "starts", replace_both, batch)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        task_rows_of(high),
+        Racer("starts", replace_both, waits_on="A's prior's task row (the higher id), closing it"),
+        Racer("batch", _committing(batch), waits_on="the higher id's row, holding the lower"),
+    )
     assert outcome["starts"] == [True, True], outcome
     assert isinstance(outcome["batch"], dict) and "completed" not in outcome["batch"].values(), outcome
     assert conn.execute(
@@ -655,12 +670,13 @@ def test_the_release_of_debounced_starts_superseding_runs_of_two_keys_and_a_grou
         conn.execute("SELECT harvest.start_workflow('latest', %s)", (Jsonb([{"doc": doc}]),))
     conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
 
-    def release() -> Any:
-        with psycopg.connect(db, autocommit=True, application_name="scan") as c:
-            c.execute("SET deadlock_timeout = '50ms'")
-            c.execute("SELECT set_config('harvest.fake_now', (now() + interval '1 minute')::text, false)")
-            return c.execute("SELECT harvest.release_pending_starts()").fetchone()[0]
+    def release(c: psycopg.Connection) -> Any:
+        c.execute("SET deadlock_timeout = '50ms'")
+        c.execute("SELECT set_config('harvest.fake_now', (now() + interval '1 minute')::text, false)")
+        return c.execute("SELECT harvest.release_pending_starts()").fetchone()[0]
 
-    outcome = _race_against_a_group_commit_of_the_incumbents(db, conn, claimed, "scan", release)
+    outcome = _race_against_a_group_commit_of_the_incumbents(
+        db, conn, claimed, Racer("scan", release, waits_on="the higher id's task row, closing that run")
+    )
     assert outcome["scan"] == 2, outcome
     assert conn.execute("SELECT count(*) FROM harvest.pending_starts").fetchone()[0] == 0
