@@ -100,9 +100,9 @@ def session(db: str, name: str) -> psycopg.Connection:
 
 @dataclass(frozen=True)
 class Racer:
-    """One side of a lock-order race: ``call`` runs on a session of its own named ``name``
-    (``session``), whose result or exception is ``outcome[name]``; it must wait on a lock,
-    ``waits_on`` (the failure names it), before the next racer starts."""
+    """One side of a lock-order race: ``call`` runs on a session of its own (``session``,
+    application_name ``name``) and its result or exception is ``outcome[name]``; it must wait on
+    a lock, ``waits_on`` (the failure names it), before the next racer starts."""
 
     name: str
     call: Callable[[psycopg.Connection], Any]
