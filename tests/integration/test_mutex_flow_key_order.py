@@ -67,12 +67,21 @@ def _marker(seq: int, kind: str, key: str) -> dict[str, Any]:
     return {"type": "record_marker", "seq": seq, "kind": kind, "value": {"key": key}}
 
 
+def _started(
+    conn: psycopg.Connection, workflow_name: str, input_: Any = (), workflow_id: str | None = None
+) -> str:
+    """A run started: its id."""
+    row = conn.execute(
+        "SELECT execution_id::text FROM harvest.start_workflow(%s, %s, %s)",
+        (workflow_name, Jsonb(list(input_)), workflow_id),
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
 def _run_holding(conn: psycopg.Connection, db: str, workflow_name: str, input_: Any, **start: Any) -> str:
     """A run started and granted mutex m (its first decision asks for it)."""
-    run = conn.execute(
-        "SELECT execution_id::text FROM harvest.start_workflow(%s, %s, %s)",
-        (workflow_name, Jsonb(input_), start.get("workflow_id")),
-    ).fetchone()[0]
+    run = _started(conn, workflow_name, input_, start.get("workflow_id"))
     task = _claim_one(conn)
     assert task[0] == run
     _acquire_in_setup(db, task, "m")
@@ -82,9 +91,7 @@ def _run_holding(conn: psycopg.Connection, db: str, workflow_name: str, input_: 
 def _incumbent_waiting_on_m(conn: psycopg.Connection, db: str) -> tuple[str, Any]:
     """A run of 'latest' under key d1 queued for mutex m (its close releases m's lock); also
     claimed: the next task of the holder of m, if any (returned too)."""
-    run = conn.execute(
-        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
-    ).fetchone()[0]
+    run = _started(conn, "latest", [{"doc": "d1"}])
     tasks = _claim(conn)
     _acquire_in_setup(db, tasks.pop(run), "m")
     return run, next(iter(tasks.values()), None)
@@ -249,16 +256,9 @@ def test_a_decision_taking_a_mutex_and_superseding_a_holder_of_another_and_a_gro
     out of key order, and met the batch in a cycle (40P01); it now locks v with its own run and
     a with b before its first command (_lock_superseded_runs; docs/internals.md "Lock order")."""
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
-    row = conn.execute(
-        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
-    ).fetchone()
-    assert row is not None
-    v = row[0]
+    v = _started(conn, "latest", [{"doc": "d1"}])
     _acquire_in_setup(db, _claim(conn)[v], "a")
-    r1, x, y = (
-        conn.execute("SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')").fetchone()[0]  # type: ignore[index]
-        for _ in range(3)
-    )
+    r1, x, y = (_started(conn, "plain") for _ in range(3))
     tasks = _claim(conn)
     child = {"type": "start_child_workflow", "seq": 2, "workflow_name": "latest", "input": [{"doc": "d1"}]}
     one = [_marker(1, "mutex_acquire", "b"), child]
@@ -290,10 +290,8 @@ def test_a_start_replacing_a_mutex_holder_and_superseding_a_run_and_a_group_comm
     the terminate (docs/internals.md "Lock order")."""
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
     p = _run_holding(conn, db, "latest", [{"doc": "dP"}], workflow_id="W")
-    v = conn.execute(
-        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
-    ).fetchone()[0]  # type: ignore[index]
-    x = conn.execute("SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')").fetchone()[0]  # type: ignore[index]
+    v = _started(conn, "latest", [{"doc": "d1"}])
+    x = _started(conn, "plain")
     assert p < v < x  # (ids in start order)
     tasks = _claim(conn)
     batch = [(tasks[v][1:], [_marker(1, "mutex_acquire", "m")]), (tasks[x][1:], [])]
@@ -316,12 +314,8 @@ def test_a_start_replacing_a_run_and_superseding_an_older_one_and_a_group_commit
     while a group commit of v's and p's decisions held v and waited on p (40P01). The start now
     locks v and p in id order before the terminate."""
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
-    v = conn.execute(
-        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
-    ).fetchone()[0]  # type: ignore[index]
-    p = conn.execute(
-        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s, 'W')", (Jsonb([{"doc": "dP"}]),)
-    ).fetchone()[0]  # type: ignore[index]
+    v = _started(conn, "latest", [{"doc": "d1"}])
+    p = _started(conn, "latest", [{"doc": "dP"}], "W")
     assert v < p  # (ids in start order)
     tasks = _claim(conn)
     batch = [(tasks[v][1:], []), (tasks[p][1:], [])]
@@ -350,10 +344,8 @@ def test_a_terminate_other_slot_superseding_a_run_and_a_group_commit_do_not_dead
     admitted the start at its gate before locking any run."""
     r = _scheduled_run_holding_m(conn, db, gate, "dR")
     conn.execute("SELECT harvest.update_schedule('s', %s)", (Jsonb({"input": [{"doc": "d1"}]}),))
-    v = conn.execute(
-        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
-    ).fetchone()[0]  # type: ignore[index]
-    x = conn.execute("SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')").fetchone()[0]  # type: ignore[index]
+    v = _started(conn, "latest", [{"doc": "d1"}])
+    x = _started(conn, "plain")
     assert v < x  # (ids in start order)
     tasks = _claim(conn)
     batch = [(tasks[v][1:], [_marker(1, "mutex_acquire", "m")]), (tasks[x][1:], [])]
@@ -378,13 +370,9 @@ def test_a_batch_of_replacing_starts_and_a_group_commit_of_their_runs_do_not_dea
     batch now locks each replacing start's live prior in its id-ordered pass before the first
     start (docs/internals.md "Lock order")."""
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (POLICIES,))
-    p = conn.execute(
-        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s, 'W')", (Jsonb([{"doc": "dP"}]),)
-    ).fetchone()[0]  # type: ignore[index]
-    x = conn.execute("SELECT execution_id::text FROM harvest.start_workflow('plain', '[]')").fetchone()[0]  # type: ignore[index]
-    v = conn.execute(
-        "SELECT execution_id::text FROM harvest.start_workflow('latest', %s)", (Jsonb([{"doc": "d1"}]),)
-    ).fetchone()[0]  # type: ignore[index]
+    p = _started(conn, "latest", [{"doc": "dP"}], "W")
+    x = _started(conn, "plain")
+    v = _started(conn, "latest", [{"doc": "d1"}])
     assert p < x < v  # (ids in start order)
     tasks = _claim(conn)
     replacing = [
