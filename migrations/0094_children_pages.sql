@@ -21,3 +21,13 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS executions_parent_created
 ON harvest.executions (parent_id, created_at DESC, id)
 WHERE parent_id IS NOT NULL;
 DROP INDEX CONCURRENTLY IF EXISTS harvest.executions_parent;
+
+-- The audit log of one operation pages newest first by (at DESC, id DESC) (list_audit_log,
+-- 0089), but audit_log_operation_at held (operation, at DESC): a page read and sorted the rows
+-- of each instant it touched, a burst of one operation at one instant (a bulk action audited
+-- per row) whole, for every page. audit_log_operation_newest holds the order; the old index
+-- goes once it is built.
+DROP INDEX CONCURRENTLY IF EXISTS harvest.audit_log_operation_newest;
+CREATE INDEX CONCURRENTLY IF NOT EXISTS audit_log_operation_newest
+ON harvest.audit_log (operation, at DESC, id DESC);
+DROP INDEX CONCURRENTLY IF EXISTS harvest.audit_log_operation_at;
