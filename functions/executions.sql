@@ -834,9 +834,19 @@ BEGIN
 END;
 $$;
 
--- An execution's children (direct, or down to p_depth levels), newest first.
+-- An execution's children (direct, or down to p_depth levels), newest first (created_at DESC,
+-- then id), from after a position (p_after_created_at, p_after_id: the last row a page showed;
+-- NULL: from the newest), at most p_limit rows (NULL: all).
+-- The direct children's page is read as a page: down executions_parent_created (parent_id,
+-- created_at DESC, id) from the position, in two seeks, each a range of the index (the rest of
+-- the position's instant, after its id; then the older instants), so a page of a run with
+-- 100,000 children reads a page of them, not every child and a sort (GET
+-- /workflows/{id}/children, docs/performance.md). The order mixes directions, so the position
+-- is not one row comparison; and an OR of the two would be a filter, not a seek. A deeper list
+-- walks the tree and keeps the page.
 CREATE OR REPLACE FUNCTION harvest.list_children(
-    p_execution_id uuid, p_status text DEFAULT NULL, p_depth integer DEFAULT 1
+    p_execution_id uuid, p_status text DEFAULT NULL, p_depth integer DEFAULT 1,
+    p_after_created_at timestamptz DEFAULT NULL, p_after_id uuid DEFAULT NULL, p_limit integer DEFAULT NULL
 )
 RETURNS TABLE (
     execution_id uuid, parent_id uuid, workflow_name text, workflow_id text, status text,
@@ -844,8 +854,10 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    v_status text := upper(p_status);
 BEGIN
-    IF p_status IS NOT NULL AND upper(p_status) NOT IN (
+    IF p_status IS NOT NULL AND v_status NOT IN (
         'RUNNING', 'PAUSED', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW',
         'MIGRATING', 'MIGRATED'
     ) THEN
@@ -855,6 +867,48 @@ BEGIN
     END IF;
     IF p_depth IS NULL OR p_depth < 1 OR p_depth > 100 THEN
         RAISE EXCEPTION 'depth % is out of range 1..100', p_depth USING ERRCODE = 'HR001';
+    END IF;
+    IF (p_after_created_at IS NULL) <> (p_after_id IS NULL) THEN
+        RAISE EXCEPTION 'a position in the children is a time and an id: give both or neither'
+            USING ERRCODE = 'HR001', HINT = 'pass the created_at and execution_id of the last row of the previous page';
+    END IF;
+    IF p_limit < 1 THEN
+        RAISE EXCEPTION 'limit % is below 1 (NULL: every child)', p_limit USING ERRCODE = 'HR001';
+    END IF;
+    IF p_depth = 1 AND p_after_created_at IS NULL THEN
+        RETURN QUERY
+        SELECT e.id, e.parent_id, e.workflow_name, e.workflow_id, e.status, e.created_at, e.completed_at,
+               (e.failure ->> 'error_type') || ': ' || (e.failure ->> 'message'), 1
+        FROM harvest.executions AS e
+        WHERE e.parent_id = p_execution_id AND (v_status IS NULL OR e.status = v_status)
+        ORDER BY e.created_at DESC, e.id
+        LIMIT p_limit;
+        RETURN;
+    END IF;
+    IF p_depth = 1 THEN
+        -- Planned with the values at each call (EXECUTE), never from a cached generic plan: for
+        -- the position's instant, the generic estimate of `created_at = $` is a row or so, and
+        -- such a plan reads that instant's runs of every parent through executions_created and
+        -- drops the others' (a transaction that started the children of many runs: all of them,
+        -- for each page inside it).
+        RETURN QUERY EXECUTE $q$
+        SELECT e.id, e.parent_id, e.workflow_name, e.workflow_id, e.status, e.created_at, e.completed_at,
+               (e.failure ->> 'error_type') || ': ' || (e.failure ->> 'message'), 1
+        FROM (
+            (SELECT s.* FROM harvest.executions AS s
+             WHERE s.parent_id = $1 AND s.created_at = $3 AND s.id > $4 AND ($2 IS NULL OR s.status = $2)
+             ORDER BY s.id
+             LIMIT $5)
+            UNION ALL
+            (SELECT o.* FROM harvest.executions AS o
+             WHERE o.parent_id = $1 AND o.created_at < $3 AND ($2 IS NULL OR o.status = $2)
+             ORDER BY o.created_at DESC, o.id
+             LIMIT $5)
+        ) AS e
+        ORDER BY e.created_at DESC, e.id
+        LIMIT $5
+        $q$ USING p_execution_id, v_status, p_after_created_at, p_after_id, p_limit;
+        RETURN;
     END IF;
     RETURN QUERY
     WITH RECURSIVE tree AS (
@@ -867,8 +921,11 @@ BEGIN
     SELECT e.id, e.parent_id, e.workflow_name, e.workflow_id, e.status, e.created_at, e.completed_at,
            (e.failure ->> 'error_type') || ': ' || (e.failure ->> 'message'), t.depth
     FROM tree AS t JOIN harvest.executions AS e ON e.id = t.id
-    WHERE p_status IS NULL OR e.status = upper(p_status)
-    ORDER BY e.created_at DESC, e.id;
+    WHERE (v_status IS NULL OR e.status = v_status)
+      AND (p_after_created_at IS NULL OR e.created_at < p_after_created_at
+           OR (e.created_at = p_after_created_at AND e.id > p_after_id))
+    ORDER BY e.created_at DESC, e.id
+    LIMIT p_limit;
 END;
 $$;
 
@@ -999,8 +1056,10 @@ COMMENT ON FUNCTION harvest.get_execution_stack IS
 'last event id and, while PAUSED, since when and why; HR002 when it does not exist. For operators (role '
 'harvest_reader).';
 COMMENT ON FUNCTION harvest.list_children IS
-'An execution''s children, direct or down to p_depth levels (1..100), newest first, optionally of one status '
-'(else HR001). For operators (role harvest_reader).';
+'An execution''s children, direct or down to p_depth levels (1..100), newest first (created_at DESC, then id), '
+'optionally of one status (else HR001), after a position (p_after_created_at with p_after_id: the last row shown) '
+'and at most p_limit rows (NULL: all; below 1, or half a position, HR001): a page of direct children reads a page. '
+'For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.wait_for_result IS
 'While the run is RUNNING or PAUSED, mark p_waiter_id (of the caller''s login) as waiting for its end; returns the '
 'run as it is now, after any close in flight (HR002 when it does not exist); a run that has ended drops the '

@@ -366,7 +366,7 @@ ROLLBACK;
 -- harvest.list_children: an execution's children, down to a depth, by status. A root
 -- of rl_parent (key lc_root, queue rq_lc_root) starts children with pg_temp.child.
 BEGIN;
-SELECT plan(17);
+SELECT plan(26);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:10:00+00';
 SELECT isnt(pg_temp.start_run('lc_root', 'rl_parent', 'rq_lc_root'), NULL, 'setup: a root');
@@ -413,6 +413,41 @@ SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), N
                  'depth 101 is out of range 1..100', 'depth 101: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), NULL, NULL)$$, 'HR001',
                  'depth <NULL> is out of range 1..100', 'depth NULL: HR001');
+
+-- Pages: after a position (the last row shown: created_at and id) and at most p_limit rows. Two
+-- children started by one decision share their created_at: the id orders them.
+SET LOCAL harvest.fake_now = '2030-01-01 00:14:00+00';
+SELECT lives_ok($$SELECT harvest.signal_workflow(pg_temp.run('lc_root'), 'more')$$, 'setup: wake the root again');
+SELECT is(pg_temp.decide('lc_root', jsonb_build_array(pg_temp.child(3, 'lc_c'), pg_temp.child(4, 'lc_d'))),
+          'RUNNING', 'setup: children lc_c and lc_d at one instant');
+CREATE TEMP TABLE lc_tied ON COMMIT DROP AS
+SELECT row_number() OVER (ORDER BY id) AS n, id, created_at, workflow_id
+FROM harvest.executions WHERE workflow_id IN ('lc_c', 'lc_d');
+SELECT results_eq(
+    $$SELECT workflow_id FROM harvest.list_children(pg_temp.run('lc_root'), p_limit => 3)$$,
+    $$SELECT workflow_id FROM lc_tied UNION ALL VALUES ('lc_b')$$,
+    'p_limit: the newest children, ties in created_at by id');
+SELECT results_eq(
+    $$SELECT l.workflow_id FROM lc_tied AS t,
+      harvest.list_children(pg_temp.run('lc_root'), NULL, 1, t.created_at, t.id, 2) AS l WHERE t.n = 1$$,
+    $$SELECT workflow_id FROM lc_tied WHERE n = 2 UNION ALL VALUES ('lc_b')$$,
+    'a position inside an instant: the rest of that instant after its id, then the older children');
+SELECT results_eq(
+    $$SELECT l.workflow_id FROM harvest.executions AS b,
+      harvest.list_children(pg_temp.run('lc_root'), NULL, 1, b.created_at, b.id) AS l WHERE b.workflow_id = 'lc_b'$$,
+    $$VALUES ('lc_a'::text)$$, 'a position without a limit: every child after it');
+SELECT is_empty(
+    $$SELECT l.* FROM harvest.executions AS b,
+      harvest.list_children(pg_temp.run('lc_root'), 'failed', 1, b.created_at, b.id, 5) AS l WHERE b.workflow_id = 'lc_b'$$,
+    'a status filter after a position');
+SELECT results_eq(
+    $$SELECT l.workflow_id, l.depth FROM harvest.executions AS g,
+      harvest.list_children(pg_temp.run('lc_root'), NULL, 2, g.created_at, g.id, 1) AS l WHERE g.workflow_id = 'lc_a1'$$,
+    $$VALUES ('lc_b'::text, 1)$$, 'a deeper list pages in the same order');
+SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), NULL, 1, now(), NULL)$$, 'HR001',
+                 'a position in the children is a time and an id: give both or neither', 'half a position: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), p_limit => 0)$$, 'HR001',
+                 'limit 0 is below 1 (NULL: every child)', 'a limit below 1: HR001');
 
 SELECT * FROM finish();
 ROLLBACK;

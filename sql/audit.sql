@@ -22,8 +22,9 @@ CREATE TABLE harvest.audit_log (
     CONSTRAINT audit_log_source_known CHECK (source IN ('api', 'cli', 'ui'))
 );
 
-CREATE INDEX audit_log_operation_at
-ON harvest.audit_log (operation, at DESC);
+-- list_audit_log of one operation, in its order (migration 0094).
+CREATE INDEX audit_log_operation_newest
+ON harvest.audit_log (operation, at DESC, id DESC);
 
 -- list_audit_log's order (newest first by time, then id), the order shards' rows are merged in.
 CREATE INDEX audit_log_at

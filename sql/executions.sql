@@ -94,8 +94,10 @@ ON harvest.executions (workflow_name, workflow_id, created_at DESC);
 CREATE INDEX executions_status_created
 ON harvest.executions (status, created_at DESC, id);
 
-CREATE INDEX executions_parent
-ON harvest.executions (parent_id)
+-- A run's children: by parent_id (the closes' cascade, the stack, the janitor), and a page of
+-- them in the children list's order, newest first, then id (list_children; migration 0094).
+CREATE INDEX executions_parent_created
+ON harvest.executions (parent_id, created_at DESC, id)
 WHERE parent_id IS NOT NULL;
 
 CREATE INDEX executions_timeout

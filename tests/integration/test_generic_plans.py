@@ -488,7 +488,10 @@ TRAPS = [
             r"SELECT array_agg\(u\.i ORDER BY u\.i\) INTO v_relaying",
             {"p_ids": "uuid[]", "p_statuses": "text[]", "p_parents": "uuid[]"},
         ),
-        {"executions": {"executions_parent"}, "cross_shard_children": {"cross_shard_children_parent"}},
+        {
+            "executions": {"executions_parent_created"},
+            "cross_shard_children": {"cross_shard_children_parent"},
+        },
         "core.sql: the relays' probe of a batch's closes, one probe of each index per run",
         id="_after_closes-relay-probe",
     ),

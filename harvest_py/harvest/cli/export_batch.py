@@ -10,8 +10,11 @@ not complete exits 1 after writing the file: treat it as a blocked release gate.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -19,17 +22,25 @@ import click
 
 from harvest.cli.http import http_session
 from harvest.cli.output import database_url_option, json_default, output_file, selected
-from harvest.cli.shards import each_shard
+from harvest.cli.shards import each_shard, open_shards
 from harvest.client.export_batch import (
     MAX_LIMIT,
     STATE_GROUPS,
-    assemble,
+    Candidate,
+    coverage,
+    export_key,
+    failure,
+    head,
     newest,
+    resolved,
     shard_candidates,
-    shard_exports,
+    shard_id,
 )
+from harvest.client.history_export import EXPORT_PAGE_SIZE
+from harvest.core.errors import HarvestError
+from harvest.core.payload import redact
 from harvest.db.steps import run_steps
-from harvest.shard.fanout import COMPLETE, status_of
+from harvest.shard.fanout import COMPLETE, is_shard_failure, status_of
 
 
 @click.command("export-batch")
@@ -77,30 +88,43 @@ def export_batch(
         with http_session(settings) as http:
             _, batch = http.request("GET", "/history/export-batch", params=params)
         status, unavailable = batch["status"], list(batch["shard_coverage"].get("unavailable") or [])
+        with output_file(path, private=payload_policy == "full") as out:
+            out.write(json.dumps(batch, default=json_default, indent=2) + "\n")
+        exported = len(batch["exports"])
     else:
-        # The newest `limit` runs over every shard first, then each shard exports its own of them.
-        full = payload_policy == "full"
+        # The newest `limit` runs over every shard first, then each is exported, in the batch's
+        # order, from its shard (every shard's connection held meanwhile), and written as it is
+        # read: each history from a server-side cursor, so no more than a page of events is held
+        # (the whole document was, up to 10,000 histories). The bytes are json.dumps(indent=2)'s
+        # of the whole document, as before.
         picks = each_shard(
             database_url,
             lambda api: run_steps(shard_candidates(workflow_name, state_group, updated_after, limit), api),
             none_is_error=False,
         )
         chosen = newest(picks.results, limit)
-        exported: dict[int, Any] = {}
-        unavailable = list(picks.unavailable_shards)
-        if chosen:
-            exports = each_shard(
-                database_url, lambda api: run_steps(shard_exports(chosen, full), api), none_is_error=False
-            )
-            exported, unavailable = exports.results, sorted({*unavailable, *exports.unavailable_shards})
-        read = set(picks.results) - set(unavailable)
-        status = status_of(len(read), len(unavailable))
-        batch = assemble(chosen, exported, read, unavailable, status, payload_policy)
-    text = json.dumps(batch, default=json_default, indent=2) + "\n"
-    with output_file(path, private=payload_policy == "full") as out:
-        out.write(text)
+        with open_shards(database_url) if chosen else _no_shards() as (apis, unreached):
+            by_identity, lost = _identities(apis)
+            unavailable = sorted({*picks.unavailable_shards, *unreached, *lost})
+            read = set(picks.results) - set(unavailable)
+            status = status_of(len(read), len(unavailable))
+            failures: list[dict[str, Any]] = []
+            written = [0]
+            batch = {
+                **head(status, payload_policy),
+                "exports": _Streamed(
+                    _exports(chosen, by_identity, payload_policy == "full", failures, written)
+                ),
+                "failures": failures,  # filled while the exports are written, before it is
+                "shard_coverage": coverage(read, unavailable),
+            }
+            with output_file(path, private=payload_policy == "full") as out:
+                for piece in json.JSONEncoder(default=json_default, indent=2).iterencode(batch):
+                    out.write(piece)
+                out.write("\n")
+        exported = written[0]
     if path != "-":
-        click.echo(f"wrote {path}: {len(batch['exports'])} export(s), status {status}", err=True)
+        click.echo(f"wrote {path}: {exported} export(s), status {status}", err=True)
     if status != COMPLETE:
         click.echo(
             f"warning: shard(s) {', '.join(map(str, unavailable))} could not be read: the "
@@ -108,3 +132,72 @@ def export_batch(
             err=True,
         )
         sys.exit(1)
+
+
+class _Streamed(list):  # type: ignore[type-arg]
+    """A JSON array written as ``items`` produces it: json's encoder with an indent (the
+    pure-Python one, whose bytes json.dumps(indent=2) writes) asks a list only whether it is
+    empty and iterates it, so the array's items are read once, while it is being written."""
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        super().__init__()
+        self._items = iter(items)
+        self._first: list[Any] | None = None
+
+    def __bool__(self) -> bool:
+        if self._first is None:
+            self._first = list(itertools.islice(self._items, 1))
+        return bool(self._first)
+
+    def __iter__(self) -> Iterator[Any]:
+        self.__bool__()
+        yield from self._first or ()
+        yield from self._items
+
+
+@contextlib.contextmanager
+def _no_shards() -> Iterator[tuple[dict[int, Any], list[int]]]:
+    yield {}, []  # nothing chosen: no export, no shard asked again
+
+
+def _identities(apis: dict[int, Any]) -> tuple[dict[int, Any], list[int]]:
+    """Each opened shard by the shard id its database holds (what the candidates carry), and
+    the shards lost meanwhile."""
+    by_identity: dict[int, Any] = {}
+    lost: list[int] = []
+    for s, api in apis.items():
+        try:
+            by_identity[run_steps(shard_id(), api)] = api
+        except Exception as exc:
+            if not is_shard_failure(exc):
+                raise
+            lost.append(s)
+    return by_identity, lost
+
+
+def _exports(
+    chosen: list[Candidate], by_identity: dict[int, Any], full: bool, failures: list[Any], written: list[int]
+) -> Iterator[dict[str, Any]]:
+    """Each chosen run's export, in order, its events read as they are written (redacted unless
+    ``full``; then offloaded payloads read back); a run that could not be read is a failure
+    (its shard unreached, or its row gone), and the batch goes on."""
+    for candidate in chosen:
+        sql = by_identity.get(candidate["shard_id"])
+        if sql is None:
+            failures.append(failure(candidate, f"shard {candidate['shard_id']} could not be read"))
+            continue
+        try:
+            execution = sql.get_execution(candidate["execution_id"])
+            if full:
+                execution = run_steps(resolved(execution), sql)
+        except HarvestError as exc:
+            failures.append(failure(candidate, str(exc)))
+            continue
+        events = sql.iter_history(candidate["execution_id"], EXPORT_PAGE_SIZE)
+        written[0] += 1
+        yield {
+            **export_key(candidate),
+            "execution": execution if full else redact(execution),
+            "events": _Streamed(run_steps(resolved(e), sql) if full else redact(e) for e in events),
+            "redacted": not full,
+        }

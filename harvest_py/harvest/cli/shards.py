@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -25,7 +25,7 @@ from harvest.cli.output import selected as http_selected
 from harvest.config import Config, shard_pools, shards_configured
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, WrongShard
 from harvest.db.sqlapi import SqlApi, translated_errors
-from harvest.shard.fanout import PARTIAL, UNAVAILABLE, FanOut, Merged, ShardReads, fan_out
+from harvest.shard.fanout import PARTIAL, UNAVAILABLE, FanOut, Merged, ShardReads, fan_out, is_shard_failure
 
 # How long a command waits for a shard (its connection, and each fan-out answer) before it
 # counts the shard unavailable, unless shards.cli_timeout (HARVEST_SHARDS__CLI_TIMEOUT) says.
@@ -88,6 +88,26 @@ def shard_writers(config: Config, database_url: str | None = None) -> Iterator[M
         return
     with cli_pools(config, database_url) as pools:
         yield {s: functools.partial(_pooled_api, pools, s, read_only=False) for s in pools.router.readable}
+
+
+@contextlib.contextmanager
+def open_shards(database_url: str | None) -> Iterator[tuple[dict[int, Any], list[int]]]:
+    """Every readable shard's SQL API, each connected now and held until the block ends (what a
+    command that goes from shard to shard while it writes needs), and the shards that could
+    not be reached. One database (no ``[shards]``): that database as shard 0, its errors as
+    before."""
+    with contextlib.ExitStack() as stack:
+        apis = stack.enter_context(shard_apis(cli_config(), database_url))
+        opened: dict[int, Any] = {}
+        unavailable: list[int] = []
+        for s, provider in sorted(apis.items()):
+            try:
+                opened[s] = stack.enter_context(cast(Any, provider)()) if callable(provider) else provider
+            except Exception as exc:
+                if not is_shard_failure(exc):
+                    raise
+                unavailable.append(s)
+        yield opened, unavailable
 
 
 def each_shard(

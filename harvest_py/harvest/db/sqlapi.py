@@ -273,14 +273,11 @@ CROSS JOIN LATERAL harvest.list_children(p.id, NULL, 1) AS c
 """
 # A page of an execution's direct children on this shard: the first ``limit`` in the list's
 # order (created_at DESC, then id) after a position (the last row a page showed; NULL: from
-# the newest), so a page of children costs the web process a page, not every child.
+# the newest), read as a page in the database (functions/executions.sql), so a page of
+# children costs a page, not every child.
 LIST_CHILDREN_PAGE = """
-SELECT c.* FROM harvest.list_children(%(execution_id)s, %(status)s, 1) AS c
-WHERE %(after_created_at)s::timestamptz IS NULL
-   OR c.created_at < %(after_created_at)s::timestamptz
-   OR (c.created_at = %(after_created_at)s::timestamptz AND c.execution_id > %(after_id)s::uuid)
-ORDER BY c.created_at DESC, c.execution_id
-LIMIT %(limit)s
+SELECT * FROM harvest.list_children(
+    %(execution_id)s, %(status)s, 1, %(after_created_at)s::timestamptz, %(after_id)s::uuid, %(limit)s)
 """
 WORKFLOW_STACK = "SELECT harvest.get_execution_stack(%(execution_id)s) AS stack"
 AGGREGATE_DEAD_LETTERS = "SELECT * FROM harvest.count_dead_letters(%(group_by)s)"
