@@ -1317,3 +1317,141 @@ def test_the_clis_history_page_is_the_routes_largest() -> None:
     from harvest.web.routes import workflows
 
     assert http.HISTORY_PAGE == workflows.HISTORY_PAGE_MAX
+
+
+class _Chunked:
+    """A transport around the in-process one that hands the export-batch answer over in small
+    chunks, counting the bytes given, and can end it short (``cut``: after that many bytes,
+    ``broken``: with a read error rather than a quiet end)."""
+
+    def __init__(self, inner: object, cut: int | None = None, broken: bool = False) -> None:
+        self.inner, self.cut, self.broken = inner, cut, broken
+        self.received = 0
+
+    def handle_request(self, request: object) -> object:
+        import httpx
+
+        answer = self.inner.handle_request(request)  # type: ignore[attr-defined]
+        if not str(request.url.path).endswith("/history/export-batch"):  # type: ignore[attr-defined]
+            return answer
+        outer, body = self, answer.stream
+
+        class Stream(httpx.SyncByteStream):
+            def __iter__(self) -> Iterator[bytes]:
+                for piece in body:
+                    for i in range(0, len(piece), 64):
+                        if outer.cut is not None and outer.received >= outer.cut:
+                            if outer.broken:
+                                raise httpx.ReadError("connection reset")
+                            return
+                        outer.received += len(piece[i : i + 64])
+                        yield piece[i : i + 64]
+
+            def close(self) -> None:
+                body.close()
+
+        return httpx.Response(answer.status_code, headers=answer.headers, stream=Stream())
+
+    def close(self) -> None:
+        self.inner.close()  # type: ignore[attr-defined]
+
+
+def _long_runs(conn: psycopg.Connection, n: int = 3, signals: int = 30) -> None:
+    for i in range(n):
+        run_id = start(conn, "onboarding", f"batch-{i}", search_attributes={"tenant": "ünïcode ☃"})
+        conn.execute(
+            "SELECT harvest.signal_workflow(%s, 'sig-' || g, jsonb_build_object('n', g, 'x', g * 1.5, "
+            "'e', '{}'::jsonb, 'l', '[]'::jsonb, 's', 'é\"\\' || g)) FROM generate_series(1, %s) AS g",
+            (run_id, signals),
+        )
+
+
+def test_export_batch_over_http_writes_the_answer_as_it_arrives(
+    db: str, served, conn, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """`history export-batch` over HTTP read the route's whole answer (every history of the
+    batch) before it wrote a byte; it now writes each piece as it arrives, re-indented to the
+    bytes it wrote before (json.dumps(indent=2) of the document, as over SQL)."""
+    import contextlib
+
+    from harvest.cli import export_batch as cli_export_batch
+
+    served()
+    _long_runs(conn)
+    chunked = _Chunked(cli_http.TRANSPORT)
+    monkeypatch.setattr(cli_http, "TRANSPORT", chunked)
+    writes: list[tuple[int, str]] = []  # (bytes received by then, what was written)
+
+    class Recorder:
+        def write(self, text: str) -> int:
+            writes.append((chunked.received, text))
+            return len(text)
+
+    @contextlib.contextmanager
+    def recorded(path: str, private: bool = False) -> Iterator[Recorder]:
+        yield Recorder()
+
+    with monkeypatch.context() as m:
+        m.setattr(cli_export_batch, "output_file", recorded)
+        web = run("--base-url", BASE, "history", "export-batch", "--state-group", "all")
+    assert web.exit_code == 0, web.stderr
+    total = chunked.received
+    assert total > 64 * 20 and writes
+    assert writes[0][0] < total, f"{writes[0][0]} of {total} bytes received before the first write"
+    sql = run("history", "export-batch", "--state-group", "all", "--database-url", db)
+    assert sql.exit_code == 0 and "".join(t for _, t in writes) == sql.stdout
+    assert len(json.loads(sql.stdout)["exports"]) == 3
+    for policy in ("redacted", "full"):  # and into a file, what it says on stderr
+        files = [tmp_path / "sql.json", tmp_path / "web.json"]
+        args = ("history", "export-batch", "--state-group", "all", "--payload-policy", policy, "--file")
+        sql = run(*args, str(files[0]), "--database-url", db)
+        web = run("--base-url", BASE, *args, str(files[1]))
+        assert (sql.exit_code, web.exit_code) == (0, 0), web.stderr
+        assert files[0].read_bytes() == files[1].read_bytes()
+        assert web.stderr == sql.stderr.replace("sql.json", "web.json")
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["ends-short", "read-error"])
+def test_export_batch_over_http_cut_short_leaves_no_file(
+    db: str, served, conn, monkeypatch: pytest.MonkeyPatch, tmp_path, broken: bool
+) -> None:
+    """An answer that breaks off (or just ends) in the middle leaves no file, and an earlier
+    file of that name as it was: the command fails, naming the route."""
+    served()
+    _long_runs(conn)
+    monkeypatch.setattr(cli_http, "TRANSPORT", _Chunked(cli_http.TRANSPORT, cut=64 * 10, broken=broken))
+    target = tmp_path / "batch.json"
+    target.write_text("earlier\n")
+    web = run("--base-url", BASE, "history", "export-batch", "--state-group", "all", "--file", str(target))
+    assert web.exit_code == 1 and "/history/export-batch" in web.stderr, (web.exit_code, web.stderr)
+    assert target.read_text() == "earlier\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["batch.json"]
+
+
+def test_export_batch_over_http_says_partial_and_exits_1_from_the_streamed_document(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """What the command says of the batch (its status, the shards not read, how many exports)
+    comes from the document as it streamed by; an error answer (503) leaves no file."""
+    import httpx
+
+    doc = {
+        "schema": "harvest.history_export_batch",
+        "version": 1,
+        "status": "partial",
+        "payload_policy": "redacted",
+        "exports": [{"execution_id": "e1", "events": [{"n": 1.5, "s": "é"}], "redacted": True}, {}],
+        "failures": [],
+        "shard_coverage": {"read": [0, 1], "unavailable": [2]},
+    }
+    answers = [httpx.Response(200, content=json.dumps(doc, ensure_ascii=False, separators=(",", ":")))]
+    answers.append(httpx.Response(503, json={"error": {"code": "unavailable", "message": "no shard read"}}))
+    monkeypatch.setattr(cli_http, "TRANSPORT", httpx.MockTransport(lambda request: answers.pop(0)))
+    target = tmp_path / "batch.json"
+    web = run("--base-url", BASE, "history", "export-batch", "--file", str(target))
+    assert target.read_text() == json.dumps(doc, indent=2) + "\n"
+    assert web.exit_code == 1 and web.stderr.startswith(f"wrote {target}: 2 export(s), status partial\n")
+    assert "shard(s) 2 could not be read" in web.stderr, web.stderr
+    target.unlink()
+    web = run("--base-url", BASE, "history", "export-batch", "--file", str(target))
+    assert web.exit_code == 1 and web.stderr.startswith("error:") and not target.exists(), web.stderr

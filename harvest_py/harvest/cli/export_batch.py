@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from harvest.cli.http import http_session
+from harvest.cli.json_stream import Reindented, reindented
 from harvest.cli.output import database_url_option, json_default, output_file, selected
 from harvest.cli.shards import each_shard, open_shards
 from harvest.client.export_batch import (
@@ -37,10 +38,12 @@ from harvest.client.export_batch import (
     shard_id,
 )
 from harvest.client.history_export import EXPORT_PAGE_SIZE
-from harvest.core.errors import HarvestError
+from harvest.core.errors import DatabaseUnavailable, HarvestError
 from harvest.core.payload import redact
 from harvest.db.steps import run_steps
 from harvest.shard.fanout import COMPLETE, is_shard_failure, status_of
+
+ROUTE = "/history/export-batch"
 
 
 @click.command("export-batch")
@@ -85,12 +88,21 @@ def export_batch(
             "limit": limit,
             "payload_policy": payload_policy,
         }
+        # The route streams its compact JSON; it is written as it arrives, re-indented to the
+        # bytes json.dumps(indent=2) gives of the whole document (as over SQL), so no more than a
+        # piece of the answer is held (the whole batch was, up to 10,000 histories). An answer
+        # that breaks off fails the command: into a file, no file (output_file).
+        answer = Reindented(streamed=("exports",))
         with http_session(settings) as http:
-            _, batch = http.request("GET", "/history/export-batch", params=params)
-        status, unavailable = batch["status"], list(batch["shard_coverage"].get("unavailable") or [])
-        with output_file(path, private=payload_policy == "full") as out:
-            out.write(json.dumps(batch, default=json_default, indent=2) + "\n")
-        exported = len(batch["exports"])
+            http.download(
+                ROUTE,
+                params,
+                lambda: output_file(path, private=payload_policy == "full"),
+                lambda pieces: _reindented(pieces, answer),
+            )
+        status = answer.members["status"]
+        unavailable = list(answer.members["shard_coverage"].get("unavailable") or [])
+        exported = answer.items["exports"]
     else:
         # The newest `limit` runs over every shard first, then each is exported, in the batch's
         # order, from its shard (every shard's connection held meanwhile), and written as it is
@@ -132,6 +144,14 @@ def export_batch(
             err=True,
         )
         sys.exit(1)
+
+
+def _reindented(pieces: Iterable[str], batch: Reindented) -> Iterator[str]:
+    try:
+        yield from reindented(pieces, batch)
+    except ValueError as exc:  # (the route ends an answer short when it fails in the middle)
+        raise DatabaseUnavailable(f"GET {ROUTE} broke off: {exc}") from None
+    yield "\n"
 
 
 class _Streamed(list):  # type: ignore[type-arg]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -305,10 +305,16 @@ class Http:
             answer.close()
 
     def download(
-        self, path: str, params: dict[str, Any], opened: Callable[[], contextlib.AbstractContextManager[Any]]
+        self,
+        path: str,
+        params: dict[str, Any],
+        opened: Callable[[], contextlib.AbstractContextManager[Any]],
+        rewrite: Callable[[Iterable[str]], Iterable[str]] | None = None,
     ) -> None:
         """The text a route streams, copied as it arrives into ``opened()`` (opened only once the
-        answer is a success: an error answer leaves no file). The timeout bounds each read."""
+        answer is a success: an error answer leaves no file), through ``rewrite`` when given (it
+        takes the pieces as they arrive and answers what to write). The timeout bounds each
+        read."""
         budget = self.settings.timeout
         request = self.client.build_request("GET", path, params=_query(params), timeout=budget)
         try:
@@ -329,7 +335,7 @@ class Http:
                     body = None
                 raise error_from_answer(answer.status_code, body, "read")
             with opened() as out:
-                for text in answer.iter_text():
+                for text in (rewrite or iter)(answer.iter_text()):
                     out.write(text)
         except self._httpx.TimeoutException:
             raise TimeoutError_(f"request timed out: GET {path} sent nothing for {budget:g}s") from None
