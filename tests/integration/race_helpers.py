@@ -121,11 +121,12 @@ def race_behind_a_held_lock(
     hold: LockHold,
     *racers: Racer,
     let_go: LockHold = commit,
+    end_within: float = 20,
 ) -> dict[str, Any]:
     """The lock-order race (the module's docstring): a holding session runs ``hold`` and keeps
     its transaction open; each racer starts in turn and is waited for on its lock (read on
     ``conn``); then ``let_go`` runs on the holding session (commit, by default; an error it
-    raises is ``outcome["holder"]``). Every racer must end (20 s each) and none but a
+    raises is ``outcome["holder"]``). Every racer must end (``end_within`` s each) and none but a
     ``may_fail`` one with an error. Returns the outcome: racer name -> its result or exception."""
     outcome: dict[str, Any] = {}
     threads = []
@@ -143,7 +144,7 @@ def race_behind_a_held_lock(
         except psycopg.Error as exc:
             outcome["holder"] = exc
         for thread in threads:
-            thread.join(20)
+            thread.join(end_within)
     assert not any(thread.is_alive() for thread in threads), [t.name for t in threads if t.is_alive()]
     failures = {r.name for r in racers if not r.may_fail and isinstance(outcome[r.name], BaseException)}
     assert not failures and "holder" not in outcome, outcome
