@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
-from race_helpers import in_thread, wait_until_blocked
+from race_helpers import Racer, race_behind_a_held_lock, run_row
 
 from harvest import App, Client, workflow
 from harvest.core.errors import TransactionConflict, WorkflowNotRunning
@@ -40,31 +40,28 @@ def test_a_rotation_and_a_signal_with_start_of_its_key_do_not_deadlock(
         "SELECT last_event_id FROM harvest.executions WHERE id = %s", (run_id,)
     ).fetchone()[0]
 
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as holder:  # a transaction: the row stays locked until commit
-        holder.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (run_id,))
-
-        def rotate() -> Any:
-            with psycopg.connect(db, autocommit=True, application_name="rotate") as c:
-                return c.execute(
-                    "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
-                    (task_id, token, through, Jsonb([{"type": "continue_as_new", "input": [1]}])),
-                ).fetchone()[0]
-
-        def signal_with_start() -> Any:
-            with psycopg.connect(db, autocommit=True, application_name="sws") as c:
-                return c.execute(
-                    "SELECT execution_id, started_fresh FROM harvest.signal_with_start("
-                    "'rotor', 'rotor-1', 'tick', '\"x\"')"
-                ).fetchone()
-
-        rotating = in_thread(rotate, outcome, "rotate")
-        wait_until_blocked(conn, "rotate")
-        signalling = in_thread(signal_with_start, outcome, "sws")
-        wait_until_blocked(conn, "sws")
-        holder.commit()
-        rotating.join(20)
-        signalling.join(20)
+    rotation = Jsonb([{"type": "continue_as_new", "input": [1]}])
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        run_row(run_id),
+        Racer(
+            "rotate",
+            lambda c: c.execute(
+                "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
+                (task_id, token, through, rotation),
+            ).fetchone()[0],
+            waits_on="the run's row",
+        ),
+        Racer(
+            "sws",
+            lambda c: c.execute(
+                "SELECT execution_id, started_fresh FROM harvest.signal_with_start("
+                "'rotor', 'rotor-1', 'tick', '\"x\"')"
+            ).fetchone(),
+            waits_on="rotor-1's start lock, the rotation holding it (before the fix: the run's row)",
+        ),
+    )
 
     assert outcome["rotate"] == "CONTINUED_AS_NEW", outcome
     successor, started_fresh = outcome["sws"]  # no DeadlockDetected on either side
@@ -92,24 +89,28 @@ def test_a_start_racing_a_reset_of_its_key_reads_the_fork(
     run_id = conn.execute(
         "SELECT execution_id FROM harvest.start_workflow('rotor', '[0]', 'reset-race')"
     ).fetchone()[0]
-    outcome: dict[str, Any] = {}
-    with psycopg.connect(db) as resetting:  # a transaction: the reset commits below
-        fork = resetting.execute(
+    forked: dict[str, Any] = {}
+
+    def reset(holder: psycopg.Connection) -> None:  # the reset, left uncommitted
+        forked["fork"] = holder.execute(
             "SELECT (harvest.reset_workflow(%s, 1, 'race') ->> 'new_execution_id')::uuid", (run_id,)
         ).fetchone()[0]
 
-        def start() -> Any:
-            with psycopg.connect(db, autocommit=True, application_name="start") as c:
-                return c.execute(
-                    "SELECT execution_id, started_fresh FROM harvest.start_workflow("
-                    "'rotor', '[1]', 'reset-race', 'default', %s)",
-                    (reuse_policy,),
-                ).fetchone()
-
-        starting = in_thread(start, outcome, "start")
-        wait_until_blocked(conn, "start")
-        resetting.commit()
-        starting.join(20)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        reset,
+        Racer(
+            "start",
+            lambda c: c.execute(
+                "SELECT execution_id, started_fresh FROM harvest.start_workflow("
+                "'rotor', '[1]', 'reset-race', 'default', %s)",
+                (reuse_policy,),
+            ).fetchone(),
+            waits_on="the key's start lock, held by the reset",
+        ),
+    )
+    fork = forked["fork"]
 
     assert outcome["start"] == (fork, False), outcome
     assert conn.execute(
