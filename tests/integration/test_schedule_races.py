@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from race_helpers import in_thread, wait_until_blocked
+from race_helpers import Racer, in_thread, race_behind_a_held_lock
 
 from harvest.core.errors import ScheduleAlreadyExists
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
@@ -26,17 +26,19 @@ SPEC = {"name": "nightly", "workflow_name": "nightly_wf", "cron": "0 3 * * *", "
 def _race(db: str, conn: psycopg.Connection, first: str, second: str, args: Any) -> Any:
     """``first`` runs in an open transaction, ``second`` on another connection blocks behind it;
     the first commits and the second's outcome (a row, or the exception) is returned."""
-    with (
-        psycopg.connect(db, application_name="first") as one,
-        psycopg.connect(db, application_name="second", autocommit=True) as two,
-    ):
-        one.execute(first, args)
-        outcome: dict[str, Any] = {}
-        thread = in_thread(lambda: two.execute(second, args).fetchone(), outcome)
-        wait_until_blocked(conn, "second")
-        one.commit()
-        thread.join(10)
-    return outcome["result"]
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        lambda holder: holder.execute(first, args),
+        Racer(
+            "second",
+            lambda c: c.execute(second, args).fetchone(),
+            waits_on="the first's uncommitted schedule (its name's unique key)",
+            may_fail=True,  # the outcome, a row or an error, is the test's to judge
+        ),
+        end_within=10,
+    )
+    return outcome["second"]
 
 
 def test_two_workers_declaring_a_new_schedule_at_once_both_boot(db: str, conn: psycopg.Connection) -> None:
@@ -314,18 +316,18 @@ def test_a_pause_racing_a_tick_either_way_fires_nothing_after_it(db: str, conn: 
         "SELECT harvest.fire_schedule(s.id, s.revision, ARRAY['2030-01-01T00:01:00+00'::timestamptz],"
         " '2030-01-01T00:02:00+00', '2030-01-01T00:02:00+00') FROM harvest.schedules AS s"
     )
-    with psycopg.connect(db, application_name="ticker") as ticker:
+
+    def fired_uncommitted(ticker: psycopg.Connection) -> None:
         ticker.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:01:00.5+00:00', false)")
         ticker.execute(fire)  # fired, not committed
-        outcome: dict[str, Any] = {}
-        with psycopg.connect(db, application_name="pauser", autocommit=True) as pauser:
-            thread = in_thread(
-                lambda: pauser.execute("SELECT harvest.pause_schedule('minutely')").fetchone(), outcome
-            )
-            wait_until_blocked(conn, "pauser")
-            ticker.commit()
-            thread.join(10)
-    assert outcome["result"][0]["paused"] is True and outcome["result"][0]["last_slot_at"].startswith(
+
+    pause = Racer(
+        "pauser",
+        lambda c: c.execute("SELECT harvest.pause_schedule('minutely')").fetchone(),
+        waits_on="the schedule's row, the tick's firing holding it",
+    )
+    outcome = race_behind_a_held_lock(db, conn, fired_uncommitted, pause, end_within=10)
+    assert outcome["pauser"][0]["paused"] is True and outcome["pauser"][0]["last_slot_at"].startswith(
         "2030-01-01T00:01"
     )
     with psycopg.connect(db) as pauser:
