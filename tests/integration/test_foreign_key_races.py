@@ -10,11 +10,11 @@ with two real sessions and a plain INSERT by the owner (the writer no function g
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import psycopg
 import pytest
-from race_helpers import in_thread, wait_until_blocked
+from race_helpers import Racer, race_behind_a_held_lock
 
 CHILDREN = {
     "events": (
@@ -43,49 +43,51 @@ def _run(conn: psycopg.Connection) -> str:
     return str(row[0])
 
 
+def _inserting(table: str, run_id: str) -> Callable[[psycopg.Connection], None]:
+    """An insert of a ``table`` row of the run (the holder's, left uncommitted, or a racer's)."""
+
+    def insert(c: psycopg.Connection) -> None:
+        c.execute(CHILDREN[table], (run_id,))
+
+    return insert
+
+
+def _deleting(run_id: str) -> Callable[[psycopg.Connection], None]:
+    """A delete of the run (the holder's, left uncommitted, or a racer's)."""
+
+    def delete(c: psycopg.Connection) -> None:
+        c.execute("DELETE FROM harvest.executions WHERE id = %s", (run_id,))
+
+    return delete
+
+
 @pytest.mark.parametrize("table", sorted(CHILDREN))
 def test_a_delete_waiting_on_an_insert_cascades_to_the_new_row(
     db: str, conn: psycopg.Connection, table: str
 ) -> None:
     run_id = _run(conn)
-    with (
-        psycopg.connect(db, application_name="inserter") as inserter,
-        psycopg.connect(db, application_name="deleter") as deleter,
-    ):
-        inserter.execute(CHILDREN[table], (run_id,))
-        outcome: dict[str, Any] = {}
-
-        def delete() -> None:
-            deleter.execute("DELETE FROM harvest.executions WHERE id = %s", (run_id,))
-            deleter.commit()
-
-        thread = in_thread(delete, outcome)
-        wait_until_blocked(conn, "deleter")
-        inserter.commit()
-        thread.join(10)
-    assert outcome["result"] is None
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        _inserting(table, run_id),
+        Racer("deleter", _deleting(run_id), waits_on="the run's row, key-share locked by the insert"),
+        end_within=10,
+    )
+    assert outcome["deleter"] is None
     assert _orphans(conn, table) == 0
 
 
 @pytest.mark.parametrize("table", sorted(CHILDREN))
 def test_an_insert_waiting_on_a_delete_fails(db: str, conn: psycopg.Connection, table: str) -> None:
     run_id = _run(conn)
-    with (
-        psycopg.connect(db, application_name="inserter") as inserter,
-        psycopg.connect(db, application_name="deleter") as deleter,
-    ):
-        deleter.execute("DELETE FROM harvest.executions WHERE id = %s", (run_id,))
-        outcome: dict[str, Any] = {}
-
-        def insert() -> None:
-            inserter.execute(CHILDREN[table], (run_id,))
-            inserter.commit()
-
-        thread = in_thread(insert, outcome)
-        wait_until_blocked(conn, "inserter")
-        deleter.commit()
-        thread.join(10)
-    assert isinstance(outcome["result"], psycopg.errors.ForeignKeyViolation)
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        _deleting(run_id),
+        Racer("inserter", _inserting(table, run_id), waits_on="the run's row, deleted", may_fail=True),
+        end_within=10,
+    )
+    assert isinstance(outcome["inserter"], psycopg.errors.ForeignKeyViolation)
     assert _orphans(conn, table) == 0
 
 
