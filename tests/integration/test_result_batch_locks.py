@@ -6,13 +6,10 @@ waited for the run) is refused the same way, on real connections.
 
 from __future__ import annotations
 
-import threading
-import time
-
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
-from race_helpers import in_thread
+from race_helpers import Racer, in_thread, race_behind_a_held_lock, run_row
 
 from harvest.db.sqlapi import OPEN_CLAIM_LOCK_TIMEOUT
 
@@ -84,24 +81,22 @@ def test_a_task_deleted_while_the_batch_waited_for_its_run_is_refused_as_gone(db
     conn.execute("SELECT harvest.register_worker('a', ARRAY['fq'], 'host', 1)")
     run = _run_with_activities(conn, "fan-gone", 3)
     held = _claim(conn, "a", 3)
-    outcome: dict = {}
-    with psycopg.connect(db, autocommit=True) as batch, psycopg.connect(db) as holder:
-        pid = batch.execute("SELECT pg_backend_pid()").fetchone()[0]
-        # Another transaction holds the run's row (as a decision does) while the batch starts.
-        holder.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (run,))
-        thread = threading.Thread(target=lambda: outcome.update(_complete(batch, "a", held, ["1", "2", "3"])))
-        thread.start()
-        deadline = time.monotonic() + 30
-        while conn.execute(
-            "SELECT wait_event_type IS DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()[0]:
-            assert time.monotonic() < deadline, "the batch never waited for the run's row"
-            time.sleep(0.01)
-        # Meanwhile that transaction drops the run's third task, then lets go of the run.
+
+    def drop_the_third_task_then_let_go(holder: psycopg.Connection) -> None:
         holder.execute("DELETE FROM harvest.tasks WHERE id = %s", (held[2][0],))
         holder.commit()
-        thread.join(30)
-    assert outcome == {held[0][0]: "completed", held[1][0]: "completed", held[2][0]: "gone"}
+
+    # Another transaction holds the run's row (as a decision does) while the batch starts, then
+    # drops the run's third task and lets go of the run.
+    outcome = race_behind_a_held_lock(
+        db,
+        conn,
+        run_row(run),
+        Racer("batch", lambda c: _complete(c, "a", held, ["1", "2", "3"]), waits_on="the run's row"),
+        let_go=drop_the_third_task_then_let_go,
+        end_within=30,
+    )
+    assert outcome["batch"] == {held[0][0]: "completed", held[1][0]: "completed", held[2][0]: "gone"}
     assert _completed(conn, run) == [("1", "1"), ("2", "2")]
 
 
