@@ -1035,6 +1035,7 @@ DECLARE
     v_row record;
     v_going jsonb;
     v_admissions jsonb := '{}';
+    v_gated integer[];  -- the positions of the gated starts, read once
 BEGIN
     IF p_starts IS NULL OR jsonb_typeof(p_starts) <> 'array' THEN
         RAISE EXCEPTION 'starts must be a JSON array of objects' USING ERRCODE = 'HR001';
@@ -1056,12 +1057,17 @@ BEGIN
     -- took its gate after the locks of the starts before it and its runs after the batch's
     -- pass (tests/integration/test_row_lock_order.py).
     IF jsonb_array_length(p_starts) > 1 THEN
-        PERFORM harvest._lock_start_gates(p_starts);
+        SELECT coalesce(array_agg(s.ordinality::integer), '{}') INTO v_gated
+        FROM jsonb_array_elements(p_starts) WITH ORDINALITY AS s
+        WHERE jsonb_typeof(s.value -> 'workflow_name') = 'string'
+          AND harvest._start_gated(s.value ->> 'workflow_name');
+        IF cardinality(v_gated) > 0 THEN  -- (a batch with no gated start reads no policy again)
+            PERFORM harvest._lock_start_gates(p_starts);
+        END IF;
         FOR v_start IN
             SELECT s.value AS args, s.ordinality::integer AS n
             FROM jsonb_array_elements(p_starts) WITH ORDINALITY AS s
-            WHERE jsonb_typeof(s.value -> 'workflow_name') = 'string'
-              AND harvest._start_gated(s.value ->> 'workflow_name')
+            WHERE s.ordinality::integer = ANY (v_gated)
             ORDER BY s.value ->> 'workflow_name', s.value ->> 'workflow_id' NULLS LAST, s.ordinality
         LOOP
             v_admissions := v_admissions
@@ -1069,9 +1075,9 @@ BEGIN
         END LOOP;
         SELECT coalesce(jsonb_agg(g.start), '[]') INTO v_going
         FROM (
-            SELECT s.value AS start FROM jsonb_array_elements(p_starts) AS s
+            SELECT s.value AS start FROM jsonb_array_elements(p_starts) WITH ORDINALITY AS s
             WHERE jsonb_typeof(s.value -> 'workflow_name') = 'string'
-              AND NOT harvest._start_gated(s.value ->> 'workflow_name')
+              AND s.ordinality::integer <> ALL (v_gated)
             UNION ALL
             SELECT a.value -> 'start' FROM jsonb_each(v_admissions) AS a
             WHERE jsonb_typeof(a.value -> 'start') = 'object'
