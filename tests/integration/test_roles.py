@@ -70,6 +70,9 @@ READS = [
     "SELECT harvest.get_retention_status()",
     "SELECT * FROM harvest.list_audit_log()",
     "SELECT * FROM harvest.list_dag_runs('roles_dag')",
+    # (Their signature or body changed in stop 53: the keyset page of children, the horizon.)
+    "SELECT * FROM harvest.list_children(%(e)s, p_after_created_at => now(), p_after_id => %(e)s)",
+    "SELECT * FROM harvest.get_event_horizon()",
     "SELECT count(*) FROM harvest.executions",
 ]
 OPERATE = [
