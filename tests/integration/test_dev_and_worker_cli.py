@@ -144,17 +144,21 @@ def test_dev_as_root_neither_opens_up_nor_takes_over_a_named_data_dir(tmp_path: 
     """Root's embedded server runs as the service user, which must reach its directory. A
     temporary one is made for it; a named one is the caller's (a home, a project): its parents
     were opened to every user and an existing directory handed to the service user."""
+    env = {k: v for k, v in os.environ.items() if k != "HARVEST_DEV_DATABASE_URL"}
+
+    def dev_on(data_dir: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*HARVEST, "dev", "--no-api", "--data-dir", str(data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=False,
+        )
+
     closed = tmp_path / "closed"
     closed.mkdir(mode=0o700)
-    env = {k: v for k, v in os.environ.items() if k != "HARVEST_DEV_DATABASE_URL"}
-    done = subprocess.run(
-        [*HARVEST, "dev", "--no-api", "--data-dir", str(closed / "db")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    done = dev_on(closed / "db")
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"{closed} is closed to other users" in done.stderr and "Traceback" not in done.stderr
     assert closed.stat().st_mode & 0o777 == 0o700 and not (closed / "db").exists()
@@ -162,14 +166,7 @@ def test_dev_as_root_neither_opens_up_nor_takes_over_a_named_data_dir(tmp_path: 
     mine = Path(tempfile.mkdtemp(prefix="harvest-dev-test-"))  # (traversable, root's)
     try:
         mine.chmod(0o755)
-        done = subprocess.run(
-            [*HARVEST, "dev", "--no-api", "--data-dir", str(mine)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            check=False,
-        )
+        done = dev_on(mine)
         assert done.returncode == 1, done.stdout + done.stderr
         assert f"{mine} exists and is not harvest_pg's" in done.stderr
         assert mine.stat().st_uid == 0
