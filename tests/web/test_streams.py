@@ -49,6 +49,29 @@ async def signal(db: str, execution_id: str, name: str = "ping") -> None:
 LAST_GLOBAL_ID = "SELECT coalesce(max(global_id), 0) FROM harvest.events"
 
 
+@contextlib.asynccontextmanager
+async def following(
+    db: str, *workflow_ids: str, **source_options
+) -> AsyncIterator[tuple[list[str], AsyncIterator]]:
+    """Runs started with ``workflow_ids``, and an event source following every event after them
+    (closed on leaving)."""
+    runs = [await start(db, workflow_id) for workflow_id in workflow_ids]
+    source = EventSource(db, **source_options)
+    await source.open()
+    try:
+        yield runs, source.follow(await source.start_position())
+    finally:
+        await source.close()
+
+
+async def first_two(pending: asyncio.Future, stream: AsyncIterator) -> list[dict]:
+    """The followed stream's next batch (``pending``), topped up to its first two events."""
+    batch = await asyncio.wait_for(pending, 10)
+    while len(batch) < 2:
+        batch += await asyncio.wait_for(anext(stream), 10)
+    return batch
+
+
 class Sse:
     """Reads one SSE response: its events (id, data) and comment lines."""
 
@@ -338,14 +361,8 @@ def test_the_reader_waits_for_a_transaction_holding_a_lower_global_id(db: str) -
     """Global ids are taken at insert: an event committed after a later one is still delivered,
     in global order, not skipped."""
 
-    async def main() -> tuple[list[int], list[int]]:
-        a = await start(db, "gap-a")
-        b = await start(db, "gap-b")
-        source = EventSource(db)
-        await source.open()
-        try:
-            after = await source.start_position()
-            stream = source.follow(after)
+    async def main() -> tuple[list[int], list[str]]:
+        async with following(db, "gap-a", "gap-b") as ((a, b), stream):
             async with await psycopg.AsyncConnection.connect(db) as held:
                 await held.execute("SELECT harvest.signal_workflow(%s, 'held', '{}')", (a,))  # not committed
                 await signal(db, b, "committed")
@@ -353,13 +370,8 @@ def test_the_reader_waits_for_a_transaction_holding_a_lower_global_id(db: str) -
                 await asyncio.sleep(0.5)
                 assert not pending.done()  # the committed event waits behind the open one
                 await held.commit()
-            batch = await asyncio.wait_for(pending, 10)
-            while len(batch) < 2:
-                batch += await asyncio.wait_for(anext(stream), 10)
-            ids = [e["global_id"] for e in batch]
-            return ids, [e["event_data"]["name"] for e in batch]
-        finally:
-            await source.close()
+            batch = await first_two(pending, stream)
+        return [e["global_id"] for e in batch], [e["event_data"]["name"] for e in batch]
 
     ids, names = run(main())
     assert ids == sorted(ids) and names == ["held", "committed"]
@@ -373,12 +385,7 @@ def test_a_gap_whose_writer_is_the_newest_transaction_is_waited_for(db: str) -> 
     good (the cause of a shard test's lost event, stop 53)."""
 
     async def main() -> list[str]:
-        a = await start(db, "newest-a")
-        b = await start(db, "newest-b")
-        source = EventSource(db, max_gap_wait=30)
-        await source.open()
-        try:
-            stream = source.follow(await source.start_position())
+        async with following(db, "newest-a", "newest-b", max_gap_wait=30) as ((a, b), stream):
             async with (
                 await psycopg.AsyncConnection.connect(db) as older,
                 await psycopg.AsyncConnection.connect(db) as newer,
@@ -392,12 +399,8 @@ def test_a_gap_whose_writer_is_the_newest_transaction_is_waited_for(db: str) -> 
                 await asyncio.sleep(0.5)
                 assert not pending.done()  # the committed event waits behind the open one
                 await newer.commit()
-            batch = await asyncio.wait_for(pending, 10)
-            while len(batch) < 2:
-                batch += await asyncio.wait_for(anext(stream), 10)
-            return [e["event_data"]["name"] for e in batch]
-        finally:
-            await source.close()
+            batch = await first_two(pending, stream)
+        return [e["event_data"]["name"] for e in batch]
 
     assert run(main()) == ["held", "committed"]
 
@@ -432,12 +435,7 @@ def test_the_start_position_waits_for_the_newest_transaction_holding_its_last_id
 
 def test_a_rolled_back_append_leaves_a_gap_the_reader_passes(db: str) -> None:
     async def main() -> list[str]:
-        a = await start(db, "rb")
-        b = await start(db, "rb2")
-        source = EventSource(db, max_gap_wait=30)
-        await source.open()
-        try:
-            stream = source.follow(await source.start_position())
+        async with following(db, "rb", "rb2", max_gap_wait=30) as ((a, b), stream):
             async with await psycopg.AsyncConnection.connect(db) as lost:
                 await lost.execute("SELECT harvest.signal_workflow(%s, 'lost', '{}')", (a,))
                 await signal(db, b, "kept")  # another run: the open transaction holds a's row
@@ -445,9 +443,7 @@ def test_a_rolled_back_append_leaves_a_gap_the_reader_passes(db: str) -> None:
             started = time.monotonic()
             batch = await asyncio.wait_for(anext(stream), 10)
             assert time.monotonic() - started < 5  # resolved by the horizon, not by max_gap_wait
-            return [e["event_data"]["name"] for e in batch]
-        finally:
-            await source.close()
+        return [e["event_data"]["name"] for e in batch]
 
     assert run(main()) == ["kept"]
 
