@@ -841,7 +841,8 @@ $$;
 -- created_at DESC, id) from the position, in two seeks, each a range of the index (the rest of
 -- the position's instant, after its id; then the older instants), so a page of a run with
 -- 100,000 children reads a page of them, not every child and a sort (GET
--- /workflows/{id}/children, docs/performance.md). The order mixes directions, so the position
+-- /workflows/{id}/children, docs/performance.md); a page of one status the same, down
+-- executions_parent_status_created (0095). The order mixes directions, so the position
 -- is not one row comparison; and an OR of the two would be a filter, not a seek. A deeper list
 -- walks the tree and keeps the page.
 CREATE OR REPLACE FUNCTION harvest.list_children(
@@ -875,12 +876,24 @@ BEGIN
     IF p_limit < 1 THEN
         RAISE EXCEPTION 'limit % is below 1 (NULL: every child)', p_limit USING ERRCODE = 'HR001';
     END IF;
+    IF p_depth = 1 AND p_after_created_at IS NULL AND v_status IS NULL THEN
+        RETURN QUERY
+        SELECT e.id, e.parent_id, e.workflow_name, e.workflow_id, e.status, e.created_at, e.completed_at,
+               (e.failure ->> 'error_type') || ': ' || (e.failure ->> 'message'), 1
+        FROM harvest.executions AS e
+        WHERE e.parent_id = p_execution_id
+        ORDER BY e.created_at DESC, e.id
+        LIMIT p_limit;
+        RETURN;
+    END IF;
+    -- The first page of one status is its own statement: a generic plan of `v_status IS NULL OR
+    -- e.status = v_status` cannot seek executions_parent_status_created by the status.
     IF p_depth = 1 AND p_after_created_at IS NULL THEN
         RETURN QUERY
         SELECT e.id, e.parent_id, e.workflow_name, e.workflow_id, e.status, e.created_at, e.completed_at,
                (e.failure ->> 'error_type') || ': ' || (e.failure ->> 'message'), 1
         FROM harvest.executions AS e
-        WHERE e.parent_id = p_execution_id AND (v_status IS NULL OR e.status = v_status)
+        WHERE e.parent_id = p_execution_id AND e.status = v_status
         ORDER BY e.created_at DESC, e.id
         LIMIT p_limit;
         RETURN;

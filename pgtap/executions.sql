@@ -366,7 +366,7 @@ ROLLBACK;
 -- harvest.list_children: an execution's children, down to a depth, by status. A root
 -- of rl_parent (key lc_root, queue rq_lc_root) starts children with pg_temp.child.
 BEGIN;
-SELECT plan(26);
+SELECT plan(27);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:10:00+00';
 SELECT isnt(pg_temp.start_run('lc_root', 'rl_parent', 'rq_lc_root'), NULL, 'setup: a root');
@@ -400,6 +400,9 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT workflow_id FROM harvest.list_children(pg_temp.run('lc_root'), 'FAILED')$$,
     $$VALUES ('lc_b'::text)$$, 'list_children(p_status => FAILED)');
+SELECT results_eq(
+    $$SELECT workflow_id FROM harvest.list_children(pg_temp.run('lc_root'), 'running', p_limit => 1)$$,
+    $$VALUES ('lc_a'::text)$$, 'the first page of one status (case-insensitive), at most p_limit rows');
 SELECT is_empty($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), 'COMPLETED', 100)$$,
                 'a status no child has: empty (depth 100 is allowed)');
 SELECT is_empty($$SELECT * FROM harvest.list_children(pg_temp.run('lc_a1'))$$, 'a leaf has no children');

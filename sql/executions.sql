@@ -100,6 +100,15 @@ CREATE INDEX executions_parent_created
 ON harvest.executions (parent_id, created_at DESC, id)
 WHERE parent_id IS NOT NULL;
 
+-- A page of a run's children of one status, in the same order (list_children with a status;
+-- migration 0095): the list's filter otherwise read through the children of other statuses to
+-- fill a page. A child's status changes only at its close, which writes a new entry in every
+-- index of the row anyway (executions_status_created holds the status), so this one costs a
+-- child's start and close an entry each, and a run without a parent nothing.
+CREATE INDEX executions_parent_status_created
+ON harvest.executions (parent_id, status, created_at DESC, id)
+WHERE parent_id IS NOT NULL;
+
 CREATE INDEX executions_timeout
 ON harvest.executions (timeout_at)
 WHERE status = 'RUNNING' AND timeout_at IS NOT NULL;

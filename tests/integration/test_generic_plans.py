@@ -489,7 +489,8 @@ TRAPS = [
             {"p_ids": "uuid[]", "p_statuses": "text[]", "p_parents": "uuid[]"},
         ),
         {
-            "executions": {"executions_parent_created"},
+            # (by parent, or by parent and the live statuses: 0095's index seeks those)
+            "executions": {"executions_parent_created", "executions_parent_status_created"},
             "cross_shard_children": {"cross_shard_children_parent"},
         },
         "core.sql: the relays' probe of a batch's closes, one probe of each index per run",
