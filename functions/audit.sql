@@ -18,7 +18,9 @@ CREATE OR REPLACE FUNCTION harvest._audit(p_operation text, p_target text, p_ope
 RETURNS bigint
 LANGUAGE sql
 AS $$
-    INSERT INTO harvest.audit_log (at, actor, operator_id, operation, target, details, source, login, route)
+    INSERT INTO harvest.audit_log (
+        at, actor, operator_id, operation, target, details, source, login, route, acting_role
+    )
     SELECT harvest.now(), coalesce(c.actor, session_user), p_operator_id, p_operation, p_target,
            -- An application name that is not a Harvest face is kept (psql, a script, or
            -- '' for a client that gave none).
@@ -26,7 +28,10 @@ AS $$
                THEN coalesce(p_details, '{}'::jsonb)
                ELSE coalesce(p_details, '{}'::jsonb) || jsonb_build_object('application_name', s.application_name)
            END,
-           coalesce(c.source, harvest._audit_source(s.application_name)), session_user, c.route
+           coalesce(c.source, harvest._audit_source(s.application_name)), session_user, c.route,
+           -- The role the action used (what it was allowed), beside who the caller is (its
+           -- login): a session can SET ROLE only to a role PostgreSQL lets it.
+           harvest._session_role()
     FROM (SELECT coalesce(current_setting('application_name', true), '') AS application_name) AS s
     CROSS JOIN harvest._audit_context() AS c
     RETURNING id;
@@ -114,6 +119,6 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.list_audit_log IS
 'The audit log of operator actions (terminate, cancel, reset, dead-letter replay and discard, worker drain, '
-'retention, rate-limit overrides, API tokens; starts and signals made through the HTTP API or the dashboard) with each row''s actor, login, source and route, newest first, '
+'retention, rate-limit overrides, API tokens; starts and signals made through the HTTP API or the dashboard) with each row''s actor, login, acting role, source and route, newest first, '
 'optionally of one operation, after a position (keyset paging: p_before_at and p_before_id, the last row''s; one '
 'without the other is HR001); p_limit 1..1000. For operators (role harvest_reader).';

@@ -1,7 +1,7 @@
 -- functions/audit.sql: harvest._audit, harvest._audit_context, harvest._audit_source, harvest.list_audit_log,
 -- harvest._audit_asserted.
 BEGIN;
-SELECT plan(18);
+SELECT plan(20);
 
 SELECT ok(harvest._audit('test.op', 't', 'me', '{}') > 0, '_audit returns the new row id');
 
@@ -34,6 +34,9 @@ SELECT harvest._audit('test.context', 't', NULL, '{}');
 SELECT results_eq($$SELECT actor, login, source FROM harvest.list_audit_log(1)$$,
                   $$VALUES (session_user::text COLLATE "default", session_user::text COLLATE "default", 'cli'::text)$$,
                   '_audit(): without an assertion the actor is the login');
+SELECT results_eq($$SELECT acting_role FROM harvest.list_audit_log(1)$$,
+                  $$VALUES (session_user::text COLLATE "default")$$,
+                  '_audit(): without SET ROLE the acting role is the login');
 
 
 -- Starts and signals: audited only when the caller names an actor (the HTTP API, the dashboard).
@@ -60,6 +63,16 @@ SELECT results_eq($$SELECT operation, target, actor, source, details - 'event_id
                   'a start and a signal through a face are audited with its actor, without the payload');
 SELECT is((SELECT count(*) FROM harvest.audit_log WHERE details::text LIKE '%secret%'), 0::bigint,
           'no signal payload in the audit log');
+-- The role a row's action used: the one the session set (a token's, through the HTTP API), not
+-- only the login that set it.
+SELECT set_config('test.loud', (SELECT id::text FROM loud), true);
+SET LOCAL ROLE harvest_operator;
+SELECT harvest.signal_workflow(current_setting('test.loud')::uuid, 'as-operator', '{}');
+RESET ROLE;
+SELECT results_eq($$SELECT actor, login, acting_role FROM harvest.audit_log
+                    WHERE operation = 'workflow.signal' AND details ->> 'signal_name' = 'as-operator'$$,
+                  $$VALUES ('ops-bot'::text, session_user::text COLLATE "default", 'harvest_operator'::text)$$,
+                  'an audited action under SET ROLE records the role it acted as beside the login');
 
 -- list_audit_log: newest first by time, then id (the order every shard's rows are merged in),
 -- whatever order the ids were taken in (a long action's row gets its id last).

@@ -5,7 +5,9 @@
 -- retention settings and runs): one row per request. source is the face it came
 -- through (api, cli or ui; NULL on rows written before migration 0019). actor is who
 -- the caller says acted (a token's name through the HTTP API; the login when nothing is
--- said), login the database login that made the call, always (0032); route the HTTP
+-- said), login the database login that made the call, always (0032); acting_role the role
+-- the call acted as: the one the session set (SET ROLE: a token's scope through the HTTP
+-- API), else the login (NULL on rows written before migration 0096); route the HTTP
 -- route or CLI command the caller names (docs/auth.md, "Audit").
 CREATE TABLE harvest.audit_log (
     id bigint GENERATED ALWAYS AS IDENTITY,
@@ -18,6 +20,7 @@ CREATE TABLE harvest.audit_log (
     source text,
     login text,
     route text,
+    acting_role text,
     CONSTRAINT audit_log_pkey PRIMARY KEY (id),
     CONSTRAINT audit_log_source_known CHECK (source IN ('api', 'cli', 'ui'))
 );

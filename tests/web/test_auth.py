@@ -154,7 +154,7 @@ def test_an_expired_token_is_refused_and_says_so(db: str) -> None:
 def test_the_database_refuses_what_the_tokens_role_lacks(db: str, web_login: str) -> None:
     """A request lowered to harvest_reader (SET ROLE by the web login) cannot cancel: the
     database says no (42501) even if a route forgot its scope; as harvest_operator it can, and
-    the audit row carries the token's name, the login, api and the route."""
+    the audit row carries the token's name, the login, the role it acted as, api and the route."""
     with psycopg.connect(db, autocommit=True) as admin:
         run_id = admin.execute(
             "SELECT execution_id FROM harvest.start_workflow('wf', '[]', 'r1', 'q')"
@@ -185,9 +185,18 @@ def test_the_database_refuses_what_the_tokens_role_lacks(db: str, web_login: str
     assert user_after == login and not actor_after
     with psycopg.connect(db, autocommit=True) as admin:
         rows = admin.execute(
-            "SELECT operation, actor, login, source, route FROM harvest.audit_log"
+            "SELECT operation, actor, login, acting_role, source, route FROM harvest.audit_log"
         ).fetchall()
-    assert rows == [("workflow.cancel", "t-operate", login, "api", "POST /workflows/{execution_id}/cancel")]
+    assert rows == [
+        (
+            "workflow.cancel",
+            "t-operate",
+            login,
+            "harvest_operator",
+            "api",
+            "POST /workflows/{execution_id}/cancel",
+        )
+    ]
 
 
 def conninfo_user(dsn: str) -> str:

@@ -7,7 +7,19 @@ import click
 from harvest.cli.output import database_url_option, output_option, table
 from harvest.cli.shards import emit_merged, read_shards, with_page_footer
 
-COLUMNS = ["id", "at", "operation", "target", "actor", "login", "operator_id", "source", "route", "details"]
+COLUMNS = [
+    "id",
+    "at",
+    "operation",
+    "target",
+    "actor",
+    "login",
+    "acting_role",
+    "operator_id",
+    "source",
+    "route",
+    "details",
+]
 
 
 @click.group()
