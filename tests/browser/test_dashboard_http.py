@@ -1006,6 +1006,31 @@ def test_a_tree_deeper_than_the_page_draws_says_so(db: str) -> None:
     assert deeper and deeper.group(1) == chain[10], tree
 
 
+def test_a_run_with_many_descendants_draws_a_bounded_tree_and_says_so(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run page read and drew every descendant of the run, ten levels down (a fan-out of
+    100,000 children: a page of 100,000 links, each view). It draws at most TREE_NODES of them,
+    breadth first, and says the tree was cut."""
+    import harvest.web.ui.app as ui_module
+
+    monkeypatch.setattr(ui_module, "TREE_NODES", 4)
+    parent = _started(db, "wide-0")
+    with psycopg.connect(db, autocommit=True) as conn:
+        for n in range(1, 7):
+            conn.execute(
+                "SELECT harvest._start_workflow('wf', p_workflow_id => %s, p_parent_id => %s)",
+                (f"wide-{n}", parent),
+            )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{parent}", headers=READ).text
+        small = client.get(f"/workflows/{_started(db, 'narrow')}", headers=READ).text
+    tree = page.split('id="tree"')[1].split("</section>")[0]
+    assert len(re.findall(r"<li>wf <a", tree)) == 4, tree
+    assert 'id="tree-truncated"' in page
+    assert 'id="tree-truncated"' not in small
+
+
 def test_a_timers_fire_time_in_the_history_is_in_utc_as_the_page_is(db: str) -> None:
     """A TimerStarted event's fire_at is written in the deciding session's time zone (JSON
     keeps its offset): the timeline's line said 17:30+05:30 beside event times in UTC. Every

@@ -403,9 +403,18 @@ class ChildrenShard:
 
     def __init__(self, rows: list[dict[str, Any]]):
         self.rows = rows
+        self.asked: list[int | None] = []  # each list_children_of's limit
 
-    def list_children_of(self, ids: list[str]) -> list[dict[str, Any]]:
-        return [r for r in self.rows if str(r["parent_id"]) in ids]
+    def list_children_of(self, ids: list[str], limit: int | None = None) -> list[dict[str, Any]]:
+        """LIST_CHILDREN_OF: each id's children in turn, newest first, ``limit`` rows in all."""
+        found = []
+        for parent in ids:
+            mine = [r for r in self.rows if str(r["parent_id"]) == parent]
+            mine.sort(key=lambda r: uuid.UUID(r["execution_id"]))
+            mine.sort(key=lambda r: r["created_at"], reverse=True)
+            found += mine
+        self.asked.append(limit)
+        return found if limit is None else found[:limit]
 
     def list_children_page(self, execution_id, status, after, limit) -> list[dict[str, Any]]:
         """LIST_CHILDREN_PAGE: the direct children after the position, in order, ``limit``."""
@@ -492,6 +501,56 @@ def test_a_moved_child_is_listed_where_it_lives_whatever_shard_answers_first(sha
     assert [(n["status"], [g["execution_id"] for g in n["children"]]) for n in tree["children"]] == [
         ("RUNNING", [grandchild])
     ]
+
+
+@pytest.mark.parametrize("max_nodes", [1, 2, 5, 13])
+def test_a_tree_of_at_most_max_nodes_is_breadth_first_and_says_when_it_cut(max_nodes: int) -> None:
+    """list_tree with max_nodes keeps at most that many runs, every level whole before a node
+    of the next (the cut level's first parents' children), each run once (a moved child's seal
+    and home), truncated exactly when the whole tree has more; no shard is asked for more rows
+    than can be kept plus one (and the moved runs' second rows)."""
+    root = str(uuid.UUID(int=1))
+    for seed in range(30):
+        rng = random.Random(seed)
+        shards: dict[int, list[dict[str, Any]]] = {0: [], 1: [], 2: []}
+        level_of = {root: 0}
+        parents = [root]
+        for _ in range(rng.randrange(0, 25)):
+            parent = rng.choice(parents)
+            ident = str(uuid.UUID(int=rng.getrandbits(128)))
+            row = {
+                "execution_id": ident,
+                "parent_id": parent,
+                "workflow_name": "w",
+                "status": "RUNNING",
+                "created_at": T0 + timedelta(minutes=rng.randrange(0, 3)),
+            }
+            home = rng.randrange(0, 3)
+            shards[home].append(row)
+            if rng.random() < 0.2:  # moved here: its seal stays on another shard
+                shards[(home + 1) % 3].append({**row, "status": "MIGRATED"})
+            level_of[ident] = level_of[parent] + 1
+            parents.append(ident)
+        shard_apis = {s: ChildrenShard(rows) for s, rows in shards.items()}
+        whole = ShardReads(shard_apis, concurrent=False).list_tree(root).value
+        for api in shard_apis.values():
+            api.asked.clear()
+        cut = ShardReads(shard_apis, concurrent=False).list_tree(root, max_nodes=max_nodes).value
+
+        def nodes(tree: dict[str, Any]) -> list[dict[str, Any]]:
+            return [*tree["children"], *(n for c in tree["children"] for n in nodes(c))]
+
+        kept, every = nodes(cut), nodes(whole)
+        assert len(kept) == min(max_nodes, len(every)), seed
+        assert cut["truncated"] is (len(every) > max_nodes) and whole["truncated"] is False, seed
+        assert len({n["execution_id"] for n in kept}) == len(kept), seed
+        assert all(n["status"] == "RUNNING" for n in kept), seed  # the home row, never the seal
+        deepest = max((level_of[n["execution_id"]] for n in kept), default=0)
+        shallower = {n["execution_id"] for n in every if level_of[n["execution_id"]] < deepest}
+        assert shallower <= {n["execution_id"] for n in kept}, seed
+        asked = [a for api in shard_apis.values() for a in api.asked]
+        seals = sum(r["status"] == "MIGRATED" for rows in shards.values() for r in rows)
+        assert asked and all(a is not None and a <= max_nodes + 1 + seals for a in asked), (seed, asked)
 
 
 @pytest.mark.parametrize("outage", [False, True])

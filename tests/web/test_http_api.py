@@ -623,6 +623,49 @@ def test_a_page_of_children_reads_a_page_from_the_database(api, conn, monkeypatc
     assert failed["items"] == [] and failed["next_cursor"] is None
 
 
+def test_a_tree_answers_at_most_max_nodes_and_reads_no_more(api, conn, monkeypatch) -> None:
+    """GET /tree answered every descendant of the run in one JSON, read whole from every shard
+    (a run with 100,000 children: 100,000 rows read and sent each call, and the dashboard's run
+    page asks for its tree on each view). It answers at most ``max_nodes`` (default 1000),
+    breadth first, says ``truncated`` when it cut, and asks each shard for no more than it can
+    keep."""
+    from harvest.db.sqlapi import AsyncSqlApi
+    from harvest.web.routes import workflows
+
+    fetched: list[int] = []
+    read = AsyncSqlApi.list_children_of
+
+    async def counted(self, *args, **kwargs):
+        rows = await read(self, *args, **kwargs)
+        fetched.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(AsyncSqlApi, "list_children_of", counted)
+    monkeypatch.setattr(workflows, "TREE_NODES", 7)
+    run = start(conn, "parent", "big-tree")
+    kids = adopt(conn, run, 6)
+    grandkids = adopt(conn, kids[0], 4)
+
+    def nodes(tree: dict) -> list[str]:
+        return [c["execution_id"] for c in tree["children"]] + [n for c in tree["children"] for n in nodes(c)]
+
+    whole = api.get(f"/workflows/{run}/tree", params={"max_nodes": 100}).json()["tree"]
+    assert sorted(nodes(whole)) == sorted(kids + grandkids) and whole["truncated"] is False
+    fetched.clear()
+    cut = api.get(f"/workflows/{run}/tree").json()["tree"]  # the default, patched to 7
+    assert len(nodes(cut)) == 7 and cut["truncated"] is True
+    assert set(kids) <= set(nodes(cut))  # breadth first: the children before any grandchild
+    assert fetched and max(fetched) <= 8, fetched
+    fetched.clear()
+    small = api.get(f"/workflows/{run}/tree", params={"max_nodes": 2}).json()["tree"]
+    assert len(nodes(small)) == 2 and small["truncated"] is True and set(nodes(small)) <= set(kids)
+    assert max(fetched) <= 3, fetched
+    exact = api.get(f"/workflows/{run}/tree", params={"max_nodes": 10}).json()["tree"]
+    assert len(nodes(exact)) == 10 and exact["truncated"] is False
+    for bad in (0, workflows.TREE_NODES_MAX + 1):
+        assert error_of(api.get(f"/workflows/{run}/tree", params={"max_nodes": bad}))["field"] == "max_nodes"
+
+
 def test_list_pages_with_a_cursor_and_count_rolls_the_tail_into_other(api, conn) -> None:
     for i in range(3):
         start(conn, "greet", f"page-{i}", search_attributes={"tenant": "acme", "n": i})

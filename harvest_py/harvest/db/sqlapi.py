@@ -266,10 +266,13 @@ SELECT * FROM harvest.count_executions(
     p_created_before => %(created_before)s, p_filter => %(filter)s)
 """
 # The children of several executions in one statement (a fan-out level of the tree: a child
-# may live on another shard than its parent, so each level asks every shard for all of them).
+# may live on another shard than its parent, so each level asks every shard for all of them),
+# each execution's newest first, in the ids' order, at most ``limit`` rows in all (NULL: all):
+# each execution's page is read as a page, and the scan stops once it has enough.
 LIST_CHILDREN_OF = """
 SELECT c.* FROM unnest(%(execution_ids)s::uuid[]) AS p (id)
-CROSS JOIN LATERAL harvest.list_children(p.id, NULL, 1) AS c
+CROSS JOIN LATERAL harvest.list_children(p.id, NULL, 1, NULL, NULL, %(limit)s) AS c
+LIMIT %(limit)s
 """
 # A page of an execution's direct children on this shard: the first ``limit`` in the list's
 # order (created_at DESC, then id) after a position (the last row a page showed; NULL: from
@@ -613,9 +616,10 @@ def list_children_page(
 
 
 @call(LIST_CHILDREN_OF)
-def list_children_of(execution_ids: list[str]) -> dict[str, Any]:
-    """harvest.list_children (one level) of each of ``execution_ids``, in one statement."""
-    return {"execution_ids": [str(i) for i in execution_ids]}
+def list_children_of(execution_ids: list[str], limit: int | None = None) -> dict[str, Any]:
+    """harvest.list_children (one level) of each of ``execution_ids``, in one statement: at most
+    ``limit`` rows in all (None: every child)."""
+    return {"execution_ids": [str(i) for i in execution_ids], "limit": limit}
 
 
 @call(GET_EXECUTION, first)

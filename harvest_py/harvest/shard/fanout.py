@@ -827,13 +827,17 @@ def _check_children_args(status: str | None, depth: int) -> str | None:
 
 
 def _descendants(
-    execution_id: Any, depth: int
-) -> Generator[Step, FanOut[Any], tuple[list[dict[str, Any]], set[int], int]]:
+    execution_id: Any, depth: int, max_nodes: int | None = None
+) -> Generator[Step, FanOut[Any], tuple[list[dict[str, Any]], set[int], int, bool]]:
     """Breadth first: each level asks every shard for the children of the whole level before
     (a child may live on any shard), so a tree of depth d costs d rounds of one query per shard.
     A run that moved has a row on each shard it passed through: its home's row is kept (a live
     row over the staged copy over the seal, _HOME_RANK), whatever order the shards answered in.
-    Returns (rows with shard_id and depth, the shards unavailable in some round, shards asked)."""
+    ``max_nodes``: keep at most that many runs, every level whole before the next; the level
+    that fills it keeps its first parents' children (the level before's order, each parent's
+    newest first), and no shard is asked for more rows than can be kept, plus one to tell
+    whether there were more. Returns (rows with shard_id and depth, the shards unavailable in
+    some round, shards asked, whether max_nodes cut the tree)."""
     frontier = [str(execution_id)]
     seen = set(frontier)
     found: list[dict[str, Any]] = []
@@ -842,25 +846,51 @@ def _descendants(
     answered: set[int] = set()
     for level in range(1, depth + 1):
         ids = list(frontier)
-        fan = yield Step(lambda api, _s, ids=ids: api.list_children_of(ids))  # type: ignore[misc]  # ids bound per level
-        unavailable |= set(fan.unavailable_shards)
-        answered |= set(fan.results)
+        room = None if max_nodes is None else max_nodes - len(found)
+        limit = None if room is None else room + 1
+        while True:
+            fan = yield Step(
+                lambda api, _s, ids=ids, limit=limit: api.list_children_of(ids, limit)  # type: ignore[misc]  # bound per level
+            )
+            unavailable |= set(fan.unavailable_shards)
+            answered |= set(fan.results)
+            rows = _in_level_order(_tagged(fan), ids)
+            new = len({str(r["execution_id"]) for r in rows} - seen)
+            shard_cut = limit is not None and any(len(r) >= limit for r in fan.results.values())
+            if room is None or not shard_cut or new > room:
+                break
+            # A shard sent all it was asked for, but a moved run's rows (its seal and its home,
+            # on two shards) took places: ask again with as many more.
+            limit = cast(int, limit) + len(rows) - new
+        truncated = room is not None and new > room
         frontier = []
-        for row in _tagged(fan):
+        for row in rows:
             child = str(row["execution_id"])
             if child in at:  # a moved run: its seal and its copy, each on its shard
                 if _HOME_RANK.get(row["status"], 0) < _HOME_RANK.get(found[at[child]]["status"], 0):
                     found[at[child]] = {**row, "depth": found[at[child]]["depth"]}
                 continue
-            if child in seen:
+            if child in seen or (room is not None and len(frontier) == room):
                 continue
             seen.add(child)
             at[child] = len(found)
             found.append({**row, "depth": level})
             frontier.append(child)
+        if truncated:
+            return found, unavailable, len(answered - unavailable), True
         if not frontier:
             break
-    return found, unavailable, len(answered - unavailable)
+    return found, unavailable, len(answered - unavailable), False
+
+
+def _in_level_order(rows: Iterable[dict[str, Any]], parents: list[str]) -> list[dict[str, Any]]:
+    """A level's rows in the order it is kept: by their parent's place in ``parents`` (the
+    level before's), each parent's children newest first (created_at DESC, then id)."""
+    place = {p: i for i, p in enumerate(parents)}
+    ordered = sorted(rows, key=lambda r: _key(r)[1])
+    ordered.sort(key=lambda r: r["created_at"], reverse=True)
+    ordered.sort(key=lambda r: place.get(str(r["parent_id"]), len(place)))
+    return ordered
 
 
 # Where a page of children starts: after the (created_at, execution id) of the last row shown.
@@ -893,7 +923,7 @@ def list_children(
         rows = [{**r, "depth": 1} for r in _homes(_tagged(fan))]
         unavailable, answered = set(fan.unavailable_shards), len(fan.results)
     else:
-        found, unavailable, answered = yield from _descendants(execution_id, depth)
+        found, unavailable, answered, _ = yield from _descendants(execution_id, depth)
         rows = [r for r in found if wanted is None or r["status"] == wanted]
         if after is not None:
             rows = [r for r in rows if _after_position(r, after)]
@@ -914,13 +944,16 @@ def _homes(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(kept.values())
 
 
-def list_tree(execution_id: Any, depth: int = 100) -> Plan:
-    """The descendants of an execution as a tree: {execution_id, children: [...]}, each node
-    with its row (shard_id, depth); siblings newest first."""
+def list_tree(execution_id: Any, depth: int = 100, max_nodes: int | None = None) -> Plan:
+    """The descendants of an execution as a tree: {execution_id, children: [...], truncated},
+    each node with its row (shard_id, depth); siblings newest first. ``max_nodes``: at most that
+    many descendants, breadth first (``_descendants``); ``truncated`` says it cut."""
     _check_children_args(None, depth)
-    found, unavailable, answered = yield from _descendants(execution_id, depth)
+    if max_nodes is not None and max_nodes < 1:
+        raise InvalidArgument(f"max_nodes {max_nodes} is below 1")
+    found, unavailable, answered, truncated = yield from _descendants(execution_id, depth, max_nodes)
     nodes = {str(r["execution_id"]): {**r, "children": []} for r in found}
-    root: dict[str, Any] = {"execution_id": str(execution_id), "children": []}
+    root: dict[str, Any] = {"execution_id": str(execution_id), "children": [], "truncated": truncated}
     for r in sorted(found, key=lambda r: (r["created_at"], str(r["execution_id"])), reverse=True):
         parent = nodes.get(str(r["parent_id"]), root)
         parent["children"].append(nodes[str(r["execution_id"])])

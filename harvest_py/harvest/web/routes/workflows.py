@@ -349,8 +349,16 @@ async def workflow_children(call: Call, args: dict[str, Any], _: Any) -> Any:
     return out
 
 
+# A run's tree (GET /workflows/{id}/tree): at most this many descendants, breadth first (a run
+# with 100,000 children was one answer, read whole from every shard); the answer's
+# tree.truncated says it cut, and GET /children pages the direct children.
+TREE_NODES = 1000
+TREE_NODES_MAX = 10_000
+
+
 async def workflow_tree(call: Call, args: dict[str, Any], _: Any) -> Any:
-    found = await call.reads().list_tree(args["execution_id"], args["depth"])
+    limit = args["max_nodes"] if args["max_nodes"] is not None else TREE_NODES
+    found = await call.reads().list_tree(args["execution_id"], args["depth"], limit)
     return merged(found, "tree")
 
 
@@ -753,8 +761,19 @@ ENDPOINTS = [
         "/workflows/{execution_id}/tree",
         "read",
         workflow_tree,
-        "The execution's descendants as a tree, over every shard.",
-        (EXECUTION, Param("depth", "integer", default=100, minimum=1, maximum=100)),
+        "The execution's descendants as a tree, over every shard: at most max_nodes, breadth "
+        "first; tree.truncated says whether it cut.",
+        (
+            EXECUTION,
+            Param("depth", "integer", default=100, minimum=1, maximum=100),
+            Param(
+                "max_nodes",
+                "integer",
+                minimum=1,
+                maximum=TREE_NODES_MAX,
+                description=f"Descendants at most (default {TREE_NODES}), every level whole before the next.",
+            ),
+        ),
         tag="workflows",
     ),
     Endpoint(

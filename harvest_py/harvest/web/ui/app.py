@@ -82,6 +82,7 @@ MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-l
 DEFAULT_PAGE = 50
 HISTORY_SHOWN = 500  # the timeline's events a page (the last by default; history_from/_before page)
 TREE_DEPTH = 10  # levels of a run's tree drawn on its page; a node at the last one links deeper
+TREE_NODES = 200  # descendants drawn at most, breadth first (a fan-out of 100,000 was drawn whole)
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 BULK_ACTIONS = ("replay", "discard")
 WORKER_STATUSES = ("active", "draining", "stopped")
@@ -473,7 +474,9 @@ class Dashboard:
 
         row, stack, history, requested = await self.source.routed(execution_id, principal, read)
         # One level more than is drawn: a node at the last level says whether it has children.
-        tree = await self.source.reads(principal).list_tree(execution_id, depth=TREE_DEPTH + 1)
+        tree = await self.source.reads(principal).list_tree(
+            execution_id, depth=TREE_DEPTH + 1, max_nodes=TREE_NODES
+        )
         page = views.execution_page(row, stack, history, full=full, requested=requested)
         return self.render(
             request,
@@ -483,6 +486,7 @@ class Dashboard:
             full=full,
             tree=views.cut_tree(tree.value, TREE_DEPTH),
             tree_unavailable=tree.unavailable_shards,
+            tree_shown=TREE_NODES,
             **page,
         )
 
