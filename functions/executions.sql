@@ -770,8 +770,11 @@ $$;
 -- dead letters) with their attempt, timers with their fire time, signals
 -- received since the workflow last ran (the ones it may not have read yet),
 -- running children, the workflow task (with why its last attempt failed, if it did),
--- and the last event id (a change cursor).
-CREATE OR REPLACE FUNCTION harvest.get_execution_stack(p_execution_id uuid)
+-- and the last event id (a change cursor). p_limit: at most that many entries in each list
+-- (the first by seq, by fire time), with each list's total in totals; NULL, every entry (a
+-- fan-out of 20,000 activities is 20,000 entries: the dashboard and the HTTP route bound it,
+-- migration 0097).
+CREATE OR REPLACE FUNCTION harvest.get_execution_stack(p_execution_id uuid, p_limit integer DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
@@ -779,6 +782,10 @@ DECLARE
     v_execution harvest.executions;
     v_last_task_event bigint;
 BEGIN
+    IF p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..10000', p_limit USING ERRCODE = 'HR001',
+            HINT = 'pass NULL for every entry';
+    END IF;
     SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'execution % does not exist', p_execution_id USING ERRCODE = 'HR002';
@@ -801,18 +808,22 @@ BEGIN
             ORDER BY ev.event_id DESC LIMIT 1) END,
         'pending_activities', coalesce((
             SELECT jsonb_agg(a ORDER BY a.seq) FROM (
-                SELECT t.seq, t.activity_name AS name, t.queue, t.status, t.attempt, t.due_at, t.started_at,
-                       t.lease_owner, t.lease_expires_at, t.last_failure, t.id AS task_id, NULL::bigint AS dead_letter_id
-                FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'activity'
-                UNION ALL
-                SELECT d.seq, d.activity_name, d.queue, 'dead_lettered', d.attempts, NULL, NULL, NULL, NULL,
-                       d.failure, NULL, d.id
-                FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id
+                (SELECT t.seq, t.activity_name AS name, t.queue, t.status, t.attempt, t.due_at, t.started_at,
+                        t.lease_owner, t.lease_expires_at, t.last_failure, t.id AS task_id,
+                        NULL::bigint AS dead_letter_id
+                 FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'activity'
+                 UNION ALL
+                 SELECT d.seq, d.activity_name, d.queue, 'dead_lettered', d.attempts, NULL, NULL, NULL, NULL,
+                        d.failure, NULL, d.id
+                 FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id)
+                ORDER BY 1 LIMIT p_limit
             ) AS a), '[]'::jsonb),
         'timers', coalesce((
             SELECT jsonb_agg(jsonb_build_object('seq', t.seq, 'fire_at', t.due_at, 'status', t.status)
                              ORDER BY t.due_at, t.seq)
-            FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'timer'), '[]'::jsonb),
+            FROM (SELECT t.seq, t.due_at, t.status FROM harvest.tasks AS t
+                  WHERE t.execution_id = p_execution_id AND t.kind = 'timer'
+                  ORDER BY t.due_at, t.seq LIMIT p_limit) AS t), '[]'::jsonb),
         'signals_since_last_task', (
             SELECT count(*) FROM harvest.events AS ev
             WHERE ev.execution_id = p_execution_id AND ev.event_type = 'SignalReceived'
@@ -822,8 +833,19 @@ BEGIN
                                                 'workflow_id', c.workflow_id, 'seq', c.parent_seq,
                                                 'status', c.status, 'created_at', c.created_at)
                              ORDER BY c.parent_seq, c.created_at)
-            FROM harvest.executions AS c
-            WHERE c.parent_id = p_execution_id AND c.status IN ('RUNNING', 'PAUSED')), '[]'::jsonb),
+            FROM (SELECT * FROM harvest.executions AS c
+                  WHERE c.parent_id = p_execution_id AND c.status IN ('RUNNING', 'PAUSED')
+                  ORDER BY c.parent_seq, c.created_at LIMIT p_limit) AS c), '[]'::jsonb),
+        -- Each list's length without p_limit, so a bounded answer says how much it left out.
+        'totals', jsonb_build_object(
+            'pending_activities',
+            (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'activity')
+            + (SELECT count(*) FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id),
+            'timers',
+            (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'timer'),
+            'children',
+            (SELECT count(*) FROM harvest.executions AS c
+             WHERE c.parent_id = p_execution_id AND c.status IN ('RUNNING', 'PAUSED'))),
         'workflow_task', (
             SELECT jsonb_build_object('task_id', t.id, 'status', t.status, 'due_at', t.due_at,
                                       'lease_owner', t.lease_owner, 'attempt', t.attempt,
@@ -1065,7 +1087,8 @@ COMMENT ON FUNCTION harvest.count_executions IS
 'How many executions match the workflow list''s filters (p_filter included), per status, workflow_name or both (p_group_by status, '
 'workflow_name, all); a bad filter or group raises HR001. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_execution_stack IS
-'What a run is waiting on now: open activities, timers, unread signals, running children, the workflow task, the '
+'What a run is waiting on now: open activities, timers, unread signals, running children (at most p_limit of each, '
+'1..10000, with each list''s total in totals; NULL: every entry), the workflow task, the '
 'last event id and, while PAUSED, since when and why; HR002 when it does not exist. For operators (role '
 'harvest_reader).';
 COMMENT ON FUNCTION harvest.list_children IS

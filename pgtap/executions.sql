@@ -126,7 +126,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(49);
+SELECT plan(53);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -263,6 +263,21 @@ SELECT harvest.fail_workflow_task(pg_temp.task('stuck'), pg_temp.token('stuck'),
                                   '{"error_type": "IllegalWorkflowOperation", "message": "never awaited"}', 5);
 SELECT is(harvest.get_execution_stack(pg_temp.run('stuck')) #>> '{workflow_task,last_failure,message}',
           'never awaited', 'stack: a failing workflow task says why it fails (a result wait quotes it)');
+-- A bounded stack (the dashboard's, the HTTP route's): at most p_limit entries a list, and
+-- every list's total; without p_limit, every entry.
+CREATE TEMP TABLE wide ON COMMIT DROP AS
+SELECT (harvest.start_workflow('wide_wf', '[]', 'wide', 'wide_q')).execution_id AS id;
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at, parent_id, parent_seq)
+SELECT gen_random_uuid(), 'kid', 'wide-kid-' || g, 'RUNNING', now(), (SELECT id FROM wide), g
+FROM generate_series(1, 3) AS g;
+SELECT is(jsonb_path_query_array(harvest.get_execution_stack((SELECT id FROM wide), 2), '$.children[*].seq'),
+          '[1, 2]'::jsonb, 'stack(p_limit => 2): the first two children, by seq');
+SELECT is(harvest.get_execution_stack((SELECT id FROM wide), 2) -> 'totals',
+          '{"children": 3, "pending_activities": 0, "timers": 0}'::jsonb, 'stack: each list''s total');
+SELECT is(jsonb_array_length(harvest.get_execution_stack((SELECT id FROM wide)) -> 'children'), 3,
+          'stack without p_limit: every entry');
+SELECT throws_ok(format('SELECT harvest.get_execution_stack(%L, 0)', (SELECT id FROM wide)), 'HR001',
+                 'limit 0 is out of range 1..10000', 'stack: a limit below 1 is HR001');
 
 -- The helpers, directly.
 SELECT is((SELECT id FROM harvest._decode_cursor(harvest._encode_cursor('2030-01-01 00:00:00+00',

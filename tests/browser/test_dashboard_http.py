@@ -1031,6 +1031,29 @@ def test_a_run_with_many_descendants_draws_a_bounded_tree_and_says_so(
     assert 'id="tree-truncated"' not in small
 
 
+def test_a_runs_waiting_on_lists_draw_a_bounded_number_and_count_the_rest(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run page drew every open activity, timer and running child of the run (a fan-out
+    of 20,000 activities: 20,000 table rows a view): at most STACK_SHOWN of each, and a line
+    with the total."""
+    import harvest.web.ui.app as ui_module
+
+    monkeypatch.setattr(ui_module, "STACK_SHOWN", 2)
+    parent = _started(db, "wide-stack")
+    with psycopg.connect(db, autocommit=True) as conn:
+        for n in range(1, 4):
+            conn.execute(
+                "SELECT harvest._start_workflow('wf', p_workflow_id => %s, p_parent_id => %s)",
+                (f"wide-stack-{n}", parent),
+            )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{parent}", headers=READ).text
+    stack = page.split('id="stack"')[1].split("</section>")[0]
+    assert len(re.findall(r"<li>wf <a", stack)) == 2, stack
+    assert re.search(r'id="stack-more-children">The first 2 of 3 running children', stack), stack
+
+
 def test_a_timers_fire_time_in_the_history_is_in_utc_as_the_page_is(db: str) -> None:
     """A TimerStarted event's fire_at is written in the deciding session's time zone (JSON
     keeps its offset): the timeline's line said 17:30+05:30 beside event times in UTC. Every

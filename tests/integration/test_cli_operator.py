@@ -155,6 +155,26 @@ def test_workflow_get_signal_cancel_stack_terminate_history(db: str, conn, tmp_p
     assert r.returncode == 1 and "does not exist" in one_error_line(r)
 
 
+def test_workflow_stack_lists_at_most_limit_entries_and_counts_the_rest(db: str, conn) -> None:
+    """A fan-out's stack listed every open child (and activity, and timer): `--limit` bounds
+    each list (100 by default) and a line says how many it left out."""
+    parent, _ = park(conn, "wide")
+    conn.execute(
+        "INSERT INTO harvest.executions"
+        " (id, workflow_name, workflow_id, status, created_at, parent_id, parent_seq)"
+        " SELECT gen_random_uuid(), 'kid', 'wide-kid-' || g, 'RUNNING', now(), %s, g"
+        " FROM generate_series(1, 3) AS g",
+        (parent,),
+    )
+    stack = json.loads(harvest(db, "workflow", "stack", parent, "--limit", "2", "--output", "json").stdout)
+    assert [c["seq"] for c in stack["children"]] == [1, 2] and stack["totals"]["children"] == 3
+    text = harvest(db, "workflow", "stack", parent, "--limit", "2").stdout
+    assert "... and 1 more (--limit up to 10000)" in text, text
+    assert "more (--limit" not in harvest(db, "workflow", "stack", parent).stdout
+    r = harvest(db, "workflow", "stack", parent, "--limit", "0")
+    assert r.returncode == 2 and "--limit" in one_error_line(r)
+
+
 def test_dlq_list_aggregate_bulk_replay_and_discard(db: str, conn) -> None:
     runs = [park(conn, f"s{i}", activity="send_email", error_type="Timeout") for i in range(3)]
     park(conn, "c1", workflow="billing", activity="charge_card")

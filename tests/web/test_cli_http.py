@@ -1317,6 +1317,7 @@ def test_the_clis_history_page_is_the_routes_largest() -> None:
     from harvest.web.routes import workflows
 
     assert http.HISTORY_PAGE == workflows.HISTORY_PAGE_MAX
+    assert http.STACK_LIMIT_MAX == workflows.STACK_LIMIT_MAX
 
 
 class _Chunked:

@@ -666,6 +666,26 @@ def test_a_tree_answers_at_most_max_nodes_and_reads_no_more(api, conn, monkeypat
         assert error_of(api.get(f"/workflows/{run}/tree", params={"max_nodes": bad}))["field"] == "max_nodes"
 
 
+def test_a_stack_lists_at_most_limit_entries_a_list_with_each_lists_total(api, conn, monkeypatch) -> None:
+    """GET /stack listed every open activity, timer and running child of the run (a fan-out of
+    20,000 activities: one answer of 20,000 entries): at most ``limit`` a list (default 100),
+    with ``totals``."""
+    from harvest.web.routes import workflows
+
+    monkeypatch.setattr(workflows, "STACK_LIMIT", 2)
+    run = start(conn, "parent", "wide-stack")
+    adopt(conn, run, 3)
+    default = api.get(f"/workflows/{run}/stack").json()
+    assert len(default["children"]) == 2 and default["totals"] == {
+        "children": 3,
+        "pending_activities": 0,
+        "timers": 0,
+    }
+    assert len(api.get(f"/workflows/{run}/stack", params={"limit": 10}).json()["children"]) == 3
+    for bad in (0, workflows.STACK_LIMIT_MAX + 1):
+        assert error_of(api.get(f"/workflows/{run}/stack", params={"limit": bad}))["field"] == "limit"
+
+
 def test_list_pages_with_a_cursor_and_count_rolls_the_tail_into_other(api, conn) -> None:
     for i in range(3):
         start(conn, "greet", f"page-{i}", search_attributes={"tenant": "acme", "n": i})

@@ -420,6 +420,8 @@ def http_session(settings: HttpSettings) -> Iterator[Http]:
 HISTORY_PAGE = 1000
 # The children a `workflow children` request asks for: the route's largest page.
 CHILDREN_PAGE = 1000
+# The entries a stack read for a timeout's hint asks for in each list: the route's largest.
+STACK_LIMIT_MAX = 10_000
 
 
 class HttpApi:
@@ -450,8 +452,8 @@ class HttpApi:
             events += _rows(doc["events"])
         return events
 
-    def get_execution_stack(self, execution_id: str) -> dict[str, Any]:
-        return _obj(self.http.get(f"/workflows/{_p(execution_id)}/stack"))
+    def get_execution_stack(self, execution_id: str, limit: int | None = None) -> dict[str, Any]:
+        return _obj(self.http.get(f"/workflows/{_p(execution_id)}/stack", limit=limit))
 
     def signal_workflow(self, execution_id: str, name: str, payload: Any = None) -> Any:
         body = {"signal_name": name, "payload": payload}
@@ -1137,7 +1139,8 @@ class HttpHandle:
         from harvest.client.client import why_stuck
 
         try:
-            stack = _obj(self.http.get(f"/workflows/{_p(running)}/stack"))
+            # Every entry the route gives (a failing activity may be far down a fan-out's list).
+            stack = _obj(self.http.get(f"/workflows/{_p(running)}/stack", limit=STACK_LIMIT_MAX))
         except Exception:
             return ""
         return why_stuck(stack)

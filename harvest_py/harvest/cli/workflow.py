@@ -504,13 +504,27 @@ def resume(
 
 @workflow.command("stack")
 @click.argument("execution_id")
+@click.option(
+    "--limit",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Entries at most in each list (activities, timers, children); the rest are counted.",
+)
 @database_url_option
 @output_option
-def stack(execution_id: str, database_url: str | None, output: str) -> None:
+def stack(execution_id: str, limit: int, database_url: str | None, output: str) -> None:
     """What an execution is waiting on now, and its last event id."""
     data = routed_read(
-        database_url, execution_id, lambda sql, resident: resident(sql.get_execution_stack(execution_id))
+        database_url,
+        execution_id,
+        lambda sql, resident: resident(sql.get_execution_stack(execution_id, limit)),
     )
+
+    def more(d: dict[str, Any], key: str) -> list[str]:
+        """The line that says how many of a list's entries --limit left out, if any."""
+        left = (d.get("totals") or {}).get(key, 0) - len(d[key])
+        return [f"... and {left} more (--limit up to 10000)"] if left > 0 else []
 
     def render(d: dict[str, Any]) -> str:
         parts = [
@@ -544,14 +558,16 @@ def stack(execution_id: str, database_url: str | None, output: str) -> None:
                     d["pending_activities"],
                     ["seq", "name", "queue", "status", "attempt", "due_at", "lease_owner"],
                 ),
+                *more(d, "pending_activities"),
             ]
         if d["timers"]:
-            parts += ["", "timers:", table(d["timers"], ["seq", "fire_at", "status"])]
+            parts += ["", "timers:", table(d["timers"], ["seq", "fire_at", "status"]), *more(d, "timers")]
         if d["children"]:
             parts += [
                 "",
                 "children:",
                 table(d["children"], ["seq", "execution_id", "workflow_name", "status"]),
+                *more(d, "children"),
             ]
         if d.get("workflow_task"):
             task = dict(d["workflow_task"])

@@ -282,7 +282,7 @@ LIST_CHILDREN_PAGE = """
 SELECT * FROM harvest.list_children(
     %(execution_id)s, %(status)s, 1, %(after_created_at)s::timestamptz, %(after_id)s::uuid, %(limit)s)
 """
-WORKFLOW_STACK = "SELECT harvest.get_execution_stack(%(execution_id)s) AS stack"
+WORKFLOW_STACK = "SELECT harvest.get_execution_stack(%(execution_id)s, %(limit)s) AS stack"
 AGGREGATE_DEAD_LETTERS = "SELECT * FROM harvest.count_dead_letters(%(group_by)s)"
 BULK_DEAD_LETTERS = """
 SELECT harvest.{action}_dead_letters(
@@ -1508,8 +1508,10 @@ def count_executions(
 
 
 @call(WORKFLOW_STACK, column("stack"))
-def get_execution_stack(execution_id: str) -> dict[str, Any]:
-    return {"execution_id": execution_id}
+def get_execution_stack(execution_id: str, limit: int | None = None) -> dict[str, Any]:
+    """What the run waits on: at most ``limit`` entries in each list, with each list's total in
+    ``totals`` (None: every entry)."""
+    return {"execution_id": execution_id, "limit": limit}
 
 
 @call(LIST_WORKERS)

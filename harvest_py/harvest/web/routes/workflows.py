@@ -294,11 +294,18 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
                 await call.routed(marked, lambda sql: sql.stop_waiting_for_result(waiter))
 
 
+# A run's stack (GET /workflows/{id}/stack): at most this many entries in each of its lists (a
+# fan-out of 20,000 activities was one answer of 20,000); its totals say how many there are.
+STACK_LIMIT = 100
+STACK_LIMIT_MAX = 10_000
+
+
 async def workflow_stack(call: Call, args: dict[str, Any], _: Any) -> Any:
     execution_id = args["execution_id"]
+    limit = args["limit"] if args["limit"] is not None else STACK_LIMIT
 
     async def read(sql: Any) -> Any:
-        stack = await sql.get_execution_stack(execution_id)
+        stack = await sql.get_execution_stack(execution_id, limit)
         if stack.get("status") in ("MIGRATED", "MIGRATING"):
             call.resident(await sql.get_residence(execution_id))
         return stack
@@ -718,8 +725,18 @@ ENDPOINTS = [
         "/workflows/{execution_id}/stack",
         "read",
         workflow_stack,
-        "What the execution waits on now, and its last event id.",
-        (EXECUTION,),
+        "What the execution waits on now, and its last event id: at most limit entries in each "
+        "list (the first by seq; timers by fire time), each list's length in totals.",
+        (
+            EXECUTION,
+            Param(
+                "limit",
+                "integer",
+                minimum=1,
+                maximum=STACK_LIMIT_MAX,
+                description=f"Entries at most in each list (default {STACK_LIMIT}).",
+            ),
+        ),
         tag="workflows",
     ),
     Endpoint(

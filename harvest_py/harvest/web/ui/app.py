@@ -83,6 +83,7 @@ DEFAULT_PAGE = 50
 HISTORY_SHOWN = 500  # the timeline's events a page (the last by default; history_from/_before page)
 TREE_DEPTH = 10  # levels of a run's tree drawn on its page; a node at the last one links deeper
 TREE_NODES = 200  # descendants drawn at most, breadth first (a fan-out of 100,000 was drawn whole)
+STACK_SHOWN = 50  # entries of each of a run's waiting-on lists drawn (its totals say the rest)
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 BULK_ACTIONS = ("replay", "discard")
 WORKER_STATUSES = ("active", "draining", "stopped")
@@ -467,7 +468,7 @@ class Dashboard:
 
         async def read(api: Any) -> tuple[Any, Any, Any, Any]:
             row = resident(await api.get_execution(execution_id), sharded)
-            stack = await api.get_execution_stack(execution_id)
+            stack = await api.get_execution_stack(execution_id, STACK_SHOWN)
             history = views.HistoryPage(HISTORY_SHOWN, after=after, before=before, full=full)
             await history.read(api, execution_id)
             return row, stack, history, await api.list_update_requests(execution_id)
