@@ -7,6 +7,7 @@ from typing import Any, assert_type
 
 import harvest
 from harvest import ActivityContext, App, AsyncClient, Client, WorkflowContext, WorkflowHandle
+from harvest.testing import ActivityCall, ReplayResult, WorkflowEnvironment, WorkflowReplayer
 
 
 @dataclass
@@ -90,3 +91,12 @@ async def start_async(client: AsyncClient) -> dict[str, int]:
 
 
 app = App(workflows=[checkout, child], activities=[charge, reserve, stamp])
+
+
+def test_kit() -> None:
+    # harvest.testing resolves its names lazily; a checker still sees their types.
+    with WorkflowEnvironment(app) as env:
+        assert_type(env, WorkflowEnvironment)
+        assert_type(env.client.start_workflow(checkout, Order(5, 1.0)).result(), bool)
+        assert_type(env.activity_calls("charge"), list[ActivityCall])
+    assert_type(WorkflowReplayer(app).replay([]), ReplayResult)
