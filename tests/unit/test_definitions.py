@@ -85,6 +85,18 @@ def test_retry_resolution_order():
     assert typed.should_retry(ActivityFailure("KeyError", "bad sku"), 1)
 
 
+@pytest.mark.parametrize("entry", [ValueError, 404, None])
+def test_non_retryable_errors_takes_names_only(entry):
+    # A class was kept as "<class 'ValueError'>", which no failure's error_type ever equals:
+    # the policy silently retried what the user listed as final.
+    with pytest.raises(InvalidArgument, match="non_retryable_errors") as err:
+        RetryPolicy(non_retryable_errors=["InvalidInput", entry])
+    if entry is ValueError:
+        assert "'ValueError'" in str(err.value)
+    with pytest.raises(InvalidArgument, match="non_retryable_errors"):
+        RetryPolicy.exponential(non_retryable_errors=[entry])
+
+
 def test_workflow_decorator_bare_and_with_arguments():
     @workflow
     async def plain(ctx, x: int) -> int:

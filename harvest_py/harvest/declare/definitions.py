@@ -64,6 +64,21 @@ def _num(x: float | None) -> float | int | None:
     return int(x) if float(x).is_integer() else x
 
 
+def _error_type_name(entry: Any) -> str:
+    """One entry of ``non_retryable_errors``: a failure's error_type or text, as a string. A
+    class or a number would be kept as a text no failure ever has, and silently never match."""
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, type) and issubclass(entry, BaseException):
+        raise InvalidArgument(
+            f"non_retryable_errors: list error types by name ({entry.__name__!r}), not the class "
+            f"{entry.__name__}: a failure is matched by its error_type, its class's name"
+        )
+    raise InvalidArgument(
+        f"non_retryable_errors: expected error type names (strings), got {type(entry).__name__} {entry!r}"
+    )
+
+
 @dataclass
 class RetryPolicy:
     """How often and how fast a failed activity is retried (all times in seconds)."""
@@ -95,7 +110,7 @@ class RetryPolicy:
                 "non_retryable_errors: expected a list of error types, "
                 f"got the string {self.non_retryable_errors!r}"
             )
-        self.non_retryable_errors = [str(e) for e in self.non_retryable_errors]
+        self.non_retryable_errors = [_error_type_name(e) for e in self.non_retryable_errors]
 
     @classmethod
     def exponential(
