@@ -478,6 +478,17 @@ def _describe(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+def require_app(value: Any, who: str) -> App:
+    """``value`` if it is an App, else a TypeError saying how to make one (a list of workflows,
+    or the CLI's "module:attr" string, is the usual slip)."""
+    if not isinstance(value, App):
+        raise TypeError(
+            f"{who}() takes an App, got {type(value).__name__}: register your code in one, "
+            "App(workflows=[...], activities=[...])"
+        )
+    return value
+
+
 class App:
     """The registry a worker runs: workflows and activities by name.
 
