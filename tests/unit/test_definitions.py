@@ -45,6 +45,15 @@ def test_parse_duration_names_the_bad_text(bad):
     assert repr(bad) in str(err.value)
 
 
+@pytest.mark.parametrize("text", ["-5s", "-1h30m", " -250ms"])
+def test_a_negative_duration_string_is_refused_as_negative(text):
+    # "-5s" was "cannot parse '-5s'; use ... '30s'", as if its form were wrong, not its sign.
+    with pytest.raises(InvalidArgument, match=r"is not a positive finite duration"):
+        parse_duration(text, "start_to_close", positive=True)
+    with pytest.raises(InvalidArgument, match=r"is not a non-negative finite duration"):
+        parse_duration(text)
+
+
 def test_retry_policy_defaults_and_json():
     policy = RetryPolicy()
     assert policy.to_json() == {
@@ -217,6 +226,21 @@ def test_an_activity_in_workflows_or_a_workflow_in_activities_is_told_where_it_g
         TypeError, match=r"a_workflow is a @workflow, not an @activity: pass it in App\(workflows"
     ):
         App(activities=[a_workflow])
+
+
+def test_app_takes_lists_and_says_so_when_given_one_function():
+    # App(workflows=checkout) failed with "'function' object is not iterable".
+    @workflow
+    async def checkout(ctx) -> None:
+        pass
+
+    one = r"App\(workflows=\.\.\.\) takes a list: App\(workflows=\[checkout\]\)"
+    with pytest.raises(TypeError, match=one):
+        App(workflows=checkout)
+    with pytest.raises(TypeError, match=r"App\(activities=\.\.\.\) takes a list"):
+        App(activities=checkout)
+    with pytest.raises(TypeError, match=r"App\(workflows=\.\.\.\) takes a list"):
+        App(workflows="checkout")  # a string is iterable, one letter at a time
 
 
 def test_app_rejects_undecorated_functions_and_duplicates():

@@ -478,6 +478,14 @@ def _describe(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+def _require_list(option: str, value: Any) -> None:
+    """App(workflows=checkout) (one function, or a name: a string iterates by letter) is refused
+    saying the list it takes, rather than "'function' object is not iterable"."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        example = getattr(value, "__name__", None) or "..."
+        raise TypeError(f"App({option}=...) takes a list: App({option}=[{example}])")
+
+
 def require_app(value: Any, who: str) -> App:
     """``value`` if it is an App, else a TypeError saying how to make one (a list of workflows,
     or the CLI's "module:attr" string, is the usual slip)."""
@@ -508,6 +516,8 @@ class App:
     ) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.activities: dict[str, ActivityDefinition] = {}
+        _require_list("workflows", workflows)
+        _require_list("activities", activities)
         for item in workflows:
             self._add(self.workflows, _as_workflow(item), "workflow")
         for item in activities:
