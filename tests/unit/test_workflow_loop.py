@@ -134,3 +134,38 @@ def test_call_soon_fills_every_slot_asyncio_gives_a_handle():
     handle = DeterministicEventLoop().call_soon(print)
     unset = [slot for slot in asyncio.Handle.__slots__ if slot != "__weakref__" and not hasattr(handle, slot)]
     assert not unset, f"asyncio.Handle has slots DeterministicEventLoop.call_soon does not fill: {unset}"
+
+
+@pytest.mark.parametrize("method", ["idempotency_key", "heartbeat", "attempt"])
+def test_an_activity_called_directly_in_a_workflow_is_named_as_the_mistake(method):
+    """`charge(ctx, 5)` inside a workflow runs the activity's code inline (unrecorded, again on
+    every replay) with the workflow's ctx; its first activity-only ctx call failed the run with
+    a bare "'WorkflowContext' object has no attribute 'idempotency_key'"."""
+    from harvest import activity
+
+    @activity
+    def charge(ctx, amount: int) -> str:
+        return str(getattr(ctx, method)())
+
+    @workflow
+    async def pay(ctx) -> str:
+        return charge(ctx, 5)
+
+    act = asyncio.run(new_run(None, pay).advance(HistoryBuilder("pay").events))
+    [command] = act.commands
+    assert command["type"] == "fail_workflow"
+    message = command["failure"]["message"]
+    assert f"ctx.{method}" in message and "await ctx.execute_activity(" in message, message
+
+
+def test_any_other_missing_ctx_attribute_is_the_usual_attribute_error():
+    @workflow
+    async def typo(ctx) -> str:
+        try:
+            ctx.no_such_thing  # noqa: B018
+        except AttributeError as exc:
+            return str(exc)
+        return "found"
+
+    act = asyncio.run(new_run(None, typo).advance(HistoryBuilder("typo").events))
+    assert act.commands[0]["result"] == "'WorkflowContext' object has no attribute 'no_such_thing'"

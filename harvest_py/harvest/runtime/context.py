@@ -140,12 +140,43 @@ class _ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
         return not self._ctx.is_replaying and self.logger.isEnabledFor(level)
 
 
+# What an activity's ctx has and a workflow's has not (worker/activities.py, ActivityContext):
+# a workflow that reaches for one has most likely called an activity function directly.
+_ACTIVITY_ONLY = frozenset(
+    {
+        "idempotency_key",
+        "attempt",
+        "heartbeat",
+        "heartbeat_details",
+        "task_token",
+        "complete_async",
+        "activity_name",
+        "cancel_requested",
+        "record_llm_call",
+    }
+)
+
+
 class WorkflowContext:
     """Deterministic access to activities, timers, time and randomness."""
 
     def __init__(self, run: WorkflowRun, info: WorkflowInfo):
         self._run = run
         self.info = info
+
+    if not TYPE_CHECKING:  # hidden from checkers, which would otherwise accept any ctx.<name>
+
+        def __getattr__(self, name: str) -> Any:
+            """Only for a name the context does not have: the usual AttributeError, with the
+            likely cause when the name is an activity context's."""
+            if name in _ACTIVITY_ONLY:
+                raise AttributeError(
+                    f"'WorkflowContext' object has no attribute {name!r}: ctx.{name} is an "
+                    "activity's, so an activity function was called directly in the workflow "
+                    "(its code then runs inline, unrecorded, and again on every replay); run it "
+                    "with `await ctx.execute_activity(fn, *args)`"
+                )
+            raise AttributeError(f"'WorkflowContext' object has no attribute {name!r}")
 
     # ------------------------------------------------------------------ identity
     @property
