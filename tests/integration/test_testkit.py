@@ -488,3 +488,15 @@ def test_an_unknown_environment_option_is_refused_when_made_naming_the_options()
         WorkflowEnvironment(app, concurrency=0)  # a Worker option's bounds, checked at once too
     with pytest.raises(TypeError, match=r"WorkflowEnvironment\(\) takes an App, got list"):
         WorkflowEnvironment([checkout])
+
+
+def test_the_calls_of_an_activity_that_was_never_mocked_are_refused():
+    """activity_calls("chrage") answered [] for a name no mock was set for (a typo, or an
+    activity left real), so `assert not env.activity_calls(...)` passed whatever ran."""
+    environment = WorkflowEnvironment(app)
+    environment.mock_activity(charge, lambda ctx, order_id, amount: {})
+    assert environment.activity_calls("charge") == []  # mocked, not called yet
+    with pytest.raises(ValueError, match=r"no mock was set for activity 'lookup_rate'.*mocked: charge"):
+        environment.activity_calls(lookup_rate)
+    environment.unmock_activity(charge)
+    assert environment.activity_calls(charge) == []  # what the mock received stays readable

@@ -346,9 +346,17 @@ class WorkflowEnvironment:
             self.app.activities[name] = original
 
     def activity_calls(self, activity: Any) -> list[ActivityCall]:
-        """The calls a mock of ``activity`` received so far, oldest first (retries included)."""
+        """The calls a mock of ``activity`` received so far, oldest first (retries included).
+        A ValueError for an activity no mock was set for: its calls are not recorded, and an
+        empty list would pass an assertion that nothing was called."""
         name = activity if isinstance(activity, str) else self._original_app.activity(activity).name
-        return list(self._calls.get(name, []))
+        if name not in self._calls:
+            raise ValueError(
+                f"no mock was set for activity {name!r}, so its calls are not recorded "
+                f"(mocked: {', '.join(sorted(self._calls)) or 'none'}); mock it first with "
+                "env.mock_activity"
+            )
+        return list(self._calls[name])
 
     # -- the clock ---------------------------------------------------------------------------
     def _now(self) -> _dt.datetime:
