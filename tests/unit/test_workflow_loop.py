@@ -169,3 +169,27 @@ def test_any_other_missing_ctx_attribute_is_the_usual_attribute_error():
 
     act = asyncio.run(new_run(None, typo).advance(HistoryBuilder("typo").events))
     assert act.commands[0]["result"] == "'WorkflowContext' object has no attribute 'no_such_thing'"
+
+
+@pytest.mark.parametrize(
+    ("what", "call"),
+    [
+        ("create_connection", lambda: asyncio.open_connection("127.0.0.1", 9)),  # an HTTP client's
+        ("getaddrinfo", lambda: asyncio.get_running_loop().getaddrinfo("localhost", 80)),
+        ("subprocess_exec", lambda: asyncio.create_subprocess_exec("true")),
+    ],
+)
+def test_network_and_process_io_in_a_workflow_is_an_illegal_operation(what, call):
+    """An async HTTP or database client awaited in a workflow reached asyncio's unimplemented
+    loop methods: a bare `NotImplementedError` with no message, which failed the run for good
+    instead of failing its task until the code is fixed, like the other illegal operations."""
+
+    @workflow
+    async def fetch(ctx) -> str:
+        await call()
+        return "fetched"
+
+    with pytest.raises(
+        IllegalWorkflowOperation, match=rf"not allowed in a workflow \(loop\.{what}:.*put it in an activity"
+    ):
+        asyncio.run(new_run(None, fetch).advance(HistoryBuilder("fetch").events))
