@@ -80,6 +80,18 @@ def test_retry_policy_defaults_and_json():
         RetryPolicy(max_attempts=0)
 
 
+def test_a_retry_cap_below_the_first_interval_is_refused_naming_the_default():
+    # RetryPolicy.exponential(initial="1h") kept the default 100 s cap, so every retry waited
+    # 100 s, not the hour asked for (docs/testing.md's first test did exactly this).
+    with pytest.raises(InvalidArgument, match=r"max_interval.*100s.*the default.*initial_interval.*3600s"):
+        RetryPolicy.exponential(initial="1h")
+    shorter = r"max_interval \(5s\) is shorter than initial_interval \(10s\)"
+    with pytest.raises(InvalidArgument, match=shorter):
+        RetryPolicy(initial_interval=10, max_interval=5)
+    assert RetryPolicy.exponential(initial="1h", maximum="1d").delay(1) == 3600
+    assert RetryPolicy(initial_interval=5, max_interval=5).delay(3) == 5  # equal: a fixed interval
+
+
 def test_retry_resolution_order():
     policy = RetryPolicy(max_attempts=5, non_retryable_errors=["InvalidInput", "exact text"])
     assert policy.should_retry(ActivityFailure("Timeout", "slow"), 1)

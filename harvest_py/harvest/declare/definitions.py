@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast, overload
 
-from harvest.core.durations import parse_duration
+from harvest.core.durations import parse_duration, plain_number
 from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
 from harvest.declare import flow_control as _flow
 
@@ -98,6 +98,16 @@ class RetryPolicy:
             raise InvalidArgument(f"max_attempts: {self.max_attempts!r} must be an int from 1 to 1000000")
         self.initial_interval = parse_duration(self.initial_interval, "initial_interval", positive=True)
         self.max_interval = parse_duration(self.max_interval, "max_interval", positive=True)
+        if self.max_interval < self.initial_interval:
+            # The cap wins (delay() = min(...)): every retry would wait max_interval, silently
+            # shorter than the first interval asked for, the default 100 s cap most of all.
+            default = ", the default" if self.max_interval == 100.0 else ""
+            raise InvalidArgument(
+                f"max_interval ({plain_number(self.max_interval)}s{default}) is shorter than "
+                f"initial_interval ({plain_number(self.initial_interval)}s): every retry would wait "
+                "max_interval; give a max_interval (RetryPolicy.exponential's maximum=) at least "
+                "as long"
+            )
         if (
             not isinstance(self.backoff, (int, float))
             or isinstance(self.backoff, bool)
