@@ -500,3 +500,35 @@ def test_the_calls_of_an_activity_that_was_never_mocked_are_refused():
         environment.activity_calls(lookup_rate)
     environment.unmock_activity(charge)
     assert environment.activity_calls(charge) == []  # what the mock received stays readable
+
+
+class Rates:
+    """Activities as methods of an instance that holds what they share."""
+
+    def __init__(self, rate: float):
+        self.rate = rate
+
+    @activity
+    def convert(self, ctx, amount: float) -> float:
+        return amount * self.rate
+
+    @activity(local=True)
+    def convert_locally(self, ctx, amount: float) -> float:
+        return amount * self.rate
+
+
+RATES = Rates(2.0)
+
+
+@workflow
+async def converts_by_method(ctx, amount: float) -> list:
+    return [
+        await ctx.execute_activity(RATES.convert, amount),
+        await ctx.execute_local_activity(RATES.convert_locally, amount),
+    ]
+
+
+def test_an_instance_s_methods_run_as_activities(kit_server: TestServer):
+    methods = App(workflows=[converts_by_method], activities=[RATES.convert, RATES.convert_locally])
+    with WorkflowEnvironment(methods, server=kit_server) as environment:
+        assert environment.client.start_workflow(converts_by_method, 21.0).result(timeout=10) == [42.0, 42.0]

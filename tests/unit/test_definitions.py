@@ -255,6 +255,29 @@ def test_app_takes_lists_and_says_so_when_given_one_function():
         App(workflows="checkout")  # a string is iterable, one letter at a time
 
 
+class Payments:
+    """Activities as methods, for what they share (a client, a gateway): Temporal's idiom."""
+
+    def __init__(self, gateway: str):
+        self.gateway = gateway
+
+    @activity
+    def charge(self, ctx, amount: int) -> str:
+        return f"{self.gateway}:{amount}"
+
+
+def test_an_instance_s_activity_method_is_registered_bound():
+    # Registered as the plain function, its `self` took the ctx and the ctx the first argument:
+    # "bad arguments for charge: missing a required argument: 'amount'" for a call that gave it.
+    payments = Payments("stripe")
+    app = App(activities=[payments.charge, payments.charge])  # the same method twice: harmless
+    assert app.activities["charge"].fn(None, 5) == "stripe:5"
+    with pytest.raises(
+        TypeError, match=r"Payments\.charge takes `self`.*App\(activities=\[instance\.charge\]\)"
+    ):
+        App(activities=[Payments.charge])
+
+
 def test_app_rejects_undecorated_functions_and_duplicates():
     async def naked(ctx) -> None:
         pass

@@ -560,7 +560,7 @@ class App:
     def _add(table: dict[str, Any], defn: Any, kind: str) -> None:
         existing = table.get(defn.name)
         if existing is not None:
-            if existing.fn is defn.fn:
+            if existing.fn == defn.fn:  # (==: an instance's method is a new object at each access)
                 return  # the same function listed twice is harmless
             raise ConfigError(
                 f"duplicate {kind} name {defn.name!r}: registered by "
@@ -653,4 +653,17 @@ def _as_activity(item: Any) -> ActivityDefinition:
                 "pass it in App(workflows=[...])"
             )
         raise TypeError(f"App(activities=...): {_describe(item)} is not decorated with @activity")
-    return defn
+    if not inspect.ismethod(item) and list(inspect.signature(defn.fn).parameters)[:1] == ["self"]:
+        # The method unbound (Payments.charge) would take the ctx as `self`.
+        raise TypeError(
+            f"{_describe(defn.fn)} takes `self`: register the method of an instance, "
+            "App(activities=[instance.charge]), and call it as ctx.execute_activity(instance.charge, ...)"
+        )
+    return bound_activity(defn, item)
+
+
+def bound_activity(defn: ActivityDefinition, item: Any) -> ActivityDefinition:
+    """The definition of ``item``, an @activity function or an instance's @activity method:
+    a method runs bound (its instance holds what the activities share, a client, a gateway),
+    so ``ctx`` is its first argument after ``self``, as for a function."""
+    return dataclasses.replace(defn, fn=item) if inspect.ismethod(item) else defn

@@ -22,7 +22,7 @@ from harvest.core.deprecation import queue_alias, renamed_attribute
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, SignalTimeout
 from harvest.core.payload import decode, decode_result, encode, encode_args, return_hint
-from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition
+from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition, bound_activity
 from harvest.runtime.children import ChildPlacement
 from harvest.runtime.external import external_target
 
@@ -322,6 +322,7 @@ class WorkflowContext:
             return activity, activity.fn
         defn = getattr(activity, "__harvest_activity__", None)
         if isinstance(defn, ActivityDefinition):
+            defn = bound_activity(defn, activity)  # an instance's method runs bound
             return defn, defn.fn
         raise TypeError(
             f"execute_activity: {activity!r} is neither an activity name nor a "

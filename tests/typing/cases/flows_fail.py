@@ -47,3 +47,15 @@ def test_kit(env: WorkflowEnvironment) -> None:
     # The test kit's names are typed too (not Any): a test's calls are checked like an app's.
     env.client.start_workflow(pay, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType
     env.sleep("1d", settle_timeout="10s")  # expect-error: mypy=arg-type pyright=reportArgumentType
+
+
+class Rates:
+    @harvest.activity
+    def convert(self, ctx: ActivityContext, amount: float) -> float:
+        return amount
+
+
+@harvest.workflow
+async def converts(ctx: WorkflowContext) -> None:
+    rates = Rates()
+    await ctx.execute_activity(rates.convert, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType
