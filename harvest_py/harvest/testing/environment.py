@@ -304,8 +304,9 @@ class WorkflowEnvironment:
         """Run ``fn`` instead of the activity named ``activity`` (a name or the ``@activity``
         function). ``fn`` takes what the activity takes (``ctx`` first) and may be ``def`` or
         ``async def``; arguments are decoded by the real activity's type hints, and its
-        options (timeouts, retries) stay. A name no activity of the App has is mocked too (a
-        workflow may call activities by name that another worker runs)."""
+        options (timeouts, retries) stay. A mock that cannot take the activity's arguments is a
+        TypeError here. A name no activity of the App has is mocked too (a workflow may call
+        activities by name that another worker runs); one close to a registered name warns."""
         name = activity if isinstance(activity, str) else self._original_app.activity(activity).name
         original = self._original_app.activities.get(name)
         if original is not None:
