@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import functools
 import inspect
 import threading
@@ -583,11 +584,24 @@ def _update_with_start_call(
     }
 
 
+def _start_option_hint(kwargs: dict[str, Any]) -> str:
+    """A keyword the workflow refused that looks like a misspelt start option (workflow_idd=):
+    it went to the workflow's arguments, so say which option was likely meant."""
+    for name in kwargs:
+        near = difflib.get_close_matches(name, sorted(_START_KEYWORDS - {"task_queue"}), n=1, cutoff=0.8)
+        if near:
+            return f" ({name!r}: did you mean the start option {near[0]}=?)"
+    return ""
+
+
 def _start_args(
     client: Any, workflow: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str | None
 ) -> tuple[str, WorkflowDefinition | None, list[Any], str]:
     name, definition = _resolve_workflow(workflow)
-    encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
+    try:
+        encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{exc}{_start_option_hint(kwargs)}") from None
     chain, payloads = client.payloads.chain, client.payloads
     if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
         encoded = chain.encode_args(encoded)
