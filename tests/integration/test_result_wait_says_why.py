@@ -33,7 +33,12 @@ async def forgets_to_await(ctx) -> str:
     return "done"
 
 
-APP = App(workflows=[calls_a_misspelt_activity, forgets_to_await], activities=[hello])
+@workflow
+async def waits_for_a_signal(ctx) -> str:
+    return await ctx.wait_for_signal("go")
+
+
+APP = App(workflows=[calls_a_misspelt_activity, forgets_to_await, waits_for_a_signal], activities=[hello])
 
 
 def _count(db: str, sql: str, execution_id: str) -> int:
@@ -92,3 +97,13 @@ def test_a_workflow_task_failing_on_every_attempt_is_quoted_on_both_clients(db: 
 
     stack = harvest(db, "workflow", "stack", handle.execution_id)
     assert "last failure: IllegalWorkflowOperation: ctx.sleep(...)" in stack.stdout, stack.stdout
+
+
+def test_a_timeout_given_as_a_duration_string_is_quoted_in_seconds(db: str, start_worker) -> None:
+    """result(timeout="200ms") is accepted like any duration, but the message pasted the text
+    after the number: "still running after 200mss" ("1s" gave "1ss")."""
+    start_worker(APP)
+    with Client(db) as client:
+        handle = client.start_workflow(waits_for_a_signal)
+        with pytest.raises(TimeoutError_, match=r"is still running after 0\.2s$"):
+            handle.result(timeout="200ms")

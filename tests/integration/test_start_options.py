@@ -155,3 +155,12 @@ def test_a_key_over_the_index_limit_is_an_invalid_argument_not_a_server_error(
     start_worker(App(workflows=[long_child, gate]))
     answer = client.start_workflow(long_child, 1001).result(timeout=30)
     assert answer == "START_FAILED InvalidArgument: workflow_id is 1001 bytes, over the limit of 1000"
+
+
+@pytest.mark.parametrize("workflow", [gate, "gate"], ids=["by function", "by name"])
+def test_a_misspelt_start_option_is_named_as_one(client: Client, workflow) -> None:
+    """workflow_idd= went to the workflow's arguments and was refused as one ("unexpected
+    keyword argument", or "keyword arguments need the function" by name), not naming the
+    start option meant."""
+    with pytest.raises(TypeError, match=r"'workflow_idd'.*did you mean the start option workflow_id=\?"):
+        client.start_workflow(workflow, 1, workflow_idd="gate-1")

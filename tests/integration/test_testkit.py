@@ -444,3 +444,91 @@ def test_a_failing_workflow_task_is_not_skipped_into_a_spin(env: WorkflowEnviron
             (handle.execution_id,),
         ).fetchone()[0]
     assert attempts <= 2  # the first attempt, and at most one retry 5 s of real time later
+
+
+# -- mistakes a test author makes, refused where they are made (no database needed) ----------
+
+
+def test_a_mock_that_cannot_take_the_activity_s_arguments_is_refused_when_made():
+    """A mock missing a parameter failed only when the activity ran: each attempt a TypeError
+    about a lambda, then a dead letter, and the test saw its result wait time out."""
+    environment = WorkflowEnvironment(app)
+    with pytest.raises(TypeError, match=r"mock for activity 'charge' .*\(ctx, order_id, amount\)"):
+        environment.mock_activity(charge, lambda ctx, order_id: {})
+    with pytest.raises(TypeError, match=r"mock for activity 'charge'"):
+        environment.mock_activity("charge", lambda: "charged")  # no ctx
+    # what can take the arguments is accepted: named alike or not, *args, a default, async
+    environment.mock_activity(charge, lambda ctx, a, b, c=None: {})
+    environment.mock_activity(charge, lambda *args: {})
+
+    async def mocked(ctx, order_id, amount):
+        return {}
+
+    environment.mock_activity(charge, mocked)
+
+
+def test_a_mock_of_a_name_close_to_a_registered_one_warns():
+    """Mocking a name the App does not register is allowed (another service's activity), so a
+    misspelt name mocked nothing and the real activity ran; a near miss now warns."""
+    environment = WorkflowEnvironment(app)
+    with pytest.warns(UserWarning, match=r"no activity 'chrage'.*did you mean 'charge'"):
+        environment.mock_activity("chrage", lambda ctx, order_id, amount: {})
+    environment.mock_activity("payments.refund", lambda ctx, charge_id: {})  # far from any: silent
+
+
+def test_an_unknown_environment_option_is_refused_when_made_naming_the_options():
+    # It reached the Worker only on entering, which listed the Worker's options and not the
+    # environment's own (time_skipping misspelt was reported as an unknown Worker option).
+    unknown = r"WorkflowEnvironment\(\) got unknown option\(s\) time_skiping \(did you mean time_skipping\?\)"
+    with pytest.raises(TypeError, match=unknown):
+        WorkflowEnvironment(app, time_skiping=False)
+    with pytest.raises(TypeError, match=r"concurency.*concurrency"):
+        WorkflowEnvironment(app, concurency=4)
+    with pytest.raises(InvalidArgument, match=r"concurrency"):
+        WorkflowEnvironment(app, concurrency=0)  # a Worker option's bounds, checked at once too
+    with pytest.raises(TypeError, match=r"WorkflowEnvironment\(\) takes an App, got list"):
+        WorkflowEnvironment([checkout])
+
+
+def test_the_calls_of_an_activity_that_was_never_mocked_are_refused():
+    """activity_calls("chrage") answered [] for a name no mock was set for (a typo, or an
+    activity left real), so `assert not env.activity_calls(...)` passed whatever ran."""
+    environment = WorkflowEnvironment(app)
+    environment.mock_activity(charge, lambda ctx, order_id, amount: {})
+    assert environment.activity_calls("charge") == []  # mocked, not called yet
+    with pytest.raises(ValueError, match=r"no mock was set for activity 'lookup_rate'.*mocked: charge"):
+        environment.activity_calls(lookup_rate)
+    environment.unmock_activity(charge)
+    assert environment.activity_calls(charge) == []  # what the mock received stays readable
+
+
+class Rates:
+    """Activities as methods of an instance that holds what they share."""
+
+    def __init__(self, rate: float):
+        self.rate = rate
+
+    @activity
+    def convert(self, ctx, amount: float) -> float:
+        return amount * self.rate
+
+    @activity(local=True)
+    def convert_locally(self, ctx, amount: float) -> float:
+        return amount * self.rate
+
+
+RATES = Rates(2.0)
+
+
+@workflow
+async def converts_by_method(ctx, amount: float) -> list:
+    return [
+        await ctx.execute_activity(RATES.convert, amount),
+        await ctx.execute_local_activity(RATES.convert_locally, amount),
+    ]
+
+
+def test_an_instance_s_methods_run_as_activities(kit_server: TestServer):
+    methods = App(workflows=[converts_by_method], activities=[RATES.convert, RATES.convert_locally])
+    with WorkflowEnvironment(methods, server=kit_server) as environment:
+        assert environment.client.start_workflow(converts_by_method, 21.0).result(timeout=10) == [42.0, 42.0]

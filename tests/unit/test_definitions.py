@@ -45,6 +45,15 @@ def test_parse_duration_names_the_bad_text(bad):
     assert repr(bad) in str(err.value)
 
 
+@pytest.mark.parametrize("text", ["-5s", "-1h30m", " -250ms"])
+def test_a_negative_duration_string_is_refused_as_negative(text):
+    # "-5s" was "cannot parse '-5s'; use ... '30s'", as if its form were wrong, not its sign.
+    with pytest.raises(InvalidArgument, match=r"is not a positive finite duration"):
+        parse_duration(text, "start_to_close", positive=True)
+    with pytest.raises(InvalidArgument, match=r"is not a non-negative finite duration"):
+        parse_duration(text)
+
+
 def test_retry_policy_defaults_and_json():
     policy = RetryPolicy()
     assert policy.to_json() == {
@@ -71,6 +80,18 @@ def test_retry_policy_defaults_and_json():
         RetryPolicy(max_attempts=0)
 
 
+def test_a_retry_cap_below_the_first_interval_is_refused_naming_the_default():
+    # RetryPolicy.exponential(initial="1h") kept the default 100 s cap, so every retry waited
+    # 100 s, not the hour asked for (docs/testing.md's first test did exactly this).
+    with pytest.raises(InvalidArgument, match=r"max_interval.*100s.*the default.*initial_interval.*3600s"):
+        RetryPolicy.exponential(initial="1h")
+    shorter = r"max_interval \(5s\) is shorter than initial_interval \(10s\)"
+    with pytest.raises(InvalidArgument, match=shorter):
+        RetryPolicy(initial_interval=10, max_interval=5)
+    assert RetryPolicy.exponential(initial="1h", maximum="1d").delay(1) == 3600
+    assert RetryPolicy(initial_interval=5, max_interval=5).delay(3) == 5  # equal: a fixed interval
+
+
 def test_retry_resolution_order():
     policy = RetryPolicy(max_attempts=5, non_retryable_errors=["InvalidInput", "exact text"])
     assert policy.should_retry(ActivityFailure("Timeout", "slow"), 1)
@@ -83,6 +104,18 @@ def test_retry_resolution_order():
     assert not typed.should_retry(ActivityFailure("ValueError", "bad sku"), 1)
     assert typed.should_retry(ActivityFailure("ValueError", "other"), 1)
     assert typed.should_retry(ActivityFailure("KeyError", "bad sku"), 1)
+
+
+@pytest.mark.parametrize("entry", [ValueError, 404, None])
+def test_non_retryable_errors_takes_names_only(entry):
+    # A class was kept as "<class 'ValueError'>", which no failure's error_type ever equals:
+    # the policy silently retried what the user listed as final.
+    with pytest.raises(InvalidArgument, match="non_retryable_errors") as err:
+        RetryPolicy(non_retryable_errors=["InvalidInput", entry])
+    if entry is ValueError:
+        assert "'ValueError'" in str(err.value)
+    with pytest.raises(InvalidArgument, match="non_retryable_errors"):
+        RetryPolicy.exponential(non_retryable_errors=[entry])
 
 
 def test_workflow_decorator_bare_and_with_arguments():
@@ -205,6 +238,44 @@ def test_an_activity_in_workflows_or_a_workflow_in_activities_is_told_where_it_g
         TypeError, match=r"a_workflow is a @workflow, not an @activity: pass it in App\(workflows"
     ):
         App(activities=[a_workflow])
+
+
+def test_app_takes_lists_and_says_so_when_given_one_function():
+    # App(workflows=checkout) failed with "'function' object is not iterable".
+    @workflow
+    async def checkout(ctx) -> None:
+        pass
+
+    one = r"App\(workflows=\.\.\.\) takes a list: App\(workflows=\[checkout\]\)"
+    with pytest.raises(TypeError, match=one):
+        App(workflows=checkout)
+    with pytest.raises(TypeError, match=r"App\(activities=\.\.\.\) takes a list"):
+        App(activities=checkout)
+    with pytest.raises(TypeError, match=r"App\(workflows=\.\.\.\) takes a list"):
+        App(workflows="checkout")  # a string is iterable, one letter at a time
+
+
+class Payments:
+    """Activities as methods, for what they share (a client, a gateway): Temporal's idiom."""
+
+    def __init__(self, gateway: str):
+        self.gateway = gateway
+
+    @activity
+    def charge(self, ctx, amount: int) -> str:
+        return f"{self.gateway}:{amount}"
+
+
+def test_an_instance_s_activity_method_is_registered_bound():
+    # Registered as the plain function, its `self` took the ctx and the ctx the first argument:
+    # "bad arguments for charge: missing a required argument: 'amount'" for a call that gave it.
+    payments = Payments("stripe")
+    app = App(activities=[payments.charge, payments.charge])  # the same method twice: harmless
+    assert app.activities["charge"].fn(None, 5) == "stripe:5"
+    with pytest.raises(
+        TypeError, match=r"Payments\.charge takes `self`.*App\(activities=\[instance\.charge\]\)"
+    ):
+        App(activities=[Payments.charge])
 
 
 def test_app_rejects_undecorated_functions_and_duplicates():

@@ -235,3 +235,18 @@ def test_the_tls_warning_is_logged_once_per_dsn(
     caplog.clear()
     connection.warn_if_unverified_tls("postgresql://u@127.0.0.1/app")  # local: silent
     assert not caplog.records
+
+
+def test_no_database_given_tells_a_python_caller_how_to_give_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Client(), AsyncClient.connect() and Worker(app) with no DSN and no HARVEST_DATABASE_URL:
+    the message named `--database-url`, a flag of the CLI, which a Python caller has not got."""
+    from harvest import App, AsyncClient, Client, Worker
+
+    monkeypatch.delenv(connection.DSN_ENV, raising=False)
+    for make in (Client, lambda: asyncio.run(AsyncClient.connect()), lambda: Worker(App())):
+        with pytest.raises(ConfigError) as err:
+            make()
+        text = str(err.value)
+        assert "HARVEST_DATABASE_URL" in text
+        assert "--database-url" not in text
+        assert 'Client("postgresql://' in text

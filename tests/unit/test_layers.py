@@ -355,6 +355,25 @@ def test_the_public_names_resolve_lazily_and_stay_the_same() -> None:
         harvest.no_such_name  # noqa: B018
 
 
+def test_the_test_kit_names_are_typed_as_they_resolve() -> None:
+    """harvest.testing resolves lazily too; its TYPE_CHECKING block must name every public name,
+    or a checker sees that name as Any and a user's tests go unchecked."""
+    import harvest.testing
+
+    for name in harvest.testing.__all__:
+        assert getattr(harvest.testing, name) is not None, name
+    tree = ast.parse((PACKAGE / "testing" / "__init__.py").read_text())
+    typed = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and _is_type_checking(node.test)
+        for stmt in node.body
+        if isinstance(stmt, ast.ImportFrom)
+        for alias in stmt.names
+    }
+    assert typed == set(harvest.testing.__all__)
+
+
 def test_harvest_errors_is_the_public_home_of_the_exceptions() -> None:
     """The spec and the docs name `harvest.errors`; it is harvest.core.errors under that name."""
     code = (

@@ -148,6 +148,16 @@ def test_a_history_without_a_start_is_reported():
     assert not result.ok and "WorkflowStarted" in result.error
 
 
+@pytest.mark.parametrize(
+    ("history", "found"),
+    [([{"event_type": "WorkflowStarted"}], "event_id"), ([{"event_id": 1}], "event_type"), (["x"], "str")],
+)
+def test_a_malformed_event_is_a_type_error_naming_it(history, found):
+    # It was a bare KeyError: 'event_id' from sorting the events.
+    with pytest.raises(TypeError, match=rf"event 0 of the history .*{found}"):
+        WorkflowReplayer(app).replay(history)
+
+
 def closed_by_the_engine(events: list[dict], event_type: str, data: dict) -> list[dict]:
     """``events`` ended by a closing event the database writes with no decision."""
     return [*events, {"event_id": len(events) + 1, "event_type": event_type, "event_data": data}]

@@ -161,3 +161,11 @@ def test_a_worker_built_in_code_runs_the_janitor_where_it_runs_the_scheduler(cap
     caplog.clear()
     assert retention_placed(WorkerOptions(run_scanner=False)) is False
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+@pytest.mark.parametrize("not_an_app", [[], None, "app:app"], ids=["list", "None", "str"])
+def test_a_worker_refuses_what_is_not_an_app_saying_how_to_make_one(not_an_app) -> None:
+    # A list of workflows (or the "module:attr" string the CLI takes) failed with
+    # AttributeError: 'list' object has no attribute 'activities'.
+    with pytest.raises(TypeError, match=r"Worker\(\) takes an App, got .*App\(workflows=\[\.\.\.\]"):
+        Worker(not_an_app, DSN)

@@ -134,3 +134,62 @@ def test_call_soon_fills_every_slot_asyncio_gives_a_handle():
     handle = DeterministicEventLoop().call_soon(print)
     unset = [slot for slot in asyncio.Handle.__slots__ if slot != "__weakref__" and not hasattr(handle, slot)]
     assert not unset, f"asyncio.Handle has slots DeterministicEventLoop.call_soon does not fill: {unset}"
+
+
+@pytest.mark.parametrize("method", ["idempotency_key", "heartbeat", "attempt"])
+def test_an_activity_called_directly_in_a_workflow_is_named_as_the_mistake(method):
+    """`charge(ctx, 5)` inside a workflow runs the activity's code inline (unrecorded, again on
+    every replay) with the workflow's ctx; its first activity-only ctx call failed the run with
+    a bare "'WorkflowContext' object has no attribute 'idempotency_key'"."""
+    from harvest import activity
+
+    @activity
+    def charge(ctx, amount: int) -> str:
+        return str(getattr(ctx, method)())
+
+    @workflow
+    async def pay(ctx) -> str:
+        return charge(ctx, 5)
+
+    act = asyncio.run(new_run(None, pay).advance(HistoryBuilder("pay").events))
+    [command] = act.commands
+    assert command["type"] == "fail_workflow"
+    message = command["failure"]["message"]
+    assert f"ctx.{method}" in message and "await ctx.execute_activity(" in message, message
+
+
+def test_any_other_missing_ctx_attribute_is_the_usual_attribute_error():
+    @workflow
+    async def typo(ctx) -> str:
+        try:
+            ctx.no_such_thing  # noqa: B018
+        except AttributeError as exc:
+            return str(exc)
+        return "found"
+
+    act = asyncio.run(new_run(None, typo).advance(HistoryBuilder("typo").events))
+    assert act.commands[0]["result"] == "'WorkflowContext' object has no attribute 'no_such_thing'"
+
+
+@pytest.mark.parametrize(
+    ("what", "call"),
+    [
+        ("create_connection", lambda: asyncio.open_connection("127.0.0.1", 9)),  # an HTTP client's
+        ("getaddrinfo", lambda: asyncio.get_running_loop().getaddrinfo("localhost", 80)),
+        ("subprocess_exec", lambda: asyncio.create_subprocess_exec("true")),
+    ],
+)
+def test_network_and_process_io_in_a_workflow_is_an_illegal_operation(what, call):
+    """An async HTTP or database client awaited in a workflow reached asyncio's unimplemented
+    loop methods: a bare `NotImplementedError` with no message, which failed the run for good
+    instead of failing its task until the code is fixed, like the other illegal operations."""
+
+    @workflow
+    async def fetch(ctx) -> str:
+        await call()
+        return "fetched"
+
+    with pytest.raises(
+        IllegalWorkflowOperation, match=rf"not allowed in a workflow \(loop\.{what}:.*put it in an activity"
+    ):
+        asyncio.run(new_run(None, fetch).advance(HistoryBuilder("fetch").events))

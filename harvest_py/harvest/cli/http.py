@@ -1129,8 +1129,9 @@ class HttpHandle:
             # stack says why it is stuck (the first run's, ended, says nothing).
             running = self.http.last_headers.get("x-harvest-execution-id") or running
             if deadline is not None and time.monotonic() >= deadline:
-                why = self._why_stuck(running)
-                raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s{why}")
+                from harvest.client.client import still_running
+
+                raise still_running(self.execution_id, timeout, self._why_stuck(running))
 
     def _why_stuck(self, running: str) -> str:
         """What the SQL client's timeout says of a stuck run (a failing workflow task, a

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import functools
 import inspect
 import threading
@@ -32,7 +33,7 @@ from harvest.client.outage import Outage
 from harvest.core import payload
 from harvest.core.codecs import Payloads
 from harvest.core.deprecation import queue_alias
-from harvest.core.durations import parse_duration
+from harvest.core.durations import parse_duration, plain_number
 from harvest.core.errors import (
     ActivityFailure,
     DatabaseUnavailable,
@@ -431,7 +432,8 @@ def _result_steps(
                 # again): the run's close drops it.
                 marks.runs.clear()
                 raise TimeoutError_(
-                    f"no outcome of workflow {handle.execution_id} within {timeout}s ({outage.reason()})"
+                    f"no outcome of workflow {handle.execution_id} within {_seconds(timeout)}s "
+                    f"({outage.reason()})"
                 ) from exc
             # The hub wakes the wait when its LISTEN connection is back, the pause otherwise.
             yield Notified(execution_id, pause)
@@ -457,7 +459,7 @@ def _result_steps(
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             why = yield from _why_stuck(execution_id)
-            raise TimeoutError_(f"workflow {handle.execution_id} is still running after {timeout}s{why}")
+            raise still_running(handle.execution_id, timeout, why)
         # Wake on our id; a periodic re-read covers a close that raced our mark.
         yield Notified(
             execution_id, _RESULT_REREAD_SECS if remaining is None else min(remaining, _RESULT_REREAD_SECS)
@@ -474,6 +476,17 @@ def _why_stuck(execution_id: str) -> Steps[str]:
     except Exception:  # a hint only: the timeout is the answer
         return ""
     return why_stuck(stack)
+
+
+def still_running(execution_id: Any, timeout: Any, why: str) -> TimeoutError_:
+    """The error of a result wait that ran out, on every transport: the timeout in seconds
+    (it may have been given as "200ms" or a timedelta), then why_stuck's reasons."""
+    return TimeoutError_(f"workflow {execution_id} is still running after {_seconds(timeout)}s{why}")
+
+
+def _seconds(timeout: Any) -> str:
+    """A result wait's timeout as seconds in a message, however it was given ("200ms": 0.2)."""
+    return plain_number(parse_duration(timeout, "timeout"))
 
 
 def why_stuck(stack: dict[str, Any]) -> str:
@@ -571,11 +584,24 @@ def _update_with_start_call(
     }
 
 
+def _start_option_hint(kwargs: dict[str, Any]) -> str:
+    """A keyword the workflow refused that looks like a misspelt start option (workflow_idd=):
+    it went to the workflow's arguments, so say which option was likely meant."""
+    for name in kwargs:
+        near = difflib.get_close_matches(name, sorted(_START_KEYWORDS - {"task_queue"}), n=1, cutoff=0.8)
+        if near:
+            return f" ({name!r}: did you mean the start option {near[0]}=?)"
+    return ""
+
+
 def _start_args(
     client: Any, workflow: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str | None
 ) -> tuple[str, WorkflowDefinition | None, list[Any], str]:
     name, definition = _resolve_workflow(workflow)
-    encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
+    try:
+        encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{exc}{_start_option_hint(kwargs)}") from None
     chain, payloads = client.payloads.chain, client.payloads
     if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
         encoded = chain.encode_args(encoded)

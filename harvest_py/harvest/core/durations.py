@@ -38,7 +38,10 @@ def parse_duration(value: Any, what: str = "duration", *, positive: bool = False
         try:
             seconds = float(text)
         except ValueError:
-            seconds = _parse_units(text, value, what)
+            # "-5s" is refused below for its sign (as -5 is), not as text that does not parse.
+            negative = text.startswith("-")
+            seconds = _parse_units(text[1:] if negative else text, value, what)
+            seconds = -seconds if negative else seconds
     else:
         raise InvalidArgument(
             f"{what}: expected seconds or a string like '30s', '5m', '1h', "

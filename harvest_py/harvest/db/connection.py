@@ -44,12 +44,15 @@ log = logging.getLogger("harvest.db")
 
 
 def resolve_dsn(explicit: str | None = None) -> str:
-    """The DSN from the argument, else ``HARVEST_DATABASE_URL``; never a silent default."""
+    """The DSN from the argument, else ``HARVEST_DATABASE_URL``; never a silent default.
+
+    For the Python API (Client, AsyncClient, Worker); the CLI resolves its own
+    (harvest.config.database_url, which names --database-url)."""
     dsn = explicit or os.environ.get(DSN_ENV)
     if not dsn:
         raise ConfigError(
-            f"no database given: set {DSN_ENV} (preferred: a command line is visible to ps) "
-            "or pass --database-url"
+            f"no database given: set {DSN_ENV} or pass the database URL as the first argument "
+            '(Client("postgresql://..."), AsyncClient.connect(...), Worker(app, ...))'
         )
     return dsn
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast, overload
 
-from harvest.core.durations import parse_duration
+from harvest.core.durations import parse_duration, plain_number
 from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
 from harvest.declare import flow_control as _flow
 
@@ -64,6 +64,21 @@ def _num(x: float | None) -> float | int | None:
     return int(x) if float(x).is_integer() else x
 
 
+def _error_type_name(entry: Any) -> str:
+    """One entry of ``non_retryable_errors``: a failure's error_type or text, as a string. A
+    class or a number would be kept as a text no failure ever has, and silently never match."""
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, type) and issubclass(entry, BaseException):
+        raise InvalidArgument(
+            f"non_retryable_errors: list error types by name ({entry.__name__!r}), not the class "
+            f"{entry.__name__}: a failure is matched by its error_type, its class's name"
+        )
+    raise InvalidArgument(
+        f"non_retryable_errors: expected error type names (strings), got {type(entry).__name__} {entry!r}"
+    )
+
+
 @dataclass
 class RetryPolicy:
     """How often and how fast a failed activity is retried (all times in seconds)."""
@@ -83,6 +98,16 @@ class RetryPolicy:
             raise InvalidArgument(f"max_attempts: {self.max_attempts!r} must be an int from 1 to 1000000")
         self.initial_interval = parse_duration(self.initial_interval, "initial_interval", positive=True)
         self.max_interval = parse_duration(self.max_interval, "max_interval", positive=True)
+        if self.max_interval < self.initial_interval:
+            # The cap wins (delay() = min(...)): every retry would wait max_interval, silently
+            # shorter than the first interval asked for, the default 100 s cap most of all.
+            default = ", the default" if self.max_interval == 100.0 else ""
+            raise InvalidArgument(
+                f"max_interval ({plain_number(self.max_interval)}s{default}) is shorter than "
+                f"initial_interval ({plain_number(self.initial_interval)}s): every retry would wait "
+                "max_interval; give a max_interval (RetryPolicy.exponential's maximum=) at least "
+                "as long"
+            )
         if (
             not isinstance(self.backoff, (int, float))
             or isinstance(self.backoff, bool)
@@ -95,7 +120,7 @@ class RetryPolicy:
                 "non_retryable_errors: expected a list of error types, "
                 f"got the string {self.non_retryable_errors!r}"
             )
-        self.non_retryable_errors = [str(e) for e in self.non_retryable_errors]
+        self.non_retryable_errors = [_error_type_name(e) for e in self.non_retryable_errors]
 
     @classmethod
     def exponential(
@@ -463,6 +488,25 @@ def _describe(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+def _require_list(option: str, value: Any) -> None:
+    """App(workflows=checkout) (one function, or a name: a string iterates by letter) is refused
+    saying the list it takes, rather than "'function' object is not iterable"."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        example = getattr(value, "__name__", None) or "..."
+        raise TypeError(f"App({option}=...) takes a list: App({option}=[{example}])")
+
+
+def require_app(value: Any, who: str) -> App:
+    """``value`` if it is an App, else a TypeError saying how to make one (a list of workflows,
+    or the CLI's "module:attr" string, is the usual slip)."""
+    if not isinstance(value, App):
+        raise TypeError(
+            f"{who}() takes an App, got {type(value).__name__}: register your code in one, "
+            "App(workflows=[...], activities=[...])"
+        )
+    return value
+
+
 class App:
     """The registry a worker runs: workflows and activities by name.
 
@@ -482,6 +526,8 @@ class App:
     ) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.activities: dict[str, ActivityDefinition] = {}
+        _require_list("workflows", workflows)
+        _require_list("activities", activities)
         for item in workflows:
             self._add(self.workflows, _as_workflow(item), "workflow")
         for item in activities:
@@ -514,7 +560,7 @@ class App:
     def _add(table: dict[str, Any], defn: Any, kind: str) -> None:
         existing = table.get(defn.name)
         if existing is not None:
-            if existing.fn is defn.fn:
+            if existing.fn == defn.fn:  # (==: an instance's method is a new object at each access)
                 return  # the same function listed twice is harmless
             raise ConfigError(
                 f"duplicate {kind} name {defn.name!r}: registered by "
@@ -607,4 +653,17 @@ def _as_activity(item: Any) -> ActivityDefinition:
                 "pass it in App(workflows=[...])"
             )
         raise TypeError(f"App(activities=...): {_describe(item)} is not decorated with @activity")
-    return defn
+    if not inspect.ismethod(item) and list(inspect.signature(defn.fn).parameters)[:1] == ["self"]:
+        # The method unbound (Payments.charge) would take the ctx as `self`.
+        raise TypeError(
+            f"{_describe(defn.fn)} takes `self`: register the method of an instance, "
+            "App(activities=[instance.charge]), and call it as ctx.execute_activity(instance.charge, ...)"
+        )
+    return bound_activity(defn, item)
+
+
+def bound_activity(defn: ActivityDefinition, item: Any) -> ActivityDefinition:
+    """The definition of ``item``, an @activity function or an instance's @activity method:
+    a method runs bound (its instance holds what the activities share, a client, a gateway),
+    so ``ctx`` is its first argument after ``self``, as for a function."""
+    return dataclasses.replace(defn, fn=item) if inspect.ismethod(item) else defn

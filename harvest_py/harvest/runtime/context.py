@@ -22,7 +22,7 @@ from harvest.core.deprecation import queue_alias, renamed_attribute
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, SignalTimeout
 from harvest.core.payload import decode, decode_result, encode, encode_args, return_hint
-from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition
+from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition, bound_activity
 from harvest.runtime.children import ChildPlacement
 from harvest.runtime.external import external_target
 
@@ -140,12 +140,43 @@ class _ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
         return not self._ctx.is_replaying and self.logger.isEnabledFor(level)
 
 
+# What an activity's ctx has and a workflow's has not (worker/activities.py, ActivityContext):
+# a workflow that reaches for one has most likely called an activity function directly.
+_ACTIVITY_ONLY = frozenset(
+    {
+        "idempotency_key",
+        "attempt",
+        "heartbeat",
+        "heartbeat_details",
+        "task_token",
+        "complete_async",
+        "activity_name",
+        "cancel_requested",
+        "record_llm_call",
+    }
+)
+
+
 class WorkflowContext:
     """Deterministic access to activities, timers, time and randomness."""
 
     def __init__(self, run: WorkflowRun, info: WorkflowInfo):
         self._run = run
         self.info = info
+
+    if not TYPE_CHECKING:  # hidden from checkers, which would otherwise accept any ctx.<name>
+
+        def __getattr__(self, name: str) -> Any:
+            """Only for a name the context does not have: the usual AttributeError, with the
+            likely cause when the name is an activity context's."""
+            if name in _ACTIVITY_ONLY:
+                raise AttributeError(
+                    f"'WorkflowContext' object has no attribute {name!r}: ctx.{name} is an "
+                    "activity's, so an activity function was called directly in the workflow "
+                    "(its code then runs inline, unrecorded, and again on every replay); run it "
+                    "with `await ctx.execute_activity(fn, *args)`"
+                )
+            raise AttributeError(f"'WorkflowContext' object has no attribute {name!r}")
 
     # ------------------------------------------------------------------ identity
     @property
@@ -291,6 +322,7 @@ class WorkflowContext:
             return activity, activity.fn
         defn = getattr(activity, "__harvest_activity__", None)
         if isinstance(defn, ActivityDefinition):
+            defn = bound_activity(defn, activity)  # an instance's method runs bound
             return defn, defn.fn
         raise TypeError(
             f"execute_activity: {activity!r} is neither an activity name nor a "

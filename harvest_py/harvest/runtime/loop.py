@@ -271,3 +271,55 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
             self._exception_handler(self, context)
         else:
             self.default_exception_handler(context)
+
+
+# asyncio.AbstractEventLoop's I/O methods, which it leaves unimplemented (a bare
+# NotImplementedError, which failed the run for good): what an async HTTP or database client,
+# a subprocess or a signal handler awaited in a workflow reaches. Each is an illegal operation
+# instead, so the workflow task fails, saying what to do, and is retried once the code is fixed.
+_IO_METHODS = (
+    "getaddrinfo",
+    "getnameinfo",
+    "create_connection",
+    "create_server",
+    "sendfile",
+    "start_tls",
+    "create_unix_connection",
+    "create_unix_server",
+    "connect_accepted_socket",
+    "create_datagram_endpoint",
+    "connect_read_pipe",
+    "connect_write_pipe",
+    "subprocess_shell",
+    "subprocess_exec",
+    "add_reader",
+    "remove_reader",
+    "add_writer",
+    "remove_writer",
+    "sock_recv",
+    "sock_recv_into",
+    "sock_recvfrom",
+    "sock_recvfrom_into",
+    "sock_sendall",
+    "sock_sendto",
+    "sock_connect",
+    "sock_accept",
+    "sock_sendfile",
+    "add_signal_handler",
+    "remove_signal_handler",
+)
+
+
+def _io_refused(name: str) -> Callable[..., NoReturn]:
+    def refused(self: DeterministicEventLoop, *args: Any, **kwargs: Any) -> NoReturn:
+        self._illegal(
+            f"I/O is not allowed in a workflow (loop.{name}: a network, database, subprocess or "
+            "signal call): it cannot be replayed; put it in an activity"
+        )
+
+    refused.__name__ = refused.__qualname__ = name
+    return refused
+
+
+for _name in _IO_METHODS:
+    setattr(DeterministicEventLoop, _name, _io_refused(_name))

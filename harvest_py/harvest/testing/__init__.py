@@ -10,7 +10,12 @@ Names resolve lazily, so ``from harvest.testing import WorkflowReplayer`` loads 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # a checker sees the real names (not the hook's Any), so tests are checked too
+    from harvest.testing.environment import ActivityCall, WorkflowEnvironment
+    from harvest.testing.replay import ReplayResult, WorkflowReplayer
+    from harvest.testing.server import TestServer, default_server
 
 _HOMES = {
     "ActivityCall": "harvest.testing.environment",
@@ -21,11 +26,21 @@ _HOMES = {
     "default_server": "harvest.testing.server",
 }
 
-__all__ = sorted(_HOMES)
+# Spelt out (not sorted(_HOMES)) so a checker sees what the module exports.
+__all__ = [
+    "ActivityCall",
+    "ReplayResult",
+    "TestServer",
+    "WorkflowEnvironment",
+    "WorkflowReplayer",
+    "default_server",
+]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'harvest.testing' has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'harvest.testing' has no attribute {name!r}")
+        return getattr(importlib.import_module(home), name)

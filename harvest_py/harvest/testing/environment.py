@@ -22,11 +22,13 @@ import asyncio
 import copy
 import dataclasses
 import datetime as _dt
+import difflib
 import functools
 import inspect
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Self
@@ -35,8 +37,9 @@ from harvest.client.client import AsyncClient, Client
 from harvest.core.durations import parse_duration
 from harvest.core.errors import TimeoutError_
 from harvest.db import testkit
-from harvest.declare.definitions import ActivityDefinition, App
+from harvest.declare.definitions import ActivityDefinition, App, require_app
 from harvest.testing.server import TestServer, default_server
+from harvest.worker.options import WorkerOptions
 from harvest.worker.worker import Worker
 
 __all__ = ["ActivityCall", "WorkflowEnvironment"]
@@ -109,6 +112,65 @@ class _WorkerThread:
             raise self.error
 
 
+_OWN_OPTIONS = ("server", "dsn", "time_skipping")
+
+
+def _check_worker_options(options: dict[str, Any]) -> None:
+    """The keywords the environment passes to its Worker, checked as the Worker would check
+    them (names, then the tunables' bounds), with a hint for a misspelt one."""
+    tunables = {f.name for f in dataclasses.fields(WorkerOptions)}
+    keywords = {
+        p.name for p in inspect.signature(Worker.__init__).parameters.values() if p.kind is p.KEYWORD_ONLY
+    }
+    accepted = sorted(tunables | keywords)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        described = []
+        for name in unknown:
+            near = difflib.get_close_matches(name, [*_OWN_OPTIONS, *accepted], n=1)
+            described.append(f"{name} (did you mean {near[0]}?)" if near else name)
+        raise TypeError(
+            f"WorkflowEnvironment() got unknown option(s) {', '.join(described)}; its own are "
+            f"{', '.join(_OWN_OPTIONS)}, and it passes these to its Worker: {', '.join(accepted)}"
+        )
+    WorkerOptions().replace(**{k: v for k, v in options.items() if k in tunables})
+
+
+def _check_mock_signature(name: str, original: ActivityDefinition, fn: Callable[..., Any]) -> None:
+    """Refuse a mock that cannot take the activity's required arguments (ctx first), now
+    rather than as a TypeError in every attempt and a dead letter."""
+    try:
+        mock_signature = inspect.signature(fn)
+        params = list(inspect.signature(original.fn).parameters.values())
+    except (TypeError, ValueError):  # a callable with no signature to read: let it run
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p.name for p in positional[1:] if p.default is p.empty]
+    try:
+        mock_signature.bind(None, *required)
+    except TypeError as exc:
+        shape = ", ".join(p.name for p in positional)
+        raise TypeError(
+            f"mock for activity {name!r} cannot take its arguments ({shape}); the mock takes "
+            f"{mock_signature}: {exc}; "
+            "a mock takes what the activity takes, ctx first"
+        ) from None
+
+
+def _warn_near_miss(name: str, app: App) -> None:
+    """A name the App does not register may be another service's activity, so it is mocked;
+    but one close to a registered name is most likely a typo that leaves the real one running."""
+    near = difflib.get_close_matches(name, list(app.activities), n=1, cutoff=0.8)
+    if near:
+        warnings.warn(
+            f"mock_activity: the App registers no activity {name!r}, did you mean {near[0]!r}? "
+            f"(the mock runs only for calls by the name {name!r}; pass the @activity function "
+            "to have a misspelling refused)",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 class WorkflowEnvironment:
     """A database, a worker running ``app`` in this process, a client, and a test clock.
 
@@ -130,6 +192,8 @@ class WorkflowEnvironment:
         time_skipping: bool = True,
         **worker_options: Any,
     ):
+        require_app(app, "WorkflowEnvironment")
+        _check_worker_options(worker_options)  # here, not first when the `with` starts the Worker
         self._original_app = app
         self.app = copy.copy(app)  # the worker's App: the same, but mocks replace activities
         self.app.activities = dict(app.activities)
@@ -240,10 +304,15 @@ class WorkflowEnvironment:
         """Run ``fn`` instead of the activity named ``activity`` (a name or the ``@activity``
         function). ``fn`` takes what the activity takes (``ctx`` first) and may be ``def`` or
         ``async def``; arguments are decoded by the real activity's type hints, and its
-        options (timeouts, retries) stay. A name no activity of the App has is mocked too (a
-        workflow may call activities by name that another worker runs)."""
+        options (timeouts, retries) stay. A mock that cannot take the activity's arguments is a
+        TypeError here. A name no activity of the App has is mocked too (a workflow may call
+        activities by name that another worker runs); one close to a registered name warns."""
         name = activity if isinstance(activity, str) else self._original_app.activity(activity).name
         original = self._original_app.activities.get(name)
+        if original is not None:
+            _check_mock_signature(name, original, fn)
+        else:
+            _warn_near_miss(name, self._original_app)
         calls = self._calls.setdefault(name, [])
 
         call: Callable[..., Any]
@@ -278,9 +347,17 @@ class WorkflowEnvironment:
             self.app.activities[name] = original
 
     def activity_calls(self, activity: Any) -> list[ActivityCall]:
-        """The calls a mock of ``activity`` received so far, oldest first (retries included)."""
+        """The calls a mock of ``activity`` received so far, oldest first (retries included).
+        A ValueError for an activity no mock was set for: its calls are not recorded, and an
+        empty list would pass an assertion that nothing was called."""
         name = activity if isinstance(activity, str) else self._original_app.activity(activity).name
-        return list(self._calls.get(name, []))
+        if name not in self._calls:
+            raise ValueError(
+                f"no mock was set for activity {name!r}, so its calls are not recorded "
+                f"(mocked: {', '.join(sorted(self._calls)) or 'none'}); mock it first with "
+                "env.mock_activity"
+            )
+        return list(self._calls[name])
 
     # -- the clock ---------------------------------------------------------------------------
     def _now(self) -> _dt.datetime:

@@ -101,6 +101,16 @@ def load_history(history: Any) -> list[dict[str, Any]]:
             "a history is a list of {event_id, event_type, event_data} (or the path "
             f"of a JSON file holding one), got {type(history).__name__}"
         )
+    for index, event in enumerate(history):
+        keys = event if isinstance(event, dict) else {}
+        missing = [key for key in ("event_id", "event_type") if key not in keys]
+        if missing:
+            got = f"a {type(event).__name__}" if not isinstance(event, dict) else f"keys {sorted(event)}"
+            raise TypeError(
+                f"event {index} of the history has no {' or '.join(missing)} (got {got}): each event is "
+                "{event_id, event_type, event_data}, as `harvest history export --full` or "
+                "handle.history() give them"
+            )
     return sorted(history, key=lambda e: int(e["event_id"]))
 
 

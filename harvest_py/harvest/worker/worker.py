@@ -47,7 +47,7 @@ from harvest.db.notify import RECONNECT_SECS, Reconnects
 from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
-from harvest.declare.definitions import App
+from harvest.declare.definitions import App, require_app
 from harvest.declare.schedules import schedule_specs
 from harvest.shard.rebalance import ResumeScanner
 from harvest.shard.relay_pump import RelayPump
@@ -161,6 +161,7 @@ class Worker:
         claim (worker/redis_dispatch.py, docs/redis-dispatch.md): single shard only (a
         ConfigError otherwise), and :meth:`run` fails with RedisUnavailable when it cannot
         reach that Redis at start."""
+        require_app(app, "Worker")
         options = (options or WorkerOptions()).replace(**overrides)
         self.options = options
         queues, concurrency, claim_batch = options.queues, options.concurrency, options.claim_batch

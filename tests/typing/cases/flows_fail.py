@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import harvest
 from harvest import ActivityContext, Client, WorkflowContext
+from harvest.testing import WorkflowEnvironment
 
 
 @harvest.activity
@@ -40,3 +41,21 @@ def start(client: Client) -> str:
     handle = client.start_workflow(pay, 10.0)
     text: str = handle.result()  # expect-error: mypy=assignment pyright=reportAssignmentType
     return text
+
+
+def test_kit(env: WorkflowEnvironment) -> None:
+    # The test kit's names are typed too (not Any): a test's calls are checked like an app's.
+    env.client.start_workflow(pay, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType
+    env.sleep("1d", settle_timeout="10s")  # expect-error: mypy=arg-type pyright=reportArgumentType
+
+
+class Rates:
+    @harvest.activity
+    def convert(self, ctx: ActivityContext, amount: float) -> float:
+        return amount
+
+
+@harvest.workflow
+async def converts(ctx: WorkflowContext) -> None:
+    rates = Rates()
+    await ctx.execute_activity(rates.convert, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType

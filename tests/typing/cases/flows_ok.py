@@ -7,6 +7,7 @@ from typing import Any, assert_type
 
 import harvest
 from harvest import ActivityContext, App, AsyncClient, Client, WorkflowContext, WorkflowHandle
+from harvest.testing import ActivityCall, ReplayResult, WorkflowEnvironment, WorkflowReplayer
 
 
 @dataclass
@@ -90,3 +91,30 @@ async def start_async(client: AsyncClient) -> dict[str, int]:
 
 
 app = App(workflows=[checkout, child], activities=[charge, reserve, stamp])
+
+
+def test_kit() -> None:
+    # harvest.testing resolves its names lazily; a checker still sees their types.
+    with WorkflowEnvironment(app) as env:
+        assert_type(env, WorkflowEnvironment)
+        assert_type(env.client.start_workflow(checkout, Order(5, 1.0)).result(), bool)
+        assert_type(env.activity_calls("charge"), list[ActivityCall])
+    assert_type(WorkflowReplayer(app).replay([]), ReplayResult)
+
+
+class Rates:
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+
+    @harvest.activity
+    def convert(self, ctx: ActivityContext, amount: float) -> float:
+        return amount * self.rate
+
+
+RATES = Rates(2.0)
+
+
+@harvest.workflow
+async def converts(ctx: WorkflowContext, amount: float) -> float:
+    # An instance's @activity method, bound: checked like a function, `self` left out.
+    return assert_type(await ctx.execute_activity(RATES.convert, amount), float)
