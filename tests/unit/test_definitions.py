@@ -80,11 +80,15 @@ def test_retry_policy_defaults_and_json():
         RetryPolicy(max_attempts=0)
 
 
-def test_a_retry_cap_below_the_first_interval_is_refused_naming_the_default():
+def test_the_default_retry_cap_never_undercuts_the_first_interval_and_a_shorter_one_is_refused():
     # RetryPolicy.exponential(initial="1h") kept the default 100 s cap, so every retry waited
-    # 100 s, not the hour asked for (docs/testing.md's first test did exactly this).
-    with pytest.raises(InvalidArgument, match=r"max_interval.*100s.*the default.*initial_interval.*3600s"):
-        RetryPolicy.exponential(initial="1h")
+    # 100 s, not the hour asked for (docs/testing.md's first test did exactly this). With no cap
+    # given, the cap is the first interval when that is longer than 100 s; a cap given shorter
+    # than the first interval is refused, naming both.
+    assert [RetryPolicy.exponential(initial="1h").delay(n) for n in (1, 2, 3)] == [3600, 3600, 3600]
+    assert RetryPolicy(initial_interval=7200).max_interval == 7200
+    assert RetryPolicy().max_interval == 100 and RetryPolicy.exponential().max_interval == 100
+    assert RetryPolicy(initial_interval=5).max_interval == 100
     shorter = r"max_interval \(5s\) is shorter than initial_interval \(10s\)"
     with pytest.raises(InvalidArgument, match=shorter):
         RetryPolicy(initial_interval=10, max_interval=5)

@@ -79,6 +79,11 @@ def _error_type_name(entry: Any) -> str:
     )
 
 
+# A retry policy's cap on the wait between attempts, unless it names one (or its first wait is
+# longer).
+DEFAULT_MAX_INTERVAL = 100.0
+
+
 @dataclass
 class RetryPolicy:
     """How often and how fast a failed activity is retried (all times in seconds)."""
@@ -86,7 +91,9 @@ class RetryPolicy:
     max_attempts: int = 3
     initial_interval: float = 1.0
     backoff: float = 2.0
-    max_interval: float = 100.0
+    # Unset (None): DEFAULT_MAX_INTERVAL, or initial_interval when that is longer (__post_init__);
+    # always a number once the policy is made.
+    max_interval: float = cast(float, None)
     non_retryable_errors: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -97,16 +104,19 @@ class RetryPolicy:
         ):
             raise InvalidArgument(f"max_attempts: {self.max_attempts!r} must be an int from 1 to 1000000")
         self.initial_interval = parse_duration(self.initial_interval, "initial_interval", positive=True)
+        if self.max_interval is None:
+            # The default cap never undercuts the first interval asked for: with a fixed 100 s,
+            # initial="1h" made every retry wait 100 s.
+            self.max_interval = max(DEFAULT_MAX_INTERVAL, self.initial_interval)
         self.max_interval = parse_duration(self.max_interval, "max_interval", positive=True)
         if self.max_interval < self.initial_interval:
             # The cap wins (delay() = min(...)): every retry would wait max_interval, silently
-            # shorter than the first interval asked for, the default 100 s cap most of all.
-            default = ", the default" if self.max_interval == 100.0 else ""
+            # shorter than the first interval asked for.
             raise InvalidArgument(
-                f"max_interval ({plain_number(self.max_interval)}s{default}) is shorter than "
+                f"max_interval ({plain_number(self.max_interval)}s) is shorter than "
                 f"initial_interval ({plain_number(self.initial_interval)}s): every retry would wait "
                 "max_interval; give a max_interval (RetryPolicy.exponential's maximum=) at least "
-                "as long"
+                "as long, or none"
             )
         if (
             not isinstance(self.backoff, (int, float))
@@ -128,14 +138,15 @@ class RetryPolicy:
         max_attempts: int = 3,
         initial: Any = "1s",
         backoff: float = 2.0,
-        maximum: Any = "100s",
+        maximum: Any = None,
         non_retryable_errors: Iterable[str] = (),
     ) -> RetryPolicy:
+        """``maximum`` None: 100 s, or ``initial`` when that is longer."""
         return cls(
             max_attempts,
             parse_duration(initial, "initial", positive=True),
             backoff,
-            parse_duration(maximum, "maximum", positive=True),
+            cast(float, None) if maximum is None else parse_duration(maximum, "maximum", positive=True),
             list(non_retryable_errors),
         )
 
