@@ -101,7 +101,7 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                    if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # (up; -NOAUTH: --requirepass)
                         return self
             except OSError:
                 time.sleep(0.02)
@@ -699,3 +699,113 @@ def test_a_stale_channel_failing_after_the_reconnect_does_not_drop_the_new_one(t
     finally:
         server.kill()
     assert (kept, losses, usable) == (True, 1, True)
+
+
+# -- hostile references ------------------------------------------------------------------------------
+
+
+async def _raw_xadd(url: str, queue: str, *entries: dict[Any, Any]) -> None:
+    """Entries added to a queue's stream as they are, past RedisChannel.publish (what another
+    writer of the same Redis, a bug or an attacker with access could add)."""
+    import redis.asyncio as aioredis
+
+    conn = aioredis.from_url(url)
+    try:
+        for fields in entries:
+            await conn.xadd(stream_key(queue), fields)
+    finally:
+        await conn.aclose()
+
+
+async def _unacked(url: str, queue: str) -> int:
+    import redis.asyncio as aioredis
+
+    conn = aioredis.from_url(url)
+    try:
+        return (await conn.xpending(stream_key(queue), GROUP))["pending"]
+    finally:
+        await conn.aclose()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {b"task_id": b"\xff\xfe\x00", "queue": "rd_wf"},  # not UTF-8
+        {b"\xc3\x28": b"1"},  # a field name that is not UTF-8
+        {"task_id": "1", "queue": "rd_wf", "due_at": "2020-01-01T00:00:00"},  # a due time without a zone
+        {"task_id": str(2**70), "queue": "rd_wf"},  # past a bigint
+        {"task_id": "9" * 5000, "queue": "rd_wf", "due_at": "x" * 100_000},
+        {"task_id": "1", "queue": "rd_wf", "junk": "x" * 16_000_000},  # a huge entry
+    ],
+    ids=["task-id-not-utf8", "field-name-not-utf8", "naive-due-at", "id-past-bigint", "long-digits", "huge"],
+)
+def test_a_malformed_reference_is_acked_and_the_consumer_goes_on(
+    db, redis_server, start_worker, fields: dict[Any, Any]
+) -> None:
+    """An entry no Harvest wrote (garbage bytes, a due time without a zone, an id no bigint
+    holds, a huge one) is acked and skipped, and the references after it are read: it is not
+    a Redis loss, it does not end the consumer, and it does not stay pending to fail again."""
+    running = start_worker(app, queues=["rd_wf"], redis_url=redis_server.url)
+    connected(running)
+    dispatch = running.worker.redis
+    well_formed = {"task_id": "999999999", "queue": "rd_wf", "due_at": ""}  # names no row: skipped
+    asyncio.run(_raw_xadd(redis_server.url, "rd_wf", fields, well_formed))
+    deadline = time.monotonic() + 15
+    while dispatch.read < 2 or asyncio.run(_unacked(redis_server.url, "rd_wf")):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert (dispatch.read, dispatch.claimed, dispatch.skipped, dispatch.losses) == (2, 0, 2, 0)
+    assert asyncio.run(_unacked(redis_server.url, "rd_wf")) == 0
+    asyncio.run(_raw_xadd(redis_server.url, "rd_wf", well_formed))  # the consumer still reads
+    while dispatch.read < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert dispatch.read == 3
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:hun/ter2secret@127.0.0.1:6379/0",  # a '/' (base64) not percent-encoded
+        "redis://:hun#ter2secret@127.0.0.1:6379/0",
+        "redis://:hun?ter2secret@127.0.0.1:6379/0",
+        "redis://:12345/ter2secret@127.0.0.1:6379/0",  # which also read as localhost:12345
+        "redis://:hunter2secret@127.0.0.1:6379/zero",
+        "redis://:hunter2secret@127.0.0.1:port/0",
+    ],
+)
+def test_a_url_whose_password_breaks_its_parse_is_refused_without_echoing_it(url: str, db) -> None:
+    """A password with a character the URL syntax reads (/ # ?) that is not percent-encoded
+    splits the URL elsewhere: the password's pieces became the host, the port or the database,
+    and an error quoted them ("Port could not be cast to integer value as 'hun'"), or the
+    worker connected to another host. Such a URL is refused at config load, naming no piece
+    of it past the scheme."""
+    with pytest.raises(ConfigError) as refused:
+        load_config(env={"HARVEST_REDIS__URL": url})
+    for text in (str(refused.value), endpoint(url)):
+        assert "hun" not in text and "ter2" not in text and "secret" not in text, text
+    assert "percent-encode" in str(refused.value)
+    with pytest.raises(ConfigError) as refused:
+        asyncio.run(Worker(app, db, redis_url=url).run())
+    assert "hun" not in str(refused.value) and "secret" not in str(refused.value)
+
+
+def test_no_redis_error_names_the_password(tmp_path) -> None:
+    """The password, as written (percent-encoded) and as sent, is in no error of a refused
+    AUTH, nor in the log."""
+    server = RedisServer(tmp_path).start("--requirepass", "p@ss/w0rd")
+
+    async def connect(url: str) -> None:
+        channel = await RedisChannel.connect(url, ["q"])
+        await channel.close()
+
+    try:
+        for password in ("wr%40ng%2Fpw", "p%40ss%2Fw0rd%21"):  # wrong; and the right one with a "!"
+            url = f"redis://:{password}@127.0.0.1:{server.port}/0"
+            with pytest.raises(RedisUnavailable) as refused:
+                asyncio.run(connect(url))
+            text = str(refused.value)
+            assert not [p for p in ("wr%40ng", "wr@ng", "ng/pw", "p%40ss", "p@ss", "w0rd") if p in text], text
+        asyncio.run(connect(f"redis://:p%40ss%2Fw0rd@127.0.0.1:{server.port}/0"))  # (the right one)
+    finally:
+        server.kill()
