@@ -29,6 +29,7 @@ import pytest
 from harvest import App, Client, Worker, activity, workflow
 from harvest.config import load_config
 from harvest.core.errors import ConfigError, RedisUnavailable
+from harvest.db import redis_channel
 from harvest.db.redis_channel import GROUP, RedisChannel, check_url, endpoint, stream_key
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -809,3 +810,59 @@ def test_no_redis_error_names_the_password(tmp_path) -> None:
         asyncio.run(connect(f"redis://:p%40ss%2Fw0rd@127.0.0.1:{server.port}/0"))  # (the right one)
     finally:
         server.kill()
+
+
+# -- a Redis that stops answering ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def stalled_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server that will be stopped (SIGSTOP) by the test: its kernel still accepts and
+    acknowledges, nothing answers (a hung or overloaded Redis). Continued and killed at the end."""
+    server = RedisServer(tmp_path).start()
+    try:
+        yield server
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.send_signal(signal.SIGCONT)
+        server.kill()
+
+
+def test_a_redis_that_stops_answering_holds_neither_the_work_nor_the_stop(
+    db, stalled_redis, start_worker, client, monkeypatch
+) -> None:
+    """A Redis that accepts and never answers: every call to it is given up after the channel's
+    command timeout (here shortened) and the worker goes on, on the Postgres claim path (the
+    loss is logged and counted), and its stop ends. The calls waited forever: the consumer's
+    read, the publisher's XADD (while the runs to publish piled up) and, at the stop, the
+    consumer's removal, so the stop never ended."""
+    monkeypatch.setattr(redis_channel, "COMMAND_TIMEOUT_SECS", 1.5)
+    monkeypatch.setattr(redis_channel, "CONNECT_TIMEOUT_SECS", 0.5)
+    ran.clear()
+    running = start_worker(app, queues=["rd_wf", "rd_acts"], redis_url=stalled_redis.url, hand_off=False)
+    connected(running)
+    dispatch = running.worker.redis
+    assert stalled_redis.proc is not None
+    stalled_redis.proc.send_signal(signal.SIGSTOP)
+    handles = start_fans(client, 3, 4)
+    assert [h.result(timeout=60) for h in handles] == [sum(range(i * 4, i * 4 + 4)) for i in range(3)]
+    deadline = time.monotonic() + 30
+    while not dispatch.losses and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert dispatch.losses == 1 and not dispatch.connected
+    running.loop.call_soon_threadsafe(running.worker.request_stop)
+    running._thread.join(30)
+    assert not running._thread.is_alive(), "the stop waited on the silent Redis"
+
+
+def test_a_stop_just_after_redis_stops_answering_ends(db, stalled_redis, start_worker, monkeypatch) -> None:
+    """The stop removes the worker's consumer from the group: on a Redis that stopped answering
+    before the worker noticed, that call waited forever (redis 5's default), so the stop did."""
+    monkeypatch.setattr(redis_channel, "COMMAND_TIMEOUT_SECS", 1.5)
+    running = start_worker(app, queues=["rd_wf", "rd_acts"], redis_url=stalled_redis.url)
+    connected(running)
+    assert stalled_redis.proc is not None
+    stalled_redis.proc.send_signal(signal.SIGSTOP)
+    running.loop.call_soon_threadsafe(running.worker.request_stop)
+    running._thread.join(30)
+    assert not running._thread.is_alive(), "the stop waited on the silent Redis"

@@ -45,6 +45,12 @@ SCHEMES = ("redis", "rediss")
 # ssl_ciphers, and any a later client adds. Refused (docs/redis-dispatch.md).
 CLIENT_TLS_OPTIONS = frozenset({"ssl_certfile", "ssl_keyfile", "ssl_password"})
 CONNECT_TIMEOUT_SECS = 5.0
+# How long one command may go unanswered before the channel is given up (the worker falls back
+# to the Postgres claim and reconnects). Longer than a consumer's blocking read
+# (redis_dispatch.BLOCK_MS). Set here, not left to the client: redis 5 waits forever by default
+# (a Redis that stopped answering held the consumer, the publisher and the stop for good), and
+# with no retries, so that a silent Redis costs one timeout, not the client's three more.
+COMMAND_TIMEOUT_SECS = 5.0
 # The path of a Redis URL: none, or the database number.
 DB_PATH = re.compile(r"(/[0-9]*)?")
 
@@ -190,10 +196,14 @@ class RedisChannel:
         ConfigError for Redis Cluster."""
         check_url(url)
         import redis.asyncio as aioredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
         from redis.exceptions import RedisError
 
         options: dict[str, Any] = {
             "socket_connect_timeout": CONNECT_TIMEOUT_SECS,
+            "socket_timeout": COMMAND_TIMEOUT_SECS,
+            "retry": Retry(NoBackoff(), 0),
             "health_check_interval": 15,
             # A Redis that goes silent is given up as a database is (harvest.db.connection), and
             # the worker falls back to the Postgres claim.
@@ -307,9 +317,12 @@ class RedisChannel:
 
     async def delete_consumer(self, consumer: str, queues: Iterable[str]) -> None:
         """Forget a stopping consumer (its unacked references, if any, go with it: the rows
-        they name are the Postgres claim's)."""
+        they name are the Postgres claim's). One pipelined round trip, so a Redis that does not
+        answer holds a worker's stop for one COMMAND_TIMEOUT_SECS, not one per queue."""
+        pipe = self._client.pipeline(transaction=False)
         for queue in queues:
-            await self._client.xgroup_delconsumer(stream_key(queue), GROUP, consumer)
+            pipe.xgroup_delconsumer(stream_key(queue), GROUP, consumer)
+        await pipe.execute()
 
     async def close(self) -> None:
         try:
