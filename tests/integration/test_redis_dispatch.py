@@ -866,3 +866,185 @@ def test_a_stop_just_after_redis_stops_answering_ends(db, stalled_redis, start_w
     running.loop.call_soon_threadsafe(running.worker.request_stop)
     running._thread.join(30)
     assert not running._thread.is_alive(), "the stop waited on the silent Redis"
+
+
+# -- duplicates and races --------------------------------------------------------------------------
+
+
+def test_two_connections_claiming_the_same_references_at_once_never_share_a_task(db) -> None:
+    """A duplicated reference read by two workers at once: two real connections call
+    claim_named_tasks with the same ids, released together by a barrier, many times over. Each
+    task goes to one of them (FOR UPDATE SKIP LOCKED, then the status), never to both; and a
+    claim in flight (uncommitted) hides its rows from the other."""
+    with Client(db) as c:
+        for i in range(60):
+            c.start_workflow(fan, 0, 1, workflow_id=f"rd-dup-{i}")
+    with psycopg.connect(db, autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute("SELECT id FROM harvest.tasks WHERE queue = 'rd_wf' ORDER BY id")]
+    assert len(ids) == 60
+    claim = "SELECT task_id FROM harvest.claim_named_tasks(%s, ARRAY['rd_wf'], %s, 60)"
+
+    # A claim in flight: the other finds nothing, before and after it commits.
+    with psycopg.connect(db) as a, psycopg.connect(db, autocommit=True) as b:
+        first = [r[0] for r in a.execute(claim, ("rd-a", ids[:5]))]
+        assert first == ids[:5]
+        assert b.execute(claim, ("rd-b", ids[:5])).fetchall() == []
+        a.commit()
+        assert b.execute(claim, ("rd-b", ids[:5])).fetchall() == []
+
+    # Both at once, one id a round, then the rest in one batch each.
+    rounds = [[i] for i in ids[5:45]] + [ids[45:]]
+    barrier = threading.Barrier(2)
+    got: dict[str, list[int]] = {"rd-a": [], "rd-b": []}
+
+    def claimer(worker_id: str) -> None:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute(claim, (worker_id, [ids[0]]))  # (warm: the plan is cached before the race)
+            for batch in rounds:
+                barrier.wait(30)
+                got[worker_id] += [r[0] for r in conn.execute(claim, (worker_id, batch))]
+
+    threads = [threading.Thread(target=claimer, args=(w,)) for w in got]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    assert not set(got["rd-a"]) & set(got["rd-b"]), "a task was claimed by both"
+    assert sorted(got["rd-a"] + got["rd-b"]) == ids[5:]
+    with psycopg.connect(db, autocommit=True) as conn:
+        owners = conn.execute(
+            "SELECT lease_owner, count(*), max(attempt) FROM harvest.tasks WHERE id = ANY(%s) "
+            "GROUP BY 1 ORDER BY 1",
+            (ids[5:],),
+        ).fetchall()
+    assert [(o, n) for o, n, _ in owners] == [(w, len(got[w])) for w in sorted(got) if got[w]]
+    assert {a for _, _, a in owners} == {1}  # each claimed once
+
+
+def test_references_a_claim_could_not_take_are_acked_and_run_nothing(db, redis_server, start_worker) -> None:
+    """Forged or stale references, each acked and skipped with its row left as it was: one
+    naming a task of a queue the worker does not poll (on a stream it does read), one naming a
+    task not due yet that claims a due time in the past, one naming no row, one naming a row
+    deleted since."""
+    with Client(db) as c:
+        c.start_workflow(fan, 0, 1, workflow_id="rd-later")
+        other = c.start_workflow(fan, 0, 1, workflow_id="rd-other", queue="rd_other")
+        gone = c.start_workflow(fan, 0, 1, workflow_id="rd-gone", queue="rd_other")
+    with psycopg.connect(db, autocommit=True) as conn:
+        later_id = conn.execute(
+            "UPDATE harvest.tasks SET due_at = now() + interval '1 hour' WHERE queue = 'rd_wf' RETURNING id"
+        ).fetchone()[0]
+        other_id, gone_id = (
+            conn.execute(
+                "SELECT t.id FROM harvest.tasks AS t JOIN harvest.executions AS x ON x.id = t.execution_id "
+                "WHERE x.workflow_id = %s",
+                (h.workflow_id,),
+            ).fetchone()[0]
+            for h in (other, gone)
+        )
+        conn.execute("DELETE FROM harvest.tasks WHERE id = %s", (gone_id,))
+        before = conn.execute("SELECT id, status, attempt, due_at FROM harvest.tasks ORDER BY id").fetchall()
+    running = start_worker(app, queues=["rd_wf"], redis_url=redis_server.url)
+    connected(running)
+    dispatch = running.worker.redis
+    past = "2020-01-01T00:00:00+00:00"
+    asyncio.run(
+        _raw_xadd(
+            redis_server.url,
+            "rd_wf",
+            {"task_id": str(other_id), "queue": "rd_wf", "due_at": past},  # (its queue forged too)
+            {"task_id": str(later_id), "queue": "rd_wf", "due_at": past},
+            {"task_id": str(10**12), "queue": "rd_wf", "due_at": past},
+            {"task_id": str(gone_id), "queue": "rd_wf", "due_at": past},
+        )
+    )
+    deadline = time.monotonic() + 15
+    while dispatch.read + dispatch.claimed < 4 or asyncio.run(_unacked(redis_server.url, "rd_wf")):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert (dispatch.read, dispatch.claimed, dispatch.skipped) == (4, 0, 4)
+    assert asyncio.run(_unacked(redis_server.url, "rd_wf")) == 0
+    with psycopg.connect(db, autocommit=True) as conn:
+        after = conn.execute("SELECT id, status, attempt, due_at FROM harvest.tasks ORDER BY id").fetchall()
+    assert after == before
+
+
+@workflow(queue="rd_dupq")
+async def dup_fan(ctx, first: int, n: int) -> int:
+    return sum(await asyncio.gather(*(ctx.execute_activity(mark_dup, first + i) for i in range(n))))
+
+
+@activity(queue="rd_dupa")
+async def mark_dup(ctx, i: int) -> int:
+    with ran_lock:
+        ran[i] = ran.get(i, 0) + 1
+    return i
+
+
+def test_every_reference_published_twice_still_runs_each_task_once(
+    db, redis_server, start_worker, client
+) -> None:
+    """The decider publishes each reference twice (a retried XADD does); two runners read them,
+    so the two copies of one reference reach both at once or one after the other: every
+    activity runs once."""
+    ran.clear()
+    dup_app = App(workflows=[dup_fan], activities=[mark_dup])
+    decider = start_worker(dup_app, queues=["rd_dupq"], redis_url=redis_server.url, hand_off=False)
+    runners = [
+        start_worker(dup_app, queues=["rd_dupa"], redis_url=redis_server.url, concurrency=4) for _ in range(2)
+    ]
+    connected(decider, *runners)
+    channel = decider.worker.redis.channel
+    assert channel is not None
+    publish_once = channel.publish
+
+    async def publish_twice(refs) -> int:
+        refs = list(refs)
+        return await publish_once(refs + refs)
+
+    channel.publish = publish_twice  # type: ignore[method-assign]
+    for runner in runners:  # the Postgres claim starts late: the references get their chance
+        claim_now = runner.worker._claim
+
+        async def claim_late(claim_now=claim_now):
+            await asyncio.sleep(0.05)
+            return await claim_now()
+
+        runner.worker._claim = claim_late
+    handles = [client.start_workflow(dup_fan, i * 6, 6, workflow_id=f"rd-dup-{i}") for i in range(10)]
+    assert [h.result(timeout=60) for h in handles] == [sum(range(i * 6, i * 6 + 6)) for i in range(10)]
+    with ran_lock:
+        assert sorted(ran) == list(range(60)) and set(ran.values()) == {1}
+    assert decider.worker.redis.published >= 2
+
+
+@pytest.mark.chaos
+def test_references_lost_in_a_redis_restarted_empty_leave_no_task_behind(
+    db, tmp_path, start_worker, client
+) -> None:
+    """The decider publishes the activities of three runs while no worker polls their queue;
+    Redis is killed and comes back empty (no persistence): the references are gone, and the
+    runner, connected to the new Redis, runs every activity once on the Postgres claim."""
+    ran.clear()
+    dup_app = App(workflows=[dup_fan], activities=[mark_dup])
+    server = RedisServer(tmp_path).start()
+    try:
+        decider = start_worker(dup_app, queues=["rd_dupq"], redis_url=server.url, hand_off=False)
+        connected(decider)
+        handles = [client.start_workflow(dup_fan, i * 4, 4, workflow_id=f"rd-lost-{i}") for i in range(3)]
+        deadline = time.monotonic() + 30
+        while decider.worker.redis.published < 12:
+            assert time.monotonic() < deadline, "the decider did not publish the activities"
+            time.sleep(0.02)
+        server.kill()
+        server = RedisServer(tmp_path, server.port).start()
+        runner = start_worker(dup_app, queues=["rd_dupa"], redis_url=server.url)
+        connected(runner)
+        assert [h.result(timeout=60) for h in handles] == [sum(range(i * 4, i * 4 + 4)) for i in range(3)]
+        with ran_lock:
+            assert sorted(ran) == list(range(12)) and set(ran.values()) == {1}
+        assert runner.worker.redis.claimed == 0  # (nothing was left in Redis to read)
+    finally:
+        server.kill()
