@@ -1048,3 +1048,13 @@ def test_references_lost_in_a_redis_restarted_empty_leave_no_task_behind(
         assert runner.worker.redis.claimed == 0  # (nothing was left in Redis to read)
     finally:
         server.kill()
+
+
+def test_boot_refuses_a_redis_that_accepts_and_never_answers(db, stalled_redis, monkeypatch) -> None:
+    """The boot's PING on a Redis that accepts and never answers fails after the command timeout
+    (RedisUnavailable, naming the endpoint), where redis 5's default waited forever."""
+    monkeypatch.setattr(redis_channel, "COMMAND_TIMEOUT_SECS", 1.0)
+    assert stalled_redis.proc is not None
+    stalled_redis.proc.send_signal(signal.SIGSTOP)
+    with pytest.raises(RedisUnavailable, match=f"{stalled_redis.url} cannot be reached: TimeoutError"):
+        asyncio.run(Worker(app, db, redis_url=stalled_redis.url).run())
