@@ -1058,3 +1058,34 @@ def test_boot_refuses_a_redis_that_accepts_and_never_answers(db, stalled_redis, 
     stalled_redis.proc.send_signal(signal.SIGSTOP)
     with pytest.raises(RedisUnavailable, match=f"{stalled_redis.url} cannot be reached: TimeoutError"):
         asyncio.run(Worker(app, db, redis_url=stalled_redis.url).run())
+
+
+def test_a_failure_handling_references_does_not_end_the_consumer(db, redis_server, start_worker) -> None:
+    """An error nothing foresaw while the consumer handles what it read (injected here: the
+    first batch's handling raises) is logged and the consumer goes on; the references of that
+    batch stay pending and are taken over. Such an error ended the consumer's task silently,
+    and the worker ran on without Redis dispatch until its stop."""
+    running = start_worker(app, queues=["rd_wf"], redis_url=redis_server.url)
+    connected(running)
+    dispatch = running.worker.redis
+    handle = dispatch._claim
+    failed: list[int] = []
+
+    async def fails_once(channel, refs):
+        if not failed:
+            failed.append(len(refs))
+            raise RuntimeError("unforeseen")
+        await handle(channel, refs)
+
+    dispatch._claim = fails_once  # type: ignore[method-assign]
+    no_row = {"task_id": "999999999", "queue": "rd_wf", "due_at": ""}
+    asyncio.run(_raw_xadd(redis_server.url, "rd_wf", no_row))
+    deadline = time.monotonic() + 15
+    while not failed and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert failed == [1]
+    asyncio.run(_raw_xadd(redis_server.url, "rd_wf", no_row))  # read by the consumer still running
+    while dispatch.read < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert (dispatch.read, dispatch.skipped, dispatch.losses) == (1, 1, 0)
+    assert asyncio.run(_unacked(redis_server.url, "rd_wf")) == 1  # the first, to be taken over

@@ -209,8 +209,22 @@ class RedisDispatch:
             except Exception as exc:
                 await self._lost(exc, "reading", channel)
                 continue
-            if refs:
+            if not refs:
+                continue
+            try:
                 await self._claim(channel, refs)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Nothing here may end the consumer: its task died silently, and the worker ran
+                # on without Redis dispatch. The references stay pending and are taken over.
+                log.warning(
+                    "redis dispatch: %d reference(s) not handled (%s: %s); taken over in %.0fs",
+                    len(refs),
+                    type(exc).__name__,
+                    exc,
+                    RECLAIM_IDLE_MS / 1000,
+                )
 
     async def _claim(self, channel: RedisChannel, refs: list[TaskRef]) -> None:
         """Claim the rows the references name (as many as there are free slots), run them, ack all."""
