@@ -1089,3 +1089,51 @@ def test_a_failure_handling_references_does_not_end_the_consumer(db, redis_serve
         time.sleep(0.02)
     assert (dispatch.read, dispatch.skipped, dispatch.losses) == (1, 1, 0)
     assert asyncio.run(_unacked(redis_server.url, "rd_wf")) == 1  # the first, to be taken over
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "SELECT task_id FROM harvest.claim_named_tasks('rd-b', ARRAY['rd_wf'], ARRAY[%s::bigint], 60)",
+        "SELECT task_id FROM harvest.claim_tasks('rd-b', ARRAY['rd_wf'], 1, 60) WHERE %s IS NOT NULL",
+    ],
+    ids=["claim_named_tasks", "claim_tasks"],
+)
+def test_a_row_that_stops_being_due_while_a_claim_reads_it_is_not_claimed(db, claim: str) -> None:
+    """A claim reads its candidates in one statement and locks them in a later one (the gates
+    and owner mode run between). A row read as due whose due time moved past now before the
+    lock (a retry's backoff: claimed, failed and pending again) was claimed all the same: the
+    lock re-checked only that the row was pending. Made to happen here by holding the claim
+    between its statements (an ACCESS EXCLUSIVE lock on harvest.owner_mode, which only the
+    second reads) while the row's due time moves."""
+    with Client(db) as c:
+        c.start_workflow(fan, 0, 1, workflow_id="rd-moving")
+    with psycopg.connect(db, autocommit=True) as conn:
+        task_id = conn.execute("SELECT id FROM harvest.tasks WHERE queue = 'rd_wf'").fetchone()[0]
+    got: list[Any] = []
+    with psycopg.connect(db) as holder, psycopg.connect(db, autocommit=True) as watcher:
+        holder.execute("LOCK TABLE harvest.owner_mode IN ACCESS EXCLUSIVE MODE")
+        with psycopg.connect(db, autocommit=True) as claimer:
+            pid = claimer.info.backend_pid
+            thread = threading.Thread(
+                target=lambda: got.extend(claimer.execute(claim, (task_id,)).fetchall())
+            )
+            thread.start()
+            deadline = time.monotonic() + 30
+            while not watcher.execute(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline, "the claim did not reach its second statement"
+                time.sleep(0.01)
+            watcher.execute(
+                "UPDATE harvest.tasks SET due_at = now() + interval '1 hour', attempt = attempt + 1 "
+                "WHERE id = %s",
+                (task_id,),
+            )
+            holder.commit()
+            thread.join(30)
+    assert got == []
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT status FROM harvest.tasks WHERE id = %s", (task_id,)).fetchone() == (
+            "pending",
+        )
