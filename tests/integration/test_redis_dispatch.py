@@ -1137,3 +1137,38 @@ def test_a_row_that_stops_being_due_while_a_claim_reads_it_is_not_claimed(db, cl
         assert conn.execute("SELECT status FROM harvest.tasks WHERE id = %s", (task_id,)).fetchone() == (
             "pending",
         )
+
+
+def test_a_reconnect_refused_for_good_reasons_keeps_the_consumer_trying(db, tmp_path, start_worker) -> None:
+    """Redis came back as something the boot would refuse (here a Redis Cluster node on the same
+    port): the reconnect's ConfigError ended the consumer's task silently, so the worker never
+    came back to Redis dispatch. It is now logged and retried like a Redis still down: the
+    consumer is back once a single Redis answers there again."""
+    import redis as sync_redis
+
+    for name in ("one", "cluster"):
+        (tmp_path / name).mkdir()
+    server = RedisServer(tmp_path / "one").start()
+    try:
+        running = start_worker(app, queues=["rd_wf"], redis_url=server.url)
+        connected(running)
+        dispatch = running.worker.redis
+        server.kill()
+        server = RedisServer(tmp_path / "cluster", server.port).start(
+            "--cluster-enabled", "yes", "--cluster-port", str(free_port())
+        )
+        deadline = time.monotonic() + 30
+        with sync_redis.Redis(port=server.port) as cluster_node:
+            # The worker's reconnect PINGs the node and is refused (start's probe was one PING).
+            while cluster_node.info("commandstats").get("cmdstat_ping", {}).get("calls", 0) < 2:
+                assert time.monotonic() < deadline, "the consumer did not try the cluster node"
+                time.sleep(0.05)
+        assert dispatch.losses == 1 and not dispatch.connected
+        server.kill()
+        server = RedisServer(tmp_path / "one", server.port).start()
+        deadline = time.monotonic() + 30
+        while not dispatch.connected:
+            assert time.monotonic() < deadline, "the consumer did not come back"
+            time.sleep(0.05)
+    finally:
+        server.kill()
