@@ -106,6 +106,7 @@ class RedisServer:
                         return self
             except OSError:
                 time.sleep(0.02)
+        self.kill()  # (not left running behind the failed test)
         raise AssertionError(f"redis-server did not start on port {self.port}")
 
     def kill(self) -> None:
