@@ -81,7 +81,7 @@ AS $$
 $$;
 
 -- Lock and lease the pending tasks among p_ids (at most p_limit, in the order of
--- p_ids, skipping rows locked elsewhere); returns the claimed rows.
+-- p_ids, skipping rows locked elsewhere and rows no longer due); returns the claimed rows.
 CREATE OR REPLACE FUNCTION harvest._claim_ids(
     p_ids bigint[], p_worker_id text, p_limit integer, p_workflow_lease_secs double precision,
     p_now timestamptz
@@ -95,12 +95,14 @@ AS $$
         -- list), each locking as the LIMIT pulls it, so the first p_limit unlocked
         -- ids win. LATERAL keeps it a probe per id: a plain join with the id list
         -- may be cached as a generic plan that scans the whole table
-        -- (tests/integration/test_generic_plans.py).
+        -- (tests/integration/test_generic_plans.py). The lock re-checks the due time
+        -- as well as the status: the candidates were read by an earlier statement, and a
+        -- row may have been claimed, failed and made pending again with a backoff since.
         SELECT l.id
         FROM unnest(p_ids) WITH ORDINALITY AS c (id, ord)
         CROSS JOIN LATERAL (
             SELECT t.id FROM harvest.tasks AS t
-            WHERE t.id = c.id AND t.status = 'pending'
+            WHERE t.id = c.id AND t.status = 'pending' AND t.due_at <= p_now
             FOR UPDATE SKIP LOCKED
         ) AS l
         ORDER BY c.ord

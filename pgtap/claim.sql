@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(172);
+SELECT plan(174);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -225,6 +225,17 @@ SELECT is((SELECT count(*) FROM harvest._claim_ids(
 SELECT is((SELECT count(*) FROM harvest._claim_ids(
               (SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'xq'), 'wx', 10, 30, harvest.now())),
           1::bigint, '_claim_ids() skips ids that are already running');
+-- The lock re-checks the due time: a candidate read as due may have been retried with a
+-- backoff (pending, due later) before the claim locks it.
+SELECT harvest.start_workflow('claim_wf', '[]', 'X_later', 'xq_later');
+UPDATE harvest.tasks SET due_at = harvest.now() + interval '1 minute' WHERE queue = 'xq_later';
+SELECT is((SELECT count(*) FROM harvest._claim_ids(
+              (SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'xq_later'), 'wx', 10, 30, harvest.now())),
+          0::bigint, '_claim_ids() skips a pending id not due at p_now');
+SELECT is((SELECT count(*) FROM harvest._claim_ids(
+              (SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'xq_later'), 'wx', 10, 30,
+              harvest.now() + interval '1 minute')),
+          1::bigint, '_claim_ids() claims it once it is due');
 
 -- _events_since_decision: the worker that decided a run last gets its unseen events in the claim.
 CREATE TEMP TABLE sticky (what text PRIMARY KEY, v bigint) ON COMMIT DROP;

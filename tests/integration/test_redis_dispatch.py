@@ -29,6 +29,7 @@ import pytest
 from harvest import App, Client, Worker, activity, workflow
 from harvest.config import load_config
 from harvest.core.errors import ConfigError, RedisUnavailable
+from harvest.db import redis_channel
 from harvest.db.redis_channel import GROUP, RedisChannel, check_url, endpoint, stream_key
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -101,10 +102,11 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                    if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # (up; -NOAUTH: --requirepass)
                         return self
             except OSError:
                 time.sleep(0.02)
+        self.kill()  # (not left running behind the failed test)
         raise AssertionError(f"redis-server did not start on port {self.port}")
 
     def kill(self) -> None:
@@ -231,7 +233,7 @@ def test_a_reference_to_a_row_another_worker_holds_is_acked_and_not_run(db, redi
 
     asyncio.run(publish())
     deadline = time.monotonic() + 5
-    while dispatch.read < 1 and time.monotonic() < deadline:
+    while dispatch.claimed + dispatch.skipped < 1 and time.monotonic() < deadline:  # (its claim answered)
         time.sleep(0.02)
     assert (dispatch.read, dispatch.claimed, dispatch.skipped) == (1, 0, 1)
     with psycopg.connect(db, autocommit=True) as conn:
@@ -699,3 +701,475 @@ def test_a_stale_channel_failing_after_the_reconnect_does_not_drop_the_new_one(t
     finally:
         server.kill()
     assert (kept, losses, usable) == (True, 1, True)
+
+
+# -- hostile references ------------------------------------------------------------------------------
+
+
+async def _raw_xadd(url: str, queue: str, *entries: dict[Any, Any]) -> None:
+    """Entries added to a queue's stream as they are, past RedisChannel.publish (what another
+    writer of the same Redis, a bug or an attacker with access could add)."""
+    import redis.asyncio as aioredis
+
+    conn = aioredis.from_url(url)
+    try:
+        for fields in entries:
+            await conn.xadd(stream_key(queue), fields)
+    finally:
+        await conn.aclose()
+
+
+async def _unacked(url: str, queue: str) -> int:
+    import redis.asyncio as aioredis
+
+    conn = aioredis.from_url(url)
+    try:
+        return (await conn.xpending(stream_key(queue), GROUP))["pending"]
+    finally:
+        await conn.aclose()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {b"task_id": b"\xff\xfe\x00", "queue": "rd_wf"},  # not UTF-8
+        {b"\xc3\x28": b"1"},  # a field name that is not UTF-8
+        {"task_id": "1", "queue": "rd_wf", "due_at": "2020-01-01T00:00:00"},  # a due time without a zone
+        {"task_id": str(2**70), "queue": "rd_wf"},  # past a bigint
+        {"task_id": "9" * 5000, "queue": "rd_wf", "due_at": "x" * 100_000},
+        {"task_id": "1", "queue": "rd_wf", "junk": "x" * 16_000_000},  # a huge entry
+    ],
+    ids=["task-id-not-utf8", "field-name-not-utf8", "naive-due-at", "id-past-bigint", "long-digits", "huge"],
+)
+def test_a_malformed_reference_is_acked_and_the_consumer_goes_on(
+    db, redis_server, start_worker, fields: dict[Any, Any]
+) -> None:
+    """An entry no Harvest wrote (garbage bytes, a due time without a zone, an id no bigint
+    holds, a huge one) is acked and skipped, and the references after it are read: it is not
+    a Redis loss, it does not end the consumer, and it does not stay pending to fail again."""
+    running = start_worker(app, queues=["rd_wf"], redis_url=redis_server.url)
+    connected(running)
+    dispatch = running.worker.redis
+    well_formed = {"task_id": "999999999", "queue": "rd_wf", "due_at": ""}  # names no row: skipped
+    asyncio.run(_raw_xadd(redis_server.url, "rd_wf", fields, well_formed))
+    deadline = time.monotonic() + 15
+    while dispatch.read < 2 or asyncio.run(_unacked(redis_server.url, "rd_wf")):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert (dispatch.read, dispatch.claimed, dispatch.skipped, dispatch.losses) == (2, 0, 2, 0)
+    assert asyncio.run(_unacked(redis_server.url, "rd_wf")) == 0
+    asyncio.run(_raw_xadd(redis_server.url, "rd_wf", well_formed))  # the consumer still reads
+    while dispatch.read < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert dispatch.read == 3
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:hun/ter2secret@127.0.0.1:6379/0",  # a '/' (base64) not percent-encoded
+        "redis://:hun#ter2secret@127.0.0.1:6379/0",
+        "redis://:hun?ter2secret@127.0.0.1:6379/0",
+        "redis://:12345/ter2secret@127.0.0.1:6379/0",  # which also read as localhost:12345
+        "redis://:hunter2secret@127.0.0.1:6379/zero",
+        "redis://:hunter2secret@127.0.0.1:port/0",
+    ],
+)
+def test_a_url_whose_password_breaks_its_parse_is_refused_without_echoing_it(url: str, db) -> None:
+    """A password with a character the URL syntax reads (/ # ?) that is not percent-encoded
+    splits the URL elsewhere: the password's pieces became the host, the port or the database,
+    and an error quoted them ("Port could not be cast to integer value as 'hun'"), or the
+    worker connected to another host. Such a URL is refused at config load, naming no piece
+    of it past the scheme."""
+    with pytest.raises(ConfigError) as refused:
+        load_config(env={"HARVEST_REDIS__URL": url})
+    for text in (str(refused.value), endpoint(url)):
+        assert "hun" not in text and "ter2" not in text and "secret" not in text, text
+    assert "percent-encode" in str(refused.value)
+    with pytest.raises(ConfigError) as refused:
+        asyncio.run(Worker(app, db, redis_url=url).run())
+    assert "hun" not in str(refused.value) and "secret" not in str(refused.value)
+
+
+def test_no_redis_error_names_the_password(tmp_path) -> None:
+    """The password, as written (percent-encoded) and as sent, is in no error of a refused
+    AUTH, nor in the log."""
+    server = RedisServer(tmp_path).start("--requirepass", "p@ss/w0rd")
+
+    async def connect(url: str) -> None:
+        channel = await RedisChannel.connect(url, ["q"])
+        await channel.close()
+
+    try:
+        for password in ("wr%40ng%2Fpw", "p%40ss%2Fw0rd%21"):  # wrong; and the right one with a "!"
+            url = f"redis://:{password}@127.0.0.1:{server.port}/0"
+            with pytest.raises(RedisUnavailable) as refused:
+                asyncio.run(connect(url))
+            text = str(refused.value)
+            assert not [p for p in ("wr%40ng", "wr@ng", "ng/pw", "p%40ss", "p@ss", "w0rd") if p in text], text
+        asyncio.run(connect(f"redis://:p%40ss%2Fw0rd@127.0.0.1:{server.port}/0"))  # (the right one)
+    finally:
+        server.kill()
+
+
+# -- a Redis that stops answering ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def stalled_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server that will be stopped (SIGSTOP) by the test: its kernel still accepts and
+    acknowledges, nothing answers (a hung or overloaded Redis). Continued and killed at the end."""
+    server = RedisServer(tmp_path).start()
+    try:
+        yield server
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.send_signal(signal.SIGCONT)
+        server.kill()
+
+
+def test_a_redis_that_stops_answering_holds_neither_the_work_nor_the_stop(
+    db, stalled_redis, start_worker, client, monkeypatch
+) -> None:
+    """A Redis that accepts and never answers: every call to it is given up after the channel's
+    command timeout (here shortened) and the worker goes on, on the Postgres claim path (the
+    loss is logged and counted), and its stop ends. The calls waited forever: the consumer's
+    read, the publisher's XADD (while the runs to publish piled up) and, at the stop, the
+    consumer's removal, so the stop never ended."""
+    monkeypatch.setattr(redis_channel, "COMMAND_TIMEOUT_SECS", 1.5)
+    monkeypatch.setattr(redis_channel, "CONNECT_TIMEOUT_SECS", 0.5)
+    ran.clear()
+    running = start_worker(app, queues=["rd_wf", "rd_acts"], redis_url=stalled_redis.url, hand_off=False)
+    connected(running)
+    dispatch = running.worker.redis
+    assert stalled_redis.proc is not None
+    stalled_redis.proc.send_signal(signal.SIGSTOP)
+    handles = start_fans(client, 3, 4)
+    assert [h.result(timeout=60) for h in handles] == [sum(range(i * 4, i * 4 + 4)) for i in range(3)]
+    deadline = time.monotonic() + 30
+    while not dispatch.losses and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert dispatch.losses == 1 and not dispatch.connected
+    running.loop.call_soon_threadsafe(running.worker.request_stop)
+    running._thread.join(30)
+    assert not running._thread.is_alive(), "the stop waited on the silent Redis"
+
+
+def test_a_stop_just_after_redis_stops_answering_ends(db, stalled_redis, start_worker, monkeypatch) -> None:
+    """The stop removes the worker's consumer from the group: on a Redis that stopped answering
+    before the worker noticed, that call waited forever (redis 5's default), so the stop did."""
+    monkeypatch.setattr(redis_channel, "COMMAND_TIMEOUT_SECS", 1.5)
+    running = start_worker(app, queues=["rd_wf", "rd_acts"], redis_url=stalled_redis.url)
+    connected(running)
+    assert stalled_redis.proc is not None
+    stalled_redis.proc.send_signal(signal.SIGSTOP)
+    running.loop.call_soon_threadsafe(running.worker.request_stop)
+    running._thread.join(30)
+    assert not running._thread.is_alive(), "the stop waited on the silent Redis"
+
+
+# -- duplicates and races --------------------------------------------------------------------------
+
+
+def test_two_connections_claiming_the_same_references_at_once_never_share_a_task(db) -> None:
+    """A duplicated reference read by two workers at once: two real connections call
+    claim_named_tasks with the same ids, released together by a barrier, many times over. Each
+    task goes to one of them (FOR UPDATE SKIP LOCKED, then the status), never to both; and a
+    claim in flight (uncommitted) hides its rows from the other."""
+    with Client(db) as c:
+        for i in range(60):
+            c.start_workflow(fan, 0, 1, workflow_id=f"rd-dup-{i}")
+    with psycopg.connect(db, autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute("SELECT id FROM harvest.tasks WHERE queue = 'rd_wf' ORDER BY id")]
+    assert len(ids) == 60
+    claim = "SELECT task_id FROM harvest.claim_named_tasks(%s, ARRAY['rd_wf'], %s, 60)"
+
+    # A claim in flight: the other finds nothing, before and after it commits.
+    with psycopg.connect(db) as a, psycopg.connect(db, autocommit=True) as b:
+        first = [r[0] for r in a.execute(claim, ("rd-a", ids[:5]))]
+        assert first == ids[:5]
+        assert b.execute(claim, ("rd-b", ids[:5])).fetchall() == []
+        a.commit()
+        assert b.execute(claim, ("rd-b", ids[:5])).fetchall() == []
+
+    # Both at once, one id a round, then the rest in one batch each.
+    rounds = [[i] for i in ids[5:45]] + [ids[45:]]
+    barrier = threading.Barrier(2)
+    got: dict[str, list[int]] = {"rd-a": [], "rd-b": []}
+
+    def claimer(worker_id: str) -> None:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute(claim, (worker_id, [ids[0]]))  # (warm: the plan is cached before the race)
+            for batch in rounds:
+                barrier.wait(30)
+                got[worker_id] += [r[0] for r in conn.execute(claim, (worker_id, batch))]
+
+    threads = [threading.Thread(target=claimer, args=(w,)) for w in got]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    assert not set(got["rd-a"]) & set(got["rd-b"]), "a task was claimed by both"
+    assert sorted(got["rd-a"] + got["rd-b"]) == ids[5:]
+    with psycopg.connect(db, autocommit=True) as conn:
+        owners = conn.execute(
+            "SELECT lease_owner, count(*), max(attempt) FROM harvest.tasks WHERE id = ANY(%s) "
+            "GROUP BY 1 ORDER BY 1",
+            (ids[5:],),
+        ).fetchall()
+    assert [(o, n) for o, n, _ in owners] == [(w, len(got[w])) for w in sorted(got) if got[w]]
+    assert {a for _, _, a in owners} == {1}  # each claimed once
+
+
+def test_references_a_claim_could_not_take_are_acked_and_run_nothing(db, redis_server, start_worker) -> None:
+    """Forged or stale references, each acked and skipped with its row left as it was: one
+    naming a task of a queue the worker does not poll (on a stream it does read), one naming a
+    task not due yet that claims a due time in the past, one naming no row, one naming a row
+    deleted since."""
+    with Client(db) as c:
+        c.start_workflow(fan, 0, 1, workflow_id="rd-later")
+        other = c.start_workflow(fan, 0, 1, workflow_id="rd-other", queue="rd_other")
+        gone = c.start_workflow(fan, 0, 1, workflow_id="rd-gone", queue="rd_other")
+    with psycopg.connect(db, autocommit=True) as conn:
+        later_id = conn.execute(
+            "UPDATE harvest.tasks SET due_at = now() + interval '1 hour' WHERE queue = 'rd_wf' RETURNING id"
+        ).fetchone()[0]
+        other_id, gone_id = (
+            conn.execute(
+                "SELECT t.id FROM harvest.tasks AS t JOIN harvest.executions AS x ON x.id = t.execution_id "
+                "WHERE x.workflow_id = %s",
+                (h.workflow_id,),
+            ).fetchone()[0]
+            for h in (other, gone)
+        )
+        conn.execute("DELETE FROM harvest.tasks WHERE id = %s", (gone_id,))
+        before = conn.execute("SELECT id, status, attempt, due_at FROM harvest.tasks ORDER BY id").fetchall()
+    running = start_worker(app, queues=["rd_wf"], redis_url=redis_server.url)
+    connected(running)
+    dispatch = running.worker.redis
+    past = "2020-01-01T00:00:00+00:00"
+    asyncio.run(
+        _raw_xadd(
+            redis_server.url,
+            "rd_wf",
+            {"task_id": str(other_id), "queue": "rd_wf", "due_at": past},  # (its queue forged too)
+            {"task_id": str(later_id), "queue": "rd_wf", "due_at": past},
+            {"task_id": str(10**12), "queue": "rd_wf", "due_at": past},
+            {"task_id": str(gone_id), "queue": "rd_wf", "due_at": past},
+        )
+    )
+    deadline = time.monotonic() + 15
+    while dispatch.read + dispatch.claimed < 4 or asyncio.run(_unacked(redis_server.url, "rd_wf")):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert (dispatch.read, dispatch.claimed, dispatch.skipped) == (4, 0, 4)
+    assert asyncio.run(_unacked(redis_server.url, "rd_wf")) == 0
+    with psycopg.connect(db, autocommit=True) as conn:
+        after = conn.execute("SELECT id, status, attempt, due_at FROM harvest.tasks ORDER BY id").fetchall()
+    assert after == before
+
+
+@workflow(queue="rd_dupq")
+async def dup_fan(ctx, first: int, n: int) -> int:
+    return sum(await asyncio.gather(*(ctx.execute_activity(mark_dup, first + i) for i in range(n))))
+
+
+@activity(queue="rd_dupa")
+async def mark_dup(ctx, i: int) -> int:
+    with ran_lock:
+        ran[i] = ran.get(i, 0) + 1
+    return i
+
+
+def test_every_reference_published_twice_still_runs_each_task_once(
+    db, redis_server, start_worker, client
+) -> None:
+    """The decider publishes each reference twice (a retried XADD does); two runners read them,
+    so the two copies of one reference reach both at once or one after the other: every
+    activity runs once."""
+    ran.clear()
+    dup_app = App(workflows=[dup_fan], activities=[mark_dup])
+    decider = start_worker(dup_app, queues=["rd_dupq"], redis_url=redis_server.url, hand_off=False)
+    runners = [
+        start_worker(dup_app, queues=["rd_dupa"], redis_url=redis_server.url, concurrency=4) for _ in range(2)
+    ]
+    connected(decider, *runners)
+    channel = decider.worker.redis.channel
+    assert channel is not None
+    publish_once = channel.publish
+
+    async def publish_twice(refs) -> int:
+        refs = list(refs)
+        return await publish_once(refs + refs)
+
+    channel.publish = publish_twice  # type: ignore[method-assign]
+    for runner in runners:  # the Postgres claim starts late: the references get their chance
+        claim_now = runner.worker._claim
+
+        async def claim_late(claim_now=claim_now):
+            await asyncio.sleep(0.05)
+            return await claim_now()
+
+        runner.worker._claim = claim_late
+    handles = [client.start_workflow(dup_fan, i * 6, 6, workflow_id=f"rd-dup-{i}") for i in range(10)]
+    assert [h.result(timeout=60) for h in handles] == [sum(range(i * 6, i * 6 + 6)) for i in range(10)]
+    with ran_lock:
+        assert sorted(ran) == list(range(60)) and set(ran.values()) == {1}
+    assert decider.worker.redis.published >= 2
+
+
+@pytest.mark.chaos
+def test_references_lost_in_a_redis_restarted_empty_leave_no_task_behind(
+    db, tmp_path, start_worker, client
+) -> None:
+    """The decider publishes the activities of three runs while no worker polls their queue;
+    Redis is killed and comes back empty (no persistence): the references are gone, and the
+    runner, connected to the new Redis, runs every activity once on the Postgres claim."""
+    ran.clear()
+    dup_app = App(workflows=[dup_fan], activities=[mark_dup])
+    server = RedisServer(tmp_path).start()
+    try:
+        decider = start_worker(dup_app, queues=["rd_dupq"], redis_url=server.url, hand_off=False)
+        connected(decider)
+        handles = [client.start_workflow(dup_fan, i * 4, 4, workflow_id=f"rd-lost-{i}") for i in range(3)]
+        deadline = time.monotonic() + 30
+        while decider.worker.redis.published < 12:
+            assert time.monotonic() < deadline, "the decider did not publish the activities"
+            time.sleep(0.02)
+        server.kill()
+        server = RedisServer(tmp_path, server.port).start()
+        runner = start_worker(dup_app, queues=["rd_dupa"], redis_url=server.url)
+        connected(runner)
+        assert [h.result(timeout=60) for h in handles] == [sum(range(i * 4, i * 4 + 4)) for i in range(3)]
+        with ran_lock:
+            assert sorted(ran) == list(range(12)) and set(ran.values()) == {1}
+        assert runner.worker.redis.claimed == 0  # (nothing was left in Redis to read)
+    finally:
+        server.kill()
+
+
+def test_boot_refuses_a_redis_that_accepts_and_never_answers(db, stalled_redis, monkeypatch) -> None:
+    """The boot's PING on a Redis that accepts and never answers fails after the command timeout
+    (RedisUnavailable, naming the endpoint), where redis 5's default waited forever."""
+    monkeypatch.setattr(redis_channel, "COMMAND_TIMEOUT_SECS", 1.0)
+    assert stalled_redis.proc is not None
+    stalled_redis.proc.send_signal(signal.SIGSTOP)
+    with pytest.raises(RedisUnavailable, match=f"{stalled_redis.url} cannot be reached: TimeoutError"):
+        asyncio.run(Worker(app, db, redis_url=stalled_redis.url).run())
+
+
+def test_a_failure_handling_references_does_not_end_the_consumer(db, redis_server, start_worker) -> None:
+    """An error nothing foresaw while the consumer handles what it read (injected here: the
+    first batch's handling raises) is logged and the consumer goes on; the references of that
+    batch stay pending and are taken over. Such an error ended the consumer's task silently,
+    and the worker ran on without Redis dispatch until its stop."""
+    running = start_worker(app, queues=["rd_wf"], redis_url=redis_server.url)
+    connected(running)
+    dispatch = running.worker.redis
+    handle = dispatch._claim
+    failed: list[int] = []
+
+    async def fails_once(channel, refs):
+        if not failed:
+            failed.append(len(refs))
+            raise RuntimeError("unforeseen")
+        await handle(channel, refs)
+
+    dispatch._claim = fails_once  # type: ignore[method-assign]
+    no_row = {"task_id": "999999999", "queue": "rd_wf", "due_at": ""}
+    asyncio.run(_raw_xadd(redis_server.url, "rd_wf", no_row))
+    deadline = time.monotonic() + 15
+    while not failed and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert failed == [1]
+    asyncio.run(_raw_xadd(redis_server.url, "rd_wf", no_row))  # read by the consumer still running
+    while dispatch.skipped < 1 and time.monotonic() < deadline:  # (counted once its claim answered)
+        time.sleep(0.02)
+    assert (dispatch.read, dispatch.skipped, dispatch.losses) == (1, 1, 0)
+    assert asyncio.run(_unacked(redis_server.url, "rd_wf")) == 1  # the first, to be taken over
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "SELECT task_id FROM harvest.claim_named_tasks('rd-b', ARRAY['rd_wf'], ARRAY[%s::bigint], 60)",
+        "SELECT task_id FROM harvest.claim_tasks('rd-b', ARRAY['rd_wf'], 1, 60) WHERE %s IS NOT NULL",
+    ],
+    ids=["claim_named_tasks", "claim_tasks"],
+)
+def test_a_row_that_stops_being_due_while_a_claim_reads_it_is_not_claimed(db, claim: str) -> None:
+    """A claim reads its candidates in one statement and locks them in a later one (the gates
+    and owner mode run between). A row read as due whose due time moved past now before the
+    lock (a retry's backoff: claimed, failed and pending again) was claimed all the same: the
+    lock re-checked only that the row was pending. Made to happen here by holding the claim
+    between its statements (an ACCESS EXCLUSIVE lock on harvest.owner_mode, which only the
+    second reads) while the row's due time moves."""
+    with Client(db) as c:
+        c.start_workflow(fan, 0, 1, workflow_id="rd-moving")
+    with psycopg.connect(db, autocommit=True) as conn:
+        task_id = conn.execute("SELECT id FROM harvest.tasks WHERE queue = 'rd_wf'").fetchone()[0]
+    got: list[Any] = []
+    with psycopg.connect(db) as holder, psycopg.connect(db, autocommit=True) as watcher:
+        holder.execute("LOCK TABLE harvest.owner_mode IN ACCESS EXCLUSIVE MODE")
+        with psycopg.connect(db, autocommit=True) as claimer:
+            pid = claimer.info.backend_pid
+            thread = threading.Thread(
+                target=lambda: got.extend(claimer.execute(claim, (task_id,)).fetchall())
+            )
+            thread.start()
+            deadline = time.monotonic() + 30
+            while not watcher.execute(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline, "the claim did not reach its second statement"
+                time.sleep(0.01)
+            watcher.execute(
+                "UPDATE harvest.tasks SET due_at = now() + interval '1 hour', attempt = attempt + 1 "
+                "WHERE id = %s",
+                (task_id,),
+            )
+            holder.commit()
+            thread.join(30)
+    assert got == []
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT status FROM harvest.tasks WHERE id = %s", (task_id,)).fetchone() == (
+            "pending",
+        )
+
+
+def test_a_reconnect_refused_for_good_reasons_keeps_the_consumer_trying(db, tmp_path, start_worker) -> None:
+    """Redis came back as something the boot would refuse (here a Redis Cluster node on the same
+    port): the reconnect's ConfigError ended the consumer's task silently, so the worker never
+    came back to Redis dispatch. It is now logged and retried like a Redis still down: the
+    consumer is back once a single Redis answers there again."""
+    import redis as sync_redis
+
+    for name in ("one", "cluster"):
+        (tmp_path / name).mkdir()
+    server = RedisServer(tmp_path / "one").start()
+    try:
+        running = start_worker(app, queues=["rd_wf"], redis_url=server.url)
+        connected(running)
+        dispatch = running.worker.redis
+        server.kill()
+        server = RedisServer(tmp_path / "cluster", server.port).start(
+            "--cluster-enabled", "yes", "--cluster-port", str(free_port())
+        )
+        deadline = time.monotonic() + 30
+        with sync_redis.Redis(port=server.port) as cluster_node:
+            # The worker's reconnect PINGs the node and is refused (start's probe was one PING).
+            while cluster_node.info("commandstats").get("cmdstat_ping", {}).get("calls", 0) < 2:
+                assert time.monotonic() < deadline, "the consumer did not try the cluster node"
+                time.sleep(0.05)
+        assert dispatch.losses == 1 and not dispatch.connected
+        server.kill()
+        server = RedisServer(tmp_path / "one", server.port).start()
+        deadline = time.monotonic() + 30
+        while not dispatch.connected:
+            assert time.monotonic() < deadline, "the consumer did not come back"
+            time.sleep(0.05)
+    finally:
+        server.kill()

@@ -249,3 +249,30 @@ def test_the_api_is_reached_past_a_catch_all_route_of_the_app(db: str) -> None:
         assert (await http.get("/elsewhere")).json() == {"page": "elsewhere"}
 
     asyncio.run(serve(api, calls))
+
+
+def test_an_unreachable_redis_fails_the_lifespan_startup(db: str) -> None:
+    """redis.url set and its Redis unreachable: the startup fails with RedisUnavailable (the
+    boot is strict in every mode: docs/redis-dispatch.md), naming the endpoint and not the
+    password. It used to start serving, the in-process worker's failure only logged, so the app
+    looked healthy and nothing ran its queues."""
+    import socket
+
+    pytest.importorskip("redis")
+    from harvest.config import load_config
+    from harvest.core.errors import RedisUnavailable
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = load_config(env={"HARVEST_REDIS__URL": f"redis://:s3cret@127.0.0.1:{port}/0"})
+    served = []
+
+    async def calls(http: httpx.AsyncClient) -> None:
+        served.append(True)
+
+    with pytest.raises(RedisUnavailable) as refused:
+        asyncio.run(serve(fastapi_app(db, run_worker=True, config=config), calls))
+    assert not served, "the app served without its worker"
+    assert f"redis://127.0.0.1:{port}/0 cannot be reached" in str(refused.value)
+    assert "s3cret" not in str(refused.value)

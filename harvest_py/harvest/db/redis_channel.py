@@ -19,13 +19,15 @@ database layer beside psycopg so that the client and the worker can both publish
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from harvest.core.errors import ConfigError, RedisUnavailable
+from harvest.core.ids import ROW_ID_MAX
 from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS
 
 log = logging.getLogger("harvest.redis")
@@ -43,6 +45,14 @@ SCHEMES = ("redis", "rediss")
 # ssl_ciphers, and any a later client adds. Refused (docs/redis-dispatch.md).
 CLIENT_TLS_OPTIONS = frozenset({"ssl_certfile", "ssl_keyfile", "ssl_password"})
 CONNECT_TIMEOUT_SECS = 5.0
+# How long one command may go unanswered before the channel is given up (the worker falls back
+# to the Postgres claim and reconnects). Longer than a consumer's blocking read
+# (redis_dispatch.BLOCK_MS). Set here, not left to the client: redis 5 waits forever by default
+# (a Redis that stopped answering held the consumer, the publisher and the stop for good), and
+# with no retries, so that a silent Redis costs one timeout, not the client's three more.
+COMMAND_TIMEOUT_SECS = 5.0
+# The path of a Redis URL: none, or the database number.
+DB_PATH = re.compile(r"(/[0-9]*)?")
 
 
 def stream_key(queue: str) -> str:
@@ -50,15 +60,19 @@ def stream_key(queue: str) -> str:
 
 
 def endpoint(url: str) -> str:
-    """``scheme://host:port/db`` of a Redis URL, never its user or password (for errors and logs)."""
+    """``scheme://host:port/db`` of a Redis URL, never its user or password (for errors and logs).
+    Only of a URL :func:`check_url` passed: in one it refuses, a password not percent-encoded
+    may have become the host, the port or the database."""
     parts = urlsplit(url)
-    host = parts.hostname or "localhost"
+    host = parts.hostname or ("localhost" if not parts.netloc else "?")
     port: int | str
     try:
         port = parts.port or 6379
     except ValueError:
         port = "?"
-    db = parts.path if parts.path not in ("", "/") else ""
+    db = parts.path if DB_PATH.fullmatch(parts.path) else ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
     return f"{parts.scheme}://{host}:{port}{db}"
 
 
@@ -68,12 +82,27 @@ def check_url(url: str, where: str = "redis.url") -> None:
     ``redis://`` (plaintext) or ``rediss://`` (TLS, verified against the platform trust store,
     or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``); no query option may weaken the verification; the
     ``redis`` package must be installed (``pip install 'harvest-workflows[redis]'``): a
-    configured URL is never silently ignored.
+    configured URL is never silently ignored. No error quotes the URL: a password in it that
+    is not percent-encoded may sit in any of its parts.
     """
     parts = urlsplit(url)
     if parts.scheme not in SCHEMES:
+        raise ConfigError(f"{where} is not a Redis URL; use redis://host:6379 or rediss:// for TLS")
+    # A password with a / # ? or @ that is not percent-encoded splits the URL elsewhere: its
+    # pieces became the host, the port, the database or the query, were quoted by the client's
+    # errors ("Port could not be cast to integer value as '...'") or sent the worker to another
+    # host. Refused, naming no piece of it.
+    if (
+        (parts.netloc and not parts.hostname)
+        or not _port_readable(parts)
+        or not DB_PATH.fullmatch(parts.path)
+        or "#" in url
+        or "@" in parts.path + parts.query
+    ):
         raise ConfigError(
-            f"{where}: {endpoint(url)!r} is not a Redis URL; use redis://host:6379 or rediss:// for TLS"
+            f"{where} cannot be read as redis[s]://[[user]:password@]host[:port][/db][?options]: "
+            "percent-encode any of / # ? @ : % in the user or password (the URL is not shown here: "
+            "it holds the password)"
         )
     unsafe = sorted(
         k for k in parse_qs(parts.query) if k.lower().startswith("ssl") and k not in CLIENT_TLS_OPTIONS
@@ -92,6 +121,13 @@ def check_url(url: str, where: str = "redis.url") -> None:
         ) from None
 
 
+def _port_readable(parts: SplitResult) -> bool:
+    try:
+        return parts.port is None or parts.port > 0
+    except ValueError:  # not a number, or past 65535
+        return False
+
+
 @dataclass(frozen=True)
 class TaskRef:
     """One reference read from a stream: the task it names and the entry to ack."""
@@ -103,26 +139,45 @@ class TaskRef:
     message_id: str
 
 
-def _decode(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _parse(fields: Mapping[Any, Any]) -> tuple[int, str, datetime | None]:
+    """(task id, queue, due time) of an entry's fields; task id 0 for an entry no Harvest wrote.
+
+    Anyone who can write to the Redis can add an entry, so nothing of it is trusted: bytes that
+    are not UTF-8, an id that is not a positive bigint (one past 2**63 - 1 reached the claim as
+    numeric[] and failed it, for the whole batch, on every take-over), a due time that is not
+    ISO 8601 with a zone (a naive one raised TypeError against the worker's clock, which ended
+    the consumer). Such an entry is acked and skipped like a stale one; the claim in Postgres
+    judges a well-formed one.
+    """
+    try:
+        got = {k.decode() if isinstance(k, bytes) else str(k): v for k, v in fields.items()}
+        raw_id, raw_due = got.get("task_id"), got.get("due_at")
+        task_id = int(raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id))
+        queue = got.get("queue", b"")
+        queue = queue.decode() if isinstance(queue, bytes) else str(queue)
+        due = raw_due.decode() if isinstance(raw_due, bytes) else str(raw_due or "")
+        due_at = datetime.fromisoformat(due) if due else None
+    except (ValueError, TypeError, AttributeError):  # (UnicodeDecodeError is a ValueError)
+        return 0, "", None
+    if not 0 < task_id <= ROW_ID_MAX or (due_at is not None and due_at.tzinfo is None):
+        return 0, "", None
+    return task_id, queue, due_at
 
 
 def _refs(entries: Iterable[Any]) -> list[TaskRef]:
-    """TaskRefs of XREADGROUP/XAUTOCLAIM answers: [(stream, [(id, fields), ...]), ...]."""
+    """TaskRefs of XREADGROUP/XAUTOCLAIM answers: [(stream, [(id, fields), ...]), ...]. Every
+    entry gives one, to be acked: a trimmed one (no fields) or a malformed one names task 0."""
     refs = []
     for stream, messages in entries:
         for message_id, fields in messages:
-            if not fields:  # an entry trimmed away while pending: nothing to claim, only to ack
-                refs.append(TaskRef(0, "", None, _decode(stream), _decode(message_id)))
-                continue
-            got = {_decode(k): _decode(v) for k, v in fields.items()}
-            try:
-                task_id = int(got["task_id"])
-                due_at = datetime.fromisoformat(got["due_at"]) if got.get("due_at") else None
-            except (KeyError, ValueError):
-                task_id, due_at = 0, None  # not ours: acked and skipped
-            refs.append(TaskRef(task_id, got.get("queue", ""), due_at, _decode(stream), _decode(message_id)))
+            task_id, queue, due_at = _parse(fields or {})
+            refs.append(TaskRef(task_id, queue, due_at, _decode(stream), _decode(message_id)))
     return refs
+
+
+def _decode(value: Any) -> str:
+    """A stream key or an entry id (Redis made them: ASCII)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class RedisChannel:
@@ -141,10 +196,14 @@ class RedisChannel:
         ConfigError for Redis Cluster."""
         check_url(url)
         import redis.asyncio as aioredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
         from redis.exceptions import RedisError
 
         options: dict[str, Any] = {
             "socket_connect_timeout": CONNECT_TIMEOUT_SECS,
+            "socket_timeout": COMMAND_TIMEOUT_SECS,
+            "retry": Retry(NoBackoff(), 0),
             "health_check_interval": 15,
             # A Redis that goes silent is given up as a database is (harvest.db.connection), and
             # the worker falls back to the Postgres claim.
@@ -155,7 +214,12 @@ class RedisChannel:
             # Verified against the platform trust store (SSL_CERT_FILE / SSL_CERT_DIR replace it),
             # host name included; no switch turns this off.
             options.update(ssl_cert_reqs="required", ssl_check_hostname=True)
-        client = aioredis.Redis.from_url(url, **options)
+        try:
+            client = aioredis.Redis.from_url(url, **options)
+        except ValueError:  # (its text may quote the URL's options)
+            raise ConfigError(
+                f"redis.url: the options of the URL of {endpoint(url)} are not the redis client's"
+            ) from None
         channel = cls(url, client)
         try:
             await client.ping()
@@ -177,7 +241,7 @@ class RedisChannel:
             await channel.close()
             raise RedisUnavailable(
                 f"Redis dispatch is configured (redis.url) but {channel.endpoint} cannot be reached: "
-                f"{exc.strerror or exc}; start Redis or unset redis.url"
+                f"{exc.strerror or _safe(exc, url)}; start Redis or unset redis.url"
             ) from None
         return channel
 
@@ -253,9 +317,12 @@ class RedisChannel:
 
     async def delete_consumer(self, consumer: str, queues: Iterable[str]) -> None:
         """Forget a stopping consumer (its unacked references, if any, go with it: the rows
-        they name are the Postgres claim's)."""
+        they name are the Postgres claim's). One pipelined round trip, so a Redis that does not
+        answer holds a worker's stop for one COMMAND_TIMEOUT_SECS, not one per queue."""
+        pipe = self._client.pipeline(transaction=False)
         for queue in queues:
-            await self._client.xgroup_delconsumer(stream_key(queue), GROUP, consumer)
+            pipe.xgroup_delconsumer(stream_key(queue), GROUP, consumer)
+        await pipe.execute()
 
     async def close(self) -> None:
         try:
@@ -265,7 +332,9 @@ class RedisChannel:
 
 
 def _safe(exc: BaseException, url: str) -> str:
-    """An error's text with the URL's password taken out."""
+    """An error's text with the URL's password taken out, as written and as sent (decoded)."""
     text = str(exc)
     password = urlsplit(url).password
-    return text.replace(password, "***") if password else text
+    for form in sorted({password, unquote(password)} if password else (), key=len, reverse=True):
+        text = text.replace(form, "***")
+    return text

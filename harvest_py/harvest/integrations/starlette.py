@@ -195,6 +195,14 @@ class HarvestLifespan:
 
     async def _start_worker(self, config: Config, options: WorkerOptions) -> None:
         assert self.app is not None  # checked in __init__
+        redis_url = config.get("redis.url")
+        if redis_url:
+            # The boot is strict (docs/redis-dispatch.md): a Redis that cannot be reached fails
+            # the startup here. The worker beside the app opens it only once it runs, and its
+            # failure then is only logged: the app served, healthy-looking, with no worker.
+            from harvest.db.redis_channel import RedisChannel
+
+            await (await RedisChannel.connect(redis_url)).close()
         self._worker = WorkerBeside(
             self.app,
             config,

@@ -69,6 +69,7 @@ class RedisDispatch:
         self.url = url
         self.channel: RedisChannel | None = None
         self._lost_at: float | None = None
+        self._refused: str | None = None  # the last reconnect's refusal, logged once
         # Runs whose commit may have made claimable tasks, by the kind to publish (None: any;
         # "workflow": an activity result's commit, which makes only a workflow task).
         self._runs: dict[str | None, dict[str, None]] = {None: {}, "workflow": {}}
@@ -127,6 +128,16 @@ class RedisDispatch:
             self.channel = await RedisChannel.connect(self.url, self.worker.queues)
         except (RedisUnavailable, OSError):
             return False
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A Redis that came back as one the boot refuses (a Redis Cluster node): said, and
+            # tried again like one still down. Raised, it ended the consumer's task silently.
+            if self._refused != str(exc):
+                self._refused = str(exc)
+                log.warning("redis dispatch: reconnecting refused (%s); trying again", exc)
+            return False
+        self._refused = None
         if self._lost_at is not None:
             down = asyncio.get_running_loop().time() - self._lost_at
             log.info("redis dispatch back on %s after %.1fs", self.channel.endpoint, down)
@@ -209,8 +220,22 @@ class RedisDispatch:
             except Exception as exc:
                 await self._lost(exc, "reading", channel)
                 continue
-            if refs:
+            if not refs:
+                continue
+            try:
                 await self._claim(channel, refs)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Nothing here may end the consumer: its task died silently, and the worker ran
+                # on without Redis dispatch. The references stay pending and are taken over.
+                log.warning(
+                    "redis dispatch: %d reference(s) not handled (%s: %s); taken over in %.0fs",
+                    len(refs),
+                    type(exc).__name__,
+                    exc,
+                    RECLAIM_IDLE_MS / 1000,
+                )
 
     async def _claim(self, channel: RedisChannel, refs: list[TaskRef]) -> None:
         """Claim the rows the references name (as many as there are free slots), run them, ack all."""
