@@ -286,7 +286,14 @@ BEGIN
         RAISE EXCEPTION 'a legal hold needs a reason' USING ERRCODE = 'HR001',
             HINT = 'say why (a case number, a request), it is kept with the hold and in the audit log';
     END IF;
-    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR UPDATE;
+    -- The hold writes its run's row (an update that changes nothing, of a column no trigger
+    -- watches), not only locks it: an erasure or a retention batch that took its snapshot before
+    -- the hold committed cannot see the hold row, but it cannot lock a row written since its
+    -- snapshot either (40001 in a REPEATABLE READ or SERIALIZABLE transaction), so it never
+    -- destroys a run the hold was set on. (In READ COMMITTED each statement after the lock
+    -- sees the hold: erase_payloads reads it then, run_retention checks again.)
+    UPDATE harvest.executions AS e SET last_event_id = e.last_event_id WHERE e.id = p_execution_id
+    RETURNING e.* INTO v_execution;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002';
     END IF;

@@ -154,6 +154,12 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ) AS s;
     IF v_ids IS NOT NULL THEN
+        -- Checked again, in a statement of its own, now that the rows are ours: the lock above
+        -- judged each row with its statement's snapshot, so a hold committed between that
+        -- snapshot and the row's lock (set_legal_hold locks the row to set it) was not seen;
+        -- every hold set before the lock is seen now, and none can be set after it.
+        SELECT array_agg(e.id) INTO v_ids FROM harvest.executions AS e
+        WHERE e.id = ANY(v_ids) AND NOT harvest._retention_keeps(e.id, e.status, e.output);
         -- An external signal or cancel keeps its row: its source still hears the
         -- outcome (not_found, once its target is gone).
         DELETE FROM harvest.relays AS r
