@@ -33,6 +33,22 @@ AS $$
     SELECT (p_at AT TIME ZONE 'UTC' - p_age) AT TIME ZONE 'UTC';
 $$;
 
+-- The cutoff p_age before now (_ago), or HR001 naming the setting (p_what) when it falls before
+-- the first time PostgreSQL stores (4713 BC): its own 22008 "timestamp out of range" named
+-- neither the setting nor what to do. Every age retention is given or keeps goes through it.
+CREATE OR REPLACE FUNCTION harvest._retention_cutoff(p_age interval, p_what text)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN harvest._ago(harvest.now(), p_age);
+EXCEPTION WHEN datetime_field_overflow THEN
+    RAISE EXCEPTION '% % is too long: its cutoff falls before the earliest time PostgreSQL stores',
+        p_what, harvest._interval_text(p_age)
+        USING ERRCODE = 'HR001', HINT = 'give a shorter age, or off (NULL) to keep everything';
+END;
+$$;
+
 -- Whether retention keeps an ended run past its window: a run under a legal hold (payloads.sql:
 -- what is held is preserved, the run and its history with its payloads, until an admin releases
 -- the hold), and a run that continued as new while its successor is still here. The chain is
@@ -65,6 +81,9 @@ BEGIN
     END IF;
     IF p_batch_size IS NOT NULL AND (p_batch_size < 1 OR p_batch_size > 10000) THEN
         RAISE EXCEPTION 'retention batch size % is out of range 1..10000', p_batch_size USING ERRCODE = 'HR001';
+    END IF;
+    IF p_max_age IS NOT NULL THEN
+        PERFORM harvest._retention_cutoff(p_max_age, 'retention max age');
     END IF;
     INSERT INTO harvest.retention_config (id) VALUES (true) ON CONFLICT DO NOTHING;
     UPDATE harvest.retention_config
@@ -144,7 +163,7 @@ BEGIN
     IF v_batch < 1 OR v_batch > 10000 THEN
         RAISE EXCEPTION 'retention batch size % is out of range 1..10000', v_batch USING ERRCODE = 'HR001';
     END IF;
-    v_cutoff := harvest._ago(harvest.now(), v_max_age);
+    v_cutoff := harvest._retention_cutoff(v_max_age, 'retention max age');
     SELECT array_agg(s.id) INTO v_ids FROM (
         SELECT e.id FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
@@ -232,6 +251,9 @@ BEGIN
             harvest._interval_text(p_max_age)
             USING ERRCODE = 'HR001';
     END IF;
+    IF p_max_age IS NOT NULL THEN
+        PERFORM harvest._retention_cutoff(p_max_age, 'worker retention max age');
+    END IF;
     INSERT INTO harvest.retention_config (id) VALUES (true) ON CONFLICT DO NOTHING;
     UPDATE harvest.retention_config SET worker_max_age = p_max_age, updated_at = harvest.now() WHERE id;
     PERFORM harvest._audit('retention.set_workers', NULL, p_operator_id, jsonb_build_object('worker_max_age', harvest._interval_text(p_max_age)));
@@ -257,6 +279,7 @@ BEGIN
         RAISE EXCEPTION 'worker retention max age % must be positive', harvest._interval_text(v_max_age)
             USING ERRCODE = 'HR001';
     END IF;
+    PERFORM harvest._retention_cutoff(v_max_age, 'worker retention max age');
     WITH gone AS (
         DELETE FROM harvest.workers AS w
         WHERE w.id IN (SELECT p.id FROM harvest._prunable_workers(v_max_age) AS p (id))
