@@ -130,7 +130,8 @@ $$;
 
 -- Delete one batch of expired terminal executions. p_max_age / p_batch_size
 -- override the settings for this call. Returns {deleted, remaining, cutoff}:
--- call again while remaining > 0. Rows locked by someone else are skipped.
+-- call again while remaining > 0 (counted up to 10,000: 10000 means at least that many).
+-- Rows locked by someone else are skipped.
 CREATE OR REPLACE FUNCTION harvest.run_retention(
     p_max_age interval DEFAULT NULL,
     p_batch_size integer DEFAULT NULL,
@@ -212,9 +213,17 @@ BEGIN
         RETURNING 1
     )
     SELECT count(*) INTO v_runless FROM gone;
-    SELECT count(*) INTO v_remaining FROM harvest.executions AS e
-    WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
-      AND NOT harvest._retention_keeps(e.id, e.status, e.output);
+    -- What the next call would find, counted up to 10,000 (the largest batch) down
+    -- executions_completed: a count of the whole backlog after every batch made a large
+    -- backlog's sweep take time quadratic in its size (4 s a batch behind 300,000 runs), and
+    -- the batch's rows stayed locked meanwhile. get_retention_status counts them all.
+    SELECT count(*) INTO v_remaining FROM (
+        SELECT 1 FROM harvest.executions AS e
+        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
+          AND NOT harvest._retention_keeps(e.id, e.status, e.output)
+        ORDER BY e.completed_at
+        LIMIT 10000
+    ) AS r;
     UPDATE harvest.retention_config
     SET last_run_at = harvest.now(), last_run_deleted = coalesce(cardinality(v_ids), 0)
     WHERE id;
@@ -390,8 +399,9 @@ COMMENT ON FUNCTION harvest.get_retention_status IS
 'operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.run_retention IS
 'Delete one batch of expired terminal executions (never a RUNNING or PAUSED one, one under a legal hold, nor '
-'the earlier runs of a chain whose later run is still here), audited; returns {deleted, remaining, '
-'cutoff}: call again while remaining > 0. HR001 when no max age is set. For admins (role harvest_admin).';
+'the earlier runs of a chain whose later run is still here), audited; returns {deleted, remaining (counted '
+'up to 10000), cutoff}: call again while remaining > 0. HR001 when no max age is set. For admins (role '
+'harvest_admin).';
 COMMENT ON FUNCTION harvest.set_worker_retention IS
 'Set the worker registry rule: rows of stopped or stale workers last seen more than p_max_age ago are deleted by '
 'prune_workers (NULL keeps every row); audited. For admins (role harvest_admin).';
