@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
-SELECT plan(51);
+SELECT plan(52);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -103,6 +103,10 @@ SELECT is((SELECT count(*) FROM harvest.audit_log WHERE target = pg_temp.run('pl
           4::bigint, 'each hold, release and erasure is audited');
 SELECT is((SELECT payload FROM harvest.relays WHERE target_execution_id = pg_temp.run('pl_a')),
           '{"result": {"_harvest_erased": true}}'::jsonb, 'a relay to it is erased');
+CREATE TEMP TABLE pl_late ON COMMIT DROP AS
+SELECT (harvest.put_payloads(pg_temp.run('pl_a'), ARRAY['"late secret"'::jsonb]))[1] AS id;
+SELECT is((SELECT p.data FROM harvest.payloads AS p WHERE p.id = (SELECT id FROM pl_late)),
+          '{"_harvest_erased": true}'::jsonb, 'put_payloads: a row written for an erased run is stored erased');
 SELECT is((harvest.erase_payloads(pg_temp.run('pl_a')) ->> 'offloaded')::int, 0, 'erasing again is harmless');
 
 -- Residences: a seal refuses a plain call (the caller follows the pointer); a prior-residence

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from race_helpers import session
+from race_helpers import in_thread, session, wait_until_blocked
 
 from harvest import Client
 from harvest.core.errors import LegalHoldActive, TransactionConflict
@@ -64,3 +64,33 @@ def test_a_retention_run_whose_snapshot_predates_a_hold_keeps_the_held_run(db, c
         janitor.execute("COMMIT" if deleted is not None else "ROLLBACK")
     assert deleted in (0, None)
     assert _held_input(db, run) == [{"ssn": SECRET}]
+
+
+def test_a_payload_written_for_an_erased_run_is_stored_erased(db, client):
+    """A writer that comes late (an activity attempt that outlived its run, its large result
+    offloaded before its completion is refused as stale) stored its payload as the erased run's
+    row, in full: the run's payloads were back after their erasure, until retention."""
+    run = _ended_long_ago(db, client, "late-writer")
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql = SqlApi(conn)
+        sql.erase_payloads(run, "ops")
+        [late] = sql.put_payloads(run, [{"ssn": SECRET}])
+        stored = {str(k): v for k, v in sql.get_payloads([late]).items()}
+    assert stored == {str(late): {"_harvest_erased": True}}
+
+
+def test_a_payload_written_while_its_run_is_erased_is_erased_too(db, client):
+    """The late writer read the run before an erasure committed and stored its row after: the
+    erasure had not seen the row, and the row kept its payload."""
+    run = _ended_long_ago(db, client, "racing-writer")
+    outcome: dict = {}
+    with session(db, "eraser") as eraser, session(db, "writer") as writer:
+        eraser.execute("BEGIN")
+        SqlApi(eraser).erase_payloads(run, "ops")  # the run's row stays locked until the commit
+        thread = in_thread(lambda: SqlApi(writer).put_payloads(run, [{"ssn": SECRET}]), outcome)
+        wait_until_blocked(eraser, "writer", "the run's row")
+        eraser.execute("COMMIT")
+        thread.join(20)
+        [late] = outcome["result"]
+        stored = {str(k): v for k, v in SqlApi(eraser).get_payloads([late]).items()}
+    assert stored == {str(late): {"_harvest_erased": True}}
