@@ -36,11 +36,17 @@ $$;
 -- The cutoff p_age before now (_ago), or HR001 naming the setting (p_what) when it falls before
 -- the first time PostgreSQL stores (4713 BC): its own 22008 "timestamp out of range" named
 -- neither the setting nor what to do. Every age retention is given or keeps goes through it.
+-- An infinite age (PostgreSQL 17) is refused too: it kept everything as "configured", with an
+-- age in seconds of "Infinity", where off says so.
 CREATE OR REPLACE FUNCTION harvest._retention_cutoff(p_age interval, p_what text)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
+    IF NOT isfinite(p_age) THEN
+        RAISE EXCEPTION '% % is not a length of time', p_what, harvest._interval_text(p_age)
+            USING ERRCODE = 'HR001', HINT = 'give an age, or off (NULL) to keep everything';
+    END IF;
     RETURN harvest._ago(harvest.now(), p_age);
 EXCEPTION WHEN datetime_field_overflow THEN
     RAISE EXCEPTION '% % is too long: its cutoff falls before the earliest time PostgreSQL stores',
