@@ -61,7 +61,8 @@ $$;
 -- known by its first run's id (the handle a start returned, a signal or an update sent by it,
 -- update ids, a parent's ChildWorkflowStarted), and the chain is followed forward from it; so a
 -- chain goes from its last run back, one run per batch, once its last run has ended and passed
--- the window. Inlined by the planner.
+-- the window. Not inlined (a body with subqueries is not): a call per run it judges, so every
+-- read through it is bounded (run_retention) or is a status read (get_retention_status).
 CREATE OR REPLACE FUNCTION harvest._retention_keeps(p_id uuid, p_status text, p_output jsonb)
 RETURNS boolean
 LANGUAGE sql STABLE
