@@ -194,15 +194,23 @@ BEGIN
         -- The status re-check guards against a row that changed under us.
         DELETE FROM harvest.executions AS e WHERE e.id = ANY(v_ids) AND e.status NOT IN ('RUNNING', 'PAUSED');
     END IF;
-    -- Receipts of relays applied for other shards (relays.sql) past the window.
-    DELETE FROM harvest.relay_receipts AS r WHERE r.received_at < v_cutoff;
-    -- A result waiter's mark past the window on a run that is not live: a client that died
-    -- between marking itself and re-reading a run that was closing (the close deletes the
-    -- marks it sees; a waiter that lives deletes its own when it reads the run ended).
+    -- Receipts of relays applied for other shards (relays.sql) past the window, at most a
+    -- batch, oldest first down relay_receipts_received (0097: one unbounded delete found by a
+    -- scan of every receipt, on every batch, before).
+    DELETE FROM harvest.relay_receipts AS r
+    WHERE (r.source_shard, r.relay_id) IN (
+        SELECT q.source_shard, q.relay_id FROM harvest.relay_receipts AS q
+        WHERE q.received_at < v_cutoff ORDER BY q.received_at LIMIT v_batch FOR UPDATE SKIP LOCKED);
+    -- A result waiter's mark past the window on a run that is not live, at most a batch: a
+    -- client that died between marking itself and re-reading a run that was closing (the close
+    -- deletes the marks it sees; a waiter that lives deletes its own when it reads the run ended).
     DELETE FROM harvest.result_waiters AS w
-    WHERE w.since < v_cutoff AND NOT EXISTS (
-        SELECT 1 FROM harvest.executions AS e
-        WHERE e.id = w.execution_id AND e.status IN ('RUNNING', 'PAUSED'));
+    WHERE (w.execution_id, w.waiter_id, w.login) IN (
+        SELECT q.execution_id, q.waiter_id, q.login FROM harvest.result_waiters AS q
+        WHERE q.since < v_cutoff AND NOT EXISTS (
+            SELECT 1 FROM harvest.executions AS e
+            WHERE e.id = q.execution_id AND e.status IN ('RUNNING', 'PAUSED'))
+        LIMIT v_batch FOR UPDATE SKIP LOCKED);
     -- Offloaded payloads no run owns (payloads.sql) past the window: a query's large answer
     -- whose run was gone when it was stored (or stored by an earlier worker), a writer that
     -- named no run. A run's own rows go with it (ON DELETE CASCADE); a client's

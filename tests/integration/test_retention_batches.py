@@ -43,3 +43,24 @@ def test_a_batch_reads_a_bounded_number_of_runs_whatever_the_backlog(db: str) ->
     assert result["deleted"] == 100
     assert result["remaining"] == 10_000  # counted up to 10,000: at least that many are left
     assert read <= 10_000 + 3 * 100, read  # the count, the batch thrice (lock, re-check, delete); not 25,000
+
+
+def test_a_batch_deletes_at_most_its_size_of_relay_receipts_through_their_index(db: str) -> None:
+    """The receipts of relays applied for other shards past the window went in one unbounded
+    DELETE on every batch, read by a scan of the whole table (no index on received_at): a
+    janitor first run over months of receipts deleted them all in one transaction, and every
+    batch after that scanned every receipt kept. They now go at most a batch at a time, found
+    through relay_receipts_received (migration 0097)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.relay_receipts (source_shard, relay_id, outcome, received_at)"
+            " SELECT 1, n, 'delivered', now() - interval '40 days' FROM generate_series(1, 300) AS n"
+        )
+        SqlApi(conn).run_retention("30 days", 100)
+        left = conn.execute("SELECT count(*) FROM harvest.relay_receipts").fetchone()
+        indexed = conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = 'harvest' AND tablename = 'relay_receipts'"
+            " AND indexdef LIKE '%(received_at)%'"
+        ).fetchone()
+    assert left == (200,)
+    assert indexed == (1,)
