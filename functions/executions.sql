@@ -80,6 +80,14 @@ BEGIN
     WHERE ev.execution_id = p_execution_id AND ev.event_id > coalesce(p_after_event_id, 0)
     ORDER BY ev.event_id
     LIMIT p_limit;
+    -- Every run has its WorkflowStarted: no event from the start is no run (an unknown id, or
+    -- one retention deleted between a caller's read of the run and of its history, which then
+    -- exported or showed the run with no history). Read with the events' snapshot (STABLE).
+    IF NOT FOUND AND coalesce(p_after_event_id, 0) = 0
+       AND NOT EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = p_execution_id) THEN
+        RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
+            HINT = 'retention may have deleted it (harvest retention status); on shards, read it where its id routes';
+    END IF;
 END;
 $$;
 
@@ -1064,7 +1072,7 @@ COMMENT ON FUNCTION harvest.get_execution IS
 'One execution row; HR002 when it does not exist. For operators and clients (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_history IS
 'A run''s history after event p_after_event_id (0 = from the start), in order, at most p_limit events (NULL: all; '
-'a page of the HTTP API; a negative limit is HR001). Called by clients, workers and operators (roles harvest_reader, '
+'a page of the HTTP API; a negative limit is HR001); HR002 when it finds no event from the start and no run. Called by clients, workers and operators (roles harvest_reader, '
 'harvest_worker).';
 COMMENT ON FUNCTION harvest.get_history_page IS
 'One page of a run''s history for the dashboard (part event: p_limit events from p_from_event_id on, or the last '

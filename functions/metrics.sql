@@ -139,11 +139,16 @@ BEGIN
         ),
         'retention', jsonb_build_object(
             'configured', v_max_age IS NOT NULL,
-            -- How long the oldest terminal run past max_age has waited for the janitor.
+            -- How long the oldest run the janitor would delete has waited for it: the runs
+            -- retention keeps (a legal hold, a chain's earlier runs) are not behind, and
+            -- counting them made a held run's lag (and HarvestRetentionLagging) grow for good.
             'lag_secs', CASE WHEN v_max_age IS NOT NULL THEN coalesce((
-                SELECT extract(epoch FROM harvest._ago(v_now, v_max_age) - min(e.completed_at))
+                SELECT extract(epoch FROM harvest._ago(v_now, v_max_age) - e.completed_at)
                 FROM harvest.executions AS e
-                WHERE e.status <> 'RUNNING' AND e.completed_at < harvest._ago(v_now, v_max_age)
+                WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest._ago(v_now, v_max_age)
+                  AND NOT harvest._retention_keeps(e.id, e.status, e.output)
+                ORDER BY e.completed_at
+                LIMIT 1
             ), 0) END
         )
     );

@@ -9,14 +9,19 @@ RETURNS uuid[]
 LANGUAGE plpgsql
 AS $$
 DECLARE
+    c_erased CONSTANT jsonb := '{"_harvest_erased": true}';
     v_ids uuid [];
     v_execution harvest.executions;
+    v_erased boolean;
 BEGIN
     IF p_values IS NULL OR cardinality(p_values) = 0 THEN
         RETURN '{}'::uuid [];
     END IF;
     IF p_execution_id IS NOT NULL THEN
-        SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id;
+        -- FOR KEY SHARE (the lock the foreign key takes at the insert anyway, taken before the
+        -- read): an erase_payloads (FOR UPDATE) either waits for this call and then erases its
+        -- rows too, or went first and this call reads the erased run.
+        SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR KEY SHARE;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
                 HINT = 'store a run''s payloads in its own database (the shard its id routes to)';
@@ -29,15 +34,21 @@ BEGIN
         RAISE EXCEPTION 'put_payloads got a NULL payload' USING ERRCODE = 'HR001',
             HINT = 'pass each payload as a JSON value (JSON null is ''null''::jsonb)';
     END IF;
+    -- A run whose payloads were erased (erase_payloads replaced its input by the marker) gets
+    -- its late rows (an activity attempt that outlived the run, its result offloaded before its
+    -- completion is refused) stored erased: its payloads never come back after their erasure.
+    v_erased := v_execution.input = jsonb_build_array(c_erased);
     WITH given AS (
         SELECT v.value, v.n, gen_random_uuid() AS id FROM unnest(p_values) WITH ORDINALITY AS v (value, n)
     ),
 
     stored AS (
         -- A run-less row is its storing login's to hand to a run (set_payloads_execution).
-        INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, login)
-        SELECT g.id, p_execution_id, harvest.now(), octet_length(g.value::text), g.value,
-               CASE WHEN p_execution_id IS NULL THEN session_user END
+        INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, login, erased_at)
+        SELECT g.id, p_execution_id, harvest.now(), octet_length(g.value::text),
+               CASE WHEN v_erased THEN c_erased ELSE g.value END,
+               CASE WHEN p_execution_id IS NULL THEN session_user END,
+               CASE WHEN v_erased THEN harvest.now() END
         FROM given AS g
         RETURNING id
     )
@@ -286,7 +297,14 @@ BEGIN
         RAISE EXCEPTION 'a legal hold needs a reason' USING ERRCODE = 'HR001',
             HINT = 'say why (a case number, a request), it is kept with the hold and in the audit log';
     END IF;
-    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR UPDATE;
+    -- The hold writes its run's row (an update that changes nothing, of a column no trigger
+    -- watches), not only locks it: an erasure or a retention batch that took its snapshot before
+    -- the hold committed cannot see the hold row, but it cannot lock a row written since its
+    -- snapshot either (40001 in a REPEATABLE READ or SERIALIZABLE transaction), so it never
+    -- destroys a run the hold was set on. (In READ COMMITTED each statement after the lock
+    -- sees the hold: erase_payloads reads it then, run_retention checks again.)
+    UPDATE harvest.executions AS e SET last_event_id = e.last_event_id WHERE e.id = p_execution_id
+    RETURNING e.* INTO v_execution;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002';
     END IF;

@@ -33,13 +33,36 @@ AS $$
     SELECT (p_at AT TIME ZONE 'UTC' - p_age) AT TIME ZONE 'UTC';
 $$;
 
+-- The cutoff p_age before now (_ago), or HR001 naming the setting (p_what) when it falls before
+-- the first time PostgreSQL stores (4713 BC): its own 22008 "timestamp out of range" named
+-- neither the setting nor what to do. Every age retention is given or keeps goes through it.
+-- An infinite age (PostgreSQL 17) is refused too: it kept everything as "configured", with an
+-- age in seconds of "Infinity", where off says so.
+CREATE OR REPLACE FUNCTION harvest._retention_cutoff(p_age interval, p_what text)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF NOT isfinite(p_age) THEN
+        RAISE EXCEPTION '% % is not a length of time', p_what, harvest._interval_text(p_age)
+            USING ERRCODE = 'HR001', HINT = 'give an age, or off (NULL) to keep everything';
+    END IF;
+    RETURN harvest._ago(harvest.now(), p_age);
+EXCEPTION WHEN datetime_field_overflow THEN
+    RAISE EXCEPTION '% % is too long: its cutoff falls before the earliest time PostgreSQL stores',
+        p_what, harvest._interval_text(p_age)
+        USING ERRCODE = 'HR001', HINT = 'give a shorter age, or off (NULL) to keep everything';
+END;
+$$;
+
 -- Whether retention keeps an ended run past its window: a run under a legal hold (payloads.sql:
 -- what is held is preserved, the run and its history with its payloads, until an admin releases
 -- the hold), and a run that continued as new while its successor is still here. The chain is
 -- known by its first run's id (the handle a start returned, a signal or an update sent by it,
 -- update ids, a parent's ChildWorkflowStarted), and the chain is followed forward from it; so a
 -- chain goes from its last run back, one run per batch, once its last run has ended and passed
--- the window. Inlined by the planner.
+-- the window. Not inlined (a body with subqueries is not): a call per run it judges, so every
+-- read through it is bounded (run_retention) or is a status read (get_retention_status).
 CREATE OR REPLACE FUNCTION harvest._retention_keeps(p_id uuid, p_status text, p_output jsonb)
 RETURNS boolean
 LANGUAGE sql STABLE
@@ -65,6 +88,9 @@ BEGIN
     END IF;
     IF p_batch_size IS NOT NULL AND (p_batch_size < 1 OR p_batch_size > 10000) THEN
         RAISE EXCEPTION 'retention batch size % is out of range 1..10000', p_batch_size USING ERRCODE = 'HR001';
+    END IF;
+    IF p_max_age IS NOT NULL THEN
+        PERFORM harvest._retention_cutoff(p_max_age, 'retention max age');
     END IF;
     INSERT INTO harvest.retention_config (id) VALUES (true) ON CONFLICT DO NOTHING;
     UPDATE harvest.retention_config
@@ -111,7 +137,8 @@ $$;
 
 -- Delete one batch of expired terminal executions. p_max_age / p_batch_size
 -- override the settings for this call. Returns {deleted, remaining, cutoff}:
--- call again while remaining > 0. Rows locked by someone else are skipped.
+-- call again while remaining > 0 (counted up to 10,000: 10000 means at least that many).
+-- Rows locked by someone else are skipped.
 CREATE OR REPLACE FUNCTION harvest.run_retention(
     p_max_age interval DEFAULT NULL,
     p_batch_size integer DEFAULT NULL,
@@ -144,7 +171,7 @@ BEGIN
     IF v_batch < 1 OR v_batch > 10000 THEN
         RAISE EXCEPTION 'retention batch size % is out of range 1..10000', v_batch USING ERRCODE = 'HR001';
     END IF;
-    v_cutoff := harvest._ago(harvest.now(), v_max_age);
+    v_cutoff := harvest._retention_cutoff(v_max_age, 'retention max age');
     SELECT array_agg(s.id) INTO v_ids FROM (
         SELECT e.id FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
@@ -154,6 +181,12 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ) AS s;
     IF v_ids IS NOT NULL THEN
+        -- Checked again, in a statement of its own, now that the rows are ours: the lock above
+        -- judged each row with its statement's snapshot, so a hold committed between that
+        -- snapshot and the row's lock (set_legal_hold locks the row to set it) was not seen;
+        -- every hold set before the lock is seen now, and none can be set after it.
+        SELECT array_agg(e.id) INTO v_ids FROM harvest.executions AS e
+        WHERE e.id = ANY(v_ids) AND NOT harvest._retention_keeps(e.id, e.status, e.output);
         -- An external signal or cancel keeps its row: its source still hears the
         -- outcome (not_found, once its target is gone).
         DELETE FROM harvest.relays AS r
@@ -161,15 +194,23 @@ BEGIN
         -- The status re-check guards against a row that changed under us.
         DELETE FROM harvest.executions AS e WHERE e.id = ANY(v_ids) AND e.status NOT IN ('RUNNING', 'PAUSED');
     END IF;
-    -- Receipts of relays applied for other shards (relays.sql) past the window.
-    DELETE FROM harvest.relay_receipts AS r WHERE r.received_at < v_cutoff;
-    -- A result waiter's mark past the window on a run that is not live: a client that died
-    -- between marking itself and re-reading a run that was closing (the close deletes the
-    -- marks it sees; a waiter that lives deletes its own when it reads the run ended).
+    -- Receipts of relays applied for other shards (relays.sql) past the window, at most a
+    -- batch, oldest first down relay_receipts_received (0097: one unbounded delete found by a
+    -- scan of every receipt, on every batch, before).
+    DELETE FROM harvest.relay_receipts AS r
+    WHERE (r.source_shard, r.relay_id) IN (
+        SELECT q.source_shard, q.relay_id FROM harvest.relay_receipts AS q
+        WHERE q.received_at < v_cutoff ORDER BY q.received_at LIMIT v_batch FOR UPDATE SKIP LOCKED);
+    -- A result waiter's mark past the window on a run that is not live, at most a batch: a
+    -- client that died between marking itself and re-reading a run that was closing (the close
+    -- deletes the marks it sees; a waiter that lives deletes its own when it reads the run ended).
     DELETE FROM harvest.result_waiters AS w
-    WHERE w.since < v_cutoff AND NOT EXISTS (
-        SELECT 1 FROM harvest.executions AS e
-        WHERE e.id = w.execution_id AND e.status IN ('RUNNING', 'PAUSED'));
+    WHERE (w.execution_id, w.waiter_id, w.login) IN (
+        SELECT q.execution_id, q.waiter_id, q.login FROM harvest.result_waiters AS q
+        WHERE q.since < v_cutoff AND NOT EXISTS (
+            SELECT 1 FROM harvest.executions AS e
+            WHERE e.id = q.execution_id AND e.status IN ('RUNNING', 'PAUSED'))
+        LIMIT v_batch FOR UPDATE SKIP LOCKED);
     -- Offloaded payloads no run owns (payloads.sql) past the window: a query's large answer
     -- whose run was gone when it was stored (or stored by an earlier worker), a writer that
     -- named no run. A run's own rows go with it (ON DELETE CASCADE); a client's
@@ -187,9 +228,17 @@ BEGIN
         RETURNING 1
     )
     SELECT count(*) INTO v_runless FROM gone;
-    SELECT count(*) INTO v_remaining FROM harvest.executions AS e
-    WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
-      AND NOT harvest._retention_keeps(e.id, e.status, e.output);
+    -- What the next call would find, counted up to 10,000 (the largest batch) down
+    -- executions_completed: a count of the whole backlog after every batch made a large
+    -- backlog's sweep take time quadratic in its size (4 s a batch behind 300,000 runs), and
+    -- the batch's rows stayed locked meanwhile. get_retention_status counts them all.
+    SELECT count(*) INTO v_remaining FROM (
+        SELECT 1 FROM harvest.executions AS e
+        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
+          AND NOT harvest._retention_keeps(e.id, e.status, e.output)
+        ORDER BY e.completed_at
+        LIMIT 10000
+    ) AS r;
     UPDATE harvest.retention_config
     SET last_run_at = harvest.now(), last_run_deleted = coalesce(cardinality(v_ids), 0)
     WHERE id;
@@ -226,6 +275,9 @@ BEGIN
             harvest._interval_text(p_max_age)
             USING ERRCODE = 'HR001';
     END IF;
+    IF p_max_age IS NOT NULL THEN
+        PERFORM harvest._retention_cutoff(p_max_age, 'worker retention max age');
+    END IF;
     INSERT INTO harvest.retention_config (id) VALUES (true) ON CONFLICT DO NOTHING;
     UPDATE harvest.retention_config SET worker_max_age = p_max_age, updated_at = harvest.now() WHERE id;
     PERFORM harvest._audit('retention.set_workers', NULL, p_operator_id, jsonb_build_object('worker_max_age', harvest._interval_text(p_max_age)));
@@ -251,6 +303,7 @@ BEGIN
         RAISE EXCEPTION 'worker retention max age % must be positive', harvest._interval_text(v_max_age)
             USING ERRCODE = 'HR001';
     END IF;
+    PERFORM harvest._retention_cutoff(v_max_age, 'worker retention max age');
     WITH gone AS (
         DELETE FROM harvest.workers AS w
         WHERE w.id IN (SELECT p.id FROM harvest._prunable_workers(v_max_age) AS p (id))
@@ -361,8 +414,9 @@ COMMENT ON FUNCTION harvest.get_retention_status IS
 'operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.run_retention IS
 'Delete one batch of expired terminal executions (never a RUNNING or PAUSED one, one under a legal hold, nor '
-'the earlier runs of a chain whose later run is still here), audited; returns {deleted, remaining, '
-'cutoff}: call again while remaining > 0. HR001 when no max age is set. For admins (role harvest_admin).';
+'the earlier runs of a chain whose later run is still here), audited; returns {deleted, remaining (counted '
+'up to 10000), cutoff}: call again while remaining > 0. HR001 when no max age is set. For admins (role '
+'harvest_admin).';
 COMMENT ON FUNCTION harvest.set_worker_retention IS
 'Set the worker registry rule: rows of stopped or stale workers last seen more than p_max_age ago are deleted by '
 'prune_workers (NULL keeps every row); audited. For admins (role harvest_admin).';

@@ -51,8 +51,8 @@ SELECT results_eq($$SELECT event_id, event_data, created_at FROM harvest.get_his
 SELECT is_empty($$SELECT * FROM harvest.get_history(pg_temp.run('ex-1'), 3)$$, 'get_history() after the last event: empty');
 SELECT is((SELECT count(*) FROM harvest.get_history(pg_temp.run('ex-1'), NULL)), 3::bigint,
           'get_history(p_after_event_id => NULL) starts at the beginning');
-SELECT is_empty($$SELECT * FROM harvest.get_history('00000000-0000-4000-8000-00000000abcd')$$,
-                'get_history() of an unknown id: empty');
+SELECT throws_ok($$SELECT * FROM harvest.get_history('00000000-0000-4000-8000-00000000abcd')$$, 'HR002', NULL,
+                 'get_history() of an unknown id from the start: HR002 (every run has its first event)');
 SELECT results_eq($$SELECT event_id FROM harvest.get_history(pg_temp.run('ex-1'), 0, 2)$$,
                   $$VALUES (1::bigint), (2)$$, 'get_history(p_limit => 2): the first two events');
 SELECT results_eq($$SELECT event_id FROM harvest.get_history(pg_temp.run('ex-1'), 2, 5)$$,

@@ -1,7 +1,7 @@
 -- functions/metrics.sql: claim_sampler_lead, get_metric_samples, the gauges the metrics sampler publishes, and
 -- list_forced_closes, the runs closed outside a decision that it counts.
 BEGIN;
-SELECT plan(23);
+SELECT plan(24);
 
 -- claim_sampler_lead: the sampler's session lock, taken by the function as the owner.
 SELECT is(harvest.claim_sampler_lead(), true, 'claim_sampler_lead(): a session with no other leader leads');
@@ -71,6 +71,9 @@ UPDATE harvest.executions SET status = 'COMPLETED', completed_at = harvest.now()
 WHERE id = pg_temp.run('m1');
 SELECT is(harvest.get_metric_samples() -> 'retention', '{"configured": true, "lag_secs": 3600}'::jsonb,
           'get_metric_samples(): retention lag is the oldest eligible run''s wait past max_age');
+SELECT harvest.set_legal_hold(pg_temp.run('m1'), 'case 5', 'legal');
+SELECT is(harvest.get_metric_samples() -> 'retention', '{"configured": true, "lag_secs": 0}'::jsonb,
+          'get_metric_samples(): a run retention keeps (a legal hold) is no lag: the janitor is not behind on it');
 
 -- The readers and the worker may call it.
 SELECT ok(has_function_privilege('harvest_worker', 'harvest.get_metric_samples(integer)', 'EXECUTE')

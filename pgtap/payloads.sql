@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
-SELECT plan(50);
+SELECT plan(52);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -58,8 +58,11 @@ SELECT throws_ok(format('SELECT harvest.set_legal_hold(%L, %L)', pg_temp.run('pl
                  'a hold needs a reason');
 SELECT throws_ok($$SELECT harvest.set_legal_hold(gen_random_uuid(), 'case')$$, 'HR002', NULL,
                  'a hold on an unknown run: HR002');
+CREATE TEMP TABLE pl_row_before ON COMMIT DROP AS SELECT ctid AS at FROM harvest.executions WHERE id = pg_temp.run('pl_a');
 SELECT is((harvest.set_legal_hold(pg_temp.run('pl_a'), 'case 1', 'legal') ->> 'legal_hold')::boolean, true,
           'set_legal_hold sets it');
+SELECT isnt((SELECT ctid FROM harvest.executions WHERE id = pg_temp.run('pl_a')), (SELECT at FROM pl_row_before),
+            'set_legal_hold writes the run''s row: an eraser or a janitor with an older snapshot cannot lock it');
 SELECT throws_ok(format('SELECT harvest.erase_payloads(%L)', pg_temp.run('pl_a')), 'HR030', NULL,
                  'a held run is refused');
 SELECT is((SELECT input FROM harvest.executions WHERE id = pg_temp.run('pl_a')), '["secret-input"]'::jsonb,
@@ -100,6 +103,10 @@ SELECT is((SELECT count(*) FROM harvest.audit_log WHERE target = pg_temp.run('pl
           4::bigint, 'each hold, release and erasure is audited');
 SELECT is((SELECT payload FROM harvest.relays WHERE target_execution_id = pg_temp.run('pl_a')),
           '{"result": {"_harvest_erased": true}}'::jsonb, 'a relay to it is erased');
+CREATE TEMP TABLE pl_late ON COMMIT DROP AS
+SELECT (harvest.put_payloads(pg_temp.run('pl_a'), ARRAY['"late secret"'::jsonb]))[1] AS id;
+SELECT is((SELECT p.data FROM harvest.payloads AS p WHERE p.id = (SELECT id FROM pl_late)),
+          '{"_harvest_erased": true}'::jsonb, 'put_payloads: a row written for an erased run is stored erased');
 SELECT is((harvest.erase_payloads(pg_temp.run('pl_a')) ->> 'offloaded')::int, 0, 'erasing again is harmless');
 
 -- Residences: a seal refuses a plain call (the caller follows the pointer); a prior-residence

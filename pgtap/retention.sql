@@ -1,8 +1,8 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, _retention_keeps,
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
--- _interval_text, _ago; prune_flow_keys, _flow_key_in_use.
+-- _interval_text, _ago, _retention_cutoff; prune_flow_keys, _flow_key_in_use.
 BEGIN;
-SELECT plan(48);
+SELECT plan(54);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -38,6 +38,16 @@ VALUES ('throttle', 'rt_held', '', 'rt-held', 'rt_q',
 
 SELECT throws_ok($$SELECT harvest.run_retention()$$, 'HR001', NULL, 'not configured: refused');
 SELECT throws_ok($$SELECT harvest.set_retention('-1 day')$$, 'HR001', NULL, 'a negative age is refused');
+SELECT throws_ok($$SELECT harvest.set_retention('100000 years')$$, 'HR001',
+                 'retention max age 100000 years is too long: its cutoff falls before the earliest time PostgreSQL stores',
+                 'an age past the first storable time is refused, naming it');
+SELECT is(harvest._retention_cutoff('1 day', 'x'), '2029-12-31 00:00:00+00'::timestamptz,
+          '_retention_cutoff(): the age before now, in UTC');
+SELECT throws_ok($$SELECT harvest._retention_cutoff('infinity', 'retention max age')$$, 'HR001',
+                 'retention max age infinity is not a length of time', '_retention_cutoff(): an infinite age is refused');
+SELECT throws_ok($$SELECT harvest.run_retention('100000 years')$$, 'HR001', NULL, 'run_retention: the same');
+SELECT throws_ok($$SELECT harvest.set_worker_retention('100000 years')$$, 'HR001', NULL, 'set_worker_retention: the same');
+SELECT throws_ok($$SELECT harvest.prune_workers('100000 years')$$, 'HR001', NULL, 'prune_workers: the same');
 SELECT is((harvest.set_retention('30 days', 2) ->> 'eligible')::int, 3, 'status counts eligible runs');
 CREATE TEMP TABLE first_run ON COMMIT DROP AS SELECT harvest.run_retention() AS r;
 SELECT is((SELECT (r ->> 'deleted')::int FROM first_run), 2, 'one batch at most');

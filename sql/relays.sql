@@ -66,3 +66,8 @@ CREATE TABLE harvest.relay_receipts (
         outcome IN ('delivered', 'already_requested')
     )
 );
+
+-- The janitor's receipts past the window, oldest first, a batch at a time (run_retention;
+-- migration 0097).
+CREATE INDEX relay_receipts_received
+ON harvest.relay_receipts (received_at);

@@ -493,6 +493,33 @@ def test_a_value_the_database_refuses_exits_2_over_sql_as_over_http(
 
 
 @pytest.mark.parametrize(
+    "args",
+    [
+        ["retention", "set", "--max-age", "100000 years"],
+        ["retention", "set", "--worker-max-age", "100000 years"],
+        ["retention", "run-now", "--max-age", "100000 years"],
+    ],
+)
+def test_a_retention_age_past_the_first_storable_time_says_so_on_both_transports(
+    db: str, served: None, args: list[str]
+) -> None:
+    """An age whose cutoff falls before 4713 BC failed with PostgreSQL's own words, "timestamp
+    out of range", naming neither the setting nor what to do."""
+    for r in (invoke("--base-url", HTTP_BASE, *args), invoke(*args, "--database-url", db)):
+        assert r.exit_code == 2, (r.exit_code, r.stderr)
+        assert "max age 100000 years is too long" in r.stderr, r.stderr
+
+
+def test_an_infinite_retention_age_is_refused_naming_off(db: str, served: None) -> None:
+    """'infinity' (an interval since PostgreSQL 17) was kept: retention "configured" that kept
+    everything, its max_age_secs the string "Infinity" where every other answer has a number."""
+    args = ["retention", "set", "--max-age", "infinity"]
+    for r in (invoke("--base-url", HTTP_BASE, *args), invoke(*args, "--database-url", db)):
+        assert r.exit_code == 2, (r.exit_code, r.stderr)
+        assert "retention max age infinity is not a length of time" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
     ("args", "option"),
     [
         (["workflow", "start", "edge_wf"], "--input-file"),

@@ -176,6 +176,24 @@ def test_erasure_leaves_no_payload_and_a_legal_hold_blocks_it(db, start_worker):
         assert client.get_handle(big).result(timeout=5) == {"_harvest_erased": True}
 
 
+def test_an_erased_run_answers_a_query_and_replays_as_erased_never_on_the_markers(db, start_worker):
+    """An erased run's state cannot be rebuilt: its inputs and results are markers. A query made
+    the worker replay the workflow code on them (the handler failed with KeyError: 'ssn'), and
+    the replayer ran the code on them too; both now say the payloads were erased."""
+    from harvest.core.errors import QueryFailed
+    from harvest.testing import WorkflowReplayer
+
+    small, _ = _erasable(db, start_worker)
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql = SqlApi(conn)
+        sql.erase_payloads(small, "ops")
+        events = sql.get_history(small)
+    with Client(db) as client, pytest.raises(QueryFailed, match="were erased"):
+        client.get_handle(small).query("peek", "x", timeout=10)
+    result = WorkflowReplayer(App([vault], [seal], queries=[peek], updates=[add])).replay(events)
+    assert not result.ok and "were erased" in result.error, result
+
+
 def test_retention_keeps_a_held_run_until_its_hold_is_released(db, client):
     """A legal hold preserves its run: past the retention window the janitor keeps it (its
     history and payloads), and takes it once the hold is released."""

@@ -86,6 +86,12 @@ ADMIN = [
     "SELECT harvest.drain_worker('w1')",
     "SELECT harvest.run_retention()",
     "SELECT harvest.set_retention('10 days')",
+    "SELECT harvest.set_worker_retention('7 days')",
+    "SELECT harvest.prune_workers()",
+    # Legal holds and erasure (payloads.sql): the run `o` was terminated above.
+    "SELECT harvest.set_legal_hold(%(o)s, 'case 1')",
+    "SELECT harvest.release_legal_hold(%(o)s)",
+    "SELECT harvest.erase_payloads(%(o)s)",
     "SELECT harvest.discard_dead_letters(p_activity_name => 'nothing-matches')",
     "SELECT harvest.discard_dead_letter(%(d2)s)",
 ]

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from harvest.core.codecs import is_erased
 from harvest.core.deprecation import queue_alias
 from harvest.core.errors import (
     ActivityError,
@@ -354,6 +355,13 @@ class WorkflowRun(CommandIssuer):
         """
         if self._main is not None or self._fatal is not None:
             raise RuntimeError("replay_history needs a fresh WorkflowRun")
+        if _erased(events):
+            # Erasure left markers where the inputs and results were: code run on them fails
+            # somewhere of its own (a KeyError in a query handler), or worse, goes on.
+            raise PayloadError(
+                "the run's payloads were erased (erase_payloads): its state cannot be rebuilt, "
+                "so it is neither replayed nor queried nor updated"
+            )
         prev = _get_running_loop()
         _set_running_loop(self._loop)
         try:
@@ -914,3 +922,15 @@ class WorkflowRun(CommandIssuer):
             self.activity_context_factory,
             self._local_sleep,
         )
+
+
+def _erased(events: list[dict[str, Any]]) -> bool:
+    """Whether ``events`` are an erased run's: erasure replaces every start input (the run's
+    ``WorkflowStarted``'s) by ``[{"_harvest_erased": true}]`` (functions/payloads.sql)."""
+    for event in events:
+        if event.get("event_type") == "WorkflowStarted":
+            data = event.get("event_data")
+            data = json.loads(data) if isinstance(data, str) else data
+            inputs = (data or {}).get("input")
+            return isinstance(inputs, list) and any(is_erased(arg) for arg in inputs)
+    return False

@@ -216,6 +216,8 @@ class WorkflowReplayer:
         run = WorkflowRun(self.app, workflow, "replay")
         try:
             run.replay_history(events)
+        except PayloadError as exc:  # an erased run's history (its inputs are markers)
+            return ReplayResult(False, f"{type(exc).__name__}: {exc}", exception=exc)
         except (NonDeterminismError, HistoryMismatch) as exc:
             return ReplayResult(
                 False,
