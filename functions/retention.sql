@@ -195,7 +195,7 @@ BEGIN
         DELETE FROM harvest.executions AS e WHERE e.id = ANY(v_ids) AND e.status NOT IN ('RUNNING', 'PAUSED');
     END IF;
     -- Receipts of relays applied for other shards (relays.sql) past the window, at most a
-    -- batch, oldest first down relay_receipts_received (0097: one unbounded delete found by a
+    -- batch, oldest first down relay_receipts_received (0098: one unbounded delete found by a
     -- scan of every receipt, on every batch, before).
     DELETE FROM harvest.relay_receipts AS r
     WHERE (r.source_shard, r.relay_id) IN (

@@ -68,6 +68,6 @@ CREATE TABLE harvest.relay_receipts (
 );
 
 -- The janitor's receipts past the window, oldest first, a batch at a time (run_retention;
--- migration 0097).
+-- migration 0098).
 CREATE INDEX relay_receipts_received
 ON harvest.relay_receipts (received_at);

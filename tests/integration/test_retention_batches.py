@@ -50,7 +50,7 @@ def test_a_batch_deletes_at_most_its_size_of_relay_receipts_through_their_index(
     DELETE on every batch, read by a scan of the whole table (no index on received_at): a
     janitor first run over months of receipts deleted them all in one transaction, and every
     batch after that scanned every receipt kept. They now go at most a batch at a time, found
-    through relay_receipts_received (migration 0097)."""
+    through relay_receipts_received (migration 0098)."""
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO harvest.relay_receipts (source_shard, relay_id, outcome, received_at)"

@@ -1,5 +1,5 @@
 -- harvest:no-transaction
--- 0097: the retention janitor finds the relay receipts past its window through an index
+-- 0098: the retention janitor finds the relay receipts past its window through an index
 -- (re-runnable: this file runs outside a transaction, so the index is built without blocking the
 -- receipts a relay applies meanwhile).
 --
