@@ -502,8 +502,7 @@ def main() -> None:
     if data and port_file and port_file.exists():  # the server a previous run left up
         server = EmbeddedPostgres(base_dir=data, settings=settings, port=int(port_file.read_text()))
     else:
-        if data:
-            data.mkdir(parents=True, exist_ok=True)
+        # (EmbeddedPostgres makes the directory: as root it must be the service user's own)
         server = EmbeddedPostgres(base_dir=data, settings=settings)
         server.start()
         if port_file:
