@@ -498,15 +498,11 @@ def main() -> None:
     started = time.monotonic()
     settings = {"shared_buffers": "512MB", "max_wal_size": "8GB", "checkpoint_timeout": "30min"}
     data = Path(args.data) if args.data else None
-    port_file = data / "port" if data else None
-    if data and port_file and port_file.exists():  # the server a previous run left up
-        server = EmbeddedPostgres(base_dir=data, settings=settings, port=int(port_file.read_text()))
-    else:
-        # (EmbeddedPostgres makes the directory: as root it must be the service user's own)
-        server = EmbeddedPostgres(base_dir=data, settings=settings)
-        server.start()
-        if port_file:
-            port_file.write_text(str(server.port))
+    # With --data the databases outlive the run, not the server: an embedded server stops with
+    # the process that started it, so each run starts one on the kept data directory (which
+    # EmbeddedPostgres makes the first time: as root it must be the service user's own).
+    server = EmbeddedPostgres(base_dir=data, settings=settings)
+    server.start()
     conns: dict[int, psycopg.Connection[Any]] = {}
     try:
         fill_secs: dict[int, float | None] = {}
@@ -555,8 +551,7 @@ def main() -> None:
     finally:
         for c in conns.values():
             c.close()
-        if not data:  # with --data the server stays up for the next run (stop it with pg_ctl)
-            server.stop()
+        server.stop()  # (with --data its data directory stays)
     base = statistics.median(samples[depths[0]])
     base_pages = statistics.median(b[0] for b in buffers[depths[0]]) if buffers[depths[0]] else 0
     rows = []
