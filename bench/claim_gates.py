@@ -175,14 +175,15 @@ ev AS (
 INSERT INTO harvest.tasks (
     execution_id, kind, queue, priority, due_at, scheduled_at, concurrency_key, concurrency_limit,
     seq, activity_name, input, options, deadline_at, status, attempt, started_at, lease_owner,
-    fencing_token, lease_expires_at
+    fencing_token, lease_expires_at, run_workflow_name, run_workflow_id
 )
 SELECT x.id, x.kind, x.queue, x.priority, x.at, x.at,
        CASE WHEN x.workflow_name = 'bench_keyed' AND x.kind = 'workflow' THEN x.tenant END,
        CASE WHEN x.workflow_name = 'bench_keyed' AND x.kind = 'workflow' THEN 2 END,
        CASE WHEN x.kind = 'activity' THEN 1 END, x.activity_name,
        CASE WHEN x.kind = 'activity' THEN x.input END, coalesce(x.options, '{}'::jsonb),
-       NULL, 'pending', 0, NULL, NULL, 0, NULL
+       NULL, 'pending', 0, NULL, NULL, 0, NULL,
+       CASE WHEN x.kind = 'activity' THEN x.workflow_name END, CASE WHEN x.kind = 'activity' THEN x.workflow_id END
 FROM x
 ORDER BY x.i
 """
