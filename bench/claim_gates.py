@@ -175,14 +175,15 @@ ev AS (
 INSERT INTO harvest.tasks (
     execution_id, kind, queue, priority, due_at, scheduled_at, concurrency_key, concurrency_limit,
     seq, activity_name, input, options, deadline_at, status, attempt, started_at, lease_owner,
-    fencing_token, lease_expires_at
+    fencing_token, lease_expires_at, run_workflow_name, run_workflow_id
 )
 SELECT x.id, x.kind, x.queue, x.priority, x.at, x.at,
        CASE WHEN x.workflow_name = 'bench_keyed' AND x.kind = 'workflow' THEN x.tenant END,
        CASE WHEN x.workflow_name = 'bench_keyed' AND x.kind = 'workflow' THEN 2 END,
        CASE WHEN x.kind = 'activity' THEN 1 END, x.activity_name,
        CASE WHEN x.kind = 'activity' THEN x.input END, coalesce(x.options, '{}'::jsonb),
-       NULL, 'pending', 0, NULL, NULL, 0, NULL
+       NULL, 'pending', 0, NULL, NULL, 0, NULL,
+       CASE WHEN x.kind = 'activity' THEN x.workflow_name END, CASE WHEN x.kind = 'activity' THEN x.workflow_id END
 FROM x
 ORDER BY x.i
 """
@@ -498,16 +499,11 @@ def main() -> None:
     started = time.monotonic()
     settings = {"shared_buffers": "512MB", "max_wal_size": "8GB", "checkpoint_timeout": "30min"}
     data = Path(args.data) if args.data else None
-    port_file = data / "port" if data else None
-    if data and port_file and port_file.exists():  # the server a previous run left up
-        server = EmbeddedPostgres(base_dir=data, settings=settings, port=int(port_file.read_text()))
-    else:
-        if data:
-            data.mkdir(parents=True, exist_ok=True)
-        server = EmbeddedPostgres(base_dir=data, settings=settings)
-        server.start()
-        if port_file:
-            port_file.write_text(str(server.port))
+    # With --data the databases outlive the run, not the server: an embedded server stops with
+    # the process that started it, so each run starts one on the kept data directory (which
+    # EmbeddedPostgres makes the first time: as root it must be the service user's own).
+    server = EmbeddedPostgres(base_dir=data, settings=settings)
+    server.start()
     conns: dict[int, psycopg.Connection[Any]] = {}
     try:
         fill_secs: dict[int, float | None] = {}
@@ -556,8 +552,7 @@ def main() -> None:
     finally:
         for c in conns.values():
             c.close()
-        if not data:  # with --data the server stays up for the next run (stop it with pg_ctl)
-            server.stop()
+        server.stop()  # (with --data its data directory stays)
     base = statistics.median(samples[depths[0]])
     base_pages = statistics.median(b[0] for b in buffers[depths[0]]) if buffers[depths[0]] else 0
     rows = []

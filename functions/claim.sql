@@ -472,33 +472,41 @@ BEGIN
                 ARRAY(SELECT r FROM unnest(v_rows) AS r WHERE r.id = ANY(v_claimed)), p_now);
         END IF;
         RETURN QUERY  -- (probes per id, as below)
-        SELECT c.id, c.kind, c.execution_id, l.workflow_name, l.workflow_id,
+        SELECT c.id, c.kind, c.execution_id, coalesce(c.run_workflow_name, l.workflow_name), coalesce(c.run_workflow_id, l.workflow_id),
                c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
                c.lease_expires_at, c.heartbeat_details, l.new_events, coalesce(l.decided_through, 0),
                CASE WHEN c.kind = 'workflow' THEN harvest._owner_epoch(l.workflow_id, p_worker_id) END
         FROM unnest(v_claimed) AS k (id)
         CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
-        CROSS JOIN LATERAL (SELECT x.workflow_name, x.workflow_id, x.decided_through,
-                                   CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(x, c.kind, p_worker_id) END
-                            FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0)
-            AS l (workflow_name, workflow_id, decided_through, new_events)
+        LEFT JOIN LATERAL (SELECT x.workflow_name, x.workflow_id, x.decided_through,
+                                  CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(x, c.kind, p_worker_id) END
+                           FROM harvest.executions AS x
+                           WHERE x.id = c.execution_id AND (c.kind = 'workflow' OR c.run_workflow_id IS NULL) OFFSET 0)
+            AS l (workflow_name, workflow_id, decided_through, new_events) ON true
         ORDER BY c.priority DESC, c.due_at, c.id;
         RETURN;
     END IF;
 
     IF NOT p_gated THEN
         -- Executions by one primary-key probe per claimed row (LATERAL, OFFSET 0): a
-        -- join may be cached as a generic plan that scans the whole table.
+        -- join may be cached as a generic plan that scans the whole table. A workflow task's
+        -- run is read (its decision state and events); a queued activity answers with the
+        -- run's name and id its row carries (sql/tasks.sql; a handed one, or one queued before
+        -- migration 0098, carries none and reads its run). The condition on the task's
+        -- columns is the probe's one-time filter, so such an activity's run is not read at
+        -- all: against a deep backlog those probes were a claim's coldest pages
+        -- (docs/performance.md, "The claim's answer without the runs of its activities").
         RETURN QUERY
-        SELECT c.id, c.kind, c.execution_id, l.workflow_name, l.workflow_id,
+        SELECT c.id, c.kind, c.execution_id, coalesce(c.run_workflow_name, l.workflow_name), coalesce(c.run_workflow_id, l.workflow_id),
                c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
                c.lease_expires_at, c.heartbeat_details, l.new_events, coalesce(l.decided_through, 0),
                NULL::bigint
         FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c
-        CROSS JOIN LATERAL (SELECT x.workflow_name, x.workflow_id, x.decided_through,
-                                   CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(x, c.kind, p_worker_id) END
-                            FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0)
-            AS l (workflow_name, workflow_id, decided_through, new_events)
+        LEFT JOIN LATERAL (SELECT x.workflow_name, x.workflow_id, x.decided_through,
+                                  CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(x, c.kind, p_worker_id) END
+                           FROM harvest.executions AS x
+                           WHERE x.id = c.execution_id AND (c.kind = 'workflow' OR c.run_workflow_id IS NULL) OFFSET 0)
+            AS l (workflow_name, workflow_id, decided_through, new_events) ON true
         ORDER BY c.priority DESC, c.due_at, c.id;
         RETURN;
     END IF;
@@ -516,15 +524,16 @@ BEGIN
     FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c;
     PERFORM harvest._after_gated_claim(v_rows, p_now);
     RETURN QUERY  -- (executions probed per id, as above)
-    SELECT c.id, c.kind, c.execution_id, l.workflow_name, l.workflow_id,
+    SELECT c.id, c.kind, c.execution_id, coalesce(c.run_workflow_name, l.workflow_name), coalesce(c.run_workflow_id, l.workflow_id),
            c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
            c.lease_expires_at, c.heartbeat_details, l.new_events, coalesce(l.decided_through, 0),
            NULL::bigint
     FROM unnest(v_rows) AS c
-    CROSS JOIN LATERAL (SELECT x.workflow_name, x.workflow_id, x.decided_through,
-                               CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(x, c.kind, p_worker_id) END
-                        FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0)
-        AS l (workflow_name, workflow_id, decided_through, new_events)
+    LEFT JOIN LATERAL (SELECT x.workflow_name, x.workflow_id, x.decided_through,
+                              CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(x, c.kind, p_worker_id) END
+                       FROM harvest.executions AS x
+                       WHERE x.id = c.execution_id AND (c.kind = 'workflow' OR c.run_workflow_id IS NULL) OFFSET 0)
+        AS l (workflow_name, workflow_id, decided_through, new_events) ON true
     ORDER BY c.priority DESC, c.due_at, c.id;
 END;
 $$;
@@ -556,6 +565,8 @@ RETURNS TABLE (
     -- Workflow tasks claimed by the worker that decided the run last (or of a run
     -- never decided): the events after new_events_after. NULL otherwise.
     new_events jsonb,
+    -- A workflow task's run's decided_through (0 before its first decision). An activity
+    -- reads none: 0, or its run's when the claim read the run (sql/tasks.sql).
     new_events_after bigint,
     -- Owner mode (owners.sql): a workflow task's partition epoch, which its decision
     -- commit must carry. NULL when owner mode is off and for other tasks.

@@ -121,7 +121,7 @@ BEGIN
     v_stc := (v_dead.options ->> 'schedule_to_close')::double precision;
     INSERT INTO harvest.tasks (
         execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
-        scheduled_at, deadline_at, status, attempt
+        scheduled_at, deadline_at, status, attempt, run_workflow_name, run_workflow_id
     ) VALUES (
         v_execution.id, 'activity', v_dead.queue, v_dead.priority, v_now, v_dead.seq,
         v_dead.activity_name, v_dead.input,
@@ -131,7 +131,7 @@ BEGIN
         v_now,
         CASE WHEN v_stc IS NOT NULL THEN v_now + make_interval(secs => v_stc) END,
         CASE WHEN v_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,  -- waits for the resume
-        v_dead.attempts
+        v_dead.attempts, v_execution.workflow_name, v_execution.workflow_id
     ) RETURNING id INTO v_task_id;
     DELETE FROM harvest.dead_letters WHERE id = p_id;
     PERFORM harvest._notify_queue(v_dead.queue);

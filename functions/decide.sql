@@ -546,14 +546,18 @@ BEGIN
     WITH queued AS (
         INSERT INTO harvest.tasks (
             execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
-            scheduled_at, deadline_at, status
+            scheduled_at, deadline_at, status, run_workflow_name, run_workflow_id
         )
         SELECT p_execution.id, 'activity', coalesce(q.command ->> 'queue', p_execution.queue),
                coalesce((q.command #>> '{options,priority}')::integer, 0), p_now, q.seq,
                q.command ->> 'name', coalesce(q.command -> 'input', '[]'::jsonb),
                coalesce(q.command -> 'options', '{}'::jsonb), p_now,
                p_now + make_interval(secs => (q.command #>> '{options,schedule_to_close}')::double precision),
-               CASE WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END
+               CASE WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
+               -- What a claim answers of the run (sql/tasks.sql). A handed activity carries
+               -- none: its worker has it, and a claim of it after a lost lease or for a retry
+               -- reads the run; the hand-off's insert, the canonical drain's, stays as narrow.
+               p_execution.workflow_name, p_execution.workflow_id
         FROM unnest(p_seqs, p_commands) WITH ORDINALITY AS q (seq, command, n)
         ORDER BY q.n
         RETURNING queue, status

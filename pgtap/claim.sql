@@ -122,6 +122,13 @@ INSERT INTO runs SELECT 'acts', pg_temp.setup_run('acts', jsonb_build_array(
                        'queue', 'aq', 'options', '{"start_to_close": 20, "heartbeat_timeout": 5}'::jsonb),
     jsonb_build_object('type', 'schedule_activity', 'seq', 4, 'name', 'urgent', 'input', '[4]'::jsonb,
                        'queue', 'aq', 'options', '{"priority": 3}'::jsonb)));
+SELECT results_eq(
+    $$SELECT DISTINCT kind, run_workflow_name, run_workflow_id FROM harvest.tasks WHERE execution_id = pg_temp.run('acts')$$,
+    $$VALUES ('activity'::text, 'wf_acts'::text, 'acts'::text)$$,
+    'a decision''s activities carry their run''s workflow name and id (the run''s workflow task is gone)');
+-- (The claim answers them from their rows and reads none of their runs:
+-- tests/integration/test_claim_answer.py, where the rows are not this transaction's own, whose
+-- update a foreign key checks against the run.)
 CREATE TEMP TABLE acts ON COMMIT DROP AS
 SELECT row_number() OVER () AS n, c.* FROM harvest.claim_tasks('w1', ARRAY['aq'], 10) AS c;
 SELECT results_eq($$SELECT activity_name, seq, input, lease_expires_at FROM acts ORDER BY n$$,
@@ -149,6 +156,14 @@ SET LOCAL harvest.fake_now = '2030-01-01 00:10:01+00';
 SELECT results_eq($$SELECT activity_name, attempt, heartbeat_details FROM harvest.claim_tasks('w1', ARRAY['aq'])$$,
     $$VALUES ('plain'::text, 2, '{"progress": 7}'::jsonb)$$,
     'the retry is claimed once due, attempt 2, with the last heartbeat details');
+
+-- An activity written before migration 0098 carries no run name or id: the claim reads its run.
+INSERT INTO runs SELECT 'old_act', pg_temp.setup_run('old_act', '[{"type": "schedule_activity", "seq": 1,
+    "name": "plain", "input": [5], "queue": "old_aq"}]');
+UPDATE harvest.tasks SET run_workflow_name = NULL, run_workflow_id = NULL WHERE execution_id = pg_temp.run('old_act');
+SELECT results_eq($$SELECT kind, workflow_name, workflow_id, input FROM harvest.claim_tasks('w1', ARRAY['old_aq'])$$,
+    $$VALUES ('activity'::text, 'wf_old_act'::text, 'old_act'::text, '[5]'::jsonb)$$,
+    'an activity without its run''s name and id on its row (written before 0098) is answered from its run');
 
 -- Timers fire inside claim_tasks: TimerFired, then a workflow task claimed in the same call.
 SET LOCAL harvest.fake_now = '2030-01-01 01:00:00+00';

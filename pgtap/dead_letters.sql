@@ -76,13 +76,14 @@ SET LOCAL harvest.fake_now = '2030-01-01 00:05:00+00';
 CREATE TEMP TABLE replayed ON COMMIT DROP AS SELECT harvest.replay_dead_letter(pg_temp.dl('a')) AS task_id;
 SELECT results_eq(
     $$SELECT execution_id, kind, status, queue, priority, seq, activity_name, input, options, attempt, due_at,
-             scheduled_at, deadline_at
+             scheduled_at, deadline_at, run_workflow_name, run_workflow_id
       FROM harvest.tasks WHERE id = (SELECT task_id FROM replayed)$$,
     $$SELECT pg_temp.run('a'), 'activity'::text, 'pending'::text, 'aq_a'::text, 2, 1, 'charge'::text, '["x"]'::jsonb,
              '{"schedule_to_close": 600, "priority": 2, "retry": {"attempts_before_replay": 1}}'::jsonb, 1,
              '2030-01-01 00:05:00+00'::timestamptz,
-             '2030-01-01 00:05:00+00'::timestamptz, '2030-01-01 00:15:00+00'::timestamptz$$,
-    'replay_dead_letter() returns a new pending activity task: same invocation, the attempts so far, a new deadline');
+             '2030-01-01 00:05:00+00'::timestamptz, '2030-01-01 00:15:00+00'::timestamptz,
+             'orders'::text, x.workflow_id FROM harvest.executions AS x WHERE x.id = pg_temp.run('a')$$,
+    'replay_dead_letter() returns a new pending activity task: same invocation, the attempts so far, a new deadline, its run''s name and id');
 SELECT is_empty(format($$SELECT 1 FROM harvest.dead_letters WHERE id = %s$$, pg_temp.dl('a')),
                 'a replayed dead letter is removed');
 SELECT is((SELECT event_type FROM harvest.events WHERE execution_id = pg_temp.run('a') ORDER BY event_id DESC LIMIT 1),

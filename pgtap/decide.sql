@@ -14,7 +14,7 @@
 -- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
-SELECT plan(324);
+SELECT plan(325);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -798,6 +798,10 @@ SELECT results_eq(
               '2030-01-01 00:04:05+00'::timestamptz),
              (2, 'pending', 0, NULL, false, NULL, NULL)$$,
     'the first is running, leased to the worker (attempt 1, a fencing token, lease = heartbeat_timeout); the second pending');
+SELECT results_eq(
+    $$SELECT seq, run_workflow_name, run_workflow_id FROM harvest.tasks WHERE execution_id = pg_temp.run('hand') ORDER BY seq$$,
+    $$VALUES (1, NULL::text, NULL::text), (2, 'decide_wf', 'hand')$$,
+    'the queued activity carries its run''s workflow name and id (a claim answers it from its row); the handed one none');
 SELECT results_eq(
     $$SELECT (h ->> 'task_id')::bigint, h ->> 'kind', (h ->> 'execution_id')::uuid, h ->> 'workflow_name',
              h ->> 'workflow_id', h ? 'task_queue', h ->> 'queue', (h ->> 'seq')::integer, h ->> 'activity_name',

@@ -52,6 +52,12 @@ CREATE TABLE harvest.tasks (
     -- read plain columns over small partial indexes.
     priority_aging_secs double precision,
     fairness_key text,
+    -- A queued activity's run's workflow name and id, copied from the run when the task is
+    -- queued (fixed for the run's life): a claim answers such an activity from its own row and
+    -- reads the run for a workflow task, a handed activity (none: its worker had the run) or
+    -- an activity queued before migration 0098 (functions/claim.sql, _claim_candidates).
+    run_workflow_name text,
+    run_workflow_id text,
     CONSTRAINT tasks_pkey PRIMARY KEY (id),
     CONSTRAINT tasks_status_check CHECK ((status::harvest.task_status) IS NOT NULL),
     CONSTRAINT tasks_execution_fkey FOREIGN KEY (execution_id)

@@ -5,6 +5,9 @@ backlog's size and its full gates full. No timing."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -78,3 +81,28 @@ def test_claims_keep_the_backlog_and_never_pass_a_full_gate(db):
         assert counts and all(key < "tenant-0100" and n <= 2 for key, n in counts.items())
         slots = conn.execute("SELECT count(*) FROM harvest.workflow_slots").fetchone()[0]
         assert slots == sum(counts.values())
+
+
+def test_a_kept_data_directory_is_filled_once_and_measured_again(tmp_path):
+    """--data: the first run makes the directory and fills it; the next, another process (the
+    first one's embedded server stopped with it), starts a server on the kept databases and
+    measures them."""
+    data = Path("/tmp") / f"claim-gates-{tmp_path.name}"  # (as root, the server's user must reach it)
+    out = tmp_path / "claim_cost.json"
+    run = [
+        sys.executable,
+        str(BENCH / "claim_gates.py"),
+        "--data",
+        str(data),
+        "--depths",
+        "100",
+        "--out",
+        str(out),
+    ]
+    try:
+        subprocess.run([*run, "--fill-only"], check=True, capture_output=True)
+        subprocess.run([*run, "--rounds", "2"], check=True, capture_output=True)
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+    row = json.loads(out.read_text())["rows"][0]
+    assert (row["pending"], row["samples"], row["fill_s"]) == (100, 2, None)  # filled by the first run

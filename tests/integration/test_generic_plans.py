@@ -345,8 +345,8 @@ TRAPS = [
             },
         ),
         BY_PK,
-        f"claim.sql: {ID_LIST}, e.g. CROSS JOIN LATERAL (SELECT x.workflow_name, ... FROM "
-        "harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l",
+        f"claim.sql: {ID_LIST}, e.g. LEFT JOIN LATERAL (SELECT x.workflow_name, ... FROM "
+        "harvest.executions AS x WHERE x.id = c.execution_id AND (...) OFFSET 0) AS l ON true",
         id="claim_tasks-executions",
     ),
     case(
