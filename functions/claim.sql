@@ -492,7 +492,7 @@ BEGIN
         -- join may be cached as a generic plan that scans the whole table. A workflow task's
         -- run is read (its decision state and events); a queued activity answers with the
         -- run's name and id its row carries (sql/tasks.sql; a handed one, or one queued before
-        -- migration 0098, carries none and reads its run). The condition on the task's
+        -- migration 0099, carries none and reads its run). The condition on the task's
         -- columns is the probe's one-time filter, so such an activity's run is not read at
         -- all: against a deep backlog those probes were a claim's coldest pages
         -- (docs/performance.md, "The claim's answer without the runs of its activities").

@@ -157,13 +157,13 @@ SELECT results_eq($$SELECT activity_name, attempt, heartbeat_details FROM harves
     $$VALUES ('plain'::text, 2, '{"progress": 7}'::jsonb)$$,
     'the retry is claimed once due, attempt 2, with the last heartbeat details');
 
--- An activity written before migration 0098 carries no run name or id: the claim reads its run.
+-- An activity written before migration 0099 carries no run name or id: the claim reads its run.
 INSERT INTO runs SELECT 'old_act', pg_temp.setup_run('old_act', '[{"type": "schedule_activity", "seq": 1,
     "name": "plain", "input": [5], "queue": "old_aq"}]');
 UPDATE harvest.tasks SET run_workflow_name = NULL, run_workflow_id = NULL WHERE execution_id = pg_temp.run('old_act');
 SELECT results_eq($$SELECT kind, workflow_name, workflow_id, input FROM harvest.claim_tasks('w1', ARRAY['old_aq'])$$,
     $$VALUES ('activity'::text, 'wf_old_act'::text, 'old_act'::text, '[5]'::jsonb)$$,
-    'an activity without its run''s name and id on its row (written before 0098) is answered from its run');
+    'an activity without its run''s name and id on its row (written before 0099) is answered from its run');
 
 -- Timers fire inside claim_tasks: TimerFired, then a workflow task claimed in the same call.
 SET LOCAL harvest.fake_now = '2030-01-01 01:00:00+00';

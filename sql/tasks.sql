@@ -55,7 +55,7 @@ CREATE TABLE harvest.tasks (
     -- A queued activity's run's workflow name and id, copied from the run when the task is
     -- queued (fixed for the run's life): a claim answers such an activity from its own row and
     -- reads the run for a workflow task, a handed activity (none: its worker had the run) or
-    -- an activity queued before migration 0098 (functions/claim.sql, _claim_candidates).
+    -- an activity queued before migration 0099 (functions/claim.sql, _claim_candidates).
     run_workflow_name text,
     run_workflow_id text,
     CONSTRAINT tasks_pkey PRIMARY KEY (id),

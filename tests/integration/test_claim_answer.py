@@ -1,6 +1,6 @@
 """What a claim reads to answer its tasks (functions/claim.sql, _claim_candidates).
 
-An activity task carries its run's workflow name and id (sql/tasks.sql, migration 0098), so a
+An activity task carries its run's workflow name and id (sql/tasks.sql, migration 0099), so a
 claim answers it without reading the run: against a deep backlog the run's row and its key were
 the coldest pages a claim read (docs/performance.md, "The claim at 10M, attributed"). A workflow
 task still reads its run (its decision state and the events after it). Counted with the

@@ -1,4 +1,4 @@
--- 0098: a queued activity task carries its run's workflow name and id (re-runnable).
+-- 0099: a queued activity task carries its run's workflow name and id (re-runnable).
 --
 -- A claim answers each task with its run's workflow_name and workflow_id, and read them from
 -- harvest.executions, one primary-key probe per claimed task. An activity needs nothing else
