@@ -1054,6 +1054,53 @@ def test_a_runs_waiting_on_lists_draw_a_bounded_number_and_count_the_rest(
     assert re.search(r'id="stack-more-children">The first 2 of 3 running children', stack), stack
 
 
+def test_the_concurrency_page_draws_a_page_of_keys_and_links_the_next(db: str) -> None:
+    """The concurrency page drew every key with live work (100,000 tenants: 100,000 rows a
+    view): a page of keys in key order (limit, default 50) and a link to the next."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.executions"
+            " (id, workflow_name, workflow_id, status, concurrency_key, created_at)"
+            " SELECT gen_random_uuid(), 'wf', 'keyed-' || g, 'RUNNING', 'tenant-' || g, now()"
+            " FROM generate_series(1, 5) AS g"
+        )
+    drawn: list[str] = []
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        url = "/concurrency?limit=2"
+        while url:
+            page = client.get(url, headers=READ).text
+            table = page.split('id="concurrency-keys"')[1].split("</table>")[0]
+            keys = re.findall(r'<td class="mono">(tenant-\d)</td>', table)
+            assert len(keys) <= 2, table
+            drawn += keys
+            more = re.search(r'id="next" rel="next" href="([^"]+)"', page)
+            url = "/concurrency" + html.unescape(more.group(1)) if more else ""
+    assert drawn == [f"tenant-{n}" for n in range(1, 6)]
+
+
+def test_the_schedules_page_draws_a_page_of_schedules_and_links_the_next(db: str) -> None:
+    """The schedules page drew every schedule of every shard (a schedule a tenant: 100,000
+    rows a view): a page by name (limit, default 50) and a link to the next, filters kept."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.schedules (name, workflow_name, interval_secs, paused, anchor_at,"
+            " created_at, updated_at)"
+            " SELECT 'paged-' || g, 'wf', 3600, g % 2 = 0, now(), now(), now()"
+            " FROM generate_series(1, 7) AS g"
+        )
+    drawn: list[str] = []
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        url = "/schedules?limit=2&paused=false"
+        while url:
+            page = client.get(url, headers=READ).text
+            names = re.findall(r'<tr data-name="(paged-\d)"', page)
+            assert len(names) <= 2, page
+            drawn += names
+            more = re.search(r'id="next" rel="next" href="([^"]+)"', page)
+            url = "/schedules" + html.unescape(more.group(1)) if more else ""
+    assert drawn == ["paged-1", "paged-3", "paged-5", "paged-7"]
+
+
 def test_a_timers_fire_time_in_the_history_is_in_utc_as_the_page_is(db: str) -> None:
     """A TimerStarted event's fire_at is written in the deciding session's time zone (JSON
     keeps its offset): the timeline's line said 17:30+05:30 beside event times in UTC. Every

@@ -620,3 +620,41 @@ def test_a_dags_runs_are_read_on_the_shards_that_have_it() -> None:
     shards[2].down = True  # judged by the shards read, as a worker no shard has (no_worker_anywhere)
     with pytest.raises(NotFound, match=r"on any shard \(shard\(s\) 2 could not be read\)"):
         reads.list_dag_runs("d", 2)
+
+
+class ScheduleShard:
+    """list_schedules as the SQL answers it: by name, at most ``limit`` after ``after``."""
+
+    def __init__(self, names: list[str]):
+        self.names = sorted(names)
+        self.asked: list[int | None] = []
+
+    def list_schedules(self, kind: Any, after: str | None, limit: int | None, paused: Any) -> list[dict]:
+        self.asked.append(limit)
+        rows = [{"name": n} for n in self.names if after is None or n > after]
+        return rows[:limit] if limit is not None else rows
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 5, 50])
+def test_schedule_pages_are_the_sorted_union_and_keep_a_names_rows_together(limit: int) -> None:
+    """A schedule name may be on several shards (declared before a reshard, created with
+    --shard-id): the pages join up to every (name, shard) once, a name's rows on one page, each
+    shard asked for limit + 1 a page."""
+    rng = random.Random(limit)
+    shards = {s: ScheduleShard(rng.sample([f"s{n:02}" for n in range(30)], 12)) for s in range(3)}
+    whole = sorted((n, s) for s, shard in shards.items() for n in shard.names)
+    reads = ShardReads(shards, concurrent=False)
+    seen: list[tuple[str, int]] = []
+    cursor = None
+    while True:
+        page = reads.list_schedules(None, limit, cursor)
+        got = [(r["name"], r["shard_id"]) for r in page.value]
+        assert got, cursor
+        assert not {n for n, _ in got} & {n for n, _ in seen}, "a name's rows split over pages"
+        assert len(got) <= max(limit, len(shards))
+        seen += got
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == whole
+    assert {a for shard in shards.values() for a in shard.asked} == {limit + 1}

@@ -666,8 +666,15 @@ class HttpApi:
         return f"/admin/schedules/{_p(name)}{suffix}"
 
     def list_schedules(self, kind: str | None = None) -> list[dict[str, Any]]:
-        rows = self.http.get("/admin/schedules", kind=kind)["schedules"]
-        return [_schedule_row(r) for r in rows]
+        """Every schedule: the route's pages followed to the end."""
+        rows: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            answer = self.http.get("/admin/schedules", kind=kind, limit=1000, cursor=cursor)
+            rows += [_schedule_row(r) for r in answer["schedules"]]
+            cursor = answer.get("next_cursor")
+            if not cursor:
+                return rows
 
     def get_schedule(self, name: str, limit: int = 20) -> dict[str, Any]:
         return _schedule_row(self.http.get(self._schedule(name), limit=limit, shard_id=self.shard))
@@ -995,6 +1002,25 @@ class HttpReads:
     def count_dead_letters(self, group_by: str = "all") -> Merged[Any]:
         return _merged(self.http.get("/dead-letters/aggregate", group_by=group_by), "groups")
 
+    def list_schedules(
+        self,
+        kind: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        paused: bool | None = None,
+    ) -> Merged[Any]:
+        answer = self.http.get(
+            "/admin/schedules",
+            kind=kind,
+            limit=limit,
+            cursor=cursor,
+            paused=None if paused is None else str(paused).lower(),
+        )
+        found = _merged(answer, "schedules")
+        # (as the fan-out's rows: the SQL's, with the shard each was read on)
+        found.value = [{**_schedule_row(r), "shard_id": r["shard_id"]} for r in found.value]
+        return found
+
     def list_audit_log(
         self, limit: int = 100, operation: str | None = None, cursor: str | None = None
     ) -> Merged[Any]:
@@ -1029,12 +1055,17 @@ class HttpReads:
         ]
         return Merged(rows, list(answer.get("unavailable_shards") or []), answer.get("status") or COMPLETE)
 
-    def list_concurrency_keys(self, key: str | None = None) -> Merged[Any]:
-        rows = self.http.request("GET", "/admin/concurrency", params={"key": key})[1]
-        # The route keeps the spec's bare array: a partial read is said in its headers.
+    def list_concurrency_keys(
+        self, key: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> Merged[Any]:
+        params = {"key": key, "limit": limit, "cursor": cursor}
+        rows = self.http.request("GET", "/admin/concurrency", params=params)[1]
+        # The route keeps the spec's bare array: a partial read and a next page are said in its headers.
         headers = self.http.last_headers
         missed = [int(s) for s in (headers.get("x-harvest-unavailable-shards") or "").split(",") if s]
-        return Merged(rows, missed, headers.get("x-harvest-status") or COMPLETE)
+        return Merged(
+            rows, missed, headers.get("x-harvest-status") or COMPLETE, headers.get("x-harvest-next-cursor")
+        )
 
 
 # -- the client calls (start, result, query, update) --------------------------------------------

@@ -227,7 +227,7 @@ SELECT harvest.cancel_cross_shard_child(%(child_execution_id)s, %(policy)s, %(pa
 """
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
-CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s)"
+CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s, %(after_key)s, %(limit)s)"
 SET_RATE_LIMIT_OVERRIDE = """
 SELECT * FROM harvest.set_rate_limit_override(%(activity_name)s, %(rps)s, %(burst)s, %(ttl_secs)s)
 """
@@ -1291,8 +1291,11 @@ def declare_flow_policies(policies: dict[str, Any]) -> dict[str, Any]:
 
 
 @call(CONCURRENCY_STATUS)
-def list_concurrency_keys(key: str | None = None) -> dict[str, Any]:
-    return {"key": key}
+def list_concurrency_keys(
+    key: str | None = None, after_key: str | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """Per key in key order: at most ``limit`` keys after ``after_key`` (None: every key)."""
+    return {"key": key, "after_key": after_key, "limit": limit}
 
 
 @call(SET_RATE_LIMIT_OVERRIDE, first)
@@ -1778,9 +1781,15 @@ def backfill_schedule(
     return {"name": name, "slots": list(slots), "overlap": overlap, "operator_id": operator_id}
 
 
-@call("SELECT * FROM harvest.list_schedules(%(kind)s)")
-def list_schedules(kind: str | None = None) -> dict[str, Any]:
-    return {"kind": kind}
+@call("SELECT * FROM harvest.list_schedules(%(kind)s, %(after_name)s, %(limit)s, %(paused)s)")
+def list_schedules(
+    kind: str | None = None,
+    after_name: str | None = None,
+    limit: int | None = None,
+    paused: bool | None = None,
+) -> dict[str, Any]:
+    """By name: at most ``limit`` after ``after_name`` (None: every schedule)."""
+    return {"kind": kind, "after_name": after_name, "limit": limit, "paused": paused}
 
 
 @call("SELECT harvest.get_schedule(%(name)s, %(limit)s) AS schedule", column("schedule"))
