@@ -1,4 +1,4 @@
--- 0101: concurrency keys and schedules can be read a page at a time (re-runnable).
+-- 0101: concurrency keys, schedules and workers can be read bounded (re-runnable).
 --
 -- harvest.list_concurrency_keys answered every key with live work, each read and grouped: a
 -- fleet of 100,000 tenants was 100,000 keys in each answer of GET /admin/concurrency and each
@@ -15,3 +15,6 @@ WHERE kind = 'activity' AND concurrency_key IS NOT NULL;
 
 DROP FUNCTION IF EXISTS harvest.list_concurrency_keys(text);
 DROP FUNCTION IF EXISTS harvest.list_schedules(text);
+-- harvest.list_workers answered every registered worker (a churning fleet leaves a row a pod
+-- until retention prunes it); it takes p_limit and answers the total matched on each row.
+DROP FUNCTION IF EXISTS harvest.list_workers(text, text, text);

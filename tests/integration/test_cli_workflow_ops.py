@@ -216,3 +216,18 @@ def test_concurrency_status_shows_a_page_of_keys_and_how_to_ask_for_the_next(db:
     assert json.loads(rest.stdout).get("next_cursor") is None
     r = harvest(db, "concurrency", "status", "--limit", "0")
     assert r.returncode == 2 and "--limit" in one_error_line(r)
+
+
+def test_worker_list_shows_the_first_limit_workers_and_how_many_match(db: str, conn) -> None:
+    """`harvest worker list` printed every registered worker: the first --limit (200 by
+    default) and, when it left some out, how many matched."""
+    conn.execute(
+        "INSERT INTO harvest.workers (id, queues, hostname, pid, status, started_at, last_heartbeat_at)"
+        " SELECT 'pod-' || g, ARRAY['default'], 'h', g, 'stopped', now(), now()"
+        " FROM generate_series(1, 3) AS g"
+    )
+    listed = json.loads(harvest(db, "worker", "list", "--limit", "2", "-o", "json").stdout)
+    assert [w["worker_id"] for w in listed["workers"]] == ["pod-1", "pod-2"]
+    assert listed["total"] == 3 and listed["truncated"] is True
+    assert "2 of 3 (--limit up to 10000) worker(s)" in harvest(db, "worker", "list", "--limit", "2").stdout
+    assert harvest(db, "worker", "list").stdout.rstrip().endswith("\n3 worker(s)")

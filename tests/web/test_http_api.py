@@ -1193,6 +1193,47 @@ def test_schedules_come_a_page_at_a_time(api, conn, monkeypatch) -> None:
     assert api.get("/admin/schedules", params={"limit": 1001}).status_code == 400
 
 
+def test_the_worker_list_answers_at_most_limit_workers_and_their_total(api, conn, monkeypatch) -> None:
+    """GET /workers answered every registered worker of every shard (an autoscaled fleet that
+    churns pods leaves a row per pod until retention: tens of thousands a week): at most limit
+    (default 200) in the list's order, each shard asked for limit, with the total matched and
+    truncated when it left some out."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    fetched: list[int] = []
+    read = AsyncSqlApi.list_workers
+
+    async def counted(self, *args, **kwargs):
+        rows = await read(self, *args, **kwargs)
+        fetched.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(AsyncSqlApi, "list_workers", counted)
+    conn.execute(
+        "INSERT INTO harvest.workers (id, queues, hostname, pid, status, started_at, last_heartbeat_at)"
+        " SELECT 'pod-' || lpad(g::text, 4, '0'), ARRAY['default'], 'h', g,"
+        " CASE WHEN g % 10 = 0 THEN 'active' ELSE 'stopped' END, now(), now()"
+        " FROM generate_series(1, 500) AS g"
+    )
+    everyone = api.get("/workers").json()
+    assert len(everyone["workers"]) == 200 and max(fetched) <= 200, fetched
+    assert everyone["total"] == 500 and everyone["truncated"] is True
+    # The list's order: the active ones first (stale first, then by id), then the stopped.
+    assert [w["worker_id"] for w in everyone["workers"][:50]] == [f"pod-{g:04}" for g in range(10, 501, 10)]
+    few = api.get("/workers", params={"limit": 5, "status": "active"}).json()
+    assert [w["worker_id"] for w in few["workers"]] == [
+        "pod-0010",
+        "pod-0020",
+        "pod-0030",
+        "pod-0040",
+        "pod-0050",
+    ]
+    assert few["total"] == 50 and few["truncated"] is True
+    small = api.get("/workers", params={"status": "active"}).json()
+    assert len(small["workers"]) == 50 and small["total"] == 50 and small["truncated"] is False
+    assert api.get("/workers", params={"limit": 10_001}).status_code == 400
+
+
 def test_rate_limit_overrides_on_every_shard_audited_and_their_refusals(api, conn) -> None:
     from psycopg.types.json import Jsonb
 

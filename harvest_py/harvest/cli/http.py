@@ -44,7 +44,7 @@ from harvest.core.errors import (
     Unauthenticated,
     error_code,
 )
-from harvest.shard.fanout import COMPLETE, Merged, sum_versions
+from harvest.shard.fanout import COMPLETE, WORKER_LIMIT_MAX, Merged, sum_versions
 
 URL_ENV = "HARVEST_URL"
 TOKEN_ENV = "HARVEST_TOKEN"
@@ -539,7 +539,8 @@ class HttpApi:
     def list_workers(
         self, queue: str | None = None, status: str | None = None, health: str | None = None
     ) -> list[dict[str, Any]]:
-        answer = self.http.get("/workers", queue=queue, status=status, health=health)
+        # (the route answers the first workers only: as many as it gives, past any a CLI lists)
+        answer = self.http.get("/workers", queue=queue, status=status, health=health, limit=WORKER_LIMIT_MAX)
         return [_untagged(r) for r in answer["workers"]]
 
     def queue_coverage(self, declared: list[str] | None) -> dict[str, Any]:
@@ -1040,9 +1041,14 @@ class HttpReads:
         status: str | None = None,
         health: str | None = None,
         shard_id: int | None = None,
+        limit: int | None = None,
     ) -> Merged[Any]:
-        answer = self.http.get("/workers", queue=queue, status=status, health=health, shard_id=shard_id)
-        return _merged(answer, "workers")
+        answer = self.http.get(
+            "/workers", queue=queue, status=status, health=health, shard_id=shard_id, limit=limit
+        )
+        found = _merged(answer, "workers")
+        found.total = answer.get("total")
+        return found
 
     def get_worker_health(self) -> Merged[Any]:
         return _merged(self.http.get("/workers/health"), None)

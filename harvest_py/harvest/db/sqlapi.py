@@ -290,7 +290,7 @@ SELECT harvest.{action}_dead_letters(
     p_failed_after => %(failed_after)s, p_failed_before => %(failed_before)s, p_limit => %(limit)s,
     p_dry_run => %(dry_run)s, p_operator_id => %(operator)s) AS result
 """
-LIST_WORKERS = "SELECT * FROM harvest.list_workers(%(queue)s, %(status)s, %(health)s)"
+LIST_WORKERS = "SELECT * FROM harvest.list_workers(%(queue)s, %(status)s, %(health)s, %(limit)s)"
 GET_WORKER = "SELECT harvest.get_worker(%(worker_id)s) AS worker"
 WORKER_HEALTH = "SELECT harvest.get_worker_health() AS health"
 DRAIN_WORKER = "SELECT harvest.drain_worker(%(worker_id)s, %(deadline)s, %(operator)s) AS result"
@@ -1519,9 +1519,11 @@ def get_execution_stack(execution_id: str, limit: int | None = None) -> dict[str
 
 @call(LIST_WORKERS)
 def list_workers(
-    queue: str | None = None, status: str | None = None, health: str | None = None
+    queue: str | None = None, status: str | None = None, health: str | None = None, limit: int | None = None
 ) -> dict[str, Any]:
-    return {"queue": queue, "status": status, "health": health}
+    """The first ``limit`` workers in the list's order, each row with the ``total`` matched (None:
+    every worker)."""
+    return {"queue": queue, "status": status, "health": health, "limit": limit}
 
 
 @call(GET_WORKER, column("worker"))

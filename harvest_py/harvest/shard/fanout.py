@@ -123,6 +123,8 @@ class Merged(Generic[R]):
     unavailable_shards: list[int] = field(default_factory=list)
     status: str = COMPLETE
     next_cursor: str | None = None
+    # For a bounded list read whole on no page: how many rows matched (the value holds the first).
+    total: int | None = None
 
     def envelope(self, key: str) -> dict[str, Any]:
         """The JSON shape the CLI prints: {key: value, status, unavailable_shards[, next_cursor]}."""
@@ -140,6 +142,9 @@ class Merged(Generic[R]):
             "schedules",
         ):
             out["next_cursor"] = self.next_cursor
+        if self.total is not None:
+            out["total"] = self.total
+            out["truncated"] = self.total > len(cast("list[Any]", self.value))
         return out
 
 
@@ -846,17 +851,31 @@ def list_schedules(
 _STATUS_RANK = {"active": 0, "draining": 1}
 
 
+# GET /workers, `harvest worker list` and the dashboard's workers page: at most this many workers
+# (a churning fleet leaves a row a pod until retention prunes it), with the total matched.
+WORKER_LIMIT = 200
+WORKER_LIMIT_MAX = 10_000
+
+
 def list_workers(
     queue: str | None = None,
     status: str | None = None,
     health: str | None = None,
     shard_id: int | None = None,
+    limit: int | None = None,
 ) -> Plan:
     """Every shard's workers (each row pinned to the shard it polls: ``shard_id``), stale first
-    within each status group, as on one shard; ``shard_id`` asks that shard only."""
+    within each status group, as on one shard; ``shard_id`` asks that shard only. ``limit``: the
+    first that many, each shard asked for that many, and ``total`` the matched summed over the
+    shards (None: every worker)."""
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= WORKER_LIMIT_MAX
+    ):
+        raise InvalidArgument(f"limit {limit} is out of range 1..{WORKER_LIMIT_MAX}")
     shards = None if shard_id is None else (shard_id,)
-    fan = yield Step(lambda api, _s: api.list_workers(queue, status, health), shards)
-    rows = list(_tagged(fan))
+    fan = yield Step(lambda api, _s: api.list_workers(queue, status, health, limit), shards)
+    total = sum(found[0]["total"] for found in fan.results.values() if found)
+    rows = [{k: v for k, v in row.items() if k != "total"} for row in _tagged(fan)]
     rows.sort(
         key=lambda r: (
             _STATUS_RANK.get(r["status"], 2),
@@ -865,7 +884,9 @@ def list_workers(
             r["shard_id"],
         )
     )
-    return Merged(rows, fan.unavailable_shards, fan.status)
+    if limit is None:
+        return Merged(rows, fan.unavailable_shards, fan.status)
+    return Merged(rows[:limit], fan.unavailable_shards, fan.status, total=total)
 
 
 _HEALTH_COUNTS = ("healthy", "stale", "draining", "stopped", "total")

@@ -54,7 +54,7 @@ from harvest.core.ids import ROW_ID_MAX
 from harvest.db.connection import DatabaseError, database_error_message
 from harvest.db.pools import TRANSIENT
 from harvest.declare.schedules import OVERLAP_POLICIES
-from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async
+from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, WORKER_LIMIT_MAX, Merged, fan_out_async
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
 from harvest.web.errors import database_error_status
@@ -79,6 +79,7 @@ register_url_convertor("name", _NameConvertor())
 HERE = Path(__file__).parent
 TOKEN_COOKIE = "harvest_ui_token"  # a token signed in through /login, sent on as a Bearer header
 MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-letter lists too
+USAGE_SHOWN = 200  # the concurrency page's usage groups drawn (harvest usage, /admin/usage: all)
 DEFAULT_PAGE = 50
 HISTORY_SHOWN = 500  # the timeline's events a page (the last by default; history_from/_before page)
 TREE_DEPTH = 10  # levels of a run's tree drawn on its page; a node at the last one links deeper
@@ -910,13 +911,24 @@ class Dashboard:
         page = _int(q, "page", 1, 1_000_000, 1)
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         reads = self.source.reads(principal)
+        # The rows up to this page's only (a churning fleet leaves a row a pod until retention
+        # prunes it), and how many match. Not stale: the stale ones sort first in each status,
+        # so the read reaches past them, and the match is the total less them.
+        start = (page - 1) * limit
+        if stale == "false":
+            stale_ones = (await reads.list_workers(None, status, "stale", shard, 1)).total or 0
+        else:
+            stale_ones = 0
+        read = min(start + limit + 1 + stale_ones, WORKER_LIMIT_MAX)
         health, listed = await asyncio.gather(
-            reads.get_worker_health(), reads.list_workers(None, status, None, shard)
+            reads.get_worker_health(),
+            reads.list_workers(None, status, "stale" if stale == "true" else None, shard, read),
         )
         rows = listed.value
-        if stale is not None:
-            rows = [r for r in rows if (r["health"] == "stale") == (stale == "true")]
-        start = (page - 1) * limit
+        matched = listed.total or 0
+        if stale == "false":
+            rows = [r for r in rows if r["health"] != "stale"]
+            matched -= stale_ones
         return self.render(
             request,
             "workers.html",
@@ -924,10 +936,10 @@ class Dashboard:
             refresh=refresh,
             banner=views.fleet_banner(health.value, health.status),
             rows=rows[start : start + limit],
-            matched=len(rows),
+            matched=matched,
             page=page,
             limit=limit,
-            has_next=start + limit < len(rows),
+            has_next=start + limit < min(matched, len(rows)),
             status=status,
             stale=stale,
             shard=shard,
@@ -1001,7 +1013,10 @@ class Dashboard:
             refresh=refresh,
             keys=keys.value,
             next_cursor=keys.next_cursor,
-            usage=usage.value,
+            # The report is whole by the spec (no long-tail roll-up), one group a tenant with
+            # group_by=search_attr:tenant: the page draws the first USAGE_SHOWN by name.
+            usage=usage.value[:USAGE_SHOWN],
+            usage_total=len(usage.value),
             window=window,
             windows=tuple(WINDOWS),
             group_by=group_by,
