@@ -658,3 +658,54 @@ def test_schedule_pages_are_the_sorted_union_and_keep_a_names_rows_together(limi
             break
     assert seen == whole
     assert {a for shard in shards.values() for a in shard.asked} == {limit + 1}
+
+
+class KeyShard:
+    """list_concurrency_keys as the SQL answers it: by key, at most ``limit`` keys after
+    ``after``, a key's activity and workflow rows together."""
+
+    def __init__(self, rows: list[tuple[str, str]]):
+        self.rows = sorted(rows)
+        self.asked: list[int | None] = []
+
+    def list_concurrency_keys(self, key: Any, after: str | None, limit: int | None) -> list[dict]:
+        self.asked.append(limit)
+        keys = sorted({k for k, _ in self.rows if after is None or k > after})[:limit]
+        return [
+            {"key": k, "task_type": t, "max_concurrent": 2, "in_flight": 1, "pending": 1, "workflows": None}
+            for k, t in self.rows
+            if k in keys
+        ]
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 7, 50])
+def test_concurrency_key_pages_sum_each_key_over_the_shards_once(limit: int) -> None:
+    """A key with live work on several shards is one row a task type, its counts summed: the
+    pages join up to every key once, each shard asked for limit + 1 keys a page."""
+    rng = random.Random(limit)
+    shards = {
+        s: KeyShard(
+            [
+                (f"k{n:02}", t)
+                for n in rng.sample(range(30), 10)
+                for t in rng.sample(["activity", "workflow"], rng.randint(1, 2))
+            ]
+        )
+        for s in range(3)
+    }
+    whole: dict[tuple[str, str], int] = {}
+    for shard in shards.values():
+        for row in shard.rows:
+            whole[row] = whole.get(row, 0) + 1
+    reads = ShardReads(shards, concurrent=False)
+    seen: list[tuple[str, str, int]] = []
+    cursor = None
+    while True:
+        page = reads.list_concurrency_keys(None, limit, cursor)
+        assert 0 < len({r["key"] for r in page.value}) <= limit
+        seen += [(r["key"], r["task_type"], r["in_flight"]) for r in page.value]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == [(k, t, n) for (k, t), n in sorted(whole.items())]
+    assert {a for shard in shards.values() for a in shard.asked} == {limit + 1}
