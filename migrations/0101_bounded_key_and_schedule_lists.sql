@@ -1,4 +1,4 @@
--- 0101: concurrency keys, schedules and workers can be read bounded (re-runnable).
+-- 0101: concurrency keys, schedules, workers and API tokens can be read bounded (re-runnable).
 --
 -- harvest.list_concurrency_keys answered every key with live work, each read and grouped: a
 -- fleet of 100,000 tenants was 100,000 keys in each answer of GET /admin/concurrency and each
@@ -18,3 +18,9 @@ DROP FUNCTION IF EXISTS harvest.list_schedules(text);
 -- harvest.list_workers answered every registered worker (a churning fleet leaves a row a pod
 -- until retention prunes it); it takes p_limit and answers the total matched on each row.
 DROP FUNCTION IF EXISTS harvest.list_workers(text, text, text);
+-- harvest.list_api_tokens answered every token (revoked ones are kept for good); it takes a
+-- position and p_limit and reads revoked ones in the list's order here.
+CREATE INDEX IF NOT EXISTS api_tokens_revoked_name
+ON harvest.api_tokens (name, id) WHERE revoked_at IS NOT NULL;
+
+DROP FUNCTION IF EXISTS harvest.list_api_tokens(boolean);

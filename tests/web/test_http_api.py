@@ -1234,6 +1234,35 @@ def test_the_worker_list_answers_at_most_limit_workers_and_their_total(api, conn
     assert api.get("/workers", params={"limit": 10_001}).status_code == 400
 
 
+def test_api_tokens_come_a_page_at_a_time(api, conn) -> None:
+    """GET /admin/tokens answered every token, revoked ones too with include_revoked (a token a
+    tenant, rotated: revoked rows pile up for good): a page of at most limit (default 100),
+    live ones first by name, then revoked ones by name and id, and next_cursor the rest."""
+    conn.execute(
+        "INSERT INTO harvest.api_tokens (name, scope, secret_hash, created_at, created_by, revoked_at)"
+        " SELECT 'tenant-' || lpad((g % 150)::text, 3, '0'), 'read', sha256(g::text::bytea), now(), 'test',"
+        " CASE WHEN g >= 150 THEN now() END FROM generate_series(0, 449) AS g"
+    )
+    first = api.get("/admin/tokens").json()
+    assert len(first["tokens"]) == 100 and first["next_cursor"]
+    for include_revoked, expect in ((False, 150), (True, 450)):
+        seen: list[tuple[bool, str, int]] = []
+        cursor = None
+        while True:
+            page = api.get(
+                "/admin/tokens", params={"include_revoked": include_revoked, "limit": 40, "cursor": cursor}
+            ).json()
+            assert len(page["tokens"]) <= 40
+            seen += [(t["revoked_at"] is not None, t["name"], t["token_id"]) for t in page["tokens"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert len(seen) == expect and seen == sorted(seen) and len(set(seen)) == expect
+    other = api.get("/admin/tokens", params={"include_revoked": True, "cursor": first["next_cursor"]})
+    assert other.status_code == 400
+    assert api.get("/admin/tokens", params={"limit": 1001}).status_code == 400
+
+
 def test_rate_limit_overrides_on_every_shard_audited_and_their_refusals(api, conn) -> None:
     from psycopg.types.json import Jsonb
 

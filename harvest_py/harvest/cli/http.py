@@ -794,7 +794,17 @@ class HttpApi:
         return _obj(self.http.post("/admin/tokens", body, scope="admin"))
 
     def list_api_tokens(self, include_revoked: bool = False) -> list[dict[str, Any]]:
-        return _rows(self.http.get("/admin/tokens", include_revoked=include_revoked)["tokens"])
+        """Every token: the route's pages followed to the end."""
+        rows: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            answer = self.http.get(
+                "/admin/tokens", include_revoked=include_revoked, limit=1000, cursor=cursor
+            )
+            rows += _rows(answer["tokens"])
+            cursor = answer.get("next_cursor")
+            if not cursor:
+                return rows
 
     def revoke_api_token(self, name: str) -> Any:
         return self.http.request("DELETE", f"/admin/tokens/{_p(name)}", scope="admin")[1]["token_id"]

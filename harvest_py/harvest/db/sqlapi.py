@@ -299,7 +299,10 @@ LIST_AUDIT_LOG = (
     "SELECT * FROM harvest.list_audit_log(%(limit)s, %(operation)s, %(before_at)s, %(before_id)s)"
 )
 CREATE_API_TOKEN = "SELECT * FROM harvest.create_api_token(%(name)s, %(scope)s, %(expires_in)s)"
-LIST_API_TOKENS = "SELECT * FROM harvest.list_api_tokens(%(include_revoked)s)"
+LIST_API_TOKENS = """
+SELECT * FROM harvest.list_api_tokens(
+    %(include_revoked)s, %(after_revoked)s, %(after_name)s, %(after_id)s, %(limit)s)
+"""
 REVOKE_API_TOKEN = "SELECT harvest.revoke_api_token(%(name)s) AS token_id"
 AUTHENTICATE_API_TOKEN = "SELECT * FROM harvest.authenticate_api_token(%(secret_hash)s)"
 LIST_EVENTS = "SELECT * FROM harvest.list_events(%(after_global_id)s, %(limit)s, %(execution_id)s)"
@@ -1945,8 +1948,19 @@ def create_api_token(name: str, scope: str, expires_in_secs: float | None = None
 
 
 @call(LIST_API_TOKENS)
-def list_api_tokens(include_revoked: bool = False) -> dict[str, Any]:
-    return {"include_revoked": include_revoked}
+def list_api_tokens(
+    include_revoked: bool = False, after: tuple[bool, str, int] | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """Live tokens by name, then revoked ones by (name, id): at most ``limit`` after ``after``
+    (the last row's (revoked, name, token_id)); None: every one."""
+    revoked, name, id_ = after if after is not None else (None, None, None)
+    return {
+        "include_revoked": include_revoked,
+        "after_revoked": revoked,
+        "after_name": name,
+        "after_id": id_,
+        "limit": limit,
+    }
 
 
 @call(REVOKE_API_TOKEN, column("token_id"))
