@@ -457,20 +457,59 @@ $$;
 
 -- Concurrency status per key, the shape of the spec's GET /admin/concurrency:
 -- key, task_type, max_concurrent, in_flight, pending, and for workflow keys the
--- workflows with live work on the key and their on_conflict.
-CREATE OR REPLACE FUNCTION harvest.list_concurrency_keys(p_key text DEFAULT NULL)
+-- workflows with live work on the key and their on_conflict. In key order, a page at a time:
+-- p_limit keys at most (a key's activity and workflow rows stay on one page) after p_after_key;
+-- NULL, every key (100,000 tenants are 100,000 keys: the route and the dashboard page them,
+-- migration 0100). A page's keys are read down tasks_activity_concurrency_key and
+-- executions_live_concurrency_key in key order, and only those keys' rows are counted.
+CREATE OR REPLACE FUNCTION harvest.list_concurrency_keys(
+    p_key text DEFAULT NULL, p_after_key text DEFAULT NULL, p_limit integer DEFAULT NULL
+)
 RETURNS TABLE (
     key text, task_type text, max_concurrent integer, in_flight bigint, pending bigint, workflows jsonb
 )
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    v_keys text[];
+BEGIN
+    IF p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..10000', p_limit USING ERRCODE = 'HR001',
+            HINT = 'pass NULL for every key';
+    END IF;
+    -- Both statements are planned with the values at each call (EXECUTE), never from a cached
+    -- generic plan: with `$1 IS NULL OR key = ANY ($1)` unknown, such a plan reads every keyed
+    -- row whatever the page.
+    IF p_key IS NOT NULL THEN
+        v_keys := CASE WHEN p_after_key IS NULL OR p_key > p_after_key THEN ARRAY[p_key] ELSE '{}' END;
+    ELSIF p_limit IS NOT NULL THEN
+        -- Each list's first p_limit distinct keys after the position, then the first p_limit of both.
+        EXECUTE $q$
+        SELECT coalesce(array_agg(u.key ORDER BY u.key), '{}') FROM (
+            SELECT k.key FROM (
+                (SELECT DISTINCT t.concurrency_key AS key FROM harvest.tasks AS t
+                 WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
+                   AND ($1::text IS NULL OR t.concurrency_key > $1)
+                 ORDER BY 1 LIMIT $2)
+                UNION
+                (SELECT DISTINCT e.concurrency_key FROM harvest.executions AS e
+                 WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
+                   AND ($1::text IS NULL OR e.concurrency_key > $1)
+                 ORDER BY 1 LIMIT $2)
+            ) AS k
+            ORDER BY 1 LIMIT $2
+        ) AS u
+        $q$ INTO v_keys USING p_after_key, p_limit;
+    END IF;
+    RETURN QUERY EXECUTE $q$
     WITH activity_keys AS (
         SELECT t.concurrency_key AS key, max(t.concurrency_limit) AS max_concurrent,
                count(*) FILTER (WHERE t.status = 'running') AS in_flight,
                count(*) FILTER (WHERE t.status = 'pending') AS pending
         FROM harvest.tasks AS t
         WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
-          AND (p_key IS NULL OR t.concurrency_key = p_key)
+          AND ($1::text[] IS NULL OR t.concurrency_key = ANY ($1))
+          AND ($2::text IS NULL OR t.concurrency_key > $2)
         GROUP BY t.concurrency_key
     ),
     workflow_keys AS (
@@ -486,7 +525,8 @@ AS $$
         LEFT JOIN harvest.workflow_slots AS s ON s.execution_id = e.id
         LEFT JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = e.workflow_name
         WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
-          AND (p_key IS NULL OR e.concurrency_key = p_key)
+          AND ($1::text[] IS NULL OR e.concurrency_key = ANY ($1))
+          AND ($2::text IS NULL OR e.concurrency_key > $2)
         GROUP BY e.concurrency_key, e.workflow_name, p.policy
     )
     SELECT a.key, 'activity'::text, a.max_concurrent, a.in_flight, a.pending, NULL::jsonb
@@ -498,7 +538,9 @@ AS $$
                      ORDER BY w.workflow_name)
     FROM workflow_keys AS w
     GROUP BY w.key
-    ORDER BY 1, 2;
+    ORDER BY 1, 2
+    $q$ USING v_keys, p_after_key;
+END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
@@ -507,5 +549,6 @@ COMMENT ON FUNCTION harvest.declare_flow_policies IS
 'max_concurrent, rate limits); names not listed keep their last declaration; returns how many were written, a '
 'malformed policy raises HR001. Called by the worker at start-up (role harvest_worker).';
 COMMENT ON FUNCTION harvest.list_concurrency_keys IS
-'Concurrency per key (one key, or all): task type, max_concurrent, in flight, pending, and for workflow keys the '
-'workflows holding live work on it. For operators (role harvest_reader).';
+'Concurrency per key (one key, or all), in key order: task type, max_concurrent, in flight, pending, and for '
+'workflow keys the workflows holding live work on it; at most p_limit keys (1..10000) after p_after_key, NULL: every '
+'key. For operators (role harvest_reader).';

@@ -889,15 +889,27 @@ $$;
 -- The schedules of this database (one kind, or both), by name; workflow_registered
 -- says whether a worker registered the workflow on its queue (NULL: none registered
 -- anything there), which preflight reads.
-CREATE OR REPLACE FUNCTION harvest.list_schedules(p_kind text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.list_schedules(
+    p_kind text DEFAULT NULL, p_after_name text DEFAULT NULL, p_limit integer DEFAULT NULL,
+    p_paused boolean DEFAULT NULL
+)
 RETURNS TABLE (
     name text, kind text, workflow_name text, cron text, interval_secs bigint, timezone text,
     max_active_runs integer, overlap text, catchup boolean, paused boolean, declared boolean,
     next_fire_at timestamptz, last_slot_at timestamptz, missed_slots bigint, active_runs integer, queue text,
     workflow_registered boolean
 )
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
+BEGIN
+    IF p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..10000', p_limit USING ERRCODE = 'HR001',
+            HINT = 'pass NULL for every schedule';
+    END IF;
+    -- By name down schedules_name_key from the position, at most p_limit (NULL: every one; a
+    -- schedule a tenant is 100,000 rows, migration 0100). Planned with the values at each call
+    -- (EXECUTE): a cached generic plan of `$2 IS NULL OR s.name > $2` reads every schedule.
+    RETURN QUERY EXECUTE $q$
     SELECT s.name, s.kind, s.workflow_name, s.cron, s.interval_secs, s.timezone, s.max_active_runs, s.overlap,
            s.catchup, s.paused, s.declared, s.next_fire_at, s.last_slot_at, s.missed_slots,
            harvest._schedule_active_runs(s), s.queue,
@@ -907,8 +919,13 @@ AS $$
                 WHEN EXISTS (SELECT 1 FROM harvest.registered_workflows AS r WHERE r.queue = s.queue) THEN false
            END
     FROM harvest.schedules AS s
-    WHERE p_kind IS NULL OR s.kind = lower(p_kind)
-    ORDER BY s.name;
+    WHERE ($1::text IS NULL OR s.kind = lower($1))
+      AND ($2::text IS NULL OR s.name > $2)
+      AND ($4::boolean IS NULL OR s.paused = $4)
+    ORDER BY s.name
+    LIMIT $3
+    $q$ USING p_kind, p_after_name, p_limit, p_paused;
+END;
 $$;
 
 -- One schedule with its last p_limit firings (each with its run's current status)
@@ -1178,9 +1195,9 @@ COMMENT ON FUNCTION harvest.backfill_schedule IS
 'Fire past slots the caller computed (at most 10000, whole seconds, not in the future) under p_overlap (default '
 'buffer_all); a slot already recorded is not fired again. Called by the CLI (role harvest_operator).';
 COMMENT ON FUNCTION harvest.list_schedules IS
-'The schedules of this database (workflow and dag kinds) with their next slot, last slot, missed slots, live '
-'runs and whether their workflow is registered on its queue. Called by the CLI, preflight and the dashboard '
-'(role harvest_reader).';
+'The schedules of this database (workflow and dag kinds, paused or not) by name with their next slot, last slot, '
+'missed slots, live runs and whether their workflow is registered on its queue; at most p_limit (1..10000) after '
+'p_after_name, NULL: every one. Called by the CLI, preflight and the dashboard (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_schedule IS
 'One schedule with its last firings (run ids and run statuses), misses with reasons, live and buffered runs; '
 'HR002 when it does not exist. Called by the CLI (role harvest_reader).';

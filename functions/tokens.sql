@@ -57,17 +57,44 @@ $$;
 
 -- The tokens, without their secrets (nor their hashes), live ones first (an expired one is
 -- listed among them, with its expires_at, until it is revoked).
-CREATE OR REPLACE FUNCTION harvest.list_api_tokens(p_include_revoked boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION harvest.list_api_tokens(
+    p_include_revoked boolean DEFAULT false, p_after_revoked boolean DEFAULT NULL, p_after_name text DEFAULT NULL,
+    p_after_id bigint DEFAULT NULL, p_limit integer DEFAULT NULL
+)
 RETURNS TABLE (
     token_id bigint, name text, scope text, created_at timestamptz, created_by text,
     revoked_at timestamptz, revoked_by text, expires_at timestamptz
 )
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT t.id, t.name, t.scope, t.created_at, t.created_by, t.revoked_at, t.revoked_by, t.expires_at
-    FROM harvest.api_tokens AS t
-    WHERE coalesce(p_include_revoked, false) OR t.revoked_at IS NULL
-    ORDER BY t.revoked_at IS NOT NULL, t.name, t.id;
+BEGIN
+    IF p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..10000', p_limit USING ERRCODE = 'HR001',
+            HINT = 'pass NULL for every token';
+    END IF;
+    -- Live tokens by name, then revoked ones by name and id, from the position (the last row
+    -- a page gave: revoked or not, name, id), at most p_limit; NULL, every one. Each part is
+    -- read in its order down api_tokens_live_name or api_tokens_revoked_name (revoked rows are
+    -- kept for good: a token a tenant, rotated, piles them up; migration 0100). Planned with
+    -- the values at each call (EXECUTE): a cached generic plan of the position's ORs reads all.
+    RETURN QUERY EXECUTE $q$
+    SELECT u.id, u.name, u.scope, u.created_at, u.created_by, u.revoked_at, u.revoked_by, u.expires_at
+    FROM (
+        (SELECT t.* FROM harvest.api_tokens AS t
+         WHERE t.revoked_at IS NULL AND $2::boolean IS NOT TRUE AND ($3::text IS NULL OR t.name > $3)
+         ORDER BY t.name
+         LIMIT $5)
+        UNION ALL
+        (SELECT t.* FROM harvest.api_tokens AS t
+         WHERE t.revoked_at IS NOT NULL AND coalesce($1, false)
+           AND ($2::boolean IS NOT TRUE OR (t.name, t.id) > ($3, $4))
+         ORDER BY t.name, t.id
+         LIMIT $5)
+    ) AS u
+    ORDER BY u.revoked_at IS NOT NULL, u.name, u.id
+    LIMIT $5
+    $q$ USING p_include_revoked, p_after_revoked, p_after_name, p_after_id, p_limit;
+END;
 $$;
 
 -- Revoke the live token named p_name: from the commit on it authenticates nothing.
@@ -122,7 +149,9 @@ COMMENT ON FUNCTION harvest.create_api_token IS
 'SHA-256); p_expires_in bounds its life (NULL: until revoked); audited as token.create; HR001 for a bad name, scope '
 'or lifetime, HR021 when a live token has the name. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.list_api_tokens IS
-'The API tokens (live ones, or all with p_include_revoked) with scope, creator and revocation, never a secret or '
+'The API tokens (live ones by name, or all with p_include_revoked, revoked ones after) with scope, creator and '
+'revocation, at most p_limit (1..10000; NULL: all) after the position (p_after_revoked, p_after_name, p_after_id), '
+'never a secret or '
 'hash. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.revoke_api_token IS
 'Revoke the live API token of that name; it authenticates nothing from the commit on; audited as token.revoke; '

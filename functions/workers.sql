@@ -254,12 +254,12 @@ AS $$
 $$;
 
 CREATE OR REPLACE FUNCTION harvest.list_workers(
-    p_queue text DEFAULT NULL, p_status text DEFAULT NULL, p_health text DEFAULT NULL
+    p_queue text DEFAULT NULL, p_status text DEFAULT NULL, p_health text DEFAULT NULL, p_limit integer DEFAULT NULL
 )
 RETURNS TABLE (
     worker_id text, queues text[], hostname text, pid integer, status text, health text,
     started_at timestamptz, last_heartbeat_at timestamptz, heartbeat_interval_secs double precision,
-    drain_deadline timestamptz, in_flight bigint, metadata jsonb
+    drain_deadline timestamptz, in_flight bigint, metadata jsonb, total bigint
 )
 LANGUAGE plpgsql STABLE
 AS $$
@@ -272,18 +272,32 @@ BEGIN
         RAISE EXCEPTION 'unknown worker health "%"', p_health USING ERRCODE = 'HR001',
             HINT = 'use healthy, stale or stopped';
     END IF;
+    IF p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..10000', p_limit USING ERRCODE = 'HR001',
+            HINT = 'pass NULL for every worker';
+    END IF;
+    -- At most p_limit rows, each with how many matched (total): a churning fleet leaves a row a
+    -- pod until retention prunes it, and a glance needs the first ones and the count (migration
+    -- 0100). The registry is kept small by that retention, so the read sorts it whole.
+    -- The in-flight counts of the rows kept only.
     RETURN QUERY
-    SELECT w.id, w.queues, w.hostname, w.pid, w.status, harvest._worker_health(w), w.started_at,
+    SELECT w.id, w.queues, w.hostname, w.pid, w.status, w.health, w.started_at,
            w.last_heartbeat_at, w.heartbeat_interval_secs, w.drain_deadline,
            (SELECT count(*) FROM harvest.tasks AS t WHERE t.status = 'running' AND t.lease_owner = w.id),
-           w.metadata
-    FROM harvest.workers AS w
-    WHERE (p_queue IS NULL OR p_queue = ANY(w.queues))
-      AND (p_status IS NULL OR w.status = lower(p_status))
-      AND (p_health IS NULL OR harvest._worker_health(w) = lower(p_health))
-    -- Stale first within each status group: the ones to look at.
+           w.metadata, w.total
+    FROM (
+        SELECT r.*, harvest._worker_health(r) AS health, count(*) OVER () AS total
+        FROM harvest.workers AS r
+        WHERE (p_queue IS NULL OR p_queue = ANY(r.queues))
+          AND (p_status IS NULL OR r.status = lower(p_status))
+          AND (p_health IS NULL OR harvest._worker_health(r) = lower(p_health))
+        -- Stale first within each status group: the ones to look at.
+        ORDER BY CASE r.status WHEN 'active' THEN 0 WHEN 'draining' THEN 1 ELSE 2 END,
+                 harvest._worker_health(r) = 'stale' DESC, r.id
+        LIMIT p_limit
+    ) AS w
     ORDER BY CASE w.status WHEN 'active' THEN 0 WHEN 'draining' THEN 1 ELSE 2 END,
-             harvest._worker_health(w) = 'stale' DESC, w.id;
+             w.health = 'stale' DESC, w.id;
 END;
 $$;
 
@@ -488,7 +502,8 @@ COMMENT ON FUNCTION harvest.unregister_workflow IS
 'admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.list_workers IS
 'The worker registry with derived health (healthy, stale) and in-flight counts, optionally of one queue, status '
-'or health (else HR001). For operators (role harvest_reader).';
+'or health (else HR001); at most p_limit rows (1..10000; NULL: every one), each with the total matched. For '
+'operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_worker IS
 'One worker with the ids of the tasks it holds a lease on; HR002 when it is not registered. For operators (role '
 'harvest_reader).';

@@ -3,7 +3,7 @@
 -- harvest._after_gated_claim, harvest._flow_release, harvest._supersede, harvest._superseded_runs,
 -- harvest.list_concurrency_keys.
 BEGIN;
-SELECT plan(31);
+SELECT plan(35);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -50,6 +50,17 @@ SELECT is((SELECT due_at FROM harvest.tasks WHERE execution_id = (SELECT executi
           '2030-01-01 00:00:00.2+00'::timestamptz, 'the refused first task steps back 200 ms');
 SELECT results_eq($$SELECT key, task_type, max_concurrent, in_flight, pending FROM harvest.list_concurrency_keys('a')$$,
                   $$VALUES ('a'::text, 'workflow'::text, 1, 1::bigint, 1::bigint)$$, 'list_concurrency_keys(): a deferred run is pending');
+-- A page of keys in key order: p_limit keys after p_after_key (a key's rows stay together).
+SELECT harvest.start_workflow('wf_defer', jsonb_build_array(jsonb_build_object('t', k)), 'pg-' || k, 'pq')
+FROM unnest(ARRAY['b', 'c', 'd']) AS k;
+SELECT results_eq($$SELECT key FROM harvest.list_concurrency_keys(NULL, NULL, 2)$$,
+                  $$VALUES ('a'::text), ('b')$$, 'list_concurrency_keys(): the first p_limit keys in key order');
+SELECT results_eq($$SELECT key FROM harvest.list_concurrency_keys(NULL, 'b', 2)$$,
+                  $$VALUES ('c'::text), ('d')$$, 'list_concurrency_keys(): the keys after p_after_key');
+SELECT is_empty($$SELECT * FROM harvest.list_concurrency_keys('a', 'b', 2)$$,
+                'list_concurrency_keys(): a key at or before p_after_key is not on the page');
+SELECT throws_ok($$SELECT * FROM harvest.list_concurrency_keys(NULL, NULL, 0)$$, 'HR001', NULL,
+                 'list_concurrency_keys(): a limit below 1: HR001');
 SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM d WHERE n = 1), 'x')$$, 'setup: the first run ends');
 SELECT is(harvest._in_flight('workflow', 'a'), 0::bigint, 'the slot returned with the run''s end (_flow_release)');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:01+00';

@@ -11,7 +11,7 @@
 -- harvest._firing_workflow_names,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(100);
+SELECT plan(104);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -270,6 +270,15 @@ SELECT is((SELECT string_agg(name || ':' || kind, ',' ORDER BY name) FROM harves
            WHERE name IN ('daily', 'every')), 'daily:workflow,every:workflow',
           'list_schedules() lists every kind');
 SELECT is((SELECT count(*)::integer FROM harvest.list_schedules('dag')), 0, 'list_schedules(kind) filters');
+SELECT is((SELECT string_agg(name, ',' ORDER BY name) FROM harvest.list_schedules(NULL, 'daily', 1)),
+          (SELECT min(name) FROM harvest.schedules WHERE name > 'daily'),
+          'list_schedules(): at most p_limit after p_after_name, by name');
+SELECT is((SELECT bool_and(paused) FROM harvest.list_schedules(NULL, NULL, NULL, true)), NULL::boolean,
+          'list_schedules(p_paused): no paused schedule here, none listed');
+SELECT is((SELECT count(*)::integer FROM harvest.list_schedules(NULL, NULL, NULL, false)),
+          (SELECT count(*)::integer FROM harvest.schedules WHERE NOT paused), 'list_schedules(p_paused) filters');
+SELECT throws_ok($$SELECT * FROM harvest.list_schedules(NULL, NULL, 0)$$, 'HR001', NULL,
+                 'list_schedules(): a limit below 1: HR001');
 SELECT is((SELECT jsonb_array_length(j -> 'firings') || ',' || jsonb_array_length(j -> 'misses') || ','
                   || (j -> 'firings' -> 1 ->> 'run_status')
            FROM harvest.get_schedule('hourly') AS j), '4,2,RUNNING',

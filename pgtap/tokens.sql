@@ -1,6 +1,6 @@
 -- functions/tokens.sql: harvest.create_api_token, list_api_tokens, revoke_api_token, authenticate_api_token.
 BEGIN;
-SELECT plan(25);
+SELECT plan(29);
 
 CREATE TEMP TABLE minted (name text PRIMARY KEY, secret text);
 GRANT ALL ON minted TO PUBLIC;
@@ -39,6 +39,14 @@ SELECT results_eq($$SELECT name, revoked_by FROM harvest.list_api_tokens(true)$$
                   'list_api_tokens(true) shows who revoked a token');
 SELECT lives_ok($$INSERT INTO minted SELECT 'again', t.secret FROM harvest.create_api_token('ci-deploy', 'admin') AS t$$,
                 'a revoked token''s name can be given to a new token');
+SELECT results_eq($$SELECT name, revoked_at IS NULL FROM harvest.list_api_tokens(true, NULL, NULL, NULL, 1)$$,
+                  $$VALUES ('ci-deploy'::text, true)$$, 'list_api_tokens(p_limit): live tokens first');
+SELECT results_eq($$SELECT name, revoked_at IS NULL FROM harvest.list_api_tokens(true, false, 'ci-deploy', NULL, 5)$$,
+                  $$VALUES ('ci-deploy'::text, false)$$, 'list_api_tokens(): after the live ones, the revoked ones');
+SELECT is_empty($$SELECT * FROM harvest.list_api_tokens(true, true, 'ci-deploy', 1000000, 5)$$,
+                'list_api_tokens(): nothing after the last revoked token');
+SELECT throws_ok($$SELECT * FROM harvest.list_api_tokens(true, NULL, NULL, NULL, 0)$$, 'HR001', NULL,
+                 'list_api_tokens(): a limit below 1: HR001');
 SELECT results_eq($$SELECT operation, target, actor, details ->> 'scope' FROM harvest.audit_log
                     WHERE operation LIKE 'token.%' ORDER BY id$$,
                   $$VALUES ('token.create'::text, 'ci-deploy'::text, session_user::text COLLATE "default", 'operate'::text),

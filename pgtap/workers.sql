@@ -181,7 +181,7 @@ ROLLBACK;
 
 -- The fleet seen by an operator: list_workers, get_worker, get_worker_health, drain_worker, preview_drain.
 BEGIN;
-SELECT plan(17);
+SELECT plan(19);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT harvest.register_worker('fl-live', ARRAY['email', 'default'], 'h1', 1, 5);
@@ -194,6 +194,10 @@ SELECT is((SELECT health FROM harvest.list_workers() WHERE worker_id = 'fl-stale
 SELECT is((SELECT array_agg(worker_id ORDER BY worker_id) FROM harvest.list_workers(p_queue => 'email')),
           ARRAY['fl-live', 'fl-stale'], 'filter by queue');
 SELECT throws_ok($$SELECT * FROM harvest.list_workers(p_health => 'sick')$$, 'HR001', NULL, 'unknown health refused');
+SELECT results_eq($$SELECT worker_id, total FROM harvest.list_workers(p_limit => 2)$$,
+                  $$VALUES ('fl-stale'::text, 3::bigint), ('fl-live', 3)$$,
+                  'list_workers(p_limit): the first in the list''s order (stale first), each with the total');
+SELECT throws_ok($$SELECT * FROM harvest.list_workers(p_limit => 0)$$, 'HR001', NULL, 'a limit below 1 refused');
 SELECT is(harvest.get_worker_health() -> 'by_queue', '{"email": 2, "default": 2}'::jsonb,
           'by_queue counts every worker that is not stopped, stale ones too (issue 12 item 19)');
 SELECT is(harvest.get_worker_health() -> 'by_queue_health',

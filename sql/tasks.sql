@@ -103,6 +103,12 @@ CREATE INDEX tasks_concurrency_running
 ON harvest.tasks (concurrency_key)
 WHERE status = 'running' AND concurrency_key IS NOT NULL;
 
+-- Activity tasks by concurrency key, whatever their status: a page of GET /admin/concurrency
+-- reads its keys in key order from here and counts only theirs (migration 0100).
+CREATE INDEX tasks_activity_concurrency_key
+ON harvest.tasks (concurrency_key)
+WHERE kind = 'activity' AND concurrency_key IS NOT NULL;
+
 -- The ageing window: the oldest claimable tasks of a queue that age. Tasks
 -- without priority_aging_secs are not in it, so a queue without ageing pays
 -- one probe of an empty index.

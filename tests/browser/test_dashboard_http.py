@@ -1054,6 +1054,109 @@ def test_a_runs_waiting_on_lists_draw_a_bounded_number_and_count_the_rest(
     assert re.search(r'id="stack-more-children">The first 2 of 3 running children', stack), stack
 
 
+def test_the_concurrency_page_draws_a_page_of_keys_and_links_the_next(db: str) -> None:
+    """The concurrency page drew every key with live work (100,000 tenants: 100,000 rows a
+    view): a page of keys in key order (limit, default 50) and a link to the next."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.executions"
+            " (id, workflow_name, workflow_id, status, concurrency_key, created_at)"
+            " SELECT gen_random_uuid(), 'wf', 'keyed-' || g, 'RUNNING', 'tenant-' || g, now()"
+            " FROM generate_series(1, 5) AS g"
+        )
+    drawn: list[str] = []
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        url = "/concurrency?limit=2"
+        while url:
+            page = client.get(url, headers=READ).text
+            table = page.split('id="concurrency-keys"')[1].split("</table>")[0]
+            keys = re.findall(r'<td class="mono">(tenant-\d)</td>', table)
+            assert len(keys) <= 2, table
+            drawn += keys
+            more = re.search(r'id="next" rel="next" href="([^"]+)"', page)
+            url = "/concurrency" + html.unescape(more.group(1)) if more else ""
+    assert drawn == [f"tenant-{n}" for n in range(1, 6)]
+
+
+def test_the_schedules_page_draws_a_page_of_schedules_and_links_the_next(db: str) -> None:
+    """The schedules page drew every schedule of every shard (a schedule a tenant: 100,000
+    rows a view): a page by name (limit, default 50) and a link to the next, filters kept."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.schedules (name, workflow_name, interval_secs, paused, anchor_at,"
+            " created_at, updated_at)"
+            " SELECT 'paged-' || g, 'wf', 3600, g % 2 = 0, now(), now(), now()"
+            " FROM generate_series(1, 7) AS g"
+        )
+    drawn: list[str] = []
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        url = "/schedules?limit=2&paused=false"
+        while url:
+            page = client.get(url, headers=READ).text
+            names = re.findall(r'<tr data-name="(paged-\d)"', page)
+            assert len(names) <= 2, page
+            drawn += names
+            more = re.search(r'id="next" rel="next" href="([^"]+)"', page)
+            url = "/schedules" + html.unescape(more.group(1)) if more else ""
+    assert drawn == ["paged-1", "paged-3", "paged-5", "paged-7"]
+
+
+def test_the_workers_page_reads_the_workers_up_to_its_page(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers page read every registered worker to draw a page of them (a churning fleet:
+    a row a pod until retention): it reads the rows up to its page and counts the rest."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    fetched: list[int] = []
+    read = AsyncSqlApi.list_workers
+
+    async def counted(self, *args, **kwargs):
+        rows = await read(self, *args, **kwargs)
+        fetched.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(AsyncSqlApi, "list_workers", counted)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.workers (id, queues, hostname, pid, status, started_at, last_heartbeat_at)"
+            " SELECT 'pod-' || lpad(g::text, 4, '0'), ARRAY['default'], 'h', g, 'stopped', now(), now()"
+            " FROM generate_series(1, 300) AS g"
+        )
+        conn.execute("UPDATE harvest.workers SET status = 'active' WHERE id IN ('pod-0007', 'pod-0009')")
+        conn.execute(
+            "UPDATE harvest.workers SET last_heartbeat_at = now() - interval '1 hour' WHERE id = 'pod-0009'"
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get("/workers?limit=2&page=2", headers=READ).text
+        assert re.findall(r'<a href="/workers/([^"]+)"', page) == ["pod-0001", "pod-0002"]
+        assert "300 worker(s) match" in page and 'id="next"' in page
+        assert max(fetched) <= 5, fetched
+        fetched.clear()
+        fresh = client.get("/workers?limit=2&stale=false", headers=READ).text
+        assert re.findall(r'<a href="/workers/([^"]+)"', fresh) == ["pod-0007", "pod-0001"]
+        assert "299 worker(s) match" in fresh and max(fetched) <= 4, fetched
+
+
+def test_the_usage_table_draws_a_bounded_number_of_groups_and_counts_them(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The concurrency page's usage table drew every group (grouped by a tenant attribute: a
+    row a tenant): the first USAGE_SHOWN by name and a line with how many there are."""
+    import harvest.web.ui.app as ui_module
+
+    monkeypatch.setattr(ui_module, "USAGE_SHOWN", 2)
+    with psycopg.connect(db, autocommit=True) as conn:
+        for n in range(1, 4):
+            conn.execute("SELECT harvest.start_workflow('wf', '[]', %s, 'default')", (f"usage-{n}",))
+        conn.execute(
+            "UPDATE harvest.executions SET search_attributes = jsonb_build_object('tenant', workflow_id)"
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get("/concurrency?group_by=search_attr:tenant", headers=READ).text
+    table = page.split('id="usage"')[1].split("</table>")[0]
+    assert re.findall(r"<tr><td>(usage-\d)</td>", table) == ["usage-1", "usage-2"], table
+    assert re.search(r'id="usage-more">The first 2 of 3 groups', page), page
+
+
 def test_a_timers_fire_time_in_the_history_is_in_utc_as_the_page_is(db: str) -> None:
     """A TimerStarted event's fire_at is written in the deciding session's time zone (JSON
     keeps its offset): the timeline's line said 17:30+05:30 beside event times in UTC. Every

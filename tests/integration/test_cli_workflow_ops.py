@@ -194,3 +194,40 @@ def test_concurrency_status(db: str, conn) -> None:
     assert json.loads(harvest(db, "concurrency", "status", "--key", "zzz", "-o", "json").stdout)["keys"] == []
     r = harvest(None, "concurrency", "status")
     assert r.returncode == 1 and "HARVEST_DATABASE_URL" in one_error_line(r)
+
+
+def test_concurrency_status_shows_a_page_of_keys_and_how_to_ask_for_the_next(db: str, conn) -> None:
+    """`harvest concurrency status` printed every key with live work (100,000 tenants: 100,000
+    lines): a page of --limit keys (1000 by default) in key order, the footer naming the next
+    page's --cursor."""
+    conn.execute(
+        "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, concurrency_key, created_at)"
+        " SELECT gen_random_uuid(), 'wf', 'keyed-' || g, 'RUNNING', 'k' || g, now()"
+        " FROM generate_series(1, 3) AS g"
+    )
+    first = json.loads(harvest(db, "concurrency", "status", "--limit", "2", "-o", "json").stdout)
+    assert [r["key"] for r in first["keys"]] == ["k1", "k2"] and first["next_cursor"]
+    text = harvest(db, "concurrency", "status", "--limit", "2").stdout
+    assert f"2 key(s); next page: --cursor {first['next_cursor']}" in text, text
+    rest = harvest(
+        db, "concurrency", "status", "--limit", "2", "--cursor", first["next_cursor"], "-o", "json"
+    )
+    assert [r["key"] for r in json.loads(rest.stdout)["keys"]] == ["k3"]
+    assert json.loads(rest.stdout).get("next_cursor") is None
+    r = harvest(db, "concurrency", "status", "--limit", "0")
+    assert r.returncode == 2 and "--limit" in one_error_line(r)
+
+
+def test_worker_list_shows_the_first_limit_workers_and_how_many_match(db: str, conn) -> None:
+    """`harvest worker list` printed every registered worker: the first --limit (200 by
+    default) and, when it left some out, how many matched."""
+    conn.execute(
+        "INSERT INTO harvest.workers (id, queues, hostname, pid, status, started_at, last_heartbeat_at)"
+        " SELECT 'pod-' || g, ARRAY['default'], 'h', g, 'stopped', now(), now()"
+        " FROM generate_series(1, 3) AS g"
+    )
+    listed = json.loads(harvest(db, "worker", "list", "--limit", "2", "-o", "json").stdout)
+    assert [w["worker_id"] for w in listed["workers"]] == ["pod-1", "pod-2"]
+    assert listed["total"] == 3 and listed["truncated"] is True
+    assert "2 of 3 (--limit up to 10000) worker(s)" in harvest(db, "worker", "list", "--limit", "2").stdout
+    assert harvest(db, "worker", "list").stdout.rstrip().endswith("\n3 worker(s)")

@@ -47,8 +47,17 @@ def test_schedule_cli(db: str) -> None:
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split()[:2] == ["NAME", "KIND"]
-    assert [line.split()[:2] for line in lines[1:]] == [["billing", "workflow"], ["dag_nightly", "dag"]]
+    assert [line.split()[:2] for line in lines[1:-1]] == [["billing", "workflow"], ["dag_nightly", "dag"]]
+    assert lines[-1] == "2 schedule(s)"
     assert [r["name"] for r in _json(db, "schedule", "list", "--kind", "dag")["schedules"]] == ["dag_nightly"]
+    # A page of --limit by name, the footer (JSON: next_cursor) naming the next one's --cursor.
+    first = _json(db, "schedule", "list", "--limit", "1")
+    assert [r["name"] for r in first["schedules"]] == ["billing"] and first["next_cursor"]
+    assert f"--cursor {first['next_cursor']}" in harvest(db, "schedule", "list", "--limit", "1").stdout
+    rest = _json(db, "schedule", "list", "--limit", "1", "--cursor", first["next_cursor"])
+    assert [r["name"] for r in rest["schedules"]] == ["dag_nightly"] and rest["next_cursor"] is None
+    other = harvest(db, "schedule", "list", "--kind", "dag", "--cursor", first["next_cursor"])
+    assert other.returncode != 0 and "other filters" in other.stderr
 
     fired = _json(db, "schedule", "trigger", "billing")
     assert fired["status"] == "started" and fired["workflow_id"].startswith("sched:billing:")

@@ -620,3 +620,92 @@ def test_a_dags_runs_are_read_on_the_shards_that_have_it() -> None:
     shards[2].down = True  # judged by the shards read, as a worker no shard has (no_worker_anywhere)
     with pytest.raises(NotFound, match=r"on any shard \(shard\(s\) 2 could not be read\)"):
         reads.list_dag_runs("d", 2)
+
+
+class ScheduleShard:
+    """list_schedules as the SQL answers it: by name, at most ``limit`` after ``after``."""
+
+    def __init__(self, names: list[str]):
+        self.names = sorted(names)
+        self.asked: list[int | None] = []
+
+    def list_schedules(self, kind: Any, after: str | None, limit: int | None, paused: Any) -> list[dict]:
+        self.asked.append(limit)
+        rows = [{"name": n} for n in self.names if after is None or n > after]
+        return rows[:limit] if limit is not None else rows
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 5, 50])
+def test_schedule_pages_are_the_sorted_union_and_keep_a_names_rows_together(limit: int) -> None:
+    """A schedule name may be on several shards (declared before a reshard, created with
+    --shard-id): the pages join up to every (name, shard) once, a name's rows on one page, each
+    shard asked for limit + 1 a page."""
+    rng = random.Random(limit)
+    shards = {s: ScheduleShard(rng.sample([f"s{n:02}" for n in range(30)], 12)) for s in range(3)}
+    whole = sorted((n, s) for s, shard in shards.items() for n in shard.names)
+    reads = ShardReads(shards, concurrent=False)
+    seen: list[tuple[str, int]] = []
+    cursor = None
+    while True:
+        page = reads.list_schedules(None, limit, cursor)
+        got = [(r["name"], r["shard_id"]) for r in page.value]
+        assert got, cursor
+        assert not {n for n, _ in got} & {n for n, _ in seen}, "a name's rows split over pages"
+        assert len(got) <= max(limit, len(shards))
+        seen += got
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == whole
+    assert {a for shard in shards.values() for a in shard.asked} == {limit + 1}
+
+
+class KeyShard:
+    """list_concurrency_keys as the SQL answers it: by key, at most ``limit`` keys after
+    ``after``, a key's activity and workflow rows together."""
+
+    def __init__(self, rows: list[tuple[str, str]]):
+        self.rows = sorted(rows)
+        self.asked: list[int | None] = []
+
+    def list_concurrency_keys(self, key: Any, after: str | None, limit: int | None) -> list[dict]:
+        self.asked.append(limit)
+        keys = sorted({k for k, _ in self.rows if after is None or k > after})[:limit]
+        return [
+            {"key": k, "task_type": t, "max_concurrent": 2, "in_flight": 1, "pending": 1, "workflows": None}
+            for k, t in self.rows
+            if k in keys
+        ]
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 7, 50])
+def test_concurrency_key_pages_sum_each_key_over_the_shards_once(limit: int) -> None:
+    """A key with live work on several shards is one row a task type, its counts summed: the
+    pages join up to every key once, each shard asked for limit + 1 keys a page."""
+    rng = random.Random(limit)
+    shards = {
+        s: KeyShard(
+            [
+                (f"k{n:02}", t)
+                for n in rng.sample(range(30), 10)
+                for t in rng.sample(["activity", "workflow"], rng.randint(1, 2))
+            ]
+        )
+        for s in range(3)
+    }
+    whole: dict[tuple[str, str], int] = {}
+    for shard in shards.values():
+        for row in shard.rows:
+            whole[row] = whole.get(row, 0) + 1
+    reads = ShardReads(shards, concurrent=False)
+    seen: list[tuple[str, str, int]] = []
+    cursor = None
+    while True:
+        page = reads.list_concurrency_keys(None, limit, cursor)
+        assert 0 < len({r["key"] for r in page.value}) <= limit
+        seen += [(r["key"], r["task_type"], r["in_flight"]) for r in page.value]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == [(k, t, n) for (k, t), n in sorted(whole.items())]
+    assert {a for shard in shards.values() for a in shard.asked} == {limit + 1}

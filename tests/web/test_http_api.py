@@ -1079,6 +1079,190 @@ def test_admin_reads(api, conn) -> None:
     assert preflight["overall_status"] == "fail"
 
 
+def test_concurrency_keys_come_a_page_at_a_time(api, conn, monkeypatch) -> None:
+    """GET /admin/concurrency answered every key with live work in one array, each shard's
+    every key read (100,000 tenants: 100,000 keys a call, and the dashboard's concurrency page
+    drew them all): it answers at most limit keys (default 1000) in key order, each shard asked
+    for limit + 1 keys after the cursor, and X-Harvest-Next-Cursor names the next page."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    fetched: list[int] = []
+    read = AsyncSqlApi.list_concurrency_keys
+
+    async def counted(self, *args, **kwargs):
+        rows = await read(self, *args, **kwargs)
+        fetched.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(AsyncSqlApi, "list_concurrency_keys", counted)
+    keys = 1_500
+    conn.execute(
+        "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, concurrency_key, created_at)"
+        " SELECT gen_random_uuid(), 'greet', 'tenant-' || g, 'RUNNING',"
+        " 'tenant:' || lpad(g::text, 5, '0'), now()"
+        " FROM generate_series(1, %s) AS g",
+        (keys,),
+    )
+    # Activity keys too, one of them shared with a workflow key (two rows, one key).
+    run = conn.execute("SELECT id FROM harvest.executions WHERE workflow_id = 'tenant-1'").fetchone()[0]
+    conn.execute(
+        "INSERT INTO harvest.tasks (execution_id, kind, queue, status, due_at, scheduled_at, seq,"
+        " activity_name, concurrency_key, concurrency_limit)"
+        " SELECT %s, 'activity', 'default', 'pending', now(), now(), g, 'shout',"
+        " 'tenant:' || lpad(g::text, 5, '0'), 2 FROM generate_series(1, 3) AS g",
+        (run,),
+    )
+    first = api.get("/admin/concurrency")
+    assert first.status_code == 200
+    assert len({r["key"] for r in first.json()}) == 1000 and max(fetched) <= 1001 + 3, (
+        fetched
+    )  # (3 keys have an activity row too)
+    assert first.headers["X-Harvest-Next-Cursor"]
+    seen: list[tuple[str, str]] = []
+    cursor = None
+    while True:
+        fetched.clear()
+        page = api.get("/admin/concurrency", params={"limit": 400, **({"cursor": cursor} if cursor else {})})
+        assert page.status_code == 200 and max(fetched) <= 401 + 3, fetched
+        seen += [(r["key"], r["task_type"]) for r in page.json()]
+        cursor = page.headers.get("X-Harvest-Next-Cursor")
+        if not cursor:
+            break
+    assert len({k for k, _ in seen}) == keys and len(seen) == keys + 3 and seen == sorted(seen)
+    one = api.get("/admin/concurrency", params={"key": "tenant:00002"}).json()
+    assert [(r["key"], r["task_type"], r["pending"]) for r in one] == [
+        ("tenant:00002", "activity", 1),
+        ("tenant:00002", "workflow", 1),
+    ]
+    assert (
+        "X-Harvest-Next-Cursor" not in api.get("/admin/concurrency", params={"key": "tenant:00002"}).headers
+    )
+    other = api.get(
+        "/admin/concurrency",
+        params={"key": "tenant:00002", "cursor": cursor or first.headers["X-Harvest-Next-Cursor"]},
+    )
+    assert other.status_code == 400  # a cursor of another filter
+    assert api.get("/admin/concurrency", params={"limit": 10_001}).status_code == 400
+
+
+def test_schedules_come_a_page_at_a_time(api, conn, monkeypatch) -> None:
+    """GET /admin/schedules answered every schedule of every shard in one list (a schedule a
+    tenant: 100,000 schedules a call, each read whole): it answers at most limit (default 100)
+    by name, each shard asked for limit + 1 after the cursor's, and next_cursor the rest."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    fetched: list[int] = []
+    read = AsyncSqlApi.list_schedules
+
+    async def counted(self, *args, **kwargs):
+        rows = await read(self, *args, **kwargs)
+        fetched.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(AsyncSqlApi, "list_schedules", counted)
+    many = 450
+    conn.execute(
+        "INSERT INTO harvest.schedules (name, kind, workflow_name, interval_secs, paused, anchor_at,"
+        " created_at, updated_at)"
+        " SELECT 'tenant-' || lpad(g::text, 4, '0'), CASE WHEN g %% 3 = 0 THEN 'dag' ELSE 'workflow' END,"
+        " 'greet', 3600, g %% 2 = 0, now(), now(), now() FROM generate_series(1, %s) AS g",
+        (many,),
+    )
+    first = api.get("/admin/schedules").json()
+    assert len(first["schedules"]) == 100 and max(fetched) <= 101, fetched
+    assert first["next_cursor"]
+    for filters, expect in (
+        ({}, [f"tenant-{g:04}" for g in range(1, many + 1)]),
+        ({"kind": "dag"}, [f"tenant-{g:04}" for g in range(3, many + 1, 3)]),
+        ({"paused": "true"}, [f"tenant-{g:04}" for g in range(2, many + 1, 2)]),
+    ):
+        seen: list[str] = []
+        cursor = None
+        while True:
+            fetched.clear()
+            page = api.get("/admin/schedules", params={**filters, "limit": 40, "cursor": cursor}).json()
+            assert max(fetched) <= 41, fetched
+            seen += [r["name"] for r in page["schedules"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert seen == expect, filters
+    assert (
+        api.get("/admin/schedules", params={"kind": "dag", "cursor": first["next_cursor"]}).status_code == 400
+    )
+    assert api.get("/admin/schedules", params={"limit": 1001}).status_code == 400
+
+
+def test_the_worker_list_answers_at_most_limit_workers_and_their_total(api, conn, monkeypatch) -> None:
+    """GET /workers answered every registered worker of every shard (an autoscaled fleet that
+    churns pods leaves a row per pod until retention: tens of thousands a week): at most limit
+    (default 200) in the list's order, each shard asked for limit, with the total matched and
+    truncated when it left some out."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    fetched: list[int] = []
+    read = AsyncSqlApi.list_workers
+
+    async def counted(self, *args, **kwargs):
+        rows = await read(self, *args, **kwargs)
+        fetched.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(AsyncSqlApi, "list_workers", counted)
+    conn.execute(
+        "INSERT INTO harvest.workers (id, queues, hostname, pid, status, started_at, last_heartbeat_at)"
+        " SELECT 'pod-' || lpad(g::text, 4, '0'), ARRAY['default'], 'h', g,"
+        " CASE WHEN g % 10 = 0 THEN 'active' ELSE 'stopped' END, now(), now()"
+        " FROM generate_series(1, 500) AS g"
+    )
+    everyone = api.get("/workers").json()
+    assert len(everyone["workers"]) == 200 and max(fetched) <= 200, fetched
+    assert everyone["total"] == 500 and everyone["truncated"] is True
+    # The list's order: the active ones first (stale first, then by id), then the stopped.
+    assert [w["worker_id"] for w in everyone["workers"][:50]] == [f"pod-{g:04}" for g in range(10, 501, 10)]
+    few = api.get("/workers", params={"limit": 5, "status": "active"}).json()
+    assert [w["worker_id"] for w in few["workers"]] == [
+        "pod-0010",
+        "pod-0020",
+        "pod-0030",
+        "pod-0040",
+        "pod-0050",
+    ]
+    assert few["total"] == 50 and few["truncated"] is True
+    small = api.get("/workers", params={"status": "active"}).json()
+    assert len(small["workers"]) == 50 and small["total"] == 50 and small["truncated"] is False
+    assert api.get("/workers", params={"limit": 10_001}).status_code == 400
+
+
+def test_api_tokens_come_a_page_at_a_time(api, conn) -> None:
+    """GET /admin/tokens answered every token, revoked ones too with include_revoked (a token a
+    tenant, rotated: revoked rows pile up for good): a page of at most limit (default 100),
+    live ones first by name, then revoked ones by name and id, and next_cursor the rest."""
+    conn.execute(
+        "INSERT INTO harvest.api_tokens (name, scope, secret_hash, created_at, created_by, revoked_at)"
+        " SELECT 'tenant-' || lpad((g % 150)::text, 3, '0'), 'read', sha256(g::text::bytea), now(), 'test',"
+        " CASE WHEN g >= 150 THEN now() END FROM generate_series(0, 449) AS g"
+    )
+    first = api.get("/admin/tokens").json()
+    assert len(first["tokens"]) == 100 and first["next_cursor"]
+    for include_revoked, expect in ((False, 150), (True, 450)):
+        seen: list[tuple[bool, str, int]] = []
+        cursor = None
+        while True:
+            page = api.get(
+                "/admin/tokens", params={"include_revoked": include_revoked, "limit": 40, "cursor": cursor}
+            ).json()
+            assert len(page["tokens"]) <= 40
+            seen += [(t["revoked_at"] is not None, t["name"], t["token_id"]) for t in page["tokens"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert len(seen) == expect and seen == sorted(seen) and len(set(seen)) == expect
+    other = api.get("/admin/tokens", params={"include_revoked": True, "cursor": first["next_cursor"]})
+    assert other.status_code == 400
+    assert api.get("/admin/tokens", params={"limit": 1001}).status_code == 400
+
+
 def test_rate_limit_overrides_on_every_shard_audited_and_their_refusals(api, conn) -> None:
     from psycopg.types.json import Jsonb
 

@@ -44,7 +44,7 @@ from harvest.core.errors import (
     Unauthenticated,
     error_code,
 )
-from harvest.shard.fanout import COMPLETE, Merged, sum_versions
+from harvest.shard.fanout import COMPLETE, WORKER_LIMIT_MAX, Merged, sum_versions
 
 URL_ENV = "HARVEST_URL"
 TOKEN_ENV = "HARVEST_TOKEN"
@@ -539,7 +539,8 @@ class HttpApi:
     def list_workers(
         self, queue: str | None = None, status: str | None = None, health: str | None = None
     ) -> list[dict[str, Any]]:
-        answer = self.http.get("/workers", queue=queue, status=status, health=health)
+        # (the route answers the first workers only: as many as it gives, past any a CLI lists)
+        answer = self.http.get("/workers", queue=queue, status=status, health=health, limit=WORKER_LIMIT_MAX)
         return [_untagged(r) for r in answer["workers"]]
 
     def queue_coverage(self, declared: list[str] | None) -> dict[str, Any]:
@@ -666,8 +667,15 @@ class HttpApi:
         return f"/admin/schedules/{_p(name)}{suffix}"
 
     def list_schedules(self, kind: str | None = None) -> list[dict[str, Any]]:
-        rows = self.http.get("/admin/schedules", kind=kind)["schedules"]
-        return [_schedule_row(r) for r in rows]
+        """Every schedule: the route's pages followed to the end."""
+        rows: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            answer = self.http.get("/admin/schedules", kind=kind, limit=1000, cursor=cursor)
+            rows += [_schedule_row(r) for r in answer["schedules"]]
+            cursor = answer.get("next_cursor")
+            if not cursor:
+                return rows
 
     def get_schedule(self, name: str, limit: int = 20) -> dict[str, Any]:
         return _schedule_row(self.http.get(self._schedule(name), limit=limit, shard_id=self.shard))
@@ -786,7 +794,17 @@ class HttpApi:
         return _obj(self.http.post("/admin/tokens", body, scope="admin"))
 
     def list_api_tokens(self, include_revoked: bool = False) -> list[dict[str, Any]]:
-        return _rows(self.http.get("/admin/tokens", include_revoked=include_revoked)["tokens"])
+        """Every token: the route's pages followed to the end."""
+        rows: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            answer = self.http.get(
+                "/admin/tokens", include_revoked=include_revoked, limit=1000, cursor=cursor
+            )
+            rows += _rows(answer["tokens"])
+            cursor = answer.get("next_cursor")
+            if not cursor:
+                return rows
 
     def revoke_api_token(self, name: str) -> Any:
         return self.http.request("DELETE", f"/admin/tokens/{_p(name)}", scope="admin")[1]["token_id"]
@@ -995,6 +1013,25 @@ class HttpReads:
     def count_dead_letters(self, group_by: str = "all") -> Merged[Any]:
         return _merged(self.http.get("/dead-letters/aggregate", group_by=group_by), "groups")
 
+    def list_schedules(
+        self,
+        kind: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        paused: bool | None = None,
+    ) -> Merged[Any]:
+        answer = self.http.get(
+            "/admin/schedules",
+            kind=kind,
+            limit=limit,
+            cursor=cursor,
+            paused=None if paused is None else str(paused).lower(),
+        )
+        found = _merged(answer, "schedules")
+        # (as the fan-out's rows: the SQL's, with the shard each was read on)
+        found.value = [{**_schedule_row(r), "shard_id": r["shard_id"]} for r in found.value]
+        return found
+
     def list_audit_log(
         self, limit: int = 100, operation: str | None = None, cursor: str | None = None
     ) -> Merged[Any]:
@@ -1014,9 +1051,14 @@ class HttpReads:
         status: str | None = None,
         health: str | None = None,
         shard_id: int | None = None,
+        limit: int | None = None,
     ) -> Merged[Any]:
-        answer = self.http.get("/workers", queue=queue, status=status, health=health, shard_id=shard_id)
-        return _merged(answer, "workers")
+        answer = self.http.get(
+            "/workers", queue=queue, status=status, health=health, shard_id=shard_id, limit=limit
+        )
+        found = _merged(answer, "workers")
+        found.total = answer.get("total")
+        return found
 
     def get_worker_health(self) -> Merged[Any]:
         return _merged(self.http.get("/workers/health"), None)
@@ -1029,12 +1071,17 @@ class HttpReads:
         ]
         return Merged(rows, list(answer.get("unavailable_shards") or []), answer.get("status") or COMPLETE)
 
-    def list_concurrency_keys(self, key: str | None = None) -> Merged[Any]:
-        rows = self.http.request("GET", "/admin/concurrency", params={"key": key})[1]
-        # The route keeps the spec's bare array: a partial read is said in its headers.
+    def list_concurrency_keys(
+        self, key: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> Merged[Any]:
+        params = {"key": key, "limit": limit, "cursor": cursor}
+        rows = self.http.request("GET", "/admin/concurrency", params=params)[1]
+        # The route keeps the spec's bare array: a partial read and a next page are said in its headers.
         headers = self.http.last_headers
         missed = [int(s) for s in (headers.get("x-harvest-unavailable-shards") or "").split(",") if s]
-        return Merged(rows, missed, headers.get("x-harvest-status") or COMPLETE)
+        return Merged(
+            rows, missed, headers.get("x-harvest-status") or COMPLETE, headers.get("x-harvest-next-cursor")
+        )
 
 
 # -- the client calls (start, result, query, update) --------------------------------------------

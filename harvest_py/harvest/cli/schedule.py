@@ -26,7 +26,7 @@ from harvest.cli.output import (
 )
 from harvest.cli.output import sql_api as _sql_api
 from harvest.cli.output import table as _table
-from harvest.cli.shards import _pooled_api, cli_pools, each_shard, emit_merged
+from harvest.cli.shards import _pooled_api, cli_pools, emit_merged, read_shards, with_page_footer
 from harvest.cli.workflow import loads_json_option
 from harvest.config import shards_configured
 from harvest.core.durations import parse_duration
@@ -34,7 +34,7 @@ from harvest.core.errors import InvalidArgument
 from harvest.db.sqlapi import SqlApi
 from harvest.declare.schedules import OVERLAP_POLICIES, Schedule, backfill_slots, schedule_view
 from harvest.declare.schedules import describe_row as _when
-from harvest.shard.fanout import Merged
+from harvest.shard.fanout import MAX_PAGE, SCHEDULE_PAGE
 
 UPCOMING = 5  # next fire times `get` shows
 
@@ -201,22 +201,36 @@ def create_workflow(
 
 @schedule.command("list")
 @click.option("--kind", default=None, type=click.Choice(["workflow", "dag"]), help="Only this kind.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MAX_PAGE),
+    default=SCHEDULE_PAGE,
+    show_default=True,
+    help="Schedules at most on this page.",
+)
+@click.option("--cursor", default=None, help="next_cursor from the previous page (every shard).")
 @database_url_option
 @output_option
-def list_(kind: str | None, database_url: str | None, output: str) -> None:
-    """List the schedules, DAG and workflow kinds together (every shard)."""
-    fan = each_shard(database_url, lambda api: api.list_schedules(kind))
+def list_(kind: str | None, limit: int, cursor: str | None, database_url: str | None, output: str) -> None:
+    """List the schedules by name, DAG and workflow kinds together (every shard): a page of
+    --limit, the next with --cursor."""
+    merged = read_shards(database_url, lambda reads: reads.list_schedules(kind, limit, cursor))
     sharded = shards_configured(cli_config())
-    rows = [
-        {**({"shard_id": shard} if sharded else {}), **row, "when": _when(row)}
-        for shard, found in sorted(fan.results.items())
-        for row in found
+    merged.value = [
+        {**({"shard_id": row["shard_id"]} if sharded else {}), **_sql_row(row), "when": _when(row)}
+        for row in merged.value
     ]
-    rows.sort(key=lambda r: r["name"])
     columns = (["shard_id"] if sharded else []) + LIST_COLUMNS
     emit_merged(
-        Merged(rows, fan.unavailable_shards, fan.status), "schedules", output, lambda d: _table(d, columns)
+        merged,
+        "schedules",
+        output,
+        lambda d: with_page_footer(_table(d, columns), d, "schedule(s)", merged),
     )
+
+
+def _sql_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k != "shard_id"}
 
 
 def _emit_schedule(data: dict[str, Any], output: str) -> None:

@@ -23,7 +23,7 @@ from harvest.cli.output import (
 from harvest.cli.shards import deployment_read, each_shard, emit_merged, fail_if_unreached, read_shards
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument, NotFound
-from harvest.shard.fanout import Merged, no_worker_anywhere
+from harvest.shard.fanout import WORKER_LIMIT, WORKER_LIMIT_MAX, Merged, no_worker_anywhere
 
 TIMES = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]
 WORKER_COLUMNS = [
@@ -113,20 +113,22 @@ def list_workers(
     database_url: str | None,
     output: str,
     shard_id: int | None = None,
+    limit: int = WORKER_LIMIT,
 ) -> None:
     def read(reads: Any) -> Any:
         if shard_id is not None and shard_id not in reads.apis:
             shards = ", ".join(str(s) for s in sorted(reads.apis))
             raise InvalidArgument(f"--shard-id {shard_id}: no such shard; the shards here are {shards}")
-        return reads.list_workers(queue, status, health, shard_id)
+        return reads.list_workers(queue, status, health, shard_id, limit)
 
     merged = read_shards(database_url, read)
-    emit_merged(
-        merged,
-        "workers",
-        output,
-        lambda d: table(d, [*WORKER_COLUMNS, "shard_id"]) + f"\n{len(d)} worker(s)",
-    )
+
+    def render(d: Any) -> str:
+        total = merged.total if merged.total is not None else len(d)
+        more = f" of {total} (--limit up to {WORKER_LIMIT_MAX})" if total > len(d) else ""
+        return table(d, [*WORKER_COLUMNS, "shard_id"]) + f"\n{len(d)}{more} worker(s)"
+
+    emit_merged(merged, "workers", output, render)
 
 
 def register(group: click.Group) -> None:
@@ -139,6 +141,13 @@ def register(group: click.Group) -> None:
     @click.option(
         "--shard-id", default=None, type=int, help="Only workers on this shard (the shard they poll)."
     )
+    @click.option(
+        "--limit",
+        type=click.IntRange(1, WORKER_LIMIT_MAX),
+        default=WORKER_LIMIT,
+        show_default=True,
+        help="Workers at most (the first in the list's order; the total is said).",
+    )
     @database_url_option
     @output_option
     def list_(
@@ -146,11 +155,13 @@ def register(group: click.Group) -> None:
         status: str | None,
         health: str | None,
         shard_id: int | None,
+        limit: int,
         database_url: str | None,
         output: str,
     ) -> None:
-        """List registered workers (stale first within each status)."""
-        list_workers(queue, status, health, database_url, output, shard_id)
+        """List registered workers (stale first within each status): the first --limit, and how
+        many matched."""
+        list_workers(queue, status, health, database_url, output, shard_id, limit)
 
     @group.command("get")
     @click.argument("worker_id")

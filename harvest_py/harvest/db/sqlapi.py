@@ -227,7 +227,7 @@ SELECT harvest.cancel_cross_shard_child(%(child_execution_id)s, %(policy)s, %(pa
 """
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
-CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s)"
+CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s, %(after_key)s, %(limit)s)"
 SET_RATE_LIMIT_OVERRIDE = """
 SELECT * FROM harvest.set_rate_limit_override(%(activity_name)s, %(rps)s, %(burst)s, %(ttl_secs)s)
 """
@@ -290,7 +290,7 @@ SELECT harvest.{action}_dead_letters(
     p_failed_after => %(failed_after)s, p_failed_before => %(failed_before)s, p_limit => %(limit)s,
     p_dry_run => %(dry_run)s, p_operator_id => %(operator)s) AS result
 """
-LIST_WORKERS = "SELECT * FROM harvest.list_workers(%(queue)s, %(status)s, %(health)s)"
+LIST_WORKERS = "SELECT * FROM harvest.list_workers(%(queue)s, %(status)s, %(health)s, %(limit)s)"
 GET_WORKER = "SELECT harvest.get_worker(%(worker_id)s) AS worker"
 WORKER_HEALTH = "SELECT harvest.get_worker_health() AS health"
 DRAIN_WORKER = "SELECT harvest.drain_worker(%(worker_id)s, %(deadline)s, %(operator)s) AS result"
@@ -299,7 +299,10 @@ LIST_AUDIT_LOG = (
     "SELECT * FROM harvest.list_audit_log(%(limit)s, %(operation)s, %(before_at)s, %(before_id)s)"
 )
 CREATE_API_TOKEN = "SELECT * FROM harvest.create_api_token(%(name)s, %(scope)s, %(expires_in)s)"
-LIST_API_TOKENS = "SELECT * FROM harvest.list_api_tokens(%(include_revoked)s)"
+LIST_API_TOKENS = """
+SELECT * FROM harvest.list_api_tokens(
+    %(include_revoked)s, %(after_revoked)s, %(after_name)s, %(after_id)s, %(limit)s)
+"""
 REVOKE_API_TOKEN = "SELECT harvest.revoke_api_token(%(name)s) AS token_id"
 AUTHENTICATE_API_TOKEN = "SELECT * FROM harvest.authenticate_api_token(%(secret_hash)s)"
 LIST_EVENTS = "SELECT * FROM harvest.list_events(%(after_global_id)s, %(limit)s, %(execution_id)s)"
@@ -1291,8 +1294,11 @@ def declare_flow_policies(policies: dict[str, Any]) -> dict[str, Any]:
 
 
 @call(CONCURRENCY_STATUS)
-def list_concurrency_keys(key: str | None = None) -> dict[str, Any]:
-    return {"key": key}
+def list_concurrency_keys(
+    key: str | None = None, after_key: str | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """Per key in key order: at most ``limit`` keys after ``after_key`` (None: every key)."""
+    return {"key": key, "after_key": after_key, "limit": limit}
 
 
 @call(SET_RATE_LIMIT_OVERRIDE, first)
@@ -1516,9 +1522,11 @@ def get_execution_stack(execution_id: str, limit: int | None = None) -> dict[str
 
 @call(LIST_WORKERS)
 def list_workers(
-    queue: str | None = None, status: str | None = None, health: str | None = None
+    queue: str | None = None, status: str | None = None, health: str | None = None, limit: int | None = None
 ) -> dict[str, Any]:
-    return {"queue": queue, "status": status, "health": health}
+    """The first ``limit`` workers in the list's order, each row with the ``total`` matched (None:
+    every worker)."""
+    return {"queue": queue, "status": status, "health": health, "limit": limit}
 
 
 @call(GET_WORKER, column("worker"))
@@ -1778,9 +1786,15 @@ def backfill_schedule(
     return {"name": name, "slots": list(slots), "overlap": overlap, "operator_id": operator_id}
 
 
-@call("SELECT * FROM harvest.list_schedules(%(kind)s)")
-def list_schedules(kind: str | None = None) -> dict[str, Any]:
-    return {"kind": kind}
+@call("SELECT * FROM harvest.list_schedules(%(kind)s, %(after_name)s, %(limit)s, %(paused)s)")
+def list_schedules(
+    kind: str | None = None,
+    after_name: str | None = None,
+    limit: int | None = None,
+    paused: bool | None = None,
+) -> dict[str, Any]:
+    """By name: at most ``limit`` after ``after_name`` (None: every schedule)."""
+    return {"kind": kind, "after_name": after_name, "limit": limit, "paused": paused}
 
 
 @call("SELECT harvest.get_schedule(%(name)s, %(limit)s) AS schedule", column("schedule"))
@@ -1934,8 +1948,19 @@ def create_api_token(name: str, scope: str, expires_in_secs: float | None = None
 
 
 @call(LIST_API_TOKENS)
-def list_api_tokens(include_revoked: bool = False) -> dict[str, Any]:
-    return {"include_revoked": include_revoked}
+def list_api_tokens(
+    include_revoked: bool = False, after: tuple[bool, str, int] | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """Live tokens by name, then revoked ones by (name, id): at most ``limit`` after ``after``
+    (the last row's (revoked, name, token_id)); None: every one."""
+    revoked, name, id_ = after if after is not None else (None, None, None)
+    return {
+        "include_revoked": include_revoked,
+        "after_revoked": revoked,
+        "after_name": name,
+        "after_id": id_,
+        "limit": limit,
+    }
 
 
 @call(REVOKE_API_TOKEN, column("token_id"))

@@ -66,6 +66,7 @@ __all__ = [
     "list_concurrency_keys",
     "list_dag_runs",
     "list_dead_letters",
+    "list_schedules",
     "list_tree",
     "list_workers",
     "list_workflows",
@@ -122,6 +123,8 @@ class Merged(Generic[R]):
     unavailable_shards: list[int] = field(default_factory=list)
     status: str = COMPLETE
     next_cursor: str | None = None
+    # For a bounded list read whole on no page: how many rows matched (the value holds the first).
+    total: int | None = None
 
     def envelope(self, key: str) -> dict[str, Any]:
         """The JSON shape the CLI prints: {key: value, status, unavailable_shards[, next_cursor]}."""
@@ -130,8 +133,18 @@ class Merged(Generic[R]):
             "status": self.status,
             "unavailable_shards": self.unavailable_shards,
         }
-        if self.next_cursor is not None or key in ("executions", "dead_letters", "audit_log", "runs"):
+        if self.next_cursor is not None or key in (
+            "executions",
+            "dead_letters",
+            "audit_log",
+            "runs",
+            "keys",
+            "schedules",
+        ):
             out["next_cursor"] = self.next_cursor
+        if self.total is not None:
+            out["total"] = self.total
+            out["truncated"] = self.total > len(cast("list[Any]", self.value))
         return out
 
 
@@ -728,11 +741,48 @@ def count_usage(from_: Any, to: Any, group_by: str = "workflow_name") -> Plan:
     return Merged(rows, fan.unavailable_shards, fan.status)
 
 
-def list_concurrency_keys(key: str | None = None) -> Plan:
-    """Per concurrency key: in_flight and pending summed over the shards (each shard enforces
-    max_concurrent on its own, so the sum may exceed it), the workflows on it merged, and
-    ``shards``: where the key has live work."""
-    fan = yield Step(lambda api, _s: api.list_concurrency_keys(key))
+# GET /admin/concurrency, `harvest concurrency status` and the dashboard: at most this many keys a
+# page (100,000 tenants were 100,000 keys in one answer); the keys after it by next_cursor.
+CONCURRENCY_PAGE = 1000
+CONCURRENCY_PAGE_MAX = 10_000
+
+
+def _name_after(cursor: str | None, prefix: str, what: str, filters: str) -> str | None:
+    """The name (a concurrency key's, a schedule's) a page of a list in name order starts after:
+    the cursor's (refused when issued for other filters), or None for the first page."""
+    if not cursor:
+        return None
+    body = _decode_token(prefix, cursor, what)
+    if not isinstance(body.get("a"), str) or not isinstance(body.get("f"), str):
+        raise InvalidArgument(
+            f"{what} cursor {cursor[:40]!r} is malformed: pass the next_cursor of a previous "
+            "page unchanged, or no cursor for the first page"
+        )
+    if body["f"] != filters:
+        raise InvalidArgument(
+            "the cursor was issued for other filters: pass the same filters as the first page, "
+            "or no cursor to start again"
+        )
+    return cast("str", body["a"])
+
+
+def list_concurrency_keys(
+    key: str | None = None, limit: int | None = None, cursor: str | None = None
+) -> Plan:
+    """Per concurrency key, in key order: in_flight and pending summed over the shards (each
+    shard enforces max_concurrent on its own, so the sum may exceed it), the workflows on it
+    merged, and ``shards``: where the key has live work. ``limit``: a page of at most that many
+    keys after ``cursor``'s, each shard asked for limit + 1 keys, and next_cursor (the page's
+    last key) when a shard has more; None, every key (and no cursor). A shard that could not be
+    read for a page is named there and not read again for the keys that page covered."""
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= CONCURRENCY_PAGE_MAX
+    ):
+        raise InvalidArgument(f"limit {limit} is out of range 1..{CONCURRENCY_PAGE_MAX}")
+    filters = _fingerprint({"key": key})
+    after = _name_after(cursor, "ck1.", "concurrency key", filters)
+    ask = None if limit is None else limit + 1
+    fan = yield Step(lambda api, _s: api.list_concurrency_keys(key, after, ask))
     groups: dict[tuple[Any, Any], dict[str, Any]] = {}
     for s, rows in fan.results.items():
         for row in rows:
@@ -750,11 +800,61 @@ def list_concurrency_keys(key: str | None = None) -> Plan:
                 into["workflows"] = [seen[k] for k in sorted(seen)]
             into["shards"].append(s)
     rows = [groups[g] for g in sorted(groups)]
-    return Merged(rows, fan.unavailable_shards, fan.status)
+    next_cursor = None
+    if limit is not None:
+        # A shard answers limit + 1 keys when it has more than a page: the union then has more.
+        keys = sorted({r["key"] for r in rows})
+        if len(keys) > limit:
+            last = keys[limit - 1]
+            rows = [r for r in rows if r["key"] <= last]
+            next_cursor = _encode_token("ck1.", {"a": last, "f": filters})
+    return Merged(rows, fan.unavailable_shards, fan.status, next_cursor)
+
+
+# GET /admin/schedules, `harvest schedule list` and the dashboard's schedules page: at most this
+# many schedules a page (a schedule a tenant was 100,000 rows an answer); the rest by next_cursor.
+SCHEDULE_PAGE = 100
+
+
+def list_schedules(
+    kind: str | None = None, limit: int | None = None, cursor: str | None = None, paused: bool | None = None
+) -> Plan:
+    """The schedules of every shard by name (then shard), each with its ``shard_id``; ``limit``:
+    a page of at most that many after ``cursor``'s name, each shard asked for limit + 1, and
+    next_cursor (the page's last name) when there are more. A name on several shards stays on
+    one page (a page ends before a name it would split; a page of one such name holds all of
+    its rows). None: every schedule."""
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE
+    ):
+        raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
+    filters = _fingerprint({"kind": kind, "paused": paused})
+    after = _name_after(cursor, "sc1.", "schedule", filters)
+    ask = None if limit is None else limit + 1
+    fan = yield Step(lambda api, _s: api.list_schedules(kind, after, ask, paused))
+    rows = sorted(
+        ({**row, "shard_id": s} for s, found in fan.results.items() for row in found),
+        key=lambda r: (r["name"], r["shard_id"]),
+    )
+    next_cursor = None
+    if limit is not None and len(rows) > limit:
+        page = rows[:limit]
+        if page[-1]["name"] == rows[limit]["name"]:  # the page would split a name's rows: end before it
+            cut = [r for r in page if r["name"] != page[-1]["name"]]
+            page = cut or [r for r in rows if r["name"] == page[-1]["name"]]
+        rows = page
+        next_cursor = _encode_token("sc1.", {"a": rows[-1]["name"], "f": filters})
+    return Merged(rows, fan.unavailable_shards, fan.status, next_cursor)
 
 
 # -- workers -------------------------------------------------------------------------------------
 _STATUS_RANK = {"active": 0, "draining": 1}
+
+
+# GET /workers, `harvest worker list` and the dashboard's workers page: at most this many workers
+# (a churning fleet leaves a row a pod until retention prunes it), with the total matched.
+WORKER_LIMIT = 200
+WORKER_LIMIT_MAX = 10_000
 
 
 def list_workers(
@@ -762,12 +862,20 @@ def list_workers(
     status: str | None = None,
     health: str | None = None,
     shard_id: int | None = None,
+    limit: int | None = None,
 ) -> Plan:
     """Every shard's workers (each row pinned to the shard it polls: ``shard_id``), stale first
-    within each status group, as on one shard; ``shard_id`` asks that shard only."""
+    within each status group, as on one shard; ``shard_id`` asks that shard only. ``limit``: the
+    first that many, each shard asked for that many, and ``total`` the matched summed over the
+    shards (None: every worker)."""
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= WORKER_LIMIT_MAX
+    ):
+        raise InvalidArgument(f"limit {limit} is out of range 1..{WORKER_LIMIT_MAX}")
     shards = None if shard_id is None else (shard_id,)
-    fan = yield Step(lambda api, _s: api.list_workers(queue, status, health), shards)
-    rows = list(_tagged(fan))
+    fan = yield Step(lambda api, _s: api.list_workers(queue, status, health, limit), shards)
+    total = sum(found[0]["total"] for found in fan.results.values() if found)
+    rows = [{k: v for k, v in row.items() if k != "total"} for row in _tagged(fan)]
     rows.sort(
         key=lambda r: (
             _STATUS_RANK.get(r["status"], 2),
@@ -776,7 +884,9 @@ def list_workers(
             r["shard_id"],
         )
     )
-    return Merged(rows, fan.unavailable_shards, fan.status)
+    if limit is None:
+        return Merged(rows, fan.unavailable_shards, fan.status)
+    return Merged(rows[:limit], fan.unavailable_shards, fan.status, total=total)
 
 
 _HEALTH_COUNTS = ("healthy", "stale", "draining", "stopped", "total")
@@ -1224,6 +1334,7 @@ PLANS: dict[str, Callable[..., Plan]] = {
     "list_tree": list_tree,
     "count_usage": count_usage,
     "list_concurrency_keys": list_concurrency_keys,
+    "list_schedules": list_schedules,
     "list_dead_letters": list_dead_letters,
     "count_dead_letters": count_dead_letters,
     "list_audit_log": list_audit_log,

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from harvest.config import declared_queues, merge_coverage, resolve_queues
 from harvest.core.durations import moment
 from harvest.core.errors import InvalidArgument, NotPlacedHere
-from harvest.shard.fanout import USAGE_SUMS
+from harvest.shard.fanout import CONCURRENCY_PAGE, CONCURRENCY_PAGE_MAX, USAGE_SUMS
 from harvest.telemetry.metrics import CONTENT_TYPE
 from harvest.web.routes import (
     FANOUT,
@@ -34,11 +34,15 @@ from harvest.web.routes.health import shard_readiness, shard_urls
 
 
 async def concurrency(call: Call, args: dict[str, Any], _: Any) -> Any:
-    """The spec's shape, a JSON array of keys; a partial read says so in X-Harvest-Status."""
-    found = merged(await call.reads().list_concurrency_keys(args["key"]), "keys")
+    """The spec's shape, a JSON array of keys, a page of them in key order; a partial read says
+    so in X-Harvest-Status, a next page in X-Harvest-Next-Cursor (the array stays the body)."""
+    limit = args["limit"] if args["limit"] is not None else CONCURRENCY_PAGE
+    found = merged(await call.reads().list_concurrency_keys(args["key"], limit, args["cursor"]), "keys")
     headers = {"X-Harvest-Status": found["status"]}
     if found["unavailable_shards"]:
         headers["X-Harvest-Unavailable-Shards"] = ",".join(map(str, found["unavailable_shards"]))
+    if found.get("next_cursor"):
+        headers["X-Harvest-Next-Cursor"] = found["next_cursor"]
     return Reply(found["keys"], headers=headers)
 
 
@@ -426,8 +430,20 @@ ENDPOINTS = [
         "/admin/concurrency",
         "admin",
         concurrency,
-        "Per concurrency key: max_concurrent, in_flight, pending, the workflows on it.",
-        (Param("key"),),
+        "Per concurrency key, in key order: max_concurrent, in_flight, pending, the workflows on it; "
+        "at most limit keys, the next page's cursor in X-Harvest-Next-Cursor.",
+        (
+            Param("key", description="Only this concurrency key."),
+            Param(
+                "limit",
+                "integer",
+                minimum=1,
+                maximum=CONCURRENCY_PAGE_MAX,
+                description=f"Keys at most (default {CONCURRENCY_PAGE}; a key's activity and workflow rows "
+                "stay on one page).",
+            ),
+            Param("cursor", description="X-Harvest-Next-Cursor of the previous page, with the same key."),
+        ),
         tag="admin",
         shape={"type": "array", "items": {"type": "object"}},
     ),

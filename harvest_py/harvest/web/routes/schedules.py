@@ -22,7 +22,7 @@ from harvest.declare.schedules import (
     describe_row,
     schedule_view,
 )
-from harvest.shard.fanout import Merged
+from harvest.shard.fanout import MAX_PAGE, SCHEDULE_PAGE
 from harvest.web.routes import (
     ANY,
     BOOLEAN,
@@ -111,14 +111,11 @@ def _options(data: dict[str, Any]) -> dict[str, Any]:
 
 
 async def list_schedules(call: Call, args: dict[str, Any], _: Any) -> Any:
-    fan = await call.each_shard(lambda sql: sql.list_schedules(args["kind"]))
-    rows = [
-        {**row, "shard_id": shard, "when": describe_row(row)}
-        for shard, found in sorted(fan.results.items())
-        for row in found
-    ]
-    rows.sort(key=lambda r: (r["name"], r["shard_id"]))
-    return merged(Merged(rows, fan.unavailable_shards, fan.status), "schedules")
+    """A page of every shard's schedules by name (harvest.shard.fanout.list_schedules)."""
+    limit = args["limit"] if args["limit"] is not None else SCHEDULE_PAGE
+    found = await call.reads().list_schedules(args["kind"], limit, args["cursor"], args["paused"])
+    found.value = [{**row, "when": describe_row(row)} for row in found.value]
+    return merged(found, "schedules")
 
 
 async def get_schedule(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -235,10 +232,22 @@ ENDPOINTS = [
         "/admin/schedules",
         "read",
         list_schedules,
-        "Every schedule, workflow and DAG kinds together, over every shard (kind= for one).",
-        (Param("kind", "enum", choices=("workflow", "dag")),),
+        "The schedules, workflow and DAG kinds together, over every shard, by name: a page of at most "
+        "limit, the rest by next_cursor (kind= for one kind, paused= for paused or running ones).",
+        (
+            Param("kind", "enum", choices=("workflow", "dag")),
+            Param("paused", "boolean", description="Only paused (true) or running (false) schedules."),
+            Param(
+                "limit",
+                "integer",
+                minimum=1,
+                maximum=MAX_PAGE,
+                description=f"Schedules at most (default {SCHEDULE_PAGE}).",
+            ),
+            Param("cursor", description="next_cursor of the previous page, with the same filters."),
+        ),
         tag="schedules",
-        shape=shape(schedules=ROWS, **FANOUT),
+        shape=shape(schedules=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
     ),
     Endpoint(
         "POST",

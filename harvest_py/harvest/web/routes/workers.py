@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from harvest.core.errors import NotFound
-from harvest.shard.fanout import no_worker_anywhere
+from harvest.shard.fanout import WORKER_LIMIT, WORKER_LIMIT_MAX, no_worker_anywhere
 from harvest.web.routes import (
+    BOOLEAN,
     DATETIME,
     FANOUT,
     ROWS,
@@ -30,7 +31,8 @@ async def list_workers(call: Call, args: dict[str, Any], _: Any) -> Any:
     shard = args["shard_id"]
     if shard is not None and shard not in call.providers():
         raise invalid("shard_id", f"{shard} is not a shard of this deployment")
-    found = await call.reads().list_workers(args["queue"], args["status"], args["health"], shard)
+    limit = args["limit"] if args["limit"] is not None else WORKER_LIMIT
+    found = await call.reads().list_workers(args["queue"], args["status"], args["health"], shard, limit)
     return merged(found, "workers")
 
 
@@ -88,15 +90,23 @@ ENDPOINTS = [
         "/workers",
         "read",
         list_workers,
-        "The worker fleet over every shard, stale first within each status.",
+        "The worker fleet over every shard, stale first within each status: the first limit, with "
+        "the total matched (truncated when some were left out).",
         (
             Param("queue"),
             Param("shard_id", "integer", minimum=0, maximum=65535),
             Param("status", "enum", choices=("active", "draining", "stopped")),
             Param("health", "enum", choices=("healthy", "stale", "stopped")),
+            Param(
+                "limit",
+                "integer",
+                minimum=1,
+                maximum=WORKER_LIMIT_MAX,
+                description=f"Workers at most (default {WORKER_LIMIT}).",
+            ),
         ),
         tag="workers",
-        shape=shape(workers=ROWS, **FANOUT),
+        shape=shape(workers=ROWS, total={"type": "integer"}, truncated=BOOLEAN, **FANOUT),
     ),
     Endpoint("GET", "/workers/health", "read", worker_health, "The fleet health roll-up.", tag="workers"),
     Endpoint(

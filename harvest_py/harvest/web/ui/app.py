@@ -54,7 +54,7 @@ from harvest.core.ids import ROW_ID_MAX
 from harvest.db.connection import DatabaseError, database_error_message
 from harvest.db.pools import TRANSIENT
 from harvest.declare.schedules import OVERLAP_POLICIES
-from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async
+from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, WORKER_LIMIT_MAX, Merged, fan_out_async
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
 from harvest.web.errors import database_error_status
@@ -79,6 +79,7 @@ register_url_convertor("name", _NameConvertor())
 HERE = Path(__file__).parent
 TOKEN_COOKIE = "harvest_ui_token"  # a token signed in through /login, sent on as a Bearer header
 MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-letter lists too
+USAGE_SHOWN = 200  # the concurrency page's usage groups drawn (harvest usage, /admin/usage: all)
 DEFAULT_PAGE = 50
 HISTORY_SHOWN = 500  # the timeline's events a page (the last by default; history_from/_before page)
 TREE_DEPTH = 10  # levels of a run's tree drawn on its page; a node at the last one links deeper
@@ -588,27 +589,27 @@ class Dashboard:
         refresh = self._refresh(request)
         kind = _choice(q, "kind", ("workflow", "dag"))
         paused = _choice(q, "paused", ("true", "false"))
-        fan = await fan_out_async(
-            self.source.apis(principal), lambda api: api.list_schedules(kind), timeout=self.source.timeout
+        # A page by name (a schedule a tenant was 100,000 rows a view), the next by cursor.
+        limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
+        page = await self.source.reads(principal).list_schedules(
+            kind, limit, _param(q, "cursor"), None if paused is None else paused == "true"
         )
-        if not fan.results and fan.unavailable_shards:
+        if page.status == UNAVAILABLE:
             raise DatabaseUnavailable("no shard could be read; retry when one is up")
         rows = [
-            {**row, "shard_id": shard, "when": views.schedule_when(row), "upcoming": views.upcoming(row, 1)}
-            for shard, found in fan.results.items()
-            for row in found
-            if paused is None or row["paused"] == (paused == "true")
+            {**row, "when": views.schedule_when(row), "upcoming": views.upcoming(row, 1)}
+            for row in page.value
         ]
-        rows.sort(key=lambda r: (r["name"], r["shard_id"]))
         return self.render(
             request,
             "schedules.html",
             principal=principal,
             refresh=refresh,
             rows=rows,
+            next_cursor=page.next_cursor,
             kind=kind,
             paused=paused,
-            unavailable=fan.unavailable_shards,
+            unavailable=page.unavailable_shards,
         )
 
     def _schedule_shard(self, request: Request) -> tuple[int, str]:
@@ -910,13 +911,24 @@ class Dashboard:
         page = _int(q, "page", 1, 1_000_000, 1)
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         reads = self.source.reads(principal)
+        # The rows up to this page's only (a churning fleet leaves a row a pod until retention
+        # prunes it), and how many match. Not stale: the stale ones sort first in each status,
+        # so the read reaches past them, and the match is the total less them.
+        start = (page - 1) * limit
+        if stale == "false":
+            stale_ones = (await reads.list_workers(None, status, "stale", shard, 1)).total or 0
+        else:
+            stale_ones = 0
+        read = min(start + limit + 1 + stale_ones, WORKER_LIMIT_MAX)
         health, listed = await asyncio.gather(
-            reads.get_worker_health(), reads.list_workers(None, status, None, shard)
+            reads.get_worker_health(),
+            reads.list_workers(None, status, "stale" if stale == "true" else None, shard, read),
         )
         rows = listed.value
-        if stale is not None:
-            rows = [r for r in rows if (r["health"] == "stale") == (stale == "true")]
-        start = (page - 1) * limit
+        matched = listed.total or 0
+        if stale == "false":
+            rows = [r for r in rows if r["health"] != "stale"]
+            matched -= stale_ones
         return self.render(
             request,
             "workers.html",
@@ -924,10 +936,10 @@ class Dashboard:
             refresh=refresh,
             banner=views.fleet_banner(health.value, health.status),
             rows=rows[start : start + limit],
-            matched=len(rows),
+            matched=matched,
             page=page,
             limit=limit,
-            has_next=start + limit < len(rows),
+            has_next=start + limit < min(matched, len(rows)),
             status=status,
             stale=stale,
             shard=shard,
@@ -987,9 +999,11 @@ class Dashboard:
         if group_by != "workflow_name" and not re.fullmatch(r"search_attr:[A-Za-z0-9_.-]+", group_by):
             raise InvalidArgument(f"group_by={group_by!r}: use workflow_name or search_attr:<key>")
         now = datetime.now(UTC)
+        # A page of keys in key order (100,000 tenants were 100,000 rows a view), the next by cursor.
+        limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         reads = self.source.reads(principal)
         keys, usage = await asyncio.gather(
-            reads.list_concurrency_keys(_param(q, "key")),
+            reads.list_concurrency_keys(_param(q, "key"), limit, _param(q, "cursor")),
             reads.count_usage(now - WINDOWS[window], now, group_by),
         )
         return self.render(
@@ -998,7 +1012,11 @@ class Dashboard:
             principal=principal,
             refresh=refresh,
             keys=keys.value,
-            usage=usage.value,
+            next_cursor=keys.next_cursor,
+            # The report is whole by the spec (no long-tail roll-up), one group a tenant with
+            # group_by=search_attr:tenant: the page draws the first USAGE_SHOWN by name.
+            usage=usage.value[:USAGE_SHOWN],
+            usage_total=len(usage.value),
             window=window,
             windows=tuple(WINDOWS),
             group_by=group_by,
