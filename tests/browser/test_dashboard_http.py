@@ -19,6 +19,7 @@ from dashboard_demo import Demo
 from dashboard_helpers import TokenScopes, wait_for
 from psycopg.types.json import Jsonb
 from starlette.testclient import TestClient
+from tests.web.web_helpers import rows_read
 
 from harvest.web.ui import dashboard_app
 from harvest.web.ui.app import MAX_FORM_BYTES
@@ -1104,17 +1105,8 @@ def test_the_schedules_page_draws_a_page_of_schedules_and_links_the_next(db: str
 def test_the_workers_page_reads_the_workers_up_to_its_page(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The workers page read every registered worker to draw a page of them (a churning fleet:
     a row a pod until retention): it reads the rows up to its page and counts the rest."""
-    from harvest.db.sqlapi import AsyncSqlApi
 
-    fetched: list[int] = []
-    read = AsyncSqlApi.list_workers
-
-    async def counted(self, *args, **kwargs):
-        rows = await read(self, *args, **kwargs)
-        fetched.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(AsyncSqlApi, "list_workers", counted)
+    fetched = rows_read(monkeypatch, "list_workers")
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO harvest.workers (id, queues, hostname, pid, status, started_at, last_heartbeat_at)"

@@ -15,6 +15,7 @@ from psycopg import conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
+from web_helpers import rows_read
 from worker_helpers import RunningWorker
 
 from harvest import App, Worker
@@ -65,15 +66,4 @@ def web_login(pg_server, db: str) -> Iterator[str]:
 def history_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The events each harvest.get_history call of the routes fetched from the database (what a
     page of a long history costs)."""
-    from harvest.db.sqlapi import AsyncSqlApi
-
-    fetched: list[int] = []
-    read = AsyncSqlApi.get_history
-
-    async def counted(self, *args, **kwargs):
-        rows = await read(self, *args, **kwargs)
-        fetched.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(AsyncSqlApi, "get_history", counted)
-    return fetched
+    return rows_read(monkeypatch, "get_history")

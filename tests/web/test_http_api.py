@@ -14,7 +14,7 @@ import pytest
 from operator_helpers import park, start
 from psycopg.types.json import Jsonb
 from starlette.requests import Request
-from web_helpers import api_client
+from web_helpers import api_client, rows_read
 
 from harvest import App, RateLimit, Throttle, activity, query, update, workflow
 from harvest.web.metrics import METRICS
@@ -585,20 +585,7 @@ def test_a_page_of_children_reads_a_page_from_the_database(api, conn, monkeypatc
     """Each page of /children read every child of the run into the server (a run of 100,000
     children: 100,000 rows for each page of 50, and the CLI asks for every page): a page of
     direct children now reads page_size + 1 rows a shard, after the cursor, in the database."""
-    from harvest.db.sqlapi import AsyncSqlApi
-
-    fetched: list[int] = []
-    for name in ("list_children", "list_children_of", "list_children_page"):
-        read = getattr(AsyncSqlApi, name, None)
-        if read is None:
-            continue
-
-        async def counted(self, *args, read=read, **kwargs):
-            rows = await read(self, *args, **kwargs)
-            fetched.append(len(rows))
-            return rows
-
-        monkeypatch.setattr(AsyncSqlApi, name, counted)
+    fetched = rows_read(monkeypatch, "list_children", "list_children_of", "list_children_page")
     run = start(conn, "parent", "paged-kids")
     kids = adopt(conn, run, 12)
     # Siblings a decision starts share their created_at: the cursor's id breaks the ties.
@@ -629,18 +616,9 @@ def test_a_tree_answers_at_most_max_nodes_and_reads_no_more(api, conn, monkeypat
     page asks for its tree on each view). It answers at most ``max_nodes`` (default 1000),
     breadth first, says ``truncated`` when it cut, and asks each shard for no more than it can
     keep."""
-    from harvest.db.sqlapi import AsyncSqlApi
     from harvest.web.routes import workflows
 
-    fetched: list[int] = []
-    read = AsyncSqlApi.list_children_of
-
-    async def counted(self, *args, **kwargs):
-        rows = await read(self, *args, **kwargs)
-        fetched.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(AsyncSqlApi, "list_children_of", counted)
+    fetched = rows_read(monkeypatch, "list_children_of")
     monkeypatch.setattr(workflows, "TREE_NODES", 7)
     run = start(conn, "parent", "big-tree")
     kids = adopt(conn, run, 6)
@@ -1084,17 +1062,8 @@ def test_concurrency_keys_come_a_page_at_a_time(api, conn, monkeypatch) -> None:
     every key read (100,000 tenants: 100,000 keys a call, and the dashboard's concurrency page
     drew them all): it answers at most limit keys (default 1000) in key order, each shard asked
     for limit + 1 keys after the cursor, and X-Harvest-Next-Cursor names the next page."""
-    from harvest.db.sqlapi import AsyncSqlApi
 
-    fetched: list[int] = []
-    read = AsyncSqlApi.list_concurrency_keys
-
-    async def counted(self, *args, **kwargs):
-        rows = await read(self, *args, **kwargs)
-        fetched.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(AsyncSqlApi, "list_concurrency_keys", counted)
+    fetched = rows_read(monkeypatch, "list_concurrency_keys")
     keys = 1_500
     conn.execute(
         "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, concurrency_key, created_at)"
@@ -1149,17 +1118,8 @@ def test_schedules_come_a_page_at_a_time(api, conn, monkeypatch) -> None:
     """GET /admin/schedules answered every schedule of every shard in one list (a schedule a
     tenant: 100,000 schedules a call, each read whole): it answers at most limit (default 100)
     by name, each shard asked for limit + 1 after the cursor's, and next_cursor the rest."""
-    from harvest.db.sqlapi import AsyncSqlApi
 
-    fetched: list[int] = []
-    read = AsyncSqlApi.list_schedules
-
-    async def counted(self, *args, **kwargs):
-        rows = await read(self, *args, **kwargs)
-        fetched.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(AsyncSqlApi, "list_schedules", counted)
+    fetched = rows_read(monkeypatch, "list_schedules")
     many = 450
     conn.execute(
         "INSERT INTO harvest.schedules (name, kind, workflow_name, interval_secs, paused, anchor_at,"
@@ -1198,17 +1158,8 @@ def test_the_worker_list_answers_at_most_limit_workers_and_their_total(api, conn
     churns pods leaves a row per pod until retention: tens of thousands a week): at most limit
     (default 200) in the list's order, each shard asked for limit, with the total matched and
     truncated when it left some out."""
-    from harvest.db.sqlapi import AsyncSqlApi
 
-    fetched: list[int] = []
-    read = AsyncSqlApi.list_workers
-
-    async def counted(self, *args, **kwargs):
-        rows = await read(self, *args, **kwargs)
-        fetched.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(AsyncSqlApi, "list_workers", counted)
+    fetched = rows_read(monkeypatch, "list_workers")
     conn.execute(
         "INSERT INTO harvest.workers (id, queues, hostname, pid, status, started_at, last_heartbeat_at)"
         " SELECT 'pod-' || lpad(g::text, 4, '0'), ARRAY['default'], 'h', g,"

@@ -1,6 +1,6 @@
 """Helpers for the web tests: the management API through its ASGI app (api_client); a small
 Starlette app with the stream routes and one dummy route per scope, a token authorizer, and a
-real uvicorn on loopback (streams need one)."""
+real uvicorn on loopback (streams need one); the rows a route's reads fetched (rows_read)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,25 @@ from harvest.config import load_config
 from harvest.core.errors import HarvestError, NotFound
 from harvest.web.auth import TokenAuthorizer
 from harvest.web.streams import EventHub, stream_routes
+
+
+def rows_read(monkeypatch, *names: str) -> list[int]:
+    """The rows each call of the AsyncSqlApi reads ``names`` fetched from the database, in call
+    order, from now on (what a route's or a dashboard page's read costs; the dashboard's tests
+    import it as tests.web.web_helpers)."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    fetched: list[int] = []
+    for name in names:
+        read = getattr(AsyncSqlApi, name)
+
+        async def counted(self, *args, read=read, **kwargs):
+            rows = await read(self, *args, **kwargs)
+            fetched.append(len(rows))
+            return rows
+
+        monkeypatch.setattr(AsyncSqlApi, name, counted)
+    return fetched
 
 
 def error_code(exc: Exception) -> str:
