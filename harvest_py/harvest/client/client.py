@@ -601,7 +601,11 @@ def _start_args(
     try:
         encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
     except TypeError as exc:
-        raise TypeError(f"{exc}{_start_option_hint(kwargs)}") from None
+        # Only a binding error gets the hint; a PayloadError (a TypeError too) keeps its class.
+        hint = _start_option_hint(kwargs) if type(exc) is TypeError else ""
+        if not hint:
+            raise
+        raise TypeError(f"{exc}{hint}") from None
     chain, payloads = client.payloads.chain, client.payloads
     if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
         encoded = chain.encode_args(encoded)
