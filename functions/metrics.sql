@@ -28,6 +28,8 @@ AS $$
 DECLARE
     v_now timestamptz := harvest.now();
     v_max_age interval;
+    v_concurrency jsonb;
+    v_other_keys jsonb;
 BEGIN
     IF p_max_keys IS NULL OR p_max_keys < 0 OR p_max_keys > 1000 THEN
         RAISE EXCEPTION 'get_metric_samples: p_max_keys = % is out of range'
@@ -35,6 +37,23 @@ BEGIN
         USING ERRCODE = 'HR001', HINT = 'pass a number of concurrency keys from 0 to 1000';
     END IF;
     SELECT r.max_age INTO v_max_age FROM harvest.retention_config AS r WHERE r.id;
+    -- Every concurrency key's counts, read once (list_concurrency_keys reads every keyed live
+    -- run and task; the top keys and the rest's totals read it twice): the busiest p_max_keys
+    -- (NULL: every key, and no others), and how many others there are with their sums.
+    WITH k AS (
+        SELECT c.key, c.task_type, c.in_flight, c.pending,
+               row_number() OVER (ORDER BY c.in_flight DESC, c.pending DESC, c.key) AS n
+        FROM harvest.list_concurrency_keys(NULL) AS c
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'key', k.key, 'task_type', k.task_type, 'in_flight', k.in_flight, 'pending', k.pending
+           ) ORDER BY k.in_flight DESC, k.key) FILTER (WHERE p_max_keys IS NULL OR k.n <= p_max_keys), '[]'::jsonb),
+           jsonb_build_object(
+               'keys', count(*) FILTER (WHERE k.n > p_max_keys),
+               'in_flight', coalesce(sum(k.in_flight) FILTER (WHERE k.n > p_max_keys), 0),
+               'pending', coalesce(sum(k.pending) FILTER (WHERE k.n > p_max_keys), 0))
+    INTO v_concurrency, v_other_keys
+    FROM k;
     RETURN jsonb_build_object(
         'shard_id', harvest.get_shard_id(),
         'schema_version', harvest.schema_version(),
@@ -87,29 +106,8 @@ BEGIN
                 GROUP BY 1, 2
             ) AS w
         ), '[]'::jsonb),
-        'concurrency', coalesce((
-            SELECT jsonb_agg(jsonb_build_object(
-                'key', c.key, 'task_type', c.task_type, 'in_flight', c.in_flight, 'pending', c.pending
-            ) ORDER BY c.in_flight DESC, c.key)
-            FROM (
-                SELECT k.key, k.task_type, k.in_flight, k.pending
-                FROM harvest.list_concurrency_keys(NULL) AS k
-                ORDER BY k.in_flight DESC, k.pending DESC, k.key
-                LIMIT p_max_keys
-            ) AS c
-        ), '[]'::jsonb),
-        'other_keys', (
-            SELECT jsonb_build_object(
-                'keys', count(*), 'in_flight', coalesce(sum(o.in_flight), 0),
-                'pending', coalesce(sum(o.pending), 0)
-            )
-            FROM (
-                SELECT k.in_flight, k.pending
-                FROM harvest.list_concurrency_keys(NULL) AS k
-                ORDER BY k.in_flight DESC, k.pending DESC, k.key
-                OFFSET p_max_keys
-            ) AS o
-        ),
+        'concurrency', v_concurrency,
+        'other_keys', v_other_keys,
         'stranded', coalesce((
             SELECT jsonb_agg(jsonb_build_object('queue', s.queue, 'pending', s.pending) ORDER BY s.queue)
             FROM harvest.count_stranded_tasks() AS s
