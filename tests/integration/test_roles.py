@@ -73,6 +73,13 @@ READS = [
     # (Their signature or body changed in stop 53: the keyset page of children, the horizon.)
     "SELECT * FROM harvest.list_children(%(e)s, p_after_created_at => now(), p_after_id => %(e)s)",
     "SELECT * FROM harvest.get_event_horizon()",
+    # (Their signature or body changed in stop 54: bounded stacks, a status's page of children,
+    # pages of keys, schedules and workers.)
+    "SELECT harvest.get_execution_stack(%(e)s, 5)",
+    "SELECT * FROM harvest.list_children(%(e)s, 'RUNNING', 1, NULL, NULL, 5)",
+    "SELECT * FROM harvest.list_concurrency_keys(NULL, 'a', 5)",
+    "SELECT * FROM harvest.list_schedules(NULL, 'a', 5, false)",
+    "SELECT * FROM harvest.list_workers(p_limit => 5)",
     "SELECT count(*) FROM harvest.executions",
 ]
 OPERATE = [
