@@ -997,10 +997,17 @@ def _in_level_order(rows: Iterable[dict[str, Any]], parents: list[str]) -> list[
     """A level's rows in the order it is kept: by their parent's place in ``parents`` (the
     level before's), each parent's children newest first (created_at DESC, then id)."""
     place = {p: i for i, p in enumerate(parents)}
-    ordered = sorted(rows, key=lambda r: _key(r)[1])
-    ordered.sort(key=lambda r: r["created_at"], reverse=True)
-    ordered.sort(key=lambda r: place.get(str(r["parent_id"]), len(place)))
+    ordered = _newest_first(list(rows))
+    ordered.sort(key=lambda r: place.get(str(r["parent_id"]), len(place)))  # stable: keeps the above
     return ordered
+
+
+def _newest_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` sorted in place in the children list's order: newest first (created_at DESC),
+    then by id (the order each shard's list_children answers in)."""
+    rows.sort(key=_key)
+    rows.sort(key=lambda r: r["created_at"], reverse=True)
+    return rows
 
 
 # Where a page of children starts: after the (created_at, execution id) of the last row shown.
@@ -1037,8 +1044,7 @@ def list_children(
         rows = [r for r in found if wanted is None or r["status"] == wanted]
         if after is not None:
             rows = [r for r in rows if _after_position(r, after)]
-    rows.sort(key=_key)
-    rows.sort(key=lambda r: r["created_at"], reverse=True)
+    _newest_first(rows)
     return Merged(
         rows if limit is None else rows[:limit], sorted(unavailable), status_of(answered, len(unavailable))
     )
@@ -1064,7 +1070,8 @@ def list_tree(execution_id: Any, depth: int = 100, max_nodes: int | None = None)
     found, unavailable, answered, truncated = yield from _descendants(execution_id, depth, max_nodes)
     nodes = {str(r["execution_id"]): {**r, "children": []} for r in found}
     root: dict[str, Any] = {"execution_id": str(execution_id), "children": [], "truncated": truncated}
-    for r in sorted(found, key=lambda r: (r["created_at"], str(r["execution_id"])), reverse=True):
+    # Siblings in the children list's order (ties in created_at by id, as /children pages them).
+    for r in _newest_first(list(found)):
         parent = nodes.get(str(r["parent_id"]), root)
         parent["children"].append(nodes[str(r["execution_id"])])
     return Merged(root, sorted(unavailable), status_of(answered, len(unavailable)))
