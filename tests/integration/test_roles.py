@@ -101,6 +101,8 @@ ADMIN = [
     "SELECT harvest.erase_payloads(%(o)s)",
     "SELECT harvest.discard_dead_letters(p_activity_name => 'nothing-matches')",
     "SELECT harvest.discard_dead_letter(%(d2)s)",
+    # (A page of the tokens, revoked ones included: stop 54's keyset.)
+    "SELECT * FROM harvest.list_api_tokens(true, p_limit => 5)",
 ]
 WORKER = [
     "SELECT * FROM harvest.claim_tasks('w1', ARRAY['nothing'], 1)",
