@@ -61,8 +61,9 @@ def test_a_closed_client_opens_no_listener(db: str) -> None:
 def test_a_malformed_execution_id_or_timeout_is_an_invalid_argument(db: str) -> None:
     with Client(db) as client:
         for bad in ("not-a-uuid", ""):
-            with pytest.raises(InvalidArgument, match="is not a UUID"):
+            with pytest.raises(InvalidArgument, match="is not a UUID") as refused:
                 client.get_handle(bad)
+            assert f"get_handle(workflow_id={bad!r})" in str(refused.value)  # (a workflow id, most likely)
         handle = client.start_workflow(waiter)
         for timeout in (float("nan"), -5, "soon"):  # (NaN waited for good)
             with pytest.raises(InvalidArgument, match="timeout"):

@@ -1098,7 +1098,11 @@ def _handle_of(cls: Any, client: Any, execution_id: Any, workflow: Any, workflow
         try:  # (the database would refuse it with its own error, not one of Harvest's)
             uuid.UUID(str(execution_id))
         except ValueError:
-            raise InvalidArgument(f"execution id {execution_id!r} is not a UUID") from None
+            # (The usual slip: a workflow id passed where the execution id goes.)
+            raise InvalidArgument(
+                f"execution id {execution_id!r} is not a UUID; to find a run by its workflow id, "
+                f"pass it by name: get_handle(workflow_id={execution_id!r})"
+            ) from None
         return cls(client, execution_id, "", definition)
     if not isinstance(workflow_id, str) or not workflow_id:
         raise InvalidArgument(f"workflow_id must be a non-empty string, got {workflow_id!r}")
