@@ -628,8 +628,11 @@ class ScheduleShard:
     def __init__(self, names: list[str]):
         self.names = sorted(names)
         self.asked: list[int | None] = []
+        self.down = False
 
     def list_schedules(self, kind: Any, after: str | None, limit: int | None, paused: Any) -> list[dict]:
+        if self.down:
+            raise psycopg.OperationalError("connection refused")
         self.asked.append(limit)
         rows = [{"name": n} for n in self.names if after is None or n > after]
         return rows[:limit] if limit is not None else rows
@@ -667,8 +670,11 @@ class KeyShard:
     def __init__(self, rows: list[tuple[str, str]]):
         self.rows = sorted(rows)
         self.asked: list[int | None] = []
+        self.down = False
 
     def list_concurrency_keys(self, key: Any, after: str | None, limit: int | None) -> list[dict]:
+        if self.down:
+            raise psycopg.OperationalError("connection refused")
         self.asked.append(limit)
         keys = sorted({k for k, _ in self.rows if after is None or k > after})[:limit]
         return [
@@ -709,3 +715,52 @@ def test_concurrency_key_pages_sum_each_key_over_the_shards_once(limit: int) -> 
             break
     assert seen == [(k, t, n) for (k, t), n in sorted(whole.items())]
     assert {a for shard in shards.values() for a in shard.asked} == {limit + 1}
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 7])
+def test_a_shard_down_for_a_page_of_keys_or_schedules_loses_none_of_them(limit: int) -> None:
+    """A shard that could not be read for a page of concurrency keys or schedules was named
+    partial there, but the cursor moved past the keys that page covered on every shard, so its
+    keys in that range were in no page. It now keeps its own place (as the workflow list's
+    cursor does): its keys come when it answers again, and next_cursor stays set while it does
+    not, even on a page that is otherwise the last."""
+    for seed in range(10):
+        rng = random.Random(seed * 100 + limit)
+        key_shards = {
+            s: KeyShard([(f"k{n:02}", "activity") for n in rng.sample(range(30), 10)]) for s in range(3)
+        }
+        schedule_shards = {
+            s: ScheduleShard(rng.sample([f"s{n:02}" for n in range(30)], 12)) for s in range(3)
+        }
+        for shards, read, whole in (
+            (
+                key_shards,
+                lambda reads, cursor: reads.list_concurrency_keys(None, limit, cursor),
+                sorted((k, s) for s, sh in key_shards.items() for k, _ in sh.rows),
+            ),
+            (
+                schedule_shards,
+                lambda reads, cursor: reads.list_schedules(None, limit, cursor),
+                sorted((n, s) for s, sh in schedule_shards.items() for n in sh.names),
+            ),
+        ):
+            reads = ShardReads(shards, concurrent=False)
+            seen: list[tuple[str, int]] = []
+            cursor = None
+            for step in range(200):
+                shards[1].down = step in (0, 2, 3)
+                page = read(reads, cursor)
+                shards[1].down = False
+                if step in (0, 2, 3):
+                    assert (page.status, page.unavailable_shards) == ("partial", [1])
+                    assert page.next_cursor is not None  # could not inspect is not no more rows
+                for r in page.value:
+                    seen += (
+                        [(r["key"], s) for s in r["shards"]]
+                        if "shards" in r
+                        else [(r["name"], r["shard_id"])]
+                    )
+                if (cursor := page.next_cursor) is None:
+                    break
+            assert sorted(seen) == whole, (seed, sorted(set(whole) - set(seen)))
+            assert len(seen) == len(set(seen)), seed

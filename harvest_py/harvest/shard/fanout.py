@@ -125,6 +125,8 @@ class Merged(Generic[R]):
     next_cursor: str | None = None
     # For a bounded list read whole on no page: how many rows matched (the value holds the first).
     total: int | None = None
+    # For a list read from a bounded walk (a deeper page of children): whether the walk cut.
+    truncated: bool | None = None
 
     def envelope(self, key: str) -> dict[str, Any]:
         """The JSON shape the CLI prints: {key: value, status, unavailable_shards[, next_cursor]}."""
@@ -145,6 +147,8 @@ class Merged(Generic[R]):
         if self.total is not None:
             out["total"] = self.total
             out["truncated"] = self.total > len(cast("list[Any]", self.value))
+        elif self.truncated is not None:
+            out["truncated"] = self.truncated
         return out
 
 
@@ -747,23 +751,87 @@ CONCURRENCY_PAGE = 1000
 CONCURRENCY_PAGE_MAX = 10_000
 
 
-def _name_after(cursor: str | None, prefix: str, what: str, filters: str) -> str | None:
-    """The name (a concurrency key's, a schedule's) a page of a list in name order starts after:
-    the cursor's (refused when issued for other filters), or None for the first page."""
-    if not cursor:
-        return None
-    body = _decode_token(prefix, cursor, what)
-    if not isinstance(body.get("a"), str) or not isinstance(body.get("f"), str):
-        raise InvalidArgument(
-            f"{what} cursor {cursor[:40]!r} is malformed: pass the next_cursor of a previous "
-            "page unchanged, or no cursor for the first page"
+@dataclass(frozen=True)
+class Place:
+    """Where a page of a list merged over the shards starts on each shard: after ``anchor`` (the
+    last row of the page before; None: from the first row), but a shard in ``behind`` after its
+    own position: it could not be read when a page was made, so the pages moved on without it,
+    and it is read from where it stopped when it answers again (the workflow list's rule,
+    :class:`ListCursor`): none of its rows is skipped. ``later(a, b)`` is the further along of
+    two positions in the list's order (None before everything)."""
+
+    anchor: Any
+    behind: dict[int, Any]
+
+    def position(self, shard: int) -> Any:
+        return self.behind.get(shard, self.anchor)
+
+    def after(self, fan: FanOut[Any], last: Any, later: Callable[[Any, Any], Any]) -> Place:
+        """The place of the next page: each shard that answered has delivered every row up to
+        ``last`` (the page's last; None, an empty page); a shard that did not keeps its own."""
+        positions = {
+            s: self.position(s) if last is None else later(self.position(s), last) for s in fan.results
+        }
+        for s in {*fan.unavailable_shards, *(s for s in self.behind if s not in fan.results)}:
+            positions[s] = self.position(s)
+        anchor = None
+        for p in positions.values():
+            anchor = later(anchor, p)
+        return Place(anchor, {s: p for s, p in positions.items() if p != anchor})
+
+    def unread(self, fan: FanOut[Any]) -> list[int]:
+        """The shards this page could not read: unavailable, or behind and not asked (this
+        process has no API for them)."""
+        return sorted({*fan.unavailable_shards, *(s for s in self.behind if s not in fan.results)})
+
+    def encode(self, prefix: str, filters: str, out: Callable[[Any], Any]) -> str:
+        return _encode_token(
+            prefix,
+            {
+                "a": None if self.anchor is None else out(self.anchor),
+                "b": {str(s): None if p is None else out(p) for s, p in sorted(self.behind.items())},
+                "f": filters,
+            },
         )
-    if body["f"] != filters:
-        raise InvalidArgument(
-            "the cursor was issued for other filters: pass the same filters as the first page, "
-            "or no cursor to start again"
-        )
-    return cast("str", body["a"])
+
+    @classmethod
+    def decode(
+        cls, cursor: str | None, prefix: str, what: str, filters: str, into: Callable[[Any], Any]
+    ) -> Place:
+        """The cursor's place (refused when malformed or issued for other filters); no cursor,
+        the first page. A cursor of before the shards' own positions (no "b") is at its anchor
+        on every shard."""
+        if not cursor:
+            return cls(None, {})
+        body = _decode_token(prefix, cursor, what)
+        try:
+            if not isinstance(body.get("f"), str) or not isinstance(body.get("b", {}), dict):
+                raise ValueError("fields")
+            anchor = None if body.get("a") is None else into(body["a"])
+            behind = {
+                _shard_key(s, what): None if p is None else into(p) for s, p in body.get("b", {}).items()
+            }
+        except (KeyError, TypeError, ValueError):
+            raise InvalidArgument(
+                f"{what} cursor {cursor[:40]!r} is malformed: pass the next_cursor of a previous "
+                "page unchanged, or no cursor for the first page"
+            ) from None
+        if body["f"] != filters:
+            raise InvalidArgument(
+                "the cursor was issued for other filters: pass the same filters as the first page, "
+                "or no cursor to start again"
+            )
+        return cls(anchor, behind)
+
+
+def _a_name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("name")
+    return value
+
+
+def _later_name(a: str | None, b: str | None) -> str | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def list_concurrency_keys(
@@ -774,15 +842,17 @@ def list_concurrency_keys(
     merged, and ``shards``: where the key has live work. ``limit``: a page of at most that many
     keys after ``cursor``'s, each shard asked for limit + 1 keys, and next_cursor (the page's
     last key) when a shard has more; None, every key (and no cursor). A shard that could not be
-    read for a page is named there and not read again for the keys that page covered."""
+    read for a page is named there and keeps its own place in the cursor (:class:`Place`): its
+    keys come on a later page, when it answers, so next_cursor stays set while it does not. Such
+    a key can then come twice, each time with the counts of the shards read for it then."""
     if limit is not None and (
         not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= CONCURRENCY_PAGE_MAX
     ):
         raise InvalidArgument(f"limit {limit} is out of range 1..{CONCURRENCY_PAGE_MAX}")
     filters = _fingerprint({"key": key})
-    after = _name_after(cursor, "ck1.", "concurrency key", filters)
+    place = Place.decode(cursor, "ck1.", "concurrency key", filters, _a_name)
     ask = None if limit is None else limit + 1
-    fan = yield Step(lambda api, _s: api.list_concurrency_keys(key, after, ask))
+    fan = yield Step(lambda api, s: api.list_concurrency_keys(key, place.position(s), ask))
     groups: dict[tuple[Any, Any], dict[str, Any]] = {}
     for s, rows in fan.results.items():
         for row in rows:
@@ -800,15 +870,18 @@ def list_concurrency_keys(
                 into["workflows"] = [seen[k] for k in sorted(seen)]
             into["shards"].append(s)
     rows = [groups[g] for g in sorted(groups)]
+    unread = place.unread(fan)
     next_cursor = None
     if limit is not None:
         # A shard answers limit + 1 keys when it has more than a page: the union then has more.
         keys = sorted({r["key"] for r in rows})
-        if len(keys) > limit:
-            last = keys[limit - 1]
-            rows = [r for r in rows if r["key"] <= last]
-            next_cursor = _encode_token("ck1.", {"a": last, "f": filters})
-    return Merged(rows, fan.unavailable_shards, fan.status, next_cursor)
+        more = len(keys) > limit
+        if more:
+            rows = [r for r in rows if r["key"] <= keys[limit - 1]]
+        if more or unread:
+            last = keys[min(limit, len(keys)) - 1] if keys else None
+            next_cursor = place.after(fan, last, _later_name).encode("ck1.", filters, str)
+    return Merged(rows, unread, status_of(len(fan.results), len(unread)), next_cursor)
 
 
 # GET /admin/schedules, `harvest schedule list` and the dashboard's schedules page: at most this
@@ -823,28 +896,34 @@ def list_schedules(
     a page of at most that many after ``cursor``'s name, each shard asked for limit + 1, and
     next_cursor (the page's last name) when there are more. A name on several shards stays on
     one page (a page ends before a name it would split; a page of one such name holds all of
-    its rows). None: every schedule."""
+    its rows). None: every schedule. A shard that could not be read for a page keeps its own
+    place in the cursor, as for the concurrency keys: its schedules come on a later page."""
     if limit is not None and (
         not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE
     ):
         raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
     filters = _fingerprint({"kind": kind, "paused": paused})
-    after = _name_after(cursor, "sc1.", "schedule", filters)
+    place = Place.decode(cursor, "sc1.", "schedule", filters, _a_name)
     ask = None if limit is None else limit + 1
-    fan = yield Step(lambda api, _s: api.list_schedules(kind, after, ask, paused))
+    fan = yield Step(lambda api, s: api.list_schedules(kind, place.position(s), ask, paused))
     rows = sorted(
         ({**row, "shard_id": s} for s, found in fan.results.items() for row in found),
         key=lambda r: (r["name"], r["shard_id"]),
     )
+    unread = place.unread(fan)
     next_cursor = None
-    if limit is not None and len(rows) > limit:
-        page = rows[:limit]
-        if page[-1]["name"] == rows[limit]["name"]:  # the page would split a name's rows: end before it
-            cut = [r for r in page if r["name"] != page[-1]["name"]]
-            page = cut or [r for r in rows if r["name"] == page[-1]["name"]]
-        rows = page
-        next_cursor = _encode_token("sc1.", {"a": rows[-1]["name"], "f": filters})
-    return Merged(rows, fan.unavailable_shards, fan.status, next_cursor)
+    if limit is not None:
+        more = len(rows) > limit
+        if more:
+            page = rows[:limit]
+            if page[-1]["name"] == rows[limit]["name"]:  # the page would split a name's rows: end before it
+                cut = [r for r in page if r["name"] != page[-1]["name"]]
+                page = cut or [r for r in rows if r["name"] == page[-1]["name"]]
+            rows = page
+        if more or unread:
+            last = rows[-1]["name"] if rows else None
+            next_cursor = place.after(fan, last, _later_name).encode("sc1.", filters, str)
+    return Merged(rows, unread, status_of(len(fan.results), len(unread)), next_cursor)
 
 
 # -- workers -------------------------------------------------------------------------------------
