@@ -456,7 +456,13 @@ def test_reads_of_one_run_and_reset_dry_run(api, conn) -> None:
     assert full["events"][0]["event_data"]["input"] == ["secret"]
     assert api.get(f"/workflows/{run}/stack").json()["last_event_id"] == 1
     children = api.get(f"/workflows/{run}/children").json()
-    assert children == {"items": [], "status": "complete", "unavailable_shards": [], "next_cursor": None}
+    assert children == {
+        "items": [],
+        "status": "complete",
+        "unavailable_shards": [],
+        "next_cursor": None,
+        "truncated": False,
+    }
     assert api.get(f"/workflows/{run}/children", params={"status": "nope"}).status_code == 400
     assert api.get(f"/workflows/{run}/tree").json()["tree"]["children"] == []
     plan = api.post(f"/workflows/{run}/reset", json={"to_event": 1, "reason": "drill", "dry_run": True})
