@@ -328,6 +328,8 @@ def test_workflow_children_status_and_start_output(db: str, conn) -> None:
         "items": [],
         "status": "complete",
         "unavailable_shards": [],
+        "next_cursor": None,
+        "truncated": False,
     }
     r = run("workflow", "children", parent, "--state", "RUNNING", "-o", "json", dsn=db)
     assert r.returncode == 0 and json.loads(r.stdout)["items"] == []

@@ -404,9 +404,13 @@ class ChildrenShard:
     def __init__(self, rows: list[dict[str, Any]]):
         self.rows = rows
         self.asked: list[int | None] = []  # each list_children_of's limit
+        self.read = 0  # rows answered, every call
+        self.down = False
 
     def list_children_of(self, ids: list[str], limit: int | None = None) -> list[dict[str, Any]]:
         """LIST_CHILDREN_OF: each id's children in turn, newest first, ``limit`` rows in all."""
+        if self.down:
+            raise psycopg.OperationalError("connection refused")
         found = []
         for parent in ids:
             mine = [r for r in self.rows if str(r["parent_id"]) == parent]
@@ -414,10 +418,14 @@ class ChildrenShard:
             mine.sort(key=lambda r: r["created_at"], reverse=True)
             found += mine
         self.asked.append(limit)
-        return found if limit is None else found[:limit]
+        found = found if limit is None else found[:limit]
+        self.read += len(found)
+        return found
 
     def list_children_page(self, execution_id, status, after, limit) -> list[dict[str, Any]]:
         """LIST_CHILDREN_PAGE: the direct children after the position, in order, ``limit``."""
+        if self.down:
+            raise psycopg.OperationalError("connection refused")
         found = [
             r
             for r in self.rows
@@ -431,6 +439,7 @@ class ChildrenShard:
         ]
         found.sort(key=lambda r: uuid.UUID(r["execution_id"]))
         found.sort(key=lambda r: r["created_at"], reverse=True)
+        self.read += len(found[:limit])
         return found[:limit]
 
 
@@ -628,8 +637,11 @@ class ScheduleShard:
     def __init__(self, names: list[str]):
         self.names = sorted(names)
         self.asked: list[int | None] = []
+        self.down = False
 
     def list_schedules(self, kind: Any, after: str | None, limit: int | None, paused: Any) -> list[dict]:
+        if self.down:
+            raise psycopg.OperationalError("connection refused")
         self.asked.append(limit)
         rows = [{"name": n} for n in self.names if after is None or n > after]
         return rows[:limit] if limit is not None else rows
@@ -667,8 +679,11 @@ class KeyShard:
     def __init__(self, rows: list[tuple[str, str]]):
         self.rows = sorted(rows)
         self.asked: list[int | None] = []
+        self.down = False
 
     def list_concurrency_keys(self, key: Any, after: str | None, limit: int | None) -> list[dict]:
+        if self.down:
+            raise psycopg.OperationalError("connection refused")
         self.asked.append(limit)
         keys = sorted({k for k, _ in self.rows if after is None or k > after})[:limit]
         return [
@@ -709,3 +724,143 @@ def test_concurrency_key_pages_sum_each_key_over_the_shards_once(limit: int) -> 
             break
     assert seen == [(k, t, n) for (k, t), n in sorted(whole.items())]
     assert {a for shard in shards.values() for a in shard.asked} == {limit + 1}
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 7])
+def test_a_shard_down_for_a_page_of_keys_or_schedules_loses_none_of_them(limit: int) -> None:
+    """A shard that could not be read for a page of concurrency keys or schedules was named
+    partial there, but the cursor moved past the keys that page covered on every shard, so its
+    keys in that range were in no page. It now keeps its own place (as the workflow list's
+    cursor does): its keys come when it answers again, and next_cursor stays set while it does
+    not, even on a page that is otherwise the last."""
+    for seed in range(10):
+        rng = random.Random(seed * 100 + limit)
+        key_shards = {
+            s: KeyShard([(f"k{n:02}", "activity") for n in rng.sample(range(30), 10)]) for s in range(3)
+        }
+        schedule_shards = {
+            s: ScheduleShard(rng.sample([f"s{n:02}" for n in range(30)], 12)) for s in range(3)
+        }
+        for shards, read, whole in (
+            (
+                key_shards,
+                lambda reads, cursor: reads.list_concurrency_keys(None, limit, cursor),
+                sorted((k, s) for s, sh in key_shards.items() for k, _ in sh.rows),
+            ),
+            (
+                schedule_shards,
+                lambda reads, cursor: reads.list_schedules(None, limit, cursor),
+                sorted((n, s) for s, sh in schedule_shards.items() for n in sh.names),
+            ),
+        ):
+            reads = ShardReads(shards, concurrent=False)
+            seen: list[tuple[str, int]] = []
+            cursor = None
+            for step in range(200):
+                shards[1].down = step in (0, 2, 3)
+                page = read(reads, cursor)
+                shards[1].down = False
+                if step in (0, 2, 3):
+                    assert (page.status, page.unavailable_shards) == ("partial", [1])
+                    assert page.next_cursor is not None  # could not inspect is not no more rows
+                for r in page.value:
+                    seen += (
+                        [(r["key"], s) for s in r["shards"]]
+                        if "shards" in r
+                        else [(r["name"], r["shard_id"])]
+                    )
+                if (cursor := page.next_cursor) is None:
+                    break
+            assert sorted(seen) == whole, (seed, sorted(set(whole) - set(seen)))
+            assert len(seen) == len(set(seen)), seed
+
+
+def _family(rng: random.Random, root: str, kids: int, grandkids: int) -> dict[int, list[dict[str, Any]]]:
+    """``kids`` children of ``root`` and ``grandkids`` children of each, spread over 3 shards
+    (a child's children anywhere), created_at with ties."""
+    shards: dict[int, list[dict[str, Any]]] = {0: [], 1: [], 2: []}
+
+    def add(parent: str) -> str:
+        ident = str(uuid.UUID(int=rng.getrandbits(128)))
+        shards[rng.randrange(0, 3)].append(
+            {
+                "execution_id": ident,
+                "parent_id": parent,
+                "workflow_name": "w",
+                "status": rng.choice(["RUNNING", "COMPLETED"]),
+                "created_at": T0 + timedelta(minutes=rng.randrange(0, 4)),
+            }
+        )
+        return ident
+
+    for kid in [add(root) for _ in range(kids)]:
+        for _ in range(grandkids):
+            add(kid)
+    return shards
+
+
+@pytest.mark.parametrize("status", [None, "COMPLETED", "MIGRATED"])
+def test_a_deeper_page_of_children_walks_at_most_max_nodes_and_says_it_cut(
+    monkeypatch: pytest.MonkeyPatch, status
+) -> None:
+    """A page of children with depth above 1 (or a MIGRATING / MIGRATED filter) walked the whole
+    tree on every shard to keep page_size rows (a run with 100,000 grandchildren: all of them a
+    page). It walks at most max_nodes descendants, breadth first (CHILDREN_WALK by default, the
+    tree's bound), and says truncated; its pages join up to that walk's rows, each once."""
+    monkeypatch.setattr(fanout, "CHILDREN_WALK", 20)
+    root = str(uuid.UUID(int=1))
+    shards = _family(random.Random(3), root, 12, 10)  # 132 descendants
+    apis = {s: ChildrenShard(rows) for s, rows in shards.items()}
+    reads = ShardReads(apis, concurrent=False)
+    depth = 1 if status == "MIGRATED" else 2
+    seen, cursor = [], None
+    for _ in range(50):
+        for api in apis.values():
+            api.read = 0
+        page = reads.page_children(root, status, depth, 3, cursor)
+        read = sum(api.read for api in apis.values())
+        assert read <= 3 * (20 + 1), read  # each shard: what the walk may keep, plus one
+        assert page.truncated is (depth == 2), page.truncated
+        seen += [r["execution_id"] for r in page.value]
+        if (cursor := page.next_cursor) is None:
+            break
+    walked = ShardReads(apis, concurrent=False).list_tree(root, 2, 20).value
+    kept = [n for c in walked["children"] for n in (c, *c["children"])]
+    expected = [n for n in kept if status is None or n["status"] == status]
+    assert sorted(seen) == sorted(n["execution_id"] for n in expected) and len(seen) == len(set(seen))
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_shard_down_for_a_page_of_children_loses_none_of_them(depth: int) -> None:
+    """A page of children is a keyset page of every shard: a shard down for a page was named
+    partial, but the cursor (one position) moved past its children in that range, which came
+    on no page. It keeps its own place now, as in the workflow list."""
+    root = str(uuid.UUID(int=1))
+    for seed in range(10):
+        shards = _family(random.Random(seed), root, 15, 1 if depth == 2 else 0)
+        apis = {s: ChildrenShard(rows) for s, rows in shards.items()}
+        reads = ShardReads(apis, concurrent=False)
+        seen: list[str] = []
+        cursor = None
+        for step in range(100):
+            apis[1].down = step in (0, 2)
+            page = reads.page_children(root, None, depth, 4, cursor)
+            apis[1].down = False
+            if step in (0, 2):
+                assert page.status == "partial" and page.next_cursor is not None
+            seen += [r["execution_id"] for r in page.value]
+            if (cursor := page.next_cursor) is None:
+                break
+        every = [r["execution_id"] for rows in shards.values() for r in rows]
+        if depth == 2:
+            # Documented: a deeper page walks from the root, so the runs a down shard holds hide
+            # their children on the other shards for that page, which move on past them. Its own
+            # rows are not lost; nor is any child of a run that lives elsewhere.
+            on_1 = {r["execution_id"] for r in shards[1]}
+            every = [
+                r["execution_id"] for rows in shards.values() for r in rows if r["parent_id"] not in on_1
+            ]
+            every += [i for i in on_1 if i not in every]
+            assert set(every) <= set(seen) and len(seen) == len(set(seen)), seed
+            continue
+        assert sorted(seen) == sorted(every) and len(seen) == len(set(seen)), seed

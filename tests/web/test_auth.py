@@ -148,7 +148,8 @@ def test_an_expired_token_is_refused_and_says_so(db: str) -> None:
     )
     assert secret not in after.text
     listed = json.loads(_harvest(db, "token", "list", "-o", "json").stdout)
-    assert [(t["name"], t["expires_at"] is not None) for t in listed] == [("nightly", True)]
+    assert [(t["name"], t["expires_at"] is not None) for t in listed["tokens"]] == [("nightly", True)]
+    assert listed["next_cursor"] is None
 
 
 def test_the_database_refuses_what_the_tokens_role_lacks(db: str, web_login: str) -> None:

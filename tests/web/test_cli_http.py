@@ -167,35 +167,64 @@ def test_a_history_longer_than_a_page_prints_the_same_over_sql_and_http(
     assert history_rows and max(history_rows) <= 5, history_rows
 
 
-def test_children_more_than_a_page_print_the_same_over_sql_and_http(
+def test_children_come_a_page_at_a_time_over_sql_and_http(
     both, conn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The children route answers a page (docs/http-api.md): `workflow children` over HTTP
-    follows next_cursor to the end and prints what it prints over SQL, every child once."""
-    monkeypatch.setattr(cli_http, "CHILDREN_PAGE", 2)
-    asked: list[object] = []
-    get = cli_http.Http.get
+    """`workflow children` over SQL read every child of the run (and over HTTP followed the
+    route's cursor to the last page): it prints a page of --page-size and the cursor of the
+    next, the same bytes over both, and each shard reads page_size + 1 rows for it."""
+    from harvest.db.sqlapi import SqlApi
 
-    def counted(self, path: str, **params: object) -> object:
-        if path.endswith("/children"):
-            asked.append(params.get("page_size"))
-        return get(self, path, **params)
+    fetched: list[int] = []
+    real = SqlApi.list_children_page
 
-    monkeypatch.setattr(cli_http.Http, "get", counted)
+    def counted(self, *args: object, **kwargs: object) -> object:
+        rows = real(self, *args, **kwargs)
+        fetched.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(SqlApi, "list_children_page", counted)
     parent = start(conn, "onboarding", "many-kids")
     kids = [start(conn, "billing", f"kid-{i}") for i in range(5)]
     conn.execute("UPDATE harvest.executions SET parent_id = %s WHERE id = ANY(%s::uuid[])", (parent, kids))
-    for output in ("table", "json"):
-        sql, _ = both("workflow", "children", parent, "--output", output)
-        assert all(k in sql.stdout for k in kids)
-        both("workflow", "children", parent, "--status", "RUNNING", "--depth", "2", "--output", output)
-    assert asked and set(asked) == {2}, asked
+    seen: list[str] = []
+    cursor: list[str] = []
+    for _ in range(5):
+        sql, _ = both("workflow", "children", parent, "--page-size", "2", *cursor, "--output", "json")
+        page = json.loads(sql.stdout)
+        assert len(page["items"]) <= 2 and page["truncated"] is False
+        seen += [r["execution_id"] for r in page["items"]]
+        if page["next_cursor"] is None:
+            break
+        cursor = ["--cursor", page["next_cursor"]]
+    assert sorted(seen) == sorted(kids) and len(seen) == len(set(seen))
+    assert fetched and max(fetched) <= 3, fetched
+    table, _ = both("workflow", "children", parent, "--page-size", "2")
+    assert "2 child(ren); next page: --cursor ch2." in table.stdout
+    both("workflow", "children", parent, "--status", "RUNNING", "--depth", "2", "--output", "json")
 
 
-def test_the_clis_children_page_is_the_routes_largest() -> None:
-    from harvest.web.routes import workflows
-
-    assert cli_http.CHILDREN_PAGE == workflows.CHILDREN_PAGE_MAX
+def test_tokens_come_a_page_at_a_time_over_sql_and_http(both, conn) -> None:
+    """`token list` over SQL read every token (revoked ones are kept for good) and over HTTP
+    followed the route's pages to the end: it prints a page of --limit and the cursor of the
+    next, the same bytes over both."""
+    conn.execute(
+        "SELECT harvest.create_api_token('t' || lpad(g::text, 2, '0'), 'read')"
+        " FROM generate_series(1, 5) AS g"
+    )
+    seen: list[str] = []
+    cursor: list[str] = []
+    for _ in range(5):
+        sql, _ = both("token", "list", "--limit", "2", *cursor, "--output", "json")
+        page = json.loads(sql.stdout)
+        assert len(page["tokens"]) <= 2
+        seen += [r["name"] for r in page["tokens"]]
+        if page["next_cursor"] is None:
+            break
+        cursor = ["--cursor", page["next_cursor"]]
+    assert [n for n in seen if n.startswith("t")][:5] == ["t01", "t02", "t03", "t04", "t05"]
+    table, _ = both("token", "list", "--limit", "2")
+    assert "2 token(s); next page: --cursor tk1." in table.stdout
 
 
 def test_writes_print_the_same_over_sql_and_http(db: str, served, conn) -> None:

@@ -456,7 +456,13 @@ def test_reads_of_one_run_and_reset_dry_run(api, conn) -> None:
     assert full["events"][0]["event_data"]["input"] == ["secret"]
     assert api.get(f"/workflows/{run}/stack").json()["last_event_id"] == 1
     children = api.get(f"/workflows/{run}/children").json()
-    assert children == {"items": [], "status": "complete", "unavailable_shards": [], "next_cursor": None}
+    assert children == {
+        "items": [],
+        "status": "complete",
+        "unavailable_shards": [],
+        "next_cursor": None,
+        "truncated": False,
+    }
     assert api.get(f"/workflows/{run}/children", params={"status": "nope"}).status_code == 400
     assert api.get(f"/workflows/{run}/tree").json()["tree"]["children"] == []
     plan = api.post(f"/workflows/{run}/reset", json={"to_event": 1, "reason": "drill", "dry_run": True})
@@ -608,6 +614,44 @@ def test_a_page_of_children_reads_a_page_from_the_database(api, conn, monkeypatc
     assert seen == [c["exec_id"] for c in whole] and sorted(seen) == sorted(kids)
     failed = api.get(f"/workflows/{run}/children", params={"status": "FAILED", "page_size": 5}).json()
     assert failed["items"] == [] and failed["next_cursor"] is None
+
+
+def test_a_deeper_page_of_children_reads_at_most_max_nodes(api, conn, monkeypatch) -> None:
+    """A page of /children with depth above 1 walked every descendant on every shard to answer
+    page_size of them (a run with 100,000 grandchildren: all of them read for each page of 50).
+    It walks at most max_nodes (default CHILDREN_WALK), breadth first, as /tree does, and says
+    truncated when it cut; its pages join up to the walk's runs, each once."""
+    from harvest.shard import fanout
+
+    monkeypatch.setattr(fanout, "CHILDREN_WALK", 10)
+    fetched = rows_read(monkeypatch, "list_children", "list_children_of", "list_children_page")
+    run = start(conn, "parent", "deep-kids")
+    kids = adopt(conn, run, 6)
+    for kid in kids:
+        adopt(conn, kid, 5)  # 36 descendants
+    seen, cursor = [], None
+    for _ in range(10):
+        fetched.clear()
+        params = {"depth": 2, "page_size": 3, **({"cursor": cursor} if cursor else {})}
+        page = api.get(f"/workflows/{run}/children", params=params).json()
+        assert sum(fetched) <= 10 + 2, fetched  # what the walk may keep, plus one a level
+        assert page["truncated"] is True
+        seen += [c["exec_id"] for c in page["items"]]
+        if (cursor := page["next_cursor"]) is None:
+            break
+    assert len(seen) == len(set(seen)) == 10 and set(kids) <= set(seen)
+    fetched.clear()
+    whole = api.get(
+        f"/workflows/{run}/children", params={"depth": 2, "max_nodes": 100, "page_size": 5}
+    ).json()
+    assert whole["truncated"] is False and sum(fetched) == 36 and len(whole["items"]) == 5
+    direct = api.get(f"/workflows/{run}/children", params={"page_size": 5}).json()
+    assert direct["truncated"] is False
+    assert (
+        error_of(api.get(f"/workflows/{run}/children", params={"max_nodes": 10_001}))["field"] == "max_nodes"
+    )
+    other = api.get(f"/workflows/{run}/children", params={"cursor": whole["next_cursor"]})
+    assert error_of(other)["field"] == "cursor"  # a cursor of other filters
 
 
 def test_a_tree_answers_at_most_max_nodes_and_reads_no_more(api, conn, monkeypatch) -> None:

@@ -44,7 +44,15 @@ from harvest.core.errors import (
     Unauthenticated,
     error_code,
 )
-from harvest.shard.fanout import COMPLETE, WORKER_LIMIT_MAX, Merged, sum_versions
+from harvest.shard.fanout import (
+    CHILDREN_PAGE,
+    COMPLETE,
+    TOKEN_PAGE_MAX,
+    WORKER_LIMIT_MAX,
+    Merged,
+    sum_versions,
+    token_cursor,
+)
 
 URL_ENV = "HARVEST_URL"
 TOKEN_ENV = "HARVEST_TOKEN"
@@ -418,8 +426,6 @@ def http_session(settings: HttpSettings) -> Iterator[Http]:
 
 # The events a request of `workflow history` over HTTP asks for (the route's maximum).
 HISTORY_PAGE = 1000
-# The children a `workflow children` request asks for: the route's largest page.
-CHILDREN_PAGE = 1000
 # The entries a stack read for a timeout's hint asks for in each list: the route's largest.
 STACK_LIMIT_MAX = 10_000
 
@@ -793,18 +799,21 @@ class HttpApi:
         body = {"name": name, "scope": scope, "expires_in_secs": expires_in_secs}
         return _obj(self.http.post("/admin/tokens", body, scope="admin"))
 
-    def list_api_tokens(self, include_revoked: bool = False) -> list[dict[str, Any]]:
-        """Every token: the route's pages followed to the end."""
+    def list_api_tokens(
+        self, include_revoked: bool = False, after: Any = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """At most ``limit`` tokens after ``after`` (None: every one), as the SQL call answers
+        them: the route's pages followed until there are that many."""
         rows: list[dict[str, Any]] = []
-        cursor = None
-        while True:
-            answer = self.http.get(
-                "/admin/tokens", include_revoked=include_revoked, limit=1000, cursor=cursor
-            )
+        cursor = None if after is None else token_cursor(after, include_revoked)
+        while limit is None or len(rows) < limit:
+            ask = TOKEN_PAGE_MAX if limit is None else min(TOKEN_PAGE_MAX, limit - len(rows))
+            answer = self.http.get("/admin/tokens", include_revoked=include_revoked, limit=ask, cursor=cursor)
             rows += _rows(answer["tokens"])
             cursor = answer.get("next_cursor")
             if not cursor:
-                return rows
+                break
+        return rows
 
     def revoke_api_token(self, name: str) -> Any:
         return self.http.request("DELETE", f"/admin/tokens/{_p(name)}", scope="admin")[1]["token_id"]
@@ -968,28 +977,30 @@ class HttpReads:
         )
         return _merged(answer, "counts")
 
-    def list_children(self, execution_id: str, status: str | None = None, depth: int = 1) -> Merged[Any]:
-        """Every child, page by page: the route answers a page and the cursor of the rest
-        (docs/http-api.md), and the command prints them all, as over SQL."""
-        route = f"/workflows/{_p(execution_id)}/children"
-        answer = self.http.get(route, status=status, depth=depth, page_size=CHILDREN_PAGE)
+    def page_children(
+        self,
+        execution_id: str,
+        status: str | None = None,
+        depth: int = 1,
+        page_size: int = CHILDREN_PAGE,
+        cursor: str | None = None,
+        max_nodes: int | None = None,
+    ) -> Merged[Any]:
+        """A page of the children and the cursor of the next, as the route answers it."""
+        answer = self.http.get(
+            f"/workflows/{_p(execution_id)}/children",
+            status=status,
+            depth=depth,
+            page_size=page_size,
+            cursor=cursor,
+            max_nodes=max_nodes,
+        )
         merged = _merged(answer, "items")
-        unavailable = set(merged.unavailable_shards)
-        while answer.get("next_cursor"):
-            answer = self.http.get(
-                route, status=status, depth=depth, page_size=CHILDREN_PAGE, cursor=answer["next_cursor"]
-            )
-            page = _merged(answer, "items")
-            merged.value += page.value
-            unavailable |= set(page.unavailable_shards)
-            if page.status != COMPLETE:  # a shard missed on any page: the list is partial
-                merged.status = page.status
-        merged.unavailable_shards = sorted(unavailable)
+        merged.truncated = answer.get("truncated")
         # The route adds the spec's aliases (exec_id, started_at); the CLI prints the rows.
         merged.value = [
             {k: v for k, v in r.items() if k not in ("exec_id", "started_at")} for r in merged.value
         ]
-        merged.next_cursor = None
         return merged
 
     def list_dead_letters(

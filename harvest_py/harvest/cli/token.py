@@ -3,10 +3,13 @@ docs/auth.md). Needs a login with harvest_admin."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from harvest.cli.output import database_url_option, emit, mapping, output_option, sql_api, table
 from harvest.core.durations import parse_duration
+from harvest.shard.fanout import TOKEN_PAGE, TOKEN_PAGE_MAX, token_after, token_page
 
 COLUMNS = ["token_id", "name", "scope", "created_at", "created_by", "expires_at", "revoked_at", "revoked_by"]
 
@@ -48,13 +51,33 @@ def create(name: str, scope: str, expires_in: str | None, database_url: str | No
 
 @token.command("list")
 @click.option("--all", "include_revoked", is_flag=True, help="Revoked tokens too.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, TOKEN_PAGE_MAX),
+    default=TOKEN_PAGE,
+    show_default=True,
+    help="Tokens at most on this page.",
+)
+@click.option("--cursor", default=None, help="next_cursor from the previous page (with the same --all).")
 @database_url_option
 @output_option
-def list_(include_revoked: bool, database_url: str | None, output: str) -> None:
-    """List the tokens (never their secrets), live ones first."""
+def list_(
+    include_revoked: bool, limit: int, cursor: str | None, database_url: str | None, output: str
+) -> None:
+    """List the tokens (never their secrets), live ones first: a page of --limit, the next with
+    --cursor (as GET /admin/tokens)."""
+    after = token_after(cursor, include_revoked)
     with sql_api(database_url, read_only=True) as sql:
-        rows = sql.list_api_tokens(include_revoked)
-    emit(rows, output, lambda d: table(d, COLUMNS))
+        # One more than the page says whether there is a next one.
+        rows, next_cursor = token_page(
+            sql.list_api_tokens(include_revoked, after, limit + 1), limit, include_revoked
+        )
+
+    def render(d: dict[str, Any]) -> str:
+        text = f"{table(d['tokens'], COLUMNS)}\n{len(d['tokens'])} token(s)"
+        return text + (f"; next page: --cursor {next_cursor}" if next_cursor else "")
+
+    emit({"tokens": rows, "next_cursor": next_cursor}, output, render)
 
 
 @token.command("revoke")

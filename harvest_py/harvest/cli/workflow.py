@@ -39,6 +39,7 @@ from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument, failure_line
 from harvest.core.payload import redact
 from harvest.db.steps import run_steps
+from harvest.shard.fanout import CHILDREN_PAGE, CHILDREN_PAGE_MAX, CHILDREN_WALK, CHILDREN_WALK_MAX
 
 
 def _finite(text: str) -> float:
@@ -592,29 +593,65 @@ def stack(execution_id: str, limit: int, database_url: str | None, output: str) 
     help="Only children in this state (RUNNING, COMPLETED, FAILED, ...; case-insensitive).",
 )
 @click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 100))
+@click.option(
+    "--page-size",
+    "--limit",
+    "page_size",
+    type=click.IntRange(1, CHILDREN_PAGE_MAX),
+    default=CHILDREN_PAGE,
+    show_default=True,
+    help="Children at most on this page.",
+)
+@click.option("--cursor", default=None, help="next_cursor from the previous page (every shard).")
+@click.option(
+    "--max-nodes",
+    type=click.IntRange(1, CHILDREN_WALK_MAX),
+    default=None,
+    help=f"With --depth above 1: descendants walked at most (default {CHILDREN_WALK}), breadth first.",
+)
 @database_url_option
 @output_option
-def children(execution_id: str, state: str | None, depth: int, database_url: str | None, output: str) -> None:
-    """List an execution's child workflows (to --depth levels), on every shard, newest first."""
-    merged = read_shards(database_url, lambda reads: reads.list_children(execution_id, state, depth))
-    emit_merged(
-        merged,
-        "items",
-        output,
-        lambda d: table(
-            d,
-            [
-                "execution_id",
-                "workflow_name",
-                "status",
-                "depth",
-                "shard_id",
-                "created_at",
-                "completed_at",
-                "error_summary",
-            ],
-        ),
+def children(
+    execution_id: str,
+    state: str | None,
+    depth: int,
+    page_size: int,
+    cursor: str | None,
+    max_nodes: int | None,
+    database_url: str | None,
+    output: str,
+) -> None:
+    """List an execution's child workflows (to --depth levels), on every shard, newest first: a
+    page of --page-size, the next with --cursor (as GET /workflows/{id}/children)."""
+    merged = read_shards(
+        database_url,
+        lambda reads: reads.page_children(execution_id, state, depth, page_size, cursor, max_nodes),
     )
+
+    def render(d: Any) -> str:
+        text = with_page_footer(
+            table(
+                d,
+                [
+                    "execution_id",
+                    "workflow_name",
+                    "status",
+                    "depth",
+                    "shard_id",
+                    "created_at",
+                    "completed_at",
+                    "error_summary",
+                ],
+            ),
+            d,
+            "child(ren)",
+            merged,
+        )
+        if merged.truncated:
+            text += f"\nthe walk stopped at --max-nodes (default {CHILDREN_WALK}): deeper runs are not listed"
+        return text
+
+    emit_merged(merged, "items", output, render)
 
 
 def _history_rows(execution_id: str, full: bool, database_url: str | None) -> dict[str, Any]:

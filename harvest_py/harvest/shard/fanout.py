@@ -70,6 +70,7 @@ __all__ = [
     "list_tree",
     "list_workers",
     "list_workflows",
+    "page_children",
     "run",
     "run_async",
     "status_of",
@@ -125,6 +126,8 @@ class Merged(Generic[R]):
     next_cursor: str | None = None
     # For a bounded list read whole on no page: how many rows matched (the value holds the first).
     total: int | None = None
+    # For a list read from a bounded walk (a deeper page of children): whether the walk cut.
+    truncated: bool | None = None
 
     def envelope(self, key: str) -> dict[str, Any]:
         """The JSON shape the CLI prints: {key: value, status, unavailable_shards[, next_cursor]}."""
@@ -140,11 +143,14 @@ class Merged(Generic[R]):
             "runs",
             "keys",
             "schedules",
+            "items",
         ):
             out["next_cursor"] = self.next_cursor
         if self.total is not None:
             out["total"] = self.total
             out["truncated"] = self.total > len(cast("list[Any]", self.value))
+        elif self.truncated is not None:
+            out["truncated"] = self.truncated
         return out
 
 
@@ -747,23 +753,87 @@ CONCURRENCY_PAGE = 1000
 CONCURRENCY_PAGE_MAX = 10_000
 
 
-def _name_after(cursor: str | None, prefix: str, what: str, filters: str) -> str | None:
-    """The name (a concurrency key's, a schedule's) a page of a list in name order starts after:
-    the cursor's (refused when issued for other filters), or None for the first page."""
-    if not cursor:
-        return None
-    body = _decode_token(prefix, cursor, what)
-    if not isinstance(body.get("a"), str) or not isinstance(body.get("f"), str):
-        raise InvalidArgument(
-            f"{what} cursor {cursor[:40]!r} is malformed: pass the next_cursor of a previous "
-            "page unchanged, or no cursor for the first page"
+@dataclass(frozen=True)
+class Place:
+    """Where a page of a list merged over the shards starts on each shard: after ``anchor`` (the
+    last row of the page before; None: from the first row), but a shard in ``behind`` after its
+    own position: it could not be read when a page was made, so the pages moved on without it,
+    and it is read from where it stopped when it answers again (the workflow list's rule,
+    :class:`ListCursor`): none of its rows is skipped. ``later(a, b)`` is the further along of
+    two positions in the list's order (None before everything)."""
+
+    anchor: Any
+    behind: dict[int, Any]
+
+    def position(self, shard: int) -> Any:
+        return self.behind.get(shard, self.anchor)
+
+    def after(self, fan: FanOut[Any], last: Any, later: Callable[[Any, Any], Any]) -> Place:
+        """The place of the next page: each shard that answered has delivered every row up to
+        ``last`` (the page's last; None, an empty page); a shard that did not keeps its own."""
+        positions = {
+            s: self.position(s) if last is None else later(self.position(s), last) for s in fan.results
+        }
+        for s in {*fan.unavailable_shards, *(s for s in self.behind if s not in fan.results)}:
+            positions[s] = self.position(s)
+        anchor = None
+        for p in positions.values():
+            anchor = later(anchor, p)
+        return Place(anchor, {s: p for s, p in positions.items() if p != anchor})
+
+    def unread(self, fan: FanOut[Any]) -> list[int]:
+        """The shards this page could not read: unavailable, or behind and not asked (this
+        process has no API for them)."""
+        return sorted({*fan.unavailable_shards, *(s for s in self.behind if s not in fan.results)})
+
+    def encode(self, prefix: str, filters: str, out: Callable[[Any], Any]) -> str:
+        return _encode_token(
+            prefix,
+            {
+                "a": None if self.anchor is None else out(self.anchor),
+                "b": {str(s): None if p is None else out(p) for s, p in sorted(self.behind.items())},
+                "f": filters,
+            },
         )
-    if body["f"] != filters:
-        raise InvalidArgument(
-            "the cursor was issued for other filters: pass the same filters as the first page, "
-            "or no cursor to start again"
-        )
-    return cast("str", body["a"])
+
+    @classmethod
+    def decode(
+        cls, cursor: str | None, prefix: str, what: str, filters: str, into: Callable[[Any], Any]
+    ) -> Place:
+        """The cursor's place (refused when malformed or issued for other filters); no cursor,
+        the first page. A cursor of before the shards' own positions (no "b") is at its anchor
+        on every shard."""
+        if not cursor:
+            return cls(None, {})
+        body = _decode_token(prefix, cursor, what)
+        try:
+            if not isinstance(body.get("f"), str) or not isinstance(body.get("b", {}), dict):
+                raise ValueError("fields")
+            anchor = None if body.get("a") is None else into(body["a"])
+            behind = {
+                _shard_key(s, what): None if p is None else into(p) for s, p in body.get("b", {}).items()
+            }
+        except (KeyError, TypeError, ValueError):
+            raise InvalidArgument(
+                f"{what} cursor {cursor[:40]!r} is malformed: pass the next_cursor of a previous "
+                "page unchanged, or no cursor for the first page"
+            ) from None
+        if body["f"] != filters:
+            raise InvalidArgument(
+                "the cursor was issued for other filters: pass the same filters as the first page, "
+                "or no cursor to start again"
+            )
+        return cls(anchor, behind)
+
+
+def _a_name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("name")
+    return value
+
+
+def _later_name(a: str | None, b: str | None) -> str | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def list_concurrency_keys(
@@ -774,15 +844,17 @@ def list_concurrency_keys(
     merged, and ``shards``: where the key has live work. ``limit``: a page of at most that many
     keys after ``cursor``'s, each shard asked for limit + 1 keys, and next_cursor (the page's
     last key) when a shard has more; None, every key (and no cursor). A shard that could not be
-    read for a page is named there and not read again for the keys that page covered."""
+    read for a page is named there and keeps its own place in the cursor (:class:`Place`): its
+    keys come on a later page, when it answers, so next_cursor stays set while it does not. Such
+    a key can then come twice, each time with the counts of the shards read for it then."""
     if limit is not None and (
         not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= CONCURRENCY_PAGE_MAX
     ):
         raise InvalidArgument(f"limit {limit} is out of range 1..{CONCURRENCY_PAGE_MAX}")
     filters = _fingerprint({"key": key})
-    after = _name_after(cursor, "ck1.", "concurrency key", filters)
+    place = Place.decode(cursor, "ck1.", "concurrency key", filters, _a_name)
     ask = None if limit is None else limit + 1
-    fan = yield Step(lambda api, _s: api.list_concurrency_keys(key, after, ask))
+    fan = yield Step(lambda api, s: api.list_concurrency_keys(key, place.position(s), ask))
     groups: dict[tuple[Any, Any], dict[str, Any]] = {}
     for s, rows in fan.results.items():
         for row in rows:
@@ -800,15 +872,18 @@ def list_concurrency_keys(
                 into["workflows"] = [seen[k] for k in sorted(seen)]
             into["shards"].append(s)
     rows = [groups[g] for g in sorted(groups)]
+    unread = place.unread(fan)
     next_cursor = None
     if limit is not None:
         # A shard answers limit + 1 keys when it has more than a page: the union then has more.
         keys = sorted({r["key"] for r in rows})
-        if len(keys) > limit:
-            last = keys[limit - 1]
-            rows = [r for r in rows if r["key"] <= last]
-            next_cursor = _encode_token("ck1.", {"a": last, "f": filters})
-    return Merged(rows, fan.unavailable_shards, fan.status, next_cursor)
+        more = len(keys) > limit
+        if more:
+            rows = [r for r in rows if r["key"] <= keys[limit - 1]]
+        if more or unread:
+            last = keys[min(limit, len(keys)) - 1] if keys else None
+            next_cursor = place.after(fan, last, _later_name).encode("ck1.", filters, str)
+    return Merged(rows, unread, status_of(len(fan.results), len(unread)), next_cursor)
 
 
 # GET /admin/schedules, `harvest schedule list` and the dashboard's schedules page: at most this
@@ -823,28 +898,34 @@ def list_schedules(
     a page of at most that many after ``cursor``'s name, each shard asked for limit + 1, and
     next_cursor (the page's last name) when there are more. A name on several shards stays on
     one page (a page ends before a name it would split; a page of one such name holds all of
-    its rows). None: every schedule."""
+    its rows). None: every schedule. A shard that could not be read for a page keeps its own
+    place in the cursor, as for the concurrency keys: its schedules come on a later page."""
     if limit is not None and (
         not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE
     ):
         raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
     filters = _fingerprint({"kind": kind, "paused": paused})
-    after = _name_after(cursor, "sc1.", "schedule", filters)
+    place = Place.decode(cursor, "sc1.", "schedule", filters, _a_name)
     ask = None if limit is None else limit + 1
-    fan = yield Step(lambda api, _s: api.list_schedules(kind, after, ask, paused))
+    fan = yield Step(lambda api, s: api.list_schedules(kind, place.position(s), ask, paused))
     rows = sorted(
         ({**row, "shard_id": s} for s, found in fan.results.items() for row in found),
         key=lambda r: (r["name"], r["shard_id"]),
     )
+    unread = place.unread(fan)
     next_cursor = None
-    if limit is not None and len(rows) > limit:
-        page = rows[:limit]
-        if page[-1]["name"] == rows[limit]["name"]:  # the page would split a name's rows: end before it
-            cut = [r for r in page if r["name"] != page[-1]["name"]]
-            page = cut or [r for r in rows if r["name"] == page[-1]["name"]]
-        rows = page
-        next_cursor = _encode_token("sc1.", {"a": rows[-1]["name"], "f": filters})
-    return Merged(rows, fan.unavailable_shards, fan.status, next_cursor)
+    if limit is not None:
+        more = len(rows) > limit
+        if more:
+            page = rows[:limit]
+            if page[-1]["name"] == rows[limit]["name"]:  # the page would split a name's rows: end before it
+                cut = [r for r in page if r["name"] != page[-1]["name"]]
+                page = cut or [r for r in rows if r["name"] == page[-1]["name"]]
+            rows = page
+        if more or unread:
+            last = rows[-1]["name"] if rows else None
+            next_cursor = place.after(fan, last, _later_name).encode("sc1.", filters, str)
+    return Merged(rows, unread, status_of(len(fan.results), len(unread)), next_cursor)
 
 
 # -- workers -------------------------------------------------------------------------------------
@@ -938,7 +1019,7 @@ def _check_children_args(status: str | None, depth: int) -> str | None:
 
 def _descendants(
     execution_id: Any, depth: int, max_nodes: int | None = None
-) -> Generator[Step, FanOut[Any], tuple[list[dict[str, Any]], set[int], int, bool]]:
+) -> Generator[Step, FanOut[Any], tuple[list[dict[str, Any]], set[int], set[int], bool]]:
     """Breadth first: each level asks every shard for the children of the whole level before
     (a child may live on any shard), so a tree of depth d costs d rounds of one query per shard.
     A run that moved has a row on each shard it passed through: its home's row is kept (a live
@@ -947,7 +1028,7 @@ def _descendants(
     that fills it keeps its first parents' children (the level before's order, each parent's
     newest first), and no shard is asked for more rows than can be kept, plus one to tell
     whether there were more. Returns (rows with shard_id and depth, the shards unavailable in
-    some round, shards asked, whether max_nodes cut the tree)."""
+    some round, the shards that answered every round, whether max_nodes cut the tree)."""
     frontier = [str(execution_id)]
     seen = set(frontier)
     found: list[dict[str, Any]] = []
@@ -987,10 +1068,10 @@ def _descendants(
             found.append({**row, "depth": level})
             frontier.append(child)
         if truncated:
-            return found, unavailable, len(answered - unavailable), True
+            return found, unavailable, answered - unavailable, True
         if not frontier:
             break
-    return found, unavailable, len(answered - unavailable), False
+    return found, unavailable, answered - unavailable, False
 
 
 def _in_level_order(rows: Iterable[dict[str, Any]], parents: list[str]) -> list[dict[str, Any]]:
@@ -1013,10 +1094,103 @@ def _newest_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # Where a page of children starts: after the (created_at, execution id) of the last row shown.
 ChildPosition = tuple[datetime, str]
 
+# GET /workflows/{id}/children and `harvest workflow children`: a page of at most this many
+# children (the default and the cap are GET /workflows' own); the rest by next_cursor.
+CHILDREN_PAGE = 50
+CHILDREN_PAGE_MAX = 1000
+# A page that cannot be read as a page from each shard (depth above 1: a level's children are
+# found from the level before, on any shard; a MIGRATING or MIGRATED filter: a moved run's
+# rows are on two shards) walks at most this many descendants, breadth first, as the tree does,
+# and says when it cut (``truncated``): the runs past the walk are on no page.
+CHILDREN_WALK = 1000
+CHILDREN_WALK_MAX = 10_000
 
-def _after_position(row: dict[str, Any], after: ChildPosition) -> bool:
+
+def _after_position(row: dict[str, Any], after: ChildPosition | None) -> bool:
+    if after is None:
+        return True
     at, last = after
     return row["created_at"] < at or (row["created_at"] == at and _key(row)[1] > uuid.UUID(last))
+
+
+def _child_position(row: dict[str, Any]) -> ChildPosition:
+    return row["created_at"], str(row["execution_id"])
+
+
+def _later_child(a: ChildPosition | None, b: ChildPosition | None) -> ChildPosition | None:
+    """The further along of two positions in the children's order (newest first, then id)."""
+    if a is None or b is None:
+        return b if a is None else a
+    if a[0] != b[0]:
+        return a if a[0] < b[0] else b
+    return a if uuid.UUID(a[1]) > uuid.UUID(b[1]) else b
+
+
+def _child_position_out(pos: ChildPosition) -> list[str]:
+    return [pos[0].isoformat(), pos[1]]
+
+
+def _child_position_in(value: Any) -> ChildPosition:
+    if not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, str) for v in value):
+        raise ValueError("position")
+    at = datetime.fromisoformat(value[0])
+    if at.tzinfo is None:
+        raise ValueError("naive time")
+    return at, str(uuid.UUID(value[1]))
+
+
+def _children_filters(status: str | None, depth: int, max_nodes: int | None) -> str:
+    return _fingerprint({"status": status, "depth": depth, "max_nodes": max_nodes})
+
+
+def children_place(cursor: str | None, status: str | None, depth: int, max_nodes: int | None) -> Place:
+    """Where a page of children starts: the cursor's place (InvalidArgument when malformed or
+    issued for another status, depth or max_nodes). A ``ch1.`` cursor (before the shards' own
+    places) is its one position on every shard."""
+    if cursor and cursor.startswith("ch1."):
+        body = _decode_token("ch1.", cursor, "children")
+        try:
+            return Place(_child_position_in([body["c"], body["i"]]), {})
+        except (KeyError, TypeError, ValueError):
+            raise InvalidArgument(
+                f"children cursor {cursor[:40]!r} is malformed: pass the next_cursor of a previous "
+                "page unchanged, or no cursor for the first page"
+            ) from None
+    wanted = status.upper() if status is not None else None
+    filters = _children_filters(wanted, depth, max_nodes)
+    return Place.decode(cursor, "ch2.", "children", filters, _child_position_in)
+
+
+def _children(
+    execution_id: Any,
+    wanted: str | None,
+    depth: int,
+    place: Place,
+    limit: int | None,
+    walk: int | None,
+) -> Generator[Step, FanOut[Any], tuple[list[dict[str, Any]], FanOut[Any], bool | None]]:
+    """The children after ``place``, newest first, at most ``limit`` (None: all), the shards'
+    answers (which answered, which did not) and whether the walk cut (None: no page, no bound)."""
+    if limit is not None and depth == 1 and wanted not in _HOME_RANK:
+        # A moved run's seal (MIGRATED) and staged copy (MIGRATING) never pass a live status,
+        # so each shard may filter: the rows left are the runs' homes, once each.
+        fan = yield Step(
+            lambda api, s: api.list_children_page(execution_id, wanted, place.position(s), limit)
+        )
+        rows = [{**r, "depth": 1} for r in _homes(_tagged(fan))]
+        truncated: bool | None = False
+    else:
+        # Not a page of each shard: the walk, bounded by ``walk`` descendants (None: all).
+        found, unavailable, answered, cut = yield from _descendants(execution_id, depth, walk)
+        fan = FanOut.of(dict.fromkeys(answered), unavailable)
+        rows = [
+            r
+            for r in found
+            if (wanted is None or r["status"] == wanted) and _after_position(r, place.position(r["shard_id"]))
+        ]
+        truncated = cut if walk is not None else None
+    _newest_first(rows)
+    return (rows if limit is None else rows[:limit]), fan, truncated
 
 
 def list_children(
@@ -1025,29 +1199,63 @@ def list_children(
     depth: int = 1,
     after: ChildPosition | None = None,
     limit: int | None = None,
+    max_nodes: int | None = None,
 ) -> Plan:
     """An execution's children (to ``depth`` levels) on every shard, newest first (created_at
     DESC, then id), each row with its ``shard_id`` and ``depth``; ``status`` filters the rows
     shown, never the walk. ``after`` and ``limit``: the first ``limit`` rows after that
-    position (a page: the HTTP API's; None, all). The direct children's page is read as a page
-    on each shard (``limit`` rows after the position, in the database: the k-way merge of the
-    workflow list); a deeper one walks the tree and keeps the page."""
+    position (None, all). The direct children's rows are read as a page on each shard
+    (``limit`` rows after the position, in the database: the k-way merge of the workflow list);
+    a deeper list, or a MIGRATING / MIGRATED one, walks the tree, at most ``max_nodes``
+    descendants when a limit is given (default CHILDREN_WALK; ``truncated`` says it cut), every
+    one without (the client's whole list). :func:`page_children` is the cursor's page of it."""
     wanted = _check_children_args(status, depth)
-    if limit is not None and depth == 1 and wanted not in _HOME_RANK:
-        # A moved run's seal (MIGRATED) and staged copy (MIGRATING) never pass a live status,
-        # so each shard may filter: the rows left are the runs' homes, once each.
-        fan = yield Step(lambda api, _s: api.list_children_page(execution_id, wanted, after, limit))
-        rows = [{**r, "depth": 1} for r in _homes(_tagged(fan))]
-        unavailable, answered = set(fan.unavailable_shards), len(fan.results)
-    else:
-        found, unavailable, answered, _ = yield from _descendants(execution_id, depth)
-        rows = [r for r in found if wanted is None or r["status"] == wanted]
-        if after is not None:
-            rows = [r for r in rows if _after_position(r, after)]
-    _newest_first(rows)
-    return Merged(
-        rows if limit is None else rows[:limit], sorted(unavailable), status_of(answered, len(unavailable))
-    )
+    walk = max_nodes if max_nodes is not None else (None if limit is None else CHILDREN_WALK)
+    rows, fan, truncated = yield from _children(execution_id, wanted, depth, Place(after, {}), limit, walk)
+    return Merged(rows, fan.unavailable_shards, fan.status, truncated=truncated)
+
+
+def page_children(
+    execution_id: Any,
+    status: str | None = None,
+    depth: int = 1,
+    page_size: int = CHILDREN_PAGE,
+    cursor: str | None = None,
+    max_nodes: int | None = None,
+) -> Plan:
+    """A page of :func:`list_children` (GET /workflows/{id}/children, `harvest workflow
+    children`): ``page_size`` rows after ``cursor`` and next_cursor (``ch2.``) while there are
+    more. Direct children read ``page_size + 1`` rows a shard; a deeper page walks at most
+    ``max_nodes`` descendants (default CHILDREN_WALK), breadth first, and ``truncated`` says the
+    walk cut. A shard that could not be read for a page keeps its own place in the cursor
+    (:class:`Place`, as the workflow list's shards do): its children come on a later page when
+    it answers, and next_cursor stays set while it does not."""
+    if (
+        not isinstance(page_size, int)
+        or isinstance(page_size, bool)
+        or not 1 <= page_size <= CHILDREN_PAGE_MAX
+    ):
+        raise InvalidArgument(f"page size {page_size} is out of range 1..{CHILDREN_PAGE_MAX}")
+    if max_nodes is not None and (
+        not isinstance(max_nodes, int)
+        or isinstance(max_nodes, bool)
+        or not 1 <= max_nodes <= CHILDREN_WALK_MAX
+    ):
+        raise InvalidArgument(f"max_nodes {max_nodes} is out of range 1..{CHILDREN_WALK_MAX}")
+    wanted = _check_children_args(status, depth)
+    place = children_place(cursor, status, depth, max_nodes)
+    walk = max_nodes if max_nodes is not None else CHILDREN_WALK
+    # One row more than the page: whether there is a next one.
+    rows, fan, truncated = yield from _children(execution_id, wanted, depth, place, page_size + 1, walk)
+    unread = place.unread(fan)
+    page = rows[:page_size]
+    next_cursor = None
+    if len(rows) > page_size or unread:
+        last = _child_position(page[-1]) if page else None
+        next_cursor = place.after(fan, last, _later_child).encode(
+            "ch2.", _children_filters(wanted, depth, max_nodes), _child_position_out
+        )
+    return Merged(page, unread, status_of(len(fan.results), len(unread)), next_cursor, truncated=truncated)
 
 
 def _homes(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -1067,7 +1275,8 @@ def list_tree(execution_id: Any, depth: int = 100, max_nodes: int | None = None)
     _check_children_args(None, depth)
     if max_nodes is not None and max_nodes < 1:
         raise InvalidArgument(f"max_nodes {max_nodes} is below 1")
-    found, unavailable, answered, truncated = yield from _descendants(execution_id, depth, max_nodes)
+    found, unavailable, answered_all, truncated = yield from _descendants(execution_id, depth, max_nodes)
+    answered = len(answered_all)
     nodes = {str(r["execution_id"]): {**r, "children": []} for r in found}
     root: dict[str, Any] = {"execution_id": str(execution_id), "children": [], "truncated": truncated}
     # Siblings in the children list's order (ties in created_at by id, as /children pages them).
@@ -1075,6 +1284,58 @@ def list_tree(execution_id: Any, depth: int = 100, max_nodes: int | None = None)
         parent = nodes.get(str(r["parent_id"]), root)
         parent["children"].append(nodes[str(r["execution_id"])])
     return Merged(root, sorted(unavailable), status_of(answered, len(unavailable)))
+
+
+# -- the API tokens (one database: the default shard) ---------------------------------------------
+# GET /admin/tokens and `harvest token list`: at most this many tokens a page (revoked ones are
+# kept for good: a token a tenant, rotated, piles them up); the rest by next_cursor.
+TOKEN_PAGE = 100
+TOKEN_PAGE_MAX = 1000
+# A token's place in the list: (revoked, name, token_id) of the last row shown.
+TokenPosition = tuple[bool, str, int]
+
+
+def token_after(cursor: str | None, include_revoked: bool) -> TokenPosition | None:
+    """The position a page of tokens starts after: the cursor's (the last row of the page
+    before); InvalidArgument when malformed or issued for the other include_revoked."""
+    if not cursor:
+        return None
+    body = _decode_token("tk1.", cursor, "token list")
+    position = body.get("p")
+    if (
+        body.get("f") != _fingerprint({"include_revoked": bool(include_revoked)})
+        or not isinstance(position, list)
+        or len(position) != 3
+        or not isinstance(position[0], bool)
+        or not isinstance(position[1], str)
+        or not isinstance(position[2], int)
+        or isinstance(position[2], bool)
+    ):
+        raise InvalidArgument(
+            f"token list cursor {cursor[:40]!r}: pass the next_cursor of a previous page unchanged, "
+            "with the same include_revoked"
+        )
+    return position[0], position[1], position[2]
+
+
+def token_page(
+    rows: list[dict[str, Any]], limit: int, include_revoked: bool
+) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of tokens from ``limit + 1`` rows read after the position: the first ``limit``
+    and the cursor of the next page (None: no more)."""
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    last = rows[-1]
+    return rows, token_cursor(
+        (last["revoked_at"] is not None, last["name"], last["token_id"]), include_revoked
+    )
+
+
+def token_cursor(position: TokenPosition, include_revoked: bool) -> str:
+    """The cursor of the page of tokens after ``position``."""
+    filters = _fingerprint({"include_revoked": bool(include_revoked)})
+    return _encode_token("tk1.", {"p": list(position), "f": filters})
 
 
 # -- lists whose ids are per shard: dead letters, the audit log, a DAG's runs ------------------
@@ -1338,6 +1599,7 @@ PLANS: dict[str, Callable[..., Plan]] = {
     "list_workflows": list_workflows,
     "count_executions": count_executions,
     "list_children": list_children,
+    "page_children": page_children,
     "list_tree": list_tree,
     "count_usage": count_usage,
     "list_concurrency_keys": list_concurrency_keys,

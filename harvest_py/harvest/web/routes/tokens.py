@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harvest.shard.fanout import _decode_token, _encode_token, _fingerprint
+from harvest.core.errors import InvalidArgument
+from harvest.shard.fanout import TOKEN_PAGE, TOKEN_PAGE_MAX, token_after, token_page
 from harvest.web.routes import BOOLEAN, ROWS, STRING, Call, Endpoint, Param, Reply, body, invalid, path, shape
 
 SCOPE = {"type": "string", "enum": ["read", "operate", "admin"]}
@@ -16,47 +17,18 @@ SCOPE = {"type": "string", "enum": ["read", "operate", "admin"]}
 LIFETIME = {"type": "number", "minimum": 0.001, "maximum": 3_155_760_000}
 
 
-# GET /admin/tokens: at most this many tokens a page (revoked ones are kept for good: a token a
-# tenant, rotated, piles them up); the rest by next_cursor.
-TOKEN_PAGE = 100
-TOKEN_PAGE_MAX = 1000
-
-
-def _after(cursor: str | None, filters: str) -> tuple[bool, str, int] | None:
-    """The position a page starts after: the cursor's (the last row of the page before), refused
-    when malformed or issued for the other include_revoked."""
-    if not cursor:
-        return None
-    body = _decode_token("tk1.", cursor, "token list")
-    position = body.get("p")
-    if (
-        body.get("f") != filters
-        or not isinstance(position, list)
-        or len(position) != 3
-        or not isinstance(position[0], bool)
-        or not isinstance(position[1], str)
-        or not isinstance(position[2], int)
-        or isinstance(position[2], bool)
-    ):
-        raise invalid(
-            "cursor", "pass the next_cursor of a previous page unchanged, with the same include_revoked"
-        )
-    return position[0], position[1], position[2]
-
-
 async def list_tokens(call: Call, args: dict[str, Any], _: Any) -> Any:
     include_revoked = args["include_revoked"]
     limit = args["limit"] if args["limit"] is not None else TOKEN_PAGE
-    filters = _fingerprint({"include_revoked": bool(include_revoked)})
-    after = _after(args["cursor"], filters)
+    try:
+        after = token_after(args["cursor"], include_revoked)
+    except InvalidArgument:
+        raise invalid(
+            "cursor", "pass the next_cursor of a previous page unchanged, with the same include_revoked"
+        ) from None
     # One more than the page says whether there is a next one.
     rows = await call.on_shard(None, lambda sql: sql.list_api_tokens(include_revoked, after, limit + 1))
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        last = rows[-1]
-        position = [last["revoked_at"] is not None, last["name"], last["token_id"]]
-        next_cursor = _encode_token("tk1.", {"p": position, "f": filters})
+    rows, next_cursor = token_page(rows, limit, include_revoked)
     return {"tokens": rows, "next_cursor": next_cursor}
 
 

@@ -10,7 +10,6 @@ import contextlib
 import json
 import time
 import uuid
-from datetime import datetime
 from typing import Any
 
 from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES
@@ -22,6 +21,13 @@ from harvest.core.ids import ROW_ID_MAX
 from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db.steps import arun_steps
+from harvest.shard.fanout import (
+    CHILDREN_PAGE,
+    CHILDREN_PAGE_MAX,
+    CHILDREN_WALK,
+    CHILDREN_WALK_MAX,
+    children_place,
+)
 from harvest.web.routes import (
     ANY,
     BOOLEAN,
@@ -317,42 +323,22 @@ def _child(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "exec_id": row.get("execution_id"), "started_at": row.get("created_at")}
 
 
-def _child_cursor(row: dict[str, Any]) -> str:
-    body = json.dumps({"c": row["created_at"].isoformat(), "i": str(row["execution_id"])})
-    return "ch1." + base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
-
-
-def _after_child_cursor(token: str) -> tuple[datetime, str]:
-    try:
-        if not token.startswith("ch1."):
-            raise ValueError(token)
-        raw = token[4:]
-        body = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
-        return datetime.fromisoformat(body["c"]), str(uuid.UUID(body["i"]))
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        raise invalid("cursor", "is not a next_cursor of this route: pass it unchanged") from None
-
-
-# A page of children (GET /workflows/{id}/children): without page_size a run with 100,000
-# children was one answer. The default and the cap are GET /workflows' own.
-CHILDREN_PAGE = 50
-CHILDREN_PAGE_MAX = 1000
-
-
 async def workflow_children(call: Call, args: dict[str, Any], _: Any) -> Any:
     """A page of the children merged over every shard, newest first (created_at DESC, then id),
-    continued by a keyset cursor on (created_at, id)."""
-    after = _after_child_cursor(args["cursor"]) if args["cursor"] is not None else None
-    size = args["page_size"]
-    # One row more than the page: whether there is a next one.
-    found = await call.reads().list_children(
-        args["execution_id"], args["status"], args["depth"], after, size + 1
+    continued by a keyset cursor on (created_at, id) that keeps a shard not read for a page at
+    its own place; a deeper page walks at most max_nodes descendants (``truncated``)."""
+    status, depth, max_nodes = args["status"], args["depth"], args["max_nodes"]
+    try:
+        children_place(args["cursor"], status, depth, max_nodes)
+    except InvalidArgument as exc:
+        raise invalid(
+            "cursor", f"pass the next_cursor of a page with the same filters unchanged ({exc})"
+        ) from None
+    found = await call.reads().page_children(
+        args["execution_id"], status, depth, args["page_size"], args["cursor"], max_nodes
     )
     out = merged(found, "items")
-    rows = out["items"]
-    page = rows[:size]
-    out["items"] = [_child(r) for r in page]
-    out["next_cursor"] = _child_cursor(page[-1]) if len(rows) > size else None
+    out["items"] = [_child(r) for r in out["items"]]
     return out
 
 
@@ -770,6 +756,14 @@ ENDPOINTS = [
                 description=f"Children per page (default {CHILDREN_PAGE}); next_cursor continues.",
             ),
             Param("cursor", description="next_cursor of the previous page."),
+            Param(
+                "max_nodes",
+                "integer",
+                minimum=1,
+                maximum=CHILDREN_WALK_MAX,
+                description=f"With depth above 1: descendants walked at most (default {CHILDREN_WALK}), "
+                "breadth first; truncated says the walk cut.",
+            ),
         ),
         tag="workflows",
     ),
