@@ -14,10 +14,22 @@
 --                                       cancel_cross_shard_child (the parent ended)
 --   set_cross_shard_child_running       <-  started
 --   complete_cross_shard_child        <-  the child's end (a pull), or a failed start
+--                                       clear_owed_child_end (status delivered)
+--   complete_cross_shard_child(NULL)  <-  acknowledged: the row goes
 --   release_cross_shard_child       <-  the target could not be reached
 --
 -- Every step is idempotent: the child's id is the key of its start, reading is
--- free, a settle of a row already gone changes nothing.
+-- free, a settle of a row already delivered or gone changes nothing.
+--
+-- The child's end is owed to its parent until the parent's history has it: the
+-- child's run carries end_owed_to_shard (the parent's shard) from its start, and
+-- retention keeps it while it is set (_retention_keeps), however short the child
+-- shard's window and however long the parent's shard is away. The pump clears it
+-- (clear_owed_child_end) only after the parent's shard committed the end (the
+-- row is then delivered until it is cleared), or when the parent's close policy
+-- reaches the child (the parent ended first: its end is owed to nobody). An
+-- operator releases the ends owed to a shard that is gone for good
+-- (release_owed_child_ends, retention.sql).
 
 -- On the parent's shard: up to p_limit rows due now, oldest first, each leased for
 -- p_lease_secs (a pump that dies loses nothing: the lease runs out).
@@ -59,32 +71,33 @@ $$;
 
 -- On the parent's shard: the child was started on its shard (status running); the
 -- row is due again at once, for the pull of its end. An abandoned child whose parent
--- ended meanwhile is forgotten instead: its end reaches nobody.
+-- ended meanwhile is let go instead (cancel_requested: the pump's visit with the
+-- abandon policy tells the child's shard that its end is owed to nobody, then the
+-- row goes).
 CREATE OR REPLACE FUNCTION harvest.set_cross_shard_child_running(p_child_execution_id uuid)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    DELETE FROM harvest.cross_shard_children AS c
-    WHERE c.child_execution_id = p_child_execution_id AND c.parent_close_policy = 'abandon'
-      AND NOT EXISTS (SELECT 1 FROM harvest.executions AS e
-                      WHERE e.id = c.parent_execution_id AND e.status IN ('RUNNING', 'PAUSED'));
-    IF FOUND THEN
-        RETURN true;
-    END IF;
     UPDATE harvest.cross_shard_children AS c
-    SET status = 'running', attempts = 0, last_error = NULL, next_attempt_at = NULL
-    WHERE c.child_execution_id = p_child_execution_id;
-    RETURN FOUND;
+    SET status = 'running', attempts = 0, last_error = NULL, next_attempt_at = NULL,
+        cancel_requested = c.cancel_requested OR (c.parent_close_policy = 'abandon' AND NOT EXISTS (
+            SELECT 1 FROM harvest.executions AS e
+            WHERE e.id = c.parent_execution_id AND e.status IN ('RUNNING', 'PAUSED')))
+    WHERE c.child_execution_id = p_child_execution_id AND c.status = 'starting';
+    RETURN FOUND OR EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c
+                            WHERE c.child_execution_id = p_child_execution_id);
 END;
 $$;
 
 -- On the parent's shard: the child ended with p_status (COMPLETED, FAILED,
 -- CANCELLED, TERMINATED, TIMED_OUT, or START_FAILED when its start was refused):
 -- the parent, if it still runs, receives ChildWorkflowCompleted or
--- ChildWorkflowFailed as a same-shard child's end would reach it, and the row goes.
--- p_status NULL only drops the row (the parent ended first and its policy was
--- applied). false when the row is gone (settled before).
+-- ChildWorkflowFailed as a same-shard child's end would reach it. A refused start
+-- (no child there) drops the row; an end makes it delivered, kept until the child's
+-- shard is told (clear_owed_child_end) that its end is no longer owed. p_status
+-- NULL only drops the row (acknowledged, or the parent ended first and its policy
+-- was applied). false when the end was delivered before (or the row is gone).
 CREATE OR REPLACE FUNCTION harvest.complete_cross_shard_child(
     p_child_execution_id uuid, p_status text, p_output jsonb DEFAULT NULL, p_failure jsonb DEFAULT NULL
 )
@@ -105,8 +118,15 @@ BEGIN
     SELECT c.parent_execution_id INTO v_parent FROM harvest.cross_shard_children AS c
     WHERE c.child_execution_id = p_child_execution_id;
     PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_parent FOR UPDATE;
-    DELETE FROM harvest.cross_shard_children AS c WHERE c.child_execution_id = p_child_execution_id
-    RETURNING * INTO v_row;
+    IF p_status IS NULL OR p_status = 'START_FAILED' THEN
+        DELETE FROM harvest.cross_shard_children AS c WHERE c.child_execution_id = p_child_execution_id
+        RETURNING * INTO v_row;
+    ELSE
+        UPDATE harvest.cross_shard_children AS c
+        SET status = 'delivered', attempts = 0, last_error = NULL, next_attempt_at = NULL
+        WHERE c.child_execution_id = p_child_execution_id AND c.status <> 'delivered'
+        RETURNING * INTO v_row;
+    END IF;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -210,7 +230,9 @@ BEGIN
         PERFORM harvest._start_insert(p_workflow_name, p_input, p_workflow_id, p_queue, '{}'::jsonb, 0,
             p_parent_execution_id, harvest.get_shard_id(), NULL, NULL, v_policy, v_quota_key, v_concurrency_key,
             p_child_execution_id, harvest._check_traceparent(p_traceparent));
-        UPDATE harvest.executions AS e SET parent_seq = p_parent_seq, parent_close_policy = p_parent_close_policy
+        -- Its end is owed to the parent's shard until the pump says the parent has it.
+        UPDATE harvest.executions AS e SET parent_seq = p_parent_seq, parent_close_policy = p_parent_close_policy,
+            end_owed_to_shard = harvest.shard_of(p_parent_execution_id)
         WHERE e.id = p_child_execution_id;
     EXCEPTION
         WHEN SQLSTATE 'HR003' THEN
@@ -268,6 +290,37 @@ BEGIN
 END;
 $$;
 
+-- On the child's shard: the child's end is no longer owed to its parent's shard (the
+-- parent's history has it, or the parent ended first): its current run's
+-- end_owed_to_shard is cleared, and retention treats it as any run. The current run
+-- is locked before it is cleared, and read again if it continued as new meanwhile,
+-- so an owed end a concurrent continue-as-new handed to the successor is not missed.
+-- false when nothing was owed (acknowledged before, or no such child here).
+CREATE OR REPLACE FUNCTION harvest.clear_owed_child_end(p_child_execution_id uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_current uuid;
+    v_status text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = p_child_execution_id) THEN
+        RETURN false;
+    END IF;
+    FOR i IN 1..10 LOOP
+        SELECT r.execution_id INTO v_current FROM harvest.get_cross_shard_child(p_child_execution_id) AS r;
+        SELECT e.status INTO v_status FROM harvest.executions AS e WHERE e.id = v_current FOR UPDATE;
+        IF v_status IS DISTINCT FROM 'CONTINUED_AS_NEW' THEN
+            UPDATE harvest.executions AS e SET end_owed_to_shard = NULL
+            WHERE e.id = v_current AND e.end_owed_to_shard IS NOT NULL;
+            RETURN FOUND;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'child % kept continuing as new while its owed end was cleared', p_child_execution_id
+        USING ERRCODE = '40001', HINT = 'the pump retries on its next sweep';
+END;
+$$;
+
 -- On the child's shard: the parent ended first; apply its close policy to the
 -- child's current run as a same-shard parent's close would (terminate, or request
 -- cancel once). outcome: terminated, cancel_requested, not_running (the child had
@@ -286,6 +339,8 @@ BEGIN
         RAISE EXCEPTION 'unknown parent_close_policy "%"', p_policy USING ERRCODE = 'HR001',
             HINT = 'use terminate, request_cancel or abandon';
     END IF;
+    -- The parent ended: whatever its policy, nobody will take the child's end.
+    PERFORM harvest.clear_owed_child_end(p_child_execution_id);
     IF p_policy = 'abandon' THEN
         RETURN 'abandoned';
     END IF;
@@ -316,20 +371,18 @@ END;
 $$;
 
 -- The parent's side of its close (core.sql, _close_execution): its remote children
--- get its close policy (cancel_requested: the pump applies it on their shard) or,
--- abandoned and already started, are forgotten; an abandoned child not started yet
--- is still started, and its end then reaches nobody.
+-- get its close policy (cancel_requested: the pump applies it on their shard, which
+-- also tells that shard their ends are owed to nobody), abandoned ones included once
+-- started (the pump's visit only lets their ends go); an abandoned child not started
+-- yet is still started (set_cross_shard_child_running then lets it go the same way).
 CREATE OR REPLACE FUNCTION harvest._close_cross_shard_children(p_parent_execution_id uuid)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    DELETE FROM harvest.cross_shard_children AS c
-    WHERE c.parent_execution_id = p_parent_execution_id AND c.parent_close_policy = 'abandon'
-      AND c.status = 'running';
     UPDATE harvest.cross_shard_children AS c SET cancel_requested = true, next_attempt_at = NULL
-    WHERE c.parent_execution_id = p_parent_execution_id AND c.parent_close_policy <> 'abandon'
-      AND NOT c.cancel_requested;
+    WHERE c.parent_execution_id = p_parent_execution_id AND NOT c.cancel_requested
+      AND (c.parent_close_policy <> 'abandon' OR c.status <> 'starting');
 END;
 $$;
 
@@ -352,6 +405,9 @@ COMMENT ON FUNCTION harvest.start_cross_shard_child IS
 COMMENT ON FUNCTION harvest.get_cross_shard_child IS
 'On a child''s shard: the current run of a cross-shard child (following continue-as-new) with its status and, '
 'once ended, its output or failure. Called by the worker''s cross-shard pump (role harvest_worker).';
+COMMENT ON FUNCTION harvest.clear_owed_child_end IS
+'On a child''s shard: the cross-shard child''s end is no longer owed to its parent (delivered, or the parent '
+'ended first), so retention may take it. Called by the worker''s cross-shard pump (role harvest_worker).';
 COMMENT ON FUNCTION harvest.cancel_cross_shard_child IS
 'On a child''s shard: apply the ended parent''s close policy (terminate, request_cancel, abandon) to a '
-'cross-shard child. Called by the worker''s cross-shard pump (role harvest_worker).';
+'cross-shard child, whose end is then owed to nobody. Called by the worker''s cross-shard pump (role harvest_worker).';

@@ -1985,12 +1985,15 @@ BEGIN
         p_traceparent => coalesce(p_traceparent, (
             SELECT ev.event_data ->> 'traceparent' FROM harvest.events AS ev
             WHERE ev.execution_id = p_execution.id AND ev.event_id = 1))) AS s;
+    -- A cross-shard child's owed end (cross_shard.sql) moves to the run that will end: read
+    -- from the row, which this decision holds locked (an acknowledgement waits for it).
     UPDATE harvest.executions
     SET parent_seq = p_execution.parent_seq, parent_close_policy = p_execution.parent_close_policy,
         continued_from = p_execution.id, execution_timeout_at = p_execution.execution_timeout_at,
-        timeout_at = least(timeout_at, p_execution.execution_timeout_at)
+        timeout_at = least(timeout_at, p_execution.execution_timeout_at),
+        end_owed_to_shard = (SELECT o.end_owed_to_shard FROM harvest.executions AS o WHERE o.id = p_execution.id)
     WHERE id = v_new_id;
-    UPDATE harvest.executions SET output = jsonb_build_object('continued_as_new', v_new_id)
+    UPDATE harvest.executions SET output = jsonb_build_object('continued_as_new', v_new_id), end_owed_to_shard = NULL
     WHERE id = p_execution.id;
     PERFORM harvest._append_event(p_execution.id, 'WorkflowContinuedAsNew',
         jsonb_build_object('new_execution_id', v_new_id, 'input', p_input));

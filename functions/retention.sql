@@ -1,7 +1,8 @@
 -- Retention: a janitor that deletes terminal executions older than the
 -- configured age (their events, tasks and dead letters go with them through
 -- ON DELETE CASCADE), never a RUNNING one nor one _retention_keeps (a run under
--- a legal hold, the earlier runs of a chain that continues), at most one batch per call so no
+-- a legal hold, the earlier runs of a chain that continues, a cross-shard child whose end its
+-- parent has not taken), at most one batch per call so no
 -- transaction grows without bound. Settings live in harvest.retention_config.
 --
 -- The worker registry has its own rule (prune_workers): a worker row is never
@@ -57,17 +58,24 @@ $$;
 
 -- Whether retention keeps an ended run past its window: a run under a legal hold (payloads.sql:
 -- what is held is preserved, the run and its history with its payloads, until an admin releases
--- the hold), and a run that continued as new while its successor is still here. The chain is
+-- the hold), a run that continued as new while its successor is still here, and a cross-shard
+-- child whose end its parent on another shard has not taken yet (p_end_owed_to_shard, the run's
+-- end_owed_to_shard: cross_shard.sql; purged, its parent would wait for ever for a child that
+-- ended, or be told not_found; the pump clears it, and release_owed_child_ends for a shard that
+-- is gone for good). The chain is
 -- known by its first run's id (the handle a start returned, a signal or an update sent by it,
 -- update ids, a parent's ChildWorkflowStarted), and the chain is followed forward from it; so a
 -- chain goes from its last run back, one run per batch, once its last run has ended and passed
 -- the window. Not inlined (a body with subqueries is not): a call per run it judges, so every
 -- read through it is bounded (run_retention) or is a status read (get_retention_status).
-CREATE OR REPLACE FUNCTION harvest._retention_keeps(p_id uuid, p_status text, p_output jsonb)
+CREATE OR REPLACE FUNCTION harvest._retention_keeps(
+    p_id uuid, p_status text, p_output jsonb, p_end_owed_to_shard integer
+)
 RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
-    SELECT EXISTS (SELECT 1 FROM harvest.legal_holds AS h WHERE h.execution_id = p_id)
+    SELECT p_end_owed_to_shard IS NOT NULL
+        OR EXISTS (SELECT 1 FROM harvest.legal_holds AS h WHERE h.execution_id = p_id)
         OR (p_status = 'CONTINUED_AS_NEW' AND EXISTS (
             SELECT 1 FROM harvest.executions AS s
             WHERE s.id = (p_output ->> 'continued_as_new')::uuid));
@@ -111,16 +119,20 @@ DECLARE
     v_config harvest.retention_config;
     v_eligible bigint;
     v_workers_eligible bigint;
+    v_owed bigint;
 BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     IF v_config.max_age IS NOT NULL THEN
         SELECT count(*) INTO v_eligible FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest._ago(harvest.now(), v_config.max_age)
-          AND NOT harvest._retention_keeps(e.id, e.status, e.output);
+          AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard);
     END IF;
     IF v_config.worker_max_age IS NOT NULL THEN
         SELECT count(*) INTO v_workers_eligible FROM harvest._prunable_workers(v_config.worker_max_age) AS w;
     END IF;
+    -- Ended cross-shard children kept for a parent on another shard (executions_end_owed).
+    SELECT count(*) INTO v_owed FROM harvest.executions AS e
+    WHERE e.end_owed_to_shard IS NOT NULL AND e.completed_at IS NOT NULL;
     RETURN jsonb_build_object(
         'configured', v_config.max_age IS NOT NULL,
         'worker_max_age', harvest._interval_text(v_config.worker_max_age),
@@ -131,7 +143,8 @@ BEGIN
         'updated_at', v_config.updated_at,
         'last_run_at', v_config.last_run_at,
         'last_run_deleted', v_config.last_run_deleted,
-        'eligible', v_eligible);
+        'eligible', v_eligible,
+        'owed_child_ends', v_owed);
 END;
 $$;
 
@@ -175,7 +188,7 @@ BEGIN
     SELECT array_agg(s.id) INTO v_ids FROM (
         SELECT e.id FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
-          AND NOT harvest._retention_keeps(e.id, e.status, e.output)
+          AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)
         ORDER BY e.completed_at
         LIMIT v_batch
         FOR UPDATE SKIP LOCKED
@@ -186,7 +199,7 @@ BEGIN
         -- snapshot and the row's lock (set_legal_hold locks the row to set it) was not seen;
         -- every hold set before the lock is seen now, and none can be set after it.
         SELECT array_agg(e.id) INTO v_ids FROM harvest.executions AS e
-        WHERE e.id = ANY(v_ids) AND NOT harvest._retention_keeps(e.id, e.status, e.output);
+        WHERE e.id = ANY(v_ids) AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard);
         -- An external signal or cancel keeps its row: its source still hears the
         -- outcome (not_found, once its target is gone).
         DELETE FROM harvest.relays AS r
@@ -235,7 +248,7 @@ BEGIN
     SELECT count(*) INTO v_remaining FROM (
         SELECT 1 FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
-          AND NOT harvest._retention_keeps(e.id, e.status, e.output)
+          AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)
         ORDER BY e.completed_at
         LIMIT 10000
     ) AS r;
@@ -405,6 +418,45 @@ BEGIN
 END;
 $$;
 
+-- The operator's escape for ends owed to a parent's shard that will never take them (the
+-- shard retired, lost, or restored to an instant before the children's starts): on the
+-- child's shard, clear end_owed_to_shard on up to p_batch_size runs owed to p_parent_shard
+-- (ended ones by default; p_include_running: running ones too, whose ends would otherwise be
+-- kept when they end), found through executions_end_owed, audited. The janitor then takes them
+-- with their window. Returns how many were released: call again until 0. A parent that is
+-- still there and still waits would then miss the end (not_found): release only for a shard
+-- that is gone for good.
+CREATE OR REPLACE FUNCTION harvest.release_owed_child_ends(
+    p_parent_shard integer, p_batch_size integer DEFAULT 500, p_include_running boolean DEFAULT false,
+    p_operator_id text DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_released integer;
+BEGIN
+    IF p_parent_shard IS NULL OR p_parent_shard NOT BETWEEN 0 AND 65535 THEN
+        RAISE EXCEPTION 'parent shard % is not a shard number (0..65535)', p_parent_shard USING ERRCODE = 'HR001';
+    END IF;
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
+        RAISE EXCEPTION 'batch size % is out of range 1..10000', p_batch_size USING ERRCODE = 'HR001';
+    END IF;
+    WITH released AS (
+        UPDATE harvest.executions AS e SET end_owed_to_shard = NULL
+        WHERE e.id IN (SELECT q.id FROM harvest.executions AS q
+                       WHERE q.end_owed_to_shard = p_parent_shard
+                         AND (q.completed_at IS NOT NULL OR coalesce(p_include_running, false))
+                       LIMIT p_batch_size FOR UPDATE SKIP LOCKED)
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_released FROM released;
+    PERFORM harvest._audit('retention.release_owed_child_ends', NULL, p_operator_id, jsonb_build_object(
+        'parent_shard', p_parent_shard, 'released', v_released, 'include_running', coalesce(p_include_running, false)));
+    RETURN v_released;
+END;
+$$;
+
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.set_retention IS
 'Set how long terminal executions are kept (p_max_age; NULL keeps everything) and the batch size (1..10000), '
@@ -413,10 +465,15 @@ COMMENT ON FUNCTION harvest.get_retention_status IS
 'The retention settings, the last run, and how many executions (and worker rows) a run would delete now. For '
 'operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.run_retention IS
-'Delete one batch of expired terminal executions (never a RUNNING or PAUSED one, one under a legal hold, nor '
-'the earlier runs of a chain whose later run is still here), audited; returns {deleted, remaining (counted '
+'Delete one batch of expired terminal executions (never a RUNNING or PAUSED one, one under a legal hold, '
+'a cross-shard child whose end its parent has not taken, nor the earlier runs of a chain whose later run is '
+'still here), audited; returns {deleted, remaining (counted '
 'up to 10000), cutoff}: call again while remaining > 0. HR001 when no max age is set. For admins (role '
 'harvest_admin).';
+COMMENT ON FUNCTION harvest.release_owed_child_ends IS
+'On a child''s shard: let retention take up to p_batch_size ended cross-shard children (running ones too with '
+'p_include_running) whose ends are owed to the parent shard p_parent_shard, gone for good; audited; returns how '
+'many were released. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.set_worker_retention IS
 'Set the worker registry rule: rows of stopped or stale workers last seen more than p_max_age ago are deleted by '
 'prune_workers (NULL keeps every row); audited. For admins (role harvest_admin).';

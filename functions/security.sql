@@ -89,7 +89,7 @@ AS $$
                         'heartbeat_partitions',
                         'claim_cross_shard_children', 'set_cross_shard_child_running', 'complete_cross_shard_child',
                         'release_cross_shard_child', 'start_cross_shard_child', 'get_cross_shard_child',
-                        'cancel_cross_shard_child', 'detach_activity', 'record_llm_call')
+                        'cancel_cross_shard_child', 'clear_owed_child_end', 'detach_activity', 'record_llm_call')
             THEN 'harvest_worker'
         WHEN p_name IN ('declare_schedules', 'delete_moved_schedules', 'list_due_schedules', 'fire_schedule',
                         'start_buffered_firings')

@@ -5,9 +5,11 @@
 -- and settles into the parent; the parent's close marks it (_close_cross_shard_children).
 -- The child's side, with ids minted for shard 0 by a parent of shard 1:
 -- start_cross_shard_child (once per id), get_cross_shard_child (following
--- continue-as-new), cancel_cross_shard_child (the parent's close policy).
+-- continue-as-new), cancel_cross_shard_child (the parent's close policy),
+-- clear_owed_child_end (the child's end no longer owed to its parent: retention may
+-- take it).
 BEGIN;
-SELECT plan(67);
+SELECT plan(81);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -88,14 +90,21 @@ SELECT results_eq(
     $$VALUES ('ChildWorkflowCompleted'::text, '{"seq": 1, "result": {"v": 1}}'::jsonb)$$,
     'the parent gets ChildWorkflowCompleted{seq, result} as from a same-shard child');
 SELECT is(pg_temp.workflow_tasks(pg_temp.run('xp')), 1::bigint, 'and is woken');
-SELECT ok(pg_temp.row_of('xc1') IS NULL, 'the row goes');
+SELECT results_eq($$SELECT status, next_attempt_at FROM pg_temp.row_of('xc1')$$,
+                  $$VALUES ('delivered'::text, NULL::timestamptz)$$,
+                  'the row is delivered, due at once: the child''s shard is still to be told');
 SELECT ok(NOT harvest.complete_cross_shard_child(
               (SELECT (event_data ->> 'child_execution_id')::uuid FROM harvest.events
                WHERE execution_id = pg_temp.run('xp') AND event_data ->> 'workflow_id' = 'xc1'), 'COMPLETED', '1'),
           'settling again is harmless (false)');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('xp')
+           AND event_type = 'ChildWorkflowCompleted'), 1::bigint, '... one ChildWorkflowCompleted');
+SELECT ok(harvest.complete_cross_shard_child((pg_temp.row_of('xc1')).child_execution_id, NULL)
+          AND pg_temp.row_of('xc1') IS NULL, 'acknowledged on the child''s shard, the row goes');
 SELECT ok(harvest.complete_cross_shard_child((pg_temp.row_of('xc2')).child_execution_id, 'START_FAILED', NULL,
                                            '{"error_type": "WorkflowAlreadyExists"}'),
           'complete_cross_shard_child(): the second child''s start was refused');
+SELECT ok(pg_temp.row_of('xc2') IS NULL, 'a refused start''s row goes at once (no child there to tell)');
 SELECT results_eq(
     $$SELECT event_type, event_data - 'child_execution_id' FROM pg_temp.last_event(pg_temp.run('xp'))$$,
     $$VALUES ('ChildWorkflowFailed'::text,
@@ -116,8 +125,9 @@ SELECT is(pg_temp.decide('xq', '[{"type": "complete_workflow", "result": null}]'
 SELECT results_eq(
     $$SELECT workflow_id, cancel_requested FROM harvest.cross_shard_children
       WHERE workflow_id IN ('xt', 'xa', 'xs') ORDER BY 1$$,
-    $$VALUES ('xa'::text, false), ('xt'::text, true)$$,
-    '_close_cross_shard_children: xt gets its close policy, xa is still to start, the started abandoned xs is forgotten');
+    $$VALUES ('xa'::text, false), ('xs'::text, true), ('xt'::text, true)$$,
+    '_close_cross_shard_children: xt gets its close policy, xa is still to start, the started abandoned xs is '
+    'let go (the pump tells its shard its end is owed to nobody)');
 SELECT ok(harvest.complete_cross_shard_child((pg_temp.row_of('xt')).child_execution_id, NULL),
           'complete_cross_shard_child(): with no status it only drops the row');
 SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('xq')
@@ -125,8 +135,10 @@ SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run(
           'an ended parent hears nothing');
 SELECT lives_ok($$SELECT harvest._close_cross_shard_children(pg_temp.run('xq'))$$,
                 '_close_cross_shard_children(): closing again changes nothing');
-SELECT ok(harvest.set_cross_shard_child_running((pg_temp.row_of('xa')).child_execution_id) AND pg_temp.row_of('xa') IS NULL,
-          'set_cross_shard_child_running(): the abandoned child of an ended parent, once started, is forgotten');
+SELECT ok(harvest.set_cross_shard_child_running((pg_temp.row_of('xa')).child_execution_id),
+          'set_cross_shard_child_running(): the abandoned child of an ended parent, once started');
+SELECT results_eq($$SELECT status, cancel_requested FROM pg_temp.row_of('xa')$$, $$VALUES ('running'::text, true)$$,
+                  '... is let go the same way');
 
 SELECT isnt(pg_temp.start_run('xtp', 'xs_parent', 'xq_xtp'), NULL, 'setup: a traced parent');
 SELECT is(pg_temp.decide('xtp', jsonb_build_array(pg_temp.remote_child(1, 'xtp1') || '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}')),
@@ -164,6 +176,8 @@ SELECT results_eq(
       FROM harvest.executions AS e, xs_ids WHERE e.id = xs_ids.child$$,
     $$SELECT parent, 3, 'request_cancel'::text, 't1'::text, '[1]'::jsonb FROM xs_ids$$,
     'with its parent, the parent''s seq and close policy');
+SELECT is((SELECT e.end_owed_to_shard FROM harvest.executions AS e, xs_ids WHERE e.id = xs_ids.child), 1,
+          'and its end owed to its parent''s shard (1), for retention to keep');
 SELECT results_eq(
     $$SELECT s.* FROM xs_ids, harvest.start_cross_shard_child(child, parent, 3, 'xs_child', 't1', 'xq_t1',
                                                               '[1]', 'request_cancel') AS s$$,
@@ -194,6 +208,8 @@ SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'request_
 SELECT is((SELECT count(*) FROM harvest.events AS e, xs_ids
            WHERE e.execution_id = xs_ids.child AND e.event_type = 'WorkflowCancelRequested'), 1::bigint,
           'one WorkflowCancelRequested');
+SELECT is((SELECT e.end_owed_to_shard FROM harvest.executions AS e, xs_ids WHERE e.id = xs_ids.child), NULL,
+          'cancel_cross_shard_child(): the parent ended, the child''s end is owed to nobody');
 SELECT is(pg_temp.decide('t1', '[{"type": "continue_as_new", "input": [2]}]'), 'CONTINUED_AS_NEW',
           'setup: the child continues as new');
 SELECT results_eq(
@@ -208,6 +224,25 @@ SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'terminat
           'not_running', 'an ended child: not_running');
 SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'abandon', (SELECT parent FROM xs_ids)),
           'abandoned', 'abandon does nothing');
+
+-- ------------------------------------------------------------ the owed end (clear_owed_child_end)
+CREATE TEMP TABLE xo_ids AS SELECT ('0000' || substr(gen_random_uuid()::text, 5))::uuid AS child;
+SELECT is((SELECT s.outcome FROM xo_ids, xs_ids, harvest.start_cross_shard_child(xo_ids.child, xs_ids.parent, 5,
+               'xs_child', 't3', 'xq_t3', '[]', 'terminate') AS s), 'started', 'setup: another cross-shard child');
+SELECT lives_ok($$SELECT pg_temp.remember('t3', (SELECT child FROM xo_ids))$$, 'setup: key t3 is the child');
+SELECT is(pg_temp.decide('t3', '[{"type": "continue_as_new", "input": [2]}]'), 'CONTINUED_AS_NEW',
+          'setup: it continues as new');
+SELECT results_eq(
+    $$SELECT e.id = xo_ids.child, e.end_owed_to_shard FROM harvest.executions AS e, xo_ids
+      WHERE e.workflow_id = 't3' ORDER BY e.created_at, e.id = xo_ids.child DESC$$,
+    $$VALUES (true, NULL::integer), (false, 1)$$,
+    '_continue_as_new: the owed end moves to the successor, the run that will end');
+SELECT ok(harvest.clear_owed_child_end((SELECT child FROM xo_ids)),
+          'clear_owed_child_end(): the parent has the end');
+SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE workflow_id = 't3' AND end_owed_to_shard IS NOT NULL$$,
+                '... so no run of the chain is owed');
+SELECT ok(NOT harvest.clear_owed_child_end((SELECT child FROM xo_ids)), 'acknowledged again: false');
+SELECT ok(NOT harvest.clear_owed_child_end('00000000-0000-4000-8000-0000000000fe'), 'no such child: false');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,8 +1,9 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, _retention_keeps,
+-- release_owed_child_ends,
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
 -- _interval_text, _ago, _retention_cutoff; prune_flow_keys, _flow_key_in_use.
 BEGIN;
-SELECT plan(54);
+SELECT plan(63);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -89,7 +90,7 @@ CREATE TEMP TABLE rt_chain ON COMMIT DROP AS
 SELECT pg_temp.run('rt_chain') AS head,
        (SELECT e.id FROM harvest.executions AS e WHERE e.continued_from = pg_temp.run('rt_chain')) AS tail;
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
-SELECT is((SELECT harvest._retention_keeps(e.id, e.status, e.output) FROM harvest.executions AS e
+SELECT is((SELECT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard) FROM harvest.executions AS e
            WHERE e.id = (SELECT head FROM rt_chain)), true,
           '_retention_keeps(): a run that continued as new, its successor here');
 SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM harvest.run_retention() AS r$$,
@@ -107,13 +108,35 @@ SELECT pg_temp.start_run('rt_held', 'rt_held_wf', 'rt_held_q');
 SELECT harvest.terminate_workflow(pg_temp.run('rt_held'), 'done');
 UPDATE harvest.executions SET completed_at = '2029-01-01' WHERE id = pg_temp.run('rt_held');
 SELECT harvest.set_legal_hold(pg_temp.run('rt_held'), 'case 42', 'legal');
-SELECT is((SELECT harvest._retention_keeps(e.id, e.status, e.output) FROM harvest.executions AS e
+SELECT is((SELECT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard) FROM harvest.executions AS e
            WHERE e.id = pg_temp.run('rt_held')), true, '_retention_keeps(): a run under a legal hold');
 SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM harvest.run_retention() AS r$$,
                   $$VALUES (0, 0)$$, 'run_retention(): a held run stays past the window');
 SELECT harvest.release_legal_hold(pg_temp.run('rt_held'), 'legal');
 SELECT is((harvest.get_retention_status() ->> 'eligible')::int, 1, 'released, it is eligible');
 SELECT is((harvest.run_retention() ->> 'deleted')::int, 1, '... and goes');
+
+-- A cross-shard child whose end its parent (on shard 3) has not taken is kept past the window;
+-- an operator lets the ends owed to a shard gone for good go.
+SELECT pg_temp.start_run('rt_owed', 'rt_owed_wf', 'rt_owed_q');
+SELECT harvest.terminate_workflow(pg_temp.run('rt_owed'), 'done');
+UPDATE harvest.executions SET completed_at = '2029-01-01', end_owed_to_shard = 3 WHERE id = pg_temp.run('rt_owed');
+SELECT is((SELECT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard) FROM harvest.executions AS e
+           WHERE e.id = pg_temp.run('rt_owed')), true, '_retention_keeps(): a child whose end is owed to its parent');
+SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM harvest.run_retention() AS r$$,
+                  $$VALUES (0, 0)$$, 'run_retention(): an owed end stays past the window');
+SELECT results_eq($$SELECT (s ->> 'eligible')::int, (s ->> 'owed_child_ends')::int FROM harvest.get_retention_status() AS s$$,
+                  $$VALUES (0, 1)$$, 'get_retention_status(): not eligible, counted as an owed child end');
+SELECT is(harvest.release_owed_child_ends(2), 0, 'release_owed_child_ends(): another shard''s ends are not released');
+SELECT throws_ok($$SELECT harvest.release_owed_child_ends(NULL)$$, 'HR001', NULL,
+                 'release_owed_child_ends(): a shard number is needed');
+SELECT throws_ok($$SELECT harvest.release_owed_child_ends(3, 0)$$, 'HR001', NULL,
+                 'release_owed_child_ends(): a batch size out of 1..10000 is refused');
+SELECT is(harvest.release_owed_child_ends(3, p_operator_id => 'ops'), 1,
+          'release_owed_child_ends(): the end owed to shard 3 is let go');
+SELECT is((SELECT details ->> 'parent_shard' FROM harvest.audit_log
+           WHERE operation = 'retention.release_owed_child_ends' AND operator_id = 'ops'), '3', '... audited');
+SELECT is((harvest.run_retention() ->> 'deleted')::int, 1, '... and the child goes with its window');
 
 -- The worker registry rule: stopped or long-stale rows go, live and recent ones stay.
 SET LOCAL harvest.fake_now = '2029-12-01 00:00:00+00';

@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(66);
+SELECT plan(68);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -96,7 +96,9 @@ RESET ROLE;
 SELECT is(harvest._function_role(f), 'harvest_worker', f || ': granted to harvest_worker')
 FROM unnest(ARRAY['claim_cross_shard_children', 'set_cross_shard_child_running', 'complete_cross_shard_child',
                   'release_cross_shard_child', 'start_cross_shard_child', 'get_cross_shard_child',
-                  'cancel_cross_shard_child']) AS f;
+                  'cancel_cross_shard_child', 'clear_owed_child_end']) AS f;
+SELECT is(harvest._function_role('release_owed_child_ends'), 'harvest_admin',
+          'release_owed_child_ends: granted to harvest_admin only');
 SET LOCAL ROLE harvest_worker;
 SELECT lives_ok($$SELECT * FROM harvest.claim_cross_shard_children(1)$$,
                 'claim_cross_shard_children(): a worker may call it');

@@ -9,7 +9,9 @@
 -- (cancel_requested). A settled row is deleted, so the table is the in-flight
 -- gauge (docs/sharding.md, "Cross-shard children and relays").
 --
--- status: starting (not yet started on target_shard) or running (started there).
+-- status: starting (not yet started on target_shard), running (started there) or
+-- delivered (its end was handed to the parent: the child's shard is still to be told,
+-- clear_owed_child_end, so that its retention lets the child go; migration 0102).
 -- attempts, last_attempt_at and last_error are written on every step that made no
 -- progress (an unreachable target shard); next_attempt_at is when the pump may
 -- take the row again (a lease while it works on it, a backoff of
@@ -36,7 +38,7 @@ CREATE TABLE harvest.cross_shard_children (
     -- child's WorkflowStarted: its spans join the root run's trace on any shard.
     traceparent text,
     CONSTRAINT cross_shard_children_pkey PRIMARY KEY (child_execution_id),
-    CONSTRAINT cross_shard_children_status_check CHECK (status IN ('starting', 'running')),
+    CONSTRAINT cross_shard_children_status_check CHECK (status IN ('starting', 'running', 'delivered')),
     CONSTRAINT cross_shard_children_policy_check CHECK (
         parent_close_policy IN ('terminate', 'request_cancel', 'abandon')
     ),

@@ -74,6 +74,11 @@ CREATE TABLE harvest.executions (
     -- The last decision's hold_wakeups: the run's results wake it only once its activity
     -- tasks drain (functions/activities.sql, _wake_after_results; migration 0065).
     wake_hold boolean NOT NULL DEFAULT false,
+    -- A cross-shard child's run whose end its parent (on this shard number) has not taken yet
+    -- (functions/cross_shard.sql; migration 0102): retention keeps the run while it is set, the
+    -- pump clears it once the parent's history has the end, or the parent's close policy reached
+    -- the child; a continue-as-new hands it to the successor.
+    end_owed_to_shard integer,
     CONSTRAINT executions_pkey PRIMARY KEY (id)
     -- fillfactor: half of each page left for the updates of its rows (one per decision), so
     -- they stay HOT (migration 0063, docs/performance.md, "A closing decision's row, written once").
@@ -129,6 +134,13 @@ ON harvest.executions USING gin (search_attributes);
 CREATE INDEX executions_completed
 ON harvest.executions (completed_at)
 WHERE status <> 'RUNNING';
+
+-- The runs whose end a parent on another shard has not taken yet (migration 0102): few, and
+-- only while a parent's pump is behind; an operator's release of the ends owed to a retired
+-- shard, and retention status, count them here.
+CREATE INDEX executions_end_owed
+ON harvest.executions (end_owed_to_shard, completed_at)
+WHERE end_owed_to_shard IS NOT NULL;
 
 -- Non-terminal runs (paused ones too) by concurrency key: the supersede scan (one workflow type
 -- and key, oldest first), and the janitor's probe of a key (any workflow: the key leads).

@@ -64,3 +64,32 @@ def test_a_batch_deletes_at_most_its_size_of_relay_receipts_through_their_index(
         ).fetchone()
     assert left == (200,)
     assert indexed == (1,)
+
+
+def test_ends_owed_to_a_retired_shard_are_released_through_their_index(db: str) -> None:
+    """An operator's release of the cross-shard children's ends owed to a shard gone for good
+    (release_owed_child_ends, migration 0102) reads the owed runs through executions_end_owed,
+    a batch at a time: not the whole backlog of ended runs. The janitor keeps the owed runs and
+    its batch stays bounded while they wait."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        _backlog(conn, BACKLOG)
+        conn.execute(
+            "UPDATE harvest.executions SET end_owed_to_shard = 3"
+            " WHERE id IN (SELECT id FROM harvest.executions ORDER BY completed_at LIMIT 50)"
+        )
+        conn.execute("ANALYZE harvest.executions")
+        conn.execute("BEGIN")
+        before = _runs_read(conn)  # (the marking's scan above, its counts not flushed yet)
+        released = SqlApi(conn).release_owed_child_ends(3, 10, operator="ops")
+        read = _runs_read(conn) - before
+        conn.execute("ROLLBACK")
+        conn.execute("BEGIN")
+        before = _runs_read(conn)
+        swept = SqlApi(conn).run_retention("30 days", 100)
+        swept_read = _runs_read(conn) - before
+        kept = conn.execute("SELECT count(*) FROM harvest.executions WHERE end_owed_to_shard = 3").fetchone()
+        conn.execute("ROLLBACK")
+    assert released == 10
+    assert read <= 3 * 10, read  # the batch found, locked and updated; not 25,000
+    assert swept["deleted"] == 100 and kept == (50,), "the owed runs (the oldest) are kept"
+    assert swept_read <= 10_000 + 3 * 100 + 3 * 50, swept_read

@@ -32,6 +32,7 @@ STATUS_KEYS = [
     "updated_at",
     "worker_max_age",
     "workers_eligible",
+    "owed_child_ends",
 ]
 
 

@@ -225,6 +225,7 @@ GET_CROSS_SHARD_CHILD = "SELECT * FROM harvest.get_cross_shard_child(%(child_exe
 CANCEL_CROSS_SHARD_CHILD = """
 SELECT harvest.cancel_cross_shard_child(%(child_execution_id)s, %(policy)s, %(parent_execution_id)s) AS result
 """
+CLEAR_OWED_CHILD_END = "SELECT harvest.clear_owed_child_end(%(child_execution_id)s) AS result"
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
 CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s, %(after_key)s, %(limit)s)"
@@ -322,6 +323,10 @@ SET_RETENTION_SETTINGS = (
 )
 RUN_RETENTION = "SELECT harvest.run_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS result"
 PRUNE_WORKERS = "SELECT harvest.prune_workers(%(max_age)s::interval, %(operator)s) AS result"
+RELEASE_OWED_CHILD_ENDS = """
+SELECT harvest.release_owed_child_ends(%(parent_shard)s, %(batch_size)s, %(include_running)s,
+                                       %(operator)s) AS result
+"""
 PRUNE_FLOW_KEYS = "SELECT harvest.prune_flow_keys(%(batch_size)s) AS result"
 
 
@@ -1029,6 +1034,13 @@ def get_cross_shard_child(child_execution_id: Any) -> dict[str, Any]:
     return {"child_execution_id": child_execution_id}
 
 
+@call(CLEAR_OWED_CHILD_END, column("result"))
+def clear_owed_child_end(child_execution_id: Any) -> dict[str, Any]:
+    """On a child's shard: its end is no longer owed to its parent (delivered, or the parent
+    ended first), so retention may take it; False when nothing was owed."""
+    return {"child_execution_id": child_execution_id}
+
+
 @call(CANCEL_CROSS_SHARD_CHILD, column("result"))
 def cancel_cross_shard_child(
     child_execution_id: Any, policy: str, parent_execution_id: Any
@@ -1599,6 +1611,20 @@ def run_retention(
 @call(PRUNE_WORKERS, column("result"))
 def prune_workers(max_age: str | None = None, operator: str | None = None) -> dict[str, Any]:
     return {"max_age": max_age, "operator": operator}
+
+
+@call(RELEASE_OWED_CHILD_ENDS, column("result"))
+def release_owed_child_ends(
+    parent_shard: int, batch_size: int = 500, include_running: bool = False, operator: str | None = None
+) -> dict[str, Any]:
+    """On a child's shard: let retention take up to ``batch_size`` cross-shard children whose
+    ends are owed to ``parent_shard``, a shard gone for good; how many were released."""
+    return {
+        "parent_shard": parent_shard,
+        "batch_size": batch_size,
+        "include_running": include_running,
+        "operator": operator,
+    }
 
 
 @call(PRUNE_FLOW_KEYS, column("result"))

@@ -12,8 +12,11 @@ the decision is rolled back with nothing recorded and retried, never placed else
 pump's tick) takes the rows that are due and moves each one step, calling the child's shard
 and the parent's shard one after the other, never holding both: start the child there
 (idempotent on its id), pull its end back into the parent (a read; a pull, not a push, so a
-crash anywhere leaves the row for the next sweep), or apply the parent's close policy once the
-parent ended first. A child shard that cannot be reached counts an attempt on the row and backs
+crash anywhere leaves the row for the next sweep), tell the child's shard once the parent's
+history has the end (``clear_owed_child_end``: until then that shard's retention keeps the
+ended child, however long the parent's shard is away; the row waits as ``delivered``
+meanwhile), or apply the parent's close policy once the parent ended first (which tells the
+child's shard too). A child shard that cannot be reached counts an attempt on the row and backs
 off ``min(attempts, 6) x 5 s``.
 """
 
@@ -129,6 +132,15 @@ async def _report(
             _, status, output, failure = step
             await sql.complete_cross_shard_child(child, status, output, failure)
             report.children["settled"] = report.children.get("settled", 0) + 1
+    if step[0] == "settle" and step[1] not in (None, "START_FAILED"):
+        # The parent's history has the end (the row is delivered): tell the child's shard at
+        # once. Not reached, the row stays delivered and the next sweep tells it (_step).
+        try:
+            await _clear_owed_end(pools, source, row)
+        except (HarvestError, ShardUnavailable) as exc:
+            log.info(
+                "cross-shard child %s delivered; shard %s not told yet: %s", child, row["target_shard"], exc
+            )
     if step[0] == "started" and not kept:
         # The row went while this pump started the child (another pump settled it: the parent
         # ended, and its close policy found no child there yet). The policy is applied here to
@@ -148,8 +160,23 @@ async def _report(
             )
 
 
+async def _clear_owed_end(pools: AsyncShardPools, source: int, row: dict[str, Any]) -> None:
+    """The child's end, delivered to its parent, is no longer owed: the child's shard lets its
+    retention take it, then the parent's row goes."""
+    child = row["child_execution_id"]
+    async with pools.api(row["target_shard"]) as sql:
+        await sql.clear_owed_child_end(child)
+    async with pools.api(source) as sql:
+        await sql.complete_cross_shard_child(child, None)
+
+
 async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple[Any, ...]:
     child, target = row["child_execution_id"], row["target_shard"]
+    if row["status"] == "delivered":
+        # The parent's history has the end; the child's shard was not told (its clear was lost).
+        async with pools.api(target) as sql:
+            await sql.clear_owed_child_end(child)
+        return ("settle", None, None, None)
     async with pools.api(target) as sql:
         if row["cancel_requested"]:  # the parent ended first: its close policy, then forget the row
             # (On a row still ``starting`` too: a start whose report was lost made the child

@@ -1,0 +1,200 @@
+"""A cross-shard child's end outlives its shard's retention window until its parent has it
+(issue #1263, docs/sharding.md "Children on other shards"): the child's shard keeps an ended
+child whose parent on another shard has not taken its end, however short the window, and lets
+it go once the pump has delivered it (or the parent's close policy reached it, or an operator
+released the ends owed to a shard that is gone). Two real shards, the pump's steps played by
+the test, the janitor run under the test clock: no worker, no sleep."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+import psycopg.rows
+import pytest
+from cross_shard_helpers import enable_cross_shard_relays, router
+from rebalance_helpers import park
+
+from harvest.shard import AsyncShardPools
+from harvest.shard.relay_pump import RelayPump
+
+pytestmark = pytest.mark.shard
+
+LATER = "2999-01-01 00:00:00+00"  # the janitor's clock: far past every window below
+ENDED = ["ChildWorkflowStarted", "ChildWorkflowCompleted"]  # the parent's history of a delivered end
+
+
+def _park_with_remote_child(cluster, key: str, policy: str = "terminate") -> tuple[str, str]:
+    """A parent on shard 0 whose decision placed a child (workflow ``kid``, queue ``kidq``) on
+    shard 1. Returns the parent's and the child's execution ids."""
+    command = {
+        "type": "start_child_workflow",
+        "seq": 1,
+        "workflow_name": "kid",
+        "workflow_id": f"{key}-kid",
+        "task_queue": "kidq",
+        "parent_close_policy": policy,
+        "shard": 1,
+    }
+    parent = park(cluster.dsns[0], key, [command])
+    with cluster.connect(0) as conn:
+        child = conn.execute(
+            "SELECT child_execution_id FROM harvest.cross_shard_children WHERE parent_execution_id = %s",
+            (uuid.UUID(parent),),
+        ).fetchone()[0]
+    return parent, str(child)
+
+
+async def _tick(cluster) -> None:
+    async with AsyncShardPools(router(), cluster.dsns, max_size=2, acquire_timeout=2.0) as pools:
+        await RelayPump(pools, sources=[0]).tick()
+
+
+def _decide_child(cluster, commands: list[dict]) -> None:
+    with cluster.connect(1) as conn:
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-test', ARRAY['kidq'], 1, 30)"
+        ).fetchone()
+        assert task is not None, "the child has no workflow task"
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'w-test')",
+            (task[0], task[1], psycopg.types.json.Jsonb(commands)),
+        )
+
+
+def _janitor(cluster, shard: int, max_age: str = "1 hour") -> dict:
+    """One retention batch on ``shard`` with its clock far in the future: every ended run is
+    past the window."""
+    with cluster.connect(shard) as conn:
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (LATER,))
+        return conn.execute("SELECT harvest.run_retention(%s::interval)", (max_age,)).fetchone()[0]
+
+
+def _exists(cluster, shard: int, execution_id: str) -> bool:
+    with cluster.connect(shard) as conn:
+        found = conn.execute("SELECT 1 FROM harvest.executions WHERE id = %s", (execution_id,)).fetchone()
+    return found is not None
+
+
+def _parent_events(cluster, parent: str) -> list[tuple[str, dict]]:
+    with cluster.connect(0) as conn:
+        return conn.execute(
+            "SELECT event_type, event_data FROM harvest.events WHERE execution_id = %s "
+            "AND event_type LIKE 'ChildWorkflow%%' ORDER BY event_id",
+            (parent,),
+        ).fetchall()
+
+
+def _children_rows(cluster) -> list[tuple]:
+    with cluster.connect(0) as conn:
+        return conn.execute(
+            "SELECT status, cancel_requested, last_error FROM harvest.cross_shard_children"
+        ).fetchall()
+
+
+def test_an_ended_child_is_kept_past_its_shards_window_until_its_parent_has_its_end(shards) -> None:
+    """The child completes on shard 1 while its parent's pump does not come by (shard 0 down,
+    a pump stopped) for longer than shard 1's retention window: the janitor there must keep the
+    child, so that the pump, back, delivers its result (and does not find it gone: the parent
+    would wait for ever). Once delivered, the child goes with the next batch."""
+    enable_cross_shard_relays(shards)
+    parent, child = _park_with_remote_child(shards, "owed-end")
+    asyncio.run(_tick(shards))  # the pump starts the child on shard 1
+    _decide_child(shards, [{"type": "complete_workflow", "result": "done"}])
+
+    swept = _janitor(shards, 1)
+    assert _exists(shards, 1, child), f"the janitor purged a child whose parent has not its end: {swept}"
+
+    asyncio.run(_tick(shards))
+    events = _parent_events(shards, parent)
+    assert [e[0] for e in events] == ENDED, _children_rows(shards)
+    assert events[1][1]["result"] == "done"
+    assert _children_rows(shards) == [], "the row settled"
+
+    _janitor(shards, 1)
+    assert not _exists(shards, 1, child), "delivered: the child's shard lets it go"
+
+
+def test_a_delivered_end_whose_release_was_lost_is_released_by_the_next_sweep(shards) -> None:
+    """The pump delivered the end to the parent, then could not reach the child's shard to say
+    so: the parent's row waits (delivered), the child is kept, and the next sweep releases it
+    without a second ChildWorkflowCompleted."""
+    enable_cross_shard_relays(shards)
+    parent, child = _park_with_remote_child(shards, "lost-ack")
+    asyncio.run(_tick(shards))
+    _decide_child(shards, [{"type": "complete_workflow", "result": 7}])
+
+    class NoAck(AsyncShardPools):
+        calls = 0
+
+        def api(self, shard: int):  # the child's shard answers the read, then is gone
+            if shard == 1:
+                self.calls += 1
+                if self.calls > 1:
+                    from harvest.core.errors import ShardUnavailable
+
+                    raise ShardUnavailable(1, "down")
+            return super().api(shard)
+
+    async def lossy_tick() -> None:
+        async with NoAck(router(), shards.dsns, max_size=2, acquire_timeout=2.0) as pools:
+            await RelayPump(pools, sources=[0]).tick()
+
+    asyncio.run(lossy_tick())
+    assert [e[0] for e in _parent_events(shards, parent)] == ENDED
+    assert [r[0] for r in _children_rows(shards)] == ["delivered"]
+    _janitor(shards, 1)
+    assert _exists(shards, 1, child), "its release did not reach shard 1: kept"
+
+    with shards.connect(0) as conn:  # past the failed step's backoff
+        conn.execute("UPDATE harvest.cross_shard_children SET next_attempt_at = NULL")
+    asyncio.run(_tick(shards))
+    assert _children_rows(shards) == []
+    assert [e[0] for e in _parent_events(shards, parent)] == ENDED
+    _janitor(shards, 1)
+    assert not _exists(shards, 1, child)
+
+
+@pytest.mark.parametrize("policy", ["abandon", "request_cancel", "terminate"])
+def test_a_parent_that_ended_first_lets_its_childs_end_go(shards, policy: str) -> None:
+    """The parent is terminated while its child runs: whatever its close policy, nobody will
+    take the child's end, so the pump's visit with the policy releases it, and the child (once
+    ended) goes with its window like any run."""
+    enable_cross_shard_relays(shards)
+    parent, child = _park_with_remote_child(shards, f"gone-parent-{policy}", policy)
+    asyncio.run(_tick(shards))
+    with shards.connect(0) as conn:
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'stop the tree')", (parent,))
+    asyncio.run(_tick(shards))
+    assert _children_rows(shards) == []
+    if policy != "terminate":  # abandon: still running; request_cancel: asked to stop
+        _decide_child(shards, [{"type": "complete_workflow", "result": None}])
+    _janitor(shards, 1)
+    assert not _exists(shards, 1, child), "the parent ended first: the child's end is owed to nobody"
+
+
+def test_an_operator_releases_the_ends_owed_to_a_retired_shard(shards) -> None:
+    """The parent's shard is gone for good (retired, restored to before the child's start): an
+    admin releases, on the child's shard, the ends owed to it, and the janitor takes them."""
+    enable_cross_shard_relays(shards)
+    _parent, child = _park_with_remote_child(shards, "retired")
+    asyncio.run(_tick(shards))
+    _decide_child(shards, [{"type": "complete_workflow", "result": 1}])
+    with shards.connect(1) as conn:
+        conn.row_factory = psycopg.rows.dict_row
+        owed = conn.execute("SELECT harvest.get_retention_status() -> 'owed_child_ends' AS n").fetchone()["n"]
+        assert owed == 1
+        released = conn.execute(
+            "SELECT harvest.release_owed_child_ends(0, p_operator_id => 'ops') AS n"
+        ).fetchone()["n"]
+        assert released == 1
+        assert (
+            conn.execute(
+                "SELECT count(*) AS n FROM harvest.audit_log"
+                " WHERE operation = 'retention.release_owed_child_ends'"
+            ).fetchone()["n"]
+            == 1
+        )
+    _janitor(shards, 1)
+    assert not _exists(shards, 1, child)
