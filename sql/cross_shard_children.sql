@@ -11,7 +11,7 @@
 --
 -- status: starting (not yet started on target_shard), running (started there) or
 -- delivered (its end was handed to the parent: the child's shard is still to be told,
--- clear_owed_child_end, so that its retention lets the child go; migration 0102).
+-- clear_owed_child_end, so that its retention lets the child go; migration 0101).
 -- attempts, last_attempt_at and last_error are written on every step that made no
 -- progress (an unreachable target shard); next_attempt_at is when the pump may
 -- take the row again (a lease while it works on it, a backoff of

@@ -75,7 +75,7 @@ CREATE TABLE harvest.executions (
     -- tasks drain (functions/activities.sql, _wake_after_results; migration 0065).
     wake_hold boolean NOT NULL DEFAULT false,
     -- A cross-shard child's run whose end its parent (on this shard number) has not taken yet
-    -- (functions/cross_shard.sql; migration 0102): retention keeps the run while it is set, the
+    -- (functions/cross_shard.sql; migration 0101): retention keeps the run while it is set, the
     -- pump clears it once the parent's history has the end, or the parent's close policy reached
     -- the child; a continue-as-new hands it to the successor.
     end_owed_to_shard integer,
@@ -135,7 +135,7 @@ CREATE INDEX executions_completed
 ON harvest.executions (completed_at)
 WHERE status <> 'RUNNING';
 
--- The runs whose end a parent on another shard has not taken yet (migration 0102): few, and
+-- The runs whose end a parent on another shard has not taken yet (migration 0101): few, and
 -- only while a parent's pump is behind; an operator's release of the ends owed to a retired
 -- shard, and retention status, count them here.
 CREATE INDEX executions_end_owed

@@ -68,7 +68,7 @@ def test_a_batch_deletes_at_most_its_size_of_relay_receipts_through_their_index(
 
 def test_ends_owed_to_a_retired_shard_are_released_through_their_index(db: str) -> None:
     """An operator's release of the cross-shard children's ends owed to a shard gone for good
-    (release_owed_child_ends, migration 0102) reads the owed runs through executions_end_owed,
+    (release_owed_child_ends, migration 0101) reads the owed runs through executions_end_owed,
     a batch at a time: not the whole backlog of ended runs. The janitor keeps the owed runs and
     its batch stays bounded while they wait."""
     with psycopg.connect(db, autocommit=True) as conn:

@@ -1,5 +1,5 @@
 -- harvest:no-transaction
--- 0102: a cross-shard child's end is kept on its shard until its parent has it (issue #1263;
+-- 0101: a cross-shard child's end is kept on its shard until its parent has it (issue #1263;
 -- re-runnable: this file runs outside a transaction, so the index is built without blocking the
 -- runs that start and close meanwhile).
 --
