@@ -33,7 +33,7 @@ from harvest.client.outage import Outage
 from harvest.core import payload
 from harvest.core.codecs import Payloads
 from harvest.core.deprecation import queue_alias
-from harvest.core.durations import parse_duration, plain_number
+from harvest.core.durations import Duration, parse_duration, plain_number
 from harvest.core.errors import (
     ActivityFailure,
     DatabaseUnavailable,
@@ -219,8 +219,8 @@ class StartOptions:
     conflict_policy: str = "unspecified"
     search_attributes: dict[str, Any] | None = None
     priority: int = 0
-    execution_timeout: Any = None
-    run_timeout: Any = None
+    execution_timeout: Duration | None = None
+    run_timeout: Duration | None = None
     shard_id: int | None = None
     residency_key: str | None = None
     connection: Any = None
@@ -403,7 +403,7 @@ def _result_steps(
     execution_id: str,
     marks: _Marks,
     deadline: float | None,
-    timeout: float | None,
+    timeout: Duration | None,
     route: Any = None,
     marked: Callable[[], bool] | None = None,
 ) -> Steps[Any]:
@@ -416,8 +416,9 @@ def _result_steps(
     first = execution_id
     if marked is not None and marked():
         marks.runs.add(execution_id)
+        left = _left(deadline)
         yield Notified(
-            execution_id, _RESULT_REREAD_SECS if timeout is None else min(timeout, _RESULT_REREAD_SECS)
+            execution_id, _RESULT_REREAD_SECS if left is None else max(0.0, min(left, _RESULT_REREAD_SECS))
         )
     outage = Outage(f"the result wait for workflow {handle.execution_id}")
     while True:
@@ -659,7 +660,12 @@ def _refuse_if_closed(client: Any) -> None:
         raise InvalidArgument(f"this {type(client).__name__} is closed: make a new one")
 
 
-def _deadline(timeout: float | None) -> float | None:
+def _within(timeout: Duration | None) -> float | None:
+    """A wait's timeout in seconds (None: none), however it was given ("30s", a timedelta)."""
+    return None if timeout is None else parse_duration(timeout, "timeout")
+
+
+def _deadline(timeout: Duration | None) -> float | None:
     """When a wait of ``timeout`` seconds (None: none) ends. A NaN, a negative or a non-number
     is an InvalidArgument, as for query() and update(): NaN passed every comparison and waited
     for good."""
@@ -1063,7 +1069,7 @@ class _Handle:
             span, execution_id=str(self.execution_id), caller_first=True, attributes={attribute: name}
         )
 
-    def _result_start(self, timeout: float | None) -> tuple[Any, str, float | None]:
+    def _result_start(self, timeout: Duration | None) -> tuple[Any, str, float | None]:
         """Where a result wait starts: the client's target, the run, the deadline."""
         _not_deferred(self)
         return self.client._target, cast(str, self.execution_id), _deadline(timeout)
@@ -1073,7 +1079,7 @@ class _Handle:
         run: str,
         waiter_id: str,
         deadline: float | None,
-        timeout: float | None,
+        timeout: Duration | None,
         marked: Callable[[], bool] | None,
     ) -> tuple[Steps[Any], Callable[[], Sql | None]]:
         """result()'s steps on ``run`` and their cleanup call (a mark left behind): on the
@@ -1121,9 +1127,10 @@ def _lookup_deadline(method: Callable[..., Any]) -> Callable[..., float | None]:
         timeout = signature.bind(*args, **kwargs).arguments.get(
             "timeout", signature.parameters["timeout"].default
         )
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-            return None  # (None, or a value the method itself refuses)
-        return _deadline(timeout)
+        try:
+            return _deadline(timeout)
+        except InvalidArgument:
+            return None  # (a value the method itself refuses, saying so)
 
     return deadline
 
@@ -1230,7 +1237,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         return cast("bool", self._on_current(sqlapi.resume_workflow, reason, operator_id))
 
     @_finds_run
-    def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
+    def query(self, name: str, arg: Any = None, *, timeout: Duration = 10.0, result_type: Any = Any) -> Any:
         """A worker's answer from the run's current state; nothing is written (docs/messages.md)."""
         return messaging.query(self.client, cast(str, self.execution_id), name, arg, timeout, result_type)
 
@@ -1241,7 +1248,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         arg: Any = None,
         *,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         result_type: Any = Any,
     ) -> Any:
@@ -1277,14 +1284,14 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         return _drive(self._children(ShardReads, status, depth))
 
     @_finds_run
-    def result(self, timeout: float | None = None) -> ResultT:
+    def result(self, timeout: Duration | None = None) -> ResultT:
         """Wait for the run (and any continue-as-new successors) to end; return or raise. It
         LISTENs on the shard the run lives on (following a rebalance's forwarding pointer), and
         on each successor's shard in turn."""
         return self._result(timeout, str(uuid.uuid4()))
 
     def _result(
-        self, timeout: float | None, waiter_id: str, marked: Callable[[], bool] | None = None
+        self, timeout: Duration | None, waiter_id: str, marked: Callable[[], bool] | None = None
     ) -> ResultT:
         """result() as ``waiter_id``; ``marked``: see _result_steps (the first run only)."""
         target, run, deadline = self._result_start(timeout)
@@ -1457,7 +1464,7 @@ class Client:
         /,
         *args: *Args,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> ResultT: ...
     @overload
@@ -1467,7 +1474,7 @@ class Client:
         /,
         *args: Any,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> Any: ...
     def execute_workflow(
@@ -1476,7 +1483,7 @@ class Client:
         /,
         *args: object,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> Any:
         """Start a run and wait for its result: ``start_workflow(...)`` then ``result()``, in
@@ -1489,7 +1496,11 @@ class Client:
         not a start given ``connection=``, offloaded input or a pinned shard) is waited for on
         the client's LISTEN connection without a first read."""
         waiter_id = str(uuid.uuid4())
-        hub = None if self._target.sharded else self._listener(routing.ONE, channels.DONE, result_timeout)
+        hub = (
+            None
+            if self._target.sharded
+            else self._listener(routing.ONE, channels.DONE, _within(result_timeout))
+        )
         token = _listening_since(hub)
         handle, marked = self._start(workflow, args, options, kwargs, waiter_id)
         return handle._result(result_timeout, waiter_id, _unmissed(hub, token) if marked else None)
@@ -1587,7 +1598,7 @@ class Client:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,
@@ -1604,7 +1615,7 @@ class Client:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,
@@ -1620,7 +1631,7 @@ class Client:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,
@@ -1772,7 +1783,9 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         return cast("bool", await self._on_current(sqlapi.resume_workflow, reason, operator_id))
 
     @_afinds_run
-    async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
+    async def query(
+        self, name: str, arg: Any = None, *, timeout: Duration = 10.0, result_type: Any = Any
+    ) -> Any:
         run = cast(str, self.execution_id)
         return await messaging.aquery(self.client, run, name, arg, timeout, result_type)
 
@@ -1783,7 +1796,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         arg: Any = None,
         *,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         result_type: Any = Any,
     ) -> Any:
@@ -1811,12 +1824,12 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         return await _adrive(self._children(AsyncShardReads, status, depth))
 
     @_afinds_run
-    async def result(self, timeout: float | None = None) -> ResultT:
+    async def result(self, timeout: Duration | None = None) -> ResultT:
         """See :meth:`WorkflowHandle.result`."""
         return await self._result(timeout, str(uuid.uuid4()))
 
     async def _result(
-        self, timeout: float | None, waiter_id: str, marked: Callable[[], bool] | None = None
+        self, timeout: Duration | None, waiter_id: str, marked: Callable[[], bool] | None = None
     ) -> ResultT:
         """result() as ``waiter_id``; ``marked``: see _result_steps (the first run only)."""
         target, run, deadline = self._result_start(timeout)
@@ -2058,7 +2071,7 @@ class AsyncClient:
         /,
         *args: *Args,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> ResultT: ...
     @overload
@@ -2068,7 +2081,7 @@ class AsyncClient:
         /,
         *args: Any,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> Any: ...
     async def execute_workflow(
@@ -2077,13 +2090,13 @@ class AsyncClient:
         /,
         *args: object,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> Any:
         """See :meth:`Client.execute_workflow`."""
         waiter_id = str(uuid.uuid4())
         listening = not self._target.sharded
-        hub = await self._listener(routing.ONE, channels.DONE, result_timeout) if listening else None
+        hub = await self._listener(routing.ONE, channels.DONE, _within(result_timeout)) if listening else None
         token = _listening_since(hub)
         handle, marked = await self._start(workflow, args, options, kwargs, waiter_id)
         return await handle._result(result_timeout, waiter_id, _unmissed(hub, token) if marked else None)
@@ -2171,7 +2184,7 @@ class AsyncClient:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,
@@ -2188,7 +2201,7 @@ class AsyncClient:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,
@@ -2204,7 +2217,7 @@ class AsyncClient:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from typing import Any, Self
 
 from harvest.client.client import AsyncClient, Client
-from harvest.core.durations import parse_duration
+from harvest.core.durations import Duration, parse_duration
 from harvest.core.errors import TimeoutError_
 from harvest.db import testkit
 from harvest.declare.definitions import ActivityDefinition, App, require_app
@@ -373,7 +373,7 @@ class WorkflowEnvironment:
             raise RuntimeError("the environment is not started")
         return self._clock
 
-    def sleep(self, duration: Any, *, settle_timeout: float = 10.0) -> None:
+    def sleep(self, duration: Duration, *, settle_timeout: float = 10.0) -> None:
         """Move the clock forward by ``duration`` (``"1d"``, seconds, a timedelta) at once, fire
         what became due, and return once nothing can run any more (or ``settle_timeout``).
         A timedelta is checked as a number or a string is: a negative one, or one longer than
