@@ -416,3 +416,20 @@ def test_an_update_retried_after_the_run_continued_as_new_is_not_applied_twice(s
     assert by_key.update("credit", 5, update_id="credit-1", timeout=20) == 5  # two runs back
     by_key.signal("control", "stop")
     assert (again, by_key.result(timeout=30)) == (5, 5)
+
+
+def test_an_argument_a_query_does_not_take_is_refused_not_dropped(start_worker, client: Client):
+    """handle.query("total", 5) ran total(ctx) and answered as if nothing was passed: the caller
+    believed its argument was used. It is refused, naming the argument and the handler's
+    signature; so is an update's (at validation: nothing is accepted)."""
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    with pytest.raises(QueryFailed, match=r"query 'total' takes no argument.*total\(ctx\).*given 5 \(int\)"):
+        handle.query("total", 5)
+    assert handle.query("total") == 0  # no argument (None) is no argument
+    with pytest.raises(UpdateRejected, match=r"update 'fail_update' takes no argument.*given 'x' \(str\)"):
+        handle.update("fail_update", "x")
+    assert "UpdateAccepted" not in event_types(handle)
+    handle.signal("close")
+    assert handle.result(timeout=30) == {"total": 0, "entries": []}

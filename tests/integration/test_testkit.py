@@ -25,6 +25,7 @@ from harvest import App, RetryPolicy, activity, query, update, workflow
 from harvest.core.errors import (
     ActivityFailure,
     InvalidArgument,
+    QueryFailed,
     SignalTimeout,
     TimeoutError_,
     WorkflowFailed,
@@ -284,6 +285,15 @@ def test_a_signal_timeout_fires_at_once_when_the_result_is_awaited(env: Workflow
     assert handle.result(timeout=10) == "expired"
     assert time.monotonic() - began < 1.0
     assert env.now() - dt.datetime.now(dt.UTC) >= dt.timedelta(days=3) - SLACK
+
+
+def test_a_query_given_an_argument_it_does_not_take_is_refused(env: WorkflowEnvironment):
+    """The test kit's queries are the worker's: an extra argument is an error, not dropped."""
+    handle = env.client.start_workflow(approval, "chair")
+    env.wait_until_idle()
+    with pytest.raises(QueryFailed, match=r"query 'status' takes no argument.*status\(ctx\).*'verbose'"):
+        handle.query("status", "verbose", timeout=10)
+    assert handle.query("status", timeout=10) == "waiting"
 
 
 def test_env_sleep_moves_the_clock_by_hand(env: WorkflowEnvironment):

@@ -58,9 +58,18 @@ class HandlerDefinition:
     def return_hint(self) -> Any:
         return _safe_hints(self.fn).get("return", Any)
 
-    def decode_arg(self, raw: Any) -> tuple[Any, ...]:
-        """The positional arguments after ctx: ``()`` or ``(decoded arg,)``."""
+    def decode_arg(self, raw: Any, *, refuse_extra: bool = True) -> tuple[Any, ...]:
+        """The positional arguments after ctx: ``()`` or ``(decoded arg,)``. An argument
+        (anything but None, which is what a call without one sends) for a handler that takes
+        none is a TypeError: dropped, its caller would believe it was used.
+        ``refuse_extra=False``: drop it (an update already accepted, replayed)."""
         if not self.takes_arg:
+            if raw is not None and refuse_extra:
+                raise TypeError(
+                    f"{self.kind} {self.name!r} takes no argument: its handler is "
+                    f"{_shape(self.fn)}; it was given {_short(raw)} ({type(raw).__name__}). "
+                    f"Call it without one, or give the handler a second parameter (ctx, arg)"
+                )
             return ()
         return (decode(raw, self.arg_hint(), f"{self.kind} {self.name!r} argument"),)
 
@@ -73,6 +82,19 @@ class HandlerDefinition:
         if self.kind == "update":
             out["has_validator"] = self.validator is not None
         return out
+
+
+def _shape(fn: Callable[..., Any]) -> str:
+    """``name(ctx)``: a handler as a caller reads it in an error."""
+    try:
+        return f"{getattr(fn, '__name__', 'handler')}{inspect.signature(fn)}"
+    except (TypeError, ValueError):
+        return repr(fn)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _positional(fn: Callable[..., Any]) -> list[inspect.Parameter]:
