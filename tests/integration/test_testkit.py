@@ -146,8 +146,13 @@ async def forgets_to_await(ctx) -> None:
     ctx.sleep("1d")  # a bug of the code under test: its workflow task fails on every attempt
 
 
+@workflow
+async def mistyped(ctx) -> int:
+    return "seven"  # type: ignore[return-value]  (a bug of the code under test)
+
+
 app = App(
-    workflows=[checkout, weekly, approval, reminder, convert, ship, forever, forgets_to_await],
+    workflows=[checkout, weekly, approval, reminder, convert, ship, forever, forgets_to_await, mistyped],
     activities=[charge, lookup_rate, print_label],
     queries=[status, phase],
     updates=[rename],
@@ -454,6 +459,22 @@ def test_a_failing_workflow_task_is_not_skipped_into_a_spin(env: WorkflowEnviron
             (handle.execution_id,),
         ).fetchone()[0]
     assert attempts <= 2  # the first attempt, and at most one retry 5 s of real time later
+
+
+def test_a_result_its_return_hint_does_not_allow_fails_the_task_not_the_run(env: WorkflowEnvironment):
+    """`-> int` returning "seven" completed the run; only the client's decode raised, after the
+    fact, and a parent reading it as a child failed in turn. The worker now refuses to complete
+    it: the task fails (retried in real time, as any bug of the workflow code), the run stays
+    RUNNING with no result recorded, and the wait's error quotes why."""
+    handle = env.client.start_workflow(mistyped)
+    with pytest.raises(
+        TimeoutError_,
+        match=r"its workflow task fails .*PayloadError: workflow 'mistyped' "
+        r"returned str 'seven', which its return hint int does not allow",
+    ):
+        handle.result(timeout=1)
+    assert handle.describe()["status"] == "RUNNING"
+    assert "WorkflowCompleted" not in [e["event_type"] for e in handle.history()]
 
 
 # -- mistakes a test author makes, refused where they are made (no database needed) ----------
