@@ -147,12 +147,28 @@ async def forgets_to_await(ctx) -> None:
 
 
 @workflow
+async def parent_of_forever(ctx) -> None:
+    await ctx.execute_child_workflow(forever)
+
+
+@workflow
 async def mistyped(ctx) -> int:
     return "seven"  # type: ignore[return-value]  (a bug of the code under test)
 
 
 app = App(
-    workflows=[checkout, weekly, approval, reminder, convert, ship, forever, forgets_to_await, mistyped],
+    workflows=[
+        checkout,
+        weekly,
+        approval,
+        reminder,
+        convert,
+        ship,
+        forever,
+        parent_of_forever,
+        forgets_to_await,
+        mistyped,
+    ],
     activities=[charge, lookup_rate, print_label],
     queries=[status, phase],
     updates=[rename],
@@ -475,6 +491,114 @@ def test_a_result_its_return_hint_does_not_allow_fails_the_task_not_the_run(env:
         handle.result(timeout=1)
     assert handle.describe()["status"] == "RUNNING"
     assert "WorkflowCompleted" not in [e["event_type"] for e in handle.history()]
+
+
+def _within(seconds: float, wait, *args):
+    """``wait(*args)`` in a thread, given ``seconds`` to end: what it returned or raised.
+    (A wait that would hang fails the test here instead of hanging the session.)"""
+    import threading
+
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = wait(*args)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds}s"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def test_a_result_wait_on_a_run_nothing_can_move_fails_naming_what_it_waits_for(kit_server: TestServer):
+    """result() with no timeout on a run waiting for a signal nobody sends waited for ever: the
+    test hung the session. Nothing can run and no timer is pending, so after stuck_after of
+    that the wait fails and says what the run waits on (a child's wait included)."""
+    with WorkflowEnvironment(app, server=kit_server, stuck_after="200ms") as env:
+        handle = env.client.start_workflow(forever)
+        began = time.monotonic()
+        with pytest.raises(
+            TimeoutError_,
+            match=r"cannot go on: nothing in the test environment can make it "
+            r"progress \(forever waits for signal 'never', which nobody has sent",
+        ):
+            _within(20, handle.result)
+        assert time.monotonic() - began < 10
+        parent = env.client.start_workflow(parent_of_forever)
+        with pytest.raises(
+            TimeoutError_, match=r"waits for its child forever \(.*\), which waits for signal 'never'"
+        ):
+            _within(20, parent.result)
+        # The run is untouched, and a later wait with the signal sent completes.
+        handle.signal("never", "at last")
+        assert handle.result() is None
+
+
+def test_an_asyncio_result_wait_on_a_stuck_run_fails_too(kit_server: TestServer):
+    async def go() -> None:
+        async with await env.async_client() as client:
+            handle = await client.start_workflow(forever)
+            with pytest.raises(TimeoutError_, match=r"waits for signal 'never'"):
+                await asyncio.wait_for(handle.result(), 20)
+
+    with WorkflowEnvironment(app, server=kit_server, stuck_after="200ms") as env:
+        asyncio.run(go())
+
+
+def test_a_signal_sent_while_the_result_is_awaited_still_gets_through(env: WorkflowEnvironment):
+    """The stuck check waits stuck_after (2 s by default) of nothing able to run: a signal sent
+    from another thread once the wait is registered arrives in time."""
+    import threading
+
+    handle = env.client.start_workflow(forever)
+
+    def send_once_waited() -> None:
+        with psycopg.connect(env.dsn, autocommit=True) as conn:
+            while not conn.execute("SELECT count(*) FROM harvest.result_waiters").fetchone()[0]:
+                time.sleep(0.01)
+        handle.signal("never", "here")
+
+    sender = threading.Thread(target=send_once_waited, daemon=True)
+    sender.start()
+    assert _within(20, handle.result) is None
+    sender.join(5)
+
+
+def test_a_result_wait_without_timeout_is_bounded_and_names_the_mock_still_running(kit_server: TestServer):
+    """A mocked activity that never returns is work in flight (nothing is stuck by the clock's
+    measure), so result() waited for ever; a result() given no timeout is now bounded by
+    result_timeout and says which mock is still running."""
+    import threading
+
+    release = threading.Event()
+    with WorkflowEnvironment(app, server=kit_server, result_timeout="500ms") as env:
+        env.mock_activity(print_label, lambda ctx, parcel, carrier: release.wait(30) and {})
+        handle = env.client.start_workflow(ship, Parcel("sku", Decimal("1.5"), dt.date(2026, 1, 1)))
+        try:
+            with pytest.raises(
+                TimeoutError_,
+                match=r"still running after 0\.5s; the test environment bounds a "
+                r"result\(\) given no timeout to 0\.5s .*mocked activities still running: 'print_label'",
+            ):
+                _within(20, handle.result)
+            with pytest.raises(TimeoutError_, match=r"after 0\.1s$"):  # a timeout given is the caller's
+                handle.result(timeout=0.1)
+        finally:
+            release.set()
+
+
+def test_the_environment_s_result_bound_and_stuck_check_can_be_turned_off(kit_server: TestServer):
+    with pytest.raises(InvalidArgument, match="result_timeout"):
+        WorkflowEnvironment(app, server=kit_server, result_timeout=0)
+    with WorkflowEnvironment(app, server=kit_server, result_timeout=None, stuck_after=None) as env:
+        handle = env.client.start_workflow(forever)
+        with pytest.raises(TimeoutError_, match=r"still running after 1s$"):
+            handle.result(timeout=1)  # no stuck check: the wait's own timeout ends it
 
 
 # -- mistakes a test author makes, refused where they are made (no database needed) ----------

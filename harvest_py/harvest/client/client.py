@@ -366,6 +366,21 @@ def _chain_too_long(execution_id: str | None, workflow_id: str | None) -> Workfl
     )
 
 
+class ResultWatch(Protocol):
+    """Who watches a client's result waits (the test kit, harvest.testing.WorkflowEnvironment,
+    which knows when nothing in its database can run): ``client._result_watch``.
+
+    ``bound``: how long a result() given no timeout waits (None: for ever); ``stuck(run,
+    waiter)``: why that run cannot go on for that wait, or None (asked at each read of the run
+    while it is live); ``bound_note(run)``: what the error of a wait the bound ended adds."""
+
+    bound: float | None
+
+    def stuck(self, execution_id: str, waiter_id: str) -> str | None: ...
+
+    def bound_note(self, execution_id: str) -> str: ...
+
+
 class _Marks:
     """The runs a result wait has marked itself waiting for (``harvest.wait_for_result`` of a
     live run) and not yet read as ended (that read drops the waiter's mark, as the close does):
@@ -457,9 +472,17 @@ def _result_steps(
                     raise _Hop(successor) from None
                 execution_id = successor
                 continue
+        watch: ResultWatch | None = getattr(handle.client, "_result_watch", None)
+        stuck = watch.stuck(execution_id, marks.waiter_id) if watch is not None else None
+        if stuck is not None:  # (its mark stays for the cleanup to drop, as on a timeout)
+            raise TimeoutError_(f"workflow {handle.execution_id} cannot go on: {stuck}")
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             why = yield from _why_stuck(execution_id)
+            if timeout is None and watch is not None:  # no timeout given: the watch's bound ran out
+                raise still_running(
+                    handle.execution_id, watch.bound, f"{why}; {watch.bound_note(execution_id)}"
+                )
             raise still_running(handle.execution_id, timeout, why)
         # Wake on our id; a periodic re-read covers a close that raced our mark.
         yield Notified(
@@ -1072,6 +1095,9 @@ class _Handle:
     def _result_start(self, timeout: Duration | None) -> tuple[Any, str, float | None]:
         """Where a result wait starts: the client's target, the run, the deadline."""
         _not_deferred(self)
+        watch: ResultWatch | None = getattr(self.client, "_result_watch", None)
+        if timeout is None and watch is not None:  # a test's wait: bounded (harvest.testing)
+            return self.client._target, cast(str, self.execution_id), _deadline(watch.bound)
         return self.client._target, cast(str, self.execution_id), _deadline(timeout)
 
     def _waiting(
@@ -1365,6 +1391,7 @@ class Client:
         self._hubs: dict[tuple[int, str], ThreadNotificationHub] = {}
         self._hubs_lock = threading.Lock()
         self._closed = False  # (close() sets it: a wait after it opens no listener)
+        self._result_watch: ResultWatch | None = None  # the test kit's (harvest.testing)
 
     def _first_connections(self, check_schema: bool) -> None:
         """The first shard that answers (the default first): its identity (a pool's first
@@ -1952,6 +1979,7 @@ class AsyncClient:
         # API gives its process's. None: query and update waits LISTEN on a connection each.
         self._hubs: dict[tuple[int, str], NotificationHub] = {}
         self._closed = False  # (close() sets it: a wait after it opens no listener)
+        self._result_watch: ResultWatch | None = None  # the test kit's (harvest.testing)
         self.notifications: Callable[[int, str], Awaitable[Any]] | None = self._own_listener
 
     async def _own_listener(self, shard: int, channel: str, within: float | None = None) -> NotificationHub:
