@@ -524,8 +524,8 @@ def test_a_result_wait_on_a_run_nothing_can_move_fails_naming_what_it_waits_for(
         began = time.monotonic()
         with pytest.raises(
             TimeoutError_,
-            match=r"cannot go on: nothing in the test environment can make it "
-            r"progress \(forever waits for signal 'never', which nobody has sent",
+            match=r"cannot go on: nothing in the test environment can make it progress: .*; "
+            r"forever: waits for signal 'never', which nobody has sent\. Send it before waiting",
         ):
             _within(20, handle.result)
         assert time.monotonic() - began < 10
@@ -590,6 +590,19 @@ def test_a_result_wait_without_timeout_is_bounded_and_names_the_mock_still_runni
                 handle.result(timeout=0.1)
         finally:
             release.set()
+
+
+def test_a_stuck_wait_on_a_dead_lettered_activity_says_so(kit_server: TestServer):
+    """An activity no worker registers is dead-lettered: nothing can run, and the stuck wait
+    quotes the dead letter (as a timed-out wait does), not "waits for a signal"."""
+    unregistered = App(workflows=[ship], activities=[])
+    with WorkflowEnvironment(unregistered, server=kit_server, stuck_after="200ms") as env:
+        handle = env.client.start_workflow(ship, Parcel("sku", Decimal("1"), dt.date(2026, 1, 1)))
+        with pytest.raises(
+            TimeoutError_, match=r"ship: its activity 'print_label' is dead-lettered .*ActivityNotRegistered"
+        ) as err:
+            _within(20, handle.result)
+        assert "Send it before waiting" not in str(err.value)
 
 
 def test_the_environment_s_result_bound_and_stuck_check_can_be_turned_off(kit_server: TestServer):

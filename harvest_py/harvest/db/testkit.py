@@ -174,6 +174,12 @@ class SharedClock:
     def running_activities(self, execution_id: str) -> list[tuple[str, int]]:
         return [(r[0], r[1]) for r in self._conn.execute(_RUNNING_ACTIVITIES, (execution_id,)).fetchall()]
 
+    def stack(self, execution_id: str) -> dict[str, Any]:
+        """What the run waits on (harvest.get_execution_stack), as a stuck wait reports it."""
+        from harvest.db.sqlapi import SqlApi  # (the SQL API: only the stuck report needs it)
+
+        return cast("dict[str, Any]", SqlApi(self._conn).get_execution_stack(execution_id, 10))
+
     def wake_result_waits(self, execution_id: str) -> None:
         """Wake the result waits on a run (they read it again), as its close would."""
         self._conn.execute("SELECT pg_notify(%s, %s)", (channels.DONE, execution_id))

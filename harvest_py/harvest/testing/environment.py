@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Self, TypeVar
 
-from harvest.client.client import AsyncClient, Client
+from harvest.client.client import AsyncClient, Client, why_stuck
 from harvest.core.durations import Duration, parse_duration, plain_number
 from harvest.core.errors import TimeoutError_
 from harvest.db import testkit
@@ -511,13 +511,22 @@ class WorkflowEnvironment:
 
     def _stuck_reason(self, clock: testkit.SharedClock, execution_id: str, workflow_name: str) -> str:
         waits_on = self._waits_on(clock, execution_id, depth=0)
+        try:  # what the run's stack says (an activity dead-lettered, a task failing), as a timeout would
+            why = why_stuck(clock.stack(execution_id)).removeprefix("; ")
+        except Exception:  # a hint only
+            why = ""
+        text = (
+            "nothing in the test environment can make it progress: no task is due or running and "
+            "nothing is pending to skip to (a timer, a retry, a timeout), for "
+            f"{plain_number(self.stuck_after or 0)}s while its result was awaited; {workflow_name}: "
+        )
+        if why:
+            return text + "; ".join(filter(None, (waits_on, why)))
         return (
-            f"nothing in the test environment can make it progress ({workflow_name} "
-            f"{waits_on or 'waits for something only a client can give: a signal, an update or a cancel'}; "
-            f"no task is due or running and no timer, retry or timeout is pending, for "
-            f"{plain_number(self.stuck_after or 0)}s while its result was awaited). Send what it "
-            "waits for before waiting (handle.signal(...)), or from another thread or task within that time "
-            "(WorkflowEnvironment(stuck_after=...))"
+            text
+            + (waits_on or "waits for something only a client can give (a signal, an update, a cancel)")
+            + ". Send it before waiting (handle.signal(...)), or from another thread or task within "
+            "that time (WorkflowEnvironment(stuck_after=...))"
         )
 
     def _waits_on(self, clock: testkit.SharedClock, execution_id: str, depth: int) -> str:
