@@ -630,6 +630,11 @@ def _start_args(
         if not hint:
             raise
         raise TypeError(f"{exc}{hint}") from None
+    if definition is not None and definition.batch is None:
+        # Decoded as the worker will decode them: an argument its hints refuse (a str for an
+        # Order) is this call's PayloadError, not a run that fails at its first task. (A
+        # batch's run takes the list of its starts' arguments, not one start's: unchecked.)
+        payload.decode_args(definition.fn, encoded)
     chain, payloads = client.payloads.chain, client.payloads
     if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
         encoded = chain.encode_args(encoded)
