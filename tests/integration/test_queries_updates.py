@@ -50,6 +50,11 @@ def owner(ctx, shout: bool) -> str:
 
 
 @query(workflow="budget")
+def greeting(ctx, shout: bool = False) -> str:
+    return f"hello {ctx.state['owner']}" + ("!" if shout else "")
+
+
+@query(workflow="budget")
 def broken(ctx) -> int:
     raise RuntimeError("this query is broken")
 
@@ -148,7 +153,7 @@ async def counter(ctx) -> int:
 app = App(
     workflows=[budget, counter, account],
     activities=[book],
-    queries=[total, owner, broken, rotate_in_query, escape_in_query],
+    queries=[total, owner, greeting, broken, rotate_in_query, escape_in_query],
     updates=[spend, fail_update, spend_later, rotate_in_update, rotate_validated, refund, credit, debit],
 )
 
@@ -433,3 +438,22 @@ def test_an_argument_a_query_does_not_take_is_refused_not_dropped(start_worker, 
     assert "UpdateAccepted" not in event_types(handle)
     handle.signal("close")
     assert handle.result(timeout=30) == {"total": 0, "entries": []}
+
+
+def test_a_query_s_missing_argument_is_named_and_a_default_applies(start_worker, client: Client):
+    """handle.query("owner") for owner(ctx, shout: bool) said "expected bool, got NoneType None";
+    it now says the query takes an argument and none was given. A handler whose parameter has a
+    default got None decoded against the hint and failed the same way: the default applies."""
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    with pytest.raises(
+        QueryFailed, match=r"query 'owner' takes an argument: .*owner\(ctx, shout: bool\).*none was given"
+    ):
+        handle.query("owner")
+    with pytest.raises(UpdateRejected, match=r"update 'refund' takes an argument: .*none was given"):
+        handle.update("refund")
+    assert handle.query("greeting") == "hello ann"
+    assert handle.query("greeting", True) == "hello ann!"
+    handle.signal("close")
+    assert handle.result(timeout=30)["total"] == 0

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from harvest.core.errors import ConfigError, InvalidArgument, NotFound
+from harvest.core.errors import ConfigError, InvalidArgument, NotFound, PayloadError
 from harvest.core.payload import _safe_hints, decode
 
 __all__ = ["HandlerDefinition", "describe_handlers", "query", "register_handlers", "update"]
@@ -71,6 +71,17 @@ class HandlerDefinition:
                     f"Call it without one, or give the handler a second parameter (ctx, arg)"
                 )
             return ()
+        if raw is None:  # no argument given (or None sent): the parameter's default, if it has one
+            param = _positional(self.fn)[1]
+            if param.default is not param.empty:
+                return ()
+            try:
+                return (decode(None, self.arg_hint(), f"{self.kind} {self.name!r} argument"),)
+            except PayloadError:  # (a hint that allows None takes it)
+                raise TypeError(
+                    f"{self.kind} {self.name!r} takes an argument: its handler is {_shape(self.fn)}; "
+                    f"none was given (pass it: handle.{self.kind}({self.name!r}, value))"
+                ) from None
         return (decode(raw, self.arg_hint(), f"{self.kind} {self.name!r} argument"),)
 
     def describe(self) -> dict[str, Any]:
@@ -86,10 +97,14 @@ class HandlerDefinition:
 
 def _shape(fn: Callable[..., Any]) -> str:
     """``name(ctx)``: a handler as a caller reads it in an error."""
+    name = getattr(fn, "__name__", "handler")
     try:
-        return f"{getattr(fn, '__name__', 'handler')}{inspect.signature(fn)}"
-    except (TypeError, ValueError):
-        return repr(fn)
+        return f"{name}{inspect.signature(fn, eval_str=True)}"  # (hints as types, not 'strings')
+    except Exception:  # a hint that does not resolve: as written
+        try:
+            return f"{name}{inspect.signature(fn)}"
+        except (TypeError, ValueError):
+            return repr(fn)
 
 
 def _short(value: Any, limit: int = 80) -> str:

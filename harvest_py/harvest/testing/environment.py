@@ -540,7 +540,18 @@ class WorkflowEnvironment:
                 names = []
             if names:
                 listed = ", ".join(repr(n) for n in names)
-                parts.append(f"waits for signal {listed}, which nobody has sent")
+                waits = f"waits for signal {listed}, which nobody has sent"
+                try:  # a misspelt name sent instead is buffered unread (as a SignalTimeout says)
+                    unread = {n: c for n, c in run.signals.unread("").items() if n not in names}
+                except RuntimeError:
+                    unread = {}
+                if unread:
+                    waits += (
+                        " (signals of other names wait unread: "
+                        + ", ".join(f"{n!r} ({c})" for n, c in sorted(unread.items()))
+                        + ")"
+                    )
+                parts.append(waits)
         for child_id, child_name in clock.running_children(execution_id)[:3]:
             child = f"waits for its child {child_name} ({child_id})"
             inner = self._waits_on(clock, child_id, depth + 1) if depth < 3 else ""
