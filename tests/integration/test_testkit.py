@@ -521,11 +521,13 @@ def test_a_result_wait_on_a_run_nothing_can_move_fails_naming_what_it_waits_for(
     that the wait fails and says what the run waits on (a child's wait included)."""
     with WorkflowEnvironment(app, server=kit_server, stuck_after="200ms") as env:
         handle = env.client.start_workflow(forever)
+        handle.signal("nevr")  # a misspelt name: buffered unread, and named
         began = time.monotonic()
         with pytest.raises(
             TimeoutError_,
             match=r"cannot go on: nothing in the test environment can make it progress: .*; "
-            r"forever: waits for signal 'never', which nobody has sent\. Send it before waiting",
+            r"forever: waits for signal 'never', which nobody has sent \(signals of other names wait "
+            r"unread: 'nevr' \(1\)\)\. Send it before waiting",
         ):
             _within(20, handle.result)
         assert time.monotonic() - began < 10
