@@ -58,8 +58,6 @@ STUCK_AFTER_SECS = 2.0
 SKIP_POLL_SECS = 0.005
 # ... and while none is (a result wait starts skipping within this long).
 IDLE_POLL_SECS = 0.02
-_MOCK_CALLS = itertools.count()  # a key per mock call in flight
-
 # How long start() waits for the worker to register, and close() for it to drain.
 WORKER_START_SECS = 30.0
 # The worker's defaults here: a short scan tick (deadlines, relays), a quick drain.
@@ -123,6 +121,7 @@ class _WorkerThread:
 
 
 _OWN_OPTIONS = ("server", "dsn", "time_skipping", "result_timeout", "stuck_after")
+_MOCK_CALLS = itertools.count()  # a key per mock call in flight
 
 
 def _check_worker_options(options: dict[str, Any]) -> None:
