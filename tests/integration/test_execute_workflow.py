@@ -163,3 +163,20 @@ def test_waiters_keep_unclaimed_payloads_bounded_and_count_wake_alls(monkeypatch
     before = waiters.epoch
     waiters.wake_all()
     assert waiters.epoch == before + 1 and again.is_set()
+
+
+def test_execute_workflow_takes_its_result_timeout_as_any_duration(start_worker, db: str) -> None:
+    """result_timeout is result()'s timeout, which takes "5s" or a timedelta; execute_workflow
+    compared the text with a number (min("30s", 5.0): a TypeError) before it waited."""
+    import datetime
+
+    start_worker(APP)
+    with Client(db) as client:
+        assert client.execute_workflow(squared, 3, result_timeout="30s") == 9
+        assert client.execute_workflow(squared, 4, result_timeout=datetime.timedelta(seconds=30)) == 16
+
+    async def go() -> int:
+        async with await AsyncClient.connect(db) as aclient:
+            return await aclient.execute_workflow(squared, 5, result_timeout="30s")
+
+    assert asyncio.run(go()) == 25

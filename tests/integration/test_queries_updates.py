@@ -50,6 +50,11 @@ def owner(ctx, shout: bool) -> str:
 
 
 @query(workflow="budget")
+def greeting(ctx, shout: bool = False) -> str:
+    return f"hello {ctx.state['owner']}" + ("!" if shout else "")
+
+
+@query(workflow="budget")
 def broken(ctx) -> int:
     raise RuntimeError("this query is broken")
 
@@ -148,7 +153,7 @@ async def counter(ctx) -> int:
 app = App(
     workflows=[budget, counter, account],
     activities=[book],
-    queries=[total, owner, broken, rotate_in_query, escape_in_query],
+    queries=[total, owner, greeting, broken, rotate_in_query, escape_in_query],
     updates=[spend, fail_update, spend_later, rotate_in_update, rotate_validated, refund, credit, debit],
 )
 
@@ -416,3 +421,39 @@ def test_an_update_retried_after_the_run_continued_as_new_is_not_applied_twice(s
     assert by_key.update("credit", 5, update_id="credit-1", timeout=20) == 5  # two runs back
     by_key.signal("control", "stop")
     assert (again, by_key.result(timeout=30)) == (5, 5)
+
+
+def test_an_argument_a_query_does_not_take_is_refused_not_dropped(start_worker, client: Client):
+    """handle.query("total", 5) ran total(ctx) and answered as if nothing was passed: the caller
+    believed its argument was used. It is refused, naming the argument and the handler's
+    signature; so is an update's (at validation: nothing is accepted)."""
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    with pytest.raises(QueryFailed, match=r"query 'total' takes no argument.*total\(ctx\).*given 5 \(int\)"):
+        handle.query("total", 5)
+    assert handle.query("total") == 0  # no argument (None) is no argument
+    with pytest.raises(UpdateRejected, match=r"update 'fail_update' takes no argument.*given 'x' \(str\)"):
+        handle.update("fail_update", "x")
+    assert "UpdateAccepted" not in event_types(handle)
+    handle.signal("close")
+    assert handle.result(timeout=30) == {"total": 0, "entries": []}
+
+
+def test_a_query_s_missing_argument_is_named_and_a_default_applies(start_worker, client: Client):
+    """handle.query("owner") for owner(ctx, shout: bool) said "expected bool, got NoneType None";
+    it now says the query takes an argument and none was given. A handler whose parameter has a
+    default got None decoded against the hint and failed the same way: the default applies."""
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    with pytest.raises(
+        QueryFailed, match=r"query 'owner' takes an argument: .*owner\(ctx, shout: bool\).*none was given"
+    ):
+        handle.query("owner")
+    with pytest.raises(UpdateRejected, match=r"update 'refund' takes an argument: .*none was given"):
+        handle.update("refund")
+    assert handle.query("greeting") == "hello ann"
+    assert handle.query("greeting", True) == "hello ann!"
+    handle.signal("close")
+    assert handle.result(timeout=30)["total"] == 0

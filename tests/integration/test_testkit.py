@@ -25,6 +25,7 @@ from harvest import App, RetryPolicy, activity, query, update, workflow
 from harvest.core.errors import (
     ActivityFailure,
     InvalidArgument,
+    QueryFailed,
     SignalTimeout,
     TimeoutError_,
     WorkflowFailed,
@@ -145,8 +146,29 @@ async def forgets_to_await(ctx) -> None:
     ctx.sleep("1d")  # a bug of the code under test: its workflow task fails on every attempt
 
 
+@workflow
+async def parent_of_forever(ctx) -> None:
+    await ctx.execute_child_workflow(forever)
+
+
+@workflow
+async def mistyped(ctx) -> int:
+    return "seven"  # type: ignore[return-value]  (a bug of the code under test)
+
+
 app = App(
-    workflows=[checkout, weekly, approval, reminder, convert, ship, forever, forgets_to_await],
+    workflows=[
+        checkout,
+        weekly,
+        approval,
+        reminder,
+        convert,
+        ship,
+        forever,
+        parent_of_forever,
+        forgets_to_await,
+        mistyped,
+    ],
     activities=[charge, lookup_rate, print_label],
     queries=[status, phase],
     updates=[rename],
@@ -284,6 +306,15 @@ def test_a_signal_timeout_fires_at_once_when_the_result_is_awaited(env: Workflow
     assert handle.result(timeout=10) == "expired"
     assert time.monotonic() - began < 1.0
     assert env.now() - dt.datetime.now(dt.UTC) >= dt.timedelta(days=3) - SLACK
+
+
+def test_a_query_given_an_argument_it_does_not_take_is_refused(env: WorkflowEnvironment):
+    """The test kit's queries are the worker's: an extra argument is an error, not dropped."""
+    handle = env.client.start_workflow(approval, "chair")
+    env.wait_until_idle()
+    with pytest.raises(QueryFailed, match=r"query 'status' takes no argument.*status\(ctx\).*'verbose'"):
+        handle.query("status", "verbose", timeout=10)
+    assert handle.query("status", timeout=10) == "waiting"
 
 
 def test_env_sleep_moves_the_clock_by_hand(env: WorkflowEnvironment):
@@ -444,6 +475,145 @@ def test_a_failing_workflow_task_is_not_skipped_into_a_spin(env: WorkflowEnviron
             (handle.execution_id,),
         ).fetchone()[0]
     assert attempts <= 2  # the first attempt, and at most one retry 5 s of real time later
+
+
+def test_a_result_its_return_hint_does_not_allow_fails_the_task_not_the_run(env: WorkflowEnvironment):
+    """`-> int` returning "seven" completed the run; only the client's decode raised, after the
+    fact, and a parent reading it as a child failed in turn. The worker now refuses to complete
+    it: the task fails (retried in real time, as any bug of the workflow code), the run stays
+    RUNNING with no result recorded, and the wait's error quotes why."""
+    handle = env.client.start_workflow(mistyped)
+    with pytest.raises(
+        TimeoutError_,
+        match=r"its workflow task fails .*PayloadError: workflow 'mistyped' "
+        r"returned str 'seven', which its return hint int does not allow",
+    ):
+        handle.result(timeout=1)
+    assert handle.describe()["status"] == "RUNNING"
+    assert "WorkflowCompleted" not in [e["event_type"] for e in handle.history()]
+
+
+def _within(seconds: float, wait, *args):
+    """``wait(*args)`` in a thread, given ``seconds`` to end: what it returned or raised.
+    (A wait that would hang fails the test here instead of hanging the session.)"""
+    import threading
+
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = wait(*args)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds}s"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def test_a_result_wait_on_a_run_nothing_can_move_fails_naming_what_it_waits_for(kit_server: TestServer):
+    """result() with no timeout on a run waiting for a signal nobody sends waited for ever: the
+    test hung the session. Nothing can run and no timer is pending, so after stuck_after of
+    that the wait fails and says what the run waits on (a child's wait included)."""
+    with WorkflowEnvironment(app, server=kit_server, stuck_after="200ms") as env:
+        handle = env.client.start_workflow(forever)
+        handle.signal("nevr")  # a misspelt name: buffered unread, and named
+        began = time.monotonic()
+        with pytest.raises(
+            TimeoutError_,
+            match=r"cannot go on: nothing in the test environment can make it progress: .*; "
+            r"forever: waits for signal 'never', which nobody has sent \(signals of other names wait "
+            r"unread: 'nevr' \(1\)\)\. Send it before waiting",
+        ):
+            _within(20, handle.result)
+        assert time.monotonic() - began < 10
+        parent = env.client.start_workflow(parent_of_forever)
+        with pytest.raises(
+            TimeoutError_, match=r"waits for its child forever \(.*\), which waits for signal 'never'"
+        ):
+            _within(20, parent.result)
+        # The run is untouched, and a later wait with the signal sent completes.
+        handle.signal("never", "at last")
+        assert handle.result() is None
+
+
+def test_an_asyncio_result_wait_on_a_stuck_run_fails_too(kit_server: TestServer):
+    async def go() -> None:
+        async with await env.async_client() as client:
+            handle = await client.start_workflow(forever)
+            with pytest.raises(TimeoutError_, match=r"waits for signal 'never'"):
+                await asyncio.wait_for(handle.result(), 20)
+
+    with WorkflowEnvironment(app, server=kit_server, stuck_after="200ms") as env:
+        asyncio.run(go())
+
+
+def test_a_signal_sent_while_the_result_is_awaited_still_gets_through(env: WorkflowEnvironment):
+    """The stuck check waits stuck_after (2 s by default) of nothing able to run: a signal sent
+    from another thread once the wait is registered arrives in time."""
+    import threading
+
+    handle = env.client.start_workflow(forever)
+
+    def send_once_waited() -> None:
+        with psycopg.connect(env.dsn, autocommit=True) as conn:
+            while not conn.execute("SELECT count(*) FROM harvest.result_waiters").fetchone()[0]:
+                time.sleep(0.01)
+        handle.signal("never", "here")
+
+    sender = threading.Thread(target=send_once_waited, daemon=True)
+    sender.start()
+    assert _within(20, handle.result) is None
+    sender.join(5)
+
+
+def test_a_result_wait_without_timeout_is_bounded_and_names_the_mock_still_running(kit_server: TestServer):
+    """A mocked activity that never returns is work in flight (nothing is stuck by the clock's
+    measure), so result() waited for ever; a result() given no timeout is now bounded by
+    result_timeout and says which mock is still running."""
+    import threading
+
+    release = threading.Event()
+    with WorkflowEnvironment(app, server=kit_server, result_timeout="500ms") as env:
+        env.mock_activity(print_label, lambda ctx, parcel, carrier: release.wait(30) and {})
+        handle = env.client.start_workflow(ship, Parcel("sku", Decimal("1.5"), dt.date(2026, 1, 1)))
+        try:
+            with pytest.raises(
+                TimeoutError_,
+                match=r"still running after 0\.5s; the test environment bounds a "
+                r"result\(\) given no timeout to 0\.5s .*mocked activities still running: 'print_label'",
+            ):
+                _within(20, handle.result)
+            with pytest.raises(TimeoutError_, match=r"after 0\.1s$"):  # a timeout given is the caller's
+                handle.result(timeout=0.1)
+        finally:
+            release.set()
+
+
+def test_a_stuck_wait_on_a_dead_lettered_activity_says_so(kit_server: TestServer):
+    """An activity no worker registers is dead-lettered: nothing can run, and the stuck wait
+    quotes the dead letter (as a timed-out wait does), not "waits for a signal"."""
+    unregistered = App(workflows=[ship], activities=[])
+    with WorkflowEnvironment(unregistered, server=kit_server, stuck_after="200ms") as env:
+        handle = env.client.start_workflow(ship, Parcel("sku", Decimal("1"), dt.date(2026, 1, 1)))
+        with pytest.raises(
+            TimeoutError_, match=r"ship: its activity 'print_label' is dead-lettered .*ActivityNotRegistered"
+        ) as err:
+            _within(20, handle.result)
+        assert "Send it before waiting" not in str(err.value)
+
+
+def test_the_environment_s_result_bound_and_stuck_check_can_be_turned_off(kit_server: TestServer):
+    with pytest.raises(InvalidArgument, match="result_timeout"):
+        WorkflowEnvironment(app, server=kit_server, result_timeout=0)
+    with WorkflowEnvironment(app, server=kit_server, result_timeout=None, stuck_after=None) as env:
+        handle = env.client.start_workflow(forever)
+        with pytest.raises(TimeoutError_, match=r"still running after 1s$"):
+            handle.result(timeout=1)  # no stuck check: the wait's own timeout ends it
 
 
 # -- mistakes a test author makes, refused where they are made (no database needed) ----------

@@ -132,6 +132,29 @@ def test_unencodable_input_is_refused_at_the_call(client: Client) -> None:
         client.start_workflow(pipeline, object())
 
 
+def test_an_argument_the_workflow_s_hints_refuse_is_refused_at_the_start(client: Client) -> None:
+    """start_workflow(order_flow, "7") (an Order expected) started a run that failed at its first
+    task with the PayloadError the client could have raised: the start now checks its arguments
+    by the workflow's hints, as the worker will decode them, and starts nothing."""
+    with pytest.raises(
+        PayloadError, match=r"parameter 'order' of order_flow \(Order\): input\[0\]: expected object"
+    ):
+        client.start_workflow(order_flow, "7", workflow_id="refused-at-start")
+    with pytest.raises(PayloadError, match=r"input\[0\]\.order_id: expected int, got str"):
+        client.signal_with_start(
+            order_flow, {"order_id": "x", "items": []}, workflow_id="refused-too", signal="s"
+        )
+    with client.sql() as sql:
+        assert (
+            sql.conn.execute(
+                "SELECT count(*) FROM harvest.executions WHERE workflow_id LIKE 'refused%%'"
+            ).fetchone()[0]
+            == 0
+        )
+    # What the hints allow still starts: a dict for a dataclass, as the worker decodes it.
+    assert client.start_workflow(order_flow, {"order_id": 8, "items": ["a"]}).execution_id
+
+
 def test_durable_timer_fires(start_worker, client: Client) -> None:
     start_worker(App(workflows=[sleeper]))
     handle = client.start_workflow(sleeper, 0.3)

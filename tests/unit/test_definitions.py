@@ -302,3 +302,21 @@ def test_app_rejects_undecorated_functions_and_duplicates():
     with pytest.raises(ConfigError, match=r"duplicate activity name 'dup'.*one.*two"):
         App(activities=[one, two])
     assert list(App(activities=[one, one]).activities) == ["dup"]
+
+
+def test_an_unknown_activity_option_names_the_slip():
+    """execute_activity's keywords are options: `amount=5` for a parameter of the activity, or a
+    misspelt option, were both "unknown activity option(s) [...]; accepted: [...]", which said
+    neither that the keyword was the activity's own argument nor which option was meant."""
+
+    @activity
+    def charge(ctx, amount: int) -> str:
+        return "charged"
+
+    defn = charge.__harvest_activity__
+    with pytest.raises(
+        TypeError, match=r"'amount' is a parameter of charge: pass the activity's arguments positionally"
+    ):
+        defn.with_options(amount=5)
+    with pytest.raises(TypeError, match=r"'start_to_clsoe' \(did you mean start_to_close\?\)"):
+        defn.with_options(start_to_clsoe="1m")

@@ -33,7 +33,7 @@ from harvest.client.outage import Outage
 from harvest.core import payload
 from harvest.core.codecs import Payloads
 from harvest.core.deprecation import queue_alias
-from harvest.core.durations import parse_duration, plain_number
+from harvest.core.durations import Duration, parse_duration, plain_number
 from harvest.core.errors import (
     ActivityFailure,
     DatabaseUnavailable,
@@ -219,8 +219,8 @@ class StartOptions:
     conflict_policy: str = "unspecified"
     search_attributes: dict[str, Any] | None = None
     priority: int = 0
-    execution_timeout: Any = None
-    run_timeout: Any = None
+    execution_timeout: Duration | None = None
+    run_timeout: Duration | None = None
     shard_id: int | None = None
     residency_key: str | None = None
     connection: Any = None
@@ -366,6 +366,21 @@ def _chain_too_long(execution_id: str | None, workflow_id: str | None) -> Workfl
     )
 
 
+class ResultWatch(Protocol):
+    """Who watches a client's result waits (the test kit, harvest.testing.WorkflowEnvironment,
+    which knows when nothing in its database can run): ``client._result_watch``.
+
+    ``bound``: how long a result() given no timeout waits (None: for ever); ``stuck(run,
+    waiter)``: why that run cannot go on for that wait, or None (asked at each read of the run
+    while it is live); ``bound_note(run)``: what the error of a wait the bound ended adds."""
+
+    bound: float | None
+
+    def stuck(self, execution_id: str, waiter_id: str) -> str | None: ...
+
+    def bound_note(self, execution_id: str) -> str: ...
+
+
 class _Marks:
     """The runs a result wait has marked itself waiting for (``harvest.wait_for_result`` of a
     live run) and not yet read as ended (that read drops the waiter's mark, as the close does):
@@ -403,7 +418,7 @@ def _result_steps(
     execution_id: str,
     marks: _Marks,
     deadline: float | None,
-    timeout: float | None,
+    timeout: Duration | None,
     route: Any = None,
     marked: Callable[[], bool] | None = None,
 ) -> Steps[Any]:
@@ -416,8 +431,9 @@ def _result_steps(
     first = execution_id
     if marked is not None and marked():
         marks.runs.add(execution_id)
+        left = _left(deadline)
         yield Notified(
-            execution_id, _RESULT_REREAD_SECS if timeout is None else min(timeout, _RESULT_REREAD_SECS)
+            execution_id, _RESULT_REREAD_SECS if left is None else max(0.0, min(left, _RESULT_REREAD_SECS))
         )
     outage = Outage(f"the result wait for workflow {handle.execution_id}")
     while True:
@@ -456,9 +472,17 @@ def _result_steps(
                     raise _Hop(successor) from None
                 execution_id = successor
                 continue
+        watch: ResultWatch | None = getattr(handle.client, "_result_watch", None)
+        stuck = watch.stuck(execution_id, marks.waiter_id) if watch is not None else None
+        if stuck is not None:  # (its mark stays for the cleanup to drop, as on a timeout)
+            raise TimeoutError_(f"workflow {handle.execution_id} cannot go on: {stuck}")
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             why = yield from _why_stuck(execution_id)
+            if timeout is None and watch is not None:  # no timeout given: the watch's bound ran out
+                raise still_running(
+                    handle.execution_id, watch.bound, f"{why}; {watch.bound_note(execution_id)}"
+                )
             raise still_running(handle.execution_id, timeout, why)
         # Wake on our id; a periodic re-read covers a close that raced our mark.
         yield Notified(
@@ -606,6 +630,11 @@ def _start_args(
         if not hint:
             raise
         raise TypeError(f"{exc}{hint}") from None
+    if definition is not None and definition.batch is None:
+        # Decoded as the worker will decode them: an argument its hints refuse (a str for an
+        # Order) is this call's PayloadError, not a run that fails at its first task. (A
+        # batch's run takes the list of its starts' arguments, not one start's: unchecked.)
+        payload.decode_args(definition.fn, encoded)
     chain, payloads = client.payloads.chain, client.payloads
     if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
         encoded = chain.encode_args(encoded)
@@ -659,7 +688,12 @@ def _refuse_if_closed(client: Any) -> None:
         raise InvalidArgument(f"this {type(client).__name__} is closed: make a new one")
 
 
-def _deadline(timeout: float | None) -> float | None:
+def _within(timeout: Duration | None) -> float | None:
+    """A wait's timeout in seconds (None: none), however it was given ("30s", a timedelta)."""
+    return None if timeout is None else parse_duration(timeout, "timeout")
+
+
+def _deadline(timeout: Duration | None) -> float | None:
     """When a wait of ``timeout`` seconds (None: none) ends. A NaN, a negative or a non-number
     is an InvalidArgument, as for query() and update(): NaN passed every comparison and waited
     for good."""
@@ -1063,9 +1097,12 @@ class _Handle:
             span, execution_id=str(self.execution_id), caller_first=True, attributes={attribute: name}
         )
 
-    def _result_start(self, timeout: float | None) -> tuple[Any, str, float | None]:
+    def _result_start(self, timeout: Duration | None) -> tuple[Any, str, float | None]:
         """Where a result wait starts: the client's target, the run, the deadline."""
         _not_deferred(self)
+        watch: ResultWatch | None = getattr(self.client, "_result_watch", None)
+        if timeout is None and watch is not None:  # a test's wait: bounded (harvest.testing)
+            return self.client._target, cast(str, self.execution_id), _deadline(watch.bound)
         return self.client._target, cast(str, self.execution_id), _deadline(timeout)
 
     def _waiting(
@@ -1073,7 +1110,7 @@ class _Handle:
         run: str,
         waiter_id: str,
         deadline: float | None,
-        timeout: float | None,
+        timeout: Duration | None,
         marked: Callable[[], bool] | None,
     ) -> tuple[Steps[Any], Callable[[], Sql | None]]:
         """result()'s steps on ``run`` and their cleanup call (a mark left behind): on the
@@ -1125,9 +1162,10 @@ def _lookup_deadline(method: Callable[..., Any]) -> Callable[..., float | None]:
         timeout = signature.bind(*args, **kwargs).arguments.get(
             "timeout", signature.parameters["timeout"].default
         )
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-            return None  # (None, or a value the method itself refuses)
-        return _deadline(timeout)
+        try:
+            return _deadline(timeout)
+        except InvalidArgument:
+            return None  # (a value the method itself refuses, saying so)
 
     return deadline
 
@@ -1234,7 +1272,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         return cast("bool", self._on_current(sqlapi.resume_workflow, reason, operator_id))
 
     @_finds_run
-    def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
+    def query(self, name: str, arg: Any = None, *, timeout: Duration = 10.0, result_type: Any = Any) -> Any:
         """A worker's answer from the run's current state; nothing is written (docs/messages.md)."""
         return messaging.query(self.client, cast(str, self.execution_id), name, arg, timeout, result_type)
 
@@ -1245,7 +1283,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         arg: Any = None,
         *,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         result_type: Any = Any,
     ) -> Any:
@@ -1281,14 +1319,14 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         return _drive(self._children(ShardReads, status, depth))
 
     @_finds_run
-    def result(self, timeout: float | None = None) -> ResultT:
+    def result(self, timeout: Duration | None = None) -> ResultT:
         """Wait for the run (and any continue-as-new successors) to end; return or raise. It
         LISTENs on the shard the run lives on (following a rebalance's forwarding pointer), and
         on each successor's shard in turn."""
         return self._result(timeout, str(uuid.uuid4()))
 
     def _result(
-        self, timeout: float | None, waiter_id: str, marked: Callable[[], bool] | None = None
+        self, timeout: Duration | None, waiter_id: str, marked: Callable[[], bool] | None = None
     ) -> ResultT:
         """result() as ``waiter_id``; ``marked``: see _result_steps (the first run only)."""
         target, run, deadline = self._result_start(timeout)
@@ -1362,6 +1400,7 @@ class Client:
         self._hubs: dict[tuple[int, str], ThreadNotificationHub] = {}
         self._hubs_lock = threading.Lock()
         self._closed = False  # (close() sets it: a wait after it opens no listener)
+        self._result_watch: ResultWatch | None = None  # the test kit's (harvest.testing)
 
     def _first_connections(self, check_schema: bool) -> None:
         """The first shard that answers (the default first): its identity (a pool's first
@@ -1461,7 +1500,7 @@ class Client:
         /,
         *args: *Args,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> ResultT: ...
     @overload
@@ -1471,7 +1510,7 @@ class Client:
         /,
         *args: Any,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> Any: ...
     def execute_workflow(
@@ -1480,7 +1519,7 @@ class Client:
         /,
         *args: object,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> Any:
         """Start a run and wait for its result: ``start_workflow(...)`` then ``result()``, in
@@ -1493,7 +1532,11 @@ class Client:
         not a start given ``connection=``, offloaded input or a pinned shard) is waited for on
         the client's LISTEN connection without a first read."""
         waiter_id = str(uuid.uuid4())
-        hub = None if self._target.sharded else self._listener(routing.ONE, channels.DONE, result_timeout)
+        hub = (
+            None
+            if self._target.sharded
+            else self._listener(routing.ONE, channels.DONE, _within(result_timeout))
+        )
         token = _listening_since(hub)
         handle, marked = self._start(workflow, args, options, kwargs, waiter_id)
         return handle._result(result_timeout, waiter_id, _unmissed(hub, token) if marked else None)
@@ -1591,7 +1634,7 @@ class Client:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,
@@ -1608,7 +1651,7 @@ class Client:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,
@@ -1624,7 +1667,7 @@ class Client:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,
@@ -1776,7 +1819,9 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         return cast("bool", await self._on_current(sqlapi.resume_workflow, reason, operator_id))
 
     @_afinds_run
-    async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
+    async def query(
+        self, name: str, arg: Any = None, *, timeout: Duration = 10.0, result_type: Any = Any
+    ) -> Any:
         run = cast(str, self.execution_id)
         return await messaging.aquery(self.client, run, name, arg, timeout, result_type)
 
@@ -1787,7 +1832,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         arg: Any = None,
         *,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         result_type: Any = Any,
     ) -> Any:
@@ -1815,12 +1860,12 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         return await _adrive(self._children(AsyncShardReads, status, depth))
 
     @_afinds_run
-    async def result(self, timeout: float | None = None) -> ResultT:
+    async def result(self, timeout: Duration | None = None) -> ResultT:
         """See :meth:`WorkflowHandle.result`."""
         return await self._result(timeout, str(uuid.uuid4()))
 
     async def _result(
-        self, timeout: float | None, waiter_id: str, marked: Callable[[], bool] | None = None
+        self, timeout: Duration | None, waiter_id: str, marked: Callable[[], bool] | None = None
     ) -> ResultT:
         """result() as ``waiter_id``; ``marked``: see _result_steps (the first run only)."""
         target, run, deadline = self._result_start(timeout)
@@ -1943,6 +1988,7 @@ class AsyncClient:
         # API gives its process's. None: query and update waits LISTEN on a connection each.
         self._hubs: dict[tuple[int, str], NotificationHub] = {}
         self._closed = False  # (close() sets it: a wait after it opens no listener)
+        self._result_watch: ResultWatch | None = None  # the test kit's (harvest.testing)
         self.notifications: Callable[[int, str], Awaitable[Any]] | None = self._own_listener
 
     async def _own_listener(self, shard: int, channel: str, within: float | None = None) -> NotificationHub:
@@ -2062,7 +2108,7 @@ class AsyncClient:
         /,
         *args: *Args,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> ResultT: ...
     @overload
@@ -2072,7 +2118,7 @@ class AsyncClient:
         /,
         *args: Any,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> Any: ...
     async def execute_workflow(
@@ -2081,13 +2127,13 @@ class AsyncClient:
         /,
         *args: object,
         options: StartOptions | None = None,
-        result_timeout: float | None = None,
+        result_timeout: Duration | None = None,
         **kwargs: Any,
     ) -> Any:
         """See :meth:`Client.execute_workflow`."""
         waiter_id = str(uuid.uuid4())
         listening = not self._target.sharded
-        hub = await self._listener(routing.ONE, channels.DONE, result_timeout) if listening else None
+        hub = await self._listener(routing.ONE, channels.DONE, _within(result_timeout)) if listening else None
         token = _listening_since(hub)
         handle, marked = await self._start(workflow, args, options, kwargs, waiter_id)
         return await handle._result(result_timeout, waiter_id, _unmissed(hub, token) if marked else None)
@@ -2175,7 +2221,7 @@ class AsyncClient:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,
@@ -2192,7 +2238,7 @@ class AsyncClient:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,
@@ -2208,7 +2254,7 @@ class AsyncClient:
         update: str,
         update_arg: Any = None,
         wait: str = "completed",
-        timeout: Any = 30.0,
+        timeout: Duration = 30.0,
         update_id: str | None = None,
         queue: str | None = None,
         search_attributes: dict[str, Any] | None = None,

@@ -22,7 +22,7 @@ from harvest.client import payloads as payload_policy
 from harvest.client import routing
 from harvest.client.outage import Outage
 from harvest.core import payload
-from harvest.core.durations import parse_duration
+from harvest.core.durations import Duration, parse_duration
 from harvest.core.errors import (
     InvalidArgument,
     NotFound,
@@ -413,7 +413,7 @@ class UpdateHandle:
             self.result_type,
         )
 
-    def result(self, timeout: Any = 30.0) -> Any:
+    def result(self, timeout: Duration = 30.0) -> Any:
         return update(*self._again(timeout))
 
 
@@ -453,5 +453,5 @@ async def aupdate_with_start(
 
 
 class AsyncUpdateHandle(UpdateHandle):
-    async def result(self, timeout: Any = 30.0) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+    async def result(self, timeout: Duration = 30.0) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
         return await aupdate(*self._again(timeout))

@@ -13,11 +13,16 @@ from typing import Any
 
 from harvest.core.errors import InvalidArgument
 
-__all__ = ["MAX_DURATION_SECS", "parse_duration"]
+__all__ = ["MAX_DURATION_SECS", "Duration", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|sec|min|s|m|h|d|w)", re.IGNORECASE)
 
+
+# What every duration parameter of the public surface accepts (a timeout, a sleep, an
+# interval): seconds, a string such as "5s" or "1h30m", or a timedelta. One alias, so a
+# parameter's type says what parse_duration takes and a checker passes "5s" everywhere alike.
+Duration = float | str | _dt.timedelta
 
 # The longest duration accepted anywhere (100 years): beyond it PostgreSQL's timestamp
 # arithmetic overflows, so a larger value is refused here rather than at claim time.

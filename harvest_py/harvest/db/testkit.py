@@ -19,11 +19,13 @@ from typing import Any, NamedTuple, cast
 import psycopg
 from psycopg import conninfo, sql
 
+from harvest.db import channels
 from harvest.db.connection import connect, with_startup_options
 
 __all__ = [
     "ClockState",
     "SharedClock",
+    "Waits",
     "allow_test_clock",
     "create_database",
     "drop_database",
@@ -100,6 +102,33 @@ SELECT harvest.now() AS now,
 """
 
 
+# The result waits of running runs, and a number that grows with every event any run appends
+# (a stall lasts only while it stays put). The running children and activities of one run.
+_WAITED = """
+SELECT w.execution_id::text, w.waiter_id::text, e.workflow_name,
+       (SELECT coalesce(sum(x.last_event_id), 0) FROM harvest.executions AS x) AS progress
+FROM harvest.result_waiters AS w
+JOIN harvest.executions AS e ON e.id = w.execution_id
+WHERE e.status = 'RUNNING'
+"""
+_CHILDREN = """
+SELECT c.id::text, c.workflow_name FROM harvest.executions AS c
+WHERE c.parent_id = %s AND c.status = 'RUNNING' ORDER BY c.parent_seq, c.created_at
+"""
+_RUNNING_ACTIVITIES = """
+SELECT t.activity_name, t.attempt FROM harvest.tasks AS t
+WHERE t.execution_id = %s AND t.kind = 'activity' AND t.status = 'running' ORDER BY t.seq
+"""
+
+
+class Waits(NamedTuple):
+    """The result waits on running runs: ``(execution_id, waiter_id, workflow_name)`` each,
+    and the event count that tells a stall from progress."""
+
+    progress: int
+    waits: list[tuple[str, str, str]]
+
+
 class SharedClock:
     """The shared test clock of one database, on a connection of its own (as the owner)."""
 
@@ -134,6 +163,26 @@ class SharedClock:
     def state(self) -> ClockState:
         row = self._conn.execute(_STATE).fetchone()
         return ClockState(*row)
+
+    def waits(self) -> Waits:
+        rows = self._conn.execute(_WAITED).fetchall()
+        return Waits(int(rows[0][3]) if rows else 0, [(r[0], r[1], r[2]) for r in rows])
+
+    def running_children(self, execution_id: str) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self._conn.execute(_CHILDREN, (execution_id,)).fetchall()]
+
+    def running_activities(self, execution_id: str) -> list[tuple[str, int]]:
+        return [(r[0], r[1]) for r in self._conn.execute(_RUNNING_ACTIVITIES, (execution_id,)).fetchall()]
+
+    def stack(self, execution_id: str) -> dict[str, Any]:
+        """What the run waits on (harvest.get_execution_stack), as a stuck wait reports it."""
+        from harvest.db.sqlapi import SqlApi  # (the SQL API: only the stuck report needs it)
+
+        return cast("dict[str, Any]", SqlApi(self._conn).get_execution_stack(execution_id, 10))
+
+    def wake_result_waits(self, execution_id: str) -> None:
+        """Wake the result waits on a run (they read it again), as its close would."""
+        self._conn.execute("SELECT pg_notify(%s, %s)", (channels.DONE, execution_id))
 
     def scan(self) -> None:
         """One scanner pass at the clock's time (timeouts, deadlines, relays, deferred starts)."""

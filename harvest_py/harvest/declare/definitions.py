@@ -263,8 +263,29 @@ class ActivityDefinition:
         """A copy with per-call overrides (``start_to_close="10s"``, ``queue=...``)."""
         unknown = sorted(set(overrides) - set(self.OVERRIDABLE))
         if unknown:
-            raise TypeError(f"unknown activity option(s) {unknown}; accepted: {list(self.OVERRIDABLE)}")
+            raise TypeError(self._unknown_options(unknown))
         return dataclasses.replace(self, **_normalize_options(overrides))
+
+    def _unknown_options(self, unknown: list[str]) -> str:
+        """The error of options that are none: each named as the slip it most likely is (one of
+        the activity's own parameters passed by keyword, or a misspelt option)."""
+        import difflib
+
+        try:
+            params = list(inspect.signature(self.fn).parameters)[1:]  # (ctx excluded)
+        except (TypeError, ValueError):
+            params = []
+        described = []
+        for name in unknown:
+            if name in params:
+                described.append(
+                    f"{name!r} is a parameter of {self.name}: pass the activity's arguments "
+                    "positionally; the keywords of ctx.execute_activity are its options"
+                )
+                continue
+            near = difflib.get_close_matches(name, self.OVERRIDABLE, n=1)
+            described.append(f"{name!r} (did you mean {near[0]}?)" if near else repr(name))
+        return f"unknown activity option(s): {'; '.join(described)}; accepted: {list(self.OVERRIDABLE)}"
 
 
 def _normalize_options(opts: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from harvest.core.errors import ConfigError, InvalidArgument, NotFound
+from harvest.core.errors import ConfigError, InvalidArgument, NotFound, PayloadError
 from harvest.core.payload import _safe_hints, decode
 
 __all__ = ["HandlerDefinition", "describe_handlers", "query", "register_handlers", "update"]
@@ -58,10 +58,30 @@ class HandlerDefinition:
     def return_hint(self) -> Any:
         return _safe_hints(self.fn).get("return", Any)
 
-    def decode_arg(self, raw: Any) -> tuple[Any, ...]:
-        """The positional arguments after ctx: ``()`` or ``(decoded arg,)``."""
+    def decode_arg(self, raw: Any, *, refuse_extra: bool = True) -> tuple[Any, ...]:
+        """The positional arguments after ctx: ``()`` or ``(decoded arg,)``. An argument
+        (anything but None, which is what a call without one sends) for a handler that takes
+        none is a TypeError: dropped, its caller would believe it was used.
+        ``refuse_extra=False``: drop it (an update already accepted, replayed)."""
         if not self.takes_arg:
+            if raw is not None and refuse_extra:
+                raise TypeError(
+                    f"{self.kind} {self.name!r} takes no argument: its handler is "
+                    f"{_shape(self.fn)}; it was given {_short(raw)} ({type(raw).__name__}). "
+                    f"Call it without one, or give the handler a second parameter (ctx, arg)"
+                )
             return ()
+        if raw is None:  # no argument given (or None sent): the parameter's default, if it has one
+            param = _positional(self.fn)[1]
+            if param.default is not param.empty:
+                return ()
+            try:
+                return (decode(None, self.arg_hint(), f"{self.kind} {self.name!r} argument"),)
+            except PayloadError:  # (a hint that allows None takes it)
+                raise TypeError(
+                    f"{self.kind} {self.name!r} takes an argument: its handler is {_shape(self.fn)}; "
+                    f"none was given (pass it: handle.{self.kind}({self.name!r}, value))"
+                ) from None
         return (decode(raw, self.arg_hint(), f"{self.kind} {self.name!r} argument"),)
 
     def describe(self) -> dict[str, Any]:
@@ -73,6 +93,23 @@ class HandlerDefinition:
         if self.kind == "update":
             out["has_validator"] = self.validator is not None
         return out
+
+
+def _shape(fn: Callable[..., Any]) -> str:
+    """``name(ctx)``: a handler as a caller reads it in an error."""
+    name = getattr(fn, "__name__", "handler")
+    try:
+        return f"{name}{inspect.signature(fn, eval_str=True)}"  # (hints as types, not 'strings')
+    except Exception:  # a hint that does not resolve: as written
+        try:
+            return f"{name}{inspect.signature(fn)}"
+        except (TypeError, ValueError):
+            return repr(fn)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _positional(fn: Callable[..., Any]) -> list[inspect.Parameter]:

@@ -126,7 +126,10 @@ class RunHandlers:
         result: Any = None
         failure: dict[str, Any] | None = None
         try:
-            value = handler.fn(self.run.ctx, *handler.decode_arg(data.get("input")))
+            # Validation refused an argument the handler does not take; one accepted before it
+            # did is dropped as it was then, so its replay does what its first run did.
+            args = handler.decode_arg(data.get("input"), refuse_extra=False)
+            value = handler.fn(self.run.ctx, *args)
             if inspect.isawaitable(value):
                 value = await value
             result = encode(value, f"update {handler.name!r} result")

@@ -42,7 +42,7 @@ from harvest.core.errors import (
     PayloadError,
     external_workflow_error,
 )
-from harvest.core.payload import approx_size, decode_args, encode
+from harvest.core.payload import approx_size, decode_args, decode_result, encode, return_hint, type_name
 from harvest.declare.definitions import App, WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.commands import (
@@ -610,7 +610,34 @@ class WorkflowRun(CommandIssuer):
             if made is not None:
                 raise IllegalWorkflowOperation(never_awaited_message(*made[1:]))
             raise IllegalWorkflowOperation("the workflow returned a coroutine: did you forget `await`?")
-        return encode(result, "result")
+        if self.is_replaying:  # a completion the history holds: it stands as recorded
+            return encode(result, "result")
+        return self._recordable_result(result)
+
+    def _recordable_result(self, result: Any) -> Any:
+        """The result as the history will hold it, checked by the converter every typed reader
+        decodes it with (handle.result(), a parent's child result). A value that cannot be
+        written, or that its return hint does not allow, is a bug of the workflow code a deploy
+        can fix: it fails the workflow task (the loop's fatal error), retried until fixed code
+        runs, instead of ending the run FAILED or COMPLETED with a result no typed read accepts."""
+        fn = self.definition.fn
+        returned = f"workflow {self.definition.name!r} returned {type(result).__name__} {_short_repr(result)}"
+        try:
+            encoded = encode(result, "result")
+        except PayloadError as exc:
+            why = f"{returned}, which cannot be recorded ({exc})"
+        else:
+            try:
+                decode_result(fn, encoded)
+                return encoded
+            except PayloadError as exc:
+                why = f"{returned}, which its return hint {type_name(return_hint(fn))} does not allow ({exc})"
+        refused = PayloadError(
+            f"{why}; the run is not completed: its workflow task is retried until a worker runs fixed code"
+        )
+        if self._loop.fatal_error is None:
+            self._loop.fatal_error = refused
+        raise refused
 
     # ------------------------------------------------------------------ steps
     def _replay_step(self, marker_id: int, through: int, closes: bool = False) -> None:
@@ -934,3 +961,12 @@ def _erased(events: list[dict[str, Any]]) -> bool:
             inputs = (data or {}).get("input")
             return isinstance(inputs, list) and any(is_erased(arg) for arg in inputs)
     return False
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    """A value in an error: its repr, cut at ``limit`` characters."""
+    try:
+        text = repr(value)
+    except Exception:  # a repr of its own that raises
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

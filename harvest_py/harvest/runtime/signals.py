@@ -48,6 +48,12 @@ class SignalBuffer:
     def wait(self, name: str, future: asyncio.Future[Any]) -> None:
         self._waiters.setdefault(name, deque()).append(future)
 
+    def awaited(self) -> list[str]:
+        """The names a wait of the workflow's is blocked on (the test kit's stuck report)."""
+        return sorted(
+            name for name, waiters in list(self._waiters.items()) if any(not f.done() for f in waiters)
+        )
+
     def count(self, name: str | None = None) -> int:
         if name is not None:
             return len(self._buffers.get(name) or ())

@@ -25,16 +25,17 @@ import datetime as _dt
 import difflib
 import functools
 import inspect
+import itertools
 import logging
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
-from harvest.client.client import AsyncClient, Client
-from harvest.core.durations import parse_duration
+from harvest.client.client import AsyncClient, Client, why_stuck
+from harvest.core.durations import Duration, parse_duration, plain_number
 from harvest.core.errors import TimeoutError_
 from harvest.db import testkit
 from harvest.declare.definitions import ActivityDefinition, App, require_app
@@ -46,6 +47,13 @@ __all__ = ["ActivityCall", "WorkflowEnvironment"]
 
 log = logging.getLogger("harvest.testing")
 
+# A result() given no timeout waits at most this long (real seconds; the environment's
+# result_timeout), so a test whose run is stuck fails instead of hanging the session.
+RESULT_TIMEOUT_SECS = 30.0
+# While a result is awaited and nothing can run (no task due or in flight, no timer, backoff or
+# deadline to skip to), the wait fails as stuck once that has lasted this long (stuck_after): a
+# signal or an update sent meanwhile from another thread or task still gets through.
+STUCK_AFTER_SECS = 2.0
 # How often the time skipper looks at the database while a result is awaited (seconds).
 SKIP_POLL_SECS = 0.005
 # ... and while none is (a result wait starts skipping within this long).
@@ -112,7 +120,8 @@ class _WorkerThread:
             raise self.error
 
 
-_OWN_OPTIONS = ("server", "dsn", "time_skipping")
+_OWN_OPTIONS = ("server", "dsn", "time_skipping", "result_timeout", "stuck_after")
+_MOCK_CALLS = itertools.count()  # a key per mock call in flight
 
 
 def _check_worker_options(options: dict[str, Any]) -> None:
@@ -171,6 +180,24 @@ def _warn_near_miss(name: str, app: App) -> None:
         )
 
 
+_ClientT = TypeVar("_ClientT", Client, AsyncClient)
+
+
+class _StuckWatch:
+    """The environment's watch on its clients' result waits (harvest.client.client.ResultWatch):
+    a bound for a wait given no timeout, and the waits the time skipper found stuck."""
+
+    def __init__(self, env: WorkflowEnvironment):
+        self.env = env
+        self.bound = env.result_timeout
+
+    def stuck(self, execution_id: str, waiter_id: str) -> str | None:
+        return self.env._stuck.get((execution_id, waiter_id))
+
+    def bound_note(self, execution_id: str) -> str:
+        return self.env._bound_note(execution_id)
+
+
 class WorkflowEnvironment:
     """A database, a worker running ``app`` in this process, a client, and a test clock.
 
@@ -179,7 +206,11 @@ class WorkflowEnvironment:
     ``dsn``: use this migrated database instead (connect as its owner: the environment turns
     the owner-only test clock switch on there; it is not dropped at the end).
     ``time_skipping``: move the clock to the next due time while a result is awaited and
-    nothing can run (default True). ``worker_options``: passed to the Worker
+    nothing can run (default True). ``result_timeout``: how long a ``result()`` given no
+    timeout waits on the environment's clients (real time; None: for ever). ``stuck_after``:
+    while a result is awaited, how long nothing may be able to run (no task, no timer: the run
+    waits for a signal nobody sends) before the wait fails naming what the run waits on (None:
+    never; needs time skipping). ``worker_options``: passed to the Worker
     (``concurrency``, ``queues``, ...).
     """
 
@@ -190,9 +221,17 @@ class WorkflowEnvironment:
         server: TestServer | None = None,
         dsn: str | None = None,
         time_skipping: bool = True,
+        result_timeout: Duration | None = RESULT_TIMEOUT_SECS,
+        stuck_after: Duration | None = STUCK_AFTER_SECS,
         **worker_options: Any,
     ):
         require_app(app, "WorkflowEnvironment")
+        self.result_timeout = (
+            None
+            if result_timeout is None
+            else parse_duration(result_timeout, "result_timeout", positive=True)
+        )
+        self.stuck_after = None if stuck_after is None else parse_duration(stuck_after, "stuck_after")
         _check_worker_options(worker_options)  # here, not first when the `with` starts the Worker
         self._original_app = app
         self.app = copy.copy(app)  # the worker's App: the same, but mocks replace activities
@@ -212,6 +251,11 @@ class WorkflowEnvironment:
         self._closing = threading.Event()
         self._paused = 0
         self._calls: dict[str, list[ActivityCall]] = {}
+        # Stuck waits: since when (monotonic) nothing could run while a result was awaited, at
+        # which event count; and (execution, waiter) -> why, read by the clients' watch.
+        self._stall: tuple[float, int] | None = None
+        self._stuck: dict[tuple[str, str], str] = {}
+        self._mocks_running: dict[int, tuple[str, float]] = {}  # a mock call in flight: name, since
         self.skips = 0  # how many times time skipping moved the clock
         self.started = False
 
@@ -235,7 +279,7 @@ class WorkflowEnvironment:
             worker.clock = self._now  # ctx.now() in workflows reads the test clock too
             self._worker = _WorkerThread(worker)
             self._worker.start()
-            self._client = Client(self.dsn)
+            self._client = self._watched(Client(self.dsn))
             if self.time_skipping:
                 self._skipper = threading.Thread(
                     target=self._skip_loop, name="harvest-time-skipper", daemon=True
@@ -291,7 +335,12 @@ class WorkflowEnvironment:
     async def async_client(self) -> AsyncClient:
         """A new :class:`~harvest.AsyncClient` on the environment's database, for asyncio tests
         (``async with await env.async_client() as client``); the caller closes it."""
-        return await AsyncClient.connect(self.dsn)
+        return self._watched(await AsyncClient.connect(self.dsn))
+
+    def _watched(self, client: _ClientT) -> _ClientT:
+        """``client`` with the environment's watch on its result waits (a bound, stuck runs)."""
+        client._result_watch = _StuckWatch(self)
+        return client
 
     @property
     def worker(self) -> Worker:
@@ -316,16 +365,27 @@ class WorkflowEnvironment:
         calls = self._calls.setdefault(name, [])
 
         call: Callable[..., Any]
+        running = self._mocks_running  # (a wait the bound ends names the mocks still running)
         if inspect.iscoroutinefunction(fn):
 
             async def call(ctx: Any, *args: Any, **kwargs: Any) -> Any:
                 calls.append(ActivityCall(args, kwargs))
-                return await fn(ctx, *args, **kwargs)
+                key = next(_MOCK_CALLS)
+                running[key] = (name, time.monotonic())
+                try:
+                    return await fn(ctx, *args, **kwargs)
+                finally:
+                    running.pop(key, None)
         else:
 
             def call(ctx: Any, *args: Any, **kwargs: Any) -> Any:
                 calls.append(ActivityCall(args, kwargs))
-                return fn(ctx, *args, **kwargs)
+                key = next(_MOCK_CALLS)
+                running[key] = (name, time.monotonic())
+                try:
+                    return fn(ctx, *args, **kwargs)
+                finally:
+                    running.pop(key, None)
 
         if original is not None:
             functools.update_wrapper(call, original.fn)  # decode by the real activity's hints
@@ -373,7 +433,7 @@ class WorkflowEnvironment:
             raise RuntimeError("the environment is not started")
         return self._clock
 
-    def sleep(self, duration: Any, *, settle_timeout: float = 10.0) -> None:
+    def sleep(self, duration: Duration, *, settle_timeout: float = 10.0) -> None:
         """Move the clock forward by ``duration`` (``"1d"``, seconds, a timedelta) at once, fire
         what became due, and return once nothing can run any more (or ``settle_timeout``).
         A timedelta is checked as a number or a string is: a negative one, or one longer than
@@ -421,12 +481,115 @@ class WorkflowEnvironment:
         if self._worker is not None:
             self._worker.wake()
 
+    def _forget_stall(self) -> None:
+        self._stall = None
+        if self._stuck:
+            self._stuck = {}
+
+    def _watch_stall(self, clock: testkit.SharedClock) -> None:
+        """A result is awaited and nothing can run: once that has lasted ``stuck_after`` with no
+        event appended anywhere, each such wait fails, woken to read its run again."""
+        if self.stuck_after is None:
+            return
+        progress, waits = clock.waits()
+        now = time.monotonic()
+        if self._stall is None or self._stall[1] != progress:
+            self._stall = (now, progress)
+            return
+        if now - self._stall[0] < self.stuck_after:
+            return
+        stuck = dict(self._stuck)
+        woken = []
+        for execution_id, waiter_id, workflow_name in waits:
+            if (execution_id, waiter_id) not in stuck:
+                stuck[(execution_id, waiter_id)] = self._stuck_reason(clock, execution_id, workflow_name)
+                woken.append(execution_id)
+        self._stuck = stuck  # (replaced whole: the clients' threads read it)
+        for execution_id in dict.fromkeys(woken):
+            clock.wake_result_waits(execution_id)
+
+    def _stuck_reason(self, clock: testkit.SharedClock, execution_id: str, workflow_name: str) -> str:
+        waits_on = self._waits_on(clock, execution_id, depth=0)
+        try:  # what the run's stack says (an activity dead-lettered, a task failing), as a timeout would
+            why = why_stuck(clock.stack(execution_id)).removeprefix("; ")
+        except Exception:  # a hint only
+            why = ""
+        text = (
+            "nothing in the test environment can make it progress: no task is due or running and "
+            "nothing is pending to skip to (a timer, a retry, a timeout), for "
+            f"{plain_number(self.stuck_after or 0)}s while its result was awaited; {workflow_name}: "
+        )
+        if why:
+            return text + "; ".join(filter(None, (waits_on, why)))
+        return (
+            text
+            + (waits_on or "waits for something only a client can give (a signal, an update, a cancel)")
+            + ". Send it before waiting (handle.signal(...)), or from another thread or task within "
+            "that time (WorkflowEnvironment(stuck_after=...))"
+        )
+
+    def _waits_on(self, clock: testkit.SharedClock, execution_id: str, depth: int) -> str:
+        """What a stuck run waits on, as far as the worker's cached run and its children say."""
+        parts = []
+        run = self._worker.worker.cache.peek(execution_id) if self._worker is not None else None
+        if run is not None:
+            try:
+                names = run.signals.awaited()
+            except RuntimeError:  # (changed under us: nothing to report)
+                names = []
+            if names:
+                listed = ", ".join(repr(n) for n in names)
+                waits = f"waits for signal {listed}, which nobody has sent"
+                try:  # a misspelt name sent instead is buffered unread (as a SignalTimeout says)
+                    unread = {n: c for n, c in run.signals.unread("").items() if n not in names}
+                except RuntimeError:
+                    unread = {}
+                if unread:
+                    waits += (
+                        " (signals of other names wait unread: "
+                        + ", ".join(f"{n!r} ({c})" for n, c in sorted(unread.items()))
+                        + ")"
+                    )
+                parts.append(waits)
+        for child_id, child_name in clock.running_children(execution_id)[:3]:
+            child = f"waits for its child {child_name} ({child_id})"
+            inner = self._waits_on(clock, child_id, depth + 1) if depth < 3 else ""
+            parts.append(f"{child}, which {inner}" if inner else child)
+        return " and ".join(parts)
+
+    def _bound_note(self, execution_id: str) -> str:
+        """What a wait that the result_timeout bound ended adds: the bound, what still runs."""
+        note = (
+            f"the test environment bounds a result() given no timeout to "
+            f"{plain_number(self.result_timeout or 0)}s (WorkflowEnvironment(result_timeout=...))"
+        )
+        now = time.monotonic()
+        mocks = sorted(
+            {(name, since) for name, since in list(self._mocks_running.values())}, key=lambda m: m[1]
+        )
+        if mocks:
+            listed = ", ".join(
+                f"{name!r} (called {plain_number(round(now - since, 1))}s ago)" for name, since in mocks
+            )
+            note += f"; mocked activities still running: {listed}"
+        else:
+            try:
+                with self._clock_lock:
+                    running = self._require_clock().running_activities(execution_id)
+            except Exception:  # a hint only
+                running = []
+            if running:
+                listed = ", ".join(f"{name!r} (attempt {attempt})" for name, attempt in running)
+                note += f"; activities still running: {listed}"
+        return note
+
     def _skip_loop(self) -> None:
         """While a result is awaited and nothing can run, move the clock to the next due time."""
         interval = SKIP_POLL_SECS
         while not self._closing.wait(interval):
             interval = IDLE_POLL_SECS  # nobody waits: look less often
             if self._paused:
+                self._forget_stall()
                 continue
             try:
                 with self._clock_lock:
@@ -434,6 +597,10 @@ class WorkflowEnvironment:
                     state = clock.state()
                     if state.waiting:
                         interval = SKIP_POLL_SECS
+                    if state.waiting and not state.busy and state.next_due is None:
+                        self._watch_stall(clock)  # nothing can run, nor will by any clock
+                        continue
+                    self._forget_stall()
                     if not state.waiting or state.busy or state.next_due is None:
                         continue
                     if state.next_due > state.now:

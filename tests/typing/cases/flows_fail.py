@@ -40,6 +40,7 @@ def start(client: Client) -> str:
     sws(pay, "1", workflow_id="p", signal="s")  # expect-error: mypy=arg-type pyright=reportArgumentType
     handle = client.start_workflow(pay, 10.0)
     text: str = handle.result()  # expect-error: mypy=assignment pyright=reportAssignmentType
+    handle.result(timeout=[5])  # expect-error: mypy=arg-type pyright=reportArgumentType
     return text
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any, assert_type
 
@@ -79,6 +80,10 @@ def start(client: Client) -> bool:
     updated, outcome = client.update_with_start(checkout, Order(4, 1.0), workflow_id="o-4", update="approve")
     assert_type(updated, WorkflowHandle[bool])
     assert_type(outcome, Any)
+    # Every wait's timeout takes what a duration is (seconds, "5s", a timedelta), typed so.
+    handle.result(timeout="5s")
+    handle.result(timeout=datetime.timedelta(seconds=5))
+    client.execute_workflow(checkout, Order(6, 1.0), result_timeout="1m")
     return handle.result(timeout=5)
 
 
@@ -87,6 +92,7 @@ async def start_async(client: AsyncClient) -> dict[str, int]:
     assert_type(handle, harvest.AsyncWorkflowHandle[dict[str, int]])
     found = client.get_handle(workflow_id="c-3", workflow=child)
     assert_type(await found.result(), dict[str, int])
+    await handle.result(timeout="250ms")
     return await handle.result()
 
 
