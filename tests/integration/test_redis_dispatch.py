@@ -434,6 +434,42 @@ def test_config_refuses_an_unusable_url(url: str, needle: str) -> None:
     assert endpoint("rediss://u:pw@cache:6380/2") == "rediss://cache:6380/2"
 
 
+@pytest.mark.parametrize(
+    ("query", "option"),
+    [
+        ("bogus=1", "bogus"),
+        ("ssl_cert_req=none", "ssl_cert_req"),  # a misspelt TLS option
+        ("socket_timeout=3600", "socket_timeout"),  # one the client knows: it replaced Harvest's timeout
+        ("health_check_interval=0", "health_check_interval"),
+        ("password=hunter2secret", "password"),  # a password in the query is not scrubbed from errors
+    ],
+)
+def test_an_unknown_url_option_is_a_config_error_naming_it_and_not_the_password(
+    query: str, option: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An option of the URL's query that Redis dispatch does not take reached the redis client as a
+    keyword: a raw TypeError at boot (``AbstractConnection.__init__() got an unexpected keyword
+    argument 'bogus'``), or one of the client's own (``socket_timeout``) silently replaced the
+    timeouts Harvest sets. Refused at config load and by Worker(), naming the option and the ones
+    accepted, never the password."""
+    url = f"rediss://:hunter2secret@127.0.0.1:6380/0?{query}"
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(ConfigError) as refused:
+        load_config(env={"HARVEST_REDIS__URL": url})
+    text = str(refused.value)
+    assert f"sets {option}" in text and "client_name, ssl_certfile, ssl_keyfile, ssl_password" in text, text
+    with pytest.raises(ConfigError) as refused_by_worker:
+        Worker(app, "postgresql://nowhere/x", redis_url=url)
+    assert str(refused_by_worker.value) == str(refused.value).replace(
+        "redis.url (from HARVEST_REDIS__URL)", "redis.url"
+    )
+    for shown in (text, caplog.text):
+        assert "hunter2" not in shown and "secret" not in shown, shown
+    check_url(
+        "rediss://:hunter2secret@127.0.0.1:6380/0?client_name=w1&ssl_certfile=/c.pem&ssl_keyfile=/k.pem"
+    )
+
+
 def _certificates(directory: Path) -> tuple[Path, Path, Path]:
     """A private CA and a server certificate it signed for the name ``localhost`` only."""
     import datetime as dt

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from harvest.core.errors import ConfigError, RedisUnavailable
 from harvest.core.ids import ROW_ID_MAX
@@ -44,6 +44,13 @@ SCHEMES = ("redis", "rediss")
 # ssl_ca_path, ssl_ca_data, ssl_include_verify_flags, ssl_exclude_verify_flags, ssl_min_version,
 # ssl_ciphers, and any a later client adds. Refused (docs/redis-dispatch.md).
 CLIENT_TLS_OPTIONS = frozenset({"ssl_certfile", "ssl_keyfile", "ssl_password"})
+# Every option a URL's query may set. The redis client hands each query key to its connection as
+# a keyword: an unknown one (``?bogus=1``, a misspelt option) failed the boot with a raw TypeError,
+# and one it knows (``socket_timeout``, ``health_check_interval``, ``socket_keepalive``,
+# ``retry_on_timeout``, ``password``, ...) replaced what Harvest sets below, silently. Refused.
+URL_OPTIONS = CLIENT_TLS_OPTIONS | {"client_name"}
+# An option's name is shown in an error only when it reads as a name (the query is the user's text).
+OPTION_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 CONNECT_TIMEOUT_SECS = 5.0
 # How long one command may go unanswered before the channel is given up (the worker falls back
 # to the Postgres claim and reconnects). Longer than a consumer's blocking read
@@ -104,14 +111,7 @@ def check_url(url: str, where: str = "redis.url") -> None:
             "percent-encode any of / # ? @ : % in the user or password (the URL is not shown here: "
             "it holds the password)"
         )
-    unsafe = sorted(
-        k for k in parse_qs(parts.query) if k.lower().startswith("ssl") and k not in CLIENT_TLS_OPTIONS
-    )
-    if unsafe:
-        raise ConfigError(
-            f"{where}: the URL sets {', '.join(unsafe)}; Redis dispatch always verifies a rediss:// "
-            "server against the trust store (set SSL_CERT_FILE or SSL_CERT_DIR for a private CA)"
-        )
+    _check_options(parts.query, where)
     try:
         import redis  # noqa: F401
     except ImportError:
@@ -119,6 +119,24 @@ def check_url(url: str, where: str = "redis.url") -> None:
             f"{where} is set but the redis client is not installed: pip install 'harvest-workflows[redis]', "
             "or unset it to stay on the Postgres claim path"
         ) from None
+
+
+def _check_options(query: str, where: str) -> None:
+    """Refuse a query option Redis dispatch does not take (URL_OPTIONS), naming it and the
+    accepted ones; never a value (``?password=...`` is refused by name)."""
+    keys = sorted({k for k, _ in parse_qsl(query, keep_blank_values=True)})
+    shown = ", ".join(k if OPTION_NAME.fullmatch(k) else "an option that is not a name" for k in keys)
+    accepted = f"the options a Redis URL may set are {', '.join(sorted(URL_OPTIONS))}"
+    if any(k.lower().startswith("ssl") and k not in CLIENT_TLS_OPTIONS for k in keys):
+        raise ConfigError(
+            f"{where}: the URL sets {shown}; Redis dispatch always verifies a rediss:// server "
+            f"against the trust store (set SSL_CERT_FILE or SSL_CERT_DIR for a private CA); {accepted}"
+        )
+    if any(k not in URL_OPTIONS for k in keys):
+        raise ConfigError(
+            f"{where}: the URL sets {shown}, which Redis dispatch does not take: {accepted} "
+            "(the timeouts, keepalives and TLS verification are Harvest's own: docs/redis-dispatch.md)"
+        )
 
 
 def _port_readable(parts: SplitResult) -> bool:
