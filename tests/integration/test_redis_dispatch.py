@@ -778,7 +778,7 @@ async def _unacked(url: str, queue: str) -> int:
     ids=["task-id-not-utf8", "field-name-not-utf8", "naive-due-at", "id-past-bigint", "long-digits", "huge"],
 )
 def test_a_malformed_reference_is_acked_and_the_consumer_goes_on(
-    db, redis_server, start_worker, fields: dict[Any, Any]
+    db, redis_server, start_worker, fields: dict[Any, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     """An entry no Harvest wrote (garbage bytes, a due time without a zone, an id no bigint
     holds, a huge one) is acked and skipped, and the references after it are read: it is not
@@ -799,6 +799,56 @@ def test_a_malformed_reference_is_acked_and_the_consumer_goes_on(
     while dispatch.read < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert dispatch.read == 3
+    assert "x" * 64 not in caplog.text and "9" * 64 not in caplog.text  # (no entry's content logged)
+    if "junk" in fields:
+        assert dispatch.oversized == 1
+        assert "1 stream entry past 1024 bytes acked and skipped" in caplog.text, caplog.text
+
+
+def test_no_read_takes_in_an_entry_past_its_bound(redis_server) -> None:
+    """Anyone who can write to the Redis can add an entry of any size (a value of 8 MB, 200,000
+    fields): a read took every entry it was handed in whole, so a hostile or buggy publisher
+    made a worker allocate without bound. Now no reply past REPLY_MAX_BYTES is read: the entries
+    of that read, and those another consumer left pending, are measured in Redis and come back
+    as their ids and sizes, acked and skipped like a malformed one; a well-formed one among them
+    is still a reference."""
+    import tracemalloc
+
+    from harvest.db.redis_channel import MAX_ENTRY_BYTES, REPLY_MAX_BYTES
+
+    url = redis_server.url
+    entries = [
+        {"task_id": "7", "queue": "rd_big", "junk": "x" * 8_000_000},
+        {f"f{i}": "" for i in range(200_000)},
+        {"task_id": "8", "queue": "rd_big", "junk": "y" * 4000},  # under the reply's bound, past an entry's
+        {"task_id": "9", "queue": "rd_big", "due_at": ""},
+    ]
+
+    async def measured(call: Any) -> tuple[list, int]:
+        tracemalloc.start()
+        try:
+            refs = await call
+            return refs, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    async def scenario() -> tuple[Any, ...]:
+        channel = await RedisChannel.connect(url, ["rd_big"])
+        try:
+            await _raw_xadd(url, "rd_big", *entries)
+            read, read_peak = await measured(channel.read("c1", ["rd_big"], 10, 100))
+            # c1 died before its ack: c2 takes the four over
+            taken, taken_peak = await measured(channel.reclaim("c2", ["rd_big"], 0, 10))
+            return read, read_peak, taken, taken_peak
+        finally:
+            await channel.close()
+
+    read, read_peak, taken, taken_peak = asyncio.run(scenario())
+    for refs, peak in ((read, read_peak), (taken, taken_peak)):
+        assert [r.task_id for r in refs] == [0, 0, 0, 9], refs
+        assert all(r.oversized > MAX_ENTRY_BYTES for r in refs[:3]) and not refs[3].oversized, refs
+        assert refs[0].oversized > 8_000_000
+        assert peak < 2 * REPLY_MAX_BYTES, peak
 
 
 @pytest.mark.parametrize(
