@@ -805,6 +805,37 @@ def test_a_malformed_reference_is_acked_and_the_consumer_goes_on(
         assert "1 stream entry past 1024 bytes acked and skipped" in caplog.text, caplog.text
 
 
+def test_a_batch_of_more_references_than_one_named_claim_takes_is_acked_not_stuck(
+    db, redis_server, start_worker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker with more than 1,000 free slots (concurrency goes to 10,000) read up to
+    claim_batch references per stream (and a take-over as many as its free slots): more than
+    claim_named_tasks' 1..1000 ids, which refused the whole batch (HR001); its references stayed
+    pending, were taken over and refused again, for good. The claim now asks for 1,000 at most
+    and acks the rest unclaimed (their rows are the Postgres claim's)."""
+
+    async def backlog() -> None:  # published before the worker reads, so that one read takes them all
+        channel = await RedisChannel.connect(redis_server.url, ["rd_wf", "rd_acts"])
+        await channel.close()
+        for first, queue in ((10**12, "rd_wf"), (2 * 10**12, "rd_acts")):
+            await _raw_xadd(
+                redis_server.url, queue, *({"task_id": str(first + i), "queue": queue} for i in range(600))
+            )
+
+    asyncio.run(backlog())
+    running = start_worker(
+        app, queues=["rd_wf", "rd_acts"], redis_url=redis_server.url, concurrency=5000, claim_batch=1000
+    )
+    dispatch = running.worker.redis
+    deadline = time.monotonic() + 20
+    while dispatch.skipped < 1200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (dispatch.read, dispatch.claimed, dispatch.skipped) == (1200, 0, 1200)
+    assert asyncio.run(_unacked(redis_server.url, "rd_wf")) == 0
+    assert asyncio.run(_unacked(redis_server.url, "rd_acts")) == 0
+    assert "claiming named tasks failed" not in caplog.text
+
+
 def test_no_read_takes_in_an_entry_past_its_bound(redis_server) -> None:
     """Anyone who can write to the Redis can add an entry of any size (a value of 8 MB, 200,000
     fields): a read took every entry it was handed in whole, so a hostile or buggy publisher

@@ -47,6 +47,10 @@ RECLAIM_IDLE_MS = 30_000
 RECLAIM_EVERY_SECS = 10.0
 # Reconnecting to a lost Redis: the first wait, doubling up to the last.
 RECONNECT_SECS = (0.5, 5.0)
+# The most ids one harvest.claim_named_tasks takes (it refuses more: HR001). A worker with more
+# free slots read more references than that (claim_batch per stream, a take-over as many as its
+# free slots), and the whole batch was refused, taken over and refused again, for good.
+NAMED_CLAIM_MAX = 1000
 # A reference due within this much is claimed now (the clocks of publisher and worker differ).
 DUE_SLACK = timedelta(milliseconds=50)
 
@@ -264,7 +268,7 @@ class RedisDispatch:
             dict.fromkeys(r.task_id for r in refs if r.task_id and (r.due_at is None or r.due_at <= soon))
         )
         free = worker.free_slots()
-        ids = ids[: max(0, free)]
+        ids = ids[: max(0, min(free, NAMED_CLAIM_MAX))]  # (the rest acked unclaimed: the Postgres claim's)
         claimed: list[dict[str, Any]] = []
         if ids:
             lane = self.lane
