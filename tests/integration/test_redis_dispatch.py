@@ -805,6 +805,31 @@ def test_a_malformed_reference_is_acked_and_the_consumer_goes_on(
         assert "1 stream entry past 1024 bytes acked and skipped" in caplog.text, caplog.text
 
 
+def test_a_take_over_of_many_entries_just_under_the_entry_bound_fits_its_reply(redis_server) -> None:
+    """The projection's own reply is bounded too: 1,200 entries, each under MAX_ENTRY_BYTES but
+    with a 900-byte due time, made the projection's reply past REPLY_MAX_BYTES (a read's and a
+    take-over's would fail as a Redis loss, at every take-over). A projected entry carries a
+    task id and a due time of a sane length only (else it is malformed), and one call projects
+    1,000 entries at most."""
+    url = redis_server.url
+
+    async def scenario() -> tuple[list, list]:
+        channel = await RedisChannel.connect(url, ["rd_many"])
+        try:
+            await _raw_xadd(
+                url, "rd_many", *({"task_id": str(i + 1), "due_at": "x" * 900} for i in range(1200))
+            )
+            # c1 reads them (a reply past the bound: its pending entries projected), and dies
+            read = await channel.read("c1", ["rd_many"], 1200, 100)
+            return read, await channel.reclaim("c2", ["rd_many"], 0, 5000)
+        finally:
+            await channel.close()
+
+    read, taken = asyncio.run(scenario())
+    for refs in (read, taken):
+        assert len(refs) == 1000 and {r.task_id for r in refs} == {0}, refs[:3]  # (malformed due times)
+
+
 def test_a_batch_of_more_references_than_one_named_claim_takes_is_acked_not_stuck(
     db, redis_server, start_worker, caplog: pytest.LogCaptureFixture
 ) -> None:

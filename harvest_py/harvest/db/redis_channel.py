@@ -73,9 +73,12 @@ REPLY_MAX_BYTES = 1 << 20
 ELEMENT_COST = 16
 # The entries of one stream, measured and cut down in Redis, for a reader that must not receive them
 # whole: those another consumer left pending past min-idle (``reclaim``: XAUTOCLAIM, JUSTID) or those
-# this consumer was handed by a read it could not take in (``pending``: XPENDING). Each comes back
-# as {id, size, task_id, queue, due_at}; the three fields empty for an entry past MAX_ENTRY_BYTES,
-# size -1 for one trimmed or deleted meanwhile.
+# this consumer was handed by a read it could not take in (``pending``: XPENDING), PROJECT_MAX at
+# most. Each comes back as {id, size, task_id, due_at}: size -1 for an entry trimmed or deleted
+# meanwhile; both fields of an entry past MAX_ENTRY_BYTES, or whose task id is past 20 bytes or due
+# time past 64 (no Harvest's: malformed, task 0), come back empty, so that the reply stays far below
+# REPLY_MAX_BYTES (the queue field is not read: docs/redis-dispatch.md).
+PROJECT_MAX = 1000
 PROJECT_SCRIPT = """
 local key, group, consumer, mode = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local count, max_bytes, min_idle = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
@@ -91,16 +94,18 @@ local out = {}
 for _, id in ipairs(ids) do
   local found = redis.call('XRANGE', key, id, id)[1]
   if not found then
-    out[#out + 1] = {id, -1, '', '', ''}
+    out[#out + 1] = {id, -1, '', ''}
   else
-    local f, size, got = found[2], 0, {task_id = '', queue = '', due_at = ''}
+    local f, size, task_id, due_at = found[2], 0, '', ''
     for i = 1, #f do size = size + #f[i] end
     if size <= max_bytes then
       for i = 1, #f - 1, 2 do
-        if got[f[i]] ~= nil then got[f[i]] = f[i + 1] end
+        if f[i] == 'task_id' then task_id = f[i + 1] end
+        if f[i] == 'due_at' then due_at = f[i + 1] end
       end
     end
-    out[#out + 1] = {id, size, got.task_id, got.queue, got.due_at}
+    if #task_id > 20 or #due_at > 64 then task_id, due_at = '', '' end
+    out[#out + 1] = {id, size, task_id, due_at}
   end
 end
 return out
@@ -255,13 +260,13 @@ def _refs(entries: Iterable[Any]) -> list[TaskRef]:
 
 
 def _projected(stream: str, rows: Iterable[Any]) -> list[TaskRef]:
-    """TaskRefs of PROJECT_SCRIPT's rows: [id, size, task_id, queue, due_at]."""
+    """TaskRefs of PROJECT_SCRIPT's rows: [id, size, task_id, due_at]."""
     refs = []
-    for message_id, size, task_id, queue, due_at in rows:
+    for message_id, size, task_id, due_at in rows:
         if int(size) > MAX_ENTRY_BYTES:
             refs.append(TaskRef(0, "", None, stream, _decode(message_id), int(size)))
             continue
-        fields = {b"task_id": task_id, b"queue": queue, b"due_at": due_at} if int(size) >= 0 else {}
+        fields = {b"task_id": task_id, b"due_at": due_at} if int(size) >= 0 else {}
         parsed_id, parsed_queue, parsed_due = _parse(fields)
         refs.append(TaskRef(parsed_id, parsed_queue, parsed_due, stream, _decode(message_id)))
     return refs
@@ -433,7 +438,15 @@ class RedisChannel:
         for queue in queues:
             key = stream_key(queue)
             rows = await self._client.eval(
-                PROJECT_SCRIPT, 1, key, GROUP, consumer, mode, count, MAX_ENTRY_BYTES, min_idle_ms
+                PROJECT_SCRIPT,
+                1,
+                key,
+                GROUP,
+                consumer,
+                mode,
+                min(count, PROJECT_MAX),
+                MAX_ENTRY_BYTES,
+                min_idle_ms,
             )
             refs += _projected(key, rows or [])
         return refs
