@@ -276,7 +276,15 @@ def _bounded_parser() -> type:
     """The redis client's RESP2 parser, refusing a reply past REPLY_MAX_BYTES before it reads
     (and allocates) the rest: each bulk string is charged its length before it is read, each
     element ELEMENT_COST. Built on first use (``redis`` is an optional import)."""
+    import redis
     from redis._parsers import _AsyncRESP2Parser
+
+    if not all(hasattr(_AsyncRESP2Parser, name) for name in ("_read", "_readline", "read_response")):
+        # (the client's private parser changed: no bound rather than none silently)
+        raise ConfigError(
+            f"redis.url: the installed redis client {redis.__version__} reads replies in a way Harvest "
+            "cannot bound (docs/redis-dispatch.md, tested with redis 8.2): install redis 8.2"
+        )
 
     class BoundedReplyParser(_AsyncRESP2Parser):
         _left = REPLY_MAX_BYTES
