@@ -346,3 +346,38 @@ def test_a_worker_that_dies_after_startup_fails_the_probes_and_the_shutdown(
         assert body["status"] == "worker_stopped" and "RuntimeError" in body["error"]["message"], body
         assert "claim loop broke" not in answer.text
     assert "the in-process worker stopped: the claim loop broke" in caplog.text
+
+
+def test_a_startup_cancelled_during_the_worker_boot_stops_the_worker(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server gives up its startup (a signal, a startup timeout) while the worker still boots
+    (a slow database): the worker is asked to stop and awaited, not left running beside a
+    lifespan that closed its client and pools under it."""
+    from harvest.worker.worker import Worker
+
+    booting: list[Worker] = []
+
+    async def slow_open_lanes(self: Worker) -> None:
+        booting.append(self)
+        await self._stopping.wait()
+        raise RuntimeError("stopped while booting")
+
+    monkeypatch.setattr(Worker, "_open_lanes", slow_open_lanes)
+
+    async def nothing(http: httpx.AsyncClient) -> None:
+        raise AssertionError("served")
+
+    async def scenario() -> bool:
+        startup = asyncio.create_task(serve(fastapi_app(db, run_worker=True), nothing))
+        for _ in range(1000):
+            if booting:
+                break
+            await asyncio.sleep(0.01)
+        assert booting, "the worker never began its boot"
+        startup.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await startup
+        return booting[0].stopping
+
+    assert asyncio.run(scenario()), "the worker was left booting after the startup was cancelled"

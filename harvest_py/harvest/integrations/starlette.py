@@ -22,6 +22,7 @@ API's pools and the client. docs/integrations.md is the guide.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -207,7 +208,14 @@ class HarvestLifespan:
             name="harvest-worker",
             on_failure=_log_worker_end,
         )
-        await beside.started()  # (raises what ended the boot; the worker's task is over then)
+        try:
+            await beside.started()  # (raises what ended the boot; the worker's task is over then)
+        except asyncio.CancelledError:
+            # The server gave up the startup meanwhile: the worker must not outlive it, booting
+            # on beside a client and pools the lifespan closes.
+            with contextlib.suppress(Exception):
+                await beside.stop()
+            raise
         self._worker = beside
 
     @property
