@@ -805,6 +805,21 @@ def test_a_malformed_reference_is_acked_and_the_consumer_goes_on(
         assert "1 stream entry past 1024 bytes acked and skipped" in caplog.text, caplog.text
 
 
+def test_boot_refuses_a_redis_user_that_may_not_run_the_projection(tmp_path) -> None:
+    """The take-overs (and a read past the reply bound) run a Lua script: a Redis user whose ACL
+    forbids scripting booted, then every take-over failed as a Redis loss and reconnected, every
+    10 s. Refused at boot instead, naming what to grant and not the password."""
+    acl = ("hv", "on", ">hunter2secret", "~*", "&*", "+@all", "-@scripting")
+    server = RedisServer(tmp_path).start("--user", *acl)
+    try:
+        with pytest.raises(ConfigError) as refused:
+            asyncio.run(RedisChannel.connect(f"redis://hv:hunter2secret@127.0.0.1:{server.port}/0", ["q"]))
+    finally:
+        server.kill()
+    text = str(refused.value)
+    assert "EVAL" in text and "+@scripting" in text and "hunter2" not in text, text
+
+
 def test_a_take_over_of_many_entries_just_under_the_entry_bound_fits_its_reply(redis_server) -> None:
     """The projection's own reply is bounded too: 1,200 entries, each under MAX_ENTRY_BYTES but
     with a 900-byte due time, made the projection's reply past REPLY_MAX_BYTES (a read's and a

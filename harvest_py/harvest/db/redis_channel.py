@@ -369,6 +369,7 @@ class RedisChannel:
                     "one Redis instance only (docs/redis-dispatch.md)"
                 )
             await channel.ensure_groups(queues)
+            await channel._check_projection(queues)
         except RedisError as exc:
             await channel.close()
             raise RedisUnavailable(
@@ -382,6 +383,26 @@ class RedisChannel:
                 f"{exc.strerror or _safe(exc, url)}; start Redis or unset redis.url"
             ) from None
         return channel
+
+    async def _check_projection(self, queues: Sequence[str]) -> None:
+        """Run PROJECT_SCRIPT once (it projects nothing: a consumer that holds nothing). A Redis
+        user whose ACL forbids EVAL (or a command the script calls) would boot, and then fail
+        every take-over as a Redis loss: refused here, naming what to grant."""
+        from redis.exceptions import NoPermissionError
+
+        if not queues:
+            return
+        try:
+            await self._client.eval(
+                PROJECT_SCRIPT, 1, stream_key(queues[0]), GROUP, "harvest-boot-check", "pending", 1, 0, 0
+            )
+        except NoPermissionError:
+            await self.close()
+            raise ConfigError(
+                f"redis.url: the Redis user of {self.endpoint} may not run EVAL with XAUTOCLAIM, XPENDING "
+                "and XRANGE, which Redis dispatch's take-overs run: grant it +@scripting (and the stream "
+                "commands) on the harvest:tasks:* keys (docs/redis-dispatch.md)"
+            ) from None
 
     async def ensure_groups(self, queues: Iterable[str]) -> None:
         """The consumer group of each queue's stream (made with the stream; an existing one kept).
