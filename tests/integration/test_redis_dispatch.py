@@ -434,6 +434,42 @@ def test_config_refuses_an_unusable_url(url: str, needle: str) -> None:
     assert endpoint("rediss://u:pw@cache:6380/2") == "rediss://cache:6380/2"
 
 
+@pytest.mark.parametrize(
+    ("query", "option"),
+    [
+        ("bogus=1", "bogus"),
+        ("ssl_cert_req=none", "ssl_cert_req"),  # a misspelt TLS option
+        ("socket_timeout=3600", "socket_timeout"),  # one the client knows: it replaced Harvest's timeout
+        ("health_check_interval=0", "health_check_interval"),
+        ("password=hunter2secret", "password"),  # a password in the query is not scrubbed from errors
+    ],
+)
+def test_an_unknown_url_option_is_a_config_error_naming_it_and_not_the_password(
+    query: str, option: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An option of the URL's query that Redis dispatch does not take reached the redis client as a
+    keyword: a raw TypeError at boot (``AbstractConnection.__init__() got an unexpected keyword
+    argument 'bogus'``), or one of the client's own (``socket_timeout``) silently replaced the
+    timeouts Harvest sets. Refused at config load and by Worker(), naming the option and the ones
+    accepted, never the password."""
+    url = f"rediss://:hunter2secret@127.0.0.1:6380/0?{query}"
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(ConfigError) as refused:
+        load_config(env={"HARVEST_REDIS__URL": url})
+    text = str(refused.value)
+    assert f"sets {option}" in text and "client_name, ssl_certfile, ssl_keyfile, ssl_password" in text, text
+    with pytest.raises(ConfigError) as refused_by_worker:
+        Worker(app, "postgresql://nowhere/x", redis_url=url)
+    assert str(refused_by_worker.value) == str(refused.value).replace(
+        "redis.url (from HARVEST_REDIS__URL)", "redis.url"
+    )
+    for shown in (text, caplog.text):
+        assert "hunter2" not in shown and "secret" not in shown, shown
+    check_url(
+        "rediss://:hunter2secret@127.0.0.1:6380/0?client_name=w1&ssl_certfile=/c.pem&ssl_keyfile=/k.pem"
+    )
+
+
 def _certificates(directory: Path) -> tuple[Path, Path, Path]:
     """A private CA and a server certificate it signed for the name ``localhost`` only."""
     import datetime as dt
@@ -742,7 +778,7 @@ async def _unacked(url: str, queue: str) -> int:
     ids=["task-id-not-utf8", "field-name-not-utf8", "naive-due-at", "id-past-bigint", "long-digits", "huge"],
 )
 def test_a_malformed_reference_is_acked_and_the_consumer_goes_on(
-    db, redis_server, start_worker, fields: dict[Any, Any]
+    db, redis_server, start_worker, fields: dict[Any, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     """An entry no Harvest wrote (garbage bytes, a due time without a zone, an id no bigint
     holds, a huge one) is acked and skipped, and the references after it are read: it is not
@@ -763,6 +799,127 @@ def test_a_malformed_reference_is_acked_and_the_consumer_goes_on(
     while dispatch.read < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert dispatch.read == 3
+    assert "x" * 64 not in caplog.text and "9" * 64 not in caplog.text  # (no entry's content logged)
+    if "junk" in fields:
+        assert dispatch.oversized == 1
+        assert "1 stream entry past 1024 bytes acked and skipped" in caplog.text, caplog.text
+
+
+def test_boot_refuses_a_redis_user_that_may_not_run_the_projection(tmp_path) -> None:
+    """The take-overs (and a read past the reply bound) run a Lua script: a Redis user whose ACL
+    forbids scripting booted, then every take-over failed as a Redis loss and reconnected, every
+    10 s. Refused at boot instead, naming what to grant and not the password."""
+    acl = ("hv", "on", ">hunter2secret", "~*", "&*", "+@all", "-@scripting")
+    server = RedisServer(tmp_path).start("--user", *acl)
+    try:
+        with pytest.raises(ConfigError) as refused:
+            asyncio.run(RedisChannel.connect(f"redis://hv:hunter2secret@127.0.0.1:{server.port}/0", ["q"]))
+    finally:
+        server.kill()
+    text = str(refused.value)
+    assert "EVAL" in text and "+@scripting" in text and "hunter2" not in text, text
+
+
+def test_a_take_over_of_many_entries_just_under_the_entry_bound_fits_its_reply(redis_server) -> None:
+    """The projection's own reply is bounded too: 1,200 entries, each under MAX_ENTRY_BYTES but
+    with a 900-byte due time, made the projection's reply past REPLY_MAX_BYTES (a read's and a
+    take-over's would fail as a Redis loss, at every take-over). A projected entry carries a
+    task id and a due time of a sane length only (else it is malformed), and one call projects
+    1,000 entries at most."""
+    url = redis_server.url
+
+    async def scenario() -> tuple[list, list]:
+        channel = await RedisChannel.connect(url, ["rd_many"])
+        try:
+            await _raw_xadd(
+                url, "rd_many", *({"task_id": str(i + 1), "due_at": "x" * 900} for i in range(1200))
+            )
+            # c1 reads them (a reply past the bound: its pending entries projected), and dies
+            read = await channel.read("c1", ["rd_many"], 1200, 100)
+            return read, await channel.reclaim("c2", ["rd_many"], 0, 5000)
+        finally:
+            await channel.close()
+
+    read, taken = asyncio.run(scenario())
+    for refs in (read, taken):
+        assert len(refs) == 1000 and {r.task_id for r in refs} == {0}, refs[:3]  # (malformed due times)
+
+
+def test_a_batch_of_more_references_than_one_named_claim_takes_is_acked_not_stuck(
+    db, redis_server, start_worker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker with more than 1,000 free slots (concurrency goes to 10,000) read up to
+    claim_batch references per stream (and a take-over as many as its free slots): more than
+    claim_named_tasks' 1..1000 ids, which refused the whole batch (HR001); its references stayed
+    pending, were taken over and refused again, for good. The claim now asks for 1,000 at most
+    and acks the rest unclaimed (their rows are the Postgres claim's)."""
+
+    async def backlog() -> None:  # published before the worker reads, so that one read takes them all
+        channel = await RedisChannel.connect(redis_server.url, ["rd_wf", "rd_acts"])
+        await channel.close()
+        for first, queue in ((10**12, "rd_wf"), (2 * 10**12, "rd_acts")):
+            await _raw_xadd(
+                redis_server.url, queue, *({"task_id": str(first + i), "queue": queue} for i in range(600))
+            )
+
+    asyncio.run(backlog())
+    running = start_worker(
+        app, queues=["rd_wf", "rd_acts"], redis_url=redis_server.url, concurrency=5000, claim_batch=1000
+    )
+    dispatch = running.worker.redis
+    deadline = time.monotonic() + 20
+    while dispatch.skipped < 1200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (dispatch.read, dispatch.claimed, dispatch.skipped) == (1200, 0, 1200)
+    assert asyncio.run(_unacked(redis_server.url, "rd_wf")) == 0
+    assert asyncio.run(_unacked(redis_server.url, "rd_acts")) == 0
+    assert "claiming named tasks failed" not in caplog.text
+
+
+def test_no_read_takes_in_an_entry_past_its_bound(redis_server) -> None:
+    """Anyone who can write to the Redis can add an entry of any size (a value of 8 MB, 200,000
+    fields): a read took every entry it was handed in whole, so a hostile or buggy publisher
+    made a worker allocate without bound. Now no reply past REPLY_MAX_BYTES is read: the entries
+    of that read, and those another consumer left pending, are measured in Redis and come back
+    as their ids and sizes, acked and skipped like a malformed one; a well-formed one among them
+    is still a reference."""
+    import tracemalloc
+
+    from harvest.db.redis_channel import MAX_ENTRY_BYTES, REPLY_MAX_BYTES
+
+    url = redis_server.url
+    entries = [
+        {"task_id": "7", "queue": "rd_big", "junk": "x" * 8_000_000},
+        {f"f{i}": "" for i in range(200_000)},
+        {"task_id": "8", "queue": "rd_big", "junk": "y" * 4000},  # under the reply's bound, past an entry's
+        {"task_id": "9", "queue": "rd_big", "due_at": ""},
+    ]
+
+    async def measured(call: Any) -> tuple[list, int]:
+        tracemalloc.start()
+        try:
+            refs = await call
+            return refs, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    async def scenario() -> tuple[Any, ...]:
+        channel = await RedisChannel.connect(url, ["rd_big"])
+        try:
+            await _raw_xadd(url, "rd_big", *entries)
+            read, read_peak = await measured(channel.read("c1", ["rd_big"], 10, 100))
+            # c1 died before its ack: c2 takes the four over
+            taken, taken_peak = await measured(channel.reclaim("c2", ["rd_big"], 0, 10))
+            return read, read_peak, taken, taken_peak
+        finally:
+            await channel.close()
+
+    read, read_peak, taken, taken_peak = asyncio.run(scenario())
+    for refs, peak in ((read, read_peak), (taken, taken_peak)):
+        assert [r.task_id for r in refs] == [0, 0, 0, 9], refs
+        assert all(r.oversized > MAX_ENTRY_BYTES for r in refs[:3]) and not refs[3].oversized, refs
+        assert refs[0].oversized > 8_000_000
+        assert peak < 2 * REPLY_MAX_BYTES, peak
 
 
 @pytest.mark.parametrize(

@@ -276,3 +276,108 @@ def test_an_unreachable_redis_fails_the_lifespan_startup(db: str) -> None:
     assert not served, "the app served without its worker"
     assert f"redis://127.0.0.1:{port}/0 cannot be reached" in str(refused.value)
     assert "s3cret" not in str(refused.value)
+
+
+def test_a_worker_that_cannot_start_fails_the_lifespan_startup(pg_server: Any, db: str) -> None:
+    """The in-process worker cannot start (here its login may read and operate but is not a
+    harvest_worker: its registration is refused; alike a database that went away after the
+    client connected, a schema check the worker's pool fails): the startup fails with the
+    worker's own error, before the app serves. It used to serve, the worker's failure only
+    logged, so the app looked healthy and nothing ran its queues."""
+    import uuid
+
+    from psycopg import conninfo
+
+    user = f"u_noworker_{uuid.uuid4().hex[:8]}"
+    with pg_server.admin() as admin:
+        admin.execute(f'CREATE ROLE "{user}" LOGIN')
+        admin.execute(f'GRANT harvest_reader, harvest_operator, harvest_admin TO "{user}"')
+    served = []
+
+    async def calls(http: httpx.AsyncClient) -> None:
+        served.append(True)
+
+    try:
+        api = fastapi_app(conninfo.make_conninfo(db, user=user, password=""), run_worker=True)
+        with pytest.raises(Exception, match="permission denied"):
+            asyncio.run(serve(api, calls))
+        assert not served, "the app served without its worker"
+        assert api.state.harvest.worker is None
+    finally:
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP ROLE IF EXISTS "{user}"')
+
+
+def test_a_worker_that_dies_after_startup_fails_the_probes_and_the_shutdown(
+    db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The in-process worker ends by itself while the app serves (a bug, a refusal at run time):
+    the error is logged, HarvestLifespan.worker_failure holds it, every health probe of the
+    mounted API answers 503 naming the error's type (not its text: probes are unauthenticated),
+    and the shutdown raises it. It used to be one log line, the probes said ok."""
+    from harvest.worker.worker import Worker
+
+    async def broken_claim_loop(self: Worker) -> None:
+        raise RuntimeError("the claim loop broke")
+
+    monkeypatch.setattr(Worker, "_claim_loop", broken_claim_loop)
+    api = fastapi_app(db, run_worker=True)
+
+    seen: dict[str, Any] = {}
+
+    async def calls(http: httpx.AsyncClient) -> None:
+        # (recorded, asserted after: the shutdown's own error would hide an assertion's here)
+        harvest = api.state.harvest
+        for _ in range(500):
+            if harvest.worker_failure is not None:
+                break
+            await asyncio.sleep(0.01)
+        seen["failure"] = harvest.worker_failure
+        for probe in ("/health", "/health/live", "/health/ready"):
+            seen[probe] = await http.get(f"/api/harvest{probe}")
+
+    with pytest.raises(RuntimeError, match="the claim loop broke"):
+        asyncio.run(serve(api, calls))
+    assert isinstance(seen["failure"], RuntimeError)
+    for probe in ("/health", "/health/live", "/health/ready"):
+        answer = seen[probe]
+        assert answer.status_code == 503, (probe, answer.text)
+        body = answer.json()
+        assert body["status"] == "worker_stopped" and "RuntimeError" in body["error"]["message"], body
+        assert "claim loop broke" not in answer.text
+    assert "the in-process worker stopped: the claim loop broke" in caplog.text
+
+
+def test_a_startup_cancelled_during_the_worker_boot_stops_the_worker(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server gives up its startup (a signal, a startup timeout) while the worker still boots
+    (a slow database): the worker is asked to stop and awaited, not left running beside a
+    lifespan that closed its client and pools under it."""
+    from harvest.worker.worker import Worker
+
+    booting: list[Worker] = []
+
+    async def slow_open_lanes(self: Worker) -> None:
+        booting.append(self)
+        await self._stopping.wait()
+        raise RuntimeError("stopped while booting")
+
+    monkeypatch.setattr(Worker, "_open_lanes", slow_open_lanes)
+
+    async def nothing(http: httpx.AsyncClient) -> None:
+        raise AssertionError("served")
+
+    async def scenario() -> bool:
+        startup = asyncio.create_task(serve(fastapi_app(db, run_worker=True), nothing))
+        for _ in range(1000):
+            if booting:
+                break
+            await asyncio.sleep(0.01)
+        assert booting, "the worker never began its boot"
+        startup.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await startup
+        return booting[0].stopping
+
+    assert asyncio.run(scenario()), "the worker was left booting after the startup was cancelled"

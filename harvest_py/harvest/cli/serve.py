@@ -226,7 +226,7 @@ def serve(
 
         dsn = cli_dsn(database_url)
     runtimes = PlacedRuntimes(app, config, dsn)
-    api = management_app(dsn=dsn, config=config, app=app)
+    api = management_app(dsn=dsn, config=config, app=app, runtimes_failure=lambda: runtimes.failure)
     if not runtimes:
         # The process's startup line and notes, as a worker logs them: a web replica's retention
         # runs elsewhere (run_on = "scheduler"), and the operator reads that here. (Runtimes

@@ -88,8 +88,9 @@ async def run_worker(
 class WorkerBeside:
     """:func:`run_worker` as a task on a server's event loop, beside what the server serves
     (``HarvestLifespan(run_worker=True)``, the runtimes ``harvest serve`` places): it starts at
-    once, and :meth:`stop` drains it. ``on_failure`` is handed the error of a worker that ended
-    by itself while the server ran (a stop's own error is :meth:`stop`'s to raise)."""
+    once, :meth:`started` waits for its boot, and :meth:`stop` drains it. ``on_failure`` is
+    handed the error of a worker that ended by itself while the server ran (a stop's own error
+    is :meth:`stop`'s to raise, a boot's :meth:`started`'s); :attr:`failure` keeps it."""
 
     def __init__(
         self,
@@ -102,7 +103,10 @@ class WorkerBeside:
         on_failure: Callable[[BaseException], None],
     ) -> None:
         self.worker: Worker | None = None  # once built (a stop before that stops it as it is handed over)
+        self.failure: BaseException | None = None
+        self._built = asyncio.Event()
         self._stopping = False
+        self._start_awaited = False
         self._on_failure = on_failure
         self._task = asyncio.create_task(
             run_worker(app, config, options, database_url=database_url, started=self._started), name=name
@@ -111,15 +115,46 @@ class WorkerBeside:
 
     def _started(self, worker: Worker) -> None:
         self.worker = worker
+        self._built.set()
         if self._stopping:  # the server stopped before the worker was built
             worker.request_stop()
+
+    @property
+    def booted(self) -> bool:
+        return self.worker is not None and self.worker.booted.is_set()
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         if self._stopping or task.cancelled():
             return
         error = task.exception()
-        if error is not None:
-            self._on_failure(error)
+        if error is None or (self._start_awaited and not self.booted):
+            return  # (a boot's error is started()'s to raise)
+        self.failure = error
+        self._on_failure(error)
+
+    async def started(self) -> None:
+        """Return once the worker has booted (Redis, its databases and their schema, its
+        registration); raise what ended it if it could not: a server that awaits this before it
+        serves never serves without its worker (a failure at boot was only logged, and the
+        server looked healthy with nothing claiming its queues)."""
+        self._start_awaited = True
+        await self._until(self._built)
+        if self.worker is not None:
+            await self._until(self.worker.booted)
+        if self.booted:
+            return
+        await self._task  # raises what ended the boot
+        raise RuntimeError("the worker stopped before it started")  # (asked to stop meanwhile)
+
+    async def _until(self, event: asyncio.Event) -> None:
+        """Wait for ``event``, or for the worker's task to end (whichever first)."""
+        if self._task.done():
+            return
+        waiting = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait({self._task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
 
     async def stop(self) -> None:
         """Stop claiming, let the tasks in flight finish (``shutdown_grace``), release the

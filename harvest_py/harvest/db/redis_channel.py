@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from harvest.core.errors import ConfigError, RedisUnavailable
 from harvest.core.ids import ROW_ID_MAX
@@ -44,6 +44,13 @@ SCHEMES = ("redis", "rediss")
 # ssl_ca_path, ssl_ca_data, ssl_include_verify_flags, ssl_exclude_verify_flags, ssl_min_version,
 # ssl_ciphers, and any a later client adds. Refused (docs/redis-dispatch.md).
 CLIENT_TLS_OPTIONS = frozenset({"ssl_certfile", "ssl_keyfile", "ssl_password"})
+# Every option a URL's query may set. The redis client hands each query key to its connection as
+# a keyword: an unknown one (``?bogus=1``, a misspelt option) failed the boot with a raw TypeError,
+# and one it knows (``socket_timeout``, ``health_check_interval``, ``socket_keepalive``,
+# ``retry_on_timeout``, ``password``, ...) replaced what Harvest sets below, silently. Refused.
+URL_OPTIONS = CLIENT_TLS_OPTIONS | {"client_name"}
+# An option's name is shown in an error only when it reads as a name (the query is the user's text).
+OPTION_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 CONNECT_TIMEOUT_SECS = 5.0
 # How long one command may go unanswered before the channel is given up (the worker falls back
 # to the Postgres claim and reconnects). Longer than a consumer's blocking read
@@ -51,6 +58,58 @@ CONNECT_TIMEOUT_SECS = 5.0
 # (a Redis that stopped answering held the consumer, the publisher and the stop for good), and
 # with no retries, so that a silent Redis costs one timeout, not the client's three more.
 COMMAND_TIMEOUT_SECS = 5.0
+# A Harvest entry is about 100 bytes (task id, queue, due time). One whose field names and values
+# add up to more is no Harvest's: acked and skipped like a malformed one, logged with its size,
+# never its content.
+MAX_ENTRY_BYTES = 1024
+# The most one reply may bring into the process. Anyone who can write to the Redis can add an entry
+# of any size (512 MB a value, any number of fields), and a read brings in whole entries: past this
+# bound the client stops reading the reply before it allocates it (ReplyTooLarge, the connection
+# dropped), and the reader takes the entries it was handed through PROJECT_SCRIPT instead, which
+# measures them in Redis and returns the few fields a reference has.
+REPLY_MAX_BYTES = 1 << 20
+# What one element of a reply costs against REPLY_MAX_BYTES besides its bytes (a million empty
+# fields is no small reply either).
+ELEMENT_COST = 16
+# The entries of one stream, measured and cut down in Redis, for a reader that must not receive them
+# whole: those another consumer left pending past min-idle (``reclaim``: XAUTOCLAIM, JUSTID) or those
+# this consumer was handed by a read it could not take in (``pending``: XPENDING), PROJECT_MAX at
+# most. Each comes back as {id, size, task_id, due_at}: size -1 for an entry trimmed or deleted
+# meanwhile; both fields of an entry past MAX_ENTRY_BYTES, or whose task id is past 20 bytes or due
+# time past 64 (no Harvest's: malformed, task 0), come back empty, so that the reply stays far below
+# REPLY_MAX_BYTES (the queue field is not read: docs/redis-dispatch.md).
+PROJECT_MAX = 1000
+PROJECT_SCRIPT = """
+local key, group, consumer, mode = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local count, max_bytes, min_idle = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local ids = {}
+if mode == 'reclaim' then
+  ids = redis.call('XAUTOCLAIM', key, group, consumer, min_idle, '0-0', 'COUNT', count, 'JUSTID')[2]
+else
+  for _, p in ipairs(redis.call('XPENDING', key, group, '-', '+', count, consumer)) do
+    ids[#ids + 1] = p[1]
+  end
+end
+local out = {}
+for _, id in ipairs(ids) do
+  local found = redis.call('XRANGE', key, id, id)[1]
+  if not found then
+    out[#out + 1] = {id, -1, '', ''}
+  else
+    local f, size, task_id, due_at = found[2], 0, '', ''
+    for i = 1, #f do size = size + #f[i] end
+    if size <= max_bytes then
+      for i = 1, #f - 1, 2 do
+        if f[i] == 'task_id' then task_id = f[i + 1] end
+        if f[i] == 'due_at' then due_at = f[i + 1] end
+      end
+    end
+    if #task_id > 20 or #due_at > 64 then task_id, due_at = '', '' end
+    out[#out + 1] = {id, size, task_id, due_at}
+  end
+end
+return out
+"""
 # The path of a Redis URL: none, or the database number.
 DB_PATH = re.compile(r"(/[0-9]*)?")
 
@@ -104,14 +163,7 @@ def check_url(url: str, where: str = "redis.url") -> None:
             "percent-encode any of / # ? @ : % in the user or password (the URL is not shown here: "
             "it holds the password)"
         )
-    unsafe = sorted(
-        k for k in parse_qs(parts.query) if k.lower().startswith("ssl") and k not in CLIENT_TLS_OPTIONS
-    )
-    if unsafe:
-        raise ConfigError(
-            f"{where}: the URL sets {', '.join(unsafe)}; Redis dispatch always verifies a rediss:// "
-            "server against the trust store (set SSL_CERT_FILE or SSL_CERT_DIR for a private CA)"
-        )
+    _check_options(parts.query, where)
     try:
         import redis  # noqa: F401
     except ImportError:
@@ -121,11 +173,33 @@ def check_url(url: str, where: str = "redis.url") -> None:
         ) from None
 
 
+def _check_options(query: str, where: str) -> None:
+    """Refuse a query option Redis dispatch does not take (URL_OPTIONS), naming it and the
+    accepted ones; never a value (``?password=...`` is refused by name)."""
+    keys = sorted({k for k, _ in parse_qsl(query, keep_blank_values=True)})
+    shown = ", ".join(k if OPTION_NAME.fullmatch(k) else "an option that is not a name" for k in keys)
+    accepted = f"the options a Redis URL may set are {', '.join(sorted(URL_OPTIONS))}"
+    if any(k.lower().startswith("ssl") and k not in CLIENT_TLS_OPTIONS for k in keys):
+        raise ConfigError(
+            f"{where}: the URL sets {shown}; Redis dispatch always verifies a rediss:// server "
+            f"against the trust store (set SSL_CERT_FILE or SSL_CERT_DIR for a private CA); {accepted}"
+        )
+    if any(k not in URL_OPTIONS for k in keys):
+        raise ConfigError(
+            f"{where}: the URL sets {shown}, which Redis dispatch does not take: {accepted} "
+            "(the timeouts, keepalives and TLS verification are Harvest's own: docs/redis-dispatch.md)"
+        )
+
+
 def _port_readable(parts: SplitResult) -> bool:
     try:
         return parts.port is None or parts.port > 0
     except ValueError:  # not a number, or past 65535
         return False
+
+
+class ReplyTooLarge(Exception):
+    """A reply of the Redis past REPLY_MAX_BYTES: not read (its connection is dropped)."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +211,7 @@ class TaskRef:
     due_at: datetime | None
     stream: str
     message_id: str
+    oversized: int = 0  # the size of an entry past MAX_ENTRY_BYTES (task 0, acked and skipped)
 
 
 def _parse(fields: Mapping[Any, Any]) -> tuple[int, str, datetime | None]:
@@ -164,15 +239,75 @@ def _parse(fields: Mapping[Any, Any]) -> tuple[int, str, datetime | None]:
     return task_id, queue, due_at
 
 
+def _entry_size(fields: Mapping[Any, Any]) -> int:
+    return sum(len(k) + len(v) for k, v in fields.items() if isinstance(k, bytes) and isinstance(v, bytes))
+
+
 def _refs(entries: Iterable[Any]) -> list[TaskRef]:
-    """TaskRefs of XREADGROUP/XAUTOCLAIM answers: [(stream, [(id, fields), ...]), ...]. Every
-    entry gives one, to be acked: a trimmed one (no fields) or a malformed one names task 0."""
+    """TaskRefs of XREADGROUP answers: [(stream, [(id, fields), ...]), ...]. Every entry gives
+    one, to be acked: a trimmed one (no fields), a malformed one or one past MAX_ENTRY_BYTES
+    names task 0."""
     refs = []
     for stream, messages in entries:
         for message_id, fields in messages:
+            size = _entry_size(fields or {})
+            if size > MAX_ENTRY_BYTES:
+                refs.append(TaskRef(0, "", None, _decode(stream), _decode(message_id), size))
+                continue
             task_id, queue, due_at = _parse(fields or {})
             refs.append(TaskRef(task_id, queue, due_at, _decode(stream), _decode(message_id)))
     return refs
+
+
+def _projected(stream: str, rows: Iterable[Any]) -> list[TaskRef]:
+    """TaskRefs of PROJECT_SCRIPT's rows: [id, size, task_id, due_at]."""
+    refs = []
+    for message_id, size, task_id, due_at in rows:
+        if int(size) > MAX_ENTRY_BYTES:
+            refs.append(TaskRef(0, "", None, stream, _decode(message_id), int(size)))
+            continue
+        fields = {b"task_id": task_id, b"due_at": due_at} if int(size) >= 0 else {}
+        parsed_id, parsed_queue, parsed_due = _parse(fields)
+        refs.append(TaskRef(parsed_id, parsed_queue, parsed_due, stream, _decode(message_id)))
+    return refs
+
+
+def _bounded_parser() -> type:
+    """The redis client's RESP2 parser, refusing a reply past REPLY_MAX_BYTES before it reads
+    (and allocates) the rest: each bulk string is charged its length before it is read, each
+    element ELEMENT_COST. Built on first use (``redis`` is an optional import)."""
+    import redis
+    from redis._parsers import _AsyncRESP2Parser
+
+    if not all(hasattr(_AsyncRESP2Parser, name) for name in ("_read", "_readline", "read_response")):
+        # (the client's private parser changed: no bound rather than none silently)
+        raise ConfigError(
+            f"redis.url: the installed redis client {redis.__version__} reads replies in a way Harvest "
+            "cannot bound (docs/redis-dispatch.md, tested with redis 8.2): install redis 8.2"
+        )
+
+    class BoundedReplyParser(_AsyncRESP2Parser):
+        _left = REPLY_MAX_BYTES
+
+        async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+            self._left = REPLY_MAX_BYTES
+            return await super().read_response(*args, **kwargs)
+
+        def _charge(self, n: int) -> None:
+            self._left -= n
+            if self._left < 0:
+                raise ReplyTooLarge(f"a reply of the Redis is past {REPLY_MAX_BYTES} bytes")
+
+        async def _readline(self) -> bytes:
+            line = await super()._readline()
+            self._charge(len(line) + ELEMENT_COST)
+            return line
+
+        async def _read(self, length: int) -> bytes:
+            self._charge(length)
+            return await super()._read(length)
+
+    return BoundedReplyParser
 
 
 def _decode(value: Any) -> str:
@@ -209,6 +344,9 @@ class RedisChannel:
             # the worker falls back to the Postgres claim.
             "socket_keepalive": True,
             "socket_keepalive_options": SOCKET_KEEPALIVE_OPTIONS,  # the database's timings
+            # No reply past REPLY_MAX_BYTES is taken in: entries are anyone's (MAX_ENTRY_BYTES).
+            "parser_class": _bounded_parser(),
+            "protocol": 2,  # (the bounded parser's)
         }
         if urlsplit(url).scheme == "rediss":
             # Verified against the platform trust store (SSL_CERT_FILE / SSL_CERT_DIR replace it),
@@ -231,6 +369,7 @@ class RedisChannel:
                     "one Redis instance only (docs/redis-dispatch.md)"
                 )
             await channel.ensure_groups(queues)
+            await channel._check_projection(queues)
         except RedisError as exc:
             await channel.close()
             raise RedisUnavailable(
@@ -244,6 +383,26 @@ class RedisChannel:
                 f"{exc.strerror or _safe(exc, url)}; start Redis or unset redis.url"
             ) from None
         return channel
+
+    async def _check_projection(self, queues: Sequence[str]) -> None:
+        """Run PROJECT_SCRIPT once (it projects nothing: a consumer that holds nothing). A Redis
+        user whose ACL forbids EVAL (or a command the script calls) would boot, and then fail
+        every take-over as a Redis loss: refused here, naming what to grant."""
+        from redis.exceptions import NoPermissionError
+
+        if not queues:
+            return
+        try:
+            await self._client.eval(
+                PROJECT_SCRIPT, 1, stream_key(queues[0]), GROUP, "harvest-boot-check", "pending", 1, 0, 0
+            )
+        except NoPermissionError:
+            await self.close()
+            raise ConfigError(
+                f"redis.url: the Redis user of {self.endpoint} may not run EVAL with XAUTOCLAIM, XPENDING "
+                "and XRANGE, which Redis dispatch's take-overs run: grant it +@scripting (and the stream "
+                "commands) on the harvest:tasks:* keys (docs/redis-dispatch.md)"
+            ) from None
 
     async def ensure_groups(self, queues: Iterable[str]) -> None:
         """The consumer group of each queue's stream (made with the stream; an existing one kept).
@@ -281,27 +440,44 @@ class RedisChannel:
         return n
 
     async def read(self, consumer: str, queues: Sequence[str], count: int, block_ms: int) -> list[TaskRef]:
-        """Up to ``count`` new references of these queues for ``consumer``, waiting up to
-        ``block_ms`` for one; each stays pending in the group until :meth:`ack`."""
-        answer = await self._client.xreadgroup(
-            GROUP, consumer, {stream_key(q): ">" for q in queues}, count=count, block=block_ms
-        )
+        """Up to ``count`` new references of each of these queues for ``consumer``, waiting up to
+        ``block_ms`` for one; each stays pending in the group until :meth:`ack`. A read whose
+        reply is past REPLY_MAX_BYTES (an entry no Harvest wrote, of any size) is not taken in:
+        the entries it handed this consumer are taken through PROJECT_SCRIPT instead."""
+        try:
+            answer = await self._client.xreadgroup(
+                GROUP, consumer, {stream_key(q): ">" for q in queues}, count=count, block=block_ms
+            )
+        except ReplyTooLarge:
+            return await self._project(consumer, queues, "pending", count)
         return _refs(answer or [])
 
     async def reclaim(
         self, consumer: str, queues: Sequence[str], min_idle_ms: int, count: int
     ) -> list[TaskRef]:
         """References another consumer read and never acked for ``min_idle_ms`` (it died between
-        read and ack): taken over by ``consumer``, to be claimed (or found taken) and acked."""
+        read and ack): taken over by ``consumer``, to be claimed (or found taken) and acked.
+        Measured in Redis: an entry past MAX_ENTRY_BYTES comes back as its id and size only."""
+        return await self._project(consumer, queues, "reclaim", count, min_idle_ms)
+
+    async def _project(
+        self, consumer: str, queues: Sequence[str], mode: str, count: int, min_idle_ms: int = 0
+    ) -> list[TaskRef]:
         refs: list[TaskRef] = []
         for queue in queues:
-            answer = await self._client.xautoclaim(
-                stream_key(queue), GROUP, consumer, min_idle_ms, start_id="0-0", count=count
+            key = stream_key(queue)
+            rows = await self._client.eval(
+                PROJECT_SCRIPT,
+                1,
+                key,
+                GROUP,
+                consumer,
+                mode,
+                min(count, PROJECT_MAX),
+                MAX_ENTRY_BYTES,
+                min_idle_ms,
             )
-            # [next start id, [(id, fields), ...], [deleted ids]] (Redis 7)
-            refs += _refs([(stream_key(queue), answer[1])])
-            for deleted in answer[2] if len(answer) > 2 else []:
-                refs.append(TaskRef(0, queue, None, stream_key(queue), _decode(deleted)))
+            refs += _projected(key, rows or [])
         return refs
 
     async def ack(self, refs: Iterable[TaskRef]) -> None:

@@ -22,6 +22,7 @@ API's pools and the client. docs/integrations.md is the guide.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -180,6 +181,7 @@ class HarvestLifespan:
             profile=self.profile,
             app=self.app,
             plan=runtime_plan(config).as_run(runs, source),
+            runtimes_failure=lambda: self.worker_failure,
         )
         mount = Mount(self.mount_path or DEFAULT_MOUNT_PATH, app=api)
         # First, so that a route of the app matching every path (a single-page app's fallback)
@@ -194,16 +196,11 @@ class HarvestLifespan:
             self.management_api = None
 
     async def _start_worker(self, config: Config, options: WorkerOptions) -> None:
+        """The worker beside the app, booted: a worker that cannot start (Redis or the database
+        unreachable, a schema or role the worker cannot use, ...) fails the startup with its own
+        error, before the app serves (docs/integrations.md)."""
         assert self.app is not None  # checked in __init__
-        redis_url = config.get("redis.url")
-        if redis_url:
-            # The boot is strict (docs/redis-dispatch.md): a Redis that cannot be reached fails
-            # the startup here. The worker beside the app opens it only once it runs, and its
-            # failure then is only logged: the app served, healthy-looking, with no worker.
-            from harvest.db.redis_channel import RedisChannel
-
-            await (await RedisChannel.connect(redis_url)).close()
-        self._worker = WorkerBeside(
+        beside = WorkerBeside(
             self.app,
             config,
             options,
@@ -211,6 +208,22 @@ class HarvestLifespan:
             name="harvest-worker",
             on_failure=_log_worker_end,
         )
+        try:
+            await beside.started()  # (raises what ended the boot; the worker's task is over then)
+        except asyncio.CancelledError:
+            # The server gave up the startup meanwhile: the worker must not outlive it, booting
+            # on beside a client and pools the lifespan closes.
+            with contextlib.suppress(Exception):
+                await beside.stop()
+            raise
+        self._worker = beside
+
+    @property
+    def worker_failure(self) -> BaseException | None:
+        """The error of an in-process worker that ended by itself after startup (None while it
+        runs, and without one). The mounted API's health probes answer 503 then, and the
+        shutdown raises it."""
+        return self._worker.failure if self._worker is not None else None
 
     async def _stop_worker(self) -> None:
         """The worker drained (WorkerBeside.stop); one that had failed raises its error here."""
@@ -224,7 +237,11 @@ class HarvestLifespan:
 
 
 def _log_worker_end(error: BaseException) -> None:
-    log.error("harvest: the in-process worker stopped: %s", error)
+    log.error(
+        "harvest: the in-process worker stopped: %s; the health probes answer 503 until the process "
+        "restarts, and the shutdown raises it",
+        error,
+    )
 
 
 def harvest_client(connection: HTTPConnection) -> AsyncClient:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -85,6 +85,9 @@ class HarvestState:
     pools: Any = None  # shards: an AsyncShardPools
     router: ShardRouter = field(default_factory=lambda: ShardRouter.single(0))
     plan: RuntimePlan | None = None
+    # The error of the runtimes this process runs beside the API, once they ended by themselves
+    # (HarvestLifespan's worker, `harvest serve`'s): the health probes answer 503 then.
+    runtimes_failure: Callable[[], BaseException | None] = lambda: None
     max_payload_bytes: int | None = None
     shard_timeout: float = SHARD_TIMEOUT_SECS
     hubs: dict[tuple[int, str], NotificationHub] = field(default_factory=dict)
@@ -225,6 +228,7 @@ def management_app(
     app: Any = None,
     pool_size: int = DEFAULT_POOL_SIZE,
     plan: RuntimePlan | None = None,
+    runtimes_failure: Callable[[], BaseException | None] | None = None,
 ) -> Starlette:
     """The management API (a Starlette app; mount it under any prefix).
 
@@ -237,7 +241,9 @@ def management_app(
     the :class:`harvest.App` whose catalog the handler and registered-type routes show;
     ``plan``: the runtimes this process runs, which ``/admin/config`` and ``/admin/retention``
     report (default: ``runtime_plan(config)``, what the config places here; a process that runs
-    fewer passes :meth:`RuntimePlan.as_run`'s)."""
+    fewer passes :meth:`RuntimePlan.as_run`'s); ``runtimes_failure``: the error of the runtimes
+    that process runs beside the API once they ended by themselves (None while they run), which
+    makes every health probe answer 503."""
     from harvest.web import openapi
 
     if dsn is not None and shards is not None:
@@ -265,6 +271,8 @@ def management_app(
         router=shards.router if shards is not None else ShardRouter.from_config(config),
         plan=runtime_plan(config) if plan is None else plan,
     )
+    if runtimes_failure is not None:
+        state.runtimes_failure = runtimes_failure
     table = endpoints()
     routes: list[BaseRoute] = [
         Route(e.path, e.__call__, methods=[e.method], name=e.operation_id) for e in table

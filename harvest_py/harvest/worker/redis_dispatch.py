@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import ConfigError, RedisUnavailable
 from harvest.db.pools import TRANSIENT
-from harvest.db.redis_channel import RedisChannel, TaskRef
+from harvest.db.redis_channel import MAX_ENTRY_BYTES, RedisChannel, TaskRef
 
 if TYPE_CHECKING:
     from harvest.worker.lanes import ShardLane
@@ -47,6 +47,10 @@ RECLAIM_IDLE_MS = 30_000
 RECLAIM_EVERY_SECS = 10.0
 # Reconnecting to a lost Redis: the first wait, doubling up to the last.
 RECONNECT_SECS = (0.5, 5.0)
+# The most ids one harvest.claim_named_tasks takes (it refuses more: HR001). A worker with more
+# free slots read more references than that (claim_batch per stream, a take-over as many as its
+# free slots), and the whole batch was refused, taken over and refused again, for good.
+NAMED_CLAIM_MAX = 1000
 # A reference due within this much is claimed now (the clocks of publisher and worker differ).
 DUE_SLACK = timedelta(milliseconds=50)
 
@@ -80,6 +84,7 @@ class RedisDispatch:
         self.read = 0
         self.claimed = 0
         self.skipped = 0  # references whose row was not claimable by us (taken, finished, gated)
+        self.oversized = 0  # entries past MAX_ENTRY_BYTES (counted in skipped too)
         self.losses = 0
 
     @property
@@ -243,12 +248,27 @@ class RedisDispatch:
         if worker.stopping:
             return  # not acked: the rows are the Postgres claim's (close() drops our pending entries)
         self.read += len(refs)
+        oversized = [r for r in refs if r.oversized]
+        if oversized:
+            self.oversized += len(oversized)
+            largest = max(oversized, key=lambda r: r.oversized)
+            # (its size and id, never its content: anyone who can write to the Redis wrote it)
+            log.warning(
+                "redis dispatch: %d stream entr%s past %d bytes acked and skipped (the largest, %s on %s, "
+                "has %d): no Harvest wrote them; keep the Redis as private as the database",
+                len(oversized),
+                "y" if len(oversized) == 1 else "ies",
+                MAX_ENTRY_BYTES,
+                largest.message_id,
+                largest.stream,
+                largest.oversized,
+            )
         soon = datetime.now(UTC) + DUE_SLACK
         ids = list(
             dict.fromkeys(r.task_id for r in refs if r.task_id and (r.due_at is None or r.due_at <= soon))
         )
         free = worker.free_slots()
-        ids = ids[: max(0, free)]
+        ids = ids[: max(0, min(free, NAMED_CLAIM_MAX))]  # (the rest acked unclaimed: the Postgres claim's)
         claimed: list[dict[str, Any]] = []
         if ids:
             lane = self.lane

@@ -251,6 +251,10 @@ class Worker:
             policies.get("activities")
         )
         self._stopping = asyncio.Event()
+        # Set once run() has booted (Redis, the databases, their schema, the registration) and
+        # started its loops: what a server running the worker beside it waits for before it
+        # serves (config.process.WorkerBeside.started).
+        self.booted = asyncio.Event()
         # Set once the drain is over: the scanner and the janitor end after the pass they are
         # in (_passes_end), rather than being cancelled mid-call (see _stop).
         self._passes_ending = asyncio.Event()
@@ -387,6 +391,7 @@ class Worker:
                 intake.append(asyncio.create_task(self.redis.consume_loop(), name="redis-consumer"))
                 # (the publisher runs through the drain: what in-flight work commits is published)
                 background.append(asyncio.create_task(self.redis.publish_loop(), name="redis-publisher"))
+            self.booted.set()
             try:
                 if self.run_worker:
                     await self._claims()

@@ -1,8 +1,9 @@
 """Health probes: ``/health`` (cheap liveness, or readiness with
 ``readiness.require_shard_readiness``), ``/health/live`` (the process answers) and
 ``/health/ready`` (the database answers with this Harvest's schema; with
-``readiness.require_shard_readiness``, every writable shard is ready). No authorization: probes
-carry no data."""
+``readiness.require_shard_readiness``, every writable shard is ready). Each answers 503
+``worker_stopped`` once the runtimes the process runs beside the API ended by themselves
+(HarvestLifespan's worker). No authorization: probes carry no data."""
 
 from __future__ import annotations
 
@@ -71,8 +72,31 @@ def _not_ready(message: str, **details: Any) -> Reply:
     )
 
 
+def _runtimes_stopped(state: Any) -> Reply | None:
+    """503 when the runtimes this process runs beside the API (HarvestLifespan's worker) ended
+    by themselves: such a process answers requests and runs nothing, and only a restart brings
+    them back (the boot then fails loudly if their cause remains). The error's type only: the
+    probes are unauthenticated, its text is in the process's log."""
+    error = state.runtimes_failure()
+    if error is None:
+        return None
+    return Reply(
+        {
+            "status": "worker_stopped",
+            **error_body(
+                "worker_stopped",
+                f"the worker of this process stopped ({type(error).__name__}; its log has the cause): "
+                "restart the process",
+            ),
+        },
+        503,
+    )
+
+
 async def ready(call: Any) -> Reply:
     state = call.state
+    if (stopped := _runtimes_stopped(state)) is not None:
+        return stopped
     if state.config.get("readiness.require_shard_readiness"):
         health = await shard_readiness(state)
         if health["readiness"] != "ready":
@@ -110,11 +134,11 @@ async def ready(call: Any) -> Reply:
 async def health(call: Any, args: dict[str, Any], _: Any) -> Reply:
     if call.state.config.get("readiness.require_shard_readiness"):
         return await ready(call)
-    return Reply({"status": "ok"})
+    return _runtimes_stopped(call.state) or Reply({"status": "ok"})
 
 
 async def health_live(call: Any, args: dict[str, Any], _: Any) -> Reply:
-    return Reply({"status": "ok"})
+    return _runtimes_stopped(call.state) or Reply({"status": "ok"})
 
 
 async def health_ready(call: Any, args: dict[str, Any], _: Any) -> Reply:
@@ -127,12 +151,21 @@ ENDPOINTS = [
         "/health",
         None,
         health,
-        "Liveness (readiness with readiness.require_shard_readiness).",
+        "Liveness (readiness with readiness.require_shard_readiness; 503 once its worker stopped).",
         responses=RESPONSES,
         tag="health",
         shape=STATUS,
     ),
-    Endpoint("GET", "/health/live", None, health_live, "The process answers.", tag="health"),
+    Endpoint(
+        "GET",
+        "/health/live",
+        None,
+        health_live,
+        "The process answers (503 once its in-process worker stopped).",
+        responses=RESPONSES,
+        tag="health",
+        shape=STATUS,
+    ),
     Endpoint(
         "GET",
         "/health/ready",
