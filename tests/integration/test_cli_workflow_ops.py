@@ -39,6 +39,7 @@ def test_handlers_prints_the_describe_handlers_shape(db: str) -> None:
     assert {q["name"] for q in json.loads(r.stdout)["queries"]} == {
         "total",
         "owner",
+        "greeting",
         "broken",
         "rotate_in_query",
         "escape_in_query",

@@ -46,7 +46,8 @@ def test_a_worker_whose_row_was_deleted_registers_again(db: str, start_worker, c
     running = start_worker(App(workflows=[ping]), heartbeat_interval=0.2)
     worker_id = running.worker.worker_id
     _wait_until(lambda: _row(db, worker_id), what="the worker's registration")
-    registered = _names(db)
+    # (its workflow names follow its row, in a statement of their own)
+    registered = _wait_until(lambda: _names(db), what="its workflow names")
     assert registered == [("default", "ping")]
     with psycopg.connect(db, autocommit=True) as conn:  # what a prune of the row leaves
         conn.execute("DELETE FROM harvest.workers WHERE id = %s", (worker_id,))
