@@ -391,6 +391,10 @@ def _decode_class(value: Any, tp: type, path: str) -> Any:
         return value
     if typing.is_typeddict(tp):
         return _decode_typeddict(value, tp, path)
+    if getattr(tp, "_is_protocol", False) and not getattr(tp, "_is_runtime_protocol", False):
+        # A protocol says what a value can do, not how to rebuild it (and isinstance refuses
+        # one not runtime_checkable with a TypeError): nothing to go on, as for a TypeVar.
+        return value
     if isinstance(value, tp) and not isinstance(value, (list, dict)):
         return value  # already the right type (e.g. an in-process value)
     if issubclass(tp, tuple) and hasattr(tp, "_fields"):
