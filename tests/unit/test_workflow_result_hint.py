@@ -48,6 +48,12 @@ class Model(pydantic.BaseModel):
     n: int
 
 
+class Aliased(pydantic.BaseModel):
+    """A model whose fields have aliases (a camelCase API's): the encoder writes its field names."""
+
+    order_id: int = pydantic.Field(alias="orderId")
+
+
 class Priced(Protocol):
     """A protocol as a result's hint (not runtime_checkable, as most are): nothing to rebuild."""
 
@@ -98,6 +104,7 @@ ALLOWED = [
     (Order, Order(3)),
     (Optional[Order], None),  # noqa: UP045
     (Model, Model(n=1)),
+    (Aliased, Aliased(orderId=1)),  # written by field name, read by field name too
     (Point, Point(1, 2)),
     (Totals, {"count": 1}),
     (Color, Color.RED),

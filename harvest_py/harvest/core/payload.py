@@ -49,6 +49,14 @@ except ImportError:  # pragma: no cover - exercised only without pydantic
 # Bound once: pydantic serves its names through a module __getattr__ (an import lookup on
 # every access), and the check runs for every payload that is not a plain JSON value.
 _BaseModel: type | None = _pydantic.BaseModel if _pydantic is not None else None
+# A model is written by its field names (model_dump), so it is read by them too, its aliases
+# still accepted: pydantic 2.11's by_name (before it, only a model with populate_by_name reads
+# back what was written for it when its fields have aliases).
+_VALIDATE_BY_NAME: dict[str, Any] = (
+    {"by_name": True}
+    if _BaseModel is not None and "by_name" in inspect.signature(_BaseModel.model_validate).parameters  # type: ignore[attr-defined]
+    else {}
+)
 
 __all__ = [
     "approx_size",
@@ -427,7 +435,7 @@ def _decode_class(value: Any, tp: type, path: str) -> Any:
         raise PayloadError(f"{path}: cannot decode {value!r:.80} as {tp.__name__}: {exc}") from exc
     if _is_pydantic_class(tp):
         try:
-            return cast(Any, tp).model_validate(value)
+            return cast(Any, tp).model_validate(value, **_VALIDATE_BY_NAME)
         except Exception as exc:
             raise PayloadError(f"{path}: cannot decode as {tp.__name__}: {exc}") from exc
     if dataclasses.is_dataclass(tp):
