@@ -109,6 +109,7 @@ ALLOWED = [
     (Totals, {"count": 1}),
     (Color, Color.RED),
     (Literal["a", "b"], "b"),
+    (Literal[Color.RED], Color.RED),  # an enum member, written as its value
     (dt.datetime, dt.datetime(2026, 1, 1, tzinfo=dt.UTC)),
     (Decimal, Decimal("1.50")),
     (uuid.UUID, uuid.UUID(int=1)),

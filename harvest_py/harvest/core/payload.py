@@ -306,14 +306,25 @@ def _decode(value: Any, tp: Any, path: str) -> Any:
     if origin is typing.Union or origin is types.UnionType:
         return _decode_union(value, args, path)
     if origin is typing.Literal:
-        if value not in args:
-            raise _fail(path, f"one of {list(args)!r}", value)
-        return value
+        if value in args:
+            return value
+        for allowed in args:  # an enum member (Literal[Color.RED]) is written as its value
+            if isinstance(allowed, enum.Enum) and _written_as(allowed) == value:
+                return allowed
+        raise _fail(path, f"one of {list(args)!r}", value)
     if origin is not None:
         return _decode_generic(value, origin, args, path)
     if isinstance(tp, type):
         return _decode_class(value, tp, path)
     return value
+
+
+def _written_as(member: enum.Enum) -> Any:
+    """What ``encode`` writes for an enum member (``_ABSENT`` when it cannot be written)."""
+    try:
+        return encode(member, "value")
+    except PayloadError:
+        return _ABSENT
 
 
 def _decode_union(value: Any, args: tuple[Any, ...], path: str) -> Any:
