@@ -111,6 +111,7 @@ ALLOWED = [
     (Literal["a", "b"], "b"),
     (Literal[Color.RED], Color.RED),  # an enum member, written as its value
     (dt.datetime, dt.datetime(2026, 1, 1, tzinfo=dt.UTC)),
+    (dt.date, dt.datetime(2026, 1, 1, 9, 30, tzinfo=dt.UTC)),  # a datetime is a date (ctx.now())
     (Decimal, Decimal("1.50")),
     (uuid.UUID, uuid.UUID(int=1)),
     (bytes, b"\x00"),

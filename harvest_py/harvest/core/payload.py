@@ -431,7 +431,12 @@ def _decode_class(value: Any, tp: type, path: str) -> Any:
         if issubclass(tp, _dt.datetime):
             return tp.fromisoformat(_need_str(value, path, "ISO datetime"))
         if issubclass(tp, _dt.date):
-            return tp.fromisoformat(_need_str(value, path, "ISO date"))
+            text = _need_str(value, path, "ISO date")
+            if issubclass(_dt.datetime, tp) and len(text) > 10:
+                # A datetime is a date (ctx.now() for a `-> date`): written with its time, which
+                # date.fromisoformat refuses; read back as the datetime it was.
+                return _dt.datetime.fromisoformat(text)
+            return tp.fromisoformat(text)
         if issubclass(tp, _dt.time):
             return tp.fromisoformat(_need_str(value, path, "ISO time"))
         if issubclass(tp, uuid.UUID):
