@@ -175,7 +175,10 @@ CREATE OR REPLACE FUNCTION harvest.start_cross_shard_child(
     p_child_execution_id uuid, p_parent_execution_id uuid, p_parent_seq integer, p_workflow_name text,
     p_workflow_id text, p_queue text, p_input jsonb, p_parent_close_policy text,
     -- The parent's child.start span (claim_cross_shard_children's traceparent), or NULL.
-    p_traceparent text DEFAULT NULL
+    p_traceparent text DEFAULT NULL,
+    -- The shard the parent lives on (the pump's source), which its end is owed to: a parent a
+    -- rebalance moved keeps an id of the shard it was born on (NULL: that one, an older pump's).
+    p_parent_shard integer DEFAULT NULL
 )
 RETURNS TABLE (outcome text, status text, failure jsonb)
 LANGUAGE plpgsql
@@ -232,7 +235,7 @@ BEGIN
             p_child_execution_id, harvest._check_traceparent(p_traceparent));
         -- Its end is owed to the parent's shard until the pump says the parent has it.
         UPDATE harvest.executions AS e SET parent_seq = p_parent_seq, parent_close_policy = p_parent_close_policy,
-            end_owed_to_shard = harvest.shard_of(p_parent_execution_id)
+            end_owed_to_shard = coalesce(p_parent_shard, harvest.shard_of(p_parent_execution_id))
         WHERE e.id = p_child_execution_id;
     EXCEPTION
         WHEN SQLSTATE 'HR003' THEN

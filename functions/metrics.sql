@@ -144,6 +144,7 @@ BEGIN
                 SELECT extract(epoch FROM harvest._ago(v_now, v_max_age) - e.completed_at)
                 FROM harvest.executions AS e
                 WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest._ago(v_now, v_max_age)
+                  AND e.end_owed_to_shard IS NULL  -- (executions_retention)
                   AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)
                 ORDER BY e.completed_at
                 LIMIT 1

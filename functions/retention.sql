@@ -125,6 +125,7 @@ BEGIN
     IF v_config.max_age IS NOT NULL THEN
         SELECT count(*) INTO v_eligible FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest._ago(harvest.now(), v_config.max_age)
+          AND e.end_owed_to_shard IS NULL  -- (executions_retention)
           AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard);
     END IF;
     IF v_config.worker_max_age IS NOT NULL THEN
@@ -188,6 +189,8 @@ BEGIN
     SELECT array_agg(s.id) INTO v_ids FROM (
         SELECT e.id FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
+          -- Down executions_retention: a run kept for a parent's shard is not read (migration 0104).
+          AND e.end_owed_to_shard IS NULL
           AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)
         ORDER BY e.completed_at
         LIMIT v_batch
@@ -248,6 +251,8 @@ BEGIN
     SELECT count(*) INTO v_remaining FROM (
         SELECT 1 FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
+          -- Down executions_retention: a run kept for a parent's shard is not read (migration 0104).
+          AND e.end_owed_to_shard IS NULL
           AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)
         ORDER BY e.completed_at
         LIMIT 10000

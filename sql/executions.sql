@@ -135,6 +135,13 @@ CREATE INDEX executions_completed
 ON harvest.executions (completed_at)
 WHERE status <> 'RUNNING';
 
+-- The janitor's batches, its remaining count and the retention lag (functions/retention.sql,
+-- metrics.sql): the ended runs that owe no parent their end (migration 0104), so that the runs
+-- kept for a parent's shard that is away, the oldest then, are not read by every batch.
+CREATE INDEX executions_retention
+ON harvest.executions (completed_at)
+WHERE status <> 'RUNNING' AND end_owed_to_shard IS NULL;
+
 -- The runs whose end a parent on another shard has not taken yet (migration 0101): few, and
 -- only while a parent's pump is behind; an operator's release of the ends owed to a retired
 -- shard, and retention status, count them here.

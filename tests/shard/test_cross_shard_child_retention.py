@@ -198,3 +198,49 @@ def test_an_operator_releases_the_ends_owed_to_a_retired_shard(shards) -> None:
         )
     _janitor(shards, 1)
     assert not _exists(shards, 1, child)
+
+
+def test_a_moved_parents_child_owes_its_end_to_the_shard_the_parent_lives_on(shards) -> None:
+    """A parent born on shard 1 and moved to shard 0 (a rebalance keeps its id, minted for
+    shard 1) places a child on shard 1. The child's end is owed to shard 0, where the parent
+    lives and its pump delivers from: marked with the shard its id names, the child said it
+    owed shard 1 (its own shard), so the operator who retires shard 0 found nothing to release
+    (release_owed_child_ends(0)), and one who retired the parent's birth shard released an end
+    a live parent still waits for."""
+    from harvest.shard import ShardPools
+    from harvest.shard.rebalance import Rebalancer
+
+    enable_cross_shard_relays(shards)
+    parent = park(shards.dsns[1], "moved-parent")  # waits for a signal, on its birth shard
+    with ShardPools(router(), shards.dsns, max_size=2) as pools:
+        move = Rebalancer(pools, 1, 0, operator_id="ops@test").move(parent)
+    assert move.outcome == "moved", move
+    with shards.connect(0) as conn:  # woken on shard 0, it places a child on shard 1
+        conn.execute("SELECT * FROM harvest.signal_workflow(%s, 'go', 'null')", (parent,))
+        task = conn.execute(
+            "SELECT task_id, fencing_token"
+            " FROM harvest.claim_tasks('w-test', ARRAY['rbq-moved-parent'], 1, 30)"
+        ).fetchone()
+        command = {
+            "type": "start_child_workflow",
+            "seq": 1,
+            "workflow_name": "kid",
+            "workflow_id": "moved-parent-kid",
+            "task_queue": "kidq",
+            "shard": 1,
+        }
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'w-test')",
+            (task[0], task[1], psycopg.types.json.Jsonb([command])),
+        )
+        child = conn.execute(
+            "SELECT child_execution_id FROM harvest.cross_shard_children WHERE parent_execution_id = %s",
+            (uuid.UUID(parent),),
+        ).fetchone()[0]
+    asyncio.run(_tick(shards))  # the pump of shard 0 starts the child on shard 1
+
+    with shards.connect(1) as conn:
+        owed = conn.execute(
+            "SELECT end_owed_to_shard FROM harvest.executions WHERE id = %s", (child,)
+        ).fetchone()
+    assert owed == (0,), "the child's end is owed to the shard its parent lives on"

@@ -13,7 +13,7 @@ import enum
 import uuid
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Literal, NamedTuple, Optional, TypedDict, TypeVar
+from typing import Any, Literal, NamedTuple, Optional, Protocol, TypedDict, TypeVar
 
 import pydantic
 import pytest
@@ -46,6 +46,29 @@ class Totals(TypedDict):
 
 class Model(pydantic.BaseModel):
     n: int
+
+
+class Aliased(pydantic.BaseModel):
+    """A model whose fields have aliases (a camelCase API's): the encoder writes its field names."""
+
+    order_id: int = pydantic.Field(alias="orderId")
+
+
+class Priced(Protocol):
+    """A protocol as a result's hint (not runtime_checkable, as most are): nothing to rebuild."""
+
+    def price(self) -> int: ...
+
+
+@dataclasses.dataclass(init=False)
+class Money:
+    """A dataclass whose own __init__ takes other arguments than its fields: the converter
+    cannot rebuild it from its JSON (Money(cents=150) is a TypeError)."""
+
+    cents: int
+
+    def __init__(self, amount: str) -> None:
+        self.cents = int(Decimal(amount) * 100)
 
 
 def _commands(fn: Any) -> list[dict]:
@@ -81,11 +104,14 @@ ALLOWED = [
     (Order, Order(3)),
     (Optional[Order], None),  # noqa: UP045
     (Model, Model(n=1)),
+    (Aliased, Aliased(orderId=1)),  # written by field name, read by field name too
     (Point, Point(1, 2)),
     (Totals, {"count": 1}),
     (Color, Color.RED),
     (Literal["a", "b"], "b"),
+    (Literal[Color.RED], Color.RED),  # an enum member, written as its value
     (dt.datetime, dt.datetime(2026, 1, 1, tzinfo=dt.UTC)),
+    (dt.date, dt.datetime(2026, 1, 1, 9, 30, tzinfo=dt.UTC)),  # a datetime is a date (ctx.now())
     (Decimal, Decimal("1.50")),
     (uuid.UUID, uuid.UUID(int=1)),
     (bytes, b"\x00"),
@@ -97,6 +123,7 @@ ALLOWED = [
     (T, "anything"),
     (object, 5),
     ("NotDefinedAnywhere", 5),  # an unresolvable hint is no hint
+    (Priced, 5),  # a protocol the converter cannot check: nothing to go on, as for a TypeVar
 ]
 
 
@@ -139,3 +166,12 @@ def test_a_recorded_completion_replays_whatever_its_result() -> None:
     history.complete_task(history.last_id, [{"type": "complete_workflow", "result": "seven"}])
     activation = asyncio.run(new_run(None, fn).advance(history.events))
     assert activation.commands == []
+
+
+def test_a_result_the_converter_cannot_rebuild_fails_the_task_not_the_run() -> None:
+    """Whatever the converter raises while it checks the result (here the dataclass's own
+    __init__ refuses its fields: a TypeError, not a PayloadError), the run is not failed for
+    good: the check's refusal fails the workflow task, as any result the typed reads refuse."""
+    refused = r"workflow 'returns' returned Money .*which its return hint Money does not allow \(TypeError"
+    with pytest.raises(PayloadError, match=refused):
+        _commands(_returning(Money, Money("1.50")))

@@ -49,6 +49,14 @@ except ImportError:  # pragma: no cover - exercised only without pydantic
 # Bound once: pydantic serves its names through a module __getattr__ (an import lookup on
 # every access), and the check runs for every payload that is not a plain JSON value.
 _BaseModel: type | None = _pydantic.BaseModel if _pydantic is not None else None
+# A model is written by its field names (model_dump), so it is read by them too, its aliases
+# still accepted: pydantic 2.11's by_name (before it, only a model with populate_by_name reads
+# back what was written for it when its fields have aliases).
+_VALIDATE_BY_NAME: dict[str, Any] = (
+    {"by_name": True}
+    if _BaseModel is not None and "by_name" in inspect.signature(_BaseModel.model_validate).parameters  # type: ignore[attr-defined]
+    else {}
+)
 
 __all__ = [
     "approx_size",
@@ -298,14 +306,25 @@ def _decode(value: Any, tp: Any, path: str) -> Any:
     if origin is typing.Union or origin is types.UnionType:
         return _decode_union(value, args, path)
     if origin is typing.Literal:
-        if value not in args:
-            raise _fail(path, f"one of {list(args)!r}", value)
-        return value
+        if value in args:
+            return value
+        for allowed in args:  # an enum member (Literal[Color.RED]) is written as its value
+            if isinstance(allowed, enum.Enum) and _written_as(allowed) == value:
+                return allowed
+        raise _fail(path, f"one of {list(args)!r}", value)
     if origin is not None:
         return _decode_generic(value, origin, args, path)
     if isinstance(tp, type):
         return _decode_class(value, tp, path)
     return value
+
+
+def _written_as(member: enum.Enum) -> Any:
+    """What ``encode`` writes for an enum member (``_ABSENT`` when it cannot be written)."""
+    try:
+        return encode(member, "value")
+    except PayloadError:
+        return _ABSENT
 
 
 def _decode_union(value: Any, args: tuple[Any, ...], path: str) -> Any:
@@ -391,6 +410,10 @@ def _decode_class(value: Any, tp: type, path: str) -> Any:
         return value
     if typing.is_typeddict(tp):
         return _decode_typeddict(value, tp, path)
+    if getattr(tp, "_is_protocol", False) and not getattr(tp, "_is_runtime_protocol", False):
+        # A protocol says what a value can do, not how to rebuild it (and isinstance refuses
+        # one not runtime_checkable with a TypeError): nothing to go on, as for a TypeVar.
+        return value
     if isinstance(value, tp) and not isinstance(value, (list, dict)):
         return value  # already the right type (e.g. an in-process value)
     if issubclass(tp, tuple) and hasattr(tp, "_fields"):
@@ -408,7 +431,12 @@ def _decode_class(value: Any, tp: type, path: str) -> Any:
         if issubclass(tp, _dt.datetime):
             return tp.fromisoformat(_need_str(value, path, "ISO datetime"))
         if issubclass(tp, _dt.date):
-            return tp.fromisoformat(_need_str(value, path, "ISO date"))
+            text = _need_str(value, path, "ISO date")
+            if issubclass(_dt.datetime, tp) and len(text) > 10:
+                # A datetime is a date (ctx.now() for a `-> date`): written with its time, which
+                # date.fromisoformat refuses; read back as the datetime it was.
+                return _dt.datetime.fromisoformat(text)
+            return tp.fromisoformat(text)
         if issubclass(tp, _dt.time):
             return tp.fromisoformat(_need_str(value, path, "ISO time"))
         if issubclass(tp, uuid.UUID):
@@ -423,7 +451,7 @@ def _decode_class(value: Any, tp: type, path: str) -> Any:
         raise PayloadError(f"{path}: cannot decode {value!r:.80} as {tp.__name__}: {exc}") from exc
     if _is_pydantic_class(tp):
         try:
-            return cast(Any, tp).model_validate(value)
+            return cast(Any, tp).model_validate(value, **_VALIDATE_BY_NAME)
         except Exception as exc:
             raise PayloadError(f"{path}: cannot decode as {tp.__name__}: {exc}") from exc
     if dataclasses.is_dataclass(tp):

@@ -219,7 +219,7 @@ RELEASE_CROSS_SHARD_CHILD = (
 START_CROSS_SHARD_CHILD = """
 SELECT * FROM harvest.start_cross_shard_child(%(child_execution_id)s, %(parent_execution_id)s,
     %(parent_seq)s, %(workflow_name)s, %(workflow_id)s, %(queue)s, %(input)s, %(parent_close_policy)s,
-    %(traceparent)s)
+    %(traceparent)s, %(parent_shard)s)
 """
 GET_CROSS_SHARD_CHILD = "SELECT * FROM harvest.get_cross_shard_child(%(child_execution_id)s)"
 CANCEL_CROSS_SHARD_CHILD = """
@@ -1012,11 +1012,15 @@ def start_cross_shard_child(
     input: Any,
     parent_close_policy: str,
     traceparent: str | None = None,
+    parent_shard: int | None = None,
 ) -> dict[str, Any]:
     """On a child's shard: start it under its minted id, once: ``{outcome, status, failure}``;
-    ``traceparent``: the parent's child.start span, continued by the child's spans."""
+    ``traceparent``: the parent's child.start span, continued by the child's spans;
+    ``parent_shard``: where the parent lives, which the child's end is owed to (None: the shard
+    its id names, which a moved parent no longer lives on)."""
     return {
         "traceparent": traceparent,
+        "parent_shard": parent_shard,
         "child_execution_id": child_execution_id,
         "parent_execution_id": parent_execution_id,
         "parent_seq": parent_seq,

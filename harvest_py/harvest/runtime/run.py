@@ -630,8 +630,12 @@ class WorkflowRun(CommandIssuer):
             try:
                 decode_result(fn, encoded)
                 return encoded
-            except PayloadError as exc:
-                why = f"{returned}, which its return hint {type_name(return_hint(fn))} does not allow ({exc})"
+            except Exception as exc:  # (not only a PayloadError: a type's own constructor may raise)
+                # Whatever the converter raises, every typed read would raise it too; the
+                # check's error must fail the task, never end the run FAILED as the workflow's own.
+                cause = str(exc) if isinstance(exc, PayloadError) else f"{type(exc).__name__}: {exc}"
+                hint = type_name(return_hint(fn))
+                why = f"{returned}, which its return hint {hint} does not allow ({cause})"
         refused = PayloadError(
             f"{why}; the run is not completed: its workflow task is retried until a worker runs fixed code"
         )

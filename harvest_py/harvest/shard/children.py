@@ -99,7 +99,7 @@ async def drive_children(
         try:
             if target in report.unavailable:
                 raise ShardUnavailable(target, report.unavailable[target])
-            step = await _step(pools, row)
+            step = await _step(pools, row, source)
         except ShardUnavailable as exc:
             report.unavailable.setdefault(exc.shard, exc.reason)
             step = ("release", f"shard {exc.shard}: {exc.reason}")
@@ -170,7 +170,7 @@ async def _clear_owed_end(pools: AsyncShardPools, source: int, row: dict[str, An
         await sql.complete_cross_shard_child(child, None)
 
 
-async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple[Any, ...]:
+async def _step(pools: AsyncShardPools, row: dict[str, Any], source: int) -> tuple[Any, ...]:
     child, target = row["child_execution_id"], row["target_shard"]
     if row["status"] == "delivered":
         # The parent's history has the end; the child's shard was not told (its clear was lost).
@@ -194,6 +194,7 @@ async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple[Any, ...]:
                 row["input"],
                 row["parent_close_policy"],
                 row.get("traceparent"),  # the parent's child.start span: the root's trace, on this shard
+                source,  # where the parent lives, owed the child's end (a moved parent's id names another)
             )
             if started["outcome"] == "failed":
                 return ("settle", "START_FAILED", None, started["failure"])
