@@ -189,7 +189,7 @@ BEGIN
     SELECT array_agg(s.id) INTO v_ids FROM (
         SELECT e.id FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
-          -- Down executions_retention: a run kept for a parent's shard is not read (migration 0104).
+          -- Down executions_retention: a run kept for a parent's shard is not read (migration 0102).
           AND e.end_owed_to_shard IS NULL
           AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)
         ORDER BY e.completed_at
@@ -251,7 +251,7 @@ BEGIN
     SELECT count(*) INTO v_remaining FROM (
         SELECT 1 FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
-          -- Down executions_retention: a run kept for a parent's shard is not read (migration 0104).
+          -- Down executions_retention: a run kept for a parent's shard is not read (migration 0102).
           AND e.end_owed_to_shard IS NULL
           AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)
         ORDER BY e.completed_at

@@ -136,7 +136,7 @@ ON harvest.executions (completed_at)
 WHERE status <> 'RUNNING';
 
 -- The janitor's batches, its remaining count and the retention lag (functions/retention.sql,
--- metrics.sql): the ended runs that owe no parent their end (migration 0104), so that the runs
+-- metrics.sql): the ended runs that owe no parent their end (migration 0102), so that the runs
 -- kept for a parent's shard that is away, the oldest then, are not read by every batch.
 CREATE INDEX executions_retention
 ON harvest.executions (completed_at)

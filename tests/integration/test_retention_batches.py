@@ -101,7 +101,7 @@ def test_a_batch_does_not_read_the_ends_kept_for_a_parent_shard(db: str) -> None
     twice (the batch, the remaining count), through a call of _retention_keeps each: 40,000 of
     them made each batch of 500 read 91,500 runs and take 2 to 3 s, holding its locks. The
     janitor's reads now go through executions_retention, which holds no owed run (migration
-    0104): a batch reads as many runs with them as without."""
+    0102): a batch reads as many runs with them as without."""
     with psycopg.connect(db, autocommit=True) as conn:
         _backlog(conn, BACKLOG)
         conn.execute(

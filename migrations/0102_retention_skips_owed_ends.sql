@@ -1,5 +1,5 @@
 -- harvest:no-transaction
--- 0104: the retention janitor reads no run whose end is owed to a parent's shard, and a moved
+-- 0102: the retention janitor reads no run whose end is owed to a parent's shard, and a moved
 -- parent's child owes its end to the shard the parent lives on (re-runnable:
 -- this file runs outside a transaction, so the index is built without blocking the runs that
 -- start and close meanwhile).
