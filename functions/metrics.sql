@@ -179,14 +179,35 @@ BEGIN
         RAISE EXCEPTION 'list_forced_closes: p_limit = % is out of range', coalesce(p_limit::text, 'NULL')
             USING ERRCODE = 'HR001', HINT = 'pass a limit from 1 to 10000';
     END IF;
+    -- Ended runs by completion time are indexed in two parts (migration 0102): those that owe
+    -- no parent their end (executions_retention, nearly all) and those that do
+    -- (executions_end_owed, a few cross-shard children): each part is read in order, then merged.
     RETURN QUERY
-    SELECT e.id, e.workflow_name, e.status, e.status = 'CANCELLED', e.last_event_id, e.completed_at
-    FROM harvest.executions AS e
-    WHERE e.completed_at >= p_after_at AND e.completed_at <= p_until
-      AND (e.completed_at, e.id) > (p_after_at, coalesce(p_after_id, '00000000-0000-0000-0000-000000000000'::uuid))
-      AND (e.status IN ('TERMINATED', 'TIMED_OUT')
-           OR (e.status = 'CANCELLED' AND e.failure ->> 'error_type' = 'Superseded'))
-    ORDER BY e.completed_at, e.id
+    SELECT f.id, f.workflow_name, f.status, f.status = 'CANCELLED', f.last_event_id, f.completed_at
+    FROM (
+        (SELECT e.id, e.workflow_name, e.status, e.last_event_id, e.completed_at
+         FROM harvest.executions AS e
+         WHERE e.status <> 'RUNNING' AND e.end_owed_to_shard IS NULL
+           AND e.completed_at >= p_after_at AND e.completed_at <= p_until
+           AND (e.completed_at, e.id)
+               > (p_after_at, coalesce(p_after_id, '00000000-0000-0000-0000-000000000000'::uuid))
+           AND (e.status IN ('TERMINATED', 'TIMED_OUT')
+                OR (e.status = 'CANCELLED' AND e.failure ->> 'error_type' = 'Superseded'))
+         ORDER BY e.completed_at, e.id
+         LIMIT p_limit)
+        UNION ALL
+        (SELECT e.id, e.workflow_name, e.status, e.last_event_id, e.completed_at
+         FROM harvest.executions AS e
+         WHERE e.end_owed_to_shard IS NOT NULL
+           AND e.completed_at >= p_after_at AND e.completed_at <= p_until
+           AND (e.completed_at, e.id)
+               > (p_after_at, coalesce(p_after_id, '00000000-0000-0000-0000-000000000000'::uuid))
+           AND (e.status IN ('TERMINATED', 'TIMED_OUT')
+                OR (e.status = 'CANCELLED' AND e.failure ->> 'error_type' = 'Superseded'))
+         ORDER BY e.completed_at, e.id
+         LIMIT p_limit)
+    ) AS f
+    ORDER BY f.completed_at, f.id
     LIMIT p_limit;
 END;
 $$;

@@ -245,7 +245,7 @@ BEGIN
     )
     SELECT count(*) INTO v_runless FROM gone;
     -- What the next call would find, counted up to 10,000 (the largest batch) down
-    -- executions_completed: a count of the whole backlog after every batch made a large
+    -- executions_retention: a count of the whole backlog after every batch made a large
     -- backlog's sweep take time quadratic in its size (4 s a batch behind 300,000 runs), and
     -- the batch's rows stayed locked meanwhile. get_retention_status counts them all.
     SELECT count(*) INTO v_remaining FROM (

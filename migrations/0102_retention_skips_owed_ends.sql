@@ -16,6 +16,11 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS executions_retention
 ON harvest.executions (completed_at)
 WHERE status <> 'RUNNING' AND end_owed_to_shard IS NULL;
 
+-- executions_retention replaces executions_completed (every ended run by completion time): its
+-- other reader, the sampler's forced closes (list_forced_closes), reads the owed runs through
+-- executions_end_owed, so a run's close writes one of the two, not both.
+DROP INDEX CONCURRENTLY IF EXISTS harvest.executions_completed;
+
 -- start_cross_shard_child takes the shard the parent lives on (p_parent_shard, the pump's
 -- source), which the child's end is owed to: it marked the shard the parent's id names, and a
 -- parent a rebalance moved keeps the id of the shard it was born on, so the operator's release

@@ -89,7 +89,10 @@ SELECT pg_temp.start_run('fc_done', 'fc_wf', 'fc_q');
 SELECT pg_temp.start_run('fc_old', 'fc_wf', 'fc_q');
 SELECT pg_temp.start_run('fc_late', 'fc_wf', 'fc_q');
 SELECT harvest.terminate_workflow(pg_temp.run('fc_term'), 'test');
-UPDATE harvest.executions SET status = 'TIMED_OUT', completed_at = harvest.now() WHERE id = pg_temp.run('fc_timeout');
+-- (its end owed to a parent on another shard: it is read through executions_end_owed, not
+-- executions_retention, and counts all the same)
+UPDATE harvest.executions SET status = 'TIMED_OUT', completed_at = harvest.now(), end_owed_to_shard = 5
+WHERE id = pg_temp.run('fc_timeout');
 UPDATE harvest.executions SET status = 'CANCELLED', completed_at = harvest.now(),
     failure = '{"error_type": "Superseded", "message": "m", "non_retryable": true, "details": null}'
 WHERE id = pg_temp.run('fc_super');

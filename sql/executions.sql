@@ -130,13 +130,9 @@ ON harvest.executions (workflow_name, created_at, id);
 CREATE INDEX executions_search
 ON harvest.executions USING gin (search_attributes);
 
--- The janitor: terminal runs by completion time.
-CREATE INDEX executions_completed
-ON harvest.executions (completed_at)
-WHERE status <> 'RUNNING';
-
--- The janitor's batches, its remaining count and the retention lag (functions/retention.sql,
--- metrics.sql): the ended runs that owe no parent their end (migration 0102), so that the runs
+-- The ended runs by completion time, but for those that owe a parent their end (migration
+-- 0102; they are in executions_end_owed): the janitor's batches, its remaining count, the
+-- retention lag and the sampler's forced closes (functions/retention.sql, metrics.sql). The runs
 -- kept for a parent's shard that is away, the oldest then, are not read by every batch.
 CREATE INDEX executions_retention
 ON harvest.executions (completed_at)
