@@ -162,6 +162,7 @@ def test_overlap_policies_decide_under_the_test_clock(environment):
     env = environment(
         WorkflowSchedule("skipper", Schedule.every("1h"), workflow=held, overlap="skip"),
         WorkflowSchedule("bufferer", Schedule.every("1h"), workflow=held, overlap="buffer_one"),
+        WorkflowSchedule("canceller", Schedule.every("1h"), workflow=held, overlap="cancel_other"),
     )
     skipped = env.skip_schedule("skipper", fires=3)
     assert [(f.status, f.reason) for f in skipped] == [
@@ -174,6 +175,13 @@ def test_overlap_policies_decide_under_the_test_clock(environment):
         ("started", None),
         ("buffered", None),
         ("skipped", "buffer_full"),
+    ]
+    # cancel_other: each slot asks the live run to cancel, waits for it to end, then starts.
+    cancelled = _firings(env, "canceller")[-3:]
+    assert [(f["status"], f["run_status"]) for f in cancelled] == [
+        ("started", "CANCELLED"),
+        ("started", "CANCELLED"),
+        ("started", "RUNNING"),
     ]
     env.client.get_handle(buffered[0].execution_id).signal("release")
     env.wait_until_idle()
@@ -233,8 +241,23 @@ def test_a_paused_schedule_does_not_fire_and_skip_schedule_says_so(environment):
     assert _firings(env, "hourly") == []
     with pytest.raises(InvalidArgument, match="'hourly' is paused"):
         env.skip_schedule("hourly")
-    with pytest.raises(InvalidArgument, match="no schedule 'nope'"):
+    with pytest.raises(InvalidArgument, match=r"no schedule 'nope'.*it has: 'hourly'"):
         env.skip_schedule("nope")
+    with pytest.raises(InvalidArgument, match="fires must be a whole number"):
+        env.skip_schedule("hourly", fires=0)
+
+
+def test_a_walk_over_too_many_stops_fails_instead_of_running_for_hours(environment, monkeypatch):
+    """Each slot on the way is a stop: past MAX_WALK_STOPS the sleep fails saying what to do (the
+    clock where it got to), and outage=True jumps the same span at once."""
+    from harvest.testing import environment as environment_module
+
+    monkeypatch.setattr(environment_module, "MAX_WALK_STOPS", 5)
+    env = environment(WorkflowSchedule("often", Schedule.every("1m"), workflow=stamp, overlap="allow_all"))
+    with pytest.raises(TimeoutError_, match=r"after 5 stops on the way.*outage=True"):
+        env.sleep("1h")
+    env.sleep("1h", outage=True)
+    assert env.schedule_firings("often")[-1].status == "started"
 
 
 def test_a_schedule_created_through_sql_fires_too(environment):
