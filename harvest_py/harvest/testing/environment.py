@@ -489,8 +489,8 @@ class WorkflowEnvironment:
             with self._clock_lock:
                 clock = self._require_clock()
                 self._move(clock, by)
-                self._pass(clock)
-            self._wake()
+                clock.scan()
+            self._tick_and_wake()
             self.wait_until_idle(settle_timeout)
             return
         # The target is an offset, not an instant: the clock moves by exactly ``duration``,
@@ -590,10 +590,10 @@ class WorkflowEnvironment:
                     return
                 ahead = [t for t in (state.next_due, state.next_slot) if t is not None and state.now < t]
                 step = min([*ahead, target])
-                if step > state.now:  # (else it is due now: the pass and the idle wait run it)
+                if step > state.now:  # (else it is due now: the tick and the idle wait run it)
                     self._move(clock, step - state.now)
-                self._pass(clock)
-            self._wake()
+                clock.scan()
+            self._tick_and_wake()
         raise TimeoutError_(
             f"{what} stopped at {self.now().isoformat()} after {MAX_WALK_STOPS} stops on the way (timers, "
             "retries, schedule slots: each fires at its time): move the clock in shorter steps, pause a "
@@ -606,13 +606,14 @@ class WorkflowEnvironment:
         scheduling = self._worker is not None and self._worker.worker.run_scanner
         return clock.state(schedules=scheduling, uncomputable=self._uncomputable)
 
-    def _pass(self, clock: testkit.SharedClock) -> None:
-        """What the worker's scanner loop does, now rather than on its next pass: one scanner
-        pass at the clock's time, then the worker's own scheduler tick (due slots fire,
-        buffered ones start)."""
-        clock.scan()
+    def _tick_and_wake(self) -> None:
+        """After a scanner pass (clock.scan()), the rest of what the worker's scanner loop does,
+        now rather than on its next pass: the worker's own scheduler tick (due slots fire,
+        buffered ones start); then wake the worker. Called without the clock lock: the tick runs
+        on the worker's loop, where an async mock may read env.now()."""
         if self._worker is not None:
             self._uncomputable = self._worker.tick_schedules()
+            self._worker.wake()
 
     def wait_until_idle(self, timeout: float = 10.0) -> None:
         """Return once nothing can run: no task is due or in flight, no relay waits, and no
@@ -623,14 +624,11 @@ class WorkflowEnvironment:
         time.sleep(SKIP_POLL_SECS)  # let the woken worker claim first
         while True:
             with self._clock_lock:
-                clock = self._require_clock()
-                state = self._state(clock)
-                if state.schedules_due:  # (the worker's scanner would tick within scan_interval)
-                    self._pass(clock)
+                state = self._state(self._require_clock())
+            if state.schedules_due:  # (the worker's scanner would tick within scan_interval)
+                self._tick_and_wake()
             if not state.busy:
                 return
-            if state.schedules_due:
-                self._wake()
             if time.monotonic() > deadline:
                 raise TimeoutError_(f"the environment was still busy after {timeout}s")
             time.sleep(SKIP_POLL_SECS)
@@ -779,20 +777,23 @@ class WorkflowEnvironment:
                         self._watch_stall(clock)
                         continue
                     self._forget_stall()
-                    if state.waiting and state.schedules_due:
-                        self._pass(clock)  # (the worker's scanner would tick within scan_interval)
-                    if not state.waiting or state.busy or state.next_due is None:
+                    if not state.waiting:
                         continue
-                    # A schedule's slot before the run's next due time fires at its time on the
-                    # way, as a scheduler running all along fires it (not late, not missed).
-                    step = state.next_due
-                    if state.next_slot is not None and state.next_slot < step:
-                        step = state.next_slot
-                    if step > state.now:
-                        self._move(clock, step - state.now)
-                        self.skips += 1
-                    self._pass(clock)
-                self._wake()
+                    # A due schedule: tick it now (the worker's scanner would within scan_interval).
+                    tick = state.schedules_due
+                    if not state.busy and state.next_due is not None:
+                        # A schedule's slot before the run's next due time fires at its time on
+                        # the way, as a scheduler running all along fires it (not late, not missed).
+                        step = state.next_due
+                        if state.next_slot is not None and state.next_slot < step:
+                            step = state.next_slot
+                        if step > state.now:
+                            self._move(clock, step - state.now)
+                            self.skips += 1
+                        clock.scan()
+                        tick = True
+                if tick:
+                    self._tick_and_wake()
             except Exception as exc:
                 if self._closing.is_set():
                     return
