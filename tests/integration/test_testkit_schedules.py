@@ -226,8 +226,10 @@ def test_a_schedule_that_fires_for_ever_keeps_no_wait_going(environment):
     before = env.now()
     handle = env.client.start_workflow(waiter)
     # The stuck report, not the result_timeout's bound ("bounds a result() given no timeout").
-    with pytest.raises(TimeoutError_, match="nothing in the test environment can make it progress"):
+    with pytest.raises(TimeoutError_, match="nothing in the test environment can make it progress") as stuck:
         handle.result()
+    assert "waits for signal 'never'" in str(stuck.value)
+    assert "A schedule's next slot" in str(stuck.value) and "env.skip_schedule(name)" in str(stuck.value)
     assert env.now() - before < dt.timedelta(minutes=1)  # no skip along the slots
     env.wait_until_idle(timeout=5)
 

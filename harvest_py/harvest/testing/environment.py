@@ -659,9 +659,10 @@ class WorkflowEnvironment:
         if self._stuck:
             self._stuck = {}
 
-    def _watch_stall(self, clock: testkit.SharedClock) -> None:
+    def _watch_stall(self, clock: testkit.SharedClock, next_slot: _dt.datetime | None = None) -> None:
         """A result is awaited and nothing can run: once that has lasted ``stuck_after`` with no
-        event appended anywhere, each such wait fails, woken to read its run again."""
+        event appended anywhere, each such wait fails, woken to read its run again. ``next_slot``:
+        a schedule's next slot, which the wait does not skip to (the report says so)."""
         if self.stuck_after is None:
             return
         progress, waits = clock.waits()
@@ -675,11 +676,22 @@ class WorkflowEnvironment:
         woken = []
         for execution_id, waiter_id, workflow_name in waits:
             if (execution_id, waiter_id) not in stuck:
-                stuck[(execution_id, waiter_id)] = self._stuck_reason(clock, execution_id, workflow_name)
+                stuck[(execution_id, waiter_id)] = self._stuck_reason(
+                    clock, execution_id, workflow_name
+                ) + self._slot_note(next_slot)
                 woken.append(execution_id)
         self._stuck = stuck  # (replaced whole: the clients' threads read it)
         for execution_id in dict.fromkeys(woken):
             clock.wake_result_waits(execution_id)
+
+    @staticmethod
+    def _slot_note(next_slot: _dt.datetime | None) -> str:
+        if next_slot is None:
+            return ""
+        return (
+            f". A schedule's next slot ({next_slot.isoformat(timespec='seconds')}) is not skipped to "
+            "while a result is awaited: fire it first with env.skip_schedule(name) or env.sleep(...)"
+        )
 
     def _stuck_reason(self, clock: testkit.SharedClock, execution_id: str, workflow_name: str) -> str:
         waits_on = self._waits_on(clock, execution_id, depth=0)
@@ -774,7 +786,7 @@ class WorkflowEnvironment:
                         # Nothing can run, nor will by any clock. A schedule's next slot does
                         # not count: it fires for ever, so skipping along its slots would keep a
                         # wait on a run that needs a signal going until the result_timeout.
-                        self._watch_stall(clock)
+                        self._watch_stall(clock, state.next_slot)
                         continue
                     self._forget_stall()
                     if not state.waiting:
