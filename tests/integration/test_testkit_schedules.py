@@ -270,3 +270,14 @@ def test_a_schedule_created_through_sql_fires_too(environment):
     assert [f.status for f in fired] == ["started", "started"]
     assert fired[1].slot - fired[0].slot == dt.timedelta(minutes=30)
     _started_on_time(env, _firings(env, "made"))
+
+
+def test_a_worker_without_a_scheduler_fires_no_schedule_and_is_idle(environment):
+    """run_scanner=False (no scheduler role): the slots are not work the environment waits for,
+    nothing fires them, and skip_schedule says why instead of walking for ever."""
+    env = environment(hourly(overlap="allow_all"), run_scanner=False)
+    env.wait_until_idle(timeout=5)
+    env.sleep("3h")
+    assert _firings(env, "hourly") == []
+    with pytest.raises(InvalidArgument, match="runs no scheduler"):
+        env.skip_schedule("hourly")
