@@ -281,3 +281,16 @@ def test_a_worker_without_a_scheduler_fires_no_schedule_and_is_idle(environment)
     assert _firings(env, "hourly") == []
     with pytest.raises(InvalidArgument, match="runs no scheduler"):
         env.skip_schedule("hourly")
+
+
+def test_a_schedule_whose_cron_cannot_be_computed_is_not_waited_for(environment):
+    """A cron stored through SQL that the scheduler cannot parse is due for ever and fires
+    nothing: the environment does not wait for it, and skip_schedule says what is wrong."""
+    env = environment(hourly(overlap="allow_all"))
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute("SELECT harvest.create_schedule('broken', 'stamp', p_cron => '61 * * * *')")
+    env.wait_until_idle(timeout=5)
+    with pytest.raises(InvalidArgument, match=r"schedule 'broken' never fires: .*minute"):
+        env.skip_schedule("broken")
+    (fired,) = env.skip_schedule("hourly")  # the others fire as usual
+    assert fired.status == "started"
