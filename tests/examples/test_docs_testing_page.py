@@ -1,4 +1,4 @@
-"""docs/testing.md's first test runs as the page shows it.
+"""docs/testing.md's first test, and its schedules' test, run as the page shows them.
 
 Its `# test_checkout.py` block is executed as a module and its test function called, as pytest
 would; only the environment is pointed at the suite's database (``dsn=``, the test's own clone)
@@ -28,3 +28,12 @@ def test_the_first_test_of_the_testing_page_passes(db: str) -> None:
     # was the 100 s default, silently: RetryPolicy now refuses that).
     assert module.charge.__harvest_activity__.retry.delay(1) == 3600
     module.test_checkout_charges_after_a_day()
+
+
+def test_the_schedules_test_of_the_testing_page_passes(db: str) -> None:
+    blocks = PYTHON_BLOCK.findall((ROOT / "docs" / "testing.md").read_text())
+    source = next(b for b in blocks if b.startswith("# test_reports.py"))
+    module = types.ModuleType("test_reports")
+    exec(compile(source, "<docs/testing.md test_reports.py>", "exec"), module.__dict__)
+    module.WorkflowEnvironment = functools.partial(WorkflowEnvironment, dsn=db)
+    module.test_the_report_runs_every_hour()

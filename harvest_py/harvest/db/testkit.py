@@ -14,6 +14,7 @@ off (every production install).
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Iterable
 from typing import Any, NamedTuple, cast
 
 import psycopg
@@ -75,8 +76,10 @@ class ClockState(NamedTuple):
 
     now: _dt.datetime  # the shared clock
     waiting: bool  # a client waits for the result of a running run (handle.result())
-    busy: bool  # something can run now: a due or running task, an undelivered relay
-    next_due: _dt.datetime | None  # when the next thing becomes due (timer, backoff, deadline)
+    busy: bool  # something can run now: a due or running task, an undelivered relay, a due schedule
+    next_due: _dt.datetime | None  # when the next thing of a run becomes due (timer, backoff, deadline)
+    schedules_due: bool = False  # a scheduler tick would fire a slot or start a buffered one now
+    next_slot: _dt.datetime | None = None  # when the next schedule slot is due (its jitter included)
 
 
 # What can run now, and when the next thing will. Timers and retry backoffs are pending tasks;
@@ -85,20 +88,39 @@ class ClockState(NamedTuple):
 # paused run's task is not work that can run, however overdue: it waits for the resume. A failed
 # workflow task's retry is not skipped to: it fails on a bug of the workflow code, and skipping
 # its backoff only spun it (hundreds of failed attempts a second, each logged).
+# Schedules (only where a scheduler runs, %(schedules)s): one is due when its next slot (plus its
+# jitter) has come or is not computed yet, and a buffered slot can start once its schedule has a
+# free run; a paused one never is, nor one whose slots cannot be computed (%(uncomputable)s: a
+# tick says so, and nothing would ever fire it). Their next slot is kept apart from the runs' next
+# due time: a schedule fires for ever, so it is never on its own a reason to move the clock.
 _STATE = """
+WITH due_schedules AS (
+    SELECT EXISTS (SELECT 1 FROM harvest.schedules AS s
+                   WHERE %(schedules)s AND NOT s.paused AND s.name <> ALL (%(uncomputable)s::text[])
+                     AND (s.next_due_at IS NULL OR s.next_due_at <= harvest.now()))
+        OR EXISTS (SELECT 1 FROM harvest.schedules AS s
+                   WHERE %(schedules)s AND NOT s.paused
+                     AND EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
+                                 WHERE f.schedule_id = s.id AND f.status = 'buffered')
+                     AND harvest._schedule_active_runs(s) < s.max_active_runs) AS due
+)
 SELECT harvest.now() AS now,
        EXISTS (SELECT 1 FROM harvest.result_waiters AS w
                JOIN harvest.executions AS e ON e.id = w.execution_id
                WHERE e.status = 'RUNNING') AS waiting,
        EXISTS (SELECT 1 FROM harvest.tasks AS t
                WHERE t.status = 'running' OR (t.status = 'pending' AND t.due_at <= harvest.now()))
-       OR EXISTS (SELECT 1 FROM harvest.relays AS r WHERE NOT r.remote) AS busy,
+       OR EXISTS (SELECT 1 FROM harvest.relays AS r WHERE NOT r.remote)
+       OR (SELECT due FROM due_schedules) AS busy,
        least((SELECT min(t.due_at) FROM harvest.tasks AS t
               WHERE t.status = 'pending' AND NOT (t.kind = 'workflow' AND t.last_failure IS NOT NULL)),
              (SELECT min(t.deadline_at) FROM harvest.tasks AS t),
              (SELECT min(e.timeout_at) FROM harvest.executions AS e WHERE e.status = 'RUNNING'),
              (SELECT min(e.execution_timeout_at) FROM harvest.executions AS e WHERE e.status = 'RUNNING'),
-             (SELECT min(p.release_at) FROM harvest.pending_starts AS p)) AS next_due
+             (SELECT min(p.release_at) FROM harvest.pending_starts AS p)) AS next_due,
+       (SELECT due FROM due_schedules) AS schedules_due,
+       (SELECT min(s.next_due_at) FROM harvest.schedules AS s
+        WHERE %(schedules)s AND NOT s.paused AND s.next_due_at > harvest.now()) AS next_slot
 """
 
 
@@ -160,9 +182,25 @@ class SharedClock:
         by its fallback poll alone."""
         self._conn.execute("SELECT harvest.heartbeat_worker(%s)", (worker_id,))
 
-    def state(self) -> ClockState:
-        row = self._conn.execute(_STATE).fetchone()
+    def state(self, *, schedules: bool = True, uncomputable: Iterable[str] = ()) -> ClockState:
+        """``schedules``: whether a scheduler runs (else schedules are neither due nor ahead);
+        ``uncomputable``: the schedules a tick could not compute, left out of what is due."""
+        row = self._conn.execute(
+            _STATE, {"schedules": schedules, "uncomputable": list(uncomputable)}
+        ).fetchone()
         return ClockState(*row)
+
+    def schedule(self, name: str) -> dict[str, Any]:
+        """The schedule ``name`` as harvest.get_schedule answers it, with its newest 1000
+        firings (NotFound when there is none)."""
+        from harvest.db.sqlapi import SqlApi
+
+        return cast("dict[str, Any]", SqlApi(self._conn).get_schedule(name, 1000))
+
+    def schedule_names(self) -> list[str]:
+        return [
+            r[0] for r in self._conn.execute("SELECT name FROM harvest.schedules ORDER BY name").fetchall()
+        ]
 
     def waits(self) -> Waits:
         rows = self._conn.execute(_WAITED).fetchall()

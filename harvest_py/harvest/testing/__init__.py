@@ -13,13 +13,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # a checker sees the real names (not the hook's Any), so tests are checked too
-    from harvest.testing.environment import ActivityCall, WorkflowEnvironment
+    from harvest.testing.environment import ActivityCall, ScheduleFiring, WorkflowEnvironment
     from harvest.testing.replay import ReplayResult, WorkflowReplayer
     from harvest.testing.server import TestServer, default_server
 
 _HOMES = {
     "ActivityCall": "harvest.testing.environment",
     "WorkflowEnvironment": "harvest.testing.environment",
+    "ScheduleFiring": "harvest.testing.environment",
     "ReplayResult": "harvest.testing.replay",
     "WorkflowReplayer": "harvest.testing.replay",
     "TestServer": "harvest.testing.server",
@@ -30,6 +31,7 @@ _HOMES = {
 __all__ = [
     "ActivityCall",
     "ReplayResult",
+    "ScheduleFiring",
     "TestServer",
     "WorkflowEnvironment",
     "WorkflowReplayer",

@@ -36,14 +36,15 @@ from typing import Any, Self, TypeVar
 
 from harvest.client.client import AsyncClient, Client, why_stuck
 from harvest.core.durations import Duration, parse_duration, plain_number
-from harvest.core.errors import TimeoutError_
+from harvest.core.errors import InvalidArgument, NotFound, TimeoutError_
 from harvest.db import testkit
 from harvest.declare.definitions import ActivityDefinition, App, require_app
+from harvest.declare.schedules import schedule_problem
 from harvest.testing.server import TestServer, default_server
 from harvest.worker.options import WorkerOptions
 from harvest.worker.worker import Worker
 
-__all__ = ["ActivityCall", "WorkflowEnvironment"]
+__all__ = ["ActivityCall", "ScheduleFiring", "WorkflowEnvironment"]
 
 log = logging.getLogger("harvest.testing")
 
@@ -60,6 +61,10 @@ SKIP_POLL_SECS = 0.005
 IDLE_POLL_SECS = 0.02
 # How long start() waits for the worker to register, and close() for it to drain.
 WORKER_START_SECS = 30.0
+# env.sleep and env.skip_schedule walk the clock from one due time to the next (a timer, a
+# retry, a schedule's slot): at most this many stops a call, so a span that crosses a schedule's
+# slots by the million fails saying so instead of running for hours.
+MAX_WALK_STOPS = 10_000
 # The worker's defaults here: a short scan tick (deadlines, relays), a quick drain.
 # No retention janitor: a test's database is thrown away, and a janitor on the skipped clock
 # would delete the runs (and the worker rows) a test reads after a skip past their retention.
@@ -77,6 +82,32 @@ class ActivityCall:
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleFiring:
+    """One slot a schedule fired (harvest.get_schedule's firings): ``status`` is ``started``,
+    ``skipped`` (``reason``: ``max_active_runs``, ``buffer_full``, ``superseded``), ``buffered``
+    or ``failed`` (``reason``: the start's error); ``origin`` is ``schedule``, ``trigger`` or
+    ``backfill``. The run, once started: ``env.client.get_handle(firing.execution_id)``."""
+
+    slot: _dt.datetime
+    status: str
+    reason: str | None
+    origin: str
+    workflow_id: str
+    execution_id: str | None
+
+    @classmethod
+    def from_json(cls, firing: dict[str, Any]) -> ScheduleFiring:
+        return cls(
+            slot=_dt.datetime.fromisoformat(firing["slot_at"]),
+            status=firing["status"],
+            reason=firing.get("reason"),
+            origin=firing["origin"],
+            workflow_id=firing["workflow_id"],
+            execution_id=firing.get("execution_id"),
+        )
 
 
 class _WorkerThread:
@@ -111,6 +142,13 @@ class _WorkerThread:
     def wake(self) -> None:
         if self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self.worker.wake)
+
+    def tick_schedules(self) -> list[str]:
+        """The worker's own scheduler tick, now, on its loop; the schedules it could not compute."""
+        if self.loop is None or self.loop.is_closed() or not self.worker.run_scanner:
+            return []
+        future = asyncio.run_coroutine_threadsafe(self.worker.tick_schedules(), self.loop)
+        return [name for report in future.result(WORKER_START_SECS) for name in report.uncomputable]
 
     def stop(self) -> None:
         if self.loop is not None and self._thread.is_alive():
@@ -256,6 +294,7 @@ class WorkflowEnvironment:
         self._stall: tuple[float, int] | None = None
         self._stuck: dict[tuple[str, str], str] = {}
         self._mocks_running: dict[int, tuple[str, float]] = {}  # a mock call in flight: name, since
+        self._uncomputable: list[str] = []  # schedules the last tick could not compute (never due)
         self.skips = 0  # how many times time skipping moved the clock
         self.started = False
 
@@ -433,28 +472,162 @@ class WorkflowEnvironment:
             raise RuntimeError("the environment is not started")
         return self._clock
 
-    def sleep(self, duration: Duration, *, settle_timeout: float = 10.0) -> None:
-        """Move the clock forward by ``duration`` (``"1d"``, seconds, a timedelta) at once, fire
-        what became due, and return once nothing can run any more (or ``settle_timeout``).
+    def sleep(self, duration: Duration, *, outage: bool = False, settle_timeout: float = 10.0) -> None:
+        """Move the clock forward by ``duration`` (``"1d"``, seconds, a timedelta) and return once
+        nothing can run any more (each wait for that bounded by ``settle_timeout``).
+
+        The clock walks: every due time on the way (a timer, a retry's backoff, a timeout, a
+        schedule's slot) is stopped at in order and what it brings runs before the clock goes
+        on, as with a worker and a scheduler running all along, so each schedule slot fires at
+        its time. ``outage=True`` jumps at once instead, as if nothing ran meanwhile: what became
+        due fires late, and schedules catch up (or miss their slots) as after a real outage.
         A timedelta is checked as a number or a string is: a negative one, or one longer than
         100 years, is an InvalidArgument and the clock stays where it was."""
         seconds = parse_duration(duration, "duration")
+        by = _dt.timedelta(seconds=seconds)
+        if outage:
+            with self._clock_lock:
+                clock = self._require_clock()
+                self._move(clock, by)
+                clock.scan()
+            self._tick_and_wake()
+            self.wait_until_idle(settle_timeout)
+            return
+        # The target is an offset, not an instant: the clock moves by exactly ``duration``,
+        # whatever real time the walk takes.
+        target = self._offset + by
+
+        def stop_at(clock: testkit.SharedClock, state: testkit.ClockState) -> _dt.datetime | None:
+            return None if self._offset >= target else state.now + (target - self._offset)
+
+        self._walk(stop_at, f"env.sleep({duration!r})", settle_timeout)
+
+    def skip_schedule(
+        self, name: str, fires: int = 1, *, settle_timeout: float = 10.0
+    ) -> list[ScheduleFiring]:
+        """Walk the clock (as :meth:`sleep` does) to the schedule's next ``fires`` slots and
+        return their firings, oldest first, once nothing can run any more: a slot the overlap
+        policy skipped or buffered is a firing too (its ``status`` says so). The clock stops at
+        the last slot's due time (its jitter included). An InvalidArgument for a schedule the
+        database does not have, one that is paused (it would never fire), or one whose slots
+        cannot be computed."""
+        if isinstance(fires, bool) or not isinstance(fires, int) or not 1 <= fires <= MAX_WALK_STOPS:
+            raise InvalidArgument(
+                f"skip_schedule: fires must be a whole number from 1 to {MAX_WALK_STOPS}, got {fires!r}"
+            )
+        self.wait_until_idle(settle_timeout)  # a schedule the worker just declared: computed first
+        before = {f.slot for f in self._firings(self._schedule_row(name))}
+        fired: list[ScheduleFiring] = []
+
+        def stop_at(clock: testkit.SharedClock, state: testkit.ClockState) -> _dt.datetime | None:
+            row = self._checked_schedule(name, clock.schedule(name))
+            fired[:] = [f for f in self._firings(row) if f.slot not in before]
+            if len(fired) >= fires:
+                return None
+            if row["next_due_at"] is None:  # (not computed yet: the idle wait ticks it first)
+                return state.now
+            return _dt.datetime.fromisoformat(row["next_due_at"])
+
+        self._walk(stop_at, f"skip_schedule({name!r}, fires={fires})", settle_timeout)
+        return fired[:fires]
+
+    def schedule_firings(self, name: str) -> list[ScheduleFiring]:
+        """The schedule's firings, oldest first (the newest 1000: the database keeps as many)."""
+        return self._firings(self._schedule_row(name, check=False))
+
+    def _schedule_row(self, name: str, *, check: bool = True) -> dict[str, Any]:
         with self._clock_lock:
             clock = self._require_clock()
-            self._move(clock, _dt.timedelta(seconds=seconds))
-            clock.scan()
-        self._wake()
-        self.wait_until_idle(settle_timeout)
+            try:
+                row = clock.schedule(name)
+            except NotFound:
+                names = ", ".join(repr(n) for n in clock.schedule_names()) or "none"
+                raise InvalidArgument(
+                    f"no schedule {name!r} in the environment's database (it has: {names}); declare "
+                    "it in the App (App(schedules=[WorkflowSchedule(...)])) or create it with "
+                    "harvest.create_schedule"
+                ) from None
+        return self._checked_schedule(name, row) if check else row
+
+    def _checked_schedule(self, name: str, row: dict[str, Any]) -> dict[str, Any]:
+        """``row``, or InvalidArgument when the schedule cannot fire here."""
+        if row.get("paused"):
+            note = f" ({row['paused_note']})" if row.get("paused_note") else ""
+            raise InvalidArgument(
+                f"schedule {name!r} is paused{note}: it fires nothing until resumed "
+                "(SELECT harvest.resume_schedule(...))"
+            )
+        if self._worker is not None and not self._worker.worker.run_scanner:
+            raise InvalidArgument(
+                f"schedule {name!r} cannot fire: the environment's worker runs no scheduler "
+                "(run_scanner=False)"
+            )
+        if row.get("next_due_at") is None and name in self._uncomputable:
+            problem = schedule_problem(row) or "its next slot cannot be computed"
+            raise InvalidArgument(f"schedule {name!r} never fires: {problem}")
+        return row
+
+    @staticmethod
+    def _firings(row: dict[str, Any]) -> list[ScheduleFiring]:
+        return sorted((ScheduleFiring.from_json(f) for f in row.get("firings") or []), key=lambda f: f.slot)
+
+    def _walk(
+        self,
+        stop_at: Callable[[testkit.SharedClock, testkit.ClockState], _dt.datetime | None],
+        what: str,
+        settle_timeout: float,
+    ) -> None:
+        """Move the clock towards ``stop_at(clock, state)`` until it answers None (done), stopping
+        at each due time before it (a run's, a schedule's slot) and letting what that brings run
+        first."""
+        for _ in range(MAX_WALK_STOPS):
+            self.wait_until_idle(settle_timeout)
+            with self._clock_lock:
+                clock = self._require_clock()
+                state = self._state(clock)
+                target = stop_at(clock, state)
+                if target is None:
+                    return
+                ahead = [t for t in (state.next_due, state.next_slot) if t is not None and state.now < t]
+                step = min([*ahead, target])
+                if step > state.now:  # (else it is due now: the tick and the idle wait run it)
+                    self._move(clock, step - state.now)
+                clock.scan()
+            self._tick_and_wake()
+        raise TimeoutError_(
+            f"{what} stopped at {self.now().isoformat()} after {MAX_WALK_STOPS} stops on the way (timers, "
+            "retries, schedule slots: each fires at its time): move the clock in shorter steps, pause a "
+            "schedule that fires that often (SELECT harvest.pause_schedule(...)), or jump at once with "
+            "env.sleep(..., outage=True)"
+        )
+
+    def _state(self, clock: testkit.SharedClock) -> testkit.ClockState:
+        """One look at the database; schedules count only where the worker runs its scheduler."""
+        scheduling = self._worker is not None and self._worker.worker.run_scanner
+        return clock.state(schedules=scheduling, uncomputable=self._uncomputable)
+
+    def _tick_and_wake(self) -> None:
+        """After a scanner pass (clock.scan()), the rest of what the worker's scanner loop does,
+        now rather than on its next pass: the worker's own scheduler tick (due slots fire,
+        buffered ones start); then wake the worker. Called without the clock lock: the tick runs
+        on the worker's loop, where an async mock may read env.now()."""
+        if self._worker is not None:
+            self._uncomputable = self._worker.tick_schedules()
+            self._worker.wake()
 
     def wait_until_idle(self, timeout: float = 10.0) -> None:
-        """Return once no task is due or in flight and no relay waits (TimeoutError_ after
-        ``timeout`` seconds)."""
+        """Return once nothing can run: no task is due or in flight, no relay waits, and no
+        schedule is due (a slot that has come, a buffered slot with a free run). A schedule's
+        next slot ahead is not work: an environment with active schedules is idle between their
+        slots (TimeoutError_ after ``timeout`` seconds)."""
         deadline = time.monotonic() + timeout
         time.sleep(SKIP_POLL_SECS)  # let the woken worker claim first
         while True:
             with self._clock_lock:
-                busy = self._require_clock().state().busy
-            if not busy:
+                state = self._state(self._require_clock())
+            if state.schedules_due:  # (the worker's scanner would tick within scan_interval)
+                self._tick_and_wake()
+            if not state.busy:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError_(f"the environment was still busy after {timeout}s")
@@ -486,9 +659,10 @@ class WorkflowEnvironment:
         if self._stuck:
             self._stuck = {}
 
-    def _watch_stall(self, clock: testkit.SharedClock) -> None:
+    def _watch_stall(self, clock: testkit.SharedClock, next_slot: _dt.datetime | None = None) -> None:
         """A result is awaited and nothing can run: once that has lasted ``stuck_after`` with no
-        event appended anywhere, each such wait fails, woken to read its run again."""
+        event appended anywhere, each such wait fails, woken to read its run again. ``next_slot``:
+        a schedule's next slot, which the wait does not skip to (the report says so)."""
         if self.stuck_after is None:
             return
         progress, waits = clock.waits()
@@ -502,11 +676,22 @@ class WorkflowEnvironment:
         woken = []
         for execution_id, waiter_id, workflow_name in waits:
             if (execution_id, waiter_id) not in stuck:
-                stuck[(execution_id, waiter_id)] = self._stuck_reason(clock, execution_id, workflow_name)
+                stuck[(execution_id, waiter_id)] = self._stuck_reason(
+                    clock, execution_id, workflow_name
+                ) + self._slot_note(next_slot)
                 woken.append(execution_id)
         self._stuck = stuck  # (replaced whole: the clients' threads read it)
         for execution_id in dict.fromkeys(woken):
             clock.wake_result_waits(execution_id)
+
+    @staticmethod
+    def _slot_note(next_slot: _dt.datetime | None) -> str:
+        if next_slot is None:
+            return ""
+        return (
+            f". A schedule's next slot ({next_slot.isoformat(timespec='seconds')}) is not skipped to "
+            "while a result is awaited: fire it first with env.skip_schedule(name) or env.sleep(...)"
+        )
 
     def _stuck_reason(self, clock: testkit.SharedClock, execution_id: str, workflow_name: str) -> str:
         waits_on = self._waits_on(clock, execution_id, depth=0)
@@ -594,20 +779,33 @@ class WorkflowEnvironment:
             try:
                 with self._clock_lock:
                     clock = self._require_clock()
-                    state = clock.state()
+                    state = self._state(clock)
                     if state.waiting:
                         interval = SKIP_POLL_SECS
                     if state.waiting and not state.busy and state.next_due is None:
-                        self._watch_stall(clock)  # nothing can run, nor will by any clock
+                        # Nothing can run, nor will by any clock. A schedule's next slot does
+                        # not count: it fires for ever, so skipping along its slots would keep a
+                        # wait on a run that needs a signal going until the result_timeout.
+                        self._watch_stall(clock, state.next_slot)
                         continue
                     self._forget_stall()
-                    if not state.waiting or state.busy or state.next_due is None:
+                    if not state.waiting:
                         continue
-                    if state.next_due > state.now:
-                        self._move(clock, state.next_due - state.now)
-                        self.skips += 1
-                    clock.scan()
-                self._wake()
+                    # A due schedule: tick it now (the worker's scanner would within scan_interval).
+                    tick = state.schedules_due
+                    if not state.busy and state.next_due is not None:
+                        # A schedule's slot before the run's next due time fires at its time on
+                        # the way, as a scheduler running all along fires it (not late, not missed).
+                        step = state.next_due
+                        if state.next_slot is not None and state.next_slot < step:
+                            step = state.next_slot
+                        if step > state.now:
+                            self._move(clock, step - state.now)
+                            self.skips += 1
+                        clock.scan()
+                        tick = True
+                if tick:
+                    self._tick_and_wake()
             except Exception as exc:
                 if self._closing.is_set():
                     return

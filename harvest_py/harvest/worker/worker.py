@@ -1337,8 +1337,9 @@ class Worker:
             if lane.usable:  # a sweep's failure (a relay's remote shard down) stops no schedule
                 await self._schedule(lane)
 
-    async def _schedule(self, lane: ShardLane) -> None:
-        """This shard's schedules (worker/scheduler.py): due slots fire, buffered ones start."""
+    async def _schedule(self, lane: ShardLane) -> scheduler.TickReport | None:
+        """This shard's schedules (worker/scheduler.py): due slots fire, buffered ones start.
+        The tick's report (None: the tick failed, logged)."""
         try:
             fired = await scheduler.tick(lane.sql, metrics=self.metrics)
         except asyncio.CancelledError:
@@ -1346,10 +1347,20 @@ class Worker:
         except Exception as exc:
             if not lane.note_failure(exc, "ticking the schedules"):
                 log.warning("scheduler tick failed: %s", exc)
-            return
+            return None
         if fired.fired or fired.buffered_started:
             log.info("scheduler: %d slot(s) fired, %d run(s) started", len(fired.fired), fired.started)
             self.wake()
+        return fired
+
+    async def tick_schedules(self) -> list[scheduler.TickReport]:
+        """One scheduler tick on each usable shard now, the scanner loop's own (none when this
+        worker runs no scheduler). The test kit calls it right after it moves its clock, so a
+        slot fires at its time rather than on the next scan pass."""
+        if not self.run_scanner:
+            return []
+        reports = [await self._schedule(lane) for lane in self.lanes if lane.usable]
+        return [r for r in reports if r is not None]
 
     async def _heartbeat(self, lane: ShardLane) -> None:
         """Keep our registry row on the shard fresh; a drain of it (on any shard) drains the
