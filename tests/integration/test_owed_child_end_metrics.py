@@ -83,3 +83,24 @@ def test_the_pumps_steps_on_cross_shard_children_are_counted_per_outcome() -> No
     assert 'harvest_cross_shard_child_total{outcome="started"} 2.0' in text
     assert 'harvest_cross_shard_child_total{outcome="settled"} 1.0' in text
     assert 'harvest_cross_shard_child_total{outcome="released"} 4.0' in text
+
+
+def test_the_owed_ends_are_read_through_their_index_whatever_the_backlog(db: str) -> None:
+    """The sampler reads the owed ends on every sample (every 15 s): through executions_end_owed,
+    which holds the owed runs only, not by a scan of every run the shard keeps."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at,"
+            " completed_at, end_owed_to_shard) SELECT gen_random_uuid(), 'backlog', 'b-' || n, 'COMPLETED',"
+            " now(), now(), CASE WHEN n <= 40 THEN 3 END FROM generate_series(1, 20000) AS n"
+        )
+        conn.execute("ANALYZE harvest.executions")
+        conn.execute("BEGIN")
+        owed = conn.execute("SELECT parent_shard, ended FROM harvest._owed_child_ends()").fetchall()
+        read = conn.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
+            " WHERE relid = 'harvest.executions'::regclass"
+        ).fetchone()[0]
+        conn.execute("ROLLBACK")
+    assert owed == [(3, 40)]
+    assert read <= 40, read
