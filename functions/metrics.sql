@@ -135,6 +135,15 @@ BEGIN
             )
             FROM harvest.cross_shard_children AS c
         ),
+        -- Ends of cross-shard children this shard keeps for parents on other shards, per
+        -- parent shard: an old one is a parent whose pump does not take its child's end.
+        'owed_child_ends', (
+            SELECT coalesce(jsonb_agg(jsonb_build_object(
+                'parent_shard', o.parent_shard, 'ended', o.ended, 'running', o.running,
+                'oldest_secs', extract(epoch FROM v_now - o.oldest_completed_at)) ORDER BY o.parent_shard),
+                '[]'::jsonb)
+            FROM harvest._owed_child_ends() AS o
+        ),
         'retention', jsonb_build_object(
             'configured', v_max_age IS NOT NULL,
             -- How long the oldest run the janitor would delete has waited for it: the runs

@@ -110,6 +110,24 @@ BEGIN
 END;
 $$;
 
+-- The ends this shard keeps for parents on other shards (end_owed_to_shard, cross_shard.sql),
+-- per parent shard: ended (kept by retention until the parent's pump has them), running (to
+-- be kept once they end) and the oldest ended one's completed_at. Read through
+-- executions_end_owed, which holds the owed runs only. retention status shows it (and the
+-- operator's release of a shard gone for good counts by it); the metrics sampler exports it
+-- (harvest_cross_shard_child_ends_owed, the alert on a parent whose pump does not take them).
+CREATE OR REPLACE FUNCTION harvest._owed_child_ends()
+RETURNS TABLE (parent_shard integer, ended bigint, running bigint, oldest_completed_at timestamptz)
+LANGUAGE sql STABLE
+AS $$
+    SELECT e.end_owed_to_shard, count(*) FILTER (WHERE e.completed_at IS NOT NULL),
+           count(*) FILTER (WHERE e.completed_at IS NULL), min(e.completed_at)
+    FROM harvest.executions AS e
+    WHERE e.end_owed_to_shard IS NOT NULL
+    GROUP BY e.end_owed_to_shard
+    ORDER BY e.end_owed_to_shard;
+$$;
+
 -- The settings, the last run, and how many executions a run would delete now.
 CREATE OR REPLACE FUNCTION harvest.get_retention_status()
 RETURNS jsonb
@@ -120,6 +138,7 @@ DECLARE
     v_eligible bigint;
     v_workers_eligible bigint;
     v_owed bigint;
+    v_owed_by_shard jsonb;
 BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     IF v_config.max_age IS NOT NULL THEN
@@ -131,9 +150,13 @@ BEGIN
     IF v_config.worker_max_age IS NOT NULL THEN
         SELECT count(*) INTO v_workers_eligible FROM harvest._prunable_workers(v_config.worker_max_age) AS w;
     END IF;
-    -- Ended cross-shard children kept for a parent on another shard (executions_end_owed).
-    SELECT count(*) INTO v_owed FROM harvest.executions AS e
-    WHERE e.end_owed_to_shard IS NOT NULL AND e.completed_at IS NOT NULL;
+    -- Ended cross-shard children kept for a parent on another shard (executions_end_owed):
+    -- the total, and per parent shard.
+    SELECT coalesce(sum(o.ended), 0), coalesce(jsonb_agg(jsonb_build_object(
+        'parent_shard', o.parent_shard, 'ended', o.ended, 'running', o.running,
+        'oldest_completed_at', o.oldest_completed_at) ORDER BY o.parent_shard), '[]'::jsonb)
+    INTO v_owed, v_owed_by_shard
+    FROM harvest._owed_child_ends() AS o;
     RETURN jsonb_build_object(
         'configured', v_config.max_age IS NOT NULL,
         'worker_max_age', harvest._interval_text(v_config.worker_max_age),
@@ -145,7 +168,8 @@ BEGIN
         'last_run_at', v_config.last_run_at,
         'last_run_deleted', v_config.last_run_deleted,
         'eligible', v_eligible,
-        'owed_child_ends', v_owed);
+        'owed_child_ends', v_owed,
+        'owed_child_ends_by_shard', v_owed_by_shard);
 END;
 $$;
 

@@ -1,7 +1,7 @@
 -- functions/metrics.sql: claim_sampler_lead, get_metric_samples, the gauges the metrics sampler publishes, and
 -- list_forced_closes, the runs closed outside a decision that it counts.
 BEGIN;
-SELECT plan(24);
+SELECT plan(25);
 
 -- claim_sampler_lead: the sampler's session lock, taken by the function as the owner.
 SELECT is(harvest.claim_sampler_lead(), true, 'claim_sampler_lead(): a session with no other leader leads');
@@ -20,7 +20,7 @@ SELECT is(harvest.get_metric_samples() - ARRAY['observed_at', 'schema_version'],
             "concurrency": [], "other_keys": {"keys": 0, "in_flight": 0, "pending": 0}, "stranded": [],
             "relays": {"local": 0, "remote": 0, "remote_oldest_secs": null,
                        "by_id_indeterminate_signal_oldest_secs": null, "by_id_indeterminate_cancel_oldest_secs": null},
-            "cross_shard_children": {"in_flight": 0, "oldest_secs": null},
+            "cross_shard_children": {"in_flight": 0, "oldest_secs": null}, "owed_child_ends": [],
             "retention": {"configured": false, "lag_secs": null}}'::jsonb,
           'get_metric_samples(): an empty database samples zeros and empty lists');
 
@@ -137,6 +137,14 @@ VALUES ('external_signal', harvest.now() - interval '500 seconds', gen_random_uu
 SELECT is((harvest.get_metric_samples() -> 'relays') - ARRAY['local', 'remote', 'remote_oldest_secs'],
           '{"by_id_indeterminate_signal_oldest_secs": 90, "by_id_indeterminate_cancel_oldest_secs": null}'::jsonb,
           'get_metric_samples(): the oldest by-id signal and cancel a delivery attempt left pending');
+
+-- Ends of cross-shard children kept here for a parent on another shard, per parent shard.
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at, completed_at, end_owed_to_shard)
+VALUES (gen_random_uuid(), 'kid', 'k1', 'COMPLETED', harvest.now(), harvest.now() - interval '300 seconds', 4),
+       (gen_random_uuid(), 'kid', 'k2', 'RUNNING', harvest.now(), NULL, 4);
+SELECT is(harvest.get_metric_samples() -> 'owed_child_ends',
+          '[{"parent_shard": 4, "ended": 1, "running": 1, "oldest_secs": 300}]'::jsonb,
+          'get_metric_samples(): the ends owed per parent shard, and the oldest ended one''s age');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,9 +1,9 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, _retention_keeps,
--- release_owed_child_ends,
+-- release_owed_child_ends, _owed_child_ends,
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
 -- _interval_text, _ago, _retention_cutoff; prune_flow_keys, _flow_key_in_use.
 BEGIN;
-SELECT plan(63);
+SELECT plan(66);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -127,6 +127,13 @@ SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM
                   $$VALUES (0, 0)$$, 'run_retention(): an owed end stays past the window');
 SELECT results_eq($$SELECT (s ->> 'eligible')::int, (s ->> 'owed_child_ends')::int FROM harvest.get_retention_status() AS s$$,
                   $$VALUES (0, 1)$$, 'get_retention_status(): not eligible, counted as an owed child end');
+SELECT results_eq($$SELECT parent_shard, ended, running, oldest_completed_at FROM harvest._owed_child_ends()$$,
+                  $$VALUES (3, 1::bigint, 0::bigint, '2029-01-01'::timestamptz)$$,
+                  '_owed_child_ends(): per parent shard, the ends owed, ended and running, and the oldest');
+SELECT is(harvest.get_retention_status() -> 'owed_child_ends_by_shard',
+          jsonb_build_array(jsonb_build_object('parent_shard', 3, 'ended', 1, 'running', 0,
+                                               'oldest_completed_at', '2029-01-01'::timestamptz)),
+          'get_retention_status(): the owed ends per parent shard');
 SELECT is(harvest.release_owed_child_ends(2), 0, 'release_owed_child_ends(): another shard''s ends are not released');
 SELECT throws_ok($$SELECT harvest.release_owed_child_ends(NULL)$$, 'HR001', NULL,
                  'release_owed_child_ends(): a shard number is needed');
@@ -137,6 +144,7 @@ SELECT is(harvest.release_owed_child_ends(3, p_operator_id => 'ops'), 1,
 SELECT is((SELECT details ->> 'parent_shard' FROM harvest.audit_log
            WHERE operation = 'retention.release_owed_child_ends' AND operator_id = 'ops'), '3', '... audited');
 SELECT is((harvest.run_retention() ->> 'deleted')::int, 1, '... and the child goes with its window');
+SELECT is_empty($$SELECT 1 FROM harvest._owed_child_ends()$$, '_owed_child_ends(): none owed once released');
 
 -- The worker registry rule: stopped or long-stale rows go, live and recent ones stay.
 SET LOCAL harvest.fake_now = '2029-12-01 00:00:00+00';

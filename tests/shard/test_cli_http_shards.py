@@ -98,3 +98,36 @@ def test_fan_out_reads_match_over_three_shards_and_a_stopped_one(shards, served)
             assert "shard_id" in same("retention", "status", "--output", o).stdout
     finally:
         shards.start(1)
+
+
+def test_release_owed_ends_over_http_on_a_sharded_server_as_over_sql(shards, served) -> None:
+    """`shard release-owed-ends` over HTTP to a sharded server releases on every shard but the
+    retired one, in the server, and prints what the CLI prints over SQL with the same [shards];
+    a shard the server cannot reach is named and the command exits 1 either way."""
+    for shard, owed in ((1, 2), (2, 1)):
+        with shards.connect(shard) as conn:
+            conn.execute(
+                "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at,"
+                " completed_at, end_owed_to_shard) SELECT harvest._new_execution_id(%s), 'kid', 'owed-' || n,"
+                " 'COMPLETED', now(), now(), 0 FROM generate_series(1, %s) AS n",
+                (shard, owed),
+            )
+    env = _shard_env(shards)
+    args = ["--output", "json", "shard", "release-owed-ends", "0"]
+    sql = _run([*args, "--dry-run"], env)
+    web = _run(["--base-url", BASE, *args, "--dry-run"], {})
+    assert (web.stdout, web.exit_code) == (sql.stdout, sql.exit_code) and sql.exit_code == 0, sql.stderr
+    assert [(r["shard_id"], r["ended"]) for r in json.loads(web.stdout)["shards"]] == [(1, 2), (2, 1)]
+
+    shards.stop(2)
+    try:
+        web = _run(["--base-url", BASE, *args], {})
+    finally:
+        shards.start(2)
+    assert web.exit_code == 1 and "2" in web.stderr, web.stderr
+    done = json.loads(web.stdout)
+    assert (done["released"], done["unavailable_shards"]) == (2, [2])
+    assert [r["shard_id"] for r in done["shards"]] == [1], "the retired shard 0 is not asked"
+    with shards.connect(2) as conn:
+        kept = conn.execute("SELECT count(*) FROM harvest.executions WHERE end_owed_to_shard = 0").fetchone()
+    assert kept == (1,), "the shard not reached keeps its owed end"

@@ -244,3 +244,105 @@ def test_a_moved_parents_child_owes_its_end_to_the_shard_the_parent_lives_on(sha
             "SELECT end_owed_to_shard FROM harvest.executions WHERE id = %s", (child,)
         ).fetchone()
     assert owed == (0,), "the child's end is owed to the shard its parent lives on"
+
+
+# -- the operator's release from the CLI and over HTTP -----------------------------------------
+
+
+def _owed_runs(cluster, shard: int, parent_shard: int, ended: int, running: int = 0) -> None:
+    """``ended`` ended runs (and ``running`` running ones) on ``shard`` whose ends are owed to
+    ``parent_shard``."""
+    with cluster.connect(shard) as conn:
+        conn.execute(
+            "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at,"
+            " completed_at, end_owed_to_shard)"
+            " SELECT harvest._new_execution_id(harvest.get_shard_id()), 'kid', 'owed-' || n,"
+            " CASE WHEN n <= %(ended)s THEN 'COMPLETED' ELSE 'RUNNING' END, now(),"
+            " CASE WHEN n <= %(ended)s THEN now() END, %(parent)s"
+            " FROM generate_series(1, %(total)s) AS n",
+            {"ended": ended, "parent": parent_shard, "total": ended + running},
+        )
+
+
+def _still_owed(cluster, shard: int, parent_shard: int) -> int:
+    with cluster.connect(shard) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE end_owed_to_shard = %s", (parent_shard,)
+        ).fetchone()[0]
+
+
+def _cli_env(cluster, readable=(0, 1, 2)) -> dict[str, str]:
+    return {
+        "HARVEST_DATABASE_URL": "",
+        "HARVEST_URL": "",
+        "HARVEST_SHARDS__READABLE": ",".join(map(str, readable)),
+        "HARVEST_SHARDS__WRITABLE": ",".join(map(str, readable)),
+        **{f"HARVEST_SHARDS__URLS__{s}": cluster.dsns[s] for s in readable},
+    }
+
+
+def _cli(env: dict[str, str], *args: str):
+    import json
+
+    from click.testing import CliRunner
+
+    from harvest.cli.main import main
+
+    result = CliRunner().invoke(main, ["--output", "json", *args], env=env, catch_exceptions=False)
+    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
+
+
+def test_shard_release_owed_ends_dry_runs_then_releases_on_every_other_shard_batch_by_batch(shards) -> None:
+    """`release_owed_child_ends` was SQL only: an operator retiring a shard had to find the
+    shards holding its children's ends, and call it on each, batch after batch, by hand. `harvest
+    shard release-owed-ends <shard>` does it on every readable shard but the retired one; a dry
+    run first says what it would release and writes nothing; the release is audited per shard."""
+    _owed_runs(shards, 1, 0, ended=3, running=1)
+    _owed_runs(shards, 2, 0, ended=1)
+    _owed_runs(shards, 2, 1, ended=2)  # owed to shard 1, which is not retired: kept
+    env = _cli_env(shards)
+
+    result, plan = _cli(env, "shard", "release-owed-ends", "0", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert plan["dry_run"] is True and plan["parent_shard"] == 0
+    assert [(r["shard_id"], r["ended"], r["running"]) for r in plan["shards"]] == [(1, 3, 1), (2, 1, 0)]
+    assert (plan["ended"], plan["running"]) == (4, 1)
+    assert _still_owed(shards, 1, 0) == 4, "a dry run writes nothing"
+
+    result, done = _cli(
+        env, "shard", "release-owed-ends", "0", "--batch-size", "2", "--operator-id", "ops-ticket-42"
+    )
+    assert result.exit_code == 0, result.output
+    assert done["released"] == 4 and done["unavailable_shards"] == []
+    by_shard = {r["shard_id"]: r for r in done["shards"]}
+    assert sorted(by_shard) == [1, 2], "the retired shard itself is not asked"
+    assert by_shard[1]["released"] == 3 and by_shard[1]["batches"] == 3  # 2 + 1, then one of 0 ends it
+    assert by_shard[2]["released"] == 1
+    assert _still_owed(shards, 1, 0) == 1, "the running child is kept without --include-running"
+    assert _still_owed(shards, 2, 1) == 2, "ends owed to another shard are kept"
+    with shards.connect(1) as conn:
+        audited = conn.execute(
+            "SELECT operator_id, details ->> 'released' FROM harvest.audit_log"
+            " WHERE operation = 'retention.release_owed_child_ends' ORDER BY id"
+        ).fetchall()
+    assert audited == [("ops-ticket-42", "2"), ("ops-ticket-42", "1"), ("ops-ticket-42", "0")]
+
+    result, done = _cli(env, "shard", "release-owed-ends", "0", "--include-running")
+    assert result.exit_code == 0 and done["released"] == 1
+    assert _still_owed(shards, 1, 0) == 0
+
+
+def test_shard_release_owed_ends_names_a_shard_it_could_not_reach_and_exits_1(shards) -> None:
+    """A shard that cannot be reached keeps its owed ends; the others are released, and the
+    command says which shard to run it again for (exit 1), as `retention run-now` does."""
+    _owed_runs(shards, 1, 0, ended=2)
+    _owed_runs(shards, 2, 0, ended=1)
+    shards.stop(2)
+    try:
+        result, done = _cli(_cli_env(shards), "shard", "release-owed-ends", "0")
+    finally:
+        shards.start(2)
+    assert result.exit_code == 1, result.output
+    assert done["released"] == 2 and done["unavailable_shards"] == [2]
+    assert "2" in result.stderr
+    assert _still_owed(shards, 2, 0) == 1

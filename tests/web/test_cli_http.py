@@ -1485,3 +1485,35 @@ def test_export_batch_over_http_says_partial_and_exits_1_from_the_streamed_docum
     target.unlink()
     web = run("--base-url", BASE, "history", "export-batch", "--file", str(target))
     assert web.exit_code == 1 and web.stderr.startswith("error:") and not target.exists(), web.stderr
+
+
+def test_release_owed_ends_over_http_as_over_sql(both, served, db: str, conn) -> None:
+    """`harvest shard release-owed-ends` over HTTP (POST /admin/shards/{shard}/release-owed-ends,
+    admin) releases in the server, batch by batch and audited, and prints what it prints over
+    SQL; its dry run is the same bytes."""
+    conn.execute(
+        "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at, completed_at,"
+        " end_owed_to_shard) SELECT gen_random_uuid(), 'kid', 'owed-' || n,"
+        " CASE WHEN n <= 3 THEN 'COMPLETED' ELSE 'RUNNING' END, now(), CASE WHEN n <= 3 THEN now() END, 3"
+        " FROM generate_series(1, 4) AS n"
+    )
+    both("shard", "release-owed-ends", "3", "--dry-run")
+    both("shard", "release-owed-ends", "3", "--dry-run", "--output", "json")
+    web = run(
+        "--base-url", BASE, "--output", "json", "shard", "release-owed-ends", "3",
+        "--batch-size", "2", "--operator-id", "ops",
+    )  # fmt: skip
+    assert web.exit_code == 0, web.stderr
+    done = json.loads(web.stdout)
+    assert (done["released"], done["batches"], done["unavailable_shards"]) == (3, 3, [])
+    assert done["shards"] == [{"shard_id": 0, "released": 3, "batches": 3}]
+    audited = conn.execute(
+        "SELECT operator_id, source FROM harvest.audit_log"
+        " WHERE operation = 'retention.release_owed_child_ends'"
+    ).fetchall()
+    assert audited == [("ops", "api")] * 3
+    sql = run(
+        "--output", "json", "shard", "release-owed-ends", "3", "--include-running", "--database-url", db
+    )
+    assert sql.exit_code == 0, sql.stderr
+    assert json.loads(sql.stdout)["shards"] == [{"shard_id": 0, "released": 1, "batches": 2}]

@@ -481,6 +481,7 @@ def test_each_new_route_refuses_a_scope_below_its_own(db: str, tokens: dict[str,
         ("GET", "/admin/retention/settings", None, "admin"),
         ("POST", "/admin/retention/settings", {"max_age": "off"}, "admin"),
         ("GET", "/admin/queues/scaling", None, "admin"),
+        ("POST", "/admin/shards/3/release-owed-ends", {"dry_run": True}, "admin"),
     ]
     below = {"operate": "read", "admin": "operate"}
     with api_client(db, profile="production") as api:

@@ -357,7 +357,9 @@ COMMANDS: dict[str, LazyCommand] = {
         _command("harvest.cli.serve", "serve"),
         "Serve the management API (mounted at /api/harvest) as the web process role.",
     ),
-    "shard": LazyCommand(_shard, "Shards: health and readiness, rebalancing, owner mode (docs/sharding.md)."),
+    "shard": LazyCommand(
+        _shard, "Shards: health and readiness, rebalancing, owner mode, owed child ends (docs/sharding.md)."
+    ),
     "throttle": LazyCommand(
         _command("harvest.cli.throttle", "throttle"),
         "A workflow's start throttle and its pacing override, on every shard.",

@@ -368,6 +368,7 @@ HTTP_COMMANDS = frozenset(
         "version-usage",
         "queue coverage",
         "shard health",
+        "shard release-owed-ends",
         "schedule list",
         "schedule get",
         "schedule create-workflow",

@@ -33,6 +33,7 @@ STATUS_KEYS = [
     "worker_max_age",
     "workers_eligible",
     "owed_child_ends",
+    "owed_child_ends_by_shard",
 ]
 
 

@@ -7,12 +7,22 @@ degraded, 1 when one is unavailable (preflight's codes: 0 pass, 2 warn, 1 fail).
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
 import click
 
-from harvest.cli.output import cli_config, cli_dsn, database_url_option, emit, output_option, table
+from harvest.cli.output import (
+    cli_config,
+    cli_dsn,
+    database_url_option,
+    emit,
+    operator_id_option,
+    output_option,
+    progress,
+    table,
+)
 from harvest.core.errors import ConfigError, InvalidArgument
 
 EXIT = {"ready": 0, "degraded": 2, "unavailable": 1}
@@ -37,7 +47,7 @@ def shard_targets(database_url: str | None) -> tuple[Any, dict[int, str]]:
 
 @click.group("shard")
 def shard() -> None:
-    """Shards: health and readiness, rebalancing, owner mode (docs/sharding.md)."""
+    """Shards: health and readiness, rebalancing, owner mode, owed child ends (docs/sharding.md)."""
 
 
 def _render(data: dict[str, Any]) -> str:
@@ -125,3 +135,158 @@ def health(
     data = shard_health(router, urls, candidate=candidate_shard, queues=queues)
     emit(data, output, _render)
     sys.exit(EXIT[data["readiness"]])
+
+
+@shard.command("release-owed-ends")
+@click.argument("parent_shard", type=click.IntRange(0, 65535))
+@click.option(
+    "--include-running",
+    is_flag=True,
+    help="Also release the children still running (their ends would otherwise be kept when they end).",
+)
+@click.option(
+    "--batch-size",
+    default=500,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Runs released per transaction (1..10000).",
+)
+@click.option(
+    "--max-batches",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="Stop after this many batches on a shard.",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Write nothing: show, per shard, the ends owed to PARENT_SHARD."
+)
+@operator_id_option
+@database_url_option
+@output_option
+def release_owed_ends(
+    parent_shard: int,
+    include_running: bool,
+    batch_size: int,
+    max_batches: int,
+    dry_run: bool,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
+    """Let retention take the ended cross-shard children whose ends are owed to PARENT_SHARD, a
+    shard gone for good (retired, lost, restored to before their starts): on every readable
+    shard but PARENT_SHARD, batch by batch, audited (admin). A parent still there would never
+    get those ends: run --dry-run first. Exit 1 naming a shard that could not be reached (run
+    it again when it is up)."""
+    from harvest.cli.http import BULK_WRITE_SECS, http_session
+    from harvest.cli.output import selected
+    from harvest.cli.shards import fail_if_unreached
+
+    settings = selected(database_url)
+    if settings is not None:  # the server releases on its shards
+        body = {
+            "include_running": include_running,
+            "batch_size": batch_size,
+            "max_batches": max_batches,
+            "dry_run": dry_run,
+            "operator_id": operator,
+        }
+        with http_session(settings) as http:
+            budget = max(http.settings.timeout, BULK_WRITE_SECS)
+            path = f"/admin/shards/{parent_shard}/release-owed-ends"
+            data = http.post(path, body, scope="admin", timeout=budget)
+    else:
+        data = _release_over_sql(
+            database_url, parent_shard, include_running, batch_size, max_batches, dry_run, operator, output
+        )
+    emit(data, output, _render_release)
+    fail_if_unreached(data.get("unavailable_shards") or [], f"keep the ends owed to shard {parent_shard}")
+
+
+def _release_over_sql(
+    database_url: str | None,
+    parent: int,
+    include_running: bool,
+    batch_size: int,
+    max_batches: int,
+    dry_run: bool,
+    operator: str | None,
+    output: str,
+) -> dict[str, Any]:
+    """Each shard in turn (a release may take many batches: no shard is cut off by
+    shards.cli_timeout, and each has its own progress bar), then the totals."""
+    from harvest.cli.output import sql_api
+    from harvest.cli.shards import shard_writers
+    from harvest.config import shards_configured
+    from harvest.shard.children import release_totals
+    from harvest.shard.fanout import fan_out
+
+    def on(shard: int, sql: Any) -> dict[str, Any]:
+        return release_owed_on_shard(
+            sql, shard, parent, include_running, batch_size, max_batches, dry_run, operator, output
+        )
+
+    config = cli_config()
+    results: dict[int, Any] = {}
+    unavailable: list[int] = []
+    if not shards_configured(config):
+        with sql_api(database_url, read_only=dry_run) as sql:
+            results[0] = on(0, sql)
+    else:
+        with shard_writers(config, database_url) as apis:
+            for shard in sorted(s for s in apis if s != parent):  # nothing is owed to itself
+                fan = fan_out(apis, functools.partial(on, shard), shards=[shard], concurrent=False)
+                results.update(fan.results)
+                unavailable.extend(fan.unavailable_shards)
+    return release_totals(parent, include_running, dry_run, results, unavailable)
+
+
+def release_owed_on_shard(
+    sql: Any,
+    shard: int,
+    parent: int,
+    include_running: bool,
+    batch_size: int,
+    max_batches: int,
+    dry_run: bool,
+    operator: str | None,
+    output: str = "json",
+) -> dict[str, Any]:
+    """On one (child's) shard: the ends owed to ``parent`` (a dry run), or their release, batch
+    by batch until a batch releases nothing (release_owed_child_ends skips the rows a
+    concurrent step holds: a short batch is not the end), with a progress bar on stderr."""
+    from harvest.shard.children import owed_to
+
+    owed = owed_to(sql.get_retention_status(), parent)
+    if dry_run:
+        return owed
+    total = owed["ended"] + (owed["running"] if include_running else 0)
+    released = batches = 0
+    label = f"shard {shard}: releasing ends owed to shard {parent}"
+    with progress(total, label, enabled=output != "json" and total > 0) as bar:
+        while batches < max_batches:
+            n = sql.release_owed_child_ends(parent, batch_size, include_running, operator)
+            batches += 1
+            released += n
+            bar.update(n)
+            if n == 0:
+                break
+    return {"released": released, "batches": batches}
+
+
+def _render_release(d: dict[str, Any]) -> str:
+    parent = d["parent_shard"]
+    if d["dry_run"]:
+        head = (
+            f"dry run: {d['ended']} ended child(ren) whose end is owed to shard {parent} would be released"
+            + (f", and {d['running']} running" if d["include_running"] else f"; {d['running']} running kept")
+        )
+        lines = [f"  shard {r['shard_id']}: {r['ended']} ended, {r['running']} running" for r in d["shards"]]
+    else:
+        head = f"released {d['released']} end(s) owed to shard {parent} in {d['batches']} batch(es)"
+        lines = [
+            f"  shard {r['shard_id']}: released {r['released']} in {r['batches']} batch(es)"
+            for r in d["shards"]
+        ]
+    return "\n".join([head, *lines])

@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.client import messages as messaging
@@ -74,7 +74,7 @@ from harvest.db.steps import (
     run_steps_on_hub,
 )
 from harvest.declare.definitions import WorkflowDefinition, check_priority
-from harvest.shard.fanout import COMPLETE, UNAVAILABLE, AsyncShardReads, ShardReads
+from harvest.shard.fanout import CHILDREN_PAGE, COMPLETE, UNAVAILABLE, AsyncShardReads, ShardReads
 from harvest.telemetry import tracing
 
 # A handle's result type, and the positional arguments of the workflow function a start is
@@ -194,12 +194,25 @@ def _same_shard(route: Any, run: str, successor: str) -> bool:
 class Children(list[Any]):
     """An execution's children (a list of rows) and how complete it is: ``status``
     ``"complete"``, or ``"partial"`` with the shards that could not be read in
-    ``unavailable_shards`` (a sharded client reads every shard, docs/sharding.md)."""
+    ``unavailable_shards`` (a sharded client reads every shard, docs/sharding.md).
 
-    def __init__(self, rows: Any = (), status: str = COMPLETE, unavailable_shards: Any = ()):
+    A page of them (``children_page``) also has ``next_cursor``, the cursor of the next page
+    (None: this was the last), and ``truncated``, whether a page deeper than the direct
+    children stopped its walk at ``max_nodes``."""
+
+    def __init__(
+        self,
+        rows: Any = (),
+        status: str = COMPLETE,
+        unavailable_shards: Any = (),
+        next_cursor: str | None = None,
+        truncated: bool | None = None,
+    ):
         super().__init__(rows)
         self.status = status
         self.unavailable_shards = list(unavailable_shards)
+        self.next_cursor = next_cursor
+        self.truncated = truncated
 
 
 @dataclasses.dataclass(frozen=True)
@@ -704,7 +717,21 @@ def _children(merged: Any) -> Children:
     if merged.status == UNAVAILABLE:
         shards = ", ".join(str(s) for s in merged.unavailable_shards)
         raise DatabaseUnavailable(f"no shard could be read for the children (shard(s) {shards}); retry")
-    return Children(merged.value, merged.status, merged.unavailable_shards)
+    return Children(
+        merged.value, merged.status, merged.unavailable_shards, merged.next_cursor, merged.truncated
+    )
+
+
+def _next_children_cursor(page: Children) -> str | None:
+    """Where iter_children goes after ``page``. A page that brought nothing while a shard was
+    not read would come back the same for as long as that shard is away (its children keep
+    their place in the cursor): the iteration stops there, naming it, rather than spin."""
+    if page.next_cursor is not None and not page and page.unavailable_shards:
+        shards = ", ".join(str(s) for s in page.unavailable_shards)
+        raise DatabaseUnavailable(
+            f"the children on shard(s) {shards} could not be read; the others were given: retry for the rest"
+        )
+    return page.next_cursor
 
 
 # -- one place for both clients ------------------------------------------------------------------
@@ -1079,6 +1106,25 @@ class _Handle:
         merged = yield _Do(lambda: reads(target.providers()).list_children(self.execution_id, status, depth))
         return _children(merged)
 
+    def _children_page(
+        self,
+        reads: Any,
+        status: str | None,
+        depth: int,
+        page_size: int,
+        cursor: str | None,
+        max_nodes: int | None,
+    ) -> _Flow[Children]:
+        """children_page(): the fan-out read of GET /workflows/{id}/children (one database: its
+        one shard), ``page_size`` rows after ``cursor``."""
+        target = self.client._target
+        merged = yield _Do(
+            lambda: reads(target.providers()).page_children(
+                self.execution_id, status, depth, page_size, cursor, max_nodes
+            )
+        )
+        return _children(merged)
+
     def _signal_encoded(self, name: str, value: Any) -> tuple[Any, Callable[[], Steps[Any]] | None]:
         """A signal's payload, encoded and checked; and, when it goes to the offload store, the
         steps that store it on the run's database, owned by the run (docs/payloads.md), and give
@@ -1314,9 +1360,49 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
     @_finds_run
     def children(self, status: str | None = None, depth: int = 1) -> Children:
         """The run's child workflows (``depth`` levels down), optionally of one ``status``: a
-        :class:`Children` list. A sharded client asks every readable shard (a child may live on
-        any); its rows carry ``shard_id``, and a shard that cannot be read makes it ``partial``."""
+        :class:`Children` list of every one of them, read in one answer (for a run with many,
+        :meth:`children_page` or :meth:`iter_children`). A sharded client asks every readable
+        shard (a child may live on any); its rows carry ``shard_id``, and a shard that cannot be
+        read makes it ``partial``."""
         return _drive(self._children(ShardReads, status, depth))
+
+    @_finds_run
+    def children_page(
+        self,
+        status: str | None = None,
+        depth: int = 1,
+        *,
+        page_size: int = CHILDREN_PAGE,
+        cursor: str | None = None,
+        max_nodes: int | None = None,
+    ) -> Children:
+        """A page of the run's children, newest first, as GET /workflows/{id}/children and
+        `harvest workflow children` give it: at most ``page_size`` (1..1000) rows after
+        ``cursor`` (a previous page's ``next_cursor``, given with the same ``status``,
+        ``depth`` and ``max_nodes``), each with ``shard_id`` and ``depth``. ``next_cursor`` is
+        None on the last page. A page deeper than the direct children walks at most
+        ``max_nodes`` descendants (default 1000), and ``truncated`` says it cut. A shard that
+        cannot be read makes the page ``partial``; its children come on a later page."""
+        return _drive(self._children_page(ShardReads, status, depth, page_size, cursor, max_nodes))
+
+    def iter_children(
+        self,
+        status: str | None = None,
+        depth: int = 1,
+        *,
+        page_size: int = CHILDREN_PAGE,
+        max_nodes: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Every child of the run (as :meth:`children_page` pages them), read a page at a time
+        as the iteration reaches it. DatabaseUnavailable once only the children of a shard that
+        cannot be read are left (the others were given)."""
+        cursor: str | None = None
+        while True:
+            page = self.children_page(status, depth, page_size=page_size, cursor=cursor, max_nodes=max_nodes)
+            yield from page
+            cursor = _next_children_cursor(page)
+            if cursor is None:
+                return
 
     @_finds_run
     def result(self, timeout: Duration | None = None) -> ResultT:
@@ -1858,6 +1944,41 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
     async def children(self, status: str | None = None, depth: int = 1) -> Children:
         """See :meth:`WorkflowHandle.children`."""
         return await _adrive(self._children(AsyncShardReads, status, depth))
+
+    @_afinds_run
+    async def children_page(
+        self,
+        status: str | None = None,
+        depth: int = 1,
+        *,
+        page_size: int = CHILDREN_PAGE,
+        cursor: str | None = None,
+        max_nodes: int | None = None,
+    ) -> Children:
+        """See :meth:`WorkflowHandle.children_page`."""
+        return await _adrive(
+            self._children_page(AsyncShardReads, status, depth, page_size, cursor, max_nodes)
+        )
+
+    async def iter_children(
+        self,
+        status: str | None = None,
+        depth: int = 1,
+        *,
+        page_size: int = CHILDREN_PAGE,
+        max_nodes: int | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """See :meth:`WorkflowHandle.iter_children` (``async for``)."""
+        cursor: str | None = None
+        while True:
+            page = await self.children_page(
+                status, depth, page_size=page_size, cursor=cursor, max_nodes=max_nodes
+            )
+            for row in page:
+                yield row
+            cursor = _next_children_cursor(page)
+            if cursor is None:
+                return
 
     @_afinds_run
     async def result(self, timeout: Duration | None = None) -> ResultT:

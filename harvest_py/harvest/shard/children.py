@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from harvest.shard.pools import AsyncShardPools
     from harvest.shard.relay_pump import PumpReport
 
-__all__ = ["distributed_key", "drive_children", "place_child"]
+__all__ = ["distributed_key", "drive_children", "owed_to", "place_child", "release_totals"]
 
 log = logging.getLogger("harvest.shard.children")
 
@@ -203,3 +203,32 @@ async def _step(pools: AsyncShardPools, row: dict[str, Any], source: int) -> tup
     if current["status"] in _ENDED:
         return ("settle", current["status"], current["output"], current["failure"])
     return ("running",)
+
+
+# -- the ends owed to a shard gone for good: what `harvest shard release-owed-ends` and its route
+# (POST /admin/shards/{shard}/release-owed-ends) read and answer, over release_owed_child_ends.
+
+
+def owed_to(status: dict[str, Any], parent: int) -> dict[str, Any]:
+    """The ends owed to ``parent`` in one shard's retention status (ended, running)."""
+    for row in status.get("owed_child_ends_by_shard") or []:
+        if row["parent_shard"] == parent:
+            return {"ended": row["ended"], "running": row["running"]}
+    return {"ended": 0, "running": 0}
+
+
+def release_totals(
+    parent: int, include_running: bool, dry_run: bool, results: dict[int, Any], unavailable: list[int]
+) -> dict[str, Any]:
+    """The answer of a release (or its dry run) over the shards' answers: the counts summed, each
+    shard's answer under ``shards``, the shards missed (the CLI over SQL and the route alike)."""
+    shards = [{"shard_id": s, **r} for s, r in sorted(results.items())]
+    counts = ("ended", "running") if dry_run else ("released", "batches")
+    return {
+        "parent_shard": parent,
+        "include_running": include_running,
+        "dry_run": dry_run,
+        **{k: sum(r[k] for r in shards) for k in counts},
+        "shards": shards,
+        "unavailable_shards": sorted(unavailable),
+    }

@@ -312,6 +312,12 @@ class Metrics:
             "Cross-shard relay rows the pump claimed, settled or released for a retry.",
             ("outcome",),
         )
+        self.cross_shard_child = counter(
+            "harvest_cross_shard_child",
+            "Cross-shard children the pump moved a step: started, settled (an end or a close policy "
+            "reached), released (no progress: retried with a backoff).",
+            ("outcome",),
+        )
         self.external_signal_by_id_indeterminate_shard = counter(
             "harvest_external_signal_by_id_indeterminate_shard",
             "By-id external signals and cancels left pending because the target's shard could not be "
@@ -392,6 +398,19 @@ class Metrics:
             "harvest_cross_shard_children_oldest_age_seconds",
             "Age of the oldest unsettled cross-shard child.",
             (),
+        )
+        # The child's side of the same (issue #1263): ended children this shard keeps until their
+        # parent's shard takes their ends. A count that stays, or an age that grows, is a parent
+        # waiting on a child's end (its shard, or its pump, away; or a shard gone for good).
+        self.child_ends_owed = sampled(
+            "harvest_cross_shard_child_ends_owed",
+            "Ended cross-shard children kept for their parent's shard until it takes their ends.",
+            ("parent_shard",),
+        )
+        self.child_ends_owed_oldest_age = sampled(
+            "harvest_cross_shard_child_ends_owed_oldest_age_seconds",
+            "How long the oldest ended cross-shard child kept for a parent's shard has waited (0: none).",
+            ("parent_shard",),
         )
         self.retention_lag = sampled(
             "harvest_retention_lag_seconds",
@@ -489,6 +508,12 @@ class Metrics:
         if released:
             self.relay_pump("released").inc(released)
 
+    def children_stepped(self, steps: Mapping[str, int]) -> None:
+        """The relay pump's tick moved cross-shard children: outcome -> how many (PumpReport.children)."""
+        for outcome, count in steps.items():
+            if count:
+                self.cross_shard_child(outcome).inc(count)
+
     def by_id_indeterminate(self, counts: Mapping[tuple[int, str], int]) -> None:
         """By-id external signals and cancels the relay pump left pending this tick because the
         target's shard could not be inspected: (shard, ``no_pool`` | ``unreachable``) -> count."""
@@ -544,6 +569,11 @@ class Metrics:
         children = samples.get("cross_shard_children") or {}
         self.cross_shard_children.replace(shard, {(): children.get("in_flight", 0)})
         self.cross_shard_children_oldest_age.replace(shard, {(): children.get("oldest_secs") or 0.0})
+        owed = samples.get("owed_child_ends") or []
+        self.child_ends_owed.replace(shard, {(str(o["parent_shard"]),): o["ended"] for o in owed})
+        self.child_ends_owed_oldest_age.replace(
+            shard, {(str(o["parent_shard"]),): max(0.0, o["oldest_secs"] or 0.0) for o in owed}
+        )
         retention = samples.get("retention") or {}
         self.retention_lag.replace(
             shard, {(): max(0.0, retention.get("lag_secs") or 0.0)} if retention.get("configured") else {}

@@ -1319,6 +1319,7 @@ class Worker:
                 if self.relay_pump is not None:
                     report = await self.relay_pump.tick(sources)
                     self.metrics.pumped(report.claimed, report.settled, report.released)
+                    self.metrics.children_stepped(report.children)
                     if report.by_id_indeterminate:
                         self.metrics.by_id_indeterminate(report.by_id_indeterminate)
                     if report.moved:

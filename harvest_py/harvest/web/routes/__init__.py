@@ -15,7 +15,7 @@ import functools
 import json
 import math
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -300,20 +300,23 @@ class Call:
             return await fn(sql)
 
     async def each_shard(
-        self, fn: Callable[[AsyncSqlApi], Awaitable[Any]], undone: str = "nothing was read"
+        self,
+        fn: Callable[[AsyncSqlApi], Awaitable[Any]],
+        undone: str = "nothing was read",
+        shards: Iterable[int] | None = None,
     ) -> Any:
-        """``fn(sql)`` on every readable shard: a :class:`FanOut` (one database: shard 0). No
-        shard answering is a 503 (docs/http-api.md), never an empty answer: ``undone`` says
-        what that left undone."""
+        """``fn(sql)`` on every readable shard (or on ``shards`` of them): a :class:`FanOut`
+        (one database: shard 0). No shard answering is a 503 (docs/http-api.md), never an
+        empty answer: ``undone`` says what that left undone."""
         from harvest.shard.fanout import FanOut, fan_out_async
 
         if self._pools is None:
             return FanOut.of({0: await fn(self._sql)}, ())  # type: ignore[arg-type]
-        fan = await fan_out_async(self.providers(), fn, timeout=self.state.shard_timeout)
+        fan = await fan_out_async(self.providers(), fn, shards=shards, timeout=self.state.shard_timeout)
         if not fan.results:
-            shards = ", ".join(str(s) for s in fan.unavailable_shards)
+            missed = ", ".join(str(s) for s in fan.unavailable_shards)
             raise DatabaseUnavailable(
-                f"no shard could be reached (shard(s) {shards} unreachable): {undone}; retry when one is up"
+                f"no shard could be reached (shard(s) {missed} unreachable): {undone}; retry when one is up"
             )
         return fan
 

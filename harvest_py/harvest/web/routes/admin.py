@@ -17,6 +17,7 @@ from harvest.core.errors import InvalidArgument, NotPlacedHere
 from harvest.shard.fanout import CONCURRENCY_PAGE, CONCURRENCY_PAGE_MAX, USAGE_SUMS
 from harvest.telemetry.metrics import CONTENT_TYPE
 from harvest.web.routes import (
+    BOOLEAN,
     FANOUT,
     ROWS,
     STRING,
@@ -236,6 +237,39 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
         "status": fan.status,
         "unavailable_shards": fan.unavailable_shards,
     }
+
+
+async def release_owed_ends(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    """`harvest shard release-owed-ends` in the server: on every readable shard but the parent's
+    (nothing is owed to itself), the ends of cross-shard children owed to that shard, gone for
+    good, released batch by batch until a batch releases nothing (or their counts: dry_run)."""
+    from harvest.shard.children import owed_to, release_totals
+
+    parent = args["shard_id"]
+    operator = data.get("operator_id") or call.operator_id
+    include_running = bool(data.get("include_running"))
+    dry_run = bool(data.get("dry_run"))
+    batch_size = data.get("batch_size") or 500
+    max_batches = data.get("max_batches") or 1000
+
+    async def on(sql: Any) -> dict[str, Any]:
+        owed = owed_to(await sql.get_retention_status(), parent)
+        if dry_run:
+            return owed
+        released = batches = 0
+        while batches < max_batches:
+            n = await sql.release_owed_child_ends(parent, batch_size, include_running, operator)
+            batches += 1
+            released += n
+            if n == 0:
+                break
+        return {"released": released, "batches": batches}
+
+    others = [s for s in call.state.router.readable if s != parent] if call.sharded else None
+    if others == []:
+        raise invalid("shard_id", f"no readable shard but {parent}: no end can be owed to it here")
+    fan = await call.each_shard(on, "nothing was released", shards=others)
+    return release_totals(parent, include_running, dry_run, fan.results, fan.unavailable_shards)
 
 
 async def every_shard_write(call: Call, fn: Any) -> dict[str, Any]:
@@ -589,6 +623,35 @@ ENDPOINTS = [
         shards_health,
         "One row per configured shard: roles, reachability, schema, workers, coverage, pressure, reasons.",
         (Param("candidate_shard", "integer", minimum=0, maximum=65535),),
+        tag="admin",
+    ),
+    Endpoint(
+        "POST",
+        "/admin/shards/{shard_id}/release-owed-ends",
+        "admin",
+        release_owed_ends,
+        "Let retention take the cross-shard children whose ends are owed to a shard gone for good, on "
+        "every other shard, batch by batch (audited); dry_run: their counts.",
+        (
+            Param(
+                "shard_id",
+                "integer",
+                required=True,
+                where="path",
+                minimum=0,
+                maximum=65535,
+                description="The parent's shard, gone for good.",
+            ),
+        ),
+        body(
+            {
+                "include_running": BOOLEAN,
+                "batch_size": {"type": "integer", "minimum": 1, "maximum": 10_000},
+                "max_batches": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+                "dry_run": BOOLEAN,
+                "operator_id": STRING,
+            }
+        ),
         tag="admin",
     ),
     Endpoint(
