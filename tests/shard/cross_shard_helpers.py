@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import psycopg.rows
+from rebalance_helpers import park
 
 from harvest import App, Client, Worker
 from harvest.shard import AsyncShardPools, ShardRouter
@@ -110,3 +114,25 @@ def remote_relays(cluster: Any, shard: int) -> list[tuple]:
         return conn.execute(
             "SELECT id, kind, target_shard, attempts, last_error FROM harvest.relays WHERE remote ORDER BY id"
         ).fetchall()
+
+
+def park_with_remote_child(cluster: Any, key: str, policy: str = "terminate") -> tuple[str, dict[str, Any]]:
+    """A parent on shard 0 whose decision placed a child (workflow ``kid``, queue ``kidq``) on
+    shard 1 (its row ``starting``), with no worker and no pump: the test plays the pump's steps.
+    Returns the parent's id and its ``cross_shard_children`` row, as the pump claims it."""
+    command = {
+        "type": "start_child_workflow",
+        "seq": 1,
+        "workflow_name": "kid",
+        "workflow_id": f"{key}-kid",
+        "task_queue": "kidq",
+        "parent_close_policy": policy,
+        "shard": 1,
+    }
+    parent = park(cluster.dsns[0], key, [command])
+    with cluster.connect(0) as conn:
+        conn.row_factory = psycopg.rows.dict_row
+        row = conn.execute(
+            "SELECT * FROM harvest.cross_shard_children WHERE parent_execution_id = %s", (uuid.UUID(parent),)
+        ).fetchone()
+    return parent, row

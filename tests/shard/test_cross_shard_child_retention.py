@@ -13,7 +13,7 @@ import uuid
 import psycopg
 import psycopg.rows
 import pytest
-from cross_shard_helpers import enable_cross_shard_relays, router
+from cross_shard_helpers import enable_cross_shard_relays, park_with_remote_child, router
 from rebalance_helpers import park
 
 from harvest.shard import AsyncShardPools
@@ -26,24 +26,9 @@ ENDED = ["ChildWorkflowStarted", "ChildWorkflowCompleted"]  # the parent's histo
 
 
 def _park_with_remote_child(cluster, key: str, policy: str = "terminate") -> tuple[str, str]:
-    """A parent on shard 0 whose decision placed a child (workflow ``kid``, queue ``kidq``) on
-    shard 1. Returns the parent's and the child's execution ids."""
-    command = {
-        "type": "start_child_workflow",
-        "seq": 1,
-        "workflow_name": "kid",
-        "workflow_id": f"{key}-kid",
-        "task_queue": "kidq",
-        "parent_close_policy": policy,
-        "shard": 1,
-    }
-    parent = park(cluster.dsns[0], key, [command])
-    with cluster.connect(0) as conn:
-        child = conn.execute(
-            "SELECT child_execution_id FROM harvest.cross_shard_children WHERE parent_execution_id = %s",
-            (uuid.UUID(parent),),
-        ).fetchone()[0]
-    return parent, str(child)
+    """park_with_remote_child's parent and its child's execution id."""
+    parent, row = park_with_remote_child(cluster, key, policy)
+    return parent, str(row["child_execution_id"])
 
 
 async def _tick(cluster) -> None:

@@ -15,8 +15,15 @@ import psycopg
 import psycopg.rows
 import psycopg.types.json
 import pytest
-from cross_shard_helpers import SHARDS, clients, enable_cross_shard_relays, router, shard_workers, wait_for
-from rebalance_helpers import park
+from cross_shard_helpers import (
+    SHARDS,
+    clients,
+    enable_cross_shard_relays,
+    park_with_remote_child,
+    router,
+    shard_workers,
+    wait_for,
+)
 
 from harvest import App, ChildPlacement, ChildWorkflowError, workflow
 from harvest.core.errors import InvalidArgument, ShardUnavailable, WorkflowCancelled
@@ -247,28 +254,6 @@ def test_place_child_resolves_each_placement() -> None:
         place_child(router, (0,), 0, parent, {**cmd, "placement": {"kind": "shard", "shard_id": 1}})
 
 
-def _park_with_remote_child(cluster, key: str, policy: str = "terminate") -> tuple[str, dict]:
-    """A parent on shard 0 whose decision placed a child on shard 1 (its row ``starting``),
-    with no worker and no pump: the test plays the pump's steps. Returns the parent's id and
-    the row as the pump claims it."""
-    command = {
-        "type": "start_child_workflow",
-        "seq": 1,
-        "workflow_name": "kid",
-        "workflow_id": f"{key}-kid",
-        "task_queue": "kidq",
-        "parent_close_policy": policy,
-        "shard": 1,
-    }
-    parent = park(cluster.dsns[0], key, [command])
-    with cluster.connect(0) as conn:
-        conn.row_factory = psycopg.rows.dict_row
-        row = conn.execute(
-            "SELECT * FROM harvest.cross_shard_children WHERE parent_execution_id = %s", (uuid.UUID(parent),)
-        ).fetchone()
-    return parent, row
-
-
 def _started_on_shard_1(cluster, row: dict) -> None:
     """The pump's start on the child's shard (start_cross_shard_child), whose report to the
     parent's shard (set_cross_shard_child_running) never arrived."""
@@ -311,7 +296,7 @@ def test_a_parent_closed_before_its_childs_start_was_reported_still_closes_the_c
     row still says ``starting``) when the parent ended: its close policy reaches the child
     that exists, as it does once the row says ``running``."""
     enable_cross_shard_relays(shards)
-    parent, row = _park_with_remote_child(shards, f"lost-report-{policy}", policy)
+    parent, row = park_with_remote_child(shards, f"lost-report-{policy}", policy)
     _started_on_shard_1(shards, row)
     with shards.connect(0) as conn:
         conn.execute("SELECT harvest.terminate_workflow(%s, 'stop the tree')", (parent,))
@@ -331,7 +316,7 @@ def test_a_child_started_after_another_pump_settled_its_closed_parents_row_is_cl
     parent ends and pump B settles the row (its terminate finds no child yet). A's start then
     makes a child whose row is gone: A applies the parent's close policy to it."""
     enable_cross_shard_relays(shards)
-    parent, _ = _park_with_remote_child(shards, "two-pumps")
+    parent, _ = park_with_remote_child(shards, "two-pumps")
 
     class PumpA(AsyncShardPools):
         """Pump A's pools: B runs while A is on its way to the child's shard."""
@@ -382,7 +367,7 @@ def test_a_remote_child_that_continued_as_new_many_times_reaches_its_parent(shar
     """The pump reads the child's current run however long its continue-as-new chain: a child
     entity that rotated more than a hundred times still delivers its end to the parent."""
     enable_cross_shard_relays(shards)
-    parent, _ = _park_with_remote_child(shards, "long-chain")
+    parent, _ = park_with_remote_child(shards, "long-chain")
     asyncio.run(_tick(shards))  # the pump starts the child on shard 1
     assert children_rows(shards, 0)[0][1] == "running"
     for n in range(105):
