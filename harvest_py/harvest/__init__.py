@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         UpdateHandle,
         WorkflowHandle,
     )
+    from harvest.core.durations import Duration
     from harvest.core.errors import (
         ActivityError,
         ActivityFailure,
@@ -97,6 +98,7 @@ _WHERE: dict[str, str] = {
         "harvest.core.errors",
     ),
     **dict.fromkeys(["App", "RetryPolicy", "activity", "workflow"], "harvest.declare.definitions"),
+    "Duration": "harvest.core.durations",
     **dict.fromkeys(["Dag", "SkipTask"], "harvest.declare.dags"),
     **dict.fromkeys(
         ["Batch", "Concurrency", "Debounce", "Quota", "RateLimit", "Throttle"], "harvest.declare.flow_control"
@@ -127,6 +129,7 @@ __all__ = [
     "Concurrency",
     "Dag",
     "Debounce",
+    "Duration",
     "ExternalWorkflow",
     "ExternalWorkflowError",
     "ExternalWorkflowNotFound",

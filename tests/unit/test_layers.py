@@ -300,6 +300,7 @@ def test_the_public_names_resolve_lazily_and_stay_the_same() -> None:
         "Concurrency",
         "Dag",
         "Debounce",
+        "Duration",
         "ExternalWorkflow",
         "ExternalWorkflowError",
         "ExternalWorkflowNotFound",

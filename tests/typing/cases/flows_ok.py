@@ -84,6 +84,8 @@ def start(client: Client) -> bool:
     handle.result(timeout="5s")
     handle.result(timeout=datetime.timedelta(seconds=5))
     client.execute_workflow(checkout, Order(6, 1.0), result_timeout="1m")
+    patience: harvest.Duration = "2s"  # (the public name of what they take)
+    handle.result(timeout=patience)
     return handle.result(timeout=5)
 
 
