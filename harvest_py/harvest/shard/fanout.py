@@ -1183,10 +1183,16 @@ def _children(
         # Not a page of each shard: the walk, bounded by ``walk`` descendants (None: all).
         found, unavailable, answered, cut = yield from _descendants(execution_id, depth, walk)
         fan = FanOut.of(dict.fromkeys(answered), unavailable)
+        # A page: a shard down in any round is unread for the whole page and keeps its place
+        # (Place.after), so none of its rows are shown, as for a shard down for a depth-1 page:
+        # the rows of a round it did answer would come again when it answers.
+        shown = set(answered) if limit is not None else None
         rows = [
             r
             for r in found
-            if (wanted is None or r["status"] == wanted) and _after_position(r, place.position(r["shard_id"]))
+            if (wanted is None or r["status"] == wanted)
+            and (shown is None or r["shard_id"] in shown)
+            and _after_position(r, place.position(r["shard_id"]))
         ]
         truncated = cut if walk is not None else None
     _newest_first(rows)
@@ -1227,9 +1233,10 @@ def page_children(
     children`): ``page_size`` rows after ``cursor`` and next_cursor (``ch2.``) while there are
     more. Direct children read ``page_size + 1`` rows a shard; a deeper page walks at most
     ``max_nodes`` descendants (default CHILDREN_WALK), breadth first, and ``truncated`` says the
-    walk cut. A shard that could not be read for a page keeps its own place in the cursor
-    (:class:`Place`, as the workflow list's shards do): its children come on a later page when
-    it answers, and next_cursor stays set while it does not."""
+    walk cut. A shard that could not be read for a page (a deeper page: in any round of its
+    walk) keeps its own place in the cursor (:class:`Place`, as the workflow list's shards do)
+    and has none of its rows on the page: its children come on a later page when it answers,
+    once, and next_cursor stays set while it does not."""
     if (
         not isinstance(page_size, int)
         or isinstance(page_size, bool)
