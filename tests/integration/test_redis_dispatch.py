@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -992,6 +992,43 @@ def test_a_backlog_of_well_formed_entries_on_many_queues_never_passes_the_reply_
     refs, reconnects = asyncio.run(scenario())
     assert reconnects == 0
     assert len({r.task_id for r in refs}) == 5000 and not any(r.oversized for r in refs), refs[:3]
+
+
+def test_a_worker_on_five_queues_at_claim_batch_1000_reads_a_backlog_without_the_projection(
+    db, redis_server, start_worker, monkeypatch
+) -> None:
+    """The reviewer's case end to end: a worker polling five queues at claim_batch 1,000 with
+    free slots to match and a backlog of 1,000 references a queue. Its reads passed
+    REPLY_MAX_BYTES and were projected (a dropped connection each); now none is."""
+    queues = ["rd_wf", "rd_acts", "rd_more_1", "rd_more_2", "rd_more_3"]
+    projected: list[str] = []
+    project = RedisChannel._project
+
+    async def counting(self, consumer, queues_, mode, *args):  # type: ignore[no-untyped-def]
+        projected.append(mode)
+        return await project(self, consumer, queues_, mode, *args)
+
+    monkeypatch.setattr(RedisChannel, "_project", counting)
+
+    async def backlog() -> None:  # published before the worker reads, so that its reads meet all of it
+        channel = await RedisChannel.connect(redis_server.url, queues)
+        try:
+            for q, queue in enumerate(queues):
+                await channel.publish(
+                    {"task_id": (q + 1) * 10**12 + i, "queue": queue, "due_at": datetime.now(UTC)}
+                    for i in range(1000)
+                )
+        finally:
+            await channel.close()
+
+    asyncio.run(backlog())
+    running = start_worker(app, queues=queues, redis_url=redis_server.url, concurrency=5000, claim_batch=1000)
+    dispatch = running.worker.redis
+    deadline = time.monotonic() + 30
+    while dispatch.skipped < 5000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (dispatch.read, dispatch.claimed, dispatch.skipped, dispatch.losses) == (5000, 0, 5000, 0)
+    assert "pending" not in projected, projected
 
 
 @pytest.mark.parametrize(
