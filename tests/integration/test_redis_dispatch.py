@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -825,7 +826,7 @@ def test_a_take_over_of_many_entries_just_under_the_entry_bound_fits_its_reply(r
     with a 900-byte due time, made the projection's reply past REPLY_MAX_BYTES (a read's and a
     take-over's would fail as a Redis loss, at every take-over). A projected entry carries a
     task id and a due time of a sane length only (else it is malformed), and one call projects
-    1,000 entries at most."""
+    1,000 entries at most. (A read of them is cut to fit its reply: read_count.)"""
     url = redis_server.url
 
     async def scenario() -> tuple[list, list]:
@@ -834,15 +835,19 @@ def test_a_take_over_of_many_entries_just_under_the_entry_bound_fits_its_reply(r
             await _raw_xadd(
                 url, "rd_many", *({"task_id": str(i + 1), "due_at": "x" * 900} for i in range(1200))
             )
-            # c1 reads them (a reply past the bound: its pending entries projected), and dies
-            read = await channel.read("c1", ["rd_many"], 1200, 100)
+            read: list = []
+            while len(read) < 1200:  # c1 reads them all, and dies
+                got = await channel.read("c1", ["rd_many"], 1200, 100)
+                assert got, len(read)
+                read += got
             return read, await channel.reclaim("c2", ["rd_many"], 0, 5000)
         finally:
             await channel.close()
 
     read, taken = asyncio.run(scenario())
+    assert len(read) == 1200 and len(taken) == 1000, (len(read), len(taken))
     for refs in (read, taken):
-        assert len(refs) == 1000 and {r.task_id for r in refs} == {0}, refs[:3]  # (malformed due times)
+        assert {r.task_id for r in refs} == {0}, refs[:3]  # (malformed due times)
 
 
 def test_a_batch_of_more_references_than_one_named_claim_takes_is_acked_not_stuck(
@@ -920,6 +925,110 @@ def test_no_read_takes_in_an_entry_past_its_bound(redis_server) -> None:
         assert all(r.oversized > MAX_ENTRY_BYTES for r in refs[:3]) and not refs[3].oversized, refs
         assert refs[0].oversized > 8_000_000
         assert peak < 2 * REPLY_MAX_BYTES, peak
+
+
+async def _connections_received(url: str) -> int:
+    """How many connections the Redis has accepted so far (a channel that drops its connection
+    after a reply past the bound connects again)."""
+    import redis.asyncio as aioredis
+
+    conn = aioredis.from_url(url)
+    try:
+        return int((await conn.info("stats"))["total_connections_received"])
+    finally:
+        await conn.aclose()
+
+
+@pytest.mark.parametrize("shape", ["published", "largest-well-formed"])
+def test_a_backlog_of_well_formed_entries_on_many_queues_never_passes_the_reply_bound(
+    redis_server, shape: str
+) -> None:
+    """One XREADGROUP covers every queue the worker polls at COUNT entries each (claim_batch per
+    stream): five queues at claim_batch 1,000 with a backlog of Harvest's own entries (about 250
+    bytes each in the reply) passed REPLY_MAX_BYTES on every read, so each read of ordinary
+    entries dropped its connection and took them through the projection. Each read's COUNT is now
+    cut so that entries of Harvest's shape (three fields, MAX_ENTRY_BYTES at most, the longest
+    entry id) cannot pass the bound: the backlog is read whole, with no reconnect."""
+    from harvest.db.redis_channel import MAX_ENTRY_BYTES
+
+    url = redis_server.url
+    queues = [f"rd_many_{i}" for i in range(5)]
+    due = "2026-01-01T00:00:00.123456+00:00"
+
+    async def scenario() -> tuple[list, int]:
+        import redis.asyncio as aioredis
+
+        channel = await RedisChannel.connect(url, queues)
+        raw = aioredis.from_url(url)
+        try:
+            for q, queue in enumerate(queues):
+                first = (q + 1) * 10**17  # (18 digits: a task id as long as Harvest's get)
+                if shape == "published":
+                    await channel.publish(
+                        {"task_id": first + i, "queue": queue, "due_at": datetime.fromisoformat(due)}
+                        for i in range(1000)
+                    )
+                    continue
+                pipe = raw.pipeline(transaction=False)
+                for i in range(1000):
+                    fields = {"task_id": str(first + i), "due_at": due, "queue": ""}
+                    fields["queue"] = "q" * (
+                        MAX_ENTRY_BYTES - sum(len(k) + len(v) for k, v in fields.items())
+                    )
+                    # the longest entry id Redis makes (two 20-digit numbers)
+                    pipe.xadd(stream_key(queue), fields, id=f"{10**19 + q * 10**6 + i}-{10**19}")
+                await pipe.execute()
+            before = await _connections_received(url)
+            refs: list = []
+            while len(refs) < 5000:
+                got = await channel.read("c1", queues, 1000, 100)
+                assert got, len(refs)
+                refs += got
+            return refs, await _connections_received(url) - before - 1  # (less _connections_received's own)
+        finally:
+            await raw.aclose()
+            await channel.close()
+
+    refs, reconnects = asyncio.run(scenario())
+    assert reconnects == 0
+    assert len({r.task_id for r in refs}) == 5000 and not any(r.oversized for r in refs), refs[:3]
+
+
+def test_a_worker_on_five_queues_at_claim_batch_1000_reads_a_backlog_without_the_projection(
+    db, redis_server, start_worker, monkeypatch
+) -> None:
+    """The reviewer's case end to end: a worker polling five queues at claim_batch 1,000 with
+    free slots to match and a backlog of 1,000 references a queue. Its reads passed
+    REPLY_MAX_BYTES and were projected (a dropped connection each); now none is."""
+    queues = ["rd_wf", "rd_acts", "rd_more_1", "rd_more_2", "rd_more_3"]
+    projected: list[str] = []
+    project = RedisChannel._project
+
+    async def counting(self, consumer, queues_, mode, *args):  # type: ignore[no-untyped-def]
+        projected.append(mode)
+        return await project(self, consumer, queues_, mode, *args)
+
+    monkeypatch.setattr(RedisChannel, "_project", counting)
+
+    async def backlog() -> None:  # published before the worker reads, so that its reads meet all of it
+        channel = await RedisChannel.connect(redis_server.url, queues)
+        try:
+            for q, queue in enumerate(queues):
+                await channel.publish(
+                    {"task_id": (q + 1) * 10**12 + i, "queue": queue, "due_at": datetime.now(UTC)}
+                    for i in range(1000)
+                )
+        finally:
+            await channel.close()
+
+    asyncio.run(backlog())
+    running = start_worker(app, queues=queues, redis_url=redis_server.url, concurrency=5000, claim_batch=1000)
+    dispatch = running.worker.redis
+    deadline = time.monotonic() + 30
+    while dispatch.skipped < 5000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (dispatch.read, dispatch.claimed, dispatch.skipped, dispatch.losses) == (5000, 0, 5000, 0)
+    assert "pending" not in projected, projected
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,10 @@ REPLY_MAX_BYTES = 1 << 20
 # What one element of a reply costs against REPLY_MAX_BYTES besides its bytes (a million empty
 # fields is no small reply either).
 ELEMENT_COST = 16
+# The longest entry id Redis makes: "<ms>-<seq>", two 64-bit numbers.
+ENTRY_ID_MAX = 41
+# A Harvest entry's fields (task_id, queue, due_at).
+ENTRY_FIELDS = 3
 # The entries of one stream, measured and cut down in Redis, for a reader that must not receive them
 # whole: those another consumer left pending past min-idle (``reclaim``: XAUTOCLAIM, JUSTID) or those
 # this consumer was handed by a read it could not take in (``pending``: XPENDING), PROJECT_MAX at
@@ -272,6 +276,41 @@ def _projected(stream: str, rows: Iterable[Any]) -> list[TaskRef]:
     return refs
 
 
+def _header_cost(n: int) -> int:
+    """What the bounded parser charges for the header line of an array or bulk string of ``n``
+    ("*n" or "$n")."""
+    return 1 + len(str(n)) + ELEMENT_COST
+
+
+# What one entry of Harvest's shape (ENTRY_FIELDS fields of MAX_ENTRY_BYTES at most, the longest
+# id) costs a read's reply: its bytes, its id, and the headers of its two arrays and seven bulk
+# strings (each charged as if MAX_ENTRY_BYTES long). 1,246 bytes; a published entry costs about 250.
+ENTRY_REPLY_MAX = (
+    _header_cost(2)
+    + _header_cost(ENTRY_ID_MAX)
+    + ENTRY_ID_MAX
+    + _header_cost(2 * ENTRY_FIELDS)
+    + 2 * ENTRY_FIELDS * _header_cost(MAX_ENTRY_BYTES)
+    + MAX_ENTRY_BYTES
+)
+
+
+def read_count(queues: Sequence[str], count: int) -> int:
+    """The COUNT of one XREADGROUP on the streams of these queues: ``count`` entries a stream, cut
+    so that the reply cannot pass REPLY_MAX_BYTES while its entries have Harvest's shape. One read
+    covers every stream at COUNT each: five queues at claim_batch 1,000 with a backlog of
+    Harvest's own entries passed the bound on every read, which dropped its connection and took
+    them through PROJECT_SCRIPT. So only an entry no Harvest wrote (past MAX_ENTRY_BYTES, or with
+    more fields) can still pass it. At least 1: past about 800 queues, a read of one entry a
+    stream may pass the bound (and is projected)."""
+    framing = _header_cost(len(queues)) + sum(
+        _header_cost(2) + _header_cost(len(key)) + len(key) + _header_cost(count)
+        for key in map(stream_key, queues)
+    )
+    fits = (REPLY_MAX_BYTES - framing) // (max(1, len(queues)) * ENTRY_REPLY_MAX)
+    return max(1, min(count, fits))
+
+
 def _bounded_parser() -> type:
     """The redis client's RESP2 parser, refusing a reply past REPLY_MAX_BYTES before it reads
     (and allocates) the rest: each bulk string is charged its length before it is read, each
@@ -440,10 +479,12 @@ class RedisChannel:
         return n
 
     async def read(self, consumer: str, queues: Sequence[str], count: int, block_ms: int) -> list[TaskRef]:
-        """Up to ``count`` new references of each of these queues for ``consumer``, waiting up to
-        ``block_ms`` for one; each stays pending in the group until :meth:`ack`. A read whose
-        reply is past REPLY_MAX_BYTES (an entry no Harvest wrote, of any size) is not taken in:
-        the entries it handed this consumer are taken through PROJECT_SCRIPT instead."""
+        """Up to ``count`` new references of each of these queues for ``consumer`` (fewer when
+        that many could pass REPLY_MAX_BYTES: :func:`read_count`), waiting up to ``block_ms`` for
+        one; each stays pending in the group until :meth:`ack`. A read whose reply is past
+        REPLY_MAX_BYTES all the same (an entry no Harvest wrote, of any size) is not taken in: the
+        entries it handed this consumer are taken through PROJECT_SCRIPT instead."""
+        count = read_count(queues, count)
         try:
             answer = await self._client.xreadgroup(
                 GROUP, consumer, {stream_key(q): ">" for q in queues}, count=count, block=block_ms
