@@ -6,7 +6,9 @@ may be continuing it as new. The decision holds the child's current run's row un
 the cancel that waits on that row then finds it CONTINUED_AS_NEW. The policy belongs to the
 successor, which inherited the parent link: it must be terminated or asked to cancel, never left
 running. The interleaving is forced: the decision is applied and held uncommitted, the cancel is
-started on a session of its own and waited for on its lock, then the decision commits.
+started on a session of its own and waited for on its lock, then the decision commits. The
+parent's explicit cancel of the child (an external_cancel relay, deliver_external_relay) races
+the same way.
 """
 
 from __future__ import annotations
@@ -130,3 +132,34 @@ def test_a_continue_as_new_racing_the_parent_policy_applied_first_starts_no_succ
     assert not thread.is_alive()
     assert applied == ("cancel_requested" if policy == "request_cancel" else "terminated")
     assert _runs(conn, key) == [first_run], answer  # refused: no successor
+
+
+def test_a_parents_cancel_relay_racing_the_childs_continue_as_new_reaches_the_successor(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """The parent cancelling its cross-shard child (an external_cancel relay, delivered on the
+    child's shard by deliver_external_relay, which waits for the target's lock) while the child
+    continues as new: the cancel is the successor's."""
+    key = f"k-{uuid.uuid4()}"
+    child, parent = _cross_shard_child(conn, key, "abandon")
+    answer: dict[str, object] = {}
+
+    def deliver() -> object:
+        with session(db, "cancel_relay") as c:
+            return c.execute(
+                "SELECT outcome, execution_id::text FROM harvest.deliver_external_relay("
+                "1, 7, 'external_cancel', %s, NULL, NULL, '{\"reason\": \"the parent asked\"}', %s)",
+                (child, parent),
+            ).fetchone()
+
+    with psycopg.connect(db) as decider:
+        _continue_as_new(decider, key)  # uncommitted: holds the child's row
+        thread = in_thread(deliver, answer)
+        wait_until_blocked(conn, "cancel_relay", "the rotating run's row")
+        decider.commit()
+        thread.join(20)
+    successor = conn.execute(
+        "SELECT output ->> 'continued_as_new' FROM harvest.executions WHERE id = %s", (child,)
+    ).fetchone()[0]
+    assert answer == {"result": ("delivered", successor)}
+    assert _runs(conn, key) == [("CONTINUED_AS_NEW", False), ("RUNNING", True)]
