@@ -293,34 +293,56 @@ BEGIN
 END;
 $$;
 
+-- On the child's shard: the cross-shard child's current run, locked (NULL: no such child
+-- here). The run read as current may be continuing as new right now, its decision holding its
+-- row: the lock waits for that decision, and a run it then finds CONTINUED_AS_NEW is read
+-- again, so the caller acts on the successor (which inherited the parent link and the owed
+-- end), never on the closed predecessor. A chain's runs are locked oldest first, which is id
+-- order (a successor's id is minted later; docs/internals.md, "Lock order").
+CREATE OR REPLACE FUNCTION harvest._lock_current_cross_shard_child(p_child_execution_id uuid)
+RETURNS harvest.executions
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_current uuid;
+    v_run harvest.executions;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = p_child_execution_id) THEN
+        RETURN NULL;
+    END IF;
+    FOR i IN 1..10 LOOP
+        -- (A statement of its own: it reads what committed while the lock below waited.)
+        SELECT r.execution_id INTO v_current FROM harvest.get_cross_shard_child(p_child_execution_id) AS r;
+        SELECT * INTO v_run FROM harvest.executions AS e WHERE e.id = v_current FOR UPDATE;
+        IF v_run.status IS DISTINCT FROM 'CONTINUED_AS_NEW' THEN
+            RETURN v_run;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'child % kept continuing as new while its current run was locked', p_child_execution_id
+        USING ERRCODE = '40001', HINT = 'the pump retries on its next sweep';
+END;
+$$;
+
 -- On the child's shard: the child's end is no longer owed to its parent's shard (the
 -- parent's history has it, or the parent ended first): its current run's
 -- end_owed_to_shard is cleared, and retention treats it as any run. The current run
--- is locked before it is cleared, and read again if it continued as new meanwhile,
--- so an owed end a concurrent continue-as-new handed to the successor is not missed.
+-- is locked before it is cleared (_lock_current_cross_shard_child), so an owed end a
+-- concurrent continue-as-new handed to the successor is not missed.
 -- false when nothing was owed (acknowledged before, or no such child here).
 CREATE OR REPLACE FUNCTION harvest.clear_owed_child_end(p_child_execution_id uuid)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_current uuid;
-    v_status text;
+    v_current harvest.executions;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = p_child_execution_id) THEN
+    v_current := harvest._lock_current_cross_shard_child(p_child_execution_id);
+    IF v_current.id IS NULL THEN
         RETURN false;
     END IF;
-    FOR i IN 1..10 LOOP
-        SELECT r.execution_id INTO v_current FROM harvest.get_cross_shard_child(p_child_execution_id) AS r;
-        SELECT e.status INTO v_status FROM harvest.executions AS e WHERE e.id = v_current FOR UPDATE;
-        IF v_status IS DISTINCT FROM 'CONTINUED_AS_NEW' THEN
-            UPDATE harvest.executions AS e SET end_owed_to_shard = NULL
-            WHERE e.id = v_current AND e.end_owed_to_shard IS NOT NULL;
-            RETURN FOUND;
-        END IF;
-    END LOOP;
-    RAISE EXCEPTION 'child % kept continuing as new while its owed end was cleared', p_child_execution_id
-        USING ERRCODE = '40001', HINT = 'the pump retries on its next sweep';
+    UPDATE harvest.executions AS e SET end_owed_to_shard = NULL
+    WHERE e.id = v_current.id AND e.end_owed_to_shard IS NOT NULL;
+    RETURN FOUND;
 END;
 $$;
 
@@ -335,7 +357,6 @@ RETURNS text
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_current uuid;
     v_target harvest.executions;
 BEGIN
     IF p_policy IS NULL OR p_policy NOT IN ('terminate', 'request_cancel', 'abandon') THEN
@@ -347,12 +368,11 @@ BEGIN
     IF p_policy = 'abandon' THEN
         RETURN 'abandoned';
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = p_child_execution_id) THEN
-        RETURN 'not_running';
-    END IF;
-    SELECT r.execution_id INTO v_current FROM harvest.get_cross_shard_child(p_child_execution_id) AS r;
-    SELECT * INTO v_target FROM harvest.executions AS e WHERE e.id = v_current FOR UPDATE;
-    IF NOT FOUND OR v_target.status NOT IN ('RUNNING', 'PAUSED') THEN
+    -- The policy is the current run's, locked: a run read as current and locked only after its
+    -- continue-as-new committed is CONTINUED_AS_NEW, and the successor, which inherited the
+    -- parent link, would run on uncancelled. (Not left to the clear above having locked it.)
+    v_target := harvest._lock_current_cross_shard_child(p_child_execution_id);
+    IF v_target.id IS NULL OR v_target.status NOT IN ('RUNNING', 'PAUSED') THEN
         RETURN 'not_running';
     END IF;
     IF p_policy = 'terminate' THEN

@@ -9,7 +9,7 @@
 -- clear_owed_child_end (the child's end no longer owed to its parent: retention may
 -- take it).
 BEGIN;
-SELECT plan(81);
+SELECT plan(84);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -243,6 +243,19 @@ SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE workflow_id = 't3' AND 
                 '... so no run of the chain is owed');
 SELECT ok(NOT harvest.clear_owed_child_end((SELECT child FROM xo_ids)), 'acknowledged again: false');
 SELECT ok(NOT harvest.clear_owed_child_end('00000000-0000-4000-8000-0000000000fe'), 'no such child: false');
+
+-- ------------------------------------------------------------ the current run, locked (_lock_current_cross_shard_child)
+-- (The race it closes, a continue-as-new committing while the lock waits, needs two sessions:
+-- tests/integration/test_cross_shard_cancel_race.py.)
+SELECT results_eq(
+    $$SELECT r.id <> xo_ids.child, r.status, r.continued_from = xo_ids.child
+      FROM xo_ids, harvest._lock_current_cross_shard_child(xo_ids.child) AS r$$,
+    $$VALUES (true, 'RUNNING'::text, true)$$,
+    '_lock_current_cross_shard_child(): a rotated child is its successor, not the closed first run');
+SELECT is((SELECT r.status FROM xs_ids, harvest._lock_current_cross_shard_child(xs_ids.child) AS r), 'TERMINATED',
+          '_lock_current_cross_shard_child(): an ended chain is its last run');
+SELECT is((SELECT r.id FROM harvest._lock_current_cross_shard_child('00000000-0000-4000-8000-0000000000fd') AS r),
+          NULL, '_lock_current_cross_shard_child(): no such child here is NULL');
 
 SELECT * FROM finish();
 ROLLBACK;
