@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg.rows
+import psycopg.types.json
 from rebalance_helpers import park
 
 from harvest import App, Client, Worker
@@ -136,3 +137,17 @@ def park_with_remote_child(cluster: Any, key: str, policy: str = "terminate") ->
             "SELECT * FROM harvest.cross_shard_children WHERE parent_execution_id = %s", (uuid.UUID(parent),)
         ).fetchone()
     return parent, row
+
+
+def decide_child(cluster: Any, commands: list[dict[str, Any]]) -> None:
+    """Decide the current run of park_with_remote_child's child on shard 1 (its queue ``kidq``)
+    with ``commands``, as a worker there would."""
+    with cluster.connect(1) as conn:
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-test', ARRAY['kidq'], 1, 30)"
+        ).fetchone()
+        assert task is not None, "the child has no workflow task"
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'w-test')",
+            (task[0], task[1], psycopg.types.json.Jsonb(commands)),
+        )

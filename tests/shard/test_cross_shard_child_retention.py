@@ -13,7 +13,7 @@ import uuid
 import psycopg
 import psycopg.rows
 import pytest
-from cross_shard_helpers import enable_cross_shard_relays, park_with_remote_child, router
+from cross_shard_helpers import decide_child, enable_cross_shard_relays, park_with_remote_child, router
 from rebalance_helpers import park
 
 from harvest.shard import AsyncShardPools
@@ -34,18 +34,6 @@ def _park_with_remote_child(cluster, key: str, policy: str = "terminate") -> tup
 async def _tick(cluster) -> None:
     async with AsyncShardPools(router(), cluster.dsns, max_size=2, acquire_timeout=2.0) as pools:
         await RelayPump(pools, sources=[0]).tick()
-
-
-def _decide_child(cluster, commands: list[dict]) -> None:
-    with cluster.connect(1) as conn:
-        task = conn.execute(
-            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-test', ARRAY['kidq'], 1, 30)"
-        ).fetchone()
-        assert task is not None, "the child has no workflow task"
-        conn.execute(
-            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'w-test')",
-            (task[0], task[1], psycopg.types.json.Jsonb(commands)),
-        )
 
 
 def _janitor(cluster, shard: int, max_age: str = "1 hour") -> dict:
@@ -86,7 +74,7 @@ def test_an_ended_child_is_kept_past_its_shards_window_until_its_parent_has_its_
     enable_cross_shard_relays(shards)
     parent, child = _park_with_remote_child(shards, "owed-end")
     asyncio.run(_tick(shards))  # the pump starts the child on shard 1
-    _decide_child(shards, [{"type": "complete_workflow", "result": "done"}])
+    decide_child(shards, [{"type": "complete_workflow", "result": "done"}])
 
     swept = _janitor(shards, 1)
     assert _exists(shards, 1, child), f"the janitor purged a child whose parent has not its end: {swept}"
@@ -108,7 +96,7 @@ def test_a_delivered_end_whose_release_was_lost_is_released_by_the_next_sweep(sh
     enable_cross_shard_relays(shards)
     parent, child = _park_with_remote_child(shards, "lost-ack")
     asyncio.run(_tick(shards))
-    _decide_child(shards, [{"type": "complete_workflow", "result": 7}])
+    decide_child(shards, [{"type": "complete_workflow", "result": 7}])
 
     class NoAck(AsyncShardPools):
         calls = 0
@@ -154,7 +142,7 @@ def test_a_parent_that_ended_first_lets_its_childs_end_go(shards, policy: str) -
     asyncio.run(_tick(shards))
     assert _children_rows(shards) == []
     if policy != "terminate":  # abandon: still running; request_cancel: asked to stop
-        _decide_child(shards, [{"type": "complete_workflow", "result": None}])
+        decide_child(shards, [{"type": "complete_workflow", "result": None}])
     _janitor(shards, 1)
     assert not _exists(shards, 1, child), "the parent ended first: the child's end is owed to nobody"
 
@@ -165,7 +153,7 @@ def test_an_operator_releases_the_ends_owed_to_a_retired_shard(shards) -> None:
     enable_cross_shard_relays(shards)
     _parent, child = _park_with_remote_child(shards, "retired")
     asyncio.run(_tick(shards))
-    _decide_child(shards, [{"type": "complete_workflow", "result": 1}])
+    decide_child(shards, [{"type": "complete_workflow", "result": 1}])
     with shards.connect(1) as conn:
         conn.row_factory = psycopg.rows.dict_row
         owed = conn.execute("SELECT harvest.get_retention_status() -> 'owed_child_ends' AS n").fetchone()["n"]

@@ -18,6 +18,7 @@ import pytest
 from cross_shard_helpers import (
     SHARDS,
     clients,
+    decide_child,
     enable_cross_shard_relays,
     park_with_remote_child,
     router,
@@ -350,19 +351,6 @@ def test_a_child_started_after_another_pump_settled_its_closed_parents_row_is_cl
     assert _status(shards, 1, child) == "TERMINATED"
 
 
-def _decide_child(cluster, commands: list[dict]) -> None:
-    """Decide the child's current run on shard 1 (its queue ``kidq``) with ``commands``."""
-    with cluster.connect(1) as conn:
-        task = conn.execute(
-            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-test', ARRAY['kidq'], 1, 30)"
-        ).fetchone()
-        assert task is not None, "the child has no workflow task"
-        conn.execute(
-            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'w-test')",
-            (task[0], task[1], psycopg.types.json.Jsonb(commands)),
-        )
-
-
 def test_a_remote_child_that_continued_as_new_many_times_reaches_its_parent(shards) -> None:
     """The pump reads the child's current run however long its continue-as-new chain: a child
     entity that rotated more than a hundred times still delivers its end to the parent."""
@@ -371,8 +359,8 @@ def test_a_remote_child_that_continued_as_new_many_times_reaches_its_parent(shar
     asyncio.run(_tick(shards))  # the pump starts the child on shard 1
     assert children_rows(shards, 0)[0][1] == "running"
     for n in range(105):
-        _decide_child(shards, [{"type": "continue_as_new", "input": [n]}])
-    _decide_child(shards, [{"type": "complete_workflow", "result": "done"}])
+        decide_child(shards, [{"type": "continue_as_new", "input": [n]}])
+    decide_child(shards, [{"type": "complete_workflow", "result": "done"}])
     asyncio.run(_tick(shards))
     with shards.connect(0) as conn:
         ended = conn.execute(

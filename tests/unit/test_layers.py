@@ -281,6 +281,19 @@ def test_import_harvest_and_its_runtime_load_no_database_driver() -> None:
     assert result.returncode == 0, result.stderr
 
 
+def _type_checking_names(module: Path) -> set[str]:
+    """The names a module's ``if TYPE_CHECKING:`` block imports: what type checkers see."""
+    tree = ast.parse(module.read_text())
+    return {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and _is_type_checking(node.test)
+        for stmt in node.body
+        if isinstance(stmt, ast.ImportFrom)
+        for alias in stmt.names
+    }
+
+
 def test_the_public_names_resolve_lazily_and_stay_the_same() -> None:
     import harvest
 
@@ -342,15 +355,7 @@ def test_the_public_names_resolve_lazily_and_stay_the_same() -> None:
     for name in harvest.__all__:
         assert getattr(harvest, name) is not None, name
     # what type checkers see (the TYPE_CHECKING block) is what __getattr__ resolves
-    tree = ast.parse((PACKAGE / "__init__.py").read_text())
-    typed = {
-        alias.asname or alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and _is_type_checking(node.test)
-        for stmt in node.body
-        if isinstance(stmt, ast.ImportFrom)
-        for alias in stmt.names
-    }
+    typed = _type_checking_names(PACKAGE / "__init__.py")
     assert typed == set(harvest.__all__)
     with pytest.raises(AttributeError, match="no_such_name"):
         harvest.no_such_name  # noqa: B018
@@ -363,15 +368,7 @@ def test_the_test_kit_names_are_typed_as_they_resolve() -> None:
 
     for name in harvest.testing.__all__:
         assert getattr(harvest.testing, name) is not None, name
-    tree = ast.parse((PACKAGE / "testing" / "__init__.py").read_text())
-    typed = {
-        alias.asname or alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and _is_type_checking(node.test)
-        for stmt in node.body
-        if isinstance(stmt, ast.ImportFrom)
-        for alias in stmt.names
-    }
+    typed = _type_checking_names(PACKAGE / "testing" / "__init__.py")
     assert typed == set(harvest.testing.__all__)
 
 
