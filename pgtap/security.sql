@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(68);
+SELECT plan(73);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -113,6 +113,18 @@ SELECT throws_ok($$SELECT * FROM harvest.start_cross_shard_child(gen_random_uuid
 SET LOCAL ROLE harvest_reader;
 SELECT throws_ok($$SELECT harvest.cancel_cross_shard_child(gen_random_uuid(), 'terminate', gen_random_uuid())$$,
                  '42501', NULL, 'cancel_cross_shard_child(): refused to a reader');
+SELECT throws_ok($$SELECT harvest.clear_owed_child_end(gen_random_uuid())$$, '42501', NULL,
+                 'clear_owed_child_end(): refused to a reader (workers only)');
+SELECT throws_ok($$SELECT harvest.release_owed_child_ends(1)$$, '42501', NULL,
+                 'release_owed_child_ends(): refused to a reader (admin only)');
+SET LOCAL ROLE harvest_operator;
+SELECT throws_ok($$SELECT harvest.clear_owed_child_end(gen_random_uuid())$$, '42501', NULL,
+                 'clear_owed_child_end(): refused to an operator (workers only)');
+SELECT throws_ok($$SELECT harvest.release_owed_child_ends(1)$$, '42501', NULL,
+                 'release_owed_child_ends(): refused to an operator (admin only)');
+SET LOCAL ROLE harvest_worker;
+SELECT throws_ok($$SELECT harvest.release_owed_child_ends(1)$$, '42501', NULL,
+                 'release_owed_child_ends(): refused to a worker (admin only)');
 RESET ROLE;
 -- _session_has_role: the login's roles; a superuser or the schema owner holds every one.
 SELECT ok(harvest._session_has_role('harvest_admin'), '_session_has_role(): the superuser running this holds admin');
