@@ -147,6 +147,40 @@ def test_a_parent_that_ended_first_lets_its_childs_end_go(shards, policy: str) -
     assert not _exists(shards, 1, child), "the parent ended first: the child's end is owed to nobody"
 
 
+def test_a_child_whose_chain_lost_its_current_run_is_said_and_let_go_when_its_parent_ends(shards) -> None:
+    """The child continued as new and its successor was erased by hand (or purged): its chain
+    has no current run, and no end will come. The pull read it as a run with no id and no
+    status, took that for running, and read it again every second for ever, saying nothing. It
+    is now kept with an error naming the chain (retried with the backoff: the parent waits on
+    it), and once the parent ends its close policy finds nothing running and the row goes, in
+    one visit (the clear and the policy do not retry a chain that cannot rotate on)."""
+    enable_cross_shard_relays(shards)
+    parent, child = _park_with_remote_child(shards, "broken-chain")
+    asyncio.run(_tick(shards))  # started on shard 1
+    decide_child(shards, [{"type": "continue_as_new", "input": []}])
+    with shards.connect(1) as conn:
+        erased = conn.execute(
+            "DELETE FROM harvest.executions WHERE workflow_id = 'broken-chain-kid' AND id <> %s RETURNING id",
+            (child,),
+        ).fetchall()
+    assert len(erased) == 1, "setup: the successor is erased by hand"
+
+    asyncio.run(_tick(shards))
+    [(status, cancel_requested, last_error)] = _children_rows(shards)
+    assert (status, cancel_requested) == ("running", False)
+    assert last_error is not None and f"cross-shard child {child} has no current run" in last_error, last_error
+    with shards.connect(0) as conn:
+        assert conn.execute("SELECT attempts FROM harvest.cross_shard_children").fetchone()[0] == 1
+
+    with shards.connect(0) as conn:
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'its child is lost')", (parent,))
+    asyncio.run(_tick(shards))
+    assert _children_rows(shards) == [], "the parent ended: its policy found nothing running, the row went"
+    with shards.connect(1) as conn:
+        left = conn.execute("SELECT status FROM harvest.executions WHERE id = %s", (child,)).fetchone()
+    assert left == ("CONTINUED_AS_NEW",), "the chain's last run is left as it was"
+
+
 def test_an_operator_releases_the_ends_owed_to_a_retired_shard(shards) -> None:
     """The parent's shard is gone for good (retired, restored to before the child's start): an
     admin releases, on the child's shard, the ends owed to it, and the janitor takes them."""
