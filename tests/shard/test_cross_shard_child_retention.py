@@ -353,3 +353,26 @@ def test_shard_release_owed_ends_names_a_shard_it_could_not_reach_and_exits_1(sh
     assert done["released"] == 2 and done["unavailable_shards"] == [2]
     assert "2" in result.stderr
     assert _still_owed(shards, 2, 0) == 1
+
+
+def test_shard_release_owed_ends_goes_on_past_a_shard_that_refuses_and_names_it(shards) -> None:
+    """A shard that refuses the release (not an outage: here its function raises HR001) stopped
+    the command there, the shards after it never asked and nothing printed. The others are now
+    released all the same; what they released is printed, the refusal is named with its shard,
+    and the command exits with the refusal's code, as `retention run-now` does."""
+    _owed_runs(shards, 1, 0, ended=2)
+    _owed_runs(shards, 2, 0, ended=1)
+    with shards.connect(1) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION harvest.release_owed_child_ends(p_parent_shard integer,"
+            " p_batch_size integer DEFAULT 500, p_include_running boolean DEFAULT false,"
+            " p_operator_id text DEFAULT NULL) RETURNS integer LANGUAGE plpgsql AS $$"
+            " BEGIN RAISE EXCEPTION 'refused on this shard for the test' USING ERRCODE = 'HR001'; END $$"
+        )
+    result, done = _cli(_cli_env(shards), "shard", "release-owed-ends", "0")
+    assert result.exit_code == 2, result.output  # InvalidArgument's code, the refusal's
+    assert "shard 1: refused on this shard for the test" in result.stderr
+    assert done is not None and done["released"] == 1, result.output
+    assert [r["shard_id"] for r in done["shards"]] == [2]
+    assert _still_owed(shards, 2, 0) == 0, "the shard after the refusing one was released"
+    assert _still_owed(shards, 1, 0) == 2
