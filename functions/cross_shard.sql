@@ -258,14 +258,15 @@ BEGIN
 END;
 $$;
 
--- On the child's shard: where the child is now, following its continue-as-new
--- successors: the current run's status and, once it ended, its output or failure.
--- Every run of the chain carries the child's parent and the parent's seq
--- (_continue_as_new), so the current one is read by that link in one step, however
--- long the chain (an entity child may rotate for ever). HR002 when no run with that
--- id is here (a shard restored to an earlier instant).
-CREATE OR REPLACE FUNCTION harvest.get_cross_shard_child(p_child_execution_id uuid)
-RETURNS TABLE (execution_id uuid, status text, output jsonb, failure jsonb)
+-- On the child's shard: the cross-shard child's current run, following its continue-as-new
+-- successors (unlocked; id NULL when no run with that id is here). Every run of the chain
+-- carries the child's parent and the parent's seq (_continue_as_new), so the current one is read
+-- by that link in one step, however long the chain (an entity child may rotate for ever). A run
+-- answered CONTINUED_AS_NEW has no later run here: a continue-as-new commits its successor
+-- with its close, so in one snapshot a rotated run always has one, unless it was erased by
+-- hand or purged. The chain is then broken for good: no read will find a successor later.
+CREATE OR REPLACE FUNCTION harvest._current_cross_shard_run(p_child_execution_id uuid)
+RETURNS harvest.executions
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
@@ -273,11 +274,7 @@ DECLARE
     v_current harvest.executions;
 BEGIN
     SELECT * INTO v_run FROM harvest.executions AS e WHERE e.id = p_child_execution_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'execution % does not exist on this shard (%)', p_child_execution_id,
-            harvest.get_shard_id() USING ERRCODE = 'HR002';
-    END IF;
-    IF v_run.status = 'CONTINUED_AS_NEW' AND v_run.parent_id IS NOT NULL THEN
+    IF FOUND AND v_run.status = 'CONTINUED_AS_NEW' AND v_run.parent_id IS NOT NULL THEN
         -- The chain's one run that did not continue, newest first on executions_workflow_id_latest
         -- (the chain shares its workflow name and id): its first row, not every child of the
         -- parent (a fan-out's thousands) nor every run of the chain.
@@ -287,7 +284,38 @@ BEGIN
           AND e.status <> 'CONTINUED_AS_NEW'
         ORDER BY e.created_at DESC
         LIMIT 1;
-        v_run := coalesce(v_current, v_run);
+        -- (Not coalesce(v_current, v_run): a record of NULLs is not NULL, so a chain with no
+        -- later run read as a run with no id and no status, which the pump took for running.)
+        IF FOUND THEN
+            RETURN v_current;
+        END IF;
+    END IF;
+    RETURN v_run;
+END;
+$$;
+
+-- On the child's shard: where the child is now: its current run's status and, once it ended,
+-- its output or failure (_current_cross_shard_run). HR002 when no run with that id is here (a
+-- shard restored to an earlier instant), or when its chain has no current run (its last run
+-- continued as new and the successor was erased or purged): no end will ever come, and the
+-- pump keeps the parent's row with this error, retried with its backoff, until the parent
+-- ends (its close policy then finds nothing to do, and the row goes).
+CREATE OR REPLACE FUNCTION harvest.get_cross_shard_child(p_child_execution_id uuid)
+RETURNS TABLE (execution_id uuid, status text, output jsonb, failure jsonb)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_run harvest.executions := harvest._current_cross_shard_run(p_child_execution_id);
+BEGIN
+    IF v_run.id IS NULL THEN
+        RAISE EXCEPTION 'execution % does not exist on this shard (%)', p_child_execution_id,
+            harvest.get_shard_id() USING ERRCODE = 'HR002';
+    END IF;
+    IF v_run.status = 'CONTINUED_AS_NEW' THEN
+        RAISE EXCEPTION 'cross-shard child % has no current run on this shard (%): its chain ends at run %, '
+            'which continued as new, and no later run is here (erased or purged)', p_child_execution_id,
+            harvest.get_shard_id(), v_run.id USING ERRCODE = 'HR002',
+            HINT = 'no end will come for it: end its parent (cancel or terminate) to let the parent''s row go';
     END IF;
     RETURN QUERY SELECT v_run.id, v_run.status, v_run.output, v_run.failure;
 END;
@@ -298,23 +326,32 @@ $$;
 -- row: the lock waits for that decision, and a run it then finds CONTINUED_AS_NEW is read
 -- again, so the caller acts on the successor (which inherited the parent link and the owed
 -- end), never on the closed predecessor. A chain's runs are locked oldest first, which is id
--- order (a successor's id is minted later; docs/internals.md, "Lock order").
+-- order (a successor's id is minted later; docs/internals.md, "Lock order"). A run already
+-- CONTINUED_AS_NEW when read, before the lock, is a broken chain (_current_cross_shard_run):
+-- no read again will find a successor, so it is answered at once, the chain's last run,
+-- ended (the clear finds nothing owed on it, the policy nothing running), and the server log
+-- names it; 40001, which the pump retries, is only for a chain that kept rotating under it.
 CREATE OR REPLACE FUNCTION harvest._lock_current_cross_shard_child(p_child_execution_id uuid)
 RETURNS harvest.executions
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_current uuid;
+    v_read harvest.executions;
     v_run harvest.executions;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = p_child_execution_id) THEN
-        RETURN NULL;
-    END IF;
     FOR i IN 1..10 LOOP
         -- (A statement of its own: it reads what committed while the lock below waited.)
-        SELECT r.execution_id INTO v_current FROM harvest.get_cross_shard_child(p_child_execution_id) AS r;
-        SELECT * INTO v_run FROM harvest.executions AS e WHERE e.id = v_current FOR UPDATE;
+        v_read := harvest._current_cross_shard_run(p_child_execution_id);
+        IF v_read.id IS NULL THEN
+            RETURN NULL;
+        END IF;
+        SELECT * INTO v_run FROM harvest.executions AS e WHERE e.id = v_read.id FOR UPDATE;
         IF v_run.status IS DISTINCT FROM 'CONTINUED_AS_NEW' THEN
+            RETURN v_run;
+        END IF;
+        IF v_read.status = 'CONTINUED_AS_NEW' THEN
+            RAISE LOG 'cross-shard child %: its chain ends at run %, which continued as new, and no later run '
+                'is here (erased or purged); acting on that run', p_child_execution_id, v_run.id;
             RETURN v_run;
         END IF;
     END LOOP;

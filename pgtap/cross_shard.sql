@@ -9,7 +9,7 @@
 -- clear_owed_child_end (the child's end no longer owed to its parent: retention may
 -- take it).
 BEGIN;
-SELECT plan(84);
+SELECT plan(91);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -256,6 +256,31 @@ SELECT is((SELECT r.status FROM xs_ids, harvest._lock_current_cross_shard_child(
           '_lock_current_cross_shard_child(): an ended chain is its last run');
 SELECT is((SELECT r.id FROM harvest._lock_current_cross_shard_child('00000000-0000-4000-8000-0000000000fd') AS r),
           NULL, '_lock_current_cross_shard_child(): no such child here is NULL');
+
+-- ------------------------------------------------------------ a chain whose current run is gone
+-- t3's successor erased by hand (or purged): the chain ends at its first run, CONTINUED_AS_NEW,
+-- with no later run to find. Retrying cannot make one: the helper answers that run at once, so
+-- the clear and the policy end (they raised 40001 after 10 tries, and the pump retried for ever).
+SELECT lives_ok($$DELETE FROM harvest.executions AS e USING xo_ids WHERE e.workflow_id = 't3' AND e.id <> xo_ids.child$$,
+                'setup: the successor of t3 is erased by hand');
+SELECT results_eq(
+    $$SELECT r.id = xo_ids.child, r.status FROM xo_ids, harvest._lock_current_cross_shard_child(xo_ids.child) AS r$$,
+    $$VALUES (true, 'CONTINUED_AS_NEW'::text)$$,
+    '_lock_current_cross_shard_child(): a chain with no later run is its last run, answered at once');
+SELECT ok(NOT harvest.clear_owed_child_end((SELECT child FROM xo_ids)),
+          'clear_owed_child_end(): nothing is owed on a broken chain: false, not a retry');
+SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xo_ids), 'terminate', (SELECT parent FROM xs_ids)),
+          'not_running', 'cancel_cross_shard_child(): a broken chain has no run to end: not_running');
+SELECT results_eq(
+    $$SELECT r.id = xo_ids.child, r.status FROM xo_ids, harvest._current_cross_shard_run(xo_ids.child) AS r$$,
+    $$VALUES (true, 'CONTINUED_AS_NEW'::text)$$,
+    '_current_cross_shard_run(): a broken chain is its last run (it read as a run of NULLs: no id, no status)');
+SELECT throws_like(
+    $$SELECT * FROM xo_ids, harvest.get_cross_shard_child(xo_ids.child)$$,
+    '%has no current run on this shard (0): its chain ends at run %which continued as new, and no later run is here%',
+    'get_cross_shard_child(): HR002 naming the broken chain''s last run (the pump keeps the row with it)');
+SELECT is((SELECT r.status FROM xs_ids, harvest._current_cross_shard_run(xs_ids.child) AS r), 'TERMINATED',
+          '_current_cross_shard_run(): a chain''s current run, past its continue-as-new');
 
 SELECT * FROM finish();
 ROLLBACK;

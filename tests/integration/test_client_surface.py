@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 
 import psycopg
 import pytest
@@ -86,6 +87,37 @@ def test_the_history_of_a_run_that_does_not_exist_is_not_found(db: str) -> None:
             handle.describe()
         with pytest.raises(NotFound):
             handle.history()
+
+
+def test_a_workflow_id_shaped_like_a_uuid_passed_as_the_execution_id_is_told_how_to_look_it_up(
+    db: str,
+) -> None:
+    """A workflow id that is not a UUID, passed where the execution id goes, is told at once to
+    pass it as workflow_id=; one shaped like a UUID (a common choice of business key) passes
+    that check and got a plain NotFound. Telling the two apart would need a lookup by workflow
+    id alone, which no index serves (the executions' lead with workflow_name), so the NotFound
+    of a handle given an execution id always says it."""
+    key = str(uuid.uuid4())
+    with Client(db) as client:
+        client.start_workflow(waiter, workflow_id=key)
+        handle = client.get_handle(key)
+        hint = f"if {key!r} is a workflow id, not an execution id: get_handle(workflow_id={key!r})"
+        for call in (handle.describe, lambda: handle.signal("noise", 1), lambda: handle.result(timeout=1)):
+            with pytest.raises(NotFound) as missing:
+                call()
+            assert hint in str(missing.value)
+        assert client.get_handle(workflow_id=key).describe()["workflow_id"] == key  # (what the hint says)
+        with pytest.raises(NotFound) as gone:  # any id given: the lookup that would tell is not made
+            client.get_handle(MISSING).describe()
+        assert f"get_handle(workflow_id={MISSING!r})" in str(gone.value)
+
+    async def on_async() -> None:
+        async with await AsyncClient.connect(db) as aclient:
+            with pytest.raises(NotFound) as missing:
+                await aclient.get_handle(key).describe()
+            assert hint in str(missing.value)
+
+    asyncio.run(on_async())
 
 
 def test_signal_answers_its_event_id_on_both_clients(db: str) -> None:

@@ -607,6 +607,41 @@ def test_a_stuck_wait_on_a_dead_lettered_activity_says_so(kit_server: TestServer
         assert "Send it before waiting" not in str(err.value)
 
 
+@activity
+async def render_on_gpu(ctx, frame: int) -> int:
+    return frame
+
+
+@workflow
+async def render_elsewhere(ctx) -> int:
+    return await ctx.execute_activity(render_on_gpu, 1, queue="gpu-pool")
+
+
+def test_a_task_on_a_queue_the_worker_does_not_poll_is_not_work_it_can_do(
+    kit_server: TestServer,
+):
+    """An activity sent to a queue the environment's worker does not poll ("gpu-pool": another
+    fleet's in production) is a task due now that nothing here will ever take. It kept the
+    environment busy: wait_until_idle and env.sleep never settled (TimeoutError_ "still busy"),
+    and a result wait was never found stuck, only ended by the result_timeout bound, saying
+    nothing of the queue. It is now not work the environment can do, and the stuck wait names
+    the queue."""
+    gpu = App(workflows=[render_elsewhere], activities=[render_on_gpu])
+    with WorkflowEnvironment(gpu, server=kit_server, stuck_after="200ms", result_timeout="20s") as env:
+        handle = env.client.start_workflow(render_elsewhere)
+        env.wait_until_idle(timeout=5)  # the decision ran; the activity's task waits on gpu-pool
+        before = env.now()
+        env.sleep("1h", settle_timeout=5)
+        assert env.now() - before >= dt.timedelta(hours=1)
+        with pytest.raises(
+            TimeoutError_,
+            match=r"nothing in the test environment can make it progress: .*render_elsewhere: its activity "
+            r"'render_on_gpu' waits on queue 'gpu-pool', which the environment's worker does not poll "
+            r"\(it polls 'default'; WorkflowEnvironment\(\.\.\., queues=\[\.\.\.\]\) names",
+        ):
+            _within(20, handle.result)
+
+
 def test_the_environment_s_result_bound_and_stuck_check_can_be_turned_off(kit_server: TestServer):
     with pytest.raises(InvalidArgument, match="result_timeout"):
         WorkflowEnvironment(app, server=kit_server, result_timeout=0)

@@ -147,6 +147,40 @@ def test_a_parent_that_ended_first_lets_its_childs_end_go(shards, policy: str) -
     assert not _exists(shards, 1, child), "the parent ended first: the child's end is owed to nobody"
 
 
+def test_a_child_whose_chain_lost_its_current_run_is_said_and_let_go_when_its_parent_ends(shards) -> None:
+    """The child continued as new and its successor was erased by hand (or purged): its chain
+    has no current run, and no end will come. The pull read it as a run with no id and no
+    status, took that for running, and read it again every second for ever, saying nothing. It
+    is now kept with an error naming the chain (retried with the backoff: the parent waits on
+    it), and once the parent ends its close policy finds nothing running and the row goes, in
+    one visit (the clear and the policy do not retry a chain that cannot rotate on)."""
+    enable_cross_shard_relays(shards)
+    parent, child = _park_with_remote_child(shards, "broken-chain")
+    asyncio.run(_tick(shards))  # started on shard 1
+    decide_child(shards, [{"type": "continue_as_new", "input": []}])
+    with shards.connect(1) as conn:
+        erased = conn.execute(
+            "DELETE FROM harvest.executions WHERE workflow_id = 'broken-chain-kid' AND id <> %s RETURNING id",
+            (child,),
+        ).fetchall()
+    assert len(erased) == 1, "setup: the successor is erased by hand"
+
+    asyncio.run(_tick(shards))
+    [(status, cancel_requested, last_error)] = _children_rows(shards)
+    assert (status, cancel_requested) == ("running", False)
+    assert f"cross-shard child {child} has no current run" in (last_error or ""), last_error
+    with shards.connect(0) as conn:
+        assert conn.execute("SELECT attempts FROM harvest.cross_shard_children").fetchone()[0] == 1
+
+    with shards.connect(0) as conn:
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'its child is lost')", (parent,))
+    asyncio.run(_tick(shards))
+    assert _children_rows(shards) == [], "the parent ended: its policy found nothing running, the row went"
+    with shards.connect(1) as conn:
+        left = conn.execute("SELECT status FROM harvest.executions WHERE id = %s", (child,)).fetchone()
+    assert left == ("CONTINUED_AS_NEW",), "the chain's last run is left as it was"
+
+
 def test_an_operator_releases_the_ends_owed_to_a_retired_shard(shards) -> None:
     """The parent's shard is gone for good (retired, restored to before the child's start): an
     admin releases, on the child's shard, the ends owed to it, and the janitor takes them."""
@@ -319,3 +353,26 @@ def test_shard_release_owed_ends_names_a_shard_it_could_not_reach_and_exits_1(sh
     assert done["released"] == 2 and done["unavailable_shards"] == [2]
     assert "2" in result.stderr
     assert _still_owed(shards, 2, 0) == 1
+
+
+def test_shard_release_owed_ends_goes_on_past_a_shard_that_refuses_and_names_it(shards) -> None:
+    """A shard that refuses the release (not an outage: here its function raises HR001) stopped
+    the command there, the shards after it never asked and nothing printed. The others are now
+    released all the same; what they released is printed, the refusal is named with its shard,
+    and the command exits with the refusal's code, as `retention run-now` does."""
+    _owed_runs(shards, 1, 0, ended=2)
+    _owed_runs(shards, 2, 0, ended=1)
+    with shards.connect(1) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION harvest.release_owed_child_ends(p_parent_shard integer,"
+            " p_batch_size integer DEFAULT 500, p_include_running boolean DEFAULT false,"
+            " p_operator_id text DEFAULT NULL) RETURNS integer LANGUAGE plpgsql AS $$"
+            " BEGIN RAISE EXCEPTION 'refused on this shard for the test' USING ERRCODE = 'HR001'; END $$"
+        )
+    result, done = _cli(_cli_env(shards), "shard", "release-owed-ends", "0")
+    assert result.exit_code == 2, result.output  # InvalidArgument's code, the refusal's
+    assert "shard 1: refused on this shard for the test" in result.stderr
+    assert done is not None and done["released"] == 1, result.output
+    assert [r["shard_id"] for r in done["shards"]] == [2]
+    assert _still_owed(shards, 2, 0) == 0, "the shard after the refusing one was released"
+    assert _still_owed(shards, 1, 0) == 2

@@ -160,6 +160,12 @@ def test_bad_input_is_a_400_naming_the_field(api) -> None:
     assert huge.status_code == 413 and error_of(huge)["code"] == "payload_too_large"
     missing = api.get("/workflows/" + str(uuid.uuid4()))
     assert missing.status_code == 404 and error_of(missing)["code"] == "not_found"
+    # The Python client's hint that an id may be a workflow id (get_handle(workflow_id=...)) is
+    # not the API's to give: a signal, cancel or pause of no run is a plain 404.
+    for route in ("signal", "cancel", "pause"):
+        body = {"signal_name": "s"} if route == "signal" else {}
+        gone = api.post(f"/workflows/{uuid.uuid4()}/{route}", json=body)
+        assert gone.status_code == 404 and "get_handle" not in error_of(gone)["message"], gone.text
 
 
 def test_a_body_nested_deeper_than_the_parser_goes_is_a_400_not_a_500(api) -> None:

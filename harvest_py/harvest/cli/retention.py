@@ -17,10 +17,17 @@ from harvest.cli.output import (
     sql_api,
 )
 from harvest.cli.output import selected as http_selected
-from harvest.cli.shards import deployment_read, emit_merged, fail_if_unreached, shard_writers
+from harvest.cli.shards import (
+    deployment_read,
+    emit_merged,
+    fail_if_refused,
+    fail_if_unreached,
+    in_turn,
+    shard_writers,
+)
 from harvest.config import shards_configured
-from harvest.core.errors import DatabaseUnavailable, HarvestError
-from harvest.shard.fanout import FanOut, Merged, fan_out
+from harvest.core.errors import DatabaseUnavailable
+from harvest.shard.fanout import FanOut, Merged
 
 STATUS_KEYS = [
     "configured",
@@ -172,40 +179,23 @@ def _sweep_shards(
     operator: Any,
     output: str,
 ) -> dict[str, Any]:
-    """Every readable shard swept in turn (a sweep may take many batches, so no shard is cut off
-    by shards.cli_timeout, and each has its own progress bar); the totals, as over HTTP."""
-    results: dict[int, Any] = {}
-    unavailable: list[int] = []
-    refused: list[tuple[int, HarvestError]] = []
+    """Every readable shard swept in turn (cli.shards.in_turn: each to its end, with its own
+    progress bar; a shard that refuses, retention not configured there say, is named and the
+    others are swept all the same); the totals, as over HTTP."""
+
+    def sweep(_shard: int, api: Any) -> dict[str, Any]:
+        return _sweep(api, max_age, batch_size, max_batches, operator, output)
+
     with shard_writers(config, database_url) as apis:
-        for shard in sorted(apis):
-            try:
-                fan = fan_out(
-                    apis,
-                    lambda api: _sweep(api, max_age, batch_size, max_batches, operator, output),
-                    shards=[shard],
-                    concurrent=False,
-                )
-            except HarvestError as exc:  # a refusal (retention not configured there, ...): the
-                refused.append((shard, exc))  # other shards are swept all the same
-                continue
-            results.update(fan.results)
-            unavailable.extend(fan.unavailable_shards)
-    if refused:
-        # What was swept is printed, then the refusals, each naming its shard (exit: the first's).
-        if results:
-            swept = [{"shard_id": s, **r} for s, r in sorted(results.items())]
-            emit(sharded_totals(swept, unavailable), output, _render)
-        first = refused[0][1]
-        first.args = ("; ".join(f"shard {s}: {exc}" for s, exc in refused), *first.args[1:])
-        raise first
-    if not results:
-        shards = ", ".join(str(s) for s in unavailable)
+        done = in_turn(apis, sorted(apis), sweep)
+    swept = [{"shard_id": s, **r} for s, r in sorted(done.results.items())]
+    fail_if_refused(done, lambda: emit(sharded_totals(swept, done.unavailable), output, _render))
+    if not done.results:
+        shards = ", ".join(str(s) for s in done.unavailable)
         raise DatabaseUnavailable(
             f"no shard could be swept (shard(s) {shards} unreachable); retry when one is up"
         )
-    swept = [{"shard_id": s, **r} for s, r in sorted(results.items())]
-    return sharded_totals(swept, unavailable)
+    return sharded_totals(swept, done.unavailable)
 
 
 def sharded_totals(shards: list[dict[str, Any]], unavailable: list[int]) -> dict[str, Any]:

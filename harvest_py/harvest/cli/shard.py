@@ -7,7 +7,6 @@ degraded, 1 when one is unavailable (preflight's codes: 0 pass, 2 warn, 1 fail).
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any
 
@@ -214,13 +213,13 @@ def _release_over_sql(
     operator: str | None,
     output: str,
 ) -> dict[str, Any]:
-    """Each shard in turn (a release may take many batches: no shard is cut off by
-    shards.cli_timeout, and each has its own progress bar), then the totals."""
+    """Each shard in turn (cli.shards.in_turn: a release may take many batches, so no shard is
+    cut off by shards.cli_timeout, and each has its own progress bar; a shard that refuses is
+    named and the others are released all the same), then the totals."""
     from harvest.cli.output import sql_api
-    from harvest.cli.shards import shard_writers
+    from harvest.cli.shards import fail_if_refused, in_turn, shard_writers
     from harvest.config import shards_configured
     from harvest.shard.children import release_totals
-    from harvest.shard.fanout import fan_out
 
     def on(shard: int, sql: Any) -> dict[str, Any]:
         return release_owed_on_shard(
@@ -228,18 +227,15 @@ def _release_over_sql(
         )
 
     config = cli_config()
-    results: dict[int, Any] = {}
-    unavailable: list[int] = []
     if not shards_configured(config):
         with sql_api(database_url, read_only=dry_run) as sql:
-            results[0] = on(0, sql)
-    else:
-        with shard_writers(config, database_url) as apis:
-            for shard in sorted(s for s in apis if s != parent):  # nothing is owed to itself
-                fan = fan_out(apis, functools.partial(on, shard), shards=[shard], concurrent=False)
-                results.update(fan.results)
-                unavailable.extend(fan.unavailable_shards)
-    return release_totals(parent, include_running, dry_run, results, unavailable)
+            return release_totals(parent, include_running, dry_run, {0: on(0, sql)}, [])
+    with shard_writers(config, database_url) as apis:
+        # (Nothing is owed to the parent's shard itself.)
+        done = in_turn(apis, sorted(s for s in apis if s != parent), on)
+    totals = release_totals(parent, include_running, dry_run, done.results, done.unavailable)
+    fail_if_refused(done, lambda: emit(totals, output, _render_release))
+    return totals
 
 
 def release_owed_on_shard(

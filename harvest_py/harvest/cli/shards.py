@@ -13,8 +13,9 @@ shard 0 on that same database URL unless ``shards.urls`` names it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import click
@@ -23,7 +24,7 @@ from harvest.cli.http import HttpApi, HttpClient, HttpReads, HttpSettings, PerSh
 from harvest.cli.output import cli_config, cli_dsn, emit, sql_api
 from harvest.cli.output import selected as http_selected
 from harvest.config import Config, shard_pools, shards_configured
-from harvest.core.errors import DatabaseUnavailable, InvalidArgument, WrongShard
+from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, WrongShard
 from harvest.db.sqlapi import SqlApi, translated_errors
 from harvest.shard.fanout import PARTIAL, UNAVAILABLE, FanOut, Merged, ShardReads, fan_out, is_shard_failure
 
@@ -326,6 +327,51 @@ def fail_if_unreached(unavailable: list[int], what: str) -> None:
             err=True,
         )
         raise SystemExit(1)
+
+
+@dataclasses.dataclass
+class InTurn:
+    """What a write made shard by shard (:func:`in_turn`) left: each shard's answer, the shards
+    that could not be reached, and the refusals, each with its shard."""
+
+    results: dict[int, Any] = dataclasses.field(default_factory=dict)
+    unavailable: list[int] = dataclasses.field(default_factory=list)
+    refused: list[tuple[int, HarvestError]] = dataclasses.field(default_factory=list)
+
+
+def in_turn(apis: Mapping[int, Any], shards: Iterable[int], call: Callable[[int, Any], Any]) -> InTurn:
+    """``call(shard, api)`` on each of ``shards``, one after the other, each to its end (a write
+    that may take many batches: no shard is cut off by shards.cli_timeout). A shard that cannot
+    be reached and a shard that refuses (a HarvestError that is not an outage: not configured
+    there, permission denied there) are both noted, and the next shard is done all the same:
+    one shard's refusal never leaves the others undone. :func:`fail_if_refused` reports them."""
+    done = InTurn()
+    for shard in shards:
+        try:
+            fan = fan_out(apis, functools.partial(call, shard), shards=[shard], concurrent=False)
+        except HarvestError as exc:
+            done.refused.append((shard, exc))
+            continue
+        done.results.update(fan.results)
+        done.unavailable.extend(fan.unavailable_shards)
+    return done
+
+
+def fail_if_refused(done: InTurn, emit_done: Callable[[], None]) -> None:
+    """After :func:`in_turn`, when a shard refused: what the other shards did printed
+    (``emit_done``, when any did anything), then every refusal named with its shard (and the
+    shards not reached), raised as the first refusal, whose class sets the exit code; nothing
+    otherwise."""
+    if not done.refused:
+        return
+    if done.results:
+        emit_done()
+    reasons = [f"shard {s}: {exc}" for s, exc in done.refused]
+    if done.unavailable:
+        reasons.append(f"shard(s) {', '.join(map(str, done.unavailable))} could not be reached")
+    first = done.refused[0][1]
+    first.args = ("; ".join(reasons), *first.args[1:])
+    raise first
 
 
 def with_page_footer(text: str, rows: list[Any], noun: str, merged: Merged[Any]) -> str:

@@ -1045,6 +1045,19 @@ class _Handle:
         # The newest run of the continue-as-new chain a signal/cancel/terminate/pause/resume
         # reached (None: execution_id): the next such call follows the chain from there.
         self._current_run: str | None = None
+        # get_handle(execution_id): the id given, which its NotFound says may be a workflow id.
+        self._given_id: str | None = None
+
+    def _not_found(self, exc: NotFound) -> None:
+        """A handle given an execution id whose run is not found: the id may be a workflow id
+        shaped like a UUID (one that is not was refused at get_handle, saying so). Only a lookup
+        by workflow id could tell, which no index serves (the executions' lead with
+        workflow_name) and an error path must not scan for: the NotFound always says how to look
+        a run up by its workflow id."""
+        given = self._given_id
+        if given is not None and given in str(exc) and "workflow_id=" not in str(exc):
+            hint = f"if {given!r} is a workflow id, not an execution id: get_handle(workflow_id={given!r})"
+            exc.args = (f"{exc}; {hint}", *exc.args[1:])
 
     def _key_lookup(self) -> tuple[int, Steps[dict[str, Any]]]:
         """Where a handle by workflow_id looks its run up (the shard) and the steps that do."""
@@ -1186,7 +1199,9 @@ def _handle_of(cls: Any, client: Any, execution_id: Any, workflow: Any, workflow
                 f"execution id {execution_id!r} is not a UUID; to find a run by its workflow id, "
                 f"pass it by name: get_handle(workflow_id={execution_id!r})"
             ) from None
-        return cls(client, execution_id, "", definition)
+        handle = cls(client, execution_id, "", definition)
+        handle._given_id = str(execution_id)
+        return handle
     if not isinstance(workflow_id, str) or not workflow_id:
         raise InvalidArgument(f"workflow_id must be a non-empty string, got {workflow_id!r}")
     handle = cls(client, None, workflow_id, definition)
@@ -1234,7 +1249,8 @@ def _looking_up(handle: _Handle, deadline: float | None) -> Iterator[None]:
 
 
 def _finds_run(method: _Method) -> _Method:
-    """A WorkflowHandle method that first finds the run of a handle by workflow_id."""
+    """A WorkflowHandle method that first finds the run of a handle by workflow_id (and whose
+    NotFound says how to look a run up by workflow id: _Handle._not_found)."""
     deadline_of = _lookup_deadline(method)
 
     @functools.wraps(method)
@@ -1242,7 +1258,11 @@ def _finds_run(method: _Method) -> _Method:
         if self._by_key is not None:
             with _looking_up(self, deadline_of(self, *args, **kwargs)):
                 self._found(self.client._on(*self._key_lookup()))
-        return method(self, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        except NotFound as exc:
+            self._not_found(exc)
+            raise
 
     return cast("_Method", call)
 
@@ -1256,7 +1276,11 @@ def _afinds_run(method: _Method) -> _Method:
         if self._by_key is not None:
             with _looking_up(self, deadline_of(self, *args, **kwargs)):
                 self._found(await self.client._on(*self._key_lookup()))
-        return await method(self, *args, **kwargs)
+        try:
+            return await method(self, *args, **kwargs)
+        except NotFound as exc:
+            self._not_found(exc)
+            raise
 
     return cast("_Method", call)
 

@@ -88,6 +88,9 @@ class ClockState(NamedTuple):
 # paused run's task is not work that can run, however overdue: it waits for the resume. A failed
 # workflow task's retry is not skipped to: it fails on a bug of the workflow code, and skipping
 # its backoff only spun it (hundreds of failed attempts a second, each logged).
+# A pending task on a queue the worker does not poll (%(queues)s: the ones it polls; NULL: every
+# queue) is not work either, nor a due time to skip to: nothing here will ever claim it (its
+# timers included: a claim fires the timers of its queues). Its deadline still is (the scanner's).
 # Schedules (only where a scheduler runs, %(schedules)s): one is due when its next slot (plus its
 # jitter) has come or is not computed yet, and a buffered slot can start once its schedule has a
 # free run; a paused one never is, nor one whose slots cannot be computed (%(uncomputable)s: a
@@ -109,11 +112,14 @@ SELECT harvest.now() AS now,
                JOIN harvest.executions AS e ON e.id = w.execution_id
                WHERE e.status = 'RUNNING') AS waiting,
        EXISTS (SELECT 1 FROM harvest.tasks AS t
-               WHERE t.status = 'running' OR (t.status = 'pending' AND t.due_at <= harvest.now()))
+               WHERE t.status = 'running'
+                  OR (t.status = 'pending' AND t.due_at <= harvest.now()
+                      AND (%(queues)s::text[] IS NULL OR t.queue = ANY (%(queues)s::text[]))))
        OR EXISTS (SELECT 1 FROM harvest.relays AS r WHERE NOT r.remote)
        OR (SELECT due FROM due_schedules) AS busy,
        least((SELECT min(t.due_at) FROM harvest.tasks AS t
-              WHERE t.status = 'pending' AND NOT (t.kind = 'workflow' AND t.last_failure IS NOT NULL)),
+              WHERE t.status = 'pending' AND NOT (t.kind = 'workflow' AND t.last_failure IS NOT NULL)
+                AND (%(queues)s::text[] IS NULL OR t.queue = ANY (%(queues)s::text[]))),
              (SELECT min(t.deadline_at) FROM harvest.tasks AS t),
              (SELECT min(e.timeout_at) FROM harvest.executions AS e WHERE e.status = 'RUNNING'),
              (SELECT min(e.execution_timeout_at) FROM harvest.executions AS e WHERE e.status = 'RUNNING'),
@@ -136,6 +142,11 @@ WHERE e.status = 'RUNNING'
 _CHILDREN = """
 SELECT c.id::text, c.workflow_name FROM harvest.executions AS c
 WHERE c.parent_id = %s AND c.status = 'RUNNING' ORDER BY c.parent_seq, c.created_at
+"""
+_UNPOLLED = """
+SELECT DISTINCT t.kind, t.activity_name, t.queue FROM harvest.tasks AS t
+WHERE t.execution_id = %s AND t.status = 'pending' AND t.queue <> ALL (%s::text[])
+ORDER BY t.queue, t.kind, t.activity_name
 """
 _RUNNING_ACTIVITIES = """
 SELECT t.activity_name, t.attempt FROM harvest.tasks AS t
@@ -182,12 +193,23 @@ class SharedClock:
         by its fallback poll alone."""
         self._conn.execute("SELECT harvest.heartbeat_worker(%s)", (worker_id,))
 
-    def state(self, *, schedules: bool = True, uncomputable: Iterable[str] = ()) -> ClockState:
+    def state(
+        self,
+        *,
+        schedules: bool = True,
+        uncomputable: Iterable[str] = (),
+        queues: Iterable[str] | None = None,
+    ) -> ClockState:
         """``schedules``: whether a scheduler runs (else schedules are neither due nor ahead);
-        ``uncomputable``: the schedules a tick could not compute, left out of what is due."""
-        row = self._conn.execute(
-            _STATE, {"schedules": schedules, "uncomputable": list(uncomputable)}
-        ).fetchone()
+        ``uncomputable``: the schedules a tick could not compute, left out of what is due;
+        ``queues``: the queues the worker polls (None: every queue), a pending task on another
+        being neither work nor a due time."""
+        params = {
+            "schedules": schedules,
+            "uncomputable": list(uncomputable),
+            "queues": None if queues is None else list(queues),
+        }
+        row = self._conn.execute(_STATE, params).fetchone()
         return ClockState(*row)
 
     def schedule(self, name: str) -> dict[str, Any]:
@@ -208,6 +230,11 @@ class SharedClock:
 
     def running_children(self, execution_id: str) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in self._conn.execute(_CHILDREN, (execution_id,)).fetchall()]
+
+    def unpolled_tasks(self, execution_id: str, polled: Iterable[str]) -> list[tuple[str, str | None, str]]:
+        """The run's pending tasks on queues not in ``polled``: ``(kind, activity_name, queue)``."""
+        rows = self._conn.execute(_UNPOLLED, (execution_id, list(polled))).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
 
     def running_activities(self, execution_id: str) -> list[tuple[str, int]]:
         return [(r[0], r[1]) for r in self._conn.execute(_RUNNING_ACTIVITIES, (execution_id,)).fetchall()]

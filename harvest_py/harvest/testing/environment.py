@@ -604,7 +604,12 @@ class WorkflowEnvironment:
     def _state(self, clock: testkit.SharedClock) -> testkit.ClockState:
         """One look at the database; schedules count only where the worker runs its scheduler."""
         scheduling = self._worker is not None and self._worker.worker.run_scanner
-        return clock.state(schedules=scheduling, uncomputable=self._uncomputable)
+        return clock.state(schedules=scheduling, uncomputable=self._uncomputable, queues=self._polled())
+
+    def _polled(self) -> list[str] | None:
+        """The queues the environment's worker polls (None: no worker; every task counts): a
+        task on another is no work this environment can do, however due."""
+        return None if self._worker is None else list(self._worker.worker.queues)
 
     def _tick_and_wake(self) -> None:
         """After a scanner pass (clock.scan()), the rest of what the worker's scanner loop does,
@@ -700,11 +705,11 @@ class WorkflowEnvironment:
         except Exception:  # a hint only
             why = ""
         text = (
-            "nothing in the test environment can make it progress: no task is due or running and "
-            "nothing is pending to skip to (a timer, a retry, a timeout), for "
+            "nothing in the test environment can make it progress: no task on a queue it polls is due or "
+            "running and nothing is pending to skip to (a timer, a retry, a timeout), for "
             f"{plain_number(self.stuck_after or 0)}s while its result was awaited; {workflow_name}: "
         )
-        if why:
+        if why or "does not poll" in waits_on:
             return text + "; ".join(filter(None, (waits_on, why)))
         return (
             text
@@ -736,6 +741,15 @@ class WorkflowEnvironment:
                         + ")"
                     )
                 parts.append(waits)
+        polled = self._polled()
+        if polled is not None:
+            for kind, activity_name, queue in clock.unpolled_tasks(execution_id, polled)[:3]:
+                what = f"activity {activity_name!r}" if kind == "activity" else f"{kind} task"
+                parts.append(
+                    f"its {what} waits on queue {queue!r}, which the environment's worker does not poll "
+                    f"(it polls {', '.join(repr(q) for q in polled)}; WorkflowEnvironment(..., queues=[...]) "
+                    "names the queues it polls)"
+                )
         for child_id, child_name in clock.running_children(execution_id)[:3]:
             child = f"waits for its child {child_name} ({child_id})"
             inner = self._waits_on(clock, child_id, depth + 1) if depth < 3 else ""

@@ -33,7 +33,7 @@ from harvest.web.errors import HarvestJSONResponse, UnsupportedMediaType, error_
 from harvest.web.guards import cross_site, is_json, parse_json, read_body
 
 if TYPE_CHECKING:
-    from harvest.client import AsyncClient
+    from harvest.client import AsyncClient, AsyncWorkflowHandle
     from harvest.web.app import HarvestState
     from harvest.web.principal import Principal, Scope
 
@@ -337,6 +337,15 @@ class Call:
         """A row read by id, checked: on shards a seal of a moved run raises ExecutionMigrated
         (which :meth:`routed` follows); one database reads it as it is."""
         return routing.resident(row, self.sharded)
+
+    def handle(self, execution_id: str) -> AsyncWorkflowHandle[Any]:
+        """A handle on the run the path's execution id names (checked a UUID there). Not
+        client().get_handle(id): its NotFound tells a Python caller that the id may be a
+        workflow id and how to look one up (get_handle(workflow_id=...)), which is not the
+        API's to say; a 404 here is the run's alone."""
+        from harvest.client import AsyncWorkflowHandle
+
+        return AsyncWorkflowHandle(self.client(), execution_id, "")
 
     def client(self) -> AsyncClient:
         """An AsyncClient whose every call runs in this request's role (no I/O to make one)."""

@@ -33,7 +33,7 @@ WORKFLOW = path("workflow_name", description="The workflow type whose start thro
 
 
 async def _pause_or_resume(call: Call, args: dict[str, Any], data: dict[str, Any], pause: bool) -> Any:
-    handle = call.client().get_handle(args["execution_id"])
+    handle = call.handle(args["execution_id"])
     operator = data.get("operator_id") or call.operator_id
     if pause:
         changed = await handle.pause(data.get("reason"), operator_id=operator)

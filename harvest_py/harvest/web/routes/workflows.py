@@ -439,7 +439,7 @@ async def start_workflow(call: Call, args: dict[str, Any], data: dict[str, Any])
 
 async def signal_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     execution_id = args["execution_id"]
-    event_id = await call.client().get_handle(execution_id).signal(data["signal_name"], data.get("payload"))
+    event_id = await call.handle(execution_id).signal(data["signal_name"], data.get("payload"))
     return {
         "execution_id": execution_id,
         "signal_name": data["signal_name"],
@@ -468,10 +468,8 @@ async def signal_with_start(call: Call, args: dict[str, Any], data: dict[str, An
 
 async def query_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     execution_id = args["execution_id"]
-    value = (
-        await call.client()
-        .get_handle(execution_id)
-        .query(data["query_name"], data.get("input"), timeout=data.get("timeout_secs") or 10.0)
+    value = await call.handle(execution_id).query(
+        data["query_name"], data.get("input"), timeout=data.get("timeout_secs") or 10.0
     )
     return {"execution_id": execution_id, "query_name": data["query_name"], "result": value}
 
@@ -494,16 +492,12 @@ def _update_answer(execution_id: str | None, name: str, wait: str, outcome: Any)
 
 async def update_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     execution_id, wait = args["execution_id"], data.get("wait") or "completed"
-    outcome = (
-        await call.client()
-        .get_handle(execution_id)
-        .update(
-            data["update_name"],
-            data.get("input"),
-            wait=wait,
-            timeout=data.get("timeout_secs") or 30.0,
-            update_id=data.get("update_id"),
-        )
+    outcome = await call.handle(execution_id).update(
+        data["update_name"],
+        data.get("input"),
+        wait=wait,
+        timeout=data.get("timeout_secs") or 30.0,
+        update_id=data.get("update_id"),
     )
     return _update_answer(execution_id, data["update_name"], wait, outcome)
 
@@ -534,13 +528,13 @@ async def update_with_start(call: Call, args: dict[str, Any], data: dict[str, An
 
 async def cancel_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     execution_id = args["execution_id"]
-    first = await call.client().get_handle(execution_id).cancel(data.get("reason"))
+    first = await call.handle(execution_id).cancel(data.get("reason"))
     return Reply({"execution_id": execution_id, "cancel_requested": True, "first_request": first}, 202)
 
 
 async def terminate_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     execution_id = args["execution_id"]
-    await call.client().get_handle(execution_id).terminate(data.get("reason"))
+    await call.handle(execution_id).terminate(data.get("reason"))
     return {"execution_id": execution_id, "status": "TERMINATED"}
 
 
