@@ -194,14 +194,13 @@ def env(kit_server: TestServer) -> Iterator[WorkflowEnvironment]:
         yield environment
 
 
-def test_a_one_day_timer_takes_well_under_a_second_with_a_mocked_activity(env: WorkflowEnvironment):
+# No wall-clock bound in these tests (a loaded CI machine makes one flaky): a real day, week or
+# backoff could not end inside the wait's timeout, and the skips and the moved clock are the proof.
+def test_a_one_day_timer_is_skipped_with_a_mocked_activity(env: WorkflowEnvironment):
     env.mock_activity("charge", lambda ctx, order_id, amount: {"order": order_id, "charged": amount})
-    began = time.monotonic()
     handle = env.client.start_workflow(checkout, "order-1", 42)
     result = handle.result(timeout=10)
-    elapsed = time.monotonic() - began
     assert result["receipt"] == {"order": "order-1", "charged": 42}
-    assert elapsed < 1.0, f"a one-day timer took {elapsed:.3f}s"
     assert env.skips >= 1
     assert [(c.args, c.kwargs) for c in env.activity_calls(charge)] == [(("order-1", 42), {})]
     # ctx.now() in the workflow and harvest.now() in the database both read the moved clock.
@@ -209,11 +208,8 @@ def test_a_one_day_timer_takes_well_under_a_second_with_a_mocked_activity(env: W
     assert env.now() - dt.datetime.now(dt.UTC) > dt.timedelta(hours=23)
 
 
-def test_a_simulated_week_passes_in_under_a_second(env: WorkflowEnvironment):
-    began = time.monotonic()
+def test_a_simulated_week_is_skipped_day_by_day(env: WorkflowEnvironment):
     days = env.client.start_workflow(weekly).result(timeout=10)
-    elapsed = time.monotonic() - began
-    assert elapsed < 1.0, f"a simulated week took {elapsed:.3f}s"
     stamps = [dt.datetime.fromisoformat(d) for d in days]
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert all(dt.timedelta(days=1) <= gap < dt.timedelta(days=1, minutes=1) for gap in gaps), gaps
@@ -230,11 +226,9 @@ def test_retry_backoff_is_skipped_and_the_mock_sees_each_attempt(env: WorkflowEn
         return {"charged": amount}
 
     env.mock_activity(charge, flaky)
-    began = time.monotonic()
     result = env.client.start_workflow(checkout, "order-2", 7).result(timeout=10)
     assert result["receipt"] == {"charged": 7}
     assert attempts == [1, 2, 3]  # backoffs of 1 h and 2 h, skipped
-    assert time.monotonic() - began < 2.0
     assert env.now() - dt.datetime.now(dt.UTC) > dt.timedelta(days=1, hours=3) - SLACK
 
 
@@ -280,10 +274,9 @@ def test_rich_payloads_round_trip_through_the_database(env: WorkflowEnvironment)
 def test_unmocked_activity_runs_the_real_one(env: WorkflowEnvironment):
     env.mock_activity(charge, lambda ctx, order_id, amount: "mocked")
     env.unmock_activity(charge)
-    began = time.monotonic()
     with pytest.raises(WorkflowFailed, match="real payment service"):
         env.client.start_workflow(checkout, "order-3", 1).result(timeout=10)
-    assert time.monotonic() - began < 2.0  # four attempts, their backoffs (15 h) skipped
+    assert env.skips >= 3  # four attempts, their backoffs (15 h) skipped
 
 
 def test_time_stands_still_until_a_result_is_awaited(env: WorkflowEnvironment):
@@ -302,9 +295,7 @@ def test_time_stands_still_until_a_result_is_awaited(env: WorkflowEnvironment):
 
 def test_a_signal_timeout_fires_at_once_when_the_result_is_awaited(env: WorkflowEnvironment):
     handle = env.client.start_workflow(approval, "desk")
-    began = time.monotonic()
     assert handle.result(timeout=10) == "expired"
-    assert time.monotonic() - began < 1.0
     assert env.now() - dt.datetime.now(dt.UTC) >= dt.timedelta(days=3) - SLACK
 
 
@@ -346,10 +337,9 @@ def test_env_sleep_refuses_a_negative_or_too_long_duration_of_any_form(env: Work
 
 def test_a_run_timeout_is_skipped_to(env: WorkflowEnvironment):
     handle = env.client.start_workflow(forever, run_timeout="2d")
-    began = time.monotonic()
     with pytest.raises(WorkflowTimedOut):
         handle.result(timeout=10)
-    assert time.monotonic() - began < 1.0
+    assert env.now() - dt.datetime.now(dt.UTC) >= dt.timedelta(days=2) - SLACK
 
 
 def test_time_skipping_paused_leaves_the_clock_alone(env: WorkflowEnvironment):
@@ -423,12 +413,9 @@ def test_the_pytest_plugin_fixtures(pg_server, tmp_path: Path):
     (tmp_path / "test_user.py").write_text(
         textwrap.dedent(
             """
-            import time
-
             def test_nap(harvest_env):
-                began = time.monotonic()
                 assert harvest_env.client.start_workflow("nap", 30).result(timeout=10) == "rested"
-                assert time.monotonic() - began < 1.0
+                assert harvest_env.skips >= 1
 
             def test_database(harvest_database):
                 assert "harvest_test_" in harvest_database
@@ -455,9 +442,7 @@ def test_a_paused_run_s_waiting_work_does_not_stop_time_skipping(env: WorkflowEn
     env.wait_until_idle()
     assert paused.pause("held for the test")
     paused.signal("never")  # its workflow task is 'paused', due now
-    began = time.monotonic()
     assert len(env.client.start_workflow(weekly).result(timeout=10)) == 7
-    assert time.monotonic() - began < 3.0
     assert paused.describe()["status"] == "PAUSED"
 
 
