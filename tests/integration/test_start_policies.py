@@ -64,8 +64,13 @@ def test_terminal_prior(db: str, client: Client, prior_status: str, policy: str,
         ("allow_duplicate", "terminate_existing", "replace"),
     ],
 )
-def test_running_prior(client: Client, reuse: str, conflict: str, outcome: str) -> None:
+@pytest.mark.parametrize("paused", [False, True], ids=["running", "paused"])
+def test_running_prior(client: Client, reuse: str, conflict: str, outcome: str, paused: bool) -> None:
+    """A PAUSED prior is an active one, as a RUNNING one (spec 002: conflict_policy decides about
+    "a currently active (RUNNING/PAUSED) prior")."""
     prior = client.start_workflow("wf", workflow_id="live")
+    if paused:
+        assert prior.pause("held") and prior.describe()["status"] == "PAUSED"
     if outcome == "reject":
         with pytest.raises(WorkflowAlreadyExists):
             client.start_workflow("wf", workflow_id="live", reuse_policy=reuse, conflict_policy=conflict)

@@ -131,3 +131,29 @@ def test_release_owed_ends_over_http_on_a_sharded_server_as_over_sql(shards, ser
     with shards.connect(2) as conn:
         kept = conn.execute("SELECT count(*) FROM harvest.executions WHERE end_owed_to_shard = 0").fetchone()
     assert kept == (1,), "the shard not reached keeps its owed end"
+
+
+def test_a_drain_over_http_prints_each_shards_row_as_over_sql(shards, served) -> None:
+    """Spec 002: a drain's answer echoes "which shards the worker owns". Over SQL with [shards]
+    `worker drain` printed the worker's row on each shard, each with its shard_id; over HTTP
+    against the same sharded server it printed one row and no shard at all (the route answered
+    every shard's row, the CLI kept the first)."""
+    env = _shard_env(shards)
+    for shard in (0, 2):  # each worker polls shards 0 and 2
+        with shards.connect(shard) as conn:
+            for worker in ("sqlw", "webw"):
+                conn.execute(
+                    "SELECT harvest.register_worker(%s, ARRAY['default'], 'host', 1, 60, '{}')", (worker,)
+                )
+    for o in ("table", "json"):
+        sql = _run(["worker", "drain", "sqlw", "--output", o], env)
+        web = _run(["--base-url", BASE, "worker", "drain", "webw", "--output", o], {})
+        assert sql.exit_code == 0, sql.stderr
+        assert (web.stdout.replace("webw", "sqlw"), web.stderr, web.exit_code) == (
+            sql.stdout,
+            sql.stderr,
+            sql.exit_code,
+        )
+    rows = json.loads(web.stdout)["workers"]
+    outcomes = [(r["shard_id"], r["outcome"]) for r in rows]
+    assert outcomes == [(0, "already_draining"), (1, "not_found"), (2, "already_draining")]

@@ -320,3 +320,50 @@ def test_an_unknown_activity_option_names_the_slip():
         defn.with_options(amount=5)
     with pytest.raises(TypeError, match=r"'start_to_clsoe' \(did you mean start_to_close\?\)"):
         defn.with_options(start_to_clsoe="1m")
+
+
+def test_declared_dependencies_take_a_list_and_become_names_however_the_workflow_is_built() -> None:
+    """Spec 002 (declared dependencies): the declaration lists names (or the functions they
+    name), in @workflow(...) or on a workflow registered by hand. `activities="send_email"` was
+    read one letter at a time (preflight then failed on 's', 'e', ...), `activities=send_email`
+    failed with "'function' object is not iterable", and a hand-built WorkflowDefinition given
+    functions crashed preflight with an AttributeError (a 500 over HTTP) instead of checking."""
+    from harvest.config.preflight import _catalog_consistency
+
+    @activity
+    async def send_email(ctx) -> None:
+        pass
+
+    @workflow
+    async def report(ctx) -> None:
+        pass
+
+    for slip in ("send_email", send_email):
+        with pytest.raises(TypeError, match=r"@workflow\(activities=\.\.\.\) takes a list"):
+
+            @workflow(activities=slip)
+            async def onboarding(ctx) -> None:
+                pass
+
+    with pytest.raises(TypeError, match=r"@workflow\(children=\.\.\.\) takes a list"):
+        workflow(children="report")(report.__harvest_workflow__.fn)
+
+    async def by_hand(ctx) -> None:
+        pass
+
+    definition = WorkflowDefinition(
+        name="by_hand",
+        fn=by_hand,
+        declared_activities=[send_email, "charge_card"],
+        declared_children=[report],
+    )
+    assert definition.declared_activities == ("send_email", "charge_card")
+    assert definition.declared_children == ("report",)
+    check = _catalog_consistency(App(workflows=[definition, report], activities=[send_email]))
+    assert check.status == "fail"
+    assert check.details["failures"] == ["workflow 'by_hand' references unregistered activity 'charge_card'"]
+    with pytest.raises(TypeError, match=r"children=\.\.\.\) takes a list"):
+        WorkflowDefinition(name="x", fn=by_hand, declared_children="report")
+    # An empty list is a declaration ("calls nothing"), checked; None is none, skipped.
+    assert WorkflowDefinition(name="x", fn=by_hand, declared_activities=[]).declared_activities == ()
+    assert WorkflowDefinition(name="x", fn=by_hand).declared_activities is None

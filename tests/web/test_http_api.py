@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -1621,3 +1622,45 @@ def test_a_read_token_runs_preflight_and_every_check_can_read(db: str) -> None:
         checks = answer.json()["checks"]
         assert checks and not [c for c in checks if "permission" in str(c).lower()], checks
         assert reader.get("/admin/config").status_code == 403  # the rest of /admin stays admin
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["one-database", "shards"])
+def test_a_web_process_warns_at_boot_of_pending_migrations_and_applies_none(
+    db: str, sharded: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spec 002, Migrations: outside the dev profile (`harvest dev`) "pending migrations are
+    reported as warnings and not applied". A web process on a database one migration behind said
+    nothing at boot (it warned only when the schema was missing altogether, and never per shard):
+    the first sign of a forgotten `harvest migrate run` was a readiness probe stuck at 503."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        latest, previous = (
+            row[0]
+            for row in conn.execute(
+                "SELECT version FROM harvest.schema_migrations WHERE set_name = 'harvest' "
+                "ORDER BY version DESC LIMIT 2"
+            )
+        )
+        conn.execute(
+            "DELETE FROM harvest.schema_migrations WHERE set_name = 'harvest' AND version = %s", (latest,)
+        )
+    env = {"HARVEST_SHARDS__URLS__0": db} if sharded else {}
+    caplog.set_level(logging.WARNING, logger="harvest.web")
+    with api_client(None if sharded else db, env=env, profile="production", authorizer=Fixed("read")) as api:
+        assert api.get("/health/ready").status_code == 503
+    warned = [r.getMessage() for r in caplog.records if r.name == "harvest.web"]
+    pending = [m for m in warned if f"schema version {previous}" in m]
+    assert len(pending) == 1, warned
+    assert latest in pending[0] and "harvest migrate run" in pending[0] and "does not apply" in pending[0]
+    if sharded:
+        assert "shard 0" in pending[0]
+    with psycopg.connect(db) as conn:  # warned, not applied
+        assert conn.execute("SELECT harvest.schema_version()").fetchone()[0] == previous
+
+
+def test_a_web_process_on_a_migrated_database_warns_of_no_migration(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="harvest.web")
+    with api_client(db) as api:
+        assert api.get("/health/ready").status_code == 200
+    assert not [r for r in caplog.records if r.name == "harvest.web" and "migrat" in r.getMessage()]

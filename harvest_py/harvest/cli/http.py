@@ -654,10 +654,14 @@ class HttpApi:
             return _by_shard(answer, rows)
         return _untagged(rows[0] if rows else answer)
 
-    def drain_worker(self, worker_id: str, deadline: Any, operator: str | None) -> dict[str, Any]:
+    def drain_worker(self, worker_id: str, deadline: Any, operator: str | None) -> dict[str, Any] | PerShard:
         body = _body({"deadline_at": deadline, "operator_id": operator})
         answer = self.http.post(f"/workers/{_p(worker_id)}/drain", body, scope="admin")
         rows = answer.get("rows") or []
+        if answer.get("sharded"):  # the worker's row on each shard, as `worker drain` with [shards]
+            return PerShard(
+                {int(r["shard_id"]): _untagged(r) for r in rows}, list(answer.get("unavailable_shards") or [])
+            )
         found = [r for r in rows if r.get("outcome") != "not_found"] or rows
         drained = _untagged(found[0]) if found else {"worker_id": worker_id, "outcome": "not_found"}
         if answer.get("unavailable_shards"):  # the server's shards it could not reach (the CLI fails)

@@ -23,7 +23,7 @@ from harvest.cli.output import (
 from harvest.cli.shards import deployment_read, each_shard, emit_merged, fail_if_unreached, read_shards
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument, NotFound
-from harvest.shard.fanout import WORKER_LIMIT, WORKER_LIMIT_MAX, Merged, no_worker_anywhere
+from harvest.shard.fanout import WORKER_LIMIT, WORKER_LIMIT_MAX, FanOut, Merged, no_worker_anywhere
 
 TIMES = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]
 WORKER_COLUMNS = [
@@ -90,14 +90,10 @@ def get_worker_shards(worker_id: str, database_url: str | None, output: str) -> 
     )
 
 
-def drain_worker_shards(
-    worker_id: str, deadline: datetime | None, operator: str | None, database_url: str | None, output: str
-) -> None:
-    """`worker drain` with [shards]: the worker's row drained on every shard (each shard audits
-    its own drain). A shard that could not be reached is named and the command exits 1."""
-    fan = each_shard(
-        database_url, lambda api: api.drain_worker(worker_id, deadline, operator), read_only=False
-    )
+def drain_worker_shards(fan: FanOut[Any], output: str) -> None:
+    """`worker drain` on shards (SQL: [shards]; HTTP: a sharded server): the worker's row
+    drained on every shard, each with its shard_id (each shard audits its own drain). A shard
+    that could not be reached is named and the command exits 1."""
     rows = _tag(fan)
     merged = Merged(rows, fan.unavailable_shards, fan.status)
     emit_merged(merged, "workers", output, lambda d: table(d, [*DRAIN_FIELDS, "shard_id"]))
@@ -211,10 +207,16 @@ def register(group: click.Group) -> None:
         if deadline is not None and deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)  # a time without an offset is UTC
         if _sharded():
-            drain_worker_shards(worker_id, deadline, operator, database_url, output)
+            drain = each_shard(
+                database_url, lambda api: api.drain_worker(worker_id, deadline, operator), read_only=False
+            )
+            drain_worker_shards(drain, output)
             return
         with sql_api(database_url, read_only=False) as sql:
             data = sql.drain_worker(worker_id, deadline, operator)
+        if not isinstance(data, dict):  # a sharded server's rows (cli.http.PerShard): as with [shards]
+            drain_worker_shards(FanOut.of(data.results, data.unavailable), output)
+            return
         # Over HTTP, the shards the server could not reach: named and exit 1, as with [shards].
         unreached = data.pop("unavailable_shards", [])
         emit(data, output, lambda d: mapping(d, DRAIN_FIELDS))

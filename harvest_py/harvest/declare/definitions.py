@@ -332,11 +332,23 @@ class WorkflowDefinition:
     # A DAG's workflow (harvest.declare.dags.Dag): the runtime runs its graph interpreter.
     dag: Any = None
 
+    def __post_init__(self) -> None:
+        # Names also for a definition registered by hand (App takes one), given functions or
+        # names: preflight compares names (idempotent for @workflow's, already names).
+        self.declared_activities = _declared(self.declared_activities, "__harvest_activity__", "activities")
+        self.declared_children = _declared(self.declared_children, "__harvest_workflow__", "children")
+
 
 def _declared(items: Iterable[Any] | None, attr: str, what: str) -> tuple[str, ...] | None:
     """Names of declared dependencies: a decorated function gives its registered name."""
     if items is None:
         return None
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        # (a string iterates by letter: each letter would be declared, and preflight fail on it)
+        example = getattr(items, "__name__", None) or repr(items)
+        raise TypeError(
+            f"@workflow({what}=...) takes a list of functions or names: @workflow({what}=[{example}])"
+        )
     names = []
     for item in items:
         definition = getattr(item, attr, None)

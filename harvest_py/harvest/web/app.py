@@ -47,11 +47,12 @@ from harvest.config import (
 )
 from harvest.config.config import RuntimePlan
 from harvest.core.errors import ConfigError, HarvestError
-from harvest.db import channels
-from harvest.db.connection import DatabaseError, error_line, schema_missing
+from harvest.db import SCHEMA_VERSION, channels
+from harvest.db.migrate import read_versions, schema_mismatch, unfinished_migration
 from harvest.db.notify import NotificationHub
 from harvest.db.pools import open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
+from harvest.db.steps import arun_steps
 from harvest.shard.router import ShardRouter
 from harvest.web.auth import DevAuthorizer, default_authorizer, token_database
 from harvest.web.errors import error_body, error_response
@@ -121,7 +122,8 @@ class HarvestState:
                 for shard in self.pools.shards:
                     try:
                         async with self.pools.api(shard) as sql:
-                            if self.max_payload_bytes is None:
+                            migrated = await _warn_if_not_migrated(sql, f"shard {shard}")
+                            if migrated and self.max_payload_bytes is None:
                                 self.max_payload_bytes = await sql.payload_limit()
                     except Exception as exc:  # a shard down at boot is named, not fatal
                         log.warning("harvest: shard %s not reachable at startup: %s", shard, exc)
@@ -132,13 +134,9 @@ class HarvestState:
                     self.dsn, max_size=self.pool_size, application_name="harvest-api", timeout=OPEN_SECS
                 )
                 self.own_pools = True
-                try:
-                    self.max_payload_bytes = await AsyncSqlApi(self.pool).payload_limit()
-                except DatabaseError as exc:
-                    if not schema_missing(exc):
-                        raise
-                    # Not migrated yet: the probes and preflight say so, the other routes 503.
-                    log.warning("harvest: the database has no Harvest schema yet: %s", error_line(exc))
+                sql = AsyncSqlApi(self.pool)
+                if await _warn_if_not_migrated(sql, "the database"):
+                    self.max_payload_bytes = await sql.payload_limit()
             self.opened = True
 
     def hub(self, shard: int, channel: str = channels.DONE) -> NotificationHub:
@@ -169,6 +167,27 @@ class HarvestState:
             if self.pool is not None:
                 await self.pool.close()
         self.opened = False
+
+
+async def _warn_if_not_migrated(sql: AsyncSqlApi, what: str) -> bool:
+    """Warn once, at boot, when ``what`` is not on this Harvest's schema (pending migrations, a
+    `harvest migrate run` that stopped before the function files, or a newer release's schema).
+    True when it has a Harvest schema to read. A web process never migrates (only `harvest dev`
+    does): it serves, its readiness probe answers 503 and preflight fails until the deploy's
+    `harvest migrate run` (spec: "pending migrations are reported as warnings and not applied")."""
+    found, functions = await arun_steps(read_versions(), sql)
+    if found == SCHEMA_VERSION and functions == found:
+        return True
+    if found is not None and found > SCHEMA_VERSION:
+        log.warning("harvest: %s: %s", what, schema_mismatch(found, SCHEMA_VERSION, "this web process"))
+        return True
+    refusal = (
+        unfinished_migration(found, functions, "this web process")
+        if found == SCHEMA_VERSION
+        else schema_mismatch(found, SCHEMA_VERSION, "this web process")
+    )
+    log.warning("harvest: %s has pending migrations, which this process does not apply: %s", what, refusal)
+    return found is not None
 
 
 def endpoints() -> list[Endpoint]:

@@ -75,6 +75,7 @@ async def drain_worker(call: Call, args: dict[str, Any], data: dict[str, Any]) -
     answer["shards"] = [r["shard_id"] for r in rows if r.get("outcome") != "not_found"]
     answer["rows"] = rows
     answer["unavailable_shards"] = fan.unavailable_shards
+    answer["sharded"] = call.sharded
     return answer
 
 
