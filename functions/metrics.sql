@@ -19,20 +19,28 @@ AS $$
 $$;
 
 -- The busiest p_max_keys of the keys p_keys (NULL: every key), by in flight, then pending, then
--- key and task type, as get_metric_samples exports them.
-CREATE OR REPLACE FUNCTION harvest._busiest_concurrency_keys(p_keys text[], p_max_keys integer)
-RETURNS jsonb
+-- key and task type, as get_metric_samples exports them; and the sums of the keys counted.
+CREATE OR REPLACE FUNCTION harvest._busiest_concurrency_keys(
+    p_keys text[], p_max_keys integer, OUT busiest jsonb, OUT in_flight bigint, OUT pending bigint
+)
 LANGUAGE sql STABLE
 AS $$
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
-        'key', b.key, 'task_type', b.task_type, 'in_flight', b.in_flight, 'pending', b.pending
-    ) ORDER BY b.in_flight DESC, b.pending DESC, b.key, b.task_type), '[]'::jsonb)
-    FROM (
+    WITH c AS MATERIALIZED (
         SELECT c.key, c.task_type, c.in_flight, c.pending
         FROM harvest._count_concurrency_keys(p_keys, NULL) AS c
-        ORDER BY c.in_flight DESC, c.pending DESC, c.key, c.task_type
-        LIMIT p_max_keys
-    ) AS b;
+    )
+    SELECT
+        (SELECT coalesce(jsonb_agg(jsonb_build_object(
+             'key', b.key, 'task_type', b.task_type, 'in_flight', b.in_flight, 'pending', b.pending
+         ) ORDER BY b.in_flight DESC, b.pending DESC, b.key, b.task_type), '[]'::jsonb)
+         FROM (
+             SELECT c.key, c.task_type, c.in_flight, c.pending FROM c
+             ORDER BY c.in_flight DESC, c.pending DESC, c.key, c.task_type
+             LIMIT p_max_keys
+         ) AS b),
+        coalesce(sum(c.in_flight), 0)::bigint,
+        coalesce(sum(c.pending), 0)::bigint
+    FROM c;
 $$;
 
 -- Every label this returns is bounded: queue names, task kinds, workflow and activity
@@ -48,9 +56,9 @@ DECLARE
     v_queues jsonb;
     v_in_flight bigint;
     v_pending bigint;
-    v_workflow_in_flight bigint;
-    v_workflow_pending bigint;
+    c_max_in_flight_rows constant integer := 10000;
     v_keys text[];
+    v_ranked boolean := false;
     v_concurrency jsonb := '[]';
     v_exported_in_flight bigint;
     v_exported_pending bigint;
@@ -85,36 +93,24 @@ BEGIN
         WHERE t.kind <> 'timer'
         GROUP BY t.queue, t.kind
     ) AS q;
-    -- And the keyed runs' totals, per policy (in flight: admitted, or all under cancel_running).
-    SELECT coalesce(sum(w.in_flight), 0), coalesce(sum(w.pending), 0)
-    INTO v_workflow_in_flight, v_workflow_pending
-    FROM (
-        SELECT
-            count(*) FILTER (WHERE s.execution_id IS NOT NULL
-                             OR p.policy #>> '{concurrency,on_conflict}' = 'cancel_running') AS in_flight,
-            count(*) FILTER (WHERE s.execution_id IS NULL
-                             AND p.policy #>> '{concurrency,on_conflict}' IS DISTINCT FROM 'cancel_running')
-                AS pending
-        FROM harvest.executions AS e
-        LEFT JOIN harvest.workflow_slots AS s ON s.execution_id = e.id
-        LEFT JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = e.workflow_name
-        WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
-        GROUP BY p.policy
-    ) AS w;
-    v_in_flight := v_in_flight + v_workflow_in_flight;
-    v_pending := v_pending + v_workflow_pending;
     -- The concurrency keys: the busiest p_max_keys (in flight, then pending, then key), and the
-    -- others' sums, exact: the totals above less the exported keys'. Ranking every key's counts
-    -- (list_concurrency_keys(NULL)) read each keyed task a second time and grouped and sorted
-    -- every key, 100,000 for 100,000 tenants, to keep p_max_keys. A key with work in flight
-    -- outranks every key without, so when the p_max_keys-th busiest has work in flight they are
-    -- all among the keys read from the in-flight rows (running keyed activities down
+    -- others' sums, exact: every key's in flight and pending less the exported keys'. Ranking
+    -- every key's counts (list_concurrency_keys(NULL)) read each keyed task a second time and
+    -- grouped and sorted every key, 100,000 for 100,000 tenants, to keep p_max_keys. A key with
+    -- work in flight outranks every key without, so when the p_max_keys-th busiest has work in
+    -- flight they are all among the keys of the in-flight rows (running keyed activities down
     -- tasks_concurrency_running, admitted runs' slots, the live runs of a cancel_running
-    -- workflow), and only those keys are counted. Otherwise the rest rank by pending, which
-    -- only every key's counts say: then every key is counted.
-    IF p_max_keys > 0 THEN
+    -- workflow), and only those keys are counted. That is read while there are at most
+    -- c_max_in_flight_rows of those rows (a fleet's running activities are its workers' slots; a
+    -- run admitted per tenant is a row per tenant): past it, or when the keys in flight are too
+    -- few to rank (the rest rank by pending, which only every key's counts say), every key is
+    -- counted once, and the totals are its sums.
+    -- (The slots first, on their own: a slot per tenant is past the limit without a run read.)
+    IF p_max_keys > 0
+       AND (SELECT count(*) FROM (SELECT 1 FROM harvest.workflow_slots LIMIT c_max_in_flight_rows + 1) AS s)
+           <= c_max_in_flight_rows THEN
         v_keys := ARRAY(
-            SELECT DISTINCT f.key FROM (
+            SELECT f.key FROM (
                 SELECT t.concurrency_key AS key FROM harvest.tasks AS t
                 WHERE t.status = 'running' AND t.concurrency_key IS NOT NULL AND t.kind = 'activity'
                 UNION ALL
@@ -127,12 +123,36 @@ BEGIN
                 WHERE p.kind = 'workflow' AND p.policy #>> '{concurrency,on_conflict}' = 'cancel_running'
                   AND e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
             ) AS f
+            LIMIT c_max_in_flight_rows + 1
         );
-        v_concurrency := harvest._busiest_concurrency_keys(v_keys, p_max_keys);
-        IF jsonb_array_length(v_concurrency) < p_max_keys
-           OR (v_concurrency -> (p_max_keys - 1) ->> 'in_flight')::bigint = 0 THEN
-            v_concurrency := harvest._busiest_concurrency_keys(NULL, p_max_keys);
+        IF cardinality(v_keys) <= c_max_in_flight_rows THEN
+            SELECT b.busiest INTO v_concurrency
+            FROM harvest._busiest_concurrency_keys(ARRAY(SELECT DISTINCT k FROM unnest(v_keys) AS k), p_max_keys) AS b;
+            v_ranked := jsonb_array_length(v_concurrency) = p_max_keys
+                AND (v_concurrency -> (p_max_keys - 1) ->> 'in_flight')::bigint > 0;
         END IF;
+    END IF;
+    IF p_max_keys > 0 AND NOT v_ranked THEN
+        SELECT b.busiest, b.in_flight, b.pending INTO v_concurrency, v_in_flight, v_pending
+        FROM harvest._busiest_concurrency_keys(NULL, p_max_keys) AS b;
+    ELSE
+        -- The keyed runs' totals, per policy (in flight: admitted, or all under cancel_running);
+        -- the keyed activities' came with the queue depths.
+        SELECT v_in_flight + coalesce(sum(w.in_flight), 0), v_pending + coalesce(sum(w.pending), 0)
+        INTO v_in_flight, v_pending
+        FROM (
+            SELECT
+                count(*) FILTER (WHERE s.execution_id IS NOT NULL
+                                 OR p.policy #>> '{concurrency,on_conflict}' = 'cancel_running') AS in_flight,
+                count(*) FILTER (WHERE s.execution_id IS NULL
+                                 AND p.policy #>> '{concurrency,on_conflict}' IS DISTINCT FROM 'cancel_running')
+                    AS pending
+            FROM harvest.executions AS e
+            LEFT JOIN harvest.workflow_slots AS s ON s.execution_id = e.id
+            LEFT JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = e.workflow_name
+            WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
+            GROUP BY p.policy
+        ) AS w;
     END IF;
     SELECT coalesce(sum((c.value ->> 'in_flight')::bigint), 0), coalesce(sum((c.value ->> 'pending')::bigint), 0)
     INTO v_exported_in_flight, v_exported_pending

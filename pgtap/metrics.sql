@@ -1,7 +1,7 @@
 -- functions/metrics.sql: claim_sampler_lead, get_metric_samples, the gauges the metrics sampler publishes, and
 -- list_forced_closes, the runs closed outside a decision that it counts.
 BEGIN;
-SELECT plan(28);
+SELECT plan(29);
 
 -- claim_sampler_lead: the sampler's session lock, taken by the function as the owner.
 SELECT is(harvest.claim_sampler_lead(), true, 'claim_sampler_lead(): a session with no other leader leads');
@@ -64,13 +64,14 @@ SELECT is(harvest.get_metric_samples(1) -> 'other_keys', '{"in_flight": 0, "pend
           'get_metric_samples(1): the keys past the limit, summed');
 SELECT is(harvest.get_metric_samples(0) -> 'other_keys', '{"in_flight": 1, "pending": 1}'::jsonb,
           'get_metric_samples(0): no key exported, every key summed');
-SELECT is(harvest._busiest_concurrency_keys(ARRAY['k2'], 5),
+SELECT is((harvest._busiest_concurrency_keys(ARRAY['k2'], 5)).busiest,
           '[{"key": "k2", "task_type": "activity", "in_flight": 0, "pending": 1}]'::jsonb,
           '_busiest_concurrency_keys(): only the keys asked for');
-SELECT is(harvest._busiest_concurrency_keys(NULL, 5),
-          '[{"key": "k1", "task_type": "activity", "in_flight": 1, "pending": 0},
-            {"key": "k2", "task_type": "activity", "in_flight": 0, "pending": 1}]'::jsonb,
-          '_busiest_concurrency_keys(NULL): every key, the busiest first');
+SELECT is((harvest._busiest_concurrency_keys(NULL, 1)).busiest,
+          '[{"key": "k1", "task_type": "activity", "in_flight": 1, "pending": 0}]'::jsonb,
+          '_busiest_concurrency_keys(NULL, 1): of every key, the busiest');
+SELECT is((SELECT (b.in_flight, b.pending)::text FROM harvest._busiest_concurrency_keys(NULL, 1) AS b), '(1,1)',
+          '_busiest_concurrency_keys(): the sums of every key counted, not only of those it answers');
 SELECT is(jsonb_path_query_first(harvest.get_metric_samples(), '$.queues[*] ? (@.queue == "mcaq")') ->> 'running',
           '1', 'get_metric_samples(): running tasks per queue');
 

@@ -223,3 +223,40 @@ def test_the_exported_keys_and_the_others_add_up_to_every_key(
         assert sum(exported.values()) == sum(k[field] for k in keys), name
         # _other is there while the keys not exported hold any work.
         assert ((OTHER_KEYS, "any") in exported) == (other["in_flight"] + other["pending"] > 0)
+
+
+def test_a_run_admitted_per_tenant_is_counted_once_a_sample(conn: psycopg.Connection) -> None:
+    """The documented per-tenant key is a workflow's: 20,000 tenants, each with a run admitted on
+    its key (a slot) and one deferred, are 20,000 keys in flight: more than 10,000 slots, so no
+    run is read to find the keys in flight (to be counted again after): every key is counted
+    once, each keyed run read once, and the totals are its sums, exact. (A guard: the sample
+    read each keyed run once before too.)"""
+    conn.execute(
+        "INSERT INTO harvest.flow_policies (kind, name, policy, updated_at) VALUES ('workflow', 'tenant_job',"
+        ' \'{"concurrency": {"key": "input.tenant", "limit": 1, "on_conflict": "defer"}}\', now())'
+    )
+    conn.execute(
+        "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, concurrency_key, created_at)"
+        " SELECT gen_random_uuid(), 'tenant_job', 'job-' || g || '-' || n, 'RUNNING',"
+        " 'tenant:' || lpad(g::text, 6, '0'), '2030-01-01 00:00:00+00'::timestamptz + g * interval '1 second'"
+        " FROM generate_series(1, %s) AS g, generate_series(1, 2) AS n",
+        (TENANTS,),
+    )
+    conn.execute(
+        "INSERT INTO harvest.workflow_slots (execution_id, concurrency_key, workflow_name, admitted_at)"
+        " SELECT e.id, e.concurrency_key, e.workflow_name, e.created_at FROM harvest.executions AS e"
+        " WHERE e.workflow_id LIKE '%%-1'"
+    )
+    conn.execute("VACUUM ANALYZE harvest.executions")
+    conn.execute("VACUUM ANALYZE harvest.workflow_slots")
+    for _ in range(7):
+        with conn.transaction():
+            before = _rows_read(conn, "harvest.executions")
+            (samples,) = conn.execute("SELECT harvest.get_metric_samples(%s)", (MAX_KEYS,)).fetchone()
+            read = _rows_read(conn, "harvest.executions") - before
+    assert samples["concurrency"] == [
+        {"key": f"tenant:{g:06d}", "task_type": "workflow", "in_flight": 1, "pending": 1}
+        for g in range(1, MAX_KEYS + 1)
+    ]
+    assert samples["other_keys"] == {"in_flight": TENANTS - MAX_KEYS, "pending": TENANTS - MAX_KEYS}
+    assert read <= 2 * TENANTS + 100, f"{read} run rows read for {2 * TENANTS} keyed runs"
