@@ -455,52 +455,18 @@ AS $$
     ) AS v;
 $$;
 
--- Concurrency status per key, the shape of the spec's GET /admin/concurrency:
--- key, task_type, max_concurrent, in_flight, pending, and for workflow keys the
--- workflows with live work on the key and their on_conflict. In key order, a page at a time:
--- p_limit keys at most (a key's activity and workflow rows stay on one page) after p_after_key;
--- NULL, every key (100,000 tenants are 100,000 keys: the route and the dashboard page them,
--- migration 0100). A page's keys are read down tasks_activity_concurrency_key and
--- executions_live_concurrency_key in key order, and only those keys' rows are counted.
-CREATE OR REPLACE FUNCTION harvest.list_concurrency_keys(
-    p_key text DEFAULT NULL, p_after_key text DEFAULT NULL, p_limit integer DEFAULT NULL
-)
+-- The counts of list_concurrency_keys, for the keys p_keys (NULL: every key) after p_after_key
+-- (NULL: from the first), in key order: the one place a key's in flight and pending are
+-- counted, for the status view and for the metrics sampler's exported keys (metrics.sql).
+CREATE OR REPLACE FUNCTION harvest._count_concurrency_keys(p_keys text[], p_after_key text)
 RETURNS TABLE (
     key text, task_type text, max_concurrent integer, in_flight bigint, pending bigint, workflows jsonb
 )
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    v_keys text[];
 BEGIN
-    IF p_limit < 1 OR p_limit > 10000 THEN
-        RAISE EXCEPTION 'limit % is out of range 1..10000', p_limit USING ERRCODE = 'HR001',
-            HINT = 'pass NULL for every key';
-    END IF;
-    -- Both statements are planned with the values at each call (EXECUTE), never from a cached
-    -- generic plan: with `$1 IS NULL OR key = ANY ($1)` unknown, such a plan reads every keyed
-    -- row whatever the page.
-    IF p_key IS NOT NULL THEN
-        v_keys := CASE WHEN p_after_key IS NULL OR p_key > p_after_key THEN ARRAY[p_key] ELSE '{}' END;
-    ELSIF p_limit IS NOT NULL THEN
-        -- Each list's first p_limit distinct keys after the position, then the first p_limit of both.
-        EXECUTE $q$
-        SELECT coalesce(array_agg(u.key ORDER BY u.key), '{}') FROM (
-            SELECT k.key FROM (
-                (SELECT DISTINCT t.concurrency_key AS key FROM harvest.tasks AS t
-                 WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
-                   AND ($1::text IS NULL OR t.concurrency_key > $1)
-                 ORDER BY 1 LIMIT $2)
-                UNION
-                (SELECT DISTINCT e.concurrency_key FROM harvest.executions AS e
-                 WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
-                   AND ($1::text IS NULL OR e.concurrency_key > $1)
-                 ORDER BY 1 LIMIT $2)
-            ) AS k
-            ORDER BY 1 LIMIT $2
-        ) AS u
-        $q$ INTO v_keys USING p_after_key, p_limit;
-    END IF;
+    -- Planned with the values at each call (EXECUTE), never from a cached generic plan: with
+    -- `$1 IS NULL OR key = ANY ($1)` unknown, such a plan reads every keyed row whatever the keys.
     RETURN QUERY EXECUTE $q$
     WITH activity_keys AS (
         SELECT t.concurrency_key AS key, max(t.concurrency_limit) AS max_concurrent,
@@ -539,7 +505,56 @@ BEGIN
     FROM workflow_keys AS w
     GROUP BY w.key
     ORDER BY 1, 2
-    $q$ USING v_keys, p_after_key;
+    $q$ USING p_keys, p_after_key;
+END;
+$$;
+
+-- Concurrency status per key, the shape of the spec's GET /admin/concurrency:
+-- key, task_type, max_concurrent, in_flight, pending, and for workflow keys the
+-- workflows with live work on the key and their on_conflict. In key order, a page at a time:
+-- p_limit keys at most (a key's activity and workflow rows stay on one page) after p_after_key;
+-- NULL, every key (100,000 tenants are 100,000 keys: the route and the dashboard page them,
+-- migration 0100). A page's keys are read down tasks_activity_concurrency_key and
+-- executions_live_concurrency_key in key order, and only those keys' rows are counted.
+CREATE OR REPLACE FUNCTION harvest.list_concurrency_keys(
+    p_key text DEFAULT NULL, p_after_key text DEFAULT NULL, p_limit integer DEFAULT NULL
+)
+RETURNS TABLE (
+    key text, task_type text, max_concurrent integer, in_flight bigint, pending bigint, workflows jsonb
+)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_keys text[];
+BEGIN
+    IF p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..10000', p_limit USING ERRCODE = 'HR001',
+            HINT = 'pass NULL for every key';
+    END IF;
+    -- Planned with the values at each call (EXECUTE), as _count_concurrency_keys is: with
+    -- `$1 IS NULL OR key > $1` unknown, a generic plan reads every keyed row whatever the page.
+    IF p_key IS NOT NULL THEN
+        v_keys := CASE WHEN p_after_key IS NULL OR p_key > p_after_key THEN ARRAY[p_key] ELSE '{}' END;
+    ELSIF p_limit IS NOT NULL THEN
+        -- Each list's first p_limit distinct keys after the position, then the first p_limit of both.
+        EXECUTE $q$
+        SELECT coalesce(array_agg(u.key ORDER BY u.key), '{}') FROM (
+            SELECT k.key FROM (
+                (SELECT DISTINCT t.concurrency_key AS key FROM harvest.tasks AS t
+                 WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
+                   AND ($1::text IS NULL OR t.concurrency_key > $1)
+                 ORDER BY 1 LIMIT $2)
+                UNION
+                (SELECT DISTINCT e.concurrency_key FROM harvest.executions AS e
+                 WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
+                   AND ($1::text IS NULL OR e.concurrency_key > $1)
+                 ORDER BY 1 LIMIT $2)
+            ) AS k
+            ORDER BY 1 LIMIT $2
+        ) AS u
+        $q$ INTO v_keys USING p_after_key, p_limit;
+    END IF;
+    RETURN QUERY SELECT * FROM harvest._count_concurrency_keys(v_keys, p_after_key);
 END;
 $$;
 

@@ -18,6 +18,31 @@ AS $$
     SELECT pg_catalog.pg_try_advisory_lock(7521418705652511858);  -- 0x686172766D657472
 $$;
 
+-- The busiest p_max_keys of the keys p_keys (NULL: every key), by in flight, then pending, then
+-- key and task type, as get_metric_samples exports them; and the sums of the keys counted.
+CREATE OR REPLACE FUNCTION harvest._busiest_concurrency_keys(
+    p_keys text[], p_max_keys integer, OUT busiest jsonb, OUT in_flight bigint, OUT pending bigint
+)
+LANGUAGE sql STABLE
+AS $$
+    WITH c AS MATERIALIZED (
+        SELECT c.key, c.task_type, c.in_flight, c.pending
+        FROM harvest._count_concurrency_keys(p_keys, NULL) AS c
+    )
+    SELECT
+        (SELECT coalesce(jsonb_agg(jsonb_build_object(
+             'key', b.key, 'task_type', b.task_type, 'in_flight', b.in_flight, 'pending', b.pending
+         ) ORDER BY b.in_flight DESC, b.pending DESC, b.key, b.task_type), '[]'::jsonb)
+         FROM (
+             SELECT c.key, c.task_type, c.in_flight, c.pending FROM c
+             ORDER BY c.in_flight DESC, c.pending DESC, c.key, c.task_type
+             LIMIT p_max_keys
+         ) AS b),
+        coalesce(sum(c.in_flight), 0)::bigint,
+        coalesce(sum(c.pending), 0)::bigint
+    FROM c;
+$$;
+
 -- Every label this returns is bounded: queue names, task kinds, workflow and activity
 -- names (code-defined), worker health, concurrency keys (at most p_max_keys, the busiest
 -- first; the rest summed under other_keys). Never an execution or task id.
@@ -28,8 +53,15 @@ AS $$
 DECLARE
     v_now timestamptz := harvest.now();
     v_max_age interval;
-    v_concurrency jsonb;
-    v_other_keys jsonb;
+    v_queues jsonb;
+    v_in_flight bigint;
+    v_pending bigint;
+    c_max_in_flight_rows constant integer := 10000;
+    v_keys text[];
+    v_ranked boolean := false;
+    v_concurrency jsonb := '[]';
+    v_exported_in_flight bigint;
+    v_exported_pending bigint;
 BEGIN
     IF p_max_keys IS NULL OR p_max_keys < 0 OR p_max_keys > 1000 THEN
         RAISE EXCEPTION 'get_metric_samples: p_max_keys = % is out of range'
@@ -37,46 +69,99 @@ BEGIN
         USING ERRCODE = 'HR001', HINT = 'pass a number of concurrency keys from 0 to 1000';
     END IF;
     SELECT r.max_age INTO v_max_age FROM harvest.retention_config AS r WHERE r.id;
-    -- Every concurrency key's counts, read once (list_concurrency_keys reads every keyed live
-    -- run and task; the top keys and the rest's totals read it twice): the busiest p_max_keys
-    -- (NULL: every key, and no others), and how many others there are with their sums.
-    WITH k AS (
-        SELECT c.key, c.task_type, c.in_flight, c.pending,
-               row_number() OVER (ORDER BY c.in_flight DESC, c.pending DESC, c.key) AS n
-        FROM harvest.list_concurrency_keys(NULL) AS c
-    )
+    -- The queue depths, and on the same pass over the tasks the keyed activities' totals.
     SELECT coalesce(jsonb_agg(jsonb_build_object(
-               'key', k.key, 'task_type', k.task_type, 'in_flight', k.in_flight, 'pending', k.pending
-           ) ORDER BY k.in_flight DESC, k.key) FILTER (WHERE p_max_keys IS NULL OR k.n <= p_max_keys), '[]'::jsonb),
-           jsonb_build_object(
-               'keys', count(*) FILTER (WHERE k.n > p_max_keys),
-               'in_flight', coalesce(sum(k.in_flight) FILTER (WHERE k.n > p_max_keys), 0),
-               'pending', coalesce(sum(k.pending) FILTER (WHERE k.n > p_max_keys), 0))
-    INTO v_concurrency, v_other_keys
-    FROM k;
+               'queue', q.queue, 'kind', q.kind, 'claimable', q.claimable, 'scheduled', q.scheduled,
+               'running', q.running,
+               'oldest_claimable_secs', extract(epoch FROM v_now - q.oldest_claimable_at)
+           ) ORDER BY q.queue, q.kind), '[]'::jsonb),
+           coalesce(sum(q.keyed_running), 0), coalesce(sum(q.keyed_pending), 0)
+    INTO v_queues, v_in_flight, v_pending
+    FROM (
+        SELECT
+            t.queue,
+            t.kind,
+            count(*) FILTER (WHERE t.status = 'pending' AND t.due_at <= v_now) AS claimable,
+            count(*) FILTER (WHERE t.status = 'pending' AND t.due_at > v_now) AS scheduled,
+            count(*) FILTER (WHERE t.status = 'running') AS running,
+            min(t.due_at) FILTER (WHERE t.status = 'pending' AND t.due_at <= v_now) AS oldest_claimable_at,
+            count(*) FILTER (WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
+                               AND t.status = 'running') AS keyed_running,
+            count(*) FILTER (WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
+                               AND t.status = 'pending') AS keyed_pending
+        FROM harvest.tasks AS t
+        WHERE t.kind <> 'timer'
+        GROUP BY t.queue, t.kind
+    ) AS q;
+    -- The concurrency keys: the busiest p_max_keys (in flight, then pending, then key), and the
+    -- others' sums, exact: every key's in flight and pending less the exported keys'. Ranking
+    -- every key's counts (list_concurrency_keys(NULL)) read each keyed task a second time and
+    -- grouped and sorted every key, 100,000 for 100,000 tenants, to keep p_max_keys. A key with
+    -- work in flight outranks every key without, so when the p_max_keys-th busiest has work in
+    -- flight they are all among the keys of the in-flight rows (running keyed activities down
+    -- tasks_concurrency_running, admitted runs' slots, the live runs of a cancel_running
+    -- workflow), and only those keys are counted. That is read while there are at most
+    -- c_max_in_flight_rows of those rows (a fleet's running activities are its workers' slots; a
+    -- run admitted per tenant is a row per tenant): past it, or when the keys in flight are too
+    -- few to rank (the rest rank by pending, which only every key's counts say), every key is
+    -- counted once, and the totals are its sums.
+    -- (The slots first, on their own: a slot per tenant is past the limit without a run read.)
+    IF p_max_keys > 0
+       AND (SELECT count(*) FROM (SELECT 1 FROM harvest.workflow_slots LIMIT c_max_in_flight_rows + 1) AS s)
+           <= c_max_in_flight_rows THEN
+        v_keys := ARRAY(
+            SELECT f.key FROM (
+                SELECT t.concurrency_key AS key FROM harvest.tasks AS t
+                WHERE t.status = 'running' AND t.concurrency_key IS NOT NULL AND t.kind = 'activity'
+                UNION ALL
+                SELECT e.concurrency_key FROM harvest.workflow_slots AS s
+                JOIN harvest.executions AS e ON e.id = s.execution_id
+                WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
+                UNION ALL
+                SELECT e.concurrency_key FROM harvest.flow_policies AS p
+                JOIN harvest.executions AS e ON e.workflow_name = p.name
+                WHERE p.kind = 'workflow' AND p.policy #>> '{concurrency,on_conflict}' = 'cancel_running'
+                  AND e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
+            ) AS f
+            LIMIT c_max_in_flight_rows + 1
+        );
+        IF cardinality(v_keys) <= c_max_in_flight_rows THEN
+            SELECT b.busiest INTO v_concurrency
+            FROM harvest._busiest_concurrency_keys(ARRAY(SELECT DISTINCT k FROM unnest(v_keys) AS k), p_max_keys) AS b;
+            v_ranked := jsonb_array_length(v_concurrency) = p_max_keys
+                AND (v_concurrency -> (p_max_keys - 1) ->> 'in_flight')::bigint > 0;
+        END IF;
+    END IF;
+    IF p_max_keys > 0 AND NOT v_ranked THEN
+        SELECT b.busiest, b.in_flight, b.pending INTO v_concurrency, v_in_flight, v_pending
+        FROM harvest._busiest_concurrency_keys(NULL, p_max_keys) AS b;
+    ELSE
+        -- The keyed runs' totals, per policy (in flight: admitted, or all under cancel_running);
+        -- the keyed activities' came with the queue depths.
+        SELECT v_in_flight + coalesce(sum(w.in_flight), 0), v_pending + coalesce(sum(w.pending), 0)
+        INTO v_in_flight, v_pending
+        FROM (
+            SELECT
+                count(*) FILTER (WHERE s.execution_id IS NOT NULL
+                                 OR p.policy #>> '{concurrency,on_conflict}' = 'cancel_running') AS in_flight,
+                count(*) FILTER (WHERE s.execution_id IS NULL
+                                 AND p.policy #>> '{concurrency,on_conflict}' IS DISTINCT FROM 'cancel_running')
+                    AS pending
+            FROM harvest.executions AS e
+            LEFT JOIN harvest.workflow_slots AS s ON s.execution_id = e.id
+            LEFT JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = e.workflow_name
+            WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
+            GROUP BY p.policy
+        ) AS w;
+    END IF;
+    SELECT coalesce(sum((c.value ->> 'in_flight')::bigint), 0), coalesce(sum((c.value ->> 'pending')::bigint), 0)
+    INTO v_exported_in_flight, v_exported_pending
+    FROM jsonb_array_elements(v_concurrency) AS c;
     RETURN jsonb_build_object(
         'shard_id', harvest.get_shard_id(),
         'schema_version', harvest.schema_version(),
         'observed_at', v_now,
-        'queues', coalesce((
-            SELECT jsonb_agg(jsonb_build_object(
-                'queue', q.queue, 'kind', q.kind, 'claimable', q.claimable, 'scheduled', q.scheduled,
-                'running', q.running,
-                'oldest_claimable_secs', extract(epoch FROM v_now - q.oldest_claimable_at)
-            ) ORDER BY q.queue, q.kind)
-            FROM (
-                SELECT
-                    t.queue,
-                    t.kind,
-                    count(*) FILTER (WHERE t.status = 'pending' AND t.due_at <= v_now) AS claimable,
-                    count(*) FILTER (WHERE t.status = 'pending' AND t.due_at > v_now) AS scheduled,
-                    count(*) FILTER (WHERE t.status = 'running') AS running,
-                    min(t.due_at) FILTER (WHERE t.status = 'pending' AND t.due_at <= v_now) AS oldest_claimable_at
-                FROM harvest.tasks AS t
-                WHERE t.kind <> 'timer'
-                GROUP BY t.queue, t.kind
-            ) AS q
-        ), '[]'::jsonb),
+        'queues', v_queues,
         'timers_pending', (SELECT count(*) FROM harvest.tasks AS t WHERE t.kind = 'timer'),
         'dead_letters', coalesce((
             SELECT jsonb_agg(jsonb_build_object(
@@ -107,7 +192,9 @@ BEGIN
             ) AS w
         ), '[]'::jsonb),
         'concurrency', v_concurrency,
-        'other_keys', v_other_keys,
+        -- The keys not exported, summed (their number is not counted: that is every key's).
+        'other_keys', jsonb_build_object(
+            'in_flight', v_in_flight - v_exported_in_flight, 'pending', v_pending - v_exported_pending),
         'stranded', coalesce((
             SELECT jsonb_agg(jsonb_build_object('queue', s.queue, 'pending', s.pending) ORDER BY s.queue)
             FROM harvest.count_stranded_tasks() AS s

@@ -3,7 +3,7 @@
 -- harvest._after_gated_claim, harvest._flow_release, harvest._supersede, harvest._superseded_runs,
 -- harvest.list_concurrency_keys.
 BEGIN;
-SELECT plan(35);
+SELECT plan(37);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -61,6 +61,11 @@ SELECT is_empty($$SELECT * FROM harvest.list_concurrency_keys('a', 'b', 2)$$,
                 'list_concurrency_keys(): a key at or before p_after_key is not on the page');
 SELECT throws_ok($$SELECT * FROM harvest.list_concurrency_keys(NULL, NULL, 0)$$, 'HR001', NULL,
                  'list_concurrency_keys(): a limit below 1: HR001');
+SELECT results_eq($$SELECT key, in_flight, pending FROM harvest._count_concurrency_keys(ARRAY['d', 'a'], NULL)$$,
+                  $$VALUES ('a'::text, 1::bigint, 1::bigint), ('d', 0, 1)$$,
+                  '_count_concurrency_keys(): the counts of the keys asked for, in key order');
+SELECT is_empty($$SELECT * FROM harvest._count_concurrency_keys('{}', NULL)$$,
+                '_count_concurrency_keys(): no key asked for, none counted');
 SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM d WHERE n = 1), 'x')$$, 'setup: the first run ends');
 SELECT is(harvest._in_flight('workflow', 'a'), 0::bigint, 'the slot returned with the run''s end (_flow_release)');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:01+00';

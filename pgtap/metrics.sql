@@ -1,7 +1,7 @@
 -- functions/metrics.sql: claim_sampler_lead, get_metric_samples, the gauges the metrics sampler publishes, and
 -- list_forced_closes, the runs closed outside a decision that it counts.
 BEGIN;
-SELECT plan(25);
+SELECT plan(29);
 
 -- claim_sampler_lead: the sampler's session lock, taken by the function as the owner.
 SELECT is(harvest.claim_sampler_lead(), true, 'claim_sampler_lead(): a session with no other leader leads');
@@ -17,7 +17,7 @@ SELECT throws_ok($$SELECT harvest.get_metric_samples(NULL)$$, 'HR001', NULL,
 
 SELECT is(harvest.get_metric_samples() - ARRAY['observed_at', 'schema_version'],
           '{"shard_id": 0, "queues": [], "timers_pending": 0, "dead_letters": [], "workers": [],
-            "concurrency": [], "other_keys": {"keys": 0, "in_flight": 0, "pending": 0}, "stranded": [],
+            "concurrency": [], "other_keys": {"in_flight": 0, "pending": 0}, "stranded": [],
             "relays": {"local": 0, "remote": 0, "remote_oldest_secs": null,
                        "by_id_indeterminate_signal_oldest_secs": null, "by_id_indeterminate_cancel_oldest_secs": null},
             "cross_shard_children": {"in_flight": 0, "oldest_secs": null}, "owed_child_ends": [],
@@ -60,8 +60,18 @@ SELECT pg_temp.start_activity('mc2', 'm_c_wf', 'mcq', 'm_gated', 'mcaq', '[]',
 SELECT is(harvest.get_metric_samples(1) -> 'concurrency',
           '[{"key": "k1", "task_type": "activity", "in_flight": 1, "pending": 0}]'::jsonb,
           'get_metric_samples(1): the busiest key');
-SELECT is(harvest.get_metric_samples(1) -> 'other_keys', '{"keys": 1, "in_flight": 0, "pending": 1}'::jsonb,
+SELECT is(harvest.get_metric_samples(1) -> 'other_keys', '{"in_flight": 0, "pending": 1}'::jsonb,
           'get_metric_samples(1): the keys past the limit, summed');
+SELECT is(harvest.get_metric_samples(0) -> 'other_keys', '{"in_flight": 1, "pending": 1}'::jsonb,
+          'get_metric_samples(0): no key exported, every key summed');
+SELECT is((harvest._busiest_concurrency_keys(ARRAY['k2'], 5)).busiest,
+          '[{"key": "k2", "task_type": "activity", "in_flight": 0, "pending": 1}]'::jsonb,
+          '_busiest_concurrency_keys(): only the keys asked for');
+SELECT is((harvest._busiest_concurrency_keys(NULL, 1)).busiest,
+          '[{"key": "k1", "task_type": "activity", "in_flight": 1, "pending": 0}]'::jsonb,
+          '_busiest_concurrency_keys(NULL, 1): of every key, the busiest');
+SELECT is((SELECT (b.in_flight, b.pending)::text FROM harvest._busiest_concurrency_keys(NULL, 1) AS b), '(1,1)',
+          '_busiest_concurrency_keys(): the sums of every key counted, not only of those it answers');
 SELECT is(jsonb_path_query_first(harvest.get_metric_samples(), '$.queues[*] ? (@.queue == "mcaq")') ->> 'running',
           '1', 'get_metric_samples(): running tasks per queue');
 

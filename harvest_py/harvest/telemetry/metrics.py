@@ -547,7 +547,9 @@ class Metrics:
         in_flight: dict[tuple[str, ...], float] = {(k["key"], k["task_type"]): k["in_flight"] for k in keys}
         pending: dict[tuple[str, ...], float] = {(k["key"], k["task_type"]): k["pending"] for k in keys}
         other = samples.get("other_keys") or {}
-        if other.get("keys"):
+        # The keys past max_keys, while they hold work ("keys": their number, from older functions
+        # that counted every key; these sum the others and no longer count them).
+        if other.get("in_flight") or other.get("pending") or other.get("keys"):
             in_flight[(OTHER_KEYS, "any")] = other["in_flight"]
             pending[(OTHER_KEYS, "any")] = other["pending"]
         self.concurrency_in_flight.replace(shard, in_flight)
