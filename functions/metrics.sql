@@ -56,6 +56,7 @@ DECLARE
     v_queues jsonb;
     v_in_flight bigint;
     v_pending bigint;
+    v_timers bigint;
     c_max_in_flight_rows constant integer := 10000;
     v_keys text[];
     v_ranked boolean := false;
@@ -69,14 +70,17 @@ BEGIN
         USING ERRCODE = 'HR001', HINT = 'pass a number of concurrency keys from 0 to 1000';
     END IF;
     SELECT r.max_age INTO v_max_age FROM harvest.retention_config AS r WHERE r.id;
-    -- The queue depths, and on the same pass over the tasks the keyed activities' totals.
+    -- The queue depths, and on the same pass over the tasks the keyed activities' totals and
+    -- the timers (a count of its own read every task a second time: the timers' index holds
+    -- only the pending ones, and a paused run's timers count too).
     SELECT coalesce(jsonb_agg(jsonb_build_object(
                'queue', q.queue, 'kind', q.kind, 'claimable', q.claimable, 'scheduled', q.scheduled,
                'running', q.running,
                'oldest_claimable_secs', extract(epoch FROM v_now - q.oldest_claimable_at)
-           ) ORDER BY q.queue, q.kind), '[]'::jsonb),
-           coalesce(sum(q.keyed_running), 0), coalesce(sum(q.keyed_pending), 0)
-    INTO v_queues, v_in_flight, v_pending
+           ) ORDER BY q.queue, q.kind) FILTER (WHERE q.kind <> 'timer'), '[]'::jsonb),
+           coalesce(sum(q.keyed_running), 0), coalesce(sum(q.keyed_pending), 0),
+           coalesce(sum(q.tasks) FILTER (WHERE q.kind = 'timer'), 0)
+    INTO v_queues, v_in_flight, v_pending, v_timers
     FROM (
         SELECT
             t.queue,
@@ -88,9 +92,9 @@ BEGIN
             count(*) FILTER (WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
                                AND t.status = 'running') AS keyed_running,
             count(*) FILTER (WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
-                               AND t.status = 'pending') AS keyed_pending
+                               AND t.status = 'pending') AS keyed_pending,
+            count(*) AS tasks
         FROM harvest.tasks AS t
-        WHERE t.kind <> 'timer'
         GROUP BY t.queue, t.kind
     ) AS q;
     -- The concurrency keys: the busiest p_max_keys (in flight, then pending, then key), and the
@@ -162,7 +166,7 @@ BEGIN
         'schema_version', harvest.schema_version(),
         'observed_at', v_now,
         'queues', v_queues,
-        'timers_pending', (SELECT count(*) FROM harvest.tasks AS t WHERE t.kind = 'timer'),
+        'timers_pending', v_timers,
         'dead_letters', coalesce((
             SELECT jsonb_agg(jsonb_build_object(
                 'workflow_name', d.workflow_name, 'activity_name', d.activity_name, 'kind', d.kind,

@@ -101,6 +101,24 @@ def test_a_scrape_of_many_keys_reads_the_exported_keys_not_every_key(conn: psyco
     assert samples["other_keys"] == {"in_flight": 1 + 2, "pending": TENANTS + 2}
 
 
+def test_a_scrape_reads_each_task_once_and_counts_every_timer(conn: psycopg.Connection) -> None:
+    """The queue depths, the keyed totals and the timers come from one pass over the tasks: the
+    timers' count of its own read every task a second time (its index holds only pending timers,
+    and a paused run's timers count too)."""
+    _tenants(conn, keyed=False)
+    conn.execute(
+        "INSERT INTO harvest.tasks (execution_id, kind, queue, status, due_at, scheduled_at, seq)"
+        " SELECT e.id, 'timer', 'default', CASE WHEN g % 2 = 0 THEN 'pending' ELSE 'paused' END,"
+        " '2031-01-01', '2030-01-01', 5000 + g FROM harvest.executions AS e, generate_series(1, 6) AS g"
+        " WHERE e.workflow_id = 'hot'"
+    )
+    (tasks,) = conn.execute("SELECT count(*) FROM harvest.tasks").fetchone()
+    samples, read = _scrape(conn)
+    assert read <= tasks + 300, f"{read} task rows read for {tasks} tasks"
+    assert samples["timers_pending"] == 6
+    assert all(q["kind"] != "timer" for q in samples["queues"])
+
+
 def _expected(keys: list[dict[str, Any]], max_keys: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The top max_keys of list_concurrency_keys(NULL) by in flight, pending, key, task type,
     and the others' count and sums."""
