@@ -1517,3 +1517,23 @@ def test_release_owed_ends_over_http_as_over_sql(both, served, db: str, conn) ->
     )
     assert sql.exit_code == 0, sql.stderr
     assert json.loads(sql.stdout)["shards"] == [{"shard_id": 0, "released": 1, "batches": 2}]
+
+
+def test_an_execution_id_that_is_no_uuid_is_one_clear_line_over_sql_as_over_http(both) -> None:
+    """The spec's `workflow get <execution-id>`: a workflow id given in its place (the usual
+    slip) was refused over one database with PostgreSQL's own words ("invalid input syntax for
+    type uuid"), over HTTP and over [shards] with Harvest's ("is not an execution id")."""
+    for command in (
+        ("workflow", "get", "order-42"),
+        ("workflow", "stack", "order-42"),
+        ("workflow", "children", "order-42"),
+        ("workflow", "history", "order-42"),
+        ("workflow", "cancel", "order-42"),
+        ("workflow", "signal", "order-42", "approved"),
+        ("workflow", "query", "order-42", "status"),
+        ("workflow", "reset", "order-42", "--to-event", "3", "--reason", "r", "--operator-id", "o"),
+    ):
+        sql, _ = both(*command)
+        assert sql.exit_code == 2, (command, sql.stderr)
+        assert "'order-42' is not an execution id (a UUID)" in sql.stderr, (command, sql.stderr)
+        assert "invalid input syntax" not in sql.stderr, (command, sql.stderr)

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import (
+    EXECUTION_ID,
     PAGE,
     database_url_option,
     emit,
@@ -214,7 +215,7 @@ def _run_text(run: dict[str, Any]) -> str:
 
 
 @dag.command("get")
-@click.argument("execution_id")
+@click.argument("execution_id", type=EXECUTION_ID)
 @database_url_option
 @output_option
 def get(execution_id: str, database_url: str | None, output: str) -> None:
@@ -225,7 +226,7 @@ def get(execution_id: str, database_url: str | None, output: str) -> None:
 
 
 @dag.command("retry")
-@click.argument("execution_id")
+@click.argument("execution_id", type=EXECUTION_ID)
 @operator_id_option
 @database_url_option
 @output_option
