@@ -52,6 +52,8 @@ class ExecutionIdType(click.ParamType):
     name = "execution_id"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if not str(value).strip():
+            self.fail("an empty name or id names nothing: give one", param, ctx)  # as cli/http.py's
         try:
             uuid.UUID(str(value))
             return str(value)
