@@ -1537,3 +1537,36 @@ def test_an_execution_id_that_is_no_uuid_is_one_clear_line_over_sql_as_over_http
         assert sql.exit_code == 2, (command, sql.stderr)
         assert "'order-42' is not an execution id (a UUID)" in sql.stderr, (command, sql.stderr)
         assert "invalid input syntax" not in sql.stderr, (command, sql.stderr)
+
+
+def test_a_start_or_schedule_with_no_queue_goes_to_the_served_apps_queue_over_http(
+    served, conn: psycopg.Connection
+) -> None:
+    """The spec's `workflow start approval_workflow --input-json ...` is the route's start: with
+    no queue, the server's App's declared queue. The CLI sent its own default, "default", so a
+    workflow declared on another queue was started where no worker of it polls (and a schedule
+    created by the CLI or the route fired there)."""
+    from harvest import App, workflow
+
+    @workflow(name="billed", queue="billing")
+    async def billed(ctx, n: int) -> int:
+        return n
+
+    served(app=App(workflows=[billed]))
+    started = run("--base-url", BASE, "workflow", "start", "billed", "--input-json", "1", "--output", "json")
+    assert started.exit_code == 0, started.stderr
+    execution_id = json.loads(started.stdout)["execution_id"]
+    queue = conn.execute("SELECT queue FROM harvest.executions WHERE id = %s", (execution_id,)).fetchone()
+    assert queue == ("billing",)
+    created = run(
+        "--base-url", BASE, "schedule", "create-workflow", "--name", "nightly", "--workflow", "billed",
+        "--cron", "0 3 * * *", "--output", "json",
+    )  # fmt: skip
+    assert created.exit_code == 0, created.stderr
+    assert json.loads(created.stdout)["queue"] == "billing"
+    # A queue given is kept.
+    given = run(
+        "--base-url", BASE, "schedule", "create-workflow", "--name", "pinned", "--workflow", "billed",
+        "--cron", "0 3 * * *", "--queue", "elsewhere", "--output", "json",
+    )  # fmt: skip
+    assert json.loads(given.stdout)["queue"] == "elsewhere"

@@ -145,7 +145,11 @@ def schedule() -> None:
 @click.option("--every", default=None, help="An interval instead of a cron: 15m, 1h, 30s.")
 @click.option("--tz", default=None, help="The cron's IANA time zone (default UTC).")
 @click.option("--input-json", default=None, help="The run's one argument, as JSON.")
-@click.option("--queue", default="default", show_default=True)
+@click.option(
+    "--queue",
+    default=None,
+    help="Default: the workflow's declared queue (the served App's over HTTP), else default.",
+)
 @click.option("--max-active-runs", default=1, show_default=True, type=click.IntRange(1, 1_000_000))
 @click.option("--overlap", default="skip", show_default=True, type=overlap_choice)
 @click.option(
@@ -165,7 +169,7 @@ def create_workflow(
     every: str | None,
     tz: str | None,
     input_json: str | None,
-    queue: str,
+    queue: str | None,
     max_active_runs: int,
     overlap: str,
     catchup: bool | None,
@@ -186,7 +190,6 @@ def create_workflow(
             name,
             workflow_name or name,
             input=_input(input_json),
-            queue=queue,
             max_active_runs=max_active_runs,
             overlap=overlap,
             jitter_secs=parse_duration(jitter, "--jitter"),
@@ -195,6 +198,7 @@ def create_workflow(
             operator_id=operator,
             **timing,
             **_catchup(catchup, catchup_window),
+            **({} if queue is None else {"queue": queue}),  # none: the server's App decides
         )
     _emit_schedule(data, output)
 

@@ -100,7 +100,14 @@ def workflow() -> None:
 @click.option("--input-json", default=None, help="Arguments: a JSON array, or one JSON value.")
 @click.option("--input-file", default=None, help="Read the input JSON from a file (- for stdin).")
 @click.option("--workflow-id", default=None)
-@click.option("--queue", "--task-queue", "queue", cls=AliasedOption, default="default", show_default=True)
+@click.option(
+    "--queue",
+    "--task-queue",
+    "queue",
+    cls=AliasedOption,
+    default=None,
+    help="Default: the workflow's declared queue (the served App's over HTTP), else default.",
+)
 @click.option("--reuse-policy", default="allow_duplicate", show_default=True)
 @click.option("--conflict-policy", default="unspecified", show_default=True)
 @click.option(
@@ -121,7 +128,7 @@ def start(
     input_json: str | None,
     input_file: str | None,
     workflow_id: str | None,
-    queue: str,
+    queue: str | None,
     reuse_policy: str,
     conflict_policy: str,
     shard_id: int | None,
