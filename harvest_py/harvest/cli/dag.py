@@ -12,10 +12,10 @@ from typing import Any
 import click
 
 from harvest.cli.output import (
-    EXECUTION_ID,
     PAGE,
     database_url_option,
     emit,
+    execution_id_argument,
     mapping,
     operator_id_option,
     output_option,
@@ -215,7 +215,7 @@ def _run_text(run: dict[str, Any]) -> str:
 
 
 @dag.command("get")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @database_url_option
 @output_option
 def get(execution_id: str, database_url: str | None, output: str) -> None:
@@ -226,7 +226,7 @@ def get(execution_id: str, database_url: str | None, output: str) -> None:
 
 
 @dag.command("retry")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @operator_id_option
 @database_url_option
 @output_option

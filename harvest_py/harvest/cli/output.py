@@ -44,29 +44,22 @@ PAGE = click.IntRange(1, 1000)
 WAIT_SECS = click.FloatRange(0, 86_400, min_open=True)
 
 
-class ExecutionIdType(click.ParamType):
-    """An execution id argument, checked at the edge: a workflow id given in its place (the
-    usual slip) reached one database as text, refused in PostgreSQL's words ("invalid input
-    syntax for type uuid"), but in Harvest's over HTTP and over [shards]."""
-
-    name = "execution_id"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        if not str(value).strip():
-            self.fail("an empty name or id names nothing: give one", param, ctx)  # as cli/http.py's
-        try:
-            uuid.UUID(str(value))
-            return str(value)
-        except ValueError:
-            self.fail(
-                f"{value!r} is not an execution id (a UUID); `harvest workflow list` shows each "
-                "run's execution id beside its workflow id",
-                param,
-                ctx,
-            )
+def execution_id_argument(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """An execution id argument, checked at the edge (``callback=``): a workflow id given in its
+    place (the usual slip) reached one database as text, refused in PostgreSQL's words
+    ("invalid input syntax for type uuid"), but in Harvest's over HTTP and over [shards]."""
+    if not value.strip():
+        raise click.BadParameter("an empty name or id names nothing: give one")  # as cli/http.py's
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an execution id (a UUID); `harvest workflow list` shows each "
+            "run's execution id beside its workflow id"
+        ) from None
+    return value
 
 
-EXECUTION_ID = ExecutionIdType()
 # ctx.meta keys the root `harvest` group sets (ctx.meta is shared by every nested context).
 CONFIG_PATH_KEY = "harvest.config_path"
 CONFIG_KEY = "harvest.config"

@@ -13,12 +13,12 @@ from urllib.parse import quote
 import click
 
 from harvest.cli.output import (
-    EXECUTION_ID,
     ROW_ID,
     WAIT_SECS,
     AliasedOption,
     database_url_option,
     emit,
+    execution_id_argument,
     json_default,
     mapping,
     output_file,
@@ -168,7 +168,7 @@ def start(
 
 
 @workflow.command("get")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @database_url_option
 @output_option
 def get(execution_id: str, database_url: str | None, output: str) -> None:
@@ -208,7 +208,7 @@ RESULT_WAIT_TIMED_OUT = 3
 
 
 @workflow.command("result")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option(
     "--timeout",
     "--timeout-secs",
@@ -252,7 +252,7 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
 
 
 @workflow.command("history")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--full", is_flag=True, help="Include payload values (input, result, payload, details).")
 @database_url_option
 @output_option
@@ -267,7 +267,7 @@ def history(execution_id: str, full: bool, database_url: str | None, output: str
 
 
 @workflow.command("terminate")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--reason", default=None)
 @database_url_option
 @output_option
@@ -430,7 +430,7 @@ def count(
 
 
 @workflow.command("signal")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.argument("signal_name")
 @click.option("--payload-json", default=None, help="The signal payload as JSON.")
 @click.option("--payload-file", default=None, help="Read the payload JSON from a file (- for stdin).")
@@ -457,7 +457,7 @@ def signal(
 
 
 @workflow.command("cancel")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--reason", default=None)
 @database_url_option
 @output_option
@@ -472,7 +472,7 @@ def cancel(execution_id: str, reason: str | None, database_url: str | None, outp
 
 
 @workflow.command("pause")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--reason", default=None, help="Why (kept in the history and the audit log).")
 @click.option("--operator-id", default=None, help="Who asks (a person, a ticket, a bot).")
 @database_url_option
@@ -492,7 +492,7 @@ def pause(
 
 
 @workflow.command("resume")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--reason", default=None, help="Why (kept in the history and the audit log).")
 @click.option("--operator-id", default=None, help="Who asks (a person, a ticket, a bot).")
 @database_url_option
@@ -512,7 +512,7 @@ def resume(
 
 
 @workflow.command("stack")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option(
     "--limit",
     default=100,
@@ -592,7 +592,7 @@ def stack(execution_id: str, limit: int, database_url: str | None, output: str) 
 
 
 @workflow.command("children")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option(
     "--status",
     "--state",
@@ -684,7 +684,7 @@ def history_group() -> None:
 
 
 @history_group.command("export")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--full", is_flag=True, help="Include payload values (the same as --payload-policy full).")
 @click.option(
     "--payload-policy",
@@ -734,7 +734,7 @@ def export(
 
 
 @workflow.command("query")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.argument("name")
 @click.option(
     "--input-json",
@@ -784,7 +784,7 @@ def query(
 
 
 @workflow.command("update")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.argument("name")
 @click.option("--input-json", default=None, help="The update argument as JSON.")
 @click.option("--input-file", default=None, help="Read the argument JSON from a file (- for stdin).")
@@ -845,7 +845,7 @@ RESET_KEYS = [
 
 
 @workflow.command("reset")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--to-event", required=True, type=ROW_ID, help="The last event id the fork keeps.")
 @click.option("--reason", required=True, help="Why (recorded on both runs).")
 @click.option("--operator-id", default=None, help="Who you are, for the record.")
@@ -901,7 +901,7 @@ ERASE_KEYS = ["execution_id", "shard_id", "status", "events", "tasks", "offloade
 
 
 @workflow.command("erase-payloads")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--operator-id", default=None, help="Who you are, for the audit log.")
 @database_url_option
 @output_option
@@ -933,7 +933,7 @@ def legal_hold() -> None:
 
 
 @legal_hold.command("set")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--reason", required=True, help="Why (a case number); kept with the hold and audited.")
 @click.option("--operator-id", default=None, help="Who you are, for the audit log.")
 @database_url_option
@@ -949,7 +949,7 @@ def legal_hold_set(
 
 
 @legal_hold.command("release")
-@click.argument("execution_id", type=EXECUTION_ID)
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--operator-id", default=None, help="Who you are, for the audit log.")
 @database_url_option
 @output_option
