@@ -1119,7 +1119,7 @@ async def external(ctx, tag: str) -> str:
     return await ctx.execute_activity(elsewhere, tag)
 
 
-def test_activity_commands_by_a_real_task_token_match(db: str, served, start_worker) -> None:
+def test_activity_commands_by_a_real_task_token_match(db: str, served, start_worker, tmp_path) -> None:
     """`activity heartbeat|complete|fail` on twin tokens (activities that raised
     ctx.complete_async()), one over each transport: the same output, the same error."""
     from harvest.core.task_token import TaskToken
@@ -1154,6 +1154,10 @@ def test_activity_commands_by_a_real_task_token_match(db: str, served, start_wor
 
     done, failing = (HANDED[0], HANDED[1]), (HANDED[2], HANDED[3])
     assert same(["activity", "heartbeat", "TOKEN", "--details-json", '{"pct": 50}'], done).stdout == "ok\n"
+    # The spec: every --*-json has its --*-file PATH (- for stdin); heartbeat details had none.
+    details = tmp_path / "details.json"
+    details.write_text('{"pct": 75}')
+    assert same(["activity", "heartbeat", "TOKEN", "--details-file", str(details)], done).stdout == "ok\n"
     beat = same(["activity", "heartbeat", "TOKEN", "--output", "json"], done)
     assert json.loads(beat.stdout)["cancel_requested"] is False
     complete = ["activity", "complete", "TOKEN", "--result-json", '"from outside"']
