@@ -479,7 +479,7 @@ def served(db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     "args",
     [
         ["retention", "set", "--max-age", "bogus"],  # invalid input syntax for type interval (22007)
-        ["workflow", "get", "not-a-uuid"],  # invalid input syntax for type uuid (22P02)
+        ["workflow", "get", "not-a-uuid"],  # refused by its argument type (EXECUTION_ID) before either
         ["workflow", "start", "edge_wf", "--input-json", '"\\u0000"'],  # 22P05 over SQL
     ],
 )

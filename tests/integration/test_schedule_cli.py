@@ -190,3 +190,24 @@ def test_no_catchup_with_a_catchup_window_is_refused_not_turned_on(db: str) -> N
     # Each alone still works: a window turns catch-up on, --no-catchup turns it off.
     assert _json(db, "schedule", "update", "nc", "--catchup-window", "6h")["catchup_window_secs"] == 21600
     assert _json(db, "schedule", "update", "nc", "--no-catchup")["catchup"] is False
+
+
+def test_a_schedules_input_comes_from_a_file_or_stdin(db: str) -> None:
+    """The spec's CLI: "JSON request payloads accept inline --*-json values or --*-file PATH; use -
+    as the file path to read from stdin". `schedule create-workflow` and `update` had only
+    --input-json."""
+    made = harvest(
+        db,
+        "schedule", "create-workflow", "--name", "from_stdin", "--cron", "0 3 * * *",
+        "--input-file", "-", "-o", "json",
+        stdin='{"region": "eu"}',
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["input"] == [{"region": "eu"}]
+    changed = harvest(db, "schedule", "update", "from_stdin", "--input-file", "-", "-o", "json", stdin="null")
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout)["input"] == [None]  # a null argument is an argument
+    both = harvest(
+        db, "schedule", "update", "from_stdin", "--input-json", "1", "--input-file", "-", stdin="2"
+    )
+    assert both.returncode == 2 and "not both" in both.stderr, both.stderr

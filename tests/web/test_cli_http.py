@@ -1119,7 +1119,7 @@ async def external(ctx, tag: str) -> str:
     return await ctx.execute_activity(elsewhere, tag)
 
 
-def test_activity_commands_by_a_real_task_token_match(db: str, served, start_worker) -> None:
+def test_activity_commands_by_a_real_task_token_match(db: str, served, start_worker, tmp_path) -> None:
     """`activity heartbeat|complete|fail` on twin tokens (activities that raised
     ctx.complete_async()), one over each transport: the same output, the same error."""
     from harvest.core.task_token import TaskToken
@@ -1154,6 +1154,10 @@ def test_activity_commands_by_a_real_task_token_match(db: str, served, start_wor
 
     done, failing = (HANDED[0], HANDED[1]), (HANDED[2], HANDED[3])
     assert same(["activity", "heartbeat", "TOKEN", "--details-json", '{"pct": 50}'], done).stdout == "ok\n"
+    # The spec: every --*-json has its --*-file PATH (- for stdin); heartbeat details had none.
+    details = tmp_path / "details.json"
+    details.write_text('{"pct": 75}')
+    assert same(["activity", "heartbeat", "TOKEN", "--details-file", str(details)], done).stdout == "ok\n"
     beat = same(["activity", "heartbeat", "TOKEN", "--output", "json"], done)
     assert json.loads(beat.stdout)["cancel_requested"] is False
     complete = ["activity", "complete", "TOKEN", "--result-json", '"from outside"']
@@ -1517,3 +1521,56 @@ def test_release_owed_ends_over_http_as_over_sql(both, served, db: str, conn) ->
     )
     assert sql.exit_code == 0, sql.stderr
     assert json.loads(sql.stdout)["shards"] == [{"shard_id": 0, "released": 1, "batches": 2}]
+
+
+def test_an_execution_id_that_is_no_uuid_is_one_clear_line_over_sql_as_over_http(both) -> None:
+    """The spec's `workflow get <execution-id>`: a workflow id given in its place (the usual
+    slip) was refused over one database with PostgreSQL's own words ("invalid input syntax for
+    type uuid"), over HTTP and over [shards] with Harvest's ("is not an execution id")."""
+    for command in (
+        ("workflow", "get", "order-42"),
+        ("workflow", "stack", "order-42"),
+        ("workflow", "children", "order-42"),
+        ("workflow", "history", "order-42"),
+        ("workflow", "cancel", "order-42"),
+        ("workflow", "signal", "order-42", "approved"),
+        ("workflow", "query", "order-42", "status"),
+        ("workflow", "reset", "order-42", "--to-event", "3", "--reason", "r", "--operator-id", "o"),
+    ):
+        sql, _ = both(*command)
+        assert sql.exit_code == 2, (command, sql.stderr)
+        assert "'order-42' is not an execution id (a UUID)" in sql.stderr, (command, sql.stderr)
+        assert "invalid input syntax" not in sql.stderr, (command, sql.stderr)
+
+
+def test_a_start_or_schedule_with_no_queue_goes_to_the_served_apps_queue_over_http(
+    served, conn: psycopg.Connection
+) -> None:
+    """The spec's `workflow start approval_workflow --input-json ...` is the route's start: with
+    no queue, the server's App's declared queue. The CLI sent its own default, "default", so a
+    workflow declared on another queue was started where no worker of it polls (and a schedule
+    created by the CLI or the route fired there)."""
+    from harvest import App, workflow
+
+    @workflow(name="billed", queue="billing")
+    async def billed(ctx, n: int) -> int:
+        return n
+
+    served(app=App(workflows=[billed]))
+    started = run("--base-url", BASE, "workflow", "start", "billed", "--input-json", "1", "--output", "json")
+    assert started.exit_code == 0, started.stderr
+    execution_id = json.loads(started.stdout)["execution_id"]
+    queue = conn.execute("SELECT queue FROM harvest.executions WHERE id = %s", (execution_id,)).fetchone()
+    assert queue == ("billing",)
+    created = run(
+        "--base-url", BASE, "schedule", "create-workflow", "--name", "nightly", "--workflow", "billed",
+        "--cron", "0 3 * * *", "--output", "json",
+    )  # fmt: skip
+    assert created.exit_code == 0, created.stderr
+    assert json.loads(created.stdout)["queue"] == "billing"
+    # A queue given is kept.
+    given = run(
+        "--base-url", BASE, "schedule", "create-workflow", "--name", "pinned", "--workflow", "billed",
+        "--cron", "0 3 * * *", "--queue", "elsewhere", "--output", "json",
+    )  # fmt: skip
+    assert json.loads(given.stdout)["queue"] == "elsewhere"

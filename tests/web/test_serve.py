@@ -199,9 +199,13 @@ def test_dev_serves_the_api_and_prints_its_url_and_a_curl(db: str) -> None:
             run = json.loads(response.read())["execution_id"]
         status, result = _get(f"{base}/workflows/{run}/result?wait=20s")
         assert status == 200 and result["state"] == "COMPLETED"
+        # The spec's `cargo dev` "prints the dashboard URL and one curl": the page it names is served.
+        with urllib.request.urlopen(f"{base}/ui/", timeout=10) as page:
+            assert page.status == 200 and "text/html" in page.headers["Content-Type"]
     finally:
         out, _ = _stop(process)
     assert f"Management API: {base}" in out and f"curl -s -X POST {base}/workflows/greet/start" in out
+    assert f"Dashboard: {base}/ui/" in out, out
 
 
 def test_the_listening_socket_gives_each_connection_the_databases_keepalive_timings() -> None:

@@ -62,12 +62,15 @@ def fail(
 @activity.command("heartbeat")
 @click.argument("task_token")
 @click.option("--details-json", default=None, help="Progress details: one JSON value.")
+@click.option("--details-file", default=None, help="Read the details JSON from a file (- for stdin).")
 @database_url_option
 @output_option
-def heartbeat(task_token: str, details_json: str | None, database_url: str | None, output: str) -> None:
+def heartbeat(
+    task_token: str, details_json: str | None, details_file: str | None, database_url: str | None, output: str
+) -> None:
     """Heartbeat the activity (its heartbeat timeout still applies); says whether its run was asked
     to cancel."""
-    details = read_json_option(details_json, None, "details")
+    details = read_json_option(details_json, details_file, "details")
     cancel = _by_token(database_url, task_token, lambda sql, t: sql.heartbeat_activity_by_token(t, details))
     emit(
         {"task_token": task_token, "cancel_requested": cancel},

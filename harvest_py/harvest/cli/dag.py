@@ -15,6 +15,7 @@ from harvest.cli.output import (
     PAGE,
     database_url_option,
     emit,
+    execution_id_argument,
     mapping,
     operator_id_option,
     output_option,
@@ -214,7 +215,7 @@ def _run_text(run: dict[str, Any]) -> str:
 
 
 @dag.command("get")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @database_url_option
 @output_option
 def get(execution_id: str, database_url: str | None, output: str) -> None:
@@ -225,7 +226,7 @@ def get(execution_id: str, database_url: str | None, output: str) -> None:
 
 
 @dag.command("retry")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @operator_id_option
 @database_url_option
 @output_option

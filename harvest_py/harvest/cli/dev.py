@@ -193,6 +193,7 @@ def _api_server(
         curl = curl_line(base, name, body) + (f"\n    {note}" if note else "")
     click.echo(
         f"Management API: {base}  (OpenAPI: {base}/openapi.json)\n  {curl}\n"
+        f"Dashboard: {base}/ui/\n"
         f"  HARVEST_URL={base} harvest workflow list    (the CLI over HTTP)\n"
     )
     server = uvicorn.Server(

@@ -27,7 +27,7 @@ from harvest.cli.output import (
 from harvest.cli.output import sql_api as _sql_api
 from harvest.cli.output import table as _table
 from harvest.cli.shards import _pooled_api, cli_pools, emit_merged, read_shards, with_page_footer
-from harvest.cli.workflow import loads_json_option
+from harvest.cli.workflow import read_json_option
 from harvest.config import shards_configured
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument
@@ -115,10 +115,12 @@ def _spec_options(cron: str | None, every: str | None, tz: str | None) -> dict[s
     return {}
 
 
-def _input(input_json: str | None) -> list[Any] | None:
-    if input_json is None:
+def _input(input_json: str | None, input_file: str | None) -> list[Any] | None:
+    """The run's one argument, from --input-json or --input-file (- for stdin); None: not given
+    (a JSON null given is an argument, [None])."""
+    if input_json is None and input_file is None:
         return None
-    return [loads_json_option(input_json, "input-json")]
+    return [read_json_option(input_json, input_file, "input")]
 
 
 def _catchup(catchup: bool | None, window: str | None) -> dict[str, Any]:
@@ -145,7 +147,12 @@ def schedule() -> None:
 @click.option("--every", default=None, help="An interval instead of a cron: 15m, 1h, 30s.")
 @click.option("--tz", default=None, help="The cron's IANA time zone (default UTC).")
 @click.option("--input-json", default=None, help="The run's one argument, as JSON.")
-@click.option("--queue", default="default", show_default=True)
+@click.option("--input-file", default=None, help="Read the argument's JSON from a file (- for stdin).")
+@click.option(
+    "--queue",
+    default=None,
+    help="Default: the workflow's declared queue (the served App's over HTTP), else default.",
+)
 @click.option("--max-active-runs", default=1, show_default=True, type=click.IntRange(1, 1_000_000))
 @click.option("--overlap", default="skip", show_default=True, type=overlap_choice)
 @click.option(
@@ -165,7 +172,8 @@ def create_workflow(
     every: str | None,
     tz: str | None,
     input_json: str | None,
-    queue: str,
+    input_file: str | None,
+    queue: str | None,
     max_active_runs: int,
     overlap: str,
     catchup: bool | None,
@@ -185,8 +193,7 @@ def create_workflow(
         data = sql.create_schedule(
             name,
             workflow_name or name,
-            input=_input(input_json),
-            queue=queue,
+            input=_input(input_json, input_file),
             max_active_runs=max_active_runs,
             overlap=overlap,
             jitter_secs=parse_duration(jitter, "--jitter"),
@@ -195,6 +202,7 @@ def create_workflow(
             operator_id=operator,
             **timing,
             **_catchup(catchup, catchup_window),
+            **({} if queue is None else {"queue": queue}),  # none: the server's App decides
         )
     _emit_schedule(data, output)
 
@@ -342,6 +350,7 @@ def trigger(
 @click.option("--every", default=None)
 @click.option("--tz", default=None, help="With --cron: its time zone.")
 @click.option("--input-json", default=None)
+@click.option("--input-file", default=None, help="Read the argument's JSON from a file (- for stdin).")
 @click.option("--queue", default=None)
 @click.option("--max-active-runs", default=None, type=click.IntRange(1, 1_000_000))
 @click.option("--overlap", default=None, type=overlap_choice)
@@ -359,6 +368,7 @@ def update(
     every: str | None,
     tz: str | None,
     input_json: str | None,
+    input_file: str | None,
     queue: str | None,
     max_active_runs: int | None,
     overlap: str | None,
@@ -378,7 +388,7 @@ def update(
         changes.pop("timezone", None)  # --cron alone: the expression, in the zone the schedule has
     for key, value in (
         ("workflow_name", workflow_name),
-        ("input", _input(input_json)),
+        ("input", _input(input_json, input_file)),
         ("queue", queue),
         ("max_active_runs", max_active_runs),
         ("overlap", overlap),

@@ -18,6 +18,7 @@ from harvest.cli.output import (
     AliasedOption,
     database_url_option,
     emit,
+    execution_id_argument,
     json_default,
     mapping,
     output_file,
@@ -99,7 +100,14 @@ def workflow() -> None:
 @click.option("--input-json", default=None, help="Arguments: a JSON array, or one JSON value.")
 @click.option("--input-file", default=None, help="Read the input JSON from a file (- for stdin).")
 @click.option("--workflow-id", default=None)
-@click.option("--queue", "--task-queue", "queue", cls=AliasedOption, default="default", show_default=True)
+@click.option(
+    "--queue",
+    "--task-queue",
+    "queue",
+    cls=AliasedOption,
+    default=None,
+    help="Default: the workflow's declared queue (the served App's over HTTP), else default.",
+)
 @click.option("--reuse-policy", default="allow_duplicate", show_default=True)
 @click.option("--conflict-policy", default="unspecified", show_default=True)
 @click.option(
@@ -120,7 +128,7 @@ def start(
     input_json: str | None,
     input_file: str | None,
     workflow_id: str | None,
-    queue: str,
+    queue: str | None,
     reuse_policy: str,
     conflict_policy: str,
     shard_id: int | None,
@@ -160,7 +168,7 @@ def start(
 
 
 @workflow.command("get")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @database_url_option
 @output_option
 def get(execution_id: str, database_url: str | None, output: str) -> None:
@@ -200,7 +208,7 @@ RESULT_WAIT_TIMED_OUT = 3
 
 
 @workflow.command("result")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option(
     "--timeout",
     "--timeout-secs",
@@ -244,7 +252,7 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
 
 
 @workflow.command("history")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--full", is_flag=True, help="Include payload values (input, result, payload, details).")
 @database_url_option
 @output_option
@@ -259,7 +267,7 @@ def history(execution_id: str, full: bool, database_url: str | None, output: str
 
 
 @workflow.command("terminate")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--reason", default=None)
 @database_url_option
 @output_option
@@ -422,7 +430,7 @@ def count(
 
 
 @workflow.command("signal")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.argument("signal_name")
 @click.option("--payload-json", default=None, help="The signal payload as JSON.")
 @click.option("--payload-file", default=None, help="Read the payload JSON from a file (- for stdin).")
@@ -449,7 +457,7 @@ def signal(
 
 
 @workflow.command("cancel")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--reason", default=None)
 @database_url_option
 @output_option
@@ -464,7 +472,7 @@ def cancel(execution_id: str, reason: str | None, database_url: str | None, outp
 
 
 @workflow.command("pause")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--reason", default=None, help="Why (kept in the history and the audit log).")
 @click.option("--operator-id", default=None, help="Who asks (a person, a ticket, a bot).")
 @database_url_option
@@ -484,7 +492,7 @@ def pause(
 
 
 @workflow.command("resume")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--reason", default=None, help="Why (kept in the history and the audit log).")
 @click.option("--operator-id", default=None, help="Who asks (a person, a ticket, a bot).")
 @database_url_option
@@ -504,7 +512,7 @@ def resume(
 
 
 @workflow.command("stack")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option(
     "--limit",
     default=100,
@@ -584,7 +592,7 @@ def stack(execution_id: str, limit: int, database_url: str | None, output: str) 
 
 
 @workflow.command("children")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option(
     "--status",
     "--state",
@@ -676,7 +684,7 @@ def history_group() -> None:
 
 
 @history_group.command("export")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--full", is_flag=True, help="Include payload values (the same as --payload-policy full).")
 @click.option(
     "--payload-policy",
@@ -726,7 +734,7 @@ def export(
 
 
 @workflow.command("query")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.argument("name")
 @click.option(
     "--input-json",
@@ -776,7 +784,7 @@ def query(
 
 
 @workflow.command("update")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.argument("name")
 @click.option("--input-json", default=None, help="The update argument as JSON.")
 @click.option("--input-file", default=None, help="Read the argument JSON from a file (- for stdin).")
@@ -837,7 +845,7 @@ RESET_KEYS = [
 
 
 @workflow.command("reset")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--to-event", required=True, type=ROW_ID, help="The last event id the fork keeps.")
 @click.option("--reason", required=True, help="Why (recorded on both runs).")
 @click.option("--operator-id", default=None, help="Who you are, for the record.")
@@ -893,7 +901,7 @@ ERASE_KEYS = ["execution_id", "shard_id", "status", "events", "tasks", "offloade
 
 
 @workflow.command("erase-payloads")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--operator-id", default=None, help="Who you are, for the audit log.")
 @database_url_option
 @output_option
@@ -925,7 +933,7 @@ def legal_hold() -> None:
 
 
 @legal_hold.command("set")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--reason", required=True, help="Why (a case number); kept with the hold and audited.")
 @click.option("--operator-id", default=None, help="Who you are, for the audit log.")
 @database_url_option
@@ -941,7 +949,7 @@ def legal_hold_set(
 
 
 @legal_hold.command("release")
-@click.argument("execution_id")
+@click.argument("execution_id", callback=execution_id_argument)
 @click.option("--operator-id", default=None, help="Who you are, for the audit log.")
 @database_url_option
 @output_option

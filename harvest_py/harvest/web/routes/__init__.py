@@ -365,6 +365,16 @@ class Call:
         return self._client
 
 
+def declared_queue(call: Call, workflow_name: str, given: str | None) -> str | None:
+    """The queue of a run this request starts, now (a start) or later (a schedule): the one
+    given, else the served App's declared queue of the workflow (it goes where its code's
+    workers poll), else None, the client's default."""
+    if given is not None or call.state.app is None:
+        return given
+    definition = call.state.app.workflows.get(workflow_name)
+    return definition.queue if definition is not None else None
+
+
 def merged(value: Merged[Any], key: str | None) -> dict[str, Any]:
     """A fan-out read's JSON: the value under ``key`` with status and unavailable_shards
     (next_cursor for the paginated ones); no shard answering is a 503."""

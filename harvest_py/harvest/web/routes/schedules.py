@@ -35,6 +35,7 @@ from harvest.web.routes import (
     Param,
     Reply,
     body,
+    declared_queue,
     invalid,
     merged,
     path,
@@ -132,6 +133,11 @@ async def create_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]
     options = _options(data)
     options.setdefault("workflow_name", name)
     workflow_name = options.pop("workflow_name")
+    if (data.get("kind") or "workflow") == "workflow":
+        # With no queue, its runs go where the served App declares the workflow, as a start's.
+        queue = declared_queue(call, workflow_name, options.get("queue"))
+        if queue is not None:
+            options["queue"] = queue
     row = await _on_home(
         call,
         name,

@@ -40,6 +40,7 @@ from harvest.web.routes import (
     Param,
     Reply,
     body,
+    declared_queue,
     invalid,
     merged,
     path,
@@ -382,15 +383,6 @@ def _args(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def _queue(call: Call, name: str, given: str | None) -> str | None:
-    """The body's queue, else the served App's declared queue of the workflow (a start with no
-    queue goes to the queue the code declares), else the client's default."""
-    if given is not None or call.state.app is None:
-        return given
-    definition = call.state.app.workflows.get(name)
-    return definition.queue if definition is not None else None
-
-
 def _policy(name: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
     if value is not None and value not in allowed:
         raise invalid(name, f"unknown {name} {value!r}; use {', '.join(allowed)}")
@@ -415,7 +407,7 @@ async def start_workflow(call: Call, args: dict[str, Any], data: dict[str, Any])
         name,
         *_args(data.get("input")),
         workflow_id=data.get("workflow_id"),
-        queue=_queue(call, name, data.get("queue")),
+        queue=declared_queue(call, name, data.get("queue")),
         reuse_policy=reuse,
         conflict_policy=conflict or "unspecified",
         search_attributes=data.get("search_attributes"),
@@ -455,7 +447,7 @@ async def signal_with_start(call: Call, args: dict[str, Any], data: dict[str, An
         workflow_id=data["workflow_id"],
         signal=data["signal_name"],
         signal_payload=data.get("payload"),
-        queue=_queue(call, args["name"], data.get("queue")),
+        queue=declared_queue(call, args["name"], data.get("queue")),
         search_attributes=data.get("search_attributes"),
     )
     out = {
@@ -513,7 +505,7 @@ async def update_with_start(call: Call, args: dict[str, Any], data: dict[str, An
         wait=wait,
         timeout=data.get("timeout_secs") or 30.0,
         update_id=data.get("update_id"),
-        queue=_queue(call, args["name"], data.get("queue")),
+        queue=declared_queue(call, args["name"], data.get("queue")),
         search_attributes=data.get("search_attributes"),
     )
     update = _update_answer(handle.execution_id, data["update_name"], wait, outcome).data
