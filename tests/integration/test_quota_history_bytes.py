@@ -180,3 +180,82 @@ def test_the_figure_after_a_batch_of_closes_of_two_keys(conn: psycopg.Connection
     assert ended == 6
     _assert_figure(conn, "ka")
     _assert_figure(conn, "kb")
+
+
+def test_closes_of_one_key_and_a_purge_of_it_never_wait_for_each_other(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """Two closes of one key and a purge of its ended runs, all open at once: none waits for
+    another (a lock wait fails the statement at once: lock_timeout), and once they commit the
+    figure is the stored sum. A total updated in place would make the second close wait for the
+    first's commit, and a batch closing runs of two keys deadlock with one closing them in the
+    other order; an added row locks nothing."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (json.dumps(POLICY),))
+    first, second, old = (_start(conn, f"race-{i}", "k") for i in range(3))
+    conn.execute("SELECT harvest.terminate_workflow(%s, 'old')", (old,))
+    conn.execute(
+        "UPDATE harvest.executions SET completed_at = completed_at - interval '30 days' WHERE id = %s", (old,)
+    )
+    sessions = [psycopg.connect(db) for _ in range(3)]
+    try:
+        for session in sessions:
+            session.execute("SET lock_timeout = '50ms'")
+        sessions[0].execute("SELECT harvest.terminate_workflow(%s, 'one')", (first,))
+        sessions[1].execute("SELECT harvest.terminate_workflow(%s, 'two')", (second,))
+        (purged,) = sessions[2].execute("SELECT harvest.run_retention(interval '1 day')").fetchone()
+        assert purged["deleted"] == 1
+        # And a start of the key, which folds its rows, while all three are open.
+        conn.execute(
+            "SELECT harvest._check_quota('wf_b', 'k', %s)", (json.dumps({"max_history_bytes": 10**15}),)
+        )
+        for session in sessions:
+            session.commit()
+    finally:
+        for session in sessions:
+            session.close()
+    conn.execute("SELECT harvest._check_quota('wf_b', 'k', %s)", (json.dumps({"max_history_bytes": 10**15}),))
+    _assert_figure(conn, "k")
+    (rows,) = conn.execute("SELECT count(*) FROM harvest.quota_ended_bytes WHERE quota_key = 'k'").fetchone()
+    assert rows == 1  # folded by the last start
+
+
+def test_two_folds_of_a_key_at_once_keep_its_total(db: str, conn: psycopg.Connection) -> None:
+    """A fold takes the rows it can lock at once: a second fold meanwhile takes none of them and
+    does not wait; the total is the same after both."""
+    conn.execute(
+        "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at, completed_at,"
+        " quota_key, history_bytes)"
+        " SELECT gen_random_uuid(), 'wf_b', 'f-' || g, 'COMPLETED', now(), now(), 'f', g"
+        " FROM generate_series(1, 50) AS g"
+    )
+    total = _direct(conn, "f")
+    with psycopg.connect(db) as one, psycopg.connect(db) as two:
+        two.execute("SET lock_timeout = '50ms'")
+        one.execute("SELECT harvest._fold_quota_bytes(ARRAY['f'])")
+        two.execute("SELECT harvest._fold_quota_bytes(ARRAY['f'])")
+        two.commit()
+        one.commit()
+    assert _usage(conn, "f") == total
+    (rows,) = conn.execute("SELECT count(*) FROM harvest.quota_ended_bytes WHERE quota_key = 'f'").fetchone()
+    assert rows == 1
+
+
+def test_a_start_in_a_repeatable_read_transaction_counts_its_snapshot_and_folds_nothing(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A start inside the caller's REPEATABLE READ transaction counts with its snapshot, as the
+    full sum did, and never fails for a fold another session committed after its snapshot (it
+    folds nothing itself: a row deleted after the snapshot would fail its delete with 40001)."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (json.dumps(POLICY),))
+    runs = [_start(conn, f"rr-{i}", "k") for i in range(3)]
+    conn.execute("SELECT harvest.terminate_workflow(%s, 'a')", (runs[0],))
+    before = _direct(conn, "k")
+    with psycopg.connect(db) as rr:
+        rr.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        assert _usage(rr, "k") == before  # the snapshot
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'b')", (runs[1],))
+        conn.execute("SELECT harvest._fold_quota_bytes(ARRAY['k'])")
+        rr.execute("SELECT harvest._fold_quota_bytes(ARRAY['k'])")  # nothing at REPEATABLE READ
+        assert _usage(rr, "k") == before
+        rr.rollback()
+    _assert_figure(conn, "k")
