@@ -15,7 +15,9 @@
 -- is for good and no close can fall between it and the triggers (batches in their own
 -- transactions would each race the closes of their keys). The price is that hold: one read of
 -- executions_quota_key's runs (the quota'd runs only), during which no run is started, decided
--- or closed (about 0.3 s per 100,000 quota'd runs on the machine of docs/performance.md).
+-- or closed (0.07 to 0.10 s for 100,000 quota'd runs of 1,000 keys beside 100,000 runs
+-- without a key, the whole migration, on the loaded 2-core machine of docs/performance.md, "A
+-- quota key's ended bytes").
 -- Re-running replaces the triggers (DROP TRIGGER: the ACCESS EXCLUSIVE lock, to the commit) and
 -- recomputes every total.
 CREATE TABLE IF NOT EXISTS harvest.quota_ended_bytes (

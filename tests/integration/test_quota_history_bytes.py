@@ -16,9 +16,17 @@ import json
 
 import psycopg
 import pytest
+from test_generic_plans import Statement, nodes
+from test_quota_key_reads import _explain
 
 ENDED = 10_000  # kept ended runs of the key
 LIVE = 4
+BYTES_SUM = Statement(
+    "quota_usage",
+    r"SELECT \(SELECT coalesce\(sum\(e\.history_bytes\)",
+    {"p_key": "text"},
+    end=r"\);",  # the RETURN's closing parenthesis
+)
 POLICY = {"workflows": {"wf_b": {"quota": {"key": "input.t", "max_history_bytes": 10**15}}}}
 
 
@@ -259,3 +267,22 @@ def test_a_start_in_a_repeatable_read_transaction_counts_its_snapshot_and_folds_
         assert _usage(rr, "k") == before
         rr.rollback()
     _assert_figure(conn, "k")
+
+
+@pytest.mark.parametrize("plan_cache_mode", ["force_custom_plan", "force_generic_plan"])
+def test_the_bytes_sum_reads_the_live_runs_and_the_keys_rows_in_both_plan_modes(
+    long_history: psycopg.Connection, plan_cache_mode: str
+) -> None:
+    """The sum's plan, generic (what a session's sixth call keeps) or custom: no row of another key
+    or of an ended run dropped by a filter, a few buffers."""
+    conn = long_history
+    conn.execute("SELECT harvest._fold_quota_bytes(ARRAY['acme'])")
+    conn.execute("VACUUM ANALYZE harvest.quota_ended_bytes")
+    plan = _explain(conn, BYTES_SUM, plan_cache_mode, "'acme'")
+    scans = [n for n in nodes(plan) if n.get("Relation Name") in ("executions", "quota_ended_bytes")]
+    assert {n["Relation Name"] for n in scans} == {"executions", "quota_ended_bytes"}, plan
+    for scan in scans:
+        removed = scan.get("Rows Removed by Filter", 0) + scan.get("Rows Removed by Index Recheck", 0)
+        assert removed == 0, plan
+        assert scan["Actual Rows"] <= LIVE, plan
+    assert plan["Shared Hit Blocks"] + plan["Shared Read Blocks"] <= 16 + LIVE, plan
