@@ -33,11 +33,11 @@ DECLARE
     v_name text;
 BEGIN
     PERFORM harvest._take_flow_key('quota', p_key);
-    IF p_quota ->> 'max_history_bytes' IS NOT NULL THEN
-        -- The key's ended bytes in one row again (what closed since its last start): the count
-        -- below then reads one row of them. Under the key's row, so starts of it fold in turn.
-        PERFORM harvest._fold_quota_bytes(ARRAY[p_key]);
-    END IF;
+    -- The key's ended bytes in one row again (a row per run that ended since its last start):
+    -- a max_history_bytes count below reads one row of them. Every quota'd start folds, whatever
+    -- its quotas, since every quota'd run's end adds a row: a key under max_active_executions
+    -- alone keeps one row, not one per ended run. Under the key's row, so its starts fold in turn.
+    PERFORM harvest._fold_quota_bytes(ARRAY[p_key]);
     FOREACH v_name IN ARRAY ARRAY['max_active_executions', 'max_history_bytes', 'max_dead_letters'] LOOP
         v_limit := (p_quota ->> v_name)::bigint;
         CONTINUE WHEN v_limit IS NULL;
@@ -71,7 +71,7 @@ AS $$
 $$;
 
 -- Fold the ended-bytes rows of the keys (sql/flow.sql, harvest.quota_ended_bytes) into one a key
--- (none when they sum to 0): a start of a key with max_history_bytes (_check_quota) and a delete
+-- (none when they sum to 0): a quota'd start of a key (_check_quota) and a delete
 -- of ended runs (sql/triggers.sql, _executions_quota_bytes_deleted). The rows it takes it deletes
 -- and adds back as their sum, in one statement, so every total is the same before and after. It
 -- takes only the rows it can lock at once (SKIP LOCKED): two folds of a key split its rows, neither

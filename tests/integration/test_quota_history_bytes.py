@@ -286,3 +286,19 @@ def test_the_bytes_sum_reads_the_live_runs_and_the_keys_rows_in_both_plan_modes(
         assert removed == 0, plan
         assert scan["Actual Rows"] <= LIVE, plan
     assert plan["Shared Hit Blocks"] + plan["Shared Read Blocks"] <= 16 + LIVE, plan
+
+
+def test_a_key_under_another_quota_keeps_one_row_of_ended_bytes(conn: psycopg.Connection) -> None:
+    """Every quota'd run's end adds a row, whatever its quotas; a key checked only for
+    max_active_executions is folded by its starts too, or it would keep a row per ended run."""
+    policy = {"workflows": {"wf_b": {"quota": {"key": "input.t", "max_active_executions": 100}}}}
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (json.dumps(policy),))
+    for i in range(5):
+        run = _start(conn, f"active-{i}", "only-active")
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'done')", (run,))
+    _start(conn, "active-last", "only-active")
+    (rows,) = conn.execute(
+        "SELECT count(*) FROM harvest.quota_ended_bytes WHERE quota_key = 'only-active'"
+    ).fetchone()
+    assert rows == 1
+    _assert_figure(conn, "only-active")
