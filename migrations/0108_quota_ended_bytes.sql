@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS harvest.quota_ended_bytes (
 CREATE INDEX IF NOT EXISTS quota_ended_bytes_key
 ON harvest.quota_ended_bytes (quota_key);
 
--- The delete trigger's fold; functions/flow_quotas.sql replaces it with the same body.
+-- The delete trigger's fold; functions/flow_quotas.sql replaces it with the same statements.
 CREATE OR REPLACE FUNCTION harvest._fold_quota_bytes(p_keys text[])
 RETURNS void
 LANGUAGE plpgsql
