@@ -17,8 +17,11 @@
 -- kept history;
 -- history bytes = the sum of executions.history_bytes (each event's JSON text bytes,
 -- harvest._event_bytes: the measure of the history byte cap too) of every kept run with the
--- key; dead letters = parked activity failures of runs with the key. These two read every kept
--- run of the key: their cost grows with the key's history until retention deletes it.
+-- key: its live runs' read through executions_live_quota_key, its ended runs' kept in
+-- harvest.quota_ended_bytes (sql/flow.sql: written by the triggers of the statements that end,
+-- move or delete a run, sql/triggers.sql; migration 0108), a few rows a key, not a row per run;
+-- dead letters = parked activity failures of runs with the key (this one reads every kept run
+-- of the key: its cost grows with the key's history until retention deletes it).
 
 CREATE OR REPLACE FUNCTION harvest._check_quota(p_workflow_name text, p_key text, p_quota jsonb)
 RETURNS void
@@ -30,6 +33,11 @@ DECLARE
     v_name text;
 BEGIN
     PERFORM harvest._take_flow_key('quota', p_key);
+    -- The key's ended bytes in one row again (a row per run that ended since its last start):
+    -- a max_history_bytes count below reads one row of them. Every quota'd start folds, whatever
+    -- its quotas, since every quota'd run's end adds a row: a key under max_active_executions
+    -- alone keeps one row, not one per ended run. Under the key's row, so its starts fold in turn.
+    PERFORM harvest._fold_quota_bytes(ARRAY[p_key]);
     FOREACH v_name IN ARRAY ARRAY['max_active_executions', 'max_history_bytes', 'max_dead_letters'] LOOP
         v_limit := (p_quota ->> v_name)::bigint;
         CONTINUE WHEN v_limit IS NULL;
@@ -62,6 +70,41 @@ AS $$
     ON CONFLICT (kind, key) DO UPDATE SET key = f.key;
 $$;
 
+-- Fold the ended-bytes rows of the keys (sql/flow.sql, harvest.quota_ended_bytes) into one a key
+-- (none when they sum to 0): a quota'd start of a key (_check_quota) and a delete
+-- of ended runs (sql/triggers.sql, _executions_quota_bytes_deleted). The rows it takes it deletes
+-- and adds back as their sum, in one statement, so every total is the same before and after. It
+-- takes only the rows it can lock at once (SKIP LOCKED): two folds of a key split its rows, neither
+-- waits, and neither can join a deadlock. Only at READ COMMITTED: in a REPEATABLE READ or
+-- SERIALIZABLE transaction a row another fold deleted after the snapshot would fail the delete
+-- (40001), a failure the check did not have; such a start reads the rows as they are.
+CREATE OR REPLACE FUNCTION harvest._fold_quota_bytes(p_keys text[])
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN;
+    END IF;
+    -- One key with fewer than two rows: nothing to fold (a start's common case, no write).
+    IF cardinality(p_keys) = 1 AND (SELECT count(*) FROM (
+            SELECT 1 FROM harvest.quota_ended_bytes AS b WHERE b.quota_key = p_keys[1] LIMIT 2) AS r) < 2 THEN
+        RETURN;
+    END IF;
+    WITH taken AS (
+        DELETE FROM harvest.quota_ended_bytes AS b
+        WHERE b.ctid = ANY (ARRAY(
+            SELECT q.ctid FROM harvest.quota_ended_bytes AS q
+            WHERE q.quota_key = ANY (p_keys)
+            FOR UPDATE SKIP LOCKED))
+        RETURNING b.quota_key, b.bytes
+    )
+    INSERT INTO harvest.quota_ended_bytes (quota_key, bytes)
+    SELECT t.quota_key, sum(t.bytes) FROM taken AS t
+    GROUP BY t.quota_key HAVING sum(t.bytes) <> 0;
+END;
+$$;
+
 -- One quota's current usage for a key.
 CREATE OR REPLACE FUNCTION harvest.quota_usage(p_key text, p_quota text)
 RETURNS bigint
@@ -73,8 +116,12 @@ BEGIN
         RETURN (SELECT count(*) FROM harvest.executions AS e
                 WHERE e.quota_key = p_key AND e.status IN ('RUNNING', 'PAUSED'));  -- a paused run counts
     WHEN 'max_history_bytes' THEN
-        RETURN (SELECT coalesce(sum(e.history_bytes), 0)::bigint FROM harvest.executions AS e
-                WHERE e.quota_key = p_key);
+        -- One statement, so one snapshot for both halves: a run ending meanwhile (its row leaves
+        -- RUNNING and its bytes are added in one transaction) is counted once, live or ended.
+        RETURN (SELECT (SELECT coalesce(sum(e.history_bytes), 0) FROM harvest.executions AS e
+                        WHERE e.quota_key = p_key AND e.status IN ('RUNNING', 'PAUSED'))::bigint
+                     + (SELECT coalesce(sum(b.bytes), 0) FROM harvest.quota_ended_bytes AS b
+                        WHERE b.quota_key = p_key)::bigint);
     WHEN 'max_dead_letters' THEN
         RETURN (SELECT count(*) FROM harvest.executions AS e
                 JOIN harvest.dead_letters AS d ON d.execution_id = e.id

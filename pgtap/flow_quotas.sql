@@ -2,7 +2,7 @@
 -- in start_workflow;
 -- the history-bytes quota and the history byte cap agree.
 BEGIN;
-SELECT plan(16);
+SELECT plan(24);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {"wf_q": {"quota": {"key": "input.t", "max_active_executions": 2}}}}');
 SELECT harvest.start_workflow('wf_q', '[{"t": "a"}]', 'q' || n, 'qq') FROM generate_series(1, 2) AS n;
@@ -84,5 +84,41 @@ SELECT lives_ok($$SELECT harvest.complete_workflow_task(c.task_id, c.fencing_tok
                       '[{"type": "continue_as_new", "input": [{"t": "c"}]}]')
                   FROM harvest.claim_tasks('w-qc', ARRAY['qcq'], 1) AS c$$,
                 'a continue-as-new is not refused by the quota of its key');
+
+-- The ended runs' bytes (sql/flow.sql, quota_ended_bytes; the triggers of sql/triggers.sql) and
+-- their fold: the figure stays the stored sum through a close, an insert and a delete of ended
+-- runs, a key change, and a fold.
+CREATE TEMP TABLE qe ON COMMIT DROP AS
+SELECT s.execution_id AS id FROM harvest.start_workflow('wf_qr', '[{"t": "e"}]', 'qe1', 'qeq') AS s;
+SELECT is((SELECT count(*) FROM harvest.quota_ended_bytes WHERE quota_key = 'e'), 0::bigint,
+          'a live run adds no ended bytes');
+SELECT harvest.terminate_workflow(id, 'stop') FROM qe;
+SELECT is((SELECT sum(bytes) FROM harvest.quota_ended_bytes WHERE quota_key = 'e')::bigint,
+          (SELECT history_bytes FROM harvest.executions WHERE id = (SELECT id FROM qe)),
+          'a close adds the run''s bytes to its key''s ended bytes');
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at, completed_at, quota_key, history_bytes)
+VALUES (gen_random_uuid(), 'wf_qr', 'qe2', 'COMPLETED', harvest.now(), harvest.now(), 'e', 1000),
+       (gen_random_uuid(), 'wf_qr', 'qe3', 'COMPLETED', harvest.now(), harvest.now(), 'e', 30);
+SELECT is(harvest.quota_usage('e', 'max_history_bytes'),
+          (SELECT sum(history_bytes)::bigint FROM harvest.executions WHERE quota_key = 'e'),
+          'an inserted ended run adds its bytes: quota_usage is the key''s stored sum');
+UPDATE harvest.executions SET quota_key = 'e2', status = 'FAILED' WHERE workflow_id = 'qe3';
+SELECT results_eq($$SELECT harvest.quota_usage('e', 'max_history_bytes'), harvest.quota_usage('e2', 'max_history_bytes')$$,
+                  $$SELECT (SELECT sum(history_bytes)::bigint FROM harvest.executions WHERE quota_key = 'e'), 30::bigint$$,
+                  'an ended run whose key changes moves its bytes');
+SELECT cmp_ok((SELECT count(*) FROM harvest.quota_ended_bytes WHERE quota_key = 'e'), '>', 1::bigint,
+              'the key has a row per write before a fold');
+SELECT harvest._fold_quota_bytes(ARRAY['e', 'e2']);
+SELECT results_eq($$SELECT quota_key, bytes FROM harvest.quota_ended_bytes WHERE quota_key IN ('e', 'e2') ORDER BY 1$$,
+                  $$SELECT e.quota_key, sum(e.history_bytes)::bigint FROM harvest.executions AS e
+                    WHERE e.quota_key IN ('e', 'e2') GROUP BY 1 ORDER BY 1$$,
+                  '_fold_quota_bytes(): a row a key, its sum');
+DELETE FROM harvest.executions WHERE workflow_id IN ('qe2', 'qe3');
+SELECT results_eq($$SELECT quota_key, bytes FROM harvest.quota_ended_bytes WHERE quota_key IN ('e', 'e2') ORDER BY 1$$,
+                  $$SELECT e.quota_key, sum(e.history_bytes)::bigint FROM harvest.executions AS e
+                    WHERE e.quota_key IN ('e', 'e2') GROUP BY 1 ORDER BY 1$$,
+                  'a delete takes the runs'' bytes off and folds their keys: a key left with none has no row');
+SELECT is(has_function_privilege('harvest_reader', 'harvest._fold_quota_bytes(text[])', 'EXECUTE'), false,
+          '_fold_quota_bytes() is a helper: no role executes it');
 SELECT * FROM finish();
 ROLLBACK;

@@ -34,6 +34,22 @@ CREATE TABLE harvest.flow_keys (
     CONSTRAINT flow_keys_kind_check CHECK (kind IN ('quota', 'concurrency'))
 );
 
+-- The history bytes of a quota key's ended runs (every kept run not RUNNING or PAUSED), for the
+-- max_history_bytes quota (functions/flow_quotas.sql, quota_usage: these plus the key's live runs'
+-- bytes, read through executions_live_quota_key). An ended run's history_bytes no longer changes,
+-- so its bytes are written once, by the triggers of the transaction that ends, moves or deletes
+-- the run (sql/triggers.sql, executions_quota_bytes*): a row each, added, never updated, so two
+-- closes of one key, or of two keys in either order, never wait for each other. A key's rows are
+-- folded into one (_fold_quota_bytes) by its next quota'd start and by the delete that spends
+-- them. No primary key: a key has a few rows between folds, found by the index (migration 0108).
+CREATE TABLE harvest.quota_ended_bytes (
+    quota_key text NOT NULL,
+    bytes bigint NOT NULL
+);
+
+CREATE INDEX quota_ended_bytes_key
+ON harvest.quota_ended_bytes (quota_key);
+
 -- Admitted runs of a per-key workflow concurrency policy ("defer"): one row from
 -- the claim of the run's first workflow task until the run leaves RUNNING.
 -- No foreign key: the claim must not lock execution rows.

@@ -188,3 +188,98 @@ EXECUTE FUNCTION harvest._executions_flow_release();
 -- No trigger on harvest.events: a mutex marker takes effect in the decision that issues it
 -- (_decide_record_marker, functions/decide.sql), so a history copied into another run (a
 -- reset's fork, a run moved to another shard) carries its markers as the past (migration 0093).
+
+-- The max_history_bytes quota's ended bytes (sql/flow.sql, harvest.quota_ended_bytes): a quota'd
+-- row entering or leaving the ended side (not RUNNING or PAUSED: a close, a shard move's seal or
+-- staged copy and its activation), or an ended row whose key or bytes change (the continue-as-new
+-- event, appended to the run after its close; a move's staged copy over a seal, a discarded copy
+-- restoring the seal), adds a row of the difference. history_bytes is in the column list for the
+-- appends after a close: every append tests the WHEN, which for a live run is false at its first
+-- terms and calls nothing (no statement, no write); so is a close of a run without a quota key. A
+-- row, never an update of a total: no lock, so closes of one key never wait for each other, and
+-- a batch closing runs of two keys never deadlocks with one closing them in the other order.
+CREATE FUNCTION harvest._executions_quota_bytes()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    INSERT INTO harvest.quota_ended_bytes (quota_key, bytes)
+    SELECT d.quota_key, sum(d.bytes) FROM (
+        SELECT OLD.quota_key, -OLD.history_bytes
+        WHERE TG_OP = 'UPDATE' AND OLD.quota_key IS NOT NULL AND OLD.status NOT IN ('RUNNING', 'PAUSED')
+        UNION ALL
+        SELECT NEW.quota_key, NEW.history_bytes
+        WHERE NEW.quota_key IS NOT NULL AND NEW.status NOT IN ('RUNNING', 'PAUSED')
+    ) AS d (quota_key, bytes)
+    GROUP BY d.quota_key HAVING sum(d.bytes) <> 0;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER executions_quota_bytes_insert
+AFTER INSERT ON harvest.executions
+FOR EACH ROW
+WHEN (new.quota_key IS NOT NULL AND new.status NOT IN ('RUNNING', 'PAUSED'))
+EXECUTE FUNCTION harvest._executions_quota_bytes();
+
+CREATE TRIGGER executions_quota_bytes_update
+AFTER UPDATE OF status, quota_key, history_bytes ON harvest.executions
+FOR EACH ROW
+WHEN (
+    (
+        old.quota_key IS NOT NULL AND old.status NOT IN ('RUNNING', 'PAUSED')
+        OR new.quota_key IS NOT NULL AND new.status NOT IN ('RUNNING', 'PAUSED')
+    )
+    AND (old.status, old.quota_key, old.history_bytes)
+    IS DISTINCT FROM (new.status, new.quota_key, new.history_bytes)
+)
+EXECUTE FUNCTION harvest._executions_quota_bytes();
+
+-- A delete of ended quota'd runs (retention, a discarded staged copy, an operator's DELETE)
+-- takes their bytes off their keys: one row per key and statement, then the keys' rows folded
+-- (_fold_quota_bytes, functions/flow_quotas.sql), so a janitor that deletes a key's history
+-- leaves it one row, not a row per close and per batch. Once per DELETE statement, over the
+-- deleted rows only.
+CREATE FUNCTION harvest._executions_quota_bytes_deleted()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_keys text [];
+BEGIN
+    WITH spent AS (
+        INSERT INTO harvest.quota_ended_bytes (quota_key, bytes)
+        SELECT g.quota_key, -sum(g.history_bytes) FROM gone AS g
+        WHERE g.quota_key IS NOT NULL AND g.status NOT IN ('RUNNING', 'PAUSED')
+        GROUP BY g.quota_key HAVING sum(g.history_bytes) <> 0
+        RETURNING quota_key
+    )
+    SELECT array_agg(s.quota_key ORDER BY s.quota_key) INTO v_keys FROM spent AS s;
+    IF v_keys IS NOT NULL THEN
+        PERFORM harvest._fold_quota_bytes(v_keys);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER executions_quota_bytes_delete
+AFTER DELETE ON harvest.executions
+REFERENCING OLD TABLE AS gone
+FOR EACH STATEMENT
+EXECUTE FUNCTION harvest._executions_quota_bytes_deleted();
+
+-- A TRUNCATE of the runs leaves no ended bytes to count.
+CREATE FUNCTION harvest._executions_quota_bytes_truncated()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    DELETE FROM harvest.quota_ended_bytes;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER executions_quota_bytes_truncate
+AFTER TRUNCATE ON harvest.executions
+FOR EACH STATEMENT
+EXECUTE FUNCTION harvest._executions_quota_bytes_truncated();

@@ -425,6 +425,36 @@ def test_the_usage_reports_of_the_shards_count_a_moved_run_once(shards) -> None:
     assert totals == {"workflow_starts": 1, "completed": 1}, "one start (on shard 0), one completion (on 1)"
 
 
+def _history_bytes_figure(dsn: str, key: str) -> tuple[int, int]:
+    """The max_history_bytes usage of the key on the shard, and the direct sum it must equal."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT harvest.quota_usage(%s, 'max_history_bytes'),"
+            " (SELECT coalesce(sum(history_bytes), 0)::bigint FROM harvest.executions WHERE quota_key = %s)",
+            (key, key),
+        ).fetchone()
+
+
+def test_a_moved_quota_run_keeps_each_shards_history_bytes_figure(shards) -> None:
+    """A move writes the run's row on both shards with statements the quota's ended-bytes triggers
+    see (sql/triggers.sql): the source's seal leaves RUNNING (MIGRATED, counted as every kept row
+    was), the target's staged copy is inserted MIGRATING and activated RUNNING. Each shard's
+    max_history_bytes figure stays its direct sum, through the move and the run's close there."""
+    execution_id = park(shards.dsns[0], "quota-move")
+    with shards.connect(0) as conn:
+        conn.execute("UPDATE harvest.executions SET quota_key = 'tenant' WHERE id = %s", (execution_id,))
+    with _pools(shards) as pools:
+        assert Rebalancer(pools, 0, 1).move(execution_id).outcome == "moved"
+        pools.call_routed(execution_id, lambda sql: sql.signal_workflow(execution_id, "go", 1))
+    for shard in (0, 1):
+        usage, direct = _history_bytes_figure(shards.dsns[shard], "tenant")
+        assert usage == direct > 0, shard
+    _decide_on(shards.dsns[1], execution_id, [{"type": "complete_workflow", "result": 1}])
+    assert row(shards.dsns[1], execution_id)["status"] == "COMPLETED"
+    usage, direct = _history_bytes_figure(shards.dsns[1], "tenant")
+    assert usage == direct > 0
+
+
 def test_a_run_awaiting_a_child_on_another_shard_is_not_moved(shards) -> None:
     """The child's end is pulled into the parent's row on the parent's shard (its
     cross_shard_children row stays there): a parent moved away would never hear of it."""
