@@ -19,7 +19,7 @@
 -- harvest._event_bytes: the measure of the history byte cap too) of every kept run with the
 -- key: its live runs' read through executions_live_quota_key, its ended runs' kept in
 -- harvest.quota_ended_bytes (sql/flow.sql: written by the triggers of the statements that end,
--- move or delete a run, sql/triggers.sql; migration 0108), a few rows a key, not a row per run;
+-- move or delete a run, sql/triggers.sql; migration 0103), a few rows a key, not a row per run;
 -- dead letters = parked activity failures of runs with the key (this one reads every kept run
 -- of the key: its cost grows with the key's history until retention deletes it).
 

@@ -5,7 +5,7 @@ quota_usage, called by _check_quota): the sum of executions.history_bytes over e
 key. It summed them all, on every start: a key with a year of kept runs paid for the year on each
 start. An ended run's history no longer grows, so the ended runs' bytes are kept per key in
 harvest.quota_ended_bytes (written in the transaction that ends, moves or deletes a quota'd run), and
-only the live runs are summed (migration 0108). The figure must stay the old one, exactly: these
+only the live runs are summed (migration 0103). The figure must stay the old one, exactly: these
 tests compare it with the direct sum after every kind of close, a continue-as-new chain, a reset, a
 purge and a batch of closes.
 """

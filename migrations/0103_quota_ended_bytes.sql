@@ -1,4 +1,4 @@
--- 0108: the max_history_bytes quota reads its key's ended runs' bytes from a few rows, not from
+-- 0103: the max_history_bytes quota reads its key's ended runs' bytes from a few rows, not from
 -- every kept run of the key (re-runnable: IF NOT EXISTS, CREATE OR REPLACE, DROP ... IF EXISTS,
 -- and the backfill recomputes the totals from scratch).
 --
