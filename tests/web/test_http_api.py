@@ -1077,6 +1077,12 @@ def test_admin_reads(api, conn) -> None:
     )
     assert config["worker"]["declared_queues"] == ["billing", "default"]
     assert config["worker"]["shard_assignments"] == [0]
+    # The worker's rebalance-resume scanner, as the sharding guide's /admin/config shows it.
+    assert {k: config["worker"][k] for k in config["worker"] if k.startswith("rebalance_")} == {
+        "rebalance_resume_enabled": True,
+        "rebalance_resume_interval_ms": 5000,
+        "rebalance_stall_after_ms": 30000,
+    }
     assert api.get("/admin/concurrency").json() == []
     usage = api.get("/admin/usage", params={"from": "24h"}).json()
     assert usage["status"] == "complete" and usage["group_by"] == "workflow_name"
