@@ -369,3 +369,25 @@ def test_the_resume_scanner_asks_a_target_that_is_down_once_a_pass(shards) -> No
     assert asyncio.run(scan())[0] == 3
     for execution_id in ids:
         assert authoritative(shards.dsns, execution_id) == [1]
+
+
+def test_a_source_that_goes_down_mid_run_ends_the_walk_and_keeps_the_report(shards) -> None:
+    """The source stops answering part way: the move it met stays open for rebalance-resume, the
+    runs after it are reported not attempted (the next one's begin used to raise out of the run,
+    losing the report of what had moved), and a resume once it is back settles the open one."""
+    ids = [park(shards.dsns[0], f"src-{i}") for i in range(3)]
+
+    def stop_source(phase: str, record: dict) -> None:
+        if phase == "copied" and shards.is_up(0):
+            shards.stop(0)
+
+    router = ShardRouter([0, 1, 2], [0, 1, 2], 0)
+    try:
+        with ShardPools(router, shards.dsns, max_size=2, acquire_timeout=1) as pools:
+            report = Rebalancer(pools, 0, 1, on_phase=stop_source).run(limit=10)
+    finally:
+        shards.start(0)
+    errors = sorted((m.outcome, (m.error or "").split(":")[0]) for m in report.moves)
+    assert errors == [("failed", "not attempted")] * 2 + [("failed", "shard 0 is unavailable")], errors
+    assert _resume(shards)["counts"] == {"moved": 1, "declined": 0, "failed": 0}
+    assert sorted(authoritative(shards.dsns, i)[0] for i in ids) == [0, 0, 1]
