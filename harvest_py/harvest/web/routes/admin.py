@@ -86,9 +86,17 @@ def _rebalance_resume(config: Any) -> dict[str, Any]:
 
 def _queues(call: Call) -> dict[str, Any]:
     app, config = call.state.app, call.state.config
-    # The resolved shards a worker of this configuration polls: auto is every shard with a pool.
+    # The resolved shards a worker of this configuration polls: auto is every shard with a url
+    # (a pool here), not every readable one: a shard the router reads but no url reaches is
+    # exactly the gap the guide's coverage check is for.
     assignments = config.get("worker.shard_assignments")
-    shards = list(call.state.router.readable) if assignments in (None, "auto") else list(assignments)
+    pools = call.state.pools
+    if assignments not in (None, "auto"):
+        shards = list(assignments)
+    elif pools is not None:
+        shards = sorted(pools.shards)
+    else:
+        shards = list(call.state.router.readable)
     out: dict[str, Any] = {
         "shard_assignments": shards,
         "shard_assignments_source": assignments or "auto",
