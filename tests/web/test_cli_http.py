@@ -1517,3 +1517,30 @@ def test_release_owed_ends_over_http_as_over_sql(both, served, db: str, conn) ->
     )
     assert sql.exit_code == 0, sql.stderr
     assert json.loads(sql.stdout)["shards"] == [{"shard_id": 0, "released": 1, "batches": 2}]
+
+
+def test_rate_limit_commands_print_the_same_over_sql_and_http(db: str, both, conn) -> None:
+    """`harvest rate-limit` (the activity's twin of `harvest throttle`): the same rows and exit
+    codes over either transport; a per-key limit is refused (PolicyConflict) the same way."""
+    policies = {
+        "activities": {
+            "charge": {"rate_limit": {"rps": 5}},
+            "keyed": {"rate_limit": {"rps": 5, "key": "input.t"}},
+        }
+    }
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (json.dumps(policies),))
+    for o in (("--output", "table"), ("--output", "json")):
+        both("rate-limit", "get", "charge", *o)
+        both("rate-limit", "get", "nobody", *o)
+        both("rate-limit", "clear-override", "charge", *o)  # none live: was_live false
+        both("rate-limit", "override", "keyed", "--rps", "2", *o)
+    args = ("rate-limit", "override", "charge", "--rps", "2", "--output", "json")
+    answers = [
+        json.loads(run(*_with_dsn(args, db)).stdout),
+        json.loads(run("--base-url", BASE, *args).stdout),
+    ]
+    for answer in answers:  # (the expiry differs by the moment each was made)
+        assert answer["shards"][0].pop("override_expires_at")
+    assert answers[0] == answers[1] and answers[0]["shards"][0]["override_rps"] == 2
+    refused = run("--base-url", BASE, "rate-limit", "override", "keyed", "--rps", "2")
+    assert refused.exit_code != 0 and "per-key" in refused.stderr, refused.stderr
