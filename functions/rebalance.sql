@@ -72,6 +72,12 @@ AS $$
             THEN 'mutex' END,
         CASE WHEN EXISTS (SELECT 1 FROM harvest.workflow_slots AS s WHERE s.execution_id = p_execution.id)
             THEN 'concurrency_slot' END,
+        -- An activity parked in the dead-letter queue: the run waits for its replay or
+        -- discard, which act on this shard's dead letter (a move does not carry it: moved,
+        -- the run would wait for ever, its replay refused on the seal).
+        CASE WHEN EXISTS (SELECT 1 FROM harvest.dead_letters AS d
+                          WHERE d.execution_id = p_execution.id AND d.kind = 'activity')
+            THEN 'dead_letter' END,
         -- Offloaded payloads live in this database's harvest.payloads, which a move does not
         -- copy: the run's references would not resolve on the target (docs/payloads.md).
         CASE WHEN EXISTS (SELECT 1 FROM harvest.shard_migrations AS m

@@ -8,7 +8,7 @@
 -- helpers _raise_migration, _lock_migration, _migration_json, _execution_json. One database plays
 -- the source (shard 0), then, emptied, the target (shard 1).
 BEGIN;
-SELECT plan(65);
+SELECT plan(66);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -73,6 +73,18 @@ FROM harvest.executions AS e WHERE e.id = pg_temp.parked('xsignal');
 DELETE FROM harvest.cross_shard_children WHERE parent_execution_id = pg_temp.parked('xchild');
 DELETE FROM harvest.relays WHERE source_execution_id = pg_temp.parked('xsignal');
 DELETE FROM harvest.executions WHERE id IN (pg_temp.parked('xchild'), pg_temp.parked('xsignal'));
+
+-- An activity dead-lettered for good: the run waits (RUNNING, no task) for a replay or a
+-- discard of a dead letter that is this shard's; moved, it would wait for ever.
+SELECT pg_temp.park('dlq', '[{"type": "schedule_activity", "seq": 1, "name": "act"}]');
+SELECT harvest.fail_activity(t.task_id, t.fencing_token,
+                             '{"error_type": "Boom", "message": "for good", "non_retryable": true}')
+FROM harvest.claim_tasks('w1', ARRAY['rq_dlq'], 1, 30) AS t;
+SELECT is(harvest._migration_blockers(e), '{dead_letter}'::text[],
+          '_migration_blockers(): an activity in the dead-letter queue blocks (its dead letter stays here)')
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('dlq');
+DELETE FROM harvest.dead_letters WHERE execution_id = pg_temp.parked('dlq');
+DELETE FROM harvest.executions WHERE id = pg_temp.parked('dlq');
 UPDATE harvest.engine_settings SET cross_shard_relays = false;
 
 -- Planning.
