@@ -78,6 +78,17 @@ AS $$
         CASE WHEN EXISTS (SELECT 1 FROM harvest.dead_letters AS d
                           WHERE d.execution_id = p_execution.id AND d.kind = 'activity')
             THEN 'dead_letter' END,
+        -- A schedule's live run: its overlap and max_active_runs count this shard's
+        -- executions (_schedule_active_runs), so, moved, the schedule would start another
+        -- beside it. A firing's run (or its continue-as-new chain: the same workflow_id),
+        -- and any run of a scheduled DAG (its schedule counts them all).
+        CASE WHEN EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
+                          INNER JOIN harvest.schedules AS s ON f.schedule_id = s.id
+                          WHERE f.status = 'started' AND f.workflow_id = p_execution.workflow_id
+                            AND (s.workflow_name = p_execution.workflow_name OR f.execution_id = p_execution.id))
+                  OR EXISTS (SELECT 1 FROM harvest.schedules AS s
+                             WHERE s.kind = 'dag' AND s.workflow_name = p_execution.workflow_name)
+            THEN 'schedule_run' END,
         -- Offloaded payloads live in this database's harvest.payloads, which a move does not
         -- copy: the run's references would not resolve on the target (docs/payloads.md).
         CASE WHEN EXISTS (SELECT 1 FROM harvest.shard_migrations AS m

@@ -8,7 +8,7 @@
 -- helpers _raise_migration, _lock_migration, _migration_json, _execution_json. One database plays
 -- the source (shard 0), then, emptied, the target (shard 1).
 BEGIN;
-SELECT plan(66);
+SELECT plan(68);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -85,6 +85,24 @@ SELECT is(harvest._migration_blockers(e), '{dead_letter}'::text[],
 FROM harvest.executions AS e WHERE e.id = pg_temp.parked('dlq');
 DELETE FROM harvest.dead_letters WHERE execution_id = pg_temp.parked('dlq');
 DELETE FROM harvest.executions WHERE id = pg_temp.parked('dlq');
+
+-- A run a schedule of this shard started and still counts as its live run: moved, the
+-- schedule's overlap (skip, max_active_runs) would not see it and would start another.
+SELECT pg_temp.park('sched', '[]');
+INSERT INTO harvest.schedules (name, workflow_name, interval_secs, anchor_at, created_at, updated_at)
+VALUES ('rb_every_minute', 'rb_wf', 60, harvest.now(), harvest.now(), harvest.now());
+INSERT INTO harvest.schedule_firings (schedule_id, slot_at, status, workflow_id, execution_id, recorded_at)
+SELECT s.id, harvest.now(), 'started', 'sched', pg_temp.parked('sched'), harvest.now()
+FROM harvest.schedules AS s WHERE s.name = 'rb_every_minute';
+SELECT is(harvest._migration_blockers(e), '{schedule_run}'::text[],
+          '_migration_blockers(): a schedule''s live run blocks (its schedule counts it on this shard)')
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('sched');
+UPDATE harvest.schedule_firings SET status = 'skipped';
+SELECT is(harvest._migration_blockers(e), '{}'::text[],
+          '_migration_blockers(): a firing that started nothing does not')
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('sched');
+DELETE FROM harvest.schedules WHERE name = 'rb_every_minute';
+DELETE FROM harvest.executions WHERE id = pg_temp.parked('sched');
 UPDATE harvest.engine_settings SET cross_shard_relays = false;
 
 -- Planning.
