@@ -89,6 +89,10 @@ AS $$
                   OR EXISTS (SELECT 1 FROM harvest.schedules AS s
                              WHERE s.kind = 'dag' AND s.workflow_name = p_execution.workflow_name)
             THEN 'schedule_run' END,
+        -- A run of a DAG with max_active_runs, which a trigger counts on this shard (_admit_dag_run).
+        CASE WHEN EXISTS (SELECT 1 FROM harvest.dags AS d
+                          WHERE d.dag_name = p_execution.workflow_name AND d.max_active_runs IS NOT NULL)
+            THEN 'dag_run' END,
         -- Offloaded payloads live in this database's harvest.payloads, which a move does not
         -- copy: the run's references would not resolve on the target (docs/payloads.md).
         CASE WHEN EXISTS (SELECT 1 FROM harvest.shard_migrations AS m

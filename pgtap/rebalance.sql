@@ -8,7 +8,7 @@
 -- helpers _raise_migration, _lock_migration, _migration_json, _execution_json. One database plays
 -- the source (shard 0), then, emptied, the target (shard 1).
 BEGIN;
-SELECT plan(68);
+SELECT plan(69);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -102,6 +102,12 @@ SELECT is(harvest._migration_blockers(e), '{}'::text[],
           '_migration_blockers(): a firing that started nothing does not')
 FROM harvest.executions AS e WHERE e.id = pg_temp.parked('sched');
 DELETE FROM harvest.schedules WHERE name = 'rb_every_minute';
+INSERT INTO harvest.dags (dag_name, queue, max_active_runs, first_registered_at, last_registered_at)
+VALUES ('rb_wf', 'rq_sched', 2, harvest.now(), harvest.now());
+SELECT is(harvest._migration_blockers(e), '{dag_run}'::text[],
+          '_migration_blockers(): a run of a DAG with max_active_runs blocks (its trigger counts it here)')
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('sched');
+DELETE FROM harvest.dags WHERE dag_name = 'rb_wf';
 DELETE FROM harvest.executions WHERE id = pg_temp.parked('sched');
 UPDATE harvest.engine_settings SET cross_shard_relays = false;
 
