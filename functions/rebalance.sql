@@ -93,8 +93,8 @@ AS $$
         CASE WHEN EXISTS (SELECT 1 FROM harvest.dags AS d
                           WHERE d.dag_name = p_execution.workflow_name AND d.max_active_runs IS NOT NULL)
             THEN 'dag_run' END,
-        -- Offloaded payloads live in this database's harvest.payloads, which a move does not
-        -- copy: the run's references would not resolve on the target (docs/payloads.md).
+        -- Another move of the run still open (its offloaded payloads, by contrast, move with
+        -- it: get_migration_copy).
         CASE WHEN EXISTS (SELECT 1 FROM harvest.shard_migrations AS m
                           WHERE m.execution_id = p_execution.id
                             AND m.phase IN ('planned', 'copied', 'verified', 'cut_over')
