@@ -72,8 +72,29 @@ AS $$
             THEN 'mutex' END,
         CASE WHEN EXISTS (SELECT 1 FROM harvest.workflow_slots AS s WHERE s.execution_id = p_execution.id)
             THEN 'concurrency_slot' END,
-        -- Offloaded payloads live in this database's harvest.payloads, which a move does not
-        -- copy: the run's references would not resolve on the target (docs/payloads.md).
+        -- An activity parked in the dead-letter queue: the run waits for its replay or
+        -- discard, which act on this shard's dead letter (a move does not carry it: moved,
+        -- the run would wait for ever, its replay refused on the seal).
+        CASE WHEN EXISTS (SELECT 1 FROM harvest.dead_letters AS d
+                          WHERE d.execution_id = p_execution.id AND d.kind = 'activity')
+            THEN 'dead_letter' END,
+        -- A schedule's live run: its overlap and max_active_runs count this shard's
+        -- executions (_schedule_active_runs), so, moved, the schedule would start another
+        -- beside it. A firing's run (or its continue-as-new chain: the same workflow_id),
+        -- and any run of a scheduled DAG (its schedule counts them all).
+        CASE WHEN EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
+                          INNER JOIN harvest.schedules AS s ON f.schedule_id = s.id
+                          WHERE f.status = 'started' AND f.workflow_id = p_execution.workflow_id
+                            AND (s.workflow_name = p_execution.workflow_name OR f.execution_id = p_execution.id))
+                  OR EXISTS (SELECT 1 FROM harvest.schedules AS s
+                             WHERE s.kind = 'dag' AND s.workflow_name = p_execution.workflow_name)
+            THEN 'schedule_run' END,
+        -- A run of a DAG with max_active_runs, which a trigger counts on this shard (_admit_dag_run).
+        CASE WHEN EXISTS (SELECT 1 FROM harvest.dags AS d
+                          WHERE d.dag_name = p_execution.workflow_name AND d.max_active_runs IS NOT NULL)
+            THEN 'dag_run' END,
+        -- Another move of the run still open (its offloaded payloads, by contrast, move with
+        -- it: get_migration_copy).
         CASE WHEN EXISTS (SELECT 1 FROM harvest.shard_migrations AS m
                           WHERE m.execution_id = p_execution.id
                             AND m.phase IN ('planned', 'copied', 'verified', 'cut_over')

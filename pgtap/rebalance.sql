@@ -8,7 +8,7 @@
 -- helpers _raise_migration, _lock_migration, _migration_json, _execution_json. One database plays
 -- the source (shard 0), then, emptied, the target (shard 1).
 BEGIN;
-SELECT plan(65);
+SELECT plan(69);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -73,6 +73,42 @@ FROM harvest.executions AS e WHERE e.id = pg_temp.parked('xsignal');
 DELETE FROM harvest.cross_shard_children WHERE parent_execution_id = pg_temp.parked('xchild');
 DELETE FROM harvest.relays WHERE source_execution_id = pg_temp.parked('xsignal');
 DELETE FROM harvest.executions WHERE id IN (pg_temp.parked('xchild'), pg_temp.parked('xsignal'));
+
+-- An activity dead-lettered for good: the run waits (RUNNING, no task) for a replay or a
+-- discard of a dead letter that is this shard's; moved, it would wait for ever.
+SELECT pg_temp.park('dlq', '[{"type": "schedule_activity", "seq": 1, "name": "act"}]');
+SELECT harvest.fail_activity(t.task_id, t.fencing_token,
+                             '{"error_type": "Boom", "message": "for good", "non_retryable": true}')
+FROM harvest.claim_tasks('w1', ARRAY['rq_dlq'], 1, 30) AS t;
+SELECT is(harvest._migration_blockers(e), '{dead_letter}'::text[],
+          '_migration_blockers(): an activity in the dead-letter queue blocks (its dead letter stays here)')
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('dlq');
+DELETE FROM harvest.dead_letters WHERE execution_id = pg_temp.parked('dlq');
+DELETE FROM harvest.executions WHERE id = pg_temp.parked('dlq');
+
+-- A run a schedule of this shard started and still counts as its live run: moved, the
+-- schedule's overlap (skip, max_active_runs) would not see it and would start another.
+SELECT pg_temp.park('sched', '[]');
+INSERT INTO harvest.schedules (name, workflow_name, interval_secs, anchor_at, created_at, updated_at)
+VALUES ('rb_every_minute', 'rb_wf', 60, harvest.now(), harvest.now(), harvest.now());
+INSERT INTO harvest.schedule_firings (schedule_id, slot_at, status, workflow_id, execution_id, recorded_at)
+SELECT s.id, harvest.now(), 'started', 'sched', pg_temp.parked('sched'), harvest.now()
+FROM harvest.schedules AS s WHERE s.name = 'rb_every_minute';
+SELECT is(harvest._migration_blockers(e), '{schedule_run}'::text[],
+          '_migration_blockers(): a schedule''s live run blocks (its schedule counts it on this shard)')
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('sched');
+UPDATE harvest.schedule_firings SET status = 'skipped';
+SELECT is(harvest._migration_blockers(e), '{}'::text[],
+          '_migration_blockers(): a firing that started nothing does not')
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('sched');
+DELETE FROM harvest.schedules WHERE name = 'rb_every_minute';
+INSERT INTO harvest.dags (dag_name, queue, max_active_runs, first_registered_at, last_registered_at)
+VALUES ('rb_wf', 'rq_sched', 2, harvest.now(), harvest.now());
+SELECT is(harvest._migration_blockers(e), '{dag_run}'::text[],
+          '_migration_blockers(): a run of a DAG with max_active_runs blocks (its trigger counts it here)')
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('sched');
+DELETE FROM harvest.dags WHERE dag_name = 'rb_wf';
+DELETE FROM harvest.executions WHERE id = pg_temp.parked('sched');
 UPDATE harvest.engine_settings SET cross_shard_relays = false;
 
 -- Planning.

@@ -306,3 +306,36 @@ def test_retention_run_now_sweeps_every_shard(shards) -> None:
     assert swept == [(0, 0, 0), (1, 1, 0), (2, 0, 0)]
     text = _run(_env(shards), "retention", "run-now").stdout
     assert text.startswith("deleted 0 execution(s)") and "\n  shard 2: deleted 0, 0 remaining" in text
+
+
+def test_rate_limit_override_is_one_cli_call_on_every_shard_and_names_a_stopped_one(shards) -> None:
+    """The sharding guide: an activity's pacing override fans out to every shard's bucket, "one
+    CLI call, effective everywhere"; only the start throttle had a command (the activity's rate
+    limit was SQL and HTTP only). A shard that cannot be reached is named and the command exits
+    1; the others have the override."""
+    policies = json.dumps({"activities": {"charge": {"rate_limit": {"rps": 5, "burst": 5}}}})
+    for shard in (0, 1, 2):
+        with shards.connect(shard) as conn:
+            conn.execute("SELECT harvest.declare_flow_policies(%s)", (policies,))
+    env = _env(shards)
+    result, data = _json(env, "rate-limit", "override", "charge", "--rps", "50", "--ttl-secs", "600")
+    assert result.exit_code == 0, result.stderr
+    assert [(r["shard_id"], r["rps"], r["override_rps"]) for r in data["shards"]] == [
+        (s, 5, 50) for s in (0, 1, 2)
+    ]
+    result, data = _json(env, "rate-limit", "get", "charge")
+    assert result.exit_code == 0 and [r["override_rps"] for r in data["shards"]] == [50, 50, 50]
+    result, data = _json(env, "rate-limit", "clear-override", "charge")
+    assert [r["was_live"] for r in data["shards"]] == [True, True, True]
+    result, data = _stopped(shards, 1, "rate-limit", "override", "charge", "--rps", "7")
+    assert result.exit_code == 1 and data["unavailable_shards"] == [1], result.stderr
+    assert [(r["shard_id"], r["override_rps"]) for r in data["shards"]] == [(0, 7), (2, 7)]
+    assert "shard(s) 1" in result.stderr
+    for shard in (0, 2):
+        with shards.connect(shard) as conn:
+            assert (
+                conn.execute(
+                    "SELECT count(*) FROM harvest.audit_log WHERE operation = 'rate_limit.override'"
+                ).fetchone()[0]
+                == 2
+            )

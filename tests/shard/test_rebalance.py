@@ -149,8 +149,20 @@ def test_runs_with_work_in_flight_are_refused_with_their_blockers(shards) -> Non
     busy = park(shards.dsns[0], "busy", [{"type": "schedule_activity", "seq": 1, "name": "act"}])
     due = park(shards.dsns[0], "due", [{"type": "start_timer", "seq": 1, "duration": 0}])
     woken = park(shards.dsns[0], "woken")
+    # A run whose activity failed for good into the dead-letter queue: RUNNING with no task, it
+    # waits for an operator's replay or discard, and its dead letter is this shard's (moved, the
+    # run would wait for ever: the replay refuses a sealed run, the discard tells nobody).
+    dead = park(shards.dsns[0], "dead", [{"type": "schedule_activity", "seq": 1, "name": "act"}])
     with shards.connect(0) as conn:
         conn.execute("SELECT harvest.signal_workflow(%s, 'go')", (woken,))
+        task, token = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-test', ARRAY['rbq-dead'], 1, 30)"
+        ).fetchone()
+        failure = {"error_type": "Boom", "message": "for good", "non_retryable": True}
+        conn.execute("SELECT harvest.fail_activity(%s, %s, %s)", (task, token, json.dumps(failure)))
+    assert (
+        scalar(shards.dsns[0], "SELECT count(*) FROM harvest.dead_letters WHERE execution_id = %s", dead) == 1
+    )
     with _pools(shards) as pools:
         report = Rebalancer(pools, 0, 1).run()
     outcomes = {m.execution_id: (m.outcome, m.blockers) for m in report.moves}
@@ -158,8 +170,9 @@ def test_runs_with_work_in_flight_are_refused_with_their_blockers(shards) -> Non
         busy: ("blocked", ["activity_in_flight"]),
         due: ("blocked", ["timer_due"]),
         woken: ("blocked", ["workflow_task_pending"]),
+        dead: ("blocked", ["dead_letter"]),
     }
-    for execution_id in (busy, due, woken):
+    for execution_id in (busy, due, woken, dead):
         assert row(shards.dsns[0], execution_id)["status"] == "RUNNING"
         assert row(shards.dsns[1], execution_id) is None
     assert scalar(shards.dsns[0], "SELECT count(*) FROM harvest.shard_migrations") == 0

@@ -256,3 +256,138 @@ def test_a_worker_killed_during_activation_leaves_the_run_authoritative_on_exact
         client.get_handle(execution_id).signal("go", f"after-{crash}")
     assert signals(shards.dsns[1], execution_id, f"after-{crash}") == 1
     assert signals(shards.dsns[0], execution_id, f"after-{crash}") == 0
+
+
+class _CountingPools(ShardPools):
+    """ShardPools that count the connections asked of each shard (a shard that is down costs
+    its acquire timeout for each)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.asked: dict[int, int] = {}
+
+    def connection(self, shard: int):
+        self.asked[shard] = self.asked.get(shard, 0) + 1
+        return super().connection(shard)
+
+
+def test_a_target_that_goes_down_mid_run_is_waited_for_once_not_once_per_run(shards) -> None:
+    """A rebalance of many runs whose target goes down part way, and its resume while the target
+    is still down: each used to wait the target's acquire timeout (10 s) for every remaining run
+    (a copy, then a discard), and again for every failed move's leftover copy, so a --limit 100
+    run hung for half an hour. Now the first failure to reach a shard ends the walk: the runs
+    after it are reported not attempted (no record written, nothing sealed), and the command
+    exits 1 at once."""
+    ids = [park(shards.dsns[0], f"down-{i}") for i in range(4)]
+
+    def stop_target(phase: str, record: dict) -> None:
+        if phase == "copied" and shards.is_up(1):
+            shards.stop(1)
+
+    router = ShardRouter([0, 1, 2], [0, 1, 2], 0)
+    with _CountingPools(router, shards.dsns, max_size=2, acquire_timeout=1) as pools:
+        report = Rebalancer(pools, 0, 1, on_phase=stop_target).run(limit=10)
+        outcomes = sorted((m.outcome, (m.error or "").split(":")[0]) for m in report.moves)
+        assert outcomes == [("failed", "not attempted")] * 3 + [("failed", "shard 1 is unavailable")], (
+            outcomes
+        )
+        asked_down = pools.asked[1] - 2  # (the schema check and the copy, before it stopped)
+        assert asked_down == 1, f"the stopped target was asked {asked_down} times"
+        # Only the move that met the outage has a record; the others were never begun.
+        assert scalar(shards.dsns[0], "SELECT count(*) FROM harvest.shard_migrations") == 1
+        assert [row(shards.dsns[0], i)["status"] for i in ids] == ["RUNNING"] * 4, "nothing sealed"
+
+        # A resume while it is still down: one try, then the rest not attempted.
+        with shards.connect(0) as conn:  # two more failed moves whose copies a resume discards
+            conn.execute(
+                "INSERT INTO harvest.shard_migrations (execution_id, workflow_name, workflow_id, "
+                "source_shard, target_shard, phase, created_at, updated_at) "
+                "SELECT id, workflow_name, workflow_id, 0, 1, 'failed', now(), now() "
+                "FROM harvest.executions WHERE id = ANY(%s)",
+                (ids[1:3],),
+            )
+        before = pools.asked[1]
+        assert Rebalancer(pools, 0, 1).resume() == [], "no move is open"
+        assert pools.asked[1] - before == 1, "the failed moves' copies are not discarded one timeout each"
+    shards.start(1)
+    assert _resume(shards)["counts"] == {"moved": 0, "declined": 0, "failed": 0}
+    for execution_id in ids:
+        assert row(shards.dsns[1], execution_id) is None, "every staged copy was discarded"
+        assert authoritative(shards.dsns, execution_id) == [0]
+
+
+class _CountingAsyncPools(AsyncShardPools):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.asked: dict[int, int] = {}
+
+    def connection(self, shard: int):
+        self.asked[shard] = self.asked.get(shard, 0) + 1
+        return super().connection(shard)
+
+
+def test_the_resume_scanner_asks_a_target_that_is_down_once_a_pass(shards) -> None:
+    """The worker's pass over stalled cutovers whose target is down: every claimed record fails
+    with its error noted and stays cut over (the guide's contract), and the target is asked once,
+    not once per record, so the shard's scanner (timeouts, relays, deadlines) is held up for one
+    acquire timeout rather than up to ten."""
+    ids = [park(shards.dsns[0], f"stall-{i}") for i in range(3)]
+
+    class Killed(Exception):
+        pass
+
+    def die(phase: str, record: dict) -> None:
+        if phase == "cut_over":
+            raise Killed
+
+    router = ShardRouter([0, 1, 2], [0, 1, 2], 0)
+    with ShardPools(router, shards.dsns, max_size=2) as pools:
+        for execution_id in ids:
+            with pytest.raises(Killed):
+                Rebalancer(pools, 0, 1, on_phase=die).move(execution_id)
+    with shards.connect(0) as conn:
+        conn.execute("UPDATE harvest.shard_migrations SET updated_at = updated_at - interval '1 minute'")
+    shards.stop(1)
+
+    async def scan() -> tuple[int, int]:
+        async with _CountingAsyncPools(router, shards.dsns, max_size=2, acquire_timeout=1) as counting:
+            settled = await resume_stalled_migrations(counting, 0, stall_after=30)
+            return settled, counting.asked.get(1, 0)
+
+    try:
+        assert asyncio.run(scan()) == (0, 1)
+        with shards.connect(0) as conn:
+            records = conn.execute(
+                "SELECT phase, attempts, last_error FROM harvest.shard_migrations"
+            ).fetchall()
+        assert [(phase, attempts) for phase, attempts, _ in records] == [("cut_over", 1)] * 3
+        assert all("shard 1 is unavailable" in error for _, _, error in records), records
+    finally:
+        shards.start(1)
+    with shards.connect(0) as conn:
+        conn.execute("UPDATE harvest.shard_migrations SET updated_at = updated_at - interval '1 minute'")
+    assert asyncio.run(scan())[0] == 3
+    for execution_id in ids:
+        assert authoritative(shards.dsns, execution_id) == [1]
+
+
+def test_a_source_that_goes_down_mid_run_ends_the_walk_and_keeps_the_report(shards) -> None:
+    """The source stops answering part way: the move it met stays open for rebalance-resume, the
+    runs after it are reported not attempted (the next one's begin used to raise out of the run,
+    losing the report of what had moved), and a resume once it is back settles the open one."""
+    ids = [park(shards.dsns[0], f"src-{i}") for i in range(3)]
+
+    def stop_source(phase: str, record: dict) -> None:
+        if phase == "copied" and shards.is_up(0):
+            shards.stop(0)
+
+    router = ShardRouter([0, 1, 2], [0, 1, 2], 0)
+    try:
+        with ShardPools(router, shards.dsns, max_size=2, acquire_timeout=1) as pools:
+            report = Rebalancer(pools, 0, 1, on_phase=stop_source).run(limit=10)
+    finally:
+        shards.start(0)
+    errors = sorted((m.outcome, (m.error or "").split(":")[0]) for m in report.moves)
+    assert errors == [("failed", "not attempted")] * 2 + [("failed", "shard 0 is unavailable")], errors
+    assert _resume(shards)["counts"] == {"moved": 1, "declined": 0, "failed": 0}
+    assert sorted(authoritative(shards.dsns, i)[0] for i in ids) == [0, 0, 1]

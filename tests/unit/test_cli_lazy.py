@@ -32,6 +32,7 @@ ROOT_COMMANDS = [
     "migrate",
     "preflight",
     "queue",
+    "rate-limit",
     "replay",
     "retention",
     "schedule",

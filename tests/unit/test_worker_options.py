@@ -68,6 +68,8 @@ def test_the_config_file_keys_take_their_type_and_bounds_from_the_options() -> N
         ("worker", "heartbeat_interval"),
         ("worker", "max_payload_bytes"),
         ("worker", "cache_max_bytes"),
+        ("worker", "rebalance_resume_interval"),
+        ("worker", "rebalance_stall_after"),
         ("retention", "interval"),
     }
     for key, t in keyed.items():
@@ -169,3 +171,39 @@ def test_a_worker_refuses_what_is_not_an_app_saying_how_to_make_one(not_an_app) 
     # AttributeError: 'list' object has no attribute 'activities'.
     with pytest.raises(TypeError, match=r"Worker\(\) takes an App, got .*App\(workflows=\[\.\.\.\]"):
         Worker(not_an_app, DSN)
+
+
+def test_the_rebalance_resume_scanner_follows_the_options_and_the_configuration() -> None:
+    """The sharding guide's automatic resume (docs/sharding.md): the worker's rebalance-resume
+    scanner can be turned off (then only `harvest shard rebalance-resume` settles a stalled
+    move) and its pace set, default 5 s between passes and 30 s before a cut-over move counts
+    as stalled, each floored at 5 s; the worker used to build it with the defaults, always on."""
+    import asyncio
+
+    default = Worker(App(), DSN).rebalance_resume
+    assert (default.enabled, default.interval, default.stall_after) == (True, 5.0, 30.0)
+    off = Worker(
+        App(), DSN, rebalance_resume_enabled=False, rebalance_resume_interval=10, rebalance_stall_after=60
+    ).rebalance_resume
+    assert (off.enabled, off.interval, off.stall_after) == (False, 10.0, 60.0)
+
+    class TwoShards:
+        shards = (0, 1)
+
+    assert asyncio.run(off.tick(TwoShards(), 0)) == 0, "off: no pass, no database touched"  # type: ignore[arg-type]
+    for name in ("rebalance_resume_interval", "rebalance_stall_after"):
+        with pytest.raises(InvalidArgument, match=rf"Worker\({name}=4\): allowed a number from 5 "):
+            WorkerOptions(**{name: 4})
+    config = load_config(
+        env={
+            "HARVEST_WORKER__REBALANCE_RESUME_ENABLED": "false",
+            "HARVEST_WORKER__REBALANCE_RESUME_INTERVAL": "20",
+            "HARVEST_WORKER__REBALANCE_STALL_AFTER": "45",
+        }
+    )
+    o = worker_options(config)
+    assert (o.rebalance_resume_enabled, o.rebalance_resume_interval) == (False, 20)
+    assert o.rebalance_stall_after == 45
+    assert worker_options(load_config(env={})).rebalance_resume_enabled is True
+    with pytest.raises(ConfigError, match=r"worker\.rebalance_stall_after"):
+        load_config(env={"HARVEST_WORKER__REBALANCE_STALL_AFTER": "1"})

@@ -1574,3 +1574,30 @@ def test_a_start_or_schedule_with_no_queue_goes_to_the_served_apps_queue_over_ht
         "--cron", "0 3 * * *", "--queue", "elsewhere", "--output", "json",
     )  # fmt: skip
     assert json.loads(given.stdout)["queue"] == "elsewhere"
+
+
+def test_rate_limit_commands_print_the_same_over_sql_and_http(db: str, both, conn) -> None:
+    """`harvest rate-limit` (the activity's twin of `harvest throttle`): the same rows and exit
+    codes over either transport; a per-key limit is refused (PolicyConflict) the same way."""
+    policies = {
+        "activities": {
+            "charge": {"rate_limit": {"rps": 5}},
+            "keyed": {"rate_limit": {"rps": 5, "key": "input.t"}},
+        }
+    }
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (json.dumps(policies),))
+    for o in (("--output", "table"), ("--output", "json")):
+        both("rate-limit", "get", "charge", *o)
+        both("rate-limit", "get", "nobody", *o)
+        both("rate-limit", "clear-override", "charge", *o)  # none live: was_live false
+        both("rate-limit", "override", "keyed", "--rps", "2", *o)
+    args = ("rate-limit", "override", "charge", "--rps", "2", "--output", "json")
+    answers = [
+        json.loads(run(*_with_dsn(args, db)).stdout),
+        json.loads(run("--base-url", BASE, *args).stdout),
+    ]
+    for answer in answers:  # (the expiry differs by the moment each was made)
+        assert answer["shards"][0].pop("override_expires_at")
+    assert answers[0] == answers[1] and answers[0]["shards"][0]["override_rps"] == 2
+    refused = run("--base-url", BASE, "rate-limit", "override", "keyed", "--rps", "2")
+    assert refused.exit_code != 0 and "per-key" in refused.stderr, refused.stderr

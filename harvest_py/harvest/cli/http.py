@@ -757,6 +757,21 @@ class HttpApi:
         path = f"/admin/start-throttles/{_p(workflow_name)}/override"
         return _per_shard(self.http.request("DELETE", path, scope="admin")[1])
 
+    # activity rate limits: per shard, as the start throttles
+    def get_rate_limit(self, activity_name: str) -> PerShard:
+        return _per_shard(self.http.get(f"/admin/rate-limits/{_p(activity_name)}"))
+
+    def set_rate_limit_override(
+        self, activity_name: str, rps: float, burst: float | None = None, ttl_secs: float = 3600
+    ) -> PerShard:
+        body = {"rps": rps, "burst": burst, "ttl_secs": ttl_secs}
+        path = f"/admin/rate-limits/{_p(activity_name)}/override"
+        return _per_shard(self.http.post(path, body, scope="admin"))
+
+    def clear_rate_limit_override(self, activity_name: str) -> PerShard:
+        path = f"/admin/rate-limits/{_p(activity_name)}/override"
+        return _per_shard(self.http.request("DELETE", path, scope="admin")[1])
+
     # retention (the database's settings: /admin/retention/settings; the sweep runs in the server)
     def get_retention_status(self) -> dict[str, Any] | PerShard:
         answer = self.http.get("/admin/retention/settings")

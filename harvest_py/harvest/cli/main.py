@@ -353,6 +353,10 @@ COMMANDS: dict[str, LazyCommand] = {
         _command("harvest.cli.schedule", "schedule"),
         "Workflows started on a cron or an interval (docs/schedules.md).",
     ),
+    "rate-limit": LazyCommand(
+        _command("harvest.cli.rate_limit", "rate_limit"),
+        "An activity's rate limit and its pacing override, on every shard.",
+    ),
     "serve": LazyCommand(
         _command("harvest.cli.serve", "serve"),
         "Serve the management API (mounted at /api/harvest) as the web process role.",

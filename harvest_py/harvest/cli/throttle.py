@@ -28,7 +28,7 @@ COLUMNS = [
 ]
 
 
-def _on_every_shard(
+def on_every_shard(
     database_url: str | None,
     call: Any,
     *,
@@ -36,15 +36,16 @@ def _on_every_shard(
     output: str,
     what: str,
     shape: Callable[[Any], dict[str, Any] | None] = lambda row: row,
+    columns: list[str] = COLUMNS,
 ) -> None:
     """``call(api)`` on every shard (over HTTP the route answers per shard), each answer made a
-    row by ``shape``."""
+    row by ``shape`` (also `harvest rate-limit`'s)."""
     fan = each_shard(database_url, call, read_only=read_only, none_is_error=False)
     rows = [{"shard_id": s, **(shape(row) or {})} for s, row in fan.results.items()]
     emit(
         {"shards": rows, "status": fan.status, "unavailable_shards": fan.unavailable_shards},
         output,
-        lambda d: table(d["shards"], COLUMNS),
+        lambda d: table(d["shards"], columns),
     )
     fail_if_unreached(fan.unavailable_shards, what)
 
@@ -60,7 +61,7 @@ def throttle() -> None:
 @output_option
 def get(workflow_name: str, database_url: str | None, output: str) -> None:
     """The declared rate and the live override (none once expired), per shard."""
-    _on_every_shard(
+    on_every_shard(
         database_url,
         lambda api: api.get_start_throttle(workflow_name),
         read_only=True,
@@ -88,7 +89,7 @@ def override(
     output: str,
 ) -> None:
     """Lay a temporary rate over the declared throttle (admin; audited on each shard)."""
-    _on_every_shard(
+    on_every_shard(
         database_url,
         lambda api: api.set_start_throttle_override(workflow_name, rps, burst, ttl_secs, operator),
         read_only=False,
@@ -104,7 +105,7 @@ def override(
 @output_option
 def clear_override(workflow_name: str, operator: str | None, database_url: str | None, output: str) -> None:
     """Drop the override now (admin; audited on each shard)."""
-    _on_every_shard(
+    on_every_shard(
         database_url,
         lambda api: api.clear_start_throttle_override(workflow_name, operator),
         read_only=False,

@@ -103,6 +103,8 @@ SCHEMA: dict[tuple[str, ...], type] = {
     # `harvest worker`'s event loop: auto (uvloop when installed), asyncio or uvloop
     # (harvest/worker/event_loop.py).
     ("worker", "event_loop"): str,
+    # The worker's rebalance-resume scanner (WorkerOptions.rebalance_resume_enabled).
+    ("worker", "rebalance_resume_enabled"): bool,
     **{key: int if t.integer else float for key, t in WORKER_KEYS.items() if key[0] == "worker"},
     ("scheduler", "enabled"): bool,
     ("retention", "enabled"): bool,
@@ -545,6 +547,9 @@ def worker_options(config: Config, **fixed: Any) -> WorkerOptions:
     (what the process decides itself: the polled queues, the role's switches); an unset key
     keeps the field's default."""
     values = {t.name: config.get(key) for key, t in WORKER_KEYS.items() if config.get(key) is not None}
+    resume = config.get("worker.rebalance_resume_enabled")
+    if resume is not None and "rebalance_resume_enabled" not in fixed:
+        values["rebalance_resume_enabled"] = resume
     assignments = config.get("worker.shard_assignments")
     if assignments is not None and "shard_assignments" not in fixed:
         values["shard_assignments"] = assignments

@@ -28,7 +28,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
-from harvest.core.errors import ConfigError, ExecutionMigrated, HarvestError, InvalidArgument
+from harvest.core.errors import (
+    ConfigError,
+    ExecutionMigrated,
+    HarvestError,
+    InvalidArgument,
+    ShardUnavailable,
+)
 from harvest.core.ids import shard_of
 from harvest.shard.pools import AsyncShardPools, ShardPools
 
@@ -65,7 +71,8 @@ class Move:
     """One execution's outcome: ``would_move`` (dry run), ``blocked`` (not quiescent, or another
     move of it is open), ``moved``, ``declined`` (it woke before the cutover: it stays, and is
     moved later from its current history), ``failed`` (before the cutover: it stays on the
-    source; past it: ``error`` says to run rebalance-resume)."""
+    source; past it: ``error`` says to run rebalance-resume; ``error`` "not attempted: ...":
+    a shard could not be reached earlier in the run, so this one was left as it was)."""
 
     execution_id: str
     workflow_name: str
@@ -141,6 +148,17 @@ class Rebalancer:
         self.operator_id = operator_id
         self.replay = replay
         self.on_phase = on_phase
+        # The first shard this rebalancer could not reach: the walk stops there, so an outage
+        # costs one acquire timeout, not one per remaining run (and per leftover copy).
+        self.unreachable: int | None = None
+
+    def _not_attempted(self, move: Move) -> Move:
+        move.outcome = "failed"
+        move.error = (
+            f"not attempted: shard {self.unreachable} could not be reached earlier in this run; "
+            "run the command again once it is back"
+        )
+        return move
 
     # -- the walk ---------------------------------------------------------------------------------
     def check_schema_parity(self) -> None:
@@ -185,6 +203,8 @@ class Rebalancer:
             move = Move(str(row["execution_id"]), row["workflow_name"], row["workflow_id"], "would_move")
             if row["blockers"]:
                 move.outcome, move.blockers = "blocked", list(row["blockers"])
+            elif not dry_run and self.unreachable is not None:
+                move = self._not_attempted(move)
             elif not dry_run:
                 move = self.move(move.execution_id, move)
             moves.append(move)
@@ -198,6 +218,10 @@ class Rebalancer:
                 record = sql.begin_migration(execution_id, self.target, self.operator_id)
         except ExecutionMigrated as exc:
             move.outcome, move.blockers, move.error = "blocked", exc.blockers, str(exc)
+            return move
+        except ShardUnavailable as exc:  # nothing begun: the report keeps the moves made so far
+            self.unreachable = exc.shard
+            move.outcome, move.error = "failed", str(exc)
             return move
         move.workflow_name, move.workflow_id = record["workflow_name"], record["workflow_id"]
         return self._drive(record, move)
@@ -217,7 +241,11 @@ class Rebalancer:
             move = Move(
                 str(record["execution_id"]), record["workflow_name"], record["workflow_id"], "would_move"
             )
-            moves.append(self._drive(record, move))
+            if self.unreachable is not None:
+                move.migration_id = record["id"]
+                moves.append(self._not_attempted(move))
+            else:
+                moves.append(self._drive(record, move))
         for record in failed:
             self._discard(str(record["execution_id"]), record["id"])
         return moves
@@ -315,15 +343,21 @@ class Rebalancer:
             )
 
     def _discard(self, execution_id: str, migration_id: int) -> None:
+        if self.unreachable == self.target:  # (left for a later rebalance-resume)
+            return
         try:
             with self.pools.api(self.target) as sql:
                 sql.discard_migration_copy(execution_id, migration_id)
         except HarvestError as exc:  # a leftover staged copy is inert; a later import replaces it
+            if isinstance(exc, ShardUnavailable):
+                self.unreachable = exc.shard
             log.warning(
                 "could not discard the staged copy of %s on shard %d: %s", execution_id, self.target, exc
             )
 
     def _failed(self, record: dict[str, Any], move: Move, exc: HarvestError) -> Move:
+        if isinstance(exc, ShardUnavailable):
+            self.unreachable = exc.shard
         move.outcome = "failed"
         migration_id, execution_id = record["id"], str(record["execution_id"])
         if record["phase"] in ("cut_over", "completed"):
@@ -363,15 +397,20 @@ async def resume_stalled_migrations(
     async with pools.api(source) as sql:
         claimed = await sql.claim_stalled_migrations(stall, targets, limit)
     settled = 0
+    down: set[int] = set()  # a target that failed is asked once a pass: its error noted for the rest
     for record in claimed:
         migration_id, execution_id = record["id"], str(record["execution_id"])
         try:
+            if record["target_shard"] in down:
+                raise ShardUnavailable(record["target_shard"])
             async with pools.api(record["target_shard"]) as sql:
                 await sql.activate_migration(execution_id, migration_id)
             async with pools.api(source) as sql:
                 done = await sql.complete_migration(migration_id, None, True)
             settled += 1 if done.get("completed_now") else 0
         except HarvestError as exc:
+            if isinstance(exc, ShardUnavailable) and exc.shard == record["target_shard"]:
+                down.add(exc.shard)
             log.error(
                 "rebalance resume: migration %s of %s (%d -> %d) failed: %s",
                 migration_id,

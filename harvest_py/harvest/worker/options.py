@@ -181,6 +181,13 @@ class WorkerOptions:
     # "auto" = every shard this process has a pool for (shards.urls, shard 0 = the database
     # url), or shard numbers; config key worker.shard_assignments.
     shard_assignments: tuple[int, ...] | str = AUTO
+    # The rebalance-resume scanner (shards only; docs/sharding.md, "Automatic resume"): a move
+    # a killed rebalancer left past its cutover, idle rebalance_stall_after seconds, is
+    # activated and completed by the worker, one pass every rebalance_resume_interval seconds
+    # per assigned shard. Off: only `harvest shard rebalance-resume` settles it.
+    rebalance_resume_enabled: bool = True
+    rebalance_resume_interval: float = _secs(5, 86_400, 5.0, config=("worker", "rebalance_resume_interval"))
+    rebalance_stall_after: float = _secs(5, 86_400, 30.0, config=("worker", "rebalance_stall_after"))
     # Telemetry (docs/observability.md): count Prometheus metrics on the hot paths, and (with the
     # scanner) sample the database's gauges every metrics_interval seconds, on the one process
     # per database that holds the sampler's lock; 0 turns the sampler off.

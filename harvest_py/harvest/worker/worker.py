@@ -304,7 +304,12 @@ class Worker:
             )
         self.retention_interval = options.retention_interval
         self.relay_pump = relay_pump
-        self._rebalance_resume = ResumeScanner()
+        # Settles the moves a killed rebalancer left past their cutover (shards only).
+        self.rebalance_resume = ResumeScanner(
+            enabled=options.rebalance_resume_enabled,
+            interval=options.rebalance_resume_interval,
+            stall_after=options.rebalance_stall_after,
+        )
         # Prometheus counters of this process (harvest/telemetry/metrics.py); NullMetrics when off.
         self.metrics = process_metrics() if options.metrics else NULL_METRICS
         # The placed sampler of the database gauges (harvest/worker/sampler.py): with the scanner.
@@ -1327,7 +1332,7 @@ class Worker:
                 # Shards only: finish this shard's moves a killed rebalancer left mid-way (its
                 # own pacing: every 5 s, moves stalled 30 s; harvest/shard/rebalance.py).
                 if self.relay_pump is not None and self._sharded:
-                    await self._rebalance_resume.tick(self.relay_pump.pools, lane.shard)
+                    await self.rebalance_resume.tick(self.relay_pump.pools, lane.shard)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

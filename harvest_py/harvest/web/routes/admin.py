@@ -32,6 +32,7 @@ from harvest.web.routes import (
     shape,
 )
 from harvest.web.routes.health import shard_readiness, shard_urls
+from harvest.worker.options import WorkerOptions
 
 
 async def concurrency(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -67,12 +68,40 @@ async def usage(call: Call, args: dict[str, Any], _: Any) -> Any:
     }
 
 
+def _rebalance_resume(config: Any) -> dict[str, Any]:
+    """The rebalance-resume scanner a worker of this configuration runs (WorkerOptions' defaults
+    for the keys not set), in the sharding guide's names."""
+    defaults = WorkerOptions()
+    enabled = config.get("worker.rebalance_resume_enabled", defaults.rebalance_resume_enabled)
+    return {
+        "rebalance_resume_enabled": enabled,
+        "rebalance_resume_interval_ms": round(
+            1000 * config.get("worker.rebalance_resume_interval", defaults.rebalance_resume_interval)
+        ),
+        "rebalance_stall_after_ms": round(
+            1000 * config.get("worker.rebalance_stall_after", defaults.rebalance_stall_after)
+        ),
+    }
+
+
 def _queues(call: Call) -> dict[str, Any]:
     app, config = call.state.app, call.state.config
-    # The resolved shards a worker of this configuration polls: auto is every shard with a pool.
+    # The resolved shards a worker of this configuration polls: auto is every shard with a url
+    # (a pool here), not every readable one: a shard the router reads but no url reaches is
+    # exactly the gap the guide's coverage check is for.
     assignments = config.get("worker.shard_assignments")
-    shards = list(call.state.router.readable) if assignments in (None, "auto") else list(assignments)
-    out: dict[str, Any] = {"shard_assignments": shards, "shard_assignments_source": assignments or "auto"}
+    pools = call.state.pools
+    if assignments not in (None, "auto"):
+        shards = list(assignments)
+    elif pools is not None:
+        shards = sorted(pools.shards)
+    else:
+        shards = list(call.state.router.readable)
+    out: dict[str, Any] = {
+        "shard_assignments": shards,
+        "shard_assignments_source": assignments or "auto",
+        **_rebalance_resume(config),
+    }
     if app is None:
         return {
             **out,
