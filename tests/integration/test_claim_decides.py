@@ -75,6 +75,18 @@ def _workflow_task(db: str, execution_id: str) -> tuple | None:
         ).fetchone()
 
 
+def _asleep(worker) -> None:
+    """Wait until the worker is idle and asleep (its mark asks producers to notify it): only a
+    claim woken on an idle worker may decide. A fixed pause was not enough on a loaded machine,
+    where the worker was still busy from its boot when the start came, and the task went the
+    ordinary way."""
+    deadline = time.monotonic() + 30
+    while not (worker.worker.lanes[0].sleeping is True and not worker.worker._inflight):
+        assert time.monotonic() < deadline, "the worker never went to sleep"
+        time.sleep(0.01)
+    time.sleep(0.05)  # (its loop is waiting on the wake-up by now)
+
+
 def _one_at_a_time(db: str, fn, n: int, prefix: str) -> list[str]:
     """Start ``n`` runs one after the other, each after the one before ended and the worker idled."""
     ids = []
@@ -172,7 +184,7 @@ def test_a_decision_the_database_refuses_rolls_its_claim_back_and_is_made_again(
     # The first ActivityScheduled event written fails its statement: the merged decision's.
     _refuse(db, "events", "NEW.event_type = 'ActivityScheduled'", "refused once by the test")
     worker = start_worker(APP)
-    time.sleep(0.2)  # asleep: the start wakes it
+    _asleep(worker)  # the start wakes it
     with caplog.at_level(logging.WARNING), Client(db) as client:
         handle = client.start_workflow(one_step, 7, workflow_id="refused")
         assert handle.result(timeout=30) == 8
@@ -261,7 +273,7 @@ def test_a_decision_that_waits_on_a_lock_rolls_back_with_its_claim_instead_of_ho
     ran.clear()
     _event_insert_waits(db, "ActivityScheduled", 4242)
     worker = start_worker(APP)
-    time.sleep(0.2)
+    _asleep(worker)
     with psycopg.connect(db, autocommit=True) as holder, Client(db) as client:
         holder.execute("SELECT pg_advisory_lock(4242)")
         handle = client.start_workflow(one_step, 3, workflow_id="waits")
@@ -286,7 +298,7 @@ def test_a_decision_that_records_a_local_activity_commits_its_claim_first(db, st
     ran.clear()
     _event_insert_waits(db, "MarkerRecorded", 4243)
     worker = start_worker(APP)
-    time.sleep(0.2)  # asleep: the start wakes it, and its claim may decide
+    _asleep(worker)  # the start wakes it, and its claim may decide
     with psycopg.connect(db, autocommit=True) as holder, Client(db) as client:
         holder.execute("SELECT pg_advisory_lock(4243)")
         handle = client.start_workflow(quick_local_first, 5, workflow_id="local-once")
@@ -387,7 +399,7 @@ def test_a_claim_and_decision_whose_commit_fails_are_logged_with_the_servers_err
         db, "events", "NEW.event_type = 'ActivityScheduled'", "commit refused by the test", at_commit=True
     )
     worker = start_worker(APP)
-    time.sleep(0.2)  # asleep: the start wakes it
+    _asleep(worker)  # the start wakes it
     with caplog.at_level(logging.WARNING), Client(db) as client:
         handle = client.start_workflow(one_step, 5, workflow_id="decision-commit-fails")
         assert handle.result(timeout=30) == 6
