@@ -393,6 +393,30 @@ def test_a_claim_that_fails_raises_the_servers_error_and_gives_back_an_idle_conn
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+def test_a_lone_decision_rolled_back_by_a_conflict_is_sent_again_not_left_to_its_lease(
+    db, start_worker, caplog
+):
+    # The ordinary way (no claim that decides): the decision's batch of one is refused at its
+    # commit with a serialization failure, as a deadlock's loser is. It crashed the handler and
+    # the task waited for its lease (30 s) to be claimed again; it is sent again at once.
+    ran.clear()
+    _refuse(
+        db, "events", "NEW.event_type = 'ActivityScheduled'", "commit refused by the test", at_commit=True
+    )
+    worker = start_worker(APP)
+    worker.worker.claim_decides = False
+    with caplog.at_level(logging.WARNING), Client(db) as client:
+        handle = client.start_workflow(one_step, 9, workflow_id="lone-conflict")
+        assert handle.result(timeout=20) == 10  # (well inside the 30 s lease)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [m for m in warnings if "crashed the handler" in m], warnings
+    assert [m for m in warnings if "a batch of 1 decisions was rolled back" in m], warnings
+    with psycopg.connect(db) as conn:
+        (refusals,) = conn.execute("SELECT last_value FROM public.refusals").fetchone()
+    assert refusals >= 2  # refused once, then committed
+    assert ran == [9]
+
+
 def test_a_claim_and_decision_whose_commit_fails_are_logged_with_the_servers_error(db, start_worker, caplog):
     ran.clear()
     _refuse(

@@ -165,7 +165,6 @@ def test_a_decision_whose_connection_failed_is_sent_again() -> None:
     "error",
     [
         WorkflowNotRunning("the run is closed"),
-        psycopg.errors.DeadlockDetected("deadlock detected"),
         psycopg.errors.UniqueViolation("duplicate key"),
     ],
 )
@@ -178,6 +177,25 @@ def test_the_databases_answer_is_not_sent_again(error: Exception) -> None:
     with pytest.raises(type(error)):
         asyncio.run(main())
     assert db.sends == [[7]]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [psycopg.errors.DeadlockDetected("deadlock detected"), psycopg.errors.SerializationFailure("conflict")],
+)
+def test_a_lone_decision_rolled_back_by_a_conflict_is_sent_again_a_bounded_number_of_times(
+    error: Exception,
+) -> None:
+    # The conflict rolled its transaction back (nothing was done): sent again, CONFLICT_SENDS in
+    # all, then its caller hears of it.
+    db = Database(error=error)
+
+    async def main():
+        await DecisionBatcher(FakeWorker(db)).complete(7, 1, 3, [], 0)
+
+    with pytest.raises(type(error)):
+        asyncio.run(main())
+    assert db.sends == [[7]] * group_commit.CONFLICT_SENDS
 
 
 def test_a_batch_whose_callers_have_all_gone_is_not_sent_again() -> None:

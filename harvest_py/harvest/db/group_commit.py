@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from typing import Any
 
 from harvest.db.resend import connection_lost, resend_pause, warn_lost
@@ -40,6 +41,13 @@ MAX_BATCH = 100
 # 14-18 where 10), for 6-7% less backend CPU and 5-8% less worker CPU per workflow; from 32 its
 # 50 slots never split a flush and its cores sat idle (docs/performance.md, "canon9 row").
 SPLIT_MIN = 16
+# A deadlock (40P01) or serialization failure (40001) rolled the batch's whole transaction back:
+# nothing was done. A batch of one is sent again, CONFLICT_SENDS times in all after a short
+# jittered pause, before its caller hears of it: a worker's lone decision or result that lost a
+# deadlock crashed its handler, and its task waited for its lease (30 s) to be claimed again. (A
+# larger batch goes item by item first, below, and each item is then a batch of one.)
+CONFLICT_SENDS = 3
+CONFLICTS = frozenset({"40P01", "40001"})
 
 
 class GroupCommit:
@@ -51,6 +59,9 @@ class GroupCommit:
     """
 
     what = "items"
+    # Whether a batch of one rolled back by a conflict is sent again (CONFLICT_SENDS): the worker's
+    # batches. (The client's starts retry their conflicts in harvest/db/sqlapi.py already.)
+    resends_conflicts = False
 
     def __init__(self, max_batch: int = MAX_BATCH, max_flushes: int = 1):
         self._max_batch = max_batch
@@ -104,7 +115,7 @@ class GroupCommit:
         finally:
             self._flushing -= 1
 
-    async def _flush(self, batch: list[tuple[Any, ...]], resent: bool = False) -> None:
+    async def _flush(self, batch: list[tuple[Any, ...]], resent: bool = False, sends: int = 1) -> None:
         try:
             try:
                 rows = await self._send([item[:-1] for item in batch])
@@ -117,6 +128,17 @@ class GroupCommit:
                     return  # every caller has gone (a stop): nothing is left to send
                 rows = answered
         except Exception as exc:
+            if (
+                self.resends_conflicts
+                and len(batch) == 1
+                and sends < CONFLICT_SENDS
+                and getattr(exc, "sqlstate", None) in CONFLICTS
+            ):
+                self._retried(exc)
+                log.warning("a batch of 1 %s was rolled back (%s); sending it again", self.what, exc)
+                await asyncio.sleep(random.uniform(0.01, 0.05) * sends)
+                await self._flush(batch, resent, sends + 1)
+                return
             if not self._retry_alone(batch, exc):
                 raise
             self._retried(exc)

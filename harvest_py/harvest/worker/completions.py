@@ -114,6 +114,9 @@ class _TaskGroupCommit(GroupCommit):
     # A batch whose connection failed is sent again until the database answers (db/resend.py):
     # each item's fencing token makes a repeat of a committed send a refusal, not a second commit.
     resends_lost = True
+    # A lone decision or result that lost a deadlock is sent again (db/group_commit.py), not
+    # left to its lease.
+    resends_conflicts = True
 
     def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]], resent: bool = False) -> None:
         by_id = {row["task_id"]: row for row in rows}
