@@ -360,6 +360,8 @@ def _chain(handle: Any, run: str, act: Callable[[str], T], keep: bool = False) -
         except NotFound:
             if after is None:
                 raise
+            if keep:  # (not the run that is gone: the next call says the same)
+                handle._current_run = after
             raise chain_broken_error(after, run) from None
         except _Hop as hop:
             run, after = hop.execution_id, hop.after
@@ -377,6 +379,8 @@ async def _achain(handle: Any, run: str, act: Callable[[str], Awaitable[T]], kee
         except NotFound:
             if after is None:
                 raise
+            if keep:  # (not the run that is gone: the next call says the same)
+                handle._current_run = after
             raise chain_broken_error(after, run) from None
         except _Hop as hop:
             run, after = hop.execution_id, hop.after
