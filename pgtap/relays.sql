@@ -8,7 +8,7 @@
 -- here by inserting rows into harvest.relays directly and delivered by
 -- harvest.deliver_relays().
 BEGIN;
-SELECT plan(101);
+SELECT plan(108);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -289,6 +289,21 @@ SELECT results_eq(
       FROM harvest.executions AS e WHERE e.workflow_id = 't_can_rc' AND e.status = 'RUNNING'$$,
     $$VALUES ('RUNNING'::text, true, 'WorkflowCancelRequested'::text)$$,
     'the successor gets the cancel request');
+-- A chain whose current run is gone (its successor erased by hand, or purged): the policy has
+-- no run to reach. The relay forwarded to the successor finds no row and is dropped, in one
+-- pass: nothing is left queued, retried or applied.
+SELECT isnt(pg_temp.start('t_gone'), NULL, 'setup: a child that will rotate');
+SELECT is(pg_temp.decide('t_gone', '[{"type": "continue_as_new", "input": [1]}]'), 'CONTINUED_AS_NEW',
+          'setup: it continues as new');
+SELECT lives_ok($$DELETE FROM harvest.executions WHERE workflow_id = 't_gone' AND status = 'RUNNING'$$,
+                'setup: its successor is erased by hand');
+SELECT isnt(pg_temp.queue('gone_t', pg_temp.run('t_gone'), 'parent_closed',
+                          '{"policy": "terminate", "parent_execution_id": null}'), NULL,
+            'setup: a terminate relay queued to the chain''s last run');
+SELECT is(harvest.deliver_relays(), 1, 'deliver_relays() settles it in one pass');
+SELECT is_empty($$SELECT 1 FROM harvest.relays$$, 'nothing is left queued (the forward found no successor, dropped)');
+SELECT results_eq($$SELECT status FROM harvest.executions WHERE workflow_id = 't_gone'$$,
+                  $$VALUES ('CONTINUED_AS_NEW'::text)$$, 'the chain''s last run is left as it was');
 
 SELECT * FROM finish();
 ROLLBACK;
