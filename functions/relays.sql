@@ -137,7 +137,8 @@ $$;
 -- Where an external target is on this database: the run that is current for an
 -- execution id (following continue-as-new successors, as a client's signal does)
 -- or for a business key (the RUNNING run of workflow_id, of workflow_name when
--- given). outcome: found (execution_id is a RUNNING run), not_found, not_running
+-- given). outcome: found (execution_id is a RUNNING run), not_found (also a chain whose
+-- successor is gone: execution_id is its last run, CONTINUED_AS_NEW), not_running
 -- (execution_id: the run found, ended), ambiguous (workflow_id alone matches
 -- several running runs of different names), wrong_shard (no row here, and the id
 -- was minted for another shard), moved (execution_id's row here is a rebalance's
@@ -156,6 +157,7 @@ DECLARE
     v_run record;
     v_count integer;
     v_hops integer := 0;
+    v_last uuid;  -- the run the walk came from (a continue-as-new predecessor)
     v_names text[];
     v_candidate record;
     v_latest_id uuid;
@@ -174,8 +176,21 @@ BEGIN
                                   p_execution_id, harvest.shard_of(p_execution_id), v_local);
                 RETURN;
             END IF;
+            IF NOT FOUND AND v_hops > 0 THEN
+                -- A broken chain: its last run continued as new and the successor was erased by
+                -- hand or purged (a successor is minted here, with its predecessor's close, so
+                -- it is not elsewhere). No run is current, and none will be: not_found, naming
+                -- that last run (it read not_running, naming the run that is not there).
+                outcome := 'not_found';
+                message := format('execution %s: its continue-as-new chain ends at run %s, which continued as '
+                                  'new as run %s, and that run is not on this shard (%s) (erased or purged): no '
+                                  'run of the chain is current, and none will be', p_execution_id, v_last,
+                                  execution_id, v_local);
+                execution_id := v_last;
+                RETURN;
+            END IF;
             IF NOT FOUND THEN
-                outcome := CASE WHEN v_hops = 0 THEN 'not_found' ELSE 'not_running' END;
+                outcome := 'not_found';
                 message := format('execution %s does not exist', execution_id);
                 RETURN;
             END IF;
@@ -189,6 +204,7 @@ BEGIN
             END IF;
             EXIT WHEN v_run.status <> 'CONTINUED_AS_NEW' OR v_run.output ->> 'continued_as_new' IS NULL
                       OR v_hops >= 100;
+            v_last := execution_id;
             execution_id := (v_run.output ->> 'continued_as_new')::uuid;
             v_hops := v_hops + 1;
         END LOOP;

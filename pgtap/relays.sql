@@ -8,7 +8,7 @@
 -- here by inserting rows into harvest.relays directly and delivered by
 -- harvest.deliver_relays().
 BEGIN;
-SELECT plan(101);
+SELECT plan(108);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -289,6 +289,21 @@ SELECT results_eq(
       FROM harvest.executions AS e WHERE e.workflow_id = 't_can_rc' AND e.status = 'RUNNING'$$,
     $$VALUES ('RUNNING'::text, true, 'WorkflowCancelRequested'::text)$$,
     'the successor gets the cancel request');
+-- A chain whose current run is gone (its successor erased by hand, or purged): the policy has
+-- no run to reach. The relay forwarded to the successor finds no row and is dropped, in one
+-- pass: nothing is left queued, retried or applied.
+SELECT isnt(pg_temp.start('t_gone'), NULL, 'setup: a child that will rotate');
+SELECT is(pg_temp.decide('t_gone', '[{"type": "continue_as_new", "input": [1]}]'), 'CONTINUED_AS_NEW',
+          'setup: it continues as new');
+SELECT lives_ok($$DELETE FROM harvest.executions WHERE workflow_id = 't_gone' AND status = 'RUNNING'$$,
+                'setup: its successor is erased by hand');
+SELECT isnt(pg_temp.queue('gone_t', pg_temp.run('t_gone'), 'parent_closed',
+                          '{"policy": "terminate", "parent_execution_id": null}'), NULL,
+            'setup: a terminate relay queued to the chain''s last run');
+SELECT is(harvest.deliver_relays(), 1, 'deliver_relays() settles it in one pass');
+SELECT is_empty($$SELECT 1 FROM harvest.relays$$, 'nothing is left queued (the forward found no successor, dropped)');
+SELECT results_eq($$SELECT status FROM harvest.executions WHERE workflow_id = 't_gone'$$,
+                  $$VALUES ('CONTINUED_AS_NEW'::text)$$, 'the chain''s last run is left as it was');
 
 SELECT * FROM finish();
 ROLLBACK;
@@ -300,7 +315,7 @@ ROLLBACK;
 -- cross-shard pump's harvest.claim_remote_relays, harvest.deliver_external_relay,
 -- harvest.complete_relay and harvest.release_relay, driven here on one database.)
 BEGIN;
-SELECT plan(83);
+SELECT plan(88);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -467,6 +482,44 @@ SELECT results_eq(
     '_locate_external_target(): a chain past 100 hops is not_running, naming its workflow_id to use');
 SELECT results_eq($$SELECT outcome FROM harvest._locate_external_target((SELECT id FROM chain WHERE n = 1), NULL, NULL)$$,
     $$VALUES ('found'::text)$$, 'within 100 hops the running successor is found');
+-- A chain whose current run is gone: its last run continued as new and the successor was
+-- erased by hand or purged. No run is current, and none ever will be: not_found, naming the
+-- chain's last run (not not_running, naming a run that is not there).
+CREATE TEMP TABLE broken AS
+SELECT n, harvest._new_execution_id(0) AS id FROM generate_series(0, 2) AS n;
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, output, created_at, completed_at)
+SELECT b.id, 'xs_broken', 'xs_broken_key', 'CONTINUED_AS_NEW',
+       jsonb_build_object('continued_as_new', (SELECT d.id FROM broken AS d WHERE d.n = b.n + 1)),
+       harvest.now(), harvest.now()
+FROM broken AS b WHERE b.n < 2;  -- run 2, the successor of run 1, is not here
+SELECT results_eq(
+    $$SELECT l.outcome, l.execution_id = (SELECT id FROM broken WHERE n = 1),
+             l.message = format('execution %s: its continue-as-new chain ends at run %s, which continued as new '
+                 'as run %s, and that run is not on this shard (0) (erased or purged): no run of the chain is '
+                 'current, and none will be', (SELECT id FROM broken WHERE n = 0), (SELECT id FROM broken WHERE n = 1),
+                 (SELECT id FROM broken WHERE n = 2))
+      FROM harvest._locate_external_target((SELECT id FROM broken WHERE n = 0), NULL, NULL) AS l$$,
+    $$VALUES ('not_found'::text, true, true)$$,
+    '_locate_external_target(): a chain whose successor is gone is not_found, naming its last run and why');
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(16, jsonb_build_object('execution_id', (SELECT id FROM broken WHERE n = 0)))
+                                   || pg_temp.cancel(17, jsonb_build_object('execution_id', (SELECT id FROM broken WHERE n = 1)))),
+          'RUNNING', 'a signal and a cancel to runs of the broken chain, by execution id');
+SELECT results_eq(
+    $$SELECT event_type, event_data ->> 'reason', (event_data ->> 'execution_id')::uuid = (SELECT id FROM broken WHERE n = 1),
+             event_data ->> 'message' ~ 'chain ends at run .* \(erased or purged\)'
+      FROM harvest.events WHERE execution_id = pg_temp.run('xs_src')
+        AND event_type IN ('ExternalSignalFailed', 'ExternalCancelFailed') AND (event_data ->> 'seq')::int IN (16, 17)
+      ORDER BY event_id$$,
+    $$VALUES ('ExternalSignalFailed'::text, 'not_found'::text, true, true),
+             ('ExternalCancelFailed', 'not_found', true, true)$$,
+    'the sender hears ExternalSignalFailed / ExternalCancelFailed{reason: not_found}, naming the chain''s last run');
+SELECT is_empty($$SELECT 1 FROM harvest.relays$$, 'settled at once: no relay row is left to retry');
+SELECT results_eq(
+    $$SELECT d.outcome, d.execution_id = (SELECT id FROM broken WHERE n = 1)
+      FROM harvest.deliver_external_relay(1, 999, 'external_signal', (SELECT id FROM broken WHERE n = 0), NULL, NULL,
+                                          '{"signal_name": "x"}', gen_random_uuid()) AS d$$,
+    $$VALUES ('not_found'::text, true)$$,
+    'deliver_external_relay(): the pump''s delivery is not_found too, a final outcome (no retry)');
 -- A relay whose immediate delivery found its target busy stays queued; the scanner delivers it.
 INSERT INTO harvest.relays (target_execution_id, kind, payload, created_at, source_execution_id, source_seq)
 VALUES (pg_temp.run('xs_can'), 'external_signal', '{"signal_name": "late", "payload": 5}', harvest.now(),

@@ -20,8 +20,8 @@ import pytest
 from psycopg.types.json import Jsonb
 from race_helpers import Racer, race_behind_a_held_lock, run_row
 
-from harvest import App, Client, workflow
-from harvest.core.errors import TransactionConflict, WorkflowNotRunning
+from harvest import App, AsyncClient, Client, workflow
+from harvest.core.errors import NotFound, TransactionConflict, WorkflowNotRunning
 from harvest.db import sqlapi
 
 
@@ -298,3 +298,55 @@ def test_a_handle_follows_the_chain_from_the_newest_run_it_reached(
     )
     with pytest.raises(WorkflowNotRunning, match=r"more than 100 times.*get_handle\(workflow_id="):
         client.get_handle(first).signal("poke")  # a fresh handle on the first run: 120 hops
+
+
+def test_a_call_on_a_chain_whose_current_run_is_gone_says_so(
+    db: str, client: Client, conn: psycopg.Connection
+) -> None:
+    """The chain's last run continued as new and its successor was erased by hand (or purged):
+    no run of it is current, and none will be. A signal, cancel, terminate, pause or resume by an
+    execution id of the chain, and a result wait, walk to that last run and stop there: NotFound
+    naming it and why (it said only that the successor does not exist, a run the caller never
+    named, with a hint that the execution id given might be a workflow id)."""
+    first = str(
+        conn.execute("SELECT execution_id FROM harvest.start_workflow('chain', '[]', 'broken-1')").fetchone()[
+            0
+        ]
+    )
+    _rotate(conn, 2)
+    runs = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT id FROM harvest.executions WHERE workflow_id = 'broken-1' ORDER BY created_at, id"
+        ).fetchall()
+    ]
+    assert runs[0] == first and len(runs) == 3
+    conn.execute("DELETE FROM harvest.executions WHERE id = %s", (runs[2],))  # the current run, erased
+    why = (
+        rf"chain ends at run {runs[1]}, which continued as new as run {runs[2]}, and that run does not "
+        r"exist \(erased or purged\): no run of the chain is current"
+    )
+    handle = client.get_handle(first)
+    for act in (
+        lambda: handle.signal("poke"),
+        handle.cancel,
+        handle.terminate,
+        handle.pause,
+        handle.resume,
+        lambda: client.get_handle(runs[1]).signal("poke"),
+    ):
+        with pytest.raises(NotFound, match=why) as raised:
+            act()
+        assert "is a workflow id" not in str(raised.value), "no hint that the id given is a workflow id"
+
+    with pytest.raises(NotFound, match=why):
+        handle.result(timeout=5)
+
+    async def by_the_async_client() -> None:
+        async with await AsyncClient.connect(db) as aclient:
+            with pytest.raises(NotFound, match=why):
+                await aclient.get_handle(first).signal("poke")
+            with pytest.raises(NotFound, match=why):
+                await aclient.get_handle(first).result(timeout=5)
+
+    asyncio.run(by_the_async_client())

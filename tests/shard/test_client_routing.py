@@ -15,7 +15,13 @@ from click.testing import CliRunner
 
 from harvest import App, AsyncClient, Client, Debounce, Throttle, workflow
 from harvest.cli.main import main
-from harvest.core.errors import InvalidArgument, ShardUnavailable, WorkflowCancelled, WorkflowNotRunning
+from harvest.core.errors import (
+    InvalidArgument,
+    NotFound,
+    ShardUnavailable,
+    WorkflowCancelled,
+    WorkflowNotRunning,
+)
 from harvest.core.ids import shard_of
 from harvest.shard import AsyncShardPools, ShardPools, ShardRouter
 
@@ -326,3 +332,38 @@ def test_a_continue_as_new_chain_is_followed_onto_another_shard(shards, per_shar
             return value
 
     assert asyncio.run(go()) == "hopped"
+
+
+def test_a_chain_whose_successor_on_another_shard_is_gone_is_not_found_naming_its_last_run(shards) -> None:
+    """Run A on shard 1 continued as new into run B on shard 2, and B was erased by hand (or
+    purged): the chain has no current run. A call by A's id hops to shard 2 and finds nothing:
+    NotFound naming A, the chain's last run, and B (it named B alone, a run the caller never
+    asked about, with a hint that A's id might be a workflow id; and the handle kept B as its
+    current run, so its next call named B alone)."""
+    with ShardPools(_router(), shards.dsns, max_size=2) as pools, Client(shards=pools) as client:
+        first = client.start_workflow(waiter, shard_id=1).execution_id
+        gone = client.start_workflow(waiter, shard_id=2).execution_id
+        with shards.connect(2) as conn:
+            conn.execute("DELETE FROM harvest.executions WHERE id = %s", (gone,))
+        with shards.connect(1) as conn:
+            conn.execute(
+                "UPDATE harvest.executions SET status = 'CONTINUED_AS_NEW', completed_at = now(),"
+                " output = jsonb_build_object('continued_as_new', %s::text) WHERE id = %s",
+                (gone, first),
+            )
+        why = f"chain ends at run {first}, which continued as new as run {gone}, and that run does not exist"
+        handle = client.get_handle(first)
+        for act in (lambda: handle.signal("go", 1), handle.cancel, lambda: handle.result(timeout=5)):
+            with pytest.raises(NotFound, match=why) as raised:
+                act()
+            assert "is a workflow id" not in str(raised.value)
+
+    async def go() -> None:
+        apools = AsyncShardPools(_router(), shards.dsns, max_size=2)
+        async with apools, await AsyncClient.connect(shards=apools) as aclient:
+            with pytest.raises(NotFound, match=why):
+                await aclient.get_handle(first).terminate("late")
+            with pytest.raises(NotFound, match=why):
+                await aclient.get_handle(first).result(timeout=5)
+
+    asyncio.run(go())

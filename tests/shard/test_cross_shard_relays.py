@@ -17,6 +17,7 @@ from cross_shard_helpers import (
     shard_workers,
     wait_for,
 )
+from psycopg.types.json import Jsonb
 
 from harvest import App, ExternalWorkflow, ExternalWorkflowError, workflow
 from harvest.core.errors import WorkflowCancelled
@@ -123,6 +124,58 @@ def test_a_business_key_no_shard_holds_is_not_found_only_after_every_shard_answe
         assert ended.result(timeout=60) == []
         late = c[0].start_workflow(prober, {"workflow_id": "ended-key"})
         assert late.result(timeout=60) == ["ExternalWorkflowNotRunning", "not_running", ended.execution_id]
+
+
+def _broken_chain(cluster, shard: int, key: str) -> tuple[str, str, str]:
+    """A run of ``collector`` on ``shard`` continued as new twice, by SQL, and its current run
+    erased by hand: (its first run, the chain's last run, the erased run)."""
+    with cluster.connect(shard) as conn:
+        runs = [
+            str(
+                conn.execute(
+                    "SELECT execution_id FROM harvest.start_workflow('collector', '[0]', %s)", (key,)
+                ).fetchone()[0]
+            )
+        ]
+        for _ in range(2):
+            task_id, token, run = conn.execute(
+                "SELECT task_id, fencing_token, execution_id"
+                " FROM harvest.claim_tasks('w', ARRAY['default'], 1)"
+            ).fetchone()
+            through = conn.execute(
+                "SELECT last_event_id FROM harvest.executions WHERE id = %s", (run,)
+            ).fetchone()[0]
+            conn.execute(
+                "SELECT harvest.complete_workflow_task(%s, %s, %s, %s)",
+                (task_id, token, through, Jsonb([{"type": "continue_as_new", "input": [0]}])),
+            )
+            runs.append(
+                str(
+                    conn.execute(
+                        "SELECT output ->> 'continued_as_new' FROM harvest.executions WHERE id = %s", (run,)
+                    ).fetchone()[0]
+                )
+            )
+        conn.execute("DELETE FROM harvest.executions WHERE id = %s", (runs[2],))
+    return runs[0], runs[1], runs[2]
+
+
+def test_a_target_whose_chain_lost_its_current_run_is_not_found_naming_its_last_run(shards) -> None:
+    """A signal by execution id to a run on another shard whose continue-as-new chain is broken
+    (its last run continued as new, the successor erased by hand or purged): the pump settles it
+    in one delivery, the sender gets ExternalWorkflowNotFound naming the chain's last run and why
+    (it was ExternalWorkflowNotRunning naming the erased run), and no relay row is left."""
+    enable_cross_shard_relays(shards)
+    first, last, erased = _broken_chain(shards, 1, f"broken-{uuid.uuid4().hex[:8]}")
+    with shard_workers(app, shards, (0,)), clients(shards) as c:
+        probe = c[0].start_workflow(prober, {"execution_id": first})
+        assert probe.result(timeout=60) == ["ExternalWorkflowNotFound", "not_found", last]
+        [failed] = events(c[0], probe.execution_id, "ExternalSignalFailed")
+        message = failed["event_data"]["message"]
+        assert f"chain ends at run {last}, which continued as new as run {erased}" in message, message
+        assert "(erased or purged)" in message, message
+        WorkflowReplayer(app).replay_or_raise(events(c[0], probe.execution_id))
+    assert remote_relays(shards, 0) == []
 
 
 def test_a_stopped_target_shard_stalls_the_relay_which_delivers_once_after_it_returns(shards) -> None:

@@ -49,9 +49,17 @@ async def fw_rotating(ctx, round_: int) -> dict:
     return {"round": round_, "value": value}
 
 
+@workflow
+async def fw_rotating_items(ctx, round_: int) -> dict:
+    value = await ctx.wait_for_signal("item")
+    if round_ == 0:
+        ctx.continue_as_new(1)
+    return {"round": round_, "value": value}
+
+
 # The cross-shard relay tests' workflows: collector (waits for N "item" signals), stubborn (stays
 # running after a cancel request until "release"), sender and canceller.
-APP = App(workflows=[fw_parked, fw_rotating, collector, stubborn, sender, canceller])
+APP = App(workflows=[fw_parked, fw_rotating, fw_rotating_items, collector, stubborn, sender, canceller])
 
 
 def _pools(shards) -> ShardPools:
@@ -279,3 +287,27 @@ def test_an_offloading_signal_with_start_on_a_moved_run_stores_its_payload_where
     assert scalar(shards.dsns[0], "SELECT count(*) FROM harvest.payloads") == 0
     owned = "SELECT count(*) FROM harvest.payloads WHERE execution_id = %s"
     assert scalar(shards.dsns[1], owned, execution_id) == 1, "stored on shard 1, owned by the run"
+
+
+def test_a_signal_by_the_first_id_of_a_chain_whose_current_run_moved_reaches_it(shards) -> None:
+    """A chain's first run continued as new on shard 0 and its successor (the current run) was
+    moved to shard 1: the rotated run stays on shard 0, the successor's seal with it. A workflow
+    on shard 2 signals by the first run's id: shard 0 walks the chain to the seal, and the pump
+    delivers to the successor where it lives (it asked shard 1 for the first run's id, which is
+    not there, and settled wrong_shard: ExternalWorkflowUnreachable with relays on)."""
+    enable_cross_shard_relays(shards)
+    with shard_workers(APP, shards, shards=(0,)), Client(shards.dsns[0]) as client:
+        first = _start_parked(shards, fw_rotating_items, 0, workflow_id="fw-chain-moved")
+        client.get_handle(first).signal("item", "rotate")
+        wait_until(lambda: row(shards.dsns[0], first)["status"] == "CONTINUED_AS_NEW", what="rotation")
+        current = scalar(
+            shards.dsns[0], "SELECT id::text FROM harvest.executions WHERE continued_from = %s", first
+        )
+        wait_until(lambda: _parked(shards.dsns[0], current), what="the successor parked")
+    with _pools(shards) as pools:
+        _move(pools, current, 0, 1)
+        with shard_workers(APP, shards), Client(shards=pools) as routed, clients(shards) as local:
+            source = local[2].start_workflow(sender, {"execution_id": first}, ["by the first id"])
+            assert source.result(timeout=60) == "sent"
+            assert routed.get_handle(current).result(timeout=60) == {"round": 1, "value": "by the first id"}
+    assert signals(shards.dsns[1], current, "by the first id") == 1

@@ -1674,3 +1674,32 @@ def test_a_web_process_on_a_migrated_database_warns_of_no_migration(
     with api_client(db) as api:
         assert api.get("/health/ready").status_code == 200
     assert not [r for r in caplog.records if r.name == "harvest.web" and "migrat" in r.getMessage()]
+
+
+def test_a_chain_whose_current_run_is_gone_is_a_404_naming_its_last_run(api, db: str) -> None:
+    """The chain's last run continued as new and its successor was erased by hand (or purged): a
+    signal, a cancel and a result by the chain's first id are 404 not_found naming the chain's last
+    run and why (they named the erased run, which the caller never asked about, and the signal's
+    hinted that the id given might be a workflow id)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        runs = [start(conn, "rotating", "entity-gone", queue="goneq")]
+        for _ in range(2):
+            _decide(conn, "goneq", {"type": "continue_as_new", "input": []})
+            runs.append(
+                conn.execute(
+                    "SELECT output ->> 'continued_as_new' FROM harvest.executions WHERE id = %s", (runs[-1],)
+                ).fetchone()[0]
+            )
+        conn.execute("DELETE FROM harvest.executions WHERE id = %s", (runs[2],))
+    said = (
+        f"chain ends at run {runs[1]}, which continued as new as run {runs[2]}, and that run does not exist"
+    )
+    for answer in (
+        api.post(f"/workflows/{runs[0]}/signal", json={"signal_name": "poke"}),
+        api.post(f"/workflows/{runs[0]}/cancel", json={}),
+        api.get(f"/workflows/{runs[0]}/result"),
+        api.get(f"/workflows/{runs[0]}/result", params={"wait": "1s"}),
+    ):
+        assert answer.status_code == 404 and error_of(answer)["code"] == "not_found", answer.text
+        message = error_of(answer)["message"]
+        assert said in message and "(erased or purged)" in message and "workflow id" not in message, message

@@ -181,10 +181,12 @@ class _ContinuedAsNew(Exception):
 
 
 class _Hop(Exception):
-    """Internal: a continue-as-new chain goes on on another shard; the handle reconnects there."""
+    """Internal: a continue-as-new chain goes on on another shard; the handle reconnects there.
+    ``after``: the run that continued as new as it (its NotFound is a broken chain)."""
 
-    def __init__(self, execution_id: str):
+    def __init__(self, execution_id: str, after: str | None = None):
         self.execution_id = execution_id
+        self.after = after
 
 
 def _same_shard(route: Any, run: str, successor: str) -> bool:
@@ -320,6 +322,7 @@ def _on_current_run(handle: Any, execution_id: str, call: Any, *args: Any) -> St
     successor on another shard raises _Hop for the handle to go on there (:func:`_chain`)."""
     route = handle.client._target.route
     run = execution_id
+    previous: str | None = None  # the run that continued as new as ``run`` (None: the first)
     workflow_id = None
     for _ in range(_MAX_CHAIN):
         try:
@@ -329,7 +332,11 @@ def _on_current_run(handle: Any, execution_id: str, call: Any, *args: Any) -> St
         except ExecutionMigrated:
             if run == execution_id:
                 raise
-            raise _Hop(run) from None  # a successor a rebalance moved: routed by its own id
+            raise _Hop(run, previous) from None  # a successor a rebalance moved: routed by its own id
+        except NotFound:
+            if previous is None:
+                raise
+            raise chain_broken_error(previous, run) from None
         except WorkflowNotRunning:
             row = yield Sql(sqlapi.get_execution, run)
             workflow_id = row.get("workflow_id")
@@ -337,8 +344,8 @@ def _on_current_run(handle: Any, execution_id: str, call: Any, *args: Any) -> St
             if successor is None:
                 raise
             if not _same_shard(route, run, successor):
-                raise _Hop(successor) from None
-            run = successor
+                raise _Hop(successor, run) from None
+            previous, run = run, successor
     raise _chain_too_long(execution_id, workflow_id or handle.workflow_id)
 
 
@@ -346,11 +353,18 @@ def _chain(handle: Any, run: str, act: Callable[[str], T], keep: bool = False) -
     """``act(run)``, then ``act`` on each run a _Hop names (a continue-as-new successor on another
     shard, or one a rebalance moved), at most _MAX_CHAIN; ``keep``: the handle keeps the run it
     hopped to (the newest run of the chain its calls reached)."""
+    after = None
     for _ in range(_MAX_CHAIN):
         try:
             return act(run)
+        except NotFound:
+            if after is None:
+                raise
+            if keep:  # (not the run that is gone: the next call says the same)
+                handle._current_run = after
+            raise chain_broken_error(after, run) from None
         except _Hop as hop:
-            run = hop.execution_id
+            run, after = hop.execution_id, hop.after
             if keep:
                 handle._current_run = run
     raise _chain_too_long(handle.execution_id, handle.workflow_id)
@@ -358,11 +372,18 @@ def _chain(handle: Any, run: str, act: Callable[[str], T], keep: bool = False) -
 
 async def _achain(handle: Any, run: str, act: Callable[[str], Awaitable[T]], keep: bool = False) -> T:
     """:func:`_chain` for AsyncWorkflowHandle."""
+    after = None
     for _ in range(_MAX_CHAIN):
         try:
             return await act(run)
+        except NotFound:
+            if after is None:
+                raise
+            if keep:  # (not the run that is gone: the next call says the same)
+                handle._current_run = after
+            raise chain_broken_error(after, run) from None
         except _Hop as hop:
-            run = hop.execution_id
+            run, after = hop.execution_id, hop.after
             if keep:
                 handle._current_run = run
     raise _chain_too_long(handle.execution_id, handle.workflow_id)
@@ -377,6 +398,18 @@ def _chain_too_long(execution_id: str | None, workflow_id: str | None) -> Workfl
         f"last reached, more hops than one call follows: act on its current run by its workflow_id {key} "
         f"(client.get_handle(workflow_id={key}), ExternalWorkflow(workflow_id={key}) from a workflow)"
     )
+
+
+def chain_broken_error(last: str, missing: str) -> NotFound:
+    """What a call says when the chain's last run continued as new and its successor is gone
+    (erased by hand, or purged): no run of the chain is current, and none will be, so the walk
+    ends here (it said only that the successor does not exist, a run the caller never named)."""
+    exc = NotFound(
+        f"the continue-as-new chain ends at run {last}, which continued as new as run {missing}, and "
+        f"that run does not exist (erased or purged): no run of the chain is current, and none will be"
+    )
+    exc.broken_chain_last_run = last  # type: ignore[attr-defined]  # (_Handle._not_found adds no hint)
+    return exc
 
 
 class ResultWatch(Protocol):
@@ -442,6 +475,7 @@ def _result_steps(
     True when the hub has missed no notification since the start, and the first read then
     waits for the close's notification instead of marking."""
     first = execution_id
+    previous: str | None = None  # the run that continued as new as ``execution_id`` (None: the first)
     if marked is not None and marked():
         marks.runs.add(execution_id)
         left = _left(deadline)
@@ -452,6 +486,10 @@ def _result_steps(
     while True:
         try:
             execution = yield from bounded_by(_read_run(handle, execution_id, marks.waiter_id), deadline)
+        except NotFound:
+            if previous is None:
+                raise
+            raise chain_broken_error(previous, execution_id) from None
         except Exception as exc:
             if not outage.began(exc):
                 raise
@@ -478,12 +516,12 @@ def _result_steps(
             except ExecutionMigrated:
                 if execution_id == first or route is None:
                     raise
-                raise _Hop(execution_id) from None  # a successor a rebalance moved
+                raise _Hop(execution_id, previous) from None  # a successor a rebalance moved
             except _ContinuedAsNew as rotated:
                 successor = rotated.next_execution_id
                 if not _same_shard(route, execution_id, successor):
-                    raise _Hop(successor) from None
-                execution_id = successor
+                    raise _Hop(successor, execution_id) from None
+                previous, execution_id = execution_id, successor
                 continue
         watch: ResultWatch | None = getattr(handle.client, "_result_watch", None)
         stuck = watch.stuck(execution_id, marks.waiter_id) if watch is not None else None
@@ -1055,6 +1093,8 @@ class _Handle:
         workflow_name) and an error path must not scan for: the NotFound always says how to look
         a run up by its workflow id."""
         given = self._given_id
+        if getattr(exc, "broken_chain_last_run", None) is not None:
+            return  # (the run was found, and its chain followed: the id is an execution id)
         if given is not None and given in str(exc) and "workflow_id=" not in str(exc):
             hint = f"if {given!r} is a workflow id, not an execution id: get_handle(workflow_id={given!r})"
             exc.args = (f"{exc}; {hint}", *exc.args[1:])

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from harvest.core.errors import HarvestError, ShardUnavailable
+from harvest.core.errors import ExecutionMigrated, HarvestError, ShardUnavailable
 from harvest.shard.pools import AsyncShardPools
 
 __all__ = ["PumpReport", "RelayPump", "merge_outcomes"]
@@ -216,10 +216,24 @@ class RelayPump:
         the source last saw it). A staged copy not active yet is not waited for: the row is
         retried on a later tick."""
         target = str(relay["target_execution_id"])
+        aimed = {**relay}
+
+        async def attempt(shard: int) -> dict[str, Any]:
+            try:
+                return await self._deliver_at(shard, aimed, report)
+            except ExecutionMigrated as exc:
+                # The seal of another run than the one asked: the target's continue-as-new chain
+                # walked to a successor a rebalance moved. It is asked for by its own id where it
+                # lives (the shard the seal names holds none of its predecessors: asked for the
+                # target's id, it answered wrong_shard, final).
+                if exc.execution_id is not None and str(exc.execution_id) != str(
+                    aimed["target_execution_id"]
+                ):
+                    aimed["target_execution_id"] = str(exc.execution_id)
+                raise
+
         try:
-            answer = await self.pools.follow(
-                target, lambda shard: self._deliver_at(shard, relay, report), wait_secs=0.0
-            )
+            answer = await self.pools.follow(target, attempt, wait_secs=0.0)
         except ShardUnavailable as exc:
             report.unavailable.setdefault(exc.shard, exc.reason)
             why = "no_pool" if exc.shard not in self.pools.shards else "unreachable"

@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any
 
-from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES
+from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES, chain_broken_error
 from harvest.client.export_batch import resolved
 from harvest.core.codecs import refs_in
 from harvest.core.durations import parse_duration
@@ -256,6 +256,7 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
     current = args["execution_id"]
     waiter = str(uuid.uuid4())
     marked: str | None = None  # the run our waiter row is on (a close deletes it)
+    previous: str | None = None  # the run that continued as new as ``current`` (None: the first)
     try:
         for _hop in range(RESULT_HOPS):
             hub = call.state.hub(call.state.router.route(current) if call.sharded else 0)
@@ -263,16 +264,22 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
                 await hub.start(timeout=1.0)  # not listening yet: the 5 s re-reads still answer
             async with hub.waiting(current) as woken:
                 while True:
-                    if wait > 0 and marked != current:
-                        # Mark the waiter (the close then notifies) and read, in one call.
-                        # (mypy infers no lambda with a default; the default binds this hop's id)
-                        row = await call.routed(
-                            current,
-                            lambda sql, c=current: sql.wait_for_result(c, waiter),  # type: ignore[misc]
-                        )
-                        marked = current
-                    else:
-                        row = await call.routed(current, lambda sql, c=current: sql.get_execution(c))  # type: ignore[misc]
+                    try:
+                        if wait > 0 and marked != current:
+                            # Mark the waiter (the close then notifies) and read, in one call.
+                            # (mypy infers no lambda with a default; the default binds this hop's id)
+                            row = await call.routed(
+                                current,
+                                lambda sql, c=current: sql.wait_for_result(c, waiter),  # type: ignore[misc]
+                            )
+                            marked = current
+                        else:
+                            row = await call.routed(current, lambda sql, c=current: sql.get_execution(c))  # type: ignore[misc]
+                    except NotFound:
+                        if previous is None:
+                            raise
+                        # A broken chain (its successor erased or purged): said, naming its last run.
+                        raise chain_broken_error(previous, current) from None
                     row = call.resident(row)
                     if row["status"] not in LIVE_STATUSES:  # (a PAUSED run has not ended)
                         marked = None  # the close deleted the mark
@@ -290,7 +297,7 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
             successor = _successor(row)
             if successor is None:
                 return await _terminal_resolved(call, current, row)
-            current = successor
+            previous, current = current, successor
         # The chain rotated RESULT_HOPS times in this request: it has not ended as far as this
         # request walked, so it answers what a wait that ran out does, naming the run to ask next.
         # (It answered 400: a valid request refused, where the SQL client follows to the end.)
