@@ -51,13 +51,15 @@ def execution_id_argument(ctx: click.Context, param: click.Parameter, value: str
     if not value.strip():
         raise click.BadParameter("an empty name or id names nothing: give one")  # as cli/http.py's
     try:
-        uuid.UUID(value)
+        parsed = uuid.UUID(value)
     except ValueError:
         raise click.BadParameter(
             f"{value!r} is not an execution id (a UUID); `harvest workflow list` shows each "
             "run's execution id beside its workflow id"
         ) from None
-    return value
+    # Its canonical form, as the routes read a path's id: uuid.UUID takes spellings PostgreSQL
+    # refuses (urn:uuid:...), and the output names the run as every other command does.
+    return str(parsed)
 
 
 # ctx.meta keys the root `harvest` group sets (ctx.meta is shared by every nested context).
