@@ -62,6 +62,14 @@ def execution_id_argument(ctx: click.Context, param: click.Parameter, value: str
     return str(parsed)
 
 
+def execution_ids_option(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    """A repeatable execution id option (``multiple=True``), each checked as
+    :func:`execution_id_argument` checks one."""
+    return tuple(execution_id_argument(ctx, param, v) for v in value)
+
+
 # ctx.meta keys the root `harvest` group sets (ctx.meta is shared by every nested context).
 CONFIG_PATH_KEY = "harvest.config_path"
 CONFIG_KEY = "harvest.config"
