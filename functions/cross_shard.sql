@@ -264,7 +264,8 @@ $$;
 -- by that link in one step, however long the chain (an entity child may rotate for ever). A run
 -- answered CONTINUED_AS_NEW has no later run here: a continue-as-new commits its successor
 -- with its close, so in one snapshot a rotated run always has one, unless it was erased by
--- hand or purged. The chain is then broken for good: no read will find a successor later.
+-- hand or purged. The chain is then broken for good: no read will find a successor later, and
+-- the run answered is the chain's last (the one whose successor is gone).
 CREATE OR REPLACE FUNCTION harvest._current_cross_shard_run(p_child_execution_id uuid)
 RETURNS harvest.executions
 LANGUAGE plpgsql STABLE
@@ -286,6 +287,20 @@ BEGIN
         LIMIT 1;
         -- (Not coalesce(v_current, v_run): a record of NULLs is not NULL, so a chain with no
         -- later run read as a run with no id and no status, which the pump took for running.)
+        IF FOUND THEN
+            RETURN v_current;
+        END IF;
+        -- A broken chain: its last run, the one whose successor (its output names it) is gone,
+        -- not the child's first run when it rotated more than once. Read down the same index,
+        -- newest first: the first such run is the newest (runs created in one instant, as under
+        -- a test clock, are told apart by the link, not by their order).
+        SELECT * INTO v_current FROM harvest.executions AS e
+        WHERE e.workflow_name = v_run.workflow_name AND e.workflow_id = v_run.workflow_id
+          AND e.parent_id = v_run.parent_id AND e.parent_seq IS NOT DISTINCT FROM v_run.parent_seq
+          AND NOT EXISTS (SELECT 1 FROM harvest.executions AS n
+                          WHERE n.id = (e.output ->> 'continued_as_new')::uuid)
+        ORDER BY e.created_at DESC
+        LIMIT 1;
         IF FOUND THEN
             RETURN v_current;
         END IF;

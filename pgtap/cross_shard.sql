@@ -9,7 +9,7 @@
 -- clear_owed_child_end (the child's end no longer owed to its parent: retention may
 -- take it).
 BEGIN;
-SELECT plan(91);
+SELECT plan(99);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -281,6 +281,29 @@ SELECT throws_like(
     'get_cross_shard_child(): HR002 naming the broken chain''s last run (the pump keeps the row with it)');
 SELECT is((SELECT r.status FROM xs_ids, harvest._current_cross_shard_run(xs_ids.child) AS r), 'TERMINATED',
           '_current_cross_shard_run(): a chain''s current run, past its continue-as-new');
+-- A chain that rotated twice, its current run erased: it ends at its second run (which holds
+-- the link to the erased one), not at the child's first run, which the error named.
+CREATE TEMP TABLE xb_ids AS SELECT ('0000' || substr(gen_random_uuid()::text, 5))::uuid AS child;
+SELECT is((SELECT s.outcome FROM xb_ids, xs_ids, harvest.start_cross_shard_child(xb_ids.child, xs_ids.parent, 7,
+               'xs_child', 't4', 'xq_t4', '[]', 'terminate') AS s), 'started', 'setup: a child that rotates twice');
+SELECT lives_ok($$SELECT pg_temp.remember('t4', (SELECT child FROM xb_ids))$$, 'setup: key t4 is the child');
+SELECT is(pg_temp.decide('t4', '[{"type": "continue_as_new", "input": [2]}]'), 'CONTINUED_AS_NEW',
+          'setup: it continues as new');
+CREATE TEMP TABLE xb_second AS
+SELECT e.id FROM harvest.executions AS e WHERE e.workflow_id = 't4' AND e.status = 'RUNNING';
+SELECT lives_ok($$SELECT pg_temp.remember('t4', (SELECT id FROM xb_second))$$, 'setup: key t4 is its second run');
+SELECT is(pg_temp.decide('t4', '[{"type": "continue_as_new", "input": [3]}]'), 'CONTINUED_AS_NEW',
+          'setup: which continues as new too');
+SELECT lives_ok($$DELETE FROM harvest.executions WHERE workflow_id = 't4' AND status = 'RUNNING'$$,
+                'setup: its third run, the current one, is erased by hand');
+SELECT results_eq(
+    $$SELECT r.id = xb_second.id, r.status FROM xb_ids, xb_second, harvest._current_cross_shard_run(xb_ids.child) AS r$$,
+    $$VALUES (true, 'CONTINUED_AS_NEW'::text)$$,
+    '_current_cross_shard_run(): a broken chain is its last run, the second, not the child''s first');
+SELECT throws_like(
+    $$SELECT * FROM xb_ids, harvest.get_cross_shard_child(xb_ids.child)$$,
+    '%its chain ends at run ' || (SELECT id FROM xb_second) || ', which continued as new%',
+    'get_cross_shard_child(): HR002 names the chain''s last run');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -567,6 +567,7 @@ def test_a_non_finite_number_in_a_json_option_is_refused_on_both_transports(
         "--database-url",
         db,
     )
+    # (Read as every --*-json / --*-file pair is, read_json_option: the error names --input.)
     assert r.exit_code == 2 and r.stderr.startswith("error: --input: not valid JSON ("), r.stderr
 
 

@@ -1543,6 +1543,18 @@ def test_an_execution_id_that_is_no_uuid_is_one_clear_line_over_sql_as_over_http
         assert "invalid input syntax" not in sql.stderr, (command, sql.stderr)
 
 
+def test_an_execution_id_in_any_uuid_spelling_is_the_run_on_both_transports(both, conn) -> None:
+    """The check at the edge takes what Python's uuid.UUID takes (no hyphens, braces, upper
+    case, a urn:uuid: prefix), and the server of the HTTP routes reads the id in its canonical
+    form; over one database the id went to PostgreSQL as typed, which refuses the urn: form
+    ("invalid input syntax for type uuid")."""
+    run_id = start(conn, "onboarding", "spelled")
+    for spelled in (f"urn:uuid:{run_id}", run_id.replace("-", "").upper(), "{" + run_id + "}"):
+        sql, _ = both("workflow", "get", spelled, "--output", "json")
+        assert sql.exit_code == 0, (spelled, sql.stderr)
+        assert json.loads(sql.stdout)["id"] == run_id, (spelled, sql.stdout)
+
+
 def test_a_start_or_schedule_with_no_queue_goes_to_the_served_apps_queue_over_http(
     served, conn: psycopg.Connection
 ) -> None:

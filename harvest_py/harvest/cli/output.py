@@ -51,13 +51,23 @@ def execution_id_argument(ctx: click.Context, param: click.Parameter, value: str
     if not value.strip():
         raise click.BadParameter("an empty name or id names nothing: give one")  # as cli/http.py's
     try:
-        uuid.UUID(value)
+        parsed = uuid.UUID(value)
     except ValueError:
         raise click.BadParameter(
             f"{value!r} is not an execution id (a UUID); `harvest workflow list` shows each "
             "run's execution id beside its workflow id"
         ) from None
-    return value
+    # Its canonical form, as the routes read a path's id: uuid.UUID takes spellings PostgreSQL
+    # refuses (urn:uuid:...), and the output names the run as every other command does.
+    return str(parsed)
+
+
+def execution_ids_option(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    """A repeatable execution id option (``multiple=True``), each checked as
+    :func:`execution_id_argument` checks one."""
+    return tuple(execution_id_argument(ctx, param, v) for v in value)
 
 
 # ctx.meta keys the root `harvest` group sets (ctx.meta is shared by every nested context).

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from harvest.cli.output import cli_config, emit, output_option, table
+from harvest.cli.output import cli_config, emit, execution_ids_option, output_option, table
 from harvest.core.errors import ConfigError, InvalidArgument
 
 SHARD_HELP = "A shard's database: N=URL (repeatable; wins over shards.urls for that shard)."
@@ -95,7 +95,13 @@ def _render(report: dict[str, Any]) -> str:
 @click.option("--from", "source", type=click.IntRange(0, 65535), required=True, help="The shard to move off.")
 @click.option("--to", "target", type=click.IntRange(0, 65535), required=True, help="The shard to move to.")
 @click.option("--workflow", "workflow_name", default=None, help="Only runs of this workflow name.")
-@click.option("--execution-id", "execution_ids", multiple=True, help="Exactly these executions (repeatable).")
+@click.option(
+    "--execution-id",
+    "execution_ids",
+    multiple=True,
+    callback=execution_ids_option,
+    help="Exactly these executions (repeatable).",
+)
 @click.option(
     "--limit", type=click.IntRange(1, 10000), default=100, show_default=True, help="At most this many."
 )
