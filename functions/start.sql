@@ -62,9 +62,12 @@ $$;
 -- The queue of a start that names none (NULL p_queue): the queue the fleet's workers registered
 -- the workflow on (harvest.registered_workflows), since over SQL no App says where its code
 -- runs (a psql start, the CLI and a Client starting by name, a schedule made over SQL). One
--- queue: that one. Several: refused (HR001) naming them, as a guess would start the run where
--- half the fleet does not look. None: 'default' (a workflow no worker runs yet). Asked only
--- when no queue is given: a start naming its queue never reads it.
+-- queue: that one. Several with 'default' among them: 'default', where such a start always went
+-- and was run (a worker registers every workflow of its App on every queue it polls, so a fleet
+-- polling default and billing has each name on both). Several without it: refused (HR001)
+-- naming them, as a guess would start the run where another part of the fleet looks. None:
+-- 'default' (a workflow no worker runs yet). Asked only when no queue is given: a start naming
+-- its queue never reads it.
 CREATE OR REPLACE FUNCTION harvest._start_queue(p_workflow_name text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -74,6 +77,9 @@ DECLARE
 BEGIN
     SELECT array_agg(r.queue ORDER BY r.queue) INTO v_queues
     FROM harvest.registered_workflows AS r WHERE r.workflow_name = p_workflow_name;
+    IF v_queues IS NULL OR 'default' = ANY (v_queues) THEN
+        RETURN 'default';
+    END IF;
     IF cardinality(v_queues) > 1 THEN
         RAISE EXCEPTION 'workflow "%" is registered on % queues (%): say which', p_workflow_name,
             cardinality(v_queues),
@@ -83,7 +89,7 @@ BEGIN
             DETAIL = jsonb_build_object('workflow_name', p_workflow_name, 'queues', to_jsonb(v_queues))::text,
             HINT = '--queue on the CLI, queue= in Python, p_queue in SQL';
     END IF;
-    RETURN coalesce(v_queues[1], 'default');
+    RETURN v_queues[1];
 END;
 $$;
 
@@ -906,7 +912,8 @@ COMMENT ON FUNCTION harvest.start_workflow(
 'policies resolve any prior run of (workflow_name, workflow_id) and the flow policy''s gates admit it; returns '
 'execution_id, workflow_id, status (RUNNING, a prior''s, or DEFERRED) and started_fresh; the id is minted for this '
 'database''s shard, and a p_shard naming another is refused with HR011; p_queue NULL (the default) is the one queue '
-'the workers registered the workflow on, default when none did, HR001 naming them when several did; p_traceparent (a W3C traceparent, HR001 when '
+'the workers registered the workflow on, default when none did or default is among several, HR001 naming them when '
+'several others did; p_traceparent (a W3C traceparent, HR001 when '
 'malformed) puts the run''s spans in the caller''s trace. Called by clients (Python '
 'Client, CLI, psql; role harvest_operator, and harvest_admin for a policy that can terminate a live run); the '
 'engine''s own starts (children, continue-as-new, released deferred starts) go through harvest._start_workflow.';

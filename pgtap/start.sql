@@ -3,7 +3,7 @@
 -- start's harvest._start_admission and harvest._start_admitted) — minted ids, shards, the first event and task, argument checks,
 -- and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(217);
+SELECT plan(218);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -395,6 +395,10 @@ SELECT is((pg_temp.start_error($$SELECT * FROM harvest.start_workflow('reg_known
           'its DETAIL is JSON {workflow_name, queues}');
 SELECT lives_ok($$SELECT * FROM harvest.start_workflow('reg_known', '[]', 'r-7', 'reg_q2')$$,
                 'a queue given is taken as given');
+SELECT harvest.register_workflows(ARRAY['default'], ARRAY['reg_known']);
+SELECT is(harvest._start_queue('reg_known'), 'default',
+          '_start_queue(): several queues with default among them: default (a worker polling several registers on each)');
+DELETE FROM harvest.registered_workflows WHERE queue = 'default' AND workflow_name = 'reg_known';
 DELETE FROM harvest.registered_workflows WHERE queue = 'reg_q2';
 -- Payload size: an input over harvest.engine_settings.max_payload_bytes is refused (HR008).
 UPDATE harvest.engine_settings SET max_payload_bytes = 64;

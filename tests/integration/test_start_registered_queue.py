@@ -68,6 +68,19 @@ def test_a_workflow_registered_on_several_queues_needs_the_queue_named(
     assert queue_of(conn, json.loads(done.stdout)["execution_id"]) == ("us", "us")
 
 
+def test_a_worker_polling_default_and_another_queue_keeps_starts_on_default(
+    db: str, conn: psycopg.Connection
+) -> None:
+    # A worker registers every workflow of its App on every queue it polls (worker.py), so a
+    # fleet polling default and billing has each name on both: its by-name starts went to default
+    # and ran there, and still do (refusing them would break every multi-queue fleet).
+    register(conn, "default", "greet", "invoice")
+    register(conn, "billing", "greet", "invoice")
+    done = harvest(db, "workflow", "start", "invoice", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert queue_of(conn, json.loads(done.stdout)["execution_id"]) == ("default", "default")
+
+
 def test_a_workflow_nobody_registered_goes_to_default(db: str, conn: psycopg.Connection) -> None:
     register(conn, "billing", "invoice")  # another workflow's registration changes nothing
     done = harvest(db, "workflow", "start", "not_yet_deployed", "-o", "json")

@@ -151,7 +151,7 @@ def schedule() -> None:
 @click.option(
     "--queue",
     default=None,
-    help="Default: the served App's declared queue (over HTTP), else the one queue its workers "
+    help="Default: the served App's declared queue (over HTTP), else the queue its workers "
     "registered it on, else default.",
 )
 @click.option("--max-active-runs", default=1, show_default=True, type=click.IntRange(1, 1_000_000))

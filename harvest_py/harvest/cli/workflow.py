@@ -106,7 +106,7 @@ def workflow() -> None:
     "queue",
     cls=AliasedOption,
     default=None,
-    help="Default: the served App's declared queue (over HTTP), else the one queue its workers "
+    help="Default: the served App's declared queue (over HTTP), else the queue its workers "
     "registered it on, else default.",
 )
 @click.option("--reuse-policy", default="allow_duplicate", show_default=True)
