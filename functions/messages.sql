@@ -207,7 +207,7 @@ CREATE OR REPLACE FUNCTION harvest.update_with_start(
     p_update_name text,
     p_update_arg jsonb DEFAULT 'null'::jsonb,
     p_input jsonb DEFAULT '[]'::jsonb,
-    p_queue text DEFAULT 'default',
+    p_queue text DEFAULT NULL,  -- NULL: the workflow's registered queue (start.sql, _start_queue)
     p_update_id text DEFAULT NULL,
     p_timeout_secs double precision DEFAULT 30,
     p_search_attributes jsonb DEFAULT '{}'::jsonb,

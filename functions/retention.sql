@@ -200,7 +200,9 @@ BEGIN
     v_batch := coalesce(p_batch_size, v_config.batch_size, 500);
     IF v_max_age IS NULL THEN
         RAISE EXCEPTION 'retention is not configured: no max age' USING ERRCODE = 'HR001',
-            HINT = 'SELECT harvest.set_retention(''30 days''), or pass a max age';
+            -- (The CLI prints this hint too: its command first, the SQL for a psql session.)
+            HINT = 'harvest retention set --max-age ''30 days'' (SQL: SELECT harvest.set_retention(''30 days'')), '
+                   'or pass a max age (run-now --max-age)';
     END IF;
     IF v_max_age <= interval '0' THEN
         RAISE EXCEPTION 'retention max age % must be positive', harvest._interval_text(v_max_age)

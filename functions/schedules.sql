@@ -99,7 +99,11 @@ BEGIN
         'name', v_name,
         'kind', coalesce(p_spec ->> 'kind', 'workflow'),
         'workflow_name', p_spec ->> 'workflow_name',
-        'queue', coalesce(p_spec ->> 'queue', 'default'),
+        -- None given: the queue the workers registered the workflow on (start.sql, _start_queue),
+        -- resolved once, here, so the schedule shows where its runs go.
+        'queue', coalesce(p_spec ->> 'queue', CASE WHEN coalesce(p_spec ->> 'kind', 'workflow') = 'workflow'
+                                                   THEN harvest._start_queue(p_spec ->> 'workflow_name')
+                                                   ELSE 'default' END),
         'input', coalesce(p_spec -> 'input', '[]'::jsonb),
         'cron', nullif(p_spec ->> 'cron', ''),
         'interval_secs', (p_spec ->> 'interval_secs')::bigint,
@@ -660,7 +664,7 @@ CREATE OR REPLACE FUNCTION harvest.create_schedule(
     p_interval_secs bigint DEFAULT NULL,
     p_timezone text DEFAULT 'UTC',
     p_input jsonb DEFAULT '[]'::jsonb,
-    p_queue text DEFAULT 'default',
+    p_queue text DEFAULT NULL,  -- NULL: the workflow's registered queue (_check_schedule_spec)
     p_max_active_runs integer DEFAULT 1,
     p_overlap text DEFAULT 'skip',
     p_catchup boolean DEFAULT false,

@@ -107,7 +107,7 @@ CREATE OR REPLACE FUNCTION harvest.signal_with_start(
     p_signal_name text,
     p_signal_payload jsonb DEFAULT 'null'::jsonb,
     p_input jsonb DEFAULT '[]'::jsonb,
-    p_queue text DEFAULT 'default',
+    p_queue text DEFAULT NULL,  -- NULL: the workflow's registered queue (start.sql, _start_queue)
     p_search_attributes jsonb DEFAULT '{}'::jsonb,
     -- The caller's span (W3C traceparent): a run started here continues its trace, and
     -- the signal links to it (signal_workflow).

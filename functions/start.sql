@@ -59,6 +59,40 @@ BEGIN
 END;
 $$;
 
+-- The queue of a start that names none (NULL p_queue): the queue the fleet's workers registered
+-- the workflow on (harvest.registered_workflows), since over SQL no App says where its code
+-- runs (a psql start, the CLI and a Client starting by name, a schedule made over SQL). One
+-- queue: that one. Several with 'default' among them: 'default', where such a start always went
+-- and was run (a worker registers every workflow of its App on every queue it polls, so a fleet
+-- polling default and billing has each name on both). Several without it: refused (HR001)
+-- naming them, as a guess would start the run where another part of the fleet looks. None:
+-- 'default' (a workflow no worker runs yet). Asked only when no queue is given: a start naming
+-- its queue never reads it.
+CREATE OR REPLACE FUNCTION harvest._start_queue(p_workflow_name text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_queues text[];
+BEGIN
+    SELECT array_agg(r.queue ORDER BY r.queue) INTO v_queues
+    FROM harvest.registered_workflows AS r WHERE r.workflow_name = p_workflow_name;
+    IF v_queues IS NULL OR 'default' = ANY (v_queues) THEN
+        RETURN 'default';
+    END IF;
+    IF cardinality(v_queues) > 1 THEN
+        RAISE EXCEPTION 'workflow "%" is registered on % queues (%): say which', p_workflow_name,
+            cardinality(v_queues),
+            array_to_string(v_queues[1:20], ', ') || CASE WHEN cardinality(v_queues) > 20
+                THEN ', ... ' || cardinality(v_queues) - 20 || ' more' ELSE '' END
+            USING ERRCODE = 'HR001',
+            DETAIL = jsonb_build_object('workflow_name', p_workflow_name, 'queues', to_jsonb(v_queues))::text,
+            HINT = '--queue on the CLI, queue= in Python, p_queue in SQL';
+    END IF;
+    RETURN v_queues[1];
+END;
+$$;
+
 -- The gates of a start, one function each, in the order start_workflow calls them:
 -- the shard, the arguments, the admin check, the ranges, the registration check, the deferral
 -- (throttle, debounce, batch), the prior run (reuse and conflict policies), the
@@ -520,7 +554,7 @@ $$;
 -- per run: a minted workflow_id (none given: a new key has no prior and no other start
 -- can contend for its lock), the default policies, no shard, traceparent or timeouts, an
 -- array input within the payload limit, an object of search attributes, a priority in
--- range, a queue, no flow policy for the name (a worker declares its App's workflows
+-- range, a queue (none: _start_queue's, per distinct name), no flow policy for the name (a worker declares its App's workflows
 -- without one as {}, which start_workflow reads as none), a name the queue's workers registered (or
 -- a queue with no registrations), and no asserted actor to audit. One statement; any
 -- other batch goes one start at a time, with start_workflow's checks and errors. The
@@ -563,8 +597,9 @@ BEGIN
         -- without flow control, clearing an earlier one), and start_workflow reads only its keys.
         AND NOT EXISTS (
             SELECT 1
-            FROM (SELECT DISTINCT s.v ->> 'workflow_name' AS name, coalesce(s.v ->> 'queue', 'default') AS queue
-                  FROM jsonb_array_elements(p_starts) AS s (v)) AS k
+            FROM (SELECT d.name, coalesce(d.queue, harvest._start_queue(d.name)) AS queue
+                  FROM (SELECT DISTINCT s.v ->> 'workflow_name' AS name, s.v ->> 'queue' AS queue
+                        FROM jsonb_array_elements(p_starts) AS s (v)) AS d) AS k
             WHERE NOT coalesce(
                 (SELECT true FROM harvest.flow_policies AS p
                  WHERE p.kind = 'workflow' AND p.name = k.name AND p.policy <> '{}'::jsonb) IS NULL
@@ -606,7 +641,7 @@ BEGIN
         v_start := p_starts -> 0;
         v_id := harvest._new_execution_id(v_shard);
         v_workflow_id := gen_random_uuid()::text;
-        v_queue := coalesce(v_start ->> 'queue', 'default');
+        v_queue := coalesce(v_start ->> 'queue', harvest._start_queue(v_start ->> 'workflow_name'));
         v_input := coalesce(v_start -> 'input', '[]');
         v_data := jsonb_build_object('workflow_name', v_start ->> 'workflow_name', 'workflow_id', v_workflow_id,
                                      'input', v_input, 'task_queue', v_queue, 'parent_id', NULL);
@@ -652,7 +687,8 @@ BEGIN
     FROM (
         SELECT s.ordinality::integer AS n, harvest._new_execution_id(v_shard) AS id,
                s.value ->> 'workflow_name' AS workflow_name, gen_random_uuid()::text AS workflow_id,
-               coalesce(s.value ->> 'queue', 'default') AS queue, coalesce(s.value -> 'input', '[]') AS input,
+               coalesce(s.value ->> 'queue', harvest._start_queue(s.value ->> 'workflow_name')) AS queue,
+               coalesce(s.value -> 'input', '[]') AS input,
                coalesce(s.value -> 'search_attributes', '{}') AS search_attributes,
                coalesce((s.value ->> 'priority')::integer, 0) AS priority,
                (s.value ->> 'result_waiter')::uuid AS waiter,
@@ -846,7 +882,8 @@ CREATE OR REPLACE FUNCTION harvest.start_workflow(
     p_workflow_name text,
     p_input jsonb DEFAULT '[]'::jsonb,
     p_workflow_id text DEFAULT NULL,
-    p_queue text DEFAULT 'default',
+    -- NULL: the queue the workers registered the workflow on (_start_queue).
+    p_queue text DEFAULT NULL,
     p_reuse_policy text DEFAULT 'allow_duplicate',
     p_conflict_policy text DEFAULT 'unspecified',
     p_search_attributes jsonb DEFAULT '{}'::jsonb,
@@ -863,7 +900,7 @@ LANGUAGE sql
 AS $$
     SELECT * FROM harvest._start_workflow(
         p_workflow_name => p_workflow_name, p_input => p_input, p_workflow_id => p_workflow_id,
-        p_queue => p_queue, p_reuse_policy => p_reuse_policy, p_conflict_policy => p_conflict_policy,
+        p_queue => coalesce(p_queue, harvest._start_queue(p_workflow_name)), p_reuse_policy => p_reuse_policy, p_conflict_policy => p_conflict_policy,
         p_search_attributes => p_search_attributes, p_priority => p_priority, p_parent_id => NULL,
         p_shard => p_shard, p_execution_timeout_secs => p_execution_timeout_secs,
         p_run_timeout_secs => p_run_timeout_secs, p_flow_gates => true, p_traceparent => p_traceparent);
@@ -874,7 +911,9 @@ COMMENT ON FUNCTION harvest.start_workflow(
 'Start a workflow run: the execution, its WorkflowStarted event and first workflow task, after the reuse and conflict '
 'policies resolve any prior run of (workflow_name, workflow_id) and the flow policy''s gates admit it; returns '
 'execution_id, workflow_id, status (RUNNING, a prior''s, or DEFERRED) and started_fresh; the id is minted for this '
-'database''s shard, and a p_shard naming another is refused with HR011; p_traceparent (a W3C traceparent, HR001 when '
+'database''s shard, and a p_shard naming another is refused with HR011; p_queue NULL (the default) is the one queue '
+'the workers registered the workflow on, default when none did or default is among several, HR001 naming them when '
+'several others did; p_traceparent (a W3C traceparent, HR001 when '
 'malformed) puts the run''s spans in the caller''s trace. Called by clients (Python '
 'Client, CLI, psql; role harvest_operator, and harvest_admin for a policy that can terminate a live run); the '
 'engine''s own starts (children, continue-as-new, released deferred starts) go through harvest._start_workflow.';
@@ -939,7 +978,7 @@ BEGIN
     workflow_name := p_args ->> 'workflow_name';
     input := coalesce(p_args -> 'input', '[]'::jsonb);
     workflow_id := p_args ->> 'workflow_id';
-    queue := coalesce(p_args ->> 'queue', p_args ->> 'task_queue', 'default');
+    queue := coalesce(p_args ->> 'queue', p_args ->> 'task_queue', harvest._start_queue(workflow_name));
     reuse_policy := coalesce(p_args ->> 'reuse_policy', 'allow_duplicate');
     conflict_policy := coalesce(p_args ->> 'conflict_policy', 'unspecified');
     search_attributes := coalesce(p_args -> 'search_attributes', '{}'::jsonb);

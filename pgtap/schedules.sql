@@ -11,7 +11,7 @@
 -- harvest._firing_workflow_names,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(104);
+SELECT plan(106);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -70,6 +70,14 @@ SELECT is((harvest.create_schedule('every', 'tick_wf', p_interval_secs => 900, p
           'catch-up on without a window replays up to a year');
 SELECT is((SELECT count(*)::integer FROM harvest.audit_log WHERE operation = 'schedule.create'), 2,
           'create_schedule() is audited');
+-- No queue given: the queue the workers registered the workflow on (start.sql, _start_queue), once.
+SELECT is((SELECT queue FROM harvest.schedules WHERE name = 'daily'), 'default',
+          'a workflow registered nowhere: its schedule fires on default');
+SELECT harvest.register_workflows(ARRAY['sched_billing_q'], ARRAY['sched_billing_wf']);
+SELECT is(harvest.create_schedule('sched_billing', 'sched_billing_wf', p_interval_secs => 3600) ->> 'queue',
+          'sched_billing_q', 'create_schedule() without p_queue takes the one queue the workflow is registered on');
+DELETE FROM harvest.schedules WHERE name = 'sched_billing';
+DELETE FROM harvest.audit_log WHERE operation = 'schedule.create' AND target = 'sched_billing';
 
 -- ---------------------------------------------------------------- list_due_schedules
 SELECT results_eq($$SELECT name, next_fire_at, now FROM harvest.list_due_schedules(10) ORDER BY name$$,

@@ -3,7 +3,7 @@
 -- start's harvest._start_admission and harvest._start_admitted) — minted ids, shards, the first event and task, argument checks,
 -- and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(211);
+SELECT plan(218);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -376,6 +376,30 @@ SELECT lives_ok($$SELECT * FROM harvest._start_workflow('reg_typo', '[]', 'r-4',
 SELECT throws_ok($$SELECT harvest._refuse_unregistered('reg_x', 'reg_none')$$, 'HR010',
                  'workflow "reg_x" is not registered on queue "reg_none" (registered there: none)',
                  '_refuse_unregistered() raises HR010 even with nothing registered');
+-- A start naming no queue (NULL p_queue, harvest._start_queue): the one queue the workers
+-- registered the workflow on, 'default' when none did, refused (HR001) when several did.
+SELECT is(harvest._start_queue('reg_known'), 'reg_q', '_start_queue(): the one queue a name is registered on');
+SELECT is(harvest._start_queue('reg_nowhere'), 'default', '_start_queue(): a name registered nowhere goes to default');
+CREATE TEMP TABLE unqueued ON COMMIT DROP AS
+SELECT execution_id FROM harvest.start_workflow('reg_known', '[]', 'r-5')
+UNION ALL SELECT execution_id FROM harvest.start_workflows('[{"workflow_name": "reg_known"}]');
+SELECT is((SELECT array_agg(e.queue ORDER BY e.queue) FROM unqueued AS u JOIN harvest.executions AS e ON e.id = u.execution_id),
+          ARRAY['reg_q', 'reg_q'],
+          'start_workflow() without p_queue and start_workflows() with no "queue" (the plain batch) start on the registered queue');
+SELECT harvest.register_workflows(ARRAY['reg_q2'], ARRAY['reg_known']);
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('reg_known', '[]', 'r-6')$$, 'HR001',
+                 'workflow "reg_known" is registered on 2 queues (reg_q, reg_q2): say which',
+                 'a name registered on several queues and no queue given: HR001 naming them');
+SELECT is((pg_temp.start_error($$SELECT * FROM harvest.start_workflow('reg_known', '[]', 'r-6')$$) ->> 'detail')::jsonb,
+          '{"workflow_name": "reg_known", "queues": ["reg_q", "reg_q2"]}'::jsonb,
+          'its DETAIL is JSON {workflow_name, queues}');
+SELECT lives_ok($$SELECT * FROM harvest.start_workflow('reg_known', '[]', 'r-7', 'reg_q2')$$,
+                'a queue given is taken as given');
+SELECT harvest.register_workflows(ARRAY['default'], ARRAY['reg_known']);
+SELECT is(harvest._start_queue('reg_known'), 'default',
+          '_start_queue(): several queues with default among them: default (a worker polling several registers on each)');
+DELETE FROM harvest.registered_workflows WHERE queue = 'default' AND workflow_name = 'reg_known';
+DELETE FROM harvest.registered_workflows WHERE queue = 'reg_q2';
 -- Payload size: an input over harvest.engine_settings.max_payload_bytes is refused (HR008).
 UPDATE harvest.engine_settings SET max_payload_bytes = 64;
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('big_wf', jsonb_build_array(repeat('x', 100)), 'big-1')$$,

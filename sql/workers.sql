@@ -31,3 +31,6 @@ CREATE TABLE harvest.registered_workflows (
     last_registered_at timestamptz NOT NULL,
     CONSTRAINT registered_workflows_pkey PRIMARY KEY (queue, workflow_name)
 );
+
+-- A start that names no queue reads a workflow's queues by its name (start.sql, _start_queue).
+CREATE INDEX registered_workflows_by_name ON harvest.registered_workflows (workflow_name);

@@ -311,7 +311,11 @@ def test_retention_status_and_run_now(db: str, conn) -> None:
     status = json.loads(harvest(db, "retention", "status", "--output", "json").stdout)
     assert status["configured"] is False
     r = harvest(db, "retention", "run-now")
-    assert r.returncode == 2 and "retention is not configured" in one_error_line(r)
+    # The fix names the CLI's command (the SQL one follows it, for a psql session's same error).
+    assert r.returncode == 2 and one_error_line(r) == (
+        "error: retention is not configured: no max age: harvest retention set --max-age '30 days' "
+        "(SQL: SELECT harvest.set_retention('30 days')), or pass a max age (run-now --max-age)"
+    )
     assert harvest(db, "retention", "set", "--max-age", "30 days").returncode == 0
     status = json.loads(harvest(db, "retention", "status", "--output", "json").stdout)
     assert status["configured"] is True and status["eligible"] == 1

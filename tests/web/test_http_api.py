@@ -1299,11 +1299,23 @@ def test_admin_config_reports_the_polled_and_declared_queues_and_their_source(db
         worker = api.get("/admin/config").json()["worker"]
         assert worker["queues"] == worker["declared_queues"] == ["billing", "default"]
         assert worker["queue_source"] == "code"
+        assert worker["runs_here"] is True
+    with api_client(db, app=APP, env={"HARVEST_ROLE": "worker", "HARVEST_WORKER__QUEUES": "billing"}) as api:
+        worker = api.get("/admin/config").json()["worker"]
+        assert (worker["queues"], worker["runs_here"]) == (["billing"], True)
+        assert worker["declared_queues"] == ["billing", "default"]  # the API keeps them all
+        assert worker["queue_source"] == "explicit (HARVEST_WORKER__QUEUES)"
+    # A web replica polls nothing: it reported the configured worker.queues as if it polled them.
     with api_client(db, app=APP, env={"HARVEST_ROLE": "web", "HARVEST_WORKER__QUEUES": "billing"}) as api:
         config = api.get("/admin/config").json()
-        assert config["worker"]["queues"] == ["billing"]
-        assert config["worker"]["declared_queues"] == ["billing", "default"]  # the API keeps them all
-        assert config["worker"]["queue_source"] == "explicit (HARVEST_WORKER__QUEUES)"
+        assert config["worker"] == {
+            "runs_here": False,
+            "queues": [],
+            "declared_queues": ["billing", "default"],  # the served App's, whoever polls them
+            "queue_source": "no worker in this process: worker.enabled=false (source: role web)",
+            "shard_assignments": [],
+            "shard_assignments_source": "no worker in this process: worker.enabled=false (source: role web)",
+        }
         assert config["role"] == "web"
         assert config["runtimes"]["worker.enabled"] == {"value": False, "source": "role web"}
         assert config["retention"] == {"run_on": "scheduler", "runs_here": False}

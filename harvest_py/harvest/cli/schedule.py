@@ -151,7 +151,8 @@ def schedule() -> None:
 @click.option(
     "--queue",
     default=None,
-    help="Default: the workflow's declared queue (the served App's over HTTP), else default.",
+    help="Default: the served App's declared queue (over HTTP), else the queue its workers "
+    "registered it on, else default.",
 )
 @click.option("--max-active-runs", default=1, show_default=True, type=click.IntRange(1, 1_000_000))
 @click.option("--overlap", default="skip", show_default=True, type=overlap_choice)

@@ -106,7 +106,8 @@ def workflow() -> None:
     "queue",
     cls=AliasedOption,
     default=None,
-    help="Default: the workflow's declared queue (the served App's over HTTP), else default.",
+    help="Default: the served App's declared queue (over HTTP), else the queue its workers "
+    "registered it on, else default.",
 )
 @click.option("--reuse-policy", default="allow_duplicate", show_default=True)
 @click.option("--conflict-policy", default="unspecified", show_default=True)

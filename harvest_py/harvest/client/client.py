@@ -282,7 +282,7 @@ def _start_call(
     name: str,
     encoded: list[Any],
     workflow_id: str | None,
-    queue: str,
+    queue: str | None,
     reuse_policy: str,
     conflict_policy: str,
     search_attributes: dict[str, Any] | None,
@@ -671,7 +671,7 @@ def _start_option_hint(kwargs: dict[str, Any]) -> str:
 
 def _start_args(
     client: Any, workflow: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str | None
-) -> tuple[str, WorkflowDefinition | None, list[Any], str]:
+) -> tuple[str, WorkflowDefinition | None, list[Any], str | None]:
     name, definition = _resolve_workflow(workflow)
     try:
         encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
@@ -692,7 +692,9 @@ def _start_args(
     # What the history holds is checked: an argument the client offloads is its reference.
     limit = client.max_payload_bytes
     payload.check_size(payload_policy.as_written(payloads, encoded), f"the input of workflow {name}", limit)
-    queue = queue or (definition.queue if definition else "default")
+    # By name, with no queue: None, and the database starts it on the queue the fleet's workers
+    # registered it on (functions/start.sql, _start_queue), as no definition here says where it runs.
+    queue = queue or (definition.queue if definition else None)
     return name, definition, encoded, queue
 
 
@@ -861,7 +863,7 @@ async def _adrive(flow: _Flow[T]) -> T:
 
 def _prepare_start(
     client: Any, workflow: Any, args: tuple[object, ...], options: Any, kwargs: dict[str, Any]
-) -> tuple[str, WorkflowDefinition | None, str, StartOptions, routing.Placement, dict[str, Any]]:
+) -> tuple[str, WorkflowDefinition | None, str | None, StartOptions, routing.Placement, dict[str, Any]]:
     """A start_workflow call checked, encoded and placed: ``(name, definition, queue, options,
     placement, call)``, ``call`` being harvest.start_workflow's arguments."""
     opts, kwargs = _split_start(workflow, options, kwargs)
@@ -904,13 +906,13 @@ def _start_steps(
     return cast("dict[str, Any]", row)
 
 
-def _trace_started(trace: Any, row: dict[str, Any], name: str, queue: str) -> None:
+def _trace_started(trace: Any, row: dict[str, Any], name: str, queue: str | None) -> None:
     if trace is tracing.OFF:
         return  # (tracing off: no attributes to build for a trace that records nothing)
-    trace.started(
-        row["execution_id"],
-        {"harvest.workflow": name, "harvest.queue": queue, "harvest.started_fresh": row["started_fresh"]},
-    )
+    attributes = {"harvest.workflow": name, "harvest.started_fresh": row["started_fresh"]}
+    if queue is not None:  # (None: the database chose it from the registrations)
+        attributes["harvest.queue"] = queue
+    trace.started(row["execution_id"], attributes)
 
 
 def _start_answer(

@@ -501,7 +501,7 @@ def start_workflow(
     workflow_name: str,
     input: list[Any],
     workflow_id: str | None,
-    queue: str,
+    queue: str | None,
     reuse_policy: str,
     conflict_policy: str,
     search_attributes: dict[str, Any],
@@ -511,7 +511,8 @@ def start_workflow(
     shard: int | None = None,
     traceparent: str | None = None,
 ) -> dict[str, Any]:
-    """Start one run; ``shard`` None mints an id of this database's shard, another shard's
+    """Start one run; ``queue`` None: the one the workers registered the workflow on
+    (harvest._start_queue); ``shard`` None mints an id of this database's shard, another shard's
     number is refused with WrongShard (HR011); ``traceparent`` (W3C) puts the run's spans in
     that trace (docs/observability.md)."""
     return {
@@ -577,7 +578,7 @@ def signal_with_start(
     signal_name: str,
     payload: Any,
     input: list[Any],
-    queue: str,
+    queue: str | None,
     search_attributes: dict[str, Any],
     traceparent: str | None = None,
 ) -> dict[str, Any]:
@@ -1668,7 +1669,7 @@ def update_with_start(
     name: str,
     arg: Any,
     input: list[Any],
-    queue: str,
+    queue: str | None,
     update_id: str | None,
     timeout: float,
     search_attributes: dict[str, Any],
@@ -1748,7 +1749,7 @@ def create_schedule(
     interval_secs: int | None = None,
     timezone: str = "UTC",
     input: list[Any] | None = None,
-    queue: str = "default",
+    queue: str | None = None,  # None: the queue the workers registered the workflow on
     max_active_runs: int = 1,
     overlap: str = "skip",
     catchup: bool = False,

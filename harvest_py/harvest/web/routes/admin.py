@@ -85,7 +85,20 @@ def _rebalance_resume(config: Any) -> dict[str, Any]:
 
 
 def _queues(call: Call) -> dict[str, Any]:
-    app, config = call.state.app, call.state.config
+    app, config, plan = call.state.app, call.state.config, call.state.plan
+    if plan is not None and not plan.worker.value:
+        # No claim loop in this process (a web replica): it polls no queue and no shard, whatever
+        # worker.queues and worker.shard_assignments configure for a worker that is not here.
+        why = f"no worker in this process: {plan.worker.line()}"
+        return {
+            "runs_here": False,
+            "queues": [],
+            "declared_queues": declared_queues(app) if app is not None else None,
+            "queue_source": why,
+            "shard_assignments": [],
+            "shard_assignments_source": why,
+            **_rebalance_resume(config),
+        }
     # The resolved shards a worker of this configuration polls: auto is every shard with a url
     # (a pool here), not every readable one: a shard the router reads but no url reaches is
     # exactly the gap the guide's coverage check is for.
@@ -98,6 +111,7 @@ def _queues(call: Call) -> dict[str, Any]:
     else:
         shards = list(call.state.router.readable)
     out: dict[str, Any] = {
+        "runs_here": plan.worker.value if plan is not None else None,
         "shard_assignments": shards,
         "shard_assignments_source": assignments or "auto",
         **_rebalance_resume(config),
