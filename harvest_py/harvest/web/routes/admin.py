@@ -97,8 +97,7 @@ def _queues(call: Call) -> dict[str, Any]:
             "queue_source": why,
             "shard_assignments": [],
             "shard_assignments_source": why,
-            **_rebalance_resume(config),
-        }
+        }  # (and no rebalance-resume fields: the scanner runs in a worker's scanner pass)
     # The resolved shards a worker of this configuration polls: auto is every shard with a url
     # (a pool here), not every readable one: a shard the router reads but no url reaches is
     # exactly the gap the guide's coverage check is for.
