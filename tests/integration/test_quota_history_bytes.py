@@ -302,3 +302,40 @@ def test_a_key_under_another_quota_keeps_one_row_of_ended_bytes(conn: psycopg.Co
     ).fetchone()
     assert rows == 1
     _assert_figure(conn, "only-active")
+
+
+def test_the_migration_on_a_live_database_keeps_readers_of_the_runs_going(db: str) -> None:
+    """Applied to a database without its triggers (an upgrade from 0102), migration 0103 takes
+    harvest.executions' SHARE ROW EXCLUSIVE lock (what CREATE TRIGGER needs), which keeps writes
+    out for its backfill and lets reads (a list, a get, a claim's read) go on, as its comment
+    says. Its DROP TRIGGER IF EXISTS, there for a re-run, would take ACCESS EXCLUSIVE if a trigger
+    were there (on a re-run it does); on an upgrade none is, and this holds that: a change that
+    locked the runs against readers for the backfill would fail here."""
+    from pathlib import Path
+
+    migration = Path(__file__).parents[2] / "migrations" / "0103_quota_ended_bytes.sql"
+    triggers = ("insert", "update", "delete", "truncate")
+    with psycopg.connect(db, autocommit=True) as setup:  # the schema as 0102 left it
+        for trigger in triggers:
+            setup.execute(f"DROP TRIGGER executions_quota_bytes_{trigger} ON harvest.executions")
+    with psycopg.connect(db) as upgrade:
+        upgrade.execute(migration.read_text())
+        modes = {
+            mode
+            for (mode,) in upgrade.execute(
+                "SELECT mode FROM pg_locks WHERE pid = pg_backend_pid() "
+                "AND relation = 'harvest.executions'::regclass"
+            ).fetchall()
+        }
+        assert "ShareRowExclusiveLock" in modes, modes
+        assert "AccessExclusiveLock" not in modes, modes
+        upgrade.commit()
+    with psycopg.connect(db, autocommit=True) as check:  # every trigger is there, once
+        names = {
+            name
+            for (name,) in check.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'harvest.executions'::regclass "
+                "AND tgname LIKE 'executions_quota_bytes_%'"
+            ).fetchall()
+        }
+    assert names == {f"executions_quota_bytes_{trigger}" for trigger in triggers}
