@@ -82,6 +82,11 @@ CREATE TABLE harvest.schedule_firings (
 CREATE INDEX schedule_firings_buffered ON harvest.schedule_firings (schedule_id, slot_at)
 WHERE status = 'buffered';
 
+-- The started firings by their run's workflow id: a rebalance asks it of each run it may move
+-- (functions/rebalance.sql, the schedule_run blocker; migration 0105).
+CREATE INDEX schedule_firings_started ON harvest.schedule_firings (workflow_id)
+WHERE status = 'started';
+
 -- Slots no run was started for because the scheduler was not there in time: one
 -- row per run of consecutive missed slots found by one tick (first and last slot,
 -- how many), with the reason (catchup_off, outside_catchup_window).
