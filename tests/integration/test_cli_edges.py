@@ -551,7 +551,7 @@ def test_a_non_finite_number_in_a_json_option_is_refused_on_both_transports(
     args = ["workflow", "start", "edge_wf", "--input-json", value]
     for r in (invoke("--base-url", HTTP_BASE, *args), invoke(*args, "--database-url", db)):
         assert isinstance(r.exception, SystemExit | None), repr(r.exception)
-        assert r.exit_code == 2 and r.stderr.startswith("error: --input: not valid JSON ("), (
+        assert r.exit_code == 2 and r.stderr.startswith("error: --input-json: not valid JSON ("), (
             r.exit_code,
             r.stderr,
         )
@@ -567,8 +567,8 @@ def test_a_non_finite_number_in_a_json_option_is_refused_on_both_transports(
         "--database-url",
         db,
     )
-    # (Read as every --*-json / --*-file pair is, read_json_option: the error names --input.)
-    assert r.exit_code == 2 and r.stderr.startswith("error: --input: not valid JSON ("), r.stderr
+    # (Read as every --*-json / --*-file pair is, read_json_option: the error names the option given.)
+    assert r.exit_code == 2 and r.stderr.startswith("error: --input-json: not valid JSON ("), r.stderr
 
 
 # -- stderr holds the CLI's own lines: a library's log records only when asked ------------------------

@@ -69,7 +69,7 @@ def test_query_and_update_through_the_cli(db: str, start_worker, client: Client)
     r = harvest(db, "workflow", "query", eid, "broken")
     assert r.returncode == 1 and "this query is broken" in one_error_line(r)
     r = harvest(db, "workflow", "query", eid, "owner", "--input-json", "{nope")
-    assert r.returncode == 2 and "--input: not valid JSON" in one_error_line(r)
+    assert r.returncode == 2 and "--input-json: not valid JSON" in one_error_line(r)
 
     r = harvest(db, "workflow", "update", eid, "spend", "--input-json", "30", "--output", "json")
     assert r.returncode == 0, r.stderr

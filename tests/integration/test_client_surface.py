@@ -89,6 +89,23 @@ def test_the_history_of_a_run_that_does_not_exist_is_not_found(db: str) -> None:
             handle.history()
 
 
+def test_an_execution_id_in_any_uuid_spelling_is_the_run(db: str) -> None:
+    """get_handle takes the spellings Python's UUID does; the database reads only some of them
+    (urn:uuid: and braces were refused in its words), so the handle carries the canonical form.
+    The hint for an id that may be a workflow id quotes it as given."""
+    with Client(db) as client:
+        run = client.start_workflow(waiter, workflow_id="spelled")
+        canonical = run.execution_id
+        for spelling in (f"urn:uuid:{canonical}", "{" + canonical + "}", canonical.upper().replace("-", "")):
+            handle = client.get_handle(spelling)
+            assert handle.execution_id == canonical
+            assert handle.describe()["workflow_id"] == "spelled"
+        upper = str(uuid.uuid4()).upper()
+        with pytest.raises(NotFound) as missing:
+            client.get_handle(upper).describe()
+        assert f"get_handle(workflow_id={upper!r})" in str(missing.value)
+
+
 def test_a_workflow_id_shaped_like_a_uuid_passed_as_the_execution_id_is_told_how_to_look_it_up(
     db: str,
 ) -> None:

@@ -175,7 +175,7 @@ def test_old_cli_spellings_still_work_and_stay_out_of_help(db: str, conn) -> Non
 
     # workflow query: --arg-json/--arg-file are the hidden old spellings of --input-json/--input-file.
     r = cli(db, "workflow", "query", "00000000-0000-0000-0000-000000000001", "q", "--arg-json", "{nope")
-    assert r.exit_code == 2 and "--input: not valid JSON" in r.output
+    assert r.exit_code == 2 and "--input-json: not valid JSON" in r.output
     query_help = cli(db, "workflow", "query", "--help").output
     assert "--input-json" in query_help and "--arg-json" not in query_help and "--timeout-secs" in query_help
 

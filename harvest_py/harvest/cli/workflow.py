@@ -82,7 +82,8 @@ def read_json_option(inline: str | None, path: str | None, what: str) -> Any:
             ) from None
     if text is None:
         return None
-    return loads_json_option(text, what)
+    # (The error names the option that was given: --input-json, or --input-file and its path.)
+    return loads_json_option(text, f"{what}-json" if path is None else f"{what}-file {path}")
 
 
 def _echo(data: Any, output: str) -> None:

@@ -1097,7 +1097,8 @@ class _Handle:
         given = self._given_id
         if getattr(exc, "broken_chain_last_run", None) is not None:
             return  # (the run was found, and its chain followed: the id is an execution id)
-        if given is not None and given in str(exc) and "workflow_id=" not in str(exc):
+        # (The error names the run in canonical form; the hint, the id as it was given.)
+        if given is not None and str(self.execution_id) in str(exc) and "workflow_id=" not in str(exc):
             hint = f"if {given!r} is a workflow id, not an execution id: get_handle(workflow_id={given!r})"
             exc.args = (f"{exc}; {hint}", *exc.args[1:])
 
@@ -1234,14 +1235,16 @@ def _handle_of(cls: Any, client: Any, execution_id: Any, workflow: Any, workflow
         raise InvalidArgument("get_handle takes an execution_id or workflow_id=, one of the two")
     if execution_id is not None:
         try:  # (the database would refuse it with its own error, not one of Harvest's)
-            uuid.UUID(str(execution_id))
+            # Canonical: the database reads only some of the spellings Python does (not
+            # urn:uuid:, nor braces), and its errors name the run in this form.
+            canonical = str(uuid.UUID(str(execution_id)))
         except ValueError:
             # (The usual slip: a workflow id passed where the execution id goes.)
             raise InvalidArgument(
                 f"execution id {execution_id!r} is not a UUID; to find a run by its workflow id, "
                 f"pass it by name: get_handle(workflow_id={execution_id!r})"
             ) from None
-        handle = cls(client, execution_id, "", definition)
+        handle = cls(client, canonical, "", definition)
         handle._given_id = str(execution_id)
         return handle
     if not isinstance(workflow_id, str) or not workflow_id:
