@@ -455,6 +455,28 @@ AS $$
     ) AS v;
 $$;
 
+-- The live keyed runs (RUNNING or PAUSED, with a concurrency key), each with its workflow's
+-- policy and whether it is in flight: it holds a workflow slot (admitted), or its workflow's
+-- on_conflict is cancel_running (latest-wins admits every start, so all its live runs work);
+-- else it waits for a slot, pending. The one place that rule lives: the status view
+-- (_count_concurrency_keys) counts its keys' runs from it, the metrics sampler its keyed-run
+-- totals (metrics.sql), so the sampler's _other sum is the status view's. A SQL function of one
+-- SELECT, STABLE, run as invoker: the planner inlines it into each caller's query, so a
+-- caller's filter on the key reaches executions_live_concurrency_key as if written there.
+CREATE OR REPLACE FUNCTION harvest._live_keyed_runs()
+RETURNS TABLE (concurrency_key text, workflow_name text, policy jsonb, in_flight boolean)
+LANGUAGE sql STABLE
+AS $$
+    SELECT
+        e.concurrency_key, e.workflow_name, p.policy,
+        s.execution_id IS NOT NULL
+        OR p.policy #>> '{concurrency,on_conflict}' IS NOT DISTINCT FROM 'cancel_running'
+    FROM harvest.executions AS e
+    LEFT JOIN harvest.workflow_slots AS s ON s.execution_id = e.id
+    LEFT JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = e.workflow_name
+    WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL;
+$$;
+
 -- The counts of list_concurrency_keys, for the keys p_keys (NULL: every key) after p_after_key
 -- (NULL: from the first), in key order: the one place a key's in flight and pending are
 -- counted, for the status view and for the metrics sampler's exported keys (metrics.sql).
@@ -479,21 +501,15 @@ BEGIN
         GROUP BY t.concurrency_key
     ),
     workflow_keys AS (
-        SELECT e.concurrency_key AS key, e.workflow_name,
-               (p.policy #>> '{concurrency,limit}')::integer AS max_concurrent,
-               coalesce(p.policy #>> '{concurrency,on_conflict}', 'defer') AS on_conflict,
-               count(*) FILTER (WHERE s.execution_id IS NOT NULL
-                                OR p.policy #>> '{concurrency,on_conflict}' = 'cancel_running') AS in_flight,
-               count(*) FILTER (WHERE s.execution_id IS NULL
-                                AND p.policy #>> '{concurrency,on_conflict}' IS DISTINCT FROM 'cancel_running')
-                   AS pending
-        FROM harvest.executions AS e
-        LEFT JOIN harvest.workflow_slots AS s ON s.execution_id = e.id
-        LEFT JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = e.workflow_name
-        WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
-          AND ($1::text[] IS NULL OR e.concurrency_key = ANY ($1))
-          AND ($2::text IS NULL OR e.concurrency_key > $2)
-        GROUP BY e.concurrency_key, e.workflow_name, p.policy
+        SELECT r.concurrency_key AS key, r.workflow_name,
+               (r.policy #>> '{concurrency,limit}')::integer AS max_concurrent,
+               coalesce(r.policy #>> '{concurrency,on_conflict}', 'defer') AS on_conflict,
+               count(*) FILTER (WHERE r.in_flight) AS in_flight,
+               count(*) FILTER (WHERE NOT r.in_flight) AS pending
+        FROM harvest._live_keyed_runs() AS r
+        WHERE ($1::text[] IS NULL OR r.concurrency_key = ANY ($1))
+          AND ($2::text IS NULL OR r.concurrency_key > $2)
+        GROUP BY r.concurrency_key, r.workflow_name, r.policy
     )
     SELECT a.key, 'activity'::text, a.max_concurrent, a.in_flight, a.pending, NULL::jsonb
     FROM activity_keys AS a

@@ -110,6 +110,8 @@ BEGIN
     -- few to rank (the rest rank by pending, which only every key's counts say), every key is
     -- counted once, and the totals are its sums.
     -- (The slots first, on their own: a slot per tenant is past the limit without a run read.)
+    -- The runs' arms below are _live_keyed_runs' in-flight rule, one arm per index: filtering
+    -- _live_keyed_runs() on in_flight would read every live keyed run to keep the in-flight ones.
     IF p_max_keys > 0
        AND (SELECT count(*) FROM (SELECT 1 FROM harvest.workflow_slots LIMIT c_max_in_flight_rows + 1) AS s)
            <= c_max_in_flight_rows THEN
@@ -140,23 +142,12 @@ BEGIN
         SELECT b.busiest, b.in_flight, b.pending INTO v_concurrency, v_in_flight, v_pending
         FROM harvest._busiest_concurrency_keys(NULL, p_max_keys) AS b;
     ELSE
-        -- The keyed runs' totals, per policy (in flight: admitted, or all under cancel_running);
-        -- the keyed activities' came with the queue depths.
-        SELECT v_in_flight + coalesce(sum(w.in_flight), 0), v_pending + coalesce(sum(w.pending), 0)
+        -- The keyed runs' totals, by the status view's rule (_live_keyed_runs, flow_concurrency.sql:
+        -- in flight when admitted or under cancel_running); the keyed activities' came with the
+        -- queue depths.
+        SELECT v_in_flight + count(*) FILTER (WHERE r.in_flight), v_pending + count(*) FILTER (WHERE NOT r.in_flight)
         INTO v_in_flight, v_pending
-        FROM (
-            SELECT
-                count(*) FILTER (WHERE s.execution_id IS NOT NULL
-                                 OR p.policy #>> '{concurrency,on_conflict}' = 'cancel_running') AS in_flight,
-                count(*) FILTER (WHERE s.execution_id IS NULL
-                                 AND p.policy #>> '{concurrency,on_conflict}' IS DISTINCT FROM 'cancel_running')
-                    AS pending
-            FROM harvest.executions AS e
-            LEFT JOIN harvest.workflow_slots AS s ON s.execution_id = e.id
-            LEFT JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = e.workflow_name
-            WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
-            GROUP BY p.policy
-        ) AS w;
+        FROM harvest._live_keyed_runs() AS r;
     END IF;
     SELECT coalesce(sum((c.value ->> 'in_flight')::bigint), 0), coalesce(sum((c.value ->> 'pending')::bigint), 0)
     INTO v_exported_in_flight, v_exported_pending

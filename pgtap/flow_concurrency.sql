@@ -1,9 +1,9 @@
 -- functions/flow_concurrency.sql: harvest._resolve_key, harvest._resolve_flow_keys, harvest._flow_task_columns,
 -- harvest.declare_flow_policies, harvest._admit_candidates, harvest._in_flight,
 -- harvest._after_gated_claim, harvest._flow_release, harvest._supersede, harvest._superseded_runs,
--- harvest.list_concurrency_keys.
+-- harvest._live_keyed_runs, harvest.list_concurrency_keys.
 BEGIN;
-SELECT plan(37);
+SELECT plan(38);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -110,6 +110,11 @@ SELECT is(harvest._in_flight('activity', 'k2'), 2::bigint, 'in flight = running 
 SELECT harvest.start_workflow('wf_latest', '[{"t": "z"}]', 'l1', 'lq');
 SELECT harvest.start_workflow('wf_latest', '[{"t": "z"}]', 'l2', 'lq');
 SELECT is((SELECT status FROM harvest.executions WHERE workflow_id = 'l1'), 'CANCELLED', 'cancel_running: the older run is cancelled');
+-- Which live keyed runs are in flight: the admitted (a slot) and cancel_running's; the rest wait.
+SELECT results_eq($$SELECT concurrency_key, workflow_name, in_flight FROM harvest._live_keyed_runs() ORDER BY 1$$,
+                  $$VALUES ('a'::text, 'wf_defer'::text, true), ('b', 'wf_defer', false), ('c', 'wf_defer', false),
+                           ('d', 'wf_defer', false), ('z', 'wf_latest', true)$$,
+                  '_live_keyed_runs(): in flight when admitted or under cancel_running, else pending');
 SELECT is(cardinality(harvest._supersede('wf_latest', 'z', 1, gen_random_uuid())), 1,
           '_supersede() sheds the runs beyond limit - 1');
 -- The tasks_derived_columns trigger (sql/triggers.sql) fills the derived columns for any
