@@ -145,6 +145,7 @@ def deployment_read(
             fan = FanOut.of(value.results, value.unavailable)
             if value.status is not None:
                 fan.status = value.status
+            fan.refused = list(value.refused)
             return value.sharded, fan
         return False, FanOut.of({0: value}, ())
     config = cli_config()
@@ -355,6 +356,20 @@ def in_turn(apis: Mapping[int, Any], shards: Iterable[int], call: Callable[[int,
         done.results.update(fan.results)
         done.unavailable.extend(fan.unavailable_shards)
     return done
+
+
+def fail_if_refused_over_http(answer: dict[str, Any], emit_done: Callable[[], None]) -> None:
+    """:func:`fail_if_refused` for a write a server made on every shard: its refusals
+    (``shard_errors``) printed and raised as over SQL, after what the other shards did."""
+    from harvest.cli.http import shard_refusals
+
+    refused = shard_refusals(answer)
+    done = InTurn(
+        {int(r["shard_id"]): r for r in answer.get("shards") or []},
+        list(answer.get("unavailable_shards") or []),
+        refused,
+    )
+    fail_if_refused(done, emit_done)
 
 
 def fail_if_refused(done: InTurn, emit_done: Callable[[], None]) -> None:

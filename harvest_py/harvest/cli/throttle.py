@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import database_url_option, emit, operator_id_option, output_option, table
-from harvest.cli.shards import each_shard, fail_if_unreached
+from harvest.cli.shards import InTurn, each_shard, fail_if_refused, fail_if_unreached
 
 COLUMNS = [
     "shard_id",
@@ -42,11 +42,17 @@ def on_every_shard(
     row by ``shape`` (also `harvest rate-limit`'s)."""
     fan = each_shard(database_url, call, read_only=read_only, none_is_error=False)
     rows = [{"shard_id": s, **(shape(row) or {})} for s, row in fan.results.items()]
-    emit(
-        {"shards": rows, "status": fan.status, "unavailable_shards": fan.unavailable_shards},
-        output,
-        lambda d: table(d["shards"], columns),
-    )
+
+    def emit_rows() -> None:
+        emit(
+            {"shards": rows, "status": fan.status, "unavailable_shards": fan.unavailable_shards},
+            output,
+            lambda d: table(d["shards"], columns),
+        )
+
+    # A shard that refused (a server's answer over HTTP): the rows done, then every refusal named.
+    fail_if_refused(InTurn(fan.results, fan.unavailable_shards, fan.refused), emit_rows)
+    emit_rows()
     fail_if_unreached(fan.unavailable_shards, what)
 
 
