@@ -114,8 +114,9 @@ def set_(
         database_url,
         lambda api: api.set_retention_settings(max_age, batch_size, worker_max_age, operator),
         read_only=False,
+        refusals_apart=True,
     )
-    if fan.refused:  # (over HTTP) the shards set printed, then every refusal named
+    if fan.refused:  # a shard refused: the shards set printed, then every refusal named
         done = InTurn(fan.results, fan.unavailable_shards, fan.refused)
         set_ones = FanOut.of(fan.results, fan.unavailable_shards)
         fail_if_refused(done, lambda: _emit_per_shard(sharded, set_ones, output))

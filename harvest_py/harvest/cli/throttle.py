@@ -40,7 +40,7 @@ def on_every_shard(
 ) -> None:
     """``call(api)`` on every shard (over HTTP the route answers per shard), each answer made a
     row by ``shape`` (also `harvest rate-limit`'s)."""
-    fan = each_shard(database_url, call, read_only=read_only, none_is_error=False)
+    fan = each_shard(database_url, call, read_only=read_only, none_is_error=False, refusals_apart=True)
     rows = [{"shard_id": s, **(shape(row) or {})} for s, row in fan.results.items()]
 
     def emit_rows() -> None:
@@ -50,7 +50,7 @@ def on_every_shard(
             lambda d: table(d["shards"], columns),
         )
 
-    # A shard that refused (a server's answer over HTTP): the rows done, then every refusal named.
+    # A shard that refused (over SQL or in the server): the rows done, then every refusal named.
     fail_if_refused(InTurn(fan.results, fan.unavailable_shards, fan.refused), emit_rows)
     emit_rows()
     fail_if_unreached(fan.unavailable_shards, what)

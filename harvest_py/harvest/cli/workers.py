@@ -108,7 +108,7 @@ def drain_worker_shards(fan: FanOut[Any], output: str) -> None:
     def show() -> None:
         emit_merged(merged, "workers", output, lambda d: table(d, [*DRAIN_FIELDS, "shard_id"]))
 
-    # A shard that refused (a server's answer over HTTP): the rows drained, every refusal named.
+    # A shard that refused (over SQL or in the server): the rows drained, every refusal named.
     fail_if_refused(InTurn(fan.results, fan.unavailable_shards, fan.refused), show)
     show()
     fail_if_unreached(fan.unavailable_shards, "were not drained")
@@ -222,7 +222,10 @@ def register(group: click.Group) -> None:
             deadline = deadline.replace(tzinfo=UTC)  # a time without an offset is UTC
         if _sharded():
             drain = each_shard(
-                database_url, lambda api: api.drain_worker(worker_id, deadline, operator), read_only=False
+                database_url,
+                lambda api: api.drain_worker(worker_id, deadline, operator),
+                read_only=False,
+                refusals_apart=True,
             )
             drain_worker_shards(drain, output)
             return
