@@ -357,3 +357,24 @@ def test_a_drain_over_http_names_a_shard_that_refuses_and_prints_the_others(shar
     sql = _run(["--output", "json", "worker", "drain", "w"], _shard_env(shards))
     assert (sql.stderr, sql.exit_code) == (web.stderr, web.exit_code)
     assert [r["shard_id"] for r in json.loads(sql.stdout)["workers"]] == [0, 2]
+
+
+def test_a_sweep_longer_than_the_servers_shard_timeout_is_not_cut_off_and_called_unreachable(
+    shards, served
+) -> None:
+    """run-now and release-owed-ends bounded each shard's whole write by the server's
+    shard_timeout (5 s; a read's bound): a sweep or release of many batches taking longer was
+    cancelled part way, its shard named unreachable (it was reached and partly written) and its
+    batches done left out of the totals. Here the timeout is below any sweep's time, standing
+    for a long one: each shard is written to its end all the same."""
+    for shard in (0, 1, 2):
+        _expired(shards, shard, 1)
+        with shards.connect(shard) as conn:
+            conn.execute("SELECT harvest.set_retention('30 days')")
+    state = cli_http.TRANSPORT.app.state.harvest
+    state.shard_timeout = 1e-9
+    status, answer = _api("/admin/retention/run-now", {})
+    assert status == 200, answer
+    assert (answer["status"], answer["deleted"], answer["shard_errors"]) == ("complete", 3, []), answer
+    status, answer = _api("/admin/shards/0/release-owed-ends", {})
+    assert status == 200 and answer["status"] == "complete" and answer["unavailable_shards"] == [], answer

@@ -304,15 +304,20 @@ class Call:
         fn: Callable[[AsyncSqlApi], Awaitable[Any]],
         undone: str = "nothing was read",
         shards: Iterable[int] | None = None,
+        bounded: bool = True,
     ) -> Any:
         """``fn(sql)`` on every readable shard (or on ``shards`` of them): a :class:`FanOut`
         (one database: shard 0). No shard answering is a 503 (docs/http-api.md), never an
-        empty answer: ``undone`` says what that left undone."""
+        empty answer: ``undone`` says what that left undone. ``bounded``: each shard's answer
+        within ``shard_timeout`` (else unavailable); False for a write of many batches, which
+        must not be cut off part way and called unreachable (reaching a shard stays bounded by
+        its pool's acquire timeout)."""
         from harvest.shard.fanout import FanOut, fan_out_async
 
         if self._pools is None:
             return FanOut.of({0: await fn(self._sql)}, ())  # type: ignore[arg-type]
-        fan = await fan_out_async(self.providers(), fn, shards=shards, timeout=self.state.shard_timeout)
+        timeout = self.state.shard_timeout if bounded else None
+        fan = await fan_out_async(self.providers(), fn, shards=shards, timeout=timeout)
         if not fan.results:
             missed = ", ".join(str(s) for s in fan.unavailable_shards)
             raise DatabaseUnavailable(
@@ -325,6 +330,7 @@ class Call:
         fn: Callable[[AsyncSqlApi], Awaitable[Any]],
         undone: str,
         shards: Iterable[int] | None = None,
+        bounded: bool = True,
     ) -> ShardWrites:
         """A write on every readable shard (or on ``shards``), every shard to its own outcome:
         done (its answer), refused (a HarvestError that is not an outage: not configured there,
@@ -344,7 +350,7 @@ class Call:
                     raise
                 return _Refused(exc)
 
-        fan = await self.each_shard(guarded, undone, shards)  # a refusal is an answer here
+        fan = await self.each_shard(guarded, undone, shards, bounded)  # a refusal is an answer here
         done = ShardWrites(
             {s: r for s, r in fan.results.items() if not isinstance(r, _Refused)},
             list(fan.unavailable_shards),

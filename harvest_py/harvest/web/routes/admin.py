@@ -271,7 +271,8 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
             "workers_deleted": workers,
         }
 
-    done = await call.each_shard_write(sweep, "nothing was swept")
+    # Each shard's sweep to its end (max_batches): never cut off by shard_timeout part way.
+    done = await call.each_shard_write(sweep, "nothing was swept", bounded=False)
     shards = [{"shard_id": s, **r} for s, r in done.results.items()]
     return {"deleted": sum(r["deleted"] for r in shards), "shards": shards, **done.outcome()}
 
@@ -305,7 +306,8 @@ async def release_owed_ends(call: Call, args: dict[str, Any], data: dict[str, An
     others = [s for s in call.state.router.readable if s != parent] if call.sharded else None
     if others == []:
         raise invalid("shard_id", f"no readable shard but {parent}: no end can be owed to it here")
-    done = await call.each_shard_write(on, "nothing was released", shards=others)
+    # Each shard's release to its end (max_batches): never cut off by shard_timeout part way.
+    done = await call.each_shard_write(on, "nothing was released", shards=others, bounded=False)
     return {
         **release_totals(parent, include_running, dry_run, done.results, done.unavailable_shards),
         **done.outcome(),
