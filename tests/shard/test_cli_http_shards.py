@@ -5,6 +5,7 @@ back as the CLI's own fan-out would have merged them."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -157,3 +158,223 @@ def test_a_drain_over_http_prints_each_shards_row_as_over_sql(shards, served) ->
     rows = json.loads(web.stdout)["workers"]
     outcomes = [(r["shard_id"], r["outcome"]) for r in rows]
     assert outcomes == [(0, "already_draining"), (1, "not_found"), (2, "already_draining")]
+
+
+def _expired(shards, shard: int, n: int) -> None:
+    """``n`` runs on ``shard`` that ended 40 days ago (past a 30-day window)."""
+    with shards.connect(shard) as conn:
+        conn.execute(
+            "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at,"
+            " completed_at) SELECT harvest._new_execution_id(%s), 'old', 'old-' || n, 'COMPLETED',"
+            " now() - interval '41 days', now() - interval '40 days' FROM generate_series(1, %s) AS n",
+            (shard, n),
+        )
+
+
+def _refuse(shards, shard: int, function: str, message: str) -> None:
+    """``harvest.<function>`` on ``shard`` made to refuse (HR001, InvalidArgument's) with
+    ``message``: a shard that answers but says no, not an outage."""
+    with shards.connect(shard) as conn:
+        found = conn.execute(
+            "SELECT pg_get_function_arguments(p.oid), pg_get_function_result(p.oid)"
+            " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'harvest' AND p.proname = %s",
+            (function,),
+        ).fetchall()
+        assert found, function
+        for args, returns in found:
+            conn.execute(
+                f"CREATE OR REPLACE FUNCTION harvest.{function}({args}) RETURNS {returns}"
+                f" LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '{message}' USING ERRCODE = 'HR001'; END $$"
+            )
+
+
+def _timeless(out: str) -> str:
+    """Printed JSON without its times (a sweep's cutoff, a setting's updated_at, an override's
+    expiry: each write's own now()), to compare two writes' output."""
+    return re.sub(r'"\d{4}-\d\d-\d\dT[^"]*"', '""', out)
+
+
+def _api(path: str, body: dict) -> tuple[int, dict]:
+    """A POST on the served app (the CLI's in-process transport)."""
+    import httpx
+
+    with httpx.Client(transport=cli_http.TRANSPORT, base_url=BASE) as client:
+        answer = client.post(path, json=body)
+    return answer.status_code, answer.json()
+
+
+def test_retention_run_now_over_http_goes_on_past_a_refusing_shard_and_names_every_outcome(
+    shards, served
+) -> None:
+    """Retention configured on shard 0 alone: shards 1 and 2 refuse the sweep (not configured
+    there). The route answered the first refusal as the whole answer (400), without shard 0's
+    sweep, which was done all the same. It now answers every shard's outcome: shard 0's totals,
+    the refusals in shard_errors with their error, status partial; the CLI over HTTP prints the
+    totals and names every refusal, exiting with the first's code, as over SQL."""
+    _expired(shards, 0, 2)
+    _expired(shards, 2, 1)
+    with shards.connect(0) as conn:
+        conn.execute("SELECT harvest.set_retention('30 days')")
+    status, answer = _api("/admin/retention/run-now", {})
+    assert status == 200, answer
+    assert (answer["status"], answer["deleted"], answer["unavailable_shards"]) == ("partial", 2, [])
+    assert [r["shard_id"] for r in answer["shards"]] == [0]
+    errors = {e["shard_id"]: e for e in answer["shard_errors"]}
+    assert sorted(errors) == [1, 2] and {e["error"] for e in errors.values()} == {"refused"}
+    assert errors[1]["code"] == "invalid_argument" and "not configured" in errors[1]["message"]
+
+    _expired(shards, 0, 1)
+    web = _run(["--base-url", BASE, "--output", "json", "retention", "run-now"], {})
+    assert web.exit_code == 2, web.stderr  # the first refusal's code, as over SQL
+    assert json.loads(web.stdout)["deleted"] == 1, web.stdout
+    assert "shard 1: retention is not configured" in web.stderr and "; shard 2: " in web.stderr
+    _expired(shards, 0, 1)
+    sql = _run(["--output", "json", "retention", "run-now"], _shard_env(shards))
+    assert (web.stderr, web.exit_code) == (sql.stderr, sql.exit_code)
+    assert _timeless(web.stdout) == _timeless(sql.stdout)
+
+
+def test_retention_run_now_over_http_refused_everywhere_or_refused_and_unreachable(shards, served) -> None:
+    """No shard done: every refusal named in the first one's error (its status), as the CLI over
+    SQL raises it; a shard not reached beside a refusal is named too, never a silent 200."""
+    status, answer = _api("/admin/retention/run-now", {})
+    assert status == 400, answer
+    message = answer["error"]["message"]
+    assert all(f"shard {s}: retention is not configured" in message for s in (0, 1, 2)), message
+    with shards.connect(0) as conn:
+        conn.execute("SELECT harvest.set_retention('30 days')")
+    shards.stop(2)
+    try:
+        status, answer = _api("/admin/retention/run-now", {})
+        web = _run(["--base-url", BASE, "retention", "run-now"], {})
+    finally:
+        shards.start(2)
+    assert status == 200 and answer["status"] == "partial", answer
+    assert answer["unavailable_shards"] == [2]
+    assert [(e["shard_id"], e["error"]) for e in answer["shard_errors"]] == [
+        (1, "refused"),
+        (2, "unreachable"),
+    ]
+    assert web.exit_code == 2, web.stderr
+    assert "shard 1: retention is not configured" in web.stderr
+    assert "shard(s) 2 could not be reached" in web.stderr
+
+
+def test_release_owed_ends_over_http_goes_on_past_a_refusing_shard_as_over_sql(shards, served) -> None:
+    """Shard 1 refuses the release (its function raises HR001): the route's answer was that
+    error alone, shard 2's release done but not reported. Now shard 2's totals, shard 1's
+    refusal in shard_errors, status partial; the CLI exits 2 naming shard 1, as over SQL."""
+    for shard in (1, 2):
+        with shards.connect(shard) as conn:
+            conn.execute(
+                "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at,"
+                " completed_at, end_owed_to_shard) SELECT harvest._new_execution_id(%s), 'kid',"
+                " 'owed-' || n, 'COMPLETED', now(), now(), 0 FROM generate_series(1, 2) AS n",
+                (shard,),
+            )
+    with shards.connect(1) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION harvest.release_owed_child_ends(p_parent_shard integer,"
+            " p_batch_size integer DEFAULT 500, p_include_running boolean DEFAULT false,"
+            " p_operator_id text DEFAULT NULL) RETURNS integer LANGUAGE plpgsql AS $$"
+            " BEGIN RAISE EXCEPTION 'refused on this shard for the test' USING ERRCODE = 'HR001'; END $$"
+        )
+    web = _run(["--base-url", BASE, "--output", "json", "shard", "release-owed-ends", "0"], {})
+    assert web.exit_code == 2, web.stderr
+    assert "shard 1: refused on this shard for the test" in web.stderr
+    done = json.loads(web.stdout)  # what the CLI prints over SQL: the totals of the shards done
+    assert (done["released"], done["unavailable_shards"]) == (2, []), done
+    assert [r["shard_id"] for r in done["shards"]] == [2]
+    status, answer = _api("/admin/shards/0/release-owed-ends", {})
+    assert status == 200 and answer["status"] == "partial", answer
+    assert [(r["shard_id"], r["released"]) for r in answer["shards"]] == [(2, 0)]
+    assert [(e["shard_id"], e["error"], e["code"]) for e in answer["shard_errors"]] == [
+        (1, "refused", "invalid_argument")
+    ]
+
+
+def test_retention_settings_over_http_names_a_refusing_shard_and_sets_the_others(shards, served) -> None:
+    """A shard that refuses the settings write (its function raises HR001) made the whole
+    answer that error, the other shards set but not said. Now they are said, the refusal named,
+    status partial; the CLI exits with the refusal's code."""
+    _refuse(shards, 2, "set_retention", "settings refused for the test")
+    status, answer = _api("/admin/retention/settings", {"max_age": "7 days"})
+    assert status == 200 and answer["status"] == "partial", answer
+    assert [r["shard_id"] for r in answer["shards"]] == [0, 1]
+    assert [(e["shard_id"], e["error"]) for e in answer["shard_errors"]] == [(2, "refused")]
+    web = _run(["--base-url", BASE, "--output", "json", "retention", "set", "--max-age", "7 days"], {})
+    assert web.exit_code == 2 and "shard 2: settings refused for the test" in web.stderr, web.stderr
+    assert [r["shard_id"] for r in json.loads(web.stdout)["shards"]] == [0, 1]
+    # Over SQL with [shards] the command answered the first refusal alone (its message, unnamed,
+    # nothing printed): now as over HTTP.
+    sql = _run(["--output", "json", "retention", "set", "--max-age", "7 days"], _shard_env(shards))
+    assert (sql.stderr, sql.exit_code) == (web.stderr, web.exit_code)
+    assert _timeless(sql.stdout) == _timeless(web.stdout)
+
+
+def test_rate_limit_override_over_http_names_a_shard_that_refuses_and_keeps_the_others(
+    shards, served
+) -> None:
+    """The activity is declared on shards 0 and 1 only: shard 2 refuses the override. The route
+    answered that refusal alone (the override laid on 0 and 1 unsaid); now it answers both
+    shards' rows, shard 2's refusal in shard_errors beside the unreachable ones, status
+    partial, and the CLI prints the rows, names the refusal and exits with its code. A refused
+    shard was reached: it is not named as one that could not be."""
+    policies = json.dumps({"activities": {"charge": {"rate_limit": {"rps": 5, "burst": 5}}}})
+    for shard in (0, 1):
+        with shards.connect(shard) as conn:
+            conn.execute("SELECT harvest.declare_flow_policies(%s)", (policies,))
+    status, answer = _api("/admin/rate-limits/charge/override", {"rps": 7})
+    assert status == 200 and answer["status"] == "partial", answer
+    assert sorted(answer["shards"]) == ["0", "1"]
+    assert [(e["shard_id"], e["error"]) for e in answer["shard_errors"]] == [(2, "refused")]
+    web = _run(["--base-url", BASE, "--output", "json", "rate-limit", "override", "charge", "--rps", "8"], {})
+    assert web.exit_code in (1, 2) and "shard 2: " in web.stderr, web.stderr
+    assert "could not be reached" not in web.stderr
+    printed = json.loads(web.stdout)
+    assert [(r["shard_id"], r["override_rps"]) for r in printed["shards"]] == [(0, 8), (1, 8)]
+    sql = _run(["--output", "json", "rate-limit", "override", "charge", "--rps", "8"], _shard_env(shards))
+    assert (sql.stderr, sql.exit_code) == (web.stderr, web.exit_code)
+    assert _timeless(sql.stdout) == _timeless(web.stdout)
+
+
+def test_a_drain_over_http_names_a_shard_that_refuses_and_prints_the_others(shards, served) -> None:
+    """A shard that refuses the drain made the route's whole answer that refusal, the drain
+    written on the other shards unsaid; now their rows, the refusal in shard_errors, and the
+    CLI prints the rows, names the refusal and exits with its code."""
+    for shard in (0, 1, 2):
+        with shards.connect(shard) as conn:
+            conn.execute("SELECT harvest.register_worker('w', ARRAY['default'], 'host', 1, 60, '{}')")
+    _refuse(shards, 1, "drain_worker", "drain refused for the test")
+    status, answer = _api("/workers/w/drain", {})
+    assert status == 200, answer
+    assert [r["shard_id"] for r in answer["rows"]] == [0, 2]
+    assert [(e["shard_id"], e["error"]) for e in answer["shard_errors"]] == [(1, "refused")]
+    web = _run(["--base-url", BASE, "--output", "json", "worker", "drain", "w"], {})
+    assert web.exit_code == 2 and "shard 1: drain refused for the test" in web.stderr, web.stderr
+    assert [r["shard_id"] for r in json.loads(web.stdout)["workers"]] == [0, 2]
+    sql = _run(["--output", "json", "worker", "drain", "w"], _shard_env(shards))
+    assert (sql.stderr, sql.exit_code) == (web.stderr, web.exit_code)
+    assert [r["shard_id"] for r in json.loads(sql.stdout)["workers"]] == [0, 2]
+
+
+def test_a_sweep_longer_than_the_servers_shard_timeout_is_not_cut_off_and_called_unreachable(
+    shards, served
+) -> None:
+    """run-now and release-owed-ends bounded each shard's whole write by the server's
+    shard_timeout (5 s; a read's bound): a sweep or release of many batches taking longer was
+    cancelled part way, its shard named unreachable (it was reached and partly written) and its
+    batches done left out of the totals. Here the timeout is below any sweep's time, standing
+    for a long one: each shard is written to its end all the same."""
+    for shard in (0, 1, 2):
+        _expired(shards, shard, 1)
+        with shards.connect(shard) as conn:
+            conn.execute("SELECT harvest.set_retention('30 days')")
+    state = cli_http.TRANSPORT.app.state.harvest
+    state.shard_timeout = 1e-9
+    status, answer = _api("/admin/retention/run-now", {})
+    assert status == 200, answer
+    assert (answer["status"], answer["deleted"], answer["shard_errors"]) == ("complete", 3, []), answer
+    status, answer = _api("/admin/shards/0/release-owed-ends", {})
+    assert status == 200 and answer["status"] == "complete" and answer["unavailable_shards"] == [], answer

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -139,6 +139,24 @@ def error_from_answer(status: int, body: Any, scope_hint: str) -> HarvestError:
         return cls(message)
     except TypeError:
         return HarvestError(message)
+
+
+def shard_refusals(answer: dict[str, Any]) -> list[tuple[int, HarvestError]]:
+    """The refusals a write on every shard answered (``shard_errors`` with ``error: refused``),
+    each as the HarvestError its code names, with its message as the shard gave it (the CLI
+    then names them as over SQL: harvest.cli.shards.fail_if_refused)."""
+    out: list[tuple[int, HarvestError]] = []
+    for e in answer.get("shard_errors") or []:
+        if not isinstance(e, dict) or e.get("error") != "refused":
+            continue
+        cls = _error_classes().get(str(e.get("code") or ""), HarvestError)
+        message = str(e.get("message") or "refused")
+        try:
+            exc = cls(message)
+        except TypeError:  # a class with required fields: its message, as a HarvestError
+            exc = HarvestError(message)
+        out.append((int(e["shard_id"]), exc))
+    return out
 
 
 # -- the transport -----------------------------------------------------------------------------
@@ -660,7 +678,9 @@ class HttpApi:
         rows = answer.get("rows") or []
         if answer.get("sharded"):  # the worker's row on each shard, as `worker drain` with [shards]
             return PerShard(
-                {int(r["shard_id"]): _untagged(r) for r in rows}, list(answer.get("unavailable_shards") or [])
+                {int(r["shard_id"]): _untagged(r) for r in rows},
+                list(answer.get("unavailable_shards") or []),
+                refused=shard_refusals(answer),
             )
         found = [r for r in rows if r.get("outcome") != "not_found"] or rows
         drained = _untagged(found[0]) if found else {"worker_id": worker_id, "outcome": "not_found"}
@@ -808,7 +828,7 @@ class HttpApi:
         path = "/admin/retention/run-now"
         answer: dict[str, Any] = self.http.post(path, body, scope="admin", timeout=budget)
         shards = answer.get("shards") or []
-        if len(shards) == 1 and not answer.get("unavailable_shards"):
+        if len(shards) == 1 and not answer.get("unavailable_shards") and not answer.get("shard_errors"):
             return _untagged(shards[0])
         return answer  # every shard's answer: the command adds them up (cli/retention.py)
 
@@ -866,12 +886,20 @@ class PerShard:
     unavailable: list[int]
     status: str | None = None
     sharded: bool = True
+    refused: list[tuple[int, HarvestError]] = field(default_factory=list)  # a write's refusals
 
 
 def _per_shard(answer: dict[str, Any]) -> PerShard:
+    """A write's (or read's) per-shard answer: the shards not reached (unavailable_shards, or a
+    shard_errors entry ``unreachable``), and the refusals apart (a refused shard was reached)."""
     missed = list(answer.get("unavailable_shards") or [])
-    missed += [e["shard_id"] for e in answer.get("shard_errors") or [] if e.get("shard_id") not in missed]
-    return PerShard({int(s): r for s, r in (answer.get("shards") or {}).items()}, missed)
+    missed += [
+        e["shard_id"]
+        for e in answer.get("shard_errors") or []
+        if e.get("error") != "refused" and e.get("shard_id") not in missed
+    ]
+    results = {int(s): r for s, r in (answer.get("shards") or {}).items()}
+    return PerShard(results, missed, refused=shard_refusals(answer))
 
 
 def _by_shard(answer: dict[str, Any], rows: list[dict[str, Any]]) -> PerShard:
@@ -879,7 +907,8 @@ def _by_shard(answer: dict[str, Any], rows: list[dict[str, Any]]) -> PerShard:
     shard with no row is no missing shard)."""
     missed = list(answer.get("unavailable_shards") or [])
     results: dict[int, Any] = {int(row["shard_id"]): _untagged(row) for row in rows}
-    return PerShard(results, missed, answer.get("read_status") or answer.get("status"))
+    status = answer.get("read_status") or answer.get("status")
+    return PerShard(results, missed, status, refused=shard_refusals(answer))
 
 
 def _schedule_row(row: dict[str, Any]) -> dict[str, Any]:

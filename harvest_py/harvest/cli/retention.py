@@ -18,9 +18,11 @@ from harvest.cli.output import (
 )
 from harvest.cli.output import selected as http_selected
 from harvest.cli.shards import (
+    InTurn,
     deployment_read,
     emit_merged,
     fail_if_refused,
+    fail_if_refused_over_http,
     fail_if_unreached,
     in_turn,
     shard_writers,
@@ -112,7 +114,12 @@ def set_(
         database_url,
         lambda api: api.set_retention_settings(max_age, batch_size, worker_max_age, operator),
         read_only=False,
+        refusals_apart=True,
     )
+    if fan.refused:  # a shard refused: the shards set printed, then every refusal named
+        done = InTurn(fan.results, fan.unavailable_shards, fan.refused)
+        set_ones = FanOut.of(fan.results, fan.unavailable_shards)
+        fail_if_refused(done, lambda: _emit_per_shard(sharded, set_ones, output))
     _emit_per_shard(sharded, fan, output)
     fail_if_unreached(fan.unavailable_shards, "keep their retention settings")
 
@@ -149,9 +156,12 @@ def run_now(
         with sql_api(database_url, read_only=False) as sql:
             sweep = getattr(sql, "sweep_retention", None)
             if sweep is not None:  # over HTTP the server sweeps (503 where its janitor does not run)
-                data = sweep(max_age, batch_size, max_batches, operator)
+                answer = data = sweep(max_age, batch_size, max_batches, operator)
                 if "shards" in data:  # a sharded server: each shard's answer
                     data = sharded_totals(data["shards"], data.get("unavailable_shards") or [])
+                    totals = data
+                    # A shard that refused: the others' totals printed, every refusal named.
+                    fail_if_refused_over_http(answer, lambda: emit(totals, output, _render))
             else:
                 data = _sweep(sql, max_age, batch_size, max_batches, operator, output)
     emit(data, output, _render)

@@ -180,7 +180,7 @@ def release_owed_ends(
     it again when it is up)."""
     from harvest.cli.http import BULK_WRITE_SECS, http_session
     from harvest.cli.output import selected
-    from harvest.cli.shards import fail_if_unreached
+    from harvest.cli.shards import fail_if_refused_over_http, fail_if_unreached
 
     settings = selected(database_url)
     if settings is not None:  # the server releases on its shards
@@ -194,7 +194,10 @@ def release_owed_ends(
         with http_session(settings) as http:
             budget = max(http.settings.timeout, BULK_WRITE_SECS)
             path = f"/admin/shards/{parent_shard}/release-owed-ends"
-            data = http.post(path, body, scope="admin", timeout=budget)
+            answer = http.post(path, body, scope="admin", timeout=budget)
+        # Printed as over SQL: the totals of the shards done (harvest.shard.children.release_totals).
+        data = {k: v for k, v in answer.items() if k not in ("status", "shard_errors")}
+        fail_if_refused_over_http(answer, lambda: emit(data, output, _render_release))
     else:
         data = _release_over_sql(
             database_url, parent_shard, include_running, batch_size, max_batches, dry_run, operator, output

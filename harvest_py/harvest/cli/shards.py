@@ -117,11 +117,16 @@ def each_shard(
     *,
     read_only: bool = True,
     none_is_error: bool = True,
+    refusals_apart: bool = False,
 ) -> FanOut[Any]:
     """``read(api)`` on every shard (one database: on it alone, its errors as before), each
     shard bounded by ``shards.cli_timeout``. No shard answering is DatabaseUnavailable (unless
-    ``none_is_error`` is False); the caller decides what a partial answer means for it."""
-    return deployment_read(database_url, read, read_only=read_only, none_is_error=none_is_error)[1]
+    ``none_is_error`` is False); the caller decides what a partial answer means for it.
+    ``refusals_apart``: a shard's refusal goes to the answer's ``refused`` (for
+    :func:`fail_if_refused`), not raised; the caller must then report it."""
+    return deployment_read(
+        database_url, read, read_only=read_only, none_is_error=none_is_error, refusals_apart=refusals_apart
+    )[1]
 
 
 def deployment_read(
@@ -131,6 +136,7 @@ def deployment_read(
     *,
     read_only: bool = True,
     none_is_error: bool = True,
+    refusals_apart: bool = False,
 ) -> tuple[bool, FanOut[Any]]:
     """(whether the deployment is sharded, :func:`each_shard`'s answers). Sharded: over SQL a
     ``[shards]`` configuration, over HTTP a server that answered per shard (a
@@ -145,6 +151,7 @@ def deployment_read(
             fan = FanOut.of(value.results, value.unavailable)
             if value.status is not None:
                 fan.status = value.status
+            fan.refused = list(value.refused)
             return value.sharded, fan
         return False, FanOut.of({0: value}, ())
     config = cli_config()
@@ -152,10 +159,34 @@ def deployment_read(
     with opened(config, database_url) as apis:
         if not shards_configured(config):
             return False, FanOut.of({0: (one or read)(apis[0])}, ())
-        fan = fan_out(apis, read, timeout=cli_timeout(config))
+        kept = functools.partial(_refusal_kept, read) if refusals_apart else read
+        fan = fan_out(apis, kept, timeout=cli_timeout(config))
     if none_is_error:
         _require_some(fan.status, fan.unavailable_shards)
-    return True, fan
+    if not refusals_apart:
+        return True, fan
+    # A write: one shard's refusal is that shard's outcome, not the command's (the others are
+    # written all the same, at once): kept apart for fail_if_refused, as the server does.
+    done = FanOut.of(
+        {s: r for s, r in fan.results.items() if not isinstance(r, _Refusal)}, fan.unavailable_shards
+    )
+    done.refused = [(s, r.error) for s, r in fan.results.items() if isinstance(r, _Refusal)]
+    return True, done
+
+
+@dataclasses.dataclass(frozen=True)
+class _Refusal:
+    error: HarvestError
+
+
+def _refusal_kept(read: Callable[[Any], Any], api: Any) -> Any:
+    """``read(api)``, a refusal (a HarvestError that is not an outage) answered as a value."""
+    try:
+        return read(api)
+    except HarvestError as exc:
+        if is_shard_failure(exc):
+            raise
+        return _Refusal(exc)
 
 
 def _require_some(status: str, unavailable: list[int]) -> None:
@@ -355,6 +386,20 @@ def in_turn(apis: Mapping[int, Any], shards: Iterable[int], call: Callable[[int,
         done.results.update(fan.results)
         done.unavailable.extend(fan.unavailable_shards)
     return done
+
+
+def fail_if_refused_over_http(answer: dict[str, Any], emit_done: Callable[[], None]) -> None:
+    """:func:`fail_if_refused` for a write a server made on every shard: its refusals
+    (``shard_errors``) printed and raised as over SQL, after what the other shards did."""
+    from harvest.cli.http import shard_refusals
+
+    refused = shard_refusals(answer)
+    done = InTurn(
+        {int(r["shard_id"]): r for r in answer.get("shards") or []},
+        list(answer.get("unavailable_shards") or []),
+        refused,
+    )
+    fail_if_refused(done, emit_done)
 
 
 def fail_if_refused(done: InTurn, emit_done: Callable[[], None]) -> None:

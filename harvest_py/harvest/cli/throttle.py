@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import database_url_option, emit, operator_id_option, output_option, table
-from harvest.cli.shards import each_shard, fail_if_unreached
+from harvest.cli.shards import InTurn, each_shard, fail_if_refused, fail_if_unreached
 
 COLUMNS = [
     "shard_id",
@@ -40,13 +40,19 @@ def on_every_shard(
 ) -> None:
     """``call(api)`` on every shard (over HTTP the route answers per shard), each answer made a
     row by ``shape`` (also `harvest rate-limit`'s)."""
-    fan = each_shard(database_url, call, read_only=read_only, none_is_error=False)
+    fan = each_shard(database_url, call, read_only=read_only, none_is_error=False, refusals_apart=True)
     rows = [{"shard_id": s, **(shape(row) or {})} for s, row in fan.results.items()]
-    emit(
-        {"shards": rows, "status": fan.status, "unavailable_shards": fan.unavailable_shards},
-        output,
-        lambda d: table(d["shards"], columns),
-    )
+
+    def emit_rows() -> None:
+        emit(
+            {"shards": rows, "status": fan.status, "unavailable_shards": fan.unavailable_shards},
+            output,
+            lambda d: table(d["shards"], columns),
+        )
+
+    # A shard that refused (over SQL or in the server): the rows done, then every refusal named.
+    fail_if_refused(InTurn(fan.results, fan.unavailable_shards, fan.refused), emit_rows)
+    emit_rows()
     fail_if_unreached(fan.unavailable_shards, what)
 
 

@@ -20,7 +20,15 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
-from harvest.cli.shards import deployment_read, each_shard, emit_merged, fail_if_unreached, read_shards
+from harvest.cli.shards import (
+    InTurn,
+    deployment_read,
+    each_shard,
+    emit_merged,
+    fail_if_refused,
+    fail_if_unreached,
+    read_shards,
+)
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument, NotFound
 from harvest.shard.fanout import WORKER_LIMIT, WORKER_LIMIT_MAX, FanOut, Merged, no_worker_anywhere
@@ -96,7 +104,13 @@ def drain_worker_shards(fan: FanOut[Any], output: str) -> None:
     that could not be reached is named and the command exits 1."""
     rows = _tag(fan)
     merged = Merged(rows, fan.unavailable_shards, fan.status)
-    emit_merged(merged, "workers", output, lambda d: table(d, [*DRAIN_FIELDS, "shard_id"]))
+
+    def show() -> None:
+        emit_merged(merged, "workers", output, lambda d: table(d, [*DRAIN_FIELDS, "shard_id"]))
+
+    # A shard that refused (over SQL or in the server): the rows drained, every refusal named.
+    fail_if_refused(InTurn(fan.results, fan.unavailable_shards, fan.refused), show)
+    show()
     fail_if_unreached(fan.unavailable_shards, "were not drained")
     if all(r["outcome"] == "not_found" for r in rows):
         raise SystemExit(1)
@@ -208,14 +222,19 @@ def register(group: click.Group) -> None:
             deadline = deadline.replace(tzinfo=UTC)  # a time without an offset is UTC
         if _sharded():
             drain = each_shard(
-                database_url, lambda api: api.drain_worker(worker_id, deadline, operator), read_only=False
+                database_url,
+                lambda api: api.drain_worker(worker_id, deadline, operator),
+                read_only=False,
+                refusals_apart=True,
             )
             drain_worker_shards(drain, output)
             return
         with sql_api(database_url, read_only=False) as sql:
             data = sql.drain_worker(worker_id, deadline, operator)
         if not isinstance(data, dict):  # a sharded server's rows (cli.http.PerShard): as with [shards]
-            drain_worker_shards(FanOut.of(data.results, data.unavailable), output)
+            fan = FanOut.of(data.results, data.unavailable)
+            fan.refused = list(data.refused)
+            drain_worker_shards(fan, output)
             return
         # Over HTTP, the shards the server could not reach: named and exit 1, as with [shards].
         unreached = data.pop("unavailable_shards", [])

@@ -108,6 +108,8 @@ class FanOut(Generic[T]):
     results: dict[int, T]
     unavailable_shards: list[int]
     status: str
+    # A write's refusals, each with its shard, when a server answered them (the CLI over HTTP).
+    refused: list[tuple[int, Any]] = field(default_factory=list)
 
     @classmethod
     def of(cls, results: dict[int, T], unavailable: Iterable[int]) -> FanOut[T]:

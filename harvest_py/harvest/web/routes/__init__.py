@@ -304,21 +304,61 @@ class Call:
         fn: Callable[[AsyncSqlApi], Awaitable[Any]],
         undone: str = "nothing was read",
         shards: Iterable[int] | None = None,
+        bounded: bool = True,
     ) -> Any:
         """``fn(sql)`` on every readable shard (or on ``shards`` of them): a :class:`FanOut`
         (one database: shard 0). No shard answering is a 503 (docs/http-api.md), never an
-        empty answer: ``undone`` says what that left undone."""
+        empty answer: ``undone`` says what that left undone. ``bounded``: each shard's answer
+        within ``shard_timeout`` (else unavailable); False for a write of many batches, which
+        must not be cut off part way and called unreachable (reaching a shard stays bounded by
+        its pool's acquire timeout)."""
         from harvest.shard.fanout import FanOut, fan_out_async
 
         if self._pools is None:
             return FanOut.of({0: await fn(self._sql)}, ())  # type: ignore[arg-type]
-        fan = await fan_out_async(self.providers(), fn, shards=shards, timeout=self.state.shard_timeout)
+        timeout = self.state.shard_timeout if bounded else None
+        fan = await fan_out_async(self.providers(), fn, shards=shards, timeout=timeout)
         if not fan.results:
             missed = ", ".join(str(s) for s in fan.unavailable_shards)
             raise DatabaseUnavailable(
                 f"no shard could be reached (shard(s) {missed} unreachable): {undone}; retry when one is up"
             )
         return fan
+
+    async def each_shard_write(
+        self,
+        fn: Callable[[AsyncSqlApi], Awaitable[Any]],
+        undone: str,
+        shards: Iterable[int] | None = None,
+        bounded: bool = True,
+    ) -> ShardWrites:
+        """A write on every readable shard (or on ``shards``), every shard to its own outcome:
+        done (its answer), refused (a HarvestError that is not an outage: not configured there,
+        permission denied there) or unreachable, as the CLI over SQL does shard by shard
+        (harvest.cli.shards.in_turn). One shard's refusal must not be the whole answer: the
+        others' writes are made all the same, and the caller has to be told what they did.
+        Nothing done anywhere: the first refusal, naming every shard's (its status), else a
+        503. One database: its own error, as before."""
+        from harvest.core.errors import HarvestError
+        from harvest.shard.fanout import is_shard_failure
+
+        async def guarded(sql: AsyncSqlApi) -> Any:
+            try:
+                return await fn(sql)
+            except HarvestError as exc:
+                if not self.sharded or is_shard_failure(exc):
+                    raise
+                return _Refused(exc)
+
+        fan = await self.each_shard(guarded, undone, shards, bounded)  # a refusal is an answer here
+        done = ShardWrites(
+            {s: r for s, r in fan.results.items() if not isinstance(r, _Refused)},
+            list(fan.unavailable_shards),
+            [(s, r.error) for s, r in fan.results.items() if isinstance(r, _Refused)],
+        )
+        if not done.results:
+            done.raise_none_done(undone)
+        return done
 
     async def routed(self, execution_id: str, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> Any:
         """``fn(sql)`` on the shard the execution lives on (its id's shard, then a moved run's
@@ -363,6 +403,68 @@ class Call:
             # Query and update waits share the process's LISTEN connections (HarvestState.hub).
             self._client.notifications = self.state.listener
         return self._client
+
+
+@dataclass(frozen=True)
+class _Refused:
+    error: Any  # the HarvestError one shard answered
+
+
+@dataclass
+class ShardWrites:
+    """A write's outcome on every shard (:meth:`Call.each_shard_write`): each done shard's
+    answer, the shards not reached, and each refusal with its shard."""
+
+    results: dict[int, Any]
+    unavailable_shards: list[int]
+    refused: list[tuple[int, Any]]
+
+    @property
+    def status(self) -> str:
+        """complete (every shard done) or partial (some refused or not reached): the fan-out
+        reads' convention; none done never answers (:meth:`raise_none_done`)."""
+        from harvest.shard.fanout import status_of
+
+        return status_of(len(self.results), len(self.unavailable_shards) + len(self.refused))
+
+    def shard_errors(self) -> list[dict[str, Any]]:
+        """Every shard not done, by shard: ``{"shard_id", "error": "unreachable"}``, or
+        ``{"shard_id", "error": "refused", "code", "message"}`` (the code and message its own
+        error would answer)."""
+        from harvest.core.errors import error_code
+        from harvest.db.connection import redact
+
+        out = [{"shard_id": s, "error": "unreachable"} for s in self.unavailable_shards]
+        out += [
+            {"shard_id": s, "error": "refused", "code": error_code(exc), "message": redact(str(exc))}
+            for s, exc in self.refused
+        ]
+        return sorted(out, key=lambda e: e["shard_id"])
+
+    def outcome(self) -> dict[str, Any]:
+        """The fields every such answer carries: status, unavailable_shards, shard_errors."""
+        return {
+            "status": self.status,
+            "unavailable_shards": self.unavailable_shards,
+            "shard_errors": self.shard_errors(),
+        }
+
+    def raise_none_done(self, undone: str) -> None:
+        """No shard done: the first refusal, its message naming every shard's (and the shards
+        not reached), so its status and code are the answer's, as the CLI over SQL raises it
+        (harvest.cli.shards.fail_if_refused); no refusal: 503."""
+        if self.refused:
+            reasons = [f"shard {s}: {exc}" for s, exc in self.refused]
+            if self.unavailable_shards:
+                missed = ", ".join(map(str, self.unavailable_shards))
+                reasons.append(f"shard(s) {missed} could not be reached")
+            first = self.refused[0][1]
+            first.args = ("; ".join(reasons), *first.args[1:])
+            raise first
+        missed = ", ".join(str(s) for s in self.unavailable_shards)
+        raise DatabaseUnavailable(
+            f"no shard could be reached (shard(s) {missed} unreachable): {undone}; retry when one is up"
+        )
 
 
 def declared_queue(call: Call, workflow_name: str, given: str | None) -> str | None:

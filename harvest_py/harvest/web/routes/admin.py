@@ -271,14 +271,10 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
             "workers_deleted": workers,
         }
 
-    fan = await call.each_shard(sweep, "nothing was swept")
-    shards = [{"shard_id": s, **r} for s, r in fan.results.items()]
-    return {
-        "deleted": sum(r["deleted"] for r in shards),
-        "shards": shards,
-        "status": fan.status,
-        "unavailable_shards": fan.unavailable_shards,
-    }
+    # Each shard's sweep to its end (max_batches): never cut off by shard_timeout part way.
+    done = await call.each_shard_write(sweep, "nothing was swept", bounded=False)
+    shards = [{"shard_id": s, **r} for s, r in done.results.items()]
+    return {"deleted": sum(r["deleted"] for r in shards), "shards": shards, **done.outcome()}
 
 
 async def release_owed_ends(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
@@ -310,19 +306,19 @@ async def release_owed_ends(call: Call, args: dict[str, Any], data: dict[str, An
     others = [s for s in call.state.router.readable if s != parent] if call.sharded else None
     if others == []:
         raise invalid("shard_id", f"no readable shard but {parent}: no end can be owed to it here")
-    fan = await call.each_shard(on, "nothing was released", shards=others)
-    return release_totals(parent, include_running, dry_run, fan.results, fan.unavailable_shards)
+    # Each shard's release to its end (max_batches): never cut off by shard_timeout part way.
+    done = await call.each_shard_write(on, "nothing was released", shards=others, bounded=False)
+    return {
+        **release_totals(parent, include_running, dry_run, done.results, done.unavailable_shards),
+        **done.outcome(),
+    }
 
 
 async def every_shard_write(call: Call, fn: Any) -> dict[str, Any]:
-    """A pacing write on every shard: the answers, and shard_errors for the shards not reached;
-    none reached is a 503 (no override anywhere)."""
-    fan = await call.each_shard(fn, "no override was applied anywhere")
-    return {
-        "shards": {str(s): r for s, r in fan.results.items()},
-        "shard_errors": [{"shard_id": s, "error": "unreachable"} for s in fan.unavailable_shards],
-        "status": fan.status,
-    }
+    """A pacing write on every shard: the answers, and shard_errors for the shards not reached
+    or that refused; none reached is a 503 (no override anywhere), none done the first refusal."""
+    done = await call.each_shard_write(fn, "no override was applied anywhere")
+    return {"shards": {str(s): r for s, r in done.results.items()}, **done.outcome()}
 
 
 async def set_rate_limit_override(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
@@ -740,19 +736,14 @@ async def set_retention_settings(call: Call, args: dict[str, Any], data: dict[st
         raise invalid("batch_size", "batch_size goes with max_age")
     operator = data.get("operator_id") or call.operator_id
 
-    fan = await call.each_shard(
+    done = await call.each_shard_write(
         lambda sql: sql.set_retention_settings(
             data.get("max_age"), data.get("batch_size"), data.get("worker_max_age"), operator
         ),
         "nothing was set",
     )
-    shards = [{"shard_id": s, **r} for s, r in fan.results.items()]
-    return {
-        "shards": shards,
-        "status": fan.status,
-        "unavailable_shards": fan.unavailable_shards,
-        "sharded": call.sharded,
-    }
+    shards = [{"shard_id": s, **r} for s, r in done.results.items()]
+    return {"shards": shards, **done.outcome(), "sharded": call.sharded}
 
 
 ENDPOINTS += [

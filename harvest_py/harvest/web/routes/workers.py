@@ -68,13 +68,17 @@ async def get_worker(call: Call, args: dict[str, Any], _: Any) -> Any:
 async def drain_worker(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     worker_id = args["worker_id"]
     operator = data.get("operator_id") or call.operator_id
-    fan = await call.each_shard(lambda sql: sql.drain_worker(worker_id, data.get("deadline_at"), operator))
+    fan = await call.each_shard_write(
+        lambda sql: sql.drain_worker(worker_id, data.get("deadline_at"), operator), "nothing was drained"
+    )
     rows = [{**row, "shard_id": s} for s, row in fan.results.items()]
     found = [r for r in rows if r.get("outcome") != "not_found"] or rows
     answer = dict(found[0]) if found else {"worker_id": worker_id, "outcome": "not_found"}
     answer["shards"] = [r["shard_id"] for r in rows if r.get("outcome") != "not_found"]
     answer["rows"] = rows
     answer["unavailable_shards"] = fan.unavailable_shards
+    # (No "status" here: the worker row's own status is the answer's.)
+    answer["shard_errors"] = fan.shard_errors()
     answer["sharded"] = call.sharded
     return answer
 
