@@ -378,3 +378,41 @@ def test_a_sweep_longer_than_the_servers_shard_timeout_is_not_cut_off_and_called
     assert (answer["status"], answer["deleted"], answer["shard_errors"]) == ("complete", 3, []), answer
     status, answer = _api("/admin/shards/0/release-owed-ends", {})
     assert status == 200 and answer["status"] == "complete" and answer["unavailable_shards"] == [], answer
+
+
+def _dag(shards, shard: int, name: str) -> None:
+    with shards.connect(shard) as conn:
+        conn.execute(
+            "INSERT INTO harvest.dags (dag_name, queue, first_registered_at, last_registered_at)"
+            " VALUES (%s, 'default', now(), now())",
+            (name,),
+        )
+
+
+def test_a_dag_pause_over_http_names_a_shard_that_refuses_and_pauses_the_others(shards, served) -> None:
+    """The DAG is registered on every shard; shard 1 refuses the pause (its function raises
+    HR001). The route answered that refusal alone (a 400), the pause made on shards 0 and 2
+    unsaid; now it answers their outcome, the refusal in shard_errors, status partial. Refused
+    on every shard that has it: the first refusal, naming each."""
+    for shard in (0, 1, 2):
+        _dag(shards, shard, "etl")
+    _refuse(shards, 1, "pause_dag", "pause refused for the test")
+    status, answer = _api("/dags/etl/pause", {})
+    assert status == 200, answer
+    assert (answer["changed"], answer["status"], sorted(answer["shards"])) == (True, "partial", ["0", "2"])
+    refused = {"shard_id": 1, "error": "refused", "code": "invalid_argument"}
+    assert answer["shard_errors"] == [{**refused, "message": "pause refused for the test"}]
+    for shard in (0, 2):
+        with shards.connect(shard) as conn:
+            paused = conn.execute("SELECT paused FROM harvest.dags WHERE dag_name = 'etl'").fetchone()
+        assert paused == (True,), shard
+
+    _refuse(shards, 0, "unpause_dag", "unpause refused on 0")
+    _refuse(shards, 2, "unpause_dag", "unpause refused on 2")
+    status, answer = _api("/dags/etl/unpause", {})
+    assert status == 200 and answer["status"] == "partial", answer  # shard 1 unpaused (it was not paused)
+    _refuse(shards, 1, "unpause_dag", "unpause refused on 1")
+    status, answer = _api("/dags/etl/unpause", {})
+    assert status == 400, answer
+    message = answer["error"]["message"]
+    assert all(f"shard {s}: unpause refused on {s}" in message for s in (0, 1, 2)), message

@@ -233,6 +233,7 @@ def test_dag_routes_trigger_pause_runs_and_retry(api, conn) -> None:
         "changed": True,
         "shards": {"0": {"changed": True}},
         "shard_errors": [],
+        "unavailable_shards": [],
         "status": "complete",
     }
     assert api.post("/dags/nope/pause").status_code == 404

@@ -339,23 +339,9 @@ class Call:
         others' writes are made all the same, and the caller has to be told what they did.
         Nothing done anywhere: the first refusal, naming every shard's (its status), else a
         503. One database: its own error, as before."""
-        from harvest.core.errors import HarvestError
-        from harvest.shard.fanout import is_shard_failure
-
-        async def guarded(sql: AsyncSqlApi) -> Any:
-            try:
-                return await fn(sql)
-            except HarvestError as exc:
-                if not self.sharded or is_shard_failure(exc):
-                    raise
-                return _Refused(exc)
-
-        fan = await self.each_shard(guarded, undone, shards, bounded)  # a refusal is an answer here
-        done = ShardWrites(
-            {s: r for s, r in fan.results.items() if not isinstance(r, _Refused)},
-            list(fan.unavailable_shards),
-            [(s, r.error) for s, r in fan.results.items() if isinstance(r, _Refused)],
-        )
+        # a refusal is an answer here
+        fan = await self.each_shard(refusals_apart(fn, self.sharded), undone, shards, bounded)
+        done = ShardWrites.of(fan)
         if not done.results:
             done.raise_none_done(undone)
         return done
@@ -410,6 +396,24 @@ class _Refused:
     error: Any  # the HarvestError one shard answered
 
 
+def refusals_apart(fn: Callable[[Any], Awaitable[Any]], sharded: bool) -> Callable[[Any], Awaitable[Any]]:
+    """``fn`` for a write on every shard, a shard's refusal (a HarvestError that is not an
+    outage) kept as that shard's answer for :meth:`ShardWrites.of`, so it cannot stop the
+    fan-out as the whole answer. One database (not ``sharded``): its own error, raised."""
+    from harvest.core.errors import HarvestError
+    from harvest.shard.fanout import is_shard_failure
+
+    async def guarded(api: Any) -> Any:
+        try:
+            return await fn(api)
+        except HarvestError as exc:
+            if not sharded or is_shard_failure(exc):
+                raise
+            return _Refused(exc)
+
+    return guarded
+
+
 @dataclass
 class ShardWrites:
     """A write's outcome on every shard (:meth:`Call.each_shard_write`): each done shard's
@@ -418,6 +422,22 @@ class ShardWrites:
     results: dict[int, Any]
     unavailable_shards: list[int]
     refused: list[tuple[int, Any]]
+
+    @classmethod
+    def of(cls, fan: Any) -> ShardWrites:
+        """A fan-out of a :func:`refusals_apart` write, each shard's outcome sorted out."""
+        return cls(
+            {s: r for s, r in fan.results.items() if not isinstance(r, _Refused)},
+            list(fan.unavailable_shards),
+            [(s, r.error) for s, r in fan.results.items() if isinstance(r, _Refused)],
+        )
+
+    def refusals_said(self) -> str:
+        """Every refusal in a sentence for an operator (the dashboard's notice): "shard 1
+        refused: <its message>; ...", empty when none."""
+        from harvest.db.connection import redact
+
+        return "; ".join(f"shard {s} refused: {redact(str(exc))}" for s, exc in self.refused)
 
     @property
     def status(self) -> str:

@@ -74,8 +74,10 @@ async def trigger_dag(call: Call, args: dict[str, Any], data: dict[str, Any]) ->
 
 
 async def _set_paused(call: Call, name: str, paused: bool) -> dict[str, Any]:
-    """Pause or unpause on every shard that has the DAG (shard_errors: the shards not reached;
-    none has it: 404)."""
+    """Pause or unpause on every shard that has the DAG, each shard to its own outcome as every
+    write on every shard (Call.each_shard_write): shard_errors names the shards not reached and
+    the ones that refused, status partial; none has it: 404; refused wherever it is: the first
+    refusal, naming every shard's."""
 
     async def flip(sql: Any) -> bool | None:
         try:
@@ -85,19 +87,20 @@ async def _set_paused(call: Call, name: str, paused: bool) -> dict[str, Any]:
         except NotFound:
             if not call.sharded:  # one database: its own error (as `harvest dag pause`)
                 raise
-            return None
+            return None  # not registered there: nothing to do, not a refusal
 
-    fan = await call.each_shard(flip, "nothing was changed")
-    found = {s: changed for s, changed in fan.results.items() if changed is not None}
+    done = await call.each_shard_write(flip, "nothing was changed")
+    found = {s: changed for s, changed in done.results.items() if changed is not None}
     if not found:
+        if done.refused:  # the shards that may have it said no
+            done.raise_none_done("nothing was changed")
         raise NotFound(f"DAG {name!r} is not registered: GET /dags lists the DAGs")
     return {
         "dag_name": name,
         "paused": paused,
         "changed": any(found.values()),
         "shards": {str(s): {"changed": c} for s, c in found.items()},
-        "shard_errors": [{"shard_id": s, "error": "unreachable"} for s in fan.unavailable_shards],
-        "status": fan.status,
+        **done.outcome(),
     }
 
 

@@ -60,6 +60,7 @@ from harvest.web.auth import default_authorizer, token_database
 from harvest.web.errors import database_error_status
 from harvest.web.guards import cross_site, declared_too_large, parse_json, read_body
 from harvest.web.principal import Authorizer, Principal, Scope, refusal_status
+from harvest.web.routes import ShardWrites, refusals_apart
 from harvest.web.ui import views
 from harvest.web.ui.source import DEFAULT_TIMEOUT, Source
 
@@ -797,17 +798,34 @@ class Dashboard:
             except NotFound:
                 return None
 
-        apis = {s: _writer(self.source, s, principal) for s in self.source.shards}
-        fan = await fan_out_async(apis, one, timeout=self.source.timeout)
-        changed = {s: c for s, c in fan.results.items() if c is not None}
-        if not changed and not fan.unavailable_shards:
+        done = await self._each_shard_write(principal, one, "nothing was changed")
+        changed = {s: c for s, c in done.results.items() if c is not None}
+        if not changed and not done.unavailable_shards:
+            if done.refused:  # the shards that may have it said no
+                done.raise_none_done("nothing was changed")
             raise NotFound(f"no DAG {name!r} is registered on any shard")
         verb = "paused" if pausing else "unpaused"
         said = verb if any(changed.values()) else f"{verb} already (nothing changed)"
-        if fan.unavailable_shards:
-            shards = ", ".join(map(str, fan.unavailable_shards))
+        if done.refused:
+            said += f"; {done.refusals_said()}"
+        if done.unavailable_shards:
+            shards = ", ".join(map(str, done.unavailable_shards))
             said += f"; shard(s) {shards} could not be reached: do it again when they are up"
         return self._back(request, f"/dags/{views.segment(name)}", said)
+
+    async def _each_shard_write(
+        self, principal: Principal, one: Callable[[Any], Awaitable[Any]], undone: str
+    ) -> ShardWrites:
+        """``one(api)`` on every shard, each to its own outcome, as the management API's writes
+        (Call.each_shard_write): one shard's refusal is named beside what the others did, not
+        the whole answer; nothing done anywhere: the first refusal naming every shard's (an
+        error page), else unavailable."""
+        apis = {s: _writer(self.source, s, principal) for s in self.source.shards}
+        fan = await fan_out_async(apis, refusals_apart(one, self.source.sharded), timeout=self.source.timeout)
+        done = ShardWrites.of(fan)
+        if not done.results:
+            done.raise_none_done(undone)
+        return done
 
     async def retry_dag_run(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
         """Retry a failed run from its failed tasks (a new run; its successful tasks carried over)."""
@@ -972,21 +990,25 @@ class Dashboard:
 
     async def drain(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
         """Drain the worker's row on every shard that has one (each shard audits its own drain),
-        as `harvest worker drain`; a shard that cannot be reached is named: drain again later."""
+        as `harvest worker drain`; a shard that cannot be reached or refuses is named in the
+        notice beside the others' outcomes: drain again there later."""
         worker_id = request.path_params["worker_id"]
         deadline = _time(form, "deadline")
 
         async def one(api: Any) -> Any:
             return await api.drain_worker(worker_id, deadline, principal.actor)
 
-        apis = {s: _writer(self.source, s, principal) for s in self.source.shards}
-        fan = await fan_out_async(apis, one, timeout=self.source.timeout)
-        outcomes = {s: r["outcome"] for s, r in fan.results.items() if r["outcome"] != "not_found"}
-        if not outcomes and not fan.unavailable_shards:
+        done = await self._each_shard_write(principal, one, "nothing was drained")
+        outcomes = {s: r["outcome"] for s, r in done.results.items() if r["outcome"] != "not_found"}
+        if not outcomes and not done.unavailable_shards:
+            if done.refused:  # the shards that may have it said no
+                done.raise_none_done("nothing was drained")
             raise NotFound(f"no worker {worker_id!r} on any shard")
         said = ", ".join(f"shard {s}: {o}" for s, o in sorted(outcomes.items()))
-        if fan.unavailable_shards:
-            shards = ", ".join(map(str, fan.unavailable_shards))
+        if done.refused:
+            said += f"; {done.refusals_said()}: drain again there once it is fixed"
+        if done.unavailable_shards:
+            shards = ", ".join(map(str, done.unavailable_shards))
             said += f"; shard(s) {shards} could not be reached and were not drained: drain again when up"
         return self._back(request, f"/workers/{views.segment(worker_id)}", f"drain: {said}")
 
