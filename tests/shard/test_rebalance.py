@@ -468,6 +468,60 @@ def test_a_moved_quota_run_keeps_each_shards_history_bytes_figure(shards) -> Non
     assert usage == direct > 0
 
 
+def _signal_after_verification(shards, shard: int, execution_id: str, figures: dict) -> object:
+    """An on_phase that, once the move is verified, records each shard's figure (the staged
+    copy counted on the target) and signals the run on ``shard``: the cutover declines, the
+    target's copy is discarded."""
+
+    def on_phase(phase: str, record: dict) -> None:
+        if phase == "verified":
+            figures.update({s: _history_bytes_figure(shards.dsns[s], "tenant") for s in (0, 1)})
+            with shards.connect(shard) as conn:
+                conn.execute("SELECT harvest.signal_workflow(%s, 'go', '\"w\"')", (execution_id,))
+
+    return on_phase
+
+
+def test_each_discard_of_a_quota_runs_move_keeps_each_shards_history_bytes_figure(shards) -> None:
+    """A move that ends before its cutover discards the target's copy (discard_migration_copy,
+    functions/rebalance.sql) two ways: the staged copy deleted (a first move there), or, over a
+    move back, the shard's seal restored in place (its bytes and status from before the copy,
+    the copied events past it deleted). Each writes the row with statements the ended-bytes
+    triggers see; each shard's max_history_bytes figure stays its direct sum after both."""
+    execution_id = park(shards.dsns[0], "quota-discard")
+    with shards.connect(0) as conn:
+        conn.execute("UPDATE harvest.executions SET quota_key = 'tenant' WHERE id = %s", (execution_id,))
+    # The staged copy deleted: the first move to shard 1 declines at its cutover.
+    figures: dict = {}
+    with _pools(shards) as pools:
+        on_phase = _signal_after_verification(shards, 0, execution_id, figures)
+        assert Rebalancer(pools, 0, 1, on_phase=on_phase).move(execution_id).outcome == "declined"
+    assert figures[1][0] == figures[1][1] > 0, "the staged copy counted while it was there"
+    assert row(shards.dsns[1], execution_id) is None, "the staged copy was deleted"
+    for shard in (0, 1):
+        usage, direct = _history_bytes_figure(shards.dsns[shard], "tenant")
+        assert usage == direct, shard
+    assert _history_bytes_figure(shards.dsns[1], "tenant") == (0, 0)
+    _decide_on(shards.dsns[0], execution_id, [])  # the signal's task decided: quiescent again
+
+    # The seal restored: moved to shard 1, grown there, then a move back declines.
+    with _pools(shards) as pools:
+        assert Rebalancer(pools, 0, 1).move(execution_id).outcome == "moved"
+        pools.call_routed(execution_id, lambda sql: sql.signal_workflow(execution_id, "go", 1))
+    _decide_on(shards.dsns[1], execution_id, [])
+    seal = _history_bytes_figure(shards.dsns[0], "tenant")
+    assert seal[0] == seal[1] > 0
+    figures.clear()
+    with _pools(shards) as pools:
+        on_phase = _signal_after_verification(shards, 1, execution_id, figures)
+        assert Rebalancer(pools, 1, 0, on_phase=on_phase).move(execution_id).outcome == "declined"
+    assert figures[0][0] == figures[0][1] > seal[1], "the copy over the seal counted its grown bytes"
+    assert row(shards.dsns[0], execution_id)["status"] == "MIGRATED", "the seal is restored"
+    assert _history_bytes_figure(shards.dsns[0], "tenant") == seal
+    usage, direct = _history_bytes_figure(shards.dsns[1], "tenant")
+    assert usage == direct > 0
+
+
 def test_a_run_awaiting_a_child_on_another_shard_is_not_moved(shards) -> None:
     """The child's end is pulled into the parent's row on the parent's shard (its
     cross_shard_children row stays there): a parent moved away would never hear of it."""
