@@ -407,6 +407,12 @@ def test_a_dag_pause_over_http_names_a_shard_that_refuses_and_pauses_the_others(
             paused = conn.execute("SELECT paused FROM harvest.dags WHERE dag_name = 'etl'").fetchone()
         assert paused == (True,), shard
 
+    # The CLI over HTTP: the pause made on shards 0 and 2 is said, shard 1's refusal named, exit
+    # its code (the adapter read `changed` alone: exit 0, the refusal unsaid).
+    web = _run(["--base-url", BASE, "dag", "pause", "etl"], {})
+    assert web.exit_code == 2, (web.stdout, web.stderr)
+    assert "shard 1: pause refused for the test" in web.stderr and "shard(s) 0, 2" in web.stderr, web.stderr
+
     _refuse(shards, 0, "unpause_dag", "unpause refused on 0")
     _refuse(shards, 2, "unpause_dag", "unpause refused on 2")
     status, answer = _api("/dags/etl/unpause", {})

@@ -159,6 +159,24 @@ def shard_refusals(answer: dict[str, Any]) -> list[tuple[int, HarvestError]]:
     return out
 
 
+def _dag_flipped(answer: dict[str, Any], verb: str) -> Any:
+    """A sharded server's pause or unpause: ``changed``; a shard that refused (the others done,
+    status partial) raised as the first refusal (its class, its exit code), naming every
+    refusal with its shard, the shards not reached and the shards it was done on, so a pause
+    made on some shards only never reads as made everywhere."""
+    refused = shard_refusals(answer)
+    if not refused:
+        return answer["changed"]
+    reasons = [f"shard {s}: {exc}" for s, exc in refused]
+    if answer.get("unavailable_shards"):
+        reasons.append(f"shard(s) {', '.join(map(str, answer['unavailable_shards']))} could not be reached")
+    done = ", ".join(sorted(answer.get("shards") or {}, key=int))
+    reasons.append(f"{verb} on shard(s) {done}")
+    first = refused[0][1]
+    first.args = ("; ".join(reasons), *first.args[1:])
+    raise first
+
+
 # -- the transport -----------------------------------------------------------------------------
 
 # Tests inject an in-process transport (an ASGI app) here; None: the network.
@@ -653,10 +671,10 @@ class HttpApi:
         return self.http.post(f"/dags/{_p(name)}/trigger", body)
 
     def pause_dag(self, name: str, operator: str | None = None) -> Any:
-        return self.http.post(f"/dags/{_p(name)}/pause")["changed"]
+        return _dag_flipped(self.http.post(f"/dags/{_p(name)}/pause"), "paused")
 
     def unpause_dag(self, name: str, operator: str | None = None) -> Any:
-        return self.http.post(f"/dags/{_p(name)}/unpause")["changed"]
+        return _dag_flipped(self.http.post(f"/dags/{_p(name)}/unpause"), "unpaused")
 
     def get_dag_run(self, execution_id: str) -> dict[str, Any]:
         return _obj(self.http.get(f"/dag-runs/{_p(execution_id)}"))
