@@ -258,9 +258,9 @@ def test_a_worker_killed_during_activation_leaves_the_run_authoritative_on_exact
     assert signals(shards.dsns[0], execution_id, f"after-{crash}") == 0
 
 
-class _CountingPools(ShardPools):
-    """ShardPools that count the connections asked of each shard (a shard that is down costs
-    its acquire timeout for each)."""
+class _CountsConnections:
+    """Pools that count the connections asked of each shard (a shard that is down costs its
+    acquire timeout for each): mixed into ShardPools and AsyncShardPools."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -268,7 +268,11 @@ class _CountingPools(ShardPools):
 
     def connection(self, shard: int):
         self.asked[shard] = self.asked.get(shard, 0) + 1
-        return super().connection(shard)
+        return super().connection(shard)  # type: ignore[misc]
+
+
+class _CountingPools(_CountsConnections, ShardPools):
+    pass
 
 
 def test_a_target_that_goes_down_mid_run_is_waited_for_once_not_once_per_run(shards) -> None:
@@ -316,14 +320,8 @@ def test_a_target_that_goes_down_mid_run_is_waited_for_once_not_once_per_run(sha
         assert authoritative(shards.dsns, execution_id) == [0]
 
 
-class _CountingAsyncPools(AsyncShardPools):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.asked: dict[int, int] = {}
-
-    def connection(self, shard: int):
-        self.asked[shard] = self.asked.get(shard, 0) + 1
-        return super().connection(shard)
+class _CountingAsyncPools(_CountsConnections, AsyncShardPools):
+    pass
 
 
 def test_the_resume_scanner_asks_a_target_that_is_down_once_a_pass(shards) -> None:

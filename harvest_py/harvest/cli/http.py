@@ -164,17 +164,13 @@ def _dag_flipped(answer: dict[str, Any], verb: str) -> Any:
     status partial) raised as the first refusal (its class, its exit code), naming every
     refusal with its shard, the shards not reached and the shards it was done on, so a pause
     made on some shards only never reads as made everywhere."""
+    from harvest.cli.shards import raise_refusals  # (cli.shards imports this module)
+
     refused = shard_refusals(answer)
-    if not refused:
-        return answer["changed"]
-    reasons = [f"shard {s}: {exc}" for s, exc in refused]
-    if answer.get("unavailable_shards"):
-        reasons.append(f"shard(s) {', '.join(map(str, answer['unavailable_shards']))} could not be reached")
-    done = ", ".join(sorted(answer.get("shards") or {}, key=int))
-    reasons.append(f"{verb} on shard(s) {done}")
-    first = refused[0][1]
-    first.args = ("; ".join(reasons), *first.args[1:])
-    raise first
+    if refused:
+        done = ", ".join(sorted(answer.get("shards") or {}, key=int))
+        raise_refusals(refused, list(answer.get("unavailable_shards") or []), [f"{verb} on shard(s) {done}"])
+    return answer["changed"]
 
 
 # -- the transport -----------------------------------------------------------------------------
