@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 from harvest.core import errors as harvest_errors
@@ -159,13 +159,25 @@ def shard_refusals(answer: dict[str, Any]) -> list[tuple[int, HarvestError]]:
     return out
 
 
+def raise_refusals(
+    refused: Sequence[tuple[int, Exception]], unavailable: list[int], also: Iterable[str] = ()
+) -> NoReturn:
+    """The first refusal raised (its class sets the exit code), its message naming every
+    refusal with its shard, the shards not reached, and ``also``."""
+    reasons = [f"shard {s}: {exc}" for s, exc in refused]
+    if unavailable:
+        reasons.append(f"shard(s) {', '.join(map(str, unavailable))} could not be reached")
+    reasons += also
+    first = refused[0][1]
+    first.args = ("; ".join(reasons), *first.args[1:])
+    raise first
+
+
 def _dag_flipped(answer: dict[str, Any], verb: str) -> Any:
     """A sharded server's pause or unpause: ``changed``; a shard that refused (the others done,
     status partial) raised as the first refusal (its class, its exit code), naming every
     refusal with its shard, the shards not reached and the shards it was done on, so a pause
     made on some shards only never reads as made everywhere."""
-    from harvest.cli.shards import raise_refusals  # (cli.shards imports this module)
-
     refused = shard_refusals(answer)
     if refused:
         done = ", ".join(sorted(answer.get("shards") or {}, key=int))

@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NoReturn, cast
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, cast
 
 import click
 
@@ -411,21 +411,9 @@ def fail_if_refused(done: InTurn, emit_done: Callable[[], None]) -> None:
         return
     if done.results:
         emit_done()
+    from harvest.cli.http import raise_refusals
+
     raise_refusals(done.refused, done.unavailable)
-
-
-def raise_refusals(
-    refused: Sequence[tuple[int, Exception]], unavailable: list[int], also: Iterable[str] = ()
-) -> NoReturn:
-    """The first refusal raised (its class sets the exit code), its message naming every
-    refusal with its shard, the shards not reached, and ``also``."""
-    reasons = [f"shard {s}: {exc}" for s, exc in refused]
-    if unavailable:
-        reasons.append(f"shard(s) {', '.join(map(str, unavailable))} could not be reached")
-    reasons += also
-    first = refused[0][1]
-    first.args = ("; ".join(reasons), *first.args[1:])
-    raise first
 
 
 def with_page_footer(text: str, rows: list[Any], noun: str, merged: Merged[Any]) -> str:
