@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,10 +23,21 @@ def harvest(
     env.pop("HARVEST_DATABASE_URL", None)
     if dsn:
         env["HARVEST_DATABASE_URL"] = dsn
+    else:
+        # Given no database the CLI tries HTTP at localhost:web.port (3000 by default), where a
+        # developer's own `harvest dev` may be answering: point it at a port nothing listens on.
+        env["HARVEST_WEB__PORT"] = str(closed_port())
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO / "harvest_py"), str(Path(__file__).parent), env.get("PYTHONPATH")) if p
     )
     return cli_forks.run(args, env, input=stdin, timeout=timeout)
+
+
+def closed_port() -> int:
+    """A port nothing listens on: bound for a moment, then let go."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def start(

@@ -14,7 +14,7 @@ import cli_forks
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
-from operator_helpers import REPO, start
+from operator_helpers import REPO, closed_port, start
 from starlette.testclient import TestClient
 
 from harvest.cli import http as cli_http
@@ -30,6 +30,10 @@ def run(
     base = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
     if dsn:
         base["HARVEST_DATABASE_URL"] = dsn
+    else:
+        # Given no database the CLI tries HTTP at localhost:web.port (3000 by default), where a
+        # developer's own `harvest dev` may be answering: point it at a port nothing listens on.
+        base["HARVEST_WEB__PORT"] = str(closed_port())
     base.update(env or {})
     base["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO / "harvest_py"), str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p
