@@ -20,8 +20,10 @@
 -- key: its live runs' read through executions_live_quota_key, its ended runs' kept in
 -- harvest.quota_ended_bytes (sql/flow.sql: written by the triggers of the statements that end,
 -- move or delete a run, sql/triggers.sql; migration 0103), a few rows a key, not a row per run;
--- dead letters = parked activity failures of runs with the key (this one reads every kept run
--- of the key: its cost grows with the key's history until retention deletes it).
+-- dead letters = parked failures (an activity's, or a run's of kind 'workflow') of runs with the
+-- key, counted down dead_letters_quota_key: each dead letter carries its run's key, set from the
+-- run as it is parked (sql/triggers.sql, dead_letters_quota_key; migration 0106), so neither the
+-- key's kept runs nor other keys' dead letters are read.
 
 CREATE OR REPLACE FUNCTION harvest._check_quota(p_workflow_name text, p_key text, p_quota jsonb)
 RETURNS void
@@ -123,9 +125,9 @@ BEGIN
                      + (SELECT coalesce(sum(b.bytes), 0) FROM harvest.quota_ended_bytes AS b
                         WHERE b.quota_key = p_key)::bigint);
     WHEN 'max_dead_letters' THEN
-        RETURN (SELECT count(*) FROM harvest.executions AS e
-                JOIN harvest.dead_letters AS d ON d.execution_id = e.id
-                WHERE e.quota_key = p_key);
+        -- A dead letter carries its run's key (sql/triggers.sql, dead_letters_quota_key): the
+        -- key's dead letters alone, not its kept runs joined to them (migration 0106).
+        RETURN (SELECT count(*) FROM harvest.dead_letters AS d WHERE d.quota_key = p_key);
     ELSE
         RAISE EXCEPTION 'unknown quota "%"', p_quota USING ERRCODE = 'HR001',
             HINT = 'use max_active_executions, max_history_bytes or max_dead_letters';

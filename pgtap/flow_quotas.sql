@@ -2,7 +2,7 @@
 -- in start_workflow;
 -- the history-bytes quota and the history byte cap agree.
 BEGIN;
-SELECT plan(24);
+SELECT plan(29);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {"wf_q": {"quota": {"key": "input.t", "max_active_executions": 2}}}}');
 SELECT harvest.start_workflow('wf_q', '[{"t": "a"}]', 'q' || n, 'qq') FROM generate_series(1, 2) AS n;
@@ -120,5 +120,26 @@ SELECT results_eq($$SELECT quota_key, bytes FROM harvest.quota_ended_bytes WHERE
                   'a delete takes the runs'' bytes off and folds their keys: a key left with none has no row');
 SELECT is(has_function_privilege('harvest_reader', 'harvest._fold_quota_bytes(text[])', 'EXECUTE'), false,
           '_fold_quota_bytes() is a helper: no role executes it');
+
+-- A dead letter's quota key (sql/dead_letters.sql; the trigger of sql/triggers.sql): its run's,
+-- whatever the insert or an update names, and what max_dead_letters counts.
+SELECT is((SELECT d.quota_key FROM harvest.dead_letters AS d JOIN harvest.executions AS e ON e.id = d.execution_id
+           WHERE e.workflow_id = 'qc1' AND d.seq = 9), 'c',
+          'a dead letter inserted without a key takes its run''s');
+INSERT INTO harvest.dead_letters (execution_id, workflow_name, seq, activity_name, queue, attempts, failure,
+                                  scheduled_at, failed_at, quota_key)
+SELECT e.id, 'wf_qc', 10, 'a', 'qcq', 1, '{}', harvest.now(), harvest.now(), 'someone-else'
+FROM harvest.executions AS e WHERE e.workflow_id = 'qc1' AND e.continued_from IS NULL;
+SELECT is((SELECT quota_key FROM harvest.dead_letters WHERE seq = 10), 'c',
+          'a dead letter inserted naming another key takes its run''s');
+UPDATE harvest.dead_letters SET quota_key = NULL WHERE seq = 10;
+SELECT is((SELECT quota_key FROM harvest.dead_letters WHERE seq = 10), 'c',
+          'an update of a dead letter''s key takes its run''s again');
+SELECT is(harvest.quota_usage('c', 'max_dead_letters'),
+          (SELECT count(*) FROM harvest.executions AS e JOIN harvest.dead_letters AS d ON d.execution_id = e.id
+           WHERE e.quota_key = 'c'),
+          'quota_usage(max_dead_letters): the dead letters of the key''s runs');
+SELECT is(has_function_privilege('harvest_reader', 'harvest._dead_letter_quota_key()', 'EXECUTE'), false,
+          '_dead_letter_quota_key() is a trigger''s: no role executes it');
 SELECT * FROM finish();
 ROLLBACK;

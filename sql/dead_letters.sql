@@ -17,6 +17,10 @@ CREATE TABLE harvest.dead_letters (
     scheduled_at timestamptz NOT NULL,
     failed_at timestamptz NOT NULL,
     kind text NOT NULL DEFAULT 'activity',
+    -- Its run's quota key (executions.quota_key), set by a trigger as the row is written
+    -- (sql/triggers.sql, dead_letters_quota_key): what the max_dead_letters quota counts
+    -- (functions/flow_quotas.sql, quota_usage; migration 0106).
+    quota_key text,
     CONSTRAINT dead_letters_pkey PRIMARY KEY (id),
     CONSTRAINT dead_letters_kind_check CHECK (kind IN ('activity', 'workflow')),
     CONSTRAINT dead_letters_activity_fields CHECK (
@@ -39,3 +43,8 @@ ON harvest.dead_letters (execution_id);
 
 CREATE INDEX dead_letters_workflow_newest
 ON harvest.dead_letters (workflow_name, failed_at DESC, id DESC);
+
+-- The max_dead_letters quota's count of a key's dead letters (functions/flow_quotas.sql,
+-- quota_usage): no entry for a run without a key.
+CREATE INDEX dead_letters_quota_key
+ON harvest.dead_letters (quota_key) WHERE quota_key IS NOT NULL;

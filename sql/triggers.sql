@@ -283,3 +283,23 @@ CREATE TRIGGER executions_quota_bytes_truncate
 AFTER TRUNCATE ON harvest.executions
 FOR EACH STATEMENT
 EXECUTE FUNCTION harvest._executions_quota_bytes_truncated();
+
+-- A dead letter carries its run's quota key (sql/dead_letters.sql), taken from the run as the
+-- row is inserted, whichever statement parks it, or as an update names its execution_id or
+-- quota_key: the max_dead_letters quota counts dead_letters by it (functions/flow_quotas.sql,
+-- quota_usage; migration 0106). A run's key is written at its start and never changed by Harvest.
+-- One probe of the run's row by its key, beside the foreign key's check of the same row.
+CREATE FUNCTION harvest._dead_letter_quota_key()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    NEW.quota_key := (SELECT e.quota_key FROM harvest.executions AS e WHERE e.id = NEW.execution_id);
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER dead_letters_quota_key
+BEFORE INSERT OR UPDATE OF execution_id, quota_key ON harvest.dead_letters
+FOR EACH ROW
+EXECUTE FUNCTION harvest._dead_letter_quota_key();

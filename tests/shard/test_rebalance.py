@@ -568,3 +568,58 @@ def test_a_run_awaiting_the_outcome_of_a_signal_to_another_shard_is_not_moved(sh
         finally:
             pump.stop()
     assert row(shards.dsns[2], sender) is None
+
+
+def _dead_letter_figure(dsn: str, key: str) -> tuple[int, int]:
+    """The max_dead_letters usage of the key on the shard, and the old join it must equal."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT harvest.quota_usage(%s, 'max_dead_letters'),"
+            " (SELECT count(*) FROM harvest.executions AS e JOIN harvest.dead_letters AS d"
+            " ON d.execution_id = e.id WHERE e.quota_key = %s)",
+            (key, key),
+        ).fetchone()
+
+
+def _park_activity(dsn: str, execution_id: str, seq: int) -> int:
+    """Decide the run's workflow task with one activity, and fail it for good: its dead letter."""
+    queue = f"rb-act-{execution_id}"
+    _decide_on(dsn, execution_id, [{"type": "schedule_activity", "seq": seq, "name": "act", "queue": queue}])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-1', ARRAY[%s], 1, 30)", (queue,)
+        ).fetchone()
+        failure = {"error_type": "Boom", "message": "down", "non_retryable": True, "details": None}
+        (outcome,) = conn.execute(
+            "SELECT harvest.fail_activity(%s, %s, %s::jsonb)", (task[0], task[1], json.dumps(failure))
+        ).fetchone()
+        assert outcome == "dead_lettered"
+        return conn.execute(
+            "SELECT id FROM harvest.dead_letters WHERE execution_id = %s AND seq = %s", (execution_id, seq)
+        ).fetchone()[0]
+
+
+def test_a_moved_quota_run_keeps_each_shards_dead_letter_figure(shards) -> None:
+    """A dead letter carries its run's quota key (migration 0106); a run with one parked cannot
+    move, and a move does not carry dead letters. A run of the key parks one and has it discarded
+    on shard 0, moves to shard 1 and parks another there, beside a run of the key that stays on
+    shard 0 with its dead letter: each shard's max_dead_letters figure is the old join's."""
+    staying, moving = park(shards.dsns[0], "dl-stays"), park(shards.dsns[0], "dl-moves")
+    with shards.connect(0) as conn:
+        conn.execute(
+            "UPDATE harvest.executions SET quota_key = 'tenant' WHERE id IN (%s, %s)", (staying, moving)
+        )
+        conn.execute("SELECT harvest.signal_workflow(%s, 'go', '1')", (staying,))
+        conn.execute("SELECT harvest.signal_workflow(%s, 'go', '1')", (moving,))
+    _park_activity(shards.dsns[0], staying, 1)
+    discarded = _park_activity(shards.dsns[0], moving, 1)
+    assert _dead_letter_figure(shards.dsns[0], "tenant") == (2, 2)
+    with shards.connect(0) as conn:
+        conn.execute("SELECT harvest.discard_dead_letter(%s)", (discarded,))
+    _decide_on(shards.dsns[0], moving, [])  # the ActivityFailed decided: the run waits again
+    with _pools(shards) as pools:
+        assert Rebalancer(pools, 0, 1).move(moving).outcome == "moved"
+        pools.call_routed(moving, lambda sql: sql.signal_workflow(moving, "go", 2))
+    _park_activity(shards.dsns[1], moving, 2)
+    assert _dead_letter_figure(shards.dsns[0], "tenant") == (1, 1)
+    assert _dead_letter_figure(shards.dsns[1], "tenant") == (1, 1)
