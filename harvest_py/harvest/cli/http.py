@@ -159,30 +159,26 @@ def shard_refusals(answer: dict[str, Any]) -> list[tuple[int, HarvestError]]:
     return out
 
 
-def raise_refusals(
-    refused: Sequence[tuple[int, Exception]], unavailable: list[int], also: Iterable[str] = ()
-) -> NoReturn:
+def raise_refusals(refused: Sequence[tuple[int, Exception]], unavailable: list[int]) -> NoReturn:
     """The first refusal raised (its class sets the exit code), its message naming every
-    refusal with its shard, the shards not reached, and ``also``."""
+    refusal with its shard and the shards not reached."""
     reasons = [f"shard {s}: {exc}" for s, exc in refused]
     if unavailable:
         reasons.append(f"shard(s) {', '.join(map(str, unavailable))} could not be reached")
-    reasons += also
     first = refused[0][1]
     first.args = ("; ".join(reasons), *first.args[1:])
     raise first
 
 
-def _dag_flipped(answer: dict[str, Any], verb: str) -> Any:
-    """A sharded server's pause or unpause: ``changed``; a shard that refused (the others done,
-    status partial) raised as the first refusal (its class, its exit code), naming every
-    refusal with its shard, the shards not reached and the shards it was done on, so a pause
-    made on some shards only never reads as made everywhere."""
-    refused = shard_refusals(answer)
-    if refused:
-        done = ", ".join(sorted(answer.get("shards") or {}, key=int))
-        raise_refusals(refused, list(answer.get("unavailable_shards") or []), [f"{verb} on shard(s) {done}"])
-    return answer["changed"]
+def _dag_flipped(answer: dict[str, Any]) -> Any:
+    """A server's pause or unpause: ``changed`` when every shard that has the DAG made it; a
+    partial answer (a shard refused or was not reached) as a :class:`PerShard` of each done
+    shard's ``{"changed": ...}``, which `harvest dag pause` prints and ends as every write on
+    every shard (cli.shards.report_shard_write), so a pause made on some shards only never
+    reads as made everywhere."""
+    if answer.get("status", "complete") == "complete":
+        return answer["changed"]
+    return _per_shard(answer)
 
 
 # -- the transport -----------------------------------------------------------------------------
@@ -679,10 +675,10 @@ class HttpApi:
         return self.http.post(f"/dags/{_p(name)}/trigger", body)
 
     def pause_dag(self, name: str, operator: str | None = None) -> Any:
-        return _dag_flipped(self.http.post(f"/dags/{_p(name)}/pause"), "paused")
+        return _dag_flipped(self.http.post(f"/dags/{_p(name)}/pause"))
 
     def unpause_dag(self, name: str, operator: str | None = None) -> Any:
-        return _dag_flipped(self.http.post(f"/dags/{_p(name)}/unpause"), "unpaused")
+        return _dag_flipped(self.http.post(f"/dags/{_p(name)}/unpause"))
 
     def get_dag_run(self, execution_id: str) -> dict[str, Any]:
         return _obj(self.http.get(f"/dag-runs/{_p(execution_id)}"))
