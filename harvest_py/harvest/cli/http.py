@@ -227,8 +227,12 @@ class Http:
         scope: str | None = None,
         timeout: float | None = None,
         ok: tuple[int, ...] = (),
+        goes_on: str | None = None,
     ) -> tuple[int, Any]:
-        """(status, decoded JSON or None); an answer >= 400 (not in ``ok``) raises its error."""
+        """(status, decoded JSON or None); an answer >= 400 (not in ``ok``) raises its error.
+        ``goes_on``: for a write the server carries to its end whoever waits (a sweep committed
+        batch by batch), what its timeout says instead of a bare one: the server goes on, and
+        how to see the outcome."""
         query = _query(params or {})
         budget = self.settings.timeout if timeout is None else timeout
         where = _non_finite(json)
@@ -243,6 +247,11 @@ class Http:
                 timeout=budget,
             )
         except self._httpx.TimeoutException:
+            if goes_on is not None:
+                raise TimeoutError_(
+                    f"no answer within {budget:g}s to {method} {path}, but the server goes on {goes_on} "
+                    f"(wait longer: --http-timeout-secs / {TIMEOUT_ENV})"
+                ) from None
             raise TimeoutError_(
                 f"request timed out: {method} {path} had no answer within {budget:g}s "
                 f"(--http-timeout-secs / {TIMEOUT_ENV})"
@@ -848,7 +857,12 @@ class HttpApi:
         }
         budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
         path = "/admin/retention/run-now"
-        answer: dict[str, Any] = self.http.post(path, body, scope="admin", timeout=budget)
+        goes_on = (
+            "with the sweep to its end, each batch committed as it is made: see what it did with "
+            "`harvest retention status` (the last run, what a run would still delete) or "
+            "`harvest audit list --operation retention.run`"
+        )
+        answer: dict[str, Any] = self.http.post(path, body, scope="admin", timeout=budget, goes_on=goes_on)
         shards = answer.get("shards") or []
         if len(shards) == 1 and not answer.get("unavailable_shards") and not answer.get("shard_errors"):
             return _untagged(shards[0])
