@@ -173,5 +173,7 @@ def test_a_batch_start_without_queue_resolves_it_once_per_name(conn: psycopg.Con
     register(conn, "eu", "split")
     register(conn, "us", "split")
     with pytest.raises(psycopg.Error, match="registered on 2 queues"):
-        conn.execute("SELECT * FROM harvest.start_workflows(%s)", (json.dumps([{"workflow_name": "split"}] * 2),))
+        conn.execute(
+            "SELECT * FROM harvest.start_workflows(%s)", (json.dumps([{"workflow_name": "split"}] * 2),)
+        )
     assert runs(conn) == 8
