@@ -168,3 +168,23 @@ def test_a_lone_conflicts_pause_does_not_hold_the_items_queued_behind_it(monkeyp
     asyncio.run(main())
     assert batcher.sends == [["a"], ["b"], ["a"]]
     assert answered == ["b", "a"]
+
+
+def test_a_conflicted_item_whose_caller_goes_during_its_pause_is_not_sent_again(monkeypatch):
+    """The pause now outlives the flush: a caller cancelled during it (a worker's stop) leaves
+    nothing to send, and the flush started for it ends."""
+    monkeypatch.setattr(group_commit.random, "uniform", lambda low, high: low)  # 10 ms
+    batcher = _Conflicted()
+
+    async def main():
+        first = _caller(batcher._submit("a"))
+        while batcher.sends != [["a"]]:
+            await asyncio.sleep(0)
+        first.cancel()
+        await asyncio.sleep(0.03)  # past the pause
+        while batcher._flushers:
+            await asyncio.sleep(0)
+        return first
+
+    first = asyncio.run(main())
+    assert first.cancelled() and batcher.sends == [["a"]]
