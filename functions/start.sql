@@ -554,7 +554,7 @@ $$;
 -- per run: a minted workflow_id (none given: a new key has no prior and no other start
 -- can contend for its lock), the default policies, no shard, traceparent or timeouts, an
 -- array input within the payload limit, an object of search attributes, a priority in
--- range, a queue (none: _start_queue's, per distinct name), no flow policy for the name (a worker declares its App's workflows
+-- range, a queue (none: one the name is registered on, as _start_queue resolves it), no flow policy for the name (a worker declares its App's workflows
 -- without one as {}, which start_workflow reads as none), a name the queue's workers registered (or
 -- a queue with no registrations), and no asserted actor to audit. One statement; any
 -- other batch goes one start at a time, with start_workflow's checks and errors. The
@@ -595,18 +595,29 @@ BEGIN
         -- Once per distinct (name, queue) of the batch (a batch mostly starts one workflow).
         -- An empty policy is none: a worker declares one for every workflow of its App ('{}'
         -- without flow control, clearing an earlier one), and start_workflow reads only its keys.
+        -- A start that names no queue: _start_queue's is a queue the name is registered on (or
+        -- it refuses, naming them), else 'default' for a name registered nowhere; so the name
+        -- registered anywhere, or no registration on 'default', is the same check without
+        -- resolving it here: _start_plain_batch resolves it once per name (it was resolved
+        -- twice, here and again per row).
         AND NOT EXISTS (
             SELECT 1
-            FROM (SELECT d.name, coalesce(d.queue, harvest._start_queue(d.name)) AS queue
-                  FROM (SELECT DISTINCT s.v ->> 'workflow_name' AS name, s.v ->> 'queue' AS queue
-                        FROM jsonb_array_elements(p_starts) AS s (v)) AS d) AS k
+            FROM (SELECT DISTINCT s.v ->> 'workflow_name' AS name, s.v ->> 'queue' AS queue
+                  FROM jsonb_array_elements(p_starts) AS s (v)) AS k
             WHERE NOT coalesce(
                 (SELECT true FROM harvest.flow_policies AS p
                  WHERE p.kind = 'workflow' AND p.name = k.name AND p.policy <> '{}'::jsonb) IS NULL
-                AND ((SELECT true FROM harvest.registered_workflows AS r
-                      WHERE r.queue = k.queue AND r.workflow_name = k.name) IS NOT NULL
-                     OR (SELECT true FROM harvest.registered_workflows AS r
-                         WHERE r.queue = k.queue ORDER BY r.workflow_name LIMIT 1) IS NULL), false)
+                AND CASE WHEN k.queue IS NULL
+                    -- (a count, not LIMIT 1: that read the table whole while it looked small)
+                    THEN (SELECT count(*) FROM harvest.registered_workflows AS r
+                          WHERE r.workflow_name = k.name) > 0
+                         OR (SELECT true FROM harvest.registered_workflows AS r
+                             WHERE r.queue = 'default' ORDER BY r.workflow_name LIMIT 1) IS NULL
+                    ELSE (SELECT true FROM harvest.registered_workflows AS r
+                          WHERE r.queue = k.queue AND r.workflow_name = k.name) IS NOT NULL
+                         OR (SELECT true FROM harvest.registered_workflows AS r
+                             WHERE r.queue = k.queue ORDER BY r.workflow_name LIMIT 1) IS NULL
+                END, false)
         );
 END;
 $$;
@@ -631,6 +642,7 @@ DECLARE
     v_workflow_id text;
     v_input jsonb;
     v_data jsonb;
+    v_queues jsonb;  -- {name: queue} of the names started without a queue, _start_queue's
 BEGIN
     -- A batch of one (every start of a client starting one run at a time): the same rows,
     -- written by single-row INSERTs of values computed here, not by the statements for many
@@ -674,6 +686,10 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
+    -- Once per distinct name started without a queue, not per row.
+    SELECT jsonb_object_agg(d.name, harvest._start_queue(d.name)) INTO v_queues
+    FROM (SELECT DISTINCT s.value ->> 'workflow_name' AS name
+          FROM jsonb_array_elements(p_starts) AS s WHERE s.value ->> 'queue' IS NULL) AS d;
     SELECT array_agg(r.n ORDER BY r.k) AS ns, array_agg(r.id ORDER BY r.k) AS ids,
            array_agg(r.workflow_name ORDER BY r.k) AS names, array_agg(r.workflow_id ORDER BY r.k) AS workflow_ids,
            array_agg(r.queue ORDER BY r.k) AS queues, array_agg(r.input ORDER BY r.k) AS inputs,
@@ -687,7 +703,7 @@ BEGIN
     FROM (
         SELECT s.ordinality::integer AS n, harvest._new_execution_id(v_shard) AS id,
                s.value ->> 'workflow_name' AS workflow_name, gen_random_uuid()::text AS workflow_id,
-               coalesce(s.value ->> 'queue', harvest._start_queue(s.value ->> 'workflow_name')) AS queue,
+               coalesce(s.value ->> 'queue', v_queues ->> (s.value ->> 'workflow_name')) AS queue,
                coalesce(s.value -> 'input', '[]') AS input,
                coalesce(s.value -> 'search_attributes', '{}') AS search_attributes,
                coalesce((s.value ->> 'priority')::integer, 0) AS priority,

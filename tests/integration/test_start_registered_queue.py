@@ -138,3 +138,42 @@ def test_a_schedule_created_over_sql_without_queue_fires_on_the_registered_queue
     done = harvest(db, "schedule", "create-workflow", "--name", "nightly2", "--workflow", "invoice",
                    "--every", "1h")  # fmt: skip
     assert done.returncode == 2 and "registered on 2 queues (billing, us)" in done.stderr, done.stderr
+
+
+def test_a_batch_start_without_queue_resolves_it_once_per_name(conn: psycopg.Connection) -> None:
+    """A plain start that named no queue ran _start_queue twice: once in _starts_plain's check
+    and again for its row in _start_plain_batch (a batch of N starts of one name: N + 1 calls).
+    Now once per distinct name of the batch (the check reads the registrations by name itself),
+    counted by the server (track_functions). The runs still go to the registered queue, and an
+    ambiguous name is still refused, the batch writing nothing."""
+    register(conn, "billing", "invoice")
+    register(conn, "default", "greet")
+    conn.execute("SET track_functions = 'all'")
+
+    def counted() -> int:
+        # (The backend's counts not yet flushed: this transaction's and maybe the last ones'.)
+        return conn.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_catalog.pg_stat_xact_user_functions"
+            " WHERE schemaname = 'harvest' AND funcname = '_start_queue'"
+        ).fetchone()[0]
+
+    def calls(starts: list[dict]) -> int:
+        with conn.transaction():
+            before = counted()
+            conn.execute("SELECT * FROM harvest.start_workflows(%s)", (json.dumps(starts),))
+            return counted() - before
+
+    assert calls([{"workflow_name": "invoice"}]) == 1
+    assert calls([{"workflow_name": "invoice"}] * 3 + [{"workflow_name": "greet"}] * 2) == 2
+    assert calls([{"workflow_name": "invoice", "queue": "billing"}] * 2) == 0
+    queues = conn.execute(
+        "SELECT workflow_name, queue, count(*) FROM harvest.executions GROUP BY 1, 2 ORDER BY 1, 2"
+    ).fetchall()
+    assert queues == [("greet", "default", 2), ("invoice", "billing", 6)]
+    register(conn, "eu", "split")
+    register(conn, "us", "split")
+    with pytest.raises(psycopg.Error, match="registered on 2 queues"):
+        conn.execute(
+            "SELECT * FROM harvest.start_workflows(%s)", (json.dumps([{"workflow_name": "split"}] * 2),)
+        )
+    assert runs(conn) == 8

@@ -407,11 +407,13 @@ def test_a_dag_pause_over_http_names_a_shard_that_refuses_and_pauses_the_others(
             paused = conn.execute("SELECT paused FROM harvest.dags WHERE dag_name = 'etl'").fetchone()
         assert paused == (True,), shard
 
-    # The CLI over HTTP: the pause made on shards 0 and 2 is said, shard 1's refusal named, exit
-    # its code (the adapter read `changed` alone: exit 0, the refusal unsaid).
-    web = _run(["--base-url", BASE, "dag", "pause", "etl"], {})
+    # The CLI over HTTP: the pause made on shards 0 and 2 is printed, shard 1's refusal named,
+    # exit its code (the adapter read `changed` alone: exit 0, the refusal unsaid), as every
+    # write on every shard ends (cli.shards.report_shard_write).
+    web = _run(["--base-url", BASE, "--output", "json", "dag", "pause", "etl"], {})
     assert web.exit_code == 2, (web.stdout, web.stderr)
-    assert "shard 1: pause refused for the test" in web.stderr and "shard(s) 0, 2" in web.stderr, web.stderr
+    assert web.stderr == "error: shard 1: pause refused for the test\n", web.stderr
+    assert [r["shard_id"] for r in json.loads(web.stdout)["shards"]] == [0, 2], web.stdout
 
     _refuse(shards, 0, "unpause_dag", "unpause refused on 0")
     _refuse(shards, 2, "unpause_dag", "unpause refused on 2")
@@ -422,3 +424,25 @@ def test_a_dag_pause_over_http_names_a_shard_that_refuses_and_pauses_the_others(
     assert status == 400, answer
     message = answer["error"]["message"]
     assert all(f"shard {s}: unpause refused on {s}" in message for s in (0, 1, 2)), message
+
+
+def test_a_dag_pause_over_http_with_a_shard_not_reached_prints_the_others_and_exits_1(shards, served) -> None:
+    """Shard 1 cannot be reached: the server pauses shards 0 and 2 and answers partial, shard 1
+    in shard_errors as unreachable. The CLI read ``changed`` alone and exited 0, the pause
+    missing on shard 1 unsaid, where every other write on every shard (retention run-now, worker
+    drain, the overrides) prints what was done and exits 1 naming the shard. Now as they do."""
+    for shard in (0, 1, 2):
+        _dag(shards, shard, "etl")
+    shards.stop(1)
+    try:
+        paused = _run(["--base-url", BASE, "--output", "json", "dag", "pause", "etl"], {})
+        unpaused = _run(["--base-url", BASE, "dag", "unpause", "etl"], {})
+    finally:
+        shards.start(1)
+    assert paused.exit_code == 1, (paused.stdout, paused.stderr)
+    assert "shard(s) 1 could not be reached and were not paused" in paused.stderr, paused.stderr
+    printed = json.loads(paused.stdout)
+    assert (printed["changed"], printed["status"], printed["unavailable_shards"]) == (True, "partial", [1])
+    assert [(r["shard_id"], r["changed"]) for r in printed["shards"]] == [(0, True), (2, True)]
+    assert unpaused.exit_code == 1, (unpaused.stdout, unpaused.stderr)
+    assert "shard(s) 1 could not be reached and were not unpaused" in unpaused.stderr, unpaused.stderr

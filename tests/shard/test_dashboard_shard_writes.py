@@ -60,3 +60,21 @@ def test_a_dag_pause_names_the_shard_that_refuses_beside_the_shards_paused(shard
     said = _notice(ui.post("/dags/etl/pause", headers=ADMIN, follow_redirects=False))
     assert said.startswith("paused"), said
     assert "shard 2 refused: pause refused for the test" in said, said
+
+
+def test_a_pause_and_a_drain_name_the_shard_not_reached_beside_the_others(shards, ui) -> None:
+    """A shard that cannot be reached is a partial answer on the dashboard too: the notice says
+    what the others did and names the shard to act on again (no defect found: the check)."""
+    for shard in (0, 1, 2):
+        _dag(shards, shard, "etl")
+        with shards.connect(shard) as conn:
+            conn.execute("SELECT harvest.register_worker('w', ARRAY['default'], 'host', 1, 60, '{}')")
+    shards.stop(1)
+    try:
+        paused = _notice(ui.post("/dags/etl/pause", headers=ADMIN, follow_redirects=False))
+        drained = _notice(ui.post("/workers/w/drain", headers=ADMIN, follow_redirects=False))
+    finally:
+        shards.start(1)
+    assert paused.startswith("paused") and "shard(s) 1 could not be reached" in paused, paused
+    assert drained.startswith("drain: shard 0: accepted, shard 2: accepted"), drained
+    assert "shard(s) 1 could not be reached and were not drained" in drained, drained

@@ -7,10 +7,12 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
+import psycopg
 from tests.unit.test_completion_batcher import FakeSql, FakeWorker
 
 from harvest.core.errors import StaleTask
-from harvest.db.group_commit import SPLIT_MIN
+from harvest.db import group_commit
+from harvest.db.group_commit import SPLIT_MIN, GroupCommit
 from harvest.worker.completions import CompletionBatcher, Recorded
 
 
@@ -122,3 +124,67 @@ def test_a_small_burst_stays_one_batch_and_items_after_any_interleaving_are_all_
     assert waves == [Recorded()] * len(waves)
     assert sum(len(batch) for batch in sql.batches) == 2 * SPLIT_MIN - 1 + len(waves)
     assert sql.most_in_flight == 2
+
+
+class _Conflicted(GroupCommit):
+    """Answers each item's name; the first send of "a" is rolled back by a deadlock."""
+
+    resends_conflicts = True
+
+    def __init__(self):
+        super().__init__()
+        self.sends: list[list[str]] = []
+
+    async def _send(self, items):
+        self.sends.append([item[0] for item in items])
+        await asyncio.sleep(0)
+        if self.sends == [["a"]]:
+            raise psycopg.errors.DeadlockDetected("deadlock detected")
+        return [{"name": item[0]} for item in items]
+
+    def _settle(self, batch, rows, resent=False):
+        for item, row in zip(batch, rows, strict=True):
+            if not item[-1].done():
+                item[-1].set_result(row["name"])
+
+
+def test_a_lone_conflicts_pause_does_not_hold_the_items_queued_behind_it(monkeypatch):
+    """A lone item rolled back by a conflict waited out its jittered pause (10-50 ms, up to
+    three times) inside the flush, so every item queued meanwhile waited behind it (one flush
+    at a time). The pause now holds only that item: it is sent again, alone and counted, by the
+    next flush once its pause ends, and what was queued goes at once."""
+    monkeypatch.setattr(group_commit.random, "uniform", lambda low, high: high)  # 50 ms
+    batcher = _Conflicted()
+    answered: list[str] = []
+
+    async def main():
+        first = _caller(batcher._submit("a"))
+        while batcher.sends != [["a"]]:  # its flush is in flight (then rolled back)
+            await asyncio.sleep(0)
+        second = _caller(batcher._submit("b"))
+        for done in asyncio.as_completed([first, second]):
+            answered.append(await done)
+
+    asyncio.run(main())
+    assert batcher.sends == [["a"], ["b"], ["a"]]
+    assert answered == ["b", "a"]
+
+
+def test_a_conflicted_item_whose_caller_goes_during_its_pause_is_not_sent_again(monkeypatch):
+    """The pause now outlives the flush: a caller cancelled during it (a worker's stop) leaves
+    nothing to send, and the flush started for it ends."""
+    monkeypatch.setattr(group_commit.random, "uniform", lambda low, high: low)  # 10 ms
+    batcher = _Conflicted()
+
+    async def main():
+        first = _caller(batcher._submit("a"))
+        while batcher.sends != [["a"]]:
+            await asyncio.sleep(0)
+        first.cancel()
+        await asyncio.sleep(0.03)  # past the pause
+        while batcher._flushers:
+            await asyncio.sleep(0)
+        return first
+
+    first = asyncio.run(main())
+    assert first.cancelled() and batcher.sends == [["a"]]

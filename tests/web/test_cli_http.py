@@ -549,6 +549,29 @@ def test_a_request_that_gets_no_answer_times_out() -> None:
     assert bad.exit_code == 2 and "1..3600" in bad.stderr
 
 
+def test_a_long_sweep_or_release_that_outlasts_the_clis_wait_says_the_server_goes_on(monkeypatch) -> None:
+    """retention run-now and shard release-owed-ends over HTTP run to their end in the server
+    (each batch commits as it is made), but the CLI waits its budget only (BULK_WRITE_SECS or
+    --http-timeout-secs, 1 s here): it said a bare "request timed out", which reads as nothing
+    done. It now says the server goes on and how to see the outcome; --help says the wait."""
+    monkeypatch.setattr(cli_http, "BULK_WRITE_SECS", 0.5)
+    with socket.socket() as listener:  # accepts (the backlog) and never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        sweep = run("--base-url", url, "--http-timeout-secs", "1", "retention", "run-now")
+        release = run("--base-url", url, "--http-timeout-secs", "1", "shard", "release-owed-ends", "3")
+    assert sweep.exit_code == 1, sweep.stderr
+    assert "no answer within 1s" in sweep.stderr and "the server goes on" in sweep.stderr, sweep.stderr
+    assert "harvest retention status" in sweep.stderr, sweep.stderr
+    assert release.exit_code == 1, release.stderr
+    assert "the server goes on" in release.stderr, release.stderr
+    assert "harvest shard release-owed-ends 3 --dry-run" in release.stderr, release.stderr
+    for args in (("retention", "run-now"), ("shard", "release-owed-ends")):
+        helped = " ".join(run(*args, "--help").stdout.split())
+        assert "waits at least 300 s" in helped, helped
+
+
 def test_an_unreachable_base_url_is_named_without_its_password() -> None:
     """A base URL may carry HTTP credentials (``https://user:password@proxy/...``, which httpx
     sends as basic auth); the error line that names the URL it could not reach masks the

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from harvest.cli.http import PerShard
 from harvest.cli.output import (
     PAGE,
     database_url_option,
@@ -22,8 +23,9 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
-from harvest.cli.shards import emit_merged, read_shards, with_page_footer
+from harvest.cli.shards import InTurn, emit_merged, read_shards, report_shard_write, with_page_footer
 from harvest.cli.workflow import read_json_option
+from harvest.shard.fanout import PARTIAL
 
 
 @click.group()
@@ -99,10 +101,10 @@ def trigger(
 @database_url_option
 @output_option
 def pause(name: str, operator: str | None, database_url: str | None, output: str) -> None:
-    """Pause DAG NAME: triggers and retries are refused until it is unpaused."""
-    with sql_api(database_url, read_only=False) as sql:
-        changed = sql.pause_dag(name, operator)
-    emit({"dag_name": name, "paused": True, "changed": changed}, output, lambda d: mapping(d))
+    """Pause DAG NAME: triggers and retries are refused until it is unpaused. Over HTTP to a
+    sharded server, on every shard that has it; a shard that refused or could not be reached
+    is named and the command exits non-zero (1 for one not reached), after what the others did."""
+    _set_paused(name, True, operator, database_url, output)
 
 
 @dag.command("unpause")
@@ -111,10 +113,34 @@ def pause(name: str, operator: str | None, database_url: str | None, output: str
 @database_url_option
 @output_option
 def unpause(name: str, operator: str | None, database_url: str | None, output: str) -> None:
-    """Unpause DAG NAME."""
+    """Unpause DAG NAME (over HTTP to a sharded server, on every shard: as `dag pause`)."""
+    _set_paused(name, False, operator, database_url, output)
+
+
+def _set_paused(name: str, paused: bool, operator: str | None, database_url: str | None, output: str) -> None:
     with sql_api(database_url, read_only=False) as sql:
-        changed = sql.unpause_dag(name, operator)
-    emit({"dag_name": name, "paused": False, "changed": changed}, output, lambda d: mapping(d))
+        changed = sql.pause_dag(name, operator) if paused else sql.unpause_dag(name, operator)
+    if not isinstance(changed, PerShard):
+        emit({"dag_name": name, "paused": paused, "changed": changed}, output, lambda d: mapping(d))
+        return
+    # A sharded server's partial answer: each done shard's row, then the refusals or the shards
+    # not reached named as every write on every shard ends.
+    rows = [{"shard_id": s, **r} for s, r in sorted(changed.results.items())]
+    data = {
+        "dag_name": name,
+        "paused": paused,
+        "changed": any(r["changed"] for r in rows),
+        "shards": rows,
+        "status": PARTIAL,
+        "unavailable_shards": changed.unavailable,
+    }
+
+    def show() -> None:
+        keys = ["dag_name", "paused", "changed", "status"]
+        emit(data, output, lambda d: f"{mapping(d, keys)}\n{table(d['shards'], ['shard_id', 'changed'])}")
+
+    done = InTurn(changed.results, changed.unavailable, changed.refused)
+    report_shard_write(done, show, f"were not {'paused' if paused else 'unpaused'}")
 
 
 def _counts(counts: dict[str, int] | None) -> str:

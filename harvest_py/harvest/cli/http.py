@@ -159,30 +159,26 @@ def shard_refusals(answer: dict[str, Any]) -> list[tuple[int, HarvestError]]:
     return out
 
 
-def raise_refusals(
-    refused: Sequence[tuple[int, Exception]], unavailable: list[int], also: Iterable[str] = ()
-) -> NoReturn:
+def raise_refusals(refused: Sequence[tuple[int, Exception]], unavailable: list[int]) -> NoReturn:
     """The first refusal raised (its class sets the exit code), its message naming every
-    refusal with its shard, the shards not reached, and ``also``."""
+    refusal with its shard and the shards not reached."""
     reasons = [f"shard {s}: {exc}" for s, exc in refused]
     if unavailable:
         reasons.append(f"shard(s) {', '.join(map(str, unavailable))} could not be reached")
-    reasons += also
     first = refused[0][1]
     first.args = ("; ".join(reasons), *first.args[1:])
     raise first
 
 
-def _dag_flipped(answer: dict[str, Any], verb: str) -> Any:
-    """A sharded server's pause or unpause: ``changed``; a shard that refused (the others done,
-    status partial) raised as the first refusal (its class, its exit code), naming every
-    refusal with its shard, the shards not reached and the shards it was done on, so a pause
-    made on some shards only never reads as made everywhere."""
-    refused = shard_refusals(answer)
-    if refused:
-        done = ", ".join(sorted(answer.get("shards") or {}, key=int))
-        raise_refusals(refused, list(answer.get("unavailable_shards") or []), [f"{verb} on shard(s) {done}"])
-    return answer["changed"]
+def _dag_flipped(answer: dict[str, Any]) -> Any:
+    """A server's pause or unpause: ``changed`` when every shard that has the DAG made it; a
+    partial answer (a shard refused or was not reached) as a :class:`PerShard` of each done
+    shard's ``{"changed": ...}``, which `harvest dag pause` prints and ends as every write on
+    every shard (cli.shards.report_shard_write), so a pause made on some shards only never
+    reads as made everywhere."""
+    if answer.get("status", "complete") == "complete":
+        return answer["changed"]
+    return _per_shard(answer)
 
 
 # -- the transport -----------------------------------------------------------------------------
@@ -231,8 +227,12 @@ class Http:
         scope: str | None = None,
         timeout: float | None = None,
         ok: tuple[int, ...] = (),
+        goes_on: str | None = None,
     ) -> tuple[int, Any]:
-        """(status, decoded JSON or None); an answer >= 400 (not in ``ok``) raises its error."""
+        """(status, decoded JSON or None); an answer >= 400 (not in ``ok``) raises its error.
+        ``goes_on``: for a write the server carries to its end whoever waits (a sweep committed
+        batch by batch), what its timeout says instead of a bare one: the server goes on, and
+        how to see the outcome."""
         query = _query(params or {})
         budget = self.settings.timeout if timeout is None else timeout
         where = _non_finite(json)
@@ -247,6 +247,11 @@ class Http:
                 timeout=budget,
             )
         except self._httpx.TimeoutException:
+            if goes_on is not None:
+                raise TimeoutError_(
+                    f"no answer within {budget:g}s to {method} {path}, but the server goes on {goes_on} "
+                    f"(wait longer: --http-timeout-secs / {TIMEOUT_ENV})"
+                ) from None
             raise TimeoutError_(
                 f"request timed out: {method} {path} had no answer within {budget:g}s "
                 f"(--http-timeout-secs / {TIMEOUT_ENV})"
@@ -679,10 +684,10 @@ class HttpApi:
         return self.http.post(f"/dags/{_p(name)}/trigger", body)
 
     def pause_dag(self, name: str, operator: str | None = None) -> Any:
-        return _dag_flipped(self.http.post(f"/dags/{_p(name)}/pause"), "paused")
+        return _dag_flipped(self.http.post(f"/dags/{_p(name)}/pause"))
 
     def unpause_dag(self, name: str, operator: str | None = None) -> Any:
-        return _dag_flipped(self.http.post(f"/dags/{_p(name)}/unpause"), "unpaused")
+        return _dag_flipped(self.http.post(f"/dags/{_p(name)}/unpause"))
 
     def get_dag_run(self, execution_id: str) -> dict[str, Any]:
         return _obj(self.http.get(f"/dag-runs/{_p(execution_id)}"))
@@ -852,7 +857,12 @@ class HttpApi:
         }
         budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
         path = "/admin/retention/run-now"
-        answer: dict[str, Any] = self.http.post(path, body, scope="admin", timeout=budget)
+        goes_on = (
+            "with the sweep to its end, each batch committed as it is made: see what it did with "
+            "`harvest retention status` (the last run, what a run would still delete) or "
+            "`harvest audit list --operation retention.run`"
+        )
+        answer: dict[str, Any] = self.http.post(path, body, scope="admin", timeout=budget, goes_on=goes_on)
         shards = answer.get("shards") or []
         if len(shards) == 1 and not answer.get("unavailable_shards") and not answer.get("shard_errors"):
             return _untagged(shards[0])

@@ -148,7 +148,9 @@ def run_now(
     """Delete expired terminal executions now, batch by batch, until none remain (and the
     stopped or stale worker rows the worker rule lets go). On shards (over SQL with [shards], or
     HTTP to a sharded server) every shard is swept, one after the other, and the totals printed;
-    a shard that could not be reached is named and the command exits 1."""
+    a shard that could not be reached is named and the command exits 1. Over HTTP the server
+    sweeps to the end and the CLI waits at least 300 s (--http-timeout-secs for longer); past
+    that it exits 1 saying the server goes on and how to see what it did."""
     config = cli_config()
     if http_selected(database_url) is None and shards_configured(config):
         data = _sweep_shards(config, database_url, max_age, batch_size, max_batches, operator, output)

@@ -177,7 +177,9 @@ def release_owed_ends(
     shard gone for good (retired, lost, restored to before their starts): on every readable
     shard but PARENT_SHARD, batch by batch, audited (admin). A parent still there would never
     get those ends: run --dry-run first. Exit 1 naming a shard that could not be reached (run
-    it again when it is up)."""
+    it again when it is up). Over HTTP the server releases to the end and the CLI waits at
+    least 300 s (--http-timeout-secs for longer); past that it exits 1 saying the server goes
+    on and how to see what is still owed."""
     from harvest.cli.http import BULK_WRITE_SECS, http_session
     from harvest.cli.output import selected
     from harvest.cli.shards import fail_if_refused_over_http, fail_if_unreached
@@ -194,7 +196,12 @@ def release_owed_ends(
         with http_session(settings) as http:
             budget = max(http.settings.timeout, BULK_WRITE_SECS)
             path = f"/admin/shards/{parent_shard}/release-owed-ends"
-            answer = http.post(path, body, scope="admin", timeout=budget)
+            goes_on = (
+                "with the release to its end, each batch committed as it is made: see what is still "
+                f"owed with `harvest shard release-owed-ends {parent_shard} --dry-run`, what was done "
+                "with `harvest audit list --operation retention.release_owed_child_ends`"
+            )
+            answer = http.post(path, body, scope="admin", timeout=budget, goes_on=goes_on)
         # Printed as over SQL: the totals of the shards done (harvest.shard.children.release_totals).
         data = {k: v for k, v in answer.items() if k not in ("status", "shard_errors")}
         fail_if_refused_over_http(answer, lambda: emit(data, output, _render_release))

@@ -416,6 +416,17 @@ def fail_if_refused(done: InTurn, emit_done: Callable[[], None]) -> None:
     raise_refusals(done.refused, done.unavailable)
 
 
+def report_shard_write(done: InTurn, emit_done: Callable[[], None], what: str) -> None:
+    """How every write on every shard ends, over SQL or over HTTP: a shard that refused, what
+    the others did printed and every refusal named, raised as the first (its exit code,
+    :func:`fail_if_refused`); else what was done printed, and the shards not reached named on
+    stderr (``what`` says what that left undone), exit 1 (:func:`fail_if_unreached`). A write
+    made on some shards only never exits 0."""
+    fail_if_refused(done, emit_done)
+    emit_done()
+    fail_if_unreached(done.unavailable, what)
+
+
 def with_page_footer(text: str, rows: list[Any], noun: str, merged: Merged[Any]) -> str:
     """A page's table and its footer: how many ``noun`` it shows and, when there is a next page,
     how to ask for it (JSON carries next_cursor itself)."""

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import database_url_option, emit, operator_id_option, output_option, table
-from harvest.cli.shards import InTurn, each_shard, fail_if_refused, fail_if_unreached
+from harvest.cli.shards import InTurn, each_shard, report_shard_write
 
 COLUMNS = [
     "shard_id",
@@ -50,10 +50,7 @@ def on_every_shard(
             lambda d: table(d["shards"], columns),
         )
 
-    # A shard that refused (over SQL or in the server): the rows done, then every refusal named.
-    fail_if_refused(InTurn(fan.results, fan.unavailable_shards, fan.refused), emit_rows)
-    emit_rows()
-    fail_if_unreached(fan.unavailable_shards, what)
+    report_shard_write(InTurn(fan.results, fan.unavailable_shards, fan.refused), emit_rows, what)
 
 
 @click.group()

@@ -25,9 +25,9 @@ from harvest.cli.shards import (
     deployment_read,
     each_shard,
     emit_merged,
-    fail_if_refused,
     fail_if_unreached,
     read_shards,
+    report_shard_write,
 )
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument, NotFound
@@ -108,10 +108,7 @@ def drain_worker_shards(fan: FanOut[Any], output: str) -> None:
     def show() -> None:
         emit_merged(merged, "workers", output, lambda d: table(d, [*DRAIN_FIELDS, "shard_id"]))
 
-    # A shard that refused (over SQL or in the server): the rows drained, every refusal named.
-    fail_if_refused(InTurn(fan.results, fan.unavailable_shards, fan.refused), show)
-    show()
-    fail_if_unreached(fan.unavailable_shards, "were not drained")
+    report_shard_write(InTurn(fan.results, fan.unavailable_shards, fan.refused), show, "were not drained")
     if all(r["outcome"] == "not_found" for r in rows):
         raise SystemExit(1)
 

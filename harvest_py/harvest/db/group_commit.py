@@ -45,7 +45,10 @@ SPLIT_MIN = 16
 # nothing was done. A batch of one is sent again, CONFLICT_SENDS times in all after a short
 # jittered pause, before its caller hears of it: a worker's lone decision or result that lost a
 # deadlock crashed its handler, and its task waited for its lease (30 s) to be claimed again. (A
-# larger batch goes item by item first, below, and each item is then a batch of one.)
+# larger batch goes item by item first, below, and each item is then a batch of one.) The pause
+# holds that item only: the flush goes on with what waits, and the item is sent again, alone, by
+# the next flush once its pause ends (it held its flusher, and up to about 150 ms every item
+# queued behind it).
 CONFLICT_SENDS = 3
 CONFLICTS = frozenset({"40P01", "40001"})
 
@@ -56,6 +59,9 @@ class GroupCommit:
     An item is a tuple whose last element is the future its caller awaits.
     Subclasses send a batch (``_send``) and hand each caller its answer
     (``_settle``); a batch that fails as a whole may be sent again item by item.
+    Items go in the order they came, a batch of them per flush; a lone item sent again after a
+    conflict (``resends_conflicts``) goes alone in the first flush after its pause, before
+    the items that wait then.
     """
 
     what = "items"
@@ -67,6 +73,9 @@ class GroupCommit:
         self._max_batch = max_batch
         self._max_flushes = max(1, max_flushes)
         self._waiting: list[tuple[Any, ...]] = []
+        # Lone items rolled back by a conflict whose pause has ended, each with its resent flag
+        # and its sends so far: the next flush sends each again alone, before what waits.
+        self._again: list[tuple[tuple[Any, ...], bool, int]] = []
         self._flushers: set[asyncio.Task[Any]] = set()  # (a reference, so none is collected)
         self._flushing = 0  # flushers started and not ended (counted down as one ends, not after)
         # A flusher started has not taken its batch yet: every item waiting now goes with it.
@@ -98,7 +107,12 @@ class GroupCommit:
     async def _flush_all(self) -> None:
         self._starting = False
         try:
-            while self._waiting:
+            while self._waiting or self._again:
+                if self._again:
+                    item, resent, sends = self._again.pop(0)
+                    if not item[-1].done():  # (its caller may have gone during the pause)
+                        await self._flush_guarded([item], resent, sends)
+                    continue
                 take, waiting = self._max_batch, len(self._waiting)
                 if self._flushing < self._max_flushes and waiting >= 2 * SPLIT_MIN:
                     take = min(take, (waiting + 1) // 2)  # the other half goes beside it
@@ -106,14 +120,27 @@ class GroupCommit:
                 batch, self._waiting = self._waiting[:take], self._waiting[take:]
                 if self._waiting and not self._starting and self._flushing < self._max_flushes:
                     self._start_flusher()
-                try:
-                    await self._flush(batch)
-                except Exception as exc:
-                    for *_, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
+                await self._flush_guarded(batch)
         finally:
             self._flushing -= 1
+
+    async def _flush_guarded(
+        self, batch: list[tuple[Any, ...]], resent: bool = False, sends: int = 1
+    ) -> None:
+        """:meth:`_flush`, its error each waiting caller's answer."""
+        try:
+            await self._flush(batch, resent, sends)
+        except Exception as exc:
+            for *_, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+
+    def _send_again(self, item: tuple[Any, ...], resent: bool, sends: int) -> None:
+        """A conflicted lone item's pause has ended: the next flush sends it again (one is
+        started when none is running or starting)."""
+        self._again.append((item, resent, sends))
+        if not self._starting and self._flushing < self._max_flushes:
+            self._start_flusher()
 
     async def _flush(self, batch: list[tuple[Any, ...]], resent: bool = False, sends: int = 1) -> None:
         try:
@@ -136,8 +163,9 @@ class GroupCommit:
             ):
                 self._retried(exc)
                 log.warning("a batch of 1 %s was rolled back (%s); sending it again", self.what, exc)
-                await asyncio.sleep(random.uniform(0.01, 0.05) * sends)
-                await self._flush(batch, resent, sends + 1)
+                # The pause holds this item only, not the flush (its caller still waits on it).
+                pause = random.uniform(0.01, 0.05) * sends
+                asyncio.get_running_loop().call_later(pause, self._send_again, batch[0], resent, sends + 1)
                 return
             if not self._retry_alone(batch, exc):
                 raise
