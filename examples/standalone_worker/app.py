@@ -27,6 +27,7 @@ def render(ctx: ActivityContext, request: ReportRequest) -> str:
     """Render the report into ``out_dir``: a ``.started`` file at once, the report once the work
     is done (seconds of it, heartbeating). A drain lets this finish; a kill would retry it."""
     out = Path(request.out_dir)
+    out.mkdir(parents=True, exist_ok=True)  # the client names it; this worker's machine may not have it yet
     (out / f"{request.report_id}.started").write_text(f"attempt {ctx.attempt()}\n")
     finish = time.monotonic() + request.work_seconds
     while time.monotonic() < finish:

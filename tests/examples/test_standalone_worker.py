@@ -7,9 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from examples.standalone_worker.__main__ import CONFIG, demo
-from harvest import Client
+from examples.standalone_worker.app import app
+from examples.standalone_worker.client import start_reports
+from harvest import App, Client
+from harvest.testing import WorkflowEnvironment
+
+
+@pytest.fixture
+def harvest_app() -> App:
+    return app
 
 
 def test_sigterm_drains_the_worker_and_a_second_one_finishes(db: str, tmp_path: Path):
@@ -41,3 +50,15 @@ def test_the_config_file_is_what_the_worker_loads():
     assert config.get("role") == "worker"
     assert config.get("worker.queues") == ["reports"]
     assert (config.get("worker.concurrency"), config.get("worker.shutdown_grace")) == (2, 20)
+
+
+def test_the_client_command_works_with_an_out_dir_that_does_not_exist_yet(
+    harvest_env: WorkflowEnvironment, tmp_path: Path
+):
+    """client.py's docstring runs it with `--out /tmp/reports`, a directory nobody made: the
+    render made no directory, failed three times with FileNotFoundError and was dead-lettered,
+    and `--wait` hung. The worker now makes it (it may run on another machine than the client)."""
+    out = tmp_path / "reports"
+    handles = start_reports(harvest_env.client, 1, str(out), 0.0)
+    assert handles[0].result(timeout=30) == "published report-1.report"
+    assert (out / "report-1.report").read_text() == "report report-1\n"

@@ -1,0 +1,131 @@
+"""Snippets of the user guide's pages run as the pages show them (the same mechanism as
+test_docs_first_example.py and test_docs_testing_page.py: a page's block, found by what it
+starts with or holds, executed as a module against the suite's database).
+
+Each test pins a walk through the docs that once failed as written:
+
+- activities.md, "Typed failures": the `except ActivityError` block caught nothing, since a
+  final failure is dead-lettered by default and the workflow waits (the test environment then
+  reports the run stuck).
+- workflows.md, "Sagas": the same, so `saga.compensate()` never ran.
+- messages.md, "Signals": the `approval` block used `SignalTimeout` without importing it, so its
+  timeout branch raised NameError (the workflow task failing on every attempt).
+- schedules.md, "Operating schedules": every command of the CLI block exits 0; its backfill
+  ranged over future dates, which a backfill refuses.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+import textwrap
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harvest import ActivityFailure, App, WorkflowFailed
+from harvest.cli.main import main
+from harvest.testing import WorkflowEnvironment
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+
+
+def _block(page: str, found: Callable[[str], bool], lang: str = "python") -> str:
+    blocks = [text for kind, text in BLOCK.findall((ROOT / page).read_text()) if kind == lang]
+    return next(b for b in blocks if found(b))
+
+
+@pytest.fixture
+def as_module() -> Iterator[Callable[[str, str], types.ModuleType]]:
+    """Executes source as a module registered under name (dataclasses look their module up)."""
+    made: list[str] = []
+
+    def run(name: str, source: str) -> types.ModuleType:
+        module = types.ModuleType(name)
+        sys.modules[name] = module
+        made.append(name)
+        exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+        return module
+
+    yield run
+    for name in made:
+        sys.modules.pop(name, None)
+
+
+def test_activities_typed_failure_is_caught_as_the_page_shows(
+    db: str, as_module: Callable[[str, str], types.ModuleType]
+) -> None:
+    page = "docs/activities.md"
+    raising = _block(page, lambda b: b.startswith("from harvest import ActivityFailure"))
+    catching = _block(page, lambda b: b.startswith("from harvest import ActivityError"))
+    source = (
+        raising
+        + "\nfrom harvest import workflow\n\n@workflow\nasync def pay(ctx, amount: int) -> str | None:\n"
+        + textwrap.indent(catching, "    ")
+        + "    return charge_id\n"
+    )
+    module = as_module("docs_activities_typed_failures", source)
+    app = App(workflows=[module.pay], activities=[module.charge_card])
+    with WorkflowEnvironment(app, dsn=db) as env:
+        # amount 0: the non-retryable InvalidInput, which the page's except turns into None
+        assert env.client.start_workflow(module.pay, 0).result(timeout=30) is None
+
+
+def test_workflows_saga_compensates_as_the_page_shows(
+    db: str, as_module: Callable[[str, str], types.ModuleType]
+) -> None:
+    saga = _block("docs/workflows.md", lambda b: b.startswith("from harvest import Saga"))
+    steps = ["reserve_hotel", "cancel_hotel", "book_flight", "cancel_flight", "charge_card"]
+    source = (
+        "from dataclasses import dataclass\nfrom harvest import activity\n\n"
+        "@dataclass\nclass Trip:\n    city: str\n\n"
+        + "".join(f"@activity\nasync def {step}(ctx, trip: Trip) -> None: ...\n\n" for step in steps)
+        + saga
+    )
+    module = as_module("docs_workflows_saga", source)
+    app = App(workflows=[module.book_trip], activities=[getattr(module, step) for step in steps])
+    with WorkflowEnvironment(app, dsn=db) as env:
+        for step in steps:
+            env.mock_activity(step, lambda ctx, trip: None)
+
+        def declined(ctx: object, trip: object) -> None:
+            raise ActivityFailure("CardDeclined", "declined", non_retryable=True)
+
+        env.mock_activity("charge_card", declined)
+        with pytest.raises(WorkflowFailed):
+            env.client.start_workflow(module.book_trip, module.Trip("Oslo")).result(timeout=30)
+        assert len(env.activity_calls("cancel_flight")) == 1
+        assert len(env.activity_calls("cancel_hotel")) == 1
+
+
+def test_messages_signal_block_runs_both_ways(
+    db: str, as_module: Callable[[str, str], types.ModuleType]
+) -> None:
+    block = _block("docs/messages.md", lambda b: "async def approval(ctx, doc: str)" in b)
+    definition, _, calls = block.partition("\nhandle = ")
+    module = as_module("docs_messages_signals", definition)
+    with WorkflowEnvironment(App(workflows=[module.approval]), dsn=db) as env:
+        namespace = {"client": env.client, "approval": module.approval}
+        exec("handle = " + calls, namespace)  # the page's start and signal, as written
+        assert namespace["handle"].result(timeout=30) == "budget.pdf: approved"
+        # no signal: the one-day timer wins, and the page's except SignalTimeout takes it
+        assert env.client.start_workflow(module.approval, "late.pdf").result(timeout=30) == "expired"
+
+
+def test_schedules_cli_block_runs_as_shown(db: str) -> None:
+    block = _block("docs/schedules.md", lambda b: b.startswith("harvest schedule create-workflow"), lang="sh")
+    commands = re.sub(r"\\\n\s*", "", block).splitlines()
+    runner = CliRunner()
+    for line in commands:
+        line = re.sub(r"\s+#.*$", "", line).strip()  # a trailing comment
+        line = re.sub(r"\[(.*?)\]", r"\1", line)  # an optional part, given
+        if not line.startswith("harvest "):
+            continue  # the comment lines that continue a command's comment
+        env = {"HARVEST_DATABASE_URL": db, "HARVEST_URL": None}
+        result = runner.invoke(main, shlex.split(line)[1:], env=env)
+        assert result.exit_code == 0, f"{line}: {result.output}"
