@@ -9,6 +9,7 @@ import click
 from click.decorators import FC
 
 from harvest.cli.output import (
+    ISO_TIME,
     PAGE,
     ROW_ID,
     database_url_option,
@@ -23,14 +24,6 @@ from harvest.cli.output import (
 from harvest.cli.shards import emit_merged, read_shards, shard_api, with_page_footer
 from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument, failure_line
-
-TIMES = [
-    "%Y-%m-%d",
-    "%Y-%m-%dT%H:%M:%S",
-    "%Y-%m-%dT%H:%M:%SZ",
-    "%Y-%m-%dT%H:%M:%S%z",
-    "%Y-%m-%dT%H:%M:%S.%f%z",
-]
 
 
 @click.group()
@@ -176,8 +169,8 @@ def _bulk_options(f: FC) -> FC:
         [
             click.option("--activity-name", default=None),
             click.option("--workflow-name", default=None),
-            click.option("--failed-after", default=None, type=click.DateTime(TIMES)),
-            click.option("--failed-before", default=None, type=click.DateTime(TIMES)),
+            click.option("--failed-after", default=None, type=ISO_TIME),
+            click.option("--failed-before", default=None, type=ISO_TIME),
             click.option(
                 "--limit", default=100, show_default=True, type=PAGE, help="Rows per call (max 1000)."
             ),

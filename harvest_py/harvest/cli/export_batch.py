@@ -22,7 +22,7 @@ import click
 
 from harvest.cli.http import http_session
 from harvest.cli.json_stream import Reindented, reindented
-from harvest.cli.output import database_url_option, json_default, output_file, selected
+from harvest.cli.output import ISO_TIME, database_url_option, json_default, output_file, selected
 from harvest.cli.shards import each_shard, open_shards
 from harvest.client.export_batch import (
     MAX_LIMIT,
@@ -51,7 +51,7 @@ ROUTE = "/history/export-batch"
 @click.option("--state-group", type=click.Choice(sorted(STATE_GROUPS)), default="terminal", show_default=True)
 @click.option(
     "--updated-after",
-    type=click.DateTime(["%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"]),
+    type=ISO_TIME,
     default=None,
     help="Only runs that ended (or, still running, started) after this instant (UTC unless given).",
 )
@@ -75,10 +75,7 @@ def export_batch(
     """Export a bounded batch of recent histories (every shard) for replay in CI.
 
     Exit 0 when every shard was read; 1 (the file still written) when the batch is partial."""
-    from datetime import UTC
 
-    if updated_after is not None and updated_after.tzinfo is None:
-        updated_after = updated_after.replace(tzinfo=UTC)
     settings = selected(database_url)
     if settings is not None:  # over the management API: the same document, built by the route
         params = {

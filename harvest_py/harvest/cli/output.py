@@ -14,7 +14,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
 
@@ -42,6 +42,33 @@ OUTPUT_CHOICES = click.Choice(["table", "json"])
 ROW_ID = click.IntRange(1, ROW_ID_MAX)
 PAGE = click.IntRange(1, 1000)
 WAIT_SECS = click.FloatRange(0, 86_400, min_open=True)
+
+
+class IsoTime(click.ParamType):
+    """A time option, in any ISO 8601 spelling ``datetime.fromisoformat`` reads: a date (UTC
+    midnight), minutes with or without seconds and fractions, ``Z`` or an offset; a time with no
+    offset is UTC. One type for every time option: the CLI had four lists of strptime formats,
+    so ``2026-01-31T09:30`` was refused by some commands and taken by others."""
+
+    name = "iso_time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            parsed = value
+        else:
+            try:
+                parsed = datetime.fromisoformat(str(value).strip())
+            except ValueError:
+                self.fail(
+                    f"{value!r} is not an ISO 8601 time: give e.g. 2026-01-31, 2026-01-31T09:30, "
+                    "2026-01-31T09:30:00Z or 2026-01-31T09:30:00+02:00 (no offset: UTC)",
+                    param,
+                    ctx,
+                )
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+ISO_TIME = IsoTime()
 
 
 def execution_id_argument(ctx: click.Context, param: click.Parameter, value: str) -> str:

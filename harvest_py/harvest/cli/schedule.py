@@ -17,6 +17,7 @@ import click
 from click.decorators import FC
 
 from harvest.cli.output import (
+    ISO_TIME,
     cli_config,
     database_url_option,
     emit,
@@ -425,14 +426,14 @@ def delete(name: str, shard: int | None, operator: str | None, database_url: str
     "--from",
     "start",
     required=True,
-    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"]),
-    help="First slot time (ISO, e.g. 2030-01-01T00:00:00+00:00; a date is UTC midnight).",
+    type=ISO_TIME,
+    help="First slot time (ISO 8601, e.g. 2026-01-01T09:30+01:00; a date is UTC midnight, no offset UTC).",
 )
 @click.option(
     "--to",
     "end",
     required=True,
-    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"]),
+    type=ISO_TIME,
     help="Last slot time, inclusive.",
 )
 @click.option("--overlap", default="buffer_all", show_default=True, type=overlap_choice)
@@ -451,8 +452,6 @@ def backfill(
     output: str,
 ) -> None:
     """Fire the schedule's slots in [--from, --to] that never fired (at most 10000)."""
-    start = start if start.tzinfo else start.replace(tzinfo=dt.UTC)
-    end = end if end.tzinfo else end.replace(tzinfo=dt.UTC)
     if end < start:
         raise click.UsageError("--to is before --from")
     with _schedule_api(database_url, name, shard, read_only=False) as sql:

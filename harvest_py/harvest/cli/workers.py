@@ -6,12 +6,13 @@ treats a first argument that is not one of its subcommands as that target.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, cast
 
 import click
 
 from harvest.cli.output import (
+    ISO_TIME,
     database_url_option,
     emit,
     mapping,
@@ -33,7 +34,6 @@ from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument, NotFound
 from harvest.shard.fanout import WORKER_LIMIT, WORKER_LIMIT_MAX, FanOut, Merged, no_worker_anywhere
 
-TIMES = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]
 WORKER_COLUMNS = [
     "worker_id",
     "status",
@@ -204,7 +204,7 @@ def register(group: click.Group) -> None:
     @click.option(
         "--deadline",
         default=None,
-        type=click.DateTime(TIMES),
+        type=ISO_TIME,
         help="When the drain must be done: the worker then releases what is still in flight "
         "(ISO 8601; UTC unless it carries an offset).",
     )
@@ -215,8 +215,6 @@ def register(group: click.Group) -> None:
         worker_id: str, deadline: datetime | None, operator: str | None, database_url: str | None, output: str
     ) -> None:
         """Ask a worker to stop claiming, finish its in-flight work and stop (by --deadline, if given)."""
-        if deadline is not None and deadline.tzinfo is None:
-            deadline = deadline.replace(tzinfo=UTC)  # a time without an offset is UTC
         if _sharded():
             drain = each_shard(
                 database_url,

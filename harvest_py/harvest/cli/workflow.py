@@ -13,6 +13,7 @@ from urllib.parse import quote
 import click
 
 from harvest.cli.output import (
+    ISO_TIME,
     ROW_ID,
     WAIT_SECS,
     AliasedOption,
@@ -293,9 +294,6 @@ def _summary(event: dict[str, Any]) -> str:
     return " ".join(str(p) for p in parts)
 
 
-CREATED_TIMES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]
-
-
 @workflow.command("list")
 @click.option(
     "--state",
@@ -312,8 +310,8 @@ CREATED_TIMES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%
     multiple=True,
     help="key=value (or key:value), or a typed comparison key>=10, key<2026-01-01 (repeatable, AND).",
 )
-@click.option("--created-after", default=None, type=click.DateTime(CREATED_TIMES))
-@click.option("--created-before", default=None, type=click.DateTime(CREATED_TIMES))
+@click.option("--created-after", default=None, type=ISO_TIME)
+@click.option("--created-before", default=None, type=ISO_TIME)
 @click.option(
     "--filter",
     "filter_expr",
@@ -390,8 +388,8 @@ def list_(
 @click.option(
     "--search-attr", "search_attrs", multiple=True, help="As for `workflow list` (repeatable, AND)."
 )
-@click.option("--created-after", default=None, type=click.DateTime(CREATED_TIMES))
-@click.option("--created-before", default=None, type=click.DateTime(CREATED_TIMES))
+@click.option("--created-after", default=None, type=ISO_TIME)
+@click.option("--created-before", default=None, type=ISO_TIME)
 @click.option("--filter", "filter_expr", default=None, help="As for `workflow list`.")
 @database_url_option
 @output_option

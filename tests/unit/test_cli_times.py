@@ -1,0 +1,58 @@
+"""Every time option of the CLI reads any ISO 8601 spelling, one way (harvest/cli/output.py
+ISO_TIME): four lists of strptime formats had some commands refuse ``2026-01-31T09:30``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from harvest.cli.main import main
+from harvest.cli.output import ISO_TIME
+
+
+def _options(group: click.Group, path: str = "harvest") -> list[tuple[str, click.Parameter]]:
+    """Every option of every command below ``group`` (the root loads its groups lazily)."""
+    found = []
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
+        where = f"{path} {name}"
+        if isinstance(command, click.Group):
+            found += _options(command, where)
+        found += [(where, p) for p in command.params]
+    return found
+
+
+def test_every_time_option_reads_iso_8601_one_way() -> None:
+    times = [(where, p) for where, p in _options(main) if isinstance(p.type, click.DateTime | type(ISO_TIME))]
+    assert len(times) >= 10  # --from/--to, --created-*, --failed-*, --deadline, --updated-after
+    assert [f"{where} {p.name}" for where, p in times if p.type is not ISO_TIME] == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-01-31", datetime(2026, 1, 31, tzinfo=UTC)),
+        ("2026-01-31T09:30", datetime(2026, 1, 31, 9, 30, tzinfo=UTC)),
+        ("2026-01-31T09:30:05", datetime(2026, 1, 31, 9, 30, 5, tzinfo=UTC)),
+        ("2026-01-31 09:30:05", datetime(2026, 1, 31, 9, 30, 5, tzinfo=UTC)),
+        ("2026-01-31T09:30:05.25Z", datetime(2026, 1, 31, 9, 30, 5, 250000, tzinfo=UTC)),
+        ("2026-01-31T09:30+02:00", datetime(2026, 1, 31, 9, 30, tzinfo=timezone(timedelta(hours=2)))),
+    ],
+)
+def test_an_iso_time_is_read_with_no_offset_as_utc(text: str, expected: datetime) -> None:
+    got = ISO_TIME.convert(text, None, None)
+    assert got == expected and got.utcoffset() == expected.utcoffset()
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2026-13-01", "31/01/2026", ""])
+def test_a_time_that_is_not_iso_8601_is_refused_with_examples_and_exit_2(text: str) -> None:
+    r = CliRunner().invoke(
+        main, ["workflow", "list", "--created-after", text, "--database-url", "postgresql://unused"]
+    )
+    assert r.exit_code == 2, r.output
+    assert "is not an ISO 8601 time" in r.output and "2026-01-31T09:30" in r.output
