@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 from click.decorators import FC
@@ -44,7 +44,13 @@ PAGE = click.IntRange(1, 1000)
 WAIT_SECS = click.FloatRange(0, 86_400, min_open=True)
 
 
-class IsoTime(click.ParamType):
+if TYPE_CHECKING:  # click's ParamType is generic from 8.4 on; the floor (pyproject) is 8.1
+    _DateTimeParam = click.ParamType[datetime]
+else:
+    _DateTimeParam = click.ParamType
+
+
+class IsoTime(_DateTimeParam):
     """A time option, in any ISO 8601 spelling ``datetime.fromisoformat`` reads: a date (UTC
     midnight), minutes with or without seconds and fractions, ``Z`` or an offset; a time with no
     offset is UTC. One type for every time option: the CLI had four lists of strptime formats,
