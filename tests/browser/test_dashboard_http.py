@@ -141,6 +141,10 @@ def _every_page(ui: TestClient, url: str, pattern: str) -> list[str]:
         page = ui.get(url, headers=READ)
         assert page.status_code == 200
         seen += re.findall(pattern, page.text)
+        # a later page links back to the first: the same query, no cursor
+        first = re.search(r'<a href="([^"]*)">« First page</a>', page.text)
+        assert bool(first) == ("cursor=" in url), url
+        assert first is None or "cursor" not in first.group(1)
         found = re.search(r'id="next" rel="next" href="([^"]+)"', page.text)
         url = url.split("?")[0] + found.group(1).replace("&amp;", "&") if found else None
     return seen
@@ -149,6 +153,8 @@ def _every_page(ui: TestClient, url: str, pattern: str) -> list[str]:
 def test_workflow_list_pages_with_the_cursor(ui: TestClient, demo: Demo) -> None:
     seen = _every_page(ui, "/workflows?workflow_name=greet&limit=1", r'href="/workflows/([0-9a-f-]{36})"')
     assert sorted(seen) == sorted(demo.ids[f"greet-{i}"] for i in range(3))
+    page = ui.get("/workflows?workflow_name=greet&limit=1", headers=READ).text
+    assert re.search(r'Next page »</a>\s*<span class="muted">1 shown</span>\s*</div>', page), page
 
 
 def test_search_attribute_filter(ui: TestClient, demo: Demo) -> None:
@@ -1097,6 +1103,7 @@ def test_the_schedules_page_draws_a_page_of_schedules_and_links_the_next(db: str
             names = re.findall(r'<tr data-name="(paged-\d)"', page)
             assert len(names) <= 2, page
             drawn += names
+            assert ("« First page</a>" in page) == ("cursor=" in url), url
             more = re.search(r'id="next" rel="next" href="([^"]+)"', page)
             url = "/schedules" + html.unescape(more.group(1)) if more else ""
     assert drawn == ["paged-1", "paged-3", "paged-5", "paged-7"]

@@ -166,6 +166,14 @@ def test_pause_and_resume_through_the_cli(db: str, client) -> None:
     assert handle.execution_id in r.stdout
     r = harvest(db, "workflow", "resume", handle.execution_id, "--operator-id", "bob")
     assert r.returncode == 0 and r.stdout.strip() == f"resumed {handle.execution_id}"
+    r = harvest(db, "workflow", "resume", handle.execution_id)
+    assert r.returncode == 0 and r.stdout.strip() == f"resumed {handle.execution_id} (it was not paused)"
+    r = harvest(db, "workflow", "resume", handle.execution_id, "--output", "json")
+    assert json.loads(r.stdout) == {
+        "execution_id": handle.execution_id,
+        "status": "RUNNING",
+        "changed": False,
+    }
     handle.terminate("done")
     r = harvest(db, "workflow", "pause", handle.execution_id)
     assert r.returncode != 0 and "already TERMINATED" in r.stderr

@@ -210,6 +210,20 @@ def test_query_answers_from_current_state_without_writing_history(start_worker, 
     assert rows and all(r == ("query", "completed") for r in rows)
 
 
+def test_a_worker_hears_of_work_and_queries_by_notify_not_at_its_poll_interval(
+    start_worker, client: Client
+) -> None:
+    """Both of a lane's LISTEN loops (ShardLane.listen): with an hour's poll interval, only the
+    tasks channel can wake the claim loop for the run and only the queries channel the
+    responder for the query; either one deaf, this waits out its timeout."""
+    running = start_worker(app, poll_interval=3600)
+    # asleep (its mark committed), so the start notifies it rather than meeting its first look
+    wait_until(lambda: running.worker.lanes and running.worker.lanes[0].sleeping, timeout=30)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    assert handle.query("owner", False, timeout=20) == "ann"
+
+
 def test_unknown_query_and_a_raising_handler_are_clear_errors(start_worker, client: Client):
     start_worker(app)
     handle = client.start_workflow(budget, "ann")

@@ -150,3 +150,20 @@ def test_shards_forwards_from_the_file_and_a_variable_route_a_retired_shards_ids
     with pytest.raises(ConfigError) as caught:
         load_config(None, env={"HARVEST_SHARDS__FORWARDS__X": "0"})
     assert "shards.forwards.X" in str(caught.value) or "shards.forwards.x" in str(caught.value)
+
+
+def test_the_known_keys_and_variables_name_each_tables_placeholder_alike() -> None:
+    """An unknown key's error lists the known keys (toml) and variables (environment): a table's
+    entries are named by a placeholder, the same one in both spellings."""
+    from harvest.config.config import known_keys, known_variables
+
+    keys, variables = known_keys().split(", "), known_variables().split(", ")
+    for key, variable in (
+        ("shards.urls.<N>", "HARVEST_SHARDS__URLS__<N>"),
+        ("shards.forwards.<N>", "HARVEST_SHARDS__FORWARDS__<N>"),
+        ("shards.residency.<KEY>", "HARVEST_SHARDS__RESIDENCY__<KEY>"),
+        ("shards.default", "HARVEST_SHARDS__DEFAULT"),
+        ("database_url", "HARVEST_DATABASE_URL"),
+    ):
+        assert key in keys and variable in variables, (key, variable)
+    assert len(keys) == len(variables)

@@ -481,14 +481,7 @@ def pause(
     execution_id: str, reason: str | None, operator_id: str | None, database_url: str | None, output: str
 ) -> None:
     """Pause a running execution: none of its work starts until it is resumed (docs/lifecycle.md)."""
-    paused = routed_call(
-        database_url, execution_id, lambda sql: sql.pause_workflow(execution_id, reason, operator_id)
-    )
-    emit(
-        {"execution_id": execution_id, "status": "PAUSED", "changed": paused},
-        output,
-        lambda d: f"paused {execution_id}" + ("" if paused else " (it was paused already)"),
-    )
+    _pause_or_resume(execution_id, reason, operator_id, database_url, output, pause=True)
 
 
 @workflow.command("resume")
@@ -501,13 +494,34 @@ def resume(
     execution_id: str, reason: str | None, operator_id: str | None, database_url: str | None, output: str
 ) -> None:
     """Resume a paused execution: overdue timers fire once, kept signals arrive in order."""
-    resumed = routed_call(
-        database_url, execution_id, lambda sql: sql.resume_workflow(execution_id, reason, operator_id)
+    _pause_or_resume(execution_id, reason, operator_id, database_url, output, pause=False)
+
+
+def _pause_or_resume(
+    execution_id: str,
+    reason: str | None,
+    operator_id: str | None,
+    database_url: str | None,
+    output: str,
+    *,
+    pause: bool,
+) -> None:
+    """One flip, both ways: the same answer ({execution_id, status, changed}, as the HTTP
+    route's _pause_or_resume) and the same words, so a change to either is made once."""
+    flip = (
+        (lambda sql: sql.pause_workflow(execution_id, reason, operator_id))
+        if pause
+        else (lambda sql: sql.resume_workflow(execution_id, reason, operator_id))
     )
+    changed = routed_call(database_url, execution_id, flip)
+    if pause:
+        status, done, unchanged = "PAUSED", "paused", "it was paused already"
+    else:
+        status, done, unchanged = "RUNNING", "resumed", "it was not paused"
     emit(
-        {"execution_id": execution_id, "status": "RUNNING", "changed": resumed},
+        {"execution_id": execution_id, "status": status, "changed": changed},
         output,
-        lambda d: f"resumed {execution_id}" + ("" if resumed else " (it was not paused)"),
+        lambda d: f"{done} {execution_id}" + ("" if changed else f" ({unchanged})"),
     )
 
 

@@ -156,32 +156,21 @@ def env_name(key: tuple[str, ...]) -> str:
     return ENV_PREFIX + "__".join(part.upper() for part in key)
 
 
+def _table_placeholder(key: tuple[str, ...]) -> str:
+    """What stands for a table's entry after its key ("N": a shard number, "KEY": a residency
+    key; "" for a plain value): one rule, so the toml and the environment spellings agree."""
+    kind = SCHEMA[key]
+    if kind in (ShardUrls, ShardForwards):
+        return "<N>"
+    return "<KEY>" if kind is ShardResidency else ""
+
+
 def known_keys() -> str:
-    return ", ".join(
-        dotted(k)
-        + (
-            ".<N>"
-            if SCHEMA[k] in (ShardUrls, ShardForwards)
-            else ".<KEY>"
-            if SCHEMA[k] is ShardResidency
-            else ""
-        )
-        for k in SCHEMA
-    )
+    return ", ".join(dotted(k) + (f".{p}" if (p := _table_placeholder(k)) else "") for k in SCHEMA)
 
 
 def known_variables() -> str:
-    return ", ".join(
-        env_name(k)
-        + (
-            "__<N>"
-            if SCHEMA[k] in (ShardUrls, ShardForwards)
-            else "__<KEY>"
-            if SCHEMA[k] is ShardResidency
-            else ""
-        )
-        for k in SCHEMA
-    )
+    return ", ".join(env_name(k) + (f"__{p}" if (p := _table_placeholder(k)) else "") for k in SCHEMA)
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import DatabaseUnavailable
-from harvest.db.connection import redact
+from harvest.db import channels
+from harvest.db.connection import connect_async, redact
+from harvest.db.notify import RECONNECT_SECS, Reconnects
 from harvest.db.pools import TRANSIENT
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher, result_batch_size
 from harvest.worker.owners import Owners
@@ -93,6 +96,35 @@ class ShardLane:
             )
             self._start_probe()
         return True
+
+    async def listen(self, channel: str, wake: Callable[[], object], what: str) -> None:
+        """Call ``wake`` when one of the worker's queues is notified on ``channel`` (and once on
+        each connect: what came while it was not listening); reconnect on loss, warned of as
+        ``what`` (``Reconnects``), and an outage of the shard marks the lane down.
+
+        One loop for the claim loop's listener and the query responder's: their reconnects,
+        warnings and stop handling are one thing, fixed once."""
+        reconnects = Reconnects(log, what)
+        while True:
+            listening = False
+            try:
+                conn = await connect_async(self.dsn, autocommit=True)
+                async with conn:
+                    await conn.execute(channels.listen(channel))
+                    listening = True
+                    reconnects.up()
+                    wake()
+                    async for note in conn.notifies():
+                        if note.payload in self.worker.queues:
+                            wake()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self.worker.stopping:
+                    return  # a cancellation a driver turned into an error (see worker/stopping.py)
+                if not self.note_failure(exc, what):
+                    reconnects.failed(redact(str(exc), self.dsn), listening, RECONNECT_SECS)
+                await asyncio.sleep(RECONNECT_SECS)
 
     def _start_probe(self) -> None:
         if self._probe is None or self._probe.done():

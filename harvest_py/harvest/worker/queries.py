@@ -30,8 +30,6 @@ from typing import TYPE_CHECKING, Any
 from harvest.core import payload
 from harvest.core.errors import ExecutionMigrated, NotFound, PayloadTooLarge
 from harvest.db import channels
-from harvest.db.connection import connect_async, redact
-from harvest.db.notify import RECONNECT_SECS, Reconnects
 from harvest.runtime import WorkflowRun
 from harvest.runtime.messages import UnknownHandler, failure_of
 from harvest.telemetry import tracing
@@ -79,7 +77,7 @@ class QueryResponder:
         self.answered = 0
 
     async def run(self) -> None:
-        listener = asyncio.create_task(self._listen())
+        listener = asyncio.create_task(self.lane.listen(channels.QUERIES, self._wake.set, "query listener"))
         last_expire = 0.0
         try:
             while True:
@@ -115,29 +113,6 @@ class QueryResponder:
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._inflight.discard(task)
         self._wake.set()
-
-    async def _listen(self) -> None:
-        lane, reconnects = self.lane, Reconnects(log, "query listener")
-        while True:
-            listening = False
-            try:
-                conn = await connect_async(lane.dsn, autocommit=True)
-                async with conn:
-                    await conn.execute(channels.listen(channels.QUERIES))
-                    listening = True
-                    reconnects.up()
-                    self._wake.set()
-                    async for note in conn.notifies():
-                        if note.payload in self.worker.queues:
-                            self._wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if self.worker.stopping:
-                    return  # a cancellation a driver turned into an error (see worker/stopping.py)
-                if not lane.note_failure(exc, "query listener"):
-                    reconnects.failed(redact(str(exc), lane.dsn), listening, RECONNECT_SECS)
-                await asyncio.sleep(RECONNECT_SECS)
 
     # ------------------------------------------------------------------ one request
     async def _answer(self, request: dict[str, Any]) -> None:

@@ -43,7 +43,6 @@ from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotFound, 
 from harvest.db import channels
 from harvest.db.connection import connect_async, error_line, is_permanent, redact, resolve_dsn
 from harvest.db.migrate import check_schema_async
-from harvest.db.notify import RECONNECT_SECS, Reconnects
 from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
@@ -381,7 +380,10 @@ class Worker:
                 if self.run_worker:
                     heartbeats.append(asyncio.create_task(self._heartbeat(lane), name=f"heartbeat-{shard}"))
                     background += [
-                        asyncio.create_task(self._listen(lane), name=f"task-listener-{shard}"),
+                        asyncio.create_task(
+                            lane.listen(channels.TASKS, self.wake, "notification listener"),
+                            name=f"task-listener-{shard}",
+                        ),
                         asyncio.create_task(serve_queries(self, lane), name=f"queries-{shard}"),
                     ]  # queries and updates
                 if self.run_scanner:
@@ -1264,31 +1266,6 @@ class Worker:
         return woken
 
     # -- background loops ----------------------------------------------------------------
-    async def _listen(self, lane: ShardLane) -> None:
-        """Wake the claim loop when one of our queues gains work on the shard; reconnect on loss
-        (a warning when it goes, then one a minute: ``Reconnects``)."""
-        reconnects = Reconnects(log, "notification listener")
-        while True:
-            listening = False
-            try:
-                conn = await connect_async(lane.dsn, autocommit=True)
-                async with conn:
-                    await conn.execute(channels.listen(channels.TASKS))
-                    listening = True
-                    reconnects.up()
-                    self.wake()  # anything that arrived while we were not listening
-                    async for note in conn.notifies():
-                        if note.payload in self.queues:
-                            self.wake()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if self.stopping:
-                    return  # a cancellation a driver turned into an error (see worker/stopping.py)
-                if not lane.note_failure(exc, "notification listener"):
-                    reconnects.failed(redact(str(exc), lane.dsn), listening, RECONNECT_SECS)
-                await asyncio.sleep(RECONNECT_SECS)
-
     async def _scan(self, lane: ShardLane) -> None:
         """The scanner of one shard (each shard's timeouts, relays, ... are its own), until the
         stop ends the passes."""

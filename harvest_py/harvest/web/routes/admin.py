@@ -488,6 +488,13 @@ async def queue_scaling(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 
 ACTIVITY = path("activity_name")
+# A pacing override's fields and bounds, the rate limit's here and the start throttle's
+# (routes/lifecycle.py): one override, so its limits are checked alike on both.
+PACING_OVERRIDE = {
+    "rps": {"type": "number", "minimum": 0.001, "maximum": 1_000_000},
+    "burst": {"type": "number", "minimum": 1, "maximum": 1_000_000},
+    "ttl_secs": {"type": "number", "minimum": 1, "maximum": 604_800},
+}
 ENDPOINTS = [
     Endpoint(
         "GET",
@@ -635,14 +642,7 @@ ENDPOINTS = [
         set_rate_limit_override,
         "A temporary, self-expiring rate override on every shard (audited; shard_errors names a miss).",
         (ACTIVITY,),
-        body(
-            {
-                "rps": {"type": "number", "minimum": 0.001, "maximum": 1_000_000},
-                "burst": {"type": "number", "minimum": 1, "maximum": 1_000_000},
-                "ttl_secs": {"type": "number", "minimum": 1, "maximum": 604_800},
-            },
-            ("rps",),
-        ),
+        body(PACING_OVERRIDE, ("rps",)),
         tag="admin",
     ),
     Endpoint(

@@ -26,7 +26,7 @@ from harvest.web.routes import (
     path,
     shape,
 )
-from harvest.web.routes.admin import every_shard_write
+from harvest.web.routes.admin import PACING_OVERRIDE, every_shard_write
 
 EXECUTION = path("execution_id", "uuid", "The execution id (a UUID).")
 WORKFLOW = path("workflow_name", description="The workflow type whose start throttle it is.")
@@ -206,15 +206,7 @@ ENDPOINTS = [
         set_start_throttle_override,
         "A temporary, self-expiring start rate on every shard (audited; shard_errors names a miss).",
         (WORKFLOW,),
-        body(
-            {
-                "rps": {"type": "number", "minimum": 0.001, "maximum": 1_000_000},
-                "burst": {"type": "number", "minimum": 1, "maximum": 1_000_000},
-                "ttl_secs": {"type": "number", "minimum": 1, "maximum": 604_800},
-                "operator_id": STRING,
-            },
-            ("rps",),
-        ),
+        body({**PACING_OVERRIDE, "operator_id": STRING}, ("rps",)),
         responses={200: "OK", 404: "No start throttle declared", 409: "A keyed throttle (HR007)"},
         tag="admin",
     ),
