@@ -267,6 +267,16 @@ def database_refusal(exc: psycopg.Error) -> HarvestError:
     return InvalidArgument(message) if invalid_input(exc) else HarvestError(message)
 
 
+def failure_reason(exc: BaseException) -> str:
+    """Why a shard did not take a cross-shard relay or a child's step, for the source row's
+    last_error (every reader's to SELECT) and the pump's log line (harvest.shard.relay_pump,
+    harvest.shard.children): Harvest's own message, else :func:`error_line` (a database error's
+    first line and SQLSTATE, never its DETAIL or CONTEXT, which quote values: a payload's),
+    redacted."""
+    text = str(exc) if isinstance(exc, HarvestError) else error_line(exc)
+    return f"{type(exc).__name__}: {redact(text)}"
+
+
 def error_line(exc: BaseException) -> str:
     """An error in one line for a log: the server's first line and its SQLSTATE ("canceling
     statement due to lock timeout (SQLSTATE 55P03)"), else the client's first line. Neither
