@@ -129,6 +129,17 @@ NEVER = [
     "DELETE FROM harvest.dead_letters",
     "SELECT harvest._append_event(%(e)s, 'X', '{}')",
     "SELECT harvest._secure_functions()",
+    # (Stop 57: the max_history_bytes quota's ended bytes are written by the triggers of the
+    # runs' own writes alone, so no role can add, take or fold them to move a key's usage; the
+    # helpers the new starts, status view and pump read through are an entry point's only.)
+    "INSERT INTO harvest.quota_ended_bytes (quota_key, bytes) VALUES ('k', -1000000)",
+    "DELETE FROM harvest.quota_ended_bytes",
+    "UPDATE harvest.quota_ended_bytes SET bytes = 0",
+    "TRUNCATE harvest.quota_ended_bytes",
+    "SELECT harvest._fold_quota_bytes(ARRAY['k'])",
+    "SELECT harvest._start_queue('wf')",
+    "SELECT * FROM harvest._count_concurrency_keys(NULL, NULL)",
+    "SELECT harvest._current_cross_shard_run(%(e)s)",
 ]
 
 

@@ -446,3 +446,33 @@ def test_a_dag_pause_over_http_with_a_shard_not_reached_prints_the_others_and_ex
     assert [(r["shard_id"], r["changed"]) for r in printed["shards"]] == [(0, True), (2, True)]
     assert unpaused.exit_code == 1, (unpaused.stdout, unpaused.stderr)
     assert "shard(s) 1 could not be reached and were not unpaused" in unpaused.stderr, unpaused.stderr
+
+
+def test_a_shard_whose_write_fails_in_the_databases_own_words_is_named_beside_the_others(
+    shards, served
+) -> None:
+    """A shard behind on its schema (the settings function missing there: SQLSTATE 42883, no
+    Harvest code) failed the write with a database error that is no HarvestError: the route
+    answered that error alone (a 503 saying to migrate), the settings laid on shards 0 and 1
+    unsaid, as before refusals were kept apart. It is that shard's outcome like any refusal:
+    the others said, status partial, its error in shard_errors; the CLI names it, over HTTP as
+    over SQL."""
+    with shards.connect(2) as conn:
+        for (signature,) in conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname = 'set_retention'"
+            " AND p.pronamespace = 'harvest'::regnamespace"
+        ).fetchall():
+            conn.execute(f"DROP FUNCTION {signature}")
+    status, answer = _api("/admin/retention/settings", {"max_age": "7 days"})
+    assert status == 200 and answer["status"] == "partial", (status, answer)
+    assert [r["shard_id"] for r in answer["shards"]] == [0, 1]
+    [error] = answer["shard_errors"]
+    assert (error["shard_id"], error["error"], error["code"]) == (2, "refused", "schema_mismatch"), error
+    assert "harvest migrate run" in error["message"], error
+    web = _run(["--base-url", BASE, "--output", "json", "retention", "set", "--max-age", "7 days"], {})
+    assert web.exit_code == 1 and "shard 2: " in web.stderr, web.stderr
+    assert "harvest migrate run" in web.stderr, web.stderr
+    assert [r["shard_id"] for r in json.loads(web.stdout)["shards"]] == [0, 1]
+    sql = _run(["--output", "json", "retention", "set", "--max-age", "7 days"], _shard_env(shards))
+    assert (sql.stderr, sql.exit_code) == (web.stderr, web.exit_code)
+    assert _timeless(sql.stdout) == _timeless(web.stdout)

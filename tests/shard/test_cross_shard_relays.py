@@ -289,3 +289,31 @@ def test_merge_outcomes() -> None:
     assert merge_outcomes({0: a, 1: ended}, (0, 1, 2)) is None, "a terminal answer needs every shard"
     assert merge_outcomes({0: a, 1: ended, 2: a}, (0, 1, 2)) == ended
     assert merge_outcomes({0: a, 1: a, 2: a}, (0, 1, 2))["outcome"] == "not_found"
+
+
+def test_a_target_shards_database_error_is_kept_as_its_first_line_not_its_detail(shards) -> None:
+    """A relay the target shard failed with a database error of no Harvest code was released
+    with ``TypeName: str(exc)``: psycopg's whole text, its DETAIL included (the values a
+    constraint or a JSON parse quotes: a payload's), into the source shard's relays.last_error
+    (every reader's to SELECT) and the pump's log line. It is now the server's first line and
+    its SQLSTATE (harvest.db.connection.error_line), redacted, as every other database error
+    a log line carries."""
+    enable_cross_shard_relays(shards)
+    with shards.connect(1) as conn:
+        for args, returns in conn.execute(
+            "SELECT pg_get_function_arguments(p.oid), pg_get_function_result(p.oid) FROM pg_proc p"
+            " WHERE p.proname = 'deliver_external_relay' AND p.pronamespace = 'harvest'::regnamespace"
+        ).fetchall():
+            conn.execute(
+                f"CREATE OR REPLACE FUNCTION harvest.deliver_external_relay({args}) RETURNS {returns}"
+                " LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'delivery failed for the test'"
+                " USING ERRCODE = '22023', DETAIL = 'card 4111-1111-1111-1111'; END $$"
+            )
+    with shard_workers(app, shards, (0,)), clients(shards) as c:
+        target = c[1].start_workflow(collector, 1)
+        c[0].start_workflow(sender, {"execution_id": target.execution_id}, ["x"])
+        [released] = wait_for(
+            lambda: [r for r in remote_relays(shards, 0) if r[4]], what="the relay released with its error"
+        )
+    assert "4111" not in released[4], released[4]
+    assert "delivery failed for the test" in released[4] and "22023" in released[4], released[4]

@@ -483,6 +483,13 @@ def test_each_new_route_refuses_a_scope_below_its_own(db: str, tokens: dict[str,
         ("POST", "/admin/retention/settings", {"max_age": "off"}, "admin"),
         ("GET", "/admin/queues/scaling", None, "admin"),
         ("POST", "/admin/shards/3/release-owed-ends", {"dry_run": True}, "admin"),
+        # (Stop 57: the activity rate limits over HTTP, and the writes on every shard that now
+        # answer each shard's refusal apart: an admin's, as the throttles' and the sweep's.)
+        ("GET", "/admin/rate-limits/x", None, "admin"),
+        ("POST", "/admin/rate-limits/x/override", {"rps": 1}, "admin"),
+        ("DELETE", "/admin/rate-limits/x/override", None, "admin"),
+        ("POST", "/workers/nobody/drain", {}, "admin"),
+        ("POST", "/admin/retention/run-now", {"dry_run": True}, "admin"),
     ]
     below = {"operate": "read", "admin": "operate"}
     with api_client(db, profile="production") as api:

@@ -191,11 +191,12 @@ def create_workflow(
     timing = _spec_options(cron, every, tz)
     if not timing:
         raise click.UsageError("give --cron or --every")
+    run_input = _input(input_json, input_file)  # read before connecting: a bad file holds no connection
     with _schedule_api(database_url, name, None, read_only=False) as sql:
         data = sql.create_schedule(
             name,
             workflow_name or name,
-            input=_input(input_json, input_file),
+            input=run_input,
             max_active_runs=max_active_runs,
             overlap=overlap,
             jitter_secs=parse_duration(jitter, "--jitter"),

@@ -25,6 +25,7 @@ from harvest.cli.output import cli_config, cli_dsn, emit, sql_api
 from harvest.cli.output import selected as http_selected
 from harvest.config import Config, shard_pools, shards_configured
 from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, WrongShard
+from harvest.db.connection import DatabaseError, database_refusal
 from harvest.db.sqlapi import SqlApi, translated_errors
 from harvest.shard.fanout import PARTIAL, UNAVAILABLE, FanOut, Merged, ShardReads, fan_out, is_shard_failure
 
@@ -180,13 +181,21 @@ class _Refusal:
 
 
 def _refusal_kept(read: Callable[[Any], Any], api: Any) -> Any:
-    """``read(api)``, a refusal (a HarvestError that is not an outage) answered as a value."""
+    """``read(api)``, a refusal (a HarvestError that is not an outage, or a database error:
+    :func:`_as_refusal`) answered as a value."""
     try:
         return read(api)
-    except HarvestError as exc:
+    except (HarvestError, DatabaseError) as exc:
         if is_shard_failure(exc):
             raise
-        return _Refusal(exc)
+        return _Refusal(_as_refusal(exc))
+
+
+def _as_refusal(exc: HarvestError | DatabaseError) -> HarvestError:
+    """A shard's refusal as a HarvestError: a database error with no Harvest class (that shard's
+    schema behind: the function missing there) as the management API answers it, so one shard's
+    is never the whole command's (harvest.db.connection.database_refusal)."""
+    return exc if isinstance(exc, HarvestError) else database_refusal(exc)
 
 
 def _require_some(status: str, unavailable: list[int]) -> None:
@@ -380,8 +389,8 @@ def in_turn(apis: Mapping[int, Any], shards: Iterable[int], call: Callable[[int,
     for shard in shards:
         try:
             fan = fan_out(apis, functools.partial(call, shard), shards=[shard], concurrent=False)
-        except HarvestError as exc:
-            done.refused.append((shard, exc))
+        except (HarvestError, DatabaseError) as exc:
+            done.refused.append((shard, _as_refusal(exc)))
             continue
         done.results.update(fan.results)
         done.unavailable.extend(fan.unavailable_shards)

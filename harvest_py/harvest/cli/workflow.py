@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 import sys
 from datetime import datetime
-from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote
 
@@ -67,20 +69,62 @@ def loads_json_option(text: str, what: str) -> Any:
         raise InvalidArgument(f"--{what}: not valid JSON ({exc})") from None
 
 
+# The most a --X-file (or stdin) is read: the HTTP API's request body limit
+# (harvest.web.routes.MAX_BODY_BYTES), so no value the CLI sends could be larger than a request
+# carries, and a path with no end (/dev/zero, a stream) is refused, not read into memory for ever.
+MAX_JSON_FILE_BYTES = 64 * 1024 * 1024
+
+
+def _read_json_file(path: str, what: str) -> str:
+    """The text of --``what``-file ``path`` (- for stdin), at most MAX_JSON_FILE_BYTES, UTF-8;
+    anything else one InvalidArgument naming the option and the path."""
+    name = f"--{what}-file {path}"
+    limit = MAX_JSON_FILE_BYTES
+    try:
+        raw: bytes | None
+        if path == "-":
+            stdin = sys.stdin
+            raw = stdin.buffer.read(limit + 1) if hasattr(stdin, "buffer") else stdin.read(limit + 1).encode()
+        else:
+            raw = _read_path(path, limit)
+    except OSError as exc:
+        raise InvalidArgument(f"{name}: {exc.strerror or exc}") from None
+    if raw is None or len(raw) > limit:
+        raise InvalidArgument(f"{name}: larger than {limit} bytes (the most one request can carry)")
+    if not raw.strip():
+        # (Also a FIFO no one writes to: see _read_path.)
+        raise InvalidArgument(f"{name}: empty: no JSON value in it")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        why = f"not UTF-8 text (byte {exc.start}: {exc.reason}); JSON is UTF-8"
+        raise InvalidArgument(f"{name}: {why}") from None
+
+
+def _read_path(path: str, limit: int) -> bytes | None:
+    """At most ``limit`` + 1 bytes of ``path`` (None: a file larger than ``limit``, unread).
+    Opened non-blocking: a FIFO's open for reading otherwise waits for a writer, for ever when
+    there is none; so it opens at once and, with no writer, reads as empty. A pipe with its
+    writer (`--input-file <(...)`, /dev/fd/N) is then read, blocking, to its end. A directory
+    is refused before any read."""
+    nonblock = getattr(os, "O_NONBLOCK", 0)  # (none on Windows, which has no FIFOs to open)
+    fd = os.open(path, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            return None  # refused by its size, unread
+        if nonblock:
+            os.set_blocking(fd, True)
+        return f.read(limit + 1)
+
+
 def read_json_option(inline: str | None, path: str | None, what: str) -> Any:
     """--X-json TEXT or --X-file PATH (- for stdin); a parse error names the option."""
     if inline is not None and path is not None:
         raise InvalidArgument(f"give --{what}-json or --{what}-file, not both")
-    text = inline
-    if path is not None:
-        try:
-            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InvalidArgument(f"--{what}-file {path}: {exc.strerror}") from None
-        except UnicodeDecodeError as exc:
-            raise InvalidArgument(
-                f"--{what}-file {path}: not UTF-8 text (byte {exc.start}: {exc.reason}); JSON is UTF-8"
-            ) from None
+    text = inline if path is None else _read_json_file(path, what)
     if text is None:
         return None
     # (The error names the option that was given: --input-json, or --input-file and its path.)

@@ -26,6 +26,7 @@ from harvest.core.errors import (
     ConfigError,
     ConnectionRejected,
     DatabaseUnavailable,
+    HarvestError,
     InvalidArgument,
     SchemaMismatch,
     from_database_error,
@@ -248,6 +249,32 @@ def database_error_message(exc: psycopg.Error) -> tuple[str, int]:
     if schema_missing(exc):  # the server's line alone ('schema "harvest" does not exist') said no remedy
         return f"{line}: the database is not migrated to this Harvest; run `harvest migrate run` on it", 1
     return line, InvalidArgument.exit_code if invalid_input(exc) else 1
+
+
+def database_refusal(exc: psycopg.Error) -> HarvestError:
+    """A database error as the HarvestError its answer is, for a write on every shard that
+    keeps each shard's refusal apart (harvest.web.routes.refusals_apart, harvest.cli.shards):
+    a Harvest SQLSTATE's class; Harvest's schema missing or behind, SchemaMismatch; a value the
+    server refused, InvalidArgument; else a HarvestError. Its message is
+    :func:`database_error_message`'s one line (the server's first, never its DETAIL), the one
+    the management API and the CLI answer such an error with; so are its status and exit code."""
+    mapped = from_database_error(exc)
+    if mapped is not None:
+        return mapped
+    message, _ = database_error_message(exc)
+    if schema_missing(exc):
+        return SchemaMismatch(message)
+    return InvalidArgument(message) if invalid_input(exc) else HarvestError(message)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why a shard did not take a cross-shard relay or a child's step, for the source row's
+    last_error (every reader's to SELECT) and the pump's log line (harvest.shard.relay_pump,
+    harvest.shard.children): Harvest's own message, else :func:`error_line` (a database error's
+    first line and SQLSTATE, never its DETAIL or CONTEXT, which quote values: a payload's),
+    redacted."""
+    text = str(exc) if isinstance(exc, HarvestError) else error_line(exc)
+    return f"{type(exc).__name__}: {redact(text)}"
 
 
 def error_line(exc: BaseException) -> str:

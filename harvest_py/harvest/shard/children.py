@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import HarvestError, InvalidArgument, ShardUnavailable
+from harvest.db.connection import failure_reason
 from harvest.shard.router import ShardRouter, rendezvous
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ async def drive_children(
             report.unavailable.setdefault(exc.shard, exc.reason)
             step = ("release", f"shard {exc.shard}: {exc.reason}")
         except Exception as exc:  # refused there (or not there: NotFound): kept, retried with a backoff
-            step = ("release", f"shard {target}: {type(exc).__name__}: {exc}")
+            step = ("release", f"shard {target}: {failure_reason(exc)}")
         try:
             await _report(pools, source, row, step, report)
         except ShardUnavailable:

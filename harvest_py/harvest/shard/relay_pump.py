@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from harvest.core.errors import ExecutionMigrated, HarvestError, ShardUnavailable
+from harvest.db.connection import failure_reason
 from harvest.shard.pools import AsyncShardPools
 
 __all__ = ["PumpReport", "RelayPump", "merge_outcomes"]
@@ -201,7 +202,7 @@ class RelayPump:
                 report.unavailable.setdefault(shard, exc.reason)
                 missing[shard] = exc.reason
             except Exception as exc:  # refused there (a payload over its limit, ...): retried later
-                missing[shard] = f"{type(exc).__name__}: {exc}"
+                missing[shard] = failure_reason(exc)
         final = merge_outcomes(answers, expected)
         if final is not None and final["outcome"] not in _FINAL:
             return None, f"shard answered {final['outcome']!r}"
@@ -241,7 +242,7 @@ class RelayPump:
             report.by_id_indeterminate[key] = report.by_id_indeterminate.get(key, 0) + 1
             return None, f"shard {exc.shard}: {exc.reason}"
         except Exception as exc:  # refused there (a payload over its limit, a move not active yet): retried
-            return None, f"{type(exc).__name__}: {exc}"
+            return None, failure_reason(exc)
         if answer["outcome"] not in _FINAL:
             return None, f"shard answered {answer['outcome']!r}"
         return answer, ""

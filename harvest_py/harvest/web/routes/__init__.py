@@ -398,18 +398,22 @@ class _Refused:
 
 def refusals_apart(fn: Callable[[Any], Awaitable[Any]], sharded: bool) -> Callable[[Any], Awaitable[Any]]:
     """``fn`` for a write on every shard, a shard's refusal (a HarvestError that is not an
-    outage) kept as that shard's answer for :meth:`ShardWrites.of`, so it cannot stop the
-    fan-out as the whole answer. One database (not ``sharded``): its own error, raised."""
+    outage, or a database error: harvest.db.connection.database_refusal) kept as that shard's
+    answer for :meth:`ShardWrites.of`, so it cannot stop the fan-out as the whole answer. One
+    database (not ``sharded``): its own error, raised."""
     from harvest.core.errors import HarvestError
+    from harvest.db.connection import DatabaseError, database_refusal
     from harvest.shard.fanout import is_shard_failure
 
     async def guarded(api: Any) -> Any:
         try:
             return await fn(api)
-        except HarvestError as exc:
+        except (HarvestError, DatabaseError) as exc:
             if not sharded or is_shard_failure(exc):
                 raise
-            return _Refused(exc)
+            # A database error with no Harvest class (that shard's schema behind: the function
+            # missing there) is that shard's refusal too, not the whole answer.
+            return _Refused(exc if isinstance(exc, HarvestError) else database_refusal(exc))
 
     return guarded
 

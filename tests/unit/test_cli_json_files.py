@@ -1,0 +1,123 @@
+"""A --*-file JSON option given a path that is no JSON file (a directory, a FIFO no one writes,
+/dev/zero, a file larger than any request could carry): one `error:` line naming the option
+and its path, exit 2, before any connection, never a hang, a traceback or a read without end
+(cli.workflow.read_json_option)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harvest.cli import workflow as cli_workflow
+from harvest.cli.main import main
+
+NOWHERE = "postgresql://127.0.0.1:1/none"  # never reached: the file is read first
+
+# (command, option): the JSON file options the last session added, and workflow start's.
+COMMANDS = [
+    (["workflow", "start", "wf"], "--input-file"),
+    (["schedule", "create-workflow", "--name", "s", "--every", "1h"], "--input-file"),
+    (["schedule", "update", "s"], "--input-file"),
+    (["activity", "heartbeat", "hv_task_token"], "--details-file"),
+]
+
+
+def _invoke(args: list[str], option: str, path: str) -> tuple[int, str, BaseException | None]:
+    result = CliRunner().invoke(main, [*args, option, path, "--database-url", NOWHERE])
+    return result.exit_code, result.output, result.exception
+
+
+def _one_error_line(code: int, output: str, exc: BaseException | None, option: str, path: str) -> str:
+    assert isinstance(exc, SystemExit | None), repr(exc)
+    assert code == 2, (code, output)
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {option} {path}: "), output
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "option"), COMMANDS)
+def test_a_directory_is_one_line(tmp_path: Path, args: list[str], option: str) -> None:
+    line = _one_error_line(*_invoke(args, option, str(tmp_path)), option, str(tmp_path))
+    assert "directory" in line.lower(), line
+
+
+@pytest.mark.parametrize(("args", "option"), COMMANDS)
+def test_dev_zero_is_refused_as_too_large_not_read_without_end(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], option: str
+) -> None:
+    """/dev/zero has no end: the read was Path.read_text, unbounded (memory until the OOM killer).
+    The bound is lowered here so the test reads little; the refusal names it."""
+    monkeypatch.setattr(cli_workflow, "MAX_JSON_FILE_BYTES", 1024)
+    line = _one_error_line(*_invoke(args, option, "/dev/zero"), option, "/dev/zero")
+    assert "larger than 1024 bytes" in line, line
+
+
+def test_a_file_over_the_bound_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_workflow, "MAX_JSON_FILE_BYTES", 1024)
+    big = tmp_path / "big.json"
+    big.write_text("[" + " " * 2000 + "1]")
+    answer = _invoke(["workflow", "start", "wf"], "--input-file", str(big))
+    line = _one_error_line(*answer, "--input-file", str(big))
+    assert "larger than 1024 bytes" in line, line
+
+
+def test_stdin_is_bounded_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_workflow, "MAX_JSON_FILE_BYTES", 1024)
+    args = ["workflow", "start", "wf", "--input-file", "-", "--database-url", NOWHERE]
+    result = CliRunner().invoke(main, args, input="[" + " " * 2000 + "1]")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().startswith("error: --input-file -: larger than 1024 bytes"), result.output
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode")
+def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_text("{}")
+    secret.chmod(0)
+    line = _one_error_line(
+        *_invoke(["workflow", "start", "wf"], "--input-file", str(secret)), "--input-file", str(secret)
+    )
+    assert "Permission denied" in line, line
+
+
+def test_the_bound_is_the_http_apis_request_body_limit() -> None:
+    """A value larger than the HTTP API takes in a request body could not be sent over HTTP."""
+    from harvest.web.routes import MAX_BODY_BYTES
+
+    assert cli_workflow.MAX_JSON_FILE_BYTES == MAX_BODY_BYTES
+
+
+@pytest.mark.parametrize(("args", "option"), COMMANDS)
+def test_a_fifo_no_one_writes_is_one_line_not_a_hang(tmp_path: Path, args: list[str], option: str) -> None:
+    """open() of a FIFO with no writer blocked for ever. A writer is released after the check
+    (if the command still blocks, it unblocks it and the test fails on the answer, not a hang)."""
+    fifo = tmp_path / "in.json"
+    os.mkfifo(fifo)
+    answer: list[tuple[int, str, BaseException | None]] = []
+    runner = threading.Thread(target=lambda: answer.append(_invoke(args, option, str(fifo))), daemon=True)
+    runner.start()
+    runner.join(timeout=30)
+    hung = runner.is_alive()
+    if hung:  # unblock the open (and its read) so the thread ends
+        with open(fifo, "w") as w:
+            w.write("")
+        runner.join()
+    assert not hung, "the command blocked opening a FIFO no one writes"
+    line = _one_error_line(*answer[0], option, str(fifo))
+    assert "empty" in line or "nothing" in line, line
+
+
+def test_a_fifo_with_a_writer_is_read(tmp_path: Path) -> None:
+    """A pipe a shell hands over (`--input-file <(jq ...)`, /dev/fd/N) is still read: its
+    writer is there, and what it writes is the value."""
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b'{"a": 1}')
+    os.close(write_fd)
+    try:
+        assert cli_workflow.read_json_option(None, f"/dev/fd/{read_fd}", "input") == {"a": 1}
+    finally:
+        os.close(read_fd)
