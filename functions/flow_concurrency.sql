@@ -455,32 +455,42 @@ AS $$
     ) AS v;
 $$;
 
--- The live keyed runs (RUNNING or PAUSED, with a concurrency key), each with its workflow's
--- policy and whether it is in flight: it holds a workflow slot (admitted), or its workflow's
--- on_conflict is cancel_running (latest-wins admits every start, so all its live runs work);
--- else it waits for a slot, pending. The one place that rule lives: the status view
--- (_count_concurrency_keys) counts its keys' runs from it, the metrics sampler its keyed-run
--- totals (metrics.sql), so the sampler's _other sum is the status view's. A SQL function of one
--- SELECT, STABLE, run as invoker: the planner inlines it into each caller's query, so a
--- caller's filter on the key reaches executions_live_concurrency_key as if written there.
-CREATE OR REPLACE FUNCTION harvest._live_keyed_runs()
+-- The live keyed runs (RUNNING or PAUSED, with a concurrency key) of the keys p_keys (NULL: every
+-- key), each with its workflow's policy and whether it is in flight: it holds a workflow slot
+-- (admitted), or its workflow's on_conflict is cancel_running (latest-wins admits every start,
+-- so all its live runs work); else it waits for a slot, pending. The one place that rule lives:
+-- the status view (_count_concurrency_keys) counts its keys' runs from it, the metrics sampler
+-- its keyed-run totals (metrics.sql), so the sampler's _other sum is the status view's. A SQL
+-- function of one SELECT, STABLE, run as invoker: the planner inlines it into each caller's
+-- query, so p_keys (a constant there) reaches executions_live_concurrency_key as if written
+-- there, and picks the slot lookup: for some keys' runs a probe of workflow_slots_pkey a run (a
+-- scalar subquery: never hashed), for every key's one hashed read of the slots (an EXISTS).
+-- (A LEFT JOIN, or an EXISTS, left the choice to the planner's costs, which hashed every slot of
+-- the database for a page of 100 keys: 20,000 slot rows.)
+CREATE OR REPLACE FUNCTION harvest._live_keyed_runs(p_keys text[])
 RETURNS TABLE (concurrency_key text, workflow_name text, policy jsonb, in_flight boolean)
 LANGUAGE sql STABLE
 AS $$
     SELECT
         e.concurrency_key, e.workflow_name, p.policy,
-        s.execution_id IS NOT NULL
-        OR p.policy #>> '{concurrency,on_conflict}' IS NOT DISTINCT FROM 'cancel_running'
+        p.policy #>> '{concurrency,on_conflict}' IS NOT DISTINCT FROM 'cancel_running'
+        OR CASE WHEN p_keys IS NULL
+                THEN EXISTS (SELECT 1 FROM harvest.workflow_slots AS s WHERE s.execution_id = e.id)
+                ELSE (SELECT true FROM harvest.workflow_slots AS s WHERE s.execution_id = e.id) IS NOT NULL
+           END
     FROM harvest.executions AS e
-    LEFT JOIN harvest.workflow_slots AS s ON s.execution_id = e.id
     LEFT JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = e.workflow_name
-    WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL;
+    WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
+      AND (p_keys IS NULL OR e.concurrency_key = ANY (p_keys));
 $$;
 
 -- The counts of list_concurrency_keys, for the keys p_keys (NULL: every key) after p_after_key
 -- (NULL: from the first), in key order: the one place a key's in flight and pending are
--- counted, for the status view and for the metrics sampler's exported keys (metrics.sql).
-CREATE OR REPLACE FUNCTION harvest._count_concurrency_keys(p_keys text[], p_after_key text)
+-- counted, for the status view and for the metrics sampler's exported keys (metrics.sql). With
+-- p_other_runs (the sampler's), the live keyed runs of the keys not in p_keys are counted on the
+-- same pass, as one workflow row with a NULL key, last: the sampler's totals without a second
+-- read of every keyed run.
+CREATE OR REPLACE FUNCTION harvest._count_concurrency_keys(p_keys text[], p_after_key text, p_other_runs boolean)
 RETURNS TABLE (
     key text, task_type text, max_concurrent integer, in_flight bigint, pending bigint, workflows jsonb
 )
@@ -489,6 +499,8 @@ AS $$
 BEGIN
     -- Planned with the values at each call (EXECUTE), never from a cached generic plan: with
     -- `$1 IS NULL OR key = ANY ($1)` unknown, such a plan reads every keyed row whatever the keys.
+    -- (A run is in flight or pending: pending is counted as the rest, as one count of in_flight
+    -- plans the in-flight rule's slot lookup, an EXISTS, once, and two would plan it twice.)
     RETURN QUERY EXECUTE $q$
     WITH activity_keys AS (
         SELECT t.concurrency_key AS key, max(t.concurrency_limit) AS max_concurrent,
@@ -501,27 +513,31 @@ BEGIN
         GROUP BY t.concurrency_key
     ),
     workflow_keys AS (
-        SELECT r.concurrency_key AS key, r.workflow_name,
+        SELECT CASE WHEN $3 AND $1::text[] IS NOT NULL THEN k.key ELSE r.concurrency_key END AS key,
+               r.workflow_name,
                (r.policy #>> '{concurrency,limit}')::integer AS max_concurrent,
                coalesce(r.policy #>> '{concurrency,on_conflict}', 'defer') AS on_conflict,
-               count(*) FILTER (WHERE r.in_flight) AS in_flight,
-               count(*) FILTER (WHERE NOT r.in_flight) AS pending
-        FROM harvest._live_keyed_runs() AS r
-        WHERE ($1::text[] IS NULL OR r.concurrency_key = ANY ($1))
-          AND ($2::text IS NULL OR r.concurrency_key > $2)
-        GROUP BY r.concurrency_key, r.workflow_name, r.policy
+               count(*) AS runs,
+               count(*) FILTER (WHERE r.in_flight) AS in_flight
+        FROM harvest._live_keyed_runs(CASE WHEN $3 THEN NULL ELSE $1::text[] END) AS r
+        -- The keys asked for, joined (hashed) for the other runs' row; a key = ANY ($1) out of
+        -- the WHERE is a linear search of the array for each run.
+        LEFT JOIN (SELECT DISTINCT u.key FROM unnest($1::text[]) AS u (key) WHERE $3) AS k
+          ON k.key = r.concurrency_key
+        WHERE ($2::text IS NULL OR r.concurrency_key > $2)
+        GROUP BY 1, r.workflow_name, r.policy
     )
     SELECT a.key, 'activity'::text, a.max_concurrent, a.in_flight, a.pending, NULL::jsonb
     FROM activity_keys AS a
     UNION ALL
     SELECT w.key, 'workflow'::text, max(w.max_concurrent), sum(w.in_flight)::bigint,
-           sum(w.pending)::bigint,
+           sum(w.runs - w.in_flight)::bigint,
            jsonb_agg(jsonb_build_object('workflow_name', w.workflow_name, 'on_conflict', w.on_conflict)
                      ORDER BY w.workflow_name)
     FROM workflow_keys AS w
     GROUP BY w.key
     ORDER BY 1, 2
-    $q$ USING p_keys, p_after_key;
+    $q$ USING p_keys, p_after_key, p_other_runs;
 END;
 $$;
 
@@ -570,7 +586,7 @@ BEGIN
         ) AS u
         $q$ INTO v_keys USING p_after_key, p_limit;
     END IF;
-    RETURN QUERY SELECT * FROM harvest._count_concurrency_keys(v_keys, p_after_key);
+    RETURN QUERY SELECT * FROM harvest._count_concurrency_keys(v_keys, p_after_key, false);
 END;
 $$;
 

@@ -19,15 +19,17 @@ AS $$
 $$;
 
 -- The busiest p_max_keys of the keys p_keys (NULL: every key), by in flight, then pending, then
--- key and task type, as get_metric_samples exports them; and the sums of the keys counted.
+-- key and task type, as get_metric_samples exports them; and the live keyed runs' in flight and
+-- pending sums over every key: the keys counted and, on the same pass, the others' runs
+-- (_count_concurrency_keys' NULL-key row). (The keyed activities' sums come with the queue depths.)
 CREATE OR REPLACE FUNCTION harvest._busiest_concurrency_keys(
-    p_keys text[], p_max_keys integer, OUT busiest jsonb, OUT in_flight bigint, OUT pending bigint
+    p_keys text[], p_max_keys integer, OUT busiest jsonb, OUT runs_in_flight bigint, OUT runs_pending bigint
 )
 LANGUAGE sql STABLE
 AS $$
     WITH c AS MATERIALIZED (
         SELECT c.key, c.task_type, c.in_flight, c.pending
-        FROM harvest._count_concurrency_keys(p_keys, NULL) AS c
+        FROM harvest._count_concurrency_keys(p_keys, NULL, true) AS c
     )
     SELECT
         (SELECT coalesce(jsonb_agg(jsonb_build_object(
@@ -35,11 +37,12 @@ AS $$
          ) ORDER BY b.in_flight DESC, b.pending DESC, b.key, b.task_type), '[]'::jsonb)
          FROM (
              SELECT c.key, c.task_type, c.in_flight, c.pending FROM c
+             WHERE c.key IS NOT NULL
              ORDER BY c.in_flight DESC, c.pending DESC, c.key, c.task_type
              LIMIT p_max_keys
          ) AS b),
-        coalesce(sum(c.in_flight), 0)::bigint,
-        coalesce(sum(c.pending), 0)::bigint
+        coalesce(sum(c.in_flight) FILTER (WHERE c.task_type = 'workflow'), 0)::bigint,
+        coalesce(sum(c.pending) FILTER (WHERE c.task_type = 'workflow'), 0)::bigint
     FROM c;
 $$;
 
@@ -61,6 +64,8 @@ DECLARE
     v_keys text[];
     v_ranked boolean := false;
     v_concurrency jsonb := '[]';
+    v_runs_in_flight bigint;
+    v_runs_pending bigint;
     v_exported_in_flight bigint;
     v_exported_pending bigint;
 BEGIN
@@ -101,28 +106,25 @@ BEGIN
     -- others' sums, exact: every key's in flight and pending less the exported keys'. Ranking
     -- every key's counts (list_concurrency_keys(NULL)) read each keyed task a second time and
     -- grouped and sorted every key, 100,000 for 100,000 tenants, to keep p_max_keys. A key with
-    -- work in flight outranks every key without, so when the p_max_keys-th busiest has work in
-    -- flight they are all among the keys of the in-flight rows (running keyed activities down
-    -- tasks_concurrency_running, admitted runs' slots, the live runs of a cancel_running
-    -- workflow), and only those keys are counted. That is read while there are at most
-    -- c_max_in_flight_rows of those rows (a fleet's running activities are its workers' slots; a
-    -- run admitted per tenant is a row per tenant): past it, or when the keys in flight are too
-    -- few to rank (the rest rank by pending, which only every key's counts say), every key is
-    -- counted once, and the totals are its sums.
-    -- (The slots first, on their own: a slot per tenant is past the limit without a run read.)
-    -- The runs' arms below are _live_keyed_runs' in-flight rule, one arm per index: filtering
-    -- _live_keyed_runs() on in_flight would read every live keyed run to keep the in-flight ones.
-    IF p_max_keys > 0
-       AND (SELECT count(*) FROM (SELECT 1 FROM harvest.workflow_slots LIMIT c_max_in_flight_rows + 1) AS s)
-           <= c_max_in_flight_rows THEN
+    -- work in flight outranks every key without, so when p_max_keys keys have work in flight the
+    -- busiest are all among them, and only those keys are ranked. They are the keys of the
+    -- in-flight rows: running keyed activities (tasks_concurrency_running), admitted runs' slots
+    -- (the slot holds its run's key, and goes when the run ends), the live runs of a
+    -- cancel_running workflow. That is read while there are at most c_max_in_flight_rows of those
+    -- rows (a fleet's running activities are its workers' slots; a run admitted per tenant is a
+    -- row per tenant): past it, or with fewer than p_max_keys keys in flight (the rest rank by
+    -- pending, which only every key's counts say), every key is counted. Either way the live keyed
+    -- runs are read once, on the pass that counts the keys (_count_concurrency_keys, by
+    -- _live_keyed_runs' in-flight rule), the others' runs summed on it; the keyed activities'
+    -- totals came with the queue depths. The keys found are a superset at most (a key's counts
+    -- are _live_keyed_runs'), never short of a key in flight.
+    IF p_max_keys > 0 THEN
         v_keys := ARRAY(
             SELECT f.key FROM (
                 SELECT t.concurrency_key AS key FROM harvest.tasks AS t
                 WHERE t.status = 'running' AND t.concurrency_key IS NOT NULL AND t.kind = 'activity'
                 UNION ALL
-                SELECT e.concurrency_key FROM harvest.workflow_slots AS s
-                JOIN harvest.executions AS e ON e.id = s.execution_id
-                WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
+                SELECT s.concurrency_key FROM harvest.workflow_slots AS s
                 UNION ALL
                 SELECT e.concurrency_key FROM harvest.flow_policies AS p
                 JOIN harvest.executions AS e ON e.workflow_name = p.name
@@ -132,23 +134,25 @@ BEGIN
             LIMIT c_max_in_flight_rows + 1
         );
         IF cardinality(v_keys) <= c_max_in_flight_rows THEN
-            SELECT b.busiest INTO v_concurrency
-            FROM harvest._busiest_concurrency_keys(ARRAY(SELECT DISTINCT k FROM unnest(v_keys) AS k), p_max_keys) AS b;
-            v_ranked := jsonb_array_length(v_concurrency) = p_max_keys
-                AND (v_concurrency -> (p_max_keys - 1) ->> 'in_flight')::bigint > 0;
+            v_keys := ARRAY(SELECT DISTINCT k FROM unnest(v_keys) AS k);
+            IF cardinality(v_keys) >= p_max_keys THEN
+                SELECT b.busiest, b.runs_in_flight, b.runs_pending INTO v_concurrency, v_runs_in_flight, v_runs_pending
+                FROM harvest._busiest_concurrency_keys(v_keys, p_max_keys) AS b;
+                v_ranked := coalesce((v_concurrency -> (p_max_keys - 1) ->> 'in_flight')::bigint > 0, false);
+            END IF;
         END IF;
     END IF;
     IF p_max_keys > 0 AND NOT v_ranked THEN
-        SELECT b.busiest, b.in_flight, b.pending INTO v_concurrency, v_in_flight, v_pending
+        SELECT b.busiest, b.runs_in_flight, b.runs_pending INTO v_concurrency, v_runs_in_flight, v_runs_pending
         FROM harvest._busiest_concurrency_keys(NULL, p_max_keys) AS b;
-    ELSE
-        -- The keyed runs' totals, by the status view's rule (_live_keyed_runs, flow_concurrency.sql:
-        -- in flight when admitted or under cancel_running); the keyed activities' came with the
-        -- queue depths.
-        SELECT v_in_flight + count(*) FILTER (WHERE r.in_flight), v_pending + count(*) FILTER (WHERE NOT r.in_flight)
-        INTO v_in_flight, v_pending
-        FROM harvest._live_keyed_runs() AS r;
+    ELSIF p_max_keys = 0 THEN
+        -- No key exported: the keyed runs' totals alone, by the status view's rule.
+        SELECT n.in_flight, n.runs - n.in_flight INTO v_runs_in_flight, v_runs_pending
+        FROM (SELECT count(*) FILTER (WHERE r.in_flight) AS in_flight, count(*) AS runs
+              FROM harvest._live_keyed_runs(NULL) AS r) AS n;
     END IF;
+    v_in_flight := v_in_flight + v_runs_in_flight;
+    v_pending := v_pending + v_runs_pending;
     SELECT coalesce(sum((c.value ->> 'in_flight')::bigint), 0), coalesce(sum((c.value ->> 'pending')::bigint), 0)
     INTO v_exported_in_flight, v_exported_pending
     FROM jsonb_array_elements(v_concurrency) AS c;

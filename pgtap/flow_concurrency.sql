@@ -3,7 +3,7 @@
 -- harvest._after_gated_claim, harvest._flow_release, harvest._supersede, harvest._superseded_runs,
 -- harvest._live_keyed_runs, harvest.list_concurrency_keys.
 BEGIN;
-SELECT plan(38);
+SELECT plan(41);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -61,11 +61,18 @@ SELECT is_empty($$SELECT * FROM harvest.list_concurrency_keys('a', 'b', 2)$$,
                 'list_concurrency_keys(): a key at or before p_after_key is not on the page');
 SELECT throws_ok($$SELECT * FROM harvest.list_concurrency_keys(NULL, NULL, 0)$$, 'HR001', NULL,
                  'list_concurrency_keys(): a limit below 1: HR001');
-SELECT results_eq($$SELECT key, in_flight, pending FROM harvest._count_concurrency_keys(ARRAY['d', 'a'], NULL)$$,
+SELECT results_eq($$SELECT key, in_flight, pending FROM harvest._count_concurrency_keys(ARRAY['d', 'a'], NULL, false)$$,
                   $$VALUES ('a'::text, 1::bigint, 1::bigint), ('d', 0, 1)$$,
                   '_count_concurrency_keys(): the counts of the keys asked for, in key order');
-SELECT is_empty($$SELECT * FROM harvest._count_concurrency_keys('{}', NULL)$$,
+SELECT is_empty($$SELECT * FROM harvest._count_concurrency_keys('{}', NULL, false)$$,
                 '_count_concurrency_keys(): no key asked for, none counted');
+SELECT results_eq($$SELECT key, task_type, in_flight, pending FROM harvest._count_concurrency_keys(ARRAY['d', 'a'], NULL, true)$$,
+                  $$VALUES ('a'::text, 'workflow'::text, 1::bigint, 1::bigint), ('d', 'workflow', 0, 1),
+                           (NULL, 'workflow', 0, 2)$$,
+                  '_count_concurrency_keys(p_other_runs): the other keys'' runs on one row with a NULL key, last');
+SELECT results_eq($$SELECT key, task_type, in_flight, pending FROM harvest._count_concurrency_keys('{}', NULL, true)$$,
+                  $$VALUES (NULL::text, 'workflow'::text, 1::bigint, 4::bigint)$$,
+                  '_count_concurrency_keys(no key, p_other_runs): every run on the others'' row');
 SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM d WHERE n = 1), 'x')$$, 'setup: the first run ends');
 SELECT is(harvest._in_flight('workflow', 'a'), 0::bigint, 'the slot returned with the run''s end (_flow_release)');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:01+00';
@@ -111,10 +118,13 @@ SELECT harvest.start_workflow('wf_latest', '[{"t": "z"}]', 'l1', 'lq');
 SELECT harvest.start_workflow('wf_latest', '[{"t": "z"}]', 'l2', 'lq');
 SELECT is((SELECT status FROM harvest.executions WHERE workflow_id = 'l1'), 'CANCELLED', 'cancel_running: the older run is cancelled');
 -- Which live keyed runs are in flight: the admitted (a slot) and cancel_running's; the rest wait.
-SELECT results_eq($$SELECT concurrency_key, workflow_name, in_flight FROM harvest._live_keyed_runs() ORDER BY 1$$,
+SELECT results_eq($$SELECT concurrency_key, workflow_name, in_flight FROM harvest._live_keyed_runs(NULL) ORDER BY 1$$,
                   $$VALUES ('a'::text, 'wf_defer'::text, true), ('b', 'wf_defer', false), ('c', 'wf_defer', false),
                            ('d', 'wf_defer', false), ('z', 'wf_latest', true)$$,
                   '_live_keyed_runs(): in flight when admitted or under cancel_running, else pending');
+SELECT results_eq($$SELECT concurrency_key, workflow_name, in_flight FROM harvest._live_keyed_runs(ARRAY['z', 'a', 'b']) ORDER BY 1$$,
+                  $$VALUES ('a'::text, 'wf_defer'::text, true), ('b', 'wf_defer', false), ('z', 'wf_latest', true)$$,
+                  '_live_keyed_runs(p_keys): the same rule for the runs of the keys asked for alone');
 SELECT is(cardinality(harvest._supersede('wf_latest', 'z', 1, gen_random_uuid())), 1,
           '_supersede() sheds the runs beyond limit - 1');
 -- The tasks_derived_columns trigger (sql/triggers.sql) fills the derived columns for any

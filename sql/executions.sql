@@ -151,11 +151,6 @@ CREATE INDEX executions_live_concurrency_key
 ON harvest.executions (concurrency_key, workflow_name, created_at)
 WHERE status IN ('RUNNING', 'PAUSED') AND concurrency_key IS NOT NULL;
 
--- Quota usage per key: every kept run of a key (the history bytes and dead letters quotas).
-CREATE INDEX executions_quota_key
-ON harvest.executions (quota_key)
-WHERE quota_key IS NOT NULL;
-
 -- Live runs (paused ones too) by quota key: a quota'd start's count of its key's live runs and
 -- the janitor's probe of a key, without reading the key's kept finished runs (migration 0088).
 -- The status set is the one both read: a query's predicate must imply the index's.

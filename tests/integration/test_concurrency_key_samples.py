@@ -278,3 +278,50 @@ def test_a_run_admitted_per_tenant_is_counted_once_a_sample(conn: psycopg.Connec
     ]
     assert samples["other_keys"] == {"in_flight": TENANTS - MAX_KEYS, "pending": TENANTS - MAX_KEYS}
     assert read <= 2 * TENANTS + 100, f"{read} run rows read for {2 * TENANTS} keyed runs"
+
+
+IN_FLIGHT_KEYS = 5_000  # under the 10,000 in-flight rows: the sample ranks from the keys in flight
+MANY_MAX_KEYS = 50  # the sampler's default
+
+
+def test_a_scrape_that_ranks_the_keys_in_flight_reads_each_keyed_run_once(conn: psycopg.Connection) -> None:
+    """5,000 tenant keys, each with a run admitted (a slot) and one deferred, max_keys 50: the
+    sample ranks from the keys in flight. It read the live keyed runs three times (the slots' runs
+    to find the keys in flight, those keys' runs to count them, every run for the totals) and the
+    slots four (their count, and beside each of those reads): 30,007 run rows and 20,006 slot
+    rows. Now each keyed run is read once, with the others' totals on the same pass, and the slots
+    twice (their keys, then the in-flight rule's lookup); the totals stay exact."""
+    conn.execute(
+        "INSERT INTO harvest.flow_policies (kind, name, policy, updated_at) VALUES ('workflow', 'tenant_job',"
+        ' \'{"concurrency": {"key": "input.tenant", "limit": 1, "on_conflict": "defer"}}\', now())'
+    )
+    conn.execute(
+        "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, concurrency_key, created_at)"
+        " SELECT gen_random_uuid(), 'tenant_job', 'job-' || g || '-' || n, 'RUNNING',"
+        " 'tenant:' || lpad(g::text, 6, '0'), '2030-01-01 00:00:00+00'::timestamptz + g * interval '1 second'"
+        " FROM generate_series(1, %s) AS g, generate_series(1, 2) AS n",
+        (IN_FLIGHT_KEYS,),
+    )
+    conn.execute(
+        "INSERT INTO harvest.workflow_slots (execution_id, concurrency_key, workflow_name, admitted_at)"
+        " SELECT e.id, e.concurrency_key, e.workflow_name, e.created_at FROM harvest.executions AS e"
+        " WHERE e.workflow_id LIKE '%%-1'"
+    )
+    conn.execute("VACUUM ANALYZE harvest.executions")
+    conn.execute("VACUUM ANALYZE harvest.workflow_slots")
+    for _ in range(7):  # the custom plans and the generic one
+        with conn.transaction():
+            before = _rows_read(conn, "harvest.executions"), _rows_read(conn, "harvest.workflow_slots")
+            (samples,) = conn.execute("SELECT harvest.get_metric_samples(%s)", (MANY_MAX_KEYS,)).fetchone()
+            runs = _rows_read(conn, "harvest.executions") - before[0]
+            slots = _rows_read(conn, "harvest.workflow_slots") - before[1]
+        assert samples["concurrency"] == [
+            {"key": f"tenant:{g:06d}", "task_type": "workflow", "in_flight": 1, "pending": 1}
+            for g in range(1, MANY_MAX_KEYS + 1)
+        ]
+        assert samples["other_keys"] == {
+            "in_flight": IN_FLIGHT_KEYS - MANY_MAX_KEYS,
+            "pending": IN_FLIGHT_KEYS - MANY_MAX_KEYS,
+        }
+        assert runs <= 2 * IN_FLIGHT_KEYS + 100, f"{runs} run rows read for {2 * IN_FLIGHT_KEYS} keyed runs"
+        assert slots <= 2 * IN_FLIGHT_KEYS + 100, f"{slots} slot rows read for {IN_FLIGHT_KEYS} slots"

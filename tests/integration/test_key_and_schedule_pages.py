@@ -65,6 +65,43 @@ def test_a_page_of_concurrency_keys_reads_a_page_of_them(many_keys: psycopg.Conn
         )
 
 
+def _rows_read(conn: psycopg.Connection, table: str) -> int:
+    """Rows this transaction read from ``table``: its sequential scans' rows and the entries its
+    indexes returned."""
+    (n,) = conn.execute(
+        "SELECT pg_stat_get_xact_tuples_returned(%(t)s::regclass)"
+        " + coalesce((SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid))"
+        "   FROM pg_index AS i WHERE i.indrelid = %(t)s::regclass), 0)",
+        {"t": table},
+    ).fetchone()
+    return int(n)
+
+
+def test_a_page_of_concurrency_keys_reads_the_slots_of_its_runs_only(many_keys: psycopg.Connection) -> None:
+    """Every tenant's run admitted (20,000 slots): a page of 100 keys looks up its runs' slots,
+    where the in-flight rule's LEFT JOIN (harvest._live_keyed_runs) hashed every slot of the
+    database for each page (20,000 slot rows)."""
+    conn = many_keys
+    conn.execute(
+        "INSERT INTO harvest.workflow_slots (execution_id, concurrency_key, workflow_name, admitted_at)"
+        " SELECT e.id, e.concurrency_key, e.workflow_name, e.created_at FROM harvest.executions AS e"
+    )
+    conn.execute("VACUUM ANALYZE harvest.workflow_slots")
+    page = 100
+    for after in (None, "tenant:015000"):
+        with conn.transaction():
+            before = _rows_read(conn, "harvest.workflow_slots")
+            params = sqlapi.list_concurrency_keys(None, after, page)
+            rows = conn.execute(sqlapi.CONCURRENCY_STATUS, params).fetchall()
+            read = _rows_read(conn, "harvest.workflow_slots") - before
+        first = 1 if after is None else 15_001
+        workflow_rows = [r for r in rows if r[1] == "workflow"]
+        assert [(r[0], r[3], r[4]) for r in workflow_rows] == [
+            (f"tenant:{g:06d}", 1, 0) for g in range(first, first + page)
+        ]
+        assert read <= 2 * page + 10, f"{read} slot rows read for a page of {page} keys after {after}"
+
+
 def test_a_page_of_schedules_reads_a_page_of_them(conn: psycopg.Connection) -> None:
     """The first page, a page far down the names and a page of paused ones each touch a few
     buffers a schedule, not every schedule."""

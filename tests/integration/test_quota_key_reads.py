@@ -113,3 +113,16 @@ def test_the_in_use_probe_of_a_quota_key_reads_no_finished_run(
     plan = _explain(conn, IN_USE, plan_cache_mode, f"'quota', '{key}'")
     _assert_reads_only_live_runs(plan, 1)  # EXISTS stops at the first live run
     assert conn.execute("SELECT harvest._flow_key_in_use('quota', %s)", (key,)).fetchone() == (key == "acme",)
+
+
+def test_no_index_holds_a_quota_keys_finished_runs(conn: psycopg.Connection) -> None:
+    """executions_quota_key held (quota_key) for every kept run with a key, and had no reader
+    since the quotas read live runs only (migration 0088), ended runs' bytes from
+    quota_ended_bytes (0103) and dead letters by their own key (0106): every quota'd start wrote
+    an entry in it for nothing. The live runs' index is the one index of executions on the key."""
+    rows = conn.execute(
+        "SELECT i.indexrelid::regclass::text FROM pg_index AS i"
+        " JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)"
+        " WHERE i.indrelid = 'harvest.executions'::regclass AND a.attname = 'quota_key' ORDER BY 1"
+    ).fetchall()
+    assert rows == [("harvest.executions_live_quota_key",)]
