@@ -1,5 +1,5 @@
 -- harvest:no-transaction
--- 0109: an index nothing reads, and three internal functions whose arguments changed.
+-- 0107: an index nothing reads, and three internal functions whose arguments changed.
 --
 -- executions_quota_key, (quota_key) over every kept run with a key, lost its last reader when
 -- the quotas came to read live runs only (migration 0088: executions_live_quota_key), ended
