@@ -126,7 +126,7 @@ class HarvestState:
                             if migrated and self.max_payload_bytes is None:
                                 self.max_payload_bytes = await sql.payload_limit()
                     except Exception as exc:  # a shard down at boot is named, not fatal
-                        log.warning("harvest: shard %s not reachable at startup: %s", shard, exc)
+                        log.warning("harvest: shard %s %s", shard, _boot_failure(exc, self.pools, shard))
             else:
                 if not self.dsn:
                     self.dsn = database_url(None, self.config)
@@ -167,6 +167,24 @@ class HarvestState:
             if self.pool is not None:
                 await self.pool.close()
         self.opened = False
+
+
+def _boot_failure(exc: BaseException, pools: Any, shard: int) -> str:
+    """Why a shard failed the boot's read, for its log line: "unreachable" (an outage, which may
+    pass) or "refused" (the database's answer: a login refused, a privilege, a schema), then
+    :func:`harvest.db.connection.failure_reason`'s one line (a database error's first line and
+    SQLSTATE, never its DETAIL or CONTEXT, which quote values; libpq's prefix naming the host
+    cut), without the shard DSN's password."""
+    from harvest.db.connection import failure_reason, is_permanent, redact
+    from harvest.shard.fanout import is_shard_failure
+
+    kind = "unreachable" if is_shard_failure(exc) and not is_permanent(exc) else "refused"
+    try:
+        dsn = pools.dsn(shard)
+    except Exception:  # (a shard without a DSN: nothing of it to mask)
+        dsn = None
+    reason = redact(failure_reason(exc), dsn).splitlines()
+    return f"{kind} at startup: {reason[0] if reason else type(exc).__name__}"
 
 
 async def _warn_if_not_migrated(sql: AsyncSqlApi, what: str) -> bool:
