@@ -19,7 +19,8 @@ import pytest
 from harvest.config import load_config
 from harvest.core.errors import ShardUnavailable
 from harvest.shard.router import ShardRouter
-from harvest.web.app import HarvestState
+from harvest.web import app as web_app
+from harvest.web.app import HarvestState, management_app
 from harvest.web.auth import DevAuthorizer
 
 PASSWORD = "hunter2-boot-secret"
@@ -81,3 +82,30 @@ def test_a_shard_failing_at_boot_is_named_with_its_kind_and_first_line_redacted(
     (down,) = by_shard[2]
     assert down.startswith("harvest: shard 2 unreachable at startup: ShardUnavailable: shard 2 is"), said
     assert state.opened  # a shard down at boot is named, not fatal
+
+
+def test_one_database_failing_at_boot_is_logged_the_same_way(
+    db: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-database boot logged the raw error as well ("could not open its database at
+    startup: <error>"): the same kind and one redacted line now."""
+    from starlette.testclient import TestClient
+
+    error = _database_error(db)
+
+    async def refused(*_args: object) -> bool:
+        raise error
+
+    monkeypatch.setattr(web_app, "_warn_if_not_migrated", refused)
+    app = management_app(dsn=f"{db} password={PASSWORD}", config=load_config(env={}), profile="dev")
+    with caplog.at_level(logging.WARNING, logger="harvest.web"), TestClient(app):
+        pass
+    lines = [
+        r.getMessage() for r in caplog.records if r.name == "harvest.web" and "at startup" in r.getMessage()
+    ]
+    said = "\n".join(lines)
+    assert len(lines) == 1 and PASSWORD not in said and "DETAIL-MARKER" not in said, said
+    assert lines[0].startswith(
+        "harvest: the management API's database refused at startup: InsufficientPrivilege"
+    )
+    assert lines[0].endswith("(SQLSTATE 42501)"), said
