@@ -79,7 +79,9 @@ $$;
 -- takes only the rows it can lock at once (SKIP LOCKED): two folds of a key split its rows, neither
 -- waits, and neither can join a deadlock. Only at READ COMMITTED: in a REPEATABLE READ or
 -- SERIALIZABLE transaction a row another fold deleted after the snapshot would fail the delete
--- (40001), a failure the check did not have; such a start reads the rows as they are.
+-- (40001), a failure the check did not have; such a start reads the rows as they are. A key
+-- whose starts all run so is folded by the janitor's round instead (retention.sql,
+-- prune_flow_keys), or its rows would grow by one per ended run.
 CREATE OR REPLACE FUNCTION harvest._fold_quota_bytes(p_keys text[])
 RETURNS void
 LANGUAGE plpgsql

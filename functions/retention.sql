@@ -409,9 +409,23 @@ DECLARE
     v_kinds text[];
     v_keys text[];
     v_deleted bigint;
+    v_unfolded text[];
 BEGIN
     IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
         RAISE EXCEPTION 'flow key batch size % is out of range 1..10000', p_batch_size USING ERRCODE = 'HR001';
+    END IF;
+    -- The max_history_bytes quota's ended bytes (harvest.quota_ended_bytes) of up to
+    -- p_batch_size keys with more than one row, folded into one a key. A key's starts fold its
+    -- rows, but at READ COMMITTED only (_fold_quota_bytes, functions/flow_quotas.sql): a key whose
+    -- every start runs inside the caller's REPEATABLE READ or SERIALIZABLE transaction kept a row
+    -- per ended run, and its check read them all. The janitor's session is READ COMMITTED; the
+    -- fold keeps every total and takes only the rows it can lock at once (SKIP LOCKED), so no
+    -- close, start or purge waits for it, nor it for them. (One pass over the table: a row a key
+    -- once folded.)
+    v_unfolded := ARRAY(SELECT b.quota_key FROM harvest.quota_ended_bytes AS b
+                        GROUP BY b.quota_key HAVING count(*) > 1 LIMIT p_batch_size);
+    IF cardinality(v_unfolded) > 0 THEN
+        PERFORM harvest._fold_quota_bytes(v_unfolded);
     END IF;
     -- The age of the oldest snapshot of another login's session of this database (ages are
     -- stable within a transaction; another database's sessions start nothing here, nor does
@@ -513,5 +527,6 @@ COMMENT ON FUNCTION harvest.prune_workers IS
 ' {deleted, cutoff, worker_max_age}. Run by the retention janitor (role harvest_admin).';
 COMMENT ON FUNCTION harvest.prune_flow_keys IS
 'Delete up to p_batch_size (1..10000, default 500) rows of harvest.flow_keys that no start needs: not locked, last '
-'written before every open snapshot, and no live run with the key. Returns {deleted}. Called by the retention '
-'janitor on every round (role harvest_admin).';
+'written before every open snapshot, and no live run with the key; and fold the max_history_bytes quota''s '
+'ended-bytes rows of up to p_batch_size keys with more than one into one a key (their sum kept). Returns '
+'{deleted}. Called by the retention janitor on every round (role harvest_admin).';

@@ -1,9 +1,10 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, _retention_keeps,
 -- release_owed_child_ends, _owed_child_ends,
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
--- _interval_text, _ago, _retention_cutoff; prune_flow_keys, _flow_key_in_use.
+-- _interval_text, _ago, _retention_cutoff; prune_flow_keys (and its fold of quota_ended_bytes),
+-- _flow_key_in_use.
 BEGIN;
-SELECT plan(66);
+SELECT plan(68);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -218,6 +219,20 @@ INSERT INTO harvest.flow_keys (kind, key) VALUES ('quota', 'after');
 SELECT is(harvest.prune_flow_keys(1) ->> 'deleted', '1', 'prune_flow_keys(1): a key in use takes no room in the batch');
 SELECT throws_ok($$SELECT harvest.prune_flow_keys(10001)$$, 'HR001', NULL,
                  'prune_flow_keys(): a batch size out of 1..10000 is refused');
+-- A round also folds the max_history_bytes quota's ended-bytes rows of up to p_batch_size keys
+-- with more than one (a key whose starts all run at REPEATABLE READ never folds them itself):
+-- each key's total kept, a key summing to 0 gone.
+INSERT INTO harvest.quota_ended_bytes (quota_key, bytes)
+VALUES ('fold-a', 5), ('fold-a', 7), ('fold-a', -2), ('fold-b', 3), ('fold-c', 4), ('fold-c', -4);
+SELECT harvest.prune_flow_keys();
+SELECT results_eq($$SELECT quota_key, sum(bytes)::bigint, count(*) FROM harvest.quota_ended_bytes
+                    WHERE quota_key LIKE 'fold-%' GROUP BY quota_key ORDER BY quota_key$$,
+                  $$VALUES ('fold-a'::text, 10::bigint, 1::bigint), ('fold-b', 3, 1)$$,
+                  'prune_flow_keys(): each key''s ended-bytes rows folded into one, their sum kept');
+INSERT INTO harvest.quota_ended_bytes (quota_key, bytes) VALUES ('fold-d', 1), ('fold-d', 1), ('fold-e', 1), ('fold-e', 1);
+SELECT harvest.prune_flow_keys(1);
+SELECT is((SELECT count(*) FROM harvest.quota_ended_bytes WHERE quota_key IN ('fold-d', 'fold-e')), 3::bigint,
+          'prune_flow_keys(1): one key folded a round');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -40,8 +40,9 @@ CREATE TABLE harvest.flow_keys (
 -- so its bytes are written once, by the triggers of the transaction that ends, moves or deletes
 -- the run (sql/triggers.sql, executions_quota_bytes*): a row each, added, never updated, so two
 -- closes of one key, or of two keys in either order, never wait for each other. A key's rows are
--- folded into one (_fold_quota_bytes) by its next quota'd start and by the delete that spends
--- them. No primary key: a key has a few rows between folds, found by the index (migration 0103).
+-- folded into one (_fold_quota_bytes) by its next quota'd start (at READ COMMITTED), by the
+-- delete that spends them, and by the janitor's round (functions/retention.sql,
+-- prune_flow_keys). No primary key: a key has a few rows between folds, found by the index (migration 0103).
 CREATE TABLE harvest.quota_ended_bytes (
     quota_key text NOT NULL,
     bytes bigint NOT NULL

@@ -107,6 +107,39 @@ def test_replay_of_a_file_that_is_not_a_history_is_one_line(tmp_path: Path, cont
     assert "not a Harvest history" in line and "a JSON list of events" in line
 
 
+def test_replay_of_a_path_with_no_writer_is_one_line_not_a_wait(tmp_path: Path) -> None:
+    """`harvest replay` read its file with Path.read_text(): a FIFO nobody writes to blocked its
+    open for ever (and /dev/zero would be read into memory until the process died). Opened
+    non-blocking as the --*-file options are, it reads as empty: one line, exit 2."""
+    (tmp_path / "replay_app.py").write_text("from harvest import App\napp = App()\n")
+    fifo = tmp_path / "history.pipe"
+    os.mkfifo(fifo)
+    r = run("replay", "--app", "replay_app:app", "--json-path", str(fifo), cwd=tmp_path, timeout=60)
+    assert r.returncode == 2
+    assert one_error_line(r) == f"error: {fifo}: empty: no JSON value in it"
+
+
+def test_replay_of_a_file_past_its_bound_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A history file larger than MAX_HISTORY_FILE_BYTES is refused by its size, before any
+    read: one line naming the bound, exit 2 (here with the bound lowered to 1,000 bytes; the
+    real one is 1 GiB: docs/versioning.md says why not the 64 MiB of a --*-file option)."""
+    from harvest.cli import replay as replay_cli
+
+    (tmp_path / "replay_bound_app.py").write_text("from harvest import App\napp = App()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(replay_cli, "MAX_HISTORY_FILE_BYTES", 1_000, raising=False)
+    started = {"workflow_name": "flow", "workflow_id": "f", "input": ["x" * 2_000], "task_queue": "default"}
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps([{"event_id": 1, "event_type": "WorkflowStarted", "event_data": started}]))
+    r = invoke("replay", "--app", "replay_bound_app:app", "--json-path", str(path))
+    assert isinstance(r.exception, SystemExit | None), repr(r.exception)
+    assert r.exit_code == 2, (r.exit_code, r.stdout, r.stderr)
+    assert r.stderr.strip().startswith(f"error: {path}: larger than 1000 bytes"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_replay_of_a_batch_for_a_workflow_the_app_does_not_have_fails(tmp_path: Path) -> None:
     """`harvest replay --workflow NAME` of an export batch kept the exports of NAME and replayed
     them: a NAME the App does not register (a typo) kept none, and the gate passed, exit 0,

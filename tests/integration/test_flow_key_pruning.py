@@ -104,6 +104,8 @@ def test_the_horizon_counts_other_roles_snapshots_under_an_owner_that_is_no_supe
     try:
         conn.execute(f'GRANT USAGE ON SCHEMA harvest TO "{owner}"')
         conn.execute(f'GRANT SELECT, UPDATE, DELETE ON harvest.flow_keys, harvest.executions TO "{owner}"')
+        # (a round folds the quota's ended-bytes rows: _fold_quota_bytes)
+        conn.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON harvest.quota_ended_bytes TO "{owner}"')
         # (a round that deletes is audited)
         conn.execute(f'GRANT SELECT, INSERT ON harvest.audit_log TO "{owner}"')
         conn.execute(f'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA harvest TO "{owner}"')

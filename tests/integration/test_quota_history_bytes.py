@@ -339,3 +339,58 @@ def test_the_migration_on_a_live_database_keeps_readers_of_the_runs_going(db: st
             ).fetchall()
         }
     assert names == {f"executions_quota_bytes_{trigger}" for trigger in triggers}
+
+
+REPEATABLE_READ_ENDED = 5_000  # ended runs of a key whose starts all run at REPEATABLE READ
+
+
+def _rows_the_check_reads(db: str, key: str) -> int:
+    """The rows of harvest.quota_ended_bytes the max_history_bytes sum reads for ``key``, in a
+    REPEATABLE READ transaction (the starts' own)."""
+    with psycopg.connect(db) as rr:
+        rr.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        plan = _explain(rr, BYTES_SUM, "force_custom_plan", f"'{key}'")
+        rr.rollback()
+    return sum(int(n["Actual Rows"]) for n in nodes(plan) if n.get("Relation Name") == "quota_ended_bytes")
+
+
+def test_the_janitor_folds_a_key_whose_starts_all_run_at_repeatable_read(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A start folds its key's rows at READ COMMITTED only (_fold_quota_bytes): a client that
+    starts every run inside its own REPEATABLE READ transaction never folded them, and its key's
+    check read a row per ended run, ever more. The janitor's round (prune_flow_keys, READ
+    COMMITTED) folds them; closes, a start and the round open at once wait for none of each
+    other (lock_timeout), and the figure stays the direct sum."""
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (json.dumps(POLICY),))
+    open_runs = [_start(conn, f"rr-open-{i}", "rr") for i in range(2)]
+    conn.execute(  # as many closes: the trigger adds a row each
+        "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at, completed_at,"
+        " quota_key, history_bytes) SELECT gen_random_uuid(), 'wf_b', 'rr-' || g, 'COMPLETED', now(), now(),"
+        " 'rr', 100 + g FROM generate_series(1, %s) AS g",
+        (REPEATABLE_READ_ENDED,),
+    )
+    conn.execute("SELECT harvest.terminate_workflow(%s, 'x')", (open_runs[0],))
+    with psycopg.connect(db) as rr:
+        rr.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        _start(rr, "rr-start", "rr")  # folds nothing
+        rr.commit()
+    assert _rows_the_check_reads(db, "rr") == REPEATABLE_READ_ENDED + 1
+
+    closing, starting = psycopg.connect(db), psycopg.connect(db)
+    try:
+        for session in (closing, starting, conn):
+            session.execute("SET lock_timeout = '50ms'")
+        closing.execute("SELECT harvest.terminate_workflow(%s, 'y')", (open_runs[1],))
+        starting.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        _start(starting, "rr-start-2", "rr")
+        conn.execute("SELECT harvest.prune_flow_keys()")  # the janitor's round, meanwhile
+        closing.commit()
+        starting.commit()
+    finally:
+        closing.close()
+        starting.close()
+    assert _rows_the_check_reads(db, "rr") == 2  # the round's row, the close committed after it
+    conn.execute("SELECT harvest.prune_flow_keys()")
+    assert _rows_the_check_reads(db, "rr") == 1
+    _assert_figure(conn, "rr")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import json
 import os
 import re
@@ -549,3 +550,23 @@ def refuse_dsn_only() -> None:
                 f"`harvest {name}` has no HTTP route: it needs a database DSN "
                 "(HARVEST_DATABASE_URL or --database-url), not --base-url"
             )
+
+
+def read_path_bounded(path: str, limit: int) -> bytes | None:
+    """At most ``limit`` + 1 bytes of ``path`` (None: a file larger than ``limit``, unread): the
+    --*-file options' (harvest.cli.workflow) and `harvest replay`'s file.
+    Opened non-blocking: a FIFO's open for reading otherwise waits for a writer, for ever when
+    there is none; so it opens at once and, with no writer, reads as empty. A pipe with its
+    writer (`--input-file <(...)`, /dev/fd/N) is then read, blocking, to its end. A directory
+    is refused before any read."""
+    nonblock = getattr(os, "O_NONBLOCK", 0)  # (none on Windows, which has no FIFOs to open)
+    fd = os.open(path, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            return None  # refused by its size, unread
+        if nonblock:
+            os.set_blocking(fd, True)
+        return f.read(limit + 1)

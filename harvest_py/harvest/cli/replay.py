@@ -9,13 +9,43 @@ from typing import Any, cast
 
 import click
 
-from harvest.cli.output import cli_config, output_option
+from harvest.cli.output import cli_config, output_option, read_path_bounded
 from harvest.cli.shards import each_shard, shard_api
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument
 from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE, sum_versions
 
 NO_MATCHES = "no_matches"  # every shard read, no run recorded the gate (the spec's status)
+
+# The most `harvest replay` reads of its file. Not the 64 MiB of a --*-file option (a request
+# body's, harvest.cli.workflow): one full export at the default caps holds up to 50 MiB of event
+# data and 50,000 events, which `history export --full` writes at about 0.27 KiB each beside
+# their data (100,000 small activity events measured 44 MiB), so over 64 MiB; and a batch
+# (`history export-batch`) holds up to 10,000 exports. A bound still refuses a path with no end
+# (/dev/zero, a stream) instead of reading it until memory runs out.
+MAX_HISTORY_FILE_BYTES = 1024 * 1024 * 1024
+
+
+def _read_history(path: Path) -> Any:
+    """The JSON value of the history file ``path``, read through a non-blocking open (a FIFO
+    with no writer reads as empty, not a wait for ever) and at most MAX_HISTORY_FILE_BYTES;
+    anything else one InvalidArgument naming the path (exit 2)."""
+    limit = MAX_HISTORY_FILE_BYTES
+    try:
+        raw = read_path_bounded(str(path), limit)
+    except OSError as exc:
+        raise InvalidArgument(f"{path}: {exc.strerror or exc}") from None
+    if raw is None or len(raw) > limit:
+        raise InvalidArgument(
+            f"{path}: larger than {limit} bytes, the most `harvest replay` reads "
+            "(export fewer runs a batch: `harvest history export-batch --limit`)"
+        )
+    if not raw.strip():
+        raise InvalidArgument(f"{path}: empty: no JSON value in it")
+    try:
+        return json.loads(raw)  # (bytes: UTF-8, or the UTF-16/32 JSON allows)
+    except ValueError as exc:  # (a UnicodeDecodeError too)
+        raise InvalidArgument(f"{path}: not valid JSON ({exc})") from None
 
 
 def _check_history(history: object, path: Path) -> None:
@@ -60,10 +90,7 @@ def replay(target: str, workflow_name: str | None, json_path: Path) -> None:
     from harvest.testing import WorkflowReplayer
 
     app = load_app(target)
-    try:
-        history = json.loads(json_path.read_text())
-    except ValueError as exc:
-        raise InvalidArgument(f"{json_path}: not valid JSON ({exc})") from None
+    history = _read_history(json_path)
     if isinstance(history, dict) and history.get("schema") == BATCH_SCHEMA:  # `history export-batch`
         _replay_batch(WorkflowReplayer(app), history, workflow_name, json_path)
         return

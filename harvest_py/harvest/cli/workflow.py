@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import math
-import os
-import stat
 import sys
 from datetime import datetime
 from typing import Any, cast
@@ -26,6 +23,7 @@ from harvest.cli.output import (
     mapping,
     output_file,
     output_option,
+    read_path_bounded,
     selected,
     table,
 )
@@ -86,38 +84,19 @@ def _read_json_file(path: str, what: str) -> str:
             stdin = sys.stdin
             raw = stdin.buffer.read(limit + 1) if hasattr(stdin, "buffer") else stdin.read(limit + 1).encode()
         else:
-            raw = _read_path(path, limit)
+            raw = read_path_bounded(path, limit)
     except OSError as exc:
         raise InvalidArgument(f"{name}: {exc.strerror or exc}") from None
     if raw is None or len(raw) > limit:
         raise InvalidArgument(f"{name}: larger than {limit} bytes (the most one request can carry)")
     if not raw.strip():
-        # (Also a FIFO no one writes to: see _read_path.)
+        # (Also a FIFO no one writes to: see read_path_bounded.)
         raise InvalidArgument(f"{name}: empty: no JSON value in it")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         why = f"not UTF-8 text (byte {exc.start}: {exc.reason}); JSON is UTF-8"
         raise InvalidArgument(f"{name}: {why}") from None
-
-
-def _read_path(path: str, limit: int) -> bytes | None:
-    """At most ``limit`` + 1 bytes of ``path`` (None: a file larger than ``limit``, unread).
-    Opened non-blocking: a FIFO's open for reading otherwise waits for a writer, for ever when
-    there is none; so it opens at once and, with no writer, reads as empty. A pipe with its
-    writer (`--input-file <(...)`, /dev/fd/N) is then read, blocking, to its end. A directory
-    is refused before any read."""
-    nonblock = getattr(os, "O_NONBLOCK", 0)  # (none on Windows, which has no FIFOs to open)
-    fd = os.open(path, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
-            return None  # refused by its size, unread
-        if nonblock:
-            os.set_blocking(fd, True)
-        return f.read(limit + 1)
 
 
 def read_json_option(inline: str | None, path: str | None, what: str) -> Any:

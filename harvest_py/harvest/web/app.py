@@ -126,7 +126,9 @@ class HarvestState:
                             if migrated and self.max_payload_bytes is None:
                                 self.max_payload_bytes = await sql.payload_limit()
                     except Exception as exc:  # a shard down at boot is named, not fatal
-                        log.warning("harvest: shard %s not reachable at startup: %s", shard, exc)
+                        log.warning(
+                            "harvest: shard %s %s", shard, _boot_failure(exc, _shard_dsn(self.pools, shard))
+                        )
             else:
                 if not self.dsn:
                     self.dsn = database_url(None, self.config)
@@ -167,6 +169,28 @@ class HarvestState:
             if self.pool is not None:
                 await self.pool.close()
         self.opened = False
+
+
+def _shard_dsn(pools: Any, shard: int) -> str | None:
+    try:
+        return cast("str", pools.dsn(shard))
+    except Exception:  # (a shard without a DSN: nothing of it to mask)
+        return None
+
+
+def _boot_failure(exc: BaseException, dsn: str | None) -> str:
+    """Why a database (a shard's, or the one) failed the boot's open, for its log line:
+    "unreachable" (an outage, which may pass; also a login the pool retried until its timeout)
+    or "refused" (the database's answer: a privilege, a schema, another shard's database), then
+    :func:`harvest.db.connection.failure_reason`'s one line (a database error's first line and
+    SQLSTATE, never its DETAIL or CONTEXT, which quote values; libpq's prefix naming the host
+    cut), without the DSN's password."""
+    from harvest.db.connection import failure_reason, is_permanent, redact
+    from harvest.shard.fanout import is_shard_failure
+
+    kind = "unreachable" if is_shard_failure(exc) and not is_permanent(exc) else "refused"
+    reason = redact(failure_reason(exc), dsn).splitlines()
+    return f"{kind} at startup: {reason[0] if reason else type(exc).__name__}"
 
 
 async def _warn_if_not_migrated(sql: AsyncSqlApi, what: str) -> bool:
@@ -324,7 +348,7 @@ def management_app(
         try:
             await state.open()
         except Exception as exc:  # the API still starts: /health/ready says 503, requests retry the open
-            log.warning("harvest: the management API could not open its database at startup: %s", exc)
+            log.warning("harvest: the management API's database %s", _boot_failure(exc, state.dsn))
         try:
             yield
         finally:
