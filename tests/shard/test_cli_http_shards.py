@@ -446,3 +446,121 @@ def test_a_dag_pause_over_http_with_a_shard_not_reached_prints_the_others_and_ex
     assert [(r["shard_id"], r["changed"]) for r in printed["shards"]] == [(0, True), (2, True)]
     assert unpaused.exit_code == 1, (unpaused.stdout, unpaused.stderr)
     assert "shard(s) 1 could not be reached and were not unpaused" in unpaused.stderr, unpaused.stderr
+
+
+def _both(env: dict[str, str], *args: str) -> tuple[Result, Result]:
+    """``args`` over SQL with ``env``'s [shards], then over HTTP to the served sharded app."""
+    return _run(list(args), env), _run(["--base-url", BASE, *args], {})
+
+
+def _alike(sql: Result, web: Result) -> None:
+    assert (web.stdout, web.stderr, web.exit_code) == (sql.stdout, sql.stderr, sql.exit_code), (
+        sql.output,
+        web.output,
+    )
+
+
+def _paused_on(shards, name: str, read=(0, 1, 2)) -> dict[int, bool]:
+    found = {}
+    for shard in read:
+        with shards.connect(shard) as conn:
+            row = conn.execute("SELECT paused FROM harvest.dags WHERE dag_name = %s", (name,)).fetchone()
+        if row is not None:
+            found[shard] = row[0]
+    return found
+
+
+def test_dag_pause_over_sql_with_shards_pauses_every_shard_as_over_http(shards, served) -> None:
+    """`dag pause|unpause` over SQL opened one database (HARVEST_DATABASE_URL's; with [shards]
+    naming every shard's url and no such DSN, 'no database given'): a DAG paused "everywhere"
+    over HTTP and "on shard 0 only" over SQL. Now every shard that has the DAG, as the server
+    does, and the same ending: a shard that refuses or cannot be reached named, what the others
+    did printed, the same exit code."""
+    env = {**_shard_env(shards), "HARVEST_DATABASE_URL": shards.dsns[0]}  # shard 0's DSN as well
+    for shard in (0, 2):  # not registered on shard 1: nothing to do there, no refusal
+        _dag(shards, shard, "etl")
+    sql = _run(["--output", "json", "dag", "pause", "etl"], env)
+    assert sql.exit_code == 0, sql.output
+    assert json.loads(sql.stdout) == {"dag_name": "etl", "paused": True, "changed": True}
+    assert _paused_on(shards, "etl") == {0: True, 2: True}
+    sql_unpause = _run(["dag", "unpause", "etl"], env)
+    assert sql_unpause.exit_code == 0 and _paused_on(shards, "etl") == {0: False, 2: False}
+    _alike(sql, _run(["--base-url", BASE, "--output", "json", "dag", "pause", "etl"], {}))
+    _alike(sql_unpause, _run(["--base-url", BASE, "dag", "unpause", "etl"], {}))
+
+    missing = _both(env, "dag", "pause", "nope")
+    assert missing[0].exit_code == missing[1].exit_code != 0, missing[0].output
+    assert "no DAG 'nope' is registered on any shard" in missing[0].stderr, missing[0].stderr
+
+    # A shard not reached: the others paused, it named, exit 1, over either transport.
+    _dag(shards, 1, "etl")
+    shards.stop(1)
+    try:
+        sql = _run(["--output", "json", "dag", "pause", "etl"], env)
+        sql_unpause = _run(["dag", "unpause", "etl"], env)
+        assert _paused_on(shards, "etl", read=(0, 2)) == {0: False, 2: False}
+        web = _run(["--base-url", BASE, "--output", "json", "dag", "pause", "etl"], {})
+        web_unpause = _run(["--base-url", BASE, "dag", "unpause", "etl"], {})
+    finally:
+        shards.start(1)
+    assert sql.exit_code == 1 and "shard(s) 1 could not be reached and were not paused" in sql.stderr
+    assert [(r["shard_id"], r["changed"]) for r in json.loads(sql.stdout)["shards"]] == [(0, True), (2, True)]
+    _alike(sql, web)
+    _alike(sql_unpause, web_unpause)
+
+    # A shard that refuses: the others paused, its refusal named, its exit code.
+    _refuse(shards, 1, "pause_dag", "pause refused for the test")
+    sql = _run(["--output", "json", "dag", "pause", "etl"], env)
+    assert sql.exit_code == 2 and sql.stderr == "error: shard 1: pause refused for the test\n", sql.output
+    assert _paused_on(shards, "etl") == {0: True, 1: False, 2: True}
+    assert _run(["dag", "unpause", "etl"], env).exit_code == 0
+    _alike(sql, _run(["--base-url", BASE, "--output", "json", "dag", "pause", "etl"], {}))
+
+
+def test_the_other_dag_commands_over_sql_with_shards_act_where_the_server_does(shards, served) -> None:
+    """`dag list` read one database (or none: 'no database given'), where the server lists every
+    shard's DAGs; `dag get|retry` of a run on shard 1 looked for it in that one database, where
+    the server routes by the run's id; `dag trigger` started it there, where the server starts
+    it on the default shard. Now each over SQL as over HTTP."""
+    env = _shard_env(shards)
+    for shard in (0, 1, 2):
+        _dag(shards, shard, f"etl{shard}")
+    _dag(shards, 2, "etl0")
+    for o in ("table", "json"):
+        _alike(*_both(env, "dag", "list", "--output", o))
+    listed = json.loads(_run(["dag", "list", "--output", "json"], env).stdout)
+    assert [(r["dag_name"], r["shard_id"]) for r in listed["dags"]] == [
+        ("etl0", 0),
+        ("etl0", 2),
+        ("etl1", 1),
+        ("etl2", 2),
+    ]
+    shards.stop(1)
+    try:
+        sql, web = _both(env, "dag", "list", "--output", "json")
+    finally:
+        shards.start(1)
+    _alike(sql, web)
+    assert json.loads(sql.stdout)["unavailable_shards"] == [1] and "shard(s) 1" in sql.stderr
+
+    with shards.connect(1) as conn:
+        (run_id,) = conn.execute(
+            "SELECT execution_id FROM harvest.trigger_dag('etl1', '{}', NULL, 'ops')"
+        ).fetchone()
+    for o in ("table", "json"):
+        got = _both(env, "dag", "get", str(run_id), "--output", o)
+        assert got[0].exit_code == 0, got[0].output
+        _alike(*got)
+    retried = _both(env, "dag", "retry", str(run_id))  # a running run: refused by its own shard
+    assert retried[0].exit_code != 0 and "no database" not in retried[0].stderr, retried[0].output
+    _alike(*retried)
+
+    started = _run(
+        ["--output", "json", "dag", "trigger", "etl2", "--workflow-id", "t-2"],
+        {**env, "HARVEST_SHARDS__DEFAULT": "2"},
+    )
+    assert started.exit_code == 0, started.output
+    with shards.connect(2) as conn:
+        row = conn.execute("SELECT id FROM harvest.executions WHERE workflow_id = 't-2'").fetchone()
+    assert row is not None and str(row[0]) == json.loads(started.stdout)["execution_id"]
+

@@ -173,12 +173,13 @@ def raise_refusals(refused: Sequence[tuple[int, Exception]], unavailable: list[i
 def _dag_flipped(answer: dict[str, Any]) -> Any:
     """A server's pause or unpause: ``changed`` when every shard that has the DAG made it; a
     partial answer (a shard refused or was not reached) as a :class:`PerShard` of each done
-    shard's ``{"changed": ...}``, which `harvest dag pause` prints and ends as every write on
-    every shard (cli.shards.report_shard_write), so a pause made on some shards only never
-    reads as made everywhere."""
+    shard's ``changed``, which `harvest dag pause` prints and ends as over SQL with [shards]
+    (cli.dag), so a pause made on some shards only never reads as made everywhere."""
     if answer.get("status", "complete") == "complete":
         return answer["changed"]
-    return _per_shard(answer)
+    flipped = _per_shard(answer)
+    flipped.results = {s: r["changed"] for s, r in flipped.results.items()}
+    return flipped
 
 
 # -- the transport -----------------------------------------------------------------------------
@@ -674,10 +675,7 @@ class HttpApi:
         scope = "admin" if action == "discard" else "operate"
         return _obj(self.http.post(f"/dead-letters/{action}", body, scope=scope, timeout=budget))
 
-    # DAGs
-    def list_dags(self) -> list[dict[str, Any]]:
-        return [_untagged(r) for r in self.http.get("/dags")["dags"]]
-
+    # DAGs (the list: HttpReads.list_dags, every shard's)
     def trigger_dag(self, name: str, conf: Any, workflow_id: str | None, operator: str | None) -> Any:
         # The route records the token's actor as the operator (it takes no operator_id).
         body = {"conf": conf, "workflow_id": workflow_id}
@@ -1132,6 +1130,9 @@ class HttpReads:
     ) -> Merged[Any]:
         answer = self.http.get("/admin/audit", limit=limit, operation=operation, cursor=cursor)
         return _merged(answer, "entries")
+
+    def list_dags(self) -> Merged[Any]:
+        return _merged(self.http.get("/dags"), "dags")
 
     def list_dag_runs(
         self, dag_name: str, limit: int = 50, status: str | None = None, cursor: str | None = None
