@@ -564,3 +564,19 @@ def test_the_other_dag_commands_over_sql_with_shards_act_where_the_server_does(s
         row = conn.execute("SELECT id FROM harvest.executions WHERE workflow_id = 't-2'").fetchone()
     assert row is not None and str(row[0]) == json.loads(started.stdout)["execution_id"]
 
+
+def test_tokens_over_sql_with_shards_live_on_the_default_shard_as_the_server_reads_them(
+    shards, served
+) -> None:
+    """The server keeps API tokens on the default shard (where its authorizer reads them); `token
+    create|list|revoke` over SQL with [shards] opened HARVEST_DATABASE_URL's database (none
+    given: 'no database given'). Now the default shard, over either transport."""
+    env = {**_shard_env(shards), "HARVEST_SHARDS__DEFAULT": "2"}
+    made = _run(["--output", "json", "token", "create", "ops", "--scope", "read"], env)
+    assert made.exit_code == 0, made.output
+    with shards.connect(2) as conn:
+        assert conn.execute("SELECT count(*) FROM harvest.api_tokens WHERE name = 'ops'").fetchone() == (1,)
+    listed = _run(["--output", "json", "token", "list"], env)
+    assert [t["name"] for t in json.loads(listed.stdout)["tokens"]] == ["ops"], listed.output
+    assert _run(["token", "revoke", "ops"], env).exit_code == 0
+
