@@ -580,3 +580,24 @@ def test_tokens_over_sql_with_shards_live_on_the_default_shard_as_the_server_rea
     assert [t["name"] for t in json.loads(listed.stdout)["tokens"]] == ["ops"], listed.output
     assert _run(["token", "revoke", "ops"], env).exit_code == 0
 
+
+def test_drain_preview_over_http_tags_each_row_with_its_shard_as_over_sql(shards, served) -> None:
+    """`worker drain-preview` over HTTP to a sharded server printed the server's rows with their
+    shard dropped and no word of a shard it could not read; over SQL with [shards] each row
+    carries its shard_id and a partial answer warns. Now the same over either transport."""
+    env = _shard_env(shards)
+    for shard in (1, 2):
+        with shards.connect(shard) as conn:
+            conn.execute("SELECT harvest.register_worker('w-pre', ARRAY['default'], 'host', 1, 60, '{}')")
+    for o in ("table", "json"):
+        _alike(*_both(env, "worker", "drain-preview", "--output", o))
+    sql = _run(["worker", "drain-preview", "--output", "json"], env)
+    assert sorted(r["shard_id"] for r in json.loads(sql.stdout)["workers"]) == [1, 2], sql.output
+    shards.stop(1)
+    try:
+        for o in ("table", "json"):
+            sql, web = _both(env, "worker", "drain-preview", "--output", o)
+            _alike(sql, web)
+            assert "shard(s) 1 could not be read" in sql.stderr
+    finally:
+        shards.start(1)

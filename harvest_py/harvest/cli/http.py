@@ -717,8 +717,13 @@ class HttpApi:
             drained["unavailable_shards"] = answer["unavailable_shards"]
         return drained
 
-    def preview_drain(self, queue: str | None, worker_id: str | None) -> list[dict[str, Any]]:
+    def preview_drain(self, queue: str | None, worker_id: str | None) -> list[dict[str, Any]] | PerShard:
         answer = self.http.get("/workers/drain-preview", queue=queue, worker_id=worker_id)
+        if answer.get("sharded"):  # each shard's rows, as `worker drain-preview` with [shards]
+            by_shard: dict[int, list[dict[str, Any]]] = {}
+            for row in answer["workers"]:
+                by_shard.setdefault(int(row["shard_id"]), []).append(_untagged(row))
+            return PerShard(by_shard, list(answer.get("unavailable_shards") or []), answer.get("status"))
         return [_untagged(r) for r in answer["workers"]]
 
     # schedules (on self.shard: its home shard unless named)
