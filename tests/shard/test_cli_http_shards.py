@@ -601,3 +601,17 @@ def test_drain_preview_over_http_tags_each_row_with_its_shard_as_over_sql(shards
             assert "shard(s) 1 could not be read" in sql.stderr
     finally:
         shards.start(1)
+
+
+def test_schedule_list_over_http_to_a_sharded_server_shows_each_shard_as_over_sql(shards, served) -> None:
+    """`schedule list` showed the shard_id column when the CLI's own config had [shards] only:
+    over HTTP to a sharded server (no [shards] here) the rows of every shard printed without
+    their shard. Now whether the deployment is sharded is the server's word over HTTP."""
+    env = _shard_env(shards)
+    for name in ("nightly", "hourly", "weekly"):
+        made = _run(["schedule", "create-workflow", "--name", name, "--every", "1h"], env)
+        assert made.exit_code == 0, made.output
+    for o in ("table", "json"):
+        sql, web = _both(env, "schedule", "list", "--output", o)
+        assert sql.exit_code == 0 and "shard_id" in sql.stdout.lower(), sql.output
+        _alike(sql, web)

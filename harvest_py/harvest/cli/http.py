@@ -1126,6 +1126,7 @@ class HttpReads:
             paused=None if paused is None else str(paused).lower(),
         )
         found = _merged(answer, "schedules")
+        found.sharded = answer.get("sharded")
         # (as the fan-out's rows: the SQL's, with the shard each was read on)
         found.value = [{**_schedule_row(r), "shard_id": r["shard_id"]} for r in found.value]
         return found

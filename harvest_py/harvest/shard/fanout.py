@@ -130,6 +130,8 @@ class Merged(Generic[R]):
     total: int | None = None
     # For a list read from a bounded walk (a deeper page of children): whether the walk cut.
     truncated: bool | None = None
+    # Whether the deployment that answered is sharded, where a server says so (None: not said).
+    sharded: bool | None = None
 
     def envelope(self, key: str) -> dict[str, Any]:
         """The JSON shape the CLI prints: {key: value, status, unavailable_shards[, next_cursor]}."""
