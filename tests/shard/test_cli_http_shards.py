@@ -615,3 +615,23 @@ def test_schedule_list_over_http_to_a_sharded_server_shows_each_shard_as_over_sq
         sql, web = _both(env, "schedule", "list", "--output", o)
         assert sql.exit_code == 0 and "shard_id" in sql.stdout.lower(), sql.output
         _alike(sql, web)
+
+
+def test_erase_payloads_with_a_base_url_speaks_http_whatever_shards_the_config_names(shards, served) -> None:
+    """`workflow erase-payloads` chose SQL whenever the config had [shards], before it looked at
+    --base-url or HARVEST_URL: with a [shards] section left on the host (shard urls the CLI
+    cannot reach), `--base-url` still dialled the databases and failed, where every other
+    command speaks HTTP. Now the transport is chosen first, as for every command."""
+    with shards.connect(1) as conn:
+        (run_id,) = conn.execute(
+            "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at,"
+            " completed_at, input) VALUES (harvest._new_execution_id(1), 'old', 'erase-me', 'COMPLETED',"
+            " now(), now(), '[\"secret\"]') RETURNING id"
+        ).fetchone()
+    unreachable = {f"HARVEST_SHARDS__URLS__{s}": "postgresql://127.0.0.1:1/none" for s in (0, 1, 2)}
+    env = {**_shard_env(shards), **unreachable, "HARVEST_SHARDS__CLI_TIMEOUT": "1"}
+    erased = _run(["--base-url", BASE, "--output", "json", "workflow", "erase-payloads", str(run_id)], env)
+    assert erased.exit_code == 0, erased.output
+    with shards.connect(1) as conn:
+        (stored,) = conn.execute("SELECT input FROM harvest.executions WHERE id = %s", (run_id,)).fetchone()
+    assert "secret" not in json.dumps(stored), stored
