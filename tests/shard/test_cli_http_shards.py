@@ -635,3 +635,24 @@ def test_erase_payloads_with_a_base_url_speaks_http_whatever_shards_the_config_n
     with shards.connect(1) as conn:
         (stored,) = conn.execute("SELECT input FROM harvest.executions WHERE id = %s", (run_id,)).fetchone()
     assert "secret" not in json.dumps(stored), stored
+
+
+def test_version_usage_with_a_shard_down_prints_over_http_what_it_prints_over_sql(shards, served) -> None:
+    """`version-usage` with a shard not read is a deploy blocker (exit 1) either way, but over
+    HTTP the answer was thrown away for one error line, where over SQL the runs the other
+    shards hold are printed (status partial, the shard named) before the exit 1. Now the same."""
+    from tests.shard.test_cli_shards import _version_marker
+
+    for s in (0, 2):
+        _version_marker(shards, s, "tax", 1)
+    env = _shard_env(shards)
+    for o in ("table", "json"):
+        _alike(*_both(env, "version-usage", "--change-id", "tax", "--output", o))
+    shards.stop(2)
+    try:
+        for o in ("table", "json"):
+            sql, web = _both(env, "version-usage", "--change-id", "tax", "--output", o)
+            assert sql.exit_code == 1 and "shard(s) 2 could not be read" in sql.stderr, sql.output
+            _alike(sql, web)
+    finally:
+        shards.start(2)

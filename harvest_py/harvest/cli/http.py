@@ -50,7 +50,6 @@ from harvest.shard.fanout import (
     TOKEN_PAGE_MAX,
     WORKER_LIMIT_MAX,
     Merged,
-    sum_versions,
     token_cursor,
 )
 
@@ -568,7 +567,7 @@ class HttpApi:
 
     def count_versions(
         self, change_id: str, version: int | None, state_group: str, workflow_name: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> PerShard:
         answer = self.http.get(
             "/admin/version-gates/usage",
             change_id=change_id,
@@ -577,20 +576,17 @@ class HttpApi:
             workflow_name=workflow_name,
             shard_id=self.shard,
         )
-        if answer.get("status") in ("partial", "unavailable"):
-            # A shard not read may hold the runs: fail as the CLI's own fan-out does, never a false zero.
-            shards = ", ".join(str(s) for s in answer.get("unavailable_shards") or [])
-            raise DatabaseUnavailable(
-                f"{answer['status']}: shard(s) {shards} could not be read; the usage is incomplete, "
-                "do not remove a version branch on it"
-            )
-        rows = answer["versions"]
+        # Each shard's rows and the shards not read, as the CLI's own fan-out answers them: the
+        # command prints what was read, then fails on a shard not read (never a false zero).
         per_shard: dict[int, list[dict[str, Any]]] = {}
-        for row in rows:
-            per_shard.setdefault(row.get("shard_id", 0), []).append(_untagged(row))
-        if len(per_shard) <= 1:
-            return [r for found in per_shard.values() for r in found]
-        return sum_versions(per_shard)
+        for row in answer["versions"]:
+            per_shard.setdefault(int(row.get("shard_id", 0)), []).append(_untagged(row))
+        status = answer.get("status")
+        return PerShard(
+            per_shard,
+            list(answer.get("unavailable_shards") or []),
+            status if status in ("partial", "unavailable") else None,
+        )
 
     def list_workers(
         self, queue: str | None = None, status: str | None = None, health: str | None = None
