@@ -656,3 +656,15 @@ def test_version_usage_with_a_shard_down_prints_over_http_what_it_prints_over_sq
             _alike(sql, web)
     finally:
         shards.start(2)
+
+
+def test_the_web_faces_read_tokens_on_the_default_shard_where_they_are_written(shards) -> None:
+    """The token routes and `harvest token` write on the default shard; the authorizer read
+    HARVEST_DATABASE_URL's database (shard 0's), so with shards.default another shard a token
+    made was never accepted. Now it reads the default shard's database too."""
+    from harvest.web.auth import token_database
+
+    env = {**_shard_env(shards), "HARVEST_SHARDS__DEFAULT": "2"}
+    assert token_database(None, load_config(env=env)) == shards.dsns[2]
+    assert token_database(shards.dsns[0], load_config(env=env)) == shards.dsns[2]
+    assert token_database("postgresql://one/db", load_config(env={})) == "postgresql://one/db"
