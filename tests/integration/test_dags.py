@@ -264,7 +264,8 @@ def test_pause_max_active_runs_and_the_cli(db: str, start_worker, client) -> Non
 
     listed = runner.invoke(main, ["dag", "list", "-o", "json"], env=env)
     assert listed.exit_code == 0, listed.output
-    names = {d["dag_name"]: d for d in json.loads(listed.output)}
+    # (the fan-out envelope, as GET /dags answers: every shard's DAGs, each with its shard_id)
+    names = {d["dag_name"]: d for d in json.loads(listed.output)["dags"]}
     assert names["gated_dag"]["max_active_runs"] == 1 and names["rules_dag"]["tasks"] == 14
 
     out = runner.invoke(
@@ -296,7 +297,7 @@ def test_pause_max_active_runs_and_the_cli(db: str, start_worker, client) -> Non
     with pytest.raises(DagPaused):
         sql_api(db).trigger_dag("gated_dag")
     listed = json.loads(runner.invoke(main, ["dag", "list", "-o", "json"], env=env).output)
-    assert {d["dag_name"]: d["paused"] for d in listed}["gated_dag"] is True
+    assert {d["dag_name"]: d["paused"] for d in listed["dags"]}["gated_dag"] is True
     assert runner.invoke(main, ["dag", "unpause", "gated_dag"], env=env).exit_code == 0
     again = runner.invoke(main, ["dag", "trigger", "gated_dag", "-o", "json"], env=env)
     assert again.exit_code == 0, again.output

@@ -476,3 +476,225 @@ def test_a_shard_whose_write_fails_in_the_databases_own_words_is_named_beside_th
     sql = _run(["--output", "json", "retention", "set", "--max-age", "7 days"], _shard_env(shards))
     assert (sql.stderr, sql.exit_code) == (web.stderr, web.exit_code)
     assert _timeless(sql.stdout) == _timeless(web.stdout)
+
+
+def _both(env: dict[str, str], *args: str) -> tuple[Result, Result]:
+    """``args`` over SQL with ``env``'s [shards], then over HTTP to the served sharded app."""
+    return _run(list(args), env), _run(["--base-url", BASE, *args], {})
+
+
+def _alike(sql: Result, web: Result) -> None:
+    assert (web.stdout, web.stderr, web.exit_code) == (sql.stdout, sql.stderr, sql.exit_code), (
+        sql.output,
+        web.output,
+    )
+
+
+def _paused_on(shards, name: str, read=(0, 1, 2)) -> dict[int, bool]:
+    found = {}
+    for shard in read:
+        with shards.connect(shard) as conn:
+            row = conn.execute("SELECT paused FROM harvest.dags WHERE dag_name = %s", (name,)).fetchone()
+        if row is not None:
+            found[shard] = row[0]
+    return found
+
+
+def test_dag_pause_over_sql_with_shards_pauses_every_shard_as_over_http(shards, served) -> None:
+    """`dag pause|unpause` over SQL opened one database (HARVEST_DATABASE_URL's; with [shards]
+    naming every shard's url and no such DSN, 'no database given'): a DAG paused "everywhere"
+    over HTTP and "on shard 0 only" over SQL. Now every shard that has the DAG, as the server
+    does, and the same ending: a shard that refuses or cannot be reached named, what the others
+    did printed, the same exit code."""
+    env = {**_shard_env(shards), "HARVEST_DATABASE_URL": shards.dsns[0]}  # shard 0's DSN as well
+    for shard in (0, 2):  # not registered on shard 1: nothing to do there, no refusal
+        _dag(shards, shard, "etl")
+    sql = _run(["--output", "json", "dag", "pause", "etl"], env)
+    assert sql.exit_code == 0, sql.output
+    assert json.loads(sql.stdout) == {"dag_name": "etl", "paused": True, "changed": True}
+    assert _paused_on(shards, "etl") == {0: True, 2: True}
+    sql_unpause = _run(["dag", "unpause", "etl"], env)
+    assert sql_unpause.exit_code == 0 and _paused_on(shards, "etl") == {0: False, 2: False}
+    _alike(sql, _run(["--base-url", BASE, "--output", "json", "dag", "pause", "etl"], {}))
+    _alike(sql_unpause, _run(["--base-url", BASE, "dag", "unpause", "etl"], {}))
+
+    missing = _both(env, "dag", "pause", "nope")
+    assert missing[0].exit_code == missing[1].exit_code != 0, missing[0].output
+    assert "no DAG 'nope' is registered on any shard" in missing[0].stderr, missing[0].stderr
+
+    # A shard not reached: the others paused, it named, exit 1, over either transport.
+    _dag(shards, 1, "etl")
+    shards.stop(1)
+    try:
+        sql = _run(["--output", "json", "dag", "pause", "etl"], env)
+        sql_unpause = _run(["dag", "unpause", "etl"], env)
+        assert _paused_on(shards, "etl", read=(0, 2)) == {0: False, 2: False}
+        web = _run(["--base-url", BASE, "--output", "json", "dag", "pause", "etl"], {})
+        web_unpause = _run(["--base-url", BASE, "dag", "unpause", "etl"], {})
+    finally:
+        shards.start(1)
+    assert sql.exit_code == 1 and "shard(s) 1 could not be reached and were not paused" in sql.stderr
+    assert [(r["shard_id"], r["changed"]) for r in json.loads(sql.stdout)["shards"]] == [(0, True), (2, True)]
+    _alike(sql, web)
+    _alike(sql_unpause, web_unpause)
+
+    # A shard that refuses: the others paused, its refusal named, its exit code.
+    _refuse(shards, 1, "pause_dag", "pause refused for the test")
+    sql = _run(["--output", "json", "dag", "pause", "etl"], env)
+    assert sql.exit_code == 2 and sql.stderr == "error: shard 1: pause refused for the test\n", sql.output
+    assert _paused_on(shards, "etl") == {0: True, 1: False, 2: True}
+    assert _run(["dag", "unpause", "etl"], env).exit_code == 0
+    _alike(sql, _run(["--base-url", BASE, "--output", "json", "dag", "pause", "etl"], {}))
+
+
+def test_the_other_dag_commands_over_sql_with_shards_act_where_the_server_does(shards, served) -> None:
+    """`dag list` read one database (or none: 'no database given'), where the server lists every
+    shard's DAGs; `dag get|retry` of a run on shard 1 looked for it in that one database, where
+    the server routes by the run's id; `dag trigger` started it there, where the server starts
+    it on the default shard. Now each over SQL as over HTTP."""
+    env = _shard_env(shards)
+    for shard in (0, 1, 2):
+        _dag(shards, shard, f"etl{shard}")
+    _dag(shards, 2, "etl0")
+    for o in ("table", "json"):
+        _alike(*_both(env, "dag", "list", "--output", o))
+    listed = json.loads(_run(["dag", "list", "--output", "json"], env).stdout)
+    assert [(r["dag_name"], r["shard_id"]) for r in listed["dags"]] == [
+        ("etl0", 0),
+        ("etl0", 2),
+        ("etl1", 1),
+        ("etl2", 2),
+    ]
+    shards.stop(1)
+    try:
+        sql, web = _both(env, "dag", "list", "--output", "json")
+    finally:
+        shards.start(1)
+    _alike(sql, web)
+    assert json.loads(sql.stdout)["unavailable_shards"] == [1] and "shard(s) 1" in sql.stderr
+
+    with shards.connect(1) as conn:
+        (run_id,) = conn.execute(
+            "SELECT execution_id FROM harvest.trigger_dag('etl1', '{}', NULL, 'ops')"
+        ).fetchone()
+    for o in ("table", "json"):
+        got = _both(env, "dag", "get", str(run_id), "--output", o)
+        assert got[0].exit_code == 0, got[0].output
+        _alike(*got)
+    retried = _both(env, "dag", "retry", str(run_id))  # a running run: refused by its own shard
+    assert retried[0].exit_code != 0 and "no database" not in retried[0].stderr, retried[0].output
+    _alike(*retried)
+
+    started = _run(
+        ["--output", "json", "dag", "trigger", "etl2", "--workflow-id", "t-2"],
+        {**env, "HARVEST_SHARDS__DEFAULT": "2"},
+    )
+    assert started.exit_code == 0, started.output
+    with shards.connect(2) as conn:
+        row = conn.execute("SELECT id FROM harvest.executions WHERE workflow_id = 't-2'").fetchone()
+    assert row is not None and str(row[0]) == json.loads(started.stdout)["execution_id"]
+
+
+def test_tokens_over_sql_with_shards_live_on_the_default_shard_as_the_server_reads_them(
+    shards, served
+) -> None:
+    """The server keeps API tokens on the default shard (where its authorizer reads them); `token
+    create|list|revoke` over SQL with [shards] opened HARVEST_DATABASE_URL's database (none
+    given: 'no database given'). Now the default shard, over either transport."""
+    env = {**_shard_env(shards), "HARVEST_SHARDS__DEFAULT": "2"}
+    made = _run(["--output", "json", "token", "create", "ops", "--scope", "read"], env)
+    assert made.exit_code == 0, made.output
+    with shards.connect(2) as conn:
+        assert conn.execute("SELECT count(*) FROM harvest.api_tokens WHERE name = 'ops'").fetchone() == (1,)
+    listed = _run(["--output", "json", "token", "list"], env)
+    assert [t["name"] for t in json.loads(listed.stdout)["tokens"]] == ["ops"], listed.output
+    assert _run(["token", "revoke", "ops"], env).exit_code == 0
+
+
+def test_drain_preview_over_http_tags_each_row_with_its_shard_as_over_sql(shards, served) -> None:
+    """`worker drain-preview` over HTTP to a sharded server printed the server's rows with their
+    shard dropped and no word of a shard it could not read; over SQL with [shards] each row
+    carries its shard_id and a partial answer warns. Now the same over either transport."""
+    env = _shard_env(shards)
+    for shard in (1, 2):
+        with shards.connect(shard) as conn:
+            conn.execute("SELECT harvest.register_worker('w-pre', ARRAY['default'], 'host', 1, 60, '{}')")
+    for o in ("table", "json"):
+        _alike(*_both(env, "worker", "drain-preview", "--output", o))
+    sql = _run(["worker", "drain-preview", "--output", "json"], env)
+    assert sorted(r["shard_id"] for r in json.loads(sql.stdout)["workers"]) == [1, 2], sql.output
+    shards.stop(1)
+    try:
+        for o in ("table", "json"):
+            sql, web = _both(env, "worker", "drain-preview", "--output", o)
+            _alike(sql, web)
+            assert "shard(s) 1 could not be read" in sql.stderr
+    finally:
+        shards.start(1)
+
+
+def test_schedule_list_over_http_to_a_sharded_server_shows_each_shard_as_over_sql(shards, served) -> None:
+    """`schedule list` showed the shard_id column when the CLI's own config had [shards] only:
+    over HTTP to a sharded server (no [shards] here) the rows of every shard printed without
+    their shard. Now whether the deployment is sharded is the server's word over HTTP."""
+    env = _shard_env(shards)
+    for name in ("nightly", "hourly", "weekly"):
+        made = _run(["schedule", "create-workflow", "--name", name, "--every", "1h"], env)
+        assert made.exit_code == 0, made.output
+    for o in ("table", "json"):
+        sql, web = _both(env, "schedule", "list", "--output", o)
+        assert sql.exit_code == 0 and "shard_id" in sql.stdout.lower(), sql.output
+        _alike(sql, web)
+
+
+def test_erase_payloads_with_a_base_url_speaks_http_whatever_shards_the_config_names(shards, served) -> None:
+    """`workflow erase-payloads` chose SQL whenever the config had [shards], before it looked at
+    --base-url or HARVEST_URL: with a [shards] section left on the host (shard urls the CLI
+    cannot reach), `--base-url` still dialled the databases and failed, where every other
+    command speaks HTTP. Now the transport is chosen first, as for every command."""
+    with shards.connect(1) as conn:
+        (run_id,) = conn.execute(
+            "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at,"
+            " completed_at, input) VALUES (harvest._new_execution_id(1), 'old', 'erase-me', 'COMPLETED',"
+            " now(), now(), '[\"secret\"]') RETURNING id"
+        ).fetchone()
+    unreachable = {f"HARVEST_SHARDS__URLS__{s}": "postgresql://127.0.0.1:1/none" for s in (0, 1, 2)}
+    env = {**_shard_env(shards), **unreachable, "HARVEST_SHARDS__CLI_TIMEOUT": "1"}
+    erased = _run(["--base-url", BASE, "--output", "json", "workflow", "erase-payloads", str(run_id)], env)
+    assert erased.exit_code == 0, erased.output
+    with shards.connect(1) as conn:
+        (stored,) = conn.execute("SELECT input FROM harvest.executions WHERE id = %s", (run_id,)).fetchone()
+    assert "secret" not in json.dumps(stored), stored
+
+
+def test_version_usage_with_a_shard_down_prints_over_http_what_it_prints_over_sql(shards, served) -> None:
+    """`version-usage` with a shard not read is a deploy blocker (exit 1) either way, but over
+    HTTP the answer was thrown away for one error line, where over SQL the runs the other
+    shards hold are printed (status partial, the shard named) before the exit 1. Now the same."""
+    from tests.shard.test_cli_shards import _version_marker
+
+    for s in (0, 2):
+        _version_marker(shards, s, "tax", 1)
+    env = _shard_env(shards)
+    for o in ("table", "json"):
+        _alike(*_both(env, "version-usage", "--change-id", "tax", "--output", o))
+    shards.stop(2)
+    try:
+        for o in ("table", "json"):
+            sql, web = _both(env, "version-usage", "--change-id", "tax", "--output", o)
+            assert sql.exit_code == 1 and "shard(s) 2 could not be read" in sql.stderr, sql.output
+            _alike(sql, web)
+    finally:
+        shards.start(2)
+
+
+def test_the_web_faces_read_tokens_on_the_default_shard_where_they_are_written(shards) -> None:
+    """The token routes and `harvest token` write on the default shard; the authorizer read
+    HARVEST_DATABASE_URL's database (shard 0's), so with shards.default another shard a token
+    made was never accepted. Now it reads the default shard's database too."""
+    from harvest.web.auth import token_database
+
+    env = {**_shard_env(shards), "HARVEST_SHARDS__DEFAULT": "2"}
+    assert token_database(None, load_config(env=env)) == shards.dsns[2]
+    assert token_database(shards.dsns[0], load_config(env=env)) == shards.dsns[2]
+    assert token_database("postgresql://one/db", load_config(env={})) == "postgresql://one/db"

@@ -1,7 +1,10 @@
 """`harvest dag list|trigger|pause|unpause|runs|get|retry`: DAGs (functions/dags.sql, docs/dags.md).
 
-One database: with a ``[shards]`` configuration each shard has its own DAG runs; point
-``--database-url`` at the shard to act on.
+On shards (SQL: a ``[shards]`` configuration; HTTP: a sharded server) each shard registers the
+DAGs its workers poll and holds the runs triggered on it, and each command does the same over
+either transport: ``list`` and ``runs`` read every shard, ``pause`` and ``unpause`` write every
+shard that has the DAG, ``trigger`` starts a run on the default shard, ``get`` and ``retry``
+go where the run lives (its execution id).
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from typing import Any
 
 import click
 
-from harvest.cli.http import PerShard
 from harvest.cli.output import (
     PAGE,
     database_url_option,
@@ -20,12 +22,22 @@ from harvest.cli.output import (
     mapping,
     operator_id_option,
     output_option,
-    sql_api,
     table,
 )
-from harvest.cli.shards import InTurn, emit_merged, read_shards, report_shard_write, with_page_footer
+from harvest.cli.shards import (
+    InTurn,
+    deployment_read,
+    emit_merged,
+    read_shards,
+    report_shard_write,
+    routed_call,
+    routed_read,
+    shard_api,
+    with_page_footer,
+)
 from harvest.cli.workflow import read_json_option
-from harvest.shard.fanout import PARTIAL
+from harvest.core.errors import NotFound
+from harvest.shard.fanout import PARTIAL, no_dag_anywhere
 
 
 @click.group()
@@ -37,11 +49,12 @@ def dag() -> None:
 @database_url_option
 @output_option
 def list_(database_url: str | None, output: str) -> None:
-    """The DAGs the workers registered, with their pause and runs."""
-    with sql_api(database_url, read_only=True) as sql:
-        rows = sql.list_dags()
-    emit(
-        rows,
+    """The DAGs the workers registered, with their pause and runs, over every shard (a DAG
+    registered on two shards is a row for each, with that shard's pause)."""
+    merged = read_shards(database_url, lambda reads: reads.list_dags())
+    emit_merged(
+        merged,
+        "dags",
         output,
         lambda r: table(
             r,
@@ -55,6 +68,7 @@ def list_(database_url: str | None, output: str) -> None:
                 "last_run_at",
                 "last_run_status",
                 "schedule",
+                "shard_id",
             ],
             [
                 "dag",
@@ -66,6 +80,7 @@ def list_(database_url: str | None, output: str) -> None:
                 "last_run_at",
                 "last_status",
                 "schedule",
+                "shard_id",
             ],
         ),
     )
@@ -88,9 +103,10 @@ def trigger(
     database_url: str | None,
     output: str,
 ) -> None:
-    """Start a run of DAG NAME now (refused while it is paused or at its max_active_runs)."""
+    """Start a run of DAG NAME now (refused while it is paused or at its max_active_runs); on
+    shards, on the default shard."""
     conf = read_json_option(conf_json, conf_file, "conf")
-    with sql_api(database_url, read_only=False) as sql:
+    with shard_api(database_url, None, read_only=False) as sql:
         row = sql.trigger_dag(name, conf, workflow_id, operator)
     emit(row, output, lambda r: mapping(r, ["execution_id", "workflow_id", "status", "started_fresh"]))
 
@@ -101,9 +117,9 @@ def trigger(
 @database_url_option
 @output_option
 def pause(name: str, operator: str | None, database_url: str | None, output: str) -> None:
-    """Pause DAG NAME: triggers and retries are refused until it is unpaused. Over HTTP to a
-    sharded server, on every shard that has it; a shard that refused or could not be reached
-    is named and the command exits non-zero (1 for one not reached), after what the others did."""
+    """Pause DAG NAME: triggers and retries are refused until it is unpaused. On shards, on
+    every shard that has it; a shard that refused or could not be reached is named and the
+    command exits non-zero (1 for one not reached), after what the others did."""
     _set_paused(name, True, operator, database_url, output)
 
 
@@ -113,33 +129,49 @@ def pause(name: str, operator: str | None, database_url: str | None, output: str
 @database_url_option
 @output_option
 def unpause(name: str, operator: str | None, database_url: str | None, output: str) -> None:
-    """Unpause DAG NAME (over HTTP to a sharded server, on every shard: as `dag pause`)."""
+    """Unpause DAG NAME (on shards, on every shard that has it: as `dag pause`)."""
     _set_paused(name, False, operator, database_url, output)
 
 
 def _set_paused(name: str, paused: bool, operator: str | None, database_url: str | None, output: str) -> None:
-    with sql_api(database_url, read_only=False) as sql:
-        changed = sql.pause_dag(name, operator) if paused else sql.unpause_dag(name, operator)
-    if not isinstance(changed, PerShard):
-        emit({"dag_name": name, "paused": paused, "changed": changed}, output, lambda d: mapping(d))
+    """One database: its answer (its own errors). On shards, over SQL (each shard here) or HTTP
+    (the server, the same rule): every shard that has the DAG; wherever it is registered,
+    ``changed`` as from one database; a shard that refused or was not reached: each done
+    shard's row, then those named as every write on every shard ends (report_shard_write)."""
+
+    def flip(api: Any) -> Any:
+        return api.pause_dag(name, operator) if paused else api.unpause_dag(name, operator)
+
+    def flip_if_registered(api: Any) -> Any:
+        try:
+            return flip(api)
+        except NotFound:
+            return None  # not registered on this shard: nothing to do there, not a refusal
+
+    _, fan = deployment_read(database_url, flip_if_registered, flip, read_only=False, refusals_apart=True)
+    found = {s: changed for s, changed in fan.results.items() if changed is not None}
+    if not found and not fan.refused:
+        raise no_dag_anywhere(name, fan.unavailable_shards)
+    if not fan.refused and not fan.unavailable_shards:
+        emit(
+            {"dag_name": name, "paused": paused, "changed": any(found.values())}, output, lambda d: mapping(d)
+        )
         return
-    # A sharded server's partial answer: each done shard's row, then the refusals or the shards
-    # not reached named as every write on every shard ends.
-    rows = [{"shard_id": s, **r} for s, r in sorted(changed.results.items())]
+    rows = [{"shard_id": s, "changed": changed} for s, changed in sorted(found.items())]
     data = {
         "dag_name": name,
         "paused": paused,
-        "changed": any(r["changed"] for r in rows),
+        "changed": any(found.values()),
         "shards": rows,
         "status": PARTIAL,
-        "unavailable_shards": changed.unavailable,
+        "unavailable_shards": fan.unavailable_shards,
     }
 
     def show() -> None:
         keys = ["dag_name", "paused", "changed", "status"]
         emit(data, output, lambda d: f"{mapping(d, keys)}\n{table(d['shards'], ['shard_id', 'changed'])}")
 
-    done = InTurn(changed.results, changed.unavailable, changed.refused)
+    done = InTurn(found, fan.unavailable_shards, fan.refused)
     report_shard_write(done, show, f"were not {'paused' if paused else 'unpaused'}")
 
 
@@ -245,9 +277,11 @@ def _run_text(run: dict[str, Any]) -> str:
 @database_url_option
 @output_option
 def get(execution_id: str, database_url: str | None, output: str) -> None:
-    """One DAG run: each task's state, attempts and timings (from the run's history)."""
-    with sql_api(database_url, read_only=True) as sql:
-        run = sql.get_dag_run(execution_id)
+    """One DAG run: each task's state, attempts and timings (from the run's history), read where
+    the run lives."""
+    run = routed_read(
+        database_url, execution_id, lambda sql, resident: resident(sql.get_dag_run(execution_id))
+    )
     emit(run, output, _run_text)
 
 
@@ -258,7 +292,6 @@ def get(execution_id: str, database_url: str | None, output: str) -> None:
 @output_option
 def retry(execution_id: str, operator: str | None, database_url: str | None, output: str) -> None:
     """Retry a failed DAG run from its failed tasks: a new run that keeps the successful
-    tasks' results and runs the rest."""
-    with sql_api(database_url, read_only=False) as sql:
-        row = sql.retry_dag_run(execution_id, operator)
+    tasks' results and runs the rest (where the failed run lives)."""
+    row = routed_call(database_url, execution_id, lambda sql: sql.retry_dag_run(execution_id, operator))
     emit(row, output, lambda r: mapping(r, ["execution_id", "workflow_id", "status", "started_fresh"]))

@@ -50,7 +50,6 @@ from harvest.shard.fanout import (
     TOKEN_PAGE_MAX,
     WORKER_LIMIT_MAX,
     Merged,
-    sum_versions,
     token_cursor,
 )
 
@@ -173,12 +172,13 @@ def raise_refusals(refused: Sequence[tuple[int, Exception]], unavailable: list[i
 def _dag_flipped(answer: dict[str, Any]) -> Any:
     """A server's pause or unpause: ``changed`` when every shard that has the DAG made it; a
     partial answer (a shard refused or was not reached) as a :class:`PerShard` of each done
-    shard's ``{"changed": ...}``, which `harvest dag pause` prints and ends as every write on
-    every shard (cli.shards.report_shard_write), so a pause made on some shards only never
-    reads as made everywhere."""
+    shard's ``changed``, which `harvest dag pause` prints and ends as over SQL with [shards]
+    (cli.dag), so a pause made on some shards only never reads as made everywhere."""
     if answer.get("status", "complete") == "complete":
         return answer["changed"]
-    return _per_shard(answer)
+    flipped = _per_shard(answer)
+    flipped.results = {s: r["changed"] for s, r in flipped.results.items()}
+    return flipped
 
 
 # -- the transport -----------------------------------------------------------------------------
@@ -567,7 +567,7 @@ class HttpApi:
 
     def count_versions(
         self, change_id: str, version: int | None, state_group: str, workflow_name: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> PerShard:
         answer = self.http.get(
             "/admin/version-gates/usage",
             change_id=change_id,
@@ -576,20 +576,17 @@ class HttpApi:
             workflow_name=workflow_name,
             shard_id=self.shard,
         )
-        if answer.get("status") in ("partial", "unavailable"):
-            # A shard not read may hold the runs: fail as the CLI's own fan-out does, never a false zero.
-            shards = ", ".join(str(s) for s in answer.get("unavailable_shards") or [])
-            raise DatabaseUnavailable(
-                f"{answer['status']}: shard(s) {shards} could not be read; the usage is incomplete, "
-                "do not remove a version branch on it"
-            )
-        rows = answer["versions"]
+        # Each shard's rows and the shards not read, as the CLI's own fan-out answers them: the
+        # command prints what was read, then fails on a shard not read (never a false zero).
         per_shard: dict[int, list[dict[str, Any]]] = {}
-        for row in rows:
-            per_shard.setdefault(row.get("shard_id", 0), []).append(_untagged(row))
-        if len(per_shard) <= 1:
-            return [r for found in per_shard.values() for r in found]
-        return sum_versions(per_shard)
+        for row in answer["versions"]:
+            per_shard.setdefault(int(row.get("shard_id", 0)), []).append(_untagged(row))
+        status = answer.get("status")
+        return PerShard(
+            per_shard,
+            list(answer.get("unavailable_shards") or []),
+            status if status in ("partial", "unavailable") else None,
+        )
 
     def list_workers(
         self, queue: str | None = None, status: str | None = None, health: str | None = None
@@ -674,10 +671,7 @@ class HttpApi:
         scope = "admin" if action == "discard" else "operate"
         return _obj(self.http.post(f"/dead-letters/{action}", body, scope=scope, timeout=budget))
 
-    # DAGs
-    def list_dags(self) -> list[dict[str, Any]]:
-        return [_untagged(r) for r in self.http.get("/dags")["dags"]]
-
+    # DAGs (the list: HttpReads.list_dags, every shard's)
     def trigger_dag(self, name: str, conf: Any, workflow_id: str | None, operator: str | None) -> Any:
         # The route records the token's actor as the operator (it takes no operator_id).
         body = {"conf": conf, "workflow_id": workflow_id}
@@ -719,8 +713,13 @@ class HttpApi:
             drained["unavailable_shards"] = answer["unavailable_shards"]
         return drained
 
-    def preview_drain(self, queue: str | None, worker_id: str | None) -> list[dict[str, Any]]:
+    def preview_drain(self, queue: str | None, worker_id: str | None) -> list[dict[str, Any]] | PerShard:
         answer = self.http.get("/workers/drain-preview", queue=queue, worker_id=worker_id)
+        if answer.get("sharded"):  # each shard's rows, as `worker drain-preview` with [shards]
+            by_shard: dict[int, list[dict[str, Any]]] = {}
+            for row in answer["workers"]:
+                by_shard.setdefault(int(row["shard_id"]), []).append(_untagged(row))
+            return PerShard(by_shard, list(answer.get("unavailable_shards") or []), answer.get("status"))
         return [_untagged(r) for r in answer["workers"]]
 
     # schedules (on self.shard: its home shard unless named)
@@ -1123,6 +1122,7 @@ class HttpReads:
             paused=None if paused is None else str(paused).lower(),
         )
         found = _merged(answer, "schedules")
+        found.sharded = answer.get("sharded")
         # (as the fan-out's rows: the SQL's, with the shard each was read on)
         found.value = [{**_schedule_row(r), "shard_id": r["shard_id"]} for r in found.value]
         return found
@@ -1132,6 +1132,9 @@ class HttpReads:
     ) -> Merged[Any]:
         answer = self.http.get("/admin/audit", limit=limit, operation=operation, cursor=cursor)
         return _merged(answer, "entries")
+
+    def list_dags(self) -> Merged[Any]:
+        return _merged(self.http.get("/dags"), "dags")
 
     def list_dag_runs(
         self, dag_name: str, limit: int = 50, status: str | None = None, cursor: str | None = None

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import click
 
-from harvest.cli.output import cli_config, output_option, read_path_bounded
-from harvest.cli.shards import each_shard, shard_api
-from harvest.config import shards_configured
+from harvest.cli.http import PerShard
+from harvest.cli.output import output_option, read_path_bounded
+from harvest.cli.shards import deployment_read, shard_api
 from harvest.core.errors import InvalidArgument
-from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE, sum_versions
+from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE, FanOut, sum_versions
 
 NO_MATCHES = "no_matches"  # every shard read, no run recorded the gate (the spec's status)
 
@@ -129,6 +129,17 @@ def _replay_batch(replayer: Any, batch: dict[str, Any], workflow_name: str | Non
         sys.exit(1)
 
 
+def _as_fan_out(found: Any, shard: int) -> FanOut[Any]:
+    """One shard's count_versions rows, or a server's answer for each of its shards (a
+    :class:`PerShard`, with the shards it could not read), as a fan-out's answers."""
+    if not isinstance(found, PerShard):
+        return FanOut.of({shard: found}, ())
+    fan = FanOut.of(found.results, found.unavailable)
+    if found.status is not None:
+        fan.status = found.status
+    return fan
+
+
 @click.command("version-usage")
 @click.option("--change-id", required=True)
 @click.option(
@@ -170,18 +181,17 @@ def version_usage(
     unavailable (a shard could not be read: exit 1, never a false zero)."""
     group = "active" if guard else state_group
 
-    def count(api: Any) -> list[dict[str, Any]]:
-        return cast("list[dict[str, Any]]", api.count_versions(change_id, version, group, workflow_name))
+    def count(api: Any) -> Any:  # a shard's rows; over HTTP each shard's (a PerShard)
+        return api.count_versions(change_id, version, group, workflow_name)
 
+    # Every shard (one database: it alone) over either transport, or the one --shard-id names;
+    # a shard not read leaves the others' rows printed, then exit 1 (below).
     if shard_id is not None:
         with shard_api(database_url, shard_id, read_only=True) as api:
-            rows, unavailable, status = count(api), [], COMPLETE
-    elif shards_configured(cli_config()):
-        fan = each_shard(database_url, count, none_is_error=False)
-        rows, unavailable, status = sum_versions(fan.results), fan.unavailable_shards, fan.status
+            fan = _as_fan_out(count(api), shard_id)
     else:
-        with shard_api(database_url, None, read_only=True) as api:
-            rows, unavailable, status = count(api), [], COMPLETE
+        fan = deployment_read(database_url, count, none_is_error=False)[1]
+    rows, unavailable, status = sum_versions(fan.results), fan.unavailable_shards, fan.status
     if status == COMPLETE and not rows:
         status = NO_MATCHES
     extra = {"status": status, "unavailable_shards": unavailable}

@@ -1,5 +1,6 @@
 """`harvest token create|list|revoke`: API tokens of the management API (functions/tokens.sql,
-docs/auth.md). Needs a login with harvest_admin."""
+docs/auth.md). Needs a login with harvest_admin. On shards the tokens live on the default shard,
+where the server's authorizer reads them: over SQL with ``[shards]`` as over HTTP."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 import click
 
-from harvest.cli.output import database_url_option, emit, mapping, output_option, sql_api, table
+from harvest.cli.output import database_url_option, emit, mapping, output_option, table
+from harvest.cli.shards import shard_api
 from harvest.core.durations import parse_duration
 from harvest.shard.fanout import TOKEN_PAGE, TOKEN_PAGE_MAX, token_after, token_page
 
@@ -38,7 +40,7 @@ def create(name: str, scope: str, expires_in: str | None, database_url: str | No
     """Create a token and print its secret. It is shown this once: store it now (the database
     keeps only its SHA-256)."""
     lifetime = None if expires_in is None else parse_duration(expires_in, "--expires-in", positive=True)
-    with sql_api(database_url, read_only=False) as sql:
+    with shard_api(database_url, None, read_only=False) as sql:
         made = sql.create_api_token(name, scope, lifetime)
     shown = ["token_id", "name", "scope", "created_at", "expires_at", "secret"]
     emit(made, output, lambda d: mapping(d, shown))
@@ -67,7 +69,7 @@ def list_(
     """List the tokens (never their secrets), live ones first: a page of --limit, the next with
     --cursor (as GET /admin/tokens)."""
     after = token_after(cursor, include_revoked)
-    with sql_api(database_url, read_only=True) as sql:
+    with shard_api(database_url, None, read_only=True) as sql:
         # One more than the page says whether there is a next one.
         rows, next_cursor = token_page(
             sql.list_api_tokens(include_revoked, after, limit + 1), limit, include_revoked
@@ -86,7 +88,7 @@ def list_(
 @output_option
 def revoke(name: str, database_url: str | None, output: str) -> None:
     """Revoke the live token NAME: the next request that presents it is refused (401)."""
-    with sql_api(database_url, read_only=False) as sql:
+    with shard_api(database_url, None, read_only=False) as sql:
         token_id = sql.revoke_api_token(name)
     emit(
         {"name": name, "token_id": token_id, "revoked": True},

@@ -246,20 +246,20 @@ def register(group: click.Group) -> None:
     def drain_preview(
         queue: str | None, worker_id: str | None, database_url: str | None, output: str
     ) -> None:
-        """Who a drain would affect, their in-flight work, and queues left uncovered. Writes nothing."""
-        if _sharded():
-            fan = each_shard(database_url, lambda api: api.preview_drain(queue, worker_id))
-            rows = [{**r, "shard_id": s} for s, found in fan.results.items() for r in found]
-            emit_merged(
-                Merged(rows, fan.unavailable_shards, fan.status),
-                "workers",
-                output,
-                lambda d: table(d, [*PREVIEW_COLUMNS, "shard_id"]) + f"\n{len(d)} worker(s)",
-            )
+        """Who a drain would affect, their in-flight work, and queues left uncovered, over every
+        shard (each row with its shard_id). Writes nothing."""
+        sharded, fan = deployment_read(database_url, lambda api: api.preview_drain(queue, worker_id))
+        if not sharded:
+            rows = fan.results[0]
+            emit(rows, output, lambda d: table(d, PREVIEW_COLUMNS) + f"\n{len(d)} worker(s)")
             return
-        with sql_api(database_url, read_only=True) as sql:
-            rows = sql.preview_drain(queue, worker_id)
-        emit(rows, output, lambda d: table(d, PREVIEW_COLUMNS) + f"\n{len(d)} worker(s)")
+        rows = [{**r, "shard_id": s} for s, found in sorted(fan.results.items()) for r in found]
+        emit_merged(
+            Merged(rows, fan.unavailable_shards, fan.status),
+            "workers",
+            output,
+            lambda d: table(d, [*PREVIEW_COLUMNS, "shard_id"]) + f"\n{len(d)} worker(s)",
+        )
 
 
 class WorkerGroup(click.Group):

@@ -948,13 +948,14 @@ def erase_payloads(execution_id: str, operator_id: str | None, database_url: str
     Inputs, results, signal/query/update payloads and failure details become
     {"_harvest_erased": true}; refused (exit 2, nothing changed) while a legal hold is set or the
     run is open. Over shards, every prior residence of a moved run is scrubbed too."""
-    from harvest.cli.output import cli_config, sql_api
+    from harvest.cli.output import cli_config, selected, sql_api
     from harvest.cli.shards import cli_pools
     from harvest.config import shards_configured
     from harvest.shard.erasure import erase_payloads_everywhere
 
     config = cli_config()
-    if shards_configured(config):
+    # The transport first (over HTTP the server erases everywhere), then this config's shards.
+    if selected(database_url) is None and shards_configured(config):
         with cli_pools(config, database_url) as pools:
             summary = erase_payloads_everywhere(pools, execution_id, operator_id)
     else:

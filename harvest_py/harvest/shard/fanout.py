@@ -130,6 +130,8 @@ class Merged(Generic[R]):
     total: int | None = None
     # For a list read from a bounded walk (a deeper page of children): whether the walk cut.
     truncated: bool | None = None
+    # Whether the deployment that answered is sharded, where a server says so (None: not said).
+    sharded: bool | None = None
 
     def envelope(self, key: str) -> dict[str, Any]:
         """The JSON shape the CLI prints: {key: value, status, unavailable_shards[, next_cursor]}."""
@@ -1591,16 +1593,30 @@ def list_dag_runs(
 
     fan = yield Step(read, skip=state.done)
     if lacking and lacking == set(fan.results) and not state.positions:
-        # (as no_worker_anywhere: judged by the shards read, naming those that could not be)
-        missed = ", ".join(map(str, fan.unavailable_shards))
-        where = f" (shard(s) {missed} could not be read)" if missed else ""
-        raise NotFound(
-            f"no DAG {dag_name!r} is registered on any shard{where}; "
-            "list them with harvest dag list (GET /dags)"
-        )
+        raise no_dag_anywhere(dag_name, fan.unavailable_shards)
     return _page_over_shards(
         state, fan, limit, ask, newest_run_first, lambda r: (r["created_at"], str(r["execution_id"]))
     )
+
+
+def no_dag_anywhere(dag_name: str, unavailable: list[int]) -> NotFound:
+    """A DAG no shard read has (each registers the DAGs its workers poll), judged by the shards
+    read, naming those that could not be (as no_worker_anywhere): the one message of
+    `dag runs` and `dag pause|unpause` over either transport."""
+    missed = ", ".join(map(str, unavailable))
+    where = f" (shard(s) {missed} could not be read)" if missed else ""
+    return NotFound(
+        f"no DAG {dag_name!r} is registered on any shard{where}; list them with harvest dag list (GET /dags)"
+    )
+
+
+def list_dags() -> Plan:
+    """Every shard's DAGs (a shard registers those its workers poll), each row with its
+    ``shard_id``, by name then shard: one DAG on two shards is two rows, each with its own pause."""
+    fan = yield Step(lambda api, _s: api.list_dags())
+    rows = [{**row, "shard_id": s} for s, found in fan.results.items() for row in found]
+    rows.sort(key=lambda r: (r["dag_name"], r["shard_id"]))
+    return Merged(rows, fan.unavailable_shards, fan.status)
 
 
 # -- the readers: every plan as a method, over one mapping ----------------------------------------
@@ -1617,6 +1633,7 @@ PLANS: dict[str, Callable[..., Plan]] = {
     "count_dead_letters": count_dead_letters,
     "list_audit_log": list_audit_log,
     "list_dag_runs": list_dag_runs,
+    "list_dags": list_dags,
     "list_workers": list_workers,
     "get_worker_health": get_worker_health,
 }

@@ -117,17 +117,24 @@ class FailClosedAuthorizer:
 
 
 def token_database(dsn: str | None, config: Any = None) -> str | None:
-    """The database a web face reads API tokens from: ``dsn``, else the configured database URL
-    (on shards, the default database: where ``harvest token create`` writes); None if none."""
-    from harvest.config import database_url, load_config
+    """The database a web face reads API tokens from: ``dsn``, else the configured database URL;
+    on shards the default shard's (``shards.default``: where the token routes and ``harvest
+    token`` over SQL write them), shard 0 on ``dsn`` unless ``shards.urls`` names it. None if
+    none."""
+    from harvest.config import database_url, load_config, shard_urls, shards_configured
     from harvest.core.errors import ConfigError
 
-    if dsn:
+    config = config if config is not None else load_config()
+    if not dsn:
+        try:
+            dsn = database_url(None, config)
+        except ConfigError:
+            dsn = None
+    if not shards_configured(config):
         return dsn
-    try:
-        return database_url(None, config if config is not None else load_config())
-    except ConfigError:
-        return None
+    from harvest.shard.router import ShardRouter
+
+    return shard_urls(config, dsn).get(ShardRouter.from_config(config).default)
 
 
 def default_authorizer(profile: str | None, token_dsn: str | None, *, source: str = "api") -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from harvest.core.errors import NotFound
-from harvest.shard.fanout import Merged
+from harvest.shard.fanout import no_dag_anywhere
 from harvest.telemetry import tracing
 from harvest.web.routes import (
     ANY,
@@ -42,10 +42,7 @@ STARTED = shape(
 
 
 async def list_dags(call: Call, args: dict[str, Any], _: Any) -> Any:
-    fan = await call.each_shard(lambda sql: sql.list_dags())
-    rows = [{**row, "shard_id": s} for s, found in sorted(fan.results.items()) for row in found]
-    rows.sort(key=lambda r: (r["dag_name"], r["shard_id"]))
-    return merged(Merged(rows, fan.unavailable_shards, fan.status), "dags")
+    return merged(await call.reads().list_dags(), "dags")
 
 
 def _started(row: dict[str, Any]) -> Reply:
@@ -94,7 +91,7 @@ async def _set_paused(call: Call, name: str, paused: bool) -> dict[str, Any]:
     if not found:
         if done.refused:  # the shards that may have it said no
             done.raise_none_done("nothing was changed")
-        raise NotFound(f"DAG {name!r} is not registered: GET /dags lists the DAGs")
+        raise no_dag_anywhere(name, done.unavailable_shards)
     return {
         "dag_name": name,
         "paused": paused,

@@ -116,7 +116,8 @@ async def list_schedules(call: Call, args: dict[str, Any], _: Any) -> Any:
     limit = args["limit"] if args["limit"] is not None else SCHEDULE_PAGE
     found = await call.reads().list_schedules(args["kind"], limit, args["cursor"], args["paused"])
     found.value = [{**row, "when": describe_row(row)} for row in found.value]
-    return merged(found, "schedules")
+    # sharded: the CLI shows each row's shard then, as over SQL with [shards] (`schedule list`)
+    return {**merged(found, "schedules"), "sharded": call.sharded}
 
 
 async def get_schedule(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -253,7 +254,7 @@ ENDPOINTS = [
             Param("cursor", description="next_cursor of the previous page, with the same filters."),
         ),
         tag="schedules",
-        shape=shape(schedules=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
+        shape=shape(schedules=ROWS, next_cursor={"type": ["string", "null"]}, sharded=BOOLEAN, **FANOUT),
     ),
     Endpoint(
         "POST",

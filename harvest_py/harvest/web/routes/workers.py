@@ -85,8 +85,14 @@ async def drain_worker(call: Call, args: dict[str, Any], data: dict[str, Any]) -
 
 async def drain_preview(call: Call, args: dict[str, Any], _: Any) -> Any:
     fan = await call.each_shard(lambda sql: sql.preview_drain(args["queue"], args["worker_id"]))
-    rows = [{**row, "shard_id": s} for s, answer in fan.results.items() for row in answer]
-    return {"workers": rows, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
+    rows = [{**row, "shard_id": s} for s, answer in sorted(fan.results.items()) for row in answer]
+    # sharded: the CLI prints each row's shard, as over SQL with [shards] (`worker drain-preview`)
+    return {
+        "workers": rows,
+        "status": fan.status,
+        "unavailable_shards": fan.unavailable_shards,
+        "sharded": call.sharded,
+    }
 
 
 ENDPOINTS = [
