@@ -595,6 +595,43 @@ def test_the_other_dag_commands_over_sql_with_shards_act_where_the_server_does(s
     assert row is not None and str(row[0]) == json.loads(started.stdout)["execution_id"]
 
 
+def test_dag_trigger_starts_the_run_on_the_shard_named_over_either_transport(shards, served) -> None:
+    """The trigger route takes a shard (``shard_id``); `dag trigger` had no way to name one and
+    always started on the default shard. `--shard-id N` starts it on shard N, over SQL with
+    [shards] as over HTTP; a shard that does not have the DAG refuses it."""
+    env = _shard_env(shards)
+    for shard in (0, 1):
+        _dag(shards, shard, "etl")
+    over_sql = _run(
+        ["--output", "json", "dag", "trigger", "etl", "--shard-id", "1", "--workflow-id", "s-1"], env
+    )
+    over_http = _run(
+        [
+            "--base-url",
+            BASE,
+            "--output",
+            "json",
+            "dag",
+            "trigger",
+            "etl",
+            "--shard-id",
+            "1",
+            "--workflow-id",
+            "h-1",
+        ],
+        {},
+    )
+    for started, workflow_id in ((over_sql, "s-1"), (over_http, "h-1")):
+        assert started.exit_code == 0, started.output
+        with shards.connect(1) as conn:
+            row = conn.execute(
+                "SELECT id FROM harvest.executions WHERE workflow_id = %s", (workflow_id,)
+            ).fetchone()
+        assert row is not None and str(row[0]) == json.loads(started.stdout)["execution_id"]
+    refused = _both(env, "dag", "trigger", "etl", "--shard-id", "2")
+    assert refused[0].exit_code != 0 and refused[0].exit_code == refused[1].exit_code, refused[0].output
+
+
 def test_tokens_over_sql_with_shards_live_on_the_default_shard_as_the_server_reads_them(
     shards, served
 ) -> None:

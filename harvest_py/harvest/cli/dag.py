@@ -91,6 +91,13 @@ def list_(database_url: str | None, output: str) -> None:
 @click.option("--conf-json", default=None, help="The run's conf: any JSON value (default {}).")
 @click.option("--conf-file", default=None, help="Read the conf JSON from a file (- for stdin).")
 @click.option("--workflow-id", default=None, help="The run's workflow id (default: a new UUID).")
+@click.option(
+    "--shard-id",
+    "shard",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="On shards, the shard to start the run on (it must have the DAG; default: the default shard).",
+)
 @operator_id_option
 @database_url_option
 @output_option
@@ -99,14 +106,15 @@ def trigger(
     conf_json: str | None,
     conf_file: str | None,
     workflow_id: str | None,
+    shard: int | None,
     operator: str | None,
     database_url: str | None,
     output: str,
 ) -> None:
     """Start a run of DAG NAME now (refused while it is paused or at its max_active_runs); on
-    shards, on the default shard."""
+    shards, on the default shard unless --shard-id names another."""
     conf = read_json_option(conf_json, conf_file, "conf")
-    with shard_api(database_url, None, read_only=False) as sql:
+    with shard_api(database_url, shard, read_only=False) as sql:
         row = sql.trigger_dag(name, conf, workflow_id, operator)
     emit(row, output, lambda r: mapping(r, ["execution_id", "workflow_id", "status", "started_fresh"]))
 

@@ -674,7 +674,7 @@ class HttpApi:
     # DAGs (the list: HttpReads.list_dags, every shard's)
     def trigger_dag(self, name: str, conf: Any, workflow_id: str | None, operator: str | None) -> Any:
         # The route records the token's actor as the operator (it takes no operator_id).
-        body = {"conf": conf, "workflow_id": workflow_id}
+        body = {"conf": conf, "workflow_id": workflow_id, "shard_id": self.shard}  # None: the default
         return self.http.post(f"/dags/{_p(name)}/trigger", body)
 
     def pause_dag(self, name: str, operator: str | None = None) -> Any:
