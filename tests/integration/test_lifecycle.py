@@ -259,6 +259,12 @@ def test_start_throttle_pacing_override_through_the_cli(db: str) -> None:
             "SELECT operation, operator_id FROM harvest.audit_log WHERE target = 'imports' ORDER BY id"
         ).fetchall()
     assert audited == [("start_throttle.override", "ann"), ("start_throttle.clear_override", None)]
+    # The table says whether an override was dropped (it showed the get's columns, all "-").
+    r = harvest(db, "throttle", "clear-override", "imports")
+    assert r.returncode == 0, r.stderr
+    header, row = r.stdout.splitlines()[:2]
+    assert header.split() == ["SHARD_ID", "WORKFLOW_NAME", "WAS_LIVE"]
+    assert row.split() == ["0", "imports", "False"]
 
 
 def test_version_usage_reports_a_status_and_filters_by_workflow_and_shard(db: str) -> None:
