@@ -169,8 +169,15 @@ BEGIN
             WHEN v_event.event_type = 'ActivityFailed'
                 THEN format('it already failed for good (%s: %s)', v_event.event_data #>> '{failure,error_type}',
                             v_event.event_data #>> '{failure,message}')
+            -- A retried attempt failed first: by its token, or the scanner's timeout. The task
+            -- row keeps the last failure; naming it says which (not always a lease that ran out).
             WHEN v_try.problem = 'stale'
-                THEN 'its lease ran out (start_to_close or heartbeat timeout) and the attempt was retried'
+                THEN coalesce((SELECT format('the attempt failed (%s: %s) and was retried',
+                                             coalesce(t.last_failure ->> 'error_type', 'Error'),
+                                             t.last_failure ->> 'message')
+                               FROM harvest.tasks AS t
+                               WHERE t.id = v_token.task_id AND t.last_failure IS NOT NULL),
+                              'the attempt was retried')
             WHEN v_try.problem = 'expired'
                 THEN format('its lease expired at %s', (SELECT t.lease_expires_at FROM harvest.tasks AS t
                                                         WHERE t.id = v_token.task_id))

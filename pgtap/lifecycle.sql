@@ -168,8 +168,9 @@ SELECT throws_ok($$SELECT harvest.complete_activity_by_token((SELECT token FROM 
                  'a completion after its start_to_close is refused with HR004');
 SELECT is((SELECT count(*) FROM harvest.expire_tasks() WHERE outcome = 'retry_scheduled'), 1::bigint,
           'setup: the scanner retries the timed-out attempt');
-SELECT throws_ok($$SELECT harvest.complete_activity_by_token((SELECT token FROM lc_late), '1')$$, 'HR004',
-                 NULL, 'the old token is refused once the attempt was retried');
+SELECT throws_like($$SELECT harvest.complete_activity_by_token((SELECT token FROM lc_late), '1')$$,
+                   '%the attempt failed (StartToCloseTimeout: %) and was retried%',
+                   'the old token is refused once the attempt was retried, naming the failure that retried it');
 SELECT throws_ok($$SELECT * FROM harvest._lock_token_task((SELECT token FROM lc_late), NULL, 'complete')$$, 'HR004', NULL,
                  '_lock_token_task() names what became of the attempt (HR004)');
 SELECT is(pg_temp.lc_events(pg_temp.run('late'), 'ActivityCompleted'), 0::bigint, 'nothing was recorded');

@@ -12,6 +12,11 @@ Each test pins a walk through the docs that once failed as written:
   timeout branch raised NameError (the workflow task failing on every attempt).
 - schedules.md, "Operating schedules": every command of the CLI block exits 0; its backfill
   ranged over future dates, which a backfill refuses.
+- dags.md, the first example: its stub activities returned None where the next task's
+  signature wants a dict, so `transform` failed (PayloadError) and the run FAILED; its Python
+  trigger used `Client` without importing it.
+- payloads.md, "Codecs": the key variable it read, HARVEST_KEY_K1, made `harvest worker` refuse
+  to start (an unknown HARVEST_ setting).
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from harvest import ActivityFailure, App, WorkflowFailed
+from harvest import ActivityFailure, App, Client, WorkflowFailed
 from harvest.cli.main import main
+from harvest.config.config import load_config
 from harvest.testing import WorkflowEnvironment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +135,33 @@ def test_schedules_cli_block_runs_as_shown(db: str) -> None:
         env = {"HARVEST_DATABASE_URL": db, "HARVEST_URL": None}
         result = runner.invoke(main, shlex.split(line)[1:], env=env)
         assert result.exit_code == 0, f"{line}: {result.output}"
+
+
+def test_dags_first_example_completes_and_its_python_trigger_runs(
+    db: str, as_module: Callable[[str, str], types.ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = "docs/dags.md"
+    first = _block(page, lambda b: b.startswith("from harvest import App, Dag"))
+    module = as_module("docs_dags_first", first)
+    monkeypatch.setenv("HARVEST_DATABASE_URL", db)
+    with WorkflowEnvironment(module.app, dsn=db):
+        trigger = _block(page, lambda b: "sql.trigger_dag(" in b)
+        namespace: dict = {}
+        exec(trigger, namespace)  # the page's trigger and wait, as written (Client() reads the URL)
+        with Client(db) as client:
+            result = client.get_handle(namespace["run"]["execution_id"]).result(timeout=30)
+    assert result["states"] == {
+        "extract": "success",
+        "transform": "success",
+        "load": "success",
+        "report": "success",
+        "page": "skipped",  # one_failed, and nothing failed
+    }
+    assert result["results"]["report"] == "report for 2026-04-21"
+
+
+def test_payloads_codec_key_variable_is_one_harvest_starts_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    block = _block("docs/payloads.md", lambda b: "AesGcmCodec(KEYS)" in b)
+    [variable] = re.findall(r'os\.environ\["(\w+)"\]', block)
+    # A HARVEST_* variable that is not a setting stops `harvest worker` and the CLI at start-up.
+    load_config(env={"HARVEST_DATABASE_URL": "postgresql://localhost/x", variable: "00" * 32})

@@ -259,6 +259,12 @@ def test_start_throttle_pacing_override_through_the_cli(db: str) -> None:
             "SELECT operation, operator_id FROM harvest.audit_log WHERE target = 'imports' ORDER BY id"
         ).fetchall()
     assert audited == [("start_throttle.override", "ann"), ("start_throttle.clear_override", None)]
+    # The table says whether an override was dropped (it showed the get's columns, all "-").
+    r = harvest(db, "throttle", "clear-override", "imports")
+    assert r.returncode == 0, r.stderr
+    header, row = r.stdout.splitlines()[:2]
+    assert header.split() == ["SHARD_ID", "WORKFLOW_NAME", "WAS_LIVE"]
+    assert row.split() == ["0", "imports", "False"]
 
 
 def test_version_usage_reports_a_status_and_filters_by_workflow_and_shard(db: str) -> None:
@@ -360,3 +366,24 @@ def test_the_async_client_pauses_resumes_and_completes_by_token(db: str, start_w
         < history.index("ActivityCompleted")
         < history.index("WorkflowResumed")
     )
+
+
+def test_a_token_whose_attempt_was_failed_and_retried_is_refused_naming_that_failure(
+    db: str, start_worker, client
+) -> None:
+    """The refusal says what became of the attempt: one failed by its token and retried was
+    refused as "its lease ran out", sending the operator after a timeout that never happened."""
+    from harvest import ActivityFailure
+
+    handed.clear()
+    start_worker(APP)
+    run = client.start_workflow(external, "z")
+    _wait(lambda: len(handed) == 1, "the activity to hand out its token")
+    assert client.fail_activity(handed[0], ActivityFailure("Declined", "not yet")) == "retry_scheduled"
+    with pytest.raises(StaleTask) as refused:
+        client.complete_activity(handed[0], "late")
+    assert "Declined: not yet" in str(refused.value) and "retried" in str(refused.value)
+    assert "lease" not in str(refused.value)
+    _wait(lambda: len(handed) == 2, "the retry's token")
+    assert client.complete_activity(handed[1], "done") == "completed"
+    assert run.result(timeout=30) == "done"

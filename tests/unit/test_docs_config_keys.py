@@ -32,7 +32,6 @@ from harvest.core.errors import ConfigError
 
 # Variables the docs name that Harvest does not read, each for a reason.
 ALLOWED = {
-    "HARVEST_KEY_K1": "payloads.md: the user's own variable holding a key, in an example",
     "HARVEST_WORKER_QUEUES": "operations.md: the misspelling the boot error corrects",
 }
 

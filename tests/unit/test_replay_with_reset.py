@@ -102,3 +102,19 @@ def test_reset_problems_of_a_mutex_held_at_the_point():
     )
     assert reset_problems(events, 4) == [problem]
     assert reset_problems(events, 6) == []
+
+
+def test_a_history_with_no_workflow_task_yet_leaves_no_coroutine_unawaited():
+    """A reset to event 1 (or a running run exported before its first workflow task) replays
+    WorkflowStarted alone: the run's main coroutine was made and never stepped, and its
+    RuntimeWarning ("coroutine ... was never awaited") came out when it was collected."""
+    import gc
+    import warnings
+
+    history = recorded_history()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert WorkflowReplayer(app).replay_with_reset(history, 1, workflow=flow_v1).ok
+        assert WorkflowReplayer(app).replay(history[:1], workflow=flow_v1).ok
+        gc.collect()
+    assert [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)] == []

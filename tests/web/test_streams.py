@@ -828,3 +828,31 @@ def test_a_resume_whose_read_fails_is_an_error_answer_not_a_broken_stream(
             await authorizer.aclose()
 
     assert run(main()) == 503
+
+
+def test_stream_routes_mounted_in_a_bare_app_answer_their_errors_as_json(db: str) -> None:
+    """docs/event-streams.md, "Mounting": the routes in your own Starlette app, as the page
+    shows them. A request with no token, or a Last-Event-ID that is not an id, raised out of
+    the route (a 500 and a traceback) unless the app had the management app's handlers."""
+    from starlette.applications import Starlette
+
+    from harvest.web.auth import TokenAuthorizer
+    from harvest.web.streams import stream_routes
+
+    async def go() -> list[tuple[int, str]]:
+        hub = EventHub(db)
+        authorizer = TokenAuthorizer(dsn=db)
+        app = Starlette(routes=stream_routes(hub, authorizer))
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                answers = []
+                for headers in ({}, {"Authorization": "Bearer hvt_nope"}):
+                    r = await client.get("/stream", headers={"Accept": "text/event-stream", **headers})
+                    answers.append((r.status_code, r.json()["error"]["code"]))
+                return answers
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+
+    assert run(go()) == [(401, "unauthenticated"), (401, "unauthenticated")]

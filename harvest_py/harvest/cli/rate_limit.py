@@ -88,5 +88,5 @@ def clear_override(activity_name: str, database_url: str | None, output: str) ->
         output=output,
         what="still have the override",
         shape=lambda was_live: {"activity_name": activity_name, "was_live": was_live},
-        columns=COLUMNS,
+        columns=["shard_id", "activity_name", "was_live"],  # the rate's columns would all be "-"
     )

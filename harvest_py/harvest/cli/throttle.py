@@ -115,4 +115,5 @@ def clear_override(workflow_name: str, operator: str | None, database_url: str |
         output=output,
         what="still have the override",
         shape=lambda was_live: {"workflow_name": workflow_name, "was_live": was_live},
+        columns=["shard_id", "workflow_name", "was_live"],  # the rate's columns would all be "-"
     )

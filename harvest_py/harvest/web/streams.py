@@ -32,12 +32,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast, overload
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from harvest.client import routing
-from harvest.core.errors import DatabaseUnavailable, NotFound
+from harvest.core.errors import DatabaseUnavailable, HarvestError, NotFound
 from harvest.db.event_stream import PAGE, EventSource
 from harvest.shard.event_merge import (
     ShardNote,
@@ -52,6 +53,7 @@ from harvest.shard.event_merge import (
     unavailable_note,
 )
 from harvest.shard.router import ShardRouter
+from harvest.web.errors import error_response
 from harvest.web.openapi import Mounted
 from harvest.web.principal import Authorizer, refusal_status
 from harvest.web.routes import Param, path
@@ -808,11 +810,19 @@ def stream_routes(
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def workflow_stream(request: Request) -> StreamingResponse:
-        return await respond(request, str(request.path_params["execution_id"]))
+    async def answered(request: Request, execution_id: str | None) -> Response:
+        # The routes answer their own refusals (401, 400, 404, 503) as the API's JSON errors, so
+        # they need no exception handler of the app they are mounted in (docs: "Mounting").
+        try:
+            return await respond(request, execution_id)
+        except (HarvestError, HTTPException) as exc:
+            return error_response(exc)
 
-    async def all_stream(request: Request) -> StreamingResponse:
-        return await respond(request, None)
+    async def workflow_stream(request: Request) -> Response:
+        return await answered(request, str(request.path_params["execution_id"]))
+
+    async def all_stream(request: Request) -> Response:
+        return await answered(request, None)
 
     one, every, durable = STREAMS
     # /stream/durable is the spec's name for the resumable stream of every event: /stream is it.
