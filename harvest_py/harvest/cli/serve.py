@@ -19,7 +19,7 @@ import click
 from harvest.cli.http import DEFAULT_PORT, MOUNT
 from harvest.cli.output import cli_config, database_url_option
 from harvest.core.errors import ConfigError, HarvestError
-from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS
+from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS, failure_reason
 
 DEFAULT_HOST = "127.0.0.1"
 # How long a stopping server waits for requests in flight before it cuts them (a long-poll client
@@ -101,7 +101,9 @@ def served_app(
         try:
             await state.open()
         except Exception as exc:  # served anyway: /health/ready answers 503 until the database is back
-            logging.getLogger("harvest.web").warning("harvest: the database is not reachable yet: %s", exc)
+            logging.getLogger("harvest.web").warning(
+                "harvest: the database is not reachable yet: %s", failure_reason(exc)
+            )
         try:
             async with runtimes() if runtimes is not None else contextlib.nullcontext():
                 yield

@@ -29,6 +29,7 @@ import logging
 import random
 from typing import Any
 
+from harvest.db.connection import failure_reason
 from harvest.db.resend import connection_lost, resend_pause, warn_lost
 
 log = logging.getLogger("harvest")
@@ -162,7 +163,9 @@ class GroupCommit:
                 and getattr(exc, "sqlstate", None) in CONFLICTS
             ):
                 self._retried(exc)
-                log.warning("a batch of 1 %s was rolled back (%s); sending it again", self.what, exc)
+                log.warning(
+                    "a batch of 1 %s was rolled back (%s); sending it again", self.what, failure_reason(exc)
+                )
                 # The pause holds this item only, not the flush (its caller still waits on it).
                 pause = random.uniform(0.01, 0.05) * sends
                 asyncio.get_running_loop().call_later(pause, self._send_again, batch[0], resent, sends + 1)
@@ -174,7 +177,10 @@ class GroupCommit:
             # database refused outright): commit the items one by one, so that one bad
             # item cannot sink the others.
             log.warning(
-                "a batch of %d %s failed (%s); committing them one by one", len(batch), self.what, exc
+                "a batch of %d %s failed (%s); committing them one by one",
+                len(batch),
+                self.what,
+                failure_reason(exc),
             )
             for item in batch:
                 try:

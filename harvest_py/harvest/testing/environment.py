@@ -38,6 +38,7 @@ from harvest.client.client import AsyncClient, Client, why_stuck
 from harvest.core.durations import Duration, parse_duration, plain_number
 from harvest.core.errors import InvalidArgument, NotFound, TimeoutError_
 from harvest.db import testkit
+from harvest.db.connection import failure_reason
 from harvest.declare.definitions import ActivityDefinition, App, require_app
 from harvest.declare.schedules import schedule_problem
 from harvest.testing.server import TestServer, default_server
@@ -823,5 +824,5 @@ class WorkflowEnvironment:
             except Exception as exc:
                 if self._closing.is_set():
                     return
-                log.warning("time skipping: %s; retrying", exc)
+                log.warning("time skipping: %s; retrying", failure_reason(exc))
                 time.sleep(0.1)

@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from harvest.client import routing
 from harvest.core.errors import DatabaseUnavailable, HarvestError, NotFound
+from harvest.db.connection import failure_reason
 from harvest.db.event_stream import PAGE, EventSource
 from harvest.shard.event_merge import (
     ShardNote,
@@ -187,7 +188,7 @@ class EventHub:
             if not self._ready.done():
                 self._ready.set_exception(exc)  # (its starter reports it)
             else:
-                log.warning("event stream listener stopped: %s", exc)
+                log.warning("event stream listener stopped: %s", failure_reason(exc))
             for sub in list(self.subscribers):
                 sub.end()
         finally:
@@ -605,7 +606,7 @@ async def _followed(
             return
         except Exception as exc:  # its database went during a read (or as it came back)
             if up:  # (once per loss and stream; the tries while it is down are not logged)
-                log.warning("event stream: %s cannot be read: %s", named(shard), exc)
+                log.warning("event stream: %s cannot be read: %s", named(shard), failure_reason(exc))
         if up:  # its listener stopped, or a read failed: the database went
             yield said(ShardNote(shard, unavailable_note(shard, position, whose), position))
             quiet_until = time.monotonic() + keepalive
@@ -678,7 +679,7 @@ async def _refused(request: Request, authorizer: Authorizer) -> str | None:
     except Exception as exc:
         if refusal_status(exc) in (401, 403):
             return (str(getattr(exc, "detail", None) or exc).strip().splitlines() or ["refused"])[0]
-        log.warning("event stream: the caller's token could not be checked again: %s", exc)
+        log.warning("event stream: the caller's token could not be checked again: %s", failure_reason(exc))
     return None
 
 
@@ -792,7 +793,7 @@ def stream_routes(
                     shard_hub.cursor if shard not in given else await _resumed_after(shard_hub, given[shard])
                 )
             except Exception as exc:  # a shard down: the others stream, it is followed when back
-                log.warning("event stream: shard %s unavailable: %s", shard, exc)
+                log.warning("event stream: shard %s unavailable: %s", shard, failure_reason(exc))
                 shard_hub.next_try = time.monotonic() + RETRY_SECS
                 unavailable.append(shard)
                 said += _comment(unavailable_note(shard, given.get(shard)))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import logging
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine, Generator, Iterator
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from harvest.core.deprecation import renamed_attribute
 from harvest.core.errors import ActivityFailure, PayloadError, PayloadTooLarge, StaleTask
 from harvest.core.idempotency import IdempotencyKey
 from harvest.core.task_token import TaskToken
+from harvest.db.connection import DatabaseError, error_line, redact
 from harvest.db.resend import RefusedOnResend, resend_lost
 from harvest.telemetry import tracing
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
@@ -233,6 +235,18 @@ class _Resumed:
 _MESSAGE_CUT = 2000
 
 
+@contextlib.contextmanager
+def _payload_database_call() -> Iterator[None]:
+    """Harvest's own read or write of an activity's payloads (offload): a database error fails
+    the attempt (retried, as before) with its first line and SQLSTATE, redacted, not its text,
+    whose DETAIL and CONTEXT quote values: the failure is stored in the run's history, every
+    reader's. (The activity's own exceptions are its author's, kept whole: _typed.)"""
+    try:
+        yield
+    except DatabaseError as exc:
+        raise ActivityFailure(type(exc).__name__, redact(error_line(exc))) from exc
+
+
 def _typed(exc: BaseException) -> ActivityFailure:
     """The failure an exception is reported as; a payload over the limit fails for good."""
     if isinstance(exc, PayloadTooLarge):
@@ -341,9 +355,11 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         sql = lane.sql
         stored_input = task["input"] or []
         if is_marked(stored_input):  # (nearly never: no coroutine for the plain input)
-            stored_input = await worker.payloads.decode(sql, stored_input)
+            with _payload_database_call():
+                stored_input = await worker.payloads.decode(sql, stored_input)
         if ctx.heartbeat_details is not None:  # (a first attempt has none)
-            ctx.heartbeat_details = await worker.payloads.decode(sql, ctx.heartbeat_details)
+            with _payload_database_call():
+                ctx.heartbeat_details = await worker.payloads.decode(sql, ctx.heartbeat_details)
         try:
             args, kwargs = payload.decode_args(definition.fn, stored_input)
         except PayloadError as exc:
@@ -380,7 +396,8 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
             raise ActivityFailure("PayloadError", f"the result cannot be stored: {exc}", True) from exc
         plain = encoded
         if worker.payloads.active:  # (codecs or offload configured: else no coroutine)
-            encoded = await worker.payloads.encode(sql, execution_id, encoded)
+            with _payload_database_call():
+                encoded = await worker.payloads.encode(sql, execution_id, encoded)
         # (The text measured is the one a decision ahead sends as the result's stored text.)
         result_text = payload.checked_text(
             encoded, f"the result of activity {definition.name}", worker.max_payload_bytes

@@ -25,6 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from harvest.core import jsonb
+from harvest.db.connection import failure_reason
 from harvest.telemetry import tracing
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.completions import Recorded
@@ -214,8 +215,8 @@ async def _decide(
         commands = await worker.payloads.encode_commands(
             lane_of(task).sql, execution_id, activation.commands, child=run.is_child
         )
-    except Exception as exc:
-        log.debug("no decision ahead for %s: %s", execution_id, exc)
+    except Exception as exc:  # (a codec's, or an offload's write: a database error's text stays out)
+        log.debug("no decision ahead for %s: %s", execution_id, failure_reason(exc))
         run.close()
         return None
     if not payloads_fit(commands, worker.max_payload_bytes, task["workflow_name"]):

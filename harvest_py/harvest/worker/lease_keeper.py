@@ -15,6 +15,8 @@ import asyncio
 import logging
 from typing import Any
 
+from harvest.db.connection import failure_reason
+
 log = logging.getLogger("harvest.worker")
 
 
@@ -51,7 +53,11 @@ class LeaseKeeper:
             try:
                 extended = await self._sql.heartbeat_workflow_task(self._task_id, self._token, self._lease)
             except Exception as exc:  # the next round tries again; the lease may still hold
-                log.warning("workflow task %s: its lease could not be extended: %s", self._task_id, exc)
+                log.warning(
+                    "workflow task %s: its lease could not be extended: %s",
+                    self._task_id,
+                    failure_reason(exc),
+                )
                 extended = True
             finally:
                 self._calling = False

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from harvest.core import payload
 from harvest.core.errors import ExecutionMigrated, NotFound, PayloadTooLarge
 from harvest.db import channels
+from harvest.db.connection import DatabaseError, error_line, failure_reason, redact
 from harvest.runtime import WorkflowRun
 from harvest.runtime.messages import UnknownHandler, failure_of
 from harvest.telemetry import tracing
@@ -93,7 +94,7 @@ class QueryResponder:
                         raise
                     except Exception as exc:
                         if not lane.note_failure(exc, "claiming queries"):
-                            log.warning("claiming queries failed (%s); retrying", exc)
+                            log.warning("claiming queries failed (%s); retrying", failure_reason(exc))
                 for request in claimed:
                     task = asyncio.create_task(self._answer(request))
                     self._inflight.add(task)
@@ -147,9 +148,18 @@ class QueryResponder:
             run, fresh = await self._state(request)
         except Exception as exc:
             log.info(
-                "%s %r on %s: cannot rebuild the workflow state: %s", kind, name, request["execution_id"], exc
+                "%s %r on %s: cannot rebuild the workflow state: %s",
+                kind,
+                name,
+                request["execution_id"],
+                failure_reason(exc),
             )
-            await self._reply(request, None, failure_of(exc))
+            # The answer is stored and read by the caller: a database error (the history not
+            # read) says its first line and SQLSTATE, never its DETAIL; a codec's error is theirs.
+            failure = failure_of(exc)
+            if isinstance(exc, DatabaseError):
+                failure = {**failure, "message": redact(error_line(exc))}
+            await self._reply(request, None, failure)
             return "rejected"
         try:
             if kind == "query":
@@ -181,8 +191,16 @@ class QueryResponder:
             return "accepted"
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("answering %s %r (request %s) failed", kind, name, request_id)
+        except Exception as exc:
+            # (a database error's traceback would print its DETAIL: its line and SQLSTATE say it)
+            log.error(
+                "answering %s %r (request %s) failed: %s",
+                kind,
+                name,
+                request_id,
+                failure_reason(exc),
+                exc_info=not isinstance(exc, DatabaseError),
+            )
             return None
         finally:
             if fresh:

@@ -31,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import ConfigError, RedisUnavailable
+from harvest.db.connection import failure_reason
 from harvest.db.pools import TRANSIENT
 from harvest.db.redis_channel import MAX_ENTRY_BYTES, RedisChannel, TaskRef
 
@@ -140,7 +141,7 @@ class RedisDispatch:
             # tried again like one still down. Raised, it ended the consumer's task silently.
             if self._refused != str(exc):
                 self._refused = str(exc)
-                log.warning("redis dispatch: reconnecting refused (%s); trying again", exc)
+                log.warning("redis dispatch: reconnecting refused (%s); trying again", failure_reason(exc))
             return False
         self._refused = None
         if self._lost_at is not None:
@@ -176,7 +177,7 @@ class RedisDispatch:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.debug("redis dispatch: reading claimable tasks failed: %s", exc)
+            log.debug("redis dispatch: reading claimable tasks failed: %s", failure_reason(exc))
             return
         channel = self.channel
         if not rows or channel is None:
@@ -235,10 +236,9 @@ class RedisDispatch:
                 # Nothing here may end the consumer: its task died silently, and the worker ran
                 # on without Redis dispatch. The references stay pending and are taken over.
                 log.warning(
-                    "redis dispatch: %d reference(s) not handled (%s: %s); taken over in %.0fs",
+                    "redis dispatch: %d reference(s) not handled (%s); taken over in %.0fs",
                     len(refs),
-                    type(exc).__name__,
-                    exc,
+                    failure_reason(exc),
                     RECLAIM_IDLE_MS / 1000,
                 )
 
@@ -281,7 +281,7 @@ class RedisDispatch:
                 # Not acked: the references stay pending and are taken over later; the rows
                 # meanwhile are the Postgres claim's.
                 if not isinstance(exc, TRANSIENT) and not lane.note_failure(exc, "claiming named tasks"):
-                    log.warning("redis dispatch: claiming named tasks failed: %s", exc)
+                    log.warning("redis dispatch: claiming named tasks failed: %s", failure_reason(exc))
                 return
             for task in claimed:
                 task["_lane"] = lane

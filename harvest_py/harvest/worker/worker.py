@@ -41,7 +41,15 @@ from typing import Any, NamedTuple
 from harvest.core.codecs import Payloads
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotFound, PermissionDenied
 from harvest.db import channels
-from harvest.db.connection import connect_async, error_line, is_permanent, redact, resolve_dsn
+from harvest.db.connection import (
+    DatabaseError,
+    connect_async,
+    error_line,
+    failure_reason,
+    is_permanent,
+    redact,
+    resolve_dsn,
+)
 from harvest.db.migrate import check_schema_async
 from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.redis_channel import check_url
@@ -545,7 +553,11 @@ class Worker:
         try:
             removed = await lane.sql.delete_moved_schedules(homes)
         except Exception as exc:  # a cleanup (a shard down, ...): the lane's next set-up tries again
-            log.warning("could not remove moved schedules from shard %d: %s", lane.shard, exc)
+            log.warning(
+                "could not remove moved schedules from shard %d: %s",
+                lane.shard,
+                redact(failure_reason(exc), lane.dsn),
+            )
             return
         if removed:
             log.warning(
@@ -814,7 +826,7 @@ class Worker:
                         )
             except TRANSIENT as exc:
                 self.metrics.transaction_retry("claim", retry_reason(exc))
-                log.warning("claim failed (%s); retrying", redact(str(exc), lane.dsn))
+                log.warning("claim failed (%s); retrying", redact(failure_reason(exc), lane.dsn))
                 await self._sleep(self.poll_interval)
                 return [], False
             self.metrics.claimed(lane.shard, perf_counter() - started)
@@ -952,7 +964,7 @@ class Worker:
                 self._unsettled.discard(lane.shard)
         except Exception as exc:
             if not lane.note_failure(exc, "updating the sleep mark"):
-                log.warning("could not update the sleep mark: %s", exc)
+                log.warning("could not update the sleep mark: %s", redact(failure_reason(exc), lane.dsn))
 
     # -- hand-off (claim.sql): tasks leased to us by the commit that created them -----------
     def accepts_hand_off(self) -> bool:
@@ -1131,9 +1143,16 @@ class Worker:
             await asyncio.wait({release}, timeout=STOP_CALL_SECS)
             stopping.leave_behind([release])
             raise
-        except Exception:
-            log.exception(
-                "task %s (%s) crashed the handler; its lease will expire", task["task_id"], task["kind"]
+        except Exception as exc:
+            # A database error's text carries its DETAIL and CONTEXT (a row's values): its first
+            # line and SQLSTATE say what failed, and no traceback repeats the rest. Any other
+            # error here is Harvest's bug: its traceback is the report.
+            log.error(
+                "task %s (%s) crashed the handler; its lease will expire: %s",
+                task["task_id"],
+                task["kind"],
+                failure_reason(exc),
+                exc_info=not isinstance(exc, DatabaseError),
             )
         finally:
             claim = task.pop("_open_claim", None)
@@ -1245,7 +1264,8 @@ class Worker:
                     settled = await lane.sql.set_worker_sleeping(self.worker_id, True) is not False
                 except Exception as exc:
                     if not lane.note_failure(exc, "updating the sleep mark"):
-                        log.warning("could not update the sleep mark: %s", error_line(exc))
+                        reason = redact(failure_reason(exc), lane.dsn)
+                        log.warning("could not update the sleep mark: %s", reason)
             if settled:
                 self._unsettled.discard(lane.shard)
 
@@ -1316,7 +1336,7 @@ class Worker:
                 if not scanned:  # (a tick counts once: the pump's or a resume's failure is not the scan's)
                     self.metrics.scanned(lane.shard, False)
                 if not lane.note_failure(exc, "scanning"):
-                    log.warning("timeout scan failed: %s", exc)
+                    log.warning("timeout scan failed: %s", redact(failure_reason(exc), lane.dsn))
             if lane.usable:  # a sweep's failure (a relay's remote shard down) stops no schedule
                 await self._schedule(lane)
 
@@ -1329,7 +1349,7 @@ class Worker:
             raise
         except Exception as exc:
             if not lane.note_failure(exc, "ticking the schedules"):
-                log.warning("scheduler tick failed: %s", exc)
+                log.warning("scheduler tick failed: %s", redact(failure_reason(exc), lane.dsn))
             return None
         if fired.fired or fired.buffered_started:
             log.info("scheduler: %d slot(s) fired, %d run(s) started", len(fired.fired), fired.started)
@@ -1376,10 +1396,14 @@ class Worker:
                     if self._stopping.is_set():  # still finishing in-flight work: say so again
                         await lane.sql.begin_worker_drain(self.worker_id)
                 except Exception as exc:
-                    log.warning("worker %s could not register again: %s", self.worker_id, exc)
+                    log.warning(
+                        "worker %s could not register again: %s",
+                        self.worker_id,
+                        redact(failure_reason(exc), lane.dsn),
+                    )
             except Exception as exc:
                 if not lane.note_failure(exc, "heartbeat"):
-                    log.warning("worker heartbeat failed: %s", exc)
+                    log.warning("worker heartbeat failed: %s", redact(failure_reason(exc), lane.dsn))
 
     async def _renew_partitions(self, lane: ShardLane) -> None:
         """Owner mode: renew the leases of the partitions this worker holds state for on
@@ -1454,7 +1478,7 @@ class Worker:
                 return
             except Exception as exc:
                 if not lane.note_failure(exc, "retention"):
-                    log.warning("retention run failed: %s", exc)
+                    log.warning("retention run failed: %s", redact(failure_reason(exc), lane.dsn))
             await self._passes_end(self.retention_interval)
 
     async def _passes_end(self, secs: float) -> bool:

@@ -27,7 +27,7 @@ from harvest.core.errors import (
 )
 from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
-from harvest.db.connection import error_line
+from harvest.db.connection import DatabaseError, error_line, redact
 from harvest.db.resend import RefusedOnResend
 from harvest.runtime import WorkflowRun
 from harvest.shard.children import place_child
@@ -500,20 +500,32 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
             run.close()
         kind = type(exc).__name__
         worker.metrics.workflow_task_failure(task["workflow_name"], kind)
-        log.error("workflow task for %s (%s) failed: %s: %s", execution_id, task["workflow_name"], kind, exc)
+        # The failure is recorded in the run's history, every reader's: a database error (its
+        # history not read, a payload not fetched) goes as its first line and SQLSTATE, redacted,
+        # with the stack but not the text, whose DETAIL and CONTEXT quote values. Any other
+        # error is the workflow's code or codec (theirs, kept whole) or Harvest's own.
+        database = isinstance(exc, DatabaseError)
+        message = redact(error_line(exc)) if database else str(exc)
+        log.error(
+            "workflow task for %s (%s) failed: %s: %s", execution_id, task["workflow_name"], kind, message
+        )
         if isinstance(exc, UnknownWorkflow):
             failure = {
                 "error_type": kind,
-                "message": str(exc),
+                "message": message,
                 "non_retryable": False,
                 "details": {"worker_id": worker.worker_id, "worker_registered": exc.registered},
             }
         else:
             failure = {
                 "error_type": kind,
-                "message": str(exc),
+                "message": message,
                 "non_retryable": False,
-                "details": {"traceback": traceback.format_exc(limit=20)},
+                "details": {
+                    "traceback": "".join(traceback.format_tb(exc.__traceback__, limit=20))
+                    if database
+                    else traceback.format_exc(limit=20)
+                },
             }
             try:  # (the details are a payload: encoded as an activity failure's are, docs/payloads.md)
                 failure = await worker.payloads.encode_failure(lane_of(task).sql, execution_id, failure)
@@ -715,7 +727,7 @@ async def decide_in_claim(
             worker.worker_id, [decision], worker.history_event_hard_cap, worker.history_byte_hard_cap
         )
     except Exception as exc:
-        raise ClaimRolledBack(error_line(exc)) from exc  # (the server's line and SQLSTATE)
+        raise ClaimRolledBack(redact(error_line(exc))) from exc  # (the server's line and SQLSTATE)
     if rows is None:
         return None
     row = rows[0]

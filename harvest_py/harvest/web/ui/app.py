@@ -51,7 +51,7 @@ from harvest.core.errors import (
     WorkflowNotRunning,
 )
 from harvest.core.ids import ROW_ID_MAX
-from harvest.db.connection import DatabaseError, database_error_message
+from harvest.db.connection import DatabaseError, database_error_message, failure_reason
 from harvest.db.pools import TRANSIENT
 from harvest.declare.schedules import OVERLAP_POLICIES
 from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, WORKER_LIMIT_MAX, Merged, fan_out_async
@@ -323,7 +323,9 @@ class Dashboard:
         value the database calls invalid is a 400, anything else a 500 (logged)."""
         status = database_error_status(exc)
         if status >= 500:
-            log.exception("dashboard: %s %s failed", request.method, request.url.path)
+            # As the management API logs it (harvest.web.errors): the server's first line and
+            # SQLSTATE; no traceback, whose last line is the whole text (DETAIL, CONTEXT).
+            log.error("dashboard: %s %s failed: %s", request.method, request.url.path, failure_reason(exc))
         return self.error(request, status, database_error_message(exc)[0], principal)
 
     def _page(self, handler: Callable[[Request, Principal], Awaitable[Response]]) -> Callable[..., Any]:

@@ -1,0 +1,249 @@
+"""No log line of Harvest's carries a database error's whole text (docs/security.md, "What a log
+line carries"; docs/observability.md, "Logs").
+
+psycopg's ``str(exc)`` is the server's message and then its DETAIL and CONTEXT: a unique
+violation's ``Key (email)=(ann@example.com) already exists``, a row's values, a function's
+arguments; libpq's own adds ``connection to server at "<host>"`` and can echo a DSN's password.
+A log line names such an error by :func:`harvest.db.connection.failure_reason` (Harvest's own
+message, else the first line and SQLSTATE, redacted). The worker's, the stream's and the web
+boot's lines passed the exception itself (``"...: %s", exc``), and three handlers logged its
+traceback at ERROR, whose last line is the whole text.
+
+The source check below holds every logging call in an ``except ... as exc`` block to that: the
+bare exception (or ``str(exc)``, ``repr(exc)``, an f-string of it) goes into a log line only
+when every class the block catches is Harvest's own (a HarvestError: its message is ours), or
+the block is one listed in ``THEIRS`` (the user's own code raised it). A traceback
+(``log.exception``, ``exc_info=True``) only where it cannot be a database error's.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import importlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import harvest
+from harvest.core.errors import HarvestError
+from harvest.web import streams
+
+PASSWORD = "hunter2-log-secret"
+DETAIL = "Key (email)=(ann@example.com) already exists. DETAIL-MARKER"
+
+_LOG_METHODS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
+
+# Blocks whose exception is the user's own code's, logged whole on purpose (file, function).
+THEIRS = {
+    # run.advance: the workflow's own code replayed for a decision ahead (DEBUG; the workflow
+    # task that follows reports it, theirs, in the run's history).
+    ("worker/decide_ahead.py", "_decide"),
+    # plan_tick: Harvest's own computation of a schedule's slots, no database call in the block.
+    ("worker/scheduler.py", "_tick_page"),
+}
+
+# Tracebacks logged where the error cannot be a database error's (file, function).
+TRACEBACK_OK = {
+    # The management API's last resort: psycopg's errors took the branches above it.
+    ("web/errors.py", "error_response"),
+}
+
+# Harvest's exceptions that are not HarvestErrors, whose message is already one redacted line.
+ONE_LINE = {"ClaimRolledBack"}  # (harvest.worker.workflows: a database error's error_line, redacted)
+
+
+def _is_logger(node: ast.expr) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in {"log", "logger", "_log"}
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "getLogger"
+    )
+
+
+def _is_log_call(call: ast.Call) -> bool:
+    func = call.func
+    return isinstance(func, ast.Attribute) and func.attr in _LOG_METHODS and _is_logger(func.value)
+
+
+def _given(value: ast.expr) -> bool:
+    """An ``exc_info`` that is always given: a name (the exception) or a true constant."""
+    return isinstance(value, ast.Name) or (isinstance(value, ast.Constant) and bool(value.value))
+
+
+def _raw_uses(arg: ast.expr, name: str) -> bool:
+    """Whether ``arg`` is the exception itself, or its text whole."""
+    if isinstance(arg, ast.Name):
+        return arg.id == name
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id in {"str", "repr"}:
+        return any(_raw_uses(a, name) for a in arg.args)
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "redact":
+        return bool(arg.args) and _raw_uses(arg.args[0], name)  # (no password; the DETAIL stays)
+    if isinstance(arg, ast.JoinedStr):
+        return any(isinstance(v, ast.FormattedValue) and _raw_uses(v.value, name) for v in arg.values)
+    return False
+
+
+def _caught(handler: ast.ExceptHandler) -> list[str]:
+    if handler.type is None:
+        return ["BaseException"]
+    nodes = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return [ast.unparse(n) for n in nodes]
+
+
+def _harvest_own(module: Any, names: list[str]) -> bool:
+    """Whether every class the block catches is a HarvestError (its message is Harvest's)."""
+    for name in names:
+        value: Any = module
+        for part in name.split("."):
+            value = getattr(value, part, None)
+        if name in ONE_LINE:
+            continue
+        if not (isinstance(value, type) and issubclass(value, HarvestError)):
+            return False
+    return True
+
+
+def _functions(tree: ast.AST) -> dict[ast.AST, str]:
+    """The name of the function each node is in (the innermost)."""
+    owner: dict[ast.AST, str] = {}
+
+    def visit(node: ast.AST, name: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            here = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else name
+            owner[child] = here
+            visit(child, here)
+
+    visit(tree, "<module>")
+    return owner
+
+
+def offending_log_calls(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        source = path.read_text()
+        tree = ast.parse(source)
+        owner = _functions(tree)
+        module = None
+        # A traceback, anywhere (a helper an except block calls logs the one being handled):
+        # its last line is the error's whole text. (A computed exc_info decides for itself.)
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_log_call(n)):
+            traceback = call.func.attr == "exception" or any(  # type: ignore[attr-defined]
+                k.arg == "exc_info"
+                and (
+                    isinstance(k.value, ast.Name)
+                    or (isinstance(k.value, ast.Constant) and bool(k.value.value))
+                )
+                for k in call.keywords
+            )
+            if traceback and (rel, owner.get(call, "")) not in TRACEBACK_OK:
+                found.append(f"{rel}:{call.lineno}: {ast.unparse(call)[:120]}")
+        for handler in (n for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler)):
+            for call in (n for n in ast.walk(handler) if isinstance(n, ast.Call) and _is_log_call(n)):
+                raw = handler.name is not None and any(
+                    _raw_uses(a, handler.name) for a in [*call.args, *(k.value for k in call.keywords)]
+                )
+                if not raw or (rel, owner.get(handler, "")) in THEIRS:
+                    continue
+                if module is None:
+                    module = importlib.import_module("harvest." + rel.removesuffix(".py").replace("/", "."))
+                if _harvest_own(module, _caught(handler)):
+                    continue
+                found.append(f"{rel}:{call.lineno}: {ast.unparse(call)[:120]}")
+    return found
+
+
+def test_no_log_line_carries_a_database_errors_whole_text() -> None:
+    root = Path(harvest.__file__).parent
+    assert offending_log_calls(root) == []
+
+
+def test_the_check_finds_a_raw_exception_and_a_traceback(tmp_path: Path) -> None:
+    """(The check can fail: a line of each kind it refuses, in a module it imports.)"""
+    package = tmp_path / "harvest_probe_pkg"
+    package.mkdir()
+    (package / "probe.py").write_text(
+        "import logging\nlog = logging.getLogger('x')\n"
+        "def f():\n"
+        "    try:\n        pass\n    except Exception as exc:\n        log.warning('failed: %s', exc)\n"
+        "    try:\n        pass\n    except OSError:\n        log.exception('failed')\n"
+        "    try:\n        pass\n    except Exception as exc:\n        log.warning(f'failed: {exc}')\n"
+    )
+    found = offending_log_calls_in(package)
+    assert len(found) == 3, found
+
+
+def offending_log_calls_in(package: Path) -> list[str]:
+    import sys
+
+    sys.path.insert(0, str(package.parent))
+    try:
+        # the probe is imported as harvest.<rel>: alias its package under that name
+        probe = importlib.import_module(f"{package.name}.probe")
+        sys.modules["harvest.probe"] = probe
+        return offending_log_calls(package)
+    finally:
+        sys.path.remove(str(package.parent))
+        sys.modules.pop("harvest.probe", None)
+
+
+# -- the lines themselves ------------------------------------------------------------------------
+
+
+def database_error(db: str) -> psycopg.Error:
+    """A real server error: a first line quoting a DSN with its password, and a DETAIL that
+    quotes a row's value (as a unique violation's does)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        try:
+            conn.execute(
+                "DO $$ BEGIN RAISE EXCEPTION 'cannot write postgresql://harvest:%@db-1.internal/harvest', "
+                f"'{PASSWORD}' USING DETAIL = '{DETAIL}', ERRCODE = '23505'; END $$"
+            )
+        except psycopg.Error as exc:
+            error = exc
+        else:
+            raise AssertionError("the DO block raised nothing")
+    assert "DETAIL-MARKER" in str(error) and PASSWORD in str(error)  # (what a raw line would say)
+    return error
+
+
+def assert_clean(lines: list[str]) -> None:
+    said = "\n".join(lines)
+    assert lines, "nothing was logged"
+    assert PASSWORD not in said and "DETAIL-MARKER" not in said and "ann@example.com" not in said, said
+    assert "(SQLSTATE 23505)" in said, said
+
+
+class _FailingHub:
+    """A stream hub that is up and whose every read fails with ``error``."""
+
+    next_try = 0.0
+    cursor = 0
+    listening = up = True
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def subscribe(self, execution_id: str | None = None) -> Any:
+        raise self.error
+
+
+def test_a_stream_that_cannot_read_a_shard_logs_the_errors_first_line_only(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    hub = _FailingHub(database_error(db))
+
+    async def first_note() -> Any:
+        follower = streams._followed(hub, 1, 0, True)  # type: ignore[arg-type]
+        try:
+            return await follower.__anext__()
+        finally:
+            await follower.aclose()
+
+    with caplog.at_level(logging.WARNING, logger="harvest.web"):
+        asyncio.run(first_note())
+    assert_clean([r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()])
