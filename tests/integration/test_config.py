@@ -125,6 +125,9 @@ def test_the_file_comes_from_config_then_harvest_config_then_the_working_directo
             "unknown setting HARVEST_WORKER_QUEUES; did you mean HARVEST_WORKER__QUEUES?",
         ),
         ("", {"HARVEST_NOPE": "1"}, "unknown setting HARVEST_NOPE"),
+        # Compared without the shared HARVEST_: this one was "close" to HARVEST_ROLE.
+        ("", {"HARVEST_KEY_K1": "x"}, "unknown setting HARVEST_KEY_K1; known variables"),
+        ("", {"HARVEST_WORKER__CONCURENCY": "2"}, "did you mean HARVEST_WORKER__CONCURRENCY?"),
         ("", {"HARVEST_ROLE": "api"}, "role 'api' (from HARVEST_ROLE) is not one of web, worker, combined"),
         ('[retention]\nrun_on = "sometimes"\n', {}, "retention.run_on 'sometimes'"),
         (

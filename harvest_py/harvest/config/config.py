@@ -310,9 +310,12 @@ def _in_bounds(key: tuple[str, ...], value: float, source: str) -> int | float:
     return value
 
 
-def _suggest(name: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+def _suggest(name: str, candidates: Iterable[str], prefix: str = "") -> str:
+    """A near name, compared without the ``prefix`` every candidate shares: HARVEST_ alone made
+    HARVEST_KEY_K1 "close" to HARVEST_ROLE."""
+    by_rest = {c.removeprefix(prefix): c for c in candidates}
+    close = difflib.get_close_matches(name.removeprefix(prefix), list(by_rest), n=1, cutoff=0.6)
+    return f"; did you mean {by_rest[close[0]]}?" if close else ""
 
 
 def config_path(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path | None:
@@ -387,7 +390,7 @@ def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
         key = by_name.get(name)
         if key is None:
             raise ConfigError(
-                f"unknown setting {name}{_suggest(name, by_name)}; known variables: "
+                f"unknown setting {name}{_suggest(name, by_name, ENV_PREFIX)}; known variables: "
                 f"{known_variables()} (and {', '.join(sorted(NOT_CONFIG))})"
             )
         out[key] = Setting(_coerce(key, env[name], name), name)
