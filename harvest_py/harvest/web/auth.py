@@ -9,6 +9,7 @@ revoked token is refused from the next request on. No token or an unknown or rev
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from typing import TYPE_CHECKING, Any, cast
@@ -63,12 +64,20 @@ class TokenAuthorizer:
             raise TypeError("TokenAuthorizer takes a pool or a dsn")
         self._pool, self._dsn, self._pool_size = pool, dsn, pool_size
         self._own_pool = pool is None
+        # One open at a time: the requests that arrive while the pool opens (a burst at boot)
+        # wait for it and share it; without the lock each opened its own, and all but the last
+        # stayed open, never closed, holding their connections.
+        self._opening: asyncio.Lock | None = None
 
     async def _api(self) -> AsyncSqlApi:
         if self._pool is None:
-            self._pool = await open_async_pool(
-                cast(str, self._dsn), max_size=self._pool_size
-            )  # a pool or a dsn
+            if self._opening is None:
+                self._opening = asyncio.Lock()
+            async with self._opening:
+                if self._pool is None:
+                    self._pool = await open_async_pool(
+                        cast(str, self._dsn), max_size=self._pool_size
+                    )  # a pool or a dsn
         return AsyncSqlApi(self._pool)
 
     async def authorize(self, request: Request, needed: Scope) -> Principal:
