@@ -211,7 +211,7 @@ def _mixed(conn: psycopg.Connection) -> None:
     )
 
 
-@pytest.mark.parametrize("max_keys", [0, 1, 2, 3, 5, 8, 13, 1000])
+@pytest.mark.parametrize("max_keys", [0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 1000])
 def test_the_exported_keys_and_the_others_add_up_to_every_key(
     conn: psycopg.Connection, max_keys: int
 ) -> None:

@@ -138,7 +138,9 @@ NEVER = [
     "TRUNCATE harvest.quota_ended_bytes",
     "SELECT harvest._fold_quota_bytes(ARRAY['k'])",
     "SELECT harvest._start_queue('wf')",
-    "SELECT * FROM harvest._count_concurrency_keys(NULL, NULL)",
+    "SELECT * FROM harvest._count_concurrency_keys(NULL, NULL, true)",
+    "SELECT * FROM harvest._live_keyed_runs(NULL)",
+    "SELECT harvest._busiest_concurrency_keys(NULL, 1)",
     "SELECT harvest._current_cross_shard_run(%(e)s)",
 ]
 

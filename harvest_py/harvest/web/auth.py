@@ -9,6 +9,7 @@ revoked token is refused from the next request on. No token or an unknown or rev
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from typing import TYPE_CHECKING, Any, cast
@@ -63,12 +64,24 @@ class TokenAuthorizer:
             raise TypeError("TokenAuthorizer takes a pool or a dsn")
         self._pool, self._dsn, self._pool_size = pool, dsn, pool_size
         self._own_pool = pool is None
+        # One open at a time, its outcome shared: the requests that arrive while the pool opens
+        # (a burst at boot) wait for that open and use its pool, or fail with its error (a token
+        # database down: one wait, not one a request in turn); the next request tries again.
+        # Without it each opened its own pool, and all but the last stayed open, never closed,
+        # holding their connections.
+        self._opening: asyncio.Task[Any] | None = None
+
+    async def _open(self) -> None:
+        try:
+            self._pool = await open_async_pool(cast(str, self._dsn), max_size=self._pool_size)
+        finally:
+            self._opening = None
 
     async def _api(self) -> AsyncSqlApi:
         if self._pool is None:
-            self._pool = await open_async_pool(
-                cast(str, self._dsn), max_size=self._pool_size
-            )  # a pool or a dsn
+            if self._opening is None:
+                self._opening = asyncio.ensure_future(self._open())
+            await asyncio.shield(self._opening)  # (a request cancelled leaves the open to the others)
         return AsyncSqlApi(self._pool)
 
     async def authorize(self, request: Request, needed: Scope) -> Principal:
