@@ -182,3 +182,32 @@ def test_a_fifo_no_writer_opens_in_the_wait_says_so(tmp_path: Path, monkeypatch:
     assert str(raised.value) == (
         f"--input-file {fifo}: no writer, nothing written within 0 s (start its writer first)"
     )
+
+
+def test_a_fifo_longer_than_the_bound_is_refused_while_its_writer_writes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The FIFO's first read (its writer's first bytes) counts against the bound as the rest: a
+    first read past the bound left a negative count for the rest, which read to the writer's end
+    (for ever for a writer that does not stop). Its writer here stays open until the check."""
+    monkeypatch.setattr(cli_workflow, "MAX_JSON_FILE_BYTES", 10)
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"[" + b" " * 100 + b"1]")
+    answer: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            cli_workflow.read_json_option(None, f"/dev/fd/{read_fd}", "input")
+            answer.append(None)
+        except Exception as exc:
+            answer.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    hung = reader.is_alive()
+    os.close(write_fd)  # (ends a read that went on to the writer's end)
+    reader.join()
+    os.close(read_fd)
+    assert not hung, "the read went on past the bound, to the writer's end"
+    assert isinstance(answer[0], InvalidArgument) and "larger than 10 bytes" in str(answer[0])

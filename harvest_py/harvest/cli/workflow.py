@@ -131,17 +131,17 @@ def _read_path(path: str, limit: int) -> bytes | None:
             return None  # refused by its size, unread
         first = b""
         if nonblock and stat.S_ISFIFO(info.st_mode):
-            first = _first_from_writer(fd)
+            first = _first_from_writer(fd, limit + 1)
         if nonblock:
             os.set_blocking(fd, True)
         return first + f.read(limit + 1 - len(first))
 
 
-def _first_from_writer(fd: int) -> bytes:
+def _first_from_writer(fd: int, most: int) -> bytes:
     """A FIFO opened non-blocking: wait (FIFO_WRITER_WAIT_SECS at most) for a writer, and the
-    first bytes it wrote, if any. Read at once, a FIFO whose writer had not opened it yet read
-    as empty (and that writer then blocked for ever with no reader); a writer that opens and
-    closes having written nothing is an empty file, as before."""
+    first bytes it wrote (``most`` at most), if any. Read at once, a FIFO whose writer had not
+    opened it yet read as empty (and that writer then blocked for ever with no reader); a
+    writer that opens and closes having written nothing is an empty file, as before."""
     came: object = True  # (no poll: an empty read is an empty file)
     if hasattr(select, "poll"):
         poller = select.poll()
@@ -150,7 +150,7 @@ def _first_from_writer(fd: int) -> bytes:
         # open reports neither); none at the end of the wait.
         came = poller.poll(max(0, int(FIFO_WRITER_WAIT_SECS * 1000)))
     try:
-        first = os.read(fd, 65536)
+        first = os.read(fd, min(most, 65536))
     except BlockingIOError:
         return b""  # a writer has it open and has written nothing yet: read on, blocking
     if not first and not came:
