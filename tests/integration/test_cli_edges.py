@@ -107,16 +107,25 @@ def test_replay_of_a_file_that_is_not_a_history_is_one_line(tmp_path: Path, cont
     assert "not a Harvest history" in line and "a JSON list of events" in line
 
 
-def test_replay_of_a_path_with_no_writer_is_one_line_not_a_wait(tmp_path: Path) -> None:
+def test_replay_of_a_path_with_no_writer_is_one_line_not_a_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`harvest replay` read its file with Path.read_text(): a FIFO nobody writes to blocked its
     open for ever (and /dev/zero would be read into memory until the process died). Opened
-    non-blocking as the --*-file options are, it reads as empty: one line, exit 2."""
-    (tmp_path / "replay_app.py").write_text("from harvest import App\napp = App()\n")
+    non-blocking as the --*-file options are, it waits FIFO_WRITER_WAIT_SECS for a writer (none
+    here) and says so: one line, exit 2."""
+    from harvest.cli import output as cli_output
+
+    (tmp_path / "replay_fifo_app.py").write_text("from harvest import App\napp = App()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(cli_output, "FIFO_WRITER_WAIT_SECS", 0)
     fifo = tmp_path / "history.pipe"
     os.mkfifo(fifo)
-    r = run("replay", "--app", "replay_app:app", "--json-path", str(fifo), cwd=tmp_path, timeout=60)
-    assert r.returncode == 2
-    assert one_error_line(r) == f"error: {fifo}: empty: no JSON value in it"
+    r = invoke("replay", "--app", "replay_fifo_app:app", "--json-path", str(fifo))
+    assert r.exit_code == 2, (r.exit_code, r.stdout, r.stderr)
+    assert (
+        r.stderr.strip() == f"error: {fifo}: no writer, nothing written within 0 s (start its writer first)"
+    ), r.stderr
 
 
 def test_replay_of_a_file_past_its_bound_is_refused_unread(

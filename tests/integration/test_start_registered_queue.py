@@ -177,3 +177,66 @@ def test_a_batch_start_without_queue_resolves_it_once_per_name(conn: psycopg.Con
             "SELECT * FROM harvest.start_workflows(%s)", (json.dumps([{"workflow_name": "split"}] * 2),)
         )
     assert runs(conn) == 8
+
+
+@pytest.mark.parametrize(
+    "default_registered",
+    [True, False],
+    ids=["default-has-registrations", "default-has-none"],
+)
+def test_a_batch_mixing_named_and_unnamed_queues_starts_as_its_starts_one_by_one(
+    conn: psycopg.Connection, default_registered: bool
+) -> None:
+    """_starts_plain's check no longer resolves an unnamed queue (the name registered anywhere, or
+    no registration on default): a batch of starts with and without a queue, of names registered
+    on default, on another queue, on several, or nowhere, starts each run on the queue
+    start_workflow gives it alone, or is refused as one of its starts alone is (same SQLSTATE;
+    which one, when two are refused, is the path's order)."""
+    register(conn, "billing", "invoice")
+    register(conn, "eu", "split")
+    register(conn, "us", "split")
+    if default_registered:
+        register(conn, "default", "greet")
+    starts = [
+        {"workflow_name": "invoice"},
+        {"workflow_name": "invoice", "queue": "billing"},
+        {"workflow_name": "greet"},
+        {"workflow_name": "split", "queue": "eu"},
+        {"workflow_name": "nobody"},
+        {"workflow_name": "nobody", "queue": "billing"},
+        {"workflow_name": "split"},
+    ]
+
+    def alone(start: dict) -> str:
+        """The run's queue, or the SQLSTATE of the refusal, of the start alone (rolled back)."""
+        try:
+            with conn.transaction(force_rollback=True):
+                (execution_id,) = conn.execute(
+                    "SELECT execution_id FROM harvest.start_workflow(%s, '[]', NULL, %s)",
+                    (start["workflow_name"], start.get("queue")),
+                ).fetchone()
+                return queue_of(conn, execution_id)[0]
+        except psycopg.Error as exc:
+            return f"refused {exc.sqlstate}"
+
+    def batch(of: list[dict]) -> list[str] | str:
+        try:
+            with conn.transaction(force_rollback=True):
+                rows = conn.execute(
+                    "SELECT execution_id FROM harvest.start_workflows(%s) ORDER BY n", (json.dumps(of),)
+                ).fetchall()
+                return [queue_of(conn, row[0])[0] for row in rows]
+        except psycopg.Error as exc:
+            return f"refused {exc.sqlstate}"
+
+    # Every prefix of the batch (so each kind of start meets the plain path and the other).
+    for end in range(1, len(starts) + 1):
+        of = starts[:end]
+        each = [alone(start) for start in of]
+        refused = [answer for answer in each if answer.startswith("refused")]
+        for order, expected in ((of, each), (of[::-1], each[::-1])):
+            answer = batch(order)
+            if refused:
+                assert answer in refused, (order, each, answer)
+            else:
+                assert answer == expected, (order, each)

@@ -5,6 +5,7 @@ and its path, exit 2, before any connection, never a hang, a traceback or a read
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -12,8 +13,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from harvest.cli import output as cli_output
 from harvest.cli import workflow as cli_workflow
 from harvest.cli.main import main
+from harvest.core.errors import InvalidArgument
 
 NOWHERE = "postgresql://127.0.0.1:1/none"  # never reached: the file is read first
 
@@ -92,9 +95,13 @@ def test_the_bound_is_the_http_apis_request_body_limit() -> None:
 
 
 @pytest.mark.parametrize(("args", "option"), COMMANDS)
-def test_a_fifo_no_one_writes_is_one_line_not_a_hang(tmp_path: Path, args: list[str], option: str) -> None:
-    """open() of a FIFO with no writer blocked for ever. A writer is released after the check
-    (if the command still blocks, it unblocks it and the test fails on the answer, not a hang)."""
+def test_a_fifo_no_one_writes_is_one_line_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], option: str
+) -> None:
+    """open() of a FIFO with no writer blocked for ever; its wait for a writer is bounded
+    (FIFO_WRITER_WAIT_SECS, none here). A writer is released after the check (if the command
+    still blocks, it unblocks it and the test fails on the answer, not a hang)."""
+    monkeypatch.setattr(cli_output, "FIFO_WRITER_WAIT_SECS", 0)
     fifo = tmp_path / "in.json"
     os.mkfifo(fifo)
     answer: list[tuple[int, str, BaseException | None]] = []
@@ -108,7 +115,7 @@ def test_a_fifo_no_one_writes_is_one_line_not_a_hang(tmp_path: Path, args: list[
         runner.join()
     assert not hung, "the command blocked opening a FIFO no one writes"
     line = _one_error_line(*answer[0], option, str(fifo))
-    assert "empty" in line or "nothing" in line, line
+    assert "no writer, nothing written within 0 s" in line, line
 
 
 def test_a_fifo_with_a_writer_is_read(tmp_path: Path) -> None:
@@ -121,3 +128,87 @@ def test_a_fifo_with_a_writer_is_read(tmp_path: Path) -> None:
         assert cli_workflow.read_json_option(None, f"/dev/fd/{read_fd}", "input") == {"a": 1}
     finally:
         os.close(read_fd)
+
+
+def _reader_has_it_open(fifo: Path, reader: threading.Thread) -> int | None:
+    """A write end of ``fifo``, opened once ``reader`` has it open (a non-blocking open for
+    writing fails, ENXIO, while no reader has: the only way to see the reader's open); None if
+    the reader ended first."""
+    while reader.is_alive():
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+    return None
+
+
+def test_a_fifo_whose_writer_comes_after_the_command_opened_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mkfifo in.json; harvest workflow start wf --input-file in.json`, and the writer started
+    next (another terminal, a producer started after it): the non-blocking open read the FIFO
+    at once, found no writer yet and said "empty: no JSON value in it", and the writer that
+    came then blocked for ever with no reader. The command now waits for a writer (bounded:
+    FIFO_WRITER_WAIT_SECS) and reads what it writes."""
+    monkeypatch.setattr(cli_output, "FIFO_WRITER_WAIT_SECS", 60)  # (ended by the writer)
+    fifo = tmp_path / "in.json"
+    os.mkfifo(fifo)
+    answer: list[object] = []
+
+    def read() -> None:
+        try:
+            answer.append(cli_workflow.read_json_option(None, str(fifo), "input"))
+        except Exception as exc:
+            answer.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    write_fd = _reader_has_it_open(fifo, reader)
+    if write_fd is not None:
+        with os.fdopen(write_fd, "wb") as w:
+            w.write(b'{"late": true}')
+    reader.join(timeout=60)
+    assert answer == [{"late": True}]
+
+
+def test_a_fifo_no_writer_opens_in_the_wait_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not "empty" (its writer may only be late): the error says no writer opened it and how long
+    the command waited."""
+    monkeypatch.setattr(cli_output, "FIFO_WRITER_WAIT_SECS", 0)
+    fifo = tmp_path / "in.json"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidArgument) as raised:
+        cli_workflow.read_json_option(None, str(fifo), "input")
+    assert str(raised.value) == (
+        f"--input-file {fifo}: no writer, nothing written within 0 s (start its writer first)"
+    )
+
+
+def test_a_fifo_longer_than_the_bound_is_refused_while_its_writer_writes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The FIFO's first read (its writer's first bytes) counts against the bound as the rest: a
+    first read past the bound left a negative count for the rest, which read to the writer's end
+    (for ever for a writer that does not stop). Its writer here stays open until the check."""
+    monkeypatch.setattr(cli_workflow, "MAX_JSON_FILE_BYTES", 10)
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"[" + b" " * 100 + b"1]")
+    answer: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            cli_workflow.read_json_option(None, f"/dev/fd/{read_fd}", "input")
+            answer.append(None)
+        except Exception as exc:
+            answer.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    hung = reader.is_alive()
+    os.close(write_fd)  # (ends a read that went on to the writer's end)
+    reader.join()
+    os.close(read_fd)
+    assert not hung, "the read went on past the bound, to the writer's end"
+    assert isinstance(answer[0], InvalidArgument) and "larger than 10 bytes" in str(answer[0])

@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 
 import psycopg
 import pytest
@@ -1636,3 +1637,33 @@ def test_rate_limit_commands_print_the_same_over_sql_and_http(db: str, both, con
     assert answers[0] == answers[1] and answers[0]["shards"][0]["override_rps"] == 2
     refused = run("--base-url", BASE, "rate-limit", "override", "keyed", "--rps", "2")
     assert refused.exit_code != 0 and "per-key" in refused.stderr, refused.stderr
+
+
+def test_a_created_after_date_lists_the_same_runs_over_sql_and_http_whatever_the_sessions_zone(
+    db: str, served, conn
+) -> None:
+    """`workflow list --created-after 2026-01-01` is UTC midnight on both transports (cli.output
+    ISO_TIME, an aware time): a naive time reached SQL as a timestamp read in the session's
+    TimeZone (PGTZ here, +14), so the SQL list took runs of the afternoon before that HTTP's left
+    out. The same rows over both (the times print in the session's zone over SQL: the same
+    instants, compared as such)."""
+    served()
+    at = {
+        "dec31-noon": "2025-12-31T12:00:00Z",
+        "midnight": "2026-01-01T00:00:00Z",
+        "jan1-six": "2026-01-01T06:00:00Z",
+    }
+    for workflow_id, created in at.items():
+        run_id = start(conn, "zoned", workflow_id)
+        conn.execute("UPDATE harvest.executions SET created_at = %s WHERE id = %s", (created, run_id))
+    args = ["workflow", "list", "--workflow-name", "zoned", "--created-after", "2026-01-01", "-o", "json"]
+    sql = run(*args, "--database-url", db, env={"PGTZ": "Pacific/Kiritimati"})
+    web = run("--base-url", BASE, *args)
+    assert sql.exit_code == web.exit_code == 0, (sql.stderr, web.stderr)
+
+    def listed(result: Result) -> list[tuple[str, str, datetime]]:
+        rows = json.loads(result.stdout)["executions"]
+        return [(r["execution_id"], r["workflow_id"], datetime.fromisoformat(r["created_at"])) for r in rows]
+
+    assert listed(sql) == listed(web)
+    assert [workflow_id for _, workflow_id, _ in listed(sql)] == ["jan1-six", "midnight"]

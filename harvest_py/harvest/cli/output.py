@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import re
+import select
 import stat
 import sys
 import tempfile
@@ -552,13 +553,27 @@ def refuse_dsn_only() -> None:
             )
 
 
+# How long a FIFO given as a file waits for its writer to open it: its writer may start after the
+# command (another terminal, a producer started next); never for ever (a FIFO no one writes to
+# hung the command).
+FIFO_WRITER_WAIT_SECS = 10.0
+
+
+class FifoWithoutWriter(Exception):
+    """A FIFO no writer opened within FIFO_WRITER_WAIT_SECS (or a pipe whose writer had gone,
+    having written nothing, before it was opened: the same to poll)."""
+
+    def __init__(self, waited: float):
+        super().__init__(f"no writer, nothing written within {waited:g} s (start its writer first)")
+
+
 def read_path_bounded(path: str, limit: int) -> bytes | None:
     """At most ``limit`` + 1 bytes of ``path`` (None: a file larger than ``limit``, unread): the
     --*-file options' (harvest.cli.workflow) and `harvest replay`'s file.
     Opened non-blocking: a FIFO's open for reading otherwise waits for a writer, for ever when
-    there is none; so it opens at once and, with no writer, reads as empty. A pipe with its
-    writer (`--input-file <(...)`, /dev/fd/N) is then read, blocking, to its end. A directory
-    is refused before any read."""
+    there is none; so it opens at once and waits for a writer up to FIFO_WRITER_WAIT_SECS
+    (FifoWithoutWriter past that). A pipe with its writer (`--input-file <(...)`, /dev/fd/N) is
+    then read, blocking, to its end. A directory is refused before any read."""
     nonblock = getattr(os, "O_NONBLOCK", 0)  # (none on Windows, which has no FIFOs to open)
     fd = os.open(path, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as f:
@@ -567,6 +582,30 @@ def read_path_bounded(path: str, limit: int) -> bytes | None:
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
             return None  # refused by its size, unread
+        first = b""
+        if nonblock and stat.S_ISFIFO(info.st_mode):
+            first = _first_from_writer(fd, limit + 1)
         if nonblock:
             os.set_blocking(fd, True)
-        return f.read(limit + 1)
+        return first + f.read(limit + 1 - len(first))
+
+
+def _first_from_writer(fd: int, most: int) -> bytes:
+    """A FIFO opened non-blocking: wait (FIFO_WRITER_WAIT_SECS at most) for a writer, and the
+    first bytes it wrote (``most`` at most), if any. Read at once, a FIFO whose writer had not
+    opened it yet read as empty (and that writer then blocked for ever with no reader); a
+    writer that opens and closes having written nothing is an empty file, as before."""
+    came: object = True  # (no poll: an empty read is an empty file)
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        # An event once a writer has written or closed (a FIFO no writer has opened since this
+        # open reports neither); none at the end of the wait.
+        came = poller.poll(max(0, int(FIFO_WRITER_WAIT_SECS * 1000)))
+    try:
+        first = os.read(fd, min(most, 65536))
+    except BlockingIOError:
+        return b""  # a writer has it open and has written nothing yet: read on, blocking
+    if not first and not came:
+        raise FifoWithoutWriter(FIFO_WRITER_WAIT_SECS)
+    return first

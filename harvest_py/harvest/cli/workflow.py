@@ -16,6 +16,7 @@ from harvest.cli.output import (
     ROW_ID,
     WAIT_SECS,
     AliasedOption,
+    FifoWithoutWriter,
     database_url_option,
     emit,
     execution_id_argument,
@@ -85,12 +86,13 @@ def _read_json_file(path: str, what: str) -> str:
             raw = stdin.buffer.read(limit + 1) if hasattr(stdin, "buffer") else stdin.read(limit + 1).encode()
         else:
             raw = read_path_bounded(path, limit)
+    except FifoWithoutWriter as exc:
+        raise InvalidArgument(f"{name}: {exc}") from None
     except OSError as exc:
         raise InvalidArgument(f"{name}: {exc.strerror or exc}") from None
     if raw is None or len(raw) > limit:
         raise InvalidArgument(f"{name}: larger than {limit} bytes (the most one request can carry)")
     if not raw.strip():
-        # (Also a FIFO no one writes to: see read_path_bounded.)
         raise InvalidArgument(f"{name}: empty: no JSON value in it")
     try:
         return raw.decode("utf-8")
