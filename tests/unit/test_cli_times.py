@@ -56,3 +56,14 @@ def test_a_time_that_is_not_iso_8601_is_refused_with_examples_and_exit_2(text: s
     )
     assert r.exit_code == 2, r.output
     assert "is not an ISO 8601 time" in r.output and "2026-01-31T09:30" in r.output
+
+
+def test_a_time_read_in_another_session_zone_prints_in_utc_over_either_transport() -> None:
+    """Over SQL the CLI printed times in its session's zone (PGTZ=Pacific/Kiritimati: +14:00)
+    and over HTTP in the server's: the same row read two ways printed two ways. Both write UTC."""
+    from harvest.cli.output import _cell, json_default
+    from harvest.web.errors import json_default as api_json_default
+
+    kiritimati = datetime(2026, 1, 31, 23, 30, tzinfo=timezone(timedelta(hours=14)))
+    assert json_default(kiritimati) == api_json_default(kiritimati) == "2026-01-31T09:30:00+00:00"
+    assert _cell(kiritimati) == "2026-01-31T09:30:00+00:00"

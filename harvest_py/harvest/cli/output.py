@@ -249,6 +249,8 @@ def json_default(value: Any) -> Any:
     """JSON of the values rows carry, as the management API writes them (harvest/web/errors.py
     json_default), so a command prints the same bytes over SQL and over HTTP: times in ISO
     8601, decimals as numbers, intervals in seconds."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).isoformat()  # the session's zone (PGTZ) never shows through
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, timedelta):
@@ -270,7 +272,7 @@ def _cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, datetime):
-        return value.isoformat(timespec="seconds")
+        return (value.astimezone(UTC) if value.tzinfo else value).isoformat(timespec="seconds")
     if isinstance(value, str) and _ISO_TIME.fullmatch(value):
         return value[:19] + value[value.index("T") + 9 :].lstrip("0123456789.")  # to the second
     if isinstance(value, list | tuple):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -49,7 +49,10 @@ class UnsupportedMediaType(HTTPException):
 
 
 def json_default(value: Any) -> Any:
-    """JSON for the values rows carry: times as ISO 8601, UUIDs and decimals as text."""
+    """JSON for the values rows carry: times as ISO 8601 in UTC (whatever the session's zone),
+    UUIDs and decimals as text."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).isoformat()
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, timedelta):
