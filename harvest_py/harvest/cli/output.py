@@ -55,8 +55,9 @@ else:
 class IsoTime(_DateTimeParam):
     """A time option, in any ISO 8601 spelling ``datetime.fromisoformat`` reads: a date (UTC
     midnight), minutes with or without seconds and fractions, ``Z`` or an offset; a time with no
-    offset is UTC. One type for every time option: the CLI had four lists of strptime formats,
-    so ``2026-01-31T09:30`` was refused by some commands and taken by others."""
+    offset is UTC; the value is in UTC. One type for every time option: the CLI had four lists
+    of strptime formats, so ``2026-01-31T09:30`` was refused by some commands and taken by
+    others."""
 
     name = "iso_time"
 
@@ -73,7 +74,8 @@ class IsoTime(_DateTimeParam):
                     param,
                     ctx,
                 )
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        # In UTC: one instant is one text (a list's cursor compares its filters as text).
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 ISO_TIME = IsoTime()
