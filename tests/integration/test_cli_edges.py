@@ -149,6 +149,22 @@ def test_replay_of_a_file_past_its_bound_is_refused_unread(
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
+def test_replay_of_a_device_is_refused_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`harvest replay --json-path /dev/zero` read 1 GiB into memory before its size refused
+    it: a character device is refused by its kind, before any read (here with the bound at
+    1,000 bytes, which the old code answered "larger than 1000 bytes" after reading them)."""
+    from harvest.cli import replay as replay_cli
+
+    (tmp_path / "replay_dev_app.py").write_text("from harvest import App\napp = App()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(replay_cli, "MAX_HISTORY_FILE_BYTES", 1_000, raising=False)
+    r = invoke("replay", "--app", "replay_dev_app:app", "--json-path", "/dev/zero")
+    assert isinstance(r.exception, SystemExit | None), repr(r.exception)
+    assert r.exit_code == 2, (r.exit_code, r.stdout, r.stderr)
+    assert r.stderr.strip().startswith("error: /dev/zero: a character device"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_replay_of_a_batch_for_a_workflow_the_app_does_not_have_fails(tmp_path: Path) -> None:
     """`harvest replay --workflow NAME` of an export batch kept the exports of NAME and replayed
     them: a NAME the App does not register (a typo) kept none, and the gate passed, exit 0,

@@ -219,10 +219,24 @@ class HistoryBuilder:
         )
 
 
+# Every run new_run made, closed after each test (tests/unit/conftest.py). Closing a run is its
+# owner's duty (the worker and the replayer close theirs); a test's run dropped unclosed (a cold
+# replay of Engine.task, a run whose advance raised) kept coroutines that never started, which
+# Python warned about ("coroutine ... was never awaited") at a later test's collection.
+made_runs: list[WorkflowRun] = []
+
+
 def new_run(app: Any, wf: Any, **kwargs: Any) -> WorkflowRun:
     kwargs.setdefault("clock", fixed_clock)
     kwargs.setdefault("rng", FixedRandom())
-    return WorkflowRun(app, wf, "exec-1", **kwargs)
+    run = WorkflowRun(app, wf, "exec-1", **kwargs)
+    made_runs.append(run)
+    return run
+
+
+def close_made_runs() -> None:
+    while made_runs:
+        made_runs.pop().close()
 
 
 # An outcome: ("result", value) | ("fail", error_type) | ("fire",)

@@ -48,17 +48,6 @@ def test_a_directory_is_one_line(tmp_path: Path, args: list[str], option: str) -
     assert "directory" in line.lower(), line
 
 
-@pytest.mark.parametrize(("args", "option"), COMMANDS)
-def test_dev_zero_is_refused_as_too_large_not_read_without_end(
-    monkeypatch: pytest.MonkeyPatch, args: list[str], option: str
-) -> None:
-    """/dev/zero has no end: the read was Path.read_text, unbounded (memory until the OOM killer).
-    The bound is lowered here so the test reads little; the refusal names it."""
-    monkeypatch.setattr(cli_workflow, "MAX_JSON_FILE_BYTES", 1024)
-    line = _one_error_line(*_invoke(args, option, "/dev/zero"), option, "/dev/zero")
-    assert "larger than 1024 bytes" in line, line
-
-
 def test_a_file_over_the_bound_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli_workflow, "MAX_JSON_FILE_BYTES", 1024)
     big = tmp_path / "big.json"
@@ -212,3 +201,39 @@ def test_a_fifo_longer_than_the_bound_is_refused_while_its_writer_writes_on(
     os.close(read_fd)
     assert not hung, "the read went on past the bound, to the writer's end"
     assert isinstance(answer[0], InvalidArgument) and "larger than 10 bytes" in str(answer[0])
+
+
+@pytest.mark.parametrize(("args", "option"), COMMANDS)
+def test_a_device_is_refused_at_once_not_read_to_the_bound(args: list[str], option: str) -> None:
+    """/dev/zero was read up to the bound (64 MiB here, `harvest replay`'s 1 GiB) before its
+    size refused it: a character device is refused by its kind, before any read, at the real
+    bound (read_path_bounded)."""
+    line = _one_error_line(*_invoke(args, option, "/dev/zero"), option, "/dev/zero")
+    assert "character device" in line, line
+
+
+def test_read_path_bounded_refuses_a_device_before_opening_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harvest.cli import output
+
+    opened: list[str] = []
+    real_open = os.open
+    monkeypatch.setattr(output.os, "open", lambda path, *a: opened.append(path) or real_open(path, *a))
+    with pytest.raises(OSError, match="character device"):
+        output.read_path_bounded("/dev/zero", 1 << 30)
+    assert opened == [], "the device was opened before it was refused"
+
+
+def test_dev_stdin_that_is_a_pipe_is_still_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/dev/stdin links to fd 0: a pipe there (`... | harvest ... --input-file /dev/stdin`)
+    resolves to a FIFO and is read; only a device it resolves to is refused."""
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b'{"b": 2}')
+    os.close(write_fd)
+    saved = os.dup(0)
+    try:
+        os.dup2(read_fd, 0)
+        assert cli_workflow.read_json_option(None, "/dev/stdin", "input") == {"b": 2}
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(read_fd)

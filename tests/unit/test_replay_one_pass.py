@@ -16,7 +16,7 @@ import itertools
 from typing import Any
 
 import pytest
-from history_builder import Engine
+from history_builder import Engine, made_runs
 from workflows_fixture import send_email
 
 from harvest.core.errors import NonDeterminismError
@@ -59,7 +59,9 @@ def events_of(steps: int) -> list[dict[str, Any]]:
 
 
 def new_run(definition: Any = chain) -> WorkflowRun:
-    return WorkflowRun(APP, definition, "exec-1", "wf-1", "default")
+    run = WorkflowRun(APP, definition, "exec-1", "wf-1", "default")
+    made_runs.append(run)  # (closed after the test: tests/unit/conftest.py)
+    return run
 
 
 def event(event_id: int, event_type: str, **data: Any) -> dict[str, Any]:

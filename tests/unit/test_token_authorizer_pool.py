@@ -66,3 +66,49 @@ def test_a_failed_open_fails_the_requests_waiting_on_it_once_and_the_next_one_re
     outcomes = asyncio.run(main())
     assert all(isinstance(o, OSError) for o in outcomes), outcomes
     assert len(attempts) == 2, f"{len(attempts)} opens for a burst of 5 and one request after"
+
+
+def test_the_token_pool_gives_up_opening_when_the_api_pool_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The token check guards every API call: with the token database down it waited
+    open_async_pool's 30 s default, six times the API pool's OPEN_SECS, so a request hung on the
+    check far longer than on the call it guards. Both now wait the one OPEN_SECS."""
+    import harvest.web.app
+
+    timeouts: list[float | None] = []
+
+    async def recording_open(dsn: str, **kwargs: Any) -> _FakePool:
+        timeouts.append(kwargs.get("timeout"))
+        return _FakePool()
+
+    monkeypatch.setattr(auth, "open_async_pool", recording_open)
+    authorizer = auth.TokenAuthorizer(dsn="postgresql://tokens.invalid/db")
+    asyncio.run(authorizer._api())
+    assert timeouts == [harvest.web.app.OPEN_SECS] == [auth.OPEN_SECS], timeouts
+
+
+def test_the_token_pool_open_timeout_is_injected_and_ends_an_unreachable_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unreachable port with a short injected open timeout: the open fails (not hangs), with
+    the timeout passed through to the pool and one open for the one request."""
+    import socket
+
+    from harvest.db import pools
+    from harvest.db.connection import DatabaseError
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    passed: list[float | None] = []
+
+    async def recording_open(dsn: str, **kwargs: Any) -> Any:
+        passed.append(kwargs.get("timeout"))
+        return await pools.open_async_pool(dsn, **kwargs)
+
+    monkeypatch.setattr(auth, "open_async_pool", recording_open)
+    authorizer = auth.TokenAuthorizer(
+        dsn=f"postgresql://harvest@127.0.0.1:{port}/harvest?connect_timeout=1", open_timeout=0.2
+    )
+    with pytest.raises(DatabaseError):  # (the pool's PoolTimeout)
+        asyncio.run(authorizer._api())
+    assert passed == [0.2]

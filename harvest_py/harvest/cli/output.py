@@ -571,19 +571,31 @@ class FifoWithoutWriter(Exception):
         super().__init__(f"no writer, nothing written within {waited:g} s (start its writer first)")
 
 
+def _refuse_unreadable_kind(mode: int) -> None:
+    """A directory, or a device: /dev/zero has no end and was read to the bound (1 GiB for
+    `harvest replay`) before its size refused it; a disk is no JSON file either."""
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+    for is_kind, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if is_kind(mode):
+            raise OSError(errno.EINVAL, f"{kind}, not a file or a pipe: nothing to read")
+
+
 def read_path_bounded(path: str, limit: int) -> bytes | None:
     """At most ``limit`` + 1 bytes of ``path`` (None: a file larger than ``limit``, unread): the
     --*-file options' (harvest.cli.workflow) and `harvest replay`'s file.
     Opened non-blocking: a FIFO's open for reading otherwise waits for a writer, for ever when
     there is none; so it opens at once and waits for a writer up to FIFO_WRITER_WAIT_SECS
-    (FifoWithoutWriter past that). A pipe with its writer (`--input-file <(...)`, /dev/fd/N) is
-    then read, blocking, to its end. A directory is refused before any read."""
+    (FifoWithoutWriter past that). A pipe with its writer (`--input-file <(...)`, /dev/fd/N,
+    /dev/stdin on a pipe) is then read, blocking, to its end. A directory is refused before any
+    read; a character or block device (/dev/zero, a disk, /dev/stdin on a terminal) before it is
+    opened (OSError)."""
+    _refuse_unreadable_kind(os.stat(path).st_mode)  # (follows links: /dev/stdin to what fd 0 is)
     nonblock = getattr(os, "O_NONBLOCK", 0)  # (none on Windows, which has no FIFOs to open)
     fd = os.open(path, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        _refuse_unreadable_kind(info.st_mode)  # (the path changed between the stat and the open)
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
             return None  # refused by its size, unread
         first = b""

@@ -21,8 +21,8 @@ NO_MATCHES = "no_matches"  # every shard read, no run recorded the gate (the spe
 # body's, harvest.cli.workflow): one full export at the default caps holds up to 50 MiB of event
 # data and 50,000 events, which `history export --full` writes at about 0.27 KiB each beside
 # their data (100,000 small activity events measured 44 MiB), so over 64 MiB; and a batch
-# (`history export-batch`) holds up to 10,000 exports. A bound still refuses a path with no end
-# (/dev/zero, a stream) instead of reading it until memory runs out.
+# (`history export-batch`) holds up to 10,000 exports. A bound still refuses a pipe with no end
+# instead of reading it until memory runs out (a device, /dev/zero, is refused before any read).
 MAX_HISTORY_FILE_BYTES = 1024 * 1024 * 1024
 
 

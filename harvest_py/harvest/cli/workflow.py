@@ -70,7 +70,8 @@ def loads_json_option(text: str, what: str) -> Any:
 
 # The most a --X-file (or stdin) is read: the HTTP API's request body limit
 # (harvest.web.routes.MAX_BODY_BYTES), so no value the CLI sends could be larger than a request
-# carries, and a path with no end (/dev/zero, a stream) is refused, not read into memory for ever.
+# carries, and a pipe with no end is refused, not read into memory for ever (a device, /dev/zero,
+# is refused before any read: read_path_bounded).
 MAX_JSON_FILE_BYTES = 64 * 1024 * 1024
 
 

@@ -242,8 +242,18 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         return self._closed
 
     def close(self) -> None:
-        self._ready.clear()
+        """Drop what was still to run. A task whose first step is among it never started its
+        coroutine: that is closed here, or Python would warn "coroutine ... was never awaited"
+        at some later collection, pointing at unrelated code (the main task of a run whose
+        first step never ran, a task the workflow made just before its step stopped)."""
+        ready, self._ready = self._ready, collections.deque()
         self._closed = True
+        for handle in ready:
+            task = getattr(handle._callback, "__self__", None)  # a task's step, bound to it
+            if isinstance(task, asyncio.Task):
+                coro: Any = task.get_coro()
+                if getattr(coro, "cr_frame", None) is not None and not coro.cr_suspended:
+                    coro.close()  # (never started: closing it runs none of its code)
 
     def _check_closed(self) -> None:
         if self._closed:

@@ -394,16 +394,12 @@ class WorkflowRun(CommandIssuer):
     def close(self) -> None:
         """Drop the run: an evicted run's suspended coroutines are abandoned, and a run that ended
         on its main task lets go of its context (``ctx`` is None after) and its handlers."""
+        # (The loop closes the coroutines of the tasks it drops unstarted: the main task of a
+        # history with no workflow task yet, or of a first step that failed before it ran.)
         self._loop.close()
         for entry in self.made:  # held to await later, never awaited: no RuntimeWarning for them
             if not _started(entry[0]):
                 entry[0].close()
-        if self._main is not None and not self._main.done():
-            # A history with no workflow task yet (WorkflowStarted alone: a reset to event 1, a
-            # run exported before its first task) made the main task and never stepped it.
-            main_coro = self._main.get_coro()
-            if main_coro is not None and not _started(main_coro):
-                main_coro.close()
         self.made = []
         self._pending.clear()
         self._children.clear()

@@ -54,7 +54,7 @@ from harvest.db.pools import open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.db.steps import arun_steps
 from harvest.shard.router import ShardRouter
-from harvest.web.auth import DevAuthorizer, default_authorizer, token_database
+from harvest.web.auth import OPEN_SECS, DevAuthorizer, default_authorizer, token_database
 from harvest.web.errors import error_body, error_response
 from harvest.web.metrics import METRICS, metrics_routes
 from harvest.web.principal import Authorizer
@@ -68,8 +68,8 @@ log = logging.getLogger("harvest.web")
 DEFAULT_POOL_SIZE = 10
 # How long a fan-out read waits for one shard before naming it unavailable.
 SHARD_TIMEOUT_SECS = 5.0
-# How long opening the pool waits for the database (then: 503, and the next request tries again).
-OPEN_SECS = 5.0
+# How long opening the pool waits for the database (then: 503, and the next request tries
+# again): OPEN_SECS, imported from harvest.web.auth, the token authorizer's pool waits as long.
 
 
 @dataclass

@@ -31,6 +31,11 @@ DEV_PROFILE = "dev"
 SOURCE_HEADER = "harvest-source"
 _SOURCES = ("api", "cli", "ui")
 
+# How long opening an API pool waits for its database before giving up (then: 503, and the next
+# request tries again): the API's own pool (harvest.web.app) and the token authorizer's. One
+# value, so a request never waits longer on its token check than on the call the check guards.
+OPEN_SECS = 5.0
+
 
 def token_hash(token: str) -> bytes:
     """What the database stores of a token: the SHA-256 of its text."""
@@ -56,13 +61,23 @@ class TokenAuthorizer:
 
     ``TokenAuthorizer(pool)`` uses an async pool the app already holds (``harvest.db.pools``);
     ``TokenAuthorizer(dsn="...")`` opens its own small pool on the first request (close it with
-    ``aclose()``). The login behind either only needs ``harvest_reader``.
+    ``aclose()``), giving up after ``open_timeout`` seconds (``OPEN_SECS``, as the API's own
+    pool) when the token database does not answer. The login behind either only needs
+    ``harvest_reader``.
     """
 
-    def __init__(self, pool: Any = None, *, dsn: str | None = None, pool_size: int = 4):
+    def __init__(
+        self,
+        pool: Any = None,
+        *,
+        dsn: str | None = None,
+        pool_size: int = 4,
+        open_timeout: float | None = None,
+    ):
         if (pool is None) == (dsn is None):
             raise TypeError("TokenAuthorizer takes a pool or a dsn")
         self._pool, self._dsn, self._pool_size = pool, dsn, pool_size
+        self._open_timeout = open_timeout
         self._own_pool = pool is None
         # One open at a time, its outcome shared: the requests that arrive while the pool opens
         # (a burst at boot) wait for that open and use its pool, or fail with its error (a token
@@ -73,7 +88,10 @@ class TokenAuthorizer:
 
     async def _open(self) -> None:
         try:
-            self._pool = await open_async_pool(cast(str, self._dsn), max_size=self._pool_size)
+            timeout = OPEN_SECS if self._open_timeout is None else self._open_timeout
+            self._pool = await open_async_pool(
+                cast(str, self._dsn), max_size=self._pool_size, timeout=timeout
+            )
         finally:
             self._opening = None
 

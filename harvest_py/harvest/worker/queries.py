@@ -204,7 +204,7 @@ class QueryResponder:
             return None
         finally:
             if fresh:
-                _dispose(run)
+                run.close()
             elif run.handlers.tainted:
                 evicted = w.cache.take(str(request["execution_id"]))
                 if evicted is not None:
@@ -259,16 +259,9 @@ class QueryResponder:
             events = await self.lane.sql.get_history(execution_id, 0)
             run.replay_history(await w.payloads.decode(self.lane.sql, [_event(e) for e in events]))
         except BaseException:
-            _dispose(run)
+            run.close()  # (its main task never stepped: the loop closes its coroutine)
             raise
         return run, True
-
-
-def _dispose(run: WorkflowRun) -> None:
-    main = run._main
-    if main is not None and run.through == 0 and not main.done():
-        main.get_coro().close()  # never stepped: close the coroutine instead of abandoning it
-    run.close()
 
 
 async def serve_queries(worker: Worker, lane: ShardLane) -> None:
