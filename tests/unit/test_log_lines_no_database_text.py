@@ -247,3 +247,56 @@ def test_a_stream_that_cannot_read_a_shard_logs_the_errors_first_line_only(
     with caplog.at_level(logging.WARNING, logger="harvest.web"):
         asyncio.run(first_note())
     assert_clean([r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()])
+
+
+def _chained(error: psycopg.Error, how: str) -> RuntimeError:
+    """A non-database error whose chain holds ``error``: raised ``from`` it, or while handling it."""
+    try:
+        try:
+            raise error
+        except psycopg.Error as exc:
+            if how == "cause":
+                raise RuntimeError("Harvest's own bug") from exc
+            raise RuntimeError("Harvest's own bug")  # noqa: B904 (the implicit __context__ is the case)
+    except RuntimeError as outer:
+        return outer
+
+
+@pytest.mark.parametrize("how", ["cause", "context"])
+def test_a_traceback_names_a_chained_database_error_by_its_first_line(db: str, caplog, how: str) -> None:
+    """A traceback Harvest logs for a non-database error (the management API's last resort) used
+    to print a database error chained under it whole (its DETAIL, its DSN's password): it now
+    names it by its class, first line and SQLSTATE, and keeps every stack."""
+    from harvest.web.errors import error_response
+
+    outer = _chained(database_error(db), how)
+    with caplog.at_level(logging.ERROR, logger="harvest"):
+        error_response(outer)
+    assert_clean([caplog.text])
+    assert "RuntimeError: Harvest's own bug" in caplog.text and caplog.text.count("Traceback") == 2, (
+        caplog.text
+    )
+
+
+def test_a_process_log_names_a_chained_database_error_by_its_first_line(db: str) -> None:
+    """The handler ``harvest worker``/``serve`` log through does the same for any logger's
+    traceback (asyncio's "exception was never retrieved", a library's), in text and JSON."""
+    import io
+
+    from harvest.telemetry.logs import configure_logging
+
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    outer = _chained(database_error(db), "cause")
+    try:
+        for fmt in ("text", "json"):
+            stream = io.StringIO()
+            configure_logging("INFO", fmt, stream)
+            logging.getLogger("asyncio").error("Task exception was never retrieved", exc_info=outer)
+            assert_clean([stream.getvalue()])
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved:
+            root.addHandler(handler)
+        root.setLevel(level)

@@ -290,6 +290,67 @@ def error_line(exc: BaseException) -> str:
     return f"{lines[0] if lines else type(exc).__name__} (SQLSTATE {sqlstate})"
 
 
+class DatabaseTextFilter(logging.Filter):
+    """Renders a logged traceback with each database error in its chain (the logged exception,
+    its ``__cause__``, its ``__context__``, a group's members) by :func:`error_line`, redacted:
+    a non-database error raised from or while handling one (``raise RuntimeError(...) from
+    exc``) would print the database error whole, DETAIL, CONTEXT and any DSN it quotes. The
+    stacks stay. On the loggers that log tracebacks (harvest.worker, harvest.web) and on the
+    handler of :func:`harvest.telemetry.logs.configure_logging`, which every line of a Harvest
+    process passes (asyncio's, a library's)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and not record.exc_text and _chain_holds_database_error(exc):
+            # (a Formatter prints exc_text when set, instead of formatting exc_info again)
+            record.exc_text = traceback_text(exc)
+        return True
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    todo = [exc]
+    while todo:
+        one = todo.pop()
+        if any(one is known for known in seen):
+            continue
+        seen.append(one)
+        todo.extend(e for e in (one.__cause__, one.__context__) if e is not None)
+        todo.extend(getattr(one, "exceptions", None) or ())
+    return seen
+
+
+def _chain_holds_database_error(exc: BaseException) -> bool:
+    return any(isinstance(one, DatabaseError) for one in _chain(exc))
+
+
+def traceback_text(exc: BaseException) -> str:
+    """``exc``'s traceback as logging prints it, each database error of its chain in one line."""
+    import traceback
+
+    shown = traceback.TracebackException.from_exception(exc)
+    todo: list[tuple[traceback.TracebackException, BaseException]] = [(shown, exc)]
+    seen: list[BaseException] = []
+    while todo:
+        te, one = todo.pop()
+        if any(one is known for known in seen):
+            continue
+        seen.append(one)
+        if isinstance(one, DatabaseError):
+            # _str: the message TracebackException prints after the class (stable, 3.11 to 3.14)
+            te._str = redact(error_line(one))  # type: ignore[attr-defined]
+            te.__notes__ = None
+        if te.__cause__ is not None and one.__cause__ is not None:
+            todo.append((te.__cause__, one.__cause__))
+        if te.__context__ is not None and one.__context__ is not None:
+            todo.append((te.__context__, one.__context__))
+        todo.extend(zip(te.exceptions or (), getattr(one, "exceptions", None) or (), strict=False))
+    return "".join(shown.format()).rstrip("\n")
+
+
+DATABASE_TEXT_FILTER = DatabaseTextFilter()
+
+
 # -- a peer that goes silent --------------------------------------------------------------------
 
 # A server lost without a word (a failover that moves its address, a host that dies, a NAT or

@@ -78,7 +78,8 @@ class JsonFormatter(logging.Formatter):
             if key not in _STANDARD and key not in line and not key.startswith("_"):
                 line[key] = value
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            # (exc_text: set by harvest.db.connection.DatabaseTextFilter, as Formatter reads it)
+            line["exception"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(line, default=str)
 
 
@@ -93,6 +94,9 @@ def configure_logging(level: str | int = "INFO", fmt: str = "text", stream: Any 
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     handler.addFilter(_ContextFilter())
+    from harvest.db.connection import DATABASE_TEXT_FILTER  # (psycopg: imported when logging is set up)
+
+    handler.addFilter(DATABASE_TEXT_FILTER)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

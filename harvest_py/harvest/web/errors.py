@@ -33,10 +33,18 @@ from harvest.core.errors import (
     error_code,
     http_status,
 )
-from harvest.db.connection import DatabaseError, database_error_message, invalid_input, redact, schema_missing
+from harvest.db.connection import (
+    DATABASE_TEXT_FILTER,
+    DatabaseError,
+    database_error_message,
+    invalid_input,
+    redact,
+    schema_missing,
+)
 from harvest.db.pools import TRANSIENT
 
 log = logging.getLogger("harvest.web")
+log.addFilter(DATABASE_TEXT_FILTER)  # (its last resort's traceback: a chained database error in one line)
 
 RETRY_AFTER_SECS = "1"
 

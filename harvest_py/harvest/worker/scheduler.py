@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harvest.core.errors import HarvestError
-from harvest.db.connection import error_line
+from harvest.db.connection import failure_reason
 from harvest.db.resend import connection_lost
 from harvest.declare.schedules import Schedule, jitter_offset
 from harvest.telemetry import tracing
@@ -200,11 +200,12 @@ async def _tick_page(sql: Any, rows: list[dict[str, Any]], report: TickReport, m
             # A failure a run's start passed up (a deadlock, a timeout: _start_firing): this
             # schedule's firing rolled back and fires next tick; the others go on (one that
             # failed so on every tick would otherwise hold back every schedule after it).
-            report.errors.append(f"schedule {row['name']!r}: {error_line(exc)}")
+            # failure_reason: the first line and SQLSTATE, redacted (a client error's first
+            # line may quote a DSN), as every other failure line of the worker.
+            reason = failure_reason(exc)
+            report.errors.append(f"schedule {row['name']!r}: {reason}")
             log.warning(
-                "scheduler: schedule %r was not fired, tried again next tick: %s",
-                row["name"],
-                error_line(exc),
+                "scheduler: schedule %r was not fired, tried again next tick: %s", row["name"], reason
             )
             continue
         outcome = result.get("outcome")
