@@ -32,6 +32,7 @@ from harvest.core.errors import (
     from_database_error,
 )
 from harvest.db import jsoncodec
+from harvest.telemetry.logs import add_handler_filter
 
 DSN_ENV = "HARVEST_DATABASE_URL"
 MASK = "****"
@@ -349,6 +350,7 @@ def traceback_text(exc: BaseException) -> str:
 
 
 DATABASE_TEXT_FILTER = DatabaseTextFilter()
+add_handler_filter(DATABASE_TEXT_FILTER)  # (a Harvest process' handler: every line it prints)
 
 
 # -- a peer that goes silent --------------------------------------------------------------------

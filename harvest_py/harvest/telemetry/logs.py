@@ -85,6 +85,21 @@ class JsonFormatter(logging.Formatter):
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
+# Filters the process' handler carries, registered by the layers above without telemetry
+# importing them (the database layer's: a chained database error printed by its first line,
+# harvest.db.connection.DatabaseTextFilter), whichever of the two comes first.
+_HANDLER_FILTERS: list[logging.Filter] = []
+_handler: logging.Handler | None = None
+
+
+def add_handler_filter(extra: logging.Filter) -> None:
+    """Have :func:`configure_logging`'s handler (the one set up, and any set up later) run
+    ``extra`` on every record."""
+    if extra not in _HANDLER_FILTERS:
+        _HANDLER_FILTERS.append(extra)
+        if _handler is not None:
+            _handler.addFilter(extra)
+
 
 def configure_logging(level: str | int = "INFO", fmt: str = "text", stream: Any = None) -> logging.Handler:
     """Set up the root logger for a Harvest process (``harvest worker``, ``dev``, ``serve``):
@@ -94,9 +109,10 @@ def configure_logging(level: str | int = "INFO", fmt: str = "text", stream: Any 
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     handler.addFilter(_ContextFilter())
-    from harvest.db.connection import DATABASE_TEXT_FILTER  # (psycopg: imported when logging is set up)
-
-    handler.addFilter(DATABASE_TEXT_FILTER)
+    for extra in _HANDLER_FILTERS:
+        handler.addFilter(extra)
+    global _handler
+    _handler = handler
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
