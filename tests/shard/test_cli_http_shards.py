@@ -735,3 +735,17 @@ def test_the_web_faces_read_tokens_on_the_default_shard_where_they_are_written(s
     assert token_database(None, load_config(env=env)) == shards.dsns[2]
     assert token_database(shards.dsns[0], load_config(env=env)) == shards.dsns[2]
     assert token_database("postgresql://one/db", load_config(env={})) == "postgresql://one/db"
+
+
+def test_dag_trigger_on_a_shard_not_configured_is_one_line_and_exit_2_over_either_transport(
+    shards, served
+) -> None:
+    """`dag trigger --shard-id N` for an N that is no shard of the deployment: one line naming
+    it, exit 2 (a bad argument), the same over SQL with [shards] and over HTTP."""
+    env = _shard_env(shards)
+    _dag(shards, 0, "etl")
+    for result in _both(env, "dag", "trigger", "etl", "--shard-id", "9"):
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "9" in lines[0], result.stderr
+        assert "Traceback" not in result.output

@@ -15,7 +15,7 @@ import random
 import threading
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -229,6 +229,23 @@ def test_a_cursor_belongs_to_its_order_and_filters() -> None:
         reads.list_workflows(page_size=2, workflow_name="b", cursor=cursor)
     with pytest.raises(InvalidArgument, match="page size 0"):
         reads.list_workflows(page_size=0)
+
+
+def test_a_cursor_takes_the_same_instant_in_any_offset() -> None:
+    """A time filter is one instant whatever its offset: the API keeps the offset it was given
+    (?created_after=...+02:00), and the cursor's fingerprint hashed its text, so the next page
+    asked with the same instant in UTC (or another client's spelling) was refused as "other
+    filters" (review57b fixed the CLI's side only)."""
+    shards = make_shards(random.Random(3), (5, 5), tie_pool=5)
+    reads = ShardReads(shards)
+    local = datetime(2000, 1, 1, 2, 0, tzinfo=timezone(timedelta(hours=2)))
+    cursor = reads.list_workflows(page_size=2, created_after=local, created_before=None).next_cursor
+    assert cursor
+    same = local.astimezone(UTC)
+    page = reads.list_workflows(page_size=2, created_after=same, cursor=cursor)
+    assert page.value
+    with pytest.raises(InvalidArgument, match="other filters"):  # another instant is other filters
+        reads.list_workflows(page_size=2, created_after=same + timedelta(seconds=1), cursor=cursor)
 
 
 def test_another_error_is_raised_not_hidden() -> None:

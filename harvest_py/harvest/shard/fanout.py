@@ -431,8 +431,16 @@ def _decode_token(prefix: str, token: str, what: str) -> dict[str, Any]:
 
 
 def _fingerprint(filters: dict[str, Any]) -> str:
-    text = json.dumps(filters, sort_keys=True, default=str)
+    text = json.dumps(filters, sort_keys=True, default=_filter_text)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _filter_text(value: Any) -> str:
+    """A filter's value as the fingerprint reads it: an aware time in UTC, so one instant is one
+    filter whatever offset a client wrote it with (the API keeps the offset it was given)."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return str(value)
 
 
 def _shard_key(value: Any, what: str) -> int:
