@@ -606,6 +606,29 @@ def read_path_bounded(path: str, limit: int) -> bytes | None:
         return first + f.read(limit + 1 - len(first))
 
 
+def read_input_bounded(path: str, limit: int, name: str, larger: str) -> bytes:
+    """The bytes of ``path`` (- for stdin), at most ``limit``, through :func:`read_path_bounded`;
+    anything else one InvalidArgument "``name``: why" (exit 2): unreadable, no writer, larger
+    than ``limit`` (``larger`` says what bounds it), or empty. The --*-file options' reader and
+    `harvest replay`'s."""
+    try:
+        raw: bytes | None
+        if path == "-":
+            stdin = sys.stdin
+            raw = stdin.buffer.read(limit + 1) if hasattr(stdin, "buffer") else stdin.read(limit + 1).encode()
+        else:
+            raw = read_path_bounded(path, limit)
+    except FifoWithoutWriter as exc:
+        raise InvalidArgument(f"{name}: {exc}") from None
+    except OSError as exc:
+        raise InvalidArgument(f"{name}: {exc.strerror or exc}") from None
+    if raw is None or len(raw) > limit:
+        raise InvalidArgument(f"{name}: larger than {limit} bytes{larger}")
+    if not raw.strip():
+        raise InvalidArgument(f"{name}: empty: no JSON value in it")
+    return raw
+
+
 def _first_from_writer(fd: int, most: int) -> bytes:
     """A FIFO opened non-blocking: wait (FIFO_WRITER_WAIT_SECS at most) for a writer, and the
     first bytes it wrote (``most`` at most), if any. Read at once, a FIFO whose writer had not

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from harvest.cli.http import PerShard
-from harvest.cli.output import FifoWithoutWriter, output_option, read_path_bounded
+from harvest.cli.output import output_option, read_input_bounded
 from harvest.cli.shards import deployment_read, shard_api
 from harvest.core.errors import InvalidArgument
 from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE, FanOut, sum_versions
@@ -30,20 +30,11 @@ def _read_history(path: Path) -> Any:
     """The JSON value of the history file ``path``, read through a non-blocking open (a FIFO
     waits a while for its writer, never for ever) and at most MAX_HISTORY_FILE_BYTES;
     anything else one InvalidArgument naming the path (exit 2)."""
-    limit = MAX_HISTORY_FILE_BYTES
-    try:
-        raw = read_path_bounded(str(path), limit)
-    except FifoWithoutWriter as exc:
-        raise InvalidArgument(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise InvalidArgument(f"{path}: {exc.strerror or exc}") from None
-    if raw is None or len(raw) > limit:
-        raise InvalidArgument(
-            f"{path}: larger than {limit} bytes, the most `harvest replay` reads "
-            "(export fewer runs a batch: `harvest history export-batch --limit`)"
-        )
-    if not raw.strip():
-        raise InvalidArgument(f"{path}: empty: no JSON value in it")
+    larger = (
+        ", the most `harvest replay` reads"
+        " (export fewer runs a batch: `harvest history export-batch --limit`)"
+    )
+    raw = read_input_bounded(str(path), MAX_HISTORY_FILE_BYTES, str(path), larger)
     try:
         return json.loads(raw)  # (bytes: UTF-8, or the UTF-16/32 JSON allows)
     except ValueError as exc:  # (a UnicodeDecodeError too)

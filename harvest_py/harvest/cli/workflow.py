@@ -16,7 +16,6 @@ from harvest.cli.output import (
     ROW_ID,
     WAIT_SECS,
     AliasedOption,
-    FifoWithoutWriter,
     database_url_option,
     emit,
     execution_id_argument,
@@ -24,7 +23,7 @@ from harvest.cli.output import (
     mapping,
     output_file,
     output_option,
-    read_path_bounded,
+    read_input_bounded,
     selected,
     table,
 )
@@ -79,22 +78,7 @@ def _read_json_file(path: str, what: str) -> str:
     """The text of --``what``-file ``path`` (- for stdin), at most MAX_JSON_FILE_BYTES, UTF-8;
     anything else one InvalidArgument naming the option and the path."""
     name = f"--{what}-file {path}"
-    limit = MAX_JSON_FILE_BYTES
-    try:
-        raw: bytes | None
-        if path == "-":
-            stdin = sys.stdin
-            raw = stdin.buffer.read(limit + 1) if hasattr(stdin, "buffer") else stdin.read(limit + 1).encode()
-        else:
-            raw = read_path_bounded(path, limit)
-    except FifoWithoutWriter as exc:
-        raise InvalidArgument(f"{name}: {exc}") from None
-    except OSError as exc:
-        raise InvalidArgument(f"{name}: {exc.strerror or exc}") from None
-    if raw is None or len(raw) > limit:
-        raise InvalidArgument(f"{name}: larger than {limit} bytes (the most one request can carry)")
-    if not raw.strip():
-        raise InvalidArgument(f"{name}: empty: no JSON value in it")
+    raw = read_input_bounded(path, MAX_JSON_FILE_BYTES, name, " (the most one request can carry)")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
