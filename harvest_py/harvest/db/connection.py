@@ -268,14 +268,13 @@ def database_refusal(exc: psycopg.Error) -> HarvestError:
     return InvalidArgument(message) if invalid_input(exc) else HarvestError(message)
 
 
-def failure_reason(exc: BaseException) -> str:
-    """Why a shard did not take a cross-shard relay or a child's step, for the source row's
-    last_error (every reader's to SELECT) and the pump's log line (harvest.shard.relay_pump,
-    harvest.shard.children): Harvest's own message, else :func:`error_line` (a database error's
-    first line and SQLSTATE, never its DETAIL or CONTEXT, which quote values: a payload's),
-    redacted."""
+def failure_reason(exc: BaseException, dsn: str | None = None) -> str:
+    """A failure in one line for a log line or a stored last_error (every reader's to SELECT):
+    its class, then Harvest's own message, else :func:`error_line` (a database error's first
+    line and SQLSTATE, never its DETAIL or CONTEXT, which quote values: a payload's), redacted
+    (``dsn``: its password in any spelling too)."""
     text = str(exc) if isinstance(exc, HarvestError) else error_line(exc)
-    return f"{type(exc).__name__}: {redact(text)}"
+    return f"{type(exc).__name__}: {redact(text, dsn)}"
 
 
 def error_line(exc: BaseException) -> str:

@@ -185,11 +185,11 @@ def _boot_failure(exc: BaseException, dsn: str | None) -> str:
     :func:`harvest.db.connection.failure_reason`'s one line (a database error's first line and
     SQLSTATE, never its DETAIL or CONTEXT, which quote values; libpq's prefix naming the host
     cut), without the DSN's password."""
-    from harvest.db.connection import failure_reason, is_permanent, redact
+    from harvest.db.connection import failure_reason, is_permanent
     from harvest.shard.fanout import is_shard_failure
 
     kind = "unreachable" if is_shard_failure(exc) and not is_permanent(exc) else "refused"
-    reason = redact(failure_reason(exc), dsn).splitlines()
+    reason = failure_reason(exc, dsn).splitlines()
     return f"{kind} at startup: {reason[0] if reason else type(exc).__name__}"
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import DatabaseUnavailable
 from harvest.db import channels
-from harvest.db.connection import connect_async, failure_reason, redact
+from harvest.db.connection import connect_async, failure_reason
 from harvest.db.notify import RECONNECT_SECS, Reconnects
 from harvest.db.pools import TRANSIENT
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher, result_batch_size
@@ -89,7 +89,7 @@ class ShardLane:
                 "the other shards are served meanwhile",
                 self.shard,
                 what,
-                redact(failure_reason(exc), self.dsn),
+                failure_reason(exc, self.dsn),
                 self.worker.worker_id,
             )
             self._start_probe()
@@ -121,7 +121,7 @@ class ShardLane:
                 if self.worker.stopping:
                     return  # a cancellation a driver turned into an error (see worker/stopping.py)
                 if not self.note_failure(exc, what):
-                    reconnects.failed(redact(failure_reason(exc), self.dsn), listening, RECONNECT_SECS)
+                    reconnects.failed(failure_reason(exc, self.dsn), listening, RECONNECT_SECS)
                 await asyncio.sleep(RECONNECT_SECS)
 
     def _start_probe(self) -> None:
@@ -138,7 +138,7 @@ class ShardLane:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                message = redact(failure_reason(exc), self.dsn)
+                message = failure_reason(exc, self.dsn)
                 if isinstance(exc, OUTAGE) or message == refused:
                     log.debug("shard %d still unavailable: %s", self.shard, message)
                 else:  # it answers, and refuses (another shard's database, an old schema): say so once

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from harvest.db import SCHEMA_VERSION
-from harvest.db.connection import connect_async, failure_reason, redact
+from harvest.db.connection import connect_async, failure_reason
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.telemetry.metrics import Metrics, NullMetrics
 
@@ -83,7 +83,7 @@ class MetricsSampler:
                     self.metrics.forget_samples(shard)  # a stale gauge is worse than none
                     self.leading.discard(shard)
                 if not failed:  # once per outage, not once per interval
-                    log.warning("metrics sampler of shard %s: %s", shard, redact(failure_reason(exc), dsn))
+                    log.warning("metrics sampler of shard %s: %s", shard, failure_reason(exc, dsn))
                 failed = True
                 await asyncio.sleep(self.interval)
             finally:

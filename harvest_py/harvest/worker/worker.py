@@ -558,7 +558,7 @@ class Worker:
             log.warning(
                 "could not remove moved schedules from shard %d: %s",
                 lane.shard,
-                redact(failure_reason(exc), lane.dsn),
+                failure_reason(exc, lane.dsn),
             )
             return
         if removed:
@@ -828,7 +828,7 @@ class Worker:
                         )
             except TRANSIENT as exc:
                 self.metrics.transaction_retry("claim", retry_reason(exc))
-                log.warning("claim failed (%s); retrying", redact(failure_reason(exc), lane.dsn))
+                log.warning("claim failed (%s); retrying", failure_reason(exc, lane.dsn))
                 await self._sleep(self.poll_interval)
                 return [], False
             self.metrics.claimed(lane.shard, perf_counter() - started)
@@ -966,7 +966,7 @@ class Worker:
                 self._unsettled.discard(lane.shard)
         except Exception as exc:
             if not lane.note_failure(exc, "updating the sleep mark"):
-                log.warning("could not update the sleep mark: %s", redact(failure_reason(exc), lane.dsn))
+                log.warning("could not update the sleep mark: %s", failure_reason(exc, lane.dsn))
 
     # -- hand-off (claim.sql): tasks leased to us by the commit that created them -----------
     def accepts_hand_off(self) -> bool:
@@ -1266,7 +1266,7 @@ class Worker:
                     settled = await lane.sql.set_worker_sleeping(self.worker_id, True) is not False
                 except Exception as exc:
                     if not lane.note_failure(exc, "updating the sleep mark"):
-                        reason = redact(failure_reason(exc), lane.dsn)
+                        reason = failure_reason(exc, lane.dsn)
                         log.warning("could not update the sleep mark: %s", reason)
             if settled:
                 self._unsettled.discard(lane.shard)
@@ -1338,7 +1338,7 @@ class Worker:
                 if not scanned:  # (a tick counts once: the pump's or a resume's failure is not the scan's)
                     self.metrics.scanned(lane.shard, False)
                 if not lane.note_failure(exc, "scanning"):
-                    log.warning("timeout scan failed: %s", redact(failure_reason(exc), lane.dsn))
+                    log.warning("timeout scan failed: %s", failure_reason(exc, lane.dsn))
             if lane.usable:  # a sweep's failure (a relay's remote shard down) stops no schedule
                 await self._schedule(lane)
 
@@ -1351,7 +1351,7 @@ class Worker:
             raise
         except Exception as exc:
             if not lane.note_failure(exc, "ticking the schedules"):
-                log.warning("scheduler tick failed: %s", redact(failure_reason(exc), lane.dsn))
+                log.warning("scheduler tick failed: %s", failure_reason(exc, lane.dsn))
             return None
         if fired.fired or fired.buffered_started:
             log.info("scheduler: %d slot(s) fired, %d run(s) started", len(fired.fired), fired.started)
@@ -1401,11 +1401,11 @@ class Worker:
                     log.warning(
                         "worker %s could not register again: %s",
                         self.worker_id,
-                        redact(failure_reason(exc), lane.dsn),
+                        failure_reason(exc, lane.dsn),
                     )
             except Exception as exc:
                 if not lane.note_failure(exc, "heartbeat"):
-                    log.warning("worker heartbeat failed: %s", redact(failure_reason(exc), lane.dsn))
+                    log.warning("worker heartbeat failed: %s", failure_reason(exc, lane.dsn))
 
     async def _renew_partitions(self, lane: ShardLane) -> None:
         """Owner mode: renew the leases of the partitions this worker holds state for on
@@ -1480,7 +1480,7 @@ class Worker:
                 return
             except Exception as exc:
                 if not lane.note_failure(exc, "retention"):
-                    log.warning("retention run failed: %s", redact(failure_reason(exc), lane.dsn))
+                    log.warning("retention run failed: %s", failure_reason(exc, lane.dsn))
             await self._passes_end(self.retention_interval)
 
     async def _passes_end(self, secs: float) -> bool:
