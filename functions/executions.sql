@@ -270,7 +270,7 @@ DECLARE
     v_value text := p_filter ->> 'value';
     v_attr text := format('(e.search_attributes -> %L)', v_key);
     v_text text := format('(e.search_attributes ->> %L)', v_key);
-    v_is_ts boolean := false;
+    v_at timestamptz;
 BEGIN
     IF v_value ~ E'^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
         -- A number compares numerically; "=" also matches the same text in a string.
@@ -282,17 +282,12 @@ BEGIN
         RETURN format('(CASE WHEN jsonb_typeof(%s) = ''boolean'' THEN (%s)::boolean %s %L::boolean ELSE false END)',
                       v_attr, v_text, CASE v_op WHEN '=' THEN '=' ELSE '<>' END, lower(v_value));
     END IF;
-    IF v_value ~ E'^\\d{4}-\\d{2}-\\d{2}' AND v_op NOT IN ('=', '!=') THEN
-        BEGIN
-            PERFORM v_value::timestamptz;
-            v_is_ts := true;
-        EXCEPTION WHEN OTHERS THEN
-            v_is_ts := false;
-        END;
+    IF v_op NOT IN ('=', '!=') THEN
+        v_at := harvest._try_timestamptz(v_value);
     END IF;
-    IF v_is_ts THEN
-        RETURN format('(jsonb_typeof(%s) = ''string'' AND harvest._try_timestamptz(%s) %s %L::timestamptz)',
-                      v_attr, v_text, v_op, v_value);
+    IF v_at IS NOT NULL THEN
+        RETURN format('(jsonb_typeof(%s) = ''string'' AND harvest._try_timestamptz(%s) %s %s)',
+                      v_attr, v_text, v_op, harvest._time_literal(v_at));
     END IF;
     IF v_op = '=' THEN
         RETURN format('(%s = %L)', v_text, v_value);
@@ -302,13 +297,35 @@ BEGIN
 END;
 $$;
 
+-- A search attribute's text (stored, or a filter's value) as the time it names, the same in
+-- every session: ISO 8601, a date or a date and time (T or a space, minutes, optional seconds
+-- and fraction), UTC unless it ends in Z or a numeric offset (+02, +0200, +02:00); NULL for
+-- any other text, which compares as text. (p_value::timestamptz read a time without an offset
+-- in the session's zone, an abbreviation by its timezone_abbreviations and 05/01/2030 by its
+-- DateStyle: one filter matched other runs in Pacific/Kiritimati than in UTC.)
 CREATE OR REPLACE FUNCTION harvest._try_timestamptz(p_value text)
 RETURNS timestamptz
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql IMMUTABLE
 AS $$
+DECLARE
+    v_match text[] := regexp_match(p_value, E'^(\\d{4}-\\d{2}-\\d{2})(?:[T ](\\d{2}:\\d{2}(?::\\d{2}(?:\\.\\d+)?)?)'
+                                            || E'(Z|z|[+-]\\d{2}(?::?\\d{2})?)?)?$');
+    v_offset interval := interval '0';
 BEGIN
-    RETURN p_value::timestamptz;
-EXCEPTION WHEN OTHERS THEN
+    IF v_match IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF v_match[3] IS NOT NULL AND upper(v_match[3]) <> 'Z' THEN
+        v_offset := make_interval(hours => substr(v_match[3], 2, 2)::integer,
+                                  mins => coalesce(nullif(right(replace(v_match[3], ':', ''), -3), ''), '0')::integer);
+        IF left(v_match[3], 1) = '-' THEN
+            v_offset := -v_offset;
+        END IF;
+    END IF;
+    -- (A timestamp without a zone from year-first digits reads the same in every DateStyle.)
+    RETURN ((v_match[1] || ' ' || coalesce(v_match[2], '00:00'))::timestamp - v_offset) AT TIME ZONE 'UTC';
+EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR invalid_parameter_value
+               OR numeric_value_out_of_range THEN
     RETURN NULL;
 END;
 $$;

@@ -126,7 +126,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(53);
+SELECT plan(55);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -288,6 +288,21 @@ SELECT is(harvest._parse_search_filter('amount >= 10'), '{"key": "amount", "op":
 SELECT ok(harvest._search_predicate('{"key": "a", "op": "=", "value": "x''y"}') LIKE '%''x''''y''%',
           'predicate literals are quoted');
 SELECT is(harvest._try_timestamptz('not a time'), NULL, 'an unparseable time compares as NULL');
+SET LOCAL TimeZone = 'Pacific/Kiritimati';
+SET LOCAL DateStyle = 'SQL, DMY';
+SELECT is(ARRAY[harvest._try_timestamptz('2030-01-05T10:00:00'), harvest._try_timestamptz('2030-01-05 10:00'),
+                harvest._try_timestamptz('2030-01-05T15:30:00.000+05:30'),
+                harvest._try_timestamptz('2030-01-05T05:00-0500'), harvest._try_timestamptz('2030-01-05T10:00Z'),
+                harvest._try_timestamptz('2030-01-05T12:00+02'), harvest._try_timestamptz('2030-01-05') + interval '10 hours'],
+          array_fill('2030-01-05 10:00:00+00'::timestamptz, ARRAY[7]),
+          'a search attribute time is ISO 8601, UTC unless it has an offset, whatever the session zone');
+SELECT is(ARRAY[harvest._try_timestamptz('05/01/2030'), harvest._try_timestamptz('2030-01-05 10:00 IST'),
+                harvest._try_timestamptz('2030-02-30'), harvest._try_timestamptz('2030-01-05T25:00'),
+                harvest._try_timestamptz('infinity')],
+          array_fill(NULL::timestamptz, ARRAY[5]),
+          'text that is not an ISO 8601 time (or no such day) is not a time, whatever the DateStyle');
+SET LOCAL TimeZone = 'UTC';
+RESET DateStyle;
 SELECT is((SELECT count(*) FROM harvest.list_executions(p_workflow_name => 'op_wf',
            p_search_attributes => ARRAY['tenant!=acme', 'amount<5'])), 2::bigint, 'typed != and <');
 

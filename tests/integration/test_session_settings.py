@@ -718,3 +718,43 @@ def test_a_sessions_float_digits_change_no_migration_copy(db: str) -> None:
         copy = conn.execute("SELECT harvest.get_migration_copy(%s)", (migration["id"],)).fetchone()[0]  # type: ignore[index]
     assert copy["execution"]["run_timeout_secs"] == 1800.25
     assert [t["priority_aging_secs"] for t in copy["tasks"]] == [0.75]
+
+
+def test_a_search_attribute_time_compares_the_same_in_any_zone_and_date_style(db: str) -> None:
+    """A search-attribute time filter (key>2030-01-05T04:00Z) parsed the stored value and the
+    filter's time with ::timestamptz, in the session's zone and DateStyle: a value with no
+    offset was a time in the session's zone (so one run matched in UTC and not in
+    Pacific/Kiritimati), and a value such as 05/01/2030 was 5 January or 1 May as the session's
+    DateStyle said. A time is now ISO 8601, UTC unless it carries Z or a numeric offset,
+    whatever the session; other text is not a time."""
+    with _session(db) as conn:
+        for workflow_id, due in (
+            ("offset", "2030-01-05T10:00:00+00:00"),
+            ("naive", "2030-01-05T10:00:00"),
+            ("date", "2030-01-05"),
+            ("local", "05/01/2030"),
+        ):
+            conn.execute(
+                "SELECT harvest.start_workflow('wf', '[]', %s, p_search_attributes => %s)",
+                (workflow_id, Jsonb({"due": due})),
+            )
+    filters = ["due>=2030-01-05T04:00Z", "due<2030-01-05T12:00", "due<2030-03-01", "due>2030-01-04T20:00-05"]
+    answers = {}
+    for settings in (
+        {},
+        {"TimeZone": "Pacific/Kiritimati"},
+        {"TimeZone": "America/Los_Angeles", "DateStyle": "Postgres, MDY"},
+        {"TimeZone": "<+0530>-05:30", "DateStyle": "SQL, DMY", "timezone_abbreviations": "India"},
+    ):
+        with _session(db, **settings) as conn:
+            answers[str(settings)] = [
+                sorted(
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT workflow_id FROM harvest.list_executions(p_search_attributes => %s)", ([f],)
+                    ).fetchall()
+                )
+                for f in filters
+            ]
+    both, all_three = ["naive", "offset"], ["date", "naive", "offset"]
+    assert answers == {key: [both, all_three, all_three, both] for key in answers}
