@@ -215,8 +215,15 @@ BEGIN
         RETURN p_ids;  -- no candidate carries a gate
     END IF;
 
+    -- A key is counted only at READ COMMITTED, where the count's statement (after the lock) sees
+    -- every claim of the key committed before it. A claim in a snapshot transaction (a session's
+    -- default_transaction_isolation, or the caller's own REPEATABLE READ or SERIALIZABLE block)
+    -- would count with a snapshot older than the lock, miss a claim committed in between and
+    -- admit over the limit: it locks no key, so its keyed candidates are busy this round, as if
+    -- another claimer held their keys (the worker's own claims run at READ COMMITTED).
     FOR v_key IN
-        SELECT DISTINCT k.key FROM unnest(v_ckey) AS k (key) WHERE k.key IS NOT NULL ORDER BY 1
+        SELECT DISTINCT k.key FROM unnest(v_ckey) AS k (key)
+        WHERE k.key IS NOT NULL AND current_setting('transaction_isolation') = 'read committed' ORDER BY 1
     LOOP
         IF pg_try_advisory_xact_lock(hashtext(v_key)) THEN
             v_locked := v_locked || v_key;

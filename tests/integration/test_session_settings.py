@@ -20,6 +20,7 @@ timestamptz the server prints does).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import json
@@ -31,6 +32,9 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
+
+from harvest.db.pools import open_async_pool
+from harvest.db.sqlapi import AsyncSqlApi, claim_tasks_open
 
 CLOCK = "2030-01-02 03:04:05.5+00"
 
@@ -758,3 +762,69 @@ def test_a_search_attribute_time_compares_the_same_in_any_zone_and_date_style(db
             ]
     both, all_three = ["naive", "offset"], ["date", "naive", "offset"]
     assert answers == {key: [both, all_three, all_three, both] for key in answers}
+
+
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+def test_a_snapshot_transaction_claim_admits_no_run_over_a_concurrency_limit(db: str, isolation: str) -> None:
+    """Admission counts a key's runs in flight after it takes the key's lock, in a statement
+    whose READ COMMITTED snapshot sees every claim committed before the lock. A worker whose
+    session set default_transaction_isolation = 'repeatable read' (or claimed inside its own
+    snapshot transaction) counted with a snapshot older than the lock: another worker's claim of
+    the key committed in between was not seen, and the claim admitted a second run of a key whose
+    limit is 1, for everyone."""
+    with _session(db) as conn:
+        conn.execute("SELECT harvest.register_worker('w1', ARRAY['q1', 'q2'], 'host', 1)")
+        conn.execute(
+            "SELECT harvest.declare_flow_policies(%s)",
+            (Jsonb({"workflows": {"cw": {"concurrency": {"limit": 1, "key": "input"}}}}),),
+        )
+        for workflow_id, queue in (("r1", "q1"), ("r2", "q2")):
+            conn.execute("SELECT harvest.start_workflow('cw', '[\"acme\"]', %s, %s)", (workflow_id, queue))
+    with (
+        _session(db, default_transaction_isolation=isolation) as late,
+        _session(db) as first,
+    ):
+        late.execute("BEGIN")
+        late.execute("SELECT count(*) FROM harvest.executions")  # (the transaction's snapshot)
+        claimed = first.execute("SELECT count(*) FROM harvest.claim_tasks('w1', ARRAY['q2'], 1)").fetchone()
+        assert claimed == (1,)
+        try:
+            late.execute("SELECT count(*) FROM harvest.claim_tasks('w1', ARRAY['q1'], 1)").fetchone()
+            late.execute("COMMIT")
+        except psycopg.Error:
+            late.execute("ROLLBACK")
+    with _session(db) as conn:
+        running = conn.execute(
+            "SELECT count(*) FROM harvest.workflow_slots AS s JOIN harvest.executions AS e"
+            " ON e.id = s.execution_id WHERE s.concurrency_key = 'acme' AND e.status = 'RUNNING'"
+        ).fetchone()
+    assert running == (1,)
+
+
+def test_the_workers_claim_admits_a_keyed_run_in_a_repeatable_read_session(db: str) -> None:
+    """A claim in a snapshot transaction admits no run or activity of a concurrency key (above),
+    so the worker's own claim (claim_tasks_open) opens its transaction READ COMMITTED whatever
+    its session's default: in a deployment whose role or database defaults to REPEATABLE READ
+    it still runs keyed work."""
+    with _session(db) as conn:
+        conn.execute("SELECT harvest.register_worker('w1', ARRAY['q1'], 'host', 1)")
+        conn.execute(
+            "SELECT harvest.declare_flow_policies(%s)",
+            (Jsonb({"workflows": {"cw": {"concurrency": {"limit": 1, "key": "input"}}}}),),
+        )
+        conn.execute("SELECT harvest.start_workflow('cw', '[\"acme\"]', 'r1', 'q1')")
+    clock = CLOCK.replace(" ", "\\ ")
+    dsn = psycopg.conninfo.make_conninfo(
+        db, options=f"-c default_transaction_isolation=repeatable\\ read -c harvest.fake_now={clock}"
+    )
+
+    async def claim() -> list[str]:
+        pool = await open_async_pool(dsn, max_size=1)
+        try:
+            rows, open_claim = await claim_tasks_open(AsyncSqlApi(pool), "w1", ["q1"], 10, 30.0)
+            await open_claim.commit()
+            return [r["workflow_id"] for r in rows]
+        finally:
+            await pool.close()
+
+    assert asyncio.run(claim()) == ["r1"]

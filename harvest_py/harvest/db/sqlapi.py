@@ -2211,8 +2211,10 @@ OPEN_CLAIM_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '20ms', true)"
 # block's.) Each goes through the public ``execute``, unprepared: it also looks at the socket
 # once, about 35 us of the worker's CPU per claim more than psycopg's private queueing of its
 # own BEGIN and COMMIT, which a psycopg release may change (docs/performance.md, "An open
-# claim's commit as a statement").
-OPEN_CLAIM_BEGIN: LiteralString = "BEGIN"
+# claim's commit as a statement"). READ COMMITTED whatever the session's default: a claim in a
+# snapshot transaction admits no task of a concurrency key (functions/flow_concurrency.sql,
+# _admit_candidates), so a role or database defaulting to REPEATABLE READ ran no keyed work.
+OPEN_CLAIM_BEGIN: LiteralString = "BEGIN ISOLATION LEVEL READ COMMITTED"
 OPEN_CLAIM_COMMIT: LiteralString = "COMMIT"
 OPEN_CLAIM_ROLLBACK: LiteralString = "ROLLBACK"
 
