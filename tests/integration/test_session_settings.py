@@ -70,6 +70,14 @@ HOSTILE_SETTINGS = {
     "jit_above_cost": "0",
     "plan_cache_mode": "force_generic_plan",
     "gin_fuzzy_search_limit": "1",
+    # (Plans in parallel and joins in the written order: debug_parallel_query, 16 and later,
+    # found nothing either.)
+    "parallel_setup_cost": "0",
+    "parallel_tuple_cost": "0",
+    "min_parallel_table_scan_size": "0",
+    "join_collapse_limit": "1",
+    "from_collapse_limit": "1",
+    "geqo_threshold": "2",
     "search_path": "evil, pg_catalog, public, pg_temp",
 }
 # Second values for the settings whose other spellings format differently.
