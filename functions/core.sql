@@ -35,7 +35,9 @@ BEGIN
         RETURN statement_timestamp();
     END IF;
     IF v_fake = 'shared' THEN
-        RETURN statement_timestamp() + v_offset;
+        -- (Days and months of the offset count in UTC: in the session's zone a day across a
+        -- daylight-saving change is 23 or 25 hours, and sessions in two zones read two clocks.)
+        RETURN (statement_timestamp() AT TIME ZONE 'UTC' + v_offset) AT TIME ZONE 'UTC';
     END IF;
     RETURN v_fake::timestamptz;
 END;

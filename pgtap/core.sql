@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(100);
+SELECT plan(101);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -22,6 +22,19 @@ SET LOCAL harvest.fake_now = 'shared';
 UPDATE harvest.engine_settings SET test_clock_offset = interval '1 day 2 hours';
 SELECT is(harvest.now(), statement_timestamp() + interval '1 day 2 hours',
           'now(): harvest.fake_now ''shared'' reads the shared clock, the statement''s plus test_clock_offset');
+-- An offset in days moves every session's clock by the same instant: days count in UTC, not in
+-- the session's zone (a day across a daylight-saving change is 23 or 25 hours there).
+-- (The offset: the fewest days from now past New York's next change of offset, so it always crosses one.)
+UPDATE harvest.engine_settings SET test_clock_offset = (
+    SELECT make_interval(days => min(d.n))
+    FROM generate_series(1, 366) AS d (n)
+    CROSS JOIN LATERAL (SELECT statement_timestamp() + make_interval(hours => 24 * d.n) AS t) AS l
+    WHERE (l.t AT TIME ZONE 'America/New_York') - (l.t AT TIME ZONE 'UTC')
+          <> (statement_timestamp() AT TIME ZONE 'America/New_York') - (statement_timestamp() AT TIME ZONE 'UTC'));
+SET LOCAL TimeZone = 'America/New_York';
+SELECT is(harvest.now() - statement_timestamp(), (SELECT s.test_clock_offset FROM harvest.engine_settings AS s),
+          'now(): the shared clock''s days count in UTC whatever the session''s zone');
+SET LOCAL TimeZone = 'UTC';
 UPDATE harvest.engine_settings SET test_clock_offset = DEFAULT;
 SELECT is(harvest.now(), statement_timestamp(), 'now(): the shared clock with no offset is the statement''s clock');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
