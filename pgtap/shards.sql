@@ -2,7 +2,7 @@
 -- _shard_low_id, _shard_high_id), the start path's refusal of another shard's start,
 -- and the health facts: count_stranded_tasks, get_shard_health.
 BEGIN;
-SELECT plan(32);
+SELECT plan(35);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT is(harvest.get_shard_id(), 0, 'get_shard_id(): a database is shard 0 until told otherwise');
@@ -73,7 +73,8 @@ SELECT is((SELECT count(*) FROM harvest.count_stranded_tasks()), 0::bigint,
           'count_stranded_tasks(): a live worker on the queue drains it, nothing is stranded');
 SELECT is(harvest.get_shard_health(ARRAY['default', 'reports']) - ARRAY['observed_at', 'schema_version', 'queues'],
           '{"shard_id": 3, "workers": {"live": 1, "stale": 0, "draining": 0, "stopped": 0},
-            "unpolled_queues": ["reports"], "stranded": [], "stranded_pending": 0, "dead_letters": 0}'::jsonb,
+            "unpolled_queues": ["reports"], "stranded": [], "stranded_pending": 0, "dead_letters": 0,
+            "schedules": {"active": 0, "oldest_due_at": null}}'::jsonb,
           'get_shard_health(): live workers, the queue they leave uncovered, nothing stranded');
 SELECT is(jsonb_path_query_first(harvest.get_shard_health(), '$.queues[*] ? (@.queue == "default")'),
           jsonb_build_object('queue', 'default', 'live_workers', 1, 'pending', 3, 'claimable', 3, 'running', 0,
@@ -83,6 +84,21 @@ UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '1 hour'
 SELECT results_eq($$SELECT queue, pending FROM harvest.count_stranded_tasks()$$,
                   $$VALUES ('default'::text, 3::bigint)$$,
                   'count_stranded_tasks(): a stale worker does not count: the work is stranded again');
+
+-- Scheduler freshness: the unpaused schedules and the oldest due time among them (a schedule no
+-- scheduler computed yet counts from its last change), which a ticking scheduler keeps moving.
+SELECT harvest.create_schedule('sh_sched', 'sh_wf', NULL, 60);
+SELECT is(harvest.get_shard_health() -> 'schedules',
+          jsonb_build_object('active', 1, 'oldest_due_at',
+                             (SELECT coalesce(next_due_at, updated_at) FROM harvest.schedules WHERE name = 'sh_sched')),
+          'get_shard_health(): an unpolled schedule''s due time (its last change until a scheduler computes one)');
+UPDATE harvest.schedules SET next_due_at = harvest.now() - interval '1 hour' WHERE name = 'sh_sched';
+SELECT is(harvest.get_shard_health() #>> '{schedules,oldest_due_at}',
+          to_jsonb(harvest.now() - interval '1 hour') #>> '{}',
+          'get_shard_health(): the oldest due time of the unpaused schedules');
+SELECT harvest.pause_schedule('sh_sched');
+SELECT is(harvest.get_shard_health() -> 'schedules', '{"active": 0, "oldest_due_at": null}'::jsonb,
+          'get_shard_health(): a paused schedule is not waiting on a scheduler');
 
 SELECT * FROM finish();
 ROLLBACK;

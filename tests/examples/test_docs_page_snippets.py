@@ -17,6 +17,8 @@ Each test pins a walk through the docs that once failed as written:
   trigger used `Client` without importing it.
 - payloads.md, "Codecs": the key variable it read, HARVEST_KEY_K1, made `harvest worker` refuse
   to start (an unknown HARVEST_ setting).
+- versioning.md: the `ctx.version` gate, the Python export, the replayer test and the
+  `version-usage` block, run as written (they passed; pinned so the page's path stays whole).
 """
 
 from __future__ import annotations
@@ -165,3 +167,48 @@ def test_payloads_codec_key_variable_is_one_harvest_starts_with(monkeypatch: pyt
     [variable] = re.findall(r'os\.environ\["(\w+)"\]', block)
     # A HARVEST_* variable that is not a setting stops `harvest worker` and the CLI at start-up.
     load_config(env={"HARVEST_DATABASE_URL": "postgresql://localhost/x", variable: "00" * 32})
+
+
+def test_versioning_gate_export_and_replay_run_as_the_page_shows(
+    db: str,
+    as_module: Callable[[str, str], types.ModuleType],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    page = "docs/versioning.md"
+    gate = _block(page, lambda b: b.startswith("from harvest import DEFAULT_VERSION, workflow"))
+    source = (
+        "from harvest import activity\n\n"
+        "@activity\nasync def send_email(ctx, user: str) -> str:\n    return 'email'\n\n"
+        "@activity\nasync def send_sms(ctx, user: str) -> str:\n    return 'sms'\n\n" + gate
+    )
+    module = as_module("docs_versioning_gate", source)
+    app = App(workflows=[module.notify], activities=[module.send_email, module.send_sms])
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fixtures").mkdir()
+    with WorkflowEnvironment(app, dsn=db) as env:
+        handle = env.client.start_workflow(module.notify, "ann")
+        assert handle.result(timeout=30) == "sent"
+        scheduled = [
+            e["event_data"]["name"] for e in handle.history() if e["event_type"] == "ActivityScheduled"
+        ]
+        assert scheduled == ["send_sms"]  # a first run takes the new path
+        export = _block(page, lambda b: "client.get_handle(execution_id).history()" in b)
+        exec(export, {"client": env.client, "execution_id": handle.execution_id})  # as written
+    # The page's test, with this App in place of `from myapp import app`, on the page's fixture.
+    test = _block(page, lambda b: b.startswith("from harvest.testing import WorkflowReplayer"))
+    test = test.replace("from myapp import app   # the App with the new code", "")
+    exec(test + "\ntest_notify_is_replay_safe()\n", {"app": app})
+    # The retirement report's commands: a run recorded v1 (finished, so no active run holds it).
+    block = _block(page, lambda b: b.startswith("harvest version-usage --change-id use-sms"), lang="sh")
+    env = {"HARVEST_DATABASE_URL": db, "HARVEST_URL": None}
+    runner = CliRunner()
+    for line in block.splitlines():
+        line = re.sub(r"\s+#.*$", "", line).strip()
+        if "--shard-id 2" in line:
+            continue  # one database: shard 2 is refused (the page's [shards] example)
+        result = runner.invoke(main, shlex.split(line)[1:], env=env)
+        assert result.exit_code == 0, f"{line}: {result.output}"
+    args = ["version-usage", "--change-id", "use-sms", "--state-group", "all", "--output", "json"]
+    done = runner.invoke(main, args, env=env)
+    assert '"version": 1, "state_group": "terminal", "executions": 1' in done.output, done.output

@@ -96,6 +96,25 @@ def test_worker_with_an_unknown_log_level_is_one_line(tmp_path: Path) -> None:
     assert "'verbose' is not one of" in line and "info" in line
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--log-level", "verbose", "workflow", "list"], "'verbose' is not one of"),
+        (["--output", "yaml", "workflow", "list"], "'yaml' is not one of"),
+        (["--http-timeout-secs", "0", "workflow", "list"], "is not in the range"),
+        (["--bogus", "workflow", "list"], "No such option '--bogus'"),
+    ],
+)
+def test_a_bad_root_option_is_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    """docs/operations.md: `--log-level verbose` is refused in one `error:` line, exit 2. The root
+    group's own options were parsed before HarvestGroup.invoke caught anything: click printed its
+    usage, a blank line and `Error: ...` instead."""
+    r = run(*args, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    line = one_error_line(r)
+    assert needle in line and line.endswith(" --help)"), line
+
+
 @pytest.mark.parametrize("content", ["42", '{"a": 1}', "[1, 2]", "[]", '{"events": [{"event_id": "x"}]}'])
 def test_replay_of_a_file_that_is_not_a_history_is_one_line(tmp_path: Path, content: str) -> None:
     (tmp_path / "replay_app.py").write_text("from harvest import App\napp = App()\n")

@@ -471,6 +471,21 @@ def test_an_unknown_url_option_is_a_config_error_naming_it_and_not_the_password(
     )
 
 
+@pytest.mark.parametrize("option", ["ssl_certfile=/c.pem", "ssl_keyfile=/k.pem", "ssl_password=pw"])
+def test_a_client_certificate_option_on_a_plaintext_url_is_a_config_error(option: str) -> None:
+    """The client certificate's options are TLS options: on a ``redis://`` URL the redis client's
+    plaintext connection took them as keywords it does not know, and `harvest worker` died at boot
+    with a raw TypeError (``AbstractConnection.__init__() got an unexpected keyword argument
+    'ssl_certfile'``). Refused at config load and by Worker(), pointing at ``rediss://``."""
+    url = f"redis://cache:6379/0?{option}"
+    name = option.split("=")[0]
+    with pytest.raises(ConfigError, match=f"sets {name}, a TLS option: use rediss://"):
+        load_config(env={"HARVEST_REDIS__URL": url})
+    with pytest.raises(ConfigError, match=f"sets {name}, a TLS option: use rediss://"):
+        Worker(app, "postgresql://nowhere/x", redis_url=url)
+    check_url(f"rediss://cache:6380/0?{option}")
+
+
 def _certificates(directory: Path) -> tuple[Path, Path, Path]:
     """A private CA and a server certificate it signed for the name ``localhost`` only."""
     import datetime as dt

@@ -211,3 +211,40 @@ def test_a_schedules_input_comes_from_a_file_or_stdin(db: str) -> None:
         db, "schedule", "update", "from_stdin", "--input-json", "1", "--input-file", "-", stdin="2"
     )
     assert both.returncode == 2 and "not both" in both.stderr, both.stderr
+
+
+def test_shard_health_reports_scheduler_freshness(db: str) -> None:
+    """`harvest shard health` said "scheduler freshness: not applicable (this Harvest has no
+    schedules)" whatever the database held. The spec's row carries scheduler freshness where
+    schedules are enabled: an unpaused schedule whose due time passed a minute ago and more is
+    one no scheduler ticks (reason scheduler_stale, degraded, exit 2)."""
+    import psycopg
+
+    def health() -> tuple[int, dict]:
+        done = harvest(db, "shard", "health", "-o", "json")
+        return done.returncode, json.loads(done.stdout)["shards"][0]
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.register_worker('w-fresh', ARRAY['default'], 'host', 1, 3600, '{}')")
+    code, row = health()
+    assert row["scheduler"]["status"] == "not_applicable" and row["scheduler"]["active"] == 0, row
+    assert "scheduler_stale" not in row["reason_codes"] and code == 0, row
+
+    with psycopg.connect(db, autocommit=True) as conn:  # made an hour ago, never ticked since
+        conn.execute("SELECT set_config('harvest.fake_now', (now() - interval '1 hour')::text, false)")
+        conn.execute("SELECT harvest.create_schedule('unticked', 'wf', NULL, 60)")
+    code, row = health()
+    assert row["scheduler"]["status"] == "stale" and row["scheduler"]["active"] == 1, row
+    assert 3500 < row["scheduler"]["overdue_secs"] < 4000, row
+    assert row["reason_codes"] == ["scheduler_stale"] and row["readiness"] == "degraded" and code == 2, row
+    table = harvest(db, "shard", "health")
+    assert "scheduler freshness: shard 0: stale, 1 unpaused schedule(s), the oldest due" in table.stdout, (
+        table.stdout
+    )
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.pause_schedule('unticked')")
+        conn.execute("SELECT harvest.create_schedule('fresh', 'wf', NULL, 60)")
+    code, row = health()
+    assert row["scheduler"]["status"] == "fresh" and row["scheduler"]["active"] == 1, row
+    assert row["reason_codes"] == [] and code == 0, row

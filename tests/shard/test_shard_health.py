@@ -65,7 +65,7 @@ def test_every_writable_shard_ready_exits_0_with_one_row_per_shard(shards) -> No
         assert row["workers"] == {"live": 1, "stale": 0, "draining": 0}
         assert row["reason_codes"] == [] and row["readiness"] == "ready"
         assert row["stranded_pending"] == 0
-        assert row["scheduler"]["status"] == "not_applicable"
+        assert row["scheduler"]["status"] == "not_applicable"  # no schedule
     table = _run(_env(shards), "shard", "health")
     assert table.exit_code == 0 and "readiness: ready" in table.output
 

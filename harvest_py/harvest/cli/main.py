@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, NoReturn, cast
 
 import click
 
@@ -60,6 +60,13 @@ class LazyCommand(NamedTuple):
     help: str  # its one-line help in `harvest --help` (the command's own, checked by a test)
 
 
+def _usage_error(exc: click.UsageError) -> NoReturn:
+    """A bad option value (--page-size 99999999999, --log-level verbose, ...): one line too."""
+    where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+    click.echo(f"error: {exc.format_message()}{where}", err=True)
+    sys.exit(exc.exit_code)
+
+
 class HarvestGroup(click.Group):
     """Turn every Harvest error into one line on stderr and its exit code; no traceback.
 
@@ -98,6 +105,16 @@ class HarvestGroup(click.Group):
             shown.add_command(command, name)
         click.Group.format_commands(shown, ctx, formatter)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # The group's own options (`harvest --log-level verbose ...`) are parsed before invoke:
+        # a bad one is the same one line as a subcommand's, not click's usage block.
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            _usage_error(exc)
+
     def invoke(self, ctx: click.Context) -> Any:
         previous = os.environ.get("PGAPPNAME")
         os.environ["PGAPPNAME"] = previous or CLI_APPLICATION_NAME
@@ -114,10 +131,7 @@ class HarvestGroup(click.Group):
         except click.exceptions.NoArgsIsHelpError:
             raise  # `harvest workflow` alone prints its help, as before
         except click.UsageError as exc:
-            # A bad option value (--page-size 99999999999, --log-level verbose, ...): one line too.
-            where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
-            click.echo(f"error: {exc.format_message()}{where}", err=True)
-            sys.exit(exc.exit_code)
+            _usage_error(exc)
         except Exception as exc:
             # A database error the SQL API has no class for: still one line, never a traceback.
             # The driver is imported here, not above: a command that raised one has loaded it.

@@ -67,6 +67,7 @@ def _render(data: dict[str, Any]) -> str:
                 "pending": pressure.get("pending"),
                 "dlq": pressure.get("dead_letters"),
                 "stranded": row["stranded_pending"],
+                "scheduler": (row.get("scheduler") or {}).get("status"),
                 "readiness": row["readiness"],
                 "reasons": row["reason_codes"],
             }
@@ -84,7 +85,14 @@ def _render(data: dict[str, Any]) -> str:
                 f"shard {row['shard_id']}: {stranded['pending']} claimable task(s) on queue "
                 f"'{stranded['queue']}' and no live worker polls it"
             )
-    lines.append("scheduler freshness: not applicable (this Harvest has no schedules)")
+    for row in data["shards"]:
+        scheduler = row.get("scheduler")
+        if scheduler and scheduler["status"] == "stale":
+            lines.append(
+                f"scheduler freshness: shard {row['shard_id']}: stale, {scheduler['active']} unpaused "
+                f"schedule(s), the oldest due {scheduler['overdue_secs']:.0f} s ago: no scheduler ticks "
+                "this shard (run a worker or `harvest serve` whose role runs the scheduler)"
+            )
     return "\n".join(lines).rstrip()
 
 

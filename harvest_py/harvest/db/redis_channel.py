@@ -167,7 +167,7 @@ def check_url(url: str, where: str = "redis.url") -> None:
             "percent-encode any of / # ? @ : % in the user or password (the URL is not shown here: "
             "it holds the password)"
         )
-    _check_options(parts.query, where)
+    _check_options(parts.query, where, tls=parts.scheme == "rediss")
     try:
         import redis  # noqa: F401
     except ImportError:
@@ -177,9 +177,11 @@ def check_url(url: str, where: str = "redis.url") -> None:
         ) from None
 
 
-def _check_options(query: str, where: str) -> None:
+def _check_options(query: str, where: str, *, tls: bool) -> None:
     """Refuse a query option Redis dispatch does not take (URL_OPTIONS), naming it and the
-    accepted ones; never a value (``?password=...`` is refused by name)."""
+    accepted ones; never a value (``?password=...`` is refused by name). The client certificate's
+    options only with TLS: a plaintext connection took them as keywords it does not know (a raw
+    TypeError at boot)."""
     keys = sorted({k for k, _ in parse_qsl(query, keep_blank_values=True)})
     shown = ", ".join(k if OPTION_NAME.fullmatch(k) else "an option that is not a name" for k in keys)
     accepted = f"the options a Redis URL may set are {', '.join(sorted(URL_OPTIONS))}"
@@ -188,6 +190,10 @@ def _check_options(query: str, where: str) -> None:
             f"{where}: the URL sets {shown}; Redis dispatch always verifies a rediss:// server "
             f"against the trust store (set SSL_CERT_FILE or SSL_CERT_DIR for a private CA); {accepted}"
         )
+    plain = sorted(k for k in keys if k in CLIENT_TLS_OPTIONS) if not tls else []
+    if plain:
+        what = "a TLS option" if len(plain) == 1 else "TLS options"
+        raise ConfigError(f"{where}: the URL sets {', '.join(plain)}, {what}: use rediss:// (or drop it)")
     if any(k not in URL_OPTIONS for k in keys):
         raise ConfigError(
             f"{where}: the URL sets {shown}, which Redis dispatch does not take: {accepted} "

@@ -414,6 +414,10 @@ class CommandIssuer:
                         }
                     )
                     known = int(cast(int, value.get("version")))  # (a version marker has one)
+                    if not min_supported <= known <= max_supported:  # where, as any divergence says
+                        self._raise_fatal(
+                            self._version_outside(change_id, known, min_supported, max_supported, seq)
+                        )
             else:
                 known = max_supported
                 self._new_commands.append(
@@ -426,13 +430,22 @@ class CommandIssuer:
                 )
             self._versions[change_id] = known
         if not min_supported <= known <= max_supported:
-            self._raise_fatal(
-                NonDeterminismError(
-                    f"non-determinism: version {known} recorded for change {change_id!r} is outside "
-                    f"the supported range [{min_supported}, {max_supported}]"
-                )
-            )
+            self._raise_fatal(self._version_outside(change_id, known, min_supported, max_supported, None))
         return known
+
+    @staticmethod
+    def _version_outside(
+        change_id: str, known: int, min_supported: int, max_supported: int, seq: int | None
+    ) -> NonDeterminismError:
+        where = f" at seq {seq}" if seq is not None else ""
+        exc = NonDeterminismError(
+            f"non-determinism{where}: version {known} recorded for change {change_id!r} is outside "
+            f"the supported range [{min_supported}, {max_supported}]"
+        )
+        exc.seq = seq  # type: ignore[attr-defined]
+        exc.expected = f"version marker {change_id!r} v{known}"  # type: ignore[attr-defined]
+        exc.got = f"ctx.version({change_id!r}, {min_supported}, {max_supported})"  # type: ignore[attr-defined]
+        return exc
 
     def call_side_effect(self, fn: Callable[[], Any]) -> Any:
         try:

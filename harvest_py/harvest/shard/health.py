@@ -2,8 +2,9 @@
 
 :func:`shard_health` reads every configured shard on its own connection (read-only, a short
 connect timeout) and answers one row per shard: its roles, whether it answers, its schema and
-identity, its live and stale workers, the declared queues no live worker polls, its queue and
-dead-letter pressure and its stranded work (``harvest.get_shard_health``, one round trip), with
+identity, its live and stale workers, the declared queues no live worker polls, its scheduler
+freshness, its queue and dead-letter pressure and its stranded work (``harvest.get_shard_health``,
+one round trip), with
 machine-readable reason codes and a readiness of ``ready``, ``degraded`` or ``unavailable``.
 A shard that cannot be inspected is a row that says so, never an exception: the answer for the
 other shards stands. ``harvest shard health`` and ``harvest preflight`` print it.
@@ -27,7 +28,15 @@ from harvest.db.sqlapi import SqlApi, translated_errors
 from harvest.db.steps import run_steps
 from harvest.shard.router import ShardRouter
 
-__all__ = ["READINESS", "REASONS", "overall_readiness", "shard_health", "shard_roles", "stranded_work"]
+__all__ = [
+    "READINESS",
+    "REASONS",
+    "overall_readiness",
+    "scheduler_freshness",
+    "shard_health",
+    "shard_roles",
+    "stranded_work",
+]
 
 # Worst last: the overall readiness is the worst of the gating rows.
 READINESS = ("ready", "degraded", "unavailable")
@@ -42,10 +51,31 @@ REASONS = {
     "no_live_worker": "degraded",  # no active, fresh worker polls this shard
     "queue_uncovered": "degraded",  # a declared queue with no live worker here
     "stranded_work": "degraded",  # claimable work on a queue no live worker here polls
+    "scheduler_stale": "degraded",  # an unpaused schedule overdue: no scheduler ticks this shard
 }
 
-# Schedules do not exist in this Harvest yet: their freshness is reported as not applicable.
-SCHEDULER_NOT_APPLICABLE = {"status": "not_applicable", "reason": "this Harvest has no schedules"}
+# A scheduler ticks each shard it polls with the scanner (every scan_interval, 1 s by default), and
+# each tick moves every due schedule's next due time on (a slot fired, skipped or missed). An unpaused
+# schedule due longer ago than this is one no scheduler has ticked: scheduler_stale.
+SCHEDULER_STALE_AFTER_SECS = 60
+
+
+def scheduler_freshness(schedules: Mapping[str, Any], observed_at: str) -> dict[str, Any]:
+    """A shard's scheduler freshness from ``get_shard_health``'s ``schedules`` (the unpaused
+    schedules and the oldest due time among them) at its ``observed_at``: ``not_applicable`` with
+    no unpaused schedule, else ``fresh`` or ``stale`` (overdue past SCHEDULER_STALE_AFTER_SECS)."""
+    active = int(schedules["active"])
+    if not active:
+        return {"status": "not_applicable", "reason": "no unpaused schedule on this shard", "active": 0}
+    oldest = schedules["oldest_due_at"]
+    overdue = max(0.0, (datetime.fromisoformat(observed_at) - datetime.fromisoformat(oldest)).total_seconds())
+    return {
+        "status": "stale" if overdue > SCHEDULER_STALE_AFTER_SECS else "fresh",
+        "active": active,
+        "oldest_due_at": oldest,
+        "overdue_secs": round(overdue, 3),
+        "stale_after_secs": SCHEDULER_STALE_AFTER_SECS,
+    }
 
 
 def shard_roles(router: ShardRouter, shard: int, candidate: int | None = None) -> list[str]:
@@ -150,6 +180,9 @@ def _inspect(
         reasons.append("queue_uncovered")
     if facts["stranded_pending"]:
         reasons.append("stranded_work")
+    row["scheduler"] = scheduler_freshness(facts["schedules"], facts["observed_at"])
+    if row["scheduler"]["status"] == "stale":
+        reasons.append("scheduler_stale")
 
 
 def _readiness(reasons: Iterable[str]) -> str:
@@ -187,7 +220,7 @@ def shard_health(
             "schema": {"version": None, "expected": SCHEMA_VERSION, "ready": False, "identity": None},
             "workers": None,
             "queue_coverage": None,
-            "scheduler": SCHEDULER_NOT_APPLICABLE,
+            "scheduler": None,
             "pressure": None,
             "stranded": None,
             "stranded_pending": None,
