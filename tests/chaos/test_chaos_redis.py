@@ -295,8 +295,8 @@ def test_a_worker_frozen_between_its_named_claim_and_the_run_is_refused_when_it_
     """(b) frozen, not killed (SIGSTOP: a long GC pause, a suspended VM) with rows claimed by
     reference and not yet run: their leases expire, the other worker runs them and drains
     everything; woken, the frozen worker runs what it held (at least once: an activity's body
-    runs again, unless its start-to-close has passed by then) and each late report is refused
-    by its fencing token. One result per invocation."""
+    runs again) and each late report, a result or a failure, is refused by its fencing token.
+    One result per invocation."""
     survivor = start_redis_worker(workers, redis)
     mark = tmp_path / "held.json"
     frozen = start_redis_worker(workers, redis, env={"CHAOS_REDIS_HOLD": f"claimed:{mark}"}, concurrency=8)
@@ -310,7 +310,7 @@ def test_a_worker_frozen_between_its_named_claim_and_the_run_is_refused_when_it_
 
     def refused(task: dict[str, Any]) -> bool:
         log = workers.log(frozen)
-        if task["kind"] == "activity":  # (its body ran, or its start-to-close had passed: failed)
+        if task["kind"] == "activity":  # (its late report, a result or a failure, is refused alike)
             return any(
                 f"(task {task['task_id']}) {end} after its lease was lost" in log
                 for end in ("finished", "failed")
