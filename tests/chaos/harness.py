@@ -58,10 +58,11 @@ class WorkerProcs:
         env: dict[str, str] | None = None,
         database_url: str | None = None,
         prefix: Sequence[str] = (),
+        args: Sequence[str] = (),
     ) -> subprocess.Popen:
         """A worker process on the test's database; ``database_url`` is another way to it (the
         test still reads it at ``self.dsn``), ``prefix`` a command the worker runs under (as
-        ``ip netns exec NAME``, which keeps the pid)."""
+        ``ip netns exec NAME``, which keeps the pid), ``args`` more of run_worker.py's options."""
         n = len(self.procs) + 1
         url = database_url or self.dsn
         env = dict(os.environ, HARVEST_DATABASE_URL=url, PYTHONUNBUFFERED="1", **(env or {}))
@@ -78,6 +79,7 @@ class WorkerProcs:
                     str(workflow_lease),
                     "--shutdown-grace",
                     str(shutdown_grace),
+                    *args,
                 ],
                 env=env,
                 stdout=log,

@@ -1,7 +1,8 @@
 """Run one Harvest worker for the chaos tests: ``python tests/chaos/run_worker.py [options]``.
 
 The DSN comes from ``HARVEST_DATABASE_URL``. Logs go to stderr, which the tests
-capture to a file per process.
+capture to a file per process. ``--redis-url`` turns on Redis dispatch, with the test hooks
+of redis_hooks.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def main() -> None:
     parser.add_argument("--workflow-lease", type=float, default=2.0)
     parser.add_argument("--shutdown-grace", type=float, default=2.0)
     parser.add_argument("--worker-id", default=None)
+    parser.add_argument("--redis-url", default=None)
+    parser.add_argument("--no-hand-off", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(
         level=logging.INFO,
@@ -41,8 +44,24 @@ def main() -> None:
         heartbeat_interval=1.0,
         shutdown_grace=args.shutdown_grace,
         worker_id=args.worker_id,
+        redis_url=args.redis_url,
+        hand_off=not args.no_hand_off,
     )
-    asyncio.run(worker.run(install_signal_handlers=True))
+    if worker.redis is not None:
+        import redis_hooks
+
+        redis_hooks.install()
+
+    async def run() -> None:
+        if worker.redis is not None:
+            report = asyncio.create_task(redis_hooks.report(worker.redis))
+        try:
+            await worker.run(install_signal_handlers=True)
+        finally:
+            if worker.redis is not None:
+                report.cancel()
+
+    asyncio.run(run())
     logging.getLogger("chaos").info("worker %s exited cleanly", worker.worker_id)
 
 

@@ -1342,6 +1342,23 @@ def test_boot_refuses_a_redis_that_accepts_and_never_answers(db, stalled_redis, 
         asyncio.run(Worker(app, db, redis_url=stalled_redis.url).run())
 
 
+def test_harvest_worker_exits_1_on_a_redis_that_accepts_and_never_answers(
+    db, stalled_redis, tmp_path
+) -> None:
+    """The process, not only Worker.run: `harvest worker` whose Redis accepts and never answers
+    (frozen) gives it up after the command timeout (5 s) and exits 1 with the one line naming
+    the endpoint, instead of hanging at its boot."""
+    from test_config import harvest_cmd, one_error_line
+
+    assert stalled_redis.proc is not None
+    stalled_redis.proc.send_signal(signal.SIGSTOP)
+    r = harvest_cmd(
+        db, "worker", "test_redis_dispatch:app", env={"HARVEST_REDIS__URL": stalled_redis.url}, cwd=tmp_path
+    )
+    assert r.returncode == 1
+    assert f"{stalled_redis.url} cannot be reached: TimeoutError" in one_error_line(r)
+
+
 def test_a_failure_handling_references_does_not_end_the_consumer(db, redis_server, start_worker) -> None:
     """An error nothing foresaw while the consumer handles what it read (injected here: the
     first batch's handling raises) is logged and the consumer goes on; the references of that
