@@ -186,7 +186,21 @@ AS $$
             FROM harvest.count_stranded_tasks() AS s
         ), '[]'::jsonb),
         'stranded_pending', (SELECT coalesce(sum(s.pending), 0) FROM harvest.count_stranded_tasks() AS s),
-        'dead_letters', (SELECT count(*) FROM harvest.dead_letters)
+        'dead_letters', (SELECT count(*) FROM harvest.dead_letters),
+        -- Scheduler freshness: the unpaused schedules, how many are due (a slot to fire, or no
+        -- next slot computed yet: since their last change), and the oldest due time. A live
+        -- scheduler fires a due schedule within its scan interval.
+        'schedules', (
+            SELECT jsonb_build_object(
+                'active', count(*),
+                'due', count(*) FILTER (WHERE coalesce(s.next_due_at, s.updated_at) <= harvest.now()),
+                'oldest_due_at', min(coalesce(s.next_due_at, s.updated_at)) FILTER (
+                    WHERE coalesce(s.next_due_at, s.updated_at) <= harvest.now()
+                )
+            )
+            FROM harvest.schedules AS s
+            WHERE NOT s.paused
+        )
     );
 $$;
 
@@ -204,5 +218,6 @@ COMMENT ON FUNCTION harvest.count_stranded_tasks IS
 'harvest_reader, harvest_worker.';
 COMMENT ON FUNCTION harvest.get_shard_health IS
 'This shard''s health facts in one object: shard id, schema version, live/stale/draining/stopped workers, per-queue '
-'live workers and work, the declared queues (p_queues, else the registered ones) no live worker polls, stranded work '
-'and dead letters. Read by harvest shard health. For operators (role harvest_reader).';
+'live workers and work, the declared queues (p_queues, else the registered ones) no live worker polls, stranded work, '
+'dead letters, and the unpaused schedules with how many are due and since when (scheduler freshness). Read by '
+'harvest shard health. For operators (role harvest_reader).';

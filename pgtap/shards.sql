@@ -2,7 +2,7 @@
 -- _shard_low_id, _shard_high_id), the start path's refusal of another shard's start,
 -- and the health facts: count_stranded_tasks, get_shard_health.
 BEGIN;
-SELECT plan(32);
+SELECT plan(34);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT is(harvest.get_shard_id(), 0, 'get_shard_id(): a database is shard 0 until told otherwise');
@@ -73,7 +73,8 @@ SELECT is((SELECT count(*) FROM harvest.count_stranded_tasks()), 0::bigint,
           'count_stranded_tasks(): a live worker on the queue drains it, nothing is stranded');
 SELECT is(harvest.get_shard_health(ARRAY['default', 'reports']) - ARRAY['observed_at', 'schema_version', 'queues'],
           '{"shard_id": 3, "workers": {"live": 1, "stale": 0, "draining": 0, "stopped": 0},
-            "unpolled_queues": ["reports"], "stranded": [], "stranded_pending": 0, "dead_letters": 0}'::jsonb,
+            "unpolled_queues": ["reports"], "stranded": [], "stranded_pending": 0, "dead_letters": 0,
+            "schedules": {"active": 0, "due": 0, "oldest_due_at": null}}'::jsonb,
           'get_shard_health(): live workers, the queue they leave uncovered, nothing stranded');
 SELECT is(jsonb_path_query_first(harvest.get_shard_health(), '$.queues[*] ? (@.queue == "default")'),
           jsonb_build_object('queue', 'default', 'live_workers', 1, 'pending', 3, 'claimable', 3, 'running', 0,
@@ -83,6 +84,19 @@ UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '1 hour'
 SELECT results_eq($$SELECT queue, pending FROM harvest.count_stranded_tasks()$$,
                   $$VALUES ('default'::text, 3::bigint)$$,
                   'count_stranded_tasks(): a stale worker does not count: the work is stranded again');
+
+-- Scheduler freshness: a paused schedule does not count; an unpaused one with no slot computed
+-- is due since its last change; one whose slot is ahead is not due.
+SELECT harvest.create_schedule('hourly', 'report_wf', p_interval_secs => 3600);
+SELECT harvest.create_schedule('idle', 'report_wf', p_interval_secs => 3600);
+SELECT harvest.pause_schedule('idle');
+SELECT is(harvest.get_shard_health() -> 'schedules',
+          jsonb_build_object('active', 1, 'due', 1, 'oldest_due_at', harvest.now()),
+          'get_shard_health(): an unpaused schedule with no slot computed is due since its last change');
+UPDATE harvest.schedules SET next_fire_at = harvest.now() + interval '1 hour',
+                             next_due_at = harvest.now() + interval '1 hour' WHERE name = 'hourly';
+SELECT is(harvest.get_shard_health() -> 'schedules', '{"active": 1, "due": 0, "oldest_due_at": null}'::jsonb,
+          'get_shard_health(): a schedule whose next slot is ahead is not due');
 
 SELECT * FROM finish();
 ROLLBACK;

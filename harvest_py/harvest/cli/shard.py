@@ -84,7 +84,16 @@ def _render(data: dict[str, Any]) -> str:
                 f"shard {row['shard_id']}: {stranded['pending']} claimable task(s) on queue "
                 f"'{stranded['queue']}' and no live worker polls it"
             )
-    lines.append("scheduler freshness: not applicable (this Harvest has no schedules)")
+        scheduler = row.get("scheduler")
+        if scheduler and scheduler["status"] != "not_applicable":
+            line = f"shard {row['shard_id']}: scheduler {scheduler['status']}"
+            if scheduler["status"] in ("fresh", "stale"):
+                oldest = scheduler["oldest_due_at"]
+                since = f", the oldest since {oldest}" if oldest else ""
+                line += f" ({scheduler['active']} schedule(s), {scheduler['due']} due{since})"
+            if scheduler.get("reason"):
+                line += f": {scheduler['reason']}"
+            lines.append(line)
     return "\n".join(lines).rstrip()
 
 

@@ -3,7 +3,8 @@
 :func:`shard_health` reads every configured shard on its own connection (read-only, a short
 connect timeout) and answers one row per shard: its roles, whether it answers, its schema and
 identity, its live and stale workers, the declared queues no live worker polls, its queue and
-dead-letter pressure and its stranded work (``harvest.get_shard_health``, one round trip), with
+dead-letter pressure, its stranded work and its scheduler's freshness (``harvest.get_shard_health``,
+one round trip), with
 machine-readable reason codes and a readiness of ``ready``, ``degraded`` or ``unavailable``.
 A shard that cannot be inspected is a row that says so, never an exception: the answer for the
 other shards stands. ``harvest shard health`` and ``harvest preflight`` print it.
@@ -16,7 +17,7 @@ polls, or None for a shard that could not be read.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from harvest.core.errors import HarvestError
@@ -27,7 +28,15 @@ from harvest.db.sqlapi import SqlApi, translated_errors
 from harvest.db.steps import run_steps
 from harvest.shard.router import ShardRouter
 
-__all__ = ["READINESS", "REASONS", "overall_readiness", "shard_health", "shard_roles", "stranded_work"]
+__all__ = [
+    "READINESS",
+    "REASONS",
+    "overall_readiness",
+    "scheduler_freshness",
+    "shard_health",
+    "shard_roles",
+    "stranded_work",
+]
 
 # Worst last: the overall readiness is the worst of the gating rows.
 READINESS = ("ready", "degraded", "unavailable")
@@ -42,10 +51,34 @@ REASONS = {
     "no_live_worker": "degraded",  # no active, fresh worker polls this shard
     "queue_uncovered": "degraded",  # a declared queue with no live worker here
     "stranded_work": "degraded",  # claimable work on a queue no live worker here polls
+    "scheduler_stale": "degraded",  # a schedule due for longer than SCHEDULER_STALE_AFTER
 }
 
-# Schedules do not exist in this Harvest yet: their freshness is reported as not applicable.
-SCHEDULER_NOT_APPLICABLE = {"status": "not_applicable", "reason": "this Harvest has no schedules"}
+# A live scheduler fires a due schedule within its scan interval (worker.scan_interval, 1 s by
+# default): one due for longer than this has no scheduler firing it.
+SCHEDULER_STALE_AFTER = timedelta(seconds=60)
+
+
+def scheduler_freshness(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The scheduler's freshness on one shard from its health facts' ``schedules`` (the unpaused
+    schedules, how many are due, the oldest due time, read with the engine's clock)."""
+    schedules = facts.get("schedules")
+    if schedules is None:  # the functions of a release before scheduler freshness
+        return {"status": "unknown", "reason": "its functions do not report it: run harvest migrate run"}
+    if not schedules["active"]:
+        return {"status": "not_applicable", "reason": "no unpaused schedule on this shard", "active": 0}
+    out = {key: schedules[key] for key in ("active", "due", "oldest_due_at")}
+    if out["oldest_due_at"] is None:
+        return {"status": "fresh", **out, "lag_secs": 0.0}
+    lag = datetime.fromisoformat(facts["observed_at"]) - datetime.fromisoformat(out["oldest_due_at"])
+    out["lag_secs"] = round(lag.total_seconds(), 3)
+    if lag <= SCHEDULER_STALE_AFTER:
+        return {"status": "fresh", **out}
+    return {
+        "status": "stale",
+        **out,
+        "reason": "no scheduler fires them: run a process with the scheduler role that polls this shard",
+    }
 
 
 def shard_roles(router: ShardRouter, shard: int, candidate: int | None = None) -> list[str]:
@@ -144,6 +177,9 @@ def _inspect(
     }
     row["stranded"] = facts["stranded"]
     row["stranded_pending"] = facts["stranded_pending"]
+    row["scheduler"] = scheduler_freshness(facts)
+    if row["scheduler"]["status"] == "stale":
+        reasons.append("scheduler_stale")
     if not workers["live"]:
         reasons.append("no_live_worker")
     elif facts["unpolled_queues"]:
@@ -187,7 +223,7 @@ def shard_health(
             "schema": {"version": None, "expected": SCHEMA_VERSION, "ready": False, "identity": None},
             "workers": None,
             "queue_coverage": None,
-            "scheduler": SCHEDULER_NOT_APPLICABLE,
+            "scheduler": None,
             "pressure": None,
             "stranded": None,
             "stranded_pending": None,
