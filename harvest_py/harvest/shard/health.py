@@ -54,7 +54,7 @@ REASONS = {
     "scheduler_stale": "degraded",  # a schedule due for longer than SCHEDULER_STALE_AFTER
 }
 
-# A live scheduler fires a due schedule within its scan interval (worker.scan_interval, 1 s by
+# A live scheduler fires a due schedule within its scanner pass (the Worker's scan_interval, 1 s by
 # default): one due for longer than this has no scheduler firing it.
 SCHEDULER_STALE_AFTER = timedelta(seconds=60)
 
