@@ -23,6 +23,7 @@ Each test pins a walk through the docs that once failed as written:
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shlex
 import sys
@@ -31,12 +32,14 @@ import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
 from harvest import ActivityFailure, App, Client, WorkflowFailed
 from harvest.cli.main import main
 from harvest.config.config import load_config
+from harvest.core.errors import NotFound
 from harvest.testing import WorkflowEnvironment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,3 +215,39 @@ def test_versioning_gate_export_and_replay_run_as_the_page_shows(
     args = ["version-usage", "--change-id", "use-sms", "--state-group", "all", "--output", "json"]
     done = runner.invoke(main, args, env=env)
     assert '"version": 1, "state_group": "terminal", "executions": 1' in done.output, done.output
+
+
+def test_integrations_fastapi_block_serves_a_start_and_maps_errors(
+    db: str, as_module: Callable[[str, str], types.ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The page's `from myapp.workflows import app, checkout`: an App with a checkout workflow.
+    as_module("myapp", "")
+    as_module(
+        "myapp.workflows",
+        "from harvest import App, workflow\n\n"
+        "@workflow\nasync def checkout(ctx, order_id: str) -> str:\n    return f'paid {order_id}'\n\n"
+        "app = App(workflows=[checkout])\n",
+    )
+    block = _block("docs/integrations.md", lambda b: b.startswith("from fastapi import FastAPI"))
+    monkeypatch.setenv("HARVEST_DATABASE_URL", db)
+    monkeypatch.chdir(ROOT / "tests")  # no harvest.toml of the caller's directory
+    module = as_module("docs_integrations_fastapi", block)
+
+    @module.api.get("/missing")
+    async def missing() -> None:
+        raise NotFound("no such order")
+
+    async def go() -> None:
+        async with module.api.router.lifespan_context(module.api):
+            transport = httpx.ASGITransport(app=module.api)
+            async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+                started = await http.post("/orders/7")
+                assert started.status_code == 202, started.text
+                client = module.api.state.harvest.client
+                handle = client.get_handle(started.json()["execution_id"])
+                assert await handle.result(timeout=30) == "paid 7"  # the in-process worker ran it
+                refused = await http.get("/missing")
+                assert refused.status_code == 404
+                assert refused.json()["error"]["code"] == "not_found"
+
+    asyncio.run(go())

@@ -70,6 +70,41 @@ def test_every_writable_shard_ready_exits_0_with_one_row_per_shard(shards) -> No
     assert table.exit_code == 0 and "readiness: ready" in table.output
 
 
+def test_a_schedule_no_scheduler_fires_is_scheduler_stale_and_degrades_its_shard(shards) -> None:
+    """Scheduler freshness was reported as "not applicable (this Harvest has no schedules)" on
+    every shard, whatever its schedules: a shard whose due schedules nobody fired read ready."""
+    for shard in (0, 1):
+        _live_worker(shards, shard)
+    with shards.connect(0) as conn:
+        conn.execute("SELECT harvest.create_schedule('hourly', 'report', p_interval_secs => 3600)")
+        conn.execute(
+            "UPDATE harvest.schedules SET next_fire_at = now() + interval '1 hour', "
+            "next_due_at = now() + interval '1 hour'"
+        )
+    code, data = _health(_env(shards))
+    assert code == 0, data
+    fresh = _row(data, 0)["scheduler"]
+    assert (fresh["status"], fresh["active"]) == ("fresh", 1)
+    assert _row(data, 1)["scheduler"]["status"] == "not_applicable"
+
+    with shards.connect(0) as conn:  # its slot came due five minutes ago and nothing fired it
+        conn.execute("UPDATE harvest.schedules SET next_due_at = now() - interval '5 minutes'")
+    code, data = _health(_env(shards))
+    assert code == 2 and data["readiness"] == "degraded"
+    zero = _row(data, 0)
+    assert zero["reason_codes"] == ["scheduler_stale"] and zero["readiness"] == "degraded"
+    assert (zero["scheduler"]["status"], zero["scheduler"]["active"]) == ("stale", 1)
+    assert zero["scheduler"]["overdue_secs"] >= 300
+    assert _row(data, 1)["readiness"] == "ready"
+    table = _run(_env(shards), "shard", "health")
+    assert table.exit_code == 2 and "shard 0: stale, 1 unpaused schedule(s)" in table.output
+
+    with shards.connect(0) as conn:  # a paused schedule is not the scheduler's to fire
+        conn.execute("SELECT harvest.pause_schedule('hourly')")
+    code, data = _health(_env(shards))
+    assert code == 0 and _row(data, 0)["scheduler"]["status"] == "not_applicable"
+
+
 def test_a_writable_shard_with_no_live_worker_is_degraded_exit_2_and_its_work_is_stranded(shards) -> None:
     _live_worker(shards, 0)
     with shards.connect(1) as conn:

@@ -194,6 +194,38 @@ def test_a_shard_down_for_some_pages_loses_and_repeats_nothing(order: str) -> No
         assert len(seen) == len(set(seen))
 
 
+@pytest.mark.parametrize("order", ["asc", "desc"])
+@pytest.mark.parametrize("page_size", range(1, 6))
+def test_a_moved_run_is_listed_once_where_it_lives_on_every_page_size(order: str, page_size: int) -> None:
+    """A run moved from shard 0 to shard 1 has its MIGRATED seal on 0 and its live row on 1,
+    with the same (created_at, id). The list showed the id twice (one of them MIGRATED), and a
+    page that ended between the two lost the second to the next page's keyset predicate. The
+    children read keeps the home row only; the workflow list now does too."""
+    moved = uuid.UUID(int=5)
+    others = {s: [uuid.UUID(int=10 * (s + 1) + n) for n in range(3)] for s in (0, 1)}
+
+    def row(ident: uuid.UUID, status: str, minute: int) -> dict[str, Any]:
+        return {"execution_id": ident, "status": status, "created_at": T0 + timedelta(minutes=minute)}
+
+    shards = {
+        s: FakeShard(
+            [row(moved, "MIGRATED" if s == 0 else "RUNNING", 3)]
+            + [row(ident, "RUNNING", 1 + 2 * n + s) for n, ident in enumerate(others[s])]
+        )
+        for s in (0, 1)
+    }
+    pages = page_through(ShardReads(shards, concurrent=False), page_size, order)
+    listed = [(r["execution_id"], r["status"], r["shard_id"]) for p in pages for r in p.value]
+    assert [ident for ident, _, _ in listed].count(moved) == 1, listed
+    assert (moved, "RUNNING", 1) in listed
+    assert len(listed) == 1 + 6
+    # Asked for the seals (a state filter each shard applies), the seal is what there is.
+    shards[1].executions = [r for r in shards[1].executions if r["execution_id"] != moved]
+    pages = page_through(ShardReads(shards, concurrent=False), page_size, order)
+    sealed = [r for p in pages for r in p.value]
+    assert [(r["status"], r["shard_id"]) for r in sealed if r["execution_id"] == moved] == [("MIGRATED", 0)]
+
+
 def test_every_shard_down_is_unavailable_and_keeps_the_place() -> None:
     shards = make_shards(random.Random(1), (3, 3, 3), tie_pool=9)
     reads = ShardReads(shards, concurrent=False)

@@ -745,7 +745,7 @@ def set_shard_id(shard_id: int, operator_id: str | None = None) -> dict[str, Any
 def get_shard_health(queues: list[str] | None = None) -> dict[str, Any]:
     """This shard's health facts (harvest shard health): shard id, schema version, workers,
     per-queue work and live workers, unpolled declared queues (``queues``, else the
-    registered ones), stranded work, dead letters."""
+    registered ones), stranded work, dead letters, the unpaused schedules due (``schedules``)."""
     return {"queues": queues}
 
 

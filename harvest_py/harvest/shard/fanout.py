@@ -567,7 +567,8 @@ def list_workflows(
 
     Cursor guarantees (docs/sharding.md, "Fan-out reads"): paging from the first page to the
     last with every shard up delivers every row that existed throughout exactly once, in order
-    (ties on created_at broken by id, which is unique across shards). A shard unavailable for
+    (ties on created_at broken by id, which is unique across shards; a moved run's rows on the
+    shards it passed through are one row, its home's: _homes). A shard unavailable for
     a page keeps its own position in the cursor: when it answers again, its rows from that
     position on come in the following pages, merged into them (so such a row can come after
     rows that sort later than it; it is never skipped, and no row comes twice). While a shard
@@ -634,6 +635,9 @@ def list_workflows(
             tagged = {k: v for k, v in row.items() if k != "next_cursor"}
             tagged["shard_id"] = s
             rows.append(tagged)
+    # A moved run has a row on each shard it passed through, all with one (created_at, id): its
+    # home's is kept (_homes), so it is listed once and a page never ends between its rows.
+    rows = _homes(rows)
     rows.sort(key=_key, reverse=order == "desc")
     page, more = rows[:page_size], more or len(rows) > page_size
     if page:
