@@ -300,3 +300,103 @@ def test_a_process_log_names_a_chained_database_error_by_its_first_line(db: str)
         for handler in saved:
             root.addHandler(handler)
         root.setLevel(level)
+
+
+# The loggers Harvest logs a traceback on, or lends to workflow and activity code (ctx.logger).
+TRACEBACK_LOGGER_NAMES = (
+    "harvest.worker",
+    "harvest.web",
+    "harvest.runtime",
+    "harvest.workflow",
+    "harvest.activity",
+)
+
+
+@pytest.mark.parametrize("setup", ["basicConfig", "own handler"])
+def test_a_program_logging_through_its_own_handler_gets_the_same_lines(db: str, setup: str) -> None:
+    """A program that runs a Worker and sets up its own logging after it (logging.basicConfig,
+    a framework's handler) gets no handler of configure_logging's. The worker's and the API's
+    loggers carried the filter themselves, but not the workflow loop's (harvest.runtime) nor
+    ctx.logger's (harvest.workflow, harvest.activity): a chained database error printed whole
+    there, DETAIL and password, where `harvest worker` printed one line."""
+    import io
+
+    from harvest import App, Worker, activity
+
+    @activity
+    async def noop(ctx: Any) -> None:
+        return None
+
+    Worker(App(activities=[noop]), db)  # (created: what a program has imported and set up)
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    stream = io.StringIO()
+    outer = _chained(database_error(db), "cause")
+    try:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        if setup == "basicConfig":
+            logging.basicConfig(stream=stream, level=logging.DEBUG)
+        else:
+            handler = logging.StreamHandler(stream)
+            handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
+            root.addHandler(handler)
+            root.setLevel(logging.DEBUG)
+        for name in TRACEBACK_LOGGER_NAMES:
+            logging.getLogger(name).debug("a traceback on %s", name, exc_info=outer)
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved:
+            root.addHandler(handler)
+        root.setLevel(level)
+    said = stream.getvalue()
+    assert all(f"a traceback on {name}" in said for name in TRACEBACK_LOGGER_NAMES), said
+    assert_clean([said])
+
+
+def traceback_loggers_outside(root: Path, allowed: tuple[str, ...]) -> list[str]:
+    """The log calls that may log a traceback (``log.exception``, any ``exc_info``) on a module
+    logger (``log = logging.getLogger(name)``) whose name is not in ``allowed``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        names: dict[str, str] = {}
+        for node in tree.body:
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and _is_logger(node.value)
+                and node.value.args
+                and isinstance(node.value.args[0], ast.Constant)
+            ):
+                names.update(
+                    {t.id: node.value.args[0].value for t in node.targets if isinstance(t, ast.Name)}
+                )
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_log_call(n)):
+            traceback = call.func.attr == "exception" or any(k.arg == "exc_info" for k in call.keywords)  # type: ignore[attr-defined]
+            logger = call.func.value  # type: ignore[attr-defined]
+            if isinstance(logger, ast.Call):  # logging.getLogger("...").error(...)
+                name = (
+                    logger.args[0].value if logger.args and isinstance(logger.args[0], ast.Constant) else None
+                )
+            else:
+                name = names.get(logger.id)
+            if traceback and name not in allowed:
+                found.append(f"{path.relative_to(root).as_posix()}:{call.lineno}: logger {name!r}")
+    return found
+
+
+def test_every_traceback_is_logged_on_a_logger_that_carries_the_filter(tmp_path: Path) -> None:
+    """The logger-level filter is named logger by logger (a child's records pass no parent's
+    filter): a traceback on any other logger would reach a program's own handler whole."""
+    from harvest.db.connection import TRACEBACK_LOGGERS
+
+    assert set(TRACEBACK_LOGGER_NAMES) <= set(TRACEBACK_LOGGERS)
+    assert traceback_loggers_outside(Path(harvest.__file__).parent, TRACEBACK_LOGGERS) == []
+    (tmp_path / "probe.py").write_text(  # (the check can fail)
+        "import logging\nlog = logging.getLogger('harvest.db.notify')\n"
+        "def f(exc):\n    log.debug('x', exc_info=exc)\n"
+        "    logging.getLogger('harvest.shard').exception('y')\n"
+    )
+    assert len(traceback_loggers_outside(tmp_path, TRACEBACK_LOGGERS)) == 2

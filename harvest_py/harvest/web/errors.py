@@ -34,7 +34,6 @@ from harvest.core.errors import (
     http_status,
 )
 from harvest.db.connection import (
-    DATABASE_TEXT_FILTER,
     DatabaseError,
     database_error_message,
     invalid_input,
@@ -44,7 +43,6 @@ from harvest.db.connection import (
 from harvest.db.pools import TRANSIENT
 
 log = logging.getLogger("harvest.web")
-log.addFilter(DATABASE_TEXT_FILTER)  # (its last resort's traceback: a chained database error in one line)
 
 RETRY_AFTER_SECS = "1"
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from harvest.core import payload
 from harvest.core.errors import ExecutionMigrated, NotFound, PayloadTooLarge
 from harvest.db import channels
-from harvest.db.connection import DATABASE_TEXT_FILTER, DatabaseError, error_line, failure_reason, redact
+from harvest.db.connection import DatabaseError, error_line, failure_reason, redact
 from harvest.runtime import WorkflowRun
 from harvest.runtime.messages import UnknownHandler, failure_of
 from harvest.telemetry import tracing
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from harvest.worker.worker import Worker
 
 log = logging.getLogger("harvest.worker")
-log.addFilter(DATABASE_TEXT_FILTER)  # (a crash's traceback: a chained database error in one line)
 
 CLAIM_BATCH = 16
 MAX_IN_FLIGHT = 32

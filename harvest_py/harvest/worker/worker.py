@@ -42,7 +42,6 @@ from harvest.core.codecs import Payloads
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotFound, PermissionDenied
 from harvest.db import channels
 from harvest.db.connection import (
-    DATABASE_TEXT_FILTER,
     DatabaseError,
     connect_async,
     error_line,
@@ -81,7 +80,6 @@ from harvest.worker.stopping import STOP_CALL_SECS, cancel_and_wait
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
 log = logging.getLogger("harvest.worker")
-log.addFilter(DATABASE_TEXT_FILTER)  # (a crash's traceback: a chained database error in one line)
 
 
 class SlotGrant(NamedTuple):
