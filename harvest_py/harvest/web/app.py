@@ -69,8 +69,9 @@ DEFAULT_POOL_SIZE = 10
 # How long a fan-out read waits for one shard before naming it unavailable.
 SHARD_TIMEOUT_SECS = 5.0
 # How long opening the pool waits for the database (then: 503, and the next request tries
-# again): OPEN_SECS, imported from harvest.web.auth, the token authorizer's pool waits as long
-# (HarvestState.open_timeout: a test's shorter wait).
+# again): OPEN_SECS, imported from harvest.web.auth, the token authorizer's pool waits as long,
+# and over shards each shard's pool (its acquire_timeout, for a connection too, as the
+# dashboard's; not AsyncShardPools' default, a client's). HarvestState.open_timeout: a test's.
 
 
 @dataclass
@@ -117,7 +118,9 @@ class HarvestState:
 
     async def _open(self) -> None:
         if self.pools is None and shards_configured(self.config):
-            self.pools = async_shard_pools(self.config, self.dsn, max_size=self.pool_size)
+            self.pools = async_shard_pools(
+                self.config, self.dsn, max_size=self.pool_size, acquire_timeout=self.open_timeout
+            )
             self.own_pools = True
         if self.pools is not None:
             self.router = self.pools.router
