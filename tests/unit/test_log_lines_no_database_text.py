@@ -13,7 +13,8 @@ The source check below holds every logging call in an ``except ... as exc`` bloc
 bare exception (or ``str(exc)``, ``repr(exc)``, an f-string of it) goes into a log line only
 when every class the block catches is Harvest's own (a HarvestError: its message is ours), or
 the block is one listed in ``THEIRS`` (the user's own code raised it). A traceback
-(``log.exception``, ``exc_info=True``) only where it cannot be a database error's.
+(``log.exception``, ``exc_info=True``) only where listed in ``TRACEBACK_OK``, on a logger that
+prints a database error of it by its first line (``TRACEBACK_LOGGERS``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ THEIRS = {
 TRACEBACK_OK = {
     # The management API's last resort: psycopg's errors took the branches above it.
     ("web/errors.py", "error_response"),
+    # A task handler's crash and a query's or update's failed answer: on harvest.worker, whose
+    # filter prints a database error of the traceback by its first line (TRACEBACK_LOGGERS).
+    ("worker/worker.py", "_guard"),
+    ("worker/queries.py", "_respond"),
 }
 
 # Harvest's exceptions that are not HarvestErrors, whose message is already one redacted line.
@@ -400,3 +405,33 @@ def test_every_traceback_is_logged_on_a_logger_that_carries_the_filter(tmp_path:
         "    logging.getLogger('harvest.shard').exception('y')\n"
     )
     assert len(traceback_loggers_outside(tmp_path, TRACEBACK_LOGGERS)) == 2
+
+
+def test_a_handler_crashed_by_a_database_error_logs_its_traceback_with_the_error_in_one_line(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task handler that a database error crashed logged no traceback (its whole text would
+    have been the last line), so an operator saw what failed but not where. The worker's logger
+    prints a database error of a traceback by its first line (DatabaseTextFilter): the traceback
+    is logged now, with no more of the error's text than the line's own message."""
+    from types import SimpleNamespace
+
+    from harvest import App, Worker, activity
+
+    @activity
+    async def noop(ctx: Any) -> None:
+        return None
+
+    worker = Worker(App(activities=[noop]), db)
+    error = database_error(db)
+
+    async def crashed(_worker: Any, _task: Any) -> None:
+        raise error
+
+    task = {"task_id": 7, "kind": "activity", "fencing_token": 1, "_lane": SimpleNamespace(shard=0)}
+    with caplog.at_level(logging.ERROR, logger="harvest.worker"):
+        asyncio.run(worker._guard(crashed, task))
+    (record,) = [r for r in caplog.records if "crashed the handler" in r.getMessage()]
+    assert record.exc_info, "no traceback"
+    assert "Traceback" in caplog.text and "in crashed" in caplog.text, caplog.text
+    assert_clean([caplog.text])

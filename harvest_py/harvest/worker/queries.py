@@ -192,14 +192,15 @@ class QueryResponder:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            # (a database error's traceback would print its DETAIL: its line and SQLSTATE say it)
+            # (a database error of the traceback is printed by its line and SQLSTATE, not its
+            # DETAIL: DatabaseTextFilter, on this logger)
             log.error(
                 "answering %s %r (request %s) failed: %s",
                 kind,
                 name,
                 request_id,
                 failure_reason(exc),
-                exc_info=not isinstance(exc, DatabaseError),
+                exc_info=True,
             )
             return None
         finally:
