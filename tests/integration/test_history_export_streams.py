@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from harvest.cli import workflow as workflow_cli
 from harvest.cli.main import main
+from harvest.core.json_values import json_default
 from harvest.db.sqlapi import SqlApi
 
 
@@ -33,7 +34,8 @@ def _run_with_signals(db: str, count: int, size: int) -> str:
 
 
 def _old_document(db: str, execution_id: str, full: bool) -> str:
-    """What export wrote before it streamed: the whole document, json.dumps(indent=2)."""
+    """What export wrote before it streamed: the whole document, json.dumps(indent=2) (its times
+    in ISO 8601 and UTC, json_default, since they no longer read as str() wrote them)."""
     with psycopg.connect(db, autocommit=True) as conn:
         sql = SqlApi(conn)
         doc = {
@@ -41,7 +43,7 @@ def _old_document(db: str, execution_id: str, full: bool) -> str:
             "events": sql.get_history(execution_id),
             "redacted": not full,
         }
-    return json.dumps(doc if full else workflow_cli.redact(doc), default=str, indent=2) + "\n"
+    return json.dumps(doc if full else workflow_cli.redact(doc), default=json_default, indent=2) + "\n"
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["redacted", "full"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE
 from harvest.web.ui.views import (
@@ -195,3 +195,28 @@ def test_upcoming_fire_times_of_a_stored_schedule() -> None:
     assert upcoming({**row, "paused": True}) == []
     broken = {**row, "cron": "not a cron", "next_fire_at": NOW}
     assert upcoming(broken) == [NOW]  # what the row says, when this version cannot compute more
+
+
+def test_a_json_value_on_a_page_writes_its_times_and_numbers_as_the_api_does() -> None:
+    """pretty() and one_line() wrote what JSON has no type for by str(): a time in the
+    reader's session zone, with a space ("2026-12-06 09:00:00+07:00"), a decimal in quotes,
+    an interval as "0:01:30", where the API's answer for the same row writes
+    "2026-12-06T02:00:00+00:00", 1.5 and 90.0. The page now shows the API's text."""
+    import json
+    from decimal import Decimal
+
+    from harvest.web.errors import compact_json
+    from harvest.web.ui.views import one_line, pretty
+
+    value = {
+        "at": datetime(2026, 12, 6, 9, 0, tzinfo=timezone(timedelta(hours=7))),
+        "cost": Decimal("1.5"),
+        "waited": timedelta(seconds=90),
+    }
+    api = json.loads(compact_json(value))
+    assert api == {"at": "2026-12-06T02:00:00+00:00", "cost": 1.5, "waited": 90.0}
+    assert json.loads(pretty(value)) == api
+    line, whole = one_line(value)
+    assert json.loads(line) == api and whole is None
+    line, whole = one_line(value, width=10)
+    assert whole is not None and json.loads(whole) == api

@@ -27,4 +27,19 @@ def test_an_export_writes_its_times_in_utc_whatever_the_session_zone() -> None:
     ]
     assert texts[0] == texts[1]
     doc = json.loads(texts[1])
-    assert doc["events"][0]["created_at"] == "2026-12-06 02:00:00.123456+00:00"  # as before, in UTC
+    assert (
+        doc["execution"]["created_at"] == doc["events"][0]["created_at"] == "2026-12-06T02:00:00.123456+00:00"
+    )
+
+
+def test_an_export_writes_its_times_as_the_rest_of_the_cli_and_the_api_do() -> None:
+    """The export wrote its times as str() does, with a space for ISO 8601's T
+    ("2026-12-06 02:00:00+00:00"), where every other command's JSON and every API answer write
+    "2026-12-06T02:00:00+00:00" (json_default): one time, two spellings for a program reading
+    both. Now the same text, ISO 8601 in UTC."""
+    from harvest.cli.output import json_default as cli_default
+    from harvest.web.errors import json_default as api_default
+
+    at = datetime(2026, 12, 6, 2, 0, 0, tzinfo=timezone(timedelta(hours=-5)))
+    doc = json.loads("".join(export_chunks({"created_at": at}, [], False)))
+    assert doc["execution"]["created_at"] == cli_default(at) == api_default(at) == "2026-12-06T07:00:00+00:00"

@@ -13,7 +13,8 @@ The source check below holds every logging call in an ``except ... as exc`` bloc
 bare exception (or ``str(exc)``, ``repr(exc)``, an f-string of it) goes into a log line only
 when every class the block catches is Harvest's own (a HarvestError: its message is ours), or
 the block is one listed in ``THEIRS`` (the user's own code raised it). A traceback
-(``log.exception``, ``exc_info=True``) only where it cannot be a database error's.
+(``log.exception``, ``exc_info=True``) only where listed in ``TRACEBACK_OK``, on a logger that
+prints a database error of it by its first line (``TRACEBACK_LOGGERS``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ THEIRS = {
 TRACEBACK_OK = {
     # The management API's last resort: psycopg's errors took the branches above it.
     ("web/errors.py", "error_response"),
+    # A task handler's crash and a query's or update's failed answer: on harvest.worker, whose
+    # filter prints a database error of the traceback by its first line (TRACEBACK_LOGGERS).
+    ("worker/worker.py", "_guard"),
+    ("worker/queries.py", "_respond"),
 }
 
 # Harvest's exceptions that are not HarvestErrors, whose message is already one redacted line.
@@ -300,3 +305,133 @@ def test_a_process_log_names_a_chained_database_error_by_its_first_line(db: str)
         for handler in saved:
             root.addHandler(handler)
         root.setLevel(level)
+
+
+# The loggers Harvest logs a traceback on, or lends to workflow and activity code (ctx.logger).
+TRACEBACK_LOGGER_NAMES = (
+    "harvest.worker",
+    "harvest.web",
+    "harvest.runtime",
+    "harvest.workflow",
+    "harvest.activity",
+)
+
+
+@pytest.mark.parametrize("setup", ["basicConfig", "own handler"])
+def test_a_program_logging_through_its_own_handler_gets_the_same_lines(db: str, setup: str) -> None:
+    """A program that runs a Worker and sets up its own logging after it (logging.basicConfig,
+    a framework's handler) gets no handler of configure_logging's. The worker's and the API's
+    loggers carried the filter themselves, but not the workflow loop's (harvest.runtime) nor
+    ctx.logger's (harvest.workflow, harvest.activity): a chained database error printed whole
+    there, DETAIL and password, where `harvest worker` printed one line."""
+    import io
+
+    from harvest import App, Worker, activity
+
+    @activity
+    async def noop(ctx: Any) -> None:
+        return None
+
+    Worker(App(activities=[noop]), db)  # (created: what a program has imported and set up)
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    stream = io.StringIO()
+    outer = _chained(database_error(db), "cause")
+    try:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        if setup == "basicConfig":
+            logging.basicConfig(stream=stream, level=logging.DEBUG)
+        else:
+            handler = logging.StreamHandler(stream)
+            handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
+            root.addHandler(handler)
+            root.setLevel(logging.DEBUG)
+        for name in TRACEBACK_LOGGER_NAMES:
+            logging.getLogger(name).debug("a traceback on %s", name, exc_info=outer)
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved:
+            root.addHandler(handler)
+        root.setLevel(level)
+    said = stream.getvalue()
+    assert all(f"a traceback on {name}" in said for name in TRACEBACK_LOGGER_NAMES), said
+    assert_clean([said])
+
+
+def traceback_loggers_outside(root: Path, allowed: tuple[str, ...]) -> list[str]:
+    """The log calls that may log a traceback (``log.exception``, any ``exc_info``) on a module
+    logger (``log = logging.getLogger(name)``) whose name is not in ``allowed``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        names: dict[str, str] = {}
+        for node in tree.body:
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and _is_logger(node.value)
+                and node.value.args
+                and isinstance(node.value.args[0], ast.Constant)
+            ):
+                names.update(
+                    {t.id: node.value.args[0].value for t in node.targets if isinstance(t, ast.Name)}
+                )
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_log_call(n)):
+            traceback = call.func.attr == "exception" or any(k.arg == "exc_info" for k in call.keywords)  # type: ignore[attr-defined]
+            logger = call.func.value  # type: ignore[attr-defined]
+            if isinstance(logger, ast.Call):  # logging.getLogger("...").error(...)
+                name = (
+                    logger.args[0].value if logger.args and isinstance(logger.args[0], ast.Constant) else None
+                )
+            else:
+                name = names.get(logger.id)
+            if traceback and name not in allowed:
+                found.append(f"{path.relative_to(root).as_posix()}:{call.lineno}: logger {name!r}")
+    return found
+
+
+def test_every_traceback_is_logged_on_a_logger_that_carries_the_filter(tmp_path: Path) -> None:
+    """The logger-level filter is named logger by logger (a child's records pass no parent's
+    filter): a traceback on any other logger would reach a program's own handler whole."""
+    from harvest.db.connection import TRACEBACK_LOGGERS
+
+    assert set(TRACEBACK_LOGGER_NAMES) <= set(TRACEBACK_LOGGERS)
+    assert traceback_loggers_outside(Path(harvest.__file__).parent, TRACEBACK_LOGGERS) == []
+    (tmp_path / "probe.py").write_text(  # (the check can fail)
+        "import logging\nlog = logging.getLogger('harvest.db.notify')\n"
+        "def f(exc):\n    log.debug('x', exc_info=exc)\n"
+        "    logging.getLogger('harvest.shard').exception('y')\n"
+    )
+    assert len(traceback_loggers_outside(tmp_path, TRACEBACK_LOGGERS)) == 2
+
+
+def test_a_handler_crashed_by_a_database_error_logs_its_traceback_with_the_error_in_one_line(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task handler that a database error crashed logged no traceback (its whole text would
+    have been the last line), so an operator saw what failed but not where. The worker's logger
+    prints a database error of a traceback by its first line (DatabaseTextFilter): the traceback
+    is logged now, with no more of the error's text than the line's own message."""
+    from types import SimpleNamespace
+
+    from harvest import App, Worker, activity
+
+    @activity
+    async def noop(ctx: Any) -> None:
+        return None
+
+    worker = Worker(App(activities=[noop]), db)
+    error = database_error(db)
+
+    async def crashed(_worker: Any, _task: Any) -> None:
+        raise error
+
+    task = {"task_id": 7, "kind": "activity", "fencing_token": 1, "_lane": SimpleNamespace(shard=0)}
+    with caplog.at_level(logging.ERROR, logger="harvest.worker"):
+        asyncio.run(worker._guard(crashed, task))
+    (record,) = [r for r in caplog.records if "crashed the handler" in r.getMessage()]
+    assert record.exc_info, "no traceback"
+    assert "Traceback" in caplog.text and "in crashed" in caplog.text, caplog.text
+    assert_clean([caplog.text])

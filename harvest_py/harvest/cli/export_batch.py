@@ -22,7 +22,7 @@ import click
 
 from harvest.cli.http import http_session
 from harvest.cli.json_stream import Reindented, reindented
-from harvest.cli.output import ISO_TIME, database_url_option, json_default, output_file, selected
+from harvest.cli.output import ISO_TIME, database_url_option, output_file, selected
 from harvest.cli.shards import each_shard, open_shards
 from harvest.client.export_batch import (
     MAX_LIMIT,
@@ -39,6 +39,7 @@ from harvest.client.export_batch import (
 )
 from harvest.client.history_export import EXPORT_PAGE_SIZE
 from harvest.core.errors import DatabaseUnavailable, HarvestError
+from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.db.steps import run_steps
 from harvest.shard.fanout import COMPLETE, is_shard_failure, status_of

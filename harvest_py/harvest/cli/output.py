@@ -16,8 +16,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 import click
@@ -35,6 +34,7 @@ from harvest.cli.http import (
 from harvest.config import Config, database_url, load_config
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.core.ids import ROW_ID_MAX
+from harvest.core.json_values import json_default
 from harvest.db.connection import connect
 from harvest.db.sqlapi import SqlApi, translated_errors
 
@@ -245,25 +245,6 @@ def sql_api(database_url: str | None, *, read_only: bool) -> Iterator[SqlApi]:
             yield SqlApi(conn)
     finally:
         conn.close()
-
-
-def json_default(value: Any) -> Any:
-    """JSON of the values rows carry, as the management API writes them (harvest/web/errors.py
-    json_default), so a command prints the same bytes over SQL and over HTTP: times in ISO
-    8601, decimals as numbers, intervals in seconds."""
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(UTC).isoformat()  # the session's zone (PGTZ) never shows through
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, bytes | memoryview):
-        return bytes(value).decode("utf-8", "replace")
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
 
 
 # An ISO 8601 time as json_default writes it (a row's time read back from the API's JSON).

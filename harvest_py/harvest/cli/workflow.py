@@ -19,7 +19,6 @@ from harvest.cli.output import (
     database_url_option,
     emit,
     execution_id_argument,
-    json_default,
     mapping,
     output_file,
     output_option,
@@ -39,6 +38,7 @@ from harvest.client.export_batch import resolved
 from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks
 from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument, failure_line
+from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.db.steps import run_steps
 from harvest.shard.fanout import CHILDREN_PAGE, CHILDREN_PAGE_MAX, CHILDREN_WALK, CHILDREN_WALK_MAX

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
+from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 
 # Events fetched per round trip (a server-side cursor's page).
@@ -23,17 +23,10 @@ EXPORT_PAGE_SIZE = 500
 
 def _indented(value: Any, level: int) -> str:
     # json.dumps(indent=2) of a value nested `level` spaces deep: its strings hold no raw
-    # newline (JSON escapes them), so every newline starts one of its own lines.
-    return json.dumps(value, default=_text, indent=2).replace("\n", "\n" + " " * level)
-
-
-def _text(value: Any) -> str:
-    """A value JSON has no type for, as str() writes it; an aware time in UTC first: read in the
-    reader's session zone (PGTZ, a role's TimeZone), one history was two files, over SQL and
-    over HTTP."""
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        value = value.astimezone(UTC)
-    return str(value)
+    # newline (JSON escapes them), so every newline starts one of its own lines. Its times in
+    # ISO 8601 and UTC as every face writes them (json_default): read in the reader's session
+    # zone (PGTZ, a role's TimeZone), one history was two files, over SQL and over HTTP.
+    return json.dumps(value, default=json_default, indent=2).replace("\n", "\n" + " " * level)
 
 
 def _head(execution: dict[str, Any], full: bool) -> str:

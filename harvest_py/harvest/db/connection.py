@@ -295,7 +295,7 @@ class DatabaseTextFilter(logging.Filter):
     its ``__cause__``, its ``__context__``, a group's members) by :func:`error_line`, redacted:
     a non-database error raised from or while handling one (``raise RuntimeError(...) from
     exc``) would print the database error whole, DETAIL, CONTEXT and any DSN it quotes. The
-    stacks stay. On the loggers that log tracebacks (harvest.worker, harvest.web) and on the
+    stacks stay. On the loggers that log tracebacks (:data:`TRACEBACK_LOGGERS`) and on the
     handler of :func:`harvest.telemetry.logs.configure_logging`, which every line of a Harvest
     process passes (asyncio's, a library's)."""
 
@@ -350,6 +350,23 @@ def traceback_text(exc: BaseException) -> str:
 
 DATABASE_TEXT_FILTER = DatabaseTextFilter()
 add_handler_filter(DATABASE_TEXT_FILTER)  # (a Harvest process' handler: every line it prints)
+
+# The loggers Harvest logs a traceback on (the worker's crash lines, the management API's last
+# resort, the workflow loop's) and those it lends to workflow and activity code (``ctx.logger``)
+# carry the filter themselves: a program that logs through handlers of its own
+# (``logging.basicConfig``, a framework's, set up before or after its Worker) has no handler of
+# configure_logging's, and prints what ``harvest worker`` prints all the same. Each is named: a
+# logger's filter runs for the records logged on it, not for those of its children
+# (``harvest``'s would not see ``harvest.worker``'s).
+TRACEBACK_LOGGERS = (
+    "harvest.worker",
+    "harvest.web",
+    "harvest.runtime",
+    "harvest.workflow",
+    "harvest.activity",
+)
+for _name in TRACEBACK_LOGGERS:
+    logging.getLogger(_name).addFilter(DATABASE_TEXT_FILTER)
 
 
 # -- a peer that goes silent --------------------------------------------------------------------

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from typing import Any, TypeVar
 
 from harvest.core.errors import ConfigError, ExecutionMigrated, ShardUnavailable
+from harvest.core.shared_attempt import SharedAttempt
 from harvest.db.connection import DatabaseError, dsn_with_role, parse_dsn, set_role
 from harvest.db.pools import TRANSIENT, AsyncConnectionPool, ConnectionPool, open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
@@ -289,7 +290,13 @@ class ShardPools(_Base):
 
 class AsyncShardPools(_Base):
     """:class:`ShardPools` for asyncio (the worker's, the AsyncClient's): ``async with
-    pools.api(shard) as sql`` lends an :class:`AsyncSqlApi` on one connection."""
+    pools.api(shard) as sql`` lends an :class:`AsyncSqlApi` on one connection.
+
+    ``acquire_timeout`` (default 10 s, as :class:`ShardPools`: a client's call, which may
+    wait out a busy pool) bounds a shard's open and each wait for a connection. A process with
+    a deadline of its own passes it: the worker waits ``CONNECT_WAIT_SECS`` (30 s) at start,
+    the management API ``OPEN_SECS`` (5 s, as its one-database pool and its token check), the
+    dashboard and the CLI ``shards.cli_timeout`` (5 s)."""
 
     def __init__(
         self,
@@ -303,15 +310,17 @@ class AsyncShardPools(_Base):
         super().__init__(router, dsns, max_size=max_size, acquire_timeout=acquire_timeout)
         self.min_size = min(min_size, max_size)
         self._pools: dict[int, AsyncConnectionPool] = {}
-        self._opening: dict[int, asyncio.Lock] = {}
+        # A shard's pool opens once for every caller waiting on it, its outcome shared: with the
+        # shard down, a burst waits one acquire_timeout, not one each in turn.
+        self._opening: dict[int, SharedAttempt[AsyncConnectionPool]] = {}
 
     async def _pool(self, shard: int) -> AsyncConnectionPool:
         pool = self._pools.get(shard)
         if pool is not None:
             return pool
         dsn = self._dsn(shard)
-        lock = self._opening.setdefault(shard, asyncio.Lock())
-        async with lock:
+
+        async def open_pool() -> AsyncConnectionPool:
             pool = self._pools.get(shard)
             if pool is None:
                 try:
@@ -321,7 +330,9 @@ class AsyncShardPools(_Base):
                 except TRANSIENT:
                     raise ShardUnavailable(shard) from None
                 self._pools[shard] = pool
-        return pool
+            return pool
+
+        return await self._opening.setdefault(shard, SharedAttempt()).run(open_pool)
 
     @contextlib.asynccontextmanager
     async def connection(self, shard: int) -> AsyncIterator[Any]:

@@ -23,7 +23,6 @@ routes, under the same authorizer.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -47,6 +46,7 @@ from harvest.config import (
 )
 from harvest.config.config import RuntimePlan
 from harvest.core.errors import ConfigError, HarvestError
+from harvest.core.shared_attempt import SharedAttempt
 from harvest.db import SCHEMA_VERSION, channels
 from harvest.db.migrate import read_versions, schema_mismatch, unfinished_migration
 from harvest.db.notify import NotificationHub
@@ -69,7 +69,9 @@ DEFAULT_POOL_SIZE = 10
 # How long a fan-out read waits for one shard before naming it unavailable.
 SHARD_TIMEOUT_SECS = 5.0
 # How long opening the pool waits for the database (then: 503, and the next request tries
-# again): OPEN_SECS, imported from harvest.web.auth, the token authorizer's pool waits as long.
+# again): OPEN_SECS, imported from harvest.web.auth, the token authorizer's pool waits as long,
+# and over shards each shard's pool (its acquire_timeout, for a connection too, as the
+# dashboard's; not AsyncShardPools' default, a client's). HarvestState.open_timeout: a test's.
 
 
 @dataclass
@@ -94,7 +96,11 @@ class HarvestState:
     hubs: dict[tuple[int, str], NotificationHub] = field(default_factory=dict)
     own_pools: bool = False
     opened: bool = False
-    _lock: asyncio.Lock | None = None
+    open_timeout: float = OPEN_SECS
+    # One open at a time, its outcome shared: the requests that arrive while it runs (a burst
+    # with the database down) wait for it and answer with its error, one wait for all, not one
+    # each in turn; the next request after it tries again.
+    _opening: SharedAttempt[None] = field(default_factory=SharedAttempt, repr=False)
 
     @property
     def sharded(self) -> bool:
@@ -107,39 +113,42 @@ class HarvestState:
 
     async def open(self) -> None:
         """Open the pools and the result listeners (once; the lifespan, or the first request)."""
-        if self.opened:
-            return
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if self.opened:
-                return
-            if self.pools is None and shards_configured(self.config):
-                self.pools = async_shard_pools(self.config, self.dsn, max_size=self.pool_size)
-                self.own_pools = True
-            if self.pools is not None:
-                self.router = self.pools.router
-                for shard in self.pools.shards:
-                    try:
-                        async with self.pools.api(shard) as sql:
-                            migrated = await _warn_if_not_migrated(sql, f"shard {shard}")
-                            if migrated and self.max_payload_bytes is None:
-                                self.max_payload_bytes = await sql.payload_limit()
-                    except Exception as exc:  # a shard down at boot is named, not fatal
-                        log.warning(
-                            "harvest: shard %s %s", shard, _boot_failure(exc, _shard_dsn(self.pools, shard))
-                        )
-            else:
-                if not self.dsn:
-                    self.dsn = database_url(None, self.config)
-                self.pool = await open_async_pool(
-                    self.dsn, max_size=self.pool_size, application_name="harvest-api", timeout=OPEN_SECS
-                )
-                self.own_pools = True
-                sql = AsyncSqlApi(self.pool)
+        if not self.opened:
+            await self._opening.run(self._open)
+
+    async def _open(self) -> None:
+        if self.pools is None and shards_configured(self.config):
+            self.pools = async_shard_pools(
+                self.config, self.dsn, max_size=self.pool_size, acquire_timeout=self.open_timeout
+            )
+            self.own_pools = True
+        if self.pools is not None:
+            self.router = self.pools.router
+            for shard in self.pools.shards:
+                try:
+                    async with self.pools.api(shard) as sql:
+                        migrated = await _warn_if_not_migrated(sql, f"shard {shard}")
+                        if migrated and self.max_payload_bytes is None:
+                            self.max_payload_bytes = await sql.payload_limit()
+                except Exception as exc:  # a shard down at boot is named, not fatal
+                    log.warning(
+                        "harvest: shard %s %s", shard, _boot_failure(exc, _shard_dsn(self.pools, shard))
+                    )
+        else:
+            if not self.dsn:
+                self.dsn = database_url(None, self.config)
+            pool = await open_async_pool(
+                self.dsn, max_size=self.pool_size, application_name="harvest-api", timeout=self.open_timeout
+            )
+            try:
+                sql = AsyncSqlApi(pool)
                 if await _warn_if_not_migrated(sql, "the database"):
                     self.max_payload_bytes = await sql.payload_limit()
-            self.opened = True
+            except BaseException:  # (the next request opens again: this pool must not stay open)
+                await pool.close()
+                raise
+            self.pool, self.own_pools = pool, True
+        self.opened = True
 
     def hub(self, shard: int, channel: str = channels.DONE) -> NotificationHub:
         """The process's one LISTEN connection on ``channel`` of ``shard`` (opened on first use):

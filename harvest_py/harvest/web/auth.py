@@ -9,12 +9,12 @@ revoked token is refused from the next request on. No token or an unknown or rev
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
 from harvest.core.errors import PermissionDenied, Unauthenticated
+from harvest.core.shared_attempt import SharedAttempt
 from harvest.db.pools import open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.web.guards import foreign_host
@@ -84,22 +84,18 @@ class TokenAuthorizer:
         # database down: one wait, not one a request in turn); the next request tries again.
         # Without it each opened its own pool, and all but the last stayed open, never closed,
         # holding their connections.
-        self._opening: asyncio.Task[Any] | None = None
+        self._opening: SharedAttempt[None] = SharedAttempt()
 
     async def _open(self) -> None:
-        try:
+        if self._pool is None:
             timeout = OPEN_SECS if self._open_timeout is None else self._open_timeout
             self._pool = await open_async_pool(
                 cast(str, self._dsn), max_size=self._pool_size, timeout=timeout
             )
-        finally:
-            self._opening = None
 
     async def _api(self) -> AsyncSqlApi:
         if self._pool is None:
-            if self._opening is None:
-                self._opening = asyncio.ensure_future(self._open())
-            await asyncio.shield(self._opening)  # (a request cancelled leaves the open to the others)
+            await self._opening.run(self._open)
         return AsyncSqlApi(self._pool)
 
     async def authorize(self, request: Request, needed: Scope) -> Principal:

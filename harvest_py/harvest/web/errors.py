@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -33,8 +30,8 @@ from harvest.core.errors import (
     error_code,
     http_status,
 )
+from harvest.core.json_values import json_default
 from harvest.db.connection import (
-    DATABASE_TEXT_FILTER,
     DatabaseError,
     database_error_message,
     invalid_input,
@@ -44,7 +41,6 @@ from harvest.db.connection import (
 from harvest.db.pools import TRANSIENT
 
 log = logging.getLogger("harvest.web")
-log.addFilter(DATABASE_TEXT_FILTER)  # (its last resort's traceback: a chained database error in one line)
 
 RETRY_AFTER_SECS = "1"
 
@@ -54,24 +50,6 @@ class UnsupportedMediaType(HTTPException):
 
     def __init__(self, message: str):
         super().__init__(415, message)
-
-
-def json_default(value: Any) -> Any:
-    """JSON for the values rows carry: times as ISO 8601 in UTC (whatever the session's zone),
-    UUIDs and decimals as text."""
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(UTC).isoformat()
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, uuid.UUID | Decimal):
-        return str(value) if isinstance(value, uuid.UUID) else float(value)
-    if isinstance(value, bytes | memoryview):
-        return bytes(value).decode("utf-8", "replace")
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
 
 
 def compact_json(content: Any) -> bytes:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from harvest.core import payload
 from harvest.core.errors import ExecutionMigrated, NotFound, PayloadTooLarge
 from harvest.db import channels
-from harvest.db.connection import DATABASE_TEXT_FILTER, DatabaseError, error_line, failure_reason, redact
+from harvest.db.connection import DatabaseError, error_line, failure_reason, redact
 from harvest.runtime import WorkflowRun
 from harvest.runtime.messages import UnknownHandler, failure_of
 from harvest.telemetry import tracing
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from harvest.worker.worker import Worker
 
 log = logging.getLogger("harvest.worker")
-log.addFilter(DATABASE_TEXT_FILTER)  # (a crash's traceback: a chained database error in one line)
 
 CLAIM_BATCH = 16
 MAX_IN_FLIGHT = 32
@@ -193,14 +192,15 @@ class QueryResponder:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            # (a database error's traceback would print its DETAIL: its line and SQLSTATE say it)
+            # (a database error of the traceback is printed by its line and SQLSTATE, not its
+            # DETAIL: DatabaseTextFilter, on this logger)
             log.error(
                 "answering %s %r (request %s) failed: %s",
                 kind,
                 name,
                 request_id,
                 failure_reason(exc),
-                exc_info=not isinstance(exc, DatabaseError),
+                exc_info=True,
             )
             return None
         finally:

@@ -42,8 +42,6 @@ from harvest.core.codecs import Payloads
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotFound, PermissionDenied
 from harvest.db import channels
 from harvest.db.connection import (
-    DATABASE_TEXT_FILTER,
-    DatabaseError,
     connect_async,
     error_line,
     failure_reason,
@@ -81,7 +79,6 @@ from harvest.worker.stopping import STOP_CALL_SECS, cancel_and_wait
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
 log = logging.getLogger("harvest.worker")
-log.addFilter(DATABASE_TEXT_FILTER)  # (a crash's traceback: a chained database error in one line)
 
 
 class SlotGrant(NamedTuple):
@@ -1147,14 +1144,15 @@ class Worker:
             raise
         except Exception as exc:
             # A database error's text carries its DETAIL and CONTEXT (a row's values): its first
-            # line and SQLSTATE say what failed, and no traceback repeats the rest. Any other
-            # error here is Harvest's bug: its traceback is the report.
+            # line and SQLSTATE say what failed, and its traceback (where it failed) prints it by
+            # that line too (DatabaseTextFilter, on this logger). Any other error here is
+            # Harvest's bug: its traceback is the report.
             log.error(
                 "task %s (%s) crashed the handler; its lease will expire: %s",
                 task["task_id"],
                 task["kind"],
                 failure_reason(exc),
-                exc_info=not isinstance(exc, DatabaseError),
+                exc_info=True,
             )
         finally:
             claim = task.pop("_open_claim", None)

@@ -13,6 +13,7 @@ import jinja2
 
 from harvest.core.codecs import describe_tree
 from harvest.core.errors import failure_line
+from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE
 
@@ -48,8 +49,10 @@ def when(moment: Any) -> str:
 
 
 def pretty(value: Any) -> str:
-    """A JSON value, indented, for a <pre> (text in any script as written, not \\u escapes)."""
-    return json.dumps(value, indent=2, default=str, sort_keys=True, ensure_ascii=False)
+    """A JSON value, indented, for a <pre> (text in any script as written, not \\u escapes); what
+    JSON has no type for as the API writes it (json_default: a time in ISO 8601 and UTC, not in
+    the session's zone as str() wrote it)."""
+    return json.dumps(value, indent=2, default=json_default, sort_keys=True, ensure_ascii=False)
 
 
 def payload_shown(value: Any, full: bool) -> Any:
@@ -66,7 +69,7 @@ def one_line(value: Any, width: int = LINE) -> tuple[str, str | None]:
     """A JSON value on one line, cut at ``width`` characters, and, where it was cut, the whole
     of it indented (``json_value`` in _macros.html opens to it), else None: serialised once
     for the line, once more only for a value too long for it."""
-    text = json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
     if len(text) <= width:
         return text, None
     return text[: width - 1] + "…", pretty(value)
