@@ -731,7 +731,8 @@ class WorkflowRun(CommandIssuer):
         self._deliver(None)
         while True:
             self._step_loop()
-            if self._main_task.done():
+            # (_main, not the _main_task property: set by the first step, and its cast a call)
+            if self._main.done():  # pyright: ignore[reportOptionalMemberAccess]
                 self.finished = True
                 break
             if not self._issued_local:

@@ -538,8 +538,13 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
 
     try:
         # The one place a worker encodes a decision's payloads (codecs, offload; docs/payloads.md).
-        commands = await worker.payloads.encode_commands(
-            lane_of(task).sql, execution_id, activation.commands, child=run.is_child
+        # (no codec nor offload: the commands as they are, without the coroutine)
+        commands = (
+            await worker.payloads.encode_commands(
+                lane_of(task).sql, execution_id, activation.commands, child=run.is_child
+            )
+            if worker.payloads.active
+            else activation.commands
         )
     except Exception:
         run.close()
