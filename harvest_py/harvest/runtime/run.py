@@ -732,7 +732,7 @@ class WorkflowRun(CommandIssuer):
         while True:
             self._step_loop()
             # (_main, not the _main_task property: set by the first step, and its cast a call)
-            if self._main.done():  # pyright: ignore[reportOptionalMemberAccess]
+            if self._main.done():  # type: ignore[union-attr]
                 self.finished = True
                 break
             if not self._issued_local:
