@@ -51,6 +51,11 @@ VALUES = [
     Level.HIGH,
     Text("a str subclass"),
     {"type": "schedule_activity", "seq": 3, "name": "noop", "input": [3], "options": {"retry": {}}},
+    0,
+    -17,
+    10**30,
+    [1, -2, 10**30],
+    [True, 1],
 ]
 
 
@@ -83,6 +88,20 @@ def test_dumps_refuses_a_cycle_and_stays_usable():
     with pytest.raises(TypeError):
         dumps([shared, object()])
     assert dumps(shared) == "[1]"  # a failed call leaves nothing behind for the next
+
+
+@pytest.mark.parametrize("value", [10**5000, [1, 10**5000]], ids=["int", "list"])
+def test_an_int_past_the_digit_limit_is_refused_as_json_dumps_refuses_it(value):
+    """dumps writes an exact int and approx_size a list of them without the encoder (their
+    repr): past the interpreter's digit limit both still raise json.dumps' ValueError."""
+    with pytest.raises(ValueError) as theirs:
+        json.dumps(value)
+    with pytest.raises(ValueError) as ours:
+        dumps(value)
+    assert str(ours.value) == str(theirs.value)
+    if isinstance(value, list):  # (an int counts 8 without being printed)
+        with pytest.raises(ValueError):
+            approx_size(value)
 
 
 @pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))

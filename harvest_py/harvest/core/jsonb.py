@@ -33,6 +33,8 @@ _escape_ascii = encoder.encode_basestring_ascii
 def dumps(value: Any) -> str:
     """``json.dumps(value)``, without the stdlib's per-call Python wrappers around its C encoder
     (about 1 us of a small value's 1.5-3 us; harvest.db.jsoncodec writes jsonb parameters with it)."""
+    if type(value) is int:  # a result's usual value: the encoder writes int.__repr__, without one made
+        return int.__repr__(value)
     if isinstance(value, str):
         return _escape_ascii(value)  # json.dumps' own shortcut for a string
     if _c_make_encoder is None:  # no C accelerator: the stdlib's own path

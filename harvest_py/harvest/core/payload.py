@@ -115,6 +115,12 @@ def approx_size(value: Any) -> int:
         return 8
     if kind is str:
         return len(value) + 2
+    if kind is list:  # a start's usual input: a list of ints is its repr (no encoder made)
+        for item in value:
+            if type(item) is not int:
+                break
+        else:
+            return len(list.__repr__(value))  # (an int past the digit limit: ValueError, as before)
     try:
         return len(dumps(value))
     except (TypeError, ValueError):

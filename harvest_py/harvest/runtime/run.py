@@ -338,9 +338,11 @@ class WorkflowRun(CommandIssuer):
             or self._markers
             or self._resolutions
             or last_event_id != through + 1 + len(commands)
-            or not all(c["type"] in _SELF_RECORDING for c in commands)
         ):
             return False
+        for c in commands:  # (a loop, not all() of a generator: every live step comes here)
+            if c["type"] not in _SELF_RECORDING:
+                return False
         self._live = None
         self.last_event_id = last_event_id
         return True
@@ -729,7 +731,8 @@ class WorkflowRun(CommandIssuer):
         self._deliver(None)
         while True:
             self._step_loop()
-            if self._main_task.done():
+            # (_main, not the _main_task property: set by the first step, and its cast a call)
+            if self._main.done():  # type: ignore[union-attr]
                 self.finished = True
                 break
             if not self._issued_local:

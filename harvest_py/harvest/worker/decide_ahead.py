@@ -212,8 +212,13 @@ async def _decide(
     finally:
         LOG_FIELDS.reset(fields)
     try:
-        commands = await worker.payloads.encode_commands(
-            lane_of(task).sql, execution_id, activation.commands, child=run.is_child
+        # (no codec nor offload: the commands as they are, without the coroutine)
+        commands = (
+            await worker.payloads.encode_commands(
+                lane_of(task).sql, execution_id, activation.commands, child=run.is_child
+            )
+            if worker.payloads.active
+            else activation.commands
         )
     except Exception as exc:  # (a codec's, or an offload's write: a database error's text stays out)
         log.debug("no decision ahead for %s: %s", execution_id, failure_reason(exc))

@@ -88,6 +88,10 @@ class SlotGrant(NamedTuple):
     from_free: int  # of them, taken from the free slots (the first is the caller's own)
 
 
+_NO_GRANT = SlotGrant(0, 0)
+_GRANTS: dict[int, SlotGrant] = {}  # the grants of n slots given so far, by n (reserve_slots)
+
+
 # How long a slot may pass from task to task by hand-off before it goes back to the
 # claim loop, which takes the oldest pending work (Worker.reserve_slots).
 HAND_OFF_CHAIN_SECS = 0.5
@@ -983,15 +987,17 @@ class Worker:
         """
         # (accepts_hand_off, _key and _now inline: one call per finished task each)
         if wanted <= 0 or not self.hand_off or self._stopping.is_set():
-            return SlotGrant(0, 0)
+            return _NO_GRANT
         key = (caller["_lane"].shard, caller["task_id"], caller["fencing_token"])
         claimed_at = self._slot_claimed_at.get(key)
         if claimed_at is not None and self._now() - claimed_at > HAND_OFF_CHAIN_SECS:
-            return SlotGrant(0, 0)
+            return _NO_GRANT
         free = max(0, self.concurrency - len(self._inflight) - self._reserved)
         granted = min(wanted, 1 + free)
-        grant = SlotGrant(granted, granted - 1)
-        self._reserved += grant.from_free
+        grant = _GRANTS.get(granted)  # (a grant is a value: one per size, not one per commit)
+        if grant is None:
+            grant = _GRANTS[granted] = SlotGrant(granted, granted - 1)
+        self._reserved += granted - 1
         return grant
 
     def result_claim_limit(self, lane: ShardLane, results: int) -> int:
@@ -1119,7 +1125,8 @@ class Worker:
             self._run_of[(key[0], key[1])] = str(task["execution_id"])
         # (The worker's clock, _now, which reserve_slots reads the slot's age on.)
         self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
-        handle = asyncio.create_task(self._guard(runner, task))
+        # (asyncio.create_task's own body, without its two Python calls: a task unnamed)
+        handle = asyncio.get_running_loop().create_task(self._guard(runner, task))
         self._inflight[key] = handle
         self._held[key] = task
 

@@ -538,8 +538,13 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
 
     try:
         # The one place a worker encodes a decision's payloads (codecs, offload; docs/payloads.md).
-        commands = await worker.payloads.encode_commands(
-            lane_of(task).sql, execution_id, activation.commands, child=run.is_child
+        # (no codec nor offload: the commands as they are, without the coroutine)
+        commands = (
+            await worker.payloads.encode_commands(
+                lane_of(task).sql, execution_id, activation.commands, child=run.is_child
+            )
+            if worker.payloads.active
+            else activation.commands
         )
     except Exception:
         run.close()
@@ -787,7 +792,8 @@ def makes_nothing_due_later(commands: list[dict[str, Any]]) -> bool:
         if command["type"] not in _DUE_NOW_ONLY:
             return False
         options = command.get("options")
-        if options and any(key in options for key in _GATED_OPTIONS):
+        # (_GATED_OPTIONS, tested inline: no generator per command)
+        if options and ("concurrency_key" in options or "rate_limit" in options):
             return False
     return True
 
