@@ -590,10 +590,10 @@ BEGIN
                                       WHERE e.id = v_run_id AND e.status IN ('RUNNING', 'PAUSED'));
             IF p_overlap = 'cancel_other' THEN
                 PERFORM harvest.cancel_workflow(v_run_id, 'schedule ' || p_schedule.name || ': a newer slot ('
-                    || p_slot || ') cancels it (overlap cancel_other)');
+                    || harvest._iso_time(p_slot) || ') cancels it (overlap cancel_other)');
             ELSE
                 PERFORM harvest.terminate_workflow(v_run_id, 'schedule ' || p_schedule.name || ': a newer slot ('
-                    || p_slot || ') terminates it (overlap terminate_other)');
+                    || harvest._iso_time(p_slot) || ') terminates it (overlap terminate_other)');
             END IF;
         END LOOP;
         IF p_overlap = 'terminate_other' THEN

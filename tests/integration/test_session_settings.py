@@ -952,3 +952,26 @@ def test_a_refusal_names_its_times_the_same_in_any_zone_and_date_style(db: str) 
             " so this result is refused"
         ),
     }
+
+
+@pytest.mark.parametrize("settings", [{}, ZONED], ids=["utc", "kiritimati"])
+def test_a_schedules_newer_slot_names_it_the_same_in_the_reason_it_stores(db: str, settings) -> None:
+    """A slot of a schedule with overlap terminate_other (or cancel_other) ends the older runs
+    with a reason naming the slot, stored in the run's history, its failure and the audit log:
+    it was the slot's text in the firing session's zone and DateStyle ('... a newer slot
+    (02/01/2030 15:00:00 +14) terminates it ...' in Pacific/Kiritimati)."""
+    with _session(db, **settings) as conn:
+        conn.execute("SELECT harvest.create_schedule('s1', 'wf', p_interval_secs => 3600)")
+        conn.execute(
+            "SELECT harvest.backfill_schedule('s1', ARRAY['2030-01-02 00:00+00'::timestamptz], 'allow_all')"
+        )
+        conn.execute(
+            "SELECT harvest.backfill_schedule('s1', ARRAY['2030-01-02 01:00+00'::timestamptz],"
+            " 'terminate_other')"
+        )
+        reasons = conn.execute(
+            "SELECT v.event_data ->> 'reason', e.failure ->> 'message' FROM harvest.events AS v"
+            " JOIN harvest.executions AS e ON e.id = v.execution_id WHERE v.event_type = 'WorkflowTerminated'"
+        ).fetchall()
+    reason = "schedule s1: a newer slot (2030-01-02T01:00:00+00:00) terminates it (overlap terminate_other)"
+    assert reasons == [(reason, reason)]
