@@ -723,7 +723,7 @@ BEGIN
         RAISE EXCEPTION 'task % is no longer held by this worker', p_task_id USING ERRCODE = 'HR004';
     END IF;
     IF v_task.lease_expires_at < v_now THEN
-        RAISE EXCEPTION 'task %: the lease expired at %', p_task_id, v_task.lease_expires_at
+        RAISE EXCEPTION 'task %: the lease expired at %', p_task_id, harvest._iso_time(v_task.lease_expires_at)
             USING ERRCODE = 'HR004';
     END IF;
     UPDATE harvest.tasks

@@ -126,6 +126,33 @@ AS $$
     SELECT (get_byte(uuid_send(p_execution_id), 0) << 8) | get_byte(uuid_send(p_execution_id), 1);
 $$;
 
+-- A time or a length of time in the functions' own texts (an error's message, a result's
+-- message): the same in every session. A timestamptz's text (RAISE's %, format's %s, ::text)
+-- follows the session's TimeZone and DateStyle, an interval's its IntervalStyle, so one
+-- refusal read '2030-01-02 03:04:05+00' in UTC and '02/01/2030 17:04:05 +14' in
+-- Pacific/Kiritimati with DateStyle 'SQL, DMY'. A time reads as the CLI and the API print one
+-- (harvest.core.json_values: datetime.isoformat() in UTC, the microseconds only when there are
+-- some), '-infinity' and 'infinity' as themselves, a time before 1 AD with ' BC'; a length of
+-- time in seconds, as a number (JSON's seconds, the same 30-day month extract counts).
+CREATE OR REPLACE FUNCTION harvest._iso_time(p_at timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_at = 'infinity' THEN 'infinity' WHEN p_at = '-infinity' THEN '-infinity'
+        ELSE to_char(p_at AT TIME ZONE 'UTC',
+                     CASE WHEN date_trunc('second', p_at AT TIME ZONE 'UTC') = p_at AT TIME ZONE 'UTC'
+                          THEN 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"' ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"' END)
+             || CASE WHEN p_at AT TIME ZONE 'UTC' < '0001-01-01' THEN ' BC' ELSE '' END END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest._secs_text(p_length interval)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    -- (numeric: PostgreSQL 13's extract is a double, whose text follows extra_float_digits.)
+    SELECT trim_scale(extract(EPOCH FROM p_length)::numeric)::text;
+$$;
+
 -- The size an event counts for in the history byte cap (decide.sql) and the
 -- max_history_bytes quota (flow_quotas.sql), the one measure of both: the bytes of its
 -- JSON text. The spec names pg_column_size(event_data); Harvest does not use it

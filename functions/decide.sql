@@ -80,7 +80,7 @@ BEGIN
             WHEN 'stale' THEN format('task %s was claimed again (fencing token %s is stale)',
                                      p_task_id, p_fencing_token)
             WHEN 'expired' THEN format('task %s: the lease expired at %s, so this result is refused',
-                                       p_task_id, task.lease_expires_at)
+                                       p_task_id, harvest._iso_time(task.lease_expires_at))
         END;
     END IF;
     IF problem IS NOT NULL THEN

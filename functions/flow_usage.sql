@@ -80,11 +80,13 @@ BEGIN
         RAISE EXCEPTION 'usage report: from and to are required' USING ERRCODE = 'HR001';
     END IF;
     IF p_to <= p_from THEN
-        RAISE EXCEPTION 'usage report: to (%) must be after from (%)', p_to, p_from USING ERRCODE = 'HR001';
+        RAISE EXCEPTION 'usage report: to (%) must be after from (%)', harvest._iso_time(p_to),
+            harvest._iso_time(p_from) USING ERRCODE = 'HR001';
     END IF;
     IF p_to - p_from > v_ceiling THEN
-        RAISE EXCEPTION 'usage report: the window % .. % (%) is wider than the ceiling of %',
-            p_from, p_to, justify_interval(p_to - p_from), v_ceiling USING ERRCODE = 'HR001',
+        RAISE EXCEPTION 'usage report: the window % .. % (% seconds) is wider than the ceiling of % seconds',
+            harvest._iso_time(p_from), harvest._iso_time(p_to), harvest._secs_text(p_to - p_from),
+            harvest._secs_text(v_ceiling) USING ERRCODE = 'HR001',
             HINT = 'ask for a narrower window (several reports can be added up); the ceiling is the '
                    || 'server''s (harvest.engine_settings.usage_max_window, set by the schema owner)';
     END IF;

@@ -179,8 +179,8 @@ BEGIN
                                WHERE t.id = v_token.task_id AND t.last_failure IS NOT NULL),
                               'the attempt was retried')
             WHEN v_try.problem = 'expired'
-                THEN format('its lease expired at %s', (SELECT t.lease_expires_at FROM harvest.tasks AS t
-                                                        WHERE t.id = v_token.task_id))
+                THEN format('its lease expired at %s', (SELECT harvest._iso_time(t.lease_expires_at)
+                                                        FROM harvest.tasks AS t WHERE t.id = v_token.task_id))
             ELSE 'the activity is no longer waiting (it timed out and failed, or the run ended)'
         END
         USING ERRCODE = 'HR004',

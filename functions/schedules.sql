@@ -590,10 +590,10 @@ BEGIN
                                       WHERE e.id = v_run_id AND e.status IN ('RUNNING', 'PAUSED'));
             IF p_overlap = 'cancel_other' THEN
                 PERFORM harvest.cancel_workflow(v_run_id, 'schedule ' || p_schedule.name || ': a newer slot ('
-                    || p_slot || ') cancels it (overlap cancel_other)');
+                    || harvest._iso_time(p_slot) || ') cancels it (overlap cancel_other)');
             ELSE
                 PERFORM harvest.terminate_workflow(v_run_id, 'schedule ' || p_schedule.name || ': a newer slot ('
-                    || p_slot || ') terminates it (overlap terminate_other)');
+                    || harvest._iso_time(p_slot) || ') terminates it (overlap terminate_other)');
             END IF;
         END LOOP;
         IF p_overlap = 'terminate_other' THEN
@@ -846,12 +846,12 @@ BEGIN
     SELECT u.s INTO v_slot FROM unnest(p_slots) AS u (s)
     WHERE u.s IS NULL OR u.s <> date_trunc('second', u.s) LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'backfill slot % is not a whole second', coalesce(v_slot::text, 'NULL') USING ERRCODE = 'HR001',
+        RAISE EXCEPTION 'backfill slot % is not a whole second', coalesce(harvest._iso_time(v_slot), 'NULL') USING ERRCODE = 'HR001',
             HINT = 'pass the slots of the schedule (harvest schedule backfill computes them)';
     END IF;
     SELECT max(u.s) INTO v_slot FROM unnest(p_slots) AS u (s);
     IF v_slot > harvest.now() THEN
-        RAISE EXCEPTION 'backfill slot % is in the future', v_slot USING ERRCODE = 'HR001',
+        RAISE EXCEPTION 'backfill slot % is in the future', harvest._iso_time(v_slot) USING ERRCODE = 'HR001',
             HINT = 'a backfill fires past slots: end the range at or before now';
     END IF;
     IF p_overlap = 'buffer_all' THEN
@@ -1109,14 +1109,16 @@ BEGIN
     END IF;
     v_previous := coalesce(p_missed_last_at, v_schedule.last_slot_at);
     IF p_missed_first_at > p_missed_last_at OR p_missed_first_at <= v_schedule.last_slot_at THEN
-        RAISE EXCEPTION 'fire_schedule: the missed slots must follow the last slot (%)', v_schedule.last_slot_at
+        RAISE EXCEPTION 'fire_schedule: the missed slots must follow the last slot (%)',
+            harvest._iso_time(v_schedule.last_slot_at)
             USING ERRCODE = 'HR001';
     END IF;
     -- A slot's jitter is not lateness: the window counts from its latest due time.
     v_cutoff := v_now - make_interval(secs => v_schedule.catchup_window_secs + v_schedule.jitter_secs);
     FOREACH v_slot IN ARRAY coalesce(p_slots, '{}') LOOP
         IF v_slot IS NULL OR v_slot > v_now OR v_slot <= v_previous THEN
-            RAISE EXCEPTION 'fire_schedule: slot % is not after % or is in the future', v_slot, v_previous
+            RAISE EXCEPTION 'fire_schedule: slot % is not after % or is in the future',
+                harvest._iso_time(v_slot), harvest._iso_time(v_previous)
                 USING ERRCODE = 'HR001', HINT = 'pass ascending slots after the last one, none after now';
         END IF;
         v_previous := v_slot;
@@ -1130,7 +1132,8 @@ BEGIN
         END IF;
     END LOOP;
     IF p_next_fire_at <= v_previous THEN
-        RAISE EXCEPTION 'fire_schedule: the next slot % is not after the last one %', p_next_fire_at, v_previous
+        RAISE EXCEPTION 'fire_schedule: the next slot % is not after the last one %',
+            harvest._iso_time(p_next_fire_at), harvest._iso_time(v_previous)
             USING ERRCODE = 'HR001';
     END IF;
     IF v_missed > 0 THEN

@@ -135,8 +135,7 @@ BEGIN
             USING ERRCODE = 'HR020', HINT = 'pass a live token (harvest token create) as Authorization: Bearer <token>';
     END IF;
     IF v_token.expires_at <= harvest.now() THEN
-        RAISE EXCEPTION 'the API token expired at %', to_char(v_token.expires_at AT TIME ZONE 'UTC',
-                                                              'YYYY-MM-DD HH24:MI:SS "UTC"')
+        RAISE EXCEPTION 'the API token expired at %', harvest._iso_time(v_token.expires_at)
             USING ERRCODE = 'HR020', HINT = 'an admin creates a new token (harvest token create) and revokes this one';
     END IF;
     RETURN QUERY SELECT v_token.name, v_token.scope;

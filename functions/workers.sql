@@ -401,7 +401,7 @@ DECLARE
     v_in_flight bigint;
 BEGIN
     IF p_deadline IS NOT NULL AND p_deadline <= harvest.now() THEN
-        RAISE EXCEPTION 'drain deadline % is not in the future', p_deadline USING ERRCODE = 'HR001';
+        RAISE EXCEPTION 'drain deadline % is not in the future', harvest._iso_time(p_deadline) USING ERRCODE = 'HR001';
     END IF;
     SELECT * INTO v_worker FROM harvest.workers WHERE id = p_worker_id FOR UPDATE;
     v_outcome := harvest._drain_outcome(v_worker);

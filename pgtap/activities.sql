@@ -232,7 +232,7 @@ SELECT is(harvest.heartbeat_activity(pg_temp.task('hb'), pg_temp.token('hb')), t
           'heartbeat_activity() returns true once the run is asked to cancel');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:55+00';
 SELECT throws_ok(format($$SELECT harvest.heartbeat_activity(%s, %s)$$, pg_temp.task('hb'), pg_temp.token('hb')),
-                 'HR004', format('task %s: the lease expired at 2030-01-01 00:00:16+00', pg_temp.task('hb')),
+                 'HR004', format('task %s: the lease expired at 2030-01-01T00:00:16+00:00', pg_temp.task('hb')),
                  'a heartbeat after the lease expired: HR004');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT pg_temp.act('hb_cap', '{"start_to_close": 60, "heartbeat_timeout": 50}');
@@ -330,7 +330,7 @@ SELECT results_eq(
     $$SELECT task_id, outcome, message, handed FROM batches WHERE batch = 'mix' ORDER BY outcome$$,
     $$VALUES (pg_temp.task('ca_good'), 'completed'::text, NULL::text, NULL::jsonb),
              (pg_temp.task('late'), 'expired',
-              format('task %s: the lease expired at 2030-01-01 00:00:10+00, so this result is refused',
+              format('task %s: the lease expired at 2030-01-01T00:00:10+00:00, so this result is refused',
                      pg_temp.task('late')), NULL),
              (-1, 'gone', 'task -1 is gone: its lease expired or the run ended, and the work was handed on', NULL),
              (pg_temp.task('wf_task'), 'kind',
@@ -546,7 +546,7 @@ SELECT results_eq(
              (pg_temp.task('lr.2'), 'stale', format('task %s was claimed again (fencing token %s is stale)',
                                                    pg_temp.task('lr.2'), pg_temp.token('lr.2') - 1)),
              (pg_temp.task('lr.3'), 'expired',
-              format('task %s: the lease expired at 2030-01-01 00:04:59+00, so this result is refused',
+              format('task %s: the lease expired at 2030-01-01T00:04:59+00:00, so this result is refused',
                      pg_temp.task('lr.3'))),
              (pg_temp.task('lr.4'), 'stale', format('task %s was claimed again (fencing token %s is stale)',
                                                    pg_temp.task('lr.4'), pg_temp.token('lr.4'))),

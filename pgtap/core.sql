@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(101);
+SELECT plan(108);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -285,6 +285,30 @@ SELECT has_function('harvest', '_append_closing_events',
                     'harvest._append_closing_events(uuid, text[], jsonb[], text, bigint, text, jsonb, jsonb, boolean) exists');
 SELECT function_returns('harvest', 'shard_of', ARRAY['uuid'], 'integer', 'shard_of() returns integer');
 SELECT volatility_is('harvest', 'shard_of', ARRAY['uuid'], 'immutable', 'shard_of() is IMMUTABLE');
+
+-- _iso_time, _secs_text: a time and a length of time in the functions' own texts, the same in
+-- every session (a zone far from UTC, another DateStyle and IntervalStyle change nothing).
+SET LOCAL TimeZone = 'Pacific/Kiritimati';
+SET LOCAL DateStyle = 'SQL, DMY';
+SET LOCAL IntervalStyle = 'sql_standard';
+SELECT is(harvest._iso_time('2030-01-02 03:04:05+00'), '2030-01-02T03:04:05+00:00',
+          '_iso_time(): ISO 8601 in UTC, whatever the session''s zone and DateStyle');
+SELECT is(harvest._iso_time('2030-01-02 03:04:05.25+00'), '2030-01-02T03:04:05.250000+00:00',
+          '_iso_time(): the microseconds when there are some, as Python''s isoformat() prints them');
+SELECT is(ARRAY[harvest._iso_time('infinity'), harvest._iso_time('-infinity'), harvest._iso_time(NULL)],
+          ARRAY['infinity', '-infinity', NULL], '_iso_time(): infinity as itself, NULL as NULL');
+SELECT is(harvest._iso_time('0044-03-15 12:00:00+00 BC'), '0044-03-15T12:00:00+00:00 BC',
+          '_iso_time(): a time before 1 AD says BC');
+SELECT is(harvest._secs_text(interval '90 days'), '7776000', '_secs_text(): a length of time in seconds');
+SELECT is(harvest._secs_text(interval '-1 minute -0.5 seconds'), '-60.5',
+          '_secs_text(): a fraction and a sign, no trailing zeros');
+SET LOCAL extra_float_digits = -15;
+SELECT is(harvest._secs_text(interval '1 mon 00:00:01.25'), '2592001.25',
+          '_secs_text(): a month as 30 days; extra_float_digits changes nothing');
+SET LOCAL TimeZone = 'UTC';
+RESET DateStyle;
+RESET IntervalStyle;
+RESET extra_float_digits;
 
 -- _event_bytes: what an event counts for in the history caps (its JSON text bytes).
 SELECT is(harvest._event_bytes('{"a": 1}'::jsonb), 8::bigint, '_event_bytes() counts the JSON text bytes');

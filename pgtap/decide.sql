@@ -110,7 +110,7 @@ SELECT is(pg_temp.dry_run(format($$SELECT last_event_id, execution_status FROM h
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:30.001+00';
 SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
                         pg_temp.task('stale'), pg_temp.token('stale')), 'HR004',
-                 format('task %s: the lease expired at 2030-01-01 00:00:30+00, so this result is refused',
+                 format('task %s: the lease expired at 2030-01-01T00:00:30+00:00, so this result is refused',
                         pg_temp.task('stale')),
                  'completing after the lease expired: HR004');
 SELECT throws_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{}')$$,
@@ -742,7 +742,7 @@ SELECT is((SELECT problem FROM pg_temp.try_lock(pg_temp.task('try'), pg_temp.tok
 SET LOCAL harvest.fake_now = '2030-01-01 00:03:31+00';
 SELECT results_eq($$SELECT * FROM pg_temp.try_lock(pg_temp.task('try'), pg_temp.token('try'), 'workflow')$$,
                   $$SELECT NULL::bigint, NULL::bigint, 'expired'::text,
-                           format('task %s: the lease expired at 2030-01-01 00:03:30+00, so this result is refused',
+                           format('task %s: the lease expired at 2030-01-01T00:03:30+00:00, so this result is refused',
                                   pg_temp.task('try'))$$,
                   '_try_lock_claimed_task() past the lease: expired, no row');
 SELECT results_eq(
@@ -1200,7 +1200,7 @@ SELECT results_eq(
          format('task %s was claimed again (fencing token %s is stale)', pg_temp.task('wb_s'), pg_temp.token('wb_s') - 1),
          NULL::bigint, NULL::text, NULL::jsonb),
         (pg_temp.task('wb_e'), 'expired',
-         format('task %s: the lease expired at 2030-01-01 00:05:30+00, so this result is refused', pg_temp.task('wb_e')),
+         format('task %s: the lease expired at 2030-01-01T00:05:30+00:00, so this result is refused', pg_temp.task('wb_e')),
          NULL, NULL, NULL),
         (pg_temp.task('wb_f'), 'completed', NULL, 3, 'RUNNING', '[]')) AS v ORDER BY 1$$,
     'complete_workflow_tasks(): a stale token and an expired lease are refused on their own, with messages naming the task');

@@ -52,8 +52,8 @@ SELECT results_eq($$SELECT group_name, workflow_starts, llm_calls FROM harvest.c
     $$VALUES ('wf_u'::text, 0::bigint, 2::bigint)$$,
     'a window holding only ledger rows still reports their group');
 SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-01-01', '2030-06-01')$$,
-                 'HR001', 'usage report: the window 2030-01-01 00:00:00+00 .. 2030-06-01 00:00:00+00 (5 mons 1 day) '
-                          'is wider than the ceiling of 90 days',
+                 'HR001', 'usage report: the window 2030-01-01T00:00:00+00:00 .. 2030-06-01T00:00:00+00:00 '
+                          '(13046400 seconds) is wider than the ceiling of 7776000 seconds',
                  'a window wider than the server''s 90 days is refused, naming the ceiling');
 SET LOCAL ROLE harvest_reader;
 SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-01-01', '2030-06-01')$$,

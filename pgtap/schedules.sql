@@ -249,7 +249,7 @@ SELECT is(harvest.backfill_schedule('ov_allow_all',
           '{"failed": 0, "skipped": 0, "started": 2, "buffered": 0, "duplicate": 1}'::jsonb,
           'backfill_schedule() fires past slots; a slot already fired is not fired again');
 SELECT throws_ok($$SELECT harvest.backfill_schedule('ov_allow_all', '{2031-01-01 00:00:00+00}')$$, 'HR001',
-                 'backfill slot 2031-01-01 00:00:00+00 is in the future',
+                 'backfill slot 2031-01-01T00:00:00+00:00 is in the future',
                  'a backfill slot in the future is HR001 naming it');
 
 -- ---------------------------------------------------------------- pause / resume

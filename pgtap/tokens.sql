@@ -77,7 +77,7 @@ SELECT is((SELECT expires_at FROM harvest.list_api_tokens() WHERE name = 'brief'
 SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
 SELECT throws_ok($$SELECT * FROM harvest.authenticate_api_token(
                        (SELECT sha256(convert_to(secret, 'UTF8')) FROM minted WHERE name = 'brief'))$$,
-                 'HR020', 'the API token expired at 2030-01-02 00:00:00 UTC',
+                 'HR020', 'the API token expired at 2030-01-02T00:00:00+00:00',
                  'authenticate_api_token() of an expired token: HR020 naming when');
 SELECT throws_ok($$SELECT * FROM harvest.create_api_token('x', 'read', interval '0')$$, 'HR001',
                  'a token''s lifetime must be positive and at most 100 years, got 00:00:00',

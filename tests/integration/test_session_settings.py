@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import hashlib
 import json
 import re
 import uuid
@@ -836,3 +837,141 @@ def test_the_workers_claim_admits_a_keyed_run_in_a_repeatable_read_session(db: s
             await pool.close()
 
     assert asyncio.run(claim()) == ["r1"]
+
+
+# A session far from UTC, printing times and intervals its own way.
+ZONED = {"TimeZone": "Pacific/Kiritimati", "DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard"}
+
+
+def test_a_refusal_names_its_times_the_same_in_any_zone_and_date_style(db: str) -> None:
+    """The functions' own texts printed a time with the session's TimeZone and DateStyle and an
+    interval with its IntervalStyle: a drain deadline in the past was '2030-01-02 03:04:05+00'
+    in UTC and '02/01/2030 17:04:05 +14' in Pacific/Kiritimati with DateStyle 'SQL, DMY', so one
+    refusal read differently per session. A time now reads as ISO 8601 in UTC, as the CLI and
+    the API print it (harvest.core.json_values), and a length of time in seconds."""
+    with _session(db) as conn:
+        conn.execute("SELECT harvest.register_worker('w1', ARRAY['default', 'aq'], 'host', 1)")
+        execution_id, _ = conn.execute(
+            "SELECT execution_id, status FROM harvest.start_workflow('wf', '[]', 'r1')"
+        ).fetchone()  # type: ignore[misc]
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w1', ARRAY['default'], 1)"
+        ).fetchone()
+        assert task is not None
+        command = {"type": "schedule_activity", "seq": 1, "name": "act", "input": [], "queue": "aq",
+                   "options": {"start_to_close": 10}}  # fmt: skip
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'w1')", (*task, Jsonb([command]))
+        )
+        activity = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w1', ARRAY['aq'], 1)"
+        ).fetchone()
+        assert activity is not None
+        conn.execute("SELECT harvest.create_schedule('s1', 'wf', p_interval_secs => 90)")
+        schedule = conn.execute("SELECT id, revision FROM harvest.schedules WHERE name = 's1'").fetchone()
+        secret = conn.execute(
+            "SELECT secret FROM harvest.create_api_token('t1', 'read', '1 hour')"
+        ).fetchone()[0]  # type: ignore[index]
+    token_hash = hashlib.sha256(secret.encode()).digest()
+    task_token = f"v1:{execution_id}:{activity[0]}:1:1:{activity[1]}"
+    refusals = {
+        "drain": ("SELECT harvest.drain_worker('w1', '2030-01-02 03:04:05.25+00')", None),
+        "usage order": (
+            "SELECT * FROM harvest.count_usage('2030-01-02 00:00+00', '2030-01-01 12:00+00')",
+            None,
+        ),
+        "usage window": (
+            "SELECT * FROM harvest.count_usage('2029-01-01 00:00+00', '2030-01-01 00:00:01+00')",
+            None,
+        ),
+        "backfill future": (
+            "SELECT harvest.backfill_schedule('s1', ARRAY['2031-01-01 00:00+00'::timestamptz])",
+            None,
+        ),
+        "backfill second": (
+            "SELECT harvest.backfill_schedule('s1', ARRAY['2029-01-01 00:00:00.5+00'::timestamptz])",
+            None,
+        ),
+        "fire future": (
+            (
+                "SELECT harvest.fire_schedule(%s, %s, ARRAY['2031-01-01 00:00+00'::timestamptz],"
+                " '2031-01-01 00:01:30+00', '2031-01-01 00:01:30+00')"
+            ),
+            schedule,
+        ),
+        "token expired": ("SELECT * FROM harvest.authenticate_api_token(%s)", (token_hash,)),
+        "token expires_in": ("SELECT * FROM harvest.create_api_token('t2', 'read', '-26 hours')", None),
+        "heartbeat": ("SELECT harvest.heartbeat_activity(%s, %s)", activity),
+        "by token": ("SELECT harvest.complete_activity_by_token(%s)", (task_token,)),
+    }
+    answer = (
+        "SELECT message FROM harvest.complete_activities('w1', ARRAY[%s]::bigint[], ARRAY[%s]::bigint[],"
+        " ARRAY['1']::jsonb[])"
+    )
+    texts = []
+    for settings in ({}, ZONED):
+        with _session(db, **settings) as conn:
+            conn.execute("SET harvest.fake_now = '2030-01-02 05:00:00+00'")
+            seen = {}
+            for label, (sql, params) in refusals.items():
+                try:
+                    conn.execute(sql, params)
+                except psycopg.Error as refused:
+                    seen[label] = refused.diag.message_primary
+                else:
+                    seen[label] = "(not refused)"
+            conn.execute("BEGIN")
+            seen["complete_activities"] = conn.execute(answer, activity).fetchone()[0]  # type: ignore[index]
+            conn.execute("ROLLBACK")
+        texts.append(seen)
+    assert texts[0] == texts[1]
+    task_id = activity[0]
+    assert texts[0] == {
+        "drain": "drain deadline 2030-01-02T03:04:05.250000+00:00 is not in the future",
+        "usage order": (
+            "usage report: to (2030-01-01T12:00:00+00:00) must be after from (2030-01-02T00:00:00+00:00)"
+        ),
+        "usage window": (
+            "usage report: the window 2029-01-01T00:00:00+00:00 .. 2030-01-01T00:00:01+00:00"
+            " (31536001 seconds) is wider than the ceiling of 7776000 seconds"
+        ),
+        "backfill future": "backfill slot 2031-01-01T00:00:00+00:00 is in the future",
+        "backfill second": "backfill slot 2029-01-01T00:00:00.500000+00:00 is not a whole second",
+        "fire future": (
+            "fire_schedule: slot 2031-01-01T00:00:00+00:00 is not after <NULL> or is in the future"
+        ),
+        "token expired": "the API token expired at 2030-01-02T04:04:05.500000+00:00",
+        "token expires_in": "a token's lifetime must be positive and at most 100 years, got -26:00:00",
+        "heartbeat": f"task {task_id}: the lease expired at 2030-01-02T03:04:15.500000+00:00",
+        "by token": (
+            f"cannot complete activity 1 of execution {execution_id} (attempt 1) by this token:"
+            " its lease expired at 2030-01-02T03:04:15.500000+00:00"
+        ),
+        "complete_activities": (
+            f"task {task_id}: the lease expired at 2030-01-02T03:04:15.500000+00:00,"
+            " so this result is refused"
+        ),
+    }
+
+
+@pytest.mark.parametrize("settings", [{}, ZONED], ids=["utc", "kiritimati"])
+def test_a_schedules_newer_slot_names_it_the_same_in_the_reason_it_stores(db: str, settings) -> None:
+    """A slot of a schedule with overlap terminate_other (or cancel_other) ends the older runs
+    with a reason naming the slot, stored in the run's history, its failure and the audit log:
+    it was the slot's text in the firing session's zone and DateStyle ('... a newer slot
+    (02/01/2030 15:00:00 +14) terminates it ...' in Pacific/Kiritimati)."""
+    with _session(db, **settings) as conn:
+        conn.execute("SELECT harvest.create_schedule('s1', 'wf', p_interval_secs => 3600)")
+        conn.execute(
+            "SELECT harvest.backfill_schedule('s1', ARRAY['2030-01-02 00:00+00'::timestamptz], 'allow_all')"
+        )
+        conn.execute(
+            "SELECT harvest.backfill_schedule('s1', ARRAY['2030-01-02 01:00+00'::timestamptz],"
+            " 'terminate_other')"
+        )
+        reasons = conn.execute(
+            "SELECT v.event_data ->> 'reason', e.failure ->> 'message' FROM harvest.events AS v"
+            " JOIN harvest.executions AS e ON e.id = v.execution_id WHERE v.event_type = 'WorkflowTerminated'"
+        ).fetchall()
+    reason = "schedule s1: a newer slot (2030-01-02T01:00:00+00:00) terminates it (overlap terminate_other)"
+    assert reasons == [(reason, reason)]

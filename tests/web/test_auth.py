@@ -144,7 +144,7 @@ def test_an_expired_token_is_refused_and_says_so(db: str) -> None:
     assert (before.status_code, after.status_code) == (200, 401)
     message = after.json()["error"]["message"]
     assert message.startswith(
-        "the API token expired at 2026-01-02 03:04:05 UTC: an admin creates a new token"
+        "the API token expired at 2026-01-02T03:04:05+00:00: an admin creates a new token"
     )
     assert secret not in after.text
     listed = json.loads(_harvest(db, "token", "list", "-o", "json").stdout)
