@@ -749,3 +749,39 @@ def test_dag_trigger_on_a_shard_not_configured_is_one_line_and_exit_2_over_eithe
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "9" in lines[0], result.stderr
         assert "Traceback" not in result.output
+
+
+def test_workflow_count_counts_a_moved_run_once_as_the_list_lists_it(shards, served) -> None:
+    """A run moved from shard 0 to shard 1 has its MIGRATED seal on 0 beside its live row on 1.
+    `workflow list` shows it once; `workflow count` counted the seal too (one run, two counted),
+    over SQL and over HTTP. The count now counts the seals only when --state MIGRATED asks."""
+    from rebalance_helpers import park
+
+    from harvest.shard import ShardPools, ShardRouter
+    from harvest.shard.rebalance import Rebalancer
+
+    env = _shard_env(shards)
+    moved = park(shards.dsns[0], "count-moved")
+    park(shards.dsns[0], "count-stays")
+    with ShardPools(ShardRouter([0, 1, 2], [0, 1, 2], 0), shards.dsns, max_size=2) as pools:
+        report = Rebalancer(pools, 0, 1).run(execution_ids=[moved])
+    assert [(m.execution_id, m.outcome) for m in report.moves] == [(moved, "moved")], report.as_dict()
+
+    def both(*args: str) -> dict:
+        sql = _run([*args, "--output", "json"], env)
+        web = _run(["--base-url", BASE, *args, "--output", "json"], {})
+        assert sql.exit_code == web.exit_code == 0, (sql.stderr, web.stderr)
+        return {"sql": json.loads(sql.stdout), "web": json.loads(web.stdout)}
+
+    listed = both("workflow", "list", "--workflow-name", "rb_wf")
+    counted = both("workflow", "count", "--workflow-name", "rb_wf", "--by", "all")
+    for transport in ("sql", "web"):
+        runs = sorted(r["execution_id"] for r in listed[transport]["executions"])
+        assert len(runs) == 2 and moved in runs
+        counts = {(r["status"], r["workflow_name"]): r["executions"] for r in counted[transport]["counts"]}
+        assert counts == {("RUNNING", "rb_wf"): 2}, (transport, counts)
+    by_name = both("workflow", "count", "--workflow-name", "rb_wf", "--by", "workflow_name")
+    assert [r["executions"] for t in ("sql", "web") for r in by_name[t]["counts"]] == [2, 2]
+    seals = both("workflow", "count", "--state", "MIGRATED", "--by", "all")
+    for transport in ("sql", "web"):
+        assert [(r["status"], r["executions"]) for r in seals[transport]["counts"]] == [("MIGRATED", 1)]

@@ -152,3 +152,48 @@ def test_the_api_over_shards_waits_for_a_shard_as_long_as_for_its_one_database(
             await state.close()
 
     assert asyncio.run(main()) == 0.05 and waits == [0.05, 0.05], waits
+
+
+def test_a_role_view_after_its_pools_close_lends_no_closed_pool_and_leaks_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AsyncShardPools.close() swapped in a new dict of pools, so a role view (with_role: one per
+    request) made before it kept the old one: it lent the closed pool of a shard opened before
+    the close, and a shard it opened after went into a dict no close ever read (a leak). The
+    close now empties the dict every view shares: a view opens again where its owner does, and
+    the owner's next close closes what the view opened."""
+    from harvest.shard import pools as shard_pools
+    from harvest.shard.router import ShardRouter
+
+    class FakePool:
+        def __init__(self, dsn: str) -> None:
+            self.dsn, self.closed = dsn, False
+
+        async def close(self) -> None:
+            self.closed = True
+
+    opened: list[FakePool] = []
+
+    async def fake_open(dsn: str, **kwargs: Any) -> FakePool:
+        opened.append(FakePool(dsn))
+        return opened[-1]
+
+    monkeypatch.setattr(shard_pools, "open_async_pool", fake_open)
+    pools = shard_pools.AsyncShardPools(
+        ShardRouter([0, 1], [0, 1], 0), {0: "postgresql://db-0.invalid/h", 1: "postgresql://db-1.invalid/h"}
+    )
+    view = pools.with_role("harvest_reader")
+
+    async def main() -> None:
+        first = await pools._pool(0)
+        await pools.close()
+        assert first.closed
+        again = await view._pool(0)
+        assert not again.closed, "the view lent the pool its owner closed"
+        late = await view._pool(1)
+        assert await pools._pool(1) is late and await pools._pool(0) is again  # one set of pools
+        await pools.close()
+        await view.close()  # (a view closes nothing of its own)
+
+    asyncio.run(main())
+    assert [p.closed for p in opened] == [True, True, True], "a pool the view opened was never closed"

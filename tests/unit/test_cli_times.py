@@ -67,3 +67,49 @@ def test_a_time_read_in_another_session_zone_prints_in_utc_over_either_transport
     kiritimati = datetime(2026, 1, 31, 23, 30, tzinfo=timezone(timedelta(hours=14)))
     assert json_default(kiritimati) == api_json_default(kiritimati) == "2026-01-31T09:30:00+00:00"
     assert _cell(kiritimati) == "2026-01-31T09:30:00+00:00"
+
+
+def test_the_event_streams_and_events_tail_write_a_time_as_the_api_does() -> None:
+    """The SSE data (one run's stream, the merged stream) and `events tail` wrote ``default=str``:
+    a time read in a session's zone printed as ``2026-01-31 23:30:00+14:00`` there and as
+    ``2026-01-31T09:30:00+00:00`` in every other answer."""
+    import json
+
+    from harvest.cli.events import _line
+    from harvest.web.streams import _merged_sse, _sse
+
+    kiritimati = datetime(2026, 1, 31, 23, 30, tzinfo=timezone(timedelta(hours=14)))
+    utc = "2026-01-31T09:30:00+00:00"
+
+    def event() -> dict:
+        return {
+            "global_id": 7,
+            "execution_id": "e",
+            "event_id": 1,
+            "event_type": "SignalReceived",
+            "event_data": {"at": kiritimati},
+            "created_at": kiritimati,
+            "workflow_name": "w",
+            "workflow_id": "w1",
+            "shard_id": 0,
+        }
+
+    for sent in (_sse(event(), "global_id"), _sse(event(), "event_id"), _merged_sse(event(), 0, "0:7")):
+        data = json.loads(sent.decode().split("data: ", 1)[1])
+        assert (data["created_at"], data["event_data"]["at"]) == (utc, utc), sent
+    shown = json.loads(_line(event(), "json", None))
+    assert (shown["created_at"], shown["event_data"]["at"]) == (utc, utc)
+    text = _line(event(), "table", None)
+    assert "2026-01-31T09:30:00.000+00:00" in text and f'{{"at":"{utc}"}}' in text, text
+
+
+def test_no_json_of_the_package_writes_a_value_with_str() -> None:
+    """``default=str`` writes a time in its session's zone with a space and a Decimal as a string:
+    every face writes them with json_default (harvest.core.json_values)."""
+    from pathlib import Path
+
+    import harvest
+
+    root = Path(harvest.__file__).parent
+    found = [str(p.relative_to(root)) for p in root.rglob("*.py") if "default=str" in p.read_text()]
+    assert found == []

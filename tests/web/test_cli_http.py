@@ -797,6 +797,34 @@ def test_events_tail_prints_the_same_over_sql_and_http(db: str, conn, live_url: 
         assert (web.stdout, web.stderr, web.exit_code) == (sql.stdout, sql.stderr, sql.exit_code)
 
 
+def test_events_tail_prints_times_in_utc_whatever_the_session_zone(db: str, conn, live_url: str) -> None:
+    """Over SQL in a session at +14:00 (PGTZ) `events tail` printed its times in that zone (with
+    a space in its JSON) and over HTTP as /stream sent them: one event, two texts. Both print
+    the API's text of the time, in UTC."""
+    run_id = start(conn, "onboarding", "zoned-tail")
+    kiritimati = {"PGTZ": "Pacific/Kiritimati"}
+    for o in ("table", "json"):
+        args = ("events", "tail", "--after", "0", "--limit", "1", "--workflow", run_id, "--output", o)
+        sql = run(*args, "--database-url", db, env=kiritimati)
+        web = run("--base-url", live_url, *args)
+        assert sql.exit_code == web.exit_code == 0, (sql.stderr, web.stderr)
+        assert sql.stdout == web.stdout
+    created = json.loads(sql.stdout)["created_at"]
+    import httpx
+
+    api = httpx.get(f"{live_url}/workflows/{run_id}", timeout=10).json()
+    assert created == api["history"][0]["created_at"] and created.endswith("+00:00"), (created, api)
+
+
+def test_migrate_status_prints_applied_at_in_utc(db: str) -> None:
+    status = run(
+        "--output", "json", "migrate", "status", "--database-url", db, env={"PGTZ": "Pacific/Kiritimati"}
+    )
+    assert status.exit_code == 0, status.stderr
+    applied = [m["applied_at"] for m in json.loads(status.stdout)["migrations"] if m["applied_at"]]
+    assert applied and all("T" in a and a.endswith("+00:00") for a in applied), applied[:3]
+
+
 def _now(text: str) -> str:
     """``text`` with the times of today masked: twins written moments apart differ in them."""
     import re

@@ -13,12 +13,14 @@ import dataclasses
 import json
 import time
 from collections.abc import AsyncGenerator
+from datetime import UTC
 from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from harvest.cli.output import cli_config, cli_dsn, database_url_option, output_option
 from harvest.core.errors import ConfigError, DatabaseUnavailable, HarvestError, TimeoutError_
+from harvest.core.json_values import json_default
 from harvest.db.connection import error_line, is_permanent
 from harvest.db.event_stream import EventSource, source_unreachable
 from harvest.shard.event_merge import (
@@ -59,11 +61,11 @@ def _line(event: dict[str, Any], output: str, position: str | None) -> str:
         shown = {k: event[k] for k in _FIELDS}
         if position is not None:
             shown.update(shard_id=event["shard_id"], position=position)
-        return json.dumps(shown, default=str, separators=(",", ":"))
-    data = json.dumps(event["event_data"], default=str, separators=(",", ":"))
+        return json.dumps(shown, default=json_default, separators=(",", ":"))
+    data = json.dumps(event["event_data"], default=json_default, separators=(",", ":"))
     first = event["global_id"] if position is None else f"{position}  shard {event['shard_id']}"
     return (
-        f"{first}  {event['created_at'].isoformat(timespec='milliseconds')}  "
+        f"{first}  {event['created_at'].astimezone(UTC).isoformat(timespec='milliseconds')}  "
         f"{event['workflow_name']}/{event['workflow_id']}  #{event['event_id']} {event['event_type']}  {data}"
     )
 

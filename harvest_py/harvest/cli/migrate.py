@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -65,7 +64,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
     pending = [r for r in rows if r.applied_at is None]
     if output == "json":
         click.echo(
-            json.dumps(
+            to_json(
                 {
                     "migrations": [
                         {
@@ -73,7 +72,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
                             "version": r.migration.version,
                             "name": r.migration.name,
                             "transactional": r.migration.transactional,
-                            "applied_at": r.applied_at.isoformat() if r.applied_at else None,
+                            "applied_at": r.applied_at,
                             "changed": r.changed,
                         }
                         for r in rows
@@ -87,7 +86,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
                             "set": u.set_name,
                             "version": u.version,
                             "name": u.name,
-                            "applied_at": u.applied_at.isoformat(),
+                            "applied_at": u.applied_at,
                         }
                         for u in unknown
                     ],

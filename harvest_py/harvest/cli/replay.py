@@ -13,6 +13,7 @@ from harvest.cli.http import PerShard
 from harvest.cli.output import output_option, read_input_bounded
 from harvest.cli.shards import deployment_read, shard_api
 from harvest.core.errors import InvalidArgument
+from harvest.core.json_values import json_default
 from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE, FanOut, sum_versions
 
 NO_MATCHES = "no_matches"  # every shard read, no run recorded the gate (the spec's status)
@@ -200,7 +201,7 @@ def version_usage(
                     "usage": rows,
                     **extra,
                 },
-                default=str,
+                default=json_default,
             )
         )
     else:

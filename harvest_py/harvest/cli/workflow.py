@@ -803,7 +803,7 @@ def query(
     emit(
         {"execution_id": execution_id, "query": name, "result": value},
         output,
-        lambda d: json.dumps(d["result"], default=str, indent=2),
+        lambda d: json.dumps(d["result"], default=json_default, indent=2),
     )
 
 
@@ -852,7 +852,7 @@ def update(
         emit(data, output, lambda d: f"update {name} accepted on {execution_id} (update_id {d['update_id']})")
     else:
         data = {"execution_id": execution_id, "update": name, "status": "completed", "result": outcome}
-        emit(data, output, lambda d: json.dumps(d["result"], default=str, indent=2))
+        emit(data, output, lambda d: json.dumps(d["result"], default=json_default, indent=2))
 
 
 RESET_KEYS = [

@@ -40,6 +40,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 from harvest.core.errors import PayloadError, PayloadTooLarge
+from harvest.core.json_values import json_default
 from harvest.core.jsonb import dumps, stored_text
 
 try:  # optional dependency
@@ -817,7 +818,7 @@ def _erased(value: Any) -> bool:
 def _stored_bytes(value: Any) -> int:
     if isinstance(value, dict) and _REF_KEY in value and isinstance(value.get("bytes"), int):
         return int(value["bytes"])
-    return len(json.dumps(value, default=str).encode())
+    return len(json.dumps(value, default=json_default).encode())
 
 
 def redact(value: Any) -> Any:

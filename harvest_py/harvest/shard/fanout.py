@@ -688,6 +688,11 @@ def _summed(
     return list(groups.values())
 
 
+# What a count with no --state counts: every status but a moved run's seal (MIGRATED), whose run
+# is counted where it lives. A staged copy (MIGRATING) is counted: after the cutover it is the run.
+_COUNTED_STATES = ",".join((*EXECUTION_STATUSES, "MIGRATING"))
+
+
 def count_executions(
     *,
     group_by: str = "status",
@@ -698,11 +703,14 @@ def count_executions(
     created_before: Any = None,
     filter: str | None = None,
 ) -> Plan:
-    """How many executions match, per status (or workflow name, or both), over every shard."""
+    """How many executions match, per status (or workflow name, or both), over every shard. A
+    moved run counts once, as the workflow list shows it: its MIGRATED seals on the shards it
+    left are counted only when ``state`` names MIGRATED (_COUNTED_STATES)."""
+    states = _COUNTED_STATES if state is None else state
     fan = yield Step(
         lambda api, _s: api.count_executions(
             group_by=group_by,
-            state=state,
+            state=states,
             workflow_name=workflow_name,
             search_attributes=list(search_attributes) if search_attributes else None,
             created_after=created_after,

@@ -277,7 +277,8 @@ class ShardPools(_Base):
 
     def close(self) -> None:
         with self._lock:
-            pools, self._pools = list(self._pools.values()), {}
+            pools = list(self._pools.values())
+            self._pools.clear()  # (in place, as AsyncShardPools.close: one dict for its life)
         for pool in pools:
             pool.close(timeout=self.close_timeout)
 
@@ -454,7 +455,11 @@ class AsyncShardPools(_Base):
         return _RoledShardPools(self, role, source, actor, route)
 
     async def close(self) -> None:
-        pools, self._pools = list(self._pools.values()), {}
+        """Close every shard's pool; the pools object may open them again (the management API's
+        next lifespan). The dict is emptied in place: the role views (:meth:`with_role`) share
+        it, so none lends a closed pool or opens one that this close would never see."""
+        pools = list(self._pools.values())
+        self._pools.clear()
         for pool in pools:
             await pool.close()
 

@@ -20,6 +20,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
+from harvest.core.json_values import json_default
+
 __all__ = ["FIELDS", "LOG_FIELDS", "JsonFormatter", "configure_logging", "log_fields"]
 
 # The fields of the workflow or activity code running in this context (None: engine code).
@@ -80,7 +82,7 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             # (exc_text: set by harvest.db.connection.DatabaseTextFilter, as Formatter reads it)
             line["exception"] = record.exc_text or self.formatException(record.exc_info)
-        return json.dumps(line, default=str)
+        return json.dumps(line, default=json_default)
 
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"

@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from harvest.client import routing
 from harvest.core.errors import DatabaseUnavailable, HarvestError, NotFound
+from harvest.core.json_values import json_default
 from harvest.db.connection import failure_reason
 from harvest.db.event_stream import PAGE, EventSource
 from harvest.shard.event_merge import (
@@ -322,7 +323,7 @@ def _sse(event: dict[str, Any] | None, key: str) -> bytes:
     if cached is not None:
         return cached
     fields = _ALL_FIELDS if key == "global_id" else _FIELDS
-    data = json.dumps({f: event.get(f) for f in fields}, default=str, separators=(",", ":"))
+    data = json.dumps({f: event.get(f) for f in fields}, default=json_default, separators=(",", ":"))
     encoded = f"id: {event[key]}\ndata: {data}\n\n".encode()
     event.setdefault(_ENCODED, {})[key] = encoded
     return encoded
@@ -462,7 +463,7 @@ def _merged_sse(event: dict[str, Any], shard: int, position: str) -> bytes:
     data: bytes | None = event.get(_ENCODED, {}).get("merged")
     if data is None:
         fields = {f: event.get(f) for f in _ALL_FIELDS}
-        data = json.dumps({**fields, "shard_id": shard}, default=str, separators=(",", ":")).encode()
+        data = json.dumps({**fields, "shard_id": shard}, default=json_default, separators=(",", ":")).encode()
         event.setdefault(_ENCODED, {})["merged"] = data
     return b"id: " + position.encode() + b"\ndata: " + data + b"\n\n"
 

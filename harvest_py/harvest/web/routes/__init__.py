@@ -25,6 +25,7 @@ from starlette.responses import Response
 
 from harvest.client import routing
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, PermissionDenied
+from harvest.core.json_values import json_default
 from harvest.db.pools import RoledPool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.fanout import UNAVAILABLE, AsyncShardReads, Merged
@@ -103,7 +104,7 @@ def parse_value(name: str, kind: str, raw: Any, spec: Param | None = None) -> An
     """One parameter value from its text (query, path) or its JSON value (a body field)."""
     text = raw if isinstance(raw, str) else None
     if kind in ("string", "enum", "uuid", "datetime") and not isinstance(raw, str):
-        raise invalid(name, f"expected a string, got {json.dumps(raw, default=str)[:60]}")
+        raise invalid(name, f"expected a string, got {json.dumps(raw, default=json_default)[:60]}")
     if kind == "string":
         if "\x00" in raw:
             raise invalid(name, "contains a NUL character")
