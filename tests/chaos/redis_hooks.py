@@ -9,7 +9,8 @@
   at least one names a row still claimable (pending and due), the worker writes those tasks
   to ``<file>`` and stops itself (SIGSTOP) before it claims them: the test kills it there;
 * ``CHAOS_REDIS_HOLD=claimed:<file>``: the first time a named claim took rows, the worker
-  writes them to ``<file>`` and stops itself before it runs them and before it acks;
+  writes them (those rows only) to ``<file>`` and stops itself before it runs them and before
+  it acks;
 * a log line ``chaos redis: published=.. read=.. claimed=.. skipped=.. losses=.. connected=..``
   whenever the dispatch's counters change, so a test reads them from a killed worker's log too.
 """
@@ -29,6 +30,7 @@ import psycopg
 from harvest import Worker
 from harvest.db import redis_channel
 from harvest.db.redis_channel import RedisChannel
+from harvest.db.sqlapi import AsyncSqlApi
 from harvest.worker import redis_dispatch
 from harvest.worker.redis_dispatch import RedisDispatch
 
@@ -68,12 +70,21 @@ def _hold_after_read(mark: Path) -> None:
 
 
 def _hold_after_claim(mark: Path) -> None:
-    run_claimed, ack = Worker.run_claimed, RedisChannel.ack
+    run_claimed, ack, claim_named = Worker.run_claimed, RedisChannel.ack, AsyncSqlApi.claim_named_tasks
+    named: set[int] = set()
     claimed: list[dict[str, Any]] = []
 
+    async def noted_claim(self: AsyncSqlApi, *args: Any, **kwargs: Any) -> Any:
+        rows = await claim_named(self, *args, **kwargs)
+        named.update(row["task_id"] for row in rows)
+        return rows
+
     def note(self: Worker, task: dict[str, Any]) -> None:
-        # (with Redis dispatch only the consumer's named claim hands a task here)
-        claimed.append({k: task.get(k) for k in ("task_id", "execution_id", "kind", "seq")})
+        # Only the consumer's named claim: a task claimed with a batch of activity results
+        # (worker/completions.py) comes here too, and it is already running when the ack stops
+        # the process (its start_to_close runs out while frozen: it fails, refused, on waking).
+        if task["task_id"] in named:
+            claimed.append({k: task.get(k) for k in ("task_id", "execution_id", "kind", "seq")})
         run_claimed(self, task)  # (spawned: it runs at the next await, which the ack's stop precedes)
 
     async def held_ack(self: RedisChannel, refs: Any) -> None:
@@ -82,6 +93,7 @@ def _hold_after_claim(mark: Path) -> None:
         claimed.clear()
         await ack(self, refs)
 
+    AsyncSqlApi.claim_named_tasks = noted_claim  # type: ignore[method-assign]
     Worker.run_claimed = note  # type: ignore[method-assign]
     RedisChannel.ack = held_ack  # type: ignore[method-assign]
 

@@ -34,8 +34,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from harvest.db.pools import open_async_pool
-from harvest.db.sqlapi import AsyncSqlApi, claim_tasks_open
+from harvest.db.pools import open_async_pool, open_pool
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi, claim_tasks_open
 
 CLOCK = "2030-01-02 03:04:05.5+00"
 
@@ -975,3 +975,46 @@ def test_a_schedules_newer_slot_names_it_the_same_in_the_reason_it_stores(db: st
         ).fetchall()
     reason = "schedule s1: a newer slot (2030-01-02T01:00:00+00:00) terminates it (overlap terminate_other)"
     assert reasons == [(reason, reason)]
+
+
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+def test_every_claim_of_harvests_pools_admits_a_keyed_run_whatever_the_default_isolation(
+    db: str, isolation: str
+) -> None:
+    """Only the open claim (claim_tasks_open) began READ COMMITTED; the worker's other claims, a
+    plain claim_tasks call on its autocommit pool (every claim of a worker with flow-control
+    policies, every claim over shards), ran at the session's default_transaction_isolation:
+    under a role or database defaulting to REPEATABLE READ they admitted no keyed run, so a
+    `defer` run (and an activity under max_concurrent) waited for ever. Harvest's pooled
+    connections now run READ COMMITTED whatever the default."""
+    with _session(db) as conn:
+        conn.execute("SELECT harvest.register_worker('w1', ARRAY['q1'], 'host', 1)")
+        conn.execute(
+            "SELECT harvest.declare_flow_policies(%s)",
+            (Jsonb({"workflows": {"cw": {"concurrency": {"limit": 1, "key": "input"}}}}),),
+        )
+        conn.execute("SELECT harvest.start_workflow('cw', '[\"acme\"]', 'r1', 'q1')")
+        conn.execute("SELECT harvest.start_workflow('cw', '[\"other\"]', 'r2', 'q1')")
+    level, clock = isolation.replace(" ", "\\ "), CLOCK.replace(" ", "\\ ")
+    dsn = psycopg.conninfo.make_conninfo(
+        db, options=f"-c default_transaction_isolation={level} -c harvest.fake_now={clock}"
+    )
+
+    async def claim_async() -> list[str]:
+        pool = await open_async_pool(dsn, max_size=1)
+        try:
+            rows = await AsyncSqlApi(pool).claim_tasks("w1", ["q1"], 1, 30.0)
+            return [r["workflow_id"] for r in rows]
+        finally:
+            await pool.close()
+
+    assert asyncio.run(claim_async()) == ["r1"]
+    pool = open_pool(dsn, max_size=1)
+    try:
+        pool.wait()
+        with pool.connection() as conn:
+            assert conn.execute("SHOW transaction_isolation").fetchone() == ("read committed",)
+            rows = SqlApi(conn).claim_tasks("w1", ["q1"], 1, 30.0)
+    finally:
+        pool.close()
+    assert [r["workflow_id"] for r in rows] == ["r2"]

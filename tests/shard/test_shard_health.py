@@ -105,6 +105,33 @@ def test_a_schedule_no_scheduler_fires_is_scheduler_stale_and_degrades_its_shard
     assert code == 0 and _row(data, 0)["scheduler"]["status"] == "not_applicable"
 
 
+def test_a_shard_whose_functions_predate_scheduler_freshness_is_still_inspected(shards, monkeypatch) -> None:
+    """get_shard_health's ``schedules`` came with no migration (the schema version stayed): a
+    shard migrated by a release before it answers without the key, and its row raised KeyError
+    out of shard_health, so `harvest shard health` (and preflight) answered no shard at all.
+    Its scheduler freshness is now unknown, with what to run, and its readiness stands."""
+    from harvest.db.sqlapi import SqlApi
+
+    for shard in (0, 1):
+        _live_worker(shards, shard)
+    answer = SqlApi.get_shard_health
+
+    def older(self, *args, **kwargs):
+        facts = dict(answer(self, *args, **kwargs))
+        if facts["shard_id"] == 1:
+            facts.pop("schedules")
+        return facts
+
+    monkeypatch.setattr(SqlApi, "get_shard_health", older)
+    code, data = _health(_env(shards))
+    assert code == 0 and data["readiness"] == "ready", data
+    scheduler = _row(data, 1)["scheduler"]
+    assert scheduler["status"] == "unknown" and "harvest migrate run" in scheduler["reason"], scheduler
+    assert _row(data, 1)["reason_codes"] == [] and _row(data, 0)["scheduler"]["status"] == "not_applicable"
+    table = _run(_env(shards), "shard", "health")
+    assert table.exit_code == 0 and "readiness: ready" in table.output
+
+
 def test_a_writable_shard_with_no_live_worker_is_degraded_exit_2_and_its_work_is_stranded(shards) -> None:
     _live_worker(shards, 0)
     with shards.connect(1) as conn:

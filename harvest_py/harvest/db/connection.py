@@ -575,12 +575,67 @@ async def connect_async(
     return conn
 
 
+# A pooled connection's calls run READ COMMITTED whatever the role's or database's
+# default_transaction_isolation: every Harvest function is written for it, and a claim in a
+# snapshot transaction admits no task of a concurrency key (functions/flow_concurrency.sql,
+# _admit_candidates), so under a REPEATABLE READ default a worker ran no keyed work. Set by the
+# session once connected, outside any transaction (a startup option would be refused by
+# poolers that do not know it); nothing when the default is READ COMMITTED already.
+_SET_READ_COMMITTED = """
+SELECT pg_catalog.set_config('default_transaction_isolation', 'read committed', false)
+WHERE pg_catalog.current_setting('default_transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed'
+"""
+_read_committed_warned = False
+
+
+def _read_committed_refused(exc: psycopg.Error) -> None:
+    global _read_committed_warned
+    if not _read_committed_warned:
+        _read_committed_warned = True
+        log.warning(
+            "the pooled session's default_transaction_isolation could not be set to read committed "
+            "(its claims admit no task of a concurrency key): %s",
+            error_line(exc),
+        )
+
+
+def _pooled_read_committed(conn: psycopg.Connection) -> None:
+    autocommit = conn.autocommit
+    try:
+        conn.autocommit = True
+        conn.execute(_SET_READ_COMMITTED)
+    except psycopg.Error as exc:
+        if conn.closed:
+            raise
+        _read_committed_refused(exc)
+    except BaseException:
+        conn.close()
+        raise
+    conn.autocommit = autocommit
+
+
+async def _pooled_read_committed_async(conn: psycopg.AsyncConnection) -> None:
+    autocommit = conn.autocommit
+    try:
+        await conn.set_autocommit(True)
+        await conn.execute(_SET_READ_COMMITTED)
+    except psycopg.Error as exc:
+        if conn.closed:
+            raise
+        _read_committed_refused(exc)
+    except BaseException:
+        await conn.close()
+        raise
+    await conn.set_autocommit(autocommit)
+
+
 class RedactingConnection(psycopg.Connection):
     """The connection class for pools: psycopg_pool logs every failed connect attempt with
     the error's text, so that text must not carry the password. Its ``json``/``jsonb`` values
     are read with :func:`harvest.db.jsoncodec.loads` (``json.loads``, cheaper per value), and
     both its ends give a silent peer up as :func:`connect`'s do (``network_options``,
-    ``set_server_end``), and its connect is bounded as theirs is (``connection_options``)."""
+    ``set_server_end``), its connect is bounded as theirs is (``connection_options``), and its
+    calls run READ COMMITTED whatever the session's default (``_SET_READ_COMMITTED``)."""
 
     @classmethod
     def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
@@ -592,6 +647,7 @@ class RedactingConnection(psycopg.Connection):
         jsoncodec.use_on(conn)
         try:
             set_server_end(conn)
+            _pooled_read_committed(conn)
         except psycopg.Error as exc:  # lost meanwhile: the pool tries again
             raise type(exc)(redact(str(exc), conninfo)) from None
         return conn
@@ -610,6 +666,7 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
         jsoncodec.use_on(conn)
         try:
             await set_server_end_async(conn)
+            await _pooled_read_committed_async(conn)
         except psycopg.Error as exc:  # lost meanwhile: the pool tries again
             raise type(exc)(redact(str(exc), conninfo)) from None
         return conn

@@ -60,10 +60,18 @@ REASONS = {
 SCHEDULER_STALE_AFTER_SECS = 60
 
 
-def scheduler_freshness(schedules: Mapping[str, Any], observed_at: str) -> dict[str, Any]:
+def scheduler_freshness(schedules: Mapping[str, Any] | None, observed_at: str) -> dict[str, Any]:
     """A shard's scheduler freshness from ``get_shard_health``'s ``schedules`` (the unpaused
     schedules and the oldest due time among them) at its ``observed_at``: ``not_applicable`` with
-    no unpaused schedule, else ``fresh`` or ``stale`` (overdue past SCHEDULER_STALE_AFTER_SECS)."""
+    no unpaused schedule, else ``fresh`` or ``stale`` (overdue past SCHEDULER_STALE_AFTER_SECS);
+    ``unknown`` without it (the shard's functions are of a release before it: the key came with
+    no migration, so the schema version does not tell)."""
+    if schedules is None:
+        return {
+            "status": "unknown",
+            "reason": "this shard's harvest.get_shard_health predates scheduler freshness: "
+            "run harvest migrate run against it",
+        }
     active = int(schedules["active"])
     if not active:
         return {"status": "not_applicable", "reason": "no unpaused schedule on this shard", "active": 0}
@@ -180,7 +188,7 @@ def _inspect(
         reasons.append("queue_uncovered")
     if facts["stranded_pending"]:
         reasons.append("stranded_work")
-    row["scheduler"] = scheduler_freshness(facts["schedules"], facts["observed_at"])
+    row["scheduler"] = scheduler_freshness(facts.get("schedules"), facts["observed_at"])
     if row["scheduler"]["status"] == "stale":
         reasons.append("scheduler_stale")
 
