@@ -35,7 +35,9 @@ def _shard_env(shards) -> dict[str, str]:
 @pytest.fixture
 def served(shards, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     app = management_app(config=load_config(env=_shard_env(shards)), profile="dev")
-    app.state.harvest.shard_timeout = 1.0  # a stopped shard is named after 1 s, not 5
+    # A stopped shard is named after 3 s, not 5. (1 s was too short for the shards that answer on
+    # a loaded machine: CI 58a, at load 10-12 on two cores, read all three as unreachable.)
+    app.state.harvest.shard_timeout = 3.0
     with TestClient(app, base_url=BASE) as client:
         monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
         yield
