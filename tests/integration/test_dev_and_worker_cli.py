@@ -233,6 +233,56 @@ def test_dev_stops_cleanly_on_a_signal(db: str, tmp_path: Path, sig: signal.Sign
     assert "Traceback" not in output and "Error" not in output, output
 
 
+def test_dev_outlives_a_remote_drain_of_its_worker(db: str, tmp_path: Path) -> None:
+    """A drain of the dev worker (`harvest worker drain`, the dashboard's button) stops its claim
+    loop, not the process: the API and the database stay up until Ctrl-C. The whole of `harvest
+    dev` used to end there, and with its embedded PostgreSQL the data of the session."""
+    import json
+
+    env = {**os.environ, "HARVEST_DEV_DATABASE_URL": db, "HARVEST_WORKER__HEARTBEAT_INTERVAL": "0.2"}
+    log = tmp_path / "dev.log"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}/api/harvest"
+
+    def workers() -> list[dict]:
+        with urllib.request.urlopen(f"{base}/workers", timeout=5) as response:
+            return [w for w in json.load(response)["workers"] if w["pid"] == dev.pid]
+
+    with log.open("w") as out:
+        dev = subprocess.Popen(
+            [*HARVEST, "dev", "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not _answers(f"{base}/openapi.json") or not workers():
+                assert dev.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            (worker,) = workers()
+            drain = urllib.request.Request(
+                f"{base}/workers/{worker['worker_id']}/drain",
+                data=b"{}",
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            with urllib.request.urlopen(drain, timeout=5) as response:
+                assert json.load(response)["outcome"] == "accepted"
+            while True:
+                assert dev.poll() is None and time.monotonic() < deadline, log.read_text()
+                if workers()[0]["status"] == "stopped" and "drained" in log.read_text():
+                    break
+                time.sleep(0.05)
+            assert dev.poll() is None, log.read_text()
+            assert _answers(f"{base}/health/live"), log.read_text()  # the API still serves
+            dev.send_signal(signal.SIGINT)
+            assert dev.wait(timeout=60) == 0, log.read_text()
+        finally:
+            if dev.poll() is None:
+                dev.kill()
+    assert "Traceback" not in log.read_text()
+
+
 def test_worker_and_client_refuse_an_unmigrated_database(fresh_db: str) -> None:
     with pytest.raises(SchemaMismatch, match="harvest migrate run"):
         asyncio.run(Worker(demo_app, fresh_db).run())
