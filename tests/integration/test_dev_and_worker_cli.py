@@ -290,6 +290,13 @@ def test_worker_and_client_refuse_an_unmigrated_database(fresh_db: str) -> None:
         Client(fresh_db)
 
 
+async def _ctrl_c(worker: Worker) -> None:
+    """A Ctrl-C, and the stop dev then asks of its worker: `harvest dev` ends on a signal only
+    (a worker that returns by itself was drained, and the API and the database stay up)."""
+    signal.raise_signal(signal.SIGINT)
+    await worker._stopping.wait()
+
+
 def test_dev_runs_the_retention_janitor(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`harvest dev` runs everything, the janitor too: it ran none (a Worker built in code
     defaulted to run_retention=False), so a configured retention never applied and the dev
@@ -302,6 +309,7 @@ def test_dev_runs_the_retention_janitor(db: str, monkeypatch: pytest.MonkeyPatch
 
     async def run(self: Worker, install_signal_handlers: bool = False) -> None:
         ran.append(self)  # the worker dev built, not run: its switches are the point
+        await _ctrl_c(self)
 
     monkeypatch.setattr(Worker, "run", run)
     monkeypatch.setenv("HARVEST_DEV_DATABASE_URL", db)
@@ -326,6 +334,7 @@ def test_dev_reads_the_worker_and_retention_settings_and_runs_everything_whateve
 
     async def run(self: Worker, install_signal_handlers: bool = False) -> None:
         ran.append(self)
+        await _ctrl_c(self)
 
     monkeypatch.setattr(Worker, "run", run)
     monkeypatch.setenv("HARVEST_DEV_DATABASE_URL", db)
