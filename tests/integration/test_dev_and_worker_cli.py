@@ -233,11 +233,68 @@ def test_dev_stops_cleanly_on_a_signal(db: str, tmp_path: Path, sig: signal.Sign
     assert "Traceback" not in output and "Error" not in output, output
 
 
+def test_dev_outlives_a_remote_drain_of_its_worker(db: str, tmp_path: Path) -> None:
+    """A drain of the dev worker (`harvest worker drain`, the dashboard's button) stops its claim
+    loop, not the process: the API and the database stay up until Ctrl-C. The whole of `harvest
+    dev` used to end there, and with its embedded PostgreSQL the data of the session."""
+    import json
+
+    env = {**os.environ, "HARVEST_DEV_DATABASE_URL": db, "HARVEST_WORKER__HEARTBEAT_INTERVAL": "0.2"}
+    log = tmp_path / "dev.log"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}/api/harvest"
+
+    def workers() -> list[dict]:
+        with urllib.request.urlopen(f"{base}/workers", timeout=5) as response:
+            return [w for w in json.load(response)["workers"] if w["pid"] == dev.pid]
+
+    with log.open("w") as out:
+        dev = subprocess.Popen(
+            [*HARVEST, "dev", "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not _answers(f"{base}/openapi.json") or not workers():
+                assert dev.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            (worker,) = workers()
+            drain = urllib.request.Request(
+                f"{base}/workers/{worker['worker_id']}/drain",
+                data=b"{}",
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            with urllib.request.urlopen(drain, timeout=5) as response:
+                assert json.load(response)["outcome"] == "accepted"
+            while True:
+                assert dev.poll() is None and time.monotonic() < deadline, log.read_text()
+                if workers()[0]["status"] == "stopped" and "drained" in log.read_text():
+                    break
+                time.sleep(0.05)
+            assert dev.poll() is None, log.read_text()
+            assert _answers(f"{base}/health/live"), log.read_text()  # the API still serves
+            dev.send_signal(signal.SIGINT)
+            assert dev.wait(timeout=60) == 0, log.read_text()
+        finally:
+            if dev.poll() is None:
+                dev.kill()
+    assert "Traceback" not in log.read_text()
+
+
 def test_worker_and_client_refuse_an_unmigrated_database(fresh_db: str) -> None:
     with pytest.raises(SchemaMismatch, match="harvest migrate run"):
         asyncio.run(Worker(demo_app, fresh_db).run())
     with pytest.raises(SchemaMismatch, match="harvest migrate run"):
         Client(fresh_db)
+
+
+async def _ctrl_c(worker: Worker) -> None:
+    """A Ctrl-C, and the stop dev then asks of its worker: `harvest dev` ends on a signal only
+    (a worker that returns by itself was drained, and the API and the database stay up)."""
+    signal.raise_signal(signal.SIGINT)
+    await worker._stopping.wait()
 
 
 def test_dev_runs_the_retention_janitor(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -252,6 +309,7 @@ def test_dev_runs_the_retention_janitor(db: str, monkeypatch: pytest.MonkeyPatch
 
     async def run(self: Worker, install_signal_handlers: bool = False) -> None:
         ran.append(self)  # the worker dev built, not run: its switches are the point
+        await _ctrl_c(self)
 
     monkeypatch.setattr(Worker, "run", run)
     monkeypatch.setenv("HARVEST_DEV_DATABASE_URL", db)
@@ -276,6 +334,7 @@ def test_dev_reads_the_worker_and_retention_settings_and_runs_everything_whateve
 
     async def run(self: Worker, install_signal_handlers: bool = False) -> None:
         ran.append(self)
+        await _ctrl_c(self)
 
     monkeypatch.setattr(Worker, "run", run)
     monkeypatch.setenv("HARVEST_DEV_DATABASE_URL", db)

@@ -1427,6 +1427,18 @@ def test_scopes_are_checked_by_the_route_and_again_by_the_database(db: str) -> N
             },
         )
         assert attach.status_code == 200
+        # reuse_policy terminate_if_running with conflict_policy omitted resolves to terminate:
+        # admin; with conflict_policy fail it resolves to a 409, which needs no admin.
+        replace = operator.post(
+            "/workflows/greet/start", json={"workflow_id": "a", "reuse_policy": "terminate_if_running"}
+        )
+        assert replace.status_code == 403, replace.text
+        failing = operator.post(
+            "/workflows/greet/start",
+            json={"workflow_id": "a", "reuse_policy": "terminate_if_running", "conflict_policy": "fail"},
+        )
+        assert failing.status_code == 409, failing.text
+        assert error_of(failing)["code"] == "workflow_already_exists"
     # An authorizer that lets a reader through: the database refuses the write on its own role.
     with api_client(db, authorizer=Fixed("read", lie=True)) as lying:
         refused = lying.post("/workflows/greet/start", json={})

@@ -7,6 +7,7 @@ import contextlib
 import inspect
 import os
 import shlex
+import signal
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -208,19 +209,34 @@ def _api_server(
 
 
 async def _run(worker: Worker, api: tuple[uvicorn.Server, list[socket.socket]] | None) -> None:
-    """The worker, and the API (its server and listening sockets) beside it until the worker stops."""
-    if api is None:
-        await worker.run(install_signal_handlers=True)
-        return
-    server, sockets = api
-    serving = asyncio.create_task(server.serve(sockets=sockets))
+    """The worker, and the API (its server and listening sockets) beside it, until Ctrl-C (or a
+    SIGTERM). A remote drain (`harvest worker drain`, the dashboard's button) stops the worker
+    only: the API and the database stay up, as a `harvest serve` replica's API outlives its
+    drained claim loop, rather than end the session and remove its database."""
+    interrupted = asyncio.Event()
+
+    def interrupt() -> None:
+        interrupted.set()
+        worker.request_stop()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, interrupt)
+    serving = None
+    if api is not None:
+        serving = asyncio.create_task(api[0].serve(sockets=api[1]))
     try:
-        await worker.run(install_signal_handlers=True)
+        await worker.run()
+        if not interrupted.is_set():
+            kept = "the management API and the database" if api is not None else "the database"
+            click.echo(f"the worker drained and stopped; {kept} stay up until Ctrl-C", err=True)
+            await interrupted.wait()
     finally:
-        server.should_exit = True
-        await serving
-        for sock in sockets:
-            sock.close()
+        if api is not None and serving is not None:
+            api[0].should_exit = True
+            await serving
+            for sock in api[1]:
+                sock.close()
 
 
 async def _demo(worker: Worker, dsn: str) -> None:
