@@ -793,7 +793,8 @@ $$;
 
 -- What a run is waiting on now: open activities (pending, running or parked as
 -- dead letters) with their attempt, timers with their fire time, signals
--- received since the workflow last ran (the ones it may not have read yet),
+-- received since the workflow last ran (the ones it may not have read yet: how many, and
+-- each one's event id, name and time),
 -- running children, the workflow task (with why its last attempt failed, if it did),
 -- and the last event id (a change cursor). p_limit: at most that many entries in each list
 -- (the first by seq, by fire time), with each list's total in totals; NULL, every entry (a
@@ -853,6 +854,14 @@ BEGIN
             SELECT count(*) FROM harvest.events AS ev
             WHERE ev.execution_id = p_execution_id AND ev.event_type = 'SignalReceived'
               AND ev.event_id > coalesce(v_last_task_event, 0)),
+        -- Those signals (the run's buffered ones): which, by event id, without their payloads.
+        'signals', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('event_id', ev.event_id, 'name', ev.event_data ->> 'name',
+                                                'received_at', ev.created_at) ORDER BY ev.event_id)
+            FROM (SELECT ev.event_id, ev.event_data, ev.created_at FROM harvest.events AS ev
+                  WHERE ev.execution_id = p_execution_id AND ev.event_type = 'SignalReceived'
+                    AND ev.event_id > coalesce(v_last_task_event, 0)
+                  ORDER BY ev.event_id LIMIT p_limit) AS ev), '[]'::jsonb),
         'children', coalesce((
             SELECT jsonb_agg(jsonb_build_object('execution_id', c.id, 'workflow_name', c.workflow_name,
                                                 'workflow_id', c.workflow_id, 'seq', c.parent_seq,
@@ -870,7 +879,11 @@ BEGIN
             (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'timer'),
             'children',
             (SELECT count(*) FROM harvest.executions AS c
-             WHERE c.parent_id = p_execution_id AND c.status IN ('RUNNING', 'PAUSED'))),
+             WHERE c.parent_id = p_execution_id AND c.status IN ('RUNNING', 'PAUSED')),
+            'signals',
+            (SELECT count(*) FROM harvest.events AS ev
+             WHERE ev.execution_id = p_execution_id AND ev.event_type = 'SignalReceived'
+               AND ev.event_id > coalesce(v_last_task_event, 0))),
         'workflow_task', (
             SELECT jsonb_build_object('task_id', t.id, 'status', t.status, 'due_at', t.due_at,
                                       'lease_owner', t.lease_owner, 'attempt', t.attempt,

@@ -1,7 +1,7 @@
 -- functions/dead_letters.sql (bulk): count_dead_letters, replay_dead_letters,
 -- discard_dead_letters, harvest._select_dead_letters, harvest._bulk_dead_letters.
 BEGIN;
-SELECT plan(11);
+SELECT plan(12);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT pg_temp.dead_letter('b' || n, 'bk_wf', 'send') FROM generate_series(1, 3) AS n;
@@ -26,6 +26,12 @@ SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation LIKE 'dead_let
           'real bulk actions are audited');
 SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation LIKE 'dead_letter.%'), 0::bigint,
           'a bulk action writes its one row, none per dead letter');
+
+-- The default batch is 100 rows (docs/operations.md): 101 matching, a call without a limit takes 100.
+SELECT pg_temp.dead_letter('m' || n, 'bk_wf', 'many') FROM generate_series(1, 101) AS n;
+SELECT is((SELECT jsonb_build_object('matched', r -> 'matched', 'ids', jsonb_array_length(r -> 'ids'))
+           FROM harvest.replay_dead_letters('many', p_dry_run => true) AS r),
+          '{"matched": 101, "ids": 100}'::jsonb, 'the default batch is 100 rows of the 101 matched');
 
 SELECT * FROM finish();
 ROLLBACK;

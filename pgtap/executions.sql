@@ -126,7 +126,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(55);
+SELECT plan(57);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -273,9 +273,19 @@ FROM generate_series(1, 3) AS g;
 SELECT is(jsonb_path_query_array(harvest.get_execution_stack((SELECT id FROM wide), 2), '$.children[*].seq'),
           '[1, 2]'::jsonb, 'stack(p_limit => 2): the first two children, by seq');
 SELECT is(harvest.get_execution_stack((SELECT id FROM wide), 2) -> 'totals',
-          '{"children": 3, "pending_activities": 0, "timers": 0}'::jsonb, 'stack: each list''s total');
+          '{"children": 3, "pending_activities": 0, "timers": 0, "signals": 0}'::jsonb, 'stack: each list''s total');
 SELECT is(jsonb_array_length(harvest.get_execution_stack((SELECT id FROM wide)) -> 'children'), 3,
           'stack without p_limit: every entry');
+-- The buffered signals (received since the workflow last ran): which, not only how many.
+SELECT harvest.signal_workflow((SELECT id FROM wide), 'approve', '{"ok": true}');
+SELECT harvest.signal_workflow((SELECT id FROM wide), 'note', '1');
+SELECT is(jsonb_path_query_array(harvest.get_execution_stack((SELECT id FROM wide), 1), '$.signals[*].name'),
+          '["approve"]'::jsonb, 'stack(p_limit => 1): the first buffered signal by event id, by name');
+SELECT is((SELECT jsonb_build_object('total', s #> '{totals,signals}', 'count', s -> 'signals_since_last_task',
+                                     'keys', (SELECT jsonb_agg(k ORDER BY k) FROM jsonb_object_keys(s #> '{signals,1}') AS k))
+           FROM harvest.get_execution_stack((SELECT id FROM wide)) AS s),
+          '{"total": 2, "count": 2, "keys": ["event_id", "name", "received_at"]}'::jsonb,
+          'stack: each buffered signal''s event id, name and time (no payload), and their total');
 SELECT throws_ok(format('SELECT harvest.get_execution_stack(%L, 0)', (SELECT id FROM wide)), 'HR001',
                  'limit 0 is out of range 1..10000', 'stack: a limit below 1 is HR001');
 

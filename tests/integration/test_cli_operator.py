@@ -125,6 +125,9 @@ def test_workflow_get_signal_cancel_stack_terminate_history(db: str, conn, tmp_p
 
     stack = json.loads(harvest(db, "workflow", "stack", execution_id, "--output", "json").stdout)
     assert stack["signals_since_last_task"] == 2
+    assert [s["name"] for s in stack["signals"]] == ["approved", "note"] and stack["totals"]["signals"] == 2
+    shown = harvest(db, "workflow", "stack", execution_id).stdout
+    assert "signals:" in shown and "approved" in shown and "note" in shown, shown
     [activity] = stack["pending_activities"]
     assert activity["status"] == "dead_lettered" and activity["name"] == "act"
     assert (

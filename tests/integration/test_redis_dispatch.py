@@ -435,6 +435,21 @@ def test_config_refuses_an_unusable_url(url: str, needle: str) -> None:
     assert endpoint("rediss://u:pw@cache:6380/2") == "rediss://cache:6380/2"
 
 
+def test_a_configured_url_without_the_redis_client_is_refused_at_config_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The spec: a build without Redis support rejects a configured URL at config validation
+    rather than ignoring it. Here: without the redis package (sys.modules["redis"] = None makes
+    its import fail), load_config refuses ``redis.url`` naming the extra to install; with no
+    URL the same load passes (the Postgres claim path needs no client)."""
+    monkeypatch.setitem(sys.modules, "redis", None)
+    with pytest.raises(
+        ConfigError, match=r"redis client is not installed: pip install 'harvest-workflows\[redis\]'"
+    ):
+        load_config(env={"HARVEST_REDIS__URL": "redis://cache:6379/0"})
+    assert load_config(env={}).get("redis.url") is None
+
+
 @pytest.mark.parametrize(
     ("query", "option"),
     [

@@ -148,6 +148,18 @@ def test_operator_commands_print_the_same_over_sql_and_http(both, conn) -> None:
     assert sql.exit_code == web.exit_code
 
 
+def test_worker_list_narrowed_to_a_shard_prints_the_same_over_sql_and_http(both) -> None:
+    """`harvest worker list --queue Q --shard-id 0` over HTTP asked the CLI's own (empty) list of
+    shards and refused every shard id ("no such shard; the shards here are "), exit 2: the
+    server knows the shards, so it answers, as over SQL, and names a shard it does not have."""
+    for output in ("table", "json"):
+        sql, _ = both("worker", "list", "--queue", "email-workers", "--shard-id", "0", "--output", output)
+        assert sql.exit_code == 0, sql.stderr
+        both("worker", "list", "--shard-id", "0", "--output", output)
+    web = run("--base-url", BASE, "worker", "list", "--shard-id", "7")
+    assert web.exit_code == 2 and "7" in web.stderr and "shard" in web.stderr, web.stderr
+
+
 def test_a_history_longer_than_a_page_prints_the_same_over_sql_and_http(
     both, conn, monkeypatch: pytest.MonkeyPatch, history_rows: list[int]
 ) -> None:

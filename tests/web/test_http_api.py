@@ -567,6 +567,14 @@ def test_children_page_with_a_cursor(api, start_worker) -> None:
     every = api.get(f"/workflows/{run}/children").json()["items"]
     assert [c["exec_id"] for c in first["items"] + rest["items"]] == [c["exec_id"] for c in every]
     assert {c["workflow_name"] for c in every} == {"kid"} and all(c["started_at"] for c in every)
+    # The entry the spec names, each field present; a child's own GET carries its parent_id.
+    spec_fields = {"exec_id", "workflow_name", "status", "started_at", "completed_at", "error_summary"}
+    assert all(spec_fields | {"shard_id", "depth"} <= set(c) for c in every), every
+    assert {(c["status"], c["depth"], c["shard_id"], c["error_summary"]) for c in every} == {
+        ("COMPLETED", 1, 0, None)
+    }
+    assert all(c["completed_at"] for c in every)
+    assert api.get(f"/workflows/{every[0]['exec_id']}").json()["parent_id"] == run
     assert error_of(api.get(f"/workflows/{run}/children", params={"cursor": "x"}))["field"] == "cursor"
     tree = api.get(f"/workflows/{run}/tree").json()["tree"]
     assert len(tree["children"]) == 3
@@ -713,6 +721,7 @@ def test_a_stack_lists_at_most_limit_entries_a_list_with_each_lists_total(api, c
         "children": 3,
         "pending_activities": 0,
         "timers": 0,
+        "signals": 0,
     }
     assert len(api.get(f"/workflows/{run}/stack", params={"limit": 10}).json()["children"]) == 3
     for bad in (0, workflows.STACK_LIMIT_MAX + 1):

@@ -123,7 +123,8 @@ def list_workers(
     limit: int = WORKER_LIMIT,
 ) -> None:
     def read(reads: Any) -> Any:
-        if shard_id is not None and shard_id not in reads.apis:
+        # Over HTTP (no apis: the shards are the server's) the route names a shard it lacks.
+        if shard_id is not None and reads.apis and shard_id not in reads.apis:
             shards = ", ".join(str(s) for s in sorted(reads.apis))
             raise InvalidArgument(f"--shard-id {shard_id}: no such shard; the shards here are {shards}")
         return reads.list_workers(queue, status, health, shard_id, limit)

@@ -542,7 +542,7 @@ def _pause_or_resume(
     default=100,
     show_default=True,
     type=click.IntRange(1, 10_000),
-    help="Entries at most in each list (activities, timers, children); the rest are counted.",
+    help="Entries at most in each list (activities, timers, children, signals); the rest are counted.",
 )
 @database_url_option
 @output_option
@@ -602,6 +602,9 @@ def stack(execution_id: str, limit: int, database_url: str | None, output: str) 
                 table(d["children"], ["seq", "execution_id", "workflow_name", "status"]),
                 *more(d, "children"),
             ]
+        if d.get("signals"):  # absent from a server of an older release
+            shown = table(d["signals"], ["event_id", "name", "received_at"])
+            parts += ["", "signals:", shown, *more(d, "signals")]
         if d.get("workflow_task"):
             task = dict(d["workflow_task"])
             failure = task.pop("last_failure", None)
