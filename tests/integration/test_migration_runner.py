@@ -158,6 +158,34 @@ def test_status_check_fails_on_a_fresh_database_and_passes_after_run(fresh_db: s
     assert all(r["applied_at"] for r in as_json["migrations"])
 
 
+@pytest.mark.parametrize("args", [("run",), ("run", "--dry-run")])
+def test_a_server_older_than_the_oldest_supported_is_refused_before_anything_is_written(
+    fresh_db: str, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
+    """Nothing checked the server's version: on PostgreSQL 12 every migration applied and every
+    start without a workflow id failed later (no gen_random_uuid()). The run now refuses at once,
+    naming both versions; here the floor is raised above this server's to see it."""
+    monkeypatch.setattr(m, "MIN_SERVER_VERSION", 990000)
+    refused = cli(*args, dsn=fresh_db)
+    assert refused.exit_code != 0, refused.output
+    server = m.version_text(psycopg.connect(fresh_db).info.server_version)
+    expected = (
+        f"error: this server is PostgreSQL {server}; Harvest needs PostgreSQL 99 or newer"
+        ' (docs/install.md, "Which database"): nothing was changed'
+    )
+    assert error_lines(refused.stderr) == [expected], refused.stderr
+    assert query(fresh_db, "SELECT to_regnamespace('harvest')")[0][0] is None, (
+        "the refused run created the schema"
+    )
+
+
+def test_server_versions_are_named_as_postgresql_names_them() -> None:
+    assert [m.version_text(v) for v in (90624, 120022, 130000, 180001)] == ["9.6.24", "12.22", "13.0", "18.1"]
+    m.require_server_version(130000)  # the oldest supported passes
+    with pytest.raises(m.MigrationError, match=r"PostgreSQL 12\.22; Harvest needs PostgreSQL 13 or newer"):
+        m.require_server_version(120022)
+
+
 def test_status_without_check_exits_zero_while_pending(fresh_db: str) -> None:
     result = cli("status", dsn=fresh_db)
     assert result.exit_code == 0, result.output

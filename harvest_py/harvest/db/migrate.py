@@ -101,6 +101,29 @@ class MigrationError(HarvestError):
     """A migration failed; nothing of it was recorded."""
 
 
+# The oldest server the schema and the SQL API run on: gen_random_uuid() is built in from 13
+# (docs/install.md). On 12 the migrations applied and every start without a workflow id failed
+# later with "function gen_random_uuid() does not exist".
+MIN_SERVER_VERSION = 130000
+
+
+def version_text(server_version_num: int) -> str:
+    """``server_version_num`` as PostgreSQL names the release: 120022 -> 12.22, 90624 -> 9.6.24."""
+    if server_version_num >= 100000:
+        return f"{server_version_num // 10000}.{server_version_num % 10000}"
+    return f"{server_version_num // 10000}.{server_version_num // 100 % 100}.{server_version_num % 100}"
+
+
+def require_server_version(server_version_num: int) -> None:
+    """Refuse a server older than MIN_SERVER_VERSION before anything is read or written."""
+    if server_version_num < MIN_SERVER_VERSION:
+        raise MigrationError(
+            f"this server is PostgreSQL {version_text(server_version_num)}; Harvest needs PostgreSQL "
+            f'{version_text(MIN_SERVER_VERSION).split(".")[0]} or newer (docs/install.md, "Which database"): '
+            "nothing was changed"
+        )
+
+
 class LockTimedOut(Exception):
     """One try of a statement waited ``lock_timeout`` for a lock and gave up (SQLSTATE 55P03);
     Migrator._retrying tries the unit again or says who held the lock."""
@@ -631,6 +654,7 @@ class Migrator:
             raise ConfigError(f"--shard-id {shard_id} is not a shard number 0..65535")
         report = RunReport()
         with connect(self.dsn, autocommit=True) as conn:
+            require_server_version(conn.info.server_version)
             self._unbound_statements(conn)
             if dry_run:
                 ledger = self._ledger(conn)
