@@ -167,7 +167,7 @@ def test_a_server_older_than_the_oldest_supported_is_refused_before_anything_is_
     naming both versions; here the floor is raised above this server's to see it."""
     monkeypatch.setattr(m, "MIN_SERVER_VERSION", 990000)
     refused = cli(*args, dsn=fresh_db)
-    assert refused.exit_code != 0, refused.output
+    assert refused.exit_code == 1, refused.output
     server = m.version_text(psycopg.connect(fresh_db).info.server_version)
     expected = (
         f"error: this server is PostgreSQL {server}; Harvest needs PostgreSQL 99 or newer"
