@@ -224,9 +224,14 @@ def test_a_workflow_task_that_fails_commits_its_claim_first_and_the_attempt_coun
     # recorded: the attempt counts. (A claim rolled back instead would leave attempt 0.)
     monkeypatch.setattr(workflows_module, "WORKFLOW_TASK_RETRY_SECS", 60.0)
     start_worker(App(workflows=[one_step], activities=[bump]))
-    time.sleep(0.2)
+    # The worker's registration first (a fixed 0.2 s was too short at load 10-12: it registered
+    # after the delete, and the start was refused), then none (or the start is refused).
+    deadline = time.monotonic() + 30
     with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute("DELETE FROM harvest.registered_workflows")  # (or the start is refused)
+        registered = "SELECT count(*) FROM harvest.registered_workflows"
+        while conn.execute(registered).fetchone() == (0,) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        conn.execute("DELETE FROM harvest.registered_workflows")
     with Client(db) as client:
         handle = client.start_workflow("not_registered", workflow_id="unknown")
 
