@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
 from harvest import App, Client, activity, workflow
 from harvest.core.errors import InvalidArgument, WorkflowFailed
+from harvest.telemetry.metrics import process_metrics
 from harvest.testing import WorkflowReplayer
+
+
+def counted(name: str, workflow_type: str) -> float:
+    """A counter of the worker's process registry (the worker runs in this process)."""
+    found = process_metrics().registry.get_sample_value(name, {"workflow_type": workflow_type})
+    return 0.0 if found is None else found
+
+
+def counted_to(name: str, workflow_type: str, expected: float) -> float:
+    """The counter once it reaches ``expected`` (the worker counts a close after its batch call
+    returns, which the client's result may beat), or its value after 20 s."""
+    deadline = time.monotonic() + 20
+    while counted(name, workflow_type) < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return counted(name, workflow_type)
 
 
 @activity
@@ -41,11 +58,14 @@ def test_event_cap_fails_a_runaway_run_with_a_typed_reason(start_worker, client:
         history_byte_hard_cap=None,
         continue_as_new_threshold=4,
     )
+    bloated = counted("harvest_workflow_history_bloat_total", "runaway")
     handle = client.start_workflow(runaway)
     with pytest.raises(WorkflowFailed) as info:
         handle.result(timeout=60)
-    # The bloat warning fired once, at 20.48% of the cap (8 events), long before the failure.
+    # The bloat warning fired once, at 20.48% of the cap (8 events), long before the failure,
+    # and counted harvest.workflow.history_bloat once, by workflow type.
     assert caplog.text.count(f"history_bloat: {handle.execution_id}") == 1
+    assert counted("harvest_workflow_history_bloat_total", "runaway") == bloated + 1
     assert info.value.failure["error_type"] == "HistoryEventCapExceeded"
     assert "continue_as_new" in info.value.failure["message"]
     assert handle.describe()["last_event_id"] <= 40 + 5
@@ -79,6 +99,9 @@ def test_soft_threshold_advises_rotation_before_the_cap(start_worker, client: Cl
         history_event_hard_cap=40,
         history_byte_hard_cap=None,
     )
+    rotated = counted("harvest_workflow_continue_as_new_total", "rotating")
     handle = client.start_workflow(rotating, 0, 0)
     assert handle.result(timeout=60) > 0
     assert handle.describe()["status"] == "CONTINUED_AS_NEW"
+    # harvest.workflow.continue_as_new counts each rotation (two), by workflow type only
+    assert counted_to("harvest_workflow_continue_as_new_total", "rotating", rotated + 2) == rotated + 2

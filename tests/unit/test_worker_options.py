@@ -42,6 +42,23 @@ def test_defaults_come_from_the_options() -> None:
     )
 
 
+def test_the_history_guardrail_defaults_and_the_warning_below_the_advisory(caplog) -> None:
+    """The spec's defaults: advise continue-as-new past 10,000 events, fail at 50,000 events or
+    50 MiB, warn of bloat at 20.48% of the event cap (10,240, above the advisory: no warning at
+    construction). A warning point at or below the advisory is logged when the worker is made;
+    with no event cap there is no bloat warning at all."""
+    caplog.set_level("WARNING", logger="harvest.worker")
+    worker = Worker(App(), DSN)
+    assert (worker.continue_as_new_threshold, worker.history_event_hard_cap) == (10_000, 50_000)
+    assert (worker.history_byte_hard_cap, worker.history_bloat_warn_at) == (50 * 1024 * 1024, 10_240)
+    assert "history-bloat warning" not in caplog.text
+    Worker(App(), DSN, continue_as_new_threshold=10, history_event_hard_cap=40)
+    assert "history-bloat warning (8 events) is at or below the continue-as-new threshold (10)" in caplog.text
+    caplog.clear()
+    uncapped = Worker(App(), DSN, continue_as_new_threshold=10, history_event_hard_cap=None)
+    assert uncapped.history_bloat_warn_at is None and "history-bloat" not in caplog.text
+
+
 def test_an_unknown_keyword_is_refused_naming_it() -> None:
     with pytest.raises(TypeError, match="conccurrency"):
         Worker(App(), DSN, conccurrency=4)

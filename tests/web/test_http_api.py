@@ -588,6 +588,27 @@ def adopt(conn, parent_id: str, n: int) -> list[str]:
     return kids
 
 
+def test_children_filter_on_every_state_a_child_can_be_in(api, conn) -> None:
+    """`workflow children ID --status S` answered the same over SQL and HTTP but for PAUSED (and a
+    moved child's MIGRATING, MIGRATED): the route's own list of states lacked them, so a paused
+    child could not be asked for over HTTP (400, exit 2) though SQL listed it. The route takes
+    the states the read takes, in any case (the spec's `--status Failed`)."""
+    run = start(conn, "parent", "paused-kids")
+    kids = adopt(conn, run, 2)
+    assert api.post(f"/workflows/{kids[0]}/pause", json={"reason": "inspect"}).status_code == 200
+    for state in ("PAUSED", "paused", "Paused"):
+        paused = api.get(f"/workflows/{run}/children", params={"status": state})
+        assert paused.status_code == 200, paused.text
+        assert [c["exec_id"] for c in paused.json()["items"]] == [kids[0]]
+    assert [
+        c["exec_id"]
+        for c in api.get(f"/workflows/{run}/children", params={"status": "Running"}).json()["items"]
+    ] == [kids[1]]
+    for state in ("MIGRATING", "MIGRATED"):
+        moved = api.get(f"/workflows/{run}/children", params={"status": state})
+        assert moved.status_code == 200 and moved.json()["items"] == [], moved.text
+
+
 def test_children_without_page_size_answer_a_page_and_the_cursor_of_the_rest(api, conn) -> None:
     """Without page_size the route answered every child in one JSON (a run with 100,000
     children, one huge answer): it answers the default page, as GET /workflows does, and

@@ -1316,8 +1316,11 @@ class HttpHandle:
             "timeout_secs": timeout,
             "update_id": update_id,
         }
-        # The spec: an update waited to completion gets its own timeout plus 10 s.
-        budget = timeout + UPDATE_MARGIN_SECS if wait == "completed" else None
+        # The spec: an update waited to completion gets its own timeout plus 10 s; more time than
+        # the request timeout, never less.
+        budget = None
+        if wait == "completed":
+            budget = max(self.http.settings.timeout, timeout + UPDATE_MARGIN_SECS)
         answer = self.http.post(f"/workflows/{_p(self.execution_id)}/update", body, timeout=budget)
         if answer.get("status") == "accepted":
             from harvest.client.messages import UpdateHandle

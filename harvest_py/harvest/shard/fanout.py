@@ -1028,10 +1028,12 @@ def get_worker_health() -> Plan:
 # Which of a moved run's rows says where it is: any status but these (the run lives there), then
 # the staged copy (between the cutover and its activation), last the source's seal.
 _HOME_RANK = {"MIGRATING": 1, "MIGRATED": 2}
+# The states a child filter takes (the CLI over SQL and GET /workflows/{id}/children alike).
+CHILD_STATUSES = (*EXECUTION_STATUSES, *_HOME_RANK)
 
 
 def _check_children_args(status: str | None, depth: int) -> str | None:
-    if status is not None and status.upper() not in (*EXECUTION_STATUSES, *_HOME_RANK):
+    if status is not None and status.upper() not in CHILD_STATUSES:
         raise InvalidArgument(
             f'unknown status "{status}": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, '
             "TIMED_OUT, CONTINUED_AS_NEW, MIGRATING or MIGRATED"

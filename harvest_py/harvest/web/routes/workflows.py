@@ -22,6 +22,7 @@ from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db.steps import arun_steps
 from harvest.shard.fanout import (
+    CHILD_STATUSES,
     CHILDREN_PAGE,
     CHILDREN_PAGE_MAX,
     CHILDREN_WALK,
@@ -726,19 +727,7 @@ ENDPOINTS = [
         "The execution's children on every shard, newest first.",
         (
             EXECUTION,
-            Param(
-                "status",
-                "enum",
-                choices=(
-                    "RUNNING",
-                    "COMPLETED",
-                    "FAILED",
-                    "CANCELLED",
-                    "TERMINATED",
-                    "TIMED_OUT",
-                    "CONTINUED_AS_NEW",
-                ),
-            ),
+            Param("status", "enum", choices=CHILD_STATUSES),
             Param("depth", "integer", default=1, minimum=1, maximum=100),
             Param(
                 "page_size",
