@@ -312,7 +312,7 @@ BEGIN
     SELECT * INTO v_worker FROM harvest.workers WHERE id = p_worker_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'worker % is not registered', p_worker_id USING ERRCODE = 'HR002',
-            HINT = 'list workers with harvest.list_workers()';
+            HINT = 'list workers with harvest worker list (GET /workers, or harvest.list_workers() in SQL)';
     END IF;
     RETURN to_jsonb(v_worker) - 'id' || jsonb_build_object(
         'worker_id', v_worker.id,

@@ -256,6 +256,12 @@ def test_worker_fleet_commands_and_drain(db: str, conn) -> None:
 
     got = json.loads(harvest(db, "worker", "get", "w-live", "--output", "json").stdout)
     assert got["claimed_task_ids"] == [] and got["queues"] == ["email", "default"]
+    # The hint names the command (it named only the SQL function, over HTTP too).
+    nobody = harvest(db, "worker", "get", "nobody")
+    assert nobody.returncode == 1 and one_error_line(nobody) == (
+        "error: worker nobody is not registered: list workers with harvest worker list"
+        " (GET /workers, or harvest.list_workers() in SQL)"
+    )
     health = json.loads(harvest(db, "worker", "health", "--output", "json").stdout)
     # by_queue counts every worker that is not stopped (the spec's 4 healthy + 1 stale = 5); the
     # health split is by_queue_health (issue 12 item 19).
