@@ -62,8 +62,10 @@ def start_redis_worker(
         **start,
     )
     if wait:
+        # (Its boot's own line, not the counters: a worker held at a moment may stop before its
+        # counters' first line says it connected. A bound for a stalled boot, generous.)
         wait_until(
-            lambda: counters(workers.log(proc))["connected"], 15, f"worker {proc.pid}'s Redis dispatch"
+            lambda: "redis dispatch on" in workers.log(proc), 60, f"worker {proc.pid}'s Redis dispatch"
         )
     return proc
 
