@@ -59,10 +59,14 @@ async def _open_pool() -> AsyncConnectionPool:
 
 
 async def _pool() -> AsyncConnectionPool:
+    """The process's pool, opened by the first activity that needs it. Shielded: a cancel of
+    one activity waiting for it (its start_to_close) must not cancel the opening the others
+    wait for too; it did, and every later activity of the process awaited a cancelled task
+    (a worker woken from SIGSTOP, whose first activities' start_to_close ran out)."""
     global _pool_task
     if _pool_task is None:
         _pool_task = asyncio.ensure_future(_open_pool())
-    return await _pool_task
+    return await asyncio.shield(_pool_task)
 
 
 def _seq(ctx: Any) -> int:

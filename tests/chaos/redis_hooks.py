@@ -5,6 +5,11 @@
 * ``CHAOS_CLAIM_LATE_MS``: each Postgres claim of the worker starts that late, so that its
   consumer wins more races for the rows it reads references to (LISTEN/NOTIFY usually wins:
   docs/redis-dispatch.md, "Is it worth running?"), as test_redis_dispatch.py does in process;
+* ``CHAOS_CLAIM_GATE=<file>``: while ``<file>`` exists, the worker's Postgres claim takes
+  workflow tasks only (by name, with the claim's own predicate: claim_named_tasks), so that
+  every activity row its decisions make waits for a consumer to read its reference: the moments
+  below come for certain, whatever the machine's load (without it, LISTEN/NOTIFY wins most
+  races for a row, and under load all of them);
 * ``CHAOS_REDIS_HOLD=read:<file>``: the first time the consumer has read references of which
   at least one names a row still claimable (pending and due), the worker writes those tasks
   to ``<file>`` and stops itself (SIGSTOP) before it claims them: the test kills it there;
@@ -98,6 +103,43 @@ def _hold_after_claim(mark: Path) -> None:
     RedisChannel.ack = held_ack  # type: ignore[method-assign]
 
 
+_CLAIM_NAMED = AsyncSqlApi.claim_named_tasks  # (unwrapped: the hold of 'claimed' notes the consumer's only)
+
+
+def _gate_claim(gate: Path) -> None:
+    claim = Worker._claim
+    conn: list[psycopg.AsyncConnection] = []
+
+    async def gated(self: Worker) -> Any:
+        if not gate.exists():
+            return await claim(self)
+        want = min(self.free_slots(), self.claim_batch)
+        lane = self.lanes[0]
+        lane.backlog = False
+        if want <= 0:
+            return [], False
+        if not conn:
+            conn.append(
+                await psycopg.AsyncConnection.connect(os.environ["HARVEST_DATABASE_URL"], autocommit=True)
+            )
+        cur = await conn[0].execute(
+            "SELECT id FROM harvest.tasks WHERE kind = 'workflow' AND status = 'pending' "
+            "AND due_at <= now() AND queue = ANY(%s) ORDER BY due_at LIMIT %s",
+            (self.queues, want),
+        )
+        ids = [row[0] for row in await cur.fetchall()]
+        if not ids:
+            return [], False
+        with self.holding_slots(len(ids)):
+            claimed = await _CLAIM_NAMED(lane.sql, self.worker_id, self.queues, ids, self.workflow_lease)
+        for task in claimed:
+            task["_lane"] = lane
+            self._spawn(task)
+        return claimed, False
+
+    Worker._claim = gated  # type: ignore[method-assign]
+
+
 def _claim_late(ms: int) -> None:
     claim = Worker._claim
 
@@ -109,6 +151,8 @@ def _claim_late(ms: int) -> None:
 
 
 def install() -> None:
+    if gate := os.environ.get("CHAOS_CLAIM_GATE"):
+        _gate_claim(Path(gate))
     if late := os.environ.get("CHAOS_CLAIM_LATE_MS"):
         _claim_late(int(late))
     if timeout := os.environ.get("CHAOS_REDIS_COMMAND_TIMEOUT"):

@@ -77,6 +77,15 @@ def exits_in_a_thread(ctx) -> None:
     sys.exit("bye")
 
 
+@activity(retry=RetryPolicy.none(), dead_letter=False)
+async def awaits_a_cancelled_future(ctx) -> None:
+    """Raises CancelledError without being cancelled: what it awaited was (a shared future, a
+    task another caller's timeout cancelled)."""
+    future = asyncio.get_running_loop().create_future()
+    future.cancel()
+    await future
+
+
 @workflow
 async def calls(ctx, name: str) -> object:
     return await ctx.execute_activity(name)
@@ -84,7 +93,15 @@ async def calls(ctx, name: str) -> object:
 
 app = App(
     workflows=[fan_out, compute, bad_result, calls],
-    activities=[meet, count_threads, crunch, unpicklable_result, exits_async, exits_in_a_thread],
+    activities=[
+        meet,
+        count_threads,
+        crunch,
+        unpicklable_result,
+        exits_async,
+        exits_in_a_thread,
+        awaits_a_cancelled_future,
+    ],
 )
 
 
@@ -125,6 +142,18 @@ def test_sys_exit_in_an_activity_fails_the_attempt_not_the_worker(start_worker, 
     start_worker(app)
     with pytest.raises(WorkflowFailed, match=f"SystemExit.*{code}"):
         client.start_workflow(calls, name).result(timeout=30)
+    assert client.start_workflow(fan_out, "count_threads", 1).result(timeout=30) == [0]
+
+
+def test_a_cancelled_error_the_activity_raises_itself_fails_the_attempt(start_worker, client):
+    """An activity whose own code raised CancelledError, the worker not having cancelled it
+    (it awaited a future cancelled elsewhere), was taken for the worker's stop: its task was
+    released with no report and no log, claimed again at once and run again, for ever, no
+    attempt counted (and when its lease was lost meanwhile, nothing at all was said). Now the
+    attempt fails, typed CancelledError, as any exception of the activity's does."""
+    start_worker(app)
+    with pytest.raises(WorkflowFailed, match="CancelledError"):
+        client.start_workflow(calls, "awaits_a_cancelled_future").result(timeout=20)
     assert client.start_workflow(fan_out, "count_threads", 1).result(timeout=30) == [0]
 
 
