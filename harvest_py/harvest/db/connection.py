@@ -15,7 +15,7 @@ import logging
 import os
 import re
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, LiteralString, Self, cast
 from urllib.parse import unquote
 
@@ -514,39 +514,53 @@ def set_server_end(conn: psycopg.Connection) -> None:
     in one round trip outside any transaction. A refusal is logged and leaves the connection as it
     was; a connection lost meanwhile, or an interrupt, closes ``conn`` and raises (the caller's
     connect failed)."""
-    if not _over_tcp(conn):
-        return
+    if _over_tcp(conn):
+        _set_on_idle(conn, _SET_SERVER_END, _SERVER_END_VALUES, _server_end_refused)
+
+
+def _set_on_idle(
+    conn: psycopg.Connection, sql: LiteralString, params: Any, refused: Callable[[psycopg.Error], None]
+) -> None:
+    """Run a session setting's ``sql`` on ``conn`` just connected, outside any transaction, and
+    put its autocommit back: a refusal goes to ``refused`` (the connection works without the
+    setting), a connection lost meanwhile or an interrupt closes ``conn`` and raises."""
     autocommit = conn.autocommit
     try:
         conn.autocommit = True  # idle: a client-side switch, no BEGIN/COMMIT round trips
-        conn.execute(_SET_SERVER_END, _SERVER_END_VALUES)
+        conn.execute(sql, params)
     except psycopg.Error as exc:
         if conn.closed:
             raise
-        _server_end_refused(exc)
+        refused(exc)
     except BaseException:
         conn.close()
         raise
     conn.autocommit = autocommit
 
 
-async def set_server_end_async(conn: psycopg.AsyncConnection) -> None:
-    """:func:`set_server_end` for an asyncio connection (cancelled: a pool closing while it fills,
-    a worker stopping during a reconnect)."""
-    if not _over_tcp(conn):
-        return
+async def _set_on_idle_async(
+    conn: psycopg.AsyncConnection, sql: LiteralString, params: Any, refused: Callable[[psycopg.Error], None]
+) -> None:
+    """:func:`_set_on_idle` for an asyncio connection."""
     autocommit = conn.autocommit
     try:
         await conn.set_autocommit(True)
-        await conn.execute(_SET_SERVER_END, _SERVER_END_VALUES)
+        await conn.execute(sql, params)
     except psycopg.Error as exc:
         if conn.closed:
             raise
-        _server_end_refused(exc)
+        refused(exc)
     except BaseException:
         await conn.close()
         raise
     await conn.set_autocommit(autocommit)
+
+
+async def set_server_end_async(conn: psycopg.AsyncConnection) -> None:
+    """:func:`set_server_end` for an asyncio connection (cancelled: a pool closing while it fills,
+    a worker stopping during a reconnect)."""
+    if _over_tcp(conn):
+        await _set_on_idle_async(conn, _SET_SERVER_END, _SERVER_END_VALUES, _server_end_refused)
 
 
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int | None = None) -> psycopg.Connection:
@@ -599,36 +613,6 @@ def _read_committed_refused(exc: psycopg.Error) -> None:
         )
 
 
-def _pooled_read_committed(conn: psycopg.Connection) -> None:
-    autocommit = conn.autocommit
-    try:
-        conn.autocommit = True
-        conn.execute(_SET_READ_COMMITTED)
-    except psycopg.Error as exc:
-        if conn.closed:
-            raise
-        _read_committed_refused(exc)
-    except BaseException:
-        conn.close()
-        raise
-    conn.autocommit = autocommit
-
-
-async def _pooled_read_committed_async(conn: psycopg.AsyncConnection) -> None:
-    autocommit = conn.autocommit
-    try:
-        await conn.set_autocommit(True)
-        await conn.execute(_SET_READ_COMMITTED)
-    except psycopg.Error as exc:
-        if conn.closed:
-            raise
-        _read_committed_refused(exc)
-    except BaseException:
-        await conn.close()
-        raise
-    await conn.set_autocommit(autocommit)
-
-
 class RedactingConnection(psycopg.Connection):
     """The connection class for pools: psycopg_pool logs every failed connect attempt with
     the error's text, so that text must not carry the password. Its ``json``/``jsonb`` values
@@ -647,7 +631,7 @@ class RedactingConnection(psycopg.Connection):
         jsoncodec.use_on(conn)
         try:
             set_server_end(conn)
-            _pooled_read_committed(conn)
+            _set_on_idle(conn, _SET_READ_COMMITTED, None, _read_committed_refused)
         except psycopg.Error as exc:  # lost meanwhile: the pool tries again
             raise type(exc)(redact(str(exc), conninfo)) from None
         return conn
@@ -666,7 +650,7 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
         jsoncodec.use_on(conn)
         try:
             await set_server_end_async(conn)
-            await _pooled_read_committed_async(conn)
+            await _set_on_idle_async(conn, _SET_READ_COMMITTED, None, _read_committed_refused)
         except psycopg.Error as exc:  # lost meanwhile: the pool tries again
             raise type(exc)(redact(str(exc), conninfo)) from None
         return conn
