@@ -112,6 +112,7 @@ class RedisServer:
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # (a test may have stopped it: SIGSTOP)
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
@@ -1112,21 +1113,8 @@ def test_no_redis_error_names_the_password(tmp_path) -> None:
 # -- a Redis that stops answering ----------------------------------------------------------------------
 
 
-@pytest.fixture
-def stalled_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    """A redis-server that will be stopped (SIGSTOP) by the test: its kernel still accepts and
-    acknowledges, nothing answers (a hung or overloaded Redis). Continued and killed at the end."""
-    server = RedisServer(tmp_path).start()
-    try:
-        yield server
-    finally:
-        if server.proc is not None and server.proc.poll() is None:
-            server.proc.send_signal(signal.SIGCONT)
-        server.kill()
-
-
 def test_a_redis_that_stops_answering_holds_neither_the_work_nor_the_stop(
-    db, stalled_redis, start_worker, client, monkeypatch
+    db, redis_server, start_worker, client, monkeypatch
 ) -> None:
     """A Redis that accepts and never answers: every call to it is given up after the channel's
     command timeout (here shortened) and the worker goes on, on the Postgres claim path (the
@@ -1136,11 +1124,11 @@ def test_a_redis_that_stops_answering_holds_neither_the_work_nor_the_stop(
     monkeypatch.setattr(redis_channel, "COMMAND_TIMEOUT_SECS", 1.5)
     monkeypatch.setattr(redis_channel, "CONNECT_TIMEOUT_SECS", 0.5)
     ran.clear()
-    running = start_worker(app, queues=["rd_wf", "rd_acts"], redis_url=stalled_redis.url, hand_off=False)
+    running = start_worker(app, queues=["rd_wf", "rd_acts"], redis_url=redis_server.url, hand_off=False)
     connected(running)
     dispatch = running.worker.redis
-    assert stalled_redis.proc is not None
-    stalled_redis.proc.send_signal(signal.SIGSTOP)
+    assert redis_server.proc is not None
+    redis_server.proc.send_signal(signal.SIGSTOP)
     handles = start_fans(client, 3, 4)
     assert [h.result(timeout=60) for h in handles] == [sum(range(i * 4, i * 4 + 4)) for i in range(3)]
     deadline = time.monotonic() + 30
@@ -1152,14 +1140,14 @@ def test_a_redis_that_stops_answering_holds_neither_the_work_nor_the_stop(
     assert not running._thread.is_alive(), "the stop waited on the silent Redis"
 
 
-def test_a_stop_just_after_redis_stops_answering_ends(db, stalled_redis, start_worker, monkeypatch) -> None:
+def test_a_stop_just_after_redis_stops_answering_ends(db, redis_server, start_worker, monkeypatch) -> None:
     """The stop removes the worker's consumer from the group: on a Redis that stopped answering
     before the worker noticed, that call waited forever (redis 5's default), so the stop did."""
     monkeypatch.setattr(redis_channel, "COMMAND_TIMEOUT_SECS", 1.5)
-    running = start_worker(app, queues=["rd_wf", "rd_acts"], redis_url=stalled_redis.url)
+    running = start_worker(app, queues=["rd_wf", "rd_acts"], redis_url=redis_server.url)
     connected(running)
-    assert stalled_redis.proc is not None
-    stalled_redis.proc.send_signal(signal.SIGSTOP)
+    assert redis_server.proc is not None
+    redis_server.proc.send_signal(signal.SIGSTOP)
     running.loop.call_soon_threadsafe(running.worker.request_stop)
     running._thread.join(30)
     assert not running._thread.is_alive(), "the stop waited on the silent Redis"
@@ -1347,31 +1335,29 @@ def test_references_lost_in_a_redis_restarted_empty_leave_no_task_behind(
         server.kill()
 
 
-def test_boot_refuses_a_redis_that_accepts_and_never_answers(db, stalled_redis, monkeypatch) -> None:
+def test_boot_refuses_a_redis_that_accepts_and_never_answers(db, redis_server, monkeypatch) -> None:
     """The boot's PING on a Redis that accepts and never answers fails after the command timeout
     (RedisUnavailable, naming the endpoint), where redis 5's default waited forever."""
     monkeypatch.setattr(redis_channel, "COMMAND_TIMEOUT_SECS", 1.0)
-    assert stalled_redis.proc is not None
-    stalled_redis.proc.send_signal(signal.SIGSTOP)
-    with pytest.raises(RedisUnavailable, match=f"{stalled_redis.url} cannot be reached: TimeoutError"):
-        asyncio.run(Worker(app, db, redis_url=stalled_redis.url).run())
+    assert redis_server.proc is not None
+    redis_server.proc.send_signal(signal.SIGSTOP)
+    with pytest.raises(RedisUnavailable, match=f"{redis_server.url} cannot be reached: TimeoutError"):
+        asyncio.run(Worker(app, db, redis_url=redis_server.url).run())
 
 
-def test_harvest_worker_exits_1_on_a_redis_that_accepts_and_never_answers(
-    db, stalled_redis, tmp_path
-) -> None:
+def test_harvest_worker_exits_1_on_a_redis_that_accepts_and_never_answers(db, redis_server, tmp_path) -> None:
     """The process, not only Worker.run: `harvest worker` whose Redis accepts and never answers
     (frozen) gives it up after the command timeout (5 s) and exits 1 with the one line naming
     the endpoint, instead of hanging at its boot."""
     from test_config import harvest_cmd, one_error_line
 
-    assert stalled_redis.proc is not None
-    stalled_redis.proc.send_signal(signal.SIGSTOP)
+    assert redis_server.proc is not None
+    redis_server.proc.send_signal(signal.SIGSTOP)
     r = harvest_cmd(
-        db, "worker", "test_redis_dispatch:app", env={"HARVEST_REDIS__URL": stalled_redis.url}, cwd=tmp_path
+        db, "worker", "test_redis_dispatch:app", env={"HARVEST_REDIS__URL": redis_server.url}, cwd=tmp_path
     )
     assert r.returncode == 1
-    assert f"{stalled_redis.url} cannot be reached: TimeoutError" in one_error_line(r)
+    assert f"{redis_server.url} cannot be reached: TimeoutError" in one_error_line(r)
 
 
 def test_a_failure_handling_references_does_not_end_the_consumer(db, redis_server, start_worker) -> None:

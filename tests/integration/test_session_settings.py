@@ -773,6 +773,20 @@ def test_a_search_attribute_time_compares_the_same_in_any_zone_and_date_style(db
     assert answers == {key: [both, all_three, all_three, both] for key in answers}
 
 
+def _keyed_runs(db: str, queues: list[str], runs: list[tuple[str, str, str]]) -> None:
+    """Worker w1 polling ``queues``, workflow ``cw`` limited to one run per key (its input), and
+    a run of it for each ``(workflow_id, key, queue)``."""
+    with _session(db) as conn:
+        conn.execute("SELECT harvest.register_worker('w1', %s, 'host', 1)", (queues,))
+        conn.execute(
+            "SELECT harvest.declare_flow_policies(%s)",
+            (Jsonb({"workflows": {"cw": {"concurrency": {"limit": 1, "key": "input"}}}}),),
+        )
+        for workflow_id, key, queue in runs:
+            start = "SELECT harvest.start_workflow('cw', %s, %s, %s)"
+            conn.execute(start, (json.dumps([key]), workflow_id, queue))
+
+
 @pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
 def test_a_snapshot_transaction_claim_admits_no_run_over_a_concurrency_limit(db: str, isolation: str) -> None:
     """Admission counts a key's runs in flight after it takes the key's lock, in a statement
@@ -781,14 +795,7 @@ def test_a_snapshot_transaction_claim_admits_no_run_over_a_concurrency_limit(db:
     snapshot transaction) counted with a snapshot older than the lock: another worker's claim of
     the key committed in between was not seen, and the claim admitted a second run of a key whose
     limit is 1, for everyone."""
-    with _session(db) as conn:
-        conn.execute("SELECT harvest.register_worker('w1', ARRAY['q1', 'q2'], 'host', 1)")
-        conn.execute(
-            "SELECT harvest.declare_flow_policies(%s)",
-            (Jsonb({"workflows": {"cw": {"concurrency": {"limit": 1, "key": "input"}}}}),),
-        )
-        for workflow_id, queue in (("r1", "q1"), ("r2", "q2")):
-            conn.execute("SELECT harvest.start_workflow('cw', '[\"acme\"]', %s, %s)", (workflow_id, queue))
+    _keyed_runs(db, ["q1", "q2"], [("r1", "acme", "q1"), ("r2", "acme", "q2")])
     with (
         _session(db, default_transaction_isolation=isolation) as late,
         _session(db) as first,
@@ -815,13 +822,7 @@ def test_the_workers_claim_admits_a_keyed_run_in_a_repeatable_read_session(db: s
     so the worker's own claim (claim_tasks_open) opens its transaction READ COMMITTED whatever
     its session's default: in a deployment whose role or database defaults to REPEATABLE READ
     it still runs keyed work."""
-    with _session(db) as conn:
-        conn.execute("SELECT harvest.register_worker('w1', ARRAY['q1'], 'host', 1)")
-        conn.execute(
-            "SELECT harvest.declare_flow_policies(%s)",
-            (Jsonb({"workflows": {"cw": {"concurrency": {"limit": 1, "key": "input"}}}}),),
-        )
-        conn.execute("SELECT harvest.start_workflow('cw', '[\"acme\"]', 'r1', 'q1')")
+    _keyed_runs(db, ["q1"], [("r1", "acme", "q1")])
     clock = CLOCK.replace(" ", "\\ ")
     dsn = psycopg.conninfo.make_conninfo(
         db, options=f"-c default_transaction_isolation=repeatable\\ read -c harvest.fake_now={clock}"
@@ -987,14 +988,7 @@ def test_every_claim_of_harvests_pools_admits_a_keyed_run_whatever_the_default_i
     under a role or database defaulting to REPEATABLE READ they admitted no keyed run, so a
     `defer` run (and an activity under max_concurrent) waited for ever. Harvest's pooled
     connections now run READ COMMITTED whatever the default."""
-    with _session(db) as conn:
-        conn.execute("SELECT harvest.register_worker('w1', ARRAY['q1'], 'host', 1)")
-        conn.execute(
-            "SELECT harvest.declare_flow_policies(%s)",
-            (Jsonb({"workflows": {"cw": {"concurrency": {"limit": 1, "key": "input"}}}}),),
-        )
-        conn.execute("SELECT harvest.start_workflow('cw', '[\"acme\"]', 'r1', 'q1')")
-        conn.execute("SELECT harvest.start_workflow('cw', '[\"other\"]', 'r2', 'q1')")
+    _keyed_runs(db, ["q1"], [("r1", "acme", "q1"), ("r2", "other", "q1")])
     level, clock = isolation.replace(" ", "\\ "), CLOCK.replace(" ", "\\ ")
     dsn = psycopg.conninfo.make_conninfo(
         db, options=f"-c default_transaction_isolation={level} -c harvest.fake_now={clock}"

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import importlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +285,21 @@ def test_a_traceback_names_a_chained_database_error_by_its_first_line(db: str, c
     )
 
 
+@contextlib.contextmanager
+def _root_logger() -> Iterator[logging.Logger]:
+    """The root logger, its handlers and level put back as they were after the block."""
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    try:
+        yield root
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved:
+            root.addHandler(handler)
+        root.setLevel(level)
+
+
 def test_a_process_log_names_a_chained_database_error_by_its_first_line(db: str) -> None:
     """The handler ``harvest worker``/``serve`` log through does the same for any logger's
     traceback (asyncio's "exception was never retrieved", a library's), in text and JSON."""
@@ -290,21 +307,13 @@ def test_a_process_log_names_a_chained_database_error_by_its_first_line(db: str)
 
     from harvest.telemetry.logs import configure_logging
 
-    root = logging.getLogger()
-    saved, level = list(root.handlers), root.level
     outer = _chained(database_error(db), "cause")
-    try:
+    with _root_logger():
         for fmt in ("text", "json"):
             stream = io.StringIO()
             configure_logging("INFO", fmt, stream)
             logging.getLogger("asyncio").error("Task exception was never retrieved", exc_info=outer)
             assert_clean([stream.getvalue()])
-    finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in saved:
-            root.addHandler(handler)
-        root.setLevel(level)
 
 
 # The loggers Harvest logs a traceback on, or lends to workflow and activity code (ctx.logger).
@@ -333,11 +342,9 @@ def test_a_program_logging_through_its_own_handler_gets_the_same_lines(db: str, 
         return None
 
     Worker(App(activities=[noop]), db)  # (created: what a program has imported and set up)
-    root = logging.getLogger()
-    saved, level = list(root.handlers), root.level
     stream = io.StringIO()
     outer = _chained(database_error(db), "cause")
-    try:
+    with _root_logger() as root:
         for handler in list(root.handlers):
             root.removeHandler(handler)
         if setup == "basicConfig":
@@ -349,12 +356,6 @@ def test_a_program_logging_through_its_own_handler_gets_the_same_lines(db: str, 
             root.setLevel(logging.DEBUG)
         for name in TRACEBACK_LOGGER_NAMES:
             logging.getLogger(name).debug("a traceback on %s", name, exc_info=outer)
-    finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in saved:
-            root.addHandler(handler)
-        root.setLevel(level)
     said = stream.getvalue()
     assert all(f"a traceback on {name}" in said for name in TRACEBACK_LOGGER_NAMES), said
     assert_clean([said])
