@@ -4,25 +4,107 @@ and a drain written on every shard the worker polls."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
+from psycopg.types.json import Jsonb
 from starlette.testclient import TestClient
 
+from harvest import App, Batch, Debounce, Throttle, workflow
 from harvest.config import load_config
 from harvest.web.app import management_app
 
 pytestmark = pytest.mark.shard
 
 
-def _api(shards) -> TestClient:
+def _api(shards, **env: str) -> TestClient:
     env = {
         "HARVEST_SHARDS__READABLE": "0,1,2",
         "HARVEST_SHARDS__WRITABLE": "0,1,2",
         "HARVEST_SHARDS__RESIDENCY__EU": "2",
         **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in shards.dsns.items()},
+        **env,
     }
     return TestClient(management_app(config=load_config(env=env), profile="dev"))
+
+
+@workflow(debounce=Debounce(quiet=60))
+async def debounced(ctx) -> None: ...
+
+
+@workflow(batch=Batch(max_size=10, window=60))
+async def batched(ctx, item) -> None: ...
+
+
+@workflow(throttle=Throttle(rps=0.001, burst=1))
+async def throttled(ctx) -> None: ...
+
+
+def test_a_refused_placement_is_a_400_with_a_terse_message_and_writes_nothing(shards) -> None:
+    """The sharding guide, "Rejections (never a silent fallback)": POST /workflows/{name}/start
+    answers 400 with a JSON body (never a 500, never a re-hash or the default shard) for both
+    placements, an unknown or blank residency key, a key or shard that is not writable and a
+    shard the deployment does not know, naming what was asked and never the shard set or the
+    declared keys; a pin with a debounce or batch is a 400 too, a throttled pin is deferred
+    (202) and echoes its shard; a shard the router knows with no pool here is a 503; and
+    signal-with-start takes no placement."""
+    with _api(
+        shards,
+        HARVEST_SHARDS__READABLE="0,1,2,3",
+        HARVEST_SHARDS__WRITABLE="0,1,3",
+        HARVEST_SHARDS__RESIDENCY__DRAINED="2",
+        HARVEST_SHARDS__RESIDENCY__AP="3",
+    ) as api:
+        refusals = [
+            ({"shard_id": 1, "residency_key": "eu"}, "not both"),
+            ({"residency_key": "mars"}, "unknown residency_key 'mars'"),
+            ({"residency_key": " "}, "blank"),
+            ({"residency_key": "drained"}, "maps to a shard that is not accepting new workflows"),
+            ({"shard_id": 2}, "shard_id 2 is not accepting new workflows"),
+            ({"shard_id": 9}, "shard_id 9 is not a shard of this deployment"),
+        ]
+        for body, message in refusals:
+            refused = api.post("/workflows/greet/start", json={"workflow_id": "r", **body})
+            assert refused.status_code == 400, (body, refused.text)
+            error = refused.json()["error"]
+            assert error["code"] == "invalid_argument" and message in error["message"], (body, error)
+            others = [f"'{k}'" for k in ("eu", "drained", "ap") if k != body.get("residency_key")]
+            assert not any(s in error["message"] for s in ("[0", "writable", *others)), error
+        for pin in ({"shard_id": 3}, {"residency_key": "ap"}):  # known, but no pool here: no fallback
+            unavailable = api.post("/workflows/greet/start", json=pin)
+            assert unavailable.status_code == 503 and unavailable.json()["error"]["shard_id"] == 3
+        body = {"workflow_id": "s", "signal_name": "go", "shard_id": 1}
+        sws = api.post("/workflows/greet/signal-with-start", json=body)
+        assert sws.status_code == 400 and sws.json()["error"]["field"] == "shard_id"
+        with shards.connect(1) as conn:
+            policies = App(workflows=[debounced, batched, throttled]).flow_policies()
+            conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(policies),))
+        for name, args in (("debounced", {}), ("batched", {"input": ["x"]})):
+            deferred = api.post(f"/workflows/{name}/start", json={"shard_id": 1, **args})
+            assert deferred.status_code == 400 and "cannot take shard_id" in deferred.text, deferred.text
+        assert api.post("/workflows/throttled/start", json={"shard_id": 1}).status_code == 201
+        deferred = api.post("/workflows/throttled/start", json={"shard_id": 1})
+        assert deferred.status_code == 202 and deferred.json()["shard_id"] == 1, deferred.text
+        counts = []
+        for shard in (0, 1, 2):
+            with shards.connect(shard) as conn:
+                counts.append(conn.execute("SELECT count(*) FROM harvest.executions").fetchone()[0])
+        assert counts == [0, 1, 0], "only the admitted throttled start wrote a run"
+        # An unpinned start answers the old shape: no shard_id.
+        assert "shard_id" not in api.post("/workflows/greet/start", json={"workflow_id": "u"}).json()
+
+
+def test_admin_config_shard_topology_is_the_routers_sorted_projection(shards) -> None:
+    """The guide: shard_topology is key-ordered, so its bytes are stable and a plain diff of it
+    across replicas shows one whose residency map (or forwards, reserved set) disagrees; it is
+    the router's own projection, so a placement field added to the router shows here."""
+    with _api(shards, HARVEST_SHARDS__RESIDENCY__US="1") as api:
+        text = api.get("/admin/config").text
+        topology = json.loads(text)["shard_topology"]
+        assert list(topology) == sorted(topology), list(topology)
+        assert topology == api.app.state.harvest.router.topology()
+        assert topology["residency_map"] == {"eu": 2, "us": 1} and topology["reserved_shards"] == []
 
 
 def test_routes_over_three_shards_and_a_stopped_one(shards) -> None:

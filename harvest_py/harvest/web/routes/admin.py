@@ -140,14 +140,9 @@ async def config(call: Call, args: dict[str, Any], _: Any) -> Any:
         },
         "readiness": {"require_shard_readiness": bool(state.config.get("readiness.require_shard_readiness"))},
         "auth": {"unauthenticated_access": state.unauthenticated},
-        "shard_topology": {
-            "readable_shards": list(router.readable),
-            "writable_shards": list(router.writable),
-            "default_shard": router.default,
-            "reserved_shards": sorted(router.reserved),
-            "residency_map": dict(sorted((router.residency_map or {}).items())),
-            "shard_forwards": {str(k): v for k, v in sorted((router.forwards or {}).items())},
-        },
+        # The router's own projection, key-ordered (byte-stable, so a diff across replicas
+        # shows a disagreeing map), with every placement field the router has.
+        "shard_topology": router.topology(),
     }
 
 
