@@ -293,3 +293,33 @@ SELECT is(harvest._superseded_runs('{"not": "an array"}'), ARRAY[]::uuid[],
           '_superseded_runs() of anything but an array: an empty array');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- _supersede's bounds (the sharding guide, "Latest-wins supersede is shard-local too"): scoped to
+-- (workflow_name, key), a paused run is superseded, at most 32 runs shed per admission and the
+-- rest by the next admission of the key.
+BEGIN;
+SELECT plan(5);
+SELECT harvest.declare_flow_policies('{"workflows": {
+    "sb_c": {"concurrency": {"key": "input.d", "limit": 1, "on_conflict": "cancel_running"}},
+    "sb_d": {"concurrency": {"key": "input.d", "limit": 1}}}}');
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at, concurrency_key, status)
+SELECT ('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid, 'sb_c', 'sb-' || n,
+       timestamptz '2030-01-01 00:00:00+00' + make_interval(secs => n), 'k',
+       CASE WHEN n = 1 THEN 'PAUSED' ELSE 'RUNNING' END
+FROM generate_series(1, 40) AS n;
+-- A workflow that never opted in to latest-wins, whose key resolved to the same string.
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at, concurrency_key, status)
+VALUES ('00000000-0000-4000-8000-0000000d0001', 'sb_d', 'sb-defer', timestamptz '2030-01-01', 'k', 'RUNNING');
+CREATE TEMP TABLE sb_first ON COMMIT DROP AS
+SELECT harvest._supersede('sb_c', 'k', 1, '00000000-0000-4000-8000-0000000f0001') AS ids;
+SELECT is((SELECT cardinality(ids) FROM sb_first), 32, '_supersede(): at most 32 runs shed by one admission');
+SELECT is((SELECT status FROM harvest.executions WHERE workflow_id = 'sb-defer'), 'RUNNING',
+          '_supersede(): a run of another workflow with the same key string is never cancelled');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'sb_c' AND status IN ('RUNNING', 'PAUSED')),
+          8::bigint, '_supersede(): the excess stays live after one admission');
+SELECT is(cardinality(harvest._supersede('sb_c', 'k', 1, '00000000-0000-4000-8000-0000000f0002')), 8,
+          '_supersede(): the next admission of the key sheds the excess');
+SELECT is((SELECT status FROM harvest.executions WHERE workflow_id = 'sb-1'), 'CANCELLED',
+          '_supersede(): a paused run is superseded too (non-terminal, not in a slot)');
+SELECT * FROM finish();
+ROLLBACK;
