@@ -203,14 +203,13 @@ BEGIN
                 'local', count(*) FILTER (WHERE NOT r.remote),
                 'remote', count(*) FILTER (WHERE r.remote),
                 'remote_oldest_secs', extract(epoch FROM v_now - min(r.created_at) FILTER (WHERE r.remote)),
-                -- By-id signals and cancels to another shard that a delivery attempt left pending
-                -- (released with an error: the target's shard could not be inspected, ...).
+                -- Signals and cancels to another shard (by execution id, or by business key: the
+                -- guide's "by-id" is by workflow_id) that a delivery attempt left pending
+                -- (released with an error: a shard could not be inspected, ...).
                 'by_id_indeterminate_signal_oldest_secs', extract(epoch FROM v_now - min(r.created_at) FILTER (
-                    WHERE r.remote AND r.kind = 'external_signal' AND r.target_execution_id IS NOT NULL
-                      AND r.last_error IS NOT NULL)),
+                    WHERE r.remote AND r.kind = 'external_signal' AND r.last_error IS NOT NULL)),
                 'by_id_indeterminate_cancel_oldest_secs', extract(epoch FROM v_now - min(r.created_at) FILTER (
-                    WHERE r.remote AND r.kind = 'external_cancel' AND r.target_execution_id IS NOT NULL
-                      AND r.last_error IS NOT NULL))
+                    WHERE r.remote AND r.kind = 'external_cancel' AND r.last_error IS NOT NULL))
             )
             FROM harvest.relays AS r
         ),

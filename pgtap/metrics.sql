@@ -133,8 +133,9 @@ SELECT throws_ok($$SELECT * FROM harvest.list_forced_closes(harvest.now(), NULL,
                  NULL, 'list_forced_closes(): a limit of 0 is HR001');
 UPDATE harvest.executions SET end_owed_to_shard = NULL WHERE id = pg_temp.run('fc_timeout');  -- (owed ends below)
 
--- A by-id external signal to another shard whose delivery was released with an error 90 s ago
--- (its shard could not be inspected), a pending by-id cancel not tried yet, a by-key signal.
+-- An external signal by execution id to another shard whose delivery was released with an error
+-- 90 s ago (its shard could not be inspected), a pending cancel not tried yet, and a signal by
+-- business key left pending 500 s ago (a fan-out that missed shard 2): the oldest is the latter.
 INSERT INTO harvest.relays (target_execution_id, kind, created_at, source_execution_id, source_seq,
                             target_shard, remote, attempts, last_error)
 VALUES (gen_random_uuid(), 'external_signal', harvest.now() - interval '90 seconds', gen_random_uuid(), 1, 1,
@@ -146,8 +147,8 @@ INSERT INTO harvest.relays (kind, created_at, source_execution_id, source_seq, t
 VALUES ('external_signal', harvest.now() - interval '500 seconds', gen_random_uuid(), 3, 'k', 'wf', true, 1,
         'shard 2 unavailable');
 SELECT is((harvest.get_metric_samples() -> 'relays') - ARRAY['local', 'remote', 'remote_oldest_secs'],
-          '{"by_id_indeterminate_signal_oldest_secs": 90, "by_id_indeterminate_cancel_oldest_secs": null}'::jsonb,
-          'get_metric_samples(): the oldest by-id signal and cancel a delivery attempt left pending');
+          '{"by_id_indeterminate_signal_oldest_secs": 500, "by_id_indeterminate_cancel_oldest_secs": null}'::jsonb,
+          'get_metric_samples(): the oldest signal and cancel (by id or by business key) a delivery attempt left pending');
 
 -- Ends of cross-shard children kept here for a parent on another shard, per parent shard.
 INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at, completed_at, end_owed_to_shard)

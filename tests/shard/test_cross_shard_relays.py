@@ -19,10 +19,11 @@ from cross_shard_helpers import (
 )
 from psycopg.types.json import Jsonb
 
-from harvest import App, ExternalWorkflow, ExternalWorkflowError, workflow
+from harvest import App, Client, ExternalWorkflow, ExternalWorkflowError, workflow
 from harvest.core.errors import WorkflowCancelled
-from harvest.shard import AsyncShardPools
+from harvest.shard import AsyncShardPools, ShardRouter
 from harvest.shard.relay_pump import RelayPump, merge_outcomes
+from harvest.telemetry.metrics import Metrics
 from harvest.testing import WorkflowReplayer
 
 pytestmark = pytest.mark.shard
@@ -317,3 +318,39 @@ def test_a_target_shards_database_error_is_kept_as_its_first_line_not_its_detail
         )
     assert "4111" not in released[4], released[4]
     assert "delivery failed for the test" in released[4] and "22023" in released[4], released[4]
+
+
+def test_a_business_key_fan_out_missing_a_shard_is_counted_and_its_age_published(shards) -> None:
+    """The guide's by-id metrics are about the business-key fan-out ("by-id": by workflow_id): a
+    shard the fan-out could not inspect is counted per shard and why whether the row then waits
+    (no live run found) or a live run found elsewhere took the delivery (the found over an
+    incomplete fan-out counter), and a row left waiting shows in the age gauge."""
+    enable_cross_shard_relays(shards)
+    with clients(shards) as c:
+        live = c[1].start_workflow(collector, 1, workflow_id="live-key")
+        with shard_workers(app, shards, (0,), pump=False):
+            c[0].start_workflow(sender, {"workflow_id": "live-key"}, ["x"])
+            c[0].start_workflow(sender, {"workflow_id": "nobody-key"}, ["y"])
+            wait_for(lambda: len(remote_relays(shards, 0)) == 2, what="two remote relays")
+
+    async def tick():
+        # Shard 3 is readable in the router, and this process has no pool for it.
+        wide = ShardRouter((0, 1, 2, 3), (0, 1, 2), 0)
+        async with AsyncShardPools(wide, shards.dsns, max_size=2, acquire_timeout=1.0) as pools:
+            return await RelayPump(pools, sources=[0], children=False).tick()
+
+    report = asyncio.run(tick())
+    assert report.by_id_indeterminate == {(3, "no_pool"): 1}, report
+    assert report.found_over_incomplete_fanout == 1, report
+    assert (report.settled, report.released) == (1, 1)
+    with Client(shards.dsns[1]) as on_one:  # the live run got it
+        assert events(on_one, live.execution_id, "SignalReceived")
+    with shards.connect(0) as conn:
+        conn.execute("UPDATE harvest.relays SET created_at = created_at - interval '90 seconds'")
+        relays = conn.execute("SELECT harvest.get_metric_samples() -> 'relays'").fetchone()[0]
+    assert relays["by_id_indeterminate_signal_oldest_secs"] >= 90, relays
+
+    metrics = Metrics()
+    metrics.by_id_found_over_incomplete_fanout(report.found_over_incomplete_fanout)
+    text = metrics.render().decode()
+    assert "harvest_external_signal_by_id_found_over_incomplete_fanout_total 1.0" in text

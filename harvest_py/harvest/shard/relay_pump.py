@@ -58,7 +58,12 @@ class PumpReport:
     # By-id deliveries left pending because the target's shard could not be inspected:
     # (shard, why: ``no_pool`` in this process or ``unreachable``) -> how many this tick
     # (harvest_external_signal_by_id_indeterminate_shard_total).
+    # Counted for a delivery by execution id whose shard could not be inspected, and for a
+    # business-key fan-out left pending per shard it could not inspect.
     by_id_indeterminate: dict[tuple[int, str], int] = field(default_factory=dict)
+    # Business-key deliveries to a live run found while some shard could not be inspected
+    # (harvest_external_signal_by_id_found_over_incomplete_fanout_total).
+    found_over_incomplete_fanout: int = 0
 
     @property
     def moved(self) -> bool:
@@ -192,22 +197,35 @@ class RelayPump:
         expected = self.expected_shards
         answers: dict[int, dict[str, Any]] = {}
         missing: dict[int, str] = {}
+        uninspected: list[int] = []  # the shards that could not be asked (no pool, unreachable)
         for shard in expected:
             if shard in report.unavailable:
                 missing[shard] = report.unavailable[shard]
+                uninspected.append(shard)
                 continue
             try:
                 answers[shard] = await self._deliver_at(shard, relay, report)
             except ShardUnavailable as exc:
                 report.unavailable.setdefault(shard, exc.reason)
                 missing[shard] = exc.reason
+                uninspected.append(shard)
             except Exception as exc:  # refused there (a payload over its limit, ...): retried later
                 missing[shard] = failure_reason(exc)
         final = merge_outcomes(answers, expected)
+        if final is None:
+            for shard in uninspected:
+                self._indeterminate(report, shard)
+        elif final["outcome"] in _LIVE and uninspected:
+            report.found_over_incomplete_fanout += 1
         if final is not None and final["outcome"] not in _FINAL:
             return None, f"shard answered {final['outcome']!r}"
         why = "; ".join(f"shard {s}: {reason}" for s, reason in sorted(missing.items()))
         return final, why or "no shard answered"
+
+    def _indeterminate(self, report: PumpReport, shard: int) -> None:
+        """Count a delivery left pending because ``shard`` could not be inspected, and why."""
+        key = (shard, "no_pool" if shard not in self.pools.shards else "unreachable")
+        report.by_id_indeterminate[key] = report.by_id_indeterminate.get(key, 0) + 1
 
     async def _deliver_by_id(
         self, relay: dict[str, Any], report: PumpReport
@@ -237,9 +255,7 @@ class RelayPump:
             answer = await self.pools.follow(target, attempt, wait_secs=0.0)
         except ShardUnavailable as exc:
             report.unavailable.setdefault(exc.shard, exc.reason)
-            why = "no_pool" if exc.shard not in self.pools.shards else "unreachable"
-            key = (exc.shard, why)
-            report.by_id_indeterminate[key] = report.by_id_indeterminate.get(key, 0) + 1
+            self._indeterminate(report, exc.shard)
             return None, f"shard {exc.shard}: {exc.reason}"
         except Exception as exc:  # refused there (a payload over its limit, a move not active yet): retried
             return None, failure_reason(exc)

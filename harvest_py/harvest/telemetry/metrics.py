@@ -320,9 +320,16 @@ class Metrics:
         )
         self.external_signal_by_id_indeterminate_shard = counter(
             "harvest_external_signal_by_id_indeterminate_shard",
-            "By-id external signals and cancels left pending because the target's shard could not be "
-            "inspected (kind: no_pool in this process, or unreachable).",
+            "External signals and cancels (by execution id, or by business key per shard its fan-out "
+            "missed) left pending because a shard could not be inspected (kind: no_pool in this "
+            "process, or unreachable).",
             ("shard", "kind"),
+        )
+        self.external_signal_by_id_found_over_incomplete_fanout = counter(
+            "harvest_external_signal_by_id_found_over_incomplete_fanout",
+            "External signals and cancels by business key delivered to a live run found while some "
+            "shard of the fan-out could not be inspected.",
+            (),
         )
         self.schedule_missed = counter(
             "harvest_schedule_missed",
@@ -519,6 +526,12 @@ class Metrics:
         target's shard could not be inspected: (shard, ``no_pool`` | ``unreachable``) -> count."""
         for (shard, kind), count in counts.items():
             self.external_signal_by_id_indeterminate_shard(shard, kind).inc(count)
+
+    def by_id_found_over_incomplete_fanout(self, count: int) -> None:
+        """Business-key deliveries the relay pump made this tick to a live run found while some
+        shard could not be inspected (PumpReport.found_over_incomplete_fanout)."""
+        if count:
+            self.external_signal_by_id_found_over_incomplete_fanout().inc(count)
 
     def missed_schedule(self, schedule: str, count: int = 1) -> None:
         """For the schedule ticker: ``count`` fires of ``schedule`` skipped or late."""

@@ -1331,6 +1331,7 @@ class Worker:
                     self.metrics.children_stepped(report.children)
                     if report.by_id_indeterminate:
                         self.metrics.by_id_indeterminate(report.by_id_indeterminate)
+                    self.metrics.by_id_found_over_incomplete_fanout(report.found_over_incomplete_fanout)
                     if report.moved:
                         self.wake()
                 # Shards only: finish this shard's moves a killed rebalancer left mid-way (its
