@@ -158,6 +158,11 @@ def test_routes_over_three_shards_and_a_stopped_one(shards) -> None:
             # The stopped shard keeps its place: the cursor stays set, and its child comes later.
             assert [c["exec_id"] for c in kids["items"]] == [ids[2]] and kids["next_cursor"]
             assert {r["shard_id"] for r in partial["executions"]} == {0, 2}
+            # The tree degrades as the children do: a 200 naming the shard it could not read.
+            tree = api.get(f"/workflows/{ids[0]}/tree")
+            assert tree.status_code == 200, tree.text
+            assert (tree.json()["status"], tree.json()["unavailable_shards"]) == ("partial", [1])
+            assert ids[2] in tree.text and ids[1] not in tree.text
             down = api.get(f"/workflows/{ids[1]}")
             assert down.status_code == 503 and down.json()["error"]["shard_id"] == 1
             assert api.get(f"/workflows/{ids[0]}").status_code == 200
