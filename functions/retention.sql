@@ -305,6 +305,27 @@ $$;
 -- it: a seal there is followed), and drop_seals here for the seals whose run would have been
 -- collected. A seal whose home does not answer stays.
 --
+-- The cutoff the seal pass judges by: p_max_age before now (default: the retention setting),
+-- or NULL when neither is set (retention keeps everything); a max age that is not positive
+-- is refused as run_retention refuses it.
+CREATE OR REPLACE FUNCTION harvest._seal_cutoff(p_max_age interval)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_max_age interval := coalesce(p_max_age, (SELECT c.max_age FROM harvest.retention_config AS c WHERE c.id));
+BEGIN
+    IF v_max_age IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF v_max_age <= interval '0' THEN
+        RAISE EXCEPTION 'retention max age % must be positive', harvest._interval_text(v_max_age)
+            USING ERRCODE = 'HR001';
+    END IF;
+    RETURN harvest._retention_cutoff(v_max_age, 'retention max age');
+END;
+$$;
+
 -- A page of this shard's seals moved before the cutoff of p_max_age (default: the retention
 -- setting; neither: none, retention keeps everything), oldest first, after the keyset
 -- (p_after_moved_at, p_after_id), down executions_seals.
@@ -318,20 +339,14 @@ RETURNS TABLE (execution_id uuid, migrated_to_shard integer, moved_at timestampt
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_max_age interval := coalesce(p_max_age, (SELECT c.max_age FROM harvest.retention_config AS c WHERE c.id));
-    v_cutoff timestamptz;
+    v_cutoff timestamptz := harvest._seal_cutoff(p_max_age);
 BEGIN
-    IF v_max_age IS NULL THEN
-        RETURN;
-    END IF;
-    IF v_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'retention max age % must be positive', harvest._interval_text(v_max_age)
-            USING ERRCODE = 'HR001';
-    END IF;
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
         RAISE EXCEPTION 'seal page size % is out of range 1..10000', p_limit USING ERRCODE = 'HR001';
     END IF;
-    v_cutoff := harvest._retention_cutoff(v_max_age, 'retention max age');
+    IF v_cutoff IS NULL THEN
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT e.id, e.migrated_to_shard, e.completed_at FROM harvest.executions AS e
     WHERE e.status = 'MIGRATED' AND e.completed_at < v_cutoff
@@ -341,8 +356,8 @@ BEGIN
 END;
 $$;
 
--- On the shard a seal points to: for each id, in their order, whether the moved run would have been collected
--- here (collectable: no row, the run gone; or an ended run, completed before the cutoff of
+-- On the shard a seal points to: for each id, in their order, whether the moved run would
+-- have been collected here (collectable: no row, the run gone; or an ended run, completed before the cutoff of
 -- p_max_age, default this shard's setting, that retention would not keep), or where it went on
 -- (forwarded_to: a seal of its own here). A live run, a staged copy, an ended run still in
 -- its window or one kept (a legal hold, an owed end, a chain) is neither. With no max age
@@ -352,12 +367,8 @@ RETURNS TABLE (execution_id uuid, collectable boolean, forwarded_to integer)
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_max_age interval := coalesce(p_max_age, (SELECT c.max_age FROM harvest.retention_config AS c WHERE c.id));
-    v_cutoff timestamptz;
+    v_cutoff timestamptz := harvest._seal_cutoff(p_max_age);
 BEGIN
-    IF v_max_age IS NOT NULL THEN
-        v_cutoff := harvest._retention_cutoff(v_max_age, 'retention max age');
-    END IF;
     RETURN QUERY
     SELECT i.id,
            coalesce(e.id IS NULL OR (

@@ -1,5 +1,5 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, _retention_keeps,
--- list_expired_seals, judge_moved_runs, drop_seals (MIGRATED seals),
+-- list_expired_seals, judge_moved_runs, drop_seals, _seal_cutoff (MIGRATED seals),
 -- release_owed_child_ends, _owed_child_ends,
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
 -- _interval_text, _ago, _retention_cutoff; prune_flow_keys (and its fold of quota_ended_bytes),
@@ -241,7 +241,7 @@ ROLLBACK;
 -- MIGRATED seals (list_expired_seals, judge_moved_runs, drop_seals): run_retention never takes
 -- one; the janitor lists them here, judges them where they point, and drops the collectable ones.
 BEGIN;
-SELECT plan(11);
+SELECT plan(12);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE sl ON COMMIT DROP AS
 SELECT n, (harvest.start_workflow('sl_wf', '[]', 'sl-' || n, 'sl_q')).execution_id AS id
@@ -264,6 +264,8 @@ SELECT results_eq($$SELECT pg_temp.sl_n(s.execution_id) FROM harvest.list_expire
                   $$VALUES (2)$$, 'list_expired_seals(): a page after the keyset of the last');
 SELECT is((SELECT count(*) FROM harvest.list_expired_seals()), 0::bigint,
           'list_expired_seals(): no max age given or set: none (retention keeps everything)');
+SELECT throws_ok($$SELECT harvest._seal_cutoff('-1 day')$$, 'HR001', NULL,
+                 '_seal_cutoff(): a max age that is not positive is refused, as run_retention refuses it');
 SELECT throws_ok($$SELECT * FROM harvest.list_expired_seals('30 days', NULL, NULL, 0)$$, 'HR001', NULL,
                  'list_expired_seals(): a page size out of 1..10000 is refused');
 SELECT is((harvest.run_retention('30 days') ->> 'deleted')::integer, 1, 'run_retention(): the ended run goes');
