@@ -234,10 +234,12 @@ BEGIN
             -- How long the oldest run the janitor would delete has waited for it: the runs
             -- retention keeps (a legal hold, a chain's earlier runs) are not behind, and
             -- counting them made a held run's lag (and HarvestRetentionLagging) grow for good.
+            -- A MIGRATED seal is the janitor's too, but judged where its run lives (drop_seals).
             'lag_secs', CASE WHEN v_max_age IS NOT NULL THEN coalesce((
                 SELECT extract(epoch FROM harvest._ago(v_now, v_max_age) - e.completed_at)
                 FROM harvest.executions AS e
-                WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest._ago(v_now, v_max_age)
+                WHERE e.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED')
+                  AND e.completed_at < harvest._ago(v_now, v_max_age)
                   AND e.end_owed_to_shard IS NULL  -- (executions_retention)
                   AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)
                 ORDER BY e.completed_at
@@ -281,7 +283,7 @@ BEGIN
     FROM (
         (SELECT e.id, e.workflow_name, e.status, e.last_event_id, e.completed_at
          FROM harvest.executions AS e
-         WHERE e.status <> 'RUNNING' AND e.end_owed_to_shard IS NULL
+         WHERE e.status NOT IN ('RUNNING', 'MIGRATED') AND e.end_owed_to_shard IS NULL  -- (executions_retention)
            AND e.completed_at >= p_after_at AND e.completed_at <= p_until
            AND (e.completed_at, e.id)
                > (p_after_at, coalesce(p_after_id, '00000000-0000-0000-0000-000000000000'::uuid))

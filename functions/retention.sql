@@ -143,7 +143,7 @@ BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     IF v_config.max_age IS NOT NULL THEN
         SELECT count(*) INTO v_eligible FROM harvest.executions AS e
-        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest._ago(harvest.now(), v_config.max_age)
+        WHERE e.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED') AND e.completed_at < harvest._ago(harvest.now(), v_config.max_age)
           AND e.end_owed_to_shard IS NULL  -- (executions_retention)
           AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard);
     END IF;
@@ -214,7 +214,7 @@ BEGIN
     v_cutoff := harvest._retention_cutoff(v_max_age, 'retention max age');
     SELECT array_agg(s.id) INTO v_ids FROM (
         SELECT e.id FROM harvest.executions AS e
-        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
+        WHERE e.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED') AND e.completed_at < v_cutoff
           -- Down executions_retention: a run kept for a parent's shard is not read (migration 0102).
           AND e.end_owed_to_shard IS NULL
           AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)
@@ -234,7 +234,8 @@ BEGIN
         DELETE FROM harvest.relays AS r
         WHERE r.target_execution_id = ANY(v_ids) AND r.source_execution_id IS NULL;
         -- The status re-check guards against a row that changed under us.
-        DELETE FROM harvest.executions AS e WHERE e.id = ANY(v_ids) AND e.status NOT IN ('RUNNING', 'PAUSED');
+        DELETE FROM harvest.executions AS e
+        WHERE e.id = ANY(v_ids) AND e.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED');
     END IF;
     -- Receipts of relays applied for other shards (relays.sql) past the window, at most a
     -- batch, oldest first down relay_receipts_received (0098: one unbounded delete found by a
@@ -276,7 +277,7 @@ BEGIN
     -- the batch's rows stayed locked meanwhile. get_retention_status counts them all.
     SELECT count(*) INTO v_remaining FROM (
         SELECT 1 FROM harvest.executions AS e
-        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
+        WHERE e.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED') AND e.completed_at < v_cutoff
           -- Down executions_retention: a run kept for a parent's shard is not read (migration 0102).
           AND e.end_owed_to_shard IS NULL
           AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)
@@ -292,6 +293,116 @@ BEGIN
     END IF;
     RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'remaining', v_remaining,
                               'cutoff', v_cutoff, 'batch_size', v_batch, 'runless_payloads_deleted', v_runless);
+END;
+$$;
+
+-- MIGRATED seals (rebalance.sql) and retention. A seal on the shard a run moved away from
+-- forwards every by-id lookup, signal, cancel and result wait to the run's new shard, so
+-- run_retention never deletes one on this shard's judgement alone: the run may still be live
+-- there, however old the move. The janitor (harvest.worker.seals) collects seals in three
+-- steps: list_expired_seals here (moved before the window's cutoff), judge_moved_runs on the
+-- shard each points to (the run gone, or ended past that shard's window with nothing keeping
+-- it: a seal there is followed), and drop_seals here for the seals whose run would have been
+-- collected. A seal whose home does not answer stays.
+--
+-- The cutoff the seal pass judges by: p_max_age before now (default: the retention setting),
+-- or NULL when neither is set (retention keeps everything); a max age that is not positive
+-- is refused as run_retention refuses it.
+CREATE OR REPLACE FUNCTION harvest._seal_cutoff(p_max_age interval)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_max_age interval := coalesce(p_max_age, (SELECT c.max_age FROM harvest.retention_config AS c WHERE c.id));
+BEGIN
+    IF v_max_age IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF v_max_age <= interval '0' THEN
+        RAISE EXCEPTION 'retention max age % must be positive', harvest._interval_text(v_max_age)
+            USING ERRCODE = 'HR001';
+    END IF;
+    RETURN harvest._retention_cutoff(v_max_age, 'retention max age');
+END;
+$$;
+
+-- A page of this shard's seals moved before the cutoff of p_max_age (default: the retention
+-- setting; neither: none, retention keeps everything), oldest first, after the keyset
+-- (p_after_moved_at, p_after_id), down executions_seals.
+CREATE OR REPLACE FUNCTION harvest.list_expired_seals(
+    p_max_age interval DEFAULT NULL,
+    p_after_moved_at timestamptz DEFAULT NULL,
+    p_after_id uuid DEFAULT NULL,
+    p_limit integer DEFAULT 500
+)
+RETURNS TABLE (execution_id uuid, migrated_to_shard integer, moved_at timestamptz)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_cutoff timestamptz := harvest._seal_cutoff(p_max_age);
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'seal page size % is out of range 1..10000', p_limit USING ERRCODE = 'HR001';
+    END IF;
+    IF v_cutoff IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT e.id, e.migrated_to_shard, e.completed_at FROM harvest.executions AS e
+    WHERE e.status = 'MIGRATED' AND e.completed_at < v_cutoff
+      AND (p_after_moved_at IS NULL OR (e.completed_at, e.id) > (p_after_moved_at, p_after_id))
+    ORDER BY e.completed_at, e.id
+    LIMIT p_limit;
+END;
+$$;
+
+-- On the shard a seal points to: for each id, in their order, whether the moved run would
+-- have been collected here (collectable: no row, the run gone; or an ended run, completed before the cutoff of
+-- p_max_age, default this shard's setting, that retention would not keep), or where it went on
+-- (forwarded_to: a seal of its own here). A live run, a staged copy, an ended run still in
+-- its window or one kept (a legal hold, an owed end, a chain) is neither. With no max age
+-- anywhere, only a run that is gone is collectable.
+CREATE OR REPLACE FUNCTION harvest.judge_moved_runs(p_ids uuid[], p_max_age interval DEFAULT NULL)
+RETURNS TABLE (execution_id uuid, collectable boolean, forwarded_to integer)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_cutoff timestamptz := harvest._seal_cutoff(p_max_age);
+BEGIN
+    RETURN QUERY
+    SELECT i.id,
+           coalesce(e.id IS NULL OR (
+               e.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED')
+               AND e.completed_at < v_cutoff
+               AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)), false),
+           CASE WHEN e.status = 'MIGRATED' THEN e.migrated_to_shard END
+    FROM unnest(p_ids) WITH ORDINALITY AS i (id, at)
+    LEFT JOIN harvest.executions AS e ON e.id = i.id
+    ORDER BY i.at;
+END;
+$$;
+
+-- Delete the seals of p_ids that are still seals (a run moved back here is not one any more),
+-- rows locked by someone else skipped, audited; returns how many went. Their history goes with
+-- them (ON DELETE CASCADE), as a collected run's does.
+CREATE OR REPLACE FUNCTION harvest.drop_seals(p_ids uuid[], p_operator_id text DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_deleted integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM harvest.executions AS e
+        WHERE e.id IN (SELECT q.id FROM harvest.executions AS q
+                       WHERE q.id = ANY(p_ids) AND q.status = 'MIGRATED' FOR UPDATE SKIP LOCKED)
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_deleted FROM gone;
+    IF v_deleted > 0 OR p_operator_id IS NOT NULL THEN
+        PERFORM harvest._audit('retention.seals', NULL, p_operator_id, jsonb_build_object('deleted', v_deleted));
+    END IF;
+    RETURN v_deleted;
 END;
 $$;
 
@@ -512,9 +623,20 @@ COMMENT ON FUNCTION harvest.get_retention_status IS
 COMMENT ON FUNCTION harvest.run_retention IS
 'Delete one batch of expired terminal executions (never a RUNNING or PAUSED one, one under a legal hold, '
 'a cross-shard child whose end its parent has not taken, nor the earlier runs of a chain whose later run is '
-'still here), audited; returns {deleted, remaining (counted '
+'still here, nor a MIGRATED seal: the janitor judges those with drop_seals), audited; returns {deleted, remaining (counted '
 'up to 10000), cutoff}: call again while remaining > 0. HR001 when no max age is set. For admins (role '
 'harvest_admin).';
+COMMENT ON FUNCTION harvest.list_expired_seals IS
+'A page (p_limit, 1..10000) of this shard''s MIGRATED seals moved before the cutoff of p_max_age (default: the '
+'retention setting; none: no rows), oldest first after the keyset (p_after_moved_at, p_after_id): the janitor''s '
+'candidates, each judged where it points (judge_moved_runs) before drop_seals. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.judge_moved_runs IS
+'On the shard seals point to: for each of p_ids, collectable (the run gone, or ended before the cutoff of p_max_age '
+'and not kept by retention) or forwarded_to (a seal here too). For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.drop_seals IS
+'Delete the MIGRATED seals of p_ids (a row that is no seal is kept; locked rows skipped), audited as '
+'retention.seals; returns how many went. The janitor calls it for the seals judge_moved_runs found collectable. '
+'For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.release_owed_child_ends IS
 'On a child''s shard: let retention take up to p_batch_size ended cross-shard children (running ones too with '
 'p_include_running) whose ends are owed to the parent shard p_parent_shard, gone for good; audited; returns how '

@@ -1,4 +1,5 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, _retention_keeps,
+-- list_expired_seals, judge_moved_runs, drop_seals, _seal_cutoff (MIGRATED seals),
 -- release_owed_child_ends, _owed_child_ends,
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
 -- _interval_text, _ago, _retention_cutoff; prune_flow_keys (and its fold of quota_ended_bytes),
@@ -233,6 +234,58 @@ INSERT INTO harvest.quota_ended_bytes (quota_key, bytes) VALUES ('fold-d', 1), (
 SELECT harvest.prune_flow_keys(1);
 SELECT is((SELECT count(*) FROM harvest.quota_ended_bytes WHERE quota_key IN ('fold-d', 'fold-e')), 3::bigint,
           'prune_flow_keys(1): one key folded a round');
+
+SELECT * FROM finish();
+ROLLBACK;
+
+-- MIGRATED seals (list_expired_seals, judge_moved_runs, drop_seals): run_retention never takes
+-- one; the janitor lists them here, judges them where they point, and drops the collectable ones.
+BEGIN;
+SELECT plan(12);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+CREATE TEMP TABLE sl ON COMMIT DROP AS
+SELECT n, (harvest.start_workflow('sl_wf', '[]', 'sl-' || n, 'sl_q')).execution_id AS id
+FROM generate_series(1, 6) AS n;
+-- 1 and 2: seals of moves long ago (1 first); 3: a seal of a recent move; 4: an ended run past
+-- the window; 5: running; 6: an ended run past the window under a legal hold.
+SELECT harvest.terminate_workflow(id, 'ended') FROM sl WHERE n IN (4, 6);
+UPDATE harvest.executions AS e SET status = 'MIGRATED', migrated_to_shard = 7, completed_at = v.at
+FROM (VALUES (1, '2029-01-01'::timestamptz), (2, '2029-02-01'), (3, '2029-12-31')) AS v (n, at), sl
+WHERE sl.n = v.n AND e.id = sl.id;
+UPDATE harvest.executions SET completed_at = '2029-01-01' WHERE id IN (SELECT id FROM sl WHERE n IN (4, 6));
+SELECT harvest.set_legal_hold((SELECT id FROM sl WHERE n = 6), 'case 9', 'legal');
+CREATE FUNCTION pg_temp.sl_n(p_id uuid) RETURNS integer LANGUAGE sql AS $$ SELECT n FROM sl WHERE id = p_id $$;
+
+SELECT results_eq($$SELECT pg_temp.sl_n(execution_id), migrated_to_shard FROM harvest.list_expired_seals('30 days')$$,
+                  $$VALUES (1, 7), (2, 7)$$, 'list_expired_seals(): the seals moved before the cutoff, oldest first');
+SELECT results_eq($$SELECT pg_temp.sl_n(s.execution_id) FROM harvest.list_expired_seals('30 days',
+                        (SELECT f.moved_at FROM harvest.list_expired_seals('30 days', NULL, NULL, 1) AS f),
+                        (SELECT f.execution_id FROM harvest.list_expired_seals('30 days', NULL, NULL, 1) AS f)) AS s$$,
+                  $$VALUES (2)$$, 'list_expired_seals(): a page after the keyset of the last');
+SELECT is((SELECT count(*) FROM harvest.list_expired_seals()), 0::bigint,
+          'list_expired_seals(): no max age given or set: none (retention keeps everything)');
+SELECT throws_ok($$SELECT harvest._seal_cutoff('-1 day')$$, 'HR001', NULL,
+                 '_seal_cutoff(): a max age that is not positive is refused, as run_retention refuses it');
+SELECT throws_ok($$SELECT * FROM harvest.list_expired_seals('30 days', NULL, NULL, 0)$$, 'HR001', NULL,
+                 'list_expired_seals(): a page size out of 1..10000 is refused');
+SELECT is((harvest.run_retention('30 days') ->> 'deleted')::integer, 1, 'run_retention(): the ended run goes');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE status = 'MIGRATED'), 3::bigint,
+          'run_retention(): no seal goes, however old its move');
+SELECT results_eq(
+    $$SELECT coalesce(pg_temp.sl_n(j.execution_id), 0), j.collectable, j.forwarded_to
+      FROM harvest.judge_moved_runs(ARRAY(SELECT id FROM sl ORDER BY n) || gen_random_uuid(), '30 days') AS j$$,
+    $$VALUES (1, false, 7), (2, false, 7), (3, false, 7), (4, true, NULL::integer), (5, false, NULL),
+             (6, false, NULL), (0, true, NULL)$$,
+    'judge_moved_runs(): a run gone is collectable, a seal is followed, a live or held run is not');
+SELECT results_eq(
+    $$SELECT j.collectable FROM harvest.judge_moved_runs(ARRAY[(SELECT id FROM sl WHERE n = 5), gen_random_uuid()]) AS j$$,
+    $$VALUES (false), (true)$$, 'judge_moved_runs(): with no max age only a run that is gone is collectable');
+SELECT is(harvest.drop_seals(ARRAY(SELECT id FROM sl WHERE n IN (1, 4, 5)), 'ops'), 1,
+          'drop_seals(): only a row that is still a seal goes');
+SELECT results_eq($$SELECT pg_temp.sl_n(id) FROM harvest.executions WHERE id IN (SELECT id FROM sl) ORDER BY 1$$,
+                  $$VALUES (2), (3), (5), (6)$$, 'drop_seals(): the running run stays');
+SELECT is((SELECT details ->> 'deleted' FROM harvest.audit_log WHERE operation = 'retention.seals'), '1',
+          'drop_seals(): audited');
 
 SELECT * FROM finish();
 ROLLBACK;

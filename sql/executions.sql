@@ -133,10 +133,18 @@ ON harvest.executions USING gin (search_attributes);
 -- The ended runs by completion time, but for those that owe a parent their end (migration
 -- 0102; they are in executions_end_owed): the janitor's batches, its remaining count, the
 -- retention lag and the sampler's forced closes (functions/retention.sql, metrics.sql). The runs
--- kept for a parent's shard that is away, the oldest then, are not read by every batch.
+-- kept for a parent's shard that is away, the oldest then, are not read by every batch; nor
+-- are MIGRATED seals (migration 0108), which the janitor judges where their run lives: a seal
+-- of a run still live there would be walked past by every batch, however old.
 CREATE INDEX executions_retention
 ON harvest.executions (completed_at)
-WHERE status <> 'RUNNING' AND end_owed_to_shard IS NULL;
+WHERE status NOT IN ('RUNNING', 'MIGRATED') AND end_owed_to_shard IS NULL;
+
+-- The MIGRATED seals by the time of their move: the janitor's page of seals moved before the
+-- retention window (functions/retention.sql, list_expired_seals).
+CREATE INDEX executions_seals
+ON harvest.executions (completed_at, id)
+WHERE status = 'MIGRATED';
 
 -- The runs whose end a parent on another shard has not taken yet (migration 0101): few, and
 -- only while a parent's pump is behind; an operator's release of the ends owed to a retired

@@ -95,6 +95,10 @@ ADMIN = [
     "SELECT harvest.set_retention('10 days')",
     "SELECT harvest.set_worker_retention('7 days')",
     "SELECT harvest.prune_workers()",
+    # MIGRATED seals: the janitor's page, the judgement where they point, the drop.
+    "SELECT * FROM harvest.list_expired_seals('1 day')",
+    "SELECT * FROM harvest.judge_moved_runs(ARRAY[%(e)s::uuid])",
+    "SELECT harvest.drop_seals(ARRAY[%(e)s::uuid])",
     # Legal holds and erasure (payloads.sql): the run `o` was terminated above.
     "SELECT harvest.set_legal_hold(%(o)s, 'case 1')",
     "SELECT harvest.release_legal_hold(%(o)s)",

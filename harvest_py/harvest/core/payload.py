@@ -762,6 +762,43 @@ def decode_args(fn: Callable[..., Any] | None, json_args: Any) -> tuple[tuple[An
     return tuple(args), kwargs
 
 
+def encode_checked_args(fn: Callable[..., Any], args: tuple[Any, ...], what: str) -> list[Any]:
+    """``encode_args(fn, args)`` of a positional call, checked against ``fn``'s hints: raises
+    at the call the ``PayloadError`` the worker's ``decode_args`` would raise for it (``"abc"``
+    for an ``int``, a dict missing a dataclass's field), after ``what`` (``activity charge``)
+    and what to do. A value of its hint's own type (or under ``Any``) round-trips and is not
+    decoded again: on the plain path the check is one type test an argument, in the loop that
+    encodes them (a dataclass's own field values are then the worker's to check)."""
+    plan = _call_plan(fn)
+    if plan.positional is None or not plan.required <= len(args) <= plan.positional:
+        encoded = encode_args(fn, args)
+        _decodes(fn, encoded, what)
+        return encoded
+    hints = plan.hints
+    out: list[Any] = []
+    fits = True
+    for i, value in enumerate(args):
+        kind = type(value)
+        if kind is not hints[i] and hints[i] is not Any:
+            fits = False
+        if kind is str or kind is int or kind is bool or value is None:  # (_encode_items)
+            out.append(value)
+        else:
+            out.append(encode(value, f"input[{i}]"))
+    if not fits:
+        _decodes(fn, out, what)
+    return out
+
+
+def _decodes(fn: Callable[..., Any], encoded: list[Any], what: str) -> None:
+    try:
+        decode_args(fn, encoded)
+    except PayloadError as exc:
+        raise PayloadError(
+            f"{what}: {exc}; no worker can run this call: fix the arguments passed (or the annotations)"
+        ) from None
+
+
 def decode_result(fn: Callable[..., Any] | None, value: Any) -> Any:
     """Decode a result by ``fn``'s return annotation (raw JSON when there is none)."""
     hint = _safe_hints(fn).get("return", Any) if fn is not None else Any  # return_hint(fn)

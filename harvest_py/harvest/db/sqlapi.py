@@ -328,6 +328,12 @@ SELECT harvest.release_owed_child_ends(%(parent_shard)s, %(batch_size)s, %(inclu
                                        %(operator)s) AS result
 """
 PRUNE_FLOW_KEYS = "SELECT harvest.prune_flow_keys(%(batch_size)s) AS result"
+# MIGRATED seals: listed on their shard, judged where they point, dropped on their shard.
+LIST_EXPIRED_SEALS = """
+SELECT * FROM harvest.list_expired_seals(%(max_age)s::interval, %(after_moved_at)s, %(after_id)s, %(limit)s)
+"""
+JUDGE_MOVED_RUNS = "SELECT * FROM harvest.judge_moved_runs(%(ids)s::uuid[], %(max_age)s::interval)"
+DROP_SEALS = "SELECT harvest.drop_seals(%(ids)s::uuid[], %(operator)s) AS deleted"
 
 
 # -- queries and updates (functions/messages.sql)
@@ -1635,6 +1641,27 @@ def release_owed_child_ends(
 @call(PRUNE_FLOW_KEYS, column("result"))
 def prune_flow_keys(batch_size: int = 500) -> dict[str, Any]:
     return {"batch_size": batch_size}
+
+
+@call(LIST_EXPIRED_SEALS)
+def list_expired_seals(
+    max_age: str | None = None, after_moved_at: Any = None, after_id: str | None = None, limit: int = 500
+) -> dict[str, Any]:
+    """A page of this shard's MIGRATED seals moved before the retention window, oldest first
+    after the ``(moved_at, id)`` keyset: ``execution_id``, ``migrated_to_shard``, ``moved_at``."""
+    return {"max_age": max_age, "after_moved_at": after_moved_at, "after_id": after_id, "limit": limit}
+
+
+@call(JUDGE_MOVED_RUNS)
+def judge_moved_runs(ids: list[str], max_age: str | None = None) -> dict[str, Any]:
+    """On the shard seals point to: each run's ``collectable`` and ``forwarded_to``."""
+    return {"ids": ids, "max_age": max_age}
+
+
+@call(DROP_SEALS, column("deleted"))
+def drop_seals(ids: list[str], operator: str | None = None) -> dict[str, Any]:
+    """Delete the MIGRATED seals of ``ids`` that are still seals; how many went."""
+    return {"ids": ids, "operator": operator}
 
 
 # -- queries and updates (functions/messages.sql) ----------------------------------------------

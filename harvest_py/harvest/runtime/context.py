@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, TypeVarTupl
 from harvest.core.deprecation import queue_alias, renamed_attribute
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, SignalTimeout
-from harvest.core.payload import decode, decode_result, encode, encode_args, return_hint
+from harvest.core.payload import decode, decode_result, encode, encode_args, encode_checked_args, return_hint
 from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition, bound_activity
 from harvest.runtime.children import ChildPlacement
 from harvest.runtime.external import external_target
@@ -41,6 +41,16 @@ Args = TypeVarTuple("Args")
 T = TypeVar("T")
 
 P = ParamSpec("P")
+
+
+def _activity_input(name: str, fn: Callable[..., Any] | None, args: tuple[Any, ...]) -> list[Any]:
+    """The activity call's input as the wire holds it, checked against the function's hints
+    when the workflow has it (by reference, or a name its App registers): an argument that does
+    not fit fails here, in the workflow, as a PayloadError naming the activity, the parameter,
+    the type expected and the value got, instead of reaching a worker that cannot run it."""
+    if fn is None:
+        return encode_args(None, args)
+    return encode_checked_args(fn, args, f"activity {name}")
 
 
 def _must_await(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
@@ -265,7 +275,7 @@ class WorkflowContext:
             "type": "schedule_activity",
             "seq": run.next_seq(),
             "name": defn.name,
-            "input": encode_args(fn, args),  # on replay too: a bad argument fails as it did
+            "input": _activity_input(defn.name, fn, args),  # on replay too: a bad argument fails as it did
             "queue": defn.queue or self.info.queue,
         }
         if not run.matching():  # a replay compares the name only; the options cannot fail
@@ -307,7 +317,7 @@ class WorkflowContext:
             defn = registered
         if options:
             defn = defn.with_options(**options)
-        encode_args(fn, args)  # fail here, as a regular activity would, on a bad argument
+        _activity_input(defn.name, fn, args)  # fail here, as a regular activity would, on a bad argument
         future = self._run.issue_local(defn, args)
         raw = await future
         return decode_result(fn, raw) if fn is not None else raw

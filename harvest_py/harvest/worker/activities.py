@@ -373,7 +373,8 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
             # The same input fails the same way on every attempt: do not retry it.
             raise ActivityFailure(
                 "PayloadError",
-                f"the input does not fit {definition.name}'s signature: {exc}",
+                f"the input does not fit {definition.name}'s signature: {exc}; not retried, retrying "
+                "cannot help: fix the arguments the workflow passes (or the activity's annotations)",
                 non_retryable=True,
             ) from exc
         timeout = (task.get("options") or {}).get("start_to_close") or definition.start_to_close

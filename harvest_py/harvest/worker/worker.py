@@ -75,6 +75,7 @@ from harvest.worker.owners import RECENT_HEARTBEATS
 from harvest.worker.plain_runs import PlainRuns
 from harvest.worker.queries import serve_queries
 from harvest.worker.redis_dispatch import RedisDispatch, refuse_sharded
+from harvest.worker.seals import collect_seals
 from harvest.worker.stopping import STOP_CALL_SECS, cancel_and_wait
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
@@ -242,6 +243,8 @@ class Worker:
         self._next_lane = 0  # where the next claim round starts (round-robin)
         self._close_pools: Any = None
         self._pools: Any = None  # AsyncShardPools, with shards=
+        # The retention janitor's place in each shard's seals (harvest/worker/seals.py).
+        self._seal_cursors: dict[int, Any] = {}
         self._wake = asyncio.Event()
         # Set when the only wake-ups since the loop last slept are finished tasks that need no
         # claim (see _finished): the loop then reads the next due time again and sleeps on.
@@ -1470,6 +1473,8 @@ class Worker:
                         result["deleted"],
                         result["remaining"],
                     )
+                if self.relay_pump is not None:  # shards: seals judged where their runs live
+                    await self._collect_seals(lane)
                 if result["deleted"] and result["remaining"]:
                     continue
             except asyncio.CancelledError:
@@ -1488,6 +1493,22 @@ class Worker:
                 if not lane.note_failure(exc, "retention"):
                     log.warning("retention run failed: %s", failure_reason(exc, lane.dsn))
             await self._passes_end(self.retention_interval)
+
+    async def _collect_seals(self, lane: ShardLane) -> None:
+        """One page of the shard's MIGRATED seals past the window, each judged on the shard its
+        run lives on, the collectable ones dropped (harvest/worker/seals.py); the page's keyset
+        kept for the next pass, from the start again after the last page."""
+        assert self.relay_pump is not None
+        after = self._seal_cursors.get(lane.shard)
+        report = await collect_seals(self.relay_pump.pools, lane.shard, after=after)
+        self._seal_cursors[lane.shard] = report["next"]
+        if report["deleted"]:
+            log.info("retention: deleted %d seal(s) of run(s) moved away and collected", report["deleted"])
+        if report["unreachable"]:
+            log.info(
+                "retention: seals pointing to shard(s) %s kept: not reachable from here",
+                ", ".join(map(str, report["unreachable"])),
+            )
 
     async def _passes_end(self, secs: float) -> bool:
         """Wait ``secs`` between two passes of the scanner or the janitor: True (at once) when
