@@ -11,7 +11,8 @@
 # BESIDE_CMD: one more command run beside them (make test: the PostgreSQL 15 leg).
 # SKIP_SLOW=1 in the environment leaves the slow groups out (the fast suite is the same).
 # The first fast part prints as it goes; every other process's output is printed after it, in
-# turn. The exit status fails if any process failed.
+# turn, each with its 25 slowest tests (--durations: where the time goes, in every CI log). The
+# exit status fails if any process failed.
 set -uo pipefail
 pytest_cmd=$1
 IFS=, read -r -a groups <<<"$2"
@@ -23,10 +24,11 @@ names=()
 pids=()
 all=""
 for group in "${groups[@]}"; do
-    all="${all:+$all or }$group"
+    all="${all:+$all or }($group)"
 done
 fast=(-m "not ($all)")
 [ -n "$all" ] || fast=()
+report=(--durations=25)
 spawn() { # name, command...
     local name=$1
     shift
@@ -37,11 +39,11 @@ spawn() { # name, command...
 [ "${SKIP_SLOW:-}" = 1 ] && groups=()
 for group in "${groups[@]}"; do
     # shellcheck disable=SC2086  # $pytest_cmd is a command line, split on purpose
-    spawn "slow suites: -m \"$group\"" $pytest_cmd -m "$group" tests
+    spawn "slow suites: -m \"$group\"" $pytest_cmd "${report[@]}" -m "$group" tests
 done
 for ((k = 2; k <= parts; k++)); do
     # shellcheck disable=SC2086
-    spawn "fast suite, part $k/$parts" $pytest_cmd "${fast[@]}" --part "$k/$parts" tests
+    spawn "fast suite, part $k/$parts" $pytest_cmd "${report[@]}" "${fast[@]}" --part "$k/$parts" tests
 done
 if [ "$#" -gt 0 ]; then
     spawn "$*" "$@"
@@ -50,7 +52,7 @@ split=()
 [ "$parts" -gt 1 ] && split=(--part "1/$parts")
 [ "$parts" -gt 1 ] && echo "== fast suite, part 1/$parts =="
 # shellcheck disable=SC2086
-$pytest_cmd "${fast[@]}" "${split[@]}" tests
+$pytest_cmd "${report[@]}" "${fast[@]}" "${split[@]}" tests
 failed=$?
 for i in "${!pids[@]}"; do
     wait "${pids[$i]}" || failed=1
