@@ -6,7 +6,8 @@
 #   scripts/run-suites.sh PYTEST_CMD SLOW_GROUPS [FAST_PARTS [BESIDE_CMD...]]
 #
 # SLOW_GROUPS: pytest marker expressions separated by commas (several servers, killed
-# processes, a browser), one process each. The rest (the fast suite, -m "not (...)") runs in
+# processes, a browser), one process each; EXPR/N runs a group in N processes, split by test
+# file as the fast suite is. The rest (the fast suite, -m "not (...)") runs in
 # FAST_PARTS processes (default 1), split by test file (tests/conftest.py, --part K/N).
 # BESIDE_CMD: one more command run beside them (make test: the PostgreSQL 15 leg).
 # SKIP_SLOW=1 in the environment leaves the slow groups out (the fast suite is the same).
@@ -16,6 +17,14 @@
 set -uo pipefail
 pytest_cmd=$1
 IFS=, read -r -a groups <<<"$2"
+group_parts=()
+for i in "${!groups[@]}"; do
+    group_parts[i]=1
+    if [[ ${groups[i]} =~ ^(.*)/([0-9]+)$ ]]; then
+        groups[i]=${BASH_REMATCH[1]}
+        group_parts[i]=${BASH_REMATCH[2]}
+    fi
+done
 parts=${3:-1}
 shift $(($# < 3 ? $# : 3))
 dir=$(mktemp -d)
@@ -52,11 +61,18 @@ wait
 # A test in two groups (tests/shard/test_rebalance_chaos.py is shard and chaos) runs in the
 # first only: each group leaves out the tests of the groups before it.
 earlier=""
-for group in "${groups[@]}"; do
+for i in "${!groups[@]}"; do
+    group=${groups[i]}
+    n=${group_parts[i]}
     select="($group)${earlier:+ and not ($earlier)}"
     earlier="${earlier:+$earlier or }($group)"
-    # shellcheck disable=SC2086  # $pytest_cmd is a command line, split on purpose
-    spawn "slow suites: -m \"$select\"" $pytest_cmd "${report[@]}" -m "$select" tests
+    for ((k = 1; k <= n; k++)); do
+        name="slow suites: -m \"$select\""
+        split=()
+        [ "$n" -gt 1 ] && split=(--part "$k/$n") && name="$name, part $k/$n"
+        # shellcheck disable=SC2086  # $pytest_cmd is a command line, split on purpose
+        spawn "$name" $pytest_cmd "${report[@]}" -m "$select" "${split[@]}" tests
+    done
 done
 for ((k = 2; k <= parts; k++)); do
     # shellcheck disable=SC2086
