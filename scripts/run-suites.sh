@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test-python: the suites side by side, each in a process of its own with its own
-# PostgreSQL (they mostly wait on databases, workers and child processes, so they overlap
-# well on two cores).
+# PostgreSQL. On two cores the run is short of CPU more than waiting (the servers take most of
+# it), so the split is for balance: no process should run much longer than the rest.
 #
 #   scripts/run-suites.sh PYTEST_CMD SLOW_GROUPS [FAST_PARTS [BESIDE_CMD...]]
 #
