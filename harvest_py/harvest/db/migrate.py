@@ -755,9 +755,8 @@ class Migrator:
         # release's file) is not applied whatever its row says: read as changed, so that
         # `status` lists it and a run applies it again.
         self.changed_functions = self._changed_functions(conn)
-        shipped = shipped_functions() if self.changed_functions else None
         for function in self.changed_functions:
-            name = shipped.files_of[function]  # type: ignore[union-attr]  # set when there are any
+            name = shipped_functions().files_of[function]  # (read once per process)
             if name in recorded:
                 recorded[name] = (CHANGED_CHECKSUM, recorded[name][1])
         return recorded
@@ -771,7 +770,7 @@ class Migrator:
             " WHERE n.nspname = 'harvest' AND p.proname = 'get_function_state')"
         ).fetchone()[0]  # type: ignore[index]  # one row
         if not exists:
-            return set()
+            return []
         shipped = shipped_functions()
         drift = function_drift(SqlApi(conn).get_function_state(shipped.names, shipped.digest), shipped)
         return drift.functions if drift else []
