@@ -44,6 +44,12 @@ def test_a_function_replaced_by_hand_reads_stale_until_migrate_run_applies_its_f
     assert "harvest.payload_limit" in found.describe() and "harvest migrate run" in found.describe()
     # `migrate status` lists its file, and a run applies it again (the ledger alone said applied)
     assert [p.name for p in Migrator(db).inspect().stale_functions] == ["core.sql"]
+    status = CliRunner().invoke(
+        main, ["migrate", "status", "--check"], env={"HARVEST_DATABASE_URL": db}, catch_exceptions=False
+    )
+    assert status.exit_code == 1
+    assert "functions/core.sql" in status.output
+    assert "pending (1 of its functions replaced since it was applied)" in status.output
     assert Migrator(db).run().functions_applied == ["core.sql"]
     assert drift(db) is None
     with psycopg.connect(db, autocommit=True) as conn:
@@ -99,6 +105,9 @@ def test_preflight_fails_a_database_whose_function_was_replaced(db: str) -> None
     assert migrations["details"]["stale_function_files"] == ["core.sql"]
     assert migrations["details"]["changed_functions"] == ["payload_limit"]
     assert "harvest migrate run" in migrations["remediation"]
+    text = CliRunner().invoke(main, ["preflight"], env={"HARVEST_DATABASE_URL": db}, catch_exceptions=False)
+    assert "changed function file functions/core.sql" in text.output
+    assert "function harvest.payload_limit replaced since its file was applied" in text.output
 
 
 def test_shard_health_of_one_database_says_functions_stale(db: str) -> None:
@@ -138,3 +147,21 @@ def test_the_web_boot_warns_of_functions_not_this_releases(db: str, caplog) -> N
         assert asyncio.run(boot("shard 3"))
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 1 and "shard 3" in lines[0] and "harvest.payload_limit" in lines[0], lines
+
+
+def test_a_worker_warns_once_per_database_of_functions_behind_its_release(db: str, caplog) -> None:
+    """What a worker's boot (and each shard lane's setup after an outage) says: one line."""
+    from harvest.db.migrate import warn_function_drift_async
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    async def set_up() -> None:
+        async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+            await warn_function_drift_async(AsyncSqlApi.on_connection(conn), "shard 7")
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(HAND_EDIT)
+    with caplog.at_level(logging.WARNING, logger="harvest"):
+        asyncio.run(set_up())
+        asyncio.run(set_up())
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert lines == [lines[0]] and lines[0].startswith("harvest: shard 7: its SQL functions"), lines
