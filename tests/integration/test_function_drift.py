@@ -56,23 +56,25 @@ def test_a_function_replaced_by_hand_reads_stale_until_migrate_run_applies_its_f
         assert conn.execute("SELECT harvest.payload_limit()").fetchone()[0] > 1
 
 
-def test_a_file_an_older_release_applied_reads_stale(db: str) -> None:
-    with psycopg.connect(db, autocommit=True) as conn:
+def applied_by(dsn: str, release: str, file_name: str = "claim.sql") -> None:
+    """The ledger row a run of ``release`` leaves for a file whose text is not this package's."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "UPDATE harvest.function_files SET checksum = 'older', package_version = '0.0.1'"
-            " WHERE file_name = 'claim.sql'"
+            "UPDATE harvest.function_files SET checksum = 'another text', package_version = %s"
+            " WHERE file_name = %s",
+            (release, file_name),
         )
+
+
+def test_a_file_an_older_release_applied_reads_stale(db: str) -> None:
+    applied_by(db, "0.0.1")
     found = drift(db)
     assert found is not None and found.stale and found.files == ["claim.sql"] and found.functions == []
     assert "functions/claim.sql" in found.describe()
 
 
 def test_files_a_newer_release_applied_read_newer_not_stale(db: str) -> None:
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute(
-            "UPDATE harvest.function_files SET checksum = 'newer', package_version = '999.0'"
-            " WHERE file_name = 'claim.sql'"
-        )
+    applied_by(db, "999.0")
     found = drift(db)
     assert found is not None and not found.stale and found.newer == ["999.0"]
     assert "rolling deploy" in found.describe()
