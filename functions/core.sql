@@ -76,6 +76,55 @@ AS $$
     WHERE f.package_version IS NOT NULL;
 $$;
 
+-- What the function files applied to this database are, for a process to compare with the
+-- release it runs (harvest.db.migrate.read_function_drift): the function ledger (each file's
+-- checksum and the release that applied it, as `harvest migrate run` recorded them) and a
+-- digest of the live bodies (pg_proc.prosrc) of the functions p_names names (those the
+-- release's files define), so that a function replaced after the run (by hand, or from another
+-- release's file) reads as changed although the ledger still says the file is applied. The
+-- digest is sha-256 of "name:digest" per name in name order, a name's digest being sha-256 of
+-- its bodies' sha-256s in order (an overload each; "" when none); when it is not p_expected,
+-- each name's digest too, for the caller to name the functions that differ. One read of the
+-- ledger and of the catalog's rows of the harvest schema: cheap enough for a polled health check.
+CREATE OR REPLACE FUNCTION harvest.get_function_state(p_names text[], p_expected text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    WITH per_name AS (
+        SELECT
+            n.name,
+            encode(sha256(convert_to(coalesce(string_agg(
+                encode(sha256(convert_to(p.prosrc, 'UTF8')), 'hex'), ','
+                ORDER BY encode(sha256(convert_to(p.prosrc, 'UTF8')), 'hex') COLLATE "C"
+            ), ''), 'UTF8')), 'hex') AS digest
+        FROM unnest(p_names) AS n (name)
+        LEFT JOIN pg_catalog.pg_proc AS p
+            ON p.proname = n.name::name AND p.pronamespace = 'harvest'::regnamespace
+        GROUP BY n.name
+    ),
+
+    whole AS (
+        SELECT encode(sha256(convert_to(coalesce(
+            string_agg(pn.name || ':' || pn.digest, ',' ORDER BY pn.name COLLATE "C"), ''
+        ), 'UTF8')), 'hex') AS digest
+        FROM per_name AS pn
+    )
+
+    SELECT jsonb_build_object(
+        'files', (
+            SELECT coalesce(jsonb_object_agg(
+                f.file_name, jsonb_build_object('checksum', f.checksum, 'release', f.package_version)
+            ), '{}'::jsonb)
+            FROM harvest.function_files AS f
+        ),
+        'definitions', w.digest,
+        'functions', CASE WHEN w.digest IS DISTINCT FROM p_expected THEN (
+            SELECT coalesce(jsonb_object_agg(pn.name, pn.digest), '{}'::jsonb) FROM per_name AS pn
+        ) END
+    )
+    FROM whole AS w;
+$$;
+
 -- A UUID whose first two bytes carry the shard number, so any id routes to its shard
 -- with no directory; then the clock in milliseconds (44 bits, around the version nibble,
 -- which stays 4), then the last eight bytes of a random UUID (62 random bits and its
@@ -764,6 +813,10 @@ COMMENT ON FUNCTION harvest.functions_version IS
 COMMENT ON FUNCTION harvest.get_function_releases IS
 'The Harvest releases that applied the function files (harvest.function_files), for the worker''s and the '
 'client''s boot check. Roles harvest_reader, harvest_worker.';
+COMMENT ON FUNCTION harvest.get_function_state IS
+'The function ledger and a digest of the live bodies of the functions named, for the shard health check, '
+'preflight and the boot warning of a process whose release''s functions are not the database''s. Roles '
+'harvest_reader, harvest_worker.';
 COMMENT ON FUNCTION harvest.shard_of IS
 'The shard an execution id belongs to. Roles harvest_reader, harvest_worker.';
 COMMENT ON FUNCTION harvest.payload_limit IS

@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(108);
+SELECT plan(112);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -55,6 +55,26 @@ SELECT is(harvest.get_function_releases(), ARRAY['1.4.1', '1.4.2'],
 UPDATE harvest.function_files SET package_version = NULL WHERE file_name <> 'core.sql';
 SELECT is(harvest.get_function_releases(), ARRAY['1.4.1'],
           'get_function_releases(): a row from before 0085 (no release) is left out');
+-- get_function_state(): the ledger, and a digest of the live bodies of the functions named that
+-- a CREATE OR REPLACE changes (and, when it is not the expected one, each name's digest).
+SELECT is(harvest.get_function_state(ARRAY['payload_limit'], NULL) -> 'files' -> 'core.sql' ->> 'release', '1.4.1',
+          'get_function_state(): each ledger row with the release that applied it');
+CREATE TEMP TABLE fs_before AS
+SELECT harvest.get_function_state(ARRAY['payload_limit', 'no_such_function'], NULL) AS state;
+SELECT is((SELECT state -> 'functions' ->> 'payload_limit' FROM fs_before),
+          encode(sha256(convert_to(encode(sha256(convert_to(
+              (SELECT prosrc FROM pg_proc WHERE oid = 'harvest.payload_limit()'::regprocedure), 'UTF8')), 'hex'),
+              'UTF8')), 'hex'),
+          'get_function_state(): a name''s digest is sha-256 of its bodies'' sha-256s');
+SELECT is(harvest.get_function_state(ARRAY['payload_limit', 'no_such_function'],
+                                     (SELECT state ->> 'definitions' FROM fs_before)) ->> 'functions', NULL,
+          'get_function_state(): no per-name digests when the digest is the expected one');
+SAVEPOINT hand_edit;
+CREATE OR REPLACE FUNCTION harvest.payload_limit() RETURNS integer LANGUAGE sql STABLE AS $$ SELECT 1 $$;
+SELECT isnt(harvest.get_function_state(ARRAY['payload_limit', 'no_such_function'], NULL) ->> 'definitions',
+            (SELECT state ->> 'definitions' FROM fs_before),
+            'get_function_state(): a function replaced by hand changes the digest');
+ROLLBACK TO SAVEPOINT hand_edit;
 
 -- _new_execution_id / shard_of: the first two bytes carry the shard.
 SELECT is(harvest.shard_of(harvest._new_execution_id()), 0, '_new_execution_id(): shard 0 by default');

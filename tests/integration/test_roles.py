@@ -240,6 +240,23 @@ def test_a_replaced_function_is_secured_again_by_the_migrator(db: str) -> None:
         ).fetchone() == (True, ["search_path=pg_catalog, harvest, pg_temp"])
 
 
+def test_the_roles_that_check_health_read_the_function_state_and_not_the_ledger(login, db: str) -> None:
+    """harvest.get_function_state (the shard health check, preflight, the boot warnings) answers
+    a reader and a worker, as the owner: the worker has no grant on the function ledger itself."""
+    from harvest.db.migrate import read_function_drift
+    from harvest.db.sqlapi import SqlApi
+    from harvest.db.steps import run_steps
+
+    for role in ("harvest_reader", "harvest_worker"):
+        with psycopg.connect(login(role), autocommit=True) as conn:
+            assert run_steps(read_function_drift(), SqlApi(conn)) is None, role
+    with (
+        psycopg.connect(login("harvest_worker"), autocommit=True) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        conn.execute("SELECT count(*) FROM harvest.function_files")
+
+
 def test_cli_permission_denied_is_one_line(login, setup) -> None:
     dsn = login("harvest_reader")
     r = harvest(dsn, "workflow", "cancel", setup["execution_id"])

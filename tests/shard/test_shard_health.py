@@ -238,6 +238,50 @@ def test_a_shard_whose_migrate_run_stopped_before_the_functions_is_not_ready(sha
     assert "did not finish" in two["error"]
 
 
+def test_a_shard_whose_functions_are_not_this_releases_is_functions_stale_exit_2(shards) -> None:
+    """Its schema version is this release's and its functions are not (releases change
+    functions/ without a migration): one function replaced by hand on shard 1, then a file an
+    older release's run applied. It read ready; it is degraded, naming what and what to run,
+    and `harvest migrate run` makes it fresh."""
+    from harvest.db.migrate import Migrator
+
+    for shard in (0, 1):
+        _live_worker(shards, shard)
+    code, data = _health(_env(shards))
+    assert code == 0 and _row(data, 1)["schema"]["functions"] == {"status": "fresh"}, data
+    with shards.connect(1) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION harvest.payload_limit() RETURNS integer LANGUAGE sql STABLE"
+            " AS $$ SELECT 1 $$"
+        )
+    code, data = _health(_env(shards))
+    assert code == 2 and data["readiness"] == "degraded", data
+    one = _row(data, 1)
+    assert one["reason_codes"] == ["functions_stale"] and one["readiness"] == "degraded"
+    assert not one["schema"]["ready"] and one["schema"]["functions"]["functions"] == ["payload_limit"]
+    assert _row(data, 0)["reason_codes"] == []
+    table = _run(_env(shards), "shard", "health")
+    assert table.exit_code == 2 and "shard 1: its SQL functions are not those of" in table.output
+    assert "harvest.payload_limit" in table.output and "harvest migrate run" in table.output
+    preflight = json.loads(_run(_env(shards), "preflight", "--output", "json").output)
+    migrations = next(c for c in preflight["checks"] if c["name"] == "migrations" and c["scope"] == "shard 1")
+    assert migrations["status"] == "fail" and migrations["details"]["changed_functions"] == ["payload_limit"]
+    assert next(c for c in preflight["checks"] if c["name"] == "shards")["details"]["not_ready"] == [1]
+
+    Migrator(shards.dsns[1]).run()
+    with shards.connect(1) as conn:
+        conn.execute(
+            "UPDATE harvest.function_files SET checksum = 'older', package_version = '0.0.1'"
+            " WHERE file_name = 'claim.sql'"
+        )
+    code, data = _health(_env(shards))
+    assert code == 2 and _row(data, 1)["reason_codes"] == ["functions_stale"]
+    assert _row(data, 1)["schema"]["functions"]["files"] == ["claim.sql"]
+    Migrator(shards.dsns[1]).run()
+    code, data = _health(_env(shards))
+    assert code == 0 and _row(data, 1)["schema"]["functions"] == {"status": "fresh"}, data
+
+
 def test_another_shards_database_is_an_identity_mismatch_and_an_unknown_candidate_is_not_configured(
     shards,
 ) -> None:

@@ -119,6 +119,7 @@ ROW = {
     "stack": {},
     "worker": {},
     "health": {},
+    "state": {},
     "result": {},
     "request_id": 3,
     "expired": 0,

@@ -13,7 +13,7 @@ from harvest.cli.output import cli_config, cli_dsn, output_option, scrub, to_jso
 from harvest.core.durations import plain_number
 from harvest.core.errors import HarvestError
 from harvest.db.connection import describe_dsn
-from harvest.db.migrate import CORE_SET, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, Migrator
+from harvest.db.migrate import CORE_SET, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, Migrator, shipped_functions
 
 database_url_option = click.option(
     "--database-url",
@@ -79,6 +79,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
                     ],
                     "pending": len(pending),
                     "stale_function_files": [p.name for p in stale],
+                    "changed_functions": report.changed_functions,
                     "retired_function_files": report.retired_functions,
                     "function_file_releases": report.function_releases,
                     "unknown_migrations": [
@@ -107,8 +108,14 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
         if not report.ahead:
             # Function files are compared only against a schema this package knows: when the
             # database is ahead its files are newer, not "changed".
+            replaced = Counter(shipped_functions().files_of[f] for f in report.changed_functions)
             for path in stale:
-                click.echo(f"{'functions/' + path.name:<45} pending (changed)")
+                why = (
+                    f"{replaced[path.name]} of its functions replaced since it was applied"
+                    if replaced[path.name]
+                    else "changed"
+                )
+                click.echo(f"{'functions/' + path.name:<45} pending ({why})")
             for name in report.retired_functions:
                 click.echo(f"{'functions/' + name:<45} pending (retired: no longer in this Harvest)")
         click.echo(

@@ -69,6 +69,8 @@ def preflight(app_target: str | None, database_url: str | None, output: str) -> 
                     click.echo(f"  - pending migration {line}")
                 for line in c.details.get("stale_function_files") or []:
                     click.echo(f"  - changed function file functions/{line}")
+                for line in c.details.get("changed_functions") or []:
+                    click.echo(f"  - function harvest.{line} replaced since its file was applied")
                 for line in c.details.get("failures") or []:
                     click.echo(f"  - {line}")
                 for queue in c.details.get("uncovered") or []:

@@ -80,6 +80,9 @@ def _render(data: dict[str, Any]) -> str:
     for row in data["shards"]:
         if row.get("error"):
             lines.append(f"shard {row['shard_id']}: {row['error']}")
+        functions = row["schema"].get("functions")  # (None from a server of a release before it)
+        if functions and functions.get("reason"):
+            lines.append(f"shard {row['shard_id']}: {functions['reason']}")
         for stranded in row["stranded"] or []:
             lines.append(
                 f"shard {row['shard_id']}: {stranded['pending']} claimable task(s) on queue "

@@ -260,12 +260,25 @@ def _database_checks(
                     )
                 )
             elif pending or stale:
+                changed = report.changed_functions
                 checks.append(
                     Check(
                         "migrations",
                         "fail",
-                        f"{len(pending)} migration(s) and {len(stale)} function file(s) pending",
-                        details={"pending": pending, "stale_function_files": [p.name for p in stale]},
+                        f"{len(pending)} migration(s) and {len(stale)} function file(s) pending"
+                        + (
+                            f" ({len(changed)} function(s) replaced since `harvest migrate run` "
+                            f"applied them: {', '.join(f'harvest.{f}' for f in changed[:3])}"
+                            + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+                            + ")"
+                            if changed
+                            else ""
+                        ),
+                        details={
+                            "pending": pending,
+                            "stale_function_files": [p.name for p in stale],
+                            "changed_functions": changed,
+                        },
                         remediation="run `harvest migrate run` before rolling replicas",
                     )
                 )

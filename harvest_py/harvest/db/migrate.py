@@ -72,6 +72,9 @@ MIGRATE_LOCK_KEY = 0x48415256  # "HARV"
 # The function ledger's checksum of a file to apply again: what a run that has migrations to
 # apply writes first, so that one stopped before its functions' step leaves them all pending.
 STALE_CHECKSUM = "stale"
+# How the function ledger reads (Migrator._function_ledger) a file whose live functions are not
+# its text: replaced after it was applied, so not applied whatever its row says.
+CHANGED_CHECKSUM = "changed since applied"
 # PEP 440's public versions (what importlib.metadata answers for a built package), ordered as PEP
 # 440 orders them, with no dependency on `packaging`: N(.N)*[{a|b|rc}N][.postN][.devN][+local],
 # the local label ignored. Anything else ("unknown": a checkout run without being installed) and
@@ -280,6 +283,9 @@ class StatusReport:
     ahead: SchemaMismatch | None
     # each recorded function file and the release that applied it (None: before migration 0085)
     function_releases: dict[str, str | None] = field(default_factory=dict)
+    # functions whose live body is not their file's although the ledger says it is applied
+    # (replaced after the run: by hand, or from another release's file); their files are stale
+    changed_functions: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -424,6 +430,175 @@ def file_checksum(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ShippedFunctions:
+    """This package's functions/ files as a process compares them with a database's
+    (harvest.get_function_state): each file's ledger checksum, and for each function of schema
+    harvest the files define, the file and the digest of its bodies (sha-256 of its bodies'
+    sha-256s in order, an overload each), and the digest of them all (sha-256 of "name:digest"
+    in name order)."""
+
+    checksums: dict[str, str]
+    files_of: dict[str, str]
+    digests: dict[str, str]
+    digest: str
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.digests)
+
+
+@functools.cache
+def shipped_functions() -> ShippedFunctions:
+    """This package's :class:`ShippedFunctions`, read once per process (its files are parsed by
+    libpg_query, as PostgreSQL reads them: a body is the text between its dollar quotes, what
+    pg_proc.prosrc keeps; about 0.15 s)."""
+    import json
+
+    import pglast.parser  # (only when a check asks: `import harvest` stays light)
+
+    checksums: dict[str, str] = {}
+    files_of: dict[str, str] = {}
+    bodies: dict[str, list[str]] = {}
+    for path in function_files():
+        data = path.read_bytes()
+        checksums[path.name] = hashlib.sha256(data).hexdigest()
+        tree = json.loads(pglast.parser.parse_sql_json(data.decode()))
+        for raw in tree.get("stmts", ()):
+            create = raw["stmt"].get("CreateFunctionStmt")
+            if create is None:
+                continue
+            name = [part["String"]["sval"] for part in create["funcname"]]
+            body = [
+                option["DefElem"]["arg"]["List"]["items"][0]["String"]["sval"]
+                for option in create.get("options", ())
+                if option["DefElem"]["defname"] == "as"
+            ]
+            if len(name) != 2 or name[0] != "harvest" or not body:
+                continue
+            files_of.setdefault(name[1], path.name)
+            bodies.setdefault(name[1], []).append(_sha256(body[0]))
+    digests = {name: _sha256(",".join(sorted(shas))) for name, shas in bodies.items()}
+    digest = _sha256(",".join(f"{name}:{d}" for name, d in sorted(digests.items())))
+    return ShippedFunctions(checksums, files_of, digests, digest)
+
+
+def _listed(names: list[str], most: int = 3) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+@dataclass(frozen=True)
+class FunctionDrift:
+    """How a database's SQL functions differ from this package's (:func:`function_drift`)."""
+
+    # function files the ledger does not record as applied with this package's text (an older or
+    # newer release's, a run that did not finish), and recorded files this package lacks
+    files: list[str] = field(default_factory=list)
+    # functions whose live body is not this package's: replaced after `harvest migrate run`
+    # (by hand, or from another release's file) although the ledger says their file is applied
+    functions: list[str] = field(default_factory=list)
+    # the releases newer than this one that applied a file of ``files``
+    newer: list[str] = field(default_factory=list)
+    # harvest.get_function_state is missing: the functions are a release's from before it
+    unreadable: bool = False
+    # something differs that a newer release's run does not explain: the database's functions
+    # are behind this release's (False: only a newer release's files, a rolling deploy ahead)
+    stale: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "functions": self.functions,
+            "newer_releases": self.newer,
+            "unreadable": self.unreadable,
+            "status": "stale" if self.stale else "newer",
+        }
+
+    def describe(self) -> str:
+        """One line: what differs, and what to do."""
+        ours = _package_version()
+        if self.unreadable:
+            return (
+                "its SQL functions are an older release's (harvest.get_function_state is missing), "
+                f"this is Harvest {ours}: run `harvest migrate run` against it"
+            )
+        said = []
+        if self.files:
+            said.append(
+                f"{len(self.files)} function file(s) not applied as this release ships them "
+                f"({_listed([f'functions/{f}' for f in self.files])})"
+            )
+        if self.functions:
+            said.append(
+                f"{len(self.functions)} function(s) replaced since `harvest migrate run` applied them "
+                f"({_listed([f'harvest.{f}' for f in self.functions])})"
+            )
+        text = f"its SQL functions are not those of Harvest {ours}: " + "; ".join(said)
+        if not self.stale:
+            return text + (
+                f", applied by the newer Harvest {', '.join(self.newer)}: expected while a rolling "
+                f"deploy replaces this process, otherwise upgrade it to {self.newer[-1]}"
+            )
+        return text + ": run `harvest migrate run` against it (it applies those files again)"
+
+
+def function_drift(state: dict[str, Any], shipped: ShippedFunctions | None = None) -> FunctionDrift | None:
+    """Judge harvest.get_function_state's answer against this package: None when the database's
+    functions are this package's (the ledger records each file with this package's checksum and
+    nothing else, and the live bodies are the files')."""
+    shipped = shipped or shipped_functions()
+    recorded: dict[str, dict[str, Any]] = state.get("files") or {}
+    files = sorted(
+        name
+        for name, checksum in shipped.checksums.items()
+        if (recorded.get(name) or {}).get("checksum") != checksum
+    )
+    files += sorted(set(recorded) - set(shipped.checksums))
+    ours = release_order(_package_version())
+    by_newer = {
+        name: release
+        for name in files
+        if (release := (recorded.get(name) or {}).get("release")) and release_order(release) > ours
+    }
+    live: dict[str, str] = state.get("functions") or {}
+    functions = (
+        []
+        if state.get("definitions") == shipped.digest
+        # (a function of a file the ledger already lists differs as that file does: not named)
+        else sorted(
+            name
+            for name, d in shipped.digests.items()
+            if live.get(name) != d and shipped.files_of[name] not in files
+        )
+    )
+    if not files and not functions:
+        return None
+    # (a newer release's file changes the bodies of its functions: that is not this one's lag)
+    behind = [f for f in files if f not in by_newer] + [
+        n for n in functions if shipped.files_of[n] not in by_newer
+    ]
+    newer = sorted(set(by_newer.values()), key=release_order)
+    return FunctionDrift(files, functions, newer, stale=bool(behind))
+
+
+def read_function_drift() -> Steps[FunctionDrift | None]:
+    """The database's :class:`FunctionDrift` from this package (None: its functions are this
+    package's), in one call of harvest.get_function_state: read it where the schema version is
+    this package's (a schema behind or ahead is said first, and its functions differ anyway)."""
+    shipped = shipped_functions()
+    try:
+        state = yield Sql(sqlapi.get_function_state, shipped.names, shipped.digest)
+    except DatabaseError as exc:
+        if not schema_missing(exc):
+            raise
+        return FunctionDrift(unreadable=True)
+    return function_drift(state, shipped)
+
+
 def release_order(version: str | None) -> tuple[Any, ...]:
     """A sort key of a release's version: a newer release's is greater; two versions with equal
     keys are the same release; unknown versions (and None) are equal and below every other."""
@@ -501,6 +676,8 @@ class Migrator:
         self.lock_wait = lock_wait
         self.sleep = sleep
         self.clock = clock
+        # what the last read of the function ledger found replaced (_function_ledger)
+        self.changed_functions: list[str] = []
 
     # -- reading -----------------------------------------------------------------------
     # A pass reads each ledger once (_ledger, _function_ledger) and hands the rows to the
@@ -573,7 +750,30 @@ class Migrator:
             return {}
         release = "package_version" if "package_version" in columns else "NULL::text"
         rows = conn.execute(f"SELECT file_name, checksum, {release} FROM harvest.function_files").fetchall()  # pyright: ignore[reportArgumentType, reportCallIssue]  # one of two literals
-        return {name: (checksum, version) for name, checksum, version in rows}
+        recorded = {name: (checksum, version) for name, checksum, version in rows}
+        # A file whose functions were replaced after it was applied (by hand, or from another
+        # release's file) is not applied whatever its row says: read as changed, so that
+        # `status` lists it and a run applies it again.
+        self.changed_functions = self._changed_functions(conn)
+        for function in self.changed_functions:
+            name = shipped_functions().files_of[function]  # (read once per process)
+            if name in recorded:
+                recorded[name] = (CHANGED_CHECKSUM, recorded[name][1])
+        return recorded
+
+    def _changed_functions(self, conn: psycopg.Connection) -> list[str]:
+        """The functions whose live body is not their file's though the ledger says the file is
+        applied (harvest.get_function_state; nothing to compare before it exists)."""
+        exists = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS p"
+            " JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'harvest' AND p.proname = 'get_function_state')"
+        ).fetchone()[0]  # type: ignore[index]  # one row
+        if not exists:
+            return []
+        shipped = shipped_functions()
+        drift = function_drift(SqlApi(conn).get_function_state(shipped.names, shipped.digest), shipped)
+        return drift.functions if drift else []
 
     def _stale_functions(self, recorded: FunctionLedger) -> list[Path]:
         return [p for p in function_files() if recorded.get(p.name, ("", None))[0] != file_checksum(p)]
@@ -634,7 +834,9 @@ class Migrator:
             MigrationStatus(m, applied.get((m.set_name, m.version)), (m.set_name, m.version) in changed)
             for m in self.migrations
         ]
-        return StatusReport(rows, stale, retired, unknown, ahead, dict(sorted(releases.items())))
+        return StatusReport(
+            rows, stale, retired, unknown, ahead, dict(sorted(releases.items())), self.changed_functions
+        )
 
     # -- writing -----------------------------------------------------------------------
     def run(
@@ -1187,6 +1389,23 @@ def _warn_release(releases: list[str] | None, who: str) -> None:
     if message is not None and key not in _release_warnings:
         _release_warnings.add(key)
         log.warning("%s", message)
+
+
+# the function drift already warned about: once per process and database, not once per reconnect
+_drift_warnings: set[tuple[str, str]] = set()
+
+
+async def warn_function_drift_async(sql: AsyncSqlApi, what: str) -> None:
+    """Warn, once per process and database (``what``), when a database on this release's schema
+    runs SQL functions behind this release's (:class:`FunctionDrift`): a process's boot, after
+    :func:`check_schema_async`. A newer release's functions are release_warning's to say."""
+    drift = await arun_steps(read_function_drift(), sql)
+    if drift is None or not drift.stale:
+        return
+    key = (what, drift.describe())
+    if key not in _drift_warnings:
+        _drift_warnings.add(key)
+        log.warning("harvest: %s: %s", what, drift.describe())
 
 
 def _refuse_mismatch(found: str | None, functions: str | None, who: str) -> None:

@@ -138,6 +138,7 @@ DISCARD_DEAD_LETTER = "SELECT harvest.discard_dead_letter(%(id)s)"
 SCHEMA_VERSION = "SELECT harvest.schema_version() AS version"
 FUNCTIONS_VERSION = "SELECT harvest.functions_version() AS version"
 GET_FUNCTION_RELEASES = "SELECT harvest.get_function_releases() AS releases"
+GET_FUNCTION_STATE = "SELECT harvest.get_function_state(%(names)s, %(expected)s) AS state"
 # -- shard identity (functions/shards.sql)
 GET_SHARD_ID = "SELECT harvest.get_shard_id() AS shard_id"
 SET_SHARD_ID = "SELECT harvest.set_shard_id(%(shard_id)s, %(operator_id)s) AS result"
@@ -732,6 +733,13 @@ def functions_version() -> dict[str, Any]:
 def get_function_releases() -> dict[str, Any]:
     """The Harvest releases that applied the database's function files (functions/core.sql)."""
     return {}
+
+
+@call(GET_FUNCTION_STATE, column("state"))
+def get_function_state(names: list[str], expected: str | None = None) -> dict[str, Any]:
+    """The function ledger and the digest of the live bodies of ``names`` (functions/core.sql;
+    harvest.db.migrate.read_function_drift judges it)."""
+    return {"names": names, "expected": expected}
 
 
 @call(GET_SHARD_ID, column("shard_id"))

@@ -23,7 +23,7 @@ from typing import Any
 from harvest.core.errors import HarvestError
 from harvest.db import SCHEMA_VERSION
 from harvest.db.connection import DatabaseError, connect, redact, schema_missing
-from harvest.db.migrate import read_versions
+from harvest.db.migrate import FunctionDrift, read_function_drift, read_versions
 from harvest.db.sqlapi import SqlApi, translated_errors
 from harvest.db.steps import run_steps
 from harvest.shard.router import ShardRouter
@@ -52,6 +52,9 @@ REASONS = {
     "queue_uncovered": "degraded",  # a declared queue with no live worker here
     "stranded_work": "degraded",  # claimable work on a queue no live worker here polls
     "scheduler_stale": "degraded",  # an unpaused schedule overdue: no scheduler ticks this shard
+    # its schema version is this release's, its SQL functions are not: a file an older release's
+    # run applied, a function replaced by hand since (releases change functions/ without a migration)
+    "functions_stale": "degraded",
 }
 
 # A scheduler ticks each shard it polls with the scanner (every scan_interval, 1 s by default), and
@@ -109,6 +112,17 @@ def _first_line(exc: BaseException, dsn: str | None) -> str:
     return redact(text, dsn) if dsn else redact(text)
 
 
+def _functions(drift: FunctionDrift | None, reasons: list[str]) -> dict[str, Any]:
+    """A shard's functions against this release's (read where its schema version is this
+    release's): ``fresh``, ``stale`` (functions_stale: `harvest migrate run` applies them) or
+    ``newer`` (a newer release's run: this process is the one behind, as in a rolling deploy)."""
+    if drift is None:
+        return {"status": "fresh"}
+    if drift.stale:
+        reasons.append("functions_stale")
+    return {**drift.to_json(), "reason": drift.describe()}
+
+
 def _inspect(
     shard: int, dsn: str, queues: list[str] | None, row: dict[str, Any], connect_timeout: int
 ) -> None:
@@ -142,6 +156,8 @@ def _inspect(
                 f"its last `harvest migrate run` did not finish (schema version {found}, the "
                 f"functions of {functions or 'an older release'}): run harvest migrate run against it"
             )
+        else:
+            schema["functions"] = _functions(run_steps(read_function_drift(), sql), reasons)
         try:
             identity = sql.get_shard_id()
         except DatabaseError as exc:
@@ -165,7 +181,7 @@ def _inspect(
                 reasons.append("schema_migration_missing")
             row["error"] = "harvest.get_shard_health is missing: run harvest migrate run against it"
             return
-    schema["ready"] = not any(r.startswith("schema") for r in reasons)
+    schema["ready"] = not any(r.startswith("schema") or r == "functions_stale" for r in reasons)
     workers = facts["workers"]
     row["workers"] = {"live": workers["live"], "stale": workers["stale"], "draining": workers["draining"]}
     declared = queues if queues is not None else sorted({q["queue"] for q in facts["queues"]})
@@ -225,7 +241,13 @@ def shard_health(
             "roles": roles,
             "gates": "writable" in roles or shard == candidate,
             "reachable": False,
-            "schema": {"version": None, "expected": SCHEMA_VERSION, "ready": False, "identity": None},
+            "schema": {
+                "version": None,
+                "expected": SCHEMA_VERSION,
+                "ready": False,
+                "identity": None,
+                "functions": None,
+            },
             "workers": None,
             "queue_coverage": None,
             "scheduler": None,

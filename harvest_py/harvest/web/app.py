@@ -48,7 +48,7 @@ from harvest.config.config import RuntimePlan
 from harvest.core.errors import ConfigError, HarvestError
 from harvest.core.shared_attempt import SharedAttempt
 from harvest.db import SCHEMA_VERSION, channels
-from harvest.db.migrate import read_versions, schema_mismatch, unfinished_migration
+from harvest.db.migrate import read_function_drift, read_versions, schema_mismatch, unfinished_migration
 from harvest.db.notify import NotificationHub
 from harvest.db.pools import open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
@@ -210,6 +210,11 @@ async def _warn_if_not_migrated(sql: AsyncSqlApi, what: str) -> bool:
     `harvest migrate run` (spec: "pending migrations are reported as warnings and not applied")."""
     found, functions = await arun_steps(read_versions(), sql)
     if found == SCHEMA_VERSION and functions == found:
+        # Its schema is this release's; its functions may still not be (releases change
+        # functions/ without a migration): an older release's file, a function replaced by hand.
+        drift = await arun_steps(read_function_drift(), sql)
+        if drift is not None:
+            log.warning("harvest: %s: %s", what, drift.describe())
         return True
     if found is not None and found > SCHEMA_VERSION:
         log.warning("harvest: %s: %s", what, schema_mismatch(found, SCHEMA_VERSION, "this web process"))

@@ -49,7 +49,7 @@ from harvest.db.connection import (
     redact,
     resolve_dsn,
 )
-from harvest.db.migrate import check_schema_async
+from harvest.db.migrate import check_schema_async, warn_function_drift_async
 from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
@@ -528,6 +528,9 @@ class Worker:
 
     async def _set_up(self, lane: ShardLane) -> None:
         await check_schema_async(lane.sql, "this worker" if not self._sharded else f"shard {lane.shard}")
+        await warn_function_drift_async(
+            lane.sql, "the database" if not self._sharded else f"shard {lane.shard}"
+        )
         if self.run_worker:
             await self._register(lane)
         # Flow-control policies of this App (docs/flow-control.md), read by start_workflow.
