@@ -99,9 +99,10 @@ async def keyed(ctx, change) -> None:
     return None
 
 
-def test_a_burst_of_one_gate_key_is_placed_on_one_shard_whatever_its_ids() -> None:
-    """A debounce or a batch collapses only where its starts meet: placed by (name, the gate's
-    key as the database resolves it), not by workflow id; a minted id hashes to that shard."""
+def test_a_burst_of_one_gate_key_without_ids_is_placed_on_one_shard() -> None:
+    """A debounce or a batch collapses only where its starts meet: a start without a workflow id
+    is placed by (name, the gate's key as the database resolves it), under an id minted to hash
+    to that shard; a start with one keeps the id's shard."""
     gate = routing.gate_key
     assert gate(None, [{}]) is None and gate(throttled.__harvest_workflow__, [{}]) is None
     assert gate(debounced.__harvest_workflow__, []) == "" and gate(batched.__harvest_workflow__, [1]) == ""
@@ -112,12 +113,15 @@ def test_a_burst_of_one_gate_key_is_placed_on_one_shard_whatever_its_ids() -> No
     for missing in ([], [None], [{"doc": "d"}], [{"doc": {"id": None}}]):
         assert gate(definition, missing) is None, "no value at the path: no gate, placed by id"
     placed = [
-        routing.place_start(SHARDED, "keyed", wid, None, None, definition, [{"doc": {"id": "d-1"}, "n": n}])
-        for n, wid in enumerate([None, "a", "b", "c", None])
+        routing.place_start(SHARDED, "keyed", None, None, None, definition, [{"doc": {"id": "d-1"}, "n": n}])
+        for n in range(6)
     ]
     assert len({p.shard for p in placed}) == 1 and not any(p.pinned for p in placed)
-    assert [p.workflow_id for p in placed[1:4]] == ["a", "b", "c"]
-    assert ROUTER.pick_for_new_workflow("keyed", placed[0].workflow_id) == placed[0].shard
+    for p in placed:  # each minted id hashes where the run is: a lookup by it finds it
+        assert ROUTER.pick_for_new_workflow("keyed", p.workflow_id) == p.shard
+    # A given workflow_id keeps its hashed shard (where get_handle(workflow_id=...) looks).
+    given = routing.place_start(SHARDED, "keyed", "w-1", None, None, definition, [{"doc": {"id": "d-1"}}])
+    assert (given.shard, given.workflow_id) == (ROUTER.pick_for_new_workflow("keyed", "w-1"), "w-1")
     other = {
         routing.place_start(SHARDED, "keyed", None, None, None, definition, [{"doc": {"id": f"d-{n}"}}]).shard
         for n in range(30)

@@ -69,9 +69,9 @@ def place_start(
       is refused too (a deferred start has nothing to place); without a workflow_id, one is
       minted that hashes to the pinned shard, so a later unpinned start of it finds the run;
     * unpinned on a sharded client: rendezvous over (name, workflow_id), minting the id first
-      when there is none; a workflow that declares a debounce or a batch over (name, its gate's
-      key in ``encoded``, the input), so a burst meets on one shard, minting an id that hashes
-      there when there is none;
+      when there is none; without a workflow_id, a workflow that declares a debounce or a batch
+      over (name, its gate's key in ``encoded``, the input), so a burst meets on one shard, with
+      an id minted to hash there;
     * unpinned on a one-database client: the database's own shard, as before."""
     router: ShardRouter = target.router
     if shard_id is not None or residency_key is not None:
@@ -85,10 +85,11 @@ def place_start(
         return Placement(shard, workflow_id, True)
     if not target.sharded:
         return Placement(None, workflow_id, False)
-    key = gate_key(definition, encoded or [])
+    # A given workflow_id keeps its hashed shard, where a lookup by that id looks for the run.
+    key = gate_key(definition, encoded or []) if workflow_id is None else None
     if key is not None:
         shard = router.pick_for_gate(name, key)
-        return Placement(shard, workflow_id or router.mint_workflow_id(name, shard), False)
+        return Placement(shard, router.mint_workflow_id(name, shard), False)
     if workflow_id is None:
         workflow_id = str(uuid.uuid4())
     return Placement(router.pick_for_new_workflow(name, workflow_id), workflow_id, False)
