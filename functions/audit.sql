@@ -86,6 +86,41 @@ AS $$
     SELECT CASE p_application_name WHEN 'harvest-api' THEN 'api' WHEN 'harvest-ui' THEN 'ui' ELSE 'cli' END;
 $$;
 
+-- A pacing override's write (set or cleared on every shard) that did not reach every shard: a
+-- second row of the call's operation on each shard that took the write, outcome failed,
+-- naming the shards that did not (p_shard_errors: [{"shard_id", "error", ...}], as the HTTP
+-- API answers them). Each shard's own row says what it did; this one says the call as a whole
+-- failed, so an override live on some shards only is never silent in the audit log either
+-- (the sharding guide, "TTL'd pacing overrides apply per shard"). The faces write it after
+-- the fan-out (the CLI over SQL, the HTTP API); only the pacing operations take it.
+CREATE OR REPLACE FUNCTION harvest.audit_incomplete_write(
+    p_operation text, p_target text, p_shard_errors jsonb, p_operator_id text DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_operation IS NULL OR p_operation NOT IN ('rate_limit.override', 'rate_limit.clear_override',
+                                                  'start_throttle.override', 'start_throttle.clear_override') THEN
+        RAISE EXCEPTION 'audit_incomplete_write: % is not a write made on every shard', coalesce(p_operation, 'NULL')
+            USING ERRCODE = 'HR001',
+            HINT = 'one of rate_limit.override, rate_limit.clear_override, start_throttle.override, '
+                   'start_throttle.clear_override';
+    END IF;
+    IF jsonb_typeof(p_shard_errors) IS DISTINCT FROM 'array' OR jsonb_array_length(p_shard_errors) = 0
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_shard_errors) AS e(v)
+                  WHERE jsonb_typeof(e.v -> 'shard_id') IS DISTINCT FROM 'number') THEN
+        RAISE EXCEPTION 'audit_incomplete_write: the shards not written are a non-empty array of {"shard_id", ...}'
+            USING ERRCODE = 'HR001';
+    END IF;
+    RETURN harvest._audit(p_operation, p_target, p_operator_id, jsonb_build_object(
+        'outcome', 'failed',
+        'missed_shards', (SELECT jsonb_agg((e.v -> 'shard_id') ORDER BY (e.v ->> 'shard_id')::integer)
+                          FROM jsonb_array_elements(p_shard_errors) AS e(v)),
+        'shard_errors', p_shard_errors));
+END;
+$$;
+
 -- The audit log, newest first (by at, then id; with each row's source: api, cli or ui).
 CREATE OR REPLACE FUNCTION harvest.list_audit_log(
     p_limit integer DEFAULT 100,
@@ -117,6 +152,9 @@ END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.audit_incomplete_write IS
+'Record that a pacing override''s write on every shard missed some (p_shard_errors, each with its shard_id): one '
+'audit row of p_operation, outcome failed, on a shard that took the write. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.list_audit_log IS
 'The audit log of operator actions (terminate, cancel, reset, dead-letter replay and discard, worker drain, '
 'retention, rate-limit overrides, API tokens; starts and signals made through the HTTP API or the dashboard) with each row''s actor, login, acting role, source and route, newest first, '

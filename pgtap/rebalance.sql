@@ -8,7 +8,7 @@
 -- helpers _raise_migration, _lock_migration, _migration_json, _execution_json. One database plays
 -- the source (shard 0), then, emptied, the target (shard 1).
 BEGIN;
-SELECT plan(69);
+SELECT plan(71);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -50,6 +50,13 @@ FROM harvest.executions AS e WHERE e.id = pg_temp.parked('done');
 SELECT results_eq($$SELECT workflow_id, blockers FROM harvest.list_migration_candidates('rb_wf') ORDER BY workflow_id$$,
                   $$VALUES ('busy'::text, '{activity_in_flight}'::text[]), ('signal', '{}'), ('timer', '{}')$$,
                   'list_migration_candidates(): the RUNNING runs with their blockers');
+-- The guide: a paused run is not running (PAUSED is a status): resume it, move it, pause it again.
+SELECT pg_temp.park('paused', '[]');
+SELECT harvest.pause_workflow(pg_temp.parked('paused'));
+SELECT is(harvest._migration_blockers(e), '{not_running}'::text[], '_migration_blockers(): a paused run is not_running')
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('paused');
+SELECT is((SELECT blockers FROM harvest.list_migration_candidates(p_execution_id => pg_temp.parked('paused'))),
+          '{not_running}'::text[], 'list_migration_candidates(p_execution_id): a paused run explains itself as not_running');
 SELECT is((SELECT blockers FROM harvest.list_migration_candidates(p_execution_id => pg_temp.parked('done'))),
           '{not_running}'::text[], 'list_migration_candidates(p_execution_id): explains one run, whatever its status');
 SELECT throws_ok($$SELECT * FROM harvest.list_migration_candidates(p_limit => 0)$$, 'HR001', NULL,

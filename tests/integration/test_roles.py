@@ -107,6 +107,8 @@ ADMIN = [
     "SELECT harvest.discard_dead_letter(%(d2)s)",
     # (A page of the tokens, revoked ones included: stop 54's keyset.)
     "SELECT * FROM harvest.list_api_tokens(true, p_limit => 5)",
+    # A pacing override that missed a shard, audited as failed (audit.sql).
+    """SELECT harvest.audit_incomplete_write('rate_limit.override', 'x', '[{"shard_id": 1}]')""",
 ]
 WORKER = [
     "SELECT * FROM harvest.claim_tasks('w1', ARRAY['nothing'], 1)",

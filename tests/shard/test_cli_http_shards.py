@@ -331,6 +331,21 @@ def test_rate_limit_override_over_http_names_a_shard_that_refuses_and_keeps_the_
     assert status == 200 and answer["status"] == "partial", answer
     assert sorted(answer["shards"]) == ["0", "1"]
     assert [(e["shard_id"], e["error"]) for e in answer["shard_errors"]] == [(2, "refused")]
+    # The sharding guide: the audit record of a call that missed a shard is marked failed. Each
+    # shard that took it has its own row, and a second one: outcome failed, the shard missed.
+    for shard in (0, 1):
+        with shards.connect(shard) as conn:
+            rows = conn.execute(
+                "SELECT details->>'outcome', details->'missed_shards', "
+                "details->'shard_errors'->0->>'code', route FROM harvest.audit_log "
+                "WHERE operation = 'rate_limit.override' ORDER BY id"
+            ).fetchall()
+        assert [r[:3] for r in rows] == [(None, None, None), ("failed", [2], "not_found")], rows
+        assert rows[1][3] == rows[0][3] == "POST /admin/rate-limits/{activity_name}/override"
+    with shards.connect(2) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM harvest.audit_log WHERE operation LIKE 'rate_limit%'"
+        ).fetchone() == (0,)
     web = _run(["--base-url", BASE, "--output", "json", "rate-limit", "override", "charge", "--rps", "8"], {})
     assert web.exit_code in (1, 2) and "shard 2: " in web.stderr, web.stderr
     assert "could not be reached" not in web.stderr

@@ -331,11 +331,17 @@ def test_rate_limit_override_is_one_cli_call_on_every_shard_and_names_a_stopped_
     assert result.exit_code == 1 and data["unavailable_shards"] == [1], result.stderr
     assert [(r["shard_id"], r["override_rps"]) for r in data["shards"]] == [(0, 7), (2, 7)]
     assert "shard(s) 1" in result.stderr
+    # The call that missed shard 1 is audited as failed on the shards that took it (the
+    # sharding guide: "the audit record for that call is marked failed"); the call that
+    # reached every shard is not.
     for shard in (0, 2):
         with shards.connect(shard) as conn:
-            assert (
-                conn.execute(
-                    "SELECT count(*) FROM harvest.audit_log WHERE operation = 'rate_limit.override'"
-                ).fetchone()[0]
-                == 2
-            )
+            rows = conn.execute(
+                "SELECT details->>'outcome', details->'shard_errors' FROM harvest.audit_log "
+                "WHERE operation = 'rate_limit.override' ORDER BY id"
+            ).fetchall()
+        assert rows == [(None, None), (None, None), ("failed", [{"shard_id": 1, "error": "unreachable"}])]
+    with shards.connect(1) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM harvest.audit_log WHERE details->>'outcome' = 'failed'"
+        ).fetchone() == (0,)

@@ -13,7 +13,7 @@ import logging
 import pytest
 from click.testing import CliRunner
 
-from harvest import App, AsyncClient, Client, Debounce, Throttle, workflow
+from harvest import App, AsyncClient, Batch, Client, Debounce, Throttle, workflow
 from harvest.cli.main import main
 from harvest.core.errors import (
     InvalidArgument,
@@ -52,6 +52,16 @@ async def waiter(ctx) -> str:
 
 @workflow(debounce=Debounce(quiet=60))
 async def debounced(ctx) -> None:
+    return None
+
+
+@workflow(debounce=Debounce(quiet=60, key="input.doc"))
+async def reindex(ctx, change: dict) -> None:
+    return None
+
+
+@workflow(batch=Batch(max_size=100, window=60, key="input.tenant"))
+async def gather(ctx, items: list) -> None:
     return None
 
 
@@ -175,6 +185,31 @@ def test_placement_refusals_write_nothing(shards, caplog) -> None:
             client.start_workflow("leaf", 1, residency_key="apac")
         assert caught.value.shard == 2 and "postgresql" not in str(caught.value)
     assert _counts(shards)[2] == 0 and _counts(shards)[0] == 0
+
+
+def test_a_burst_of_a_debounce_or_batch_key_collapses_on_one_shard(shards) -> None:
+    """The sharding guide: debounce records are routed to the shard of the debounce key, since
+    every admission of a burst for one (workflow, key) must land on one shard for the collapse
+    to work. Each start was placed by its workflow id, a fresh one when none was given, so a
+    burst without ids spread over the shards and started a run on each. A batch gathers the
+    same way."""
+    gated = App(workflows=[reindex, gather]).flow_policies()
+    with ShardPools(_router(), shards.dsns, max_size=2) as pools, Client(shards=pools) as client:
+        for s in ALL:
+            with pools.api(s) as sql:
+                sql.declare_flow_policies(gated)
+        burst = [client.start_workflow(reindex, {"doc": "d-1", "n": n}) for n in range(12)]
+        assert all(h.deferred for h in burst)
+        assert len({h.shard_id for h in burst}) == 1, "one shard for the burst"
+        assert len({h.workflow_id for h in burst}) == 1, "the burst's first start names the run"
+        # The minted id hashes where the run is: a lookup by that workflow id finds it there.
+        router = client._target.router
+        assert router.pick_for_new_workflow("reindex", burst[0].workflow_id) == burst[0].shard_id
+        items = [client.start_workflow(gather, {"tenant": "acme", "n": n}) for n in range(8)]
+        assert len({h.shard_id for h in items}) == 1
+    pending = "SELECT count(*) FROM harvest.pending_starts WHERE workflow_name = '%s'"
+    assert sorted(_counts(shards, pending % "reindex")) == [0, 0, 1]
+    assert sorted(_counts(shards, pending % "gather")) == [0, 0, 1]
 
 
 def test_id_routed_calls_follow_the_id_across_shards(shards, per_shard_workers) -> None:

@@ -92,3 +92,38 @@ def test_routing_an_id_that_is_not_a_uuid_is_an_invalid_argument() -> None:
     with pytest.raises(InvalidArgument, match="not an execution id"):
         routing.route_id(ROUTER, "order-7")
     assert routing.boot_order(ShardRouter([0, 1, 2], [0, 1, 2], 1), (0, 1, 2)) == [1, 0, 2]
+
+
+@workflow(debounce=Debounce(quiet=5, key="input.doc.id"))
+async def keyed(ctx, change) -> None:
+    return None
+
+
+def test_a_burst_of_one_gate_key_without_ids_is_placed_on_one_shard() -> None:
+    """A debounce or a batch collapses only where its starts meet: a start without a workflow id
+    is placed by (name, the gate's key as the database resolves it), under an id minted to hash
+    to that shard; a start with one keeps the id's shard."""
+    gate = routing.gate_key
+    assert gate(None, [{}]) is None and gate(throttled.__harvest_workflow__, [{}]) is None
+    assert gate(debounced.__harvest_workflow__, []) == "" and gate(batched.__harvest_workflow__, [1]) == ""
+    definition = keyed.__harvest_workflow__
+    assert gate(definition, [{"doc": {"id": "d-1"}}]) == "d-1"
+    assert gate(definition, [{"doc": {"id": 7}}]) == "7"
+    assert gate(definition, [{"doc": {"id": {"b": 1, "a": [True]}}}]) == '{"a":[true],"b":1}'
+    for missing in ([], [None], [{"doc": "d"}], [{"doc": {"id": None}}]):
+        assert gate(definition, missing) is None, "no value at the path: no gate, placed by id"
+    placed = [
+        routing.place_start(SHARDED, "keyed", None, None, None, definition, [{"doc": {"id": "d-1"}, "n": n}])
+        for n in range(6)
+    ]
+    assert len({p.shard for p in placed}) == 1 and not any(p.pinned for p in placed)
+    for p in placed:  # each minted id hashes where the run is: a lookup by it finds it
+        assert ROUTER.pick_for_new_workflow("keyed", p.workflow_id) == p.shard
+    # A given workflow_id keeps its hashed shard (where get_handle(workflow_id=...) looks).
+    given = routing.place_start(SHARDED, "keyed", "w-1", None, None, definition, [{"doc": {"id": "d-1"}}])
+    assert (given.shard, given.workflow_id) == (ROUTER.pick_for_new_workflow("keyed", "w-1"), "w-1")
+    other = {
+        routing.place_start(SHARDED, "keyed", None, None, None, definition, [{"doc": {"id": f"d-{n}"}}]).shard
+        for n in range(30)
+    }
+    assert other == {0, 1, 2}, "keys spread over the shards"

@@ -72,6 +72,7 @@ def override(
         output=output,
         what="did not get the override",
         columns=COLUMNS,
+        audit=("rate_limit.override", activity_name, None),
     )
 
 
@@ -89,4 +90,5 @@ def clear_override(activity_name: str, database_url: str | None, output: str) ->
         what="still have the override",
         shape=lambda was_live: {"activity_name": activity_name, "was_live": was_live},
         columns=["shard_id", "activity_name", "was_live"],  # the rate's columns would all be "-"
+        audit=("rate_limit.clear_override", activity_name, None),
     )

@@ -27,7 +27,16 @@ from harvest.config import Config, shard_pools, shards_configured
 from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, WrongShard
 from harvest.db.connection import DatabaseError, database_refusal
 from harvest.db.sqlapi import SqlApi, translated_errors
-from harvest.shard.fanout import PARTIAL, UNAVAILABLE, FanOut, Merged, ShardReads, fan_out, is_shard_failure
+from harvest.shard.fanout import (
+    PARTIAL,
+    UNAVAILABLE,
+    FanOut,
+    Merged,
+    ShardReads,
+    fan_out,
+    is_shard_failure,
+    shard_errors,
+)
 
 # How long a command waits for a shard (its connection, and each fan-out answer) before it
 # counts the shard unavailable, unless shards.cli_timeout (HARVEST_SHARDS__CLI_TIMEOUT) says.
@@ -119,14 +128,21 @@ def each_shard(
     read_only: bool = True,
     none_is_error: bool = True,
     refusals_apart: bool = False,
+    incomplete: Callable[[Any, list[dict[str, Any]]], Any] | None = None,
 ) -> FanOut[Any]:
     """``read(api)`` on every shard (one database: on it alone, its errors as before), each
     shard bounded by ``shards.cli_timeout``. No shard answering is DatabaseUnavailable (unless
     ``none_is_error`` is False); the caller decides what a partial answer means for it.
     ``refusals_apart``: a shard's refusal goes to the answer's ``refused`` (for
-    :func:`fail_if_refused`), not raised; the caller must then report it."""
+    :func:`fail_if_refused`), not raised; the caller must then report it. ``incomplete(api,
+    shard_errors)``: over SQL, on each shard that took a write that missed others."""
     return deployment_read(
-        database_url, read, read_only=read_only, none_is_error=none_is_error, refusals_apart=refusals_apart
+        database_url,
+        read,
+        read_only=read_only,
+        none_is_error=none_is_error,
+        refusals_apart=refusals_apart,
+        incomplete=incomplete,
     )[1]
 
 
@@ -138,6 +154,7 @@ def deployment_read(
     read_only: bool = True,
     none_is_error: bool = True,
     refusals_apart: bool = False,
+    incomplete: Callable[[Any, list[dict[str, Any]]], Any] | None = None,
 ) -> tuple[bool, FanOut[Any]]:
     """(whether the deployment is sharded, :func:`each_shard`'s answers). Sharded: over SQL a
     ``[shards]`` configuration, over HTTP a server that answered per shard (a
@@ -162,16 +179,25 @@ def deployment_read(
             return False, FanOut.of({0: (one or read)(apis[0])}, ())
         kept = functools.partial(_refusal_kept, read) if refusals_apart else read
         fan = fan_out(apis, kept, timeout=cli_timeout(config))
-    if none_is_error:
-        _require_some(fan.status, fan.unavailable_shards)
-    if not refusals_apart:
-        return True, fan
-    # A write: one shard's refusal is that shard's outcome, not the command's (the others are
-    # written all the same, at once): kept apart for fail_if_refused, as the server does.
-    done = FanOut.of(
-        {s: r for s, r in fan.results.items() if not isinstance(r, _Refusal)}, fan.unavailable_shards
-    )
-    done.refused = [(s, r.error) for s, r in fan.results.items() if isinstance(r, _Refusal)]
+        if none_is_error:
+            _require_some(fan.status, fan.unavailable_shards)
+        if not refusals_apart:
+            return True, fan
+        # A write: one shard's refusal is that shard's outcome, not the command's (the others are
+        # written all the same, at once): kept apart for fail_if_refused, as the server does.
+        done = FanOut.of(
+            {s: r for s, r in fan.results.items() if not isinstance(r, _Refusal)}, fan.unavailable_shards
+        )
+        done.refused = [(s, r.error) for s, r in fan.results.items() if isinstance(r, _Refusal)]
+        if incomplete is not None and done.results and (done.refused or done.unavailable_shards):
+            missed = shard_errors(done.unavailable_shards, done.refused)
+            # Best effort: the command names the missed shards and exits 1 all the same.
+            fan_out(
+                apis,
+                functools.partial(_refusal_kept, lambda api: incomplete(api, missed)),
+                shards=list(done.results),
+                timeout=cli_timeout(config),
+            )
     return True, done
 
 

@@ -37,10 +37,26 @@ def on_every_shard(
     what: str,
     shape: Callable[[Any], dict[str, Any] | None] = lambda row: row,
     columns: list[str] = COLUMNS,
+    audit: tuple[str, str, str | None] | None = None,
 ) -> None:
     """``call(api)`` on every shard (over HTTP the route answers per shard), each answer made a
-    row by ``shape`` (also `harvest rate-limit`'s)."""
-    fan = each_shard(database_url, call, read_only=read_only, none_is_error=False, refusals_apart=True)
+    row by ``shape`` (also `harvest rate-limit`'s). ``audit`` (operation, target, operator): a
+    write that missed a shard is audited as failed on each shard that took it (over HTTP the
+    server does it)."""
+    incomplete: Callable[[Any, list[dict[str, Any]]], Any] | None = None
+    if audit is not None:
+        operation, target, operator = audit
+        incomplete = lambda api, missed: api.audit_incomplete_write(  # noqa: E731
+            operation, target, missed, operator
+        )
+    fan = each_shard(
+        database_url,
+        call,
+        read_only=read_only,
+        none_is_error=False,
+        refusals_apart=True,
+        incomplete=incomplete,
+    )
     rows = [{"shard_id": s, **(shape(row) or {})} for s, row in fan.results.items()]
 
     def emit_rows() -> None:
@@ -98,6 +114,7 @@ def override(
         read_only=False,
         output=output,
         what="did not get the override",
+        audit=("start_throttle.override", workflow_name, operator),
     )
 
 
@@ -116,4 +133,5 @@ def clear_override(workflow_name: str, operator: str | None, database_url: str |
         what="still have the override",
         shape=lambda was_live: {"workflow_name": workflow_name, "was_live": was_live},
         columns=["shard_id", "workflow_name", "was_live"],  # the rate's columns would all be "-"
+        audit=("start_throttle.clear_override", workflow_name, operator),
     )

@@ -869,7 +869,7 @@ def _prepare_start(
     opts, kwargs = _split_start(workflow, options, kwargs)
     name, definition, encoded, queue = _start_args(client, workflow, args, kwargs, opts.queue)
     placement = routing.place_start(
-        client._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
+        client._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition, encoded
     )
     call = _start_call(
         name,

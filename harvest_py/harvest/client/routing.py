@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, cast
@@ -59,6 +60,7 @@ def place_start(
     shard_id: int | None,
     residency_key: str | None,
     definition: Any = None,
+    encoded: list[Any] | None = None,
 ) -> Placement:
     """The guide's placement of a new workflow (docs/sharding.md, "Placement"):
 
@@ -67,7 +69,9 @@ def place_start(
       is refused too (a deferred start has nothing to place); without a workflow_id, one is
       minted that hashes to the pinned shard, so a later unpinned start of it finds the run;
     * unpinned on a sharded client: rendezvous over (name, workflow_id), minting the id first
-      when there is none;
+      when there is none; without a workflow_id, a workflow that declares a debounce or a batch
+      over (name, its gate's key in ``encoded``, the input), so a burst meets on one shard, with
+      an id minted to hash there;
     * unpinned on a one-database client: the database's own shard, as before."""
     router: ShardRouter = target.router
     if shard_id is not None or residency_key is not None:
@@ -81,9 +85,39 @@ def place_start(
         return Placement(shard, workflow_id, True)
     if not target.sharded:
         return Placement(None, workflow_id, False)
+    # A given workflow_id keeps its hashed shard, where a lookup by that id looks for the run.
+    key = gate_key(definition, encoded or []) if workflow_id is None else None
+    if key is not None:
+        shard = router.pick_for_gate(name, key)
+        return Placement(shard, router.mint_workflow_id(name, shard), False)
     if workflow_id is None:
         workflow_id = str(uuid.uuid4())
     return Placement(router.pick_for_new_workflow(name, workflow_id), workflow_id, False)
+
+
+def gate_key(definition: Any, encoded: list[Any]) -> str | None:
+    """The key a start of a workflow with a debounce or a batch collapses under, as the
+    database resolves it (functions/flow_throttle.sql, ``_start_gate_key``): '' for a gate
+    declared without a key, else the value at its key path in the first argument (a string
+    itself, any other value its JSON); None without such a gate, or when the input has no value
+    there (no gate: the start is not deferred). A throttle defers each start where it lands,
+    so it is not one."""
+    gate = definition and (definition.debounce or definition.batch)
+    if gate is None:
+        return None
+    if gate.key is None:
+        return ""
+    value: Any = encoded[0] if encoded else None
+    for field in gate.key.split(".")[1:]:  # jsonb's #>: a field of an object, an index of an array
+        if isinstance(value, dict):
+            value = value.get(field)
+        elif isinstance(value, list) and field.isdigit() and int(field) < len(value):
+            value = value[int(field)]
+        else:
+            value = None
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def refuse_deferring_pin(name: str, kind: str | None) -> None:

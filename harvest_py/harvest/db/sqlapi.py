@@ -1349,6 +1349,25 @@ def get_rate_limit(activity_name: str) -> dict[str, Any]:
     return {"activity_name": activity_name}
 
 
+AUDIT_INCOMPLETE_WRITE = """
+SELECT harvest.audit_incomplete_write(%(operation)s, %(target)s, %(shard_errors)s, %(operator_id)s) AS id
+"""
+
+
+@call(AUDIT_INCOMPLETE_WRITE, column("id"))
+def audit_incomplete_write(
+    operation: str, target: str, shard_errors: list[dict[str, Any]], operator_id: str | None = None
+) -> dict[str, Any]:
+    """A pacing override's write that missed some shards, audited as failed on a shard that
+    took it (functions/audit.sql)."""
+    return {
+        "operation": operation,
+        "target": target,
+        "shard_errors": _jsonb(shard_errors),
+        "operator_id": operator_id,
+    }
+
+
 SET_START_THROTTLE_OVERRIDE = """
 SELECT * FROM harvest.set_start_throttle_override(%(workflow_name)s, %(rps)s, %(burst)s, %(ttl_secs)s,
                                                   %(operator_id)s)

@@ -1721,3 +1721,21 @@ for _name, _plan in PLANS.items():
     setattr(ShardReads, _name, _sync_method(_plan))
     setattr(AsyncShardReads, _name, _async_method(_plan))
 del _name, _plan
+
+
+def shard_errors(
+    unavailable: Iterable[int], refused: Iterable[tuple[int, Exception]]
+) -> list[dict[str, Any]]:
+    """Every shard a write on every shard did not do, by shard: ``{"shard_id", "error":
+    "unreachable"}``, or ``{"shard_id", "error": "refused", "code", "message"}`` (the code and
+    message its own error would answer): the HTTP API's ``shard_errors``, and what
+    harvest.audit_incomplete_write records."""
+    from harvest.core.errors import error_code
+    from harvest.db.connection import redact
+
+    out: list[dict[str, Any]] = [{"shard_id": s, "error": "unreachable"} for s in unavailable]
+    out += [
+        {"shard_id": s, "error": "refused", "code": error_code(exc), "message": redact(str(exc))}
+        for s, exc in refused
+    ]
+    return sorted(out, key=lambda e: e["shard_id"])

@@ -240,6 +240,15 @@ class ShardRouter:
             self._refuse_full_drain(f"workflow {workflow_name!r}")
         return rendezvous(_workflow_key(workflow_name, workflow_id), self._placeable)
 
+    def pick_for_gate(self, workflow_name: str, gate_key: str) -> int:
+        """The shard every start of a debounce's or a batch's burst goes to: rendezvous over
+        (name, the gate's key), as :meth:`pick_for_new_workflow` over (name, id), since the
+        burst collapses only where its starts meet (the pending row is per shard).
+        During a full drain: InvalidArgument."""
+        if not self.writable:
+            self._refuse_full_drain(f"workflow {workflow_name!r}")
+        return rendezvous("gate:" + _workflow_key(workflow_name, gate_key), self._placeable)
+
     def place(
         self,
         workflow_name: str,

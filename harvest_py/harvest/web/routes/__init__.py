@@ -456,15 +456,9 @@ class ShardWrites:
         """Every shard not done, by shard: ``{"shard_id", "error": "unreachable"}``, or
         ``{"shard_id", "error": "refused", "code", "message"}`` (the code and message its own
         error would answer)."""
-        from harvest.core.errors import error_code
-        from harvest.db.connection import redact
+        from harvest.shard.fanout import shard_errors
 
-        out = [{"shard_id": s, "error": "unreachable"} for s in self.unavailable_shards]
-        out += [
-            {"shard_id": s, "error": "refused", "code": error_code(exc), "message": redact(str(exc))}
-            for s, exc in self.refused
-        ]
-        return sorted(out, key=lambda e: e["shard_id"])
+        return shard_errors(self.unavailable_shards, self.refused)
 
     def outcome(self) -> dict[str, Any]:
         """The fields every such answer carries: status, unavailable_shards, shard_errors."""

@@ -5,6 +5,7 @@ answers 503 where the janitor does not run), rate-limit pacing overrides, shard 
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -13,7 +14,7 @@ from starlette.responses import Response
 
 from harvest.config import declared_queues, merge_coverage, resolve_queues
 from harvest.core.durations import moment
-from harvest.core.errors import InvalidArgument, NotPlacedHere
+from harvest.core.errors import HarvestError, InvalidArgument, NotPlacedHere
 from harvest.shard.fanout import CONCURRENCY_PAGE, CONCURRENCY_PAGE_MAX, USAGE_SUMS
 from harvest.telemetry.metrics import CONTENT_TYPE
 from harvest.web.routes import (
@@ -33,6 +34,8 @@ from harvest.web.routes import (
 )
 from harvest.web.routes.health import shard_readiness, shard_urls
 from harvest.worker.options import WorkerOptions
+
+log = logging.getLogger("harvest.web")
 
 
 async def concurrency(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -309,10 +312,25 @@ async def release_owed_ends(call: Call, args: dict[str, Any], data: dict[str, An
     }
 
 
-async def every_shard_write(call: Call, fn: Any) -> dict[str, Any]:
+async def every_shard_write(
+    call: Call, fn: Any, audit: tuple[str, str, str | None] | None = None
+) -> dict[str, Any]:
     """A pacing write on every shard: the answers, and shard_errors for the shards not reached
-    or that refused; none reached is a 503 (no override anywhere), none done the first refusal."""
+    or that refused; none reached is a 503 (no override anywhere), none done the first refusal.
+    ``audit`` (operation, target, operator): a write that missed a shard is audited as failed
+    on each shard that took it (harvest.audit_incomplete_write), so the audit log says so too."""
     done = await call.each_shard_write(fn, "no override was applied anywhere")
+    missed = done.shard_errors()
+    if audit is not None and missed and done.results:
+        operation, target, operator = audit
+        try:
+            await call.each_shard(
+                lambda sql: sql.audit_incomplete_write(operation, target, missed, operator),
+                "the failed write was not audited",
+                shards=list(done.results),
+            )
+        except HarvestError as exc:  # the answer names the missed shards all the same
+            log.warning("%s %s missed shard(s) and that could not be audited: %s", operation, target, exc)
     return {"shards": {str(s): r for s, r in done.results.items()}, **done.outcome()}
 
 
@@ -323,13 +341,16 @@ async def set_rate_limit_override(call: Call, args: dict[str, Any], data: dict[s
         lambda sql: sql.set_rate_limit_override(
             name, data["rps"], data.get("burst"), data.get("ttl_secs") or 3600
         ),
+        ("rate_limit.override", name, None),
     )
     return {"activity_name": name, **out}
 
 
 async def clear_rate_limit_override(call: Call, args: dict[str, Any], _: Any) -> Any:
     name = args["activity_name"]
-    out = await every_shard_write(call, lambda sql: sql.clear_rate_limit_override(name))
+    out = await every_shard_write(
+        call, lambda sql: sql.clear_rate_limit_override(name), ("rate_limit.clear_override", name, None)
+    )
     return {"activity_name": name, **out}
 
 

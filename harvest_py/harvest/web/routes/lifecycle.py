@@ -116,13 +116,18 @@ async def set_start_throttle_override(call: Call, args: dict[str, Any], data: di
         lambda sql: sql.set_start_throttle_override(
             name, data["rps"], data.get("burst"), data.get("ttl_secs") or 3600, operator
         ),
+        ("start_throttle.override", name, operator),
     )
     return {"workflow_name": name, **out}
 
 
 async def clear_start_throttle_override(call: Call, args: dict[str, Any], _: Any) -> Any:
     name = args["workflow_name"]
-    out = await every_shard_write(call, lambda sql: sql.clear_start_throttle_override(name, call.operator_id))
+    out = await every_shard_write(
+        call,
+        lambda sql: sql.clear_start_throttle_override(name, call.operator_id),
+        ("start_throttle.clear_override", name, call.operator_id),
+    )
     return {"workflow_name": name, **out}
 
 
