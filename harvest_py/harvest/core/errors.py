@@ -17,6 +17,9 @@ class HarvestError(Exception):
 
     exit_code = 1
     http_status = 500  # a class below says what its error means over HTTP
+    # What the CLI prints after the error's one line, when it has more to show (the traceback
+    # of a user's module that raised as it was imported: harvest.cli.worker.load_app).
+    trailer: str | None = None
 
 
 class ConfigError(HarvestError):
