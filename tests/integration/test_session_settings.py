@@ -844,6 +844,19 @@ def test_the_workers_claim_admits_a_keyed_run_in_a_repeatable_read_session(db: s
 ZONED = {"TimeZone": "Pacific/Kiritimati", "DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard"}
 
 
+def _refusals(conn: psycopg.Connection, calls: dict[str, tuple[str, Any]]) -> dict[str, str]:
+    """Each call's refusal text (its message), by label; "(not refused)" for one that ran."""
+    seen = {}
+    for label, (sql, params) in calls.items():
+        try:
+            conn.execute(sql, params)
+        except psycopg.Error as refused:
+            seen[label] = refused.diag.message_primary
+        else:
+            seen[label] = "(not refused)"
+    return seen
+
+
 def test_a_refusal_names_its_times_the_same_in_any_zone_and_date_style(db: str) -> None:
     """The functions' own texts printed a time with the session's TimeZone and DateStyle and an
     interval with its IntervalStyle: a drain deadline in the past was '2030-01-02 03:04:05+00'
@@ -913,14 +926,7 @@ def test_a_refusal_names_its_times_the_same_in_any_zone_and_date_style(db: str) 
     for settings in ({}, ZONED):
         with _session(db, **settings) as conn:
             conn.execute("SET harvest.fake_now = '2030-01-02 05:00:00+00'")
-            seen = {}
-            for label, (sql, params) in refusals.items():
-                try:
-                    conn.execute(sql, params)
-                except psycopg.Error as refused:
-                    seen[label] = refused.diag.message_primary
-                else:
-                    seen[label] = "(not refused)"
+            seen = _refusals(conn, refusals)
             conn.execute("BEGIN")
             seen["complete_activities"] = conn.execute(answer, activity).fetchone()[0]  # type: ignore[index]
             conn.execute("ROLLBACK")
@@ -1054,15 +1060,7 @@ def test_a_refusal_names_its_numbers_the_same_whatever_the_sessions_float_digits
     texts = []
     for digits in ("-15", "0", "1", "3"):
         with _session(db, extra_float_digits=digits) as conn:
-            seen = {}
-            for label, (sql, params) in refusals.items():
-                try:
-                    conn.execute(sql, params)
-                except psycopg.Error as refused:
-                    seen[label] = refused.diag.message_primary
-                else:
-                    seen[label] = "(not refused)"
-        texts.append(seen)
+            texts.append(_refusals(conn, refusals))
     assert texts[1:] == texts[:1] * 3, json.dumps(texts, indent=1)
     assert texts[0] == {
         "claim": "workflow task lease -0.3 must be positive seconds",
