@@ -398,7 +398,8 @@ BEGIN
     END IF;
     IF p_hand_off THEN
         IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
-            RAISE EXCEPTION 'workflow task lease % must be positive seconds', p_workflow_lease_secs
+            RAISE EXCEPTION 'workflow task lease % must be positive seconds',
+            harvest._num_text(p_workflow_lease_secs)
                 USING ERRCODE = 'HR001';
         END IF;
         v_queues := harvest._hand_off_queues(p_worker_id);

@@ -597,7 +597,8 @@ BEGIN
         RAISE EXCEPTION 'claim limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001';
     END IF;
     IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
-        RAISE EXCEPTION 'workflow task lease % must be positive seconds', p_workflow_lease_secs
+        RAISE EXCEPTION 'workflow task lease % must be positive seconds',
+            harvest._num_text(p_workflow_lease_secs)
             USING ERRCODE = 'HR001';
     END IF;
 
@@ -707,7 +708,8 @@ BEGIN
             USING ERRCODE = 'HR001';
     END IF;
     IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
-        RAISE EXCEPTION 'workflow task lease % must be positive seconds', p_workflow_lease_secs
+        RAISE EXCEPTION 'workflow task lease % must be positive seconds',
+            harvest._num_text(p_workflow_lease_secs)
             USING ERRCODE = 'HR001';
     END IF;
 

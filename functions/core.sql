@@ -202,6 +202,20 @@ AS $$
     SELECT trim_scale(extract(EPOCH FROM p_length)::numeric)::text;
 $$;
 
+-- A double precision number in the functions' own texts (a lease, a rate, a timeout a refusal
+-- names), the same in every session: RAISE's % (and ::text) prints a double by the session's
+-- extra_float_digits, so a lease of 3600.5 s read '4e+03' at -15 and 0.1 + 0.2 read '0.3' at 0
+-- and '0.30000000000000004' at 1. Through numeric it reads with 15 significant digits, no
+-- trailing zeros ('-3600.5', '0.3'); NaN and the infinities as PostgreSQL spells them
+-- (numeric has no infinity before PostgreSQL 14).
+CREATE OR REPLACE FUNCTION harvest._num_text(p_value double precision)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_value = 'Infinity' THEN 'Infinity' WHEN p_value = '-Infinity' THEN '-Infinity'
+        ELSE trim_scale(p_value::numeric)::text END;
+$$;
+
 -- The size an event counts for in the history byte cap (decide.sql) and the
 -- max_history_bytes quota (flow_quotas.sql), the one measure of both: the bytes of its
 -- JSON text. The spec names pg_column_size(event_data); Harvest does not use it

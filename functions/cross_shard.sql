@@ -50,7 +50,8 @@ BEGIN
         RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001';
     END IF;
     IF p_lease_secs IS NULL OR p_lease_secs <= 0 THEN
-        RAISE EXCEPTION 'lease % must be a positive number of seconds', p_lease_secs USING ERRCODE = 'HR001';
+        RAISE EXCEPTION 'lease % must be a positive number of seconds', harvest._num_text(p_lease_secs)
+            USING ERRCODE = 'HR001';
     END IF;
     RETURN QUERY
     WITH due AS (

@@ -159,7 +159,8 @@ DECLARE
 BEGIN
     IF p_rps IS NULL OR p_rps <= 0 OR p_burst < 1 OR p_ttl_secs IS NULL OR p_ttl_secs <= 0 THEN
         RAISE EXCEPTION 'override needs rps > 0, burst >= 1 and a positive ttl, got rps=% burst=% ttl=%',
-            p_rps, p_burst, p_ttl_secs USING ERRCODE = 'HR001';
+            harvest._num_text(p_rps), harvest._num_text(p_burst), harvest._num_text(p_ttl_secs)
+            USING ERRCODE = 'HR001';
     END IF;
     v_bucket := harvest._override_bucket(p_activity_name);
     UPDATE harvest.rate_limit_buckets AS b

@@ -477,7 +477,8 @@ AS $$
 BEGIN
     IF p_rps IS NULL OR p_rps <= 0 OR p_burst < 1 OR p_ttl_secs IS NULL OR p_ttl_secs <= 0 THEN
         RAISE EXCEPTION 'override needs rps > 0, burst >= 1 and a positive ttl, got rps=% burst=% ttl=%',
-            p_rps, p_burst, p_ttl_secs USING ERRCODE = 'HR001';
+            harvest._num_text(p_rps), harvest._num_text(p_burst), harvest._num_text(p_ttl_secs)
+            USING ERRCODE = 'HR001';
     END IF;
     PERFORM harvest._throttle_override_spec(p_workflow_name);
     PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(p_workflow_name, ''));

@@ -32,7 +32,8 @@ BEGIN
         RAISE EXCEPTION 'query or update name is empty' USING ERRCODE = 'HR001';
     END IF;
     IF p_timeout_secs IS NULL OR NOT (p_timeout_secs > 0 AND p_timeout_secs <= 86400) THEN
-        RAISE EXCEPTION 'timeout % is out of range: give seconds in (0, 86400]', p_timeout_secs
+        RAISE EXCEPTION 'timeout % is out of range: give seconds in (0, 86400]',
+            harvest._num_text(p_timeout_secs)
             USING ERRCODE = 'HR001';
     END IF;
 END;

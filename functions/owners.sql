@@ -81,7 +81,8 @@ BEGIN
         RAISE EXCEPTION 'owner mode needs true (on) or false (off), got NULL' USING ERRCODE = 'HR001';
     END IF;
     IF p_lease_secs IS NOT NULL AND NOT p_lease_secs BETWEEN 0.1 AND 3600 THEN
-        RAISE EXCEPTION 'owner lease % s is out of range: allowed 0.1 to 3600 seconds', p_lease_secs
+        RAISE EXCEPTION 'owner lease % s is out of range: allowed 0.1 to 3600 seconds',
+            harvest._num_text(p_lease_secs)
             USING ERRCODE = 'HR001';
     END IF;
     LOCK TABLE harvest.owner_mode IN ACCESS EXCLUSIVE MODE;

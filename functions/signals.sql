@@ -83,7 +83,8 @@ DECLARE
     v_signal record;
 BEGIN
     IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
-        RAISE EXCEPTION 'workflow task lease % must be positive seconds', p_workflow_lease_secs
+        RAISE EXCEPTION 'workflow task lease % must be positive seconds',
+            harvest._num_text(p_workflow_lease_secs)
             USING ERRCODE = 'HR001';
     END IF;
     IF harvest._session_has_role('harvest_worker') THEN

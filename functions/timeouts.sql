@@ -119,7 +119,8 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF p_lease_secs IS NULL OR NOT p_lease_secs BETWEEN 0.1 AND 86400 THEN
-        RAISE EXCEPTION 'a workflow task lease of % s is out of range', p_lease_secs USING ERRCODE = 'HR001',
+        RAISE EXCEPTION 'a workflow task lease of % s is out of range', harvest._num_text(p_lease_secs)
+            USING ERRCODE = 'HR001',
             HINT = 'give 0.1 to 86400 seconds (the worker''s workflow_lease)';
     END IF;
     UPDATE harvest.tasks AS t

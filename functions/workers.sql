@@ -18,7 +18,7 @@ BEGIN
     -- A 0 s interval made the worker commit thousands of heartbeats a second.
     IF NOT coalesce(p_heartbeat_interval_secs BETWEEN 0.1 AND 3600, true) THEN
         RAISE EXCEPTION 'heartbeat_interval_secs % is out of range: allowed 0.1 to 3600 seconds',
-            p_heartbeat_interval_secs USING ERRCODE = 'HR001';
+            harvest._num_text(p_heartbeat_interval_secs) USING ERRCODE = 'HR001';
     END IF;
     INSERT INTO harvest.workers (id, queues, hostname, pid, started_at, last_heartbeat_at,
                                  heartbeat_interval_secs, metadata)

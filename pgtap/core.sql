@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(112);
+SELECT plan(114);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -325,6 +325,10 @@ SELECT is(harvest._secs_text(interval '-1 minute -0.5 seconds'), '-60.5',
 SET LOCAL extra_float_digits = -15;
 SELECT is(harvest._secs_text(interval '1 mon 00:00:01.25'), '2592001.25',
           '_secs_text(): a month as 30 days; extra_float_digits changes nothing');
+SELECT is(ARRAY[harvest._num_text(-3600.5), harvest._num_text(0.1::float8 + 0.2::float8), harvest._num_text(NULL)],
+          ARRAY['-3600.5', '0.3', NULL], '_num_text(): a double as numeric prints it; extra_float_digits changes nothing');
+SELECT is(ARRAY[harvest._num_text('Infinity'), harvest._num_text('-Infinity'), harvest._num_text('NaN')],
+          ARRAY['Infinity', '-Infinity', 'NaN'], '_num_text(): the infinities and NaN as PostgreSQL spells them');
 SET LOCAL TimeZone = 'UTC';
 RESET DateStyle;
 RESET IntervalStyle;

@@ -86,13 +86,30 @@ async def awaits_a_cancelled_future(ctx) -> None:
     await future
 
 
+_local_attempts: list[int] = []
+
+
+@activity(local=True, retry=RetryPolicy.exponential(max_attempts=2, initial="10ms"), dead_letter=False)
+async def awaits_a_cancelled_future_locally(ctx) -> None:
+    """awaits_a_cancelled_future as a local activity (run inline by the workflow task)."""
+    _local_attempts.append(ctx.attempt())
+    future = asyncio.get_running_loop().create_future()
+    future.cancel()
+    await future
+
+
+@workflow
+async def calls_locally(ctx) -> object:
+    return await ctx.execute_activity(awaits_a_cancelled_future_locally)
+
+
 @workflow
 async def calls(ctx, name: str) -> object:
     return await ctx.execute_activity(name)
 
 
 app = App(
-    workflows=[fan_out, compute, bad_result, calls],
+    workflows=[fan_out, compute, bad_result, calls, calls_locally],
     activities=[
         meet,
         count_threads,
@@ -101,6 +118,7 @@ app = App(
         exits_async,
         exits_in_a_thread,
         awaits_a_cancelled_future,
+        awaits_a_cancelled_future_locally,
     ],
 )
 
@@ -154,6 +172,17 @@ def test_a_cancelled_error_the_activity_raises_itself_fails_the_attempt(start_wo
     start_worker(app)
     with pytest.raises(WorkflowFailed, match="CancelledError"):
         client.start_workflow(calls, "awaits_a_cancelled_future").result(timeout=20)
+    assert client.start_workflow(fan_out, "count_threads", 1).result(timeout=30) == [0]
+
+
+def test_a_cancelled_error_a_local_activity_raises_itself_fails_the_attempt(start_worker, client):
+    """The same for a local activity: its CancelledError, the worker not having cancelled it,
+    fails the attempt (typed CancelledError, retried by its policy), as a queued activity's does."""
+    _local_attempts.clear()
+    start_worker(app)
+    with pytest.raises(WorkflowFailed, match="CancelledError"):
+        client.start_workflow(calls_locally).result(timeout=20)
+    assert _local_attempts == [1, 2]
     assert client.start_workflow(fan_out, "count_threads", 1).result(timeout=30) == [0]
 
 

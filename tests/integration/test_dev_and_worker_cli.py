@@ -275,6 +275,13 @@ def test_dev_outlives_a_remote_drain_of_its_worker(db: str, tmp_path: Path) -> N
                 time.sleep(0.05)
             assert dev.poll() is None, log.read_text()
             assert _answers(f"{base}/health/live"), log.read_text()  # the API still serves
+            # ... and says what this process no longer runs.
+            with urllib.request.urlopen(f"{base}/admin/config", timeout=5) as response:
+                config = json.load(response)
+            assert config["worker"]["runs_here"] is False, config["worker"]
+            assert config["worker"]["drained"]["worker_id"] == worker["worker_id"]
+            with urllib.request.urlopen(f"{base}/health/live", timeout=5) as response:
+                assert json.load(response)["runtimes"] == "drained"
             dev.send_signal(signal.SIGINT)
             assert dev.wait(timeout=60) == 0, log.read_text()
         finally:

@@ -844,6 +844,19 @@ def test_the_workers_claim_admits_a_keyed_run_in_a_repeatable_read_session(db: s
 ZONED = {"TimeZone": "Pacific/Kiritimati", "DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard"}
 
 
+def _refusals(conn: psycopg.Connection, calls: dict[str, tuple[str, Any]]) -> dict[str, str]:
+    """Each call's refusal text (its message), by label; "(not refused)" for one that ran."""
+    seen = {}
+    for label, (sql, params) in calls.items():
+        try:
+            conn.execute(sql, params)
+        except psycopg.Error as refused:
+            seen[label] = refused.diag.message_primary
+        else:
+            seen[label] = "(not refused)"
+    return seen
+
+
 def test_a_refusal_names_its_times_the_same_in_any_zone_and_date_style(db: str) -> None:
     """The functions' own texts printed a time with the session's TimeZone and DateStyle and an
     interval with its IntervalStyle: a drain deadline in the past was '2030-01-02 03:04:05+00'
@@ -913,14 +926,7 @@ def test_a_refusal_names_its_times_the_same_in_any_zone_and_date_style(db: str) 
     for settings in ({}, ZONED):
         with _session(db, **settings) as conn:
             conn.execute("SET harvest.fake_now = '2030-01-02 05:00:00+00'")
-            seen = {}
-            for label, (sql, params) in refusals.items():
-                try:
-                    conn.execute(sql, params)
-                except psycopg.Error as refused:
-                    seen[label] = refused.diag.message_primary
-                else:
-                    seen[label] = "(not refused)"
+            seen = _refusals(conn, refusals)
             conn.execute("BEGIN")
             seen["complete_activities"] = conn.execute(answer, activity).fetchone()[0]  # type: ignore[index]
             conn.execute("ROLLBACK")
@@ -1012,3 +1018,65 @@ def test_every_claim_of_harvests_pools_admits_a_keyed_run_whatever_the_default_i
     finally:
         pool.close()
     assert [r["workflow_id"] for r in rows] == ["r2"]
+
+
+def test_a_refusal_names_its_numbers_the_same_whatever_the_sessions_float_digits(db: str) -> None:
+    """A refusal that printed a double precision argument (a lease, a rate, a timeout) with RAISE's
+    % followed the session's extra_float_digits: a lease of 3600.5 s read '4e+03' at -15 and
+    0.30000000000000004 read '0.3' at 0 and in full at 1 and 3, so one refusal read differently
+    per session. Such a number now reads as numeric prints it (15 significant digits, no
+    trailing zeros), the same in every session."""
+    uuid0 = "00000000-0000-0000-0000-000000000000"
+    tiny = 0.1 + 0.2  # 0.30000000000000004: its shortest text and its 15-digit text differ
+    refusals = {
+        "claim": ("SELECT * FROM harvest.claim_tasks('w', ARRAY['q'], 1, %s)", (-tiny,)),
+        "named claim": (
+            "SELECT * FROM harvest.claim_named_tasks('w', ARRAY['q'], ARRAY[1]::bigint[], %s)",
+            (-tiny,),
+        ),
+        "hand-off": (
+            (
+                "SELECT * FROM harvest.complete_activities('w', ARRAY[]::bigint[], ARRAY[]::bigint[],"
+                " ARRAY[]::jsonb[], true, %s)"
+            ),
+            (-3600.5,),
+        ),
+        "eager signal": (
+            "SELECT harvest.signal_workflow_eager(%s, 's', 'null', NULL, NULL, 'w', %s)",
+            (uuid0, -3600.5),
+        ),
+        "cross-shard": ("SELECT * FROM harvest.claim_cross_shard_children(1, %s)", (-tiny,)),
+        "relays": ("SELECT * FROM harvest.claim_remote_relays(1, %s)", (-3600.5,)),
+        "rate override": ("SELECT * FROM harvest.set_rate_limit_override('act', %s, 2.5, 90.5)", (-tiny,)),
+        "throttle override": (
+            "SELECT * FROM harvest.set_start_throttle_override('tw', 1.25, 0.5, %s)",
+            (-3600.5,),
+        ),
+        "query timeout": ("SELECT harvest.request_query(%s, 'q', 'null', %s)", (uuid0, 86400.5)),
+        "owner lease": ("SELECT harvest.set_owner_mode(true, %s)", (3600.5,)),
+        "workflow heartbeat": ("SELECT * FROM harvest.heartbeat_workflow_task(1, 1, %s)", (86400.25,)),
+        "worker heartbeat": ("SELECT harvest.register_worker('w', ARRAY['q'], 'h', 1, %s)", (tiny / 10,)),
+    }
+    texts = []
+    for digits in ("-15", "0", "1", "3"):
+        with _session(db, extra_float_digits=digits) as conn:
+            texts.append(_refusals(conn, refusals))
+    assert texts[1:] == texts[:1] * 3, json.dumps(texts, indent=1)
+    assert texts[0] == {
+        "claim": "workflow task lease -0.3 must be positive seconds",
+        "named claim": "workflow task lease -0.3 must be positive seconds",
+        "hand-off": "workflow task lease -3600.5 must be positive seconds",
+        "eager signal": "workflow task lease -3600.5 must be positive seconds",
+        "cross-shard": "lease -0.3 must be a positive number of seconds",
+        "relays": "lease -3600.5 must be a positive number of seconds",
+        "rate override": (
+            "override needs rps > 0, burst >= 1 and a positive ttl, got rps=-0.3 burst=2.5 ttl=90.5"
+        ),
+        "throttle override": (
+            "override needs rps > 0, burst >= 1 and a positive ttl, got rps=1.25 burst=0.5 ttl=-3600.5"
+        ),
+        "query timeout": "timeout 86400.5 is out of range: give seconds in (0, 86400]",
+        "owner lease": "owner lease 3600.5 s is out of range: allowed 0.1 to 3600 seconds",
+        "workflow heartbeat": "a workflow task lease of 86400.25 s is out of range",
+        "worker heartbeat": "heartbeat_interval_secs 0.03 is out of range: allowed 0.1 to 3600 seconds",
+    }

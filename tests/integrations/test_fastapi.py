@@ -4,6 +4,7 @@ lifespan run, requests through httpx's ASGI transport, on the test database."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import httpx
@@ -381,3 +382,35 @@ def test_a_startup_cancelled_during_the_worker_boot_stops_the_worker(
         return booting[0].stopping
 
     assert asyncio.run(scenario()), "the worker was left booting after the startup was cancelled"
+
+
+def test_a_remote_drain_of_the_in_process_worker_is_reported_and_the_app_serves_on(db: str) -> None:
+    """A drain of HarvestLifespan's worker (`harvest worker drain`, the dashboard's button)
+    stops the worker, not the app: the mounted API said `runs_here: true` after it, though the
+    claim loop, the scheduler and the janitor had stopped."""
+    api = fastapi_app(
+        db,
+        run_worker=True,
+        worker_options={**FAST, "heartbeat_interval": 0.1, "worker_id": "lifespan-drained"},
+    )
+
+    async def calls(http: httpx.AsyncClient) -> dict[str, Any]:
+        drained = await http.post("/api/harvest/workers/lifespan-drained/drain", json={})
+        assert drained.json()["outcome"] == "accepted", drained.text
+        deadline = time.monotonic() + 60  # (a bound, not a timing: the drain takes about 0.3 s)
+        config = (await http.get("/api/harvest/admin/config")).json()
+        while config["worker"]["drained"] is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            config = (await http.get("/api/harvest/admin/config")).json()
+        return {
+            "config": config,
+            "ready": await http.get("/api/harvest/health/ready"),
+        }
+
+    seen = asyncio.run(serve(api, calls))
+    worker = seen["config"]["worker"]
+    assert worker["runs_here"] is False and worker["drained"]["worker_id"] == "lifespan-drained", worker
+    assert all(not r["value"] for r in seen["config"]["runtimes"].values()), seen["config"]["runtimes"]
+    ready = seen["ready"]
+    assert ready.status_code == 200 and ready.json()["runtimes"] == "drained", ready.text
+    assert ready.json()["drained_at"] == worker["drained"]["at"]

@@ -565,10 +565,13 @@ def test_a_request_that_gets_no_answer_times_out() -> None:
 def test_an_update_waited_to_completion_gets_more_time_never_less(monkeypatch) -> None:
     """The spec's longer budget of `workflow update --wait completed`: its --timeout-secs plus
     10 s, which is more time than the request timeout, never less (an update's own short wait
-    gave it 11 s under --http-timeout-secs 60). An update waited only to acceptance, and a bulk
-    dead-letter dry run, keep the request timeout. The margin is shrunk here; the error line
-    names the budget each request had."""
+    gave it 11 s under --http-timeout-secs 60). An update waited only to acceptance keeps the
+    request timeout. A bulk dead-letter preview (its --dry-run, and the first request of a bulk
+    write) reads as many rows as its batches write, and gets their budget (BULK_WRITE_SECS):
+    it had the request timeout, so a large preview timed out where the batches would not. The
+    margins are shrunk here; the error line names the budget each request had."""
     monkeypatch.setattr(cli_http, "UPDATE_MARGIN_SECS", 0.5)
+    monkeypatch.setattr(cli_http, "BULK_WRITE_SECS", 1.5)
     run_id = "00000000-0000-4000-8000-000000000001"
     with socket.socket() as listener:  # accepts (the backlog) and never answers
         listener.bind(("127.0.0.1", 0))
@@ -580,8 +583,10 @@ def test_an_update_waited_to_completion_gets_more_time_never_less(monkeypatch) -
             assert answer.exit_code == 1 and "request timed out" in answer.stderr, answer.stderr
             return answer.stderr.split("no answer within ")[1].split("s ")[0]
 
-        # (a bulk write's first request is its preview, a read: the batches after it get 1.5 s)
-        assert budget("1", "dlq", "bulk-replay", "--activity-name", "send_email", "--dry-run") == "1"
+        assert budget("1", "dlq", "bulk-replay", "--activity-name", "send_email", "--dry-run") == "1.5"
+        assert budget("1", "dlq", "bulk-discard", "--activity-name", "send_email") == "1.5"  # its preview
+        # (the budget is at least the request timeout)
+        assert budget("2", "dlq", "bulk-replay", "--activity-name", "send_email", "--dry-run") == "2"
         assert budget("1", "workflow", "update", run_id, "decide", "--timeout-secs", "1") == "1.5"
         # its own wait plus the margin (1.5 s) is less than the request timeout (2 s): the latter
         assert budget("2", "workflow", "update", run_id, "decide", "--timeout-secs", "1") == "2"

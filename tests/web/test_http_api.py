@@ -1340,6 +1340,7 @@ def test_admin_config_reports_the_polled_and_declared_queues_and_their_source(db
         config = api.get("/admin/config").json()
         assert config["worker"] == {
             "runs_here": False,
+            "drained": None,  # (no worker here to drain)
             "queues": [],
             "declared_queues": ["billing", "default"],  # the served App's, whoever polls them
             "queue_source": "no worker in this process: worker.enabled=false (source: role web)",

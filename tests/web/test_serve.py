@@ -275,3 +275,71 @@ def test_serve_stops_on_ctrl_c_with_exit_0(db: str) -> None:
         _, err = _stop(process)
     assert process.returncode == 0, err
     assert "Aborted" not in err
+
+
+def test_a_combined_serve_reports_its_drained_worker_and_keeps_serving(db: str) -> None:
+    """A remote drain of a combined `harvest serve`'s worker stops its claim loop, scheduler and
+    janitor, not the API: the process then said `runs_here: true` (and the janitor and the
+    scheduler on) though nothing ran. It reports the drain now: /admin/config's runtimes off
+    with the drain as their source, the worker section's `drained`, and the health probes."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "HARVEST_DATABASE_URL": db,
+        "HARVEST_PROFILE": "dev",
+        "HARVEST_ROLE": "combined",
+        "HARVEST_WORKER__HEARTBEAT_INTERVAL": "0.2",
+    }
+    process = _run(["serve", "--port", str(port), "--app", "harvest.cli.demo:app"], env)
+    base = f"http://127.0.0.1:{port}/api/harvest"
+
+    def mine() -> list[dict]:
+        return [w for w in _get(f"{base}/workers")[1]["workers"] if w["pid"] == process.pid]
+
+    try:
+        deadline = time.monotonic() + 60
+        while not mine():
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        (worker,) = mine()
+        config = _get(f"{base}/admin/config")[1]
+        assert config["worker"]["runs_here"] is True and config["worker"]["drained"] is None
+        assert (
+            config["runtimes"]["scheduler.enabled"]["value"] is True
+            and config["retention"]["runs_here"] is True
+        )
+        drain = urllib.request.Request(
+            f"{base}/workers/{worker['worker_id']}/drain",
+            data=b"{}",
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(drain, timeout=5) as response:
+            assert json.load(response)["outcome"] == "accepted"
+        while (
+            mine()[0]["status"] != "stopped" or _get(f"{base}/admin/config")[1]["worker"]["drained"] is None
+        ):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        config = _get(f"{base}/admin/config")[1]
+        drained = config["worker"]["drained"]
+        assert drained["worker_id"] == worker["worker_id"] and drained["at"]
+        assert config["worker"]["runs_here"] is False and config["worker"]["queues"] == []
+        assert "drained" in config["worker"]["queue_source"]
+        for name in ("worker", "scheduler", "retention"):
+            runtime = config["runtimes"][f"{name}.enabled"]
+            assert runtime["value"] is False and "drained" in runtime["source"], config["runtimes"]
+        assert config["retention"]["runs_here"] is False
+        retention = _get(f"{base}/admin/retention")[1]
+        assert retention["runs_here"]["value"] is False and "drained" in retention["runs_here"]["source"]
+        # The API still serves, and its probes say what this process no longer runs.
+        for probe in ("health", "health/live", "health/ready"):
+            status, body = _get(f"{base}/{probe}")
+            assert status == 200 and body["runtimes"] == "drained", (probe, body)
+            assert body["drained_at"] == drained["at"]
+        assert process.poll() is None
+    finally:
+        _, err = _stop(process)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert any("drained" in line and "the management API" in line for line in err.splitlines()), err

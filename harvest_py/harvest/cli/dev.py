@@ -9,8 +9,9 @@ import os
 import shlex
 import signal
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -162,10 +163,10 @@ def _dev_options() -> WorkerOptions:
 
 def _api_server(
     app: App, dsn: str, host: str | None, port: int | None, demo: bool = True
-) -> tuple[uvicorn.Server, list[socket.socket]] | None:
+) -> tuple[uvicorn.Server, list[socket.socket], Any] | None:
     """The management API of the dev runner (profile dev: every caller is admin, so it listens
-    on localhost by default) and its listening socket, with its URL and one curl printed; None
-    when uvicorn is missing."""
+    on localhost by default), its listening socket and its state (``HarvestState``), with its
+    URL and one curl printed; None when uvicorn is missing."""
     try:
         import uvicorn
 
@@ -205,10 +206,10 @@ def _api_server(
     # The worker owns Ctrl-C and stops the server after it. uvicorn (0.29 and later) would
     # take SIGINT and SIGTERM for the length of serve() and raise them again when it returns.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
-    return server, sockets
+    return server, sockets, api.state.harvest
 
 
-async def _run(worker: Worker, api: tuple[uvicorn.Server, list[socket.socket]] | None) -> None:
+async def _run(worker: Worker, api: tuple[uvicorn.Server, list[socket.socket], Any] | None) -> None:
     """The worker, and the API (its server and listening sockets) beside it, until Ctrl-C (or a
     SIGTERM). A remote drain (`harvest worker drain`, the dashboard's button) stops the worker
     only: the API and the database stay up, as a `harvest serve` replica's API outlives its
@@ -228,6 +229,8 @@ async def _run(worker: Worker, api: tuple[uvicorn.Server, list[socket.socket]] |
     try:
         await worker.run()
         if not interrupted.is_set():
+            if api is not None:  # what the API reports of this process from now on
+                api[2].note_drained(worker.worker_id, datetime.now(UTC))
             kept = "the management API and the database" if api is not None else "the database"
             click.echo(f"the worker drained and stopped; {kept} stay up until Ctrl-C", err=True)
             await interrupted.wait()

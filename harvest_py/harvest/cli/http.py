@@ -70,7 +70,8 @@ def default_base_url(port: int | None = None) -> str:
 
 
 # The spec's longer budgets: an update waited to completion gets its own timeout plus this;
-# a bulk dead-letter write at least BULK_WRITE_SECS; a stream's idle limit at least STREAM_IDLE_SECS.
+# a bulk dead-letter write and its preview at least BULK_WRITE_SECS; a stream's idle limit at
+# least STREAM_IDLE_SECS.
 UPDATE_MARGIN_SECS = 10.0
 BULK_WRITE_SECS = 300.0
 STREAM_IDLE_SECS = 60.0
@@ -666,8 +667,10 @@ class HttpApi:
                 "shard_id": self.shard,
             }
         )
-        # A bulk write may take long: at least BULK_WRITE_SECS (the spec's budget).
-        budget = None if dry_run else max(self.http.settings.timeout, BULK_WRITE_SECS)
+        # A bulk write may take long: at least BULK_WRITE_SECS (the spec's budget). So may its
+        # preview (the --dry-run, and a write's first request): it reads and checks as many rows
+        # as the batches act on, and had the request timeout alone (a large one timed out).
+        budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
         scope = "admin" if action == "discard" else "operate"
         return _obj(self.http.post(f"/dead-letters/{action}", body, scope=scope, timeout=budget))
 

@@ -67,6 +67,42 @@ def _usage_error(exc: click.UsageError) -> NoReturn:
     sys.exit(exc.exit_code)
 
 
+# The exit status when the reader of stdout went away before the output was written (`harvest
+# workflow list | head -1`): 141, what a shell reports for a tool SIGPIPE ended (128 + 13), as
+# `cat big | head -1` gives. Not 0: the output was not all delivered, and a script with
+# `set -o pipefail` should see so, as it does for any other tool; not 1, which says the command
+# itself failed (a database error, a refusal), nor 2, a usage error.
+EXIT_STDOUT_CLOSED = 141
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (its write end polls POLLERR then)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # (no fileno: a test's captured stream)
+        return False
+
+
+def _end_on_closed_stdout(exc: BrokenPipeError) -> NoReturn:
+    """The reader of stdout went away (`harvest preflight | head -1`): stop quietly with
+    EXIT_STDOUT_CLOSED, no traceback, and stdout pointed at /dev/null so that the interpreter's
+    last flush of what is still buffered raises nothing ("Exception ignored ... BrokenPipeError").
+    A broken pipe that is not stdout's (a socket) is raised on as any other error."""
+    if not _stdout_closed():
+        raise exc
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
+    sys.exit(EXIT_STDOUT_CLOSED)
+
+
 class HarvestGroup(click.Group):
     """Turn every Harvest error into one line on stderr and its exit code; no traceback.
 
@@ -114,6 +150,8 @@ class HarvestGroup(click.Group):
             raise
         except click.UsageError as exc:
             _usage_error(exc)
+        except BrokenPipeError as exc:  # `harvest --help | head -1`, `--version`
+            _end_on_closed_stdout(exc)
 
     def invoke(self, ctx: click.Context) -> Any:
         previous = os.environ.get("PGAPPNAME")
@@ -122,11 +160,17 @@ class HarvestGroup(click.Group):
         # the config file of this invocation: found before the root callback loads it.
         ctx.meta[_OWN_CONFIG_PATH_KEY] = _own_config_path(ctx)
         try:
-            return super().invoke(ctx)
+            done = super().invoke(ctx)
+            sys.stdout.flush()  # (what is still buffered fails here, not at the interpreter's exit)
+            return done
+        except BrokenPipeError as exc:  # the reader of stdout went away: every command, once
+            _end_on_closed_stdout(exc)
         except HarvestError as exc:
             from harvest.cli.output import scrub
 
             click.echo(f"error: {scrub(str(exc))}", err=True)
+            if exc.trailer:  # (what the line needs after it: a user module's traceback)
+                click.echo(exc.trailer, err=True, nl=False)
             sys.exit(exc.exit_code)
         except click.exceptions.NoArgsIsHelpError:
             raise  # `harvest workflow` alone prints its help, as before

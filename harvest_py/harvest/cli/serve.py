@@ -12,6 +12,7 @@ import os
 import shlex
 import socket
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from typing import Any
 
 import click
@@ -139,6 +140,8 @@ class PlacedRuntimes:
         self.options = configured_options(self.app, config) if plan.runs_anything() else None
         self.failure: BaseException | None = None
         self.on_failure: Callable[[], None] = lambda: None  # the server's stop
+        # A remote drain of the worker: what the API reports of this process from then on.
+        self.on_drained: Callable[[Any, datetime], None] = lambda worker, at: None
 
     def __bool__(self) -> bool:
         return self.options is not None
@@ -156,6 +159,14 @@ class PlacedRuntimes:
             )
             self.on_failure()
 
+        def drained(worker: Any, at: datetime) -> None:
+            logging.getLogger("harvest.web").warning(
+                "harvest serve: worker %s was drained and stopped (its claim loop, scheduler and "
+                "janitor); the management API stays up until the process stops, and reports the drain",
+                worker.worker_id,
+            )
+            self.on_drained(worker, at)
+
         runtimes = WorkerBeside(
             self.app,
             self.config,
@@ -163,6 +174,7 @@ class PlacedRuntimes:
             database_url=self.dsn,
             name="harvest-runtimes",
             on_failure=ended,
+            on_drained=drained,
         )
         try:
             yield
@@ -247,6 +259,7 @@ def serve(
     )
     server = uvicorn.Server(served)
     runtimes.on_failure = lambda: setattr(server, "should_exit", True)
+    runtimes.on_drained = lambda worker, at: api.state.harvest.note_drained(worker.worker_id, at)
     try:
         # Ctrl-C ends it as uvicorn.run does: after the graceful stop, not as an abort (exit 0).
         with contextlib.suppress(KeyboardInterrupt):

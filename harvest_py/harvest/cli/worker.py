@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 
 import click
@@ -21,8 +22,13 @@ def load_app(target: str) -> App:
         sys.path.insert(0, "")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import {module_name!r} for {target!r}: {exc}") from None
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            # The module itself is not there (a typo, a missing sys.path entry): one line.
+            raise ConfigError(f"cannot import {module_name!r} for {target!r}: {exc}") from None
+        raise _import_failed(module_name, target, exc) from None
+    except Exception as exc:  # the module's own code raised as it was imported
+        raise _import_failed(module_name, target, exc) from None
     app = getattr(module, attribute, None)
     if isinstance(app, App):
         return app
@@ -37,6 +43,34 @@ def load_app(target: str) -> App:
         f"{target!r} is not a harvest.App (found {type(app).__name__}); {found}: "
         "pass module:attribute naming your App"
     )
+
+
+def _import_failed(module_name: str, target: str, exc: Exception) -> ConfigError:
+    """The error of a module that raised as it was imported: one line naming the module and
+    the exception, then the traceback of the module's own frames (its files; not Harvest's nor
+    importlib's, which say nothing about the cause), printed after the line."""
+    import traceback
+
+    error = ConfigError(
+        f"cannot import {module_name!r} for {target!r}: {type(exc).__name__}: {exc}"
+        if str(exc)
+        else f"cannot import {module_name!r} for {target!r}: {type(exc).__name__}"
+    )
+    shown = traceback.TracebackException.from_exception(exc)
+    ours = tuple(
+        os.path.dirname(os.path.abspath(f)) + os.sep
+        for f in (os.path.dirname(os.path.abspath(__file__)), importlib.__file__ or "")
+    )  # (harvest's package, the importlib package)
+    shown.stack = traceback.StackSummary.from_list(
+        [
+            frame
+            for frame in shown.stack
+            if not frame.filename.startswith("<frozen importlib")
+            and not os.path.abspath(frame.filename).startswith(ours)
+        ]
+    )
+    error.trailer = "".join(shown.format())  # (HarvestGroup prints it after the error line)
+    return error
 
 
 @click.command()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from harvest.config.config import (
@@ -90,7 +91,10 @@ class WorkerBeside:
     (``HarvestLifespan(run_worker=True)``, the runtimes ``harvest serve`` places): it starts at
     once, :meth:`started` waits for its boot, and :meth:`stop` drains it. ``on_failure`` is
     handed the error of a worker that ended by itself while the server ran (a stop's own error
-    is :meth:`stop`'s to raise, a boot's :meth:`started`'s); :attr:`failure` keeps it."""
+    is :meth:`stop`'s to raise, a boot's :meth:`started`'s); :attr:`failure` keeps it.
+    ``on_drained`` is handed the worker that ended by itself without an error while the server
+    ran (a remote drain, ``harvest worker drain`` or the dashboard's button, stopped its claim
+    loop, scheduler and janitor) and when; :attr:`drained_at` keeps when."""
 
     def __init__(
         self,
@@ -101,9 +105,12 @@ class WorkerBeside:
         database_url: str | None,
         name: str,
         on_failure: Callable[[BaseException], None],
+        on_drained: Callable[[Worker, datetime], None] | None = None,
     ) -> None:
         self.worker: Worker | None = None  # once built (a stop before that stops it as it is handed over)
         self.failure: BaseException | None = None
+        self.drained_at: datetime | None = None
+        self._on_drained = on_drained
         self._built = asyncio.Event()
         self._stopping = False
         self._start_awaited = False
@@ -127,6 +134,12 @@ class WorkerBeside:
         if self._stopping or task.cancelled():
             return
         error = task.exception()
+        if error is None and self.booted and self.worker is not None:
+            # Ended by itself, no stop asked of it here: its registry row was drained.
+            self.drained_at = datetime.now(UTC)
+            if self._on_drained is not None:
+                self._on_drained(self.worker, self.drained_at)
+            return
         if error is None or (self._start_awaited and not self.booted):
             return  # (a boot's error is started()'s to raise)
         self.failure = error

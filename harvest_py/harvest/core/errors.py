@@ -17,6 +17,9 @@ class HarvestError(Exception):
 
     exit_code = 1
     http_status = 500  # a class below says what its error means over HTTP
+    # What the CLI prints after the error's one line, when it has more to show (the traceback
+    # of a user's module that raised as it was imported: harvest.cli.worker.load_app).
+    trailer: str | None = None
 
 
 class ConfigError(HarvestError):
@@ -352,6 +355,25 @@ class ActivityFailure(HarvestError):
             message = f"SystemExit({exc.code!r}) raised in the activity (sys.exit()?)"
             return cls("SystemExit", message, False, None)
         return cls(type(exc).__name__, str(exc), False, None)
+
+    @classmethod
+    def own_cancel(cls, exc: BaseException) -> ActivityFailure | None:
+        """The failure of an attempt whose activity code raised ``CancelledError`` without its
+        task being cancelled (it awaited a future cancelled elsewhere: a shared task another
+        caller's timeout cancelled); None when the running task itself is being cancelled (the
+        worker's stop, a workflow task's end), which the caller lets through. A queued
+        activity's handler and a local activity's inline attempt decide alike."""
+        import asyncio
+
+        current = asyncio.current_task()
+        if current is None or current.cancelling() > 0:
+            return None
+        return cls(
+            "CancelledError",
+            str(exc)
+            or "raised by the activity's code, not cancelled by the worker (it awaited something "
+            "cancelled elsewhere?)",
+        )
 
 
 def failure_line(failure: Any) -> str:

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
 from typing import Any
 
 from harvest.client.client import AsyncClient
@@ -207,6 +208,7 @@ class HarvestLifespan:
             database_url=self.dsn,
             name="harvest-worker",
             on_failure=_log_worker_end,
+            on_drained=self._drained,
         )
         try:
             await beside.started()  # (raises what ended the boot; the worker's task is over then)
@@ -217,6 +219,17 @@ class HarvestLifespan:
                 await beside.stop()
             raise
         self._worker = beside
+
+    def _drained(self, worker: Worker, at: datetime) -> None:
+        """A remote drain stopped the worker (its claim loop, scheduler and janitor): the app
+        serves on, and the mounted API reports the drain from now on."""
+        log.warning(
+            "harvest: the in-process worker %s was drained and stopped; the app serves on, and its "
+            "management API reports the drain",
+            worker.worker_id,
+        )
+        if self.management_api is not None:
+            self.management_api.state.harvest.note_drained(worker.worker_id, at)
 
     @property
     def worker_failure(self) -> BaseException | None:

@@ -87,8 +87,14 @@ async def run_local_activity(
                 return {"name": defn.name, "result": encode(result, "result")}
             except PayloadError as exc:
                 failure = ActivityFailure(type(exc).__name__, str(exc), non_retryable=True)
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as exc:
+            # The workflow task's own cancel (the worker's stop) goes through; a CancelledError
+            # the activity's code raised by itself fails the attempt, as a queued activity's
+            # does (it propagated into the workflow, and the run was stuck).
+            own = ActivityFailure.own_cancel(exc)
+            if own is None:
+                raise
+            failure = own
         except (Exception, SystemExit) as exc:  # (sys.exit() fails the attempt, not the task)
             failure = ActivityFailure.from_exception(exc)
         if not defn.retry.should_retry(failure, attempt):

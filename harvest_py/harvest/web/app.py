@@ -27,6 +27,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from starlette.applications import Starlette
@@ -91,6 +92,9 @@ class HarvestState:
     # The error of the runtimes this process runs beside the API, once they ended by themselves
     # (HarvestLifespan's worker, `harvest serve`'s): the health probes answer 503 then.
     runtimes_failure: Callable[[], BaseException | None] = lambda: None
+    # The remote drain of the worker this process ran beside the API (``harvest worker drain``,
+    # the dashboard's button), once over: ``{"worker_id", "at"}`` (:meth:`note_drained`).
+    drained: dict[str, str] | None = None
     max_payload_bytes: int | None = None
     shard_timeout: float = SHARD_TIMEOUT_SECS
     hubs: dict[tuple[int, str], NotificationHub] = field(default_factory=dict)
@@ -105,6 +109,19 @@ class HarvestState:
     @property
     def sharded(self) -> bool:
         return self.pools is not None
+
+    def note_drained(self, worker_id: str, at: datetime) -> None:
+        """The worker this process ran beside the API was drained (remotely) and has stopped,
+        its scheduler and janitor with it: from now on the process reports that it runs none of
+        them (``/admin/config``, ``/admin/retention``, the health probes' ``runtimes``), the
+        drain named as their source, while the API serves on."""
+        when = at.astimezone(UTC).isoformat()
+        self.drained = {"worker_id": worker_id, "at": when}
+        if self.plan is not None:
+            self.plan = self.plan.as_run(
+                {"worker": False, "scheduler": False, "retention": False},
+                f"drained (worker {worker_id} at {when})",
+            )
 
     @property
     def unauthenticated(self) -> bool:

@@ -304,13 +304,6 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
     )
 
 
-def _cancelled_by_worker() -> bool:
-    """Whether a CancelledError the activity's handler sees is a cancel of the handler's own
-    task (the worker's stop), not one the activity's code raised without being cancelled."""
-    current = asyncio.current_task()
-    return current is None or current.cancelling() > 0
-
-
 async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     """Run one claimed activity task to a reported outcome (or a lost lease)."""
     execution_id = str(task["execution_id"])
@@ -411,23 +404,17 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
             encoded, f"the result of activity {definition.name}", worker.max_payload_bytes
         )
     except (Exception, SystemExit, asyncio.CancelledError) as exc:  # (sys.exit() fails it, not the worker)
-        if isinstance(exc, asyncio.CancelledError) and _cancelled_by_worker():
+        own_cancel = ActivityFailure.own_cancel(exc) if isinstance(exc, asyncio.CancelledError) else None
+        if isinstance(exc, asyncio.CancelledError) and own_cancel is None:
             raise  # the worker's stop: the handler hands the task back (Worker._guard)
         if isinstance(exc, StartToCloseExpired):
             failure = ActivityFailure(
                 "StartToCloseTimeout", f"attempt {task['attempt']} ran longer than its start_to_close"
             )
-        elif isinstance(exc, asyncio.CancelledError):
-            # The activity's own code raised it (it awaited a future cancelled elsewhere: a
-            # shared task another caller's timeout cancelled): a failure of the attempt like any
-            # other, not the worker's stop, which would hand the task back unreported, to run
-            # again at once.
-            failure = ActivityFailure(
-                "CancelledError",
-                str(exc)
-                or "raised by the activity's code, not cancelled by the worker (it "
-                "awaited something cancelled elsewhere?)",
-            )
+        elif own_cancel is not None:
+            # The activity's own code raised it: a failure of the attempt like any other, not
+            # the worker's stop, which would hand the task back unreported, to run again at once.
+            failure = own_cancel
         else:
             failure = _typed(exc)
         worker.metrics.activity_finished(

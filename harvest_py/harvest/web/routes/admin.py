@@ -95,6 +95,7 @@ def _queues(call: Call) -> dict[str, Any]:
         why = f"no worker in this process: {plan.worker.line()}"
         return {
             "runs_here": False,
+            "drained": call.state.drained,
             "queues": [],
             "declared_queues": declared_queues(app) if app is not None else None,
             "queue_source": why,
@@ -114,6 +115,7 @@ def _queues(call: Call) -> dict[str, Any]:
         shards = list(call.state.router.readable)
     out: dict[str, Any] = {
         "runs_here": plan.worker.value if plan is not None else None,
+        "drained": call.state.drained,
         "shard_assignments": shards,
         "shard_assignments_source": assignments or "auto",
         **_rebalance_resume(config),

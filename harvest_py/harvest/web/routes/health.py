@@ -93,6 +93,15 @@ def _runtimes_stopped(state: Any) -> Reply | None:
     )
 
 
+def _ok(state: Any, body: dict[str, Any]) -> Reply:
+    """200 with ``body``; once a remote drain stopped the worker this process ran beside the API
+    (its claim loop, scheduler and janitor), ``runtimes: "drained"`` and ``drained_at`` too: the
+    process serves on, and runs none of them."""
+    if state.drained is not None:
+        body = {**body, "runtimes": "drained", "drained_at": state.drained["at"]}
+    return Reply(body)
+
+
 async def ready(call: Any) -> Reply:
     state = call.state
     if (stopped := _runtimes_stopped(state)) is not None:
@@ -104,7 +113,7 @@ async def ready(call: Any) -> Reply:
                 f"shard readiness is {health['readiness']}: GET /admin/shards/health names the reasons",
                 readiness=health["readiness"],
             )
-        return Reply({"status": "ready", "readiness": health["readiness"]})
+        return _ok(state, {"status": "ready", "readiness": health["readiness"]})
     try:
         versions, unfinished = await _schema(state)
     except Exception as exc:
@@ -128,17 +137,17 @@ async def ready(call: Any) -> Reply:
             unfinished_migration=unfinished,
             **body,
         )
-    return Reply({"status": "ready", **body})
+    return _ok(state, {"status": "ready", **body})
 
 
 async def health(call: Any, args: dict[str, Any], _: Any) -> Reply:
     if call.state.config.get("readiness.require_shard_readiness"):
         return await ready(call)
-    return _runtimes_stopped(call.state) or Reply({"status": "ok"})
+    return _runtimes_stopped(call.state) or _ok(call.state, {"status": "ok"})
 
 
 async def health_live(call: Any, args: dict[str, Any], _: Any) -> Reply:
-    return _runtimes_stopped(call.state) or Reply({"status": "ok"})
+    return _runtimes_stopped(call.state) or _ok(call.state, {"status": "ok"})
 
 
 async def health_ready(call: Any, args: dict[str, Any], _: Any) -> Reply:
