@@ -377,3 +377,27 @@ def test_the_wheel_ships_sql_beside_functions_and_migrations() -> None:
         assert setuptools["package-dir"][package] == name
         assert package in setuptools["packages"]
         assert setuptools["package-data"][package] == ["*.sql"]
+
+
+def test_the_wheel_lists_every_package_and_data_file() -> None:
+    """pyproject.toml lists the packages by hand, and the suites' editable install finds an
+    unlisted one anyway: only a user's wheel would miss it. Every directory of .py files under
+    harvest_py/harvest is a listed package, and every other file (py.typed, the dashboard's
+    templates and static files) is matched by its package's package-data."""
+    import fnmatch
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    base = ROOT / "harvest_py"
+    files = [p for p in (base / "harvest").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    packages = {".".join(p.parent.relative_to(base).parts) for p in files if p.suffix == ".py"}
+    assert sorted(packages - set(setuptools["packages"])) == []
+    unshipped = []
+    for path in files:
+        if path.suffix == ".py":
+            continue
+        holder = next(d for d in path.parents if ".".join(d.relative_to(base).parts) in packages)
+        patterns = setuptools["package-data"].get(".".join(holder.relative_to(base).parts), [])
+        if not any(fnmatch.fnmatch(path.relative_to(holder).as_posix(), p) for p in patterns):
+            unshipped.append(path.relative_to(base).as_posix())
+    assert unshipped == []

@@ -217,22 +217,31 @@ def test_an_app_stopped_at_once_stops_its_worker(db: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "missing", "extra"),
+    ("statement", "missing", "extra"),
     [
-        ("harvest.integrations.fastapi", "fastapi", "fastapi"),
-        ("harvest.integrations.starlette", "starlette", "web"),
-        ("harvest.integrations.starlette", "jinja2", "web"),
+        ("import harvest.integrations.fastapi", "fastapi", "fastapi"),
+        ("import harvest.integrations.starlette", "starlette", "web"),
+        ("import harvest.integrations.starlette", "jinja2", "web"),
+        ("from harvest.web import management_app", "starlette", "web"),
+        ("from harvest.web import management_app", "jinja2", "web"),
+        ("from harvest.web.ui import dashboard_app", "jinja2", "web"),
+        ("from harvest.web.streams import stream_routes", "starlette", "web"),
+        ("from harvest.web.metrics import metrics_routes", "starlette", "web"),
+        ("import harvest.integrations.django", "django", "django"),
+        ("from harvest.telemetry.tracing import configure; configure()", "opentelemetry", "otel"),
     ],
 )
-def test_a_missing_extra_is_named_with_its_install_line(module: str, missing: str, extra: str) -> None:
+def test_a_missing_extra_is_named_with_its_install_line(statement: str, missing: str, extra: str) -> None:
+    """docs/integrations.md: an ImportError naming the missing package and the pip line, once."""
     import subprocess
     import sys
 
-    code = f"import sys; sys.modules[{missing!r}] = None; import {module}"
+    code = f"import sys; sys.modules[{missing!r}] = None; {statement}"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError") and f"pip install 'harvest-workflows[{extra}]'" in last, last
+    assert f"No module named {missing!r}" in last and last.count("pip install") == 1, last
 
 
 def test_the_api_is_reached_past_a_catch_all_route_of_the_app(db: str) -> None:

@@ -241,6 +241,26 @@ def test_serve_on_a_port_in_use_says_so_in_one_line(db: str) -> None:
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("missing", ["uvicorn", "starlette", "jinja2"])
+def test_serve_without_the_web_extra_names_its_install_line(missing: str) -> None:
+    """A new user's `pip install harvest-workflows` has no [web]: one line, not a traceback."""
+    code = f"import sys; sys.modules[{missing!r}] = None; from harvest.cli import main; main()"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
+    result = subprocess.run(
+        [sys.executable, "-c", code, "serve", "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: harvest serve needs the web extra (No module named {missing!r}): "
+        "pip install 'harvest-workflows[web]'"
+    )
+
+
 def test_the_listening_sockets_are_one_per_address_of_the_host() -> None:
     """As uvicorn binds them: each address the host resolves to, an IPv6 one IPv6 only."""
     from harvest.cli.serve import listening_sockets, served_url

@@ -20,6 +20,7 @@ import click
 from harvest.cli.http import DEFAULT_PORT, MOUNT
 from harvest.cli.output import cli_config, database_url_option
 from harvest.core.errors import ConfigError, HarvestError
+from harvest.core.extras import missing_extra
 from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS, failure_reason
 
 DEFAULT_HOST = "127.0.0.1"
@@ -219,11 +220,14 @@ def serve(
     database_url: str | None,
 ) -> None:
     """Serve the management API (mounted at /api/harvest) as the web process role."""
-    import uvicorn
+    try:
+        import uvicorn
 
+        from harvest.web.app import management_app
+    except ImportError as exc:
+        raise HarvestError(str(missing_extra("harvest serve", "web", exc))) from None
     from harvest.config import runtime_plan
     from harvest.telemetry.logs import configure_logging
-    from harvest.web.app import management_app
 
     configure_logging(log_level.upper(), log_format)
     config = cli_config()

@@ -20,13 +20,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from harvest.client.client import AsyncClient
+from harvest.core.extras import missing_extra
 
 try:
     from fastapi import Depends
 except ImportError as exc:
-    raise ImportError(
-        f"harvest.integrations.fastapi needs FastAPI ({exc}): pip install 'harvest-workflows[fastapi]'"
-    ) from exc
+    raise missing_extra("harvest.integrations.fastapi", "fastapi", exc) from exc
 from harvest.integrations.starlette import (
     DEFAULT_MOUNT_PATH,
     HarvestLifespan,

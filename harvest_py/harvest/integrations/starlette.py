@@ -33,6 +33,7 @@ from harvest.client.client import AsyncClient
 from harvest.config import async_shard_pools, load_config
 from harvest.config.config import Config, runtime_plan
 from harvest.config.process import WorkerBeside, configured_options, is_sharded, worker_dsn
+from harvest.core.extras import missing_extra
 from harvest.declare.definitions import App
 from harvest.worker.options import WorkerOptions, retention_placed
 from harvest.worker.worker import Worker
@@ -47,9 +48,7 @@ try:  # the web face's packages (Starlette, Jinja2, ...): the [web] extra
     from harvest.web.errors import error_response
     from harvest.web.principal import Authorizer
 except ImportError as exc:
-    raise ImportError(
-        f"harvest.integrations.starlette needs the web extra ({exc}): pip install 'harvest-workflows[web]'"
-    ) from exc
+    raise missing_extra("harvest.integrations.starlette", "web", exc) from exc
 
 __all__ = ["DEFAULT_MOUNT_PATH", "HarvestLifespan", "harvest_client", "harvest_error_handler"]
 

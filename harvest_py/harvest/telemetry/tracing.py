@@ -60,6 +60,8 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from harvest.core.extras import missing_extra
+
 __all__ = [
     "ACTIVE",
     "configure",
@@ -81,7 +83,10 @@ _otel: Any = None  # the opentelemetry.trace module, once configured
 def configure(tracer_provider: Any = None) -> None:
     """Turn Harvest's spans on, through ``tracer_provider`` (default: the global provider)."""
     global ACTIVE, _tracer, _otel
-    from opentelemetry import trace
+    try:
+        from opentelemetry import trace
+    except ImportError as exc:
+        raise missing_extra("harvest.telemetry.tracing.configure", "otel", exc) from exc
 
     _otel = trace
     _tracer = trace.get_tracer("harvest", tracer_provider=tracer_provider)

@@ -30,6 +30,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from harvest.core.extras import missing_extra
+
+try:  # the [web] extra: Starlette, and Jinja2 for the dashboard's pages (harvest.web.ui)
+    import jinja2  # noqa: F401
+    import starlette  # noqa: F401
+except ImportError as exc:
+    raise missing_extra("harvest.web.app", "web", exc) from exc
+
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request

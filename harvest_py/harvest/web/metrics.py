@@ -12,8 +12,13 @@ import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from harvest.core.extras import missing_extra
+
+try:  # the [web] extra
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+except ImportError as exc:
+    raise missing_extra("harvest.web.metrics", "web", exc) from exc
 
 from harvest.telemetry.metrics import CONTENT_TYPE, Metrics, NullMetrics, render_metrics
 from harvest.web.openapi import Mounted

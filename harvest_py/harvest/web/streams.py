@@ -32,10 +32,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast, overload
 
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from harvest.core.extras import missing_extra
+
+try:  # the [web] extra
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+except ImportError as exc:
+    raise missing_extra("harvest.web.streams", "web", exc) from exc
 
 from harvest.client import routing
 from harvest.core.errors import DatabaseUnavailable, HarvestError, NotFound

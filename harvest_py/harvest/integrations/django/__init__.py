@@ -34,7 +34,13 @@ from harvest.config import config_from_mapping, shard_pools
 from harvest.config.config import Config
 from harvest.config.process import is_sharded, worker_dsn
 from harvest.core.errors import ConfigError
+from harvest.core.extras import missing_extra
 from harvest.declare.definitions import App
+
+try:  # the [django] extra: Django itself, read when a view asks for the client
+    import django  # noqa: F401
+except ImportError as exc:
+    raise missing_extra("harvest.integrations.django", "django", exc) from exc
 
 __all__ = ["SETTING", "close_client", "get_app", "get_client", "get_config"]
 
