@@ -161,7 +161,8 @@ class HarvestGroup(click.Group):
         ctx.meta[_OWN_CONFIG_PATH_KEY] = _own_config_path(ctx)
         try:
             done = super().invoke(ctx)
-            sys.stdout.flush()  # (what is still buffered fails here, not at the interpreter's exit)
+            if sys.stdout is not None:  # (None: started with no stdout at all, `>&-`)
+                sys.stdout.flush()  # (what is still buffered fails here, not at the interpreter's exit)
             return done
         except BrokenPipeError as exc:  # the reader of stdout went away: every command, once
             _end_on_closed_stdout(exc)
