@@ -170,8 +170,8 @@ class HarvestGroup(click.Group):
             from harvest.cli.output import scrub
 
             click.echo(f"error: {scrub(str(exc))}", err=True)
-            if exc.trailer:  # (what the line needs after it: a user module's traceback)
-                click.echo(exc.trailer, err=True, nl=False)
+            if exc.trailer:  # (what the line needs after it: a user module's traceback, scrubbed alike)
+                click.echo(scrub(exc.trailer), err=True, nl=False)
             sys.exit(exc.exit_code)
         except click.exceptions.NoArgsIsHelpError:
             raise  # `harvest workflow` alone prints its help, as before
