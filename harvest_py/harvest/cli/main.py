@@ -167,11 +167,9 @@ class HarvestGroup(click.Group):
         except BrokenPipeError as exc:  # the reader of stdout went away: every command, once
             _end_on_closed_stdout(exc)
         except HarvestError as exc:
-            from harvest.cli.output import scrub
+            from harvest.cli.output import echo_error
 
-            click.echo(f"error: {scrub(str(exc))}", err=True)
-            if exc.trailer:  # (what the line needs after it: a user module's traceback, scrubbed alike)
-                click.echo(scrub(exc.trailer), err=True, nl=False)
+            echo_error(exc)
             sys.exit(exc.exit_code)
         except click.exceptions.NoArgsIsHelpError:
             raise  # `harvest workflow` alone prints its help, as before
