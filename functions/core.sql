@@ -206,14 +206,22 @@ $$;
 -- names), the same in every session: RAISE's % (and ::text) prints a double by the session's
 -- extra_float_digits, so a lease of 3600.5 s read '4e+03' at -15 and 0.1 + 0.2 read '0.3' at 0
 -- and '0.30000000000000004' at 1. Through numeric it reads with 15 significant digits, no
--- trailing zeros ('-3600.5', '0.3'); NaN and the infinities as PostgreSQL spells them
--- (numeric has no infinity before PostgreSQL 14).
+-- trailing zeros ('-3600.5', '0.3'); from 1e16 up and below 1e-4 in exponent form, as Python
+-- prints them ('-1e+300', '1.5e-07': through numeric alone 1e300 read as 301 digits); NaN and
+-- the infinities as PostgreSQL spells them (numeric has no infinity before PostgreSQL 14).
 CREATE OR REPLACE FUNCTION harvest._num_text(p_value double precision)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT CASE WHEN p_value = 'Infinity' THEN 'Infinity' WHEN p_value = '-Infinity' THEN '-Infinity'
-        ELSE trim_scale(p_value::numeric)::text END;
+    SELECT CASE
+        WHEN p_value = 'NaN' THEN 'NaN'
+        WHEN p_value = 'Infinity' THEN 'Infinity'
+        WHEN p_value = '-Infinity' THEN '-Infinity'
+        WHEN p_value <> 0 AND (abs(p_value) >= 1e16 OR abs(p_value) < 1e-4)
+            -- (to_char's '.' is no locale's; its mantissa's trailing zeros go)
+            THEN ltrim(regexp_replace(to_char(p_value, '9.99999999999999EEEE'), '\.?0*e', 'e'))
+        ELSE trim_scale(p_value::numeric)::text
+    END;
 $$;
 
 -- The size an event counts for in the history byte cap (decide.sql) and the

@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(114);
+SELECT plan(115);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -329,6 +329,10 @@ SELECT is(ARRAY[harvest._num_text(-3600.5), harvest._num_text(0.1::float8 + 0.2:
           ARRAY['-3600.5', '0.3', NULL], '_num_text(): a double as numeric prints it; extra_float_digits changes nothing');
 SELECT is(ARRAY[harvest._num_text('Infinity'), harvest._num_text('-Infinity'), harvest._num_text('NaN')],
           ARRAY['Infinity', '-Infinity', 'NaN'], '_num_text(): the infinities and NaN as PostgreSQL spells them');
+SELECT is(ARRAY[harvest._num_text(-1e300), harvest._num_text(1.5e-7), harvest._num_text(4.9e-324),
+                harvest._num_text(123456789012345678), harvest._num_text(1e15), harvest._num_text(0.0001)],
+          ARRAY['-1e+300', '1.5e-07', '4.94065645841247e-324', '1.23456789012346e+17', '1000000000000000', '0.0001'],
+          '_num_text(): from 1e16 up and below 1e-4 in exponent form, as Python prints them (not 301 digits)');
 SET LOCAL TimeZone = 'UTC';
 RESET DateStyle;
 RESET IntervalStyle;

@@ -219,3 +219,16 @@ def test_no_secret_of_the_dsn_reaches_a_tools_command_line(db: str, monkeypatch)
     with drill({0: dsn}) as (sources, copies):
         assert check_copy(sources[0], copies[0]) == []
     assert len(seen) == 2 and all("ssl-s3cret-phrase" not in " ".join(args) for args in seen), seen
+
+
+def test_an_app_module_that_raises_on_import_shows_its_own_traceback(db: str, tmp_path, monkeypatch) -> None:
+    """`backup verify --app` says what every `--app` says of a module that raised as it was
+    imported: the line, then the traceback of the module's own frames. The drill's own error
+    line printed the line only (the cause's file and line were nowhere)."""
+    (tmp_path / "bv_broken_at_import.py").write_text('raise RuntimeError("the config is missing")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, _data, output = _verify(db, "--app", "bv_broken_at_import:app")
+    assert code == 3, output
+    assert "cannot import 'bv_broken_at_import' for 'bv_broken_at_import:app': RuntimeError" in output
+    assert "Traceback (most recent call last):" in output, output
+    assert 'bv_broken_at_import.py", line 1, in <module>' in output, output

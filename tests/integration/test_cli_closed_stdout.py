@@ -38,3 +38,22 @@ def test_a_closed_stdout_ends_any_command_quietly_with_141(db: str, args: list[s
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
     assert "BrokenPipe" not in stderr, stderr
     assert status == EXIT_STDOUT_CLOSED == 141, stderr
+
+
+@pytest.mark.parametrize("args", [["workflow", "list"], ["metrics"]], ids=lambda a: " ".join(a))
+def test_a_command_run_with_no_stdout_at_all_ends_as_it_would_with_one(db: str, args: list[str]) -> None:
+    """A command started with stdout closed (`harvest workflow list >&-`, a daemon's closed
+    descriptors: Python's sys.stdout is None then) writes nothing and ends as it would have: exit
+    0. The last flush added for a closed pipe raised AttributeError on it (a traceback, exit 1)."""
+    env = {**os.environ, "HARVEST_DATABASE_URL": db}
+    done = subprocess.run(
+        [*HARVEST, *args],
+        env=env,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: os.close(1),
+        timeout=60,
+        check=False,
+    )
+    stderr = done.stderr.decode()
+    assert "Traceback" not in stderr, stderr
+    assert done.returncode == 0, stderr

@@ -61,3 +61,29 @@ def test_a_module_that_is_not_there_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     one = "error: cannot import 'no_such_module_left59' for 'no_such_module_left59:app': "
     assert done.stderr.splitlines() == [one + "No module named 'no_such_module_left59'"]
+
+
+def test_the_traceback_after_the_line_hides_the_dsn_password_as_the_line_does(tmp_path: Path) -> None:
+    """The error line goes through the CLI's scrub (a known DSN's password, the API token); the
+    module's traceback printed after it repeats the exception's text, and showed the password the
+    line had hidden."""
+    (tmp_path / "names_its_dsn.py").write_text(
+        'import os\n\nraise RuntimeError("cannot reach " + os.environ["HARVEST_DATABASE_URL"])\n'
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        "HARVEST_DATABASE_URL": "postgresql://someone:pw-left59-secret@127.0.0.1:1/nowhere",
+    }
+    done = subprocess.run(
+        [*HARVEST, "worker", "names_its_dsn:app"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "cannot reach postgresql://someone:" in done.stderr.splitlines()[-1], done.stderr
+    assert "pw-left59-secret" not in done.stderr, done.stderr

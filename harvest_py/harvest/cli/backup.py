@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from harvest.cli.output import cli_config, cli_dsn, emit, output_option
+from harvest.cli.output import cli_config, cli_dsn, echo_error, emit, output_option
 from harvest.config import shard_urls, shards_configured
 from harvest.core.errors import HarvestError
 from harvest.db import SCHEMA_VERSION
@@ -109,7 +109,7 @@ def verify(database_url: str | None, scratch_url: str | None, app_target: str | 
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
     except HarvestError as exc:
-        click.echo(f"error: the drill could not run: {exc}", err=True)
+        echo_error(exc, "error: the drill could not run: ")  # (and an --app module's traceback)
         sys.exit(EXIT_CANNOT_RUN)
     data = {
         "status": "failed" if problems else "verified",

@@ -161,16 +161,15 @@ class HarvestGroup(click.Group):
         ctx.meta[_OWN_CONFIG_PATH_KEY] = _own_config_path(ctx)
         try:
             done = super().invoke(ctx)
-            sys.stdout.flush()  # (what is still buffered fails here, not at the interpreter's exit)
+            if sys.stdout is not None:  # (None: started with no stdout at all, `>&-`)
+                sys.stdout.flush()  # (what is still buffered fails here, not at the interpreter's exit)
             return done
         except BrokenPipeError as exc:  # the reader of stdout went away: every command, once
             _end_on_closed_stdout(exc)
         except HarvestError as exc:
-            from harvest.cli.output import scrub
+            from harvest.cli.output import echo_error
 
-            click.echo(f"error: {scrub(str(exc))}", err=True)
-            if exc.trailer:  # (what the line needs after it: a user module's traceback)
-                click.echo(exc.trailer, err=True, nl=False)
+            echo_error(exc)
             sys.exit(exc.exit_code)
         except click.exceptions.NoArgsIsHelpError:
             raise  # `harvest workflow` alone prints its help, as before

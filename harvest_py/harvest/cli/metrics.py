@@ -11,7 +11,6 @@ the only form: ``harvest -o json metrics`` is refused (exit 2). Docs: docs/obser
 
 from __future__ import annotations
 
-import sys
 from typing import Any, cast
 
 import click
@@ -60,6 +59,6 @@ def metrics(database_url: str | None, max_keys: int) -> None:
                 samples, schema_behind=(samples.get("schema_version") or "") < SCHEMA_VERSION
             )
             read += 1
-    sys.stdout.write(registry.render_sampled().decode())
+    click.echo(registry.render_sampled().decode(), nl=False)  # (no stdout at all, `>&-`: nothing)
     if not read:
         raise DatabaseUnavailable("no shard could be sampled")

@@ -32,7 +32,7 @@ from harvest.cli.http import (
     default_base_url,
 )
 from harvest.config import Config, database_url, load_config
-from harvest.core.errors import ConfigError, InvalidArgument
+from harvest.core.errors import ConfigError, HarvestError, InvalidArgument
 from harvest.core.ids import ROW_ID_MAX
 from harvest.core.json_values import json_default
 from harvest.db.connection import connect
@@ -151,6 +151,14 @@ def scrub(text: str) -> str:
     # its password goes as a DSN's does, whatever it holds (a space, a quote).
     text = redact(text, getattr(options, "base_url", None) or os.environ.get("HARVEST_URL"))
     return redact(text)
+
+
+def echo_error(exc: HarvestError, lead: str = "error: ") -> None:
+    """A Harvest error on stderr: its one line after ``lead``, then what it has to show after
+    the line (:attr:`HarvestError.trailer`: a user module's traceback), both scrubbed."""
+    click.echo(f"{lead}{scrub(str(exc))}", err=True)
+    if exc.trailer:
+        click.echo(scrub(exc.trailer), err=True, nl=False)
 
 
 class AliasedOption(click.Option):
