@@ -1,6 +1,6 @@
 -- functions/tokens.sql: harvest.create_api_token, list_api_tokens, revoke_api_token, authenticate_api_token.
 BEGIN;
-SELECT plan(29);
+SELECT plan(34);
 
 CREATE TEMP TABLE minted (name text PRIMARY KEY, secret text);
 GRANT ALL ON minted TO PUBLIC;
@@ -91,5 +91,26 @@ SET LOCAL TimeZone = 'America/New_York';
 SET LOCAL harvest.fake_now = '2030-03-09 12:00:00+00';
 SELECT is((SELECT t.expires_at FROM harvest.create_api_token('dst', 'read', interval '1 day') AS t),
           timestamptz '2030-03-10 12:00:00+00', 'create_api_token(): the lifetime counts days in UTC');
+
+-- A token that sees no payloads (docs/security.md): created so, listed and authenticated with
+-- payloads false (the web layer redacts what it answers); every other token sees them.
+RESET TimeZone;
+INSERT INTO minted SELECT t.name, t.secret FROM harvest.create_api_token('status-page', 'read', NULL, false) AS t;
+SELECT results_eq($$SELECT a.name, a.scope, a.payloads FROM harvest.authenticate_api_token(
+                        (SELECT sha256(convert_to(secret, 'UTF8')) FROM minted WHERE name = 'status-page')) AS a$$,
+                  $$VALUES ('status-page'::text, 'read'::text, false)$$,
+                  'authenticate_api_token(): a token made with payloads false says so');
+SELECT is((SELECT a.payloads FROM harvest.authenticate_api_token(
+               (SELECT sha256(convert_to(secret, 'UTF8')) FROM minted WHERE name = 'again')) AS a),
+          true, 'authenticate_api_token(): a token made without p_payloads sees payloads');
+SELECT results_eq($$SELECT name, payloads FROM harvest.list_api_tokens() WHERE name IN ('status-page', 'brief')
+                    ORDER BY name$$,
+                  $$VALUES ('brief'::text, true), ('status-page', false)$$,
+                  'list_api_tokens(): each token''s payloads');
+SELECT is((SELECT details ->> 'payloads' FROM harvest.audit_log
+           WHERE operation = 'token.create' AND target = 'status-page'), 'false',
+          'the audit row of the create carries payloads');
+SELECT throws_ok($$SELECT * FROM harvest.create_api_token('x', 'read', NULL, NULL)$$, 'HR001', NULL,
+                 'create_api_token() of a null payloads: HR001');
 SELECT * FROM finish();
 ROLLBACK;

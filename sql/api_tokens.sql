@@ -3,7 +3,9 @@
 -- harvest_admin) and the SHA-256 of the secret, never the secret itself. A revoked
 -- token keeps its row (who revoked it, when) and no longer authenticates; its name
 -- may be given to a new token. A token with expires_at authenticates nothing from then on
--- (it keeps its name until it is revoked).
+-- (it keeps its name until it is revoked). A token with payloads false sees states and
+-- metadata through the API and never a payload (docs/security.md): the web layer redacts
+-- every answer it gives such a token.
 
 CREATE TABLE harvest.api_tokens (
     id bigint GENERATED ALWAYS AS IDENTITY,
@@ -15,6 +17,7 @@ CREATE TABLE harvest.api_tokens (
     revoked_at timestamptz,
     revoked_by text,
     expires_at timestamptz,
+    payloads boolean NOT NULL DEFAULT true,
     CONSTRAINT api_tokens_pkey PRIMARY KEY (id),
     CONSTRAINT api_tokens_scope_known CHECK (scope IN ('read', 'operate', 'admin')),
     CONSTRAINT api_tokens_name_shape CHECK (btrim(name) <> '' AND length(name) <= 100),

@@ -1502,6 +1502,8 @@ def test_openapi_lists_every_route_with_its_scope(api) -> None:
     for endpoint in api.app.state.endpoints:
         operation = doc["paths"][endpoint.path][endpoint.method.lower()]
         assert operation.get("x-harvest-scope") == endpoint.scope
+        if endpoint.scope is not None:  # what a token that sees no payloads gets (docs/http-api.md)
+            assert operation["x-harvest-payloads"] == endpoint.payloads
         assert "default" in operation["responses"]
         if endpoint.method != "GET":  # (the guards: another site's write, a body not sent as JSON)
             assert "403" in operation["responses"], endpoint.path
@@ -1509,6 +1511,7 @@ def test_openapi_lists_every_route_with_its_scope(api) -> None:
             assert "415" in operation["responses"], endpoint.path
     assert doc["paths"]["/workflows/{name}/start"]["post"]["x-harvest-scope"] == "operate"
     assert doc["paths"]["/admin/preflight"]["get"]["x-harvest-scope"] == "read"  # the spec: a read token
+    assert doc["paths"]["/workflows/{execution_id}/query"]["post"]["x-harvest-payloads"] == "whole"
     # The routes mounted beside the declared ones, from their own declarations (openapi.Mounted).
     for route in (METRICS, *STREAMS):
         operation = doc["paths"][route.path]["get"]

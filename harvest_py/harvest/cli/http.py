@@ -872,8 +872,10 @@ class HttpApi:
 
     # audit
     # tokens
-    def create_api_token(self, name: str, scope: str, expires_in_secs: float | None = None) -> dict[str, Any]:
-        body = {"name": name, "scope": scope, "expires_in_secs": expires_in_secs}
+    def create_api_token(
+        self, name: str, scope: str, expires_in_secs: float | None = None, payloads: bool = True
+    ) -> dict[str, Any]:
+        body = {"name": name, "scope": scope, "expires_in_secs": expires_in_secs, "payloads": payloads}
         return _obj(self.http.post("/admin/tokens", body, scope="admin"))
 
     def list_api_tokens(

@@ -13,7 +13,17 @@ from harvest.cli.shards import shard_api
 from harvest.core.durations import parse_duration
 from harvest.shard.fanout import TOKEN_PAGE, TOKEN_PAGE_MAX, token_after, token_page
 
-COLUMNS = ["token_id", "name", "scope", "created_at", "created_by", "expires_at", "revoked_at", "revoked_by"]
+COLUMNS = [
+    "token_id",
+    "name",
+    "scope",
+    "payloads",
+    "created_at",
+    "created_by",
+    "expires_at",
+    "revoked_at",
+    "revoked_by",
+]
 
 
 @click.group()
@@ -34,15 +44,24 @@ def token() -> None:
     default=None,
     help="Refuse the token after this long, e.g. 90d, 12h (default: it lives until revoked).",
 )
+@click.option(
+    "--no-payloads",
+    "no_payloads",
+    is_flag=True,
+    help="The token sees states and metadata, never a payload: every answer the API gives it is "
+    "redacted, and what only a payload answers (a query, an update) is refused (docs/security.md).",
+)
 @database_url_option
 @output_option
-def create(name: str, scope: str, expires_in: str | None, database_url: str | None, output: str) -> None:
+def create(
+    name: str, scope: str, expires_in: str | None, no_payloads: bool, database_url: str | None, output: str
+) -> None:
     """Create a token and print its secret. It is shown this once: store it now (the database
     keeps only its SHA-256)."""
     lifetime = None if expires_in is None else parse_duration(expires_in, "--expires-in", positive=True)
     with shard_api(database_url, None, read_only=False) as sql:
-        made = sql.create_api_token(name, scope, lifetime)
-    shown = ["token_id", "name", "scope", "created_at", "expires_at", "secret"]
+        made = sql.create_api_token(name, scope, lifetime, not no_payloads)
+    shown = ["token_id", "name", "scope", "payloads", "created_at", "expires_at", "secret"]
     emit(made, output, lambda d: mapping(d, shown))
     if output != "json":
         click.echo(

@@ -836,10 +836,17 @@ PAYLOAD_FIELDS = frozenset(
 # A marker's ``value`` is a payload only for these kinds: a version or mutex marker's is the
 # engine's own (the SQL reads it).
 PAYLOAD_MARKERS = frozenset({"side_effect"})
+# A payload an answer shows under a name of its own, read from a field above (erasing the field
+# erases it): a DAG run's conf, its run's input (functions/dags.sql, get_dag_run).
+PAYLOAD_COPIES = {"conf": "dag_name"}  # the key, and the key that says its holder is one
 
 
 def _is_payload(holder: Mapping[str, Any], key: str) -> bool:
-    return key in PAYLOAD_FIELDS or (key == "value" and holder.get("kind") in PAYLOAD_MARKERS)
+    return (
+        key in PAYLOAD_FIELDS
+        or (key == "value" and holder.get("kind") in PAYLOAD_MARKERS)
+        or (key in PAYLOAD_COPIES and PAYLOAD_COPIES[key] in holder)
+    )
 
 
 # -- redaction: what an operator sees of payloads by default (CLI history, dashboard) --------

@@ -300,7 +300,7 @@ DRAIN_PREVIEW = "SELECT * FROM harvest.preview_drain(%(queue)s, %(worker_id)s)"
 LIST_AUDIT_LOG = (
     "SELECT * FROM harvest.list_audit_log(%(limit)s, %(operation)s, %(before_at)s, %(before_id)s)"
 )
-CREATE_API_TOKEN = "SELECT * FROM harvest.create_api_token(%(name)s, %(scope)s, %(expires_in)s)"
+CREATE_API_TOKEN = "SELECT * FROM harvest.create_api_token(%(name)s, %(scope)s, %(expires_in)s, %(payloads)s)"
 LIST_API_TOKENS = """
 SELECT * FROM harvest.list_api_tokens(
     %(include_revoked)s, %(after_revoked)s, %(after_name)s, %(after_id)s, %(limit)s)
@@ -2025,11 +2025,14 @@ def list_update_requests(execution_id: str) -> dict[str, Any]:
 
 
 @call(CREATE_API_TOKEN, first)
-def create_api_token(name: str, scope: str, expires_in_secs: float | None = None) -> dict[str, Any]:
+def create_api_token(
+    name: str, scope: str, expires_in_secs: float | None = None, payloads: bool = True
+) -> dict[str, Any]:
     """A new token: ``token_id``, ``name``, ``scope``, ``secret`` (shown this once), ``created_at``,
-    ``expires_at`` (None: it lives until revoked; else ``expires_in_secs`` from now)."""
+    ``expires_at`` (None: it lives until revoked; else ``expires_in_secs`` from now), ``payloads``
+    (False: the API shows it no payload, docs/security.md)."""
     lifetime = None if expires_in_secs is None else _dt.timedelta(seconds=expires_in_secs)
-    return {"name": name, "scope": scope, "expires_in": lifetime}
+    return {"name": name, "scope": scope, "expires_in": lifetime, "payloads": payloads}
 
 
 @call(LIST_API_TOKENS)
@@ -2055,7 +2058,8 @@ def revoke_api_token(name: str) -> dict[str, Any]:
 
 @call(AUTHENTICATE_API_TOKEN, first)
 def authenticate_api_token(secret_hash: bytes) -> dict[str, Any]:
-    """``name`` and ``scope`` of the live token with this SHA-256; Unauthenticated otherwise."""
+    """``name``, ``scope`` and ``payloads`` of the live token with this SHA-256; Unauthenticated
+    otherwise."""
     return {"secret_hash": secret_hash}
 
 

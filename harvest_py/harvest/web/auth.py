@@ -105,7 +105,10 @@ class TokenAuthorizer:
         found = await (await self._api()).authenticate_api_token(token_hash(token))
         source = request.headers.get(SOURCE_HEADER, "api").strip().lower()
         principal = Principal(
-            actor=found["name"], scope=found["scope"], source=source if source in _SOURCES else "api"
+            actor=found["name"],
+            scope=found["scope"],
+            source=source if source in _SOURCES else "api",
+            payloads=found["payloads"],
         )
         if not principal.allows(needed):
             raise PermissionDenied(

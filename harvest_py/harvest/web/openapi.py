@@ -101,6 +101,8 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     if endpoint.scope is not None:
         op["x-harvest-scope"] = endpoint.scope
         op["security"] = [{"bearer": [endpoint.scope]}]
+        # Its answer to a token made with payloads false (harvest.web.routes.PAYLOAD_ANSWERS).
+        op["x-harvest-payloads"] = endpoint.payloads
     if endpoint.body is not None:
         op["requestBody"] = {
             "required": False,

@@ -34,6 +34,9 @@ class Principal:
     actor: str  # the name audit rows record: a token's name, or "dev" in the dev profile
     scope: Scope  # the highest scope the caller holds
     source: str = "api"  # audit source: "api", "cli" (the CLI over HTTP) or "ui" (the dashboard)
+    # False: a token made with payloads false (docs/security.md). Every answer the API gives it
+    # is redacted (harvest.web.routes.Endpoint, the streams, the dashboard), whatever its scope.
+    payloads: bool = True
 
     @property
     def role(self) -> str:
@@ -42,6 +45,11 @@ class Principal:
 
     def allows(self, needed: Scope) -> bool:
         return SCOPES.index(self.scope) >= SCOPES.index(needed)
+
+    def shows_payloads(self, needed: Scope) -> bool:
+        """Whether payloads may be shown to this caller in full where a face shows them to
+        ``needed`` and above (the dashboard: operate): never to a token that sees none."""
+        return self.payloads and self.allows(needed)
 
 
 def refusal_status(exc: BaseException) -> int | None:

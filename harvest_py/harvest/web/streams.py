@@ -45,6 +45,7 @@ except ImportError as exc:
 from harvest.client import routing
 from harvest.core.errors import DatabaseUnavailable, HarvestError, NotFound
 from harvest.core.json_values import json_default
+from harvest.core.payload import redact
 from harvest.db.connection import failure_reason
 from harvest.db.event_stream import PAGE, EventSource
 from harvest.shard.event_merge import (
@@ -320,17 +321,27 @@ _FIELDS = ("execution_id", "event_id", "event_type", "event_data", "created_at")
 _ALL_FIELDS = ("global_id", *_FIELDS, "workflow_name", "workflow_id")
 
 
-def _sse(event: dict[str, Any] | None, key: str) -> bytes:
+def _data(event: dict[str, Any], fields: tuple[str, ...], hidden: bool) -> dict[str, Any]:
+    """An event's fields as a stream sends them; ``hidden`` (a token that sees no payloads,
+    docs/security.md): its payloads redacted (harvest.core.payload.redact, the API's filter) and
+    marked ``"redacted": true``."""
+    data = {f: event.get(f) for f in fields}
+    return {**redact(data), "redacted": True} if hidden else data
+
+
+def _sse(event: dict[str, Any] | None, key: str, hidden: bool = False) -> bytes:
     if event is None:
         return _KEEPALIVE
-    # One event goes to every subscriber as the same dict: it is encoded once per stream kind.
-    cached: bytes | None = event.get(_ENCODED, {}).get(key)
+    # One event goes to every subscriber as the same dict: it is encoded once per stream kind
+    # (and once redacted, for the tokens that see no payloads).
+    cache = f"{key}:hidden" if hidden else key
+    cached: bytes | None = event.get(_ENCODED, {}).get(cache)
     if cached is not None:
         return cached
     fields = _ALL_FIELDS if key == "global_id" else _FIELDS
-    data = json.dumps({f: event.get(f) for f in fields}, default=json_default, separators=(",", ":"))
+    data = json.dumps(_data(event, fields, hidden), default=json_default, separators=(",", ":"))
     encoded = f"id: {event[key]}\ndata: {data}\n\n".encode()
-    event.setdefault(_ENCODED, {})[key] = encoded
+    event.setdefault(_ENCODED, {})[cache] = encoded
     return encoded
 
 
@@ -462,14 +473,15 @@ def _positions(request: Request) -> dict[int, int]:
     return parse_positions(raw)
 
 
-def _merged_sse(event: dict[str, Any], shard: int, position: str) -> bytes:
+def _merged_sse(event: dict[str, Any], shard: int, position: str, hidden: bool = False) -> bytes:
     """An event of the merged stream: its fields and shard_id, and as its id every shard's
-    position (a resumed stream goes on from each of them)."""
-    data: bytes | None = event.get(_ENCODED, {}).get("merged")
+    position (a resumed stream goes on from each of them); ``hidden``: as :func:`_data`."""
+    cache = "merged:hidden" if hidden else "merged"
+    data: bytes | None = event.get(_ENCODED, {}).get(cache)
     if data is None:
-        fields = {f: event.get(f) for f in _ALL_FIELDS}
+        fields = _data(event, _ALL_FIELDS, hidden)
         data = json.dumps({**fields, "shard_id": shard}, default=json_default, separators=(",", ":")).encode()
-        event.setdefault(_ENCODED, {})["merged"] = data
+        event.setdefault(_ENCODED, {})[cache] = data
     return b"id: " + position.encode() + b"\ndata: " + data + b"\n\n"
 
 
@@ -628,6 +640,7 @@ def _merged_body(
     positions: dict[int, int],
     said: bytes,
     keepalive: float,
+    hidden: bool = False,
 ) -> AsyncGenerator[bytes, None]:
     """Every shard's events as they arrive (in order within a shard), tagged with shard_id, from
     ``positions`` (each readable shard's start; an unavailable one's if given), after the
@@ -650,7 +663,7 @@ def _merged_body(
                     elif isinstance(item, ShardNote):  # with every shard's position after it
                         yield _note(item.text, item.positions)
                     else:
-                        yield _merged_sse(item.event, item.shard, item.position)
+                        yield _merged_sse(item.event, item.shard, item.position, hidden)
         finally:
             for stream in streams.values():  # (their subscriptions end now, not when collected)
                 await stream.aclose()
@@ -705,15 +718,15 @@ class _Writes:
     note at once, after the events before it. (A plain object, not one more generator per
     event on the stream's path.)"""
 
-    __slots__ = ("chunk", "key")
+    __slots__ = ("chunk", "hidden", "key")
 
-    def __init__(self, key: str):
-        self.key, self.chunk = key, list[bytes]()
+    def __init__(self, key: str, hidden: bool = False):
+        self.key, self.hidden, self.chunk = key, hidden, list[bytes]()
 
     def of(self, item: dict[str, Any] | ShardNote | _Flush | None) -> bytes | None:
         chunk = self.chunk
         if isinstance(item, dict):
-            chunk.append(_sse(item, self.key))
+            chunk.append(_sse(item, self.key, self.hidden))
             if len(chunk) < 256:
                 return None
         elif isinstance(item, ShardNote):  # the database gone, back, or ending before
@@ -741,9 +754,10 @@ def stream_routes(
     streams = hub if isinstance(hub, ShardStreams) else _OneDatabase(hub)
 
     async def respond(request: Request, execution_id: str | None) -> StreamingResponse:
-        await authorizer.authorize(request, "read")
+        # A token that sees no payloads (docs/security.md) is sent every event redacted.
+        hidden = not (await authorizer.authorize(request, "read")).payloads
         if execution_id is None and streams.sharded:
-            return await respond_merged(request)
+            return await respond_merged(request, hidden)
         last_id = _last_event_id(request)
         if execution_id is not None:
             hub, key, whose = await streams.of_execution(execution_id), "event_id", "the execution's"
@@ -770,7 +784,13 @@ def stream_routes(
         async def body() -> AsyncGenerator[bytes, None]:
             yield opening + said
             events = _followed(
-                hub, None, start, True, keepalive=keepalive, writes=_Writes(key), execution_id=execution_id
+                hub,
+                None,
+                start,
+                True,
+                keepalive=keepalive,
+                writes=_Writes(key, hidden),
+                execution_id=execution_id,
             )
             try:
                 async for written in events:
@@ -784,7 +804,7 @@ def stream_routes(
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def respond_merged(request: Request) -> StreamingResponse:
+    async def respond_merged(request: Request, hidden: bool) -> StreamingResponse:
         given = _positions(request)
         hubs = await streams.every()
         unavailable: list[int] = []
@@ -811,7 +831,10 @@ def stream_routes(
             raise none_readable(unavailable)
         return StreamingResponse(
             _while_authorized(
-                _merged_body(hubs, unavailable, positions, said, keepalive), request, authorizer, recheck
+                _merged_body(hubs, unavailable, positions, said, keepalive, hidden),
+                request,
+                authorizer,
+                recheck,
             ),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

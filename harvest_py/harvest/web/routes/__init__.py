@@ -26,6 +26,7 @@ from starlette.responses import Response
 from harvest.client import routing
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, PermissionDenied
 from harvest.core.json_values import json_default
+from harvest.core.payload import redact
 from harvest.db.pools import RoledPool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.fanout import UNAVAILABLE, AsyncShardReads, Merged
@@ -524,6 +525,35 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+# What a route's answer is to a caller whose token sees no payloads (Principal.payloads false,
+# docs/security.md): Endpoint.payloads.
+#   filtered: JSON passed through harvest.core.payload.redact (the fields erasure erases, at any
+#     depth), marked "redacted": true; a route that answers anything but JSON is refused to such
+#     a caller (a route added later cannot leak by streaming its answer past the filter).
+#   whole: the answer is a payload (a query's, an update's): refused (403) before it runs.
+#   redacts: a streamed answer that redacts its payloads itself unless payload_policy=full.
+#   none: an answer other than JSON that holds no payload (Prometheus text of counts).
+# payload_policy=full is refused to such a caller on every route.
+PAYLOAD_ANSWERS = ("filtered", "whole", "redacts", "none")
+
+
+def no_payloads(principal: Principal, what: str) -> PermissionDenied:
+    """The 403 of a caller whose token sees no payloads asking for ``what``."""
+    return PermissionDenied(
+        f"token {principal.actor!r} was made with payloads: false: it sees no payload, and {what}; "
+        "use a token made without --no-payloads"
+    )
+
+
+def withheld(data: Any) -> Any:
+    """An answer for a caller whose token sees no payloads: every payload replaced by its size
+    (redact), an object marked ``"redacted": true``."""
+    out = redact(data)
+    if isinstance(out, dict):
+        out["redacted"] = True
+    return out
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One route: declared once, it checks, authorizes, runs and documents itself."""
@@ -539,6 +569,7 @@ class Endpoint:
     tag: str = ""
     shape: dict[str, Any] = field(default_factory=lambda: {"type": "object"})  # a success's JSON
     also: tuple[str, ...] = ()  # other media types a success may answer (text, its schema a string)
+    payloads: str = "filtered"  # its answer to a token that sees no payloads (PAYLOAD_ANSWERS)
 
     @property
     def operation_id(self) -> str:
@@ -555,6 +586,11 @@ class Endpoint:
                 raise PermissionDenied(refused)
             principal = None if self.scope is None else await state.authorizer.authorize(request, self.scope)
             args = self._arguments(request)
+            if principal is not None and not principal.payloads:
+                if self.payloads == "whole":
+                    raise no_payloads(principal, f"{self.method} {self.path} answers only a payload")
+                if args.get("payload_policy") == "full":
+                    raise no_payloads(principal, "payload_policy=full shows them")
             data = None
             if self.body is not None:
                 raw = await read_body(request, MAX_BODY_BYTES)
@@ -575,6 +611,8 @@ class Endpoint:
                     answer = await self.handler(call, args, data)  # type: ignore[arg-type]
             else:
                 answer = await self.handler(call, args, data)  # type: ignore[arg-type]
+            if isinstance(call, Call) and not call.principal.payloads:
+                answer = self._withheld(call.principal, answer)
         except Exception as exc:  # every failure becomes the JSON error shape
             return error_response(exc)
         if isinstance(answer, Response):
@@ -584,6 +622,17 @@ class Endpoint:
         if answer.status == 204:
             return Response(status_code=204, headers=answer.headers)
         return HarvestJSONResponse(answer.data, status_code=answer.status, headers=answer.headers)
+
+    def _withheld(self, principal: Principal, answer: Any) -> Any:
+        """``answer`` for a caller whose token sees no payloads: JSON redacted; another answer
+        only from a route that declares it redacted or payload free."""
+        if isinstance(answer, Response):
+            if self.payloads in ("redacts", "none"):
+                return answer
+            raise no_payloads(principal, f"{self.method} {self.path} cannot withhold them from its answer")
+        if isinstance(answer, Reply):
+            return Reply(withheld(answer.data), answer.status, answer.headers)
+        return withheld(answer)
 
     def _arguments(self, request: Request) -> dict[str, Any]:
         args: dict[str, Any] = {}

@@ -578,6 +578,7 @@ ENDPOINTS = [
         ),
         tag="admin",
         also=(CONTENT_TYPE,),
+        payloads="none",  # (counts per queue)
     ),
     Endpoint(
         "GET",

@@ -175,6 +175,7 @@ ENDPOINTS = [
         ),
         responses={200: "The batch (status complete or partial)", 503: "No shard could be read"},
         tag="workflows",
+        payloads="redacts",  # (unless payload_policy=full, refused to a token that sees none)
         shape=shape(
             schema={"type": "string"},
             version={"type": "integer"},
@@ -198,6 +199,7 @@ ENDPOINTS = [
         ),
         responses={200: "The export, streamed", 404: "No such execution"},
         tag="workflows",
+        payloads="redacts",  # (unless payload_policy=full, refused to a token that sees none)
         shape=shape(execution={"type": "object"}, events=ROWS, redacted={"type": "boolean"}),
     ),
 ]

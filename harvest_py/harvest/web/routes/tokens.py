@@ -33,8 +33,11 @@ async def list_tokens(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 
 async def create_token(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
-    lifetime = data.get("expires_in_secs")
-    made = await call.on_shard(None, lambda sql: sql.create_api_token(data["name"], data["scope"], lifetime))
+    lifetime, payloads = data.get("expires_in_secs"), data.get("payloads")
+    payloads = True if payloads is None else payloads
+    made = await call.on_shard(
+        None, lambda sql: sql.create_api_token(data["name"], data["scope"], lifetime, payloads)
+    )
     return Reply(made, 201, {"Cache-Control": "no-store"})
 
 
@@ -71,11 +74,16 @@ ENDPOINTS = [
         "/admin/tokens",
         "admin",
         create_token,
-        "Create a token; its secret is in this answer only (the database keeps its SHA-256).",
-        body=body({"name": STRING, "scope": SCOPE, "expires_in_secs": LIFETIME}, ("name", "scope")),
+        "Create a token; its secret is in this answer only (the database keeps its SHA-256). "
+        "payloads false: the API shows the token no payload, only states and metadata "
+        "(docs/security.md).",
+        body=body(
+            {"name": STRING, "scope": SCOPE, "expires_in_secs": LIFETIME, "payloads": BOOLEAN},
+            ("name", "scope"),
+        ),
         responses={201: "Created", 409: "A live token has that name (HR021)"},
         tag="admin",
-        shape=shape(token_id={"type": "integer"}, name=STRING, scope=STRING, secret=STRING),
+        shape=shape(token_id={"type": "integer"}, name=STRING, scope=STRING, secret=STRING, payloads=BOOLEAN),
     ),
     Endpoint(
         "DELETE",

@@ -854,6 +854,7 @@ ENDPOINTS = [
         ),
         responses={200: "Updated the running run", 201: "Started and updated"},
         tag="workflows",
+        payloads="whole",
     ),
     Endpoint(
         "POST",
@@ -874,6 +875,7 @@ ENDPOINTS = [
         (EXECUTION,),
         body({"query_name": STRING, "input": ANY, "timeout_secs": TIMEOUT}, ("query_name",)),
         tag="workflows",
+        payloads="whole",
     ),
     Endpoint(
         "POST",
@@ -888,6 +890,7 @@ ENDPOINTS = [
         ),
         responses={200: "Completed", 202: "Accepted"},
         tag="workflows",
+        payloads="whole",
     ),
     Endpoint(
         "POST",

@@ -461,7 +461,7 @@ class Dashboard:
     async def execution(self, request: Request, principal: Principal) -> Response:
         execution_id = _execution_id(request.path_params["execution_id"])
         refresh = self._refresh(request)
-        full = request.query_params.get("payloads") == "full" and principal.allows("operate")
+        full = request.query_params.get("payloads") == "full" and principal.shows_payloads("operate")
         sharded = self.source.sharded
 
         # One page of the history is read, never the whole (views.HistoryPage).
@@ -628,7 +628,7 @@ class Dashboard:
             shard, principal, lambda api: api.get_schedule(name, limit), write=False
         )
         # The input every run it starts gets: a payload, shown in full to operate and above only.
-        row = {**row, "input": views.payload_shown(row.get("input"), principal.allows("operate"))}
+        row = {**row, "input": views.payload_shown(row.get("input"), principal.shows_payloads("operate"))}
         return self.render(
             request,
             "schedule.html",
@@ -735,7 +735,7 @@ class Dashboard:
         if run["dag_name"] != name:
             raise NotFound(f"run {execution_id} is a run of DAG {run['dag_name']!r}, not of {name!r}")
         # The conf is the run's input: in full to operate and above only, as on the run's page.
-        run = {**run, "conf": views.payload_shown(run.get("conf"), principal.allows("operate"))}
+        run = {**run, "conf": views.payload_shown(run.get("conf"), principal.shows_payloads("operate"))}
         return self.render(
             request,
             "dag_run.html",
