@@ -899,15 +899,20 @@ def _fit_container(kind: type, items: Any, item_test: Any) -> Any:
     items fits ``item_test``: one set of the items' types for scalars, not a call an item."""
     if item_test is None:
         return None
+    each: Callable[[Any], Iterable[Any]] = items if items is not None else iter
+
+    def holds(value: Any) -> bool:
+        return isinstance(value, kind)
+
+    def holds_scalars(value: Any) -> bool:
+        return isinstance(value, kind) and set(map(type, each(value))) <= item_test
+
+    def holds_fits(value: Any) -> bool:
+        return isinstance(value, kind) and all(map(item_test, each(value)))
+
     if item_test is _FITS_ALL:
-        return lambda value: isinstance(value, kind)
-    if isinstance(item_test, frozenset):
-        if items is None:
-            return lambda value: isinstance(value, kind) and set(map(type, value)) <= item_test
-        return lambda value: isinstance(value, kind) and set(map(type, items(value))) <= item_test
-    if items is None:
-        return lambda value: isinstance(value, kind) and all(map(item_test, value))
-    return lambda value: isinstance(value, kind) and all(map(item_test, items(value)))
+        return holds
+    return holds_scalars if isinstance(item_test, frozenset) else holds_fits
 
 
 def _decodes(fn: Callable[..., Any], encoded: list[Any], what: str) -> None:
