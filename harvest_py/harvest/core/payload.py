@@ -768,7 +768,10 @@ def encode_checked_args(fn: Callable[..., Any], args: tuple[Any, ...], what: str
     for an ``int``, a dict missing a dataclass's field), after ``what`` (``activity charge``)
     and what to do. A value of its hint's own type (or under ``Any``) round-trips and is not
     decoded again: on the plain path the check is one type test an argument, in the loop that
-    encodes them (a dataclass's own field values are then the worker's to check)."""
+    encodes them (a dataclass's own field values are then the worker's to check). Any other
+    value is asked its hint's fit test (``_fit_tests``: a JSON value the decode accepts as it
+    is, such as an ``int`` for ``float`` or ``int | None``, a list of ``str`` for ``list[str]``,
+    an object for ``dict[str, Any]``); only a value no test vouches for is decoded."""
     plan = _call_plan(fn)
     if plan.positional is None or not plan.required <= len(args) <= plan.positional:
         encoded = encode_args(fn, args)
@@ -777,17 +780,139 @@ def encode_checked_args(fn: Callable[..., Any], args: tuple[Any, ...], what: str
     hints = plan.hints
     out: list[Any] = []
     fits = True
+    tests: tuple[Callable[[Any], bool] | None, ...] | None = None
     for i, value in enumerate(args):
         kind = type(value)
-        if kind is not hints[i] and hints[i] is not Any:
-            fits = False
         if kind is str or kind is int or kind is bool or value is None:  # (_encode_items)
-            out.append(value)
+            encoded = value
         else:
-            out.append(encode(value, f"input[{i}]"))
+            encoded = encode(value, f"input[{i}]")
+        out.append(encoded)
+        if fits and kind is not hints[i] and hints[i] is not Any:
+            if tests is None:
+                tests = _fit_tests(fn)
+            test = tests[i]
+            fits = test is not None and test(encoded)
     if not fits:
         _decodes(fn, out, what)
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _fit_tests(fn: Callable[..., Any]) -> tuple[Callable[[Any], bool] | None, ...]:
+    """Each parameter's fit test (``_fit_test`` of its hint, after the ``ctx``), worked out once
+    per function: a predicate of an encoded argument that answers True only when ``_decode``
+    accepts it, or None when only the decode can tell."""
+    tests: list[Callable[[Any], bool] | None] = []
+    for hint in _call_plan(fn).hints:
+        try:
+            test = _fit_test(hint)
+        except Exception:  # an odd hint: the decode, as before, judges it
+            test = None
+        if test is _FITS_ALL:
+            tests.append(_always)
+        elif isinstance(test, frozenset):
+            tests.append(_type_in(test))
+        else:
+            tests.append(test)
+    return tuple(tests)
+
+
+_FITS_ALL: Any = object()  # _fit_test: every value fits (Any, object, a TypeVar, ...)
+# _fit_test's JSON scalars: the exact types of a JSON value _decode_class accepts as it is.
+_FIT_TYPES: dict[Any, frozenset[type]] = {
+    int: frozenset({int}),
+    str: frozenset({str}),
+    bool: frozenset({bool}),
+    float: frozenset({int, float}),  # an int is a number (decoded as float(value))
+    None: frozenset({type(None)}),
+    type(None): frozenset({type(None)}),
+}
+
+
+def _always(value: Any) -> bool:
+    return True
+
+
+def _type_in(types_: frozenset[type]) -> Callable[[Any], bool]:
+    def test(value: Any) -> bool:
+        return type(value) in types_
+
+    return test
+
+
+def _fit_test(tp: Any) -> Any:
+    """What a JSON value must be for ``_decode(value, tp)`` to accept it, where that is cheap to
+    ask: ``_FITS_ALL``, the frozenset of the exact types it may have, or a predicate; None when
+    only the decode can tell (a dataclass, a Literal, a datetime, a fixed tuple, a key not a
+    str). A test may say no to a value the decode takes (``1.0`` for ``int``): the decode then
+    judges it; it never says yes to one the decode refuses."""
+    if tp is Any or tp is object or tp is inspect.Parameter.empty or isinstance(tp, (typing.TypeVar, str)):
+        return _FITS_ALL  # (a str: an unresolved forward reference, taken as it is)
+    try:
+        scalar = _FIT_TYPES.get(tp)
+    except TypeError:  # (an unhashable hint)
+        scalar = None
+    if scalar is not None:
+        return scalar
+    supertype = getattr(tp, "__supertype__", None)  # typing.NewType
+    if supertype is not None:
+        return _fit_test(supertype)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _fit_test(args[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return _fit_union([_fit_test(a) for a in args])
+    if not isinstance(origin, type):
+        return None
+    if issubclass(origin, Mapping):
+        key_tp, val_tp = args if len(args) == 2 else (Any, Any)
+        if key_tp is not Any and key_tp is not str:  # (_decode_key takes any key for these)
+            return None
+        return _fit_container(dict, dict.values, _fit_test(val_tp))
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return _fit_container(list, None, _fit_test(args[0]))
+        return None
+    if issubclass(origin, Iterable) and not issubclass(origin, (str, bytes)):
+        return _fit_container(list, None, _fit_test(args[0] if args else Any))
+    return None
+
+
+def _fit_union(tests: list[Any]) -> Any:
+    """A union fits a value one of its members fits (``_decode_union`` tries each member);
+    members only the decode can judge are left to it."""
+    if any(t is _FITS_ALL for t in tests):
+        return _FITS_ALL
+    scalars = frozenset().union(*(t for t in tests if isinstance(t, frozenset)))
+    others = [t for t in tests if t is not None and not isinstance(t, frozenset)]
+    if not others:
+        return scalars or None
+    if not scalars:
+        return lambda value: any(t(value) for t in others)
+    return lambda value: type(value) in scalars or any(t(value) for t in others)
+
+
+def _fit_container(kind: type, items: Any, item_test: Any) -> Any:
+    """A JSON array (``kind`` list) or object (dict, its values by ``items``) each of whose
+    items fits ``item_test``: one set of the items' types for scalars, not a call an item."""
+    if item_test is None:
+        return None
+    each: Callable[[Any], Iterable[Any]] = items if items is not None else iter
+
+    def holds(value: Any) -> bool:
+        return isinstance(value, kind)
+
+    def holds_scalars(value: Any) -> bool:
+        return isinstance(value, kind) and set(map(type, each(value))) <= item_test
+
+    def holds_fits(value: Any) -> bool:
+        return isinstance(value, kind) and all(map(item_test, each(value)))
+
+    if item_test is _FITS_ALL:
+        return holds
+    return holds_scalars if isinstance(item_test, frozenset) else holds_fits
 
 
 def _decodes(fn: Callable[..., Any], encoded: list[Any], what: str) -> None:
