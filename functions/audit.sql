@@ -93,7 +93,7 @@ $$;
 -- failed, so an override live on some shards only is never silent in the audit log either
 -- (the sharding guide, "TTL'd pacing overrides apply per shard"). The faces write it after
 -- the fan-out (the CLI over SQL, the HTTP API); only the pacing operations take it.
-CREATE OR REPLACE FUNCTION harvest.audit_incomplete_write(
+CREATE OR REPLACE FUNCTION harvest.record_incomplete_write(
     p_operation text, p_target text, p_shard_errors jsonb, p_operator_id text DEFAULT NULL
 )
 RETURNS bigint
@@ -102,7 +102,7 @@ AS $$
 BEGIN
     IF p_operation IS NULL OR p_operation NOT IN ('rate_limit.override', 'rate_limit.clear_override',
                                                   'start_throttle.override', 'start_throttle.clear_override') THEN
-        RAISE EXCEPTION 'audit_incomplete_write: % is not a write made on every shard', coalesce(p_operation, 'NULL')
+        RAISE EXCEPTION 'record_incomplete_write: % is not a write made on every shard', coalesce(p_operation, 'NULL')
             USING ERRCODE = 'HR001',
             HINT = 'one of rate_limit.override, rate_limit.clear_override, start_throttle.override, '
                    'start_throttle.clear_override';
@@ -110,7 +110,7 @@ BEGIN
     IF jsonb_typeof(p_shard_errors) IS DISTINCT FROM 'array' OR jsonb_array_length(p_shard_errors) = 0
        OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_shard_errors) AS e(v)
                   WHERE jsonb_typeof(e.v -> 'shard_id') IS DISTINCT FROM 'number') THEN
-        RAISE EXCEPTION 'audit_incomplete_write: the shards not written are a non-empty array of {"shard_id", ...}'
+        RAISE EXCEPTION 'record_incomplete_write: the shards not written are a non-empty array of {"shard_id", ...}'
             USING ERRCODE = 'HR001';
     END IF;
     RETURN harvest._audit(p_operation, p_target, p_operator_id, jsonb_build_object(
@@ -152,7 +152,7 @@ END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
-COMMENT ON FUNCTION harvest.audit_incomplete_write IS
+COMMENT ON FUNCTION harvest.record_incomplete_write IS
 'Record that a pacing override''s write on every shard missed some (p_shard_errors, each with its shard_id): one '
 'audit row of p_operation, outcome failed, on a shard that took the write. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.list_audit_log IS

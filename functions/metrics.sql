@@ -234,7 +234,7 @@ BEGIN
             -- How long the oldest run the janitor would delete has waited for it: the runs
             -- retention keeps (a legal hold, a chain's earlier runs) are not behind, and
             -- counting them made a held run's lag (and HarvestRetentionLagging) grow for good.
-            -- A MIGRATED seal is the janitor's too, but judged where its run lives (drop_seals).
+            -- A MIGRATED seal is the janitor's too, but judged where its run lives (delete_seals).
             'lag_secs', CASE WHEN v_max_age IS NOT NULL THEN coalesce((
                 SELECT extract(epoch FROM harvest._ago(v_now, v_max_age) - e.completed_at)
                 FROM harvest.executions AS e

@@ -300,9 +300,9 @@ $$;
 -- forwards every by-id lookup, signal, cancel and result wait to the run's new shard, so
 -- run_retention never deletes one on this shard's judgement alone: the run may still be live
 -- there, however old the move. The janitor (harvest.worker.seals) collects seals in three
--- steps: list_expired_seals here (moved before the window's cutoff), judge_moved_runs on the
+-- steps: list_expired_seals here (moved before the window's cutoff), list_moved_runs on the
 -- shard each points to (the run gone, or ended past that shard's window with nothing keeping
--- it: a seal there is followed), and drop_seals here for the seals whose run would have been
+-- it: a seal there is followed), and delete_seals here for the seals whose run would have been
 -- collected. A seal whose home does not answer stays.
 --
 -- The cutoff the seal pass judges by: p_max_age before now (default: the retention setting),
@@ -362,7 +362,7 @@ $$;
 -- (forwarded_to: a seal of its own here). A live run, a staged copy, an ended run still in
 -- its window or one kept (a legal hold, an owed end, a chain) is neither. With no max age
 -- anywhere, only a run that is gone is collectable.
-CREATE OR REPLACE FUNCTION harvest.judge_moved_runs(p_ids uuid[], p_max_age interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.list_moved_runs(p_ids uuid[], p_max_age interval DEFAULT NULL)
 RETURNS TABLE (execution_id uuid, collectable boolean, forwarded_to integer)
 LANGUAGE plpgsql STABLE
 AS $$
@@ -385,7 +385,7 @@ $$;
 -- Delete the seals of p_ids that are still seals (a run moved back here is not one any more),
 -- rows locked by someone else skipped, audited; returns how many went. Their history goes with
 -- them (ON DELETE CASCADE), as a collected run's does.
-CREATE OR REPLACE FUNCTION harvest.drop_seals(p_ids uuid[], p_operator_id text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.delete_seals(p_ids uuid[], p_operator_id text DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
 AS $$
@@ -623,19 +623,19 @@ COMMENT ON FUNCTION harvest.get_retention_status IS
 COMMENT ON FUNCTION harvest.run_retention IS
 'Delete one batch of expired terminal executions (never a RUNNING or PAUSED one, one under a legal hold, '
 'a cross-shard child whose end its parent has not taken, nor the earlier runs of a chain whose later run is '
-'still here, nor a MIGRATED seal: the janitor judges those with drop_seals), audited; returns {deleted, remaining (counted '
+'still here, nor a MIGRATED seal: the janitor judges those with delete_seals), audited; returns {deleted, remaining (counted '
 'up to 10000), cutoff}: call again while remaining > 0. HR001 when no max age is set. For admins (role '
 'harvest_admin).';
 COMMENT ON FUNCTION harvest.list_expired_seals IS
 'A page (p_limit, 1..10000) of this shard''s MIGRATED seals moved before the cutoff of p_max_age (default: the '
 'retention setting; none: no rows), oldest first after the keyset (p_after_moved_at, p_after_id): the janitor''s '
-'candidates, each judged where it points (judge_moved_runs) before drop_seals. For admins (role harvest_admin).';
-COMMENT ON FUNCTION harvest.judge_moved_runs IS
+'candidates, each judged where it points (list_moved_runs) before delete_seals. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.list_moved_runs IS
 'On the shard seals point to: for each of p_ids, collectable (the run gone, or ended before the cutoff of p_max_age '
 'and not kept by retention) or forwarded_to (a seal here too). For admins (role harvest_admin).';
-COMMENT ON FUNCTION harvest.drop_seals IS
+COMMENT ON FUNCTION harvest.delete_seals IS
 'Delete the MIGRATED seals of p_ids (a row that is no seal is kept; locked rows skipped), audited as '
-'retention.seals; returns how many went. The janitor calls it for the seals judge_moved_runs found collectable. '
+'retention.seals; returns how many went. The janitor calls it for the seals list_moved_runs found collectable. '
 'For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.release_owed_child_ends IS
 'On a child''s shard: let retention take up to p_batch_size ended cross-shard children (running ones too with '

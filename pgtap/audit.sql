@@ -1,5 +1,5 @@
 -- functions/audit.sql: harvest._audit, harvest._audit_context, harvest._audit_source, harvest.list_audit_log,
--- harvest._audit_asserted, harvest.audit_incomplete_write.
+-- harvest._audit_asserted, harvest.record_incomplete_write.
 BEGIN;
 SELECT plan(25);
 
@@ -98,21 +98,21 @@ SELECT throws_ok($$SELECT * FROM harvest.list_audit_log(3, NULL, now(), NULL)$$,
                  'list_audit_log() with a time and no id: HR001');
 
 -- A pacing override's write that missed a shard: a second row of its operation, outcome failed.
-SELECT ok(harvest.audit_incomplete_write('rate_limit.override', 'charge', '[{"shard_id": 2, "error": "unreachable"}]',
-                                         'ops') > 0, 'audit_incomplete_write() returns the new row id');
+SELECT ok(harvest.record_incomplete_write('rate_limit.override', 'charge', '[{"shard_id": 2, "error": "unreachable"}]',
+                                         'ops') > 0, 'record_incomplete_write() returns the new row id');
 SELECT results_eq(
     $$SELECT operation, target, operator_id, details - 'application_name'
       FROM harvest.list_audit_log(1, 'rate_limit.override')$$,
     $$VALUES ('rate_limit.override'::text, 'charge'::text, 'ops'::text,
               '{"outcome": "failed", "missed_shards": [2],
                 "shard_errors": [{"shard_id": 2, "error": "unreachable"}]}'::jsonb)$$,
-    'audit_incomplete_write(): outcome failed, the shards missed and why');
-SELECT throws_ok($$SELECT harvest.audit_incomplete_write('workflow.terminate', 'x', '[{"shard_id": 1}]')$$, 'HR001',
-                 NULL, 'audit_incomplete_write(): only a pacing override''s operation (HR001)');
-SELECT throws_ok($$SELECT harvest.audit_incomplete_write('rate_limit.override', 'x', '[]')$$, 'HR001',
-                 NULL, 'audit_incomplete_write(): no shard missed is HR001');
-SELECT throws_ok($$SELECT harvest.audit_incomplete_write('rate_limit.override', 'x', '[{"error": "refused"}]')$$,
-                 'HR001', NULL, 'audit_incomplete_write(): each shard missed names its shard_id (HR001)');
+    'record_incomplete_write(): outcome failed, the shards missed and why');
+SELECT throws_ok($$SELECT harvest.record_incomplete_write('workflow.terminate', 'x', '[{"shard_id": 1}]')$$, 'HR001',
+                 NULL, 'record_incomplete_write(): only a pacing override''s operation (HR001)');
+SELECT throws_ok($$SELECT harvest.record_incomplete_write('rate_limit.override', 'x', '[]')$$, 'HR001',
+                 NULL, 'record_incomplete_write(): no shard missed is HR001');
+SELECT throws_ok($$SELECT harvest.record_incomplete_write('rate_limit.override', 'x', '[{"error": "refused"}]')$$,
+                 'HR001', NULL, 'record_incomplete_write(): each shard missed names its shard_id (HR001)');
 
 SELECT * FROM finish();
 ROLLBACK;

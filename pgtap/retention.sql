@@ -1,5 +1,5 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, _retention_keeps,
--- list_expired_seals, judge_moved_runs, drop_seals, _seal_cutoff (MIGRATED seals),
+-- list_expired_seals, list_moved_runs, delete_seals, _seal_cutoff (MIGRATED seals),
 -- release_owed_child_ends, _owed_child_ends,
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
 -- _interval_text, _ago, _retention_cutoff; prune_flow_keys (and its fold of quota_ended_bytes),
@@ -238,7 +238,7 @@ SELECT is((SELECT count(*) FROM harvest.quota_ended_bytes WHERE quota_key IN ('f
 SELECT * FROM finish();
 ROLLBACK;
 
--- MIGRATED seals (list_expired_seals, judge_moved_runs, drop_seals): run_retention never takes
+-- MIGRATED seals (list_expired_seals, list_moved_runs, delete_seals): run_retention never takes
 -- one; the janitor lists them here, judges them where they point, and drops the collectable ones.
 BEGIN;
 SELECT plan(12);
@@ -273,19 +273,19 @@ SELECT is((SELECT count(*) FROM harvest.executions WHERE status = 'MIGRATED'), 3
           'run_retention(): no seal goes, however old its move');
 SELECT results_eq(
     $$SELECT coalesce(pg_temp.sl_n(j.execution_id), 0), j.collectable, j.forwarded_to
-      FROM harvest.judge_moved_runs(ARRAY(SELECT id FROM sl ORDER BY n) || gen_random_uuid(), '30 days') AS j$$,
+      FROM harvest.list_moved_runs(ARRAY(SELECT id FROM sl ORDER BY n) || gen_random_uuid(), '30 days') AS j$$,
     $$VALUES (1, false, 7), (2, false, 7), (3, false, 7), (4, true, NULL::integer), (5, false, NULL),
              (6, false, NULL), (0, true, NULL)$$,
-    'judge_moved_runs(): a run gone is collectable, a seal is followed, a live or held run is not');
+    'list_moved_runs(): a run gone is collectable, a seal is followed, a live or held run is not');
 SELECT results_eq(
-    $$SELECT j.collectable FROM harvest.judge_moved_runs(ARRAY[(SELECT id FROM sl WHERE n = 5), gen_random_uuid()]) AS j$$,
-    $$VALUES (false), (true)$$, 'judge_moved_runs(): with no max age only a run that is gone is collectable');
-SELECT is(harvest.drop_seals(ARRAY(SELECT id FROM sl WHERE n IN (1, 4, 5)), 'ops'), 1,
-          'drop_seals(): only a row that is still a seal goes');
+    $$SELECT j.collectable FROM harvest.list_moved_runs(ARRAY[(SELECT id FROM sl WHERE n = 5), gen_random_uuid()]) AS j$$,
+    $$VALUES (false), (true)$$, 'list_moved_runs(): with no max age only a run that is gone is collectable');
+SELECT is(harvest.delete_seals(ARRAY(SELECT id FROM sl WHERE n IN (1, 4, 5)), 'ops'), 1,
+          'delete_seals(): only a row that is still a seal goes');
 SELECT results_eq($$SELECT pg_temp.sl_n(id) FROM harvest.executions WHERE id IN (SELECT id FROM sl) ORDER BY 1$$,
-                  $$VALUES (2), (3), (5), (6)$$, 'drop_seals(): the running run stays');
+                  $$VALUES (2), (3), (5), (6)$$, 'delete_seals(): the running run stays');
 SELECT is((SELECT details ->> 'deleted' FROM harvest.audit_log WHERE operation = 'retention.seals'), '1',
-          'drop_seals(): audited');
+          'delete_seals(): audited');
 
 SELECT * FROM finish();
 ROLLBACK;

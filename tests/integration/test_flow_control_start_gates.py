@@ -203,3 +203,40 @@ def test_concurrent_starts_collapse_and_never_over_admit(db, client) -> None:
     throttle = next(r for r in rows if r[0] == "throttle")
     # burst 2 plus at most the tokens refilled at 2/s while the 40 starts ran
     assert started + throttle[1] == 40 and 2 <= started <= 2 + 2 * 5
+
+
+@pytest.mark.parametrize(
+    ("key", "first"),
+    [
+        ("input.doc.id", {"doc": {"id": "d-1"}}),
+        ("input.doc.id", {"doc": {"id": 7}}),
+        ("input.doc.id", {"doc": {"id": None}}),
+        ("input.doc.id", {"doc": "d"}),
+        ("input.items.1", {"items": ["a", "b", "c"]}),
+        ("input.items.7", {"items": ["a", "b", "c"]}),
+        ("input.items.-1", {"items": ["a", "b", "c"]}),
+        ("input.items.-3", {"items": ["a", "b", "c"]}),
+        ("input.items.-4", {"items": ["a", "b", "c"]}),
+        ("input.0", ["x", "y"]),
+        ("input.-2", ["x", "y"]),
+        ("input.0", {"0": "zero"}),
+        ("input.items.--1", {"items": ["a", "b", "c"]}),
+    ],
+)
+def test_the_client_resolves_a_gate_key_where_the_database_does(db: str, key: str, first: object) -> None:
+    """A sharded client places a debounce's burst by its gate's key (client/routing.py, gate_key):
+    it must find a value exactly where harvest._start_gate_key does, or a burst the database
+    gates is spread over the shards by random ids and never collapses."""
+    from harvest.client import routing
+
+    @workflow(name="keyed_gate", debounce=Debounce(quiet=5, key=key))
+    async def keyed_gate(ctx, change) -> None:
+        return None
+
+    definition = keyed_gate.__harvest_workflow__
+    policy = {"debounce": {"key": key}}
+    with psycopg.connect(db, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT harvest._start_gate_key(%s, %s)", (Jsonb(policy), Jsonb([first]))
+        ).fetchone()[0]
+    assert (routing.gate_key(definition, [first]) is None) == (found is None), (found, key, first)

@@ -106,6 +106,10 @@ def test_preflight_fails_a_database_whose_function_was_replaced(db: str) -> None
     assert migrations["status"] == "fail", migrations
     assert migrations["details"]["stale_function_files"] == ["core.sql"]
     assert migrations["details"]["changed_functions"] == ["payload_limit"]
+    assert (
+        "(1 function(s) replaced since `harvest migrate run` applied them: harvest.payload_limit)"
+        in migrations["summary"]
+    ), migrations
     assert "harvest migrate run" in migrations["remediation"]
     text = CliRunner().invoke(main, ["preflight"], env={"HARVEST_DATABASE_URL": db}, catch_exceptions=False)
     assert "changed function file functions/core.sql" in text.output

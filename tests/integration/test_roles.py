@@ -97,8 +97,8 @@ ADMIN = [
     "SELECT harvest.prune_workers()",
     # MIGRATED seals: the janitor's page, the judgement where they point, the drop.
     "SELECT * FROM harvest.list_expired_seals('1 day')",
-    "SELECT * FROM harvest.judge_moved_runs(ARRAY[%(e)s::uuid])",
-    "SELECT harvest.drop_seals(ARRAY[%(e)s::uuid])",
+    "SELECT * FROM harvest.list_moved_runs(ARRAY[%(e)s::uuid])",
+    "SELECT harvest.delete_seals(ARRAY[%(e)s::uuid])",
     # Legal holds and erasure (payloads.sql): the run `o` was terminated above.
     "SELECT harvest.set_legal_hold(%(o)s, 'case 1')",
     "SELECT harvest.release_legal_hold(%(o)s)",
@@ -108,7 +108,7 @@ ADMIN = [
     # (A page of the tokens, revoked ones included: stop 54's keyset.)
     "SELECT * FROM harvest.list_api_tokens(true, p_limit => 5)",
     # A pacing override that missed a shard, audited as failed (audit.sql).
-    """SELECT harvest.audit_incomplete_write('rate_limit.override', 'x', '[{"shard_id": 1}]')""",
+    """SELECT harvest.record_incomplete_write('rate_limit.override', 'x', '[{"shard_id": 1}]')""",
 ]
 WORKER = [
     "SELECT * FROM harvest.claim_tasks('w1', ARRAY['nothing'], 1)",

@@ -73,8 +73,15 @@ async def charges_locally(ctx) -> str:
     return await ctx.execute_local_activity(charge, "abc")
 
 
+@workflow
+async def charges_locally_then_ships(ctx) -> str:
+    charged = await ctx.execute_local_activity(charge, "abc")
+    return charged + " " + await ctx.execute_activity(ship, Order("o-3", 1))
+
+
 APP = App(
     workflows=[
+        charges_locally_then_ships,
         charges_text,
         ships_a_partial_dict,
         ships_a_full_dict,
@@ -274,3 +281,32 @@ def test_the_check_refuses_exactly_what_the_worker_decode_refuses(hint, value) -
     else:
         with pytest.raises(PayloadError, match=re.escape(says)):
             payload.encode_checked_args(act, (value,), "activity act")
+
+
+# A run an older release started: its history already holds the call, scheduled (or run locally)
+# with an argument the activity's annotations refuse now (they changed in this deploy, or the
+# older release did not check). The history is what happened: a replay takes the recorded step
+# and its result, as it did before the check, instead of failing the in-flight run at the call.
+def test_a_replayed_activity_call_recorded_before_the_check_takes_its_recorded_result() -> None:
+    history = HistoryBuilder("charges_text")
+    scheduled = {"type": "schedule_activity", "seq": 1, "name": "charge", "input": ["abc"]}
+    history.complete_task(1, [{**scheduled, "queue": "default", "options": {}}])
+    history.activity_completed(1, "charged abc")
+    step = asyncio.run(new_run(APP, charges_text).advance(history.events))
+    assert step.commands == [{"type": "complete_workflow", "result": "charged abc"}], step.commands
+
+
+def test_a_replayed_local_activity_call_recorded_before_the_check_takes_its_marker() -> None:
+    history = HistoryBuilder("charges_locally_then_ships")
+    marker = {"name": "charge", "result": "charged abc"}
+    shipped = {"type": "schedule_activity", "seq": 2, "name": "ship", "queue": "default", "options": {}}
+    history.complete_task(
+        1,
+        [
+            {"type": "record_marker", "seq": 1, "kind": "local_activity", "value": marker},
+            {**shipped, "input": [{"order_id": "o-3", "amount_cents": 1}]},
+        ],
+    )
+    history.activity_completed(2, "o-3")
+    step = asyncio.run(new_run(APP, charges_locally_then_ships).advance(history.events))
+    assert step.commands == [{"type": "complete_workflow", "result": "charged abc o-3"}], step.commands

@@ -46,7 +46,7 @@ def on_every_shard(
     incomplete: Callable[[Any, list[dict[str, Any]]], Any] | None = None
     if audit is not None:
         operation, target, operator = audit
-        incomplete = lambda api, missed: api.audit_incomplete_write(  # noqa: E731
+        incomplete = lambda api, missed: api.record_incomplete_write(  # noqa: E731
             operation, target, missed, operator
         )
     fan = each_shard(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, cast
@@ -95,6 +96,9 @@ def place_start(
     return Placement(router.pick_for_new_workflow(name, workflow_id), workflow_id, False)
 
 
+_INDEX = re.compile(r"-?[0-9]+")
+
+
 def gate_key(definition: Any, encoded: list[Any]) -> str | None:
     """The key a start of a workflow with a debounce or a batch collapses under, as the
     database resolves it (functions/flow_throttle.sql, ``_start_gate_key``): '' for a gate
@@ -111,8 +115,8 @@ def gate_key(definition: Any, encoded: list[Any]) -> str | None:
     for field in gate.key.split(".")[1:]:  # jsonb's #>: a field of an object, an index of an array
         if isinstance(value, dict):
             value = value.get(field)
-        elif isinstance(value, list) and field.isdigit() and int(field) < len(value):
-            value = value[int(field)]
+        elif isinstance(value, list) and _INDEX.fullmatch(field) and -len(value) <= int(field) < len(value):
+            value = value[int(field)]  # (a negative index counts from the end, as #> counts it)
         else:
             value = None
     if value is None:

@@ -223,7 +223,7 @@ def _database_checks(
     shard: int | None = None,
     writable: Iterable[int] | None = None,
 ) -> list[Check]:
-    from harvest.db.migrate import Migrator, latest_core_version
+    from harvest.db.migrate import Migrator, latest_core_version, listed
 
     checks: list[Check] = []
     try:
@@ -268,9 +268,7 @@ def _database_checks(
                         f"{len(pending)} migration(s) and {len(stale)} function file(s) pending"
                         + (
                             f" ({len(changed)} function(s) replaced since `harvest migrate run` "
-                            f"applied them: {', '.join(f'harvest.{f}' for f in changed[:3])}"
-                            + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-                            + ")"
+                            f"applied them: {listed([f'harvest.{f}' for f in changed])})"
                             if changed
                             else ""
                         ),

@@ -487,7 +487,8 @@ def shipped_functions() -> ShippedFunctions:
     return ShippedFunctions(checksums, files_of, digests, digest)
 
 
-def _listed(names: list[str], most: int = 3) -> str:
+def listed(names: list[str], most: int = 3) -> str:
+    """The first ``most`` names, then how many more (a one-line message's list)."""
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
@@ -530,12 +531,12 @@ class FunctionDrift:
         if self.files:
             said.append(
                 f"{len(self.files)} function file(s) not applied as this release ships them "
-                f"({_listed([f'functions/{f}' for f in self.files])})"
+                f"({listed([f'functions/{f}' for f in self.files])})"
             )
         if self.functions:
             said.append(
                 f"{len(self.functions)} function(s) replaced since `harvest migrate run` applied them "
-                f"({_listed([f'harvest.{f}' for f in self.functions])})"
+                f"({listed([f'harvest.{f}' for f in self.functions])})"
             )
         text = f"its SQL functions are not those of Harvest {ours}: " + "; ".join(said)
         if not self.stale:

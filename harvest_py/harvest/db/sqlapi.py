@@ -333,8 +333,8 @@ PRUNE_FLOW_KEYS = "SELECT harvest.prune_flow_keys(%(batch_size)s) AS result"
 LIST_EXPIRED_SEALS = """
 SELECT * FROM harvest.list_expired_seals(%(max_age)s::interval, %(after_moved_at)s, %(after_id)s, %(limit)s)
 """
-JUDGE_MOVED_RUNS = "SELECT * FROM harvest.judge_moved_runs(%(ids)s::uuid[], %(max_age)s::interval)"
-DROP_SEALS = "SELECT harvest.drop_seals(%(ids)s::uuid[], %(operator)s) AS deleted"
+JUDGE_MOVED_RUNS = "SELECT * FROM harvest.list_moved_runs(%(ids)s::uuid[], %(max_age)s::interval)"
+DROP_SEALS = "SELECT harvest.delete_seals(%(ids)s::uuid[], %(operator)s) AS deleted"
 
 
 # -- queries and updates (functions/messages.sql)
@@ -1350,12 +1350,12 @@ def get_rate_limit(activity_name: str) -> dict[str, Any]:
 
 
 AUDIT_INCOMPLETE_WRITE = """
-SELECT harvest.audit_incomplete_write(%(operation)s, %(target)s, %(shard_errors)s, %(operator_id)s) AS id
+SELECT harvest.record_incomplete_write(%(operation)s, %(target)s, %(shard_errors)s, %(operator_id)s) AS id
 """
 
 
 @call(AUDIT_INCOMPLETE_WRITE, column("id"))
-def audit_incomplete_write(
+def record_incomplete_write(
     operation: str, target: str, shard_errors: list[dict[str, Any]], operator_id: str | None = None
 ) -> dict[str, Any]:
     """A pacing override's write that missed some shards, audited as failed on a shard that
@@ -1680,13 +1680,13 @@ def list_expired_seals(
 
 
 @call(JUDGE_MOVED_RUNS)
-def judge_moved_runs(ids: list[str], max_age: str | None = None) -> dict[str, Any]:
+def list_moved_runs(ids: list[str], max_age: str | None = None) -> dict[str, Any]:
     """On the shard seals point to: each run's ``collectable`` and ``forwarded_to``."""
     return {"ids": ids, "max_age": max_age}
 
 
 @call(DROP_SEALS, column("deleted"))
-def drop_seals(ids: list[str], operator: str | None = None) -> dict[str, Any]:
+def delete_seals(ids: list[str], operator: str | None = None) -> dict[str, Any]:
     """Delete the MIGRATED seals of ``ids`` that are still seals; how many went."""
     return {"ids": ids, "operator": operator}
 

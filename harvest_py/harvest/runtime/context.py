@@ -43,13 +43,18 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-def _activity_input(name: str, fn: Callable[..., Any] | None, args: tuple[Any, ...]) -> list[Any]:
+def _activity_input(
+    name: str, fn: Callable[..., Any] | None, args: tuple[Any, ...], replaying: bool
+) -> list[Any]:
     """The activity call's input as the wire holds it, checked against the function's hints
     when the workflow has it (by reference, or a name its App registers): an argument that does
     not fit fails here, in the workflow, as a PayloadError naming the activity, the parameter,
-    the type expected and the value got, instead of reaching a worker that cannot run it."""
-    if fn is None:
-        return encode_args(None, args)
+    the type expected and the value got, instead of reaching a worker that cannot run it.
+    Not on replay (``replaying``: the call is a recorded step): the history holds what happened
+    to it, scheduled by a release that did not check, or under annotations changed since, and
+    failing it now would fail an in-flight run at a call it already made."""
+    if fn is None or replaying:
+        return encode_args(fn, args)
     return encode_checked_args(fn, args, f"activity {name}")
 
 
@@ -275,7 +280,7 @@ class WorkflowContext:
             "type": "schedule_activity",
             "seq": run.next_seq(),
             "name": defn.name,
-            "input": _activity_input(defn.name, fn, args),  # on replay too: a bad argument fails as it did
+            "input": _activity_input(defn.name, fn, args, run.matching()),
             "queue": defn.queue or self.info.queue,
         }
         if not run.matching():  # a replay compares the name only; the options cannot fail
@@ -317,7 +322,8 @@ class WorkflowContext:
             defn = registered
         if options:
             defn = defn.with_options(**options)
-        _activity_input(defn.name, fn, args)  # fail here, as a regular activity would, on a bad argument
+        # Fail here, as a regular activity would, on a bad argument (not on replay: its marker says).
+        _activity_input(defn.name, fn, args, self._run.matching())
         future = self._run.issue_local(defn, args)
         raw = await future
         return decode_result(fn, raw) if fn is not None else raw

@@ -1729,7 +1729,7 @@ def shard_errors(
     """Every shard a write on every shard did not do, by shard: ``{"shard_id", "error":
     "unreachable"}``, or ``{"shard_id", "error": "refused", "code", "message"}`` (the code and
     message its own error would answer): the HTTP API's ``shard_errors``, and what
-    harvest.audit_incomplete_write records."""
+    harvest.record_incomplete_write records."""
     from harvest.core.errors import error_code
     from harvest.db.connection import redact
 

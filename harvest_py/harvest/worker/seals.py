@@ -4,9 +4,9 @@ A run a rebalance moved leaves a seal on its old shard that forwards by-id calls
 lives, so the seal's own shard cannot tell when it may go: ``run_retention`` never deletes one.
 This pass takes a page of the shard's seals moved before the retention window
 (``list_expired_seals``), asks the shard each points to whether the run would have been
-collected there (``judge_moved_runs``: gone, or ended past that shard's window with nothing
+collected there (``list_moved_runs``: gone, or ended past that shard's window with nothing
 keeping it; a seal there is followed, at most ``MAX_FORWARD_HOPS``), and drops the seals whose
-run would have (``drop_seals``). A shard that does not answer keeps its seals for a later pass.
+run would have (``delete_seals``). A shard that does not answer keeps its seals for a later pass.
 The page moves on by keyset, so seals of live runs at the head of the order do not hide the
 ones behind them; the caller keeps the cursor and starts over once a page comes back short.
 """
@@ -17,6 +17,7 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+from harvest.db.connection import failure_reason
 from harvest.shard.router import MAX_FORWARD_HOPS
 
 log = logging.getLogger("harvest.worker")
@@ -51,9 +52,9 @@ async def collect_seals(
         for target, ids in by_shard.items():
             try:
                 async with pools.api(target) as sql:
-                    judged = await sql.judge_moved_runs(ids, max_age)
+                    judged = await sql.list_moved_runs(ids, max_age)
             except Exception as exc:  # (a shard away, or not configured here: its seals stay)
-                log.debug("retention: seals pointing to shard %s not judged: %s", target, exc)
+                log.debug("retention: seals pointing to shard %s not judged: %s", target, failure_reason(exc))
                 unreachable.add(target)
                 continue
             for verdict in judged:
@@ -66,7 +67,7 @@ async def collect_seals(
     deleted = 0
     if collectable:
         async with pools.api(shard) as sql:
-            deleted = await sql.drop_seals(collectable)
+            deleted = await sql.delete_seals(collectable)
     last = page[-1]
     return {
         "checked": len(page),

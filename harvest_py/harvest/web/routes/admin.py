@@ -320,14 +320,14 @@ async def every_shard_write(
     """A pacing write on every shard: the answers, and shard_errors for the shards not reached
     or that refused; none reached is a 503 (no override anywhere), none done the first refusal.
     ``audit`` (operation, target, operator): a write that missed a shard is audited as failed
-    on each shard that took it (harvest.audit_incomplete_write), so the audit log says so too."""
+    on each shard that took it (harvest.record_incomplete_write), so the audit log says so too."""
     done = await call.each_shard_write(fn, "no override was applied anywhere")
     missed = done.shard_errors()
     if audit is not None and missed and done.results:
         operation, target, operator = audit
         try:
             await call.each_shard(
-                lambda sql: sql.audit_incomplete_write(operation, target, missed, operator),
+                lambda sql: sql.record_incomplete_write(operation, target, missed, operator),
                 "the failed write was not audited",
                 shards=list(done.results),
             )
