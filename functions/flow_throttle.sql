@@ -462,6 +462,20 @@ AS $$
     WHERE p.kind = 'workflow' AND p.name = p_workflow_name AND p.policy ? 'throttle';
 $$;
 
+-- A workflow's declared debounce or batch, as its workers declared it on this shard
+-- (declare_flow_policies): its kind and its key path (NULL: one gate for all its starts); no
+-- row without one. A client that starts the workflow by name on shards reads it once, to place
+-- a burst by the gate's key on one shard (docs/sharding.md, "Placing a start").
+CREATE OR REPLACE FUNCTION harvest.get_start_gate(p_workflow_name text)
+RETURNS TABLE (workflow_name text, kind text, key_path text)
+LANGUAGE sql STABLE
+AS $$
+    SELECT p.name, g.kind, p.policy -> g.kind ->> 'key'
+    FROM harvest.flow_policies AS p
+    CROSS JOIN LATERAL (SELECT CASE WHEN p.policy ? 'debounce' THEN 'debounce' ELSE 'batch' END AS kind) AS g
+    WHERE p.kind = 'workflow' AND p.name = p_workflow_name AND p.policy ?| ARRAY['debounce', 'batch'];
+$$;
+
 -- Lay a temporary pacing override on a workflow's start throttle; it reverts by itself
 -- after p_ttl_secs. Starts queued behind the throttle are released at the new rate.
 CREATE OR REPLACE FUNCTION harvest.set_start_throttle_override(
@@ -525,6 +539,8 @@ COMMENT ON FUNCTION harvest.release_pending_starts IS
 COMMENT ON FUNCTION harvest.list_pending_starts IS
 'Deferred starts, one row per pending throttled start or collapsed debounce or batch burst. For operators (role '
 'harvest_reader).';
+COMMENT ON FUNCTION harvest.get_start_gate IS
+'A workflow''s declared debounce or batch (kind, key path) on this shard, no row without one; a sharded client reads it once per workflow name to place a burst started by name on one shard. harvest_reader.';
 COMMENT ON FUNCTION harvest.get_start_throttle IS
 'A workflow''s declared start throttle (rps, burst) and its live pacing override (an expired one reads NULL). '
 'For operators (role harvest_reader).';

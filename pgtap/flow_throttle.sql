@@ -3,9 +3,9 @@
 -- harvest._release_pending_start, harvest._try_release_pending_start, harvest.release_pending_starts,
 -- harvest.list_pending_starts, the gates in start_workflow, and the pacing override:
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
--- harvest.clear_start_throttle_override.
+-- harvest.clear_start_throttle_override, harvest.get_start_gate.
 BEGIN;
-SELECT plan(54);
+SELECT plan(57);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
@@ -138,6 +138,12 @@ SELECT results_eq($$SELECT status FROM harvest.start_workflow('wf_k', '[{"v": 1}
     $$VALUES ('RUNNING'::text), ('RUNNING')$$, 'throttle: starts without their key value are not paced (burst 1, both run)');
 SELECT is_empty($$SELECT 1 FROM harvest.pending_starts WHERE gate_key = '' AND workflow_name IN ('wf_d', 'wf_k')$$,
     'nothing is queued under an empty key');
+-- get_start_gate: what a sharded client reads to place a start by name
+SELECT results_eq($$SELECT workflow_name, kind, key_path FROM harvest.get_start_gate('wf_d')$$,
+    $$VALUES ('wf_d'::text, 'debounce'::text, 'input.doc'::text)$$, 'get_start_gate(): a debounce and its key path');
+SELECT results_eq($$SELECT kind, key_path FROM harvest.get_start_gate('wf_b')$$,
+    $$VALUES ('batch'::text, NULL::text)$$, 'get_start_gate(): a batch without a key (NULL key path)');
+SELECT is_empty($$SELECT * FROM harvest.get_start_gate('wf_t')$$, 'get_start_gate(): nothing for a throttle (it defers where it lands)');
 -- pacing override of a start throttle
 SELECT set_config('harvest.fake_now', '2030-01-03 00:00:00+00', true);
 SELECT results_eq($$SELECT workflow_name, rps, burst, override_rps FROM harvest.get_start_throttle('wf_o')$$,

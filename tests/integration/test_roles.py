@@ -62,6 +62,7 @@ READS = [
     "SELECT * FROM harvest.get_execution(%(e)s)",
     "SELECT * FROM harvest.get_history(%(e)s)",
     "SELECT * FROM harvest.get_history_page(%(e)s)",
+    "SELECT * FROM harvest.get_start_gate('wf')",
     "SELECT * FROM harvest.list_dead_letters()",
     "SELECT * FROM harvest.count_dead_letters()",
     "SELECT * FROM harvest.list_workers()",

@@ -12,9 +12,11 @@ import logging
 
 import pytest
 from click.testing import CliRunner
+from starlette.testclient import TestClient
 
 from harvest import App, AsyncClient, Batch, Client, Debounce, Throttle, workflow
 from harvest.cli.main import main
+from harvest.config import load_config
 from harvest.core.errors import (
     InvalidArgument,
     NotFound,
@@ -23,7 +25,9 @@ from harvest.core.errors import (
     WorkflowNotRunning,
 )
 from harvest.core.ids import shard_of
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.shard import AsyncShardPools, ShardPools, ShardRouter
+from harvest.web.app import management_app
 
 pytestmark = pytest.mark.shard
 
@@ -210,6 +214,92 @@ def test_a_burst_of_a_debounce_or_batch_key_collapses_on_one_shard(shards) -> No
     pending = "SELECT count(*) FROM harvest.pending_starts WHERE workflow_name = '%s'"
     assert sorted(_counts(shards, pending % "reindex")) == [0, 0, 1]
     assert sorted(_counts(shards, pending % "gather")) == [0, 0, 1]
+
+
+PENDING = "SELECT count(*) FROM harvest.pending_starts WHERE workflow_name = '%s'"
+
+
+def _declare_gates(shards) -> None:
+    """What a worker of [reindex, gather] declares on each shard it polls at start-up."""
+    gated = App(workflows=[reindex, gather]).flow_policies()
+    with ShardPools(_router(), shards.dsns, max_size=1) as pools:
+        for s in ALL:
+            with pools.api(s) as sql:
+                sql.declare_flow_policies(gated)
+
+
+def _counting(monkeypatch, cls) -> list[str]:
+    """Each get_start_gate call of ``cls`` (SqlApi, AsyncSqlApi), by workflow name."""
+    reads: list[str] = []
+    original = cls.get_start_gate
+
+    def counted(self, workflow_name):
+        reads.append(workflow_name)
+        return original(self, workflow_name)
+
+    monkeypatch.setattr(cls, "get_start_gate", counted)
+    return reads
+
+
+@pytest.mark.parametrize("served_app", [None, App(workflows=[reindex, gather])], ids=["no-app", "app"])
+def test_a_burst_started_by_name_over_http_collapses_on_one_shard(shards, monkeypatch, served_app) -> None:
+    """POST /workflows/{name}/start on a sharded server, by name: placed by its gate's key like a
+    start by the function, so the burst meets on one shard and collapses into one run. With
+    --app the served App's declaration places it (no read); without, the shards' declaration
+    (what the workers registered), read once per name for the process, not per start. Each start
+    was placed by a fresh workflow id, so a burst spread over the shards (one run on each)."""
+    _declare_gates(shards)
+    reads = _counting(monkeypatch, AsyncSqlApi)
+    env = {f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in shards.dsns.items()}
+    env |= {"HARVEST_SHARDS__READABLE": "0,1,2", "HARVEST_SHARDS__WRITABLE": "0,1,2"}
+    api = management_app(config=load_config(env=env), profile="dev", app=served_app)
+    with TestClient(api) as http:
+        for n in range(12):
+            started = http.post("/workflows/reindex/start", json={"input": {"doc": "d-1", "n": n}})
+            assert started.status_code == 202, started.text
+        for n in range(8):
+            body = {"input": {"tenant": "acme", "n": n}}
+            assert http.post("/workflows/gather/start", json=body).status_code == 202
+        # A given workflow_id keeps its hashed shard (a lookup by it looks there), as by function.
+        keyed = http.post("/workflows/reindex/start", json={"workflow_id": "w", "input": {"doc": "d-2"}})
+        assert keyed.status_code == 202 and keyed.json()["workflow_id"] == "w"
+    d1 = _counts(shards, (PENDING % "reindex") + " AND gate_key = 'd-1'")
+    assert d1[_router().pick_for_gate("reindex", "d-1")] == 1 and sum(d1) == 1, d1
+    w = _counts(shards, (PENDING % "reindex") + " AND workflow_id = 'w'")
+    assert w[_router().pick_for_new_workflow("reindex", "w")] == 1 and sum(w) == 1, w
+    assert sorted(_counts(shards, PENDING % "gather")) == [0, 0, 1]
+    assert _counts(shards) == [0, 0, 0]
+    assert reads == ([] if served_app else ["reindex", "gather"]), "one read per name, none with --app"
+
+
+def test_a_burst_started_by_name_by_a_client_without_the_app_collapses(shards, monkeypatch) -> None:
+    """Client(shards=) and AsyncClient by name (harvest workflow start over SQL is the former):
+    the shards' declaration, read once per name and kept by the pools; a workflow with no gate
+    declared is read once too and placed by its id; nothing declared yet on the shards (no worker
+    registered) is no gate there either, and the start is placed by its id."""
+    _declare_gates(shards)
+    reads = _counting(monkeypatch, SqlApi)
+    with ShardPools(_router(), shards.dsns, max_size=2) as pools, Client(shards=pools) as client:
+        burst = [client.start_workflow("reindex", {"doc": "d-1", "n": n}) for n in range(12)]
+        assert all(h.deferred for h in burst) and len({h.shard_id for h in burst}) == 1
+        router = client._target.router
+        assert burst[0].shard_id == router.pick_for_gate("reindex", "d-1")
+        assert router.pick_for_new_workflow("reindex", burst[0].workflow_id) == burst[0].shard_id
+        plain = [client.start_workflow("leaf", n) for n in range(6)]
+        assert len({h.shard_id for h in plain}) > 1, "no gate: spread by id as before"
+    assert reads == ["reindex", "leaf"]
+    assert sorted(_counts(shards, PENDING % "reindex")) == [0, 0, 1]
+
+    areads = _counting(monkeypatch, AsyncSqlApi)
+
+    async def go():
+        pools = AsyncShardPools(_router(), shards.dsns, max_size=2)
+        async with pools, await AsyncClient.connect(shards=pools) as client:
+            return [await client.start_workflow("gather", {"tenant": "t", "n": n}) for n in range(6)]
+
+    items = asyncio.run(go())
+    assert len({h.shard_id for h in items}) == 1 and areads == ["gather"]
+    assert sorted(_counts(shards, PENDING % "gather")) == [0, 0, 1]
 
 
 def test_id_routed_calls_follow_the_id_across_shards(shards, per_shard_workers) -> None:

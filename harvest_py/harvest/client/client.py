@@ -862,14 +862,26 @@ async def _adrive(flow: _Flow[T]) -> T:
 
 
 def _prepare_start(
-    client: Any, workflow: Any, args: tuple[object, ...], options: Any, kwargs: dict[str, Any]
+    client: Any,
+    workflow: Any,
+    args: tuple[object, ...],
+    options: Any,
+    kwargs: dict[str, Any],
+    declared: Any = None,
 ) -> tuple[str, WorkflowDefinition | None, str | None, StartOptions, routing.Placement, dict[str, Any]]:
     """A start_workflow call checked, encoded and placed: ``(name, definition, queue, options,
-    placement, call)``, ``call`` being harvest.start_workflow's arguments."""
+    placement, call)``, ``call`` being harvest.start_workflow's arguments. ``declared``: a start
+    by name's debounce or batch (routing.declaration_by_name), placed as the function's."""
     opts, kwargs = _split_start(workflow, options, kwargs)
     name, definition, encoded, queue = _start_args(client, workflow, args, kwargs, opts.queue)
     placement = routing.place_start(
-        client._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition, encoded
+        client._target,
+        name,
+        opts.workflow_id,
+        opts.shard_id,
+        opts.residency_key,
+        definition or declared,
+        encoded,
     )
     call = _start_call(
         name,
@@ -1556,6 +1568,10 @@ class Client:
         self._hubs_lock = threading.Lock()
         self._closed = False  # (close() sets it: a wait after it opens no listener)
         self._result_watch: ResultWatch | None = None  # the test kit's (harvest.testing)
+        # An App whose workflows a start by name reads its debounce or batch from, to place a
+        # burst on one shard (a server's --app sets it); None: the shards' declaration, read once
+        # per name (docs/sharding.md, "Placing a start").
+        self.app: Any = None
 
     def _first_connections(self, check_schema: bool) -> None:
         """The first shard that answers (the default first): its identity (a pool's first
@@ -1706,7 +1722,12 @@ class Client:
     ) -> tuple[WorkflowHandle[Any], bool]:
         """start_workflow; ``waiter_id``: the plain start marks it waiting for the run's result
         in its own transaction (returns whether it did)."""
-        name, definition, queue, opts, placement, call = _prepare_start(self, workflow, args, options, kwargs)
+        declared = routing.declaration_by_name(self._target, self.app, workflow)
+        if declared is routing.ASK:
+            declared = routing.read_declaration(self._target, workflow)
+        name, definition, queue, opts, placement, call = _prepare_start(
+            self, workflow, args, options, kwargs, declared
+        )
         with tracing.start_span(name) as trace:
             # The caller's trace context, captured at start (docs/observability.md).
             call["traceparent"] = trace.traceparent
@@ -2179,6 +2200,10 @@ class AsyncClient:
         self._hubs: dict[tuple[int, str], NotificationHub] = {}
         self._closed = False  # (close() sets it: a wait after it opens no listener)
         self._result_watch: ResultWatch | None = None  # the test kit's (harvest.testing)
+        # An App whose workflows a start by name reads its debounce or batch from, to place a
+        # burst on one shard (a server's --app sets it); None: the shards' declaration, read once
+        # per name (docs/sharding.md, "Placing a start").
+        self.app: Any = None
         self.notifications: Callable[[int, str], Awaitable[Any]] | None = self._own_listener
 
     async def _own_listener(self, shard: int, channel: str, within: float | None = None) -> NotificationHub:
@@ -2338,7 +2363,12 @@ class AsyncClient:
     ) -> tuple[AsyncWorkflowHandle[Any], bool]:
         """start_workflow; ``waiter_id``: a start through the batched call marks it waiting for
         the run's result in its own transaction (returns whether it did)."""
-        name, definition, queue, opts, placement, call = _prepare_start(self, workflow, args, options, kwargs)
+        declared = routing.declaration_by_name(self._target, self.app, workflow)
+        if declared is routing.ASK:
+            declared = await routing.aread_declaration(self._target, workflow)
+        name, definition, queue, opts, placement, call = _prepare_start(
+            self, workflow, args, options, kwargs, declared
+        )
         with tracing.start_span(name) as trace:
             # The caller's trace context, captured at start (docs/observability.md).
             call["traceparent"] = trace.traceparent

@@ -16,12 +16,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, cast
 
-from harvest.core.errors import ExecutionMigrated, InvalidArgument
+from harvest.core.errors import ExecutionMigrated, InvalidArgument, ShardUnavailable
 from harvest.db.pools import AsyncConnectionPool, ConnectionPool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.shard.router import ShardRouter
@@ -29,18 +30,24 @@ from harvest.shard.router import ShardRouter
 __all__ = [
     "AsyncOneDatabase",
     "AsyncSharded",
+    "DeclaredGate",
     "OneDatabase",
     "Placement",
     "Sharded",
     "api",
+    "aread_declaration",
     "boot_order",
+    "declaration_by_name",
     "hashed_shard",
     "place_start",
+    "read_declaration",
     "resident",
 ]
 
 # The one shard number of a one-database client: ids route nowhere else.
 ONE = 0
+
+log = logging.getLogger("harvest.client")
 
 
 class Placement:
@@ -122,6 +129,83 @@ def gate_key(definition: Any, encoded: list[Any]) -> str | None:
     if value is None:
         return None
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+class _KeyPath:
+    __slots__ = ("key",)
+
+    def __init__(self, key: str | None):
+        self.key = key
+
+
+class DeclaredGate:
+    """A workflow's debounce or batch as its workers declared it on the shards
+    (``harvest.get_start_gate``), with the two fields of a WorkflowDefinition that
+    :func:`place_start` reads (``debounce``, ``batch``, each with its ``key`` path)."""
+
+    __slots__ = ("batch", "debounce")
+
+    def __init__(self, kind: str, key_path: str | None):
+        self.debounce = _KeyPath(key_path) if kind == "debounce" else None
+        self.batch = _KeyPath(key_path) if kind == "batch" else None
+
+
+# declaration_by_name's answer when the shards must be asked (read_declaration).
+ASK: Any = object()
+
+
+def declaration_by_name(target: Any, app: Any, workflow: Any) -> Any:
+    """What a start of ``workflow`` by name places a debounce or a batch by, without a read
+    (docs/sharding.md, "Placing a start"): on a sharded client, its definition in the App the
+    client knows (``client.app``: a server's ``--app``), else what the shards answered before
+    for that name in this process (a :class:`DeclaredGate`, or None: no gate), else ``ASK``.
+    A function or a definition carries its own (None here), and one database places nothing."""
+    if not target.sharded or not isinstance(workflow, str):
+        return None
+    definition = app.workflows.get(workflow) if app is not None else None
+    if definition is not None:
+        return definition
+    return target.pools.declared_gates.get(workflow, ASK)
+
+
+def _remember(target: Any, name: str, row: dict[str, Any] | None) -> DeclaredGate | None:
+    """The shards' answer for ``name``, kept for the process (the pools'): one read per name."""
+    gate = DeclaredGate(row["kind"], row["key_path"]) if row else None
+    target.pools.declared_gates[name] = gate
+    return gate
+
+
+def _unread(name: str) -> None:
+    log.warning(
+        "no shard answered for the debounce or batch of workflow %s: this start is placed by "
+        "its workflow id (a burst started so may collapse per shard)",
+        name,
+    )
+
+
+def read_declaration(target: Any, name: str) -> DeclaredGate | None:
+    """The shards' declaration of ``name``'s debounce or batch, read from the first shard that
+    answers (the default first) and remembered; None without one, or when no shard answered
+    (not remembered: the next start asks again)."""
+    for shard in boot_order(target.router, target.pools.shards):
+        try:
+            with api(target, shard) as sql:
+                return _remember(target, name, sql.get_start_gate(name))
+        except ShardUnavailable:
+            continue
+    _unread(name)
+    return None
+
+
+async def aread_declaration(target: Any, name: str) -> DeclaredGate | None:
+    """:func:`read_declaration` for an AsyncClient."""
+    for shard in boot_order(target.router, target.pools.shards):
+        try:
+            return _remember(target, name, await target.sql(shard).get_start_gate(name))
+        except ShardUnavailable:
+            continue
+    _unread(name)
+    return None
 
 
 def refuse_deferring_pin(name: str, kind: str | None) -> None:

@@ -1376,6 +1376,7 @@ CLEAR_START_THROTTLE_OVERRIDE = """
 SELECT harvest.clear_start_throttle_override(%(workflow_name)s, %(operator_id)s) AS cleared
 """
 GET_START_THROTTLE = "SELECT * FROM harvest.get_start_throttle(%(workflow_name)s)"
+GET_START_GATE = "SELECT * FROM harvest.get_start_gate(%(workflow_name)s)"
 
 
 @call(SET_START_THROTTLE_OVERRIDE, first)
@@ -1402,6 +1403,12 @@ def clear_start_throttle_override(workflow_name: str, operator_id: str | None = 
 
 @call(GET_START_THROTTLE, first)
 def get_start_throttle(workflow_name: str) -> dict[str, Any]:
+    return {"workflow_name": workflow_name}
+
+
+@call(GET_START_GATE, first)
+def get_start_gate(workflow_name: str) -> dict[str, Any]:
+    """The workflow's declared debounce or batch (kind, key_path), None without one."""
     return {"workflow_name": workflow_name}
 
 

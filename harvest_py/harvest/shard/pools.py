@@ -118,6 +118,10 @@ class _Base:
         self.max_size = max_size
         self.acquire_timeout = acquire_timeout
         self._verified: set[int] = set()
+        # Each workflow's debounce or batch as the shards declared it, read once per name by a
+        # client that starts it by name (harvest.client.routing.read_declaration); shared by
+        # with_role's pools, so a server reads it once per process.
+        self.declared_gates: dict[str, Any] = {}
 
     @property
     def shards(self) -> tuple[int, ...]:

@@ -390,6 +390,8 @@ class Call:
                 self._client = AsyncClient(dsn, self._sql.pool, limit)  # type: ignore[union-attr]
             # Query and update waits share the process's LISTEN connections (HarvestState.hub).
             self._client.notifications = self.state.listener
+            # A start by name places a debounce or a batch by the served App's declaration.
+            self._client.app = self.state.app
         return self._client
 
 
