@@ -42,7 +42,12 @@ def test_dev_runs_the_demo_end_to_end_and_cleans_up() -> None:
         done = _demo_and_exit(env)
         assert "result: {" in done.stdout and "Hello, world!" in done.stdout
         assert "psql" in done.stdout and "harvest workflow start greet" in done.stdout
-        assert list(scratch.iterdir()) == []  # the data directory is gone
+        # The data directory is gone: removed by the watchdog as the process ends (Ctrl-C does
+        # not wait for thousands of unlinks; tests/integration/test_embedded_stop.py).
+        deadline = time.monotonic() + 60
+        while list(scratch.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(scratch.iterdir()) == []
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

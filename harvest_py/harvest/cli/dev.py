@@ -87,8 +87,10 @@ def dev(
     from harvest.cli.worker import load_app
     from harvest.telemetry.logs import configure_logging
     from harvest.worker import Worker
+    from harvest.worker.collector import freeze_at_exit
 
     configure_logging("INFO", log_format)
+    freeze_at_exit()  # (the process ends with the command: its exit need not free every module)
     # mypy does not narrow by an import: the demo's binds app when None (the two ignores below)
     app = load_app(target) if target else None
     if app is None:
@@ -133,9 +135,14 @@ def dev(
                 asyncio.run(_run(worker, api))
     finally:
         if server is not None:
-            removing = "removing its files" if data_dir is None else f"keeping its data in {data_dir}"
+            removing = (
+                "removing its files (in the background)"
+                if data_dir is None
+                else f"keeping its data in {data_dir}"
+            )
             click.echo(f"stopping the embedded PostgreSQL and {removing}", err=True)
-            server.stop()
+            # (the prompt comes back once the server is down, not after every file is unlinked)
+            server.stop(remove_in_background=True)
 
 
 def _dev_options() -> WorkerOptions:

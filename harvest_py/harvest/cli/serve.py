@@ -228,8 +228,10 @@ def serve(
         raise HarvestError(str(missing_extra("harvest serve", "web", exc))) from None
     from harvest.config import runtime_plan
     from harvest.telemetry.logs import configure_logging
+    from harvest.worker.collector import freeze_at_exit
 
     configure_logging(log_level.upper(), log_format)
+    freeze_at_exit()  # (the process ends with the command: its exit need not free every module)
     config = cli_config()
     if config.get("role") is None:
         config = config.with_overrides({"role": ("web", "harvest serve")})

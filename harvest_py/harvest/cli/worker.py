@@ -238,9 +238,11 @@ def worker(
     )
     plan = runtime_plan(config)
     from harvest.telemetry.logs import configure_logging
+    from harvest.worker.collector import freeze_at_exit
     from harvest.worker.event_loop import choose_event_loop
 
     configure_logging(log_level, log_format)
+    freeze_at_exit()  # (the process ends with the command: its exit need not free every module)
     if metrics_port is not None:
         from harvest.telemetry.metrics import serve_metrics
 

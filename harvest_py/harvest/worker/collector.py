@@ -18,6 +18,7 @@ it itself once its imports are done.
 
 from __future__ import annotations
 
+import atexit
 import gc
 
 # Allocations (net of frees) of container objects between two generation-0 collections; CPython's
@@ -41,3 +42,23 @@ def tune_collector(gen0_threshold: int = GEN0_THRESHOLD) -> tuple[int, int, int]
     gc.freeze()
     gc.set_threshold(gen0_threshold, before[1], before[2])
     return before
+
+
+def _collect_and_freeze() -> None:
+    gc.collect()  # the garbage there is: collected, its finalizers run, as the exit would
+    gc.freeze()
+
+
+def freeze_at_exit() -> None:
+    """Spare the interpreter's exit its teardown collections: at exit (an atexit handler, so
+    after the command's own stop and before the modules are torn down), collect the garbage
+    there is, then freeze what is still alive. The teardown then frees by reference count what
+    it can and leaves the modules' own cycles (functions, classes) to the operating system,
+    which reclaims the whole process anyway, instead of walking and freeing each one: 0.3 to
+    0.7 s of every stop of `harvest dev` and `harvest serve` (some 80,000 objects from uvicorn,
+    Starlette and the management API), after the stop had done everything it has to. Nothing
+    a stop does is skipped: the worker, the server and the pools are closed before, and
+    logging's own atexit handler still flushes. Registered once, however often it is called
+    (an in-process caller, a test, freezes only at its own exit)."""
+    atexit.unregister(_collect_and_freeze)
+    atexit.register(_collect_and_freeze)
