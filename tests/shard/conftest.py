@@ -1,6 +1,7 @@
 """Shard fixtures: three embedded PostgreSQL servers (not three databases on one server), each
 with a migrated template; per test, a clone on each server given its shard id 0, 1, 2 with
-harvest.set_shard_id; and a way to stop one server mid-test and start it again.
+harvest.set_shard_id (made ahead, on the three servers at once: ClusterPool); and a way to
+stop one server mid-test and start it again.
 
 The servers are embedded ones even when HARVEST_TEST_DSN names another server: the point is
 several servers, one of which can be taken down.
@@ -12,7 +13,7 @@ import asyncio
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import psycopg
@@ -105,27 +106,75 @@ def shard_servers() -> Iterator[ShardServers]:
         _on_each_shard(start)
         yield ShardServers(servers)
     finally:
-        for server in servers:
-            server.stop()
+        _on_each_shard(lambda shard: servers[shard].stop())
+
+
+class ClusterPool:
+    """The next test's three databases, made on a thread while the current test runs: a clone of
+    the template on each server, given its shard id (harvest.set_shard_id). A test's setup then
+    waits only when the thread has fallen behind (as tests/conftest.py's ClonePool does for the
+    fast suite). A cluster is made from the template after the previous one was taken and
+    never handed out twice: a test sees what a clone made in its own setup gave it.
+
+    A test may stop a server while the next cluster is being made: that cluster is then
+    dropped and made again in the next test's setup (after the teardown has restarted every
+    server). The thread never starts a server a test stopped."""
+
+    def __init__(self, servers: ShardServers):
+        self._servers = servers
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="shard-clones")
+        self._next = self._submit()
+
+    def _make(self, name: str) -> None:
+        def create(shard: int) -> None:
+            dsn = self._servers.create_database(shard, name)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("SELECT harvest.set_shard_id(%s, 'tests')", (shard,))
+
+        _on_each_shard(create)
+
+    def _submit(self) -> tuple[str, Future[None]]:
+        name = f"s_{uuid.uuid4().hex[:12]}"
+        return name, self._thread.submit(self._make, name)
+
+    def drop(self, name: str) -> None:
+        """Drop ``name`` on each server (starting a stopped one), made or not."""
+        _on_each_shard(lambda shard: self._servers.drop_database(shard, name))
+
+    def take(self) -> ShardCluster:
+        name, made = self._next
+        try:
+            made.result()
+        except Exception:  # a server stopped while it was made: again, now that all are up
+            self.drop(name)
+            self._make(name)
+        finally:
+            self._next = self._submit()
+        names = dict.fromkeys(range(SHARD_COUNT), name)
+        dsns = {shard: self._servers.servers[shard].dsn_for(name) for shard in range(SHARD_COUNT)}
+        return ShardCluster(self._servers, dsns, names)
+
+    def close(self) -> None:
+        """Drop the cluster nobody took (made, half made if a server was stopped, or not)."""
+        name, made = self._next
+        made.exception()  # finished, whichever way: it is dropped either way
+        self._thread.shutdown()
+        self.drop(name)
+
+
+@pytest.fixture(scope="session")
+def cluster_pool(shard_servers: ShardServers) -> Iterator[ClusterPool]:
+    pool = ClusterPool(shard_servers)
+    yield pool
+    pool.close()
 
 
 @pytest.fixture
-def shards(shard_servers: ShardServers) -> Iterator[ShardCluster]:
+def shards(cluster_pool: ClusterPool) -> Iterator[ShardCluster]:
     """A fresh database on each of the three servers, shard ids 0, 1, 2 (harvest.set_shard_id)."""
-    name = f"s_{uuid.uuid4().hex[:12]}"
-    cluster = ShardCluster(shard_servers, {}, dict.fromkeys(range(SHARD_COUNT), name))
-
-    def create(shard: int) -> None:
-        dsn = shard_servers.create_database(shard, name)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("SELECT harvest.set_shard_id(%s, 'tests')", (shard,))
-        cluster.dsns[shard] = dsn
-
-    try:
-        _on_each_shard(create)
-        yield cluster
-    finally:  # every shard's, made or not (DROP DATABASE IF EXISTS)
-        _on_each_shard(lambda shard: shard_servers.drop_database(shard, cluster.names[shard]))
+    cluster = cluster_pool.take()
+    yield cluster
+    cluster_pool.drop(cluster.names[0])
 
 
 @pytest.fixture
