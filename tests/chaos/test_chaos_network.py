@@ -2,10 +2,10 @@
 
 A real network cut, not a stopped server (whose kernel still answers): the client runs in a
 network namespace of its own (``ip netns``), joined to the host by a veth pair, and reaches a
-PostgreSQL of its own on the host's end; the test then takes the host's end down, so nothing
-the client sends is answered and nothing tells it so. Without the settings of
-``harvest.db.connection`` the statement in flight and the idle LISTEN wait for the OS's
-keepalive (two hours), a call sent into the silence for TCP's retransmissions (about 15
+database of its own (on the module's PostgreSQL) on the host's end; the test then takes the
+host's end down, so nothing the client sends is answered and nothing tells it so. Without the
+settings of ``harvest.db.connection`` the statement in flight and the idle LISTEN wait for the
+OS's keepalive (two hours), a call sent into the silence for TCP's retransmissions (about 15
 minutes), and the server keeps the cut client's open transaction and its lock for two hours:
 the test fails, naming what was still waiting at its limit.
 
@@ -27,7 +27,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +50,7 @@ from harness import (
     wait_until,
     workflow_task,
 )
+from psycopg import conninfo
 
 import harvest
 from harvest.db import testkit
@@ -115,21 +118,18 @@ def _remove_leftovers() -> None:
             subprocess.run([IP or "ip", "netns", "del", name], capture_output=True)
 
 
-@pytest.fixture
-def link() -> Iterator[Link]:
-    """A network namespace joined to the host by a veth pair, a /30 of 198.18.0.0/15 (the range
-    kept for benchmarking networks, RFC 2544): the host's end .1, the namespace's .2."""
-    if IP is not None:
-        _remove_leftovers()
-    why_not = _can_make_namespaces()
-    if why_not:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{why_not}: CI is set, so this is a failure, not a skip", pytrace=False)
-        pytest.skip(why_not)
+def _link_addresses() -> Link:
+    """This process' link: a /30 of 198.18.0.0/15 (the range kept for benchmarking networks,
+    RFC 2544), the host's end .1, the namespace's .2. The same for every test of the process."""
     pid = os.getpid()
     base = ipaddress.IPv4Address("198.18.0.0") + (pid % 2**15) * 4  # this process' /30 of the /15
-    link = Link(f"{NAME_PREFIX}{pid}", f"hvs{pid}", str(base + 1), str(base + 2))
-    inside = f"hvc{pid}"
+    return Link(f"{NAME_PREFIX}{pid}", f"hvs{pid}", str(base + 1), str(base + 2))
+
+
+@contextmanager
+def _made(link: Link) -> Iterator[Link]:
+    """A new network namespace joined to the host by a veth pair, with ``link``'s addresses."""
+    inside = f"hvc{os.getpid()}"
     _ip("netns", "add", link.namespace)
     try:
         _ip("link", "add", link.host_side, "type", "veth", "peer", "name", inside, "netns", link.namespace)
@@ -145,25 +145,73 @@ def link() -> Iterator[Link]:
         subprocess.run([IP or "ip", "netns", "del", link.namespace], capture_output=True)
 
 
-@pytest.fixture
-def server(link: Link) -> Iterator[EmbeddedPostgres]:
-    """A PostgreSQL of this test, listening on loopback and on the host's end of the link."""
+NET_TEMPLATE = "harvest_net_template"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedPostgres]:
+    """The module's PostgreSQL, listening on loopback and on the host's end of the link, with a
+    migrated template (and the chaos side tables) that each test clones (``net_db``).
+
+    One server for the module, not one per test: starting one (initdb, start, migrate) cost
+    8-18 s of each test's setup on a loaded machine. What a test does to the server stays in its
+    own database, dropped WITH (FORCE) after it, which ends every session the test left (a cut
+    client's included); nothing else a cut leaves is the server's (the keepalive timings are
+    each session's own). The server binds the host's address while a first link exists: each
+    test then makes a new namespace and veth pair with the same addresses, which the listening
+    socket serves again (a removed address does not close it)."""
+    if IP is not None:
+        _remove_leftovers()
+    why_not = _can_make_namespaces()
+    if why_not:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{why_not}: CI is set, so this is a failure, not a skip", pytrace=False)
+        pytest.skip(why_not)
+    addresses = _link_addresses()
     pg = EmbeddedPostgres(
         settings={
-            "listen_addresses": f"127.0.0.1,{link.host_address}",
+            "listen_addresses": f"127.0.0.1,{addresses.host_address}",
             "fsync": "off",
             "synchronous_commit": "off",
         }
     )
-    pg.start()
     try:
+        with _made(addresses):
+            pg.start()
         with open(pg.data_dir / "pg_hba.conf", "a") as hba:
-            hba.write(f"host all all {link.host_address}/30 trust\n")
+            hba.write(f"host all all {addresses.host_address}/30 trust\n")
         with psycopg.connect(pg.dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_reload_conf()")
+        template = testkit.create_database(pg.dsn, NET_TEMPLATE)
+        Migrator(template).run()
+        create_side_tables(template)
         yield pg
     finally:
         pg.stop()
+
+
+@pytest.fixture
+def link(server: EmbeddedPostgres) -> Iterator[Link]:
+    """This test's network namespace, joined to the host (and the module's server) by a veth
+    pair: made for the test, deleted after it."""
+    with _made(_link_addresses()) as link:
+        yield link
+
+
+@pytest.fixture
+def net_db(server: EmbeddedPostgres) -> Iterator[str]:
+    """This test's database on the module's server, a clone of the migrated template with the
+    chaos side tables: its loopback DSN (``_via_link`` names it across the link)."""
+    name = f"net_{uuid.uuid4().hex[:12]}"
+    dsn = testkit.create_database(server.dsn, name, NET_TEMPLATE)
+    yield dsn
+    testkit.drop_database(server.dsn, name)
+
+
+def _via_link(link: Link, server: EmbeddedPostgres, dsn: str) -> str:
+    """The database of ``dsn`` (on the module's server), reached across the link."""
+    name = conninfo.conninfo_to_dict(dsn)["dbname"]
+    return f"postgresql://postgres@{link.host_address}:{server.port}/{name}"
 
 
 class Lines:
@@ -225,9 +273,9 @@ def _lock_free(dsn: str) -> bool:
 
 
 def test_both_ends_give_up_a_peer_that_went_silent(
-    link: Link, server: EmbeddedPostgres, tmp_path: Path
+    link: Link, server: EmbeddedPostgres, net_db: str, tmp_path: Path
 ) -> None:
-    dsn = f"postgresql://postgres@{link.host_address}:{server.port}/postgres"
+    dsn = _via_link(link, server, net_db)
     log_path = tmp_path / "client.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -241,8 +289,8 @@ def test_both_ends_give_up_a_peer_that_went_silent(
         ready = lines.read(time.monotonic() + 60, 1)
         assert ready == [{"ready": True}], log_path.read_text()
         # The statement runs on the server before the cut (the rest is set: the client is ready).
-        wait_until(lambda: _sleeping(server.dsn), 30, "the client's statement on the server")
-        assert not _lock_free(server.dsn), "the client's open transaction holds the lock"
+        wait_until(lambda: _sleeping(net_db), 30, "the client's statement on the server")
+        assert not _lock_free(net_db), "the client's open transaction holds the lock"
         _ip("link", "set", link.host_side, "down")
         cut_at = time.monotonic()
         assert proc.stdin is not None
@@ -250,9 +298,7 @@ def test_both_ends_give_up_a_peer_that_went_silent(
         proc.stdin.flush()
 
         # The server's end: the cut client's session ends and its transaction's lock is free.
-        wait_until(
-            lambda: _lock_free(server.dsn), GIVE_UP_LIMIT_SECS, "the server to end the cut session", 0.5
-        )
+        wait_until(lambda: _lock_free(net_db), GIVE_UP_LIMIT_SECS, "the server to end the cut session", 0.5)
         server_secs = time.monotonic() - cut_at
         assert server_secs >= EARLIEST_SECS, server_secs
 
@@ -272,17 +318,6 @@ def test_both_ends_give_up_a_peer_that_went_silent(
 
 
 # -- a worker cut off -----------------------------------------------------------------------------
-
-NET_DB = "harvest_net"
-
-
-@pytest.fixture
-def net_db(server: EmbeddedPostgres) -> str:
-    """A migrated database with the chaos side tables on the link's server: its loopback DSN."""
-    dsn = testkit.create_database(server.dsn, NET_DB)
-    Migrator(dsn).run()
-    create_side_tables(dsn)
-    return dsn
 
 
 def test_a_worker_cut_off_while_its_claim_decides_leaves_the_task_to_another(
@@ -304,7 +339,7 @@ def test_a_worker_cut_off_while_its_claim_decides_leaves_the_task_to_another(
                 hold,
                 lambda: client.start_workflow(wf_held_decision, "x"),
                 concurrency=2,
-                database_url=f"postgresql://postgres@{link.host_address}:{server.port}/{NET_DB}",
+                database_url=_via_link(link, server, net_db),
                 prefix=[IP or "ip", "netns", "exec", link.namespace],
             )
             eid = handle.execution_id
@@ -348,7 +383,7 @@ def test_a_worker_cut_off_mid_activity_rejoins_and_its_late_result_is_refused(
     try:
         a = workers.start(
             concurrency=2,
-            database_url=f"postgresql://postgres@{link.host_address}:{server.port}/{NET_DB}",
+            database_url=_via_link(link, server, net_db),
             prefix=[IP or "ip", "netns", "exec", link.namespace],
         )
         with harvest.Client(net_db) as client:
@@ -397,9 +432,7 @@ def test_a_scheduler_cut_off_mid_tick_leaves_its_slots_to_another_once(
     keepalives the schedule would stay locked for two hours, and nothing would fire."""
     with psycopg.connect(net_db, autocommit=True) as conn:
         SqlApi(conn).create_schedule("netrace", "race_wf", cron="* * * * * *", overlap="allow_all")
-    env = dict(
-        os.environ, HARVEST_DATABASE_URL=f"postgresql://postgres@{link.host_address}:{server.port}/{NET_DB}"
-    )
+    env = dict(os.environ, HARVEST_DATABASE_URL=_via_link(link, server, net_db))
     with open(tmp_path / "cut.log", "w") as log:
         cut = subprocess.Popen(
             [IP or "ip", "netns", "exec", link.namespace, sys.executable, str(SCHEDULER), "300", "300"],
