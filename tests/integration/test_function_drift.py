@@ -171,3 +171,32 @@ def test_a_worker_warns_once_per_database_of_functions_behind_its_release(db: st
         asyncio.run(set_up())
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert lines == [lines[0]] and lines[0].startswith("harvest: shard 7: its SQL functions"), lines
+
+
+def test_a_boot_that_cannot_read_the_function_state_warns_and_starts(db: str, caplog) -> None:
+    """The comparison is a warning's: a login that may not call harvest.get_function_state (one
+    granted EXECUTE function by function rather than through harvest_worker or harvest_reader)
+    gets a line saying the functions were not compared, not a failed boot (review59)."""
+    from harvest.db.migrate import warn_function_drift_async
+    from harvest.db.sqlapi import AsyncSqlApi
+    from harvest.web.app import _warn_if_not_migrated
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "REVOKE EXECUTE ON FUNCTION harvest.get_function_state(text[], text)"
+            " FROM PUBLIC, harvest_reader, harvest_worker"
+        )
+
+    async def boot(what: str) -> bool:
+        async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+            await conn.execute("SET ROLE harvest_worker")
+            sql = AsyncSqlApi.on_connection(conn)
+            await warn_function_drift_async(sql, what)
+            return await _warn_if_not_migrated(sql, what)
+
+    with caplog.at_level(logging.WARNING, logger="harvest"):
+        assert asyncio.run(boot("shard 5"))
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 2, lines
+    assert all("shard 5" in line and "could not compare its SQL functions" in line for line in lines), lines
+    assert all("harvest migrate status" in line for line in lines), lines

@@ -58,7 +58,7 @@ from psycopg.types.json import Jsonb
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch, from_database_error
 from harvest.db import SCHEMA_VERSION, paths, sqlapi
-from harvest.db.connection import DatabaseError, connect, schema_missing, set_server_end
+from harvest.db.connection import DatabaseError, connect, failure_reason, schema_missing, set_server_end
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import Sql, Steps, arun_steps, run_steps
 
@@ -598,6 +598,22 @@ def read_function_drift() -> Steps[FunctionDrift | None]:
             raise
         return FunctionDrift(unreadable=True)
     return function_drift(state, shipped)
+
+
+async def read_function_drift_for_boot(sql: AsyncSqlApi, what: str) -> FunctionDrift | None:
+    """:func:`read_function_drift` for a boot's warning about ``what``: a read the login may not
+    make (EXECUTE granted function by function, not through harvest_worker or harvest_reader) or
+    that fails otherwise is one warning line, never a failed boot: the comparison is a warning's."""
+    try:
+        return await arun_steps(read_function_drift(), sql)
+    except (DatabaseError, HarvestError) as exc:
+        log.warning(
+            "harvest: %s: could not compare its SQL functions with this release's (%s); "
+            "`harvest migrate status` lists them",
+            what,
+            failure_reason(exc),
+        )
+        return None
 
 
 def release_order(version: str | None) -> tuple[Any, ...]:
@@ -1400,7 +1416,7 @@ async def warn_function_drift_async(sql: AsyncSqlApi, what: str) -> None:
     """Warn, once per process and database (``what``), when a database on this release's schema
     runs SQL functions behind this release's (:class:`FunctionDrift`): a process's boot, after
     :func:`check_schema_async`. A newer release's functions are release_warning's to say."""
-    drift = await arun_steps(read_function_drift(), sql)
+    drift = await read_function_drift_for_boot(sql, what)
     if drift is None or not drift.stale:
         return
     key = (what, drift.describe())

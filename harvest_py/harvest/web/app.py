@@ -57,7 +57,12 @@ from harvest.config.config import RuntimePlan
 from harvest.core.errors import ConfigError, HarvestError
 from harvest.core.shared_attempt import SharedAttempt
 from harvest.db import SCHEMA_VERSION, channels
-from harvest.db.migrate import read_function_drift, read_versions, schema_mismatch, unfinished_migration
+from harvest.db.migrate import (
+    read_function_drift_for_boot,
+    read_versions,
+    schema_mismatch,
+    unfinished_migration,
+)
 from harvest.db.notify import NotificationHub
 from harvest.db.pools import open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
@@ -237,7 +242,7 @@ async def _warn_if_not_migrated(sql: AsyncSqlApi, what: str) -> bool:
     if found == SCHEMA_VERSION and functions == found:
         # Its schema is this release's; its functions may still not be (releases change
         # functions/ without a migration): an older release's file, a function replaced by hand.
-        drift = await arun_steps(read_function_drift(), sql)
+        drift = await read_function_drift_for_boot(sql, what)
         if drift is not None:
             log.warning("harvest: %s: %s", what, drift.describe())
         return True
