@@ -301,6 +301,20 @@ def test_a_burst_started_by_name_by_a_client_without_the_app_collapses(shards, m
     assert len({h.shard_id for h in items}) == 1 and areads == ["gather"]
     assert sorted(_counts(shards, PENDING % "gather")) == [0, 0, 1]
 
+    # A concurrent burst of a name this process has not read yet waits for one read, not one
+    # read a start (each start reading its own reached the start batcher apart: CI 59c's
+    # test_async_starts_batch_per_shard_and_land_where_the_hash_says committed 30 starts in 14
+    # batches).
+    areads.clear()
+
+    async def burst():
+        pools = AsyncShardPools(_router(), shards.dsns, max_size=2)
+        async with pools, await AsyncClient.connect(shards=pools) as client:
+            return await asyncio.gather(*(client.start_workflow("leaf", n) for n in range(20)))
+
+    assert len(asyncio.run(burst())) == 20
+    assert areads == ["leaf"]
+
 
 def test_id_routed_calls_follow_the_id_across_shards(shards, per_shard_workers) -> None:
     per_shard_workers(APP)

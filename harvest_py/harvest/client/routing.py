@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, cast
 
 from harvest.core.errors import ExecutionMigrated, InvalidArgument, ShardUnavailable
+from harvest.core.shared_attempt import SharedAttempt
 from harvest.db.pools import AsyncConnectionPool, ConnectionPool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.shard.router import ShardRouter
@@ -198,7 +199,14 @@ def read_declaration(target: Any, name: str) -> DeclaredGate | None:
 
 
 async def aread_declaration(target: Any, name: str) -> DeclaredGate | None:
-    """:func:`read_declaration` for an AsyncClient."""
+    """:func:`read_declaration` for an AsyncClient, one read in flight per name: the starts of a
+    burst that arrive while it runs share its answer (so the burst costs one read, and its starts
+    reach the start batcher together, as a burst of a known name does)."""
+    shared = target.pools.declared_reads.setdefault(name, SharedAttempt())
+    return cast("DeclaredGate | None", await shared.run(lambda: _aread_declaration(target, name)))
+
+
+async def _aread_declaration(target: Any, name: str) -> DeclaredGate | None:
     for shard in boot_order(target.router, target.pools.shards):
         try:
             return _remember(target, name, await target.sql(shard).get_start_gate(name))

@@ -122,6 +122,9 @@ class _Base:
         # client that starts it by name (harvest.client.routing.read_declaration); shared by
         # with_role's pools, so a server reads it once per process.
         self.declared_gates: dict[str, Any] = {}
+        # The read of each such name in flight (aread_declaration): a burst of starts of a name
+        # not yet known waits for one read, not one read a start.
+        self.declared_reads: dict[str, SharedAttempt[Any]] = {}
 
     @property
     def shards(self) -> tuple[int, ...]:
