@@ -223,7 +223,9 @@ def test_harvest_worker_exits_within_seconds_on_a_wrong_password(password_server
     )
     elapsed = time.monotonic() - started
     assert done.returncode == 1, done.stderr
-    assert elapsed < 10, f"took {elapsed:.1f}s"
+    # Tells an exit at once from the 30 s of pool retries it replaced; the process' own start
+    # (imports, the demo app) is part of it, and took 12.7 s at a load of 15 (CI 59c).
+    assert elapsed < 25, f"took {elapsed:.1f}s"
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "password authentication failed" in errors[0], done.stderr
     assert "Wrong-Pw-456" not in done.stderr + done.stdout
