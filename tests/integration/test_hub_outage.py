@@ -177,6 +177,16 @@ async def ones(ctx) -> int:
     return await ctx.execute_activity(one)
 
 
+def _listening(dsn: str) -> int:
+    """How many sessions of the database sit idle after a LISTEN (a listener up)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND state = 'idle' AND query LIKE 'LISTEN %'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def test_a_workers_listeners_warn_once_in_an_outage(
     own_server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -187,7 +197,9 @@ def test_a_workers_listeners_warn_once_in_an_outage(
     running = RunningWorker(Worker(app, own_server.dsn, queues=["default"])).start()
     try:
         with caplog.at_level(logging.INFO, logger="harvest.worker"):
-            time.sleep(0.5)  # listening
+            # Both listeners up before the outage (a fixed 0.5 s was not enough at load 15 in CI
+            # 59d: the query listener's first connect met the outage, "cannot connect", not lost).
+            wait_until(lambda: _listening(own_server.dsn) >= 2, "the worker's two listeners are up")
             own_server.pause()
             time.sleep(4)  # about four failed reconnects of each listener
             own_server.resume()
