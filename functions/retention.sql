@@ -44,6 +44,9 @@ RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
+    IF p_age <= interval '0' THEN
+        RAISE EXCEPTION '% % must be positive', p_what, harvest._interval_text(p_age) USING ERRCODE = 'HR001';
+    END IF;
     IF NOT isfinite(p_age) THEN
         RAISE EXCEPTION '% % is not a length of time', p_what, harvest._interval_text(p_age)
             USING ERRCODE = 'HR001', HINT = 'give an age, or off (NULL) to keep everything';
@@ -204,14 +207,10 @@ BEGIN
             HINT = 'harvest retention set --max-age ''30 days'' (SQL: SELECT harvest.set_retention(''30 days'')), '
                    'or pass a max age (run-now --max-age)';
     END IF;
-    IF v_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'retention max age % must be positive', harvest._interval_text(v_max_age)
-            USING ERRCODE = 'HR001';
-    END IF;
+    v_cutoff := harvest._retention_cutoff(v_max_age, 'retention max age');
     IF v_batch < 1 OR v_batch > 10000 THEN
         RAISE EXCEPTION 'retention batch size % is out of range 1..10000', v_batch USING ERRCODE = 'HR001';
     END IF;
-    v_cutoff := harvest._retention_cutoff(v_max_age, 'retention max age');
     SELECT array_agg(s.id) INTO v_ids FROM (
         SELECT e.id FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED') AND e.completed_at < v_cutoff
@@ -306,8 +305,8 @@ $$;
 -- collected. A seal whose home does not answer stays.
 --
 -- The cutoff the seal pass judges by: p_max_age before now (default: the retention setting),
--- or NULL when neither is set (retention keeps everything); a max age that is not positive
--- is refused as run_retention refuses it.
+-- or NULL when neither is set (retention keeps everything); _retention_cutoff refuses a max
+-- age that is not positive, as for run_retention.
 CREATE OR REPLACE FUNCTION harvest._seal_cutoff(p_max_age interval)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -317,10 +316,6 @@ DECLARE
 BEGIN
     IF v_max_age IS NULL THEN
         RETURN NULL;
-    END IF;
-    IF v_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'retention max age % must be positive', harvest._interval_text(v_max_age)
-            USING ERRCODE = 'HR001';
     END IF;
     RETURN harvest._retention_cutoff(v_max_age, 'retention max age');
 END;
@@ -453,10 +448,6 @@ DECLARE
 BEGIN
     IF v_max_age IS NULL THEN
         RETURN jsonb_build_object('deleted', 0, 'cutoff', NULL, 'worker_max_age', NULL);
-    END IF;
-    IF v_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'worker retention max age % must be positive', harvest._interval_text(v_max_age)
-            USING ERRCODE = 'HR001';
     END IF;
     PERFORM harvest._retention_cutoff(v_max_age, 'worker retention max age');
     WITH gone AS (
