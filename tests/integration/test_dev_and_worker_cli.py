@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from worker_helpers import drain_over_http
 
 from harvest import Client, Worker
 from harvest.cli.demo import app as demo_app
@@ -265,14 +266,7 @@ def test_dev_outlives_a_remote_drain_of_its_worker(db: str, tmp_path: Path) -> N
                 assert dev.poll() is None and time.monotonic() < deadline, log.read_text()
                 time.sleep(0.05)
             (worker,) = workers()
-            drain = urllib.request.Request(
-                f"{base}/workers/{worker['worker_id']}/drain",
-                data=b"{}",
-                headers={"Content-Type": "application/json"},
-                method="POST",
-            )
-            with urllib.request.urlopen(drain, timeout=5) as response:
-                assert json.load(response)["outcome"] == "accepted"
+            drain_over_http(base, worker["worker_id"])
             while True:
                 assert dev.poll() is None and time.monotonic() < deadline, log.read_text()
                 if workers()[0]["status"] == "stopped" and "drained" in log.read_text():

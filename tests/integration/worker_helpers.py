@@ -4,11 +4,13 @@ and a real `harvest worker` process running one workflow."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +83,16 @@ def run_in_cli_worker(
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
     return result, stderr
+
+
+def drain_over_http(base: str, worker_id: str) -> None:
+    """POST /workers/{id}/drain to the management API at ``base``, as the dashboard's button
+    does; the answer must accept it."""
+    drain = urllib.request.Request(
+        f"{base}/workers/{worker_id}/drain",
+        data=b"{}",
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(drain, timeout=5) as response:
+        assert json.load(response)["outcome"] == "accepted"

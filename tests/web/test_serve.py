@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from worker_helpers import drain_over_http
 
 HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
 
@@ -328,14 +329,7 @@ def test_a_combined_serve_reports_its_drained_worker_and_keeps_serving(db: str) 
             config["runtimes"]["scheduler.enabled"]["value"] is True
             and config["retention"]["runs_here"] is True
         )
-        drain = urllib.request.Request(
-            f"{base}/workers/{worker['worker_id']}/drain",
-            data=b"{}",
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(drain, timeout=5) as response:
-            assert json.load(response)["outcome"] == "accepted"
+        drain_over_http(base, worker["worker_id"])
         while (
             mine()[0]["status"] != "stopped" or _get(f"{base}/admin/config")[1]["worker"]["drained"] is None
         ):
