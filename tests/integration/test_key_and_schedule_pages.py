@@ -40,29 +40,36 @@ def many_keys(conn: psycopg.Connection) -> psycopg.Connection:
     return conn
 
 
-def _buffers(conn: psycopg.Connection, params: dict[str, object]) -> tuple[list[tuple], int]:
-    rows = conn.execute(sqlapi.CONCURRENCY_STATUS, params).fetchall()
-    (explained,) = conn.execute(
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sqlapi.CONCURRENCY_STATUS, params
-    ).fetchone()
-    plan = explained[0]["Plan"]
-    return rows, plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+def _steady_buffers(conn: psycopg.Connection, sql: str, params: dict[str, object]) -> tuple[list[tuple], int]:
+    """The rows ``sql`` answers and the fewest shared buffers it touched over three EXPLAIN
+    ANALYZE runs after six plain calls (PL/pgSQL may keep a generic plan after five). The
+    fewest, not the last: a call that met a catalog cache reset (other databases of the
+    suite's server are created and dropped meanwhile) or a replan after autovacuum's analyze
+    counts those catalog reads too, and CI's load made that the whole difference once."""
+    for _ in range(6):
+        rows = conn.execute(sql, params).fetchall()
+    fewest = None
+    for _ in range(3):
+        (explained,) = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).fetchone()
+        plan = explained[0]["Plan"]
+        touched = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+        fewest = touched if fewest is None else min(fewest, touched)
+    assert fewest is not None
+    return rows, fewest
 
 
 def test_a_page_of_concurrency_keys_reads_a_page_of_them(many_keys: psycopg.Connection) -> None:
     """The first page and a page from far down the keys each touch a few buffers a key, not
     every keyed row (every key read and grouped: thousands of buffers for 20,000 tenants)."""
     conn = many_keys
-    whole, whole_buffers = _buffers(conn, sqlapi.list_concurrency_keys())
+    whole = conn.execute(sqlapi.CONCURRENCY_STATUS, sqlapi.list_concurrency_keys()).fetchall()
     assert len(whole) == 2 * KEYS
     for after in (None, "tenant:015000"):
-        for _ in range(6):  # (PL/pgSQL may keep a generic plan after five calls)
-            rows, buffers = _buffers(conn, sqlapi.list_concurrency_keys(None, after, PAGE))
+        params = sqlapi.list_concurrency_keys(None, after, PAGE)
+        rows, buffers = _steady_buffers(conn, sqlapi.CONCURRENCY_STATUS, params)
         start = 0 if after is None else next(i for i, r in enumerate(whole) if r[0] > after)
         assert rows == whole[start : start + 2 * PAGE]
-        assert buffers <= 12 * PAGE, (
-            f"{buffers} buffers for a page of {PAGE} keys after {after} ({whole_buffers} whole)"
-        )
+        assert buffers <= 12 * PAGE, f"{buffers} buffers for a page of {PAGE} keys after {after}"
 
 
 def _rows_read(conn: psycopg.Connection, table: str) -> int:
@@ -114,23 +121,13 @@ def test_a_page_of_schedules_reads_a_page_of_them(conn: psycopg.Connection) -> N
     )
     conn.execute("VACUUM ANALYZE harvest.schedules")
     sql = "SELECT * FROM harvest.list_schedules(%(kind)s, %(after_name)s, %(limit)s, %(paused)s)"
-
-    def read(params: dict[str, object]) -> tuple[list[tuple], int]:
-        rows = conn.execute(sql, params).fetchall()
-        (explained,) = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).fetchone()
-        plan = explained[0]["Plan"]
-        return rows, plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
-
-    whole, whole_buffers = read(sqlapi.list_schedules())
+    whole = conn.execute(sql, sqlapi.list_schedules()).fetchall()
     assert len(whole) == KEYS
     for after, paused in ((None, None), ("tenant-015000", None), ("tenant-015000", True)):
-        for _ in range(6):  # (PL/pgSQL may keep a generic plan after five calls)
-            rows, buffers = read(sqlapi.list_schedules(None, after, PAGE, paused))
+        rows, buffers = _steady_buffers(conn, sql, sqlapi.list_schedules(None, after, PAGE, paused))
         expect = [r for r in whole if (after is None or r[0] > after) and paused in (None, r[9])]
         assert rows == expect[:PAGE]
-        assert buffers <= 6 * PAGE, (
-            f"{buffers} buffers for a page of {PAGE} after {after} ({whole_buffers} whole)"
-        )
+        assert buffers <= 6 * PAGE, f"{buffers} buffers for a page of {PAGE} after {after}"
 
 
 def test_a_page_of_revoked_tokens_reads_a_page_of_them(conn: psycopg.Connection) -> None:
@@ -144,21 +141,13 @@ def test_a_page_of_revoked_tokens_reads_a_page_of_them(conn: psycopg.Connection)
     )
     conn.execute("VACUUM ANALYZE harvest.api_tokens")
 
-    def read(after: tuple[bool, str, int] | None) -> tuple[list[tuple], int]:
-        params = sqlapi.list_api_tokens(True, after, PAGE)
-        rows = conn.execute(sqlapi.LIST_API_TOKENS, params).fetchall()
-        (explained,) = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sqlapi.LIST_API_TOKENS, params
-        ).fetchone()
-        plan = explained[0]["Plan"]
-        return rows, plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
-
     whole = conn.execute(sqlapi.LIST_API_TOKENS, sqlapi.list_api_tokens(True)).fetchall()
     assert len(whole) == KEYS
     for start in (0, 990, KEYS * 3 // 4):
         last = whole[start - 1] if start else None
         after = None if last is None else (last[5] is not None, last[1], last[0])
-        for _ in range(6):  # (PL/pgSQL may keep a generic plan after five calls)
-            rows, buffers = read(after)
+        rows, buffers = _steady_buffers(
+            conn, sqlapi.LIST_API_TOKENS, sqlapi.list_api_tokens(True, after, PAGE)
+        )
         assert rows == whole[start : start + PAGE]
         assert buffers <= 4 * PAGE, f"{buffers} buffers for a page of {PAGE} at {start}"
