@@ -147,10 +147,17 @@ def _tail_through_shard_outages(
     # The tail says when it follows shard 1 again (over HTTP, the stream's note): the moment the
     # second outage must come after, or it would cut shard 1 before the tail is back on it (a
     # listening session alone is not that: the stream may still be reading its position).
+    # Shard 1 may only come back once the tail has said it could not read it: until then the
+    # tail (or the server's stream) may still be opening shard 1, and would find it up (CI on
+    # 15fc639f: the stream opened shard 0's listener, the test started shard 1 while the stream
+    # was connecting to it, and the stream followed it from the start with no note to wait on).
+    said_unavailable = threading.Event()
     followed_again = threading.Event()
     warn = events_cli._warn
 
     def noted(text: str) -> None:
+        if text.startswith("shard 1 unavailable"):
+            said_unavailable.set()
         if text.startswith("shard 1 is back"):
             followed_again.set()
         warn(text)
@@ -170,6 +177,7 @@ def _tail_through_shard_outages(
     tail.start()
     try:
         _until(lambda: _sessions_listening(shards, 0) > 0, "the tail listens on shard 0")
+        assert said_unavailable.wait(30), "the tail never said shard 1 was unavailable"
         shards.start(1)
         assert followed_again.wait(30), "the tail never followed shard 1 once it was back"
         shards.stop(1)  # its sessions are cut while the tail follows it
