@@ -93,7 +93,10 @@ class WorkerProcs:
             self.wait_registered(proc)
         return proc
 
-    def wait_registered(self, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    def wait_registered(self, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+        """Until ``proc`` has registered as an active worker; a bound on a hang, long enough for
+        a worker process's start at CI's load (seconds of imports and connects at load 15)."""
+
         def registered() -> bool:
             if proc.poll() is not None:
                 raise AssertionError(f"worker {proc.pid} exited with {proc.returncode}:\n{self.log(proc)}")
@@ -228,8 +231,12 @@ def hold_in_an_open_claim(
     claim that decides"). Only a claim woken by a notification on an idle worker stays open, so
     the run starts once A sleeps; but A's last look for work after its sleep mark commits alone,
     and on a loaded machine (CI runs its suites side by side) it can come after the settle below
-    and take the run. Then that A is killed (the run it took goes to another worker when its
-    lease expires) and the next try starts another A and another run."""
+    and take the run. Then that A is killed, its run terminated (left alone, its lease would
+    expire and the next A, holding every first decision, would take it and hold it instead of
+    the next try's run), and the next try starts another A and another run.
+
+    The waits are long: under CI's load (15 on two cores) a worker process takes seconds to
+    start, and a wait here bounds a hang, it measures nothing."""
     entered = hold.with_name(hold.name + ".entered")
     for _ in range(tries):
         entered.unlink(missing_ok=True)
@@ -238,15 +245,16 @@ def hold_in_an_open_claim(
             lambda pid=a.pid: query(
                 workers.dsn, "SELECT 1 FROM harvest.workers WHERE pid = %s AND sleeping", (pid,)
             ),
-            15,
+            60,
             "worker A to be idle, waiting for a notification",
         )
         time.sleep(0.3)  # (the sleep mark is set just before A's last claim ahead of its wait)
         handle = start_run()
-        wait_until(entered.exists, 15, "worker A to hold the run's first decision")
+        wait_until(entered.exists, 60, "worker A to hold the run's first decision")
         if unlocked_workflow_task(workers.dsn, handle.execution_id) is None:
             return a, handle  # locked: the claim that handed it over is still open
         workers.kill(a)
+        handle.terminate("the chaos harness: taken in a committed claim, not held in an open one")
     raise AssertionError(f"worker A never held a decision in an open claim in {tries} tries")
 
 
