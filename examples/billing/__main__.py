@@ -23,8 +23,9 @@ import httpx
 from examples.billing.api import create_api
 from examples.billing.workflows import Policy
 
-# The tour's waits: the service's are two days and an hour.
-DEMO_POLICY = Policy(approval_timeout="30s", cooling_off="1s")
+# The tour's waits: the service's are two days and an hour. Five seconds of cooling-off leave
+# the tour time to see C-3 cooling off and cancel it on a busy machine (one second did not).
+DEMO_POLICY = Policy(approval_timeout="30s", cooling_off="5s")
 
 
 def say(line: str) -> None:
@@ -89,12 +90,13 @@ async def tour(dsn: str) -> dict[str, str]:
             for order in ORDERS:
                 started = (await http.post("/orders", json=order)).json()
                 say(f"POST /orders {order['order_id']}: {started['execution_id']}")
-            await wait_for(http, "B-2", "awaiting_approval")
-            say("B-2 is 1500.00 EUR + tax: it waits for approval; POST /orders/B-2/approve")
-            await http.post("/orders/B-2/approve", json={"approved": True})
+            # C-3 first: its cooling-off is the tour's one deadline (B-2's approval waits 30 s).
             await wait_for(http, "C-3", "cooling_off")
             say("C-3 is charged and cooling off; POST /orders/C-3/cancel")
             await http.post("/orders/C-3/cancel", json={"reason": "changed my mind"})
+            await wait_for(http, "B-2", "awaiting_approval")
+            say("B-2 is 1500.00 EUR + tax: it waits for approval; POST /orders/B-2/approve")
+            await http.post("/orders/B-2/approve", json={"approved": True})
             outcome: dict[str, str] = {}
             for order in ORDERS:
                 body = await wait_for(http, order["order_id"])

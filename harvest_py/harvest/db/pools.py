@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from psycopg_pool.base import AttemptWithBackoff
 
 from harvest.core.errors import DatabaseUnavailable
 from harvest.db.connection import RedactingAsyncConnection, RedactingConnection, set_role
@@ -181,14 +182,36 @@ def _pool_wait(timeout: float | None, own: float) -> float:
     return min(wait, max(deadline - time.monotonic(), LAST_CHANCE_SECS))
 
 
+# psycopg_pool replaces the connections an outage took with attempts 1 s, 2 s, 4 s, ... apart,
+# doubling until its reconnect_timeout (5 minutes), and a call with no connection to take waits
+# for the next attempt: after an outage of a minute the pool's next attempt could come a minute
+# after the server was back, every call timing out meanwhile (a shard restarted under a
+# sharded API stayed "unreachable" that long). The gap is capped: a pool finds its server back
+# within RECONNECT_CAP_SECS of its return. A server still down costs a refused connect (and
+# psycopg_pool's warning) that often.
+RECONNECT_CAP_SECS = 2.0
+
+
+class _CappedBackoff(AttemptWithBackoff):
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, RECONNECT_CAP_SECS)
+
+
 class _Pool(ConnectionPool[Any]):
     def getconn(self, timeout: float | None = None) -> Any:
         return super().getconn(_pool_wait(timeout, self.timeout))
+
+    def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
+        super()._add_connection(attempt or _CappedBackoff(timeout=self.reconnect_timeout), growing)
 
 
 class _AsyncPool(AsyncConnectionPool[Any]):
     async def getconn(self, timeout: float | None = None) -> Any:
         return await super().getconn(_pool_wait(timeout, self.timeout))
+
+    async def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
+        await super()._add_connection(attempt or _CappedBackoff(timeout=self.reconnect_timeout), growing)
 
 
 def _most_recent_first(pool: Any) -> None:
