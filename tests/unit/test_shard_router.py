@@ -243,3 +243,25 @@ def test_a_distributed_child_stays_on_its_parents_shard_during_a_full_drain(capl
     pinned = {**command, "placement": ChildPlacement.shard(1).as_command()}
     with pytest.raises(InvalidArgument, match="no shard is accepting new workflows"):
         place_child(router, (0, 1, 2), 2, parent, pinned)
+
+
+def test_distributed_children_spread_over_the_unreserved_writable_shards_only() -> None:
+    """A reserved shard is a tenant cell: only a pin or a residency key places a run there, and
+    a distributed child is neither. 300 children of parents on several shards land on every
+    writable unreserved shard, none on the cell, none on a shard that is not writable; the same
+    child (parent, seq) lands on the same shard each time its decision is made again."""
+    from harvest.runtime.children import ChildPlacement
+    from harvest.shard.children import place_child
+
+    router = ShardRouter([0, 1, 2, 3], [0, 1, 2], 0, reserved=[2])
+    command = {"workflow_name": "invoice", "placement": ChildPlacement.DISTRIBUTED.as_command()}
+    landed: dict[int, int] = {}
+    for n in range(100):
+        for parent_shard in (0, 1, 3):
+            parent = f"{parent_shard:04x}" + str(uuid.uuid4())[4:]
+            child = {**command, "seq": n}
+            shard = place_child(router, (0, 1, 2, 3), parent_shard, parent, child)
+            assert place_child(router, (0, 1, 2, 3), parent_shard, parent, child) == shard
+            landed[shard] = landed.get(shard, 0) + 1
+    assert set(landed) == {0, 1}, landed  # not 2 (reserved), not 3 (readable only)
+    assert min(landed.values()) > 100, landed  # (rendezvous over two shards: about 150 each)
