@@ -34,7 +34,9 @@ ALL = [0, 1, 2]
 @workflow
 async def parked(ctx, mode: str) -> dict:
     if mode == "timer":
-        await ctx.sleep(2)
+        # Long enough to still be pending when the rebalance moves it, at CI's load too (2 s fired
+        # first once, at load 30, and the run moved with no timer left to move).
+        await ctx.sleep(10)
     value = await ctx.wait_for_signal("go")
     return {"mode": mode, "value": value}
 
@@ -122,7 +124,9 @@ def test_a_parked_run_moves_to_shard_1_follows_its_forwarding_pointer_and_comple
         # The id still names shard 0: the router follows the pointer to shard 1.
         assert pools.resolve(on_signal) == 1
         for execution_id in (on_signal, on_timer):
-            wait_until(lambda e=execution_id: _parked_on(shards.dsns[1], e, None), what="parked on shard 1")
+            wait_until(
+                lambda e=execution_id: _parked_on(shards.dsns[1], e, None), 60, what="parked on shard 1"
+            )
             pools.call_routed(execution_id, lambda sql, e=execution_id: sql.signal_workflow(e, "go", 7))
         for execution_id in (on_signal, on_timer):
             wait_until(
