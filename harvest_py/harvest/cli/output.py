@@ -35,8 +35,6 @@ from harvest.config import Config, database_url, load_config
 from harvest.core.errors import ConfigError, HarvestError, InvalidArgument
 from harvest.core.ids import ROW_ID_MAX
 from harvest.core.json_values import json_default
-from harvest.db.connection import connect
-from harvest.db.sqlapi import SqlApi, translated_errors
 
 OUTPUT_CHOICES = click.Choice(["table", "json"])
 # Bounded numbers: an unbounded int reached the database as a numeric with no matching
@@ -45,6 +43,9 @@ ROW_ID = click.IntRange(1, ROW_ID_MAX)
 PAGE = click.IntRange(1, 1000)
 WAIT_SECS = click.FloatRange(0, 86_400, min_open=True)
 
+
+if TYPE_CHECKING:
+    from harvest.db.sqlapi import SqlApi
 
 if TYPE_CHECKING:  # click's ParamType is generic from 8.4 on; the floor (pyproject) is 8.1
     _DateTimeParam = click.ParamType[datetime]
@@ -239,6 +240,8 @@ def sql_api(database_url: str | None, *, read_only: bool) -> Iterator[SqlApi]:
     """A SqlApi on one autocommit connection; read-only commands cannot write by accident.
     Over HTTP (harvest/cli/http.py): the same calls as requests to the management API."""
     from harvest.cli.http import HttpApi, http_session
+    from harvest.db.connection import connect  # (the driver: not for a command's --help)
+    from harvest.db.sqlapi import SqlApi, translated_errors
 
     settings = selected(database_url)
     if settings is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.decorators import FC
@@ -32,10 +32,12 @@ from harvest.cli.workflow import read_json_option
 from harvest.config import shards_configured
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument
-from harvest.db.sqlapi import SqlApi
 from harvest.declare.schedules import OVERLAP_POLICIES, Schedule, backfill_slots, schedule_view
 from harvest.declare.schedules import describe_row as _when
 from harvest.shard.fanout import MAX_PAGE, SCHEDULE_PAGE
+
+if TYPE_CHECKING:  # (the driver: not for `harvest schedule --help`)
+    from harvest.db.sqlapi import SqlApi
 
 UPCOMING = 5  # next fire times `get` shows
 

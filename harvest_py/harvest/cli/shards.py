@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -25,8 +26,6 @@ from harvest.cli.output import cli_config, cli_dsn, emit, sql_api
 from harvest.cli.output import selected as http_selected
 from harvest.config import Config, shard_pools, shards_configured
 from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, WrongShard
-from harvest.db.connection import DatabaseError, database_refusal
-from harvest.db.sqlapi import SqlApi, translated_errors
 from harvest.shard.fanout import (
     PARTIAL,
     UNAVAILABLE,
@@ -37,6 +36,12 @@ from harvest.shard.fanout import (
     is_shard_failure,
     shard_errors,
 )
+
+# The database driver is imported when a command reads a shard, never for its --help
+# (tests/unit/test_startup.py).
+if TYPE_CHECKING:
+    from harvest.db.connection import DatabaseError
+    from harvest.db.sqlapi import SqlApi
 
 # How long a command waits for a shard (its connection, and each fan-out answer) before it
 # counts the shard unavailable, unless shards.cli_timeout (HARVEST_SHARDS__CLI_TIMEOUT) says.
@@ -63,6 +68,8 @@ def cli_pools(config: Config, database_url: str | None = None) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def _pooled_api(pools: Any, shard: int, *, read_only: bool) -> Iterator[SqlApi]:
+    from harvest.db.sqlapi import SqlApi, translated_errors
+
     with pools.connection(shard) as conn, translated_errors():
         if not read_only:
             yield SqlApi(conn)
@@ -201,6 +208,16 @@ def deployment_read(
     return True, done
 
 
+def _refusals() -> tuple[type[HarvestError] | type[DatabaseError], ...]:
+    """What a shard may refuse with: a HarvestError, or a database error once the driver is
+    loaded (none can be raised before: a command over HTTP never loads it)."""
+    if "psycopg" not in sys.modules:
+        return (HarvestError,)
+    from harvest.db.connection import DatabaseError
+
+    return (HarvestError, DatabaseError)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Refusal:
     error: HarvestError
@@ -211,7 +228,7 @@ def _refusal_kept(read: Callable[[Any], Any], api: Any) -> Any:
     :func:`_as_refusal`) answered as a value."""
     try:
         return read(api)
-    except (HarvestError, DatabaseError) as exc:
+    except _refusals() as exc:
         if is_shard_failure(exc):
             raise
         return _Refusal(_as_refusal(exc))
@@ -221,7 +238,11 @@ def _as_refusal(exc: HarvestError | DatabaseError) -> HarvestError:
     """A shard's refusal as a HarvestError: a database error with no Harvest class (that shard's
     schema behind: the function missing there) as the management API answers it, so one shard's
     is never the whole command's (harvest.db.connection.database_refusal)."""
-    return exc if isinstance(exc, HarvestError) else database_refusal(exc)
+    if isinstance(exc, HarvestError):
+        return exc
+    from harvest.db.connection import database_refusal
+
+    return database_refusal(exc)
 
 
 def _require_some(status: str, unavailable: list[int]) -> None:
@@ -415,7 +436,7 @@ def in_turn(apis: Mapping[int, Any], shards: Iterable[int], call: Callable[[int,
     for shard in shards:
         try:
             fan = fan_out(apis, functools.partial(call, shard), shards=[shard], concurrent=False)
-        except (HarvestError, DatabaseError) as exc:
+        except _refusals() as exc:
             done.refused.append((shard, _as_refusal(exc)))
             continue
         done.results.update(fan.results)

@@ -34,13 +34,11 @@ from harvest.cli.shards import (
     routed_read,
     with_page_footer,
 )
-from harvest.client.export_batch import resolved
 from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks
 from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument, failure_line
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
-from harvest.db.steps import run_steps
 from harvest.shard.fanout import CHILDREN_PAGE, CHILDREN_PAGE_MAX, CHILDREN_WALK, CHILDREN_WALK_MAX
 
 
@@ -702,6 +700,9 @@ def _history_rows(execution_id: str, full: bool, database_url: str | None) -> di
 def _resolved(sql: Any, value: Any) -> Any:
     """``value`` with its offloaded payloads read back from the store (codec envelopes stay as
     they are: a full export carries payloads as stored, self-describing)."""
+    from harvest.client.export_batch import resolved
+    from harvest.db.steps import run_steps
+
     return run_steps(resolved(value), sql)
 
 

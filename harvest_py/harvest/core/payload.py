@@ -31,6 +31,7 @@ import functools
 import inspect
 import json
 import math
+import sys
 import types
 import typing
 import uuid
@@ -43,21 +44,30 @@ from harvest.core.errors import PayloadError, PayloadTooLarge
 from harvest.core.json_values import json_default
 from harvest.core.jsonb import dumps, stored_text
 
-try:  # optional dependency
-    import pydantic as _pydantic
-except ImportError:  # pragma: no cover - exercised only without pydantic
-    _pydantic = None  # type: ignore[assignment]  # the module, or None without pydantic
-# Bound once: pydantic serves its names through a module __getattr__ (an import lookup on
+# pydantic is used when installed, and looked for only once something has imported it: a model
+# (a class, an instance) exists only once pydantic.main has run, so a process whose payloads
+# hold no model never loads pydantic (~80 ms of CPU at every worker's and CLI's start).
+# Bound once found: pydantic serves its names through a module __getattr__ (an import lookup on
 # every access), and the check runs for every payload that is not a plain JSON value.
-_BaseModel: type | None = _pydantic.BaseModel if _pydantic is not None else None
+_BaseModel: type | None = None
 # A model is written by its field names (model_dump), so it is read by them too, its aliases
 # still accepted: pydantic 2.11's by_name (before it, only a model with populate_by_name reads
-# back what was written for it when its fields have aliases).
-_VALIDATE_BY_NAME: dict[str, Any] = (
-    {"by_name": True}
-    if _BaseModel is not None and "by_name" in inspect.signature(_BaseModel.model_validate).parameters  # type: ignore[attr-defined]
-    else {}
-)
+# back what was written for it when its fields have aliases). Set with _BaseModel.
+_VALIDATE_BY_NAME: dict[str, Any] = {}
+
+
+def _base_model() -> type | None:
+    """pydantic's BaseModel once pydantic is imported; None before (no model exists yet)."""
+    global _BaseModel, _VALIDATE_BY_NAME
+    if _BaseModel is None:
+        base = getattr(sys.modules.get("pydantic.main"), "BaseModel", None)
+        if not isinstance(base, type):  # (not imported, or pydantic.main still being run)
+            return None
+        if "by_name" in inspect.signature(cast(Any, base).model_validate).parameters:
+            _VALIDATE_BY_NAME = {"by_name": True}
+        _BaseModel = base
+    return _BaseModel
+
 
 __all__ = [
     "approx_size",
@@ -167,11 +177,13 @@ def _too_large(size: int, what: str, limit: int) -> PayloadTooLarge:
 
 
 def _is_pydantic_model(obj: Any) -> bool:
-    return _BaseModel is not None and isinstance(obj, _BaseModel)
+    base = _BaseModel or _base_model()
+    return base is not None and isinstance(obj, base)
 
 
 def _is_pydantic_class(tp: Any) -> bool:
-    return _BaseModel is not None and isinstance(tp, type) and issubclass(tp, _BaseModel)
+    base = _BaseModel or _base_model()
+    return base is not None and isinstance(tp, type) and issubclass(tp, base)
 
 
 def _key_path(path: str, key: str) -> str:

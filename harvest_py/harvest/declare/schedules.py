@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
 from harvest.core import payload
 from harvest.core.durations import parse_duration
 from harvest.core.errors import ConfigError, InvalidArgument
@@ -86,6 +84,8 @@ def _check_cron(expr: Any, what: str) -> str:
             f"{what}: {text!r} has {len(parts)} fields; a cron expression has 5 "
             f"({' '.join(_FIELDS_5)}) or 6 with the seconds first"
         )
+    from croniter import croniter  # (only a cron schedule needs it: not every worker's start)
+
     names = _FIELDS_5 if len(parts) == 5 else _FIELDS_6
     for i, (name, value) in enumerate(zip(names, parts, strict=True)):
         probe = ["*"] * len(parts)
@@ -202,6 +202,8 @@ class Schedule:
         # croniter walks local wall time; each match maps to UTC (_to_utc), and a match at or
         # before the last slot (a gap's times collapsing into one instant, the second pass of
         # a repeated hour) is dropped.
+        from croniter import croniter
+
         it = croniter(cast(str, self.expression), wall - _dt.timedelta(seconds=1), second_at_beginning=True)
         while True:
             slot = _to_utc(it.get_next(_dt.datetime), zone)

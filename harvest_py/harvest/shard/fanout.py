@@ -24,7 +24,6 @@ receives the :class:`FanOut` of answers, then returns the merged :class:`Merged`
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import functools
@@ -32,6 +31,7 @@ import hashlib
 import heapq
 import inspect
 import json
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, overloa
 
 from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, NotFound
 from harvest.core.ids import ROW_ID_MAX
-from harvest.db.pools import TRANSIENT
 
 __all__ = [
     "COMPLETE",
@@ -190,9 +189,19 @@ def _is_named_shard_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, HarvestError) and any(c.__name__ == "ShardUnavailable" for c in type(exc).__mro__)
 
 
+def _transient() -> tuple[type[BaseException], ...]:
+    """The driver's connection failures (harvest.db.pools.TRANSIENT) once the driver is loaded:
+    none can be raised before, and a process that reads over HTTP (or prints --help) never loads it."""
+    if "psycopg" not in sys.modules:
+        return ()
+    from harvest.db.pools import TRANSIENT
+
+    return TRANSIENT
+
+
 def is_shard_failure(exc: BaseException) -> bool:
     """Whether ``exc`` says the shard could not be read (rather than that the read was wrong)."""
-    return isinstance(exc, (*TRANSIENT, DatabaseUnavailable, TimeoutError)) or _is_named_shard_unavailable(
+    return isinstance(exc, (*_transient(), DatabaseUnavailable, TimeoutError)) or _is_named_shard_unavailable(
         exc
     )
 
@@ -325,6 +334,8 @@ async def _fan_out_async(
     timeout: float | None = None,
     skip: Iterable[int] = (),
 ) -> FanOut[Any]:
+    import asyncio  # (loaded: this runs on its loop; a process that only reads in threads never needs it)
+
     asked, missing = _targets(apis, shards, skip)
 
     async def one(s: int) -> Any:
