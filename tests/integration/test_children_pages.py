@@ -11,6 +11,7 @@ executions_parent_created (parent_id, created_at DESC, id) from the position (mi
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -25,12 +26,33 @@ OTHERS = 2_000  # another parent's children at the burst's instant
 PAGE = 51  # the route's default page and the row that says whether there is a next one
 
 
+@pytest.fixture(scope="module")
+def children_db(clone_pool: Any) -> Iterator[tuple[str, str]]:
+    """(DSN, parent): a database with a parent of CHILDREN children, one in ten COMPLETED, the
+    newest BURST at one instant; and another parent's children beside them, nine in ten
+    COMPLETED, OTHERS of them at that instant too (children started by one transaction that
+    completed both parents' workflow tasks).
+
+    One for the module: the tests only read it, each on a connection of its own (their SET and
+    PREPARE end with it). Filled per test it was 2 to 3 s of the server's CPU each, 90% of the
+    module's (HARVEST_TEST_CPU_REPORT)."""
+    name, dsn = clone_pool.take()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            parent = _fill(conn)
+        yield dsn, parent
+    finally:
+        clone_pool.give_back(name)
+
+
 @pytest.fixture
-def many_children(conn: psycopg.Connection) -> tuple[psycopg.Connection, str]:
-    """A parent with CHILDREN children, one in ten COMPLETED, the newest BURST at one instant;
-    and another parent's children beside them, nine in ten COMPLETED, OTHERS of them at that
-    instant too (children started by one transaction that completed both parents' workflow
-    tasks)."""
+def many_children(children_db: tuple[str, str]) -> Iterator[tuple[psycopg.Connection, str]]:
+    dsn, parent = children_db
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn, parent
+
+
+def _fill(conn: psycopg.Connection) -> str:
     parent = str(uuid.uuid4())
     conn.execute(
         "INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at)"
@@ -58,7 +80,7 @@ def many_children(conn: psycopg.Connection) -> tuple[psycopg.Connection, str]:
         {"n": CHILDREN, "burst": BURST, "others": OTHERS, "other": other},
     )
     conn.execute("VACUUM ANALYZE harvest.executions")
-    return conn, parent
+    return parent
 
 
 def _page_sql(
