@@ -27,22 +27,13 @@ PAGE = 51  # the route's default page and the row that says whether there is a n
 
 
 @pytest.fixture(scope="module")
-def children_db(clone_pool: Any) -> Iterator[tuple[str, str]]:
-    """(DSN, parent): a database with a parent of CHILDREN children, one in ten COMPLETED, the
-    newest BURST at one instant; and another parent's children beside them, nine in ten
-    COMPLETED, OTHERS of them at that instant too (children started by one transaction that
-    completed both parents' workflow tasks).
-
-    One for the module: the tests only read it, each on a connection of its own (their SET and
-    PREPARE end with it). Filled per test it was 2 to 3 s of the server's CPU each, 90% of the
-    module's (HARVEST_TEST_CPU_REPORT)."""
-    name, dsn = clone_pool.take()
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            parent = _fill(conn)
-        yield dsn, parent
-    finally:
-        clone_pool.give_back(name)
+def children_db(module_db: str) -> tuple[str, str]:
+    """(DSN, parent): a parent with CHILDREN children, one in ten COMPLETED, the newest BURST at
+    one instant; and another parent's children beside them, nine in ten COMPLETED, OTHERS of
+    them at that instant too (children started by one transaction that completed both parents'
+    workflow tasks). Once for the module: its tests only read them."""
+    with psycopg.connect(module_db, autocommit=True) as conn:
+        return module_db, _fill(conn)
 
 
 @pytest.fixture
