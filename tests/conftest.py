@@ -9,11 +9,15 @@ seconds, so the clones are made ahead, and dropped after their test, on backgrou
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import resource
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -64,6 +68,228 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = keep
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_cpu(path: str) -> tuple[float, float]:
+    """(utime + stime, cutime + cstime) in seconds from a /proc stat file; (0, 0) when gone."""
+    try:
+        with open(path, "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0, 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK, (int(fields[13]) + int(fields[14])) / _TICK
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                found += [int(child) for child in f.read().split()]
+    except OSError:  # gone meanwhile
+        pass
+    return found
+
+
+def _tree_cpu(pid: int, skip: Collection[int] = ()) -> dict[int, float]:
+    """Each live process of the tree under ``pid`` (not ``pid`` itself) to its CPU and its reaped
+    children's; a process that ends moves into its parent's reaped children's."""
+    cpu: dict[int, float] = {}
+    todo = _children(pid)
+    while todo:
+        child = todo.pop()
+        if child in skip or child in cpu:
+            continue
+        own, reaped = _stat_cpu(f"/proc/{child}/stat")
+        cpu[child] = own + reaped
+        todo += _children(child)
+    return cpu
+
+
+class _Kept:
+    """A sum over processes or threads that come and go: one that is gone keeps its last reading."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, float] = {}
+        self._gone = 0.0
+
+    def total(self, now: dict[int, float]) -> float:
+        for key in self._last.keys() - now.keys():
+            self._gone += self._last[key]
+        self._last = dict(now)
+        return self._gone + sum(now.values())
+
+
+class CpuReport:
+    """HARVEST_TEST_CPU_REPORT=FILE: one JSON line per test appended to FILE, with the CPU it cost
+    from the start of its setup to the end of its teardown (CONTRIBUTING.md, "Tests";
+    scripts/cpu_report.py ranks them). Tests in one pytest process run one at a time, so what
+    each counter moved by is that test's:
+
+    - ``py``: this pytest process (getrusage RUSAGE_SELF), less the ClonePool's threads;
+    - ``children``: the processes it started (workers, CLI forks, browsers): the reaped ones
+      (RUSAGE_CHILDREN) and the live ones with their own reaped children (/proc);
+    - ``server``: every embedded PostgreSQL this process started (the session's and the
+      servers tests start): each postmaster with its reaped backends (/proc stat: utime, stime,
+      cutime, cstime) and its live processes, less the ClonePool's admin sessions;
+    - ``pool``: the ClonePool's threads and their sessions: clones made ahead for the next
+      tests and used ones dropped, which land in whichever test is running.
+
+    A module's or the session's fixtures land in the first test that uses them; a last line
+    (``"session": true``) has the whole process' counters, collection and session teardown
+    included. A server given by HARVEST_TEST_DSN is not measured (``server`` stays 0)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.pools: list[ClonePool] = []
+        self.servers: list[EmbeddedPostgres] = []
+        # id(server): (its postmaster's pid, its last reading, what its earlier postmasters used)
+        self._banked: dict[int, tuple[int, float, float]] = {}
+        self._outcomes: dict[str, str] = {}
+        self._pool_sessions = _Kept()
+        self._pool_threads = _Kept()
+        self._start = self._snapshot()
+        self._tests = 0
+        self._original_start = EmbeddedPostgres.start
+        report = self
+
+        def start(server: EmbeddedPostgres) -> str:
+            dsn = report._original_start(server)
+            report.servers.append(server)
+            return dsn
+
+        EmbeddedPostgres.start = start  # type: ignore[method-assign]
+
+    def unconfigure(self) -> None:
+        EmbeddedPostgres.start = self._original_start  # type: ignore[method-assign]
+
+    def _postmaster(self, server: EmbeddedPostgres) -> int:
+        try:
+            return int((server.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return 0
+
+    def _server_cpu(self, pool_pids: set[int]) -> tuple[float, float, set[int]]:
+        """(every server's CPU so far, the pool sessions' part of it, the postmasters' pids)."""
+        total = 0.0
+        pool_now: dict[int, float] = {}
+        postmasters: set[int] = set()
+        for server in self.servers:
+            pid = self._postmaster(server)
+            last_pid, last, banked = self._banked.get(id(server), (0, 0.0, 0.0))
+            now = 0.0
+            if pid:
+                postmasters.add(pid)
+                own, reaped = _stat_cpu(f"/proc/{pid}/stat")
+                tree = _tree_cpu(pid)
+                now = own + reaped + sum(tree.values())
+                pool_now.update((child, cpu) for child, cpu in tree.items() if child in pool_pids)
+            if pid != last_pid:  # stopped, killed or restarted: what the old postmaster used stays counted
+                banked += last
+            self._banked[id(server)] = (pid, now, banked)
+            total += banked + now
+        # A pool session that ended (a test terminated it) stays in pool: its CPU moved into
+        # its postmaster's reaped children's, so into server.
+        return total, self._pool_sessions.total(pool_now), postmasters
+
+    def _snapshot(self, before: bool = True) -> dict[str, float]:
+        def processes() -> dict[str, float]:
+            pool_pids = {pid for pool in self.pools for pid in pool.backend_pids}
+            server, server_pool, postmasters = self._server_cpu(pool_pids)
+            live = sum(_tree_cpu(os.getpid(), skip=postmasters).values())
+            return {"server": server, "server_pool": server_pool, "live": live}
+
+        def own() -> dict[str, float]:
+            me = resource.getrusage(resource.RUSAGE_SELF)
+            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+            threads = [t.native_id for pool in self.pools for t in pool._threads if t.native_id]
+            pool_py = self._pool_threads.total(
+                {tid: _stat_cpu(f"/proc/self/task/{tid}/stat")[0] for tid in threads}
+            )
+            return {
+                "self": me.ru_utime + me.ru_stime,
+                "reaped": kids.ru_utime + kids.ru_stime,
+                "pool_py": pool_py,
+                "wall": time.monotonic(),
+            }
+
+        # The reading of /proc is this report's own cost: outside the pytest process' counters.
+        if before:
+            return processes() | own()
+        mine = own()
+        return mine | processes()
+
+    def _line(self, a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+        d = {key: b[key] - a[key] for key in a}
+        pool = d["pool_py"] + d["server_pool"]
+        line = {
+            "py": d["self"] - d["pool_py"],
+            "children": d["reaped"] + d["live"],
+            "server": d["server"] - d["server_pool"],
+        }
+        line = {key: round(value, 3) for key, value in line.items()}
+        line["cpu"] = round(sum(line.values()), 3)
+        line["pool"] = round(pool, 3)
+        line["wall"] = round(d["wall"], 3)
+        return line
+
+    def _write(self, line: dict[str, object]) -> None:
+        data = (json.dumps(line) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, data)  # one write per line: several pytest processes may share FILE
+        finally:
+            os.close(fd)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
+        before = self._snapshot()
+        try:
+            return (yield)
+        finally:
+            after = self._snapshot(before=False)
+            self._tests += 1
+            line: dict[str, object] = {"test": item.nodeid, "file": item.nodeid.split("::", 1)[0]}
+            line |= self._line(before, after)
+            line["outcome"] = self._outcomes.pop(item.nodeid, "passed")
+            line["pid"] = os.getpid()
+            self._write(line)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            outcome = "failed" if report.when == "call" else "error"
+            self._outcomes[report.nodeid] = outcome
+        elif report.skipped:
+            self._outcomes.setdefault(report.nodeid, "skipped")
+
+    def pytest_sessionfinish(self) -> None:
+        line: dict[str, object] = {"session": True, "tests": self._tests}
+        line |= self._line(self._start, self._snapshot(before=False))
+        line["pid"] = os.getpid()
+        self._write(line)
+
+
+_cpu_report: CpuReport | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _cpu_report
+    # Taken out of the environment: the workers and CLIs tests start refuse a HARVEST_ variable
+    # they do not know (harvest.config).
+    path = os.environ.pop("HARVEST_TEST_CPU_REPORT", None)
+    if path:
+        _cpu_report = CpuReport(str(Path(path).absolute()))
+        config.pluginmanager.register(_cpu_report, "harvest-cpu-report")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _cpu_report
+    if _cpu_report is not None:
+        _cpu_report.unconfigure()
+        _cpu_report = None
 
 
 class Server:
@@ -123,6 +349,7 @@ class ClonePool:
         self._jobs: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # "" = clone, name = drop
         self._ready: queue.SimpleQueue[tuple[str, str] | BaseException] = queue.SimpleQueue()
         self._failed_drops: list[str] = []
+        self.backend_pids: set[int] = set()  # the threads' admin sessions (the CPU report tells them apart)
         self._threads = [
             threading.Thread(target=self._run, name=f"clone-pool-{i}", daemon=True)
             for i in range(self.THREADS)
@@ -138,6 +365,7 @@ class ClonePool:
             try:
                 if admin is None or admin.closed:
                     admin = self._server.admin()
+                    self.backend_pids.add(admin.info.backend_pid)
                 if job:
                     admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(job)))
                 else:
@@ -217,6 +445,8 @@ def fresh_db(pg_server: Server) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def clone_pool(pg_server: Server, template_dsn: str) -> Iterator[ClonePool]:
     pool = ClonePool(pg_server, TEMPLATE)
+    if _cpu_report is not None:
+        _cpu_report.pools.append(pool)
     yield pool
     pool.close()
 
@@ -224,6 +454,17 @@ def clone_pool(pg_server: Server, template_dsn: str) -> Iterator[ClonePool]:
 @pytest.fixture
 def db(clone_pool: ClonePool) -> Iterator[str]:
     """A migrated database of its own, cloned from the template; returns its DSN."""
+    name, dsn = clone_pool.take()
+    yield dsn
+    clone_pool.give_back(name)
+
+
+@pytest.fixture(scope="module")
+def module_db(clone_pool: ClonePool) -> Iterator[str]:
+    """A clone the module's tests share (its DSN), for data they only read: a module-scoped
+    fixture on it fills it once, and each test reads it on a connection of its own (its SET and
+    PREPARE end with it). Filled in each test, 20,000 to 40,000 rows and their VACUUM ANALYZE
+    were 2 to 3 s of the server's CPU a test (HARVEST_TEST_CPU_REPORT)."""
     name, dsn = clone_pool.take()
     yield dsn
     clone_pool.give_back(name)

@@ -11,6 +11,7 @@ executions_parent_created (parent_id, created_at DESC, id) from the position (mi
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -25,12 +26,24 @@ OTHERS = 2_000  # another parent's children at the burst's instant
 PAGE = 51  # the route's default page and the row that says whether there is a next one
 
 
+@pytest.fixture(scope="module")
+def children_db(module_db: str) -> tuple[str, str]:
+    """(DSN, parent): a parent with CHILDREN children, one in ten COMPLETED, the newest BURST at
+    one instant; and another parent's children beside them, nine in ten COMPLETED, OTHERS of
+    them at that instant too (children started by one transaction that completed both parents'
+    workflow tasks). Once for the module: its tests only read them."""
+    with psycopg.connect(module_db, autocommit=True) as conn:
+        return module_db, _fill(conn)
+
+
 @pytest.fixture
-def many_children(conn: psycopg.Connection) -> tuple[psycopg.Connection, str]:
-    """A parent with CHILDREN children, one in ten COMPLETED, the newest BURST at one instant;
-    and another parent's children beside them, nine in ten COMPLETED, OTHERS of them at that
-    instant too (children started by one transaction that completed both parents' workflow
-    tasks)."""
+def many_children(children_db: tuple[str, str]) -> Iterator[tuple[psycopg.Connection, str]]:
+    dsn, parent = children_db
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn, parent
+
+
+def _fill(conn: psycopg.Connection) -> str:
     parent = str(uuid.uuid4())
     conn.execute(
         "INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at)"
@@ -58,7 +71,7 @@ def many_children(conn: psycopg.Connection) -> tuple[psycopg.Connection, str]:
         {"n": CHILDREN, "burst": BURST, "others": OTHERS, "other": other},
     )
     conn.execute("VACUUM ANALYZE harvest.executions")
-    return conn, parent
+    return parent
 
 
 def _page_sql(

@@ -13,6 +13,7 @@ goes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -58,10 +59,23 @@ def _buffers(conn: psycopg.Connection, sql: str) -> int:
     return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
 
 
-@pytest.fixture
-def many_dead_letters(conn: psycopg.Connection) -> psycopg.Connection:
+@pytest.fixture(scope="module")
+def dead_letters_db(module_db: str) -> str:
     """Key 'acme': ENDED ended runs, PARKED of them with a dead letter; ENDED ended runs of 200
-    other keys, each with a dead letter (a shard's bad day: a downstream outage parked them)."""
+    other keys, each with a dead letter (a shard's bad day: a downstream outage parked them).
+    Once for the module: the tests on it only read it."""
+    with psycopg.connect(module_db, autocommit=True) as conn:
+        _fill(conn)
+    return module_db
+
+
+@pytest.fixture
+def many_dead_letters(dead_letters_db: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(dead_letters_db, autocommit=True) as conn:
+        yield conn
+
+
+def _fill(conn: psycopg.Connection) -> None:
     conn.execute("SELECT harvest.declare_flow_policies(%s)", (json.dumps(POLICY),))
     conn.execute(
         "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at, completed_at,"
@@ -81,7 +95,6 @@ def many_dead_letters(conn: psycopg.Connection) -> psycopg.Connection:
     )
     conn.execute("VACUUM ANALYZE harvest.executions")
     conn.execute("VACUUM ANALYZE harvest.dead_letters")
-    return conn
 
 
 @pytest.mark.parametrize("plan_cache_mode", ["force_custom_plan", "force_generic_plan"])
