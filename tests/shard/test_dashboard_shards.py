@@ -23,7 +23,10 @@ from harvest.config import load_config
 from harvest.web.ui import dashboard_app
 
 pytestmark = [pytest.mark.shard, pytest.mark.browser]
-TIMEOUT = 2.0  # seconds the dashboard waits for one shard
+# Seconds the dashboard waits for one shard: the product default. (2 s was too short for the
+# shards that answer at CI's load: CI 61d rendered /dags with shard 2 stopped as "no shard could
+# be read", not shard 2's stub, as the CLI tests had at 1 s and 3 s.)
+TIMEOUT = 5.0
 
 
 def _shard_cells(driver) -> set[str]:
@@ -64,7 +67,7 @@ def test_a_shard_down_shows_the_stub_and_a_degraded_banner(shards, per_shard_wor
             started = time.monotonic()
             driver.get(f"{served.url}/workers")
             took = time.monotonic() - started
-            # the down shard costs the page about one timeout (2 s), not a hang
+            # the down shard costs the page about one timeout, not a hang
             assert took < 3 * TIMEOUT, f"the workers page took {took:.1f} s with a shard down"
             banner = driver.find_element(By.ID, "fleet-banner").text
             assert banner.startswith("Degraded"), banner
