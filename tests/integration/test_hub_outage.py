@@ -205,6 +205,17 @@ def test_a_workers_listeners_warn_once_in_an_outage(
             own_server.resume()
             with Client(own_server.dsn) as client:
                 assert client.start_workflow(ones).result(timeout=60) == 1
+
+            # The run may end before a listener's next try (its poll takes work meanwhile): the
+            # worker is stopped only once both said they are back (CI 61d: stopped before).
+            def said_back() -> bool:
+                said = [r.getMessage() for r in caplog.records if r.name == "harvest.worker"]
+                return all(
+                    any(line.startswith(f"{listener} is back after") for line in said)
+                    for listener in ("notification listener", "query listener")
+                )
+
+            wait_until(said_back, "both listeners say they are back", timeout=60)
     finally:
         running.stop()
         own_server.resume()
