@@ -7,8 +7,9 @@ load the client, the SQL API or the database driver.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from harvest.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from harvest.client.client import AsyncClient, AsyncWorkflowHandle, Client, StartOptions, WorkflowHandle
@@ -25,14 +26,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
-    globals()[name] = value  # resolved once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _WHERE, __all__)

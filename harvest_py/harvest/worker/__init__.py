@@ -6,8 +6,9 @@ config reads for its tunables) does not load the claim loop, the database driver
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from harvest.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from harvest.worker.activities import ActivityContext
@@ -24,14 +25,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
-    globals()[name] = value  # resolved once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _WHERE, __all__)
