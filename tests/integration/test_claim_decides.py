@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from history_helpers import comparable_history
 
-from harvest import App, Client, activity, workflow
+from harvest import App, Client, Worker, activity, workflow
 from harvest.db.pools import open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi, claim_tasks_open
 from harvest.worker import workflows as workflows_module
@@ -75,24 +75,54 @@ def _workflow_task(db: str, execution_id: str) -> tuple | None:
         ).fetchone()
 
 
+@pytest.fixture
+def idle_worker(start_worker, monkeypatch):
+    """start_worker for a test whose starts must each wake an idle worker (only such a claim
+    decides): its poll comes every 5 s, not 0.5 (a claim after a poll's timeout is not woken), and
+    it notes while it waits in ``Worker._sleep``, for ``_asleep``."""
+    sleep = Worker._sleep
+
+    async def noted_sleep(self: Worker, timeout: float) -> bool:
+        self.test_waits = timeout
+        try:
+            return await sleep(self, timeout)
+        finally:
+            self.test_waits = None
+
+    monkeypatch.setattr(Worker, "_sleep", noted_sleep)
+    return lambda app: start_worker(app, poll_interval=IDLE_POLL_SECS)
+
+
+IDLE_POLL_SECS = 5.0
+
+
 def _asleep(worker) -> None:
-    """Wait until the worker is idle and asleep (its mark asks producers to notify it): only a
-    claim woken on an idle worker may decide. A fixed pause was not enough on a loaded machine,
-    where the worker was still busy from its boot when the start came, and the task went the
-    ordinary way."""
+    """Wait until the worker (from ``idle_worker``) is idle, its mark asking producers to notify
+    it, and waiting for that notification: only a claim woken on an idle worker may decide.
+    Neither a fixed pause nor its mark alone was enough on a loaded machine: the worker was
+    still busy from its boot, or (CI 61e, 61f) still making the look for work that follows its
+    mark, or in a short wait for a producer to settle, when the start came, and the task went
+    the ordinary way."""
+    w = worker.worker
     deadline = time.monotonic() + 30
-    while not (worker.worker.lanes[0].sleeping is True and not worker.worker._inflight):
+    while not (
+        getattr(w, "test_waits", None) == IDLE_POLL_SECS
+        and w.lanes[0].sleeping is True
+        and not w._inflight
+        and not w._unsettled
+        and not w._wake.is_set()
+    ):
         assert time.monotonic() < deadline, "the worker never went to sleep"
-        time.sleep(0.01)
-    time.sleep(0.05)  # (its loop is waiting on the wake-up by now)
+        time.sleep(0.005)
 
 
-def _one_at_a_time(db: str, fn, n: int, prefix: str) -> list[str]:
-    """Start ``n`` runs one after the other, each after the one before ended and the worker idled."""
+def _one_at_a_time(db: str, fn, n: int, prefix: str, worker) -> list[str]:
+    """Start ``n`` runs one after the other, each once the one before ended and the worker
+    (from ``idle_worker``) waits for a notification (the start wakes it)."""
     ids = []
     with Client(db) as client:
         for i in range(n):
-            time.sleep(0.1)  # the worker is idle, asleep, when the next start wakes it
+            _asleep(worker)
             handle = client.start_workflow(fn, i, workflow_id=f"{prefix}-{i}")
             assert handle.result(timeout=30) == i + 1
             ids.append(handle.execution_id)
@@ -127,18 +157,17 @@ def test_an_open_claim_is_seen_by_nobody_until_it_commits_and_a_rollback_leaves_
 
 
 def test_an_idle_worker_commits_its_woken_claim_with_the_decision_and_writes_the_same_history(
-    db, start_worker
+    db, idle_worker
 ):
     ran.clear()
-    worker = start_worker(APP)
-    merged = _one_at_a_time(db, one_step, 5, "merged")
+    worker = idle_worker(APP)
+    merged = _one_at_a_time(db, one_step, 5, "merged", worker)
     decided = worker.worker.claims_decided
     worker.stop()
-    # (The first claim after the worker starts is not woken by a notification.)
-    assert decided >= 4, decided
-    plain_worker = start_worker(APP)
+    assert decided == 5, decided
+    plain_worker = idle_worker(APP)
     plain_worker.worker.claim_decides = False
-    plain = _one_at_a_time(db, one_step, 5, "plain")
+    plain = _one_at_a_time(db, one_step, 5, "plain", plain_worker)
     assert plain_worker.worker.claims_decided == 0
     assert [comparable_history(db, e) for e in merged] == [comparable_history(db, e) for e in plain]
     assert sorted(ran) == sorted(list(range(5)) * 2)  # each activity ran once
@@ -179,11 +208,11 @@ def _assert_idle(conn: psycopg.AsyncConnection) -> None:
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
-def test_a_decision_the_database_refuses_rolls_its_claim_back_and_is_made_again(db, start_worker, caplog):
+def test_a_decision_the_database_refuses_rolls_its_claim_back_and_is_made_again(db, idle_worker, caplog):
     ran.clear()
     # The first ActivityScheduled event written fails its statement: the merged decision's.
     _refuse(db, "events", "NEW.event_type = 'ActivityScheduled'", "refused once by the test")
-    worker = start_worker(APP)
+    worker = idle_worker(APP)
     _asleep(worker)  # the start wakes it
     with caplog.at_level(logging.WARNING), Client(db) as client:
         handle = client.start_workflow(one_step, 7, workflow_id="refused")
@@ -208,10 +237,10 @@ def test_a_decision_the_database_refuses_rolls_its_claim_back_and_is_made_again(
     assert ran == [7]
 
 
-def test_a_decision_past_the_window_commits_its_claim_alone(db, start_worker):
+def test_a_decision_past_the_window_commits_its_claim_alone(db, idle_worker):
     ran.clear()
-    worker = start_worker(APP)
-    _one_at_a_time(db, local_first, 2, "slow")
+    worker = idle_worker(APP)
+    _one_at_a_time(db, local_first, 2, "slow", worker)
     assert worker.worker.claims_decided == 0
     assert ran == [0, 1]
 
@@ -270,14 +299,14 @@ def _event_insert_waits(db: str, event_type: str, lock_key: int) -> None:
 
 
 def test_a_decision_that_waits_on_a_lock_rolls_back_with_its_claim_instead_of_holding_the_task(
-    db, start_worker
+    db, idle_worker
 ):
     # The claim holds the task's row while the decision locks the run's: the reverse of the lock
     # order, so the decision waits on no lock for long (lock_timeout), and gives the task back.
     # Here the first ActivityScheduled insert waits on an advisory lock the test holds.
     ran.clear()
     _event_insert_waits(db, "ActivityScheduled", 4242)
-    worker = start_worker(APP)
+    worker = idle_worker(APP)
     _asleep(worker)
     with psycopg.connect(db, autocommit=True) as holder, Client(db) as client:
         holder.execute("SELECT pg_advisory_lock(4242)")
@@ -293,7 +322,7 @@ def test_a_decision_that_waits_on_a_lock_rolls_back_with_its_claim_instead_of_ho
     assert [kind for kind, _ in comparable_history(db, handle.execution_id)].count("ActivityScheduled") == 1
 
 
-def test_a_decision_that_records_a_local_activity_commits_its_claim_first(db, start_worker):
+def test_a_decision_that_records_a_local_activity_commits_its_claim_first(db, idle_worker):
     # A local activity's marker records work done outside the database: a claim rolled back
     # with it (its decision waited on a lock past the claim's lock_timeout) would run the
     # activity again. Such a decision goes the ordinary way, after the claim commits alone, and
@@ -302,7 +331,7 @@ def test_a_decision_that_records_a_local_activity_commits_its_claim_first(db, st
     local_ran.clear()
     ran.clear()
     _event_insert_waits(db, "MarkerRecorded", 4243)
-    worker = start_worker(APP)
+    worker = idle_worker(APP)
     _asleep(worker)  # the start wakes it, and its claim may decide
     with psycopg.connect(db, autocommit=True) as holder, Client(db) as client:
         holder.execute("SELECT pg_advisory_lock(4243)")
@@ -422,12 +451,12 @@ def test_a_lone_decision_rolled_back_by_a_conflict_is_sent_again_not_left_to_its
     assert ran == [9]
 
 
-def test_a_claim_and_decision_whose_commit_fails_are_logged_with_the_servers_error(db, start_worker, caplog):
+def test_a_claim_and_decision_whose_commit_fails_are_logged_with_the_servers_error(db, idle_worker, caplog):
     ran.clear()
     _refuse(
         db, "events", "NEW.event_type = 'ActivityScheduled'", "commit refused by the test", at_commit=True
     )
-    worker = start_worker(APP)
+    worker = idle_worker(APP)
     _asleep(worker)  # the start wakes it
     with caplog.at_level(logging.WARNING), Client(db) as client:
         handle = client.start_workflow(one_step, 5, workflow_id="decision-commit-fails")
