@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from outage_helpers import Outage
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from worker_helpers import RunningWorker
 
 from harvest import App, Client, Worker
@@ -29,6 +31,16 @@ def start_worker(db: str) -> Iterator:
     yield start
     for worker in running:
         worker.stop()
+
+
+@pytest.fixture
+def outage(db: str) -> Iterator[tuple[Outage, str]]:
+    """A TCP forwarder to the test database that can go down and come back on its port (see
+    outage_helpers.Outage), and a URL of the database through it."""
+    params = conninfo_to_dict(db)
+    proxy = Outage(str(params.get("host", "127.0.0.1")), int(params.get("port", 5432)))
+    yield proxy, make_conninfo(db, host="127.0.0.1", port=proxy.port)
+    proxy.down()
 
 
 @pytest.fixture

@@ -655,9 +655,12 @@ def test_a_non_finite_number_in_a_json_option_is_refused_on_both_transports(
 # -- stderr holds the CLI's own lines: a library's log records only when asked ------------------------
 
 
+# cli_timeout = 600 in these configurations: a shard whose server refuses is named at once
+# (harvest.db.pools, fail_fast), never after the timeout; a command that waited it out would
+# outlast run()'s 120 s.
 def _one_shard_down(db: str, tmp_path: Path) -> None:
     (tmp_path / "harvest.toml").write_text(
-        "[shards]\nreadable = [0, 1]\nwritable = [0]\ncli_timeout = 2\n"
+        "[shards]\nreadable = [0, 1]\nwritable = [0]\ncli_timeout = 600\n"
         f'[shards.urls]\n0 = {json.dumps(db)}\n1 = "postgresql://alice@127.0.0.1:1/x"\n'
     )
 
@@ -685,7 +688,7 @@ def test_a_partial_read_prints_one_warning_line_and_no_library_log(db: str, tmp_
 def _every_shard_down(tmp_path: Path) -> None:
     """A sharded configuration whose shards all point at a closed port: no server needed."""
     (tmp_path / "harvest.toml").write_text(
-        "[shards]\nreadable = [0, 1]\nwritable = [0, 1]\ncli_timeout = 2\n"
+        "[shards]\nreadable = [0, 1]\nwritable = [0, 1]\ncli_timeout = 600\n"
         '[shards.urls]\n0 = "postgresql://alice@127.0.0.1:1/x"\n1 = "postgresql://alice@127.0.0.1:1/y"\n'
     )
 

@@ -10,89 +10,13 @@ psycopg_pool's first gap and the cap divided by ten, so the outage lasts 3.2 s i
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import PoolTimeout
 from psycopg_pool.base import AttemptWithBackoff
 
 from harvest.db import pools
-
-
-class Outage:
-    """A TCP forwarder to the test's server that can go down (its listener closed, every
-    forwarded connection cut) and come back on the same port."""
-
-    def __init__(self, host: str, port: int):
-        self.target = (host, port)
-        self.port = 0
-        self.listener: socket.socket | None = None
-        self.links: list[socket.socket] = []
-        self.lock = threading.Lock()
-        self.up()
-
-    def up(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(16)
-        self.port = listener.getsockname()[1]
-        self.listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def down(self) -> None:
-        assert self.listener is not None
-        try:  # (close alone leaves a listener that a thread is accepting on listening, on Linux)
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
-        with self.lock:
-            for sock in self.links:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                sock.close()
-            self.links.clear()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            with self.lock:
-                self.links += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-
-@pytest.fixture
-def outage(db: str) -> Iterator[tuple[Outage, str]]:
-    params = conninfo_to_dict(db)
-    proxy = Outage(str(params.get("host", "127.0.0.1")), int(params.get("port", 5432)))
-    yield proxy, make_conninfo(db, host="127.0.0.1", port=proxy.port)
-    proxy.down()
 
 
 def test_a_pool_finds_its_server_back_within_the_cap(outage, monkeypatch: pytest.MonkeyPatch) -> None:

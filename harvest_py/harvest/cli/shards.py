@@ -59,9 +59,15 @@ def cli_pools(config: Config, database_url: str | None = None) -> Iterator[Any]:
     """The ShardPools of this command (``[shards]``; shard 0 on ``database_url`` unless
     ``shards.urls`` names it), closed when the command ends. The only place the CLI builds
     pools."""
-    # close_timeout: a shard that hangs (accepts, never answers) must not hold the exit either.
+    # close_timeout: a shard that hangs (accepts, never answers) must not hold the exit either;
+    # fail_fast: one whose server refuses is named at once, not after shards.cli_timeout.
     with shard_pools(
-        config, database_url, max_size=2, acquire_timeout=cli_timeout(config), close_timeout=0.5
+        config,
+        database_url,
+        max_size=2,
+        acquire_timeout=cli_timeout(config),
+        close_timeout=0.5,
+        fail_fast=True,
     ) as pools:
         yield pools
 

@@ -7,6 +7,7 @@ redacting connection class, so a failed connect the pool logs never shows the pa
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import select
@@ -27,6 +28,7 @@ __all__ = [
     "AsyncConnectionPool",
     "ConnectionPool",
     "RoledPool",
+    "ServerUnreachable",
     "connections_by",
     "never_sent",
     "open_async_pool",
@@ -198,20 +200,152 @@ class _CappedBackoff(AttemptWithBackoff):
         self.delay = min(self.delay, RECONNECT_CAP_SECS)
 
 
+class ServerUnreachable(PoolTimeout):
+    """A pool opened with ``fail_fast`` lends no connection because its last attempt to connect
+    failed (the server refused it, was not there, or refused the login): raised at once instead
+    of after the caller's wait. (A PoolTimeout: nothing was sent, the call may be made again.)"""
+
+    def __init__(self) -> None:
+        super().__init__("the database could not be reached (its last connect failed)")
+
+
+# A pool with fail_fast (the CLI's and the HTTP API's shards, whose callers wait for every shard
+# of a fan-out and name the ones that do not answer) does not make its callers wait out their
+# timeout for a server that refused it: a failed connect while the pool has no connection lent
+# fails every caller waiting, and a caller that comes before the next attempt succeeds fails
+# at once. The attempts go on in the background (at most RECONNECT_CAP_SECS apart), so the pool
+# lends again within that of the server's return. With a connection lent the server was there
+# a moment ago, and a failed connect may only say it has no room for one more (SQLSTATE class
+# 53, which libpq does not report for a connect): the callers wait for a connection to come
+# back. Pools without fail_fast (a worker's, a client's) ride out a restart within their wait.
+def _unwrapped(exc: PoolTimeout) -> PoolTimeout:
+    """The ServerUnreachable psycopg_pool's getconn re-raised as a plain PoolTimeout (it words
+    every PoolTimeout as its own timeout's), else ``exc``."""
+    return exc.__context__ if isinstance(exc.__context__, ServerUnreachable) else exc
+
+
+# The failure of the connect an _add_connection made (set by _connect, read after psycopg_pool
+# has logged it): a context variable, as each attempt runs in a pool's thread or task.
+_failed_connect: ContextVar[BaseException | None] = ContextVar("harvest_failed_connect", default=None)
+
+
 class _Pool(ConnectionPool[Any]):
+    fail_fast = False
+    _away = False  # (fail_fast) the last connect failed and none has succeeded since
+    _lent = 0  # (fail_fast) connections lent and not yet given back
+
     def getconn(self, timeout: float | None = None) -> Any:
-        return super().getconn(_pool_wait(timeout, self.timeout))
+        try:
+            conn = super().getconn(_pool_wait(timeout, self.timeout))
+        except PoolTimeout as exc:
+            raise _unwrapped(exc) from None
+        if self.fail_fast:
+            with self._lock:
+                self._lent += 1
+        return conn
+
+    def putconn(self, conn: Any) -> None:
+        if self.fail_fast:
+            with self._lock:
+                self._lent -= 1
+        super().putconn(conn)
+
+    def _get_ready_connection(self, timeout: float | None) -> Any:
+        # (under the pool's lock, as _add_connection's failure: a caller either fails here or
+        # is waiting when that failure fails the waiting)
+        if self._away and not self._pool:
+            raise ServerUnreachable()
+        return super()._get_ready_connection(timeout)
 
     def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
-        super()._add_connection(attempt or _CappedBackoff(timeout=self.reconnect_timeout), growing)
+        token = _failed_connect.set(None)
+        try:
+            super()._add_connection(attempt or _CappedBackoff(timeout=self.reconnect_timeout), growing)
+            failure = _failed_connect.get()
+        finally:
+            _failed_connect.reset(token)
+        # (after psycopg_pool logged the failure: a caller told of it never ends first)
+        if self.fail_fast and failure is not None:
+            with self._lock:
+                self._away = self._lent == 0
+                waiting = list(self._waiting) if self._away else []
+            for client in waiting:
+                client.fail(ServerUnreachable())
+
+    def _connect(self, timeout: float | None = None) -> Any:
+        try:
+            conn = super()._connect(timeout)
+        except Exception as exc:
+            _failed_connect.set(exc)
+            raise
+        self._away = False
+        return conn
+
+    def reconnect_failed(self) -> None:
+        self._away = False  # psycopg_pool gave up retrying: the next caller's wait tries again
+        super().reconnect_failed()
 
 
 class _AsyncPool(AsyncConnectionPool[Any]):
+    fail_fast = False
+    _away = False  # (see _Pool)
+    _lent = 0  # (one event loop: no lock needed)
+
     async def getconn(self, timeout: float | None = None) -> Any:
-        return await super().getconn(_pool_wait(timeout, self.timeout))
+        try:
+            conn = await super().getconn(_pool_wait(timeout, self.timeout))
+        except PoolTimeout as exc:
+            raise _unwrapped(exc) from None
+        self._lent += 1
+        return conn
+
+    async def putconn(self, conn: Any) -> None:
+        self._lent -= 1
+        await super().putconn(conn)
+
+    async def _get_ready_connection(self, timeout: float | None) -> Any:
+        if self._away and not self._pool:  # (see _Pool)
+            raise ServerUnreachable()
+        return await super()._get_ready_connection(timeout)
 
     async def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
-        await super()._add_connection(attempt or _CappedBackoff(timeout=self.reconnect_timeout), growing)
+        token = _failed_connect.set(None)
+        try:
+            await super()._add_connection(attempt or _CappedBackoff(timeout=self.reconnect_timeout), growing)
+            failure = _failed_connect.get()
+        finally:
+            _failed_connect.reset(token)
+        if self.fail_fast and failure is not None:  # (see _Pool)
+            async with self._lock:
+                self._away = self._lent == 0
+                waiting = list(self._waiting) if self._away else []
+            for client in waiting:
+                await client.fail(ServerUnreachable())
+
+    async def _connect(self, timeout: float | None = None) -> Any:
+        try:
+            conn = await super()._connect(timeout)
+        except Exception as exc:
+            _failed_connect.set(exc)
+            raise
+        self._away = False
+        return conn
+
+    async def reconnect_failed(self) -> None:
+        self._away = False  # (see _Pool)
+        await super().reconnect_failed()
+
+    async def wait(self, timeout: float = 30.0) -> None:
+        if not self.fail_fast:
+            await super().wait(timeout)
+            return
+        # (psycopg_pool's wait sees no failed connect: it waits out its timeout)
+        deadline = time.monotonic() + timeout
+        while len(self._pool) < self._min_size and not self._away:
+            if time.monotonic() >= deadline:
+                await self.close()
+                raise PoolTimeout(f"pool initialization incomplete after {timeout} sec")
+            await asyncio.sleep(0.005)
 
 
 def _most_recent_first(pool: Any) -> None:
@@ -219,9 +353,10 @@ def _most_recent_first(pool: Any) -> None:
     pool._pool = _MostRecentFirst(pool._pool)
 
 
-def open_pool(dsn: str, *, max_size: int, min_size: int = 1) -> ConnectionPool:
-    """An open synchronous pool (it fills in the background)."""
-    pool: ConnectionPool = _Pool(
+def open_pool(dsn: str, *, max_size: int, min_size: int = 1, fail_fast: bool = False) -> ConnectionPool:
+    """An open synchronous pool (it fills in the background). ``fail_fast``: a caller waiting
+    for a connection fails as soon as a connect fails (ServerUnreachable; see _Pool)."""
+    pool = _Pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
@@ -230,6 +365,7 @@ def open_pool(dsn: str, *, max_size: int, min_size: int = 1) -> ConnectionPool:
         connection_class=RedactingConnection,
         check=_idle_check,
     )
+    pool.fail_fast = fail_fast
     _most_recent_first(pool)
     pool.open()
     return pool
@@ -242,10 +378,13 @@ async def open_async_pool(
     min_size: int = 1,
     timeout: float = 30.0,
     application_name: str | None = None,
+    fail_fast: bool = False,
 ) -> AsyncConnectionPool[Any]:
     """An asyncio pool, returned once ``min_size`` connections are up (else PoolTimeout
     after ``timeout`` seconds, and the pool is closed). ``application_name`` names the
-    connections (the audit log's source: ``harvest-api`` for the HTTP API's pools)."""
+    connections (the audit log's source: ``harvest-api`` for the HTTP API's pools).
+    ``fail_fast``: ServerUnreachable at the first failed connect, not after ``timeout``, and
+    then as :func:`open_pool`'s."""
     kwargs: dict[str, Any] = {"autocommit": True}
     if application_name:
         kwargs["application_name"] = application_name
@@ -258,9 +397,12 @@ async def open_async_pool(
         connection_class=RedactingAsyncConnection,
         check=_async_idle_check,
     )
+    pool.fail_fast = fail_fast
     _most_recent_first(pool)
     try:  # (opened for a wait's call, within the wait's deadline: connections_by)
         await pool.open(wait=True, timeout=_pool_wait(None, timeout))
+        if pool._away and not pool._pool:
+            raise ServerUnreachable()
     except BaseException:
         await pool.close()
         raise

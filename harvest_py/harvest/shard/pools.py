@@ -109,7 +109,13 @@ def _missing_identity(shard: int) -> ConfigError:
 
 class _Base:
     def __init__(
-        self, router: ShardRouter, dsns: Mapping[int, str], *, max_size: int, acquire_timeout: float
+        self,
+        router: ShardRouter,
+        dsns: Mapping[int, str],
+        *,
+        max_size: int,
+        acquire_timeout: float,
+        fail_fast: bool = False,
     ):
         if max_size < 1:
             raise ConfigError(f"max_size {max_size} must be at least 1")
@@ -117,6 +123,10 @@ class _Base:
         self._dsns = _checked_dsns(dsns)
         self.max_size = max_size
         self.acquire_timeout = acquire_timeout
+        # A shard whose server refused a connect is unavailable at once, not after
+        # acquire_timeout (harvest.db.pools, ServerUnreachable): the fan-outs of the CLI and the
+        # HTTP API, which name a shard that does not answer. A client's or a worker's pools wait.
+        self.fail_fast = fail_fast
         self._verified: set[int] = set()
         # Each workflow's debounce or batch as the shards declared it, read once per name by a
         # client that starts it by name (harvest.client.routing.read_declaration); shared by
@@ -154,7 +164,9 @@ class ShardPools(_Base):
     ``dsns`` maps a shard number to its database URL; ``acquire_timeout`` bounds how long
     ``api()`` waits for a connection before the shard counts as unavailable; ``close_timeout``
     how long :meth:`close` waits for each pool's threads (one stuck connecting to a database
-    that never answers is left behind, a daemon thread)."""
+    that never answers is left behind, a daemon thread); ``fail_fast``: a shard whose server
+    refused a connect counts as unavailable at once, until a connect succeeds (the pool tries
+    again in the background, at most 2 s apart)."""
 
     def __init__(
         self,
@@ -164,8 +176,11 @@ class ShardPools(_Base):
         max_size: int = 10,
         acquire_timeout: float = 10.0,
         close_timeout: float = 5.0,
+        fail_fast: bool = False,
     ):
-        super().__init__(router, dsns, max_size=max_size, acquire_timeout=acquire_timeout)
+        super().__init__(
+            router, dsns, max_size=max_size, acquire_timeout=acquire_timeout, fail_fast=fail_fast
+        )
         self.close_timeout = close_timeout
         self._pools: dict[int, ConnectionPool] = {}
         self._lock = threading.Lock()
@@ -177,7 +192,9 @@ class ShardPools(_Base):
             with self._lock:
                 pool = self._pools.get(shard)
                 if pool is None:
-                    pool = self._pools[shard] = open_pool(dsn, max_size=self.max_size)
+                    pool = self._pools[shard] = open_pool(
+                        dsn, max_size=self.max_size, fail_fast=self.fail_fast
+                    )
         return pool
 
     @contextlib.contextmanager
@@ -304,7 +321,8 @@ class AsyncShardPools(_Base):
     wait out a busy pool) bounds a shard's open and each wait for a connection. A process with
     a deadline of its own passes it: the worker waits ``CONNECT_WAIT_SECS`` (30 s) at start,
     the management API ``OPEN_SECS`` (5 s, as its one-database pool and its token check), the
-    dashboard and the CLI ``shards.cli_timeout`` (5 s)."""
+    dashboard and the CLI ``shards.cli_timeout`` (5 s); those three pass ``fail_fast`` (see
+    :class:`ShardPools`) and the pools of a client or a worker do not."""
 
     def __init__(
         self,
@@ -314,8 +332,11 @@ class AsyncShardPools(_Base):
         max_size: int = 10,
         acquire_timeout: float = 10.0,
         min_size: int = 1,
+        fail_fast: bool = False,
     ):
-        super().__init__(router, dsns, max_size=max_size, acquire_timeout=acquire_timeout)
+        super().__init__(
+            router, dsns, max_size=max_size, acquire_timeout=acquire_timeout, fail_fast=fail_fast
+        )
         self.min_size = min(min_size, max_size)
         self._pools: dict[int, AsyncConnectionPool] = {}
         # A shard's pool opens once for every caller waiting on it, its outcome shared: with the
@@ -333,7 +354,11 @@ class AsyncShardPools(_Base):
             if pool is None:
                 try:
                     pool = await open_async_pool(
-                        dsn, min_size=self.min_size, max_size=self.max_size, timeout=self.acquire_timeout
+                        dsn,
+                        min_size=self.min_size,
+                        max_size=self.max_size,
+                        timeout=self.acquire_timeout,
+                        fail_fast=self.fail_fast,
                     )
                 except TRANSIENT:
                     raise ShardUnavailable(shard) from None

@@ -148,8 +148,13 @@ class HarvestState:
 
     async def _open(self) -> None:
         if self.pools is None and shards_configured(self.config):
+            # (fail_fast: a shard whose server refuses answers 503 at once, not after the wait)
             self.pools = async_shard_pools(
-                self.config, self.dsn, max_size=self.pool_size, acquire_timeout=self.open_timeout
+                self.config,
+                self.dsn,
+                max_size=self.pool_size,
+                acquire_timeout=self.open_timeout,
+                fail_fast=True,
             )
             self.own_pools = True
         if self.pools is not None:

@@ -96,7 +96,9 @@ class Source:
                 self._pools = _OneDatabase(self._dsn, max_size=size, timeout=timeout)
             elif shards_configured(config):
                 self._urls = shard_urls(config, _optional_url(config))
-                self._pools = async_shard_pools(config, max_size=size, acquire_timeout=timeout)
+                self._pools = async_shard_pools(
+                    config, max_size=size, acquire_timeout=timeout, fail_fast=True
+                )
             else:
                 self._pools = _OneDatabase(database_url(None, config), max_size=size, timeout=timeout)
         return self._pools
