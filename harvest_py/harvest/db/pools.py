@@ -209,15 +209,6 @@ class ServerUnreachable(PoolTimeout):
         super().__init__("the database could not be reached (its last connect failed)")
 
 
-# A pool with fail_fast (the CLI's and the HTTP API's shards, whose callers wait for every shard
-# of a fan-out and name the ones that do not answer) does not make its callers wait out their
-# timeout for a server that refused it: a failed connect while the pool has no connection lent
-# fails every caller waiting, and a caller that comes before the next attempt succeeds fails
-# at once. The attempts go on in the background (at most RECONNECT_CAP_SECS apart), so the pool
-# lends again within that of the server's return. With a connection lent the server was there
-# a moment ago, and a failed connect may only say it has no room for one more (SQLSTATE class
-# 53, which libpq does not report for a connect): the callers wait for a connection to come
-# back. Pools without fail_fast (a worker's, a client's) ride out a restart within their wait.
 def _unwrapped(exc: PoolTimeout) -> PoolTimeout:
     """The ServerUnreachable psycopg_pool's getconn re-raised as a plain PoolTimeout (it words
     every PoolTimeout as its own timeout's), else ``exc``."""
@@ -229,6 +220,15 @@ def _unwrapped(exc: PoolTimeout) -> PoolTimeout:
 _failed_connect: ContextVar[BaseException | None] = ContextVar("harvest_failed_connect", default=None)
 
 
+# A pool with fail_fast (the CLI's and the HTTP API's shards, whose callers wait for every shard
+# of a fan-out and name the ones that do not answer) does not make its callers wait out their
+# timeout for a server that refused it: a failed connect while the pool has no connection lent
+# fails every caller waiting, and a caller that comes before the next attempt succeeds fails
+# at once. The attempts go on in the background (at most RECONNECT_CAP_SECS apart), so the pool
+# lends again within that of the server's return. With a connection lent the server was there
+# a moment ago, and a failed connect may only say it has no room for one more (SQLSTATE class
+# 53, which libpq does not report for a connect): the callers wait for a connection to come
+# back. Pools without fail_fast (a worker's, a client's) ride out a restart within their wait.
 class _Pool(ConnectionPool[Any]):
     fail_fast = False
     _away = False  # (fail_fast) the last connect failed and none has succeeded since
