@@ -12,15 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import psycopg
 import pytest
 from history_helpers import comparable_history
 
 from harvest import App, Client, Worker, activity, workflow
+from harvest.db import channels
 from harvest.db.pools import open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi, claim_tasks_open
 from harvest.worker import workflows as workflows_module
+from harvest.worker.lanes import ShardLane
 
 ran: list[int] = []
 
@@ -80,16 +83,32 @@ def idle_worker(start_worker, monkeypatch):
     """start_worker for a test whose starts must each wake an idle worker (only such a claim
     decides): its poll comes every 5 s, not 0.5 (a claim after a poll's timeout is not woken), and
     it notes while it waits in ``Worker._sleep``, for ``_asleep``."""
-    sleep = Worker._sleep
+    sleep, wake = Worker._sleep, Worker.wake
 
     async def noted_sleep(self: Worker, timeout: float) -> bool:
-        self.test_waits = timeout
+        self.test_waits, self.test_slept_at = timeout, time.monotonic()
         try:
             return await sleep(self, timeout)
         finally:
             self.test_waits = None
 
+    def noted_wake(self: Worker) -> None:
+        self.test_woken_at = time.monotonic()
+        wake(self)
+
+    listen = ShardLane.listen
+
+    async def noted_listen(self: ShardLane, channel: str, wake: Any, what: str) -> None:
+        def listener_woke() -> None:  # (first when it has connected: it looks for what came before)
+            wake()
+            self.worker.test_listener_woke = True
+
+        # (the claim loop's listener; the query responder's wakes the responder)
+        await listen(self, channel, listener_woke if channel == channels.TASKS else wake, what)
+
     monkeypatch.setattr(Worker, "_sleep", noted_sleep)
+    monkeypatch.setattr(Worker, "wake", noted_wake)
+    monkeypatch.setattr(ShardLane, "listen", noted_listen)
     return lambda app: start_worker(app, poll_interval=IDLE_POLL_SECS)
 
 
@@ -98,15 +117,19 @@ IDLE_POLL_SECS = 5.0
 
 def _asleep(worker) -> None:
     """Wait until the worker (from ``idle_worker``) is idle, its mark asking producers to notify
-    it, and waiting for that notification: only a claim woken on an idle worker may decide.
-    Neither a fixed pause nor its mark alone was enough on a loaded machine: the worker was
-    still busy from its boot, or (CI 61e, 61f) still making the look for work that follows its
-    mark, or in a short wait for a producer to settle, when the start came, and the task went
-    the ordinary way."""
+    it, and waiting for that notification, having gone to sleep after its last wake-up: only a
+    claim woken on an idle worker may decide. Neither a fixed pause nor its mark alone was
+    enough on a loaded machine: the worker was still busy from its boot, or (CI 61e, 61f) still
+    making the look for work that follows its mark, or in a short wait for a producer to
+    settle, when the start came, and the task went the ordinary way; and (CI 62c) its listener,
+    connecting, woke it once more (to look for what came before it listened) just before the
+    start committed: that claim found nothing, and a claim not woken took the run."""
     w = worker.worker
     deadline = time.monotonic() + 30
     while not (
         getattr(w, "test_waits", None) == IDLE_POLL_SECS
+        and getattr(w, "test_listener_woke", False)  # (connected, and woke the worker)
+        and w.test_slept_at > getattr(w, "test_woken_at", 0.0)
         and w.lanes[0].sleeping is True
         and not w._inflight
         and not w._unsettled
