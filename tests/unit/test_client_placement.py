@@ -127,3 +127,29 @@ def test_a_burst_of_one_gate_key_without_ids_is_placed_on_one_shard() -> None:
         for n in range(30)
     }
     assert other == {0, 1, 2}, "keys spread over the shards"
+
+
+def test_the_shards_declaration_of_a_name_is_read_again_after_its_period(monkeypatch) -> None:
+    """What the shards answered for a name (read_declaration) stands for DECLARATION_TTL_SECS:
+    a deploy that adds, changes or drops a workflow's debounce reaches a long-running client
+    (a server) within it. It was kept for the process: such a client placed the name by its
+    old declaration until it restarted."""
+    clock = [1000.0]
+    monkeypatch.setattr(routing.time, "monotonic", lambda: clock[0])
+    target = SimpleNamespace(router=ROUTER, sharded=True, pools=SimpleNamespace(declared_gates={}))
+    assert routing.declaration_by_name(target, None, "reindex") is routing.ASK  # never read
+    gate = routing._remember(target, "reindex", {"kind": "debounce", "key_path": "$.doc"})
+    assert gate is not None and gate.debounce is not None and gate.debounce.key == "$.doc"
+    assert routing.declaration_by_name(target, None, "reindex") is gate
+    routing._remember(target, "plain", None)  # no gate: remembered as such
+    assert routing.declaration_by_name(target, None, "plain") is None
+    clock[0] += routing.DECLARATION_TTL_SECS - 0.001
+    assert routing.declaration_by_name(target, None, "reindex") is gate
+    clock[0] += 0.002
+    assert routing.declaration_by_name(target, None, "reindex") is routing.ASK
+    assert routing.declaration_by_name(target, None, "plain") is routing.ASK
+    # A definition in the App at hand, or a function, is the client's own: never read.
+    assert (
+        routing.declaration_by_name(target, SimpleNamespace(workflows={"reindex": "own"}), "reindex") == "own"
+    )
+    assert routing.declaration_by_name(ONE, None, "reindex") is None

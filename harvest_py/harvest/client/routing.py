@@ -18,6 +18,7 @@ import functools
 import json
 import logging
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, cast
@@ -154,25 +155,35 @@ class DeclaredGate:
 # declaration_by_name's answer when the shards must be asked (read_declaration).
 ASK: Any = object()
 
+# How long a process keeps the shards' answer for a name (read_declaration) before a start of
+# that name reads it again: a deploy that adds, changes or drops a workflow's debounce or batch
+# reaches a long-running client (a server) within this, one read per name per period.
+DECLARATION_TTL_SECS = 60.0
+
 
 def declaration_by_name(target: Any, app: Any, workflow: Any) -> Any:
     """What a start of ``workflow`` by name places a debounce or a batch by, without a read
     (docs/sharding.md, "Placing a start"): on a sharded client, its definition in the App the
     client knows (``client.app``: a server's ``--app``), else what the shards answered before
-    for that name in this process (a :class:`DeclaredGate`, or None: no gate), else ``ASK``.
+    for that name in this process within DECLARATION_TTL_SECS (a :class:`DeclaredGate`, or
+    None: no gate), else ``ASK``.
     A function or a definition carries its own (None here), and one database places nothing."""
     if not target.sharded or not isinstance(workflow, str):
         return None
     definition = app.workflows.get(workflow) if app is not None else None
     if definition is not None:
         return definition
-    return target.pools.declared_gates.get(workflow, ASK)
+    kept = target.pools.declared_gates.get(workflow)
+    if kept is None or kept[1] <= time.monotonic():
+        return ASK
+    return kept[0]
 
 
 def _remember(target: Any, name: str, row: dict[str, Any] | None) -> DeclaredGate | None:
-    """The shards' answer for ``name``, kept for the process (the pools'): one read per name."""
+    """The shards' answer for ``name``, kept by the process (the pools') for
+    DECLARATION_TTL_SECS: one read per name per period."""
     gate = DeclaredGate(row["kind"], row["key_path"]) if row else None
-    target.pools.declared_gates[name] = gate
+    target.pools.declared_gates[name] = (gate, time.monotonic() + DECLARATION_TTL_SECS)
     return gate
 
 

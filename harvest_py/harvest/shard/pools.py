@@ -128,9 +128,10 @@ class _Base:
         # HTTP API, which name a shard that does not answer. A client's or a worker's pools wait.
         self.fail_fast = fail_fast
         self._verified: set[int] = set()
-        # Each workflow's debounce or batch as the shards declared it, read once per name by a
-        # client that starts it by name (harvest.client.routing.read_declaration); shared by
-        # with_role's pools, so a server reads it once per process.
+        # Each workflow's debounce or batch as the shards declared it, and until when it stands,
+        # read by a client that starts it by name (harvest.client.routing.read_declaration: once
+        # per name per DECLARATION_TTL_SECS); shared by with_role's pools, so a server reads it
+        # once per period, not per request.
         self.declared_gates: dict[str, Any] = {}
         # The read of each such name in flight (aread_declaration): a burst of starts of a name
         # not yet known waits for one read, not one read a start.
