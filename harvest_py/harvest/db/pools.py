@@ -289,18 +289,20 @@ class _Pool(ConnectionPool[Any]):
 class _AsyncPool(AsyncConnectionPool[Any]):
     fail_fast = False
     _away = False  # (see _Pool)
-    _lent = 0  # (one event loop: no lock needed)
+    _lent = 0  # (fail_fast; one event loop: no lock needed)
 
     async def getconn(self, timeout: float | None = None) -> Any:
         try:
             conn = await super().getconn(_pool_wait(timeout, self.timeout))
         except PoolTimeout as exc:
             raise _unwrapped(exc) from None
-        self._lent += 1
+        if self.fail_fast:  # (as _Pool: nothing more on a client's or a worker's checkouts)
+            self._lent += 1
         return conn
 
     async def putconn(self, conn: Any) -> None:
-        self._lent -= 1
+        if self.fail_fast:
+            self._lent -= 1
         await super().putconn(conn)
 
     async def _get_ready_connection(self, timeout: float | None) -> Any:

@@ -132,7 +132,7 @@ class _Base:
         # read by a client that starts it by name (harvest.client.routing.read_declaration: once
         # per name per DECLARATION_TTL_SECS); shared by with_role's pools, so a server reads it
         # once per period, not per request.
-        self.declared_gates: dict[str, Any] = {}
+        self.declared_gates: dict[str, tuple[Any, float]] = {}  # name: (gate or None, stale at)
         # The read of each such name in flight (aread_declaration): a burst of starts of a name
         # not yet known waits for one read, not one read a start.
         self.declared_reads: dict[str, SharedAttempt[Any]] = {}
