@@ -370,11 +370,7 @@ class ClonePool:
                     admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(job)))
                 else:
                     name = f"t_{uuid.uuid4().hex[:12]}"
-                    admin.execute(
-                        sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                            sql.Identifier(name), sql.Identifier(self._template)
-                        )
-                    )
+                    testkit.clone_database(admin, name, self._template)
                     self._ready.put((name, self._server.dsn_for(name)))
             except BaseException as exc:
                 if admin is not None:

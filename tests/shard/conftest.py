@@ -20,6 +20,7 @@ import psycopg
 import pytest
 from stopping import assert_thread_stopped
 
+from harvest.db import testkit
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
 
@@ -42,7 +43,10 @@ class ShardServers:
         server = self.servers[shard]
         with _admin(server) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+            if template is None:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            else:
+                testkit.clone_database(conn, name, template)
         return server.dsn_for(name)
 
     def drop_database(self, shard: int, name: str) -> None:
