@@ -1192,6 +1192,20 @@ def test_only_concurrent_index_builds_wait_for_their_lock_without_limit(stmt: st
     assert m.waits_harmlessly(m.statements(stmt)[0].node) is unbounded
 
 
+def test_a_file_is_cut_into_its_statements_after_text_that_is_not_ascii() -> None:
+    """The parser's positions count UTF-8 bytes: cut as characters, every statement after an
+    accented word started that many characters late (and a failure named the wrong text)."""
+    sql = "SELECT 'é — ü';\nSELECT 2;\n\nSELECT 'ß'\n"
+    parsed = m.statements(sql)
+    assert [(s.line, s.text.strip()) for s in parsed] == [
+        (1, "SELECT 'é — ü'"),
+        (2, "SELECT 2"),
+        (4, "SELECT 'ß'"),
+    ]
+    assert list(parsed[0].node) == ["SelectStmt"]
+    assert m.transaction_control(m.statements("SELECT 'é';\nSAVEPOINT a;\nCOMMIT;")) == (3, "COMMIT")
+
+
 def test_a_no_transaction_file_retries_the_statement_that_timed_out_not_the_ones_before(
     db: str, tmp_path: Path
 ) -> None:
