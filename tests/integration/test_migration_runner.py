@@ -247,73 +247,70 @@ def test_include_dir_brings_an_extra_set(fresh_db: str, tmp_path: Path) -> None:
     assert "applied 1 migration(s), 0 function file(s)" in again.stdout, again.output
 
 
-def test_a_second_run_applies_nothing_and_skips_unchanged_function_files(fresh_db: str) -> None:
-    assert cli("run", dsn=fresh_db).exit_code == 0
-    migrations_before, functions_before = ledger(fresh_db), function_ledger(fresh_db)
+def test_a_second_run_applies_nothing_and_skips_unchanged_function_files(db: str) -> None:
+    migrations_before, functions_before = ledger(db), function_ledger(db)
     assert sorted(functions_before) == FUNCTION_FILES
     for name, (checksum, _at) in functions_before.items():
         assert checksum == hashlib.sha256((REPO / "functions" / name).read_bytes()).hexdigest()
 
-    second = cli("run", dsn=fresh_db)
+    second = cli("run", dsn=db)
     assert second.exit_code == 0, second.output
     assert "applied 0 migration(s), 0 function file(s)" in second.stdout
     assert "applying" not in second.stderr
-    assert ledger(fresh_db) == migrations_before
-    assert function_ledger(fresh_db) == functions_before, "an unchanged function file was re-run"
+    assert ledger(db) == migrations_before
+    assert function_ledger(db) == functions_before, "an unchanged function file was re-run"
 
 
-def test_a_changed_function_file_is_run_again(fresh_db: str, sql_copy: Path) -> None:
-    assert cli("run", dsn=fresh_db).exit_code == 0
-    before = function_ledger(fresh_db)
+def test_a_changed_function_file_is_run_again(db: str, sql_copy: Path) -> None:
+    before = function_ledger(db)
     changed = sql_copy / "functions" / "core.sql"
     changed.write_text(changed.read_text() + "\n-- a comment is a change too\n")
 
-    status = cli("status", "--check", dsn=fresh_db)
+    status = cli("status", "--check", dsn=db)
     assert status.exit_code == 1
     assert "functions/core.sql" in status.stdout and "pending (changed)" in status.stdout
     assert f"{len(CORE_MIGRATIONS)} applied, 0 pending" in status.stdout
 
-    result = cli("run", dsn=fresh_db)
+    result = cli("run", dsn=db)
     assert result.exit_code == 0, result.output
     assert "applied 0 migration(s), 1 function file(s)" in result.stdout
-    after = function_ledger(fresh_db)
+    after = function_ledger(db)
     assert after["core.sql"][0] == hashlib.sha256(changed.read_bytes()).hexdigest()
     assert after["core.sql"][1] > before["core.sql"][1]
     assert {k: v for k, v in after.items() if k != "core.sql"} == {
         k: v for k, v in before.items() if k != "core.sql"
     }
-    assert cli("status", "--check", dsn=fresh_db).exit_code == 0
+    assert cli("status", "--check", dsn=db).exit_code == 0
 
 
-def test_a_function_file_that_left_functions_loses_its_ledger_row(fresh_db: str, sql_copy: Path) -> None:
+def test_a_function_file_that_left_functions_loses_its_ledger_row(db: str, sql_copy: Path) -> None:
     """Functions moved out of a file that then disappears: the next run applies the file
     that took them and deletes the old name's ledger row, so the ledger names exactly the
     files of functions/, as a fresh install's does, and status lists no ghost."""
-    assert cli("run", dsn=fresh_db).exit_code == 0
     functions = sql_copy / "functions"
     moved, taker = functions / "flow_usage.sql", functions / "core.sql"
     taker.write_text(taker.read_text() + "\n" + moved.read_text())
     moved.unlink()
 
-    status = cli("status", "--check", dsn=fresh_db)
+    status = cli("status", "--check", dsn=db)
     assert status.exit_code == 1, status.output
     assert "functions/flow_usage.sql" in status.stdout and "pending (retired" in status.stdout
-    as_json = json.loads(cli("status", "--output", "json", dsn=fresh_db).stdout)
+    as_json = json.loads(cli("status", "--output", "json", dsn=db).stdout)
     assert as_json["retired_function_files"] == ["flow_usage.sql"]
-    plan = cli("run", "--dry-run", dsn=fresh_db)
+    plan = cli("run", "--dry-run", dsn=db)
     assert "would retire functions/flow_usage.sql" in plan.stdout
-    assert "flow_usage.sql" in function_ledger(fresh_db), "a dry run changes nothing"
+    assert "flow_usage.sql" in function_ledger(db), "a dry run changes nothing"
 
-    result = cli("run", dsn=fresh_db)
+    result = cli("run", dsn=db)
     assert result.exit_code == 0, result.output
     assert "applied 0 migration(s), 1 function file(s), 1 retired" in result.stdout
-    assert sorted(function_ledger(fresh_db)) == sorted(p.name for p in functions.glob("*.sql"))
+    assert sorted(function_ledger(db)) == sorted(p.name for p in functions.glob("*.sql"))
     assert query(
-        fresh_db,
+        db,
         "SELECT to_regprocedure('harvest.count_usage(timestamptz,timestamptz,text)') IS NOT NULL",
     )[0][0]
-    assert cli("status", "--check", dsn=fresh_db).exit_code == 0
-    assert "retired" not in cli("run", dsn=fresh_db).stdout
+    assert cli("status", "--check", dsn=db).exit_code == 0
+    assert "retired" not in cli("run", dsn=db).stdout
 
 
 def test_a_function_file_with_crlf_line_ends_is_current_after_one_run(fresh_db: str, sql_copy: Path) -> None:
@@ -443,20 +440,19 @@ def test_a_failing_migration_rolls_back_whole_and_names_file_and_line(
     assert f"0002_break.sql line {line}:" in in_process.stderr
 
 
-def test_a_failing_function_file_records_nothing(fresh_db: str, sql_copy: Path) -> None:
-    assert cli("run", dsn=fresh_db).exit_code == 0
-    before = function_ledger(fresh_db)
+def test_a_failing_function_file_records_nothing(db: str, sql_copy: Path) -> None:
+    before = function_ledger(db)
     path = sql_copy / "functions" / "workers.sql"
     path.write_text(
         path.read_text() + "\nCREATE OR REPLACE FUNCTION harvest.zz_broken() RETURNS int\n"
         "LANGUAGE sql AS $$ SELECT 1 $$;\nSELECT harvest.no_such_function();\n"
     )
-    result = cli_process("run", dsn=fresh_db)
+    result = cli_process("run", dsn=db)
     assert result.returncode == 1
     [error] = error_lines(result.stderr)
     assert "workers.sql line" in error and "no_such_function" in error
-    assert function_ledger(fresh_db) == before
-    assert query(fresh_db, "SELECT to_regprocedure('harvest.zz_broken()')") == [(None,)]
+    assert function_ledger(db) == before
+    assert query(db, "SELECT to_regprocedure('harvest.zz_broken()')") == [(None,)]
 
 
 # A migrator killed (SIGKILL) at the moment it would pin the functions' options and grants
