@@ -315,7 +315,7 @@ def pg_server() -> Iterator[Server]:
     if external:
         yield Server(external)
         return
-    server = EmbeddedPostgres(settings=TEST_SERVER_SETTINGS)
+    server = EmbeddedPostgres(settings=TEST_SERVER_SETTINGS, in_memory=True)
     server.start()
     try:
         yield Server(server.dsn)

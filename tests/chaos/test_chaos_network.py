@@ -173,7 +173,8 @@ def server() -> Iterator[EmbeddedPostgres]:
             "listen_addresses": f"127.0.0.1,{addresses.host_address}",
             "fsync": "off",
             "synchronous_commit": "off",
-        }
+        },
+        in_memory=True,
     )
     try:
         with _made(addresses):

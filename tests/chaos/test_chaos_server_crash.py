@@ -31,7 +31,7 @@ RUNS = 30
 def server() -> Iterator[EmbeddedPostgres]:
     # synchronous_commit on (the default): a commit a worker was told of is in the WAL the
     # server has written, which a kill of the server's processes does not take back.
-    pg = EmbeddedPostgres(settings={"fsync": "off"})
+    pg = EmbeddedPostgres(settings={"fsync": "off"}, in_memory=True)
     pg.start()
     try:
         Migrator(pg.dsn).run()

@@ -25,6 +25,7 @@ import atexit
 import json
 import locale
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -129,6 +130,7 @@ class _Zygote:
         self.process.kill()
         self.process.wait()
         self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)  # (its socket and log: one left per process run)
 
 
 def _zygote_for(env: Mapping[str, str]) -> _Zygote:

@@ -53,7 +53,7 @@ def client(db: str) -> Iterator[Client]:
 def own_server() -> Iterator[EmbeddedPostgres]:
     """A migrated PostgreSQL server of the test module's own, which its tests may stop and
     start again (``pause``, ``resume``: outages) without touching the shared test server."""
-    pg = EmbeddedPostgres(settings={"fsync": "off", "synchronous_commit": "off"})
+    pg = EmbeddedPostgres(settings={"fsync": "off", "synchronous_commit": "off"}, in_memory=True)
     pg.start()
     try:
         Migrator(pg.dsn).run()

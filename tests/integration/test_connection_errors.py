@@ -154,7 +154,7 @@ def test_worker_retry_warnings_never_hold_the_password(
 @pytest.fixture(scope="module")
 def password_server() -> Iterator[EmbeddedPostgres]:
     """A server of its own that checks passwords (the shared one trusts every login)."""
-    server = EmbeddedPostgres(settings={"max_connections": "40"})
+    server = EmbeddedPostgres(settings={"max_connections": "40"}, in_memory=True)
     server.start()
     try:
         with psycopg.connect(server.dsn, autocommit=True) as conn:

@@ -129,3 +129,40 @@ def test_a_kept_data_dir_is_stopped_cleanly_for_the_next_start(monkeypatch: pyte
         if pid_file.exists() and _alive(int(pid_file.read_text().split()[0])):
             os.kill(int(pid_file.read_text().split()[0]), signal.SIGQUIT)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_an_in_memory_server_keeps_its_files_in_memory_where_there_is_room(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The test servers' files go to a tmpfs (creating and dropping a database per test spent
+    the server's CPU in the disk's inode allocation); a tmpfs without the room, or none, leaves
+    them in the temporary directory, and a named base directory is never moved."""
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    monkeypatch.setattr(embedded, "MEMORY_DIR", memory)
+    monkeypatch.setattr(embedded, "MEMORY_MIN_FREE", 0)
+    kept = EmbeddedPostgres(base_dir=tmp_path / "kept", in_memory=True)
+    assert kept.base_dir == tmp_path / "kept" and not kept.in_memory
+    server = EmbeddedPostgres(settings={"fsync": "off"}, in_memory=True)
+    assert server.in_memory and server.base_dir.parent == memory
+    assert server.settings == {"fsync": "off", "max_wal_size": embedded.MEMORY_MAX_WAL_SIZE}
+    own = EmbeddedPostgres(settings={"max_wal_size": "64MB"}, in_memory=True)
+    assert own.settings == {"max_wal_size": "64MB"}
+    server.start()
+    try:
+        with psycopg.connect(server.dsn) as conn:
+            assert conn.execute("SHOW max_wal_size").fetchone() == ("256MB",)
+            assert conn.execute("SHOW data_directory").fetchone() == (str(server.data_dir),)
+    finally:
+        server.stop()
+        own.stop()
+    assert not server.base_dir.exists() and not own.base_dir.exists()
+
+    monkeypatch.setattr(embedded, "MEMORY_MIN_FREE", shutil.disk_usage(memory).free + (1 << 40))
+    no_room = EmbeddedPostgres(in_memory=True)
+    monkeypatch.setattr(embedded, "MEMORY_DIR", tmp_path / "absent")
+    no_tmpfs = EmbeddedPostgres(in_memory=True)
+    for server in (no_room, no_tmpfs):
+        assert not server.in_memory and server.base_dir.parent == Path(tempfile.gettempdir()).absolute()
+        assert "max_wal_size" not in server.settings
+        server.stop()

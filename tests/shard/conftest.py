@@ -94,7 +94,7 @@ def _on_each_shard(action: Callable[[int], object]) -> None:
 
 @pytest.fixture(scope="session")
 def shard_servers() -> Iterator[ShardServers]:
-    servers = [EmbeddedPostgres(settings=SETTINGS) for _ in range(SHARD_COUNT)]
+    servers = [EmbeddedPostgres(settings=SETTINGS, in_memory=True) for _ in range(SHARD_COUNT)]
 
     def start(shard: int) -> None:
         server = servers[shard]

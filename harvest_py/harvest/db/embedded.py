@@ -52,6 +52,24 @@ def _ensure_service_user() -> pwd.struct_passwd:
         return pwd.getpwnam(SERVICE_USER)
 
 
+# Where an in-memory server keeps its files, and the room it must find there: a container's
+# /dev/shm is often 64 MB, and a server that fills a tmpfs fills the machine's memory.
+MEMORY_DIR = Path("/dev/shm")
+MEMORY_MIN_FREE = 2 << 30
+# An in-memory server's WAL between checkpoints (the default, 1 GB, is memory here too).
+MEMORY_MAX_WAL_SIZE = "256MB"
+
+
+def _memory_dir() -> Path | None:
+    """MEMORY_DIR when it is a writable directory with MEMORY_MIN_FREE bytes free, else None."""
+    try:
+        if not (MEMORY_DIR.is_dir() and os.access(MEMORY_DIR, os.W_OK | os.X_OK)):
+            return None
+        return MEMORY_DIR if shutil.disk_usage(MEMORY_DIR).free >= MEMORY_MIN_FREE else None
+    except OSError:
+        return None
+
+
 def _open_path_for(path: Path) -> None:
     """Let another user traverse every parent of path and read the binaries."""
     for parent in [path, *path.parents]:
@@ -60,19 +78,34 @@ def _open_path_for(path: Path) -> None:
 
 
 class EmbeddedPostgres:
-    """Start with :meth:`start`, stop (and delete everything) with :meth:`stop`."""
+    """Start with :meth:`start`, stop (and delete everything) with :meth:`stop`.
+
+    ``in_memory`` (a throwaway server: no ``base_dir``): its files go under /dev/shm, a tmpfs,
+    when it has 2 GiB free (else in the system's temporary directory, as without it), and its
+    WAL between checkpoints is capped at 256 MB unless ``settings`` name a ``max_wal_size``. The
+    test servers use it: on the disk, creating and dropping a database per test spent ~8% of
+    the server's CPU in the file system's inode allocation, and 520 integration tests cost the
+    machine 65 s of CPU in memory against 69-89 s on the disk (CONTRIBUTING.md, "Tests")."""
 
     def __init__(
-        self, base_dir: Path | None = None, settings: dict[str, str] | None = None, port: int | None = None
+        self,
+        base_dir: Path | None = None,
+        settings: dict[str, str] | None = None,
+        port: int | None = None,
+        in_memory: bool = False,
     ):
         self._owns_base = base_dir is None
+        memory = _memory_dir() if in_memory and base_dir is None else None
         # Absolute: the server resolves its socket directory after moving into its data
         # directory, so a relative one (`harvest dev --data-dir .harvest-dev`) never started.
-        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="harvest-pg-")).absolute()
+        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="harvest-pg-", dir=memory)).absolute()
         self.data_dir = self.base_dir / "data"
         self.log_file = self.base_dir / "server.log"
         self.port = port or _free_port()
-        self.settings = settings or {}
+        self.settings = dict(settings or {})
+        if memory is not None:
+            self.settings.setdefault("max_wal_size", MEMORY_MAX_WAL_SIZE)
+        self.in_memory = memory is not None
         self._user: pwd.struct_passwd | None = None
         self._lifeline: int | None = None  # the write end of the watchdog's pipe (_watch_owner)
         self.started = False

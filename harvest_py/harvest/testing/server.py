@@ -49,7 +49,7 @@ class TestServer:
     def start(self) -> Self:
         with self._lock:
             if self.dsn is None:
-                self._embedded = EmbeddedPostgres(settings=SERVER_SETTINGS)
+                self._embedded = EmbeddedPostgres(settings=SERVER_SETTINGS, in_memory=True)
                 self.dsn = self._embedded.start()
         return self
 
