@@ -13,9 +13,11 @@ import ast
 import subprocess
 import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import pytest
+from parsed_source import parsed
 
 PACKAGE = Path(__file__).resolve().parents[2] / "harvest_py" / "harvest"
 
@@ -124,14 +126,15 @@ def imports_of(name: str, path: Path, known: set[str]) -> list[Edge]:
         for child in ast.iter_child_nodes(node):
             visit(child, type_only)
 
-    visit(ast.parse(path.read_text(), str(path)), False)
+    visit(parsed(path), False)
     return edges
 
 
-def graph() -> list[Edge]:
+@cache
+def graph() -> tuple[Edge, ...]:
     modules = _modules()
     known = set(modules)
-    return [edge for name, path in modules.items() for edge in imports_of(name, path, known)]
+    return tuple(edge for name, path in modules.items() for edge in imports_of(name, path, known))
 
 
 def layer_of(module: str) -> str:

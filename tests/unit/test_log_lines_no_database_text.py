@@ -30,6 +30,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from parsed_source import parsed
 
 import harvest
 from harvest.core.errors import HarvestError
@@ -132,8 +133,7 @@ def offending_log_calls(root: Path) -> list[str]:
     found = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        source = path.read_text()
-        tree = ast.parse(source)
+        tree = parsed(path)
         owner = _functions(tree)
         module = None
         # A traceback, anywhere (a helper an except block calls logs the one being handled):
@@ -366,7 +366,7 @@ def traceback_loggers_outside(root: Path, allowed: tuple[str, ...]) -> list[str]
     logger (``log = logging.getLogger(name)``) whose name is not in ``allowed``."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         names: dict[str, str] = {}
         for node in tree.body:
             if (
