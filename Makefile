@@ -49,12 +49,12 @@ test: install lint pgtap chromium promtool redis iproute2
 # The slow suites (markers shard, chaos, browser and webfuzz: several PostgreSQL servers, killed
 # processes, a headless Chromium, schemathesis over the API) run beside the rest in pytest
 # processes of their own, one per comma-separated group of SLOW_GROUPS (GROUP/N: N processes split
-# by test file; shard, 15 minutes in CI, is the longest); a test in two groups runs in the first.
+# by test file; shard took 15 minutes in one); a test in two groups runs in the first.
 # browser and webfuzz (busy on a core: Chromium, schemathesis) are a group apart from chaos
 # (mostly waiting on killed processes); together they took ~17 minutes in CI, the browser and
 # webfuzz tests ~1/5 of it, Redis under crashes ~1/12. The rest, the fast suite, runs in
-# FAST_PARTS processes split by test file (tests/conftest.py, --part): two parts took 13-14 and 17
-# minutes in CI beside the slow groups, where the whole fast suite alone took ~8-9: on two cores
+# FAST_PARTS processes split by test file (tests/conftest.py, --part): three parts took 10 to 12
+# minutes in CI beside the slow groups (chaos, mostly waiting, about as long): on two cores
 # the run is short of CPU more than waiting, so a test's time in a CI log (each process prints its
 # 25 slowest) is its share of a busy machine: compare tests within one run. SKIP_SLOW=1 leaves the
 # slow suites out for a quick local run (`make test SKIP_SLOW=1`); CI runs everything.
