@@ -59,8 +59,8 @@ test: install lint pgtap chromium promtool redis iproute2
 # 25 slowest) is its share of a busy machine: compare tests within one run. SKIP_SLOW=1 leaves the
 # slow suites out for a quick local run (`make test SKIP_SLOW=1`); CI runs everything.
 PYTEST = $(BIN)/pytest -q -p no:cacheprovider
-SLOW_GROUPS = shard/2,chaos,browser or webfuzz
-FAST_PARTS ?= 3
+SLOW_GROUPS = shard/2,chaos/2,browser or webfuzz
+FAST_PARTS ?= 4
 test-python: install
 	SKIP_SLOW=$(SKIP_SLOW) scripts/run-suites.sh "$(PYTEST)" "$(SLOW_GROUPS)" $(FAST_PARTS)
 
