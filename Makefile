@@ -53,8 +53,9 @@ test: install lint pgtap chromium promtool redis iproute2
 # browser and webfuzz (busy on a core: Chromium, schemathesis) are a group apart from chaos
 # (mostly waiting on killed processes); together they took ~17 minutes in CI, the browser and
 # webfuzz tests ~1/5 of it, Redis under crashes ~1/12. The rest, the fast suite, runs in
-# FAST_PARTS processes split by test file (tests/conftest.py, --part): three parts took 10 to 12
-# minutes in CI beside the slow groups (chaos, mostly waiting, about as long): on two cores
+# FAST_PARTS processes split by test file (tests/conftest.py, --part): four parts took 10 to 11
+# minutes in CI beside the slow groups (three took 10 to 12; chaos, mostly waiting, took 11.5 in
+# one process and 7 to 8 in two): on two cores
 # the run is short of CPU more than waiting, so a test's time in a CI log (each process prints its
 # 25 slowest) is its share of a busy machine: compare tests within one run. SKIP_SLOW=1 leaves the
 # slow suites out for a quick local run (`make test SKIP_SLOW=1`); CI runs everything.
