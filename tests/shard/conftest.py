@@ -41,12 +41,7 @@ class ShardServers:
 
     def create_database(self, shard: int, name: str, template: str | None = TEMPLATE) -> str:
         server = self.servers[shard]
-        with _admin(server) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            if template is None:
-                conn.execute(f'CREATE DATABASE "{name}"')
-            else:
-                testkit.clone_database(conn, name, template)
+        testkit.create_database(server.dsn, name, template)
         return server.dsn_for(name)
 
     def drop_database(self, shard: int, name: str) -> None:

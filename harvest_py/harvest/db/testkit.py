@@ -72,11 +72,23 @@ def clone_database(admin: psycopg.Connection[Any], name: str, template: str) -> 
     statement = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
         sql.Identifier(name), sql.Identifier(template)
     )
-    if admin.info.server_version >= 150000:
-        row = admin.execute("SELECT current_setting('fsync')").fetchone()
-        if row is not None and row[0] == "off":
-            statement += sql.SQL(" STRATEGY FILE_COPY")
+    if _copies_files(admin):
+        statement += sql.SQL(" STRATEGY FILE_COPY")
     admin.execute(statement)
+
+
+def _copies_files(admin: psycopg.Connection[Any]) -> bool:
+    """Whether clones on ``admin`` use FILE_COPY (clone_database): asked once per session (the
+    test harness's clone threads make a clone a test on one session each)."""
+    known = getattr(admin, "_harvest_copies_files", None)
+    if known is None:
+        row = (
+            admin.execute("SELECT current_setting('fsync')").fetchone()
+            if admin.info.server_version >= 150000
+            else None
+        )
+        known = admin._harvest_copies_files = row is not None and row[0] == "off"  # type: ignore[attr-defined]
+    return bool(known)
 
 
 def drop_database(server_dsn: str, name: str) -> None:
