@@ -4,7 +4,7 @@ this process, activity mocks, and time skipping.
 ::
 
     with WorkflowEnvironment(app) as env:
-        env.mock_activity("charge", lambda ctx, order_id, amount: {"charged": amount})
+        env.mock_activity(charge, lambda ctx, order_id, amount: {"charged": amount})
         handle = env.client.start_workflow(checkout, "order-1", 42)
         assert handle.result(timeout=10) == {"charged": 42}   # a one-day timer: milliseconds
 
@@ -32,7 +32,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, TypeVarTuple, overload
 
 from harvest.client.client import AsyncClient, Client, why_stuck
 from harvest.core.durations import Duration, parse_duration, plain_number
@@ -220,6 +220,9 @@ def _warn_near_miss(name: str, app: App) -> None:
 
 
 _ClientT = TypeVar("_ClientT", Client, AsyncClient)
+# mock_activity's typing by function: the activity's ctx type and positional parameters.
+_CtxT = TypeVar("_CtxT")
+_MockArgs = TypeVarTuple("_MockArgs")
 
 
 class _StuckWatch:
@@ -389,13 +392,25 @@ class WorkflowEnvironment:
         return self._worker.worker
 
     # -- activity mocks ----------------------------------------------------------------------
+    @overload
+    def mock_activity(
+        self, activity: Callable[[_CtxT, *_MockArgs], object], fn: Callable[[_CtxT, *_MockArgs], object]
+    ) -> None: ...
+    @overload
+    def mock_activity(self, activity: str | ActivityDefinition, fn: Callable[..., object]) -> None: ...
     def mock_activity(self, activity: Any, fn: Callable[..., Any]) -> None:
         """Run ``fn`` instead of the activity named ``activity`` (a name or the ``@activity``
         function). ``fn`` takes what the activity takes (``ctx`` first) and may be ``def`` or
         ``async def``; arguments are decoded by the real activity's type hints, and its
         options (timeouts, retries) stay. A mock that cannot take the activity's arguments is a
         TypeError here. A name no activity of the App has is mocked too (a workflow may call
-        activities by name that another worker runs); one close to a registered name warns."""
+        activities by name that another worker runs); one close to a registered name warns.
+
+        Typing (docs/testing.md "Activity mocks"): given the ``@activity`` function, a checker
+        types ``fn``'s parameters from the activity's own (its ``ctx`` type, then each positional
+        parameter), so a ``lambda`` mock is typed and one of the wrong arity is refused; the
+        mock's result is checked at run time, against the activity's return hint. Given a name,
+        ``fn`` is unchecked."""
         name = activity if isinstance(activity, str) else self._original_app.activity(activity).name
         original = self._original_app.activities.get(name)
         if original is not None:
