@@ -1,8 +1,9 @@
 """What a process imports before it does its work (docs/performance.md, "Process start").
 
-A command's --help needs its options, not the database driver: `harvest workflow --help` and
-its subcommands' load neither psycopg, the SQL API, the client, asyncio nor pydantic (they were
-~0.5 s of CPU on each call). A worker process imports pydantic only if the application does.
+A command's --help needs its options, not the database driver: every root command's --help and
+every subcommand's (`harvest workflow list --help`, `harvest migrate run --help`, ...) load
+neither psycopg, the SQL API, the client, asyncio nor pydantic (they were ~0.5 s of CPU on each
+call). A worker process imports pydantic only if the application does.
 Names are checked, not times: each case runs in a fresh interpreter (tests/unit/test_cli_lazy.py
 holds `harvest --help` itself).
 """
@@ -26,20 +27,32 @@ HEAVY = [
     "harvest.worker.worker",
 ]
 
-# Every root command's --help but these, which still load the driver to build their options
-# (docs/performance.md, "Process start": what is left).
-STILL_LOAD_THE_DRIVER = {"backup", "dev", "events", "history", "migrate", "preflight", "serve"}
-
-# One interpreter runs every --help in turn and notes what each one added to sys.modules.
+# One interpreter runs every root command's --help in turn, each followed by its subcommands'
+# (read from the group its --help resolved, so a new subcommand is checked too), then ARGS, and
+# notes what each one had loaded by then into sys.modules: the first that loads too much fails.
 _HELPS = """
-import contextlib, io, json, sys
+import click, contextlib, io, json, sys
 from harvest.cli.main import COMMANDS, main
 out = {}
-for args in ARGS:
+ctx = click.Context(main)
+
+def show(args):
     text = io.StringIO()
     with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
         main.main(args, prog_name="harvest")
     out[" ".join(args)] = {"help": text.getvalue(), "imported": sorted(sys.modules)}
+
+def walk(path, group):
+    show([*path, "--help"])
+    command = group.get_command(ctx, path[-1])
+    if isinstance(command, click.Group):
+        for name in command.list_commands(ctx):
+            walk([*path, name], command)
+
+for name in sorted(COMMANDS):
+    walk([name], main)
+for args in ARGS:
+    show(args)
 print(json.dumps(out))
 """
 
@@ -66,10 +79,14 @@ def test_the_check_can_fail() -> None:
 def test_a_commands_help_loads_no_database_driver() -> None:
     from harvest.cli.main import COMMANDS
 
-    helps = [[name, "--help"] for name in sorted(COMMANDS) if name not in STILL_LOAD_THE_DRIVER]
-    helps += [["workflow", "list", "--help"], ["workflow", "get", "X", "--help"], ["worker", "run", "--help"]]
-    helps += [["schedule", "list", "--help"], ["dlq", "list", "--help"], ["shard", "rebalance", "--help"]]
-    out = _fresh(_HELPS.replace("ARGS", repr(helps)))
+    out = _fresh(_HELPS.replace("ARGS", repr([["workflow", "get", "X", "--help"]])))  # (after an argument)
+    # the walk reached every root command and the subcommands below it
+    assert {f"{name} --help" for name in COMMANDS} <= set(out)
+    for args in ["workflow list", "worker run", "schedule list", "dlq list", "shard rebalance"]:
+        assert f"{args} --help" in out
+    for args in ["backup verify", "events tail", "history export", "history export-batch"]:
+        assert f"{args} --help" in out
+    assert {"migrate run --help", "migrate status --help", "workflow get X --help"} <= set(out)
     for args, seen in out.items():
         assert isinstance(seen, dict)
         assert "Usage: harvest" in seen["help"], args  # the help was printed, not an error

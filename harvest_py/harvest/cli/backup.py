@@ -12,7 +12,7 @@ Exit codes (for CI):
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,7 +20,11 @@ from harvest.cli.output import cli_config, cli_dsn, echo_error, emit, output_opt
 from harvest.config import shard_urls, shards_configured
 from harvest.core.errors import HarvestError
 from harvest.db import SCHEMA_VERSION
-from harvest.db.backup import DrillFailed, Problem, check_children_across, check_copy, drill, histories
+
+# The drill (and the database driver under it) is imported when it runs, never for --help
+# (tests/unit/test_startup.py).
+if TYPE_CHECKING:
+    from harvest.db.backup import Problem
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
 
@@ -46,6 +50,7 @@ def _replay(app_target: str | None, copies: list[Any]) -> tuple[list[Problem], d
     if app_target is None:
         return [], {}
     from harvest.cli.worker import load_app
+    from harvest.db.backup import Problem, histories
     from harvest.testing.replay import WorkflowReplayer
 
     app = load_app(app_target)
@@ -87,6 +92,8 @@ def _replay(app_target: str | None, copies: list[Any]) -> tuple[list[Problem], d
 def verify(database_url: str | None, scratch_url: str | None, app_target: str | None, output: str) -> None:
     """Dump the live database(s) with pg_dump, restore into scratch databases, check the copies,
     drop them. Exit 0 verified, 1 a check failed, 2 usage, 3 the drill could not run."""
+    from harvest.db.backup import DrillFailed, check_children_across, check_copy, drill
+
     try:
         config = cli_config()
         dsn = cli_dsn(database_url)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import os
@@ -16,10 +15,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from harvest.core.errors import ConfigError
-from harvest.db.connection import is_local_host, parse_dsn, redact
-from harvest.db.embedded import EmbeddedPostgres, bin_dir
-from harvest.db.migrate import Migrator
 
+# The database driver and asyncio are imported when the runner starts, never for --help
+# (tests/unit/test_startup.py).
 if TYPE_CHECKING:
     import uvicorn
 
@@ -32,6 +30,8 @@ DEV_DSN_ENV = "HARVEST_DEV_DATABASE_URL"
 
 def require_local(dsn: str) -> None:
     """`harvest dev` may only touch a database on this machine."""
+    from harvest.db.connection import is_local_host, parse_dsn
+
     host = parse_dsn(dsn, DEV_DSN_ENV).get("host") or "localhost"
     for part in host.split(","):
         if is_local_host(part):
@@ -84,7 +84,12 @@ def dev(
     Ctrl-C stops the worker, the server, and removes what it created (a --data-dir stays).
     Killed outright, its embedded PostgreSQL stops too.
     """
+    import asyncio
+
     from harvest.cli.worker import load_app
+    from harvest.db.connection import redact
+    from harvest.db.embedded import EmbeddedPostgres, bin_dir
+    from harvest.db.migrate import Migrator
     from harvest.telemetry.logs import configure_logging
     from harvest.worker import Worker
     from harvest.worker.collector import freeze_at_exit
@@ -221,6 +226,8 @@ async def _run(worker: Worker, api: tuple[uvicorn.Server, list[socket.socket], A
     SIGTERM). A remote drain (`harvest worker drain`, the dashboard's button) stops the worker
     only: the API and the database stay up, as a `harvest serve` replica's API outlives its
     drained claim loop, rather than end the session and remove its database."""
+    import asyncio
+
     interrupted = asyncio.Event()
 
     def interrupt() -> None:
@@ -250,6 +257,8 @@ async def _run(worker: Worker, api: tuple[uvicorn.Server, list[socket.socket], A
 
 
 async def _demo(worker: Worker, dsn: str) -> None:
+    import asyncio
+
     from harvest.cli.demo import greet
     from harvest.client import AsyncClient
 

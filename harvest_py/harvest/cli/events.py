@@ -7,7 +7,6 @@ HTTP, a stream that ends or breaks off once open is opened again after its last 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -21,8 +20,6 @@ import click
 from harvest.cli.output import cli_config, cli_dsn, database_url_option, output_option
 from harvest.core.errors import ConfigError, DatabaseUnavailable, HarvestError, TimeoutError_
 from harvest.core.json_values import json_default
-from harvest.db.connection import error_line, is_permanent
-from harvest.db.event_stream import EventSource, source_unreachable
 from harvest.shard.event_merge import (
     MergedEvent,
     at_position,
@@ -35,8 +32,11 @@ from harvest.shard.event_merge import (
     past_the_end_note,
 )
 
+# The event stream's reader (the database driver) and asyncio are imported when a tail
+# starts, never for --help (tests/unit/test_startup.py).
 if TYPE_CHECKING:
     from harvest.cli.http import Http
+    from harvest.db.event_stream import EventSource
 
 _FIELDS = (
     "global_id",
@@ -107,6 +107,8 @@ async def _open(url: str | None, shard: int | None, after: int | None) -> tuple[
     """The event source of shard ``shard`` (None: the one database), opened, and the global id
     its events are read after: ``after``, or (None) its last now. Closed again when either step
     fails."""
+    from harvest.db.event_stream import EventSource
+
     if url is None:
         raise ConfigError(f"{named(shard)} has no url in [shards] urls")
     source = EventSource(url)
@@ -140,6 +142,11 @@ async def _followed(
     named on stderr when it goes and when it is back; back, it goes on after the last of its
     events handed on, so nothing it wrote meanwhile is missed. Any other error (a refused login,
     a statement's error) ends the tail."""
+    import asyncio
+
+    from harvest.db.connection import error_line
+    from harvest.db.event_stream import source_unreachable
+
     position = after
     lost = opened is None
     try:
@@ -181,6 +188,9 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
     goes later, is named on stderr and followed again when it is back (_followed); one that
     refuses the login (or has no url) is named and not followed; none readable at the start is
     an error."""
+    from harvest.db.connection import error_line, is_permanent
+    from harvest.db.event_stream import source_unreachable
+
     given = parse_positions(after) if after is not None else {}
     opened: dict[int, tuple[EventSource, int]] = {}
     retried: list[int] = []
@@ -297,6 +307,8 @@ def tail(
     workflow name/id, event id and type, data. On shards every shard's events, each line
     starting with every shard's position and the event's shard. With --output json, one JSON
     object a line."""
+    import asyncio
+
     from harvest.cli.http import http_session
     from harvest.cli.output import selected
     from harvest.config import shards_configured

@@ -16,7 +16,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,25 +24,16 @@ from harvest.cli.http import http_session
 from harvest.cli.json_stream import Reindented, reindented
 from harvest.cli.output import ISO_TIME, database_url_option, output_file, selected
 from harvest.cli.shards import each_shard, open_shards
-from harvest.client.export_batch import (
-    MAX_LIMIT,
-    STATE_GROUPS,
-    Candidate,
-    coverage,
-    export_key,
-    failure,
-    head,
-    newest,
-    resolved,
-    shard_candidates,
-    shard_id,
-)
-from harvest.client.history_export import EXPORT_PAGE_SIZE
+from harvest.client.history_export import EXPORT_PAGE_SIZE, MAX_LIMIT, STATE_GROUPS
 from harvest.core.errors import DatabaseUnavailable, HarvestError
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
-from harvest.db.steps import run_steps
 from harvest.shard.fanout import COMPLETE, is_shard_failure, status_of
+
+# The batch's steps (the SQL API, the database driver) are imported when it is read over SQL,
+# never for --help (tests/unit/test_startup.py).
+if TYPE_CHECKING:
+    from harvest.client.export_batch import Candidate
 
 ROUTE = "/history/export-batch"
 
@@ -107,6 +98,9 @@ def export_batch(
         # read: each history from a server-side cursor, so no more than a page of events is held
         # (the whole document was, up to 10,000 histories). The bytes are json.dumps(indent=2)'s
         # of the whole document, as before.
+        from harvest.client.export_batch import coverage, head, newest, shard_candidates
+        from harvest.db.steps import run_steps
+
         picks = each_shard(
             database_url,
             lambda api: run_steps(shard_candidates(workflow_name, state_group, updated_after, limit), api),
@@ -181,6 +175,9 @@ def _no_shards() -> Iterator[tuple[dict[int, Any], list[int]]]:
 def _identities(apis: dict[int, Any]) -> tuple[dict[int, Any], list[int]]:
     """Each opened shard by the shard id its database holds (what the candidates carry), and
     the shards lost meanwhile."""
+    from harvest.client.export_batch import shard_id
+    from harvest.db.steps import run_steps
+
     by_identity: dict[int, Any] = {}
     lost: list[int] = []
     for s, api in apis.items():
@@ -199,6 +196,9 @@ def _exports(
     """Each chosen run's export, in order, its events read as they are written (redacted unless
     ``full``; then offloaded payloads read back); a run that could not be read is a failure
     (its shard unreached, or its row gone), and the batch goes on."""
+    from harvest.client.export_batch import export_key, failure, resolved
+    from harvest.db.steps import run_steps
+
     for candidate in chosen:
         sql = by_identity.get(candidate["shard_id"])
         if sql is None:

@@ -12,8 +12,10 @@ import click
 from harvest.cli.output import cli_config, cli_dsn, output_option, scrub, to_json
 from harvest.core.durations import plain_number
 from harvest.core.errors import HarvestError
-from harvest.db.connection import describe_dsn
-from harvest.db.migrate import CORE_SET, DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, Migrator, shipped_functions
+from harvest.db import DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT
+
+# The migration runner (the database driver) is imported when a command runs, never for --help
+# (tests/unit/test_startup.py): its option defaults are harvest.db's constants.
 
 database_url_option = click.option(
     "--database-url",
@@ -58,6 +60,8 @@ def migrate() -> None:
 @output_option
 def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool, output: str) -> None:
     """Show which migrations are applied and which are pending."""
+    from harvest.db.migrate import Migrator, shipped_functions
+
     migrator = Migrator(cli_dsn(database_url), include_dirs)
     report = migrator.inspect()
     rows, stale, unknown = report.migrations, report.stale_functions, report.unknown
@@ -186,6 +190,9 @@ def run(
 ) -> None:
     """Apply every pending migration in version order, then changed function files; with
     --shard-id N, then make the database shard N."""
+    from harvest.db.connection import describe_dsn
+    from harvest.db.migrate import CORE_SET, Migrator
+
     dsn = cli_dsn(database_url)
     config = cli_config().with_overrides(
         {

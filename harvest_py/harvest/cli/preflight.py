@@ -19,8 +19,10 @@ from typing import Any
 import click
 
 from harvest.cli.output import cli_dsn, database_url_option, output_option, table, to_json
-from harvest.config.preflight import EXIT, Check, overall, run_checks, run_shard_checks
 from harvest.core.errors import HarvestError, InvalidArgument
+
+# The checks (harvest.config.preflight: the SQL API, the database driver) are imported when they
+# run, never for --help (tests/unit/test_startup.py).
 
 
 @click.command()
@@ -33,6 +35,7 @@ def preflight(app_target: str | None, database_url: str | None, output: str) -> 
     """Read-only deploy gate. Exit 0 = pass, 2 = warn, 1 = fail."""
     from harvest.cli.http import http_session
     from harvest.cli.output import selected
+    from harvest.config.preflight import EXIT, Check
 
     settings = selected(database_url)
     if settings is not None:
@@ -84,6 +87,7 @@ def _local_report(app_target: str | None, database_url: str | None) -> dict[str,
     """The checks run here, over the DSN (or [shards]), as the route's JSON."""
     from harvest.cli.output import cli_config
     from harvest.cli.shard import shard_targets
+    from harvest.config.preflight import Check, overall, run_checks, run_shard_checks
     from harvest.shard.router import ShardRouter
 
     config = cli_config()

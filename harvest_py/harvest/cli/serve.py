@@ -21,7 +21,9 @@ from harvest.cli.http import DEFAULT_PORT, MOUNT
 from harvest.cli.output import cli_config, database_url_option
 from harvest.core.errors import ConfigError, HarvestError
 from harvest.core.extras import missing_extra
-from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS, failure_reason
+
+# The database driver (harvest.db.connection) is imported when a socket is opened or the
+# server starts, never for --help (tests/unit/test_startup.py).
 
 DEFAULT_HOST = "127.0.0.1"
 # How long a stopping server waits for requests in flight before it cuts them (a long-poll client
@@ -48,6 +50,8 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
     long-poll for the OS's two hours. A live client's kernel acknowledges and answers the
     probes, however slow its process; one that stops reading a stream with data to send for 30 s
     (its window full) is given up too, and reconnects."""
+    from harvest.db.connection import SOCKET_KEEPALIVE_OPTIONS
+
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:
@@ -96,6 +100,8 @@ def served_app(
     ``runtimes``: the Harvest runtimes this process runs beside it (:class:`PlacedRuntimes`)."""
     from starlette.applications import Starlette
     from starlette.routing import Mount
+
+    from harvest.db.connection import failure_reason
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:

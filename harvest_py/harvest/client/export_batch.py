@@ -14,24 +14,16 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from harvest.client.history_export import MAX_LIMIT, STATE_GROUPS
 from harvest.core.codecs import refs_in, replace_refs
 from harvest.core.errors import HarvestError, InvalidArgument
 from harvest.core.payload import redact
-from harvest.core.statuses import LIVE_STATUSES
 from harvest.db import sqlapi
 from harvest.db.steps import Sql, Steps
 
 BATCH_SCHEMA = "harvest.history_export_batch"
 BATCH_VERSION = 1
-MAX_LIMIT = 10_000
 PAGE = 500
-_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT", "CONTINUED_AS_NEW")
-STATE_GROUPS: dict[str, set[str]] = {
-    "terminal": set(_ENDED),
-    # running: every live run, a PAUSED one too (docs/lifecycle.md).
-    "running": set(LIVE_STATUSES),
-    "all": {*LIVE_STATUSES, *_ENDED},
-}
 
 # A run the batch takes (the newest ``limit`` matching runs over every shard): its id, shard,
 # workflow name and when it was last updated; small, so 10,000 of them are no burden.

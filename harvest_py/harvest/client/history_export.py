@@ -16,9 +16,22 @@ from typing import Any
 
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
+from harvest.core.statuses import LIVE_STATUSES
 
 # Events fetched per round trip (a server-side cursor's page).
 EXPORT_PAGE_SIZE = 500
+
+# A batch of exports (harvest.client.export_batch): the most runs it takes, and which runs each
+# state group takes. Here, not there, so that `harvest history export-batch --help` builds its
+# options without the SQL API under the batch (tests/unit/test_startup.py).
+MAX_LIMIT = 10_000
+_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT", "CONTINUED_AS_NEW")
+STATE_GROUPS: dict[str, set[str]] = {
+    "terminal": set(_ENDED),
+    # running: every live run, a PAUSED one too (docs/lifecycle.md).
+    "running": set(LIVE_STATUSES),
+    "all": {*LIVE_STATUSES, *_ENDED},
+}
 
 
 def _indented(value: Any, level: int) -> str:

@@ -57,7 +57,7 @@ from psycopg.types.json import Jsonb
 
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch, from_database_error
-from harvest.db import SCHEMA_VERSION, paths, sqlapi
+from harvest.db import DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, SCHEMA_VERSION, paths, sqlapi
 from harvest.db.connection import DatabaseError, connect, failure_reason, schema_missing, set_server_end
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import Sql, Steps, arun_steps, run_steps
@@ -85,11 +85,6 @@ RELEASE_VERSION = re.compile(
 PRE_RELEASES = ("a", "b", "rc")
 MIGRATION_NOT_RECORDED = "nothing from this file was recorded, fix it and run again"
 FUNCTIONS_NOT_RECORDED = "no function file of this run was recorded, fix it and run again"
-# How long one try of a migration waits for a lock it needs (seconds; 0: without limit), and
-# for how long in all it tries (docs/operations.md, "Migrations and locks"). The first bounds
-# how long the fleet's queries on a table may queue behind the migration's waiting DDL.
-DEFAULT_LOCK_TIMEOUT = 2.0
-DEFAULT_LOCK_WAIT = 60.0
 # the pause after a try that timed out, doubling up to the last: the queue behind it drains
 FIRST_LOCK_PAUSE = 0.5
 LAST_LOCK_PAUSE = 10.0

@@ -10,7 +10,6 @@ shards carry no order between them.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -125,6 +124,8 @@ async def merge_streams(
     streamed keeps its given position). Ends when one stream ends, raising what it raised; a
     stream that follows its shard through outages (the management API's, the CLI's) does not
     end."""
+    import asyncio  # (here: `harvest events --help` imports this module, tests/unit/test_startup.py)
+
     merged: asyncio.Queue[tuple[int, dict[str, Any]] | ShardNote | None] = asyncio.Queue(MERGE_QUEUE)
     at = dict(positions)
 

@@ -19,8 +19,6 @@ from typing import Any
 from starlette.responses import StreamingResponse
 
 from harvest.client.export_batch import (
-    MAX_LIMIT,
-    STATE_GROUPS,
     coverage,
     export_key,
     failure,
@@ -29,7 +27,7 @@ from harvest.client.export_batch import (
     resolved,
     shard_candidates,
 )
-from harvest.client.history_export import EXPORT_PAGE_SIZE, aexport_chunks
+from harvest.client.history_export import EXPORT_PAGE_SIZE, MAX_LIMIT, STATE_GROUPS, aexport_chunks
 from harvest.core.errors import HarvestError
 from harvest.core.payload import redact
 from harvest.db.steps import arun_steps
