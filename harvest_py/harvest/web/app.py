@@ -367,7 +367,9 @@ def management_app(
         state.runtimes_failure = runtimes_failure
     table = endpoints()
     routes: list[BaseRoute] = [
-        Route(e.path, e.__call__, methods=[e.method], name=e.operation_id) for e in table
+        Route(path, e.__call__, methods=[e.method], name=e.operation_id)
+        for e in table
+        for path in (e.path, *e.aliases)  # an alias: the same route under the spec's spelling
     ]
     # Beside the declared routes: the dashboard (/ui, docs/dashboard.md), the metrics and the
     # event streams (docs/event-streams.md), under the same authorizer. The metrics

@@ -98,6 +98,8 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         "parameters": [_parameter(p) for p in endpoint.params],
         "responses": {},
     }
+    if endpoint.aliases:  # the same operation served at these paths too (the spec's spelling)
+        op["x-harvest-aliases"] = list(endpoint.aliases)
     if endpoint.scope is not None:
         op["x-harvest-scope"] = endpoint.scope
         op["security"] = [{"bearer": [endpoint.scope]}]

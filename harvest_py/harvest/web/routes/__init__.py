@@ -572,6 +572,10 @@ class Endpoint:
     shape: dict[str, Any] = field(default_factory=lambda: {"type": "object"})  # a success's JSON
     also: tuple[str, ...] = ()  # other media types a success may answer (text, its schema a string)
     payloads: str = "filtered"  # its answer to a token that sees no payloads (PAYLOAD_ANSWERS)
+    # Other spellings of its path served by this same route (same handler, scope and answers;
+    # the audit names :attr:`path`): the spec's, where it spells a path otherwise. /openapi.json
+    # lists them on this operation (x-harvest-aliases), not as operations of their own.
+    aliases: tuple[str, ...] = ()
 
     @property
     def operation_id(self) -> str:
