@@ -190,6 +190,71 @@ def test_every_route_is_documented() -> None:
     assert not undocumented, f"routes no page of {API_PAGES} names: {undocumented}"
 
 
+# Every route the spec names (spec/*.txt; under its /api/harvest mount), in the spec's own
+# spelling: each is a requirement, so each must answer as the spec writes it (where ours is
+# spelled otherwise, an alias of the same route serves the spec's: Endpoint.aliases).
+SPEC_ROUTES = [
+    *(
+        ("GET", f"/admin/{name}")
+        for name in (
+            "concurrency",
+            "config",
+            "metrics",
+            "preflight",
+            "queue-coverage",
+            "queues/scaling",
+            "retention",
+            "shards/health",
+            "usage",
+            "version-gates/usage",
+        )
+    ),
+    ("POST", "/admin/retention/run-now"),
+    ("POST", "/admin/rate-limits/{activity_name}/override"),
+    ("DELETE", "/admin/rate-limits/{activity_name}/override"),
+    ("POST", "/admin/start-throttle/{workflow_name}/override"),  # singular: ours is plural
+    ("DELETE", "/admin/start-throttle/{workflow_name}/override"),
+    ("POST", "/admin/schedules/workflow"),
+    ("GET", "/admin/schedules"),
+    ("POST", "/admin/schedules/{id}/pause"),
+    ("POST", "/admin/schedules/{id}/resume"),
+    ("DELETE", "/admin/schedules/{id}"),
+    ("POST", "/dead-letters/replay"),
+    ("POST", "/dead-letters/discard"),
+    ("GET", "/health"),
+    ("GET", "/health/live"),
+    ("GET", "/health/ready"),
+    ("GET", "/workers"),
+    ("GET", "/workers/health"),
+    ("GET", "/workers/{worker_id}"),
+    ("POST", "/workers/<worker-id>/drain"),
+    ("GET", "/workers/drain-preview"),
+    ("GET", "/workflows"),
+    ("GET", "/workflows/count"),
+    ("GET", "/workflows/registered"),
+    ("GET", "/workflows/types/{workflow_name}/handlers"),
+    ("GET", "/workflows/{id}"),
+    ("GET", "/workflows/{id}/result"),
+    ("GET", "/workflows/{execution_id}/stack"),
+    ("GET", "/workflows/{id}/children"),
+    ("GET", "/workflows/{id}/tree"),
+    ("GET", "/workflows/{id}/events/stream"),
+    ("POST", "/workflows/{name}/start"),
+    ("POST", "/workflows/{name}/signal-with-start"),
+    ("POST", "/workflows/{name}/update-with-start"),
+    ("POST", "/workflows/{id}/erase-payloads"),
+    ("GET", "/stream"),
+    ("GET", "/stream/durable"),
+    ("GET", "/ui"),
+    ("GET", "/ui/workers"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), SPEC_ROUTES)
+def test_every_route_the_spec_names_answers_under_its_spelling(method: str, path: str) -> None:
+    assert exists(method, path), f"the spec names `{method} {path}`: no such route"
+
+
 @pytest.mark.parametrize(
     ("method", "path", "found"),
     [

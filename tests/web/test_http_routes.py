@@ -381,6 +381,81 @@ def test_start_throttle_override_routes(api, conn) -> None:
     assert keyed.status_code == 409 and error_of(keyed)["code"] == "policy_conflict"
 
 
+OURS = "/admin/start-throttles/{workflow_name}/override"
+SPEC = "/admin/start-throttle/{workflow_name}/override"  # the sharding guide's spelling (singular)
+
+
+def test_the_specs_singular_override_path_is_the_same_route(db: str, tokens: dict[str, str], conn) -> None:
+    """The spec names `POST/DELETE /admin/start-throttle/{workflow_name}/override`; ours is
+    plural, like /admin/rate-limits. Both are served by one route: the same answers (a set, a
+    clear, each refusal: 400, 404, 409), the same admin scope (401 without a token, 403 with an
+    operate one), one audit route (the plural's). /openapi.json documents the plural and names
+    the singular as its alias, not as an operation of its own (was: a 404)."""
+    from psycopg.types.json import Jsonb
+
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    operate = {"Authorization": f"Bearer {tokens['operate']}"}
+
+    def both(method: str, name: str, **options) -> list:
+        return [
+            api.request(method, template.replace("{workflow_name}", name), **options)
+            for template in (OURS, SPEC)
+        ]
+
+    below = ((None, 401, "unauthenticated"), (operate, 403, "permission_denied"))
+    with api_client(db, profile="production", app=APP) as api:
+        for method, payload in (("POST", {"rps": 50, "ttl_secs": 60}), ("DELETE", None)):
+            for headers, status, code in below:
+                ours, spec = both(method, "paced", json=payload, headers=headers)
+                assert ours.status_code == spec.status_code == status, (method, spec.text)
+                assert error_of(spec)["code"] == code and spec.json() == ours.json()
+        refusals = [
+            ("POST", "paced", {"rps": 0}, 400),  # out of bounds
+            ("POST", "paced", {}, 400),  # no rps
+            ("POST", "idle", {"rps": 5}, 404),  # no throttle declared
+            ("POST", "per_tenant", {"rps": 5}, 409),  # a keyed throttle
+        ]
+        for method, name, payload, status in refusals:
+            ours, spec = both(method, name, json=payload, headers=admin)
+            assert ours.status_code == spec.status_code == status, (name, payload, spec.text)
+            assert spec.json() == ours.json()
+
+        def shown() -> float | None:
+            read = api.get("/admin/start-throttles/paced", headers=admin)
+            return read.json()["shards"]["0"]["override_rps"]
+
+        # Set by the spec's spelling, read and cleared by ours; then the other way round.
+        for setter, clearer in ((SPEC, OURS), (OURS, SPEC)):
+            path = setter.replace("{workflow_name}", "paced")
+            applied = api.post(path, json={"rps": 40, "ttl_secs": 60}, headers=admin)
+            assert applied.status_code == 200 and applied.json()["workflow_name"] == "paced", applied.text
+            assert applied.json()["shard_errors"] == [] and set(applied.json()["shards"]) == {"0"}
+            assert shown() == 40
+            cleared = api.delete(clearer.replace("{workflow_name}", "paced"), headers=admin)
+            assert cleared.status_code == 200 and cleared.json() == {
+                **cleared.json(),
+                "workflow_name": "paced",
+                "shards": {"0": True},  # there was one live to clear
+            }, cleared.text
+            assert shown() is None
+        again = both("DELETE", "paced", headers=admin)  # nothing left to clear: was_live false
+        assert [a.json()["shards"] for a in again] == [{"0": False}] * 2
+
+        audit = api.get("/admin/audit", headers=admin).json()["entries"]
+        routes = {e["route"] for e in audit if e["operation"].startswith("start_throttle")}
+        assert routes == {f"POST {OURS}", f"DELETE {OURS}"}, routes
+
+        doc = api.get("/openapi.json").json()
+        assert SPEC not in doc["paths"]
+        for method in ("post", "delete"):
+            assert doc["paths"][OURS][method]["x-harvest-aliases"] == [SPEC]
+        assert "x-harvest-aliases" not in doc["paths"]["/admin/start-throttles/{workflow_name}"]["get"]
+        # The read is plural only: the spec names no read of a throttle.
+        read = api.get("/admin/start-throttle/paced", headers=admin)
+        assert read.status_code == 404 and error_of(read)["code"] == "not_found"
+
+
 # -- tokens and scopes ----------------------------------------------------------------------------
 def test_token_routes_show_the_secret_once(db: str, tokens: dict[str, str]) -> None:
     admin = {"Authorization": f"Bearer {tokens['admin']}"}

@@ -132,6 +132,9 @@ async def clear_start_throttle_override(call: Call, args: dict[str, Any], _: Any
 
 
 CHANGE = body({"reason": STRING, "operator_id": STRING})
+# The spec's spelling of the override's path (singular; ours is plural, as /admin/rate-limits):
+# served too, by the same route.
+SPEC_OVERRIDE = "/admin/start-throttle/{workflow_name}/override"
 TOKEN = {"task_token": STRING}
 ACTIVITY_OUTCOME = shape(task_token=STRING, outcome=STRING)
 ENDPOINTS = [
@@ -214,6 +217,7 @@ ENDPOINTS = [
         body({**PACING_OVERRIDE, "operator_id": STRING}, ("rps",)),
         responses={200: "OK", 404: "No start throttle declared", 409: "A keyed throttle (HR007)"},
         tag="admin",
+        aliases=(SPEC_OVERRIDE,),
     ),
     Endpoint(
         "DELETE",
@@ -223,5 +227,6 @@ ENDPOINTS = [
         "Remove a workflow's start-throttle override on every shard (audited; each shard says was_live).",
         (WORKFLOW,),
         tag="admin",
+        aliases=(SPEC_OVERRIDE,),
     ),
 ]
