@@ -7,13 +7,19 @@ from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 _CHECKOUT = _PACKAGE.parent.parent
+# A checkout keeps the package in harvest_py/ beside its pyproject.toml. An installed package
+# (site-packages, or `pip install --target vendor` in an application) is not in one, and the
+# folders two levels above it are someone else's: an application's Alembic `migrations/`
+# beside vendor/ was read as Harvest's migrations.
+_IN_CHECKOUT = _PACKAGE.parent.name == "harvest_py" and (_CHECKOUT / "pyproject.toml").is_file()
 
 
 def _find(name: str) -> Path:
     override = os.environ.get("HARVEST_SQL_DIR")
     candidates = [Path(override) / name] if override else []
     # An editable install or a checkout reads the repository's own files first.
-    candidates += [_CHECKOUT / name, _PACKAGE / "_sql" / name]
+    candidates += [_CHECKOUT / name] if _IN_CHECKOUT else []
+    candidates.append(_PACKAGE / "_sql" / name)
     for candidate in candidates:
         if candidate.is_dir():
             return candidate
