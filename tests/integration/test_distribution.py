@@ -83,14 +83,21 @@ APP_FOLDERS = {"migrations/env.py": "# alembic\n", "sql/report.sql": "SELECT 1;\
 
 
 @pytest.fixture(scope="module")
-def installed(sdist_archive: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def unpacked(sdist_archive: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist unpacked: its top directory."""
+    work = tmp_path_factory.mktemp("unpacked")
+    with tarfile.open(sdist_archive) as archive:
+        archive.extractall(work, filter="data")
+    (top,) = work.iterdir()
+    return top
+
+
+@pytest.fixture(scope="module")
+def installed(unpacked: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An application directory holding the wheel built from the sdist in vendor/
     (``pip install --no-deps --target vendor``) and APP_FOLDERS; the package's files are
     under vendor/harvest, its command is vendor/bin/harvest."""
     work = tmp_path_factory.mktemp("wheel")
-    with tarfile.open(sdist_archive) as archive:
-        archive.extractall(work, filter="data")
-    (unpacked,) = (p for p in work.iterdir() if p.is_dir())
     wheel = _build("wheel", unpacked, work / "out")
     app = work / "app"
     for name, text in APP_FOLDERS.items():
@@ -195,3 +202,20 @@ def test_the_installed_command_runs(installed: Path) -> None:
     assert (done.returncode, done.stdout.strip()) == (0, f"harvest, version {version}"), done.stderr
     done = _run_installed(installed, harvest, "migrate", "status", "--help")
     assert done.returncode == 0 and "Usage: harvest migrate status" in done.stdout, done.stderr
+
+
+def test_the_extension_builds_from_the_unpacked_sdist(unpacked: Path, tmp_path: Path) -> None:
+    """docs/install.md's `python scripts/build_extension.py` works where a user without a
+    checkout has the SQL: the unpacked sdist (before, it carried no scripts/)."""
+    done = subprocess.run(
+        [sys.executable, "scripts/build_extension.py", "--output-dir", str(tmp_path)],
+        cwd=unpacked,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        version = tomllib.load(f)["project"]["version"]
+    assert f"default_version = '{version}'" in (tmp_path / "harvest.control").read_text()
+    assert "CREATE SCHEMA harvest;" in (tmp_path / f"harvest--{version}.sql").read_text()
