@@ -169,6 +169,20 @@ def test_every_harvest_variable_the_docs_name_is_read() -> None:
     assert not failures, "the docs name HARVEST_* variables nothing reads:\n" + "\n".join(failures)
 
 
+def test_a_variable_a_harvest_option_reads_passes_the_boot_check() -> None:
+    # Every command checks the HARVEST_* variables first: an option's own variable
+    # (HARVEST_BACKUP_SCRATCH_URL, backup-restore.md's) must not stop the command as unknown.
+    options = _cli_variables()
+    assert "HARVEST_BACKUP_SCRATCH_URL" in options, "has the walk over the commands broken?"
+    refused = []
+    for name in sorted(options):
+        try:
+            config_from_mapping({}, "test", env={name: "postgresql://h/db"})
+        except ConfigError as exc:
+            refused.append(f"{name}: {str(exc)[:120]}")
+    assert not refused, "the boot check refuses a variable a harvest option reads:\n" + "\n".join(refused)
+
+
 def test_the_checks_themselves() -> None:
     assert (
         variable_problems("HARVEST_WORKER__CONCURRENCY HARVEST_SHARDS__URLS__3 HARVEST_SHARDS__* HARVEST_<S>")

@@ -61,6 +61,8 @@ NOT_CONFIG = frozenset(
         "HARVEST_URL",
         "HARVEST_TOKEN",
         "HARVEST_HTTP_TIMEOUT_SECS",
+        # harvest backup verify --scratch-url (harvest/cli/backup.py)
+        "HARVEST_BACKUP_SCRATCH_URL",
     }
 )
 
