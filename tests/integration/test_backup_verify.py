@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
 from click.testing import CliRunner
+from psycopg import conninfo
 
 from harvest import App, Client, activity, workflow
 from harvest.cli.main import main as cli
@@ -156,6 +158,22 @@ def test_a_drill_that_cannot_run_exits_3_without_the_password(db: str) -> None:
     code, _data, output = _verify(bad)
     assert code == 3, output
     assert "s3cret-pw" not in output
+
+
+def test_a_login_that_cannot_read_every_table_exits_3_naming_the_owner(db: str, pg_server) -> None:
+    # A harvest_reader reads every harvest table but harvest.api_tokens (auth.md), which the
+    # drill counts and pg_dump dumps: it cannot run (3), it found no problem in a backup (1).
+    user = f"u_backup_reader_{uuid.uuid4().hex[:8]}"
+    with pg_server.admin() as admin:
+        admin.execute(f'CREATE ROLE "{user}" LOGIN')
+        admin.execute(f'GRANT harvest_reader TO "{user}"')
+    try:
+        code, _data, output = _verify(conninfo.make_conninfo(db, user=user, password=""))
+    finally:
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP ROLE IF EXISTS "{user}"')
+    assert code == 3, output
+    assert "api_tokens" in output and "schema owner" in output, output
 
 
 @workflow

@@ -41,7 +41,7 @@ from psycopg.rows import dict_row
 from harvest.core.codecs import refs_in, replace_refs
 from harvest.core.errors import ConfigError, HarvestError
 from harvest.core.ids import shard_of
-from harvest.db.connection import connect, network_options, redact
+from harvest.db.connection import connect, error_line, network_options, redact
 from harvest.db.embedded import bin_dir
 
 __all__ = [
@@ -243,6 +243,13 @@ def _snapshots(sources: list[Source]) -> Iterator[None]:
                 except psycopg.errors.UndefinedTable:
                     raise DrillFailed(
                         f"shard {source.shard}: the database holds no Harvest schema (run harvest migrate)"
+                    ) from None
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    # A harvest_reader may not read harvest.api_tokens, which the drill counts
+                    # and pg_dump dumps: the drill needs the owner's reach, not a harvest role's.
+                    raise DrillFailed(
+                        f"shard {source.shard}: {error_line(exc)}: the drill reads every harvest"
+                        " table (pg_dump dumps them): run it as the schema owner (or a superuser)"
                     ) from None
         yield
     finally:
