@@ -89,7 +89,14 @@ _SECRET_KEYS = ("password", "sslpassword")
 # Generic shapes, for text that quotes a DSN we were not handed: URI userinfo (greedy up
 # to the last "@", a raw "@" may sit in the password), a ?password= (or ?sslpassword=)
 # parameter, a password= (or sslpassword=) keyword with a quoted or bare value.
-_URI_USERINFO = re.compile(r"([a-z][a-z0-9+.-]*://[^\s:/@\"']*:)[^\s\"']*@", re.IGNORECASE)
+# The URI shape is tried token by token (no match spans a space or a quote), on a token's part
+# up to its last "@", and only from the start of a run of scheme characters (the digits and
+# signs before its first letter kept): tried at every position of a long word, it scanned the
+# rest of the word each time, quadratic (an error echoing a megabyte-long name took hours).
+_URI_TOKEN = re.compile(r"[^\s\"']+")
+_URI_USERINFO = re.compile(
+    r"(?<![a-z0-9+.-])([0-9+.-]*+[a-z][a-z0-9+.-]*+://[^\s:/@\"']*+:)[^\s\"']*@", re.IGNORECASE
+)
 _QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&\s\"']*", re.IGNORECASE)
 _KEYWORD_PASSWORD = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s\"'&]+)", re.IGNORECASE)
 _QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
@@ -132,6 +139,20 @@ def _secrets(dsn: str) -> set[str]:
     return {s for s in found if s}
 
 
+def _mask_uri_userinfo(text: str) -> str:
+    """``scheme://user:password@`` with the password masked (greedy up to the token's last "@",
+    a raw "@" may sit in the password), in time linear in ``text``."""
+
+    def token(match: re.Match[str]) -> str:
+        word = match.group(0)
+        end = word.rfind("@") + 1
+        if not end or "://" not in word:
+            return word
+        return _URI_USERINFO.sub(rf"\1{MASK}@", word[:end]) + word[end:]
+
+    return _URI_TOKEN.sub(token, text)
+
+
 def redact(text: str, dsn: str | None = None, *, pieces_anywhere: bool = False) -> str:
     """``text`` without the DSN's password, in any spelling; also any password-shaped part.
 
@@ -159,7 +180,7 @@ def redact(text: str, dsn: str | None = None, *, pieces_anywhere: bool = False) 
                 text = piece.sub(MASK, text)
             else:
                 text = _QUOTED.sub(lambda quoted: piece.sub(MASK, quoted.group(0)), text)
-    text = _URI_USERINFO.sub(rf"\1{MASK}@", text)
+    text = _mask_uri_userinfo(text)
     text = _QUERY_PASSWORD.sub(rf"\1{MASK}", text)
     return _KEYWORD_PASSWORD.sub(rf"\1{MASK}", text)
 
