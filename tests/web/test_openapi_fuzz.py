@@ -1,6 +1,13 @@
 """schemathesis over /openapi.json: generated requests against the management API's ASGI app
 (in process, its lifespan run; a real Postgres behind it) find no 500, no undeclared status, no
-answer that breaks its declared schema. Bounded: a few examples per operation."""
+answer that breaks its declared schema. Bounded: a few examples per operation.
+
+Its CPU is the pytest process' alone (the negative requests are refused before the database):
+about two thirds hypothesis' and schemathesis' drawing of the cases, a third the in-process
+requests; the cases hardly repeat (642 distinct of 643 positive requests, 614 of 640 negative,
+the repeats GETs), and leaving out the Authorization header (the dev profile reads none) did
+not make it cheaper, so EXAMPLES is what bounds it (about 10 ms a positive case, 17 ms a
+negative one)."""
 
 from __future__ import annotations
 
