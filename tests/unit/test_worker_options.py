@@ -224,3 +224,21 @@ def test_the_rebalance_resume_scanner_follows_the_options_and_the_configuration(
     assert worker_options(load_config(env={})).rebalance_resume_enabled is True
     with pytest.raises(ConfigError, match=r"worker\.rebalance_stall_after"):
         load_config(env={"HARVEST_WORKER__REBALANCE_STALL_AFTER": "1"})
+
+
+def test_a_scheduler_turned_off_by_the_callers_options_takes_the_janitor_along() -> None:
+    """HarvestLifespan(worker_options={"run_scanner": False}) ran the retention janitor without
+    the scheduler (the role's retention switch, computed before the override, was passed on as
+    explicit), where `harvest worker --no-scheduler` runs neither: under run_on = "scheduler"
+    the janitor follows the scheduler, whoever turns it off."""
+    from harvest.config.process import configured_options
+
+    config = load_config(None, env={"HARVEST_CONFIG": ""})
+    assert retention_placed(configured_options(App(), config, run_scanner=False)) is False
+    assert retention_placed(configured_options(App(), config)) is True
+    # An explicit switch of the caller's, or run_on = "all", still wins.
+    assert configured_options(App(), config, run_scanner=False, run_retention=True).run_retention is True
+    everywhere = config.with_overrides({"retention.run_on": ("all", "harvest.toml")})
+    assert retention_placed(configured_options(App(), everywhere, run_scanner=False)) is True
+    off = config.with_overrides({"retention.enabled": (False, "harvest.toml")})
+    assert retention_placed(configured_options(App(), off, run_scanner=True)) is False

@@ -212,4 +212,10 @@ def configured_options(app: Any, config: Config, **fixed: Any) -> WorkerOptions:
         "run_scanner": plan.scheduler.value,
         "run_retention": plan.retention.value,
     }
+    enabled = config.setting("retention.enabled")
+    follows = plan.run_on == "scheduler" and (enabled is None or enabled.value)
+    if follows and "run_scanner" in fixed and "run_retention" not in fixed:
+        # The janitor goes where the caller puts the scheduler, as `--no-scheduler`
+        # (scheduler.enabled) takes it along in runtime_plan.
+        switches["run_retention"] = fixed["run_scanner"]
     return worker_options(config, **{**switches, **fixed})
