@@ -261,6 +261,22 @@ def test_the_api_is_reached_past_a_catch_all_route_of_the_app(db: str) -> None:
     asyncio.run(serve(api, calls))
 
 
+def test_a_path_the_mounted_api_lacks_points_to_its_own_openapi_document(db: str) -> None:
+    # The 404 said "see /openapi.json": under a mount that is the app's own document (FastAPI's,
+    # without the API's routes) or nothing; the API's is at <mount_path>/openapi.json.
+    api = fastapi_app(db, run_worker=False)
+
+    async def calls(http: httpx.AsyncClient) -> None:
+        missing = await http.get("/api/harvest/nothing")
+        assert missing.status_code == 404, missing.text
+        message = missing.json()["error"]["message"]
+        assert "see /api/harvest/openapi.json" in message, message
+        document = (await http.get("/api/harvest/openapi.json")).json()
+        assert "/health/ready" in document["paths"]
+
+    asyncio.run(serve(api, calls))
+
+
 def test_an_unreachable_redis_fails_the_lifespan_startup(db: str) -> None:
     """redis.url set and its Redis unreachable: the startup fails with RedisUnavailable (the
     boot is strict in every mode: docs/redis-dispatch.md), naming the endpoint and not the

@@ -298,8 +298,9 @@ def endpoints() -> list[Endpoint]:
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     status = getattr(exc, "status_code", 500)
     code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+    mounted_at = request.scope.get("root_path", "")  # `harvest serve`, HarvestLifespan: /api/harvest
     message = {
-        404: f"no route {request.url.path}: see /openapi.json for the routes",
+        404: f"no route {request.url.path}: see {mounted_at}/openapi.json for the routes",
         405: f"{request.method} is not allowed on {request.url.path}",
     }.get(status, str(getattr(exc, "detail", "")))
     return JSONResponse(error_body(code, message), status_code=status, headers=getattr(exc, "headers", None))
