@@ -261,6 +261,22 @@ def test_the_api_is_reached_past_a_catch_all_route_of_the_app(db: str) -> None:
     asyncio.run(serve(api, calls))
 
 
+def test_a_route_of_an_app_whose_lifespan_did_not_run_says_so(db: str) -> None:
+    # A test's TestClient(api) without `with`, or httpx's ASGITransport alone, runs no lifespan:
+    # the app has a HarvestLifespan, and the error said it had none.
+    api = fastapi_app(db, run_worker=False)
+
+    async def call() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api), base_url="http://app") as http:
+            await http.post("/greet/x")
+
+    with pytest.raises(RuntimeError) as raised:
+        asyncio.run(call())
+    message = str(raised.value)
+    assert "has not started" in message and "lifespan_context" in message, message
+    assert "has no HarvestLifespan" not in message, message
+
+
 def test_a_path_the_mounted_api_lacks_points_to_its_own_openapi_document(db: str) -> None:
     # The 404 said "see /openapi.json": under a mount that is the app's own document (FastAPI's,
     # without the API's routes) or nothing; the API's is at <mount_path>/openapi.json.

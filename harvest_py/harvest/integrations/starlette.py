@@ -262,7 +262,12 @@ def harvest_client(connection: HTTPConnection) -> AsyncClient:
     this as a dependency."""
     harvest = getattr(connection.app.state, "harvest", None)
     if not isinstance(harvest, HarvestLifespan):
-        raise RuntimeError("this app has no HarvestLifespan: pass one as the app's lifespan=")
+        # (Set when the lifespan starts: a lifespan that never ran looks like none.)
+        raise RuntimeError(
+            "Harvest has not started for this app: pass HarvestLifespan as the app's lifespan= (or "
+            "enter it in your own lifespan), and run the lifespan: a server does; in a test, use "
+            "`with TestClient(app)` or `async with app.router.lifespan_context(app)`"
+        )
     return harvest.client
 
 
