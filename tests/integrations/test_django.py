@@ -99,7 +99,7 @@ def test_a_sharded_client_that_fails_to_open_closes_its_pools(monkeypatch: pytes
     monkeypatch.setattr(harvest_django, "is_sharded", lambda config: True)
     monkeypatch.setattr(harvest_django, "shard_pools", shard_pools)
     monkeypatch.setattr(harvest_django, "Client", refusing_client)
-    monkeypatch.setattr(harvest_django, "worker_dsn", lambda config: None)
+    monkeypatch.setattr(harvest_django, "worker_dsn", lambda config, hint=None: None)
     for _ in range(2):
         with pytest.raises(ConfigError, match="shard 1 is down"):
             harvest_django.get_client()
@@ -156,3 +156,13 @@ def test_harvest_worker_needs_an_app() -> None:
 def test_setting_django_up_left_the_processs_time_zone_alone() -> None:
     # The suite's other tests run in this process after Django's setup (settings.TIME_ZONE = None).
     assert os.environ.get("TZ") == TZ_BEFORE
+
+
+def test_no_database_names_the_places_django_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It said "database_url in harvest.toml, or pass --database-url": Django reads neither.
+    monkeypatch.delenv("HARVEST_DATABASE_URL", raising=False)
+    with override_settings(HARVEST=BASE), pytest.raises(ConfigError) as raised:
+        harvest_django.get_client()
+    message = str(raised.value)
+    assert "settings.HARVEST" in message and "HARVEST_DATABASE_URL" in message, message
+    assert "harvest.toml" not in message and "--database-url" not in message, message

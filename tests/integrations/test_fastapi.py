@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from harvest import App, Client, activity, workflow
 from harvest.config import Config
+from harvest.core.errors import ConfigError
 from harvest.integrations.fastapi import HarvestClient, HarvestLifespan
 from harvest.integrations.starlette import harvest_client
 
@@ -275,6 +276,21 @@ def test_a_route_of_an_app_whose_lifespan_did_not_run_says_so(db: str) -> None:
     message = str(raised.value)
     assert "has not started" in message and "lifespan_context" in message, message
     assert "has no HarvestLifespan" not in message, message
+
+
+def test_no_database_names_the_lifespans_own_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It said "or pass --database-url", a flag of the CLI's, not of HarvestLifespan.
+    monkeypatch.delenv("HARVEST_DATABASE_URL", raising=False)
+    api = FastAPI(lifespan=HarvestLifespan(app, config=Config()))
+
+    async def start() -> None:
+        async with api.router.lifespan_context(api):
+            pass
+
+    with pytest.raises(ConfigError) as raised:
+        asyncio.run(start())
+    message = str(raised.value)
+    assert "HarvestLifespan(dsn=...)" in message and "--database-url" not in message, message
 
 
 def test_a_path_the_mounted_api_lacks_points_to_its_own_openapi_document(db: str) -> None:

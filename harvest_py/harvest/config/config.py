@@ -467,11 +467,16 @@ def _check_redis(config: Config) -> None:
 DSN_ENV = "HARVEST_DATABASE_URL"
 
 
-def database_url(explicit: str | None, config: Config, env: Mapping[str, str] | None = None) -> str:
+def database_url(
+    explicit: str | None, config: Config, env: Mapping[str, str] | None = None, *, hint: str | None = None
+) -> str:
     """The DSN every command uses: ``--database-url``, else ``HARVEST_DATABASE_URL``, else the
-    config file's ``database_url``; never a silent default."""
+    config file's ``database_url``; never a silent default. ``hint``: where else a process that
+    is no command takes it (``"database_url" in settings.HARVEST``), for the error."""
     env = os.environ if env is None else env
     dsn = explicit or env.get(DSN_ENV) or config.get("database_url")
+    if not dsn and hint is not None:
+        raise ConfigError(f"no database given: set {DSN_ENV} (the place for a password), or {hint}")
     if not dsn:
         where = f" or database_url in {config.path}" if config.path else " or database_url in harvest.toml"
         raise ConfigError(

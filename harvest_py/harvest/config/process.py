@@ -33,11 +33,12 @@ def is_sharded(config: Config) -> bool:
     return bool(config.get("shards.urls")) or ShardRouter.from_config(config) != ShardRouter.single(0)
 
 
-def worker_dsn(config: Config, explicit: str | None = None) -> str | None:
+def worker_dsn(config: Config, explicit: str | None = None, hint: str | None = None) -> str | None:
     """The database URL of the worker (``explicit``, ``HARVEST_DATABASE_URL``, the config's
-    ``database_url``); None on shards whose shard 0 is in ``shards.urls``."""
+    ``database_url``); None on shards whose shard 0 is in ``shards.urls``. ``hint``:
+    :func:`database_url`'s."""
     try:
-        return database_url(explicit, config)
+        return database_url(explicit, config, hint=hint)
     except ConfigError:
         if not is_sharded(config) or "0" not in (config.get("shards.urls") or {}):
             raise
@@ -50,6 +51,7 @@ async def run_worker(
     options: WorkerOptions,
     *,
     database_url: str | None = None,
+    dsn_hint: str | None = None,
     install_signal_handlers: bool = False,
     started: Callable[[Worker], None] | None = None,
 ) -> None:
@@ -57,7 +59,7 @@ async def run_worker(
     and SIGINT with ``install_signal_handlers``), then drain it. ``started`` is handed the
     :class:`Worker` before it runs (to stop it from elsewhere)."""
     log_startup(app, config, options)
-    dsn = worker_dsn(config, database_url)
+    dsn = worker_dsn(config, database_url, dsn_hint)
     if not is_sharded(config):
         worker = Worker(app, dsn, options=options, redis_url=config.get("redis.url"))
         if started is not None:

@@ -56,6 +56,8 @@ log = logging.getLogger("harvest.integrations")
 
 # Where the management API is mounted by default: the path `harvest serve` serves it at.
 DEFAULT_MOUNT_PATH = "/api/harvest"
+# Where a lifespan takes its database besides HARVEST_DATABASE_URL, for the error without one.
+DSN_HINT = "pass HarvestLifespan(dsn=...), or database_url in harvest.toml"
 
 
 class HarvestLifespan:
@@ -150,7 +152,7 @@ class HarvestLifespan:
             client = await AsyncClient.connect(shards=pools, codecs=codecs)
         else:
             client = await AsyncClient.connect(
-                worker_dsn(config, self.dsn), pool_size=self.pool_size, codecs=codecs
+                worker_dsn(config, self.dsn, DSN_HINT), pool_size=self.pool_size, codecs=codecs
             )
         stack.push_async_callback(client.close)
         return client
@@ -175,7 +177,7 @@ class HarvestLifespan:
             }
             source = "explicit (HarvestLifespan worker_options)"
         api = management_app(
-            dsn=None if is_sharded(config) else worker_dsn(config, self.dsn),
+            dsn=None if is_sharded(config) else worker_dsn(config, self.dsn, DSN_HINT),
             config=config,
             authorizer=self.authorizer,
             profile=self.profile,

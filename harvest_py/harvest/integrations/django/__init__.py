@@ -48,6 +48,8 @@ __all__ = ["SETTING", "close_client", "get_app", "get_client", "get_config"]
 SETTING = "HARVEST"
 # The one key of settings.HARVEST that is not harvest.toml's: the App's dotted path.
 APP_KEY = "app"
+# Where a Django process takes its database besides HARVEST_DATABASE_URL (no harvest.toml, no flag).
+DSN_HINT = f'"database_url" in settings.{SETTING}'
 
 _lock = threading.Lock()
 _client: Client | None = None
@@ -106,7 +108,7 @@ def get_client() -> Client:
             app = get_app()
             codecs = app.payloads if app is not None else None
             if is_sharded(config):
-                pools = shard_pools(config, worker_dsn(config))
+                pools = shard_pools(config, worker_dsn(config, hint=DSN_HINT))
                 try:
                     _client = Client(shards=pools, codecs=codecs)
                 except BaseException:  # (the next call opens pools again: these would be left open)
@@ -114,7 +116,7 @@ def get_client() -> Client:
                     raise
                 _pools = pools
             else:
-                _client = Client(worker_dsn(config), codecs=codecs)
+                _client = Client(worker_dsn(config, hint=DSN_HINT), codecs=codecs)
         return _client
 
 

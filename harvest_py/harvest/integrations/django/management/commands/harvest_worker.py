@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from harvest.config.process import configured_options, run_worker
 from harvest.core.errors import ConfigError
-from harvest.integrations.django import APP_KEY, SETTING, get_app, get_config
+from harvest.integrations.django import APP_KEY, DSN_HINT, SETTING, get_app, get_config
 
 
 class Command(BaseCommand):
@@ -57,7 +57,9 @@ class Command(BaseCommand):
             )
         self.stdout.write(f"harvest worker polling {', '.join(worker_options.queues or ['default'])}")
         try:
-            asyncio.run(run_worker(app, config, worker_options, install_signal_handlers=True))
+            asyncio.run(
+                run_worker(app, config, worker_options, dsn_hint=DSN_HINT, install_signal_handlers=True)
+            )
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write("harvest worker stopped")
