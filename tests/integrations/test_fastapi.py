@@ -158,6 +158,9 @@ def test_the_mounted_api_reports_the_runtimes_this_process_runs(db: str) -> None
         "source": "explicit (HarvestLifespan worker_options)",
     }
     assert retention["placed_elsewhere"] is True and swept.status_code == 503
+    # It advised run_worker=True, which this app has: the worker_options turn the janitor off.
+    advice = swept.json()["error"]["message"]
+    assert "run_worker=True" not in advice and "run_retention" in advice, advice
     # retention.enabled = true set, and the process runs no janitor: the refusal names why
     # (run_worker=False), not run_on, which the switch overrides anyway.
     switched_on = fastapi_app(

@@ -235,9 +235,14 @@ def _not_here(config: Any, plan: Any) -> NotPlacedHere:
     if plan is not None and not plan.retention.source.startswith("follows"):
         # Not the placement: the process runs less than its config places (HarvestLifespan
         # with run_worker=False, or worker_options that turn the janitor off).
+        here = (
+            "HarvestLifespan's worker_options: run_retention=True"
+            if "worker_options" in plan.retention.source
+            else "HarvestLifespan(run_worker=True)"
+        )
         return NotPlacedHere(
             f"retention does not run in this process ({plan.retention.line()}); let a process "
-            "that runs the janitor sweep, or run it here (HarvestLifespan(run_worker=True))"
+            f"that runs the janitor sweep, or run it here ({here})"
         )
     return NotPlacedHere(
         'retention does not run in this process: run_on = "scheduler" places the janitor with the '
