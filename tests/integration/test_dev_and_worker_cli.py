@@ -20,8 +20,19 @@ from worker_helpers import drain_over_http
 from harvest import Client, Worker
 from harvest.cli.demo import app as demo_app
 from harvest.core.errors import SchemaMismatch
+from harvest.db.embedded import _memory_dir
 
 HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
+
+
+def _scratch() -> Path:
+    """A directory for `harvest dev`'s embedded database (its TMPDIR, or the parent of its
+    --data-dir), in memory where there is room, as the test servers' (none of these tests is
+    about the disk: on it each initdb and fsync'd migration cost CI 15 to 46 s of a test).
+    Not under pytest's tmp_path: run as root, the server runs as another user, which needs to
+    traverse every parent of its directory, and a pytest session starting beside this one (the
+    suites run side by side) sets /tmp/pytest-of-root back to 0700 (pg_control: Permission denied)."""
+    return Path(tempfile.mkdtemp(prefix="harvest-dev-test-", dir=_memory_dir()))
 
 
 def _demo_and_exit(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -33,10 +44,7 @@ def _demo_and_exit(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_dev_runs_the_demo_end_to_end_and_cleans_up() -> None:
-    # Not under pytest's tmp_path: run as root, the server runs as another user, which needs to
-    # traverse every parent of its directory, and a pytest session starting beside this one (the
-    # suites run side by side) sets /tmp/pytest-of-root back to 0700 (pg_control: Permission denied).
-    scratch = Path(tempfile.mkdtemp(prefix="harvest-dev-test-"))
+    scratch = _scratch()
     env = {**os.environ, "TMPDIR": str(scratch)}
     env.pop("HARVEST_DEV_DATABASE_URL", None)
     try:
@@ -56,7 +64,7 @@ def test_dev_runs_the_demo_end_to_end_and_cleans_up() -> None:
 def test_dev_killed_outright_leaves_no_postgres_behind() -> None:
     """`harvest dev` killed with SIGKILL (an IDE's stop button, the OOM killer) runs no cleanup of
     its own: its embedded PostgreSQL kept running, and its files stayed, one more server a kill."""
-    scratch = Path(tempfile.mkdtemp(prefix="harvest-dev-test-"))  # (not tmp_path: see above)
+    scratch = _scratch()
     env = {**os.environ, "TMPDIR": str(scratch)}
     env.pop("HARVEST_DEV_DATABASE_URL", None)
     dev = subprocess.Popen(
@@ -90,7 +98,7 @@ def test_dev_killed_outright_leaves_no_postgres_behind() -> None:
 def test_dev_keeps_its_data_dir_across_runs_and_kills() -> None:
     """`harvest dev --data-dir`: the database outlives the process (a kill too, stopped cleanly
     by the watchdog), and the next run starts on it: what the first run did is there."""
-    scratch = Path(tempfile.mkdtemp(prefix="harvest-dev-test-"))  # (not tmp_path: see above)
+    scratch = _scratch()
     scratch.chmod(
         0o755
     )  # (as root the server's user must traverse it: a named directory's parents stay as they are)

@@ -65,7 +65,7 @@ def _wait_until_gone(path: Path) -> None:
 
 
 def test_a_server_whose_files_are_removed_stops_without_a_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
-    server = EmbeddedPostgres()
+    server = EmbeddedPostgres(in_memory=True)
     server.start()
     try:
         with psycopg.connect(server.dsn, autocommit=True) as conn:  # buffers to write at a checkpoint
@@ -84,7 +84,7 @@ def test_a_server_whose_files_are_removed_stops_without_a_checkpoint(monkeypatch
 
 def test_dev_s_stop_leaves_the_removal_to_the_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
     """`harvest dev` returns once the server is down: the files go in the background."""
-    server = EmbeddedPostgres()
+    server = EmbeddedPostgres(in_memory=True)
     server.start()
     postmaster = _postmaster(server)
 
@@ -108,7 +108,8 @@ def test_dev_s_stop_leaves_the_removal_to_the_watchdog(monkeypatch: pytest.Monke
 def test_a_kept_data_dir_is_stopped_cleanly_for_the_next_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """A --data-dir outlives the process: its stop checkpoints (and background removal, asked
     for by `harvest dev` whatever the directory, removes nothing of it)."""
-    scratch = Path(tempfile.mkdtemp(prefix="harvest-embedded-test-"))  # (not tmp_path: root's server user)
+    # (not tmp_path: root's server user; in memory where there is room, as the test servers)
+    scratch = Path(tempfile.mkdtemp(prefix="harvest-embedded-test-", dir=embedded._memory_dir()))
     scratch.chmod(0o755)
     kept = scratch / "kept"
     server = EmbeddedPostgres(base_dir=kept)
