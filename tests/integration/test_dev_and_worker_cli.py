@@ -14,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import cli_forks
 import pytest
 from worker_helpers import drain_over_http
 
@@ -35,10 +36,14 @@ def _scratch() -> Path:
     return Path(tempfile.mkdtemp(prefix="harvest-dev-test-", dir=_memory_dir()))
 
 
-def _demo_and_exit(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """`harvest dev --demo-and-exit` under ``env``, which must succeed."""
-    args = [*HARVEST, "dev", "--demo-and-exit"]
-    done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120, env=env)
+def _demo_and_exit(env: dict[str, str], cold: bool = False) -> subprocess.CompletedProcess[str]:
+    """`harvest dev --demo-and-exit` under ``env``, which must succeed: a warm fork
+    (cli_forks), or ``cold``, a process started afresh (its TMPDIR is read at startup)."""
+    if not cold:
+        done = cli_forks.run(["dev", "--demo-and-exit"], env, timeout=120)
+    else:
+        args = [*HARVEST, "dev", "--demo-and-exit"]
+        done = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     return done
 
@@ -48,7 +53,7 @@ def test_dev_runs_the_demo_end_to_end_and_cleans_up() -> None:
     env = {**os.environ, "TMPDIR": str(scratch)}
     env.pop("HARVEST_DEV_DATABASE_URL", None)
     try:
-        done = _demo_and_exit(env)
+        done = _demo_and_exit(env, cold=True)
         assert "result: {" in done.stdout and "Hello, world!" in done.stdout
         assert "psql" in done.stdout and "harvest workflow start greet" in done.stdout
         # The data directory is gone: removed by the watchdog as the process ends (Ctrl-C does
@@ -161,14 +166,7 @@ def test_dev_as_root_neither_opens_up_nor_takes_over_a_named_data_dir(tmp_path: 
     env = {k: v for k, v in os.environ.items() if k != "HARVEST_DEV_DATABASE_URL"}
 
     def dev_on(data_dir: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*HARVEST, "dev", "--no-api", "--data-dir", str(data_dir)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            check=False,
-        )
+        return cli_forks.run(["dev", "--no-api", "--data-dir", str(data_dir)], env, timeout=120)
 
     closed = tmp_path / "closed"
     closed.mkdir(mode=0o700)
@@ -198,7 +196,7 @@ def _alive(pid: int) -> bool:
 
 def test_dev_refuses_a_remote_database() -> None:
     env = {**os.environ, "HARVEST_DEV_DATABASE_URL": "postgresql://u:secret@db.example.com/app"}
-    done = subprocess.run([*HARVEST, "dev"], capture_output=True, text=True, timeout=60, env=env, check=False)
+    done = cli_forks.run(["dev"], env, timeout=60)
     assert done.returncode == 1
     assert "db.example.com" in done.stderr and "local" in done.stderr
     assert "secret" not in done.stderr and "Traceback" not in done.stderr

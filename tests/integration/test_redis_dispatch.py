@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import cli_forks
 import psycopg
 import pytest
 
@@ -679,15 +680,7 @@ def test_redis_killed_mid_run_the_postgres_claim_finishes_the_work(db, tmp_path,
 def _dev_demo(db: str, redis_url: str, tmp_path: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
     env.update(HARVEST_DEV_DATABASE_URL=db, HARVEST_REDIS__URL=redis_url)
-    return subprocess.run(
-        [sys.executable, "-c", "from harvest.cli import main; main()", "dev", "--demo-and-exit", "--no-api"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        env=env,
-        cwd=tmp_path,
-    )
+    return cli_forks.run(["dev", "--demo-and-exit", "--no-api"], env, cwd=tmp_path, timeout=120)
 
 
 def test_harvest_dev_refuses_an_unreachable_redis(db, tmp_path) -> None:
