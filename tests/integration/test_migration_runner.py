@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import cli_forks
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
@@ -73,9 +74,8 @@ def cli_env(dsn: str | None = None) -> dict[str, str]:
 
 
 def cli_process(*args: str, dsn: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*CLI, *args], env=cli_env(dsn), capture_output=True, text=True, timeout=timeout, check=False
-    )
+    """`harvest migrate ARGS` as a process of its own: a warm fork (cli_forks), not a cold start."""
+    return cli_forks.run(["migrate", *args], cli_env(dsn), timeout=timeout)
 
 
 def query(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:
