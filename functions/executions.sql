@@ -870,6 +870,20 @@ BEGIN
             FROM (SELECT * FROM harvest.executions AS c
                   WHERE c.parent_id = p_execution_id AND c.status IN ('RUNNING', 'PAUSED')
                   ORDER BY c.parent_seq, c.created_at LIMIT p_limit) AS c), '[]'::jsonb),
+        -- The durable mutex keys it holds or waits for (ctx.mutex), a waiter's with the key's holder:
+        -- a run queued for a key has nothing else open, and "waiting on nothing" misled.
+        'mutexes', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('key', x.lock_key, 'status', x.status, 'since', x.since,
+                                                'holder_execution_id', x.holder) ORDER BY x.lock_key)
+            FROM (
+                (SELECT l.lock_key, 'held' AS status, l.acquired_at AS since, NULL::uuid AS holder
+                 FROM harvest.mutex_locks AS l WHERE l.holder_execution_id = p_execution_id
+                 UNION ALL
+                 SELECT w.lock_key, 'waiting', w.enqueued_at,
+                        (SELECT h.holder_execution_id FROM harvest.mutex_locks AS h WHERE h.lock_key = w.lock_key)
+                 FROM harvest.mutex_waiters AS w WHERE w.execution_id = p_execution_id)
+                ORDER BY 1 LIMIT p_limit
+            ) AS x), '[]'::jsonb),
         -- Each list's length without p_limit, so a bounded answer says how much it left out.
         'totals', jsonb_build_object(
             'pending_activities',
@@ -883,7 +897,10 @@ BEGIN
             'signals',
             (SELECT count(*) FROM harvest.events AS ev
              WHERE ev.execution_id = p_execution_id AND ev.event_type = 'SignalReceived'
-               AND ev.event_id > coalesce(v_last_task_event, 0))),
+               AND ev.event_id > coalesce(v_last_task_event, 0)),
+            'mutexes',
+            (SELECT count(*) FROM harvest.mutex_locks AS l WHERE l.holder_execution_id = p_execution_id)
+            + (SELECT count(*) FROM harvest.mutex_waiters AS w WHERE w.execution_id = p_execution_id)),
         'workflow_task', (
             SELECT jsonb_build_object('task_id', t.id, 'status', t.status, 'due_at', t.due_at,
                                       'lease_owner', t.lease_owner, 'attempt', t.attempt,
@@ -1125,7 +1142,8 @@ COMMENT ON FUNCTION harvest.count_executions IS
 'How many executions match the workflow list''s filters (p_filter included), per status, workflow_name or both (p_group_by status, '
 'workflow_name, all); a bad filter or group raises HR001. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_execution_stack IS
-'What a run is waiting on now: open activities, timers, unread signals, running children (at most p_limit of each, '
+'What a run is waiting on now: open activities, timers, unread signals, running children, the mutex keys it '
+'holds or waits for (at most p_limit of each, '
 '1..10000, with each list''s total in totals; NULL: every entry), the workflow task, the '
 'last event id and, while PAUSED, since when and why; HR002 when it does not exist. For operators (role '
 'harvest_reader).';

@@ -273,7 +273,7 @@ FROM generate_series(1, 3) AS g;
 SELECT is(jsonb_path_query_array(harvest.get_execution_stack((SELECT id FROM wide), 2), '$.children[*].seq'),
           '[1, 2]'::jsonb, 'stack(p_limit => 2): the first two children, by seq');
 SELECT is(harvest.get_execution_stack((SELECT id FROM wide), 2) -> 'totals',
-          '{"children": 3, "pending_activities": 0, "timers": 0, "signals": 0}'::jsonb, 'stack: each list''s total');
+          '{"children": 3, "pending_activities": 0, "timers": 0, "signals": 0, "mutexes": 0}'::jsonb, 'stack: each list''s total');
 SELECT is(jsonb_array_length(harvest.get_execution_stack((SELECT id FROM wide)) -> 'children'), 3,
           'stack without p_limit: every entry');
 -- The buffered signals (received since the workflow last ran): which, not only how many.

@@ -2,7 +2,7 @@
 -- harvest.grant_mutexes, harvest.list_mutexes (a decision's marker applied by _decide_record_marker),
 -- harvest._lock_mutex_keys (several runs' keys in key order).
 BEGIN;
-SELECT plan(13);
+SELECT plan(15);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE m ON COMMIT DROP AS
 SELECT n, (harvest.start_workflow('wf_m', '[]', 'm' || n, 'mq')).execution_id FROM generate_series(1, 2) AS n;
@@ -13,6 +13,13 @@ FROM harvest.claim_tasks('w', ARRAY['mq'], 10) AS c;
 SELECT results_eq($$SELECT holder_execution_id, waiters FROM harvest.list_mutexes('K')$$,
     $$SELECT (SELECT execution_id FROM m WHERE n = 1), jsonb_build_array((SELECT execution_id FROM m WHERE n = 2))$$,
     'list_mutexes(): one holder, one FIFO waiter (the decisions'' markers applied)');
+-- What each run waits on says so (harvest workflow stack), not "nothing".
+SELECT is(harvest.get_execution_stack((SELECT execution_id FROM m WHERE n = 2)) -> 'mutexes',
+    jsonb_build_array(jsonb_build_object('key', 'K', 'status', 'waiting', 'since', '2030-01-01 00:00:00+00'::timestamptz,
+                                         'holder_execution_id', (SELECT execution_id FROM m WHERE n = 1))),
+    'get_execution_stack(): a waiter shows the key it waits for and who holds it');
+SELECT is(harvest.get_execution_stack((SELECT execution_id FROM m WHERE n = 1), 5) #> '{mutexes,0,status}', '"held"',
+          'get_execution_stack(): the holder shows the key as held');
 SELECT is((SELECT event_data FROM harvest.events WHERE event_type = 'MutexAcquired'
            AND execution_id = (SELECT execution_id FROM m WHERE n = 1)), '{"seq": 1, "key": "K"}'::jsonb,
           'the holder gets MutexAcquired{seq, key}');

@@ -180,6 +180,26 @@ def test_workflow_stack_lists_at_most_limit_entries_and_counts_the_rest(db: str,
     assert r.returncode == 2 and "--limit" in one_error_line(r)
 
 
+def test_workflow_stack_shows_a_mutex_it_waits_for_and_its_holder(db: str, conn) -> None:
+    """A run queued behind another for a ctx.mutex key has no activity, timer, child or workflow
+    task open: its stack said "waiting on: nothing". It names the key, the wait and the holder."""
+    key = "invoice:7"
+    holder, waiter = (start(conn, "settle", f"mx-{n}", queue="mxq") for n in (1, 2))
+    conn.execute(
+        "SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, %s)"
+        " FROM harvest.claim_tasks('w', ARRAY['mxq'], 10) AS c",
+        (json.dumps([{"type": "record_marker", "seq": 1, "kind": "mutex_acquire", "value": {"key": key}}]),),
+    )
+    stack = json.loads(harvest(db, "workflow", "stack", waiter, "--output", "json").stdout)
+    [mutex] = stack["mutexes"]
+    assert (mutex["key"], mutex["status"], mutex["holder_execution_id"]) == (key, "waiting", holder)
+    text = harvest(db, "workflow", "stack", waiter).stdout
+    assert "mutexes:" in text and "waiting" in text and holder in text, text
+    assert "waiting on: nothing" not in text, text
+    held = harvest(db, "workflow", "stack", holder).stdout
+    assert "invoice:7" in held and "held" in held, held
+
+
 def test_dlq_list_aggregate_bulk_replay_and_discard(db: str, conn) -> None:
     runs = [park(conn, f"s{i}", activity="send_email", error_type="Timeout") for i in range(3)]
     park(conn, "c1", workflow="billing", activity="charge_card")

@@ -540,7 +540,9 @@ def _pause_or_resume(
     default=100,
     show_default=True,
     type=click.IntRange(1, 10_000),
-    help="Entries at most in each list (activities, timers, children, signals); the rest are counted.",
+    help=(
+        "Entries at most in each list (activities, timers, children, signals, mutexes); the rest are counted."
+    ),
 )
 @database_url_option
 @output_option
@@ -603,13 +605,17 @@ def stack(execution_id: str, limit: int, database_url: str | None, output: str) 
         if d.get("signals"):  # absent from a server of an older release
             shown = table(d["signals"], ["event_id", "name", "received_at"])
             parts += ["", "signals:", shown, *more(d, "signals")]
+        if d.get("mutexes"):  # absent from a server of an older release
+            shown = table(d["mutexes"], ["key", "status", "since", "holder_execution_id"])
+            parts += ["", "mutexes:", shown, *more(d, "mutexes")]
         if d.get("workflow_task"):
             task = dict(d["workflow_task"])
             failure = task.pop("last_failure", None)
             parts += ["", "workflow task: " + mapping(task).replace("\n", "; ")]
             if isinstance(failure, dict):  # why it is being retried (its details may be large or encoded)
                 parts += [f"  last failure: {failure_line(failure)}"]
-        if not (d["pending_activities"] or d["timers"] or d["children"] or d.get("workflow_task")):
+        waits = ("pending_activities", "timers", "children", "mutexes", "workflow_task")
+        if not any(d.get(key) for key in waits):
             parts += ["", "waiting on: nothing (signals, or a terminal run)"]
         return "\n".join(parts)
 
