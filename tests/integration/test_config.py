@@ -292,7 +292,8 @@ def test_queue_narrowing_keeps_code_order_and_refuses_an_undeclared_queue() -> N
         resolve_queues(app, load_config(env={"HARVEST_WORKER__QUEUES": "Alpha"}))
     assert str(caught.value) == (
         "worker.queues (from HARVEST_WORKER__QUEUES) names 'Alpha', which the App does "
-        "not declare; declared queues: alpha, beta"
+        "not declare; declared queues: alpha, beta (the App declares a queue by using it: "
+        "@workflow(queue=...), @activity(queue=...) or a DAG task's queue=)"
     )
 
 

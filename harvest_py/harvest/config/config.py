@@ -697,7 +697,8 @@ def resolve_queues(app: Any, config: Config) -> tuple[list[str], list[str], str]
     if unknown:
         raise ConfigError(
             f"worker.queues (from {setting.source}) names {', '.join(repr(q) for q in unknown)}, "
-            f"which the App does not declare; declared queues: {', '.join(declared)}"
+            f"which the App does not declare; declared queues: {', '.join(declared)} (the App declares "
+            "a queue by using it: @workflow(queue=...), @activity(queue=...) or a DAG task's queue=)"
         )
     wanted = set(setting.value)
     return [q for q in declared if q in wanted], declared, f"explicit ({setting.source})"
