@@ -493,6 +493,11 @@ def test_version_usage_keeps_version_zero_in_its_message(db: str) -> None:
     assert r.returncode == 0 and "no active run recorded gate-x version 0" in r.stdout
     r = run("version-usage", "--change-id", "gate-x", "--version", "0", "--guard", dsn=db)
     assert r.returncode == 0 and "version 0" in r.stdout
+    # --state-group all read "no all run recorded gate-x".
+    r = run("version-usage", "--change-id", "gate-x", "--state-group", "all", dsn=db)
+    assert r.returncode == 0 and r.stdout.strip() == "no run recorded gate-x", r.stdout
+    r = run("version-usage", "--change-id", "gate-x", "--state-group", "terminal", dsn=db)
+    assert r.stdout.strip() == "no terminal run recorded gate-x", r.stdout
 
 
 def test_concurrency_status_omits_an_empty_workflows_field(db: str, conn) -> None:

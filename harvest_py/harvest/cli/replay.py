@@ -208,7 +208,7 @@ def version_usage(
         if not rows:
             # `is not None`: version 0 is a real version, not "no version given".
             click.echo(
-                f"no {group} run recorded {change_id}"
+                f"no {'' if group == 'all' else group + ' '}run recorded {change_id}"
                 + (f" version {version}" if version is not None else "")
             )
         for row in rows:
