@@ -904,7 +904,14 @@ BEGIN
         'workflow_task', (
             SELECT jsonb_build_object('task_id', t.id, 'status', t.status, 'due_at', t.due_at,
                                       'lease_owner', t.lease_owner, 'attempt', t.attempt,
-                                      'last_failure', t.last_failure)
+                                      'last_failure', t.last_failure, 'queue', t.queue,
+                                      -- none: it waits for a worker of its queue (a child sent to
+                                      -- a queue no App of the fleet uses waited with no word)
+                                      'live_workers', (
+                                          SELECT count(*) FROM harvest.workers AS w
+                                          WHERE w.status = 'active' AND t.queue = ANY(w.queues)
+                                            AND w.last_heartbeat_at > harvest.now()
+                                                - make_interval(secs => 2 * w.heartbeat_interval_secs)))
             FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'workflow'),
         'last_workflow_task_event_id', v_last_task_event
     );

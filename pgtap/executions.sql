@@ -126,7 +126,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(57);
+SELECT plan(59);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -263,6 +263,11 @@ SELECT harvest.fail_workflow_task(pg_temp.task('stuck'), pg_temp.token('stuck'),
                                   '{"error_type": "IllegalWorkflowOperation", "message": "never awaited"}', 5);
 SELECT is(harvest.get_execution_stack(pg_temp.run('stuck')) #>> '{workflow_task,last_failure,message}',
           'never awaited', 'stack: a failing workflow task says why it fails (a result wait quotes it)');
+-- A workflow task on a queue no live worker polls (a child sent to queue="email") says so.
+SELECT is(harvest.get_execution_stack(pg_temp.run('stuck')) #>> '{workflow_task,queue}', 'stuck_q',
+          'stack: the workflow task names its queue');
+SELECT is(harvest.get_execution_stack(pg_temp.run('stuck')) #>> '{workflow_task,live_workers}', '0',
+          'stack: and how many live workers poll it (none: it waits for one)');
 -- A bounded stack (the dashboard's, the HTTP route's): at most p_limit entries a list, and
 -- every list's total; without p_limit, every entry.
 CREATE TEMP TABLE wide ON COMMIT DROP AS

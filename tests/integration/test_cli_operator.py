@@ -200,6 +200,19 @@ def test_workflow_stack_shows_a_mutex_it_waits_for_and_its_holder(db: str, conn)
     assert "invoice:7" in held and "held" in held, held
 
 
+def test_workflow_stack_says_no_live_worker_polls_the_queue_of_its_workflow_task(db: str, conn) -> None:
+    """A child sent to a queue no worker polls (workflows.md: queue="email") waited with a
+    pending workflow task and no word why; the stack names the queue and says nobody polls it."""
+    execution_id = start(conn, "notify_subscribers", "lonely", queue="nobody-polls-this")
+    stack = json.loads(harvest(db, "workflow", "stack", execution_id, "--output", "json").stdout)
+    assert stack["workflow_task"]["queue"] == "nobody-polls-this"
+    assert stack["workflow_task"]["live_workers"] == 0
+    text = harvest(db, "workflow", "stack", execution_id).stdout
+    assert "no live worker polls queue 'nobody-polls-this'" in text, text
+    r = harvest(db, "workflow", "result", execution_id, "--timeout", "1")
+    assert r.returncode == 3 and "no live worker polls queue 'nobody-polls-this'" in one_error_line(r)
+
+
 def test_dlq_list_aggregate_bulk_replay_and_discard(db: str, conn) -> None:
     runs = [park(conn, f"s{i}", activity="send_email", error_type="Timeout") for i in range(3)]
     park(conn, "c1", workflow="billing", activity="charge_card")

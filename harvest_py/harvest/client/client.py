@@ -564,11 +564,21 @@ def _seconds(timeout: Any) -> str:
     return plain_number(parse_duration(timeout, "timeout"))
 
 
+def no_poller(queue: str) -> str:
+    """What a run's stack says of a workflow task on a queue no live worker polls."""
+    return (
+        f"no live worker polls queue {queue!r}: start a worker whose App uses it "
+        "(@workflow(queue=...) or @activity(queue=...))"
+    )
+
+
 def why_stuck(stack: dict[str, Any]) -> str:
     """The reasons a run's stack (get_execution_stack) says it cannot go on, each after "; ",
     or "". One wording for every transport (the CLI over HTTP reads the stack route)."""
     reasons = []
     task = stack.get("workflow_task") or {}
+    if task.get("live_workers") == 0 and task.get("status") == "pending":  # (absent: an older server)
+        reasons.append(f"its workflow task waits: {no_poller(task['queue'])}")
     if task.get("last_failure"):
         reasons.append(
             f"its workflow task fails (attempt {task.get('attempt')}: "
