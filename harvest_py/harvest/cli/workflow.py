@@ -34,7 +34,6 @@ from harvest.cli.shards import (
     routed_read,
     with_page_footer,
 )
-from harvest.client.client import no_poller
 from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks
 from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument, failure_line
@@ -616,6 +615,8 @@ def stack(execution_id: str, limit: int, database_url: str | None, output: str) 
             if isinstance(failure, dict):  # why it is being retried (its details may be large or encoded)
                 parts += [f"  last failure: {failure_line(failure)}"]
             if task.get("live_workers") == 0 and task.get("status") == "pending":  # (absent: an older server)
+                from harvest.client.client import no_poller  # (the driver: not for --help)
+
                 parts += [f"  {no_poller(task['queue'])}"]
         waits = ("pending_activities", "timers", "children", "mutexes", "workflow_task")
         if not any(d.get(key) for key in waits):
