@@ -212,7 +212,9 @@ def test_a_successor_keeps_the_execution_deadline(start_worker, client: Client, 
     from harvest.core.errors import WorkflowTimedOut
 
     start_worker(App(workflows=[rotates_under_an_execution_timeout]))
-    handle = client.start_workflow(rotates_under_an_execution_timeout, 0, execution_timeout="1.5s")
+    # (The rotation comes 0.6 s in; the deadline leaves it 3.4 s more: at 1.5 s a loaded CI machine
+    # once timed the first run out before its timer's decision rotated it.)
+    handle = client.start_workflow(rotates_under_an_execution_timeout, 0, execution_timeout="4s")
     with pytest.raises(WorkflowTimedOut):
         handle.result(timeout=30)
     with psycopg.connect(db) as conn:
@@ -223,7 +225,7 @@ def test_a_successor_keeps_the_execution_deadline(start_worker, client: Client, 
         ).fetchall()
     assert [r[0] for r in rows] == ["CONTINUED_AS_NEW", "TIMED_OUT"]
     assert rows[0][1] == rows[1][1]  # one deadline for the chain
-    assert (rows[1][1] - rows[0][2]).total_seconds() == pytest.approx(1.5, abs=0.05)
+    assert (rows[1][1] - rows[0][2]).total_seconds() == pytest.approx(4, abs=0.05)
     ended = handle.history()  # the first run; its successor timed out on the chain's deadline
     assert ended[-1]["event_type"] == "WorkflowContinuedAsNew"
 
