@@ -1821,16 +1821,51 @@ DECLARE
     v_execution harvest.executions;
     v_task harvest.tasks;
     v_failure jsonb;
+    v_unknown_to jsonb;
     -- Claims of a task whose workflow the claiming worker does not have before the run
     -- fails: a worker of another deploy that has it may take any of them meanwhile.
     c_unknown_attempts CONSTANT integer := 10;
+    -- The most worker ids kept of the workers that failed it so in a row.
+    c_unknown_to_max CONSTANT integer := 64;
 BEGIN
     v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
     SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
+    IF p_failure ->> 'error_type' = 'UnknownWorkflow' THEN
+        -- The workers that failed the task so since its last other outcome (the claim's
+        -- lease owner), the latest last: in a rolling deploy the old workers tend to win
+        -- every claim of the retry, and a live worker that has not tried it may have it.
+        SELECT coalesce(jsonb_agg(k.id ORDER BY k.ord), '[]'::jsonb) INTO v_unknown_to
+        FROM (
+            SELECT ids.id, max(ids.ord) AS ord
+            FROM (
+                SELECT e.value AS id, e.ord
+                FROM jsonb_array_elements(CASE
+                        WHEN v_task.last_failure ->> 'error_type' = 'UnknownWorkflow'
+                             AND jsonb_typeof(v_task.last_failure -> 'details' -> 'unknown_to') = 'array'
+                        THEN v_task.last_failure -> 'details' -> 'unknown_to' ELSE '[]'::jsonb END)
+                    WITH ORDINALITY AS e (value, ord)
+                WHERE jsonb_typeof(e.value) = 'string'
+                UNION ALL
+                SELECT to_jsonb(w.id), 1000000
+                FROM (SELECT coalesce(v_task.lease_owner, p_failure -> 'details' ->> 'worker_id') AS id) AS w
+                WHERE w.id IS NOT NULL
+            ) AS ids
+            GROUP BY ids.id
+            ORDER BY max(ids.ord) DESC
+            LIMIT c_unknown_to_max
+        ) AS k;
+    END IF;
     -- The backstop of the registration check at the start (start.sql): a run of a
     -- workflow no claiming worker has fails with a typed reason after a bounded number
-    -- of attempts instead of retrying forever, and is dead-lettered beside capped runs.
-    IF p_failure ->> 'error_type' = 'UnknownWorkflow' AND v_task.attempt >= c_unknown_attempts THEN
+    -- of attempts instead of retrying forever, and is dead-lettered beside capped runs;
+    -- only once no live worker polling the queue is missing from unknown_to (while one
+    -- is, the task is retried: it may have the workflow). A full unknown_to fails it too.
+    IF p_failure ->> 'error_type' = 'UnknownWorkflow' AND v_task.attempt >= c_unknown_attempts
+       AND (jsonb_array_length(v_unknown_to) >= c_unknown_to_max OR NOT EXISTS (
+                SELECT 1 FROM harvest.workers AS w
+                WHERE w.status = 'active' AND v_task.queue = ANY(w.queues)
+                  AND w.last_heartbeat_at > harvest.now() - make_interval(secs => 2 * w.heartbeat_interval_secs)
+                  AND NOT v_unknown_to ? w.id)) THEN
         v_failure := jsonb_build_object('error_type', 'UnknownWorkflow', 'reason', 'unknown_workflow',
             'non_retryable', true,
             'message', 'no worker that claimed it has workflow ' || v_execution.workflow_name || ' (queue '
@@ -1854,13 +1889,19 @@ BEGIN
     SET status = CASE WHEN v_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
         lease_owner = NULL, lease_expires_at = NULL,
         due_at = harvest.now() + make_interval(secs => greatest(coalesce(p_retry_in_secs, 5), 0)),
-        last_failure = p_failure
+        last_failure = CASE WHEN v_unknown_to IS NULL THEN p_failure
+                            ELSE jsonb_set(p_failure, '{details}',
+                                           CASE WHEN jsonb_typeof(p_failure -> 'details') = 'object'
+                                                THEN p_failure -> 'details' ELSE '{}'::jsonb END
+                                           || jsonb_build_object('unknown_to', v_unknown_to)) END
     WHERE id = p_task_id;
 END;
 $$;
 COMMENT ON FUNCTION harvest.fail_workflow_task(bigint, bigint, jsonb, double precision) IS
 'A claimed workflow task that could not complete (non-determinism, a worker-side error): nothing is appended, the task '
-'is retried after p_retry_in_secs with the failure kept on it; UnknownWorkflow at the 10th attempt fails the run. '
+'is retried after p_retry_in_secs with the failure kept on it; UnknownWorkflow keeps the ids of the workers that '
+'failed it so in a row (details.unknown_to) and fails the run from the 10th attempt on, once no live worker '
+'polling the task''s queue is missing from them. '
 'Called by the Python worker (role harvest_worker).';
 
 -- Start a child for a start_child_workflow command. A running run already holding

@@ -14,7 +14,7 @@
 -- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
-SELECT plan(325);
+SELECT plan(334);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -352,6 +352,58 @@ SELECT results_eq(
     'and it is dead-lettered (kind workflow) with its typed reason');
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM unknown_run)$$,
                 'no task of the run is left');
+
+-- A rolling deploy: a live worker polling the queue that has not failed the task yet may
+-- have the workflow, so the 10th attempt and later retry until every live worker of the
+-- queue failed it (the ids kept in last_failure.details.unknown_to); a stale or draining
+-- worker holds nothing open.
+SELECT harvest.register_worker('uw-old', ARRAY['dq_roll'], 'host', 1);
+SELECT harvest.register_worker('uw-new', ARRAY['dq_roll', 'other_q'], 'host', 2);
+SELECT harvest.register_worker('uw-stale', ARRAY['dq_roll'], 'host', 3);
+SELECT harvest.register_worker('uw-drain', ARRAY['dq_roll'], 'host', 4);
+UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '21 seconds' WHERE id = 'uw-stale';
+UPDATE harvest.workers SET status = 'draining' WHERE id = 'uw-drain';
+CREATE FUNCTION pg_temp.fail_roll(p_worker text, p_times integer, p_type text DEFAULT 'UnknownWorkflow')
+RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    FOR i IN 1..p_times LOOP
+        SELECT * INTO v_task FROM harvest.claim_tasks(p_worker, ARRAY['dq_roll'], 1, 30);
+        PERFORM harvest.fail_workflow_task(v_task.task_id, v_task.fencing_token,
+            jsonb_build_object('error_type', p_type, 'message', 'no such workflow',
+                               'details', jsonb_build_object('worker_id', p_worker,
+                                                             'worker_registered', '["decide_wf"]'::jsonb)), 0);
+    END LOOP;
+    RETURN v_task.attempt;
+END;
+$fn$;
+CREATE TEMP TABLE roll_run ON COMMIT DROP AS
+    SELECT * FROM harvest.start_workflow('ghost_wf', '[]', 'roll', 'dq_roll');
+CREATE FUNCTION pg_temp.roll_state() RETURNS TABLE (run text, task text, unknown_to jsonb) LANGUAGE sql AS $fn$
+    SELECT e.status, t.status, t.last_failure -> 'details' -> 'unknown_to'
+    FROM harvest.executions AS e LEFT JOIN harvest.tasks AS t ON t.execution_id = e.id
+    WHERE e.id = (SELECT execution_id FROM roll_run);
+$fn$;
+SELECT is(pg_temp.fail_roll('uw-old', 10), 10, 'ten attempts, all by the old worker');
+SELECT results_eq($$SELECT * FROM pg_temp.roll_state()$$,
+                  $$VALUES ('RUNNING'::text, 'pending'::text, '["uw-old"]'::jsonb)$$,
+                  'at the tenth the run waits: a live worker of the queue (uw-new) has not tried it');
+SELECT is(pg_temp.fail_roll('uw-old', 5), 15, 'the old worker keeps winning the race');
+SELECT results_eq($$SELECT * FROM pg_temp.roll_state()$$,
+                  $$VALUES ('RUNNING'::text, 'pending'::text, '["uw-old"]'::jsonb)$$,
+                  'and the run still waits for the worker that may have it, its id kept once');
+SELECT is(pg_temp.fail_roll('uw-new', 1, 'NonDeterminismError'), 16, 'another kind of failure between');
+SELECT is(pg_temp.fail_roll('uw-old', 1), 17, 'then the old worker again');
+SELECT results_eq($$SELECT * FROM pg_temp.roll_state()$$,
+                  $$VALUES ('RUNNING'::text, 'pending'::text, '["uw-old"]'::jsonb)$$,
+                  'the ids are of consecutive UnknownWorkflow failures only');
+SELECT is(pg_temp.fail_roll('uw-new', 1), 18, 'the new worker fails it too');
+SELECT results_eq(
+    $$SELECT status, failure -> 'details' FROM harvest.executions WHERE id = (SELECT execution_id FROM roll_run)$$,
+    $$VALUES ('FAILED'::text, '{"worker_id": "uw-new", "worker_registered": ["decide_wf"], "attempts": 18,
+                                "workflow_name": "ghost_wf", "queue": "dq_roll"}'::jsonb)$$,
+    'once every live worker of the queue failed it the run fails as before (stale and draining ones aside)');
 
 -- cancel_timer: the timer task is dropped, TimerCancelled recorded.
 SELECT pg_temp.start_and_claim('ct');
