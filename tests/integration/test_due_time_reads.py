@@ -97,3 +97,20 @@ def test_a_timer_a_task_end_made_fires_on_time_not_at_the_poll_interval(
     assert client.start_workflow(two_steps, 1).result(timeout=30) == 2
     asleep(running)  # the worker is asleep now, and is told of the start
     assert client.start_workflow(flow, 4).result(timeout=20) == 4
+
+
+def test_a_task_failed_as_unknown_workflow_arms_no_wake_up_at_its_retry(
+    db: str, start_worker, client: Client, due_reads: list[int]
+) -> None:
+    # A worker that lacks the run's workflow fails its task (UnknownWorkflow): it does not read
+    # the next due time to claim the retry the moment it is due, which made the workers of the
+    # old deploy win every claim in a rolling deploy (docs/failures.md, "A workflow no worker has").
+    handle = client.start_workflow("not_in_app", 1)  # before any worker registered: taken
+    running = start_worker(APP, poll_interval=60.0)
+    deadline = time.monotonic() + 30
+    while running.worker.completed_tasks < 1:
+        assert time.monotonic() < deadline, "the worker did not fail the task"
+        time.sleep(0.01)
+    asleep(running)
+    assert running.worker._ends == 0  # (before: 1, and a read of the due time that armed it)
+    assert handle.describe()["status"] == "RUNNING"

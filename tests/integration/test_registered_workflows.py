@@ -25,6 +25,11 @@ async def invoice(ctx) -> int:
     return 1
 
 
+@workflow(name="ghost")
+async def ghost(ctx, n: int) -> int:
+    return n + 1
+
+
 def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -106,3 +111,34 @@ def test_a_run_no_claiming_worker_has_fails_typed_after_bounded_attempts(
             (handle.execution_id,),
         ).fetchall()
     assert dead == [("workflow", "ghost", 10, "unknown_workflow")]
+
+
+def task_attempt(db: str, execution_id: str) -> tuple[str, int | None]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT e.status, t.attempt FROM harvest.executions AS e "
+            "LEFT JOIN harvest.tasks AS t ON t.execution_id = e.id AND t.kind = 'workflow' WHERE e.id = %s",
+            (execution_id,),
+        ).fetchone()
+
+
+def test_in_a_rolling_deploy_the_run_waits_for_a_live_worker_that_has_not_tried_it(
+    db: str, start_worker, client: Client, monkeypatch
+) -> None:
+    # A new workflow's run, started before its deploy's worker claims: the old worker (without
+    # it) wins every claim of the retry, past the bound, while the new one is live on the queue
+    # (its row registered, its claims not yet begun); the run must wait for it, not fail.
+    handle = client.start_workflow("ghost", 1, workflow_id="ghost-roll")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.register_worker('new-deploy', ARRAY['default'], 'host', 1, 3600)")
+    monkeypatch.setattr(worker_workflows, "WORKFLOW_TASK_RETRY_SECS", 0.01)
+    start_worker(App(workflows=[greet]), poll_interval=0.05)
+
+    def past_the_bound() -> tuple[str, int | None] | None:
+        status, attempt = task_attempt(db, handle.execution_id)
+        return (status, attempt) if status != "RUNNING" or (attempt or 0) >= 12 else None
+
+    state = wait_until(past_the_bound, what="the old worker to fail the task twelve times")
+    assert state[0] == "RUNNING", state  # (before the fix: FAILED at the tenth attempt)
+    start_worker(App(workflows=[greet, ghost]), worker_id="new-deploy", poll_interval=0.05)
+    assert handle.result(timeout=30) == 2

@@ -516,6 +516,9 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
                 "non_retryable": False,
                 "details": {"worker_id": worker.worker_id, "worker_registered": exc.registered},
             }
+            # Its retry is not ours to time (we lack the workflow): no read of the next due time
+            # arms a wake-up at it, so a worker that has it, polling, is not beaten to every claim.
+            task["_nothing_due_later"] = True  # (read by Worker._finished)
         else:
             failure = {
                 "error_type": kind,
