@@ -84,12 +84,17 @@ def test_checked_text_is_check_size_answering_the_text_it_measured() -> None:
     import pytest
 
     from harvest.core import jsonb, payload
-    from harvest.core.errors import PayloadTooLarge
+    from harvest.core.errors import PayloadError, PayloadTooLarge
 
     value = {"zz": 1, "a": 1e20}
     assert payload.checked_text(value, "it", 1000) == jsonb.stored_text(value)
     assert payload.checked_text(value, "it", None) is None  # no limit: nothing measured
-    assert payload.checked_text("a\x00b", "it", 1000) is None  # refused for another reason
+    # A value the database refuses for another reason (U+0000) is refused alike by both.
+    with pytest.raises(PayloadError, match=r"U\+0000") as unstorable:
+        payload.checked_text("a\x00b", "it", 1000)
+    with pytest.raises(PayloadError) as unstorable_checked:
+        payload.check_size("a\x00b", "it", 1000)
+    assert str(unstorable.value) == str(unstorable_checked.value)
     with pytest.raises(PayloadTooLarge) as over:
         payload.checked_text(value, "the result", 5)
     with pytest.raises(PayloadTooLarge) as checked:

@@ -240,3 +240,26 @@ def test_decode_args_of_a_plain_call_is_what_the_hints_give(json_args: list[Any]
 def test_decode_args_of_a_plain_call_still_refuses_a_value_of_another_type(bad: list[Any]) -> None:
     with pytest.raises(PayloadError, match=r"parameter 'b' of _plain \(int\): input\[1\]: expected int"):
         decode_args(_plain, bad)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("a\x00b", r"U\+0000 \(NUL\)"),
+        (["ok", {"k": "\x00"}], r"U\+0000 \(NUL\)"),
+        ({"a\x00": 1}, r"U\+0000 \(NUL\)"),
+        ("\ud800", "lone surrogate"),
+    ],
+)
+def test_a_payload_the_database_cannot_store_is_a_payload_error_naming_it(value: Any, says: str) -> None:
+    """check_size counted such a value 0 bytes and let it through to the database, whose refusal
+    reached the caller as psycopg's UntranslatableCharacter (and crashed a worker's handler
+    for an activity's result); it is refused here, naming the payload and the remedy."""
+    from harvest.core.payload import check_size, check_storable, payload_size
+
+    with pytest.raises(PayloadError, match=f"the input of workflow w cannot be stored: .*{says}.*bytes"):
+        check_size(encode(value), "the input of workflow w", 1000)
+    with pytest.raises(PayloadError, match=says):
+        check_storable(encode(value), "search_attributes")
+    assert payload_size(encode(value)) == 0  # (the measure alone still counts it 0)
+    check_storable({"k": "ok", "n": [1, 2.5, None]}, "search_attributes")

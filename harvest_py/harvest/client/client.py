@@ -92,6 +92,11 @@ REUSE_POLICIES = (
 )
 CONFLICT_POLICIES = ("unspecified", "use_existing", "fail", "terminate_existing")
 
+# The handle's calls whose arguments after the run are (reason[, operator_id]), checked as text.
+_REASONED = frozenset(
+    {sqlapi.cancel_workflow, sqlapi.terminate_workflow, sqlapi.pause_workflow, sqlapi.resume_workflow}
+)
+
 
 def _resolve_workflow(workflow: Any) -> tuple[str, WorkflowDefinition | None]:
     definition = getattr(workflow, "__harvest_workflow__", None)
@@ -100,7 +105,7 @@ def _resolve_workflow(workflow: Any) -> tuple[str, WorkflowDefinition | None]:
     if definition is not None:
         return definition.name, definition
     if isinstance(workflow, str) and workflow:
-        return workflow, None
+        return payload_policy.text(workflow, "workflow name"), None
     raise TypeError(f"start_workflow needs a @workflow function or its name, got {workflow!r}")
 
 
@@ -297,7 +302,7 @@ def _start_call(
         "queue": queue,
         "reuse_policy": reuse_policy,
         "conflict_policy": conflict_policy,
-        "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
+        "search_attributes": _search_attributes(search_attributes),
         "priority": check_priority(priority),
         "execution_timeout": None
         if execution_timeout is None
@@ -306,6 +311,13 @@ def _start_call(
         if run_timeout is None
         else parse_duration(run_timeout, "run_timeout", positive=True),
     }
+
+
+def _search_attributes(values: dict[str, Any] | None) -> Any:
+    encoded = payload.encode(values or {}, "search_attributes")
+    if encoded:
+        payload.check_storable(encoded, "search_attributes")
+    return encoded
 
 
 def _limit(value: int | None) -> int | None:
@@ -630,6 +642,8 @@ def _signal_with_start_call(
     queue: str | None,
     search_attributes: dict[str, Any] | None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
+    payload_policy.text(workflow_id, "workflow_id", optional=False)
+    payload_policy.text(signal, "signal name", optional=False)
     definition, call = _with_start_call(client, workflow, args, kwargs, queue)
     label = f"the payload of signal {signal}"
     signal_encoded = payload_policy.written(
@@ -640,7 +654,7 @@ def _signal_with_start_call(
         "workflow_id": workflow_id,
         "signal_name": signal,
         "payload": signal_encoded,
-        "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
+        "search_attributes": _search_attributes(search_attributes),
     }
 
 
@@ -656,6 +670,9 @@ def _update_with_start_call(
     queue: str | None,
     search_attributes: dict[str, Any] | None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
+    payload_policy.text(workflow_id, "workflow_id", optional=False)
+    payload_policy.text(update, "update name", optional=False)
+    payload_policy.text(update_id, "update_id")
     definition, call = _with_start_call(client, workflow, args, kwargs, queue)
     label = f"the argument of update {update}"
     arg = payload_policy.written(client.payloads, update_arg, "update_arg", label, client.max_payload_bytes)
@@ -665,7 +682,7 @@ def _update_with_start_call(
         "name": update,
         "arg": arg,
         "update_id": update_id,
-        "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
+        "search_attributes": _search_attributes(search_attributes),
     }
 
 
@@ -683,6 +700,7 @@ def _start_args(
     client: Any, workflow: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str | None
 ) -> tuple[str, WorkflowDefinition | None, list[Any], str | None]:
     name, definition = _resolve_workflow(workflow)
+    payload_policy.text(queue, "queue")
     try:
         encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
     except TypeError as exc:
@@ -883,6 +901,8 @@ def _prepare_start(
     placement, call)``, ``call`` being harvest.start_workflow's arguments. ``declared``: a start
     by name's debounce or batch (routing.declaration_by_name), placed as the function's."""
     opts, kwargs = _split_start(workflow, options, kwargs)
+    for what in ("workflow_id", "reuse_policy", "conflict_policy"):
+        payload_policy.text(getattr(opts, what), what)
     name, definition, encoded, queue = _start_args(client, workflow, args, kwargs, opts.queue)
     placement = routing.place_start(
         client._target,
@@ -1154,6 +1174,9 @@ class _Handle:
     def _current(self, call: Any, args: tuple[Any, ...]) -> tuple[str, Callable[[str], Any]]:
         """``_on_current``'s first run (the newest its calls reached) and what it does on a run:
         ``call`` there, on the shard the run lives on."""
+        if call in _REASONED:  # (reason, operator_id): text the database takes as it is
+            for value, what in zip(args, ("reason", "operator_id"), strict=False):
+                payload_policy.text(value, what)
         run = cast(str, self._current_run or self.execution_id)  # a found, not deferred, run
         return run, lambda run: self._at(run, functools.partial(_on_current_run, self, run, call, *args))
 
@@ -1207,6 +1230,7 @@ class _Handle:
         """A signal's payload, encoded and checked; and, when it goes to the offload store, the
         steps that store it on the run's database, owned by the run (docs/payloads.md), and give
         its reference."""
+        payload_policy.text(name, "signal name", optional=False)
         policy, label = self.client.payloads, f"the payload of signal {name}"
         encoded = payload_policy.written(policy, value, "payload", label, self.client.max_payload_bytes)
         where = payload_policy.offload_plan(policy, [encoded])
@@ -1271,6 +1295,7 @@ def _handle_of(cls: Any, client: Any, execution_id: Any, workflow: Any, workflow
         return handle
     if not isinstance(workflow_id, str) or not workflow_id:
         raise InvalidArgument(f"workflow_id must be a non-empty string, got {workflow_id!r}")
+    payload_policy.text(workflow_id, "workflow_id")
     handle = cls(client, None, workflow_id, definition)
     handle.deferred = False
     handle._by_key = _resolve_workflow(workflow)[0] if workflow is not None else ""

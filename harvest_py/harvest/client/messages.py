@@ -242,6 +242,7 @@ def _start_and_update(
 def _argument(client: Any, arg: Any, kind: str, name: str) -> Any:
     """A query's or an update's argument, encoded and checked as the request holds it (an
     argument the client offloads: its reference)."""
+    payload_policy.text(name, f"{kind} name", optional=False)
     limit = getattr(client, "max_payload_bytes", None)
     return payload_policy.written(
         payload_policy.of(client), arg, f"{kind} arg", f"the argument of {kind} {name}", limit
@@ -267,6 +268,7 @@ def _update_steps(
 ) -> Steps[dict[str, Any]]:
     secs, wait, policy = seconds(timeout), check_wait(wait), payload_policy.of(client)
     encoded = _argument(client, arg, "update", name)
+    payload_policy.text(update_id, "update_id")
     return _answer(
         # The caller's update span: the workflow task that runs the handler links to it.
         _request_update(execution_id, name, encoded, update_id, secs, tracing.traceparent(), policy),

@@ -10,6 +10,7 @@ from typing import Any
 
 from harvest.core import payload
 from harvest.core.codecs import Payloads, SqlPayloadStore, refs_in, replace_refs
+from harvest.core.errors import InvalidArgument
 from harvest.db import sqlapi
 from harvest.db.steps import Atomic, Sql, Steps
 
@@ -59,6 +60,21 @@ def as_written(payloads: Payloads | None, values: list[Any]) -> list[Any]:
     size check of what is written."""
     big = set(offload_plan(payloads, values))
     return [Payloads.reference("0" * 36, v) if i in big else v for i, v in enumerate(values)]
+
+
+def text(value: Any, what: str, *, optional: bool = True) -> Any:
+    """A name, id or reason a client sends as SQL text, checked here: a value that is not a str
+    reached the database as another type (psycopg's UndefinedFunction, or a run whose
+    workflow_id 5 became "5" on the AsyncClient), and a NUL was the driver's DataError."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{what}: expected a string, got {type(value).__name__} {value!r}")
+    if "\x00" in value:
+        raise InvalidArgument(
+            f"{what}: {value!r} holds a NUL character (U+0000), which PostgreSQL cannot store: remove it"
+        )
+    return value
 
 
 def written(payloads: Payloads | None, value: Any, what: str, label: str, limit: int | None) -> Any:

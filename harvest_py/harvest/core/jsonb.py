@@ -118,7 +118,7 @@ def _key_order(key: str) -> tuple[int, bytes]:
 def _stored_string(text: str) -> str:
     """The string the server stores for ``text``, which json.dumps sends \\u-escaped."""
     if "\x00" in text:
-        raise ValueError("jsonb cannot store the character U+0000")
+        raise ValueError("jsonb cannot store the character U+0000 (NUL)")
     if text.isascii():
         return text
     try:

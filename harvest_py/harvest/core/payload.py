@@ -72,6 +72,7 @@ def _base_model() -> type | None:
 __all__ = [
     "approx_size",
     "check_size",
+    "check_storable",
     "decode",
     "decode_args",
     "decode_result",
@@ -101,19 +102,24 @@ def payload_size(value: Any) -> int:
     # The hot path's usual payloads first, by exact type: an int (a result), a list of ints (an
     # activity's arguments). Their stored text is Python's own repr (stored_text writes an int
     # as int.__repr__ and a list as "[" + ", ".join(...) + "]"), so stored_text's walk is skipped.
-    kind = type(value)
     try:
-        if kind is int:
-            return len(int.__repr__(value))
-        if kind is list:
-            for item in value:
-                if type(item) is not int:
-                    break
-            else:
-                return len(list.__repr__(value))
-        text = stored_text(value)
+        return _stored_size(value)
     except ValueError:
-        return 0  # the database refuses it for another reason, and says so
+        return 0  # the database refuses it for another reason (check_size says which)
+
+
+def _stored_size(value: Any) -> int:
+    """:func:`payload_size`, raising ``ValueError`` for a value jsonb cannot store."""
+    kind = type(value)
+    if kind is int:
+        return len(int.__repr__(value))
+    if kind is list:
+        for item in value:
+            if type(item) is not int:
+                break
+        else:
+            return len(list.__repr__(value))
+    text = stored_text(value)
     return len(text) if text.isascii() else len(text.encode("utf-8"))  # ASCII: a byte a character
 
 
@@ -146,28 +152,46 @@ def check_size(value: Any, what: str, limit: int | None) -> None:
     """
     if limit is None:
         return
-    size = payload_size(value)
+    try:
+        size = _stored_size(value)
+    except ValueError as exc:
+        raise _unstorable(what, exc) from None
     if size > limit:
         raise _too_large(size, what, limit)
 
 
 def checked_text(value: Any, what: str, limit: int | None) -> str | None:
     """:func:`check_size`, answering the stored text it measured (None: no limit, so nothing
-    was measured, or a value the database refuses for another reason), for a caller that needs
+    was measured), for a caller that needs
     the text too (an activity's result, sent with a decision ahead as its ``result_text``): the
     value is printed once, not once per use."""
     if limit is None:
         return None
-    text: str | None
     try:
         text = stored_text(value)
-    except ValueError:
-        text = None
-    # (None, refused for another reason, counts 0, as payload_size counts it)
-    size = 0 if text is None else len(text) if text.isascii() else len(text.encode("utf-8"))
+    except ValueError as exc:
+        raise _unstorable(what, exc) from None
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > limit:
         raise _too_large(size, what, limit)
     return text
+
+
+def check_storable(value: Any, what: str) -> None:
+    """Raise ``PayloadError`` for an encoded value jsonb cannot store (a string holding U+0000
+    or a lone surrogate), which the database would refuse with its own error; for a value
+    :func:`check_size` does not measure (search attributes)."""
+    try:
+        stored_text(value)
+    except ValueError as exc:
+        raise _unstorable(what, exc) from None
+
+
+def _unstorable(what: str, exc: ValueError) -> PayloadError:
+    return PayloadError(
+        f"{what} cannot be stored: PostgreSQL's {exc}; remove it from the string, or pass "
+        "binary data as bytes, which are sent base64-encoded"
+    )
 
 
 def _too_large(size: int, what: str, limit: int) -> PayloadTooLarge:

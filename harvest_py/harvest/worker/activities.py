@@ -400,9 +400,12 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
             with _payload_database_call():
                 encoded = await worker.payloads.encode(sql, execution_id, encoded)
         # (The text measured is the one a decision ahead sends as the result's stored text.)
-        result_text = payload.checked_text(
-            encoded, f"the result of activity {definition.name}", worker.max_payload_bytes
-        )
+        try:
+            result_text = payload.checked_text(
+                encoded, f"the result of activity {definition.name}", worker.max_payload_bytes
+            )
+        except PayloadError as exc:  # (a string holding U+0000: the database would refuse the report)
+            raise ActivityFailure("PayloadError", str(exc), True) from exc
     except (Exception, SystemExit, asyncio.CancelledError) as exc:  # (sys.exit() fails it, not the worker)
         own_cancel = ActivityFailure.own_cancel(exc) if isinstance(exc, asyncio.CancelledError) else None
         if isinstance(exc, asyncio.CancelledError) and own_cancel is None:
