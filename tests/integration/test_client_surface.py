@@ -59,6 +59,35 @@ def test_a_closed_client_opens_no_listener(db: str) -> None:
     assert _listen_backends(db) == backends
 
 
+def test_every_call_of_a_closed_client_says_it_is_closed(db: str) -> None:
+    """Only the waits said so: a start, a signal or a describe on a closed client raised the
+    connection pool's own error (psycopg_pool.PoolClosed: "the pool 'pool-3' is already closed")."""
+    with Client(db) as open_client:
+        run = open_client.start_workflow(waiter).execution_id
+    client = Client(db)
+    client.close()
+    for call in (
+        lambda: client.start_workflow(waiter),
+        lambda: client.get_handle(run).signal("go", 1),
+        lambda: client.get_handle(run).describe(),
+    ):
+        with pytest.raises(InvalidArgument, match="this Client is closed: make a new one"):
+            call()
+
+    async def closed_async() -> None:
+        aclient = await AsyncClient.connect(db)
+        await aclient.close()
+        for call in (
+            lambda: aclient.start_workflow(waiter),
+            lambda: aclient.get_handle(run).signal("go", 1),
+            lambda: aclient.get_handle(run).describe(),
+        ):
+            with pytest.raises(InvalidArgument, match="this AsyncClient is closed: make a new one"):
+                await call()
+
+    asyncio.run(closed_async())
+
+
 def test_a_malformed_execution_id_or_timeout_is_an_invalid_argument(db: str) -> None:
     with Client(db) as client:
         for bad in ("not-a-uuid", ""):

@@ -319,6 +319,13 @@ class _One:
     def dsn_of(self, shard: int) -> str:
         return self.dsn
 
+    def _open(self) -> Any:
+        """The pool, refused once the client closed it: every call said so with the pool's own
+        error (psycopg_pool.PoolClosed), only a wait said the client was closed."""
+        if self.pool.closed:
+            raise InvalidArgument(f"this {self.client_kind} is closed: make a new one")
+        return self.pool
+
 
 class _Shards:
     """A pool per shard (the caller's pools, which the caller closes)."""
@@ -353,10 +360,11 @@ class OneDatabase(_One):
     """``Client(dsn)``: one database and its pool."""
 
     pool: ConnectionPool
+    client_kind = "Client"
 
     @contextlib.contextmanager
     def connection(self, shard: int) -> Iterator[Any]:
-        with self.pool.connection() as conn:
+        with self._open().connection() as conn:
             yield conn
 
     def providers(self) -> Mapping[int, Any]:
@@ -395,17 +403,18 @@ class AsyncOneDatabase(_One):
     """``AsyncClient.connect(dsn)``: one database and its pool."""
 
     pool: AsyncConnectionPool
+    client_kind = "AsyncClient"
 
     def __init__(self, dsn: str, pool: AsyncConnectionPool):
         super().__init__(dsn, pool)
-        self._sql = AsyncSqlApi(pool)
+        self._sql = AsyncSqlApi(self)  # (connection(): the pool's, refused once it is closed)
 
     def sql(self, shard: int) -> AsyncSqlApi:
         return self._sql
 
     @contextlib.asynccontextmanager
-    async def connection(self, shard: int) -> AsyncIterator[Any]:
-        async with self.pool.connection() as conn:
+    async def connection(self, shard: int = ONE) -> AsyncIterator[Any]:
+        async with self._open().connection() as conn:
             yield conn
 
     def providers(self) -> Mapping[int, Any]:
