@@ -179,3 +179,14 @@ def test_bad_configuration_is_refused():
         Payloads(offload_bytes=1)
     timer = {"type": "start_timer", "seq": 1}
     assert map_command(timer, lambda v: 1 / 0) == timer  # no payload in it
+
+
+def test_codecs_that_are_not_a_list_are_refused_saying_what_they_take() -> None:
+    """App(codecs=ZlibCodec()) (one codec, not a list) raised "'ZlibCodec' object is not
+    iterable" from inside the chain."""
+    from harvest import App
+    from harvest.core.codecs import ZlibCodec
+
+    for given in (ZlibCodec(), 5):
+        with pytest.raises(TypeError, match=r"codecs=\.\.\.: takes a list of codecs or a Payloads"):
+            App(codecs=given)

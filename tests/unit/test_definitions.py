@@ -367,3 +367,48 @@ def test_declared_dependencies_take_a_list_and_become_names_however_the_workflow
     # An empty list is a declaration ("calls nothing"), checked; None is none, skipped.
     assert WorkflowDefinition(name="x", fn=by_hand, declared_activities=[]).declared_activities == ()
     assert WorkflowDefinition(name="x", fn=by_hand).declared_activities is None
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        lambda: RetryPolicy.exponential(non_retryable_errors="InvalidInput"),
+        lambda: RetryPolicy(non_retryable_errors=ValueError),  # type: ignore[arg-type]
+        lambda: RetryPolicy(non_retryable_errors=None),  # type: ignore[arg-type]
+        lambda: RetryPolicy.exponential(non_retryable_errors=None),  # type: ignore[arg-type]
+    ],
+    ids=["exponential's string", "a class", "None", "exponential's None"],
+)
+def test_non_retryable_errors_that_is_not_a_list_is_refused_naming_the_option(given) -> None:
+    """RetryPolicy.exponential(non_retryable_errors="InvalidInput") listed each letter ('I',
+    'n', ...), matching no failure, silently; a class or None raised "'type' object is not
+    iterable" from inside the policy."""
+    with pytest.raises(InvalidArgument, match=r"non_retryable_errors: expected a list of error types"):
+        given()
+
+
+@pytest.mark.parametrize("option", ["queries", "updates", "schedules", "dags"])
+def test_an_app_registry_that_is_not_a_list_is_refused_saying_the_list_it_takes(option: str) -> None:
+    """App(queries=status) raised "'function' object is not iterable" (App(schedules=...):
+    "Value after * must be an iterable"), as App(workflows=...) no longer did."""
+
+    def status(ctx) -> str:
+        return "ok"
+
+    with pytest.raises(TypeError, match=rf"App\({option}=\.\.\.\) takes a list: App\({option}=\[status\]\)"):
+        App(**{option: status})
+
+
+def test_a_generator_function_is_refused_as_an_activity() -> None:
+    """A generator (or an async generator) was registered and ran: its result was the generator
+    object, refused as 'cannot encode object of type generator' at each call, in a worker."""
+
+    def rows(ctx):
+        yield 1
+
+    async def arows(ctx):
+        yield 1
+
+    for fn in (rows, arows):
+        with pytest.raises(TypeError, match=r"@activity .*rows is a generator function: .*return"):
+            activity(fn)

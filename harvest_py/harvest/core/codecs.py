@@ -273,6 +273,9 @@ class CodecChain:
     """
 
     def __init__(self, codecs: Iterable[Codec] = ()):
+        if isinstance(codecs, Codec) or not isinstance(codecs, Iterable):
+            # (codecs=ZlibCodec(): "'ZlibCodec' object is not iterable", from here)
+            raise TypeError(f"codecs=...: takes a list of codecs or a Payloads, got {codecs!r}")
         self.codecs: list[Codec] = list(codecs)
         for codec in self.codecs:
             if not isinstance(codec, Codec):

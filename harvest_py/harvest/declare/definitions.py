@@ -79,6 +79,20 @@ def _error_type_name(entry: Any) -> str:
     )
 
 
+def _error_type_names(entries: Any) -> list[str]:
+    """``non_retryable_errors``: a list (any iterable) of error type names. A string iterated
+    by letter ("ValueError": 'V', 'a', ...) and matched nothing; a class or None was "'type'
+    object is not iterable" from inside the policy."""
+    if isinstance(entries, str) or not isinstance(entries, Iterable):
+        example = entries.__name__ if isinstance(entries, type) else entries
+        hint = f": non_retryable_errors=[{example!r}]" if isinstance(example, str) else ""
+        raise InvalidArgument(
+            f"non_retryable_errors: expected a list of error types, got {type(entries).__name__} "
+            f"{entries!r}{hint}"
+        )
+    return [_error_type_name(e) for e in entries]
+
+
 # A retry policy's cap on the wait between attempts, unless it names one (or its first wait is
 # longer).
 DEFAULT_MAX_INTERVAL = 100.0
@@ -125,12 +139,7 @@ class RetryPolicy:
         ):
             raise InvalidArgument(f"backoff: {self.backoff!r} must be a number from 1 to 100")
         self.backoff = float(self.backoff)
-        if isinstance(self.non_retryable_errors, str):
-            raise InvalidArgument(
-                "non_retryable_errors: expected a list of error types, "
-                f"got the string {self.non_retryable_errors!r}"
-            )
-        self.non_retryable_errors = [_error_type_name(e) for e in self.non_retryable_errors]
+        self.non_retryable_errors = _error_type_names(self.non_retryable_errors)
 
     @classmethod
     def exponential(
@@ -147,7 +156,7 @@ class RetryPolicy:
             parse_duration(initial, "initial", positive=True),
             backoff,
             cast(float, None) if maximum is None else parse_duration(maximum, "maximum", positive=True),
-            list(non_retryable_errors),
+            _error_type_names(non_retryable_errors),
         )
 
     @classmethod
@@ -504,6 +513,12 @@ def activity(
         if inspect.isclass(f):
             raise TypeError(f"@activity expects a function, got the class {f.__qualname__}")
         _check_takes_ctx(f, "activity")
+        if inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f):
+            raise TypeError(
+                f"@activity {f.__qualname__} is a generator function: an activity's result is what "
+                "it returns (its rows as a list, say); a generator would be its result, which "
+                "cannot be stored"
+            )
         if executor is not None and inspect.iscoroutinefunction(f):
             raise TypeError(
                 f"@activity(executor={executor!r}) on async def {f.__qualname__}: an async activity runs "
@@ -570,8 +585,15 @@ class App:
     ) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.activities: dict[str, ActivityDefinition] = {}
-        _require_list("workflows", workflows)
-        _require_list("activities", activities)
+        for option, given in (
+            ("workflows", workflows),
+            ("activities", activities),
+            ("queries", queries),
+            ("updates", updates),
+            ("schedules", schedules),
+            ("dags", dags),
+        ):
+            _require_list(option, given)
         for item in workflows:
             self._add(self.workflows, _as_workflow(item), "workflow")
         for item in activities:
