@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from harvest import App, Schedule, WorkflowSchedule, workflow
-from harvest.core.errors import ConfigError, InvalidArgument
+from harvest.core.errors import ConfigError, InvalidArgument, PayloadError
 from harvest.declare.schedules import jitter_offset, schedule_specs, workflow_id_of
 from harvest.worker.scheduler import MAX_DUE_PER_TICK, MAX_MISSED_COUNTED, plan_tick
 
@@ -184,3 +185,69 @@ def test_plan_tick_bounds_a_long_catch_up_and_a_long_outage() -> None:
     )
     assert outage.missed_slots >= MAX_MISSED_COUNTED
     assert outage.next_fire_at >= start + dt.timedelta(days=2) - dt.timedelta(seconds=61)
+
+
+def _app_with(schedule_of: Any) -> Any:
+    @workflow
+    async def report(ctx, day: int) -> int:
+        return day
+
+    return App(workflows=[report], schedules=[schedule_of(WorkflowSchedule, report)])
+
+
+@pytest.mark.parametrize(
+    ("schedule_of", "error", "says"),
+    [
+        (
+            lambda ws, wf: ws("nightly", Schedule.every(60), wf, args=(1, 2)),
+            TypeError,
+            r"WorkflowSchedule 'nightly': bad arguments for report: too many positional arguments",
+        ),
+        (
+            lambda ws, wf: ws("nightly", Schedule.every(60), wf),
+            TypeError,
+            r"missing a required argument: 'day'",
+        ),
+        (
+            lambda ws, wf: ws("nightly", Schedule.every(60), wf, input="monday"),
+            PayloadError,
+            r"parameter 'day' of report \(int\): input\[0\]: expected int",
+        ),
+        (
+            lambda ws, wf: ws("nightly", Schedule.every(60), "elsewhere", input="a\x00"),
+            PayloadError,
+            r"the input of schedule nightly cannot be stored: .*U\+0000",
+        ),
+        (
+            lambda ws, wf: ws("nightly", Schedule.every(60), "elsewhere", input=object()),
+            PayloadError,
+            r"schedule nightly input\[0\]: cannot encode object of type object",
+        ),
+    ],
+    ids=["too many", "too few", "a str for an int", "a NUL", "unencodable, by name"],
+)
+def test_a_schedules_arguments_are_checked_when_the_app_is_made(
+    schedule_of: Any, error: type, says: str
+) -> None:
+    """App(schedules=...) took arguments its workflow refuses: a wrong count started a run
+    that failed at every slot, an unencodable one failed the worker's start, and a NUL reached
+    the database as psycopg's UntranslatableCharacter when the worker declared the schedule."""
+    with pytest.raises(error, match=says):
+        _app_with(schedule_of)
+
+
+def test_a_schedule_of_an_activity_is_refused() -> None:
+    from harvest import activity
+
+    @activity
+    def cleanup(ctx) -> None: ...
+
+    with pytest.raises(InvalidArgument, match=r"WorkflowSchedule 'n': .*cleanup is an @activity"):
+        WorkflowSchedule("n", Schedule.every(60), cleanup)
+
+
+def test_a_schedule_whose_arguments_fit_is_registered() -> None:
+    app = _app_with(lambda ws, wf: ws("nightly", Schedule.every(60), wf, input=3))
+    assert app.schedules["nightly"].arguments() == [3]
+    # (by a name the App does not register: encoded and stored, not bound)
+    assert App(schedules=[WorkflowSchedule("n", Schedule.every(60), "elsewhere", args=(1, 2))]).schedules

@@ -605,11 +605,14 @@ class App:
 
         # workflow name -> handler name -> HandlerDefinition
         self.queries, self.updates = register_handlers(self.workflows, queries, updates)
+        from harvest.declare.schedules import check_input as check_schedule_input
         from harvest.declare.schedules import register_schedules  # App(schedules=) (declare/schedules.py)
 
         # A DAG's own schedule= is a schedule of kind "dag" named after it (docs/dags.md).
         dag_schedules = [dag.as_schedule() for dag in self.dags.values() if dag.schedule is not None]
         self.schedules = register_schedules([*schedules, *dag_schedules])
+        for item in self.schedules.values():
+            check_schedule_input(item, self.workflows.get(item.workflow_name))
         # The payload policy of this App's workers (docs/payloads.md): a list of codecs or a
         # harvest.core.codecs.Payloads (codecs, offload threshold, store).
         from harvest.core.codecs import Payloads

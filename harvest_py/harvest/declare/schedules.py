@@ -365,6 +365,12 @@ class WorkflowSchedule:
             raise InvalidArgument(f"{what}: kind must be 'workflow' or 'dag', got {self.kind!r}")
         if self.input is not None and self.args:
             raise InvalidArgument(f"{what}: give input (one argument) or args (several), not both")
+        if getattr(self.workflow, "__harvest_activity__", None) is not None and not hasattr(
+            self.workflow, "__harvest_workflow__"
+        ):
+            raise InvalidArgument(
+                f"{what}: {self.workflow.__qualname__} is an @activity; a schedule starts a @workflow"
+            )
         parse_duration(self.jitter, f"{what}: jitter")
         object.__setattr__(self, "_window", _catchup_window(self.catchup, what))
 
@@ -412,6 +418,26 @@ def register_schedules(schedules: Any) -> dict[str, WorkflowSchedule]:
             raise ConfigError(f"duplicate schedule name {item.name!r} in App(schedules=...)")
         out[item.name] = item
     return out
+
+
+def check_input(item: WorkflowSchedule, definition: Any) -> None:
+    """``App(schedules=...)``: the schedule's arguments as every slot will start the run with
+    them, checked once when the App is made: bound to the workflow's parameters and decoded by
+    its hints when the App registers it (as a start checks them), encodable, and storable. A
+    wrong argument count failed every run the schedule started; a NUL was psycopg's error at
+    the worker's start."""
+    fn = None
+    if definition is not None and definition.dag is None and definition.batch is None:
+        fn = definition.fn  # (a DAG's run, or a batch's, takes other arguments than the slot's)
+    try:
+        encoded = payload.encode_args(fn, item.arguments(), path=f"schedule {item.name} input")
+        if fn is not None:
+            payload.decode_args(fn, encoded)
+    except TypeError as exc:
+        if type(exc) is TypeError:  # a binding error (a PayloadError names the schedule already)
+            raise TypeError(f"WorkflowSchedule {item.name!r}: {exc}") from None
+        raise
+    payload.check_storable(encoded, f"the input of schedule {item.name}")
 
 
 def schedule_specs(app: Any) -> list[dict[str, Any]]:
