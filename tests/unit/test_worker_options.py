@@ -242,3 +242,31 @@ def test_a_scheduler_turned_off_by_the_callers_options_takes_the_janitor_along()
     assert retention_placed(configured_options(App(), everywhere, run_scanner=False)) is True
     off = config.with_overrides({"retention.enabled": (False, "harvest.toml")})
     assert retention_placed(configured_options(App(), off, run_scanner=True)) is False
+
+
+@pytest.mark.parametrize(
+    ("queues", "says"),
+    [
+        ("orders", r"Worker\(queues='orders'\): expected a list of queue names, queues=\['orders'\]"),
+        ([5], r"5 is not a queue name"),
+        ([""], r"'' is not a queue name"),
+        (["a\x00"], r"is not a queue name"),
+    ],
+)
+def test_queues_must_be_a_list_of_queue_names(queues: object, says: str) -> None:
+    """Worker(queues="orders") polled the queues d, e, o, r, r, s (sorted of a string)."""
+    with pytest.raises(InvalidArgument, match=says):
+        Worker(App(), DSN, queues=queues)
+    assert Worker(App(), DSN, queues=("orders", "emails")).queues == ["emails", "orders"]
+
+
+def test_options_and_dsn_of_the_wrong_type_are_refused_at_the_constructor() -> None:
+    """Worker(app, dsn, options={...}) raised "'dict' object has no attribute 'replace'";
+    Worker(app, 5) was taken, to fail at run(); Client(5) raised psycopg's AttributeError."""
+    from harvest import Client
+
+    with pytest.raises(TypeError, match=r"Worker\(options=\.\.\.\) takes a WorkerOptions, got dict"):
+        Worker(App(), DSN, options={"concurrency": 4})  # type: ignore[arg-type]
+    for make in (lambda: Worker(App(), 5), lambda: Client(5)):  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=r"the database URL must be a string .*got int 5"):
+            make()

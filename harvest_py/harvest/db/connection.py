@@ -50,6 +50,13 @@ def resolve_dsn(explicit: str | None = None) -> str:
 
     For the Python API (Client, AsyncClient, Worker); the CLI resolves its own
     (harvest.config.database_url, which names --database-url)."""
+    if explicit is not None and not isinstance(explicit, str):
+        # (Client(5): "'int' object has no attribute 'encode'" from psycopg; Worker(app, 5)
+        # took it and failed at run())
+        raise ConfigError(
+            f"the database URL must be a string such as 'postgresql://user@host/db', "
+            f"got {type(explicit).__name__} {explicit!r}"
+        )
     dsn = explicit or os.environ.get(DSN_ENV)
     if not dsn:
         raise ConfigError(

@@ -197,6 +197,8 @@ class WorkerOptions:
     def __post_init__(self) -> None:
         for tunable in tunables():
             tunable.check(getattr(self, tunable.name))
+        if self.queues is not None:
+            object.__setattr__(self, "queues", _queue_names(self.queues))
         object.__setattr__(self, "shard_assignments", parse_shard_assignments(self.shard_assignments))
 
     def replace(self, **changes: Any) -> WorkerOptions:
@@ -208,6 +210,20 @@ class WorkerOptions:
                 f"the options are {', '.join(f.name for f in dataclasses.fields(self))}"
             )
         return dataclasses.replace(self, **changes) if changes else self
+
+
+def _queue_names(queues: Any) -> list[str]:
+    """``queues``: a list of queue names. A string was polled letter by letter (sorted("orders"):
+    d, e, o, r, r, s) and a name that is not one reached the database as another type."""
+    if isinstance(queues, str) or not isinstance(queues, Iterable):
+        raise InvalidArgument(
+            f"Worker(queues={queues!r}): expected a list of queue names, queues=[{queues!r}]"
+        )
+    names = list(queues)
+    for name in names:
+        if not isinstance(name, str) or not name.strip() or "\x00" in name:
+            raise InvalidArgument(f"Worker(queues=...): {name!r} is not a queue name (a non-empty string)")
+    return names
 
 
 def retention_placed(options: WorkerOptions) -> bool:

@@ -173,6 +173,11 @@ class Worker:
         ConfigError otherwise), and :meth:`run` fails with RedisUnavailable when it cannot
         reach that Redis at start."""
         require_app(app, "Worker")
+        if options is not None and not isinstance(options, WorkerOptions):
+            raise TypeError(
+                f"Worker(options=...) takes a WorkerOptions, got {type(options).__name__}: "
+                "WorkerOptions(concurrency=4), or the options as keywords, Worker(app, dsn, concurrency=4)"
+            )
         options = (options or WorkerOptions()).replace(**overrides)
         self.options = options
         queues, concurrency, claim_batch = options.queues, options.concurrency, options.claim_batch
