@@ -264,3 +264,29 @@ def test_sticky_cache_and_cache_miss_write_the_same_history(db: str, start_worke
         return [h for h in history if h[0] in ("ActivityScheduled", "WorkflowCompleted")]
 
     assert commands(histories[0]) == commands(histories[1])
+
+
+@activity(retry=RetryPolicy.none(), dead_letter=False)
+def fails_with_a_nul(ctx) -> None:
+    raise ValueError("bad\x00header")
+
+
+@workflow
+async def nul_failures(ctx, where: str) -> str:
+    if where == "workflow":
+        raise ValueError("bad\x00trailer")
+    try:
+        await ctx.execute_activity(fails_with_a_nul)
+    except ActivityError as exc:
+        return exc.failure.message
+    return "not failed"
+
+
+def test_a_failure_message_holding_a_nul_is_recorded_escaped(start_worker, client: Client) -> None:
+    """An exception whose message held U+0000, raised by an activity or by workflow code, made
+    its failure report one the database refused (22P05): the handler crashed, the lease expired
+    and the task ran again, for good. The message is recorded with the NUL written \\x00."""
+    start_worker(App(workflows=[nul_failures], activities=[fails_with_a_nul]))
+    assert client.execute_workflow(nul_failures, "activity", result_timeout=30) == "bad\\x00header"
+    with pytest.raises(WorkflowFailed, match=r"ValueError: bad\\x00trailer"):
+        client.execute_workflow(nul_failures, "workflow", result_timeout=30)

@@ -22,3 +22,15 @@ def test_histories_word_a_failure_as_the_client_does() -> None:
     failure = {"error_type": "Timeout", "non_retryable": False}  # (no message)
     assert cli_summary({"event_data": {"seq": 3, "failure": failure}}) == "seq=3 Timeout"
     assert page_summary("ActivityFailed", {"seq": 3, "failure": failure}) == "seq=3 Timeout"
+
+
+def test_a_failure_message_is_made_recordable() -> None:
+    """PostgreSQL's jsonb refuses U+0000 and lone surrogates: a failure's message holding one
+    is recorded with it escaped, whether an activity raised it or workflow code did."""
+    from harvest.core.errors import ActivityFailure, recordable
+    from harvest.runtime.commands import failure_json
+
+    assert recordable("bad\x00header \ud800 é") == "bad\\x00header \\ud800 é"
+    assert recordable("plain é") == "plain é"
+    assert ActivityFailure.from_exception(ValueError("a\x00b")).message == "a\\x00b"
+    assert failure_json(RuntimeError("x\x00y"))["message"] == "x\\x00y"

@@ -315,6 +315,7 @@ class ActivityFailure(HarvestError):
     """
 
     def __init__(self, error_type: str, message: str, non_retryable: bool = False, details: Any = None):
+        message = recordable(message)
         super().__init__(f"{error_type}: {message}")
         self.error_type = error_type
         self.message = message
@@ -374,6 +375,23 @@ class ActivityFailure(HarvestError):
             or "raised by the activity's code, not cancelled by the worker (it awaited something "
             "cancelled elsewhere?)",
         )
+
+
+def recordable(text: Any) -> Any:
+    """A failure's message as the database can store it: a NUL (U+0000) written ``\\x00`` and a
+    lone surrogate ``\\udxxx``. Such a message (an exception quoting binary data) made the
+    failure's report one PostgreSQL refused (22P05), so the task crashed its handler again at
+    each lease."""
+    if type(text) is not str:
+        return text
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def failure_line(failure: Any) -> str:

@@ -14,7 +14,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-from harvest.core.errors import ActivityError, ActivityFailure, ChildWorkflowError, NonDeterminismError
+from harvest.core.errors import (
+    ActivityError,
+    ActivityFailure,
+    ChildWorkflowError,
+    NonDeterminismError,
+    recordable,
+)
 from harvest.core.payload import encode_details
 from harvest.declare.definitions import WorkflowDefinition
 from harvest.runtime.children import ChildHandle
@@ -215,7 +221,8 @@ def failure_json(exc: BaseException) -> dict[str, Any]:
             "non_retryable": True,
             "details": encode_details(exc.details),
         }
-    return {"error_type": type(exc).__name__, "message": str(exc), "non_retryable": True, "details": None}
+    message = recordable(str(exc))
+    return {"error_type": type(exc).__name__, "message": message, "non_retryable": True, "details": None}
 
 
 @dataclass(slots=True)
