@@ -304,6 +304,7 @@ class _One:
     """One database: every shard is it."""
 
     sharded = False
+    client_kind = "Client"  # (what a closed pool's refusal names: AsyncOneDatabase's is AsyncClient)
 
     def __init__(self, dsn: str, pool: Any):
         self.dsn, self.pool = dsn, pool
@@ -360,7 +361,6 @@ class OneDatabase(_One):
     """``Client(dsn)``: one database and its pool."""
 
     pool: ConnectionPool
-    client_kind = "Client"
 
     @contextlib.contextmanager
     def connection(self, shard: int) -> Iterator[Any]:
