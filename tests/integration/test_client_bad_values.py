@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from harvest import ActivityError, App, AsyncClient, Client, activity, update, workflow
+from harvest import ActivityError, App, AsyncClient, Client, QueryFailed, activity, query, update, workflow
 from harvest.core.errors import InvalidArgument, PayloadError
 
 
@@ -24,6 +24,11 @@ async def waiter(ctx) -> str:
 @update(workflow=waiter)
 def bump(ctx, n: Any) -> Any:
     return n
+
+
+@query(workflow=waiter)
+def raw(ctx) -> str:
+    return "a\x00b"
 
 
 ATTEMPTS: list[int] = []
@@ -153,3 +158,14 @@ def test_an_activity_result_the_database_cannot_store_fails_its_attempt_for_good
     assert answer.startswith("PayloadError: the result of activity nul_result cannot be stored")
     assert "U+0000" in answer
     assert len(ATTEMPTS) == 1
+
+
+def test_a_query_answer_the_database_cannot_store_is_the_caller_s_query_failed(
+    start_worker: Any, client: Client
+) -> None:
+    start_worker(App(workflows=[waiter], queries=[raw]))
+    handle = client.start_workflow(waiter)
+    with pytest.raises(
+        QueryFailed, match=r"PayloadError: the answer to query raw cannot be stored: .*U\+0000"
+    ):
+        handle.query("raw", timeout=30)
