@@ -98,3 +98,30 @@ def test_a_signal_carried_over_by_continue_as_new_over_the_limit_ends_the_run_ty
 def test_a_childs_result_over_the_limit_says_it_is_never_offloaded() -> None:
     [failed] = fit_payloads([{"type": "complete_workflow", "result": BIG * 4}], 1000, "wf", child=True)
     assert "a child's end is never offloaded" in failed["failure"]["details"]["what"]
+
+
+def test_a_payload_the_database_cannot_store_ends_the_run_typed() -> None:
+    """A workflow's result, an activity's input or a marker's value holding U+0000 was sent:
+    the database refused the decision (22P05), the handler crashed and the task ran again at
+    every lease, for good. Like a payload over the limit, it ends the run typed, and an
+    update's result fails the update."""
+    for command, what in (
+        ({"type": "complete_workflow", "result": "a\x00"}, "the result of workflow w"),
+        (
+            {"type": "schedule_activity", "seq": 1, "name": "echo", "input": ["a\x00"]},
+            "the input of activity echo",
+        ),
+        (
+            {"type": "record_marker", "seq": 2, "kind": "side_effect", "value": "\x00"},
+            "the value of marker side_effect",
+        ),
+    ):
+        assert not payloads_fit([command], 1000, "w")
+        [failed] = fit_payloads([command], 1000, "w")
+        assert failed["type"] == "fail_workflow"
+        assert failed["failure"]["error_type"] == "PayloadError"
+        assert failed["failure"]["message"].startswith(what)
+        assert "U+0000" in failed["failure"]["message"]
+    update = {"type": "complete_update", "update_id": "u", "result": "a\x00"}
+    [answered] = fit_payloads([update], 1000, "w")
+    assert answered["type"] == "complete_update" and answered["failure"]["error_type"] == "PayloadError"

@@ -83,6 +83,7 @@ __all__ = [
     "param_hints",
     "payload_size",
     "return_hint",
+    "stored_size",
     "type_name",
 ]
 
@@ -103,12 +104,12 @@ def payload_size(value: Any) -> int:
     # activity's arguments). Their stored text is Python's own repr (stored_text writes an int
     # as int.__repr__ and a list as "[" + ", ".join(...) + "]"), so stored_text's walk is skipped.
     try:
-        return _stored_size(value)
+        return stored_size(value)
     except ValueError:
         return 0  # the database refuses it for another reason (check_size says which)
 
 
-def _stored_size(value: Any) -> int:
+def stored_size(value: Any) -> int:
     """:func:`payload_size`, raising ``ValueError`` for a value jsonb cannot store."""
     kind = type(value)
     if kind is int:
@@ -153,7 +154,7 @@ def check_size(value: Any, what: str, limit: int | None) -> None:
     if limit is None:
         return
     try:
-        size = _stored_size(value)
+        size = stored_size(value)
     except ValueError as exc:
         raise _unstorable(what, exc) from None
     if size > limit:

@@ -20,6 +20,7 @@ from harvest.core.errors import (
     HarvestError,
     InvalidArgument,
     NonDeterminismError,
+    PayloadError,
     PayloadTooLarge,
     ShardUnavailable,
     StaleTask,
@@ -220,12 +221,15 @@ _COMMAND_PAYLOADS: dict[str, tuple[str, str]] = {
 }
 
 
-def payload_failure(exc: PayloadTooLarge, limit: int | None) -> dict[str, Any]:
-    """The non-retryable ``PayloadTooLarge`` failure for ``exc``, itself small enough to store.
+def payload_failure(exc: PayloadTooLarge | PayloadError, limit: int | None) -> dict[str, Any]:
+    """The non-retryable ``PayloadTooLarge`` failure for ``exc``, itself small enough to store
+    (a ``PayloadError`` for a payload jsonb cannot store: a string holding U+0000).
 
     Under a small limit it loses, in turn, the message's hint, its details and its message
     (the smallest, ``{error_type, non_retryable}``, is 56 bytes).
     """
+    if isinstance(exc, PayloadError):
+        return {"error_type": "PayloadError", "message": str(exc), "non_retryable": True, "details": None}
     failure: dict[str, Any] = {
         "error_type": "PayloadTooLarge",
         "message": str(exc),
@@ -247,7 +251,7 @@ def payload_failure(exc: PayloadTooLarge, limit: int | None) -> dict[str, Any]:
 
 def _oversized(
     command: dict[str, Any], limit: int, workflow_name: str, child: bool = False
-) -> PayloadTooLarge | None:
+) -> PayloadTooLarge | PayloadError | None:
     """The database's refusal of ``command`` for a payload over ``limit``, or None."""
     kind = command["type"]
     if kind == "complete_update":
@@ -264,8 +268,11 @@ def _oversized(
             except PayloadTooLarge as exc:
                 return exc
     value = command.get(field)
-    if payload.payload_size(value) <= limit:
-        return None  # nearly always: what the refusal would name is worked out for a refusal only
+    try:
+        if payload.stored_size(value) <= limit:
+            return None  # nearly always: what the refusal would name is worked out for a refusal only
+    except ValueError:
+        pass  # a string holding U+0000, which the database refuses: check_size names it below
     if kind == "complete_update":
         what = f"the {field} of update {command.get('update_id')}"
     else:
@@ -280,7 +287,7 @@ def _oversized(
             what += " (a child's end is never offloaded: its parent's history holds it)"
     try:
         payload.check_size(value, what, limit)
-    except PayloadTooLarge as exc:
+    except (PayloadTooLarge, PayloadError) as exc:
         return exc
     return None
 
