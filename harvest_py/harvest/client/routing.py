@@ -323,7 +323,7 @@ class _One:
     def _open(self) -> Any:
         """The pool, refused once the client closed it: every call said so with the pool's own
         error (psycopg_pool.PoolClosed), only a wait said the client was closed."""
-        if self.pool.closed:
+        if getattr(self.pool, "closed", False):  # (a RoledPool, the management API's: the caller's)
             raise InvalidArgument(f"this {self.client_kind} is closed: make a new one")
         return self.pool
 
