@@ -147,6 +147,33 @@ def test_invalid_parent_close_policy_is_rejected_at_the_call():
     assert failure["error_type"] == "InvalidArgument" and "orphan" in failure["message"]
 
 
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("workflow_id", "workflow_id: 'id\\x00' holds a NUL"),
+        ("queue", "queue: 'q\\x00' holds a NUL"),
+        ("name", "child workflow name: 'c\\x00' holds a NUL"),
+    ],
+)
+def test_a_nul_in_a_childs_name_is_rejected_at_the_call(where, message):
+    """The database refused the whole decision (22P05): the workflow task crashed its handler
+    at every lease. The call raises InvalidArgument, which the parent's code may catch."""
+
+    @workflow
+    async def nul_child(ctx) -> None:
+        if where == "name":
+            await ctx.execute_child_workflow("c\x00", 1)
+        elif where == "workflow_id":
+            await ctx.execute_child_workflow(charge_child, 1, workflow_id="id\x00")
+        else:
+            await ctx.execute_child_workflow(charge_child, 1, queue="q\x00")
+
+    act = run(new_run(app, nul_child).advance(HistoryBuilder("nul_child").events))
+    assert act.commands == [act.commands[-1]]  # no start_child_workflow was issued
+    failure = act.commands[-1]["failure"]
+    assert failure["error_type"] == "InvalidArgument" and message in failure["message"]
+
+
 def test_replaying_a_renamed_child_is_nondeterministic():
     e = Engine(app, parent, [1], resolver=lambda out: [])
     run(e.task())

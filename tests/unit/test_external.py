@@ -247,6 +247,12 @@ async def bad_calls(ctx, which: str) -> str:
     try:
         if which == "name":
             await ctx.signal_external_workflow(TARGET, "")
+        elif which == "nul name":
+            await ctx.signal_external_workflow(TARGET, "go\x00")
+        elif which == "nul workflow_id":
+            await ctx.signal_external_workflow(ExternalWorkflow(workflow_id="k\x00"), "go")
+        elif which == "nul workflow_name":
+            await ctx.cancel_external_workflow(ExternalWorkflow(workflow_id="k", workflow_name="\ud800"))
         else:
             await ctx.cancel_external_workflow(TARGET, reason=3)  # type: ignore[arg-type]
     except InvalidArgument as err:
@@ -255,7 +261,16 @@ async def bad_calls(ctx, which: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("which", "message"), [("name", "signal_name must be"), ("reason", "reason must be")]
+    ("which", "message"),
+    [
+        ("name", "signal_name must be"),
+        ("reason", "reason must be"),
+        # A NUL or a lone surrogate in a name: the database refused the whole decision (22P05),
+        # the workflow task crashed its handler at every lease.
+        ("nul name", "signal_name: 'go\\x00' holds a NUL"),
+        ("nul workflow_id", "workflow_id: 'k\\x00' holds a NUL"),
+        ("nul workflow_name", "workflow_name: '\\ud800' holds a lone surrogate"),
+    ],
 )
 def test_bad_arguments_raise_before_any_command(which, message):
     history = HistoryBuilder("bad_calls", [which])

@@ -125,3 +125,17 @@ def test_a_payload_the_database_cannot_store_ends_the_run_typed() -> None:
     update = {"type": "complete_update", "update_id": "u", "result": "a\x00"}
     [answered] = fit_payloads([update], 1000, "w")
     assert answered["type"] == "complete_update" and answered["failure"]["error_type"] == "PayloadError"
+
+
+def test_a_childs_input_the_database_cannot_store_ends_the_run_typed() -> None:
+    """A child's input holding U+0000 was sent: the database refused the decision (22P05)
+    before _start_child could turn it into a failed start, so the workflow task crashed its
+    handler at every lease. Its size stays the database's to refuse (a typed START_FAILED)."""
+    child = {"type": "start_child_workflow", "seq": 3, "workflow_name": "c", "input": ["a\x00b"]}
+    assert not payloads_fit([child], 1000, "w")
+    [failed] = fit_payloads([{"type": "start_timer", "seq": 1, "duration": 1}, child], 1000, "w")
+    assert failed["type"] == "fail_workflow"
+    assert failed["failure"]["error_type"] == "PayloadError"
+    assert failed["failure"]["message"].startswith(
+        "the input of child workflow c (command 3) cannot be stored"
+    )

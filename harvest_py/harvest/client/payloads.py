@@ -65,16 +65,13 @@ def as_written(payloads: Payloads | None, values: list[Any]) -> list[Any]:
 def text(value: Any, what: str, *, optional: bool = True) -> Any:
     """A name, id or reason a client sends as SQL text, checked here: a value that is not a str
     reached the database as another type (psycopg's UndefinedFunction, or a run whose
-    workflow_id 5 became "5" on the AsyncClient), and a NUL was the driver's DataError."""
+    workflow_id 5 became "5" on the AsyncClient), and a NUL was the driver's DataError (a lone
+    surrogate its UnicodeEncodeError)."""
     if value is None and optional:
         return None
     if not isinstance(value, str):
         raise InvalidArgument(f"{what}: expected a string, got {type(value).__name__} {value!r}")
-    if "\x00" in value:
-        raise InvalidArgument(
-            f"{what}: {value!r} holds a NUL character (U+0000), which PostgreSQL cannot store: remove it"
-        )
-    return value
+    return payload.check_text(value, what)
 
 
 def written(payloads: Payloads | None, value: Any, what: str, label: str, limit: int | None) -> Any:

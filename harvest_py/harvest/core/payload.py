@@ -40,7 +40,7 @@ from collections.abc import Set as AbstractSet
 from decimal import Decimal
 from typing import Any, cast
 
-from harvest.core.errors import PayloadError, PayloadTooLarge
+from harvest.core.errors import InvalidArgument, PayloadError, PayloadTooLarge
 from harvest.core.json_values import json_default
 from harvest.core.jsonb import dumps, stored_text
 
@@ -73,6 +73,7 @@ __all__ = [
     "approx_size",
     "check_size",
     "check_storable",
+    "check_text",
     "decode",
     "decode_args",
     "decode_result",
@@ -186,6 +187,24 @@ def check_storable(value: Any, what: str) -> None:
         stored_text(value)
     except ValueError as exc:
         raise _unstorable(what, exc) from None
+
+
+def check_text(value: str, what: str) -> str:
+    """``value``, a name or id sent as text (a workflow_id, a queue, a signal's name), or
+    ``InvalidArgument`` when it holds what PostgreSQL cannot store (U+0000, a lone surrogate):
+    the database (or the driver) refused it, and with it the whole call or decision."""
+    if "\x00" in value:
+        raise InvalidArgument(
+            f"{what}: {value!r} holds a NUL character (U+0000), which PostgreSQL cannot store: remove it"
+        )
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(
+                f"{what}: {value!r} holds a lone surrogate, which PostgreSQL cannot store: remove it"
+            ) from None
+    return value
 
 
 def _unstorable(what: str, exc: ValueError) -> PayloadError:

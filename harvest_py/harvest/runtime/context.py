@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, TypeVarTupl
 from harvest.core.deprecation import queue_alias, renamed_attribute
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, SignalTimeout
-from harvest.core.payload import decode, decode_result, encode, encode_args, encode_checked_args, return_hint
+from harvest.core.payload import (
+    check_text,
+    decode,
+    decode_result,
+    encode,
+    encode_args,
+    encode_checked_args,
+    return_hint,
+)
 from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition, bound_activity
 from harvest.runtime.children import ChildPlacement
 from harvest.runtime.external import external_target
@@ -449,6 +457,7 @@ class WorkflowContext:
             raise InvalidArgument(
                 f"signal_external_workflow: signal_name must be a non-empty string, got {signal_name!r}"
             )
+        check_text(signal_name, "signal_external_workflow: signal_name")
         where = external_target(target)
         command = {
             "type": "signal_external_workflow",
@@ -553,6 +562,9 @@ class WorkflowContext:
             raise InvalidArgument(f"workflow_id: expected a non-empty string or None, got {workflow_id!r}")
         if queue is not None and (not isinstance(queue, str) or not queue):
             raise InvalidArgument(f"queue: expected a non-empty string or None, got {queue!r}")
+        for what, text in (("workflow_id", workflow_id), ("queue", queue)):
+            if text is not None:
+                check_text(text, what)
         name, defn = self._resolve_workflow(workflow)
         fn = defn.fn if defn is not None else None
         command = {
@@ -619,6 +631,7 @@ class WorkflowContext:
         if isinstance(workflow, str):
             if not workflow:
                 raise InvalidArgument("child workflow name must be a non-empty string")
+            check_text(workflow, "child workflow name")
             return workflow, self._run.find_workflow(workflow)
         defn = (
             workflow

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from harvest.core.errors import InvalidArgument
+from harvest.core.payload import check_text
 from harvest.runtime.children import ChildHandle
 
 __all__ = ["ExternalWorkflow", "describe_target", "external_target"]
@@ -56,6 +57,9 @@ class ExternalWorkflow:
                 "ExternalWorkflow: workflow_name must be a non-empty string or None, "
                 f"got {self.workflow_name!r}"
             )
+        for what, text in (("workflow_id", self.workflow_id), ("workflow_name", self.workflow_name)):
+            if text is not None:
+                check_text(text, f"ExternalWorkflow: {what}")
 
     def fields(self) -> dict[str, Any]:
         """The target fields of the command (and of its recorded event)."""

@@ -208,7 +208,8 @@ class StickyCache:
 
 # The payloads of a decision's commands that the database checks against its payload
 # limit (functions/decide.sql), and how its HR008 message names each. A child's input
-# is not here: the database turns it into a typed START_FAILED the parent can catch.
+# is not here: the database turns one over the limit into a typed START_FAILED the parent can
+# catch (_CHILD_INPUT: only one it cannot store at all is refused here).
 _COMMAND_PAYLOADS: dict[str, tuple[str, str]] = {
     "schedule_activity": ("input", "the input of activity {name} (command {seq})"),
     "record_marker": ("value", "the value of marker {kind} (command {seq})"),
@@ -219,6 +220,7 @@ _COMMAND_PAYLOADS: dict[str, tuple[str, str]] = {
     "complete_workflow": ("result", "the result of workflow {workflow}"),
     "fail_workflow": ("failure", "the failure of workflow {workflow}"),
 }
+_CHILD_INPUT = "the input of child workflow {name} (command {seq})"
 
 
 def payload_failure(exc: PayloadTooLarge | PayloadError, limit: int | None) -> dict[str, Any]:
@@ -254,6 +256,18 @@ def _oversized(
 ) -> PayloadTooLarge | PayloadError | None:
     """The database's refusal of ``command`` for a payload over ``limit``, or None."""
     kind = command["type"]
+    if kind == "start_child_workflow":
+        # A string jsonb cannot store (U+0000) was refused with the whole decision (22P05), before
+        # _start_child could make it a failed start: the task crashed its handler at every lease.
+        try:
+            payload.stored_size(command.get("input"))
+        except ValueError:
+            try:
+                what = _CHILD_INPUT.format(name=command.get("workflow_name"), seq=command.get("seq"))
+                payload.check_storable(command.get("input"), what)
+            except PayloadError as exc:
+                return exc
+        return None
     if kind == "complete_update":
         field = "failure" if "failure" in command else "result"
     elif kind in _COMMAND_PAYLOADS:
