@@ -70,6 +70,19 @@ SYNC_CASES: list[tuple[str, Callable[[Client, Any], Any], type[Exception], str]]
         "reuse_policy",
     ),
     ("name NUL", lambda c, h: c.start_workflow("wait\x00er"), InvalidArgument, "NUL"),
+    # "residency_key is blank" said of 5; connection="x" was an AttributeError from inside.
+    (
+        "residency_key=5",
+        lambda c, h: c.start_workflow(waiter, residency_key=5),
+        InvalidArgument,
+        "residency_key must be a non-empty string, got int 5",
+    ),
+    (
+        "connection='x'",
+        lambda c, h: c.start_workflow(waiter, connection="x"),
+        InvalidArgument,
+        "connection: expected a psycopg Connection",
+    ),
     ("input NUL", lambda c, h: c.start_workflow("waiter", "a\x00b"), PayloadError, "U\\+0000"),
     (
         "search attribute NUL",
@@ -123,6 +136,7 @@ def test_the_async_client_refuses_the_same_values(db: str) -> None:
             calls: list[Callable[[], Any]] = [
                 lambda: aclient.start_workflow(waiter, workflow_id=5),
                 lambda: aclient.start_workflow(waiter, queue="q\x00"),
+                lambda: aclient.start_workflow(waiter, connection="x"),  # an AttributeError inside
                 lambda: aclient.start_workflow("waiter", "a\x00b"),
                 lambda: handle.signal(5, 1),
                 lambda: handle.signal("go", "a\x00b"),
@@ -139,7 +153,7 @@ def test_the_async_client_refuses_the_same_values(db: str) -> None:
 
     assert (
         asyncio.run(go())
-        == ["InvalidArgument"] * 2
+        == ["InvalidArgument"] * 3
         + ["PayloadError"]
         + ["InvalidArgument"]
         + ["PayloadError"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
 import pytest
 
@@ -412,3 +413,27 @@ def test_a_generator_function_is_refused_as_an_activity() -> None:
     for fn in (rows, arows):
         with pytest.raises(TypeError, match=r"@activity .*rows is a generator function: .*return"):
             activity(fn)
+
+
+def test_a_callable_without_a_name_or_attributes_is_refused_saying_what_to_do() -> None:
+    """@activity on a functools.partial without name= raised AttributeError ('partial' object has
+    no attribute '__name__'), and on a builtin (even with name=) AttributeError on
+    __harvest_activity__; @workflow on a partial of an async def, the same."""
+
+    def charge(ctx, amount: int, currency: str) -> int:
+        return amount
+
+    async def flow(ctx, n: int) -> int:
+        return n
+
+    for decorate, fn in (
+        (activity, functools.partial(charge, currency="EUR")),
+        (workflow, functools.partial(flow)),
+    ):
+        with pytest.raises(TypeError, match=r"has no __name__: pass name=, as in @.*\(name="):
+            decorate(fn)
+        assert decorate(fn, name="named") is fn
+    with pytest.raises(TypeError, match=r"@activity cannot mark the builtin len.*: wrap it in a def"):
+        activity(len, name="length")
+    with pytest.raises(TypeError, match=r"@activity functools\.partial\(.*\): the first parameter must be"):
+        activity(functools.partial(charge, ctx=None))

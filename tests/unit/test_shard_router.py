@@ -94,6 +94,7 @@ def test_a_pin_reaches_a_reserved_cell_and_unpinned_starts_never_do() -> None:
         ({"shard_id": 1, "residency_key": "eu"}, "shard_id and residency_key are mutually exclusive"),
         ({"residency_key": "mars"}, "unknown residency_key 'mars'"),
         ({"residency_key": " "}, "residency_key is blank"),
+        ({"residency_key": 5}, "residency_key must be a non-empty string, got int 5"),  # not "is blank"
         ({"residency_key": "drained"}, "residency_key 'drained' maps to a shard that is not accepting new"),
         ({"shard_id": 2}, "shard_id 2 is not accepting new workflows"),
         ({"shard_id": 9}, "shard_id 9 is not a shard of this deployment"),

@@ -54,7 +54,7 @@ from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.core.task_token import TaskToken
 from harvest.db import channels, sqlapi
-from harvest.db.connection import connect, connect_async, one_line, resolve_dsn
+from harvest.db.connection import caller_connection, connect, connect_async, one_line, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.migrate import check_schema_async
@@ -903,6 +903,7 @@ def _prepare_start(
     opts, kwargs = _split_start(workflow, options, kwargs)
     for what in ("workflow_id", "reuse_policy", "conflict_policy"):
         payload_policy.text(getattr(opts, what), what)
+    caller_connection(opts.connection, asynchronous=isinstance(client, AsyncClient))
     name, definition, encoded, queue = _start_args(client, workflow, args, kwargs, opts.queue)
     placement = routing.place_start(
         client._target,

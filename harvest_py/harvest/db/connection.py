@@ -591,6 +591,18 @@ async def set_server_end_async(conn: psycopg.AsyncConnection) -> None:
         await _set_on_idle_async(conn, _SET_SERVER_END, _SERVER_END_VALUES, _server_end_refused)
 
 
+def caller_connection(value: Any, *, asynchronous: bool) -> Any:
+    """``value``, a caller's connection a start runs on (``StartOptions.connection``), or None;
+    ``InvalidArgument`` for anything else, which failed inside with an AttributeError."""
+    kind = psycopg.AsyncConnection if asynchronous else psycopg.Connection
+    if value is None or isinstance(value, kind):
+        return value
+    raise InvalidArgument(
+        f"connection: expected a psycopg {kind.__name__} (the start runs in its transaction) "
+        f"or None, got {type(value).__name__} {value!r}"
+    )
+
+
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int | None = None) -> psycopg.Connection:
     """Open a connection, or raise a HarvestError naming host and database, never the password.
     ``connect_timeout``: the caller's limit (a probe's), else the DSN's (connect_timeout_option)."""

@@ -376,6 +376,12 @@ def _check_name(name: Any, what: str) -> str:
     return name
 
 
+def _label(fn: Any) -> str:
+    """How a message names ``fn``: its qualified name, or (a functools.partial, a callable
+    object, which have none) its repr."""
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
 def _check_takes_ctx(fn: Callable[..., Any], kind: str) -> None:
     params = list(inspect.signature(fn).parameters.values())
     if not params or params[0].kind not in (
@@ -383,9 +389,30 @@ def _check_takes_ctx(fn: Callable[..., Any], kind: str) -> None:
         inspect.Parameter.POSITIONAL_OR_KEYWORD,
     ):
         raise TypeError(
-            f"@{kind} {fn.__qualname__}: the first parameter must be the "
-            f"context (e.g. `def {fn.__name__}(ctx, ...)`)"
+            f"@{kind} {_label(fn)}: the first parameter must be the "
+            f"context (e.g. `def {getattr(fn, '__name__', 'handler')}(ctx, ...)`)"
         )
+
+
+def _declared_name(fn: Any, name: str | None, kind: str) -> str:
+    """The name ``fn`` registers under: ``name=``, else its ``__name__``, which a
+    functools.partial or a callable object has not (an AttributeError from inside, before)."""
+    if name is None and not isinstance(getattr(fn, "__name__", None), str):
+        raise TypeError(f"@{kind} {_label(fn)} has no __name__: pass name=, as in @{kind}(name='...')")
+    return _check_name(name or fn.__name__, f"{kind} name")
+
+
+def _mark(fn: Any, attr: str, definition: Any, kind: str) -> None:
+    """Hang ``definition`` on ``fn``, refused with a TypeError when ``fn`` takes no attributes
+    (a builtin: an AttributeError from inside, before)."""
+    try:
+        setattr(fn, attr, definition)
+    except AttributeError:
+        what = "the builtin " if inspect.isbuiltin(fn) else ""
+        raise TypeError(
+            f"@{kind} cannot mark {what}{_label(fn)} (it takes no attributes): wrap it in a def "
+            f"that calls it, as in `def {getattr(fn, '__name__', 'call')}(ctx, *args): ...`"
+        ) from None
 
 
 @overload
@@ -430,8 +457,8 @@ def workflow(
                 "`async def` (workflows are deterministic coroutines)"
             )
         _check_takes_ctx(f, "workflow")
-        f.__harvest_workflow__ = WorkflowDefinition(
-            name=_check_name(name or f.__name__, "workflow name"),
+        definition = WorkflowDefinition(
+            name=_declared_name(f, name, "workflow"),
             fn=f,
             queue=_check_name(queue, "queue") if queue is not None else DEFAULT_QUEUE,
             **_flow.workflow_policies(concurrency, quota),
@@ -439,6 +466,7 @@ def workflow(
             declared_activities=_declared(activities, "__harvest_activity__", "activities"),
             declared_children=_declared(children, "__harvest_workflow__", "children"),
         )
+        _mark(f, "__harvest_workflow__", definition, "workflow")
         return f
 
     return wrap(fn) if fn is not None else wrap
@@ -515,22 +543,22 @@ def activity(
         _check_takes_ctx(f, "activity")
         if inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f):
             raise TypeError(
-                f"@activity {f.__qualname__} is a generator function: an activity's result is what "
+                f"@activity {_label(f)} is a generator function: an activity's result is what "
                 "it returns (its rows as a list, say); a generator would be its result, which "
                 "cannot be stored"
             )
         if executor is not None and inspect.iscoroutinefunction(f):
             raise TypeError(
-                f"@activity(executor={executor!r}) on async def {f.__qualname__}: an async activity runs "
+                f"@activity(executor={executor!r}) on async def {_label(f)}: an async activity runs "
                 "on the worker's event loop; make it a plain def to run it in a thread or a process"
             )
-        if executor == "process" and "<locals>" in f.__qualname__:
+        if executor == "process" and "<locals>" in _label(f):
             raise TypeError(
-                f"@activity(executor='process') on {f.__qualname__}: a process runs a function it can "
+                f"@activity(executor='process') on {_label(f)}: a process runs a function it can "
                 "import by name; define it at the top level of a module"
             )
-        cast(Any, f).__harvest_activity__ = ActivityDefinition(
-            name=_check_name(name or f.__name__, "activity name"),
+        definition = ActivityDefinition(
+            name=_declared_name(f, name, "activity"),
             fn=f,
             local=bool(local),
             is_async=inspect.iscoroutinefunction(f),
@@ -538,6 +566,7 @@ def activity(
             **options,
             **flow,
         )
+        _mark(f, "__harvest_activity__", definition, "activity")
         return f
 
     return wrap(fn) if fn is not None else wrap

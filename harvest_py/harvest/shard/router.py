@@ -268,7 +268,12 @@ class ShardRouter:
         if shard_id is not None and residency_key is not None:
             raise InvalidArgument("shard_id and residency_key are mutually exclusive: pass one")
         if residency_key is not None:
-            if not isinstance(residency_key, str) or not residency_key.strip():
+            if not isinstance(residency_key, str):
+                raise InvalidArgument(
+                    "residency_key must be a non-empty string, got "
+                    f"{type(residency_key).__name__} {residency_key!r}"
+                )
+            if not residency_key.strip():
                 raise InvalidArgument("residency_key is blank: pass a declared residency key")
             shard = self.residency_map.get(residency_key)
             if shard is None:
