@@ -139,3 +139,12 @@ def test_a_childs_input_the_database_cannot_store_ends_the_run_typed() -> None:
     assert failed["failure"]["message"].startswith(
         "the input of child workflow c (command 3) cannot be stored"
     )
+
+
+def test_a_carried_signal_the_database_cannot_store_ends_the_run_typed() -> None:
+    """A signal carried over by continue-as-new, encoded again (a codec's output) into a string
+    holding U+0000: its PayloadError escaped fit_payloads, and the task crashed its handler."""
+    command = {"type": "continue_as_new", "input": [1], "signals": [{"name": "s", "payload": "a\x00"}]}
+    [failed] = fit_payloads([command], 1000, "w")
+    assert failed["failure"]["error_type"] == "PayloadError"
+    assert failed["failure"]["message"].startswith("the payload of signal s carried over by continue-as-new")

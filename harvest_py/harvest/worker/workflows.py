@@ -279,7 +279,7 @@ def _oversized(
             try:
                 what = f"the payload of signal {signal.get('name')} carried over by continue-as-new"
                 payload.check_size(signal.get("payload"), what, limit)
-            except PayloadTooLarge as exc:
+            except (PayloadTooLarge, PayloadError) as exc:
                 return exc
     value = command.get(field)
     try:
