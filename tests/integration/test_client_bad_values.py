@@ -154,9 +154,9 @@ def test_the_async_client_refuses_the_same_values(db: str) -> None:
     assert (
         asyncio.run(go())
         == ["InvalidArgument"] * 3
-        + ["PayloadError"]
+        + ["PayloadNotStorable"]  # (a PayloadError)
         + ["InvalidArgument"]
-        + ["PayloadError"]
+        + ["PayloadNotStorable"]
         + ["InvalidArgument"] * 2
     )
 

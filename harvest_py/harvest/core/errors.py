@@ -268,6 +268,13 @@ class PayloadError(HarvestError, TypeError):
     http_status = 400
 
 
+class PayloadNotStorable(PayloadError):
+    """A payload holds what PostgreSQL cannot store (U+0000, a lone surrogate): the caller must
+    change the value (the CLI exits 2, as for an InvalidArgument). Nothing was written."""
+
+    exit_code = 2
+
+
 class PayloadKeyMissing(PayloadError):
     """A payload is encrypted with a key this process does not hold (docs/payloads.md).
     ``.key_id`` names the key; ``.known`` the key ids this process has."""

@@ -40,7 +40,7 @@ from collections.abc import Set as AbstractSet
 from decimal import Decimal
 from typing import Any, cast
 
-from harvest.core.errors import InvalidArgument, PayloadError, PayloadTooLarge
+from harvest.core.errors import InvalidArgument, PayloadError, PayloadNotStorable, PayloadTooLarge
 from harvest.core.json_values import json_default
 from harvest.core.jsonb import dumps, stored_text
 
@@ -207,8 +207,8 @@ def check_text(value: str, what: str) -> str:
     return value
 
 
-def _unstorable(what: str, exc: ValueError) -> PayloadError:
-    return PayloadError(
+def _unstorable(what: str, exc: ValueError) -> PayloadNotStorable:
+    return PayloadNotStorable(
         f"{what} cannot be stored: PostgreSQL's {exc}; remove it from the string, or pass "
         "binary data as bytes, which are sent base64-encoded"
     )
