@@ -1864,8 +1864,7 @@ BEGIN
        AND (jsonb_array_length(v_unknown_to) >= c_unknown_to_max OR NOT EXISTS (
                 SELECT 1 FROM harvest.workers AS w
                 WHERE w.status = 'active' AND v_task.queue = ANY(w.queues)
-                  AND w.last_heartbeat_at > harvest.now() - make_interval(secs => 2 * w.heartbeat_interval_secs)
-                  AND NOT v_unknown_to ? w.id)) THEN
+                  AND harvest._worker_health(w) = 'healthy' AND NOT v_unknown_to ? w.id)) THEN
         v_failure := jsonb_build_object('error_type', 'UnknownWorkflow', 'reason', 'unknown_workflow',
             'non_retryable', true,
             'message', 'no worker that claimed it has workflow ' || v_execution.workflow_name || ' (queue '

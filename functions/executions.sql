@@ -910,8 +910,7 @@ BEGIN
                                       'live_workers', (
                                           SELECT count(*) FROM harvest.workers AS w
                                           WHERE w.status = 'active' AND t.queue = ANY(w.queues)
-                                            AND w.last_heartbeat_at > harvest.now()
-                                                - make_interval(secs => 2 * w.heartbeat_interval_secs)))
+                                            AND harvest._worker_health(w) = 'healthy'))
             FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'workflow'),
         'last_workflow_task_event_id', v_last_task_event
     );
