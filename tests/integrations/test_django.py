@@ -3,6 +3,7 @@ view, and ``manage.py harvest_worker`` as a real process, on the test database."
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -166,3 +167,8 @@ def test_no_database_names_the_places_django_reads(monkeypatch: pytest.MonkeyPat
     message = str(raised.value)
     assert "settings.HARVEST" in message and "HARVEST_DATABASE_URL" in message, message
     assert "harvest.toml" not in message and "--database-url" not in message, message
+    # The worker command said "harvest worker polling default" first, then failed.
+    out = io.StringIO()
+    with override_settings(HARVEST=BASE), pytest.raises(CommandError, match="HARVEST_DATABASE_URL"):
+        call_command("harvest_worker", stdout=out)
+    assert "polling" not in out.getvalue(), out.getvalue()

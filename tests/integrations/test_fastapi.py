@@ -202,6 +202,11 @@ def test_bad_arguments_are_refused_at_construction() -> None:
         HarvestLifespan(run_worker=True)
     with pytest.raises(ValueError, match="must start with /"):
         HarvestLifespan(app, mount_path="api/")
+    # A mistyped worker option was Python's own TypeError from WorkerOptions, at startup.
+    with pytest.raises(
+        TypeError, match=r"'concurency' is not a WorkerOptions field \(did you mean 'concurrency'\?\)"
+    ):
+        HarvestLifespan(app, run_worker=True, worker_options={"concurency": 4})
 
 
 def test_an_app_stopped_at_once_stops_its_worker(db: str) -> None:

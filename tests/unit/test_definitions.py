@@ -8,6 +8,7 @@ import functools
 import pytest
 
 from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
+from harvest.declare.dags import Dag
 from harvest.declare.definitions import (
     ActivityDefinition,
     App,
@@ -17,6 +18,7 @@ from harvest.declare.definitions import (
     parse_duration,
     workflow,
 )
+from harvest.declare.messages import query
 
 
 @pytest.mark.parametrize(
@@ -437,3 +439,37 @@ def test_a_callable_without_a_name_or_attributes_is_refused_saying_what_to_do() 
         activity(len, name="length")
     with pytest.raises(TypeError, match=r"@activity functools\.partial\(.*\): the first parameter must be"):
         activity(functools.partial(charge, ctx=None))
+
+
+def test_an_empty_name_is_refused_not_replaced_by_the_function_s_own() -> None:
+    """``name=""`` was falsy, so the function's ``__name__`` was registered instead, silently."""
+
+    async def charge(ctx: object) -> None: ...
+
+    for decorate in (activity(name=""), workflow(name="")):
+        with pytest.raises(InvalidArgument, match=r"name: expected a non-empty string, got ''"):
+            decorate(charge)
+    with pytest.raises(InvalidArgument, match=r"query name: expected a non-empty string, got ''"):
+        query(workflow="orders", name="")(lambda ctx: None)
+
+
+@pytest.mark.parametrize("option", ["local", "dead_letter"])
+@pytest.mark.parametrize("value", ["no", "false", 0, None])
+def test_a_flag_is_true_or_false_not_anything_truthy(option: str, value: object) -> None:
+    """``local="no"`` ran the activity locally (``bool("no")`` is True); ``dead_letter=0`` was a
+    quiet False. Both are refused naming the option, in the decorator, in a call's override and
+    in a DAG task's options."""
+    with pytest.raises(InvalidArgument, match=rf"{option}: expected True or False, got"):
+        activity(**{option: value})(lambda ctx: None)
+    if option == "dead_letter":
+
+        @activity
+        async def ship(ctx: object) -> None: ...
+
+        with pytest.raises(InvalidArgument, match="dead_letter: expected True or False"):
+            ship.__harvest_activity__.with_options(dead_letter=value)
+        if value is None:  # a DAG task's None option means "not set": the activity's own
+            return
+        dag = Dag("nightly")
+        with pytest.raises(InvalidArgument, match="dead_letter"):
+            dag.task("ship", ship, dead_letter=value)

@@ -24,6 +24,7 @@ from harvest.declare.definitions import (
     ActivityDefinition,
     RetryPolicy,
     WorkflowDefinition,
+    check_flag,
     check_priority,
 )
 
@@ -103,7 +104,7 @@ def _options(
         elif key == "priority":
             check_priority(value, where)
         elif key == "dead_letter":
-            value = bool(value)
+            check_flag(value, where)
         out[key] = value
     return out
 

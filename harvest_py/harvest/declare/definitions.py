@@ -51,6 +51,13 @@ def check_priority(value: Any, what: str = "priority") -> int:
     return value
 
 
+def check_flag(value: Any, what: str) -> bool:
+    """True or False, nothing truthy: ``local="no"`` would otherwise read as True."""
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{what}: expected True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
 def _opt_duration(value: Any, what: str, *, positive: bool = False) -> float | None:
     return None if value is None else parse_duration(value, what, positive=positive)
 
@@ -311,6 +318,8 @@ def _normalize_options(opts: dict[str, Any]) -> dict[str, Any]:
             raise TypeError(f"retry: expected a RetryPolicy, got {type(out['retry']).__name__}")
     if "priority" in out:
         check_priority(out["priority"])
+    if "dead_letter" in out:
+        check_flag(out["dead_letter"], "dead_letter")
     if "queue" in out and out["queue"] is not None:
         _check_name(out["queue"], "queue")
     if out.get("priority_aging_secs") is not None:
@@ -399,7 +408,7 @@ def _declared_name(fn: Any, name: str | None, kind: str) -> str:
     functools.partial or a callable object has not (an AttributeError from inside, before)."""
     if name is None and not isinstance(getattr(fn, "__name__", None), str):
         raise TypeError(f"@{kind} {_label(fn)} has no __name__: pass name=, as in @{kind}(name='...')")
-    return _check_name(name or fn.__name__, f"{kind} name")
+    return _check_name(name if name is not None else fn.__name__, f"{kind} name")
 
 
 def _mark(fn: Any, attr: str, definition: Any, kind: str) -> None:
@@ -529,7 +538,7 @@ def activity(
             "retry": retry,
             "queue": queue,
             "priority": priority,
-            "dead_letter": bool(dead_letter),
+            "dead_letter": dead_letter,
             "priority_aging_secs": priority_aging_secs,
             "fairness_key": fairness_key,
         }
@@ -560,7 +569,7 @@ def activity(
         definition = ActivityDefinition(
             name=_declared_name(f, name, "activity"),
             fn=f,
-            local=bool(local),
+            local=check_flag(local, "local"),
             is_async=inspect.iscoroutinefunction(f),
             executor=executor,
             **options,

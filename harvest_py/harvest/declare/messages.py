@@ -169,7 +169,7 @@ def _decorator(
         check_handler(validator, f"{kind} validator", name or "?")
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        handler_name = _check_name(name or fn.__name__, f"{kind} name")
+        handler_name = _check_name(name if name is not None else fn.__name__, f"{kind} name")
         check_handler(fn, kind, handler_name)
         setattr(fn, f"__harvest_{kind}__", HandlerDefinition(kind, handler_name, fn, wf_name, validator))
         return fn

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import difflib
 import logging
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
@@ -60,6 +62,20 @@ DEFAULT_MOUNT_PATH = "/api/harvest"
 DSN_HINT = "pass HarvestLifespan(dsn=...), or database_url in harvest.toml"
 
 
+def _check_worker_options(options: Mapping[str, Any]) -> None:
+    """Refuse a key no WorkerOptions field names here, where the app is built (a nearby
+    field suggested), rather than as Python's bare TypeError when the lifespan starts."""
+    fields = sorted(f.name for f in dataclasses.fields(WorkerOptions))
+    for key in options:
+        if key not in fields:
+            near = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise TypeError(
+                f"HarvestLifespan(worker_options=...): {key!r} is not a WorkerOptions field{hint}; "
+                "each key is a field of harvest.worker.WorkerOptions"
+            )
+
+
 class HarvestLifespan:
     """Harvest's part of an ASGI app's lifespan; pass it as ``lifespan=`` (it is callable with
     the app), or enter ``harvest(app)`` inside your own lifespan.
@@ -93,6 +109,7 @@ class HarvestLifespan:
             raise ValueError("HarvestLifespan(run_worker=True) needs the App the worker runs")
         if mount_path is not None and (not mount_path.startswith("/") or mount_path.endswith("/")):
             raise ValueError(f"mount_path {mount_path!r} must start with / and not end with one")
+        _check_worker_options(worker_options or {})
         self.app = app
         self.dsn = dsn
         self.config = config

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from harvest.config.process import configured_options, run_worker
+from harvest.config.process import configured_options, run_worker, worker_dsn
 from harvest.core.errors import ConfigError
 from harvest.integrations.django import APP_KEY, DSN_HINT, SETTING, get_app, get_config
 
@@ -49,13 +49,15 @@ class Command(BaseCommand):
                 }
             )
             worker_options = configured_options(app, config)
+            worker_dsn(config, hint=DSN_HINT)  # a missing database is told before "polling"
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
         if not (worker_options.run_worker or worker_options.run_scanner or worker_options.run_retention):
             raise CommandError(
                 "nothing to run: the role places no runtime in this process; set HARVEST_ROLE=worker"
             )
-        self.stdout.write(f"harvest worker polling {', '.join(worker_options.queues or ['default'])}")
+        queues = worker_options.queues or sorted(app.queues)  # None: every queue the App uses
+        self.stdout.write(f"harvest worker polling {', '.join(queues)}")
         try:
             asyncio.run(
                 run_worker(app, config, worker_options, dsn_hint=DSN_HINT, install_signal_handlers=True)
