@@ -70,8 +70,9 @@ def test_serve_answers_as_a_web_replica(db: str) -> None:
     assert len(runtimes) == 1, err
     assert "role=web (source: explicit (harvest serve))" in runtimes[0]
     assert "worker.enabled=false (source: role web)" in runtimes[0]
-    notes = [x for x in err.splitlines() if "retention is on but does not run in this process" in x]
+    notes = [x for x in err.splitlines() if "retention runs where the scheduler runs" in x]
     assert len(notes) == 1 and "run_on=scheduler" in notes[0] and "RUN_ON=all" in notes[0], err
+    assert "nothing to do" in notes[0], err  # a new user read the old note as a fault
 
 
 def test_serve_runs_the_runtimes_its_plan_places_here(db: str) -> None:

@@ -665,9 +665,9 @@ def runtime_plan(config: Config) -> RuntimePlan:
         )
         if not scheduler.value:
             notes.append(
-                "retention is on but does not run in this process: run_on=scheduler places it "
-                "with the scheduler, which is off here; it runs where the scheduler runs "
-                "(set HARVEST_RETENTION__RUN_ON=all to run it here too)"
+                "retention runs where the scheduler runs (run_on=scheduler), not in this "
+                "process, whose scheduler is off: a `harvest worker` runs both (nothing to do; "
+                "set HARVEST_RETENTION__RUN_ON=all to run it here too)"
             )
             if not role_setting and scheduler.source.startswith("explicit"):
                 warnings.append(
