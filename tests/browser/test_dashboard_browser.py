@@ -356,3 +356,51 @@ def test_another_site_cannot_frame_the_dashboard_and_a_long_value_opens(browser:
         summary.click()
         assert "the-end" in _text(browser, "details.whole[open] pre")
         assert console_errors(browser) == []  # no style or script the policy refused
+
+
+def _wider_than_the_window(driver: Any) -> list[str]:
+    """The page, or a table's sideways scroller, wider than the window: what a user made (an
+    ID, a name, an error) must wrap, not push the page's columns and buttons off the screen."""
+    return driver.execute_script(
+        """const view = document.documentElement.clientWidth, out = [];
+        if (document.documentElement.scrollWidth > view) out.push('the page');
+        for (const s of document.querySelectorAll('.scroll'))
+            if (s.scrollWidth > s.clientWidth + 1) out.push(s.firstElementChild.id || 'a table');
+        for (const b of document.querySelectorAll('main button'))
+            if (b.getBoundingClientRect().right > view) out.push('a button: ' + b.textContent);
+        return out;"""
+    )
+
+
+def test_long_and_right_to_left_text_keeps_to_the_page(browser: Any, site: str, demo: Demo) -> None:
+    """A run's ID, a signal's name and an error of thousands of characters without a space
+    wrap where they are (the Replay button stays on the screen), and a right-to-left override
+    (U+202E) in a name reverses that name only, not the text after it."""
+    long_id = "L" * 900
+    run = demo.client.start_workflow("greet", "x", workflow_id=long_id).execution_id
+    billing = demo.client.start_workflow("billing", int("9" * 3000), workflow_id="invoice-long").execution_id
+    demo.client.get_handle(demo.ids["approval"]).signal("\u202eevil-" + "S" * 300, 1)
+    with demo.client.sql() as sql:
+        wait_for(
+            lambda: any(str(d["execution_id"]) == billing for d in sql.list_dead_letters(10)),
+            "the long billing run's dead letter",
+        )
+    sign_in(browser, site, "admin-token")
+    wide: dict[str, list[str]] = {}
+    for page in (
+        "/workflows?order=asc&workflow_name=greet",
+        f"/workflows/{run}",
+        f"/workflows/{demo.ids['approval']}",
+        "/dead-letters",
+    ):
+        browser.get(site + page)
+        wide[page] = _wider_than_the_window(browser)
+    assert {page: what for page, what in wide.items() if what} == {}
+    browser.get(f"{site}/workflows/{demo.ids['approval']}")
+    # the override stays in the name: each piece of data is isolated from the text around it
+    isolated = browser.execute_script(
+        "return [...document.querySelectorAll('#signals strong, h1 .mono')]"
+        ".map(e => getComputedStyle(e).unicodeBidi)"
+    )
+    assert set(isolated) == {"isolate"}
+    assert console_errors(browser) == []
