@@ -839,6 +839,17 @@ def test_a_payload_shaped_like_a_redaction_is_shown_as_it_is(db: str) -> None:
         assert "redacted (" in signals and "kept" not in signals
 
 
+def test_a_signals_time_and_its_redacted_payload_are_two_words(db: str) -> None:
+    """A signal's line reads "event 4, just now redacted (8 bytes)", not "...just
+    nowredacted" (the size marker was glued to the time before it)."""
+    run = _signalled(db, "glued-1", {"a": 1})
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{run}", headers=READ).text
+        signals = page.split('id="signals"')[1].split("</ul>")[0]
+        text = " ".join(re.sub(r"<[^>]+>", "", signals).split())
+        assert re.search(r"event \d+, .+ redacted \(8 bytes\)", text), text
+
+
 def test_unicode_in_payloads_and_attributes_is_shown_as_written(db: str) -> None:
     """Names, payloads and search attributes in any script are shown as written, not as JSON's
     \\u escapes (a read principal sees the attributes; an operator the payloads)."""
