@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -22,7 +23,7 @@ from typing import Any
 
 from harvest.core.json_values import json_default
 
-__all__ = ["FIELDS", "LOG_FIELDS", "JsonFormatter", "configure_logging", "log_fields"]
+__all__ = ["FIELDS", "LOG_FIELDS", "JsonFormatter", "TextFormatter", "configure_logging", "log_fields"]
 
 # The fields of the workflow or activity code running in this context (None: engine code).
 LOG_FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("harvest_log_fields", default=None)
@@ -87,6 +88,32 @@ class JsonFormatter(logging.Formatter):
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
+# What a text line must not carry raw: a carriage return, an escape sequence or another control
+# character (C0 but tab and newline, DEL, C1). A newline is kept, the next line indented.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_NEEDS_CARE = re.compile(r"[\x00-\x08\n\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    char = match.group()
+    return "\\r" if char == "\r" else f"\\x{ord(char):02x}"
+
+
+class TextFormatter(logging.Formatter):
+    """The classic line, safe to read: a message is often data a user or a caller chose (a
+    workflow id, a failure's message, a signal's name), so a newline in it must not start what
+    looks like another record (the lines after the first are indented, as a traceback's are),
+    and a carriage return or a terminal escape sequence must not rewrite what an operator's
+    terminal shows (they are printed escaped, ``\\r``, ``\\x1b``). The traceback a record carries
+    is printed as it is."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        if _NEEDS_CARE.search(line) is None:  # (the usual line: one scan, nothing built)
+            return line
+        return _CONTROL.sub(_escape_control, line).replace("\n", "\n    ")
+
+
 # Filters the process' handler carries, registered by the layers above without telemetry
 # importing them (the database layer's: a chained database error printed by its first line,
 # harvest.db.connection.DatabaseTextFilter), whichever of the two comes first.
@@ -109,7 +136,7 @@ def configure_logging(level: str | int = "INFO", fmt: str = "text", stream: Any 
     if fmt not in ("text", "json"):
         raise ValueError(f"log format {fmt!r}: use text or json")
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     handler.addFilter(_ContextFilter())
     for extra in _HANDLER_FILTERS:
         handler.addFilter(extra)
