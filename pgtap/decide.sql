@@ -14,7 +14,7 @@
 -- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
-SELECT plan(334);
+SELECT plan(340);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -404,6 +404,56 @@ SELECT results_eq(
     $$VALUES ('FAILED'::text, '{"worker_id": "uw-new", "worker_registered": ["decide_wf"], "attempts": 18,
                                 "workflow_name": "ghost_wf", "queue": "dq_roll"}'::jsonb)$$,
     'once every live worker of the queue failed it the run fails as before (stale and draining ones aside)');
+
+-- At most 64 ids are kept: a task that 64 workers of the queue failed so in a row fails the
+-- run even while a 65th live worker has not tried it (a queue's fleet is not a bound).
+SELECT count(harvest.register_worker(format('cap-%s', i), ARRAY['dq_cap'], 'host', i))
+FROM generate_series(1, 65) AS i;
+CREATE FUNCTION pg_temp.fail_cap(p_from integer, p_to integer) RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    FOR i IN p_from..p_to LOOP
+        SELECT * INTO v_task FROM harvest.claim_tasks(format('cap-%s', i), ARRAY['dq_cap'], 1, 30);
+        PERFORM harvest.fail_workflow_task(v_task.task_id, v_task.fencing_token,
+            jsonb_build_object('error_type', 'UnknownWorkflow', 'message', 'no such workflow',
+                               'details', jsonb_build_object('worker_id', format('cap-%s', i))), 0);
+    END LOOP;
+    RETURN v_task.attempt;
+END;
+$fn$;
+CREATE TEMP TABLE cap_run ON COMMIT DROP AS
+    SELECT * FROM harvest.start_workflow('ghost_wf', '[]', 'cap', 'dq_cap');
+CREATE FUNCTION pg_temp.cap_state() RETURNS TABLE (run text, kept integer, oldest text, latest text)
+LANGUAGE sql AS $fn$
+    SELECT e.status, jsonb_array_length(t.last_failure -> 'details' -> 'unknown_to'),
+           t.last_failure -> 'details' -> 'unknown_to' ->> 0, t.last_failure -> 'details' -> 'unknown_to' ->> -1
+    FROM harvest.executions AS e LEFT JOIN harvest.tasks AS t ON t.execution_id = e.id
+    WHERE e.id = (SELECT execution_id FROM cap_run);
+$fn$;
+SELECT is(pg_temp.fail_cap(1, 63), 63, '63 workers of the queue fail it in turn');
+SELECT results_eq($$SELECT * FROM pg_temp.cap_state()$$,
+                  $$VALUES ('RUNNING'::text, 63, 'cap-1'::text, 'cap-63'::text)$$,
+                  'with 63 ids kept and two live workers untried the run waits');
+SELECT is(pg_temp.fail_cap(64, 64), 64, 'the 64th worker fails it');
+SELECT results_eq(
+    $$SELECT status, failure -> 'details' ->> 'attempts' FROM harvest.executions
+      WHERE id = (SELECT execution_id FROM cap_run)$$,
+    $$VALUES ('FAILED'::text, '64'::text)$$,
+    'a full unknown_to (64 ids) fails the run although cap-65 is live and untried');
+-- The list is bounded however long it came (the latest 64 kept, the oldest dropped).
+CREATE TEMP TABLE cap_long ON COMMIT DROP AS
+    SELECT * FROM harvest.start_workflow('ghost_wf', '[]', 'cap-long', 'dq_cap');
+UPDATE harvest.tasks SET last_failure = jsonb_build_object('error_type', 'UnknownWorkflow', 'details',
+    jsonb_build_object('unknown_to', (SELECT jsonb_agg(format('gone-%s', i) ORDER BY i)
+                                      FROM generate_series(1, 70) AS i)))
+WHERE execution_id = (SELECT execution_id FROM cap_long);
+SELECT is(pg_temp.fail_cap(65, 65), 1, 'a first attempt, after a list of 70 ids');
+SELECT results_eq(
+    $$SELECT jsonb_array_length(u), u ->> 0, u ->> -1
+      FROM (SELECT last_failure -> 'details' -> 'unknown_to' AS u FROM harvest.tasks
+            WHERE execution_id = (SELECT execution_id FROM cap_long)) AS t$$,
+    $$VALUES (64, 'gone-8'::text, 'cap-65'::text)$$, 'keeps 64 ids: the failing worker and the 63 latest before it');
 
 -- cancel_timer: the timer task is dropped, TimerCancelled recorded.
 SELECT pg_temp.start_and_claim('ct');
