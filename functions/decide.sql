@@ -1822,11 +1822,10 @@ DECLARE
     v_task harvest.tasks;
     v_failure jsonb;
     v_unknown_to jsonb;
+    v_untried_live boolean;
     -- Claims of a task whose workflow the claiming worker does not have before the run
     -- fails: a worker of another deploy that has it may take any of them meanwhile.
     c_unknown_attempts CONSTANT integer := 10;
-    -- The most worker ids kept of the workers that failed it so in a row.
-    c_unknown_to_max CONSTANT integer := 64;
 BEGIN
     v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
     SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
@@ -1834,26 +1833,11 @@ BEGIN
         -- The workers that failed the task so since its last other outcome (the claim's
         -- lease owner), the latest last: in a rolling deploy the old workers tend to win
         -- every claim of the retry, and a live worker that has not tried it may have it.
-        SELECT coalesce(jsonb_agg(k.id ORDER BY k.ord), '[]'::jsonb) INTO v_unknown_to
-        FROM (
-            SELECT ids.id, max(ids.ord) AS ord
-            FROM (
-                SELECT e.value AS id, e.ord
-                FROM jsonb_array_elements(CASE
-                        WHEN v_task.last_failure ->> 'error_type' = 'UnknownWorkflow'
-                             AND jsonb_typeof(v_task.last_failure -> 'details' -> 'unknown_to') = 'array'
-                        THEN v_task.last_failure -> 'details' -> 'unknown_to' ELSE '[]'::jsonb END)
-                    WITH ORDINALITY AS e (value, ord)
-                WHERE jsonb_typeof(e.value) = 'string'
-                UNION ALL
-                SELECT to_jsonb(w.id), 1000000
-                FROM (SELECT coalesce(v_task.lease_owner, p_failure -> 'details' ->> 'worker_id') AS id) AS w
-                WHERE w.id IS NOT NULL
-            ) AS ids
-            GROUP BY ids.id
-            ORDER BY max(ids.ord) DESC
-            LIMIT c_unknown_to_max
-        ) AS k;
+        SELECT u.unknown_to, u.untried_live INTO v_unknown_to, v_untried_live
+        FROM harvest._unknown_to(
+            CASE WHEN v_task.last_failure ->> 'error_type' = 'UnknownWorkflow'
+                 THEN v_task.last_failure -> 'details' -> 'unknown_to' END,
+            coalesce(v_task.lease_owner, p_failure -> 'details' ->> 'worker_id'), v_task.queue) AS u;
     END IF;
     -- The backstop of the registration check at the start (start.sql): a run of a
     -- workflow no claiming worker has fails with a typed reason after a bounded number
@@ -1861,10 +1845,7 @@ BEGIN
     -- only once no live worker polling the queue is missing from unknown_to (while one
     -- is, the task is retried: it may have the workflow). A full unknown_to fails it too.
     IF p_failure ->> 'error_type' = 'UnknownWorkflow' AND v_task.attempt >= c_unknown_attempts
-       AND (jsonb_array_length(v_unknown_to) >= c_unknown_to_max OR NOT EXISTS (
-                SELECT 1 FROM harvest.workers AS w
-                WHERE w.status = 'active' AND v_task.queue = ANY(w.queues)
-                  AND harvest._worker_health(w) = 'healthy' AND NOT v_unknown_to ? w.id)) THEN
+       AND NOT v_untried_live THEN
         v_failure := jsonb_build_object('error_type', 'UnknownWorkflow', 'reason', 'unknown_workflow',
             'non_retryable', true,
             'message', 'no worker that claimed it has workflow ' || v_execution.workflow_name || ' (queue '

@@ -253,6 +253,47 @@ AS $$
     END;
 $$;
 
+-- A rolling deploy: old and new workers poll one queue, and only the new ones have a new
+-- workflow or activity. A worker that lacks what a task or a query names hands it back and is
+-- remembered (unknown_to); while a live worker polling the queue has not tried it, the work
+-- waits for that one instead of failing. The one rule of fail_workflow_task (UnknownWorkflow),
+-- fail_activity (ActivityNotRegistered) and decline_query_request.
+--
+-- p_tried: the ids kept so far (a JSON array: anything else, and entries that are not
+-- strings, count as none); p_worker_id (NULL: none) is added last. unknown_to: those ids,
+-- each once, the latest last, at most 64 (the oldest dropped). untried_live: whether a live
+-- worker (harvest._worker_health: active, heartbeating) polling p_queue is missing from
+-- them; never once 64 are kept (a fleet's size is not a bound on the wait).
+CREATE OR REPLACE FUNCTION harvest._unknown_to(
+    p_tried jsonb, p_worker_id text, p_queue text, OUT unknown_to jsonb, OUT untried_live boolean
+)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    c_max CONSTANT integer := 64;
+BEGIN
+    SELECT coalesce(jsonb_agg(k.id ORDER BY k.ord), '[]'::jsonb) INTO unknown_to
+    FROM (
+        SELECT ids.id, max(ids.ord) AS ord
+        FROM (
+            SELECT e.value AS id, e.ord
+            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_tried) = 'array' THEN p_tried
+                                           ELSE '[]'::jsonb END) WITH ORDINALITY AS e (value, ord)
+            WHERE jsonb_typeof(e.value) = 'string'
+            UNION ALL
+            SELECT to_jsonb(p_worker_id), 1000000 WHERE p_worker_id IS NOT NULL
+        ) AS ids
+        GROUP BY ids.id
+        ORDER BY max(ids.ord) DESC
+        LIMIT c_max
+    ) AS k;
+    untried_live := jsonb_array_length(unknown_to) < c_max AND EXISTS (
+        SELECT 1 FROM harvest.workers AS w
+        WHERE w.status = 'active' AND p_queue = ANY(w.queues)
+          AND harvest._worker_health(w) = 'healthy' AND NOT unknown_to ? w.id);
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.list_workers(
     p_queue text DEFAULT NULL, p_status text DEFAULT NULL, p_health text DEFAULT NULL, p_limit integer DEFAULT NULL
 )

@@ -2,7 +2,8 @@
 -- harvest.release_worker_tasks, harvest.begin_worker_drain, harvest.stop_worker, harvest.release_task,
 -- harvest.set_worker_sleeping, harvest.register_workflows, harvest.unregister_workflow; then the fleet
 -- (harvest._worker_health, harvest._drain_outcome, list_workers, get_worker, get_worker_health,
--- drain_worker, preview_drain) and harvest.get_worker_drain_deadline, each in a transaction of its own.
+-- drain_worker, preview_drain), harvest.get_worker_drain_deadline and harvest._unknown_to, each in a
+-- transaction of its own.
 BEGIN;
 SELECT plan(57);
 SET LOCAL TimeZone = 'UTC';
@@ -243,5 +244,44 @@ SELECT is((SELECT remaining_secs FROM harvest.get_worker_drain_deadline('wd')), 
           'negative once the deadline has passed');
 SELECT is_empty($$SELECT * FROM harvest.get_worker_drain_deadline('nobody')$$, 'an unknown worker: no row');
 
+SELECT * FROM finish();
+ROLLBACK;
+
+-- harvest._unknown_to: the workers that lacked what a task or a request names (a rolling
+-- deploy), and whether a live worker polling the queue has not tried it yet.
+BEGIN;
+SELECT plan(8);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT harvest.register_worker('u-a', ARRAY['uq'], 'h', 1, 5);
+SELECT harvest.register_worker('u-b', ARRAY['uq', 'other'], 'h', 2, 5);
+SELECT harvest.register_worker('u-stale', ARRAY['uq'], 'h', 3, 5);
+SELECT harvest.register_worker('u-drain', ARRAY['uq'], 'h', 4, 5);
+SELECT harvest.register_worker('u-elsewhere', ARRAY['other'], 'h', 5, 5);
+UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '11 seconds' WHERE id = 'u-stale';
+UPDATE harvest.workers SET status = 'draining' WHERE id = 'u-drain';
+SELECT results_eq($$SELECT * FROM harvest._unknown_to(NULL, 'u-a', 'uq')$$,
+                  $$VALUES ('["u-a"]'::jsonb, true)$$, 'the first worker kept; u-b, live on uq, is untried');
+SELECT results_eq($$SELECT * FROM harvest._unknown_to('{"not": "a list"}', NULL, 'uq')$$,
+                  $$VALUES ('[]'::jsonb, true)$$, 'anything but an array is no ids; a NULL worker adds none');
+SELECT results_eq($$SELECT * FROM harvest._unknown_to('["u-b", 7, null, "u-a", "x"]', 'u-b', 'uq')$$,
+                  $$VALUES ('["u-a", "x", "u-b"]'::jsonb, false)$$,
+                  'ids kept once, the latest last, entries that are not strings dropped; both live workers tried');
+SELECT results_eq($$SELECT untried_live FROM harvest._unknown_to('["u-a"]', NULL, 'other')$$,
+                  $$VALUES (true)$$, 'per queue: u-b and u-elsewhere poll other');
+SELECT results_eq($$SELECT untried_live FROM harvest._unknown_to('["u-b", "u-elsewhere"]', NULL, 'other')$$,
+                  $$VALUES (false)$$, 'a worker of another queue does not count');
+SELECT results_eq($$SELECT untried_live FROM harvest._unknown_to('[]', NULL, 'nobody_polls')$$,
+                  $$VALUES (false)$$, 'no live worker on the queue: none untried');
+SELECT results_eq(
+    $$SELECT jsonb_array_length(unknown_to), unknown_to ->> 0, unknown_to ->> -1, untried_live
+      FROM harvest._unknown_to((SELECT jsonb_agg(format('g-%s', i) ORDER BY i) FROM generate_series(1, 63) AS i),
+                               'u-z', 'uq')$$,
+    $$VALUES (64, 'g-1'::text, 'u-z'::text, false)$$,
+    '64 ids at most: a full list leaves no worker untried (u-a and u-b are live, not in it)');
+SELECT results_eq(
+    $$SELECT jsonb_array_length(unknown_to), unknown_to ->> 0, untried_live
+      FROM harvest._unknown_to((SELECT jsonb_agg(format('g-%s', i) ORDER BY i) FROM generate_series(1, 62) AS i),
+                               'u-z', 'uq')$$,
+    $$VALUES (63, 'g-1'::text, true)$$, '63 ids: u-a and u-b still untried');
 SELECT * FROM finish();
 ROLLBACK;
