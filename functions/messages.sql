@@ -268,6 +268,7 @@ BEGIN
         SELECT r.id FROM harvest.query_requests AS r
         WHERE r.queue = ANY(p_queues) AND r.status IN ('pending', 'running')
           AND (r.status = 'pending' OR r.lease_expires_at < v_now) AND r.expires_at > v_now
+          AND NOT r.unknown_to ? p_worker_id  -- it lacks the run's workflow (decline_query_request)
         ORDER BY r.queue, r.id
         LIMIT greatest(coalesce(p_limit, 10), 1)
         FOR UPDATE SKIP LOCKED
@@ -324,6 +325,55 @@ BEGIN
     UPDATE harvest.query_requests AS r
     SET status = v_status, answer = CASE WHEN p_error IS NULL THEN coalesce(p_answer, 'null'::jsonb) END,
         error = p_error, answered_at = harvest.now(), lease_expires_at = NULL
+    WHERE r.id = p_request_id;
+    PERFORM harvest._notify_query_answer(p_request_id);
+    RETURN v_status;
+END;
+$$;
+
+-- A claimed request whose run's workflow the claiming worker's App does not have (a rolling
+-- deploy: an old worker won the claim of a run of a new workflow). The worker is kept in the
+-- request's unknown_to, which its claims skip, and the request goes back to the queue while
+-- a live worker polling it has not tried it (harvest._unknown_to: the one rule of workflow
+-- tasks, activities and requests); else it is answered, a query failed and an update
+-- rejected, UnknownWorkflow naming the workflow. Returns 'pending', 'failed' or 'rejected',
+-- or NULL when the request is no longer this worker's.
+CREATE OR REPLACE FUNCTION harvest.decline_query_request(p_request_id bigint, p_worker_id text)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_request harvest.query_requests;
+    v_workflow_name text;
+    v_unknown_to jsonb;
+    v_untried_live boolean;
+    v_status text;
+BEGIN
+    SELECT * INTO v_request FROM harvest.query_requests AS r WHERE r.id = p_request_id FOR UPDATE;
+    IF NOT FOUND OR v_request.status <> 'running' OR v_request.claimed_by IS DISTINCT FROM p_worker_id THEN
+        RETURN NULL;
+    END IF;
+    SELECT e.workflow_name INTO v_workflow_name FROM harvest.executions AS e WHERE e.id = v_request.execution_id;
+    SELECT u.unknown_to, u.untried_live INTO v_unknown_to, v_untried_live
+    FROM harvest._unknown_to(v_request.unknown_to, p_worker_id, v_request.queue) AS u;
+    IF v_untried_live THEN
+        UPDATE harvest.query_requests AS r
+        SET status = 'pending', claimed_by = NULL, lease_expires_at = NULL, unknown_to = v_unknown_to
+        WHERE r.id = p_request_id;
+        PERFORM pg_notify('harvest_queries', v_request.queue);
+        RETURN 'pending';
+    END IF;
+    v_status := CASE WHEN v_request.kind = 'update' THEN 'rejected' ELSE 'failed' END;
+    UPDATE harvest.query_requests AS r
+    SET status = v_status, answered_at = harvest.now(), lease_expires_at = NULL, unknown_to = v_unknown_to,
+        error = jsonb_build_object('error_type', 'UnknownWorkflow', 'non_retryable', true,
+            'message', format('no live worker polling task queue %L registers workflow %L (%s claimed the %s '
+                              'without it): start a worker whose App registers it, then ask again',
+                              v_request.queue, v_workflow_name, jsonb_array_length(v_unknown_to)
+                              || CASE WHEN jsonb_array_length(v_unknown_to) = 1 THEN ' worker' ELSE ' workers' END,
+                              v_request.kind),
+            'details', jsonb_build_object('workflow_name', v_workflow_name, 'queue', v_request.queue,
+                                          'unknown_to', v_unknown_to))
     WHERE r.id = p_request_id;
     PERFORM harvest._notify_query_answer(p_request_id);
     RETURN v_status;
@@ -529,6 +579,10 @@ COMMENT ON FUNCTION harvest.claim_query_requests IS
 COMMENT ON FUNCTION harvest.answer_query IS
 'Answer a claimed request: a query''s answer or error, or an update''s rejection; returns the new status, or NULL'
 ' when the request is no longer this worker''s. Called by the Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.decline_query_request IS
+'A claimed request whose run''s workflow the claiming worker lacks (a rolling deploy): back to the queue, skipped by '
+'that worker''s claims, while a live worker polling it has not tried it (pending), else answered UnknownWorkflow '
+'(failed, an update rejected); NULL when no longer this worker''s. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.accept_update IS
 'An update passed its validator: record UpdateAccepted once per update id and wake the workflow; returns '
 'accepted, rejected (the run ended) or NULL (no longer this worker''s). Called by the Python worker (role '

@@ -1,10 +1,10 @@
 -- functions/messages.sql: harvest.request_query, harvest.request_update,
 -- harvest.update_with_start, harvest.claim_query_requests, harvest.answer_query,
--- harvest.accept_update, harvest._complete_update (the complete_update command of
+-- harvest.accept_update, harvest.decline_query_request, harvest._complete_update (the complete_update command of
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args and harvest._notify_query_answer.
 BEGIN;
-SELECT plan(129);
+SELECT plan(144);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -372,6 +372,53 @@ SELECT ok(EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = 'harvest' AND inde
 SELECT is((SELECT count(*) FROM harvest.query_requests AS r JOIN harvest.events AS ev
             ON ev.execution_id = r.execution_id AND ev.event_data ->> 'update_id' = 'uc'), 0::bigint,
           'a retry reaching a successor is answered on the successor, the predecessor untouched');
+
+-- ---------------------------------------------------------------- decline_query_request
+-- A rolling deploy: a worker whose App lacks the run's workflow hands the request back while
+-- a live worker polling the queue has not tried it, and its claims skip it; then it is answered.
+SELECT isnt(pg_temp.start_decided('roll', 'q_wf', 'qq_roll'), NULL, 'setup: an idle run on queue qq_roll');
+SELECT lives_ok($$SELECT harvest.register_worker('r-old', ARRAY['qq_roll'], 'host', 1, 5);
+                  SELECT harvest.register_worker('r-new', ARRAY['qq_roll'], 'host', 2, 5);
+                  SELECT harvest.register_worker('r-stale', ARRAY['qq_roll'], 'host', 3, 5);
+                  UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '11 seconds'
+                  WHERE id = 'r-stale'$$,
+                'setup: two live workers poll qq_roll, and a stale one');
+INSERT INTO ids VALUES ('qr', harvest.request_query(pg_temp.run('roll'), 'status', 'null', 60));
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('r-old', ARRAY['qq_roll'])), 1::bigint,
+          'setup: the old worker claims the query');
+SELECT is(harvest.decline_query_request(pg_temp.id('qr'), 'r-new'), NULL,
+          'decline_query_request() by a worker that did not claim it: NULL');
+SELECT is(harvest.decline_query_request(999999, 'r-old'), NULL, 'decline_query_request() of an unknown request: NULL');
+SELECT is(harvest.decline_query_request(pg_temp.id('qr'), 'r-old'), 'pending',
+          'decline_query_request(): back to pending while a live worker has not tried it');
+SELECT results_eq($$SELECT status, claimed_by, lease_expires_at, unknown_to, error FROM harvest.query_requests
+                    WHERE id = pg_temp.id('qr')$$,
+                  $$VALUES ('pending'::text, NULL::text, NULL::timestamptz, '["r-old"]'::jsonb, NULL::jsonb)$$,
+                  'unclaimed, the decliner kept in unknown_to');
+SELECT is_empty($$SELECT * FROM harvest.claim_query_requests('r-old', ARRAY['qq_roll'])$$,
+                'the decliner''s claims skip it');
+SELECT results_eq($$SELECT request_id FROM harvest.claim_query_requests('r-new', ARRAY['qq_roll'])$$,
+                  $$VALUES (pg_temp.id('qr'))$$, 'another worker claims it');
+SELECT is(harvest.decline_query_request(pg_temp.id('qr'), 'r-new'), 'failed',
+          'when every live worker of the queue declined it (the stale one aside) the query fails');
+SELECT results_eq(
+    $$SELECT status, answered_at, error FROM harvest.query_requests WHERE id = pg_temp.id('qr')$$,
+    $$VALUES ('failed'::text, harvest.now(), jsonb_build_object(
+        'error_type', 'UnknownWorkflow', 'non_retryable', true,
+        'message', 'no live worker polling task queue ''qq_roll'' registers workflow ''q_wf'' (2 workers claimed '
+                   'the query without it): start a worker whose App registers it, then ask again',
+        'details', '{"workflow_name": "q_wf", "queue": "qq_roll", "unknown_to": ["r-old", "r-new"]}'::jsonb))$$,
+    'answered UnknownWorkflow, naming the queue, the workflow and the workers');
+INSERT INTO ids SELECT 'ur', request_id FROM harvest.request_update(pg_temp.run('roll'), 'decide', 'null', 'ur', 60);
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('r-new', ARRAY['qq_roll'])), 1::bigint,
+          'setup: a worker claims an update');
+SELECT lives_ok($$UPDATE harvest.workers SET status = 'draining' WHERE id = 'r-old'$$,
+                'setup: the other live worker drains');
+SELECT is(harvest.decline_query_request(pg_temp.id('ur'), 'r-new'), 'rejected',
+          'an update no live worker can take is rejected at once (nothing recorded)');
+SELECT results_eq($$SELECT error ->> 'error_type', error -> 'details' -> 'unknown_to' FROM harvest.query_requests
+                    WHERE id = pg_temp.id('ur')$$,
+                  $$VALUES ('UnknownWorkflow'::text, '["r-new"]'::jsonb)$$, 'UnknownWorkflow, by the one worker');
 
 SELECT * FROM finish();
 ROLLBACK;

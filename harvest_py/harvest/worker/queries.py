@@ -12,7 +12,10 @@ the workflow's state and answers each one:
 * a query runs its handler read-only and answers (``answer_query``);
 * an update runs its validator read-only; a refusal is an answer (``rejected``),
   a pass is ``accept_update`` (``UpdateAccepted`` + a workflow task), after which
-  the workflow itself runs the handler.
+  the workflow itself runs the handler;
+* a request for a run whose workflow this worker's App lacks (a rolling deploy's old
+  worker) is declined (``decline_query_request``): back to the queue for a live worker
+  that has not tried it, else answered ``UnknownWorkflow``.
 
 A run that has not completed its first workflow task has registered no handler
 of its own yet, so an update unknown to the App is accepted for it and the
@@ -142,6 +145,30 @@ class QueryResponder:
         (None: the answer failed and the request goes to the next claimer)."""
         w = self.worker
         request_id, kind, name = request["request_id"], request["kind"], request["name"]
+        if request["workflow_name"] not in w.app.workflows:
+            # A rolling deploy: the run's workflow is a new deploy's. Handed back for a worker
+            # that has it (this one's claims skip it), or answered UnknownWorkflow if none live.
+            try:
+                status = await self.lane.sql.decline_query_request(request_id, w.worker_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # its lease runs out: the next claimer has it
+                log.warning(
+                    "declining %s %r (request %s) failed: %s", kind, name, request_id, failure_reason(exc)
+                )
+                return None
+            done = (
+                "handed back for a worker that may have it" if status == "pending" else f"answered {status}"
+            )
+            log.info(
+                "%s %r on %s: this worker's App has no workflow %r: %s",
+                kind,
+                name,
+                request["execution_id"],
+                request["workflow_name"],
+                done,
+            )
+            return "rejected" if status == "rejected" else None
         try:
             # Payloads in and out are decoded and encoded here (docs/payloads.md).
             request = {**request, "arg": await w.payloads.decode(self.lane.sql, request["arg"])}

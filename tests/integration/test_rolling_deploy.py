@@ -1,0 +1,157 @@
+"""A rolling deploy: old workers (an App without the new workflow or activity) and new ones poll
+the same queue for minutes. What only the new workers have must end up on them: a query, an
+update's validation, an activity, not a NotFound or a dead letter from an old worker that won
+the claim; and when no live worker has it, a clear error naming it (docs/operations.md,
+"Rolling deploys")."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from harvest import App, Client, QueryFailed, UpdateRejected, query, update, workflow
+from harvest.worker import workflows as worker_workflows
+
+
+@workflow
+async def legacy(ctx) -> str:
+    return "old"
+
+
+@workflow(name="fresh")
+async def fresh(ctx) -> Any:
+    await ctx.wait_for_signal("go")
+    return "done"
+
+
+@query(workflow="fresh")
+def count(ctx) -> int:
+    return ctx.state.get("count", 0)
+
+
+def positive(ctx, by: int) -> None:
+    if by <= 0:
+        raise ValueError("by must be positive")
+
+
+@update(workflow="fresh", validator=positive)
+def bump(ctx, by: int) -> int:
+    ctx.state["count"] = ctx.state.get("count", 0) + by
+    return ctx.state.get("count", 0)
+
+
+OLD = App(workflows=[legacy])
+NEW = App(workflows=[legacy, fresh], queries=[count], updates=[bump])
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def register_live(db: str, worker_id: str) -> None:
+    """A worker of the new deploy that is live on the queue but has not claimed yet."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.register_worker(%s, ARRAY['default'], 'host', 1, 3600)", (worker_id,))
+
+
+def request_unknown_to(db: str) -> list[Any]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return [r[0] for r in conn.execute("SELECT unknown_to FROM harvest.query_requests ORDER BY id")]
+
+
+def decided(db: str, execution_id: str) -> bool:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT NOT EXISTS (SELECT 1 FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow')",
+            (execution_id,),
+        ).fetchone()[0]
+
+
+class Call:
+    """A blocking client call in a thread: its result or its exception."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.result = fn()
+        except BaseException as exc:
+            self.error = exc
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def get(self) -> Any:
+        self._thread.join(60)
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+@pytest.fixture
+def fresh_run(db: str, start_worker, client: Client, monkeypatch):
+    """A run of `fresh` waiting for its signal, its first task done by a new worker that then
+    stopped; the old worker polls the queue, alone."""
+    monkeypatch.setattr(worker_workflows, "WORKFLOW_TASK_RETRY_SECS", 0.01)
+    first = start_worker(NEW, worker_id="new-1", poll_interval=0.05)
+    handle = client.start_workflow("fresh", workflow_id="fresh-1")
+    wait_until(lambda: decided(db, handle.execution_id), what="the first workflow task")
+    first.stop()
+    old = start_worker(OLD, worker_id="old-1", poll_interval=0.05)
+    return handle, old
+
+
+def test_a_query_an_old_worker_claims_is_answered_by_a_new_one(db: str, start_worker, fresh_run) -> None:
+    handle, _old = fresh_run
+    register_live(db, "new-2")
+    asked = Call(lambda: handle.query("count", timeout=30))
+    # The old worker claims it and hands it back (before: answered at once, QueryFailed NotFound).
+    wait_until(lambda: asked.done or request_unknown_to(db) == [["old-1"]], what="the old worker to decline")
+    assert not asked.done, asked.error
+    start_worker(NEW, worker_id="new-2", poll_interval=0.05)
+    assert asked.get() == 0
+
+
+def test_an_update_an_old_worker_claims_is_validated_by_a_new_one(db: str, start_worker, fresh_run) -> None:
+    handle, _old = fresh_run
+    register_live(db, "new-2")
+    asked = Call(lambda: handle.update("bump", 5, timeout=30))
+    wait_until(lambda: asked.done or request_unknown_to(db) == [["old-1"]], what="the old worker to decline")
+    assert not asked.done, asked.error
+    start_worker(NEW, worker_id="new-2", poll_interval=0.05)
+    assert asked.get() == 5
+    with pytest.raises(UpdateRejected) as rejected:  # the new worker's validator, not the old one's NotFound
+        handle.update("bump", 0, timeout=30)
+    assert rejected.value.error_type == "ValueError"
+    assert handle.query("count") == 5
+
+
+def test_with_no_live_worker_that_has_the_workflow_the_caller_is_told_so(fresh_run) -> None:
+    handle, _old = fresh_run
+    for ask, error in (
+        (lambda: handle.query("count", timeout=30), QueryFailed),
+        (lambda: handle.update("bump", 1, timeout=30), UpdateRejected),
+    ):
+        with pytest.raises(error) as failed:  # (not QueryTimeout: answered, not left to time out)
+            ask()
+        assert failed.value.error_type == "UnknownWorkflow"
+        message = str(failed.value)
+        assert "'fresh'" in message, message
+        assert "no live worker polling task queue 'default' registers" in message, message
+        assert failed.value.details["unknown_to"] == ["old-1"]
