@@ -28,6 +28,8 @@ DECLARE
     v_delay double precision;
     v_next timestamptz;
     v_failure jsonb := p_failure;
+    v_unknown_to jsonb;
+    v_untried_live boolean;
 BEGIN
     v_non_retryable := coalesce((p_failure ->> 'non_retryable')::boolean, false)
         OR v_listed ? v_error_type
@@ -39,6 +41,31 @@ BEGIN
     v_delay := least(v_initial * exp(least(ln(greatest(v_backoff, 1e-9)) * greatest(v_budget_attempt - 1, 0), 600)),
                      v_max_interval);
     v_next := v_now + make_interval(secs => v_delay);
+
+    IF v_error_type = 'ActivityNotRegistered' AND p_task.lease_owner IS NOT NULL THEN
+        -- The claiming worker's App lacks the activity (a rolling deploy's old worker: the new
+        -- code schedules a new activity). Its id is kept (details.unknown_to, while the failures
+        -- are of this kind), and while a live worker polling the queue has not tried it the
+        -- claim was no attempt: the task waits for one that may have it, its attempt given
+        -- back. Once none is left the retry policy counts it as any failure.
+        SELECT u.unknown_to, u.untried_live INTO v_unknown_to, v_untried_live
+        FROM harvest._unknown_to(
+            CASE WHEN p_task.last_failure ->> 'error_type' = 'ActivityNotRegistered'
+                 THEN p_task.last_failure -> 'details' -> 'unknown_to' END,
+            p_task.lease_owner, p_task.queue) AS u;
+        v_failure := jsonb_set(p_failure, '{details}',
+                               CASE WHEN jsonb_typeof(p_failure -> 'details') = 'object' THEN p_failure -> 'details'
+                                    ELSE '{}'::jsonb END || jsonb_build_object('unknown_to', v_unknown_to));
+        p_failure := v_failure;
+        IF v_untried_live AND p_allow_retry AND (p_task.deadline_at IS NULL OR v_next < p_task.deadline_at) THEN
+            UPDATE harvest.tasks
+            SET status = CASE WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
+                due_at = v_next, lease_owner = NULL, lease_expires_at = NULL,
+                attempt = p_task.attempt - 1, last_failure = v_failure
+            WHERE id = p_task.id;
+            RETURN 'retry_scheduled';
+        END IF;
+    END IF;
 
     IF p_allow_retry AND NOT v_non_retryable
        AND (v_max_attempts <= 0 OR v_budget_attempt < v_max_attempts)

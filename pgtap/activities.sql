@@ -8,7 +8,7 @@
 -- harvest._activity_completed, harvest._activity_completed_data, harvest._may_decide_on_result
 -- and harvest._decided_answer.
 BEGIN;
-SELECT plan(229);
+SELECT plan(237);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -1325,6 +1325,41 @@ SELECT is(harvest._decided_answer(7, 'RUNNING', ARRAY[harvest._worker_activity(
           '_decided_answer(): last_event_id, execution_status and the handed tasks'' worker form');
 SELECT is(harvest._decided_answer(8, 'COMPLETED', ARRAY[]::harvest.worker_activity_task[]) -> 'handed',
           '[]'::jsonb, '... and a closing decision''s answer hands nothing');
+
+-- ActivityNotRegistered in a rolling deploy: while a live worker polling the queue has not
+-- failed it so, a claim by a worker whose App lacks the activity is no attempt (its attempt
+-- given back, the worker kept in details.unknown_to); then the retry policy counts it.
+SELECT lives_ok($$SELECT harvest.register_worker('nr-old', ARRAY['aq_nr'], 'host', 1);
+                  SELECT harvest.register_worker('nr-new', ARRAY['aq_nr'], 'host', 2)$$,
+                'setup: two live workers poll aq_nr');
+SELECT isnt(pg_temp.start_activity('nr', 'act_wf', 'wq_nr', 'act_nr', 'aq_nr', '[]',
+                                   '{"retry": {"max_attempts": 1, "initial_interval": 2}}', 'nr-old'),
+            NULL, 'setup: the old worker claims an activity of one attempt');
+CREATE FUNCTION pg_temp.not_registered(p_worker text) RETURNS text LANGUAGE plpgsql AS $fn$
+BEGIN
+    UPDATE harvest.tasks SET due_at = harvest.now() WHERE id = pg_temp.task('nr') AND status = 'pending';
+    PERFORM pg_temp.remember('nr', c.execution_id, c.task_id, c.fencing_token)
+    FROM harvest.claim_tasks(p_worker, ARRAY['aq_nr'], 1) AS c;
+    RETURN pg_temp.fail('nr', '{"error_type": "ActivityNotRegistered", "message": "no activity named act_nr"}');
+END;
+$fn$;
+SELECT is(pg_temp.fail('nr', '{"error_type": "ActivityNotRegistered", "message": "no activity named act_nr"}'),
+          'retry_scheduled', 'ActivityNotRegistered with a live worker untried: retried');
+SELECT results_eq(
+    $$SELECT status, attempt, due_at, lease_owner, last_failure FROM harvest.tasks WHERE id = pg_temp.task('nr')$$,
+    $$VALUES ('pending'::text, 0, harvest.now() + interval '2 seconds', NULL::text,
+              '{"error_type": "ActivityNotRegistered", "message": "no activity named act_nr",
+                "details": {"unknown_to": ["nr-old"]}}'::jsonb)$$,
+    'its attempt given back (the one attempt not spent), after the policy''s interval, the worker kept');
+SELECT is(pg_temp.not_registered('nr-old'), 'retry_scheduled', 'the old worker wins the claim again: retried again');
+SELECT results_eq($$SELECT attempt, last_failure -> 'details' -> 'unknown_to' FROM harvest.tasks
+                    WHERE id = pg_temp.task('nr')$$,
+                  $$VALUES (0, '["nr-old"]'::jsonb)$$, 'still no attempt spent, its id kept once');
+SELECT is(pg_temp.not_registered('nr-new'), 'dead_lettered',
+          'once every live worker of the queue failed it so, the retry policy counts it (here: its last attempt)');
+SELECT results_eq($$SELECT attempts, failure -> 'details' -> 'unknown_to' FROM harvest.dead_letters
+                    WHERE execution_id = pg_temp.run('nr')$$,
+                  $$VALUES (1, '["nr-old", "nr-new"]'::jsonb)$$, 'dead-lettered after one attempt, naming both workers');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from harvest import App, Client, QueryFailed, UpdateRejected, query, update, workflow
+from harvest import App, Client, QueryFailed, RetryPolicy, UpdateRejected, activity, query, update, workflow
 from harvest.worker import workflows as worker_workflows
 
 
@@ -23,10 +23,15 @@ async def legacy(ctx) -> str:
     return "old"
 
 
+@activity(retry=RetryPolicy.exponential(max_attempts=1, initial="0.2s"))
+async def fresh_step(ctx, n: int) -> dict:
+    return {"n": n + 1, "attempt": ctx.attempt()}
+
+
 @workflow(name="fresh")
 async def fresh(ctx) -> Any:
     await ctx.wait_for_signal("go")
-    return "done"
+    return await ctx.execute_activity("fresh_step", 41)
 
 
 @query(workflow="fresh")
@@ -46,7 +51,8 @@ def bump(ctx, by: int) -> int:
 
 
 OLD = App(workflows=[legacy])
-NEW = App(workflows=[legacy, fresh], queries=[count], updates=[bump])
+NEW = App(workflows=[legacy, fresh], activities=[fresh_step], queries=[count], updates=[bump])
+MIDDLE = App(workflows=[legacy, fresh], queries=[count], updates=[bump])  # the workflow, not the activity
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
@@ -155,3 +161,37 @@ def test_with_no_live_worker_that_has_the_workflow_the_caller_is_told_so(fresh_r
         assert "'fresh'" in message, message
         assert "no live worker polling task queue 'default' registers" in message, message
         assert failed.value.details["unknown_to"] == ["old-1"]
+
+
+def dead_letters(db: str) -> int:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM harvest.dead_letters").fetchone()[0]
+
+
+def activity_task(db: str) -> tuple[Any, ...] | None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT status, attempt, last_failure -> 'details' -> 'unknown_to' FROM harvest.tasks "
+            "WHERE kind = 'activity'"
+        ).fetchone()
+
+
+def test_an_activity_an_old_worker_lacks_waits_for_a_new_one(db: str, start_worker, fresh_run) -> None:
+    handle, _old = fresh_run
+    register_live(db, "new-2")
+    # The signal's workflow task: the old worker fails it (UnknownWorkflow), the run waits for
+    # new-2 (live, untried). A worker with the workflow but not the activity decides it, and stops.
+    decider = start_worker(MIDDLE, worker_id="mid-1", poll_interval=0.05)
+    handle.signal("go", None)
+    wait_until(lambda: activity_task(db) is not None, what="the activity to be scheduled")
+    decider.stop()
+    # Only the old worker claims now: ActivityNotRegistered. Before: its one attempt was spent
+    # and the activity dead-lettered while new-2 was live on the queue.
+    state = wait_until(
+        lambda: dead_letters(db) or ((t := activity_task(db)) is not None and "old-1" in (t[2] or []) and t),
+        what="the old worker to fail the activity",
+    )
+    assert dead_letters(db) == 0
+    assert state[1] == 0, state  # not an attempt: none spent
+    start_worker(NEW, worker_id="new-2", poll_interval=0.05)
+    assert handle.result(timeout=30) == {"n": 42, "attempt": 1}
