@@ -195,3 +195,52 @@ def test_an_activity_an_old_worker_lacks_waits_for_a_new_one(db: str, start_work
     assert state[1] == 0, state  # not an attempt: none spent
     start_worker(NEW, worker_id="new-2", poll_interval=0.05)
     assert handle.result(timeout=30) == {"n": 42, "attempt": 1}
+
+
+@workflow(name="fresh_child")
+async def fresh_child(ctx, n: int) -> int:
+    return n + 1
+
+
+@workflow(name="fresh_parent")
+async def fresh_parent(ctx) -> int:
+    return await ctx.execute_child_workflow("fresh_child", 1)
+
+
+def test_a_child_and_a_scheduled_run_of_a_new_workflow_end_on_a_new_worker(
+    db: str, start_worker, client: Client, monkeypatch
+) -> None:
+    # The new deploy registered its names and is live, not claiming yet; the old worker claims
+    # every task first (UnknownWorkflow): the parent, its child and a schedule's run wait for it.
+    monkeypatch.setattr(worker_workflows, "WORKFLOW_TASK_RETRY_SECS", 0.01)
+    newest = App(workflows=[legacy, fresh_parent, fresh_child])
+    start_worker(newest, worker_id="new-1", poll_interval=0.05).stop()
+    start_worker(OLD, worker_id="old-1", poll_interval=0.05)
+    register_live(db, "new-2")
+    parent = client.start_workflow("fresh_parent", workflow_id="parent-1")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.create_schedule('fresh-hourly', 'fresh_child', p_cron => '0 * * * *', "
+            "p_input => '[41]')"
+        )
+        conn.execute("SELECT harvest.trigger_schedule('fresh-hourly')")
+        scheduled = wait_until(
+            lambda: conn.execute(
+                "SELECT id::text FROM harvest.executions WHERE workflow_name = 'fresh_child'"
+            ).fetchone(),
+            what="the schedule's run",
+        )[0]
+    # Past the bound of 10 attempts: before the first rolling-deploy fix, both runs FAILED there.
+    wait_until(lambda: past_the_bound(db) == 2, what="the old worker to fail both runs' tasks 11 times")
+    start_worker(newest, worker_id="new-2", poll_interval=0.05)
+    assert parent.result(timeout=30) == 2
+    assert client.get_handle(scheduled).result(timeout=30) == 42
+
+
+def past_the_bound(db: str) -> int:
+    """How many workflow tasks the old worker failed more than 10 times for want of their workflow."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM harvest.tasks WHERE kind = 'workflow' AND attempt > 10 "
+            "AND last_failure -> 'details' -> 'unknown_to' ? 'old-1'"
+        ).fetchone()[0]
