@@ -331,14 +331,18 @@ BEGIN
 END;
 $$;
 
--- A claimed request whose run's workflow the claiming worker's App does not have (a rolling
--- deploy: an old worker won the claim of a run of a new workflow). The worker is kept in the
--- request's unknown_to, which its claims skip, and the request goes back to the queue while
--- a live worker polling it has not tried it (harvest._unknown_to: the one rule of workflow
--- tasks, activities and requests); else it is answered, a query failed and an update
--- rejected, UnknownWorkflow naming the workflow. Returns 'pending', 'failed' or 'rejected',
--- or NULL when the request is no longer this worker's.
-CREATE OR REPLACE FUNCTION harvest.decline_query_request(p_request_id bigint, p_worker_id text)
+-- A claimed request the claiming worker cannot answer for want of code a newer deploy has (a
+-- rolling deploy: an old worker won the claim): its App lacks the run's workflow, or its replay
+-- knows no handler of that name. The worker is kept in the request's unknown_to, which its
+-- claims skip, and the request goes back to the queue while a live worker polling it has not
+-- tried it (harvest._unknown_to: the one rule of workflow tasks, activities and requests);
+-- else it is answered, a query failed and an update rejected, with p_error (the worker's own
+-- answer: UnknownQuery, UnknownUpdate), or the one an earlier decliner gave (kept on the
+-- pending row), or else UnknownWorkflow naming the workflow. Returns
+-- 'pending', 'failed' or 'rejected', or NULL when the request is no longer this worker's.
+CREATE OR REPLACE FUNCTION harvest.decline_query_request(
+    p_request_id bigint, p_worker_id text, p_error jsonb DEFAULT NULL
+)
 RETURNS text
 LANGUAGE plpgsql
 AS $$
@@ -353,12 +357,18 @@ BEGIN
     IF NOT FOUND OR v_request.status <> 'running' OR v_request.claimed_by IS DISTINCT FROM p_worker_id THEN
         RETURN NULL;
     END IF;
+    IF p_error IS NOT NULL AND jsonb_typeof(p_error) <> 'object' THEN
+        RAISE EXCEPTION 'error must be a JSON object {error_type, message, ...}' USING ERRCODE = 'HR001';
+    END IF;
+    PERFORM harvest._check_payload(format('the error of %s %s', v_request.kind, v_request.name),
+                                   p_error, harvest._payload_limit());
     SELECT e.workflow_name INTO v_workflow_name FROM harvest.executions AS e WHERE e.id = v_request.execution_id;
     SELECT u.unknown_to, u.untried_live INTO v_unknown_to, v_untried_live
     FROM harvest._unknown_to(v_request.unknown_to, p_worker_id, v_request.queue) AS u;
     IF v_untried_live THEN
         UPDATE harvest.query_requests AS r
-        SET status = 'pending', claimed_by = NULL, lease_expires_at = NULL, unknown_to = v_unknown_to
+        SET status = 'pending', claimed_by = NULL, lease_expires_at = NULL, unknown_to = v_unknown_to,
+            error = coalesce(p_error, r.error)  -- the answer if no worker is left (a handler's beats none)
         WHERE r.id = p_request_id;
         PERFORM pg_notify('harvest_queries', v_request.queue);
         RETURN 'pending';
@@ -366,14 +376,14 @@ BEGIN
     v_status := CASE WHEN v_request.kind = 'update' THEN 'rejected' ELSE 'failed' END;
     UPDATE harvest.query_requests AS r
     SET status = v_status, answered_at = harvest.now(), lease_expires_at = NULL, unknown_to = v_unknown_to,
-        error = jsonb_build_object('error_type', 'UnknownWorkflow', 'non_retryable', true,
+        error = coalesce(p_error, v_request.error, jsonb_build_object('error_type', 'UnknownWorkflow', 'non_retryable', true,
             'message', format('no live worker polling task queue %L registers workflow %L (%s claimed the %s '
                               'without it): start a worker whose App registers it, then ask again',
                               v_request.queue, v_workflow_name, jsonb_array_length(v_unknown_to)
                               || CASE WHEN jsonb_array_length(v_unknown_to) = 1 THEN ' worker' ELSE ' workers' END,
                               v_request.kind),
             'details', jsonb_build_object('workflow_name', v_workflow_name, 'queue', v_request.queue,
-                                          'unknown_to', v_unknown_to))
+                                          'unknown_to', v_unknown_to)))
     WHERE r.id = p_request_id;
     PERFORM harvest._notify_query_answer(p_request_id);
     RETURN v_status;
@@ -580,9 +590,10 @@ COMMENT ON FUNCTION harvest.answer_query IS
 'Answer a claimed request: a query''s answer or error, or an update''s rejection; returns the new status, or NULL'
 ' when the request is no longer this worker''s. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.decline_query_request IS
-'A claimed request whose run''s workflow the claiming worker lacks (a rolling deploy): back to the queue, skipped by '
-'that worker''s claims, while a live worker polling it has not tried it (pending), else answered UnknownWorkflow '
-'(failed, an update rejected); NULL when no longer this worker''s. Called by the Python worker (role harvest_worker).';
+'A claimed request the claiming worker lacks the code for (the run''s workflow, or the handler: a rolling deploy): back '
+'to the queue, skipped by that worker''s claims, while a live worker polling it has not tried it (pending), else '
+'answered p_error or UnknownWorkflow (failed, an update rejected); NULL when no longer this worker''s. Called by the '
+'Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.accept_update IS
 'An update passed its validator: record UpdateAccepted once per update id and wake the workflow; returns '
 'accepted, rejected (the run ended) or NULL (no longer this worker''s). Called by the Python worker (role '

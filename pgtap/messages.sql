@@ -4,7 +4,7 @@
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args and harvest._notify_query_answer.
 BEGIN;
-SELECT plan(144);
+SELECT plan(152);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -420,5 +420,25 @@ SELECT results_eq($$SELECT error ->> 'error_type', error -> 'details' -> 'unknow
                     WHERE id = pg_temp.id('ur')$$,
                   $$VALUES ('UnknownWorkflow'::text, '["r-new"]'::jsonb)$$, 'UnknownWorkflow, by the one worker');
 
+-- A worker that has the workflow but not the handler declines with its own answer, kept on
+-- the pending row: it is the answer once no worker is left, whoever declines last.
+SELECT lives_ok($$UPDATE harvest.workers SET status = 'active' WHERE id = 'r-old'$$, 'setup: r-old is back');
+INSERT INTO ids VALUES ('qh', harvest.request_query(pg_temp.run('roll'), 'newer', 'null', 60));
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('r-new', ARRAY['qq_roll'])), 1::bigint,
+          'setup: r-new claims a query of a handler it lacks');
+SELECT throws_ok(format($$SELECT harvest.decline_query_request(%s, 'r-new', '"no"')$$, pg_temp.id('qh')), 'HR001',
+                 'error must be a JSON object {error_type, message, ...}', 'an error that is not an object: HR001');
+SELECT is(harvest.decline_query_request(pg_temp.id('qh'), 'r-new',
+                                        '{"error_type": "UnknownQuery", "message": "no query newer"}'), 'pending',
+          'declined with its answer: back to pending');
+SELECT results_eq($$SELECT status, error ->> 'error_type' FROM harvest.query_requests WHERE id = pg_temp.id('qh')$$,
+                  $$VALUES ('pending'::text, 'UnknownQuery'::text)$$, 'its answer kept on the pending row');
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('r-old', ARRAY['qq_roll'])), 1::bigint,
+          'setup: r-old claims it');
+SELECT is(harvest.decline_query_request(pg_temp.id('qh'), 'r-old'), 'failed', 'r-old lacks the workflow: failed');
+SELECT results_eq($$SELECT error, unknown_to FROM harvest.query_requests WHERE id = pg_temp.id('qh')$$,
+                  $$VALUES ('{"error_type": "UnknownQuery", "message": "no query newer"}'::jsonb,
+                            '["r-new", "r-old"]'::jsonb)$$,
+                  'answered with the handler''s error, not UnknownWorkflow');
 SELECT * FROM finish();
 ROLLBACK;

@@ -23,8 +23,9 @@ CREATE TABLE harvest.query_requests (
     -- The W3C traceparent of the client's update span (tracing on): UpdateAccepted carries
     -- it, and the workflow task that runs the handler links to it.
     traceparent text,
-    -- The workers that claimed it without having its run's workflow (a rolling deploy's old
-    -- ones: decline_query_request), the latest last: its claims skip them.
+    -- The workers that claimed it without having its run's workflow or the handler (a rolling
+    -- deploy's old ones: decline_query_request), the latest last: their claims skip it. (While
+    -- it is pending again, error holds the answer a decliner gave, if no worker is left.)
     unknown_to jsonb NOT NULL DEFAULT '[]'::jsonb,
     CONSTRAINT query_requests_pkey PRIMARY KEY (id),
     CONSTRAINT query_requests_kind_check CHECK (kind IN ('query', 'update')),

@@ -50,8 +50,13 @@ def bump(ctx, by: int) -> int:
     return ctx.state.get("count", 0)
 
 
+@query(workflow="fresh")
+def doubled(ctx) -> int:  # a query the new deploy adds to a workflow the middle one has
+    return 2 * ctx.state.get("count", 0)
+
+
 OLD = App(workflows=[legacy])
-NEW = App(workflows=[legacy, fresh], activities=[fresh_step], queries=[count], updates=[bump])
+NEW = App(workflows=[legacy, fresh], activities=[fresh_step], queries=[count, doubled], updates=[bump])
 MIDDLE = App(workflows=[legacy, fresh], queries=[count], updates=[bump])  # the workflow, not the activity
 
 
@@ -146,6 +151,35 @@ def test_an_update_an_old_worker_claims_is_validated_by_a_new_one(db: str, start
         handle.update("bump", 0, timeout=30)
     assert rejected.value.error_type == "ValueError"
     assert handle.query("count") == 5
+
+
+def test_a_query_a_worker_without_its_handler_claims_is_answered_by_one_with_it(
+    db: str, start_worker, fresh_run
+) -> None:
+    handle, _old = fresh_run
+    start_worker(MIDDLE, worker_id="mid-1", poll_interval=0.05)
+    register_live(db, "new-2")
+    asked = Call(lambda: handle.query("doubled", timeout=30))
+    # Both the old worker (no workflow) and the middle one (the workflow, not the query) hand it
+    # back (before: the middle one answered UnknownQuery whenever it won the claim).
+    wait_until(
+        lambda: asked.done or [sorted(u) for u in request_unknown_to(db)] == [["mid-1", "old-1"]],
+        what="both workers to decline",
+    )
+    assert not asked.done, asked.error
+    start_worker(NEW, worker_id="new-2", poll_interval=0.05)
+    assert asked.get() == 0
+
+
+def test_with_no_live_worker_that_has_the_handler_the_caller_gets_its_error(
+    db: str, start_worker, fresh_run
+) -> None:
+    handle, _old = fresh_run
+    start_worker(MIDDLE, worker_id="mid-1", poll_interval=0.05)
+    with pytest.raises(QueryFailed) as failed:
+        handle.query("doubled", timeout=30)
+    assert failed.value.error_type == "UnknownQuery"
+    assert "doubled" in str(failed.value) and "count" in str(failed.value)  # the known ones
 
 
 def test_with_no_live_worker_that_has_the_workflow_the_caller_is_told_so(fresh_run) -> None:

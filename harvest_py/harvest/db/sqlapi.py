@@ -359,7 +359,9 @@ ANSWER_QUERY = """
 SELECT harvest.answer_query(%(request_id)s, %(worker_id)s, %(answer)s, %(error)s) AS status
 """
 ACCEPT_UPDATE = "SELECT harvest.accept_update(%(request_id)s, %(worker_id)s) AS status"
-DECLINE_QUERY_REQUEST = "SELECT harvest.decline_query_request(%(request_id)s, %(worker_id)s) AS status"
+DECLINE_QUERY_REQUEST = (
+    "SELECT harvest.decline_query_request(%(request_id)s, %(worker_id)s, %(error)s) AS status"
+)
 EXPIRE_QUERY_REQUESTS = "SELECT harvest.expire_query_requests(%(limit)s) AS expired"
 
 WORKER_DRAIN_DEADLINE = "SELECT * FROM harvest.get_worker_drain_deadline(%(worker_id)s)"
@@ -1779,8 +1781,8 @@ def accept_update(request_id: int, worker_id: str) -> dict[str, Any]:
 
 
 @call(DECLINE_QUERY_REQUEST, column("status"))
-def decline_query_request(request_id: int, worker_id: str) -> dict[str, Any]:
-    return {"request_id": request_id, "worker_id": worker_id}
+def decline_query_request(request_id: int, worker_id: str, error: dict[str, Any] | None) -> dict[str, Any]:
+    return {"request_id": request_id, "worker_id": worker_id, "error": _jsonb_or_null(error)}
 
 
 @call(EXPIRE_QUERY_REQUESTS, column("expired"))

@@ -13,9 +13,10 @@ the workflow's state and answers each one:
 * an update runs its validator read-only; a refusal is an answer (``rejected``),
   a pass is ``accept_update`` (``UpdateAccepted`` + a workflow task), after which
   the workflow itself runs the handler;
-* a request for a run whose workflow this worker's App lacks (a rolling deploy's old
-  worker) is declined (``decline_query_request``): back to the queue for a live worker
-  that has not tried it, else answered ``UnknownWorkflow``.
+* a request for a run whose workflow this worker's App lacks, or naming a handler its
+  replay does not know (a rolling deploy's old worker), is declined
+  (``decline_query_request``): back to the queue for a live worker that has not tried
+  it, else answered (``UnknownWorkflow``; the unknown handler's own error).
 
 A run that has not completed its first workflow task has registered no handler
 of its own yet, so an update unknown to the App is accepted for it and the
@@ -148,27 +149,9 @@ class QueryResponder:
         if request["workflow_name"] not in w.app.workflows:
             # A rolling deploy: the run's workflow is a new deploy's. Handed back for a worker
             # that has it (this one's claims skip it), or answered UnknownWorkflow if none live.
-            try:
-                status = await self.lane.sql.decline_query_request(request_id, w.worker_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # its lease runs out: the next claimer has it
-                log.warning(
-                    "declining %s %r (request %s) failed: %s", kind, name, request_id, failure_reason(exc)
-                )
-                return None
-            done = (
-                "handed back for a worker that may have it" if status == "pending" else f"answered {status}"
+            return await self._decline(
+                request, f"this worker's App has no workflow {request['workflow_name']!r}"
             )
-            log.info(
-                "%s %r on %s: this worker's App has no workflow %r: %s",
-                kind,
-                name,
-                request["execution_id"],
-                request["workflow_name"],
-                done,
-            )
-            return "rejected" if status == "rejected" else None
         try:
             # Payloads in and out are decoded and encoded here (docs/payloads.md).
             request = {**request, "arg": await w.payloads.decode(self.lane.sql, request["arg"])}
@@ -196,6 +179,8 @@ class QueryResponder:
                     payload.check_size(answer, f"the answer to query {name}", w.max_payload_bytes)
                 except PayloadTooLarge as exc:
                     answer, error = None, failure_of(exc)
+                except UnknownHandler as exc:  # a new deploy's query? Another worker may know it
+                    return await self._decline(request, str(exc), failure_of(self._explain(run, exc)))
                 except _STOPS:
                     raise
                 except BaseException as exc:  # a handler's own BaseException is its answer too
@@ -205,9 +190,8 @@ class QueryResponder:
             try:
                 run.handlers.validate_update(name, request["arg"])
             except UnknownHandler as exc:
-                if run.through != 0:  # a run that has stepped: its handlers are all known
-                    await self._reply(request, None, failure_of(exc))
-                    return "rejected"
+                if run.through != 0:  # a run that has stepped: its handlers are all known here
+                    return await self._decline(request, str(exc), failure_of(exc))
             except _STOPS:
                 raise
             except BaseException as exc:
@@ -237,6 +221,27 @@ class QueryResponder:
                 evicted = w.cache.take(str(request["execution_id"]))
                 if evicted is not None:
                     evicted.close()
+
+    async def _decline(
+        self, request: dict[str, Any], why: str, error: dict[str, Any] | None = None
+    ) -> str | None:
+        """Hand the request back (``decline_query_request``): a live worker polling the queue
+        that has not tried it may have what this one lacks (a rolling deploy's new workflow or
+        handler). Once none is left it is answered ``error`` (None: UnknownWorkflow). Returns
+        ``rejected`` for an update answered so, else None (as ``_respond``)."""
+        w, request_id = self.worker, request["request_id"]
+        try:
+            if error is not None:
+                _, error = await self._encoded(str(request["execution_id"]), None, error)
+            status = await self.lane.sql.decline_query_request(request_id, w.worker_id, error)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # its lease runs out: the next claimer has it
+            log.warning("declining request %s failed: %s", request_id, failure_reason(exc))
+            return None
+        done = "handed back for a worker that may have it" if status == "pending" else f"answered {status}"
+        log.info("%s %r on %s: %s: %s", request["kind"], request["name"], request["execution_id"], why, done)
+        return "rejected" if status == "rejected" else None
 
     async def _reply(self, request: dict[str, Any], answer: Any, error: dict[str, Any] | None) -> None:
         w = self.worker
