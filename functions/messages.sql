@@ -286,6 +286,29 @@ BEGIN
 END;
 $$;
 
+-- A request this worker claimed and still holds, locked (NULL when it expired, was answered,
+-- or another worker claimed it after this one's lease ran out), and p_error, the answer a
+-- worker gives it, checked: a JSON object within the payload limit (HR001, HR008).
+CREATE OR REPLACE FUNCTION harvest._claimed_request(p_request_id bigint, p_worker_id text, p_error jsonb)
+RETURNS harvest.query_requests
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_request harvest.query_requests;
+BEGIN
+    SELECT * INTO v_request FROM harvest.query_requests AS r WHERE r.id = p_request_id FOR UPDATE;
+    IF NOT FOUND OR v_request.status <> 'running' OR v_request.claimed_by IS DISTINCT FROM p_worker_id THEN
+        RETURN NULL;
+    END IF;
+    IF p_error IS NOT NULL AND jsonb_typeof(p_error) <> 'object' THEN
+        RAISE EXCEPTION 'error must be a JSON object {error_type, message, ...}' USING ERRCODE = 'HR001';
+    END IF;
+    PERFORM harvest._check_payload(format('the error of %s %s', v_request.kind, v_request.name),
+                                   p_error, harvest._payload_limit());
+    RETURN v_request;
+END;
+$$;
+
 -- Answer a claimed request: a query's answer (p_error NULL: completed, else
 -- failed), or an update's rejection (p_error required: rejected). Returns the new
 -- status, or NULL when the request is no longer this worker's to answer (it
@@ -297,22 +320,14 @@ RETURNS text
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_request harvest.query_requests;
+    v_request harvest.query_requests := harvest._claimed_request(p_request_id, p_worker_id, p_error);
     v_status text;
-    v_limit integer;
 BEGIN
-    SELECT * INTO v_request FROM harvest.query_requests AS r WHERE r.id = p_request_id FOR UPDATE;
-    IF NOT FOUND OR v_request.status <> 'running' OR v_request.claimed_by IS DISTINCT FROM p_worker_id THEN
+    IF v_request.id IS NULL THEN
         RETURN NULL;
     END IF;
-    IF p_error IS NOT NULL AND jsonb_typeof(p_error) <> 'object' THEN
-        RAISE EXCEPTION 'error must be a JSON object {error_type, message, ...}' USING ERRCODE = 'HR001';
-    END IF;
-    v_limit := harvest._payload_limit();
     PERFORM harvest._check_payload(format('the answer to %s %s', v_request.kind, v_request.name),
-                                   p_answer, v_limit);
-    PERFORM harvest._check_payload(format('the error of %s %s', v_request.kind, v_request.name),
-                                   p_error, v_limit);
+                                   p_answer, harvest._payload_limit());
     IF v_request.kind = 'update' THEN
         IF p_error IS NULL THEN
             RAISE EXCEPTION 'request % is an update: accept it with accept_update(), or reject it '
@@ -347,21 +362,15 @@ RETURNS text
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_request harvest.query_requests;
+    v_request harvest.query_requests := harvest._claimed_request(p_request_id, p_worker_id, p_error);
     v_workflow_name text;
     v_unknown_to jsonb;
     v_untried_live boolean;
     v_status text;
 BEGIN
-    SELECT * INTO v_request FROM harvest.query_requests AS r WHERE r.id = p_request_id FOR UPDATE;
-    IF NOT FOUND OR v_request.status <> 'running' OR v_request.claimed_by IS DISTINCT FROM p_worker_id THEN
+    IF v_request.id IS NULL THEN
         RETURN NULL;
     END IF;
-    IF p_error IS NOT NULL AND jsonb_typeof(p_error) <> 'object' THEN
-        RAISE EXCEPTION 'error must be a JSON object {error_type, message, ...}' USING ERRCODE = 'HR001';
-    END IF;
-    PERFORM harvest._check_payload(format('the error of %s %s', v_request.kind, v_request.name),
-                                   p_error, harvest._payload_limit());
     SELECT e.workflow_name INTO v_workflow_name FROM harvest.executions AS e WHERE e.id = v_request.execution_id;
     SELECT u.unknown_to, u.untried_live INTO v_unknown_to, v_untried_live
     FROM harvest._unknown_to(v_request.unknown_to, p_worker_id, v_request.queue) AS u;

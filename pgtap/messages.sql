@@ -2,9 +2,10 @@
 -- harvest.update_with_start, harvest.claim_query_requests, harvest.answer_query,
 -- harvest.accept_update, harvest.decline_query_request, harvest._complete_update (the complete_update command of
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
--- and the helpers harvest._check_query_args and harvest._notify_query_answer.
+-- and the helpers harvest._check_query_args, harvest._notify_query_answer and harvest._claimed_request
+-- (answer_query's and decline_query_request's claim check).
 BEGIN;
-SELECT plan(152);
+SELECT plan(153);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -440,5 +441,7 @@ SELECT results_eq($$SELECT error, unknown_to FROM harvest.query_requests WHERE i
                   $$VALUES ('{"error_type": "UnknownQuery", "message": "no query newer"}'::jsonb,
                             '["r-new", "r-old"]'::jsonb)$$,
                   'answered with the handler''s error, not UnknownWorkflow');
+SELECT is((harvest._claimed_request(pg_temp.id('qh'), 'r-old', NULL)).id, NULL::bigint,
+          '_claimed_request() of an answered request: NULL');
 SELECT * FROM finish();
 ROLLBACK;

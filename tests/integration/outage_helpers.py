@@ -7,14 +7,19 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:
-    """Poll ``predicate`` every 20 ms until it is true; fail naming ``what`` after ``timeout``."""
+def wait_until(predicate: Callable[[], T], what: str, timeout: float = 30.0) -> T:
+    """Poll ``predicate`` every 20 ms until it is true, and return that value; fail naming
+    ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not (value := predicate()):
         assert time.monotonic() < deadline, f"never: {what}"
         time.sleep(0.02)
+    return value
 
 
 class Outage:

@@ -7,12 +7,12 @@ the claim; and when no live worker has it, a clear error naming it (docs/operati
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
+from outage_helpers import wait_until
 
 from harvest import App, Client, QueryFailed, RetryPolicy, UpdateRejected, activity, query, update, workflow
 from harvest.worker import workflows as worker_workflows
@@ -58,16 +58,6 @@ def doubled(ctx) -> int:  # a query the new deploy adds to a workflow the middle
 OLD = App(workflows=[legacy])
 NEW = App(workflows=[legacy, fresh], activities=[fresh_step], queries=[count, doubled], updates=[bump])
 MIDDLE = App(workflows=[legacy, fresh], queries=[count], updates=[bump])  # the workflow, not the activity
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def register_live(db: str, worker_id: str) -> None:
@@ -122,7 +112,7 @@ def fresh_run(db: str, start_worker, client: Client, monkeypatch):
     monkeypatch.setattr(worker_workflows, "WORKFLOW_TASK_RETRY_SECS", 0.01)
     first = start_worker(NEW, worker_id="new-1", poll_interval=0.05)
     handle = client.start_workflow("fresh", workflow_id="fresh-1")
-    wait_until(lambda: decided(db, handle.execution_id), what="the first workflow task")
+    wait_until(lambda: decided(db, handle.execution_id), "the first workflow task")
     first.stop()
     old = start_worker(OLD, worker_id="old-1", poll_interval=0.05)
     return handle, old
@@ -133,7 +123,7 @@ def test_a_query_an_old_worker_claims_is_answered_by_a_new_one(db: str, start_wo
     register_live(db, "new-2")
     asked = Call(lambda: handle.query("count", timeout=30))
     # The old worker claims it and hands it back (before: answered at once, QueryFailed NotFound).
-    wait_until(lambda: asked.done or request_unknown_to(db) == [["old-1"]], what="the old worker to decline")
+    wait_until(lambda: asked.done or request_unknown_to(db) == [["old-1"]], "the old worker to decline")
     assert not asked.done, asked.error
     start_worker(NEW, worker_id="new-2", poll_interval=0.05)
     assert asked.get() == 0
@@ -143,7 +133,7 @@ def test_an_update_an_old_worker_claims_is_validated_by_a_new_one(db: str, start
     handle, _old = fresh_run
     register_live(db, "new-2")
     asked = Call(lambda: handle.update("bump", 5, timeout=30))
-    wait_until(lambda: asked.done or request_unknown_to(db) == [["old-1"]], what="the old worker to decline")
+    wait_until(lambda: asked.done or request_unknown_to(db) == [["old-1"]], "the old worker to decline")
     assert not asked.done, asked.error
     start_worker(NEW, worker_id="new-2", poll_interval=0.05)
     assert asked.get() == 5
@@ -164,7 +154,7 @@ def test_a_query_a_worker_without_its_handler_claims_is_answered_by_one_with_it(
     # back (before: the middle one answered UnknownQuery whenever it won the claim).
     wait_until(
         lambda: asked.done or [sorted(u) for u in request_unknown_to(db)] == [["mid-1", "old-1"]],
-        what="both workers to decline",
+        "both workers to decline",
     )
     assert not asked.done, asked.error
     start_worker(NEW, worker_id="new-2", poll_interval=0.05)
@@ -217,13 +207,13 @@ def test_an_activity_an_old_worker_lacks_waits_for_a_new_one(db: str, start_work
     # new-2 (live, untried). A worker with the workflow but not the activity decides it, and stops.
     decider = start_worker(MIDDLE, worker_id="mid-1", poll_interval=0.05)
     handle.signal("go", None)
-    wait_until(lambda: activity_task(db) is not None, what="the activity to be scheduled")
+    wait_until(lambda: activity_task(db) is not None, "the activity to be scheduled")
     decider.stop()
     # Only the old worker claims now: ActivityNotRegistered. Before: its one attempt was spent
     # and the activity dead-lettered while new-2 was live on the queue.
     state = wait_until(
         lambda: dead_letters(db) or ((t := activity_task(db)) is not None and "old-1" in (t[2] or []) and t),
-        what="the old worker to fail the activity",
+        "the old worker to fail the activity",
     )
     assert dead_letters(db) == 0
     assert state[1] == 0, state  # not an attempt: none spent
@@ -262,10 +252,10 @@ def test_a_child_and_a_scheduled_run_of_a_new_workflow_end_on_a_new_worker(
             lambda: conn.execute(
                 "SELECT id::text FROM harvest.executions WHERE workflow_name = 'fresh_child'"
             ).fetchone(),
-            what="the schedule's run",
+            "the schedule's run",
         )[0]
     # Past the bound of 10 attempts: before the first rolling-deploy fix, both runs FAILED there.
-    wait_until(lambda: past_the_bound(db) == 2, what="the old worker to fail both runs' tasks 11 times")
+    wait_until(lambda: past_the_bound(db) == 2, "the old worker to fail both runs' tasks 11 times")
     start_worker(newest, worker_id="new-2", poll_interval=0.05)
     assert parent.result(timeout=30) == 2
     assert client.get_handle(scheduled).result(timeout=30) == 42
