@@ -30,6 +30,7 @@ DECLARE
     v_failure jsonb := p_failure;
     v_unknown_to jsonb;
     v_untried_live boolean;
+    v_uncharged boolean := false;  -- an ActivityNotRegistered claim that was no attempt
 BEGIN
     v_non_retryable := coalesce((p_failure ->> 'non_retryable')::boolean, false)
         OR v_listed ? v_error_type
@@ -47,7 +48,8 @@ BEGIN
         -- code schedules a new activity). Its id is kept (details.unknown_to, while the failures
         -- are of this kind), and while a live worker polling the queue has not tried it the
         -- claim was no attempt: the task waits for one that may have it, its attempt given
-        -- back. Once none is left the retry policy counts it as any failure.
+        -- back (not if the policy lists it non-retryable). Once none is left the retry policy
+        -- counts it as any failure.
         SELECT u.unknown_to, u.untried_live INTO v_unknown_to, v_untried_live
         FROM harvest._unknown_to(
             CASE WHEN p_task.last_failure ->> 'error_type' = 'ActivityNotRegistered'
@@ -57,23 +59,18 @@ BEGIN
                                CASE WHEN jsonb_typeof(p_failure -> 'details') = 'object' THEN p_failure -> 'details'
                                     ELSE '{}'::jsonb END || jsonb_build_object('unknown_to', v_unknown_to));
         p_failure := v_failure;
-        IF v_untried_live AND p_allow_retry AND (p_task.deadline_at IS NULL OR v_next < p_task.deadline_at) THEN
-            UPDATE harvest.tasks
-            SET status = CASE WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
-                due_at = v_next, lease_owner = NULL, lease_expires_at = NULL,
-                attempt = p_task.attempt - 1, last_failure = v_failure
-            WHERE id = p_task.id;
-            RETURN 'retry_scheduled';
-        END IF;
+        v_uncharged := v_untried_live AND p_allow_retry AND NOT v_non_retryable
+                       AND (p_task.deadline_at IS NULL OR v_next < p_task.deadline_at);
     END IF;
 
-    IF p_allow_retry AND NOT v_non_retryable
-       AND (v_max_attempts <= 0 OR v_budget_attempt < v_max_attempts)
-       AND (p_task.deadline_at IS NULL OR v_next < p_task.deadline_at) THEN
+    IF v_uncharged OR (p_allow_retry AND NOT v_non_retryable
+                       AND (v_max_attempts <= 0 OR v_budget_attempt < v_max_attempts)
+                       AND (p_task.deadline_at IS NULL OR v_next < p_task.deadline_at)) THEN
         -- (A PAUSED run's retry waits for its resume: lifecycle.sql.)
         UPDATE harvest.tasks
         SET status = CASE WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
             due_at = v_next, lease_owner = NULL, lease_expires_at = NULL,
+            attempt = p_task.attempt - CASE WHEN v_uncharged THEN 1 ELSE 0 END,
             last_failure = p_failure
         WHERE id = p_task.id;
         IF v_delay <= 0 AND p_execution.status IS DISTINCT FROM 'PAUSED' THEN
