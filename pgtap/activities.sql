@@ -8,7 +8,7 @@
 -- harvest._activity_completed, harvest._activity_completed_data, harvest._may_decide_on_result
 -- and harvest._decided_answer.
 BEGIN;
-SELECT plan(237);
+SELECT plan(239);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -1361,5 +1361,11 @@ SELECT results_eq($$SELECT attempts, failure -> 'details' -> 'unknown_to' FROM h
                     WHERE execution_id = pg_temp.run('nr')$$,
                   $$VALUES (1, '["nr-old", "nr-new"]'::jsonb)$$, 'dead-lettered after one attempt, naming both workers');
 
+SELECT isnt(pg_temp.start_activity('nr2', 'act_wf', 'wq_nr2', 'act_nr2', 'aq_nr', '[]',
+                                   '{"retry": {"max_attempts": 5, "non_retryable_errors": ["ActivityNotRegistered"]}}',
+                                   'nr-old'),
+            NULL, 'setup: an activity whose policy lists ActivityNotRegistered as non-retryable');
+SELECT is(pg_temp.fail('nr2', '{"error_type": "ActivityNotRegistered", "message": "no activity named act_nr2"}'),
+          'dead_lettered', 'the policy is honoured: dead-lettered at once, the untried live worker aside');
 SELECT * FROM finish();
 ROLLBACK;
