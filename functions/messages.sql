@@ -508,15 +508,12 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    v_now timestamptz := harvest.now();
 BEGIN
     RETURN QUERY
     SELECT r.id, r.kind, r.execution_id, r.name, r.update_id, r.status, r.answer, r.error,
            r.created_at, r.expires_at, r.answered_at, r.claimed_by, r.queue, e.status,
            (SELECT count(*)::integer FROM harvest.workers AS w
-            WHERE w.status = 'active' AND r.queue = ANY(w.queues)
-              AND w.last_heartbeat_at > v_now - make_interval(secs => 2 * w.heartbeat_interval_secs))
+            WHERE w.status = 'active' AND r.queue = ANY(w.queues) AND harvest._worker_health(w) = 'healthy')
     FROM harvest.query_requests AS r JOIN harvest.executions AS e ON e.id = r.execution_id
     WHERE r.id = p_request_id;
     IF NOT FOUND THEN
@@ -538,8 +535,7 @@ LANGUAGE sql STABLE
 AS $$
     SELECT r.id, r.update_id, r.name, r.status, r.queue, r.created_at, r.expires_at, r.claimed_by,
            (SELECT count(*)::integer FROM harvest.workers AS w
-            WHERE w.status = 'active' AND r.queue = ANY(w.queues)
-              AND w.last_heartbeat_at > harvest.now() - make_interval(secs => 2 * w.heartbeat_interval_secs))
+            WHERE w.status = 'active' AND r.queue = ANY(w.queues) AND harvest._worker_health(w) = 'healthy')
     FROM harvest.query_requests AS r
     WHERE r.execution_id = p_execution_id AND r.kind = 'update' AND r.status IN ('pending', 'running')
       AND r.expires_at > harvest.now()
