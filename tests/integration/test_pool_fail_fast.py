@@ -9,6 +9,7 @@ the failed connect, never by its timeout (ServerUnreachable is not the timeout's
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
@@ -160,3 +161,29 @@ def test_a_server_with_no_room_for_one_more_connection_is_waited_for_not_called_
     finally:
         with psycopg.connect(db, autocommit=True) as admin:
             admin.execute(f"DROP ROLE {role}")
+
+
+def test_a_shard_pools_failed_connects_are_logged_under_the_shards_name(db: str, caplog) -> None:
+    """psycopg_pool logs each failed connect of a pool by its name, every 2 s while a server is
+    down: a shard's pools are named after the shard (``shard-1``), not ``pool-N``, so the
+    warning says which shard it is about (docs/failures.md, "A pool finds its database back")."""
+    from harvest.core.errors import ShardUnavailable
+    from harvest.shard import AsyncShardPools, ShardPools, ShardRouter
+
+    caplog.set_level(logging.WARNING, logger="psycopg.pool")
+    router = ShardRouter(readable=[0, 1], writable=[0, 1], default=0)
+    dsns = {0: db, 1: _refused_dsn(db)}
+    with ShardPools(router, dsns, fail_fast=True) as sharded, pytest.raises(ShardUnavailable), sharded.api(1):
+        pass
+
+    async def main() -> None:
+        async with AsyncShardPools(router, dsns, fail_fast=True) as sharded:
+            with pytest.raises(ShardUnavailable):
+                async with sharded.api(1):
+                    pass
+
+    asyncio.run(main())
+    logged = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"]
+    failed = [line for line in logged if "error connecting" in line]
+    assert len(failed) >= 2, failed
+    assert all("error connecting in 'shard-1'" in line for line in failed), failed

@@ -355,11 +355,15 @@ def _most_recent_first(pool: Any) -> None:
     pool._pool = _MostRecentFirst(pool._pool)
 
 
-def open_pool(dsn: str, *, max_size: int, min_size: int = 1, fail_fast: bool = False) -> ConnectionPool:
+def open_pool(
+    dsn: str, *, max_size: int, min_size: int = 1, fail_fast: bool = False, name: str | None = None
+) -> ConnectionPool:
     """An open synchronous pool (it fills in the background). ``fail_fast``: a caller waiting
-    for a connection fails as soon as a connect fails (ServerUnreachable; see _Pool)."""
+    for a connection fails as soon as a connect fails (ServerUnreachable; see _Pool). ``name``:
+    what psycopg_pool's log lines call it (``shard-1``; default ``pool-N``)."""
     pool = _Pool(
         dsn,
+        name=name,
         min_size=min_size,
         max_size=max_size,
         kwargs={"autocommit": True},
@@ -381,17 +385,19 @@ async def open_async_pool(
     timeout: float = 30.0,
     application_name: str | None = None,
     fail_fast: bool = False,
+    name: str | None = None,
 ) -> AsyncConnectionPool[Any]:
     """An asyncio pool, returned once ``min_size`` connections are up (else PoolTimeout
     after ``timeout`` seconds, and the pool is closed). ``application_name`` names the
     connections (the audit log's source: ``harvest-api`` for the HTTP API's pools).
     ``fail_fast``: ServerUnreachable at the first failed connect, not after ``timeout``, and
-    then as :func:`open_pool`'s."""
+    then as :func:`open_pool`'s; ``name`` as :func:`open_pool`'s."""
     kwargs: dict[str, Any] = {"autocommit": True}
     if application_name:
         kwargs["application_name"] = application_name
     pool = _AsyncPool(
         dsn,
+        name=name,
         min_size=min_size,
         max_size=max_size,
         kwargs=kwargs,

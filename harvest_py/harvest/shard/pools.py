@@ -194,7 +194,7 @@ class ShardPools(_Base):
                 pool = self._pools.get(shard)
                 if pool is None:
                     pool = self._pools[shard] = open_pool(
-                        dsn, max_size=self.max_size, fail_fast=self.fail_fast
+                        dsn, max_size=self.max_size, fail_fast=self.fail_fast, name=f"shard-{shard}"
                     )
         return pool
 
@@ -360,6 +360,7 @@ class AsyncShardPools(_Base):
                         max_size=self.max_size,
                         timeout=self.acquire_timeout,
                         fail_fast=self.fail_fast,
+                        name=f"shard-{shard}",
                     )
                 except TRANSIENT:
                     raise ShardUnavailable(shard) from None
