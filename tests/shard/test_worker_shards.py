@@ -23,7 +23,7 @@ import pytest
 from stopping import assert_thread_stopped
 
 from harvest import App, Client, Worker, activity, workflow
-from harvest.core.errors import ConfigError
+from harvest.core.errors import ConfigError, ConnectionRejected
 from harvest.core.ids import shard_of
 
 pytestmark = pytest.mark.shard
@@ -185,6 +185,19 @@ def test_a_worker_refuses_a_pool_that_reaches_another_shards_database(shards) ->
     with pytest.raises(ConfigError) as caught:
         asyncio.run(worker.run())
     assert "shard 1" in str(caught.value) and "shard 0" in str(caught.value)
+
+
+def test_a_worker_refused_by_one_shard_names_that_shard(shards) -> None:
+    # A login that one shard's server refuses (a role created on shard 0's server only: roles
+    # belong to a server) ends the start at once; the line says which shard refused, not only
+    # its host and database.
+    refused = shards.dsns[1].rsplit("/", 1)[0] + "/no_such_database"
+    worker = Worker(APP, shards={0: shards.dsns[0], 1: refused})
+    with pytest.raises(ConnectionRejected) as caught:
+        asyncio.run(worker.run())
+    message = str(caught.value)
+    assert message.startswith("shard 1: cannot connect to database "), message
+    assert "no_such_database" in message and "\n" not in message
 
 
 def test_a_stopped_shard_does_not_stall_the_others_and_is_served_again_after_restart(

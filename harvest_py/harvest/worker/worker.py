@@ -39,7 +39,7 @@ from time import perf_counter
 from typing import Any, NamedTuple
 
 from harvest.core.codecs import Payloads
-from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotFound, PermissionDenied
+from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, NotFound, PermissionDenied
 from harvest.db import channels
 from harvest.db.connection import (
     connect_async,
@@ -628,8 +628,12 @@ class Worker:
                 else:
                     await answer.close()
                     reachable.append(lane)
-            for _, answer in unreachable:
+            for lane, answer in unreachable:
                 if not isinstance(answer, DatabaseUnavailable) or is_permanent(answer):
+                    if self._sharded and isinstance(answer, HarvestError):
+                        # Which shard refused: its host and database alone do not say (a login
+                        # made on one shard's server only is refused by the others).
+                        answer.args = (f"shard {lane.shard}: {answer}", *answer.args[1:])
                     raise answer
             if reachable:
                 return reachable, unreachable
