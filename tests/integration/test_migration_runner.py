@@ -25,6 +25,7 @@ from click.testing import CliRunner, Result
 from harvest.cli.migrate import migrate
 from harvest.core.errors import ConfigError, SchemaMismatch
 from harvest.db import migrate as m
+from harvest.db.connection import describe_dsn
 
 REPO = Path(__file__).resolve().parents[2]
 HARVEST_PY = REPO / "harvest_py"
@@ -131,6 +132,26 @@ def sql_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 # -- status, run, dry run --------------------------------------------------------------
+
+
+def test_status_and_run_name_the_one_database_they_act_on_when_shards_are_configured(db: str) -> None:
+    # A sharded configuration: `migrate` still acts on the one database its DSN names, which
+    # its summary says, and a note says the other shards need a run (an operator upgrading
+    # every shard read "90 applied, 0 pending" from shard 0 and took it for the fleet).
+    where = describe_dsn(db)
+    single = cli("status", dsn=db)
+    assert single.exit_code == 0, single.output
+    assert f"{where}: {len(CORE_MIGRATIONS)} applied, 0 pending" in single.stdout
+    assert "note:" not in single.stderr
+    env = {"HARVEST_DATABASE_URL": db, "HARVEST_SHARDS__URLS__2": "postgresql://app@db2.internal/harvest"}
+    for args in (["status"], ["run"], ["run", "--dry-run"]):
+        result = CliRunner().invoke(migrate, args, env=env, prog_name="harvest migrate")
+        assert result.exit_code == 0, result.output
+        assert result.stderr.splitlines()[-1] == (
+            f"note: this configuration names shards 0, 2; harvest migrate acted on {where} only: "
+            "run it against each shard's database (HARVEST_DATABASE_URL set to that shard's url)"
+        ), result.stderr
+        assert "db2.internal" not in result.output
 
 
 def test_status_check_fails_on_a_fresh_database_and_passes_after_run(fresh_db: str) -> None:

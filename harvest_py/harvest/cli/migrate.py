@@ -60,9 +60,11 @@ def migrate() -> None:
 @output_option
 def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool, output: str) -> None:
     """Show which migrations are applied and which are pending."""
+    from harvest.db.connection import describe_dsn
     from harvest.db.migrate import Migrator, shipped_functions
 
-    migrator = Migrator(cli_dsn(database_url), include_dirs)
+    dsn = cli_dsn(database_url)
+    migrator = Migrator(dsn, include_dirs)
     report = migrator.inspect()
     rows, stale, unknown = report.migrations, report.stale_functions, report.unknown
     pending = [r for r in rows if r.applied_at is None]
@@ -123,7 +125,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
             for name in report.retired_functions:
                 click.echo(f"{'functions/' + name:<45} pending (retired: no longer in this Harvest)")
         click.echo(
-            f"{len(rows) - len(pending)} applied, {len(pending)} pending"
+            f"{describe_dsn(dsn)}: {len(rows) - len(pending)} applied, {len(pending)} pending"
             + (f", {len(unknown)} unknown to this Harvest" if unknown else "")
         )
         if report.function_releases:
@@ -135,6 +137,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
             )
         if report.ahead:
             click.echo(str(report.ahead))
+        _other_shards_note(describe_dsn(dsn))
     if check and (pending or stale or report.retired_functions or report.ahead):
         sys.exit(1)
 
@@ -256,6 +259,7 @@ def run(
             and not (report.shard and report.shard["changed"])
         ):
             click.echo("  nothing to do")
+        _other_shards_note(describe_dsn(dsn))
         return
     total = len(report.applied) + len(report.applied_non_transactional)
     click.echo(
@@ -269,6 +273,24 @@ def run(
         + (f", {len(report.functions_retired)} retired" if report.functions_retired else "")
         + (f", {len(report.functions_downgraded)} downgraded" if report.functions_downgraded else "")
         + (_shard_note(report.shard) if report.shard is not None else "")
+    )
+    _other_shards_note(describe_dsn(dsn))
+
+
+def _other_shards_note(where: str) -> None:
+    """On a sharded configuration, say on stderr that this command acted on one database: each
+    shard's is migrated (and inspected) on its own (docs/sharding.md, "Adding a shard")."""
+    from harvest.config import shard_urls, shards_configured
+
+    config = cli_config()
+    if not shards_configured(config):
+        return
+    shards = sorted(set(shard_urls(config, "-")) | set(config.get("shards.readable") or []))
+    click.echo(
+        f"note: this configuration names shards {', '.join(map(str, shards))}; harvest migrate "
+        f"acted on {where} only: run it against each shard's database (HARVEST_DATABASE_URL set "
+        "to that shard's url)",
+        err=True,
     )
 
 
