@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -103,7 +104,10 @@ async def shard_tick(ctx) -> str:
     return "ok"
 
 
-def test_a_worker_on_every_shard_declares_each_schedule_on_its_home_and_fires_it_there(shards) -> None:
+def test_a_worker_on_every_shard_declares_each_schedule_on_its_home_and_fires_it_there(
+    shards, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger="harvest.worker")
     names = _names_on_distinct_homes(2)
     app = App(
         workflows=[shard_tick],
@@ -133,6 +137,11 @@ def test_a_worker_on_every_shard_declares_each_schedule_on_its_home_and_fires_it
                 break
             time.sleep(0.2)
         assert all(v >= 2 for v in done.values()), done
+    # Each shard's declaration is its own line, naming the shard (two alike lines said nothing).
+    declared = sorted(r.getMessage() for r in caplog.records if r.getMessage().startswith("declared "))
+    assert declared == sorted(
+        f"declared 1 schedule(s) (1 changed) on shard {ROUTER.schedule_home(n)}" for n in names
+    )
     for shard in (0, 1, 2):
         here = [
             r[0]

@@ -546,7 +546,8 @@ class Worker:
         homed = [spec for spec in specs if homes[spec["name"]] == lane.shard]
         if homed:
             changed = await lane.sql.declare_schedules(homed)
-            log.info("declared %d schedule(s) (%d changed)", len(homed), changed)
+            where = f" on shard {lane.shard}" if self._sharded else ""
+            log.info("declared %d schedule(s) (%d changed)%s", len(homed), changed, where)
         if self.router is not None:
             # A copy a reshard left on a shard that is no longer the home would fire beside the
             # new home's. Deleted only once this worker has the home's row: the copies on the
