@@ -187,3 +187,33 @@ def test_a_shard_pools_failed_connects_are_logged_under_the_shards_name(db: str,
     failed = [line for line in logged if "error connecting" in line]
     assert len(failed) >= 2, failed
     assert all("error connecting in 'shard-1'" in line for line in failed), failed
+
+
+def test_the_token_check_is_told_at_once_when_its_database_refuses_after_the_pool_opened(
+    db: str, outage, scaled_backoff
+) -> None:
+    """With the token database (the default shard) down, every API request's token check asked
+    a pool opened before the outage for a connection and waited its 30 s before the 503: a
+    request hung six times longer than docs/auth.md says (the open's 5 s) and than the call it
+    guards, whose shard pools are fail-fast. The token pool is fail-fast too."""
+    from harvest.core.errors import Unauthenticated
+    from harvest.web import auth
+
+    proxy, dsn = outage
+    authorizer = auth.TokenAuthorizer(dsn=dsn)
+
+    async def main() -> BaseException | None:
+        with pytest.raises(Unauthenticated):  # the pool opened while the database is up
+            await (await authorizer._api()).authenticate_api_token("0" * 64)
+        proxy.down()
+        try:
+            await (await authorizer._api()).authenticate_api_token("0" * 64)
+        except BaseException as exc:
+            return exc
+        finally:
+            await authorizer.aclose()
+        return None
+
+    failure = asyncio.run(main())
+    assert isinstance(failure, PoolTimeout), repr(failure)  # the API answers it 503
+    assert isinstance(pools._unwrapped(failure), ServerUnreachable), repr(failure)

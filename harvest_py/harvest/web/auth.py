@@ -89,8 +89,10 @@ class TokenAuthorizer:
     async def _open(self) -> None:
         if self._pool is None:
             timeout = OPEN_SECS if self._open_timeout is None else self._open_timeout
+            # Fail-fast, as the API's shard pools: with the token database refusing (the default
+            # shard down), a request's check is told at once, not after the pool's 30 s wait.
             self._pool = await open_async_pool(
-                cast(str, self._dsn), max_size=self._pool_size, timeout=timeout
+                cast(str, self._dsn), max_size=self._pool_size, timeout=timeout, fail_fast=True
             )
 
     async def _api(self) -> AsyncSqlApi:
