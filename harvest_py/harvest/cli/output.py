@@ -35,6 +35,7 @@ from harvest.config import Config, database_url, load_config
 from harvest.core.errors import ConfigError, HarvestError, InvalidArgument
 from harvest.core.ids import ROW_ID_MAX
 from harvest.core.json_values import json_default
+from harvest.core.text import escape_controls
 
 OUTPUT_CHOICES = click.Choice(["table", "json"])
 # Bounded numbers: an unbounded int reached the database as a numeric with no matching
@@ -157,7 +158,7 @@ def scrub(text: str) -> str:
 def echo_error(exc: HarvestError, lead: str = "error: ") -> None:
     """A Harvest error on stderr: its one line after ``lead``, then what it has to show after
     the line (:attr:`HarvestError.trailer`: a user module's traceback), both scrubbed."""
-    click.echo(f"{lead}{scrub(str(exc))}", err=True)
+    click.echo(f"{lead}{escape_controls(scrub(str(exc)))}", err=True)
     if exc.trailer:
         click.echo(scrub(exc.trailer), err=True, nl=False)
 
@@ -273,7 +274,9 @@ def _cell(value: Any) -> str:
         return ",".join(_cell(v) for v in value) if value else "-"
     if isinstance(value, dict):
         return json.dumps(value, default=json_default, separators=(",", ":"))
-    return str(value)
+    # A cell is data a user chose (an id, a name, an error): a newline in it would start a row
+    # of its own, an escape sequence drive the operator's terminal.
+    return escape_controls(str(value), newlines=False)
 
 
 def to_json(data: Any) -> str:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
 from harvest.core.json_values import json_default
+from harvest.core.text import escape_controls
 
 __all__ = ["FIELDS", "LOG_FIELDS", "JsonFormatter", "TextFormatter", "configure_logging", "log_fields"]
 
@@ -88,16 +88,6 @@ class JsonFormatter(logging.Formatter):
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
-# What a text line must not carry raw: a carriage return, an escape sequence or another control
-# character (C0 but tab and newline, DEL, C1). A newline is kept, the next line indented.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_NEEDS_CARE = re.compile(r"[\x00-\x08\n\x0b-\x1f\x7f-\x9f]")
-
-
-def _escape_control(match: re.Match[str]) -> str:
-    char = match.group()
-    return "\\r" if char == "\r" else f"\\x{ord(char):02x}"
-
 
 class TextFormatter(logging.Formatter):
     """The classic line, safe to read: a message is often data a user or a caller chose (a
@@ -108,10 +98,8 @@ class TextFormatter(logging.Formatter):
     is printed as it is."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        line = super().formatMessage(record)
-        if _NEEDS_CARE.search(line) is None:  # (the usual line: one scan, nothing built)
-            return line
-        return _CONTROL.sub(_escape_control, line).replace("\n", "\n    ")
+        line = escape_controls(super().formatMessage(record))
+        return line.replace("\n", "\n    ") if "\n" in line else line
 
 
 # Filters the process' handler carries, registered by the layers above without telemetry
