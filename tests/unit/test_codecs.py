@@ -93,6 +93,21 @@ def test_refs_are_collected_and_replaced():
     assert replace_refs(value, {"x": 1}) == {"a": [1], "b": {"_harvest_ref": "y"}}
 
 
+def test_redaction_sizes_an_inputs_offloaded_argument_by_what_its_reference_records():
+    # An input is an array of arguments, each encoded and each offloaded on its own: its size is
+    # the array's with every reference counted as the payload it stands for (docs/payloads.md,
+    # "Exports and the replayer"), as a whole offloaded payload's is, not the references' text.
+    from harvest.core.payload import redact
+
+    ref = {"_harvest_ref": "adf0f96c-7e10-46ce-ae25-46d09f5113b8", "bytes": 6201}
+    plain = {"a": 1}
+    data = {"input": [ref, plain], "result": ref}
+    out = redact(data)
+    assert out["result"] == {"redacted": True, "bytes": 6201}
+    assert out["input"] == {"redacted": True, "bytes": len(json.dumps(["", plain])) - 2 + 6201}
+    assert redact({"input": [plain]})["input"]["bytes"] == len(json.dumps([plain]))
+
+
 def test_marked_finds_an_envelope_or_a_reference_at_any_depth_and_nothing_else():
     from harvest.core.codecs import is_marked
 

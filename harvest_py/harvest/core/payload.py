@@ -1040,10 +1040,24 @@ def _erased(value: Any) -> bool:
     return value == _ERASED or (isinstance(value, list) and bool(value) and all(v == _ERASED for v in value))
 
 
-def _stored_bytes(value: Any) -> int:
+def _ref_bytes(value: Any) -> int | None:
     if isinstance(value, dict) and _REF_KEY in value and isinstance(value.get("bytes"), int):
         return int(value["bytes"])
-    return len(json.dumps(value, default=json_default).encode())
+    return None
+
+
+def _stored_bytes(value: Any) -> int:
+    """The length of a payload's JSON text, an offloaded one's as its reference records it; an
+    input's arguments are offloaded each on its own, so each of its references counts so too."""
+    own = _ref_bytes(value)
+    if own is not None:
+        return own
+    size = len(json.dumps(value, default=json_default).encode())
+    for arg in value if isinstance(value, list) else ():
+        ref = _ref_bytes(arg)
+        if ref is not None:
+            size += ref - len(json.dumps(arg).encode())
+    return size
 
 
 def redact(value: Any) -> Any:
