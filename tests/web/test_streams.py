@@ -802,6 +802,27 @@ def test_a_workflow_stream_whose_run_is_gone_when_its_database_is_back_ends(
     run(main())
 
 
+def test_a_workflow_stream_whose_run_retention_deletes_while_followed_ends(db: str, tokens: dict) -> None:
+    """A run deleted while its stream follows it (retention, its database up throughout) sends
+    no event to say so: the stream notices at its next keepalive and ends as it does when the
+    run is gone once its database is back, instead of sending keepalives for good (a reconnect
+    would be a 404)."""
+
+    async def main() -> None:
+        run_id = await start(db, "w-retained")
+        async with one_stream(db, f"/workflows/{run_id}/events/stream", tokens["read"], keepalive=0.3) as sse:
+            await sse.next_event()
+            await execute(db, "DELETE FROM harvest.executions WHERE id = %s", (run_id,))
+            comments = [await sse.next_comment()]
+            while comments[-1] == ": keepalive" and len(comments) < 5:
+                comments.append(await sse.next_comment())
+            assert comments[-1] == f": execution {run_id} no longer exists: the stream ends"
+            with pytest.raises(EOFError):
+                await sse.next_comment()
+
+    run(main())
+
+
 def test_a_resume_whose_read_fails_is_an_error_answer_not_a_broken_stream(
     db: str, tokens: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:

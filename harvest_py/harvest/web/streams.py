@@ -583,7 +583,8 @@ async def _followed(
 
     With ``execution_id``: that execution's events only, ``position`` its event id (0: from its
     first), already where it starts (its route read it); one that no longer exists when its
-    database is back (deleted by retention, or lost with a failover) is said and ends it."""
+    database is back (deleted by retention, or lost with a failover), or at a keepalive (deleted
+    by retention while followed), is said and ends it."""
     key, whose = ("global_id", "its") if execution_id is None else ("event_id", "the execution's")
     retry_at = 0.0
     quiet_until = time.monotonic() + keepalive  # (the next keepalive, unless something goes out)
@@ -612,6 +613,10 @@ async def _followed(
                 async for event in hub.events(sub, after, keepalive=keepalive, flushes=flushes):
                     if isinstance(event, dict):  # (while up, the hub's keepalives come in here)
                         position = event[key]
+                    elif event is None and execution_id is not None:
+                        # A run retention deletes sends no event: read at each keepalive that
+                        # it is still there (NotFound below ends the stream).
+                        await hub.source.get_execution(execution_id)
                     if writes is None:
                         yield event
                     elif (written := writes.of(event)) is not None:
