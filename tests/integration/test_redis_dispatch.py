@@ -1101,6 +1101,9 @@ def test_no_redis_error_names_the_password(tmp_path) -> None:
                 asyncio.run(connect(url))
             text = str(refused.value)
             assert not [p for p in ("wr%40ng", "wr@ng", "ng/pw", "p%40ss", "p@ss", "w0rd") if p in text], text
+            # A refused login is not a Redis to start: the error says what to check.
+            assert "refused the login: check the user and password in redis.url" in text, text
+            assert "start Redis" not in text, text
         asyncio.run(connect(f"redis://:p%40ss%2Fw0rd@127.0.0.1:{server.port}/0"))  # (the right one)
     finally:
         server.kill()

@@ -378,7 +378,7 @@ class RedisChannel:
         import redis.asyncio as aioredis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
-        from redis.exceptions import RedisError
+        from redis.exceptions import AuthenticationError, RedisError
 
         options: dict[str, Any] = {
             "socket_connect_timeout": CONNECT_TIMEOUT_SECS,
@@ -417,9 +417,15 @@ class RedisChannel:
             await channel._check_projection(queues)
         except RedisError as exc:
             await channel.close()
+            # (A refused AUTH is a Redis that is up: starting it is not the cure.)
+            cure = (
+                "Redis refused the login: check the user and password in redis.url (percent-encoded)"
+                if isinstance(exc, AuthenticationError)
+                else "start Redis or unset redis.url"
+            )
             raise RedisUnavailable(
                 f"Redis dispatch is configured (redis.url) but {channel.endpoint} cannot be reached: "
-                f"{type(exc).__name__}: {_safe(exc, url)}; start Redis or unset redis.url"
+                f"{type(exc).__name__}: {_safe(exc, url)}; {cure}"
             ) from None
         except OSError as exc:
             await channel.close()
