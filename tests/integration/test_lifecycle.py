@@ -6,6 +6,7 @@ a late completion by token is refused."""
 from __future__ import annotations
 
 import json
+import time
 
 import psycopg
 import pytest
@@ -366,6 +367,36 @@ def test_the_async_client_pauses_resumes_and_completes_by_token(db: str, start_w
         < history.index("ActivityCompleted")
         < history.index("WorkflowResumed")
     )
+
+
+def test_a_repeated_completion_by_token_through_an_encrypting_codec_is_harmless(db: str, start_worker):
+    """docs/lifecycle.md: "Sending the same result again for the same attempt answers
+    already_completed". AES-GCM encrypts each send under a fresh nonce, so the database saw
+    another result in every repeat and raised StaleTask: a client that resent a completion it
+    did not know had committed was refused. A different result is still refused."""
+    import asyncio
+
+    from harvest import AsyncClient
+    from harvest.core.codecs import AesGcmCodec
+
+    codecs = [AesGcmCodec({"k1": bytes(range(32))})]
+    handed.clear()
+    start_worker(App(workflows=[external], activities=[elsewhere], codecs=codecs))
+    with Client(db, codecs=codecs) as client:
+        handle = client.start_workflow(external, "enc")
+        while not handed:
+            time.sleep(0.05)
+        assert client.complete_activity(handed[0], "approved") == "completed"
+        assert client.complete_activity(handed[0], "approved") == "already_completed"
+        with pytest.raises(StaleTask, match="with another result"):
+            client.complete_activity(handed[0], "declined")
+
+        async def again() -> str:
+            async with await AsyncClient.connect(db, codecs=codecs) as aclient:
+                return await aclient.complete_activity(handed[0], "approved")
+
+        assert asyncio.run(again()) == "already_completed"
+        assert handle.result(timeout=30) == "approved"
 
 
 def test_a_token_whose_attempt_was_failed_and_retried_is_refused_naming_that_failure(

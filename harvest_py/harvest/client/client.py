@@ -41,7 +41,9 @@ from harvest.core.errors import (
     HarvestError,
     InvalidArgument,
     NotFound,
+    PayloadError,
     ShardUnavailable,
+    StaleTask,
     TimeoutError_,
     WorkflowCancelled,
     WorkflowFailed,
@@ -1079,6 +1081,23 @@ def _activity_result(client: Any, result: Any) -> Any:
     return _token_payload(client, result, "the activity result")
 
 
+def _completed_with(client: Any, task_token: str, result: Any, events: list[dict[str, Any]]) -> bool:
+    """Whether ``events`` (the token's run's history) record the token's attempt completed with
+    ``result``. The database answers already_completed for a repeat it stores byte for byte;
+    a codec that encodes each send anew (AES-GCM's nonce) makes a repeat look like another
+    result, so a refused repeat is judged here on the decoded value."""
+    token = TaskToken.parse(task_token)
+    ended = ("ActivityCompleted", "ActivityFailed")
+    ends = [e["event_data"] for e in events if e["event_type"] in ended]
+    ends = [data for data in ends if data.get("seq") == token.seq]
+    if not ends or "result" not in ends[-1] or ends[-1].get("attempt") != token.attempt:
+        return False
+    try:
+        return bool(client.payloads.chain.decode(ends[-1]["result"]) == payload.encode(result))
+    except PayloadError:  # (a key this client lacks: not shown to be the same)
+        return False
+
+
 def _heartbeat_details(client: Any, details: Any) -> Any:
     return None if details is None else _token_payload(client, details, "the heartbeat details")
 
@@ -1911,7 +1930,14 @@ class Client:
         by its ``ctx.task_token``: ``"completed"``, or ``"already_completed"`` for a repeat of
         the same completion. StaleTask once the attempt timed out, was retried or failed."""
         encoded = _activity_result(self, result)
-        return cast("str", self._by_token(task_token, sqlapi.complete_activity_by_token, encoded))
+        try:
+            return cast("str", self._by_token(task_token, sqlapi.complete_activity_by_token, encoded))
+        except StaleTask:
+            if self.payloads.chain:
+                events = self.get_handle(TaskToken.parse(task_token).execution_id).history()
+                if _completed_with(self, task_token, result, events):
+                    return "already_completed"
+            raise
 
     def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """Fail that attempt by its task token: retried, dead-lettered or failed per the
@@ -2536,7 +2562,14 @@ class AsyncClient:
     async def complete_activity(self, task_token: str, result: Any = None) -> str:
         """See :meth:`Client.complete_activity`."""
         encoded = _activity_result(self, result)
-        return cast("str", await self._by_token(task_token, sqlapi.complete_activity_by_token, encoded))
+        try:
+            return cast("str", await self._by_token(task_token, sqlapi.complete_activity_by_token, encoded))
+        except StaleTask:
+            if self.payloads.chain:
+                events = await self.get_handle(TaskToken.parse(task_token).execution_id).history()
+                if _completed_with(self, task_token, result, events):
+                    return "already_completed"
+            raise
 
     async def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """See :meth:`Client.fail_activity`."""
