@@ -179,7 +179,7 @@ BEGIN
                                                    v_accepted_in_status, v_update_id));
         END IF;
     ELSIF v_execution.status = 'PAUSED' THEN
-        RAISE EXCEPTION 'cannot update execution %: it is PAUSED, resume it first (an update needs the workflow to run)',
+        RAISE EXCEPTION 'cannot update execution %: it is PAUSED (an update needs the workflow to run)',
             p_execution_id USING ERRCODE = 'HR023',
             HINT = 'resume it first (harvest workflow resume, harvest.resume_workflow)';
     ELSIF v_execution.status <> 'RUNNING' THEN

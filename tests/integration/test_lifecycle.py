@@ -106,8 +106,9 @@ def test_a_paused_run_is_not_claimed_while_a_run_beside_it_finishes(db: str, sta
             "SELECT status FROM harvest.tasks WHERE execution_id = %s", (paused.execution_id,)
         ).fetchall()
     assert status == "paused"
-    with pytest.raises(WorkflowPaused, match="resume it first"):
+    with pytest.raises(WorkflowPaused, match="resume it first") as refused:
         paused.update("anything")
+    assert str(refused.value).count("resume it first") == 1, refused.value  # (its message, its hint)
     assert paused.resume("done", operator_id="ann") is True
     assert paused.result(timeout=30) == "paused!"
     assert types(db, paused.execution_id)[:3] == ["WorkflowStarted", "WorkflowPaused", "WorkflowResumed"]
