@@ -196,6 +196,16 @@ def test_bad_configuration_is_refused():
     assert map_command(timer, lambda v: 1 / 0) == timer  # no payload in it
 
 
+def test_a_key_given_as_text_is_refused_saying_to_decode_it_without_echoing_it():
+    """A hex key read from the environment and passed as it is (docs/payloads.md decodes it with
+    bytes.fromhex) was refused as not "16, 24 or 32 bytes", though its 32 characters are."""
+    hex_key = "0f" * 16
+    with pytest.raises(ValueError) as refused:
+        AesGcmCodec({"k1": hex_key})
+    assert "is a str, not bytes" in str(refused.value) and "bytes.fromhex" in str(refused.value)
+    assert hex_key not in str(refused.value)
+
+
 def test_codecs_that_are_not_a_list_are_refused_saying_what_they_take() -> None:
     """App(codecs=ZlibCodec()) (one codec, not a list) raised "'ZlibCodec' object is not
     iterable" from inside the chain."""

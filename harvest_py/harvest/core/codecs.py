@@ -111,6 +111,11 @@ class AesGcmCodec:
                 raise ValueError(
                     f"an AesGcmCodec key id must be a non-empty string without ':', got {key_id!r}"
                 )
+            if isinstance(key, str):  # (never echoed: it is the key)
+                raise ValueError(
+                    f"AesGcmCodec key {key_id!r} is a str, not bytes: decode it, e.g. "
+                    "bytes.fromhex(os.environ[...]) for a hex key"
+                )
             if not isinstance(key, (bytes, bytearray)) or len(key) not in (16, 24, 32):
                 raise ValueError(f"AesGcmCodec key {key_id!r} must be 16, 24 or 32 bytes")
             self._aead[key_id] = AESGCM(bytes(key))
