@@ -253,6 +253,9 @@ def test_the_cli_shows_encrypted_payloads_exports_them_for_the_replayer_and_eras
     shown = harvest(db, "workflow", "result", eid)
     assert shown.returncode == 0 and json.loads(shown.stdout) == "<encrypted (key k1)>", shown.stderr
     assert "'k1'" in shown.stderr and SECRET not in shown.stdout
+    # The CLI holds no keys and takes none: its note says where the value can be read, not to
+    # add the key to an AesGcmCodec it does not have.
+    assert "Client(codecs=...)" in shown.stderr and "add key" not in shown.stderr, shown.stderr
     shown = harvest(db, "workflow", "history", eid, "--full", "--output", "json")
     assert shown.returncode == 0, shown.stderr
     assert "<encrypted (key k1)>" in shown.stdout and SECRET not in shown.stdout

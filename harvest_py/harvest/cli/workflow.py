@@ -248,7 +248,11 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
             value = client.get_handle(execution_id).result(timeout=timeout)
     except PayloadKeyMissing as exc:
         # The CLI holds no codec keys: it says what the result is instead (docs/payloads.md).
-        click.echo(f"note: {exc}", err=True)
+        click.echo(
+            f"note: the result is encrypted with key {exc.key_id!r} and the CLI holds no keys: read "
+            f"it through a Client(codecs=...) whose AesGcmCodec holds key {exc.key_id!r}",
+            err=True,
+        )
         value = routed_read(
             database_url, execution_id, lambda sql, resident: resident(sql.get_execution(execution_id))
         )
