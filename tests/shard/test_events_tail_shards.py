@@ -108,10 +108,10 @@ def test_events_tail_follows_every_shard_over_sql_as_over_http(shards, live_url:
     resumed = _run(["events", "tail", "--after", last, "--limit", "1", "-o", "json"], env)
     event = json.loads(resumed.stdout)
     assert (event["shard_id"], event["global_id"]) == (0, after_0[0] + 1), resumed.stderr
-    # A plain global id is no position of a sharded stream: the same error both ways.
+    # A plain global id is no position of a sharded stream: the same error both ways, naming --after.
     sql = _run(["events", "tail", "--after", "5"], env)
     web = _run(["--base-url", live_url, "events", "tail", "--after", "5"], {})
-    assert sql.exit_code == web.exit_code != 0 and "shard:global_id" in sql.stderr
+    assert sql.exit_code == web.exit_code != 0 and "shard:global_id" in sql.stderr and "--after" in sql.stderr
     assert web.stderr == sql.stderr
 
 

@@ -841,6 +841,17 @@ def test_events_tail_prints_the_same_over_sql_and_http(db: str, conn, live_url: 
         assert (web.stdout, web.stderr, web.exit_code) == (sql.stdout, sql.stderr, sql.exit_code)
 
 
+def test_events_tail_names_its_after_option_when_the_position_is_not_one(db: str, live_url: str) -> None:
+    """`events tail --after abc` answered "Last-Event-ID 'abc' is not an event id: pass the id:
+    of the last event seen", the HTTP stream's header and field, which the tail's user never
+    wrote: it names --after and the column the position is read from, over SQL and over HTTP."""
+    args = ("events", "tail", "--after", "abc", "--limit", "1")
+    for result in (run(*args, "--database-url", db), run("--base-url", live_url, *args)):
+        assert result.exit_code == 2, result.stderr
+        assert "--after 'abc' is not a position" in result.stderr, result.stderr
+        assert "Last-Event-ID" not in result.stderr, result.stderr
+
+
 def test_events_tail_prints_times_in_utc_whatever_the_session_zone(db: str, conn, live_url: str) -> None:
     """Over SQL in a session at +14:00 (PGTZ) `events tail` printed its times in that zone (with
     a space in its JSON) and over HTTP as /stream sent them: one event, two texts. Both print

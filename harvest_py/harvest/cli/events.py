@@ -11,14 +11,14 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from datetime import UTC
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from harvest.cli.output import cli_config, cli_dsn, database_url_option, output_option
-from harvest.core.errors import ConfigError, DatabaseUnavailable, HarvestError, TimeoutError_
+from harvest.core.errors import ConfigError, DatabaseUnavailable, HarvestError, InvalidArgument, TimeoutError_
 from harvest.core.json_values import json_default
 from harvest.shard.event_merge import (
     MergedEvent,
@@ -37,6 +37,8 @@ from harvest.shard.event_merge import (
 if TYPE_CHECKING:
     from harvest.cli.http import Http
     from harvest.db.event_stream import EventSource
+
+_P = TypeVar("_P")
 
 _FIELDS = (
     "global_id",
@@ -183,6 +185,23 @@ async def _followed(
             await opened[0].close()
 
 
+def _position(after: str, parse: Callable[[str], _P]) -> _P:
+    """``--after`` read as ``parse`` reads a stream's Last-Event-ID, its refusal naming the
+    option the user wrote, not the header."""
+    try:
+        return parse(after)
+    except InvalidArgument:
+        raise _after_refused(after, sharded=parse is parse_positions) from None
+
+
+def _after_refused(after: str, *, sharded: bool) -> InvalidArgument:
+    form = "shard:global_id, comma-separated" if sharded else "a global id"
+    return InvalidArgument(
+        f"--after {after!r} is not a position of this tail ({form}): pass the first column of a line "
+        "it printed"
+    )
+
+
 async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: _Printer) -> None:
     """Every shard's events merged. A shard that cannot be read when the tail starts, or that
     goes later, is named on stderr and followed again when it is back (_followed); one that
@@ -191,7 +210,7 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
     from harvest.db.connection import error_line, is_permanent
     from harvest.db.event_stream import source_unreachable
 
-    given = parse_positions(after) if after is not None else {}
+    given = _position(after, parse_positions) if after is not None else {}
     opened: dict[int, tuple[EventSource, int]] = {}
     retried: list[int] = []
     unavailable: list[int] = []
@@ -264,6 +283,9 @@ def _tail_http(http: Http, after: str | None, printer: _Printer) -> None:
             else:
                 raise _resumable(exc, position) from None
         except HarvestError as exc:
+            if not opened and isinstance(exc, InvalidArgument) and str(exc).startswith("Last-Event-ID"):
+                # (the server's refusal names its header: the user wrote --after)
+                raise _after_refused(cast(str, after), sharded="sharded" in str(exc)) from None
             if not opened:
                 raise
             raise _resumable(exc, position) from None
@@ -323,7 +345,7 @@ def tail(
             return
         config = cli_config()
         if not shards_configured(config):
-            start = parse_global_id(after) if after is not None else None
+            start = _position(after, parse_global_id) if after is not None else None
             asyncio.run(_tail(cli_dsn(database_url), start, printer))
             return
         router, urls = _pool_arguments(config, database_url)  # as the CLI's pools find them
