@@ -27,3 +27,31 @@ def test_escape_controls_keeps_newlines_where_asked_and_leaves_the_usual_text_al
     assert escape_controls("\x00\x7f", newlines=False) == "\\x00\\x7f"
     text = "a plain line, é and 中文 too"
     assert escape_controls(text) is text
+
+
+def test_an_events_tail_line_shows_an_encrypted_payload_by_what_it_is_on_one_line() -> None:
+    """`harvest events tail` printed an encrypted envelope's bytes where every other CLI view
+    shows ``<encrypted (key k1)>``, and a workflow id's newline split its line; --output json
+    keeps the envelope (a reader holding the key decodes it)."""
+    from datetime import UTC, datetime
+
+    from harvest.cli.events import _line
+
+    envelope = {"_harvest_codec": ["aesgcm:k1"], "data": "c2VjcmV0LWJ5dGVz"}
+    event = {
+        "global_id": 7,
+        "created_at": datetime(2026, 12, 6, tzinfo=UTC),
+        "workflow_name": "checkout",
+        "workflow_id": "order-1\n8  2026-12-06T00:00:00.000+00:00  forged",
+        "event_id": 3,
+        "event_type": "ActivityCompleted",
+        "event_data": {"seq": 1, "result": envelope},
+        "execution_id": "e1",
+    }
+    line = _line(event, "text", None)
+    assert len(line.splitlines()) == 1, line
+    assert '"result":"<encrypted (key k1)>"' in line and "c2VjcmV0" not in line, line
+    assert "order-1\\n8" in line, line
+    assert "c2VjcmV0-bytes" not in _line(event, "json", None) and "c2VjcmV0LWJ5dGVz" in _line(
+        event, "json", None
+    )

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import click
 
 from harvest.cli.output import cli_config, cli_dsn, database_url_option, output_option
+from harvest.core.codecs import describe_tree
 from harvest.core.errors import ConfigError, DatabaseUnavailable, HarvestError, InvalidArgument, TimeoutError_
 from harvest.core.json_values import json_default
+from harvest.core.text import escape_controls
 from harvest.shard.event_merge import (
     MergedEvent,
     at_position,
@@ -64,11 +66,15 @@ def _line(event: dict[str, Any], output: str, position: str | None) -> str:
         if position is not None:
             shown.update(shard_id=event["shard_id"], position=position)
         return json.dumps(shown, default=json_default, separators=(",", ":"))
-    data = json.dumps(event["event_data"], default=json_default, separators=(",", ":"))
+    # As `harvest workflow get` shows a payload: an encoded one by what it is ("<encrypted (key
+    # k2)>"), not its envelope's bytes; --output json keeps the envelope, for a reader with keys.
+    data = json.dumps(describe_tree(event["event_data"]), default=json_default, separators=(",", ":"))
     first = event["global_id"] if position is None else f"{position}  shard {event['shard_id']}"
-    return (
+    run = f"{event['workflow_name']}/{event['workflow_id']}"
+    return escape_controls(  # the ids are a caller's text: one line per event, whatever they hold
         f"{first}  {event['created_at'].astimezone(UTC).isoformat(timespec='milliseconds')}  "
-        f"{event['workflow_name']}/{event['workflow_id']}  #{event['event_id']} {event['event_type']}  {data}"
+        f"{run}  #{event['event_id']} {event['event_type']}  {data}",
+        newlines=False,
     )
 
 
