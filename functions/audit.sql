@@ -151,6 +151,54 @@ BEGIN
 END;
 $$;
 
+-- Delete the audit rows older than p_older_than, oldest first, at most p_batch_size of them (one
+-- transaction; call again until remaining is 0). Harvest never deletes an audit row by itself,
+-- and the log grows with the load as well as with operators: the retention janitor writes a
+-- row for each batch that deletes runs (retention.run) and each round that deletes flow keys or
+-- worker rows. So an installation prunes it as its audit policy says, as harvest_admin (only
+-- the table's owner may DELETE from it). A prune that deletes rows, or that names an operator,
+-- is audited itself (audit.prune: the count, the cutoff and the age). remaining counts the rows
+-- still older, up to 10,000, as run_retention's does, so a batch's cost does not grow with
+-- the backlog.
+CREATE OR REPLACE FUNCTION harvest.prune_audit_log(
+    p_older_than interval,
+    p_batch_size integer DEFAULT 10000,
+    p_operator_id text DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_cutoff timestamptz;
+    v_deleted integer;
+    v_remaining integer;
+BEGIN
+    IF p_older_than IS NULL THEN
+        RAISE EXCEPTION 'give the age of the audit rows to delete, e.g. ''400 days''' USING ERRCODE = 'HR001';
+    END IF;
+    IF p_batch_size IS NULL OR p_batch_size NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'batch size % is out of range 1..100000', p_batch_size USING ERRCODE = 'HR001';
+    END IF;
+    v_cutoff := harvest._retention_cutoff(p_older_than, 'audit log max age');
+    -- Oldest first down audit_log_at (read backwards); rows another prune holds are skipped.
+    WITH gone AS (
+        DELETE FROM harvest.audit_log AS a
+        WHERE a.id IN (SELECT q.id FROM harvest.audit_log AS q WHERE q.at < v_cutoff
+                       ORDER BY q.at, q.id LIMIT p_batch_size FOR UPDATE SKIP LOCKED)
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_deleted FROM gone;
+    SELECT count(*) INTO v_remaining FROM (
+        SELECT 1 FROM harvest.audit_log AS a WHERE a.at < v_cutoff LIMIT 10000
+    ) AS r;
+    IF v_deleted > 0 OR p_operator_id IS NOT NULL THEN
+        PERFORM harvest._audit('audit.prune', NULL, p_operator_id, jsonb_build_object(
+            'deleted', v_deleted, 'cutoff', v_cutoff, 'older_than', harvest._interval_text(p_older_than)));
+    END IF;
+    RETURN jsonb_build_object('deleted', v_deleted, 'remaining', v_remaining, 'cutoff', v_cutoff);
+END;
+$$;
+
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.record_incomplete_write IS
 'Record that a pacing override''s write on every shard missed some (p_shard_errors, each with its shard_id): one '
@@ -160,3 +208,6 @@ COMMENT ON FUNCTION harvest.list_audit_log IS
 'retention, rate-limit overrides, API tokens; starts and signals made through the HTTP API or the dashboard) with each row''s actor, login, acting role, source and route, newest first, '
 'optionally of one operation, after a position (keyset paging: p_before_at and p_before_id, the last row''s; one '
 'without the other is HR001); p_limit 1..1000. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.prune_audit_log IS
+'Delete up to p_batch_size audit rows older than p_older_than, oldest first (call until remaining is 0; Harvest '
+'never deletes audit rows by itself); audited as audit.prune. For admins (role harvest_admin).';

@@ -1,7 +1,7 @@
 -- functions/audit.sql: harvest._audit, harvest._audit_context, harvest._audit_source, harvest.list_audit_log,
--- harvest._audit_asserted, harvest.record_incomplete_write.
+-- harvest._audit_asserted, harvest.record_incomplete_write, harvest.prune_audit_log.
 BEGIN;
-SELECT plan(25);
+SELECT plan(33);
 
 SELECT ok(harvest._audit('test.op', 't', 'me', '{}') > 0, '_audit returns the new row id');
 
@@ -113,6 +113,34 @@ SELECT throws_ok($$SELECT harvest.record_incomplete_write('rate_limit.override',
                  NULL, 'record_incomplete_write(): no shard missed is HR001');
 SELECT throws_ok($$SELECT harvest.record_incomplete_write('rate_limit.override', 'x', '[{"error": "refused"}]')$$,
                  'HR001', NULL, 'record_incomplete_write(): each shard missed names its shard_id (HR001)');
+
+-- prune_audit_log: Harvest never deletes an audit row by itself, and the janitor writes one per
+-- batch that deletes (a soak: ~18 a minute at 2.5 starts/s), so the log grows for ever unless
+-- an admin prunes it. It deletes the rows older than the age, oldest first, a batch at a time.
+DELETE FROM harvest.audit_log;
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT harvest._audit('test.prune', 'old' || n, NULL, '{}') FROM generate_series(1, 5) AS n;
+SET LOCAL harvest.fake_now = '2030-03-01 00:00:00+00';
+SELECT harvest._audit('test.prune', 'new', NULL, '{}');
+SET LOCAL harvest.fake_now = '2030-03-02 00:00:00+00';
+SELECT is(harvest.prune_audit_log('30 days', 3) - 'cutoff',
+          '{"deleted": 3, "remaining": 2}'::jsonb, 'prune_audit_log(): a batch of the oldest rows, and how many remain');
+SELECT results_eq($$SELECT target FROM harvest.audit_log WHERE operation = 'test.prune' ORDER BY id$$,
+                  $$VALUES ('old4'::text), ('old5'), ('new')$$, 'prune_audit_log(): the oldest went first');
+SELECT is(harvest.prune_audit_log('30 days', 3, 'ops') - 'cutoff',
+          '{"deleted": 2, "remaining": 0}'::jsonb, 'prune_audit_log(): the next batch takes the rest');
+SELECT results_eq($$SELECT target FROM harvest.audit_log WHERE operation = 'test.prune'$$,
+                  $$VALUES ('new'::text)$$, 'prune_audit_log(): a row younger than the age is kept');
+SELECT results_eq(
+    $$SELECT operator_id, details - 'application_name' FROM harvest.audit_log WHERE operation = 'audit.prune' ORDER BY id$$,
+    $$VALUES (NULL::text, '{"deleted": 3, "cutoff": "2030-01-31T00:00:00+00:00", "older_than": "30 days"}'::jsonb),
+             ('ops', '{"deleted": 2, "cutoff": "2030-01-31T00:00:00+00:00", "older_than": "30 days"}')$$,
+    'prune_audit_log(): each prune that deletes is audited (audit.prune), with the cutoff');
+SELECT is(harvest.prune_audit_log('30 days') ->> 'deleted', '0', 'prune_audit_log(): nothing older, nothing deleted');
+SELECT throws_ok($$SELECT harvest.prune_audit_log('0 days')$$, 'HR001', 'audit log max age 00:00:00 must be positive',
+                 'prune_audit_log(): a zero age is HR001');
+SELECT throws_ok($$SELECT harvest.prune_audit_log('30 days', 0)$$, 'HR001', 'batch size 0 is out of range 1..100000',
+                 'prune_audit_log(): a batch size out of range is HR001');
 
 SELECT * FROM finish();
 ROLLBACK;

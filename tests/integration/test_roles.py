@@ -96,6 +96,7 @@ ADMIN = [
     "SELECT harvest.set_retention('10 days')",
     "SELECT harvest.set_worker_retention('7 days')",
     "SELECT harvest.prune_workers()",
+    "SELECT harvest.prune_audit_log('400 days')",
     # MIGRATED seals: the janitor's page, the judgement where they point, the drop.
     "SELECT * FROM harvest.list_expired_seals('1 day')",
     "SELECT * FROM harvest.list_moved_runs(ARRAY[%(e)s::uuid])",

@@ -300,6 +300,9 @@ DRAIN_PREVIEW = "SELECT * FROM harvest.preview_drain(%(queue)s, %(worker_id)s)"
 LIST_AUDIT_LOG = (
     "SELECT * FROM harvest.list_audit_log(%(limit)s, %(operation)s, %(before_at)s, %(before_id)s)"
 )
+PRUNE_AUDIT_LOG = (
+    "SELECT harvest.prune_audit_log(%(older_than)s::interval, %(batch_size)s, %(operator)s) AS result"
+)
 CREATE_API_TOKEN = "SELECT * FROM harvest.create_api_token(%(name)s, %(scope)s, %(expires_in)s, %(payloads)s)"
 LIST_API_TOKENS = """
 SELECT * FROM harvest.list_api_tokens(
@@ -1618,6 +1621,13 @@ def list_audit_log(
 ) -> dict[str, Any]:
     """Newest first by (at, id); a page goes on after (``before_at``, ``before_id``), the last row's."""
     return {"limit": limit, "operation": operation, "before_at": before_at, "before_id": before_id}
+
+
+@call(PRUNE_AUDIT_LOG, column("result"))
+def prune_audit_log(older_than: str, batch_size: int = 10_000, operator: str | None = None) -> dict[str, Any]:
+    """Delete up to ``batch_size`` audit rows older than ``older_than`` (an interval), oldest
+    first: ``deleted``, ``remaining`` (up to 10,000) and ``cutoff``. Call until ``remaining`` is 0."""
+    return {"older_than": older_than, "batch_size": batch_size, "operator": operator}
 
 
 @call(RETENTION_STATUS, column("status"))
