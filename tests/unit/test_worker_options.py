@@ -84,6 +84,7 @@ def test_the_config_file_keys_take_their_type_and_bounds_from_the_options() -> N
         ("worker", "shutdown_grace"),
         ("worker", "heartbeat_interval"),
         ("worker", "max_payload_bytes"),
+        ("worker", "cache_size"),
         ("worker", "cache_max_bytes"),
         ("worker", "rebalance_resume_interval"),
         ("worker", "rebalance_stall_after"),
@@ -91,6 +92,15 @@ def test_the_config_file_keys_take_their_type_and_bounds_from_the_options() -> N
     }
     for key, t in keyed.items():
         assert BOUNDS[key] == (t.low, t.high) and SCHEMA[key] is (int if t.integer else float)
+
+
+def test_the_cache_size_is_read_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    # `harvest worker` could bound its sticky cache in bytes but not in runs: only Worker() took it.
+    path = tmp_path / "harvest.toml"
+    path.write_text("[worker]\ncache_size = 0\n")
+    assert worker_options(load_config(path, env={})).cache_size == 0
+    env = {"HARVEST_WORKER__CACHE_SIZE": "50"}
+    assert worker_options(load_config(path, env=env)).cache_size == 50
 
 
 def test_max_payload_bytes_in_the_file_is_read_and_bounded(tmp_path: Path) -> None:

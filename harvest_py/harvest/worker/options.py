@@ -152,7 +152,7 @@ class WorkerOptions:
     # hold by the cache's estimate (a fixed cost per run plus the payloads fed to it; docs/
     # workflows.md "The sticky cache"); past either bound the least recently used runs go.
     # None: bounded in runs only.
-    cache_size: int = _num(0, 10_000_000, 1000, integer=True)
+    cache_size: int = _num(0, 10_000_000, 1000, integer=True, config=("worker", "cache_size"))
     cache_max_bytes: int | None = _num(
         0, 2**62, 256 * 1024 * 1024, integer=True, optional=True, config=("worker", "cache_max_bytes")
     )
