@@ -1829,13 +1829,14 @@ DECLARE
 BEGIN
     v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
     SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
-    IF p_failure ->> 'error_type' = 'UnknownWorkflow' THEN
+    IF p_failure ->> 'error_type' IN ('UnknownWorkflow', 'UnknownUpdate') THEN
         -- The workers that failed the task so since its last other outcome (the claim's
         -- lease owner), the latest last: in a rolling deploy the old workers tend to win
-        -- every claim of the retry, and a live worker that has not tried it may have it.
+        -- every claim of the retry, and a live worker that has not tried it may have it
+        -- (the workflow, or the handler of an accepted update: hand_back_workflow_task).
         SELECT u.unknown_to, u.untried_live INTO v_unknown_to, v_untried_live
         FROM harvest._unknown_to(
-            CASE WHEN v_task.last_failure ->> 'error_type' = 'UnknownWorkflow'
+            CASE WHEN v_task.last_failure ->> 'error_type' = p_failure ->> 'error_type'
                  THEN v_task.last_failure -> 'details' -> 'unknown_to' END,
             coalesce(v_task.lease_owner, p_failure -> 'details' ->> 'worker_id'), v_task.queue) AS u;
     END IF;
@@ -1881,7 +1882,50 @@ COMMENT ON FUNCTION harvest.fail_workflow_task(bigint, bigint, jsonb, double pre
 'A claimed workflow task that could not complete (non-determinism, a worker-side error): nothing is appended, the task '
 'is retried after p_retry_in_secs with the failure kept on it; UnknownWorkflow keeps the ids of the workers that '
 'failed it so in a row (details.unknown_to) and fails the run from the 10th attempt on, once no live worker '
-'polling the task''s queue is missing from them. '
+'polling the task''s queue is missing from them (UnknownUpdate keeps them too, and never fails the run). '
+'Called by the Python worker (role harvest_worker).';
+
+-- A claimed workflow task whose decision would fail an accepted update UnknownUpdate (the
+-- claiming worker's App has the workflow, not the handler: a rolling deploy's older worker).
+-- While a live worker polling the queue has not tried the task (harvest._unknown_to), it is
+-- handed back with nothing written (fail_workflow_task, error_type UnknownUpdate, the workers
+-- that tried it in details.unknown_to) and true is returned; once every live one has, nothing
+-- changes and false is returned: the claim stays the caller's, which records the UnknownUpdate.
+CREATE OR REPLACE FUNCTION harvest.hand_back_workflow_task(
+    p_task_id bigint,
+    p_fencing_token bigint,
+    p_failure jsonb,
+    p_retry_in_secs double precision DEFAULT 5
+)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_task harvest.tasks;
+    v_untried_live boolean;
+BEGIN
+    IF p_failure ->> 'error_type' IS DISTINCT FROM 'UnknownUpdate' THEN
+        RAISE EXCEPTION 'hand_back_workflow_task() hands back for error_type UnknownUpdate, not %',
+            coalesce(p_failure ->> 'error_type', 'none') USING ERRCODE = 'HR001',
+            HINT = 'fail the task with harvest.fail_workflow_task';
+    END IF;
+    v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
+    SELECT u.untried_live INTO v_untried_live
+    FROM harvest._unknown_to(
+        CASE WHEN v_task.last_failure ->> 'error_type' = 'UnknownUpdate'
+             THEN v_task.last_failure -> 'details' -> 'unknown_to' END,
+        v_task.lease_owner, v_task.queue) AS u;
+    IF NOT v_untried_live THEN
+        RETURN false;
+    END IF;
+    PERFORM harvest.fail_workflow_task(p_task_id, p_fencing_token, p_failure, p_retry_in_secs);
+    RETURN true;
+END;
+$$;
+COMMENT ON FUNCTION harvest.hand_back_workflow_task(bigint, bigint, jsonb, double precision) IS
+'A claimed workflow task whose accepted update the claiming worker has no handler for: handed back as '
+'fail_workflow_task (UnknownUpdate, details.unknown_to) while a live worker polling its queue has not tried it '
+'(true); false once every live one has, the claim unchanged: the caller records UnknownUpdate. '
 'Called by the Python worker (role harvest_worker).';
 
 -- Start a child for a start_child_workflow command. A running run already holding

@@ -76,7 +76,7 @@ AS $$
     SELECT CASE
         WHEN p_name LIKE E'\\_%' THEN NULL
         WHEN p_name IN ('claim_tasks', 'claim_named_tasks', 'complete_workflow_task', 'complete_workflow_tasks',
-                        'fail_workflow_task', 'complete_activity',
+                        'fail_workflow_task', 'hand_back_workflow_task', 'complete_activity',
                         'complete_activities', 'complete_activities_with_claim',
                         'fail_activity', 'heartbeat_activity', 'register_worker', 'heartbeat_worker',
                         'release_worker_tasks', 'release_task', 'set_worker_sleeping', 'stop_worker', 'begin_worker_drain',

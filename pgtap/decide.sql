@@ -14,7 +14,7 @@
 -- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
-SELECT plan(340);
+SELECT plan(346);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -454,6 +454,44 @@ SELECT results_eq(
       FROM (SELECT last_failure -> 'details' -> 'unknown_to' AS u FROM harvest.tasks
             WHERE execution_id = (SELECT execution_id FROM cap_long)) AS t$$,
     $$VALUES (64, 'gone-8'::text, 'cap-65'::text)$$, 'keeps 64 ids: the failing worker and the 63 latest before it');
+
+-- hand_back_workflow_task: an accepted update the claiming worker has no handler for. While a
+-- live worker of the queue has not tried the task it is handed back (true, nothing written,
+-- the ids kept); once every live one has, false and the claim stays the caller's.
+SELECT harvest.register_worker('hb-old', ARRAY['dq_hb'], 'host', 1);
+SELECT harvest.register_worker('hb-new', ARRAY['dq_hb'], 'host', 2);
+CREATE TEMP TABLE hb_run ON COMMIT DROP AS
+    SELECT * FROM harvest.start_workflow('ghost_wf', '[]', 'hb', 'dq_hb');
+CREATE FUNCTION pg_temp.hand_back(p_worker text) RETURNS boolean LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    SELECT * INTO v_task FROM harvest.claim_tasks(p_worker, ARRAY['dq_hb'], 1, 30);
+    RETURN harvest.hand_back_workflow_task(v_task.task_id, v_task.fencing_token,
+        jsonb_build_object('error_type', 'UnknownUpdate', 'message', 'no update handler u',
+                           'details', jsonb_build_object('worker_id', p_worker)), 0);
+END;
+$fn$;
+CREATE FUNCTION pg_temp.hb_state() RETURNS TABLE (run text, task text, lease text, error text, unknown_to jsonb)
+LANGUAGE sql AS $fn$
+    SELECT e.status, t.status, t.lease_owner, t.last_failure ->> 'error_type', t.last_failure -> 'details' -> 'unknown_to'
+    FROM harvest.executions AS e LEFT JOIN harvest.tasks AS t ON t.execution_id = e.id
+    WHERE e.id = (SELECT execution_id FROM hb_run);
+$fn$;
+SELECT is(pg_temp.hand_back('hb-old'), true, 'hand_back_workflow_task(): handed back while hb-new has not tried it');
+SELECT results_eq($$SELECT * FROM pg_temp.hb_state()$$,
+                  $$VALUES ('RUNNING'::text, 'pending'::text, NULL::text, 'UnknownUpdate'::text, '["hb-old"]'::jsonb)$$,
+                  'the task is pending again with the worker that tried it kept');
+SELECT is(pg_temp.hand_back('hb-new'), false, 'once every live worker tried it: false');
+SELECT results_eq($$SELECT * FROM pg_temp.hb_state()$$,
+                  $$VALUES ('RUNNING'::text, 'running'::text, 'hb-new'::text, 'UnknownUpdate'::text, '["hb-old"]'::jsonb)$$,
+                  'and the claim is unchanged, the caller''s to decide (the run is not failed)');
+SELECT is_empty($$SELECT 1 FROM harvest.events WHERE execution_id = (SELECT execution_id FROM hb_run)
+                  AND event_id > 1$$, 'hand_back_workflow_task() writes nothing to the history');
+SELECT throws_ok(format($$SELECT harvest.hand_back_workflow_task(%s, %s, '{"error_type": "E"}', 0)$$,
+                        (SELECT id FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM hb_run)),
+                        (SELECT fencing_token FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM hb_run))),
+                 'HR001', NULL, 'hand_back_workflow_task() of another error_type: HR001');
 
 -- cancel_timer: the timer task is dropped, TimerCancelled recorded.
 SELECT pg_temp.start_and_claim('ct');

@@ -14,7 +14,18 @@ import psycopg
 import pytest
 from outage_helpers import wait_until
 
-from harvest import App, Client, QueryFailed, RetryPolicy, UpdateRejected, activity, query, update, workflow
+from harvest import (
+    App,
+    Client,
+    QueryFailed,
+    RetryPolicy,
+    UpdateFailed,
+    UpdateRejected,
+    activity,
+    query,
+    update,
+    workflow,
+)
 from harvest.worker import workflows as worker_workflows
 
 
@@ -268,3 +279,108 @@ def past_the_bound(db: str) -> int:
             "SELECT count(*) FROM harvest.tasks WHERE kind = 'workflow' AND attempt > 10 "
             "AND last_failure -> 'details' -> 'unknown_to' ? 'old-1'"
         ).fetchone()[0]
+
+
+@update(workflow="fresh")
+def triple(ctx, n: int) -> int:  # an update only the newest deploy declares
+    ctx.state["count"] = ctx.state.get("count", 0) + 3 * n
+    return ctx.state["count"]
+
+
+NEWEST = App(
+    workflows=[legacy, fresh], activities=[fresh_step], queries=[count, doubled], updates=[bump, triple]
+)
+
+
+def accept_as(db: str, worker_id: str) -> None:
+    """A worker of the newest deploy validates the pending update (its validator is not the point
+    here: the workflow task that runs the handler is)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+
+        def accepted() -> bool:
+            for (request_id,) in conn.execute(
+                "SELECT request_id FROM harvest.claim_query_requests(%s, ARRAY['default'], 1, 30)",
+                (worker_id,),
+            ).fetchall():
+                return conn.execute(
+                    "SELECT harvest.accept_update(%s, %s)", (request_id, worker_id)
+                ).fetchone()[0]
+            return False
+
+        wait_until(accepted, "the update to be accepted")
+
+
+def workflow_task(db: str) -> tuple[Any, ...] | None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT last_failure ->> 'error_type', last_failure -> 'details' -> 'unknown_to' "
+            "FROM harvest.tasks WHERE kind = 'workflow'"
+        ).fetchone()
+
+
+def history(db: str, execution_id: str) -> list[tuple[str, Any]]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT event_type, event_data FROM harvest.events WHERE execution_id = %s "
+            "AND event_type LIKE 'Update%%' ORDER BY event_id",
+            (execution_id,),
+        ).fetchall()
+
+
+@pytest.fixture
+def accepted_update(db: str, start_worker, client: Client, monkeypatch):
+    """A run of `fresh` waiting for its signal, and an update `triple` the newest deploy accepted;
+    the workflow task that runs its handler is pending, no worker polling yet."""
+    monkeypatch.setattr(worker_workflows, "WORKFLOW_TASK_RETRY_SECS", 0.01)
+    first = start_worker(NEWEST, worker_id="new-1", poll_interval=0.05)
+    handle = client.start_workflow("fresh", workflow_id="fresh-1")
+    wait_until(lambda: decided(db, handle.execution_id), "the first workflow task")
+    first.stop()
+    register_live(db, "new-2")
+    asked = Call(lambda: handle.update("triple", 2, timeout=30))
+    accept_as(db, "new-2")
+    return handle, asked
+
+
+def test_an_update_handler_a_worker_lacks_runs_on_a_worker_that_has_it(
+    db: str, start_worker, accepted_update
+) -> None:
+    handle, asked = accepted_update
+    # A worker of the middle deploy (the workflow and `bump`, not `triple`) claims the workflow
+    # task and hands it back (before: it recorded UpdateCompleted UnknownUpdate, the caller got
+    # UpdateFailed while new-2 was live on the queue).
+    middle = start_worker(MIDDLE, worker_id="mid-1", poll_interval=0.05)
+    wait_until(
+        lambda: asked.done or workflow_task(db) == ("UnknownUpdate", ["mid-1"]),
+        "the middle worker to hand it back",
+    )
+    assert not asked.done, asked.error
+    assert history(db, handle.execution_id)[-1][0] == "UpdateAccepted"  # nothing recorded
+    newer = start_worker(NEWEST, worker_id="new-2", poll_interval=0.05)
+    assert asked.get() == 6
+    events = history(db, handle.execution_id)
+    assert [e[0] for e in events] == ["UpdateAccepted", "UpdateCompleted"]
+    assert events[1][1]["failure"] is None and events[1][1]["result"] == 6, events
+    handle.signal("go", None)
+    assert handle.result(timeout=30) == {"n": 42, "attempt": 1}
+    middle.stop()
+    newer.stop()
+    start_worker(NEWEST, worker_id="new-3", poll_interval=0.05)
+    assert handle.query("count") == 6  # a replay on a cold cache reads the recorded update the same way
+
+
+def test_with_no_live_worker_that_has_the_update_handler_it_fails_and_the_run_goes_on(
+    db: str, start_worker, accepted_update
+) -> None:
+    handle, asked = accepted_update
+    with psycopg.connect(db, autocommit=True) as conn:  # new-2 left the queue
+        conn.execute("SELECT harvest.stop_worker('new-2')")
+    start_worker(MIDDLE, worker_id="mid-1", poll_interval=0.05)
+    with pytest.raises(UpdateFailed) as failed:
+        asked.get()
+    assert failed.value.error_type == "UnknownUpdate"
+    assert "triple" in str(failed.value)
+    assert handle.describe()["status"] == "RUNNING"
+    start_worker(NEWEST, worker_id="new-3", poll_interval=0.05)
+    handle.signal("go", None)
+    assert handle.result(timeout=30)["n"] == 42

@@ -84,6 +84,10 @@ SELECT * FROM harvest.complete_workflow_tasks(%(worker_id)s, %(task_ids)b, %(fen
 FAIL_WORKFLOW_TASK = """
 SELECT harvest.fail_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
 """
+HAND_BACK_WORKFLOW_TASK = """
+SELECT harvest.hand_back_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
+       AS handed_back
+"""
 # The arrays go in binary (%b): psycopg's text form of an array escapes every quote
 # of every JSON element with a regular expression, a tenth of a busy worker's CPU; the
 # group commits' arrays are harvest.db.arrays' lists, each written in one loop.
@@ -1153,6 +1157,13 @@ def fail_workflow_task(
         "failure": _jsonb(failure),
         "retry_in_secs": retry_in_secs,
     }
+
+
+@call(HAND_BACK_WORKFLOW_TASK, first)
+def hand_back_workflow_task(
+    task_id: int, fencing_token: int, failure: dict[str, Any], retry_in_secs: float
+) -> dict[str, Any]:
+    return fail_workflow_task(task_id, fencing_token, failure, retry_in_secs)
 
 
 @call(COMPLETE_ACTIVITIES)

@@ -560,6 +560,11 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
             await lane_of(task).sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
         return
 
+    unknown = unknown_updates(activation.commands)
+    if unknown and await _hand_back(worker, task, unknown):
+        run.close()  # (it holds the step the history does not: the next claimer decides it)
+        return
+
     try:
         # The one place a worker encodes a decision's payloads (codecs, offload; docs/payloads.md).
         # (no codec nor offload: the commands as they are, without the coroutine)
@@ -700,6 +705,47 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
     else:
         run.recorded(outcome["last_event_id"])  # our own events need not be read back
         worker.cache.put(execution_id, run)
+
+
+def unknown_updates(commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The failures of the accepted updates this decision completes ``UnknownUpdate``: no handler
+    on this worker's App nor registered by the run (runtime/messages.py, end_of_step)."""
+    return [
+        c["failure"]
+        for c in commands
+        if c["type"] == "complete_update" and (c.get("failure") or {}).get("error_type") == "UnknownUpdate"
+    ]
+
+
+async def _hand_back(worker: Worker, task: dict[str, Any], unknown: list[dict[str, Any]]) -> bool:
+    """Hand the task back, nothing written, while a live worker of its queue has not tried it:
+    in a rolling deploy a newer worker may have the handler (docs/operations.md, "Rolling
+    deploys"). False once every live one has: the decision, UnknownUpdate and all, is recorded."""
+    failure = {
+        "error_type": "UnknownUpdate",
+        "message": "; ".join(str(f.get("message")) for f in unknown),
+        "non_retryable": False,
+        "details": {"worker_id": worker.worker_id},
+    }
+    await commit_open_claim(task)  # (its row lock would hold the call up)
+    try:
+        found = await lane_of(task).sql.hand_back_workflow_task(
+            task["task_id"], task["fencing_token"], failure, WORKFLOW_TASK_RETRY_SECS
+        )
+    except StaleTask:
+        return True  # (the lease is lost: nothing of ours may be written; the next claimer decides)
+    if not (found and found["handed_back"]):
+        return False
+    log.info(
+        "workflow task for %s (%s) handed back: %s",
+        task["execution_id"],
+        task["workflow_name"],
+        failure["message"],
+    )
+    worker.metrics.workflow_task_failure(task["workflow_name"], "UnknownUpdate")
+    # Its retry is not ours to time (as an unknown workflow's, above).
+    task["_nothing_due_later"] = True  # (read by Worker._finished)
+    return True
 
 
 # Commands whose decision takes start locks (functions/decide.sql, _starts_runs).
