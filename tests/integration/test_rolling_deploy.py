@@ -384,3 +384,30 @@ def test_with_no_live_worker_that_has_the_update_handler_it_fails_and_the_run_go
     start_worker(NEWEST, worker_id="new-3", poll_interval=0.05)
     handle.signal("go", None)
     assert handle.result(timeout=30)["n"] == 42
+
+
+def test_a_worker_without_an_update_handler_the_history_ran_does_not_replay_the_run(
+    db: str, start_worker, accepted_update
+) -> None:
+    handle, asked = accepted_update
+    newer = start_worker(NEWEST, worker_id="new-2", poll_interval=0.05)
+    assert asked.get() == 6
+    newer.stop()
+    # Only the middle worker polls now, new-3 live: its replay lacks `triple`, whose recorded
+    # UpdateCompleted it would match with its own UnknownUpdate (by seq and update id) and go
+    # on from a state without the update. Before: the query answered 0, and the signal's
+    # workflow task was decided on that state.
+    start_worker(MIDDLE, worker_id="mid-1", poll_interval=0.05)
+    register_live(db, "new-3")
+    asked = Call(lambda: handle.query("count", timeout=30))
+    wait_until(
+        lambda: asked.done or request_unknown_to(db)[-1:] == [["mid-1"]], "the middle worker to decline"
+    )
+    assert not asked.done, asked.result
+    handle.signal("go", None)
+    wait_until(
+        lambda: workflow_task(db) == ("UnknownUpdate", ["mid-1"]), "the middle worker to hand the task back"
+    )
+    start_worker(NEWEST, worker_id="new-3", poll_interval=0.05)
+    assert asked.get() == 6
+    assert handle.result(timeout=30)["n"] == 42

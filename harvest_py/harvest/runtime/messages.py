@@ -12,7 +12,9 @@ An update whose handler is not registered when it is delivered waits until the
 end of that step (every coroutine blocked), so a handler the workflow registers
 with ``ctx.register_update_handler`` on its way there still gets it; after
 that it is completed with an ``UnknownUpdate`` failure. Cold and warm runs reach
-that point at the same place, so both issue the same command.
+that point at the same place, so both issue the same command. A replay that reaches it
+for an update the history has completed otherwise (a worker that has the handler ran it)
+raises ``UnknownHandler``: this worker cannot rebuild the run's state.
 
 Queries and validators run *read-only* on the state a worker rebuilt (its cached
 run, or a replay of the recorded steps): they must not issue commands (that
@@ -152,7 +154,7 @@ class RunHandlers:
             self._running.pop(update_id, None)
         self._complete(update_id, result, failure)
 
-    def _complete(self, update_id: str, result: Any, failure: dict[str, Any] | None) -> None:
+    def _complete(self, update_id: str, result: Any, failure: dict[str, Any] | None) -> dict[str, Any] | None:
         command: dict[str, Any] = {
             "type": "complete_update",
             "seq": self.run.next_seq(),
@@ -163,8 +165,9 @@ class RunHandlers:
         else:
             command["failure"] = failure
         self.completed.add(update_id)
-        self.run._record(command)
+        recorded = self.run._record(command)
         self._wake_drainers()
+        return recorded
 
     def end_of_step(self) -> None:
         """Every coroutine is blocked: updates still without a handler fail as unknown."""
@@ -174,9 +177,18 @@ class RunHandlers:
         for data in admitted:
             name = str(data.get("name"))
             exc = self._unknown("update", name)
-            self._complete(
+            recorded = self._complete(
                 str(data.get("update_id")), None, _failure(exc.error_type or "UnknownUpdate", str(exc))
             )
+            if recorded is not None and (recorded.get("failure") or {}).get("error_type") != "UnknownUpdate":
+                # A replay of a step in which a worker that has the handler ran it: matched by
+                # seq and update id, the run would go on from a state without the update (a
+                # rolling deploy's older worker). Not this worker's run to rebuild.
+                raise UnknownHandler(
+                    f"{exc}: the run's history has it run by a worker whose App has the handler, "
+                    "so this worker cannot rebuild the run's state",
+                    exc.error_type,
+                )
 
     def _wake_drainers(self) -> None:
         if self._running:

@@ -156,6 +156,8 @@ class QueryResponder:
             # Payloads in and out are decoded and encoded here (docs/payloads.md).
             request = {**request, "arg": await w.payloads.decode(self.lane.sql, request["arg"])}
             run, fresh = await self._state(request)
+        except UnknownHandler as exc:  # its replay lacks an update handler the run ran: a newer worker's
+            return await self._decline(request, str(exc), failure_of(exc))
         except Exception as exc:
             log.info(
                 "%s %r on %s: cannot rebuild the workflow state: %s",

@@ -31,6 +31,7 @@ from harvest.core.statuses import LIVE_STATUSES
 from harvest.db.connection import DatabaseError, error_line, redact
 from harvest.db.resend import RefusedOnResend
 from harvest.runtime import WorkflowRun
+from harvest.runtime.messages import UnknownHandler
 from harvest.shard.children import place_child
 from harvest.shard.router import ShardRouter
 from harvest.telemetry import tracing
@@ -530,12 +531,14 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
         log.error(
             "workflow task for %s (%s) failed: %s: %s", execution_id, task["workflow_name"], kind, message
         )
-        if isinstance(exc, UnknownWorkflow):
+        if isinstance(exc, (UnknownWorkflow, UnknownHandler)):
+            # (UnknownHandler: its replay lacks an update handler the run ran, runtime/messages.py)
             failure = {
-                "error_type": kind,
+                "error_type": kind if isinstance(exc, UnknownWorkflow) else exc.error_type,
                 "message": message,
                 "non_retryable": False,
-                "details": {"worker_id": worker.worker_id, "worker_registered": exc.registered},
+                "details": {"worker_id": worker.worker_id}
+                | ({"worker_registered": exc.registered} if isinstance(exc, UnknownWorkflow) else {}),
             }
             # Its retry is not ours to time (we lack the workflow): no read of the next due time
             # arms a wake-up at it, so a worker that has it, polling, is not beaten to every claim.
