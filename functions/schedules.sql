@@ -192,6 +192,7 @@ BEGIN
         catchup_window_secs = (v_spec ->> 'catchup_window_secs')::bigint,
         jitter_secs = (v_spec ->> 'jitter_secs')::double precision,
         declared = s.declared OR p_declared,
+        superseded_specs = harvest._supersede_spec(s.superseded_specs, harvest._schedule_spec(v_old), v_spec),
         anchor_at = CASE WHEN v_timing_changed THEN v_now ELSE s.anchor_at END,
         next_fire_at = CASE WHEN v_timing_changed THEN NULL ELSE s.next_fire_at END,
         next_due_at = CASE WHEN v_timing_changed THEN NULL ELSE s.next_due_at END,
@@ -200,6 +201,29 @@ BEGIN
     RETURNING * INTO schedule;
     changed := true;
 END;
+$$;
+
+-- A schedule's superseded specs after a change from p_old to p_new (either may be equal, a
+-- declared flag's change): p_old added last (once), p_new removed (an operator putting an
+-- older spec back makes it current again), the latest 8 kept.
+CREATE OR REPLACE FUNCTION harvest._supersede_spec(p_superseded jsonb, p_old jsonb, p_new jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT coalesce(jsonb_agg(k.spec ORDER BY k.ord), '[]'::jsonb)
+    FROM (
+        SELECT x.spec, x.ord
+        FROM (
+            SELECT e.value AS spec, e.ord
+            FROM jsonb_array_elements(p_superseded) WITH ORDINALITY AS e (value, ord)
+            WHERE e.value <> p_old
+            UNION ALL
+            SELECT p_old, 1000000 WHERE p_old <> p_new
+        ) AS x
+        WHERE x.spec <> p_new
+        ORDER BY x.ord DESC
+        LIMIT 8
+    ) AS k;
 $$;
 
 -- The spec of a stored schedule, as _check_schedule_spec returns it.
@@ -991,20 +1015,35 @@ $$;
 
 -- Upsert the schedules an App declares (a worker's boot): a JSON array of specs
 -- (create_schedule's fields without p_). An unchanged schedule is left as it is;
--- a changed one is updated; a runtime pause is never undone. Returns how many
--- changed.
+-- a changed one is updated; a runtime pause is never undone. A spec that a later
+-- change replaced (superseded_specs: a rolling deploy's old worker restarting, whose
+-- App still has it) changes nothing and is audited (schedule.declare_superseded):
+-- the newer one stays until an operator's update_schedule puts the old one back.
+-- Returns how many changed.
 CREATE OR REPLACE FUNCTION harvest.declare_schedules(p_schedules jsonb)
 RETURNS integer
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_spec jsonb;
+    v_checked jsonb;
+    v_current harvest.schedules;
     v_changed integer := 0;
 BEGIN
     IF jsonb_typeof(p_schedules) IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'schedules must be a JSON array of schedule specs' USING ERRCODE = 'HR001';
     END IF;
     FOR v_spec IN SELECT x.value FROM jsonb_array_elements(p_schedules) AS x ORDER BY x.value ->> 'name' LOOP
+        v_checked := harvest._check_schedule_spec(v_spec - 'paused');
+        SELECT * INTO v_current FROM harvest.schedules AS s WHERE s.name = v_checked ->> 'name' FOR UPDATE;
+        IF FOUND AND EXISTS (SELECT 1 FROM jsonb_array_elements(v_current.superseded_specs) AS e
+                             WHERE e.value = v_checked) THEN
+            PERFORM harvest._audit('schedule.declare_superseded', v_current.name, NULL, jsonb_build_object(
+                'spec', v_checked, 'kept', harvest._schedule_spec(v_current),
+                'reason', 'a later change replaced this spec (an older deploy''s worker declared it); '
+                          'harvest schedule update puts it back'));
+            CONTINUE;
+        END IF;
         IF (harvest._put_schedule(v_spec - 'paused', true, false)).changed THEN
             v_changed := v_changed + 1;
         END IF;
@@ -1213,7 +1252,8 @@ COMMENT ON FUNCTION harvest.count_schedule_misses IS
 'telemetry and the CLI (role harvest_reader).';
 COMMENT ON FUNCTION harvest.declare_schedules IS
 'Upsert the schedules an App declares at worker boot: unchanged ones stay as they are, a runtime pause is '
-'never undone; returns how many changed. Called by the worker (role harvest_worker).';
+'never undone, a spec a later change replaced (superseded_specs: an older deploy''s) changes nothing and is '
+'audited as schedule.declare_superseded; returns how many changed. Called by the worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.delete_moved_schedules IS
 'Delete the declared schedules of these names here, whose home is now another shard (p_homes: name -> home '
 'shard), so a schedule moved by a reshard does not fire on both; operator-created ones are kept; audited as '

@@ -5,13 +5,13 @@
 -- catch-up window, overlap policies, the (schedule, slot) uniqueness) and
 -- start_buffered_firings. The helpers run inside them: harvest._check_schedule_spec
 -- (the bad fields), harvest._put_schedule and harvest._schedule_spec (create, update,
--- declare), harvest._schedule_json, harvest._lock_schedule (HR002), harvest._fire_slot,
+-- declare), harvest._supersede_spec (a declaration of a replaced spec), harvest._schedule_json, harvest._lock_schedule (HR002), harvest._fire_slot,
 -- harvest._start_firing, harvest._firing_start, harvest._start_buffered, harvest._schedule_active_runs,
 -- harvest._lock_schedule_dag (a DAG schedule's firing holds the DAG's row), harvest._firing_live,
 -- harvest._firing_workflow_names,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(106);
+SELECT plan(116);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -264,6 +264,37 @@ SELECT results_eq($$SELECT paused, interval_secs, declared, next_fire_at IS NULL
                   'a boot keeps the runtime pause; a new interval recomputes the next slot');
 SELECT is(harvest.declare_schedules('[{"name": "every", "workflow_name": "tick_wf", "interval_secs": 600}]'), 0,
           'declaring it unchanged changes nothing');
+
+-- A rolling deploy: the old App's spec, then the new one's, then an old worker restarting.
+SELECT is(harvest.declare_schedules('[{"name": "deploy", "workflow_name": "tick_wf", "interval_secs": 60}]'), 1,
+          'declare_schedules() creates the old deploy''s schedule');
+SELECT is(harvest.declare_schedules('[{"name": "deploy", "workflow_name": "tick_wf", "interval_secs": 120,
+                                       "input": [2]}]'), 1, 'the new deploy''s spec replaces it');
+SELECT is(harvest.declare_schedules('[{"name": "deploy", "workflow_name": "tick_wf", "interval_secs": 60}]'), 0,
+          'an old worker restarting: its superseded spec changes nothing');
+SELECT results_eq($$SELECT interval_secs, input, jsonb_array_length(superseded_specs),
+                           superseded_specs -> 0 ->> 'interval_secs' FROM harvest.schedules WHERE name = 'deploy'$$,
+                  $$VALUES (120::bigint, '[2]'::jsonb, 1, '60'::text)$$,
+                  'the new spec stays, the old one kept as superseded');
+SELECT results_eq($$SELECT target, details -> 'spec' ->> 'interval_secs', details -> 'kept' ->> 'interval_secs'
+                    FROM harvest.audit_log WHERE operation = 'schedule.declare_superseded'$$,
+                  $$VALUES ('deploy'::text, '60'::text, '120'::text)$$,
+                  'the refused declaration is audited with the spec kept');
+SELECT is(harvest.update_schedule('deploy', '{"interval_secs": 60, "input": []}') ->> 'interval_secs', '60',
+          'an operator puts the old spec back (a rollback)');
+SELECT results_eq($$SELECT superseded_specs -> 0 ->> 'interval_secs', jsonb_array_length(superseded_specs)
+                    FROM harvest.schedules WHERE name = 'deploy'$$,
+                  $$VALUES ('120'::text, 1)$$, 'then the new deploy''s spec is the superseded one');
+SELECT is(harvest.declare_schedules('[{"name": "deploy", "workflow_name": "tick_wf", "interval_secs": 120,
+                                       "input": [2]}]'), 0, 'and a new worker''s declaration changes nothing');
+SELECT is(harvest._supersede_spec(
+              (SELECT jsonb_agg(jsonb_build_object('n', i)) FROM generate_series(1, 8) AS i),
+              '{"n": 9}', '{"n": 1}'),
+          (SELECT jsonb_agg(jsonb_build_object('n', i)) FROM generate_series(2, 9) AS i),
+          '_supersede_spec(): the replaced spec added last, the new one dropped from the list');
+SELECT is(harvest._supersede_spec(
+              (SELECT jsonb_agg(jsonb_build_object('n', i)) FROM generate_series(1, 8) AS i),
+              '{"n": 9}', '{"n": 0}') -> 0, '{"n": 2}'::jsonb, '_supersede_spec(): the latest 8 kept');
 SELECT is(harvest.resume_schedule('every') ->> 'paused', 'false', 'resume_schedule() resumes');
 SELECT results_eq($$SELECT paused, anchor_at, next_fire_at FROM harvest.schedules WHERE name = 'every'$$,
                   $$VALUES (false, '2030-01-02 00:02:30+00'::timestamptz, NULL::timestamptz)$$,

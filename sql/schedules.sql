@@ -34,6 +34,9 @@ CREATE TABLE harvest.schedules (
     revision bigint NOT NULL DEFAULT 1,
     created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL,
+    -- The specs a later change replaced (the latest 8, as _schedule_spec has them): a worker's
+    -- declaration of one of them is an older deploy's and changes nothing (declare_schedules).
+    superseded_specs jsonb NOT NULL DEFAULT '[]'::jsonb,
     CONSTRAINT schedules_pkey PRIMARY KEY (id),
     CONSTRAINT schedules_name_key UNIQUE (name),
     CONSTRAINT schedules_kind_check CHECK (kind IN ('workflow', 'dag')),
@@ -45,7 +48,8 @@ CREATE TABLE harvest.schedules (
     )),
     CONSTRAINT schedules_catchup_window_secs_check CHECK (catchup_window_secs >= 1),
     CONSTRAINT schedules_jitter_secs_check CHECK (jitter_secs >= 0),
-    CONSTRAINT schedules_input_array CHECK (jsonb_typeof(input) = 'array')
+    CONSTRAINT schedules_input_array CHECK (jsonb_typeof(input) = 'array'),
+    CONSTRAINT schedules_superseded_specs_array CHECK (jsonb_typeof(superseded_specs) = 'array')
 );
 
 -- The scheduler's read: unpaused schedules by due time (NULL first: to compute).

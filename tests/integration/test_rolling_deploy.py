@@ -19,8 +19,10 @@ from harvest import (
     Client,
     QueryFailed,
     RetryPolicy,
+    Schedule,
     UpdateFailed,
     UpdateRejected,
+    WorkflowSchedule,
     activity,
     query,
     update,
@@ -411,3 +413,47 @@ def test_a_worker_without_an_update_handler_the_history_ran_does_not_replay_the_
     start_worker(NEWEST, worker_id="new-3", poll_interval=0.05)
     assert asked.get() == 6
     assert handle.result(timeout=30)["n"] == 42
+
+
+@workflow(name="report")
+async def report(ctx, n: int) -> int:
+    return n
+
+
+def report_app(schedule: Schedule, n: int) -> App:
+    return App(
+        workflows=[report], schedules=[WorkflowSchedule("nightly", schedule, workflow=report, input=n)]
+    )
+
+
+def nightly(db: str) -> tuple[Any, ...]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        got = conn.execute("SELECT harvest.get_schedule('nightly')").fetchone()[0]
+    return got["cron"], got["interval_secs"], got["input"]
+
+
+def test_an_old_worker_restarting_does_not_declare_its_schedule_over_the_new_one(
+    db: str, start_worker
+) -> None:
+    old, new = report_app(Schedule.cron("0 3 * * *"), 1), report_app(Schedule.every("1h"), 2)
+    start_worker(old, worker_id="old-1").stop()
+    assert nightly(db) == ("0 3 * * *", None, [1])
+    start_worker(new, worker_id="new-1").stop()
+    assert nightly(db) == (None, 3600, [2])
+    # An old worker restarts mid-deploy. Before: its spec went back in (cron, input and all),
+    # and the next new worker's boot put the new one back again.
+    start_worker(old, worker_id="old-2").stop()
+    assert nightly(db) == (None, 3600, [2])
+    with psycopg.connect(db, autocommit=True) as conn:
+        kept = conn.execute(
+            "SELECT details FROM harvest.audit_log WHERE operation = 'schedule.declare_superseded'"
+        ).fetchall()
+    assert len(kept) == 1 and kept[0][0]["spec"]["cron"] == "0 3 * * *", kept
+    # A rollback is the operator's: an update puts the old spec back, and then the new
+    # deploy's spec is the superseded one.
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute('SELECT harvest.update_schedule(\'nightly\', \'{"cron": "0 3 * * *", "input": [1]}\')')
+    start_worker(new, worker_id="new-2").stop()
+    assert nightly(db) == ("0 3 * * *", None, [1])
+    start_worker(old, worker_id="old-3").stop()
+    assert nightly(db) == ("0 3 * * *", None, [1])
