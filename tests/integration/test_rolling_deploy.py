@@ -377,7 +377,7 @@ def test_with_no_live_worker_that_has_the_update_handler_it_fails_and_the_run_go
     handle, asked = accepted_update
     with psycopg.connect(db, autocommit=True) as conn:  # new-2 left the queue
         conn.execute("SELECT harvest.stop_worker('new-2')")
-    start_worker(MIDDLE, worker_id="mid-1", poll_interval=0.05)
+    middle = start_worker(MIDDLE, worker_id="mid-1", poll_interval=0.05)
     with pytest.raises(UpdateFailed) as failed:
         asked.get()
     assert failed.value.error_type == "UnknownUpdate"
@@ -386,6 +386,10 @@ def test_with_no_live_worker_that_has_the_update_handler_it_fails_and_the_run_go
     start_worker(NEWEST, worker_id="new-3", poll_interval=0.05)
     handle.signal("go", None)
     assert handle.result(timeout=30)["n"] == 42
+    middle.stop()
+    # new-3 replayed the run: it has `triple`, but the history says the update failed, so its
+    # replay does not run the handler (before: it did, and went on from a state with the update).
+    assert handle.query("count") == 0
 
 
 def test_a_worker_without_an_update_handler_the_history_ran_does_not_replay_the_run(

@@ -14,7 +14,9 @@ with ``ctx.register_update_handler`` on its way there still gets it; after
 that it is completed with an ``UnknownUpdate`` failure. Cold and warm runs reach
 that point at the same place, so both issue the same command. A replay that reaches it
 for an update the history has completed otherwise (a worker that has the handler ran it)
-raises ``UnknownHandler``: this worker cannot rebuild the run's state.
+raises ``UnknownHandler``: this worker cannot rebuild the run's state. The other way
+round, a replay of a step whose history records ``UnknownUpdate`` does not run the
+handler this worker has: the history's outcome is the run's.
 
 Queries and validators run *read-only* on the state a worker rebuilt (its cached
 run, or a replay of the recorded steps): they must not issue commands (that
@@ -101,8 +103,8 @@ class RunHandlers:
             "update", _name(name, "update"), check_handler(fn, "update", name), None, validator
         )
         self.updates[name] = defn
-        waiting = [d for d in self._admitted if d.get("name") == name]
-        self._admitted = [d for d in self._admitted if d.get("name") != name]
+        waiting = [d for d in self._admitted if d.get("name") == name and not d.get("_recorded_unknown")]
+        self._admitted = [d for d in self._admitted if d.get("name") != name or d.get("_recorded_unknown")]
         for data in waiting:
             self._start(defn, data)
 
@@ -115,8 +117,22 @@ class RunHandlers:
         handler = self.find("update", str(data.get("name")))
         if handler is None:
             self._admitted.append(data)
+        elif self._recorded_unknown(update_id):
+            # A replay of a step in which a worker without the handler failed it (a rolling
+            # deploy's older worker): the history's outcome, not this worker's handler.
+            self._admitted.append({**data, "_recorded_unknown": True})
         else:
             self._start(handler, data)
+
+    def _recorded_unknown(self, update_id: str) -> bool:
+        """Whether the replayed step records this update's completion as ``UnknownUpdate``."""
+        expected = self.run._expected
+        return expected is not None and any(
+            e["event_type"] == "UpdateCompleted"
+            and e["event_data"].get("update_id") == update_id
+            and (e["event_data"].get("failure") or {}).get("error_type") == "UnknownUpdate"
+            for e in expected.values()
+        )
 
     def _start(self, handler: HandlerDefinition, data: dict[str, Any]) -> None:
         update_id = str(data.get("update_id"))
