@@ -1019,9 +1019,11 @@ $$;
 -- change replaced (superseded_specs: a rolling deploy's old worker restarting, whose
 -- App still has it) changes nothing and is audited (schedule.declare_superseded):
 -- the newer one stays until an operator's update_schedule puts the old one back.
--- Returns how many changed.
-CREATE OR REPLACE FUNCTION harvest.declare_schedules(p_schedules jsonb)
-RETURNS integer
+-- Returns {changed: how many changed, kept: [{name, declared, current}] the schedules
+-- whose declared spec was refused so}, for the worker to warn of each (a deploy that
+-- means to go back to a spec must say so with harvest schedule update).
+CREATE OR REPLACE FUNCTION harvest.declare_app_schedules(p_schedules jsonb)
+RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -1029,6 +1031,7 @@ DECLARE
     v_checked jsonb;
     v_current harvest.schedules;
     v_changed integer := 0;
+    v_kept jsonb := '[]'::jsonb;
 BEGIN
     IF jsonb_typeof(p_schedules) IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'schedules must be a JSON array of schedule specs' USING ERRCODE = 'HR001';
@@ -1042,14 +1045,25 @@ BEGIN
                 'spec', v_checked, 'kept', harvest._schedule_spec(v_current),
                 'reason', 'a later change replaced this spec (an older deploy''s worker declared it); '
                           'harvest schedule update puts it back'));
+            v_kept := v_kept || jsonb_build_array(jsonb_build_object(
+                'name', v_current.name, 'declared', v_checked, 'current', harvest._schedule_spec(v_current)));
             CONTINUE;
         END IF;
         IF (harvest._put_schedule(v_spec - 'paused', true, false)).changed THEN
             v_changed := v_changed + 1;
         END IF;
     END LOOP;
-    RETURN v_changed;
+    RETURN jsonb_build_object('changed', v_changed, 'kept', v_kept);
 END;
+$$;
+
+-- declare_app_schedules' count of changed schedules: what a worker of an earlier release
+-- calls (a rolling deploy keeps it working).
+CREATE OR REPLACE FUNCTION harvest.declare_schedules(p_schedules jsonb)
+RETURNS integer
+LANGUAGE sql
+AS $$
+    SELECT (harvest.declare_app_schedules(p_schedules) ->> 'changed')::integer;
 $$;
 
 -- Delete the declared schedules of p_homes' names here ({name: the shard that is its home
@@ -1250,10 +1264,14 @@ COMMENT ON FUNCTION harvest.get_schedule IS
 COMMENT ON FUNCTION harvest.count_schedule_misses IS
 'Missed slots per schedule, since a time or ever: the missed-schedules signal for metrics and alerts. Called by '
 'telemetry and the CLI (role harvest_reader).';
-COMMENT ON FUNCTION harvest.declare_schedules IS
+COMMENT ON FUNCTION harvest.declare_app_schedules IS
 'Upsert the schedules an App declares at worker boot: unchanged ones stay as they are, a runtime pause is '
 'never undone, a spec a later change replaced (superseded_specs: an older deploy''s) changes nothing and is '
-'audited as schedule.declare_superseded; returns how many changed. Called by the worker (role harvest_worker).';
+'audited as schedule.declare_superseded; returns {changed, kept: [{name, declared, current}]}. Called by the '
+'worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.declare_schedules IS
+'declare_app_schedules, answering how many changed: what a worker of an earlier release calls. Called by the '
+'worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.delete_moved_schedules IS
 'Delete the declared schedules of these names here, whose home is now another shard (p_homes: name -> home '
 'shard), so a schedule moved by a reshard does not fire on both; operator-created ones are kept; audited as '

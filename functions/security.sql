@@ -92,7 +92,7 @@ AS $$
                         'release_cross_shard_child', 'start_cross_shard_child', 'get_cross_shard_child',
                         'cancel_cross_shard_child', 'clear_owed_child_end', 'detach_activity', 'record_llm_call')
             THEN 'harvest_worker'
-        WHEN p_name IN ('declare_schedules', 'delete_moved_schedules', 'list_due_schedules', 'fire_schedule',
+        WHEN p_name IN ('declare_schedules', 'declare_app_schedules', 'delete_moved_schedules', 'list_due_schedules', 'fire_schedule',
                         'start_buffered_firings')
             THEN 'harvest_worker'
         WHEN p_name IN ('list_schedules', 'get_schedule', 'count_schedule_misses') THEN 'harvest_reader'

@@ -11,7 +11,7 @@
 -- harvest._firing_workflow_names,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(116);
+SELECT plan(117);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -287,6 +287,14 @@ SELECT results_eq($$SELECT superseded_specs -> 0 ->> 'interval_secs', jsonb_arra
                   $$VALUES ('120'::text, 1)$$, 'then the new deploy''s spec is the superseded one');
 SELECT is(harvest.declare_schedules('[{"name": "deploy", "workflow_name": "tick_wf", "interval_secs": 120,
                                        "input": [2]}]'), 0, 'and a new worker''s declaration changes nothing');
+SELECT is(harvest.declare_app_schedules('[{"name": "deploy", "workflow_name": "tick_wf", "interval_secs": 120,
+                                           "input": [2]},
+                                          {"name": "every", "workflow_name": "tick_wf", "interval_secs": 600}]'),
+          jsonb_build_object('changed', 0, 'kept', jsonb_build_array(jsonb_build_object(
+              'name', 'deploy',
+              'declared', (SELECT superseded_specs -> 0 FROM harvest.schedules WHERE name = 'deploy'),
+              'current', (SELECT harvest._schedule_spec(s) FROM harvest.schedules AS s WHERE s.name = 'deploy')))),
+          'declare_app_schedules() names each schedule whose declared spec it kept out, with both specs');
 SELECT is(harvest._supersede_spec(
               (SELECT jsonb_agg(jsonb_build_object('n', i)) FROM generate_series(1, 8) AS i),
               '{"n": 9}', '{"n": 1}'),

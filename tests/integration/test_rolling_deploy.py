@@ -6,6 +6,7 @@ the claim; and when no live worker has it, a clear error naming it (docs/operati
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -437,7 +438,7 @@ def nightly(db: str) -> tuple[Any, ...]:
 
 
 def test_an_old_worker_restarting_does_not_declare_its_schedule_over_the_new_one(
-    db: str, start_worker
+    db: str, start_worker, caplog: pytest.LogCaptureFixture
 ) -> None:
     old, new = report_app(Schedule.cron("0 3 * * *"), 1), report_app(Schedule.every("1h"), 2)
     start_worker(old, worker_id="old-1").stop()
@@ -446,8 +447,13 @@ def test_an_old_worker_restarting_does_not_declare_its_schedule_over_the_new_one
     assert nightly(db) == (None, 3600, [2])
     # An old worker restarts mid-deploy. Before: its spec went back in (cron, input and all),
     # and the next new worker's boot put the new one back again.
-    start_worker(old, worker_id="old-2").stop()
+    with caplog.at_level(logging.WARNING, logger="harvest.worker"):
+        start_worker(old, worker_id="old-2").stop()
     assert nightly(db) == (None, 3600, [2])
+    # The boot says so: a deploy that means to go back to a replaced spec must be told.
+    warned = [r.getMessage() for r in caplog.records if "a later change replaced" in r.getMessage()]
+    assert len(warned) == 1 and "'nightly'" in warned[0] and "every 3600 s" in warned[0], warned
+    assert "harvest schedule update nightly" in warned[0], warned
     with psycopg.connect(db, autocommit=True) as conn:
         kept = conn.execute(
             "SELECT details FROM harvest.audit_log WHERE operation = 'schedule.declare_superseded'"

@@ -1928,8 +1928,10 @@ def count_schedule_misses(since: Any = None) -> dict[str, Any]:
     return {"since": since}
 
 
-@call("SELECT harvest.declare_schedules(%(schedules)s) AS changed", column("changed"))
+@call("SELECT harvest.declare_app_schedules(%(schedules)s) AS declared", column("declared"))
 def declare_schedules(schedules: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{changed, kept}``: how many changed, and the schedules whose declared spec a later
+    change replaced, kept as they are (``[{name, declared, current}]``; docs/schedules.md)."""
     return {"schedules": _jsonb(schedules)}
 
 

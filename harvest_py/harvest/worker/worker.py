@@ -130,6 +130,12 @@ def _retrieved(call: asyncio.Future[Any]) -> None:
         call.exception()
 
 
+def _spec_summary(spec: dict[str, Any]) -> str:
+    """A schedule spec's timing and target in a few words: ``cron 0 * * * * -> report``."""
+    timing = f"cron {spec['cron']}" if spec.get("cron") else f"every {spec.get('interval_secs')} s"
+    return f"{timing} -> {spec.get('workflow_name')}"
+
+
 def _key(task: dict[str, Any]) -> tuple[int, int, int]:
     """A task in flight: its shard, id and fencing token (ids are per shard; a task row keeps
     its id across claims, and this worker may hold a newer claim of a task whose older
@@ -545,9 +551,21 @@ class Worker:
         homes = {spec["name"]: self._schedule_home(spec["name"]) for spec in specs}
         homed = [spec for spec in specs if homes[spec["name"]] == lane.shard]
         if homed:
-            changed = await lane.sql.declare_schedules(homed)
+            declared = await lane.sql.declare_schedules(homed)
             where = f" on shard {lane.shard}" if self._sharded else ""
-            log.info("declared %d schedule(s) (%d changed)%s", len(homed), changed, where)
+            log.info("declared %d schedule(s) (%d changed)%s", len(homed), declared["changed"], where)
+            for kept in declared["kept"]:
+                # A spec a later change replaced: an older deploy's, or one this deploy means to go
+                # back to, which only the operator can tell apart (docs/schedules.md).
+                log.warning(
+                    "schedule %r%s: this App declares a spec a later change replaced, so the current "
+                    "one stays (%s); if this deploy means to go back to it, run `harvest schedule "
+                    "update %s` with it",
+                    kept["name"],
+                    where,
+                    _spec_summary(kept["current"]),
+                    kept["name"],
+                )
         if self.router is not None:
             # A copy a reshard left on a shard that is no longer the home would fire beside the
             # new home's. Deleted only once this worker has the home's row: the copies on the
