@@ -822,3 +822,68 @@ def test_workflow_count_counts_a_moved_run_once_as_the_list_lists_it(shards, ser
     seals = both("workflow", "count", "--state", "MIGRATED", "--by", "all")
     for transport in ("sql", "web"):
         assert [(r["status"], r["executions"]) for r in seals[transport]["counts"]] == [("MIGRATED", 1)]
+
+
+def _dead_letters(shards, counts: dict[int, int]) -> None:
+    """``counts[shard]`` dead letters on each shard, of a run started there (ids 1.. on each)."""
+    for shard, n in counts.items():
+        started = _run(
+            ["workflow", "start", "greet", "--shard-id", str(shard), "--workflow-id", f"dl{shard}"],
+            _shard_env(shards),
+        )
+        assert started.exit_code == 0, started.stderr
+        with shards.connect(shard) as conn:
+            conn.execute(
+                "INSERT INTO harvest.dead_letters (execution_id, workflow_name, seq, activity_name, queue,"
+                " attempts, failure, scheduled_at, failed_at)"
+                " SELECT id, workflow_name, n, 'act', 'default', 3, '{}', now(), now()"
+                " FROM harvest.executions, generate_series(1, %s) AS n WHERE workflow_id = %s",
+                (n, f"dl{shard}"),
+            )
+
+
+def _ids(shards, shard: int) -> list[int]:
+    with shards.connect(shard) as conn:
+        return [r[0] for r in conn.execute("SELECT id FROM harvest.dead_letters ORDER BY id")]
+
+
+def test_dlq_replay_and_discard_without_a_shard_act_only_on_the_one_shard_holding_the_id(
+    shards, served
+) -> None:
+    """A dead letter's id is unique on its shard only. Without --shard-id, `dlq replay` and
+    `dlq discard` (and `get`) search every shard, over SQL and over HTTP alike: exactly one shard
+    holding the id is acted on and named; several are refused (exit 2) naming them; none is
+    NotFound naming the shards searched; a shard that cannot be searched is refused, nothing done
+    (it may hold the id too). It used to act on the default shard's row of that id."""
+    _dead_letters(shards, {0: 1, 1: 1, 2: 4})  # id 1 on every shard; 2, 3 and 4 on shard 2 only
+    env = _shard_env(shards)
+    for transport, env_of in (([], env), (["--base-url", BASE], {})):
+        for action in ("discard", "replay", "get"):
+            refused = _run([*transport, "dlq", action, "1"], env_of)
+            assert refused.exit_code == 2, (transport, refused.output)
+            assert "dead letter 1 is on shards 0, 1, 2" in refused.stderr and "--shard-id" in refused.stderr
+        missing = _run([*transport, "dlq", "discard", "99"], env_of)
+        assert missing.exit_code != 0 and "searched shard(s) 0, 1, 2" in missing.stderr, missing.output
+    assert (_ids(shards, 0), _ids(shards, 1), _ids(shards, 2)) == ([1], [1], [1, 2, 3, 4])  # nothing done
+
+    replayed = _run(["dlq", "replay", "2"], env)
+    assert replayed.exit_code == 0 and "replayed dead letter 2 on shard 2 as task" in replayed.stdout
+    discarded = _run(["--base-url", BASE, "dlq", "discard", "3", "--output", "json"], {})
+    assert discarded.exit_code == 0, discarded.output
+    assert json.loads(discarded.stdout) == {"dead_letter_id": 3, "shard_id": 2, "discarded": True}
+    got = _run(["--base-url", BASE, "dlq", "get", "4", "--output", "json"], {})
+    assert got.exit_code == 0 and json.loads(got.stdout)["id"] == 4, got.output
+    # --shard-id still names one shard's row, whatever the others hold.
+    named = _run(["dlq", "discard", "1", "--shard-id", "1"], env)
+    assert named.exit_code == 0 and "discarded dead letter 1 on shard 1" in named.stdout, named.output
+    assert (_ids(shards, 0), _ids(shards, 1), _ids(shards, 2)) == ([1], [], [1, 4])
+
+    shards.stop(1)  # shard 1 may hold id 4 too: searched incompletely, nothing is done
+    try:
+        for transport, env_of in (([], env), (["--base-url", BASE], {})):
+            down = _run([*transport, "dlq", "discard", "4"], env_of)
+            assert down.exit_code == 1, (transport, down.output)
+            assert "it is on shard 2, and shard(s) 1 could not be searched" in down.stderr
+    finally:
+        shards.start(1)
+    assert _ids(shards, 2) == [1, 4]

@@ -407,8 +407,9 @@ def test_cli_places_by_residency_key_and_routes_by_id(shards, per_shard_workers)
     out = runner.invoke(main, ["dlq", "get", "1", "--shard-id", "2", "-o", "json"])
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["execution_id"] == execution_id
-    out = runner.invoke(main, ["dlq", "get", "1", "-o", "json"])  # the default shard has none
-    assert out.exit_code != 0
+    # Without --shard-id every shard is searched: only shard 2 holds id 1, so it is that one.
+    out = runner.invoke(main, ["dlq", "get", "1", "-o", "json"])
+    assert out.exit_code == 0 and json.loads(out.stdout)["execution_id"] == execution_id, out.output
 
 
 def test_cli_list_reads_every_shard_and_goes_partial_with_one_stopped(shards) -> None:

@@ -21,7 +21,7 @@ from harvest.cli.output import (
     progress,
     table,
 )
-from harvest.cli.shards import emit_merged, read_shards, shard_api, with_page_footer
+from harvest.cli.shards import dead_letter_api, emit_merged, read_shards, shard_api, with_page_footer
 from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument, failure_line
 
@@ -80,8 +80,9 @@ def shard_id_option(f: FC) -> FC:
         "--shard-id",
         type=click.IntRange(0, 65535),
         default=None,
-        help="The shard the dead letter is on (dlq list shows it); default: the default shard. "
-        "A dead letter's id is unique on its shard only.",
+        help="The shard the dead letter is on (dlq list shows it). A dead letter's id is unique on "
+        "its shard only: without it, every shard is searched and the one holding the id is used "
+        "(refused when several do, or one cannot be searched).",
     )(f)
 
 
@@ -92,7 +93,7 @@ def shard_id_option(f: FC) -> FC:
 @output_option
 def get(dead_letter_id: int, shard_id: int | None, database_url: str | None, output: str) -> None:
     """Show one dead letter with its failure."""
-    with shard_api(database_url, shard_id, read_only=True) as sql:
+    with dead_letter_api(database_url, shard_id, dead_letter_id, read_only=True) as (sql, _):
         row = sql.get_dead_letter(dead_letter_id)
     emit(describe_tree(row), output, mapping)  # an encoded payload shows what it is (docs/payloads.md)
 
@@ -139,12 +140,13 @@ hidden_alias(dlq, count, "aggregate")  # the old name (CONTRIBUTING.md "Names")
 @output_option
 def replay(dead_letter_id: int, shard_id: int | None, database_url: str | None, output: str) -> None:
     """Re-enqueue one dead letter with a fresh attempt budget."""
-    with shard_api(database_url, shard_id, read_only=False) as sql:
+    with dead_letter_api(database_url, shard_id, dead_letter_id, read_only=False) as (sql, shard):
         task_id = sql.replay_dead_letter(dead_letter_id)
+        shard = _answered(sql, shard)
     emit(
-        {"dead_letter_id": dead_letter_id, "task_id": task_id},
+        {"dead_letter_id": dead_letter_id, **_on(shard), "task_id": task_id},
         output,
-        lambda d: f"replayed dead letter {dead_letter_id} as task {task_id}",
+        lambda d: f"replayed dead letter {dead_letter_id}{_on_text(shard)} as task {task_id}",
     )
 
 
@@ -155,13 +157,28 @@ def replay(dead_letter_id: int, shard_id: int | None, database_url: str | None, 
 @output_option
 def discard(dead_letter_id: int, shard_id: int | None, database_url: str | None, output: str) -> None:
     """Discard one dead letter: its workflow receives the activity's failure."""
-    with shard_api(database_url, shard_id, read_only=False) as sql:
+    with dead_letter_api(database_url, shard_id, dead_letter_id, read_only=False) as (sql, shard):
         sql.discard_dead_letter(dead_letter_id)
+        shard = _answered(sql, shard)
     emit(
-        {"dead_letter_id": dead_letter_id, "discarded": True},
+        {"dead_letter_id": dead_letter_id, **_on(shard), "discarded": True},
         output,
-        lambda d: f"discarded dead letter {dead_letter_id}",
+        lambda d: f"discarded dead letter {dead_letter_id}{_on_text(shard)}",
     )
+
+
+def _answered(api: Any, shard: int | None) -> int | None:
+    """The shard a dead letter was acted on: the one named or found here, else the one a
+    sharded server says it found (None: one database)."""
+    return shard if shard is not None else getattr(api, "answered_shard", None)
+
+
+def _on(shard: int | None) -> dict[str, int]:
+    return {} if shard is None else {"shard_id": shard}
+
+
+def _on_text(shard: int | None) -> str:
+    return "" if shard is None else f" on shard {shard}"
 
 
 def _bulk_options(f: FC) -> FC:

@@ -486,6 +486,8 @@ class HttpApi:
 
     def __init__(self, http: Http, shard: int | None = None):
         self.http, self.shard = http, shard
+        # The shard a sharded server acted on, when it found a dead letter itself (no shard named).
+        self.answered_shard: int | None = None
 
     def __getattr__(self, name: str) -> Any:
         raise ConfigError(
@@ -637,11 +639,14 @@ class HttpApi:
 
     def replay_dead_letter(self, dead_letter_id: int) -> Any:
         path = f"/dead-letters/{dead_letter_id}/replay"
-        return self.http.request("POST", path, params=self._shard(), json={})[1]["task_id"]
+        answer = self.http.request("POST", path, params=self._shard(), json={})[1]
+        self.answered_shard = answer.get("shard_id")
+        return answer["task_id"]
 
     def discard_dead_letter(self, dead_letter_id: int) -> None:
         path = f"/dead-letters/{dead_letter_id}/discard"
-        self.http.request("POST", path, params=self._shard(), json={}, scope="admin")
+        answer = self.http.request("POST", path, params=self._shard(), json={}, scope="admin")[1]
+        self.answered_shard = answer.get("shard_id")
 
     def bulk_dead_letters(
         self,

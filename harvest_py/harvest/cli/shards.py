@@ -302,6 +302,33 @@ def shard_api(database_url: str | None, shard: int | None, *, read_only: bool) -
             yield sql
 
 
+@contextlib.contextmanager
+def dead_letter_api(
+    database_url: str | None, shard: int | None, dead_letter_id: int, *, read_only: bool
+) -> Iterator[tuple[Any, int | None]]:
+    """(the SQL API on the shard of dead letter ``dead_letter_id``, that shard) for `dlq get`,
+    `replay` and `discard`. ``shard`` given: that shard (:func:`shard_api`). None with
+    ``[shards]``: every readable shard is searched for the id (ids are unique per shard only)
+    and the one that holds it is used; several holding it, one that could not be searched, or
+    none is refused (harvest.shard.fanout.dead_letter_home), nothing done. One database: that
+    database (shard None). Over HTTP the server searches: the shard is its answer's
+    (``answered_shard`` of the API after the call), None here."""
+    settings = http_selected(database_url)
+    config = cli_config() if settings is None else None
+    if shard is not None or config is None or not shards_configured(config):
+        with shard_api(database_url, shard, read_only=read_only) as sql:
+            yield sql, shard
+        return
+    from harvest.shard.fanout import dead_letter_home, holds_dead_letter
+
+    with cli_pools(config, database_url) as pools:
+        apis = {s: functools.partial(_pooled_api, pools, s, read_only=True) for s in pools.router.readable}
+        found = fan_out(apis, holds_dead_letter(dead_letter_id), timeout=cli_timeout(config))
+        home = dead_letter_home(dead_letter_id, found)
+        with _pooled_api(pools, home, read_only=read_only) as sql:
+            yield sql, home
+
+
 def routed_call(
     database_url: str | None, execution_id: str, fn: Callable[[SqlApi], Any], *, read_only: bool = False
 ) -> Any:

@@ -56,9 +56,11 @@ __all__ = [
     "count_dead_letters",
     "count_executions",
     "count_usage",
+    "dead_letter_home",
     "fan_out",
     "fan_out_async",
     "get_worker_health",
+    "holds_dead_letter",
     "is_shard_failure",
     "list_audit_log",
     "list_children",
@@ -1750,3 +1752,55 @@ def shard_errors(
         for s, exc in refused
     ]
     return sorted(out, key=lambda e: e["shard_id"])
+
+
+# -- one dead letter by its id, with no shard named ------------------------------------------------
+def holds_dead_letter(dead_letter_id: int) -> Callable[[Any], Any]:
+    """A shard's read for :func:`dead_letter_home`: whether the shard holds dead letter
+    ``dead_letter_id`` (its ``get_dead_letter`` answers, or is NotFound), sync or awaitable."""
+
+    def read(api: Any) -> Any:
+        try:
+            answer = api.get_dead_letter(dead_letter_id)
+        except NotFound:
+            return False
+        if not inspect.isawaitable(answer):
+            return True
+
+        async def awaited() -> bool:
+            try:
+                await answer
+            except NotFound:
+                return False
+            return True
+
+        return awaited()
+
+    return read
+
+
+def dead_letter_home(dead_letter_id: int, found: FanOut[bool]) -> int:
+    """The shard of dead letter ``dead_letter_id`` from every readable shard's
+    :func:`holds_dead_letter` answer, when no shard was named: ids are unique on one shard
+    only, so the same id can be on several. Exactly one shard holds it: that shard. Several:
+    InvalidArgument naming them (the caller names one). A shard that could not be searched:
+    DatabaseUnavailable naming it (it may hold the id too: refused, never guessed, as "could
+    not inspect" is never "not there"). None: NotFound naming the shards searched."""
+    holders = sorted(s for s, has in found.results.items() if has)
+    searched = ", ".join(str(s) for s in sorted(found.results))
+    if len(holders) > 1:
+        on = ", ".join(map(str, holders))
+        raise InvalidArgument(
+            f"dead letter {dead_letter_id} is on shards {on} (a dead letter's id is unique on its shard "
+            f"only): name one with --shard-id (shard_id); dlq list shows each row's shard_id"
+        )
+    if found.unavailable_shards:
+        missed = ", ".join(str(s) for s in found.unavailable_shards)
+        held = f"it is on shard {holders[0]}, and " if holders else ""
+        raise DatabaseUnavailable(
+            f"dead letter {dead_letter_id}: {held}shard(s) {missed} could not be searched and may hold the "
+            f"same id; nothing was done: retry when they are up, or name the shard with --shard-id (shard_id)"
+        )
+    if not holders:
+        raise NotFound(f"no dead letter {dead_letter_id} on any shard (searched shard(s) {searched})")
+    return holders[0]

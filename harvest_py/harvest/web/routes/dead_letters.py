@@ -1,6 +1,7 @@
 """Dead letters: list, get, count, replay and discard one, replay and discard by filter with a
 dry run (functions/dead_letters.sql; docs/http-api.md, "Dead letters"). A dead letter's id is
-unique on its shard only: ``shard_id`` names the shard (default: the default shard)."""
+unique on its shard only: ``shard_id`` names the shard; without it, a sharded server searches
+every shard and acts only when exactly one holds the id, naming it (``shard_id`` in the answer)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,13 @@ from harvest.web.routes import (
 )
 
 ID = Param("dead_letter_id", "integer", required=True, minimum=1, maximum=ROW_ID_MAX, where="path")
-SHARD = Param("shard_id", "integer", minimum=0, maximum=65535, description="The dead letter's shard.")
+SHARD = Param(
+    "shard_id",
+    "integer",
+    minimum=0,
+    maximum=65535,
+    description="The dead letter's shard (none: the one shard that holds the id, searched).",
+)
 
 
 async def list_dead_letters(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -37,21 +44,41 @@ async def count_dead_letters(call: Call, args: dict[str, Any], _: Any) -> Any:
     return merged(await call.reads().count_dead_letters(args["group_by"]), "groups")
 
 
+async def _home(call: Call, args: dict[str, Any]) -> int | None:
+    """The shard of the dead letter the path names: ``shard_id`` when given; over shards with
+    none, the one readable shard that holds the id (refused when several do, one cannot be
+    searched, or none does: harvest.shard.fanout.dead_letter_home); one database: None."""
+    if args["shard_id"] is not None or not call.sharded:
+        return args["shard_id"]
+    from harvest.shard.fanout import dead_letter_home, fan_out_async, holds_dead_letter
+
+    found = await fan_out_async(
+        call.providers(), holds_dead_letter(args["dead_letter_id"]), timeout=call.state.shard_timeout
+    )
+    return dead_letter_home(args["dead_letter_id"], found)
+
+
 async def get_dead_letter(call: Call, args: dict[str, Any], _: Any) -> Any:
-    row = await call.on_shard(args["shard_id"], lambda sql: sql.get_dead_letter(args["dead_letter_id"]))
-    return {**row, "shard_id": args["shard_id"] if args["shard_id"] is not None else call.default_shard()}
+    shard = await _home(call, args)
+    row = await call.on_shard(shard, lambda sql: sql.get_dead_letter(args["dead_letter_id"]))
+    return {**row, "shard_id": shard if shard is not None else call.default_shard()}
+
+
+def _acted_on(shard: int | None) -> dict[str, Any]:
+    """The shard an action by id was made on, when the deployment has shards or one was named."""
+    return {} if shard is None else {"shard_id": shard}
 
 
 async def replay_dead_letter(call: Call, args: dict[str, Any], _: Any) -> Any:
-    task_id = await call.on_shard(
-        args["shard_id"], lambda sql: sql.replay_dead_letter(args["dead_letter_id"])
-    )
-    return {"dead_letter_id": args["dead_letter_id"], "task_id": task_id}
+    shard = await _home(call, args)
+    task_id = await call.on_shard(shard, lambda sql: sql.replay_dead_letter(args["dead_letter_id"]))
+    return {"dead_letter_id": args["dead_letter_id"], **_acted_on(shard), "task_id": task_id}
 
 
 async def discard_dead_letter(call: Call, args: dict[str, Any], _: Any) -> Any:
-    await call.on_shard(args["shard_id"], lambda sql: sql.discard_dead_letter(args["dead_letter_id"]))
-    return {"dead_letter_id": args["dead_letter_id"], "discarded": True}
+    shard = await _home(call, args)
+    await call.on_shard(shard, lambda sql: sql.discard_dead_letter(args["dead_letter_id"]))
+    return {"dead_letter_id": args["dead_letter_id"], **_acted_on(shard), "discarded": True}
 
 
 def _bulk(action: str) -> Any:
