@@ -847,9 +847,7 @@ def _ids(shards, shard: int) -> list[int]:
         return [r[0] for r in conn.execute("SELECT id FROM harvest.dead_letters ORDER BY id")]
 
 
-def test_dlq_replay_and_discard_without_a_shard_act_only_on_the_one_shard_holding_the_id(
-    shards, served
-) -> None:
+def test_dlq_by_id_without_a_shard_acts_only_on_the_one_shard_holding_it(shards, served) -> None:
     """A dead letter's id is unique on its shard only. Without --shard-id, `dlq replay` and
     `dlq discard` (and `get`) search every shard, over SQL and over HTTP alike: exactly one shard
     holding the id is acted on and named; several are refused (exit 2) naming them; none is
