@@ -48,8 +48,9 @@ async def _home(call: Call, args: dict[str, Any]) -> int | None:
     """The shard of the dead letter the path names: ``shard_id`` when given; over shards with
     none, the one readable shard that holds the id (refused when several do, one cannot be
     searched, or none does: harvest.shard.fanout.dead_letter_home); one database: None."""
-    if args["shard_id"] is not None or not call.sharded:
-        return args["shard_id"]
+    named: int | None = args["shard_id"]
+    if named is not None or not call.sharded:
+        return named
     from harvest.shard.fanout import dead_letter_home, fan_out_async, holds_dead_letter
 
     found = await fan_out_async(
