@@ -679,7 +679,10 @@ def test_a_partial_read_prints_one_warning_line_and_no_library_log(db: str, tmp_
     data = json.loads(r.stdout)
     assert (data["status"], data["unavailable_shards"]) == ("partial", [1])
     assert [line for line in r.stderr.splitlines() if line.strip()] == [
-        "warning: partial: shard(s) 1 could not be read; the output holds the other shards only"
+        (
+            "warning: partial: shard(s) 1 could not be read (shard 1: its database cannot be reached now "
+            "(Connection refused)); the output holds the other shards only"
+        )
     ], r.stderr
     # --log-level asks for every record at that level, the libraries' included.
     verbose = run("--log-level", "warning", "workflow", "list", "-o", "json", cwd=tmp_path)

@@ -881,7 +881,33 @@ def test_dlq_by_id_without_a_shard_acts_only_on_the_one_shard_holding_it(shards,
         for transport, env_of in (([], env), (["--base-url", BASE], {})):
             down = _run([*transport, "dlq", "discard", "4"], env_of)
             assert down.exit_code == 1, (transport, down.output)
-            assert "it is on shard 2, and shard(s) 1 could not be searched" in down.stderr
+            assert "it is on shard 2, and shard(s) 1 could not be searched (shard 1: " in down.stderr
     finally:
         shards.start(1)
     assert _ids(shards, 2) == [1, 4]
+
+
+def test_a_partial_warning_says_why_a_shard_is_missing_without_its_secret(shards, monkeypatch) -> None:
+    """A fan-out read with a shard missing warns "partial" with that shard's reason (a refused
+    login reads as one, not as a server down), over SQL and over HTTP alike, and never its
+    password: it used to name the shard only."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(shards.dsns[1])
+    host = parts.netloc.rsplit("@", 1)[-1]
+    bad = urlunsplit(parts._replace(netloc=f"nosuchlogin:s3cret-pw@{host}"))
+    env = {**_shard_env(shards), "HARVEST_SHARDS__URLS__1": bad}
+    app = management_app(config=load_config(env=env), profile="dev")
+    with TestClient(app, base_url=BASE) as client:
+        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+        for transport, env_of in (([], env), (["--base-url", BASE], {})):
+            listed = _run([*transport, "workflow", "list"], env_of)
+            assert listed.exit_code == 0, listed.output
+            warning = listed.stderr
+            assert "warning: partial: shard(s) 1 could not be read (shard 1: " in warning, (
+                transport,
+                warning,
+            )
+            reason = 'its database cannot be reached now (role "nosuchlogin" does not exist)'
+            assert f"(shard 1: {reason})" in warning, warning
+            assert "s3cret-pw" not in warning, warning

@@ -304,6 +304,39 @@ def test_shard_unavailable_is_recognised_by_name() -> None:
     assert fan_out({0: "up"}, read, shards=[0, 5]).unavailable_shards == [5]  # no API for it
 
 
+def test_a_partial_answer_says_why_each_shard_is_missing() -> None:
+    """Each unavailable shard's reason travels with the answer (fan_out's and a plan's Merged),
+    so the warning can tell a refused login from a server down: a ShardUnavailable's own reason
+    (the shard is named beside it), a timeout's message, no provider in this process."""
+    from harvest.core.errors import ShardUnavailable
+
+    def read(api):
+        if api == "refused":
+            raise ShardUnavailable(1, 'its database cannot be reached now (role "fleet" does not exist)')
+        if api == "slow":
+            raise TimeoutError("shard 2 did not answer within 5 s")
+        return []
+
+    fan = fan_out({0: "up", 1: "refused", 2: "slow"}, read, shards=[0, 1, 2, 3])
+    assert fan.reasons == {
+        1: 'its database cannot be reached now (role "fleet" does not exist)',
+        2: "shard 2 did not answer within 5 s",
+        3: "no database is configured for it in this process",
+    }
+
+    class Shard:
+        def __init__(self, fail: Exception | None) -> None:
+            self.fail = fail
+
+        def list_dead_letters(self, *_: Any) -> list[dict]:
+            if self.fail is not None:
+                raise self.fail
+            return []
+
+    merged = ShardReads({0: Shard(None), 1: Shard(ShardUnavailable(1, "down"))}).list_dead_letters()
+    assert (merged.status, merged.unavailable_shards, merged.reasons) == ("partial", [1], {1: "down"})
+
+
 def test_providers_may_be_context_manager_factories() -> None:
     import contextlib
 

@@ -1002,14 +1002,20 @@ def _merged(answer: dict[str, Any], key: str | None) -> Merged[Any]:
     value = (
         answer[key]
         if key is not None
-        else {k: v for k, v in answer.items() if k not in ("status", "unavailable_shards")}
+        else {
+            k: v
+            for k, v in answer.items()
+            if k not in ("status", "unavailable_shards", "unavailable_reasons")
+        }
     )
-    return Merged(
+    found = Merged(
         value,
         list(answer.get("unavailable_shards") or []),
         answer.get("status") or COMPLETE,
         answer.get("next_cursor"),
     )
+    found.reasons = {int(s): str(r) for s, r in (answer.get("unavailable_reasons") or {}).items()}
+    return found
 
 
 class HttpReads:

@@ -431,8 +431,11 @@ def warn_partial(merged: Merged[Any]) -> None:
     """The one-line warning on stderr for a partial answer (stdout stays the answer)."""
     if merged.status == PARTIAL:
         shards = ", ".join(str(s) for s in merged.unavailable_shards)
+        # Why (a refused login is not a server down), as `harvest shard health` says it.
+        why = "; ".join(f"shard {s}: {r}" for s, r in sorted(merged.reasons.items()))
         click.echo(
-            f"warning: partial: shard(s) {shards} could not be read; the output holds the other shards only",
+            f"warning: partial: shard(s) {shards} could not be read{f' ({why})' if why else ''}; "
+            "the output holds the other shards only",
             err=True,
         )
 

@@ -21,7 +21,13 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from psycopg_pool.base import AttemptWithBackoff
 
 from harvest.core.errors import DatabaseUnavailable
-from harvest.db.connection import RedactingAsyncConnection, RedactingConnection, set_role
+from harvest.db.connection import (
+    RedactingAsyncConnection,
+    RedactingConnection,
+    error_line,
+    redact,
+    set_role,
+)
 
 __all__ = [
     "TRANSIENT",
@@ -205,8 +211,18 @@ class ServerUnreachable(PoolTimeout):
     failed (the server refused it, was not there, or refused the login): raised at once instead
     of after the caller's wait. (A PoolTimeout: nothing was sent, the call may be made again.)"""
 
-    def __init__(self) -> None:
-        super().__init__("the database could not be reached (its last connect failed)")
+    def __init__(self, reason: str | None = None) -> None:
+        detail = f": {reason}" if reason else ""
+        super().__init__(f"the database could not be reached (its last connect failed{detail})")
+        # What the last connect met, in one line with no secret (a refused login reads as one,
+        # a server down as one): harvest.shard.pools names it with the shard.
+        self.reason = reason
+
+
+def _connect_failure(exc: BaseException, conninfo: object) -> str:
+    """A failed connect in one line, redacted (its DSN's password in any spelling too, when the
+    pool's conninfo is a string; every pool here is given one)."""
+    return redact(error_line(exc), conninfo if isinstance(conninfo, str) else None)
 
 
 def _unwrapped(exc: PoolTimeout) -> PoolTimeout:
@@ -232,6 +248,7 @@ _failed_connect: ContextVar[BaseException | None] = ContextVar("harvest_failed_c
 class _Pool(ConnectionPool[Any]):
     fail_fast = False
     _away = False  # (fail_fast) the last connect failed and none has succeeded since
+    _last_failure: str | None = None  # (fail_fast) what that connect met (ServerUnreachable.reason)
     _lent = 0  # (fail_fast) connections lent and not yet given back
 
     def getconn(self, timeout: float | None = None) -> Any:
@@ -254,7 +271,7 @@ class _Pool(ConnectionPool[Any]):
         # (under the pool's lock, as _add_connection's failure: a caller either fails here or
         # is waiting when that failure fails the waiting)
         if self._away and not self._pool:
-            raise ServerUnreachable()
+            raise ServerUnreachable(self._last_failure)
         return super()._get_ready_connection(timeout)
 
     def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
@@ -270,13 +287,14 @@ class _Pool(ConnectionPool[Any]):
                 self._away = self._lent == 0
                 waiting = list(self._waiting) if self._away else []
             for client in waiting:
-                client.fail(ServerUnreachable())
+                client.fail(ServerUnreachable(self._last_failure))
 
     def _connect(self, timeout: float | None = None) -> Any:
         try:
             conn = super()._connect(timeout)
         except Exception as exc:
             _failed_connect.set(exc)
+            self._last_failure = _connect_failure(exc, self.conninfo)
             raise
         self._away = False
         return conn
@@ -289,6 +307,7 @@ class _Pool(ConnectionPool[Any]):
 class _AsyncPool(AsyncConnectionPool[Any]):
     fail_fast = False
     _away = False  # (see _Pool)
+    _last_failure: str | None = None  # (see _Pool)
     _lent = 0  # (fail_fast; one event loop: no lock needed)
 
     async def getconn(self, timeout: float | None = None) -> Any:
@@ -307,7 +326,7 @@ class _AsyncPool(AsyncConnectionPool[Any]):
 
     async def _get_ready_connection(self, timeout: float | None) -> Any:
         if self._away and not self._pool:  # (see _Pool)
-            raise ServerUnreachable()
+            raise ServerUnreachable(self._last_failure)
         return await super()._get_ready_connection(timeout)
 
     async def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
@@ -322,13 +341,14 @@ class _AsyncPool(AsyncConnectionPool[Any]):
                 self._away = self._lent == 0
                 waiting = list(self._waiting) if self._away else []
             for client in waiting:
-                await client.fail(ServerUnreachable())
+                await client.fail(ServerUnreachable(self._last_failure))
 
     async def _connect(self, timeout: float | None = None) -> Any:
         try:
             conn = await super()._connect(timeout)
         except Exception as exc:
             _failed_connect.set(exc)
+            self._last_failure = _connect_failure(exc, self.conninfo)
             raise
         self._away = False
         return conn
@@ -410,7 +430,7 @@ async def open_async_pool(
     try:  # (opened for a wait's call, within the wait's deadline: connections_by)
         await pool.open(wait=True, timeout=_pool_wait(None, timeout))
         if pool._away and not pool._pool:
-            raise ServerUnreachable()
+            raise ServerUnreachable(pool._last_failure)
     except BaseException:
         await pool.close()
         raise

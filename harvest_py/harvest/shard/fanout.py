@@ -111,6 +111,9 @@ class FanOut(Generic[T]):
     status: str
     # A write's refusals, each with its shard, when a server answered them (the CLI over HTTP).
     refused: list[tuple[int, Any]] = field(default_factory=list)
+    # Why each unavailable shard could not be read, in one line with no secret (unreachable_reason);
+    # a diagnostic, not part of the answer (equal answers stay equal).
+    reasons: dict[int, str] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, results: dict[int, T], unavailable: Iterable[int]) -> FanOut[T]:
@@ -133,6 +136,8 @@ class Merged(Generic[R]):
     truncated: bool | None = None
     # Whether the deployment that answered is sharded, where a server says so (None: not said).
     sharded: bool | None = None
+    # Why each unavailable shard could not be read (a refused login is not a server down).
+    reasons: dict[int, str] = field(default_factory=dict, compare=False)
 
     def envelope(self, key: str) -> dict[str, Any]:
         """The JSON shape the CLI prints: {key: value, status, unavailable_shards[, next_cursor]}."""
@@ -352,18 +357,42 @@ async def _fan_out_async(
     return _collect(dict(zip(asked, answers, strict=True)), missing)
 
 
+def unreachable_reason(exc: BaseException) -> str:
+    """Why a shard could not be read, in one line: Harvest's own message (a refused login, no
+    url, a server down), a timeout's, or a driver error's first line and SQLSTATE, redacted
+    (never a password or a DSN's secret: harvest.db.connection.redact)."""
+    # A ShardUnavailable's own reason: the shard is named beside it.
+    exc_text = str(getattr(exc, "reason", "") or "") if _is_named_shard_unavailable(exc) else ""
+    if "psycopg" not in sys.modules:  # (then no driver error, and nothing to redact a DSN from)
+        return exc_text or str(exc) or type(exc).__name__
+    from harvest.db.connection import error_line, redact
+
+    text = exc_text or (str(exc) if isinstance(exc, (HarvestError, TimeoutError)) else error_line(exc))
+    return redact(text or type(exc).__name__)
+
+
 def _collect(outcomes: dict[int, Any], missing: list[int]) -> FanOut[Any]:
     results: dict[int, Any] = {}
     unavailable = list(missing)
+    reasons = dict.fromkeys(missing, "no database is configured for it in this process")
     for s in sorted(outcomes):
         outcome = outcomes[s]
         if isinstance(outcome, Exception):
             if is_shard_failure(outcome):
                 unavailable.append(s)
+                reasons[s] = unreachable_reason(outcome)
                 continue
             raise outcome
         results[s] = outcome
-    return FanOut.of(results, unavailable)
+    fan = FanOut.of(results, unavailable)
+    fan.reasons = reasons
+    return fan
+
+
+def _with_reasons(merged: Merged[Any], reasons: dict[int, str]) -> Merged[Any]:
+    """``merged`` with the reason of each of its unavailable shards (the last round's)."""
+    merged.reasons = {s: reasons[s] for s in merged.unavailable_shards if s in reasons}
+    return merged
 
 
 # -- plans ---------------------------------------------------------------------------------------
@@ -384,33 +413,35 @@ def run(
     apis: Mapping[int, Any], plan: Plan, *, concurrent: bool = True, timeout: float | None = None
 ) -> Merged[Any]:
     """Drive a plan with the synchronous APIs; ``timeout`` bounds each shard of each round."""
+    reasons: dict[int, str] = {}
     try:
         step = next(plan)
         while True:
-            step = plan.send(
-                _fan_out(
-                    apis,
-                    step.read,
-                    shards=step.shards,
-                    concurrent=concurrent,
-                    skip=step.skip,
-                    timeout=timeout,
-                )
+            fan = _fan_out(
+                apis,
+                step.read,
+                shards=step.shards,
+                concurrent=concurrent,
+                skip=step.skip,
+                timeout=timeout,
             )
+            reasons.update(fan.reasons)
+            step = plan.send(fan)
     except StopIteration as done:
-        return cast("Merged[Any]", done.value)
+        return _with_reasons(cast("Merged[Any]", done.value), reasons)
 
 
 async def run_async(apis: Mapping[int, Any], plan: Plan, *, timeout: float | None = None) -> Merged[Any]:
     """Drive a plan with the async APIs (every shard of a round at once)."""
+    reasons: dict[int, str] = {}
     try:
         step = next(plan)
         while True:
-            step = plan.send(
-                await _fan_out_async(apis, step.read, shards=step.shards, timeout=timeout, skip=step.skip)
-            )
+            fan = await _fan_out_async(apis, step.read, shards=step.shards, timeout=timeout, skip=step.skip)
+            reasons.update(fan.reasons)
+            step = plan.send(fan)
     except StopIteration as done:
-        return cast("Merged[Any]", done.value)
+        return _with_reasons(cast("Merged[Any]", done.value), reasons)
 
 
 def _tagged(fan: FanOut[list[dict[str, Any]]]) -> Iterable[dict[str, Any]]:
@@ -1797,9 +1828,11 @@ def dead_letter_home(dead_letter_id: int, found: FanOut[bool]) -> int:
     if found.unavailable_shards:
         missed = ", ".join(str(s) for s in found.unavailable_shards)
         held = f"it is on shard {holders[0]}, and " if holders else ""
+        why = "; ".join(f"shard {s}: {r}" for s, r in sorted(found.reasons.items()))
         raise DatabaseUnavailable(
-            f"dead letter {dead_letter_id}: {held}shard(s) {missed} could not be searched and may hold the "
-            f"same id; nothing was done: retry when they are up, or name the shard with --shard-id (shard_id)"
+            f"dead letter {dead_letter_id}: {held}shard(s) {missed} could not be searched"
+            f"{f' ({why})' if why else ''} and may hold the same id; nothing was done: retry when they "
+            "are up, or name the shard with --shard-id (shard_id)"
         )
     if not holders:
         raise NotFound(f"no dead letter {dead_letter_id} on any shard (searched shard(s) {searched})")

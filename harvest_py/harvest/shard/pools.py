@@ -47,6 +47,15 @@ def _pointer(residence: dict[str, Any]) -> int | None:
 _ACTIVATION_POLL_SECS = 0.05
 
 
+def unreachable(shard: int, exc: BaseException) -> ShardUnavailable:
+    """ShardUnavailable for ``shard``, naming what its pool's last connect met when it knows
+    (a fail-fast pool: a refused login, no server there), never a password or a DSN."""
+    reason = getattr(exc, "reason", None)
+    if not reason:
+        return ShardUnavailable(shard)
+    return ShardUnavailable(shard, f"its database cannot be reached now ({reason})")
+
+
 class _Follow:
     """Where a followed call stands: the shard to try next, the shards passed, and when a
     staged copy has been waited for long enough (ShardPools.follow)."""
@@ -208,8 +217,8 @@ class ShardPools(_Base):
                 if shard not in self._verified:
                     self._verify(shard, SqlApi(conn))
                 yield conn
-        except TRANSIENT:
-            raise ShardUnavailable(shard) from None
+        except TRANSIENT as exc:
+            raise unreachable(shard, exc) from None
 
     @contextlib.contextmanager
     def api(self, shard: int) -> Iterator[SqlApi]:
@@ -362,8 +371,8 @@ class AsyncShardPools(_Base):
                         fail_fast=self.fail_fast,
                         name=f"shard-{shard}",
                     )
-                except TRANSIENT:
-                    raise ShardUnavailable(shard) from None
+                except TRANSIENT as exc:
+                    raise unreachable(shard, exc) from None
                 self._pools[shard] = pool
             return pool
 
@@ -378,8 +387,8 @@ class AsyncShardPools(_Base):
                 if shard not in self._verified:
                     await self._verify(shard, AsyncSqlApi.on_connection(conn))
                 yield conn
-        except TRANSIENT:
-            raise ShardUnavailable(shard) from None
+        except TRANSIENT as exc:
+            raise unreachable(shard, exc) from None
 
     @contextlib.asynccontextmanager
     async def api(self, shard: int) -> AsyncIterator[AsyncSqlApi]:

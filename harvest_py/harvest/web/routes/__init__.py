@@ -508,8 +508,12 @@ def merged(value: Merged[Any], key: str | None) -> dict[str, Any]:
             f"no shard could be read (shard(s) {shards} unreachable); retry when one is up"
         )
     if key is None:
-        return {**value.value, "status": value.status, "unavailable_shards": value.unavailable_shards}
-    return value.envelope(key)
+        out = {**value.value, "status": value.status, "unavailable_shards": value.unavailable_shards}
+    else:
+        out = value.envelope(key)
+    if value.reasons:  # why each shard could not be read (no secret: fanout.unreachable_reason)
+        out["unavailable_reasons"] = {str(s): r for s, r in value.reasons.items()}
+    return out
 
 
 # -- routes ------------------------------------------------------------------------------------
