@@ -111,7 +111,7 @@ AS $$
                         'set_migration_error', 'set_migration_forward') THEN 'harvest_admin,harvest_worker'
         WHEN p_name IN ('get_copy_schema', 'history_digest', 'list_migrations') THEN 'harvest_reader'
         WHEN p_name IN ('now', 'schema_version', 'functions_version', 'get_function_releases', 'get_function_state',
-                        'shard_of', 'get_shard_id', 'get_history',
+                        'shard_of', 'get_shard_id', 'get_deployment_shards', 'get_history',
                         'wait_for_result', 'stop_waiting_for_result', 'count_stranded_tasks', 'partition_of', 'get_owner_mode',
                         'get_metric_samples', 'list_forced_closes')
             THEN 'harvest_reader,harvest_worker'

@@ -198,6 +198,31 @@ AS $$
     );
 $$;
 
+-- The shards of the deployment this database is one of, as far as it knows: its own
+-- shard and every shard a worker registered here named (a sharded worker writes the
+-- shards it polls, metadata.shard_assignments, and its router's readable shards,
+-- metadata.readable_shards, when it registers; a row stays until retention prunes it).
+-- Just its own for a database no sharded worker registered on: a one-database
+-- deployment. Read at boot by a worker without [shards] (harvest.Worker), which must
+-- not declare schedules on one shard of several (they would fire on two).
+CREATE OR REPLACE FUNCTION harvest.get_deployment_shards()
+RETURNS integer[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT array_agg(DISTINCT k.shard ORDER BY k.shard)
+    FROM (
+        SELECT i.shard_id AS shard FROM harvest.shard_identity AS i WHERE i.id
+        UNION
+        SELECT e.value::integer
+        FROM harvest.workers AS w
+        CROSS JOIN LATERAL unnest(ARRAY['shard_assignments', 'readable_shards']) AS m (key)
+        CROSS JOIN LATERAL jsonb_array_elements_text(
+            CASE WHEN jsonb_typeof(w.metadata -> m.key) = 'array' THEN w.metadata -> m.key ELSE '[]'::jsonb END
+        ) AS e (value)
+        WHERE e.value ~ '^[0-9]{1,5}$' AND e.value::integer <= 65535
+    ) AS k;
+$$;
+
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.get_shard_id IS
 'This database''s shard number (0..65535; 0 until set_shard_id). Read at boot by clients and workers to check '
@@ -215,3 +240,7 @@ COMMENT ON FUNCTION harvest.get_shard_health IS
 'live workers and work, the declared queues (p_queues, else the registered ones) no live worker polls, stranded work, '
 'dead letters, and the unpaused schedules with the oldest due time among them (a scheduler that ticks keeps it '
 'moving: scheduler freshness). Read by harvest shard health. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.get_deployment_shards IS
+'The shards of the deployment this database is one of, as far as it knows: its own and every shard named by a '
+'registered worker''s shard_assignments or readable_shards (metadata); its own alone for a one-database deployment. '
+'Read at boot by a worker without [shards]. Roles harvest_reader, harvest_worker.';

@@ -2,7 +2,7 @@
 -- _shard_low_id, _shard_high_id), the start path's refusal of another shard's start,
 -- and the health facts: count_stranded_tasks, get_shard_health.
 BEGIN;
-SELECT plan(35);
+SELECT plan(39);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT is(harvest.get_shard_id(), 0, 'get_shard_id(): a database is shard 0 until told otherwise');
@@ -99,6 +99,22 @@ SELECT is(harvest.get_shard_health() #>> '{schedules,oldest_due_at}',
 SELECT harvest.pause_schedule('sh_sched');
 SELECT is(harvest.get_shard_health() -> 'schedules', '{"active": 0, "oldest_due_at": null}'::jsonb,
           'get_shard_health(): a paused schedule is not waiting on a scheduler');
+
+-- The deployment's shards as this database knows them: its own, and every shard a registered
+-- worker's metadata names (shard_assignments, readable_shards); malformed entries are ignored.
+SELECT is(harvest.get_deployment_shards(), ARRAY[3],
+          'get_deployment_shards(): its own shard alone while no sharded worker registered here');
+SELECT harvest.register_worker('w-sharded', ARRAY['default'], 'host', 2, 10,
+                               '{"shard_assignments": [3, 1], "readable_shards": [0, 1, 3, 5]}');
+SELECT is(harvest.get_deployment_shards(), ARRAY[0, 1, 3, 5],
+          'get_deployment_shards(): a sharded worker''s polled and readable shards, with its own');
+SELECT harvest.stop_worker('w-sharded');
+SELECT is(harvest.get_deployment_shards(), ARRAY[0, 1, 3, 5],
+          'get_deployment_shards(): a stopped worker''s row still says it (until retention prunes it)');
+SELECT harvest.register_worker('w-odd', ARRAY['default'], 'host', 3, 10,
+                               '{"shard_assignments": "auto", "readable_shards": ["x", -1, 70000, 2.5]}');
+SELECT is(harvest.get_deployment_shards(), ARRAY[0, 1, 3, 5],
+          'get_deployment_shards(): a metadata value that is not a shard number is ignored');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -498,3 +498,46 @@ def test_a_paused_dags_slot_is_recorded_dag_paused_even_with_a_run_in_flight(db:
     finally:
         c.close()
     assert firings[-1][1:] == ("skipped", "dag_paused"), firings
+
+
+def test_a_one_database_worker_declares_its_schedules_unless_its_database_is_one_shard_of_several(
+    db, start_worker
+) -> None:
+    """The boot check of a worker without [shards] (docs/sharding.md, "Adding a shard", step 2):
+    a one-database deployment's worker declares its schedules as ever, beside a worker whose
+    registration names this shard alone; once a registration names another shard, it refuses to
+    start and declares nothing there."""
+    from harvest import Worker
+    from harvest.core.errors import ConfigError
+
+    @workflow(name="one_db_tick")
+    async def one_db_tick(ctx) -> str:
+        return "ok"
+
+    app = App(
+        workflows=[one_db_tick],
+        schedules=[WorkflowSchedule("one_db", Schedule.every("1h"), workflow=one_db_tick)],
+    )
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.register_worker('w-one', ARRAY['default'], 'h', 1, 5,"
+            ' \'{"shard_assignments": [0], "readable_shards": [0]}\')'
+        )
+    running = start_worker(app)
+    deadline = time.monotonic() + 20
+    with psycopg.connect(db, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            if conn.execute("SELECT count(*) FROM harvest.schedules WHERE name = 'one_db'").fetchone()[0]:
+                break
+            time.sleep(0.05)
+        assert conn.execute("SELECT count(*) FROM harvest.schedules WHERE name = 'one_db'").fetchone()[0] == 1
+        running.stop()
+        conn.execute("DELETE FROM harvest.schedules WHERE name = 'one_db'")
+        conn.execute(
+            "SELECT harvest.register_worker('w-sharded', ARRAY['default'], 'h', 2, 5,"
+            ' \'{"shard_assignments": [0, 1], "readable_shards": [0, 1]}\')'
+        )
+        with pytest.raises(ConfigError, match=r"shard 0 of a sharded deployment \(shards 0, 1"):
+            # (bounded: a worker that is not refused runs until stopped)
+            asyncio.run(asyncio.wait_for(Worker(app, db, run_retention=False).run(), 60))
+        assert conn.execute("SELECT count(*) FROM harvest.schedules WHERE name = 'one_db'").fetchone()[0] == 0

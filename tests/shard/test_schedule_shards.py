@@ -182,3 +182,38 @@ def test_a_copy_stays_while_no_worker_of_the_fleet_has_declared_its_home(shards)
         assert all(lane.ready for lane in worker.lanes)
     assert _rows(shards, 2, "SELECT name FROM harvest.schedules") == [(name,)]
     assert _rows(shards, 1, "SELECT name FROM harvest.schedules") == []
+
+
+def test_a_worker_without_shards_refuses_to_declare_schedules_on_one_shard_of_several(shards) -> None:
+    """Growing from one database: once a worker with the new [shards] has run, each shard's
+    database knows it is one of several (that worker's row names the readable shards). An old
+    one-database worker (no [shards]) booting on it then refuses to start, naming the
+    configuration it needs, and declares nothing: it used to upsert every schedule there, so
+    each moved one fired on two shards until a sharded worker booted again."""
+    from harvest.core.errors import ConfigError
+
+    names = _names_on_distinct_homes(3)
+    app = App(
+        workflows=[shard_tick],
+        schedules=[WorkflowSchedule(n, Schedule.every("1h"), workflow=shard_tick) for n in names],
+    )
+    worker = Worker(app, shards=dict(shards.dsns), router=ROUTER, scan_interval=0.2, poll_interval=0.3)
+    with _running(worker):
+        deadline = time.monotonic() + 30
+        while not all(lane.ready for lane in worker.lanes) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(lane.ready for lane in worker.lanes)
+    declared = "SELECT name FROM harvest.schedules ORDER BY name"
+    homed_on_0 = [(n,) for n in names if ROUTER.schedule_home(n) == 0]
+    assert _rows(shards, 0, declared) == homed_on_0
+    (metadata,) = _rows(shards, 0, "SELECT metadata FROM harvest.workers")[0]
+    assert metadata["readable_shards"] == [0, 1, 2]
+
+    old = Worker(app, shards.dsns[0], scan_interval=0.2, poll_interval=0.3)
+    with pytest.raises(ConfigError) as caught:
+        asyncio.run(old.run())
+    message = str(caught.value)
+    assert "shard 0 of a sharded deployment (shards 0, 1, 2" in message, message
+    assert "[shards]" in message and "shards.urls.N" in message and "fire on both" in message
+    assert _rows(shards, 0, declared) == homed_on_0, "nothing declared again"
+    assert _rows(shards, 0, "SELECT count(*) FROM harvest.workers")[0][0] == 1, "nor registered"

@@ -145,6 +145,7 @@ GET_FUNCTION_RELEASES = "SELECT harvest.get_function_releases() AS releases"
 GET_FUNCTION_STATE = "SELECT harvest.get_function_state(%(names)s, %(expected)s) AS state"
 # -- shard identity (functions/shards.sql)
 GET_SHARD_ID = "SELECT harvest.get_shard_id() AS shard_id"
+GET_DEPLOYMENT_SHARDS = "SELECT harvest.get_deployment_shards() AS shards"
 SET_SHARD_ID = "SELECT harvest.set_shard_id(%(shard_id)s, %(operator_id)s) AS result"
 GET_SHARD_HEALTH = "SELECT harvest.get_shard_health(%(queues)s) AS health"
 COUNT_STRANDED_TASKS = "SELECT * FROM harvest.count_stranded_tasks()"
@@ -755,6 +756,13 @@ def get_function_state(names: list[str], expected: str | None = None) -> dict[st
 @call(GET_SHARD_ID, column("shard_id"))
 def get_shard_id() -> dict[str, Any]:
     """This database's shard number (harvest.shard_identity)."""
+    return {}
+
+
+@call(GET_DEPLOYMENT_SHARDS, column("shards"))
+def get_deployment_shards() -> dict[str, Any]:
+    """The shards of the deployment this database is one of, as far as it knows: its own and
+    every shard its registered workers name (harvest.get_deployment_shards)."""
     return {}
 
 

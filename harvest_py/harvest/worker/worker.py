@@ -39,7 +39,14 @@ from time import perf_counter
 from typing import Any, NamedTuple
 
 from harvest.core.codecs import Payloads
-from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, NotFound, PermissionDenied
+from harvest.core.errors import (
+    ConfigError,
+    DatabaseUnavailable,
+    HarvestError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+)
 from harvest.db import channels
 from harvest.db.connection import (
     connect_async,
@@ -542,12 +549,14 @@ class Worker:
         await warn_function_drift_async(
             lane.sql, "the database" if not self._sharded else f"shard {lane.shard}"
         )
+        specs = schedule_specs(self.app)
+        if specs and not self._sharded:
+            await self._refuse_one_shard_of_several(lane, len(specs))
         if self.run_worker:
             await self._register(lane)
         # Flow-control policies of this App (docs/flow-control.md), read by start_workflow.
         await lane.sql.declare_flow_policies(self.app.flow_policies())
         # The App's schedules homed on this shard (docs/schedules.md): upserted, a pause kept.
-        specs = schedule_specs(self.app)
         homes = {spec["name"]: self._schedule_home(spec["name"]) for spec in specs}
         homed = [spec for spec in specs if homes[spec["name"]] == lane.shard]
         if homed:
@@ -579,6 +588,24 @@ class Worker:
             elsewhere = {name: home for name, home in self._declared_homes.items() if home != lane.shard}
             await self._delete_moved_schedules(lane, elsewhere)
         lane.ready = True
+
+    async def _refuse_one_shard_of_several(self, lane: ShardLane, schedules: int) -> None:
+        """A worker without [shards] declares every schedule of its App on its one database. On
+        one shard of several (sharded workers registered there name other shards), the schedules
+        whose home is another shard would fire on both, two runs a slot: refused, before this
+        worker registers or declares anything (docs/sharding.md, "Adding a shard")."""
+        known = sorted(await lane.sql.get_deployment_shards() or [])
+        if len(known) < 2:
+            return  # a one-database deployment (or none of its workers ever had [shards])
+        own = await lane.sql.get_shard_id()
+        raise ConfigError(
+            f"this database is shard {own} of a sharded deployment (shards {', '.join(map(str, known))}: "
+            "its registered workers poll them), and this worker has no [shards] configuration: it "
+            f"would declare its App's {schedules} schedule(s) here, and each one whose home is another "
+            "shard would fire on both. Give it the deployment's [shards] section (shards.urls.N and "
+            "shards.readable, or HARVEST_SHARDS__URLS__N and HARVEST_SHARDS__READABLE), as the other "
+            'workers have (docs/sharding.md, "Adding a shard")'
+        )
 
     async def _delete_moved_schedules(self, lane: ShardLane, homes: dict[str, int]) -> None:
         if not homes:
@@ -612,6 +639,10 @@ class Worker:
         metadata: dict[str, Any] = {"concurrency": self.concurrency}
         if self._sharded:
             metadata["shard_assignments"] = list(self.shard_assignments)
+        if self.router is not None:
+            # Every shard of the deployment knows it is one of several (harvest.get_deployment_shards),
+            # so a worker without [shards] refuses to declare schedules on it.
+            metadata["readable_shards"] = sorted(self.router.readable)
         await lane.sql.register_worker(
             self.worker_id,
             self.queues,
