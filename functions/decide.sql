@@ -1833,7 +1833,7 @@ BEGIN
         -- The workers that failed the task so since its last other outcome (the claim's
         -- lease owner), the latest last: in a rolling deploy the old workers tend to win
         -- every claim of the retry, and a live worker that has not tried it may have it
-        -- (the workflow, or the handler of an accepted update: hand_back_workflow_task).
+        -- (the workflow, or the handler of an accepted update: release_workflow_task).
         SELECT u.unknown_to, u.untried_live INTO v_unknown_to, v_untried_live
         FROM harvest._unknown_to(
             CASE WHEN v_task.last_failure ->> 'error_type' = p_failure ->> 'error_type'
@@ -1891,7 +1891,7 @@ COMMENT ON FUNCTION harvest.fail_workflow_task(bigint, bigint, jsonb, double pre
 -- handed back with nothing written (fail_workflow_task, error_type UnknownUpdate, the workers
 -- that tried it in details.unknown_to) and true is returned; once every live one has, nothing
 -- changes and false is returned: the claim stays the caller's, which records the UnknownUpdate.
-CREATE OR REPLACE FUNCTION harvest.hand_back_workflow_task(
+CREATE OR REPLACE FUNCTION harvest.release_workflow_task(
     p_task_id bigint,
     p_fencing_token bigint,
     p_failure jsonb,
@@ -1905,7 +1905,7 @@ DECLARE
     v_untried_live boolean;
 BEGIN
     IF p_failure ->> 'error_type' IS DISTINCT FROM 'UnknownUpdate' THEN
-        RAISE EXCEPTION 'hand_back_workflow_task() hands back for error_type UnknownUpdate, not %',
+        RAISE EXCEPTION 'release_workflow_task() hands back for error_type UnknownUpdate, not %',
             coalesce(p_failure ->> 'error_type', 'none') USING ERRCODE = 'HR001',
             HINT = 'fail the task with harvest.fail_workflow_task';
     END IF;
@@ -1922,7 +1922,7 @@ BEGIN
     RETURN true;
 END;
 $$;
-COMMENT ON FUNCTION harvest.hand_back_workflow_task(bigint, bigint, jsonb, double precision) IS
+COMMENT ON FUNCTION harvest.release_workflow_task(bigint, bigint, jsonb, double precision) IS
 'A claimed workflow task whose accepted update the claiming worker has no handler for: handed back as '
 'fail_workflow_task (UnknownUpdate, details.unknown_to) while a live worker polling its queue has not tried it '
 '(true); false once every live one has, the claim unchanged: the caller records UnknownUpdate. '

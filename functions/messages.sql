@@ -268,7 +268,7 @@ BEGIN
         SELECT r.id FROM harvest.query_requests AS r
         WHERE r.queue = ANY(p_queues) AND r.status IN ('pending', 'running')
           AND (r.status = 'pending' OR r.lease_expires_at < v_now) AND r.expires_at > v_now
-          AND NOT r.unknown_to ? p_worker_id  -- it lacks the run's workflow (decline_query_request)
+          AND NOT r.unknown_to ? p_worker_id  -- it lacks the run's workflow (release_query_request)
         ORDER BY r.queue, r.id
         LIMIT greatest(coalesce(p_limit, 10), 1)
         FOR UPDATE SKIP LOCKED
@@ -355,7 +355,7 @@ $$;
 -- answer: UnknownQuery, UnknownUpdate), or the one an earlier decliner gave (kept on the
 -- pending row), or else UnknownWorkflow naming the workflow. Returns
 -- 'pending', 'failed' or 'rejected', or NULL when the request is no longer this worker's.
-CREATE OR REPLACE FUNCTION harvest.decline_query_request(
+CREATE OR REPLACE FUNCTION harvest.release_query_request(
     p_request_id bigint, p_worker_id text, p_error jsonb DEFAULT NULL
 )
 RETURNS text
@@ -594,7 +594,7 @@ COMMENT ON FUNCTION harvest.claim_query_requests IS
 COMMENT ON FUNCTION harvest.answer_query IS
 'Answer a claimed request: a query''s answer or error, or an update''s rejection; returns the new status, or NULL'
 ' when the request is no longer this worker''s. Called by the Python worker (role harvest_worker).';
-COMMENT ON FUNCTION harvest.decline_query_request IS
+COMMENT ON FUNCTION harvest.release_query_request IS
 'A claimed request the claiming worker lacks the code for (the run''s workflow, or the handler: a rolling deploy): back '
 'to the queue, skipped by that worker''s claims, while a live worker polling it has not tried it (pending), else '
 'answered p_error or UnknownWorkflow (failed, an update rejected); NULL when no longer this worker''s. Called by the '

@@ -76,14 +76,14 @@ AS $$
     SELECT CASE
         WHEN p_name LIKE E'\\_%' THEN NULL
         WHEN p_name IN ('claim_tasks', 'claim_named_tasks', 'complete_workflow_task', 'complete_workflow_tasks',
-                        'fail_workflow_task', 'hand_back_workflow_task', 'complete_activity',
+                        'fail_workflow_task', 'release_workflow_task', 'complete_activity',
                         'complete_activities', 'complete_activities_with_claim',
                         'fail_activity', 'heartbeat_activity', 'register_worker', 'heartbeat_worker',
                         'release_worker_tasks', 'release_task', 'set_worker_sleeping', 'stop_worker', 'begin_worker_drain',
                         'register_workflows', 'register_dags',
                         'expire_tasks', 'expire_workflows', 'scan', 'heartbeat_workflow_task',
                         'deliver_relays', 'next_due_at', 'claim_query_requests', 'answer_query', 'accept_update',
-                        'decline_query_request',
+                        'release_query_request',
                         'expire_query_requests', 'declare_flow_policies', 'grant_mutexes',
                         'get_worker_drain_deadline', 'release_pending_starts',
                         'claim_remote_relays', 'deliver_external_relay', 'complete_relay', 'release_relay',

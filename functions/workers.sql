@@ -257,7 +257,7 @@ $$;
 -- workflow or activity. A worker that lacks what a task or a query names hands it back and is
 -- remembered (unknown_to); while a live worker polling the queue has not tried it, the work
 -- waits for that one instead of failing. The one rule of fail_workflow_task (UnknownWorkflow),
--- fail_activity (ActivityNotRegistered) and decline_query_request.
+-- fail_activity (ActivityNotRegistered) and release_query_request.
 --
 -- p_tried: the ids kept so far (a JSON array: anything else, and entries that are not
 -- strings, count as none); p_worker_id (NULL: none) is added last. unknown_to: those ids,

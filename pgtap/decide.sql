@@ -455,7 +455,7 @@ SELECT results_eq(
             WHERE execution_id = (SELECT execution_id FROM cap_long)) AS t$$,
     $$VALUES (64, 'gone-8'::text, 'cap-65'::text)$$, 'keeps 64 ids: the failing worker and the 63 latest before it');
 
--- hand_back_workflow_task: an accepted update the claiming worker has no handler for. While a
+-- release_workflow_task: an accepted update the claiming worker has no handler for. While a
 -- live worker of the queue has not tried the task it is handed back (true, nothing written,
 -- the ids kept); once every live one has, false and the claim stays the caller's.
 SELECT harvest.register_worker('hb-old', ARRAY['dq_hb'], 'host', 1);
@@ -467,7 +467,7 @@ DECLARE
     v_task record;
 BEGIN
     SELECT * INTO v_task FROM harvest.claim_tasks(p_worker, ARRAY['dq_hb'], 1, 30);
-    RETURN harvest.hand_back_workflow_task(v_task.task_id, v_task.fencing_token,
+    RETURN harvest.release_workflow_task(v_task.task_id, v_task.fencing_token,
         jsonb_build_object('error_type', 'UnknownUpdate', 'message', 'no update handler u',
                            'details', jsonb_build_object('worker_id', p_worker)), 0);
 END;
@@ -478,7 +478,7 @@ LANGUAGE sql AS $fn$
     FROM harvest.executions AS e LEFT JOIN harvest.tasks AS t ON t.execution_id = e.id
     WHERE e.id = (SELECT execution_id FROM hb_run);
 $fn$;
-SELECT is(pg_temp.hand_back('hb-old'), true, 'hand_back_workflow_task(): handed back while hb-new has not tried it');
+SELECT is(pg_temp.hand_back('hb-old'), true, 'release_workflow_task(): handed back while hb-new has not tried it');
 SELECT results_eq($$SELECT * FROM pg_temp.hb_state()$$,
                   $$VALUES ('RUNNING'::text, 'pending'::text, NULL::text, 'UnknownUpdate'::text, '["hb-old"]'::jsonb)$$,
                   'the task is pending again with the worker that tried it kept');
@@ -487,11 +487,11 @@ SELECT results_eq($$SELECT * FROM pg_temp.hb_state()$$,
                   $$VALUES ('RUNNING'::text, 'running'::text, 'hb-new'::text, 'UnknownUpdate'::text, '["hb-old"]'::jsonb)$$,
                   'and the claim is unchanged, the caller''s to decide (the run is not failed)');
 SELECT is_empty($$SELECT 1 FROM harvest.events WHERE execution_id = (SELECT execution_id FROM hb_run)
-                  AND event_id > 1$$, 'hand_back_workflow_task() writes nothing to the history');
-SELECT throws_ok(format($$SELECT harvest.hand_back_workflow_task(%s, %s, '{"error_type": "E"}', 0)$$,
+                  AND event_id > 1$$, 'release_workflow_task() writes nothing to the history');
+SELECT throws_ok(format($$SELECT harvest.release_workflow_task(%s, %s, '{"error_type": "E"}', 0)$$,
                         (SELECT id FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM hb_run)),
                         (SELECT fencing_token FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM hb_run))),
-                 'HR001', NULL, 'hand_back_workflow_task() of another error_type: HR001');
+                 'HR001', NULL, 'release_workflow_task() of another error_type: HR001');
 
 -- cancel_timer: the timer task is dropped, TimerCancelled recorded.
 SELECT pg_temp.start_and_claim('ct');

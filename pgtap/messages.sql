@@ -1,9 +1,9 @@
 -- functions/messages.sql: harvest.request_query, harvest.request_update,
 -- harvest.update_with_start, harvest.claim_query_requests, harvest.answer_query,
--- harvest.accept_update, harvest.decline_query_request, harvest._complete_update (the complete_update command of
+-- harvest.accept_update, harvest.release_query_request, harvest._complete_update (the complete_update command of
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args, harvest._notify_query_answer and harvest._claimed_request
--- (answer_query's and decline_query_request's claim check).
+-- (answer_query's and release_query_request's claim check).
 BEGIN;
 SELECT plan(153);
 SET LOCAL TimeZone = 'UTC';
@@ -374,7 +374,7 @@ SELECT is((SELECT count(*) FROM harvest.query_requests AS r JOIN harvest.events 
             ON ev.execution_id = r.execution_id AND ev.event_data ->> 'update_id' = 'uc'), 0::bigint,
           'a retry reaching a successor is answered on the successor, the predecessor untouched');
 
--- ---------------------------------------------------------------- decline_query_request
+-- ---------------------------------------------------------------- release_query_request
 -- A rolling deploy: a worker whose App lacks the run's workflow hands the request back while
 -- a live worker polling the queue has not tried it, and its claims skip it; then it is answered.
 SELECT isnt(pg_temp.start_decided('roll', 'q_wf', 'qq_roll'), NULL, 'setup: an idle run on queue qq_roll');
@@ -387,11 +387,11 @@ SELECT lives_ok($$SELECT harvest.register_worker('r-old', ARRAY['qq_roll'], 'hos
 INSERT INTO ids VALUES ('qr', harvest.request_query(pg_temp.run('roll'), 'status', 'null', 60));
 SELECT is((SELECT count(*) FROM harvest.claim_query_requests('r-old', ARRAY['qq_roll'])), 1::bigint,
           'setup: the old worker claims the query');
-SELECT is(harvest.decline_query_request(pg_temp.id('qr'), 'r-new'), NULL,
-          'decline_query_request() by a worker that did not claim it: NULL');
-SELECT is(harvest.decline_query_request(999999, 'r-old'), NULL, 'decline_query_request() of an unknown request: NULL');
-SELECT is(harvest.decline_query_request(pg_temp.id('qr'), 'r-old'), 'pending',
-          'decline_query_request(): back to pending while a live worker has not tried it');
+SELECT is(harvest.release_query_request(pg_temp.id('qr'), 'r-new'), NULL,
+          'release_query_request() by a worker that did not claim it: NULL');
+SELECT is(harvest.release_query_request(999999, 'r-old'), NULL, 'release_query_request() of an unknown request: NULL');
+SELECT is(harvest.release_query_request(pg_temp.id('qr'), 'r-old'), 'pending',
+          'release_query_request(): back to pending while a live worker has not tried it');
 SELECT results_eq($$SELECT status, claimed_by, lease_expires_at, unknown_to, error FROM harvest.query_requests
                     WHERE id = pg_temp.id('qr')$$,
                   $$VALUES ('pending'::text, NULL::text, NULL::timestamptz, '["r-old"]'::jsonb, NULL::jsonb)$$,
@@ -400,7 +400,7 @@ SELECT is_empty($$SELECT * FROM harvest.claim_query_requests('r-old', ARRAY['qq_
                 'the decliner''s claims skip it');
 SELECT results_eq($$SELECT request_id FROM harvest.claim_query_requests('r-new', ARRAY['qq_roll'])$$,
                   $$VALUES (pg_temp.id('qr'))$$, 'another worker claims it');
-SELECT is(harvest.decline_query_request(pg_temp.id('qr'), 'r-new'), 'failed',
+SELECT is(harvest.release_query_request(pg_temp.id('qr'), 'r-new'), 'failed',
           'when every live worker of the queue declined it (the stale one aside) the query fails');
 SELECT results_eq(
     $$SELECT status, answered_at, error FROM harvest.query_requests WHERE id = pg_temp.id('qr')$$,
@@ -415,7 +415,7 @@ SELECT is((SELECT count(*) FROM harvest.claim_query_requests('r-new', ARRAY['qq_
           'setup: a worker claims an update');
 SELECT lives_ok($$UPDATE harvest.workers SET status = 'draining' WHERE id = 'r-old'$$,
                 'setup: the other live worker drains');
-SELECT is(harvest.decline_query_request(pg_temp.id('ur'), 'r-new'), 'rejected',
+SELECT is(harvest.release_query_request(pg_temp.id('ur'), 'r-new'), 'rejected',
           'an update no live worker can take is rejected at once (nothing recorded)');
 SELECT results_eq($$SELECT error ->> 'error_type', error -> 'details' -> 'unknown_to' FROM harvest.query_requests
                     WHERE id = pg_temp.id('ur')$$,
@@ -427,16 +427,16 @@ SELECT lives_ok($$UPDATE harvest.workers SET status = 'active' WHERE id = 'r-old
 INSERT INTO ids VALUES ('qh', harvest.request_query(pg_temp.run('roll'), 'newer', 'null', 60));
 SELECT is((SELECT count(*) FROM harvest.claim_query_requests('r-new', ARRAY['qq_roll'])), 1::bigint,
           'setup: r-new claims a query of a handler it lacks');
-SELECT throws_ok(format($$SELECT harvest.decline_query_request(%s, 'r-new', '"no"')$$, pg_temp.id('qh')), 'HR001',
+SELECT throws_ok(format($$SELECT harvest.release_query_request(%s, 'r-new', '"no"')$$, pg_temp.id('qh')), 'HR001',
                  'error must be a JSON object {error_type, message, ...}', 'an error that is not an object: HR001');
-SELECT is(harvest.decline_query_request(pg_temp.id('qh'), 'r-new',
+SELECT is(harvest.release_query_request(pg_temp.id('qh'), 'r-new',
                                         '{"error_type": "UnknownQuery", "message": "no query newer"}'), 'pending',
           'declined with its answer: back to pending');
 SELECT results_eq($$SELECT status, error ->> 'error_type' FROM harvest.query_requests WHERE id = pg_temp.id('qh')$$,
                   $$VALUES ('pending'::text, 'UnknownQuery'::text)$$, 'its answer kept on the pending row');
 SELECT is((SELECT count(*) FROM harvest.claim_query_requests('r-old', ARRAY['qq_roll'])), 1::bigint,
           'setup: r-old claims it');
-SELECT is(harvest.decline_query_request(pg_temp.id('qh'), 'r-old'), 'failed', 'r-old lacks the workflow: failed');
+SELECT is(harvest.release_query_request(pg_temp.id('qh'), 'r-old'), 'failed', 'r-old lacks the workflow: failed');
 SELECT results_eq($$SELECT error, unknown_to FROM harvest.query_requests WHERE id = pg_temp.id('qh')$$,
                   $$VALUES ('{"error_type": "UnknownQuery", "message": "no query newer"}'::jsonb,
                             '["r-new", "r-old"]'::jsonb)$$,

@@ -24,7 +24,7 @@ CREATE TABLE harvest.query_requests (
     -- it, and the workflow task that runs the handler links to it.
     traceparent text,
     -- The workers that claimed it without having its run's workflow or the handler (a rolling
-    -- deploy's old ones: decline_query_request), the latest last: their claims skip it. (While
+    -- deploy's old ones: release_query_request), the latest last: their claims skip it. (While
     -- it is pending again, error holds the answer a decliner gave, if no worker is left.)
     unknown_to jsonb NOT NULL DEFAULT '[]'::jsonb,
     CONSTRAINT query_requests_pkey PRIMARY KEY (id),

@@ -273,7 +273,7 @@ def test_every_embedding_logs_the_plan_its_overrides_and_its_queues(db: str, cap
     notes = [
         r.getMessage()
         for r in records
-        if r.levelno == logging.INFO and "retention is on but" in r.getMessage()
+        if r.levelno == logging.INFO and "retention runs where the scheduler runs" in r.getMessage()
     ]
     assert len(notes) == 1 and "run_on=scheduler" in notes[0]
     assert [r.getMessage() for r in records if "worker.queues" in r.getMessage()] == [

@@ -311,14 +311,14 @@ def test_pause_resume_trigger_backfill_and_declared_upsert(clock, db) -> None:
     )
     from harvest.declare.schedules import schedule_specs
 
-    assert c.call("declare_schedules", schedule_specs(app)) == 1
+    assert c.call("declare_schedules", schedule_specs(app)) == {"changed": 1, "kept": []}
     c.tick()
     c.walk(dt.datetime(2030, 1, 1, 0, 2, 30, tzinfo=UTC), dt.timedelta(seconds=30))
     assert len(_started_slots(c, "eu")) == 2
     c.call("pause_schedule", "eu", "maintenance")
     c.walk(dt.datetime(2030, 1, 1, 0, 10, 30, tzinfo=UTC), dt.timedelta(seconds=30))
     assert len(_started_slots(c, "eu")) == 2, "a paused schedule fires nothing"
-    assert c.call("declare_schedules", schedule_specs(app)) == 0, "a boot changes nothing"
+    assert c.call("declare_schedules", schedule_specs(app))["changed"] == 0, "a boot changes nothing"
     assert c.call("get_schedule", "eu")["paused"] is True, "and keeps the pause"
     c.call("resume_schedule", "eu")
     c.walk(dt.datetime(2030, 1, 1, 0, 11, 30, tzinfo=UTC), dt.timedelta(seconds=30))

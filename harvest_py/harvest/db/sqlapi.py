@@ -84,8 +84,8 @@ SELECT * FROM harvest.complete_workflow_tasks(%(worker_id)s, %(task_ids)b, %(fen
 FAIL_WORKFLOW_TASK = """
 SELECT harvest.fail_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
 """
-HAND_BACK_WORKFLOW_TASK = """
-SELECT harvest.hand_back_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
+RELEASE_WORKFLOW_TASK = """
+SELECT harvest.release_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
        AS handed_back
 """
 # The arrays go in binary (%b): psycopg's text form of an array escapes every quote
@@ -367,8 +367,8 @@ ANSWER_QUERY = """
 SELECT harvest.answer_query(%(request_id)s, %(worker_id)s, %(answer)s, %(error)s) AS status
 """
 ACCEPT_UPDATE = "SELECT harvest.accept_update(%(request_id)s, %(worker_id)s) AS status"
-DECLINE_QUERY_REQUEST = (
-    "SELECT harvest.decline_query_request(%(request_id)s, %(worker_id)s, %(error)s) AS status"
+RELEASE_QUERY_REQUEST = (
+    "SELECT harvest.release_query_request(%(request_id)s, %(worker_id)s, %(error)s) AS status"
 )
 EXPIRE_QUERY_REQUESTS = "SELECT harvest.expire_query_requests(%(limit)s) AS expired"
 
@@ -1167,8 +1167,8 @@ def fail_workflow_task(
     }
 
 
-@call(HAND_BACK_WORKFLOW_TASK, first)
-def hand_back_workflow_task(
+@call(RELEASE_WORKFLOW_TASK, first)
+def release_workflow_task(
     task_id: int, fencing_token: int, failure: dict[str, Any], retry_in_secs: float
 ) -> dict[str, Any]:
     return fail_workflow_task(task_id, fencing_token, failure, retry_in_secs)
@@ -1809,8 +1809,8 @@ def accept_update(request_id: int, worker_id: str) -> dict[str, Any]:
     return {"request_id": request_id, "worker_id": worker_id}
 
 
-@call(DECLINE_QUERY_REQUEST, column("status"))
-def decline_query_request(request_id: int, worker_id: str, error: dict[str, Any] | None) -> dict[str, Any]:
+@call(RELEASE_QUERY_REQUEST, column("status"))
+def release_query_request(request_id: int, worker_id: str, error: dict[str, Any] | None) -> dict[str, Any]:
     return {"request_id": request_id, "worker_id": worker_id, "error": _jsonb_or_null(error)}
 
 

@@ -15,7 +15,7 @@ the workflow's state and answers each one:
   the workflow itself runs the handler;
 * a request for a run whose workflow this worker's App lacks, or naming a handler its
   replay does not know (a rolling deploy's old worker), is declined
-  (``decline_query_request``): back to the queue for a live worker that has not tried
+  (``release_query_request``): back to the queue for a live worker that has not tried
   it, else answered (``UnknownWorkflow``; the unknown handler's own error).
 
 A run that has not completed its first workflow task has registered no handler
@@ -227,7 +227,7 @@ class QueryResponder:
     async def _decline(
         self, request: dict[str, Any], why: str, error: dict[str, Any] | None = None
     ) -> str | None:
-        """Hand the request back (``decline_query_request``): a live worker polling the queue
+        """Hand the request back (``release_query_request``): a live worker polling the queue
         that has not tried it may have what this one lacks (a rolling deploy's new workflow or
         handler). Once none is left it is answered ``error`` (None: UnknownWorkflow). Returns
         ``rejected`` for an update answered so, else None (as ``_respond``)."""
@@ -235,7 +235,7 @@ class QueryResponder:
         try:
             if error is not None:
                 _, error = await self._encoded(str(request["execution_id"]), None, error)
-            status = await self.lane.sql.decline_query_request(request_id, w.worker_id, error)
+            status = await self.lane.sql.release_query_request(request_id, w.worker_id, error)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # its lease runs out: the next claimer has it

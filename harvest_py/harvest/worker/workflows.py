@@ -732,7 +732,7 @@ async def _hand_back(worker: Worker, task: dict[str, Any], unknown: list[dict[st
     }
     await commit_open_claim(task)  # (its row lock would hold the call up)
     try:
-        found = await lane_of(task).sql.hand_back_workflow_task(
+        found = await lane_of(task).sql.release_workflow_task(
             task["task_id"], task["fencing_token"], failure, WORKFLOW_TASK_RETRY_SECS
         )
     except StaleTask:
