@@ -346,6 +346,71 @@ BEGIN
 END;
 $$;
 
+-- A claimed request whose run has not completed its first workflow task: the state a query or
+-- a validator reads does not exist yet (the worker's replay found no WorkflowTaskCompleted).
+-- While the run is live and still has none, the request waits (status 'waiting', out of every
+-- claim, no lease) until the run's first decision or its end sets it pending again
+-- (_wake_first_task_waiters) or its deadline passes; else (the task completed meanwhile, the
+-- run ended) it is pending again at once. The run's row is read under a share lock, so a
+-- decision in flight commits first (and is seen) or waits for this (and wakes the request).
+-- Returns 'waiting' or 'pending', or NULL when the request is no longer this worker's.
+CREATE OR REPLACE FUNCTION harvest.await_first_workflow_task(p_request_id bigint, p_worker_id text)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_status text;
+    v_request harvest.query_requests;
+BEGIN
+    -- The run's row before the request's, as accept_update locks them.
+    SELECT e.status INTO v_status
+    FROM harvest.query_requests AS r JOIN harvest.executions AS e ON e.id = r.execution_id
+    WHERE r.id = p_request_id
+    FOR SHARE OF e;
+    v_request := harvest._claimed_request(p_request_id, p_worker_id, NULL);
+    IF v_request.id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF v_status IN ('RUNNING', 'PAUSED') AND NOT EXISTS (
+        SELECT 1 FROM harvest.events AS ev
+        WHERE ev.execution_id = v_request.execution_id AND ev.event_type = 'WorkflowTaskCompleted'
+    ) THEN
+        UPDATE harvest.query_requests AS r
+        SET status = 'waiting', claimed_by = NULL, lease_expires_at = NULL
+        WHERE r.id = p_request_id;
+        RETURN 'waiting';
+    END IF;
+    UPDATE harvest.query_requests AS r
+    SET status = 'pending', claimed_by = NULL, lease_expires_at = NULL
+    WHERE r.id = p_request_id;
+    PERFORM pg_notify('harvest_queries', v_request.queue);
+    RETURN 'pending';
+END;
+$$;
+
+-- A run's first decision (_apply_decision) or its end (_after_close), under its lock: the
+-- requests waiting for its first workflow task go back to the queue, and its workers are told.
+CREATE OR REPLACE FUNCTION harvest._wake_first_task_waiters(p_execution_id uuid)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_queue text;
+BEGIN
+    FOR v_queue IN
+        WITH woken AS (
+            UPDATE harvest.query_requests AS r
+            SET status = 'pending'
+            WHERE r.execution_id = p_execution_id AND r.status = 'waiting'
+            RETURNING r.queue
+        )
+        SELECT DISTINCT w.queue FROM woken AS w
+    LOOP
+        PERFORM pg_notify('harvest_queries', v_queue);
+    END LOOP;
+END;
+$$;
+
 -- A claimed request the claiming worker cannot answer for want of code a newer deploy has (a
 -- rolling deploy: an old worker won the claim): its App lacks the run's workflow, or its replay
 -- knows no handler of that name. The worker is kept in the request's unknown_to, which its
@@ -498,13 +563,16 @@ END;
 $$;
 
 -- A request and what a waiting client needs besides: the run's status (an update
--- still 'accepted' on a finished run will never complete) and how many live
--- workers poll the run's queue (none: nobody will answer).
+-- still 'accepted' on a finished run will never complete), how many live
+-- workers poll the run's queue (none: nobody will answer), and for a request waiting for the
+-- run's first workflow task (status 'waiting') that task: waiting_for {task_status, lease_owner,
+-- lease_owner_health, lease_expires_at, due_at} (task_status NULL: the run has no workflow task
+-- queued), else NULL.
 CREATE OR REPLACE FUNCTION harvest.get_query_request(p_request_id bigint)
 RETURNS TABLE (
     request_id bigint, kind text, execution_id uuid, name text, update_id text, status text,
     answer jsonb, error jsonb, created_at timestamptz, expires_at timestamptz, answered_at timestamptz,
-    claimed_by text, queue text, execution_status text, live_workers integer
+    claimed_by text, queue text, execution_status text, live_workers integer, waiting_for jsonb
 )
 LANGUAGE plpgsql STABLE
 AS $$
@@ -513,7 +581,15 @@ BEGIN
     SELECT r.id, r.kind, r.execution_id, r.name, r.update_id, r.status, r.answer, r.error,
            r.created_at, r.expires_at, r.answered_at, r.claimed_by, r.queue, e.status,
            (SELECT count(*)::integer FROM harvest.workers AS w
-            WHERE w.status = 'active' AND r.queue = ANY(w.queues) AND harvest._worker_health(w) = 'healthy')
+            WHERE w.status = 'active' AND r.queue = ANY(w.queues) AND harvest._worker_health(w) = 'healthy'),
+           CASE WHEN r.status = 'waiting' THEN coalesce(
+               (SELECT jsonb_build_object(
+                    'task_status', t.status, 'lease_owner', t.lease_owner,
+                    'lease_owner_health', (SELECT harvest._worker_health(w) FROM harvest.workers AS w
+                                           WHERE w.id = t.lease_owner),
+                    'lease_expires_at', t.lease_expires_at, 'due_at', t.due_at)
+                FROM harvest.tasks AS t WHERE t.execution_id = r.execution_id AND t.kind = 'workflow'),
+               jsonb_build_object('task_status', NULL)) END
     FROM harvest.query_requests AS r JOIN harvest.executions AS e ON e.id = r.execution_id
     WHERE r.id = p_request_id;
     IF NOT FOUND THEN
@@ -537,7 +613,7 @@ AS $$
            (SELECT count(*)::integer FROM harvest.workers AS w
             WHERE w.status = 'active' AND r.queue = ANY(w.queues) AND harvest._worker_health(w) = 'healthy')
     FROM harvest.query_requests AS r
-    WHERE r.execution_id = p_execution_id AND r.kind = 'update' AND r.status IN ('pending', 'running')
+    WHERE r.execution_id = p_execution_id AND r.kind = 'update' AND r.status IN ('pending', 'running', 'waiting')
       AND r.expires_at > harvest.now()
     ORDER BY r.created_at, r.id;
 $$;
@@ -599,13 +675,17 @@ COMMENT ON FUNCTION harvest.release_query_request IS
 'to the queue, skipped by that worker''s claims, while a live worker polling it has not tried it (pending), else '
 'answered p_error or UnknownWorkflow (failed, an update rejected); NULL when no longer this worker''s. Called by the '
 'Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.await_first_workflow_task IS
+'A claimed request whose run has not completed its first workflow task: it waits (status waiting, claimed by no '
+'worker) until the run''s first decision or its end sets it pending again, or pending at once when that came '
+'meanwhile; NULL when no longer this worker''s. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.accept_update IS
 'An update passed its validator: record UpdateAccepted once per update id and wake the workflow; returns '
 'accepted, rejected (the run ended) or NULL (no longer this worker''s). Called by the Python worker (role '
 'harvest_worker).';
 COMMENT ON FUNCTION harvest.get_query_request IS
-'A query or update request with its run''s status and how many live workers poll the run''s queue; HR002 once it '
-'is gone. Called by waiting clients (role harvest_operator).';
+'A query or update request with its run''s status, how many live workers poll the run''s queue, and for one waiting '
+'for the run''s first workflow task that task''s state (waiting_for); HR002 once it is gone. Called by waiting clients (role harvest_operator).';
 COMMENT ON FUNCTION harvest.list_update_requests IS
 'The update requests of a run that no worker has accepted yet (pending or being validated), with the live '
 'workers polling its queue. Read by the dashboard (role harvest_reader).';

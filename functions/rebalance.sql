@@ -65,7 +65,7 @@ AS $$
             THEN 'relay_pending' END,
         CASE WHEN EXISTS (SELECT 1 FROM harvest.query_requests AS q
                           WHERE q.execution_id = p_execution.id AND q.kind = 'update'
-                            AND q.status IN ('pending', 'running', 'accepted'))
+                            AND q.status IN ('pending', 'running', 'waiting', 'accepted'))
             THEN 'update_in_flight' END,
         CASE WHEN EXISTS (SELECT 1 FROM harvest.mutex_locks AS m WHERE m.holder_execution_id = p_execution.id)
                   OR EXISTS (SELECT 1 FROM harvest.mutex_waiters AS w WHERE w.execution_id = p_execution.id)

@@ -1,11 +1,12 @@
 -- functions/messages.sql: harvest.request_query, harvest.request_update,
 -- harvest.update_with_start, harvest.claim_query_requests, harvest.answer_query,
--- harvest.accept_update, harvest.release_query_request, harvest._complete_update (the complete_update command of
+-- harvest.accept_update, harvest.release_query_request, harvest.await_first_workflow_task and its wake-up
+-- harvest._wake_first_task_waiters (from _apply_decision and _after_close), harvest._complete_update (the complete_update command of
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args, harvest._notify_query_answer and harvest._claimed_request
 -- (answer_query's and release_query_request's claim check).
 BEGIN;
-SELECT plan(153);
+SELECT plan(175);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -443,5 +444,62 @@ SELECT results_eq($$SELECT error, unknown_to FROM harvest.query_requests WHERE i
                   'answered with the handler''s error, not UnknownWorkflow');
 SELECT is((harvest._claimed_request(pg_temp.id('qh'), 'r-old', NULL)).id, NULL::bigint,
           '_claimed_request() of an answered request: NULL');
+-- ---------------------------------------------------------------- await_first_workflow_task
+-- A run whose first workflow task a worker holds: a request for it waits, out of every claim,
+-- until that task's decision (or the run's end) sets it pending again.
+SELECT isnt(pg_temp.start_claimed('ft', 'q_wf', 'qq_ft', 'ft-dead', '[]', 60), NULL,
+            'setup: a run whose first workflow task worker ft-dead holds');
+SELECT lives_ok($$SELECT harvest.register_worker('ft-w', ARRAY['qq_ft'], 'host', 1, 5)$$,
+                'setup: a live worker polls qq_ft');
+INSERT INTO ids VALUES ('fq', harvest.request_query(pg_temp.run('ft'), 'total', 'null', 60));
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('ft-w', ARRAY['qq_ft'])), 1::bigint,
+          'setup: ft-w claims the query');
+SELECT is(harvest.await_first_workflow_task(pg_temp.id('fq'), 'someone-else'), NULL::text,
+          'await_first_workflow_task() of a request another worker holds: NULL');
+SELECT is(harvest.await_first_workflow_task(pg_temp.id('fq'), 'ft-w'), 'waiting',
+          'a run with no completed workflow task: the request waits');
+SELECT results_eq(
+    $$SELECT status, claimed_by, lease_expires_at FROM harvest.query_requests WHERE id = pg_temp.id('fq')$$,
+    $$VALUES ('waiting'::text, NULL::text, NULL::timestamptz)$$, 'waiting, held by no worker, with no lease');
+SELECT lives_ok($$SELECT set_config('harvest.fake_now', (harvest.now() + interval '40 seconds')::text, true)$$,
+                'setup: 40 s later');
+SELECT is_empty($$SELECT * FROM harvest.claim_query_requests('ft-w', ARRAY['qq_ft'])$$,
+                'no claim takes a waiting request, however long it waits (no lease runs out)');
+SELECT is((harvest._claimed_request(pg_temp.id('fq'), 'ft-w', NULL)).id, NULL::bigint,
+          'nor can the worker that parked it answer it');
+SELECT results_eq(
+    $$SELECT status, waiting_for - 'lease_expires_at' - 'due_at', (waiting_for ->> 'lease_expires_at')::timestamptz
+      FROM harvest.get_query_request(pg_temp.id('fq'))$$,
+    $$VALUES ('waiting'::text,
+              '{"task_status": "running", "lease_owner": "ft-dead", "lease_owner_health": null}'::jsonb,
+              harvest.now() + interval '20 seconds')$$,
+    'get_query_request() says what the run''s first workflow task waits on: its holder and its lease');
+SELECT lives_ok($$SELECT set_config('harvest.fake_now', (harvest.now() - interval '40 seconds')::text, true)$$,
+                'setup: back 40 s');
+SELECT is((SELECT count(*) FROM harvest.list_update_requests(pg_temp.run('ft'))), 0::bigint,
+          '(a waiting query is no update request)');
+SELECT is((SELECT c.execution_status FROM harvest.complete_workflow_task(
+              pg_temp.task('ft'), pg_temp.token('ft'), pg_temp.last_event_id(pg_temp.run('ft')), '[]') AS c),
+          'RUNNING', 'setup: the run''s first workflow task completes');
+SELECT results_eq($$SELECT status, claimed_by FROM harvest.query_requests WHERE id = pg_temp.id('fq')$$,
+                  $$VALUES ('pending'::text, NULL::text)$$, 'its decision set the waiting request pending again');
+SELECT is((SELECT waiting_for FROM harvest.get_query_request(pg_temp.id('fq'))), NULL::jsonb,
+          'waiting_for is NULL for a request that does not wait');
+SELECT results_eq($$SELECT request_id FROM harvest.claim_query_requests('ft-w', ARRAY['qq_ft'])$$,
+                  $$VALUES (pg_temp.id('fq'))$$, 'and a worker claims it');
+SELECT is(harvest.await_first_workflow_task(pg_temp.id('fq'), 'ft-w'), 'pending',
+          'a run whose first workflow task completed (meanwhile): pending again at once, never left waiting');
+
+-- A run that ends before its first workflow task completed: its waiting requests are answered.
+SELECT isnt(pg_temp.start_claimed('fe', 'q_wf', 'qq_ft', 'ft-dead', '[]', 60), NULL,
+            'setup: another run whose first workflow task ft-dead holds');
+INSERT INTO ids SELECT 'fu', request_id FROM harvest.request_update(pg_temp.run('fe'), 'spend', '5', 'fu', 60);
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('ft-w', ARRAY['qq_ft'])), 2::bigint,
+          'setup: ft-w claims its update (and the query above again)');
+SELECT is(harvest.await_first_workflow_task(pg_temp.id('fu'), 'ft-w'), 'waiting', 'the update waits');
+SELECT lives_ok(format($$SELECT harvest.terminate_workflow(%L, 'gone')$$, pg_temp.run('fe')),
+                'setup: the run is terminated');
+SELECT results_eq($$SELECT status FROM harvest.query_requests WHERE id = pg_temp.id('fu')$$,
+                  $$VALUES ('pending'::text)$$, 'its end set the waiting update pending again');
 SELECT * FROM finish();
 ROLLBACK;

@@ -30,7 +30,7 @@ CREATE TABLE harvest.query_requests (
     CONSTRAINT query_requests_pkey PRIMARY KEY (id),
     CONSTRAINT query_requests_kind_check CHECK (kind IN ('query', 'update')),
     CONSTRAINT query_requests_status_check CHECK (
-        status IN ('pending', 'running', 'accepted', 'completed', 'failed', 'rejected')
+        status IN ('pending', 'running', 'waiting', 'accepted', 'completed', 'failed', 'rejected')
     ),
     CONSTRAINT query_requests_update_id_check CHECK ((kind = 'update') = (update_id IS NOT NULL)),
     CONSTRAINT query_requests_execution_fkey FOREIGN KEY (execution_id)
@@ -46,6 +46,14 @@ WHERE status IN ('pending', 'running');
 CREATE UNIQUE INDEX query_requests_update
 ON harvest.query_requests (execution_id, update_id)
 WHERE kind = 'update';
+
+-- Requests that wait for their run's first workflow task (status 'waiting': a worker found no
+-- completed workflow task to read the state of, harvest.await_first_workflow_task): the run's
+-- first decision, or its end, sets them pending again (harvest._wake_first_task_waiters), one
+-- probe of this index, empty but for such runs.
+CREATE INDEX query_requests_waiting
+ON harvest.query_requests (execution_id)
+WHERE status = 'waiting';
 
 -- The cleaner.
 CREATE INDEX query_requests_expires

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from harvest import App, Client, StartOptions, query, update, workflow
-from harvest.core.errors import QueryTimeout
+from harvest.core.errors import QueryFailed, QueryTimeout
 
 
 @workflow(name="first_task_ledger")
@@ -152,5 +152,6 @@ def test_a_run_terminated_before_its_first_task_answers_the_waiting_query(
     wait_for_request(db, handle.execution_id, asking, "waiting")
     handle.terminate("gone")
     asking.join(40)
-    # Answered at once from what the run has (its body never ran), not left to time out.
-    assert len(answers) == 1 and not isinstance(answers[0], QueryTimeout), answers
+    # Answered at once from what the run has, not left to time out: the handler's error, and why.
+    assert len(answers) == 1 and isinstance(answers[0], QueryFailed), answers
+    assert "ended TERMINATED before completing its first workflow task" in str(answers[0])

@@ -10,7 +10,8 @@ exception each: ``QueryFailed`` (unknown query, a handler that raised, a replay
 that failed), ``UpdateRejected`` (validator, unknown update, run not running:
 nothing recorded), ``UpdateFailed`` (recorded, but the handler raised or the run
 ended first) and ``QueryTimeout`` (no answer in time; the message says whether
-any live worker polls the queue).
+any live worker polls the queue, or why the run has not completed the first workflow task a
+query or a validator waits for).
 """
 
 from __future__ import annotations
@@ -115,11 +116,42 @@ def _timeout(row: dict[str, Any] | None, what: str, timeout: float, failed: str 
         )
     if failed:
         return QueryTimeout(text)
+    if row["status"] == "waiting":
+        return QueryTimeout(f"{text}: {_first_task_wait(row)}")
     if not row["live_workers"]:
         return QueryTimeout(f"{text}: no live worker polls task queue {row['queue']!r}")
     return QueryTimeout(
         f"{text}: {row['live_workers']} live worker(s) poll task queue "
         f"{row['queue']!r}, but none answered (do they register the workflow?)"
+    )
+
+
+def _first_task_wait(row: dict[str, Any]) -> str:
+    """Why a request waiting for its run's first workflow task (status ``waiting``) still waits."""
+    head = (
+        f"execution {row['execution_id']} has not completed its first workflow task, so it has no "
+        f"state to read yet ({row['kind']} handlers and validators read the state the workflow's "
+        "code builds); "
+    )
+    task = row.get("waiting_for") or {}
+    if row["execution_status"] == "PAUSED":
+        return head + "the run is PAUSED: resume it (harvest workflow resume)"
+    if task.get("task_status") == "running" and task.get("lease_owner"):
+        health = task.get("lease_owner_health")
+        state = f"{health} " if health else "unregistered "
+        return head + (
+            f"{state}worker {task['lease_owner']!r} holds its workflow task, lease until "
+            f"{task.get('lease_expires_at')} (a worker that died keeps it until then; another "
+            "worker takes it after)"
+        )
+    if not row["live_workers"]:
+        return head + f"no live worker polls task queue {row['queue']!r}"
+    if task.get("task_status") is None:
+        return head + "it has no workflow task queued"
+    return head + (
+        f"its workflow task is {task['task_status']} (due {task.get('due_at')}) and "
+        f"{row['live_workers']} live worker(s) poll task queue {row['queue']!r} but none has "
+        "taken it yet (busy, or flow control holds it)"
     )
 
 

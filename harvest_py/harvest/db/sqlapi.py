@@ -367,6 +367,9 @@ ANSWER_QUERY = """
 SELECT harvest.answer_query(%(request_id)s, %(worker_id)s, %(answer)s, %(error)s) AS status
 """
 ACCEPT_UPDATE = "SELECT harvest.accept_update(%(request_id)s, %(worker_id)s) AS status"
+AWAIT_FIRST_WORKFLOW_TASK = (
+    "SELECT harvest.await_first_workflow_task(%(request_id)s, %(worker_id)s) AS status"
+)
 RELEASE_QUERY_REQUEST = (
     "SELECT harvest.release_query_request(%(request_id)s, %(worker_id)s, %(error)s) AS status"
 )
@@ -1812,6 +1815,11 @@ def accept_update(request_id: int, worker_id: str) -> dict[str, Any]:
 @call(RELEASE_QUERY_REQUEST, column("status"))
 def release_query_request(request_id: int, worker_id: str, error: dict[str, Any] | None) -> dict[str, Any]:
     return {"request_id": request_id, "worker_id": worker_id, "error": _jsonb_or_null(error)}
+
+
+@call(AWAIT_FIRST_WORKFLOW_TASK, column("status"))
+def await_first_workflow_task(request_id: int, worker_id: str) -> dict[str, Any]:
+    return {"request_id": request_id, "worker_id": worker_id}
 
 
 @call(EXPIRE_QUERY_REQUESTS, column("expired"))

@@ -18,8 +18,11 @@ the workflow's state and answers each one:
   (``release_query_request``): back to the queue for a live worker that has not tried
   it, else answered (``UnknownWorkflow``; the unknown handler's own error).
 
-A run that has not completed its first workflow task has registered no handler
-of its own yet, so an update unknown to the App is accepted for it and the
+A run that has not completed its first workflow task has no state yet (its body has not
+run): a query, or an update with a declared validator, waits for that task
+(``await_first_workflow_task``: out of every claim until the task's decision or the run's
+end sets it pending again; the caller's timeout bounds it). It has registered no handler
+of its own yet either, so an update unknown to the App is accepted for it and the
 workflow decides at its first step (``UnknownUpdate`` if it never registers one).
 """
 
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from harvest.core import payload
 from harvest.core.errors import ExecutionMigrated, NotFound, PayloadTooLarge
+from harvest.core.statuses import LIVE_STATUSES
 from harvest.db import channels
 from harvest.db.connection import DatabaseError, error_line, failure_reason, redact
 from harvest.runtime import WorkflowRun
@@ -174,6 +178,10 @@ class QueryResponder:
             await self._reply(request, None, failure)
             return "rejected"
         try:
+            live = request["execution_status"] in LIVE_STATUSES
+            if run.through == 0 and live and self._reads_state(run, kind, name):
+                # The run has not completed its first workflow task: its state does not exist yet.
+                return await self._await_first_task(request)
             if kind == "query":
                 try:
                     answer, error = run.handlers.answer_query(name, request["arg"]), None
@@ -186,7 +194,7 @@ class QueryResponder:
                 except _STOPS:
                     raise
                 except BaseException as exc:  # a handler's own BaseException is its answer too
-                    answer, error = None, failure_of(self._explain(run, exc))
+                    answer, error = None, self._never_ran(run, request, failure_of(self._explain(run, exc)))
                 await self._reply(request, answer, error)
                 return None
             try:
@@ -197,7 +205,7 @@ class QueryResponder:
             except _STOPS:
                 raise
             except BaseException as exc:
-                await self._reply(request, None, failure_of(exc))
+                await self._reply(request, None, self._never_ran(run, request, failure_of(exc)))
                 return "rejected"
             await self.lane.sql.accept_update(request_id, w.worker_id)
             self.answered += 1
@@ -244,6 +252,49 @@ class QueryResponder:
         done = "handed back for a worker that may have it" if status == "pending" else f"answered {status}"
         log.info("%s %r on %s: %s: %s", request["kind"], request["name"], request["execution_id"], why, done)
         return "rejected" if status == "rejected" else None
+
+    @staticmethod
+    def _never_ran(run: WorkflowRun, request: dict[str, Any], failure: dict[str, Any]) -> dict[str, Any]:
+        """A handler's or validator's error on a run that ended before its first workflow task
+        completed (terminated, timed out): its code never ran, so the state it read is empty."""
+        if run.through != 0 or request["execution_status"] in LIVE_STATUSES:
+            return failure
+        return {
+            **failure,
+            "message": f"{failure.get('message', '')} (execution {request['execution_id']} ended "
+            f"{request['execution_status']} before completing its first workflow task: the workflow's "
+            "code never ran, so its state is empty)",
+        }
+
+    @staticmethod
+    def _reads_state(run: WorkflowRun, kind: str, name: str) -> bool:
+        """Whether answering the request reads the workflow's state: a query does, an update
+        only through a declared validator (one with none is accepted for the run's first step)."""
+        if kind == "query":
+            return True
+        handler = run.handlers.find("update", name)
+        return handler is not None and handler.validator is not None
+
+    async def _await_first_task(self, request: dict[str, Any]) -> str | None:
+        """Park the request until the run's first workflow task completes
+        (``await_first_workflow_task``): out of every claim, set pending again by that task's
+        decision or the run's end; the caller's timeout bounds the wait."""
+        w, request_id = self.worker, request["request_id"]
+        try:
+            status = await self.lane.sql.await_first_workflow_task(request_id, w.worker_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # its lease runs out: the next claimer has it
+            log.warning("parking request %s failed: %s", request_id, failure_reason(exc))
+            return None
+        log.debug(
+            "%s %r on %s: the run has not completed its first workflow task: %s",
+            request["kind"],
+            request["name"],
+            request["execution_id"],
+            "waits for it" if status == "waiting" else f"{status} again",
+        )
+        return None
 
     async def _reply(self, request: dict[str, Any], answer: Any, error: dict[str, Any] | None) -> None:
         w = self.worker
