@@ -566,8 +566,8 @@ $$;
 -- still 'accepted' on a finished run will never complete), how many live
 -- workers poll the run's queue (none: nobody will answer), and for a request waiting for the
 -- run's first workflow task (status 'waiting') that task: waiting_for {task_status, lease_owner,
--- lease_owner_health, lease_expires_at, due_at} (task_status NULL: the run has no workflow task
--- queued), else NULL.
+-- lease_owner_health, lease_expires_at, due_at, attempt, last_failure {error_type, message}}
+-- (task_status NULL: the run has no workflow task queued), else NULL.
 CREATE OR REPLACE FUNCTION harvest.get_query_request(p_request_id bigint)
 RETURNS TABLE (
     request_id bigint, kind text, execution_id uuid, name text, update_id text, status text,
@@ -587,7 +587,9 @@ BEGIN
                     'task_status', t.status, 'lease_owner', t.lease_owner,
                     'lease_owner_health', (SELECT harvest._worker_health(w) FROM harvest.workers AS w
                                            WHERE w.id = t.lease_owner),
-                    'lease_expires_at', t.lease_expires_at, 'due_at', t.due_at)
+                    'lease_expires_at', t.lease_expires_at, 'due_at', t.due_at, 'attempt', t.attempt,
+                    'last_failure', CASE WHEN t.last_failure IS NOT NULL THEN jsonb_build_object(
+                        'error_type', t.last_failure -> 'error_type', 'message', t.last_failure -> 'message') END)
                 FROM harvest.tasks AS t WHERE t.execution_id = r.execution_id AND t.kind = 'workflow'),
                jsonb_build_object('task_status', NULL)) END
     FROM harvest.query_requests AS r JOIN harvest.executions AS e ON e.id = r.execution_id

@@ -6,7 +6,7 @@
 -- and the helpers harvest._check_query_args, harvest._notify_query_answer and harvest._claimed_request
 -- (answer_query's and release_query_request's claim check).
 BEGIN;
-SELECT plan(175);
+SELECT plan(177);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -471,7 +471,8 @@ SELECT results_eq(
     $$SELECT status, waiting_for - 'lease_expires_at' - 'due_at', (waiting_for ->> 'lease_expires_at')::timestamptz
       FROM harvest.get_query_request(pg_temp.id('fq'))$$,
     $$VALUES ('waiting'::text,
-              '{"task_status": "running", "lease_owner": "ft-dead", "lease_owner_health": null}'::jsonb,
+              '{"task_status": "running", "lease_owner": "ft-dead", "lease_owner_health": null,
+                "attempt": 1, "last_failure": null}'::jsonb,
               harvest.now() + interval '20 seconds')$$,
     'get_query_request() says what the run''s first workflow task waits on: its holder and its lease');
 SELECT lives_ok($$SELECT set_config('harvest.fake_now', (harvest.now() - interval '40 seconds')::text, true)$$,
@@ -497,6 +498,13 @@ INSERT INTO ids SELECT 'fu', request_id FROM harvest.request_update(pg_temp.run(
 SELECT is((SELECT count(*) FROM harvest.claim_query_requests('ft-w', ARRAY['qq_ft'])), 2::bigint,
           'setup: ft-w claims its update (and the query above again)');
 SELECT is(harvest.await_first_workflow_task(pg_temp.id('fu'), 'ft-w'), 'waiting', 'the update waits');
+SELECT lives_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{"error_type": "Boom", "message": "no"}')$$,
+                       pg_temp.task('fe'), pg_temp.token('fe')), 'setup: its first workflow task fails');
+SELECT results_eq(
+    $$SELECT status, waiting_for -> 'task_status', waiting_for -> 'last_failure'
+      FROM harvest.get_query_request(pg_temp.id('fu'))$$,
+    $$VALUES ('waiting'::text, '"pending"'::jsonb, '{"error_type": "Boom", "message": "no"}'::jsonb)$$,
+    'a failed task''s retry: the update still waits, and waiting_for has the task''s last error');
 SELECT lives_ok(format($$SELECT harvest.terminate_workflow(%L, 'gone')$$, pg_temp.run('fe')),
                 'setup: the run is terminated');
 SELECT results_eq($$SELECT status FROM harvest.query_requests WHERE id = pg_temp.id('fu')$$,

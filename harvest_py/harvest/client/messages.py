@@ -146,6 +146,12 @@ def _first_task_wait(row: dict[str, Any]) -> str:
         )
     if not row["live_workers"]:
         return head + f"no live worker polls task queue {row['queue']!r}"
+    failure = task.get("last_failure")
+    if failure:
+        return head + (
+            f"its workflow task failed (attempt {task.get('attempt')}, last: "
+            f"{failure.get('error_type')}: {failure.get('message')}); see the worker's log"
+        )
     if task.get("task_status") is None:
         return head + "it has no workflow task queued"
     return head + (
