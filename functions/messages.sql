@@ -601,8 +601,8 @@ BEGIN
 END;
 $$;
 
--- A run's update requests no worker has accepted yet (pending, or running: a worker is
--- validating one), oldest first, with how many live workers poll the run's queue (none: it
+-- A run's update requests no worker has accepted yet (pending, running: a worker is
+-- validating one, or waiting: its validator waits for the run's first workflow task), oldest first, with how many live workers poll the run's queue (none: it
 -- waits for one to start). Accepted ones are in the history (UpdateAccepted).
 CREATE OR REPLACE FUNCTION harvest.list_update_requests(p_execution_id uuid)
 RETURNS TABLE (

@@ -85,6 +85,26 @@ def test_an_update_no_worker_has_accepted_is_listed_with_why(ui: TestClient, dem
     )
 
 
+def test_an_update_whose_validator_waits_for_the_first_workflow_task_says_so(
+    ui: TestClient, demo: Demo
+) -> None:
+    """A requested update a worker parked (status waiting: its validator needs the state the run's
+    first workflow task builds) is listed with that reason, not as one no worker took."""
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        started = "SELECT execution_id FROM harvest.start_workflow('parked', p_queue => 'nobody')"
+        (run,) = conn.execute(started).fetchone()
+        conn.execute("SELECT * FROM harvest.request_update(%s, 'approve', '\"yes\"', 'ask-2', 60)", (run,))
+        conn.execute("UPDATE harvest.query_requests SET status = 'waiting' WHERE update_id = 'ask-2'")
+    page = ui.get(f"/workflows/{run}", headers=READ)
+    assert page.status_code == 200
+    assert re.search(
+        r'id="requested-updates"><li><strong>approve</strong> <span class="mono">ask-2</span> '
+        r'<span class="muted">requested .*?, its validator waits for the run'
+        r"'s first workflow task</span>",
+        page.text,
+    )
+
+
 def test_no_token_is_401_and_the_login_cookie_signs_in(ui: TestClient) -> None:
     assert ui.get("/workers").status_code == 401
     signed = ui.post("/login", data={"token": "read-token"}, follow_redirects=False)
