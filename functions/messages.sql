@@ -354,7 +354,7 @@ $$;
 -- run ended) it is pending again at once. The run's row is read under a share lock, so a
 -- decision in flight commits first (and is seen) or waits for this (and wakes the request).
 -- Returns 'waiting' or 'pending', or NULL when the request is no longer this worker's.
-CREATE OR REPLACE FUNCTION harvest.await_first_workflow_task(p_request_id bigint, p_worker_id text)
+CREATE OR REPLACE FUNCTION harvest.wait_for_first_workflow_task(p_request_id bigint, p_worker_id text)
 RETURNS text
 LANGUAGE plpgsql
 AS $$
@@ -677,7 +677,7 @@ COMMENT ON FUNCTION harvest.release_query_request IS
 'to the queue, skipped by that worker''s claims, while a live worker polling it has not tried it (pending), else '
 'answered p_error or UnknownWorkflow (failed, an update rejected); NULL when no longer this worker''s. Called by the '
 'Python worker (role harvest_worker).';
-COMMENT ON FUNCTION harvest.await_first_workflow_task IS
+COMMENT ON FUNCTION harvest.wait_for_first_workflow_task IS
 'A claimed request whose run has not completed its first workflow task: it waits (status waiting, claimed by no '
 'worker) until the run''s first decision or its end sets it pending again, or pending at once when that came '
 'meanwhile; NULL when no longer this worker''s. Called by the Python worker (role harvest_worker).';

@@ -83,7 +83,7 @@ AS $$
                         'register_workflows', 'register_dags',
                         'expire_tasks', 'expire_workflows', 'scan', 'heartbeat_workflow_task',
                         'deliver_relays', 'next_due_at', 'claim_query_requests', 'answer_query', 'accept_update',
-                        'release_query_request', 'await_first_workflow_task',
+                        'release_query_request', 'wait_for_first_workflow_task',
                         'expire_query_requests', 'declare_flow_policies', 'grant_mutexes',
                         'get_worker_drain_deadline', 'release_pending_starts',
                         'claim_remote_relays', 'deliver_external_relay', 'complete_relay', 'release_relay',

@@ -1,6 +1,6 @@
 -- functions/messages.sql: harvest.request_query, harvest.request_update,
 -- harvest.update_with_start, harvest.claim_query_requests, harvest.answer_query,
--- harvest.accept_update, harvest.release_query_request, harvest.await_first_workflow_task and its wake-up
+-- harvest.accept_update, harvest.release_query_request, harvest.wait_for_first_workflow_task and its wake-up
 -- harvest._wake_first_task_waiters (from _apply_decision and _after_close), harvest._complete_update (the complete_update command of
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args, harvest._notify_query_answer and harvest._claimed_request
@@ -444,7 +444,7 @@ SELECT results_eq($$SELECT error, unknown_to FROM harvest.query_requests WHERE i
                   'answered with the handler''s error, not UnknownWorkflow');
 SELECT is((harvest._claimed_request(pg_temp.id('qh'), 'r-old', NULL)).id, NULL::bigint,
           '_claimed_request() of an answered request: NULL');
--- ---------------------------------------------------------------- await_first_workflow_task
+-- ---------------------------------------------------------------- wait_for_first_workflow_task
 -- A run whose first workflow task a worker holds: a request for it waits, out of every claim,
 -- until that task's decision (or the run's end) sets it pending again.
 SELECT isnt(pg_temp.start_claimed('ft', 'q_wf', 'qq_ft', 'ft-dead', '[]', 60), NULL,
@@ -454,9 +454,9 @@ SELECT lives_ok($$SELECT harvest.register_worker('ft-w', ARRAY['qq_ft'], 'host',
 INSERT INTO ids VALUES ('fq', harvest.request_query(pg_temp.run('ft'), 'total', 'null', 60));
 SELECT is((SELECT count(*) FROM harvest.claim_query_requests('ft-w', ARRAY['qq_ft'])), 1::bigint,
           'setup: ft-w claims the query');
-SELECT is(harvest.await_first_workflow_task(pg_temp.id('fq'), 'someone-else'), NULL::text,
-          'await_first_workflow_task() of a request another worker holds: NULL');
-SELECT is(harvest.await_first_workflow_task(pg_temp.id('fq'), 'ft-w'), 'waiting',
+SELECT is(harvest.wait_for_first_workflow_task(pg_temp.id('fq'), 'someone-else'), NULL::text,
+          'wait_for_first_workflow_task() of a request another worker holds: NULL');
+SELECT is(harvest.wait_for_first_workflow_task(pg_temp.id('fq'), 'ft-w'), 'waiting',
           'a run with no completed workflow task: the request waits');
 SELECT results_eq(
     $$SELECT status, claimed_by, lease_expires_at FROM harvest.query_requests WHERE id = pg_temp.id('fq')$$,
@@ -488,7 +488,7 @@ SELECT is((SELECT waiting_for FROM harvest.get_query_request(pg_temp.id('fq'))),
           'waiting_for is NULL for a request that does not wait');
 SELECT results_eq($$SELECT request_id FROM harvest.claim_query_requests('ft-w', ARRAY['qq_ft'])$$,
                   $$VALUES (pg_temp.id('fq'))$$, 'and a worker claims it');
-SELECT is(harvest.await_first_workflow_task(pg_temp.id('fq'), 'ft-w'), 'pending',
+SELECT is(harvest.wait_for_first_workflow_task(pg_temp.id('fq'), 'ft-w'), 'pending',
           'a run whose first workflow task completed (meanwhile): pending again at once, never left waiting');
 
 -- A run that ends before its first workflow task completed: its waiting requests are answered.
@@ -497,7 +497,7 @@ SELECT isnt(pg_temp.start_claimed('fe', 'q_wf', 'qq_ft', 'ft-dead', '[]', 60), N
 INSERT INTO ids SELECT 'fu', request_id FROM harvest.request_update(pg_temp.run('fe'), 'spend', '5', 'fu', 60);
 SELECT is((SELECT count(*) FROM harvest.claim_query_requests('ft-w', ARRAY['qq_ft'])), 2::bigint,
           'setup: ft-w claims its update (and the query above again)');
-SELECT is(harvest.await_first_workflow_task(pg_temp.id('fu'), 'ft-w'), 'waiting', 'the update waits');
+SELECT is(harvest.wait_for_first_workflow_task(pg_temp.id('fu'), 'ft-w'), 'waiting', 'the update waits');
 SELECT lives_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{"error_type": "Boom", "message": "no"}')$$,
                        pg_temp.task('fe'), pg_temp.token('fe')), 'setup: its first workflow task fails');
 SELECT results_eq(

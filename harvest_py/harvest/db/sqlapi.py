@@ -367,8 +367,8 @@ ANSWER_QUERY = """
 SELECT harvest.answer_query(%(request_id)s, %(worker_id)s, %(answer)s, %(error)s) AS status
 """
 ACCEPT_UPDATE = "SELECT harvest.accept_update(%(request_id)s, %(worker_id)s) AS status"
-AWAIT_FIRST_WORKFLOW_TASK = (
-    "SELECT harvest.await_first_workflow_task(%(request_id)s, %(worker_id)s) AS status"
+WAIT_FOR_FIRST_WORKFLOW_TASK = (
+    "SELECT harvest.wait_for_first_workflow_task(%(request_id)s, %(worker_id)s) AS status"
 )
 RELEASE_QUERY_REQUEST = (
     "SELECT harvest.release_query_request(%(request_id)s, %(worker_id)s, %(error)s) AS status"
@@ -1817,8 +1817,8 @@ def release_query_request(request_id: int, worker_id: str, error: dict[str, Any]
     return {"request_id": request_id, "worker_id": worker_id, "error": _jsonb_or_null(error)}
 
 
-@call(AWAIT_FIRST_WORKFLOW_TASK, column("status"))
-def await_first_workflow_task(request_id: int, worker_id: str) -> dict[str, Any]:
+@call(WAIT_FOR_FIRST_WORKFLOW_TASK, column("status"))
+def wait_for_first_workflow_task(request_id: int, worker_id: str) -> dict[str, Any]:
     return {"request_id": request_id, "worker_id": worker_id}
 
 

@@ -20,7 +20,7 @@ the workflow's state and answers each one:
 
 A run that has not completed its first workflow task has no state yet (its body has not
 run): a query, or an update with a declared validator, waits for that task
-(``await_first_workflow_task``: out of every claim until the task's decision or the run's
+(``wait_for_first_workflow_task``: out of every claim until the task's decision or the run's
 end sets it pending again; the caller's timeout bounds it). It has registered no handler
 of its own yet either, so an update unknown to the App is accepted for it and the
 workflow decides at its first step (``UnknownUpdate`` if it never registers one).
@@ -277,11 +277,11 @@ class QueryResponder:
 
     async def _await_first_task(self, request: dict[str, Any]) -> str | None:
         """Park the request until the run's first workflow task completes
-        (``await_first_workflow_task``): out of every claim, set pending again by that task's
+        (``wait_for_first_workflow_task``): out of every claim, set pending again by that task's
         decision or the run's end; the caller's timeout bounds the wait."""
         w, request_id = self.worker, request["request_id"]
         try:
-            status = await self.lane.sql.await_first_workflow_task(request_id, w.worker_id)
+            status = await self.lane.sql.wait_for_first_workflow_task(request_id, w.worker_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # its lease runs out: the next claimer has it
