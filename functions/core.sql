@@ -668,9 +668,6 @@ BEGIN
         DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
         PERFORM pg_notify('harvest_done', p_execution_id::text);
     END IF;
-    -- A run that ends before its first workflow task completed (terminated, timed out): the
-    -- queries and updates waiting for that task are answered now, from what the run has.
-    PERFORM harvest._wake_first_task_waiters(p_execution_id);
     -- A probe first: most runs have no parent, no live child and no child on another shard.
     IF (SELECT r FROM harvest._close_relays(p_execution_id, p_status, p_parent_id) AS r) THEN
         PERFORM harvest._relay_close(p_execution_id, p_status, p_output, p_failure, p_parent_id, p_parent_seq);

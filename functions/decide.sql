@@ -1176,11 +1176,6 @@ BEGIN
             RETURN r;
         END IF;
     END IF;
-    -- The run's first decision (no decided_through yet; a rebalanced copy's is NULL too, and
-    -- costs one probe more): the queries and updates waiting for it may now read its state.
-    IF v_execution.decided_through IS NULL THEN
-        PERFORM harvest._wake_first_task_waiters(v_execution.id);
-    END IF;
 
     -- (By subscript, not a FOR over jsonb_array_elements: a query loop opens a cursor per
     -- decision; an expression per command opens none.)

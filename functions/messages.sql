@@ -263,6 +263,17 @@ BEGIN
     IF p_queues IS NULL OR cardinality(p_queues) = 0 THEN
         RAISE EXCEPTION 'no queues given' USING ERRCODE = 'HR001';
     END IF;
+    -- Requests waiting for their run's first workflow task (wait_for_first_workflow_task) whose
+    -- run has completed it or ended since: pending again, for this claim. Woken by the claims,
+    -- which a worker makes at every wake-up and poll (the parking worker polls sooner), not by
+    -- the decision or the close: every run's first decision and end would pay for what is rare
+    -- (a query before it); a claim pays one probe of an index that is almost always empty.
+    UPDATE harvest.query_requests AS r SET status = 'pending'
+    FROM harvest.executions AS e
+    WHERE r.status = 'waiting' AND r.queue = ANY(p_queues) AND e.id = r.execution_id
+      AND (e.status NOT IN ('RUNNING', 'PAUSED')
+           OR EXISTS (SELECT 1 FROM harvest.events AS ev
+                      WHERE ev.execution_id = r.execution_id AND ev.event_type = 'WorkflowTaskCompleted'));
     RETURN QUERY
     WITH picked AS (
         SELECT r.id FROM harvest.query_requests AS r
@@ -349,10 +360,9 @@ $$;
 -- A claimed request whose run has not completed its first workflow task: the state a query or
 -- a validator reads does not exist yet (the worker's replay found no WorkflowTaskCompleted).
 -- While the run is live and still has none, the request waits (status 'waiting', out of every
--- claim, no lease) until the run's first decision or its end sets it pending again
--- (_wake_first_task_waiters) or its deadline passes; else (the task completed meanwhile, the
--- run ended) it is pending again at once. The run's row is read under a share lock, so a
--- decision in flight commits first (and is seen) or waits for this (and wakes the request).
+-- claim, no lease) until a claim finds the run's first decision or its end and sets it pending
+-- again (claim_query_requests) or its deadline passes; else (the task completed meanwhile, the
+-- run ended) it is pending again at once.
 -- Returns 'waiting' or 'pending', or NULL when the request is no longer this worker's.
 CREATE OR REPLACE FUNCTION harvest.wait_for_first_workflow_task(p_request_id bigint, p_worker_id text)
 RETURNS text
@@ -385,29 +395,6 @@ BEGIN
     WHERE r.id = p_request_id;
     PERFORM pg_notify('harvest_queries', v_request.queue);
     RETURN 'pending';
-END;
-$$;
-
--- A run's first decision (_apply_decision) or its end (_after_close), under its lock: the
--- requests waiting for its first workflow task go back to the queue, and its workers are told.
-CREATE OR REPLACE FUNCTION harvest._wake_first_task_waiters(p_execution_id uuid)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_queue text;
-BEGIN
-    FOR v_queue IN
-        WITH woken AS (
-            UPDATE harvest.query_requests AS r
-            SET status = 'pending'
-            WHERE r.execution_id = p_execution_id AND r.status = 'waiting'
-            RETURNING r.queue
-        )
-        SELECT DISTINCT w.queue FROM woken AS w
-    LOOP
-        PERFORM pg_notify('harvest_queries', v_queue);
-    END LOOP;
 END;
 $$;
 
@@ -679,8 +666,8 @@ COMMENT ON FUNCTION harvest.release_query_request IS
 'Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.wait_for_first_workflow_task IS
 'A claimed request whose run has not completed its first workflow task: it waits (status waiting, claimed by no '
-'worker) until the run''s first decision or its end sets it pending again, or pending at once when that came '
-'meanwhile; NULL when no longer this worker''s. Called by the Python worker (role harvest_worker).';
+'worker) until a claim finds the run''s first decision or its end and sets it pending again, or pending at once '
+'when that came meanwhile; NULL when no longer this worker''s. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.accept_update IS
 'An update passed its validator: record UpdateAccepted once per update id and wake the workflow; returns '
 'accepted, rejected (the run ended) or NULL (no longer this worker''s). Called by the Python worker (role '

@@ -1,7 +1,7 @@
 -- 0112: a query or an update's validation asked of a run that has not completed its first
 -- workflow task waits for it (docs/messages.md, "Before the run's first workflow task"): the
 -- request's new status 'waiting' (harvest.wait_for_first_workflow_task), the index its wake-up
--- reads (harvest._wake_first_task_waiters), and get_query_request answering waiting_for. The
+-- reads (harvest.claim_query_requests), and get_query_request answering waiting_for. The
 -- old signature goes here; the new one is installed with the functions, after the migrations.
 ALTER TABLE harvest.query_requests DROP CONSTRAINT IF EXISTS query_requests_status_check;
 ALTER TABLE harvest.query_requests ADD CONSTRAINT query_requests_status_check CHECK (

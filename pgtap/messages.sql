@@ -1,12 +1,12 @@
 -- functions/messages.sql: harvest.request_query, harvest.request_update,
 -- harvest.update_with_start, harvest.claim_query_requests, harvest.answer_query,
 -- harvest.accept_update, harvest.release_query_request, harvest.wait_for_first_workflow_task and its wake-up
--- harvest._wake_first_task_waiters (from _apply_decision and _after_close), harvest._complete_update (the complete_update command of
+-- (claim_query_requests), harvest._complete_update (the complete_update command of
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args, harvest._notify_query_answer and harvest._claimed_request
 -- (answer_query's and release_query_request's claim check).
 BEGIN;
-SELECT plan(177);
+SELECT plan(178);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -483,11 +483,15 @@ SELECT is((SELECT c.execution_status FROM harvest.complete_workflow_task(
               pg_temp.task('ft'), pg_temp.token('ft'), pg_temp.last_event_id(pg_temp.run('ft')), '[]') AS c),
           'RUNNING', 'setup: the run''s first workflow task completes');
 SELECT results_eq($$SELECT status, claimed_by FROM harvest.query_requests WHERE id = pg_temp.id('fq')$$,
-                  $$VALUES ('pending'::text, NULL::text)$$, 'its decision set the waiting request pending again');
+                  $$VALUES ('waiting'::text, NULL::text)$$,
+                  'the decision itself does not touch the waiting request (no cost on every first decision)');
+SELECT is_empty($$SELECT * FROM harvest.claim_query_requests('ft-w', ARRAY['other_queue'])$$,
+                'a claim of other queues leaves it waiting');
+SELECT results_eq($$SELECT request_id FROM harvest.claim_query_requests('ft-w', ARRAY['qq_ft'])$$,
+                  $$VALUES (pg_temp.id('fq'))$$,
+                  'a claim of its queue finds the run decided, sets it pending and takes it');
 SELECT is((SELECT waiting_for FROM harvest.get_query_request(pg_temp.id('fq'))), NULL::jsonb,
           'waiting_for is NULL for a request that does not wait');
-SELECT results_eq($$SELECT request_id FROM harvest.claim_query_requests('ft-w', ARRAY['qq_ft'])$$,
-                  $$VALUES (pg_temp.id('fq'))$$, 'and a worker claims it');
 SELECT is(harvest.wait_for_first_workflow_task(pg_temp.id('fq'), 'ft-w'), 'pending',
           'a run whose first workflow task completed (meanwhile): pending again at once, never left waiting');
 
@@ -507,7 +511,8 @@ SELECT results_eq(
     'a failed task''s retry: the update still waits, and waiting_for has the task''s last error');
 SELECT lives_ok(format($$SELECT harvest.terminate_workflow(%L, 'gone')$$, pg_temp.run('fe')),
                 'setup: the run is terminated');
-SELECT results_eq($$SELECT status FROM harvest.query_requests WHERE id = pg_temp.id('fu')$$,
-                  $$VALUES ('pending'::text)$$, 'its end set the waiting update pending again');
+SELECT results_eq($$SELECT request_id, execution_status FROM harvest.claim_query_requests('ft-w', ARRAY['qq_ft'])$$,
+                  $$VALUES (pg_temp.id('fu'), 'TERMINATED'::text)$$,
+                  'a claim finds the run ended, sets the waiting update pending and takes it');
 SELECT * FROM finish();
 ROLLBACK;

@@ -48,9 +48,9 @@ ON harvest.query_requests (execution_id, update_id)
 WHERE kind = 'update';
 
 -- Requests that wait for their run's first workflow task (status 'waiting': a worker found no
--- completed workflow task to read the state of, harvest.wait_for_first_workflow_task): the run's
--- first decision, or its end, sets them pending again (harvest._wake_first_task_waiters), one
--- probe of this index, empty but for such runs.
+-- completed workflow task to read the state of, harvest.wait_for_first_workflow_task): each
+-- claim (harvest.claim_query_requests) sets those whose run has decided or ended pending again,
+-- one scan of this index, empty but for such runs.
 CREATE INDEX query_requests_waiting
 ON harvest.query_requests (execution_id)
 WHERE status = 'waiting';

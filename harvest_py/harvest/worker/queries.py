@@ -20,8 +20,8 @@ the workflow's state and answers each one:
 
 A run that has not completed its first workflow task has no state yet (its body has not
 run): a query, or an update with a declared validator, waits for that task
-(``wait_for_first_workflow_task``: out of every claim until the task's decision or the run's
-end sets it pending again; the caller's timeout bounds it). It has registered no handler
+(``wait_for_first_workflow_task``: out of every claim until a claim finds the task's decision
+or the run's end and sets it pending again; the caller's timeout bounds it). It has registered no handler
 of its own yet either, so an update unknown to the App is accepted for it and the
 workflow decides at its first step (``UnknownUpdate`` if it never registers one).
 """
@@ -54,6 +54,11 @@ CLAIM_BATCH = 16
 MAX_IN_FLIGHT = 32
 LEASE_SECS = 30.0
 EXPIRE_EVERY_SECS = 5.0
+# A request parked for its run's first workflow task is set pending again by a claim that finds
+# the task completed (claim_query_requests): the worker that parked it claims again this soon,
+# then twice as late each time, up to its poll interval (a query just after a start waits for
+# the first decision's milliseconds, not for a poll).
+FIRST_TASK_RECHECK_SECS = 0.05
 # What stops the worker or its task, never a handler's answer: every other BaseException a
 # query handler or validator raises (ctx.continue_as_new() among them) is answered as a failure.
 _STOPS = (asyncio.CancelledError, SystemExit, KeyboardInterrupt, GeneratorExit)
@@ -84,6 +89,7 @@ class QueryResponder:
         self._wake = asyncio.Event()
         self._inflight: set[asyncio.Task[Any]] = set()
         self.answered = 0
+        self._recheck: float | None = None  # (FIRST_TASK_RECHECK_SECS)
 
     async def run(self) -> None:
         listener = asyncio.create_task(self.lane.listen(channels.QUERIES, self._wake.set, "query listener"))
@@ -113,8 +119,12 @@ class QueryResponder:
                         await lane.sql.expire_query_requests(1000)
                 if claimed and len(claimed) == min(free, CLAIM_BATCH):
                     continue
+                timeout = w.poll_interval
+                if self._recheck is not None:  # a request this worker parked: claim again soon
+                    timeout = min(timeout, self._recheck)
+                    self._recheck = self._recheck * 2 if self._recheck * 2 < w.poll_interval else None
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), w.poll_interval)
+                    await asyncio.wait_for(self._wake.wait(), timeout)
                 self._wake.clear()
         finally:
             await cancel_and_wait([listener, *self._inflight], f"query responder (shard {self.lane.shard})")
@@ -277,8 +287,9 @@ class QueryResponder:
 
     async def _await_first_task(self, request: dict[str, Any]) -> str | None:
         """Park the request until the run's first workflow task completes
-        (``wait_for_first_workflow_task``): out of every claim, set pending again by that task's
-        decision or the run's end; the caller's timeout bounds the wait."""
+        (``wait_for_first_workflow_task``): out of every claim until a claim finds that task's
+        decision or the run's end (this worker claims again soon: FIRST_TASK_RECHECK_SECS); the
+        caller's timeout bounds the wait."""
         w, request_id = self.worker, request["request_id"]
         try:
             status = await self.lane.sql.wait_for_first_workflow_task(request_id, w.worker_id)
@@ -287,6 +298,9 @@ class QueryResponder:
         except Exception as exc:  # its lease runs out: the next claimer has it
             log.warning("parking request %s failed: %s", request_id, failure_reason(exc))
             return None
+        if status == "waiting":
+            self._recheck = FIRST_TASK_RECHECK_SECS
+            self._wake.set()  # (the loop's wait takes the shorter timeout)
         log.debug(
             "%s %r on %s: the run has not completed its first workflow task: %s",
             request["kind"],
