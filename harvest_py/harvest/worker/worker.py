@@ -1508,9 +1508,10 @@ class Worker:
             )
 
     async def _retention(self, lane: ShardLane) -> None:
-        """The retention janitor of one shard: one bounded batch per call, batch after batch while
-        rows remain; and the worker registry rule (stopped and long-stale worker rows), whether
-        or not execution retention is configured; until the stop ends the passes."""
+        """The retention janitor of one shard, a round every ``retention_interval``: one bounded
+        batch per call, batch after batch while rows remain; and, once a round, the worker registry
+        rule (stopped and long-stale worker rows), whether or not execution retention is
+        configured, the unused flow keys and a page of seals; until the stop ends the passes."""
         while not self._passes_ending.is_set():
             if not lane.usable:
                 await self._passes_end(self.retention_interval)
@@ -1528,17 +1529,20 @@ class Worker:
                 keys = await lane.sql.prune_flow_keys()
                 if keys["deleted"]:
                     log.info("retention: deleted %d unused flow key row(s)", keys["deleted"])
-                result = await lane.sql.run_retention()
-                if result["deleted"]:
-                    log.info(
-                        "retention: deleted %d execution(s), %d remaining",
-                        result["deleted"],
-                        result["remaining"],
-                    )
+                # Batch after batch while rows remain; the prunes above and the seals' page below
+                # run once a round, not once a batch (behind a backlog a round is many batches).
+                while True:
+                    result = await lane.sql.run_retention()
+                    if result["deleted"]:
+                        log.info(
+                            "retention: deleted %d execution(s), %d remaining",
+                            result["deleted"],
+                            result["remaining"],
+                        )
+                    if not (result["deleted"] and result["remaining"]) or self._passes_ending.is_set():
+                        break
                 if self.relay_pump is not None:  # shards: seals judged where their runs live
                     await self._collect_seals(lane)
-                if result["deleted"] and result["remaining"]:
-                    continue
             except asyncio.CancelledError:
                 raise
             except InvalidArgument as exc:  # not configured (yet): nothing to do
