@@ -199,6 +199,25 @@ BEGIN
 END;
 $$;
 
+-- How many audit rows prune_audit_log(p_older_than) would delete, all of them (not capped as
+-- its remaining is: one index range of audit_log_at), and the cutoff: `harvest audit prune
+-- --dry-run`. Writes nothing, audits nothing.
+CREATE OR REPLACE FUNCTION harvest.count_audit_log(p_older_than interval)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_cutoff timestamptz;
+BEGIN
+    IF p_older_than IS NULL THEN
+        RAISE EXCEPTION 'give the age of the audit rows to count, e.g. ''400 days''' USING ERRCODE = 'HR001';
+    END IF;
+    v_cutoff := harvest._retention_cutoff(p_older_than, 'audit log max age');
+    RETURN jsonb_build_object(
+        'older', (SELECT count(*) FROM harvest.audit_log AS a WHERE a.at < v_cutoff), 'cutoff', v_cutoff);
+END;
+$$;
+
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.record_incomplete_write IS
 'Record that a pacing override''s write on every shard missed some (p_shard_errors, each with its shard_id): one '
@@ -211,3 +230,6 @@ COMMENT ON FUNCTION harvest.list_audit_log IS
 COMMENT ON FUNCTION harvest.prune_audit_log IS
 'Delete up to p_batch_size audit rows older than p_older_than, oldest first (call until remaining is 0; Harvest '
 'never deletes audit rows by itself); audited as audit.prune. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.count_audit_log IS
+'How many audit rows prune_audit_log(p_older_than) would delete (older), and the cutoff; writes nothing. For '
+'operators (role harvest_reader).';

@@ -118,7 +118,7 @@ AS $$
         WHEN p_name IN ('get_execution', 'get_execution_by_workflow_id', 'list_executions', 'count_executions', 'get_execution_stack', 'list_children',
                         'list_dead_letters', 'get_dead_letter', 'count_dead_letters', 'list_workers',
                         'get_worker', 'get_worker_health', 'preview_drain', 'get_retention_status',
-                        'list_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'get_start_throttle', 'get_start_gate', 'count_versions',
+                        'list_audit_log', 'count_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'get_start_throttle', 'get_start_gate', 'count_versions',
                         'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage', 'get_shard_health',
                         'list_partition_owners', 'list_dags', 'list_dag_runs', 'get_dag_run',
                         'authenticate_api_token', 'list_events', 'get_event_horizon', 'heartbeat_event_stream',

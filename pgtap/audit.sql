@@ -1,7 +1,7 @@
 -- functions/audit.sql: harvest._audit, harvest._audit_context, harvest._audit_source, harvest.list_audit_log,
--- harvest._audit_asserted, harvest.record_incomplete_write, harvest.prune_audit_log.
+-- harvest._audit_asserted, harvest.record_incomplete_write, harvest.prune_audit_log, harvest.count_audit_log.
 BEGIN;
-SELECT plan(33);
+SELECT plan(37);
 
 SELECT ok(harvest._audit('test.op', 't', 'me', '{}') > 0, '_audit returns the new row id');
 
@@ -123,6 +123,13 @@ SELECT harvest._audit('test.prune', 'old' || n, NULL, '{}') FROM generate_series
 SET LOCAL harvest.fake_now = '2030-03-01 00:00:00+00';
 SELECT harvest._audit('test.prune', 'new', NULL, '{}');
 SET LOCAL harvest.fake_now = '2030-03-02 00:00:00+00';
+SELECT is(harvest.count_audit_log('30 days'), '{"older": 5, "cutoff": "2030-01-31T00:00:00+00:00"}'::jsonb,
+          'count_audit_log(): what a prune of that age would delete, and its cutoff');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation = 'test.prune'), 6::bigint,
+          'count_audit_log(): deletes nothing');
+SELECT throws_ok($$SELECT harvest.count_audit_log(NULL)$$, 'HR001', NULL, 'count_audit_log(): no age is HR001');
+SELECT throws_ok($$SELECT harvest.count_audit_log('-1 day')$$, 'HR001', NULL,
+                 'count_audit_log(): an age not positive is HR001');
 SELECT is(harvest.prune_audit_log('30 days', 3) - 'cutoff',
           '{"deleted": 3, "remaining": 2}'::jsonb, 'prune_audit_log(): a batch of the oldest rows, and how many remain');
 SELECT results_eq($$SELECT target FROM harvest.audit_log WHERE operation = 'test.prune' ORDER BY id$$,

@@ -81,6 +81,7 @@ READS = [
     "SELECT * FROM harvest.list_concurrency_keys(NULL, 'a', 5)",
     "SELECT * FROM harvest.list_schedules(NULL, 'a', 5, false)",
     "SELECT * FROM harvest.list_workers(p_limit => 5)",
+    "SELECT harvest.count_audit_log('400 days')",
     "SELECT count(*) FROM harvest.executions",
 ]
 OPERATE = [

@@ -1630,6 +1630,85 @@ def test_release_owed_ends_over_http_as_over_sql(both, served, db: str, conn) ->
     assert json.loads(sql.stdout)["shards"] == [{"shard_id": 0, "released": 1, "batches": 2}]
 
 
+def _old_audit_rows(conn: psycopg.Connection, n: int) -> None:
+    """``n`` audit rows written in 2020 (the test clock), older than 400 days."""
+    conn.execute("SET harvest.fake_now = '2020-01-01 00:00:00+00'")
+    conn.execute(
+        "SELECT harvest._audit('test.old', 'old' || n, NULL, '{}') FROM generate_series(1, %s) AS n", (n,)
+    )
+    conn.execute("RESET harvest.fake_now")
+
+
+def _no_cutoff(answer: dict[str, object]) -> dict[str, object]:
+    """An answer without its cutoffs (now() less the age: a moment later on the second call)."""
+    shards = [{k: v for k, v in r.items() if k != "cutoff"} for r in answer["shards"]]  # type: ignore[attr-defined]
+    return {**{k: v for k, v in answer.items() if k != "cutoff"}, "shards": shards}
+
+
+def test_audit_prune_over_sql_and_http(served, db: str, conn) -> None:
+    """`harvest audit prune --older-than AGE` deletes the audit rows older than AGE batch by
+    batch until none remain (SELECT harvest.prune_audit_log until remaining is 0), each
+    deleting batch audited; --dry-run counts them and deletes nothing; over HTTP the server
+    does it (POST /admin/audit/prune, admin), with the same answer."""
+    served()
+    _old_audit_rows(conn, 5)
+    conn.execute("SELECT harvest._audit('test.new', 'new', NULL, '{}')")
+
+    dry = run("audit", "prune", "--older-than", "400 days", "--dry-run", "--database-url", db)
+    assert dry.exit_code == 0, dry.stderr
+    assert dry.stdout.startswith("dry run: 5 audit row(s) older than 400 days would be deleted"), dry.stdout
+    assert "  shard 0: 5" in dry.stdout
+    args = ("--output", "json", "audit", "prune", "--older-than", "400 days", "--dry-run")
+    dry_sql = run(*args, "--database-url", db)
+    dry_web = run("--base-url", BASE, *args)
+    assert dry_sql.exit_code == dry_web.exit_code == 0, (dry_sql.stderr, dry_web.stderr)
+    counted = json.loads(dry_sql.stdout)
+    assert _no_cutoff(counted) == _no_cutoff(json.loads(dry_web.stdout))
+    assert (counted["older"], counted["dry_run"], counted["unavailable_shards"]) == (5, True, [])
+    assert counted["cutoff"].startswith(str(datetime.now().year - 1)), counted  # now - 400 days
+
+    pruned = run(
+        "audit", "prune", "--older-than", "400 days", "--batch-size", "2", "--operator-id", "ops",
+        "--database-url", db,
+    )  # fmt: skip
+    assert pruned.exit_code == 0, pruned.stderr
+    assert pruned.stdout.startswith("deleted 5 audit row(s) older than 400 days in 3 batch(es); 0 remaining")
+    assert "shard 0: deleting audit rows older than 400 days" in pruned.stderr  # the progress, on stderr
+    left = conn.execute("SELECT operation, count(*) FROM harvest.audit_log GROUP BY 1 ORDER BY 1").fetchall()
+    assert left == [("audit.prune", 3), ("test.new", 1)], left
+    audited = conn.execute(
+        "SELECT operator_id, source, details ->> 'deleted' FROM harvest.audit_log"
+        " WHERE operation = 'audit.prune' ORDER BY id"
+    ).fetchall()
+    assert audited == [("ops", "cli", "2"), ("ops", "cli", "2"), ("ops", "cli", "1")]
+
+    _old_audit_rows(conn, 3)
+    web = run("--base-url", BASE, "--output", "json", "audit", "prune", "--older-than", "400 days")
+    assert web.exit_code == 0, web.stderr
+    done = json.loads(web.stdout)
+    assert (done["deleted"], done["batches"], done["remaining"], done["dry_run"]) == (3, 1, 0, False)
+    assert _no_cutoff(done)["shards"] == [{"shard_id": 0, "deleted": 3, "batches": 1, "remaining": 0}]
+    assert conn.execute("SELECT count(*) FROM harvest.audit_log WHERE operation = 'test.old'").fetchone() == (
+        0,
+    )
+    route = conn.execute(
+        "SELECT source, route FROM harvest.audit_log WHERE operation = 'audit.prune' ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    assert route is not None and route[0] == "api" and "/admin/audit/prune" in (route[1] or ""), route
+
+
+def test_audit_prune_refuses_a_bad_age_over_sql_as_over_http(both, conn) -> None:
+    """An age that is not positive, or no interval, deletes nothing and exits 2, one line."""
+    _old_audit_rows(conn, 2)
+    for age in ("0 days", "-3 days", "soon"):
+        for dry in ((), ("--dry-run",)):
+            sql, _web = both("audit", "prune", "--older-than", age, *dry)
+            assert sql.exit_code == 2 and sql.stderr.startswith("error: "), (age, sql.stderr)
+    assert conn.execute("SELECT count(*) FROM harvest.audit_log WHERE operation = 'test.old'").fetchone() == (
+        2,
+    )
+
+
 def test_an_execution_id_that_is_no_uuid_is_one_clear_line_over_sql_as_over_http(both) -> None:
     """The spec's `workflow get <execution-id>`: a workflow id given in its place (the usual
     slip) was refused over one database with PostgreSQL's own words ("invalid input syntax for

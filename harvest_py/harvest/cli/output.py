@@ -448,6 +448,7 @@ HTTP_COMMANDS = frozenset(
         "retention set",
         "retention run-now",
         "audit list",
+        "audit prune",
         "usage",
         "token list",
         "token create",

@@ -308,6 +308,7 @@ LIST_AUDIT_LOG = (
 PRUNE_AUDIT_LOG = (
     "SELECT harvest.prune_audit_log(%(older_than)s::interval, %(batch_size)s, %(operator)s) AS result"
 )
+COUNT_AUDIT_LOG = "SELECT harvest.count_audit_log(%(older_than)s::interval) AS result"
 CREATE_API_TOKEN = "SELECT * FROM harvest.create_api_token(%(name)s, %(scope)s, %(expires_in)s, %(payloads)s)"
 LIST_API_TOKENS = """
 SELECT * FROM harvest.list_api_tokens(
@@ -1650,6 +1651,13 @@ def prune_audit_log(older_than: str, batch_size: int = 10_000, operator: str | N
     """Delete up to ``batch_size`` audit rows older than ``older_than`` (an interval), oldest
     first: ``deleted``, ``remaining`` (up to 10,000) and ``cutoff``. Call until ``remaining`` is 0."""
     return {"older_than": older_than, "batch_size": batch_size, "operator": operator}
+
+
+@call(COUNT_AUDIT_LOG, column("result"))
+def count_audit_log(older_than: str) -> dict[str, Any]:
+    """How many audit rows ``prune_audit_log(older_than)`` would delete (``older``, all of them)
+    and the ``cutoff``; writes nothing."""
+    return {"older_than": older_than}
 
 
 @call(RETENTION_STATUS, column("status"))

@@ -173,6 +173,27 @@ def newest_audit_first(row: dict[str, Any]) -> tuple[Any, int, int]:
     return (row["at"], -int(row["shard_id"]), int(row["id"]))
 
 
+AUDIT_PRUNE_COUNTS = ("deleted", "batches", "remaining")
+
+
+def audit_prune_totals(
+    older_than: str, dry_run: bool, results: Mapping[int, dict[str, Any]], unavailable: Iterable[int]
+) -> dict[str, Any]:
+    """The answer of ``harvest audit prune`` (or its dry run) over the shards' answers, the CLI
+    over SQL and ``POST /admin/audit/prune`` alike: the counts summed (a dry run's ``older``),
+    the earliest cutoff, each shard's answer under ``shards`` and the shards missed."""
+    shards = [{"shard_id": s, **r} for s, r in sorted(results.items())]
+    counts = ("older",) if dry_run else AUDIT_PRUNE_COUNTS
+    return {
+        "older_than": older_than,
+        "dry_run": dry_run,
+        **{k: sum(r.get(k) or 0 for r in shards) for k in counts},
+        "cutoff": min((str(r["cutoff"]) for r in shards if r.get("cutoff")), default=None),
+        "shards": shards,
+        "unavailable_shards": sorted(unavailable),
+    }
+
+
 def newest_run_first(row: dict[str, Any]) -> tuple[datetime, uuid.UUID]:
     """The sort key (reversed) of runs merged from every shard (a DAG's runs): newest first,
     ties by the greater execution id, as each shard's ``list_dag_runs`` orders them, so each

@@ -1,7 +1,7 @@
 """Administration: preflight, concurrency, usage, queue scaling signals, config (with
 ``shard_topology``), queue coverage, version-gate usage, retention (``placed_elsewhere``; run-now
-answers 503 where the janitor does not run), rate-limit pacing overrides, shard health and the audit log
-(docs/http-api.md, "Admin"). Every route here needs the admin scope."""
+answers 503 where the janitor does not run), rate-limit pacing overrides, shard health and the
+audit log and its pruning (docs/http-api.md, "Admin"). Every route here needs the admin scope."""
 
 from __future__ import annotations
 
@@ -382,6 +382,43 @@ async def audit_log(call: Call, args: dict[str, Any], _: Any) -> Any:
     return {**merged(found, "entries"), "next_cursor": found.next_cursor, "sharded": call.sharded}
 
 
+async def audit_prune(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    """`harvest audit prune` in the server: on every readable shard, the audit rows older than
+    older_than deleted batch by batch until none older remains (each deleting batch audited,
+    audit.prune), or their count (dry_run); the totals as the CLI over SQL prints them."""
+    from harvest.shard.fanout import audit_prune_totals
+
+    older_than = data["older_than"]
+    operator = data.get("operator_id") or call.operator_id
+    dry_run = bool(data.get("dry_run"))
+    batch_size = data.get("batch_size") or 10_000
+
+    async def on(sql: Any) -> dict[str, Any]:
+        counted: dict[str, Any] = await sql.count_audit_log(older_than)
+        if dry_run:
+            return counted
+        deleted = batches = 0
+        while True:  # (one batch at least: a prune that names an operator is audited, 0 or not)
+            result = await sql.prune_audit_log(older_than, batch_size, operator)
+            batches += 1
+            deleted += result["deleted"]
+            if result["remaining"] == 0 or result["deleted"] == 0:
+                break
+        return {
+            "deleted": deleted,
+            "batches": batches,
+            "remaining": result["remaining"],
+            "cutoff": result["cutoff"],
+        }
+
+    # Each shard's prune to its end: never cut off by shard_timeout part way.
+    done = await call.each_shard_write(on, "nothing was pruned", bounded=False)
+    return {
+        **audit_prune_totals(older_than, dry_run, done.results, done.unavailable_shards),
+        **done.outcome(),
+    }
+
+
 async def preflight(call: Call, args: dict[str, Any], _: Any) -> Any:
     """The deploy gate's checks (harvest.config.preflight, as `harvest preflight`), plus whether
     this API has an auth boundary."""
@@ -713,6 +750,24 @@ ENDPOINTS = [
                 "dry_run": BOOLEAN,
                 "operator_id": STRING,
             }
+        ),
+        tag="admin",
+    ),
+    Endpoint(
+        "POST",
+        "/admin/audit/prune",
+        "admin",
+        audit_prune,
+        "Delete the audit rows older than older_than on every shard, batch by batch until none older "
+        "remains (each deleting batch audited, audit.prune); dry_run: their counts.",
+        body=body(
+            {
+                "older_than": STRING,
+                "batch_size": {"type": "integer", "minimum": 1, "maximum": 100_000},
+                "dry_run": BOOLEAN,
+                "operator_id": STRING,
+            },
+            ("older_than",),
         ),
         tag="admin",
     ),
