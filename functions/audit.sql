@@ -152,8 +152,8 @@ END;
 $$;
 
 -- Delete the audit rows older than p_older_than, oldest first, at most p_batch_size of them (one
--- transaction; call again until remaining is 0). Harvest never deletes an audit row by itself,
--- and the log grows with the load as well as with operators: the retention janitor writes a
+-- transaction; call again until remaining is 0). Harvest deletes no audit row by itself unless
+-- the janitor is given an age (retention.audit_max_age: it calls this), and the log grows with the load as well as with operators: the retention janitor writes a
 -- row for each batch that deletes runs (retention.run) and each round that deletes flow keys or
 -- worker rows. So an installation prunes it as its audit policy says, as harvest_admin (only
 -- the table's owner may DELETE from it). A prune that deletes rows, or that names an operator,
@@ -228,8 +228,8 @@ COMMENT ON FUNCTION harvest.list_audit_log IS
 'optionally of one operation, after a position (keyset paging: p_before_at and p_before_id, the last row''s; one '
 'without the other is HR001); p_limit 1..1000. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.prune_audit_log IS
-'Delete up to p_batch_size audit rows older than p_older_than, oldest first (call until remaining is 0; Harvest '
-'never deletes audit rows by itself); audited as audit.prune. For admins (role harvest_admin).';
+'Delete up to p_batch_size audit rows older than p_older_than, oldest first (call until remaining is 0; the '
+'janitor calls it only when retention.audit_max_age is set); audited as audit.prune. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.count_audit_log IS
 'How many audit rows prune_audit_log(p_older_than) would delete (older), and the cutoff; writes nothing. For '
 'operators (role harvest_reader).';

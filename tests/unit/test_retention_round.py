@@ -5,10 +5,14 @@ docs/operations.md says, not once per batch. A counting fake of the SQL calls, n
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from harvest import App, workflow
+from harvest.core.errors import InvalidArgument
 from harvest.worker import Worker
 
 
@@ -65,3 +69,59 @@ def test_a_round_of_one_batch_runs_each_prune_once() -> None:
     assert _one_round(batches=1) == Counter(
         run_retention=1, prune_workers=1, prune_flow_keys=1, collect_seals=1
     )
+
+
+class _AuditSql(_CountingSql):
+    """The calls of a round with ``retention.audit_max_age`` set: prune_audit_log answers
+    ``audit`` (deleted, remaining) in turn, its ages kept."""
+
+    def __init__(self, worker: Worker, batches: int, audit: list[tuple[int, int]]) -> None:
+        super().__init__(worker, batches)
+        self.audit, self.ages = audit, list[str]()
+
+    async def prune_audit_log(self, older_than: str) -> dict[str, Any]:
+        self.calls["prune_audit_log"] += 1
+        self.ages.append(older_than)
+        deleted, remaining = self.audit.pop(0)
+        return {"deleted": deleted, "remaining": remaining, "cutoff": "2025-01-01T00:00:00+00:00"}
+
+
+def _one_audit_round(audit_max_age: str | None, audit: list[tuple[int, int]]) -> _AuditSql:
+    worker = Worker(App(workflows=[plain]), "postgresql://localhost:1/none", audit_max_age=audit_max_age)
+    (lane,) = worker.lanes
+    sql = _AuditSql(worker, 1, audit)
+    lane.sql, lane.ready = sql, True  # type: ignore[assignment]
+    asyncio.run(worker._retention(lane))
+    return sql
+
+
+def test_the_audit_log_is_pruned_by_its_configured_age_batch_by_batch_once_a_round() -> None:
+    sql = _one_audit_round("400 days", [(10_000, 10_000), (10_000, 3), (3, 0)])
+    assert sql.calls["prune_audit_log"] == 3 and sql.ages == ["400 days"] * 3
+    assert (sql.calls["prune_workers"], sql.calls["run_retention"]) == (1, 1)
+
+
+def test_the_audit_log_is_never_pruned_without_a_configured_age() -> None:
+    assert _one_audit_round(None, []).calls["prune_audit_log"] == 0
+
+
+def test_an_age_the_database_refuses_is_a_warning_and_the_rest_of_the_round_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bad retention.audit_max_age ('0 days') is refused by prune_audit_log (HR001): a warning
+    naming the key, not the debug line of retention not configured, and runs still pruned."""
+
+    class _Refusing(_AuditSql):
+        async def prune_audit_log(self, older_than: str) -> dict[str, Any]:
+            self.calls["prune_audit_log"] += 1
+            raise InvalidArgument("audit log max age 00:00:00 must be positive")
+
+    worker = Worker(App(workflows=[plain]), "postgresql://localhost:1/none", audit_max_age="0 days")
+    (lane,) = worker.lanes
+    sql = _Refusing(worker, 1, [])
+    lane.sql, lane.ready = sql, True  # type: ignore[assignment]
+    with caplog.at_level(logging.WARNING, logger="harvest.worker"):
+        asyncio.run(worker._retention(lane))
+    assert (sql.calls["prune_audit_log"], sql.calls["run_retention"]) == (1, 1)
+    said = [r.getMessage() for r in caplog.records if r.name == "harvest.worker"]
+    assert any("retention.audit_max_age" in line and "must be positive" in line for line in said), said

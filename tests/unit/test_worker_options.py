@@ -236,6 +236,19 @@ def test_the_rebalance_resume_scanner_follows_the_options_and_the_configuration(
         load_config(env={"HARVEST_WORKER__REBALANCE_STALL_AFTER": "1"})
 
 
+def test_the_janitors_audit_log_age_comes_from_retention_audit_max_age_and_is_unset_by_default() -> None:
+    """retention.audit_max_age (docs/operations.md, "The audit log"): the janitor prunes the
+    audit log by that age; unset, never (as before the key)."""
+    assert worker_options(load_config(env={})).audit_max_age is None
+    assert WorkerOptions().audit_max_age is None
+    config = load_config(env={"HARVEST_RETENTION__AUDIT_MAX_AGE": "400 days"})
+    assert worker_options(config).audit_max_age == "400 days"
+    assert worker_options(config, audit_max_age="30 days").audit_max_age == "30 days"  # fixed wins
+    for bad in ("", "  ", 400):
+        with pytest.raises(InvalidArgument, match=r"Worker\(audit_max_age="):
+            WorkerOptions(audit_max_age=bad)  # type: ignore[arg-type]
+
+
 def test_a_scheduler_turned_off_by_the_callers_options_takes_the_janitor_along() -> None:
     """HarvestLifespan(worker_options={"run_scanner": False}) ran the retention janitor without
     the scheduler (the role's retention switch, computed before the override, was passed on as

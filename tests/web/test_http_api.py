@@ -1119,6 +1119,7 @@ def test_admin_reads(api, conn) -> None:
     )
     assert config["worker"]["declared_queues"] == ["billing", "default"]
     assert config["worker"]["shard_assignments"] == [0]
+    assert config["retention"]["audit_max_age"] is None  # unset: the janitor never prunes the audit log
     # The worker's rebalance-resume scanner, as the sharding guide's /admin/config shows it.
     assert {k: config["worker"][k] for k in config["worker"] if k.startswith("rebalance_")} == {
         "rebalance_resume_enabled": True,

@@ -101,12 +101,12 @@ def prune(
 ) -> None:
     """Delete the audit rows older than --older-than, oldest first, batch by batch until none
     older remains (admin; each batch that deletes is audited itself, audit.prune), with progress
-    on stderr. Harvest never prunes the audit log by itself: run this as your audit policy
-    says (cron), --dry-run first. On shards (over SQL with [shards], or HTTP to a sharded
-    server) every shard is pruned, one after the other, and the totals printed; a shard that
-    refuses or cannot be reached is named and the command exits with its code (1 when
-    unreached). Over HTTP the server prunes to the end and the CLI waits at least 300 s
-    (--http-timeout-secs for longer)."""
+    on stderr. The janitor prunes the audit log only with retention.audit_max_age set: else run
+    this as your audit policy says (cron), --dry-run first. On shards (over SQL with [shards],
+    or HTTP to a sharded server) every shard is pruned, one after the other, and the totals
+    printed; a shard that refuses or cannot be reached is named and the command exits with its
+    code (1 when unreached). Over HTTP the server prunes to the end and the CLI waits at least
+    300 s (--http-timeout-secs for longer)."""
     settings = http_selected(database_url)
     if settings is not None:
         data = _prune_over_http(settings, older_than, batch_size, dry_run, operator, output)

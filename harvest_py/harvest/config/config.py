@@ -111,6 +111,8 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("scheduler", "enabled"): bool,
     ("retention", "enabled"): bool,
     ("retention", "run_on"): str,
+    # The janitor's age for the audit log (WorkerOptions.audit_max_age): unset, never pruned.
+    ("retention", "audit_max_age"): str,
     **{key: int if t.integer else float for key, t in WORKER_KEYS.items() if key[0] == "retention"},
     ("shards", "default"): int,
     ("shards", "readable"): ShardList,
@@ -549,6 +551,9 @@ def worker_options(config: Config, **fixed: Any) -> WorkerOptions:
     resume = config.get("worker.rebalance_resume_enabled")
     if resume is not None and "rebalance_resume_enabled" not in fixed:
         values["rebalance_resume_enabled"] = resume
+    audit_max_age = config.get("retention.audit_max_age")
+    if audit_max_age is not None and "audit_max_age" not in fixed:
+        values["audit_max_age"] = audit_max_age
     assignments = config.get("worker.shard_assignments")
     if assignments is not None and "shard_assignments" not in fixed:
         values["shard_assignments"] = assignments

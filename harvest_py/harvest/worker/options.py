@@ -170,6 +170,11 @@ class WorkerOptions:
     run_worker: bool = True
     run_scanner: bool = True
     run_retention: bool | None = None
+    # The janitor's age for the audit log (config key retention.audit_max_age, a PostgreSQL
+    # interval such as "400 days"): each round deletes the audit rows older than that
+    # (harvest.prune_audit_log, batch after batch). None, the default: never, as the engine
+    # always did; prune it as your audit policy says (`harvest audit prune`).
+    audit_max_age: str | None = None
     # Hand a task a commit returned straight to a free slot (docs/workflows.md, Hand-off).
     hand_off: bool = True
     # Results, failures and heartbeat details larger than this fail the activity here, typed
@@ -197,6 +202,13 @@ class WorkerOptions:
     def __post_init__(self) -> None:
         for tunable in tunables():
             tunable.check(getattr(self, tunable.name))
+        if self.audit_max_age is not None and (
+            not isinstance(self.audit_max_age, str) or not self.audit_max_age.strip()
+        ):
+            raise InvalidArgument(
+                f"Worker(audit_max_age={self.audit_max_age!r}): allowed a PostgreSQL interval such as "
+                "'400 days', or None to never prune the audit log"
+            )
         if self.queues is not None:
             object.__setattr__(self, "queues", _queue_names(self.queues))
         object.__setattr__(self, "shard_assignments", parse_shard_assignments(self.shard_assignments))

@@ -334,6 +334,8 @@ class Worker:
                 "silence this warning"
             )
         self.retention_interval = options.retention_interval
+        self.audit_max_age = options.audit_max_age
+        self._audit_age_refused = False  # (a refused age is warned about once)
         self.relay_pump = relay_pump
         # Settles the moves a killed rebalancer left past their cutover (shards only).
         self.rebalance_resume = ResumeScanner(
@@ -1529,6 +1531,8 @@ class Worker:
                 keys = await lane.sql.prune_flow_keys()
                 if keys["deleted"]:
                     log.info("retention: deleted %d unused flow key row(s)", keys["deleted"])
+                if self.audit_max_age:  # retention.audit_max_age, configured or not
+                    await self._prune_audit_log(lane, self.audit_max_age)
                 # Batch after batch while rows remain; the prunes above and the seals' page below
                 # run once a round, not once a batch (behind a backlog a round is many batches).
                 while True:
@@ -1559,6 +1563,25 @@ class Worker:
                 if not lane.note_failure(exc, "retention"):
                     log.warning("retention run failed: %s", failure_reason(exc, lane.dsn))
             await self._passes_end(self.retention_interval)
+
+    async def _prune_audit_log(self, lane: ShardLane, age: str) -> None:
+        """The audit rows older than ``retention.audit_max_age`` deleted, batch after batch until
+        none older remains (a batch that deletes none while some remain: another prune holds
+        them). An age the database refuses is one warning naming the key; the round goes on."""
+        deleted = 0
+        try:
+            while True:
+                result = await lane.sql.prune_audit_log(age)
+                deleted += result["deleted"]
+                if not (result["deleted"] and result["remaining"]) or self._passes_ending.is_set():
+                    break
+        except InvalidArgument as exc:
+            (log.debug if self._audit_age_refused else log.warning)(
+                "retention: the audit log is not pruned: retention.audit_max_age %r: %s", age, exc
+            )
+            self._audit_age_refused = True
+        if deleted:
+            log.info("retention: deleted %d audit row(s) older than %s", deleted, age)
 
     async def _collect_seals(self, lane: ShardLane) -> None:
         """One page of the shard's MIGRATED seals past the window, each judged on the shard its

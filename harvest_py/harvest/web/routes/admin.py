@@ -142,6 +142,8 @@ async def config(call: Call, args: dict[str, Any], _: Any) -> Any:
         "retention": {
             "run_on": plan.run_on if plan else None,
             "runs_here": bool(plan and plan.retention.value),
+            # The janitor's age for the audit log (null: never pruned by the janitor).
+            "audit_max_age": state.config.get("retention.audit_max_age"),
         },
         "readiness": {"require_shard_readiness": bool(state.config.get("readiness.require_shard_readiness"))},
         "auth": {"unauthenticated_access": state.unauthenticated},
