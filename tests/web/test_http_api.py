@@ -1351,7 +1351,10 @@ def test_admin_config_reports_the_polled_and_declared_queues_and_their_source(db
         }
         assert config["role"] == "web"
         assert config["runtimes"]["worker.enabled"] == {"value": False, "source": "role web"}
-        assert config["retention"] == {"run_on": "scheduler", "runs_here": False}
+        assert config["retention"] == {"run_on": "scheduler", "runs_here": False, "audit_max_age": None}
+    # The janitor's age for the audit log, as configured (retention.audit_max_age).
+    with api_client(db, app=APP, env={"HARVEST_RETENTION__AUDIT_MAX_AGE": "400 days"}) as api:
+        assert api.get("/admin/config").json()["retention"]["audit_max_age"] == "400 days"
 
 
 def test_retention_on_a_web_replica_is_placed_elsewhere_and_run_now_is_503(db: str) -> None:
