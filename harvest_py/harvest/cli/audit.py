@@ -179,7 +179,7 @@ def prune_on_shard(
     """On one shard: how many rows are older (a dry run), or their deletion batch by batch until
     none older remains; a batch that deletes nothing while some remain (another prune holds
     them) ends it too, with what remains said."""
-    counted = sql.count_audit_log(older_than)
+    counted: dict[str, Any] = sql.count_audit_log(older_than)
     if dry_run:
         return counted
     deleted = batches = 0
