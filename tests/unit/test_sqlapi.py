@@ -124,6 +124,7 @@ ROW = {
     "request_id": 3,
     "expired": 0,
     "shard_id": 0,
+    "shards": [0, 1],
     "owner_mode": {},
     "residence": {},
     "schedule": {},
