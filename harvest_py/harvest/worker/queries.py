@@ -156,8 +156,9 @@ class QueryResponder:
                 current.set_attribute("harvest.update.outcome", outcome)
 
     async def _respond(self, request: dict[str, Any]) -> str | None:
-        """Answer one request; for an update, whether it was ``accepted`` or ``rejected``
-        (None: the answer failed and the request goes to the next claimer)."""
+        """Answer one request; for an update, whether it was ``accepted`` or ``rejected``, or
+        ``waiting`` for the run's first workflow task (None: the answer failed and the request
+        goes to the next claimer)."""
         w = self.worker
         request_id, kind, name = request["request_id"], request["kind"], request["name"]
         if request["workflow_name"] not in w.app.workflows:
@@ -289,7 +290,8 @@ class QueryResponder:
         """Park the request until the run's first workflow task completes
         (``wait_for_first_workflow_task``): out of every claim until a claim finds that task's
         decision or the run's end (this worker claims again soon: FIRST_TASK_RECHECK_SECS); the
-        caller's timeout bounds the wait."""
+        caller's timeout bounds the wait. ``waiting`` once parked (an update's validation span
+        ends so: the validation runs later, in a span of its own), else None."""
         w, request_id = self.worker, request["request_id"]
         try:
             status = await self.lane.sql.wait_for_first_workflow_task(request_id, w.worker_id)
@@ -308,7 +310,7 @@ class QueryResponder:
             request["execution_id"],
             "waits for it" if status == "waiting" else f"{status} again",
         )
-        return None
+        return "waiting" if status == "waiting" else None
 
     async def _reply(self, request: dict[str, Any], answer: Any, error: dict[str, Any] | None) -> None:
         w = self.worker
