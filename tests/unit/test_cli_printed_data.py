@@ -55,3 +55,15 @@ def test_an_events_tail_line_shows_an_encrypted_payload_by_what_it_is_on_one_lin
     assert "c2VjcmV0-bytes" not in _line(event, "json", None) and "c2VjcmV0LWJ5dGVz" in _line(
         event, "json", None
     )
+
+
+def test_a_command_s_text_view_prints_no_control_character_of_the_data(capsys) -> None:
+    """A text view composes lines of its own around free text (a pause's reason, a failure's
+    message in `harvest workflow stack`): an escape sequence in it reached the terminal raw."""
+    from harvest.cli.output import emit
+
+    emit({"reason": "ops\x1b[2J\rdone"}, "text", lambda d: f"paused: {d['reason']}\nnext line")
+    printed = capsys.readouterr().out
+    assert printed == "paused: ops\\x1b[2J\\rdone\nnext line\n", printed
+    emit({"reason": "ops\x1b"}, "json", lambda d: "unused")
+    assert "\\u001b" in capsys.readouterr().out  # JSON escapes it as JSON does

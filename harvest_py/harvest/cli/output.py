@@ -302,11 +302,13 @@ def mapping(data: dict[str, Any], keys: Sequence[str] | None = None) -> str:
 
 
 def emit(data: Any, output: str, render: Callable[[Any], str]) -> None:
-    """JSON as-is for --output json; otherwise the render(data) text."""
+    """JSON as-is for --output json; otherwise the render(data) text, its control characters
+    but newline and tab printed escaped (a reason or a failure's message a caller wrote must not
+    drive the terminal; a table's cells escape their newlines too)."""
     if output == "json":
         click.echo(to_json(data))
     else:
-        click.echo(render(data))
+        click.echo(escape_controls(render(data)))
 
 
 @contextlib.contextmanager
