@@ -54,6 +54,12 @@ def test_drain_finishes_in_flight_claims_nothing_new_and_stops(db: str, start_wo
             lambda: running.worker._stopping is not None and running.worker._stopping.is_set(),
             what="the worker to notice the drain",
         )
+        # A claim already in flight when it noticed may still claim (worker.py, _claims): under
+        # load one took the late run's task (CI 65e). The late run starts once none is in flight.
+        wait_until(
+            lambda: running.worker.claim_loop is not None and running.worker.claim_loop.done(),
+            what="the worker's claim loop to end",
+        )
         late = client.start_workflow(runs_slow, 3)
         time.sleep(0.5)
         gate.set()  # let the in-flight activities finish

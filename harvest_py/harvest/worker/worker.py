@@ -282,6 +282,7 @@ class Worker:
             policies.get("activities")
         )
         self._stopping = asyncio.Event()
+        self.claim_loop: asyncio.Task[None] | None = None  # (set by the run: _claims)
         # Set once run() has booted (Redis, the databases, their schema, the registration) and
         # started its loops: what a server running the worker beside it waits for before it
         # serves (config.process.WorkerBeside.started).
@@ -456,6 +457,7 @@ class Worker:
         worker, which the stop's release gives back (or, the database down, their leases
         expire), as it does a killed worker's."""
         claims = asyncio.create_task(self._claim_loop(), name="claim-loop")
+        self.claim_loop = claims  # (done: no claim of this worker is in flight any more)
         stop = asyncio.create_task(self._stopping.wait(), name="stop-requested")
         try:
             await asyncio.wait({claims, stop}, return_when=asyncio.FIRST_COMPLETED)
