@@ -79,7 +79,9 @@ class _AuditSql(_CountingSql):
         super().__init__(worker, batches)
         self.audit, self.ages = audit, list[str]()
 
-    async def prune_audit_log(self, older_than: str) -> dict[str, Any]:
+    async def prune_audit_log(
+        self, older_than: str, batch_size: int = 10_000, operator: str | None = None
+    ) -> dict[str, Any]:
         self.calls["prune_audit_log"] += 1
         self.ages.append(older_than)
         deleted, remaining = self.audit.pop(0)
@@ -112,7 +114,9 @@ def test_an_age_the_database_refuses_is_a_warning_and_the_rest_of_the_round_runs
     naming the key, not the debug line of retention not configured, and runs still pruned."""
 
     class _Refusing(_AuditSql):
-        async def prune_audit_log(self, older_than: str) -> dict[str, Any]:
+        async def prune_audit_log(
+        self, older_than: str, batch_size: int = 10_000, operator: str | None = None
+    ) -> dict[str, Any]:
             self.calls["prune_audit_log"] += 1
             raise InvalidArgument("audit log max age 00:00:00 must be positive")
 

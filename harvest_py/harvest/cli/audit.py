@@ -179,25 +179,15 @@ def prune_on_shard(
     """On one shard: how many rows are older (a dry run), or their deletion batch by batch until
     none older remains; a batch that deletes nothing while some remain (another prune holds
     them) ends it too, with what remains said."""
+    from harvest.db.audit_prune import prune_audit_log_steps
+    from harvest.db.steps import run_steps
+
     counted: dict[str, Any] = sql.count_audit_log(older_than)
     if dry_run:
         return counted
-    deleted = batches = 0
     label = f"shard {shard}: deleting audit rows older than {older_than}"
     with progress(counted["older"], label, enabled=output != "json" and counted["older"] > 0) as bar:
-        while True:  # (one batch at least: a prune that names an operator is audited, 0 or not)
-            result = sql.prune_audit_log(older_than, batch_size, operator)
-            batches += 1
-            deleted += result["deleted"]
-            bar.update(result["deleted"])
-            if result["remaining"] == 0 or result["deleted"] == 0:
-                break
-    return {
-        "deleted": deleted,
-        "batches": batches,
-        "remaining": result["remaining"],
-        "cutoff": result["cutoff"],
-    }
+        return run_steps(prune_audit_log_steps(older_than, batch_size, operator, on_batch=bar.update), sql)
 
 
 def _render(d: dict[str, Any]) -> str:

@@ -1570,13 +1570,13 @@ class Worker:
         """The audit rows older than ``retention.audit_max_age`` deleted, batch after batch until
         none older remains (a batch that deletes none while some remain: another prune holds
         them). An age the database refuses is one warning naming the key; the round goes on."""
+        from harvest.db.audit_prune import prune_audit_log_steps
+        from harvest.db.steps import arun_steps
+
         deleted = 0
         try:
-            while True:
-                result = await lane.sql.prune_audit_log(age)
-                deleted += result["deleted"]
-                if not (result["deleted"] and result["remaining"]) or self._passes_ending.is_set():
-                    break
+            steps = prune_audit_log_steps(age, stop=self._passes_ending.is_set)
+            deleted = (await arun_steps(steps, lane.sql))["deleted"]
         except InvalidArgument as exc:
             (log.debug if self._audit_age_refused else log.warning)(
                 "retention: the audit log is not pruned: retention.audit_max_age %r: %s", age, exc

@@ -388,30 +388,19 @@ async def audit_prune(call: Call, args: dict[str, Any], data: dict[str, Any]) ->
     """`harvest audit prune` in the server: on every readable shard, the audit rows older than
     older_than deleted batch by batch until none older remains (each deleting batch audited,
     audit.prune), or their count (dry_run); the totals as the CLI over SQL prints them."""
+    from harvest.db.audit_prune import BATCH_SIZE, prune_audit_log_steps
+    from harvest.db.steps import arun_steps
     from harvest.shard.fanout import audit_prune_totals
 
     older_than = data["older_than"]
     operator = data.get("operator_id") or call.operator_id
     dry_run = bool(data.get("dry_run"))
-    batch_size = data.get("batch_size") or 10_000
+    batch_size = data.get("batch_size") or BATCH_SIZE
 
     async def on(sql: Any) -> dict[str, Any]:
-        counted: dict[str, Any] = await sql.count_audit_log(older_than)
-        if dry_run:
-            return counted
-        deleted = batches = 0
-        while True:  # (one batch at least: a prune that names an operator is audited, 0 or not)
-            result = await sql.prune_audit_log(older_than, batch_size, operator)
-            batches += 1
-            deleted += result["deleted"]
-            if result["remaining"] == 0 or result["deleted"] == 0:
-                break
-        return {
-            "deleted": deleted,
-            "batches": batches,
-            "remaining": result["remaining"],
-            "cutoff": result["cutoff"],
-        }
+        if dry_run:  # (the count only a dry run answers: no progress bar here to size)
+            return cast("dict[str, Any]", await sql.count_audit_log(older_than))
+        return await arun_steps(prune_audit_log_steps(older_than, batch_size, operator), sql)
 
     # Each shard's prune to its end: never cut off by shard_timeout part way.
     done = await call.each_shard_write(on, "nothing was pruned", bounded=False)
