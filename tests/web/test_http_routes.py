@@ -565,6 +565,7 @@ def test_each_new_route_refuses_a_scope_below_its_own(db: str, tokens: dict[str,
         ("DELETE", "/admin/rate-limits/x/override", None, "admin"),
         ("POST", "/workers/nobody/drain", {}, "admin"),
         ("POST", "/admin/retention/run-now", {"dry_run": True}, "admin"),
+        ("POST", "/admin/audit/prune", {"older_than": "400 days", "dry_run": True}, "admin"),
     ]
     below = {"operate": "read", "admin": "operate"}
     with api_client(db, profile="production") as api:
