@@ -372,11 +372,11 @@ DECLARE
     v_status text;
     v_request harvest.query_requests;
 BEGIN
-    -- The run's row before the request's, as accept_update locks them.
+    -- (No lock on the run's row: a first decision that commits after this read is found by the
+    -- next claim of the queue, which sets the parked request pending again.)
     SELECT e.status INTO v_status
     FROM harvest.query_requests AS r JOIN harvest.executions AS e ON e.id = r.execution_id
-    WHERE r.id = p_request_id
-    FOR SHARE OF e;
+    WHERE r.id = p_request_id;
     v_request := harvest._claimed_request(p_request_id, p_worker_id, NULL);
     IF v_request.id IS NULL THEN
         RETURN NULL;
