@@ -452,7 +452,7 @@ def test_an_old_worker_restarting_does_not_declare_its_schedule_over_the_new_one
     assert nightly(db) == (None, 3600, [2])
     # The boot says so: a deploy that means to go back to a replaced spec must be told.
     warned = [r.getMessage() for r in caplog.records if "a later change replaced" in r.getMessage()]
-    assert len(warned) == 1 and "'nightly'" in warned[0] and "every 3600 s" in warned[0], warned
+    assert len(warned) == 1 and "'nightly'" in warned[0] and "every 3600s -> " in warned[0], warned
     assert "harvest schedule update nightly" in warned[0], warned
     with psycopg.connect(db, autocommit=True) as conn:
         kept = conn.execute(

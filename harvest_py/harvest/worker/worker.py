@@ -61,7 +61,7 @@ from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
 from harvest.declare.definitions import App, require_app
-from harvest.declare.schedules import schedule_specs
+from harvest.declare.schedules import describe_row, schedule_specs
 from harvest.shard.rebalance import ResumeScanner
 from harvest.shard.relay_pump import RelayPump
 from harvest.shard.router import ShardRouter, rendezvous
@@ -135,12 +135,6 @@ def _retrieved(call: asyncio.Future[Any]) -> None:
     """A background call's outcome, read (its failure is not asyncio's to report at exit)."""
     if not call.cancelled():
         call.exception()
-
-
-def _spec_summary(spec: dict[str, Any]) -> str:
-    """A schedule spec's timing and target in a few words: ``cron 0 * * * * -> report``."""
-    timing = f"cron {spec['cron']}" if spec.get("cron") else f"every {spec.get('interval_secs')} s"
-    return f"{timing} -> {spec.get('workflow_name')}"
 
 
 def _key(task: dict[str, Any]) -> tuple[int, int, int]:
@@ -576,7 +570,7 @@ class Worker:
                     "update %s` with it",
                     kept["name"],
                     where,
-                    _spec_summary(kept["current"]),
+                    f"{describe_row(kept['current'])} -> {kept['current']['workflow_name']}",
                     kept["name"],
                 )
         if self.router is not None:
