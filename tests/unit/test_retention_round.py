@@ -115,8 +115,8 @@ def test_an_age_the_database_refuses_is_a_warning_and_the_rest_of_the_round_runs
 
     class _Refusing(_AuditSql):
         async def prune_audit_log(
-        self, older_than: str, batch_size: int = 10_000, operator: str | None = None
-    ) -> dict[str, Any]:
+            self, older_than: str, batch_size: int = 10_000, operator: str | None = None
+        ) -> dict[str, Any]:
             self.calls["prune_audit_log"] += 1
             raise InvalidArgument("audit log max age 00:00:00 must be positive")
 
