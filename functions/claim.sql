@@ -887,15 +887,17 @@ AS $$
 $$;
 
 -- An activity's options as the worker receives them: less the keys only the engine reads
--- (the retry policy, the other timeouts, priority, dead letter, the admission gates' limits,
+-- (the retry policy, schedule_to_close, priority, dead letter, the admission gates' limits,
 -- fairness, a DAG task's name), so the keys the worker reads stay: start_to_close (its
--- deadline), traceparent (its span), concurrency_key and rate_limit (a gated task's end
--- claims again), and any key added later, which reaches the worker unless listed here.
+-- deadline), heartbeat_timeout when set (how often ctx.heartbeat's background sends go out;
+-- a null one is dropped), traceparent (its span), concurrency_key and rate_limit (a gated
+-- task's end claims again), and any key added later, which reaches the worker unless listed here.
 CREATE OR REPLACE FUNCTION harvest._worker_options(p_options jsonb)
 RETURNS jsonb
 LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT p_options - '{retry,priority,dead_letter,heartbeat_timeout,schedule_to_close,max_concurrent,priority_aging_secs,fairness_key,dag_node}'::text[];
+    SELECT p_options - '{retry,priority,dead_letter,schedule_to_close,max_concurrent,priority_aging_secs,fairness_key,dag_node}'::text[]
+        - CASE WHEN p_options -> 'heartbeat_timeout' = 'null'::jsonb THEN 'heartbeat_timeout' ELSE '' END;
 $$;
 
 -- A claimed or handed task as the worker receives it (_worker_task), from its row and its run's.

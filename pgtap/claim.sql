@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(176);
+SELECT plan(177);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -603,7 +603,7 @@ CREATE FUNCTION pg_temp.worker_form(c jsonb) RETURNS jsonb LANGUAGE sql AS $$
     SELECT CASE WHEN (c ->> 'kind') = 'workflow'
         THEN c - '{seq,activity_name,input,options,attempt,lease_expires_at,heartbeat_details}'::text[]
         ELSE (c - '{lease_expires_at,new_events,new_events_after,owner_epoch}'::text[])
-             || jsonb_build_object('options', (c -> 'options') - 'heartbeat_timeout' - 'priority')
+             || jsonb_build_object('options', (c -> 'options') - 'priority')
         END;
 $$;
 SELECT harvest.start_workflow('tfw_wf', '[5]', 'tfw', 'tfw_q');
@@ -628,7 +628,8 @@ SELECT is((SELECT array_agg(k ORDER BY k) FROM tfw_act AS c, jsonb_object_keys(p
           '... an activity task''s keys: no lease expiry, no new events');
 SELECT is((SELECT harvest._task_for_worker(t, e, 'w-tfw') -> 'options' FROM harvest.tasks AS t
            JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.id = (SELECT task_id FROM tfw_act)),
-          '{"start_to_close": 7}'::jsonb, '... its options: those the worker reads (start_to_close), not the engine''s');
+          '{"start_to_close": 7, "heartbeat_timeout": 3}'::jsonb,
+          '... its options: those the worker reads (start_to_close, heartbeat_timeout), not the engine''s');
 -- _worker_options: an activity's options less the keys only the engine reads; the keys the
 -- worker reads, and any other, stay.
 SELECT is(harvest._worker_options('{"start_to_close": 300, "schedule_to_close": null, "heartbeat_timeout": null,
@@ -640,6 +641,9 @@ SELECT is(harvest._worker_options('{"start_to_close": 5, "traceparent": "00-ab-c
           '{"start_to_close": 5, "traceparent": "00-ab-cd-01", "concurrency_key": "k",
             "rate_limit": {"limit": 5, "period": 1}, "someday": 1}'::jsonb,
           '_worker_options(): the deadline, the trace, the gates'' keys the worker reads, and unknown keys stay');
+SELECT is(harvest._worker_options('{"start_to_close": 60, "heartbeat_timeout": 0.5, "schedule_to_close": 90}'),
+          '{"start_to_close": 60, "heartbeat_timeout": 0.5}'::jsonb,
+          '_worker_options(): a heartbeat_timeout set stays (ctx.heartbeat''s sends are timed by it)');
 SELECT is(harvest._worker_options('{}'), '{}'::jsonb, '_worker_options() of none: none');
 -- _worker_task: the wire form from the columns (what complete_activities_with_claim sends a
 -- claimed task as), the same as _task_for_worker's from the rows.
@@ -659,7 +663,7 @@ SELECT is((SELECT to_jsonb(harvest._worker_activity(c.task_id, c.kind, c.executi
 SELECT is((SELECT (harvest._worker_activity(c.task_id, c.kind, c.execution_id, c.workflow_name, c.workflow_id,
               c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token, c.heartbeat_details)).options
            FROM tfw_act AS c),
-          '{"start_to_close": 7}'::jsonb, '... its options field: those the worker reads (_worker_options)');
+          '{"start_to_close": 7, "heartbeat_timeout": 3}'::jsonb, '... its options field: those the worker reads (_worker_options)');
 SELECT is((SELECT to_jsonb(harvest._activity_for_worker(t, e)) FROM harvest.tasks AS t
            JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.id = (SELECT task_id FROM tfw_act)),
           (SELECT harvest._task_for_worker(t, e, 'w-tfw') FROM harvest.tasks AS t

@@ -21,6 +21,7 @@ from harvest.db.resend import RefusedOnResend, resend_lost
 from harvest.telemetry import tracing
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.decide_ahead import decide_ahead
+from harvest.worker.heartbeats import Beats, send_interval
 from harvest.worker.lanes import lane_of
 from harvest.worker.workflows import makes_nothing_due_later
 
@@ -59,6 +60,7 @@ class ActivityContext:
         self.queue = task["queue"]
         self.heartbeat_details = task.get("heartbeat_details")
         self.cancel_requested = False
+        self._beats: Beats | None = None  # (the first ctx.heartbeat of an async def activity makes it)
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:
@@ -102,13 +104,22 @@ class ActivityContext:
         return CompleteAsync(self.task_token)
 
     async def aheartbeat(self, details: Any = None) -> bool:
-        """Extend the lease and record progress; returns True when cancellation was requested."""
+        """Extend the lease and record progress; returns True when cancellation was requested.
+        After ``ctx.heartbeat`` calls it first raises their unseen error, and sends after the
+        heartbeat in flight."""
         encoded = None if details is None else payload.encode(details)
-        encoded = await self._worker.payloads.encode(lane_of(self._task).sql, self.execution_id, encoded)
+        if self._beats is not None:
+            await self._beats.send_now(encoded)
+            return self.cancel_requested
+        return await self._send_heartbeat(encoded)
+
+    async def _send_heartbeat(self, encoded: Any) -> bool:
+        """Send one heartbeat with ``encoded`` details (None: keep the stored ones)."""
+        sql, task = lane_of(self._task).sql, self._task
+        encoded = await self._worker.payloads.encode(sql, self.execution_id, encoded)
         payload.check_size(
             encoded, f"the heartbeat details of activity {self.activity_name}", self._worker.max_payload_bytes
         )
-        sql, task = lane_of(self._task).sql, self._task
         self.cancel_requested = await resend_lost(
             lambda: sql.heartbeat_activity(task["task_id"], task["fencing_token"], encoded),
             f"a heartbeat of activity {self.activity_name} (task {task['task_id']})",
@@ -116,15 +127,32 @@ class ActivityContext:
         return self.cancel_requested
 
     def heartbeat(self, details: Any = None) -> bool:
-        """Heartbeat from a plain ``def`` activity running in the worker's thread pool."""
+        """Heartbeat without awaiting. From a plain ``def`` activity (the worker's thread pool)
+        it sends and returns the answer. From an ``async def`` one it records the details and
+        returns at once what is known (``cancel_requested``); they are sent in the background,
+        coalesced and throttled (worker/heartbeats.py), and a failed send raises here next time
+        (or fails the attempt when it returns)."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self._loop:
-            raise RuntimeError("in an async activity use `await ctx.aheartbeat(...)`")
+            beats = self._beats
+            if beats is None:
+                beats = self._beats = Beats(self._send_heartbeat, send_interval(self._heartbeat_timeout()))
+            beats.beat(None if details is None else payload.encode(details))
+            return self.cancel_requested
         future = asyncio.run_coroutine_threadsafe(self.aheartbeat(details), self._loop)
         return future.result()
+
+    def _heartbeat_timeout(self) -> float | None:
+        """This attempt's heartbeat_timeout: its options' (a database whose function files are
+        older sends none: the activity's declared one then)."""
+        options = self._task.get("options") or {}
+        if "heartbeat_timeout" in options:
+            return options["heartbeat_timeout"]  # type: ignore[no-any-return]
+        definition = self._worker.app.find_activity(self.activity_name)
+        return None if definition is None else definition.heartbeat_timeout
 
     async def arecord_llm_call(
         self,
@@ -256,6 +284,10 @@ def _typed(exc: BaseException) -> ActivityFailure:
     return ActivityFailure.from_exception(exc)
 
 
+def _attempt_name(task: dict[str, Any]) -> str:
+    return f"activity {task['activity_name']} (task {task['task_id']}, attempt {task['attempt']})"
+
+
 def _already_recorded(task: dict[str, Any], what: str) -> None:
     """A report sent again after its connection failed (db/resend.py) was refused: the first
     send had recorded it, or the lease passed meanwhile. Nothing is left to do."""
@@ -375,7 +407,14 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         deadline = None if timeout is None else loop.time() + timeout
         try:
             if definition.is_async:
-                result = await _run_within(definition.fn(ctx, *args, **kwargs), deadline)
+                try:
+                    result = await _run_within(definition.fn(ctx, *args, **kwargs), deadline)
+                except BaseException as raised:
+                    if ctx._beats is not None:  # (only after a ctx.heartbeat: no coroutine else)
+                        await ctx._beats.end(raised, _attempt_name(task))
+                    raise
+                if ctx._beats is not None:
+                    await ctx._beats.end(None, _attempt_name(task))  # raises an error it has not seen
             else:  # a thread, or a process: its first step hands the call over and suspends
                 result = await _run_within(worker.executors.run(definition, ctx, args, kwargs), deadline)
         except CompleteAsync:
