@@ -1,0 +1,156 @@
+"""harvest.worker.heartbeats: the background sends of an async activity's ``ctx.heartbeat``
+(the integration tests run them against a real worker: tests/integration/test_heartbeat_unawaited.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from harvest.core.errors import StaleTask
+from harvest.worker.heartbeats import MAX_INTERVAL, Beats, send_interval
+
+
+class Sends:
+    """A send that records its details and the most sends ever in flight at once; ``gate``
+    holds each send until it is set."""
+
+    def __init__(self, fail: Exception | None = None):
+        self.details: list = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail = fail
+
+    async def __call__(self, details):
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await self.gate.wait()
+            if self.fail is not None:
+                raise self.fail
+            self.details.append(details)
+        finally:
+            self.in_flight -= 1
+
+
+async def steps(n: int = 20) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_the_interval_is_half_the_heartbeat_timeout_at_most_30_s() -> None:
+    assert send_interval(0.6) == 0.3
+    assert send_interval(3600) == MAX_INTERVAL == 30.0
+    assert send_interval(None) == MAX_INTERVAL
+
+
+def test_calls_within_an_interval_coalesce_and_no_details_keep_the_latest() -> None:
+    async def main() -> list:
+        sends = Sends()
+        beats = Beats(sends, interval=60)
+        beats.beat({"n": 1})  # an idle start: sent at once
+        await steps()
+        for n in range(2, 50):
+            beats.beat({"n": n})
+        beats.beat(None)  # no new details: the pending ones stay
+        await steps()
+        assert sends.details == [{"n": 1}]  # the rest wait out the interval
+        await beats.end(RuntimeError("failed"), "test")  # a failure sends the pending details first
+        return sends.details
+
+    assert asyncio.run(main()) == [{"n": 1}, {"n": 49}]
+
+
+def test_a_completed_attempt_drops_its_pending_details_and_sends_nothing_after() -> None:
+    async def main() -> None:
+        sends = Sends()
+        beats = Beats(sends, interval=60)
+        beats.beat(1)
+        await steps()
+        beats.beat(2)
+        await beats.end(None, "test")
+        beats.beat(3)  # (a task the activity left behind calls on: recorded, never sent)
+        await steps()
+        assert sends.details == [1]
+
+    asyncio.run(main())
+
+
+def test_one_send_in_flight_and_aheartbeat_sends_after_it() -> None:
+    async def main() -> None:
+        sends = Sends()
+        beats = Beats(sends, interval=0)
+        sends.gate.clear()
+        beats.beat("a")
+        await steps()
+        assert sends.in_flight == 1
+        beats.beat("b")
+        now = asyncio.ensure_future(beats.send_now("c"))  # await ctx.aheartbeat("c")
+        await steps()
+        assert sends.in_flight == 1  # it waits for the send in flight
+        sends.gate.set()
+        await now
+        await steps()
+        await beats.end(None, "test")
+        assert sends.most_in_flight == 1
+        assert sends.details == ["a", "c"]  # "c" replaced the pending "b"
+
+    asyncio.run(main())
+
+
+def test_a_failed_send_raises_at_the_next_call_and_that_call_records_nothing() -> None:
+    async def main() -> None:
+        sends = Sends(fail=StaleTask("task 1 is no longer held by this worker"))
+        beats = Beats(sends, interval=0)
+        beats.beat("a")
+        await steps()
+        with pytest.raises(StaleTask, match="no longer held"):
+            beats.beat("b")
+        sends.fail = None
+        beats.beat("c")  # raised once: the next call sends again
+        await steps()
+        await beats.end(None, "test")
+        assert sends.details == ["c"]
+
+    asyncio.run(main())
+
+
+def test_an_error_the_activity_returned_without_seeing_is_raised_at_its_end() -> None:
+    async def main() -> None:
+        beats = Beats(Sends(fail=StaleTask("task 1 is no longer held by this worker")), interval=0)
+        beats.beat("a")
+        await steps()
+        with pytest.raises(StaleTask):
+            await beats.end(None, "test")
+
+    asyncio.run(main())
+
+
+def test_an_activity_s_own_error_stays_the_outcome_and_the_unseen_one_is_logged(caplog) -> None:
+    async def main() -> None:
+        beats = Beats(Sends(fail=StaleTask("task 1 is no longer held by this worker")), interval=0)
+        beats.beat("a")
+        await steps()
+        await beats.end(ValueError("its own"), "activity x")
+
+    asyncio.run(main())
+    assert "activity x: a heartbeat it sent without awaiting failed: task 1 is no longer held" in caplog.text
+
+
+def test_the_end_waits_for_a_send_in_flight_and_stops_a_waiting_sender() -> None:
+    async def main() -> None:
+        sends = Sends()
+        beats = Beats(sends, interval=3600)
+        sends.gate.clear()
+        beats.beat("a")
+        await steps()
+        ending = asyncio.ensure_future(beats.end(None, "test"))
+        await steps()
+        assert not ending.done()  # the send in flight is not cut
+        sends.gate.set()
+        await asyncio.wait_for(ending, 10)  # and the sender, waiting out its hour, is stopped
+        assert sends.details == ["a"]
+
+    asyncio.run(main())
