@@ -513,7 +513,8 @@ $$;
 -- THE cutover, one transaction on the source: under the execution's row lock,
 -- re-check quiescence and that the history is still the verified one (count,
 -- highest event id, digest), then seal the row MIGRATED with the forwarding
--- pointer, drop its task rows (the target holds them), 'verified' -> 'cut_over',
+-- pointer, drop its task rows (the target holds them), answer its open queries
+-- failed ExecutionMigrated (asked again where the run lives), 'verified' -> 'cut_over',
 -- and audit. A record that no longer matches (the run woke since) is declined:
 -- 'failed' with the reason, returned with cut_over false, so the run is moved
 -- later from its current history. Idempotent on a record already cut over.
@@ -527,6 +528,7 @@ DECLARE
     v_blockers text[];
     v_now jsonb;
     v_reason text;
+    v_request_id bigint;
 BEGIN
     IF v_migration.phase IN ('cut_over', 'completed') THEN
         RETURN to_jsonb(v_migration) || jsonb_build_object('cut_over', true);
@@ -562,6 +564,25 @@ BEGIN
     DELETE FROM harvest.tasks WHERE execution_id = v_execution.id;
     -- Its legal hold went with the copy: the seal keeps none (erasure judges the live run's).
     DELETE FROM harvest.legal_holds WHERE execution_id = v_execution.id;
+    -- Its open queries (pending, claimed, or waiting for the first workflow task; an update in
+    -- flight blocks the move) are not carried: answered now, failed ExecutionMigrated naming the
+    -- shard, so the caller asks again there (a client routed by id does so within its timeout)
+    -- instead of waiting out its timeout on the seal, or being answered from its stale copy.
+    FOR v_request_id IN
+        UPDATE harvest.query_requests AS r
+        SET status = 'failed', answer = NULL, claimed_by = NULL, lease_expires_at = NULL,
+            answered_at = harvest.now(),
+            error = jsonb_build_object('error_type', 'ExecutionMigrated', 'non_retryable', false,
+                'message', format('execution %s moved to shard %s before the %s was answered: ask again '
+                                  '(a call routed by the execution id follows the forwarding pointer)',
+                                  v_execution.id, v_migration.target_shard, r.kind),
+                'details', jsonb_build_object('reason', 'migrated', 'execution_id', v_execution.id,
+                                              'shard_id', v_migration.target_shard))
+        WHERE r.execution_id = v_execution.id AND r.status IN ('pending', 'running', 'waiting')
+        RETURNING r.id
+    LOOP
+        PERFORM harvest._notify_query_answer(v_request_id);
+    END LOOP;
     UPDATE harvest.shard_migrations SET phase = 'cut_over', updated_at = harvest.now()
     WHERE id = p_migration_id RETURNING * INTO v_migration;
     PERFORM harvest._audit('shard.rebalance.cut_over', v_migration.execution_id::text, p_operator_id,
@@ -828,8 +849,8 @@ COMMENT ON FUNCTION harvest.verify_migration IS
 '(verified_event_count), or failed on a mismatch. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.cut_over_migration IS
 'The one atomic cutover on the source: under the row lock re-check quiescence and the verified history, seal the '
-'run MIGRATED with its forwarding pointer, verified -> cut_over, audited; a stale record is declined (failed). For '
-'admins (role harvest_admin).';
+'run MIGRATED with its forwarding pointer, its open queries answered failed ExecutionMigrated (details.shard_id: ask '
+'again there), verified -> cut_over, audited; a stale record is declined (failed). For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.activate_migration IS
 'On the target after the cutover: the staged copy becomes RUNNING and its task rows are inserted; idempotent. '
 'Roles harvest_admin (rebalance) and harvest_worker (the resume scanner).';

@@ -8,7 +8,7 @@
 -- helpers _raise_migration, _lock_migration, _migration_json, _execution_json. One database plays
 -- the source (shard 0), then, emptied, the target (shard 1).
 BEGIN;
-SELECT plan(71);
+SELECT plan(75);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -216,6 +216,41 @@ SELECT is((harvest.complete_migration(pg_temp.mig('timer'), p_automatic => true)
 SELECT is((SELECT operator_id FROM harvest.audit_log WHERE operation = 'shard.rebalance.auto_resume'), 'system',
           'complete_migration(p_automatic): a shard.rebalance.auto_resume row by system');
 SELECT is((SELECT count(*) FROM harvest.list_migrations(ARRAY['open'])), 0::bigint, 'list_migrations(open): none open');
+
+-- A run asked a query before its first decision committed: the request waits for that decision
+-- (wait_for_first_workflow_task), the decision parks the run and the move cuts over before any
+-- claim of the queue woke the request; another query is still pending. The cutover answers both
+-- at once, failed ExecutionMigrated naming the shard, so the caller asks again where the run lives.
+SELECT harvest.start_workflow('rb_wf', '[]', 'asked', 'rq_asked');
+SELECT harvest.request_query(e.id, 'state') FROM harvest.executions AS e WHERE e.workflow_id = 'asked';
+SELECT request_id FROM harvest.claim_query_requests('qw', ARRAY['rq_asked']);
+SELECT harvest.wait_for_first_workflow_task(r.id, 'qw') FROM harvest.query_requests AS r WHERE r.queue = 'rq_asked';
+SELECT harvest.request_query(e.id, 'later') FROM harvest.executions AS e WHERE e.workflow_id = 'asked';
+DO $$
+DECLARE
+    t record;
+BEGIN
+    SELECT * INTO t FROM harvest.claim_tasks('w1', ARRAY['rq_asked'], 1, 30);
+    PERFORM harvest.complete_workflow_task(t.task_id, t.fencing_token, 1, '[]', 'w1');
+    INSERT INTO runs VALUES ('asked', t.execution_id);
+END;
+$$;
+SELECT harvest.begin_migration(pg_temp.parked('asked'), 1);
+SELECT harvest.set_migration_copied(pg_temp.mig('asked'));
+SELECT harvest.verify_migration(pg_temp.mig('asked'), harvest.history_digest(pg_temp.parked('asked')));
+SELECT results_eq($$SELECT name, status FROM harvest.query_requests WHERE queue = 'rq_asked' ORDER BY id$$,
+                  $$VALUES ('state'::text, 'waiting'::text), ('later', 'pending')$$,
+                  'a query waiting for the first workflow task and one pending, as the move begins');
+SELECT is((harvest.cut_over_migration(pg_temp.mig('asked')) ->> 'cut_over'), 'true',
+          'cut_over_migration(): a run with open queries is sealed (they do not block the move)');
+SELECT results_eq(
+    $$SELECT name, status, error ->> 'error_type', error #>> '{details,shard_id}', claimed_by, answered_at IS NOT NULL
+      FROM harvest.query_requests WHERE queue = 'rq_asked' ORDER BY id$$,
+    $$VALUES ('state'::text, 'failed'::text, 'ExecutionMigrated'::text, '1'::text, NULL::text, true),
+             ('later', 'failed', 'ExecutionMigrated', '1', NULL, true)$$,
+    'cut_over_migration(): the run''s open queries are answered at once, failed ExecutionMigrated naming its shard');
+SELECT is_empty($$SELECT 1 FROM harvest.claim_query_requests('qw', ARRAY['rq_asked'])$$,
+                'no claim answers a moved run''s query from the seal');
 
 -- The target: this database, emptied, becomes shard 1.
 DELETE FROM harvest.executions;

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from cross_shard_helpers import ShardWorker, enable_cross_shard_relays, shard_workers, wait_for
 from rebalance_helpers import RunningWorker, authoritative, park, row, scalar, signals, wait_until
 
-from harvest import App, ChildPlacement, Client, ExternalWorkflow, workflow
+from harvest import App, ChildPlacement, Client, ExternalWorkflow, query, workflow
 from harvest.cli.main import main as cli
 from harvest.core.errors import ExecutionMigrated
 from harvest.core.ids import shard_of
@@ -57,7 +57,18 @@ async def signals_remote(ctx, target: str) -> str:
     return "sent"
 
 
-APP = App(workflows=[parked, waits_for_go, awaits_remote_child, signals_remote])
+@workflow
+async def queried(ctx, mode: str) -> object:
+    ctx.state["mode"] = mode
+    return await ctx.wait_for_signal("go")
+
+
+@query(workflow="queried")
+def mode(ctx) -> str:
+    return ctx.state["mode"]
+
+
+APP = App(workflows=[parked, waits_for_go, awaits_remote_child, signals_remote, queried], queries=[mode])
 
 
 def _pools(shards) -> ShardPools:
@@ -627,3 +638,41 @@ def test_a_moved_quota_run_keeps_each_shards_dead_letter_figure(shards) -> None:
     _park_activity(shards.dsns[1], moving, 2)
     assert _dead_letter_figure(shards.dsns[0], "tenant") == (1, 1)
     assert _dead_letter_figure(shards.dsns[1], "tenant") == (1, 1)
+
+
+def test_a_query_waiting_on_the_source_when_the_run_moves_is_answered_where_it_lives(shards) -> None:
+    """The cutover answers the run's open queries failed ExecutionMigrated (naming the shard), and
+    the client, routed by the id, asks again there within its timeout: no wait on the seal."""
+    with RunningWorker(APP, shards.dsns[0]), Client(shards.dsns[0]) as client:
+        execution_id = client.start_workflow(queried, "asked", workflow_id="rb-queried").execution_id
+        wait_until(lambda: _parked_on(shards.dsns[0], execution_id, None), what="park")
+    outcome: list[object] = []
+
+    def ask(client: Client) -> None:
+        try:
+            outcome.append(client.get_handle(execution_id).query("mode", timeout=20))
+        except Exception as exc:
+            outcome.append(exc)
+
+    pending = "SELECT count(*) FROM harvest.query_requests WHERE status = 'pending'"
+    with _pools(shards) as pools, Client(shards=pools) as client:
+        asker = threading.Thread(target=ask, args=(client,))
+        asker.start()
+        # No worker polls shard 0 any more: the query waits there while the run moves.
+        wait_until(lambda: scalar(shards.dsns[0], pending) == 1, what="the query pending on shard 0")
+        with _pools(shards) as mover:
+            assert Rebalancer(mover, 0, 1).move(execution_id).outcome == "moved"
+        with RunningWorker(APP, shards.dsns[1]):
+            asker.join(30)
+    assert outcome == ["asked"], outcome
+    assert (
+        scalar(
+            shards.dsns[0],
+            "SELECT error ->> 'error_type' || ' ' || (error #>> '{details,shard_id}') "
+            "FROM harvest.query_requests",
+        )
+        == "ExecutionMigrated 1"
+    ), "the source's request was answered by the move, naming the shard"
+    assert (
+        scalar(shards.dsns[1], "SELECT count(*) FROM harvest.query_requests WHERE status = 'completed'") == 1
+    )

@@ -25,6 +25,7 @@ from harvest.client.outage import Outage
 from harvest.core import payload
 from harvest.core.durations import Duration, parse_duration
 from harvest.core.errors import (
+    ExecutionMigrated,
     InvalidArgument,
     NotFound,
     QueryFailed,
@@ -79,6 +80,22 @@ def _settled(row: dict[str, Any], wait: str) -> bool:
 
 def _what(row: dict[str, Any]) -> str:
     return f"{row['kind']} {row['name']!r} on execution {row['execution_id']}"
+
+
+def _refuse_moved(row: dict[str, Any]) -> None:
+    """A request the run's move answered (``harvest.cut_over_migration`` fails the open queries
+    of a run it seals, ExecutionMigrated naming the shard): raised as a seal's HR013 is, so a
+    call routed by the execution id asks again where the run lives, within the same timeout."""
+    error = row.get("error") or {}
+    if row["status"] != "failed" or error.get("error_type") != "ExecutionMigrated":
+        return
+    details = error.get("details") or {}
+    raise ExecutionMigrated(
+        f"{_what(row)}: {error.get('message', 'the run moved')}",
+        details.get("reason", "migrated"),
+        str(row["execution_id"]),
+        details.get("shard_id"),
+    )
 
 
 def _outcome(row: dict[str, Any], result_type: Any) -> Any:
@@ -162,12 +179,19 @@ def _first_task_wait(row: dict[str, Any]) -> str:
 
 
 def _answer(
-    submit: Steps[int], wait: str, timeout: float, what: str, payloads: Any = None
+    submit: Steps[int],
+    wait: str,
+    timeout: float,
+    what: str,
+    payloads: Any = None,
+    deadline: float | None = None,
 ) -> Steps[dict[str, Any]]:
     """Submit the request (``submit`` yields its calls and returns the request id), then
     re-read its row whenever its id is notified (or every _RECHECK_SECS) until it settles.
-    The one wait loop of both clients (harvest.db.steps); the timeout runs from now."""
-    return _answer_steps(submit, wait, time.monotonic() + timeout, timeout, what, payloads)
+    The one wait loop of both clients (harvest.db.steps); the timeout runs from now, or
+    until ``deadline`` (a request asked again where a moved run lives keeps the first's)."""
+    deadline = time.monotonic() + timeout if deadline is None else deadline
+    return _answer_steps(submit, wait, deadline, timeout, what, payloads)
 
 
 def _read_request(request_id: int, wait: str, payloads: Any) -> Steps[tuple[dict[str, Any], bool]]:
@@ -211,6 +235,7 @@ def _answer_steps(
         outage.ended()
         row = latest
         if settled:
+            _refuse_moved(row)
             return row
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -289,7 +314,9 @@ def _argument(client: Any, arg: Any, kind: str, name: str) -> Any:
 
 # The steps of each operation, shared by the sync and the asyncio functions below; the
 # arguments are checked here, before any connection is opened.
-def _query_steps(client: Any, execution_id: str, name: str, arg: Any, timeout: Any) -> Steps[dict[str, Any]]:
+def _query_steps(
+    client: Any, execution_id: str, name: str, arg: Any, timeout: Any, deadline: float | None = None
+) -> Steps[dict[str, Any]]:
     secs, policy = seconds(timeout), payload_policy.of(client)
     encoded = _argument(client, arg, "query", name)
     return _answer(
@@ -298,11 +325,19 @@ def _query_steps(client: Any, execution_id: str, name: str, arg: Any, timeout: A
         secs,
         f"query {name!r} on execution {execution_id}",
         payload_policy.of(client),
+        deadline,
     )
 
 
 def _update_steps(
-    client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any, update_id: str | None
+    client: Any,
+    execution_id: str,
+    name: str,
+    arg: Any,
+    wait: str,
+    timeout: Any,
+    update_id: str | None,
+    deadline: float | None = None,
 ) -> Steps[dict[str, Any]]:
     secs, wait, policy = seconds(timeout), check_wait(wait), payload_policy.of(client)
     encoded = _argument(client, arg, "update", name)
@@ -314,6 +349,7 @@ def _update_steps(
         secs,
         f"update {name!r} on execution {execution_id}",
         payload_policy.of(client),
+        deadline,
     )
 
 
@@ -330,18 +366,19 @@ def _update_with_start_steps(
     )
 
 
-def _steps_per_attempt(make: Any) -> Any:
-    """``make()`` now (its arguments are checked before any connection is opened), then a
-    fresh one for each further attempt."""
-    pending = [make()]
-    return lambda: pending.pop() if pending else make()
+def _steps_per_attempt(make: Any, deadline: float) -> Any:
+    """``make(deadline)`` now (its arguments are checked before any connection is opened), then
+    a fresh one for each further attempt, each waiting until the one ``deadline``."""
+    pending = [make(deadline)]
+    return lambda: pending.pop() if pending else make(deadline)
 
 
 def _listen_where_it_lives(client: Any, execution_id: str, make: Any, timeout: Any) -> Any:
     """Drive the steps on the shard ``execution_id`` lives on: its id's shard, then a rebalance's
     forwarding pointer (a seal refuses the request with HR013 before anything is written, and
     the request is made afresh there), woken by the client's one LISTEN connection there."""
-    target, steps, deadline = client._target, _steps_per_attempt(make), _deadline(timeout)
+    target, deadline = client._target, _deadline(timeout)
+    steps = _steps_per_attempt(make, deadline)
     return target.follow(execution_id, lambda shard: _listen_on(client, shard, steps(), deadline))
 
 
@@ -360,7 +397,8 @@ def _listen_on(client: Any, shard: int, steps: Steps[dict[str, Any]], deadline: 
 
 def _alisten_where_it_lives(client: Any, execution_id: str, make: Any, timeout: Any) -> Any:
     """:func:`_listen_where_it_lives` under asyncio (an awaitable)."""
-    target, steps, deadline = client._target, _steps_per_attempt(make), _deadline(timeout)
+    target, deadline = client._target, _deadline(timeout)
+    steps = _steps_per_attempt(make, deadline)
     return target.follow(execution_id, lambda shard: _alisten_on(client, shard, steps(), deadline))
 
 
@@ -379,7 +417,10 @@ async def _alisten_on(
 # ---------------------------------------------------------------------- the sync API
 def query(client: Any, execution_id: str, name: str, arg: Any, timeout: Any, result_type: Any) -> Any:
     row = _listen_where_it_lives(
-        client, execution_id, lambda: _query_steps(client, execution_id, name, arg, timeout), timeout
+        client,
+        execution_id,
+        lambda deadline: _query_steps(client, execution_id, name, arg, timeout, deadline),
+        timeout,
     )
     return _outcome(row, result_type)
 
@@ -406,7 +447,7 @@ def update(
     row = _listen_where_it_lives(
         client,
         execution_id,
-        lambda: _update_steps(client, execution_id, name, arg, wait, timeout, update_id),
+        lambda deadline: _update_steps(client, execution_id, name, arg, wait, timeout, update_id, deadline),
         timeout,
     )
     return _update_outcome(client, row, wait, result_type, UpdateHandle)
@@ -460,7 +501,10 @@ class UpdateHandle:
 # ---------------------------------------------------------------------- the asyncio API
 async def aquery(client: Any, execution_id: str, name: str, arg: Any, timeout: Any, result_type: Any) -> Any:
     row = await _alisten_where_it_lives(
-        client, execution_id, lambda: _query_steps(client, execution_id, name, arg, timeout), timeout
+        client,
+        execution_id,
+        lambda deadline: _query_steps(client, execution_id, name, arg, timeout, deadline),
+        timeout,
     )
     return _outcome(row, result_type)
 
@@ -478,7 +522,7 @@ async def aupdate(
     row = await _alisten_where_it_lives(
         client,
         execution_id,
-        lambda: _update_steps(client, execution_id, name, arg, wait, timeout, update_id),
+        lambda deadline: _update_steps(client, execution_id, name, arg, wait, timeout, update_id, deadline),
         timeout,
     )
     return _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
