@@ -7,8 +7,11 @@ import threading
 import time
 
 import psycopg
+import pytest
 
 from harvest import App, Client, activity, workflow
+from harvest.db.sqlapi import AsyncSqlApi
+from harvest.worker import worker as worker_module
 
 gate = threading.Event()
 started: list[int] = []
@@ -93,3 +96,77 @@ def test_drain_finishes_in_flight_claims_nothing_new_and_stops(db: str, start_wo
     # A replacement worker picks up everything the drained one left.
     start_worker(app)
     assert [h.result(timeout=20) for h in [*handles, late]] == [10, 20, 30]
+
+
+@pytest.mark.parametrize("decides", [False, True], ids=["claim", "claim-that-decides"])
+def test_a_claim_in_flight_when_the_drain_is_noticed_starts_nothing_it_claimed(
+    db: str, start_worker, client: Client, monkeypatch, decides: bool
+) -> None:
+    """A claim that returns after the worker heard of its drain starts nothing: what it claimed
+    goes back with nothing spent (release_task; a claim that decides is rolled back), so the
+    drain claims nothing new. The claim is held in flight once the database has answered it,
+    until the worker has noticed the drain."""
+    held, release = threading.Event(), threading.Event()
+
+    async def hold(rows: list) -> None:
+        if rows and not held.is_set():  # the first claim that took something
+            held.set()
+            while not release.is_set():
+                await asyncio.sleep(0.02)
+
+    claim_tasks, claim_tasks_open = AsyncSqlApi.claim_tasks, worker_module.claim_tasks_open
+
+    async def held_claim(self, *args, **kwargs):
+        rows = await claim_tasks(self, *args, **kwargs)
+        await hold(rows)
+        return rows
+
+    async def held_open_claim(*args, **kwargs):
+        rows, claim = await claim_tasks_open(*args, **kwargs)
+        await hold(rows)
+        return rows, claim
+
+    monkeypatch.setattr(AsyncSqlApi, "claim_tasks", held_claim)
+    monkeypatch.setattr(worker_module, "claim_tasks_open", held_open_claim)
+    app = App(workflows=[runs_slow], activities=[slow])
+    running = start_worker(app, heartbeat_interval=0.2, shutdown_grace=30)
+    worker = running.worker
+    worker.claim_decides = decides
+    wait_until(worker.booted.is_set, what="the worker to boot")
+    late = client.start_workflow(runs_slow, 3)
+    wait_until(held.is_set, what="a claim holding the run's workflow task")
+    with psycopg.connect(db, autocommit=True) as conn:
+        drained = conn.execute(
+            "SELECT harvest.drain_worker(%s, NULL, 'test')", (worker.worker_id,)
+        ).fetchone()
+        assert drained[0]["outcome"] == "accepted"
+        wait_until(worker._stopping.is_set, what="the worker to notice the drain")
+        release.set()  # the claim returns now, after the drain was noticed
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT status FROM harvest.workers WHERE id = %s", (worker.worker_id,)
+                ).fetchone()[0]
+                == "stopped"
+            ),
+            what="status stopped",
+        )
+        events = conn.execute(
+            "SELECT event_type FROM harvest.events WHERE execution_id = %s ORDER BY event_id",
+            (late.execution_id,),
+        ).fetchall()
+        assert events == [("WorkflowStarted",)], "the drained worker ran the task its late claim took"
+        tasks = conn.execute(
+            "SELECT kind, status, lease_owner, attempt FROM harvest.tasks WHERE execution_id = %s",
+            (late.execution_id,),
+        ).fetchall()
+        # Handed back, unleased and due: a rolled back claim left no trace; release_task keeps a
+        # workflow task's count of claims, as the stop's release does (an activity's attempt it
+        # gives back).
+        assert tasks == [("workflow", "pending", None, 0 if decides else 1)], "handed back"
+    running._thread.join(20)
+    assert not running._thread.is_alive()
+    monkeypatch.undo()
+    start_worker(app)  # another worker takes it at once
+    gate.set()
+    assert late.result(timeout=20) == 30

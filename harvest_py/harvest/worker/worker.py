@@ -900,7 +900,7 @@ class Worker:
                 self._due_current.discard(lane.shard)
             for task in claimed:
                 task["_lane"] = lane
-                self._spawn(task)
+                self.run_claimed(task)  # (given back instead when the stop began meanwhile)
             lane.backlog = len(claimed) == want  # (see result_claim_limit)
             if len(claimed) == want:
                 await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
@@ -933,6 +933,9 @@ class Worker:
         claimed, claim = await claim_tasks_open(
             lane.sql, self.worker_id, self.queues, want, self.workflow_lease
         )
+        if self._stopping.is_set():  # the stop began while it was in flight: undone, nothing spent
+            await claim.rollback()
+            return []
         if len(claimed) == 1 and claimed[0]["kind"] == "workflow" and claimed[0]["owner_epoch"] is None:
             claimed[0]["_open_claim"] = claim
             # (a strong reference: the loop keeps only a weak one to a task)
@@ -979,6 +982,8 @@ class Worker:
         full = False
         for i in range(count):
             lane = lanes[(start + i) % count]
+            if self._stopping.is_set():  # a drain heard during the round: no shard is claimed after it
+                break
             if not lane.usable:
                 continue
             want = min(free, self.claim_batch)
@@ -1000,7 +1005,7 @@ class Worker:
                 self._due_current.discard(lane.shard)
             for task in claimed:
                 task["_lane"] = lane
-                self._spawn(task)
+                self.run_claimed(task)  # (given back instead when the stop began meanwhile)
             free -= len(claimed)
             if len(claimed) == want:
                 await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
@@ -1140,10 +1145,11 @@ class Worker:
         return self.concurrency - len(self._inflight) - self._reserved
 
     def run_claimed(self, task: dict[str, Any]) -> None:
-        """Run a task claimed by name (the Redis consumer) or with a batch of activity results
-        (worker/completions.py), its ``_lane`` set. One whose claim was in flight when the
-        stop began, and landed after, is given back at once instead (a stopping worker starts
-        no work it claimed; what a commit hands it still runs)."""
+        """Run a task claimed by the claim loop, by name (the Redis consumer) or with a batch of
+        activity results (worker/completions.py), its ``_lane`` set. One whose claim was in
+        flight when the stop began (a drain heard meanwhile), and landed after, is given back at
+        once instead (release_task: no attempt spent; a stopping worker starts no work it
+        claimed; what a commit hands it still runs). The check reads a flag, no database."""
         if self._stopping.is_set():
             self._give_back(task)
             return
