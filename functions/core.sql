@@ -771,8 +771,7 @@ DECLARE
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'execution % does not exist', p_execution_id
-            USING ERRCODE = 'HR002', HINT = 'list executions with harvest.list_executions()';
+        PERFORM harvest._execution_not_found(p_execution_id);  -- HR002 (retention.sql)
     END IF;
     RETURN v_execution;
 END;

@@ -13,7 +13,7 @@ DECLARE
 BEGIN
     SELECT * INTO v_row FROM harvest.executions WHERE id = p_execution_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'execution % does not exist', p_execution_id USING ERRCODE = 'HR002';
+        PERFORM harvest._execution_not_found(p_execution_id);  -- HR002 (retention.sql)
     END IF;
     RETURN v_row;
 END;
@@ -814,7 +814,7 @@ BEGIN
     END IF;
     SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'execution % does not exist', p_execution_id USING ERRCODE = 'HR002';
+        PERFORM harvest._execution_not_found(p_execution_id);  -- HR002 (retention.sql)
     END IF;
     SELECT max(ev.event_id) INTO v_last_task_event FROM harvest.events AS ev
     WHERE ev.execution_id = p_execution_id AND ev.event_type = 'WorkflowTaskCompleted';
@@ -1047,7 +1047,7 @@ BEGIN
     -- docs/performance.md, "One-item calls".)
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'execution % does not exist', p_execution_id USING ERRCODE = 'HR002';
+        PERFORM harvest._execution_not_found(p_execution_id);  -- HR002 (retention.sql)
     END IF;
     IF v_execution.status NOT IN ('RUNNING', 'PAUSED') THEN
         DELETE FROM harvest.result_waiters
@@ -1065,7 +1065,7 @@ BEGIN
     PERFORM pg_advisory_xact_lock_shared(1463896404, hashtext(p_execution_id::text));
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'execution % does not exist', p_execution_id USING ERRCODE = 'HR002';
+        PERFORM harvest._execution_not_found(p_execution_id);  -- HR002 (retention.sql)
     END IF;
     IF v_execution.status IN ('RUNNING', 'PAUSED') THEN
         INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)

@@ -60,8 +60,7 @@ BEGIN
                                    harvest._payload_limit());
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'execution % does not exist', p_execution_id
-            USING ERRCODE = 'HR002', HINT = 'list executions with harvest.list_executions()';
+        PERFORM harvest._execution_not_found(p_execution_id);  -- HR002 (retention.sql)
     END IF;
     PERFORM harvest._refuse_moved(v_execution, 'query');  -- a seal would answer from a stale copy
     v_queue := v_execution.queue;

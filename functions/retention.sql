@@ -59,6 +59,44 @@ EXCEPTION WHEN datetime_field_overflow THEN
 END;
 $$;
 
+-- An execution id that names no row here: HR002, saying what the database can tell of why. An
+-- id this shard minted (its first two bytes, _new_execution_id) at a time (its clock bytes)
+-- before the cutoff of the last retention sweep as configured now (last_run_at less max_age)
+-- may be a run retention deleted: the message says so and names the setting. Retention that
+-- never ran here deleted nothing: the id may be a workflow id. Else (an id minted after the
+-- cutoff, another shard's, no max_age now) both are possible and the hint lists both. One
+-- row read on an error path; the message holds the id and the setting, nothing else.
+CREATE OR REPLACE FUNCTION harvest._execution_not_found(p_execution_id uuid)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_hex text := replace(p_execution_id::text, '-', '');
+    v_clock bigint := ('x' || substring(v_hex FROM 5 FOR 12))::bit(48)::bigint;
+    v_config harvest.retention_config;
+BEGIN
+    SELECT * INTO v_config FROM harvest.retention_config AS c WHERE c.id;
+    IF v_config.last_run_at IS NULL THEN
+        RAISE EXCEPTION 'execution % does not exist', p_execution_id USING ERRCODE = 'HR002',
+            HINT = 'the id may be a workflow id, not an execution id: '
+                   'harvest.get_execution_by_workflow_id() finds a run by it';
+    END IF;
+    IF v_config.max_age IS NOT NULL
+       AND substring(v_hex FROM 1 FOR 4) = lpad(to_hex(harvest.get_shard_id()), 4, '0')
+       AND to_timestamp((((v_clock >> 16) << 12) | (v_clock & 4095)) / 1000.0)
+           < harvest._ago(v_config.last_run_at, v_config.max_age) THEN
+        RAISE EXCEPTION 'execution % does not exist: retention may have deleted it (retention max_age is %: '
+            'a run that ended longer ago is deleted, and this id was minted before the cutoff of its last sweep)',
+            p_execution_id, harvest._interval_text(v_config.max_age) USING ERRCODE = 'HR002',
+            HINT = 'harvest retention status shows the setting; harvest retention set --max-age keeps runs longer, '
+                   'a legal hold keeps one run';
+    END IF;
+    RAISE EXCEPTION 'execution % does not exist', p_execution_id USING ERRCODE = 'HR002',
+        HINT = 'the id may be a workflow id, not an execution id (harvest.get_execution_by_workflow_id() finds a '
+               'run by it), or the id of a run retention deleted (harvest retention status shows its max_age)';
+END;
+$$;
+
 -- Whether retention keeps an ended run past its window: a run under a legal hold (payloads.sql:
 -- what is held is preserved, the run and its history with its payloads, until an admin releases
 -- the hold), a run that continued as new while its successor is still here, and a cross-shard

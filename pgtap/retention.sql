@@ -3,9 +3,9 @@
 -- release_owed_child_ends, _owed_child_ends,
 -- and the worker registry rule: _prunable_workers, set_worker_retention, prune_workers;
 -- _interval_text, _ago, _retention_cutoff; prune_flow_keys (and its fold of quota_ended_bytes),
--- _flow_key_in_use.
+-- _flow_key_in_use; _execution_not_found (what HR002 says of an unknown execution id).
 BEGIN;
-SELECT plan(68);
+SELECT plan(75);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -39,6 +39,28 @@ INSERT INTO harvest.pending_starts (kind, workflow_name, gate_key, workflow_id, 
 VALUES ('throttle', 'rt_held', '', 'rt-held', 'rt_q',
         '[{"_harvest_ref": "00000000-0000-0000-0000-0000000000e1", "bytes": 6}]', '2029-01-01', '2029-01-01');
 
+-- An execution id of p_shard minted at p_at (as _new_execution_id mints one), and what HR002 says of it.
+CREATE FUNCTION pg_temp.minted_at(p_shard integer, p_at timestamptz) RETURNS uuid LANGUAGE sql AS $fn$
+    SELECT encode(substring(int4send(p_shard) FROM 3 FOR 2)
+                  || substring(int8send(harvest._id_clock_bits((extract(epoch FROM p_at) * 1000)::bigint)) FROM 3 FOR 6)
+                  || '\x8102030405060708'::bytea, 'hex')::uuid;
+$fn$;
+CREATE FUNCTION pg_temp.not_found(p_id uuid) RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_message text;
+    v_hint text;
+BEGIN
+    PERFORM harvest.get_execution(p_id);
+    RETURN 'found';
+EXCEPTION WHEN SQLSTATE 'HR002' THEN
+    GET STACKED DIAGNOSTICS v_message = MESSAGE_TEXT, v_hint = PG_EXCEPTION_HINT;
+    RETURN replace(v_message, p_id::text, '<id>') || ' | ' || v_hint;
+END;
+$fn$;
+SELECT is(pg_temp.not_found(pg_temp.minted_at(0, '2029-01-01')),
+          'execution <id> does not exist | the id may be a workflow id, not an execution id: '
+          'harvest.get_execution_by_workflow_id() finds a run by it',
+          '_execution_not_found(): retention never ran here: the id may be a workflow id, nothing of retention');
 SELECT throws_ok($$SELECT harvest.run_retention()$$, 'HR001', NULL, 'not configured: refused');
 SELECT throws_ok($$SELECT harvest.set_retention('-1 day')$$, 'HR001', NULL, 'a negative age is refused');
 SELECT throws_ok($$SELECT harvest.set_retention('100000 years')$$, 'HR001',
@@ -74,6 +96,29 @@ SELECT is((SELECT status FROM harvest.executions WHERE workflow_name = 'rt_wf'),
           'a running execution is never deleted, however old');
 SELECT is((SELECT count(*) FROM harvest.events e JOIN rt ON rt.id = e.execution_id WHERE rt.n <= 3), 0::bigint,
           'events go with their execution');
+SELECT is(pg_temp.not_found((SELECT id FROM rt WHERE n = 1)),
+          'execution <id> does not exist: retention may have deleted it (retention max_age is 30 days: a run that '
+          'ended longer ago is deleted, and this id was minted before the cutoff of its last sweep) | harvest '
+          'retention status shows the setting; harvest retention set --max-age keeps runs longer, a legal hold '
+          'keeps one run',
+          '_execution_not_found(): a run retention deleted: it may have, after retention max_age, named');
+SELECT throws_like(format('SELECT harvest.cancel_workflow(%L)', (SELECT id FROM rt WHERE n = 2)),
+                   '%does not exist: retention may have deleted it (retention max_age is 30 days%',
+                   '_execution_not_found(): the same for an act on the run (_lock_execution)');
+SELECT is(pg_temp.not_found(pg_temp.minted_at(0, '2029-12-15')),
+          'execution <id> does not exist | the id may be a workflow id, not an execution id '
+          '(harvest.get_execution_by_workflow_id() finds a run by it), or the id of a run retention deleted '
+          '(harvest retention status shows its max_age)',
+          '_execution_not_found(): an id minted after the last sweep''s cutoff: both are possible, both are said');
+SELECT throws_ok(format('SELECT harvest._execution_not_found(%L)', pg_temp.minted_at(0, '2029-12-15')), 'HR002',
+                 format('execution %s does not exist', pg_temp.minted_at(0, '2029-12-15')),
+                 '_execution_not_found(): HR002 (get_execution, _lock_execution and the other reads by id raise it)');
+SELECT is(pg_temp.not_found(pg_temp.minted_at(3, '2029-01-01')), pg_temp.not_found(pg_temp.minted_at(0, '2029-12-15')),
+          '_execution_not_found(): another shard''s id cannot be told: both');
+SELECT harvest.set_retention(NULL);
+SELECT is(pg_temp.not_found((SELECT id FROM rt WHERE n = 1)), pg_temp.not_found(pg_temp.minted_at(0, '2029-12-15')),
+          '_execution_not_found(): with no max_age now the cutoff is not known: both');
+SELECT harvest.set_retention('30 days', 2);
 SELECT ok((harvest.get_retention_status() ->> 'last_run_at') IS NOT NULL, 'the last run is recorded');
 SELECT is((SELECT array_agg(kind) FROM harvest.relays), ARRAY['external_signal'],
           'a relay to a deleted run goes, unless it is an external signal or cancel whose sender awaits it');

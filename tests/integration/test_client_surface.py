@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -164,6 +165,36 @@ def test_a_workflow_id_shaped_like_a_uuid_passed_as_the_execution_id_is_told_how
             assert hint in str(missing.value)
 
     asyncio.run(on_async())
+
+
+def test_a_run_retention_deleted_is_said_to_be_one_naming_the_setting(db: str) -> None:
+    """The NotFound of a run retention deleted says retention may have deleted it and names its
+    max_age (the id is one the shard minted before the last sweep's cutoff), with no hint that
+    it is a workflow id; an id the database cannot judge so lists both possibilities."""
+    with Client(db) as client:
+        run = client.start_workflow(waiter, workflow_id="kept-a-day")
+        run.terminate("done")
+        with psycopg.connect(db, autocommit=True) as conn:
+            later = (datetime.now(UTC) + timedelta(days=3)).isoformat()
+            conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (later,))
+            conn.execute("SELECT harvest.set_retention('1 day')")
+            assert conn.execute("SELECT harvest.run_retention()").fetchone()[0]["deleted"] >= 1
+        handle = client.get_handle(run.execution_id)
+        for call in (handle.describe, lambda: handle.signal("noise", 1), lambda: handle.result(timeout=1)):
+            with pytest.raises(NotFound) as gone:
+                call()
+            said = str(gone.value)
+            assert f"execution {run.execution_id} does not exist: retention may have deleted it" in said
+            assert "retention max_age is 1 day" in said and "harvest retention status" in said
+            assert "workflow id" not in said, (
+                "the id is one the shard minted: no hint that it is a workflow id"
+            )
+        key = str(uuid.uuid4())  # another shard's id as far as this one can tell: both are said
+        with pytest.raises(NotFound) as unknown:
+            client.get_handle(key).describe()
+        said = str(unknown.value)
+        assert "or the id of a run retention deleted (harvest retention status shows its max_age)" in said
+        assert f"get_handle(workflow_id={key!r})" in said
 
 
 def test_signal_answers_its_event_id_on_both_clients(db: str) -> None:

@@ -1154,11 +1154,15 @@ class _Handle:
         """A handle given an execution id whose run is not found: the id may be a workflow id
         shaped like a UUID (one that is not was refused at get_handle, saying so). Only a lookup
         by workflow id could tell, which no index serves (the executions' lead with
-        workflow_name) and an error path must not scan for: the NotFound always says how to look
-        a run up by its workflow id."""
+        workflow_name) and an error path must not scan for: the NotFound says how to look a run
+        up by its workflow id, unless the database said the id is one it minted before the
+        cutoff of a retention sweep (harvest._execution_not_found: its message says retention
+        may have deleted the run, and names the setting)."""
         given = self._given_id
         if getattr(exc, "broken_chain_last_run", None) is not None:
             return  # (the run was found, and its chain followed: the id is an execution id)
+        if "retention may have deleted it" in str(exc):
+            return
         # (The error names the run in canonical form; the hint, the id as it was given.)
         if given is not None and str(self.execution_id) in str(exc) and "workflow_id=" not in str(exc):
             hint = f"if {given!r} is a workflow id, not an execution id: get_handle(workflow_id={given!r})"
