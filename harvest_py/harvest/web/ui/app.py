@@ -53,7 +53,7 @@ from harvest.core.errors import (
 from harvest.core.ids import ROW_ID_MAX
 from harvest.db.connection import DatabaseError, database_error_message, failure_reason
 from harvest.db.pools import TRANSIENT
-from harvest.declare.schedules import OVERLAP_POLICIES
+from harvest.declare.schedules import OVERLAP_POLICIES, describe_row
 from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, WORKER_LIMIT_MAX, Merged, fan_out_async
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
@@ -599,10 +599,7 @@ class Dashboard:
         )
         if page.status == UNAVAILABLE:
             raise DatabaseUnavailable("no shard could be read; retry when one is up")
-        rows = [
-            {**row, "when": views.schedule_when(row), "upcoming": views.upcoming(row, 1)}
-            for row in page.value
-        ]
+        rows = [{**row, "when": describe_row(row), "upcoming": views.upcoming(row, 1)} for row in page.value]
         return self.render(
             request,
             "schedules.html",
@@ -636,7 +633,7 @@ class Dashboard:
             refresh=self._refresh(request),
             s=row,
             shard=shard,
-            when=views.schedule_when(row),
+            when=describe_row(row),
             upcoming=views.upcoming(row, 5),
             overlaps=OVERLAP_POLICIES,
             limit=limit,

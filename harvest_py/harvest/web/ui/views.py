@@ -283,13 +283,6 @@ def cut_tree(node: dict[str, Any], depth: int, level: int = 0) -> dict[str, Any]
 
 
 # -- schedules -----------------------------------------------------------------------------------
-def schedule_when(row: dict[str, Any]) -> str:
-    """A schedule's cron (with its zone) or interval, as ``harvest schedule list`` says it."""
-    if row.get("cron"):
-        return f"cron {row['cron']} {row.get('timezone') or 'UTC'}"
-    return f"every {row.get('interval_secs')}s"
-
-
 def upcoming(row: dict[str, Any], count: int = 5) -> list[datetime]:
     """The next ``count`` fire times of a schedule row (none while paused); a row the dashboard
     cannot compute (a cron this version does not parse) shows its stored next slot only."""
