@@ -224,23 +224,12 @@ SWEEP_COUNTS = ("deleted", "batches", "remaining", "workers_deleted")
 def _sweep(
     sql: Any, max_age: Any, batch_size: Any, max_batches: int, operator: Any, output: str
 ) -> dict[str, Any]:
-    """The janitor's batches on this database, with a progress bar."""
-    deleted = 0
-    batches = 0
-    workers_deleted = sql.prune_workers(operator=operator)["deleted"]
+    """The janitor's batches on this database (harvest.db.retention_sweep), with a progress bar
+    sized by the executions eligible now."""
+    from harvest.db.retention_sweep import sweep_retention_steps
+    from harvest.db.steps import run_steps
+
     eligible = sql.get_retention_status().get("eligible") or 0
     with progress(eligible, "deleting executions", enabled=output != "json" and eligible > 0) as bar:
-        while batches < max_batches:
-            result = sql.run_retention(max_age, batch_size, operator)
-            batches += 1
-            deleted += result["deleted"]
-            bar.update(result["deleted"])
-            if result["deleted"] == 0 or result["remaining"] == 0:
-                break
-    return {
-        "deleted": deleted,
-        "batches": batches,
-        "remaining": result["remaining"],
-        "cutoff": result["cutoff"],
-        "workers_deleted": workers_deleted,
-    }
+        steps = sweep_retention_steps(max_age, batch_size, max_batches, operator, on_batch=bar.update)
+        return run_steps(steps, sql)

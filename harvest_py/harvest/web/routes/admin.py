@@ -257,26 +257,15 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
     plan = call.state.plan
     if not (plan and plan.retention.value):
         raise _not_here(call.state.config, plan)
+    from harvest.db.retention_sweep import sweep_retention_steps
+    from harvest.db.steps import arun_steps
+
     operator = data.get("operator_id") or call.operator_id
     max_batches = data.get("max_batches") or 100
 
     async def sweep(sql: Any) -> dict[str, Any]:
-        workers = (await sql.prune_workers(operator=operator))["deleted"]
-        deleted = batches = 0
-        result: dict[str, Any] = {"remaining": None, "cutoff": None}
-        while batches < max_batches:
-            result = await sql.run_retention(data.get("max_age"), data.get("batch_size"), operator)
-            batches += 1
-            deleted += result["deleted"]
-            if result["deleted"] == 0 or result["remaining"] == 0:
-                break
-        return {
-            "deleted": deleted,
-            "batches": batches,
-            "remaining": result["remaining"],
-            "cutoff": result["cutoff"],
-            "workers_deleted": workers,
-        }
+        steps = sweep_retention_steps(data.get("max_age"), data.get("batch_size"), max_batches, operator)
+        return await arun_steps(steps, sql)
 
     # Each shard's sweep to its end (max_batches): never cut off by shard_timeout part way.
     done = await call.each_shard_write(sweep, "nothing was swept", bounded=False)
