@@ -273,23 +273,19 @@ def release_owed_on_shard(
     """On one (child's) shard: the ends owed to ``parent`` (a dry run), or their release, batch
     by batch until a batch releases nothing (release_owed_child_ends skips the rows a
     concurrent step holds: a short batch is not the end), with a progress bar on stderr."""
-    from harvest.shard.children import owed_to
+    from harvest.db.steps import run_steps
+    from harvest.shard.children import owed_to, release_owed_steps
 
     owed = owed_to(sql.get_retention_status(), parent)
     if dry_run:
         return owed
     total = owed["ended"] + (owed["running"] if include_running else 0)
-    released = batches = 0
     label = f"shard {shard}: releasing ends owed to shard {parent}"
     with progress(total, label, enabled=output != "json" and total > 0) as bar:
-        while batches < max_batches:
-            n = sql.release_owed_child_ends(parent, batch_size, include_running, operator)
-            batches += 1
-            released += n
-            bar.update(n)
-            if n == 0:
-                break
-    return {"released": released, "batches": batches}
+        steps = release_owed_steps(
+            parent, batch_size, include_running, max_batches, operator, on_batch=bar.update
+        )
+        return run_steps(steps, sql)
 
 
 def _render_release(d: dict[str, Any]) -> str:

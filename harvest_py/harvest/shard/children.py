@@ -23,18 +23,27 @@ off ``min(attempts, 6) x 5 s``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import HarvestError, InvalidArgument, ShardUnavailable
+from harvest.db import sqlapi
 from harvest.db.connection import failure_reason
+from harvest.db.steps import Sql, Steps
 from harvest.shard.router import ShardRouter, rendezvous
 
 if TYPE_CHECKING:
     from harvest.shard.pools import AsyncShardPools
     from harvest.shard.relay_pump import PumpReport
 
-__all__ = ["distributed_key", "drive_children", "owed_to", "place_child", "release_totals"]
+__all__ = [
+    "distributed_key",
+    "drive_children",
+    "owed_to",
+    "place_child",
+    "release_owed_steps",
+    "release_totals",
+]
 
 log = logging.getLogger("harvest.shard.children")
 
@@ -216,6 +225,32 @@ def owed_to(status: dict[str, Any], parent: int) -> dict[str, Any]:
         if row["parent_shard"] == parent:
             return {"ended": row["ended"], "running": row["running"]}
     return {"ended": 0, "running": 0}
+
+
+def release_owed_steps(
+    parent: int,
+    batch_size: int,
+    include_running: bool,
+    max_batches: int,
+    operator: str | None,
+    *,
+    on_batch: Callable[[int], object] | None = None,
+) -> Steps[dict[str, Any]]:
+    """On one (child's) shard: the ends owed to ``parent`` released batch by batch until a batch
+    releases nothing (release_owed_child_ends skips the rows a concurrent step holds: a short
+    batch is not the end) or ``max_batches`` (one batch at least); ``on_batch`` is told each
+    batch's count (a progress bar). Written once as steps (harvest.db.steps) for the CLI over
+    SQL (run_steps) and the route (arun_steps). Answers ``{released, batches}``."""
+    released = batches = 0
+    while True:
+        n = yield Sql(sqlapi.release_owed_child_ends, parent, batch_size, include_running, operator)
+        batches += 1
+        released += n
+        if on_batch is not None:
+            on_batch(n)
+        if n == 0 or batches >= max_batches:
+            break
+    return {"released": released, "batches": batches}
 
 
 def release_totals(

@@ -277,7 +277,8 @@ async def release_owed_ends(call: Call, args: dict[str, Any], data: dict[str, An
     """`harvest shard release-owed-ends` in the server: on every readable shard but the parent's
     (nothing is owed to itself), the ends of cross-shard children owed to that shard, gone for
     good, released batch by batch until a batch releases nothing (or their counts: dry_run)."""
-    from harvest.shard.children import owed_to, release_totals
+    from harvest.db.steps import arun_steps
+    from harvest.shard.children import owed_to, release_owed_steps, release_totals
 
     parent = args["shard_id"]
     operator = data.get("operator_id") or call.operator_id
@@ -290,14 +291,8 @@ async def release_owed_ends(call: Call, args: dict[str, Any], data: dict[str, An
         owed = owed_to(await sql.get_retention_status(), parent)
         if dry_run:
             return owed
-        released = batches = 0
-        while batches < max_batches:
-            n = await sql.release_owed_child_ends(parent, batch_size, include_running, operator)
-            batches += 1
-            released += n
-            if n == 0:
-                break
-        return {"released": released, "batches": batches}
+        steps = release_owed_steps(parent, batch_size, include_running, max_batches, operator)
+        return await arun_steps(steps, sql)
 
     others = [s for s in call.state.router.readable if s != parent] if call.sharded else None
     if others == []:
