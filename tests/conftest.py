@@ -467,6 +467,19 @@ def module_db(clone_pool: ClonePool) -> Iterator[str]:
 
 
 @pytest.fixture
+def two_shards(clone_pool: ClonePool) -> Iterator[dict[int, str]]:
+    """Shard number -> DSN: two clones on the one test server, each knowing its shard number
+    (harvest.set_shard_id), for a sharded configuration without the shard suite's servers."""
+    clones = {s: clone_pool.take() for s in (0, 1)}
+    for shard, (_, dsn) in clones.items():
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT harvest.set_shard_id(%s, 'tests')", (shard,))
+    yield {s: dsn for s, (_, dsn) in clones.items()}
+    for name, _ in clones.values():
+        clone_pool.give_back(name)
+
+
+@pytest.fixture
 def conn(db: str) -> Iterator[psycopg.Connection]:
     with psycopg.connect(db, autocommit=True) as connection:
         yield connection

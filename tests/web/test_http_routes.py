@@ -597,15 +597,6 @@ def _matches(template: str, path: str) -> bool:
 
 
 # -- on shards -------------------------------------------------------------------------------------
-@pytest.fixture
-def two_shards(pg_server, template_dsn):
-    """Shard number -> DSN: two migrated databases."""
-    names = {s: f"t_web{s}_{uuid.uuid4().hex[:8]}" for s in (0, 1)}
-    yield {s: pg_server.create_database(name, template="harvest_template") for s, name in names.items()}
-    for name in names.values():
-        pg_server.drop_database(name)
-
-
 def test_on_shards_a_schedule_lives_on_its_home_and_the_lists_read_every_shard(two_shards) -> None:
     from harvest.shard.router import ShardRouter
 
@@ -619,9 +610,8 @@ def test_on_shards_a_schedule_lives_on_its_home_and_the_lists_read_every_shard(t
     names = [f"sched-{i}" for i in range(8)]
     homes = {name: router.schedule_home(name) for name in names}
     assert set(homes.values()) == {0, 1}  # eight names reach both shards
-    for shard, dsn in two_shards.items():
+    for dsn in two_shards.values():
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("SELECT harvest.set_shard_id(%s, 'tests')", (shard,))
             SqlApi(conn).register_dags([NIGHTLY.catalog()])
     with api_client(None, env=env) as api:
         for name in names:
