@@ -895,17 +895,23 @@ class Worker:
                 log.warning("claim failed (%s); retrying", failure_reason(exc, lane.dsn))
                 await self._sleep(self.poll_interval)
                 return [], False
-            self.metrics.claimed(lane.shard, perf_counter() - started)
-            if not claimed:
-                self._due_current.discard(lane.shard)
-            for task in claimed:
-                task["_lane"] = lane
-                self.run_claimed(task)  # (given back instead when the stop began meanwhile)
-            lane.backlog = len(claimed) == want  # (see result_claim_limit)
-            if len(claimed) == want:
-                await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
-            return claimed, len(claimed) == want
+            return claimed, await self._took(lane, claimed, want, started)
         return await self._claim_round(free)
+
+    async def _took(self, lane: ShardLane, claimed: list[dict[str, Any]], want: int, started: float) -> bool:
+        """A claim's answer on its lane (one database's or a shard's in the round): timed, its
+        tasks run; True when it came back full, work waiting there: the lane's backlog stands
+        (see result_claim_limit) and its producers need not notify."""
+        self.metrics.claimed(lane.shard, perf_counter() - started)
+        if not claimed:
+            self._due_current.discard(lane.shard)
+        for task in claimed:
+            task["_lane"] = lane
+            self.run_claimed(task)  # (given back instead when the stop began meanwhile)
+        full = lane.backlog = len(claimed) == want
+        if full:
+            await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
+        return full
 
     def _claim_may_decide(self) -> bool:
         """Whether the next claim may keep its transaction open for its workflow task's
@@ -1000,15 +1006,8 @@ class Worker:
                 if not lane.note_failure(exc, "claiming"):
                     raise
                 continue
-            self.metrics.claimed(lane.shard, perf_counter() - started)
-            if not claimed:
-                self._due_current.discard(lane.shard)
-            for task in claimed:
-                task["_lane"] = lane
-                self.run_claimed(task)  # (given back instead when the stop began meanwhile)
             free -= len(claimed)
-            if len(claimed) == want:
-                await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
+            if await self._took(lane, claimed, want, started):
                 full = True
             claimed_all += claimed
         return claimed_all, full
