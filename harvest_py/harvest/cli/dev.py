@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from harvest.cli.output import log_format_option
 from harvest.core.errors import ConfigError
 
 # The database driver and asyncio are imported when the runner starts, never for --help
@@ -61,13 +62,7 @@ def require_local(dsn: str) -> None:
     help="Keep the embedded database in this directory across runs (made on first use, never "
     "removed); by default it is a fresh one, removed at the end.",
 )
-@click.option(
-    "--log-format",
-    default="text",
-    show_default=True,
-    type=click.Choice(["text", "json"]),
-    help="text or json lines.",
-)
+@log_format_option
 def dev(
     target: str | None,
     demo_and_exit: bool,

@@ -201,6 +201,18 @@ def database_url_option(f: FC) -> FC:
     )(f)
 
 
+def log_format_option(f: FC) -> FC:
+    """The log lines of a long-running command (`harvest worker`, `dev`, `serve`)."""
+    return click.option(
+        "--log-format",
+        default="text",
+        show_default=True,
+        type=click.Choice(["text", "json"]),
+        help="json: one object per line, with execution_id, workflow, activity, attempt and trace_id on "
+        "the lines of workflow and activity code (docs/observability.md).",
+    )(f)
+
+
 def _global_output(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """`harvest --output json CMD` (the spec's form) counts unless CMD's own --output is given."""
     if ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT:

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from harvest.cli.http import DEFAULT_PORT, MOUNT
-from harvest.cli.output import cli_config, database_url_option
+from harvest.cli.output import cli_config, database_url_option, log_format_option
 from harvest.core.errors import ConfigError, HarvestError
 from harvest.core.extras import missing_extra
 
@@ -209,13 +209,7 @@ def curl_line(base: str, workflow: str = "greet", input_json: str = '{"input": [
 )
 @click.option("--app", "app_target", default=None, help="module:app whose workflow catalog the API serves.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
-@click.option(
-    "--log-format",
-    default="text",
-    show_default=True,
-    type=click.Choice(["text", "json"]),
-    help="text or json lines.",
-)
+@log_format_option
 @database_url_option
 def serve(
     host: str | None,

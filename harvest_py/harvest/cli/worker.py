@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from harvest.cli.output import log_format_option
 from harvest.core.errors import ConfigError
 from harvest.declare.definitions import App
 from harvest.worker.options import WorkerOptions
@@ -180,14 +181,7 @@ def _import_failed(module_name: str, target: str, exc: Exception) -> ConfigError
     help="Seconds between samples of the database's gauges, where this process leads the sampler "
     f"(default {WorkerOptions.metrics_interval:g}; 0: no sampler).",
 )
-@click.option(
-    "--log-format",
-    default="text",
-    show_default=True,
-    type=click.Choice(["text", "json"]),
-    help="json: one object per line, with execution_id, workflow, activity, attempt and trace_id from "
-    "workflow and activity code (docs/observability.md).",
-)
+@log_format_option
 def worker(
     target: str,
     config_path: str | None,
