@@ -16,6 +16,7 @@ import click
 
 from harvest.cli.output import (
     PAGE,
+    SHARD_NUMBER,
     database_url_option,
     emit,
     execution_id_argument,
@@ -94,7 +95,7 @@ def list_(database_url: str | None, output: str) -> None:
 @click.option(
     "--shard-id",
     "shard",
-    type=click.IntRange(0, 65535),
+    type=SHARD_NUMBER,
     default=None,
     help="On shards, the shard to start the run on (it must have the DAG; default: the default shard).",
 )

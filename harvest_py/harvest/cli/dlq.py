@@ -12,6 +12,7 @@ from harvest.cli.output import (
     ISO_TIME,
     PAGE,
     ROW_ID,
+    SHARD_NUMBER,
     database_url_option,
     emit,
     hidden_alias,
@@ -78,7 +79,7 @@ def list_(
 def shard_id_option(f: FC) -> FC:
     return click.option(
         "--shard-id",
-        type=click.IntRange(0, 65535),
+        type=SHARD_NUMBER,
         default=None,
         help="The shard the dead letter is on (dlq list shows it). A dead letter's id is unique on "
         "its shard only: without it, every shard is searched and the one holding the id is used "
@@ -202,7 +203,7 @@ def _bulk_options(f: FC) -> FC:
             ),
             click.option(
                 "--shard-id",
-                type=click.IntRange(0, 65535),
+                type=SHARD_NUMBER,
                 default=None,
                 help="The shard to act on (default: the default shard); a bulk action reads one shard.",
             ),

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from harvest.cli.output import cli_config, cli_dsn, output_option, scrub, to_json
+from harvest.cli.output import SHARD_NUMBER, cli_config, cli_dsn, output_option, scrub, to_json
 from harvest.core.durations import plain_number
 from harvest.core.errors import HarvestError
 from harvest.db import DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT
@@ -148,7 +148,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
 @click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
 @click.option(
     "--shard-id",
-    type=click.IntRange(0, 65535),
+    type=SHARD_NUMBER,
     default=None,
     help="After migrating, make this database shard N (idempotent; refused when it holds "
     "another shard's executions).",

@@ -33,7 +33,7 @@ from harvest.cli.http import (
 )
 from harvest.config import Config, database_url, load_config
 from harvest.core.errors import ConfigError, HarvestError, InvalidArgument
-from harvest.core.ids import ROW_ID_MAX
+from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 from harvest.core.json_values import json_default
 from harvest.core.text import escape_controls
 
@@ -180,6 +180,11 @@ def hidden_alias(group: click.Group, command: click.Command, old_name: str) -> N
     alias = copy.copy(command)
     alias.name, alias.hidden = old_name, True
     group.add_command(alias)
+
+
+# A shard number's type (core.ids.MAX_SHARD: two bytes of an execution id), for every option
+# and argument that takes one.
+SHARD_NUMBER = click.IntRange(0, MAX_SHARD)
 
 
 def operator_id_option(f: FC) -> FC:

@@ -14,14 +14,21 @@ from typing import Any
 
 import click
 
-from harvest.cli.output import database_url_option, emit, operator_id_option, output_option, table
+from harvest.cli.output import (
+    SHARD_NUMBER,
+    database_url_option,
+    emit,
+    operator_id_option,
+    output_option,
+    table,
+)
 from harvest.cli.shards import each_shard, fail_if_unreached, shard_api
 from harvest.core.errors import InvalidArgument
 
 COLUMNS = ["shard_id", "enabled", "lease_secs", "owned", "partitions", "by_worker", "updated_at"]
 shard_id_option = click.option(
     "--shard-id",
-    type=click.IntRange(0, 65535),
+    type=SHARD_NUMBER,
     default=None,
     help="Only this shard (default: every configured shard; with no [shards], the one database).",
 )

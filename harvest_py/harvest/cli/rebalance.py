@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from harvest.cli.output import cli_config, emit, execution_ids_option, output_option, table
+from harvest.cli.output import SHARD_NUMBER, cli_config, emit, execution_ids_option, output_option, table
 from harvest.core.errors import ConfigError, InvalidArgument
 
 SHARD_HELP = "A shard's database: N=URL (repeatable; wins over shards.urls for that shard)."
@@ -92,8 +92,8 @@ def _render(report: dict[str, Any]) -> str:
 
 
 @click.command("rebalance")
-@click.option("--from", "source", type=click.IntRange(0, 65535), required=True, help="The shard to move off.")
-@click.option("--to", "target", type=click.IntRange(0, 65535), required=True, help="The shard to move to.")
+@click.option("--from", "source", type=SHARD_NUMBER, required=True, help="The shard to move off.")
+@click.option("--to", "target", type=SHARD_NUMBER, required=True, help="The shard to move to.")
 @click.option("--workflow", "workflow_name", default=None, help="Only runs of this workflow name.")
 @click.option(
     "--execution-id",
@@ -141,10 +141,8 @@ def rebalance(
 
 
 @click.command("rebalance-resume")
-@click.option(
-    "--from", "source", type=click.IntRange(0, 65535), required=True, help="The source shard of the moves."
-)
-@click.option("--to", "target", type=click.IntRange(0, 65535), default=None, help="Only moves to this shard.")
+@click.option("--from", "source", type=SHARD_NUMBER, required=True, help="The source shard of the moves.")
+@click.option("--to", "target", type=SHARD_NUMBER, default=None, help="Only moves to this shard.")
 @click.option("--shard", "shard_pairs", multiple=True, help=SHARD_HELP)
 @click.option(
     "--app", "app_target", default=None, help="module:attribute of the App: replay-verify under its code."

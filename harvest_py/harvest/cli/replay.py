@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from harvest.cli.http import PerShard
-from harvest.cli.output import output_option, read_input_bounded
+from harvest.cli.output import SHARD_NUMBER, output_option, read_input_bounded
 from harvest.cli.shards import deployment_read, shard_api
 from harvest.core.errors import InvalidArgument
 from harvest.core.json_values import json_default
@@ -154,7 +154,7 @@ def _as_fan_out(found: Any, shard: int) -> FanOut[Any]:
 @click.option("--workflow-name", default=None, help="Only runs of this workflow.")
 @click.option(
     "--shard-id",
-    type=click.IntRange(0, 65535),
+    type=SHARD_NUMBER,
     default=None,
     help="Only this shard (default: every configured shard; with no [shards], the one database).",
 )

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import (
+    SHARD_NUMBER,
     cli_config,
     cli_dsn,
     database_url_option,
@@ -102,7 +103,7 @@ def _render(data: dict[str, Any]) -> str:
 @shard.command("health")
 @click.option(
     "--candidate-shard",
-    type=click.IntRange(0, 65535),
+    type=SHARD_NUMBER,
     default=None,
     help="A shard about to become writable: its row gates the exit code too (added if not configured).",
 )
@@ -148,7 +149,7 @@ def health(
 
 
 @shard.command("release-owed-ends")
-@click.argument("parent_shard", type=click.IntRange(0, 65535))
+@click.argument("parent_shard", type=SHARD_NUMBER)
 @click.option(
     "--include-running",
     is_flag=True,

@@ -14,6 +14,7 @@ import click
 from harvest.cli.output import (
     ISO_TIME,
     ROW_ID,
+    SHARD_NUMBER,
     WAIT_SECS,
     AliasedOption,
     database_url_option,
@@ -123,7 +124,7 @@ def workflow() -> None:
 @click.option("--conflict-policy", default="unspecified", show_default=True)
 @click.option(
     "--shard-id",
-    type=click.IntRange(0, 65535),
+    type=SHARD_NUMBER,
     default=None,
     help="Pin the run to this shard (must be writable); not with --residency-key.",
 )

@@ -39,6 +39,7 @@ from typing import Any, cast
 
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, InvalidArgument
+from harvest.core.ids import MAX_SHARD
 from harvest.worker.event_loop import EVENT_LOOPS
 from harvest.worker.options import WorkerOptions, parse_shard_assignments, tunables
 
@@ -88,7 +89,6 @@ class ShardForwards(dict[int, int]):
 
 
 TABLES = (ShardUrls, ShardResidency, ShardForwards)
-MAX_SHARD = 65535
 
 # The numeric keys are the WorkerOptions fields that name a config key (worker/options.py
 # defines each one's name, default and bounds once): key -> that field.

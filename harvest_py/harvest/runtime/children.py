@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from harvest.core.errors import InvalidArgument
+from harvest.core.ids import MAX_SHARD
 
 __all__ = ["ChildHandle", "ChildPlacement"]
 
@@ -49,9 +50,9 @@ class ChildPlacement:
         if self.kind == "shard" and (
             isinstance(self.shard_id, bool)
             or not isinstance(self.shard_id, int)
-            or not 0 <= self.shard_id <= 65535
+            or not 0 <= self.shard_id <= MAX_SHARD
         ):
-            raise InvalidArgument(f"placement: shard {self.shard_id!r} is not a shard number 0..65535")
+            raise InvalidArgument(f"placement: shard {self.shard_id!r} is not a shard number 0..{MAX_SHARD}")
         if self.kind == "residency_key" and (not isinstance(self.key, str) or not self.key.strip()):
             raise InvalidArgument(f"placement: residency key {self.key!r} must be a non-empty string")
 

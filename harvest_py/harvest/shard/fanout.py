@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, overload
 
 from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, NotFound
-from harvest.core.ids import ROW_ID_MAX
+from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 
 __all__ = [
     "COMPLETE",
@@ -513,7 +513,7 @@ def _shard_key(value: Any, what: str) -> int:
         shard = int(value)
     except (TypeError, ValueError):
         raise InvalidArgument(f"{what} cursor is malformed: {value!r} is not a shard number") from None
-    if not 0 <= shard <= 65535 or str(shard) != str(value):
+    if not 0 <= shard <= MAX_SHARD or str(shard) != str(value):
         raise InvalidArgument(f"{what} cursor is malformed: {value!r} is not a shard number")
     return shard
 

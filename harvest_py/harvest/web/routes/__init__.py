@@ -25,6 +25,7 @@ from starlette.responses import Response
 
 from harvest.client import routing
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, PermissionDenied
+from harvest.core.ids import MAX_SHARD
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.db.pools import RoledPool
@@ -185,6 +186,8 @@ BOOLEAN = {"type": "boolean"}
 OBJECT = {"type": "object"}
 ANY: dict[str, Any] = {}
 DATETIME = {"type": "string", "format": "date-time"}
+# A shard number in a body (a parameter: Param(..., "integer", minimum=0, maximum=MAX_SHARD)).
+SHARD_ID = {"type": "integer", "minimum": 0, "maximum": MAX_SHARD}
 
 
 def check_body(schema: dict[str, Any], data: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from harvest.config import declared_queues, merge_coverage, resolve_queues
 from harvest.core.durations import moment
 from harvest.core.errors import HarvestError, InvalidArgument, NotPlacedHere
+from harvest.core.ids import MAX_SHARD
 from harvest.shard.fanout import CONCURRENCY_PAGE, CONCURRENCY_PAGE_MAX, USAGE_SUMS
 from harvest.telemetry.metrics import CONTENT_TYPE
 from harvest.web.routes import (
@@ -632,7 +633,7 @@ ENDPOINTS = [
             Param("change_id", required=True),
             Param("recorded_version", "integer", minimum=-(2**31), maximum=2**31 - 1),
             Param("state_group", "enum", default="active", choices=("active", "terminal", "all")),
-            Param("shard_id", "integer", minimum=0, maximum=65535),
+            Param("shard_id", "integer", minimum=0, maximum=MAX_SHARD),
             Param("workflow_name", description="Only runs of this workflow."),
         ),
         tag="admin",
@@ -696,7 +697,7 @@ ENDPOINTS = [
         "admin",
         shards_health,
         "One row per configured shard: roles, reachability, schema, workers, coverage, pressure, reasons.",
-        (Param("candidate_shard", "integer", minimum=0, maximum=65535),),
+        (Param("candidate_shard", "integer", minimum=0, maximum=MAX_SHARD),),
         tag="admin",
     ),
     Endpoint(
@@ -713,7 +714,7 @@ ENDPOINTS = [
                 required=True,
                 where="path",
                 minimum=0,
-                maximum=65535,
+                maximum=MAX_SHARD,
                 description="The parent's shard, gone for good.",
             ),
         ),

@@ -20,6 +20,7 @@ from harvest.web.routes import (
     BOOLEAN,
     FANOUT,
     ROWS,
+    SHARD_ID,
     STRING,
     Call,
     Endpoint,
@@ -148,7 +149,7 @@ ENDPOINTS = [
             {
                 "conf": ANY,
                 "workflow_id": STRING,
-                "shard_id": {"type": "integer", "minimum": 0, "maximum": 65535},
+                "shard_id": SHARD_ID,
             }
         ),
         responses={200: "The run of that workflow_id", 201: "Started", **REFUSED},

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from harvest.core.ids import ROW_ID_MAX
+from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 from harvest.web.routes import (
     BOOLEAN,
     DATETIME,
     FANOUT,
     ROWS,
+    SHARD_ID,
     STRING,
     Call,
     Endpoint,
@@ -28,7 +29,7 @@ SHARD = Param(
     "shard_id",
     "integer",
     minimum=0,
-    maximum=65535,
+    maximum=MAX_SHARD,
     description="The dead letter's shard (none: the one shard that holds the id, searched).",
 )
 
@@ -115,7 +116,7 @@ BULK = body(
         "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
         "dry_run": BOOLEAN,
         "operator_id": STRING,
-        "shard_id": {"type": "integer", "minimum": 0, "maximum": 65535},
+        "shard_id": SHARD_ID,
     }
 )
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, NotFound
+from harvest.core.ids import MAX_SHARD
 from harvest.declare.schedules import (
     OVERLAP_POLICIES,
     Schedule,
@@ -29,6 +30,7 @@ from harvest.web.routes import (
     DATETIME,
     FANOUT,
     ROWS,
+    SHARD_ID,
     STRING,
     Call,
     Endpoint,
@@ -47,7 +49,7 @@ SHARD = Param(
     "shard_id",
     "integer",
     minimum=0,
-    maximum=65535,
+    maximum=MAX_SHARD,
     description="The shard that holds it (default: its home).",
 )
 KIND = {"type": "string", "enum": ["workflow", "dag"]}
@@ -268,7 +270,7 @@ ENDPOINTS = [
                 **FIELDS,
                 "kind": KIND,
                 "paused": BOOLEAN,
-                "shard_id": {"type": "integer", "minimum": 0, "maximum": 65535},
+                "shard_id": SHARD_ID,
             },
             ("name",),
         ),

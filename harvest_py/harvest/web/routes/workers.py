@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from harvest.core.errors import NotFound
+from harvest.core.ids import MAX_SHARD
 from harvest.shard.fanout import WORKER_LIMIT, WORKER_LIMIT_MAX, no_worker_anywhere
 from harvest.web.routes import (
     BOOLEAN,
@@ -105,7 +106,7 @@ ENDPOINTS = [
         "the total matched (truncated when some were left out).",
         (
             Param("queue"),
-            Param("shard_id", "integer", minimum=0, maximum=65535),
+            Param("shard_id", "integer", minimum=0, maximum=MAX_SHARD),
             Param("status", "enum", choices=("active", "draining", "stopped")),
             Param("health", "enum", choices=("healthy", "stale", "stopped")),
             Param(

@@ -35,6 +35,7 @@ from harvest.web.routes import (
     FANOUT,
     OBJECT,
     ROWS,
+    SHARD_ID,
     STRING,
     Call,
     Endpoint,
@@ -607,7 +608,7 @@ START_BODY = body(
         "priority": {"type": "integer", "minimum": -1000, "maximum": 1000},
         "execution_timeout_secs": {"type": "number", "minimum": 0.001, "maximum": 31_536_000},
         "run_timeout_secs": {"type": "number", "minimum": 0.001, "maximum": 31_536_000},
-        "shard_id": {"type": "integer", "minimum": 0, "maximum": 65535},
+        "shard_id": SHARD_ID,
         "residency_key": STRING,
     }
 )

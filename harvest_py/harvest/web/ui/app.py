@@ -50,7 +50,7 @@ from harvest.core.errors import (
     PermissionDenied,
     WorkflowNotRunning,
 )
-from harvest.core.ids import ROW_ID_MAX
+from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 from harvest.db.connection import DatabaseError, database_error_message, failure_reason
 from harvest.db.pools import TRANSIENT
 from harvest.declare.schedules import OVERLAP_POLICIES, describe_row
@@ -921,7 +921,7 @@ class Dashboard:
         refresh = self._refresh(request)
         status = _choice(q, "status", WORKER_STATUSES)
         stale = _choice(q, "stale", ("true", "false"))
-        shard = _int(q, "shard", 0, 65535, None)
+        shard = _int(q, "shard", 0, MAX_SHARD, None)
         if shard is not None and shard not in self.source.shards:
             shards = ", ".join(map(str, self.source.shards))
             raise InvalidArgument(f"shard={shard} is not a shard of this deployment (the shards: {shards})")
