@@ -39,7 +39,7 @@ from typing import Any, cast
 
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, InvalidArgument
-from harvest.core.ids import MAX_SHARD
+from harvest.core.ids import MAX_SHARD, shard_number
 from harvest.worker.event_loop import EVENT_LOOPS
 from harvest.worker.options import WorkerOptions, parse_shard_assignments, tunables
 
@@ -234,7 +234,7 @@ def _coerce(key: tuple[str, ...], value: Any, source: str) -> Any:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list of shard numbers, got {value!r}")
         for v in value:
-            _shard_number(v, where)
+            shard_number(v, where, ConfigError)
         if key == ("shards", "writable") and not from_env:
             return list(value)  # an explicit empty list in the file is a full drain
         return list(value) or None  # an empty list means "not set"
@@ -274,12 +274,6 @@ def _coerce(key: tuple[str, ...], value: Any, source: str) -> Any:
     return value
 
 
-def _shard_number(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SHARD:
-        raise ConfigError(f"{where}: {value!r} is not a shard number 0..{MAX_SHARD}")
-    return value
-
-
 def _table_entry(key: tuple[str, ...], name: str, value: Any, source: str) -> Any:
     """One entry of ``shards.urls`` (shard number -> URL) or ``shards.residency`` (key -> shard)."""
     where = f"{dotted(key)}.{name} (from {source})"
@@ -295,12 +289,12 @@ def _table_entry(key: tuple[str, ...], name: str, value: Any, source: str) -> An
             raise ConfigError(f"{where}: {name!r} is not a shard number 0..{MAX_SHARD}")
         if from_env and value.strip().isdigit():
             value = int(value.strip())
-        return _shard_number(value, where)
+        return shard_number(value, where, ConfigError)
     if not name.strip():
         raise ConfigError(f"{dotted(key)} (from {source}) has a blank key: name each residency key")
     if from_env and value.strip().isdigit():
         value = int(value.strip())
-    return _shard_number(value, where)
+    return shard_number(value, where, ConfigError)
 
 
 def _in_bounds(key: tuple[str, ...], value: float, source: str) -> int | float:

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from typing import Any
+
+from harvest.core.errors import HarvestError, InvalidArgument
 
 # A shard number is 0..MAX_SHARD (two bytes of the id).
 MAX_SHARD = 65535
@@ -18,6 +21,19 @@ MAX_SHARD = 65535
 # The largest row id (a dead letter's, an audit row's, an event's): the columns are bigints, and
 # a larger number given as a position reached the database as numeric (42883, a 500).
 ROW_ID_MAX = 2**63 - 1
+
+
+def is_shard_number(value: object) -> bool:
+    """Whether ``value`` is a shard number: an int 0..MAX_SHARD (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SHARD
+
+
+def shard_number(value: Any, where: str, error: type[HarvestError] = InvalidArgument) -> int:
+    """``value``, a shard number, or ``error`` saying ``where: value is not a shard number``
+    (a configuration's ConfigError, a call's InvalidArgument)."""
+    if not is_shard_number(value):
+        raise error(f"{where}: {value!r} is not a shard number 0..{MAX_SHARD}")
+    return int(value)
 
 
 def shard_of(execution_id: str | uuid.UUID) -> int:

@@ -57,7 +57,7 @@ from psycopg.types.json import Jsonb
 
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch, from_database_error
-from harvest.core.ids import MAX_SHARD
+from harvest.core.ids import MAX_SHARD, is_shard_number
 from harvest.db import DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, SCHEMA_VERSION, paths, sqlapi
 from harvest.db.connection import DatabaseError, connect, failure_reason, schema_missing, set_server_end
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
@@ -868,7 +868,7 @@ class Migrator:
         executions of another shard, audited as ``operator_id``). Function files a newer release
         applied are refused (SchemaMismatch), or with ``allow_downgrade`` replaced by this
         release's, each said in a progress line and the whole audited as ``operator_id``."""
-        if shard_id is not None and (isinstance(shard_id, bool) or not 0 <= shard_id <= MAX_SHARD):
+        if shard_id is not None and not is_shard_number(shard_id):
             raise ConfigError(f"--shard-id {shard_id} is not a shard number 0..{MAX_SHARD}")
         report = RunReport()
         with connect(self.dsn, autocommit=True) as conn:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from harvest.core.errors import InvalidArgument
-from harvest.core.ids import MAX_SHARD
+from harvest.core.ids import MAX_SHARD, is_shard_number
 
 __all__ = ["ChildHandle", "ChildPlacement"]
 
@@ -47,11 +47,7 @@ class ChildPlacement:
     def __post_init__(self) -> None:
         if self.kind not in self.KINDS:
             raise InvalidArgument(f"placement: {self.kind!r} is not one of {list(self.KINDS)}")
-        if self.kind == "shard" and (
-            isinstance(self.shard_id, bool)
-            or not isinstance(self.shard_id, int)
-            or not 0 <= self.shard_id <= MAX_SHARD
-        ):
+        if self.kind == "shard" and not is_shard_number(self.shard_id):
             raise InvalidArgument(f"placement: shard {self.shard_id!r} is not a shard number 0..{MAX_SHARD}")
         if self.kind == "residency_key" and (not isinstance(self.key, str) or not self.key.strip()):
             raise InvalidArgument(f"placement: residency key {self.key!r} must be a non-empty string")

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from typing import Any, TypeVar
 
 from harvest.core.errors import ConfigError, ExecutionMigrated, ShardUnavailable
-from harvest.core.ids import MAX_SHARD
+from harvest.core.ids import shard_number
 from harvest.core.shared_attempt import SharedAttempt
 from harvest.db.connection import DatabaseError, dsn_with_role, parse_dsn, set_role
 from harvest.db.pools import TRANSIENT, AsyncConnectionPool, ConnectionPool, open_async_pool, open_pool
@@ -94,8 +94,7 @@ class _Follow:
 def _checked_dsns(dsns: Mapping[int, str]) -> dict[int, str]:
     out: dict[int, str] = {}
     for shard, dsn in dsns.items():
-        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard <= MAX_SHARD:
-            raise ConfigError(f"shards.urls: {shard!r} is not a shard number 0..{MAX_SHARD}")
+        shard_number(shard, "shards.urls", ConfigError)
         if not isinstance(dsn, str) or not dsn.strip():
             raise ConfigError(f"shards.urls.{shard} is empty: give the shard's database URL")
         parse_dsn(dsn, f"shards.urls.{shard}")  # a bad URL fails here, redacted

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from harvest.core.errors import ConfigError, ExecutionMigrated, InvalidArgument
-from harvest.core.ids import MAX_SHARD, shard_of
+from harvest.core.ids import MAX_SHARD, is_shard_number, shard_number, shard_of
 
 log = logging.getLogger("harvest.shard")
 
@@ -72,18 +72,12 @@ def _workflow_key(workflow_name: str, workflow_id: str) -> str:
     return f"{len(workflow_name)}:{workflow_name}:{workflow_id}"
 
 
-def _shard_number(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SHARD:
-        raise ConfigError(f"{key}: {value!r} is not a shard number 0..{MAX_SHARD}")
-    return value
-
-
 def _shard_set(values: Iterable[Any] | None, key: str) -> tuple[int, ...]:
     if values is None:
         return ()
     if isinstance(values, str | bytes) or not isinstance(values, Iterable):
         raise ConfigError(f"{key}: expected a list of shard numbers, got {values!r}")
-    return tuple(sorted({_shard_number(v, key) for v in values}))
+    return tuple(sorted({shard_number(v, key, ConfigError) for v in values}))
 
 
 class ShardRouter:
@@ -108,7 +102,7 @@ class ShardRouter:
     ):
         self.readable: tuple[int, ...] = _shard_set(readable, "shards.readable")
         self.writable: tuple[int, ...] = _shard_set(writable, "shards.writable")
-        self.default: int = _shard_number(default, "shards.default")
+        self.default: int = shard_number(default, "shards.default", ConfigError)
         self.reserved: frozenset[int] = frozenset(_shard_set(reserved, "shards.reserved"))
         if not self.readable:
             raise ConfigError("shards.readable is empty: list at least the default shard")
@@ -147,7 +141,7 @@ class ShardRouter:
             if not isinstance(name, str) or not name.strip():
                 raise ConfigError(f"shards.residency has a blank key {name!r}: name each residency key")
             key = f"shards.residency.{name}"
-            shard = _shard_number(shard, key)
+            shard = shard_number(shard, key, ConfigError)
             if shard not in self.readable:
                 raise ConfigError(f"{key} = {shard} names a shard that is not in shards.readable")
             if shard not in self.writable and self.writable:
@@ -175,8 +169,8 @@ class ShardRouter:
                 source = int(key)
             except (TypeError, ValueError):
                 raise ConfigError(f"shards.forwards: {key!r} is not a shard number") from None
-            source = _shard_number(source, "shards.forwards")
-            target = _shard_number(value, f"shards.forwards.{source}")
+            source = shard_number(source, "shards.forwards", ConfigError)
+            target = shard_number(value, f"shards.forwards.{source}", ConfigError)
             if source in self.writable:
                 raise ConfigError(
                     f"shards.forwards.{source}: shard {source} is writable; forward only a shard that takes "
@@ -298,7 +292,7 @@ class ShardRouter:
                 )
             return shard
         if shard_id is not None:
-            if isinstance(shard_id, bool) or not isinstance(shard_id, int) or not 0 <= shard_id <= MAX_SHARD:
+            if not is_shard_number(shard_id):
                 raise InvalidArgument(f"shard_id {shard_id!r} is not a shard number 0..{MAX_SHARD}")
             if shard_id not in self.readable:
                 log.warning(

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, InvalidArgument
-from harvest.core.ids import MAX_SHARD
+from harvest.core.ids import shard_number
 
 __all__ = [
     "AUTO",
@@ -49,8 +49,7 @@ def parse_shard_assignments(value: Any, key: str = "Worker(shard_assignments)") 
     if isinstance(value, bytes) or not isinstance(value, list | tuple | set | frozenset):
         raise InvalidArgument(f'{key}: expected "auto" or a list of shard numbers, got {value!r}')
     for shard in value:
-        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard <= MAX_SHARD:
-            raise InvalidArgument(f"{key}: {shard!r} is not a shard number 0..{MAX_SHARD}")
+        shard_number(shard, key)
     if not value:
         raise InvalidArgument(
             f'{key} is empty: list the shards to poll, or "auto" for every shard with a url'
