@@ -94,24 +94,28 @@ def shard_apis(config: Config, database_url: str | None = None) -> Iterator[Mapp
     (a database that cannot be reached fails the command with its own message). Shards: one
     read-only provider per readable shard over :func:`cli_pools`, each connecting when read,
     so a shard that cannot be reached (or has no url) is named unavailable, not fatal."""
-    if not shards_configured(config):
-        with sql_api(database_url, read_only=True) as sql:
-            yield {0: sql}
-        return
-    with cli_pools(config, database_url) as pools:
-        yield {s: functools.partial(_pooled_api, pools, s, read_only=True) for s in pools.router.readable}
+    with _providers(config, database_url, read_only=True) as apis:
+        yield apis
 
 
 @contextlib.contextmanager
 def shard_writers(config: Config, database_url: str | None = None) -> Iterator[Mapping[int, Any]]:
     """:func:`shard_apis` for a command that writes on every shard (``worker drain``): the same
     mapping, each provider a writable connection (one database: one autocommit connection)."""
+    with _providers(config, database_url, read_only=False) as apis:
+        yield apis
+
+
+@contextlib.contextmanager
+def _providers(config: Config, database_url: str | None, *, read_only: bool) -> Iterator[Mapping[int, Any]]:
     if not shards_configured(config):
-        with sql_api(database_url, read_only=False) as sql:
+        with sql_api(database_url, read_only=read_only) as sql:
             yield {0: sql}
         return
     with cli_pools(config, database_url) as pools:
-        yield {s: functools.partial(_pooled_api, pools, s, read_only=False) for s in pools.router.readable}
+        yield {
+            s: functools.partial(_pooled_api, pools, s, read_only=read_only) for s in pools.router.readable
+        }
 
 
 @contextlib.contextmanager
