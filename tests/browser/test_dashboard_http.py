@@ -487,6 +487,9 @@ def test_dags_pages_and_the_run_graph(ui: TestClient, demo: Demo) -> None:
     assert "cron &#39;30 2 1 1 *&#39; in UTC" in row
     assert ui.get("/dags?paused=sometimes", headers=READ).status_code == 400
     assert "nightly_etl" not in ui.get("/dags?paused=true", headers=READ).text.split('id="dags"')[1]
+    for page in ("/dags", "/schedules"):  # one paused filter (_macros.html), keeping its choice
+        shown = ui.get(f"{page}?paused=false", headers=READ).text.split('<select name="paused">')[1]
+        assert re.findall(r'<option value="([^"]*)" selected>', shown.split("</select>")[0]) == ["false"]
 
     dag = ui.get("/dags/nightly_etl", headers=READ)
     assert dag.status_code == 200 and f"/dags/nightly_etl/runs/{demo.ids['dag']}" in dag.text
