@@ -306,6 +306,17 @@ async def release_owed_ends(call: Call, args: dict[str, Any], data: dict[str, An
     }
 
 
+async def every_shard_read(call: Call, fn: Any) -> dict[str, Any]:
+    """A pacing read on every shard (a rate limit, a start throttle): each shard's answer by
+    shard number, and the shards not read."""
+    fan = await call.each_shard(fn)
+    return {
+        "shards": {str(s): r for s, r in fan.results.items()},
+        "status": fan.status,
+        "unavailable_shards": fan.unavailable_shards,
+    }
+
+
 async def every_shard_write(
     call: Call, fn: Any, audit: tuple[str, str, str | None] | None = None
 ) -> dict[str, Any]:
@@ -350,13 +361,7 @@ async def clear_rate_limit_override(call: Call, args: dict[str, Any], _: Any) ->
 
 async def get_rate_limit(call: Call, args: dict[str, Any], _: Any) -> Any:
     name = args["activity_name"]
-    fan = await call.each_shard(lambda sql: sql.get_rate_limit(name))
-    return {
-        "activity_name": name,
-        "shards": {str(s): r for s, r in fan.results.items()},
-        "status": fan.status,
-        "unavailable_shards": fan.unavailable_shards,
-    }
+    return {"activity_name": name, **await every_shard_read(call, lambda sql: sql.get_rate_limit(name))}
 
 
 async def shards_health(call: Call, args: dict[str, Any], _: Any) -> Any:

@@ -26,7 +26,7 @@ from harvest.web.routes import (
     path,
     shape,
 )
-from harvest.web.routes.admin import PACING_OVERRIDE, every_shard_write
+from harvest.web.routes.admin import PACING_OVERRIDE, every_shard_read, every_shard_write
 
 EXECUTION = path("execution_id", "uuid", "The execution id (a UUID).")
 WORKFLOW = path("workflow_name", description="The workflow type whose start throttle it is.")
@@ -99,13 +99,7 @@ async def heartbeat_activity(call: Call, args: dict[str, Any], data: dict[str, A
 
 async def get_start_throttle(call: Call, args: dict[str, Any], _: Any) -> Any:
     name = args["workflow_name"]
-    fan = await call.each_shard(lambda sql: sql.get_start_throttle(name))
-    return {
-        "workflow_name": name,
-        "shards": {str(s): r for s, r in fan.results.items()},
-        "status": fan.status,
-        "unavailable_shards": fan.unavailable_shards,
-    }
+    return {"workflow_name": name, **await every_shard_read(call, lambda sql: sql.get_start_throttle(name))}
 
 
 async def set_start_throttle_override(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
