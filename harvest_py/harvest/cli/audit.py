@@ -179,7 +179,7 @@ def prune_on_shard(
     """On one shard: how many rows are older (a dry run), or their deletion batch by batch until
     none older remains; a batch that deletes nothing while some remain (another prune holds
     them) ends it too, with what remains said."""
-    from harvest.db.audit_prune import prune_audit_log_steps
+    from harvest.db.prunes import prune_audit_log_steps
     from harvest.db.steps import run_steps
 
     counted: dict[str, Any] = sql.count_audit_log(older_than)

@@ -224,9 +224,9 @@ SWEEP_COUNTS = ("deleted", "batches", "remaining", "workers_deleted")
 def _sweep(
     sql: Any, max_age: Any, batch_size: Any, max_batches: int, operator: Any, output: str
 ) -> dict[str, Any]:
-    """The janitor's batches on this database (harvest.db.retention_sweep), with a progress bar
+    """The janitor's batches on this database (harvest.db.prunes), with a progress bar
     sized by the executions eligible now."""
-    from harvest.db.retention_sweep import sweep_retention_steps
+    from harvest.db.prunes import sweep_retention_steps
     from harvest.db.steps import run_steps
 
     eligible = sql.get_retention_status().get("eligible") or 0

@@ -1569,7 +1569,7 @@ class Worker:
         """The audit rows older than ``retention.audit_max_age`` deleted, batch after batch until
         none older remains (a batch that deletes none while some remain: another prune holds
         them). An age the database refuses is one warning naming the key; the round goes on."""
-        from harvest.db.audit_prune import prune_audit_log_steps
+        from harvest.db.prunes import prune_audit_log_steps
         from harvest.db.steps import arun_steps
 
         deleted = 0

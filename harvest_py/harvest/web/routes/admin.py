@@ -258,7 +258,7 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
     plan = call.state.plan
     if not (plan and plan.retention.value):
         raise _not_here(call.state.config, plan)
-    from harvest.db.retention_sweep import sweep_retention_steps
+    from harvest.db.prunes import sweep_retention_steps
     from harvest.db.steps import arun_steps
 
     operator = data.get("operator_id") or call.operator_id
@@ -378,7 +378,7 @@ async def audit_prune(call: Call, args: dict[str, Any], data: dict[str, Any]) ->
     """`harvest audit prune` in the server: on every readable shard, the audit rows older than
     older_than deleted batch by batch until none older remains (each deleting batch audited,
     audit.prune), or their count (dry_run); the totals as the CLI over SQL prints them."""
-    from harvest.db.audit_prune import BATCH_SIZE, prune_audit_log_steps
+    from harvest.db.prunes import BATCH_SIZE, prune_audit_log_steps
     from harvest.db.steps import arun_steps
     from harvest.shard.fanout import audit_prune_totals
 

@@ -1,5 +1,7 @@
-"""`harvest retention run-now`'s batches (harvest.db.retention_sweep, driven by the CLI over
-SQL and by POST /admin/retention/run-now), with a counting fake of the SQL calls."""
+"""The prunes' batches (harvest.db.prunes): `harvest retention run-now`'s, driven by the CLI over
+SQL and by POST /admin/retention/run-now, and the audit log's stop (the janitor's, when the
+worker stops), with counting fakes of the SQL calls (the audit prune's other rules:
+test_cli_audit_prune.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,8 @@ import asyncio
 from typing import Any
 
 from harvest.cli.retention import _sweep
-from harvest.db.retention_sweep import sweep_retention_steps
-from harvest.db.steps import arun_steps
+from harvest.db.prunes import prune_audit_log_steps, sweep_retention_steps
+from harvest.db.steps import arun_steps, run_steps
 
 CUTOFF = "2025-01-01T00:00:00+00:00"
 
@@ -68,3 +70,19 @@ def test_the_route_drives_the_same_steps_under_asyncio() -> None:
     steps = sweep_retention_steps("30 days", 2, 2, "ops")
     done = asyncio.run(arun_steps(steps, sql))  # type: ignore[arg-type]
     assert done == {"deleted": 4, "batches": 2, "remaining": 1, "cutoff": CUTOFF, "workers_deleted": 1}
+
+
+class _AuditSql:
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def prune_audit_log(self, *args: Any) -> dict[str, Any]:
+        self.batches += 1
+        return {"deleted": 2, "remaining": 10, "cutoff": CUTOFF}
+
+
+def test_the_janitors_audit_prune_ends_when_the_worker_stops() -> None:
+    sql = _AuditSql()
+    stops = iter([False, True])
+    done = run_steps(prune_audit_log_steps("400 days", 2, stop=lambda: next(stops)), sql)  # type: ignore[arg-type]
+    assert (done["deleted"], done["batches"], done["remaining"], sql.batches) == (4, 2, 10, 2)
