@@ -40,6 +40,7 @@ from typing import Any, cast
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.core.ids import MAX_SHARD, shard_number
+from harvest.db import pooler
 from harvest.worker.event_loop import EVENT_LOOPS
 from harvest.worker.options import WorkerOptions, parse_shard_assignments, tunables
 
@@ -97,6 +98,9 @@ WORKER_KEYS = {t.config: t for t in tunables() if t.config}
 SCHEMA: dict[tuple[str, ...], type] = {
     ("role",): str,
     ("database_url",): str,
+    # The database reached directly (or through a session-mode pool) when database_url goes
+    # through a pooler in transaction mode (harvest/db/pooler.py, docs/operations.md).
+    ("session_url",): str,
     ("worker", "enabled"): bool,
     ("worker", "queues"): list,
     ("worker", "shard_assignments"): ShardAssignments,
@@ -479,6 +483,9 @@ def database_url(
             f"no database given: set {DSN_ENV} (preferred: a command line is visible to ps)"
             f"{where}, or pass --database-url"
         )
+    session = config.get("session_url")
+    if session:  # database_url goes through a transaction-mode pooler
+        pooler.declare(dsn, session)
     return dsn
 
 

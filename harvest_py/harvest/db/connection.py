@@ -31,7 +31,7 @@ from harvest.core.errors import (
     SchemaMismatch,
     from_database_error,
 )
-from harvest.db import jsoncodec
+from harvest.db import jsoncodec, pooler
 from harvest.telemetry.logs import add_handler_filter
 
 DSN_ENV = "HARVEST_DATABASE_URL"
@@ -46,7 +46,8 @@ log = logging.getLogger("harvest.db")
 
 
 def resolve_dsn(explicit: str | None = None) -> str:
-    """The DSN from the argument, else ``HARVEST_DATABASE_URL``; never a silent default.
+    """The DSN from the argument, else ``HARVEST_DATABASE_URL``; never a silent default. With
+    ``HARVEST_SESSION_URL`` set, the DSN is declared pooled (harvest.db.pooler.declare).
 
     For the Python API (Client, AsyncClient, Worker); the CLI resolves its own
     (harvest.config.database_url, which names --database-url)."""
@@ -63,6 +64,9 @@ def resolve_dsn(explicit: str | None = None) -> str:
             f"no database given: set {DSN_ENV} or pass the database URL as the first argument "
             '(Client("postgresql://..."), AsyncClient.connect(...), Worker(app, ...))'
         )
+    session = os.environ.get(pooler.SESSION_URL_ENV)
+    if session:  # the DSN goes through a transaction-mode pooler (harvest.db.pooler)
+        pooler.declare(dsn, session)
     return dsn
 
 
@@ -605,10 +609,14 @@ def caller_connection(value: Any, *, asynchronous: bool) -> Any:
 
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int | None = None) -> psycopg.Connection:
     """Open a connection, or raise a HarvestError naming host and database, never the password.
-    ``connect_timeout``: the caller's limit (a probe's), else the DSN's (connect_timeout_option)."""
+    ``connect_timeout``: the caller's limit (a probe's), else the DSN's (connect_timeout_option).
+    A connection held as a session of its own (LISTEN, a session lock, a migration): to a pooled
+    ``dsn``'s session URL when one was declared (harvest.db.pooler)."""
+    dsn = pooler.session_dsn(dsn)  # a session of its own: not through a transaction-mode pooler
     warn_if_unverified_tls(dsn)
     try:
-        conn = psycopg.connect(dsn, autocommit=autocommit, **connection_options(dsn, connect_timeout))
+        options = {**connection_options(dsn, connect_timeout), **_POOLED_OPTIONS[pooler.is_pooled(dsn)]}
+        conn = psycopg.connect(dsn, autocommit=autocommit, **options)
         set_server_end(conn)
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
@@ -618,11 +626,11 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int | None =
 async def connect_async(
     dsn: str, *, autocommit: bool = False, connect_timeout: int | None = None
 ) -> psycopg.AsyncConnection:
+    dsn = pooler.session_dsn(dsn)  # (as connect's)
     warn_if_unverified_tls(dsn)
     try:
-        conn = await psycopg.AsyncConnection.connect(
-            dsn, autocommit=autocommit, **connection_options(dsn, connect_timeout)
-        )
+        options = {**connection_options(dsn, connect_timeout), **_POOLED_OPTIONS[pooler.is_pooled(dsn)]}
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, **options)
         await set_server_end_async(conn)
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
@@ -653,22 +661,34 @@ def _read_committed_refused(exc: psycopg.Error) -> None:
         )
 
 
+# A pooled connection behind a pooler that shares server connections (harvest.db.pooler): no
+# prepared statement (psycopg prepares a statement run 5 times; the next transaction's server
+# connection has another client's _pg3_0, or none), and nothing set for the session (it would
+# land on whichever server connection ran it, another client's next). Harvest's calls state
+# their isolation themselves where it matters (an open claim's BEGIN ISOLATION LEVEL READ COMMITTED).
+_POOLED_OPTIONS: Mapping[bool, Mapping[str, Any]] = {False: {}, True: {"prepare_threshold": None}}
+
+
 class RedactingConnection(psycopg.Connection):
     """The connection class for pools: psycopg_pool logs every failed connect attempt with
     the error's text, so that text must not carry the password. Its ``json``/``jsonb`` values
     are read with :func:`harvest.db.jsoncodec.loads` (``json.loads``, cheaper per value), and
     both its ends give a silent peer up as :func:`connect`'s do (``network_options``,
     ``set_server_end``), its connect is bounded as theirs is (``connection_options``), and its
-    calls run READ COMMITTED whatever the session's default (``_SET_READ_COMMITTED``)."""
+    calls run READ COMMITTED whatever the session's default (``_SET_READ_COMMITTED``). Behind a
+    pooler that shares server connections, it prepares and sets nothing (``_POOLED_OPTIONS``)."""
 
     @classmethod
     def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        pooled = pooler.is_pooled(conninfo)
         try:
-            options = {**connection_options(conninfo), **kwargs}
+            options = {**connection_options(conninfo), **kwargs, **_POOLED_OPTIONS[pooled]}
             conn = super().connect(conninfo, **options)
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
+        if pooled:
+            return conn
         try:
             set_server_end(conn)
             _set_on_idle(conn, _SET_READ_COMMITTED, None, _read_committed_refused)
@@ -682,12 +702,15 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
 
     @classmethod
     async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        pooled = pooler.is_pooled(conninfo)
         try:
-            options = {**connection_options(conninfo), **kwargs}
+            options = {**connection_options(conninfo), **kwargs, **_POOLED_OPTIONS[pooled]}
             conn = await super().connect(conninfo, **options)
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
+        if pooled:
+            return conn
         try:
             await set_server_end_async(conn)
             await _set_on_idle_async(conn, _SET_READ_COMMITTED, None, _read_committed_refused)

@@ -58,8 +58,15 @@ from psycopg.types.json import Jsonb
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch, from_database_error
 from harvest.core.ids import MAX_SHARD, is_shard_number
-from harvest.db import DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, SCHEMA_VERSION, paths, sqlapi
-from harvest.db.connection import DatabaseError, connect, failure_reason, schema_missing, set_server_end
+from harvest.db import DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, SCHEMA_VERSION, paths, pooler, sqlapi
+from harvest.db.connection import (
+    DatabaseError,
+    connect,
+    describe_dsn,
+    failure_reason,
+    schema_missing,
+    set_server_end,
+)
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import Sql, Steps, arun_steps, run_steps
 
@@ -899,6 +906,7 @@ class Migrator:
                         "changed": current != shard_id,
                     }
                 return report
+            _refuse_pooler(conn, self.dsn)
             self._lock(conn)
             watch = BlockerWatch(self.dsn, max(self.lock_timeout / 2, 0.01))
             try:
@@ -1447,3 +1455,20 @@ async def check_schema_async(sql: AsyncSqlApi, who: str) -> None:
     _refuse_mismatch(*await arun_steps(read_versions(), sql), who)
     if _knows_its_release():
         _warn_release(await arun_steps(read_function_releases(), sql), who)
+
+
+def _refuse_pooler(conn: psycopg.Connection, dsn: str) -> None:
+    """Refuse to migrate through a pooler that shares server connections (transaction mode):
+    the migrate lock is a session's (it would be held by a server connection other clients are
+    lent, two migrators both holding it), and so are the resets between files. ``conn``: the
+    run's connection (to ``dsn``'s session URL when one was declared: harvest.db.pooler)."""
+    target = pooler.session_dsn(dsn)
+    if pooler.transaction_pooled(target, conn):
+        raise ConfigError(
+            f"cannot migrate {describe_dsn(target)}: it goes through a connection pooler in transaction "
+            "mode (two sessions were lent one server connection), and a migration needs a session of its "
+            "own (the migrate lock, the session's resets between files). Run harvest migrate run on the "
+            "database's direct URL or a session-mode pool's (--database-url), or set session_url "
+            f'({pooler.SESSION_URL_ENV}) to it (docs/operations.md, "Behind a connection pooler"); '
+            "nothing was changed"
+        )
