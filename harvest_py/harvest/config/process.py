@@ -23,7 +23,6 @@ from harvest.config.config import (
     worker_options,
 )
 from harvest.core.errors import ConfigError
-from harvest.db import pooler
 from harvest.shard.router import ShardRouter
 from harvest.worker.options import WorkerOptions
 from harvest.worker.worker import Worker
@@ -62,8 +61,6 @@ async def run_worker(
     log_startup(app, config, options)
     dsn = worker_dsn(config, database_url, dsn_hint)
     if not is_sharded(config):
-        if dsn is not None:  # before its pools open: a transaction-mode pooler's take no prepared statement
-            await asyncio.to_thread(pooler.detect, dsn)
         worker = Worker(app, dsn, options=options, redis_url=config.get("redis.url"))
         if started is not None:
             started(worker)
