@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 SQL_FILES := $(wildcard sql/*.sql functions/*.sql migrations/*.sql bench/*.sql)
 
-.PHONY: help install dev test test-python test-pg15 lint pgtap chromium promtool redis iproute2 extension clean
+.PHONY: help install dev test test-python test-pg15 lint pgtap chromium promtool redis pgbouncer iproute2 extension clean
 
 help:
 	@echo "make dev        run Harvest end to end on an embedded PostgreSQL"
@@ -17,6 +17,7 @@ help:
 	@echo "make chromium   install headless Chromium and its driver (Debian's chromium, chromium-driver) for tests/browser"
 	@echo "make promtool   install promtool (Debian's prometheus), which checks and tests the alert pack"
 	@echo "make redis      install redis-server (Debian's redis-server) for the Redis dispatch tests and bench"
+	@echo "make pgbouncer  install PgBouncer (Debian's pgbouncer) for the connection pooler tests"
 	@echo "make test-pg15  run pgTAP and the migration tests on a throwaway Debian PostgreSQL 15"
 	@echo "make extension  build harvest--<version>.sql and harvest.control"
 	@echo "make bench      Harvest vs DBOS, PgQueuer and pgbench on one embedded PostgreSQL, and 1/2/4 shards, with the issue-20 target table (~10 min)"
@@ -43,7 +44,7 @@ lint: install
 
 # Every suite runs side by side (scripts/run-suites.sh): the fast suite in FAST_PARTS processes,
 # each slow group in one, and the PostgreSQL 15 leg (test-pg15) beside them.
-test: install lint pgtap chromium promtool redis iproute2
+test: install lint pgtap chromium promtool redis pgbouncer iproute2
 	SKIP_SLOW=$(SKIP_SLOW) scripts/run-suites.sh "$(PYTEST)" "$(SLOW_GROUPS)" $(FAST_PARTS) scripts/with-debian-pg15.sh $(PYTEST) $(PG15_TESTS)
 
 # The slow suites (markers shard, chaos, browser and webfuzz: several PostgreSQL servers, killed
@@ -91,6 +92,22 @@ redis:
 	    fi; \
 	fi
 	@echo "redis: $$(redis-server --version | head -1)"
+
+# PgBouncer (Debian's pgbouncer) for the connection pooler tests (tests/integration/test_pooler.py
+# starts its own in transaction and session mode on a free port; docs/operations.md, "Behind a
+# connection pooler"). Not root and not installed, those tests skip: a warning here.
+pgbouncer:
+	@if ! PATH="$$PATH:/usr/sbin:/sbin" command -v pgbouncer >/dev/null; then \
+	    if [ "$$(id -u)" -eq 0 ]; then \
+	        DEBIAN_FRONTEND=noninteractive apt-get update && \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pgbouncer; \
+	    else \
+	        echo "warning: pgbouncer is not installed, so the connection pooler tests skip" \
+	             "(sudo apt-get install -y pgbouncer, or sudo make pgbouncer)" >&2; \
+	    fi; \
+	fi
+	@if PATH="$$PATH:/usr/sbin:/sbin" command -v pgbouncer >/dev/null; then \
+	    echo "pgbouncer: $$(PATH="$$PATH:/usr/sbin:/sbin" pgbouncer --version | head -1)"; fi
 
 # iproute2's ip for the network-cut chaos test (tests/chaos/test_chaos_network.py: a network
 # namespace and a veth pair, so root; CI runs as root). Not root, the test skips: a warning here.

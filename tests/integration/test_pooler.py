@@ -11,6 +11,7 @@ migrate refuses it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -28,9 +29,10 @@ from psycopg import conninfo
 from harvest import App, Client, activity, workflow
 from harvest.core.errors import ConfigError
 from harvest.db import pooler
-from harvest.db.connection import connect
+from harvest.db.connection import connect, set_role
 from harvest.db.embedded import SERVICE_USER
 from harvest.db.migrate import Migrator
+from harvest.db.pools import open_async_pool
 
 PGBOUNCER = shutil.which("pgbouncer", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
 pytestmark = pytest.mark.skipif(
@@ -196,3 +198,31 @@ def test_migrate_refuses_a_transaction_pooler_and_runs_through_a_session_one(
     with pytest.raises(ConfigError, match=r"transaction mode.*nothing was changed"):
         Migrator(bouncer.url()).run()
     assert Migrator(session_bouncer.url()).run().applied == []
+
+
+def test_a_faces_role_stays_on_its_own_calls_through_a_transaction_pooler(db, bouncer) -> None:
+    """Before: set_role's SET ROLE ran as a transaction of its own, so the pooler lent the
+    server connection it ran on to the next client (which then ran as harvest_reader) and the
+    face's call ran on another one, as the login role (a reader's request with the login's
+    rights). Pooled, the role is SET LOCAL in the call's transaction."""
+    pooled = bouncer.url()
+    pooler.declare(pooled)
+
+    async def roles() -> tuple[str, str, str]:
+        pool = await open_async_pool(pooled, min_size=1, max_size=2)
+        other = await psycopg.AsyncConnection.connect(pooled, autocommit=True, prepare_threshold=None)
+        try:
+            async with pool.connection() as conn:
+                async with (
+                    set_role(conn, "harvest_reader", actor="ann"),
+                    other.transaction(),  # a server connection while the face's call runs
+                ):
+                    theirs = await (await other.execute("SELECT current_user")).fetchone()
+                    mine = await (await conn.execute("SELECT current_user")).fetchone()
+                after = await (await conn.execute("SELECT current_user")).fetchone()
+            return theirs[0], mine[0], after[0]  # type: ignore[index]
+        finally:
+            await other.close()
+            await pool.close()
+
+    assert asyncio.run(roles()) == ("postgres", "harvest_reader", "postgres")

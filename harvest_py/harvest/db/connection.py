@@ -678,6 +678,8 @@ class RedactingConnection(psycopg.Connection):
     calls run READ COMMITTED whatever the session's default (``_SET_READ_COMMITTED``). Behind a
     pooler that shares server connections, it prepares and sets nothing (``_POOLED_OPTIONS``)."""
 
+    pooled = False  # behind a pooler that shares server connections (harvest.db.pooler)
+
     @classmethod
     def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
         pooled = pooler.is_pooled(conninfo)
@@ -687,6 +689,7 @@ class RedactingConnection(psycopg.Connection):
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
+        conn.pooled = pooled
         if pooled:
             return conn
         try:
@@ -700,6 +703,8 @@ class RedactingConnection(psycopg.Connection):
 class RedactingAsyncConnection(psycopg.AsyncConnection):
     """:class:`RedactingConnection` for asyncio pools."""
 
+    pooled = False  # behind a pooler that shares server connections (harvest.db.pooler)
+
     @classmethod
     async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
         pooled = pooler.is_pooled(conninfo)
@@ -709,6 +714,7 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
+        conn.pooled = pooled
         if pooled:
             return conn
         try:
@@ -793,20 +799,22 @@ FACE_ROLES = frozenset({"harvest_reader", "harvest_operator", "harvest_admin"})
 FACE_APPLICATION_NAMES = {"api": "harvest-api", "cli": "harvest-cli", "ui": "harvest-ui"}
 
 
-def _role_statements(role: str, source: str) -> LiteralString:
+def _role_statements(role: str, source: str, local: bool = False) -> LiteralString:
     if role not in FACE_ROLES:
         raise ValueError(f"unknown role {role!r}: a request runs as one of {', '.join(sorted(FACE_ROLES))}")
     if source not in FACE_APPLICATION_NAMES:
         raise ValueError(f"unknown audit source {source!r}")
     # Both names come from the closed sets above, never from a request.
-    return f"SET ROLE {role}; SET application_name = '{FACE_APPLICATION_NAMES[source]}'"  # pyright: ignore[reportReturnType]
+    scope = "LOCAL " if local else ""
+    return f"SET {scope}ROLE {role}; SET {scope}application_name = '{FACE_APPLICATION_NAMES[source]}'"  # pyright: ignore[reportReturnType]
 
 
 # The audit context a face asserts for its own calls (harvest._audit_context, functions/audit.sql):
-# caller-asserted text for audit rows only, recorded beside the real login.
+# caller-asserted text for audit rows only, recorded beside the real login. (%(local)s: for the
+# transaction only, as SET LOCAL.)
 _SET_AUDIT_CONTEXT = (
-    "SELECT pg_catalog.set_config('harvest.audit_actor', %(actor)s, false), "
-    "pg_catalog.set_config('harvest.audit_route', %(route)s, false)"
+    "SELECT pg_catalog.set_config('harvest.audit_actor', %(actor)s, %(local)s), "
+    "pg_catalog.set_config('harvest.audit_route', %(route)s, %(local)s)"
 )
 _RESET_ROLE = "RESET ROLE; RESET application_name; RESET harvest.audit_actor; RESET harvest.audit_route"
 
@@ -827,18 +835,23 @@ async def set_role(
     and ``_session_has_role`` then see that role (functions/security.sql). A connection whose
     RESET fails is closed, so a pool never hands out a connection still switched to another
     caller's role. The login role must be a member of ``role`` (docs/http-api.md, "Roles"); a
-    role that does not exist (a cluster Harvest was never migrated on) is a SchemaMismatch."""
+    role that does not exist (a cluster Harvest was never migrated on) is a SchemaMismatch.
+
+    In a transaction already, or on a connection behind a pooler that shares server connections
+    (``pooled``: harvest.db.pooler; then in a transaction of the block's own), all of them are
+    SET LOCAL: they end with the transaction, on the server connection that ran it. (Set for
+    the session there, SET ROLE ran as a transaction of its own: the pooler lent its server
+    connection to the next client, which ran as ``role``, and the block's calls ran on another,
+    as the login role.)"""
+    if getattr(conn, "pooled", False) or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        async with contextlib.AsyncExitStack() as stack:
+            if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                await stack.enter_async_context(conn.transaction())
+            await _set_role_statements(conn, role, source, actor, route, local=True)
+            yield conn
+        return
+    await _set_role_statements(conn, role, source, actor, route, local=False)
     try:
-        await conn.execute(_role_statements(role, source))
-    except psycopg.errors.InvalidParameterValue as exc:  # (22023: role "..." does not exist)
-        if "does not exist" not in str(exc):
-            raise
-        raise SchemaMismatch(
-            f"role {role} does not exist on this server: Harvest's roles are created by its "
-            "migrations (harvest migrate run)"
-        ) from None
-    try:
-        await conn.execute(_SET_AUDIT_CONTEXT, {"actor": actor or "", "route": route or ""})
         yield conn
     finally:
         try:
@@ -846,6 +859,39 @@ async def set_role(
         except BaseException:
             await conn.close()  # the pool discards a closed connection
             raise
+
+
+async def _set_role_statements(
+    conn: psycopg.AsyncConnection,
+    role: str,
+    source: str,
+    actor: str | None,
+    route: str | None,
+    *,
+    local: bool,
+) -> None:
+    """:func:`set_role`'s statements: the role and source, then the audit context."""
+    try:
+        await conn.execute(_role_statements(role, source, local))
+    except psycopg.errors.InvalidParameterValue as exc:  # (22023: role "..." does not exist)
+        if "does not exist" not in str(exc):
+            raise
+        raise SchemaMismatch(
+            f"role {role} does not exist on this server: Harvest's roles are created by its "
+            "migrations (harvest migrate run)"
+        ) from None
+    params = {"actor": actor or "", "route": route or "", "local": local}
+    if local:
+        await conn.execute(_SET_AUDIT_CONTEXT, params)
+        return
+    try:
+        await conn.execute(_SET_AUDIT_CONTEXT, params)
+    except BaseException:
+        try:
+            await conn.execute(_RESET_ROLE)
+        except BaseException:
+            await conn.close()
+        raise
 
 
 def dsn_with_role(dsn: str, role: str, source: str = "api") -> str:

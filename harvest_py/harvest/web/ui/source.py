@@ -135,15 +135,14 @@ class Source:
         (read only unless ``write``). A read is also one snapshot (REPEATABLE READ): a page that
         reads a run's row, stack and history shows one moment of it, not a RUNNING row over a
         history that has ended since. A lost or unreachable shard raises ShardUnavailable or one
-        of ``TRANSIENT``, which the fan-out counts as unavailable."""
-        async with (
-            self.pools.connection(shard) as conn,
-            set_role(conn, principal.role, "ui", actor=principal.actor),
-            conn.transaction(),
-        ):
-            if not write:  # (a read-only transaction never fails to serialize)
+        of ``TRANSIENT``, which the fan-out counts as unavailable. The role is the transaction's
+        (SET LOCAL), so behind a transaction-mode pooler it stays on this transaction's server
+        connection."""
+        async with self.pools.connection(shard) as conn, conn.transaction():
+            if not write:  # (a read-only transaction never fails to serialize; its first statement)
                 await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield AsyncSqlApi.on_connection(conn)
+            async with set_role(conn, principal.role, "ui", actor=principal.actor):
+                yield AsyncSqlApi.on_connection(conn)
 
     def apis(self, principal: Principal, shards: tuple[int, ...] | None = None) -> Mapping[int, Any]:
         """Shard -> provider of a read-only API as ``principal``, for the fan-out plans."""
