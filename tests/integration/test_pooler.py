@@ -24,9 +24,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import conninfo
 
 from harvest import App, Client, activity, workflow
+from harvest.cli.main import main as cli
 from harvest.core.errors import ConfigError
 from harvest.db import pooler
 from harvest.db.connection import connect, set_role
@@ -226,3 +228,19 @@ def test_a_faces_role_stays_on_its_own_calls_through_a_transaction_pooler(db, bo
             await pool.close()
 
     assert asyncio.run(roles()) == ("postgres", "harvest_reader", "postgres")
+
+
+def test_a_read_only_command_through_a_transaction_pooler_leaves_its_server_connection_writable(
+    db, bouncer
+) -> None:
+    """Before: a read-only command's ``SET default_transaction_read_only = on`` stayed on the
+    server connection that ran it, and the next client lent it failed (a worker's scan, a start:
+    ReadOnlySqlTransaction). Found pooled: the command's calls run in one read-only transaction."""
+    pooled = bouncer.url()
+    for _ in range(3):
+        result = CliRunner().invoke(cli, ["workflow", "list", "--database-url", pooled, "--output", "json"])
+        assert result.exit_code == 0, result.output
+    with psycopg.connect(pooled, autocommit=True, prepare_threshold=None) as other:
+        seen = {other.execute("SHOW default_transaction_read_only").fetchone()[0] for _ in range(10)}  # type: ignore[index]
+        other.execute("CREATE TABLE written_after (id int)")
+    assert seen == {"off"}

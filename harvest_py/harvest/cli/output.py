@@ -259,6 +259,7 @@ def sql_api(database_url: str | None, *, read_only: bool) -> Iterator[SqlApi]:
     Over HTTP (harvest/cli/http.py): the same calls as requests to the management API."""
     from harvest.cli.http import HttpApi, http_session
     from harvest.db.connection import connect  # (the driver: not for a command's --help)
+    from harvest.db.connection import read_only as set_read_only
     from harvest.db.sqlapi import SqlApi, translated_errors
 
     settings = selected(database_url)
@@ -266,10 +267,11 @@ def sql_api(database_url: str | None, *, read_only: bool) -> Iterator[SqlApi]:
         with http_session(settings) as http:
             yield HttpApi(http)  # type: ignore[misc]
         return
-    conn = connect(cli_dsn(database_url), autocommit=True)
+    dsn = cli_dsn(database_url)
+    conn = connect(dsn, autocommit=True)
     try:
         if read_only:
-            conn.execute("SET default_transaction_read_only = on")
+            set_read_only(conn, dsn)
         with translated_errors():
             yield SqlApi(conn)
     finally:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import HarvestError
-from harvest.db.connection import connect
+from harvest.db.connection import connect, read_only
 from harvest.db.sqlapi import SqlApi, translated_errors
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def _database_checks(
             )
         ]
     with conn:
-        conn.execute("SET default_transaction_read_only = on")
+        read_only(conn, dsn)
         sql = SqlApi(conn)
         checks.append(Check("database", "pass", "database reachable"))
         try:

@@ -637,6 +637,21 @@ async def connect_async(
     return conn
 
 
+def read_only(conn: psycopg.Connection, dsn: str) -> None:
+    """Make ``conn`` (from :func:`connect` on ``dsn``, autocommit and idle) refuse writes: a
+    read-only command cannot write by accident. Set for the session, except behind a pooler that
+    shares server connections (harvest.db.pooler, found here if need be) with no session URL:
+    there ``default_transaction_read_only`` stayed on the server connection that ran the SET,
+    and the next client lent it (a worker's scan, a start) failed with ReadOnlySqlTransaction;
+    so the connection runs its calls in one read-only transaction instead (``BEGIN READ ONLY``,
+    rolled back when it closes), holding its server connection until then."""
+    if pooler.detect(dsn, conn) and pooler.needs_session(dsn):
+        conn.read_only = True
+        conn.autocommit = False
+        return
+    conn.execute("SET default_transaction_read_only = on")
+
+
 # A pooled connection's calls run READ COMMITTED whatever the role's or database's
 # default_transaction_isolation: every Harvest function is written for it, and a claim in a
 # snapshot transaction admits no task of a concurrency key (functions/flow_concurrency.sql,

@@ -22,7 +22,7 @@ from typing import Any
 
 from harvest.core.errors import HarvestError
 from harvest.db import SCHEMA_VERSION
-from harvest.db.connection import DatabaseError, connect, redact, schema_missing
+from harvest.db.connection import DatabaseError, connect, read_only, redact, schema_missing
 from harvest.db.migrate import FunctionDrift, read_function_drift, read_versions
 from harvest.db.sqlapi import SqlApi, translated_errors
 from harvest.db.steps import run_steps
@@ -136,7 +136,7 @@ def _inspect(
         return
     row["reachable"] = True
     with conn:
-        conn.execute("SET default_transaction_read_only = on")
+        read_only(conn, dsn)
         sql = SqlApi(conn)
         schema = row["schema"]
         found, functions = run_steps(read_versions(), sql)
@@ -290,7 +290,7 @@ def stranded_work(urls: Mapping[int, str], *, connect_timeout: int = 5) -> dict[
     for shard, dsn in sorted(urls.items()):
         try:
             with connect(dsn, autocommit=True, connect_timeout=connect_timeout) as conn:
-                conn.execute("SET default_transaction_read_only = on")
+                read_only(conn, dsn)
                 with translated_errors():
                     out[shard] = {r["queue"]: r["pending"] for r in SqlApi(conn).count_stranded_tasks()}
         except (HarvestError, DatabaseError):
