@@ -146,10 +146,10 @@ app = App(workflows=[adds], activities=[add])
 def test_a_transaction_pooler_is_found_and_a_session_pooler_or_the_server_is_not(
     db, bouncer, session_bouncer
 ) -> None:
-    with Client(bouncer.url()) as client:  # found by the client before its pool opens
-        assert pooler.is_pooled(bouncer.url()) and pooler.needs_session(bouncer.url())
+    with Client(bouncer.url()) as client:  # found by its pool's first connection
         with client._target.pool.connection() as conn:
             assert conn.prepare_threshold is None
+        assert pooler.is_pooled(bouncer.url()) and pooler.needs_session(bouncer.url())
     assert pooler.detect(bouncer.url())
     assert not pooler.detect(session_bouncer.url())
     assert not pooler.detect(db)
@@ -244,3 +244,24 @@ def test_a_read_only_command_through_a_transaction_pooler_leaves_its_server_conn
         seen = {other.execute("SHOW default_transaction_read_only").fetchone()[0] for _ in range(10)}  # type: ignore[index]
         other.execute("CREATE TABLE written_after (id int)")
     assert seen == {"off"}
+
+
+def test_an_asyncio_pool_finds_a_transaction_pooler_before_it_prepares(db, bouncer) -> None:
+    """Before: the management API's pool (harvest serve) prepared its statements behind the
+    pooler and a listing failed with 500 (42P05 prepared statement "_pg3_0" already exists)."""
+
+    async def run() -> list[int]:
+        pool = await open_async_pool(bouncer.url(), min_size=2, max_size=4)
+        try:
+            async with pool.connection() as conn:
+                assert conn.prepare_threshold is None
+            found = []
+            for _ in range(12):  # past psycopg's threshold (5) on each connection
+                async with pool.connection() as conn:
+                    found.append((await (await conn.execute("SELECT %s::int", [1])).fetchone())[0])
+            return found
+        finally:
+            await pool.close()
+
+    assert asyncio.run(run()) == [1] * 12
+    assert pooler.is_pooled(bouncer.url())

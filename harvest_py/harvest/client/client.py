@@ -55,7 +55,7 @@ from harvest.core.errors import (
 from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.core.task_token import TaskToken
-from harvest.db import channels, pooler, sqlapi
+from harvest.db import channels, sqlapi
 from harvest.db.connection import caller_connection, connect, connect_async, one_line, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
@@ -1618,7 +1618,6 @@ class Client:
             # The same connection reads the server's payload limit: no second round trip.
             with connect(self.dsn, autocommit=True) as conn:
                 self._first(conn, check_schema)
-                pooler.detect(self.dsn, conn)  # before the pool: a transaction pooler's prepares nothing
             self._target = routing.OneDatabase(self.dsn, open_pool(self.dsn, max_size=pool_size))
         self.router = self._target.router
         # (shard, channel) -> a started ThreadNotificationHub: result waits share one LISTEN
@@ -2341,7 +2340,6 @@ class AsyncClient:
         conn = await connect_async(dsn, autocommit=True)
         try:
             limit = await _afirst(conn, check_schema, limit)
-            await pooler.detect_async(dsn, conn)  # (as Client's)
         finally:
             await conn.close()
         pool = await open_async_pool(dsn, max_size=pool_size)

@@ -691,7 +691,9 @@ class RedactingConnection(psycopg.Connection):
     both its ends give a silent peer up as :func:`connect`'s do (``network_options``,
     ``set_server_end``), its connect is bounded as theirs is (``connection_options``), and its
     calls run READ COMMITTED whatever the session's default (``_SET_READ_COMMITTED``). Behind a
-    pooler that shares server connections, it prepares and sets nothing (``_POOLED_OPTIONS``)."""
+    pooler that shares server connections, it prepares and sets nothing (``_POOLED_OPTIONS``):
+    the first connection to a URL in a process finds such a pooler (harvest.db.pooler.detect),
+    before any statement could be prepared."""
 
     pooled = False  # behind a pooler that shares server connections (harvest.db.pooler)
 
@@ -704,6 +706,14 @@ class RedactingConnection(psycopg.Connection):
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
+        if not pooled and not pooler.asked(conninfo):  # (once a process and URL: one read)
+            try:
+                pooled = pooler.detect(conninfo, conn)
+            except BaseException:
+                conn.close()
+                raise
+            if pooled:
+                conn.prepare_threshold = None
         conn.pooled = pooled
         if pooled:
             return conn
@@ -729,6 +739,14 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
+        if not pooled and not pooler.asked(conninfo):  # (as RedactingConnection's)
+            try:
+                pooled = await pooler.detect_async(conninfo, conn)
+            except BaseException:
+                await conn.close()
+                raise
+            if pooled:
+                conn.prepare_threshold = None
         conn.pooled = pooled
         if pooled:
             return conn
@@ -912,9 +930,12 @@ async def _set_role_statements(
 def dsn_with_role(dsn: str, role: str, source: str = "api") -> str:
     """``dsn`` for a connection of its own that starts as ``role`` with the audit source
     ``source`` (libpq ``options``, appended to any the DSN has): for a LISTEN connection a
-    request opens (a result, query or update wait), the same rights as :func:`set_role`."""
+    request opens (a result, query or update wait), the same rights as :func:`set_role`. A
+    pooled ``dsn``'s session URL (harvest.db.pooler), as :func:`connect` would: a LISTEN needs a
+    session, and PgBouncer refuses the ``options`` startup parameter."""
     _role_statements(role, source)  # checks both names
-    return with_startup_options(dsn, f"-c role={role} -c application_name={FACE_APPLICATION_NAMES[source]}")
+    options = f"-c role={role} -c application_name={FACE_APPLICATION_NAMES[source]}"
+    return with_startup_options(pooler.session_dsn(dsn), options)
 
 
 def with_startup_options(dsn: str, extra: str) -> str:

@@ -123,6 +123,11 @@ _CLIENT_PORT = (
 _asked: set[str] = set()
 
 
+def asked(dsn: str) -> bool:
+    """Whether :func:`detect` answered for ``dsn`` in this process already."""
+    return dsn in _asked
+
+
 def _local_port(conn: psycopg.Connection | psycopg.AsyncConnection) -> int:
     """This end's TCP port of ``conn``, -1 over a Unix socket."""
     with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:

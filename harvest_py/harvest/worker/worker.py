@@ -47,7 +47,7 @@ from harvest.core.errors import (
     NotFound,
     PermissionDenied,
 )
-from harvest.db import channels, pooler
+from harvest.db import channels
 from harvest.db.connection import (
     connect_async,
     error_line,
@@ -674,10 +674,7 @@ class Worker:
                 if isinstance(answer, BaseException):
                     unreachable.append((lane, answer))
                 else:
-                    try:  # before its pool opens: a transaction-mode pooler's prepares nothing
-                        await pooler.detect_async(lane.dsn, answer)
-                    finally:
-                        await answer.close()
+                    await answer.close()
                     reachable.append(lane)
             for lane, answer in unreachable:
                 if not isinstance(answer, DatabaseUnavailable) or is_permanent(answer):
