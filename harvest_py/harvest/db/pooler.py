@@ -96,12 +96,15 @@ def shares_server_connections(
     keeps its own: never a false answer of yes. (A pooler that happens to lend both their own
     each time answers no.) ``first``: a connection to ``dsn`` the caller holds (autocommit, idle),
     to stand for the first session: one connect fewer."""
+
     # (plain psycopg connections, no prepared statement: the answer decides that)
-    options = {"autocommit": True, "connect_timeout": connect_timeout, "prepare_threshold": None}
+    def session() -> psycopg.Connection:
+        return psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout, prepare_threshold=None)
+
     with contextlib.ExitStack() as stack:
         if first is None:
-            first = stack.enter_context(psycopg.connect(dsn, **options))
-        second = stack.enter_context(psycopg.connect(dsn, **options))
+            first = stack.enter_context(session())
+        second = stack.enter_context(session())
         before = _backend(first)
         other = _backend(second)
         after = _backend(first)
