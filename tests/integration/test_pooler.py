@@ -35,6 +35,8 @@ from harvest.db.connection import connect, set_role
 from harvest.db.embedded import SERVICE_USER
 from harvest.db.migrate import Migrator
 from harvest.db.pools import open_async_pool
+from harvest.telemetry.metrics import NullMetrics
+from harvest.worker.sampler import MetricsSampler
 
 PGBOUNCER = shutil.which("pgbouncer", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
 pytestmark = pytest.mark.skipif(
@@ -265,3 +267,24 @@ def test_an_asyncio_pool_finds_a_transaction_pooler_before_it_prepares(db, bounc
 
     assert asyncio.run(run()) == [1] * 12
     assert pooler.is_pooled(bouncer.url())
+
+
+def test_the_metrics_sampler_does_not_lead_through_a_transaction_pooler_without_a_session(
+    db, bouncer
+) -> None:
+    """Before: its lead (a session advisory lock) was taken on a server connection the pooler
+    lent other clients next: another worker's sampler lent it led too, and the lock outlived
+    the process that took it. With no session URL it now stays off; with one it leads there."""
+    pooler.declare(bouncer.url())
+    sampler = MetricsSampler(NullMetrics(), interval=0.05)
+    asyncio.run(asyncio.wait_for(sampler.run(bouncer.url(), 0), 10))
+    assert sampler.samples == 0
+    pooler.declare(bouncer.url(), db)
+
+    async def lead() -> None:
+        task = asyncio.create_task(sampler.run(bouncer.url(), 0))
+        while not sampler.samples:
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(asyncio.wait_for(lead(), 30))

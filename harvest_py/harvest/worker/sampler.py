@@ -26,7 +26,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from harvest.db import SCHEMA_VERSION
+from harvest.db import SCHEMA_VERSION, pooler
 from harvest.db.connection import connect_async, failure_reason
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.telemetry.metrics import Metrics, NullMetrics
@@ -57,7 +57,18 @@ class MetricsSampler:
         self.samples = 0  # samples taken (tests, logs)
 
     async def run(self, dsn: str, shard: int) -> None:
-        """Lead (or wait to lead) the sampler of one database, until cancelled."""
+        """Lead (or wait to lead) the sampler of one database, until cancelled. Not behind a
+        transaction-mode pooler with no session URL (harvest.db.pooler): the lead is a session's
+        advisory lock, which such a pooler leaves on a server connection other clients are lent
+        (every worker of the fleet could lead, or none could ever again)."""
+        if pooler.needs_session(dsn):
+            log.warning(
+                "metrics sampler of shard %s: off, as its lead is a session's lock and the database URL "
+                "goes through a transaction-mode pooler: set session_url (%s) to sample",
+                shard,
+                pooler.SESSION_URL_ENV,
+            )
+            return
         failed = False
         while True:
             try:
