@@ -40,7 +40,6 @@ from typing import Any, cast
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.core.ids import MAX_SHARD, shard_number
-from harvest.db import pooler
 from harvest.worker.event_loop import EVENT_LOOPS
 from harvest.worker.options import WorkerOptions, parse_shard_assignments, tunables
 
@@ -485,6 +484,8 @@ def database_url(
         )
     session = config.get("session_url")
     if session:  # database_url goes through a transaction-mode pooler
+        from harvest.db import pooler  # (here: a command's --help loads no database driver)
+
         pooler.declare(dsn, session)
     return dsn
 
