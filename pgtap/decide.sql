@@ -949,7 +949,7 @@ SELECT results_eq(
              (SELECT r.lease_expires_at FROM harvest.tasks AS r WHERE r.id = (h ->> 'task_id')::bigint), h -> 'heartbeat_details', h ? 'new_events'
       FROM (SELECT pg_temp.handed('hand') -> 0 AS h) AS x$$,
     $$SELECT t.id, 'activity'::text, t.execution_id, 'decide_wf'::text, 'hand'::text, false, 'hand_q'::text,
-             1, 'first'::text, '[1]'::jsonb, '{"start_to_close": 20}'::jsonb, 1,
+             1, 'first'::text, '[1]'::jsonb, '{"start_to_close": 20, "heartbeat_timeout": 5}'::jsonb, 1,
              t.fencing_token, t.lease_expires_at, 'null'::jsonb, false
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('hand') AND t.seq = 1$$,
     'handed holds the task as the worker receives it: its id, run, queue, input, the options it reads, attempt, token (its row''s lease)');
