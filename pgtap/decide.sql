@@ -14,7 +14,7 @@
 -- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
-SELECT plan(346);
+SELECT plan(350);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1548,6 +1548,20 @@ SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1
                         pg_temp.task('big'), pg_temp.token('big')),
                  'HR008', 'the input of activity a (command 1) is 104 bytes, over the payload limit of 64 bytes',
                  'schedule_activity with an input over the limit: HR008');
+-- A decision checks the options of its activities once while they are equal (_apply_decision),
+-- and the name and the input of every one: the third's input, over the limit with the options
+-- the first two passed, is refused all the same.
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
+                              jsonb_build_object('type', 'schedule_activity', 'seq', 1, 'name', 'a',
+                                                 'options', '{"start_to_close": 30}'::jsonb),
+                              jsonb_build_object('type', 'schedule_activity', 'seq', 2, 'name', 'a',
+                                                 'options', '{"start_to_close": 30}'::jsonb),
+                              jsonb_build_object('type', 'schedule_activity', 'seq', 3, 'name', 'a',
+                                                 'input', jsonb_build_array(repeat('x', 100)),
+                                                 'options', '{"start_to_close": 30}'::jsonb)))$$,
+                        pg_temp.task('big'), pg_temp.token('big')),
+                 'HR008', 'the input of activity a (command 3) is 104 bytes, over the payload limit of 64 bytes',
+                 'schedule_activity: an input over the limit after activities of the same options: HR008');
 SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
                               jsonb_build_object('type', 'record_marker', 'seq', 1, 'kind', 'side_effect',
                                                  'value', repeat('x', 100))))$$,
@@ -1839,6 +1853,39 @@ SELECT results_eq(
           ('{"name": "a", "options": {"retry": {"max_interval": 1e10}}}', 4)) AS c (command, n) ORDER BY c.n$$,
     $$VALUES (true), (false), (false), (false)$$,
     '_activity_command_ok(): options every later reader can cast, or not');
+-- _activity_command_head_ok: the checks that do not read the options (a string name, an input
+-- of at most the limit); _apply_decision asks them of every command, the options' only while
+-- they differ from ones that passed. So a later command of equal options is refused for its
+-- name, and one of other options for them.
+SELECT results_eq(
+    $$SELECT harvest._activity_command_head_ok(c.command, 7) FROM (VALUES
+          ('{"name": "a", "input": [12345], "options": "x"}'::jsonb, 1), ('{"name": "a", "input": [123456]}', 2),
+          ('{"name": "a"}', 3), ('{"name": 4, "input": [1]}', 4), ('{"input": [1]}', 5)) AS c (command, n)
+      ORDER BY c.n$$,
+    $$VALUES (true), (false), (true), (false), (false)$$,
+    '_activity_command_head_ok(): a string name and an input of at most the limit (7 bytes), whatever the options');
+SELECT results_eq(
+    format($$SELECT pg_temp.dry_run(format('SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %%L)', d.commands))
+             FROM (VALUES
+                 ('[{"type": "schedule_activity", "seq": 1, "name": "a", "options": {"start_to_close": 30}},
+                    {"type": "schedule_activity", "seq": 2, "name": "a", "options": {"start_to_close": 30.0}},
+                    {"type": "schedule_activity", "seq": 3, "name": 7, "options": {"start_to_close": 30}}]'::jsonb, 1),
+                 ('[{"type": "schedule_activity", "seq": 1, "name": "a", "options": {"start_to_close": 30}},
+                    {"type": "schedule_activity", "seq": 2, "name": "a", "options": {"start_to_close": 0}}]', 2),
+                 ('[{"type": "schedule_activity", "seq": 1, "name": "a", "options": {"priority": 2}},
+                    {"type": "schedule_activity", "seq": 2, "name": "a"},
+                    {"type": "schedule_activity", "seq": 3, "name": "a", "options": {"priority": 2.5}}]', 3),
+                 ('[{"type": "schedule_activity", "seq": 1, "name": "a", "options": {"start_to_close": 30}},
+                    {"type": "schedule_activity", "seq": 2, "name": "a", "options": {"start_to_close": 30.0}},
+                    {"type": "start_timer", "seq": 3, "duration": 5},
+                    {"type": "schedule_activity", "seq": 4, "name": "b", "options": {"start_to_close": 30}}]', 4))
+                 AS d (commands, n) ORDER BY d.n$$, pg_temp.task('bad_opts'), pg_temp.token('bad_opts')),
+    $$VALUES
+      ('HR001: command schedule_activity needs "name" as a JSON string, got number'::text),
+      ('HR001: command schedule_activity (seq 2) needs options.start_to_close as a number of seconds above 0, at most 3155760000 (100 years), or null, got 0'),
+      ('HR001: command schedule_activity (seq 3) needs options.priority as an integer (a 32-bit one), or null, got 2.5'),
+      ('ok')$$,
+    'schedule_activity: a later command of options equal to ones that passed is checked for its name; other options for themselves');
 -- A version marker's value is read across runs by count_versions (its version cast to an
 -- integer): one it could not cast made count_versions of that change_id fail for everyone.
 SELECT pg_temp.start_and_claim('bad_version');
@@ -1888,6 +1935,8 @@ SELECT unalike(pg_temp.plan_of('SELECT harvest._acts_on_own_run(t.input) FROM ha
 -- no call of their own per queued activity.
 SELECT unalike(pg_temp.plan_of('SELECT harvest._activity_command_ok(t.input, t.seq) FROM harvest.tasks AS t'),
                '%_activity_command_ok(%', '_activity_command_ok() is inlined into its caller''s expression');
+SELECT unalike(pg_temp.plan_of('SELECT harvest._activity_command_head_ok(t.input, t.seq) FROM harvest.tasks AS t'),
+               '%_activity_command_head_ok(%', '_activity_command_head_ok() is inlined into its caller''s expression');
 SELECT unalike(pg_temp.plan_of('SELECT harvest._activity_scheduled_data(t.queue, t.seq, t.input) FROM harvest.tasks AS t'),
                '%_activity_scheduled_data(%', '_activity_scheduled_data() is inlined into its caller''s expression');
 -- A decision that schedules activities it queues calls no function per activity (the checks
