@@ -14,7 +14,7 @@
 -- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
-SELECT plan(350);
+SELECT plan(353);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1043,6 +1043,32 @@ SELECT results_eq($$SELECT seq, status FROM harvest.tasks WHERE execution_id = p
                   'concurrency_key, rate_limit, fairness_key, priority_aging_secs: queued; a plain one: handed');
 SELECT is((SELECT array_agg(h ->> 'activity_name') FROM jsonb_array_elements(pg_temp.handed('gate')) AS h),
           ARRAY['plain'], 'handed lists only the plain activity');
+
+-- Queued activities' fairness key: when no command of the decision names one, the INSERT answers
+-- "is the queue fair" itself ('' on a fair queue, else none) and the insert trigger asks nothing
+-- per row (harvest.fairness_resolved, back to 'off' after the INSERT); when one does, the trigger
+-- answers per row as before, so an unkeyed activity after a keyed one on a queue the keyed one
+-- made fair joins the unkeyed group ''.
+INSERT INTO harvest.fair_queues (queue) VALUES ('fq_fair');
+SELECT pg_temp.hand('fq_plain', $$[
+    {"type": "schedule_activity", "seq": 1, "name": "a", "queue": "fq_fair"},
+    {"type": "schedule_activity", "seq": 2, "name": "b", "queue": "fq_none"},
+    {"type": "schedule_activity", "seq": 3, "name": "c", "queue": "fq_fair", "options": {"priority_aging_secs": 5}}]$$, 0);
+SELECT results_eq(
+    $$SELECT seq, fairness_key, priority_aging_secs FROM harvest.tasks WHERE execution_id = pg_temp.run('fq_plain') ORDER BY seq$$,
+    $$VALUES (1, ''::text, NULL::double precision), (2, NULL, NULL), (3, '', 5)$$,
+    'queued activities without a fairness key: '''' on a fair queue, none on another (answered by the INSERT)');
+SELECT is(current_setting('harvest.fairness_resolved', true), 'off',
+          '_queue_activities sets harvest.fairness_resolved back to off after its INSERT');
+SELECT pg_temp.hand('fq_keyed', $$[
+    {"type": "schedule_activity", "seq": 1, "name": "a", "queue": "fq_new", "input": [{"tenant": "t"}],
+     "options": {"fairness_key": "input.tenant"}},
+    {"type": "schedule_activity", "seq": 2, "name": "b", "queue": "fq_new"},
+    {"type": "schedule_activity", "seq": 3, "name": "c", "queue": "fq_none"}]$$, 0);
+SELECT results_eq(
+    $$SELECT seq, fairness_key FROM harvest.tasks WHERE execution_id = pg_temp.run('fq_keyed') ORDER BY seq$$,
+    $$VALUES (1, 't'::text), (2, ''), (3, NULL)$$,
+    'a decision with a keyed activity: the keyed one makes its queue fair, the unkeyed one after it joins ''''');
 
 -- A pending task of a higher priority on the queue keeps a new one from jumping it;
 -- one of the same priority does not. (The gated one queues at priority 5.)

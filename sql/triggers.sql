@@ -10,7 +10,13 @@
 -- resolved from the input by its key path (a missing value means no key); the first keyed
 -- task of a queue makes it a fair queue, and on a fair queue a task without a key (not a
 -- timer) gets '' (the unkeyed group), so the fairness skip-scan finds unkeyed work
--- (workflow tasks) behind a keyed flood. One trigger with the claim order written in it,
+-- (workflow tasks) behind a keyed flood. A writer of many rows none of which names a
+-- fairness key (decide.sql _queue_activities) answers "is the queue fair" in its own statement,
+-- once per row as a probe of its plan, and says so with harvest.fairness_resolved = 'on' (a
+-- transaction-local setting, back to 'off' after its INSERT): the rows then come with their
+-- fairness_key, and this trigger asks no query of its own per row (a query from a trigger
+-- takes a snapshot and checks its plan each time: about 13 us of a queued activity's
+-- backend CPU; docs/performance.md, "Fan-out row, thirteenth cut"). One trigger with the claim order written in it,
 -- not two calling out: a call passing the row costs a copy of it each way
 -- (docs/performance.md, "Cheaper write statements").
 --
@@ -43,8 +49,11 @@ BEGIN
             IF NOT EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
                 INSERT INTO harvest.fair_queues (queue) VALUES (NEW.queue) ON CONFLICT (queue) DO NOTHING;
             END IF;
-        ELSIF EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
-            NEW.fairness_key := '';
+        ELSIF current_setting('harvest.fairness_resolved', true) IS DISTINCT FROM 'on' THEN
+            -- (Nested: a condition with a subquery is a query of its own, whatever its first test.)
+            IF EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
+                NEW.fairness_key := '';
+            END IF;
         END IF;
     END IF;
     IF (NEW.concurrency_limit IS NULL OR NEW.concurrency_limit >= 1)
