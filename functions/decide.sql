@@ -551,6 +551,10 @@ CREATE OR REPLACE FUNCTION harvest._queue_activities(
 )
 RETURNS void
 LANGUAGE plpgsql
+-- Planned once per session, whichever entry point calls it (the worker's batch entry points set
+-- this for all they run; complete_workflow_task does not, and planned this INSERT with its fair
+-- queue probe afresh on every call: about 250 us of a one-activity decision here).
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_queues text[];

@@ -801,7 +801,9 @@ HOT_ENTRY_POINTS = {
     "complete_workflow_tasks",
     "start_workflows",
 }
-FORCED_GENERIC = HOT_ENTRY_POINTS | {"_after_closes", "_order_candidates"}
+# (_queue_activities: its INSERT with a fair-queue probe per row, planned afresh on every call of
+# complete_workflow_task, which sets nothing; docs/performance.md, "Fan-out row, thirteenth cut".)
+FORCED_GENERIC = HOT_ENTRY_POINTS | {"_after_closes", "_order_candidates", "_queue_activities"}
 
 
 def test_the_hot_entry_points_plan_each_statement_once(conn: psycopg.Connection) -> None:
