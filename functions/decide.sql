@@ -561,13 +561,10 @@ DECLARE
     v_queue text;
     -- No command names a fairness key, so no row of the INSERT makes a queue fair: each row's
     -- fairness_key ('' on a fair queue, else none) is answered in the statement, and the
-    -- insert trigger asks nothing per row (sql/triggers.sql, harvest.fairness_resolved).
+    -- insert trigger asks nothing per row (sql/triggers.sql: E'\x01' is its marker for none).
     v_resolved boolean := NOT EXISTS (SELECT 1 FROM unnest(p_commands) AS c (command)
                                       WHERE c.command -> 'options' ? 'fairness_key');
 BEGIN
-    IF v_resolved THEN
-        PERFORM set_config('harvest.fairness_resolved', 'on', true);
-    END IF;
     WITH queued AS (
         INSERT INTO harvest.tasks (
             execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
@@ -583,16 +580,14 @@ BEGIN
                -- none: its worker has it, and a claim of it after a lost lease or for a retry
                -- reads the run; the hand-off's insert, the canonical drain's, stays as narrow.
                p_execution.workflow_name, p_execution.workflow_id,
-               CASE WHEN v_resolved THEN (SELECT '' FROM harvest.fair_queues AS f
-                                          WHERE f.queue = coalesce(q.command ->> 'queue', p_execution.queue)) END
+               CASE WHEN v_resolved THEN coalesce((SELECT '' FROM harvest.fair_queues AS f
+                                                   WHERE f.queue = coalesce(q.command ->> 'queue', p_execution.queue)),
+                                                  E'\x01') END
         FROM unnest(p_seqs, p_commands) WITH ORDINALITY AS q (seq, command, n)
         ORDER BY q.n
         RETURNING queue, status
     )
     SELECT array_agg(DISTINCT queued.queue) FILTER (WHERE queued.status = 'pending') INTO v_queues FROM queued;
-    IF v_resolved THEN
-        PERFORM set_config('harvest.fairness_resolved', 'off', true);
-    END IF;
     FOREACH v_queue IN ARRAY coalesce(v_queues, ARRAY[]::text[]) LOOP
         PERFORM harvest._notify_queue(v_queue);
     END LOOP;

@@ -1,14 +1,20 @@
 -- 0113: the task insert trigger asks no fair-queue question per row of a writer that answered it
--- in its own statement (harvest.fairness_resolved = 'on', set by decide.sql _queue_activities
--- around its INSERT of a decision's queued activities when none names a fairness key;
+-- in its own statement (decide.sql _queue_activities, when no queued activity of a decision names a
+-- fairness key, writes '' on a fair queue, else the marker E'\x01' the trigger turns into none;
 -- sql/triggers.sql, docs/performance.md "Fan-out row, thirteenth cut"). The function as
 -- sql/triggers.sql defines it now.
 CREATE OR REPLACE FUNCTION harvest._tasks_derived_columns()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_answered boolean := false;  -- the writer answered "is the queue fair": no (see above)
 BEGIN
     IF NEW.kind <> 'timer' THEN
+        IF NEW.fairness_key = E'\x01' THEN  -- (only Harvest's functions write this column)
+            NEW.fairness_key := NULL;
+            v_answered := true;
+        END IF;
         IF NEW.kind = 'activity' AND NEW.options ?| ARRAY['concurrency_key', 'rate_limit'] THEN
             NEW := harvest._flow_task_columns(NEW);
         END IF;
@@ -24,7 +30,7 @@ BEGIN
             IF NOT EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
                 INSERT INTO harvest.fair_queues (queue) VALUES (NEW.queue) ON CONFLICT (queue) DO NOTHING;
             END IF;
-        ELSIF current_setting('harvest.fairness_resolved', true) IS DISTINCT FROM 'on' THEN
+        ELSIF NOT v_answered THEN
             -- (Nested: a condition with a subquery is a query of its own, whatever its first test.)
             IF EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
                 NEW.fairness_key := '';

@@ -1046,7 +1046,7 @@ SELECT is((SELECT array_agg(h ->> 'activity_name') FROM jsonb_array_elements(pg_
 
 -- Queued activities' fairness key: when no command of the decision names one, the INSERT answers
 -- "is the queue fair" itself ('' on a fair queue, else none) and the insert trigger asks nothing
--- per row (harvest.fairness_resolved, back to 'off' after the INSERT); when one does, the trigger
+-- per row (the INSERT writes E'\x01' for none, which the trigger turns into NULL); when one does, the trigger
 -- answers per row as before, so an unkeyed activity after a keyed one on a queue the keyed one
 -- made fair joins the unkeyed group ''.
 INSERT INTO harvest.fair_queues (queue) VALUES ('fq_fair');
@@ -1058,8 +1058,8 @@ SELECT results_eq(
     $$SELECT seq, fairness_key, priority_aging_secs FROM harvest.tasks WHERE execution_id = pg_temp.run('fq_plain') ORDER BY seq$$,
     $$VALUES (1, ''::text, NULL::double precision), (2, NULL, NULL), (3, '', 5)$$,
     'queued activities without a fairness key: '''' on a fair queue, none on another (answered by the INSERT)');
-SELECT is(current_setting('harvest.fairness_resolved', true), 'off',
-          '_queue_activities sets harvest.fairness_resolved back to off after its INSERT');
+SELECT is((SELECT count(*)::integer FROM harvest.tasks WHERE fairness_key = E'\x01'), 0,
+          'no task keeps the marker E''\x01'' the INSERT writes for no key');
 SELECT pg_temp.hand('fq_keyed', $$[
     {"type": "schedule_activity", "seq": 1, "name": "a", "queue": "fq_new", "input": [{"tenant": "t"}],
      "options": {"fairness_key": "input.tenant"}},

@@ -12,9 +12,11 @@
 -- timer) gets '' (the unkeyed group), so the fairness skip-scan finds unkeyed work
 -- (workflow tasks) behind a keyed flood. A writer of many rows none of which names a
 -- fairness key (decide.sql _queue_activities) answers "is the queue fair" in its own statement,
--- once per row as a probe of its plan, and says so with harvest.fairness_resolved = 'on' (a
--- transaction-local setting, back to 'off' after its INSERT): the rows then come with their
--- fairness_key, and this trigger asks no query of its own per row (a query from a trigger
+-- once per row as a probe of its plan, and writes each row's answer: '' on a fair queue, else
+-- E'\x01' (no key, the queue not fair), which this trigger turns into none; so it asks no query
+-- of its own for such a row. A marker in the row, not a session setting: only Harvest's
+-- functions write this column, while any session can set a setting, and a setting read here
+-- would let a caller's own session leave its tasks unkeyed on a fair queue (a query from a trigger
 -- takes a snapshot and checks its plan each time: about 13 us of a queued activity's
 -- backend CPU; docs/performance.md, "Fan-out row, thirteenth cut"). One trigger with the claim order written in it,
 -- not two calling out: a call passing the row costs a copy of it each way
@@ -32,8 +34,14 @@ CREATE FUNCTION harvest._tasks_derived_columns()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_answered boolean := false;  -- the writer answered "is the queue fair": no (see above)
 BEGIN
     IF NEW.kind <> 'timer' THEN
+        IF NEW.fairness_key = E'\x01' THEN  -- (only Harvest's functions write this column)
+            NEW.fairness_key := NULL;
+            v_answered := true;
+        END IF;
         IF NEW.kind = 'activity' AND NEW.options ?| ARRAY['concurrency_key', 'rate_limit'] THEN
             NEW := harvest._flow_task_columns(NEW);
         END IF;
@@ -49,7 +57,7 @@ BEGIN
             IF NOT EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
                 INSERT INTO harvest.fair_queues (queue) VALUES (NEW.queue) ON CONFLICT (queue) DO NOTHING;
             END IF;
-        ELSIF current_setting('harvest.fairness_resolved', true) IS DISTINCT FROM 'on' THEN
+        ELSIF NOT v_answered THEN
             -- (Nested: a condition with a subquery is a query of its own, whatever its first test.)
             IF EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
                 NEW.fairness_key := '';
