@@ -126,7 +126,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(59);
+SELECT plan(77);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -235,8 +235,53 @@ SELECT matches(pg_temp.filter_plan('tenant = acme OR workflow_name IN (a, b) OR 
 RESET enable_seqscan;
 
 SELECT is(harvest._execution_filters('running', 'w', NULL, NULL, NULL),
-          ARRAY['true', 'e.status = ANY(''{RUNNING}''::text[])', 'e.workflow_name = ''w'''],
-          '_execution_filters: one condition per filter given, states upper-cased');
+          ARRAY['true', 'e.status = ''RUNNING''', 'e.workflow_name = ''w'''],
+          '_execution_filters: one condition per filter given, states upper-cased, one state an equality');
+SELECT is(harvest._execution_filters('running,failed', NULL, NULL, NULL, NULL),
+          ARRAY['true', 'e.status = ANY(''{RUNNING,FAILED}''::text[])'], '_execution_filters: several states an ANY');
+
+-- A page of one state's runs after a cursor, newest first, reads down executions_status_listed in
+-- the list's order (0113): (status, created_at DESC, id) matched neither direction of
+-- (created_at DESC, id DESC), and the page read down executions_created through every state.
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_sort = off;
+SELECT matches(pg_temp.plan_of(format(
+    'SELECT e.id FROM harvest.executions AS e WHERE %s AND (e.created_at, e.id) < (now(), %L::uuid)'
+    ' ORDER BY e.created_at DESC, e.id DESC LIMIT 51',
+    array_to_string(harvest._execution_filters('RUNNING', NULL, NULL, NULL, NULL), ' AND '),
+    '00000000-0000-0000-0000-000000000001')),
+    'Scan Backward using executions_status_listed.*Index Cond: \(\(e\.status = ''RUNNING''::text\) AND \(ROW\(e\.created_at, e\.id\) <',
+    'a page of one state after a cursor seeks executions_status_listed backward, in the list''s order');
+RESET enable_sort;
+
+-- Each --search-attr test goes through the GIN index executions_search (0113): an equality by
+-- containment, any other test by the key's existence (the ->> test alone read every run).
+SELECT matches(pg_temp.plan_of('SELECT e.id FROM harvest.executions AS e WHERE '
+                               || harvest._search_predicate(harvest._parse_search_filter(f.filter))),
+               'Bitmap Index Scan on executions_search', format('--search-attr %s goes through executions_search', f.filter))
+FROM unnest(ARRAY['tenant=acme', 'amount=4', 'vip=true', 'amount>=4', 'tenant!=acme', 'vip!=false',
+                  'at<2030-01-01', 'tenant>b', 'doc={"a": 1}']) AS f (filter);
+RESET enable_seqscan;
+
+-- A bounded count (the dashboard's status chips): at most p_limit runs a status, capped when
+-- reached; status grouping only.
+SELECT results_eq($$SELECT status, executions, capped FROM harvest.count_executions(p_workflow_name => 'op_wf',
+                                                                                   p_limit => 3)$$,
+                  $$VALUES ('RUNNING'::text, 3::bigint, true)$$, 'count_executions: p_limit caps a status''s count');
+SELECT results_eq($$SELECT status, executions, capped FROM harvest.count_executions(p_workflow_name => 'op_wf',
+                                                                                   p_limit => 5)$$,
+                  $$VALUES ('RUNNING'::text, 5::bigint, true)$$, '... a count that reaches the limit is capped');
+SELECT results_eq($$SELECT status, executions, capped FROM harvest.count_executions(p_workflow_name => 'op_wf',
+                                                                                   p_limit => 6,
+                                                                                   p_search_attributes => ARRAY['tenant=acme'])$$,
+                  $$VALUES ('RUNNING'::text, 2::bigint, false)$$, '... under it, exact, with the list''s filters');
+SELECT is_empty($$SELECT * FROM harvest.count_executions(p_workflow_name => 'op_wf', p_status => 'FAILED', p_limit => 6)$$,
+                '... a state the filters exclude has no row');
+SELECT results_eq($$SELECT status, executions, capped FROM harvest.count_executions(p_workflow_name => 'op_wf')$$,
+                  $$VALUES ('RUNNING'::text, 5::bigint, false)$$, '... without it every run is counted, never capped');
+SELECT throws_ok($$SELECT * FROM harvest.count_executions('workflow_name', p_limit => 10)$$, 'HR001', NULL,
+                 '... a bounded count groups by status only');
+SELECT throws_ok($$SELECT * FROM harvest.count_executions(p_limit => 0)$$, 'HR001', NULL, '... a limit below 1 is HR001');
 
 -- Keyset pages of 2: the last row of a page carries the cursor; the last page carries none.
 CREATE TEMP TABLE page1 ON COMMIT DROP AS

@@ -96,8 +96,13 @@ WHERE status IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED');
 CREATE INDEX executions_workflow_id_latest
 ON harvest.executions (workflow_name, workflow_id, created_at DESC);
 
-CREATE INDEX executions_status_created
-ON harvest.executions (status, created_at DESC, id);
+-- A status's runs in the workflow list's order, (created_at, id) one way or the other
+-- (list_executions with one state; migration 0113): both columns ascending, so a backward scan
+-- is the list's newest first. (status, created_at DESC, id) matched neither direction of the
+-- list's (created_at DESC, id DESC), and a page of RUNNING runs read down executions_created
+-- through every other status's runs after the cursor: 1.2 s for a page half way down 2M runs.
+CREATE INDEX executions_status_listed
+ON harvest.executions (status, created_at, id);
 
 -- A run's children: by parent_id (the closes' cascade, the stack, the janitor), and a page of
 -- them in the children list's order, newest first, then id (list_children; migration 0094).
@@ -108,7 +113,7 @@ WHERE parent_id IS NOT NULL;
 -- A page of a run's children of one status, in the same order (list_children with a status;
 -- migration 0095): the list's filter otherwise read through the children of other statuses to
 -- fill a page. A child's status changes only at its close, which writes a new entry in every
--- index of the row anyway (executions_status_created holds the status), so this one costs a
+-- index of the row anyway (executions_status_listed holds the status), so this one costs a
 -- child's start and close an entry each, and a run without a parent nothing.
 CREATE INDEX executions_parent_status_created
 ON harvest.executions (parent_id, status, created_at DESC, id)

@@ -110,7 +110,11 @@ def test_counts_usage_workers_and_dead_letters_add_up_and_go_partial(shards) -> 
     reads = ShardReads(apis_for(shards))
 
     counts = reads.count_executions()
-    assert counts.value == [{"status": "RUNNING", "workflow_name": None, "executions": 6}]
+    assert counts.value == [{"status": "RUNNING", "workflow_name": None, "executions": 6, "capped": False}]
+    # Bounded (the dashboard's chips): each shard counts up to the limit (3, 2 and 1 runs: 2 + 2 + 1),
+    # capped when one reached it.
+    bounded = reads.count_executions(limit=2).value
+    assert bounded == [{"status": "RUNNING", "workflow_name": None, "executions": 5, "capped": True}]
     assert (counts.status, counts.unavailable_shards) == ("partial", [3])
     by_name = reads.count_executions(group_by="workflow_name").value
     assert {r["workflow_name"]: r["executions"] for r in by_name} == {"wf0": 4, "wf1": 2}

@@ -765,8 +765,16 @@ def test_list_pages_with_a_cursor_and_count_rolls_the_tail_into_other(api, conn)
     tenant = api.get("/workflows", params=[("search_attr", "tenant:acme"), ("search_attr_filter", "n:gte:1")])
     assert {r["workflow_id"] for r in tenant.json()["executions"]} == {"page-1", "page-2"}
     counted = api.get("/workflows/count", params={"group_by": "workflow_name", "top": 1}).json()
-    assert counted["counts"] == [{"status": None, "workflow_name": "greet", "executions": 3}]
+    assert counted["counts"] == [{"status": None, "workflow_name": "greet", "executions": 3, "capped": False}]
     assert counted["other"] == {"groups": 1, "executions": 1} and counted["total"] == 4
+    assert counted["capped"] is False
+    # limit: each status counted up to it (what the dashboard's chips show as "2+").
+    bounded = api.get("/workflows/count", params={"workflow_name": "greet", "limit": 2}).json()
+    capped = {"status": "RUNNING", "workflow_name": None, "executions": 2, "capped": True}
+    assert bounded["counts"] == [capped]
+    assert bounded["total"] == 2 and bounded["capped"] is True
+    refused = api.get("/workflows/count", params={"group_by": "workflow_name", "limit": 2})
+    assert refused.status_code == 400, refused.text
 
 
 def test_list_and_count_take_a_filter_expression_with_or(api, conn) -> None:

@@ -1062,9 +1062,11 @@ class HttpReads:
         created_after: Any = None,
         created_before: Any = None,
         filter: str | None = None,
+        limit: int | None = None,
     ) -> Merged[Any]:
         answer = self.http.get(
             "/workflows/count",
+            limit=limit,
             group_by=group_by,
             state=state,
             workflow_name=workflow_name,

@@ -270,7 +270,7 @@ COUNT_EXECUTIONS = """
 SELECT * FROM harvest.count_executions(
     p_group_by => %(group_by)s, p_status => %(state)s, p_workflow_name => %(workflow_name)s,
     p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
-    p_created_before => %(created_before)s, p_filter => %(filter)s)
+    p_created_before => %(created_before)s, p_filter => %(filter)s, p_limit => %(limit)s)
 """
 # The children of several executions in one statement (a fan-out level of the tree: a child
 # may live on another shard than its parent, so each level asks every shard for all of them),
@@ -1587,7 +1587,10 @@ def count_executions(
     created_after: Any = None,
     created_before: Any = None,
     filter: str | None = None,
+    limit: int | None = None,
 ) -> dict[str, Any]:
+    """``limit``: count at most that many runs of each status (group_by status only); a row
+    whose count reached it is ``capped`` (at least that many). None: every run counted."""
     return {
         "group_by": group_by,
         "state": state,
@@ -1596,6 +1599,7 @@ def count_executions(
         "created_after": created_after,
         "created_before": created_before,
         "filter": filter,
+        "limit": limit,
     }
 
 

@@ -767,10 +767,12 @@ def count_executions(
     created_after: Any = None,
     created_before: Any = None,
     filter: str | None = None,
+    limit: int | None = None,
 ) -> Plan:
     """How many executions match, per status (or workflow name, or both), over every shard. A
     moved run counts once, as the workflow list shows it: its MIGRATED seals on the shards it
-    left are counted only when ``state`` names MIGRATED (_COUNTED_STATES)."""
+    left are counted only when ``state`` names MIGRATED (_COUNTED_STATES). ``limit``: each shard
+    counts at most that many runs a status, a row ``capped`` when any shard's count reached it."""
     states = _COUNTED_STATES if state is None else state
     fan = yield Step(
         lambda api, _s: api.count_executions(
@@ -781,9 +783,10 @@ def count_executions(
             created_after=created_after,
             created_before=created_before,
             filter=filter,
+            limit=limit,
         )
     )
-    rows = _summed(fan, ("status", "workflow_name"), ("executions",))
+    rows = _summed(fan, ("status", "workflow_name"), ("executions",), maxes=("capped",))
     rows.sort(key=lambda r: (-r["executions"], r.get("status") or "", r.get("workflow_name") or ""))
     return Merged(rows, fan.unavailable_shards, fan.status)
 

@@ -136,7 +136,9 @@ async def list_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 async def count_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
     try:
-        found = await call.reads().count_executions(group_by=args["group_by"], **_filters(args))
+        found = await call.reads().count_executions(
+            group_by=args["group_by"], limit=args["limit"], **_filters(args)
+        )
     except InvalidArgument as exc:
         raise _named(exc) from None
     out = merged(found, "counts")
@@ -144,6 +146,8 @@ async def count_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
     rest = rows[top:]
     out["counts"] = rows[:top]
     out["total"] = sum(r["executions"] for r in rows)
+    # With a limit, a capped row and so the total are "at least".
+    out["capped"] = any(r.get("capped") for r in rows)
     # The long tail rolled into one bucket (the usage report never does this).
     out["other"] = {"groups": len(rest), "executions": sum(r["executions"] for r in rest)} if rest else None
     return out
@@ -643,9 +647,23 @@ ENDPOINTS = [
                 maximum=1000,
                 description="Groups shown before other.",
             ),
+            Param(
+                "limit",
+                "integer",
+                minimum=1,
+                maximum=1_000_000,
+                description="Count at most this many runs of each status (group_by=status only): a row whose "
+                "count reached it is capped (at least that many). Without it every matching run is read.",
+            ),
         ),
         tag="workflows",
-        shape=shape(counts=ROWS, total={"type": "integer"}, other={"type": ["object", "null"]}, **FANOUT),
+        shape=shape(
+            counts=ROWS,
+            total={"type": "integer"},
+            capped={"type": "boolean"},
+            other={"type": ["object", "null"]},
+            **FANOUT,
+        ),
     ),
     Endpoint(
         "GET",
