@@ -548,7 +548,7 @@ ROLLBACK;
 -- harvest.count_versions: which recorded versions of a ctx.version() gate runs still use.
 -- Runs of ver_wf with workflow id <key> on queue vq_<key>.
 BEGIN;
-SELECT plan(28);
+SELECT plan(29);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- Change vc: v1a (running, 1), v2a and v2b (running, 2), v2done (completed, 2),
@@ -616,6 +616,10 @@ SELECT results_eq(
              sample_execution_ids <@ pg_temp.samples('many1', 'many2', 'many3', 'many4', 'many5', 'many6')
       FROM harvest.count_versions('vc', 5)$$,
     $$VALUES (6::bigint, 5, true)$$, 'at most five sample ids, all of them runs of that version');
+
+-- The default (active) count reads the live runs and their markers (0113), with the answer it had.
+SELECT results_eq($$SELECT version, executions FROM harvest.count_versions('vc')$$,
+                  $$VALUES (1, 1::bigint), (2, 2), (5, 6)$$, 'count_versions(): the live runs by version');
 
 SELECT throws_ok($$SELECT * FROM harvest.count_versions('')$$, 'HR001', 'change_id is empty',
                  'count_versions() with an empty change id: HR001');
