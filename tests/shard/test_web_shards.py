@@ -125,7 +125,7 @@ def test_routes_over_three_shards_and_a_stopped_one(shards) -> None:
         rest = api.get("/workflows", params={"page_size": 2, "cursor": listed["next_cursor"]}).json()
         assert {r["execution_id"] for r in listed["executions"] + rest["executions"]} == set(ids.values())
         assert api.get("/workflows/count").json()["counts"] == [
-            {"status": "RUNNING", "workflow_name": None, "executions": 3}
+            {"status": "RUNNING", "workflow_name": None, "executions": 3, "capped": False}
         ]
         # The runs on shards 1 and 2 as children of shard 0's: a page a request, merged.
         for shard in (1, 2):
