@@ -264,7 +264,7 @@ $$;
 -- predicate implies: containment (@>) for =, the key's existence (?) otherwise, as the filter
 -- expressions' terms are (_filter_term). Without it `--search-attr tenant=acme` read the list
 -- down executions_created through every run until a page matched: 2.3 s for a tenant with no
--- runs among 2M (migration 0113).
+-- runs among 2M (migration 0114).
 CREATE OR REPLACE FUNCTION harvest._search_predicate(p_filter jsonb)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
@@ -783,7 +783,7 @@ $$;
 -- p_limit: count at most that many runs of each status (grouped by status only, else HR001),
 -- each status's runs read down executions_status_listed and the count stopped there; a group
 -- that reached it says capped (at least that many). The dashboard's status chips count so
--- (migration 0113): an exact count reads every matching run, 0.8 s for 2M runs on each view.
+-- (migration 0114): an exact count reads every matching run, 0.8 s for 2M runs on each view.
 -- NULL: every run counted, capped false.
 CREATE OR REPLACE FUNCTION harvest.count_executions(
     p_group_by text DEFAULT 'status',
@@ -1165,7 +1165,7 @@ BEGIN
     IF p_state_group = 'active' THEN
         -- The default (harvest workflow versions): the live runs, found by their status, and
         -- their markers by the events primary key. Read from the events, it scanned every event
-        -- of every run ever kept (1.9 s over 8M events, 0113); terminal and all still do. (OFFSET 0
+        -- of every run ever kept (1.9 s over 8M events, 0114); terminal and all still do. (OFFSET 0
         -- keeps the lateral read a run's own: joined, the planner read the events first, as few
         -- markers are among them.)
         RETURN QUERY

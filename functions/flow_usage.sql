@@ -113,7 +113,7 @@ BEGIN
         -- by their completed_at (executions_retention, and executions_seals and
         -- executions_end_owed for the runs those leave out: the four parts are every run once,
         -- by status), the running ones by status. A scan of every run was 3.7 s a report of the
-        -- last 24 hours over 2M runs, each view of the dashboard's concurrency page (0113).
+        -- last 24 hours over 2M runs, each view of the dashboard's concurrency page (0114).
         FROM (
             SELECT e.id, e.workflow_name, e.search_attributes, e.created_at, e.completed_at, e.status
             FROM harvest.executions AS e

@@ -241,7 +241,7 @@ SELECT is(harvest._execution_filters('running,failed', NULL, NULL, NULL, NULL),
           ARRAY['true', 'e.status = ANY(''{RUNNING,FAILED}''::text[])'], '_execution_filters: several states an ANY');
 
 -- A page of one state's runs after a cursor, newest first, reads down executions_status_listed in
--- the list's order (0113): (status, created_at DESC, id) matched neither direction of
+-- the list's order (0114): (status, created_at DESC, id) matched neither direction of
 -- (created_at DESC, id DESC), and the page read down executions_created through every state.
 SET LOCAL enable_seqscan = off;
 SET LOCAL enable_sort = off;
@@ -254,7 +254,7 @@ SELECT matches(pg_temp.plan_of(format(
     'a page of one state after a cursor seeks executions_status_listed backward, in the list''s order');
 RESET enable_sort;
 
--- Each --search-attr test goes through the GIN index executions_search (0113): an equality by
+-- Each --search-attr test goes through the GIN index executions_search (0114): an equality by
 -- containment, any other test by the key's existence (the ->> test alone read every run).
 SELECT matches(pg_temp.plan_of('SELECT e.id FROM harvest.executions AS e WHERE '
                                || harvest._search_predicate(harvest._parse_search_filter(f.filter))),
@@ -617,7 +617,7 @@ SELECT results_eq(
       FROM harvest.count_versions('vc', 5)$$,
     $$VALUES (6::bigint, 5, true)$$, 'at most five sample ids, all of them runs of that version');
 
--- The default (active) count reads the live runs and their markers (0113), with the answer it had.
+-- The default (active) count reads the live runs and their markers (0114), with the answer it had.
 SELECT results_eq($$SELECT version, executions FROM harvest.count_versions('vc')$$,
                   $$VALUES (1, 1::bigint), (2, 2), (5, 6)$$, 'count_versions(): the live runs by version');
 

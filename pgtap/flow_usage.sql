@@ -87,7 +87,7 @@ SELECT results_eq($$SELECT workflow_starts, completed, activity_executions FROM 
     'what the fork appends after its copies is counted (its completion)');
 
 -- The report reads the runs alive in its window by their completed_at and status, not every run
--- (0113: a report of the last 24 hours read all 2M runs, 3.7 s a view of the concurrency page):
+-- (0114: a report of the last 24 hours read all 2M runs, 3.7 s a view of the concurrency page):
 -- 40 runs closed a month before the window are not read.
 CREATE TEMP TABLE old_runs ON COMMIT DROP AS
 SELECT (harvest.start_workflow('wf_old', '[]', 'old' || n, 'oldq')).execution_id AS id

@@ -97,7 +97,7 @@ CREATE INDEX executions_workflow_id_latest
 ON harvest.executions (workflow_name, workflow_id, created_at DESC);
 
 -- A status's runs in the workflow list's order, (created_at, id) one way or the other
--- (list_executions with one state; migration 0113): both columns ascending, so a backward scan
+-- (list_executions with one state; migration 0114): both columns ascending, so a backward scan
 -- is the list's newest first. (status, created_at DESC, id) matched neither direction of the
 -- list's (created_at DESC, id DESC), and a page of RUNNING runs read down executions_created
 -- through every other status's runs after the cursor: 1.2 s for a page half way down 2M runs.

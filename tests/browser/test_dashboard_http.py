@@ -361,7 +361,7 @@ def test_the_status_chips_count_up_to_a_cap(
     ui: TestClient, demo: Demo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each view of the workflows page counted every run of every status (0.8 s over 2M runs):
-    the chips count up to STATUS_COUNT_CAP a status and say "N+" past it (migration 0113)."""
+    the chips count up to STATUS_COUNT_CAP a status and say "N+" past it (migration 0114)."""
     import harvest.web.ui.app as ui_module
 
     monkeypatch.setattr(ui_module, "STATUS_COUNT_CAP", 2)

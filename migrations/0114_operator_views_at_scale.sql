@@ -1,5 +1,5 @@
 -- harvest:no-transaction
--- 0113: an operator's views over months of history (re-runnable: this file runs outside a
+-- 0114: an operator's views over months of history (re-runnable: this file runs outside a
 -- transaction, so the index is built without blocking the writes of harvest.executions).
 --
 -- The workflow list of one state (GET /workflows?state=RUNNING, the dashboard's status chips,
