@@ -107,9 +107,11 @@ def test_a_claim_in_flight_when_the_drain_is_noticed_starts_nothing_it_claimed(
     drain claims nothing new. The claim is held in flight once the database has answered it,
     until the worker has noticed the drain."""
     held, release = threading.Event(), threading.Event()
+    by_open_claim = []  # whether the claim held was one that decides (a woken claim; a poll's is plain)
 
-    async def hold(rows: list) -> None:
+    async def hold(rows: list, open_claim: bool = False) -> None:
         if rows and not held.is_set():  # the first claim that took something
+            by_open_claim.append(open_claim)
             held.set()
             while not release.is_set():
                 await asyncio.sleep(0.02)
@@ -123,7 +125,7 @@ def test_a_claim_in_flight_when_the_drain_is_noticed_starts_nothing_it_claimed(
 
     async def held_open_claim(*args, **kwargs):
         rows, claim = await claim_tasks_open(*args, **kwargs)
-        await hold(rows)
+        await hold(rows, open_claim=True)
         return rows, claim
 
     monkeypatch.setattr(AsyncSqlApi, "claim_tasks", held_claim)
@@ -162,8 +164,10 @@ def test_a_claim_in_flight_when_the_drain_is_noticed_starts_nothing_it_claimed(
         ).fetchall()
         # Handed back, unleased and due: a rolled back claim left no trace; release_task keeps a
         # workflow task's count of claims, as the stop's release does (an activity's attempt it
-        # gives back).
-        assert tasks == [("workflow", "pending", None, 0 if decides else 1)], "handed back"
+        # gives back). With claim_decides on, the claim is one that decides only when a wake-up
+        # started it: on a loaded machine a poll's plain claim can take the task first (CI 66b).
+        assert decides or not by_open_claim[0]
+        assert tasks == [("workflow", "pending", None, 0 if by_open_claim[0] else 1)], "handed back"
     running._thread.join(20)
     assert not running._thread.is_alive()
     monkeypatch.undo()
