@@ -12,102 +12,25 @@ migrate refuses it.
 from __future__ import annotations
 
 import asyncio
-import os
-import pwd
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import conninfo
+from tests.integration.pgbouncer_helpers import PgBouncer, needs_pgbouncer
 
 from harvest import App, Client, activity, workflow
 from harvest.cli.main import main as cli
 from harvest.core.errors import ConfigError
 from harvest.db import pooler
 from harvest.db.connection import connect, set_role
-from harvest.db.embedded import SERVICE_USER
 from harvest.db.migrate import Migrator
 from harvest.db.pools import open_async_pool
 from harvest.telemetry.metrics import NullMetrics
 from harvest.worker.sampler import MetricsSampler
 
-PGBOUNCER = shutil.which("pgbouncer", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
-pytestmark = pytest.mark.skipif(
-    PGBOUNCER is None and os.environ.get("CI") != "true",
-    reason="pgbouncer is not installed (make pgbouncer)",
-)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class PgBouncer:
-    """A pgbouncer of one test in front of ``dsn``'s server: its own port and directory, every
-    database passed through, logins of ``dsn``'s user trusted; killed at the end. As root it
-    runs as the embedded server's user (pgbouncer refuses root)."""
-
-    def __init__(self, dsn: str, mode: str):
-        self.target = conninfo.conninfo_to_dict(dsn)
-        self.dsn, self.mode = dsn, mode
-        self.port = free_port()
-        self.directory = Path(tempfile.mkdtemp(prefix="harvest-pgbouncer-"))
-        self.proc: subprocess.Popen | None = None
-
-    def url(self, dsn: str | None = None) -> str:
-        """``dsn`` (default: the one it stands in front of) through this pgbouncer."""
-        return conninfo.make_conninfo(dsn or self.dsn, host="127.0.0.1", port=str(self.port))
-
-    def start(self) -> PgBouncer:
-        assert PGBOUNCER is not None, "pgbouncer is not installed: make pgbouncer"
-        user = str(self.target.get("user") or "postgres")
-        (self.directory / "users.txt").write_text(f'"{user}" ""\n')
-        config = self.directory / "pgbouncer.ini"
-        config.write_text(
-            "[databases]\n"
-            f"* = host={self.target.get('host') or '127.0.0.1'} port={self.target.get('port') or 5432}\n"
-            "[pgbouncer]\n"
-            f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
-            f"auth_type = trust\nauth_file = {self.directory / 'users.txt'}\n"
-            f"pool_mode = {self.mode}\ndefault_pool_size = 10\nmax_client_conn = 200\n"
-            "ignore_startup_parameters = extra_float_digits\n"
-        )
-        command = [PGBOUNCER, str(config)]
-        if os.geteuid() == 0:
-            service = pwd.getpwnam(SERVICE_USER)  # (made by the embedded server, started by now)
-            self.directory.chmod(0o755)
-            for path in (self.directory, config, self.directory / "users.txt"):
-                os.chown(path, service.pw_uid, service.pw_gid)
-            command = [PGBOUNCER, "-u", SERVICE_USER, str(config)]
-        self.proc = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"pgbouncer did not start: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-            try:
-                with psycopg.connect(self.url(), connect_timeout=2):
-                    return self
-            except psycopg.OperationalError:
-                time.sleep(0.05)
-        self.stop()
-        raise AssertionError(f"pgbouncer did not start on port {self.port}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        shutil.rmtree(self.directory, ignore_errors=True)
+pytestmark = needs_pgbouncer
 
 
 @pytest.fixture
