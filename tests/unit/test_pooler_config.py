@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harvest.config.config import config_from_mapping, database_url
+from harvest.config.config import config_from_mapping, database_url, shard_urls
 from harvest.core.errors import ConfigError
 from harvest.db import pooler
 from harvest.db.connection import resolve_dsn
@@ -51,3 +51,85 @@ def test_a_session_url_that_is_the_pooled_url_itself_is_refused() -> None:
     with pytest.raises(ConfigError, match="session_url is empty"):
         pooler.declare(POOLED, " ")
     assert not pooler.is_pooled(POOLED)
+
+
+# -- a sharded deployment: shards.session_urls, under the keys of shards.urls -------------------------
+POOLED_1 = "postgresql://app@pgbouncer.internal:6432/harvest_1"
+DIRECT_1 = "postgresql://app@db-1.internal:5432/harvest_1"
+
+
+@pytest.fixture
+def forgotten_shard() -> Iterator[None]:
+    pooler.forget(POOLED_1)
+    yield
+    pooler.forget(POOLED_1)
+
+
+def test_shard_urls_pair_each_shard_with_its_session_url(forgotten_shard) -> None:
+    config = config_from_mapping(
+        {
+            "database_url": POOLED,
+            "session_url": DIRECT,
+            "shards": {"urls": {"1": POOLED_1}, "session_urls": {"1": DIRECT_1}},
+        },
+        "harvest.toml",
+        env={},
+    )
+    assert shard_urls(config, database_url(None, config, env={})) == {0: POOLED, 1: POOLED_1}
+    assert pooler.session_dsn(POOLED) == DIRECT and pooler.session_dsn(POOLED_1) == DIRECT_1
+
+
+def test_a_shards_session_url_from_the_environment(forgotten_shard) -> None:
+    env = {"HARVEST_SHARDS__URLS__1": POOLED_1, "HARVEST_SHARDS__SESSION_URLS__1": DIRECT_1}
+    config = config_from_mapping({"database_url": DIRECT}, "harvest.toml", env=env)
+    assert config.setting("shards.session_urls").source == "HARVEST_SHARDS__SESSION_URLS__1"  # type: ignore[union-attr]
+    assert shard_urls(config, DIRECT) == {0: DIRECT, 1: POOLED_1}
+    assert pooler.session_dsn(POOLED_1) == DIRECT_1 and not pooler.is_pooled(DIRECT)
+
+
+def test_migrating_a_shard_uses_its_session_url_never_shard_0s(forgotten_shard) -> None:
+    """Before: session_url paired with whatever database URL a command was given, so
+    `HARVEST_DATABASE_URL=<shard 1's pooled url> harvest migrate run --shard-id 1` migrated shard
+    0 through its session URL (and made it shard 1 when it held no execution yet)."""
+    shards = {"urls": {"1": POOLED_1}}
+    config = config_from_mapping(
+        {"database_url": POOLED, "session_url": DIRECT, "shards": shards}, "f", env={}
+    )
+    assert database_url(None, config, env={"HARVEST_DATABASE_URL": POOLED_1}) == POOLED_1
+    assert pooler.session_dsn(POOLED_1) == POOLED_1  # not shard 0's DIRECT: migrate refuses the pooler
+    shards["session_urls"] = {"1": DIRECT_1}
+    config = config_from_mapping(
+        {"database_url": POOLED, "session_url": DIRECT, "shards": shards}, "f", env={}
+    )
+    assert database_url(None, config, env={"HARVEST_DATABASE_URL": POOLED_1}) == POOLED_1
+    assert pooler.session_dsn(POOLED_1) == DIRECT_1
+
+
+def test_a_session_url_for_a_shard_without_a_url_is_refused() -> None:
+    shards = {"urls": {"1": POOLED_1}, "session_urls": {"2": DIRECT_1}}
+    with pytest.raises(
+        ConfigError, match=r"shards.session_urls.2 \(from harvest.toml\).*shard 2, which has no url"
+    ):
+        config_from_mapping({"database_url": POOLED, "shards": shards}, "harvest.toml", env={})
+    with pytest.raises(ConfigError, match=r"HARVEST_SHARDS__SESSION_URLS__7.*shard 7, which has no url"):
+        config_from_mapping({"database_url": POOLED}, "f", env={"HARVEST_SHARDS__SESSION_URLS__7": DIRECT_1})
+    with pytest.raises(ConfigError, match=r"shards.session_urls.x .*not a shard number"):
+        config_from_mapping({"shards": {"session_urls": {"x": DIRECT_1}}}, "f", env={})
+
+
+def test_shard_0s_session_url_given_twice_and_differing_is_refused() -> None:
+    data = {"database_url": POOLED, "session_url": DIRECT, "shards": {"session_urls": {"0": DIRECT_1}}}
+    config = config_from_mapping(data, "harvest.toml", env={})
+    with pytest.raises(ConfigError, match="both give shard 0's session URL, and they differ"):
+        database_url(None, config, env={})
+    assert not pooler.is_pooled(POOLED)
+    data["shards"] = {"session_urls": {"0": DIRECT}}  # the same twice: fine
+    assert database_url(None, config_from_mapping(data, "f", env={}), env={}) == POOLED
+    assert pooler.session_dsn(POOLED) == DIRECT
+
+
+def test_a_shards_session_url_that_is_its_url_is_refused(forgotten_shard) -> None:
+    shards = {"urls": {"1": POOLED_1}, "session_urls": {"1": POOLED_1}}
+    config = config_from_mapping({"database_url": DIRECT, "shards": shards}, "f", env={})
+    with pytest.raises(ConfigError, match="the database URL itself"):
+        shard_urls(config, DIRECT)

@@ -76,6 +76,12 @@ class ShardUrls(dict[int, str]):
     """The kind of ``shards.urls``: shard number (a string key in TOML) -> database URL."""
 
 
+class ShardSessionUrls(dict[int, str]):
+    """The kind of ``shards.session_urls``: shard number -> the session URL (the database directly,
+    or a session-mode pool) of that shard's ``shards.urls`` entry when it goes through a
+    transaction-mode pooler (harvest/db/pooler.py): ``session_url`` for a shard."""
+
+
 class ShardResidency(dict[str, int]):
     """The kind of ``shards.residency``: residency key -> shard number."""
 
@@ -88,7 +94,7 @@ class ShardForwards(dict[int, int]):
     """The kind of ``shards.forwards``: a decommissioned shard number -> the shard its ids route to."""
 
 
-TABLES = (ShardUrls, ShardResidency, ShardForwards)
+TABLES = (ShardUrls, ShardSessionUrls, ShardResidency, ShardForwards)
 
 # The numeric keys are the WorkerOptions fields that name a config key (worker/options.py
 # defines each one's name, default and bounds once): key -> that field.
@@ -122,6 +128,7 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("shards", "writable"): ShardList,
     ("shards", "reserved"): ShardList,
     ("shards", "urls"): ShardUrls,
+    ("shards", "session_urls"): ShardSessionUrls,
     ("shards", "residency"): ShardResidency,
     ("shards", "forwards"): ShardForwards,
     ("shards", "cli_timeout"): float,
@@ -167,7 +174,7 @@ def _table_placeholder(key: tuple[str, ...]) -> str:
     """What stands for a table's entry after its key ("N": a shard number, "KEY": a residency
     key; "" for a plain value): one rule, so the toml and the environment spellings agree."""
     kind = SCHEMA[key]
-    if kind in (ShardUrls, ShardForwards):
+    if kind in (ShardUrls, ShardSessionUrls, ShardForwards):
         return "<N>"
     return "<KEY>" if kind is ShardResidency else ""
 
@@ -281,11 +288,12 @@ def _table_entry(key: tuple[str, ...], name: str, value: Any, source: str) -> An
     """One entry of ``shards.urls`` (shard number -> URL) or ``shards.residency`` (key -> shard)."""
     where = f"{dotted(key)}.{name} (from {source})"
     from_env = isinstance(value, str) and source.startswith(ENV_PREFIX)
-    if SCHEMA[key] is ShardUrls:
+    if SCHEMA[key] in (ShardUrls, ShardSessionUrls):
         if not name.isdigit() or int(name) > MAX_SHARD:
             raise ConfigError(f"{where}: {name!r} is not a shard number 0..{MAX_SHARD}")
         if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"{where}: expected the shard's database URL")
+            what = "database" if SCHEMA[key] is ShardUrls else "session (direct or session-mode pool's)"
+            raise ConfigError(f"{where}: expected the shard's {what} URL")
         return value
     if SCHEMA[key] is ShardForwards:
         if not name.isdigit() or int(name) > MAX_SHARD:
@@ -440,7 +448,26 @@ def _with_env(
             f"use {', '.join(EVENT_LOOPS)}"
         )
     _check_redis(config)
+    _check_session_urls(config)
     return config
+
+
+def _check_session_urls(config: Config) -> None:
+    """Each ``shards.session_urls`` entry pairs with the shard's url, under the same key: one for
+    a shard with no url (in ``shards.urls``, or shard 0's ``database_url``) is refused, never
+    left unused."""
+    setting = config.setting("shards.session_urls")
+    if setting is None:
+        return
+    urls = config.get("shards.urls") or {}
+    for name in sorted(setting.value, key=int):
+        if name not in urls and name != "0":
+            raise ConfigError(
+                f"shards.session_urls.{name} (from {setting.source}) is the session URL of shard {name}, "
+                f"which has no url: give it under the same shard number as its url (shards.urls.{name}, "
+                f"HARVEST_SHARDS__URLS__{name}), or remove it (shards.urls names "
+                f"{', '.join(sorted(urls, key=int)) or 'no shard'})"
+            )
 
 
 def _check_redis(config: Config) -> None:
@@ -482,22 +509,45 @@ def database_url(
             f"no database given: set {DSN_ENV} (preferred: a command line is visible to ps)"
             f"{where}, or pass --database-url"
         )
-    session = config.get("session_url")
-    if session:  # database_url goes through a transaction-mode pooler
+    declare_session_url(config, dsn)
+    return dsn
+
+
+def declare_session_url(config: Config, dsn: str) -> str | None:
+    """Declare ``dsn`` pooled with its session URL when the configuration gives one (harvest.db.pooler:
+    its own sessions, LISTEN, the sampler's lock, migrations, go there) and answer it. ``dsn`` is
+    shard N's url in ``shards.urls``: ``shards.session_urls.N``; any other URL is shard 0's
+    (``database_url``): ``shards.session_urls.0`` or ``session_url``, which never pairs with
+    another shard's url (it would migrate shard 0 for shard N)."""
+    shard = next((int(k) for k, url in (config.get("shards.urls") or {}).items() if url == dsn), 0)
+    per_shard = config.setting("shards.session_urls")
+    session = per_shard.value.get(str(shard)) if per_shard else None
+    top = config.setting("session_url")
+    if shard == 0 and top is not None:
+        if per_shard is not None and session is not None and session != top.value:
+            raise ConfigError(
+                f"session_url (from {top.source}) and shards.session_urls.0 (from {per_shard.source}) "
+                "both give shard 0's session URL, and they differ: keep one"
+            )
+        session = top.value
+    if session:  # the URL goes through a transaction-mode pooler
         from harvest.db import pooler  # (here: a command's --help loads no database driver)
 
         pooler.declare(dsn, session)
-    return dsn
+    return session
 
 
 # -- shards ------------------------------------------------------------------------------------
 def shard_urls(config: Config, database_url: str | None = None) -> dict[int, str]:
     """Each shard's database URL: ``shards.urls`` (``HARVEST_SHARDS__URLS__<N>`` win per
     shard), and shard 0 on ``database_url`` unless ``shards.urls`` names it. Without a
-    ``[shards]`` section that is ``{0: database_url}``, today's single database."""
+    ``[shards]`` section that is ``{0: database_url}``, today's single database. Each URL with
+    a session URL (``shards.session_urls``) is declared pooled with it (:func:`declare_session_url`)."""
     urls = {int(k): v for k, v in (config.get("shards.urls") or {}).items()}
     if 0 not in urls and database_url:
         urls[0] = database_url
+    for url in urls.values():  # each with its session URL (shards.session_urls.N)
+        declare_session_url(config, url)
     return dict(sorted(urls.items()))
 
 
