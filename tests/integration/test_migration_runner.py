@@ -149,7 +149,8 @@ def test_status_and_run_name_the_one_database_they_act_on_when_shards_are_config
         assert result.exit_code == 0, result.output
         assert result.stderr.splitlines()[-1] == (
             f"note: this configuration names shards 0, 2; harvest migrate acted on {where} only: "
-            "run it against each shard's database (HARVEST_DATABASE_URL set to that shard's url)"
+            "run it against each shard's database (HARVEST_DATABASE_URL set to that shard's url: "
+            "its shards.session_urls entry is used)"
         ), result.stderr
         assert "db2.internal" not in result.output
 

@@ -12,6 +12,7 @@ migrate refuses it.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 
 import psycopg
@@ -24,7 +25,7 @@ from harvest import App, Client, activity, workflow
 from harvest.cli.main import main as cli
 from harvest.core.errors import ConfigError
 from harvest.db import pooler
-from harvest.db.connection import connect, set_role
+from harvest.db.connection import connect, describe_dsn, set_role
 from harvest.db.migrate import Migrator
 from harvest.db.pools import open_async_pool
 from harvest.telemetry.metrics import NullMetrics
@@ -125,6 +126,18 @@ def test_migrate_refuses_a_transaction_pooler_and_runs_through_a_session_one(
     with pytest.raises(ConfigError, match=r"transaction mode.*nothing was changed"):
         Migrator(bouncer.url()).run()
     assert Migrator(session_bouncer.url()).run().applied == []
+
+
+def test_migrate_runs_on_the_session_url_and_its_report_names_that_database(db, bouncer) -> None:
+    """Before: the report named the pooler's host and port, where nothing ran."""
+    env = {pooler.SESSION_URL_ENV: db, "HARVEST_DATABASE_URL": bouncer.url()}
+    result = CliRunner().invoke(cli, ["migrate", "run", "--output", "json"], env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["database"] == describe_dsn(db) != describe_dsn(bouncer.url())
+    for command in (["migrate", "run"], ["migrate", "status"]):
+        result = CliRunner().invoke(cli, command, env=env)
+        assert result.exit_code == 0, result.output
+        assert f"{describe_dsn(db)}: " in result.stdout and describe_dsn(bouncer.url()) not in result.stdout
 
 
 def test_a_faces_role_stays_on_its_own_calls_through_a_transaction_pooler(db, bouncer) -> None:

@@ -125,7 +125,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
             for name in report.retired_functions:
                 click.echo(f"{'functions/' + name:<45} pending (retired: no longer in this Harvest)")
         click.echo(
-            f"{describe_dsn(dsn)}: {len(rows) - len(pending)} applied, {len(pending)} pending"
+            f"{describe_dsn(migrator.target)}: {len(rows) - len(pending)} applied, {len(pending)} pending"
             + (f", {len(unknown)} unknown to this Harvest" if unknown else "")
         )
         if report.function_releases:
@@ -137,7 +137,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
             )
         if report.ahead:
             click.echo(str(report.ahead))
-        _other_shards_note(describe_dsn(dsn))
+        _other_shards_note(describe_dsn(migrator.target))
     if check and (pending or stale or report.retired_functions or report.ahead):
         sys.exit(1)
 
@@ -217,7 +217,7 @@ def run(
         click.echo(
             to_json(
                 {
-                    "database": describe_dsn(dsn),
+                    "database": describe_dsn(migrator.target),
                     "dry_run": dry_run,
                     "applied": [m.label for m in report.applied],
                     "applied_non_transactional": [m.label for m in report.applied_non_transactional],
@@ -230,7 +230,7 @@ def run(
         )
         return
     if dry_run:
-        click.echo(f"plan for {describe_dsn(dsn)} (dry run, nothing changed):")
+        click.echo(f"plan for {describe_dsn(migrator.target)} (dry run, nothing changed):")
         # In the order a run applies them: Harvest's migrations, its functions, the included sets.
         core = [m for m in report.applied if m.set_name == CORE_SET]
         for m in core:
@@ -259,11 +259,11 @@ def run(
             and not (report.shard and report.shard["changed"])
         ):
             click.echo("  nothing to do")
-        _other_shards_note(describe_dsn(dsn))
+        _other_shards_note(describe_dsn(migrator.target))
         return
     total = len(report.applied) + len(report.applied_non_transactional)
     click.echo(
-        f"{describe_dsn(dsn)}: applied {total} migration(s)"
+        f"{describe_dsn(migrator.target)}: applied {total} migration(s)"
         + (
             f", {len(report.applied_non_transactional)} non-transactional"
             if report.applied_non_transactional
@@ -274,22 +274,23 @@ def run(
         + (f", {len(report.functions_downgraded)} downgraded" if report.functions_downgraded else "")
         + (_shard_note(report.shard) if report.shard is not None else "")
     )
-    _other_shards_note(describe_dsn(dsn))
+    _other_shards_note(describe_dsn(migrator.target))
 
 
 def _other_shards_note(where: str) -> None:
     """On a sharded configuration, say on stderr that this command acted on one database: each
     shard's is migrated (and inspected) on its own (docs/sharding.md, "Adding a shard")."""
-    from harvest.config import shard_urls, shards_configured
+    from harvest.config import shards_configured
 
     config = cli_config()
     if not shards_configured(config):
         return
-    shards = sorted(set(shard_urls(config, "-")) | set(config.get("shards.readable") or []))
+    urls = {int(k) for k in config.get("shards.urls") or {}}
+    shards = sorted({0} | urls | set(config.get("shards.readable") or []))
     click.echo(
         f"note: this configuration names shards {', '.join(map(str, shards))}; harvest migrate "
         f"acted on {where} only: run it against each shard's database (HARVEST_DATABASE_URL set "
-        "to that shard's url)",
+        "to that shard's url: its shards.session_urls entry is used)",
         err=True,
     )
 

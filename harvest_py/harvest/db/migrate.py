@@ -702,6 +702,13 @@ class Migrator:
         # what the last read of the function ledger found replaced (_function_ledger)
         self.changed_functions: list[str] = []
 
+    @property
+    def target(self) -> str:
+        """The URL its session connects to: ``dsn``'s session URL when ``dsn`` was declared to go
+        through a transaction-mode pooler with one (harvest.db.pooler), else ``dsn``: what a
+        report names."""
+        return pooler.session_dsn(self.dsn)
+
     # -- reading -----------------------------------------------------------------------
     # A pass reads each ledger once (_ledger, _function_ledger) and hands the rows to the
     # helpers that judge them, rather than each helper reading it again.
@@ -1469,6 +1476,7 @@ def _refuse_pooler(conn: psycopg.Connection, dsn: str) -> None:
             "mode (two sessions were lent one server connection), and a migration needs a session of its "
             "own (the migrate lock, the session's resets between files). Run harvest migrate run on the "
             "database's direct URL or a session-mode pool's (--database-url), or set session_url "
-            f'({pooler.SESSION_URL_ENV}) to it (docs/operations.md, "Behind a connection pooler"); '
+            f"({pooler.SESSION_URL_ENV}) to it, for shard N's url shards.session_urls.N "
+            '(HARVEST_SHARDS__SESSION_URLS__N) (docs/operations.md, "Behind a connection pooler"); '
             "nothing was changed"
         )
