@@ -1,0 +1,137 @@
+"""A sharded deployment behind a transaction-mode pooler (docs/sharding.md, docs/operations.md,
+"Behind a connection pooler"): two shards (tests/conftest.py's ``two_shards``, two clones on one
+server) and one PgBouncer in transaction mode in front of both, each shard's session URL in
+``shards.session_urls``.
+
+Before, ``session_url`` paired with shard 0's URL only: LISTEN, the sampler's lock and a migration
+of shard 1 went through the pooler, and ``harvest migrate run`` given shard 1's URL migrated shard
+0 (through shard 0's session URL) and could make it shard 1.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg import conninfo
+from tests.integration.pgbouncer_helpers import PgBouncer, needs_pgbouncer
+from tests.integration.worker_helpers import RunningWorker
+
+from harvest import App, Client, activity, workflow
+from harvest.cli.main import main as cli
+from harvest.config import config_from_mapping, shard_urls
+from harvest.core.ids import shard_of
+from harvest.db import pooler
+from harvest.db.connection import connect, describe_dsn
+from harvest.worker import Worker
+
+pytestmark = needs_pgbouncer
+
+
+@pytest.fixture
+def bouncer(two_shards: dict[int, str]) -> Iterator[PgBouncer]:
+    """A transaction-mode pgbouncer in front of the shards' server (it passes every database
+    through); what a test declared or found about the shards' pooled URLs forgotten at the end."""
+    server = PgBouncer(two_shards[0], "transaction").start()
+    try:
+        yield server
+    finally:
+        for dsn in two_shards.values():
+            pooler.forget(server.url(dsn))
+        server.stop()
+
+
+def shards_env(two_shards: dict[int, str], bouncer: PgBouncer, *, sessions: bool = True) -> dict[str, str]:
+    """The deployment's [shards] as variables: each shard's url through the pooler, and (with
+    ``sessions``) its session URL, the clone itself."""
+    env = {"HARVEST_SHARDS__READABLE": "0,1", "HARVEST_SHARDS__WRITABLE": "0,1", "HARVEST_SESSION_URL": ""}
+    for shard, dsn in two_shards.items():
+        env[f"HARVEST_SHARDS__URLS__{shard}"] = bouncer.url(dsn)
+        if sessions:
+            env[f"HARVEST_SHARDS__SESSION_URLS__{shard}"] = dsn
+    return env
+
+
+def shard_id(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT shard_id FROM harvest.shard_identity").fetchone()[0]  # type: ignore[index]
+
+
+def test_migrate_run_on_each_shard_goes_to_that_shards_session_url_and_says_so(two_shards, bouncer) -> None:
+    """Each shard migrated with HARVEST_DATABASE_URL set to its pooled url (the docs' way) runs
+    on its session URL, and the report names that database, not the pooler's."""
+    env = shards_env(two_shards, bouncer)
+    for shard, dsn in two_shards.items():
+        env["HARVEST_DATABASE_URL"] = bouncer.url(dsn)
+        args = ["migrate", "run", "--shard-id", str(shard)]
+        result = CliRunner().invoke(cli, [*args, "--output", "json"], env=env)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["database"] == describe_dsn(dsn) != describe_dsn(bouncer.url(dsn))
+        text = CliRunner().invoke(cli, args, env=env)
+        assert text.exit_code == 0, text.output
+        assert text.stdout.startswith(f"{describe_dsn(dsn)}: applied 0 migration(s)")
+        assert shard_id(dsn) == shard
+
+
+def test_migrate_run_on_a_shard_without_its_session_url_is_refused_and_shard_0_untouched(
+    two_shards, bouncer
+) -> None:
+    """Before: session_url (shard 0's) paired with shard 1's pooled url, so this ran on shard 0
+    and made it shard 1 (it held no execution yet)."""
+    env = {**shards_env(two_shards, bouncer, sessions=False), "HARVEST_SESSION_URL": two_shards[0]}
+    env["HARVEST_DATABASE_URL"] = bouncer.url(two_shards[1])
+    result = CliRunner().invoke(cli, ["migrate", "run", "--shard-id", "1"], env=env)
+    assert result.exit_code != 0
+    assert "transaction mode" in result.output and "shards.session_urls.N" in result.output
+    assert "nothing was changed" in result.output
+    assert (shard_id(two_shards[0]), shard_id(two_shards[1])) == (0, 1)
+
+
+@activity(queue="pooled_shards")
+async def add(ctx, a: int, b: int) -> int:
+    return a + b
+
+
+@workflow(queue="pooled_shards")
+async def adds(ctx, n: int) -> int:
+    return await ctx.execute_activity(add, n, 1)
+
+
+def test_a_worker_over_two_pooled_shards_listens_on_each_shards_session_url(two_shards, bouncer) -> None:
+    """Every shard's own sessions (the worker's LISTEN, a result's wait) go to its session URL;
+    its pools stay on the pooler and prepare nothing; workflows run on both shards."""
+    env = shards_env(two_shards, bouncer)
+    config = config_from_mapping({}, "tests", env=env)
+    urls = shard_urls(config)
+    assert urls == {s: bouncer.url(dsn) for s, dsn in two_shards.items()}
+    for shard, pooled in urls.items():
+        assert pooler.session_dsn(pooled) == two_shards[shard]
+        with connect(pooled, autocommit=True) as conn:  # a session of Harvest's own
+            assert conn.info.dbname == conninfo.conninfo_to_dict(two_shards[shard])["dbname"]
+            assert conn.info.port != bouncer.port
+            conn.execute("LISTEN pooled_wake")
+            with connect(pooled, autocommit=True) as other:
+                other.execute("NOTIFY pooled_wake, 'x'")
+            assert [n.payload for n in conn.notifies(timeout=10, stop_after=1)] == ["x"]
+    worker = Worker(
+        App(workflows=[adds], activities=[add]),
+        shards=urls,
+        queues=["pooled_shards"],
+        poll_interval=0.5,
+        scan_interval=0.2,
+        run_retention=False,
+    )
+    running = RunningWorker(worker).start()
+    try:
+        for shard, pooled in urls.items():
+            with Client(pooled) as client:
+                with client._target.pool.connection() as conn:
+                    assert conn.info.port == bouncer.port and conn.prepare_threshold is None
+                handles = [client.start_workflow(adds, i) for i in range(8)]
+                assert {shard_of(h.execution_id) for h in handles} == {shard}
+                assert [h.result(timeout=60) for h in handles] == [i + 1 for i in range(8)]
+    finally:
+        running.stop()
