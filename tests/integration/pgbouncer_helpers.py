@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
+from harvest import App, activity, workflow
 from harvest.db.embedded import SERVICE_USER
 
 PGBOUNCER = shutil.which("pgbouncer", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
@@ -89,3 +90,17 @@ class PgBouncer:
             self.proc.kill()
             self.proc.wait(10)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+# What the pooler suites run: a workflow and its activity, each a few calls, on queue "pooled".
+@activity(queue="pooled")
+async def add(ctx, a: int, b: int) -> int:
+    return a + b
+
+
+@workflow(queue="pooled")
+async def adds(ctx, n: int) -> int:
+    return await ctx.execute_activity(add, n, 1)
+
+
+app = App(workflows=[adds], activities=[add])

@@ -19,9 +19,9 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import conninfo
-from tests.integration.pgbouncer_helpers import PgBouncer, needs_pgbouncer
+from tests.integration.pgbouncer_helpers import PgBouncer, adds, app, needs_pgbouncer
 
-from harvest import App, Client, activity, workflow
+from harvest import Client
 from harvest.cli.main import main as cli
 from harvest.core.errors import ConfigError
 from harvest.db import pooler
@@ -54,19 +54,6 @@ def session_bouncer(db: str) -> Iterator[PgBouncer]:
     finally:
         pooler.forget(server.url())
         server.stop()
-
-
-@activity(queue="pooled")
-async def add(ctx, a: int, b: int) -> int:
-    return a + b
-
-
-@workflow(queue="pooled")
-async def adds(ctx, n: int) -> int:
-    return await ctx.execute_activity(add, n, 1)
-
-
-app = App(workflows=[adds], activities=[add])
 
 
 def test_a_transaction_pooler_is_found_and_a_session_pooler_or_the_server_is_not(

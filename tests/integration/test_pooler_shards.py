@@ -17,10 +17,10 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import conninfo
-from tests.integration.pgbouncer_helpers import PgBouncer, needs_pgbouncer
+from tests.integration.pgbouncer_helpers import PgBouncer, adds, app, needs_pgbouncer
 from tests.integration.worker_helpers import RunningWorker
 
-from harvest import App, Client, activity, workflow
+from harvest import Client
 from harvest.cli.main import main as cli
 from harvest.config import config_from_mapping, shard_urls
 from harvest.core.ids import shard_of
@@ -90,16 +90,6 @@ def test_migrate_run_on_a_shard_without_its_session_url_is_refused_and_shard_0_u
     assert (shard_id(two_shards[0]), shard_id(two_shards[1])) == (0, 1)
 
 
-@activity(queue="pooled_shards")
-async def add(ctx, a: int, b: int) -> int:
-    return a + b
-
-
-@workflow(queue="pooled_shards")
-async def adds(ctx, n: int) -> int:
-    return await ctx.execute_activity(add, n, 1)
-
-
 def test_a_worker_over_two_pooled_shards_listens_on_each_shards_session_url(two_shards, bouncer) -> None:
     """Every shard's own sessions (the worker's LISTEN, a result's wait) go to its session URL;
     its pools stay on the pooler and prepare nothing; workflows run on both shards."""
@@ -117,9 +107,9 @@ def test_a_worker_over_two_pooled_shards_listens_on_each_shards_session_url(two_
                 other.execute("NOTIFY pooled_wake, 'x'")
             assert [n.payload for n in conn.notifies(timeout=10, stop_after=1)] == ["x"]
     worker = Worker(
-        App(workflows=[adds], activities=[add]),
+        app,
         shards=urls,
-        queues=["pooled_shards"],
+        queues=["pooled"],
         poll_interval=0.5,
         scan_interval=0.2,
         run_retention=False,
