@@ -125,3 +125,16 @@ def test_a_worker_over_two_pooled_shards_listens_on_each_shards_session_url(two_
                 assert [h.result(timeout=60) for h in handles] == [i + 1 for i in range(8)]
     finally:
         running.stop()
+
+
+def test_migrate_run_refuses_a_session_url_that_reaches_another_shard(two_shards, bouncer) -> None:
+    """A swapped entry (shard 1's session URL on shard 0's database) would have migrated shard 0
+    and, with --shard-id 1, made it shard 1."""
+    env = {**shards_env(two_shards, bouncer), "HARVEST_SHARDS__SESSION_URLS__1": two_shards[0]}
+    env["HARVEST_DATABASE_URL"] = bouncer.url(two_shards[1])
+    for dry_run in ([], ["--dry-run"]):
+        result = CliRunner().invoke(cli, ["migrate", "run", "--shard-id", "1", *dry_run], env=env)
+        assert result.exit_code != 0
+        assert f"reaches {describe_dsn(two_shards[0])}, the database of shard 0" in result.output
+        assert "shards.session_urls.1" in result.output and "nothing was changed" in result.output
+    assert (shard_id(two_shards[0]), shard_id(two_shards[1])) == (0, 1)

@@ -888,6 +888,7 @@ class Migrator:
         with connect(self.dsn, autocommit=True) as conn:
             require_server_version(conn.info.server_version)
             self._unbound_statements(conn)
+            self._refuse_another_shards_session(conn)
             if dry_run:
                 ledger = self._ledger(conn)
                 ahead = self._ahead(self._unknown(ledger))
@@ -1106,6 +1107,24 @@ class Migrator:
             "int | None",
             conn.execute("SELECT shard_id FROM harvest.shard_identity WHERE id").fetchone()[0],  # type: ignore[index]  # one row
         )
+
+    def _refuse_another_shards_session(self, conn: psycopg.Connection) -> None:
+        """Refuse a session URL (``conn``'s) that reaches another shard's database than the pooled
+        URL it was declared for (a swapped ``shards.session_urls`` entry would migrate, and with
+        --shard-id renumber, the other shard). Known only where both databases have a shard id:
+        one connect through the pooler, one read."""
+        if self.target == self.dsn:
+            return
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10, prepare_threshold=None) as pooled:
+            theirs = self._current_shard(pooled)
+        ours = self._current_shard(conn)
+        if None not in (ours, theirs) and ours != theirs:
+            raise ConfigError(
+                f"the session URL of {describe_dsn(self.dsn)} reaches {describe_dsn(self.target)}, the "
+                f"database of shard {ours}, and {describe_dsn(self.dsn)} itself shard {theirs}'s: point "
+                f"its session URL (shards.session_urls.{theirs}, or session_url for shard 0) at shard "
+                f"{theirs}'s database; nothing was changed"
+            )
 
     def _set_shard_id(
         self, conn: psycopg.Connection, shard_id: int, operator_id: str | None
