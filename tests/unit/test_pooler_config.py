@@ -133,3 +133,19 @@ def test_a_shards_session_url_that_is_its_url_is_refused(forgotten_shard) -> Non
     config = config_from_mapping({"database_url": DIRECT, "shards": shards}, "f", env={})
     with pytest.raises(ConfigError, match="the database URL itself"):
         shard_urls(config, DIRECT)
+
+
+def test_a_second_session_url_for_one_pooled_url_is_refused(forgotten_shard, monkeypatch) -> None:
+    """Before: the last one won: HARVEST_SESSION_URL (shard 0's) paired with shard 1's url given
+    to Client() replaced shards.session_urls.1, and its LISTEN went to shard 0's database."""
+    config = config_from_mapping(
+        {"shards": {"urls": {"1": POOLED_1}, "session_urls": {"1": DIRECT_1}}}, "f", env={}
+    )
+    shard_urls(config)
+    monkeypatch.setenv(pooler.SESSION_URL_ENV, DIRECT)
+    with pytest.raises(ConfigError, match="two session URLs for one pooled database URL"):
+        resolve_dsn(POOLED_1)
+    assert pooler.session_dsn(POOLED_1) == DIRECT_1
+    pooler.declare(POOLED_1, DIRECT_1)  # the same again, or none: fine
+    pooler.declare(POOLED_1)
+    assert pooler.session_dsn(POOLED_1) == DIRECT_1

@@ -55,7 +55,17 @@ def declare(dsn: str, session_url: str | None = None) -> None:
             '"Behind a connection pooler")'
         )
     with _lock:
-        _pooled[dsn] = session_url or _pooled.get(dsn)
+        declared = _pooled.get(dsn)
+        if session_url and declared and declared != session_url:
+            # (HARVEST_SESSION_URL, shard 0's, with a shard's url given to Client(): a LISTEN and a
+            # migration would go to another database than the pooled calls)
+            raise ConfigError(
+                "two session URLs for one pooled database URL: each database URL has one (session_url "
+                "for shard 0's, shards.session_urls.N for shard N's; HARVEST_SESSION_URL pairs with the "
+                "URL given to Client, AsyncClient and Worker): docs/operations.md, "
+                '"Behind a connection pooler"'
+            )
+        _pooled[dsn] = session_url or declared
 
 
 def forget(dsn: str) -> None:
