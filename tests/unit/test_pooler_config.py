@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +13,8 @@ from harvest.config.config import config_from_mapping, database_url, shard_urls
 from harvest.core.errors import ConfigError
 from harvest.db import pooler
 from harvest.db.connection import resolve_dsn
+from harvest.telemetry.metrics import NullMetrics
+from harvest.worker.sampler import MetricsSampler
 
 POOLED = "postgresql://app@pgbouncer.internal:6432/harvest"
 DIRECT = "postgresql://app@db.internal:5432/harvest"
@@ -149,3 +153,14 @@ def test_a_second_session_url_for_one_pooled_url_is_refused(forgotten_shard, mon
     pooler.declare(POOLED_1, DIRECT_1)  # the same again, or none: fine
     pooler.declare(POOLED_1)
     assert pooler.session_dsn(POOLED_1) == DIRECT_1
+
+
+def test_a_shards_sampler_off_behind_a_pooler_names_that_shards_setting(forgotten_shard, caplog) -> None:
+    """Before: shard 1's warning said to set session_url, which is shard 0's."""
+    pooler.declare(POOLED_1)
+    sampler = MetricsSampler(NullMetrics(), interval=0.05)
+    with caplog.at_level(logging.WARNING, logger="harvest"):
+        asyncio.run(sampler.run(POOLED_1, 1))
+    assert sampler.samples == 0
+    assert "set its session URL (shards.session_urls.1, HARVEST_SHARDS__SESSION_URLS__1)" in caplog.text
+    assert "session_url," not in caplog.text

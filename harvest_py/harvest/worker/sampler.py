@@ -64,9 +64,9 @@ class MetricsSampler:
         if pooler.needs_session(dsn):
             log.warning(
                 "metrics sampler of shard %s: off, as its lead is a session's lock and the database URL "
-                "goes through a transaction-mode pooler: set session_url (%s) to sample",
+                "goes through a transaction-mode pooler: set its session URL (%s) to sample",
                 shard,
-                pooler.SESSION_URL_ENV,
+                pooler.session_setting(shard),
             )
             return
         failed = False
