@@ -162,5 +162,5 @@ def test_a_shards_sampler_off_behind_a_pooler_names_that_shards_setting(forgotte
     with caplog.at_level(logging.WARNING, logger="harvest"):
         asyncio.run(sampler.run(POOLED_1, 1))
     assert sampler.samples == 0
-    assert "set its session URL (shards.session_urls.1, HARVEST_SHARDS__SESSION_URLS__1)" in caplog.text
-    assert "session_url," not in caplog.text
+    assert "set its session URL, shards.session_urls.1 (HARVEST_SHARDS__SESSION_URLS__1), to" in caplog.text
+    assert "session_url (" not in caplog.text

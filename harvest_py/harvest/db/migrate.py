@@ -1494,7 +1494,7 @@ def _refuse_pooler(conn: psycopg.Connection, dsn: str) -> None:
             f"cannot migrate {describe_dsn(target)}: it goes through a connection pooler in transaction "
             "mode (two sessions were lent one server connection), and a migration needs a session of its "
             "own (the migrate lock, the session's resets between files). Run harvest migrate run on the "
-            "database's direct URL or a session-mode pool's (--database-url), or set its session URL "
-            f'({pooler.session_setting()}) to it (docs/operations.md, "Behind a connection pooler"); '
+            "database's direct URL or a session-mode pool's (--database-url), or set its session URL, "
+            f'{pooler.session_setting()}, to it (docs/operations.md, "Behind a connection pooler"); '
             "nothing was changed"
         )

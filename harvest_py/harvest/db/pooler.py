@@ -69,11 +69,14 @@ def declare(dsn: str, session_url: str | None = None) -> None:
 
 
 def session_setting(shard: int | None = None) -> str:
-    """The settings that give shard ``shard``'s session URL (None: any shard's), for a message:
-    ``session_url`` is shard 0's (``database_url``'s), ``shards.session_urls.N`` each shard's."""
+    """The settings that give shard ``shard``'s session URL (None: any database's), for a message:
+    ``session_url`` is one database's and shard 0's (``database_url``'s) only,
+    ``shards.session_urls.N`` each shard's."""
     n = "N" if shard is None else str(shard)
-    per_shard = f"shards.session_urls.{n}, HARVEST_SHARDS__SESSION_URLS__{n}"
-    return per_shard if shard else f"session_url, {SESSION_URL_ENV}; or {per_shard}"
+    per_shard = f"shards.session_urls.{n} (HARVEST_SHARDS__SESSION_URLS__{n})"
+    if shard is None:
+        return f"session_url ({SESSION_URL_ENV}) for one database or shard 0, {per_shard} for shard N"
+    return f"session_url ({SESSION_URL_ENV}) or {per_shard}" if shard == 0 else per_shard
 
 
 def forget(dsn: str) -> None:
@@ -174,7 +177,7 @@ def _found(dsn: str, shared: bool) -> bool:
             "the database URL goes through a connection pooler in transaction mode (two sessions were "
             "lent one server connection): Harvest's pooled connections now prepare no statement and set "
             "nothing for the session, but LISTEN and the metrics sampler's lock need a session of their "
-            "own: set its session URL (%s) to the database's direct or session-mode URL, or runs wait for "
+            "own: set its session URL, %s, to the database's direct or session-mode URL, or runs wait for "
             'the poll interval instead of a wake-up (docs/operations.md, "Behind a connection pooler")',
             session_setting(),
         )

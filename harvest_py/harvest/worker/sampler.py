@@ -64,7 +64,7 @@ class MetricsSampler:
         if pooler.needs_session(dsn):
             log.warning(
                 "metrics sampler of shard %s: off, as its lead is a session's lock and the database URL "
-                "goes through a transaction-mode pooler: set its session URL (%s) to sample",
+                "goes through a transaction-mode pooler: set its session URL, %s, to sample",
                 shard,
                 pooler.session_setting(shard),
             )
