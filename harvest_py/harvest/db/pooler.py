@@ -104,6 +104,8 @@ def needs_session(dsn: str) -> bool:
 
 
 _PID = "SELECT pg_catalog.pg_backend_pid()"
+# Rounds of shares_server_connections' reads before it answers no (each: three reads).
+PROBE_ROUNDS = 5
 
 
 def shares_server_connections(
@@ -114,9 +116,11 @@ def shares_server_connections(
     the second's (a pooler lends it the server connection the first just gave back), the
     first's again (a pooler that lent the second another one may lend the first another too).
     Directly or through a session-mode pool, two sessions never share a backend and a session
-    keeps its own: never a false answer of yes. (A pooler that happens to lend both their own
-    each time answers no.) ``first``: a connection to ``dsn`` the caller holds (autocommit, idle),
-    to stand for the first session: one connect fewer."""
+    keeps its own: never a false answer of yes. A pooler may lend the second another server
+    connection while the first's is on its way back to the pool (a busy machine), so the reads
+    are asked up to PROBE_ROUNDS times until one round shows a share; only a proxy that is no
+    such pooler (a NAT, a session-mode pool) pays every round. ``first``: a connection to
+    ``dsn`` the caller holds (autocommit, idle), to stand for the first session: one connect fewer."""
 
     # (plain psycopg connections, no prepared statement: the answer decides that)
     def session() -> psycopg.Connection:
@@ -126,10 +130,12 @@ def shares_server_connections(
         if first is None:
             first = stack.enter_context(session())
         second = stack.enter_context(session())
-        before = _backend(first)
-        other = _backend(second)
-        after = _backend(first)
-    return before == other or before != after
+        for _ in range(PROBE_ROUNDS):
+            before = _backend(first)
+            other = _backend(second)
+            if before == other or before != _backend(first):
+                return True
+    return False
 
 
 def _backend(conn: psycopg.Connection) -> int:
