@@ -298,8 +298,10 @@ VIEWS: list[tuple[str, str]] = [
     ),
     (
         "count: chips, attr region=eu",
-        "SELECT * FROM harvest.count_executions('status', "
-        "p_search_attributes => ARRAY['region=eu'], p_limit => 10000)",
+        (
+            "SELECT * FROM harvest.count_executions('status', "
+            "p_search_attributes => ARRAY['region=eu'], p_limit => 10000)"
+        ),
     ),
     (
         "count: chips, workflow_name",
