@@ -203,9 +203,17 @@ def test_a_server_older_than_the_oldest_supported_is_refused_before_anything_is_
 
 def test_server_versions_are_named_as_postgresql_names_them() -> None:
     assert [m.version_text(v) for v in (90624, 120022, 130000, 180001)] == ["9.6.24", "12.22", "13.0", "18.1"]
-    m.require_server_version(130000)  # the oldest supported passes
-    with pytest.raises(m.MigrationError, match=r"PostgreSQL 12\.22; Harvest needs PostgreSQL 13 or newer"):
+    m.require_server_version(140000)  # the oldest supported passes
+    with pytest.raises(m.MigrationError, match=r"PostgreSQL 12\.22; Harvest needs PostgreSQL 14 or newer"):
         m.require_server_version(120022)
+
+
+def test_postgresql_13_is_refused() -> None:
+    """13 was the floor, but migration 0027's int8multirange column (shard_arrivals.copied_events)
+    is 14+: on 13.23 the run stopped at 0027 with 'type "int8multirange" does not exist', 25
+    migrations in (docs/install.md, "Which database")."""
+    with pytest.raises(m.MigrationError, match=r"PostgreSQL 13\.23; Harvest needs PostgreSQL 14 or newer"):
+        m.require_server_version(130023)
 
 
 def test_status_without_check_exits_zero_while_pending(fresh_db: str) -> None:

@@ -107,10 +107,11 @@ class MigrationError(HarvestError):
     """A migration failed; nothing of it was recorded."""
 
 
-# The oldest server the schema and the SQL API run on: gen_random_uuid() is built in from 13
-# (docs/install.md). On 12 the migrations applied and every start without a workflow id failed
-# later with "function gen_random_uuid() does not exist".
-MIN_SERVER_VERSION = 130000
+# The oldest server the schema and the SQL API run on (docs/install.md, "Which database"):
+# migration 0027's shard_arrivals.copied_events is an int8multirange, a type PostgreSQL 14 brought
+# (on 13.23 the run stopped at 0027, its 25 migrations before it applied). Before, the floor was
+# 13, for gen_random_uuid() (on 12 every start without a workflow id failed later).
+MIN_SERVER_VERSION = 140000
 
 
 def version_text(server_version_num: int) -> str:
