@@ -68,8 +68,22 @@ def plain_sql(conn: psycopg.Connection, stmt: Statement) -> str:
     return " ".join(sql.split())
 
 
-def generic_plan(conn: psycopg.Connection, sql: str, types: list[str]) -> dict[str, Any]:
-    """The plan a session that cached a generic plan of sql would run."""
+def generic_plan(
+    conn: psycopg.Connection, sql: str, types: list[str], function: str | None = None
+) -> dict[str, Any]:
+    """The plan a session that cached a generic plan of sql would run; with ``function``, under
+    the settings that function sets for its statements (its SET clauses: enable_seqscan = off,
+    say), as they run inside it."""
+    settings: list[str] = []
+    if function is not None:
+        (config,) = conn.execute(
+            "SELECT coalesce(p.proconfig, '{}') FROM pg_catalog.pg_proc AS p WHERE p.oid = %s::regproc",
+            (f"harvest.{function}",),
+        ).fetchone()
+        settings = [entry.split("=", 1)[0] for entry in config]
+        for entry in config:
+            name, value = entry.split("=", 1)
+            conn.execute("SELECT pg_catalog.set_config(%s, %s, false)", (name, value))
     conn.execute("SET plan_cache_mode = force_generic_plan")
     conn.execute(f"PREPARE generic_probe ({', '.join(types)}) AS {sql}")
     try:
@@ -78,6 +92,8 @@ def generic_plan(conn: psycopg.Connection, sql: str, types: list[str]) -> dict[s
     finally:
         conn.execute("DEALLOCATE generic_probe")
         conn.execute("RESET plan_cache_mode")
+        for name in settings:
+            conn.execute(f"RESET {name}")
     return explained[0]["Plan"]
 
 
@@ -267,17 +283,10 @@ CLAIM_TIMER_PROBE = Statement(
 )
 
 
-def case(stmt: Statement, expected: dict[str, set[str]], why: str, id: str, falls_in: str = ""):
-    """A statement, the only indexes its generic plan may read through, and the trap it avoids.
-    falls_in: why its generic plan falls in the trap today (a strict xfail: passing fails it)."""
-    marks = [pytest.mark.xfail(strict=True, reason=falls_in)] if falls_in else []
-    return pytest.param(stmt, expected, why, id=id, marks=marks)
-
-
-# Until plain_sql dropped the INTO of a WITH's final SELECT, these were prepared as SELECT INTO
-# a new table, which PostgreSQL 15 on plans as a custom plan with the NULL arguments in (14
-# refuses to prepare it): their generic plans were never looked at. Looked at, they scan.
-GENERIC_SEQ_SCAN = "its generic plan is a Seq Scan (seen once the WITH's INTO was dropped): to fix"
+def case(stmt: Statement, expected: dict[str, set[str]], why: str, id: str):
+    """A statement, the only indexes its generic plan may read through (planned under its
+    function's own settings), and the trap it avoids."""
+    return pytest.param(stmt, expected, why, id=id)
 
 
 TRAPS = [
@@ -471,7 +480,6 @@ TRAPS = [
         BY_PK,
         f"core.sql (a batch's closes): {ID_LIST}",
         id="_update_held_rows-closes",
-        falls_in=GENERIC_SEQ_SCAN,
     ),
     case(
         Statement(
@@ -482,7 +490,6 @@ TRAPS = [
         {"tasks": {"tasks_execution_seq", "tasks_one_workflow_task"}},
         "core.sql: a batch's closed runs' tasks, by the run's index prefix, never every task",
         id="_after_closes-tasks",
-        falls_in=GENERIC_SEQ_SCAN,
     ),
     case(
         Statement(
@@ -616,7 +623,7 @@ def test_hot_path_statement_keeps_its_index(
     never_analysed: psycopg.Connection, stmt: Statement, expected: dict[str, set[str]], why: str
 ) -> None:
     sql = plain_sql(never_analysed, stmt)
-    plan = generic_plan(never_analysed, sql, list(stmt.params.values()))
+    plan = generic_plan(never_analysed, sql, list(stmt.params.values()), stmt.function)
     assert_reads_only_through(plan, expected, f"{sql}\n(the trap: {why})")
 
 
