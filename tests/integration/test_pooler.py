@@ -211,3 +211,22 @@ def test_the_metrics_sampler_does_not_lead_through_a_transaction_pooler_without_
         task.cancel()
 
     asyncio.run(asyncio.wait_for(lead(), 30))
+
+
+def test_a_commands_own_connection_through_a_transaction_pooler_prepares_nothing(db, bouncer) -> None:
+    """Before: only a pool's first connection and a read-only command asked, so a write command's
+    connection (connect(): retention run-now's and audit prune's batch loops) kept psycopg's
+    prepare threshold; from the sixth identical call it prepared ``_pg3_0`` on a server connection
+    the pooler lends to others, and a second such connection failed DuplicatePreparedStatement."""
+    url = bouncer.url()
+    pooler.forget(url)
+    try:
+        first, second = connect(url, autocommit=True), connect(url, autocommit=True)
+        with first, second:
+            assert first.prepare_threshold is None and second.prepare_threshold is None
+            for _ in range(8):
+                assert first.execute("SELECT 1 + 1").fetchone() == (2,)
+                assert second.execute("SELECT 2 + 2").fetchone() == (4,)
+        assert pooler.is_pooled(url)
+    finally:
+        pooler.forget(url)

@@ -154,3 +154,54 @@ def test_the_end_waits_for_a_send_in_flight_and_stops_a_waiting_sender() -> None
         assert sends.details == ["a"]
 
     asyncio.run(main())
+
+
+async def stopped_by_the_worker(beats: Beats, details: list) -> None:
+    """An attempt's task that heartbeats ``details`` and waits, cancelled as the worker's stop
+    cancels it; its handler ends the heartbeats as the worker's does (worker/activities.py)."""
+    started = asyncio.Event()
+
+    async def attempt() -> None:
+        try:
+            for d in details:
+                beats.beat(d)
+                await steps()
+            started.set()
+            await asyncio.Event().wait()
+        except BaseException as raised:
+            await beats.end(raised, "test")
+            raise
+
+    task = asyncio.get_running_loop().create_task(attempt())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_the_workers_stop_sends_the_pending_details_before_the_task_is_handed_back() -> None:
+    """Before: the stop cancelled the sender and dropped them, so the next attempt resumed from
+    details up to one interval old."""
+
+    async def main() -> list:
+        sends = Sends()
+        await stopped_by_the_worker(Beats(sends, interval=60), [{"n": 1}, {"n": 7}])
+        return sends.details
+
+    assert asyncio.run(main()) == [{"n": 1}, {"n": 7}]
+
+
+def test_the_workers_stop_does_not_wait_past_its_bound_for_a_send(monkeypatch, caplog) -> None:
+    monkeypatch.setattr("harvest.worker.heartbeats.STOP_FLUSH_SECS", 0.05)
+
+    async def main() -> list:
+        sends = Sends()
+        beats = Beats(sends, interval=60)
+        beats.beat({"n": 1})
+        await steps()
+        sends.gate.clear()  # the database stops answering
+        await stopped_by_the_worker(beats, [{"n": 2}])
+        return sends.details
+
+    assert asyncio.run(main()) == [{"n": 1}]
+    assert "were not sent before the stop" in caplog.text

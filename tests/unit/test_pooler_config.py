@@ -164,3 +164,25 @@ def test_a_shards_sampler_off_behind_a_pooler_names_that_shards_setting(forgotte
     assert sampler.samples == 0
     assert "set its session URL, shards.session_urls.1 (HARVEST_SHARDS__SESSION_URLS__1), to" in caplog.text
     assert "session_url (" not in caplog.text
+
+
+STAGING = "postgresql://app@pgbouncer.internal:6432/staging"
+
+
+def test_an_explicit_url_naming_another_database_keeps_its_sessions(monkeypatch) -> None:
+    """Before: the configured session URL paired with whatever URL a command was given, so
+    `--database-url <staging>` ran migrations and LISTEN on the configured (production) database."""
+    pooler.forget(STAGING)
+    monkeypatch.setenv(pooler.SESSION_URL_ENV, DIRECT)
+    monkeypatch.setenv("HARVEST_DATABASE_URL", POOLED)
+    config = config_from_mapping({"database_url": POOLED, "session_url": DIRECT}, "harvest.toml", env={})
+    try:
+        assert database_url(STAGING, config, env={}) == STAGING
+        assert resolve_dsn(STAGING) == STAGING
+        assert not pooler.is_pooled(STAGING) and pooler.session_dsn(STAGING) == STAGING
+        # The configured URL still pairs; the session URL given as --database-url is a direct
+        # connection (before: refused as "the database URL itself").
+        assert database_url(None, config, env={}) == POOLED and pooler.session_dsn(POOLED) == DIRECT
+        assert database_url(DIRECT, config, env={}) == DIRECT and not pooler.is_pooled(DIRECT)
+    finally:
+        pooler.forget(STAGING)

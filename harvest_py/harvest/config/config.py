@@ -519,7 +519,15 @@ def declare_session_url(config: Config, dsn: str) -> str | None:
     shard N's url in ``shards.urls``: ``shards.session_urls.N``; any other URL is shard 0's
     (``database_url``): ``shards.session_urls.0`` or ``session_url``, which never pairs with
     another shard's url (it would migrate shard 0 for shard N)."""
-    shard = next((int(k) for k, url in (config.get("shards.urls") or {}).items() if url == dsn), 0)
+    shard = next((int(k) for k, url in (config.get("shards.urls") or {}).items() if url == dsn), None)
+    if shard is None:
+        # Shard 0's session URL pairs with the configured database URL (or, none configured, the
+        # URL given): an explicit --database-url naming another database must not send its
+        # sessions (migrations, LISTEN) to the configured one's session URL.
+        configured = {url for url in (os.environ.get(DSN_ENV), config.get("database_url")) if url}
+        if configured and dsn not in configured:
+            return None
+        shard = 0
     per_shard = config.setting("shards.session_urls")
     session = per_shard.value.get(str(shard)) if per_shard else None
     top = config.setting("session_url")

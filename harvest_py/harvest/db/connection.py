@@ -8,6 +8,7 @@ it and echoes it back (docs/security.md, "Connection strings").
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import ipaddress
@@ -65,7 +66,11 @@ def resolve_dsn(explicit: str | None = None) -> str:
             '(Client("postgresql://..."), AsyncClient.connect(...), Worker(app, ...))'
         )
     session = os.environ.get(pooler.SESSION_URL_ENV)
-    if session:  # the DSN goes through a transaction-mode pooler (harvest.db.pooler)
+    # The DSN goes through a transaction-mode pooler (harvest.db.pooler): the session URL pairs
+    # with HARVEST_DATABASE_URL (or, unset, the URL given), never with another URL given here (its
+    # sessions would go to another database), nor with the session URL itself (a direct one).
+    configured = os.environ.get(DSN_ENV)
+    if session and dsn != session and (not configured or dsn == configured):
         pooler.declare(dsn, session)
     return dsn
 
@@ -617,10 +622,25 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int | None =
     try:
         options = {**connection_options(dsn, connect_timeout), **_POOLED_OPTIONS[pooler.is_pooled(dsn)]}
         conn = psycopg.connect(dsn, autocommit=autocommit, **options)
+        if _found_pooled(dsn, conn, autocommit):
+            return conn  # (prepares nothing; its session settings would land on others' server connections)
         set_server_end(conn)
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
     return conn
+
+
+def _found_pooled(dsn: str, conn: psycopg.Connection, autocommit: bool) -> bool:
+    """Whether ``dsn`` goes through a transaction-mode pooler with no session URL, asked once a
+    process (harvest.db.pooler.detect: on ``conn`` when it is autocommit, else on a connection of
+    its own, so ``conn`` opens no transaction): then ``conn`` prepares no statement. A command's
+    one connection (the CLI's writes and batch loops) found it as a pool's first connection does."""
+    if not pooler.is_pooled(dsn) and not pooler.asked(dsn):
+        pooler.detect(dsn, conn if autocommit else None)
+    if not pooler.is_pooled(dsn):
+        return False
+    conn.prepare_threshold = None
+    return True
 
 
 async def connect_async(
@@ -631,6 +651,14 @@ async def connect_async(
     try:
         options = {**connection_options(dsn, connect_timeout), **_POOLED_OPTIONS[pooler.is_pooled(dsn)]}
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, **options)
+        if not pooler.is_pooled(dsn) and not pooler.asked(dsn):  # (as connect's _found_pooled)
+            if autocommit:
+                await pooler.detect_async(dsn, conn)
+            else:
+                await asyncio.to_thread(pooler.detect, dsn)
+        if pooler.is_pooled(dsn):
+            conn.prepare_threshold = None
+            return conn
         await set_server_end_async(conn)
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None

@@ -139,7 +139,7 @@ def shares_server_connections(
 
 
 def _backend(conn: psycopg.Connection) -> int:
-    row = conn.execute(_PID).fetchone()
+    row = conn.execute(_PID, prepare=False).fetchone()  # (a prepared statement would be the pooler's)
     assert row is not None
     return int(row[0])
 
@@ -175,10 +175,11 @@ def _proxied(conn: psycopg.Connection | psycopg.AsyncConnection, client_port: An
 
 
 def _found(dsn: str, shared: bool) -> bool:
+    if shared:  # (declared before it is marked asked: a pool's connect between sees one or the other)
+        declare(dsn)
     with _lock:
         _asked.add(dsn)
     if shared:
-        declare(dsn)
         log.warning(
             "the database URL goes through a connection pooler in transaction mode (two sessions were "
             "lent one server connection): Harvest's pooled connections now prepare no statement and set "
@@ -214,7 +215,7 @@ def transaction_pooled(dsn: str, conn: psycopg.Connection) -> bool:
     """Whether ``conn`` (to ``dsn``, autocommit, idle) reaches the server through a pooler that
     shares server connections: its session comes from another port than this end's (one read),
     and then :func:`shares_server_connections` says so (one connect more)."""
-    row = conn.execute(_CLIENT_PORT).fetchone()
+    row = conn.execute(_CLIENT_PORT, prepare=False).fetchone()
     return _proxied(conn, row[0] if row else None) and shares_server_connections(dsn, first=conn)
 
 
@@ -224,7 +225,7 @@ async def detect_async(dsn: str, conn: psycopg.AsyncConnection) -> bool:
     if is_pooled(dsn) or dsn in _asked:
         return is_pooled(dsn)
     try:
-        cur = await conn.execute(_CLIENT_PORT)
+        cur = await conn.execute(_CLIENT_PORT, prepare=False)
         row = await cur.fetchone()
         if not _proxied(conn, row[0] if row else None):
             return _found(dsn, False)

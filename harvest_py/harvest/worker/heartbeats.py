@@ -11,8 +11,9 @@ another database error) is kept and raised by the activity's next ``ctx.heartbea
 ``await ctx.aheartbeat``; one it never saw is raised when it returns, so the attempt fails with
 it instead of completing (``end``). The attempt's end stops the sender before its outcome is
 reported: nothing is sent for it afterwards (and ``heartbeat_activity`` refuses a stale fencing
-token anyway); unsent details are sent first when the attempt fails or hands its task token on,
-so the next attempt resumes from them, and dropped when it completes.
+token anyway); unsent details are sent first when the attempt fails, hands its task token on or
+is handed back by the worker's stop (within STOP_FLUSH_SECS), so the next attempt resumes from
+them, and dropped when it completes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ log = logging.getLogger("harvest.worker")
 
 # The longest gap between two sends of pending details; also the gap without a heartbeat_timeout.
 MAX_INTERVAL = 30.0
+# How long the worker's stop waits for an attempt's pending details to be sent before it hands
+# the task back (a database that does not answer must not hold the stop).
+STOP_FLUSH_SECS = 2.0
 
 
 def send_interval(heartbeat_timeout: float | None) -> float:
@@ -109,8 +113,18 @@ class Beats:
         self._closed = True
         sender = self._sender
         if isinstance(raised, asyncio.CancelledError) and ActivityFailure.own_cancel(raised) is None:
-            if sender is not None:  # the worker's stop: the task is handed back, nothing to keep
-                sender.cancel()
+            # The worker's stop: the task is handed back, and its next attempt resumes from the
+            # stored details, so pending ones are sent first (the send in flight waited for),
+            # within STOP_FLUSH_SECS; an error then is only logged.
+            try:
+                async with asyncio.timeout(STOP_FLUSH_SECS):
+                    if sender is not None:
+                        if not self._sending:
+                            sender.cancel()
+                        await asyncio.wait([sender])
+                    await self._send_due()
+            except (Exception, TimeoutError) as exc:
+                log.warning("%s: its last heartbeat details were not sent before the stop: %s", what, exc)
             return
         if sender is not None:
             if not self._sending:
