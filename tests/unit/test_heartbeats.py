@@ -136,7 +136,8 @@ def test_an_activity_s_own_error_stays_the_outcome_and_the_unseen_one_is_logged(
         await beats.end(ValueError("its own"), "activity x")
 
     asyncio.run(main())
-    assert "activity x: a heartbeat it sent without awaiting failed: task 1 is no longer held" in caplog.text
+    expected = "activity x: a heartbeat it sent without awaiting failed: StaleTask: task 1 is no longer held"
+    assert expected in caplog.text
 
 
 def test_the_end_waits_for_a_send_in_flight_and_stops_a_waiting_sender() -> None:

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from harvest.core.errors import ActivityFailure
+from harvest.db.connection import failure_reason
 
 log = logging.getLogger("harvest.worker")
 
@@ -124,7 +125,8 @@ class Beats:
                         await asyncio.wait([sender])
                     await self._send_due()
             except (Exception, TimeoutError) as exc:
-                log.warning("%s: its last heartbeat details were not sent before the stop: %s", what, exc)
+                reason = failure_reason(exc)
+                log.warning("%s: its last heartbeat details were not sent before the stop: %s", what, reason)
             return
         if sender is not None:
             if not self._sending:
@@ -139,5 +141,5 @@ class Beats:
             return
         if raised is None:
             self.raise_unseen()
-        log.warning("%s: a heartbeat it sent without awaiting failed: %s", what, self.error)
+        log.warning("%s: a heartbeat it sent without awaiting failed: %s", what, failure_reason(self.error))
         self.error = None
