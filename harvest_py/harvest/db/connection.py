@@ -8,7 +8,6 @@ it and echoes it back (docs/security.md, "Connection strings").
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import ipaddress
@@ -635,9 +634,7 @@ def _found_pooled(dsn: str, conn: psycopg.Connection, autocommit: bool) -> bool:
     process (harvest.db.pooler.detect: on ``conn`` when it is autocommit, else on a connection of
     its own, so ``conn`` opens no transaction): then ``conn`` prepares no statement. A command's
     one connection (the CLI's writes and batch loops) found it as a pool's first connection does."""
-    if not pooler.is_pooled(dsn) and not pooler.asked(dsn):
-        pooler.detect(dsn, conn if autocommit else None)
-    if not pooler.is_pooled(dsn):
+    if not pooler.detect(dsn, conn if autocommit else None):
         return False
     conn.prepare_threshold = None
     return True
@@ -651,12 +648,7 @@ async def connect_async(
     try:
         options = {**connection_options(dsn, connect_timeout), **_POOLED_OPTIONS[pooler.is_pooled(dsn)]}
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, **options)
-        if not pooler.is_pooled(dsn) and not pooler.asked(dsn):  # (as connect's _found_pooled)
-            if autocommit:
-                await pooler.detect_async(dsn, conn)
-            else:
-                await asyncio.to_thread(pooler.detect, dsn)
-        if pooler.is_pooled(dsn):
+        if await pooler.detect_async(dsn, conn if autocommit else None):  # (as connect's _found_pooled)
             conn.prepare_threshold = None
             return conn
         await set_server_end_async(conn)
@@ -734,7 +726,7 @@ class RedactingConnection(psycopg.Connection):
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
-        if not pooled and not pooler.asked(conninfo):  # (once a process and URL: one read)
+        if not pooled:  # (detect asks once a process and URL: one read)
             try:
                 pooled = pooler.detect(conninfo, conn)
             except BaseException:
@@ -767,7 +759,7 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
         except psycopg.Error as exc:
             raise type(exc)(redact(str(exc), conninfo)) from None
         jsoncodec.use_on(conn)
-        if not pooled and not pooler.asked(conninfo):  # (as RedactingConnection's)
+        if not pooled:  # (as RedactingConnection's)
             try:
                 pooled = await pooler.detect_async(conninfo, conn)
             except BaseException:

@@ -153,11 +153,6 @@ _CLIENT_PORT = (
 _asked: set[str] = set()
 
 
-def asked(dsn: str) -> bool:
-    """Whether :func:`detect` answered for ``dsn`` in this process already."""
-    return dsn in _asked
-
-
 def _local_port(conn: psycopg.Connection | psycopg.AsyncConnection) -> int:
     """This end's TCP port of ``conn``, -1 over a Unix socket."""
     with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
@@ -219,11 +214,13 @@ def transaction_pooled(dsn: str, conn: psycopg.Connection) -> bool:
     return _proxied(conn, row[0] if row else None) and shares_server_connections(dsn, first=conn)
 
 
-async def detect_async(dsn: str, conn: psycopg.AsyncConnection) -> bool:
-    """:func:`detect` on an asyncio connection to ``dsn`` the caller holds (the probe's own
-    connects in a thread)."""
+async def detect_async(dsn: str, conn: psycopg.AsyncConnection | None = None) -> bool:
+    """:func:`detect` on an asyncio connection to ``dsn`` the caller holds (autocommit, idle),
+    else on one of its own (the probe's own connects in a thread)."""
     if is_pooled(dsn) or dsn in _asked:
         return is_pooled(dsn)
+    if conn is None:
+        return await asyncio.to_thread(detect, dsn)
     try:
         cur = await conn.execute(_CLIENT_PORT, prepare=False)
         row = await cur.fetchone()
