@@ -119,19 +119,13 @@ class Beats:
             # within STOP_FLUSH_SECS; an error then is only logged.
             try:
                 async with asyncio.timeout(STOP_FLUSH_SECS):
-                    if sender is not None:
-                        if not self._sending:
-                            sender.cancel()
-                        await asyncio.wait([sender])
+                    await self._stop_sender(sender)
                     await self._send_due()
             except (Exception, TimeoutError) as exc:
                 reason = failure_reason(exc)
                 log.warning("%s: its last heartbeat details were not sent before the stop: %s", what, reason)
             return
-        if sender is not None:
-            if not self._sending:
-                sender.cancel()  # (waiting out the interval or for the lock: no send to cut)
-            await asyncio.wait([sender])
+        await self._stop_sender(sender)
         if raised is not None and self._due and self.error is None:
             try:
                 await self._send_due()
@@ -143,3 +137,12 @@ class Beats:
             self.raise_unseen()
         log.warning("%s: a heartbeat it sent without awaiting failed: %s", what, failure_reason(self.error))
         self.error = None
+
+    async def _stop_sender(self, sender: asyncio.Task[None] | None) -> None:
+        """Stop the sender task: cancelled while it waits (out the interval, or for the lock: no
+        send to cut), waited for while it sends."""
+        if sender is None:
+            return
+        if not self._sending:
+            sender.cancel()
+        await asyncio.wait([sender])
