@@ -60,7 +60,8 @@ END;
 $$;
 
 -- An execution id that names no row here: HR002, saying what the database can tell of why. An
--- id this shard minted (its first two bytes, _new_execution_id) at a time (its clock bytes)
+-- id this shard minted (shard_of, its first two bytes) at a time (its clock bytes, as
+-- _new_execution_id writes them)
 -- before the cutoff of the last retention sweep as configured now (last_run_at less max_age)
 -- may be a run retention deleted: the message says so and names the setting. Retention that
 -- never ran here deleted nothing: the id may be a workflow id. Else (an id minted after the
@@ -82,7 +83,7 @@ BEGIN
                    'harvest.get_execution_by_workflow_id() finds a run by it';
     END IF;
     IF v_config.max_age IS NOT NULL
-       AND substring(v_hex FROM 1 FOR 4) = lpad(to_hex(harvest.get_shard_id()), 4, '0')
+       AND harvest.shard_of(p_execution_id) = harvest.get_shard_id()
        AND to_timestamp((((v_clock >> 16) << 12) | (v_clock & 4095)) / 1000.0)
            < harvest._ago(v_config.last_run_at, v_config.max_age) THEN
         RAISE EXCEPTION 'execution % does not exist: retention may have deleted it (retention max_age is %: '
