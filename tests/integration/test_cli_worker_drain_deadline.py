@@ -48,7 +48,9 @@ def test_drain_deadline_stops_the_worker_and_releases_in_flight_work(
     started.clear()
     app = App(workflows=[runs_stuck], activities=[stuck])
     # A long shutdown grace: only the deadline can end this drain early.
-    running = start_worker(app, heartbeat_interval=0.2, shutdown_grace=120)
+    # Heartbeats 1 s apart: drain_worker calls a worker stale after two intervals without one,
+    # and a loaded machine let 0.4 s pass (CI 67a: 'stale_worker', load 16-20).
+    running = start_worker(app, heartbeat_interval=1.0, shutdown_grace=120)
     worker_id = running.worker.worker_id
     handle = client.start_workflow(runs_stuck, 1)
     wait_until(lambda: started == [1], what="the activity to be in flight")

@@ -44,7 +44,9 @@ def test_drain_finishes_in_flight_claims_nothing_new_and_stops(db: str, start_wo
     gate.clear()
     started.clear()
     app = App(workflows=[runs_slow], activities=[slow])
-    running = start_worker(app, heartbeat_interval=0.2, shutdown_grace=30)
+    # Heartbeats 1 s apart: drain_worker calls a worker stale after two intervals without one,
+    # and a loaded machine let 0.4 s pass (CI 67a: 'stale_worker', load 16-20).
+    running = start_worker(app, heartbeat_interval=1.0, shutdown_grace=30)
     worker_id = running.worker.worker_id
     handles = [client.start_workflow(runs_slow, n) for n in (1, 2)]
     wait_until(lambda: len(started) == 2, what="two activities in flight")
@@ -131,7 +133,7 @@ def test_a_claim_in_flight_when_the_drain_is_noticed_starts_nothing_it_claimed(
     monkeypatch.setattr(AsyncSqlApi, "claim_tasks", held_claim)
     monkeypatch.setattr(worker_module, "claim_tasks_open", held_open_claim)
     app = App(workflows=[runs_slow], activities=[slow])
-    running = start_worker(app, heartbeat_interval=0.2, shutdown_grace=30)
+    running = start_worker(app, heartbeat_interval=1.0, shutdown_grace=30)
     worker = running.worker
     worker.claim_decides = decides
     wait_until(worker.booted.is_set, what="the worker to boot")
