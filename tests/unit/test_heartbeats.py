@@ -1,5 +1,6 @@
-"""harvest.worker.heartbeats: the background sends of an async activity's ``ctx.heartbeat``
-(the integration tests run them against a real worker: tests/integration/test_heartbeat_unawaited.py)."""
+"""harvest.worker.heartbeats: the background sends of an async activity's ``ctx.heartbeat`` and
+``ctx.record_llm_call`` (the integration tests run them against a real worker:
+tests/integration/test_heartbeat_unawaited.py, test_activity_context_sync_async.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import asyncio
 import pytest
 
 from harvest.core.errors import StaleTask
-from harvest.worker.heartbeats import MAX_INTERVAL, Beats, send_interval
+from harvest.worker.executors import ProcessActivityContext
+from harvest.worker.heartbeats import MAX_INTERVAL, Beats, Records, send_interval
 
 
 class Sends:
@@ -23,7 +25,7 @@ class Sends:
         self.gate.set()
         self.fail = fail
 
-    async def __call__(self, details):
+    async def __call__(self, details, *rest):
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
@@ -206,3 +208,107 @@ def test_the_workers_stop_does_not_wait_past_its_bound_for_a_send(monkeypatch, c
 
     assert asyncio.run(main()) == [{"n": 1}]
     assert "were not sent before the stop" in caplog.text
+
+
+# -- Records: ctx.record_llm_call in an async def activity (the same sender, each call kept)
+def test_records_are_each_sent_in_order_and_sent_when_the_attempt_completes() -> None:
+    """Heartbeat details are dropped at a completion; ledger records are not (the calls were
+    made): the end sends the ones still queued."""
+
+    async def main() -> list:
+        sends = Sends()
+        records = Records(sends)
+        sends.gate.clear()
+        for n in range(3):
+            records.add(f"m{n}", n)
+        await steps()
+        ending = asyncio.ensure_future(records.end(None, "test"))
+        await steps()
+        sends.gate.set()
+        await asyncio.wait_for(ending, 10)
+        return sends.details
+
+    assert asyncio.run(main()) == ["m0", "m1", "m2"]
+
+
+def test_a_failed_record_is_raised_by_the_next_call_which_records_nothing() -> None:
+    async def main() -> None:
+        sends = Sends(fail=StaleTask("task 1 is no longer held by this worker"))
+        records = Records(sends)
+        records.add("m0", 1)
+        await steps()
+        with pytest.raises(StaleTask):
+            records.add("m1", 1)
+        assert not records._pending()
+        sends.fail = None
+        records.add("m2", 1)
+        await steps()
+        await records.end(None, "test")
+        assert sends.details == ["m2"]
+
+    asyncio.run(main())
+
+
+def test_an_awaited_record_raises_the_unseen_error_then_goes_after_the_queued_ones() -> None:
+    async def main() -> list:
+        sends = Sends(fail=StaleTask("task 1 is no longer held by this worker"))
+        records = Records(sends)
+        records.add("m0", 1)
+        await steps()
+        with pytest.raises(StaleTask):
+            await records.send_now("m1", 1)
+        sends.fail = None
+        sends.gate.clear()
+        records.add("m2", 1)
+        awaited = asyncio.ensure_future(records.send_now("m3", 1))
+        await steps()
+        sends.gate.set()
+        await asyncio.wait_for(awaited, 10)
+        return sends.details
+
+    assert asyncio.run(main()) == ["m2", "m3"]
+
+
+def test_the_workers_stop_sends_the_queued_records_before_the_task_is_handed_back() -> None:
+    async def main() -> list:
+        sends = Sends()
+        records = Records(sends)
+        started = asyncio.Event()
+
+        async def attempt() -> None:
+            try:
+                sends.gate.clear()
+                records.add("m0", 1)
+                records.add("m1", 1)
+                started.set()
+                await asyncio.Event().wait()
+            except BaseException as raised:
+                sends.gate.set()
+                await records.end(raised, "test")
+                raise
+
+        task = asyncio.get_running_loop().create_task(attempt())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return sends.details
+
+    assert asyncio.run(main()) == ["m0", "m1"]
+
+
+def test_a_process_activity_s_ctx_names_the_thread_executor_for_what_needs_the_worker() -> None:
+    """Before: an AttributeError for each but heartbeat (and for its logger and cancel_requested)."""
+    ctx = ProcessActivityContext("e", "w", "wf", "crunch", "default", None, 1, 1)
+    with pytest.raises(RuntimeError, match=r"cannot record model calls .* run it in a thread"):
+        ctx.record_llm_call("model-a", 1)
+    with pytest.raises(RuntimeError, match=r"cannot hand its task token on .* run it in a thread"):
+        ctx.complete_async()
+    assert ctx.cancel_requested is False
+    assert ctx.logger.extra == {
+        "execution_id": "e",
+        "workflow_id": "w",
+        "workflow": "wf",
+        "activity": "crunch",
+        "attempt": 1,
+    }

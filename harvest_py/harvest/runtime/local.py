@@ -22,7 +22,7 @@ from harvest.core.payload import encode, encode_details
 from harvest.core.threads import DaemonThreads
 from harvest.declare.definitions import ActivityDefinition
 
-__all__ = ["LOCAL_MAX_BACKOFF", "LocalActivityContext", "run_local_activity"]
+__all__ = ["LOCAL_MAX_BACKOFF", "LocalActivityContext", "activity_logger", "run_local_activity"]
 
 log = logging.getLogger("harvest.runtime")
 
@@ -31,15 +31,34 @@ LOCAL_MAX_BACKOFF = 10.0
 
 
 class LocalActivityContext:
-    """The ``ctx`` a local activity receives (heartbeats are accepted and ignored)."""
+    """The ``ctx`` a local activity receives (heartbeats are accepted and ignored; docs/activities.md,
+    "The context in sync and async code", has what each of a context's methods does where)."""
 
     is_local = True
+    # As a queued attempt's context has them: nothing can cancel an inline attempt but its
+    # workflow task, and inline retries resume from no details.
+    cancel_requested: bool = False
+    heartbeat_details: Any = None
 
-    def __init__(self, execution_id: str, seq: int, attempt: int, name: str):
+    def __init__(
+        self,
+        execution_id: str,
+        seq: int,
+        attempt: int,
+        name: str,
+        *,
+        workflow_id: str | None = None,
+        workflow_name: str | None = None,
+        queue: str | None = None,
+    ):
         self.execution_id = execution_id
         self.seq = seq
         self.activity_name = name
         self._attempt = attempt
+        # The run's, as a queued attempt's context has them (queue: the workflow's, where it runs).
+        self.workflow_id = workflow_id
+        self.workflow_name = workflow_name
+        self.queue = queue
 
     def idempotency_key(self) -> IdempotencyKey:
         """Stable across inline retries and replays: derived from (execution_id, seq)."""
@@ -48,8 +67,51 @@ class LocalActivityContext:
     def attempt(self) -> int:
         return self._attempt
 
-    def heartbeat(self, details: Any = None) -> None:
-        """Local activities run inside the workflow task's lease; nothing to report."""
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger whose lines carry the run, the activity and the attempt."""
+        return activity_logger(self)
+
+    def heartbeat(self, details: Any = None) -> bool:
+        """Local activities run inside the workflow task's lease; nothing to report (False: no
+        cancel request reaches an inline attempt this way)."""
+        return False
+
+    async def aheartbeat(self, details: Any = None) -> bool:
+        """As ``heartbeat``: accepted and ignored, so an ``async def`` activity that awaits its
+        heartbeats runs local too."""
+        return False
+
+    def record_llm_call(
+        self,
+        model: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_usd_micros: int | None = None,
+        latency_ms: int | None = None,
+    ) -> int | None:
+        """Refused (RuntimeError naming the way): the ledger records against an activity task."""
+        raise RuntimeError(_NO_LEDGER.format(name=self.activity_name))
+
+    async def arecord_llm_call(
+        self,
+        model: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_usd_micros: int | None = None,
+        latency_ms: int | None = None,
+    ) -> int:
+        """Refused, as ``record_llm_call``."""
+        raise RuntimeError(_NO_LEDGER.format(name=self.activity_name))
+
+    @property
+    def task_token(self) -> str:
+        """Refused (RuntimeError naming the way): an inline attempt has no task to complete later."""
+        raise RuntimeError(_NO_TOKEN.format(name=self.activity_name))
+
+    def complete_async(self) -> Exception:
+        """Refused, as ``task_token``."""
+        raise RuntimeError(_NO_TOKEN.format(name=self.activity_name))
 
     def __repr__(self) -> str:
         return (
@@ -57,6 +119,31 @@ class LocalActivityContext:
             f"activity={self.activity_name!r}, attempt={self._attempt})"
         )
 
+
+_NO_LEDGER = (
+    "local activity {name} cannot record model calls: the agent cost ledger records them against "
+    "an activity task's attempt, and a local activity has none; run it as a regular activity "
+    "(without local=True, or with ctx.execute_activity) to record them"
+)
+
+
+def activity_logger(ctx: Any) -> logging.LoggerAdapter[logging.Logger]:
+    """``ctx.logger`` of every activity context (queued, local, in a process): the
+    ``harvest.activity`` logger, its lines carrying the run, the activity and the attempt."""
+    fields = {
+        "execution_id": ctx.execution_id,
+        "workflow_id": ctx.workflow_id,
+        "workflow": ctx.workflow_name,
+        "activity": ctx.activity_name,
+        "attempt": ctx.attempt(),
+    }
+    return logging.LoggerAdapter(logging.getLogger("harvest.activity"), fields)
+
+
+_NO_TOKEN = (
+    "local activity {name} has no task token to complete it by later: its outcome is recorded in "
+    "its workflow task; run it as a regular activity (without local=True) to complete it asynchronously"
+)
 
 ContextFactory = Callable[[str, int, int, str], Any]
 Sleep = Callable[[float], Awaitable[Any]]

@@ -950,13 +950,17 @@ class WorkflowRun(CommandIssuer):
                     "message": f"local activity {defn.name!r} is not registered in this App",
                 },
             }
+        factory = self.activity_context_factory
+        if factory is LocalActivityContext and self.ctx is not None:  # (a factory of one's own: as given)
+            info = self.ctx.info
+            factory = functools.partial(
+                LocalActivityContext,
+                workflow_id=info.workflow_id,
+                workflow_name=info.workflow_name,
+                queue=info.queue,
+            )
         return await run_local_activity(
-            defn,
-            pending.args,
-            self.execution_id,
-            pending.seq,
-            self.activity_context_factory,
-            self._local_sleep,
+            defn, pending.args, self.execution_id, pending.seq, factory, self._local_sleep
         )
 
 

@@ -8,20 +8,21 @@ import difflib
 import logging
 from collections.abc import Coroutine, Generator, Iterator
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harvest.core import payload
 from harvest.core.codecs import is_marked
 from harvest.core.deprecation import renamed_attribute
-from harvest.core.errors import ActivityFailure, PayloadError, PayloadTooLarge, StaleTask
+from harvest.core.errors import ActivityFailure, InvalidArgument, PayloadError, PayloadTooLarge, StaleTask
 from harvest.core.idempotency import IdempotencyKey
 from harvest.core.task_token import TaskToken
 from harvest.db.connection import DatabaseError, error_line, redact
 from harvest.db.resend import RefusedOnResend, resend_lost
+from harvest.runtime.local import activity_logger
 from harvest.telemetry import tracing
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.decide_ahead import decide_ahead
-from harvest.worker.heartbeats import Beats, send_interval
+from harvest.worker.heartbeats import Beats, Records, send_interval
 from harvest.worker.lanes import lane_of
 from harvest.worker.workflows import makes_nothing_due_later
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from harvest.worker.worker import Worker
 
 log = logging.getLogger("harvest.worker")
+
+T = TypeVar("T")
 
 
 class CompleteAsync(Exception):
@@ -61,20 +64,12 @@ class ActivityContext:
         self.heartbeat_details = task.get("heartbeat_details")
         self.cancel_requested = False
         self._beats: Beats | None = None  # (the first ctx.heartbeat of an async def activity makes it)
+        self._records: Records | None = None  # (its first ctx.record_llm_call makes it)
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:
         """A logger whose lines carry the run, the activity and the attempt."""
-        return logging.LoggerAdapter(
-            logging.getLogger("harvest.activity"),
-            {
-                "execution_id": self.execution_id,
-                "workflow_id": self.workflow_id,
-                "workflow": self.workflow_name,
-                "activity": self.activity_name,
-                "attempt": self.attempt(),
-            },
-        )
+        return activity_logger(self)
 
     def idempotency_key(self) -> IdempotencyKey:
         """Stable across retries, replays, restarts and duplicate dispatch of this invocation."""
@@ -107,11 +102,18 @@ class ActivityContext:
         """Extend the lease and record progress; returns True when cancellation was requested.
         After ``ctx.heartbeat`` calls it first raises their unseen error, and sends after the
         heartbeat in flight."""
+        if asyncio.get_running_loop() is not self._loop:
+            return await self._on_worker_loop(self.aheartbeat(details))
         encoded = None if details is None else payload.encode(details)
         if self._beats is not None:
             await self._beats.send_now(encoded)
             return self.cancel_requested
         return await self._send_heartbeat(encoded)
+
+    async def _on_worker_loop(self, call: Coroutine[Any, Any, T]) -> T:
+        """Await ``call`` on the worker's loop, from a loop of the activity's own (``asyncio.run``
+        in a plain ``def`` activity's thread): the worker's connections are its loop's alone."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self._loop))
 
     async def _send_heartbeat(self, encoded: Any) -> bool:
         """Send one heartbeat with ``encoded`` details (None: keep the stored ones)."""
@@ -166,11 +168,28 @@ class ActivityContext:
         report's ``llm_*`` fields sum; docs/flow-control.md, "Usage"): tokens, cost in
         millionths of a US dollar (None: no known price, counted as unpriced), latency.
         Returns the ledger row's id; ``StaleTask`` (HR004) once this attempt is not
-        held any more."""
+        held any more. After ``ctx.record_llm_call`` calls it first raises their unseen
+        error, and records after the ones they queued."""
+        call = (model, input_tokens, output_tokens, cost_usd_micros, latency_ms)
+        if asyncio.get_running_loop() is not self._loop:
+            return await self._on_worker_loop(self.arecord_llm_call(*call))
+        if self._records is not None:
+            return int(await self._records.send_now(*call))
+        return await self._send_llm_call(*call)
+
+    async def _send_llm_call(
+        self,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cost_usd_micros: int | None,
+        latency_ms: int | None,
+    ) -> int:
+        task = self._task
         return int(
-            await lane_of(self._task).sql.record_llm_call(
-                self._task["task_id"],
-                self._task["fencing_token"],
+            await lane_of(task).sql.record_llm_call(
+                task["task_id"],
+                task["fencing_token"],
                 model,
                 input_tokens,
                 output_tokens,
@@ -186,18 +205,63 @@ class ActivityContext:
         output_tokens: int = 0,
         cost_usd_micros: int | None = None,
         latency_ms: int | None = None,
-    ) -> int:
-        """``arecord_llm_call`` from a plain ``def`` activity running in the worker's thread pool."""
+    ) -> int | None:
+        """Record one model call without awaiting. From a plain ``def`` activity (the worker's
+        thread pool) it records it and returns the ledger row's id. From an ``async def`` one it
+        does not block: it checks the arguments, queues the call and returns None; the worker
+        records the queued calls in the background, in order, all of them before the attempt's
+        outcome is reported (worker/heartbeats.py), and a failed one raises here next time (or
+        fails the attempt when it returns). ``await ctx.arecord_llm_call(...)`` for the id."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
+        call = (model, input_tokens, output_tokens, cost_usd_micros, latency_ms)
         if running is self._loop:
-            raise RuntimeError("in an async activity use `await ctx.arecord_llm_call(...)`")
-        future = asyncio.run_coroutine_threadsafe(
-            self.arecord_llm_call(model, input_tokens, output_tokens, cost_usd_micros, latency_ms), self._loop
+            _check_llm_call(*call)
+            records = self._records
+            if records is None:
+                records = self._records = Records(self._send_llm_call)
+            records.add(*call)
+            return None
+        return asyncio.run_coroutine_threadsafe(self.arecord_llm_call(*call), self._loop).result()
+
+    async def _end_sends(self, raised: BaseException | None) -> None:
+        """The attempt ended (``raised``: its exception, None: it returned): stop the background
+        sends of its unawaited calls (worker/heartbeats.py); an error it has not seen fails an
+        attempt that returned."""
+        what = _attempt_name(self._task)
+        error: Exception | None = None
+        for sends in (self._records, self._beats):
+            if sends is None:
+                continue
+            try:
+                await sends.end(raised, what)
+            except Exception as exc:  # (only when it returned: the attempt now fails with it)
+                error = raised = exc
+        if error is not None:
+            raise error
+
+
+def _check_llm_call(
+    model: str, input_tokens: int, output_tokens: int, cost_usd_micros: int | None, latency_ms: int | None
+) -> None:
+    """What harvest.record_llm_call refuses (HR001), checked at an unawaited call, which would
+    otherwise learn of it only at its next call."""
+    if not isinstance(model, str) or not model:
+        raise InvalidArgument(
+            f"record_llm_call: model must be a non-empty string (the model's name), got {model!r}"
         )
-        return future.result()
+    for name, value in (
+        ("input_tokens", input_tokens),
+        ("output_tokens", output_tokens),
+        ("cost_usd_micros", cost_usd_micros),
+        ("latency_ms", latency_ms),
+    ):
+        if value is None and name in ("cost_usd_micros", "latency_ms"):
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidArgument(f"record_llm_call: {name} must be an int >= 0, got {value!r}")
 
 
 class StartToCloseExpired(TimeoutError):
@@ -410,11 +474,12 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
                 try:
                     result = await _run_within(definition.fn(ctx, *args, **kwargs), deadline)
                 except BaseException as raised:
-                    if ctx._beats is not None:  # (only after a ctx.heartbeat: no coroutine else)
-                        await ctx._beats.end(raised, _attempt_name(task))
+                    # (only after an unawaited ctx.heartbeat or ctx.record_llm_call: no coroutine else)
+                    if ctx._beats is not None or ctx._records is not None:
+                        await ctx._end_sends(raised)
                     raise
-                if ctx._beats is not None:
-                    await ctx._beats.end(None, _attempt_name(task))  # raises an error it has not seen
+                if ctx._beats is not None or ctx._records is not None:
+                    await ctx._end_sends(None)  # raises an error it has not seen
             else:  # a thread, or a process: its first step hands the call over and suspends
                 result = await _run_within(worker.executors.run(definition, ctx, args, kwargs), deadline)
         except CompleteAsync:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import multiprocessing
 import os
 import pickle
@@ -25,6 +26,7 @@ from harvest.core.errors import ActivityFailure, ConfigError
 from harvest.core.idempotency import IdempotencyKey
 from harvest.core.threads import DaemonThreads
 from harvest.declare.definitions import ActivityDefinition, App
+from harvest.runtime.local import activity_logger
 
 __all__ = ["ActivityExecutors", "ProcessActivityContext", "check_process_activities"]
 
@@ -42,6 +44,8 @@ class ProcessActivityContext:
     heartbeat_details: Any
     _attempt: int
     _seq: int
+    # No heartbeat carries a cancel request back to a process.
+    cancel_requested = False
 
     def idempotency_key(self) -> IdempotencyKey:
         """Stable across retries, replays, restarts and duplicate dispatch of this invocation."""
@@ -50,10 +54,36 @@ class ProcessActivityContext:
     def attempt(self) -> int:
         return self._attempt
 
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger whose lines carry the run, the activity and the attempt (in the child)."""
+        return activity_logger(self)
+
     def heartbeat(self, details: Any = None) -> bool:
-        raise RuntimeError(
+        raise self._refused("heartbeat", "to heartbeat, or rely on start_to_close")
+
+    def record_llm_call(
+        self,
+        model: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_usd_micros: int | None = None,
+        latency_ms: int | None = None,
+    ) -> int | None:
+        raise self._refused("record model calls in the agent cost ledger", "to record them")
+
+    @property
+    def task_token(self) -> str:
+        raise self._refused("hand its task token on to be completed later", "for that")
+
+    def complete_async(self) -> Exception:
+        raise self._refused("hand its task token on to be completed later", "for that")
+
+    def _refused(self, cannot: str, instead: str) -> RuntimeError:
+        """What a call that needs the worker is told: a process has no way back to it."""
+        return RuntimeError(
             f"activity {self.activity_name} runs in a process (executor='process'): it cannot "
-            "heartbeat; run it in a thread (the default) to heartbeat, or rely on start_to_close"
+            f"{cannot}; run it in a thread (the default) {instead}"
         )
 
 

@@ -14,6 +14,12 @@ async def charge(ctx: ActivityContext, order_id: int) -> str:
 
 
 @harvest.activity
+async def costed(ctx: ActivityContext) -> int:
+    row: int = ctx.record_llm_call("model-a")  # expect-error: mypy=assignment pyright=reportAssignmentType
+    return row
+
+
+@harvest.activity
 def reserve(ctx: ActivityContext, sku: str, count: int) -> list[int]:
     return [count]
 

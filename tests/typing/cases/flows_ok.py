@@ -7,7 +7,15 @@ from dataclasses import dataclass
 from typing import Any, assert_type
 
 import harvest
-from harvest import ActivityContext, App, AsyncClient, Client, WorkflowContext, WorkflowHandle
+from harvest import (
+    ActivityContext,
+    App,
+    AsyncClient,
+    Client,
+    LocalActivityContext,
+    WorkflowContext,
+    WorkflowHandle,
+)
 from harvest.testing import ActivityCall, ReplayResult, WorkflowEnvironment, WorkflowReplayer
 
 
@@ -30,6 +38,24 @@ def reserve(ctx: ActivityContext, sku: str) -> list[int]:
 @harvest.activity(local=True)
 def stamp(ctx: Any) -> float:
     return 1.0
+
+
+@harvest.activity(heartbeat_timeout="30s")
+async def summarize(ctx: ActivityContext, text: str) -> int:
+    assert_type(ctx.heartbeat({"done": 1}), bool)
+    assert_type(await ctx.aheartbeat(), bool)
+    assert_type(ctx.record_llm_call("model-a", 10, 2, cost_usd_micros=300), int | None)
+    row = await ctx.arecord_llm_call("model-a", input_tokens=10, latency_ms=40)
+    assert_type(row, int)
+    return row
+
+
+@harvest.activity(local=True)
+async def stamp_inline(ctx: LocalActivityContext) -> bool:
+    assert_type(await ctx.aheartbeat(), bool)
+    assert_type(ctx.heartbeat(), bool)
+    assert_type(ctx.workflow_id, str | None)
+    return ctx.cancel_requested
 
 
 @harvest.workflow
