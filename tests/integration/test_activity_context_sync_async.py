@@ -17,6 +17,7 @@ import pytest
 from harvest import App, Client, RetryPolicy, activity, workflow
 from harvest.core.errors import InvalidArgument
 from harvest.db.sqlapi import AsyncSqlApi
+from harvest.testing import WorkflowEnvironment
 
 ONE_ATTEMPT = {"retry": RetryPolicy.none(), "dead_letter": False, "start_to_close": "30s"}
 
@@ -230,3 +231,26 @@ def test_a_local_activity_s_ctx_accepts_heartbeats_and_names_the_way_to_record_m
     assert out["cancel_requested"] is False and out["heartbeat_details"] is None
     assert out["identity"] == ["local-ctx", "local_flow", "default"]
     assert "run it as a regular activity" in out["record"]
+
+
+# -- the test kit: a mock gets the ctx of its own kind (async def here), on the kit's worker
+@activity(**ONE_ATTEMPT)
+def priced(ctx, prompt: str) -> str:
+    return prompt
+
+
+@workflow
+async def priced_flow(ctx, prompt: str) -> str:
+    return await ctx.execute_activity(priced, prompt)
+
+
+def test_an_async_mock_records_model_calls_without_awaiting(db: str) -> None:
+    async def mock(ctx, prompt: str) -> str:
+        assert ctx.record_llm_call("model-mock", 4, 1) is None
+        ctx.heartbeat({"prompt": prompt})
+        return prompt.upper()
+
+    with WorkflowEnvironment(App(workflows=[priced_flow], activities=[priced]), dsn=db) as env:
+        env.mock_activity(priced, mock)
+        assert env.client.start_workflow(priced_flow, "hi").result(timeout=30) == "HI"
+    assert ledger(db) == [("model-mock", 1, 4)]

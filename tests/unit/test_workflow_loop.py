@@ -136,7 +136,9 @@ def test_call_soon_fills_every_slot_asyncio_gives_a_handle():
     assert not unset, f"asyncio.Handle has slots DeterministicEventLoop.call_soon does not fill: {unset}"
 
 
-@pytest.mark.parametrize("method", ["idempotency_key", "heartbeat", "attempt"])
+@pytest.mark.parametrize(
+    "method", ["idempotency_key", "heartbeat", "attempt", "aheartbeat", "arecord_llm_call"]
+)
 def test_an_activity_called_directly_in_a_workflow_is_named_as_the_mistake(method):
     """`charge(ctx, 5)` inside a workflow runs the activity's code inline (unrecorded, again on
     every replay) with the workflow's ctx; its first activity-only ctx call failed the run with

@@ -170,12 +170,14 @@ _ACTIVITY_ONLY = frozenset(
         "idempotency_key",
         "attempt",
         "heartbeat",
+        "aheartbeat",
         "heartbeat_details",
         "task_token",
         "complete_async",
         "activity_name",
         "cancel_requested",
         "record_llm_call",
+        "arecord_llm_call",
     }
 )
 
