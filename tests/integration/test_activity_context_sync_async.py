@@ -84,7 +84,8 @@ def test_an_unawaited_record_llm_call_returns_at_once_and_is_recorded_before_the
         with psycopg.connect(db, autocommit=True) as watcher:
             waiting = (
                 "SELECT count(*) FROM pg_stat_activity"
-                " WHERE wait_event_type = 'Lock' AND query LIKE '%record_llm_call%'"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                " AND query LIKE '%record_llm_call%'"
             )
             wait_until(lambda: watcher.execute(waiting).fetchone()[0] == 1)  # the send, held by the lock
         assert ledger(db) == []

@@ -177,26 +177,10 @@ class ActivityContext:
             return int(await self._records.send_now(*call))
         return await self._send_llm_call(*call)
 
-    async def _send_llm_call(
-        self,
-        model: str,
-        input_tokens: int,
-        output_tokens: int,
-        cost_usd_micros: int | None,
-        latency_ms: int | None,
-    ) -> int:
+    async def _send_llm_call(self, *call: Any) -> int:
+        """Record one call (``arecord_llm_call``'s arguments, in order) under this attempt."""
         task = self._task
-        return int(
-            await lane_of(task).sql.record_llm_call(
-                task["task_id"],
-                task["fencing_token"],
-                model,
-                input_tokens,
-                output_tokens,
-                cost_usd_micros,
-                latency_ms,
-            )
-        )
+        return int(await lane_of(task).sql.record_llm_call(task["task_id"], task["fencing_token"], *call))
 
     def record_llm_call(
         self,
