@@ -179,6 +179,17 @@ BEGIN
     v_execution := harvest._lock_running_execution(p_execution_id, 'terminate');
     PERFORM harvest._audit('workflow.terminate', p_execution_id::text, NULL, jsonb_build_object(
         'reason', p_reason, 'workflow_name', v_execution.workflow_name));
+    PERFORM harvest._terminate_execution(p_execution_id, p_reason);
+END;
+$$;
+
+-- The one body of a terminate, for terminate_workflow and the batch by filter
+-- (_act_on_workflows), on a run its caller locked and found live.
+CREATE OR REPLACE FUNCTION harvest._terminate_execution(p_execution_id uuid, p_reason text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
     PERFORM harvest._append_event(p_execution_id, 'WorkflowTerminated',
         jsonb_build_object('reason', p_reason));
     PERFORM harvest._close_execution(p_execution_id, 'TERMINATED', NULL,
@@ -850,6 +861,270 @@ BEGIN
 END;
 $$;
 
+-- Cancel, terminate or signal the live runs a filter selects, a bounded step at a time
+-- (docs/operations.md, "Acting on many runs"). The filters are the workflow list's; at
+-- least one of p_workflow_name, p_search_attributes, p_created_after, p_created_before
+-- or p_filter must be given (a state alone, or nothing, would select every live run:
+-- HR001), and p_status may name only RUNNING and PAUSED. One call scans this shard's
+-- live runs oldest first (created_at, id) after p_cursor, at most p_limit (1..1000) of
+-- them, and acts on each in a subtransaction of its own: a run that ended since the scan
+-- counts in already_ended, a cancel already requested (or a signal of this batch already
+-- received) in unchanged, and any other refusal in failures, never aborting the rest.
+-- A run sealed by a rebalance since the scan, or a copy still being moved here, is named
+-- in moved, untouched: the caller acts on it where it lives (harvest.client.batch).
+-- next_cursor continues the scan (NULL: this shard is done); the first call fixes the
+-- batch's as_of (runs created later are never selected) and both ride in the cursor.
+-- p_execution_ids instead of a scan: act on those runs alone (the caller following a
+-- moved run to its residence), a seal raising HR013 as the per-id calls do. p_batch_id
+-- (NULL: a new one) links the calls of one batch: each call writes one audit row naming
+-- it, and a signal's signal_id is the batch id, so a run is signalled once per batch
+-- however often it is found. p_dry_run writes nothing: matched counts every live run the
+-- filter selects after the cursor, execution_ids is the first p_limit of them. shard_id
+-- names the shard that answered.
+CREATE OR REPLACE FUNCTION harvest._act_on_workflows(
+    p_action text, p_status text, p_workflow_name text, p_search_attributes text[],
+    p_created_after timestamptz, p_created_before timestamptz, p_filter text, p_reason text,
+    p_signal_name text, p_payload jsonb, p_cursor text, p_limit integer, p_dry_run boolean,
+    p_operator_id text, p_batch_id text, p_execution_ids uuid[]
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_dry boolean := coalesce(p_dry_run, false);
+    v_statuses text[] := ARRAY['RUNNING', 'PAUSED'];
+    v_where text[];
+    v_filter record;
+    v_cursor jsonb;
+    v_as_of timestamptz;
+    v_batch text := coalesce(nullif(btrim(p_batch_id), ''), gen_random_uuid()::text);
+    v_row record;
+    v_execution harvest.executions;
+    v_rows integer := 0;
+    v_matched bigint;
+    v_last_created timestamptz;
+    v_last_id uuid;
+    v_more boolean := false;
+    v_acted uuid[] := ARRAY[]::uuid[];
+    v_moved uuid[] := ARRAY[]::uuid[];
+    v_ended integer := 0;
+    v_unchanged integer := 0;
+    v_failures jsonb := '[]'::jsonb;
+    v_sql text;
+    v_params text[] := ARRAY[]::text[];
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001',
+            HINT = 'act on at most 1000 runs a call; continue with next_cursor';
+    END IF;
+    IF p_action = 'signal' THEN
+        IF p_signal_name IS NULL OR btrim(p_signal_name) = '' THEN
+            RAISE EXCEPTION 'signal name is empty' USING ERRCODE = 'HR001',
+                HINT = 'name the signal the runs wait for';
+        END IF;
+        PERFORM harvest._check_payload(format('the payload of signal %s', p_signal_name), p_payload,
+                                       harvest._payload_limit());
+    END IF;
+    IF p_execution_ids IS NULL THEN
+        IF p_workflow_name IS NULL AND coalesce(cardinality(p_search_attributes), 0) = 0
+           AND p_created_after IS NULL AND p_created_before IS NULL AND nullif(btrim(p_filter), '') IS NULL THEN
+            RAISE EXCEPTION 'a % by filter needs a filter: none of workflow name, search attributes, created '
+                            'after, created before or a filter expression was given', p_action
+                USING ERRCODE = 'HR001',
+                HINT = 'name the runs (e.g. a workflow name and created before a time); a state alone would '
+                       'select every live run';
+        END IF;
+        IF p_status IS NOT NULL THEN
+            v_statuses := string_to_array(upper(replace(p_status, ' ', '')), ',');
+            IF NOT v_statuses <@ ARRAY['RUNNING', 'PAUSED'] OR cardinality(v_statuses) = 0 THEN
+                RAISE EXCEPTION 'cannot % runs in state "%": only live runs can be', p_action, p_status
+                    USING ERRCODE = 'HR001', HINT = 'give RUNNING, PAUSED or both (the default)';
+            END IF;
+        END IF;
+        IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
+            BEGIN
+                v_cursor := convert_from(decode(p_cursor, 'base64'), 'UTF8')::jsonb;
+                v_as_of := (v_cursor ->> 'as_of')::timestamptz;
+                IF v_as_of IS NULL OR jsonb_typeof(v_cursor -> 'after') <> 'array' THEN
+                    RAISE EXCEPTION 'incomplete';
+                END IF;
+                PERFORM (v_cursor -> 'after' ->> 0)::timestamptz, (v_cursor -> 'after' ->> 1)::uuid;
+            EXCEPTION WHEN OTHERS THEN
+                RAISE EXCEPTION 'cursor "%" is malformed', left(p_cursor, 100) USING ERRCODE = 'HR001',
+                    HINT = 'pass the next_cursor of the previous call unchanged, or none to start';
+            END;
+        ELSE
+            v_as_of := harvest.now();
+        END IF;
+        v_where := harvest._execution_filters(NULL, p_workflow_name, p_search_attributes, p_created_after,
+                                              p_created_before)
+                   || ('e.created_at <= ' || harvest._time_literal(v_as_of));
+        SELECT * INTO v_filter FROM harvest._compile_filter(p_filter);
+        v_where := v_where || v_filter.o_sql;
+        v_params := v_filter.o_params;
+        IF v_cursor IS NOT NULL THEN
+            v_where := v_where || format('(e.created_at, e.id) > (%s, %L::uuid)',
+                                         harvest._time_literal((v_cursor -> 'after' ->> 0)::timestamptz),
+                                         v_cursor -> 'after' ->> 1);
+        END IF;
+        -- A copy a rebalance is moving (MIGRATING) is listed too when RUNNING runs are asked
+        -- for, as moved: only RUNNING runs are moved, and where it is live is the caller's to find.
+        v_where := v_where || format('e.status = ANY(%L::text[])', CASE WHEN 'RUNNING' = ANY(v_statuses)
+            THEN v_statuses || 'MIGRATING'::text ELSE v_statuses END);
+        IF v_dry THEN
+            EXECUTE format('SELECT count(*) FROM harvest.executions AS e WHERE %s', array_to_string(v_where, ' AND '))
+            INTO v_matched USING v_params;
+            EXECUTE format('SELECT coalesce(array_agg(s.id ORDER BY s.created_at, s.id), ARRAY[]::uuid[]) FROM ('
+                           'SELECT e.id, e.created_at FROM harvest.executions AS e WHERE %s '
+                           'ORDER BY e.created_at, e.id LIMIT %s) AS s',
+                           array_to_string(v_where, ' AND '), p_limit)
+            INTO v_acted USING v_params;
+            RETURN jsonb_build_object('action', p_action, 'dry_run', true, 'batch_id', v_batch,
+                'shard_id', harvest.get_shard_id(),
+                'matched', v_matched, 'acted', 0, 'already_ended', 0, 'unchanged', 0,
+                'execution_ids', to_jsonb(v_acted), 'moved', '[]'::jsonb, 'failures', '[]'::jsonb,
+                'next_cursor', NULL);
+        END IF;
+        v_sql := format('SELECT e.id, e.created_at, e.status FROM harvest.executions AS e WHERE %s '
+                        'ORDER BY e.created_at, e.id LIMIT %s', array_to_string(v_where, ' AND '), p_limit + 1);
+    ELSE
+        IF cardinality(p_execution_ids) > p_limit THEN
+            RAISE EXCEPTION '% execution ids given, more than the limit %', cardinality(p_execution_ids), p_limit
+                USING ERRCODE = 'HR001', HINT = 'pass at most limit ids a call';
+        END IF;
+        v_sql := 'SELECT u.id, NULL::timestamptz AS created_at, NULL::text AS status FROM unnest($2) AS u (id)';
+    END IF;
+    FOR v_row IN EXECUTE v_sql USING v_params, p_execution_ids LOOP
+        v_rows := v_rows + 1;
+        IF v_rows > p_limit THEN
+            v_more := true;
+            EXIT;
+        END IF;
+        v_last_created := v_row.created_at;
+        v_last_id := v_row.id;
+        IF v_row.status = 'MIGRATING' THEN
+            v_moved := v_moved || v_row.id;
+            CONTINUE;
+        END IF;
+        IF v_dry THEN  -- (explicit ids: a dry run names them, and writes nothing)
+            v_acted := v_acted || v_row.id;
+            CONTINUE;
+        END IF;
+        BEGIN
+            v_execution := harvest._lock_execution(v_row.id);
+            IF p_execution_ids IS NULL AND v_execution.status IN ('MIGRATED', 'MIGRATING') THEN
+                v_moved := v_moved || v_row.id;  -- sealed since the scan
+            ELSIF v_execution.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED', 'MIGRATING') THEN
+                v_ended := v_ended + 1;  -- it ended since the scan: counted, not an error
+            ELSE
+                v_execution := harvest._lock_running_execution(v_row.id, p_action);  -- (HR013 on a seal)
+                IF p_action = 'cancel' THEN
+                    IF harvest._request_cancel(v_execution, p_reason) THEN
+                        v_acted := v_acted || v_row.id;
+                    ELSE
+                        v_unchanged := v_unchanged + 1;
+                    END IF;
+                ELSIF p_action = 'terminate' THEN
+                    PERFORM harvest._terminate_execution(v_row.id, p_reason);
+                    v_acted := v_acted || v_row.id;
+                ELSIF EXISTS (SELECT 1 FROM harvest.events AS ev
+                              WHERE ev.execution_id = v_row.id AND ev.event_type = 'SignalReceived'
+                                AND ev.event_data ->> 'signal_id' = v_batch) THEN
+                    v_unchanged := v_unchanged + 1;  -- this batch's signal is there already
+                ELSE
+                    PERFORM harvest._signal_workflow(v_row.id, p_signal_name, p_payload, v_batch, NULL,
+                                                     NULL, NULL, NULL);
+                    v_acted := v_acted || v_row.id;
+                END IF;
+            END IF;
+        EXCEPTION
+            WHEN SQLSTATE 'HR013' THEN
+                IF p_execution_ids IS NOT NULL THEN
+                    RAISE;  -- the caller follows the seal to the run's residence
+                END IF;
+                v_moved := v_moved || v_row.id;
+            WHEN SQLSTATE 'HR002' THEN
+                v_failures := v_failures || jsonb_build_object('execution_id', v_row.id, 'sqlstate', 'HR002',
+                                                               'error', SQLERRM);
+            WHEN OTHERS THEN
+                v_failures := v_failures || jsonb_build_object('execution_id', v_row.id, 'sqlstate', SQLSTATE,
+                                                               'error', SQLERRM);
+        END;
+    END LOOP;
+    IF NOT v_dry AND v_rows > 0 THEN
+        PERFORM harvest._audit('workflow.bulk_' || p_action, NULL, p_operator_id, jsonb_strip_nulls(jsonb_build_object(
+            'batch_id', v_batch, 'status', p_status, 'workflow_name', p_workflow_name,
+            'search_attributes', to_jsonb(p_search_attributes), 'created_after', p_created_after,
+            'created_before', p_created_before, 'filter', p_filter, 'reason', p_reason,
+            'signal_name', p_signal_name, 'as_of', v_as_of, 'limit', p_limit,
+            'scanned', least(v_rows, p_limit), 'acted', cardinality(v_acted), 'already_ended', v_ended,
+            'unchanged', v_unchanged, 'moved', cardinality(v_moved), 'failed', jsonb_array_length(v_failures),
+            'execution_ids', to_jsonb(v_acted))));
+    END IF;
+    RETURN jsonb_build_object('action', p_action, 'dry_run', v_dry, 'batch_id', v_batch,
+        'shard_id', harvest.get_shard_id(),
+        'matched', least(v_rows, p_limit), 'acted', CASE WHEN v_dry THEN 0 ELSE cardinality(v_acted) END,
+        'already_ended', v_ended, 'unchanged', v_unchanged, 'execution_ids', to_jsonb(v_acted),
+        'moved', to_jsonb(v_moved), 'failures', v_failures,
+        'next_cursor', CASE WHEN v_more THEN translate(encode(convert_to(jsonb_build_object(
+            'as_of', to_char(v_as_of AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+            'after', jsonb_build_array(to_char(v_last_created AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                                       v_last_id))::text, 'UTF8'), 'base64'), E'\n', '') END);
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.cancel_workflows(
+    p_status text DEFAULT NULL, p_workflow_name text DEFAULT NULL, p_search_attributes text[] DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
+    p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
+    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN harvest._act_on_workflows('cancel', p_status, p_workflow_name, p_search_attributes, p_created_after,
+        p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
+        p_batch_id, p_execution_ids);
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.terminate_workflows(
+    p_status text DEFAULT NULL, p_workflow_name text DEFAULT NULL, p_search_attributes text[] DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
+    p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
+    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN harvest._act_on_workflows('terminate', p_status, p_workflow_name, p_search_attributes, p_created_after,
+        p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
+        p_batch_id, p_execution_ids);
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.signal_workflows(
+    p_signal_name text, p_payload jsonb DEFAULT 'null'::jsonb,
+    p_status text DEFAULT NULL, p_workflow_name text DEFAULT NULL, p_search_attributes text[] DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
+    p_filter text DEFAULT NULL, p_cursor text DEFAULT NULL,
+    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN harvest._act_on_workflows('signal', p_status, p_workflow_name, p_search_attributes, p_created_after,
+        p_created_before, p_filter, NULL, p_signal_name, p_payload, p_cursor, p_limit, p_dry_run, p_operator_id,
+        p_batch_id, p_execution_ids);
+END;
+$$;
+
 -- What a run is waiting on now: open activities (pending, running or parked as
 -- dead letters) with their attempt, timers with their fire time, signals
 -- received since the workflow last ran (the ones it may not have read yet: how many, and
@@ -1218,6 +1493,19 @@ COMMENT ON FUNCTION harvest.get_history_page IS
 COMMENT ON FUNCTION harvest.terminate_workflow IS
 'End a RUNNING run at once as TERMINATED, audited: no cleanup code runs, open activities and timers are dropped; '
 'HR005 when it has already ended. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.cancel_workflows IS
+'Ask the live runs a filter selects to cancel, at most p_limit (1..1000) a call in subtransactions, oldest first, '
+'continued by next_cursor; counts runs that ended meanwhile (already_ended) and names moved ones (moved) for the caller '
+'to follow; a filter that names no runs is HR001; p_dry_run writes nothing; one audit row a call. For operators (role '
+'harvest_operator).';
+COMMENT ON FUNCTION harvest.terminate_workflows IS
+'Terminate the live runs a filter selects, as cancel_workflows takes and answers them (a bounded step a call, '
+'next_cursor, already_ended, moved, HR001 for an empty filter, p_dry_run, one audit row a call). For admins (role '
+'harvest_admin).';
+COMMENT ON FUNCTION harvest.signal_workflows IS
+'Signal the live runs a filter selects, as cancel_workflows takes and answers them; each run gets the batch id as its '
+'signal_id and is signalled once per batch however often it is found (unchanged). For operators (role '
+'harvest_operator).';
 COMMENT ON FUNCTION harvest.get_execution_by_workflow_id IS
 'The current run of a workflow_id (optionally of one workflow name): the RUNNING one, else the newest; HR002 when '
 'there is none, HR001 when the id is empty or, with no name, several workflows use it. For clients (role '

@@ -125,7 +125,7 @@ AS $$
                         'stop_event_stream', 'list_update_requests', 'get_history_page')
             THEN 'harvest_reader'
         WHEN p_name IN ('start_workflow', 'start_workflows', 'signal_with_start', 'signal_workflow',
-                        'signal_workflow_eager', 'cancel_workflow',
+                        'signal_workflow_eager', 'cancel_workflow', 'cancel_workflows', 'signal_workflows',
                         'replay_dead_letter', 'replay_dead_letters', 'request_query', 'request_update',
                         'update_with_start', 'get_query_request', 'pause_workflow', 'resume_workflow',
                         'trigger_dag', 'retry_dag_run', 'pause_dag', 'unpause_dag') THEN 'harvest_operator'

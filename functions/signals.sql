@@ -149,13 +149,25 @@ BEGIN
     PERFORM harvest._audit('workflow.cancel', p_execution_id::text, NULL, jsonb_build_object(
         'reason', p_reason, 'workflow_name', v_execution.workflow_name,
         'already_requested', v_execution.cancel_requested));
-    IF v_execution.cancel_requested THEN
+    RETURN harvest._request_cancel(v_execution, p_reason);
+END;
+$$;
+
+-- The one body of a cancel request, for cancel_workflow and the batch by filter
+-- (executions.sql, _act_on_workflows): on a run its caller locked and found live, mark
+-- the request, record it and wake the run; false when one was already requested.
+CREATE OR REPLACE FUNCTION harvest._request_cancel(p_execution harvest.executions, p_reason text)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_execution.cancel_requested THEN
         RETURN false;
     END IF;
-    UPDATE harvest.executions SET cancel_requested = true WHERE id = p_execution_id;
-    PERFORM harvest._append_event(p_execution_id, 'WorkflowCancelRequested',
+    UPDATE harvest.executions SET cancel_requested = true WHERE id = p_execution.id;
+    PERFORM harvest._append_event(p_execution.id, 'WorkflowCancelRequested',
         jsonb_build_object('reason', p_reason));
-    PERFORM harvest._ensure_workflow_task(p_execution_id);
+    PERFORM harvest._ensure_workflow_task(p_execution.id);
     RETURN true;
 END;
 $$;

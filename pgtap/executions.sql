@@ -2,6 +2,8 @@
 -- harvest.terminate_workflow; then the list and the stack, waiting for a result,
 -- the children (list_children), the runs per version (count_versions), a run row's
 -- rules (the executions_checks trigger) and the dashboard's history page (get_history_page),
+-- and acting on many runs by filter (cancel_workflows, terminate_workflows, signal_workflows: their
+-- harvest._act_on_workflows; terminate_workflow's body harvest._terminate_execution),
 -- each in a transaction of its own.
 BEGIN;
 SELECT plan(34);
@@ -794,5 +796,78 @@ SELECT throws_ok($$SELECT * FROM harvest.get_history_page(pg_temp.run('ghp'), 1,
                  'a page starts at an event or ends before one, not both', '... both ends given: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.get_history_page(pg_temp.run('ghp'), 0)$$, 'HR001',
                  'event id 0 is out of range: event ids start at 1', '... an event id below 1: HR001');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- Acting on many runs by filter: cancel_workflows, terminate_workflows, signal_workflows.
+BEGIN;
+SELECT plan(23);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT pg_temp.start_run('bw-1', 'bw_wf', 'bw_q');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:01+00';
+SELECT pg_temp.start_run('bw-2', 'bw_wf', 'bw_q');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:02+00';
+SELECT pg_temp.start_run('bw-3', 'bw_wf', 'bw_q');
+SELECT pg_temp.start_run('bw-other', 'bw_other', 'bw_q');
+SELECT harvest.terminate_workflow(pg_temp.run('bw-3'), 'ended before the batch');
+SELECT pg_temp.start_run('bw-4', 'bw_wf', 'bw_q');
+
+SELECT throws_ok($$SELECT harvest.cancel_workflows()$$, 'HR001', NULL, 'cancel_workflows() without a filter: HR001');
+SELECT throws_ok($$SELECT harvest.terminate_workflows(p_status => 'RUNNING')$$, 'HR001', NULL,
+                 'terminate_workflows(): a state alone is no filter');
+SELECT throws_ok($$SELECT harvest.cancel_workflows(p_workflow_name => 'bw_wf', p_status => 'COMPLETED')$$, 'HR001',
+                 'cannot cancel runs in state "COMPLETED": only live runs can be', '... an ended state: HR001');
+SELECT throws_ok($$SELECT harvest.cancel_workflows(p_workflow_name => 'bw_wf', p_limit => 0)$$, 'HR001',
+                 'limit 0 is out of range 1..1000', '... a limit out of range: HR001');
+SELECT throws_ok($$SELECT harvest.cancel_workflows(p_workflow_name => 'bw_wf', p_cursor => 'bm90IGpzb24=')$$,
+                 'HR001', NULL, '... a cursor it did not make: HR001');
+SELECT throws_ok($$SELECT harvest.signal_workflows('', p_workflow_name => 'bw_wf')$$, 'HR001', NULL,
+                 'signal_workflows() of an empty name: HR001');
+
+-- A dry run: how many and which, nothing written.
+SELECT is(harvest.cancel_workflows(p_workflow_name => 'bw_wf', p_dry_run => true, p_limit => 2)
+              - 'batch_id' - 'execution_ids' - 'shard_id',
+          '{"action": "cancel", "dry_run": true, "matched": 3, "acted": 0, "already_ended": 0, "unchanged": 0,
+            "moved": [], "failures": [], "next_cursor": null}'::jsonb,
+          'a dry run counts every live match');
+SELECT is(harvest.cancel_workflows(p_workflow_name => 'bw_wf', p_dry_run => true, p_limit => 2) -> 'execution_ids',
+          jsonb_build_array(pg_temp.run('bw-1'), pg_temp.run('bw-2')), '... and names the first p_limit, oldest first');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE cancel_requested), 0::bigint, '... writing nothing');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation LIKE 'workflow.bulk_%'), 0::bigint,
+          '... nor an audit row');
+
+-- A step of two, then the rest with the cursor.
+CREATE TEMP TABLE bw_step AS SELECT harvest.cancel_workflows(p_workflow_name => 'bw_wf', p_limit => 2,
+                                                             p_reason => 'incident', p_operator_id => 'ops') AS r;
+SELECT is((SELECT (r ->> 'acted')::int FROM bw_step), 2, 'cancel_workflows() acts on p_limit runs');
+SELECT isnt((SELECT r ->> 'next_cursor' FROM bw_step), NULL, '... and says where to go on');
+SELECT is((SELECT cancel_requested FROM harvest.executions WHERE id = pg_temp.run('bw-2')), true,
+          '... each run asked to cancel');
+SELECT is((SELECT event_type FROM pg_temp.last_event(pg_temp.run('bw-1'))), 'WorkflowCancelRequested',
+          '... its request recorded');
+SELECT is((SELECT details ->> 'acted' FROM harvest.audit_log WHERE operation = 'workflow.bulk_cancel'), '2',
+          '... one audit row for the call, with its counts');
+SELECT is((SELECT operator_id FROM harvest.audit_log WHERE operation = 'workflow.bulk_cancel'), 'ops',
+          '... and the operator');
+SELECT is(harvest.cancel_workflows(p_workflow_name => 'bw_wf', p_cursor => (SELECT r ->> 'next_cursor' FROM bw_step))
+              -> 'execution_ids', jsonb_build_array(pg_temp.run('bw-4')),
+          '... the cursor continues after the last run acted on (the ended one never listed)');
+SELECT is((harvest.cancel_workflows(p_workflow_name => 'bw_wf') ->> 'unchanged')::int, 3,
+          'a cancel already requested is counted unchanged');
+SELECT is(harvest.cancel_workflows(p_workflow_name => 'bw_none') - 'batch_id' - 'shard_id',
+          '{"action": "cancel", "dry_run": false, "matched": 0, "acted": 0, "already_ended": 0, "unchanged": 0,
+            "execution_ids": [], "moved": [], "failures": [], "next_cursor": null}'::jsonb,
+          'a filter that selects no run: nothing done, no cursor');
+
+-- A run that ended since the scan, by explicit ids; terminate; signal once per batch.
+SELECT is((harvest.terminate_workflows(p_execution_ids => ARRAY[pg_temp.run('bw-3'), pg_temp.run('bw-1')])
+           ->> 'already_ended')::int, 1, 'terminate_workflows(): an ended run is counted already_ended');
+SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('bw-1')), 'TERMINATED',
+          '... and the live one terminated');
+SELECT is((harvest.signal_workflows('go', '1', p_workflow_name => 'bw_other', p_batch_id => 'b-1') ->> 'acted')::int,
+          1, 'signal_workflows() signals the runs');
+SELECT is((harvest.signal_workflows('go', '1', p_workflow_name => 'bw_other', p_batch_id => 'b-1') ->> 'unchanged')::int,
+          1, '... once per batch id');
 SELECT * FROM finish();
 ROLLBACK;

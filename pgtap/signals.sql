@@ -1,7 +1,8 @@
 -- functions/signals.sql: harvest.signal_workflow (SignalReceived, the wake-up,
 -- arrival order, argument and state checks), harvest.signal_with_start (no prior,
 -- a running prior, a terminal prior) and harvest.cancel_workflow (the flag, one
--- WorkflowCancelRequested, the wake-up, heartbeats that learn of it).
+-- WorkflowCancelRequested, the wake-up, heartbeats that learn of it; its body
+-- harvest._request_cancel, shared with cancel_workflows).
 BEGIN;
 SELECT plan(100);
 SET LOCAL TimeZone = 'UTC';

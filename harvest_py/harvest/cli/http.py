@@ -648,6 +648,49 @@ class HttpApi:
         answer = self.http.request("POST", path, params=self._shard(), json={}, scope="admin")[1]
         self.answered_shard = answer.get("shard_id")
 
+    def act_on_workflows(
+        self,
+        action: str,
+        *,
+        state: str | None = None,
+        workflow_name: str | None = None,
+        search_attributes: list[str] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        filter: str | None = None,
+        reason: str | None = None,
+        signal_name: str | None = None,
+        payload: Any = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        dry_run: bool = False,
+        operator_id: str | None = None,
+        batch_id: str | None = None,
+    ) -> dict[str, Any]:
+        """One request of a batch by filter (POST /workflows/{action}): a step on every shard,
+        its summary and the next_cursor that continues it (harvest.client.batch)."""
+        body = _body(
+            {
+                "state": state,
+                "workflow_name": workflow_name,
+                "search_attributes": list(search_attributes or []) or None,
+                "created_after": created_after,
+                "created_before": created_before,
+                "filter": filter,
+                "reason": reason,
+                "signal_name": signal_name,
+                "payload": payload,
+                "cursor": cursor,
+                "limit": limit,
+                "dry_run": dry_run,
+                "operator_id": operator_id,
+                "batch_id": batch_id,
+            }
+        )
+        budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
+        scope = "admin" if action == "terminate" else "operate"
+        return _obj(self.http.post(f"/workflows/{action}", body, scope=scope, timeout=budget))
+
     def bulk_dead_letters(
         self,
         action: str,

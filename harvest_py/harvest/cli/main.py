@@ -343,6 +343,14 @@ def _history() -> click.Command:
     return workflow.history_group
 
 
+def _workflow() -> click.Command:
+    from harvest.cli import workflow, workflow_batch
+
+    for command in workflow_batch.COMMANDS:
+        workflow.workflow.add_command(command)
+    return workflow.workflow
+
+
 def _shard() -> click.Command:
     from harvest.cli import owner_mode, rebalance, shard
 
@@ -442,8 +450,6 @@ COMMANDS: dict[str, LazyCommand] = {
         "Run a worker (`harvest worker module:app [OPTIONS]`, see `harvest worker run --help`), "
         "or inspect and drain the fleet.",
     ),
-    "workflow": LazyCommand(
-        _command("harvest.cli.workflow", "workflow"), "Start workflows and inspect executions."
-    ),
+    "workflow": LazyCommand(_workflow, "Start workflows and inspect executions."),
 }
 main.lazy = COMMANDS

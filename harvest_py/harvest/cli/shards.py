@@ -545,3 +545,28 @@ def emit_merged(merged: Merged[Any], key: str | None, output: str, render: Calla
     else:
         emit(merged.value, output, render)
     warn_partial(merged)
+
+
+@contextlib.contextmanager
+def each_shard_in_turn(
+    database_url: str | None, *, read_only: bool
+) -> Iterator[tuple[list[int], Any, Any, Any]]:
+    """(the shards, on_shard, follow, is_outage) of a write made shard by shard over SQL
+    (harvest.client.batch.run_batch): one database as shard 0, or every readable shard of
+    ``[shards]``, each call on a connection of its own, ``follow`` acting on a run where it
+    lives (the forwarding pointer of a moved run followed, as :func:`routed_call`)."""
+    config = cli_config()
+    if not shards_configured(config):
+        with sql_api(database_url, read_only=read_only) as sql:
+            yield [0], lambda shard, fn: fn(sql), lambda execution_id, fn: (0, fn(sql)), lambda exc: False
+        return
+    with cli_pools(config, database_url) as pools:
+
+        def on_shard(shard: int, fn: Any) -> Any:
+            with _pooled_api(pools, shard, read_only=read_only) as sql:
+                return fn(sql)
+
+        def follow(execution_id: str, fn: Any) -> tuple[int, Any]:
+            return pools.follow(execution_id, lambda shard: (shard, on_shard(shard, fn)))
+
+        yield sorted(pools.router.readable), on_shard, follow, is_shard_failure

@@ -297,6 +297,16 @@ SELECT harvest.{action}_dead_letters(
     p_failed_after => %(failed_after)s, p_failed_before => %(failed_before)s, p_limit => %(limit)s,
     p_dry_run => %(dry_run)s, p_operator_id => %(operator)s) AS result
 """
+# cancel_workflows, terminate_workflows and signal_workflows (functions/executions.sql): one
+# step of a batch by filter on one shard.
+ACT_ON_WORKFLOWS = """
+SELECT harvest.{action}_workflows(
+    {signal}p_status => %(state)s, p_workflow_name => %(workflow_name)s,
+    p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
+    p_created_before => %(created_before)s, p_filter => %(filter)s,{reason} p_cursor => %(cursor)s,
+    p_limit => %(limit)s, p_dry_run => %(dry_run)s, p_operator_id => %(operator_id)s,
+    p_batch_id => %(batch_id)s, p_execution_ids => %(execution_ids)s::uuid[]) AS result
+"""
 LIST_WORKERS = "SELECT * FROM harvest.list_workers(%(queue)s, %(status)s, %(health)s, %(limit)s)"
 GET_WORKER = "SELECT harvest.get_worker(%(worker_id)s) AS worker"
 WORKER_HEALTH = "SELECT harvest.get_worker_health() AS health"
@@ -1549,6 +1559,59 @@ def bulk_dead_letters(
         "limit": limit,
         "dry_run": dry_run,
         "operator": operator,
+    }
+
+
+_ACT_ON_WORKFLOWS = {
+    "cancel": ACT_ON_WORKFLOWS.format(action="cancel", signal="", reason=" p_reason => %(reason)s,"),
+    "terminate": ACT_ON_WORKFLOWS.format(action="terminate", signal="", reason=" p_reason => %(reason)s,"),
+    "signal": ACT_ON_WORKFLOWS.format(
+        action="signal", signal="p_signal_name => %(signal_name)s, p_payload => %(payload)s,", reason=""
+    ),
+}
+
+
+@call(lambda params: _ACT_ON_WORKFLOWS[params["action"]], column("result"))
+def act_on_workflows(
+    action: str,
+    *,
+    state: str | None = None,
+    workflow_name: str | None = None,
+    search_attributes: list[str] | None = None,
+    created_after: Any = None,
+    created_before: Any = None,
+    filter: str | None = None,
+    reason: str | None = None,
+    signal_name: str | None = None,
+    payload: Any = None,
+    cursor: str | None = None,
+    limit: int = 100,
+    dry_run: bool = False,
+    operator_id: str | None = None,
+    batch_id: str | None = None,
+    execution_ids: list[str] | None = None,
+) -> dict[str, Any]:
+    """One step of a batch by filter on this database: harvest.``action``_workflows (cancel,
+    terminate or signal), answering its jsonb (functions/executions.sql, _act_on_workflows)."""
+    if action not in _ACT_ON_WORKFLOWS:
+        raise ValueError(f"unknown batch action {action!r}")
+    return {
+        "action": action,
+        "state": state,
+        "workflow_name": workflow_name,
+        "search_attributes": list(search_attributes) if search_attributes else None,
+        "created_after": created_after,
+        "created_before": created_before,
+        "filter": filter,
+        "reason": reason,
+        "signal_name": signal_name,
+        "payload": _jsonb(payload),
+        "cursor": cursor,
+        "limit": limit,
+        "dry_run": dry_run,
+        "operator_id": operator_id,
+        "batch_id": batch_id,
+        "execution_ids": execution_ids,
     }
 
 

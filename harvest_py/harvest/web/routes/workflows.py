@@ -16,7 +16,7 @@ from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES, chain_broke
 from harvest.client.export_batch import resolved
 from harvest.core.codecs import refs_in
 from harvest.core.durations import parse_duration
-from harvest.core.errors import InvalidArgument, NotFound
+from harvest.core.errors import HarvestError, InvalidArgument, NotFound
 from harvest.core.ids import ROW_ID_MAX
 from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
@@ -32,6 +32,7 @@ from harvest.shard.fanout import (
 from harvest.web.routes import (
     ANY,
     BOOLEAN,
+    DATETIME,
     FANOUT,
     OBJECT,
     ROWS,
@@ -543,6 +544,85 @@ async def terminate_workflow(call: Call, args: dict[str, Any], data: dict[str, A
     return {"execution_id": execution_id, "status": "TERMINATED"}
 
 
+def _act_on_workflows(action: str) -> Any:
+    """POST /workflows/{cancel,terminate,signal}: a bounded step of a batch by filter on every
+    shard (at most ``limit`` runs each), its moved runs acted on where they live, and the
+    next_cursor that goes on (harvest.client.batch; docs/http-api.md, "Acting on many runs")."""
+
+    async def handler(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+        from harvest.client.batch import BATCH_STEP, BatchTally, decode_cursor, encode_cursor, step_arguments
+        from harvest.shard.fanout import is_shard_failure
+
+        filters = {
+            "state": data.get("state"),
+            "workflow_name": data.get("workflow_name"),
+            "search_attributes": list(data.get("search_attributes") or []),
+            "created_after": data.get("created_after"),
+            "created_before": data.get("created_before"),
+            "filter": data.get("filter"),
+        }
+        named = ("workflow_name", "search_attributes", "created_after", "created_before", "filter")
+        if not any(filters[k] not in (None, "", []) for k in named):
+            raise invalid(
+                "workflow_name",
+                f"a {action} by filter needs one of workflow_name, search_attributes, created_after, "
+                "created_before, filter (a state alone would select every live run)",
+            )
+        if action == "signal" and not (data.get("signal_name") or "").strip():
+            raise invalid("signal_name", "name the signal to send")
+        dry_run = bool(data.get("dry_run"))
+        if data.get("cursor"):
+            try:
+                batch_id, positions = decode_cursor(data["cursor"])
+            except InvalidArgument as exc:
+                raise invalid("cursor", str(exc).removeprefix("cursor: ")) from None
+        else:
+            batch_id = data.get("batch_id") or str(uuid.uuid4())
+            positions = dict.fromkeys(sorted(call.providers()))
+        options = {
+            "reason": data.get("reason"),
+            "signal_name": data.get("signal_name"),
+            "payload": data.get("payload"),
+            "limit": data.get("limit") or BATCH_STEP,
+            "dry_run": dry_run,
+            "operator_id": data.get("operator_id") or call.operator_id,
+            "batch_id": batch_id,
+        }
+        arguments = step_arguments(filters, options)
+        tally = BatchTally(action, dry_run, batch_id)
+        after: dict[int, str | None] = {}
+        for shard, position in sorted(positions.items()):
+            try:
+                answer = await call.on_shard(
+                    shard if call.sharded else None,
+                    lambda sql, p=position: sql.act_on_workflows(action, **arguments, cursor=p),  # type: ignore[misc]
+                )
+            except InvalidArgument as exc:
+                raise _named(exc) from None
+            except Exception as exc:
+                if not (call.sharded and is_shard_failure(exc)):
+                    raise
+                tally.unreachable(shard, "unreachable")
+                after[shard] = position  # (a retry with the cursor goes on there)
+                continue
+            for moved in tally.add(shard, answer):
+                by_id = {**arguments, "limit": 1, "execution_ids": [moved], "cursor": None}
+                try:
+                    found = await call.routed(moved, lambda sql, a=by_id: sql.act_on_workflows(action, **a))  # type: ignore[misc]
+                except Exception as exc:
+                    if not isinstance(exc, HarvestError) and not is_shard_failure(exc):
+                        raise
+                    tally.followed_failed(moved, getattr(exc, "shard", None), str(exc), None)
+                    continue
+                tally.add_followed(int(found.get("shard_id") or 0), found)
+            if answer.get("next_cursor") and not dry_run:
+                after[shard] = answer["next_cursor"]
+        return {**tally.as_dict(), "next_cursor": encode_cursor(batch_id, after) if after else None}
+
+    handler.__name__ = f"{action}_workflows"
+    return handler
+
+
 async def reset_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     execution_id = args["execution_id"]
     return await call.routed(
@@ -615,6 +695,38 @@ START_BODY = body(
         "shard_id": SHARD_ID,
         "residency_key": STRING,
     }
+)
+BATCH_BODY = body(
+    {
+        "state": STRING,
+        "workflow_name": STRING,
+        "search_attributes": {"type": "array", "items": {"type": "string"}},
+        "created_after": DATETIME,
+        "created_before": DATETIME,
+        "filter": STRING,
+        "reason": STRING,
+        "signal_name": STRING,
+        "payload": ANY,
+        "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "cursor": STRING,
+        "dry_run": BOOLEAN,
+        "operator_id": STRING,
+        "batch_id": STRING,
+    }
+)
+BATCH_SHAPE = shape(
+    action={"type": "string"},
+    batch_id={"type": "string"},
+    matched={"type": "integer"},
+    acted={"type": "integer"},
+    already_ended={"type": "integer"},
+    unchanged={"type": "integer"},
+    failed={"type": "integer"},
+    failures=ROWS,
+    shards=ROWS,
+    next_cursor={"type": ["string", "null"]},
+    unavailable_shards={"type": "array", "items": {"type": "integer"}},
+    status={"type": "string"},
 )
 TIMEOUT = {"type": "number", "minimum": 0.001, "maximum": 3600}
 WAIT = {"type": "string", "enum": ["accepted", "completed"]}
@@ -931,6 +1043,39 @@ ENDPOINTS = [
         (EXECUTION,),
         body({"reason": STRING}),
         tag="workflows",
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/cancel",
+        "operate",
+        _act_on_workflows("cancel"),
+        "Ask every live run a filter selects to cancel, on every shard, at most limit a shard a "
+        "request; next_cursor goes on (dry_run: count and sample, nothing written).",
+        body=BATCH_BODY,
+        tag="workflows",
+        shape=BATCH_SHAPE,
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/terminate",
+        "admin",
+        _act_on_workflows("terminate"),
+        "Terminate every live run a filter selects, on every shard, at most limit a shard a "
+        "request; next_cursor goes on (dry_run: count and sample, nothing written).",
+        body=BATCH_BODY,
+        tag="workflows",
+        shape=BATCH_SHAPE,
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/signal",
+        "operate",
+        _act_on_workflows("signal"),
+        "Signal every live run a filter selects once per batch, on every shard, at most limit a "
+        "shard a request; next_cursor goes on (dry_run: count and sample, nothing written).",
+        body=BATCH_BODY,
+        tag="workflows",
+        shape=BATCH_SHAPE,
     ),
     Endpoint(
         "POST",

@@ -1,0 +1,266 @@
+"""`harvest workflow bulk-cancel`, `bulk-terminate`, `bulk-signal`: act on every live run a filter
+selects, on every shard (harvest.client.batch; docs/operations.md, "Acting on many runs")."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from typing import Any
+
+import click
+from click.decorators import FC
+
+from harvest.cli.output import ISO_TIME, database_url_option, emit, operator_id_option, output_option, table
+from harvest.client.batch import BATCH_STEP, BATCH_STEP_MAX, BatchTally, run_batch
+from harvest.core.errors import InvalidArgument
+
+# The exit code of a batch that left something undone: a run it could not act on (failed), or a
+# shard it could not reach. 0: every run the filter selected was acted on, or had ended, or
+# had it done already. A refused filter or option is 2, as for every command.
+BATCH_INCOMPLETE = 1
+DONE = {"cancel": "asked to cancel", "terminate": "terminated", "signal": "signalled"}
+
+
+def _batch_options(f: FC) -> FC:
+    for option in reversed(
+        [
+            click.option(
+                "--state",
+                "--status",
+                "state",
+                default=None,
+                help="RUNNING, PAUSED or both (the default: every live run).",
+            ),
+            click.option("--workflow-name", default=None),
+            click.option(
+                "--search-attr",
+                "search_attrs",
+                multiple=True,
+                help="As for `workflow list`: key=value or a typed comparison (repeatable, AND).",
+            ),
+            click.option("--created-after", default=None, type=ISO_TIME),
+            click.option("--created-before", default=None, type=ISO_TIME),
+            click.option("--filter", "filter_expr", default=None, help="As for `workflow list`."),
+            click.option(
+                "--dry-run", is_flag=True, help="Write nothing: count the runs selected and show some."
+            ),
+            click.option(
+                "--batch",
+                default=BATCH_STEP,
+                show_default=True,
+                type=click.IntRange(1, BATCH_STEP_MAX),
+                help="Runs per transaction (progress is shown per batch).",
+            ),
+            click.option(
+                "--batch-id",
+                default=None,
+                help="Go on with a batch (its batch_id): a run it signalled is not signalled again.",
+            ),
+            operator_id_option,
+            database_url_option,
+            output_option,
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+def _over_http(
+    settings: Any, action: str, filters: dict[str, Any], options: dict[str, Any], bar: Any
+) -> BatchTally:
+    """The batch through the management API: one request a step (every shard a step), continued
+    by its next_cursor until none comes back or a request moves nothing (only unreachable
+    shards left)."""
+    from harvest.cli.http import http_session
+
+    tally = BatchTally(action, options["dry_run"], options.get("batch_id"))
+    cursor: str | None = None
+    with http_session(settings) as http:
+        api = _http_api(http)
+        while True:
+            answer = api.act_on_workflows(action, **filters, **options, cursor=cursor)
+            tally.absorb(answer)
+            bar.update(int(answer.get("matched") or 0))
+            cursor = answer.get("next_cursor")
+            if options["dry_run"] or not cursor or not answer.get("matched"):
+                return tally
+
+
+def _http_api(http: Any) -> Any:
+    from harvest.cli.http import HttpApi
+
+    return HttpApi(http)
+
+
+def _batch(
+    action: str,
+    *,
+    state: str | None,
+    workflow_name: str | None,
+    search_attrs: tuple[str, ...],
+    created_after: datetime | None,
+    created_before: datetime | None,
+    filter_expr: str | None,
+    dry_run: bool,
+    batch: int,
+    batch_id: str | None,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
+    yes: bool = False,
+    reason: str | None = None,
+    signal_name: str | None = None,
+    payload: Any = None,
+) -> None:
+    from harvest.cli.output import progress, selected
+    from harvest.cli.shards import each_shard_in_turn
+
+    filters = {
+        "state": state,
+        "workflow_name": workflow_name,
+        "search_attributes": list(search_attrs),
+        "created_after": created_after,
+        "created_before": created_before,
+        "filter": filter_expr,
+    }
+    if not (workflow_name or search_attrs or created_after or created_before or (filter_expr or "").strip()):
+        raise InvalidArgument(
+            f"bulk-{action} needs a filter: give --workflow-name, --search-attr, --created-after, "
+            "--created-before or --filter (a state alone would select every live run)"
+        )
+    options = {
+        "reason": reason,
+        "signal_name": signal_name,
+        "payload": payload,
+        "limit": batch,
+        "operator_id": operator,
+        "batch_id": batch_id,
+    }
+    settings = selected(database_url)
+
+    def execute(dry: bool, bar: Any) -> BatchTally:
+        if settings is not None:
+            return _over_http(settings, action, filters, {**options, "dry_run": dry}, bar)
+        with each_shard_in_turn(database_url, read_only=dry) as (shards, on_shard, follow, is_outage):
+            from harvest.db.connection import failure_reason
+
+            seen: dict[int, int] = {}
+
+            def moved(shard: int, done: int) -> None:
+                bar.update(done - seen.get(shard, 0))
+                seen[shard] = done
+
+            return run_batch(
+                shards,
+                on_shard,
+                follow,
+                action,
+                filters,
+                **{**options, "limit": batch if not dry else min(batch, 20)},
+                dry_run=dry,
+                progress=moved,
+                is_outage=is_outage,
+                failure_text=failure_reason,
+            )
+
+    null = _NullBar()
+    preview = execute(True, null)
+    if dry_run:
+        _emit(preview, output)
+        _exit(preview)
+        return
+    matched = preview.total("matched")
+    if matched == 0 and not preview.unavailable:
+        _emit(preview, output)
+        return
+    if action == "terminate" and not yes:
+        if not sys.stdin.isatty():
+            raise InvalidArgument(
+                f"bulk-terminate would end {matched} run(s) at once: pass --yes to confirm "
+                "(or --dry-run to see them first)"
+            )
+        click.confirm(f"terminate {matched} run(s) now (no cleanup code runs)?", abort=True, err=True)
+    options["batch_id"] = options["batch_id"] or preview.batch_id
+    with progress(matched, f"{action} runs", enabled=output != "json") as bar:
+        done = execute(False, bar)
+    _emit(done, output)
+    _exit(done)
+
+
+class _NullBar:
+    def update(self, n: int) -> None:
+        pass
+
+
+def _emit(tally: BatchTally, output: str) -> None:
+    def render(d: dict[str, Any]) -> str:
+        if d["dry_run"]:
+            head = f"dry run: {d['matched']} live run(s) selected, nothing written"
+            sample = d.get("execution_ids") or []
+            lines = [head] + ([f"  e.g. {', '.join(sample[:20])}"] if sample else [])
+        else:
+            done = f"{d['acted']} {DONE[d['action']]}"
+            ended = f"{d['already_ended']} already ended, {d['unchanged']} unchanged, {d['failed']} failed"
+            lines = [f"batch {d['batch_id']}: {d['matched']} matched, {done}, {ended}"]
+        columns = (
+            ["shard_id", "matched"]
+            if d["dry_run"]
+            else ["shard_id", "matched", "acted", "already_ended", "unchanged", "failed", "followed"]
+        )
+        if len(d["shards"]) > 1:
+            lines.append(table(d["shards"], columns))
+        lines += [f"  failed: {f['execution_id']}: {f['error']}" for f in d["failures"]]
+        return "\n".join(lines)
+
+    emit(tally.as_dict(), output, render)
+    for shard, reason in sorted(tally.unavailable.items()):
+        click.echo(
+            f"error: shard {shard} could not be reached ({reason}): its runs were not acted on; "
+            "run the command again when it is up",
+            err=True,
+        )
+
+
+def _exit(tally: BatchTally) -> None:
+    if tally.unavailable or tally.total("failed"):
+        raise SystemExit(BATCH_INCOMPLETE)
+
+
+@click.command("bulk-cancel")
+@click.option("--reason", default=None, help="Why (recorded in each run's history).")
+@_batch_options
+def bulk_cancel(**options: Any) -> None:
+    """Ask every live run the filter selects to cancel, on every shard.
+
+    Exit 0: each was asked (or had ended, or was asked already); 1: a run failed or a shard
+    could not be reached; 2: a bad or empty filter."""
+    _batch("cancel", **options)
+
+
+@click.command("bulk-terminate")
+@click.option("--reason", default=None, help="Why (recorded in each run's history).")
+@click.option("--yes", is_flag=True, help="Terminate without asking (needed when stdin is no terminal).")
+@_batch_options
+def bulk_terminate(**options: Any) -> None:
+    """End every live run the filter selects at once, on every shard (admin; no cleanup runs).
+
+    Asks first unless --yes. Exit codes as bulk-cancel."""
+    _batch("terminate", **options)
+
+
+@click.command("bulk-signal")
+@click.argument("signal_name")
+@click.option("--payload-json", default=None, help="The signal payload as JSON.")
+@click.option("--payload-file", default=None, help="Read the payload JSON from a file (- for stdin).")
+@_batch_options
+def bulk_signal(signal_name: str, payload_json: str | None, payload_file: str | None, **options: Any) -> None:
+    """Send signal SIGNAL_NAME to every live run the filter selects, on every shard.
+
+    A run gets it once per batch (its signal_id is the batch id). Exit codes as bulk-cancel."""
+    from harvest.cli.workflow import read_json_option
+
+    payload = read_json_option(payload_json, payload_file, "payload")
+    _batch("signal", signal_name=signal_name, payload=payload, **options)
+
+
+COMMANDS = (bulk_cancel, bulk_terminate, bulk_signal)

@@ -1,0 +1,273 @@
+"""Cancel, terminate or signal the live runs a filter selects, on every shard (docs/operations.md,
+"Acting on many runs"): the batch executor the CLI, the HTTP route and ``Client.act_on_workflows``
+share.
+
+The SQL does the work a bounded step at a time (harvest.cancel_workflows, terminate_workflows,
+signal_workflows: at most ``limit`` runs a call, each in a subtransaction, continued by a keyset
+cursor; functions/executions.sql). Here: every shard's steps, one after the other, and the runs a
+step names as moved (a rebalance sealed them since the scan, or their copy is still being moved)
+acted on where they live, following the forwarding pointer as every per-id write does: the id of
+a moved run still carries its origin shard, and a cancel sent there would meet the seal, not the
+run. A shard that cannot be reached is named in the answer (``unavailable_shards``), never
+skipped in silence.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harvest.core.errors import InvalidArgument
+
+ACTIONS = ("cancel", "terminate", "signal")
+# Runs a step acts on, in one transaction of one shard (the SQL allows 1..1000).
+BATCH_STEP = 100
+BATCH_STEP_MAX = 1000
+# Failures listed in a summary (each is counted in failed all the same).
+FAILURES_SHOWN = 100
+# The HTTP cursor's prefix (a batch's position on every shard, and its id).
+CURSOR_PREFIX = "wb1."
+FILTER_KEYS = ("state", "workflow_name", "search_attributes", "created_after", "created_before", "filter")
+
+
+def check_action(action: str) -> None:
+    if action not in ACTIONS:
+        raise InvalidArgument(f"unknown batch action {action!r}: use one of {', '.join(ACTIONS)}")
+
+
+@dataclass
+class ShardTally:
+    """What a batch did on one shard (moved runs count where they were acted on)."""
+
+    shard_id: int
+    matched: int = 0
+    acted: int = 0
+    already_ended: int = 0
+    unchanged: int = 0
+    failed: int = 0
+    followed: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class BatchTally:
+    """A batch's summary, step by step: :meth:`add` takes a step's answer and says which runs
+    it named as moved, :meth:`add_followed` takes the answer of one acted on at its residence."""
+
+    action: str
+    dry_run: bool = False
+    batch_id: str | None = None
+    shards: dict[int, ShardTally] = field(default_factory=dict)
+    unavailable: dict[int, str] = field(default_factory=dict)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    sample: list[str] = field(default_factory=list)
+    acted_ids: set[str] = field(default_factory=set)
+
+    def _shard(self, shard: int) -> ShardTally:
+        return self.shards.setdefault(shard, ShardTally(shard))
+
+    def add(self, shard: int, answer: dict[str, Any]) -> list[str]:
+        """A step's answer on ``shard``; the ids it named as moved, for the caller to follow."""
+        self.batch_id = self.batch_id or answer.get("batch_id")
+        tally = self._shard(shard)
+        tally.matched += int(answer.get("matched") or 0)
+        if answer.get("dry_run"):
+            self.sample += [str(i) for i in answer.get("execution_ids") or []]
+            return []
+        self._count(shard, tally, answer)
+        return [str(i) for i in answer.get("moved") or [] if str(i) not in self.acted_ids]
+
+    def add_followed(self, shard: int, answer: dict[str, Any]) -> None:
+        """The answer of a moved run acted on at ``shard``, where it lives."""
+        tally = self._shard(shard)
+        tally.followed += 1
+        self._count(shard, tally, answer)
+
+    def followed_failed(self, execution_id: str, shard: int | None, error: str, code: str | None) -> None:
+        """A moved run that could not be reached where it lives."""
+        tally = self._shard(shard if shard is not None else -1)
+        tally.failed += 1
+        self._failure({"execution_id": execution_id, "shard_id": shard, "sqlstate": code, "error": error})
+
+    def _count(self, shard: int, tally: ShardTally, answer: dict[str, Any]) -> None:
+        acted = [str(i) for i in answer.get("execution_ids") or []]
+        fresh = [i for i in acted if i not in self.acted_ids]
+        self.acted_ids.update(fresh)
+        tally.acted += len(fresh)
+        tally.unchanged += int(answer.get("unchanged") or 0) + len(acted) - len(fresh)
+        tally.already_ended += int(answer.get("already_ended") or 0)
+        for failure in answer.get("failures") or []:
+            tally.failed += 1
+            self._failure({**failure, "shard_id": shard})
+
+    def _failure(self, failure: dict[str, Any]) -> None:
+        if len(self.failures) < FAILURES_SHOWN:
+            self.failures.append(failure)
+
+    def absorb(self, summary: dict[str, Any]) -> None:
+        """Another summary of this batch (an HTTP request's, :meth:`as_dict`) added to this one."""
+        self.batch_id = self.batch_id or summary.get("batch_id")
+        for row in summary.get("shards") or []:
+            tally = self._shard(int(row["shard_id"]))
+            for key in ("matched", "acted", "already_ended", "unchanged", "failed", "followed"):
+                setattr(tally, key, getattr(tally, key) + int(row.get(key) or 0))
+        for failure in summary.get("failures") or []:
+            self._failure(failure)
+        self.sample += [str(i) for i in summary.get("execution_ids") or []]
+        errors = {int(e["shard_id"]): str(e.get("error")) for e in summary.get("shard_errors") or []}
+        self.unavailable = {
+            int(s): errors.get(int(s), "unreachable") for s in summary.get("unavailable_shards") or []
+        }
+
+    def unreachable(self, shard: int, reason: str) -> None:
+        self.unavailable[shard] = reason
+
+    def total(self, key: str) -> int:
+        return sum(getattr(t, key) for t in self.shards.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary every face answers (the CLI's JSON, the HTTP route's body)."""
+        out: dict[str, Any] = {
+            "action": self.action,
+            "dry_run": self.dry_run,
+            "batch_id": self.batch_id,
+            **{k: self.total(k) for k in ("matched", "acted", "already_ended", "unchanged", "failed")},
+            "failures": self.failures,
+            "shards": [self.shards[s].as_dict() for s in sorted(self.shards)],
+            "unavailable_shards": sorted(self.unavailable),
+            "shard_errors": [{"shard_id": s, "error": r} for s, r in sorted(self.unavailable.items())],
+            "status": "partial" if self.unavailable else "complete",
+        }
+        if self.dry_run:
+            out["execution_ids"] = self.sample
+        return out
+
+
+def step_arguments(filters: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of ``SqlApi.act_on_workflows`` for a batch's filters and options."""
+    return {**{k: filters.get(k) for k in FILTER_KEYS}, **options}
+
+
+def run_batch(
+    shards: Iterable[int],
+    on_shard: Callable[[int, Callable[[Any], Any]], Any],
+    follow: Callable[[str, Callable[[Any], Any]], tuple[int, Any]],
+    action: str,
+    filters: Mapping[str, Any],
+    *,
+    limit: int = BATCH_STEP,
+    dry_run: bool = False,
+    reason: str | None = None,
+    signal_name: str | None = None,
+    payload: Any = None,
+    operator_id: str | None = None,
+    batch_id: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    is_outage: Callable[[BaseException], bool] = lambda exc: False,
+    failure_text: Callable[[BaseException], str] = str,
+) -> BatchTally:
+    """The batch on every shard of ``shards``, one after the other, each to its end: steps of
+    ``limit`` runs (one transaction each) through ``on_shard(shard, fn)``, the moved runs each
+    acted on through ``follow(execution_id, fn)`` (-> (its shard, fn's answer)). A shard whose
+    outage ``is_outage`` recognises is named in the tally and the next shard done all the same;
+    any other error is the caller's (a refused filter, a missing permission). ``progress(shard,
+    done)`` after each step. A dry run makes one step a shard (the count and a sample)."""
+    check_action(action)
+    tally = BatchTally(action, dry_run, batch_id or str(uuid.uuid4()))
+    options = {
+        "reason": reason,
+        "signal_name": signal_name,
+        "payload": payload,
+        "limit": limit,
+        "dry_run": dry_run,
+        "operator_id": operator_id,
+        "batch_id": tally.batch_id,
+    }
+    arguments = step_arguments(filters, options)
+    for shard in shards:
+        cursor: str | None = None
+        try:
+            while True:
+                answer = on_shard(
+                    shard,
+                    lambda sql, c=cursor: sql.act_on_workflows(action, **arguments, cursor=c),  # type: ignore[misc]
+                )
+                for moved in tally.add(shard, answer):
+                    _follow_one(tally, follow, action, moved, arguments, is_outage, failure_text)
+                if progress is not None:
+                    progress(shard, tally.shards[shard].matched)
+                cursor = answer.get("next_cursor")
+                if dry_run or not cursor:
+                    break
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            tally.unreachable(shard, failure_text(exc))
+    return tally
+
+
+def _follow_one(
+    tally: BatchTally,
+    follow: Callable[[str, Callable[[Any], Any]], tuple[int, Any]],
+    action: str,
+    execution_id: str,
+    arguments: Mapping[str, Any],
+    is_outage: Callable[[BaseException], bool],
+    failure_text: Callable[[BaseException], str],
+) -> None:
+    """One moved run acted on where it lives: the batch's step with that id alone, on the shard
+    the forwarding pointer names (a seal there raises HR013, which ``follow`` follows)."""
+    by_id = {**arguments, "limit": 1, "execution_ids": [execution_id], "cursor": None}
+    try:
+        shard, answer = follow(execution_id, lambda sql: sql.act_on_workflows(action, **by_id))
+    except Exception as exc:
+        from harvest.core.errors import HarvestError
+
+        if not (is_outage(exc) or isinstance(exc, HarvestError)):
+            raise
+        tally.followed_failed(execution_id, getattr(exc, "shard", None), failure_text(exc), _code(exc))
+        return
+    tally.add_followed(shard, answer)
+
+
+def _code(exc: BaseException) -> str | None:
+    code = getattr(exc, "sqlstate", None)
+    return code if isinstance(code, str) else None
+
+
+# -- the HTTP route's cursor: each shard's position and the batch's id -------------------------
+
+
+def encode_cursor(batch_id: str, positions: Mapping[int, str | None]) -> str:
+    """The next_cursor of a batch request: every shard still to go on, with its SQL cursor (None:
+    from its start), and the batch id (so a signal reaches a run once however often it is found)."""
+    body = json.dumps({"b": batch_id, "p": {str(s): c for s, c in positions.items()}}, separators=(",", ":"))
+    return CURSOR_PREFIX + base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
+
+
+def decode_cursor(token: str) -> tuple[str, dict[int, str | None]]:
+    """(batch id, shard -> SQL cursor) of :func:`encode_cursor`; InvalidArgument naming the cursor
+    for a token this route did not make."""
+    try:
+        if not token.startswith(CURSOR_PREFIX):
+            raise ValueError(token)
+        raw = token[len(CURSOR_PREFIX) :]
+        body = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        batch, positions = body["b"], body["p"]
+        if not isinstance(batch, str) or not isinstance(positions, dict):
+            raise ValueError(token)
+        out: dict[int, str | None] = {}
+        for shard, position in positions.items():
+            if position is not None and not isinstance(position, str):
+                raise ValueError(token)
+            out[int(shard)] = position
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise InvalidArgument("cursor: not a next_cursor of this route: pass it unchanged") from None
+    return batch, out
