@@ -383,3 +383,27 @@ def test_a_shard_that_cannot_be_reached_is_reported_and_the_others_done(two_shar
     assert out["acted"] == 2 and out["unavailable_shards"] == [1] and out["status"] == "partial"
     assert _col(two_shards[0], "SELECT count(*) FROM harvest.executions WHERE cancel_requested") == [2]
     assert runs
+
+
+def test_the_async_client_acts_on_many_runs_as_the_client_does(db, conn) -> None:
+    import asyncio
+
+    from harvest import AsyncClient
+
+    runs = _runs(conn, "send_digest", 2, "async")
+
+    async def go() -> dict:
+        client = await AsyncClient.connect(db)
+        try:
+            preview = await client.terminate_workflows(workflow_name="send_digest", dry_run=True)
+            assert preview["matched"] == 2 and sorted(preview["execution_ids"]) == sorted(runs)
+            return await client.signal_workflows("go", {"n": 2}, workflow_name="send_digest", batch_size=1)
+        finally:
+            await client.close()
+
+    out = asyncio.run(go())
+    assert (out["acted"], out["failed"], out["shards"][0]["matched"]) == (2, 0, 2)
+    with Client(db) as client:
+        assert client.cancel_workflows(workflow_name="send_digest")["acted"] == 2
+    with pytest.raises(psycopg.Error, match="needs a filter"), psycopg.connect(db, autocommit=True) as c:
+        c.execute("SELECT harvest.signal_workflows('go', p_status => 'RUNNING')")

@@ -171,7 +171,8 @@ SAMPLE = {
 @pytest.mark.parametrize("name", sorted(name for name, spec in CALLS.items() if not spec.stream))
 def test_a_call_sends_the_same_statement_and_answers_the_same_in_both_apis(name: str) -> None:
     params = inspect.signature(CALLS[name].params).parameters.values()
-    args = ["replay" if p.name == "action" else SAMPLE[p.annotation] for p in params if p.default is p.empty]
+    action = "cancel" if name == "act_on_workflows" else "replay"
+    args = [action if p.name == "action" else SAMPLE[p.annotation] for p in params if p.default is p.empty]
     sync_conn, async_conn = _Conn([ROW]), _Conn([ROW], _AsyncCursor)
     answer = getattr(SqlApi(sync_conn), name)(*args)
     async_answer = asyncio.run(getattr(AsyncSqlApi.on_connection(async_conn), name)(*args))

@@ -567,6 +567,8 @@ def each_shard_in_turn(
                 return fn(sql)
 
         def follow(execution_id: str, fn: Any) -> tuple[int, Any]:
-            return pools.follow(execution_id, lambda shard: (shard, on_shard(shard, fn)))
+            return cast(
+                "tuple[int, Any]", pools.follow(execution_id, lambda shard: (shard, on_shard(shard, fn)))
+            )
 
         yield sorted(pools.router.readable), on_shard, follow, is_shard_failure

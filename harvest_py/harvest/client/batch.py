@@ -18,7 +18,7 @@ import base64
 import binascii
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +155,36 @@ def step_arguments(filters: Mapping[str, Any], options: Mapping[str, Any]) -> di
     return {**{k: filters.get(k) for k in FILTER_KEYS}, **options}
 
 
+def _start(
+    action: str, filters: Mapping[str, Any], dry_run: bool, batch_id: str | None, options: Mapping[str, Any]
+) -> tuple[BatchTally, dict[str, Any]]:
+    """A batch's tally and the arguments of each of its steps."""
+    check_action(action)
+    tally = BatchTally(action, dry_run, batch_id or str(uuid.uuid4()))
+    return tally, step_arguments(filters, {**options, "dry_run": dry_run, "batch_id": tally.batch_id})
+
+
+def by_id(arguments: Mapping[str, Any], execution_id: str) -> dict[str, Any]:
+    """The arguments of the step that acts on one moved run, where it lives."""
+    return {**arguments, "limit": 1, "execution_ids": [execution_id], "cursor": None}
+
+
+def follow_failed(
+    tally: BatchTally,
+    execution_id: str,
+    exc: Exception,
+    is_outage: Callable[[BaseException], bool],
+    text: str,
+) -> None:
+    """A moved run that could not be acted on where it lives: a failure of the batch (an outage or
+    a refusal); anything else is raised."""
+    from harvest.core.errors import HarvestError
+
+    if not (is_outage(exc) or isinstance(exc, HarvestError)):
+        raise exc
+    tally.followed_failed(execution_id, getattr(exc, "shard", None), text, _code(exc))
+
+
 def run_batch(
     shards: Iterable[int],
     on_shard: Callable[[int, Callable[[Any], Any]], Any],
@@ -162,45 +192,35 @@ def run_batch(
     action: str,
     filters: Mapping[str, Any],
     *,
-    limit: int = BATCH_STEP,
     dry_run: bool = False,
-    reason: str | None = None,
-    signal_name: str | None = None,
-    payload: Any = None,
-    operator_id: str | None = None,
     batch_id: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     is_outage: Callable[[BaseException], bool] = lambda exc: False,
     failure_text: Callable[[BaseException], str] = str,
+    **options: Any,
 ) -> BatchTally:
     """The batch on every shard of ``shards``, one after the other, each to its end: steps of
     ``limit`` runs (one transaction each) through ``on_shard(shard, fn)``, the moved runs each
     acted on through ``follow(execution_id, fn)`` (-> (its shard, fn's answer)). A shard whose
     outage ``is_outage`` recognises is named in the tally and the next shard done all the same;
     any other error is the caller's (a refused filter, a missing permission). ``progress(shard,
-    done)`` after each step. A dry run makes one step a shard (the count and a sample)."""
-    check_action(action)
-    tally = BatchTally(action, dry_run, batch_id or str(uuid.uuid4()))
-    options = {
-        "reason": reason,
-        "signal_name": signal_name,
-        "payload": payload,
-        "limit": limit,
-        "dry_run": dry_run,
-        "operator_id": operator_id,
-        "batch_id": tally.batch_id,
-    }
-    arguments = step_arguments(filters, options)
+    done)`` after each step. A dry run makes one step a shard (the count and a sample).
+    ``options``: reason, signal_name, payload, limit, operator_id (SqlApi.act_on_workflows)."""
+    tally, arguments = _start(action, filters, dry_run, batch_id, options)
     for shard in shards:
         cursor: str | None = None
         try:
             while True:
-                answer = on_shard(
-                    shard,
-                    lambda sql, c=cursor: sql.act_on_workflows(action, **arguments, cursor=c),  # type: ignore[misc]
-                )
+                step = {**arguments, "cursor": cursor}
+                answer = on_shard(shard, lambda sql, a=step: sql.act_on_workflows(action, **a))  # type: ignore[misc]
                 for moved in tally.add(shard, answer):
-                    _follow_one(tally, follow, action, moved, arguments, is_outage, failure_text)
+                    one = by_id(arguments, moved)
+                    try:
+                        found = follow(moved, lambda sql, a=one: sql.act_on_workflows(action, **a))  # type: ignore[misc]
+                    except Exception as exc:
+                        follow_failed(tally, moved, exc, is_outage, failure_text(exc))
+                        continue
+                    tally.add_followed(*found)
                 if progress is not None:
                     progress(shard, tally.shards[shard].matched)
                 cursor = answer.get("next_cursor")
@@ -213,28 +233,43 @@ def run_batch(
     return tally
 
 
-def _follow_one(
-    tally: BatchTally,
-    follow: Callable[[str, Callable[[Any], Any]], tuple[int, Any]],
+async def arun_batch(
+    shards: Iterable[int],
+    on_shard: Callable[[int, Callable[[Any], Awaitable[Any]]], Awaitable[Any]],
+    follow: Callable[[str, Callable[[Any], Awaitable[Any]]], Awaitable[tuple[int, Any]]],
     action: str,
-    execution_id: str,
-    arguments: Mapping[str, Any],
-    is_outage: Callable[[BaseException], bool],
-    failure_text: Callable[[BaseException], str],
-) -> None:
-    """One moved run acted on where it lives: the batch's step with that id alone, on the shard
-    the forwarding pointer names (a seal there raises HR013, which ``follow`` follows)."""
-    by_id = {**arguments, "limit": 1, "execution_ids": [execution_id], "cursor": None}
-    try:
-        shard, answer = follow(execution_id, lambda sql: sql.act_on_workflows(action, **by_id))
-    except Exception as exc:
-        from harvest.core.errors import HarvestError
-
-        if not (is_outage(exc) or isinstance(exc, HarvestError)):
-            raise
-        tally.followed_failed(execution_id, getattr(exc, "shard", None), failure_text(exc), _code(exc))
-        return
-    tally.add_followed(shard, answer)
+    filters: Mapping[str, Any],
+    *,
+    dry_run: bool = False,
+    batch_id: str | None = None,
+    is_outage: Callable[[BaseException], bool] = lambda exc: False,
+    failure_text: Callable[[BaseException], str] = str,
+    **options: Any,
+) -> BatchTally:
+    """:func:`run_batch` for asyncio (``AsyncClient``)."""
+    tally, arguments = _start(action, filters, dry_run, batch_id, options)
+    for shard in shards:
+        cursor: str | None = None
+        try:
+            while True:
+                step = {**arguments, "cursor": cursor}
+                answer = await on_shard(shard, lambda sql, a=step: sql.act_on_workflows(action, **a))  # type: ignore[misc]
+                for moved in tally.add(shard, answer):
+                    one = by_id(arguments, moved)
+                    try:
+                        found = await follow(moved, lambda sql, a=one: sql.act_on_workflows(action, **a))  # type: ignore[misc]
+                    except Exception as exc:
+                        follow_failed(tally, moved, exc, is_outage, failure_text(exc))
+                        continue
+                    tally.add_followed(*found)
+                cursor = answer.get("next_cursor")
+                if dry_run or not cursor:
+                    break
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            tally.unreachable(shard, failure_text(exc))
+    return tally
 
 
 def _code(exc: BaseException) -> str | None:

@@ -1968,14 +1968,7 @@ class Client:
     def signal_workflows(self, signal_name: str, payload_value: Any = None, **batch: Any) -> dict[str, Any]:
         """Signal every live run a filter selects once per batch, on every shard; the payload is
         encoded by this client's codecs and must fit inline (not the offload store)."""
-        payload_policy.text(signal_name, "signal name", optional=False)
-        policy, label = self.payloads, f"the payload of signal {signal_name}"
-        encoded = payload_policy.written(policy, payload_value, "payload", label, self.max_payload_bytes)
-        if payload_policy.offload_plan(policy, [encoded]):
-            raise InvalidArgument(
-                f"{label} would go to the offload store, which belongs to one run: send a smaller "
-                "payload (a reference to the data) to many runs"
-            )
+        encoded = _batch_payload(self, signal_name, payload_value)
         return self.act_on_workflows("signal", signal_name=signal_name, payload=encoded, **batch)
 
     def act_on_workflows(
@@ -2018,14 +2011,9 @@ class Client:
                 "tuple[int, Any]", target.follow(execution_id, lambda shard: (shard, on_shard(shard, fn)))
             )
 
-        filters = {
-            "state": state,
-            "workflow_name": workflow_name,
-            "search_attributes": list(search_attributes),
-            "created_after": created_after,
-            "created_before": created_before,
-            "filter": filter,
-        }
+        filters = _batch_filters(
+            state, workflow_name, search_attributes, created_after, created_before, filter
+        )
         tally = run_batch(
             sorted(self.router.readable),
             on_shard,
@@ -2309,6 +2297,39 @@ class _ShardStarts:
     @property
     def items(self) -> int:
         return sum(b.items for b in self._by_shard.values())
+
+
+def _batch_filters(
+    state: str | None,
+    workflow_name: str | None,
+    search_attributes: list[str] | tuple[str, ...],
+    created_after: Any,
+    created_before: Any,
+    filter: str | None,
+) -> dict[str, Any]:
+    """The filters of a batch by filter (Client.act_on_workflows), as harvest.client.batch takes them."""
+    return {
+        "state": state,
+        "workflow_name": workflow_name,
+        "search_attributes": list(search_attributes),
+        "created_after": created_after,
+        "created_before": created_before,
+        "filter": filter,
+    }
+
+
+def _batch_payload(client: Any, signal_name: str, value: Any) -> Any:
+    """A batch signal's payload encoded by ``client``'s codecs; one the offload store would take is
+    refused (a stored payload belongs to one run)."""
+    payload_policy.text(signal_name, "signal name", optional=False)
+    policy, label = client.payloads, f"the payload of signal {signal_name}"
+    encoded = payload_policy.written(policy, value, "payload", label, client.max_payload_bytes)
+    if payload_policy.offload_plan(policy, [encoded]):
+        raise InvalidArgument(
+            f"{label} would go to the offload store, which belongs to one run: send a smaller "
+            "payload (a reference to the data) to many runs"
+        )
+    return encoded
 
 
 class AsyncClient:
@@ -2672,6 +2693,85 @@ class AsyncClient:
         """See :meth:`Client.heartbeat_activity`."""
         encoded = _heartbeat_details(self, details)
         return cast("bool", await self._by_token(task_token, sqlapi.heartbeat_activity_by_token, encoded))
+
+    # -- acting on many runs by filter (Client.act_on_workflows) ---------------------------------
+    async def cancel_workflows(self, *, reason: str | None = None, **batch: Any) -> dict[str, Any]:
+        """Ask every live run a filter selects to cancel, on every shard; see :meth:`act_on_workflows`."""
+        return await self.act_on_workflows("cancel", reason=reason, **batch)
+
+    async def terminate_workflows(self, *, reason: str | None = None, **batch: Any) -> dict[str, Any]:
+        """Terminate every live run a filter selects, on every shard; see :meth:`act_on_workflows`."""
+        return await self.act_on_workflows("terminate", reason=reason, **batch)
+
+    async def signal_workflows(
+        self, signal_name: str, payload_value: Any = None, **batch: Any
+    ) -> dict[str, Any]:
+        """Signal every live run a filter selects once per batch, on every shard; the payload is
+        encoded by this client's codecs and must fit inline (not the offload store)."""
+        encoded = _batch_payload(self, signal_name, payload_value)
+        return await self.act_on_workflows("signal", signal_name=signal_name, payload=encoded, **batch)
+
+    async def act_on_workflows(
+        self,
+        action: str,
+        *,
+        state: str | None = None,
+        workflow_name: str | None = None,
+        search_attributes: list[str] | tuple[str, ...] = (),
+        created_after: Any = None,
+        created_before: Any = None,
+        filter: str | None = None,
+        reason: str | None = None,
+        signal_name: str | None = None,
+        payload: Any = None,
+        dry_run: bool = False,
+        batch_size: int = 100,
+        operator_id: str | None = None,
+        batch_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``action`` (cancel, terminate, signal) on every live run the filters select (those of
+        :meth:`list_workflows`; at least one besides ``state``, else InvalidArgument), on every
+        shard, ``batch_size`` runs a transaction; a run a rebalance moved is acted on where it
+        lives. Answers the summary: matched, acted, already_ended, unchanged, failed (with
+        failures), per shard (shards) and the shards not reached (unavailable_shards, status
+        partial). ``dry_run``: count and a sample (execution_ids), nothing written."""
+        from harvest.client.batch import arun_batch
+        from harvest.db.connection import failure_reason
+        from harvest.db.sqlapi import translated_errors
+        from harvest.shard.fanout import is_shard_failure
+
+        target = self._target
+
+        async def on_shard(shard: int, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> Any:
+            with translated_errors():  # (HR013: ExecutionMigrated)
+                return await fn(target.sql(shard))
+
+        async def follow(execution_id: str, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> tuple[int, Any]:
+            async def attempt(shard: int) -> tuple[int, Any]:
+                return shard, await on_shard(shard, fn)
+
+            return cast("tuple[int, Any]", await target.follow(execution_id, attempt))
+
+        filters = _batch_filters(
+            state, workflow_name, search_attributes, created_after, created_before, filter
+        )
+        tally = await arun_batch(
+            sorted(self.router.readable),
+            on_shard,
+            follow,
+            action,
+            filters,
+            limit=batch_size,
+            dry_run=dry_run,
+            reason=reason,
+            signal_name=signal_name,
+            payload=payload,
+            operator_id=operator_id,
+            batch_id=batch_id,
+            is_outage=is_shard_failure if target.sharded else (lambda exc: False),
+            failure_text=failure_reason,
+        )
+        return tally.as_dict()
 
     @overload
     def get_handle(

@@ -16,7 +16,7 @@ from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES, chain_broke
 from harvest.client.export_batch import resolved
 from harvest.core.codecs import refs_in
 from harvest.core.durations import parse_duration
-from harvest.core.errors import HarvestError, InvalidArgument, NotFound
+from harvest.core.errors import InvalidArgument, NotFound
 from harvest.core.ids import ROW_ID_MAX
 from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
@@ -550,7 +550,15 @@ def _act_on_workflows(action: str) -> Any:
     next_cursor that goes on (harvest.client.batch; docs/http-api.md, "Acting on many runs")."""
 
     async def handler(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
-        from harvest.client.batch import BATCH_STEP, BatchTally, decode_cursor, encode_cursor, step_arguments
+        from harvest.client.batch import (
+            BATCH_STEP,
+            BatchTally,
+            by_id,
+            decode_cursor,
+            encode_cursor,
+            follow_failed,
+            step_arguments,
+        )
         from harvest.shard.fanout import is_shard_failure
 
         filters = {
@@ -606,13 +614,11 @@ def _act_on_workflows(action: str) -> Any:
                 after[shard] = position  # (a retry with the cursor goes on there)
                 continue
             for moved in tally.add(shard, answer):
-                by_id = {**arguments, "limit": 1, "execution_ids": [moved], "cursor": None}
+                one = by_id(arguments, moved)
                 try:
-                    found = await call.routed(moved, lambda sql, a=by_id: sql.act_on_workflows(action, **a))  # type: ignore[misc]
+                    found = await call.routed(moved, lambda sql, a=one: sql.act_on_workflows(action, **a))  # type: ignore[misc]
                 except Exception as exc:
-                    if not isinstance(exc, HarvestError) and not is_shard_failure(exc):
-                        raise
-                    tally.followed_failed(moved, getattr(exc, "shard", None), str(exc), None)
+                    follow_failed(tally, moved, exc, is_shard_failure, str(exc))
                     continue
                 tally.add_followed(int(found.get("shard_id") or 0), found)
             if answer.get("next_cursor") and not dry_run:
