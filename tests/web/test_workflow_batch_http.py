@@ -55,3 +55,51 @@ def test_the_route_needs_the_role_of_its_action(db, conn) -> None:
         assert api.post("/workflows/cancel", headers=read, json=body).status_code == 403
         assert api.post("/workflows/cancel", headers=operate, json=body).status_code == 200
         assert api.post("/workflows/terminate", headers=operate, json=body).status_code == 403
+
+
+def test_on_two_shards_the_route_steps_every_shard_and_acts_on_a_moved_run_where_it_lives(two_shards) -> None:
+    from test_workflow_batch import _move, _quiescent
+
+    runs = [_quiescent(two_shards[s], "send_digest", f"h{s}-{i}") for s in (0, 1) for i in range(2)]
+    moved = _quiescent(two_shards[0], "send_digest", "h-moved")
+    _move(two_shards, moved)
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in two_shards.items()},
+    }
+    acted, requests, cursor = 0, 0, None
+    with api_client(None, env=env) as api:
+        while True:
+            body = {"workflow_name": "send_digest", "reason": "r", "limit": 1, "cursor": cursor}
+            answer = api.post("/workflows/terminate", json=body).json()
+            acted += answer["acted"]
+            requests += 1
+            assert answer["status"] == "complete" and answer["failed"] == 0, answer
+            cursor = answer["next_cursor"]
+            if cursor is None:
+                break
+    assert acted == 5 and requests == 3  # shard 0: 2 runs, shard 1: 3 (its live copy of the moved one)
+    for run in runs:
+        shard = 0 if run in runs[:2] else 1
+        assert (
+            _count(
+                two_shards[shard],
+                f"SELECT count(*) FROM harvest.executions WHERE id = '{run}' AND status = 'TERMINATED'",
+            )
+            == 1
+        )
+    assert (
+        _count(
+            two_shards[1],
+            f"SELECT count(*) FROM harvest.executions WHERE id = '{moved}' AND status = 'TERMINATED'",
+        )
+        == 1
+    )
+    assert (
+        _count(
+            two_shards[0],
+            f"SELECT count(*) FROM harvest.executions WHERE id = '{moved}' AND status = 'MIGRATED'",
+        )
+        == 1
+    )
