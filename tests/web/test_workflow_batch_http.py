@@ -103,3 +103,48 @@ def test_on_two_shards_the_route_steps_every_shard_and_acts_on_a_moved_run_where
         )
         == 1
     )
+
+
+def test_the_cli_over_http_goes_on_with_the_cursor_until_done(db, conn, monkeypatch) -> None:
+    import json
+
+    from click.testing import CliRunner
+    from starlette.testclient import TestClient
+
+    from harvest.cli import http as cli_http
+    from harvest.cli.main import main
+    from harvest.config import load_config
+    from harvest.web.app import management_app
+
+    runs = _runs(conn, "send_digest", 3, "c")
+    env = {"HARVEST_DATABASE_URL": None, "HARVEST_URL": None, "HARVEST_TOKEN": None, "HARVEST_CONFIG": None}
+    app = management_app(dsn=db, config=load_config(env={}), profile="dev")
+    with TestClient(app, base_url="http://testserver") as client:
+        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+        base = ["--base-url", "http://testserver", "workflow"]
+        shown = CliRunner().invoke(
+            main,
+            [*base, "bulk-terminate", "--workflow-name", "send_digest", "--dry-run", "--output", "json"],
+            env=env,
+        )
+        assert shown.exit_code == 0, shown.output
+        assert sorted(json.loads(shown.stdout)["execution_ids"]) == sorted(runs)
+        refused = CliRunner().invoke(main, [*base, "bulk-cancel", "--state", "RUNNING"], env=env)
+        assert refused.exit_code == 2 and "needs a filter" in refused.stderr
+        done = CliRunner().invoke(
+            main,
+            [*base, "bulk-cancel", "--workflow-name", "send_digest", "--batch", "1", "--output", "json"],
+            env=env,
+        )
+        assert done.exit_code == 0, done.output
+        summary = json.loads(done.stdout)
+    assert (summary["matched"], summary["acted"], summary["failed"]) == (3, 3, 0)
+    assert _count(db, "SELECT count(*) FROM harvest.executions WHERE cancel_requested") == 3
+    assert (
+        _count(
+            db,
+            "SELECT count(DISTINCT details ->> 'batch_id') FROM harvest.audit_log"
+            " WHERE operation = 'workflow.bulk_cancel'",
+        )
+        == 1
+    )
