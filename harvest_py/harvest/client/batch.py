@@ -69,6 +69,7 @@ class BatchTally:
     failures: list[dict[str, Any]] = field(default_factory=list)
     sample: list[str] = field(default_factory=list)
     acted_ids: set[str] = field(default_factory=set)
+    unplaced_failures: int = 0  # moved runs whose shard could not be told
 
     def _shard(self, shard: int) -> ShardTally:
         return self.shards.setdefault(shard, ShardTally(shard))
@@ -91,9 +92,12 @@ class BatchTally:
         self._count(shard, tally, answer)
 
     def followed_failed(self, execution_id: str, shard: int | None, error: str, code: str | None) -> None:
-        """A moved run that could not be reached where it lives."""
-        tally = self._shard(shard if shard is not None else -1)
-        tally.failed += 1
+        """A moved run that could not be reached where it lives (``shard``: where it was sought,
+        when the error names one)."""
+        if shard is not None:
+            self._shard(shard).failed += 1
+        else:
+            self.unplaced_failures += 1
         self._failure({"execution_id": execution_id, "shard_id": shard, "sqlstate": code, "error": error})
 
     def _count(self, shard: int, tally: ShardTally, answer: dict[str, Any]) -> None:
@@ -130,7 +134,8 @@ class BatchTally:
         self.unavailable[shard] = reason
 
     def total(self, key: str) -> int:
-        return sum(getattr(t, key) for t in self.shards.values())
+        extra = self.unplaced_failures if key == "failed" else 0
+        return extra + sum(getattr(t, key) for t in self.shards.values())
 
     def as_dict(self) -> dict[str, Any]:
         """The summary every face answers (the CLI's JSON, the HTTP route's body)."""
