@@ -1077,7 +1077,7 @@ CREATE OR REPLACE FUNCTION harvest.cancel_workflows(
     p_status text DEFAULT NULL, p_workflow_name text DEFAULT NULL, p_search_attributes text[] DEFAULT NULL,
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
-    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
+    p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
     p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
 )
 RETURNS jsonb
@@ -1094,7 +1094,7 @@ CREATE OR REPLACE FUNCTION harvest.terminate_workflows(
     p_status text DEFAULT NULL, p_workflow_name text DEFAULT NULL, p_search_attributes text[] DEFAULT NULL,
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
-    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
+    p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
     p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
 )
 RETURNS jsonb
@@ -1112,7 +1112,7 @@ CREATE OR REPLACE FUNCTION harvest.signal_workflows(
     p_status text DEFAULT NULL, p_workflow_name text DEFAULT NULL, p_search_attributes text[] DEFAULT NULL,
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_cursor text DEFAULT NULL,
-    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
+    p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
     p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
 )
 RETURNS jsonb
