@@ -1378,6 +1378,34 @@ def test_retention_on_a_web_replica_is_placed_elsewhere_and_run_now_is_503(db: s
         assert swept.json()["deleted"] == 0
 
 
+def test_run_now_over_http_totals_what_the_cli_over_sql_totals(db: str) -> None:
+    """The route's answer summed the executions alone (``deleted``): the worker rows it deleted,
+    its batches, what remains and the cutoff were only in each shard's row, where the CLI over
+    SQL prints them as its totals. One sweep, one figure: harvest.db.prunes.sweep_totals."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.register_worker('gone', ARRAY['default'], 'h', 1, 5)")
+        conn.execute("SELECT harvest.stop_worker('gone')")
+        conn.execute(
+            "UPDATE harvest.workers SET last_heartbeat_at = now() - interval '30 days' WHERE id = 'gone'"
+        )
+    with api_client(db, env={"HARVEST_RETENTION__RUN_ON": "all"}) as api:
+        swept = api.post("/admin/retention/run-now", json={"max_age": "30 days"})
+        assert swept.status_code == 200, swept.text
+        body = swept.json()
+    (shard,) = body["shards"]
+    assert body["workers_deleted"] == shard["workers_deleted"] == 1, body
+    assert (body["deleted"], body["batches"], body["remaining"]) == (0, 1, 0), body
+    assert body["cutoff"] == shard["cutoff"] is not None
+
+
+def test_run_now_sweeps_as_many_batches_by_default_over_http_as_the_cli() -> None:
+    from harvest.cli.retention import run_now
+    from harvest.db.prunes import MAX_BATCHES
+
+    (option,) = [p for p in run_now.params if p.name == "max_batches"]
+    assert option.default == MAX_BATCHES
+
+
 def test_run_now_where_retention_is_switched_off_names_the_switch_not_run_on(db: str) -> None:
     """retention.enabled = false is not a placement: the 503 blamed run_on = "scheduler" and
     told the operator to set run_on = "all", which changes nothing while the switch is off."""

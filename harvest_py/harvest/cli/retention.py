@@ -129,7 +129,7 @@ def set_(
 @click.option("--batch-size", default=None, type=click.IntRange(1, 10_000))
 @click.option(
     "--max-batches",
-    default=1000,
+    default=1000,  # harvest.db.prunes.MAX_BATCHES, the route's too (imported by no --help)
     show_default=True,
     type=click.IntRange(1, 1_000_000),
     help="Stop after this many batches (each is one transaction).",
@@ -158,9 +158,11 @@ def run_now(
         with sql_api(database_url, read_only=False) as sql:
             sweep = getattr(sql, "sweep_retention", None)
             if sweep is not None:  # over HTTP the server sweeps (503 where its janitor does not run)
+                from harvest.db.prunes import sweep_totals
+
                 answer = data = sweep(max_age, batch_size, max_batches, operator)
                 if "shards" in data:  # a sharded server: each shard's answer
-                    data = sharded_totals(data["shards"], data.get("unavailable_shards") or [])
+                    data = sweep_totals(data["shards"], data.get("unavailable_shards") or [])
                     totals = data
                     # A shard that refused: the others' totals printed, every refusal named.
                     fail_if_refused_over_http(answer, lambda: emit(totals, output, _render))
@@ -195,30 +197,21 @@ def _sweep_shards(
     progress bar; a shard that refuses, retention not configured there say, is named and the
     others are swept all the same); the totals, as over HTTP."""
 
+    from harvest.db.prunes import sweep_totals
+
     def sweep(_shard: int, api: Any) -> dict[str, Any]:
         return _sweep(api, max_age, batch_size, max_batches, operator, output)
 
     with shard_writers(config, database_url) as apis:
         done = in_turn(apis, sorted(apis), sweep)
     swept = [{"shard_id": s, **r} for s, r in sorted(done.results.items())]
-    fail_if_refused(done, lambda: emit(sharded_totals(swept, done.unavailable), output, _render))
+    fail_if_refused(done, lambda: emit(sweep_totals(swept, done.unavailable), output, _render))
     if not done.results:
         shards = ", ".join(str(s) for s in done.unavailable)
         raise DatabaseUnavailable(
             f"no shard could be swept (shard(s) {shards} unreachable); retry when one is up"
         )
-    return sharded_totals(swept, done.unavailable)
-
-
-def sharded_totals(shards: list[dict[str, Any]], unavailable: list[int]) -> dict[str, Any]:
-    """The sweep's totals over the shards' answers (over SQL and over HTTP alike): the counts
-    summed, the earliest cutoff, each shard's answer under ``shards`` and the shards missed."""
-    out: dict[str, Any] = {k: sum(r.get(k) or 0 for r in shards) for k in SWEEP_COUNTS}
-    out["cutoff"] = min((r["cutoff"] for r in shards if r.get("cutoff")), default=None)
-    return {**out, "shards": shards, "unavailable_shards": list(unavailable)}
-
-
-SWEEP_COUNTS = ("deleted", "batches", "remaining", "workers_deleted")
+    return sweep_totals(swept, done.unavailable)
 
 
 def _sweep(

@@ -16,6 +16,11 @@ from harvest.db.steps import Sql, Steps
 
 # prune_audit_log's own default: rows deleted a batch (one transaction each).
 BATCH_SIZE = 10_000
+# The retention sweep's bound when the caller gives none: `harvest retention run-now
+# --max-batches` and POST /admin/retention/run-now's ``max_batches`` alike.
+MAX_BATCHES = 1000
+# The counts of a sweep's answer that add up over shards (sweep_totals).
+SWEEP_COUNTS = ("deleted", "batches", "remaining", "workers_deleted")
 
 
 def _batches(
@@ -85,3 +90,13 @@ def sweep_retention_steps(
         sqlapi.run_retention, max_age, batch_size, operator, max_batches=max_batches, on_batch=on_batch
     )
     return {**swept, "workers_deleted": workers}
+
+
+def sweep_totals(shards: list[dict[str, Any]], unavailable: list[int]) -> dict[str, Any]:
+    """A sweep's totals over each shard's answer (one database: its one answer), the one figure
+    for `harvest retention run-now` over SQL and POST /admin/retention/run-now alike: every count
+    of SWEEP_COUNTS summed (the worker rows too, not the executions alone), the earliest cutoff,
+    each shard's answer under ``shards`` and the shards missed under ``unavailable_shards``."""
+    out: dict[str, Any] = {k: sum(r.get(k) or 0 for r in shards) for k in SWEEP_COUNTS}
+    out["cutoff"] = min((r["cutoff"] for r in shards if r.get("cutoff")), default=None)
+    return {**out, "shards": shards, "unavailable_shards": list(unavailable)}

@@ -258,11 +258,11 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
     plan = call.state.plan
     if not (plan and plan.retention.value):
         raise _not_here(call.state.config, plan)
-    from harvest.db.prunes import sweep_retention_steps
+    from harvest.db.prunes import MAX_BATCHES, sweep_retention_steps, sweep_totals
     from harvest.db.steps import arun_steps
 
     operator = data.get("operator_id") or call.operator_id
-    max_batches = data.get("max_batches") or 100
+    max_batches = data.get("max_batches") or MAX_BATCHES
 
     async def sweep(sql: Any) -> dict[str, Any]:
         steps = sweep_retention_steps(data.get("max_age"), data.get("batch_size"), max_batches, operator)
@@ -271,7 +271,7 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
     # Each shard's sweep to its end (max_batches): never cut off by shard_timeout part way.
     done = await call.each_shard_write(sweep, "nothing was swept", bounded=False)
     shards = [{"shard_id": s, **r} for s, r in done.results.items()]
-    return {"deleted": sum(r["deleted"] for r in shards), "shards": shards, **done.outcome()}
+    return {**sweep_totals(shards, done.unavailable_shards), **done.outcome()}
 
 
 async def release_owed_ends(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
