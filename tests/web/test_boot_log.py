@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -109,3 +110,29 @@ def test_one_database_failing_at_boot_is_logged_the_same_way(
         "harvest: the management API's database refused at startup: InsufficientPrivilege"
     )
     assert lines[0].endswith("(SQLSTATE 42501)"), said
+
+
+def test_one_unreachable_database_is_said_at_once_as_a_shards_is(caplog: pytest.LogCaptureFixture) -> None:
+    """A sharded server's pools fail fast: a shard whose server refuses the connect is named at
+    boot and each request answers 503 saying what the connect met. One database's pool waited
+    out open_timeout instead, at boot and on every request, and said only "PoolTimeout: pool
+    initialization incomplete" and "could not be reached". It fails fast too now, in the shards'
+    words ("cannot be reached now (...)"). (No time is compared: the old pool's wait ended in
+    another message, which the test tells apart.)"""
+    from starlette.testclient import TestClient
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dsn = f"postgresql://harvest:{PASSWORD}@127.0.0.1:{port}/harvest"
+    app = management_app(dsn=dsn, config=load_config(env={}), profile="dev")
+    app.state.harvest.open_timeout = 20.0
+    with caplog.at_level(logging.WARNING, logger="harvest.web"), TestClient(app) as client:
+        answer = client.get("/workflows", headers={"Accept": "application/json"})
+    assert answer.status_code == 503, answer.text
+    message = answer.json()["error"]["message"]
+    assert message == "the database cannot be reached now (Connection refused); retry", message
+    lines = [r.getMessage() for r in caplog.records if "at startup" in r.getMessage()]
+    said = "harvest: the management API's database unreachable at startup: ServerUnreachable: "
+    assert lines == [said + "the database cannot be reached now (Connection refused)"], lines
+    assert PASSWORD not in answer.text + "\n".join(lines)

@@ -35,6 +35,7 @@ __all__ = [
     "ConnectionPool",
     "RoledPool",
     "ServerUnreachable",
+    "cannot_be_reached",
     "connections_by",
     "never_sent",
     "open_async_pool",
@@ -206,14 +207,19 @@ class _CappedBackoff(AttemptWithBackoff):
         self.delay = min(self.delay, RECONNECT_CAP_SECS)
 
 
+def cannot_be_reached(reason: str | None) -> str:
+    """What a fail-fast pool's failed connect says, one wording for one database (``the database
+    cannot be reached now (...)``) and a shard's (``shard 1 is unavailable: its database ...``)."""
+    return "cannot be reached now" + (f" ({reason})" if reason else "")
+
+
 class ServerUnreachable(PoolTimeout):
     """A pool opened with ``fail_fast`` lends no connection because its last attempt to connect
     failed (the server refused it, was not there, or refused the login): raised at once instead
     of after the caller's wait. (A PoolTimeout: nothing was sent, the call may be made again.)"""
 
     def __init__(self, reason: str | None = None) -> None:
-        detail = f": {reason}" if reason else ""
-        super().__init__(f"the database could not be reached (its last connect failed{detail})")
+        super().__init__(f"the database {cannot_be_reached(reason)}")
         # What the last connect met, in one line with no secret (a refused login reads as one,
         # a server down as one): harvest.shard.pools names it with the shard.
         self.reason = reason

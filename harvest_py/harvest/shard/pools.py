@@ -23,7 +23,14 @@ from harvest.core.errors import ConfigError, ExecutionMigrated, ShardUnavailable
 from harvest.core.ids import shard_number
 from harvest.core.shared_attempt import SharedAttempt
 from harvest.db.connection import DatabaseError, dsn_with_role, parse_dsn, set_role
-from harvest.db.pools import TRANSIENT, AsyncConnectionPool, ConnectionPool, open_async_pool, open_pool
+from harvest.db.pools import (
+    TRANSIENT,
+    AsyncConnectionPool,
+    ConnectionPool,
+    cannot_be_reached,
+    open_async_pool,
+    open_pool,
+)
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.shard.router import MAX_FORWARD_HOPS, ShardRouter, too_many_hops
 
@@ -54,7 +61,7 @@ def unreachable(shard: int, exc: BaseException) -> ShardUnavailable:
     reason = getattr(exc, "reason", None)
     if not reason:
         return ShardUnavailable(shard)
-    return ShardUnavailable(shard, f"its database cannot be reached now ({reason})")
+    return ShardUnavailable(shard, f"its database {cannot_be_reached(reason)}")
 
 
 class _Follow:

@@ -172,8 +172,15 @@ class HarvestState:
         else:
             if not self.dsn:
                 self.dsn = database_url(None, self.config)
+            # fail_fast, as the shards' above: a server that refuses the connect (down, a wrong
+            # host or port, a refused login) is said at once, at boot and on each request, not
+            # after open_timeout
             pool = await open_async_pool(
-                self.dsn, max_size=self.pool_size, application_name="harvest-api", timeout=self.open_timeout
+                self.dsn,
+                max_size=self.pool_size,
+                application_name="harvest-api",
+                timeout=self.open_timeout,
+                fail_fast=True,
             )
             try:
                 sql = AsyncSqlApi(pool)

@@ -38,7 +38,7 @@ from harvest.db.connection import (
     redact,
     schema_missing,
 )
-from harvest.db.pools import TRANSIENT
+from harvest.db.pools import TRANSIENT, ServerUnreachable
 
 log = logging.getLogger("harvest.web")
 
@@ -123,7 +123,9 @@ def error_response(exc: BaseException) -> JSONResponse:
         headers.update(exc.headers or {})
     elif isinstance(exc, TRANSIENT):
         status = 503
-        content = error_body("database_unavailable", "the database could not be reached; retry")
+        # A fail-fast pool's refused connect says what it met (redacted), as a shard's does.
+        said = str(exc) if isinstance(exc, ServerUnreachable) else "the database could not be reached"
+        content = error_body("database_unavailable", f"{said}; retry")
         headers["Retry-After"] = RETRY_AFTER_SECS
     elif isinstance(exc, DatabaseError):
         message, _ = database_error_message(exc)

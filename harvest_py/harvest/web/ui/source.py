@@ -47,7 +47,9 @@ class _OneDatabase:
     async def connection(self, shard: int) -> AsyncIterator[Any]:
         async with self._lock:
             if self._pool is None:
-                self._pool = await open_async_pool(self._dsn, max_size=self.max_size, timeout=self.timeout)
+                self._pool = await open_async_pool(  # fail_fast, as the shards' pools below
+                    self._dsn, max_size=self.max_size, timeout=self.timeout, fail_fast=True
+                )
         async with self._pool.connection(timeout=self.timeout) as conn:
             yield conn
 
