@@ -144,9 +144,10 @@ $$;
 
 -- Lay a temporary pacing override on an activity's rate limit; it reverts by
 -- itself after p_ttl_secs (each claim compares override_expires_at with now).
+-- p_operator_id: who, for the audit row (as set_start_throttle_override's).
 CREATE OR REPLACE FUNCTION harvest.set_rate_limit_override(
     p_activity_name text, p_rps double precision, p_burst double precision DEFAULT NULL,
-    p_ttl_secs double precision DEFAULT 3600
+    p_ttl_secs double precision DEFAULT 3600, p_operator_id text DEFAULT NULL
 )
 RETURNS TABLE (
     activity_name text, rps double precision, burst double precision,
@@ -169,7 +170,7 @@ BEGIN
     WHERE b.bucket_key = v_bucket;
     -- Doubles go into JSON as numeric: a double's text follows the session's
     -- extra_float_digits (-15 wrote 1.25 as 1), numeric's does not.
-    PERFORM harvest._audit('rate_limit.override', p_activity_name, NULL, jsonb_build_object(
+    PERFORM harvest._audit('rate_limit.override', p_activity_name, p_operator_id, jsonb_build_object(
         'rps', p_rps::numeric, 'burst', coalesce(p_burst, greatest(p_rps, 1))::numeric,
         'ttl_secs', p_ttl_secs::numeric));
     RETURN QUERY SELECT * FROM harvest.get_rate_limit(p_activity_name);
@@ -177,7 +178,9 @@ END;
 $$;
 
 -- Drop an override now; answers whether one was live.
-CREATE OR REPLACE FUNCTION harvest.clear_rate_limit_override(p_activity_name text)
+CREATE OR REPLACE FUNCTION harvest.clear_rate_limit_override(
+    p_activity_name text, p_operator_id text DEFAULT NULL
+)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
@@ -190,7 +193,7 @@ BEGIN
     UPDATE harvest.rate_limit_buckets AS b
     SET override_rps = NULL, override_burst = NULL, override_expires_at = NULL
     WHERE b.bucket_key = v_bucket;
-    PERFORM harvest._audit('rate_limit.clear_override', p_activity_name, NULL,
+    PERFORM harvest._audit('rate_limit.clear_override', p_activity_name, p_operator_id,
                            jsonb_build_object('was_live', coalesce(v_live, false)));
     RETURN coalesce(v_live, false);
 END;
@@ -215,9 +218,9 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.set_rate_limit_override IS
 'Lay a temporary rate (rps, burst) over an activity''s declared limit, reverting by itself after p_ttl_secs; '
-'audited, returns the limit as get_rate_limit. For admins (role harvest_admin).';
+'audited (p_operator_id: who), returns the limit as get_rate_limit. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.clear_rate_limit_override IS
-'Drop an activity''s rate-limit override now, audited; returns whether one was live. For admins (role '
+'Drop an activity''s rate-limit override now, audited (p_operator_id: who); returns whether one was live. For admins (role '
 'harvest_admin).';
 COMMENT ON FUNCTION harvest.get_rate_limit IS
 'An activity''s declared rate limit and its live override (an expired one reads NULL). For operators (role '

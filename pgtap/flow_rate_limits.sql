@@ -2,7 +2,7 @@
 -- harvest._debit_rate_buckets, harvest._override_bucket, harvest.set_rate_limit_override,
 -- harvest.clear_rate_limit_override, harvest.get_rate_limit.
 BEGIN;
-SELECT plan(16);
+SELECT plan(17);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -56,6 +56,14 @@ SELECT results_eq($$SELECT operation, target, actor = session_user, source, deta
                            ('rate_limit.clear_override', 'paced', true, 'ui', '{"was_live": true}')$$,
                   'set_rate_limit_override() and clear_rate_limit_override() each write one audit row');
 RESET application_name;
+-- Who made them, named by p_operator_id as the start throttle's overrides are (0115).
+TRUNCATE audit_mark;
+INSERT INTO audit_mark SELECT coalesce(max(id), 0) FROM harvest.audit_log;
+SELECT harvest.set_rate_limit_override('paced', 5, p_operator_id => 'alice');
+SELECT harvest.clear_rate_limit_override('paced', p_operator_id => 'bob');
+SELECT results_eq($$SELECT operation, operator_id FROM harvest.audit_log WHERE id > (SELECT id FROM audit_mark) ORDER BY id$$,
+                  $$VALUES ('rate_limit.override'::text, 'alice'::text), ('rate_limit.clear_override', 'bob')$$,
+                  'set_rate_limit_override() and clear_rate_limit_override() write p_operator_id to their audit rows');
 
 SELECT * FROM finish();
 ROLLBACK;

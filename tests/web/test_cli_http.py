@@ -1801,6 +1801,32 @@ def test_rate_limit_commands_print_the_same_over_sql_and_http(db: str, both, con
     assert refused.exit_code != 0 and "per-key" in refused.stderr, refused.stderr
 
 
+def test_rate_limit_override_takes_the_operator_id_for_its_audit_rows(db: str, served, conn) -> None:
+    """`harvest rate-limit override|clear-override` had no --operator-id where `throttle
+    override`, `dlq` and `retention` take it (the one option, cli.output.operator_id_option):
+    their audit rows named no operator. Over SQL and over HTTP the override names it now, and
+    over SQL the clear too (over HTTP a clear names the token's actor, as the throttle's)."""
+    served()
+    conn.execute(
+        "SELECT harvest.declare_flow_policies(%s)",
+        (json.dumps({"activities": {"charge": {"rate_limit": {"rps": 5}}}}),),
+    )
+    mark = conn.execute("SELECT coalesce(max(id), 0) FROM harvest.audit_log").fetchone()[0]
+    args = ("rate-limit", "override", "charge", "--rps", "2", "--operator-id")
+    assert run(*_with_dsn((*args, "alice"), db)).exit_code == 0
+    assert run("--base-url", BASE, *args, "bob").exit_code == 0
+    clear = run(*_with_dsn(("rate-limit", "clear-override", "charge", "--operator", "carol"), db))
+    assert clear.exit_code == 0, clear.stderr
+    rows = conn.execute(
+        "SELECT operation, operator_id FROM harvest.audit_log WHERE id > %s ORDER BY id", (mark,)
+    ).fetchall()
+    assert rows == [
+        ("rate_limit.override", "alice"),
+        ("rate_limit.override", "bob"),
+        ("rate_limit.clear_override", "carol"),
+    ], rows
+
+
 def test_a_created_after_date_lists_the_same_runs_over_sql_and_http_whatever_the_sessions_zone(
     db: str, served, conn
 ) -> None:

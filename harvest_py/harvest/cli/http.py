@@ -863,13 +863,18 @@ class HttpApi:
         return _per_shard(self.http.get(f"/admin/rate-limits/{_p(activity_name)}"))
 
     def set_rate_limit_override(
-        self, activity_name: str, rps: float, burst: float | None = None, ttl_secs: float = 3600
+        self,
+        activity_name: str,
+        rps: float,
+        burst: float | None = None,
+        ttl_secs: float = 3600,
+        operator: str | None = None,
     ) -> PerShard:
-        body = {"rps": rps, "burst": burst, "ttl_secs": ttl_secs}
+        body = {"rps": rps, "burst": burst, "ttl_secs": ttl_secs, "operator_id": operator}
         path = f"/admin/rate-limits/{_p(activity_name)}/override"
         return _per_shard(self.http.post(path, body, scope="admin"))
 
-    def clear_rate_limit_override(self, activity_name: str) -> PerShard:
+    def clear_rate_limit_override(self, activity_name: str, operator: str | None = None) -> PerShard:
         path = f"/admin/rate-limits/{_p(activity_name)}/override"
         return _per_shard(self.http.request("DELETE", path, scope="admin")[1])
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import click
 
-from harvest.cli.output import database_url_option, output_option
+from harvest.cli.output import database_url_option, operator_id_option, output_option
 from harvest.cli.throttle import on_every_shard
 
 COLUMNS = [
@@ -54,6 +54,7 @@ def get(activity_name: str, database_url: str | None, output: str) -> None:
 @click.option("--rps", type=float, required=True, help="Calls per second while the override lasts.")
 @click.option("--burst", type=float, default=None, help="Bucket size (default: max(rps, 1)).")
 @click.option("--ttl-secs", type=float, default=3600, show_default=True, help="It reverts by itself after.")
+@operator_id_option
 @database_url_option
 @output_option
 def override(
@@ -61,34 +62,36 @@ def override(
     rps: float,
     burst: float | None,
     ttl_secs: float,
+    operator: str | None,
     database_url: str | None,
     output: str,
 ) -> None:
     """Lay a temporary rate over the declared limit (admin; audited on each shard)."""
     on_every_shard(
         database_url,
-        lambda api: api.set_rate_limit_override(activity_name, rps, burst, ttl_secs),
+        lambda api: api.set_rate_limit_override(activity_name, rps, burst, ttl_secs, operator),
         read_only=False,
         output=output,
         what="did not get the override",
         columns=COLUMNS,
-        audit=("rate_limit.override", activity_name, None),
+        audit=("rate_limit.override", activity_name, operator),
     )
 
 
 @rate_limit.command("clear-override")
 @click.argument("activity_name")
+@operator_id_option
 @database_url_option
 @output_option
-def clear_override(activity_name: str, database_url: str | None, output: str) -> None:
+def clear_override(activity_name: str, operator: str | None, database_url: str | None, output: str) -> None:
     """Drop the override now (admin; audited on each shard)."""
     on_every_shard(
         database_url,
-        lambda api: api.clear_rate_limit_override(activity_name),
+        lambda api: api.clear_rate_limit_override(activity_name, operator),
         read_only=False,
         output=output,
         what="still have the override",
         shape=lambda was_live: {"activity_name": activity_name, "was_live": was_live},
         columns=["shard_id", "activity_name", "was_live"],  # the rate's columns would all be "-"
-        audit=("rate_limit.clear_override", activity_name, None),
+        audit=("rate_limit.clear_override", activity_name, operator),
     )

@@ -236,9 +236,12 @@ CLEAR_OWED_CHILD_END = "SELECT harvest.clear_owed_child_end(%(child_execution_id
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
 CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s, %(after_key)s, %(limit)s)"
 SET_RATE_LIMIT_OVERRIDE = """
-SELECT * FROM harvest.set_rate_limit_override(%(activity_name)s, %(rps)s, %(burst)s, %(ttl_secs)s)
+SELECT * FROM harvest.set_rate_limit_override(%(activity_name)s, %(rps)s, %(burst)s, %(ttl_secs)s,
+                                              %(operator_id)s)
 """
-CLEAR_RATE_LIMIT_OVERRIDE = "SELECT harvest.clear_rate_limit_override(%(activity_name)s) AS cleared"
+CLEAR_RATE_LIMIT_OVERRIDE = """
+SELECT harvest.clear_rate_limit_override(%(activity_name)s, %(operator_id)s) AS cleared
+"""
 GET_RATE_LIMIT = "SELECT * FROM harvest.get_rate_limit(%(activity_name)s)"
 QUOTA_USAGE = "SELECT harvest.quota_usage(%(key)s, %(quota)s) AS usage"
 MUTEX_STATUS = "SELECT * FROM harvest.list_mutexes(%(key)s)"
@@ -1373,14 +1376,24 @@ def list_concurrency_keys(
 
 @call(SET_RATE_LIMIT_OVERRIDE, first)
 def set_rate_limit_override(
-    activity_name: str, rps: float, burst: float | None = None, ttl_secs: float = 3600
+    activity_name: str,
+    rps: float,
+    burst: float | None = None,
+    ttl_secs: float = 3600,
+    operator_id: str | None = None,
 ) -> dict[str, Any]:
-    return {"activity_name": activity_name, "rps": rps, "burst": burst, "ttl_secs": ttl_secs}
+    return {
+        "activity_name": activity_name,
+        "rps": rps,
+        "burst": burst,
+        "ttl_secs": ttl_secs,
+        "operator_id": operator_id,
+    }
 
 
 @call(CLEAR_RATE_LIMIT_OVERRIDE, column("cleared"))
-def clear_rate_limit_override(activity_name: str) -> dict[str, Any]:
-    return {"activity_name": activity_name}
+def clear_rate_limit_override(activity_name: str, operator_id: str | None = None) -> dict[str, Any]:
+    return {"activity_name": activity_name, "operator_id": operator_id}
 
 
 @call(GET_RATE_LIMIT, first)

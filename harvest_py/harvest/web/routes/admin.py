@@ -341,12 +341,13 @@ async def every_shard_write(
 
 async def set_rate_limit_override(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     name = args["activity_name"]
+    operator = data.get("operator_id") or call.operator_id
     out = await every_shard_write(
         call,
         lambda sql: sql.set_rate_limit_override(
-            name, data["rps"], data.get("burst"), data.get("ttl_secs") or 3600
+            name, data["rps"], data.get("burst"), data.get("ttl_secs") or 3600, operator
         ),
-        ("rate_limit.override", name, None),
+        ("rate_limit.override", name, operator),
     )
     return {"activity_name": name, **out}
 
@@ -354,7 +355,9 @@ async def set_rate_limit_override(call: Call, args: dict[str, Any], data: dict[s
 async def clear_rate_limit_override(call: Call, args: dict[str, Any], _: Any) -> Any:
     name = args["activity_name"]
     out = await every_shard_write(
-        call, lambda sql: sql.clear_rate_limit_override(name), ("rate_limit.clear_override", name, None)
+        call,
+        lambda sql: sql.clear_rate_limit_override(name, call.operator_id),
+        ("rate_limit.clear_override", name, call.operator_id),
     )
     return {"activity_name": name, **out}
 
@@ -530,11 +533,13 @@ async def queue_scaling(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 ACTIVITY = path("activity_name")
 # A pacing override's fields and bounds, the rate limit's here and the start throttle's
-# (routes/lifecycle.py): one override, so its limits are checked alike on both.
-PACING_OVERRIDE = {
+# (routes/lifecycle.py): one override, so its limits are checked alike on both, and both name
+# who made it (operator_id, for the audit log; the token's actor when not given).
+PACING_OVERRIDE: dict[str, dict[str, Any]] = {
     "rps": {"type": "number", "minimum": 0.001, "maximum": 1_000_000},
     "burst": {"type": "number", "minimum": 1, "maximum": 1_000_000},
     "ttl_secs": {"type": "number", "minimum": 1, "maximum": 604_800},
+    "operator_id": STRING,
 }
 ENDPOINTS = [
     Endpoint(

@@ -208,7 +208,7 @@ ENDPOINTS = [
         set_start_throttle_override,
         "A temporary, self-expiring start rate on every shard (audited; shard_errors names a miss).",
         (WORKFLOW,),
-        body({**PACING_OVERRIDE, "operator_id": STRING}, ("rps",)),
+        body(PACING_OVERRIDE, ("rps",)),
         responses={200: "OK", 404: "No start throttle declared", 409: "A keyed throttle (HR007)"},
         tag="admin",
         aliases=(SPEC_OVERRIDE,),
