@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+import psycopg.types.json
 import pytest
 from dashboard_demo import Demo
 from dashboard_helpers import (
@@ -404,3 +405,34 @@ def test_long_and_right_to_left_text_keeps_to_the_page(browser: Any, site: str, 
     )
     assert set(isolated) == {"isolate"}
     assert console_errors(browser) == []
+
+
+def test_a_multi_kb_dead_letter_error_keeps_the_dead_letters_table_in_the_page(browser: Any, db: str) -> None:
+    """A dead letter's traceback of many KB was shown whole in its row, and the table grew as
+    tall and as wide as the traceback (its longest line); the row shows the first line now, and
+    the whole opens on a click."""
+    frames = "".join(
+        f'  File "/srv/app/billing.py", line {i}, in charge_{i}\n    step_{i}()\n' for i in range(150)
+    )
+    message = "CardDeclined: the card was declined\n" + frames + "x" * 3000
+    with psycopg.connect(db, autocommit=True) as conn:
+        (run,) = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('billing', '[]', 'tb')"
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO harvest.dead_letters (execution_id, workflow_name, queue, attempts, failure,"
+            " scheduled_at, failed_at, kind) VALUES (%s, 'billing', 'q', 1, %s, now(), now(), 'workflow')",
+            (run, psycopg.types.json.Jsonb({"error_type": "CardDeclined", "message": message})),
+        )
+    with Served(dashboard_app(dsn=db, authorizer=TokenScopes(), timeout=3.0)) as served:
+        sign_in(browser, served.url, "read-token")
+        browser.get(f"{served.url}/dead-letters")
+        row = browser.find_element(By.CSS_SELECTOR, "#dead-letters tbody tr")
+        viewport = browser.execute_script("return document.documentElement.clientWidth")
+        assert row.size["height"] < 200, row.size  # one line, not 300 lines
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= viewport
+        assert "step_3()" not in row.text and "CardDeclined: the card was declined" in row.text
+        row.find_element(By.CSS_SELECTOR, "details.whole summary").click()
+        assert "step_3()" in row.find_element(By.CSS_SELECTOR, "details.whole pre").text
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= viewport
+        assert console_errors(browser) == []

@@ -1594,3 +1594,39 @@ def test_a_runs_own_dead_letter_is_named_and_offers_no_replay(db: str) -> None:
         page = client.get("/dead-letters", headers=OPERATE).text
         assert "None" not in page and page.count("the run itself") == 2
         assert "/replay" not in page
+
+
+def test_a_dead_letters_long_error_is_cut_on_its_row_and_opens_in_full(db: str) -> None:
+    """A dead letter's error message was shown whole in its row: a traceback of many KB (many
+    lines, long ones) stretched the table past the page. Its first line is shown, cut at the
+    line's width, and it opens (a <details>, as a long JSON value does) to the whole text,
+    escaped; a short one-line message is shown as it is."""
+    frames = "".join(
+        f'  File "/srv/app/billing.py", line {i}, in charge_{i}\n    step_{i}()\n' for i in range(120)
+    )
+    message = (
+        "CardDeclined: the card was declined <script>alert(1)</script>\nTraceback:\n" + frames + "-the-end"
+    )
+    assert len(message) > 8000
+    with psycopg.connect(db, autocommit=True) as conn:
+        started = "SELECT execution_id FROM harvest.start_workflow('billing', '[]', %s)"
+        for workflow_id, text in (("long", message), ("short", "no funds")):
+            (run,) = conn.execute(started, (workflow_id,)).fetchone()
+            conn.execute(
+                "INSERT INTO harvest.dead_letters (execution_id, workflow_name, queue, attempts,"
+                " failure, scheduled_at, failed_at, kind)"
+                " VALUES (%s, 'billing', 'q', 1, %s, now(), now(), 'workflow')",
+                (run, Jsonb({"error_type": "CardDeclined", "message": text})),
+            )
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get("/dead-letters", headers=READ).text
+    table = page.split('id="dead-letters"')[1].split("</table>")[0]
+    rows = [r for r in table.split("<tr>")[1:] if "CardDeclined" in r]
+    (long_row,) = [r for r in rows if "<details" in r]
+    summary = long_row.split("<summary>")[1].split("</summary>")[0]
+    assert len(html.unescape(summary)) <= 122 and "Traceback" not in summary, summary
+    assert html.unescape(summary).startswith("CardDeclined: the card was declined <script>")
+    assert html.unescape(long_row.split("<pre>")[1].split("</pre>")[0]) == message  # the whole, opened
+    assert "<script>" not in page
+    (short_row,) = [r for r in rows if "<details" not in r]
+    assert "no funds" in short_row

@@ -72,7 +72,22 @@ def one_line(value: Any, width: int = LINE) -> tuple[str, str | None]:
     text = json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
     if len(text) <= width:
         return text, None
-    return text[: width - 1] + "…", pretty(value)
+    return _cut(text, width), pretty(value)
+
+
+def text_line(value: Any, width: int = LINE) -> tuple[str, str | None]:
+    """A text (an error's message, a traceback of many KB) on one line: its first line, cut at
+    ``width`` characters, and, where anything was left out, the whole of it as written
+    (``text_value`` in _macros.html opens to it), else None."""
+    text = "" if value is None else str(value)
+    first = text.split("\n", 1)[0].rstrip("\r")
+    if first == text and len(text) <= width:
+        return text, None
+    return (_cut(first, width) if len(first) > width else first + " …"), text
+
+
+def _cut(text: str, width: int) -> str:
+    return text[: width - 1] + "…"
 
 
 def with_query(query: Any, **changes: Any) -> str:
@@ -96,7 +111,13 @@ def segment(name: Any) -> str:
 
 def install(env: jinja2.Environment) -> None:
     env.filters.update(
-        ago=ago, when=when, pretty=pretty, one_line=one_line, duration=duration, segment=segment
+        ago=ago,
+        when=when,
+        pretty=pretty,
+        one_line=one_line,
+        text_line=text_line,
+        duration=duration,
+        segment=segment,
     )
     env.globals.update(with_query=with_query, COMPLETE=COMPLETE)
 
