@@ -18,6 +18,7 @@ from starlette.requests import Request
 from web_helpers import api_client, rows_read
 
 from harvest import App, RateLimit, Throttle, activity, query, update, workflow
+from harvest.db import SCHEMA_VERSION
 from harvest.web.metrics import METRICS
 from harvest.web.principal import Principal
 from harvest.web.streams import STREAMS
@@ -135,6 +136,39 @@ def test_ready_is_not_ready_while_the_last_migrate_run_has_not_applied_the_funct
         ready = api.get("/health/ready")
     assert ready.status_code == 503, ready.json()
     assert ready.json()["status"] == "not_ready" and ready.json()["unfinished_migration"] == ["0"]
+    # What differs is named: the functions_version() found beside the one this process needs.
+    assert (ready.json()["functions"], ready.json()["functions_version"]) == ({"0": "0001"}, SCHEMA_VERSION)
+    message = error_of(ready)["message"]
+    assert f"schema version {SCHEMA_VERSION} but its SQL functions are those of 0001" in message, message
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_ready_names_the_schema_version_that_differs_and_the_remedy_for_its_direction(
+    db: str, ahead: bool
+) -> None:
+    """A database on another schema version than this process is not ready. The answer said
+    "not migrated: harvest migrate" whichever way it differed: for a database a newer release
+    migrated (this process is the one behind) the remedy is to upgrade Harvest, which the
+    worker's refusal says (db.migrate.version_mismatch, the one judgement for both now)."""
+    found = "9999" if ahead else "0001"
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION harvest.schema_version() RETURNS text"
+            f" LANGUAGE sql STABLE AS $$ SELECT '{found}'::text $$"
+        )
+    with api_client(db, app=APP) as api:
+        ready = api.get("/health/ready")
+    assert ready.status_code == 503, ready.json()
+    body, message = ready.json(), error_of(ready)["message"]
+    assert (body["shards"], body["schema_version"]) == ({"0": found}, SCHEMA_VERSION), body
+    assert body["differences"] == {"0": message}
+    if ahead:
+        assert f"the database is ahead of this Harvest: it has schema version {found}" in message
+        assert "Upgrade Harvest" in message and "not migrated" not in message, message
+    else:
+        assert f"has schema version {found}, this web process needs {SCHEMA_VERSION}" in message, message
+        assert "harvest migrate run" in message
+    assert "unfinished_migration" not in body and "postgres" not in message.lower()
 
 
 def test_bad_input_is_a_400_naming_the_field(api) -> None:

@@ -1459,11 +1459,22 @@ async def warn_function_drift_async(sql: AsyncSqlApi, what: str) -> None:
         log.warning("harvest: %s: %s", what, drift.describe())
 
 
-def _refuse_mismatch(found: str | None, functions: str | None, who: str) -> None:
+def version_mismatch(found: str | None, functions: str | None, who: str) -> SchemaMismatch | None:
+    """Why a database whose :func:`read_versions` answered ``found`` and ``functions`` cannot
+    serve this package (its schema version is not SCHEMA_VERSION, behind or ahead; or its
+    functions_version() is not, a migrate run that stopped before the function files), with the
+    remedy; None when both are this package's. The one judgement of the worker's and the
+    client's refusal and of the readiness probe."""
     if found != SCHEMA_VERSION:
-        raise schema_mismatch(found, SCHEMA_VERSION, who)
+        return schema_mismatch(found, SCHEMA_VERSION, who)
     if functions != SCHEMA_VERSION:
-        raise unfinished_migration(found, functions, who)
+        return unfinished_migration(found, functions, who)
+    return None
+
+
+def _refuse_mismatch(found: str | None, functions: str | None, who: str) -> None:
+    if (mismatch := version_mismatch(found, functions, who)) is not None:
+        raise mismatch
 
 
 def check_schema(conn: psycopg.Connection, who: str = "this Harvest") -> None:

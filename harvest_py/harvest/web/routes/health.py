@@ -12,7 +12,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from harvest.db import SCHEMA_VERSION
-from harvest.db.migrate import read_versions
+from harvest.db.migrate import read_versions, version_mismatch
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.db.steps import arun_steps
 from harvest.web.errors import error_body
@@ -38,31 +38,36 @@ async def shard_readiness(state: Any, candidate: int | None = None) -> dict[str,
     return await run_in_threadpool(shard_health, state.router, shard_urls(state), candidate=candidate)
 
 
-async def _version(sql: AsyncSqlApi, unfinished: list[str], shard: str) -> Any:
-    """The database's schema version; a database whose functions are not that version's (its
-    `harvest migrate run` stopped after the migrations) is listed in ``unfinished``."""
-    found, functions = await arun_steps(read_versions(), sql)
-    if found == SCHEMA_VERSION and functions != found:
-        unfinished.append(shard)
-    return found
-
-
-async def _schema(state: Any) -> tuple[dict[str, Any], list[str]]:
-    """The schema version of each writable shard (one database: the database), and the shards
-    whose last migrate run did not finish."""
+async def _schema(state: Any) -> dict[str, tuple[str | None, str | None] | BaseException]:
+    """Each writable shard's (one database: the database's, as shard 0) schema version and
+    functions_version() (read_versions), or what failed the read of a shard."""
     await state.open()
-    found: dict[str, Any] = {}
-    unfinished: list[str] = []
     if state.pools is None:
-        found["0"] = await _version(AsyncSqlApi(state.pool), unfinished, "0")
-        return found, unfinished
+        return {"0": await arun_steps(read_versions(), AsyncSqlApi(state.pool))}
+    found: dict[str, tuple[str | None, str | None] | BaseException] = {}
     for shard in state.router.writable:
         try:
             async with state.pools.api(shard) as sql:
-                found[str(shard)] = await _version(sql, unfinished, str(shard))
-        except Exception:
-            found[str(shard)] = None
-    return found, unfinished
+                found[str(shard)] = await arun_steps(read_versions(), sql)
+        except Exception as exc:
+            found[str(shard)] = exc
+    return found
+
+
+def _differences(found: dict[str, tuple[str | None, str | None] | BaseException]) -> dict[str, str]:
+    """What keeps each shard from serving this Harvest, by shard: its schema version or its
+    functions_version() not this package's (version_mismatch: which one, both versions, the
+    remedy), or its read failed (the error's type: the probes are unauthenticated)."""
+    out: dict[str, str] = {}
+    for shard, versions in found.items():
+        if isinstance(versions, BaseException):
+            out[shard] = (
+                f"its versions could not be read ({type(versions).__name__}: unreachable, or not "
+                "migrated: harvest migrate)"
+            )
+        elif (mismatch := version_mismatch(*versions, "this web process")) is not None:
+            out[shard] = str(mismatch)
+    return out
 
 
 def _not_ready(message: str, **details: Any) -> Reply:
@@ -115,28 +120,30 @@ async def ready(call: Any) -> Reply:
             )
         return _ok(state, {"status": "ready", "readiness": health["readiness"]})
     try:
-        versions, unfinished = await _schema(state)
+        found = await _schema(state)
     except Exception as exc:
         return _not_ready(
             f"the database does not answer with this Harvest's schema {SCHEMA_VERSION} "
             f"({type(exc).__name__}: unreachable, or not migrated: harvest migrate)",
             reason=type(exc).__name__,
         )
-    body: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "shards": versions}
-    behind = sorted(s for s, v in versions.items() if v != SCHEMA_VERSION)
-    if behind:
-        return _not_ready(
-            f"shard(s) {', '.join(behind)} do not answer with this Harvest's schema {SCHEMA_VERSION} "
-            "(unreachable, or not migrated: harvest migrate)",
-            **body,
+    read = {s: (None, None) if isinstance(v, BaseException) else v for s, v in found.items()}
+    body: dict[str, Any] = {
+        # this process's, then each shard's (one database: "0")
+        "schema_version": SCHEMA_VERSION,
+        "functions_version": SCHEMA_VERSION,
+        "shards": {s: v[0] for s, v in read.items()},
+        "functions": {s: v[1] for s, v in read.items()},
+    }
+    differences = _differences(found)
+    if differences:
+        # migrated, and its functions not yet: `harvest migrate run` did not finish
+        unfinished = sorted(s for s, (v, f) in read.items() if s in differences and v == SCHEMA_VERSION)
+        said = "; ".join(
+            message if state.pools is None else f"shard {s}: {message}" for s, message in differences.items()
         )
-    if unfinished:  # migrated, and its functions not yet: `harvest migrate run` did not finish
-        return _not_ready(
-            f"the last harvest migrate run of {', '.join(map(str, unfinished))} stopped after the "
-            "migrations, before the function files: run harvest migrate run against it",
-            unfinished_migration=unfinished,
-            **body,
-        )
+        extra = {"unfinished_migration": unfinished} if unfinished else {}
+        return _not_ready(said, differences=differences, **extra, **body)
     return _ok(state, {"status": "ready", **body})
 
 
