@@ -14,10 +14,10 @@ AS $$
 DECLARE
     v_now timestamptz := harvest.now();
     v_retry jsonb := coalesce(p_task.options -> 'retry', '{}'::jsonb);
-    v_max_attempts integer := coalesce((v_retry ->> 'max_attempts')::integer, 3);
+    v_max_attempts integer := coalesce(harvest._json_integer(v_retry -> 'max_attempts', 'retry.max_attempts'), 3);
     -- The attempts of this budget: a replayed dead letter's count on from the earlier
     -- budgets' (attempts_before_replay, functions/dead_letters.sql).
-    v_budget_attempt integer := p_task.attempt - coalesce((v_retry ->> 'attempts_before_replay')::integer, 0);
+    v_budget_attempt integer := p_task.attempt - coalesce(harvest._json_integer(v_retry -> 'attempts_before_replay', 'retry.attempts_before_replay'), 0);
     v_initial double precision := coalesce((v_retry ->> 'initial_interval')::double precision, 1);
     v_backoff double precision := coalesce((v_retry ->> 'backoff')::double precision, 2);
     v_max_interval double precision := coalesce((v_retry ->> 'max_interval')::double precision, 100);
@@ -32,7 +32,7 @@ DECLARE
     v_untried_live boolean;
     v_uncharged boolean := false;  -- an ActivityNotRegistered claim that was no attempt
 BEGIN
-    v_non_retryable := coalesce((p_failure ->> 'non_retryable')::boolean, false)
+    v_non_retryable := coalesce(harvest._json_boolean(p_failure -> 'non_retryable', 'non_retryable'), false)
         OR v_listed ? v_error_type
         OR v_listed ? v_message
         OR v_listed ? (v_error_type || ': ' || v_message);
@@ -93,7 +93,7 @@ BEGIN
     IF p_execution.status NOT IN ('RUNNING', 'PAUSED') THEN
         RETURN 'failed';
     END IF;
-    IF coalesce((p_task.options ->> 'dead_letter')::boolean, true) THEN
+    IF coalesce(harvest._json_boolean(p_task.options -> 'dead_letter', 'options.dead_letter'), true) THEN
         -- Parked: the workflow keeps waiting until an operator replays or discards.
         INSERT INTO harvest.dead_letters (
             execution_id, workflow_name, seq, activity_name, queue, input, options, priority,

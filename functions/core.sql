@@ -224,6 +224,100 @@ AS $$
     END;
 $$;
 
+-- Numbers and booleans read out of a caller's JSON (start options, a decision's commands,
+-- retry policies, schedule specs, DAG specs, flow policies): the one rule for every such
+-- field, so a value a check let through is never cast raw deeper in, where "2.0" failed as
+-- 22P02 (invalid input syntax for type integer) at a later claim, failure or start and named
+-- no field. JSON has no integer type and a float serialiser writes 2.0 (Python's json of a
+-- float, a JavaScript client's arithmetic), so an integer field takes any number with no
+-- fraction (2, 2.0, 1e3), a number field any number in its range, a boolean field true or
+-- false; JSON null or no value at all is NULL (the caller's default). Anything else (a
+-- string "3", true where a number goes, 2.5, an object, a number out of range, 1e400) is
+-- HR001 naming p_field (its path, as "retry.max_attempts"; p_where, when given, says whose:
+-- 'schedule nightly', 'start 2') and the value given, with the field in DETAIL ({"field", "given"}), which the Python client reads into
+-- InvalidArgument.field and the management API answers as the 400's "field". SQL, so a
+-- caller's expression inlines them (a claim or a decision reads a few per row); the refusal
+-- is a call of its own (_refuse_json_value), made only when the value is wrong. STABLE, not
+-- IMMUTABLE: a planner folding a constant argument would raise before the branch was chosen.
+CREATE OR REPLACE FUNCTION harvest._refuse_json_value(p_value jsonb, p_field text, p_want text, p_where text)
+RETURNS numeric
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    -- (1e400 is 401 digits as JSON prints it)
+    v_given text := CASE WHEN length(p_value::text) > 60 THEN left(p_value::text, 40) || '... ('
+                                                              || length(p_value::text) || ' characters)'
+                         ELSE p_value::text END;
+BEGIN
+    RAISE EXCEPTION '% must be %, got %', coalesce(p_where || ': ', '') || p_field, p_want, v_given
+        USING ERRCODE = 'HR001',
+        DETAIL = jsonb_build_object('field', p_field, 'given', v_given)::text,
+        HINT = CASE WHEN jsonb_typeof(p_value) = 'string'
+                    THEN format('send %s as a JSON value, not in a string (3, not "3")', p_want)
+                    ELSE format('pass %s, or leave %s out for its default', p_want, p_field) END;
+END;
+$$;
+
+-- An integer field (see above): a number with no fraction from p_min to p_max, NULL for none.
+-- _json_bigint for a bigint column (seconds up to 100 years, a quota's bytes).
+CREATE OR REPLACE FUNCTION harvest._json_bigint(
+    p_value jsonb, p_field text, p_min bigint DEFAULT -9223372036854775808, p_max bigint DEFAULT 9223372036854775807,
+    p_where text DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN NULL
+        WHEN jsonb_typeof(p_value) = 'number' AND p_value::numeric BETWEEN p_min AND p_max
+             AND p_value::numeric = trunc(p_value::numeric) THEN p_value::numeric::bigint
+        ELSE harvest._refuse_json_value(p_value, p_field, format('a whole number from %s to %s', p_min, p_max),
+                                        p_where)::bigint
+    END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest._json_integer(
+    p_value jsonb, p_field text, p_min integer DEFAULT -2147483648, p_max integer DEFAULT 2147483647,
+    p_where text DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE sql STABLE
+AS $$
+    SELECT harvest._json_bigint(p_value, p_field, p_min, p_max, p_where)::integer;
+$$;
+
+-- A number field (see above): a number from p_min to p_max (seconds, a rate), NULL for none.
+CREATE OR REPLACE FUNCTION harvest._json_number(
+    p_value jsonb, p_field text, p_min double precision DEFAULT 0, p_max double precision DEFAULT 3155760000,
+    p_where text DEFAULT NULL
+)
+RETURNS double precision
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN NULL
+        -- (a double holds magnitudes from about 1e-307 to 1e308: 1e400 and 1e-400 are 22003)
+        WHEN jsonb_typeof(p_value) = 'number' AND p_value::numeric BETWEEN p_min::numeric AND p_max::numeric
+             AND (p_value::numeric = 0 OR abs(p_value::numeric) BETWEEN 1e-300 AND 1e300)
+            THEN p_value::numeric::double precision
+        ELSE harvest._refuse_json_value(p_value, p_field, format('a number from %s to %s', harvest._num_text(p_min),
+                                                                 harvest._num_text(p_max)), p_where)::double precision
+    END;
+$$;
+
+-- A boolean field (see above): true or false, NULL for none ("yes", 1 and "true" are refused:
+-- a raw ::boolean cast took the strings and refused the number).
+CREATE OR REPLACE FUNCTION harvest._json_boolean(p_value jsonb, p_field text, p_where text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN NULL
+        WHEN jsonb_typeof(p_value) = 'boolean' THEN p_value::boolean
+        ELSE harvest._refuse_json_value(p_value, p_field, 'true or false', p_where) IS NULL
+    END;
+$$;
+
 -- The size an event counts for in the history byte cap (decide.sql) and the
 -- max_history_bytes quota (flow_quotas.sql), the one measure of both: the bytes of its
 -- JSON text. The spec names pg_column_size(event_data); Harvest does not use it

@@ -30,19 +30,27 @@ BEGIN
     WHERE jsonb_typeof(d.value) <> 'object'
        OR coalesce(btrim(d.value ->> 'dag_name'), '') = '' OR coalesce(btrim(d.value ->> 'queue'), '') = ''
        OR jsonb_typeof(d.value -> 'tasks') IS DISTINCT FROM 'array'
-       OR (d.value ? 'max_active_runs' AND jsonb_typeof(d.value -> 'max_active_runs') <> 'null'
-           AND (jsonb_typeof(d.value -> 'max_active_runs') <> 'number' OR (d.value ->> 'max_active_runs')::numeric < 1))
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'register_dags: % is not a DAG', left(v_bad::text, 200)
             USING ERRCODE = 'HR001',
                   HINT = 'each element is {"dag_name", "queue", "tasks": [...], "max_active_runs": null or >= 1}';
     END IF;
+    -- The numbers a run reads later, by the one rule for a JSON field (core.sql, _json_integer):
+    -- a DAG's max_active_runs, and each task's retry.max_attempts (get_dag_run's retrying state).
+    PERFORM harvest._json_integer(d.value -> 'max_active_runs', 'max_active_runs', 1,
+                                  p_where => 'DAG ' || (d.value ->> 'dag_name'))
+    FROM jsonb_array_elements(p_dags) AS d (value);
+    PERFORM harvest._json_integer(t.value #> '{retry,max_attempts}', 'retry.max_attempts', 0,
+                                  p_where => format('DAG %s task %s', d.value ->> 'dag_name', t.value ->> 'task'))
+    FROM jsonb_array_elements(p_dags) AS d (value), jsonb_array_elements(d.value -> 'tasks') AS t (value)
+    WHERE jsonb_typeof(t.value -> 'retry') = 'object';
     WITH registered AS (
         INSERT INTO harvest.dags AS d (dag_name, queue, tasks, max_active_runs, description, schedule,
                                        first_registered_at, last_registered_at)
         SELECT x.value ->> 'dag_name', x.value ->> 'queue', x.value -> 'tasks',
-               (x.value ->> 'max_active_runs')::integer, x.value ->> 'description', x.value ->> 'schedule',
+               harvest._json_integer(x.value -> 'max_active_runs', 'max_active_runs'), x.value ->> 'description',
+               x.value ->> 'schedule',
                v_now, v_now
         FROM jsonb_array_elements(p_dags) AS x (value)
         ORDER BY x.value ->> 'dag_name'  -- one lock order for two workers registering at once
@@ -313,7 +321,7 @@ BEGIN
             || CASE WHEN p_execution.status IN ('RUNNING', 'PAUSED') AND j.obj ->> 'state' = 'failed'
                          AND j.spec ->> 'kind' = 'workflow'
                          AND (j.obj ->> 'attempts')::integer
-                             < coalesce((j.spec #>> '{retry,max_attempts}')::integer, 1)
+                             < coalesce(harvest._json_integer(j.spec #> '{retry,max_attempts}', 'retry.max_attempts'), 1)
                     THEN '{"state": "running"}'::jsonb ELSE '{}'::jsonb END AS t
         FROM joined AS j
     )

@@ -201,7 +201,7 @@ BEGIN
         UNION ALL
         SELECT c.command ->> 'workflow_name',
                coalesce(c.command ->> 'workflow_id', CASE WHEN jsonb_typeof(c.command -> 'seq') = 'number'
-                   THEN e.workflow_id || '/' || (c.command -> 'seq')::integer END),
+                   THEN e.workflow_id || '/' || harvest._json_integer(c.command -> 'seq', 'seq') END),
                true,
                jsonb_typeof(c.command -> 'shard') IS DISTINCT FROM 'number'
                OR c.command -> 'shard' = to_jsonb(harvest.get_shard_id())
@@ -571,7 +571,7 @@ BEGIN
             scheduled_at, deadline_at, status, run_workflow_name, run_workflow_id, fairness_key
         )
         SELECT p_execution.id, 'activity', coalesce(q.command ->> 'queue', p_execution.queue),
-               coalesce((q.command #>> '{options,priority}')::integer, 0), p_now, q.seq,
+               coalesce(harvest._json_integer(q.command #> '{options,priority}', 'options.priority'), 0), p_now, q.seq,
                q.command ->> 'name', coalesce(q.command -> 'input', '[]'::jsonb),
                coalesce(q.command -> 'options', '{}'::jsonb), p_now,
                p_now + make_interval(secs => (q.command #>> '{options,schedule_to_close}')::double precision),
@@ -622,7 +622,7 @@ BEGIN
             lease_expires_at
         ) VALUES (
             p_execution.id, 'activity', coalesce(p_commands[1] ->> 'queue', p_execution.queue),
-            coalesce((p_commands[1] #>> '{options,priority}')::integer, 0), p_now, p_seqs[1],
+            coalesce(harvest._json_integer(p_commands[1] #> '{options,priority}', 'options.priority'), 0), p_now, p_seqs[1],
             p_commands[1] ->> 'name', coalesce(p_commands[1] -> 'input', '[]'::jsonb),
             coalesce(p_commands[1] -> 'options', '{}'::jsonb), p_now,
             p_now + make_interval(secs => (p_commands[1] #>> '{options,schedule_to_close}')::double precision),
@@ -642,7 +642,7 @@ BEGIN
             lease_expires_at
         )
         SELECT p_execution.id, 'activity', coalesce(q.command ->> 'queue', p_execution.queue),
-               coalesce((q.command #>> '{options,priority}')::integer, 0), p_now, q.seq,
+               coalesce(harvest._json_integer(q.command #> '{options,priority}', 'options.priority'), 0), p_now, q.seq,
                q.command ->> 'name', coalesce(q.command -> 'input', '[]'::jsonb),
                coalesce(q.command -> 'options', '{}'::jsonb), p_now,
                p_now + make_interval(secs => (q.command #>> '{options,schedule_to_close}')::double precision),
@@ -694,7 +694,7 @@ BEGIN
             lease_expires_at
         )
         SELECT (q.x).id, 'activity', coalesce(q.command ->> 'queue', (q.x).queue),
-               coalesce((q.command #>> '{options,priority}')::integer, 0), p_now, q.seq,
+               coalesce(harvest._json_integer(q.command #> '{options,priority}', 'options.priority'), 0), p_now, q.seq,
                q.command ->> 'name', coalesce(q.command -> 'input', '[]'::jsonb),
                coalesce(q.command -> 'options', '{}'::jsonb), p_now,
                p_now + make_interval(secs => (q.command #>> '{options,schedule_to_close}')::double precision),
@@ -762,7 +762,9 @@ BEGIN
     PERFORM harvest._require(p_command, 'duration', 'number');
     INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, seq, scheduled_at, status)
     VALUES (p_execution.id, 'timer', p_execution.queue,
-            p_now + make_interval(secs => (p_command ->> 'duration')::double precision),
+            -- (0 to 100 years, as harvest.core.durations bounds ctx.sleep: past that, an interval overflows)
+            p_now + make_interval(secs => harvest._json_number(p_command -> 'duration', 'duration',
+                                                               p_where => format('command start_timer (seq %s)', p_seq))),
             p_seq, p_now, CASE WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END)
     RETURNING due_at INTO v_fire_at;
     event_type := 'TimerStarted';
@@ -820,16 +822,19 @@ CREATE OR REPLACE FUNCTION harvest._decide_cancel_timer(
 )
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_timer_seq integer;
 BEGIN
     PERFORM harvest._require(p_command, 'timer_seq', 'number');
+    v_timer_seq := harvest._json_integer(p_command -> 'timer_seq', 'timer_seq',
+                                         p_where => format('command cancel_timer (seq %s)', p_seq));
     -- Not "t.kind = 'timer'": that implies the partial index tasks_timers_due and
     -- a generic plan scans every timer; this form probes (execution_id, seq).
     DELETE FROM harvest.tasks AS t
     WHERE t.execution_id = p_execution.id AND t.kind IN ('activity', 'timer')
-      AND (t.kind = 'timer') IS TRUE AND t.seq = (p_command ->> 'timer_seq')::integer;
+      AND (t.kind = 'timer') IS TRUE AND t.seq = v_timer_seq;
     event_type := 'TimerCancelled';
-    event_data := jsonb_build_object(
-        'seq', p_seq, 'timer_seq', (p_command ->> 'timer_seq')::integer);
+    event_data := jsonb_build_object('seq', p_seq, 'timer_seq', v_timer_seq);
 END;
 $$;
 
@@ -1229,7 +1234,7 @@ BEGIN
             IF jsonb_typeof(v_command -> 'seq') IS DISTINCT FROM 'number' THEN
                 PERFORM harvest._require(v_command, 'seq', 'number');  -- (it raises)
             END IF;
-            v_seq := (v_command -> 'seq')::integer;
+            v_seq := harvest._json_integer(v_command -> 'seq', 'seq', p_where => 'command ' || v_type);
         END IF;
         -- An activity may be handed while a hand-off slot is left and its queue is one the
         -- worker polls (read at the first attempt); any other activity queues.
@@ -1301,7 +1306,7 @@ BEGIN
                                                 ARRAY[]::text[]);
                     r.worker_queues := v_worker_queues;  -- (a batch's next decisions read them no more)
                 END IF;
-                v_priority := coalesce((v_command #>> '{options,priority}')::integer, 0);
+                v_priority := coalesce(harvest._json_integer(v_command #> '{options,priority}', 'options.priority'), 0);
                 -- The rules' answer holds for the next activity of the same queue and priority
                 -- while the ones gathered with it are not yet inserted: nothing of this
                 -- transaction has written a task since it was asked (a handed row is running).
@@ -1983,12 +1988,8 @@ BEGIN
         RAISE EXCEPTION 'unknown parent_close_policy "%"', v_policy USING ERRCODE = 'HR001',
             HINT = 'use terminate, request_cancel or abandon';
     END IF;
-    IF jsonb_typeof(p_command -> 'shard') = 'number' THEN
-        v_target := (p_command ->> 'shard')::integer;
-        IF v_target < 0 OR v_target > 65535 THEN
-            RAISE EXCEPTION 'shard % is out of range: a shard number is 0..65535', v_target USING ERRCODE = 'HR001';
-        END IF;
-    END IF;
+    v_target := harvest._json_integer(p_command -> 'shard', 'shard', 0, 65535,
+                                      format('command start_child_workflow (seq %s)', p_seq));
     IF v_target IS NOT NULL AND v_target <> harvest.get_shard_id() THEN
         -- A cross-shard child (cross_shard.sql): its id minted for its shard, its
         -- lifecycle row here; the pump starts it there.

@@ -91,7 +91,7 @@ BEGIN
     IF p_task.options ->> 'concurrency_key' IS NOT NULL
        AND p_task.options ->> 'max_concurrent' IS NOT NULL THEN
         p_task.concurrency_key := p_task.options ->> 'concurrency_key';
-        p_task.concurrency_limit := (p_task.options ->> 'max_concurrent')::integer;
+        p_task.concurrency_limit := harvest._json_integer(p_task.options -> 'max_concurrent', 'options.max_concurrent', 1);
     END IF;
     IF jsonb_typeof(v_rate) = 'object' THEN
         v_path := v_rate ->> 'key';
@@ -136,8 +136,9 @@ BEGIN
             v_concurrency := v_entry.policy -> 'concurrency';
             IF v_concurrency IS NOT NULL THEN
                 PERFORM harvest._resolve_key('[]', v_concurrency ->> 'key');
-                IF coalesce((v_concurrency ->> 'limit')::integer, 0) < 1 THEN
-                    RAISE EXCEPTION 'workflow %: concurrency limit must be >= 1', v_entry.name
+                IF harvest._json_integer(v_concurrency -> 'limit', 'concurrency.limit', 1,
+                                         p_where => v_kind || ' ' || v_entry.name) IS NULL THEN
+                    RAISE EXCEPTION '% %: concurrency needs a limit, a whole number of at least 1', v_kind, v_entry.name
                         USING ERRCODE = 'HR001';
                 END IF;
                 IF coalesce(v_concurrency ->> 'on_conflict', 'defer') NOT IN ('defer', 'cancel_running') THEN
@@ -147,6 +148,17 @@ BEGIN
                 END IF;
             END IF;
             PERFORM harvest._resolve_key('[]', v_entry.policy #>> '{quota,key}');
+            -- The numbers a start or a claim reads later, by the one rule (core.sql, _json_integer):
+            -- a quota read at every start, an activity's cap and rate at every claim.
+            PERFORM harvest._json_bigint(v_entry.policy #> ARRAY['quota', q], 'quota.' || q, 0,
+                                         p_where => v_kind || ' ' || v_entry.name)
+            FROM unnest(ARRAY['max_active_executions', 'max_history_bytes', 'max_dead_letters']) AS q;
+            PERFORM harvest._json_integer(v_entry.policy -> 'max_concurrent', 'max_concurrent', 1,
+                                          p_where => v_kind || ' ' || v_entry.name),
+                    harvest._json_number(v_entry.policy #> '{rate_limit,rps}', 'rate_limit.rps', 0, 'Infinity',
+                                         v_kind || ' ' || v_entry.name),
+                    harvest._json_number(v_entry.policy #> '{rate_limit,burst}', 'rate_limit.burst', 1, 'Infinity',
+                                         v_kind || ' ' || v_entry.name);
             PERFORM harvest._check_start_gates(v_entry.name, v_entry.policy);  -- flow_throttle.sql
             PERFORM harvest._resolve_key('[]', v_entry.policy #>> '{rate_limit,key}');
             INSERT INTO harvest.flow_policies (kind, name, policy, updated_at)
@@ -442,7 +454,7 @@ AS $$
     SELECT coalesce(array_agg(v.id), '{}')
     FROM (
         SELECT s.start ->> 'workflow_name' AS workflow_name, r.concurrency_key AS key,
-               (p.policy #>> '{concurrency,limit}')::integer AS max_live, count(*)::integer AS n
+               harvest._json_integer(p.policy #> '{concurrency,limit}', 'concurrency.limit', 1) AS max_live, count(*)::integer AS n
         FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_starts) = 'array' THEN p_starts ELSE '[]' END)
             AS s (start)
         JOIN harvest.flow_policies AS p
@@ -522,7 +534,7 @@ BEGIN
     workflow_keys AS (
         SELECT CASE WHEN $3 AND $1::text[] IS NOT NULL THEN k.key ELSE r.concurrency_key END AS key,
                r.workflow_name,
-               (r.policy #>> '{concurrency,limit}')::integer AS max_concurrent,
+               harvest._json_integer(r.policy #> '{concurrency,limit}', 'concurrency.limit', 1) AS max_concurrent,
                coalesce(r.policy #>> '{concurrency,on_conflict}', 'defer') AS on_conflict,
                count(*) AS runs,
                count(*) FILTER (WHERE r.in_flight) AS in_flight

@@ -41,7 +41,8 @@ BEGIN
     -- alone keeps one row, not one per ended run. Under the key's row, so its starts fold in turn.
     PERFORM harvest._fold_quota_bytes(ARRAY[p_key]);
     FOREACH v_name IN ARRAY ARRAY['max_active_executions', 'max_history_bytes', 'max_dead_letters'] LOOP
-        v_limit := (p_quota ->> v_name)::bigint;
+        v_limit := harvest._json_bigint(p_quota -> v_name, 'quota.' || v_name, 0,
+                                        p_where => 'workflow ' || p_workflow_name);
         CONTINUE WHEN v_limit IS NULL;
         v_usage := harvest.quota_usage(p_key, v_name);
         IF (v_name = 'max_active_executions' AND v_usage + 1 > v_limit)

@@ -53,6 +53,12 @@ BEGIN
             USING ERRCODE = 'HR001';
     END IF;
     PERFORM harvest._resolve_key('[]', v_spec ->> 'key');
+    -- Each number by the one rule (core.sql, _json_integer): HR001 naming it for a string, a
+    -- fraction where a count goes, or a value out of range; then the gate's own bounds below.
+    PERFORM harvest._json_number(v_spec -> f, v_gates[1] || '.' || f, 0, 'Infinity', 'workflow ' || p_workflow_name)
+    FROM unnest(ARRAY['rps', 'burst', 'quiet_secs', 'max_wait_secs', 'window_secs']) AS f;
+    PERFORM harvest._json_integer(v_spec -> 'max_size', v_gates[1] || '.max_size', 1, 2147483647,
+                                  'workflow ' || p_workflow_name);
     IF v_gates[1] = 'throttle' AND NOT (coalesce((v_spec ->> 'rps')::double precision, 0) > 0
                                         AND coalesce((v_spec ->> 'burst')::double precision, 1) >= 1) THEN
         RAISE EXCEPTION 'workflow %: throttle needs rps > 0 and burst >= 1, got %', p_workflow_name, v_spec
@@ -61,7 +67,7 @@ BEGIN
                                            AND coalesce((v_spec ->> 'max_wait_secs')::double precision, 1) > 0) THEN
         RAISE EXCEPTION 'workflow %: debounce needs quiet_secs > 0 (and max_wait_secs > 0 if set), got %',
             p_workflow_name, v_spec USING ERRCODE = 'HR001';
-    ELSIF v_gates[1] = 'batch' AND NOT (coalesce((v_spec ->> 'max_size')::integer, 0) >= 1
+    ELSIF v_gates[1] = 'batch' AND NOT (coalesce(harvest._json_integer(v_spec -> 'max_size', 'batch.max_size'), 0) >= 1
                                         AND coalesce((v_spec ->> 'window_secs')::double precision, 0) > 0) THEN
         RAISE EXCEPTION 'workflow %: batch needs max_size >= 1 and window_secs > 0, got %', p_workflow_name, v_spec
             USING ERRCODE = 'HR001';
@@ -240,7 +246,7 @@ BEGIN
         SET input = p.input || excluded.input, starts = p.starts + 1, updated_at = v_now,
             traceparent = coalesce(excluded.traceparent, p.traceparent)
         RETURNING * INTO v_row;
-        IF v_row.starts >= (v_spec ->> 'max_size')::integer THEN
+        IF v_row.starts >= harvest._json_integer(v_spec -> 'max_size', 'batch.max_size') THEN
             -- (Off the queue now: a later start of the batch in this transaction opens the next.)
             DELETE FROM harvest.pending_starts AS p WHERE p.id = v_row.id;
             RETURN QUERY SELECT 'release'::text, v_row.workflow_id, v_row;

@@ -24,6 +24,9 @@ DECLARE
     v_name text := p_spec ->> 'name';
     v_catchup boolean;
     v_window bigint;
+    v_interval bigint;
+    v_max_active integer;
+    v_jitter double precision;
     v_spec jsonb;
     v_unknown text;
 BEGIN
@@ -39,7 +42,17 @@ BEGIN
         RAISE EXCEPTION 'schedule name must be 1 to 200 characters, got %', coalesce(quote_literal(v_name), 'none')
             USING ERRCODE = 'HR001';
     END IF;
-    v_catchup := coalesce((p_spec ->> 'catchup')::boolean, false);
+    -- The numbers and booleans by the one rule for a JSON field (core.sql, _json_integer):
+    -- HR001 naming the field for a string, a fraction or a value out of range.
+    v_catchup := coalesce(harvest._json_boolean(p_spec -> 'catchup', 'catchup', 'schedule ' || v_name), false);
+    PERFORM harvest._json_boolean(p_spec -> 'paused', 'paused', 'schedule ' || v_name);
+    v_interval := harvest._json_bigint(p_spec -> 'interval_secs', 'interval_secs', 1, 3155760000,
+                                        'schedule ' || v_name);
+    v_max_active := coalesce(harvest._json_integer(p_spec -> 'max_active_runs', 'max_active_runs', 1,
+                                                   p_where => 'schedule ' || v_name), 1);
+    v_window := harvest._json_bigint(p_spec -> 'catchup_window_secs', 'catchup_window_secs', 1, 3155760000,
+                                      'schedule ' || v_name);
+    v_jitter := coalesce(harvest._json_number(p_spec -> 'jitter_secs', 'jitter_secs', p_where => 'schedule ' || v_name), 0);
     IF coalesce(p_spec ->> 'workflow_name', '') = '' THEN
         RAISE EXCEPTION 'schedule %: workflow_name is required', v_name USING ERRCODE = 'HR001';
     END IF;
@@ -47,27 +60,20 @@ BEGIN
         RAISE EXCEPTION 'schedule %: kind must be workflow or dag, got %', v_name, p_spec ->> 'kind'
             USING ERRCODE = 'HR001';
     END IF;
-    IF (nullif(p_spec ->> 'cron', '') IS NULL) = ((p_spec ->> 'interval_secs') IS NULL) THEN
+    IF (nullif(p_spec ->> 'cron', '') IS NULL) = (v_interval IS NULL) THEN
         RAISE EXCEPTION 'schedule %: give exactly one of cron and interval_secs', v_name USING ERRCODE = 'HR001';
     END IF;
     IF length(p_spec ->> 'cron') > 200 THEN
         RAISE EXCEPTION 'schedule %: cron is longer than 200 characters', v_name USING ERRCODE = 'HR001';
     END IF;
-    -- Durations are bounded as the Python side bounds them (harvest.core.durations: 100 years),
-    -- whose datetime arithmetic computes the slots: past that it overflows.
-    IF NOT (p_spec ->> 'interval_secs')::bigint BETWEEN 1 AND 3155760000 THEN
-        RAISE EXCEPTION 'schedule %: interval_secs must be 1 to 3155760000 (100 years), got %', v_name,
-            p_spec ->> 'interval_secs' USING ERRCODE = 'HR001';
-    END IF;
+    -- Durations are bounded (above) as the Python side bounds them (harvest.core.durations: 100
+    -- years), whose datetime arithmetic computes the slots: past that it overflows.
     BEGIN
         PERFORM now() AT TIME ZONE coalesce(p_spec ->> 'timezone', 'UTC');
     EXCEPTION WHEN invalid_parameter_value THEN
         RAISE EXCEPTION 'schedule %: timezone % is unknown', v_name, quote_literal(p_spec ->> 'timezone')
             USING ERRCODE = 'HR001', HINT = 'use an IANA zone name, exactly, such as Europe/Paris or UTC';
     END;
-    IF coalesce((p_spec ->> 'max_active_runs')::integer, 1) < 1 THEN
-        RAISE EXCEPTION 'schedule %: max_active_runs must be at least 1', v_name USING ERRCODE = 'HR001';
-    END IF;
     IF coalesce(p_spec ->> 'overlap', 'skip') NOT IN (
         'skip', 'buffer_one', 'buffer_all', 'cancel_other', 'terminate_other', 'allow_all'
     ) THEN
@@ -75,17 +81,7 @@ BEGIN
             USING ERRCODE = 'HR001',
                 HINT = 'use skip, buffer_one, buffer_all, cancel_other, terminate_other or allow_all';
     END IF;
-    v_window := coalesce((p_spec ->> 'catchup_window_secs')::bigint,
-                         CASE WHEN v_catchup THEN 365 * 86400 ELSE 60 END);
-    IF NOT v_window BETWEEN 1 AND 3155760000 THEN
-        RAISE EXCEPTION 'schedule %: catchup_window_secs must be 1 to 3155760000 (100 years), got %', v_name,
-            v_window USING ERRCODE = 'HR001';
-    END IF;
-    -- NaN sorts above every number in Postgres: BETWEEN refuses it, and infinity.
-    IF NOT coalesce((p_spec ->> 'jitter_secs')::double precision, 0) BETWEEN 0 AND 3155760000 THEN
-        RAISE EXCEPTION 'schedule %: jitter_secs must be 0 to 3155760000 (100 years), got %', v_name,
-            p_spec ->> 'jitter_secs' USING ERRCODE = 'HR001';
-    END IF;
+    v_window := coalesce(v_window, CASE WHEN v_catchup THEN 365 * 86400 ELSE 60 END);
     IF jsonb_typeof(coalesce(p_spec -> 'input', '[]'::jsonb)) <> 'array' THEN
         RAISE EXCEPTION 'schedule %: input must be a JSON array of the workflow''s arguments', v_name
             USING ERRCODE = 'HR001';
@@ -106,19 +102,16 @@ BEGIN
                                                    ELSE 'default' END),
         'input', coalesce(p_spec -> 'input', '[]'::jsonb),
         'cron', nullif(p_spec ->> 'cron', ''),
-        'interval_secs', (p_spec ->> 'interval_secs')::bigint,
+        'interval_secs', v_interval,
         'timezone', coalesce(p_spec ->> 'timezone', 'UTC'),
-        'max_active_runs', coalesce((p_spec ->> 'max_active_runs')::integer, 1),
+        'max_active_runs', v_max_active,
         'overlap', coalesce(p_spec ->> 'overlap', 'skip'),
         'catchup', v_catchup,
         'catchup_window_secs', v_window,
         -- A double goes into JSON as numeric: its float output follows the session's
         -- extra_float_digits (-15 wrote 2.5 as 2), numeric's does not.
-        'jitter_secs', coalesce((p_spec ->> 'jitter_secs')::double precision, 0)::numeric);
+        'jitter_secs', v_jitter::numeric);
     RETURN v_spec;
-EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range THEN
-    RAISE EXCEPTION 'schedule %: a numeric or boolean field has a value of the wrong type (%)', v_name, SQLERRM
-        USING ERRCODE = 'HR001';
 END;
 $$;
 
@@ -162,7 +155,7 @@ BEGIN
             v_spec ->> 'cron', (v_spec ->> 'interval_secs')::bigint, v_spec ->> 'timezone',
             (v_spec ->> 'max_active_runs')::integer, v_spec ->> 'overlap', (v_spec ->> 'catchup')::boolean,
             (v_spec ->> 'catchup_window_secs')::bigint, (v_spec ->> 'jitter_secs')::double precision,
-            coalesce((p_spec ->> 'paused')::boolean, false), p_declared, v_now, v_now, v_now
+            coalesce((p_spec -> 'paused')::boolean, false), p_declared, v_now, v_now, v_now  -- (checked above)
         ) ON CONFLICT ON CONSTRAINT schedules_name_key DO NOTHING
         RETURNING * INTO schedule;
         IF FOUND THEN

@@ -535,14 +535,14 @@ BEGIN
         'input', p_input, 'task_queue', p_queue, 'parent_id', p_parent_id) || v_trace);
     IF v_concurrency_key IS NOT NULL AND p_policy #>> '{concurrency,on_conflict}' = 'cancel_running' THEN
         PERFORM harvest._supersede(p_workflow_name, v_concurrency_key,
-                                   (p_policy #>> '{concurrency,limit}')::integer, v_id);
+                                   harvest._json_integer(p_policy #> '{concurrency,limit}', 'concurrency.limit', 1), v_id);
         v_concurrency_key := NULL;  -- latest wins is enforced here; the claim does not gate it
     END IF;
     INSERT INTO harvest.tasks (
         execution_id, kind, queue, priority, due_at, scheduled_at, concurrency_key, concurrency_limit
     ) VALUES (
         v_id, 'workflow', p_queue, coalesce(p_priority, 0), v_now, v_now, v_concurrency_key,
-        CASE WHEN v_concurrency_key IS NOT NULL THEN (p_policy #>> '{concurrency,limit}')::integer END
+        CASE WHEN v_concurrency_key IS NOT NULL THEN harvest._json_integer(p_policy #> '{concurrency,limit}', 'concurrency.limit', 1) END
     );
     PERFORM harvest._notify_queue(p_queue);
     RETURN v_id;
@@ -998,10 +998,12 @@ BEGIN
     reuse_policy := coalesce(p_args ->> 'reuse_policy', 'allow_duplicate');
     conflict_policy := coalesce(p_args ->> 'conflict_policy', 'unspecified');
     search_attributes := coalesce(p_args -> 'search_attributes', '{}'::jsonb);
-    priority := coalesce((p_args ->> 'priority')::integer, 0);
-    shard := (p_args ->> 'shard')::integer;
-    execution_timeout_secs := (p_args ->> 'execution_timeout')::double precision;
-    run_timeout_secs := (p_args ->> 'run_timeout')::double precision;
+    -- (_start_check_ranges and _start_check_shard bound them; these refuse what is no number)
+    priority := coalesce(harvest._json_integer(p_args -> 'priority', 'priority', p_where => 'start ' || p_n), 0);
+    shard := harvest._json_integer(p_args -> 'shard', 'shard', p_where => 'start ' || p_n);
+    execution_timeout_secs := harvest._json_number(p_args -> 'execution_timeout', 'execution_timeout',
+                                                   p_where => 'start ' || p_n);
+    run_timeout_secs := harvest._json_number(p_args -> 'run_timeout', 'run_timeout', p_where => 'start ' || p_n);
     traceparent := p_args ->> 'traceparent';
 END;
 $$;

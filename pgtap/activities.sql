@@ -1369,3 +1369,24 @@ SELECT is(pg_temp.fail('nr2', '{"error_type": "ActivityNotRegistered", "message"
           'dead_lettered', 'the policy is honoured: dead-lettered at once, the untried live worker aside');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- A failed attempt reads its retry policy by the one rule for a JSON field (core.sql,
+-- _json_integer): retry.max_attempts 2.0, which the decision's check let through, is 2 (a raw
+-- ::integer cast failed every failure of the activity with 22P02, so it could never end).
+BEGIN;
+SELECT plan(3);
+SELECT pg_temp.start_activity('jn_r', 'wf', 'wq_jn_r', 'act', 'aq_jn_r', '[]',
+                              '{"retry": {"max_attempts": 2.0, "initial_interval": 0}, "dead_letter": false}');
+SELECT is(harvest.fail_activity(pg_temp.task('jn_r'), pg_temp.token('jn_r'), '{"message": "one"}'), 'retry_scheduled',
+          'fail_activity(): retry.max_attempts 2.0 retries the first failure');
+SELECT pg_temp.remember('jn_r', c.execution_id, c.task_id, c.fencing_token)
+FROM harvest.claim_tasks('worker-a', ARRAY['aq_jn_r'], 1) AS c;
+SELECT is(harvest.fail_activity(pg_temp.task('jn_r'), pg_temp.token('jn_r'), '{"message": "two"}'), 'failed',
+          '... and ends the activity at the second, as max_attempts 2');
+SELECT pg_temp.start_activity('jn_b', 'wf', 'wq_jn_b', 'act', 'aq_jn_b');
+SELECT throws_ok(format($$SELECT harvest.fail_activity(%s, %s, '{"message": "x", "non_retryable": "yes"}')$$,
+                        pg_temp.task('jn_b'), pg_temp.token('jn_b')),
+                 'HR001', 'non_retryable must be true or false, got "yes"',
+                 'fail_activity(): a failure''s non_retryable that is no boolean is HR001 naming it');
+SELECT * FROM finish();
+ROLLBACK;

@@ -572,3 +572,78 @@ SELECT has_function('harvest', '_relay_close', ARRAY['uuid', 'text', 'jsonb', 'j
                     'harvest._relay_close(uuid, text, jsonb, jsonb, uuid, integer) exists');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- Numbers and booleans read out of a caller's JSON: _json_integer, _json_bigint, _json_number,
+-- _json_boolean, and their one refusal, _refuse_json_value (HR001 naming the field).
+BEGIN;
+SELECT plan(31);
+CREATE FUNCTION pg_temp.json_refusal(p_sql text) RETURNS jsonb LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_state text;
+    v_message text;
+    v_detail text;
+    v_hint text;
+BEGIN
+    EXECUTE p_sql;
+    RETURN NULL;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT, v_detail = PG_EXCEPTION_DETAIL,
+                            v_hint = PG_EXCEPTION_HINT;
+    RETURN jsonb_build_object('state', v_state, 'message', v_message, 'detail', v_detail::jsonb, 'hint', v_hint);
+END;
+$fn$;
+SELECT is(harvest._json_integer('2', 'priority'), 2, '_json_integer(): a whole number');
+SELECT is(harvest._json_integer('2.0', 'priority'), 2,
+          '... 2.0 too (JSON has no integer type: a float serialiser writes it so)');
+SELECT is(harvest._json_integer('1e3', 'priority'), 1000, '... and 1e3');
+SELECT is(harvest._json_integer('-1', 'priority'), -1, '... negative within the range');
+SELECT is(harvest._json_integer('null', 'priority'), NULL, '... JSON null is none (the caller''s default)');
+SELECT is(harvest._json_integer(NULL, 'priority'), NULL, '... and so is no value at all');
+SELECT is(harvest._json_integer('2147483647', 'priority'), 2147483647, '... up to the 32-bit maximum');
+SELECT throws_ok($$SELECT harvest._json_integer('2.5', 'retry.max_attempts', 1)$$, 'HR001',
+                 'retry.max_attempts must be a whole number from 1 to 2147483647, got 2.5',
+                 '... a fraction is refused (HR001), naming the field and the value, not cast raw (22P02)');
+SELECT throws_ok($$SELECT harvest._json_integer('"3"', 'priority')$$, 'HR001', NULL, '... a string "3" too');
+SELECT throws_ok($$SELECT harvest._json_integer('true', 'priority')$$, 'HR001', NULL, '... a boolean');
+SELECT throws_ok($$SELECT harvest._json_integer('[1]', 'priority')$$, 'HR001', NULL, '... an array');
+SELECT throws_ok($$SELECT harvest._json_integer('{"n": 1}', 'priority')$$, 'HR001', NULL, '... an object');
+SELECT throws_ok($$SELECT harvest._json_integer('2147483648', 'priority')$$, 'HR001', NULL,
+                 '... a number past the 32-bit range (not 22003)');
+SELECT throws_ok($$SELECT harvest._json_integer('0', 'retry.max_attempts', 1)$$, 'HR001', NULL,
+                 '... a number under the caller''s minimum');
+SELECT throws_ok($$SELECT harvest._json_integer('1e400', 'priority')$$, 'HR001', NULL, '... and 1e400');
+SELECT is(pg_temp.json_refusal($$SELECT harvest._json_integer('1e400', 'priority')$$) ->> 'message',
+          'priority must be a whole number from -2147483648 to 2147483647, got 1000000000000000000000000000000000000000... (401 characters)',
+          '... whose 401 digits the message shortens');
+SELECT is(pg_temp.json_refusal($$SELECT harvest._json_integer('2.5', 'max_active_runs', 1, p_where => 'schedule s')$$)
+          - 'hint',
+          '{"state": "HR001", "message": "schedule s: max_active_runs must be a whole number from 1 to 2147483647, got 2.5",
+            "detail": {"field": "max_active_runs", "given": "2.5"}}'::jsonb,
+          '_refuse_json_value(): p_where says whose field; DETAIL names the field and the value given');
+SELECT is(pg_temp.json_refusal($$SELECT harvest._json_integer('"3"', 'priority')$$) ->> 'hint',
+          'send a whole number from -2147483648 to 2147483647 as a JSON value, not in a string (3, not "3")',
+          '... a string''s HINT says to send the number itself');
+SELECT throws_ok($$SELECT harvest._refuse_json_value('2.5', 'f', 'a whole number', NULL)$$, 'HR001',
+                 'f must be a whole number, got 2.5', 'harvest._refuse_json_value(): the one refusal, HR001');
+SELECT is(harvest._json_bigint('3155760000', 'interval_secs', 1, 3155760000), 3155760000::bigint,
+          '_json_bigint(): past the 32-bit range, for a bigint column');
+SELECT throws_ok($$SELECT harvest._json_bigint('3155760000.5', 'interval_secs', 1, 3155760000)$$, 'HR001', NULL,
+                 '... by the same rule');
+SELECT is(harvest._json_number('2.5', 'jitter_secs'), 2.5::double precision, '_json_number(): a number');
+SELECT is(harvest._json_number('null', 'jitter_secs'), NULL, '... JSON null is none');
+SELECT throws_ok($$SELECT harvest._json_number('"2.5"', 'jitter_secs')$$, 'HR001', NULL,
+                 '... a string is refused (a raw ::double precision cast took it)');
+SELECT throws_ok($$SELECT harvest._json_number('1e400', 'jitter_secs', 0, 'Infinity')$$, 'HR001', NULL,
+                 '... and a number no double holds');
+SELECT throws_ok($$SELECT harvest._json_number('-1', 'jitter_secs')$$, 'HR001',
+                 'jitter_secs must be a number from 0 to 3155760000, got -1', '... or one out of range');
+SELECT is(harvest._json_boolean('false', 'catchup'), false, '_json_boolean(): true or false');
+SELECT is(harvest._json_boolean('null', 'catchup'), NULL, '... JSON null is none');
+SELECT throws_ok($$SELECT harvest._json_boolean('"yes"', 'catchup')$$, 'HR001', NULL,
+                 '... a string is refused (a raw ::boolean cast took "yes")');
+SELECT throws_ok($$SELECT harvest._json_boolean('1', 'catchup')$$, 'HR001',
+                 'catchup must be true or false, got 1', '... and a number');
+SELECT unalike(pg_temp.plan_of('SELECT harvest._json_integer(t.options -> ''priority'', ''priority'') FROM harvest.tasks AS t'),
+               '%_json_integer(%', '_json_integer(): inlined into its caller''s query (a refusal is the only call)');
+SELECT * FROM finish();
+ROLLBACK;

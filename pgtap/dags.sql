@@ -192,3 +192,21 @@ SELECT throws_ok($$SELECT * FROM harvest.list_dag_runs('dg_etl', 1, NULL, NULL, 
 
 SELECT * FROM finish();
 ROLLBACK;
+
+-- A DAG's numbers by the one rule for a JSON field (core.sql, _json_integer), at registration:
+-- max_active_runs 2.0 is 2 (a raw ::integer cast refused it with 22P02), and a task's
+-- retry.max_attempts, which get_dag_run reads for every run, is checked there.
+BEGIN;
+SELECT plan(4);
+SELECT is(harvest.register_dags('[{"dag_name": "jn", "queue": "q", "tasks": [], "max_active_runs": 2.0}]'), 1,
+          'register_dags(): max_active_runs 2.0 registers');
+SELECT is((SELECT d.max_active_runs FROM harvest.dags AS d WHERE d.dag_name = 'jn'), 2, '... as 2');
+SELECT throws_ok($$SELECT harvest.register_dags('[{"dag_name": "jn2", "queue": "q", "tasks": [], "max_active_runs": 2.5}]')$$,
+                 'HR001', 'DAG jn2: max_active_runs must be a whole number from 1 to 2147483647, got 2.5',
+                 '... 2.5 is HR001 naming it (it was 22P02)');
+SELECT throws_ok($$SELECT harvest.register_dags('[{"dag_name": "jn2", "queue": "q",
+                                                   "tasks": [{"task": "t", "retry": {"max_attempts": "2"}}]}]')$$,
+                 'HR001', 'DAG jn2 task t: retry.max_attempts must be a whole number from 0 to 2147483647, got "2"',
+                 '... a task''s retry.max_attempts in a string too (get_dag_run cast it at every read)');
+SELECT * FROM finish();
+ROLLBACK;

@@ -2605,3 +2605,32 @@ SELECT is(pg_temp.mutex_keys_locked(), ARRAY['m1', 'm2', 'm3', 'm4', 'm5'],
           '_lock_runs_and_mutexes(p_runs): those runs too, and the keys they hold (their shared pass)');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- Numbers of a decision's commands by the one rule for a JSON field (core.sql, _json_integer):
+-- an integral 2.0 is 2 wherever it is read later; a fraction, a string or a number out of range
+-- is HR001 naming the field, where it was cast raw (22P02) or rounded.
+BEGIN;
+SELECT plan(7);
+SELECT pg_temp.start_activity('jn_p', 'wf', 'wq_jn_p', 'act', 'aq_jn_p', '[]', '{"priority": 2.0}', p_claim => false);
+SELECT is((SELECT t.priority FROM harvest.tasks AS t WHERE t.id = pg_temp.task('jn_p')), 2,
+          'schedule_activity: options.priority 2.0 queues the task at priority 2 (it was 22P02 at the insert)');
+SELECT pg_temp.start_run('jn_s', 'wf', 'wq_jn_s');
+SELECT throws_ok($$SELECT pg_temp.decide('jn_s', '[{"type": "start_timer", "seq": 2.5, "duration": 5}]')$$,
+                 'HR001', 'command start_timer: seq must be a whole number from -2147483648 to 2147483647, got 2.5',
+                 'a command''s seq of 2.5 is HR001 (a jsonb cast rounded it to 3)');
+SELECT throws_ok($$SELECT pg_temp.decide('jn_s', '[{"type": "start_timer", "seq": 1, "duration": -1}]')$$,
+                 'HR001', 'command start_timer (seq 1): duration must be a number from 0 to 3155760000, got -1',
+                 'start_timer: a duration out of range is HR001 naming it');
+SELECT throws_ok($$SELECT pg_temp.decide('jn_s', '[{"type": "start_timer", "seq": 1, "duration": 1e400}]')$$,
+                 'HR001', NULL, '... and one no interval holds (it overflowed make_interval)');
+SELECT throws_ok($$SELECT pg_temp.decide('jn_s', '[{"type": "start_child_workflow", "seq": 1, "workflow_name": "c",
+                                                    "shard": "0"}]')$$,
+                 'HR001', 'command start_child_workflow (seq 1): shard must be a whole number from 0 to 65535, got "0"',
+                 'start_child_workflow: a shard in a string is HR001 (it was ignored: the child started here)');
+SELECT is(pg_temp.decide('jn_s', '[{"type": "start_timer", "seq": 1.0, "duration": 60.0},
+                                   {"type": "cancel_timer", "seq": 2, "timer_seq": 1.0}]'), 'RUNNING',
+          'start_timer: seq 1.0 and duration 60.0 are taken as 1 and 60');
+SELECT is((SELECT (e.event_type, e.event_data ->> 'timer_seq')::text FROM pg_temp.last_event(pg_temp.run('jn_s')) AS e),
+          '(TimerCancelled,1)', 'cancel_timer: timer_seq 1.0 cancels timer 1 (it was 22P02)');
+SELECT * FROM finish();
+ROLLBACK;

@@ -3,7 +3,7 @@
 -- harvest._after_gated_claim, harvest._flow_release, harvest._supersede, harvest._superseded_runs,
 -- harvest._live_keyed_runs, harvest.list_concurrency_keys.
 BEGIN;
-SELECT plan(41);
+SELECT plan(42);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -37,7 +37,10 @@ SELECT is(harvest.declare_flow_policies('{"workflows": {"wf_defer": {"concurrenc
     "activities": {"capped": {"max_concurrent": 1, "concurrency_key": "k1"}}}'), 3,
           'declare_flow_policies() writes each declared policy');
 SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"workflows": {"x": {"concurrency": {"key": "input", "limit": 0}}}}')$$,
-                 'HR001', 'workflow x: concurrency limit must be >= 1', 'a limit below 1: HR001');
+                 'HR001', 'workflow x: concurrency.limit must be a whole number from 1 to 2147483647, got 0',
+                 'a limit below 1: HR001, naming the field');
+SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"workflows": {"x": {"concurrency": {"key": "input"}}}}')$$,
+                 'HR001', 'workflow x: concurrency needs a limit, a whole number of at least 1', '... and no limit');
 SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"workflows": {"x": {"concurrency": {"key": "input", "limit": 1, "on_conflict": "nope"}}}}')$$,
                  'HR001', NULL, 'an unknown on_conflict: HR001');
 
@@ -179,9 +182,9 @@ SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at,
                  'an INSERT of an unknown status is refused (the status stays a CHECK)');
 SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, activity_name, options)
                    SELECT id, 'activity', 'rq', now(), now(), 1, 'a', '{"concurrency_key": "k", "max_concurrent": 0}'
-                   FROM rules_run$$, '23514',
-                 'new row for relation "tasks" violates check constraint "tasks_concurrency_limit_check"',
-                 'an activity whose options give a concurrency limit of 0 is refused');
+                   FROM rules_run$$, 'HR001',
+                 'options.max_concurrent must be a whole number from 1 to 2147483647, got 0',
+                 'an activity whose options give a concurrency limit of 0 is refused, naming the option');
 SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, activity_name, options)
                    SELECT id, 'activity', 'rq', now(), now(), 1, 'a', '{"priority_aging_secs": -1}' FROM rules_run$$, '23514',
                  'new row for relation "tasks" violates check constraint "tasks_priority_aging_secs_check"',
@@ -321,5 +324,29 @@ SELECT is(cardinality(harvest._supersede('sb_c', 'k', 1, '00000000-0000-4000-800
           '_supersede(): the next admission of the key sheds the excess');
 SELECT is((SELECT status FROM harvest.executions WHERE workflow_id = 'sb-1'), 'CANCELLED',
           '_supersede(): a paused run is superseded too (non-terminal, not in a slot)');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- A flow policy's numbers by the one rule for a JSON field (core.sql, _json_integer), when it is
+-- declared: a limit of 2.0 is 2 at every start and listing (a raw ::integer cast failed each
+-- with 22P02), a fraction or a string is refused naming the field.
+BEGIN;
+SELECT plan(6);
+SELECT is(harvest.declare_flow_policies('{"workflows": {"jn": {"concurrency": {"key": "input", "limit": 1.0,
+                                                                            "on_conflict": "cancel_running"}}}}'), 1,
+          'declare_flow_policies(): a concurrency limit of 1.0 is declared');
+SELECT harvest.start_workflow('jn', '["k"]', 'jn-1', 'jq');
+SELECT harvest.start_workflow('jn', '["k"]', 'jn-2', 'jq');
+SELECT is((SELECT array_agg(e.status ORDER BY e.workflow_id) FROM harvest.executions AS e WHERE e.workflow_name = 'jn'),
+          ARRAY['CANCELLED', 'RUNNING'], '... a start under it supersedes as limit 1 (it was 22P02)');
+SELECT is((SELECT c.max_concurrent FROM harvest.list_concurrency_keys('k') AS c), 1, '... and lists it as 1');
+SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"workflows": {"x": {"concurrency": {"key": "input", "limit": "2"}}}}')$$,
+                 'HR001', 'workflow x: concurrency.limit must be a whole number from 1 to 2147483647, got "2"',
+                 '... a limit in a string is HR001 naming it');
+SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"activities": {"a": {"max_concurrent": 1.5, "concurrency_key": "k"}}}')$$,
+                 'HR001', 'activity a: max_concurrent must be a whole number from 1 to 2147483647, got 1.5',
+                 '... an activity''s max_concurrent of 1.5 too');
+SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"activities": {"a": {"rate_limit": {"rps": "5"}}}}')$$,
+                 'HR001', NULL, '... and a rate in a string');
 SELECT * FROM finish();
 ROLLBACK;

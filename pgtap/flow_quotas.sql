@@ -143,3 +143,20 @@ SELECT is(has_function_privilege('harvest_reader', 'harvest._dead_letter_quota_k
           '_dead_letter_quota_key() is a trigger''s: no role executes it');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- A quota's limits by the one rule for a JSON field (core.sql, _json_bigint): 1.0 is 1 at every
+-- start (a raw ::bigint cast failed each with 22P02), a string is refused when declared.
+BEGIN;
+SELECT plan(3);
+SELECT harvest.declare_flow_policies('{"workflows": {"jn": {"quota": {"key": "input", "max_active_executions": 1.0}}}}');
+SELECT harvest.start_workflow('jn', '["k"]', 'jn-1', 'jq');
+SELECT throws_ok($$SELECT harvest.start_workflow('jn', '["k"]', 'jn-2', 'jq')$$, 'HR006', NULL,
+                 '_check_quota(): max_active_executions 1.0 is a quota of 1');
+SELECT throws_ok($$SELECT harvest._check_quota('jn', 'k2', '{"max_dead_letters": "3"}')$$, 'HR001',
+                 'workflow jn: quota.max_dead_letters must be a whole number from 0 to 9223372036854775807, got "3"',
+                 '... a limit in a string is HR001 naming it');
+SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"workflows": {"x": {"quota": {"key": "input", "max_history_bytes": 1.5}}}}')$$,
+                 'HR001', 'workflow x: quota.max_history_bytes must be a whole number from 0 to 9223372036854775807, got 1.5',
+                 'declare_flow_policies() refuses it first');
+SELECT * FROM finish();
+ROLLBACK;

@@ -194,3 +194,17 @@ SELECT is((SELECT p.execution_id FROM harvest.payloads AS p WHERE p.id = '000000
           '_release_pending_start(): the payloads its input references go to the run it starts');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- A start gate's numbers by the one rule for a JSON field (core.sql, _json_integer), when declared.
+BEGIN;
+SELECT plan(3);
+SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"workflows": {"x": {"batch": {"max_size": 2.5, "window_secs": 1}}}}')$$,
+                 'HR001', 'workflow x: batch.max_size must be a whole number from 1 to 2147483647, got 2.5',
+                 '_check_start_gates(): a batch of 2.5 starts is HR001 naming it (it was 22P02)');
+SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"workflows": {"x": {"throttle": {"rps": "5"}}}}')$$,
+                 'HR001', 'workflow x: throttle.rps must be a number from 0 to Infinity, got "5"',
+                 '... a rate in a string (a raw cast took it)');
+SELECT is(harvest.declare_flow_policies('{"workflows": {"x": {"batch": {"max_size": 2.0, "window_secs": 1}}}}'), 1,
+          '... a batch of 2.0 starts is declared');
+SELECT * FROM finish();
+ROLLBACK;

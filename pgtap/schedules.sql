@@ -54,7 +54,7 @@ SELECT throws_ok($$SELECT harvest.create_schedule('lower_tz', 'wf', p_cron => '*
                  'HR001', 'schedule lower_tz: timezone ''europe/paris'' is unknown',
                  'a zone name in another case (or an abbreviation, a POSIX rule) is HR001');
 SELECT throws_ok($$SELECT harvest.create_schedule('nan', 'wf', p_interval_secs => 60, p_jitter_secs => 'NaN')$$,
-                 'HR001', 'schedule nan: jitter_secs must be 0 to 3155760000 (100 years), got NaN',
+                 'HR001', 'schedule nan: jitter_secs must be a number from 0 to 3155760000, got "NaN"',
                  'a jitter of NaN is HR001');
 SELECT throws_ok($$SELECT harvest.create_schedule('w', 'wf', p_interval_secs => 60,
                                                   p_catchup_window_secs => 100000000000)$$,
@@ -449,5 +449,32 @@ SELECT lives_ok($$SELECT harvest.update_schedule('ta_sched', '{"overlap": "cance
 RESET ROLE;
 SELECT is((SELECT overlap FROM harvest.schedules WHERE name = 'ta_sched'), 'cancel_other', '... which is stored');
 
+SELECT * FROM finish();
+ROLLBACK;
+
+-- A schedule spec's numbers and booleans by the one rule for a JSON field (core.sql,
+-- _json_integer): 60.0 is 60; a fraction, a string or a number is HR001 naming the field (a raw
+-- cast took "60" and "yes", and refused 2.5 with a message that named no field).
+BEGIN;
+SELECT plan(6);
+SELECT harvest.declare_schedules('[{"name": "jn", "workflow_name": "wf", "interval_secs": 60.0,
+                                   "max_active_runs": 2.0, "catchup_window_secs": 1e2}]');
+SELECT is((SELECT (s.interval_secs, s.max_active_runs, s.catchup_window_secs)::text FROM harvest.schedules AS s
+           WHERE s.name = 'jn'),
+          '(60,2,100)', 'declare_schedules(): interval_secs 60.0, max_active_runs 2.0 and 1e2 are 60, 2 and 100');
+SELECT throws_ok($$SELECT harvest.declare_schedules('[{"name": "jn2", "workflow_name": "wf", "interval_secs": 2.5}]')$$,
+                 'HR001', 'schedule jn2: interval_secs must be a whole number from 1 to 3155760000, got 2.5',
+                 '... a fraction of a second is HR001 naming the field');
+SELECT throws_ok($$SELECT harvest.declare_schedules('[{"name": "jn2", "workflow_name": "wf", "interval_secs": "60"}]')$$,
+                 'HR001', NULL, '... a number in a string too');
+SELECT throws_ok($$SELECT harvest.declare_schedules('[{"name": "jn2", "workflow_name": "wf", "interval_secs": 60,
+                                                       "catchup": "yes"}]')$$,
+                 'HR001', 'schedule jn2: catchup must be true or false, got "yes"', '... catchup "yes" (a raw cast took it)');
+SELECT throws_ok($$SELECT harvest._check_schedule_spec('{"name": "jn2", "workflow_name": "wf", "interval_secs": 60,
+                                                          "paused": 1}')$$,
+                 'HR001', NULL, '_check_schedule_spec(): paused 1');
+SELECT throws_ok($$SELECT harvest.update_schedule('jn', '{"max_active_runs": 1.5}')$$,
+                 'HR001', 'schedule jn: max_active_runs must be a whole number from 1 to 2147483647, got 1.5',
+                 'update_schedule(): the same rule');
 SELECT * FROM finish();
 ROLLBACK;

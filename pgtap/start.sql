@@ -653,7 +653,8 @@ SELECT is((SELECT a -> 'start' FROM fn_filled),
           '{"workflow_name": "fn_one", "workflow_id": "fo-1", "input": [["x"]], "reuse_policy": "reject_duplicate"}',
           '_start_admission(): a start that fills a batch starts that batch''s run');
 SELECT throws_ok($$SELECT harvest._start_admission('{"workflow_name": "fn_paced", "queue": "fn_q", "priority": 1.5}')$$,
-                 '22P02', NULL, '_start_admission(): the element''s own errors, before its gate');
+                 'HR001', 'start 1: priority must be a whole number from -2147483648 to 2147483647, got 1.5',
+                 '_start_admission(): the element''s own errors, before its gate (a fraction of a priority: HR001 naming it)');
 SELECT results_eq($$SELECT execution_id, workflow_id, status, started_fresh FROM harvest._start_admitted(
         '{"action": "deferred", "workflow_id": "fa-1"}', '{"workflow_name": "fn_paced"}')$$,
     $$VALUES (NULL::uuid, 'fa-1'::text, 'DEFERRED'::text, false)$$, '_start_admitted(): a deferred start: no execution');
@@ -826,5 +827,27 @@ SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p
                     AND obj_description(p.oid, 'pg_proc') IS NULL$$,
                 'every public function of functions/start.sql has a COMMENT ON FUNCTION');
 
+SELECT * FROM finish();
+ROLLBACK;
+
+-- The numbers of a start_workflows element by the one rule for a JSON field (core.sql,
+-- _json_integer): HR001 naming the start and the field, not 22P02 at a raw cast.
+BEGIN;
+SELECT plan(5);
+SELECT harvest.start_workflows('[{"workflow_name": "jn", "workflow_id": "jn-1", "priority": 2.0}]');
+SELECT is((SELECT t.priority FROM harvest.executions AS e JOIN harvest.tasks AS t ON t.execution_id = e.id
+           WHERE e.workflow_id = 'jn-1'),
+          2, 'start_workflows(): a priority of 2.0 is 2 (it was 22P02)');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "jn", "workflow_id": "jn-2"},
+                                                          {"workflow_name": "jn", "workflow_id": "jn-3", "priority": "3"}]')$$,
+                 'HR001', 'start 2: priority must be a whole number from -2147483648 to 2147483647, got "3"',
+                 '... a priority in a string is HR001 naming the start and the field');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "jn", "workflow_id": "jn-4", "shard": true}]')$$,
+                 'HR001', NULL, '... a shard that is no number too');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "jn", "workflow_id": "jn-5", "run_timeout": "30"}]')$$,
+                 'HR001', 'start 1: run_timeout must be a number from 0 to 3155760000, got "30"',
+                 '... and a timeout in a string (a raw cast took it as 30 s)');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "jn", "workflow_id": "jn-6", "execution_timeout": 1e400}]')$$,
+                 'HR001', NULL, '... or one no double holds (22003)');
 SELECT * FROM finish();
 ROLLBACK;

@@ -571,6 +571,17 @@ def from_database_error(exc: Exception) -> HarvestError | None:
             info.get("shard_id"),
             info.get("blockers"),
         )
+    if cls is InvalidArgument:
+        # A field of a JSON argument the SQL refused by its one rule (functions/core.sql,
+        # _refuse_json_value: DETAIL {"field", "given"}): named as a 400's "field" is.
+        try:
+            info = json.loads(getattr(diag, "message_detail", None) or "{}")
+        except ValueError:
+            info = {}
+        refused = cls(advised)
+        if isinstance(info, dict) and isinstance(info.get("field"), str):
+            refused.field = info["field"]  # type: ignore[attr-defined]
+        return refused
     if cls is PermissionDenied:
         return PermissionDenied(
             f"{message} (the database role lacks this right; "
