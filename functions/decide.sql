@@ -382,7 +382,10 @@ AS $$
 BEGIN
     IF jsonb_typeof(p_command -> p_field) IS DISTINCT FROM p_type THEN
         RAISE EXCEPTION 'command % needs "%" as a JSON %, got %', p_command ->> 'type', p_field,
-            p_type, coalesce(jsonb_typeof(p_command -> p_field), 'nothing') USING ERRCODE = 'HR001';
+            p_type, coalesce(jsonb_typeof(p_command -> p_field), 'nothing') USING ERRCODE = 'HR001',
+            -- (as core.sql's _refuse_json_value names a field: InvalidArgument.field, a 400's "field")
+            DETAIL = jsonb_build_object('field', p_field,
+                                        'given', left(coalesce((p_command -> p_field)::text, 'nothing'), 100))::text;
     END IF;
     RETURN p_command -> p_field;
 END;
@@ -413,7 +416,8 @@ $$;
 -- above 0 and at most 100 years (3155760000), as harvest.core.durations bounds it;
 -- priority and retry.max_attempts 32-bit integers; retry intervals 0 to 100 years;
 -- backoff a number; dead_letter a boolean; rate_limit an object with rps above 0 and
--- burst at least 1; null anywhere the default. One jsonpath, a constant of the cached
+-- burst at least 1 (backoff, rps and burst at most 1e300 in size: a double's range, 1e400 was
+-- 22003 at every claim of the queue); null anywhere the default. One jsonpath, a constant of the cached
 -- plan: strict, so an array is not unwrapped into its element and a key that is absent
 -- only leaves its exists() unknown (lax, or strict without exists(), was 1.1-2.2x dearer on
 -- the SDK's options). _activity_scheduled names the value out of place with the same
@@ -439,11 +443,11 @@ AS $$
                                             || @.floor() != @ || @ < -2147483648 || @ > 2147483647))
                 || exists(@.initial_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000))
                 || exists(@.max_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000))
-                || exists(@.backoff ? (@.type() != "number" && @.type() != "null"))))
+                || exists(@.backoff ? (@.type() != "number" && @.type() != "null" || @ < -1e300 || @ > 1e300))))
             || exists(@.rate_limit ? (@.type() != "object" && @.type() != "null"
                 || @.type() == "object" && !exists(@.keyvalue() ? (@.key == "rps"))
-                || exists(@.rps ? (@.type() != "number" || @ <= 0))
-                || exists(@.burst ? (@.type() != "number" && @.type() != "null" || @ < 1)))))', false)
+                || exists(@.rps ? (@.type() != "number" || @ <= 0 || @ > 1e300))
+                || exists(@.burst ? (@.type() != "number" && @.type() != "null" || @ < 1 || @ > 1e300)))))', false)
 $$;
 
 -- The checks of a schedule_activity command that do not read its options (see
@@ -517,15 +521,15 @@ BEGIN
                  'strict $.retry.initial_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000)'),
                 ('retry.max_interval', 'a number of seconds from 0 to 3155760000 (100 years), or null',
                  'strict $.retry.max_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000)'),
-                ('retry.backoff', 'a number, or null',
-                 'strict $.retry.backoff ? (@.type() != "number" && @.type() != "null")'),
+                ('retry.backoff', 'a number (of a double''s range, up to 1e300), or null',
+                 'strict $.retry.backoff ? (@.type() != "number" && @.type() != "null" || @ < -1e300 || @ > 1e300)'),
                 ('rate_limit', 'a JSON object {rps, burst, key}, or null',
                  'strict $.rate_limit ? (@.type() != "object" && @.type() != "null")'),
-                ('rate_limit.rps', 'a number above 0',
+                ('rate_limit.rps', 'a number above 0, up to 1e300',
                  'strict $.rate_limit ? (@.type() == "object" && !exists(@.keyvalue() ? (@.key == "rps"))
-                                         || exists(@.rps ? (@.type() != "number" || @ <= 0)))'),
-                ('rate_limit.burst', 'a number of at least 1, or null',
-                 'strict $.rate_limit.burst ? (@.type() != "number" && @.type() != "null" || @ < 1)')
+                                         || exists(@.rps ? (@.type() != "number" || @ <= 0 || @ > 1e300)))'),
+                ('rate_limit.burst', 'a number from 1 to 1e300, or null',
+                 'strict $.rate_limit.burst ? (@.type() != "number" && @.type() != "null" || @ < 1 || @ > 1e300)')
             ) AS r (field, accepts, bad)
         LOOP
             IF coalesce((p_command -> 'options') @? v_rule.bad, false) THEN
@@ -533,7 +537,12 @@ BEGIN
                     v_rule.field, v_rule.accepts,
                     coalesce((p_command #> ('{options,' || replace(v_rule.field, '.', ',') || '}')::text[])::text,
                              'nothing')
-                    USING ERRCODE = 'HR001', HINT = 'see docs/internals.md ("Commands") for the option shapes';
+                    USING ERRCODE = 'HR001', HINT = 'see docs/internals.md ("Commands") for the option shapes',
+                    -- (as core.sql's _refuse_json_value names a field: InvalidArgument.field, a 400's "field")
+                    DETAIL = jsonb_build_object(
+                        'field', 'options.' || v_rule.field,
+                        'given', left(coalesce((p_command #> ('{options,' || replace(v_rule.field, '.', ',')
+                                                              || '}')::text[])::text, 'nothing'), 100))::text;
             END IF;
         END LOOP;
         RAISE EXCEPTION 'command schedule_activity (seq %) has options out of place: %', p_seq,

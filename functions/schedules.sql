@@ -155,7 +155,7 @@ BEGIN
             v_spec ->> 'cron', (v_spec ->> 'interval_secs')::bigint, v_spec ->> 'timezone',
             (v_spec ->> 'max_active_runs')::integer, v_spec ->> 'overlap', (v_spec ->> 'catchup')::boolean,
             (v_spec ->> 'catchup_window_secs')::bigint, (v_spec ->> 'jitter_secs')::double precision,
-            coalesce((p_spec -> 'paused')::boolean, false), p_declared, v_now, v_now, v_now  -- (checked above)
+            coalesce(harvest._json_boolean(p_spec -> 'paused', 'paused'), false), p_declared, v_now, v_now, v_now
         ) ON CONFLICT ON CONSTRAINT schedules_name_key DO NOTHING
         RETURNING * INTO schedule;
         IF FOUND THEN
