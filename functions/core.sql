@@ -267,7 +267,11 @@ CREATE OR REPLACE FUNCTION harvest._json_bigint(
 RETURNS bigint
 LANGUAGE sql STABLE
 AS $$
+    -- (The usual value first, a number written without a fraction: each mention of p_value is its
+    -- caller's extraction again, so the fewer tests before the answer the better.)
     SELECT CASE
+        WHEN jsonb_typeof(p_value) = 'number' AND scale(p_value::numeric) = 0
+             AND p_value::numeric BETWEEN p_min AND p_max THEN p_value::numeric::bigint
         WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN NULL
         WHEN jsonb_typeof(p_value) = 'number' AND p_value::numeric BETWEEN p_min AND p_max
              AND p_value::numeric = trunc(p_value::numeric) THEN p_value::numeric::bigint
