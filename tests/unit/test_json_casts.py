@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+from harvest import Batch, Quota, RateLimit, RetryPolicy, Throttle
+from harvest.core.errors import InvalidArgument
 from harvest.db.paths import functions_dir
+from harvest.declare.definitions import check_priority
 
 CAST = re.compile(
     r"\(\s*(?P<source>[\w.]+(?:\[\d+\])?)\s*(?:->>|#>>|->|#>)\s*'[^']*'\s*\)\s*::\s*"
@@ -85,3 +90,25 @@ def test_the_pattern_finds_the_casts_it_forbids() -> None:
         "(p_commands[1] #>> '{options,priority}')::int",
     ):
         assert CAST.search(text), text
+
+
+def test_the_python_checks_refuse_what_the_sql_refuses() -> None:
+    """What a Python declaration lets through, the SQL's rule takes: the Python side is the
+    stricter (an ``int`` where a count goes, no float; rates and sizes at most 1e300, which the
+    SQL's _json_number and the activity options' check refuse past)."""
+    refused = [
+        lambda: RateLimit(rps=1e301),
+        lambda: RateLimit(rps=1, burst=1e301),
+        lambda: Throttle(rps=1e301),
+        lambda: RetryPolicy(max_attempts=2.5),
+        lambda: RetryPolicy(max_attempts="3"),
+        lambda: RetryPolicy(backoff=1e301),
+        lambda: Quota(key="input", max_active_executions=1.5),
+        lambda: Batch(max_size=2.5, window=1),
+        lambda: check_priority(2**31),
+        lambda: check_priority(True),
+    ]
+    for make in refused:
+        with pytest.raises(InvalidArgument):
+            make()
+    assert RateLimit(rps=1e300).rps == 1e300

@@ -120,6 +120,11 @@ class RateLimit:
         }
 
 
+# The largest rate or size the SQL takes (functions/core.sql, _json_number; an activity's
+# options, functions/decide.sql): past it a double's range ends, and 1e308 failed its casts.
+MAX_NUMBER = 1e300
+
+
 def _positive_number(value: Any, what: str, minimum: float = 0.0, strict: bool = True) -> float:
     # A finite number only: NaN compares false everywhere and infinity is no rate or size.
     if (
@@ -127,9 +132,11 @@ def _positive_number(value: Any, what: str, minimum: float = 0.0, strict: bool =
         or isinstance(value, bool)
         or not math.isfinite(value)
         or not (value > minimum if strict else value >= minimum)
+        or value > MAX_NUMBER
     ):
         raise InvalidArgument(
-            f"{what}: expected a number {'>' if strict else '>='} {minimum:g}, got {value!r}"
+            f"{what}: expected a number {'>' if strict else '>='} {minimum:g} and at most {MAX_NUMBER:g}, "
+            f"got {value!r}"
         )
     return value
 
