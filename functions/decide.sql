@@ -415,7 +415,8 @@ $$;
 -- waited, so each is held here to what those readers take: a timeout a number of seconds
 -- above 0 and at most 100 years (3155760000), as harvest.core.durations bounds it;
 -- priority and retry.max_attempts 32-bit integers; retry intervals 0 to 100 years;
--- backoff a number; dead_letter a boolean; rate_limit an object with rps above 0 and
+-- backoff a number; dead_letter a boolean; priority_aging_secs a timeout's range and
+-- max_concurrent an integer of at least 1 (the task's insert trigger casts them); rate_limit an object with rps above 0 and
 -- burst at least 1 (backoff, rps and burst at most 1e300 in size: a double's range, 1e400 was
 -- 22003 at every claim of the queue); null anywhere the default. One jsonpath, a constant of the cached
 -- plan: strict, so an array is not unwrapped into its element and a key that is absent
@@ -438,6 +439,9 @@ AS $$
             || exists(@.priority ? (@.type() != "number" && @.type() != "null"
                                     || @.floor() != @ || @ < -2147483648 || @ > 2147483647))
             || exists(@.dead_letter ? (@.type() != "boolean" && @.type() != "null"))
+            || exists(@.priority_aging_secs ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000))
+            || exists(@.max_concurrent ? (@.type() != "number" && @.type() != "null"
+                                          || @.floor() != @ || @ < 1 || @ > 2147483647))
             || exists(@.retry ? (@.type() != "object" && @.type() != "null"
                 || exists(@.max_attempts ? (@.type() != "number" && @.type() != "null"
                                             || @.floor() != @ || @ < -2147483648 || @ > 2147483647))
@@ -513,6 +517,11 @@ BEGIN
                                        || @.floor() != @ || @ < -2147483648 || @ > 2147483647)'),
                 ('dead_letter', 'a JSON boolean, or null',
                  'strict $.dead_letter ? (@.type() != "boolean" && @.type() != "null")'),
+                ('priority_aging_secs', 'a number of seconds above 0, at most 3155760000 (100 years), or null',
+                 'strict $.priority_aging_secs ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000)'),
+                ('max_concurrent', 'an integer from 1 to 2147483647, or null',
+                 'strict $.max_concurrent ? (@.type() != "number" && @.type() != "null"
+                                             || @.floor() != @ || @ < 1 || @ > 2147483647)'),
                 ('retry', 'a JSON object, or null', 'strict $.retry ? (@.type() != "object" && @.type() != "null")'),
                 ('retry.max_attempts', 'an integer (a 32-bit one; 0: no limit), or null',
                  'strict $.retry.max_attempts ? (@.type() != "number" && @.type() != "null"

@@ -91,6 +91,14 @@ FIELDS = [
     Field("options.start_to_close", "number", _options('{"start_to_close": @V@}'), "30", "decide"),
     Field("options.dead_letter", "boolean", _options('{"dead_letter": @V@}'), "false", "decide"),
     Field("options.retry.backoff", "number", _options('{"retry": {"backoff": @V@}}'), "2", "decide"),
+    Field("options.priority_aging_secs", "number", _options('{"priority_aging_secs": @V@}'), "1.5", "decide"),
+    Field(
+        "options.max_concurrent",
+        "integer",
+        _options('{"max_concurrent": @V@, "concurrency_key": "k"}'),
+        "2.0",
+        "decide",
+    ),
     Field("options.rate_limit.rps", "number", _options('{"rate_limit": {"rps": @V@}}'), "5.0", "decide"),
     Field(
         "options.rate_limit.burst",
