@@ -51,8 +51,8 @@ SELECT ok(pg_temp.row_of('xl1') IS NULL AND pg_temp.run('xl1') IS NOT NULL,
           'is started here, as today, with no lifecycle row');
 SELECT isnt(pg_temp.start_run('xbad', 'xs_parent', 'xq_xbad'), NULL, 'setup: a third parent');
 SELECT throws_ok($$SELECT pg_temp.decide('xbad', jsonb_build_array(pg_temp.child(1, 'xb1') || '{"shard": 70000}'))$$,
-                 'HR001', 'shard 70000 is out of range: a shard number is 0..65535',
-                 'a shard out of range is refused');
+                 'HR001', 'command start_child_workflow (seq 1): shard must be a whole number from 0 to 65535, got 70000',
+                 'a shard out of range is refused, naming the field');
 
 -- ------------------------------------------------------------ claim, release, advance
 SELECT results_eq($$SELECT workflow_id FROM harvest.claim_cross_shard_children(10, 30) ORDER BY workflow_id$$,
