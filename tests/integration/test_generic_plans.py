@@ -532,7 +532,7 @@ TRAPS = [
         Statement(
             "_decide_cancel_timer",
             r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
-            {"p_execution.id": "uuid", "p_command": "jsonb"},
+            {"p_execution.id": "uuid", "v_timer_seq": "integer"},
         ),
         {"tasks": {"tasks_execution_seq"}},
         "decide.sql (cancel_timer): `t.kind = 'timer'` implies the predicate of the partial index "
