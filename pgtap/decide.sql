@@ -7,14 +7,15 @@
 -- (the rules both ways of taking a claimed task apply), harvest._lock_claimed_task, harvest._require, the
 -- checks of the external signal and cancel commands, harvest._lock_decision_start_keys
 -- (the start locks a decision takes before its run's row), harvest._activity_scheduled,
--- harvest._activity_command_ok, harvest._activity_scheduled_data, harvest._queue_activities and
+-- harvest._activity_command_ok, harvest._activity_priority, harvest._activity_scheduled_data,
+-- harvest._queue_activities and
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT),
 -- harvest._lock_batch_mutexes (a group commit's runs and mutex keys, before its first decision),
 -- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
-SELECT plan(353);
+SELECT plan(354);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1938,6 +1939,13 @@ SELECT is(harvest._activity_scheduled_data('dq_cmd_fn', 11,
           jsonb_build_object('seq', 11, 'name', 'q1', 'input', '[1]'::jsonb, 'queue', 'dq_cmd_fn',
                              'options', '{"priority": 3}'::jsonb),
           '_activity_scheduled_data() returns the ActivityScheduled data');
+-- _activity_priority: a checked command's priority, 2.0 as 2, none or null as 0.
+SELECT results_eq(
+    $$SELECT harvest._activity_priority(c::jsonb) FROM unnest(ARRAY[
+        '{"options": {"priority": 2.0}}', '{"options": {"priority": -7}}', '{"options": {"priority": null}}',
+        '{"options": {}}', '{}']) WITH ORDINALITY AS u (c, n) ORDER BY n$$,
+    $$VALUES (2), (-7), (0), (0), (0)$$,
+    '_activity_priority(): 2.0 is 2, a missing or null priority is 0');
 -- _acts_on_own_run: a decision whose commands act on its own run only (the held run rows
 -- may wait for it); anything else, and anything not an array, may act on another.
 SELECT results_eq(
