@@ -137,7 +137,7 @@ class BatchTally:
 
     def total(self, key: str) -> int:
         extra = self.unplaced_failures if key == "failed" else 0
-        return extra + sum(getattr(t, key) for t in self.shards.values())
+        return extra + sum(int(getattr(t, key)) for t in self.shards.values())
 
     def as_dict(self) -> dict[str, Any]:
         """The summary every face answers (the CLI's JSON, the HTTP route's body)."""
