@@ -8,12 +8,14 @@ import psycopg
 import pytest
 
 from harvest.core.sqlstates import session_ended
+from harvest.db.pools import database_unreachable
 from harvest.db.resend import connection_lost
 from harvest.telemetry.metrics import retry_reason
 
 ENDED = ["08000", "08001", "08003", "08004", "08006", "08007", "08P01"]  # class 08
 ENDED += ["57P01", "57P02", "57P03", "57P05", "25P03"]  # the server ended the session
-ANSWERS = ["40001", "40P01", "55P03", "57014", "57P04", "53300", "23505", "P0001", "HR002", "25P02"]
+ANSWERS = ["40001", "40P01", "55P03", "55000", "55006", "57014", "57P04", "53300", "53200", "53100"]
+ANSWERS += ["58030", "F0000", "HV000", "23505", "P0001", "HR002", "25P02"]
 
 
 @pytest.mark.parametrize("sqlstate", ENDED)
@@ -21,6 +23,7 @@ def test_a_session_that_ended_is_a_lost_connection_to_the_resends_and_the_metric
     exc = psycopg.errors.lookup(sqlstate)("ended")
     assert session_ended(sqlstate)
     assert connection_lost(exc)
+    assert database_unreachable(exc)  # a shard down, a 503, an unavailable shard of a fan-out
     assert retry_reason(exc) == "connection"
 
 
@@ -32,6 +35,7 @@ def test_the_databases_answers_are_not(sqlstate: str) -> None:
     except KeyError:  # a Harvest SQLSTATE: psycopg has no class for it
         exc = psycopg.DatabaseError("an answer")
     assert not connection_lost(exc)
+    assert not database_unreachable(exc)  # the database answered: not a shard down, nor a 503
     assert retry_reason(exc) != "connection"
 
 
@@ -44,3 +48,11 @@ def test_a_client_error_with_no_sqlstate_is_lost_only_when_it_is_a_connection_fa
     assert connection_lost(psycopg.OperationalError("server closed the connection unexpectedly"))
     assert not connection_lost(psycopg.InterfaceError("the connection is closed"))
     assert not connection_lost(psycopg.ProgrammingError("query parameter missing"))
+
+
+def test_a_pool_with_no_connection_is_unreachable_but_a_closed_pool_is_not_resent() -> None:
+    import psycopg_pool
+
+    assert database_unreachable(psycopg_pool.PoolTimeout("couldn't get a connection after 5.00 sec"))
+    assert database_unreachable(psycopg_pool.PoolClosed("the pool is closed"))
+    assert not connection_lost(psycopg_pool.PoolClosed("the pool is closed"))  # the worker is stopping

@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from psycopg_pool.base import AttemptWithBackoff
 
 from harvest.core.errors import DatabaseUnavailable
+from harvest.core.sqlstates import session_ended
 from harvest.db.connection import (
     RedactingAsyncConnection,
     RedactingConnection,
@@ -30,20 +31,49 @@ from harvest.db.connection import (
 )
 
 __all__ = [
-    "TRANSIENT",
     "AsyncConnectionPool",
     "ConnectionPool",
     "RoledPool",
     "ServerUnreachable",
     "cannot_be_reached",
     "connections_by",
+    "database_unreachable",
+    "may_pass",
     "never_sent",
     "open_async_pool",
     "open_pool",
 ]
 
-# A lost connection or a pool with none free in time: the call may succeed if retried.
-TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
+
+def database_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database could not be reached or its connection was lost under
+    the call, rather than the database answering it: the one test of "unavailable" (a shard's
+    ShardUnavailable, the management API's and the dashboard's 503 ``database_unavailable``, a
+    fan-out's ``unavailable_shards``; harvest.db.resend.connection_lost is it less a closed pool).
+
+    Unreachable: the client's own connection failure (an OperationalError with no SQLSTATE: a
+    connect refused, 53300 too many connections included, which libpq reports with none;
+    "server closed the connection unexpectedly"; a pool with no connection in time,
+    PoolTimeout), class 08, and the server ending the session (57P01 to 57P03, ...:
+    harvest.core.sqlstates.session_ended). Not: every other SQLSTATE psycopg also calls an
+    OperationalError (55P03 lock_not_available, 55000 raised by a function, 57014 a statement
+    timeout, 53200 out of memory, 58, F0, HV): the database answered, and the same call will
+    most likely meet the same error again."""
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError)
+    return session_ended(state)
+
+
+def may_pass(exc: BaseException) -> bool:
+    """Whether a later call may not meet ``exc``: the database unreachable
+    (:func:`database_unreachable`), or an error psycopg calls operational that the database
+    answered with (a lock not available, a statement timeout, out of memory). What a worker's
+    claim retries at its next poll; only the first is an outage (a shard marked down)."""
+    return database_unreachable(exc) or isinstance(exc, psycopg.OperationalError)
+
 
 _T = TypeVar("_T")
 

@@ -27,12 +27,11 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import psycopg
 import psycopg_pool
 
 from harvest.core.errors import HarvestError, StaleTask
-from harvest.core.sqlstates import session_ended
 from harvest.db.connection import one_line
+from harvest.db.pools import database_unreachable
 
 log = logging.getLogger("harvest.worker")
 
@@ -56,20 +55,11 @@ class RefusedOnResend(StaleTask):
 
 def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` is a failed connection (the statement may or may not have run) rather
-    than the database's answer: only such a failure is sent again."""
-    if isinstance(exc, HarvestError) or not isinstance(exc, psycopg.Error):
+    than the database's answer: only such a failure is sent again. That is
+    harvest.db.pools.database_unreachable, less a closed pool (the worker is stopping)."""
+    if isinstance(exc, (HarvestError, psycopg_pool.PoolClosed)):
         return False
-    if isinstance(exc, psycopg_pool.PoolClosed):
-        return False  # the worker is closing its pools: stopping
-    state = exc.sqlstate
-    if state is None:
-        # The client's own error: only its connection failures ("server closed the connection
-        # unexpectedly", "consuming input failed", a connect that failed, a pool that had no
-        # connection to lend) are OperationalError.
-        return isinstance(exc, psycopg.OperationalError)
-    # (By SQLSTATE, not psycopg's class: 25P03, a session ended idle in a transaction, is
-    # psycopg's InternalError, as its class 25 is.)
-    return session_ended(state)
+    return database_unreachable(exc)
 
 
 def resend_pause(sends: int) -> float:

@@ -6,8 +6,8 @@ Every read here takes ``apis``, a ``Mapping[int, provider]`` from shard number t
 * a zero-argument callable returning a context manager (an async context manager for the
   async runner) that yields such an object, e.g. ``functools.partial(pools.api, shard)``.
 
-A shard whose connection fails (``harvest.db.pools.TRANSIENT``, ``DatabaseUnavailable``, or a
-``ShardUnavailable``) is named in ``unavailable_shards`` and the read goes on with the others:
+A shard whose connection fails (``harvest.db.pools.database_unreachable``, ``DatabaseUnavailable``,
+or a ``ShardUnavailable``) is named in ``unavailable_shards`` and the read goes on with the others:
 ``status`` is ``"complete"`` (every shard answered), ``"partial"`` (some did) or
 ``"unavailable"`` (none did). Any other error (an ``InvalidArgument`` every shard would raise
 alike, a bug) is raised. Nothing here retries; the caller decides what partial means to it.
@@ -217,20 +217,23 @@ def _is_named_shard_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, HarvestError) and any(c.__name__ == "ShardUnavailable" for c in type(exc).__mro__)
 
 
-def _transient() -> tuple[type[BaseException], ...]:
-    """The driver's connection failures (harvest.db.pools.TRANSIENT) once the driver is loaded:
-    none can be raised before, and a process that reads over HTTP (or prints --help) never loads it."""
+def _unreachable(exc: BaseException) -> bool:
+    """harvest.db.pools.database_unreachable once the driver is loaded: no driver error can be
+    raised before, and a process that reads over HTTP (or prints --help) never loads it."""
     if "psycopg" not in sys.modules:
-        return ()
-    from harvest.db.pools import TRANSIENT
+        return False
+    from harvest.db.pools import database_unreachable
 
-    return TRANSIENT
+    return database_unreachable(exc)
 
 
 def is_shard_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` says the shard could not be read (rather than that the read was wrong)."""
-    return isinstance(exc, (*_transient(), DatabaseUnavailable, TimeoutError)) or _is_named_shard_unavailable(
-        exc
+    """Whether ``exc`` says the shard could not be read (rather than that the read was wrong: an
+    error the shard's database answered with, a statement timeout included, is raised)."""
+    return (
+        isinstance(exc, (DatabaseUnavailable, TimeoutError))
+        or _is_named_shard_unavailable(exc)
+        or _unreachable(exc)
     )
 
 

@@ -24,10 +24,10 @@ from harvest.core.ids import shard_number
 from harvest.core.shared_attempt import SharedAttempt
 from harvest.db.connection import DatabaseError, dsn_with_role, parse_dsn, set_role
 from harvest.db.pools import (
-    TRANSIENT,
     AsyncConnectionPool,
     ConnectionPool,
     cannot_be_reached,
+    database_unreachable,
     open_async_pool,
     open_pool,
 )
@@ -224,7 +224,9 @@ class ShardPools(_Base):
                 if shard not in self._verified:
                     self._verify(shard, SqlApi(conn))
                 yield conn
-        except TRANSIENT as exc:
+        except Exception as exc:
+            if not database_unreachable(exc):
+                raise  # the database's answer (a lock not available, a statement timeout): as it is
             raise unreachable(shard, exc) from None
 
     @contextlib.contextmanager
@@ -232,7 +234,9 @@ class ShardPools(_Base):
         """The SQL API on one connection of ``shard``'s pool, for one or more calls.
 
         ShardUnavailable when the process has no pool for it, no connection comes within
-        ``acquire_timeout``, or the connection is lost during the calls."""
+        ``acquire_timeout``, or the connection is lost during the calls
+        (harvest.db.pools.database_unreachable); an error the database answered with (a lock
+        not available, a statement timeout, a function's own SQLSTATE) is raised as it is."""
         with self.connection(shard) as conn:
             yield SqlApi(conn)
 
@@ -378,7 +382,9 @@ class AsyncShardPools(_Base):
                         fail_fast=self.fail_fast,
                         name=f"shard-{shard}",
                     )
-                except TRANSIENT as exc:
+                except Exception as exc:
+                    if not database_unreachable(exc):
+                        raise
                     raise unreachable(shard, exc) from None
                 self._pools[shard] = pool
             return pool
@@ -394,7 +400,9 @@ class AsyncShardPools(_Base):
                 if shard not in self._verified:
                     await self._verify(shard, AsyncSqlApi.on_connection(conn))
                 yield conn
-        except TRANSIENT as exc:
+        except Exception as exc:
+            if not database_unreachable(exc):
+                raise  # the database's answer (a lock not available, a statement timeout): as it is
             raise unreachable(shard, exc) from None
 
     @contextlib.asynccontextmanager

@@ -3,9 +3,10 @@
 The status and the code come from the one mapping in ``harvest.core.errors`` (SQLSTATE ->
 exception -> exit code -> HTTP status). A database error the SQL API has no class for is a 400
 when the input was invalid (SQLSTATE class 22, or a NUL the driver would not send), a 503 when
-the database could not be reached or has no Harvest schema (not migrated), else a 500 with the
-server's first line; never a stack trace. Retryable errors (a shard down, a run being moved)
-carry ``Retry-After``.
+the database could not be reached (harvest.db.pools.database_unreachable) or has no Harvest
+schema (not migrated), a 504 when a statement timeout (or a cancel) ended the statement
+(57014), else a 500 with the server's first line; never a stack trace. Retryable errors (a
+shard down, a run being moved) carry ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from harvest.db.connection import (
     redact,
     schema_missing,
 )
-from harvest.db.pools import TRANSIENT, ServerUnreachable
+from harvest.db.pools import ServerUnreachable, database_unreachable
 
 log = logging.getLogger("harvest.web")
 
@@ -90,11 +91,19 @@ def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
     }
 
 
+# 57014 query_canceled: the server's statement_timeout ended the statement (or a cancel request
+# did). The database is there and answered: a 504 (the call took too long), not a 503.
+QUERY_CANCELED = "57014"
+
+
 def database_error_status(exc: BaseException) -> int:
     """The status of a database error the SQL API has no class for: 400 when the value was
-    invalid (the caller's input), else 500. The API and the dashboard both answer by it, and the
-    CLI's exit code (2 or 1, harvest.db.connection.database_error_message) by the same rule."""
-    return 400 if invalid_input(exc) else 500
+    invalid (the caller's input), 504 when a statement timeout ended it, else 500. The API and
+    the dashboard both answer by it, and the CLI's exit code (2 or 1,
+    harvest.db.connection.database_error_message) by the same rule."""
+    if invalid_input(exc):
+        return 400
+    return 504 if getattr(exc, "sqlstate", None) == QUERY_CANCELED else 500
 
 
 def error_response(exc: BaseException) -> JSONResponse:
@@ -121,7 +130,7 @@ def error_response(exc: BaseException) -> JSONResponse:
         }.get(status, "http_error")
         content = error_body(code, str(exc.detail))
         headers.update(exc.headers or {})
-    elif isinstance(exc, TRANSIENT):
+    elif database_unreachable(exc):
         status = 503
         # A fail-fast pool's refused connect says what it met (redacted), as a shard's does.
         said = str(exc) if isinstance(exc, ServerUnreachable) else "the database could not be reached"
@@ -134,6 +143,8 @@ def error_response(exc: BaseException) -> JSONResponse:
             headers["Retry-After"] = RETRY_AFTER_SECS
         elif database_error_status(exc) == 400:
             status, code = 400, "invalid_argument"
+        elif database_error_status(exc) == 504:
+            status, code = 504, "query_canceled"
         else:
             status, code = 500, "database_error"
             log.error("harvest: database error %s: %s", getattr(exc, "sqlstate", None), redact(message))

@@ -26,7 +26,7 @@ from harvest.core.errors import DatabaseUnavailable
 from harvest.db import channels
 from harvest.db.connection import connect_async, failure_reason
 from harvest.db.notify import RECONNECT_SECS, Reconnects
-from harvest.db.pools import TRANSIENT
+from harvest.db.pools import database_unreachable
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher, result_batch_size
 from harvest.worker.owners import Owners
 
@@ -36,8 +36,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("harvest.worker")
 
-# The errors that mean "this shard's database cannot be reached now".
-OUTAGE: tuple[type[BaseException], ...] = (*TRANSIENT, DatabaseUnavailable)
+
+def outage(exc: BaseException) -> bool:
+    """Whether ``exc`` means "this shard's database cannot be reached now" (not an error the
+    database answered with: harvest.db.pools.database_unreachable)."""
+    return isinstance(exc, DatabaseUnavailable) or database_unreachable(exc)
+
 
 # A down lane's probe: the first retry after this many seconds, doubling up to the cap.
 PROBE_FIRST_SECS = 0.25
@@ -79,7 +83,7 @@ class ShardLane:
         """Whether ``exc`` is an outage of this shard that the lane now handles (it marks itself
         down, logs once, and probes until it is back). False with one database (the caller logs
         and retries as before) and for any error that is not an outage."""
-        if not self.handles_outages or not isinstance(exc, OUTAGE):
+        if not self.handles_outages or not outage(exc):
             return False
         if not self.down:
             self.down = True
@@ -139,7 +143,7 @@ class ShardLane:
                 raise
             except Exception as exc:
                 message = failure_reason(exc, self.dsn)
-                if isinstance(exc, OUTAGE) or message == refused:
+                if outage(exc) or message == refused:
                     log.debug("shard %d still unavailable: %s", self.shard, message)
                 else:  # it answers, and refuses (another shard's database, an old schema): say so once
                     refused = message

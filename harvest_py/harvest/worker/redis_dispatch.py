@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import ConfigError, RedisUnavailable
 from harvest.db.connection import failure_reason
-from harvest.db.pools import TRANSIENT
+from harvest.db.pools import may_pass
 from harvest.db.redis_channel import MAX_ENTRY_BYTES, RedisChannel, TaskRef
 
 if TYPE_CHECKING:
@@ -280,7 +280,7 @@ class RedisDispatch:
             except Exception as exc:
                 # Not acked: the references stay pending and are taken over later; the rows
                 # meanwhile are the Postgres claim's.
-                if not isinstance(exc, TRANSIENT) and not lane.note_failure(exc, "claiming named tasks"):
+                if not may_pass(exc) and not lane.note_failure(exc, "claiming named tasks"):
                     log.warning("redis dispatch: claiming named tasks failed: %s", failure_reason(exc))
                 return
             for task in claimed:

@@ -57,7 +57,7 @@ from harvest.db.connection import (
     resolve_dsn,
 )
 from harvest.db.migrate import check_schema_async, warn_function_drift_async
-from harvest.db.pools import TRANSIENT, open_async_pool
+from harvest.db.pools import may_pass, open_async_pool
 from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
 from harvest.declare.definitions import App, require_app
@@ -71,7 +71,7 @@ from harvest.worker import scheduler, stopping
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.executors import ActivityExecutors, check_process_activities
-from harvest.worker.lanes import OUTAGE, ShardLane, lane_of
+from harvest.worker.lanes import ShardLane, lane_of, outage
 from harvest.worker.options import (
     WorkerOptions,
     refuse_auto_with_cells,
@@ -520,7 +520,9 @@ class Worker:
         for lane in reachable:
             try:
                 await self.bring_up(lane)  # a ConfigError (another shard's database) ends the start
-            except OUTAGE as exc:
+            except Exception as exc:
+                if not outage(exc):
+                    raise  # an error the database answered with ends the start, as a ConfigError
                 unreachable.append((lane, exc))
             else:
                 up.append(lane)
@@ -831,7 +833,7 @@ class Worker:
             except Exception as exc:
                 if lane.note_failure(exc, "stopping"):
                     continue
-                if not isinstance(exc, (*OUTAGE, TimeoutError)):
+                if not (may_pass(exc) or isinstance(exc, (DatabaseUnavailable, TimeoutError))):
                     raise
                 # One database, down: the stop cannot say so, and need not wait for it.
                 log.warning(
@@ -890,7 +892,9 @@ class Worker:
                         claimed = await lane.sql.claim_tasks(
                             self.worker_id, self.queues, want, self.workflow_lease
                         )
-            except TRANSIENT as exc:
+            except Exception as exc:
+                if not may_pass(exc):
+                    raise
                 self.metrics.transaction_retry("claim", retry_reason(exc))
                 log.warning("claim failed (%s); retrying", failure_reason(exc, lane.dsn))
                 await self._sleep(self.poll_interval)
@@ -1002,9 +1006,17 @@ class Worker:
                     claimed = await lane.sql.claim_tasks(
                         self.worker_id, self.queues, want, self.workflow_lease
                     )
-            except OUTAGE as exc:
-                if not lane.note_failure(exc, "claiming"):
+            except Exception as exc:
+                if lane.note_failure(exc, "claiming"):
+                    continue
+                if not may_pass(exc):
                     raise
+                # The shard answered (a lock not available, a statement timeout): not down; its
+                # claim is made again at the next poll, as one database's is.
+                self.metrics.transaction_retry("claim", retry_reason(exc))
+                log.warning(
+                    "claim on shard %d failed (%s); retrying", lane.shard, failure_reason(exc, lane.dsn)
+                )
                 continue
             free -= len(claimed)
             if await self._took(lane, claimed, want, started):

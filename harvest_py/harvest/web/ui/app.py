@@ -52,7 +52,7 @@ from harvest.core.errors import (
 )
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 from harvest.db.connection import DatabaseError, database_error_message, failure_reason
-from harvest.db.pools import TRANSIENT
+from harvest.db.pools import database_unreachable
 from harvest.declare.schedules import OVERLAP_POLICIES, describe_row
 from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, WORKER_LIMIT_MAX, Merged, fan_out_async
 from harvest.shard.health import shard_health
@@ -173,7 +173,7 @@ def _error_status(exc: BaseException) -> int:
         return 404
     if isinstance(exc, WorkflowNotRunning):
         return 409
-    if isinstance(exc, (DatabaseUnavailable, ExecutionMigrated, *TRANSIENT)):
+    if isinstance(exc, (DatabaseUnavailable, ExecutionMigrated)):
         return 503
     return 409  # another typed refusal: the request conflicts with the engine's state
 
@@ -292,9 +292,9 @@ class Dashboard:
             return self.error(request, exc.status_code, str(exc.detail))
         except HarvestError as exc:
             return self.error(request, getattr(exc, "http_status", None) or _error_status(exc), str(exc))
-        except TRANSIENT:  # the management API answers the same: 503 database_unavailable
-            return self.error(request, 503, "the database of the API tokens could not be reached; retry")
         except DatabaseError as exc:
+            if database_unreachable(exc):  # the management API answers the same: 503 database_unavailable
+                return self.error(request, 503, "the database of the API tokens could not be reached; retry")
             return self._database_error(request, exc, None)
         except Exception as exc:
             # The authorizer's own 401/403 error type (the management API's): its status, if any.
@@ -316,9 +316,11 @@ class Dashboard:
             return principal
         try:
             return await handler(request, principal)
-        except (HarvestError, *TRANSIENT) as exc:  # type: ignore[misc]  # TRANSIENT: exception classes
+        except HarvestError as exc:
             return self.error(request, _error_status(exc), _one_line(exc), principal)
         except DatabaseError as exc:  # not one of ours: the server's first line, never a traceback
+            if database_unreachable(exc):
+                return self.error(request, 503, _one_line(exc), principal)
             return self._database_error(request, exc, principal)
 
     def _database_error(self, request: Request, exc: DatabaseError, principal: Principal | None) -> Response:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 from harvest.config import Config, async_shard_pools, database_url, shard_urls, shards_configured
 from harvest.core.errors import ConfigError
 from harvest.db.connection import set_role
-from harvest.db.pools import TRANSIENT, open_async_pool
+from harvest.db.pools import open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.fanout import AsyncShardReads
 from harvest.shard.router import ShardRouter
@@ -136,8 +136,9 @@ class Source:
         """The SQL API on one connection of ``shard``, in one transaction as ``principal``'s role
         (read only unless ``write``). A read is also one snapshot (REPEATABLE READ): a page that
         reads a run's row, stack and history shows one moment of it, not a RUNNING row over a
-        history that has ended since. A lost or unreachable shard raises ShardUnavailable or one
-        of ``TRANSIENT``, which the fan-out counts as unavailable. The role is the transaction's
+        history that has ended since. A lost or unreachable shard raises ShardUnavailable, which
+        the fan-out counts as unavailable; an error its database answered with (a statement
+        timeout too) is raised as it is. The role is the transaction's
         (SET LOCAL), so behind a transaction-mode pooler it stays on this transaction's server
         connection."""
         async with self.pools.connection(shard) as conn, conn.transaction():
@@ -190,4 +191,4 @@ def _optional_url(config: Config) -> str | None:
         return None
 
 
-__all__ = ["DEFAULT_TIMEOUT", "TRANSIENT", "Source"]
+__all__ = ["DEFAULT_TIMEOUT", "Source"]
