@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
+from worker_helpers import RunningWorker
 
+from harvest import App, Client, Worker, activity, workflow
 from harvest.core.errors import ShardUnavailable
 from harvest.db.pools import open_pool
 from harvest.shard.fanout import fan_out
@@ -175,3 +179,47 @@ def test_a_fan_out_raises_a_shards_sql_error_instead_of_naming_it_unavailable(
             fan_out(providers, lambda api: api.conn.execute("SELECT public.probe()").fetchone())
     finally:
         pools.close()
+
+
+@activity
+async def _double(ctx, n: int) -> int:
+    return n * 2
+
+
+@workflow
+async def _doubled(ctx, n: int) -> int:
+    return await ctx.execute_activity(_double, n)
+
+
+def test_a_sharded_worker_does_not_mark_a_shard_down_for_its_sql_error(
+    two_shards: dict[int, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Shard 1's claim function fails with 55000 (a bug in it): the worker logs the claim's
+    error with its SQLSTATE and claims there again at its next poll, serving shard 0 meanwhile;
+    before, it marked shard 1 down ("shard 1 is unavailable") and probed it as an outage."""
+    caplog.set_level(logging.WARNING, logger="harvest.worker")
+    with psycopg.connect(two_shards[1], autocommit=True) as conn:
+        ((args, result),) = conn.execute(
+            "SELECT pg_get_function_arguments(oid), pg_get_function_result(oid) FROM pg_proc "
+            "WHERE pronamespace = 'harvest'::regnamespace AND proname = 'claim_tasks'"
+        ).fetchall()
+        conn.execute(
+            f"CREATE OR REPLACE FUNCTION harvest.claim_tasks({args}) RETURNS {result} LANGUAGE plpgsql "
+            "AS $$ BEGIN RAISE EXCEPTION 'a bug in a new function' USING ERRCODE = '55000'; END $$"
+        )
+    app = App(workflows=[_doubled], activities=[_double])
+    running = RunningWorker(Worker(app, shards=two_shards, poll_interval=0.1, scan_interval=0.2)).start()
+    try:
+        with Client(two_shards[0]) as client:
+            assert client.start_workflow(_doubled, 21).result(timeout=30) == 42
+        deadline = time.monotonic() + 30  # (a bound, not a timing: the next poll is 0.1 s away)
+        while not any("shard 1" in r.getMessage() for r in caplog.records):  # (what it made of it)
+            assert time.monotonic() < deadline, "the claim's error on shard 1 was never logged"
+            time.sleep(0.05)
+        lane = next(lane for lane in running.worker.lanes if lane.shard == 1)
+        assert lane.outages == 0 and not lane.down
+    finally:
+        running.stop()
+    lines = [r.getMessage() for r in caplog.records if r.name == "harvest.worker"]
+    assert not any("is unavailable" in line for line in lines), lines
+    assert any("SQLSTATE 55000" in line and "a bug in a new function" in line for line in lines), lines
