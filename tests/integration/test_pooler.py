@@ -12,8 +12,10 @@ migrate refuses it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -24,10 +26,12 @@ from tests.integration.pgbouncer_helpers import PgBouncer, adds, app, needs_pgbo
 from harvest import Client
 from harvest.cli.main import main as cli
 from harvest.core.errors import ConfigError
-from harvest.db import pooler
+from harvest.db import pooler, sqlapi
 from harvest.db.connection import connect, describe_dsn, set_role
 from harvest.db.migrate import Migrator
-from harvest.db.pools import open_async_pool
+from harvest.db.pools import RoledPool, open_async_pool
+from harvest.shard.pools import AsyncShardPools
+from harvest.shard.router import ShardRouter
 from harvest.telemetry.metrics import NullMetrics
 from harvest.worker.sampler import MetricsSampler
 
@@ -230,3 +234,104 @@ def test_a_commands_own_connection_through_a_transaction_pooler_prepares_nothing
         assert pooler.is_pooled(url)
     finally:
         pooler.forget(url)
+
+
+def _probe_misses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Detection told nothing: the probe answers "not shared" (as it may on a busy pooler, or
+    where it cannot ask: a pooler on a Unix socket, a proxy of another kind)."""
+    monkeypatch.setattr(pooler, "shares_server_connections", lambda *args, **kwargs: False)
+
+
+async def _current_user(conn: psycopg.AsyncConnection) -> str:
+    return (await (await conn.execute("SELECT current_user")).fetchone())[0]  # type: ignore[index]
+
+
+def test_a_faces_role_stays_on_its_calls_through_a_transaction_pooler_detection_missed(
+    db, bouncer, monkeypatch
+) -> None:
+    """Before: pooled (declared or found) the role was SET LOCAL, but a pooler detection missed
+    got a session ``SET ROLE``: it ran as a transaction of its own, the pooler lent that server
+    connection to the next client (which ran as harvest_reader) and the face's call ran on
+    another, as the login role. Now the role is the call's transaction's whatever detection
+    says: the API's one-database pool (RoledPool) and its shards' (with_role().api())."""
+    pooled = bouncer.url()
+    _probe_misses(monkeypatch)
+
+    async def roles() -> list[tuple[str, str, str]]:
+        pool = await open_async_pool(pooled, min_size=1, max_size=2)
+        shards = AsyncShardPools(ShardRouter.single(), {0: pooled}, max_size=2)
+        other = await psycopg.AsyncConnection.connect(pooled, autocommit=True, prepare_threshold=None)
+        seen = []
+        try:
+            async with pool.connection() as conn:
+                assert not conn.pooled  # (the miss)
+            for lender in (RoledPool(pool, "harvest_reader", actor="ann"), None):
+                async with contextlib.AsyncExitStack() as stack:
+                    if lender is None:  # a shard's API: its calls on one connection
+                        sql = await stack.enter_async_context(shards.with_role("harvest_reader").api(0))
+                        lender = sql.pool
+                    conn = await stack.enter_async_context(lender.connection())
+                    async with other.transaction():  # a server connection while the face's call runs
+                        theirs = await _current_user(other)
+                        mine = await _current_user(conn)
+                async with pool.connection() as conn:
+                    seen.append((theirs, mine, await _current_user(conn)))
+            return seen
+        finally:
+            await other.close()
+            await shards.close()
+            await pool.close()
+
+    assert asyncio.run(roles()) == [("postgres", "harvest_reader", "postgres")] * 2
+    assert not pooler.is_pooled(pooled)
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "missed"])
+def test_a_conflict_in_a_faces_call_through_a_transaction_pooler_is_run_again(
+    db, bouncer, monkeypatch, declared
+) -> None:
+    """The role's transaction is the call's own: a serialization failure the server raised in it
+    (rolling it back) runs the call again, in a new one, as on a connection with no role. Before,
+    a pooled URL's role transaction counted as the caller's: TransactionConflict at once."""
+    pooled = bouncer.url()
+    if declared:
+        pooler.declare(pooled)
+    else:
+        _probe_misses(monkeypatch)
+    with psycopg.connect(db, autocommit=True) as admin:
+        admin.execute(
+            "CREATE SEQUENCE IF NOT EXISTS conflict_calls; GRANT USAGE ON SEQUENCE conflict_calls TO PUBLIC;"
+            "CREATE OR REPLACE FUNCTION public.conflict_once() RETURNS void LANGUAGE plpgsql AS $$"
+            " BEGIN IF nextval('conflict_calls') = 1 THEN"
+            " RAISE EXCEPTION 'forced' USING ERRCODE = 'serialization_failure'; END IF; END $$"
+        )
+    real_on = sqlapi.AsyncSqlApi._on
+
+    async def conflicting(conn: psycopg.AsyncConnection, sql: str, params: dict) -> Any:
+        await conn.execute("SELECT public.conflict_once()")  # (the server's 40001, the first time)
+        return await real_on(conn, sql, params)
+
+    monkeypatch.setattr(sqlapi.AsyncSqlApi, "_on", staticmethod(conflicting))
+
+    async def go() -> list[bool]:
+        pool = await open_async_pool(pooled, min_size=1, max_size=2)
+        shards = AsyncShardPools(ShardRouter.single(), {0: pooled}, max_size=2)
+        try:
+            face = sqlapi.AsyncSqlApi(RoledPool(pool, "harvest_operator"))
+            started = [await face.signal_with_start("rotor", "conflict-1", "tick", None, [0], "default", {})]
+            async with shards.api(0):  # (the shard checked before the conflict is armed again)
+                pass
+            with psycopg.connect(db, autocommit=True) as admin:
+                admin.execute("SELECT setval('conflict_calls', 1, false)")
+            async with shards.with_role("harvest_operator").api(0) as sql:
+                started.append(
+                    await sql.signal_with_start("rotor", "conflict-2", "tick", None, [0], "default", {})
+                )
+            return [row["started_fresh"] for row in started]
+        finally:
+            await shards.close()
+            await pool.close()
+
+    assert asyncio.run(go()) == [True, True]
+    with psycopg.connect(db, autocommit=True) as admin:
+        assert admin.execute("SELECT last_value FROM conflict_calls").fetchone() == (2,)

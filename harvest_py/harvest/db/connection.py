@@ -852,24 +852,26 @@ FACE_ROLES = frozenset({"harvest_reader", "harvest_operator", "harvest_admin"})
 FACE_APPLICATION_NAMES = {"api": "harvest-api", "cli": "harvest-cli", "ui": "harvest-ui"}
 
 
-def _role_statements(role: str, source: str, local: bool = False) -> LiteralString:
+def _application_name(role: str, source: str) -> str:
+    """``source``'s application name, once ``role`` and ``source`` are known to be a face's."""
     if role not in FACE_ROLES:
         raise ValueError(f"unknown role {role!r}: a request runs as one of {', '.join(sorted(FACE_ROLES))}")
     if source not in FACE_APPLICATION_NAMES:
         raise ValueError(f"unknown audit source {source!r}")
-    # Both names come from the closed sets above, never from a request.
-    scope = "LOCAL " if local else ""
-    return f"SET {scope}ROLE {role}; SET {scope}application_name = '{FACE_APPLICATION_NAMES[source]}'"  # pyright: ignore[reportReturnType]
+    return FACE_APPLICATION_NAMES[source]
 
 
-# The audit context a face asserts for its own calls (harvest._audit_context, functions/audit.sql):
-# caller-asserted text for audit rows only, recorded beside the real login. (%(local)s: for the
-# transaction only, as SET LOCAL.)
-_SET_AUDIT_CONTEXT = (
-    "SELECT pg_catalog.set_config('harvest.audit_actor', %(actor)s, %(local)s), "
-    "pg_catalog.set_config('harvest.audit_route', %(route)s, %(local)s)"
+# The role, the audit source (application_name) and the audit context a face asserts for its own
+# calls (harvest._audit_context, functions/audit.sql: caller-asserted text for audit rows only,
+# recorded beside the real login), for the transaction only: set_config(..., true) is SET LOCAL.
+# One statement, one round trip; the role goes through the same check as SET ROLE's (membership,
+# existence: 22023).
+_SET_ROLE_LOCAL = (
+    "SELECT pg_catalog.set_config('role', %(role)s, true), "
+    "pg_catalog.set_config('application_name', %(application_name)s, true), "
+    "pg_catalog.set_config('harvest.audit_actor', %(actor)s, true), "
+    "pg_catalog.set_config('harvest.audit_route', %(route)s, true)"
 )
-_RESET_ROLE = "RESET ROLE; RESET application_name; RESET harvest.audit_actor; RESET harvest.audit_route"
 
 
 @contextlib.asynccontextmanager
@@ -881,70 +883,44 @@ async def set_role(
     actor: str | None = None,
     route: str | None = None,
 ) -> AsyncIterator[Any]:
-    """Run the calls made on ``conn`` inside the block as ``role`` (``SET ROLE``) with the audit
-    source ``source`` (api, cli or ui, through ``application_name``) and the audit ``actor`` and
-    ``route`` (docs/auth.md, "Audit"), and RESET all of them before the connection goes back to
-    its pool. The one place a face lowers a connection to its caller's role: the EXECUTE grants
-    and ``_session_has_role`` then see that role (functions/security.sql). A connection whose
-    RESET fails is closed, so a pool never hands out a connection still switched to another
-    caller's role. The login role must be a member of ``role`` (docs/http-api.md, "Roles"); a
-    role that does not exist (a cluster Harvest was never migrated on) is a SchemaMismatch.
+    """Run the calls made on ``conn`` inside the block as ``role`` with the audit source
+    ``source`` (api, cli or ui, through ``application_name``) and the audit ``actor`` and
+    ``route`` (docs/auth.md, "Audit"). The one place a face lowers a connection to its caller's
+    role: the EXECUTE grants and ``_session_has_role`` then see that role
+    (functions/security.sql). The login role must be a member of ``role`` (docs/http-api.md,
+    "Roles"); a role that does not exist (a cluster Harvest was never migrated on) is a
+    SchemaMismatch.
 
-    In a transaction already, or on a connection behind a pooler that shares server connections
-    (``pooled``: harvest.db.pooler; then in a transaction of the block's own), all of them are
-    SET LOCAL: they end with the transaction, on the server connection that ran it. (Set for
-    the session there, SET ROLE ran as a transaction of its own: the pooler lent its server
-    connection to the next client, which ran as ``role``, and the block's calls ran on another,
-    as the login role.)"""
-    if getattr(conn, "pooled", False) or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        async with contextlib.AsyncExitStack() as stack:
-            if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                await stack.enter_async_context(conn.transaction())
-            await _set_role_statements(conn, role, source, actor, route, local=True)
-            yield conn
-        return
-    await _set_role_statements(conn, role, source, actor, route, local=False)
-    try:
+    All of them are SET LOCAL, always: in the caller's transaction when ``conn`` is in one, else
+    in a transaction of the block's own (committed when the block ends, rolled back when it
+    raises). They end with that transaction, on the server connection that ran it, whatever
+    stands between: behind a pooler that shares server connections (PgBouncer in transaction
+    mode), found or not (harvest.db.pooler), a role set for the session stayed on the server
+    connection that ran the SET, which the pooler lent the next client (then running as
+    ``role``), and the block's calls ran on another, as the login role. Nothing is left to RESET
+    when the connection goes back to its pool. A call that must be run again after a
+    serialization failure or a deadlock is, in a block of its own (harvest.db.sqlapi,
+    ``_all_retrying``; :class:`harvest.db.pools.RoledPool` lends one per call)."""
+    application_name = _application_name(role, source)  # (before anything is sent)
+    async with contextlib.AsyncExitStack() as stack:
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            await stack.enter_async_context(conn.transaction())
+        params = {
+            "role": role,
+            "application_name": application_name,
+            "actor": actor or "",
+            "route": route or "",
+        }
+        try:
+            await conn.execute(_SET_ROLE_LOCAL, params)
+        except psycopg.errors.InvalidParameterValue as exc:  # (22023: role "..." does not exist)
+            if "does not exist" not in str(exc):
+                raise
+            raise SchemaMismatch(
+                f"role {role} does not exist on this server: Harvest's roles are created by its "
+                "migrations (harvest migrate run)"
+            ) from None
         yield conn
-    finally:
-        try:
-            await conn.execute(_RESET_ROLE)
-        except BaseException:
-            await conn.close()  # the pool discards a closed connection
-            raise
-
-
-async def _set_role_statements(
-    conn: psycopg.AsyncConnection,
-    role: str,
-    source: str,
-    actor: str | None,
-    route: str | None,
-    *,
-    local: bool,
-) -> None:
-    """:func:`set_role`'s statements: the role and source, then the audit context."""
-    try:
-        await conn.execute(_role_statements(role, source, local))
-    except psycopg.errors.InvalidParameterValue as exc:  # (22023: role "..." does not exist)
-        if "does not exist" not in str(exc):
-            raise
-        raise SchemaMismatch(
-            f"role {role} does not exist on this server: Harvest's roles are created by its "
-            "migrations (harvest migrate run)"
-        ) from None
-    params = {"actor": actor or "", "route": route or "", "local": local}
-    if local:
-        await conn.execute(_SET_AUDIT_CONTEXT, params)
-        return
-    try:
-        await conn.execute(_SET_AUDIT_CONTEXT, params)
-    except BaseException:
-        try:
-            await conn.execute(_RESET_ROLE)
-        except BaseException:
-            await conn.close()
-        raise
 
 
 def dsn_with_role(dsn: str, role: str, source: str = "api") -> str:
@@ -953,8 +929,7 @@ def dsn_with_role(dsn: str, role: str, source: str = "api") -> str:
     request opens (a result, query or update wait), the same rights as :func:`set_role`. A
     pooled ``dsn``'s session URL (harvest.db.pooler), as :func:`connect` would: a LISTEN needs a
     session, and PgBouncer refuses the ``options`` startup parameter."""
-    _role_statements(role, source)  # checks both names
-    options = f"-c role={role} -c application_name={FACE_APPLICATION_NAMES[source]}"
+    options = f"-c role={role} -c application_name={_application_name(role, source)}"
     return with_startup_options(pooler.session_dsn(dsn), options)
 
 

@@ -474,11 +474,14 @@ async def open_async_pool(
 
 
 class RoledPool:
-    """An async pool seen through one caller's role: each connection it lends runs as
-    ``role`` with the audit source ``source`` (:func:`harvest.db.connection.set_role`), and is
-    RESET before it goes back. ``AsyncSqlApi(RoledPool(pool, "harvest_reader"))`` makes every
-    call of one HTTP request under the request's role. Closing it closes nothing: the pool is
-    the caller's."""
+    """An async pool seen through one caller's role: each connection it lends is in a
+    transaction of its own that runs as ``role`` with the audit source ``source``
+    (:func:`harvest.db.connection.set_role`: SET LOCAL, committed when the connection is given
+    back, rolled back on an error). ``AsyncSqlApi(RoledPool(pool, "harvest_reader"))`` makes
+    every call of one HTTP request under the request's role, each call its own transaction (a
+    serialization failure or a deadlock is run again: harvest.db.sqlapi). ``pool`` lends idle
+    connections (a pool's, or one held connection: ``AsyncSqlApi.on_connection(conn).pool``).
+    Closing it closes nothing: the pool is the caller's."""
 
     def __init__(
         self, pool: Any, role: str, source: str = "api", *, actor: str | None = None, route: str | None = None

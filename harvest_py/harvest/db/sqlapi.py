@@ -2341,8 +2341,8 @@ class _OneConnection:
         self._conn = conn
 
     @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
-        yield self._conn
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection]:
+        yield self._conn  # (held already: no wait, whatever ``timeout`` a pool's caller gives)
 
 
 class AsyncSqlApi:
@@ -2375,15 +2375,25 @@ class AsyncSqlApi:
 
     async def _all_retrying(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-            async with self.pool.connection() as conn:
-                try:
+            try:  # (the conflict leaves the block: a transaction the lender began is rolled back)
+                async with self.pool.connection() as conn:
                     return await self._on(conn, sql, params)
-                except _CONFLICTS as exc:
-                    own = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-                    if not own or attempt == CONFLICT_ATTEMPTS:
-                        raise _conflict_error(exc, attempt, own) from None
+            except _CONFLICTS as exc:
+                own = self._own_transaction(conn)
+                if not own or attempt == CONFLICT_ATTEMPTS:
+                    raise _conflict_error(exc, attempt, own) from None
             await asyncio.sleep(_conflict_pause(attempt))
         raise AssertionError("unreachable")
+
+    def _own_transaction(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Whether a call that failed on ``conn`` was a transaction of its own, which may be run
+        again: a pool lends a connection per call, idle or in a transaction begun for the call
+        alone (a face's role, harvest.db.pools.RoledPool); a caller's connection
+        (:meth:`on_connection`) only when it is idle (autocommit), not in the caller's transaction."""
+        return (
+            not isinstance(self.pool, _OneConnection)
+            or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        )
 
     async def _stream(self, sql: LiteralString, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         page_size = params.pop("page_size")

@@ -26,6 +26,7 @@ from harvest.db.connection import DatabaseError, dsn_with_role, parse_dsn, set_r
 from harvest.db.pools import (
     AsyncConnectionPool,
     ConnectionPool,
+    RoledPool,
     cannot_be_reached,
     database_unreachable,
     open_async_pool,
@@ -543,6 +544,22 @@ class _RoledShardPools(AsyncShardPools):
             set_role(conn, self._role, self._source, actor=self._actor, route=self._route),
         ):
             yield conn
+
+    @contextlib.asynccontextmanager
+    async def api(self, shard: int) -> AsyncIterator[AsyncSqlApi]:
+        """The SQL API on one connection of ``shard``, each call in a transaction of its own in
+        the role (:class:`harvest.db.pools.RoledPool` over it): as one pooled call, a conflict is
+        run again and an error ends its call only, not the calls after it."""
+        async with super().connection(shard) as conn:
+            yield AsyncSqlApi(
+                RoledPool(
+                    AsyncSqlApi.on_connection(conn).pool,
+                    self._role,
+                    self._source,
+                    actor=self._actor,
+                    route=self._route,
+                )
+            )
 
     async def sql(self, shard: int) -> AsyncSqlApi:
         """The SQL API over ``shard``'s pool, each call on a connection in the role."""
