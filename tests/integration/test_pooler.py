@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import psycopg
 import pytest
@@ -298,20 +297,15 @@ def test_a_conflict_in_a_faces_call_through_a_transaction_pooler_is_run_again(
         pooler.declare(pooled)
     else:
         _probe_misses(monkeypatch)
-    with psycopg.connect(db, autocommit=True) as admin:
+    with psycopg.connect(db, autocommit=True) as admin:  # the server's 40001 in a start, the first time
         admin.execute(
-            "CREATE SEQUENCE IF NOT EXISTS conflict_calls; GRANT USAGE ON SEQUENCE conflict_calls TO PUBLIC;"
-            "CREATE OR REPLACE FUNCTION public.conflict_once() RETURNS void LANGUAGE plpgsql AS $$"
-            " BEGIN IF nextval('conflict_calls') = 1 THEN"
-            " RAISE EXCEPTION 'forced' USING ERRCODE = 'serialization_failure'; END IF; END $$"
+            "CREATE SEQUENCE conflict_calls;"
+            "CREATE FUNCTION public.conflict_once() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN IF nextval('public.conflict_calls') = 1 THEN"
+            " RAISE EXCEPTION 'forced' USING ERRCODE = 'serialization_failure'; END IF; RETURN NEW; END $$;"
+            "CREATE TRIGGER conflict_once BEFORE INSERT ON harvest.executions"
+            " FOR EACH ROW EXECUTE FUNCTION public.conflict_once()"
         )
-    real_on = sqlapi.AsyncSqlApi._on
-
-    async def conflicting(conn: psycopg.AsyncConnection, sql: str, params: dict) -> Any:
-        await conn.execute("SELECT public.conflict_once()")  # (the server's 40001, the first time)
-        return await real_on(conn, sql, params)
-
-    monkeypatch.setattr(sqlapi.AsyncSqlApi, "_on", staticmethod(conflicting))
 
     async def go() -> list[bool]:
         pool = await open_async_pool(pooled, min_size=1, max_size=2)
@@ -319,8 +313,6 @@ def test_a_conflict_in_a_faces_call_through_a_transaction_pooler_is_run_again(
         try:
             face = sqlapi.AsyncSqlApi(RoledPool(pool, "harvest_operator"))
             started = [await face.signal_with_start("rotor", "conflict-1", "tick", None, [0], "default", {})]
-            async with shards.api(0):  # (the shard checked before the conflict is armed again)
-                pass
             with psycopg.connect(db, autocommit=True) as admin:
                 admin.execute("SELECT setval('conflict_calls', 1, false)")
             async with shards.with_role("harvest_operator").api(0) as sql:

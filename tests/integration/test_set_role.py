@@ -50,3 +50,44 @@ def test_dsn_with_role_starts_a_connection_in_the_role(db: str) -> None:
             "SELECT current_user, current_setting('application_name'), current_setting('statement_timeout')"
         ).fetchone()
     assert row == ("harvest_operator", "harvest-api", "5s")
+
+
+def test_a_roled_call_is_one_transaction_in_its_role_and_leaves_nothing_set(db: str, monkeypatch) -> None:
+    """A RoledPool's call sends the role's settings and the call in one implicit transaction (one
+    round trip): the call runs as the role with the audit context, nothing outlives it on the
+    connection, and a role the cluster lacks is a SchemaMismatch as set_role's."""
+    from harvest.core.errors import SchemaMismatch
+    from harvest.db import connection
+
+    monkeypatch.setattr(connection, "FACE_ROLES", connection.FACE_ROLES | {"harvest_nobody"})
+    with psycopg.connect(db, autocommit=True) as admin:
+        run_id = str(
+            admin.execute(
+                "SELECT execution_id FROM harvest.start_workflow('wf', '[]', 'roled-1', 'q')"
+            ).fetchone()[0]  # type: ignore[index]
+        )
+
+    async def go() -> tuple:
+        pool = await open_async_pool(db, max_size=1)
+        try:
+            face = AsyncSqlApi(RoledPool(pool, "harvest_operator", "cli", actor="ann", route="POST /x"))
+            await face.cancel_workflow(run_id, "done")
+            with pytest.raises(SchemaMismatch, match="role harvest_nobody does not exist"):
+                await AsyncSqlApi(RoledPool(pool, "harvest_nobody")).get_shard_id()
+            async with pool.connection() as conn:  # the same (only) connection
+                return await (
+                    await conn.execute(
+                        "SELECT current_user, current_setting('application_name'),"
+                        " current_setting('harvest.audit_actor', true)"
+                    )
+                ).fetchone()
+        finally:
+            await pool.close()
+
+    user, application_name, actor = asyncio.run(go())
+    assert user != "harvest_operator" and application_name != "harvest-cli" and not actor
+    with psycopg.connect(db, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT operation, actor, acting_role, source, route FROM harvest.audit_log"
+        ).fetchall()
+    assert rows == [("workflow.cancel", "ann", "harvest_operator", "cli", "POST /x")]

@@ -864,14 +864,40 @@ def _application_name(role: str, source: str) -> str:
 # The role, the audit source (application_name) and the audit context a face asserts for its own
 # calls (harvest._audit_context, functions/audit.sql: caller-asserted text for audit rows only,
 # recorded beside the real login), for the transaction only: set_config(..., true) is SET LOCAL.
-# One statement, one round trip; the role goes through the same check as SET ROLE's (membership,
-# existence: 22023).
+# One statement; the role goes through the same check as SET ROLE's (membership, existence: 22023).
 _SET_ROLE_LOCAL = (
     "SELECT pg_catalog.set_config('role', %(role)s, true), "
     "pg_catalog.set_config('application_name', %(application_name)s, true), "
     "pg_catalog.set_config('harvest.audit_actor', %(actor)s, true), "
     "pg_catalog.set_config('harvest.audit_route', %(route)s, true)"
 )
+
+
+def role_settings(
+    role: str, source: str = "api", *, actor: str | None = None, route: str | None = None
+) -> tuple[LiteralString, dict[str, Any]]:
+    """The statement and its parameters that make the rest of a transaction run as ``role`` with
+    the audit source ``source`` and the audit ``actor`` and ``route`` (:func:`set_role`'s, and a
+    face's one-call transaction's: harvest.db.pools.RoledPool). ValueError for a role or source
+    that is not a face's."""
+    application_name = _application_name(role, source)
+    return _SET_ROLE_LOCAL, {
+        "role": role,
+        "application_name": application_name,
+        "actor": actor or "",
+        "route": route or "",
+    }
+
+
+def role_missing(exc: BaseException, role: str) -> SchemaMismatch | None:
+    """The SchemaMismatch a failed :func:`role_settings` statement means when ``role`` does not
+    exist on the server (a cluster Harvest was never migrated on: 22023), else None."""
+    if isinstance(exc, psycopg.errors.InvalidParameterValue) and f'role "{role}" does not exist' in str(exc):
+        return SchemaMismatch(
+            f"role {role} does not exist on this server: Harvest's roles are created by its "
+            "migrations (harvest migrate run)"
+        )
+    return None
 
 
 @contextlib.asynccontextmanager
@@ -891,35 +917,24 @@ async def set_role(
     "Roles"); a role that does not exist (a cluster Harvest was never migrated on) is a
     SchemaMismatch.
 
-    All of them are SET LOCAL, always: in the caller's transaction when ``conn`` is in one, else
-    in a transaction of the block's own (committed when the block ends, rolled back when it
-    raises). They end with that transaction, on the server connection that ran it, whatever
-    stands between: behind a pooler that shares server connections (PgBouncer in transaction
-    mode), found or not (harvest.db.pooler), a role set for the session stayed on the server
-    connection that ran the SET, which the pooler lent the next client (then running as
-    ``role``), and the block's calls ran on another, as the login role. Nothing is left to RESET
-    when the connection goes back to its pool. A call that must be run again after a
-    serialization failure or a deadlock is, in a block of its own (harvest.db.sqlapi,
-    ``_all_retrying``; :class:`harvest.db.pools.RoledPool` lends one per call)."""
-    application_name = _application_name(role, source)  # (before anything is sent)
+    All of them are SET LOCAL (:func:`role_settings`), always: in the caller's transaction when
+    ``conn`` is in one, else in a transaction of the block's own (committed when the block ends,
+    rolled back when it raises). They end with that transaction, on the server connection that
+    ran it, whatever stands between: behind a pooler that shares server connections (PgBouncer
+    in transaction mode), found or not (harvest.db.pooler), a role set for the session stayed on
+    the server connection that ran the SET, which the pooler lent the next client (then running
+    as ``role``), and the block's calls ran on another, as the login role. Nothing is left to
+    RESET when the connection goes back to its pool."""
+    statement, params = role_settings(role, source, actor=actor, route=route)  # (before anything is sent)
     async with contextlib.AsyncExitStack() as stack:
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
             await stack.enter_async_context(conn.transaction())
-        params = {
-            "role": role,
-            "application_name": application_name,
-            "actor": actor or "",
-            "route": route or "",
-        }
         try:
-            await conn.execute(_SET_ROLE_LOCAL, params)
-        except psycopg.errors.InvalidParameterValue as exc:  # (22023: role "..." does not exist)
-            if "does not exist" not in str(exc):
+            await conn.execute(statement, params)
+        except psycopg.Error as exc:
+            if (missing := role_missing(exc, role)) is None:
                 raise
-            raise SchemaMismatch(
-                f"role {role} does not exist on this server: Harvest's roles are created by its "
-                "migrations (harvest migrate run)"
-            ) from None
+            raise missing from None
         yield conn
 
 

@@ -14,7 +14,7 @@ import select
 import time
 from collections.abc import AsyncIterator
 from contextvars import ContextVar, Token
-from typing import Any, TypeVar
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
@@ -27,6 +27,8 @@ from harvest.db.connection import (
     RedactingConnection,
     error_line,
     redact,
+    role_missing,
+    role_settings,
     set_role,
 )
 
@@ -479,15 +481,17 @@ class RoledPool:
     (:func:`harvest.db.connection.set_role`: SET LOCAL, committed when the connection is given
     back, rolled back on an error). ``AsyncSqlApi(RoledPool(pool, "harvest_reader"))`` makes
     every call of one HTTP request under the request's role, each call its own transaction (a
-    serialization failure or a deadlock is run again: harvest.db.sqlapi). ``pool`` lends idle
-    connections (a pool's, or one held connection: ``AsyncSqlApi.on_connection(conn).pool``).
-    Closing it closes nothing: the pool is the caller's."""
+    serialization failure or a deadlock is run again: harvest.db.sqlapi), which
+    :meth:`one_call` makes in one round trip. ``pool`` lends idle connections (a pool's, or one
+    held connection: ``AsyncSqlApi.on_connection(conn).pool``). Closing it closes nothing: the
+    pool is the caller's."""
 
     def __init__(
         self, pool: Any, role: str, source: str = "api", *, actor: str | None = None, route: str | None = None
     ):
         self.pool, self.role, self.source = pool, role, source
         self.actor, self.route = actor, route
+        self.settings = role_settings(role, source, actor=actor, route=route)  # (checks both names)
 
     @contextlib.asynccontextmanager
     async def connection(self, timeout: float | None = None) -> AsyncIterator[Any]:
@@ -496,6 +500,22 @@ class RoledPool:
             set_role(conn, self.role, self.source, actor=self.actor, route=self.route),
         ):
             yield conn
+
+    @contextlib.asynccontextmanager
+    async def one_call(self) -> AsyncIterator[tuple[Any, tuple[LiteralString, dict[str, Any]]]]:
+        """An idle connection for one statement, and the role's settings
+        (:func:`harvest.db.connection.role_settings`) to send before it in the same implicit
+        transaction (harvest.db.sqlapi: a pipeline, one Sync after both): the role ends with that
+        transaction, committed as the statement ends, in the round trip of the statement. (A
+        transaction begun for the role instead costs two round trips more, BEGIN and COMMIT, and
+        holds the statement's row locks until the COMMIT comes: signals to one run queued behind
+        each request's way back to the event loop.)"""
+        async with self.pool.connection() as conn:
+            yield conn, self.settings
+
+    def refused(self, exc: BaseException) -> BaseException | None:
+        """What a failed :meth:`one_call` means when its role does not exist (else None)."""
+        return role_missing(exc, self.role)
 
     async def close(self) -> None:
         """The pool is the caller's: nothing to close."""

@@ -2344,6 +2344,10 @@ class _OneConnection:
     async def connection(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection]:
         yield self._conn  # (held already: no wait, whatever ``timeout`` a pool's caller gives)
 
+    def idle(self) -> bool:
+        """Whether the connection is in no transaction (autocommit, between calls)."""
+        return self._conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
 
 class AsyncSqlApi:
     """The SQL API over an async connection pool: one call, one transaction.
@@ -2363,8 +2367,14 @@ class AsyncSqlApi:
         return cls(_OneConnection(conn))
 
     async def _all(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
-        async with self.pool.connection() as conn:
-            return await self._on(conn, sql, params)
+        """One call on a connection the pool lends, a transaction of its own (with a face's role
+        in it, harvest.db.pools.RoledPool: in the same round trip, :meth:`_on_after`)."""
+        one_call = getattr(self.pool, "one_call", None)
+        if one_call is None:
+            async with self.pool.connection() as conn:
+                return await self._on(conn, sql, params)
+        async with one_call() as (conn, before):
+            return await self._on_after(conn, before, sql, params, self.pool.refused)
 
     @staticmethod
     async def _on(conn: psycopg.AsyncConnection[Any], sql: LiteralString, params: dict[str, Any]) -> Rows:
@@ -2373,27 +2383,48 @@ class AsyncSqlApi:
                 await cur.execute(sql, params)
                 return await cur.fetchall() if _has_rows(cur) else []
 
+    @staticmethod
+    async def _on_after(
+        conn: psycopg.AsyncConnection[Any],
+        before: tuple[LiteralString, dict[str, Any]],
+        sql: LiteralString,
+        params: dict[str, Any],
+        refused: Callable[[BaseException], BaseException | None],
+    ) -> Rows:
+        """:meth:`_on` on an idle connection with ``before`` (a statement and its parameters: a
+        face's role, SET LOCAL) run first in the same implicit transaction: a pipeline of the two
+        and one Sync, which commits the call (and ends the role) as the call ends, in one round
+        trip. ``refused``: what a failure of ``before`` means (None: the error itself)."""
+        with translated_errors():
+            try:
+                async with conn.pipeline() as pipeline, conn.cursor(row_factory=dict_row) as cur:
+                    await conn.execute(*before)
+                    await cur.execute(sql, params)
+                    await pipeline.sync()
+                    return await cur.fetchall() if _has_rows(cur) else []
+            except psycopg.Error as exc:
+                if (mapped := refused(exc)) is None:
+                    raise
+                raise mapped from None
+
     async def _all_retrying(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-            try:  # (the conflict leaves the block: a transaction the lender began is rolled back)
-                async with self.pool.connection() as conn:
-                    return await self._on(conn, sql, params)
+            try:
+                return await self._all(sql, params)
             except _CONFLICTS as exc:
-                own = self._own_transaction(conn)
+                own = self._own_transaction()
                 if not own or attempt == CONFLICT_ATTEMPTS:
                     raise _conflict_error(exc, attempt, own) from None
             await asyncio.sleep(_conflict_pause(attempt))
         raise AssertionError("unreachable")
 
-    def _own_transaction(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        """Whether a call that failed on ``conn`` was a transaction of its own, which may be run
-        again: a pool lends a connection per call, idle or in a transaction begun for the call
-        alone (a face's role, harvest.db.pools.RoledPool); a caller's connection
-        (:meth:`on_connection`) only when it is idle (autocommit), not in the caller's transaction."""
-        return (
-            not isinstance(self.pool, _OneConnection)
-            or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        )
+    def _own_transaction(self) -> bool:
+        """Whether a call that failed was a transaction of its own, which may be run again: a
+        pool lends a connection per call, idle or in a transaction of the call's alone (a face's
+        role, harvest.db.pools.RoledPool); a caller's connection (:meth:`on_connection`) only
+        when it is idle (autocommit), not in the caller's transaction."""
+        pool = self.pool
+        return not isinstance(pool, _OneConnection) or pool.idle()
 
     async def _stream(self, sql: LiteralString, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         page_size = params.pop("page_size")

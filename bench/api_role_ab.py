@@ -1,0 +1,64 @@
+"""Paired A/B of the management API's requests per second, two checkouts side by side: each
+side's ``bench/api_role_load.py`` (this checkout's script, the side's library) on a fresh clone
+of its own migrated template, one route at a time (a read, GET /workflows/{id}; a signal,
+POST /workflows/{id}/signal), the base first in odd pairs and the candidate first in even ones.
+Written for the face's role as its call's transaction (SET LOCAL always, docs/performance.md).
+
+    python bench/api_role_ab.py --base /tmp/old --candidate . --pairs 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import psycopg
+from run import SERVER_SETTINGS
+from sql_path_ab import bench_json, migrate_templates, paired_runs
+
+from harvest.db.embedded import EmbeddedPostgres
+
+BENCH = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base", required=True, type=Path)
+    parser.add_argument("--candidate", default=Path("."), type=Path)
+    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--secs", type=float, default=4.0)
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
+    summary: dict[str, dict[str, float]] = {}
+    with (
+        EmbeddedPostgres(settings=SERVER_SETTINGS) as server,
+        psycopg.connect(server.dsn, autocommit=True) as admin,
+    ):
+        migrate_templates(admin, server, sides)
+        for route in ("read", "signal"):
+            ratios = []
+
+            def run(side: str, dsn: str, route: str = route) -> float:
+                options = ["--route", route, "--secs", str(args.secs), "--concurrency", str(args.concurrency)]
+                return float(bench_json(sides[side], "api_role_load.py", dsn, *options, bench=BENCH)["rps"])
+
+            for row in paired_runs(admin, server, args.pairs, False, run):
+                ratios.append(row["cand"] / row["base"])
+                print(json.dumps({"route": route, **row, "cand/base": round(ratios[-1], 3)}), flush=True)
+            summary[route] = {
+                "median cand/base": round(statistics.median(ratios), 3),
+                "min": round(min(ratios), 3),
+                "max": round(max(ratios), 3),
+            }
+    print(json.dumps({"load": os.getloadavg(), **summary}))
+
+
+if __name__ == "__main__":
+    main()
