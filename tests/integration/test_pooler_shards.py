@@ -23,6 +23,7 @@ from tests.integration.worker_helpers import RunningWorker
 from harvest import Client
 from harvest.cli.main import main as cli
 from harvest.config import config_from_mapping, shard_urls
+from harvest.core.errors import ConfigError
 from harvest.core.ids import shard_of
 from harvest.db import pooler
 from harvest.db.connection import connect, describe_dsn
@@ -138,3 +139,33 @@ def test_migrate_run_refuses_a_session_url_that_reaches_another_shard(two_shards
         assert f"reaches {describe_dsn(two_shards[0])}, the database of shard 0" in result.output
         assert "shards.session_urls.1" in result.output and "nothing was changed" in result.output
     assert (shard_id(two_shards[0]), shard_id(two_shards[1])) == (0, 1)
+
+
+def test_a_worker_built_in_python_takes_each_shards_session_url(two_shards, bouncer) -> None:
+    """Before: ``Worker(app, shards=...)`` had no way to give its shards' session URLs (only the
+    config's [shards.session_urls] declared them), so a worker built in Python held its LISTEN and
+    the sampler's lock through the pooler. ``session_urls`` pairs each shard's pooled URL with
+    its own, as the config does; a shard it has no URL for is refused, naming it."""
+    urls = {shard: bouncer.url(dsn) for shard, dsn in two_shards.items()}
+    with pytest.raises(ConfigError, match=r"session_urls=\.\.\.\)\[2\]: no database URL of shard 2"):
+        Worker(app, shards=urls, session_urls={2: two_shards[1]}, queues=["pooled"])
+    worker = Worker(
+        app,
+        shards=urls,
+        session_urls=two_shards,
+        queues=["pooled"],
+        poll_interval=0.5,
+        scan_interval=0.2,
+        run_retention=False,
+    )
+    for shard, pooled in urls.items():
+        assert pooler.session_dsn(pooled) == two_shards[shard] and pooler.is_pooled(pooled)
+    running = RunningWorker(worker).start()
+    try:
+        for shard, pooled in urls.items():
+            with Client(pooled) as client:
+                handles = [client.start_workflow(adds, i) for i in range(4)]
+                assert {shard_of(h.execution_id) for h in handles} == {shard}
+                assert [h.result(timeout=60) for h in handles] == [i + 1 for i in range(4)]
+    finally:
+        running.stop()

@@ -27,6 +27,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -66,6 +67,30 @@ def declare(dsn: str, session_url: str | None = None) -> None:
                 '"Behind a connection pooler"'
             )
         _pooled[dsn] = session_url or declared
+
+
+def declare_shards(urls: Mapping[int, str], session_urls: Mapping[int, str], what: str) -> None:
+    """Declare each shard's URL in ``urls`` pooled with its session URL in ``session_urls`` (shard
+    number -> URL: ``[shards.session_urls]`` given in Python, ``what`` names the argument for an
+    error). A shard of ``session_urls`` with no URL in ``urls``, or not a URL, is a ConfigError."""
+    if not isinstance(session_urls, Mapping):
+        raise ConfigError(
+            f"{what} maps a shard number to its session URL ({{0: 'postgresql://db-direct/app'}}), "
+            f"got {type(session_urls).__name__}"
+        )
+    for shard, session_url in session_urls.items():
+        if shard not in urls:
+            known = ", ".join(str(s) for s in sorted(urls)) or "none"
+            raise ConfigError(
+                f"{what}[{shard!r}]: no database URL of shard {shard!r} to pair it with (this one's shards: "
+                f"{known}); a session URL pairs with the pooled URL of the same shard"
+            )
+        if not isinstance(session_url, str):
+            raise ConfigError(
+                f"{what}[{shard!r}] must be a database URL string (the database's direct or session-mode "
+                f"URL), got {type(session_url).__name__}"
+            )
+        declare(urls[shard], session_url)
 
 
 def session_setting(shard: int | None = None) -> str:

@@ -47,7 +47,7 @@ from harvest.core.errors import (
     NotFound,
     PermissionDenied,
 )
-from harvest.db import channels
+from harvest.db import channels, pooler
 from harvest.db.connection import (
     connect_async,
     error_line,
@@ -156,6 +156,7 @@ class Worker:
         relay_pump: RelayPump | None = None,
         codecs: Any = None,
         redis_url: str | None = None,
+        session_urls: Mapping[int, str] | None = None,
         **overrides: Any,
     ):
         """``options`` holds every tunable (worker/options.py: names, defaults, bounds); keyword
@@ -178,7 +179,14 @@ class Worker:
         ``redis_url`` (``[redis] url``) turns on the optional Redis dispatch beside the Postgres
         claim (worker/redis_dispatch.py, docs/redis-dispatch.md): single shard only (a
         ConfigError otherwise), and :meth:`run` fails with RedisUnavailable when it cannot
-        reach that Redis at start."""
+        reach that Redis at start.
+
+        ``session_urls`` maps a shard to its *session URL* when its URL (in ``shards``, or ``dsn``
+        for shard 0 of one database) goes through a connection pooler in transaction mode: the
+        database's direct or session-mode URL, where the worker's LISTEN and the metrics
+        sampler's lock go (``[shards.session_urls]``, ``HARVEST_SESSION_URL`` for one database;
+        docs/operations.md, "Behind a connection pooler"). A shard with no URL here is a
+        ConfigError."""
         require_app(app, "Worker")
         if options is not None and not isinstance(options, WorkerOptions):
             raise TypeError(
@@ -204,6 +212,8 @@ class Worker:
         # One database (today's deployment) or a pool per shard (docs/sharding.md).
         self._sharded = shards is not None
         dsns = dict(shards) if shards is not None else {0: resolve_dsn(dsn)}
+        if session_urls is not None:
+            pooler.declare_shards(dsns, session_urls, "Worker(session_urls=...)")
         if router is not None and options.run_worker:  # a process that runs no worker passes
             refuse_auto_with_cells(options.shard_assignments, router.reserved)
         self.shard_assignments = resolve_shard_assignments(options.shard_assignments, dsns)
