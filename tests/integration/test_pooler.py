@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import conninfo
-from tests.integration.pgbouncer_helpers import PgBouncer, adds, app, needs_pgbouncer
+from tests.integration.pgbouncer_helpers import PgBouncer, adds, app, free_port, needs_pgbouncer
 
 from harvest import Client
 from harvest.cli.main import main as cli
@@ -327,3 +327,21 @@ def test_a_conflict_in_a_faces_call_through_a_transaction_pooler_is_run_again(
     assert asyncio.run(go()) == [True, True]
     with psycopg.connect(db, autocommit=True) as admin:
         assert admin.execute("SELECT last_value FROM conflict_calls").fetchone() == (2,)
+
+
+def test_migrate_through_a_pooler_that_cannot_be_reached_says_so_as_every_command_does(db) -> None:
+    """Before: migrate's own connect through the pooler (the check that the session URL reaches
+    the pooled URL's database) was bare psycopg: its error came untyped. Now it is the error, exit
+    code and line any command gives for a database it cannot reach, with no password."""
+    down = f"postgresql://postgres:pw-s3cret@127.0.0.1:{free_port()}/harvest"
+    try:
+        migrate = CliRunner().invoke(
+            cli, ["migrate", "run"], env={"HARVEST_DATABASE_URL": down, pooler.SESSION_URL_ENV: db}
+        )
+    finally:
+        pooler.forget(down)  # (declared pooled by the run: its session URL would answer a listing)
+    listing = CliRunner().invoke(cli, ["workflow", "list"], env={"HARVEST_DATABASE_URL": down})
+    assert migrate.exit_code == listing.exit_code != 0, migrate.output
+    for result in (migrate, listing):
+        assert f"cannot connect to database {describe_dsn(down)}" in result.output
+        assert "s3cret" not in result.output and "Traceback" not in result.output

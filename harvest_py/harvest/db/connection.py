@@ -629,6 +629,18 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int | None =
     return conn
 
 
+def probe_connect(dsn: str, connect_timeout: int = 10) -> psycopg.Connection:
+    """A plain connection to ``dsn`` itself, not to its session URL: a check made through a
+    pooler (migrate's, harvest.db.pooler's probe for it). Autocommit, no prepared statement,
+    nothing set; a failed connect is :func:`connect`'s HarvestError (host and database named, the
+    cause in one line, no password)."""
+    try:
+        options = connection_options(dsn, connect_timeout)
+        return psycopg.connect(dsn, autocommit=True, prepare_threshold=None, **options)
+    except psycopg.Error as exc:
+        raise connection_error(exc, dsn) from None
+
+
 def _found_pooled(dsn: str, conn: psycopg.Connection, autocommit: bool) -> bool:
     """Whether ``dsn`` goes through a transaction-mode pooler with no session URL, asked once a
     process (harvest.db.pooler.detect: on ``conn`` when it is autocommit, else on a connection of

@@ -64,6 +64,7 @@ from harvest.db.connection import (
     connect,
     describe_dsn,
     failure_reason,
+    probe_connect,
     schema_missing,
     set_server_end,
 )
@@ -1116,7 +1117,7 @@ class Migrator:
         one connect through the pooler, one read."""
         if self.target == self.dsn:
             return
-        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10, prepare_threshold=None) as pooled:
+        with probe_connect(self.dsn) as pooled:
             theirs = self._current_shard(pooled)
         ours = self._current_shard(conn)
         if None not in (ours, theirs) and ours != theirs:
@@ -1501,7 +1502,7 @@ def _refuse_pooler(conn: psycopg.Connection, dsn: str) -> None:
     lent, two migrators both holding it), and so are the resets between files. ``conn``: the
     run's connection (to ``dsn``'s session URL when one was declared: harvest.db.pooler)."""
     target = pooler.session_dsn(dsn)
-    if pooler.transaction_pooled(target, conn):
+    if pooler.transaction_pooled(target, conn, probe_connect):
         raise ConfigError(
             f"cannot migrate {describe_dsn(target)}: it goes through a connection pooler in transaction "
             "mode (two sessions were lent one server connection), and a migration needs a session of its "

@@ -27,7 +27,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -134,7 +134,10 @@ PROBE_ROUNDS = 5
 
 
 def shares_server_connections(
-    dsn: str, connect_timeout: int = 10, first: psycopg.Connection | None = None
+    dsn: str,
+    connect_timeout: int = 10,
+    first: psycopg.Connection | None = None,
+    connect: Callable[[str], psycopg.Connection] | None = None,
 ) -> bool:
     """Whether two sessions opened on ``dsn`` are lent one server connection in turn: a pooler in
     transaction (or statement) mode. Two connects and three reads: the first session's backend,
@@ -145,10 +148,14 @@ def shares_server_connections(
     connection while the first's is on its way back to the pool (a busy machine), so the reads
     are asked up to PROBE_ROUNDS times until one round shows a share; only a proxy that is no
     such pooler (a NAT, a session-mode pool) pays every round. ``first``: a connection to
-    ``dsn`` the caller holds (autocommit, idle), to stand for the first session: one connect fewer."""
+    ``dsn`` the caller holds (autocommit, idle), to stand for the first session: one connect fewer.
+    ``connect``: opens each session (harvest.db.connection.probe_connect: a failed connect is a
+    HarvestError), else psycopg's own."""
 
     # (plain psycopg connections, no prepared statement: the answer decides that)
     def session() -> psycopg.Connection:
+        if connect is not None:
+            return connect(dsn)
         return psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout, prepare_threshold=None)
 
     with contextlib.ExitStack() as stack:
@@ -231,12 +238,16 @@ def detect(dsn: str, conn: psycopg.Connection | None = None) -> bool:
         return False
 
 
-def transaction_pooled(dsn: str, conn: psycopg.Connection) -> bool:
+def transaction_pooled(
+    dsn: str, conn: psycopg.Connection, connect: Callable[[str], psycopg.Connection] | None = None
+) -> bool:
     """Whether ``conn`` (to ``dsn``, autocommit, idle) reaches the server through a pooler that
     shares server connections: its session comes from another port than this end's (one read),
-    and then :func:`shares_server_connections` says so (one connect more)."""
+    and then :func:`shares_server_connections` says so (one connect more, by ``connect``)."""
     row = conn.execute(_CLIENT_PORT, prepare=False).fetchone()
-    return _proxied(conn, row[0] if row else None) and shares_server_connections(dsn, first=conn)
+    return _proxied(conn, row[0] if row else None) and shares_server_connections(
+        dsn, first=conn, connect=connect
+    )
 
 
 async def detect_async(dsn: str, conn: psycopg.AsyncConnection | None = None) -> bool:
