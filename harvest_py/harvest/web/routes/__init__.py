@@ -242,8 +242,8 @@ def check_body(schema: dict[str, Any], data: Any) -> dict[str, Any]:
 
 class Call:
     """One request: who makes it (``principal``) and the database under its role. Every SQL
-    call made through it runs as ``principal.role`` (``SET ROLE``, reset before the connection
-    goes back), so the database checks again what the route checked."""
+    call made through it runs as ``principal.role`` (SET LOCAL in the call's own transaction:
+    harvest.db.pools.RoledPool), so the database checks again what the route checked."""
 
     def __init__(self, request: Request, state: HarvestState, principal: Principal, endpoint: Endpoint):
         self.request, self.state, self.endpoint = request, state, endpoint
