@@ -1,7 +1,8 @@
 """Paired A/B of the management API's requests per second, two checkouts side by side: each
 side's ``bench/api_role_load.py`` (this checkout's script, the side's library) on a fresh clone
 of its own migrated template, one route at a time (a read, GET /workflows/{id}; a signal,
-POST /workflows/{id}/signal), the base first in odd pairs and the candidate first in even ones.
+POST /workflows/{id}/signal), the base first in odd pairs and the candidate first in even ones;
+the ratios of requests per second and of the API process's CPU per request.
 Written for the face's role as its call's transaction (SET LOCAL always, docs/performance.md).
 
     python bench/api_role_ab.py --base /tmp/old --candidate . --pairs 6
@@ -36,26 +37,30 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
     sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
-    summary: dict[str, dict[str, float]] = {}
+    summary: dict[str, dict[str, dict[str, float]]] = {}
     with (
         EmbeddedPostgres(settings=SERVER_SETTINGS) as server,
         psycopg.connect(server.dsn, autocommit=True) as admin,
     ):
         migrate_templates(admin, server, sides)
         for route in ("read", "signal"):
-            ratios = []
+            ratios: dict[str, list[float]] = {"rps": [], "cpu_ms": []}
 
-            def run(side: str, dsn: str, route: str = route) -> float:
+            def run(side: str, dsn: str, route: str = route) -> dict[str, float]:
                 options = ["--route", route, "--secs", str(args.secs), "--concurrency", str(args.concurrency)]
-                return float(bench_json(sides[side], "api_role_load.py", dsn, *options, bench=BENCH)["rps"])
+                return bench_json(sides[side], "api_role_load.py", dsn, *options, bench=BENCH)
 
             for row in paired_runs(admin, server, args.pairs, False, run):
-                ratios.append(row["cand"] / row["base"])
-                print(json.dumps({"route": route, **row, "cand/base": round(ratios[-1], 3)}), flush=True)
+                for key, values in ratios.items():
+                    values.append(row["cand"][key] / row["base"][key])
+                print(json.dumps({"route": route, **row}), flush=True)
             summary[route] = {
-                "median cand/base": round(statistics.median(ratios), 3),
-                "min": round(min(ratios), 3),
-                "max": round(max(ratios), 3),
+                f"{key} cand/base": {
+                    "median": round(statistics.median(values), 3),
+                    "min": round(min(values), 3),
+                    "max": round(max(values), 3),
+                }
+                for key, values in ratios.items()
             }
     print(json.dumps({"load": os.getloadavg(), **summary}))
 

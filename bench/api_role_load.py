@@ -1,6 +1,8 @@
 """One side of bench/api_role_ab.py: the management API (``management_app``, dev profile: every
 request as harvest_admin, through its role) in this process over httpx's ASGI transport,
-``--concurrency`` requests in flight for ``--secs`` seconds on one route; prints {"rps": ...}.
+``--concurrency`` requests in flight for ``--secs`` seconds on one route; prints {"rps": ...,
+"cpu_ms": ...}: requests per second, and this process's CPU per request (the API's and the
+driver's; steadier than the rate on a shared machine).
 
     python bench/api_role_load.py DSN --route read --secs 4 --concurrency 8
 """
@@ -19,7 +21,7 @@ from harvest.config import config_from_mapping
 from harvest.web.app import management_app
 
 
-async def load(dsn: str, route: str, secs: float, concurrency: int) -> float:
+async def load(dsn: str, route: str, secs: float, concurrency: int) -> dict[str, float]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         run = conn.execute(
             "SELECT execution_id FROM harvest.start_workflow('bench', '[]', 'api-role-' || gen_random_uuid(), 'q')"
@@ -45,9 +47,10 @@ async def load(dsn: str, route: str, secs: float, concurrency: int) -> float:
         warm = [0]
         await asyncio.gather(*(worker(time.monotonic() + 1.0, warm) for _ in range(concurrency)))
         counts = [0]
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.process_time()
         await asyncio.gather(*(worker(start + secs, counts) for _ in range(concurrency)))
-        return counts[0] / (time.monotonic() - start)
+        rps = counts[0] / (time.monotonic() - start)
+        return {"rps": round(rps, 1), "cpu_ms": round((time.process_time() - cpu) * 1000 / counts[0], 3)}
 
 
 def main() -> None:
@@ -57,7 +60,7 @@ def main() -> None:
     parser.add_argument("--secs", type=float, default=4.0)
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
-    print(json.dumps({"rps": round(asyncio.run(load(args.dsn, args.route, args.secs, args.concurrency)), 1)}))
+    print(json.dumps(asyncio.run(load(args.dsn, args.route, args.secs, args.concurrency))))
 
 
 if __name__ == "__main__":

@@ -2397,10 +2397,10 @@ class AsyncSqlApi:
         trip. ``refused``: what a failure of ``before`` means (None: the error itself)."""
         with translated_errors():
             try:
-                async with conn.pipeline() as pipeline, conn.cursor(row_factory=dict_row) as cur:
-                    await conn.execute(*before)
-                    await cur.execute(sql, params)
-                    await pipeline.sync()
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    async with conn.pipeline():  # (its end sends the Sync and reads every result)
+                        await conn.execute(*before)
+                        await cur.execute(sql, params)
                     return await cur.fetchall() if _has_rows(cur) else []
             except psycopg.Error as exc:
                 if (mapped := refused(exc)) is None:
