@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--secs", type=float, default=4.0)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--routes", default="read,signal", help="comma-separated: read, signal")
     args = parser.parse_args()
     sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
     summary: dict[str, dict[str, dict[str, float]]] = {}
@@ -43,7 +44,7 @@ def main() -> None:
         psycopg.connect(server.dsn, autocommit=True) as admin,
     ):
         migrate_templates(admin, server, sides)
-        for route in ("read", "signal"):
+        for route in args.routes.split(","):
             ratios: dict[str, list[float]] = {"rps": [], "cpu_ms": []}
 
             def run(side: str, dsn: str, route: str = route) -> dict[str, float]:
