@@ -408,8 +408,9 @@ class AsyncOneDatabase(_One):
     def __init__(self, dsn: str, pool: AsyncConnectionPool):
         super().__init__(dsn, pool)
         self._sql = AsyncSqlApi(self)  # (connection(): the pool's, refused once it is closed)
-        if hasattr(pool, "one_call"):  # a face's RoledPool: a call and its role in one round trip
-            self.one_call, self.refused = pool.one_call, pool.refused
+        roled: Any = pool
+        if hasattr(roled, "one_call"):  # a face's RoledPool: a call and its role in one round trip
+            self.one_call, self.refused = roled.one_call, roled.refused
 
     def sql(self, shard: int) -> AsyncSqlApi:
         return self._sql
