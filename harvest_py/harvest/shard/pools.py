@@ -508,9 +508,10 @@ class AsyncShardPools(_Base):
         self, role: str, source: str = "api", *, actor: str | None = None, route: str | None = None
     ) -> AsyncShardPools:
         """These pools seen through one caller's role (an HTTP request's): the same pools,
-        each connection lent running as ``role`` with the audit source ``source`` and RESET
-        before it goes back (:func:`harvest.db.connection.set_role`); :meth:`dsn` carries the
-        role too, for a connection of its own. Closing the view closes nothing."""
+        each connection lent in a transaction of its own running as ``role`` with the audit
+        source ``source`` (:func:`harvest.db.connection.set_role`: SET LOCAL), each call of
+        :meth:`api` in one of its own; :meth:`dsn` carries the role too, for a connection of its
+        own. Closing the view closes nothing."""
         return _RoledShardPools(self, role, source, actor, route)
 
     async def close(self) -> None:

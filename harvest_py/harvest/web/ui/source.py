@@ -2,8 +2,8 @@
 
 Every connection the dashboard uses is lent by :meth:`Source.lend`: lowered to the principal's
 Postgres role with the audit source ``ui`` and the principal as the audit actor
-(:func:`harvest.db.connection.set_role`, RESET before the connection goes back to its pool), in
-one transaction; a page's reads are also ``READ ONLY`` and one snapshot. So a read principal's
+(:func:`harvest.db.connection.set_role`: SET LOCAL, ending with the transaction), in one
+transaction; a page's reads are also ``READ ONLY`` and one snapshot. So a read principal's
 page cannot write by accident, and an action the page let through is still checked by the
 database's own grants (``functions/security.sql``).
 
