@@ -78,24 +78,47 @@ CREATE OR REPLACE FUNCTION harvest.count_stranded_tasks()
 RETURNS TABLE (queue text, pending bigint, oldest_due_at timestamptz)
 LANGUAGE sql STABLE
 AS $$
-    SELECT
-        t.queue,
-        count(*) AS pending,
-        min(t.due_at) AS oldest_due_at
-    FROM harvest.tasks AS t
-    WHERE
-        t.status = 'pending'
-        AND t.kind <> 'timer'
-        AND t.due_at <= harvest.now()
-        AND NOT EXISTS (
-            SELECT 1 FROM harvest.workers AS w
-            WHERE
-                w.status = 'active'
-                AND t.queue = ANY(w.queues)
-                AND harvest._worker_health(w) = 'healthy'
+    -- Only the queues no live worker polls are counted: the queues with pending work are
+    -- found one probe of tasks_claimable each (a loose index scan), and a polled queue's
+    -- backlog is not read at all. Checking every claimable task against the workers read a
+    -- backlog of 1.8M tasks per call (~0.2 s of CPU), in every metrics sample.
+    WITH RECURSIVE polled AS MATERIALIZED (
+        SELECT DISTINCT u.queue
+        FROM harvest.workers AS w CROSS JOIN LATERAL unnest(w.queues) AS u (queue)
+        WHERE w.status = 'active' AND harvest._worker_health(w) = 'healthy'
+    ),
+
+    queues (queue) AS (
+        (
+            SELECT t.queue FROM harvest.tasks AS t
+            WHERE t.status = 'pending' AND t.kind <> 'timer'
+            ORDER BY t.queue LIMIT 1
         )
-    GROUP BY t.queue
-    ORDER BY t.queue;
+        UNION ALL
+        SELECT (
+            SELECT t.queue FROM harvest.tasks AS t
+            WHERE t.status = 'pending' AND t.kind <> 'timer' AND t.queue > q.queue
+            ORDER BY t.queue LIMIT 1
+        )
+        FROM queues AS q WHERE q.queue IS NOT NULL
+    )
+
+    SELECT q.queue, n.pending, n.oldest_due_at
+    FROM queues AS q
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS pending, min(t.due_at) AS oldest_due_at
+        FROM harvest.tasks AS t
+        WHERE
+            t.queue = q.queue
+            AND t.status = 'pending'
+            AND t.kind <> 'timer'
+            AND t.due_at <= (SELECT harvest.now())
+    ) AS n
+    WHERE
+        q.queue IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM polled AS p WHERE p.queue = q.queue)
+        AND n.pending > 0
+    ORDER BY q.queue;
 $$;
 
 -- This shard's facts for `harvest shard health` in one round trip: its number and
@@ -124,16 +147,20 @@ AS $$
         GROUP BY u.queue
     ),
 
+    -- The clock read once (in a FILTER it was called twice per task: 1.7 s of CPU a call
+    -- over a backlog of 2M tasks, 0.5 s read once).
+    clock AS MATERIALIZED (SELECT harvest.now() AS now),
+
     work AS (
         SELECT
             t.queue,
             count(*) FILTER (WHERE t.status = 'pending') AS pending,
-            count(*) FILTER (WHERE t.status = 'pending' AND t.due_at <= harvest.now()) AS claimable,
+            count(*) FILTER (WHERE t.status = 'pending' AND t.due_at <= c.now) AS claimable,
             count(*) FILTER (WHERE t.status = 'running') AS running,
             min(t.due_at) FILTER (
-                WHERE t.status = 'pending' AND t.due_at <= harvest.now()
+                WHERE t.status = 'pending' AND t.due_at <= c.now
             ) AS oldest_claimable_at
-        FROM harvest.tasks AS t
+        FROM harvest.tasks AS t CROSS JOIN clock AS c
         WHERE t.kind <> 'timer'
         GROUP BY t.queue
     ),

@@ -2,7 +2,7 @@
 -- _shard_low_id, _shard_high_id), the start path's refusal of another shard's start,
 -- and the health facts: count_stranded_tasks, get_shard_health.
 BEGIN;
-SELECT plan(39);
+SELECT plan(41);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT is(harvest.get_shard_id(), 0, 'get_shard_id(): a database is shard 0 until told otherwise');
@@ -84,6 +84,25 @@ UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '1 hour'
 SELECT results_eq($$SELECT queue, pending FROM harvest.count_stranded_tasks()$$,
                   $$VALUES ('default'::text, 3::bigint)$$,
                   'count_stranded_tasks(): a stale worker does not count: the work is stranded again');
+-- Several queues: only those no live worker polls are counted (the polled ones are not read),
+-- and only their claimable work (a task due later or a timer strands nothing yet).
+SELECT harvest.register_worker('w-beta', ARRAY['beta'], 'host', 1, 10, '{}');
+INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, activity_name)
+SELECT (SELECT min(e.id::text)::uuid FROM harvest.executions AS e), v.kind, v.queue, harvest.now() + v.due, harvest.now(),
+       1000 + v.n, CASE WHEN v.kind = 'activity' THEN 'sh_act' END
+FROM (VALUES (1, 'activity', 'alpha', interval '-2 minutes'), (2, 'activity', 'alpha', interval '-1 minute'),
+             (3, 'activity', 'beta', interval '-5 minutes'), (4, 'activity', 'gamma', interval '1 hour'),
+             (5, 'timer', 'delta', interval '-1 minute')) AS v (n, kind, queue, due);
+SELECT results_eq($$SELECT queue, pending, oldest_due_at FROM harvest.count_stranded_tasks()$$,
+                  $$VALUES ('alpha'::text, 2::bigint, harvest.now() - interval '2 minutes'),
+                           ('default'::text, 3::bigint, (SELECT min(due_at) FROM harvest.tasks WHERE queue = 'default'))$$,
+                  'count_stranded_tasks(): each unpolled queue''s claimable work and oldest due time; a polled '
+                  'queue, a task due later and a timer are not stranded');
+SET LOCAL harvest.fake_now = '2030-01-01 02:00:00+00';
+SELECT harvest.heartbeat_worker('w-beta');
+SELECT results_eq($$SELECT queue, pending FROM harvest.count_stranded_tasks()$$,
+                  $$VALUES ('alpha'::text, 2::bigint), ('default'::text, 3::bigint), ('gamma'::text, 1::bigint)$$,
+                  'count_stranded_tasks(): a task due later is stranded once due');
 
 -- Scheduler freshness: the unpaused schedules and the oldest due time among them (a schedule no
 -- scheduler computed yet counts from its last change), which a ticking scheduler keeps moving.
