@@ -227,6 +227,7 @@ def measure(dsn: str, args: argparse.Namespace) -> None:
                 conn.execute("SET auto_explain.log_min_duration = -1")
                 print(f"== {name}\n" + "\n".join(notices), flush=True)
                 continue
+            heartbeat_workers(conn)  # a live fleet's (stale after two 5 s heartbeats)
             cpu, wall = timed(conn, pid, statement, params, write)
             hour = cpu * per_hour / 1000
             results[name] = {

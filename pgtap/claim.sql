@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(177);
+SELECT plan(179);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -76,6 +76,18 @@ SELECT is_empty($$SELECT * FROM harvest.claim_tasks('w2', ARRAY['cq'])$$, 'runni
 SELECT is(harvest.next_due_at(ARRAY['cq']), '2030-01-01 00:01:40+00'::timestamptz,
           'next_due_at(): when the earliest pending task of the queues becomes due');
 SELECT is(harvest.next_due_at(ARRAY['nothing_here']), NULL::timestamptz, 'next_due_at() of idle queues: NULL');
+-- Priorities: the earliest of each, whatever its priority (the index orders priority first).
+INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at, seq, activity_name)
+SELECT (SELECT execution_id FROM runs WHERE name = 'D'), 'activity', v.queue, v.priority, v.due_at, harvest.now(),
+       900 + v.n, 'nd_act'
+FROM (VALUES (1, 'ndq', 9, '2030-01-01 05:00:00+00'::timestamptz), (2, 'ndq', 5, '2030-01-01 03:00:00+00'),
+             (3, 'ndq', 0, '2030-01-01 04:00:00+00'), (4, 'ndq', -3, '2030-01-01 02:00:00+00'),
+             (5, 'ndq2', 1, '2030-01-01 01:30:00+00')) AS v (n, queue, priority, due_at);
+SELECT is(harvest.next_due_at(ARRAY['ndq']), '2030-01-01 02:00:00+00'::timestamptz,
+          'next_due_at(): the earliest over every priority of the queue (here the lowest priority''s)');
+SELECT is(harvest.next_due_at(ARRAY['ndq', 'ndq2', 'ndq', 'nothing_here']), '2030-01-01 01:30:00+00'::timestamptz,
+          'next_due_at(): the earliest over several queues (a queue named twice, an empty one)');
+DELETE FROM harvest.tasks WHERE queue IN ('ndq', 'ndq2');
 
 -- Later, several queues: priority orders across them; tokens keep growing.
 SET LOCAL harvest.fake_now = '2030-01-01 00:01:40+00';

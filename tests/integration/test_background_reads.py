@@ -1,0 +1,96 @@
+"""What the reads of the background loops read over a backlog (docs/performance.md,
+"The background loops over a 2M-task backlog"), counted in index entries and heap rows read
+(the statistics views), not in time.
+
+- The stranded-work gauge (functions/shards.sql, count_stranded_tasks), read by the metrics
+  sampler every sample and by ``/health/ready`` with shard readiness on every probe: a backlog on
+  a queue a live worker polls is not stranded, and is not read to say so (it read every
+  claimable task, checked against the workers, per call).
+- An idle worker's next due time (functions/claim.sql, next_due_at): a few probes, not a read of
+  every task due later (it took min() over every pending task of its queues per idle pass).
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+BACKLOG = 3000
+
+
+def _tasks_read(conn: psycopg.Connection) -> int:
+    """Index entries and sequentially read rows of harvest.tasks so far (flushed statistics)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    row = conn.execute(
+        "SELECT (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes"
+        "        WHERE schemaname = 'harvest' AND relname = 'tasks')"
+        "     + (SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables"
+        "        WHERE schemaname = 'harvest' AND relname = 'tasks')"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_polled_backlog_is_not_read(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        run = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('w', p_queue => 'busy')"
+        ).fetchone()
+        assert run is not None
+        conn.execute(
+            "INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, activity_name)"
+            " SELECT %s, 'activity', 'busy', harvest.now() - interval '1 minute', harvest.now(), g, 'a'"
+            " FROM generate_series(1, %s) AS g",
+            [run[0], BACKLOG],
+        )
+        conn.execute(
+            "INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, activity_name)"
+            " VALUES (%s, 'activity', 'orphan', harvest.now() - interval '1 minute', harvest.now(), %s, 'a')",
+            [run[0], BACKLOG + 1],
+        )
+        conn.execute("SELECT harvest.register_worker('w-busy', ARRAY['busy'], 'host', 1, 60, '{}')")
+        conn.execute("ANALYZE harvest.tasks")
+        before = _tasks_read(conn)
+        stranded = conn.execute("SELECT queue, pending FROM harvest.count_stranded_tasks()").fetchall()
+        read = _tasks_read(conn) - before
+        assert stranded == [("orphan", 1)]
+        # A probe or two per queue and the unpolled queue's own task: not the polled backlog.
+        assert read < 50, f"count_stranded_tasks read {read} task rows for one stranded task"
+
+        # The worker gone stale: the whole backlog is stranded, and counted.
+        conn.execute("UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '1 hour'")
+        stranded = conn.execute("SELECT queue, pending FROM harvest.count_stranded_tasks()").fetchall()
+        assert stranded == [("busy", BACKLOG + 1), ("orphan", 1)]
+
+
+def test_the_next_due_time_is_read_without_the_backlog(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        start = "SELECT execution_id FROM harvest.start_workflow('w', p_queue => 'other')"
+        run = conn.execute(start).fetchone()
+        assert run is not None
+        # Retries due later over two priorities, and a timer due before them all.
+        conn.execute(
+            "INSERT INTO harvest.tasks"
+            " (execution_id, kind, queue, priority, due_at, scheduled_at, seq, activity_name)"
+            " SELECT %s, 'activity', 'busy', g %% 2, harvest.now() + make_interval(mins => 10 + g),"
+            " harvest.now(), g, 'a' FROM generate_series(1, %s) AS g",
+            [run[0], BACKLOG],
+        )
+        conn.execute(
+            "INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq)"
+            " VALUES (%s, 'timer', 'busy', harvest.now() + interval '5 minutes', harvest.now(), %s)",
+            [run[0], BACKLOG + 1],
+        )
+        conn.execute("ANALYZE harvest.tasks")
+        timer, retry = conn.execute(
+            "SELECT min(due_at) FILTER (WHERE kind = 'timer'), min(due_at) FILTER (WHERE kind = 'activity')"
+            " FROM harvest.tasks WHERE queue = 'busy'"
+        ).fetchone()  # type: ignore[misc]
+        before = _tasks_read(conn)
+        due = conn.execute("SELECT harvest.next_due_at(ARRAY['busy'])").fetchone()[0]  # type: ignore[index]
+        read = _tasks_read(conn) - before
+        assert due == timer
+        assert read < 50, f"next_due_at read {read} task rows for the earliest of them"
+
+        conn.execute("DELETE FROM harvest.tasks WHERE kind = 'timer' AND queue = 'busy'")
+        due = conn.execute("SELECT harvest.next_due_at(ARRAY['busy'])").fetchone()[0]  # type: ignore[index]
+        assert due == retry  # g = 1 (priority 1)
