@@ -14,7 +14,7 @@ The fill is ``bench/operator_views.py``'s (``--runs`` executions over 90 days, t
 dead letters, audit rows, 50 schedules) and then a backlog: ``--tasks`` activity tasks spread
 over the RUNNING runs (a fan-out of ~1,000 activities a run), on the runs' five queues (60% on
 ``default``), 87% claimable now, 10% retrying later (due within the hour), 3% claimed (running,
-leased five minutes ahead); one in five keyed by a concurrency key out of 500 tenants. Eight
+leased a week ahead: the scanner's tick expires none); one in five keyed by a concurrency key out of 500 tenants. Eight
 workers poll every queue. ``VACUUM ANALYZE`` at the end.
 
 Each statement is timed as its backend's CPU (user + system, from /proc: the server's work, not
@@ -68,7 +68,7 @@ SELECT r.id, 'activity', r.queue, 0,
        CASE WHEN g.k % 33 = 0 THEN 1 ELSE 0 END,
        CASE WHEN g.k % 33 = 0 THEN nextval('harvest.fencing_tokens') ELSE 0 END,
        CASE WHEN g.k % 33 = 0 THEN 'bench-worker-' || (g.k % 8) END,
-       CASE WHEN g.k % 33 = 0 THEN %(now)s::timestamptz + interval '5 minutes' END,
+       CASE WHEN g.k % 33 = 0 THEN %(now)s::timestamptz + interval '7 days' END,
        CASE WHEN g.k % 33 = 0 THEN %(now)s::timestamptz END,
        CASE WHEN g.k % 5 = 0 THEN 't-' || ((r.n * 7 + g.k) % 500) END,
        CASE WHEN g.k % 5 = 0 THEN 5 END,
