@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from operator_views import build, server, sql
+from operator_views import build, explain, server, sql
 
 from harvest.db.migrate import Migrator
 
@@ -211,21 +211,7 @@ def measure(dsn: str, args: argparse.Namespace) -> None:
             if wanted and wanted not in name:
                 continue
             if args.explain:
-                notices.clear()
-                conn.execute("LOAD 'auto_explain'")
-                for setting in (
-                    "log_min_duration = 0",
-                    "log_analyze = on",
-                    "log_buffers = on",
-                    "log_nested_statements = on",
-                    "log_level = notice",
-                ):
-                    conn.execute(f"SET auto_explain.{setting}")
-                conn.execute("BEGIN")
-                conn.execute(statement, params).fetchall()
-                conn.execute("ROLLBACK")
-                conn.execute("SET auto_explain.log_min_duration = -1")
-                print(f"== {name}\n" + "\n".join(notices), flush=True)
+                print(f"== {name}\n" + explain(conn, notices, statement, params), flush=True)
                 continue
             heartbeat_workers(conn)  # a live fleet's (stale after two 5 s heartbeats)
             cpu, wall = timed(conn, pid, statement, params, write)

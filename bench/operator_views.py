@@ -396,6 +396,27 @@ def timed(conn: psycopg.Connection[Any], statement: str, params: Any = None, rep
     return statistics.median(samples)
 
 
+def explain(conn: psycopg.Connection[Any], notices: list[str], statement: str, params: Any) -> str:
+    """The plans of the statements inside the functions a statement calls, as auto_explain
+    reports them to the client (``notices``: the connection's notice handler's list), in a
+    transaction rolled back."""
+    notices.clear()
+    conn.execute("LOAD 'auto_explain'")
+    for setting in (
+        "log_min_duration = 0",
+        "log_analyze = on",
+        "log_buffers = on",
+        "log_nested_statements = on",
+        "log_level = notice",
+    ):
+        conn.execute(f"SET auto_explain.{setting}")
+    conn.execute("BEGIN")
+    conn.execute(statement, params).fetchall()
+    conn.execute("ROLLBACK")
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    return "\n".join(notices)
+
+
 def measure(dsn: str, args: argparse.Namespace) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         params = setup(conn)
@@ -408,22 +429,7 @@ def measure(dsn: str, args: argparse.Namespace) -> None:
                 continue
             write = (name, statement) in WRITES
             if args.explain:
-                # The statements inside the functions, as auto_explain reports them to the client.
-                notices.clear()
-                conn.execute("LOAD 'auto_explain'")
-                for setting in (
-                    "log_min_duration = 0",
-                    "log_analyze = on",
-                    "log_buffers = on",
-                    "log_nested_statements = on",
-                    "log_level = notice",
-                ):
-                    conn.execute(f"SET auto_explain.{setting}")
-                conn.execute("BEGIN")
-                conn.execute(statement, params).fetchall()
-                conn.execute("ROLLBACK")
-                conn.execute("SET auto_explain.log_min_duration = -1")
-                print(f"== {name}\n" + "\n".join(notices), flush=True)
+                print(f"== {name}\n" + explain(conn, notices, statement, params), flush=True)
                 continue
             if write:
                 samples = []

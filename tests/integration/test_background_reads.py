@@ -30,23 +30,40 @@ def _tasks_read(conn: psycopg.Connection) -> int:
     return int(row[0])
 
 
+def _start(conn: psycopg.Connection, queue: str) -> object:
+    row = conn.execute(
+        "SELECT execution_id FROM harvest.start_workflow('w', p_queue => %s)", [queue]
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _add_tasks(
+    conn: psycopg.Connection,
+    run: object,
+    n: int,
+    queue: str,
+    due: str,
+    *,
+    kind: str = "activity",
+    first: int = 1,
+    priority: str = "0",
+) -> None:
+    """``n`` tasks of ``run`` on ``queue`` (seq ``first`` on), due at the SQL ``due`` (of g, 1..n)."""
+    conn.execute(
+        "INSERT INTO harvest.tasks"
+        " (execution_id, kind, queue, priority, due_at, scheduled_at, seq, activity_name)"
+        f" SELECT %s, %s, %s, {priority}, {due}, harvest.now(), %s + g - 1,"
+        " CASE WHEN %s = 'activity' THEN 'a' END FROM generate_series(1, %s) AS g",
+        [run, kind, queue, first, kind, n],
+    )
+
+
 def test_a_polled_backlog_is_not_read(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
-        run = conn.execute(
-            "SELECT execution_id FROM harvest.start_workflow('w', p_queue => 'busy')"
-        ).fetchone()
-        assert run is not None
-        conn.execute(
-            "INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, activity_name)"
-            " SELECT %s, 'activity', 'busy', harvest.now() - interval '1 minute', harvest.now(), g, 'a'"
-            " FROM generate_series(1, %s) AS g",
-            [run[0], BACKLOG],
-        )
-        conn.execute(
-            "INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, activity_name)"
-            " VALUES (%s, 'activity', 'orphan', harvest.now() - interval '1 minute', harvest.now(), %s, 'a')",
-            [run[0], BACKLOG + 1],
-        )
+        run = _start(conn, "busy")
+        _add_tasks(conn, run, BACKLOG, "busy", "harvest.now() - interval '1 minute'")
+        _add_tasks(conn, run, 1, "orphan", "harvest.now() - interval '1 minute'", first=BACKLOG + 1)
         conn.execute("SELECT harvest.register_worker('w-busy', ARRAY['busy'], 'host', 1, 60, '{}')")
         conn.execute("ANALYZE harvest.tasks")
         before = _tasks_read(conn)
@@ -64,21 +81,13 @@ def test_a_polled_backlog_is_not_read(db: str) -> None:
 
 def test_the_next_due_time_is_read_without_the_backlog(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
-        start = "SELECT execution_id FROM harvest.start_workflow('w', p_queue => 'other')"
-        run = conn.execute(start).fetchone()
-        assert run is not None
+        run = _start(conn, "other")
         # Retries due later over two priorities, and a timer due before them all.
-        conn.execute(
-            "INSERT INTO harvest.tasks"
-            " (execution_id, kind, queue, priority, due_at, scheduled_at, seq, activity_name)"
-            " SELECT %s, 'activity', 'busy', g %% 2, harvest.now() + make_interval(mins => 10 + g),"
-            " harvest.now(), g, 'a' FROM generate_series(1, %s) AS g",
-            [run[0], BACKLOG],
+        _add_tasks(
+            conn, run, BACKLOG, "busy", "harvest.now() + make_interval(mins => 10 + g)", priority="g %% 2"
         )
-        conn.execute(
-            "INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq)"
-            " VALUES (%s, 'timer', 'busy', harvest.now() + interval '5 minutes', harvest.now(), %s)",
-            [run[0], BACKLOG + 1],
+        _add_tasks(
+            conn, run, 1, "busy", "harvest.now() + interval '5 minutes'", kind="timer", first=BACKLOG + 1
         )
         conn.execute("ANALYZE harvest.tasks")
         timer, retry = conn.execute(
