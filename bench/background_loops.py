@@ -37,9 +37,7 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from operator_views import build, explain, server, sql
-
-from harvest.db.migrate import Migrator
+from operator_views import arguments, build, explain, run, sql
 
 TASK_INDEXES = """
 SELECT i.relname, pg_get_indexdef(i.oid)
@@ -231,36 +229,15 @@ def measure(dsn: str, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", required=True, help="the server's kept data directory")
-    parser.add_argument("--runs", type=int, default=500_000)
+    parser = arguments(__doc__, 500_000, "loops' statements")
     parser.add_argument("--tasks", type=int, default=2_000_000)
-    parser.add_argument("--fill", action="store_true")
-    parser.add_argument("--serve", action="store_true", help="start the server, print its DSN, wait")
-    parser.add_argument("--sql", action="store_true", help="time every loop's statements")
-    parser.add_argument("--only", default=None, help="only the statements whose name holds this")
-    parser.add_argument(
-        "--explain", default=None, help="EXPLAIN (ANALYZE, BUFFERS) those whose name holds this"
-    )
-    parser.add_argument("--out", default=None, help="write the timings here as JSON")
     args = parser.parse_args()
-    pg = server(Path(args.data), fill=args.fill)
-    dsn = pg.dsn_for("loops")
-    try:
-        if args.fill:
-            with psycopg.connect(pg.dsn, autocommit=True) as admin:
-                admin.execute("CREATE DATABASE loops")
-            build(dsn, args.runs)
-            fill_backlog(dsn, args.tasks)
-        if args.sql or args.explain:
-            Migrator(dsn).run()  # this checkout's migrations and functions
-            measure(dsn, args)
-        if args.serve:
-            print(dsn, flush=True)
-            while True:
-                time.sleep(3600)
-    finally:
-        pg.stop()
+
+    def fill(dsn: str) -> None:
+        build(dsn, args.runs)
+        fill_backlog(dsn, args.tasks)
+
+    run(args, "loops", fill, measure)
 
 
 if __name__ == "__main__":

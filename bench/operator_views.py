@@ -449,35 +449,47 @@ def measure(dsn: str, args: argparse.Namespace) -> None:
             Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc: str, runs: int, what: str) -> argparse.ArgumentParser:
+    """The options of a bench over a kept, filled server (this one's and background_loops')."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="the server's kept data directory")
-    parser.add_argument("--runs", type=int, default=2_000_000)
+    parser.add_argument("--runs", type=int, default=runs)
     parser.add_argument("--fill", action="store_true")
     parser.add_argument("--serve", action="store_true", help="start the server, print its DSN, wait")
-    parser.add_argument("--sql", action="store_true", help="time every view")
-    parser.add_argument("--only", default=None, help="only the views whose name holds this")
+    parser.add_argument("--sql", action="store_true", help=f"time every one of the {what}")
+    parser.add_argument("--only", default=None, help=f"only the {what} whose name holds this")
     parser.add_argument(
-        "--explain", default=None, help="EXPLAIN (ANALYZE, BUFFERS) the views whose name holds this"
+        "--explain", default=None, help=f"EXPLAIN (ANALYZE, BUFFERS) the {what} whose name holds this"
     )
     parser.add_argument("--out", default=None, help="write the timings here as JSON")
-    args = parser.parse_args()
-    data = Path(args.data)
-    pg = server(data, fill=args.fill)
+    return parser
+
+
+def run(args: argparse.Namespace, name: str, fill: Any, measure: Any) -> None:
+    """Start the kept server of ``--data``; ``--fill`` creates database ``name`` and ``fill(dsn)``s
+    it; ``--sql``/``--explain`` migrate it with this checkout and ``measure(dsn, args)``;
+    ``--serve`` prints its DSN and waits."""
+    pg = server(Path(args.data), fill=args.fill)
+    dsn = pg.dsn_for(name)
     try:
         if args.fill:
             with psycopg.connect(pg.dsn, autocommit=True) as admin:
-                admin.execute("CREATE DATABASE views")
-            build(pg.dsn_for("views"), args.runs)
+                admin.execute(f"CREATE DATABASE {name}")
+            fill(dsn)
         if args.sql or args.explain:
-            Migrator(pg.dsn_for("views")).run()  # this checkout's migrations and functions
-            measure(pg.dsn_for("views"), args)
+            Migrator(dsn).run()  # this checkout's migrations and functions
+            measure(dsn, args)
         if args.serve:
-            print(pg.dsn_for("views"), flush=True)
+            print(dsn, flush=True)
             while True:
                 time.sleep(3600)
     finally:
         pg.stop()
+
+
+def main() -> None:
+    args = arguments(__doc__, 2_000_000, "views").parse_args()
+    run(args, "views", lambda dsn: build(dsn, args.runs), measure)
 
 
 if __name__ == "__main__":
