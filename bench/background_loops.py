@@ -8,7 +8,8 @@ The loops that run whether anyone looks or not: the metrics sampler (every ``met
 15 s, on one process per database), the scanner's pass and the scheduler's tick (every
 ``scan_interval``, 1 s, on every worker that runs the scanner), the retention janitor's round
 (every ``retention.interval``, 60 s), a worker's heartbeat (``heartbeat_interval``, 5 s), an
-idle worker's due-time read, a worker's boot, and ``/health/ready``.
+idle worker's due-time read, the query responder's poll (every ``poll_interval``, 2 s, and its
+expiry every 5 s), a worker's boot, and ``/health/ready``.
 
 The fill is ``bench/operator_views.py``'s (``--runs`` executions over 90 days, their events,
 dead letters, audit rows, 50 schedules) and then a backlog: ``--tasks`` activity tasks spread
@@ -138,6 +139,13 @@ LOOPS: list[tuple[str, str, float, bool]] = [
     ("scheduler: start_buffered_firings", "SELECT harvest.start_buffered_firings(100)", 3600, True),
     ("scheduler: list_due_schedules", "SELECT * FROM harvest.list_due_schedules(100)", 3600, False),
     ("heartbeat: heartbeat_worker", "SELECT harvest.heartbeat_worker('bench-worker-0')", 720, True),
+    (
+        "queries: claim_query_requests",
+        "SELECT * FROM harvest.claim_query_requests('bench-worker-0', %(queues)s, 16, 30)",
+        1800,
+        True,
+    ),
+    ("queries: expire_query_requests", "SELECT harvest.expire_query_requests(1000)", 720, True),
     ("idle: next_due_at (all queues)", "SELECT harvest.next_due_at(%(queues)s)", 0, False),
     ("idle: set_worker_sleeping", "SELECT harvest.set_worker_sleeping('bench-worker-0', true)", 0, True),
     ("retention: prune_workers", "SELECT harvest.prune_workers()", 60, True),
