@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(179);
+SELECT plan(180);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -87,7 +87,14 @@ SELECT is(harvest.next_due_at(ARRAY['ndq']), '2030-01-01 02:00:00+00'::timestamp
           'next_due_at(): the earliest over every priority of the queue (here the lowest priority''s)');
 SELECT is(harvest.next_due_at(ARRAY['ndq', 'ndq2', 'ndq', 'nothing_here']), '2030-01-01 01:30:00+00'::timestamptz,
           'next_due_at(): the earliest over several queues (a queue named twice, an empty one)');
-DELETE FROM harvest.tasks WHERE queue IN ('ndq', 'ndq2');
+-- More priorities than the probes: read whole, the same answer.
+INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at, seq, activity_name)
+SELECT (SELECT execution_id FROM runs WHERE name = 'D'), 'activity', 'ndq3', g, '2030-01-01 06:00:00+00'::timestamptz
+       - make_interval(mins => g), harvest.now(), 1000 + g, 'nd_act'
+FROM generate_series(1, 70) AS g;
+SELECT is(harvest.next_due_at(ARRAY['ndq3']), '2030-01-01 04:50:00+00'::timestamptz,
+          'next_due_at(): a queue of more than 64 priorities: the earliest of them all');
+DELETE FROM harvest.tasks WHERE queue IN ('ndq', 'ndq2', 'ndq3');
 
 -- Later, several queues: priority orders across them; tokens keep growing.
 SET LOCAL harvest.fake_now = '2030-01-01 00:01:40+00';
