@@ -2334,6 +2334,26 @@ def _has_rows(cur: Any) -> bool:
     return res is not None and (res.nfields > 0 or res.status in _ROWS_STATUSES)
 
 
+# A statement's cursor kept on its connection for the statement's next call there (the async
+# API's calls, AsyncSqlApi._on): psycopg sets up a new cursor's adapters on every call (the
+# adapters map, the dumper of each parameter's type, the loader of each column's type), and
+# keeps them on a cursor only while it runs the same query object again. A connection keeps
+# at most KEPT_CURSORS (its hot statements: a worker's few group commits and claims; others
+# run on a fresh cursor as before) and only the cursors whose last answer had at most
+# KEPT_CURSOR_ROWS rows (a cursor keeps its last answer until its next call: a page of a
+# listing is not held). A cursor whose call raised is not kept. Kept cursors go with their
+# connection (docs/performance.md, "A statement's cursor kept on its connection").
+KEPT_CURSORS = 16
+KEPT_CURSOR_ROWS = 256
+
+
+def _kept_cursors(conn: Any) -> dict[str, Any]:
+    kept = getattr(conn, "_harvest_cursors", None)
+    if kept is None:
+        kept = conn._harvest_cursors = {}
+    return kept  # type: ignore[no-any-return]
+
+
 class _OneConnection:
     """A pool of one: AsyncSqlApi on a connection the caller holds (its transaction, its LISTEN)."""
 
@@ -2378,10 +2398,20 @@ class AsyncSqlApi:
 
     @staticmethod
     async def _on(conn: psycopg.AsyncConnection[Any], sql: LiteralString, params: dict[str, Any]) -> Rows:
+        # A cursor kept per connection and statement (_kept_cursors): taken out while it runs,
+        # so a second call of the statement on the connection at once gets a cursor of its own.
+        kept = _kept_cursors(conn)
+        cur = kept.pop(sql, None)
+        if cur is None:
+            cur = conn.cursor(row_factory=dict_row)
         with translated_errors():
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(sql, params)
-                return await cur.fetchall() if _has_rows(cur) else []
+            await cur.execute(sql, params)
+            found = await cur.fetchall() if _has_rows(cur) else []
+        if len(found) <= KEPT_CURSOR_ROWS and len(kept) < KEPT_CURSORS:
+            kept[sql] = cur
+        else:
+            await cur.close()
+        return found
 
     @staticmethod
     async def _on_after(
