@@ -1,9 +1,10 @@
-"""A statement's cursor kept on its connection (harvest.db.sqlapi, ``_kept_cursors``): the async
-API runs a statement's next call on a connection on the cursor its last call there used, so
-psycopg's adapters for its parameters and columns are set up once, not on every call. What it
-must not change: each call's answer, a call that raised, two calls of one statement at once on
-one connection, a lost connection's error, and what a connection holds (a bounded number of
-cursors, none that answered a large result)."""
+"""A hot call's cursor kept on its connection (harvest.db.sqlapi, ``_KEPT_CURSOR_STATEMENTS``):
+the async API runs a claim's, a group commit's, a start's or a signal's next call on a
+connection on the cursor its last call there used, so psycopg's adapters for its parameters
+and columns are set up once, not on every call. What it must not change: each call's answer, a
+call that raised, two calls of one statement at once on one connection, a lost connection's
+error, and what a connection holds (no cursor of another call, none that answered a large
+batch)."""
 
 from __future__ import annotations
 
@@ -36,19 +37,30 @@ async def _connect(db: str) -> psycopg.AsyncConnection[Any]:
     return await psycopg.AsyncConnection.connect(db, autocommit=True)
 
 
-def test_a_statements_next_call_on_a_connection_reuses_its_cursor(db: str) -> None:
+def _kept(conn: psycopg.AsyncConnection[Any]) -> dict[str, Any]:
+    return getattr(conn, "_harvest_cursors", {})
+
+
+async def _start(api: AsyncSqlApi, name: str) -> str:
+    started = await api.start_workflows([{"workflow_name": name, "input": [1], "queue": "kept"}])
+    return str(started[0]["execution_id"])
+
+
+def test_a_hot_calls_next_call_on_a_connection_reuses_its_cursor(db: str) -> None:
     async def go() -> None:
         async with await _connect(db) as conn:
             counting = _Counting(conn)
             api = AsyncSqlApi.on_connection(conn)
-            first = await api.get_function_state(["now"], None)
-            again = await api.get_function_state(["now"], None)
-            version = await api.schema_version()
-            assert first == again
-            assert version == await api.schema_version()
-            # One cursor per statement, each made once: the second calls took the kept ones.
+            first, second = await _start(api, "kept_a"), await _start(api, "kept_b")
+            assert first != second
+            assert await api.next_due_at(["kept"]) == await api.next_due_at(["kept"])
+            # One cursor per hot statement, each made once: the second calls took the kept ones.
             assert counting.made == 2
-            assert len(conn._harvest_cursors) == 2  # type: ignore[attr-defined]
+            assert set(_kept(conn)) == {sqlapi.START_WORKFLOWS, sqlapi.NEXT_DUE_AT}
+            # Any other call runs on a cursor of its own, as before, and leaves none behind.
+            assert await api.schema_version() == await api.schema_version()
+            assert counting.made == 4
+            assert sqlapi.SCHEMA_VERSION not in _kept(conn)
 
     asyncio.run(go())
 
@@ -57,16 +69,18 @@ def test_a_call_that_raised_is_answered_right_next_time_and_its_cursor_not_kept(
     async def go() -> None:
         async with await _connect(db) as conn:
             api = AsyncSqlApi.on_connection(conn)
-            started = await api.start_workflows([{"workflow_name": "kept", "input": [1], "queue": "kept"}])
-            run = str(started[0]["execution_id"])
+            run = await _start(api, "kept_signalled")
             missing = str(uuid.uuid4())
+            seen = []
             for _ in range(2):
                 with pytest.raises(NotFound):
-                    await api.get_execution(missing)
-                assert sqlapi.GET_EXECUTION not in conn._harvest_cursors  # type: ignore[attr-defined]
-                found = await api.get_execution(run)
-                assert str(found["id"]) == run and found["workflow_name"] == "kept"
-                assert sqlapi.GET_EXECUTION in conn._harvest_cursors  # type: ignore[attr-defined]
+                    await api.signal_workflow(missing, "poke", {"n": 1})
+                assert sqlapi.SIGNAL_WORKFLOW not in _kept(conn)
+                seen.append(await api.signal_workflow(run, "poke", {"n": 2}))
+                assert sqlapi.SIGNAL_WORKFLOW in _kept(conn)
+            assert seen[0] is not None and seen[1] == seen[0] + 1  # (each signal's own event)
+            history = await api.get_history(run)
+            assert [e["event_id"] for e in history if e["event_type"] == "SignalReceived"] == seen
 
     asyncio.run(go())
 
@@ -75,30 +89,26 @@ def test_two_calls_of_one_statement_at_once_on_one_connection_get_their_own_answ
     async def go() -> None:
         async with await _connect(db) as conn:
             api = AsyncSqlApi.on_connection(conn)
-            await api.get_function_state(["now"], None)  # (a cursor kept for the statement)
-            names = [["now"], ["shard_of"], ["now", "shard_of"], ["schema_version"]]
-            alone = [await api.get_function_state(n, None) for n in names]
-            together = await asyncio.gather(*(api.get_function_state(n, None) for n in names))
-            assert list(together) == alone
-            assert len({repr(a) for a in alone}) > 1  # (the answers differ: each is its own)
+            await _start(api, "kept_first")  # (a cursor kept for the statement)
+            names = [f"kept_together_{i}" for i in range(4)]
+            runs = await asyncio.gather(*(_start(api, name) for name in names))
+            assert len(set(runs)) == len(names)
+            for run, name in zip(runs, names, strict=True):
+                assert (await api.get_execution(run))["workflow_name"] == name
 
     asyncio.run(go())
 
 
-def test_a_large_answer_and_a_statement_past_the_bound_are_not_kept(
-    db: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_large_answer_is_not_kept(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     async def go() -> None:
         async with await _connect(db) as conn:
             api = AsyncSqlApi.on_connection(conn)
             monkeypatch.setattr(sqlapi, "KEPT_CURSOR_ROWS", 0)
-            assert await api.schema_version() is not None  # one row: more than the bound
-            assert conn._harvest_cursors == {}  # type: ignore[attr-defined]
-            monkeypatch.setattr(sqlapi, "KEPT_CURSOR_ROWS", 256)
-            monkeypatch.setattr(sqlapi, "KEPT_CURSORS", 1)
-            await api.schema_version()
-            await api.get_function_state(["now"], None)
-            assert list(conn._harvest_cursors) == [sqlapi.SCHEMA_VERSION]  # type: ignore[attr-defined]
+            await _start(api, "kept_large")  # one row: more than the bound
+            assert _kept(conn) == {}
+            monkeypatch.setattr(sqlapi, "KEPT_CURSOR_ROWS", 1)
+            await _start(api, "kept_small")
+            assert set(_kept(conn)) == {sqlapi.START_WORKFLOWS}
 
     asyncio.run(go())
 
@@ -107,14 +117,14 @@ def test_a_kept_cursor_on_a_lost_connection_raises_the_connection_error(db: str)
     async def go() -> None:
         async with await _connect(db) as conn:
             api = AsyncSqlApi.on_connection(conn)
-            await api.schema_version()
-            assert sqlapi.SCHEMA_VERSION in conn._harvest_cursors  # type: ignore[attr-defined]
+            await api.next_due_at(["kept"])
+            assert sqlapi.NEXT_DUE_AT in _kept(conn)
             async with await _connect(db) as admin:
                 await admin.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
             # What a fresh cursor raises too: a transient error (db.pools.TRANSIENT), not the
             # cursor's InterfaceError.
             for _ in range(2):
                 with pytest.raises(psycopg.OperationalError):
-                    await api.schema_version()
+                    await api.next_due_at(["kept"])
 
     asyncio.run(go())

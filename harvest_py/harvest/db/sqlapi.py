@@ -2335,15 +2335,15 @@ def _has_rows(cur: Any) -> bool:
 
 
 # A statement's cursor kept on its connection for the statement's next call there (the async
-# API's calls, AsyncSqlApi._on): psycopg sets up a new cursor's adapters on every call (the
-# adapters map, the dumper of each parameter's type, the loader of each column's type), and
-# keeps them on a cursor only while it runs the same query object again. A connection keeps
-# at most KEPT_CURSORS (its hot statements: a worker's few group commits and claims; others
-# run on a fresh cursor as before) and only the cursors whose last answer had at most
-# KEPT_CURSOR_ROWS rows (a cursor keeps its last answer until its next call: a page of a
-# listing is not held). A cursor whose call raised is not kept. Kept cursors go with their
-# connection (docs/performance.md, "A statement's cursor kept on its connection").
-KEPT_CURSORS = 16
+# API, AsyncSqlApi._on): psycopg sets up a new cursor's adapters on every call (the adapters
+# map, the dumper of each parameter's type, the loader of each column's type), and keeps them on
+# a cursor only while it runs the same query object again. Kept for the worker's and the
+# client's hot calls only (_KEPT_CURSOR_STATEMENTS: claims, group commits, heartbeats, starts,
+# signals), whose answers a batch bounds; every other call runs on a fresh cursor, as before,
+# so no cursor of a listing or a history page holds its answer (a cursor keeps its last answer
+# until its next call). Of those, neither one whose answer had more than KEPT_CURSOR_ROWS rows
+# (a claim of a large batch: its setup is paid by many rows) nor one whose call raised. Kept
+# cursors go with their connection (docs/performance.md, "Canonical drain, fourteenth cut").
 KEPT_CURSOR_ROWS = 256
 
 
@@ -2367,6 +2367,28 @@ class _OneConnection:
     def idle(self) -> bool:
         """Whether the connection is in no transaction (autocommit, between calls)."""
         return self._conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+# The calls whose cursor a connection keeps (see KEPT_CURSOR_ROWS).
+_KEPT_CURSOR_STATEMENTS = frozenset(
+    {
+        CLAIM_TASKS,
+        CLAIM_NAMED_TASKS,
+        NEXT_DUE_AT,
+        COMPLETE_WORKFLOW_TASKS,
+        COMPLETE_ACTIVITIES,
+        COMPLETE_ACTIVITIES_WITH_CLAIM,
+        FAIL_ACTIVITY,
+        FAIL_WORKFLOW_TASK,
+        RELEASE_TASK,
+        HEARTBEAT_ACTIVITY,
+        HEARTBEAT_WORKFLOW_TASK,
+        START_WORKFLOW,
+        START_WORKFLOWS,
+        SIGNAL_WORKFLOW,
+        SIGNAL_WORKFLOW_EAGER,
+    }
+)
 
 
 class AsyncSqlApi:
@@ -2400,6 +2422,11 @@ class AsyncSqlApi:
     async def _on(conn: psycopg.AsyncConnection[Any], sql: LiteralString, params: dict[str, Any]) -> Rows:
         # A cursor kept per connection and statement (_kept_cursors): taken out while it runs,
         # so a second call of the statement on the connection at once gets a cursor of its own.
+        if sql not in _KEPT_CURSOR_STATEMENTS:
+            with translated_errors():
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(sql, params)
+                    return await cur.fetchall() if _has_rows(cur) else []
         kept = _kept_cursors(conn)
         cur = kept.pop(sql, None)
         if cur is None:
@@ -2407,7 +2434,7 @@ class AsyncSqlApi:
         with translated_errors():
             await cur.execute(sql, params)
             found = await cur.fetchall() if _has_rows(cur) else []
-        if len(found) <= KEPT_CURSOR_ROWS and len(kept) < KEPT_CURSORS:
+        if len(found) <= KEPT_CURSOR_ROWS:
             kept[sql] = cur
         else:
             await cur.close()
