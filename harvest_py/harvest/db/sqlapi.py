@@ -2348,10 +2348,11 @@ KEPT_CURSOR_ROWS = 256
 
 
 def _kept_cursors(conn: Any) -> dict[str, Any]:
-    kept = getattr(conn, "_harvest_cursors", None)
+    """The cursors kept on ``conn`` by statement text (made on its first call)."""
+    kept: dict[str, Any] | None = getattr(conn, "_harvest_cursors", None)
     if kept is None:
         kept = conn._harvest_cursors = {}
-    return kept  # type: ignore[no-any-return]
+    return kept
 
 
 class _OneConnection:
