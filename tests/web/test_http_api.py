@@ -203,6 +203,23 @@ def test_bad_input_is_a_400_naming_the_field(api) -> None:
         assert gone.status_code == 404 and "get_handle" not in error_of(gone)["message"], gone.text
 
 
+def test_the_start_routes_priority_is_check_prioritys_range_and_its_openapi_says_so(api) -> None:
+    """One priority range (PRIORITY_RANGE): the SQL and the Python client take up to a million
+    either way, and the route refused beyond 1000 while its OpenAPI said so."""
+    from harvest.declare.definitions import PRIORITY_RANGE
+
+    low, high = PRIORITY_RANGE
+    schema = api.get("/openapi.json").json()["paths"]["/workflows/{name}/start"]["post"]["requestBody"]
+    priority = schema["content"]["application/json"]["schema"]["properties"]["priority"]
+    assert (priority["minimum"], priority["maximum"]) == (low, high)
+    for value in (high, low):
+        started = api.post("/workflows/greet/start", json={"priority": value, "input": ["p"]})
+        assert started.status_code == 201, started.text
+    for value in (high + 1, low - 1):
+        refused = api.post("/workflows/greet/start", json={"priority": value})
+        assert refused.status_code == 400 and error_of(refused)["field"] == "priority", refused.text
+
+
 def test_a_body_nested_deeper_than_the_parser_goes_is_a_400_not_a_500(api) -> None:
     """A body nested 100k deep (200 KB, far under MAX_BODY_BYTES) makes the JSON parser raise
     RecursionError, not ValueError: it is the caller's bad body, a 400 naming it."""

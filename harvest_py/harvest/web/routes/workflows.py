@@ -21,6 +21,7 @@ from harvest.core.ids import ROW_ID_MAX
 from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db.steps import arun_steps
+from harvest.declare.definitions import PRIORITY_RANGE
 from harvest.shard.fanout import (
     CHILD_STATUSES,
     CHILDREN_PAGE,
@@ -695,7 +696,8 @@ START_BODY = body(
         "reuse_policy": {"type": "string", "enum": list(REUSE_POLICIES)},
         "conflict_policy": {"type": "string", "enum": list(CONFLICT_POLICIES)},
         "search_attributes": OBJECT,
-        "priority": {"type": "integer", "minimum": -1000, "maximum": 1000},
+        # (the one range: check_priority's, which start_workflow applies and the SQL holds too)
+        "priority": {"type": "integer", "minimum": PRIORITY_RANGE[0], "maximum": PRIORITY_RANGE[1]},
         "execution_timeout_secs": {"type": "number", "minimum": 0.001, "maximum": 31_536_000},
         "run_timeout_secs": {"type": "number", "minimum": 0.001, "maximum": 31_536_000},
         "shard_id": SHARD_ID,
