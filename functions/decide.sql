@@ -413,12 +413,14 @@ $$;
 -- string, an array, a fraction where an integer goes, a duration that overflows an
 -- interval) made every claim of the queue, and then every scan, fail while the task
 -- waited, so each is held here to what those readers take: a timeout a number of seconds
--- above 0 and at most 100 years (3155760000), as harvest.core.durations bounds it;
--- priority and retry.max_attempts 32-bit integers; retry intervals 0 to 100 years;
+-- from 1e-300 to 100 years (3155760000), as harvest.core.durations bounds it;
+-- priority and retry.max_attempts 32-bit integers; retry intervals 0 or 1e-300 to 100 years;
 -- backoff a number; dead_letter a boolean; priority_aging_secs a timeout's range and
--- max_concurrent an integer of at least 1 (the task's insert trigger casts them); rate_limit an object with rps above 0 and
+-- max_concurrent an integer of at least 1 (the task's insert trigger casts them); rate_limit an object with rps from 1e-300 and
 -- burst at least 1 (backoff, rps and burst at most 1e300 in size: a double's range, 1e400 was
--- 22003 at every claim of the queue); null anywhere the default. One jsonpath, a constant of the cached
+-- 22003 at every claim of the queue; and a number nearer 0 than 1e-300 but 0 is refused, as
+-- core.sql's _json_number refuses it: 1e-400 passed `@ <= 0` and was 22003 at the cast, 1e-310
+-- a timeout of nothing); null anywhere the default. One jsonpath, a constant of the cached
 -- plan: strict, so an array is not unwrapped into its element and a key that is absent
 -- only leaves its exists() unknown (lax, or strict without exists(), was 1.1-2.2x dearer on
 -- the SDK's options). _activity_scheduled names the value out of place with the same
@@ -433,24 +435,24 @@ AS $$
     SELECT harvest._activity_command_head_ok(p_command, p_limit)
         AND coalesce(jsonb_typeof(p_command -> 'options') IN ('object', 'null'), true)
         AND NOT coalesce(p_command @? 'strict $.options ? (
-            exists(@.start_to_close ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000))
-            || exists(@.schedule_to_close ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000))
-            || exists(@.heartbeat_timeout ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000))
+            exists(@.start_to_close ? (@.type() != "number" && @.type() != "null" || @ < 1e-300 || @ > 3155760000))
+            || exists(@.schedule_to_close ? (@.type() != "number" && @.type() != "null" || @ < 1e-300 || @ > 3155760000))
+            || exists(@.heartbeat_timeout ? (@.type() != "number" && @.type() != "null" || @ < 1e-300 || @ > 3155760000))
             || exists(@.priority ? (@.type() != "number" && @.type() != "null"
                                     || @.floor() != @ || @ < -2147483648 || @ > 2147483647))
             || exists(@.dead_letter ? (@.type() != "boolean" && @.type() != "null"))
-            || exists(@.priority_aging_secs ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000))
+            || exists(@.priority_aging_secs ? (@.type() != "number" && @.type() != "null" || @ < 1e-300 || @ > 3155760000))
             || exists(@.max_concurrent ? (@.type() != "number" && @.type() != "null"
                                           || @.floor() != @ || @ < 1 || @ > 2147483647))
             || exists(@.retry ? (@.type() != "object" && @.type() != "null"
                 || exists(@.max_attempts ? (@.type() != "number" && @.type() != "null"
                                             || @.floor() != @ || @ < -2147483648 || @ > 2147483647))
-                || exists(@.initial_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000))
-                || exists(@.max_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000))
-                || exists(@.backoff ? (@.type() != "number" && @.type() != "null" || @ < -1e300 || @ > 1e300))))
+                || exists(@.initial_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 0 && @ < 1e-300 || @ > 3155760000))
+                || exists(@.max_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 0 && @ < 1e-300 || @ > 3155760000))
+                || exists(@.backoff ? (@.type() != "number" && @.type() != "null" || @ < -1e300 || @ > 1e300 || @ != 0 && @ > -1e-300 && @ < 1e-300))))
             || exists(@.rate_limit ? (@.type() != "object" && @.type() != "null"
                 || @.type() == "object" && !exists(@.keyvalue() ? (@.key == "rps"))
-                || exists(@.rps ? (@.type() != "number" || @ <= 0 || @ > 1e300))
+                || exists(@.rps ? (@.type() != "number" || @ < 1e-300 || @ > 1e300))
                 || exists(@.burst ? (@.type() != "number" && @.type() != "null" || @ < 1 || @ > 1e300)))))', false)
 $$;
 
@@ -518,19 +520,19 @@ BEGIN
         -- The options' tests of _activity_command_ok, one field at a time, to name the one out of place.
         FOR v_rule IN
             SELECT r.field, r.accepts, r.bad::jsonpath AS bad FROM (VALUES
-                ('start_to_close', 'a number of seconds above 0, at most 3155760000 (100 years), or null',
-                 'strict $.start_to_close ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000)'),
-                ('schedule_to_close', 'a number of seconds above 0, at most 3155760000 (100 years), or null',
-                 'strict $.schedule_to_close ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000)'),
-                ('heartbeat_timeout', 'a number of seconds above 0, at most 3155760000 (100 years), or null',
-                 'strict $.heartbeat_timeout ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000)'),
+                ('start_to_close', 'a number of seconds from 1e-300 to 3155760000 (100 years), or null',
+                 'strict $.start_to_close ? (@.type() != "number" && @.type() != "null" || @ < 1e-300 || @ > 3155760000)'),
+                ('schedule_to_close', 'a number of seconds from 1e-300 to 3155760000 (100 years), or null',
+                 'strict $.schedule_to_close ? (@.type() != "number" && @.type() != "null" || @ < 1e-300 || @ > 3155760000)'),
+                ('heartbeat_timeout', 'a number of seconds from 1e-300 to 3155760000 (100 years), or null',
+                 'strict $.heartbeat_timeout ? (@.type() != "number" && @.type() != "null" || @ < 1e-300 || @ > 3155760000)'),
                 ('priority', 'an integer (a 32-bit one), or null',
                  'strict $.priority ? (@.type() != "number" && @.type() != "null"
                                        || @.floor() != @ || @ < -2147483648 || @ > 2147483647)'),
                 ('dead_letter', 'a JSON boolean, or null',
                  'strict $.dead_letter ? (@.type() != "boolean" && @.type() != "null")'),
-                ('priority_aging_secs', 'a number of seconds above 0, at most 3155760000 (100 years), or null',
-                 'strict $.priority_aging_secs ? (@.type() != "number" && @.type() != "null" || @ <= 0 || @ > 3155760000)'),
+                ('priority_aging_secs', 'a number of seconds from 1e-300 to 3155760000 (100 years), or null',
+                 'strict $.priority_aging_secs ? (@.type() != "number" && @.type() != "null" || @ < 1e-300 || @ > 3155760000)'),
                 ('max_concurrent', 'an integer from 1 to 2147483647, or null',
                  'strict $.max_concurrent ? (@.type() != "number" && @.type() != "null"
                                              || @.floor() != @ || @ < 1 || @ > 2147483647)'),
@@ -538,17 +540,17 @@ BEGIN
                 ('retry.max_attempts', 'an integer (a 32-bit one; 0: no limit), or null',
                  'strict $.retry.max_attempts ? (@.type() != "number" && @.type() != "null"
                                                  || @.floor() != @ || @ < -2147483648 || @ > 2147483647)'),
-                ('retry.initial_interval', 'a number of seconds from 0 to 3155760000 (100 years), or null',
-                 'strict $.retry.initial_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000)'),
-                ('retry.max_interval', 'a number of seconds from 0 to 3155760000 (100 years), or null',
-                 'strict $.retry.max_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 3155760000)'),
-                ('retry.backoff', 'a number (of a double''s range, up to 1e300), or null',
-                 'strict $.retry.backoff ? (@.type() != "number" && @.type() != "null" || @ < -1e300 || @ > 1e300)'),
+                ('retry.initial_interval', 'a number of seconds, 0 or from 1e-300 to 3155760000 (100 years), or null',
+                 'strict $.retry.initial_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 0 && @ < 1e-300 || @ > 3155760000)'),
+                ('retry.max_interval', 'a number of seconds, 0 or from 1e-300 to 3155760000 (100 years), or null',
+                 'strict $.retry.max_interval ? (@.type() != "number" && @.type() != "null" || @ < 0 || @ > 0 && @ < 1e-300 || @ > 3155760000)'),
+                ('retry.backoff', 'a number (of a double''s range: 0, or 1e-300 to 1e300 in size), or null',
+                 'strict $.retry.backoff ? (@.type() != "number" && @.type() != "null" || @ < -1e300 || @ > 1e300 || @ != 0 && @ > -1e-300 && @ < 1e-300)'),
                 ('rate_limit', 'a JSON object {rps, burst, key}, or null',
                  'strict $.rate_limit ? (@.type() != "object" && @.type() != "null")'),
-                ('rate_limit.rps', 'a number above 0, up to 1e300',
+                ('rate_limit.rps', 'a number from 1e-300 to 1e300',
                  'strict $.rate_limit ? (@.type() == "object" && !exists(@.keyvalue() ? (@.key == "rps"))
-                                         || exists(@.rps ? (@.type() != "number" || @ <= 0 || @ > 1e300)))'),
+                                         || exists(@.rps ? (@.type() != "number" || @ < 1e-300 || @ > 1e300)))'),
                 ('rate_limit.burst', 'a number from 1 to 1e300, or null',
                  'strict $.rate_limit.burst ? (@.type() != "number" && @.type() != "null" || @ < 1 || @ > 1e300)')
             ) AS r (field, accepts, bad)

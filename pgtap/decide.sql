@@ -15,7 +15,7 @@
 -- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
-SELECT plan(354);
+SELECT plan(356);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1839,21 +1839,21 @@ SELECT results_eq(
                  ('{"rate_limit": {"rps": 2, "burst": 0.5}}', 16), ('{"rate_limit": "x"}', 17), ('[]', 18))
                  AS o (options, n) ORDER BY o.n$$, pg_temp.task('bad_opts'), pg_temp.token('bad_opts')),
     $$VALUES
-      ('HR001: command schedule_activity (seq 1) needs options.start_to_close as a number of seconds above 0, at most 3155760000 (100 years), or null, got "30s"'::text),
-      ('HR001: command schedule_activity (seq 1) needs options.start_to_close as a number of seconds above 0, at most 3155760000 (100 years), or null, got 0'),
-      ('HR001: command schedule_activity (seq 1) needs options.heartbeat_timeout as a number of seconds above 0, at most 3155760000 (100 years), or null, got 1' || repeat('0', 300)),
-      ('HR001: command schedule_activity (seq 1) needs options.schedule_to_close as a number of seconds above 0, at most 3155760000 (100 years), or null, got [60]'),
+      ('HR001: command schedule_activity (seq 1) needs options.start_to_close as a number of seconds from 1e-300 to 3155760000 (100 years), or null, got "30s"'::text),
+      ('HR001: command schedule_activity (seq 1) needs options.start_to_close as a number of seconds from 1e-300 to 3155760000 (100 years), or null, got 0'),
+      ('HR001: command schedule_activity (seq 1) needs options.heartbeat_timeout as a number of seconds from 1e-300 to 3155760000 (100 years), or null, got 1' || repeat('0', 300)),
+      ('HR001: command schedule_activity (seq 1) needs options.schedule_to_close as a number of seconds from 1e-300 to 3155760000 (100 years), or null, got [60]'),
       ('HR001: command schedule_activity (seq 1) needs options.priority as an integer (a 32-bit one), or null, got 1.5'),
       ('HR001: command schedule_activity (seq 1) needs options.dead_letter as a JSON boolean, or null, got "maybe"'),
       ('HR001: command schedule_activity (seq 1) needs options.retry as a JSON object, or null, got "x"'),
       ('HR001: command schedule_activity (seq 1) needs options.retry.max_attempts as an integer (a 32-bit one; 0: no limit), or null, got "x"'),
       ('HR001: command schedule_activity (seq 1) needs options.retry.max_attempts as an integer (a 32-bit one; 0: no limit), or null, got 2.5'),
       ('HR001: command schedule_activity (seq 1) needs options.retry.max_attempts as an integer (a 32-bit one; 0: no limit), or null, got 1000000000000'),
-      ('HR001: command schedule_activity (seq 1) needs options.retry.initial_interval as a number of seconds from 0 to 3155760000 (100 years), or null, got "1s"'),
-      ('HR001: command schedule_activity (seq 1) needs options.retry.max_interval as a number of seconds from 0 to 3155760000 (100 years), or null, got -1' || repeat('0', 300)),
-      ('HR001: command schedule_activity (seq 1) needs options.retry.backoff as a number (of a double''s range, up to 1e300), or null, got "x"'),
-      ('HR001: command schedule_activity (seq 1) needs options.rate_limit.rps as a number above 0, up to 1e300, got nothing'),
-      ('HR001: command schedule_activity (seq 1) needs options.rate_limit.rps as a number above 0, up to 1e300, got 0'),
+      ('HR001: command schedule_activity (seq 1) needs options.retry.initial_interval as a number of seconds, 0 or from 1e-300 to 3155760000 (100 years), or null, got "1s"'),
+      ('HR001: command schedule_activity (seq 1) needs options.retry.max_interval as a number of seconds, 0 or from 1e-300 to 3155760000 (100 years), or null, got -1' || repeat('0', 300)),
+      ('HR001: command schedule_activity (seq 1) needs options.retry.backoff as a number (of a double''s range: 0, or 1e-300 to 1e300 in size), or null, got "x"'),
+      ('HR001: command schedule_activity (seq 1) needs options.rate_limit.rps as a number from 1e-300 to 1e300, got nothing'),
+      ('HR001: command schedule_activity (seq 1) needs options.rate_limit.rps as a number from 1e-300 to 1e300, got 0'),
       ('HR001: command schedule_activity (seq 1) needs options.rate_limit.burst as a number from 1 to 1e300, or null, got 0.5'),
       ('HR001: command schedule_activity (seq 1) needs options.rate_limit as a JSON object {rps, burst, key}, or null, got "x"'),
       ('HR001: command schedule_activity needs "options" as a JSON object, got array')$$,
@@ -1880,6 +1880,28 @@ SELECT results_eq(
           ('{"name": "a", "options": {"retry": {"max_interval": 1e10}}}', 4)) AS c (command, n) ORDER BY c.n$$,
     $$VALUES (true), (false), (false), (false)$$,
     '_activity_command_ok(): options every later reader can cast, or not');
+-- A number nearer 0 than 1e-300 (other than 0) passed `@ <= 0`, then a reader's cast to a double
+-- failed (22003 under about 5e-324: every claim of the queue) or made a timeout of nothing: each
+-- is held to _json_number's rule, 0 or 1e-300 to 1e300 in size.
+SELECT results_eq(
+    $$SELECT c.n, harvest._activity_command_ok(jsonb_build_object('name', 'a', 'options', c.options), 1000)
+      FROM (VALUES
+          ('{"start_to_close": 1e-400}'::jsonb, 1), ('{"start_to_close": 1e-310}', 2), ('{"start_to_close": 1e-300}', 3),
+          ('{"schedule_to_close": 1e-301}', 4), ('{"heartbeat_timeout": 5e-324}', 5),
+          ('{"priority_aging_secs": 1e-400}', 6), ('{"retry": {"initial_interval": 1e-400}}', 7),
+          ('{"retry": {"initial_interval": 0}}', 8), ('{"retry": {"max_interval": 1e-310}}', 9),
+          ('{"retry": {"backoff": -1e-400}}', 10), ('{"retry": {"backoff": 0}}', 11),
+          ('{"retry": {"backoff": -1e-300}}', 12), ('{"rate_limit": {"rps": 1e-400}}', 13),
+          ('{"rate_limit": {"rps": 1e-300}}', 14)) AS c (options, n) ORDER BY c.n$$,
+    $$VALUES (1, false), (2, false), (3, true), (4, false), (5, false), (6, false), (7, false), (8, true),
+             (9, false), (10, false), (11, true), (12, true), (13, false), (14, true)$$,
+    '_activity_command_ok(): a number nearer 0 than 1e-300 but 0 is refused (a reader''s cast to a double failed)');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                              '[{"type": "schedule_activity", "seq": 1, "name": "a", "options": {"start_to_close": 1e-400}}]')$$,
+                        pg_temp.task('bad_opts'), pg_temp.token('bad_opts')),
+                 'HR001', 'command schedule_activity (seq 1) needs options.start_to_close as a number of seconds from '
+                          '1e-300 to 3155760000 (100 years), or null, got 0.' || repeat('0', 399) || '1',
+                 'start_to_close 1e-400: HR001 naming it (it passed, then every claim of the queue failed its cast)');
 -- _activity_command_head_ok: the checks that do not read the options (a string name, an input
 -- of at most the limit); _apply_decision asks them of every command, the options' only while
 -- they differ from ones that passed. So a later command of equal options is refused for its
@@ -1909,7 +1931,7 @@ SELECT results_eq(
                  AS d (commands, n) ORDER BY d.n$$, pg_temp.task('bad_opts'), pg_temp.token('bad_opts')),
     $$VALUES
       ('HR001: command schedule_activity needs "name" as a JSON string, got number'::text),
-      ('HR001: command schedule_activity (seq 2) needs options.start_to_close as a number of seconds above 0, at most 3155760000 (100 years), or null, got 0'),
+      ('HR001: command schedule_activity (seq 2) needs options.start_to_close as a number of seconds from 1e-300 to 3155760000 (100 years), or null, got 0'),
       ('HR001: command schedule_activity (seq 3) needs options.priority as an integer (a 32-bit one), or null, got 2.5'),
       ('ok')$$,
     'schedule_activity: a later command of options equal to ones that passed is checked for its name; other options for themselves');
