@@ -1421,7 +1421,10 @@ AS $$
 $$;
 
 -- Which recorded versions of a ctx.version() gate are still in use, so an old
--- branch is deleted only when no run can replay through it. Read-only.
+-- branch is deleted only when no run can replay through it. Read-only. A marker's version is
+-- read by the JSON number rule (_json_integer): _decide_record_marker takes any whole number
+-- in 32 bits, 2.0 as well as 2 (another SDK's), and a raw ::integer of its text ('2.0') failed
+-- every call for that change_id (22P02).
 CREATE OR REPLACE FUNCTION harvest.count_versions(
     p_change_id text, p_version integer DEFAULT NULL, p_state_group text DEFAULT 'active',
     p_workflow_name text DEFAULT NULL
@@ -1444,7 +1447,8 @@ BEGIN
         -- keeps the lateral read a run's own: joined, the planner read the events first, as few
         -- markers are among them.)
         RETURN QUERY
-        SELECT (ev.event_data #>> '{value,version}')::integer AS recorded, 'active'::text,
+        SELECT harvest._json_integer(ev.event_data #> '{value,version}', 'value.version', p_where => 'a version marker')
+                   AS recorded, 'active'::text,
                count(DISTINCT e.id), (array_agg(DISTINCT e.id))[1:5]
         FROM harvest.executions AS e
         CROSS JOIN LATERAL (
@@ -1454,14 +1458,16 @@ BEGIN
             OFFSET 0
         ) AS ev
         WHERE e.status IN ('RUNNING', 'PAUSED')
-          AND (p_version IS NULL OR (ev.event_data #>> '{value,version}')::integer = p_version)
+          AND (p_version IS NULL OR harvest._json_integer(ev.event_data #> '{value,version}', 'value.version',
+                                                          p_where => 'a version marker') = p_version)
           AND (p_workflow_name IS NULL OR e.workflow_name = p_workflow_name)
         GROUP BY 1, 2
         ORDER BY 1, 2;
         RETURN;
     END IF;
     RETURN QUERY
-    SELECT (ev.event_data #>> '{value,version}')::integer AS recorded,
+    SELECT harvest._json_integer(ev.event_data #> '{value,version}', 'value.version', p_where => 'a version marker')
+               AS recorded,
            CASE WHEN e.status IN ('RUNNING', 'PAUSED') THEN 'active' ELSE 'terminal' END AS grp,
            count(DISTINCT e.id),
            (array_agg(DISTINCT e.id))[1:5]
@@ -1469,7 +1475,8 @@ BEGIN
     JOIN harvest.executions AS e ON e.id = ev.execution_id
     WHERE ev.event_type = 'MarkerRecorded' AND ev.event_data ->> 'kind' = 'version'
       AND ev.event_data #>> '{value,change_id}' = p_change_id
-      AND (p_version IS NULL OR (ev.event_data #>> '{value,version}')::integer = p_version)
+      AND (p_version IS NULL OR harvest._json_integer(ev.event_data #> '{value,version}', 'value.version',
+                                                      p_where => 'a version marker') = p_version)
       AND (p_state_group = 'all' OR (p_state_group = 'active') = (e.status IN ('RUNNING', 'PAUSED')))
       AND (p_workflow_name IS NULL OR e.workflow_name = p_workflow_name)
     GROUP BY 1, 2

@@ -550,7 +550,7 @@ ROLLBACK;
 -- harvest.count_versions: which recorded versions of a ctx.version() gate runs still use.
 -- Runs of ver_wf with workflow id <key> on queue vq_<key>.
 BEGIN;
-SELECT plan(29);
+SELECT plan(33);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- Change vc: v1a (running, 1), v2a and v2b (running, 2), v2done (completed, 2),
@@ -622,6 +622,17 @@ SELECT results_eq(
 -- The default (active) count reads the live runs and their markers (0114), with the answer it had.
 SELECT results_eq($$SELECT version, executions FROM harvest.count_versions('vc')$$,
                   $$VALUES (1, 1::bigint), (2, 2), (5, 6)$$, 'count_versions(): the live runs by version');
+
+-- A marker another SDK wrote with its version as 2.0: the record check takes any whole number, and
+-- count_versions reads it by the JSON number rule (a raw ::integer of '2.0' failed every call).
+SELECT isnt(pg_temp.start_run('vf2', 'ver_wf', 'vq_vf2'), NULL, 'setup: vf2');
+SELECT is(pg_temp.decide('vf2', '[{"type": "record_marker", "seq": 1, "kind": "version",
+                                   "value": {"change_id": "vf", "version": 2.0}}]'::jsonb),
+          'RUNNING', 'setup: vf2 records vf=2.0');
+SELECT results_eq($$SELECT version, state_group, executions FROM harvest.count_versions('vf')$$,
+                  $$VALUES (2, 'active'::text, 1::bigint)$$, 'count_versions(): a version written 2.0 is version 2');
+SELECT results_eq($$SELECT version, state_group, executions FROM harvest.count_versions('vf', 2, 'all')$$,
+                  $$VALUES (2, 'active'::text, 1::bigint)$$, 'and a version filter of 2 finds it, over every run');
 
 SELECT throws_ok($$SELECT * FROM harvest.count_versions('')$$, 'HR001', 'change_id is empty',
                  'count_versions() with an empty change id: HR001');
