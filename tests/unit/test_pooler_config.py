@@ -186,3 +186,69 @@ def test_an_explicit_url_naming_another_database_keeps_its_sessions(monkeypatch)
         assert database_url(DIRECT, config, env={}) == DIRECT and not pooler.is_pooled(DIRECT)
     finally:
         pooler.forget(STAGING)
+
+
+# -- session_urls given in Python: ShardPools, AsyncShardPools, Client, AsyncClient (as the Worker's) --
+def test_shard_pools_take_each_shards_session_url_as_the_worker_does(forgotten, forgotten_shard) -> None:
+    """Before: only ``Worker(session_urls=...)`` and the config declared a shard's session URL, so
+    pools (and the clients built on them) made in Python held their LISTEN through the pooler."""
+    from harvest.shard.pools import AsyncShardPools, ShardPools
+    from harvest.shard.router import ShardRouter
+
+    router = ShardRouter([0, 1], [0, 1], 0)
+    for kind in (ShardPools, AsyncShardPools):
+        pooler.forget(POOLED)
+        pooler.forget(POOLED_1)
+        arg = rf"{kind.__name__}\(session_urls=\.\.\.\)"
+        with pytest.raises(ConfigError, match=rf"{arg}\[2\]: no database URL of shard 2"):
+            kind(router, {0: POOLED, 1: POOLED_1}, session_urls={2: DIRECT_1})
+        with pytest.raises(ConfigError, match=rf"{arg}\[1\] must be a database URL string"):
+            kind(router, {0: POOLED, 1: POOLED_1}, session_urls={1: 5})  # type: ignore[dict-item]
+        with pytest.raises(ConfigError, match=rf"{arg} maps a shard number"):
+            kind(router, {0: POOLED, 1: POOLED_1}, session_urls=[DIRECT])  # type: ignore[arg-type]
+        assert not pooler.is_pooled(POOLED_1)
+        kind(router, {0: POOLED, 1: POOLED_1}, session_urls={1: DIRECT_1})
+        assert pooler.session_dsn(POOLED_1) == DIRECT_1 and not pooler.is_pooled(POOLED)
+
+
+CLOSED = "postgresql://app@127.0.0.1:1/harvest?connect_timeout=2"  # (port 1: refused at once)
+
+
+@pytest.fixture
+def forgotten_closed() -> Iterator[None]:
+    pooler.forget(CLOSED)
+    yield
+    pooler.forget(CLOSED)
+
+
+def test_clients_take_a_session_url_before_their_first_connection(forgotten_closed, monkeypatch) -> None:
+    """``Client(dsn, session_urls={0: ...})`` and ``AsyncClient.connect`` pair the URL with its
+    session URL before the first connection (its LISTEN goes there); a shard it has no URL for
+    is refused, naming the argument, before any connection is tried."""
+    from harvest import AsyncClient, Client
+
+    monkeypatch.delenv(pooler.SESSION_URL_ENV, raising=False)
+    with pytest.raises(ConfigError, match=r"Client\(session_urls=\.\.\.\)\[1\]: no database URL of shard 1"):
+        Client(CLOSED, session_urls={1: DIRECT})
+    with pytest.raises(ConfigError, match=r"AsyncClient.connect\(session_urls=\.\.\.\)\[1\]: no database"):
+        asyncio.run(AsyncClient.connect(CLOSED, session_urls={1: DIRECT}))
+    assert not pooler.is_pooled(CLOSED)
+    with pytest.raises(Exception) as caught:  # (declared, then the connection refused)
+        Client(CLOSED, session_urls={0: DIRECT})
+    assert not isinstance(caught.value, ConfigError) and pooler.session_dsn(CLOSED) == DIRECT
+    pooler.forget(CLOSED)
+    with pytest.raises(Exception) as caught:
+        asyncio.run(AsyncClient.connect(CLOSED, session_urls={0: DIRECT}))
+    assert not isinstance(caught.value, ConfigError) and pooler.session_dsn(CLOSED) == DIRECT
+
+
+def test_a_sharded_client_takes_its_pools_shards_session_urls(forgotten, forgotten_shard) -> None:
+    """``Client(shards=pools, session_urls=...)``: the keys are the pools' shards."""
+    from harvest import Client
+    from harvest.shard.pools import ShardPools
+    from harvest.shard.router import ShardRouter
+
+    pools = ShardPools(ShardRouter([0, 1], [0, 1], 0), {0: POOLED, 1: POOLED_1}, acquire_timeout=0.1)
+    with pytest.raises(ConfigError, match=r"Client\(session_urls=\.\.\.\)\[3\]: no database URL of shard 3"):
+        Client(shards=pools, session_urls={3: DIRECT_1})
+    assert not pooler.is_pooled(POOLED_1)

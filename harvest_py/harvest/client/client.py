@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
 from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.client import messages as messaging
@@ -55,7 +55,7 @@ from harvest.core.errors import (
 from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.core.task_token import TaskToken
-from harvest.db import channels, sqlapi
+from harvest.db import channels, pooler, sqlapi
 from harvest.db.connection import caller_connection, connect, connect_async, one_line, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
@@ -1567,6 +1567,18 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         return outcome
 
 
+def _declare_session_urls(
+    dsn: str | None, shards: Any, session_urls: Mapping[int, str] | None, what: str
+) -> None:
+    """A client's ``session_urls`` declared before its first connection, checked as the
+    Worker's (harvest.db.pooler.declare_shards): ``dsn`` is shard 0's URL of one database, else
+    each shard of ``shards`` (its pools) has its URL."""
+    if session_urls is None:
+        return
+    urls = {0: dsn} if shards is None else {shard: shards.dsn(shard) for shard in shards.shards}
+    pooler.declare_shards(urls, session_urls, what)
+
+
 class Client:
     """A synchronous client, over one database or over shards.
 
@@ -1586,6 +1598,12 @@ class Client:
     default the server's own limit (``harvest.payload_limit()``), read once (from the
     first shard that answers, default shard first). The server checks again and is the
     authority.
+
+    ``session_urls``: shard number -> *session URL* for a URL that goes through a connection
+    pooler in transaction mode (``dsn`` is shard 0's; on shards, the pools' URLs): the
+    database's direct or session-mode URL, where the client's LISTEN goes, as
+    ``Worker(session_urls=...)`` (docs/operations.md, "Behind a connection pooler"). A shard with
+    no URL here, or a value that is not a URL string, is a ConfigError.
     """
 
     def __init__(
@@ -1597,6 +1615,7 @@ class Client:
         check_schema: bool = True,
         max_payload_bytes: int | None = None,
         codecs: Any = None,
+        session_urls: Mapping[int, str] | None = None,
     ):
         self.max_payload_bytes = _limit(max_payload_bytes)
         # Inputs, signal payloads and update/query arguments are encoded by these codecs, and
@@ -1607,12 +1626,14 @@ class Client:
             if dsn is not None:
                 raise InvalidArgument("give the client a dsn or shards=, not both")
             routing.check_pools(shards, asynchronous=False)
+            _declare_session_urls(None, shards, session_urls, "Client(session_urls=...)")
             self.dsn = None
             self._target: Any = routing.Sharded(shards)
             self.router = self._target.router
             self._first_connections(check_schema)
         else:
             self.dsn = resolve_dsn(dsn)
+            _declare_session_urls(self.dsn, None, session_urls, "Client(session_urls=...)")
             # One connection first, schema check or not: a wrong password or a bad DSN fails here
             # at once, redacted, instead of in the pool's background retries.
             # The same connection reads the server's payload limit: no second round trip.
@@ -2422,19 +2443,22 @@ class AsyncClient:
         max_payload_bytes: int | None = None,
         codecs: Any = None,
         eager_worker: EagerWorker | None = None,
+        session_urls: Mapping[int, str] | None = None,
     ) -> AsyncClient:
         """``eager_worker``: a ``harvest.Worker`` running in this process on the same database.
         A signal this client sends then hands the run's woken workflow task to that worker in
         the signal's own transaction when it may (its cached run decided last, it polls the
         queue, it has a free slot: docs/messages.md, "Eager signals"), sparing the NOTIFY and
-        the claim; otherwise the signal is an ordinary one."""
+        the claim; otherwise the signal is an ordinary one. ``session_urls`` as :class:`Client`."""
         limit = _limit(max_payload_bytes)
+        what = "AsyncClient.connect(session_urls=...)"
         if shards is not None:
             if eager_worker is not None:
                 raise InvalidArgument("eager_worker= needs a client of one database, not shards=")
             if dsn is not None:
                 raise InvalidArgument("give the client a dsn or shards=, not both")
             routing.check_pools(shards, asynchronous=True)
+            _declare_session_urls(None, shards, session_urls, what)
             for shard in routing.boot_order(shards.router, shards.shards):
                 try:
                     async with shards.connection(shard) as conn:
@@ -2444,6 +2468,7 @@ class AsyncClient:
                     continue
             return cls(None, None, limit, shards=shards, codecs=codecs)
         dsn = resolve_dsn(dsn)
+        _declare_session_urls(dsn, None, session_urls, what)
         # One connection first, as in Client(), opened without blocking the event loop; it
         # checks the schema and reads the server's payload limit.
         conn = await connect_async(dsn, autocommit=True)

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from harvest.core.errors import ConfigError, ExecutionMigrated, ShardUnavailable
 from harvest.core.ids import shard_number
 from harvest.core.shared_attempt import SharedAttempt
+from harvest.db import pooler
 from harvest.db.connection import DatabaseError, dsn_with_role, parse_dsn, set_role
 from harvest.db.pools import (
     AsyncConnectionPool,
@@ -133,11 +134,14 @@ class _Base:
         max_size: int,
         acquire_timeout: float,
         fail_fast: bool = False,
+        session_urls: Mapping[int, str] | None = None,
     ):
         if max_size < 1:
             raise ConfigError(f"max_size {max_size} must be at least 1")
         self.router = router
         self._dsns = _checked_dsns(dsns)
+        if session_urls is not None:  # (before any pool opens: a pooled URL's connections prepare nothing)
+            pooler.declare_shards(self._dsns, session_urls, f"{type(self).__name__}(session_urls=...)")
         self.max_size = max_size
         self.acquire_timeout = acquire_timeout
         # A shard whose server refused a connect is unavailable at once, not after
@@ -184,7 +188,10 @@ class ShardPools(_Base):
     how long :meth:`close` waits for each pool's threads (one stuck connecting to a database
     that never answers is left behind, a daemon thread); ``fail_fast``: a shard whose server
     refused a connect counts as unavailable at once, until a connect succeeds (the pool tries
-    again in the background, at most 2 s apart)."""
+    again in the background, at most 2 s apart); ``session_urls`` maps a shard whose URL goes
+    through a transaction-mode pooler to its *session URL* (the database directly, or a
+    session-mode pool), as ``Worker(session_urls=...)`` and ``[shards.session_urls]`` do: a shard
+    with no URL in ``dsns``, or a value that is not a URL string, is a ConfigError."""
 
     def __init__(
         self,
@@ -195,9 +202,15 @@ class ShardPools(_Base):
         acquire_timeout: float = 10.0,
         close_timeout: float = 5.0,
         fail_fast: bool = False,
+        session_urls: Mapping[int, str] | None = None,
     ):
         super().__init__(
-            router, dsns, max_size=max_size, acquire_timeout=acquire_timeout, fail_fast=fail_fast
+            router,
+            dsns,
+            max_size=max_size,
+            acquire_timeout=acquire_timeout,
+            fail_fast=fail_fast,
+            session_urls=session_urls,
         )
         self.close_timeout = close_timeout
         self._pools: dict[int, ConnectionPool] = {}
@@ -344,7 +357,8 @@ class AsyncShardPools(_Base):
     a deadline of its own passes it: the worker waits ``CONNECT_WAIT_SECS`` (30 s) at start,
     the management API ``OPEN_SECS`` (5 s, as its one-database pool and its token check), the
     dashboard and the CLI ``shards.cli_timeout`` (5 s); those three pass ``fail_fast`` (see
-    :class:`ShardPools`) and the pools of a client or a worker do not."""
+    :class:`ShardPools`) and the pools of a client or a worker do not. ``session_urls`` as
+    :class:`ShardPools`."""
 
     def __init__(
         self,
@@ -355,9 +369,15 @@ class AsyncShardPools(_Base):
         acquire_timeout: float = 10.0,
         min_size: int = 1,
         fail_fast: bool = False,
+        session_urls: Mapping[int, str] | None = None,
     ):
         super().__init__(
-            router, dsns, max_size=max_size, acquire_timeout=acquire_timeout, fail_fast=fail_fast
+            router,
+            dsns,
+            max_size=max_size,
+            acquire_timeout=acquire_timeout,
+            fail_fast=fail_fast,
+            session_urls=session_urls,
         )
         self.min_size = min(min_size, max_size)
         self._pools: dict[int, AsyncConnectionPool] = {}
