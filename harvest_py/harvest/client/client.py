@@ -1575,7 +1575,9 @@ def _declare_session_urls(
     each shard of ``shards`` (its pools) has its URL."""
     if session_urls is None:
         return
-    urls = {0: dsn} if shards is None else {shard: shards.dsn(shard) for shard in shards.shards}
+    urls: dict[int, str] = {shard: shards.dsn(shard) for shard in shards.shards} if shards is not None else {}
+    if dsn is not None:
+        urls[0] = dsn
     pooler.declare_shards(urls, session_urls, what)
 
 
