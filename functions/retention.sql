@@ -170,7 +170,9 @@ AS $$
     ORDER BY e.end_owed_to_shard;
 $$;
 
--- The settings, the last run, and how many executions a run would delete now.
+-- The settings, the last run, and how many executions a run would delete now. The last run is
+-- the last sweep: last_run_deleted adds up its batches (run_retention), last_run_remaining is
+-- what its last batch left (above 0: the sweep is under way, or stopped short).
 CREATE OR REPLACE FUNCTION harvest.get_retention_status()
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
@@ -209,6 +211,7 @@ BEGIN
         'updated_at', v_config.updated_at,
         'last_run_at', v_config.last_run_at,
         'last_run_deleted', v_config.last_run_deleted,
+        'last_run_remaining', v_config.last_run_remaining,
         'eligible', v_eligible,
         'owed_child_ends', v_owed,
         'owed_child_ends_by_shard', v_owed_by_shard);
@@ -322,8 +325,14 @@ BEGIN
         ORDER BY e.completed_at
         LIMIT 10000
     ) AS r;
+    -- The sweep's total: a batch after one that left rows remaining continues its sweep (the
+    -- janitor's round, run-now's batches, or a sweep stopped short and taken up by the next), any
+    -- other starts a new one (migration 0116: the field held the last batch's count alone).
     UPDATE harvest.retention_config
-    SET last_run_at = harvest.now(), last_run_deleted = coalesce(cardinality(v_ids), 0)
+    SET last_run_at = harvest.now(),
+        last_run_deleted = CASE WHEN last_run_remaining > 0 THEN coalesce(last_run_deleted, 0) ELSE 0 END
+                           + coalesce(cardinality(v_ids), 0),
+        last_run_remaining = v_remaining
     WHERE id;
     IF coalesce(cardinality(v_ids), 0) > 0 OR p_operator_id IS NOT NULL THEN
         PERFORM harvest._audit('retention.run', NULL, p_operator_id, jsonb_build_object(
@@ -648,8 +657,8 @@ COMMENT ON FUNCTION harvest.set_retention IS
 'Set how long terminal executions are kept (p_max_age; NULL keeps everything) and the batch size (1..10000), '
 'audited; returns get_retention_status(). For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.get_retention_status IS
-'The retention settings, the last run, and how many executions (and worker rows) a run would delete now. For '
-'operators (role harvest_reader).';
+'The retention settings, the last run (last_run_deleted: the last sweep''s batches added up), and how many '
+'executions (and worker rows) a run would delete now. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.run_retention IS
 'Delete one batch of expired terminal executions (never a RUNNING or PAUSED one, one under a legal hold, '
 'a cross-shard child whose end its parent has not taken, nor the earlier runs of a chain whose later run is '

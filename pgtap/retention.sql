@@ -5,7 +5,7 @@
 -- _interval_text, _ago, _retention_cutoff; prune_flow_keys (and its fold of quota_ended_bytes),
 -- _flow_key_in_use; _execution_not_found (what HR002 says of an unknown execution id).
 BEGIN;
-SELECT plan(75);
+SELECT plan(79);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -83,6 +83,8 @@ SELECT throws_ok($$SELECT harvest.prune_workers('100000 years')$$, 'HR001', NULL
 SELECT is((harvest.set_retention('30 days', 2) ->> 'eligible')::int, 3, 'status counts eligible runs');
 CREATE TEMP TABLE first_run ON COMMIT DROP AS SELECT harvest.run_retention() AS r;
 SELECT is((SELECT (r ->> 'deleted')::int FROM first_run), 2, 'one batch at most');
+SELECT is(harvest.get_retention_status() -> 'last_run_remaining', '1',
+          'status: last_run_remaining, what the last batch left (the sweep goes on)');
 SELECT is((SELECT (r ->> 'runless_payloads_deleted')::int FROM first_run), 1,
           'run_retention(): an offloaded payload no run owns goes once older than the window');
 SELECT is((SELECT array_agg(data::text ORDER BY data::text) FROM harvest.payloads WHERE data <> '"held"'),
@@ -90,6 +92,11 @@ SELECT is((SELECT array_agg(data::text ORDER BY data::text) FROM harvest.payload
 SELECT is((SELECT count(*)::integer FROM harvest.payloads WHERE data = '"held"'), 1,
           'run_retention(): an old run-less payload a pending start''s input references stays');
 SELECT is((harvest.run_retention() ->> 'remaining')::int, 0, 'the next batch takes the rest');
+SELECT is(harvest.get_retention_status() -> 'last_run_deleted', '3',
+          'status: last_run_deleted, the sweep''s batches added up (2 + 1), not its last batch''s 1');
+SELECT is(harvest.run_retention() -> 'deleted', '0', 'setup: a later sweep finds nothing');
+SELECT is(harvest.get_retention_status() -> 'last_run_deleted', '0',
+          'a batch after one that left none remaining starts a new sweep: last_run_deleted 0');
 SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'rt_wf'), 1::bigint,
           'only the running one is left');
 SELECT is((SELECT status FROM harvest.executions WHERE workflow_name = 'rt_wf'), 'RUNNING',

@@ -11,6 +11,9 @@ CREATE TABLE harvest.retention_config (
     -- Stopped and stale worker rows whose last heartbeat is older are deleted (0017);
     -- NULL keeps every row.
     worker_max_age interval DEFAULT interval '7 days',
+    -- What the last run_retention batch left to delete (counted up to 10,000): a batch after one
+    -- that left some continues its sweep, and last_run_deleted adds up the sweep's batches (0116).
+    last_run_remaining bigint,
     CONSTRAINT retention_config_pkey PRIMARY KEY (id),
     CONSTRAINT retention_config_single_row CHECK (id),
     CONSTRAINT retention_config_batch_size_check CHECK (batch_size BETWEEN 1 AND 10000),

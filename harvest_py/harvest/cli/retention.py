@@ -38,6 +38,7 @@ STATUS_KEYS = [
     "eligible",
     "last_run_at",
     "last_run_deleted",
+    "last_run_remaining",
     "updated_at",
     "worker_max_age",
     "workers_eligible",
