@@ -116,3 +116,21 @@ def test_a_batch_does_not_read_the_ends_kept_for_a_parent_shard(db: str) -> None
         conn.execute("ROLLBACK")
     assert swept["deleted"] == 100 and swept["remaining"] == 4_900
     assert read <= 5_000 + 3 * 100, read  # the 5,000 not owed (the count), the batch thrice; not 45,000
+
+
+def test_status_last_run_deleted_is_the_sweeps_total_not_its_last_batchs(db: str) -> None:
+    """``harvest retention run-now``'s sweep (three batches of 100 over 250 runs): the status's
+    ``last_run_deleted`` held the last batch's 50; it is the sweep's 250 now, with
+    ``last_run_remaining`` 0, and the next sweep (nothing to delete) starts again at 0."""
+    from harvest.db.prunes import sweep_retention_steps
+    from harvest.db.steps import run_steps
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        _backlog(conn, 250)
+        sql = SqlApi(conn)
+        swept = run_steps(sweep_retention_steps("30 days", 100, 10, None), sql)
+        assert (swept["deleted"], swept["batches"]) == (250, 3)
+        status = sql.get_retention_status()
+        assert (status["last_run_deleted"], status["last_run_remaining"]) == (250, 0)
+        assert run_steps(sweep_retention_steps("30 days", 100, 10, None), sql)["deleted"] == 0
+        assert sql.get_retention_status()["last_run_deleted"] == 0
