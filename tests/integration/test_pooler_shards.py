@@ -169,3 +169,40 @@ def test_a_worker_built_in_python_takes_each_shards_session_url(two_shards, boun
                 assert [h.result(timeout=60) for h in handles] == [i + 1 for i in range(4)]
     finally:
         running.stop()
+
+
+def test_pools_and_clients_built_in_python_take_each_shards_session_url(two_shards, bouncer) -> None:
+    """Before: only ``Worker`` took ``session_urls``; ``ShardPools`` and ``Client`` built in Python
+    had no way to give theirs, so a client's LISTEN went through the pooler. Each takes the
+    pairs now, declared before its first connection: its pools stay on the pooler (preparing
+    nothing), its own sessions go to the shard's session URL, and workflows run."""
+    from harvest.shard.pools import ShardPools
+    from harvest.shard.router import ShardRouter
+
+    urls = {shard: bouncer.url(dsn) for shard, dsn in two_shards.items()}
+    pools = ShardPools(ShardRouter([0, 1], [0, 1], 0), urls, session_urls={1: two_shards[1]})
+    assert pooler.session_dsn(urls[1]) == two_shards[1] and not pooler.is_pooled(urls[0])
+    worker = Worker(
+        app,
+        shards=urls,
+        session_urls=two_shards,
+        queues=["pooled"],
+        poll_interval=0.5,
+        scan_interval=0.2,
+        run_retention=False,
+    )
+    running = RunningWorker(worker).start()
+    try:
+        with Client(shards=pools) as client:
+            with pools.connection(1) as conn:
+                assert conn.info.port == bouncer.port and conn.prepare_threshold is None
+            handle = client.start_workflow(adds, 1)
+            assert handle.result(timeout=60) == 2
+        pooler.forget(urls[0])
+        with Client(urls[0], session_urls={0: two_shards[0]}) as client:
+            assert pooler.session_dsn(urls[0]) == two_shards[0]
+            with connect(urls[0], autocommit=True) as conn:  # a session of its own: direct
+                assert conn.info.port != bouncer.port
+            assert client.start_workflow(adds, 3).result(timeout=60) == 4
+    finally:
+        running.stop()
