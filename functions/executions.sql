@@ -869,7 +869,9 @@ $$;
 -- live runs oldest first (created_at, id) after p_cursor, at most p_limit (1..1000) of
 -- them, and acts on each in a subtransaction of its own: a run that ended since the scan
 -- counts in already_ended, a cancel already requested (or a signal of this batch already
--- received) in unchanged, and any other refusal in failures, never aborting the rest.
+-- received) in unchanged, and so does a run that no longer matches the filter once locked (a
+-- PAUSED run resumed since the scan, its search attributes changed: the scan read it unlocked),
+-- and any other refusal in failures, never aborting the rest.
 -- A run sealed by a rebalance since the scan, or a copy still being moved here, is named
 -- in moved, untouched: the caller acts on it where it lives (harvest.client.batch).
 -- next_cursor continues the scan (NULL: this shard is done); the first call fixes the
@@ -881,6 +883,23 @@ $$;
 -- however often it is found. p_dry_run writes nothing: matched counts every live run the
 -- filter selects after the cursor, execution_ids is the first p_limit of them. shard_id
 -- names the shard that answered.
+-- Whether the run p_execution_id, locked by the caller, still matches p_where (the batch's
+-- compiled filter, _act_on_workflows; p_params its $1): read again under the lock, since the
+-- scan that chose it read it unlocked and another session may have changed it since.
+CREATE OR REPLACE FUNCTION harvest._still_selected(p_where text[], p_params text[], p_execution_id uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_found boolean;
+BEGIN
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = $2 AND %s)',
+                   array_to_string(p_where, ' AND '))
+    INTO v_found USING p_params, p_execution_id;
+    RETURN v_found;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest._act_on_workflows(
     p_action text, p_status text, p_workflow_name text, p_search_attributes text[],
     p_created_after timestamptz, p_created_before timestamptz, p_filter text, p_reason text,
@@ -1016,6 +1035,8 @@ BEGIN
                 v_moved := v_moved || v_row.id;  -- sealed since the scan
             ELSIF v_execution.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED', 'MIGRATING') THEN
                 v_ended := v_ended + 1;  -- it ended since the scan: counted, not an error
+            ELSIF p_execution_ids IS NULL AND NOT harvest._still_selected(v_where, v_params, v_row.id) THEN
+                v_unchanged := v_unchanged + 1;  -- it left the filter since the scan (resumed, paused, retagged)
             ELSE
                 v_execution := harvest._lock_running_execution(v_row.id, p_action);  -- (HR013 on a seal)
                 IF p_action = 'cancel' THEN

@@ -812,7 +812,7 @@ ROLLBACK;
 
 -- Acting on many runs by filter: cancel_workflows, terminate_workflows, signal_workflows.
 BEGIN;
-SELECT plan(23);
+SELECT plan(25);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT pg_temp.start_run('bw-1', 'bw_wf', 'bw_q');
@@ -880,5 +880,10 @@ SELECT is((harvest.signal_workflows('go', '1', p_workflow_name => 'bw_other', p_
           1, 'signal_workflows() signals the runs');
 SELECT is((harvest.signal_workflows('go', '1', p_workflow_name => 'bw_other', p_batch_id => 'b-1') ->> 'unchanged')::int,
           1, '... once per batch id');
+-- A run read again under its lock: one that left the filter since the scan is not acted on.
+SELECT is(harvest._still_selected(ARRAY['e.workflow_name = ''bw_other''', 'e.status = $1[1]'], ARRAY['RUNNING'],
+                                  pg_temp.run('bw-other')), true, '_still_selected(): a run the filter still selects');
+SELECT is(harvest._still_selected(ARRAY['e.workflow_name = ''bw_other''', 'e.status = $1[1]'], ARRAY['PAUSED'],
+                                  pg_temp.run('bw-other')), false, '... and one it no longer does');
 SELECT * FROM finish();
 ROLLBACK;

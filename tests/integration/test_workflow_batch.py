@@ -201,19 +201,19 @@ def test_the_roles_reader_cannot_and_operator_cannot_terminate(db, conn) -> None
 
 
 # -- races: runs that end, or are sealed, between the scan and the act ------------------------------
-def _raced(db: str, run: str, change: str) -> dict:
-    """cancel_workflows over the send_digest runs while another session holds ``run``'s row and
-    then makes ``change`` to it: the batch scanned ``run`` live, waits on its lock, and acts
-    after the change commits."""
+def _raced(
+    db: str, run: str, change: str, call: str = "cancel_workflows(p_workflow_name => 'send_digest')"
+) -> dict:
+    """``call`` (cancel_workflows over the send_digest runs) while another session holds ``run``'s
+    row and then makes ``change`` to it: the batch scanned ``run`` live, waits on its lock, and
+    acts after the change commits."""
     holder = psycopg.connect(db)
     holder.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (run,))
     answer: dict = {}
 
     def batch() -> None:
         with psycopg.connect(db, autocommit=True) as c:
-            answer.update(
-                c.execute("SELECT harvest.cancel_workflows(p_workflow_name => 'send_digest')").fetchone()[0]
-            )
+            answer.update(c.execute(f"SELECT harvest.{call}").fetchone()[0])
 
     thread = threading.Thread(target=batch)
     thread.start()
@@ -221,8 +221,8 @@ def _raced(db: str, run: str, change: str) -> dict:
         with psycopg.connect(db, autocommit=True) as watch:  # until the batch waits on the row lock
             for _ in range(600):
                 waiting = watch.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE '%%cancel_workflows%%'"
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                    (f"%{call.split('(')[0]}%",),
                 ).fetchone()[0]
                 if waiting:
                     break
@@ -241,6 +241,23 @@ def test_a_run_that_ends_between_the_scan_and_the_act_is_counted_not_an_error(db
     answer = _raced(db, runs[1], "SELECT harvest.terminate_workflow(%s, 'raced')")
     assert (answer["acted"], answer["already_ended"], answer["failures"]) == (2, 1, [])
     assert sorted(answer["execution_ids"]) == sorted([runs[0], runs[2]])
+
+
+def test_a_run_that_leaves_the_filter_between_the_scan_and_the_act_is_left_alone(db, conn) -> None:
+    """A batch of the PAUSED runs scans a run paused, and another session resumes it before the
+    batch locks it: the run no longer matches the filter when acted on, so it is left alone
+    (unchanged), as a run of another state would have been."""
+    runs = _runs(conn, "send_digest", 2, "leave")
+    for run in runs:
+        conn.execute("SELECT harvest.pause_workflow(%s)", (run,))
+    answer = _raced(
+        db,
+        runs[0],
+        "SELECT harvest.resume_workflow(%s)",
+        "terminate_workflows(p_workflow_name => 'send_digest', p_status => 'PAUSED')",
+    )
+    assert (answer["acted"], answer["unchanged"], answer["execution_ids"]) == (1, 1, [runs[1]])
+    assert _col(db, "SELECT status FROM harvest.executions WHERE id = %s", runs[0]) == ["RUNNING"]
 
 
 def test_a_run_sealed_between_the_scan_and_the_act_is_named_moved_untouched(db, conn) -> None:
