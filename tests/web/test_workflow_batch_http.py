@@ -148,3 +148,18 @@ def test_the_cli_over_http_goes_on_with_the_cursor_until_done(db, conn, monkeypa
         )
         == 1
     )
+
+
+def test_a_cursor_naming_a_shard_this_deployment_does_not_read_is_refused(db, conn) -> None:
+    """The route's cursor is the caller's text: a position for a shard the deployment does not
+    read is refused as a bad cursor, not run again on the one database once per key."""
+    from harvest.client.batch import encode_cursor
+
+    _runs(conn, "send_digest", 1, "k")
+    forged = encode_cursor("b-forged", dict.fromkeys(range(3)))
+    with api_client(db) as api:
+        answer = api.post(
+            "/workflows/signal", json={"workflow_name": "send_digest", "signal_name": "go", "cursor": forged}
+        )
+    assert answer.status_code == 400 and answer.json()["error"]["field"] == "cursor", answer.json()
+    assert _count(db, "SELECT count(*) FROM harvest.audit_log WHERE operation = 'workflow.bulk_signal'") == 0

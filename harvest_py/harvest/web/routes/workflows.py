@@ -585,6 +585,12 @@ def _act_on_workflows(action: str) -> Any:
                 batch_id, positions = decode_cursor(data["cursor"])
             except InvalidArgument as exc:
                 raise invalid("cursor", str(exc).removeprefix("cursor: ")) from None
+            # (the caller's text: a shard this deployment does not read is no position of its
+            # batches; on one database every key would run the step there again)
+            if stray := sorted(set(positions) - set(call.providers())):
+                raise invalid(
+                    "cursor", f"names shard(s) {stray} this deployment does not read: pass it unchanged"
+                )
         else:
             batch_id = data.get("batch_id") or str(uuid.uuid4())
             positions = dict.fromkeys(sorted(call.providers()))
