@@ -424,3 +424,28 @@ def test_the_async_client_acts_on_many_runs_as_the_client_does(db, conn) -> None
         assert client.cancel_workflows(workflow_name="send_digest")["acted"] == 2
     with pytest.raises(psycopg.Error, match="needs a filter"), psycopg.connect(db, autocommit=True) as c:
         c.execute("SELECT harvest.signal_workflows('go', p_status => 'RUNNING')")
+
+
+def test_the_clients_step_by_default_in_the_batch_module_step(db, conn) -> None:
+    """Client.act_on_workflows (and AsyncClient's) without batch_size step BATCH_STEP runs a
+    transaction, as the CLI and the route do: not 100, past the 64 subtransactions a backend
+    caches (harvest.client.batch)."""
+    import asyncio
+
+    from harvest import AsyncClient
+    from harvest.client.batch import BATCH_STEP
+
+    _runs(conn, "send_digest", BATCH_STEP + 1, "step")
+    with Client(db) as client:
+        assert client.cancel_workflows(workflow_name="send_digest")["acted"] == BATCH_STEP + 1
+
+    async def signal() -> dict:
+        client = await AsyncClient.connect(db)
+        try:
+            return await client.signal_workflows("go", workflow_name="send_digest")
+        finally:
+            await client.close()
+
+    assert asyncio.run(signal())["acted"] == BATCH_STEP + 1
+    steps = "SELECT count(*) FROM harvest.audit_log WHERE operation = %s"
+    assert _col(db, steps, "workflow.bulk_cancel") == [2] and _col(db, steps, "workflow.bulk_signal") == [2]

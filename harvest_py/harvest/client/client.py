@@ -29,6 +29,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, ov
 from harvest.client import messages as messaging
 from harvest.client import payloads as payload_policy
 from harvest.client import routing
+from harvest.client.batch import BATCH_STEP
 from harvest.client.outage import Outage
 from harvest.core import payload
 from harvest.core.codecs import Payloads
@@ -2008,7 +2009,7 @@ class Client:
         signal_name: str | None = None,
         payload: Any = None,
         dry_run: bool = False,
-        batch_size: int = 100,
+        batch_size: int = BATCH_STEP,
         operator_id: str | None = None,
         batch_id: str | None = None,
     ) -> dict[str, Any]:
@@ -2752,7 +2753,7 @@ class AsyncClient:
         signal_name: str | None = None,
         payload: Any = None,
         dry_run: bool = False,
-        batch_size: int = 100,
+        batch_size: int = BATCH_STEP,
         operator_id: str | None = None,
         batch_id: str | None = None,
     ) -> dict[str, Any]:
