@@ -163,3 +163,16 @@ def test_a_cursor_naming_a_shard_this_deployment_does_not_read_is_refused(db, co
         )
     assert answer.status_code == 400 and answer.json()["error"]["field"] == "cursor", answer.json()
     assert _count(db, "SELECT count(*) FROM harvest.audit_log WHERE operation = 'workflow.bulk_signal'") == 0
+
+
+def test_openapi_declares_every_field_the_batch_routes_answer(db, conn) -> None:
+    """/openapi.json's answer schema of POST /workflows/{action} names each field a step and a dry
+    run answer (dry_run, shard_errors, a dry run's execution_ids too)."""
+    _runs(conn, "send_digest", 1, "o")
+    with api_client(db) as api:
+        schema = api.get("/openapi.json").json()["paths"]["/workflows/cancel"]["post"]["responses"]["200"]
+        declared = set(schema["content"]["application/json"]["schema"]["properties"])
+        for dry_run in (True, False):
+            answer = api.post("/workflows/cancel", json={"workflow_name": "send_digest", "dry_run": dry_run})
+            assert answer.status_code == 200
+            assert set(answer.json()) <= declared, set(answer.json()) - declared

@@ -730,6 +730,7 @@ BATCH_BODY = body(
 )
 BATCH_SHAPE = shape(
     action={"type": "string"},
+    dry_run={"type": "boolean"},
     batch_id={"type": "string"},
     matched={"type": "integer"},
     acted={"type": "integer"},
@@ -740,8 +741,11 @@ BATCH_SHAPE = shape(
     shards=ROWS,
     next_cursor={"type": ["string", "null"]},
     unavailable_shards={"type": "array", "items": {"type": "integer"}},
-    status={"type": "string"},
+    shard_errors=ROWS,
+    status={"type": "string", "enum": ["complete", "partial"]},
 )
+# A dry run's sample of the runs it selected (only a dry run answers it).
+BATCH_SHAPE["properties"]["execution_ids"] = {"type": "array", "items": {"type": "string"}}
 TIMEOUT = {"type": "number", "minimum": 0.001, "maximum": 3600}
 WAIT = {"type": "string", "enum": ["accepted", "completed"]}
 
