@@ -17,6 +17,7 @@ import pytest
 
 from harvest.core.errors import NotFound
 from harvest.db import sqlapi
+from harvest.db.pools import database_unreachable
 from harvest.db.sqlapi import AsyncSqlApi
 
 
@@ -121,10 +122,11 @@ def test_a_kept_cursor_on_a_lost_connection_raises_the_connection_error(db: str)
             assert sqlapi.NEXT_DUE_AT in _kept(conn)
             async with await _connect(db) as admin:
                 await admin.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
-            # What a fresh cursor raises too: a transient error (db.pools.TRANSIENT), not the
-            # cursor's InterfaceError.
+            # What a fresh cursor raises too: a lost database (db.pools.database_unreachable),
+            # not the cursor's InterfaceError.
             for _ in range(2):
-                with pytest.raises(psycopg.OperationalError):
+                with pytest.raises(psycopg.OperationalError) as raised:
                     await api.next_due_at(["kept"])
+                assert database_unreachable(raised.value), raised.value
 
     asyncio.run(go())
