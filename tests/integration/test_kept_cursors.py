@@ -130,3 +130,31 @@ def test_a_kept_cursor_on_a_lost_connection_raises_the_connection_error(db: str)
                 assert database_unreachable(raised.value), raised.value
 
     asyncio.run(go())
+
+
+def test_a_kept_cursor_holds_neither_its_calls_parameters_nor_its_answer(db: str) -> None:
+    """A kept cursor keeps its adapters, not its last call: a start's 1.5 MB input (and a claim's
+    answer) would otherwise stay in memory per connection and statement until the statement's next
+    call there (a group commit's results, a batch of starts' inputs: many MB a connection)."""
+    import gc
+    import tracemalloc
+
+    async def go() -> int:
+        async with await _connect(db) as conn:
+            api = AsyncSqlApi.on_connection(conn)
+            await api.next_due_at(["kept"])  # (the connection's first call: its own allocations)
+            gc.collect()
+            tracemalloc.start()
+            try:
+                before = tracemalloc.get_traced_memory()[0]
+                await api.start_workflows(
+                    [{"workflow_name": "big", "input": ["x" * 1_500_000], "queue": "kept"}]
+                )
+                assert sqlapi.START_WORKFLOWS in _kept(conn)
+                gc.collect()
+                return tracemalloc.get_traced_memory()[0] - before
+            finally:
+                tracemalloc.stop()
+
+    held = asyncio.run(go())
+    assert held < 500_000, f"{held} bytes still held after the call"

@@ -2355,6 +2355,16 @@ def _kept_cursors(conn: Any) -> dict[str, Any]:
     return kept
 
 
+def _release(cur: Any) -> None:
+    """Drop what a kept cursor holds of its last call, its parameters (psycopg keeps them dumped)
+    and its answer, keeping its adapters (the reason it is kept): a start's input, a group
+    commit's results or a claim's tasks stayed in memory, per connection and statement, until the
+    statement's next call there. (psycopg's own reset before each execute, made early.)"""
+    if isinstance(cur, psycopg.AsyncCursor):  # (not a test's stand-in)
+        cur._reset()
+        cur._tx.set_pgresult(None, set_loaders=False)
+
+
 class _OneConnection:
     """A pool of one: AsyncSqlApi on a connection the caller holds (its transaction, its LISTEN)."""
 
@@ -2436,6 +2446,7 @@ class AsyncSqlApi:
             await cur.execute(sql, params)
             found = await cur.fetchall() if _has_rows(cur) else []
         if len(found) <= KEPT_CURSOR_ROWS:
+            _release(cur)
             kept[sql] = cur
         else:
             await cur.close()
