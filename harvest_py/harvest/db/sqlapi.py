@@ -2355,14 +2355,19 @@ def _kept_cursors(conn: Any) -> dict[str, Any]:
     return kept
 
 
-def _release(cur: Any) -> None:
+def _release(cur: Any) -> bool:
     """Drop what a kept cursor holds of its last call, its parameters (psycopg keeps them dumped)
     and its answer, keeping its adapters (the reason it is kept): a start's input, a group
     commit's results or a claim's tasks stayed in memory, per connection and statement, until the
-    statement's next call there. (psycopg's own reset before each execute, made early.)"""
+    statement's next call there. (psycopg's own reset before each execute, made early.) False
+    when this psycopg lacks those internals: the cursor is then closed, not kept."""
     if isinstance(cur, psycopg.AsyncCursor):  # (not a test's stand-in)
-        cur._reset()
-        cur._tx.set_pgresult(None, set_loaders=False)
+        try:
+            cur._reset()
+            cur._tx.set_pgresult(None, set_loaders=False)
+        except AttributeError:  # (psycopg's private names: a release that renamed them)
+            return False
+    return True
 
 
 class _OneConnection:
@@ -2445,8 +2450,7 @@ class AsyncSqlApi:
         with translated_errors():
             await cur.execute(sql, params)
             found = await cur.fetchall() if _has_rows(cur) else []
-        if len(found) <= KEPT_CURSOR_ROWS:
-            _release(cur)
+        if len(found) <= KEPT_CURSOR_ROWS and _release(cur):
             kept[sql] = cur
         else:
             await cur.close()
