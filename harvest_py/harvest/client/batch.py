@@ -279,6 +279,49 @@ async def arun_batch(
     return tally
 
 
+async def astep_each_shard(
+    positions: Mapping[int, str | None],
+    on_shard: Callable[[int, Callable[[Any], Awaitable[Any]]], Awaitable[Any]],
+    follow: Callable[[str, Callable[[Any], Awaitable[Any]]], Awaitable[tuple[int, Any]]],
+    action: str,
+    arguments: Mapping[str, Any],
+    tally: BatchTally,
+    *,
+    is_outage: Callable[[BaseException], bool] = lambda exc: False,
+    failure_text: Callable[[BaseException], str] = str,
+) -> dict[int, str | None]:
+    """One bounded step of a batch on each shard of ``positions`` (shard -> its SQL cursor, None
+    from its start), added to ``tally``, its moved runs acted on where they live through
+    ``follow``; the positions still to go on (a shard not done, or one ``is_outage`` says could
+    not be reached, which keeps its place). ``arguments``: :func:`step_arguments`'s, the batch
+    id's included. A face that answers one step a request (the HTTP route, the dashboard) makes
+    its next_cursor of what this answers (:func:`encode_cursor`)."""
+    dry_run = bool(arguments.get("dry_run"))
+    after: dict[int, str | None] = {}
+    for shard, position in sorted(positions.items()):
+        try:
+            answer = await on_shard(
+                shard, lambda sql, p=position: sql.act_on_workflows(action, **arguments, cursor=p)
+            )  # type: ignore[misc]
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            tally.unreachable(shard, failure_text(exc))
+            after[shard] = position  # (a later step goes on there)
+            continue
+        for moved in tally.add(shard, answer):
+            one = by_id(arguments, moved)
+            try:
+                found = await follow(moved, lambda sql, a=one: sql.act_on_workflows(action, **a))  # type: ignore[misc]
+            except Exception as exc:
+                follow_failed(tally, moved, exc, is_outage, failure_text(exc))
+                continue
+            tally.add_followed(*found)
+        if answer.get("next_cursor") and not dry_run:
+            after[shard] = answer["next_cursor"]
+    return after
+
+
 def _code(exc: BaseException) -> str | None:
     code = getattr(exc, "sqlstate", None)
     return code if isinstance(code, str) else None

@@ -10,6 +10,7 @@ import contextlib
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES, chain_broken_error
@@ -554,10 +555,9 @@ def _act_on_workflows(action: str) -> Any:
         from harvest.client.batch import (
             BATCH_STEP,
             BatchTally,
-            by_id,
+            astep_each_shard,
             decode_cursor,
             encode_cursor,
-            follow_failed,
             step_arguments,
         )
         from harvest.shard.fanout import is_shard_failure
@@ -605,31 +605,27 @@ def _act_on_workflows(action: str) -> Any:
         }
         arguments = step_arguments(filters, options)
         tally = BatchTally(action, dry_run, batch_id)
-        after: dict[int, str | None] = {}
-        for shard, position in sorted(positions.items()):
+
+        async def on_shard(shard: int, fn: Callable[[Any], Awaitable[Any]]) -> Any:
             try:
-                answer = await call.on_shard(
-                    shard if call.sharded else None,
-                    lambda sql, p=position: sql.act_on_workflows(action, **arguments, cursor=p),  # type: ignore[misc]
-                )
+                return await call.on_shard(shard if call.sharded else None, fn)
             except InvalidArgument as exc:
                 raise _named(exc) from None
-            except Exception as exc:
-                if not (call.sharded and is_shard_failure(exc)):
-                    raise
-                tally.unreachable(shard, "unreachable")
-                after[shard] = position  # (a retry with the cursor goes on there)
-                continue
-            for moved in tally.add(shard, answer):
-                one = by_id(arguments, moved)
-                try:
-                    found = await call.routed(moved, lambda sql, a=one: sql.act_on_workflows(action, **a))  # type: ignore[misc]
-                except Exception as exc:
-                    follow_failed(tally, moved, exc, is_shard_failure, str(exc))
-                    continue
-                tally.add_followed(int(found.get("shard_id") or 0), found)
-            if answer.get("next_cursor") and not dry_run:
-                after[shard] = answer["next_cursor"]
+
+        async def follow(execution_id: str, fn: Callable[[Any], Awaitable[Any]]) -> tuple[int, Any]:
+            found = await call.routed(execution_id, fn)
+            return int(found.get("shard_id") or 0), found
+
+        after = await astep_each_shard(
+            positions,
+            on_shard,
+            follow,
+            action,
+            arguments,
+            tally,
+            is_outage=lambda exc: call.sharded and is_shard_failure(exc),
+            failure_text=lambda exc: "unreachable" if call.sharded and is_shard_failure(exc) else str(exc),
+        )
         return {**tally.as_dict(), "next_cursor": encode_cursor(batch_id, after) if after else None}
 
     handler.__name__ = f"{action}_workflows"
