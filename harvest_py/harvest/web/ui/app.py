@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 import logging
 import random
 import re
@@ -30,6 +31,7 @@ from typing import Any, cast, overload
 import jinja2
 from starlette.applications import Starlette
 from starlette.convertors import PathConvertor, register_url_convertor
+from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -37,6 +39,15 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from harvest.client.batch import (
+    BATCH_STEP,
+    BATCH_STEP_MAX,
+    BatchTally,
+    astep_each_shard,
+    decode_cursor,
+    encode_cursor,
+    step_arguments,
+)
 from harvest.client.routing import resident
 from harvest.config import Config
 from harvest.core.errors import (
@@ -51,10 +62,18 @@ from harvest.core.errors import (
     WorkflowNotRunning,
 )
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
+from harvest.core.statuses import LIVE_STATUSES
 from harvest.db.connection import DatabaseError, database_error_message, failure_reason
 from harvest.db.pools import database_unreachable
 from harvest.declare.schedules import OVERLAP_POLICIES, describe_row
-from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, WORKER_LIMIT_MAX, Merged, fan_out_async
+from harvest.shard.fanout import (
+    EXECUTION_STATUSES,
+    UNAVAILABLE,
+    WORKER_LIMIT_MAX,
+    Merged,
+    fan_out_async,
+    is_shard_failure,
+)
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
 from harvest.web.errors import database_error_status
@@ -91,6 +110,14 @@ TREE_NODES = 200  # descendants drawn at most, breadth first (a fan-out of 100,0
 STACK_SHOWN = 50  # entries of each of a run's waiting-on lists drawn (its totals say the rest)
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 BULK_ACTIONS = ("replay", "discard")
+# The runs list's bulk actions (POST /workflows/bulk) and the scope each needs, as their per-run
+# actions and the API's POST /workflows/cancel|terminate.
+RUN_BULK_SCOPES: dict[str, Scope] = {"cancel": "operate", "terminate": "admin"}
+RUN_BULK_SAMPLE = 20  # ids a dry run shows (the first of each shard, oldest first)
+# Steps on each shard one POST makes (each a transaction of at most its limit of runs), then the
+# page says how far it got and offers Continue: a request, and what a click does, stay bounded.
+RUN_BULK_STEPS = 10
+LIVE = tuple(s for s in EXECUTION_STATUSES if s in LIVE_STATUSES)
 WORKER_STATUSES = ("active", "draining", "stopped")
 LIST_STATUSES = (*EXECUTION_STATUSES, "MIGRATING", "MIGRATED")
 WINDOWS = {
@@ -153,6 +180,97 @@ def _statuses(params: Any) -> str | None:
     return ",".join(dict.fromkeys(wanted)) or None
 
 
+def _run_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
+    """The runs list's filters (its query, or the same carried by a bulk action's form): the
+    statuses, and the rest as ``list_workflows`` and the batch take them."""
+    attrs = [a.strip() for a in params.getlist("attr") if a.strip()]
+    return _statuses(params), {
+        "workflow_name": _param(params, "workflow_name"),
+        "search_attributes": attrs,
+        "created_after": _time(params, "created_after"),
+        "created_before": _time(params, "created_before"),
+    }
+
+
+FILTER_PARAMS = ("status", "workflow_name", "attr", "created_after", "created_before")
+
+
+def _filter_query(params: Any) -> str:
+    """The list's filters of ``params`` as a query string (a bulk action carries it as it is)."""
+    items = [(k, v) for k, v in params.multi_items() if k in FILTER_PARAMS and v.strip()]
+    return urllib.parse.urlencode(items)
+
+
+def _bulk_offer(state: str | None, filters: dict[str, Any]) -> str | None:
+    """Why the list's filter cannot be acted on in bulk, or None when it can."""
+    if not any(filters.values()):
+        return "filter by workflow, search attribute or creation time to act on the runs listed"
+    if state is not None and not set(state.split(",")) & LIVE_STATUSES:
+        return "only live runs (RUNNING, PAUSED) can be cancelled or terminated"
+    return None
+
+
+def _bulk_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
+    """The live statuses and the filters of a bulk action; an empty filter (a status alone would
+    select every live run) or no live status is a 400, as the API's."""
+    state, filters = _run_filters(params)
+    refused = _bulk_offer(state, filters)
+    if refused is not None:
+        raise InvalidArgument(f"filter: {refused}")
+    live = [s for s in (state or "").split(",") if s in LIVE_STATUSES]
+    return ",".join(live) or None, filters
+
+
+def _run_bulk_action(params: Any) -> str:
+    action = _choice(params, "action", tuple(RUN_BULK_SCOPES))
+    if action is None:
+        raise InvalidArgument(f"action: choose one of {', '.join(RUN_BULK_SCOPES)}")
+    return action
+
+
+def _run_bulk_scope(form: dict[str, str]) -> Scope:
+    form["action"] = _run_bulk_action(form)
+    return RUN_BULK_SCOPES[form["action"]]
+
+
+def _dead_letter_bulk_scope(form: dict[str, str]) -> Scope:
+    form["action"] = _choice(form, "action", BULK_ACTIONS) or "replay"
+    return "admin" if form["action"] == "discard" else "operate"  # (discard: an admin's)
+
+
+def _done(action: str) -> str:
+    return {"cancel": "cancelled", "terminate": "terminated"}.get(action, action)
+
+
+def _filter_said(params: Any) -> list[tuple[str, str]]:
+    """The filter of a bulk action as the confirmation names it."""
+    state, filters = _run_filters(params)
+    live = [s for s in (state or "").split(",") if s in LIVE_STATUSES]
+    said = [("status", ", ".join(live) if live else "RUNNING, PAUSED (every live run)")]
+    if filters["workflow_name"]:
+        said.append(("workflow", filters["workflow_name"]))
+    said += [("search attribute", a) for a in filters["search_attributes"]]
+    for key in ("created_after", "created_before"):
+        if filters[key] is not None:
+            said.append((key.replace("_", " "), views.when(filters[key])))
+    return said
+
+
+def _absorb(tally: BatchTally, so_far: str | None) -> None:
+    """The summary of the batch's earlier requests (the page's own, carried by its Continue form)
+    added to ``tally``; its shards not reached then are tried again now."""
+    if not so_far:
+        return
+    try:
+        summary = json.loads(so_far)
+        if not isinstance(summary, dict):
+            raise TypeError(so_far)
+        tally.absorb(summary)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise InvalidArgument("so_far: not a summary this page made; start again from the list") from None
+    tally.unavailable = {}
+
+
 def _execution_id(value: str) -> str:
     try:
         return str(uuid.UUID(value))
@@ -207,6 +325,8 @@ class Dashboard:
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
             Route("/workflows", page(self.workflows)),
+            Route("/workflows/bulk", page(self.bulk_runs_count)),
+            Route("/workflows/bulk", action(self.bulk_runs, "operate", _run_bulk_scope), methods=["POST"]),
             Route("/workflows/{execution_id}", page(self.execution)),
             Route("/workflows/{execution_id}/signal", action(self.signal, "operate"), methods=["POST"]),
             Route("/workflows/{execution_id}/cancel", action(self.cancel, "operate"), methods=["POST"]),
@@ -236,7 +356,9 @@ class Dashboard:
             Route("/dags/{name:name}/unpause", action(self.pause_dag, "operate"), methods=["POST"]),
             Route("/dags/{name:name}", page(self.dag)),
             Route("/dead-letters", page(self.dead_letters)),
-            Route("/dead-letters/bulk", action(self.bulk, "operate"), methods=["POST"]),
+            Route(
+                "/dead-letters/bulk", action(self.bulk, "operate", _dead_letter_bulk_scope), methods=["POST"]
+            ),
             Route(
                 "/dead-letters/{shard:int}/{id:int}/replay", action(self.replay, "operate"), methods=["POST"]
             ),
@@ -339,7 +461,15 @@ class Dashboard:
 
         return endpoint
 
-    def _action(self, handler: Callable[..., Awaitable[Response]], needed: Scope) -> Callable[..., Any]:
+    def _action(
+        self,
+        handler: Callable[..., Awaitable[Response]],
+        needed: Scope,
+        scope_of: Callable[[dict[str, str]], Scope] | None = None,
+    ) -> Callable[..., Any]:
+        """A form's POST handler, needing ``needed``, or (``scope_of``) the scope its form's
+        action needs, read from the form once (it may need more than ``needed``)."""
+
         async def endpoint(request: Request) -> Response:
             # Nothing of the body is read before the request is known to come from our own
             # pages, to fit, and to be authorized: an anonymous client makes the server buffer
@@ -350,21 +480,21 @@ class Dashboard:
 
             async def act(request: Request, principal: Principal) -> Response:
                 form = await _form(request)
-                wanted = needed
-                if handler == self.bulk:
-                    form["action"] = _choice(form, "action", BULK_ACTIONS) or "replay"
-                    if form["action"] == "discard":
-                        wanted = "admin"  # bulk discard is an admin's, bulk replay an operator's
-                if not principal.allows(wanted):
-                    again = await self._principal(request, wanted)
-                    if isinstance(again, Response):
-                        return again
-                    principal = again
-                return await handler(request, principal, form)
+                raised = await self._raised(request, principal, scope_of(form) if scope_of else needed)
+                if isinstance(raised, Response):
+                    return raised
+                return await handler(request, raised, form)
 
             return await self._guarded(request, needed, act)
 
         return endpoint
+
+    async def _raised(self, request: Request, principal: Principal, wanted: Scope) -> Principal | Response:
+        """``principal``, or the authorizer's answer when asked again for ``wanted``, a scope
+        above the one it was asked for (its 403 page when it is not held)."""
+        if principal.allows(wanted):
+            return principal
+        return await self._principal(request, wanted)
 
     def _back(self, request: Request, to: str, msg: str) -> Response:
         base = request.scope.get("root_path", "").rstrip("/")
@@ -428,14 +558,8 @@ class Dashboard:
     async def workflows(self, request: Request, principal: Principal) -> Response:
         q = request.query_params
         refresh = self._refresh(request)
-        state = _statuses(q)
-        attrs = [a.strip() for a in q.getlist("attr") if a.strip()]
-        filters = {
-            "workflow_name": _param(q, "workflow_name"),
-            "search_attributes": attrs,
-            "created_after": _time(q, "created_after"),
-            "created_before": _time(q, "created_before"),
-        }
+        state, filters = _run_filters(q)
+        attrs = filters["search_attributes"]
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         order = _choice(q, "order", ("desc", "asc")) or "desc"
         reads = self.source.reads(principal)
@@ -464,6 +588,140 @@ class Dashboard:
             limit=limit,
             order=order,
             unavailable=unavailable,
+            bulk=_bulk_offer(state, filters),
+        )
+
+    # -- the runs a filter selects: count, confirm, act in bounded steps --------------------------
+    async def bulk_runs_count(self, request: Request, principal: Principal) -> Response:
+        """GET /workflows/bulk: the dry run of a cancel or terminate of the live runs the list's
+        filter selects (counted on every shard, nothing written) and the form that confirms it."""
+        q = request.query_params
+        action = _run_bulk_action(q)
+        raised = await self._raised(request, principal, RUN_BULK_SCOPES[action])
+        if isinstance(raised, Response):
+            return raised
+        state, filters = _bulk_filters(q)
+        tally = BatchTally(action, True)
+        arguments = step_arguments(
+            {**filters, "state": state}, {"limit": RUN_BULK_SAMPLE, "dry_run": True, "batch_id": None}
+        )
+        await self._bulk_step(raised, action, dict.fromkeys(self.source.shards), tally, arguments)
+        if len(tally.unavailable) == len(self.source.shards):
+            raise DatabaseUnavailable("no shard could be counted; retry when one is up")
+        return self._bulk_page(request, raised, "confirm", tally, q, expected=tally.total("matched"))
+
+    async def bulk_runs(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """POST /workflows/bulk: the act, RUN_BULK_STEPS bounded steps on each shard (the
+        API's and the CLI's, harvest.client.batch), then the summary so far and, while runs are
+        left, a Continue form that goes on from where this stopped (the batch's cursor)."""
+        action = form["action"]  # (read by _action: it chose the scope)
+        filters_given = QueryParams(form.get("filters") or "")
+        state, filters = _bulk_filters(filters_given)
+        reason = _blank_none(form.get("reason"))
+        if reason is None:
+            raise InvalidArgument(
+                f"reason: say why these runs are to be {_done(action)} (the audit log keeps it)"
+            )
+        limit = _int(form, "limit", 1, BATCH_STEP_MAX, BATCH_STEP)
+        expected = _int(form, "expected", 0, 2**63 - 1, None)
+        cursor = _param(form, "cursor")
+        if cursor is not None:
+            batch_id, positions = decode_cursor(cursor)
+            if not set(positions) <= set(self.source.shards):
+                raise InvalidArgument("cursor: it names a shard that is not this deployment's; start again")
+        else:
+            batch_id, positions = str(uuid.uuid4()), dict.fromkeys(self.source.shards)
+        tally = BatchTally(action, False, batch_id)
+        _absorb(tally, form.get("so_far"))
+        arguments = step_arguments(
+            {**filters, "state": state},
+            {
+                "reason": reason,
+                "limit": limit,
+                "dry_run": False,
+                "operator_id": principal.actor,
+                "batch_id": batch_id,
+            },
+        )
+        left: dict[int, str | None] = {}
+        for _ in range(RUN_BULK_STEPS):
+            if not positions:
+                break
+            after = await self._bulk_step(principal, action, positions, tally, arguments)
+            # A shard not reached keeps its place for Continue; it is not tried again in this request.
+            left.update({s: p for s, p in after.items() if s in tally.unavailable})
+            positions = {s: p for s, p in after.items() if s not in tally.unavailable}
+        left.update(positions)
+        return self._bulk_page(
+            request,
+            principal,
+            "progress" if left else "done",
+            tally,
+            filters_given,
+            expected=expected,
+            reason=reason,
+            limit=limit,
+            cursor=encode_cursor(batch_id, left) if left else None,
+        )
+
+    async def _bulk_step(
+        self,
+        principal: Principal,
+        action: str,
+        positions: dict[int, str | None],
+        tally: BatchTally,
+        arguments: dict[str, Any],
+    ) -> dict[int, str | None]:
+        """One step of the batch on each shard of ``positions`` (harvest.client.batch), as
+        ``principal``: a dry run in a read-only transaction; a moved run acted on where it lives."""
+        write = not arguments["dry_run"]
+        sharded = self.source.sharded
+
+        async def on_shard(shard: int, fn: Callable[[Any], Awaitable[Any]]) -> Any:
+            return await self.source.on_shard(shard, principal, fn, write=write)
+
+        async def follow(execution_id: str, fn: Callable[[Any], Awaitable[Any]]) -> tuple[int, Any]:
+            found = await self.source.routed(execution_id, principal, fn, write=True)
+            return int(found.get("shard_id") or 0), found
+
+        def outage(exc: BaseException) -> bool:  # (one database down: the page's 503)
+            return sharded and is_shard_failure(exc)
+
+        return await astep_each_shard(
+            positions,
+            on_shard,
+            follow,
+            action,
+            arguments,
+            tally,
+            is_outage=outage,
+            failure_text=lambda exc: "could not be reached" if outage(exc) else _one_line(exc),
+        )
+
+    def _bulk_page(
+        self,
+        request: Request,
+        principal: Principal,
+        stage: str,
+        tally: BatchTally,
+        filters: Any,
+        **context: Any,
+    ) -> Response:
+        summary = tally.as_dict()
+        return self.render(
+            request,
+            "bulk_runs.html",
+            principal=principal,
+            refresh=None,
+            stage=stage,
+            action=tally.action,
+            summary=summary,
+            shown=summary.get("execution_ids", [])[:RUN_BULK_SAMPLE],
+            said=_filter_said(filters),
+            filter_query=_filter_query(filters),
+            so_far=json.dumps({k: v for k, v in summary.items() if k != "execution_ids"}),
+            steps=RUN_BULK_STEPS,
+            **{"reason": None, "limit": BATCH_STEP, "cursor": None, **context},
         )
 
     async def execution(self, request: Request, principal: Principal) -> Response:

@@ -1,0 +1,194 @@
+"""The runs list's bulk cancel and terminate over HTTP (fast suite): offered by the list to whom
+holds the action's scope and refused to others by the handlers, refused from another site's page,
+refused for an empty filter; a dry run's count first, then the act in bounded steps continued
+from the page, with its summary and its audit rows (docs/dashboard.md, "Acting on many runs")."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import urllib.parse
+
+import psycopg
+import pytest
+from dashboard_helpers import TokenScopes
+from starlette.testclient import TestClient
+
+from harvest.web.ui import app as ui_app
+from harvest.web.ui import dashboard_app
+
+READ, OPERATE, ADMIN = ({"Authorization": f"Bearer {s}-token"} for s in ("read", "operate", "admin"))
+
+
+def _runs(db: str, name: str, n: int, prefix: str, attrs: dict | None = None) -> list[str]:
+    """``n`` runs of ``name`` no worker polls for (they stay RUNNING)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        return [
+            str(
+                conn.execute(
+                    "SELECT execution_id FROM harvest.start_workflow(%s, p_workflow_id => %s, "
+                    "p_queue => 'nobody', p_search_attributes => %s::jsonb)",
+                    (name, f"{prefix}-{i}", json.dumps(attrs or {})),
+                ).fetchone()[0]
+            )
+            for i in range(n)
+        ]
+
+
+def _statuses(db: str, ids: list[str]) -> dict[str, tuple[str, bool]]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT id::text, status, cancel_requested FROM harvest.executions WHERE id = ANY(%s::uuid[])",
+            (ids,),
+        ).fetchall()
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def _audit(db: str, operation: str) -> list[tuple]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT source, operator_id, details FROM harvest.audit_log WHERE operation = %s ORDER BY id",
+            (operation,),
+        ).fetchall()
+
+
+def _hidden(page: str, form_id: str) -> dict[str, str]:
+    """The fields of form ``form_id`` as a browser would send them (hidden and filled ones)."""
+    form = re.search(rf'<form[^>]*id="{form_id}".*?</form>', page, re.S)
+    assert form, f"no form {form_id}"
+    fields = {}
+    for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form.group(0)):
+        fields[name] = html.unescape(value)
+    return fields
+
+
+@pytest.fixture
+def ui(db: str):
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes(), timeout=3.0)) as client:
+        yield client
+
+
+def test_the_list_offers_each_action_to_its_scope_and_the_handlers_refuse_the_rest(ui, db: str) -> None:
+    runs = _runs(db, "digest", 2, "s")
+    listed = "/workflows?workflow_name=digest"
+    assert 'id="bulk-runs-count"' not in ui.get(listed, headers=READ).text
+    operate = ui.get(listed, headers=OPERATE).text
+    assert 'id="bulk-runs-count"' in operate and 'value="cancel"' in operate
+    assert 'value="terminate"' not in operate
+    admin = ui.get(listed, headers=ADMIN).text
+    assert 'value="terminate"' in admin
+
+    count = "/workflows/bulk?action={}&workflow_name=digest"
+    assert ui.get(count.format("cancel"), headers=READ).status_code == 403
+    assert ui.get(count.format("terminate"), headers=OPERATE).status_code == 403
+    form = {"action": "terminate", "filters": "workflow_name=digest", "reason": "r"}
+    assert ui.post("/workflows/bulk", data=form, headers=OPERATE).status_code == 403
+    assert ui.post("/workflows/bulk", data={**form, "action": "cancel"}, headers=READ).status_code == 403
+    assert ui.post("/workflows/bulk", data={**form, "action": "Cancel"}).status_code == 401
+    assert _statuses(db, runs) == dict.fromkeys(runs, ("RUNNING", False))  # nothing was done
+    assert _audit(db, "workflow.bulk_cancel") == [] and _audit(db, "workflow.bulk_terminate") == []
+
+
+def test_an_empty_filter_or_no_live_status_is_refused_and_nothing_is_done(ui, db: str) -> None:
+    runs = _runs(db, "digest", 1, "e")
+    assert "filter by workflow" in ui.get("/workflows?status=RUNNING", headers=OPERATE).text
+    assert 'id="bulk-runs-count"' not in ui.get("/workflows?status=RUNNING", headers=OPERATE).text
+    for query in ("status=RUNNING", "", "status=COMPLETED&workflow_name=digest"):
+        page = ui.get(f"/workflows/bulk?action=cancel&{query}", headers=OPERATE)
+        assert page.status_code == 400 and "filter:" in page.text, query
+        posted = ui.post(
+            "/workflows/bulk", data={"action": "cancel", "filters": query, "reason": "r"}, headers=OPERATE
+        )
+        assert posted.status_code == 400 and "filter:" in posted.text, query
+    for form in (
+        {"action": "cancel", "filters": "workflow_name=digest"},  # no reason
+        {"action": "signal", "filters": "workflow_name=digest", "reason": "r"},
+        {"action": "cancel", "filters": "workflow_name=digest", "reason": "r", "cursor": "nope"},
+        {"action": "cancel", "filters": "workflow_name=digest", "reason": "r", "so_far": "[1"},
+    ):
+        assert ui.post("/workflows/bulk", data=form, headers=ADMIN).status_code == 400, form
+    assert _statuses(db, runs) == {runs[0]: ("RUNNING", False)}
+
+
+def test_a_post_another_site_s_page_sends_is_refused(db: str) -> None:
+    """Under the dev profile no token is needed: the Origin / Sec-Fetch-Site check is what keeps a
+    page of another site from cancelling runs through the developer's dashboard."""
+    runs = _runs(db, "digest", 2, "x")
+    form = {"action": "cancel", "filters": "workflow_name=digest", "reason": "evil"}
+    with TestClient(dashboard_app(dsn=db, profile="dev"), base_url="http://127.0.0.1:8080") as client:
+        for sent_from in (
+            {"Origin": "https://evil.example"},
+            {"Origin": "null"},
+            {"Sec-Fetch-Site": "cross-site"},
+        ):
+            refused = client.post("/workflows/bulk", data=form, headers=sent_from)
+            assert refused.status_code == 403, sent_from
+        assert _statuses(db, runs) == dict.fromkeys(runs, ("RUNNING", False))
+        ours = {"Origin": "http://127.0.0.1:8080", "Sec-Fetch-Site": "same-origin"}
+        done = client.post("/workflows/bulk", data=form, headers=ours)
+        assert done.status_code == 200 and 'id="bulk-summary"' in done.text
+    assert _statuses(db, runs) == dict.fromkeys(runs, ("RUNNING", True))
+
+
+def test_count_confirm_and_cancel_in_bounded_steps_continued_to_the_end(
+    ui, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The list's filter counted (nothing written), confirmed with a reason, acted on a step of
+    `limit` runs a shard at a time, RUN_BULK_STEPS steps a request (1 here), continued from each
+    page to the end; the summary adds up the requests; a run already asked to cancel is unchanged."""
+    monkeypatch.setattr(ui_app, "RUN_BULK_STEPS", 1)
+    runs = _runs(db, "digest", 5, "c", {"tenant": "acme"})
+    other = _runs(db, "digest", 1, "o", {"tenant": "globex"})
+    other += _runs(db, "report", 1, "r", {"tenant": "acme"})
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.cancel_workflow(%s, 'earlier')", (runs[0],))
+
+    listed = ui.get("/workflows?workflow_name=digest&attr=tenant%3Dacme&status=RUNNING", headers=OPERATE).text
+    assert 'id="bulk-runs-count" method="get" action="/workflows/bulk"' in listed
+    fields = _hidden(listed, "bulk-runs-count")
+    assert fields == {"status": "RUNNING", "workflow_name": "digest", "attr": "tenant=acme"}
+    count = ui.get(f"/workflows/bulk?action=cancel&{urllib.parse.urlencode(fields)}", headers=OPERATE)
+    assert count.status_code == 200, count.text
+    assert "Cancel 5 runs?" in count.text and 'id="bulk-runs-form"' in count.text
+    assert "tenant=acme" in count.text.split('id="bulk-filter"')[1].split("</dl>")[0]
+    assert sorted(re.findall(r'<li><a href="/workflows/([0-9a-f-]+)"', count.text)) == sorted(runs)
+    assert _audit(db, "workflow.bulk_cancel") == []  # a dry run writes nothing
+
+    form = {**_hidden(count.text, "bulk-runs-form"), "reason": "incident 42", "limit": "2"}
+    assert form["expected"] == "5"
+    pages = 0
+    while True:
+        page = ui.post("/workflows/bulk", data=form, headers=OPERATE)
+        assert page.status_code == 200, page.text
+        pages += 1
+        if 'id="bulk-continue-form"' not in page.text:
+            break
+        assert pages < 5
+        form = _hidden(page.text, "bulk-continue-form")
+    assert pages == 3  # 2 + 2 + 1
+    summary = re.sub(r"\s+", " ", page.text.split('id="bulk-summary">')[1].split("</p>")[0])
+    assert "<strong>4</strong> cancelled" in summary and "<strong>1</strong> unchanged" in summary, summary
+    assert "<strong>0</strong> failed; 5 counted at the confirmation" in summary
+    assert "Cancel runs: done" in page.text
+
+    assert _statuses(db, runs) == dict.fromkeys(runs, ("RUNNING", True))
+    assert all(not c for _, c in _statuses(db, other).values())
+    audit = _audit(db, "workflow.bulk_cancel")
+    assert len(audit) == 3 and {(a[0], a[1]) for a in audit} == {("ui", "operate-user")}
+    assert {a[2]["reason"] for a in audit} == {"incident 42"}
+    assert len({a[2]["batch_id"] for a in audit}) == 1  # one batch over the three requests
+
+
+def test_terminate_is_an_admins_and_ends_the_runs(ui, db: str) -> None:
+    runs = _runs(db, "digest", 3, "t")
+    count = ui.get("/workflows/bulk?action=terminate&workflow_name=digest", headers=ADMIN)
+    assert "Terminate 3 runs?" in count.text
+    form = {**_hidden(count.text, "bulk-runs-form"), "reason": "offboarded"}
+    done = ui.post("/workflows/bulk", data=form, headers=ADMIN)
+    assert done.status_code == 200 and "Terminate runs: done" in done.text
+    assert "<strong>3</strong> terminated" in done.text
+    assert {s for s, _ in _statuses(db, runs).values()} == {"TERMINATED"}
+    assert [(a[0], a[1]) for a in _audit(db, "workflow.bulk_terminate")] == [("ui", "admin-user")]
+    again = ui.get("/workflows/bulk?action=terminate&workflow_name=digest", headers=ADMIN)
+    assert "No live run matches" in again.text and 'id="bulk-runs-form"' not in again.text
