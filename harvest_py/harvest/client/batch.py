@@ -240,6 +240,33 @@ def run_batch(
     return tally
 
 
+def _acting(action: str, arguments: Mapping[str, Any]) -> Callable[[Any], Any]:
+    """The call of one step (``sql.act_on_workflows``) with these arguments, for a face's runner."""
+    return lambda sql: sql.act_on_workflows(action, **arguments)
+
+
+async def _afollow_moved(
+    tally: BatchTally,
+    shard: int,
+    answer: dict[str, Any],
+    follow: Callable[[str, Callable[[Any], Awaitable[Any]]], Awaitable[tuple[int, Any]]],
+    action: str,
+    arguments: Mapping[str, Any],
+    is_outage: Callable[[BaseException], bool],
+    failure_text: Callable[[BaseException], str],
+) -> None:
+    """A step's answer on ``shard`` added to ``tally``, and each run it named as moved acted on
+    where it lives (``follow``), or counted as failed there."""
+    for moved in tally.add(shard, answer):
+        one = by_id(arguments, moved)
+        try:
+            found = await follow(moved, _acting(action, one))
+        except Exception as exc:
+            follow_failed(tally, moved, exc, is_outage, failure_text(exc))
+            continue
+        tally.add_followed(*found)
+
+
 async def arun_batch(
     shards: Iterable[int],
     on_shard: Callable[[int, Callable[[Any], Awaitable[Any]]], Awaitable[Any]],
@@ -261,14 +288,7 @@ async def arun_batch(
             while True:
                 step = {**arguments, "cursor": cursor}
                 answer = await on_shard(shard, lambda sql, a=step: sql.act_on_workflows(action, **a))  # type: ignore[misc]
-                for moved in tally.add(shard, answer):
-                    one = by_id(arguments, moved)
-                    try:
-                        found = await follow(moved, lambda sql, a=one: sql.act_on_workflows(action, **a))  # type: ignore[misc]
-                    except Exception as exc:
-                        follow_failed(tally, moved, exc, is_outage, failure_text(exc))
-                        continue
-                    tally.add_followed(*found)
+                await _afollow_moved(tally, shard, answer, follow, action, arguments, is_outage, failure_text)
                 cursor = answer.get("next_cursor")
                 if dry_run or not cursor:
                     break
@@ -300,23 +320,14 @@ async def astep_each_shard(
     after: dict[int, str | None] = {}
     for shard, position in sorted(positions.items()):
         try:
-            answer = await on_shard(
-                shard, lambda sql, p=position: sql.act_on_workflows(action, **arguments, cursor=p)
-            )  # type: ignore[misc]
+            answer = await on_shard(shard, _acting(action, {**arguments, "cursor": position}))
         except Exception as exc:
             if not is_outage(exc):
                 raise
             tally.unreachable(shard, failure_text(exc))
             after[shard] = position  # (a later step goes on there)
             continue
-        for moved in tally.add(shard, answer):
-            one = by_id(arguments, moved)
-            try:
-                found = await follow(moved, lambda sql, a=one: sql.act_on_workflows(action, **a))  # type: ignore[misc]
-            except Exception as exc:
-                follow_failed(tally, moved, exc, is_outage, failure_text(exc))
-                continue
-            tally.add_followed(*found)
+        await _afollow_moved(tally, shard, answer, follow, action, arguments, is_outage, failure_text)
         if answer.get("next_cursor") and not dry_run:
             after[shard] = answer["next_cursor"]
     return after
