@@ -192,3 +192,59 @@ def test_terminate_is_an_admins_and_ends_the_runs(ui, db: str) -> None:
     assert [(a[0], a[1]) for a in _audit(db, "workflow.bulk_terminate")] == [("ui", "admin-user")]
     again = ui.get("/workflows/bulk?action=terminate&workflow_name=digest", headers=ADMIN)
     assert "No live run matches" in again.text and 'id="bulk-runs-form"' not in again.text
+
+
+def test_over_shards_a_moved_run_is_acted_on_where_it_lives_and_a_shard_down_keeps_its_place(
+    two_shards: dict[int, str],
+) -> None:
+    """Every shard's runs are acted on; a run a rebalance moved is acted on at its live copy (its
+    sealed source is left); a shard that cannot be reached is named on the count and in the
+    summary, and the Continue form keeps its place in the batch."""
+    import socket
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+    from test_workflow_batch import _move, _quiescent
+
+    from harvest.config import load_config
+
+    runs = [_quiescent(two_shards[s], "send_digest", f"d{s}-{i}") for s in (0, 1) for i in range(2)]
+    moved = _quiescent(two_shards[0], "send_digest", "d-moved")
+    _move(two_shards, moved)
+    with socket.socket() as probe:  # a port nothing listens on: shard 2, down
+        probe.bind(("127.0.0.1", 0))
+        down = f"postgresql://harvest@127.0.0.1:{probe.getsockname()[1]}/harvest?connect_timeout=1"
+    config = load_config(
+        env={
+            "HARVEST_SHARDS__READABLE": "0,1,2",
+            "HARVEST_SHARDS__WRITABLE": "0,1",
+            **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in {**two_shards, 2: down}.items()},
+        }
+    )
+    with TestClient(dashboard_app(config=config, authorizer=TokenScopes(), timeout=3.0)) as client:
+        count = client.get("/workflows/bulk?action=terminate&workflow_name=send_digest", headers=ADMIN)
+        assert count.status_code == 200, count.text
+        assert "Terminate 5 runs?" in count.text and 'data-shard="2"' in count.text
+        form = {**_hidden(count.text, "bulk-runs-form"), "reason": "drill"}
+        done = client.post("/workflows/bulk", data=form, headers=ADMIN)
+        assert done.status_code == 200, done.text
+        summary = re.sub(r"\s+", " ", done.text.split('id="bulk-summary">')[1].split("</p>")[0])
+        assert "<strong>5</strong> terminated" in summary and "Shard not reached: 2." in summary, summary
+        rest = _hidden(done.text, "bulk-continue-form")
+        from harvest.client.batch import decode_cursor
+
+        assert decode_cursor(rest["cursor"])[1] == {2: None}  # shard 2 from its start, when it is up
+    for s in (0, 1):
+        with psycopg.connect(two_shards[s], autocommit=True) as conn:
+            rows = dict(
+                conn.execute(
+                    "SELECT id::text, status FROM harvest.executions WHERE id = ANY(%s::uuid[])",
+                    ([*runs, moved],),
+                ).fetchall()
+            )
+        if s == 0:
+            assert rows[moved] == "MIGRATED"  # the sealed source copy is not acted on
+        else:
+            assert rows[moved] == "TERMINATED"
+        assert {rows[r] for r in runs if r in rows} == {"TERMINATED"}
