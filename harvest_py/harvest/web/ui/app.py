@@ -117,7 +117,6 @@ RUN_BULK_SAMPLE = 20  # ids a dry run shows (the first of each shard, oldest fir
 # Steps on each shard one POST makes (each a transaction of at most its limit of runs), then the
 # page says how far it got and offers Continue: a request, and what a click does, stay bounded.
 RUN_BULK_STEPS = 10
-LIVE = tuple(s for s in EXECUTION_STATUSES if s in LIVE_STATUSES)
 WORKER_STATUSES = ("active", "draining", "stopped")
 LIST_STATUSES = (*EXECUTION_STATUSES, "MIGRATING", "MIGRATED")
 WINDOWS = {
