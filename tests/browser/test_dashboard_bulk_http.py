@@ -101,11 +101,13 @@ def test_an_empty_filter_or_no_live_status_is_refused_and_nothing_is_done(ui, db
             "/workflows/bulk", data={"action": "cancel", "filters": query, "reason": "r"}, headers=OPERATE
         )
         assert posted.status_code == 400 and "filter:" in posted.text, query
+    named = {"action": "cancel", "filters": "workflow_name=digest", "reason": "r"}
     for form in (
         {"action": "cancel", "filters": "workflow_name=digest"},  # no reason
         {"action": "signal", "filters": "workflow_name=digest", "reason": "r"},
-        {"action": "cancel", "filters": "workflow_name=digest", "reason": "r", "cursor": "nope"},
-        {"action": "cancel", "filters": "workflow_name=digest", "reason": "r", "so_far": "[1"},
+        {**named, "cursor": "nope"},
+        {**named, "so_far": "[1"},
+        {**named, "so_far": '{"failures": ["x"]}'},  # (not a summary the page made)
     ):
         assert ui.post("/workflows/bulk", data=form, headers=ADMIN).status_code == 400, form
     assert _statuses(db, runs) == {runs[0]: ("RUNNING", False)}
