@@ -169,7 +169,8 @@ LOOPS: list[tuple[str, str, float, bool]] = [
         True,
     ),
     ("health: ready (versions)", "SELECT harvest.schema_version(), harvest.functions_version()", 360, False),
-    ("health: ready (require_shard_readiness)", "SELECT harvest.get_shard_health(NULL)", 360, False),
+    ("health: ready (require_shard_readiness)", "SELECT harvest.get_shard_readiness(NULL)", 360, False),
+    ("shard health: get_shard_health (CLI, admin)", "SELECT harvest.get_shard_health(NULL)", 0, False),
     ("health: count_stranded_tasks", "SELECT * FROM harvest.count_stranded_tasks()", 0, False),
 ]
 

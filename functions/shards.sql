@@ -121,12 +121,14 @@ AS $$
     ORDER BY q.queue;
 $$;
 
--- This shard's facts for `harvest shard health` in one round trip: its number and
--- schema version, its workers (live = active and fresh), each queue's live workers and
--- work (pending, claimable now, running, the oldest claimable due time), the declared
--- queues no live worker polls (p_queues, else every queue a worker row here names),
--- the stranded work (count_stranded_tasks) and the dead letters parked here.
-CREATE OR REPLACE FUNCTION harvest.get_shard_health(p_queues text[] DEFAULT NULL)
+-- What this shard's readiness gates on, in one round trip and a few index probes whatever
+-- the backlog: its number and schema version, its workers (live = active and fresh), the
+-- declared queues (p_queues, else every queue a worker row here names) no live worker polls,
+-- the stranded work (count_stranded_tasks: a probe of tasks_claimable per queue, and a count
+-- only on a queue nobody polls) and the unpaused schedules' oldest due time. No per-queue
+-- count of the tasks: /health/ready with readiness.require_shard_readiness reads this on
+-- every probe; get_shard_health adds the counts for a person.
+CREATE OR REPLACE FUNCTION harvest.get_shard_readiness(p_queues text[] DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
@@ -139,11 +141,66 @@ AS $$
     ),
 
     live AS (
+        SELECT DISTINCT u.queue
+        FROM w CROSS JOIN LATERAL unnest(w.queues) AS u (queue)
+        WHERE w.status = 'active' AND w.health = 'healthy'
+    ),
+
+    declared AS (
+        SELECT DISTINCT d.queue
+        FROM unnest(coalesce(p_queues, (
+            SELECT array_agg(u.queue) FROM w CROSS JOIN LATERAL unnest(w.queues) AS u (queue)
+        ))) AS d (queue)
+    ),
+
+    stranded AS MATERIALIZED (
+        SELECT s.queue, s.pending FROM harvest.count_stranded_tasks() AS s
+    )
+
+    SELECT jsonb_build_object(
+        'shard_id', harvest.get_shard_id(),
+        'schema_version', harvest.schema_version(),
+        'observed_at', harvest.now(),
+        'workers', jsonb_build_object(
+            'live', (SELECT count(*) FROM w WHERE w.status = 'active' AND w.health = 'healthy'),
+            'stale', (SELECT count(*) FROM w WHERE w.health = 'stale'),
+            'draining', (SELECT count(*) FROM w WHERE w.status = 'draining'),
+            'stopped', (SELECT count(*) FROM w WHERE w.status = 'stopped')
+        ),
+        'unpolled_queues', coalesce((
+            SELECT jsonb_agg(d.queue ORDER BY d.queue) FROM declared AS d
+            WHERE NOT EXISTS (SELECT 1 FROM live AS l WHERE l.queue = d.queue)
+        ), '[]'::jsonb),
+        'stranded', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('queue', s.queue, 'pending', s.pending) ORDER BY s.queue)
+            FROM stranded AS s
+        ), '[]'::jsonb),
+        'stranded_pending', (SELECT coalesce(sum(s.pending), 0) FROM stranded AS s),
+        'schedules', (
+            SELECT jsonb_build_object(
+                'active', count(*),
+                'oldest_due_at', min(coalesce(s.next_due_at, s.updated_at))
+            )
+            FROM harvest.schedules AS s
+            WHERE NOT s.paused
+        )
+    );
+$$;
+
+-- This shard's facts for `harvest shard health` in one round trip: what its readiness
+-- gates on (get_shard_readiness) and its pressure: each queue's live workers and work
+-- (pending, claimable now, running, the oldest claimable due time: a count of every task,
+-- 0.4 s of CPU over a backlog of 2M) and the dead letters parked here.
+CREATE OR REPLACE FUNCTION harvest.get_shard_health(p_queues text[] DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    WITH live AS (
         SELECT
             u.queue,
             count(*) AS workers
-        FROM w CROSS JOIN LATERAL unnest(w.queues) AS u (queue)
-        WHERE w.status = 'active' AND w.health = 'healthy'
+        FROM harvest.workers AS ws CROSS JOIN LATERAL unnest(ws.queues) AS u (queue)
+        WHERE ws.status = 'active' AND harvest._worker_health(ws) = 'healthy'
         GROUP BY u.queue
     ),
 
@@ -168,7 +225,7 @@ AS $$
     declared AS (
         SELECT DISTINCT d.queue
         FROM unnest(coalesce(p_queues, (
-            SELECT array_agg(u.queue) FROM w CROSS JOIN LATERAL unnest(w.queues) AS u (queue)
+            SELECT array_agg(u.queue) FROM harvest.workers AS ws CROSS JOIN LATERAL unnest(ws.queues) AS u (queue)
         ))) AS d (queue)
     ),
 
@@ -179,23 +236,13 @@ AS $$
             coalesce(k.pending, 0) AS pending,
             coalesce(k.claimable, 0) AS claimable,
             coalesce(k.running, 0) AS running,
-            k.oldest_claimable_at,
-            q.queue IN (SELECT d.queue FROM declared AS d) AS declared
+            k.oldest_claimable_at
         FROM (SELECT d.queue FROM declared AS d UNION SELECT k.queue FROM work AS k) AS q
         LEFT JOIN live AS l ON q.queue = l.queue
         LEFT JOIN work AS k ON q.queue = k.queue
     )
 
-    SELECT jsonb_build_object(
-        'shard_id', harvest.get_shard_id(),
-        'schema_version', harvest.schema_version(),
-        'observed_at', harvest.now(),
-        'workers', jsonb_build_object(
-            'live', (SELECT count(*) FROM w WHERE w.status = 'active' AND w.health = 'healthy'),
-            'stale', (SELECT count(*) FROM w WHERE w.health = 'stale'),
-            'draining', (SELECT count(*) FROM w WHERE w.status = 'draining'),
-            'stopped', (SELECT count(*) FROM w WHERE w.status = 'stopped')
-        ),
+    SELECT harvest.get_shard_readiness(p_queues) || jsonb_build_object(
         'queues', coalesce((
             SELECT jsonb_agg(jsonb_build_object(
                 'queue', q.queue, 'live_workers', q.live_workers, 'pending', q.pending,
@@ -204,24 +251,7 @@ AS $$
             ) ORDER BY q.queue)
             FROM queues AS q
         ), '[]'::jsonb),
-        'unpolled_queues', coalesce((
-            SELECT jsonb_agg(q.queue ORDER BY q.queue) FROM queues AS q
-            WHERE q.declared AND q.live_workers = 0
-        ), '[]'::jsonb),
-        'stranded', coalesce((
-            SELECT jsonb_agg(jsonb_build_object('queue', s.queue, 'pending', s.pending) ORDER BY s.queue)
-            FROM harvest.count_stranded_tasks() AS s
-        ), '[]'::jsonb),
-        'stranded_pending', (SELECT coalesce(sum(s.pending), 0) FROM harvest.count_stranded_tasks() AS s),
-        'dead_letters', (SELECT count(*) FROM harvest.dead_letters),
-        'schedules', (
-            SELECT jsonb_build_object(
-                'active', count(*),
-                'oldest_due_at', min(coalesce(s.next_due_at, s.updated_at))
-            )
-            FROM harvest.schedules AS s
-            WHERE NOT s.paused
-        )
+        'dead_letters', (SELECT count(*) FROM harvest.dead_letters)
     );
 $$;
 
@@ -262,11 +292,16 @@ COMMENT ON FUNCTION harvest.count_stranded_tasks IS
 'The stranded-work gauge: claimable tasks (pending, due, not timers) per queue that no live worker of this shard '
 'polls, with the oldest due time; no row is the healthy state. Read by harvest shard health and metrics. Roles '
 'harvest_reader, harvest_worker.';
+COMMENT ON FUNCTION harvest.get_shard_readiness IS
+'What this shard''s readiness gates on, at a few index probes whatever the backlog: shard id, schema version, '
+'live/stale/draining/stopped workers, the declared queues (p_queues, else the registered ones) no live worker polls, '
+'stranded work, and the unpaused schedules with the oldest due time among them; no per-queue count. Read by '
+'/health/ready with readiness.require_shard_readiness. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_shard_health IS
-'This shard''s health facts in one object: shard id, schema version, live/stale/draining/stopped workers, per-queue '
-'live workers and work, the declared queues (p_queues, else the registered ones) no live worker polls, stranded work, '
-'dead letters, and the unpaused schedules with the oldest due time among them (a scheduler that ticks keeps it '
-'moving: scheduler freshness). Read by harvest shard health. For operators (role harvest_reader).';
+'This shard''s health facts in one object: get_shard_readiness''s (shard id, schema version, workers, the declared '
+'queues no live worker polls, stranded work, the unpaused schedules and the oldest due time among them: scheduler '
+'freshness) and its pressure: per-queue live workers and work (a count of every task) and dead letters. Read by '
+'harvest shard health and GET /admin/shards/health. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_deployment_shards IS
 'The shards of the deployment this database is one of, as far as it knows: its own and every shard named by a '
 'registered worker''s shard_assignments or readable_shards (metadata); its own alone for a one-database deployment. '

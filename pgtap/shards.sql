@@ -1,8 +1,8 @@
 -- functions/shards.sql: get_shard_id, set_shard_id (and its id-range helpers
 -- _shard_low_id, _shard_high_id), the start path's refusal of another shard's start,
--- and the health facts: count_stranded_tasks, get_shard_health.
+-- and the health facts: count_stranded_tasks, get_shard_readiness, get_shard_health.
 BEGIN;
-SELECT plan(41);
+SELECT plan(44);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT is(harvest.get_shard_id(), 0, 'get_shard_id(): a database is shard 0 until told otherwise');
@@ -76,6 +76,11 @@ SELECT is(harvest.get_shard_health(ARRAY['default', 'reports']) - ARRAY['observe
             "unpolled_queues": ["reports"], "stranded": [], "stranded_pending": 0, "dead_letters": 0,
             "schedules": {"active": 0, "oldest_due_at": null}}'::jsonb,
           'get_shard_health(): live workers, the queue they leave uncovered, nothing stranded');
+SELECT is(harvest.get_shard_readiness(ARRAY['default', 'reports']) - 'observed_at',
+          harvest.get_shard_health(ARRAY['default', 'reports']) - ARRAY['observed_at', 'queues', 'dead_letters'],
+          'get_shard_readiness(): get_shard_health''s facts without the per-queue counts and dead letters');
+SELECT is(harvest.get_shard_readiness() -> 'unpolled_queues', '[]'::jsonb,
+          'get_shard_readiness(): no p_queues: the registered queues, all polled');
 SELECT is(jsonb_path_query_first(harvest.get_shard_health(), '$.queues[*] ? (@.queue == "default")'),
           jsonb_build_object('queue', 'default', 'live_workers', 1, 'pending', 3, 'claimable', 3, 'running', 0,
                              'oldest_claimable_at', (SELECT min(due_at) FROM harvest.tasks)),
@@ -84,6 +89,11 @@ UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '1 hour'
 SELECT results_eq($$SELECT queue, pending FROM harvest.count_stranded_tasks()$$,
                   $$VALUES ('default'::text, 3::bigint)$$,
                   'count_stranded_tasks(): a stale worker does not count: the work is stranded again');
+SELECT is(harvest.get_shard_readiness() - ARRAY['observed_at', 'schema_version', 'schedules'],
+          '{"shard_id": 3, "workers": {"live": 0, "stale": 1, "draining": 0, "stopped": 0},
+            "unpolled_queues": ["default"], "stranded": [{"queue": "default", "pending": 3}],
+            "stranded_pending": 3}'::jsonb,
+          'get_shard_readiness(): a stale worker: its queue unpolled, its work stranded');
 -- Several queues: only those no live worker polls are counted (the polled ones are not read),
 -- and only their claimable work (a task due later or a timer strands nothing yet).
 SELECT harvest.register_worker('w-beta', ARRAY['beta'], 'host', 1, 10, '{}');

@@ -103,3 +103,59 @@ def test_the_next_due_time_is_read_without_the_backlog(db: str) -> None:
         conn.execute("DELETE FROM harvest.tasks WHERE kind = 'timer' AND queue = 'busy'")
         due = conn.execute("SELECT harvest.next_due_at(ARRAY['busy'])").fetchone()[0]  # type: ignore[index]
         assert due == retry  # g = 1 (priority 1)
+
+
+def test_the_readiness_facts_read_none_of_a_polled_backlog(db: str) -> None:
+    """/health/ready with readiness.require_shard_readiness read get_shard_health on every probe:
+    its per-queue counts read every task (0.43 s of CPU a probe over 2M). get_shard_readiness
+    answers what the readiness gates on, the same facts, without reading the backlog."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        run = _start(conn, "busy")
+        _add_tasks(conn, run, BACKLOG, "busy", "harvest.now() - interval '1 minute'")
+        conn.execute("SELECT harvest.register_worker('w-busy', ARRAY['busy', 'idle'], 'host', 1, 60, '{}')")
+        conn.execute("SELECT harvest.register_worker('w-gone', ARRAY['lost'], 'host', 1, 60, '{}')")
+        conn.execute("UPDATE harvest.workers SET status = 'stopped' WHERE id = 'w-gone'")
+        conn.execute("ANALYZE harvest.tasks")
+        before = _tasks_read(conn)
+        ready = conn.execute("SELECT harvest.get_shard_readiness()").fetchone()[0]  # type: ignore[index]
+        read = _tasks_read(conn) - before
+        assert read < 50, f"get_shard_readiness read {read} task rows of a polled backlog"
+        full = conn.execute("SELECT harvest.get_shard_health()").fetchone()[0]  # type: ignore[index]
+        assert set(full) - set(ready) == {"queues", "dead_letters"}
+        for key in ready:
+            if key != "observed_at":
+                assert ready[key] == full[key], key
+        assert ready["unpolled_queues"] == ["lost"] and ready["stranded_pending"] == 0
+        assert ready["workers"] == {"live": 1, "stale": 0, "draining": 0, "stopped": 1}
+        busy = next(q for q in full["queues"] if q["queue"] == "busy")
+        assert (busy["claimable"], busy["live_workers"]) == (BACKLOG + 1, 1)  # (and the run's workflow task)
+        # p_queues: the declared queues, whatever the worker rows name
+        declared = conn.execute("SELECT harvest.get_shard_readiness(ARRAY['busy', 'other'])").fetchone()[0]  # type: ignore[index]
+        assert declared["unpolled_queues"] == ["other"]
+
+
+def test_a_probe_of_a_shard_whose_functions_predate_the_readiness_read_reads_the_report(db: str) -> None:
+    """A web process of this release probing a database whose functions are an older release's
+    (no get_shard_readiness: a rolling deploy) answers from the whole report, as before, rather
+    than an unreachable shard."""
+    from harvest.shard.health import shard_health
+    from harvest.shard.router import ShardRouter
+
+    router = ShardRouter(readable=[0], writable=[0], default=0)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.register_worker('w', ARRAY['default'], 'h', 1, 60, '{}')")
+        row = shard_health(router, {0: db}, pressure=False)["shards"][0]
+        assert row["reason_codes"] == [] and row["pressure"] is None, row
+        assert row["queue_coverage"] == {"declared": None, "unpolled": []}
+        conn.execute("DROP FUNCTION harvest.get_shard_health")  # (its body calls the new one)
+        conn.execute("DROP FUNCTION harvest.get_shard_readiness")
+        conn.execute(
+            "CREATE FUNCTION harvest.get_shard_health(p_queues text[] DEFAULT NULL) RETURNS jsonb"
+            " LANGUAGE sql AS $$ SELECT jsonb_build_object('shard_id', 0, 'schema_version',"
+            " harvest.schema_version(), 'observed_at', now(), 'workers', jsonb_build_object('live', 1,"
+            " 'stale', 0, 'draining', 0, 'stopped', 0), 'queues', '[]'::jsonb, 'unpolled_queues',"
+            " '[]'::jsonb, 'stranded', '[]'::jsonb, 'stranded_pending', 0, 'dead_letters', 0) $$"
+        )
+    row = shard_health(router, {0: db}, pressure=False)["shards"][0]
+    assert row["reachable"] and "unreachable" not in row["reason_codes"], row
+    assert row["workers"] == {"live": 1, "stale": 0, "draining": 0} and row["stranded_pending"] == 0

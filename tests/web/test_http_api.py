@@ -1646,6 +1646,45 @@ def test_a_not_ready_probe_answers_the_error_shape_with_retry_after(fresh_db: st
             assert error_of(answer)["code"] == "not_ready" and answer.headers["Retry-After"] == "1"
 
 
+def test_the_shard_readiness_probe_reads_none_of_a_polled_backlog(conn, db: str, monkeypatch) -> None:
+    """/health/ready with readiness.require_shard_readiness built the whole shard report on
+    every probe: its per-queue counts read every task (0.43 s of CPU a probe over 2M tasks, a
+    probe every 10 s per replica). The probe reads what its readiness gates on
+    (get_shard_readiness: index probes, tests/integration/test_background_reads.py counts them);
+    GET /admin/shards/health still counts the work, and a queue no live worker polls still
+    fails the probe."""
+    from harvest.db.sqlapi import SqlApi
+
+    reports: list[str] = []
+    full = SqlApi.get_shard_health
+
+    def counted(self, *args, **kwargs):
+        reports.append("get_shard_health")
+        return full(self, *args, **kwargs)
+
+    monkeypatch.setattr(SqlApi, "get_shard_health", counted)
+    run = conn.execute("SELECT execution_id FROM harvest.start_workflow('w')").fetchone()[0]
+    conn.execute(
+        "INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at, seq,"
+        " activity_name) SELECT %s, 'activity', 'default', 0, harvest.now() - interval '1 minute',"
+        " harvest.now(), g, 'a' FROM generate_series(1, 3000) AS g",
+        [run],
+    )
+    conn.execute("SELECT harvest.register_worker('w-1', ARRAY['default'], 'host', 1, 60, '{}')")
+    gated = {"HARVEST_READINESS__REQUIRE_SHARD_READINESS": "true"}
+    with api_client(db, env=gated) as api:
+        for probe in ("/health/ready", "/health"):
+            ready = api.get(probe)
+            assert ready.status_code == 200 and ready.json()["readiness"] == "ready", ready.text
+        assert reports == [], "a readiness probe built the whole shard report"
+        shard = api.get("/admin/shards/health").json()["shards"][0]
+        assert shard["pressure"]["claimable"] == 3001 and shard["readiness"] == "ready"
+        assert reports == ["get_shard_health"]
+        conn.execute("UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '1 hour'")
+        probe = api.get("/health/ready")
+        assert probe.status_code == 503 and probe.json()["readiness"] == "degraded", probe.text
+
+
 def test_a_database_behind_this_harvest_is_a_503_not_a_500(api, conn) -> None:
     """A function this Harvest calls that the database lacks (a binary deployed ahead of its
     migration) is the spec's 503 on every route, with Retry-After: schema_mismatch, the

@@ -148,6 +148,7 @@ GET_SHARD_ID = "SELECT harvest.get_shard_id() AS shard_id"
 GET_DEPLOYMENT_SHARDS = "SELECT harvest.get_deployment_shards() AS shards"
 SET_SHARD_ID = "SELECT harvest.set_shard_id(%(shard_id)s, %(operator_id)s) AS result"
 GET_SHARD_HEALTH = "SELECT harvest.get_shard_health(%(queues)s) AS health"
+GET_SHARD_READINESS = "SELECT harvest.get_shard_readiness(%(queues)s) AS health"
 COUNT_STRANDED_TASKS = "SELECT * FROM harvest.count_stranded_tasks()"
 # -- the metrics sampler's gauges (functions/metrics.sql)
 GET_METRIC_SAMPLES = "SELECT harvest.get_metric_samples(%(max_keys)s) AS samples"
@@ -795,6 +796,13 @@ def get_shard_health(queues: list[str] | None = None) -> dict[str, Any]:
     """This shard's health facts (harvest shard health): shard id, schema version, workers,
     per-queue work and live workers, unpolled declared queues (``queues``, else the
     registered ones), stranded work, dead letters, the unpaused schedules due (``schedules``)."""
+    return {"queues": queues}
+
+
+@call(GET_SHARD_READINESS, column("health"))
+def get_shard_readiness(queues: list[str] | None = None) -> dict[str, Any]:
+    """What this shard's readiness gates on (/health/ready with shard readiness), at index-probe
+    cost: get_shard_health's facts without ``queues`` (the per-queue counts) and ``dead_letters``."""
     return {"queues": queues}
 
 

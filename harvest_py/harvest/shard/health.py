@@ -6,6 +6,8 @@ identity, its live and stale workers, the declared queues no live worker polls, 
 freshness, its queue and dead-letter pressure and its stranded work (``harvest.get_shard_health``,
 one round trip), with
 machine-readable reason codes and a readiness of ``ready``, ``degraded`` or ``unavailable``.
+``pressure=False`` reads only what the readiness gates on (``harvest.get_shard_readiness``: index
+probes, where the per-queue counts read every task): ``/health/ready``'s read.
 A shard that cannot be inspected is a row that says so, never an exception: the answer for the
 other shards stands. ``harvest shard health`` and ``harvest preflight`` print it.
 
@@ -123,10 +125,24 @@ def _functions(drift: FunctionDrift | None, reasons: list[str]) -> dict[str, Any
     return {**drift.to_json(), "reason": drift.describe()}
 
 
+def _facts(sql: SqlApi, queues: list[str] | None, pressure: bool) -> Any:
+    """``get_shard_health``'s facts, or with ``pressure`` False ``get_shard_readiness``'s (no
+    per-queue counts); a shard whose functions predate it answers the full report."""
+    if pressure:
+        return sql.get_shard_health(queues)
+    try:
+        return sql.get_shard_readiness(queues)
+    except DatabaseError as exc:
+        if not schema_missing(exc):
+            raise
+    return sql.get_shard_health(queues)
+
+
 def _inspect(
-    shard: int, dsn: str, queues: list[str] | None, row: dict[str, Any], connect_timeout: int
+    shard: int, dsn: str, queues: list[str] | None, row: dict[str, Any], connect_timeout: int, pressure: bool
 ) -> None:
-    """Fill ``row`` with what the shard's database says (reasons appended as found)."""
+    """Fill ``row`` with what the shard's database says (reasons appended as found); its
+    ``queues`` and ``pressure`` only with ``pressure``."""
     reasons: list[str] = row["reason_codes"]
     try:
         conn = connect(dsn, autocommit=True, connect_timeout=connect_timeout)
@@ -173,7 +189,7 @@ def _inspect(
             row["error"] = f"the database of shard {identity} is configured as shard {shard}"
             return
         try:
-            facts = sql.get_shard_health(queues)
+            facts = _facts(sql, queues, pressure)
         except DatabaseError as exc:
             if not schema_missing(exc):
                 raise
@@ -184,18 +200,20 @@ def _inspect(
     schema["ready"] = not any(r.startswith("schema") or r == "functions_stale" for r in reasons)
     workers = facts["workers"]
     row["workers"] = {"live": workers["live"], "stale": workers["stale"], "draining": workers["draining"]}
-    declared = queues if queues is not None else sorted({q["queue"] for q in facts["queues"]})
+    declared: list[str] | None = queues  # (a probe's: the registered queues are not listed)
+    if pressure:
+        declared = queues if queues is not None else sorted({q["queue"] for q in facts["queues"]})
+        row["queues"] = facts["queues"]
+        row["pressure"] = {
+            "pending": sum(q["pending"] for q in facts["queues"]),
+            "claimable": sum(q["claimable"] for q in facts["queues"]),
+            "running": sum(q["running"] for q in facts["queues"]),
+            "oldest_claimable_at": min(
+                (q["oldest_claimable_at"] for q in facts["queues"] if q["oldest_claimable_at"]), default=None
+            ),
+            "dead_letters": facts["dead_letters"],
+        }
     row["queue_coverage"] = {"declared": declared, "unpolled": facts["unpolled_queues"]}
-    row["queues"] = facts["queues"]
-    row["pressure"] = {
-        "pending": sum(q["pending"] for q in facts["queues"]),
-        "claimable": sum(q["claimable"] for q in facts["queues"]),
-        "running": sum(q["running"] for q in facts["queues"]),
-        "oldest_claimable_at": min(
-            (q["oldest_claimable_at"] for q in facts["queues"] if q["oldest_claimable_at"]), default=None
-        ),
-        "dead_letters": facts["dead_letters"],
-    }
     row["stranded"] = facts["stranded"]
     row["stranded_pending"] = facts["stranded_pending"]
     if not workers["live"]:
@@ -226,12 +244,15 @@ def shard_health(
     candidate: int | None = None,
     queues: list[str] | None = None,
     connect_timeout: int = 5,
+    pressure: bool = True,
 ) -> dict[str, Any]:
     """One row per configured shard (the router's readable shards, every shard with a url, and
     the candidate), and the overall readiness of the writable shards and the candidate.
 
     ``queues``: the declared queues to check coverage of (an App's), else each shard's
-    registered ones. Never raises for one shard: its row carries the reason."""
+    registered ones. ``pressure`` False: each row without its per-queue counts (``queues`` and
+    ``pressure`` None; ``queue_coverage.declared`` is ``queues``), read at index-probe cost for a
+    probe; the readiness is the same. Never raises for one shard: its row carries the reason."""
     shards: list[int] = sorted({*router.readable, *urls, *([candidate] if candidate is not None else [])})
     rows = []
     for shard in shards:
@@ -264,7 +285,7 @@ def shard_health(
             )
         else:
             try:
-                _inspect(shard, dsn, queues, row, connect_timeout)
+                _inspect(shard, dsn, queues, row, connect_timeout, pressure)
             except (HarvestError, DatabaseError) as exc:  # it answered something unexpected: say so, go on
                 if row["reachable"]:
                     row["reason_codes"].append("unreachable")

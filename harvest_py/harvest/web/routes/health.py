@@ -30,12 +30,17 @@ def shard_urls(state: Any) -> dict[int, str]:
     return {0: state.dsn}
 
 
-async def shard_readiness(state: Any, candidate: int | None = None) -> dict[str, Any]:
-    """harvest.shard.health over every configured shard (its own short connections, in a thread)."""
+async def shard_readiness(
+    state: Any, candidate: int | None = None, *, pressure: bool = True
+) -> dict[str, Any]:
+    """harvest.shard.health over every configured shard (its own short connections, in a thread);
+    ``pressure`` False (the probe's): what the readiness gates on alone, no per-queue counts."""
     from harvest.shard.health import shard_health
 
     await state.open()
-    return await run_in_threadpool(shard_health, state.router, shard_urls(state), candidate=candidate)
+    return await run_in_threadpool(
+        shard_health, state.router, shard_urls(state), candidate=candidate, pressure=pressure
+    )
 
 
 async def _schema(state: Any) -> dict[str, tuple[str | None, str | None] | BaseException]:
@@ -112,7 +117,7 @@ async def ready(call: Any) -> Reply:
     if (stopped := _runtimes_stopped(state)) is not None:
         return stopped
     if state.config.get("readiness.require_shard_readiness"):
-        health = await shard_readiness(state)
+        health = await shard_readiness(state, pressure=False)
         if health["readiness"] != "ready":
             return _not_ready(
                 f"shard readiness is {health['readiness']}: GET /admin/shards/health names the reasons",
