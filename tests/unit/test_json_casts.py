@@ -36,7 +36,6 @@ ENGINE_WRITTEN = {
     ("dags.sql", "e.event_data"): "a recorded event (its seq the engine wrote)",
     ("dags.sql", "o.out"): "a DAG task's recorded outcome (its attempt the engine wrote)",
     ("dags.sql", "j.obj"): "the same outcome, merged",
-    ("executions.sql", "ev.event_data"): "a recorded version marker",
     ("flow_usage.sql", "ev.event_data"): "a recorded event's attempt",
     ("lifecycle.sql", "ev.event_data"): "a recorded event's seq",
     ("lifecycle.sql", "v_event.event_data"): "a recorded event's attempt",
