@@ -916,6 +916,7 @@ DECLARE
     v_filter record;
     v_cursor jsonb;
     v_as_of timestamptz;
+    v_scope text;
     v_batch text := coalesce(nullif(btrim(p_batch_id), ''), gen_random_uuid()::text);
     v_row record;
     v_execution harvest.executions;
@@ -974,6 +975,16 @@ BEGIN
             END;
         ELSE
             v_as_of := harvest.now();
+        END IF;
+        -- A cursor goes on with the action and the filter it was made under: another's would take
+        -- its position into a set it never scanned (as the list's cursors refuse another filter).
+        -- (A cursor without one is a release's before this rule: taken, so a batch in flight goes on.)
+        v_scope := md5(jsonb_build_array(p_action, v_statuses, p_workflow_name, p_search_attributes,
+                                         p_created_after, p_created_before, p_filter)::text);
+        IF v_cursor ? 'scope' AND v_cursor ->> 'scope' IS DISTINCT FROM v_scope THEN
+            RAISE EXCEPTION 'the cursor was made for another action or filter' USING ERRCODE = 'HR001',
+                HINT = 'pass the next_cursor with the action and the filter of the call that gave it, or no '
+                       'cursor to start a new batch';
         END IF;
         v_where := harvest._execution_filters(NULL, p_workflow_name, p_search_attributes, p_created_after,
                                               p_created_before)
@@ -1088,7 +1099,7 @@ BEGIN
         'already_ended', v_ended, 'unchanged', v_unchanged, 'execution_ids', to_jsonb(v_acted),
         'moved', to_jsonb(v_moved), 'failures', v_failures,
         'next_cursor', CASE WHEN v_more THEN translate(encode(convert_to(jsonb_build_object(
-            'as_of', to_char(v_as_of AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+            'scope', v_scope, 'as_of', to_char(v_as_of AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
             'after', jsonb_build_array(to_char(v_last_created AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
                                        v_last_id))::text, 'UTF8'), 'base64'), E'\n', '') END);
 END;

@@ -812,7 +812,7 @@ ROLLBACK;
 
 -- Acting on many runs by filter: cancel_workflows, terminate_workflows, signal_workflows.
 BEGIN;
-SELECT plan(25);
+SELECT plan(27);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT pg_temp.start_run('bw-1', 'bw_wf', 'bw_q');
@@ -864,6 +864,14 @@ SELECT is((SELECT operator_id FROM harvest.audit_log WHERE operation = 'workflow
 SELECT is(harvest.cancel_workflows(p_workflow_name => 'bw_wf', p_cursor => (SELECT r ->> 'next_cursor' FROM bw_step))
               -> 'execution_ids', jsonb_build_array(pg_temp.run('bw-4')),
           '... the cursor continues after the last run acted on (the ended one never listed)');
+SELECT throws_ok(format('SELECT harvest.cancel_workflows(p_workflow_name => %L, p_cursor => %L)', 'bw_other',
+                         (SELECT r ->> 'next_cursor' FROM bw_step)),
+                  'HR001', 'the cursor was made for another action or filter',
+                  '... and only under the filter it was made with (HR001)');
+SELECT throws_ok(format('SELECT harvest.terminate_workflows(p_workflow_name => %L, p_cursor => %L)', 'bw_wf',
+                         (SELECT r ->> 'next_cursor' FROM bw_step)),
+                  'HR001', 'the cursor was made for another action or filter',
+                  '... and the action (HR001)');
 SELECT is((harvest.cancel_workflows(p_workflow_name => 'bw_wf') ->> 'unchanged')::int, 3,
           'a cancel already requested is counted unchanged');
 SELECT is(harvest.cancel_workflows(p_workflow_name => 'bw_none') - 'batch_id' - 'shard_id',
