@@ -32,6 +32,13 @@ def test_the_route_steps_with_a_cursor_and_refuses_an_empty_filter(db, conn) -> 
             "/workflows/signal", json={"workflow_name": "send_digest", "signal_name": "go", "limit": 2}
         ).json()
         assert step["acted"] == 2 and step["next_cursor"]
+        # The cursor goes on under the action and the filter that made it, not another's.
+        for action, body in (
+            ("signal", {"workflow_name": "other", "signal_name": "go"}),
+            ("cancel", {"workflow_name": "send_digest"}),
+        ):
+            other = api.post(f"/workflows/{action}", json={**body, "cursor": step["next_cursor"]})
+            assert other.status_code == 400 and "another action or filter" in other.json()["error"]["message"]
         rest = api.post(
             "/workflows/signal",
             json={"workflow_name": "send_digest", "signal_name": "go", "cursor": step["next_cursor"]},
