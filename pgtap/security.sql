@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(73);
+SELECT plan(76);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -63,6 +63,13 @@ SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['q'], ARRAY['wf'])$$,
 SELECT throws_ok($$SELECT harvest.begin_worker_drain('w')$$, '42501', NULL,
                  'begin_worker_drain(): refused to an operator (workers only)');
 SELECT throws_ok($$SELECT harvest.set_shard_id(7)$$, '42501', NULL, 'set_shard_id(): refused to an operator');
+SELECT throws_ok($$SELECT harvest.terminate_workflows(p_workflow_name => 'wf')$$, '42501', NULL,
+                 'terminate_workflows(): refused to an operator (admin only, as terminate_workflow)');
+SET LOCAL ROLE harvest_reader;
+SELECT throws_ok($$SELECT harvest.cancel_workflows(p_workflow_name => 'wf')$$, '42501', NULL,
+                 'cancel_workflows(): refused to a reader');
+SELECT throws_ok($$SELECT harvest.signal_workflows('go', p_workflow_name => 'wf')$$, '42501', NULL,
+                 'signal_workflows(): refused to a reader');
 SET LOCAL ROLE harvest_worker;
 SELECT throws_ok($$SELECT harvest.unregister_workflow('q', 'wf')$$, '42501', NULL,
                  'unregister_workflow(): refused to a worker');
