@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 from urllib.parse import quote
 
 from harvest.core import errors as harvest_errors
+from harvest.core.batches import BATCH_STEP
 from harvest.core.errors import (
     ConfigError,
     DatabaseUnavailable,
@@ -662,7 +663,7 @@ class HttpApi:
         signal_name: str | None = None,
         payload: Any = None,
         cursor: str | None = None,
-        limit: int = 100,
+        limit: int = BATCH_STEP,
         dry_run: bool = False,
         operator_id: str | None = None,
         batch_id: str | None = None,

@@ -22,14 +22,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harvest.core.batches import BATCH_STEP as BATCH_STEP  # (re-exported: the step's one value)
+from harvest.core.batches import BATCH_STEP_MAX as BATCH_STEP_MAX
 from harvest.core.errors import InvalidArgument
 
 ACTIONS = ("cancel", "terminate", "signal")
-# Runs a step acts on, in one transaction of one shard (the SQL allows 1..1000). 50 by default:
-# each run is a subtransaction, and past 64 of them a transaction overflows its backend's
-# subtransaction cache, so while it runs every other session's snapshot checks read pg_subtrans.
-BATCH_STEP = 50
-BATCH_STEP_MAX = 1000
 # Failures listed in a summary (each is counted in failed all the same).
 FAILURES_SHOWN = 100
 # The HTTP cursor's prefix (a batch's position on every shard, and its id).

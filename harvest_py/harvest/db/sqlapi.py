@@ -27,6 +27,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from harvest.core.batches import BATCH_STEP
 from harvest.core.errors import TransactionConflict, from_database_error
 from harvest.db.arrays import BigintArray, JsonbArray
 from harvest.db.jsoncodec import dumps, loads
@@ -1606,7 +1607,7 @@ def act_on_workflows(
     signal_name: str | None = None,
     payload: Any = None,
     cursor: str | None = None,
-    limit: int = 100,
+    limit: int = BATCH_STEP,
     dry_run: bool = False,
     operator_id: str | None = None,
     batch_id: str | None = None,
