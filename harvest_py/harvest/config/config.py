@@ -66,6 +66,9 @@ NOT_CONFIG = frozenset(
         "HARVEST_BACKUP_SCRATCH_URL",
     }
 )
+# The test suite's own switches: set for `make test`, so in every process a test starts; passed
+# over like NOT_CONFIG but not listed to users in the unknown-setting error.
+TEST_SWITCHES = frozenset({"HARVEST_UPDATE_SCREENSHOTS", "HARVEST_TEST_CLI_FORK", "HARVEST_UPGRADE_FIXTURE"})
 
 
 class ShardList(list[int]):
@@ -381,7 +384,7 @@ def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
     tables = {env_name(k) + "__": k for k in SCHEMA if SCHEMA[k] in TABLES}
     out: dict[tuple[str, ...], Setting] = {}
     for name in sorted(env):
-        if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG:
+        if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG or name in TEST_SWITCHES:
             continue
         table = next((k for prefix, k in tables.items() if name.startswith(prefix)), None)
         if table is not None:
