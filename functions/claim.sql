@@ -759,12 +759,60 @@ AS $$
     ORDER BY t.id;
 $$;
 
+-- When the earliest pending task of one queue (not a timer) is or was due: its priorities are
+-- found one probe each of tasks_claimable (ordered by priority, then due time: a loose index
+-- scan), then the earliest task of each. A queue of more than 64 priorities is read whole (a
+-- probe per priority would cost more). Read by next_due_at (its due time, for an idle worker)
+-- and the metrics sampler (due by now: the oldest claimable task of a queue past the depth cap).
+CREATE OR REPLACE FUNCTION harvest._earliest_pending_due_at(p_queue text)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$
+    WITH RECURSIVE priorities (priority, n) AS (
+        (
+            SELECT t.priority, 1 FROM harvest.tasks AS t
+            WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
+            ORDER BY t.priority DESC LIMIT 1
+        )
+        UNION ALL
+        SELECT
+            (
+                SELECT t.priority FROM harvest.tasks AS t
+                WHERE
+                    t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
+                    AND t.priority < p.priority
+                ORDER BY t.priority DESC LIMIT 1
+            ),
+            p.n + 1
+        FROM priorities AS p WHERE p.priority IS NOT NULL AND p.n <= 64
+    ),
+
+    found AS MATERIALIZED (
+        SELECT p.priority FROM priorities AS p WHERE p.priority IS NOT NULL
+    )
+
+    SELECT CASE
+        WHEN (SELECT count(*) FROM found) > 64 THEN (
+            SELECT min(t.due_at) FROM harvest.tasks AS t
+            WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
+        )
+        ELSE (
+            SELECT min((
+                SELECT t.due_at FROM harvest.tasks AS t
+                WHERE
+                    t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
+                    AND t.priority = f.priority
+                ORDER BY t.due_at LIMIT 1
+            ))
+            FROM found AS f
+        )
+    END;
+$$;
+
 -- When the earliest not-yet-due work of these queues becomes due (timers and
 -- retry backoffs), so an idle worker can sleep exactly until then. A few index probes, not
 -- a read of the queues' backlog: the earliest timer (tasks_timers_due), and per queue the
--- earliest task of each priority it holds (tasks_claimable is ordered by priority, then due
--- time: its priorities are found one probe each, a loose index scan). A queue of more than
--- 64 priorities is read whole, as before (a probe per priority would cost more). min() over
+-- earliest task of each priority it holds (_earliest_pending_due_at). min() over
 -- every pending task read a backlog of 2M retries due later (~0.25 s of CPU) per idle pass.
 CREATE OR REPLACE FUNCTION harvest.next_due_at(p_queues text[])
 RETURNS timestamptz
@@ -777,49 +825,8 @@ AS $$
             ORDER BY t.due_at LIMIT 1
         ) AS due_at
         UNION ALL
-        SELECT n.due_at
+        SELECT harvest._earliest_pending_due_at(q.queue)
         FROM (SELECT DISTINCT u.queue FROM unnest(p_queues) AS u (queue)) AS q
-        CROSS JOIN LATERAL (
-            WITH RECURSIVE priorities (priority, n) AS (
-                (
-                    SELECT t.priority, 1 FROM harvest.tasks AS t
-                    WHERE t.queue = q.queue AND t.status = 'pending' AND t.kind <> 'timer'
-                    ORDER BY t.priority DESC LIMIT 1
-                )
-                UNION ALL
-                SELECT
-                    (
-                        SELECT t.priority FROM harvest.tasks AS t
-                        WHERE
-                            t.queue = q.queue AND t.status = 'pending' AND t.kind <> 'timer'
-                            AND t.priority < p.priority
-                        ORDER BY t.priority DESC LIMIT 1
-                    ),
-                    p.n + 1
-                FROM priorities AS p WHERE p.priority IS NOT NULL AND p.n <= 64
-            ),
-
-            found AS MATERIALIZED (
-                SELECT p.priority FROM priorities AS p WHERE p.priority IS NOT NULL
-            )
-
-            SELECT CASE
-                WHEN (SELECT count(*) FROM found) > 64 THEN (
-                    SELECT min(t.due_at) FROM harvest.tasks AS t
-                    WHERE t.queue = q.queue AND t.status = 'pending' AND t.kind <> 'timer'
-                )
-                ELSE (
-                    SELECT min((
-                        SELECT t.due_at FROM harvest.tasks AS t
-                        WHERE
-                            t.queue = q.queue AND t.status = 'pending' AND t.kind <> 'timer'
-                            AND t.priority = f.priority
-                        ORDER BY t.due_at LIMIT 1
-                    ))
-                    FROM found AS f
-                )
-            END AS due_at
-        ) AS n
     ) AS d;
 $$;
 

@@ -46,6 +46,230 @@ AS $$
     FROM c;
 $$;
 
+-- The queue depths the sampler exports, at a cost that stops growing with the backlog
+-- (docs/observability.md, "Queue depths past the cap"): per queue and kind the claimable,
+-- scheduled and running tasks and the oldest claimable task's due time; the keyed activities'
+-- running and pending totals; the timers not fired. Counting every task, grouped, read a 2M-task
+-- backlog whole each sample (0.54 s of CPU). Now a table of at most p_sample_pages pages is
+-- still counted whole, exactly (as cheap as a sample of it would be); a bigger one:
+-- - the queues with pending work are found one probe each of tasks_claimable (a loose index
+--   scan), and each is read in claim order up to p_cap + 1 tasks: a queue of at most p_cap
+--   pending tasks is counted exactly from them, per kind, as before (estimated false);
+-- - a queue past p_cap: its claimable and scheduled per kind are a block sample of the table
+--   (TABLESAMPLE SYSTEM over about p_sample_pages pages, scaled by the fraction read; never
+--   below what its head counted), estimated true; its oldest claimable due time stays exact
+--   (_earliest_pending_due_at: a probe per priority), the queue's whatever the kind;
+-- - running tasks from tasks_running_lease, a paused run's tasks through its PAUSED row, the
+--   pending timers from tasks_timers_due: exact (a fleet's slots, paused runs, sleeping runs);
+-- - the keyed pending activities counted up to p_cap + 1 under tasks_activity_concurrency_key,
+--   past it the same sample's estimate (keyed_pending_estimated).
+-- A row is a (queue, kind) with pending, running or paused tasks, as the grouped count's were.
+CREATE OR REPLACE FUNCTION harvest._sample_queue_depths(
+    p_now timestamptz, p_cap integer, p_sample_pages integer, p_seed double precision,
+    OUT queues jsonb, OUT keyed_running bigint, OUT keyed_pending bigint,
+    OUT keyed_pending_estimated boolean, OUT timers bigint
+)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_heads jsonb;
+    v_deep text[];
+    v_percent double precision;
+    v_sample jsonb := '[]';
+    v_pages bigint := pg_catalog.pg_relation_size('harvest.tasks') / current_setting('block_size')::integer;
+BEGIN
+    IF v_pages <= p_sample_pages THEN
+        -- A small table: every task read once, grouped, exact (the sampler's pass before the cap).
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'queue', q.queue, 'kind', q.kind, 'claimable', q.claimable, 'scheduled', q.scheduled,
+                   'running', q.running,
+                   'oldest_claimable_secs', extract(epoch FROM p_now - q.oldest_claimable_at),
+                   'estimated', false
+               ) ORDER BY q.queue, q.kind) FILTER (WHERE q.kind <> 'timer'), '[]'::jsonb),
+               coalesce(sum(q.keyed_running), 0), coalesce(sum(q.keyed_pending), 0), false,
+               coalesce(sum(q.tasks) FILTER (WHERE q.kind = 'timer'), 0)
+        INTO queues, keyed_running, keyed_pending, keyed_pending_estimated, timers
+        FROM (
+            SELECT
+                t.queue,
+                t.kind,
+                count(*) FILTER (WHERE t.status = 'pending' AND t.due_at <= p_now) AS claimable,
+                count(*) FILTER (WHERE t.status = 'pending' AND t.due_at > p_now) AS scheduled,
+                count(*) FILTER (WHERE t.status = 'running') AS running,
+                min(t.due_at) FILTER (WHERE t.status = 'pending' AND t.due_at <= p_now) AS oldest_claimable_at,
+                count(*) FILTER (WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
+                                   AND t.status = 'running') AS keyed_running,
+                count(*) FILTER (WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
+                                   AND t.status = 'pending') AS keyed_pending,
+                count(*) AS tasks
+            FROM harvest.tasks AS t
+            GROUP BY t.queue, t.kind
+        ) AS q;
+        RETURN;
+    END IF;
+    -- Each queue's head, in claim order (tasks_claimable), at most p_cap + 1 tasks.
+    WITH RECURSIVE found (queue) AS (
+        (
+            SELECT t.queue FROM harvest.tasks AS t
+            WHERE t.status = 'pending' AND t.kind <> 'timer'
+            ORDER BY t.queue LIMIT 1
+        )
+        UNION ALL
+        SELECT (
+            SELECT t.queue FROM harvest.tasks AS t
+            WHERE t.status = 'pending' AND t.kind <> 'timer' AND t.queue > f.queue
+            ORDER BY t.queue LIMIT 1
+        )
+        FROM found AS f WHERE f.queue IS NOT NULL
+    )
+
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'queue', f.queue, 'kind', h.kind, 'claimable', h.claimable, 'scheduled', h.scheduled,
+        'oldest_claimable_at', h.oldest_claimable_at, 'deep', h.head > p_cap
+    )), '[]'::jsonb)
+    INTO v_heads
+    FROM found AS f
+    CROSS JOIN LATERAL (
+        SELECT
+            x.kind,
+            count(*) FILTER (WHERE x.due_at <= p_now) AS claimable,
+            count(*) FILTER (WHERE x.due_at > p_now) AS scheduled,
+            min(x.due_at) FILTER (WHERE x.due_at <= p_now) AS oldest_claimable_at,
+            sum(count(*)) OVER () AS head
+        FROM (
+            SELECT t.kind, t.due_at FROM harvest.tasks AS t
+            WHERE t.queue = f.queue AND t.status = 'pending' AND t.kind <> 'timer'
+            ORDER BY t.priority DESC, t.due_at, t.id
+            LIMIT p_cap + 1
+        ) AS x
+        GROUP BY x.kind
+    ) AS h
+    WHERE f.queue IS NOT NULL;
+    v_deep := ARRAY(SELECT DISTINCT h.value ->> 'queue' FROM jsonb_array_elements(v_heads) AS h
+                    WHERE (h.value ->> 'deep')::boolean);
+    SELECT count(*) INTO keyed_pending FROM (
+        SELECT 1 FROM harvest.tasks AS t
+        WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL AND t.status = 'pending'
+        LIMIT p_cap + 1
+    ) AS k;
+    keyed_pending_estimated := keyed_pending > p_cap;
+    -- Past the cap: one block sample of the table, about p_sample_pages pages, each block read with probability v_percent % (the blocks chosen by p_seed: the
+    -- sampler passes its time): a count in it, scaled by 100 / v_percent, estimates the
+    -- table's without bias.
+    IF cardinality(v_deep) > 0 OR keyed_pending_estimated THEN
+        v_percent := 100.0 * p_sample_pages / v_pages;
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'queue', s.queue, 'kind', s.kind, 'claimable', s.claimable, 'scheduled', s.scheduled,
+                   'keyed', s.keyed)), '[]'::jsonb)
+        INTO v_sample
+        FROM (
+            SELECT
+                t.queue,
+                t.kind,
+                round(count(*) FILTER (WHERE t.due_at <= p_now) * 100 / v_percent)::bigint AS claimable,
+                round(count(*) FILTER (WHERE t.due_at > p_now) * 100 / v_percent)::bigint AS scheduled,
+                round(count(*) FILTER (WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL)
+                      * 100 / v_percent)::bigint AS keyed
+            FROM harvest.tasks AS t TABLESAMPLE SYSTEM (v_percent) REPEATABLE (p_seed)
+            WHERE t.status = 'pending' AND t.kind <> 'timer'
+            GROUP BY t.queue, t.kind
+        ) AS s;
+        IF keyed_pending_estimated THEN
+            keyed_pending := greatest(
+                keyed_pending,
+                (SELECT coalesce(sum((s.value ->> 'keyed')::bigint), 0) FROM jsonb_array_elements(v_sample) AS s)
+            );
+        END IF;
+    END IF;
+    WITH heads AS (
+        SELECT
+            h.value ->> 'queue' AS queue,
+            h.value ->> 'kind' AS kind,
+            (h.value ->> 'claimable')::bigint AS claimable,
+            (h.value ->> 'scheduled')::bigint AS scheduled,
+            (h.value ->> 'oldest_claimable_at')::timestamptz AS oldest_claimable_at
+        FROM jsonb_array_elements(v_heads) AS h
+    ),
+
+    sampled AS (
+        SELECT
+            s.value ->> 'queue' AS queue,
+            s.value ->> 'kind' AS kind,
+            (s.value ->> 'claimable')::bigint AS claimable,
+            (s.value ->> 'scheduled')::bigint AS scheduled
+        FROM jsonb_array_elements(v_sample) AS s
+        WHERE s.value ->> 'queue' = ANY(v_deep)
+    ),
+
+    -- Running tasks (tasks_running_lease) and a paused run's tasks (its PAUSED row, then its
+    -- tasks by execution): every (queue, kind) with tasks appears, as the grouped count's rows.
+    others AS MATERIALIZED (
+        SELECT
+            t.queue,
+            t.kind,
+            count(*) FILTER (WHERE t.status = 'running') AS running,
+            count(*) FILTER (WHERE t.status = 'running' AND t.kind = 'activity'
+                               AND t.concurrency_key IS NOT NULL) AS keyed_running,
+            count(*) AS tasks
+        FROM (
+            SELECT r.queue, r.kind, r.status, r.concurrency_key FROM harvest.tasks AS r
+            WHERE r.status = 'running'
+            UNION ALL
+            SELECT p.queue, p.kind, p.status, p.concurrency_key
+            FROM harvest.executions AS e
+            JOIN harvest.tasks AS p ON p.execution_id = e.id
+            WHERE e.status = 'PAUSED' AND p.status = 'paused'
+        ) AS t
+        GROUP BY t.queue, t.kind
+    ),
+
+    deep AS (
+        SELECT q.queue, harvest._earliest_pending_due_at(q.queue) AS earliest
+        FROM unnest(v_deep) AS q (queue)
+    ),
+
+    depths AS (
+        SELECT
+            k.queue,
+            k.kind,
+            d.queue IS NOT NULL AS estimated,
+            CASE WHEN d.queue IS NULL THEN coalesce(h.claimable, 0)
+                 ELSE greatest(coalesce(h.claimable, 0), coalesce(s.claimable, 0)) END AS claimable,
+            CASE WHEN d.queue IS NULL THEN coalesce(h.scheduled, 0)
+                 ELSE greatest(coalesce(h.scheduled, 0), coalesce(s.scheduled, 0)) END AS scheduled,
+            coalesce(o.running, 0) AS running,
+            CASE WHEN d.queue IS NULL THEN h.oldest_claimable_at
+                 WHEN d.earliest <= p_now THEN d.earliest END AS oldest_claimable_at
+        FROM (
+            SELECT heads.queue, heads.kind FROM heads
+            UNION
+            SELECT sampled.queue, sampled.kind FROM sampled
+            UNION
+            SELECT others.queue, others.kind FROM others WHERE others.kind <> 'timer'
+        ) AS k
+        LEFT JOIN heads AS h ON h.queue = k.queue AND h.kind = k.kind
+        LEFT JOIN sampled AS s ON s.queue = k.queue AND s.kind = k.kind
+        LEFT JOIN others AS o ON o.queue = k.queue AND o.kind = k.kind
+        LEFT JOIN deep AS d ON d.queue = k.queue
+    )
+
+    SELECT
+        coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                'queue', r.queue, 'kind', r.kind, 'claimable', r.claimable, 'scheduled', r.scheduled,
+                'running', r.running,
+                'oldest_claimable_secs', extract(epoch FROM p_now - r.oldest_claimable_at),
+                'estimated', r.estimated
+            ) ORDER BY r.queue, r.kind)
+            FROM depths AS r
+        ), '[]'::jsonb),
+        (SELECT coalesce(sum(o.keyed_running), 0) FROM others AS o),
+        (SELECT count(*) FROM harvest.tasks AS t WHERE t.kind = 'timer' AND t.status = 'pending')
+        + (SELECT coalesce(sum(o.tasks), 0) FROM others AS o WHERE o.kind = 'timer')
+    INTO queues, keyed_running, timers;
+END;
+$$;
+
 -- Every label this returns is bounded: queue names, task kinds, workflow and activity
 -- names (code-defined), worker health, concurrency keys (at most p_max_keys, the busiest
 -- first; the rest summed under other_keys). Never an execution or task id.
@@ -61,6 +285,11 @@ DECLARE
     v_pending bigint;
     v_timers bigint;
     c_max_in_flight_rows constant integer := 10000;
+    -- A queue's depths are exact up to this many pending tasks; past it, a block sample of
+    -- about c_sample_pages pages of the tasks estimates them (docs/observability.md).
+    c_depth_cap constant integer := 10000;
+    c_sample_pages constant integer := 1000;
+    v_pending_estimated boolean;
     v_keys text[];
     v_ranked boolean := false;
     v_concurrency jsonb := '[]';
@@ -75,33 +304,10 @@ BEGIN
         USING ERRCODE = 'HR001', HINT = 'pass a number of concurrency keys from 0 to 1000';
     END IF;
     SELECT r.max_age INTO v_max_age FROM harvest.retention_config AS r WHERE r.id;
-    -- The queue depths, and on the same pass over the tasks the keyed activities' totals and
-    -- the timers (a count of its own read every task a second time: the timers' index holds
-    -- only the pending ones, and a paused run's timers count too).
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
-               'queue', q.queue, 'kind', q.kind, 'claimable', q.claimable, 'scheduled', q.scheduled,
-               'running', q.running,
-               'oldest_claimable_secs', extract(epoch FROM v_now - q.oldest_claimable_at)
-           ) ORDER BY q.queue, q.kind) FILTER (WHERE q.kind <> 'timer'), '[]'::jsonb),
-           coalesce(sum(q.keyed_running), 0), coalesce(sum(q.keyed_pending), 0),
-           coalesce(sum(q.tasks) FILTER (WHERE q.kind = 'timer'), 0)
-    INTO v_queues, v_in_flight, v_pending, v_timers
-    FROM (
-        SELECT
-            t.queue,
-            t.kind,
-            count(*) FILTER (WHERE t.status = 'pending' AND t.due_at <= v_now) AS claimable,
-            count(*) FILTER (WHERE t.status = 'pending' AND t.due_at > v_now) AS scheduled,
-            count(*) FILTER (WHERE t.status = 'running') AS running,
-            min(t.due_at) FILTER (WHERE t.status = 'pending' AND t.due_at <= v_now) AS oldest_claimable_at,
-            count(*) FILTER (WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
-                               AND t.status = 'running') AS keyed_running,
-            count(*) FILTER (WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
-                               AND t.status = 'pending') AS keyed_pending,
-            count(*) AS tasks
-        FROM harvest.tasks AS t
-        GROUP BY t.queue, t.kind
-    ) AS q;
+    -- The queue depths, exact up to c_depth_cap pending tasks a queue, estimated past it.
+    SELECT d.queues, d.keyed_running, d.keyed_pending, d.keyed_pending_estimated, d.timers
+    INTO v_queues, v_in_flight, v_pending, v_pending_estimated, v_timers
+    FROM harvest._sample_queue_depths(v_now, c_depth_cap, c_sample_pages, extract(epoch FROM v_now)) AS d;
     -- The concurrency keys: the busiest p_max_keys (in flight, then pending, then key), and the
     -- others' sums, exact: every key's in flight and pending less the exported keys'. Ranking
     -- every key's counts (list_concurrency_keys(NULL)) read each keyed task a second time and
@@ -192,8 +398,11 @@ BEGIN
         ), '[]'::jsonb),
         'concurrency', v_concurrency,
         -- The keys not exported, summed (their number is not counted: that is every key's).
+        -- (The keyed activities' pending past the cap is an estimate: never below 0 then.)
         'other_keys', jsonb_build_object(
-            'in_flight', v_in_flight - v_exported_in_flight, 'pending', v_pending - v_exported_pending),
+            'in_flight', v_in_flight - v_exported_in_flight,
+            'pending', greatest(v_pending - v_exported_pending, 0),
+            'pending_estimated', v_pending_estimated),
         'stranded', coalesce((
             SELECT jsonb_agg(jsonb_build_object('queue', s.queue, 'pending', s.pending) ORDER BY s.queue)
             FROM harvest.count_stranded_tasks() AS s

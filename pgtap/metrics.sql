@@ -1,7 +1,7 @@
--- functions/metrics.sql: claim_sampler_lead, get_metric_samples, the gauges the metrics sampler publishes, and
+-- functions/metrics.sql: claim_sampler_lead, get_metric_samples (and _sample_queue_depths), the gauges the metrics sampler publishes, and
 -- list_forced_closes, the runs closed outside a decision that it counts.
 BEGIN;
-SELECT plan(29);
+SELECT plan(34);
 
 -- claim_sampler_lead: the sampler's session lock, taken by the function as the owner.
 SELECT is(harvest.claim_sampler_lead(), true, 'claim_sampler_lead(): a session with no other leader leads');
@@ -17,7 +17,7 @@ SELECT throws_ok($$SELECT harvest.get_metric_samples(NULL)$$, 'HR001', NULL,
 
 SELECT is(harvest.get_metric_samples() - ARRAY['observed_at', 'schema_version'],
           '{"shard_id": 0, "queues": [], "timers_pending": 0, "dead_letters": [], "workers": [],
-            "concurrency": [], "other_keys": {"in_flight": 0, "pending": 0}, "stranded": [],
+            "concurrency": [], "other_keys": {"in_flight": 0, "pending": 0, "pending_estimated": false}, "stranded": [],
             "relays": {"local": 0, "remote": 0, "remote_oldest_secs": null,
                        "by_id_indeterminate_signal_oldest_secs": null, "by_id_indeterminate_cancel_oldest_secs": null},
             "cross_shard_children": {"in_flight": 0, "oldest_secs": null}, "owed_child_ends": [],
@@ -30,7 +30,7 @@ SET LOCAL harvest.fake_now = '2030-01-01 00:00:30+00';
 SELECT pg_temp.start_run('m2', 'm_wf', 'mq');
 SELECT is(jsonb_path_query_first(harvest.get_metric_samples(), '$.queues[*] ? (@.queue == "mq")'),
           '{"queue": "mq", "kind": "workflow", "claimable": 2, "scheduled": 0, "running": 0,
-            "oldest_claimable_secs": 30}'::jsonb,
+            "oldest_claimable_secs": 30, "estimated": false}'::jsonb,
           'get_metric_samples(): claimable work per queue and kind, and the oldest one''s age');
 SELECT is(harvest.get_metric_samples() -> 'stranded', '[{"queue": "mq", "pending": 2}]'::jsonb,
           'get_metric_samples(): work no live worker polls is stranded');
@@ -60,9 +60,9 @@ SELECT pg_temp.start_activity('mc2', 'm_c_wf', 'mcq', 'm_gated', 'mcaq', '[]',
 SELECT is(harvest.get_metric_samples(1) -> 'concurrency',
           '[{"key": "k1", "task_type": "activity", "in_flight": 1, "pending": 0}]'::jsonb,
           'get_metric_samples(1): the busiest key');
-SELECT is(harvest.get_metric_samples(1) -> 'other_keys', '{"in_flight": 0, "pending": 1}'::jsonb,
+SELECT is(harvest.get_metric_samples(1) -> 'other_keys', '{"in_flight": 0, "pending": 1, "pending_estimated": false}'::jsonb,
           'get_metric_samples(1): the keys past the limit, summed');
-SELECT is(harvest.get_metric_samples(0) -> 'other_keys', '{"in_flight": 1, "pending": 1}'::jsonb,
+SELECT is(harvest.get_metric_samples(0) -> 'other_keys', '{"in_flight": 1, "pending": 1, "pending_estimated": false}'::jsonb,
           'get_metric_samples(0): no key exported, every key summed');
 SELECT is((harvest._busiest_concurrency_keys(ARRAY['k2'], 5)).busiest,
           '[{"key": "k2", "task_type": "activity", "in_flight": 0, "pending": 1}]'::jsonb,
@@ -84,6 +84,33 @@ SELECT is(harvest.get_metric_samples() -> 'retention', '{"configured": true, "la
 SELECT harvest.set_legal_hold(pg_temp.run('m1'), 'case 5', 'legal');
 SELECT is(harvest.get_metric_samples() -> 'retention', '{"configured": true, "lag_secs": 0}'::jsonb,
           'get_metric_samples(): a run retention keeps (a legal hold) is no lag: the janitor is not behind on it');
+
+-- _sample_queue_depths: exact up to the cap, a flagged estimate past it, never below what the
+-- queue's head counted (here a cap of 2 and a sample of no block: the estimate is that floor);
+-- the oldest claimable stays exact. A table of at most p_sample_pages pages is counted whole.
+SELECT pg_temp.start_run('cap1', 'cap_wf', 'capq');
+SET LOCAL harvest.fake_now = '2030-01-01 00:01:00+00';
+SELECT pg_temp.start_run('cap2', 'cap_wf', 'capq');
+SELECT is(jsonb_path_query_first((harvest._sample_queue_depths(harvest.now(), 2, 0, 0)).queues,
+                                 '$[*] ? (@.queue == "capq")'),
+          '{"queue": "capq", "kind": "workflow", "claimable": 2, "scheduled": 0, "running": 0,
+            "oldest_claimable_secs": 30, "estimated": false}'::jsonb,
+          '_sample_queue_depths(): at the cap, exact');
+SELECT pg_temp.start_run('cap3', 'cap_wf', 'capq');
+SELECT is(jsonb_path_query_first((harvest._sample_queue_depths(harvest.now(), 2, 0, 0)).queues,
+                                 '$[*] ? (@.queue == "capq")'),
+          '{"queue": "capq", "kind": "workflow", "claimable": 3, "scheduled": 0, "running": 0,
+            "oldest_claimable_secs": 30, "estimated": true}'::jsonb,
+          '_sample_queue_depths(): past the cap, estimated (at least the head counted), the oldest exact');
+SELECT is(jsonb_path_query_first((harvest._sample_queue_depths(harvest.now(), 2, 1000000, 0)).queues,
+                                 '$[*] ? (@.queue == "capq")') ->> 'estimated',
+          'false', '_sample_queue_depths(): a table of fewer pages than the sample''s is counted whole, exactly');
+SELECT is((SELECT (d.keyed_pending, d.keyed_pending_estimated)::text
+           FROM harvest._sample_queue_depths(harvest.now(), 0, 0, 0) AS d),
+          '(1,t)', '_sample_queue_depths(): the keyed pending activities past the cap, estimated');
+SELECT is((SELECT (d.keyed_running, d.keyed_pending, d.keyed_pending_estimated, d.timers)::text
+           FROM harvest._sample_queue_depths(harvest.now(), 10, 0, 0) AS d),
+          '(1,1,f,0)', '_sample_queue_depths(): the keyed running and pending activities, exact below the cap');
 
 -- The readers and the worker may call it.
 SELECT ok(has_function_privilege('harvest_worker', 'harvest.get_metric_samples(integer)', 'EXECUTE')

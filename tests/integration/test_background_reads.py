@@ -8,13 +8,21 @@
   claimable task, checked against the workers, per call).
 - An idle worker's next due time (functions/claim.sql, next_due_at): a few probes, not a read of
   every task due later (it took min() over every pending task of its queues per idle pass).
+- The metrics sampler's queue depths (functions/metrics.sql, _sample_queue_depths): exact up to a
+  cap of pending tasks a queue, past it an estimate from a block sample, flagged; a deep backlog
+  is read as each queue's head and the sample, not whole (a sample counted every task, grouped).
+  get_metric_samples passes a cap of 10,000 and 1,000 pages, and counts a table of at most 1,000
+  pages whole; these tests pass smaller ones to a table of a few hundred.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 
 BACKLOG = 3000
+DEEP = 20_000
 
 
 def _tasks_read(conn: psycopg.Connection) -> int:
@@ -159,3 +167,152 @@ def test_a_probe_of_a_shard_whose_functions_predate_the_readiness_read_reads_the
     row = shard_health(router, {0: db}, pressure=False)["shards"][0]
     assert row["reachable"] and "unreachable" not in row["reason_codes"], row
     assert row["workers"] == {"live": 1, "stale": 0, "draining": 0} and row["stranded_pending"] == 0
+
+
+def _depths(conn: psycopg.Connection, cap: int, sample_pages: int) -> dict[str, Any]:
+    """_sample_queue_depths at the database's now (a fixed sample seed)."""
+    row = conn.execute(
+        "SELECT to_jsonb(d) FROM harvest._sample_queue_depths(harvest.now(), %s, %s, 1) AS d",
+        [cap, sample_pages],
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _exact_depths(conn: psycopg.Connection) -> dict[str, Any]:
+    """Every task read and grouped: the sampler's pass before the cap."""
+    rows = conn.execute(
+        "SELECT queue, kind, count(*) FILTER (WHERE status = 'pending' AND due_at <= harvest.now()),"
+        " count(*) FILTER (WHERE status = 'pending' AND due_at > harvest.now()),"
+        " count(*) FILTER (WHERE status = 'running'),"
+        " extract(epoch FROM harvest.now() - min(due_at) FILTER (WHERE status = 'pending'"
+        "                                                          AND due_at <= harvest.now()))"
+        " FROM harvest.tasks WHERE kind <> 'timer' GROUP BY 1, 2 ORDER BY 1, 2"
+    ).fetchall()
+    keyed = conn.execute(
+        "SELECT count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'pending')"
+        " FROM harvest.tasks WHERE kind = 'activity' AND concurrency_key IS NOT NULL"
+    ).fetchone()
+    timers = conn.execute("SELECT count(*) FROM harvest.tasks WHERE kind = 'timer'").fetchone()
+    assert keyed is not None and timers is not None
+    return {
+        "queues": [
+            {
+                "queue": q,
+                "kind": k,
+                "claimable": c,
+                "scheduled": s,
+                "running": r,
+                "oldest_claimable_secs": None if age is None else float(age),
+                "estimated": False,
+            }
+            for q, k, c, s, r, age in rows
+        ],
+        "keyed_running": keyed[0],
+        "keyed_pending": keyed[1],
+        "keyed_pending_estimated": False,
+        "timers": timers[0],
+    }
+
+
+def _pages(conn: psycopg.Connection) -> int:
+    row = conn.execute("SELECT pg_relation_size('harvest.tasks') / 8192").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_depths_below_the_cap_are_the_exact_counts_they_were(db: str) -> None:
+    """A small backlog of every kind of row: claimable and scheduled on two priorities, running,
+    keyed, workflow tasks, pending and paused timers, a paused run's tasks. Read as the capped
+    path reads it (each queue's head, the running and paused rows, the timers' index; no sample:
+    nothing is past the cap) or whole (a table smaller than the sample), the depths are the
+    grouped count's, marked exact; get_metric_samples says so too."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SET harvest.fake_now = '2030-01-01 00:00:00+00'")  # one now for every read
+        run = _start(conn, "a")
+        _add_tasks(conn, run, 40, "a", "harvest.now() - make_interval(secs => g)", priority="g %% 2")
+        _add_tasks(conn, run, 7, "a", "harvest.now() + make_interval(mins => g)", first=100)
+        _add_tasks(conn, run, 5, "b", "harvest.now() - interval '1 minute'", first=200)
+        _add_tasks(conn, run, 3, "b", "harvest.now() + interval '1 hour'", kind="timer", first=300)
+        conn.execute(
+            "UPDATE harvest.tasks SET status = 'running', lease_owner = 'w', lease_expires_at = harvest.now()"
+            " + interval '1 minute' WHERE queue = 'b' AND kind = 'activity' AND seq < 203"
+        )
+        conn.execute("UPDATE harvest.tasks SET concurrency_key = 'k' WHERE queue = 'a' AND seq % 3 = 0")
+        _start(conn, "c")  # a workflow task on c
+        paused = _start(conn, "p")
+        _add_tasks(conn, paused, 4, "p", "harvest.now() - interval '1 minute'")
+        _add_tasks(conn, paused, 2, "p", "harvest.now() + interval '1 day'", kind="timer", first=10)
+        conn.execute("SELECT harvest.pause_workflow(%s)", [paused])  # its pending tasks go 'paused'
+        conn.execute("ANALYZE harvest.tasks")
+        exact = _exact_depths(conn)
+        assert {(q["queue"], q["kind"]) for q in exact["queues"]} >= {("a", "activity"), ("p", "activity")}
+        assert _depths(conn, 1000, 0) == exact  # the capped path, nothing past the cap
+        assert _depths(conn, 1000, _pages(conn)) == exact  # the table counted whole
+        (samples,) = conn.execute("SELECT harvest.get_metric_samples()").fetchone()  # type: ignore[misc]
+        assert samples["queues"] == exact["queues"] and samples["timers_pending"] == exact["timers"]
+        assert samples["other_keys"]["pending_estimated"] is False
+
+
+def _deep(conn: psycopg.Connection) -> None:
+    """DEEP tasks on queue deep (three in four due, in two priorities; one in five keyed), 300 on
+    queue small, and the grouped count's answer."""
+    run = _start(conn, "other")
+    _add_tasks(
+        conn,
+        run,
+        DEEP,
+        "deep",
+        "harvest.now() + CASE WHEN g %% 4 = 0 THEN interval '1 hour' ELSE -make_interval(secs => g) END",
+        priority="g %% 2",
+    )
+    conn.execute("UPDATE harvest.tasks SET concurrency_key = 'k' WHERE queue = 'deep' AND seq % 5 = 0")
+    _add_tasks(conn, run, 300, "small", "harvest.now() - interval '1 minute'", first=DEEP + 1)
+    conn.execute("VACUUM ANALYZE harvest.tasks")
+
+
+def test_past_the_cap_a_queue_depth_is_a_flagged_estimate_within_its_tolerance(db: str) -> None:
+    """Below the cap a queue is exact; past it, its claimable and scheduled are a block sample's,
+    scaled, and say so; its oldest claimable wait stays exact. The tolerance: the estimate is the
+    sampled blocks' rows scaled by the fraction of blocks read, unbiased, whose error shrinks with
+    the blocks read (docs/observability.md gives 2,000 pages' figures over a 2M-task backlog);
+    here half the table's ~300 blocks are read and the seed is fixed, within 20 %."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SET harvest.fake_now = '2030-01-01 00:00:00+00'")  # one now for every read
+        _deep(conn)
+        exact = {(q["queue"], q["kind"]): q for q in _exact_depths(conn)["queues"]}
+        cap = 1000
+        got = _depths(conn, cap, _pages(conn) // 2)
+        rows = {(q["queue"], q["kind"]): q for q in got["queues"]}
+        assert rows[("small", "activity")] == exact[("small", "activity")]  # below the cap: exact
+        deep, truth = rows[("deep", "activity")], exact[("deep", "activity")]
+        assert deep["estimated"] is True
+        assert deep["running"] == truth["running"] == 0
+        assert deep["oldest_claimable_secs"] == truth["oldest_claimable_secs"]
+        for field in ("claimable", "scheduled"):
+            error = abs(deep[field] - truth[field])
+            assert deep[field] > 0 and error <= 0.2 * truth[field], (field, deep, truth)
+        assert got["keyed_pending_estimated"] is True  # DEEP / 5 keyed, past the cap
+        assert abs(got["keyed_pending"] - DEEP / 5) <= 0.2 * DEEP / 5, got
+        # The cap one above the queue: exact again.
+        got = _depths(conn, DEEP + 300, _pages(conn) // 2)
+        assert {(q["queue"], q["kind"]): q for q in got["queues"]} == exact
+        assert (got["keyed_pending"], got["keyed_pending_estimated"]) == (DEEP // 5, False)
+
+
+def test_a_deep_backlog_is_read_as_its_queues_heads_and_a_sample_not_whole(db: str) -> None:
+    """Counting the depths read every task (DEEP + 300 here): now each queue's head up to the cap,
+    the keyed activities up to the cap, and a twentieth of the table's blocks."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SET harvest.fake_now = '2030-01-01 00:00:00+00'")  # one now for every read
+        _deep(conn)
+        cap, pages = 1000, _pages(conn)
+        before = _tasks_read(conn)
+        got = _depths(conn, cap, pages // 20)
+        read = _tasks_read(conn) - before
+        estimated = {q["queue"]: q["estimated"] for q in got["queues"]}
+        assert estimated == {"deep": True, "small": False, "other": False}  # (other: its run's workflow task)
+        # heads (cap + 1 and 300), the keyed count (cap + 1 entries, and the running ones it
+        # passes), a twentieth of the rows, a few probes
+        bound = 3 * cap + 300 + (DEEP + 300) // 20 + 200
+        assert read < bound, f"{read} task rows read for {DEEP + 300} tasks"

@@ -98,13 +98,13 @@ def test_a_scrape_of_many_keys_reads_the_exported_keys_not_every_key(conn: psyco
     assert keyed - unkeyed <= 300, f"{keyed} task rows read on keys, {unkeyed} on none"
     busiest = [f"hot:{k:02d}" for k in range(HOT, HOT - MAX_KEYS, -1)]
     assert [k["key"] for k in samples["concurrency"]] == busiest
-    assert samples["other_keys"] == {"in_flight": 1 + 2, "pending": TENANTS + 2}
+    assert samples["other_keys"] == {"in_flight": 1 + 2, "pending": TENANTS + 2, "pending_estimated": False}
 
 
 def test_a_scrape_reads_each_task_once_and_counts_every_timer(conn: psycopg.Connection) -> None:
-    """The queue depths, the keyed totals and the timers come from one pass over the tasks: the
-    timers' count of its own read every task a second time (its index holds only pending timers,
-    and a paused run's timers count too)."""
+    """The queue depths, the keyed totals and the timers read each task at most once: a count of
+    the timers of its own read every task a second time. A paused run's timers count too (found
+    through its PAUSED row; tasks_timers_due holds only the pending ones)."""
     _tenants(conn, keyed=False)
     conn.execute(
         "INSERT INTO harvest.tasks (execution_id, kind, queue, status, due_at, scheduled_at, seq)"
@@ -112,6 +112,8 @@ def test_a_scrape_reads_each_task_once_and_counts_every_timer(conn: psycopg.Conn
         " '2031-01-01', '2030-01-01', 5000 + g FROM harvest.executions AS e, generate_series(1, 6) AS g"
         " WHERE e.workflow_id = 'hot'"
     )
+    # (a 'paused' task is a PAUSED run's: functions/lifecycle.sql)
+    conn.execute("UPDATE harvest.executions SET status = 'PAUSED' WHERE workflow_id = 'hot'")
     (tasks,) = conn.execute("SELECT count(*) FROM harvest.tasks").fetchone()
     samples, read = _scrape(conn)
     assert read <= tasks + 300, f"{read} task rows read for {tasks} tasks"
@@ -119,7 +121,7 @@ def test_a_scrape_reads_each_task_once_and_counts_every_timer(conn: psycopg.Conn
     assert all(q["kind"] != "timer" for q in samples["queues"])
 
 
-def _expected(keys: list[dict[str, Any]], max_keys: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def _expected(keys: list[dict[str, Any]], max_keys: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The top max_keys of list_concurrency_keys(NULL) by in flight, pending, key, task type,
     and the others' count and sums."""
     ranked = sorted(keys, key=lambda k: (-k["in_flight"], -k["pending"], k["key"], k["task_type"]))
@@ -131,6 +133,7 @@ def _expected(keys: list[dict[str, Any]], max_keys: int) -> tuple[list[dict[str,
     other = {
         "in_flight": sum(k["in_flight"] for k in rest),
         "pending": sum(k["pending"] for k in rest),
+        "pending_estimated": False,
     }
     return top, other
 
@@ -276,7 +279,11 @@ def test_a_run_admitted_per_tenant_is_counted_once_a_sample(conn: psycopg.Connec
         {"key": f"tenant:{g:06d}", "task_type": "workflow", "in_flight": 1, "pending": 1}
         for g in range(1, MAX_KEYS + 1)
     ]
-    assert samples["other_keys"] == {"in_flight": TENANTS - MAX_KEYS, "pending": TENANTS - MAX_KEYS}
+    assert samples["other_keys"] == {
+        "in_flight": TENANTS - MAX_KEYS,
+        "pending": TENANTS - MAX_KEYS,
+        "pending_estimated": False,
+    }
     assert read <= 2 * TENANTS + 100, f"{read} run rows read for {2 * TENANTS} keyed runs"
 
 
@@ -322,6 +329,7 @@ def test_a_scrape_that_ranks_the_keys_in_flight_reads_each_keyed_run_once(conn: 
         assert samples["other_keys"] == {
             "in_flight": IN_FLIGHT_KEYS - MANY_MAX_KEYS,
             "pending": IN_FLIGHT_KEYS - MANY_MAX_KEYS,
+            "pending_estimated": False,
         }
         assert runs <= 2 * IN_FLIGHT_KEYS + 100, f"{runs} run rows read for {2 * IN_FLIGHT_KEYS} keyed runs"
         assert slots <= 2 * IN_FLIGHT_KEYS + 100, f"{slots} slot rows read for {IN_FLIGHT_KEYS} slots"

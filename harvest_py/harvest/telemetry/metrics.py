@@ -350,6 +350,12 @@ class Metrics:
             "Tasks pending with a due time in the future (retries, delays).",
             ("queue", "kind"),
         )
+        self.queue_depth_estimated = sampled(
+            "harvest_queue_depth_estimated",
+            "1: this queue's claimable and scheduled are estimated from a block sample (its pending "
+            "tasks are past the exact-count cap); 0: exact.",
+            ("queue", "kind"),
+        )
         self.queue_running = sampled("harvest_queue_running", "Tasks claimed and running.", ("queue", "kind"))
         self.queue_schedule_to_start = sampled(
             "harvest_queue_schedule_to_start_seconds",
@@ -374,6 +380,12 @@ class Metrics:
         )
         self.concurrency_pending = sampled(
             "harvest_concurrency_pending", "Work waiting on a concurrency key.", ("key", "task_type")
+        )
+        self.concurrency_pending_estimated = sampled(
+            "harvest_concurrency_pending_estimated",
+            f"1: the {OTHER_KEYS} pending sum is estimated (the keyed pending activities are past the "
+            "exact-count cap); 0: exact.",
+            (),
         )
         self.shard_stranded_pending = sampled(
             "harvest_shard_stranded_pending",
@@ -544,6 +556,9 @@ class Metrics:
         queues = samples.get("queues") or []
         self.queue_claimable.replace(shard, {(q["queue"], q["kind"]): q["claimable"] for q in queues})
         self.queue_scheduled.replace(shard, {(q["queue"], q["kind"]): q["scheduled"] for q in queues})
+        self.queue_depth_estimated.replace(
+            shard, {(q["queue"], q["kind"]): 1 if q.get("estimated") else 0 for q in queues}
+        )
         self.queue_running.replace(shard, {(q["queue"], q["kind"]): q["running"] for q in queues})
         self.queue_schedule_to_start.replace(
             shard, {(q["queue"], q["kind"]): max(0.0, q["oldest_claimable_secs"] or 0.0) for q in queues}
@@ -567,6 +582,7 @@ class Metrics:
             pending[(OTHER_KEYS, "any")] = other["pending"]
         self.concurrency_in_flight.replace(shard, in_flight)
         self.concurrency_pending.replace(shard, pending)
+        self.concurrency_pending_estimated.replace(shard, {(): 1 if other.get("pending_estimated") else 0})
         self.shard_stranded_pending.replace(
             shard, {(s["queue"],): s["pending"] for s in samples.get("stranded") or []}
         )
