@@ -524,7 +524,8 @@ COMMENT ON FUNCTION harvest.claim_sampler_lead IS
 'harvest_worker, harvest_admin).';
 COMMENT ON FUNCTION harvest.get_metric_samples IS
 'The sampled gauges of this database in one read-only round trip (docs/observability.md): per queue and kind the '
-'claimable, scheduled and running tasks and the oldest claimable age; dead letters per workflow and activity; live '
+'claimable, scheduled and running tasks and the oldest claimable age (claimable and scheduled exact up to 10,000 '
+'pending tasks a queue, past that a block sample''s estimate marked estimated); dead letters per workflow and activity; live '
 'workers per queue and health; the busiest p_max_keys concurrency keys (the rest summed); stranded work; relay and '
 'cross-shard child backlogs; retention lag. HR001 for p_max_keys outside 0..1000. Called by the metrics sampler '
 '(roles harvest_reader, harvest_worker).';
