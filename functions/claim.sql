@@ -759,6 +759,31 @@ AS $$
     ORDER BY t.id;
 $$;
 
+-- The queues with pending work (not timers), in name order, one probe of tasks_claimable each
+-- (a loose index scan): a queue's backlog is not read to name it. Read by count_stranded_tasks
+-- and the metrics sampler's queue depths.
+CREATE OR REPLACE FUNCTION harvest._pending_queues()
+RETURNS SETOF text
+LANGUAGE sql STABLE
+AS $$
+    WITH RECURSIVE queues (queue) AS (
+        (
+            SELECT t.queue FROM harvest.tasks AS t
+            WHERE t.status = 'pending' AND t.kind <> 'timer'
+            ORDER BY t.queue LIMIT 1
+        )
+        UNION ALL
+        SELECT (
+            SELECT t.queue FROM harvest.tasks AS t
+            WHERE t.status = 'pending' AND t.kind <> 'timer' AND t.queue > q.queue
+            ORDER BY t.queue LIMIT 1
+        )
+        FROM queues AS q WHERE q.queue IS NOT NULL
+    )
+
+    SELECT q.queue FROM queues AS q WHERE q.queue IS NOT NULL;
+$$;
+
 -- When the earliest pending task of one queue (not a timer) is or was due: its priorities are
 -- found one probe each of tasks_claimable (ordered by priority, then due time: a loose index
 -- scan), then the earliest task of each. A queue of more than 64 priorities is read whole (a

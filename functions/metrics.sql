@@ -52,8 +52,8 @@ $$;
 -- running and pending totals; the timers not fired. Counting every task, grouped, read a 2M-task
 -- backlog whole each sample (0.54 s of CPU). Now a table of at most p_sample_pages pages is
 -- still counted whole, exactly (as cheap as a sample of it would be); a bigger one:
--- - the queues with pending work are found one probe each of tasks_claimable (a loose index
---   scan), and each is read in claim order up to p_cap + 1 tasks: a queue of at most p_cap
+-- - the queues with pending work are found one probe each of tasks_claimable
+--   (_pending_queues), and each is read in claim order up to p_cap + 1 tasks: a queue of at most p_cap
 --   pending tasks is counted exactly from them, per kind, as before (estimated false);
 -- - a queue past p_cap: its claimable and scheduled per kind are a block sample of the table
 --   (TABLESAMPLE SYSTEM over about p_sample_pages pages, scaled by the fraction read; never
@@ -108,27 +108,12 @@ BEGIN
         RETURN;
     END IF;
     -- Each queue's head, in claim order (tasks_claimable), at most p_cap + 1 tasks.
-    WITH RECURSIVE found (queue) AS (
-        (
-            SELECT t.queue FROM harvest.tasks AS t
-            WHERE t.status = 'pending' AND t.kind <> 'timer'
-            ORDER BY t.queue LIMIT 1
-        )
-        UNION ALL
-        SELECT (
-            SELECT t.queue FROM harvest.tasks AS t
-            WHERE t.status = 'pending' AND t.kind <> 'timer' AND t.queue > f.queue
-            ORDER BY t.queue LIMIT 1
-        )
-        FROM found AS f WHERE f.queue IS NOT NULL
-    )
-
     SELECT coalesce(jsonb_agg(jsonb_build_object(
         'queue', f.queue, 'kind', h.kind, 'claimable', h.claimable, 'scheduled', h.scheduled,
         'oldest_claimable_at', h.oldest_claimable_at, 'deep', h.head > p_cap
     )), '[]'::jsonb)
     INTO v_heads
-    FROM found AS f
+    FROM harvest._pending_queues() AS f (queue)
     CROSS JOIN LATERAL (
         SELECT
             x.kind,
@@ -143,8 +128,7 @@ BEGIN
             LIMIT p_cap + 1
         ) AS x
         GROUP BY x.kind
-    ) AS h
-    WHERE f.queue IS NOT NULL;
+    ) AS h;
     v_deep := ARRAY(SELECT DISTINCT h.value ->> 'queue' FROM jsonb_array_elements(v_heads) AS h
                     WHERE (h.value ->> 'deep')::boolean);
     SELECT count(*) INTO keyed_pending FROM (

@@ -79,32 +79,17 @@ RETURNS TABLE (queue text, pending bigint, oldest_due_at timestamptz)
 LANGUAGE sql STABLE
 AS $$
     -- Only the queues no live worker polls are counted: the queues with pending work are
-    -- found one probe of tasks_claimable each (a loose index scan), and a polled queue's
+    -- found one probe of tasks_claimable each (_pending_queues), and a polled queue's
     -- backlog is not read at all. Checking every claimable task against the workers read a
     -- backlog of 1.8M tasks per call (~0.2 s of CPU), in every metrics sample.
-    WITH RECURSIVE polled AS MATERIALIZED (
+    WITH polled AS MATERIALIZED (
         SELECT DISTINCT u.queue
         FROM harvest.workers AS w CROSS JOIN LATERAL unnest(w.queues) AS u (queue)
         WHERE w.status = 'active' AND harvest._worker_health(w) = 'healthy'
-    ),
-
-    queues (queue) AS (
-        (
-            SELECT t.queue FROM harvest.tasks AS t
-            WHERE t.status = 'pending' AND t.kind <> 'timer'
-            ORDER BY t.queue LIMIT 1
-        )
-        UNION ALL
-        SELECT (
-            SELECT t.queue FROM harvest.tasks AS t
-            WHERE t.status = 'pending' AND t.kind <> 'timer' AND t.queue > q.queue
-            ORDER BY t.queue LIMIT 1
-        )
-        FROM queues AS q WHERE q.queue IS NOT NULL
     )
 
     SELECT q.queue, n.pending, n.oldest_due_at
-    FROM queues AS q
+    FROM harvest._pending_queues() AS q (queue)
     CROSS JOIN LATERAL (
         SELECT count(*) AS pending, min(t.due_at) AS oldest_due_at
         FROM harvest.tasks AS t
@@ -115,8 +100,7 @@ AS $$
             AND t.due_at <= (SELECT harvest.now())
     ) AS n
     WHERE
-        q.queue IS NOT NULL
-        AND NOT EXISTS (SELECT 1 FROM polled AS p WHERE p.queue = q.queue)
+        NOT EXISTS (SELECT 1 FROM polled AS p WHERE p.queue = q.queue)
         AND n.pending > 0
     ORDER BY q.queue;
 $$;

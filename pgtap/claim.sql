@@ -1,5 +1,5 @@
 -- functions/claim.sql: harvest.claim_tasks (order, due time, queues, leases,
--- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at (and _earliest_pending_due_at),
+-- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at (and _earliest_pending_due_at, _pending_queues),
 -- harvest._claim_head (the head of the polled queues), harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/flow_concurrency.sql),
 -- harvest._lease_secs, and the hand-off helpers harvest._hand_off_queues, harvest._may_hand_off,
 -- harvest._task_for_worker, harvest._worker_task, harvest._worker_options, harvest._handed_task, harvest._hand_workflow_task (their callers: pgtap/decide.sql,
@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(181);
+SELECT plan(182);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -94,6 +94,8 @@ SELECT (SELECT execution_id FROM runs WHERE name = 'D'), 'activity', 'ndq3', g, 
 FROM generate_series(1, 70) AS g;
 SELECT is(harvest.next_due_at(ARRAY['ndq3']), '2030-01-01 04:50:00+00'::timestamptz,
           'next_due_at(): a queue of more than 64 priorities: the earliest of them all');
+SELECT is(ARRAY(SELECT q FROM harvest._pending_queues() AS q WHERE q IN ('ndq', 'ndq2', 'ndq3', 'nothing_here')),
+          ARRAY['ndq', 'ndq2', 'ndq3'], '_pending_queues(): the queues with pending work, in name order');
 SELECT is(harvest._earliest_pending_due_at('ndq3'), '2030-01-01 04:50:00+00'::timestamptz,
           '_earliest_pending_due_at(): one queue''s earliest pending task, over every priority');
 DELETE FROM harvest.tasks WHERE queue IN ('ndq', 'ndq2', 'ndq3');
