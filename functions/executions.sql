@@ -201,13 +201,20 @@ $$;
 -- The operator's view of workflows: a filtered, keyset-paginated list and the
 -- stack (what a run is waiting on).
 
--- The page cursor: base64 of "<created_at>|<id>"; opaque to callers.
-CREATE OR REPLACE FUNCTION harvest._encode_cursor(p_created_at timestamptz, p_id uuid)
+-- The page cursor: base64 of "<created_at>|<id>", opaque to callers: the workflow list's
+-- position, and with "|<as_of>|<scope>" a batch by filter's (_act_on_workflows: the time its
+-- first step saw, and the action and filter it was made under). _decode_cursor reads both.
+CREATE OR REPLACE FUNCTION harvest._encode_cursor(
+    p_created_at timestamptz, p_id uuid, p_as_of timestamptz DEFAULT NULL, p_scope text DEFAULT NULL
+)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
     SELECT translate(encode(convert_to(
-        to_char(p_created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '|' || p_id::text,
+        to_char(p_created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '|' || p_id::text
+        || CASE WHEN p_as_of IS NULL THEN ''
+                ELSE '|' || to_char(p_as_of AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '|'
+                     || coalesce(p_scope, '') END,
         'UTF8'), 'base64'), E'\n', '');
 $$;
 
@@ -225,22 +232,31 @@ AS $$
                        ELSE p_at::text END);
 $$;
 
-CREATE OR REPLACE FUNCTION harvest._decode_cursor(p_cursor text, OUT created_at timestamptz, OUT id uuid)
+-- The one reader of _encode_cursor's cursors: the position, and a batch's as_of and scope (NULL
+-- in a list's cursor). Anything else, HR001.
+CREATE OR REPLACE FUNCTION harvest._decode_cursor(
+    p_cursor text, OUT created_at timestamptz, OUT id uuid, OUT as_of timestamptz, OUT scope text
+)
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 DECLARE
-    v_text text;
+    v_parts text[];
 BEGIN
-    v_text := convert_from(decode(p_cursor, 'base64'), 'UTF8');
-    created_at := split_part(v_text, '|', 1)::timestamptz;
-    id := split_part(v_text, '|', 2)::uuid;
-    IF created_at IS NULL OR id IS NULL THEN
+    v_parts := string_to_array(convert_from(decode(p_cursor, 'base64'), 'UTF8'), '|');
+    IF cardinality(v_parts) NOT IN (2, 4) THEN
+        RAISE EXCEPTION 'parts';
+    END IF;
+    created_at := v_parts[1]::timestamptz;
+    id := v_parts[2]::uuid;
+    as_of := v_parts[3]::timestamptz;
+    scope := nullif(v_parts[4], '');
+    IF created_at IS NULL OR id IS NULL OR (cardinality(v_parts) = 4 AND as_of IS NULL) THEN
         RAISE EXCEPTION 'empty';
     END IF;
 EXCEPTION
     WHEN OTHERS THEN
-        RAISE EXCEPTION 'cursor "%" is malformed', p_cursor USING ERRCODE = 'HR001',
-            HINT = 'pass the next_cursor of a previous page unchanged, or no cursor for the first page';
+        RAISE EXCEPTION 'cursor "%" is malformed', left(p_cursor, 100) USING ERRCODE = 'HR001',
+            HINT = 'pass the next_cursor you were given unchanged, or no cursor to start from the beginning';
 END;
 $$;
 
@@ -871,7 +887,9 @@ $$;
 -- counts in already_ended, a cancel already requested (or a signal of this batch already
 -- received) in unchanged, and so does a run that no longer matches the filter once locked (a
 -- PAUSED run resumed since the scan, its search attributes changed: the scan read it unlocked),
--- and any other refusal in failures, never aborting the rest.
+-- and any other refusal in failures, never aborting the rest. A deadlock or a serialization
+-- failure (40P01, 40001) on a run rolls back that run's subtransaction alone and is tried again in
+-- place, three attempts in all, before it counts in failures (with its attempts).
 -- A run sealed by a rebalance since the scan, or a copy still being moved here, is named
 -- in moved, untouched: the caller acts on it where it lives (harvest.client.batch).
 -- next_cursor continues the scan (NULL: this shard is done); the first call fixes the
@@ -914,7 +932,7 @@ DECLARE
     v_statuses text[] := ARRAY['RUNNING', 'PAUSED'];
     v_where text[];
     v_filter record;
-    v_cursor jsonb;
+    v_cursor record;
     v_as_of timestamptz;
     v_scope text;
     v_batch text := coalesce(nullif(btrim(p_batch_id), ''), gen_random_uuid()::text);
@@ -961,30 +979,20 @@ BEGIN
                     USING ERRCODE = 'HR001', HINT = 'give RUNNING, PAUSED or both (the default)';
             END IF;
         END IF;
-        IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
-            BEGIN
-                v_cursor := convert_from(decode(p_cursor, 'base64'), 'UTF8')::jsonb;
-                v_as_of := (v_cursor ->> 'as_of')::timestamptz;
-                IF v_as_of IS NULL OR jsonb_typeof(v_cursor -> 'after') <> 'array' THEN
-                    RAISE EXCEPTION 'incomplete';
-                END IF;
-                PERFORM (v_cursor -> 'after' ->> 0)::timestamptz, (v_cursor -> 'after' ->> 1)::uuid;
-            EXCEPTION WHEN OTHERS THEN
-                RAISE EXCEPTION 'cursor "%" is malformed', left(p_cursor, 100) USING ERRCODE = 'HR001',
-                    HINT = 'pass the next_cursor of the previous call unchanged, or none to start';
-            END;
-        ELSE
-            v_as_of := harvest.now();
-        END IF;
         -- A cursor goes on with the action and the filter it was made under: another's would take
-        -- its position into a set it never scanned (as the list's cursors refuse another filter).
-        -- (A cursor without one is a release's before this rule: taken, so a batch in flight goes on.)
+        -- its position into a set it never scanned (a list's cursor, with no scope, is refused so too).
         v_scope := md5(jsonb_build_array(p_action, v_statuses, p_workflow_name, p_search_attributes,
                                          p_created_after, p_created_before, p_filter)::text);
-        IF v_cursor ? 'scope' AND v_cursor ->> 'scope' IS DISTINCT FROM v_scope THEN
-            RAISE EXCEPTION 'the cursor was made for another action or filter' USING ERRCODE = 'HR001',
-                HINT = 'pass the next_cursor with the action and the filter of the call that gave it, or no '
-                       'cursor to start a new batch';
+        IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
+            SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);  -- (HR001: not a cursor)
+            IF v_cursor.scope IS DISTINCT FROM v_scope THEN
+                RAISE EXCEPTION 'the cursor was made for another action or filter' USING ERRCODE = 'HR001',
+                    HINT = 'pass the next_cursor with the action and the filter of the call that gave it, or no '
+                           'cursor to start a new batch';
+            END IF;
+            v_as_of := v_cursor.as_of;
+        ELSE
+            v_as_of := harvest.now();
         END IF;
         v_where := harvest._execution_filters(NULL, p_workflow_name, p_search_attributes, p_created_after,
                                               p_created_before)
@@ -992,10 +1000,9 @@ BEGIN
         SELECT * INTO v_filter FROM harvest._compile_filter(p_filter);
         v_where := v_where || v_filter.o_sql;
         v_params := v_filter.o_params;
-        IF v_cursor IS NOT NULL THEN
+        IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
             v_where := v_where || format('(e.created_at, e.id) > (%s, %L::uuid)',
-                                         harvest._time_literal((v_cursor -> 'after' ->> 0)::timestamptz),
-                                         v_cursor -> 'after' ->> 1);
+                                         harvest._time_literal(v_cursor.created_at), v_cursor.id);
         END IF;
         -- A copy a rebalance is moving (MIGRATING) is listed too when RUNNING runs are asked
         -- for, as moved: only RUNNING runs are moved, and where it is live is the caller's to find.
@@ -1040,48 +1047,61 @@ BEGIN
             v_acted := v_acted || v_row.id;
             CONTINUE;
         END IF;
-        BEGIN
-            v_execution := harvest._lock_execution(v_row.id);
-            IF p_execution_ids IS NULL AND v_execution.status IN ('MIGRATED', 'MIGRATING') THEN
-                v_moved := v_moved || v_row.id;  -- sealed since the scan
-            ELSIF v_execution.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED', 'MIGRATING') THEN
-                v_ended := v_ended + 1;  -- it ended since the scan: counted, not an error
-            ELSIF p_execution_ids IS NULL AND NOT harvest._still_selected(v_where, v_params, v_row.id) THEN
-                v_unchanged := v_unchanged + 1;  -- it left the filter since the scan (resumed, paused, retagged)
-            ELSE
-                v_execution := harvest._lock_running_execution(v_row.id, p_action);  -- (HR013 on a seal)
-                IF p_action = 'cancel' THEN
-                    IF harvest._request_cancel(v_execution, p_reason) THEN
-                        v_acted := v_acted || v_row.id;
-                    ELSE
-                        v_unchanged := v_unchanged + 1;
-                    END IF;
-                ELSIF p_action = 'terminate' THEN
-                    PERFORM harvest._terminate_execution(v_row.id, p_reason);
-                    v_acted := v_acted || v_row.id;
-                ELSIF EXISTS (SELECT 1 FROM harvest.events AS ev
-                              WHERE ev.execution_id = v_row.id AND ev.event_type = 'SignalReceived'
-                                AND ev.event_data ->> 'signal_id' = v_batch) THEN
-                    v_unchanged := v_unchanged + 1;  -- this batch's signal is there already
+        -- Each run in a subtransaction of its own; a deadlock or a serialization failure on it (its
+        -- locks met another session's in a cycle: a worker closing the run, an operator's own
+        -- call) rolls back this run's work alone, which frees what it held, and it is tried again,
+        -- three attempts in all, before it counts as failed.
+        FOR v_attempt IN 1..3 LOOP
+            BEGIN
+                v_execution := harvest._lock_execution(v_row.id);
+                IF p_execution_ids IS NULL AND v_execution.status IN ('MIGRATED', 'MIGRATING') THEN
+                    v_moved := v_moved || v_row.id;  -- sealed since the scan
+                ELSIF v_execution.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED', 'MIGRATING') THEN
+                    v_ended := v_ended + 1;  -- it ended since the scan: counted, not an error
+                ELSIF p_execution_ids IS NULL AND NOT harvest._still_selected(v_where, v_params, v_row.id) THEN
+                    v_unchanged := v_unchanged + 1;  -- it left the filter since the scan (resumed, paused, retagged)
                 ELSE
-                    PERFORM harvest._signal_workflow(v_row.id, p_signal_name, p_payload, v_batch, NULL,
-                                                     NULL, NULL, NULL);
-                    v_acted := v_acted || v_row.id;
+                    v_execution := harvest._lock_running_execution(v_row.id, p_action);  -- (HR013 on a seal)
+                    IF p_action = 'cancel' THEN
+                        IF harvest._request_cancel(v_execution, p_reason) THEN
+                            v_acted := v_acted || v_row.id;
+                        ELSE
+                            v_unchanged := v_unchanged + 1;
+                        END IF;
+                    ELSIF p_action = 'terminate' THEN
+                        PERFORM harvest._terminate_execution(v_row.id, p_reason);
+                        v_acted := v_acted || v_row.id;
+                    ELSIF EXISTS (SELECT 1 FROM harvest.events AS ev
+                                  WHERE ev.execution_id = v_row.id AND ev.event_type = 'SignalReceived'
+                                    AND ev.event_data ->> 'signal_id' = v_batch) THEN
+                        v_unchanged := v_unchanged + 1;  -- this batch's signal is there already
+                    ELSE
+                        PERFORM harvest._signal_workflow(v_row.id, p_signal_name, p_payload, v_batch, NULL,
+                                                         NULL, NULL, NULL);
+                        v_acted := v_acted || v_row.id;
+                    END IF;
                 END IF;
-            END IF;
-        EXCEPTION
-            WHEN SQLSTATE 'HR013' THEN
-                IF p_execution_ids IS NOT NULL THEN
-                    RAISE;  -- the caller follows the seal to the run's residence
-                END IF;
-                v_moved := v_moved || v_row.id;
-            WHEN SQLSTATE 'HR002' THEN
-                v_failures := v_failures || jsonb_build_object('execution_id', v_row.id, 'sqlstate', 'HR002',
-                                                               'error', SQLERRM);
-            WHEN OTHERS THEN
-                v_failures := v_failures || jsonb_build_object('execution_id', v_row.id, 'sqlstate', SQLSTATE,
-                                                               'error', SQLERRM);
-        END;
+            EXCEPTION
+                WHEN SQLSTATE '40P01' OR SQLSTATE '40001' THEN
+                    IF v_attempt < 3 THEN
+                        CONTINUE;  -- (rolled back: tried again)
+                    END IF;
+                    v_failures := v_failures || jsonb_build_object('execution_id', v_row.id, 'sqlstate', SQLSTATE,
+                                                                   'error', SQLERRM, 'attempts', v_attempt);
+                WHEN SQLSTATE 'HR013' THEN
+                    IF p_execution_ids IS NOT NULL THEN
+                        RAISE;  -- the caller follows the seal to the run's residence
+                    END IF;
+                    v_moved := v_moved || v_row.id;
+                WHEN SQLSTATE 'HR002' THEN
+                    v_failures := v_failures || jsonb_build_object('execution_id', v_row.id, 'sqlstate', 'HR002',
+                                                                   'error', SQLERRM);
+                WHEN OTHERS THEN
+                    v_failures := v_failures || jsonb_build_object('execution_id', v_row.id, 'sqlstate', SQLSTATE,
+                                                                   'error', SQLERRM);
+            END;
+            EXIT;  -- (acted on, counted or failed: only a deadlock goes round again)
+        END LOOP;
     END LOOP;
     IF NOT v_dry AND v_rows > 0 THEN
         PERFORM harvest._audit('workflow.bulk_' || p_action, NULL, p_operator_id, jsonb_strip_nulls(jsonb_build_object(
@@ -1098,10 +1118,7 @@ BEGIN
         'matched', least(v_rows, p_limit), 'acted', CASE WHEN v_dry THEN 0 ELSE cardinality(v_acted) END,
         'already_ended', v_ended, 'unchanged', v_unchanged, 'execution_ids', to_jsonb(v_acted),
         'moved', to_jsonb(v_moved), 'failures', v_failures,
-        'next_cursor', CASE WHEN v_more THEN translate(encode(convert_to(jsonb_build_object(
-            'scope', v_scope, 'as_of', to_char(v_as_of AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-            'after', jsonb_build_array(to_char(v_last_created AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-                                       v_last_id))::text, 'UTF8'), 'base64'), E'\n', '') END);
+        'next_cursor', CASE WHEN v_more THEN harvest._encode_cursor(v_last_created, v_last_id, v_as_of, v_scope) END);
 END;
 $$;
 

@@ -128,7 +128,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(77);
+SELECT plan(78);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -345,6 +345,11 @@ SELECT throws_ok(format('SELECT harvest.get_execution_stack(%L, 0)', (SELECT id 
 SELECT is((SELECT id FROM harvest._decode_cursor(harvest._encode_cursor('2030-01-01 00:00:00+00',
            '00000000-0000-0000-0000-000000000001'))), '00000000-0000-0000-0000-000000000001'::uuid,
           'a cursor round-trips');
+SELECT is((SELECT row(created_at, id, as_of, scope)::text FROM harvest._decode_cursor(harvest._encode_cursor(
+           '2030-01-01 00:00:00+00', '00000000-0000-0000-0000-000000000001', '2030-01-02 00:00:00+00', 'abc'))),
+          row('2030-01-01 00:00:00+00'::timestamptz, '00000000-0000-0000-0000-000000000001'::uuid,
+              '2030-01-02 00:00:00+00'::timestamptz, 'abc')::text,
+          'a batch''s cursor round-trips its as_of and scope through the same reader');
 SELECT is(harvest._parse_search_filter('amount >= 10'), '{"key": "amount", "op": ">=", "value": "10"}'::jsonb,
           'a filter parses into key, operator and value');
 SELECT ok(harvest._search_predicate('{"key": "a", "op": "=", "value": "x''y"}') LIKE '%''x''''y''%',
@@ -812,7 +817,7 @@ ROLLBACK;
 
 -- Acting on many runs by filter: cancel_workflows, terminate_workflows, signal_workflows.
 BEGIN;
-SELECT plan(27);
+SELECT plan(28);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT pg_temp.start_run('bw-1', 'bw_wf', 'bw_q');
@@ -872,6 +877,10 @@ SELECT throws_ok(format('SELECT harvest.terminate_workflows(p_workflow_name => %
                          (SELECT r ->> 'next_cursor' FROM bw_step)),
                   'HR001', 'the cursor was made for another action or filter',
                   '... and the action (HR001)');
+SELECT throws_ok(format('SELECT harvest.cancel_workflows(p_workflow_name => %L, p_cursor => %L)', 'bw_wf',
+                         harvest._encode_cursor('2030-01-01 00:00:00+00', pg_temp.run('bw-1'))),
+                  'HR001', 'the cursor was made for another action or filter',
+                  '... and a list''s cursor is no batch''s (HR001)');
 SELECT is((harvest.cancel_workflows(p_workflow_name => 'bw_wf') ->> 'unchanged')::int, 3,
           'a cancel already requested is counted unchanged');
 SELECT is(harvest.cancel_workflows(p_workflow_name => 'bw_none') - 'batch_id' - 'shard_id',

@@ -449,3 +449,51 @@ def test_the_clients_step_by_default_in_the_batch_module_step(db, conn) -> None:
     assert asyncio.run(signal())["acted"] == BATCH_STEP + 1
     steps = "SELECT count(*) FROM harvest.audit_log WHERE operation = %s"
     assert _col(db, steps, "workflow.bulk_cancel") == [2] and _col(db, steps, "workflow.bulk_signal") == [2]
+
+
+def test_a_deadlock_on_one_run_is_retried_in_place_not_counted_failed(db, conn) -> None:
+    """A real deadlock on one run of a step: another session holds the run's task (as a worker
+    closing it would) and then wants the run's row, which the batch's terminate holds while it
+    drops that task. The batch's session is the one the deadlock check aborts (its
+    deadlock_timeout is the short one); the run's subtransaction alone rolls back, the other
+    session goes on and commits, and the run is terminated on its next attempt, not failed."""
+    run = _runs(conn, "send_digest", 1, "deadlock")[0]
+    assert _col(db, "SELECT count(*) FROM harvest.tasks WHERE execution_id = %s", run) == [1]
+    other = psycopg.connect(db)
+    other.execute("SET deadlock_timeout = '10min'")  # (never the one the check aborts)
+    other.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (run,))
+    answer: dict = {}
+    errors: list[BaseException] = []
+
+    def batch() -> None:
+        try:
+            with psycopg.connect(db, autocommit=True) as c:
+                c.execute("SET deadlock_timeout = '50ms'")
+                call = "SELECT harvest.terminate_workflows(p_workflow_name => 'send_digest', p_reason => 'dl')"
+                answer.update(c.execute(call).fetchone()[0])
+        except BaseException as exc:  # (reported by the assertion below)
+            errors.append(exc)
+
+    thread = threading.Thread(target=batch)
+    thread.start()
+    try:
+        with psycopg.connect(db, autocommit=True) as watch:  # until the batch waits on the held task
+            for _ in range(600):
+                waiting = watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%terminate_workflows%' AND pid <> pg_backend_pid()"
+                ).fetchone()[0]
+                if waiting:
+                    break
+                time.sleep(0.05)
+            assert waiting, "the batch never waited on the held task"
+        # The cycle: this session wants the run's row, which the batch holds. The batch is aborted
+        # out of it, which frees the row: this lock is then granted and the session commits.
+        other.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (run,))
+        other.commit()
+    finally:
+        other.close()
+        thread.join(30)
+    assert not errors, errors
+    assert (answer["acted"], answer["failures"], answer["execution_ids"]) == (1, [], [run]), answer
+    assert _col(db, "SELECT status FROM harvest.executions WHERE id = %s", run) == ["TERMINATED"]
