@@ -889,7 +889,7 @@ $$;
 -- PAUSED run resumed since the scan, its search attributes changed: the scan read it unlocked),
 -- and any other refusal in failures, never aborting the rest. A deadlock or a serialization
 -- failure (40P01, 40001) on a run rolls back that run's subtransaction alone and is tried again in
--- place, three attempts in all, before it counts in failures (with its attempts).
+-- place after a pause, three attempts in all, before it counts in failures (with its attempts).
 -- A run sealed by a rebalance since the scan, or a copy still being moved here, is named
 -- in moved, untouched: the caller acts on it where it lives (harvest.client.batch).
 -- next_cursor continues the scan (NULL: this shard is done); the first call fixes the
@@ -1049,8 +1049,8 @@ BEGIN
         END IF;
         -- Each run in a subtransaction of its own; a deadlock or a serialization failure on it (its
         -- locks met another session's in a cycle: a worker closing the run, an operator's own
-        -- call) rolls back this run's work alone, which frees what it held, and it is tried again,
-        -- three attempts in all, before it counts as failed.
+        -- call) rolls back this run's work alone, which frees what it held, and it is tried again
+        -- after a short pause (50 ms, then 100), three attempts in all, before it counts as failed.
         FOR v_attempt IN 1..3 LOOP
             BEGIN
                 v_execution := harvest._lock_execution(v_row.id);
@@ -1084,7 +1084,11 @@ BEGIN
             EXCEPTION
                 WHEN SQLSTATE '40P01' OR SQLSTATE '40001' THEN
                     IF v_attempt < 3 THEN
-                        CONTINUE;  -- (rolled back: tried again)
+                        -- Rolled back, and tried again after a pause that lets the other session
+                        -- take what this run's work had held (retried at once, this session can
+                        -- take the run's row first and meet the same cycle again).
+                        PERFORM pg_sleep(0.05 * v_attempt);
+                        CONTINUE;
                     END IF;
                     v_failures := v_failures || jsonb_build_object('execution_id', v_row.id, 'sqlstate', SQLSTATE,
                                                                    'error', SQLERRM, 'attempts', v_attempt);

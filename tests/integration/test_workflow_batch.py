@@ -201,6 +201,21 @@ def test_the_roles_reader_cannot_and_operator_cannot_terminate(db, conn) -> None
 
 
 # -- races: runs that end, or are sealed, between the scan and the act ------------------------------
+def _until_waiting(db: str, call: str) -> None:
+    """Until a session running ``call`` (a batch's SQL function) waits on a lock."""
+    with psycopg.connect(db, autocommit=True) as watch:
+        for _ in range(600):
+            waiting = watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s"
+                " AND pid <> pg_backend_pid()",
+                (f"%{call}%",),
+            ).fetchone()[0]
+            if waiting:
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"the batch ({call}) never waited on the held row")
+
+
 def _raced(
     db: str, run: str, change: str, call: str = "cancel_workflows(p_workflow_name => 'send_digest')"
 ) -> dict:
@@ -218,16 +233,7 @@ def _raced(
     thread = threading.Thread(target=batch)
     thread.start()
     try:
-        with psycopg.connect(db, autocommit=True) as watch:  # until the batch waits on the row lock
-            for _ in range(600):
-                waiting = watch.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                    (f"%{call.split('(')[0]}%",),
-                ).fetchone()[0]
-                if waiting:
-                    break
-                time.sleep(0.05)
-            assert waiting, "the batch never waited on the held run"
+        _until_waiting(db, call.split("(")[0])
         holder.execute(change, (run,))
         holder.commit()
     finally:
@@ -469,7 +475,9 @@ def test_a_deadlock_on_one_run_is_retried_in_place_not_counted_failed(db, conn) 
         try:
             with psycopg.connect(db, autocommit=True) as c:
                 c.execute("SET deadlock_timeout = '50ms'")
-                call = "SELECT harvest.terminate_workflows(p_workflow_name => 'send_digest', p_reason => 'dl')"
+                call = (
+                    "SELECT harvest.terminate_workflows(p_workflow_name => 'send_digest', p_reason => 'dl')"
+                )
                 answer.update(c.execute(call).fetchone()[0])
         except BaseException as exc:  # (reported by the assertion below)
             errors.append(exc)
@@ -477,16 +485,7 @@ def test_a_deadlock_on_one_run_is_retried_in_place_not_counted_failed(db, conn) 
     thread = threading.Thread(target=batch)
     thread.start()
     try:
-        with psycopg.connect(db, autocommit=True) as watch:  # until the batch waits on the held task
-            for _ in range(600):
-                waiting = watch.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE '%terminate_workflows%' AND pid <> pg_backend_pid()"
-                ).fetchone()[0]
-                if waiting:
-                    break
-                time.sleep(0.05)
-            assert waiting, "the batch never waited on the held task"
+        _until_waiting(db, "terminate_workflows")
         # The cycle: this session wants the run's row, which the batch holds. The batch is aborted
         # out of it, which frees the row: this lock is then granted and the session commits.
         other.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (run,))
@@ -497,3 +496,33 @@ def test_a_deadlock_on_one_run_is_retried_in_place_not_counted_failed(db, conn) 
     assert not errors, errors
     assert (answer["acted"], answer["failures"], answer["execution_ids"]) == (1, [], [run]), answer
     assert _col(db, "SELECT status FROM harvest.executions WHERE id = %s", run) == ["TERMINATED"]
+
+
+def test_both_clients_report_progress_after_each_step(db, conn) -> None:
+    """Client.act_on_workflows and AsyncClient's take progress(shard, matched so far), told after
+    each step (the one batch flow both drive, harvest.client.batch)."""
+    import asyncio
+
+    from harvest import AsyncClient
+
+    _runs(conn, "send_digest", 5, "progress")
+    told: list[tuple[int, int]] = []
+    with Client(db) as client:
+        out = client.cancel_workflows(
+            workflow_name="send_digest", batch_size=2, progress=lambda *a: told.append(a)
+        )
+    assert out["acted"] == 5 and told == [(0, 2), (0, 4), (0, 5)]
+
+    async def signal() -> tuple[dict, list]:
+        seen: list[tuple[int, int]] = []
+        client = await AsyncClient.connect(db)
+        try:
+            done = await client.signal_workflows(
+                "go", workflow_name="send_digest", batch_size=3, progress=lambda *a: seen.append(a)
+            )
+        finally:
+            await client.close()
+        return done, seen
+
+    done, seen = asyncio.run(signal())
+    assert done["acted"] == 5 and seen == [(0, 3), (0, 5)]

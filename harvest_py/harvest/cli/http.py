@@ -649,43 +649,18 @@ class HttpApi:
         answer = self.http.request("POST", path, params=self._shard(), json={}, scope="admin")[1]
         self.answered_shard = answer.get("shard_id")
 
-    def act_on_workflows(
-        self,
-        action: str,
-        *,
-        state: str | None = None,
-        workflow_name: str | None = None,
-        search_attributes: list[str] | None = None,
-        created_after: Any = None,
-        created_before: Any = None,
-        filter: str | None = None,
-        reason: str | None = None,
-        signal_name: str | None = None,
-        payload: Any = None,
-        cursor: str | None = None,
-        limit: int = BATCH_STEP,
-        dry_run: bool = False,
-        operator_id: str | None = None,
-        batch_id: str | None = None,
-    ) -> dict[str, Any]:
+    def act_on_workflows(self, action: str, **step: Any) -> dict[str, Any]:
         """One request of a batch by filter (POST /workflows/{action}): a step on every shard,
-        its summary and the next_cursor that continues it (harvest.client.batch)."""
+        its summary and the next_cursor that continues it. ``step``: SqlApi.act_on_workflows's
+        keywords (harvest.client.batch.STEP_KEYS), sent as the body's fields of the same names."""
+        from harvest.client.batch import STEP_KEYS
+
         body = _body(
             {
-                "state": state,
-                "workflow_name": workflow_name,
-                "search_attributes": list(search_attributes or []) or None,
-                "created_after": created_after,
-                "created_before": created_before,
-                "filter": filter,
-                "reason": reason,
-                "signal_name": signal_name,
-                "payload": payload,
-                "cursor": cursor,
-                "limit": limit,
-                "dry_run": dry_run,
-                "operator_id": operator_id,
-                "batch_id": batch_id,
+                **{k: step.get(k) for k in STEP_KEYS},
+                "search_attributes": list(step.get("search_attributes") or []) or None,
+                "limit": step.get("limit") or BATCH_STEP,
+                "dry_run": bool(step.get("dry_run")),
             }
         )
         budget = max(self.http.settings.timeout, BULK_WRITE_SECS)

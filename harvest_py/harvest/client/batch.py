@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from harvest.core.batches import BATCH_STEP as BATCH_STEP  # (re-exported: the step's one value)
 from harvest.core.batches import BATCH_STEP_MAX as BATCH_STEP_MAX
 from harvest.core.errors import InvalidArgument
+from harvest.core.stepper import Do, Flow, adriven, driven
 
 ACTIONS = ("cancel", "terminate", "signal")
 # Failures listed in a summary (each is counted in failed all the same).
@@ -32,6 +34,11 @@ FAILURES_SHOWN = 100
 # The HTTP cursor's prefix (a batch's position on every shard, and its id).
 CURSOR_PREFIX = "wb1."
 FILTER_KEYS = ("state", "workflow_name", "search_attributes", "created_after", "created_before", "filter")
+# A step's keywords (SqlApi.act_on_workflows's, and the HTTP route's body fields of the same names).
+STEP_KEYS = (
+    *FILTER_KEYS,
+    *("reason", "signal_name", "payload", "cursor", "limit", "dry_run", "operator_id", "batch_id"),
+)
 
 
 def check_action(action: str) -> None:
@@ -154,6 +161,14 @@ class BatchTally:
         return out
 
 
+def filters_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A batch's filters among ``values`` (a client's arguments, a request's body), by the names
+    of FILTER_KEYS; search_attributes a list."""
+    filters = {k: values.get(k) for k in FILTER_KEYS}
+    filters["search_attributes"] = list(filters["search_attributes"] or ())
+    return filters
+
+
 def step_arguments(filters: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword arguments of ``SqlApi.act_on_workflows`` for a batch's filters and options."""
     return {**{k: filters.get(k) for k in FILTER_KEYS}, **options}
@@ -189,10 +204,71 @@ def follow_failed(
     tally.followed_failed(execution_id, getattr(exc, "shard", None), text, _code(exc))
 
 
-def run_batch(
+def _follow_moved(
+    tally: BatchTally,
+    shard: int,
+    answer: dict[str, Any],
+    follow: Callable[[str, Callable[[Any], Any]], Any],
+    action: str,
+    arguments: Mapping[str, Any],
+    is_outage: Callable[[BaseException], bool],
+    failure_text: Callable[[BaseException], str],
+) -> Flow[None]:
+    """A step's answer on ``shard`` added to ``tally``, and each run it named as moved acted on
+    where it lives (``follow``), or counted as failed there."""
+    for moved in tally.add(shard, answer):
+        try:
+            found = yield Do(functools.partial(follow, moved, _acting(action, by_id(arguments, moved))))
+        except Exception as exc:
+            follow_failed(tally, moved, exc, is_outage, failure_text(exc))
+            continue
+        tally.add_followed(*found)
+
+
+def step_each_shard(
+    positions: Mapping[int, str | None],
+    on_shard: Callable[[int, Callable[[Any], Any]], Any],
+    follow: Callable[[str, Callable[[Any], Any]], Any],
+    action: str,
+    arguments: Mapping[str, Any],
+    tally: BatchTally,
+    *,
+    is_outage: Callable[[BaseException], bool] = lambda exc: False,
+    failure_text: Callable[[BaseException], str] = str,
+) -> Flow[dict[int, str | None]]:
+    """One bounded step of a batch on each shard of ``positions`` (shard -> its SQL cursor, None
+    from its start), added to ``tally``, its moved runs acted on where they live through
+    ``follow`` (-> (its shard, the answer)); the positions still to go on (a shard not done, or
+    one ``is_outage`` says could not be reached, which keeps its place). ``arguments``:
+    :func:`step_arguments`'s, the batch id's included. The flow of every face: the whole batch
+    (:func:`batch_flow`) steps each shard to its end with it; a face that answers one step a
+    request (the HTTP route, the dashboard: :func:`astep_each_shard`) makes its next_cursor of
+    what this answers (:func:`encode_cursor`). ``on_shard(shard, fn)`` and ``follow`` make the
+    call ``fn(sql)`` (a sync or an asyncio SQL API: :func:`harvest.core.stepper.drive`,
+    ``adrive``)."""
+    dry_run = bool(arguments.get("dry_run"))
+    after: dict[int, str | None] = {}
+    for shard, position in sorted(positions.items()):
+        try:
+            answer = yield Do(
+                functools.partial(on_shard, shard, _acting(action, {**arguments, "cursor": position}))
+            )
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            tally.unreachable(shard, failure_text(exc))
+            after[shard] = position  # (a later step goes on there)
+            continue
+        yield from _follow_moved(tally, shard, answer, follow, action, arguments, is_outage, failure_text)
+        if answer.get("next_cursor") and not dry_run:
+            after[shard] = answer["next_cursor"]
+    return after
+
+
+def batch_flow(
     shards: Iterable[int],
     on_shard: Callable[[int, Callable[[Any], Any]], Any],
-    follow: Callable[[str, Callable[[Any], Any]], tuple[int, Any]],
+    follow: Callable[[str, Callable[[Any], Any]], Any],
     action: str,
     filters: Mapping[str, Any],
     *,
@@ -202,39 +278,40 @@ def run_batch(
     is_outage: Callable[[BaseException], bool] = lambda exc: False,
     failure_text: Callable[[BaseException], str] = str,
     **options: Any,
-) -> BatchTally:
+) -> Flow[BatchTally]:
     """The batch on every shard of ``shards``, one after the other, each to its end: steps of
-    ``limit`` runs (one transaction each) through ``on_shard(shard, fn)``, the moved runs each
-    acted on through ``follow(execution_id, fn)`` (-> (its shard, fn's answer)). A shard whose
-    outage ``is_outage`` recognises is named in the tally and the next shard done all the same;
-    any other error is the caller's (a refused filter, a missing permission). ``progress(shard,
-    done)`` after each step. A dry run makes one step a shard (the count and a sample).
-    ``options``: reason, signal_name, payload, limit, operator_id (SqlApi.act_on_workflows)."""
+    ``limit`` runs (one transaction each, :func:`step_each_shard`) through ``on_shard(shard,
+    fn)``, the moved runs each acted on through ``follow(execution_id, fn)`` (-> (its shard, fn's
+    answer)). A shard whose outage ``is_outage`` recognises is named in the tally and the next
+    shard done all the same; any other error is the caller's (a refused filter, a missing
+    permission). ``progress(shard, matched so far)`` after each step. A dry run makes one step a
+    shard (the count and a sample). ``options``: reason, signal_name, payload, limit, operator_id
+    (SqlApi.act_on_workflows). :func:`run_batch` drives it, :func:`arun_batch` under asyncio."""
     tally, arguments = _start(action, filters, dry_run, batch_id, options)
     for shard in shards:
-        cursor: str | None = None
-        try:
-            while True:
-                step = {**arguments, "cursor": cursor}
-                answer = on_shard(shard, lambda sql, a=step: sql.act_on_workflows(action, **a))  # type: ignore[misc]
-                for moved in tally.add(shard, answer):
-                    one = by_id(arguments, moved)
-                    try:
-                        found = follow(moved, lambda sql, a=one: sql.act_on_workflows(action, **a))  # type: ignore[misc]
-                    except Exception as exc:
-                        follow_failed(tally, moved, exc, is_outage, failure_text(exc))
-                        continue
-                    tally.add_followed(*found)
-                if progress is not None:
-                    progress(shard, tally.shards[shard].matched)
-                cursor = answer.get("next_cursor")
-                if dry_run or not cursor:
-                    break
-        except Exception as exc:
-            if not is_outage(exc):
-                raise
-            tally.unreachable(shard, failure_text(exc))
+        positions: dict[int, str | None] = {shard: None}
+        while positions:
+            positions = yield from step_each_shard(
+                positions,
+                on_shard,
+                follow,
+                action,
+                arguments,
+                tally,
+                is_outage=is_outage,
+                failure_text=failure_text,
+            )
+            if shard in tally.unavailable:
+                break  # (named in the tally; the next shard is done all the same)
+            if progress is not None:
+                progress(shard, tally.shards[shard].matched)
     return tally
+
+
+# :func:`batch_flow` (its arguments) driven: each call made as it comes (``Client``, the CLI), or
+# awaited (``AsyncClient``).
+run_batch = driven(batch_flow)
+arun_batch = adriven(batch_flow)
 
 
 def _acting(action: str, arguments: Mapping[str, Any]) -> Callable[[Any], Any]:
@@ -242,92 +319,8 @@ def _acting(action: str, arguments: Mapping[str, Any]) -> Callable[[Any], Any]:
     return lambda sql: sql.act_on_workflows(action, **arguments)
 
 
-async def _afollow_moved(
-    tally: BatchTally,
-    shard: int,
-    answer: dict[str, Any],
-    follow: Callable[[str, Callable[[Any], Awaitable[Any]]], Awaitable[tuple[int, Any]]],
-    action: str,
-    arguments: Mapping[str, Any],
-    is_outage: Callable[[BaseException], bool],
-    failure_text: Callable[[BaseException], str],
-) -> None:
-    """A step's answer on ``shard`` added to ``tally``, and each run it named as moved acted on
-    where it lives (``follow``), or counted as failed there."""
-    for moved in tally.add(shard, answer):
-        one = by_id(arguments, moved)
-        try:
-            found = await follow(moved, _acting(action, one))
-        except Exception as exc:
-            follow_failed(tally, moved, exc, is_outage, failure_text(exc))
-            continue
-        tally.add_followed(*found)
-
-
-async def arun_batch(
-    shards: Iterable[int],
-    on_shard: Callable[[int, Callable[[Any], Awaitable[Any]]], Awaitable[Any]],
-    follow: Callable[[str, Callable[[Any], Awaitable[Any]]], Awaitable[tuple[int, Any]]],
-    action: str,
-    filters: Mapping[str, Any],
-    *,
-    dry_run: bool = False,
-    batch_id: str | None = None,
-    is_outage: Callable[[BaseException], bool] = lambda exc: False,
-    failure_text: Callable[[BaseException], str] = str,
-    **options: Any,
-) -> BatchTally:
-    """:func:`run_batch` for asyncio (``AsyncClient``)."""
-    tally, arguments = _start(action, filters, dry_run, batch_id, options)
-    for shard in shards:
-        cursor: str | None = None
-        try:
-            while True:
-                step = {**arguments, "cursor": cursor}
-                answer = await on_shard(shard, lambda sql, a=step: sql.act_on_workflows(action, **a))  # type: ignore[misc]
-                await _afollow_moved(tally, shard, answer, follow, action, arguments, is_outage, failure_text)
-                cursor = answer.get("next_cursor")
-                if dry_run or not cursor:
-                    break
-        except Exception as exc:
-            if not is_outage(exc):
-                raise
-            tally.unreachable(shard, failure_text(exc))
-    return tally
-
-
-async def astep_each_shard(
-    positions: Mapping[int, str | None],
-    on_shard: Callable[[int, Callable[[Any], Awaitable[Any]]], Awaitable[Any]],
-    follow: Callable[[str, Callable[[Any], Awaitable[Any]]], Awaitable[tuple[int, Any]]],
-    action: str,
-    arguments: Mapping[str, Any],
-    tally: BatchTally,
-    *,
-    is_outage: Callable[[BaseException], bool] = lambda exc: False,
-    failure_text: Callable[[BaseException], str] = str,
-) -> dict[int, str | None]:
-    """One bounded step of a batch on each shard of ``positions`` (shard -> its SQL cursor, None
-    from its start), added to ``tally``, its moved runs acted on where they live through
-    ``follow``; the positions still to go on (a shard not done, or one ``is_outage`` says could
-    not be reached, which keeps its place). ``arguments``: :func:`step_arguments`'s, the batch
-    id's included. A face that answers one step a request (the HTTP route, the dashboard) makes
-    its next_cursor of what this answers (:func:`encode_cursor`)."""
-    dry_run = bool(arguments.get("dry_run"))
-    after: dict[int, str | None] = {}
-    for shard, position in sorted(positions.items()):
-        try:
-            answer = await on_shard(shard, _acting(action, {**arguments, "cursor": position}))
-        except Exception as exc:
-            if not is_outage(exc):
-                raise
-            tally.unreachable(shard, failure_text(exc))
-            after[shard] = position  # (a later step goes on there)
-            continue
-        await _afollow_moved(tally, shard, answer, follow, action, arguments, is_outage, failure_text)
-        if answer.get("next_cursor") and not dry_run:
-            after[shard] = answer["next_cursor"]
-    return after
+# :func:`step_each_shard` under asyncio: the HTTP route's and the dashboard's request.
+astep_each_shard = adriven(step_each_shard)
 
 
 def _code(exc: BaseException) -> str | None:

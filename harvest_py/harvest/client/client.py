@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.client import messages as messaging
@@ -55,6 +55,10 @@ from harvest.core.errors import (
 )
 from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
+from harvest.core.stepper import Do as _Do
+from harvest.core.stepper import Flow as _Flow
+from harvest.core.stepper import adrive as _adrive
+from harvest.core.stepper import drive as _drive
 from harvest.core.task_token import TaskToken
 from harvest.db import channels, pooler, sqlapi
 from harvest.db.connection import caller_connection, connect, connect_async, one_line, resolve_dsn
@@ -63,12 +67,11 @@ from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.migrate import check_schema_async
 from harvest.db.notify import NotificationHub, ThreadNotificationHub
 from harvest.db.pools import connections_by, never_sent, open_async_pool, open_pool
-from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi, translated_errors
 from harvest.db.steps import (
     InTransaction,
     Notified,
     Sql,
-    Stepper,
     Steps,
     arun_steps,
     arun_steps_on_hub,
@@ -853,43 +856,6 @@ async def _ain_transaction(target: Any, connection: Any, shard: int | None, step
     """:func:`_in_transaction` on an asyncio target or connection."""
     async with _scope(target, connection, shard) as conn, conn.transaction():
         return await arun_steps(steps, AsyncSqlApi.on_connection(conn))
-
-
-class _Do:
-    """A step of a flow: call ``fn`` (a method of the client or the handle that drives the flow);
-    the asyncio driver awaits what it returns."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[[], Any]):
-        self.fn = fn
-
-
-# A flow: client logic that calls the client's (or a handle's) own methods, written once for
-# both clients. ``_drive`` runs it for Client, ``_adrive`` for AsyncClient; what a call returns
-# is sent back in, what it raises is thrown in.
-_Flow = Generator[_Do, Any, T]
-
-
-def _drive(flow: _Flow[T]) -> T:
-    stepper = Stepper(flow)
-    while (op := stepper.next()) is not None:
-        try:
-            stepper.value = op.fn()
-        except BaseException as exc:  # thrown into the flow, which raises it on
-            stepper.error = exc
-    return cast(T, stepper.result)
-
-
-async def _adrive(flow: _Flow[T]) -> T:
-    """:func:`_drive` for AsyncClient."""
-    stepper = Stepper(flow)
-    while (op := stepper.next()) is not None:
-        try:
-            stepper.value = await op.fn()
-        except BaseException as exc:  # thrown into the flow, which raises it on
-            stepper.error = exc
-    return cast(T, stepper.result)
 
 
 def _prepare_start(
@@ -2012,18 +1978,17 @@ class Client:
         batch_size: int = BATCH_STEP,
         operator_id: str | None = None,
         batch_id: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> dict[str, Any]:
         """``action`` (cancel, terminate, signal) on every live run the filters select (those of
         :meth:`list_workflows`; at least one besides ``state``, else InvalidArgument), on every
         shard, ``batch_size`` runs a transaction; a run a rebalance moved is acted on where it
         lives. Answers the summary: matched, acted, already_ended, unchanged, failed (with
         failures), per shard (shards) and the shards not reached (unavailable_shards, status
-        partial). ``dry_run``: count and a sample (execution_ids), nothing written."""
-        from harvest.client.batch import run_batch
-        from harvest.db.connection import failure_reason
-        from harvest.db.sqlapi import translated_errors
-        from harvest.shard.fanout import is_shard_failure
-
+        partial). ``dry_run``: count and a sample (execution_ids), nothing written.
+        ``progress(shard, matched so far)`` after each step (a progress bar)."""
+        batch = dict(locals())  # (the arguments, as given: first, before any other local)
+        del batch["self"]
         target = self._target
 
         def on_shard(shard: int, fn: Callable[[SqlApi], Any]) -> Any:
@@ -2035,26 +2000,7 @@ class Client:
                 "tuple[int, Any]", target.follow(execution_id, lambda shard: (shard, on_shard(shard, fn)))
             )
 
-        filters = _batch_filters(
-            state, workflow_name, search_attributes, created_after, created_before, filter
-        )
-        tally = run_batch(
-            sorted(self.router.readable),
-            on_shard,
-            follow,
-            action,
-            filters,
-            limit=batch_size,
-            dry_run=dry_run,
-            reason=reason,
-            signal_name=signal_name,
-            payload=payload,
-            operator_id=operator_id,
-            batch_id=batch_id,
-            is_outage=is_shard_failure if target.sharded else (lambda exc: False),
-            failure_text=failure_reason,
-        )
-        return tally.as_dict()
+        return _drive(_batch_flow(self, on_shard, follow, batch))
 
     @overload
     def get_handle(
@@ -2323,23 +2269,28 @@ class _ShardStarts:
         return sum(b.items for b in self._by_shard.values())
 
 
-def _batch_filters(
-    state: str | None,
-    workflow_name: str | None,
-    search_attributes: list[str] | tuple[str, ...],
-    created_after: Any,
-    created_before: Any,
-    filter: str | None,
-) -> dict[str, Any]:
-    """The filters of a batch by filter (Client.act_on_workflows), as harvest.client.batch takes them."""
-    return {
-        "state": state,
-        "workflow_name": workflow_name,
-        "search_attributes": list(search_attributes),
-        "created_after": created_after,
-        "created_before": created_before,
-        "filter": filter,
-    }
+def _batch_flow(client: Any, on_shard: Any, follow: Any, batch: dict[str, Any]) -> _Flow[dict[str, Any]]:
+    """act_on_workflows of both clients (``batch``: its arguments): the batch on every shard the
+    client reads (harvest.client.batch), each call through the client's ``on_shard`` and
+    ``follow``; a shard's outage is named in the summary when the client is sharded."""
+    from harvest.client.batch import FILTER_KEYS, batch_flow, filters_of
+    from harvest.db.connection import failure_reason
+    from harvest.shard.fanout import is_shard_failure
+
+    filters = filters_of(batch)
+    options = {k: v for k, v in batch.items() if k not in FILTER_KEYS}
+    tally = yield from batch_flow(
+        sorted(client.router.readable),
+        on_shard,
+        follow,
+        options.pop("action"),
+        filters,
+        limit=options.pop("batch_size"),
+        is_outage=is_shard_failure if client._target.sharded else (lambda exc: False),
+        failure_text=failure_reason,
+        **options,
+    )
+    return tally.as_dict()
 
 
 def _batch_payload(client: Any, signal_name: str, value: Any) -> Any:
@@ -2756,18 +2707,17 @@ class AsyncClient:
         batch_size: int = BATCH_STEP,
         operator_id: str | None = None,
         batch_id: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> dict[str, Any]:
         """``action`` (cancel, terminate, signal) on every live run the filters select (those of
         :meth:`list_workflows`; at least one besides ``state``, else InvalidArgument), on every
         shard, ``batch_size`` runs a transaction; a run a rebalance moved is acted on where it
         lives. Answers the summary: matched, acted, already_ended, unchanged, failed (with
         failures), per shard (shards) and the shards not reached (unavailable_shards, status
-        partial). ``dry_run``: count and a sample (execution_ids), nothing written."""
-        from harvest.client.batch import arun_batch
-        from harvest.db.connection import failure_reason
-        from harvest.db.sqlapi import translated_errors
-        from harvest.shard.fanout import is_shard_failure
-
+        partial). ``dry_run``: count and a sample (execution_ids), nothing written.
+        ``progress(shard, matched so far)`` after each step (a progress bar)."""
+        batch = dict(locals())  # (the arguments, as given: first, before any other local)
+        del batch["self"]
         target = self._target
 
         async def on_shard(shard: int, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> Any:
@@ -2780,26 +2730,7 @@ class AsyncClient:
 
             return cast("tuple[int, Any]", await target.follow(execution_id, attempt))
 
-        filters = _batch_filters(
-            state, workflow_name, search_attributes, created_after, created_before, filter
-        )
-        tally = await arun_batch(
-            sorted(self.router.readable),
-            on_shard,
-            follow,
-            action,
-            filters,
-            limit=batch_size,
-            dry_run=dry_run,
-            reason=reason,
-            signal_name=signal_name,
-            payload=payload,
-            operator_id=operator_id,
-            batch_id=batch_id,
-            is_outage=is_shard_failure if target.sharded else (lambda exc: False),
-            failure_text=failure_reason,
-        )
-        return tally.as_dict()
+        return await _adrive(_batch_flow(self, on_shard, follow, batch))
 
     @overload
     def get_handle(

@@ -41,18 +41,18 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Generic, Protocol, Self, TypeVar, cast
+from typing import Any, Protocol, Self, TypeVar, cast
 
 from psycopg.errors import AdminShutdown
 
 from harvest.core.errors import DatabaseUnavailable
+from harvest.core.stepper import Stepper as Stepper  # (re-exported: the drivers' and flows' one stepper)
 from harvest.db import channels
 from harvest.db.connection import DatabaseError, connect_async
 from harvest.db.pools import connections_by
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 
 T = TypeVar("T")
-Op = TypeVar("Op")
 
 
 class _Call:
@@ -143,31 +143,6 @@ Cleanup = Sql | Callable[[], Sql | None] | None
 
 def _cleanup_call(cleanup: Cleanup) -> Sql | None:
     return cleanup() if callable(cleanup) else cleanup
-
-
-class Stepper(Generic[Op]):
-    """Where a generator stands: what to send it next (a value, or an error to throw in). The
-    drivers below step steps with it; the client's flows (harvest.client.client) too."""
-
-    __slots__ = ("error", "result", "steps", "value")
-
-    steps: Generator[Op, Any, Any]
-    value: Any
-    error: BaseException | None
-    result: Any
-
-    def __init__(self, steps: Generator[Op, Any, Any]):
-        self.steps, self.value, self.error, self.result = steps, None, None, None
-
-    def next(self) -> Op | None:
-        """The next operation, or None once the steps have returned (``result``)."""
-        try:
-            op = self.steps.send(self.value) if self.error is None else self.steps.throw(self.error)
-        except StopIteration as done:
-            self.result = done.value
-            return None
-        self.value = self.error = None
-        return op
 
 
 def bounded_by(steps: Steps[T], deadline: float | None) -> Steps[T]:

@@ -558,18 +558,12 @@ def _act_on_workflows(action: str) -> Any:
             astep_each_shard,
             decode_cursor,
             encode_cursor,
+            filters_of,
             step_arguments,
         )
         from harvest.shard.fanout import is_shard_failure
 
-        filters = {
-            "state": data.get("state"),
-            "workflow_name": data.get("workflow_name"),
-            "search_attributes": list(data.get("search_attributes") or []),
-            "created_after": data.get("created_after"),
-            "created_before": data.get("created_before"),
-            "filter": data.get("filter"),
-        }
+        filters = filters_of(data)
         named = ("workflow_name", "search_attributes", "created_after", "created_before", "filter")
         if not any(filters[k] not in (None, "", []) for k in named):
             raise invalid(
