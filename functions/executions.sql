@@ -955,7 +955,7 @@ BEGIN
         RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001',
             HINT = 'act on at most 1000 runs a call; continue with next_cursor';
     END IF;
-    IF p_action = 'signal' THEN
+    IF p_action = 'signal' AND NOT v_dry THEN  -- (a dry run counts the runs: it sends nothing)
         IF p_signal_name IS NULL OR btrim(p_signal_name) = '' THEN
             RAISE EXCEPTION 'signal name is empty' USING ERRCODE = 'HR001',
                 HINT = 'name the signal the runs wait for';
@@ -1166,14 +1166,14 @@ CREATE OR REPLACE FUNCTION harvest.signal_workflows(
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_cursor text DEFAULT NULL,
     p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
-    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_reason text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 BEGIN
     RETURN harvest._act_on_workflows('signal', p_status, p_workflow_name, p_search_attributes, p_created_after,
-        p_created_before, p_filter, NULL, p_signal_name, p_payload, p_cursor, p_limit, p_dry_run, p_operator_id,
+        p_created_before, p_filter, p_reason, p_signal_name, p_payload, p_cursor, p_limit, p_dry_run, p_operator_id,
         p_batch_id, p_execution_ids);
 END;
 $$;
@@ -1564,8 +1564,8 @@ COMMENT ON FUNCTION harvest.terminate_workflows IS
 'harvest_admin).';
 COMMENT ON FUNCTION harvest.signal_workflows IS
 'Signal the live runs a filter selects, as cancel_workflows takes and answers them; each run gets the batch id as its '
-'signal_id and is signalled once per batch however often it is found (unchanged). For operators (role '
-'harvest_operator).';
+'signal_id and is signalled once per batch however often it is found (unchanged); p_reason goes to the audit row '
+'only. For operators (role harvest_operator).';
 COMMENT ON FUNCTION harvest.get_execution_by_workflow_id IS
 'The current run of a workflow_id (optionally of one workflow name): the RUNNING one, else the newest; HR002 when '
 'there is none, HR001 when the id is empty or, with no name, several workflows use it. For clients (role '

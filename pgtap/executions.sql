@@ -817,7 +817,7 @@ ROLLBACK;
 
 -- Acting on many runs by filter: cancel_workflows, terminate_workflows, signal_workflows.
 BEGIN;
-SELECT plan(28);
+SELECT plan(29);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT pg_temp.start_run('bw-1', 'bw_wf', 'bw_q');
@@ -893,8 +893,12 @@ SELECT is((harvest.terminate_workflows(p_execution_ids => ARRAY[pg_temp.run('bw-
            ->> 'already_ended')::int, 1, 'terminate_workflows(): an ended run is counted already_ended');
 SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('bw-1')), 'TERMINATED',
           '... and the live one terminated');
-SELECT is((harvest.signal_workflows('go', '1', p_workflow_name => 'bw_other', p_batch_id => 'b-1') ->> 'acted')::int,
+SELECT is((harvest.signal_workflows('go', '1', p_workflow_name => 'bw_other', p_batch_id => 'b-1',
+                                   p_reason => 'rollout') ->> 'acted')::int,
           1, 'signal_workflows() signals the runs');
+SELECT is((SELECT details ->> 'reason' FROM harvest.audit_log
+           WHERE operation = 'workflow.bulk_signal' AND details ->> 'batch_id' = 'b-1'), 'rollout',
+          '... its audit row keeps the reason');
 SELECT is((harvest.signal_workflows('go', '1', p_workflow_name => 'bw_other', p_batch_id => 'b-1') ->> 'unchanged')::int,
           1, '... once per batch id');
 -- A run read again under its lock: one that left the filter since the scan is not acted on.

@@ -1,6 +1,7 @@
 """The runs list's bulk cancel in headless Chromium (marker browser): the list filtered, its runs
 counted, the act confirmed with a reason, continued page by page, and its summary; an operator
-is offered no bulk terminate. Screenshots: bulk-runs-confirm, bulk-runs-progress, bulk-runs-done."""
+is offered no bulk terminate; a signal by filter with its name and JSON payload. Screenshots:
+bulk-runs-confirm, bulk-runs-progress, bulk-runs-done, bulk-signal-confirm."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def test_cancel_the_runs_a_filter_selects_count_confirm_continue_summary(
         browser.get(f"{site}/workflows?workflow_name=send_digest&status=RUNNING")
         assert len(browser.find_elements(By.CSS_SELECTOR, "#workflows tbody tr")) == 3
         buttons = browser.find_elements(By.CSS_SELECTOR, "#bulk-runs-count button")
-        assert [b.get_attribute("value") for b in buttons] == ["cancel"]  # no terminate for operate
+        offered = [b.get_attribute("value") for b in buttons]
+        assert offered == ["cancel", "signal"]  # no terminate for operate
         click_and_wait(browser, buttons[0])
 
         assert _text(browser, "h1") == "Cancel 3 runs?"
@@ -82,3 +84,32 @@ def test_cancel_the_runs_a_filter_selects_count_confirm_continue_summary(
             ).fetchall()
         )
     assert asked == {**dict.fromkeys(runs, True), **dict.fromkeys(spared, False)}
+
+
+def test_signal_the_runs_a_filter_selects_with_a_name_and_a_payload(browser: Any, db: str) -> None:
+    runs = _runs(db, "send_digest", 2)
+    with Served(dashboard_app(dsn=db, authorizer=TokenScopes(), timeout=3.0)) as served:
+        site = served.url
+        sign_in(browser, site, "operate-token")
+        browser.get(f"{site}/workflows?workflow_name=send_digest")
+        signal = browser.find_element(By.CSS_SELECTOR, '#bulk-runs-count button[value="signal"]')
+        click_and_wait(browser, signal)
+
+        assert _text(browser, "h1") == "Signal 2 runs?"
+        browser.find_element(By.NAME, "signal_name").send_keys("approved")
+        browser.find_element(By.NAME, "payload").send_keys('{"by": "ops"}')
+        browser.find_element(By.NAME, "reason").send_keys("rollout 7")
+        screenshot(browser, "bulk-signal-confirm")
+        click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#bulk-runs-form button"))
+
+        assert _text(browser, "h1") == "Signal runs: done"
+        assert _text(browser, "#bulk-summary").startswith("2 signalled, 0 already ended, 0 unchanged")
+        assert _text(browser, "#bulk-signal-name") == "approved"
+        assert console_errors(browser) == []
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        got = conn.execute(
+            "SELECT execution_id::text, event_data -> 'payload' FROM harvest.events"
+            " WHERE event_type = 'SignalReceived' AND event_data ->> 'name' = 'approved'"
+        ).fetchall()
+    assert sorted(r for r, _ in got) == sorted(runs) and {p["by"] for _, p in got} == {"ops"}

@@ -250,3 +250,82 @@ def test_over_shards_a_moved_run_is_acted_on_where_it_lives_and_a_shard_down_kee
         else:
             assert rows[moved] == "TERMINATED"
         assert {rows[r] for r in runs if r in rows} == {"TERMINATED"}
+
+
+def _events(db: str, ids: list[str]) -> list[tuple[str, dict]]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT execution_id::text, event_data FROM harvest.events"
+            " WHERE event_type = 'SignalReceived' AND execution_id = ANY(%s::uuid[]) ORDER BY event_id",
+            (ids,),
+        ).fetchall()
+
+
+def test_signal_the_runs_a_filter_selects_counted_first_with_a_name_a_payload_and_a_reason(
+    ui, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Signal by filter: offered beside cancel to an operator, counted first, confirmed with the
+    signal's name, a JSON payload and a reason (each refused with its field when missing or bad,
+    nothing sent), then sent a step at a time, continued from the page to the end: every run gets
+    it once (the batch id its signal id), the other runs none, one audit row a step."""
+    monkeypatch.setattr(ui_app, "RUN_BULK_STEPS", 1)
+    runs = _runs(db, "digest", 3, "g")
+    spared = _runs(db, "report", 1, "p")
+    listed = ui.get("/workflows?workflow_name=digest", headers=OPERATE).text
+    assert 'value="signal"' in listed
+    assert ui.get("/workflows/bulk?action=signal&workflow_name=digest", headers=READ).status_code == 403
+    count = ui.get("/workflows/bulk?action=signal&workflow_name=digest", headers=OPERATE)
+    assert count.status_code == 200, count.text
+    assert (
+        "Signal 3 runs?" in count.text
+        and 'name="signal_name"' in count.text
+        and 'name="payload"' in count.text
+    )
+    base = {**_hidden(count.text, "bulk-runs-form"), "reason": "rollout 7", "limit": "2"}
+
+    for bad, field in (
+        ({"payload": '{"go": true}'}, "signal_name:"),  # no name
+        ({"signal_name": "  ", "payload": "1"}, "signal_name:"),
+        ({"signal_name": "go", "payload": "{not json"}, "payload: not valid JSON"),
+        ({"signal_name": "go", "payload": "1", "reason": ""}, "reason:"),
+    ):
+        refused = ui.post("/workflows/bulk", data={**base, **bad}, headers=OPERATE)
+        assert refused.status_code == 400 and field in html.unescape(refused.text), (bad, refused.text)
+    cross = ui.post(
+        "/workflows/bulk",
+        data={**base, "signal_name": "go", "payload": "1"},
+        headers={**OPERATE, "Origin": "https://evil.example"},
+    )
+    assert cross.status_code == 403
+    assert _events(db, runs + spared) == [] and _audit(db, "workflow.bulk_signal") == []
+
+    form = {**base, "signal_name": "go", "payload": '{"n": 7, "why": "a \\"quoted\\" <b>"}'}
+    pages = 0
+    while True:
+        page = ui.post("/workflows/bulk", data=form, headers=OPERATE)
+        assert page.status_code == 200, page.text
+        pages += 1
+        if 'id="bulk-continue-form"' not in page.text:
+            break
+        assert pages < 4
+        form = _hidden(page.text, "bulk-continue-form")
+        assert form["signal_name"] == "go" and json.loads(form["payload"]) == {
+            "n": 7,
+            "why": 'a "quoted" <b>',
+        }
+    assert pages == 2 and "Signal runs: done" in page.text
+    summary = re.sub(r"\s+", " ", page.text.split('id="bulk-summary">')[1].split("</p>")[0])
+    assert "<strong>3</strong> signalled" in summary and "<strong>0</strong> failed" in summary, summary
+
+    got = _events(db, runs + spared)
+    assert sorted(r for r, _ in got) == sorted(runs)  # each run once, the spared none
+    assert {(d["name"], json.dumps(d["payload"], sort_keys=True)) for _, d in got} == {
+        ("go", json.dumps({"n": 7, "why": 'a "quoted" <b>'}, sort_keys=True))
+    }
+    audit = _audit(db, "workflow.bulk_signal")
+    assert len(audit) == 2 and {(a[0], a[1], a[2]["reason"]) for a in audit} == {
+        ("ui", "operate-user", "rollout 7")
+    }
+    assert len({a[2]["batch_id"] for a in audit}) == 1 and {d["signal_id"] for _, d in got} == {
+        audit[0][2]["batch_id"]
+    }

@@ -154,11 +154,15 @@ def test_bulk_signal_reaches_each_run_once_per_batch(db, conn) -> None:
             '{"n": 1}',
             "--batch-id",
             "incident-42",
+            "--reason",
+            "wake the digests",
             "--output",
             "json",
         )
     )
     assert first["acted"] == 2 and first["batch_id"] == "incident-42"
+    audited = "SELECT details ->> 'reason' FROM harvest.audit_log WHERE operation = 'workflow.bulk_signal'"
+    assert _col(db, audited) == ["wake the digests"]  # (the reason in the step's audit row)
     again = _json(
         harvest(
             db,

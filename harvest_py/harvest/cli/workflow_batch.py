@@ -252,6 +252,7 @@ def bulk_terminate(**options: Any) -> None:
 @click.argument("signal_name")
 @click.option("--payload-json", default=None, help="The signal payload as JSON.")
 @click.option("--payload-file", default=None, help="Read the payload JSON from a file (- for stdin).")
+@click.option("--reason", default=None, help="Why (recorded in each step's audit row).")
 @_batch_options
 def bulk_signal(signal_name: str, payload_json: str | None, payload_file: str | None, **options: Any) -> None:
     """Send signal SIGNAL_NAME to every live run the filter selects, on every shard.

@@ -308,8 +308,8 @@ ACT_ON_WORKFLOWS = """
 SELECT harvest.{action}_workflows(
     {signal}p_status => %(state)s, p_workflow_name => %(workflow_name)s,
     p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
-    p_created_before => %(created_before)s, p_filter => %(filter)s,{reason} p_cursor => %(cursor)s,
-    p_limit => %(limit)s, p_dry_run => %(dry_run)s, p_operator_id => %(operator_id)s,
+    p_created_before => %(created_before)s, p_filter => %(filter)s, p_reason => %(reason)s,
+    p_cursor => %(cursor)s, p_limit => %(limit)s, p_dry_run => %(dry_run)s, p_operator_id => %(operator_id)s,
     p_batch_id => %(batch_id)s, p_execution_ids => %(execution_ids)s::uuid[]) AS result
 """
 LIST_WORKERS = "SELECT * FROM harvest.list_workers(%(queue)s, %(status)s, %(health)s, %(limit)s)"
@@ -1585,10 +1585,10 @@ def bulk_dead_letters(
 
 
 _ACT_ON_WORKFLOWS = {
-    "cancel": ACT_ON_WORKFLOWS.format(action="cancel", signal="", reason=" p_reason => %(reason)s,"),
-    "terminate": ACT_ON_WORKFLOWS.format(action="terminate", signal="", reason=" p_reason => %(reason)s,"),
+    "cancel": ACT_ON_WORKFLOWS.format(action="cancel", signal=""),
+    "terminate": ACT_ON_WORKFLOWS.format(action="terminate", signal=""),
     "signal": ACT_ON_WORKFLOWS.format(
-        action="signal", signal="p_signal_name => %(signal_name)s, p_payload => %(payload)s,", reason=""
+        action="signal", signal="p_signal_name => %(signal_name)s, p_payload => %(payload)s,"
     ),
 }
 

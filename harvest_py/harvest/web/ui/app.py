@@ -111,8 +111,8 @@ STACK_SHOWN = 50  # entries of each of a run's waiting-on lists drawn (its total
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 BULK_ACTIONS = ("replay", "discard")
 # The runs list's bulk actions (POST /workflows/bulk) and the scope each needs, as their per-run
-# actions and the API's POST /workflows/cancel|terminate.
-RUN_BULK_SCOPES: dict[str, Scope] = {"cancel": "operate", "terminate": "admin"}
+# actions and the API's POST /workflows/cancel|terminate|signal.
+RUN_BULK_SCOPES: dict[str, Scope] = {"cancel": "operate", "terminate": "admin", "signal": "operate"}
 RUN_BULK_SAMPLE = 20  # ids a dry run shows (the first of each shard, oldest first)
 # Steps on each shard one POST makes (each a transaction of at most its limit of runs), then the
 # page says how far it got and offers Continue: a request, and what a click does, stay bounded.
@@ -205,7 +205,7 @@ def _bulk_offer(state: str | None, filters: dict[str, Any]) -> str | None:
     if not any(filters.values()):
         return "filter by workflow, search attribute or creation time to act on the runs listed"
     if state is not None and not set(state.split(",")) & LIVE_STATUSES:
-        return "only live runs (RUNNING, PAUSED) can be cancelled or terminated"
+        return "only live runs (RUNNING, PAUSED) can be cancelled, terminated or signalled"
     return None
 
 
@@ -238,7 +238,25 @@ def _dead_letter_bulk_scope(form: dict[str, str]) -> Scope:
 
 
 def _done(action: str) -> str:
-    return {"cancel": "cancelled", "terminate": "terminated"}.get(action, action)
+    return {"cancel": "cancelled", "terminate": "terminated", "signal": "signalled"}.get(action, action)
+
+
+def _signal_of(form: Any, name_field: str) -> tuple[str, Any]:
+    """A signal's name and JSON payload from a form (no payload: null), for one run's signal and
+    the runs a filter selects alike; a missing name or a payload that is not JSON is a 400
+    naming its field."""
+    name = (form.get(name_field) or "").strip()
+    if not name:
+        raise InvalidArgument(f"{name_field}: name the signal to send (the name the workflow waits for)")
+    text = (form.get("payload") or "").strip()
+    try:
+        payload = parse_json(text) if text else None
+    except ValueError as exc:
+        raise InvalidArgument(
+            f"payload: not valid JSON ({exc}): give a JSON value such as "
+            '{"approved": true}, or nothing for null'
+        ) from None
+    return name, payload
 
 
 def _filter_said(params: Any) -> list[tuple[str, str]]:
@@ -622,6 +640,9 @@ class Dashboard:
             raise InvalidArgument(
                 f"reason: say why these runs are to be {_done(action)} (the audit log keeps it)"
             )
+        signal: dict[str, Any] = {}
+        if action == "signal":  # (the name and the payload, carried as given by Continue)
+            signal["signal_name"], signal["payload"] = _signal_of(form, "signal_name")
         limit = _int(form, "limit", 1, BATCH_STEP_MAX, BATCH_STEP)
         expected = _int(form, "expected", 0, 2**63 - 1, None)
         cursor = _param(form, "cursor")
@@ -641,6 +662,7 @@ class Dashboard:
                 "dry_run": False,
                 "operator_id": principal.actor,
                 "batch_id": batch_id,
+                **signal,
             },
         )
         left: dict[int, str | None] = {}
@@ -662,6 +684,8 @@ class Dashboard:
             reason=reason,
             limit=limit,
             cursor=encode_cursor(batch_id, left) if left else None,
+            signal_name=signal.get("signal_name"),
+            payload_text=(form.get("payload") or "").strip(),
         )
 
     async def _bulk_step(
@@ -721,7 +745,7 @@ class Dashboard:
             filter_query=_filter_query(filters),
             so_far=json.dumps({k: v for k, v in summary.items() if k != "execution_ids"}),
             steps=RUN_BULK_STEPS,
-            **{"reason": None, "limit": BATCH_STEP, "cursor": None, **context},
+            **{"reason": None, "limit": BATCH_STEP, "cursor": None, "signal_name": None, **context},
         )
 
     async def execution(self, request: Request, principal: Principal) -> Response:
@@ -763,14 +787,7 @@ class Dashboard:
 
     async def signal(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
         execution_id = _execution_id(request.path_params["execution_id"])
-        name = (form.get("name") or "").strip()
-        if not name:
-            raise InvalidArgument("the signal needs a name")
-        text = (form.get("payload") or "").strip()
-        try:
-            payload = parse_json(text) if text else None
-        except ValueError as exc:
-            raise InvalidArgument(f"the payload is not valid JSON ({exc})") from None
+        name, payload = _signal_of(form, "name")
         event_id = await self.source.routed(
             execution_id, principal, lambda api: api.signal_workflow(execution_id, name, payload), write=True
         )
