@@ -9,6 +9,7 @@ import html
 import json
 import re
 import urllib.parse
+from typing import Any
 
 import psycopg
 import pytest
@@ -61,6 +62,18 @@ def _hidden(page: str, form_id: str) -> dict[str, str]:
     for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form.group(0)):
         fields[name] = html.unescape(value)
     return fields
+
+
+def _continued(ui: TestClient, form: dict[str, str]) -> tuple[Any, list[dict[str, str]]]:
+    """``form`` posted, then each page's Continue form, to the last page: (it, the forms posted)."""
+    forms = [form]
+    while True:
+        page = ui.post("/workflows/bulk", data=forms[-1], headers=OPERATE)
+        assert page.status_code == 200, page.text
+        if 'id="bulk-continue-form"' not in page.text:
+            return page, forms
+        assert len(forms) < 5
+        forms.append(_hidden(page.text, "bulk-continue-form"))
 
 
 @pytest.fixture
@@ -159,16 +172,8 @@ def test_count_confirm_and_cancel_in_bounded_steps_continued_to_the_end(
 
     form = {**_hidden(count.text, "bulk-runs-form"), "reason": "incident 42", "limit": "2"}
     assert form["expected"] == "5"
-    pages = 0
-    while True:
-        page = ui.post("/workflows/bulk", data=form, headers=OPERATE)
-        assert page.status_code == 200, page.text
-        pages += 1
-        if 'id="bulk-continue-form"' not in page.text:
-            break
-        assert pages < 5
-        form = _hidden(page.text, "bulk-continue-form")
-    assert pages == 3  # 2 + 2 + 1
+    page, forms = _continued(ui, form)
+    assert len(forms) == 3  # 2 + 2 + 1
     summary = re.sub(r"\s+", " ", page.text.split('id="bulk-summary">')[1].split("</p>")[0])
     assert "<strong>4</strong> cancelled" in summary and "<strong>1</strong> unchanged" in summary, summary
     assert "<strong>0</strong> failed; 5 counted at the confirmation" in summary
@@ -300,20 +305,13 @@ def test_signal_the_runs_a_filter_selects_counted_first_with_a_name_a_payload_an
     assert _events(db, runs + spared) == [] and _audit(db, "workflow.bulk_signal") == []
 
     form = {**base, "signal_name": "go", "payload": '{"n": 7, "why": "a \\"quoted\\" <b>"}'}
-    pages = 0
-    while True:
-        page = ui.post("/workflows/bulk", data=form, headers=OPERATE)
-        assert page.status_code == 200, page.text
-        pages += 1
-        if 'id="bulk-continue-form"' not in page.text:
-            break
-        assert pages < 4
-        form = _hidden(page.text, "bulk-continue-form")
-        assert form["signal_name"] == "go" and json.loads(form["payload"]) == {
-            "n": 7,
-            "why": 'a "quoted" <b>',
-        }
-    assert pages == 2 and "Signal runs: done" in page.text
+    page, forms = _continued(ui, form)
+    assert len(forms) == 2 and "Signal runs: done" in page.text
+    continued = forms[1]  # (the Continue form carries the signal as it was given)
+    assert continued["signal_name"] == "go" and json.loads(continued["payload"]) == {
+        "n": 7,
+        "why": 'a "quoted" <b>',
+    }
     summary = re.sub(r"\s+", " ", page.text.split('id="bulk-summary">')[1].split("</p>")[0])
     assert "<strong>3</strong> signalled" in summary and "<strong>0</strong> failed" in summary, summary
 
