@@ -22,8 +22,8 @@ from harvest.cli.output import (
     progress,
     table,
 )
+from harvest.cli.payloads import Reveal, app_option
 from harvest.cli.shards import dead_letter_api, emit_merged, read_shards, shard_api, with_page_footer
-from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument, failure_line
 
 
@@ -90,13 +90,18 @@ def shard_id_option(f: FC) -> FC:
 @dlq.command("get")
 @click.argument("dead_letter_id", type=ROW_ID)
 @shard_id_option
+@app_option
 @database_url_option
 @output_option
-def get(dead_letter_id: int, shard_id: int | None, database_url: str | None, output: str) -> None:
-    """Show one dead letter with its failure."""
+def get(
+    dead_letter_id: int, shard_id: int | None, app_target: str | None, database_url: str | None, output: str
+) -> None:
+    """Show one dead letter with its failure (its payloads decoded with --app's codecs)."""
+    reveal = Reveal(app_target)
     with dead_letter_api(database_url, shard_id, dead_letter_id, read_only=True) as (sql, _):
-        row = sql.get_dead_letter(dead_letter_id)
-    emit(describe_tree(row), output, mapping)  # an encoded payload shows what it is (docs/payloads.md)
+        # An encoded payload shows what it is, or decoded by --app (docs/payloads.md).
+        row = reveal.shown(sql, sql.get_dead_letter(dead_letter_id))
+    emit(row, output, mapping)
 
 
 @dlq.command("count")

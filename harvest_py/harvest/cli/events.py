@@ -18,8 +18,16 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import click
 
 from harvest.cli.output import cli_config, cli_dsn, database_url_option, output_option
+from harvest.cli.payloads import Reveal, app_option
 from harvest.core.codecs import describe_tree
-from harvest.core.errors import ConfigError, DatabaseUnavailable, HarvestError, InvalidArgument, TimeoutError_
+from harvest.core.errors import (
+    ConfigError,
+    DatabaseUnavailable,
+    HarvestError,
+    InvalidArgument,
+    PayloadError,
+    TimeoutError_,
+)
 from harvest.core.json_values import json_default
 from harvest.core.text import escape_controls
 from harvest.shard.event_merge import (
@@ -79,15 +87,18 @@ def _line(event: dict[str, Any], output: str, position: str | None) -> str:
 
 
 class _Printer:
-    """Prints the events --workflow selects until --limit of them are printed."""
+    """Prints the events --workflow selects until --limit of them are printed, their payloads
+    decoded by --app's codecs when it is given (``reveal``)."""
 
-    def __init__(self, workflow: str | None, limit: int | None, output: str):
-        self.workflow, self.limit, self.output = workflow, limit, output
+    def __init__(self, workflow: str | None, limit: int | None, output: str, reveal: Reveal):
+        self.workflow, self.limit, self.output, self.reveal = workflow, limit, output, reveal
         self.printed = 0
 
     def show(self, event: dict[str, Any], position: str | None = None) -> bool:
         """Print ``event`` unless --workflow names another run; False once --limit is reached."""
         if self.workflow is None or str(event["execution_id"]) == self.workflow:
+            if self.reveal:  # (an offloaded payload stays its reference: the tail reads no store)
+                event = {**event, "event_data": self.reveal.decoded(None, event["event_data"])}
             click.echo(_line(event, self.output, position))
             self.printed += 1
         return self.limit is None or self.printed < self.limit
@@ -288,6 +299,8 @@ def _tail_http(http: Http, after: str | None, printer: _Printer) -> None:
                 raise
             else:
                 raise _resumable(exc, position) from None
+        except PayloadError:  # the printer's --app decoding (a key the App lacks), not the stream's
+            raise
         except HarvestError as exc:
             if not opened and isinstance(exc, InvalidArgument) and str(exc).startswith("Last-Event-ID"):
                 # (the server's refusal names its header: the user wrote --after)
@@ -326,10 +339,16 @@ def _resumable(exc: HarvestError, position: str | None) -> HarvestError:
     "stopped: a global id, or on shards every shard's (0:812,1:77).",
 )
 @click.option("--limit", type=click.IntRange(1), default=None, help="Stop after this many events.")
+@app_option
 @database_url_option
 @output_option
 def tail(
-    workflow: str | None, after: str | None, limit: int | None, database_url: str | None, output: str
+    workflow: str | None,
+    after: str | None,
+    limit: int | None,
+    app_target: str | None,
+    database_url: str | None,
+    output: str,
 ) -> None:
     """Print events as they are written (Ctrl-C stops), one line each: global id, time,
     workflow name/id, event id and type, data. On shards every shard's events, each line
@@ -342,7 +361,7 @@ def tail(
     from harvest.config import shards_configured
     from harvest.config.config import _pool_arguments
 
-    printer = _Printer(workflow, limit, output)
+    printer = _Printer(workflow, limit, output, Reveal(app_target))
     settings = selected(database_url)
     try:
         if settings is not None:

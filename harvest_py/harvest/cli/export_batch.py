@@ -23,9 +23,10 @@ import click
 from harvest.cli.http import http_session
 from harvest.cli.json_stream import Reindented, reindented
 from harvest.cli.output import ISO_TIME, database_url_option, output_file, selected
+from harvest.cli.payloads import Reveal, app_option
 from harvest.cli.shards import each_shard, open_shards
 from harvest.client.history_export import EXPORT_PAGE_SIZE, MAX_LIMIT, STATE_GROUPS
-from harvest.core.errors import DatabaseUnavailable, HarvestError
+from harvest.core.errors import DatabaseUnavailable, HarvestError, PayloadError
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.shard.fanout import COMPLETE, is_shard_failure, status_of
@@ -54,6 +55,7 @@ ROUTE = "/history/export-batch"
 @click.option(
     "--output-file", "--file", "path", default="-", show_default=True, help="Write here (- for stdout)."
 )
+@app_option
 @database_url_option
 def export_batch(
     workflow_name: str | None,
@@ -62,21 +64,34 @@ def export_batch(
     limit: int,
     payload_policy: str,
     path: str,
+    app_target: str | None,
     database_url: str | None,
 ) -> None:
     """Export a bounded batch of recent histories (every shard) for replay in CI.
 
     Exit 0 when every shard was read; 1 (the file still written) when the batch is partial."""
 
+    full = payload_policy == "full"
+    reveal = Reveal(app_target)  # (decodes a full batch's payloads; a redacted one has none)
     settings = selected(database_url)
-    if settings is not None:  # over the management API: the same document, built by the route
-        params = {
-            "workflow_name": workflow_name,
-            "state_group": state_group,
-            "updated_after": updated_after,
-            "limit": limit,
-            "payload_policy": payload_policy,
-        }
+    if settings is not None and full and reveal:
+        # The route's envelopes, decoded here (the API holds no keys): the answer is held whole.
+        with http_session(settings) as http:
+            text = http.read_text(
+                ROUTE, _params(workflow_name, state_group, updated_after, limit, payload_policy)
+            )
+        try:
+            document = json.loads(text)
+        except ValueError as exc:
+            raise DatabaseUnavailable(f"GET {ROUTE} broke off: {exc}") from None
+        document["exports"] = reveal.decoded(None, document["exports"])
+        with output_file(path, private=True) as out:
+            out.write(json.dumps(document, default=json_default, indent=2) + "\n")
+        status = document["status"]
+        unavailable = list(document["shard_coverage"].get("unavailable") or [])
+        exported = len(document["exports"])
+    elif settings is not None:  # over the management API: the same document, built by the route
+        params = _params(workflow_name, state_group, updated_after, limit, payload_policy)
         # The route streams its compact JSON; it is written as it arrives, re-indented to the
         # bytes json.dumps(indent=2) gives of the whole document (as over SQL), so no more than a
         # piece of the answer is held (the whole batch was, up to 10,000 histories). An answer
@@ -116,9 +131,7 @@ def export_batch(
             written = [0]
             batch = {
                 **head(status, payload_policy),
-                "exports": _Streamed(
-                    _exports(chosen, by_identity, payload_policy == "full", failures, written)
-                ),
+                "exports": _Streamed(_exports(chosen, by_identity, full, failures, written, reveal)),
                 "failures": failures,  # filled while the exports are written, before it is
                 "shard_coverage": coverage(read, unavailable),
             }
@@ -136,6 +149,18 @@ def export_batch(
             err=True,
         )
         sys.exit(1)
+
+
+def _params(
+    workflow_name: str | None, state_group: str, updated_after: datetime | None, limit: int, policy: str
+) -> dict[str, Any]:
+    return {
+        "workflow_name": workflow_name,
+        "state_group": state_group,
+        "updated_after": updated_after,
+        "limit": limit,
+        "payload_policy": policy,
+    }
 
 
 def _reindented(pieces: Iterable[str], batch: Reindented) -> Iterator[str]:
@@ -191,13 +216,21 @@ def _identities(apis: dict[int, Any]) -> tuple[dict[int, Any], list[int]]:
 
 
 def _exports(
-    chosen: list[Candidate], by_identity: dict[int, Any], full: bool, failures: list[Any], written: list[int]
+    chosen: list[Candidate],
+    by_identity: dict[int, Any],
+    full: bool,
+    failures: list[Any],
+    written: list[int],
+    reveal: Reveal,
 ) -> Iterator[dict[str, Any]]:
     """Each chosen run's export, in order, its events read as they are written (redacted unless
-    ``full``; then offloaded payloads read back); a run that could not be read is a failure
-    (its shard unreached, or its row gone), and the batch goes on."""
+    ``full``; then offloaded payloads read back, and with --app decoded); a run that could not
+    be read is a failure (its shard unreached, or its row gone), and the batch goes on."""
     from harvest.client.export_batch import export_key, failure, resolved
     from harvest.db.steps import run_steps
+
+    def full_payloads(sql: Any, value: Any) -> Any:
+        return reveal.decoded(sql, value) if reveal else run_steps(resolved(value), sql)
 
     for candidate in chosen:
         sql = by_identity.get(candidate["shard_id"])
@@ -207,7 +240,9 @@ def _exports(
         try:
             execution = sql.get_execution(candidate["execution_id"])
             if full:
-                execution = run_steps(resolved(execution), sql)
+                execution = full_payloads(sql, execution)
+        except PayloadError:  # a key the --app App lacks: the command's error, not the run's
+            raise
         except HarvestError as exc:
             failures.append(failure(candidate, str(exc)))
             continue
@@ -216,6 +251,6 @@ def _exports(
         yield {
             **export_key(candidate),
             "execution": execution if full else redact(execution),
-            "events": _Streamed(run_steps(resolved(e), sql) if full else redact(e) for e in events),
+            "events": _Streamed(full_payloads(sql, e) if full else redact(e) for e in events),
             "redacted": not full,
         }

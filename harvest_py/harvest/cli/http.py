@@ -25,6 +25,7 @@ The token (``--token``/``HARVEST_TOKEN``) is sent as a bearer token and never pr
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from urllib.parse import quote
 
 from harvest.core import errors as harvest_errors
 from harvest.core.batches import BATCH_STEP
+from harvest.core.codecs import Payloads
 from harvest.core.errors import (
     ConfigError,
     DatabaseUnavailable,
@@ -136,10 +138,29 @@ def error_from_answer(status: int, body: Any, scope_hint: str) -> HarvestError:
         return InvalidArgument(message) if status in (400, 422) else HarvestError(message)
     if cls is harvest_errors.WorkflowAlreadyExists:
         return cls(message, error.get("existing_execution_id"), error.get("existing_state"))
+    if cls is harvest_errors.PayloadKeyMissing:
+        return _server_lacks_key(message)
     try:
         return cls(message)
     except TypeError:
         return HarvestError(message)
+
+
+def _server_lacks_key(message: str) -> harvest_errors.PayloadKeyMissing:
+    """The server's PayloadKeyMissing (it decodes a query's or an update's answer and holds no
+    keys): its key id read back from its line, and where the value can be read instead."""
+    import re
+
+    found = re.search(r"with key '([^']*)'", message)
+    error = harvest_errors.PayloadKeyMissing(found.group(1) if found else "?")
+    error.args = (
+        (
+            f"the management API decoded this answer and holds no keys ({message}): ask over SQL "
+            "(--database-url) with --app module:app, or through a Client(codecs=...)"
+        ),
+    )
+    error.answered = True  # type: ignore[attr-defined]  # (not the CLI's own --app decoding)
+    return error
 
 
 def shard_refusals(answer: dict[str, Any]) -> list[tuple[int, HarvestError]]:
@@ -402,6 +423,13 @@ class Http:
             raise DatabaseUnavailable(f"GET {path} broke off: {type(exc).__name__}: {exc}") from None
         finally:
             answer.close()
+
+    def read_text(self, path: str, params: dict[str, Any]) -> str:
+        """The whole text a route streams (:meth:`download`'s checks and errors), for a command
+        that must hold the document (`--app` decodes it: harvest.cli.payloads)."""
+        text = io.StringIO()
+        self.download(path, params, lambda: contextlib.nullcontext(text))
+        return text.getvalue()
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)[1]
@@ -1236,10 +1264,13 @@ class HttpStarted:
 
 
 class HttpClient:
-    """What the commands ask of harvest.client.Client, over the routes."""
+    """What the commands ask of harvest.client.Client, over the routes. ``payloads``: an App's
+    (`--app`, harvest.cli.payloads): the API holds no keys and answers payloads as stored, so a
+    result or an answer is decoded here, and a query's or an update's argument encoded here."""
 
-    def __init__(self, http: Http):
+    def __init__(self, http: Http, payloads: Any = None):
         self.http = http
+        self.payloads = Payloads.of(payloads)
 
     def start_workflow(
         self,
@@ -1276,7 +1307,7 @@ class HttpClient:
         )
 
     def get_handle(self, execution_id: str) -> HttpHandle:
-        return HttpHandle(self.http, execution_id)
+        return HttpHandle(self.http, execution_id, self.payloads)
 
 
 # The longest wait one result request asks for (the route's own limit is 300 s).
@@ -1284,8 +1315,9 @@ RESULT_POLL_SECS = 60.0
 
 
 class HttpHandle:
-    def __init__(self, http: Http, execution_id: str):
+    def __init__(self, http: Http, execution_id: str, payloads: Any = None):
         self.http, self.execution_id = http, execution_id
+        self.payloads = Payloads.of(payloads)  # (no codecs: a zlib payload decoded, a key named)
 
     def result(self, timeout: float | None = None) -> Any:
         """The run's result, by long polls of ``/result?wait=`` (204 while it runs)."""
@@ -1308,7 +1340,7 @@ class HttpHandle:
                 execution = {
                     "id": data["execution_id"],
                     "status": data["state"],
-                    "output": data.get("output"),
+                    "output": self.payloads.chain.decode_tree(data.get("output")),
                     "failure": data.get("error"),
                 }
                 return _outcome(execution, None)
@@ -1334,13 +1366,13 @@ class HttpHandle:
         return why_stuck(stack)
 
     def query(self, name: str, arg: Any = None, timeout: float = 10.0) -> Any:
-        body = {"query_name": name, "input": arg, "timeout_secs": timeout}
+        body = {"query_name": name, "input": self.payloads.chain.encode(arg), "timeout_secs": timeout}
         answer = self.http.post(
             f"/workflows/{_p(self.execution_id)}/query",
             body,
             timeout=self.http.settings.timeout + timeout,
         )
-        return answer["result"]
+        return self.payloads.chain.decode_tree(answer["result"])
 
     def update(
         self,
@@ -1353,7 +1385,7 @@ class HttpHandle:
     ) -> Any:
         body = {
             "update_name": name,
-            "input": arg,
+            "input": self.payloads.chain.encode(arg),
             "wait": wait,
             "timeout_secs": timeout,
             "update_id": update_id,
@@ -1368,4 +1400,4 @@ class HttpHandle:
             from harvest.client.messages import UpdateHandle
 
             return UpdateHandle(None, self.execution_id, answer["update_id"], name)
-        return answer["result"]
+        return self.payloads.chain.decode_tree(answer["result"])

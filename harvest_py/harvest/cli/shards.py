@@ -395,22 +395,24 @@ def _resident(sql: SqlApi, execution_id: str, row: dict[str, Any], sharded: bool
 
 
 @contextlib.contextmanager
-def cli_client(database_url: str | None) -> Iterator[Any]:
+def cli_client(database_url: str | None, payloads: Any = None) -> Iterator[Any]:
     """A Client for this command: ``Client(dsn)`` for one database, ``Client(shards=...)`` over
-    :func:`cli_pools` with ``[shards]`` (placement, and every call routed by its id)."""
+    :func:`cli_pools` with ``[shards]`` (placement, and every call routed by its id).
+    ``payloads``: the codecs and store of an App given by ``--app`` (harvest.cli.payloads), to
+    encode what the command writes and decode what it reads (over HTTP, decoded here)."""
     from harvest.client import Client
 
     settings = http_selected(database_url)
     if settings is not None:
         with http_session(settings) as http:
-            yield HttpClient(http)
+            yield HttpClient(http, payloads)
         return
     config = cli_config()
     if not shards_configured(config):
-        with Client(cli_dsn(database_url)) as client:
+        with Client(cli_dsn(database_url), codecs=payloads) as client:
             yield client
         return
-    with cli_pools(config, database_url) as pools, Client(shards=pools) as client:
+    with cli_pools(config, database_url) as pools, Client(shards=pools, codecs=payloads) as client:
         yield client
 
 

@@ -27,6 +27,7 @@ from harvest.cli.output import (
     selected,
     table,
 )
+from harvest.cli.payloads import Reveal, app_option
 from harvest.cli.shards import (
     cli_client,
     emit_merged,
@@ -181,14 +182,18 @@ def start(
 
 @workflow.command("get")
 @click.argument("execution_id", callback=execution_id_argument)
+@app_option
 @database_url_option
 @output_option
-def get(execution_id: str, database_url: str | None, output: str) -> None:
+def get(execution_id: str, app_target: str | None, database_url: str | None, output: str) -> None:
     """Show one execution."""
+    reveal = Reveal(app_target)
+    # An encoded payload shows as "<encrypted (key k2)>", or decoded by --app (docs/payloads.md).
     data = routed_read(
-        database_url, execution_id, lambda sql, resident: resident(sql.get_execution(execution_id))
+        database_url,
+        execution_id,
+        lambda sql, resident: reveal.shown(sql, resident(sql.get_execution(execution_id))),
     )
-    data = describe_tree(data)  # an encoded payload shows as "<encrypted (key k2)>" (docs/payloads.md)
     emit(
         data,
         output,
@@ -229,9 +234,12 @@ RESULT_WAIT_TIMED_OUT = 3
     type=WAIT_SECS,
     help="Seconds to wait (default: forever).",
 )
+@app_option
 @click.option("--database-url", default=None)
-def result(execution_id: str, timeout: float | None, database_url: str | None) -> None:
-    """Wait for an execution to end and print its result.
+def result(
+    execution_id: str, timeout: float | None, app_target: str | None, database_url: str | None
+) -> None:
+    """Wait for an execution to end and print its result (decoded with --app's codecs).
 
     Exit 0: completed; 1: it ended without completing; 3: --timeout ran out while it still runs.
     """
@@ -244,14 +252,18 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
         WorkflowTimedOut,
     )
 
+    reveal = Reveal(app_target)
     try:
-        with cli_client(database_url) as client:
+        with cli_client(database_url, reveal.payloads) as client:
             value = client.get_handle(execution_id).result(timeout=timeout)
     except PayloadKeyMissing as exc:
-        # The CLI holds no codec keys: it says what the result is instead (docs/payloads.md).
+        if reveal:  # the App given lacks the key: one line naming it, exit 1
+            raise reveal.key_missing(exc) from None
+        # Without --app the CLI holds no codec keys: it says what the result is (docs/payloads.md).
         click.echo(
-            f"note: the result is encrypted with key {exc.key_id!r} and the CLI holds no keys: read "
-            f"it through a Client(codecs=...) whose AesGcmCodec holds key {exc.key_id!r}",
+            f"note: the result is encrypted with key {exc.key_id!r} and the CLI holds no keys: give "
+            f"--app module:app, an App whose AesGcmCodec holds key {exc.key_id!r} (or read it through "
+            "a Client(codecs=...))",
             err=True,
         )
         value = routed_read(
@@ -270,11 +282,14 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
 @workflow.command("history")
 @click.argument("execution_id", callback=execution_id_argument)
 @click.option("--full", is_flag=True, help="Include payload values (input, result, payload, details).")
+@app_option
 @database_url_option
 @output_option
-def history(execution_id: str, full: bool, database_url: str | None, output: str) -> None:
+def history(
+    execution_id: str, full: bool, app_target: str | None, database_url: str | None, output: str
+) -> None:
     """Show an execution's event history (payload values redacted unless --full)."""
-    doc = _history_rows(execution_id, full, database_url)
+    doc = _history_rows(execution_id, full, database_url, Reveal(app_target))
     if output == "json":
         click.echo(json.dumps(doc, default=json_default))
         return
@@ -702,19 +717,25 @@ def children(
     emit_merged(merged, "items", output, render)
 
 
-def _history_rows(execution_id: str, full: bool, database_url: str | None) -> dict[str, Any]:
-    def read(sql: Any, resident: Any) -> tuple[dict[str, Any], Any]:
-        return resident(sql.get_execution(execution_id)), sql.get_history(execution_id)
+def _history_rows(execution_id: str, full: bool, database_url: str | None, reveal: Reveal) -> dict[str, Any]:
+    def read(sql: Any, resident: Any) -> dict[str, Any]:
+        doc = {
+            "execution": resident(sql.get_execution(execution_id)),
+            "events": sql.get_history(execution_id),
+            "redacted": not full,
+        }
+        # An encoded payload shows what it is, not its bytes, or decoded by --app.
+        return cast("dict[str, Any]", reveal.shown(sql, doc) if full else redact(doc))
 
-    execution, events = routed_read(database_url, execution_id, read)
-    doc = {"execution": execution, "events": events, "redacted": not full}
-    # The CLI holds no codec keys: an encoded payload shows what it is, not its bytes.
-    return cast("dict[str, Any]", describe_tree(doc) if full else redact(doc))
+    return cast("dict[str, Any]", routed_read(database_url, execution_id, read))
 
 
-def _resolved(sql: Any, value: Any) -> Any:
+def _resolved(sql: Any, value: Any, reveal: Reveal) -> Any:
     """``value`` with its offloaded payloads read back from the store (codec envelopes stay as
-    they are: a full export carries payloads as stored, self-describing)."""
+    they are: a full export carries payloads as stored, self-describing), or, with --app, read
+    back through the App's store and decoded."""
+    if reveal:
+        return reveal.decoded(sql, value)
     from harvest.client.export_batch import resolved
     from harvest.db.steps import run_steps
 
@@ -738,9 +759,15 @@ def history_group() -> None:
 @click.option(
     "--output-file", "--file", "path", default="-", show_default=True, help="Write here (- for stdout)."
 )
+@app_option
 @database_url_option
 def export(
-    execution_id: str, full: bool, payload_policy: str | None, path: str, database_url: str | None
+    execution_id: str,
+    full: bool,
+    payload_policy: str | None,
+    path: str,
+    app_target: str | None,
+    database_url: str | None,
 ) -> None:
     """Export an execution and its history as one JSON document (redacted by default).
 
@@ -749,13 +776,15 @@ def export(
     if full and payload_policy == "redacted":
         raise InvalidArgument("--full and --payload-policy redacted contradict each other: give one")
     full = full or payload_policy == "full"
+    reveal = Reveal(app_target)  # (decodes a full export's payloads; a redacted one has none)
 
     def write(sql: Any, resident: Any) -> None:
         # The seal check comes before a byte is written: a moved run is exported where it lives.
         execution = resident(sql.get_execution(execution_id))
         events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
         if full:  # offloaded payloads are resolved, so the file stands alone (docs/payloads.md)
-            execution, events = _resolved(sql, execution), (_resolved(sql, e) for e in events)
+            execution = _resolved(sql, execution, reveal)
+            events = (_resolved(sql, e, reveal) for e in events)
         with output_file(path, private=full) as out:
             out.writelines(export_chunks(execution, events, full))
 
@@ -766,7 +795,12 @@ def export(
         with http_session(settings) as http:
             route = f"/workflows/{quote(execution_id, safe='')}/history/export"
             policy = {"payload_policy": "full" if full else "redacted"}
-            http.download(route, policy, lambda: output_file(path, private=full))
+            if full and reveal:  # the route's envelopes, decoded here: the answer is held whole
+                doc = reveal.decoded(None, json.loads(http.read_text(route, policy)))
+                with output_file(path, private=True) as out:
+                    out.writelines(export_chunks(doc["execution"], doc["events"], full))
+            else:
+                http.download(route, policy, lambda: output_file(path, private=full))
     else:
         routed_read(database_url, execution_id, write)
     if path != "-":
@@ -804,6 +838,7 @@ def export(
     type=WAIT_SECS,
     help="Seconds to wait for an answer.",
 )
+@app_option
 @database_url_option
 @output_option
 def query(
@@ -812,12 +847,14 @@ def query(
     input_json: str | None,
     input_file: str | None,
     timeout: float,
+    app_target: str | None,
     database_url: str | None,
     output: str,
 ) -> None:
     """Ask a running execution's query handler NAME; a live worker answers, nothing is written."""
     arg = read_json_option(input_json, input_file, "input")
-    with cli_client(database_url) as client:
+    reveal = Reveal(app_target)
+    with reveal.keys_named(), cli_client(database_url, reveal.payloads) as client:
         value = client.get_handle(execution_id).query(name, arg, timeout=timeout)
     emit(
         {"execution_id": execution_id, "query": name, "result": value},
@@ -840,6 +877,7 @@ def query(
 )
 @click.option("--update-id", default=None, help="An idempotency id: the same id is applied once.")
 @click.option("--timeout-secs", default=30.0, show_default=True, type=WAIT_SECS)
+@app_option
 @database_url_option
 @output_option
 def update(
@@ -850,6 +888,7 @@ def update(
     wait: str,
     update_id: str | None,
     timeout_secs: float,
+    app_target: str | None,
     database_url: str | None,
     output: str,
 ) -> None:
@@ -857,7 +896,8 @@ def update(
     from harvest.client.messages import UpdateHandle
 
     arg = read_json_option(input_json, input_file, "input")
-    with cli_client(database_url) as client:
+    reveal = Reveal(app_target)
+    with reveal.keys_named(), cli_client(database_url, reveal.payloads) as client:
         outcome = client.get_handle(execution_id).update(
             name, arg, wait=wait, timeout=timeout_secs, update_id=update_id
         )

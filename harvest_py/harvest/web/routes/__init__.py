@@ -382,15 +382,19 @@ class Call:
         """An AsyncClient whose every call runs in this request's role (no I/O to make one)."""
         if self._client is None:
             from harvest.client import AsyncClient
+            from harvest.core.codecs import KeylessChain, Payloads
             from harvest.db.connection import dsn_with_role
 
             limit = self.state.max_payload_bytes
+            # The API holds no keys: an encrypted answer (a query's, an update's) is answered as
+            # stored, for the caller to decode (docs/payloads.md), not refused.
+            keyless = Payloads(KeylessChain())
             if self._pools is not None:
-                self._client = AsyncClient(None, None, limit, shards=self._pools)
+                self._client = AsyncClient(None, None, limit, shards=self._pools, codecs=keyless)
             else:
                 # one database: state.open() set its dsn, and _sql is set
                 dsn = dsn_with_role(self.state.dsn, self.principal.role, self.principal.source)  # type: ignore[arg-type]
-                self._client = AsyncClient(dsn, self._sql.pool, limit)  # type: ignore[union-attr]
+                self._client = AsyncClient(dsn, self._sql.pool, limit, codecs=keyless)  # type: ignore[union-attr]
             # Query and update waits share the process's LISTEN connections (HarvestState.hub).
             self._client.notifications = self.state.listener
             # A start by name places a debounce or a batch by the served App's declaration.

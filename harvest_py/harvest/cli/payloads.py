@@ -1,0 +1,99 @@
+"""`--app` on the commands that show payloads: decode them with an App's codecs and payload store
+(docs/payloads.md, "A key-holding CLI").
+
+Without ``--app`` the CLI holds no keys: a payload shows what it is (``"<encrypted (key k1)>"``,
+``harvest.core.codecs.describe_tree``) and a full export keeps envelopes as stored. With
+``--app module:app`` the App is imported (``harvest.cli.worker.load_app``, as `replay` and
+`shard rebalance` import theirs) and its ``Payloads`` decodes: over SQL, offloaded payloads are
+read back through its store, then envelopes decoded; over HTTP (the API holds no keys and
+answers payloads as stored, its own store's references resolved) the envelopes are decoded here,
+after the read. A key the App lacks is one line naming it (``PayloadKeyMissing``, exit 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from harvest.core.codecs import describe_tree
+from harvest.core.errors import PayloadKeyMissing
+
+if TYPE_CHECKING:
+    from harvest.core.codecs import Payloads
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+APP_HELP = (
+    "module:attribute of an App: show payloads decoded with its codecs and payload store "
+    "(it holds the keys); default: encrypted payloads show as <encrypted (key k1)>."
+)
+
+
+def app_option(f: F) -> F:
+    """``--app`` for a command that shows payloads (the same option name as `replay --app`)."""
+    return click.option("--app", "app_target", default=None, metavar="MODULE:APP", help=APP_HELP)(f)
+
+
+class Reveal:
+    """How one command shows payloads: described (no ``--app``) or decoded by an App's policy."""
+
+    def __init__(self, target: str | None):
+        self.target = target
+        self.payloads: Payloads | None = None
+        if target is not None:
+            from harvest.cli.worker import load_app  # (the App's module: only when asked for)
+
+            self.payloads = load_app(target).payloads
+
+    def __bool__(self) -> bool:
+        return self.payloads is not None
+
+    def decoded(self, sql: Any, value: Any) -> Any:
+        """``value`` with its payloads decoded: over SQL (``sql`` a SqlApi) offloaded ones read
+        back through the App's store first; over HTTP (an HttpApi) the envelopes only (the
+        route resolved its store's references). Without ``--app``: ``value`` as it is."""
+        if self.payloads is None:
+            return value
+        with self.keys_named():
+            from harvest.cli.http import HttpApi
+
+            if sql is None or isinstance(sql, HttpApi):
+                return self.payloads.chain.decode_tree(value)
+            from harvest.client.payloads import decoded
+            from harvest.db.steps import run_steps
+
+            return run_steps(decoded(self.payloads, value), sql)
+
+    def shown(self, sql: Any, value: Any) -> Any:
+        """``value`` as a command prints it: decoded with ``--app``; what is left encoded (every
+        envelope without it, a reference no store resolved, an erased payload) by what it is."""
+        return describe_tree(self.decoded(sql, value))
+
+    @contextlib.contextmanager
+    def keys_named(self) -> Iterator[None]:
+        """A key missing, said as the CLI's one line: which key, and where to give it."""
+        try:
+            yield
+        except PayloadKeyMissing as exc:
+            raise self.key_missing(exc) from None
+
+    def key_missing(self, exc: PayloadKeyMissing) -> PayloadKeyMissing:
+        if getattr(exc, "answered", False):  # the API's own decoding (harvest.cli.http), as it said
+            return exc
+        if self.target is None:
+            text = (
+                f"payload is encrypted with key {exc.key_id!r} and the CLI holds no keys: give "
+                f"--app module:app, an App whose AesGcmCodec holds key {exc.key_id!r}"
+            )
+        else:
+            held = f"it holds {', '.join(exc.known)}" if exc.known else "it has no encryption codec"
+            text = (
+                f"--app {self.target}: payload is encrypted with key {exc.key_id!r}, which this App "
+                f"does not hold ({held}): add key {exc.key_id!r} to its AesGcmCodec(keys=...)"
+            )
+        error = PayloadKeyMissing(exc.key_id, exc.known)
+        error.args = (text,)
+        return error

@@ -1,0 +1,226 @@
+"""A key-holding CLI: `--app module:app` on the commands that show payloads decodes them with that
+App's codecs and payload store, over SQL and over HTTP (the API holds no keys: the CLI decodes
+what the route answers), and a key the App lacks, or an App that cannot be imported, is one line
+and exit 1 (docs/payloads.md, "A key-holding CLI")."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner, Result
+from starlette.testclient import TestClient
+
+from harvest import App, Client, activity, query, update, workflow
+from harvest.cli import http as cli_http
+from harvest.cli.main import main
+from harvest.config import load_config
+from harvest.core.codecs import AesGcmCodec, Payloads, ZlibCodec
+from harvest.testing import WorkflowReplayer
+from harvest.web.app import management_app
+
+K1, K2 = hashlib.sha256(b"cli-app-k1").digest(), hashlib.sha256(b"cli-app-k2").digest()
+SECRET = "PLAINTEXT-CARD-4111-1111"
+BASE = "http://testserver"
+ENV = {
+    "HARVEST_DATABASE_URL": None,
+    "HARVEST_URL": None,
+    "HARVEST_TOKEN": None,
+    "HARVEST_HTTP_TIMEOUT_SECS": None,
+    "HARVEST_CONFIG": None,
+}
+HERE = __name__  # the module `--app` names (tests/integration is on sys.path)
+KEYED = ("--app", f"{HERE}:WITH_K1")
+
+
+@activity
+async def stamp(ctx, record: dict) -> dict:
+    return {"stamped": record["card"]}
+
+
+@activity
+async def blob(ctx, size: int) -> str:
+    return SECRET + os.urandom(size).hex()  # random: over the offload threshold once encrypted
+
+
+@workflow
+async def locker(ctx, record: dict) -> dict:
+    ctx.state["record"] = record
+    stamped = await ctx.execute_activity(stamp, record)
+    note = await ctx.wait_for_signal("note")
+    return {"stamped": stamped, "note": note, "extra": ctx.state.get("extra")}
+
+
+@query(workflow="locker")
+def card(ctx, prefix: str) -> str:
+    return prefix + ctx.state["record"]["card"]
+
+
+@update(workflow="locker")
+async def annotate(ctx, extra: str) -> str:
+    ctx.state["extra"] = extra
+    return "noted " + extra
+
+
+@workflow
+async def large(ctx, size: int) -> dict:
+    return {"blob": await ctx.execute_activity(blob, size)}
+
+
+def _payloads(**keys: bytes) -> Payloads:
+    return Payloads([ZlibCodec(), AesGcmCodec(keys)], offload_bytes=1024)
+
+
+# The Apps `--app` names: one holding the key the runs are written with, one holding another.
+WITH_K1 = App([locker, large], [stamp, blob], queries=[card], updates=[annotate], codecs=_payloads(k1=K1))
+ONLY_K2 = App([locker, large], [stamp, blob], queries=[card], updates=[annotate], codecs=_payloads(k2=K2))
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), env=ENV)
+
+
+@pytest.fixture
+def served(db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The management API on ``db``, in process, as the CLI's HTTP transport at BASE (it holds no
+    App and no keys)."""
+    app = management_app(dsn=db, config=load_config(env={}), profile="dev")  # type: ignore[arg-type]
+    with TestClient(app, base_url=BASE) as client:
+        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+        yield
+
+
+def transports(db: str, *args: str) -> dict[str, Result]:
+    """``harvest ARGS`` over SQL (the DSN) and over HTTP (the served API)."""
+    return {"sql": cli(*args, "--database-url", db), "http": cli("--base-url", BASE, *args)}
+
+
+@pytest.fixture
+def runs(db: str, start_worker) -> dict[str, str]:
+    """An ended `locker` run (queried and updated while it ran: the answers are encrypted too)
+    and an ended `large` run whose result is offloaded, both written under key k1."""
+    start_worker(WITH_K1)
+    with Client(db, codecs=_payloads(k1=K1)) as client:
+        handle = client.start_workflow(locker, {"card": SECRET}, workflow_id="locker-1")
+        assert handle.query("card", "card=", timeout=20) == "card=" + SECRET  # (the worker is up)
+        big = client.start_workflow(large, 2000, workflow_id="large-1")
+        big.result(timeout=30)
+    return {"locker": handle.execution_id, "large": big.execution_id}
+
+
+def test_result_get_history_query_and_update_are_decoded_with_the_apps_keys(db, served, runs) -> None:
+    eid = runs["locker"]
+    asked = transports(db, "workflow", "query", eid, "card", "--input-json", '"c="', *KEYED, "-o", "json")
+    for how, r in asked.items():
+        assert r.exit_code == 0, (how, r.output)
+        assert json.loads(r.stdout)["result"] == "c=" + SECRET, how
+    # Without --app: the answer is not shown, and the line says how to see it. (Over HTTP the API,
+    # which holds no keys, answers the envelope as stored; it refused the answer, 400.)
+    for how, r in transports(db, "workflow", "query", eid, "card", "--input-json", '"c="').items():
+        assert r.exit_code == 1 and SECRET not in r.output, (how, r.output)
+        assert "key 'k1'" in r.stderr and "give --app module:app" in r.stderr, (how, r.stderr)
+    r = transports(db, "workflow", "update", eid, "annotate", "--input-json", '"x"', *KEYED, "-o", "json")
+    assert [json.loads(v.stdout)["result"] for v in r.values()] == ["noted x", "noted x"], r
+    with Client(db, codecs=_payloads(k1=K1)) as client:
+        client.get_handle(eid).signal("note", SECRET + "-note")
+        expected = client.get_handle(eid).result(timeout=30)
+
+    for how, r in transports(db, "workflow", "result", eid, *KEYED).items():
+        assert r.exit_code == 0, (how, r.output)
+        assert json.loads(r.stdout) == expected and "encrypted" not in r.stderr, (how, r.output)
+    for how, r in transports(db, "workflow", "result", runs["large"], *KEYED).items():
+        assert r.exit_code == 0 and json.loads(r.stdout)["blob"].startswith(SECRET), (how, r.output)
+
+    for how, r in transports(db, "workflow", "get", eid, *KEYED, "-o", "json").items():
+        assert r.exit_code == 0, (how, r.output)
+        row = json.loads(r.stdout)
+        assert row["input"] == [{"card": SECRET}] and row["output"] == expected, how
+    for how, r in transports(db, "workflow", "history", eid, "--full", *KEYED, "-o", "json").items():
+        assert r.exit_code == 0, (how, r.output)
+        assert SECRET + "-note" in r.stdout and "<encrypted" not in r.stdout, how
+    # Without --app the CLI still shows what a payload is, never its plaintext.
+    r = cli("workflow", "get", eid, "-o", "json", "--database-url", db)
+    assert "<encrypted (key k1)>" in r.stdout and SECRET not in r.stdout
+
+    # The tail decodes each event's payloads (its first event: the run's encrypted input).
+    r = cli("events", "tail", "--after", "0", "--workflow", eid, "--limit", "1", *KEYED, "--database-url", db)
+    assert r.exit_code == 0 and SECRET in r.stdout and "WorkflowStarted" in r.stdout, r.output
+
+
+def test_a_full_export_and_batch_with_app_hold_the_decoded_payloads(db, served, runs, tmp_path) -> None:
+    with Client(db, codecs=_payloads(k1=K1)) as client:
+        client.get_handle(runs["locker"]).signal("note", "n")
+        client.get_handle(runs["locker"]).result(timeout=30)
+    plain = App([locker, large], [stamp, blob], queries=[card], updates=[annotate])  # no codecs
+    for name in ("sql", "http"):
+        out = tmp_path / f"{name}.json"
+        args = [
+            "history",
+            "export",
+            runs["large"],
+            "--payload-policy",
+            "full",
+            "--output-file",
+            str(out),
+            *KEYED,
+        ]
+        r = cli(*args, "--database-url", db) if name == "sql" else cli("--base-url", BASE, *args)
+        assert r.exit_code == 0, (name, r.output)
+        text = out.read_text()
+        # Offloaded payloads read back through the App's store and decoded: the file stands
+        # alone, and the replayer replays it with an App that holds no key.
+        assert SECRET in text and "aesgcm" not in text and "_harvest_ref" not in text, name
+        assert oct(out.stat().st_mode & 0o777) == "0o600", name
+        assert WorkflowReplayer(plain).replay(str(out)).ok, name
+
+    for name in ("sql", "http"):
+        out = tmp_path / f"batch-{name}.json"
+        args = ["history", "export-batch", "--state-group", "all", "--payload-policy", "full", *KEYED]
+        args += ["--output-file", str(out)]
+        r = cli(*args, "--database-url", db) if name == "sql" else cli("--base-url", BASE, *args)
+        assert r.exit_code == 0, (name, r.output)
+        batch = json.loads(out.read_text())
+        assert batch["status"] == "complete" and len(batch["exports"]) == 2, name
+        assert SECRET in out.read_text() and "aesgcm" not in out.read_text(), name
+        assert all(result.ok for result in WorkflowReplayer(plain).replay_batch(batch).values()), name
+    assert (tmp_path / "batch-sql.json").read_text() == (tmp_path / "batch-http.json").read_text()
+
+
+def test_an_app_without_the_key_is_one_line_naming_it_and_writes_nothing(db, served, runs, tmp_path) -> None:
+    eid = runs["large"]
+    out = tmp_path / "export.json"
+    commands = [
+        ["workflow", "result", eid],
+        ["workflow", "get", eid, "-o", "json"],
+        ["workflow", "history", eid, "--full"],
+        ["history", "export", eid, "--payload-policy", "full", "--output-file", str(out)],
+        ["history", "export-batch", "--payload-policy", "full", "--output-file", str(out)],
+    ]
+    for args in commands:
+        for how, r in transports(db, *args, "--app", f"{HERE}:ONLY_K2").items():
+            assert r.exit_code == 1, (args, how, r.output)
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith(f"error: --app {HERE}:ONLY_K2: "), (
+                args,
+                how,
+                r.stderr,
+            )
+            assert "key 'k1'" in lines[0] and "it holds k2" in lines[0], (args, how, r.stderr)
+            assert SECRET not in r.output and K2.hex() not in r.output, (args, how)
+            assert not out.exists(), (args, how)
+
+
+def test_an_app_that_cannot_be_imported_is_one_line(db, served, runs) -> None:
+    eid = runs["large"]
+    for target, said in [
+        ("no_such_module_here:app", "cannot import 'no_such_module_here'"),
+        (f"{HERE}:NOT_THERE", f"module {HERE!r} has no attribute 'NOT_THERE'"),
+    ]:
+        for args in (["workflow", "result", eid], ["workflow", "get", eid], ["dlq", "get", "1"]):
+            for how, r in transports(db, *args, "--app", target).items():
+                assert r.exit_code == 1, (args, how, r.output)
+                lines = r.stderr.strip().splitlines()
+                assert len(lines) == 1 and said in lines[0], (args, how, r.stderr)
