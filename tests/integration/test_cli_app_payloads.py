@@ -141,7 +141,11 @@ def test_result_get_history_query_and_update_are_decoded_with_the_apps_keys(db, 
     for how, r in transports(db, "workflow", "history", eid, "--full", *KEYED, "-o", "json").items():
         assert r.exit_code == 0, (how, r.output)
         assert SECRET + "-note" in r.stdout and "<encrypted" not in r.stdout, how
-    # Without --app the CLI still shows what a payload is, never its plaintext.
+    # Without --app the CLI still shows what a payload is, never its plaintext (over HTTP too,
+    # where it printed the result's envelope).
+    for how, r in transports(db, "workflow", "result", eid).items():
+        assert r.exit_code == 0 and json.loads(r.stdout) == "<encrypted (key k1)>", (how, r.output)
+        assert "key 'k1'" in r.stderr and "--app" in r.stderr, (how, r.stderr)
     r = cli("workflow", "get", eid, "-o", "json", "--database-url", db)
     assert "<encrypted (key k1)>" in r.stdout and SECRET not in r.stdout
 
