@@ -75,7 +75,8 @@ def _line(event: dict[str, Any], output: str, position: str | None) -> str:
             shown.update(shard_id=event["shard_id"], position=position)
         return json.dumps(shown, default=json_default, separators=(",", ":"))
     # As `harvest workflow get` shows a payload: an encoded one by what it is ("<encrypted (key
-    # k2)>"), not its envelope's bytes; --output json keeps the envelope, for a reader with keys.
+    # k2)>"), not its envelope's bytes; --output json keeps the envelope, for a reader with keys
+    # (--app decoded both before: _Printer.show).
     data = json.dumps(describe_tree(event["event_data"]), default=json_default, separators=(",", ":"))
     first = event["global_id"] if position is None else f"{position}  shard {event['shard_id']}"
     run = f"{event['workflow_name']}/{event['workflow_id']}"

@@ -139,28 +139,28 @@ def error_from_answer(status: int, body: Any, scope_hint: str) -> HarvestError:
     if cls is harvest_errors.WorkflowAlreadyExists:
         return cls(message, error.get("existing_execution_id"), error.get("existing_state"))
     if cls is harvest_errors.PayloadKeyMissing:
-        return _server_lacks_key(message)
+        return ServerLacksKey(message)
     try:
         return cls(message)
     except TypeError:
         return HarvestError(message)
 
 
-def _server_lacks_key(message: str) -> harvest_errors.PayloadKeyMissing:
-    """The server's PayloadKeyMissing (it decodes a query's or an update's answer and holds no
-    keys): its key id read back from its line, and where the value can be read instead."""
-    import re
+class ServerLacksKey(harvest_errors.PayloadKeyMissing):
+    """A server's ``payload_key_missing`` (a server of an earlier release decoded a query's or
+    an update's answer, and holds no keys): its key id read back from its line, and where the
+    value can be read instead. Not the CLI's own --app decoding (harvest.cli.payloads)."""
 
-    found = re.search(r"with key '([^']*)'", message)
-    error = harvest_errors.PayloadKeyMissing(found.group(1) if found else "?")
-    error.args = (
-        (
-            f"the management API decoded this answer and holds no keys ({message}): ask over SQL "
-            "(--database-url) with --app module:app, or through a Client(codecs=...)"
-        ),
-    )
-    error.answered = True  # type: ignore[attr-defined]  # (not the CLI's own --app decoding)
-    return error
+    def __init__(self, message: str):
+        import re
+
+        found = re.search(r"with key '([^']*)'", message)
+        super().__init__(found.group(1) if found else "?")
+        said = (
+            f"the management API holds no keys and could not answer this ({message}): ask over "
+            "SQL (--database-url) with --app module:app, or through a Client(codecs=...)"
+        )
+        self.args = (said,)
 
 
 def shard_refusals(answer: dict[str, Any]) -> list[tuple[int, HarvestError]]:

@@ -81,7 +81,9 @@ class Reveal:
             raise self.key_missing(exc) from None
 
     def key_missing(self, exc: PayloadKeyMissing) -> PayloadKeyMissing:
-        if getattr(exc, "answered", False):  # the API's own decoding (harvest.cli.http), as it said
+        from harvest.cli.http import ServerLacksKey
+
+        if isinstance(exc, ServerLacksKey):  # the server's decoding, not the App's: as it said
             return exc
         if self.target is None:
             text = (
