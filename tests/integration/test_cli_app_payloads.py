@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner, Result
+from outage_helpers import wait_until
 from starlette.testclient import TestClient
 
-from harvest import App, Client, activity, query, update, workflow
+from harvest import ActivityFailure, App, Client, activity, query, update, workflow
 from harvest.cli import http as cli_http
 from harvest.cli.main import main
 from harvest.config import load_config
@@ -70,13 +71,24 @@ async def large(ctx, size: int) -> dict:
     return {"blob": await ctx.execute_activity(blob, size)}
 
 
+@activity
+async def refuse(ctx, record: dict) -> None:
+    raise ActivityFailure("Declined", "card declined", non_retryable=True, details={"seen": record["card"]})
+
+
+@workflow
+async def declined(ctx, record: dict) -> None:
+    await ctx.execute_activity(refuse, record)
+
+
 def _payloads(**keys: bytes) -> Payloads:
     return Payloads([ZlibCodec(), AesGcmCodec(keys)], offload_bytes=1024)
 
 
 # The Apps `--app` names: one holding the key the runs are written with, one holding another.
-WITH_K1 = App([locker, large], [stamp, blob], queries=[card], updates=[annotate], codecs=_payloads(k1=K1))
-ONLY_K2 = App([locker, large], [stamp, blob], queries=[card], updates=[annotate], codecs=_payloads(k2=K2))
+WORKFLOWS, ACTIVITIES = [locker, large, declined], [stamp, blob, refuse]
+WITH_K1 = App(WORKFLOWS, ACTIVITIES, queries=[card], updates=[annotate], codecs=_payloads(k1=K1))
+ONLY_K2 = App(WORKFLOWS, ACTIVITIES, queries=[card], updates=[annotate], codecs=_payloads(k2=K2))
 
 
 def cli(*args: str) -> Result:
@@ -228,3 +240,20 @@ def test_an_app_that_cannot_be_imported_is_one_line(db, served, runs) -> None:
                 assert r.exit_code == 1, (args, how, r.output)
                 lines = r.stderr.strip().splitlines()
                 assert len(lines) == 1 and said in lines[0], (args, how, r.stderr)
+
+
+def test_dlq_get_decodes_the_dead_letters_input_and_failure_details(db, served, start_worker) -> None:
+    start_worker(WITH_K1)
+    with Client(db, codecs=_payloads(k1=K1)) as client:
+        client.start_workflow(declined, {"card": SECRET}, workflow_id="declined-1")
+
+    def letters() -> list:  # (the non-retryable failure dead-letters its activity; the run waits)
+        return json.loads(cli("dlq", "list", "-o", "json", "--database-url", db).stdout)["dead_letters"]
+
+    [letter] = wait_until(letters, "the activity is dead-lettered")
+    for how, r in transports(db, "dlq", "get", str(letter["id"]), *KEYED, "-o", "json").items():
+        assert r.exit_code == 0, (how, r.output)
+        row = json.loads(r.stdout)
+        assert row["input"] == [{"card": SECRET}] and row["failure"]["details"] == {"seen": SECRET}, how
+    r = cli("dlq", "get", str(letter["id"]), "-o", "json", "--database-url", db)
+    assert r.exit_code == 0 and SECRET not in r.stdout and "<encrypted (key k1)>" in r.stdout, r.output
