@@ -81,12 +81,17 @@ async def declined(ctx, record: dict) -> None:
     await ctx.execute_activity(refuse, record)
 
 
+@workflow
+async def refused(ctx, record: dict) -> None:
+    raise ActivityFailure("Refused", "card refused", details={"seen": record["card"]})
+
+
 def _payloads(**keys: bytes) -> Payloads:
     return Payloads([ZlibCodec(), AesGcmCodec(keys)], offload_bytes=1024)
 
 
 # The Apps `--app` names: one holding the key the runs are written with, one holding another.
-WORKFLOWS, ACTIVITIES = [locker, large, declined], [stamp, blob, refuse]
+WORKFLOWS, ACTIVITIES = [locker, large, declined, refused], [stamp, blob, refuse]
 WITH_K1 = App(WORKFLOWS, ACTIVITIES, queries=[card], updates=[annotate], codecs=_payloads(k1=K1))
 ONLY_K2 = App(WORKFLOWS, ACTIVITIES, queries=[card], updates=[annotate], codecs=_payloads(k2=K2))
 
@@ -257,3 +262,16 @@ def test_dlq_get_decodes_the_dead_letters_input_and_failure_details(db, served, 
         assert row["input"] == [{"card": SECRET}] and row["failure"]["details"] == {"seen": SECRET}, how
     r = cli("dlq", "get", str(letter["id"]), "-o", "json", "--database-url", db)
     assert r.exit_code == 0 and SECRET not in r.stdout and "<encrypted (key k1)>" in r.stdout, r.output
+
+
+def test_a_failed_run_whose_details_are_encrypted_exits_1_without_app(db, served, start_worker) -> None:
+    """The failure's details are encrypted: without --app the CLI cannot decode them, and it says
+    the run failed (exit 1) rather than printing the failed run's empty result with exit 0."""
+    start_worker(WITH_K1)
+    with Client(db, codecs=_payloads(k1=K1)) as client:
+        handle = client.start_workflow(refused, {"card": SECRET}, workflow_id="refused-1")
+    for how, r in transports(db, "workflow", "result", handle.execution_id).items():
+        assert r.exit_code == 1, (how, r.output)
+        assert "failed: Refused: card refused" in r.stderr and SECRET not in r.output, (how, r.output)
+    for how, r in transports(db, "workflow", "result", handle.execution_id, *KEYED).items():
+        assert r.exit_code == 1 and "card refused" in r.stderr, (how, r.output)

@@ -260,16 +260,27 @@ def result(
         if reveal:  # the App given lacks the key: one line naming it, exit 1
             raise reveal.key_missing(exc) from None
         # Without --app the CLI holds no codec keys: it says what the result is (docs/payloads.md).
+        row = routed_read(
+            database_url, execution_id, lambda sql, resident: resident(sql.get_execution(execution_id))
+        )
+        if row.get("status") != "COMPLETED":
+            # The failure's details were what it could not decode: the run still did not complete.
+            # (the same line the HTTP transport's typed error prints)
+            ended = WorkflowFailed(execution_id, row.get("failure") or {"error_type": row.get("status")})
+            click.echo(f"error: {ended}", err=True)
+            click.echo(
+                f"note: its failure details are encrypted with key {exc.key_id!r}: give --app module:app "
+                "to read them",
+                err=True,
+            )
+            sys.exit(RESULT_NOT_COMPLETED)
         click.echo(
             f"note: the result is encrypted with key {exc.key_id!r} and the CLI holds no keys: give "
             f"--app module:app, an App whose AesGcmCodec holds key {exc.key_id!r} (or read it through "
             "a Client(codecs=...))",
             err=True,
         )
-        value = routed_read(
-            database_url, execution_id, lambda sql, resident: resident(sql.get_execution(execution_id))
-        )
-        value = describe_tree(value.get("output"))
+        value = describe_tree(row.get("output"))
     except TimeoutError_ as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(RESULT_WAIT_TIMED_OUT)
