@@ -389,16 +389,6 @@ def api(target: Any, shard: int) -> Iterator[SqlApi]:
         yield SqlApi(conn)
 
 
-class _ShardConnections:
-    """One shard of AsyncShardPools, shaped as a pool for AsyncSqlApi (``connection()``)."""
-
-    def __init__(self, pools: Any, shard: int):
-        self._pools, self._shard = pools, shard
-
-    def connection(self) -> Any:
-        return self._pools.connection(self._shard)
-
-
 class AsyncOneDatabase(_One):
     """``AsyncClient.connect(dsn)``: one database and its pool."""
 
@@ -435,10 +425,11 @@ class AsyncSharded(_Shards):
         self._sql: dict[int, AsyncSqlApi] = {}
 
     def sql(self, shard: int) -> AsyncSqlApi:
-        """The SQL API on ``shard``'s pool: each call takes a connection and is one transaction."""
+        """The SQL API on ``shard``'s pool: each call takes a connection and is one transaction
+        (a face's role view, AsyncShardPools.with_role: in the call's own round trip)."""
         sql = self._sql.get(shard)
         if sql is None:
-            sql = self._sql[shard] = AsyncSqlApi(_ShardConnections(self.pools, shard))
+            sql = self._sql[shard] = AsyncSqlApi(self.pools.lender(shard))
         return sql
 
     async def close(self) -> None:

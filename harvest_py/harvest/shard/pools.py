@@ -442,6 +442,12 @@ class AsyncShardPools(_Base):
                 pass  # the first connection of a pool verifies it
         return AsyncSqlApi(await self._pool(shard))
 
+    def lender(self, shard: int) -> Any:
+        """``shard``'s pool shaped as one for :class:`AsyncSqlApi` (``AsyncSqlApi(lender)``: each
+        call takes a connection of :meth:`connection`, verified, and a lost one is
+        ShardUnavailable), with no I/O to make it: a client's calls to one shard."""
+        return _OneShard(self.connection, shard)
+
     async def _verify(self, shard: int, sql: AsyncSqlApi) -> None:
         try:
             found = await sql.get_shard_id()
@@ -572,22 +578,26 @@ class _RoledShardPools(AsyncShardPools):
         the role (:class:`harvest.db.pools.RoledPool` over it): as one pooled call, a conflict is
         run again and an error ends its call only, not the calls after it."""
         async with super().connection(shard) as conn:
-            yield AsyncSqlApi(
-                RoledPool(
-                    AsyncSqlApi.on_connection(conn).pool,
-                    self._role,
-                    self._source,
-                    actor=self._actor,
-                    route=self._route,
-                )
-            )
+            yield AsyncSqlApi(self._in_role(AsyncSqlApi.on_connection(conn).pool))
 
     async def sql(self, shard: int) -> AsyncSqlApi:
-        """The SQL API over ``shard``'s pool, each call on a connection in the role."""
+        """The SQL API over ``shard``'s pool, each call on a connection in the role (:meth:`lender`)."""
         if shard not in self._verified:
             async with self.api(shard):
                 pass  # the first connection of a pool verifies it
-        return AsyncSqlApi(_OneShard(self, shard))
+        return AsyncSqlApi(self.lender(shard))
+
+    def lender(self, shard: int) -> RoledPool:
+        """``shard``'s pool seen through the role (:class:`harvest.db.pools.RoledPool` over
+        :meth:`AsyncShardPools.lender`): a call sends the role's settings and itself in one round
+        trip (RoledPool.one_call), a transaction of its own, so a conflict is run again; a
+        connection taken for several statements (``connection()``) is in a transaction that begins
+        with the role. A lost connection is ShardUnavailable, as the pools' own."""
+        return self._in_role(_OneShard(super().connection, shard))
+
+    def _in_role(self, pool: Any) -> RoledPool:
+        """``pool`` (connections of the base's) seen through this view's role."""
+        return RoledPool(pool, self._role, self._source, actor=self._actor, route=self._route)
 
     def dsn(self, shard: int) -> str:
         return dsn_with_role(self._dsn(shard), self._role, self._source)
@@ -597,10 +607,13 @@ class _RoledShardPools(AsyncShardPools):
 
 
 class _OneShard:
-    """One shard of a pools object, shaped as a pool for AsyncSqlApi (``connection()``)."""
+    """One shard of a pools object, shaped as a pool for AsyncSqlApi (``connection()``):
+    ``connection`` is the pools' (the roled view's lends the base's, under a RoledPool)."""
 
-    def __init__(self, pools: AsyncShardPools, shard: int):
-        self._pools, self._shard = pools, shard
+    def __init__(self, connection: Callable[[int], contextlib.AbstractAsyncContextManager[Any]], shard: int):
+        self._connection, self._shard = connection, shard
 
-    def connection(self) -> Any:
-        return self._pools.connection(self._shard)
+    def connection(self, timeout: float | None = None) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A connection of the shard (its wait is the pools' ``acquire_timeout``, whatever
+        ``timeout`` a pool's caller gives)."""
+        return self._connection(self._shard)
