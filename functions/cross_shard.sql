@@ -31,8 +31,12 @@
 -- operator releases the ends owed to a shard that is gone for good
 -- (release_owed_child_ends, retention.sql).
 
--- On the parent's shard: up to p_limit rows due now, oldest first, each leased for
--- p_lease_secs (a pump that dies loses nothing: the lease runs out).
+-- On the parent's shard: up to p_limit rows due now, each leased for p_lease_secs (a pump
+-- that dies loses nothing: the lease runs out). In due order (no next_attempt_at: due at once,
+-- oldest first), read down cross_shard_children_due: a claim reads the rows it takes, and a
+-- running child, leased for the pump's poll, goes behind every row due before its lease ends
+-- (oldest first alone, the oldest p_limit running children were due again at every tick and
+-- the newer ones never read: migration 0117).
 CREATE OR REPLACE FUNCTION harvest.claim_cross_shard_children(
     p_limit integer DEFAULT 100, p_lease_secs double precision DEFAULT 30
 )
@@ -56,8 +60,8 @@ BEGIN
     RETURN QUERY
     WITH due AS (
         SELECT c.child_execution_id FROM harvest.cross_shard_children AS c
-        WHERE c.next_attempt_at IS NULL OR c.next_attempt_at <= v_now
-        ORDER BY c.created_at, c.child_execution_id
+        WHERE coalesce(c.next_attempt_at, '-infinity'::timestamptz) <= v_now
+        ORDER BY coalesce(c.next_attempt_at, '-infinity'::timestamptz), c.created_at, c.child_execution_id
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     )

@@ -9,7 +9,7 @@
 -- clear_owed_child_end (the child's end no longer owed to its parent: retention may
 -- take it).
 BEGIN;
-SELECT plan(99);
+SELECT plan(102);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -304,6 +304,27 @@ SELECT throws_like(
     $$SELECT * FROM xb_ids, harvest.get_cross_shard_child(xb_ids.child)$$,
     '%its chain ends at run ' || (SELECT id FROM xb_second) || ', which continued as new%',
     'get_cross_shard_child(): HR002 names the chain''s last run');
+
+-- ------------------------------------------------------------ the claim's order: due time, then age
+-- A running child is leased for the pump's poll and due again when the lease ends: it goes behind
+-- the rows not read since (by created_at alone, the oldest were due again at every tick, and a
+-- claim's limit of them kept the newer ones from ever being read: migration 0117).
+DELETE FROM harvest.cross_shard_children;
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
+INSERT INTO harvest.cross_shard_children (
+    child_execution_id, parent_execution_id, parent_seq, target_shard, workflow_name, workflow_id, queue, input,
+    parent_close_policy, status, next_attempt_at, created_at
+)
+SELECT gen_random_uuid(), gen_random_uuid(), g, 1, 'xo_child', 'xo' || g, 'xq', '[]', 'terminate', 'running', NULL,
+       '2030-01-01 00:00:00+00'::timestamptz + make_interval(secs => g)
+FROM generate_series(1, 3) AS g;
+SELECT results_eq($$SELECT workflow_id FROM harvest.claim_cross_shard_children(2, 1) ORDER BY 1$$, ARRAY['xo1', 'xo2'],
+                  'claim_cross_shard_children(): rows due at once, oldest first');
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:05+00';
+SELECT results_eq($$SELECT workflow_id FROM harvest.claim_cross_shard_children(2, 1) ORDER BY 1$$, ARRAY['xo1', 'xo3'],
+                  'claim_cross_shard_children(): the rows polled go behind the one not read since');
+SELECT results_eq($$SELECT workflow_id FROM harvest.claim_cross_shard_children(2, 1)$$, ARRAY['xo2'],
+                  'claim_cross_shard_children(): then the rest that are due');
 
 SELECT * FROM finish();
 ROLLBACK;
