@@ -707,3 +707,31 @@ def test_worker_get_with_every_shard_down_is_unavailable_not_not_found(tmp_path:
     line = one_error_line(r)
     assert r.returncode == 1, r.stderr
     assert "no shard could be read" in line and "not found" not in line, line
+
+
+# -- a count a person waits on: at most N runs a status ---------------------------------------------
+
+
+def test_workflow_count_limit_counts_each_status_up_to_it_and_says_so(db: str, conn) -> None:
+    """`harvest workflow count --limit N` counts at most N runs of each status (what the HTTP
+    route's `limit` and the dashboard's chips do): a status that reaches it prints N+ and the
+    total is "at least"; without it the count is exact (it reads every matching run)."""
+    for i in range(3):
+        start(conn, "counted", f"c{i}")
+    conn.execute(
+        "SELECT harvest.terminate_workflow((SELECT id FROM harvest.executions WHERE workflow_id = 'c0'), 'x')"
+    )
+    capped = run("workflow", "count", "--limit", "2", dsn=db)
+    assert capped.returncode == 0, capped.stderr
+    lines = capped.stdout.splitlines()
+    assert lines[1].split() == ["RUNNING", "2+"] and lines[2].split() == ["TERMINATED", "1"], capped.stdout
+    assert lines[-1] == "at least 3 execution(s)", capped.stdout
+    as_json = json.loads(run("workflow", "count", "--limit", "2", "--output", "json", dsn=db).stdout)
+    assert [(r["status"], r["executions"], r["capped"]) for r in as_json["counts"]] == [
+        ("RUNNING", 2, True),
+        ("TERMINATED", 1, False),
+    ], as_json
+    exact = run("workflow", "count", dsn=db)
+    assert exact.stdout.splitlines()[-1] == "3 execution(s)" and "+" not in exact.stdout, exact.stdout
+    refused = run("workflow", "count", "--by", "all", "--limit", "2", dsn=db)
+    assert refused.returncode == 2 and "--limit counts by status only" in one_error_line(refused)

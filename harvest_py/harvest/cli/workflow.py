@@ -430,6 +430,13 @@ def list_(
 @click.option("--created-after", default=None, type=ISO_TIME)
 @click.option("--created-before", default=None, type=ISO_TIME)
 @click.option("--filter", "filter_expr", default=None, help="As for `workflow list`.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Count at most this many runs of each status on each shard (with --by status): a status "
+    "that reaches it prints N+. An exact count reads every matching run.",
+)
 @database_url_option
 @output_option
 def count(
@@ -440,10 +447,13 @@ def count(
     created_after: datetime | None,
     created_before: datetime | None,
     filter_expr: str | None,
+    limit: int | None,
     database_url: str | None,
     output: str,
 ) -> None:
     """Count executions (per status by default) over every shard, with the list's filters."""
+    if limit is not None and group_by != "status":
+        raise click.UsageError("--limit counts by status only: drop --by, or drop --limit for an exact count")
     merged = read_shards(
         database_url,
         lambda reads: reads.count_executions(
@@ -454,18 +464,21 @@ def count(
             created_after=created_after,
             created_before=created_before,
             filter=filter_expr,
+            limit=limit,
         ),
     )
     columns = {"status": ["status"], "workflow_name": ["workflow_name"], "all": ["status", "workflow_name"]}
-    emit_merged(
-        merged,
-        "counts",
-        output,
-        lambda rows: (
-            table(rows, [*columns[group_by], "executions"])
-            + f"\n{sum(r['executions'] for r in rows)} execution(s)"
-        ),
-    )
+
+    def render(rows: list[dict[str, Any]]) -> str:
+        # A capped row (--limit) is at least its count, and so is the total.
+        shown = [
+            {**r, "executions": f"{r['executions']}+" if r.get("capped") else r["executions"]} for r in rows
+        ]
+        total = sum(r["executions"] for r in rows)
+        more = "at least " if any(r.get("capped") for r in rows) else ""
+        return table(shown, [*columns[group_by], "executions"]) + f"\n{more}{total} execution(s)"
+
+    emit_merged(merged, "counts", output, render)
 
 
 @workflow.command("signal")
