@@ -203,7 +203,10 @@ def timed(
     return cpu / len(wall), statistics.median(wall)
 
 
-def measure(dsn: str, args: argparse.Namespace) -> None:
+def measure(
+    dsn: str, args: argparse.Namespace, loops: list[tuple[str, str, float, bool]] | None = None
+) -> None:
+    """Time ``loops`` (this bench's LOOPS; bench/cross_shard_loops.py passes its own)."""
     params = {"queues": QUEUES}
     with psycopg.connect(dsn, autocommit=True) as conn:
         heartbeat_workers(conn)
@@ -213,7 +216,7 @@ def measure(dsn: str, args: argparse.Namespace) -> None:
         notices: list[str] = []
         conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
         results = {}
-        for name, statement, per_hour, write in LOOPS:
+        for name, statement, per_hour, write in LOOPS if loops is None else loops:
             wanted = args.explain or args.only
             if wanted and wanted not in name:
                 continue

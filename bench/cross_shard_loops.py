@@ -2,7 +2,7 @@
 fill, plus the cross-shard rows a shard of a sharded deployment carries, each statement timed.
 
     nice -n 10 python bench/background_loops.py --data /tmp/bgloops --fill        # (once)
-    nice -n 10 python bench/cross_shard_loops.py --data /tmp/bgloops --fill-cross-shard
+    nice -n 10 python bench/cross_shard_loops.py --data /tmp/bgloops --fill-cross-shard   # (once, 3 s)
     nice -n 10 python bench/cross_shard_loops.py --data /tmp/bgloops --sql
     nice -n 10 python bench/cross_shard_loops.py --data /tmp/bgloops --explain NAME
 
@@ -13,8 +13,8 @@ fill, plus the cross-shard rows a shard of a sharded deployment carries, each st
   so that none comes due during the timing: the pump's claim finds nothing to take);
 - 100,000 cross-shard children running on shard 1, their parents the RUNNING runs, every row's
   poll lease run out (the pump reads a running child again once its ``poll_secs`` lease ends);
-- 500,000 ``shard_migrations`` records of a big shard rebalanced to shard 1 (completed), 50
-  failed and 20 cut over and stalled (what ``harvest shard rebalance-resume`` and the worker's
+- a ``shard_migrations`` record for each of the 498,000 other runs (a big shard rebalanced to
+  shard 1: completed), 49 of them failed and 20 cut over and stalled (what ``harvest shard rebalance-resume`` and the worker's
   resume scanner settle).
 
 Each statement is timed as background_loops.py times it (the backend's CPU after a warm-up; a
@@ -28,7 +28,6 @@ a list by a range test on a search attribute few runs carry.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -37,9 +36,13 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from background_loops import timed
-from operator_views import arguments, explain, run, sql
+from background_loops import measure
+from operator_views import arguments, run, sql
 
+# g.i's run: the RUNNING runs in turn (a relay's source, a child's parent).
+PARENTS = """
+JOIN (SELECT e.id, row_number() OVER (ORDER BY e.id) - 1 AS k FROM harvest.executions AS e
+      WHERE e.status = 'RUNNING') AS r ON r.k = g.i % %(running)s"""
 RELAYS = """
 INSERT INTO harvest.relays (
     target_execution_id, kind, payload, created_at, source_execution_id, source_seq, target_shard, remote,
@@ -49,8 +52,6 @@ SELECT gen_random_uuid(), 'external_signal', jsonb_build_object('signal_name', '
        %(now)s::timestamptz - make_interval(secs => (%(n)s - g.i) * 0.01), r.id, 1000 + g.i, 1, true,
        %(now)s::timestamptz + interval '1 hour', 6, 'shard 1: unreachable'
 FROM generate_series(1, %(n)s) AS g (i)
-JOIN (SELECT e.id, row_number() OVER (ORDER BY e.id) - 1 AS k FROM harvest.executions AS e
-      WHERE e.status = 'RUNNING') AS r ON r.k = g.i % %(running)s
 """
 CHILDREN = """
 INSERT INTO harvest.cross_shard_children (
@@ -61,9 +62,8 @@ SELECT gen_random_uuid(), r.id, 1000 + g.i, 1, 'child', 'child-' || g.i, 'defaul
        'running', %(now)s::timestamptz - make_interval(secs => g.i % 60),
        %(now)s::timestamptz - make_interval(secs => (%(n)s - g.i) * 0.5)
 FROM generate_series(1, %(n)s) AS g (i)
-JOIN (SELECT e.id, row_number() OVER (ORDER BY e.id) - 1 AS k FROM harvest.executions AS e
-      WHERE e.status = 'RUNNING') AS r ON r.k = g.i % %(running)s
 """
+RELAYS, CHILDREN = RELAYS.rstrip() + PARENTS, CHILDREN.rstrip() + PARENTS
 MIGRATIONS = """
 INSERT INTO harvest.shard_migrations (
     execution_id, workflow_name, workflow_id, source_shard, target_shard, phase, attempts, last_error,
@@ -99,68 +99,84 @@ def fill_cross_shard(dsn: str, n: int = 100_000, say: Any = lambda line: print(l
         say(f"  cross-shard rows in {time.monotonic() - started:,.0f} s")
 
 
-# (name, statement, whether it writes)
-STATEMENTS: list[tuple[str, str, bool]] = [
-    ("pump: claim_remote_relays(100), none due", "SELECT * FROM harvest.claim_remote_relays(100, 30)", True),
+# (name, statement, runs per hour at the default intervals (0: on demand), whether it writes); the pump's
+# claims are per worker that runs the scanner in a sharded deployment, the resume scanner's per worker.
+STATEMENTS: list[tuple[str, str, float, bool]] = [
+    (
+        "pump: claim_remote_relays(100), none due",
+        "SELECT * FROM harvest.claim_remote_relays(100, 30)",
+        3600,
+        True,
+    ),
     (
         "pump: claim_cross_shard_children(100)",
         "SELECT * FROM harvest.claim_cross_shard_children(100, 1)",
+        3600,
         True,
     ),
     (
         "resume scanner: claim_stalled_migrations",
         "SELECT * FROM harvest.claim_stalled_migrations(30, ARRAY[1], 10)",
+        720,
         True,
     ),
     (
         "rebalance-resume: list_migrations(open)",
         "SELECT * FROM harvest.list_migrations(ARRAY['open'], 10000)",
+        0,
         False,
     ),
     (
         "rebalance-resume: list_migrations(failed)",
         "SELECT * FROM harvest.list_migrations(ARRAY['failed'], 1000)",
+        0,
         False,
     ),
-    ("sampler: get_metric_samples(50)", "SELECT harvest.get_metric_samples(50)", False),
-    ("sampler: get_metric_samples(0), no keys", "SELECT harvest.get_metric_samples(0)", False),
+    ("sampler: get_metric_samples(50)", "SELECT harvest.get_metric_samples(50)", 240, False),
+    ("sampler: get_metric_samples(0), no keys", "SELECT harvest.get_metric_samples(0)", 240, False),
     (
         "sampler: the in-flight keys (its first read)",
         (
             "SELECT count(*) FROM (SELECT t.concurrency_key FROM harvest.tasks AS t WHERE t.status = 'running'"
             " AND t.concurrency_key IS NOT NULL AND t.kind = 'activity' LIMIT 10001) AS f"
         ),
+        240,
         False,
     ),
     (
         "sampler: _busiest_concurrency_keys(NULL, 50)",
         "SELECT * FROM harvest._busiest_concurrency_keys(NULL, 50)",
+        240,
         False,
     ),
-    ("count: by status, exact", "SELECT * FROM harvest.count_executions('status')", False),
+    ("count: by status, exact", "SELECT * FROM harvest.count_executions('status')", 0, False),
     (
         "count: CLI default (every state named)",
         (
             "SELECT * FROM harvest.count_executions('status', 'RUNNING,PAUSED,COMPLETED,FAILED,CANCELLED,"
             "TERMINATED,TIMED_OUT,CONTINUED_AS_NEW,MIGRATING')"
         ),
+        0,
         False,
     ),
-    ("count: all", "SELECT * FROM harvest.count_executions('all')", False),
-    ("count: by workflow_name", "SELECT * FROM harvest.count_executions('workflow_name')", False),
+    ("count: all", "SELECT * FROM harvest.count_executions('all')", 0, False),
+    ("count: by workflow_name", "SELECT * FROM harvest.count_executions('workflow_name')", 0, False),
     (
         "count: by status, workflow_name",
         "SELECT * FROM harvest.count_executions('status', p_workflow_name => 'wf_10')",
+        0,
         False,
     ),
     (
         "count: by status, attr region=eu",
         "SELECT * FROM harvest.count_executions('status', p_search_attributes => ARRAY['region=eu'])",
+        0,
         False,
     ),
     (
         "count: chips (p_limit 10000)",
         "SELECT * FROM harvest.count_executions('status', p_limit => 10000)",
+        0,
         False,
     ),
     (
@@ -169,44 +185,22 @@ STATEMENTS: list[tuple[str, str, bool]] = [
             "SELECT * FROM harvest.count_executions('status', p_search_attributes => ARRAY['region=eu'],"
             " p_limit => 10000)"
         ),
+        0,
         False,
     ),
     (
         "list: attr priority>=3",
         "SELECT * FROM harvest.list_executions(p_search_attributes => ARRAY['priority>=3'])",
+        0,
         False,
     ),
     (
         "list: attr priority>=3, 50",
         "SELECT * FROM harvest.list_executions(p_search_attributes => ARRAY['priority>=3'], p_page_size => 50)",
+        0,
         False,
     ),
 ]
-
-
-def measure(dsn: str, args: argparse.Namespace) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SET max_parallel_workers_per_gather = 0")
-        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
-        notices: list[str] = []
-        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
-        results = {}
-        for name, statement, write in STATEMENTS:
-            wanted = args.explain or args.only
-            if wanted and wanted not in name:
-                continue
-            if args.explain:
-                print(f"== {name}\n" + explain(conn, notices, statement, None), flush=True)
-                continue
-            cpu, wall = timed(conn, pid, statement, None, write)
-            rows = len(conn.execute(statement).fetchall()) if not write else None
-            results[name] = {"cpu_ms": round(cpu, 1), "wall_ms": round(wall, 2), "rows": rows}
-            print(
-                f"{name:45s} {cpu:9.1f} ms cpu {wall:9.2f} ms wall {rows if rows is not None else '':>6}",
-                flush=True,
-            )
-        if args.out:
-            Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
 
 
 def main() -> None:
@@ -219,7 +213,7 @@ def main() -> None:
         if args.fill_cross_shard:
             fill_cross_shard(dsn)
         if args.sql or args.explain:
-            measure(dsn, args)
+            measure(dsn, args, STATEMENTS)
 
     if args.fill_cross_shard and not (args.sql or args.explain):
         args.sql = True

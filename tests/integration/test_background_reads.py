@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from stats_helpers import rows_read
 
 BACKLOG = 3000
 DEEP = 20_000
@@ -27,15 +28,7 @@ DEEP = 20_000
 
 def _tasks_read(conn: psycopg.Connection) -> int:
     """Index entries and sequentially read rows of harvest.tasks so far (flushed statistics)."""
-    conn.execute("SELECT pg_stat_force_next_flush()")
-    row = conn.execute(
-        "SELECT (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes"
-        "        WHERE schemaname = 'harvest' AND relname = 'tasks')"
-        "     + (SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables"
-        "        WHERE schemaname = 'harvest' AND relname = 'tasks')"
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
+    return rows_read(conn, "tasks")
 
 
 def _start(conn: psycopg.Connection, queue: str) -> object:

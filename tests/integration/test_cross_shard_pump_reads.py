@@ -16,6 +16,7 @@ import asyncio
 import datetime
 
 import psycopg
+from stats_helpers import rows_read
 
 from harvest.db import testkit
 from harvest.shard.children import drive_children
@@ -34,19 +35,6 @@ FROM generate_series(%(first)s::int, %(last)s::int) AS g
 """
 
 
-def _rows_read(conn: psycopg.Connection) -> int:
-    """Index entries and sequentially read rows of harvest.cross_shard_children so far."""
-    conn.execute("SELECT pg_stat_force_next_flush()")
-    row = conn.execute(
-        "SELECT (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes"
-        "        WHERE schemaname = 'harvest' AND relname = 'cross_shard_children')"
-        "     + (SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables"
-        "        WHERE schemaname = 'harvest' AND relname = 'cross_shard_children')"
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def _parent(conn: psycopg.Connection) -> object:
     row = conn.execute("SELECT execution_id FROM harvest.start_workflow('parent', p_queue => 'q')").fetchone()
     assert row is not None
@@ -60,11 +48,11 @@ def test_a_claim_reads_the_due_children_not_every_child_in_flight(db: str) -> No
         conn.execute(ROWS, {"parent": parent, "status": "running", "due": later, "first": 1, "last": 3000})
         conn.execute(ROWS, {"parent": parent, "status": "starting", "due": None, "first": 3001, "last": 3001})
         conn.execute("ANALYZE harvest.cross_shard_children")
-        before = _rows_read(conn)
+        before = rows_read(conn, "cross_shard_children")
         claimed = conn.execute(
             "SELECT workflow_id FROM harvest.claim_cross_shard_children(100, 1)"
         ).fetchall()
-        read = _rows_read(conn) - before
+        read = rows_read(conn, "cross_shard_children") - before
         assert claimed == [("child-3001",)]
         assert read < 50, f"claim_cross_shard_children read {read} rows for one due child of 3,001"
 
