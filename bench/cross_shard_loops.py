@@ -121,6 +121,12 @@ STATEMENTS: list[tuple[str, str, float, bool]] = [
         True,
     ),
     (
+        "rebalance: list_migration_candidates(100)",
+        "SELECT * FROM harvest.list_migration_candidates(NULL, NULL, 100)",
+        0,
+        False,
+    ),
+    (
         "rebalance-resume: list_migrations(open)",
         "SELECT * FROM harvest.list_migrations(ARRAY['open'], 10000)",
         0,
