@@ -57,17 +57,18 @@ BEGIN
         RAISE EXCEPTION 'lease % must be a positive number of seconds', harvest._num_text(p_lease_secs)
             USING ERRCODE = 'HR001';
     END IF;
+    -- (The rows taken are updated by their primary key, an array of ids: joined to the claim's
+    -- rows, a generic plan made while the table was small read every row to update a few.)
     RETURN QUERY
-    WITH due AS (
-        SELECT c.child_execution_id FROM harvest.cross_shard_children AS c
-        WHERE coalesce(c.next_attempt_at, '-infinity'::timestamptz) <= v_now
-        ORDER BY coalesce(c.next_attempt_at, '-infinity'::timestamptz), c.created_at, c.child_execution_id
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    )
     UPDATE harvest.cross_shard_children AS c
     SET next_attempt_at = v_now + make_interval(secs => p_lease_secs)
-    FROM due AS d WHERE c.child_execution_id = d.child_execution_id
+    WHERE c.child_execution_id = ANY(ARRAY(
+        SELECT d.child_execution_id FROM harvest.cross_shard_children AS d
+        WHERE coalesce(d.next_attempt_at, '-infinity'::timestamptz) <= v_now
+        ORDER BY coalesce(d.next_attempt_at, '-infinity'::timestamptz), d.created_at, d.child_execution_id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ))
     RETURNING c.child_execution_id, c.parent_execution_id, c.parent_seq, c.target_shard, c.workflow_name,
               c.workflow_id, c.queue, c.input, c.parent_close_policy, c.status, c.cancel_requested, c.attempts,
               c.traceparent;

@@ -615,6 +615,18 @@ TRAPS = [
         "primary-key prefix, not every event past an event id",
         id="_continue_as_new-signals",
     ),
+    case(
+        Statement(
+            "claim_cross_shard_children",
+            r"UPDATE harvest\.cross_shard_children AS c\s+SET next_attempt_at = v_now",
+            {"v_now": "timestamptz", "p_limit": "integer", "p_lease_secs": "double precision"},
+        ),
+        {"cross_shard_children": {"cross_shard_children_due", "cross_shard_children_pkey"}},
+        "cross_shard.sql (the pump's claim, each scanner tick): the due rows in due order down "
+        "cross_shard_children_due, not every child in flight read and sorted (migration 0117), and "
+        f"updated by their ids: {ID_LIST}",
+        id="claim_cross_shard_children",
+    ),
 ]
 
 
