@@ -546,17 +546,18 @@ BEGIN
         RAISE EXCEPTION 'lease % must be a positive number of seconds', harvest._num_text(p_lease_secs)
             USING ERRCODE = 'HR001';
     END IF;
+    -- (The rows taken are updated by their primary key, an array of ids: joined to the claim's
+    -- rows, a generic plan made while the table was small read every relay to update a few.)
     RETURN QUERY
-    WITH claimed AS (
-        SELECT r.id FROM harvest.relays AS r
-        WHERE r.remote AND (r.claimed_until IS NULL OR r.claimed_until <= v_now)
-        ORDER BY r.id
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    )
     UPDATE harvest.relays AS r
     SET claimed_until = v_now + make_interval(secs => p_lease_secs), attempts = r.attempts + 1
-    FROM claimed AS c WHERE r.id = c.id
+    WHERE r.id = ANY(ARRAY(
+        SELECT c.id FROM harvest.relays AS c
+        WHERE c.remote AND (c.claimed_until IS NULL OR c.claimed_until <= v_now)
+        ORDER BY c.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ))
     RETURNING r.id, r.kind, r.target_shard, r.target_execution_id, r.target_workflow_name, r.target_workflow_id,
               r.payload, harvest.get_shard_id(), r.source_execution_id, r.attempts;
 END;

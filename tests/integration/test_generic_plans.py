@@ -627,6 +627,17 @@ TRAPS = [
         f"updated by their ids: {ID_LIST}",
         id="claim_cross_shard_children",
     ),
+    case(
+        Statement(
+            "claim_remote_relays",
+            r"UPDATE harvest\.relays AS r\s+SET claimed_until = v_now",
+            {"v_now": "timestamptz", "p_limit": "integer", "p_lease_secs": "double precision"},
+        ),
+        {"relays": {"relays_remote", "relays_pkey"}},
+        "relays.sql (the pump's claim of relays, each scanner tick): the remote relays in id order "
+        f"down relays_remote, and updated by their ids: {ID_LIST}",
+        id="claim_remote_relays",
+    ),
 ]
 
 
