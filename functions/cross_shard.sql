@@ -36,7 +36,7 @@
 -- oldest first), read down cross_shard_children_due: a claim reads the rows it takes, and a
 -- running child, leased for the pump's poll, goes behind every row due before its lease ends
 -- (oldest first alone, the oldest p_limit running children were due again at every tick and
--- the newer ones never read: migration 0117).
+-- the newer ones never read: migration 0118).
 CREATE OR REPLACE FUNCTION harvest.claim_cross_shard_children(
     p_limit integer DEFAULT 100, p_lease_secs double precision DEFAULT 30
 )

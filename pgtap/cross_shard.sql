@@ -308,7 +308,7 @@ SELECT throws_like(
 -- ------------------------------------------------------------ the claim's order: due time, then age
 -- A running child is leased for the pump's poll and due again when the lease ends: it goes behind
 -- the rows not read since (by created_at alone, the oldest were due again at every tick, and a
--- claim's limit of them kept the newer ones from ever being read: migration 0117).
+-- claim's limit of them kept the newer ones from ever being read: migration 0118).
 DELETE FROM harvest.cross_shard_children;
 SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
 INSERT INTO harvest.cross_shard_children (

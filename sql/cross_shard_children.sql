@@ -48,7 +48,7 @@ CREATE TABLE harvest.cross_shard_children (
 -- The parent's close finds its remote children (functions/core.sql, _close_execution).
 CREATE INDEX cross_shard_children_parent ON harvest.cross_shard_children (parent_execution_id);
 
--- The pump's claim order (claim_cross_shard_children, migration 0117): by when a row is due (no
+-- The pump's claim order (claim_cross_shard_children, migration 0118): by when a row is due (no
 -- next_attempt_at: at once), then oldest first; a claim reads the due rows only, and a running
 -- child polled (leased for the poll) goes behind the rows not read since.
 CREATE INDEX cross_shard_children_due

@@ -7,7 +7,7 @@ children run on.
 claim_cross_shard_children (functions/cross_shard.sql) took the due rows oldest first with no
 index for that order: every claim read the whole table and sorted every due row, and a running
 child, leased for the pump's 1 s poll, was due again by the next tick, so the oldest 100 running
-children were the only ones ever read (migration 0117).
+children were the only ones ever read (migration 0118).
 """
 
 from __future__ import annotations

@@ -623,7 +623,7 @@ TRAPS = [
         ),
         {"cross_shard_children": {"cross_shard_children_due", "cross_shard_children_pkey"}},
         "cross_shard.sql (the pump's claim, each scanner tick): the due rows in due order down "
-        "cross_shard_children_due, not every child in flight read and sorted (migration 0117), and "
+        "cross_shard_children_due, not every child in flight read and sorted (migration 0118), and "
         f"updated by their ids: {ID_LIST}",
         id="claim_cross_shard_children",
     ),

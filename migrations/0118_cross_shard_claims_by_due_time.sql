@@ -1,5 +1,5 @@
 -- harvest:no-transaction
--- 0117: the cross-shard pump takes the children that are due in due order, from an index
+-- 0118: the cross-shard pump takes the children that are due in due order, from an index
 -- (re-runnable: this file runs outside a transaction, so the index is built without blocking
 -- the writes of harvest.cross_shard_children).
 --
