@@ -1122,17 +1122,17 @@ class Worker:
         key = _key(caller)
         slot_claimed_at = self._slot_claimed_at.get(key)
         # The caller's handler ends once its commit is answered (nothing it awaits after a
-        # hand-off): its asyncio task goes on with the first task it is handed once it has
-        # (Worker._guard), rather than a task made for it and the caller's ended: one asyncio
-        # task fewer per hand-off (made, registered in asyncio's WeakSet of tasks, its first
-        # step queued, dropped). Not when the caller's handler has ended (not in flight), holds
-        # an open claim (its end awaits the commit), goes on with another already or hands its
-        # task back (_then set), or its asyncio task was asked to cancel.
+        # hand-off): its asyncio task goes on with the first task it is handed (Worker._guard),
+        # rather than a task made for it and its own ended: one asyncio task fewer per hand-off
+        # (made, registered in asyncio's WeakSet of tasks, dropped). Not when the caller is not
+        # this asyncio task's handler, holds an open claim (its handler's end awaits the commit),
+        # already goes on with another, or its asyncio task was asked to cancel.
         handle = self._inflight.get(key)
         if (
             handle is not None
             and "_then" not in caller
             and "_open_claim" not in caller
+            and handle is asyncio.current_task()
             and not handle.cancelling()
         ):
             caller["_then"] = task
@@ -1250,19 +1250,22 @@ class Worker:
     async def _guard(
         self, runner: Callable[[Worker, dict[str, Any]], Awaitable[Any]], task: dict[str, Any]
     ) -> None:
+        continued = False
         while True:
             try:
+                if continued:
+                    # Behind what is ready to run, as a new asyncio task's first step would be
+                    # (the other handlers' results join the same batches).
+                    await asyncio.sleep(0)
                 await runner(self, task)
             except asyncio.CancelledError:
                 # Shutting down before it finished: hand the task back at once (a claim still
-                # open gives it back by its rollback), and the one it was to go on with (and
-                # go on with none handed meanwhile: None).
-                handed = task.get("_then")
-                task["_then"] = None
+                # open gives it back by its rollback), and the one it was to go on with.
                 claim = task.pop("_open_claim", None)
                 if claim is not None:
                     await asyncio.shield(claim.rollback())
                 held = [task]
+                handed = task.pop("_then", None)
                 if handed is not None:
                     held.append(handed)
                     self._forget_in_flight(handed)
@@ -1302,7 +1305,7 @@ class Worker:
             handed = task.pop("_then", None)
             if handed is None:
                 return
-            task = handed
+            task, continued = handed, True
             runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
 
     def _forget_in_flight(self, task: dict[str, Any]) -> None:
