@@ -1119,26 +1119,7 @@ class Worker:
         """
         self.handed_tasks += 1
         task["_lane"] = caller["_lane"]
-        key = _key(caller)
-        slot_claimed_at = self._slot_claimed_at.get(key)
-        # The caller's handler ends once its commit is answered (nothing it awaits after a
-        # hand-off): its asyncio task goes on with the first task it is handed (Worker._guard),
-        # rather than a task made for it and its own ended: one asyncio task fewer per hand-off
-        # (made, registered in asyncio's WeakSet of tasks, dropped). Not when the caller is not
-        # this asyncio task's handler, holds an open claim (its handler's end awaits the commit),
-        # already goes on with another, or its asyncio task was asked to cancel.
-        handle = self._inflight.get(key)
-        if (
-            handle is not None
-            and "_then" not in caller
-            and "_open_claim" not in caller
-            and handle is asyncio.current_task()
-            and not handle.cancelling()
-        ):
-            caller["_then"] = task
-            self._spawn(task, slot_claimed_at, handle)
-            return
-        self._spawn(task, slot_claimed_at)
+        self._spawn(task, self._slot_claimed_at.get(_key(caller)))
 
     # -- eager signals (client.AsyncClient(eager_worker=), functions/signals.sql) ------------
     def eager_slot(self) -> tuple[str, float] | None:
@@ -1220,14 +1201,7 @@ class Worker:
         runs = [self._run_of.get((lane.shard, task_id)) for task_id in task_ids]
         self.redis.committed([r for r in runs if r is not None], kind)
 
-    def _spawn(
-        self,
-        task: dict[str, Any],
-        slot_claimed_at: float | None = None,
-        handle: asyncio.Task[Any] | None = None,
-    ) -> None:
-        """Run ``task`` in a new asyncio task, or (``handle``: the caller's, run_handed) in that
-        one once its handler ends."""
+    def _spawn(self, task: dict[str, Any], slot_claimed_at: float | None = None) -> None:
         lane, kind = task["_lane"], task["kind"]
         if kind == "workflow":
             lane.owners.note(task)
@@ -1241,82 +1215,56 @@ class Worker:
             self._run_of[(key[0], key[1])] = str(task["execution_id"])
         # (The worker's clock, _now, which reserve_slots reads the slot's age on.)
         self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
-        if handle is None:
-            # (asyncio.create_task's own body, without its two Python calls: a task unnamed)
-            handle = asyncio.get_running_loop().create_task(self._guard(runner, task))
+        # (asyncio.create_task's own body, without its two Python calls: a task unnamed)
+        handle = asyncio.get_running_loop().create_task(self._guard(runner, task))
         self._inflight[key] = handle
         self._held[key] = task
 
     async def _guard(
         self, runner: Callable[[Worker, dict[str, Any]], Awaitable[Any]], task: dict[str, Any]
     ) -> None:
-        continued = False
-        while True:
-            try:
-                if continued:
-                    # Behind what is ready to run, as a new asyncio task's first step would be
-                    # (the other handlers' results join the same batches).
-                    await asyncio.sleep(0)
-                await runner(self, task)
-            except asyncio.CancelledError:
-                # Shutting down before it finished: hand the task back at once (a claim still
-                # open gives it back by its rollback), and the one it was to go on with.
-                claim = task.pop("_open_claim", None)
-                if claim is not None:
-                    await asyncio.shield(claim.rollback())
-                held = [task]
-                handed = task.pop("_then", None)
-                if handed is not None:
-                    held.append(handed)
-                    self._forget_in_flight(handed)
-                releases = []
-                for each in held:
-                    call = lane_of(each).sql.release_task(each["task_id"], each["fencing_token"])
-                    release = asyncio.ensure_future(call)
-                    release.add_done_callback(_retrieved)
-                    releases.append(release)
-                # Bounded: a database that does not answer leaves the task to the stop's release,
-                # or to its lease's expiry. (A wait, not a shield: the release goes on if cut short.)
-                await asyncio.wait(releases, timeout=STOP_CALL_SECS)
-                stopping.leave_behind(releases)
-                raise
-            except Exception as exc:
-                # A database error's text carries its DETAIL and CONTEXT (a row's values): its
-                # first line and SQLSTATE say what failed, and its traceback (where it failed)
-                # prints it by that line too (DatabaseTextFilter, on this logger). Any other
-                # error here is Harvest's bug: its traceback is the report.
-                log.error(
-                    "task %s (%s) crashed the handler; its lease will expire: %s",
-                    task["task_id"],
-                    task["kind"],
-                    failure_reason(exc),
-                    exc_info=True,
-                )
-            finally:
-                claim = task.pop("_open_claim", None)
-                if claim is not None:  # (a handler that crashed before its decision)
-                    with contextlib.suppress(Exception):
-                        await claim.commit()
-                self._forget_in_flight(task)
-                self.completed_tasks += 1
-                self._finished(task)
-            # The first task its handler was handed goes on in this asyncio task (run_handed),
-            # in flight already.
-            handed = task.pop("_then", None)
-            if handed is None:
-                return
-            task, continued = handed, True
-            runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
-
-    def _forget_in_flight(self, task: dict[str, Any]) -> None:
-        """``task`` is no longer in flight here: its slot is free."""
-        key = _key(task)
-        self._inflight.pop(key, None)
-        self._held.pop(key, None)
-        self._slot_claimed_at.pop(key, None)
-        if self.redis is not None:
-            self._run_of.pop((key[0], key[1]), None)
-            self.redis.slot_freed()
+        try:
+            await runner(self, task)
+        except asyncio.CancelledError:
+            # Shutting down before it finished: hand the task back at once (a claim still open
+            # gives it back by its rollback).
+            claim = task.pop("_open_claim", None)
+            if claim is not None:
+                await asyncio.shield(claim.rollback())
+            sql = lane_of(task).sql
+            release = asyncio.ensure_future(sql.release_task(task["task_id"], task["fencing_token"]))
+            release.add_done_callback(_retrieved)
+            # Bounded: a database that does not answer leaves the task to the stop's release, or
+            # to its lease's expiry. (A wait, not a shield: the release goes on if it is cut short.)
+            await asyncio.wait({release}, timeout=STOP_CALL_SECS)
+            stopping.leave_behind([release])
+            raise
+        except Exception as exc:
+            # A database error's text carries its DETAIL and CONTEXT (a row's values): its first
+            # line and SQLSTATE say what failed, and its traceback (where it failed) prints it by
+            # that line too (DatabaseTextFilter, on this logger). Any other error here is
+            # Harvest's bug: its traceback is the report.
+            log.error(
+                "task %s (%s) crashed the handler; its lease will expire: %s",
+                task["task_id"],
+                task["kind"],
+                failure_reason(exc),
+                exc_info=True,
+            )
+        finally:
+            claim = task.pop("_open_claim", None)
+            if claim is not None:  # (a handler that crashed before its decision)
+                with contextlib.suppress(Exception):
+                    await claim.commit()
+            key = _key(task)
+            self._inflight.pop(key, None)
+            self._held.pop(key, None)
+            self._slot_claimed_at.pop(key, None)
+            self.completed_tasks += 1
+            self._finished(task)
+            if self.redis is not None:
+                self._run_of.pop((key[0], key[1]), None)
+                self.redis.slot_freed()
 
     def _finished(self, task: dict[str, Any]) -> None:
         """A task in flight ended. A busy worker claims again at once (producers do not notify
