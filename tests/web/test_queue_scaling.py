@@ -8,7 +8,7 @@ from operator_helpers import start
 from prometheus_client.parser import text_string_to_metric_families
 from web_helpers import api_client
 
-from harvest.web.routes.admin import scaling_signals
+from harvest.web.routes.admin import scaling_signals, scaling_text
 
 
 @pytest.fixture
@@ -43,7 +43,9 @@ def test_json_signals_of_a_known_backlog(db: str, backlog: None) -> None:
             "running": 0,
             "workers": 1,  # the stale worker does not count
             "desired_workers": 1,
+            "estimated": False,  # counted exactly: under the sampler's cap
         }
+        assert body["estimated"] is False
         assert 90 <= billing["oldest_age_seconds"] < 600
         assert idle == {
             "queue": "idle",
@@ -53,6 +55,7 @@ def test_json_signals_of_a_known_backlog(db: str, backlog: None) -> None:
             "running": 0,
             "workers": 1,
             "desired_workers": 0,
+            "estimated": False,
         }
         one = api.get("/admin/queues/scaling", params={"per_worker": 1, "queue": "billing"}).json()
         assert [(q["queue"], q["desired_workers"]) for q in one["queues"]] == [("billing", 2)]
@@ -75,6 +78,7 @@ def test_prometheus_text_parses(db: str, backlog: None) -> None:
     assert samples[("harvest_queue_scaling_oldest_age_seconds", "idle")] == 0
     assert samples[("harvest_queue_scaling_workers", "billing")] == 1
     assert samples[("harvest_queue_scaling_desired_workers", "billing")] == 1
+    assert samples[("harvest_queue_scaling_estimated", "billing")] == 0
     assert samples[("harvest_queue_scaling_unavailable_shards", None)] == 0
 
 
@@ -92,6 +96,9 @@ def test_scope_and_bad_parameters_are_refused(db: str, tokens: dict[str, str]) -
             assert refused.json()["error"]["field"] == next(iter(bad))
         declared = api.get("/openapi.json").json()["paths"]["/admin/queues/scaling"]["get"]
         assert declared["x-harvest-scope"] == "admin"
+        schema = declared["responses"]["200"]["content"]["application/json"]["schema"]
+        assert schema["properties"]["estimated"] == {"type": "boolean"}
+        assert "estimated" in schema["properties"]["queues"]["items"]["required"]
         assert set(declared["responses"]["200"]["content"]) == {
             "application/json",
             "text/plain; version=0.0.4; charset=utf-8",
@@ -150,6 +157,7 @@ def test_signals_sum_over_shards() -> None:
             "running": 2,
             "workers": 2,
             "desired_workers": 2,
+            "estimated": False,
         },
         {
             "queue": "spare",
@@ -159,5 +167,38 @@ def test_signals_sum_over_shards() -> None:
             "running": 0,
             "workers": 0,
             "desired_workers": 0,
+            "estimated": False,
         },
     ]
+
+
+def test_a_queue_past_the_samplers_cap_says_its_counts_are_estimated() -> None:
+    """A queue whose depths one shard estimated (past the sampler's cap, docs/observability.md
+    "Queue depths past the cap") is estimated in the sum, whatever the other shards and kinds
+    say; the Prometheus text carries it as harvest_queue_scaling_estimated 1."""
+
+    def depth(queue: str, kind: str, claimable: int, estimated: bool) -> dict[str, object]:
+        return {
+            "queue": queue,
+            "kind": kind,
+            "claimable": claimable,
+            "scheduled": 0,
+            "running": 0,
+            "oldest_claimable_secs": 1.0,
+            "estimated": estimated,
+        }
+
+    deep = {"queues": [depth("deep", "activity", 250_000, True), depth("deep", "workflow", 3, False)]}
+    other = {"queues": [depth("deep", "activity", 7, False), depth("small", "activity", 2, False)]}
+    queues = scaling_signals([(deep, []), (other, [])], 20)
+    assert [(q["queue"], q["backlog"], q["estimated"]) for q in queues] == [
+        ("deep", 250_010, True),
+        ("small", 2, False),
+    ]
+    samples = {
+        s.labels["queue"]: s.value
+        for family in text_string_to_metric_families(scaling_text(queues, 0))
+        for s in family.samples
+        if s.name == "harvest_queue_scaling_estimated"
+    }
+    assert samples == {"deep": 1, "small": 0}

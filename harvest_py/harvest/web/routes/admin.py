@@ -21,6 +21,7 @@ from harvest.telemetry.metrics import CONTENT_TYPE
 from harvest.web.routes import (
     BOOLEAN,
     FANOUT,
+    INTEGER,
     ROWS,
     STRING,
     Call,
@@ -450,13 +451,15 @@ def scaling_signals(
     answers, workflow and activity tasks together: claimable backlog, oldest claimable age (the
     oldest on any shard), scheduled and running tasks summed; ``workers`` the distinct healthy,
     active workers polling it (one polling several shards counts once); ``desired_workers`` =
-    ceil((backlog + running) / per_worker): enough workers for the work ready now and in hand."""
+    ceil((backlog + running) / per_worker): enough workers for the work ready now and in hand;
+    ``estimated`` whether backlog and scheduled (so desired_workers) sum a sampler's estimate
+    (a queue past its cap on some shard, docs/observability.md "Queue depths past the cap")."""
     queues: dict[str, dict[str, Any]] = {}
     polling: dict[str, set[str]] = {}
 
     def row(name: str) -> dict[str, Any]:
         empty = {"backlog": 0, "oldest_age_seconds": None, "scheduled": 0, "running": 0, "workers": 0}
-        return queues.setdefault(name, {"queue": name, **empty})
+        return queues.setdefault(name, {"queue": name, **empty, "estimated": False})
 
     for sample, healthy in reads:
         for q in sample.get("queues") or []:
@@ -464,6 +467,7 @@ def scaling_signals(
             out["backlog"] += int(q["claimable"])
             out["scheduled"] += int(q["scheduled"])
             out["running"] += int(q["running"])
+            out["estimated"] = out["estimated"] or bool(q.get("estimated"))
             age = q.get("oldest_claimable_secs")
             if age is not None:
                 out["oldest_age_seconds"] = max(float(age), out["oldest_age_seconds"] or 0.0)
@@ -479,6 +483,19 @@ def scaling_signals(
     return [queues[name] for name in sorted(queues)]
 
 
+# A queue's row of /admin/queues/scaling, for /openapi.json.
+SCALING_QUEUE = shape(
+    queue=STRING,
+    backlog=INTEGER,
+    oldest_age_seconds={"type": ["number", "null"]},
+    scheduled=INTEGER,
+    running=INTEGER,
+    workers=INTEGER,
+    desired_workers=INTEGER,
+    estimated=BOOLEAN,
+)
+
+
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -490,6 +507,7 @@ GAUGES = (
     ("running", "Tasks of the queue claimed and running now."),
     ("workers", "Healthy workers polling the queue."),
     ("desired_workers", "ceil((backlog + running) / per_worker): a worker-count hint."),
+    ("estimated", "1: backlog and scheduled sum an estimate (the queue is past the sampler's cap)."),
 )
 
 
@@ -499,7 +517,9 @@ def scaling_text(queues: list[dict[str, Any]], unavailable: int) -> str:
     for key, help_text in GAUGES:
         name = f"harvest_queue_scaling_{key}"
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        lines += [f'{name}{{queue="{_label(q["queue"])}"}} {q[key] or 0}' for q in queues]
+        lines += [
+            f'{name}{{queue="{_label(q["queue"])}"}} {+(q[key] or 0)}' for q in queues
+        ]  # (+: a bool as 0/1)
     name = "harvest_queue_scaling_unavailable_shards"
     lines += [f"# HELP {name} Shards not read for these signals (0: complete).", f"# TYPE {name} gauge"]
     lines.append(f"{name} {unavailable}")
@@ -526,6 +546,7 @@ async def queue_scaling(call: Call, args: dict[str, Any], _: Any) -> Any:
         "status": fan.status,
         "per_worker": args["per_worker"],
         "queues": queues,
+        "estimated": any(q["estimated"] for q in queues),
         "unavailable_shards": fan.unavailable_shards,
     }
     return Reply(body, headers=headers)
@@ -607,6 +628,12 @@ ENDPOINTS = [
         tag="admin",
         also=(CONTENT_TYPE,),
         payloads="none",  # (counts per queue)
+        shape=shape(
+            per_worker=INTEGER,
+            queues={"type": "array", "items": SCALING_QUEUE},
+            estimated=BOOLEAN,
+            **FANOUT,
+        ),
     ),
     Endpoint(
         "GET",
