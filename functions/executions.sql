@@ -877,6 +877,23 @@ BEGIN
 END;
 $$;
 
+-- Whether the run p_execution_id, locked by the caller, still matches p_where (the batch's
+-- compiled filter, _act_on_workflows; p_params its $1): read again under the lock, since the
+-- scan that chose it read it unlocked and another session may have changed it since.
+CREATE OR REPLACE FUNCTION harvest._still_selected(p_where text[], p_params text[], p_execution_id uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_found boolean;
+BEGIN
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = $2 AND %s)',
+                   array_to_string(p_where, ' AND '))
+    INTO v_found USING p_params, p_execution_id;
+    RETURN v_found;
+END;
+$$;
+
 -- Cancel, terminate or signal the live runs a filter selects, a bounded step at a time
 -- (docs/operations.md, "Acting on many runs"). The filters are the workflow list's; at
 -- least one of p_workflow_name, p_search_attributes, p_created_after, p_created_before
@@ -901,23 +918,6 @@ $$;
 -- however often it is found. p_dry_run writes nothing: matched counts every live run the
 -- filter selects after the cursor, execution_ids is the first p_limit of them. shard_id
 -- names the shard that answered.
--- Whether the run p_execution_id, locked by the caller, still matches p_where (the batch's
--- compiled filter, _act_on_workflows; p_params its $1): read again under the lock, since the
--- scan that chose it read it unlocked and another session may have changed it since.
-CREATE OR REPLACE FUNCTION harvest._still_selected(p_where text[], p_params text[], p_execution_id uuid)
-RETURNS boolean
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_found boolean;
-BEGIN
-    EXECUTE format('SELECT EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = $2 AND %s)',
-                   array_to_string(p_where, ' AND '))
-    INTO v_found USING p_params, p_execution_id;
-    RETURN v_found;
-END;
-$$;
-
 CREATE OR REPLACE FUNCTION harvest._act_on_workflows(
     p_action text, p_status text, p_workflow_name text, p_search_attributes text[],
     p_created_after timestamptz, p_created_before timestamptz, p_filter text, p_reason text,
