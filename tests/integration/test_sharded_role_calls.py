@@ -80,3 +80,37 @@ def test_a_roled_shard_call_is_one_round_trip_run_again_on_a_conflict_and_unavai
             "SELECT count(*) FROM harvest.executions WHERE workflow_id = 'lost-1'"
         ).fetchone()
         assert lost == (0,)  # the lost call's transaction rolled back with its connection
+
+
+def test_a_lenders_connection_waits_the_callers_timeout_not_the_pools(two_shards) -> None:
+    """``lender(shard).connection(timeout)`` (a pool's shape for AsyncSqlApi, and under a role
+    view's RoledPool) bounds its wait by the caller's ``timeout``: with the shard's one
+    connection held, it is ShardUnavailable after it, not after the pools' acquire_timeout (an
+    hour here; before, the wait ignored ``timeout``). The guard below only stops a hang."""
+
+    async def go() -> list[str]:
+        pools = AsyncShardPools(
+            ShardRouter(readable=[0, 1], writable=[0, 1], default=0),
+            two_shards,
+            max_size=1,
+            acquire_timeout=3600,
+        )
+        seen: list[str] = []
+        try:
+            await pools.sql(1)  # (the pool open, its identity checked)
+            async with pools.connection(1):  # the shard's only connection, held
+                for lender in (pools.lender(1), pools.with_role("harvest_reader", "cli").lender(1)):
+                    with pytest.raises(ShardUnavailable, match="shard 1") as waited:
+                        async with lender.connection(timeout=0.05):
+                            pass
+                    seen.append(type(waited.value).__name__)
+            async with pools.lender(1).connection(timeout=0.05) as conn:  # free again: lent
+                seen.append(str((await (await conn.execute("SELECT 1")).fetchone())[0]))
+        finally:
+            await pools.close()
+        return seen
+
+    async def guarded() -> list[str]:
+        return await asyncio.wait_for(go(), 120)  # (not a timing: the old code hangs an hour)
+
+    assert asyncio.run(guarded()) == ["ShardUnavailable", "ShardUnavailable", "1"]

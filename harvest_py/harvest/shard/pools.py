@@ -413,11 +413,14 @@ class AsyncShardPools(_Base):
         return await self._opening.setdefault(shard, SharedAttempt()).run(open_pool)
 
     @contextlib.asynccontextmanager
-    async def connection(self, shard: int) -> AsyncIterator[Any]:
-        """One autocommit connection of ``shard``'s pool (see :meth:`ShardPools.connection`)."""
+    async def connection(self, shard: int, timeout: float | None = None) -> AsyncIterator[Any]:
+        """One autocommit connection of ``shard``'s pool (see :meth:`ShardPools.connection`),
+        waited for ``timeout`` seconds at most (None: ``acquire_timeout``). Opening the shard's
+        pool, once for every caller, is the pools' own wait: ``acquire_timeout``."""
         pool = await self._pool(shard)
+        wait = self.acquire_timeout if timeout is None else timeout
         try:
-            async with pool.connection(timeout=self.acquire_timeout) as conn:
+            async with pool.connection(timeout=wait) as conn:
                 if shard not in self._verified:
                     await self._verify(shard, AsyncSqlApi.on_connection(conn))
                 yield conn
@@ -565,9 +568,9 @@ class _RoledShardPools(AsyncShardPools):
         self._role, self._source, self._actor, self._route = role, source, actor, route
 
     @contextlib.asynccontextmanager
-    async def connection(self, shard: int) -> AsyncIterator[Any]:
+    async def connection(self, shard: int, timeout: float | None = None) -> AsyncIterator[Any]:
         async with (
-            super().connection(shard) as conn,
+            super().connection(shard, timeout) as conn,
             set_role(conn, self._role, self._source, actor=self._actor, route=self._route),
         ):
             yield conn
@@ -610,10 +613,14 @@ class _OneShard:
     """One shard of a pools object, shaped as a pool for AsyncSqlApi (``connection()``):
     ``connection`` is the pools' (the roled view's lends the base's, under a RoledPool)."""
 
-    def __init__(self, connection: Callable[[int], contextlib.AbstractAsyncContextManager[Any]], shard: int):
+    def __init__(
+        self,
+        connection: Callable[[int, float | None], contextlib.AbstractAsyncContextManager[Any]],
+        shard: int,
+    ):
         self._connection, self._shard = connection, shard
 
     def connection(self, timeout: float | None = None) -> contextlib.AbstractAsyncContextManager[Any]:
-        """A connection of the shard (its wait is the pools' ``acquire_timeout``, whatever
-        ``timeout`` a pool's caller gives)."""
-        return self._connection(self._shard)
+        """A connection of the shard, waited for ``timeout`` seconds at most, as a pool's
+        ``connection(timeout)`` (None: the pools' ``acquire_timeout``)."""
+        return self._connection(self._shard, timeout)
