@@ -38,6 +38,7 @@ def dlq() -> None:
 @click.option("--limit", default=100, show_default=True, type=PAGE, help="At most this many (max 1000).")
 @click.option("--before-id", default=None, type=ROW_ID, help="Page on one shard: after this one.")
 @click.option("--cursor", default=None, help="next_cursor from the previous page (every shard).")
+@app_option
 @database_url_option
 @output_option
 def list_(
@@ -46,14 +47,21 @@ def list_(
     limit: int,
     before_id: int | None,
     cursor: str | None,
+    app_target: str | None,
     database_url: str | None,
     output: str,
 ) -> None:
-    """List dead letters over every shard, newest failure first."""
-    merged = read_shards(
-        database_url,
-        lambda reads: reads.list_dead_letters(limit, activity_name, workflow_name, cursor, before_id),
-    )
+    """List dead letters over every shard, newest failure first (a failure's details decoded
+    with --app's codecs)."""
+    reveal = Reveal(app_target)
+
+    def read(reads: Any) -> Any:
+        merged = reads.list_dead_letters(limit, activity_name, workflow_name, cursor, before_id)
+        # An encoded payload shows what it is, or decoded by --app on its shard (docs/payloads.md).
+        merged.value = reveal.shown_rows(reads.apis, merged.value)
+        return merged
+
+    merged = read_shards(database_url, read)
     for row in merged.value:
         row["error"] = failure_line(row["failure"])
 

@@ -76,7 +76,7 @@ def _line(event: dict[str, Any], output: str, position: str | None) -> str:
         return json.dumps(shown, default=json_default, separators=(",", ":"))
     # As `harvest workflow get` shows a payload: an encoded one by what it is ("<encrypted (key
     # k2)>"), not its envelope's bytes; --output json keeps the envelope, for a reader with keys
-    # (--app decoded both before: _Printer.show).
+    # (--app decoded both before: _Printer.show, over SQL its offloaded payloads read back first).
     data = json.dumps(describe_tree(event["event_data"]), default=json_default, separators=(",", ":"))
     first = event["global_id"] if position is None else f"{position}  shard {event['shard_id']}"
     run = f"{event['workflow_name']}/{event['workflow_id']}"
@@ -95,10 +95,14 @@ class _Printer:
         self.workflow, self.limit, self.output, self.reveal = workflow, limit, output, reveal
         self.printed = 0
 
+    def wanted(self, event: dict[str, Any]) -> bool:
+        """Whether --workflow selects ``event``."""
+        return self.workflow is None or str(event["execution_id"]) == self.workflow
+
     def show(self, event: dict[str, Any], position: str | None = None) -> bool:
         """Print ``event`` unless --workflow names another run; False once --limit is reached."""
-        if self.workflow is None or str(event["execution_id"]) == self.workflow:
-            if self.reveal:  # (an offloaded payload stays its reference: the tail reads no store)
+        if self.wanted(event):
+            if self.reveal:  # (over SQL its offloaded payloads were read back: _followed)
                 event = {**event, "event_data": self.reveal.decoded(None, event["event_data"])}
             click.echo(_line(event, self.output, position))
             self.printed += 1
@@ -108,7 +112,7 @@ class _Printer:
 async def _tail(dsn: str, after: int | None, printer: _Printer) -> None:
     """One database's events. One that cannot be read when the tail starts is an error; one lost
     while followed (a restart, a failover) is followed again when it is back (_followed)."""
-    events = _followed(None, dsn, after, await _open(dsn, None, after))
+    events = _followed(None, dsn, after, await _open(dsn, None, after), printer)
     async with contextlib.aclosing(events):
         async for event in events:
             if event is not None and not printer.show(event):
@@ -153,11 +157,17 @@ async def _not_past_its_end(source: EventSource, shard: int | None, position: in
 
 
 async def _followed(
-    shard: int | None, url: str | None, after: int | None, opened: tuple[EventSource, int] | None
+    shard: int | None,
+    url: str | None,
+    after: int | None,
+    opened: tuple[EventSource, int] | None,
+    printer: _Printer,
 ) -> AsyncGenerator[dict[str, Any] | None, None]:
     """One shard's events (``shard`` None: the one database's) for as long as the tail runs,
     after global id ``after`` (None: from its events written once it is read). ``opened``: its
-    source and start (_open; None: it could not be opened). One that cannot be read (an outage:
+    source and start (_open; None: it could not be opened). With --app, the payloads an event
+    the printer shows has offloaded are read back through the App's store on its own source
+    (Reveal.read_back), before its position moves past it. One that cannot be read (an outage:
     event_stream.source_unreachable), at the start or later, is tried again every RETRY_SECS and
     named on stderr when it goes and when it is back; back, it goes on after the last of its
     events handed on, so nothing it wrote meanwhile is missed. Any other error (a refused login,
@@ -181,6 +191,9 @@ async def _followed(
                     lost = False
                 async for batch in source.follow(position):
                     for event in batch:
+                        if printer.reveal and printer.wanted(event):
+                            data = await printer.reveal.read_back(source, event["event_data"])
+                            event = {**event, "event_data": data}
                         position = event["global_id"]
                         yield event
             except Exception as exc:
@@ -251,7 +264,10 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
                     )
         if not opened:
             raise none_readable(unavailable)
-        streams = {s: _followed(s, urls[s], given.get(s), opened.get(s)) for s in sorted([*opened, *retried])}
+        streams = {
+            s: _followed(s, urls[s], given.get(s), opened.get(s), printer)
+            for s in sorted([*opened, *retried])
+        }
         starts = {s: start for s, (_, start) in opened.items()}
         merged = merge_streams(streams, {**given, **starts}, keepalive=3600.0)
         try:

@@ -5,7 +5,8 @@ Without ``--app`` the CLI holds no keys: a payload shows what it is (``"<encrypt
 ``harvest.core.codecs.describe_tree``) and a full export keeps envelopes as stored. With
 ``--app module:app`` the App is imported (``harvest.cli.worker.load_app``, as `replay` and
 `shard rebalance` import theirs) and its ``Payloads`` decodes: over SQL, offloaded payloads are
-read back through its store, then envelopes decoded; over HTTP (the API holds no keys and
+read back through its store, then envelopes decoded (`events tail`'s on each database's event
+source); over HTTP (the API holds no keys and
 answers payloads as stored, its own store's references resolved) the envelopes are decoded here,
 after the read. A key the App lacks is one line naming it (``PayloadKeyMissing``, exit 1).
 """
@@ -13,7 +14,7 @@ after the read. A key the App lacks is one line naming it (``PayloadKeyMissing``
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -23,6 +24,7 @@ from harvest.core.errors import PayloadKeyMissing
 
 if TYPE_CHECKING:
     from harvest.core.codecs import Payloads
+    from harvest.db.event_stream import EventSource
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,6 +73,22 @@ class Reveal:
         """``value`` as a command prints it: decoded with ``--app``; what is left encoded (every
         envelope without it, a reference no store resolved, an erased payload) by what it is."""
         return describe_tree(self.decoded(sql, value))
+
+    def shown_rows(self, apis: Mapping[int, Any], rows: list[Any]) -> list[Any]:
+        """Rows of a read over every shard (each with its ``shard_id``) as :meth:`shown`, each
+        decoded over its own shard's API (``apis``; over HTTP none: the envelopes only)."""
+        return [self.shown(apis.get(row.get("shard_id")), row) for row in rows]
+
+    async def read_back(self, source: EventSource, value: Any) -> Any:
+        """``value`` (an event's data, followed over SQL) with its offloaded payloads read back
+        through the App's store on the event source's reading connection, and decoded; without
+        ``--app``, as it is (the tail shows a reference by what it is)."""
+        if self.payloads is None:
+            return value
+        from harvest.client.payloads import decoded
+
+        with self.keys_named():
+            return await source.run(decoded(self.payloads, value))
 
     @contextlib.contextmanager
     def keys_named(self) -> Iterator[None]:

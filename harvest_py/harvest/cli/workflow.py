@@ -588,14 +588,20 @@ def _pause_or_resume(
         "Entries at most in each list (activities, timers, children, signals, mutexes); the rest are counted."
     ),
 )
+@app_option
 @database_url_option
 @output_option
-def stack(execution_id: str, limit: int, database_url: str | None, output: str) -> None:
-    """What an execution is waiting on now, and its last event id."""
+def stack(
+    execution_id: str, limit: int, app_target: str | None, database_url: str | None, output: str
+) -> None:
+    """What an execution is waiting on now, and its last event id (a failure's details decoded
+    with --app's codecs)."""
+    reveal = Reveal(app_target)
+    # An encoded payload shows what it is, or decoded by --app (docs/payloads.md).
     data = routed_read(
         database_url,
         execution_id,
-        lambda sql, resident: resident(sql.get_execution_stack(execution_id, limit)),
+        lambda sql, resident: reveal.shown(sql, resident(sql.get_execution_stack(execution_id, limit))),
     )
 
     def more(d: dict[str, Any], key: str) -> list[str]:

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 
@@ -35,8 +35,10 @@ from harvest.db import channels
 from harvest.db.connection import connect_async, is_permanent
 from harvest.db.resend import connection_lost
 from harvest.db.sqlapi import AsyncSqlApi
+from harvest.db.steps import Steps, arun_steps
 
 log = logging.getLogger("harvest.db.event_stream")
+T = TypeVar("T")
 
 HEARTBEAT_SECS = 10.0  # the SQL stops notifying 30 s after the last one
 PAGE = 500
@@ -119,6 +121,12 @@ class EventSource:
         """The execution (NotFound, HR002, when there is none)."""
         async with self._lock:
             return cast("dict[str, Any]", await self._api.get_execution(execution_id))
+
+    async def run(self, steps: Steps[T]) -> T:
+        """``steps`` (harvest.db.steps: a payload store's reads, harvest.client.payloads.decoded)
+        on the reading connection, between the stream's own statements."""
+        async with self._lock:
+            return await arun_steps(steps, self._api)
 
     async def horizon(self) -> dict[str, Any]:
         async with self._lock:
