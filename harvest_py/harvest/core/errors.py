@@ -32,6 +32,13 @@ class DatabaseUnavailable(HarvestError):
     http_status = 503
 
 
+class NoShardReached(DatabaseUnavailable):
+    """No shard (or database) a call asked could be reached. Its message names the shards and
+    what was not done, never what a connect met: an HTTP caller, who may not be authenticated
+    yet, is told it whole (harvest.web.errors.outage_answer), where another outage's text is
+    the server log's."""
+
+
 class ConnectionRejected(DatabaseUnavailable):
     """The server answered and refused the connection (a wrong password, an unknown role or
     database, pg_hba.conf, TLS setup): retrying cannot help, so nothing waits and retries."""

@@ -44,6 +44,7 @@ __all__ = [
     "never_sent",
     "open_async_pool",
     "open_pool",
+    "outage",
 ]
 
 
@@ -67,6 +68,13 @@ def database_unreachable(exc: BaseException) -> bool:
     if state is None:
         return isinstance(exc, psycopg.OperationalError)
     return session_ended(state)
+
+
+def outage(exc: BaseException) -> bool:
+    """Whether ``exc`` means "this database (a shard's) cannot be reached now": Harvest's own
+    DatabaseUnavailable (ShardUnavailable, a refused connect) or a driver error
+    :func:`database_unreachable` calls one, not an error the database answered with."""
+    return isinstance(exc, DatabaseUnavailable) or database_unreachable(exc)
 
 
 def may_pass(exc: BaseException) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harvest.core.errors import DatabaseUnavailable, InvalidArgument
+from harvest.core.errors import InvalidArgument, NoShardReached
 
 # Events one merge may hold before a fast shard waits for the reader.
 MERGE_QUEUE = 1000
@@ -84,9 +84,9 @@ def past_the_end_note(shard: int | None, last: int, position: int, whose: str | 
     return f"{subject} events now end at {now}, before {before}: going on after {now}"
 
 
-def none_readable(unavailable: list[int]) -> DatabaseUnavailable:
+def none_readable(unavailable: list[int]) -> NoShardReached:
     shards = ", ".join(map(str, unavailable))
-    return DatabaseUnavailable(f"no shard's events could be read (shard(s) {shards}); retry later")
+    return NoShardReached(f"no shard's events could be read (shard(s) {shards}); retry later")
 
 
 @dataclass(frozen=True)

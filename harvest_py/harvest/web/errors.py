@@ -7,13 +7,21 @@ the database could not be reached (harvest.db.pools.database_unreachable) or has
 schema (not migrated), a 504 when a statement timeout (or a cancel) ended the statement
 (57014), else a 500 with the server's first line; never a stack trace. Retryable errors (a
 shard down, a run being moved) carry ``Retry-After``.
+
+A database that cannot be reached (:func:`outage_answer`, the one rule for the API, the
+dashboard and the streams) is a 503 with a stable code, a request id and no word of what the
+connect met: the token check needs the database too, so the caller may be anyone, and a failed
+connect's text names the login, the host, the database. That text goes to the server's log
+under the request id. Connection detail is an admin's (:func:`sees_connection_detail`):
+docs/security.md, "What an outage tells a caller".
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+import uuid
+from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
@@ -21,6 +29,7 @@ from starlette.responses import JSONResponse
 from harvest.core.errors import (
     ExecutionMigrated,
     HarvestError,
+    NoShardReached,
     PayloadTooLarge,
     QuotaExceeded,
     SchemaMismatch,
@@ -35,11 +44,15 @@ from harvest.core.json_values import json_default
 from harvest.db.connection import (
     DatabaseError,
     database_error_message,
+    failure_reason,
     invalid_input,
     redact,
     schema_missing,
 )
-from harvest.db.pools import ServerUnreachable, database_unreachable
+from harvest.db.pools import outage
+
+if TYPE_CHECKING:
+    from harvest.web.principal import Principal
 
 log = logging.getLogger("harvest.web")
 
@@ -106,10 +119,62 @@ def database_error_status(exc: BaseException) -> int:
     return 504 if getattr(exc, "sqlstate", None) == QUERY_CANCELED else 500
 
 
-def error_response(exc: BaseException) -> JSONResponse:
-    """The JSON answer for any exception a handler raised."""
+def sees_connection_detail(principal: Principal | None) -> bool:
+    """Whether a caller may read what a failed connect met (a refused login names the login, a
+    server down its host): an admin token's only, which manages the deployment and reads it at
+    /admin/shards/health anyway. Not a caller not (yet) authenticated, nor a read or operate
+    token (a script's, a CI job's), whose answer says which shard and a request id instead."""
+    return principal is not None and principal.allows("admin")
+
+
+# What a shard's reason says in a partial read to a caller that sees no connection detail.
+UNREACHABLE_REASON = "cannot be reached now (the server's log has the cause)"
+
+
+def outage_answer(
+    exc: BaseException, principal: Principal | None = None, where: str = "harvest"
+) -> tuple[str, str, dict[str, Any]]:
+    """The code, message and fields a caller sees of an outage (harvest.db.pools.outage):
+    ``shard_unavailable`` naming the shard, else ``database_unavailable``, and a request id, not
+    what the connect met; that goes to the log under the request id (``where`` names the face),
+    in :func:`harvest.db.connection.failure_reason`'s words (no password), and to an admin
+    (:func:`sees_connection_detail`) as ``detail`` too. The one rule of the management API's
+    503, the dashboard's and the event streams'."""
+    request_id = uuid.uuid4().hex[:16]
+    reason = failure_reason(exc)
+    log.warning("%s: request %s: %s", where, request_id, reason)
+    shard = exc.shard if isinstance(exc, ShardUnavailable) else None
+    code = "database_unavailable" if shard is None else error_code(exc)
+    if isinstance(exc, NoShardReached):  # (which shards, what was not done: no connect's text)
+        said = redact(str(exc))
+    elif shard is None:
+        said = "the database could not be reached; retry"
+    else:
+        said = f"shard {shard} is unavailable; retry"
+    message = f"{said} (request {request_id}: the server's log has the cause)"
+    detail = reason if sees_connection_detail(principal) else None
+    return code, message, {"shard_id": shard, "request_id": request_id, "detail": detail}
+
+
+def withheld_detail(answer: Any, principal: Principal | None) -> Any:
+    """``answer`` with a partial read's ``unavailable_reasons`` (what each shard's connect met)
+    said as :data:`UNREACHABLE_REASON` unless the caller sees connection detail."""
+    reasons = answer.get("unavailable_reasons") if isinstance(answer, dict) else None
+    if not reasons or sees_connection_detail(principal):
+        return answer
+    return {**answer, "unavailable_reasons": dict.fromkeys(reasons, UNREACHABLE_REASON)}
+
+
+def error_response(exc: BaseException, principal: Principal | None = None) -> JSONResponse:
+    """The JSON answer for any exception a handler raised; ``principal``: who asked, once the
+    authorizer said (None before, or on a route without one)."""
     headers: dict[str, str] = {}
-    if isinstance(exc, HarvestError):
+    if outage(exc):  # (before HarvestError: DatabaseUnavailable's text may say what the connect met)
+        status = 503
+        code, message, details = outage_answer(exc, principal)
+        content = error_body(code, message, **details)
+        headers["Retry-After"] = RETRY_AFTER_SECS
+    elif isinstance(exc, HarvestError):
         status = http_status(exc)
         content = error_body(error_code(exc), redact(str(exc)), **_details(exc))
         if isinstance(exc, WorkflowAlreadyExists):
@@ -130,12 +195,6 @@ def error_response(exc: BaseException) -> JSONResponse:
         }.get(status, "http_error")
         content = error_body(code, str(exc.detail))
         headers.update(exc.headers or {})
-    elif database_unreachable(exc):
-        status = 503
-        # A fail-fast pool's refused connect says what it met (redacted), as a shard's does.
-        said = str(exc) if isinstance(exc, ServerUnreachable) else "the database could not be reached"
-        content = error_body("database_unavailable", f"{said}; retry")
-        headers["Retry-After"] = RETRY_AFTER_SECS
     elif isinstance(exc, DatabaseError):
         message, _ = database_error_message(exc)
         if schema_missing(exc):  # not migrated (or behind this Harvest): answers after harvest migrate

@@ -43,11 +43,12 @@ except ImportError as exc:
     raise missing_extra("harvest.web.streams", "web", exc) from exc
 
 from harvest.client import routing
-from harvest.core.errors import DatabaseUnavailable, HarvestError, NotFound
+from harvest.core.errors import HarvestError, NoShardReached, NotFound
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.db.connection import failure_reason
 from harvest.db.event_stream import PAGE, EventSource
+from harvest.db.pools import outage
 from harvest.shard.event_merge import (
     ShardNote,
     back_note,
@@ -173,7 +174,7 @@ class EventHub:
             if ready.cancelled() and task is not None and not task.cancelling():
                 # The listener was stopped before it was up (closed, or stopped idle): an
                 # outage to this caller, not its own cancellation.
-                raise DatabaseUnavailable("the event stream's listener stopped before it was up") from None
+                raise NoShardReached("the event stream's listener stopped before it was up") from None
             raise
 
     async def _run(self) -> None:
@@ -850,7 +851,9 @@ def stream_routes(
         # they need no exception handler of the app they are mounted in (docs: "Mounting").
         try:
             return await respond(request, execution_id)
-        except (HarvestError, HTTPException) as exc:
+        except Exception as exc:  # (an outage, a driver's too: its 503 says no connect's detail)
+            if not isinstance(exc, (HarvestError, HTTPException)) and not outage(exc):
+                raise
             return error_response(exc)
 
     async def workflow_stream(request: Request) -> Response:

@@ -22,11 +22,10 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from harvest.core.errors import DatabaseUnavailable
 from harvest.db import channels
 from harvest.db.connection import connect_async, failure_reason
 from harvest.db.notify import RECONNECT_SECS, Reconnects
-from harvest.db.pools import database_unreachable
+from harvest.db.pools import outage
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher, result_batch_size
 from harvest.worker.owners import Owners
 
@@ -35,12 +34,6 @@ if TYPE_CHECKING:
     from harvest.worker.worker import Worker
 
 log = logging.getLogger("harvest.worker")
-
-
-def outage(exc: BaseException) -> bool:
-    """Whether ``exc`` means "this shard's database cannot be reached now" (not an error the
-    database answered with: harvest.db.pools.database_unreachable)."""
-    return isinstance(exc, DatabaseUnavailable) or database_unreachable(exc)
 
 
 # A down lane's probe: the first retry after this many seconds, doubling up to the cap.

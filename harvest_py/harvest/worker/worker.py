@@ -57,7 +57,7 @@ from harvest.db.connection import (
     resolve_dsn,
 )
 from harvest.db.migrate import check_schema_async, warn_function_drift_async
-from harvest.db.pools import may_pass, open_async_pool
+from harvest.db.pools import may_pass, open_async_pool, outage
 from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
 from harvest.declare.definitions import App, require_app
@@ -71,7 +71,7 @@ from harvest.worker import scheduler, stopping
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.executors import ActivityExecutors, check_process_activities
-from harvest.worker.lanes import ShardLane, lane_of, outage
+from harvest.worker.lanes import ShardLane, lane_of
 from harvest.worker.options import (
     WorkerOptions,
     refuse_auto_with_cells,

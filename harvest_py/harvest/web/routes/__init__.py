@@ -16,7 +16,7 @@ import json
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from harvest.client import routing
-from harvest.core.errors import DatabaseUnavailable, InvalidArgument, PermissionDenied
+from harvest.core.errors import InvalidArgument, NoShardReached, PermissionDenied
 from harvest.core.ids import MAX_SHARD
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
@@ -32,7 +32,7 @@ from harvest.db.pools import RoledPool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.fanout import UNAVAILABLE, AsyncShardReads, Merged
 from harvest.telemetry import tracing
-from harvest.web.errors import HarvestJSONResponse, UnsupportedMediaType, error_response
+from harvest.web.errors import HarvestJSONResponse, UnsupportedMediaType, error_response, withheld_detail
 from harvest.web.guards import cross_site, is_json, parse_json, read_body
 
 if TYPE_CHECKING:
@@ -325,7 +325,7 @@ class Call:
         fan = await fan_out_async(self.providers(), fn, shards=shards, timeout=timeout)
         if not fan.results:
             missed = ", ".join(str(s) for s in fan.unavailable_shards)
-            raise DatabaseUnavailable(
+            raise NoShardReached(
                 f"no shard could be reached (shard(s) {missed} unreachable): {undone}; retry when one is up"
             )
         return fan
@@ -491,7 +491,7 @@ class ShardWrites:
             first.args = ("; ".join(reasons), *first.args[1:])
             raise first
         missed = ", ".join(str(s) for s in self.unavailable_shards)
-        raise DatabaseUnavailable(
+        raise NoShardReached(
             f"no shard could be reached (shard(s) {missed} unreachable): {undone}; retry when one is up"
         )
 
@@ -511,9 +511,7 @@ def merged(value: Merged[Any], key: str | None) -> dict[str, Any]:
     (next_cursor for the paginated ones); no shard answering is a 503."""
     if value.status == UNAVAILABLE:
         shards = ", ".join(str(s) for s in value.unavailable_shards)
-        raise DatabaseUnavailable(
-            f"no shard could be read (shard(s) {shards} unreachable); retry when one is up"
-        )
+        raise NoShardReached(f"no shard could be read (shard(s) {shards} unreachable); retry when one is up")
     if key is None:
         out = {**value.value, "status": value.status, "unavailable_shards": value.unavailable_shards}
     else:
@@ -594,6 +592,8 @@ class Endpoint:
 
     async def __call__(self, request: Request) -> Response:
         state: HarvestState = request.app.state.harvest
+        principal: Principal | None = None  # (none yet: an outage before it is known says no detail)
+        call: Call | _Anonymous | None = None
         try:
             if not state.opened and self.scope is not None:  # mounted, or the database was down at boot
                 await state.open()  # (the probes open what they need themselves)
@@ -630,8 +630,14 @@ class Endpoint:
                 answer = await self.handler(call, args, data)  # type: ignore[arg-type]
             if isinstance(call, Call) and not call.principal.payloads:
                 answer = self._withheld(call.principal, answer)
+            if isinstance(call, Call):  # (a shard's unavailable_reasons: an admin's to read)
+                principal = call.principal  # (a raised scope: the principal it has now)
+                if isinstance(answer, Reply):
+                    answer = replace(answer, data=withheld_detail(answer.data, principal))
+                else:
+                    answer = withheld_detail(answer, principal)
         except Exception as exc:  # every failure becomes the JSON error shape
-            return error_response(exc)
+            return error_response(exc, call.principal if isinstance(call, Call) else principal)
         if isinstance(answer, Response):
             return answer
         if not isinstance(answer, Reply):

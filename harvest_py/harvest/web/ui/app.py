@@ -56,6 +56,7 @@ from harvest.core.errors import (
     ExecutionMigrated,
     HarvestError,
     InvalidArgument,
+    NoShardReached,
     NotFound,
     PayloadTooLarge,
     PermissionDenied,
@@ -64,7 +65,7 @@ from harvest.core.errors import (
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db.connection import DatabaseError, database_error_message, failure_reason
-from harvest.db.pools import database_unreachable
+from harvest.db.pools import outage
 from harvest.declare.schedules import OVERLAP_POLICIES, describe_row
 from harvest.shard.fanout import (
     EXECUTION_STATUSES,
@@ -76,7 +77,7 @@ from harvest.shard.fanout import (
 )
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
-from harvest.web.errors import database_error_status
+from harvest.web.errors import database_error_status, outage_answer, sees_connection_detail
 from harvest.web.guards import cross_site, declared_too_large, parse_json, read_body
 from harvest.web.principal import Authorizer, Principal, Scope, refusal_status
 from harvest.web.routes import ShardWrites, refusals_apart
@@ -430,13 +431,13 @@ class Dashboard:
             principal = await self._authorize(request, needed)
         except HTTPException as exc:
             return self.error(request, exc.status_code, str(exc.detail))
-        except HarvestError as exc:
-            return self.error(request, getattr(exc, "http_status", None) or _error_status(exc), str(exc))
-        except DatabaseError as exc:
-            if database_unreachable(exc):  # the management API answers the same: 503 database_unavailable
-                return self.error(request, 503, "the database of the API tokens could not be reached; retry")
-            return self._database_error(request, exc, None)
         except Exception as exc:
+            if outage(exc):  # the tokens' database: the management API's 503, nothing of the connect
+                return self._outage(request, exc, None)
+            if isinstance(exc, HarvestError):
+                return self.error(request, getattr(exc, "http_status", None) or _error_status(exc), str(exc))
+            if isinstance(exc, DatabaseError):
+                return self._database_error(request, exc, None)
             # The authorizer's own 401/403 error type (the management API's): its status, if any.
             status = refusal_status(exc)
             if status is not None:
@@ -456,12 +457,20 @@ class Dashboard:
             return principal
         try:
             return await handler(request, principal)
-        except HarvestError as exc:
-            return self.error(request, _error_status(exc), _one_line(exc), principal)
-        except DatabaseError as exc:  # not one of ours: the server's first line, never a traceback
-            if database_unreachable(exc):
-                return self.error(request, 503, _one_line(exc), principal)
-            return self._database_error(request, exc, principal)
+        except (HarvestError, DatabaseError) as exc:
+            if outage(exc):
+                return self._outage(request, exc, principal)
+            if isinstance(exc, HarvestError):
+                return self.error(request, _error_status(exc), _one_line(exc), principal)
+            return self._database_error(request, exc, principal)  # the server's first line, no traceback
+
+    def _outage(self, request: Request, exc: BaseException, principal: Principal | None) -> Response:
+        """A database or shard that cannot be reached: the management API's 503 (one rule,
+        harvest.web.errors.outage_answer), a page."""
+        _, message, details = outage_answer(exc, principal, "dashboard")
+        if details["detail"]:
+            message = f"{message}: {details['detail']}"
+        return self.error(request, 503, message, principal)
 
     def _database_error(self, request: Request, exc: DatabaseError, principal: Principal | None) -> Response:
         """A database error the SQL API has no class for, as the management API answers it: a
@@ -625,7 +634,7 @@ class Dashboard:
         )
         await self._bulk_step(raised, action, dict.fromkeys(self.source.shards), tally, arguments)
         if len(tally.unavailable) == len(self.source.shards):
-            raise DatabaseUnavailable("no shard could be counted; retry when one is up")
+            raise NoShardReached("no shard could be counted; retry when one is up")
         return self._bulk_page(request, raised, "confirm", tally, q, expected=tally.total("matched"))
 
     async def bulk_runs(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
@@ -708,7 +717,7 @@ class Dashboard:
             found = await self.source.routed(execution_id, principal, fn, write=True)
             return int(found.get("shard_id") or 0), found
 
-        def outage(exc: BaseException) -> bool:  # (one database down: the page's 503)
+        def shard_outage(exc: BaseException) -> bool:  # (one database down: the page's 503)
             return sharded and is_shard_failure(exc)
 
         return await astep_each_shard(
@@ -718,8 +727,8 @@ class Dashboard:
             action,
             arguments,
             tally,
-            is_outage=outage,
-            failure_text=lambda exc: "could not be reached" if outage(exc) else _one_line(exc),
+            is_outage=shard_outage,
+            failure_text=lambda exc: "could not be reached" if shard_outage(exc) else _one_line(exc),
         )
 
     def _bulk_page(
@@ -881,7 +890,7 @@ class Dashboard:
             kind, limit, _param(q, "cursor"), None if paused is None else paused == "true"
         )
         if page.status == UNAVAILABLE:
-            raise DatabaseUnavailable("no shard could be read; retry when one is up")
+            raise NoShardReached("no shard could be read; retry when one is up")
         rows = [{**row, "when": describe_row(row), "upcoming": views.upcoming(row, 1)} for row in page.value]
         return self.render(
             request,
@@ -958,7 +967,7 @@ class Dashboard:
             self.source.apis(principal), lambda api: api.list_dags(), timeout=self.source.timeout
         )
         if not fan.results and fan.unavailable_shards:
-            raise DatabaseUnavailable("no shard could be read; retry when one is up")
+            raise NoShardReached("no shard could be read; retry when one is up")
         rows = views.merge_dags(fan.results)
         if paused is not None:
             rows = [r for r in rows if r["paused"] == (paused == "true")]
@@ -991,7 +1000,7 @@ class Dashboard:
         found = {s: r for s, r in fan.results.items() if r is not None}
         if not found:
             if fan.unavailable_shards:
-                raise DatabaseUnavailable("no shard could be read; retry when one is up")
+                raise NoShardReached("no shard could be read; retry when one is up")
             raise NotFound(f"no DAG {name!r} is registered on any shard")
         dag = views.merge_dags({s: [r] for s, r in found.items()})[0]
         return self.render(
@@ -1338,14 +1347,20 @@ class Dashboard:
             connect_timeout=max(1, int(self.source.timeout)),
         )
         return self.render(
-            request, "shards.html", principal=principal, refresh=self._refresh(request), report=report
+            request,
+            "shards.html",
+            principal=principal,
+            refresh=self._refresh(request),
+            report=report,
+            # what a shard's connect met: an admin's to read (harvest.web.errors)
+            connection_detail=sees_connection_detail(principal),
         )
 
 
 def _unavailable(listed: Merged[Any], *others: Merged[Any]) -> list[int]:
     """The shards a page could not read; a list no shard answered is DatabaseUnavailable (503)."""
     if listed.status == UNAVAILABLE:
-        raise DatabaseUnavailable("no shard could be read; retry when one is up")
+        raise NoShardReached("no shard could be read; retry when one is up")
     return _missing(listed, *others)
 
 

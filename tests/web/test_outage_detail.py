@@ -1,0 +1,97 @@
+"""What a caller learns of a database it cannot reach (docs/security.md, "What an outage tells a
+caller"): a 503 with a stable code, Retry-After and a request id, never what the connect met (a
+refused login names the login, a server its host), since the token check needs the database
+too and the caller may be anyone; the server's log has the detail under the request id. A
+shard's reason in a partial read is an admin token's to read."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+from psycopg import conninfo
+from starlette.testclient import TestClient
+from web_helpers import api_client
+
+from harvest.web.ui.app import dashboard_app
+
+LOGIN = "login_of_the_api_x7"  # a login the server does not know: its refusal names it
+
+
+def _refused_login(db: str) -> str:
+    return conninfo.make_conninfo(db, user=LOGIN)
+
+
+def _where(db: str) -> list[str]:
+    """What of ``db``'s connection a leak would show: the login, the port, the database name."""
+    params = conninfo.conninfo_to_dict(db)
+    return [LOGIN, str(params["port"]), str(params["dbname"])]
+
+
+def _logged(caplog: pytest.LogCaptureFixture, request_id: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if request_id in r.getMessage()]
+
+
+def test_an_unauthenticated_caller_learns_nothing_of_the_connect(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="harvest.web")
+    with api_client(_refused_login(db), profile="production") as api:
+        answers = {
+            "no token": api.get("/workflows"),
+            "a token": api.get("/workflows", headers={"Authorization": "Bearer hvt_" + "0" * 64}),
+            "a write": api.post("/workflows/wf/start", json={}),
+            "the probe": api.get("/health/ready"),
+        }
+    for what, answer in answers.items():
+        assert answer.status_code == 503, (what, answer.text)
+        assert answer.headers["Retry-After"], what
+        for secret in _where(db):
+            assert secret not in answer.text, (what, secret, answer.text)
+    for what in ("no token", "a token", "a write"):
+        error = answers[what].json()["error"]
+        assert error["code"] == "database_unavailable", error
+        assert "detail" not in error, error
+        request_id = error["request_id"]
+        assert re.fullmatch(r"[0-9a-f]{16}", request_id) and request_id in error["message"], error
+        (line,) = _logged(caplog, request_id)  # the detail is in the log, under the request id
+        assert LOGIN in line, line
+
+
+def test_the_dashboard_says_no_more(db: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="harvest.web")
+    app = dashboard_app(dsn=_refused_login(db), profile="production", timeout=1.0)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        page = client.get("/workers", headers={"Authorization": "Bearer hvt_" + "0" * 64})
+    assert page.status_code == 503 and "could not be reached" in page.text, page.text
+    for secret in _where(db):
+        assert secret not in page.text, secret
+    (request_id,) = re.findall(r"request ([0-9a-f]{16})", page.text)
+    (line,) = _logged(caplog, request_id)
+    assert LOGIN in line, line
+
+
+def test_a_shards_reason_is_an_admins_to_read(db: str, tokens: dict[str, str]) -> None:
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0",
+        "HARVEST_SHARDS__URLS__0": db,
+        "HARVEST_SHARDS__URLS__1": _refused_login(db),
+    }
+    with api_client(db, env=env, profile="production") as api:
+        seen = {
+            scope: api.get("/workflows", headers={"Authorization": f"Bearer {tokens[scope]}"})
+            for scope in ("read", "operate", "admin")
+        }
+    for scope, answer in seen.items():
+        listed = answer.json()
+        assert answer.status_code == 200 and listed["status"] == "partial", (scope, answer.text)
+        assert listed["unavailable_shards"] == [1], listed
+        reason = listed["unavailable_reasons"]["1"]
+        if scope == "admin":
+            assert LOGIN in reason, reason
+        else:
+            assert reason == "cannot be reached now (the server's log has the cause)", (scope, reason)
+            for secret in _where(db):
+                assert secret not in answer.text, (scope, secret)
