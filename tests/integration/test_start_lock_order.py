@@ -350,3 +350,53 @@ def test_a_call_on_a_chain_whose_current_run_is_gone_says_so(
                 await aclient.get_handle(first).result(timeout=5)
 
     asyncio.run(by_the_async_client())
+
+
+@pytest.mark.parametrize("lent", ["idle", "in_the_callers_transaction", "from_a_pool"])
+def test_a_roled_connection_is_retried_only_when_it_was_lent_idle(
+    db: str, monkeypatch: pytest.MonkeyPatch, lent: str
+) -> None:
+    """A face's role (RoledPool) does not make a call its own transaction: the connection's
+    state when it was lent does. Over a caller's connection inside its transaction, a conflict
+    is the caller's to retry (TransactionConflict at once); the call is not run again behind its
+    back, in a transaction the conflict rolled back (or, forced here, one still open)."""
+    from harvest.db.pools import RoledPool, open_async_pool
+
+    real_on_after = sqlapi.AsyncSqlApi._on_after
+    calls = 0
+
+    async def conflicting(conn: Any, before: Any, sql: str, params: dict[str, Any], refused: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise psycopg.errors.SerializationFailure("forced")
+        return await real_on_after(conn, before, sql, params, refused)
+
+    monkeypatch.setattr(sqlapi.AsyncSqlApi, "_on_after", staticmethod(conflicting))
+
+    async def signal(pool: Any) -> Any:
+        api = sqlapi.AsyncSqlApi(RoledPool(pool, "harvest_operator"))
+        return await api.signal_with_start("rotor", f"roled-{lent}", "tick", None, [0], "default", {})
+
+    async def go() -> Any:
+        if lent == "from_a_pool":
+            pool = await open_async_pool(db, max_size=1)
+            try:
+                return await signal(pool)
+            finally:
+                await pool.close()
+        async with await psycopg.AsyncConnection.connect(db, autocommit=True) as aconn:
+            held = sqlapi.AsyncSqlApi.on_connection(aconn).pool
+            if lent == "idle":
+                return await signal(held)
+            async with aconn.transaction():
+                await aconn.execute("SELECT 1")
+                return await signal(held)
+
+    if lent == "in_the_callers_transaction":
+        with pytest.raises(TransactionConflict, match="caller's transaction"):
+            asyncio.run(go())
+        assert calls == 1
+    else:
+        assert asyncio.run(go())["started_fresh"] is True
+        assert calls == 2

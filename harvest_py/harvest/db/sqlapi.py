@@ -2379,6 +2379,28 @@ def _release(cur: Any) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _lent(conn: psycopg.AsyncConnection[Any]) -> Iterator[None]:
+    """Mark a conflict the call on ``conn`` met with whether the call was its own transaction
+    (:func:`_own_transaction`): ``conn`` was lent in no transaction (an autocommit pool's, a
+    caller's between its transactions), so the call's implicit transaction, a face's role
+    included (harvest.db.pools.RoledPool's SET LOCAL), was the call's alone. A connection lent
+    inside its holder's transaction (on_connection, a RoledPool over one) was not: only the
+    holder can run that transaction again. (The status libpq keeps: no round trip.)"""
+    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    try:
+        yield
+    except _CONFLICTS as exc:
+        exc.harvest_own_transaction = idle  # type: ignore[attr-defined]
+        raise
+
+
+def _own_transaction(exc: BaseException) -> bool:
+    """Whether a conflict ended a call that was a transaction of its own, which may be run again
+    (:func:`_lent` said so when it lent the connection); not marked: not known, so not."""
+    return getattr(exc, "harvest_own_transaction", False) is True
+
+
 class _OneConnection:
     """A pool of one: AsyncSqlApi on a connection the caller holds (its transaction, its LISTEN)."""
 
@@ -2388,10 +2410,6 @@ class _OneConnection:
     @contextlib.asynccontextmanager
     async def connection(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection]:
         yield self._conn  # (held already: no wait, whatever ``timeout`` a pool's caller gives)
-
-    def idle(self) -> bool:
-        """Whether the connection is in no transaction (autocommit, between calls)."""
-        return self._conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
 # The calls whose cursor a connection keeps (see KEPT_CURSOR_ROWS).
@@ -2439,9 +2457,11 @@ class AsyncSqlApi:
         one_call = getattr(self.pool, "one_call", None)
         if one_call is None:
             async with self.pool.connection() as conn:
-                return await self._on(conn, sql, params)
+                with _lent(conn):
+                    return await self._on(conn, sql, params)
         async with one_call() as (conn, before):
-            return await self._on_after(conn, before, sql, params, self.pool.refused)
+            with _lent(conn):
+                return await self._on_after(conn, before, sql, params, self.pool.refused)
 
     @staticmethod
     async def _on(conn: psycopg.AsyncConnection[Any], sql: LiteralString, params: dict[str, Any]) -> Rows:
@@ -2494,19 +2514,11 @@ class AsyncSqlApi:
             try:
                 return await self._all(sql, params)
             except _CONFLICTS as exc:
-                own = self._own_transaction()
+                own = _own_transaction(exc)
                 if not own or attempt == CONFLICT_ATTEMPTS:
                     raise _conflict_error(exc, attempt, own) from None
             await asyncio.sleep(_conflict_pause(attempt))
         raise AssertionError("unreachable")
-
-    def _own_transaction(self) -> bool:
-        """Whether a call that failed was a transaction of its own, which may be run again: a
-        pool lends a connection per call, idle or in a transaction of the call's alone (a face's
-        role, harvest.db.pools.RoledPool); a caller's connection (:meth:`on_connection`) only
-        when it is idle (autocommit), not in the caller's transaction."""
-        pool = self.pool
-        return not isinstance(pool, _OneConnection) or pool.idle()
 
     async def _stream(self, sql: LiteralString, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         page_size = params.pop("page_size")
