@@ -38,9 +38,10 @@ class PgBouncer:
     database passed through, logins of ``dsn``'s user trusted; killed at the end. As root it
     runs as the embedded server's user (pgbouncer refuses root)."""
 
-    def __init__(self, dsn: str, mode: str):
+    def __init__(self, dsn: str, mode: str, ignored: tuple[str, ...] = ()):
         self.target = conninfo.conninfo_to_dict(dsn)
         self.dsn, self.mode = dsn, mode
+        self.ignored = ("extra_float_digits", *ignored)  # startup parameters it drops unsaid
         self.port = free_port()
         self.directory = Path(tempfile.mkdtemp(prefix="harvest-pgbouncer-"))
         self.proc: subprocess.Popen | None = None
@@ -61,7 +62,7 @@ class PgBouncer:
             f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
             f"auth_type = trust\nauth_file = {self.directory / 'users.txt'}\n"
             f"pool_mode = {self.mode}\ndefault_pool_size = 10\nmax_client_conn = 200\n"
-            "ignore_startup_parameters = extra_float_digits\n"
+            f"ignore_startup_parameters = {','.join(self.ignored)}\n"
         )
         command = [PGBOUNCER, str(config)]
         if os.geteuid() == 0:

@@ -345,3 +345,32 @@ def test_migrate_through_a_pooler_that_cannot_be_reached_says_so_as_every_comman
     for result in (migrate, listing):
         assert f"cannot connect to database {describe_dsn(down)}" in result.output
         assert "s3cret" not in result.output and "Traceback" not in result.output
+
+
+def test_a_role_set_at_connect_that_a_pooler_drops_is_refused(db: str, session_bouncer: PgBouncer) -> None:
+    """dsn_with_role starts a request's own connection (a wait's LISTEN, an event stream's
+    reads) as the request's role through libpq ``options``. PgBouncer refuses that startup
+    parameter by default (a loud failure); listed in its ignore_startup_parameters it drops it
+    without a word, and the connection ran as the login. Harvest checks the role once at connect
+    (current_user) and refuses such a connection, naming the remedy."""
+    from harvest.core.errors import HarvestError
+    from harvest.db.connection import connect_async, dsn_with_role
+
+    login = conninfo.conninfo_to_dict(db)["user"]
+    with pytest.raises(HarvestError, match="options"):  # the default: refused at the startup
+        connect(dsn_with_role(session_bouncer.url(), "harvest_reader"), autocommit=True)
+    dropping = PgBouncer(db, "session", ignored=("options",)).start()
+    try:
+        roled = dsn_with_role(dropping.url(), "harvest_reader")
+        with psycopg.connect(roled, autocommit=True) as plain:  # the evidence: dropped unsaid
+            assert plain.execute("SELECT current_user").fetchone() == (login,)
+        with pytest.raises(ConfigError, match=r"runs as another role.*ignore_startup_parameters"):
+            connect(roled, autocommit=True)
+        with pytest.raises(ConfigError, match="runs as another role"):
+            asyncio.run(connect_async(roled))
+    finally:
+        pooler.forget(dropping.url())
+        dropping.stop()
+    with connect(dsn_with_role(db, "harvest_reader")) as direct:  # not autocommit: the check left it idle
+        assert direct.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert direct.execute("SELECT current_user").fetchone() == ("harvest_reader",)

@@ -621,6 +621,7 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int | None =
     try:
         options = {**connection_options(dsn, connect_timeout), **_POOLED_OPTIONS[pooler.is_pooled(dsn)]}
         conn = psycopg.connect(dsn, autocommit=autocommit, **options)
+        _check_startup_role(conn, dsn)
         if _found_pooled(dsn, conn, autocommit):
             return conn  # (prepares nothing; its session settings would land on others' server connections)
         set_server_end(conn)
@@ -660,6 +661,7 @@ async def connect_async(
     try:
         options = {**connection_options(dsn, connect_timeout), **_POOLED_OPTIONS[pooler.is_pooled(dsn)]}
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, **options)
+        await _check_startup_role_async(conn, dsn)
         if await pooler.detect_async(dsn, conn if autocommit else None):  # (as connect's _found_pooled)
             conn.prepare_threshold = None
             return conn
@@ -958,6 +960,66 @@ def dsn_with_role(dsn: str, role: str, source: str = "api") -> str:
     session, and PgBouncer refuses the ``options`` startup parameter."""
     options = f"-c role={role} -c application_name={_application_name(role, source)}"
     return with_startup_options(pooler.session_dsn(dsn), options)
+
+
+# The role a DSN's libpq options start the session as (``-c role=...``, the last one wins).
+_STARTUP_ROLE = re.compile(r"(?:^|\s)-c\s*role=(\S+)")
+_CURRENT_USER: LiteralString = "SELECT current_user"  # (SQL syntax: no search_path can shadow it)
+
+
+def startup_role(dsn: str) -> str | None:
+    """The face's role ``dsn``'s libpq ``options`` start its session as (:func:`dsn_with_role`'s),
+    else None."""
+    options = conninfo.conninfo_to_dict(dsn).get("options")
+    found = _STARTUP_ROLE.findall(str(options)) if options else []
+    return found[-1] if found and found[-1] in FACE_ROLES else None
+
+
+def _role_not_taken(role: str) -> ConfigError:
+    # (no host or login named: a wait's connection fails in an HTTP caller's request)
+    return ConfigError(
+        f"a connection asked to run as {role} (libpq options -c role=...) runs as another role: "
+        "something between ignored the options startup parameter (PgBouncer does with options in "
+        "ignore_startup_parameters). Point the session URL (session_url, HARVEST_SESSION_URL, "
+        "shards.session_urls.N) at the database itself or at a pooler that applies options, or "
+        'take options out of ignore_startup_parameters (docs/security.md, "A role set at connect")'
+    )
+
+
+def _check_startup_role(conn: psycopg.Connection, dsn: str) -> None:
+    """Refuse (ConfigError, ``conn`` closed) a connection whose DSN starts it as a face's role
+    (:func:`dsn_with_role`) and that does not run as it. One round trip, once a connection, and
+    only on such a DSN; nothing left open (a transaction is rolled back)."""
+    role = startup_role(dsn)
+    if role is None:
+        return
+    try:
+        row = conn.execute(_CURRENT_USER).fetchone()
+        if not conn.autocommit:
+            conn.rollback()
+    except BaseException:
+        conn.close()
+        raise
+    if row is None or row[0] != role:
+        conn.close()
+        raise _role_not_taken(role)
+
+
+async def _check_startup_role_async(conn: psycopg.AsyncConnection, dsn: str) -> None:
+    """:func:`_check_startup_role` for an asyncio connection."""
+    role = startup_role(dsn)
+    if role is None:
+        return
+    try:
+        row = await (await conn.execute(_CURRENT_USER)).fetchone()
+        if not conn.autocommit:
+            await conn.rollback()
+    except BaseException:
+        await conn.close()
+        raise
+    if row is None or row[0] != role:
+        await conn.close()
+        raise _role_not_taken(role)
 
 
 def with_startup_options(dsn: str, extra: str) -> str:
