@@ -1630,3 +1630,26 @@ def test_a_dead_letters_long_error_is_cut_on_its_row_and_opens_in_full(db: str) 
     assert "<script>" not in page
     (short_row,) = [r for r in rows if "<details" not in r]
     assert "no funds" in short_row
+
+
+def test_the_shards_page_names_a_shards_connect_error_to_an_admin_only(db: str) -> None:
+    """What a shard's connect met (a refused login names the login) is an admin's to read
+    (docs/security.md, "What an outage tells a caller"); a read token sees the shard unavailable
+    and its reason code."""
+    from psycopg import conninfo
+
+    from harvest.config import load_config
+
+    login = "login_of_shard_1_x7"
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0",
+        "HARVEST_SHARDS__URLS__0": db,
+        "HARVEST_SHARDS__URLS__1": conninfo.make_conninfo(db, user=login),
+    }
+    app = dashboard_app(config=load_config(env=env), authorizer=TokenScopes(), timeout=3.0)
+    with TestClient(app, base_url="http://testserver") as client:
+        seen = {who: client.get("/shards", headers=h) for who, h in (("read", READ), ("admin", ADMIN))}
+    for who, page in seen.items():
+        assert page.status_code == 200 and "Shard 1 unavailable" in page.text, page.text
+        assert (login in page.text) is (who == "admin"), (who, page.text)

@@ -83,6 +83,9 @@ class _AsyncCursor(_Cursor):
 
 
 class _Conn:
+    # (lent idle, as a pool's: a retried call reads it, harvest.db.sqlapi._lent)
+    info = SimpleNamespace(transaction_status=psycopg.pq.TransactionStatus.IDLE)
+
     def __init__(self, rows: list[dict[str, Any]], cursor: type = _Cursor):
         self.log: list = []
         self.rows, self._cursor = rows, cursor

@@ -72,18 +72,32 @@ def test_the_dashboard_says_no_more(db: str, caplog: pytest.LogCaptureFixture) -
     assert LOGIN in line, line
 
 
-def test_a_shards_reason_is_an_admins_to_read(db: str, tokens: dict[str, str]) -> None:
+def test_what_a_shards_connect_met_is_an_admins_to_read(db: str, tokens: dict[str, str]) -> None:
     env = {
         "HARVEST_SHARDS__READABLE": "0,1",
         "HARVEST_SHARDS__WRITABLE": "0",
         "HARVEST_SHARDS__URLS__0": db,
         "HARVEST_SHARDS__URLS__1": _refused_login(db),
     }
+    on_shard_1 = "00010000-0000-7000-8000-000000000001"
     with api_client(db, env=env, profile="production") as api:
         seen = {
             scope: api.get("/workflows", headers={"Authorization": f"Bearer {tokens[scope]}"})
             for scope in ("read", "operate", "admin")
         }
+        routed = {
+            scope: api.get(f"/workflows/{on_shard_1}", headers={"Authorization": f"Bearer {tokens[scope]}"})
+            for scope in ("read", "admin")
+        }
+    for scope, answer in routed.items():  # a call routed to the shard: its 503
+        error = answer.json()["error"]
+        assert answer.status_code == 503 and answer.headers["Retry-After"], answer.text
+        assert error["code"] == "shard_unavailable" and error["shard_id"] == 1, error
+        assert LOGIN not in error["message"] and error["request_id"] in error["message"], error
+        if scope == "admin":
+            assert LOGIN in error["detail"], error
+        else:
+            assert "detail" not in error and LOGIN not in answer.text, error
     for scope, answer in seen.items():
         listed = answer.json()
         assert answer.status_code == 200 and listed["status"] == "partial", (scope, answer.text)

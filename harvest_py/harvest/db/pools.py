@@ -488,8 +488,9 @@ class RoledPool:
     transaction of its own that runs as ``role`` with the audit source ``source``
     (:func:`harvest.db.connection.set_role`: SET LOCAL, committed when the connection is given
     back, rolled back on an error). ``AsyncSqlApi(RoledPool(pool, "harvest_reader"))`` makes
-    every call of one HTTP request under the request's role, each call its own transaction (a
-    serialization failure or a deadlock is run again: harvest.db.sqlapi), which
+    every call of one HTTP request under the request's role, each call its own transaction when
+    the connection is lent idle (a serialization failure or a deadlock is then run again:
+    harvest.db.sqlapi._lent; lent inside its holder's transaction, it is the holder's), which
     :meth:`one_call` makes in one round trip. ``pool`` lends idle connections (a pool's, or one
     held connection: ``AsyncSqlApi.on_connection(conn).pool``). Closing it closes nothing: the
     pool is the caller's."""

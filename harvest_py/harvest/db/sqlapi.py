@@ -2451,15 +2451,20 @@ class AsyncSqlApi:
         """The API on one connection the caller holds (its transaction, its LISTEN)."""
         return cls(_OneConnection(conn))
 
-    async def _all(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
+    async def _all(self, sql: LiteralString, params: dict[str, Any], retrying: bool = False) -> Rows:
         """One call on a connection the pool lends, a transaction of its own (with a face's role
-        in it, harvest.db.pools.RoledPool: in the same round trip, :meth:`_on_after`)."""
+        in it, harvest.db.pools.RoledPool: in the same round trip, :meth:`_on_after`).
+        ``retrying``: a conflict it meets says whether it may be run again (_lent)."""
         one_call = getattr(self.pool, "one_call", None)
         if one_call is None:
             async with self.pool.connection() as conn:
+                if not retrying:
+                    return await self._on(conn, sql, params)
                 with _lent(conn):
                     return await self._on(conn, sql, params)
         async with one_call() as (conn, before):
+            if not retrying:
+                return await self._on_after(conn, before, sql, params, self.pool.refused)
             with _lent(conn):
                 return await self._on_after(conn, before, sql, params, self.pool.refused)
 
@@ -2512,7 +2517,7 @@ class AsyncSqlApi:
     async def _all_retrying(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
             try:
-                return await self._all(sql, params)
+                return await self._all(sql, params, retrying=True)
             except _CONFLICTS as exc:
                 own = _own_transaction(exc)
                 if not own or attempt == CONFLICT_ATTEMPTS:
