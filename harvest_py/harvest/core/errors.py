@@ -33,10 +33,14 @@ class DatabaseUnavailable(HarvestError):
 
 
 class NoShardReached(DatabaseUnavailable):
-    """No shard (or database) a call asked could be reached. Its message names the shards and
+    """A shard (or database) a call needed could not be reached. ``.said`` names the shards and
     what was not done, never what a connect met: an HTTP caller, who may not be authenticated
-    yet, is told it whole (harvest.web.errors.outage_answer), where another outage's text is
-    the server log's."""
+    yet, is told it (harvest.web.errors.outage_answer), where another outage's text is the
+    server log's. ``detail``, what the connects met, ends the message (a command's own)."""
+
+    def __init__(self, said: str, detail: str | None = None):
+        super().__init__(f"{said} ({detail})" if detail else said)
+        self.said = said
 
 
 class ConnectionRejected(DatabaseUnavailable):

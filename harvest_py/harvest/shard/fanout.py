@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, overload
 
-from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, NotFound
+from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, NoShardReached, NotFound
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 
 __all__ = [
@@ -1842,7 +1842,7 @@ def dead_letter_home(dead_letter_id: int, found: FanOut[bool]) -> int:
     :func:`holds_dead_letter` answer, when no shard was named: ids are unique on one shard
     only, so the same id can be on several. Exactly one shard holds it: that shard. Several:
     InvalidArgument naming them (the caller names one). A shard that could not be searched:
-    DatabaseUnavailable naming it (it may hold the id too: refused, never guessed, as "could
+    NoShardReached naming it (it may hold the id too: refused, never guessed, as "could
     not inspect" is never "not there"). None: NotFound naming the shards searched."""
     holders = sorted(s for s, has in found.results.items() if has)
     searched = ", ".join(str(s) for s in sorted(found.results))
@@ -1856,10 +1856,11 @@ def dead_letter_home(dead_letter_id: int, found: FanOut[bool]) -> int:
         missed = ", ".join(str(s) for s in found.unavailable_shards)
         held = f"it is on shard {holders[0]}, and " if holders else ""
         why = "; ".join(f"shard {s}: {r}" for s, r in sorted(found.reasons.items()))
-        raise DatabaseUnavailable(
-            f"dead letter {dead_letter_id}: {held}shard(s) {missed} could not be searched"
-            f"{f' ({why})' if why else ''} and may hold the same id; nothing was done: retry when they "
-            "are up, or name the shard with --shard-id (shard_id)"
+        raise NoShardReached(
+            f"dead letter {dead_letter_id}: {held}shard(s) {missed} could not be searched and may hold "
+            "the same id; nothing was done: retry when they are up, or name the shard with --shard-id "
+            "(shard_id)",
+            why or None,
         )
     if not holders:
         raise NotFound(f"no dead letter {dead_letter_id} on any shard (searched shard(s) {searched})")

@@ -146,7 +146,7 @@ def outage_answer(
     shard = exc.shard if isinstance(exc, ShardUnavailable) else None
     code = "database_unavailable" if shard is None else error_code(exc)
     if isinstance(exc, NoShardReached):  # (which shards, what was not done: no connect's text)
-        said = redact(str(exc))
+        said = redact(exc.said)
     elif shard is None:
         said = "the database could not be reached; retry"
     else:
