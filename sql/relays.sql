@@ -49,6 +49,13 @@ CREATE TABLE harvest.relays (
 -- The cross-shard pump's claim order (docs/internals.md, "Relays across shards").
 CREATE INDEX relays_remote ON harvest.relays (id) WHERE remote;
 
+-- A run's relays, addressed to it or sent by it (an external signal or cancel whose outcome
+-- is still to come back): a move's quiescence check (_migration_blockers: a rebalance's
+-- candidates, begin_migration, the cutover) and the retention janitor's delete of its runs'
+-- relays probe these, where each read every relay of the shard before (migration 0119).
+CREATE INDEX relays_target ON harvest.relays (target_execution_id) WHERE target_execution_id IS NOT NULL;
+CREATE INDEX relays_source ON harvest.relays (source_execution_id) WHERE source_execution_id IS NOT NULL;
+
 -- Receipts of relays applied here on behalf of another shard's relay row
 -- (harvest.deliver_external_relay): one per (source shard, relay id), so a pump
 -- that retries after a lost answer gets the first outcome back and the effect is
