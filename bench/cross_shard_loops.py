@@ -20,7 +20,8 @@ fill, plus the cross-shard rows a shard of a sharded deployment carries, each st
 Each statement is timed as background_loops.py times it (the backend's CPU after a warm-up; a
 write in a transaction rolled back). The rows: the relay pump's two claims (once per scanner
 tick on each worker of a sharded deployment), the resume scanner's claim (every
-``rebalance_resume_interval``) and ``rebalance-resume``'s reads (once), and the exact counts an
+``rebalance_resume_interval``) and ``rebalance-resume``'s reads (once), a move's quiescence check
+(a rebalance's candidates, each move's start and cutover), the retention janitor's batch, and the exact counts an
 operator waits on (``harvest workflow count``, ``GET /workflows/count``, the dashboard's chips) and
 a list by a range test on a search attribute few runs carry.
 """
@@ -125,6 +126,22 @@ STATEMENTS: list[tuple[str, str, float, bool]] = [
         "SELECT * FROM harvest.list_migration_candidates(NULL, NULL, 100)",
         0,
         False,
+    ),
+    (
+        "rebalance: a move's quiescence check (_migration_blockers)",
+        (
+            "SELECT harvest._migration_blockers(e) FROM harvest.executions AS e"
+            " WHERE e.id = (SELECT q.id FROM harvest.executions AS q WHERE q.status = 'RUNNING'"
+            " ORDER BY q.created_at, q.id LIMIT 1)"
+        ),
+        0,
+        False,
+    ),
+    (
+        "retention: run_retention (500, 60 days)",
+        "SELECT harvest.run_retention(interval '60 days', 500)",
+        60,
+        True,
     ),
     (
         "rebalance-resume: list_migrations(open)",

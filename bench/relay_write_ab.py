@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--base", required=True, type=Path)
     parser.add_argument("--candidate", default=Path("."), type=Path)
     parser.add_argument("--pairs", type=int, default=6)
-    parser.add_argument("--n", type=int, default=5000)
+    parser.add_argument("--n", type=int, default=10000)
     args = parser.parse_args()
     sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
     pairs: list[dict[str, Any]] = []

@@ -59,7 +59,8 @@ AS $$
                             AND t.due_at <= harvest.now())
             THEN 'timer_due' END,
         -- A relay addressed to the run, or an external signal or cancel it sent whose
-        -- outcome is still to be reported to it here (on this shard's relay row).
+        -- outcome is still to be reported to it here (on this shard's relay row). A probe of
+        -- relays_target and relays_source each (migration 0119: a read of every relay before).
         CASE WHEN EXISTS (SELECT 1 FROM harvest.relays AS r WHERE r.target_execution_id = p_execution.id)
                   OR EXISTS (SELECT 1 FROM harvest.relays AS r WHERE r.source_execution_id = p_execution.id)
             THEN 'relay_pending' END,

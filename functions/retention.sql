@@ -271,7 +271,7 @@ BEGIN
         SELECT array_agg(e.id) INTO v_ids FROM harvest.executions AS e
         WHERE e.id = ANY(v_ids) AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard);
         -- An external signal or cancel keeps its row: its source still hears the
-        -- outcome (not_found, once its target is gone).
+        -- outcome (not_found, once its target is gone). Down relays_target (migration 0119).
         DELETE FROM harvest.relays AS r
         WHERE r.target_execution_id = ANY(v_ids) AND r.source_execution_id IS NULL;
         -- The status re-check guards against a row that changed under us.

@@ -53,7 +53,7 @@ CREATE INDEX relays_remote ON harvest.relays (id) WHERE remote;
 -- is still to come back): a move's quiescence check (_migration_blockers: a rebalance's
 -- candidates, begin_migration, the cutover) and the retention janitor's delete of its runs'
 -- relays probe these, where each read every relay of the shard before (migration 0119).
-CREATE INDEX relays_target ON harvest.relays (target_execution_id) WHERE target_execution_id IS NOT NULL;
+CREATE INDEX relays_target ON harvest.relays (target_execution_id);
 CREATE INDEX relays_source ON harvest.relays (source_execution_id) WHERE source_execution_id IS NOT NULL;
 
 -- Receipts of relays applied here on behalf of another shard's relay row

@@ -638,6 +638,13 @@ TRAPS = [
         f"down relays_remote, and updated by their ids: {ID_LIST}",
         id="claim_remote_relays",
     ),
+    case(
+        Statement("run_retention", r"DELETE FROM harvest\.relays AS r", {"v_ids": "uuid[]"}),
+        {"relays": {"relays_target"}},
+        "retention.sql (each janitor batch): its runs' relays by a probe of relays_target each, not "
+        "a read of every relay of the shard (migration 0119)",
+        id="run_retention-relays",
+    ),
 ]
 
 

@@ -41,7 +41,9 @@ def _run(conn: psycopg.Connection) -> object:
 def _blockers(conn: psycopg.Connection, run: object) -> tuple[list[str], int]:
     """The run's blockers as a rebalance lists them, and the relays that read."""
     before = rows_read(conn, "relays")
-    row = conn.execute("SELECT blockers FROM harvest.list_migration_candidates(NULL, %s, 1)", [run]).fetchone()
+    row = conn.execute(
+        "SELECT blockers FROM harvest.list_migration_candidates(NULL, %s, 1)", [run]
+    ).fetchone()
     assert row is not None
     return row[0], rows_read(conn, "relays") - before
 
@@ -55,7 +57,8 @@ def test_a_moves_quiescence_check_probes_the_runs_relays(db: str) -> None:
         assert read < 10, f"the quiescence check read {read} relays of {OTHERS} for a run with none"
         # A relay addressed to the run, then one it sent whose outcome is still to come back.
         addressed = conn.execute(
-            "INSERT INTO harvest.relays (target_execution_id, kind, created_at) VALUES (%s, 'parent_closed', now())"
+            "INSERT INTO harvest.relays (target_execution_id, kind, created_at)"
+            " VALUES (%s, 'parent_closed', now())"
             " RETURNING id",
             [run],
         ).fetchone()
@@ -63,7 +66,8 @@ def test_a_moves_quiescence_check_probes_the_runs_relays(db: str) -> None:
         assert blockers == ["relay_pending"] and read < 10, (blockers, read)
         conn.execute("DELETE FROM harvest.relays WHERE id = %s", [addressed[0] if addressed else None])
         conn.execute(
-            "INSERT INTO harvest.relays (target_workflow_id, kind, created_at, source_execution_id, source_seq)"
+            "INSERT INTO harvest.relays (target_workflow_id, kind, created_at, source_execution_id,"
+            " source_seq)"
             " VALUES ('elsewhere', 'external_signal', now(), %s, 7)",
             [run],
         )
@@ -82,7 +86,8 @@ def test_the_janitors_delete_of_its_runs_relays_probes_them(db: str) -> None:
             [run],
         )
         conn.execute(
-            "INSERT INTO harvest.relays (target_execution_id, kind, created_at) VALUES (%s, 'child_closed', now())",
+            "INSERT INTO harvest.relays (target_execution_id, kind, created_at)"
+            " VALUES (%s, 'child_closed', now())",
             [run],
         )
         _backlog(conn)
@@ -90,5 +95,7 @@ def test_the_janitors_delete_of_its_runs_relays_probes_them(db: str) -> None:
         assert SqlApi(conn).run_retention("30 days", 100)["deleted"] == 1
         read = rows_read(conn, "relays") - before
         assert read < 10, f"the janitor's batch read {read} relays of {OTHERS + 1} to delete its run's one"
-        left = conn.execute("SELECT count(*) FROM harvest.relays WHERE target_execution_id = %s", [run]).fetchone()
+        left = conn.execute(
+            "SELECT count(*) FROM harvest.relays WHERE target_execution_id = %s", [run]
+        ).fetchone()
         assert left == (0,)
