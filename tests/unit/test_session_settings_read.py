@@ -23,7 +23,7 @@ REVIEWED = {
     "harvest.audit_actor": "caller-asserted text for audit rows only, beside the real login",
     "harvest.audit_source": "caller-asserted text for audit rows only, beside the real login",
     "harvest.audit_route": "caller-asserted text for audit rows only, beside the real login",
-    "block_size": "a preset fixed when the server was built (no session can set it): pages of the tasks table",
+    "block_size": "a build-time preset (no session can set it): the tasks table's pages",
 }
 
 _READ = re.compile(r"current_setting\s*\(\s*('([^']*)')?", re.IGNORECASE)
