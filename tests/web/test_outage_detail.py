@@ -65,6 +65,7 @@ def test_the_dashboard_says_no_more(db: str, caplog: pytest.LogCaptureFixture) -
     with TestClient(app, raise_server_exceptions=False) as client:
         page = client.get("/workers", headers={"Authorization": "Bearer hvt_" + "0" * 64})
     assert page.status_code == 503 and "could not be reached" in page.text, page.text
+    assert page.headers["Retry-After"] == "1", page.headers  # as the API's 503
     for secret in _where(db):
         assert secret not in page.text, secret
     (request_id,) = re.findall(r"request ([0-9a-f]{16})", page.text)

@@ -77,7 +77,7 @@ from harvest.shard.fanout import (
 )
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
-from harvest.web.errors import database_error_status, outage_answer, sees_connection_detail
+from harvest.web.errors import RETRY_AFTER_SECS, database_error_status, outage_answer, sees_connection_detail
 from harvest.web.guards import cross_site, declared_too_large, parse_json, read_body
 from harvest.web.principal import Authorizer, Principal, Scope, refusal_status
 from harvest.web.routes import ShardWrites, refusals_apart
@@ -470,7 +470,9 @@ class Dashboard:
         _, message, details = outage_answer(exc, principal, "dashboard")
         if details["detail"]:
             message = f"{message}: {details['detail']}"
-        return self.error(request, 503, message, principal)
+        page = self.error(request, 503, message, principal)
+        page.headers["Retry-After"] = RETRY_AFTER_SECS  # (as the API's 503: a reload may find it back)
+        return page
 
     def _database_error(self, request: Request, exc: DatabaseError, principal: Principal | None) -> Response:
         """A database error the SQL API has no class for, as the management API answers it: a
