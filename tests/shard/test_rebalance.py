@@ -4,7 +4,8 @@ reaches it through the forwarding pointer and it completes on shard 1 with its h
 replaying under the registered code; runs with work in flight are refused with their
 blockers; a dry run writes nothing; of two rebalancers on one run exactly one moves it; a
 wake racing the cutover is never lost nor doubled; forwarding chains are followed and
-collapsed."""
+collapsed; a child of a parent on another shard is never moved, so its shard is retired only
+once it ended."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from rebalance_helpers import RunningWorker, authoritative, park, row, scalar, s
 
 from harvest import App, ChildPlacement, Client, ExternalWorkflow, query, workflow
 from harvest.cli.main import main as cli
-from harvest.core.errors import ExecutionMigrated
+from harvest.core.errors import ExecutionMigrated, WrongShard
 from harvest.core.ids import shard_of
 from harvest.shard import ShardPools, ShardRouter
 from harvest.shard.rebalance import Rebalancer
@@ -559,6 +560,66 @@ def test_a_run_awaiting_a_child_on_another_shard_is_not_moved(shards) -> None:
             pools.call_routed(child, lambda sql: sql.signal_workflow(child, "go", 9))
         assert client.get_handle(parent).result(timeout=60) == 9
     assert row(shards.dsns[2], parent) is None
+
+
+def test_retiring_a_childs_shard_by_the_runbook_leaves_no_child_to_follow_a_forward_to(shards) -> None:
+    """docs/runbooks/shard-decommission.md on shard 1 (into shard 2) while it holds a child of a
+    parent on shard 0: the child is never moved (``has_parent``), so the shard is not empty while
+    it runs and the forward of step 5 cannot go in; the child ends on shard 1, its end reaches its
+    parent, and only then does shard 1 owe no end and hold no child any shard's pump drives. A
+    cross-shard child therefore never lives behind a ``[shards.forwards]`` entry: there is no
+    child for the pump to follow one to (docs/sharding.md, "Retiring the shard of a child")."""
+    enable_cross_shard_relays(shards)
+    with shard_workers(APP, shards), Client(shards.dsns[0]) as client:
+        parent = client.start_workflow(awaits_remote_child, 1).execution_id
+        child = wait_for(
+            lambda: scalar(
+                shards.dsns[1],
+                "SELECT max(id::text) FROM harvest.executions WHERE parent_id = %s",
+                uuid.UUID(parent),
+            ),
+            what="the child on shard 1",
+        )
+        wait_until(lambda: _parked_on(shards.dsns[1], child, None), what="the child parked")
+        # Step 1: shard 1 is no longer writable. Step 2: move the whole shard, 1 -> 2.
+        step_1 = ShardPools(ShardRouter(ALL, [0, 2], 0), shards.dsns, max_size=4)
+        with step_1 as pools:
+            report = Rebalancer(pools, 1, 2, operator_id="ops@test", replay=_replay).run()
+            assert [(m.execution_id, m.outcome, m.blockers) for m in report.moves] == [
+                (child, "blocked", ["has_parent"])
+            ], report.as_dict()
+            assert row(shards.dsns[2], child) is None, "the child stays on shard 1"
+            assert _owed_by(shards, 1) == [(0, 0, 1)], "shard 1 owes shard 0 a running child's end"
+            assert _children_aimed_at(shards, 0, 1) == 1
+            # Step 3's straggler ends where it is, and its end reaches its parent.
+            pools.call_routed(child, lambda sql: sql.signal_workflow(child, "go", 9))
+        assert client.get_handle(parent).result(timeout=60) == 9
+        wait_until(lambda: _owed_by(shards, 1) == [], what="shard 1 told the end was delivered")
+    assert _children_aimed_at(shards, 0, 1) == 0, "no shard's pump has a child on shard 1 left"
+    with ShardPools(ShardRouter(ALL, [0, 2], 0), shards.dsns, max_size=4) as pools:
+        assert Rebalancer(pools, 1, 2).run(dry_run=True).moves == [], "nothing left to move"
+    # Step 5: the forward goes in now, with nothing of a parent's left behind it.
+    retired = ShardRouter([0, 2], [0, 2], 0, forwards={1: 2})
+    assert retired.route(child) == 2
+    # Nor could a child placed on shard 1 and not started yet be started behind the forward:
+    # shard 2 refuses an id of shard 1.
+    at_2 = ShardPools(retired, {0: shards.dsns[0], 2: shards.dsns[2]}, max_size=2)
+    with at_2 as pools, pools.api(2) as sql, pytest.raises(WrongShard):
+        sql.start_cross_shard_child(child, parent, 1, "waits_for_go", "late", "default", None, "terminate")
+
+
+def _owed_by(shards, shard: int) -> list[tuple[int, int, int]]:
+    """``retention status``'s ends a shard owes, per parent shard: (parent shard, ended, running)."""
+    status = scalar(shards.dsns[shard], "SELECT harvest.get_retention_status()")
+    return [(o["parent_shard"], o["ended"], o["running"]) for o in status["owed_child_ends_by_shard"]]
+
+
+def _children_aimed_at(shards, parent_shard: int, target: int) -> int:
+    return scalar(
+        shards.dsns[parent_shard],
+        "SELECT count(*) FROM harvest.cross_shard_children WHERE target_shard = %s",
+        target,
+    )
 
 
 def test_a_run_awaiting_the_outcome_of_a_signal_to_another_shard_is_not_moved(shards) -> None:
