@@ -538,22 +538,28 @@ def test_each_discard_of_a_quota_runs_move_keeps_each_shards_history_bytes_figur
     assert usage == direct > 0
 
 
+def _parked_with_a_child_on_shard_1(shards, client: Client) -> tuple[str, str]:
+    """A parent started on shard 0 and its child on shard 1, both parked (the child waits for "go")."""
+    parent = client.start_workflow(awaits_remote_child, 1).execution_id
+    child = wait_for(
+        lambda: scalar(
+            shards.dsns[1],
+            "SELECT max(id::text) FROM harvest.executions WHERE parent_id = %s",
+            uuid.UUID(parent),
+        ),
+        what="the child on shard 1",
+    )
+    wait_until(lambda: _parked_on(shards.dsns[1], child, None), what="the child parked")
+    wait_until(lambda: _parked_on(shards.dsns[0], parent, None), what="the parent parked")
+    return parent, child
+
+
 def test_a_run_awaiting_a_child_on_another_shard_is_not_moved(shards) -> None:
     """The child's end is pulled into the parent's row on the parent's shard (its
     cross_shard_children row stays there): a parent moved away would never hear of it."""
     enable_cross_shard_relays(shards)
     with shard_workers(APP, shards), Client(shards.dsns[0]) as client:
-        parent = client.start_workflow(awaits_remote_child, 1).execution_id
-        child = wait_for(
-            lambda: scalar(
-                shards.dsns[1],
-                "SELECT max(id::text) FROM harvest.executions WHERE parent_id = %s",
-                uuid.UUID(parent),
-            ),
-            what="the child on shard 1",
-        )
-        wait_until(lambda: _parked_on(shards.dsns[1], child, None), what="the child parked")
-        wait_until(lambda: _parked_on(shards.dsns[0], parent, None), what="the parent parked")
+        parent, child = _parked_with_a_child_on_shard_1(shards, client)
         with _pools(shards) as pools:
             report = Rebalancer(pools, 0, 2).run(execution_ids=[parent])
             assert [(m.outcome, m.blockers) for m in report.moves] == [("blocked", ["open_children"])]
@@ -571,16 +577,7 @@ def test_retiring_a_childs_shard_by_the_runbook_leaves_no_child_to_follow_a_forw
     child for the pump to follow one to (docs/sharding.md, "Retiring the shard of a child")."""
     enable_cross_shard_relays(shards)
     with shard_workers(APP, shards), Client(shards.dsns[0]) as client:
-        parent = client.start_workflow(awaits_remote_child, 1).execution_id
-        child = wait_for(
-            lambda: scalar(
-                shards.dsns[1],
-                "SELECT max(id::text) FROM harvest.executions WHERE parent_id = %s",
-                uuid.UUID(parent),
-            ),
-            what="the child on shard 1",
-        )
-        wait_until(lambda: _parked_on(shards.dsns[1], child, None), what="the child parked")
+        parent, child = _parked_with_a_child_on_shard_1(shards, client)
         # Step 1: shard 1 is no longer writable. Step 2: move the whole shard, 1 -> 2.
         step_1 = ShardPools(ShardRouter(ALL, [0, 2], 0), shards.dsns, max_size=4)
         with step_1 as pools:
