@@ -1048,11 +1048,13 @@ BEGIN
     END IF;
     INSERT INTO harvest.tasks (
         execution_id, kind, queue, due_at, scheduled_at, status, attempt, started_at,
-        lease_owner, fencing_token, lease_expires_at
+        lease_owner, fencing_token, lease_expires_at, fairness_key
     )
     SELECT e.id, 'workflow', e.queue, v_now, v_now, 'running', 1, v_now,
            p_worker_id, nextval('harvest.fencing_tokens'),
-           v_now + make_interval(secs => p_workflow_lease_secs)
+           v_now + make_interval(secs => p_workflow_lease_secs),
+           -- ('' on a fair queue, else the marker for none: sql/triggers.sql asks no query of its own)
+           coalesce((SELECT '' FROM harvest.fair_queues AS f WHERE f.queue = e.queue), E'\x01')
     FROM harvest.executions AS e
     WHERE e.id = p_execution_id AND (e.status = 'RUNNING') IS TRUE  -- (core.sql: IS TRUE)
     ON CONFLICT (execution_id) WHERE kind = 'workflow' DO NOTHING

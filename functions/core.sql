@@ -634,8 +634,10 @@ BEGIN
     IF FOUND THEN
         RETURN;
     END IF;
-    INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, status)
-    SELECT e.id, 'workflow', e.queue, v_now, v_now, CASE WHEN e.status = 'PAUSED' THEN 'paused' ELSE 'pending' END
+    INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, status, fairness_key)
+    SELECT e.id, 'workflow', e.queue, v_now, v_now, CASE WHEN e.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
+           -- ('' on a fair queue, else the marker for none: sql/triggers.sql asks no query of its own)
+           coalesce((SELECT '' FROM harvest.fair_queues AS f WHERE f.queue = e.queue), E'\x01')
     FROM harvest.executions AS e
     WHERE e.id = p_execution_id AND (e.status IN ('RUNNING', 'PAUSED')) IS TRUE  -- (see the note above)
     ON CONFLICT (execution_id) WHERE kind = 'workflow' DO NOTHING

@@ -629,9 +629,12 @@ $$;
 -- The task rows of a decision's handed activities (gathered by _apply_decision, each
 -- one _may_hand_off allowed), in command order, one INSERT: leased to p_worker_id as a
 -- claim would lease them (claim.sql, "Hand-off"); returns them as the worker receives
--- them, as rows (claim.sql _activity_for_worker), in command order. One statement for the lot: an INSERT of
--- one row pays its statement's set-up (the table's checks and its trigger's WHEN read
--- back, the executor's start) per task (docs/performance.md, "Fan-out row, eighth cut").
+-- them, as rows (claim.sql _activity_for_worker), in command order. One statement for the
+-- lot: an INSERT of one row pays its statement's set-up (the table's checks and its
+-- trigger's WHEN read back, the executor's start) per task (docs/performance.md, "Fan-out
+-- row, eighth cut"). Each row's fairness_key is answered in the INSERT ('' on a fair queue,
+-- else the trigger's marker for none: a handed activity names no key; sql/triggers.sql), so
+-- the insert trigger asks no query per row (docs/performance.md, "SQL path, eleventh cut").
 CREATE OR REPLACE FUNCTION harvest._hand_activities(
     p_execution harvest.executions, p_seqs integer[], p_commands jsonb[], p_worker_id text,
     p_now timestamptz
@@ -651,7 +654,7 @@ BEGIN
         INSERT INTO harvest.tasks AS t (
             execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
             scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
-            lease_expires_at
+            lease_expires_at, fairness_key
         ) VALUES (
             p_execution.id, 'activity', coalesce(p_commands[1] ->> 'queue', p_execution.queue),
             harvest._activity_priority(p_commands[1]), p_now, p_seqs[1],
@@ -660,7 +663,9 @@ BEGIN
             p_now + make_interval(secs => (p_commands[1] #>> '{options,schedule_to_close}')::double precision),
             'running', 1, p_now, p_worker_id, nextval('harvest.fencing_tokens'),
             p_now + make_interval(secs => harvest._lease_secs(
-                'activity', coalesce(p_commands[1] -> 'options', '{}'::jsonb), 0))
+                'activity', coalesce(p_commands[1] -> 'options', '{}'::jsonb), 0)),
+            coalesce((SELECT '' FROM harvest.fair_queues AS f
+                      WHERE f.queue = coalesce(p_commands[1] ->> 'queue', p_execution.queue)), E'\x01')
         ) RETURNING ARRAY[harvest._activity_for_worker(t, p_execution)] INTO v_handed;
         RETURN v_handed;
     END IF;
@@ -671,7 +676,7 @@ BEGIN
         INSERT INTO harvest.tasks AS t (
             execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
             scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
-            lease_expires_at
+            lease_expires_at, fairness_key
         )
         SELECT p_execution.id, 'activity', coalesce(q.command ->> 'queue', p_execution.queue),
                harvest._activity_priority(q.command), p_now, q.seq,
@@ -680,7 +685,9 @@ BEGIN
                p_now + make_interval(secs => (q.command #>> '{options,schedule_to_close}')::double precision),
                'running', 1, p_now, p_worker_id, nextval('harvest.fencing_tokens'),
                p_now + make_interval(secs => harvest._lease_secs(
-                   'activity', coalesce(q.command -> 'options', '{}'::jsonb), 0))
+                   'activity', coalesce(q.command -> 'options', '{}'::jsonb), 0)),
+               coalesce((SELECT '' FROM harvest.fair_queues AS f
+                         WHERE f.queue = coalesce(q.command ->> 'queue', p_execution.queue)), E'\x01')
         -- (By subscript, not unnest: the planner takes unnest's size from the array, so a
         -- custom plan of one item always looked cheaper than the cached generic one and
         -- the statement was planned afresh on every call; a decision hands one activity
@@ -723,7 +730,7 @@ BEGIN
         INSERT INTO harvest.tasks AS t (
             execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
             scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
-            lease_expires_at
+            lease_expires_at, fairness_key
         )
         SELECT (q.x).id, 'activity', coalesce(q.command ->> 'queue', (q.x).queue),
                harvest._activity_priority(q.command), p_now, q.seq,
@@ -732,7 +739,9 @@ BEGIN
                p_now + make_interval(secs => (q.command #>> '{options,schedule_to_close}')::double precision),
                'running', 1, p_now, p_worker_id, nextval('harvest.fencing_tokens'),
                p_now + make_interval(secs => harvest._lease_secs(
-                   'activity', coalesce(q.command -> 'options', '{}'::jsonb), 0))
+                   'activity', coalesce(q.command -> 'options', '{}'::jsonb), 0)),
+               coalesce((SELECT '' FROM harvest.fair_queues AS f
+                         WHERE f.queue = coalesce(q.command ->> 'queue', (q.x).queue)), E'\x01')
         -- (unnest, not subscripts: an element of a flat array of variable-width elements, a
         -- command, is found by walking the ones before it, so a buffer of hundreds cost its
         -- square; the one-item call, whose custom plan unnest would make dearer, goes the

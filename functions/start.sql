@@ -539,10 +539,13 @@ BEGIN
         v_concurrency_key := NULL;  -- latest wins is enforced here; the claim does not gate it
     END IF;
     INSERT INTO harvest.tasks (
-        execution_id, kind, queue, priority, due_at, scheduled_at, concurrency_key, concurrency_limit
+        execution_id, kind, queue, priority, due_at, scheduled_at, concurrency_key, concurrency_limit,
+        fairness_key
     ) VALUES (
         v_id, 'workflow', p_queue, coalesce(p_priority, 0), v_now, v_now, v_concurrency_key,
-        CASE WHEN v_concurrency_key IS NOT NULL THEN harvest._json_integer(p_policy #> '{concurrency,limit}', 'concurrency.limit', 1) END
+        CASE WHEN v_concurrency_key IS NOT NULL THEN harvest._json_integer(p_policy #> '{concurrency,limit}', 'concurrency.limit', 1) END,
+        -- (Its fairness_key answered here, as _start_plain_batch's.)
+        coalesce((SELECT '' FROM harvest.fair_queues AS f WHERE f.queue = p_queue), E'\x01')
     );
     PERFORM harvest._notify_queue(p_queue);
     RETURN v_id;
@@ -668,8 +671,10 @@ BEGIN
         );
         INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
         VALUES (v_id, 1, 'WorkflowStarted', v_data, v_now);
-        INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at)
-        VALUES (v_id, 'workflow', v_queue, coalesce((v_start ->> 'priority')::integer, 0), v_now, v_now);
+        -- (Its fairness_key answered here, as the batch's below.)
+        INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at, fairness_key)
+        VALUES (v_id, 'workflow', v_queue, coalesce((v_start ->> 'priority')::integer, 0), v_now, v_now,
+                coalesce((SELECT '' FROM harvest.fair_queues AS f WHERE f.queue = v_queue), E'\x01'));
         -- A caller that will wait for the run's result marks itself in the start
         -- (harvest.wait_for_result's mark, without its lock: no close can see this run yet).
         IF v_start ? 'result_waiter' THEN
@@ -726,8 +731,13 @@ BEGIN
     SELECT u.id, 1, 'WorkflowStarted', u.data, v_now
     FROM unnest(v_runs.ids, v_runs.datas) WITH ORDINALITY AS u (id, data, k)
     ORDER BY u.k;
-    INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at)
-    SELECT u.id, 'workflow', u.queue, u.priority, v_now, v_now
+    -- The workflow tasks answer "is the queue fair" in the statement: '' on a fair queue, else
+    -- the marker E'\x01' for no key, so the insert trigger asks no query per row (sql/triggers.sql;
+    -- no row of a start names a fairness key, so none of them makes a queue fair; as decide.sql
+    -- _queue_activities does; docs/performance.md, "SQL path, eleventh cut").
+    INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at, fairness_key)
+    SELECT u.id, 'workflow', u.queue, u.priority, v_now, v_now,
+           coalesce((SELECT '' FROM harvest.fair_queues AS f WHERE f.queue = u.queue), E'\x01')
     FROM unnest(v_runs.ids, v_runs.queues, v_runs.priorities) WITH ORDINALITY AS u (id, queue, priority, k)
     ORDER BY u.k;
     IF v_runs.waited THEN  -- the marks of callers that will wait (as for a batch of one, above)

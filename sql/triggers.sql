@@ -10,8 +10,10 @@
 -- resolved from the input by its key path (a missing value means no key); the first keyed
 -- task of a queue makes it a fair queue, and on a fair queue a task without a key (not a
 -- timer) gets '' (the unkeyed group), so the fairness skip-scan finds unkeyed work
--- (workflow tasks) behind a keyed flood. A writer of many rows none of which names a
--- fairness key (decide.sql _queue_activities) answers "is the queue fair" in its own statement,
+-- (workflow tasks) behind a keyed flood. A writer whose rows name no fairness key (decide.sql
+-- _queue_activities, _hand_activities and _hand_activities_of_runs; the starts, start.sql; a
+-- woken or handed workflow task, core.sql _ensure_workflow_task and claim.sql
+-- _hand_workflow_task) answers "is the queue fair" in its own statement,
 -- once per row as a probe of its plan, and writes each row's answer: '' on a fair queue, else
 -- E'\x01' (no key, the queue not fair), which this trigger turns into none; so it asks no query
 -- of its own for such a row. A marker in the row, not a session setting: only Harvest's
