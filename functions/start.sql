@@ -737,7 +737,9 @@ BEGIN
     -- _queue_activities does; docs/performance.md, "SQL path, eleventh cut").
     INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at, fairness_key)
     SELECT u.id, 'workflow', u.queue, u.priority, v_now, v_now,
-           coalesce((SELECT '' FROM harvest.fair_queues AS f WHERE f.queue = u.queue), E'\x01')
+           -- (The batch's fair queues read once, not a probe per row.)
+           CASE WHEN u.queue = ANY (ARRAY(SELECT f.queue FROM harvest.fair_queues AS f
+                                          WHERE f.queue = ANY (v_runs.queues))) THEN '' ELSE E'\x01' END
     FROM unnest(v_runs.ids, v_runs.queues, v_runs.priorities) WITH ORDINALITY AS u (id, queue, priority, k)
     ORDER BY u.k;
     IF v_runs.waited THEN  -- the marks of callers that will wait (as for a batch of one, above)

@@ -15,7 +15,7 @@
 -- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
-SELECT plan(356);
+SELECT plan(357);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1112,6 +1112,11 @@ SELECT results_eq(
     $$VALUES ('draining'::text, '[]'::jsonb, 'pending'::text), ('fairq', '[]', 'pending'),
              ('ghost', '[]', 'pending'), ('unpolled', '[]', 'pending')$$,
     'no hand-off to a draining or unknown worker, on a queue it does not poll, or on a fair queue');
+-- A handed activity's fairness key is answered by its INSERT (the hand-off rules refuse a fair
+-- queue, and a handed activity names no key): none, and no marker left behind.
+SELECT is((SELECT count(*)::integer FROM harvest.tasks
+           WHERE kind = 'activity' AND lease_owner IS NOT NULL AND fairness_key IS NOT NULL), 0,
+          'handed activities (one and several a decision) carry no fairness key nor the marker E''\x01''');
 
 -- A run that closes in the same commands hands nothing.
 SELECT pg_temp.hand('hand_done', $$[

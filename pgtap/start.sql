@@ -3,7 +3,7 @@
 -- start's harvest._start_admission and harvest._start_admitted) — minted ids, shards, the first event and task, argument checks,
 -- and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(218);
+SELECT plan(220);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -820,6 +820,25 @@ SELECT is_empty($$SELECT 1 FROM harvest.result_waiters WHERE waiter_id = '000000
                 'a start that attached to a running run does not mark its result_waiter');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "rw_wf", "result_waiter": "nope"}]')$$,
                  '22P02', NULL, 'a result_waiter that is not a uuid is refused');
+
+-- A start's workflow task has its fairness key answered by the start's INSERT ('' on a fair
+-- queue, else none: the insert trigger asks nothing): a batch over a fair and a plain queue,
+-- a start of one, and start_workflow's general path (by workflow id).
+INSERT INTO harvest.fair_queues (queue) VALUES ('fk_fair');
+SELECT * FROM harvest.start_workflows('[{"workflow_name": "fk_wf", "queue": "fk_fair"}, {"workflow_name": "fk_wf", "queue": "fk_plain"},
+                                         {"workflow_name": "fk_wf", "queue": "fk_fair"}]');
+SELECT * FROM harvest.start_workflows('[{"workflow_name": "fk_one", "queue": "fk_fair"}]');
+SELECT * FROM harvest.start_workflow('fk_byid', '[]', 'fk-1', 'fk_fair');
+SELECT * FROM harvest.start_workflow('fk_byid', '[]', 'fk-2', 'fk_plain');
+SELECT results_eq(
+    $$SELECT e.workflow_name, t.queue, t.fairness_key, count(*)::integer FROM harvest.tasks AS t
+      JOIN harvest.executions AS e ON e.id = t.execution_id
+      WHERE e.workflow_name LIKE 'fk\_%' GROUP BY 1, 2, 3 ORDER BY 1, 2$$,
+    $$VALUES ('fk_byid'::text, 'fk_fair'::text, ''::text, 1), ('fk_byid', 'fk_plain', NULL, 1),
+             ('fk_one', 'fk_fair', '', 1), ('fk_wf', 'fk_fair', '', 2), ('fk_wf', 'fk_plain', NULL, 1)$$,
+    'a start''s workflow task: '''' on a fair queue, none on a plain one (answered by the INSERT)');
+SELECT is((SELECT count(*)::integer FROM harvest.tasks WHERE fairness_key = E'\x01'), 0,
+          'no workflow task keeps the marker E''\x01'' a start writes for no key');
 
 -- \df+ harvest.* documents the API: every public function of this file has a comment.
 SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p
