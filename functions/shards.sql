@@ -174,7 +174,9 @@ $$;
 -- This shard's facts for `harvest shard health` in one round trip: what its readiness
 -- gates on (get_shard_readiness) and its pressure: each queue's live workers and work
 -- (pending, claimable now, running, the oldest claimable due time: a count of every task,
--- 0.4 s of CPU over a backlog of 2M) and the dead letters parked here.
+-- 0.4 s of CPU over a backlog of 2M) and the dead letters parked here; and its cross-shard
+-- children both ways, what the retire of a shard waits for (docs/sharding.md, "Retiring the
+-- shard of a child"): the children it drives by target shard, the ends it owes by parent shard.
 CREATE OR REPLACE FUNCTION harvest.get_shard_health(p_queues text[] DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE sql STABLE
@@ -235,7 +237,26 @@ AS $$
             ) ORDER BY q.queue)
             FROM queues AS q
         ), '[]'::jsonb),
-        'dead_letters', (SELECT count(*) FROM harvest.dead_letters)
+        'dead_letters', (SELECT count(*) FROM harvest.dead_letters),
+        -- The cross-shard children this shard's pump drives, by the shard each lives on (the
+        -- in-flight rows: one goes when its end is released to its child's shard).
+        'cross_shard_children', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('target_shard', c.target_shard, 'children', c.n)
+                ORDER BY c.target_shard)
+            FROM (
+                SELECT x.target_shard, count(*) AS n
+                FROM harvest.cross_shard_children AS x
+                GROUP BY x.target_shard
+            ) AS c
+        ), '[]'::jsonb),
+        -- The children here whose ends are owed to a parent on another shard, by parent shard
+        -- (the partial index executions_end_owed, as get_retention_status reads it).
+        'owed_child_ends', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                'parent_shard', o.parent_shard, 'ended', o.ended, 'running', o.running
+            ) ORDER BY o.parent_shard)
+            FROM harvest._owed_child_ends() AS o
+        ), '[]'::jsonb)
     );
 $$;
 
@@ -284,7 +305,9 @@ COMMENT ON FUNCTION harvest.get_shard_readiness IS
 COMMENT ON FUNCTION harvest.get_shard_health IS
 'This shard''s health facts in one object: get_shard_readiness''s (shard id, schema version, workers, the declared '
 'queues no live worker polls, stranded work, the unpaused schedules and the oldest due time among them: scheduler '
-'freshness) and its pressure: per-queue live workers and work (a count of every task) and dead letters. Read by '
+'freshness) and its pressure: per-queue live workers and work (a count of every task) and dead letters; and '
+'its cross-shard children: those it drives by target shard (cross_shard_children) and the child ends it owes by '
+'parent shard (owed_child_ends). Read by '
 'harvest shard health and GET /admin/shards/health. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_deployment_shards IS
 'The shards of the deployment this database is one of, as far as it knows: its own and every shard named by a '

@@ -2,7 +2,7 @@
 -- _shard_low_id, _shard_high_id), the start path's refusal of another shard's start,
 -- and the health facts: count_stranded_tasks, get_shard_readiness, get_shard_health.
 BEGIN;
-SELECT plan(44);
+SELECT plan(47);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT is(harvest.get_shard_id(), 0, 'get_shard_id(): a database is shard 0 until told otherwise');
@@ -74,11 +74,37 @@ SELECT is((SELECT count(*) FROM harvest.count_stranded_tasks()), 0::bigint,
 SELECT is(harvest.get_shard_health(ARRAY['default', 'reports']) - ARRAY['observed_at', 'schema_version', 'queues'],
           '{"shard_id": 3, "workers": {"live": 1, "stale": 0, "draining": 0, "stopped": 0},
             "unpolled_queues": ["reports"], "stranded": [], "stranded_pending": 0, "dead_letters": 0,
-            "schedules": {"active": 0, "oldest_due_at": null}}'::jsonb,
-          'get_shard_health(): live workers, the queue they leave uncovered, nothing stranded');
+            "schedules": {"active": 0, "oldest_due_at": null},
+            "cross_shard_children": [], "owed_child_ends": []}'::jsonb,
+          'get_shard_health(): live workers, the queue they leave uncovered, nothing stranded, no cross-shard child');
 SELECT is(harvest.get_shard_readiness(ARRAY['default', 'reports']) - 'observed_at',
-          harvest.get_shard_health(ARRAY['default', 'reports']) - ARRAY['observed_at', 'queues', 'dead_letters'],
-          'get_shard_readiness(): get_shard_health''s facts without the per-queue counts and dead letters');
+          harvest.get_shard_health(ARRAY['default', 'reports'])
+          - ARRAY['observed_at', 'queues', 'dead_letters', 'cross_shard_children', 'owed_child_ends'],
+          'get_shard_readiness(): get_shard_health''s facts without the per-queue counts, dead letters and children');
+-- The cross-shard children both ways, what the retire of a shard waits for: those this shard's
+-- pump drives, by the shard each lives on, and the ends it owes, by the parent's shard.
+INSERT INTO harvest.cross_shard_children (
+    child_execution_id, parent_execution_id, parent_seq, target_shard, workflow_name, workflow_id, queue, input,
+    parent_close_policy, status, created_at
+)
+SELECT harvest._new_execution_id(v.target), harvest._new_execution_id(3), v.n, v.target, 'sh_child', 'shc' || v.n,
+       'default', '[]', 'abandon', v.status, harvest.now()
+FROM (VALUES (1, 1, 'starting'), (2, 1, 'running'), (3, 5, 'delivered')) AS v (n, target, status);
+UPDATE harvest.executions SET end_owed_to_shard = 7
+WHERE id = (SELECT min(e.id::text)::uuid FROM harvest.executions AS e);
+SELECT is(harvest.get_shard_health() -> 'cross_shard_children',
+          '[{"target_shard": 1, "children": 2}, {"target_shard": 5, "children": 1}]'::jsonb,
+          'get_shard_health(): the children this shard drives, by target shard (a delivered row not released yet counts)');
+SELECT is(harvest.get_shard_health() -> 'owed_child_ends',
+          (SELECT jsonb_build_array(jsonb_build_object(
+                      'parent_shard', 7, 'ended', count(*) FILTER (WHERE e.completed_at IS NOT NULL),
+                      'running', count(*) FILTER (WHERE e.completed_at IS NULL)))
+           FROM harvest.executions AS e WHERE e.end_owed_to_shard = 7),
+          'get_shard_health(): the child ends it owes, by parent shard (get_retention_status''s figures)');
+SELECT is(harvest.get_shard_readiness() ? 'cross_shard_children', false,
+          'get_shard_readiness(): the probe does not read the children');
+DELETE FROM harvest.cross_shard_children;
+UPDATE harvest.executions SET end_owed_to_shard = NULL WHERE end_owed_to_shard IS NOT NULL;
 SELECT is(harvest.get_shard_readiness() -> 'unpolled_queues', '[]'::jsonb,
           'get_shard_readiness(): no p_queues: the registered queues, all polled');
 SELECT is(jsonb_path_query_first(harvest.get_shard_health(), '$.queues[*] ? (@.queue == "default")'),

@@ -586,13 +586,20 @@ def test_retiring_a_childs_shard_by_the_runbook_leaves_no_child_to_follow_a_forw
                 (child, "blocked", ["has_parent"])
             ], report.as_dict()
             assert row(shards.dsns[2], child) is None, "the child stays on shard 1"
-            assert _owed_by(shards, 1) == [(0, 0, 1)], "shard 1 owes shard 0 a running child's end"
-            assert _children_aimed_at(shards, 0, 1) == 1
+            # Step 5's check, `harvest shard health --retiring-shard 1`: not yet (exit 2).
+            code, check = _retire_check(shards, 1)
+            assert (code, check["clear"]) == (2, False), check
+            assert check["owed_ends"] == [{"parent_shard": 0, "ended": 0, "running": 1}], (
+                "shard 1 owes shard 0 a running child's end"
+            )
+            assert check["children"] == [{"parent_shard": 0, "children": 1}], "shard 0's pump drives it"
             # Step 3's straggler ends where it is, and its end reaches its parent.
             pools.call_routed(child, lambda sql: sql.signal_workflow(child, "go", 9))
         assert client.get_handle(parent).result(timeout=60) == 9
-        wait_until(lambda: _owed_by(shards, 1) == [], what="shard 1 told the end was delivered")
-    assert _children_aimed_at(shards, 0, 1) == 0, "no shard's pump has a child on shard 1 left"
+        wait_until(lambda: _retire_check(shards, 1)[0] == 0, what="shard 1 clear of children")
+    code, check = _retire_check(shards, 1)
+    assert check == {"shard": 1, "clear": True, "owed_ends": [], "children": [], "unread": []}, check
+    assert "retiring shard 1: clear" in _run_retire_check(shards, 1, "table").output
     with ShardPools(ShardRouter(ALL, [0, 2], 0), shards.dsns, max_size=4) as pools:
         assert Rebalancer(pools, 1, 2).run(dry_run=True).moves == [], "nothing left to move"
     # Step 5: the forward goes in now, with nothing of a parent's left behind it.
@@ -605,18 +612,22 @@ def test_retiring_a_childs_shard_by_the_runbook_leaves_no_child_to_follow_a_forw
         sql.start_cross_shard_child(child, parent, 1, "waits_for_go", "late", "default", None, "terminate")
 
 
-def _owed_by(shards, shard: int) -> list[tuple[int, int, int]]:
-    """``retention status``'s ends a shard owes, per parent shard: (parent shard, ended, running)."""
-    status = scalar(shards.dsns[shard], "SELECT harvest.get_retention_status()")
-    return [(o["parent_shard"], o["ended"], o["running"]) for o in status["owed_child_ends_by_shard"]]
+def _run_retire_check(shards, shard: int, output: str = "json"):
+    """`harvest shard health --retiring-shard N` with every shard readable, shard 1 not writable."""
+    env = {
+        "HARVEST_DATABASE_URL": "",
+        "HARVEST_SHARDS__READABLE": "0,1,2",
+        "HARVEST_SHARDS__WRITABLE": "0,2",
+        **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in shards.dsns.items()},
+    }
+    args = ["--output", output, "shard", "health", "--retiring-shard", str(shard)]
+    return CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
 
 
-def _children_aimed_at(shards, parent_shard: int, target: int) -> int:
-    return scalar(
-        shards.dsns[parent_shard],
-        "SELECT count(*) FROM harvest.cross_shard_children WHERE target_shard = %s",
-        target,
-    )
+def _retire_check(shards, shard: int) -> tuple[int, dict]:
+    """The runbook's check of a retiring shard's children: its exit code and its answer."""
+    result = _run_retire_check(shards, shard)
+    return result.exit_code, json.loads(result.output)["retiring"]
 
 
 def test_a_run_awaiting_the_outcome_of_a_signal_to_another_shard_is_not_moved(shards) -> None:

@@ -11,6 +11,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from rebalance_helpers import park
 
 from harvest.cli.main import main
 from harvest.shard.health import stranded_work
@@ -182,6 +183,66 @@ def test_a_stopped_shard_is_unreachable_exit_1_and_the_others_still_answer(shard
     )
     assert "password" not in json.dumps(data)
     assert _row(data, 0)["readiness"] == "ready"
+
+
+def _aim_a_child(shards, parent_shard: int, target: int, workflow_id: str) -> None:
+    """A cross-shard child row on the parent's shard, as its pump drives it (no run needed)."""
+    with shards.connect(parent_shard) as conn:
+        conn.execute(
+            "INSERT INTO harvest.cross_shard_children (child_execution_id, parent_execution_id, parent_seq,"
+            " target_shard, workflow_name, workflow_id, queue, input, parent_close_policy, created_at)"
+            " VALUES (harvest._new_execution_id(%s), harvest._new_execution_id(%s), 1, %s, 'child', %s,"
+            " 'default', '[]', 'abandon', now())",
+            (target, parent_shard, target, workflow_id),
+        )
+
+
+def test_the_retire_check_of_a_shard_reads_the_children_aimed_at_it_and_the_ends_it_owes(shards) -> None:
+    """docs/runbooks/shard-decommission.md step 5: `harvest shard health --retiring-shard N` is
+    the check, each shard's children both ways in its row; its exit code is the check's (0 clear,
+    2 not yet, 1 cannot tell), whatever the writable shards' readiness (no worker here)."""
+    env = _env(shards, readable=(0, 1, 2), writable=(0, 2))
+    code, data = _health(env, "--retiring-shard", "1")
+    assert code == 0, data
+    assert data["retiring"] == {"shard": 1, "clear": True, "owed_ends": [], "children": [], "unread": []}
+    assert data["readiness"] == "degraded", "no live worker: the report's readiness is not the exit code"
+    _aim_a_child(shards, 2, 1, "on-1")
+    _aim_a_child(shards, 2, 0, "on-0")  # (aimed at another shard: not the retiring one's)
+    with shards.connect(1) as conn:  # a child on 1 of a parent on shard 0, still running
+        conn.execute(
+            "UPDATE harvest.executions SET end_owed_to_shard = 0 WHERE id = %s",
+            (park(shards.dsns[1], "owes"),),
+        )
+    code, data = _health(env, "--retiring-shard", "1")
+    assert code == 2, data
+    assert data["retiring"]["clear"] is False
+    assert data["retiring"]["children"] == [{"parent_shard": 2, "children": 1}]
+    assert data["retiring"]["owed_ends"] == [{"parent_shard": 0, "ended": 0, "running": 1}]
+    assert _row(data, 2)["children"] == {
+        "driving": [{"target_shard": 0, "children": 1}, {"target_shard": 1, "children": 1}],
+        "owed_ends": [],
+    }
+    assert _row(data, 1)["children"]["owed_ends"] == [{"parent_shard": 0, "ended": 0, "running": 1}]
+    table = _run(env, "shard", "health", "--retiring-shard", "1")
+    assert table.exit_code == 2
+    assert "retiring shard 1: NOT clear: shard 2 drives 1 cross-shard child(ren) on it" in table.output
+    assert "it owes 1 child end(s) to parents on shard 0 (1 still running)" in table.output
+    # Without --retiring-shard the exit code is the readiness again.
+    assert _run(env, "shard", "health").exit_code == 2
+    with shards.connect(1) as conn:
+        conn.execute("UPDATE harvest.executions SET end_owed_to_shard = NULL")
+    with shards.connect(2) as conn:
+        conn.execute("DELETE FROM harvest.cross_shard_children WHERE target_shard = 1")
+    assert _health(env, "--retiring-shard", "1")[0] == 0
+    # A shard it cannot read may drive a child on it: it cannot tell (exit 1), never "clear".
+    shards.stop(2)
+    try:
+        code, data = _health(env, "--retiring-shard", "1")
+    finally:
+        shards.start(2)
+    assert code == 1 and data["retiring"]["clear"] is None and data["retiring"]["unread"] == [2], data
+    code, data = _health(_env(shards, readable=(0, 2), writable=(0, 2)), "--retiring-shard", "1")
+    assert code == 1 and data["retiring"]["unread"] == [1], "the retiring shard itself is not configured"
 
 
 def test_a_readable_only_shard_does_not_gate_unless_it_is_the_candidate(shards) -> None:

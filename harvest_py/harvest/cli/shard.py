@@ -97,6 +97,9 @@ def _render(data: dict[str, Any]) -> str:
                 f"schedule(s), the oldest due {scheduler['overdue_secs']:.0f} s ago: no scheduler ticks "
                 "this shard (run a worker or `harvest serve` whose role runs the scheduler)"
             )
+    if data.get("retiring"):
+        lines.append("")
+        lines += _render_retiring(data["retiring"])
     return "\n".join(lines).rstrip()
 
 
@@ -108,6 +111,13 @@ def _render(data: dict[str, Any]) -> str:
     help="A shard about to become writable: its row gates the exit code too (added if not configured).",
 )
 @click.option(
+    "--retiring-shard",
+    type=SHARD_NUMBER,
+    default=None,
+    help="A shard to retire behind a forward: the exit code says whether its cross-shard children let it "
+    "(0 clear, 2 not yet, 1 a shard could not be read).",
+)
+@click.option(
     "--app",
     "app_target",
     default=None,
@@ -116,11 +126,17 @@ def _render(data: dict[str, Any]) -> str:
 @database_url_option
 @output_option
 def health(
-    candidate_shard: int | None, app_target: str | None, database_url: str | None, output: str
+    candidate_shard: int | None,
+    retiring_shard: int | None,
+    app_target: str | None,
+    database_url: str | None,
+    output: str,
 ) -> None:
     """One row per configured shard: roles, reachability, schema, live workers, queue coverage,
-    pressure, stranded work and reason codes. Exit 0 = every writable shard and the candidate
-    ready, 2 = degraded, 1 = unavailable."""
+    pressure, stranded work, cross-shard children and reason codes. Exit 0 = every writable
+    shard and the candidate ready, 2 = degraded, 1 = unavailable; with --retiring-shard N the
+    exit code is N's retire check instead: 0 = no child on N for a parent elsewhere and no end
+    owed on N, 2 = some left, 1 = a shard could not be read."""
     from harvest.cli.http import http_session
     from harvest.cli.output import selected
     from harvest.shard.health import shard_health
@@ -134,8 +150,7 @@ def health(
         with http_session(settings) as http:
             params = {"candidate_shard": candidate_shard}
             data = http.request("GET", "/admin/shards/health", params=params, scope="admin")[1]
-        emit(data, output, _render)
-        sys.exit(EXIT[data["readiness"]])
+        _finish(data, retiring_shard, output)
     queues = None
     if app_target:
         from harvest.cli.worker import load_app
@@ -144,8 +159,47 @@ def health(
         queues = declared_queues(load_app(app_target))
     router, urls = shard_targets(database_url)
     data = shard_health(router, urls, candidate=candidate_shard, queues=queues)
+    _finish(data, retiring_shard, output)
+
+
+RETIRE_EXIT = {True: 0, False: 2, None: 1}
+
+
+def _finish(data: dict[str, Any], retiring_shard: int | None, output: str) -> None:
+    """Print the report and exit with its readiness, or with ``--retiring-shard`` its retire
+    check's answer (added to the report as ``retiring``)."""
+    from harvest.shard.health import retire_check
+
+    if retiring_shard is None:
+        emit(data, output, _render)
+        sys.exit(EXIT[data["readiness"]])
+    data["retiring"] = retire_check(data, retiring_shard)
     emit(data, output, _render)
-    sys.exit(EXIT[data["readiness"]])
+    sys.exit(RETIRE_EXIT[data["retiring"]["clear"]])
+
+
+def _render_retiring(check: dict[str, Any]) -> list[str]:
+    shard = check["shard"]
+    if check["clear"]:
+        return [f"retiring shard {shard}: clear: no cross-shard child on it, no child end owed on it"]
+    lines = []
+    for c in check["children"]:
+        lines.append(
+            f"retiring shard {shard}: NOT clear: shard {c['parent_shard']} drives {c['children']} "
+            f"cross-shard child(ren) on it"
+        )
+    for o in check["owed_ends"]:
+        lines.append(
+            f"retiring shard {shard}: NOT clear: it owes {o['ended'] + o['running']} child end(s) to "
+            f"parents on shard {o['parent_shard']} ({o['running']} still running)"
+        )
+    if not lines:
+        unread = ", ".join(map(str, check["unread"]))
+        lines.append(
+            f"retiring shard {shard}: cannot tell: shard(s) {unread} not read (unreachable, not "
+            "configured, or functions older than this release: harvest migrate run)"
+        )
+    return lines
 
 
 @shard.command("release-owed-ends")

@@ -3,13 +3,15 @@
 :func:`shard_health` reads every configured shard on its own connection (read-only, a short
 connect timeout) and answers one row per shard: its roles, whether it answers, its schema and
 identity, its live and stale workers, the declared queues no live worker polls, its scheduler
-freshness, its queue and dead-letter pressure and its stranded work (``harvest.get_shard_health``,
-one round trip), with
+freshness, its queue and dead-letter pressure, its stranded work and its cross-shard children
+both ways (``harvest.get_shard_health``, one round trip), with
 machine-readable reason codes and a readiness of ``ready``, ``degraded`` or ``unavailable``.
 ``pressure=False`` reads only what the readiness gates on (``harvest.get_shard_readiness``: index
 probes, where the per-queue counts read every task): ``/health/ready``'s read.
 A shard that cannot be inspected is a row that says so, never an exception: the answer for the
 other shards stands. ``harvest shard health`` and ``harvest preflight`` print it.
+:func:`retire_check` reads from those rows whether a shard's cross-shard children let it be
+retired (``harvest shard health --retiring-shard N``).
 
 :func:`stranded_work` is the gauge alone (``harvest.count_stranded_tasks`` on each shard), for
 a metrics exporter: per shard, claimable tasks per queue that no live worker of that shard
@@ -34,6 +36,7 @@ __all__ = [
     "READINESS",
     "REASONS",
     "overall_readiness",
+    "retire_check",
     "scheduler_freshness",
     "shard_health",
     "shard_roles",
@@ -138,6 +141,47 @@ def _facts(sql: SqlApi, queues: list[str] | None, pressure: bool) -> Any:
     return sql.get_shard_health(queues)
 
 
+def _children(facts: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A shard's cross-shard children both ways from ``get_shard_health``: ``driving`` (the
+    children its pump drives, by ``target_shard``) and ``owed_ends`` (the child ends it owes, by
+    ``parent_shard``); None from a shard whose functions predate them."""
+    if "cross_shard_children" not in facts:
+        return None
+    return {"driving": facts["cross_shard_children"], "owed_ends": facts["owed_child_ends"]}
+
+
+def retire_check(data: Mapping[str, Any], shard: int) -> dict[str, Any]:
+    """Whether shard ``shard`` may be retired behind a shard-level forward as far as its
+    cross-shard children go (docs/sharding.md, "Retiring the shard of a child"), from
+    :func:`shard_health`'s rows: no child end owed on it to a parent elsewhere, and no other
+    shard driving a child on it. ``clear`` is True or False, or None when a shard it needs could
+    not be read (``unread``): it cannot tell."""
+    owed: list[dict[str, Any]] = []
+    children: list[dict[str, Any]] = []
+    unread: list[int] = []
+    found = False
+    for row in data["shards"]:
+        facts = row.get("children")
+        if row["shard_id"] == shard:
+            found = True
+        if facts is None:
+            if row["shard_id"] == shard or "readable" in row["roles"]:
+                unread.append(row["shard_id"])
+            continue
+        if row["shard_id"] == shard:
+            owed = [o for o in facts["owed_ends"] if o["parent_shard"] != shard]
+        else:
+            children += [
+                {"parent_shard": row["shard_id"], "children": c["children"]}
+                for c in facts["driving"]
+                if c["target_shard"] == shard
+            ]
+    if not found:
+        unread.append(shard)
+    clear = False if owed or children else (None if unread else True)
+    return {"shard": shard, "clear": clear, "owed_ends": owed, "children": children, "unread": sorted(unread)}
+
+
 def _inspect(
     shard: int, dsn: str, queues: list[str] | None, row: dict[str, Any], connect_timeout: int, pressure: bool
 ) -> None:
@@ -213,6 +257,7 @@ def _inspect(
             ),
             "dead_letters": facts["dead_letters"],
         }
+        row["children"] = _children(facts)
     row["queue_coverage"] = {"declared": declared, "unpolled": facts["unpolled_queues"]}
     row["stranded"] = facts["stranded"]
     row["stranded_pending"] = facts["stranded_pending"]
@@ -275,6 +320,7 @@ def shard_health(
             "pressure": None,
             "stranded": None,
             "stranded_pending": None,
+            "children": None,
             "reason_codes": [],
         }
         dsn = urls.get(shard)
