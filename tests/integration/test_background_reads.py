@@ -122,7 +122,7 @@ def test_the_readiness_facts_read_none_of_a_polled_backlog(db: str) -> None:
         read = _tasks_read(conn) - before
         assert read < 50, f"get_shard_readiness read {read} task rows of a polled backlog"
         full = conn.execute("SELECT harvest.get_shard_health()").fetchone()[0]  # type: ignore[index]
-        assert set(full) - set(ready) == {"queues", "dead_letters"}
+        assert set(full) - set(ready) == {"queues", "dead_letters", "cross_shard_children", "owed_child_ends"}
         for key in ready:
             if key != "observed_at":
                 assert ready[key] == full[key], key
