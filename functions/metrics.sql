@@ -58,7 +58,7 @@ $$;
 -- - a queue past p_cap: its claimable and scheduled per kind are a block sample of the table
 --   (TABLESAMPLE SYSTEM over about p_sample_pages pages, scaled by the fraction read; never
 --   below what its head counted), estimated true; its oldest claimable due time stays exact
---   (_earliest_pending_due_at: a probe per priority), the queue's whatever the kind;
+--   (_earliest_pending_due_at: a probe per priority), the queue's whatever the kind (on each kind with claimable tasks);
 -- - running tasks from tasks_running_lease, a paused run's tasks through its PAUSED row, the
 --   pending timers from tasks_timers_due: exact (a fleet's slots, paused runs, sleeping runs);
 -- - the keyed pending activities counted up to p_cap + 1 under tasks_activity_concurrency_key,
@@ -222,8 +222,11 @@ BEGIN
             CASE WHEN d.queue IS NULL THEN coalesce(h.scheduled, 0)
                  ELSE greatest(coalesce(h.scheduled, 0), coalesce(s.scheduled, 0)) END AS scheduled,
             coalesce(o.running, 0) AS running,
+            -- (past the cap the queue's oldest, on each kind's series that has claimable tasks: a
+            -- kind with none, its tasks running or scheduled, has no oldest wait, as below the cap)
             CASE WHEN d.queue IS NULL THEN h.oldest_claimable_at
-                 WHEN d.earliest <= p_now THEN d.earliest END AS oldest_claimable_at
+                 WHEN d.earliest <= p_now AND greatest(coalesce(h.claimable, 0), coalesce(s.claimable, 0)) > 0
+                     THEN d.earliest END AS oldest_claimable_at
         FROM (
             SELECT heads.queue, heads.kind FROM heads
             UNION

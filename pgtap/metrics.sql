@@ -1,7 +1,7 @@
 -- functions/metrics.sql: claim_sampler_lead, get_metric_samples (and _sample_queue_depths), the gauges the metrics sampler publishes, and
 -- list_forced_closes, the runs closed outside a decision that it counts.
 BEGIN;
-SELECT plan(34);
+SELECT plan(36);
 
 -- claim_sampler_lead: the sampler's session lock, taken by the function as the owner.
 SELECT is(harvest.claim_sampler_lead(), true, 'claim_sampler_lead(): a session with no other leader leads');
@@ -111,6 +111,22 @@ SELECT is((SELECT (d.keyed_pending, d.keyed_pending_estimated)::text
 SELECT is((SELECT (d.keyed_running, d.keyed_pending, d.keyed_pending_estimated, d.timers)::text
            FROM harvest._sample_queue_depths(harvest.now(), 10, 0, 0) AS d),
           '(1,1,f,0)', '_sample_queue_depths(): the keyed running and pending activities, exact below the cap');
+-- Past the cap, a kind of the queue with nothing pending (here its activity, running) has no
+-- oldest claimable task: its series says 0 claimable and no wait, not the other kind's wait.
+SELECT pg_temp.start_activity('capk1', 'capk_wf', 'capkq', 'capk_act', 'capkq', '[]', '{}');
+SET LOCAL harvest.fake_now = '2030-01-01 00:02:00+00';
+SELECT pg_temp.start_run('capk2', 'capk_wf', 'capkq');
+SELECT pg_temp.start_run('capk3', 'capk_wf', 'capkq');
+SELECT pg_temp.start_run('capk4', 'capk_wf', 'capkq');
+SET LOCAL harvest.fake_now = '2030-01-01 00:03:00+00';
+SELECT is(jsonb_path_query_first((harvest._sample_queue_depths(harvest.now(), 2, 0, 0)).queues,
+                                 '$[*] ? (@.queue == "capkq" && @.kind == "activity")'),
+          '{"queue": "capkq", "kind": "activity", "claimable": 0, "scheduled": 0, "running": 1,
+            "oldest_claimable_secs": null, "estimated": true}'::jsonb,
+          '_sample_queue_depths(): past the cap, a kind with no claimable task has no oldest wait');
+SELECT is(jsonb_path_query_first((harvest._sample_queue_depths(harvest.now(), 2, 0, 0)).queues,
+                                 '$[*] ? (@.queue == "capkq" && @.kind == "workflow")') -> 'oldest_claimable_secs',
+          '60'::jsonb, '_sample_queue_depths(): past the cap, a kind with claimable tasks has the queue''s oldest wait');
 
 -- The readers and the worker may call it.
 SELECT ok(has_function_privilege('harvest_worker', 'harvest.get_metric_samples(integer)', 'EXECUTE')
