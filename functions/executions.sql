@@ -904,9 +904,11 @@ $$;
 -- counts in already_ended, a cancel already requested (or a signal of this batch already
 -- received) in unchanged, and so does a run that no longer matches the filter once locked (a
 -- PAUSED run resumed since the scan, its search attributes changed: the scan read it unlocked),
--- and any other refusal in failures, never aborting the rest. A deadlock or a serialization
--- failure (40P01, 40001) on a run rolls back that run's subtransaction alone and is tried again in
--- place after a pause, three attempts in all, before it counts in failures (with its attempts).
+-- and any other refusal in failures, never aborting the rest. A deadlock (40P01) on a run rolls
+-- back that run's subtransaction alone and is tried again in place after a pause, three attempts
+-- in all, before it counts in failures (with its attempts); a serialization failure (40001: a
+-- REPEATABLE READ or SERIALIZABLE caller's) counts at once, as a retry in the same snapshot meets
+-- it again.
 -- A run sealed by a rebalance since the scan, or a copy still being moved here, is named
 -- in moved, untouched: the caller acts on it where it lives (harvest.client.batch).
 -- next_cursor continues the scan (NULL: this shard is done); the first call fixes the
@@ -1047,7 +1049,7 @@ BEGIN
             v_acted := v_acted || v_row.id;
             CONTINUE;
         END IF;
-        -- Each run in a subtransaction of its own; a deadlock or a serialization failure on it (its
+        -- Each run in a subtransaction of its own; a deadlock on it (its
         -- locks met another session's in a cycle: a worker closing the run, an operator's own
         -- call) rolls back this run's work alone, which frees what it held, and it is tried again
         -- after a short pause (50 ms, then 100), three attempts in all, before it counts as failed.
@@ -1082,7 +1084,9 @@ BEGIN
                     END IF;
                 END IF;
             EXCEPTION
-                WHEN SQLSTATE '40P01' OR SQLSTATE '40001' THEN
+                WHEN SQLSTATE '40P01' THEN
+                    -- (Not a 40001: a READ COMMITTED step never meets one, and a REPEATABLE READ or
+                    -- SERIALIZABLE caller's would meet it again in its transaction's snapshot.)
                     IF v_attempt < 3 THEN
                         -- Rolled back, and tried again after a pause that lets the other session
                         -- take what this run's work had held (retried at once, this session can

@@ -530,3 +530,23 @@ def test_both_clients_report_progress_after_each_step(db, conn) -> None:
 
     done, seen = asyncio.run(signal())
     assert done["acted"] == 5 and seen == [(0, 3), (0, 5)]
+
+
+def test_a_serialization_failure_is_not_retried_in_the_same_snapshot(db, conn) -> None:
+    """A 40001 on one run (a step in a REPEATABLE READ transaction whose run was updated after its
+    snapshot) counts in failures at once: a retry inside the same transaction reads the same
+    snapshot and meets the same conflict, so the step only paused (holding the locks of the runs
+    before it) to fail the run three times. Only a deadlock is retried in place."""
+    run = _runs(conn, "send_digest", 1, "rr")[0]
+    touch = "UPDATE harvest.executions SET search_attributes = search_attributes WHERE id = %s"
+    with psycopg.connect(db, autocommit=True) as batch, psycopg.connect(db, autocommit=True) as writer:
+        batch.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        batch.execute("SELECT count(*) FROM harvest.executions")  # (the snapshot is taken)
+        writer.execute(touch, (run,))
+        answer = batch.execute(
+            "SELECT harvest.terminate_workflows(p_workflow_name => 'send_digest', p_reason => 'rr')"
+        ).fetchone()[0]
+        batch.execute("ROLLBACK")
+    assert answer["acted"] == 0 and len(answer["failures"]) == 1, answer
+    failure = answer["failures"][0]
+    assert failure["sqlstate"] == "40001" and failure.get("attempts", 1) == 1, failure
