@@ -982,15 +982,18 @@ BEGIN
             END IF;
         END IF;
         -- A cursor goes on with the action and the filter it was made under: another's would take
-        -- its position into a set it never scanned (a list's cursor, with no scope, is refused so too).
+        -- its position into a set it never scanned (a list's cursor, with no scope, is refused so too);
+        -- a signal's with its name and payload too (another signal under the batch's id would be
+        -- sent to the runs after the cursor only, and counted unchanged on a run the first reached).
         v_scope := md5(jsonb_build_array(p_action, v_statuses, p_workflow_name, p_search_attributes,
-                                         p_created_after, p_created_before, p_filter)::text);
+                                         p_created_after, p_created_before, p_filter, p_signal_name,
+                                         p_payload)::text);
         IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
             SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);  -- (HR001: not a cursor)
             IF v_cursor.scope IS DISTINCT FROM v_scope THEN
                 RAISE EXCEPTION 'the cursor was made for another action or filter' USING ERRCODE = 'HR001',
-                    HINT = 'pass the next_cursor with the action and the filter of the call that gave it, or no '
-                           'cursor to start a new batch';
+                    HINT = 'pass the next_cursor with the action and the filter (a signal''s name and payload) of '
+                           'the call that gave it, or no cursor to start a new batch';
             END IF;
             v_as_of := v_cursor.as_of;
         ELSE

@@ -817,7 +817,7 @@ ROLLBACK;
 
 -- Acting on many runs by filter: cancel_workflows, terminate_workflows, signal_workflows.
 BEGIN;
-SELECT plan(29);
+SELECT plan(31);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT pg_temp.start_run('bw-1', 'bw_wf', 'bw_q');
@@ -881,6 +881,15 @@ SELECT throws_ok(format('SELECT harvest.cancel_workflows(p_workflow_name => %L, 
                          harvest._encode_cursor('2030-01-01 00:00:00+00', pg_temp.run('bw-1'))),
                   'HR001', 'the cursor was made for another action or filter',
                   '... and a list''s cursor is no batch''s (HR001)');
+CREATE TEMP TABLE bw_signal AS SELECT harvest.signal_workflows('go', '{"n": 1}', p_workflow_name => 'bw_wf',
+                                                               p_limit => 1) AS r;
+SELECT throws_ok(format('SELECT harvest.signal_workflows(%L, %L, p_workflow_name => %L, p_cursor => %L)', 'stop',
+                         '{"n": 1}', 'bw_wf', (SELECT r ->> 'next_cursor' FROM bw_signal)),
+                  'HR001', 'the cursor was made for another action or filter',
+                  '... and a signal''s only with its name and payload (HR001: another signal, another batch)');
+SELECT is((harvest.signal_workflows('go', '{"n": 1}', p_workflow_name => 'bw_wf',
+                                    p_cursor => (SELECT r ->> 'next_cursor' FROM bw_signal)) ->> 'acted')::int, 2,
+          '... and goes on with them');
 SELECT is((harvest.cancel_workflows(p_workflow_name => 'bw_wf') ->> 'unchanged')::int, 3,
           'a cancel already requested is counted unchanged');
 SELECT is(harvest.cancel_workflows(p_workflow_name => 'bw_none') - 'batch_id' - 'shard_id',
