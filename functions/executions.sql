@@ -952,6 +952,7 @@ DECLARE
     v_failures jsonb := '[]'::jsonb;
     v_sql text;
     v_params text[] := ARRAY[]::text[];
+    v_holding boolean := false;  -- an earlier run's subtransaction committed: its row locks stay
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
         RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001',
@@ -1054,8 +1055,12 @@ BEGIN
         END IF;
         -- Each run in a subtransaction of its own; a deadlock on it (its
         -- locks met another session's in a cycle: a worker closing the run, an operator's own
-        -- call) rolls back this run's work alone, which frees what it held, and it is tried again
-        -- after a short pause (50 ms, then 100), three attempts in all, before it counts as failed.
+        -- call) rolls back this run's work alone, which frees what it held, and while the step
+        -- holds no earlier run's locks it is tried again after a short pause (50 ms, then 100),
+        -- three attempts in all, before it counts as failed. Holding an earlier run's row, a retry
+        -- would meet the same cycle with the other session waiting the longer, whose own deadlock
+        -- check then aborts that session's transaction (a worker's, a caller's): the run counts
+        -- as failed at once instead, and the batch run again takes it.
         FOR v_attempt IN 1..3 LOOP
             BEGIN
                 v_execution := harvest._lock_execution(v_row.id);
@@ -1086,11 +1091,12 @@ BEGIN
                         v_acted := v_acted || v_row.id;
                     END IF;
                 END IF;
+                v_holding := true;  -- (this subtransaction commits: the rows it locked stay locked)
             EXCEPTION
                 WHEN SQLSTATE '40P01' THEN
                     -- (Not a 40001: a READ COMMITTED step never meets one, and a REPEATABLE READ or
                     -- SERIALIZABLE caller's would meet it again in its transaction's snapshot.)
-                    IF v_attempt < 3 THEN
+                    IF v_attempt < 3 AND NOT v_holding THEN
                         -- Rolled back, and tried again after a pause that lets the other session
                         -- take what this run's work had held (retried at once, this session can
                         -- take the run's row first and meet the same cycle again).

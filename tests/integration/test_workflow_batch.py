@@ -502,6 +502,51 @@ def test_a_deadlock_on_one_run_is_retried_in_place_not_counted_failed(db, conn) 
     assert _col(db, "SELECT status FROM harvest.executions WHERE id = %s", run) == ["TERMINATED"]
 
 
+def test_a_deadlock_while_an_earlier_run_is_held_fails_the_run_not_the_other_session(db, conn) -> None:
+    """Two runs: the step terminates r0 (its row stays locked to the step's commit), then r1,
+    whose task another session holds; that session then wants r0's row: a cycle, which the
+    step's deadlock check breaks first (it waited first). Retrying r1 in place re-enters the cycle
+    while r0 stays held: the step pauses with r0 locked and fails r1 anyway, or the other session,
+    waiting the longer, is the one its own check aborts (40P01 in a worker's or a caller's
+    transaction). r1 counts as failed at once (one attempt); the other session commits."""
+    r0, r1 = _runs(conn, "send_digest", 2, "held")
+    other = psycopg.connect(db)
+    other.execute("SET deadlock_timeout = '300ms'")  # (as the step's: who waited first is aborted)
+    other.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (r1,))
+    answer: dict = {}
+    errors: list[BaseException] = []
+
+    def batch() -> None:
+        try:
+            with psycopg.connect(db, autocommit=True) as c:
+                c.execute("SET deadlock_timeout = '300ms'")
+                call = (
+                    "SELECT harvest.terminate_workflows(p_workflow_name => 'send_digest', p_reason => 'dl')"
+                )
+                answer.update(c.execute(call).fetchone()[0])
+        except BaseException as exc:  # (reported by the assertion below)
+            errors.append(exc)
+
+    thread = threading.Thread(target=batch)
+    thread.start()
+    try:
+        _until_waiting(db, "terminate_workflows")  # (on r1's task, r0 terminated and held)
+        other.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (r0,))
+        other.commit()
+    finally:
+        other.close()
+        thread.join(30)
+    assert not errors, errors
+    assert answer["execution_ids"] == [r0], answer
+    [failure] = answer["failures"]
+    assert (failure["execution_id"], failure["sqlstate"], failure["attempts"]) == (r1, "40P01", 1), answer
+    statuses = (
+        "SELECT id::text, status FROM harvest.executions WHERE id = ANY(%s::uuid[]) ORDER BY created_at"
+    )
+    with psycopg.connect(db, autocommit=True) as c:
+        assert c.execute(statuses, ([r0, r1],)).fetchall() == [(r0, "TERMINATED"), (r1, "RUNNING")]
+
+
 def test_both_clients_report_progress_after_each_step(db, conn) -> None:
     """Client.act_on_workflows and AsyncClient's take progress(shard, matched so far), told after
     each step (the one batch flow both drive, harvest.client.batch)."""
