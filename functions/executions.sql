@@ -986,9 +986,11 @@ BEGIN
         -- its position into a set it never scanned (a list's cursor, with no scope, is refused so too);
         -- a signal's with its name and payload too (another signal under the batch's id would be
         -- sent to the runs after the cursor only, and counted unchanged on a run the first reached).
+        -- (The times as epochs: a timestamptz's JSON text carries the session's TimeZone, and a
+        -- cursor goes on from another session.)
         v_scope := md5(jsonb_build_array(p_action, v_statuses, p_workflow_name, p_search_attributes,
-                                         p_created_after, p_created_before, p_filter, p_signal_name,
-                                         p_payload)::text);
+                                         extract(EPOCH FROM p_created_after), extract(EPOCH FROM p_created_before),
+                                         p_filter, p_signal_name, p_payload)::text);
         IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
             SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);  -- (HR001: not a cursor)
             IF v_cursor.scope IS DISTINCT FROM v_scope THEN

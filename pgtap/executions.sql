@@ -817,7 +817,7 @@ ROLLBACK;
 
 -- Acting on many runs by filter: cancel_workflows, terminate_workflows, signal_workflows.
 BEGIN;
-SELECT plan(31);
+SELECT plan(33);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT pg_temp.start_run('bw-1', 'bw_wf', 'bw_q');
@@ -881,6 +881,17 @@ SELECT throws_ok(format('SELECT harvest.cancel_workflows(p_workflow_name => %L, 
                          harvest._encode_cursor('2030-01-01 00:00:00+00', pg_temp.run('bw-1'))),
                   'HR001', 'the cursor was made for another action or filter',
                   '... and a list''s cursor is no batch''s (HR001)');
+-- A cursor made in one session's time zone goes on in another's (its filter's times compared as
+-- instants, not as their text in the session's TimeZone).
+CREATE TEMP TABLE bw_tz AS SELECT current_setting('TimeZone') AS tz,
+    harvest.cancel_workflows(p_workflow_name => 'bw_wf', p_created_before => '2100-01-01 00:00:00+00',
+                             p_limit => 1, p_reason => 'tz') AS r;
+SELECT isnt((SELECT r ->> 'next_cursor' FROM bw_tz), NULL, 'a step of one, before the others');
+SELECT set_config('TimeZone', 'Asia/Tokyo', true);
+SELECT lives_ok(format('SELECT harvest.cancel_workflows(p_workflow_name => %L, p_created_before => %L, p_cursor => %L)',
+                       'bw_wf', '2100-01-01 09:00:00+09', (SELECT r ->> 'next_cursor' FROM bw_tz)),
+                '... goes on in a session of another time zone');
+SELECT set_config('TimeZone', (SELECT tz FROM bw_tz), true);
 CREATE TEMP TABLE bw_signal AS SELECT harvest.signal_workflows('go', '{"n": 1}', p_workflow_name => 'bw_wf',
                                                                p_limit => 1) AS r;
 SELECT throws_ok(format('SELECT harvest.signal_workflows(%L, %L, p_workflow_name => %L, p_cursor => %L)', 'stop',
