@@ -400,3 +400,32 @@ def test_a_roled_connection_is_retried_only_when_it_was_lent_idle(
     else:
         assert asyncio.run(go())["started_fresh"] is True
         assert calls == 2
+
+
+def test_a_conflict_on_a_callers_connection_without_autocommit_is_the_callers(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller's connection without autocommit, idle when lent: the call's statement opens the
+    caller's transaction (psycopg keeps it open for the caller's commit), which a conflict leaves
+    aborted. The call is not its own transaction: TransactionConflict at once, not a retry into
+    the aborted transaction (InFailedSqlTransaction)."""
+    real_on = sqlapi.AsyncSqlApi._on
+    calls = 0
+
+    async def conflicting(conn: Any, sql: str, params: dict[str, Any]) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # a real 40001: the server aborts the transaction the statement opened
+            await conn.execute("DO $$BEGIN RAISE EXCEPTION 'forced' USING ERRCODE = '40001'; END$$")
+        return await real_on(conn, sql, params)
+
+    monkeypatch.setattr(sqlapi.AsyncSqlApi, "_on", staticmethod(conflicting))
+
+    async def go() -> Any:
+        async with await psycopg.AsyncConnection.connect(db) as aconn:
+            api = sqlapi.AsyncSqlApi.on_connection(aconn)
+            return await api.signal_with_start("rotor", "held-plain", "tick", None, [0], "default", {})
+
+    with pytest.raises(TransactionConflict, match="caller's transaction"):
+        asyncio.run(go())
+    assert calls == 1

@@ -2384,14 +2384,19 @@ def _lent(conn: psycopg.AsyncConnection[Any]) -> Iterator[None]:
     """Mark a conflict the call on ``conn`` met with whether the call was its own transaction
     (:func:`_own_transaction`): ``conn`` was lent in no transaction (an autocommit pool's, a
     caller's between its transactions), so the call's implicit transaction, a face's role
-    included (harvest.db.pools.RoledPool's SET LOCAL), was the call's alone. A connection lent
-    inside its holder's transaction (on_connection, a RoledPool over one) was not: only the
-    holder can run that transaction again. (The status libpq keeps: no round trip.)"""
-    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    included (harvest.db.pools.RoledPool's SET LOCAL), was the call's alone, and the conflict
+    ended it (``conn`` idle again: autocommit, as every Harvest pool's). A connection lent
+    inside its holder's transaction (on_connection, a RoledPool over one) was not, nor a
+    caller's connection without autocommit, whose transaction the call's statement opened and
+    the conflict left aborted: only the holder can end that transaction and run it again (a
+    retry on it met InFailedSqlTransaction). (The status libpq keeps: no round trip.)"""
+    idle = psycopg.pq.TransactionStatus.IDLE
+    lent_idle = conn.info.transaction_status == idle
     try:
         yield
     except _CONFLICTS as exc:
-        exc.harvest_own_transaction = idle  # type: ignore[attr-defined]
+        own = lent_idle and conn.info.transaction_status == idle
+        exc.harvest_own_transaction = own  # type: ignore[attr-defined]
         raise
 
 
