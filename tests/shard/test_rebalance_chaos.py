@@ -266,9 +266,9 @@ class _CountsConnections:
         super().__init__(*args, **kwargs)
         self.asked: dict[int, int] = {}
 
-    def connection(self, shard: int):
+    def connection(self, shard: int, *args, **kwargs):  # (the async pools' take a timeout too)
         self.asked[shard] = self.asked.get(shard, 0) + 1
-        return super().connection(shard)  # type: ignore[misc]
+        return super().connection(shard, *args, **kwargs)  # type: ignore[misc]
 
 
 class _CountingPools(_CountsConnections, ShardPools):

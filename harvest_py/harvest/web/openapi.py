@@ -23,7 +23,14 @@ ERROR_SCHEMA: dict[str, Any] = {
         "error": {
             "type": "object",
             "required": ["code", "message"],
-            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                # an outage's 503 (docs/security.md, "What an outage tells a caller")
+                "request_id": {"type": "string", "description": "the server log line's key"},
+                "shard_id": {"type": ["integer", "null"]},
+                "detail": {"type": ["string", "null"], "description": "what the connect met: admin only"},
+            },
         }
     },
 }
