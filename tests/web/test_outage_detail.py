@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 
 import pytest
 from psycopg import conninfo
 from starlette.testclient import TestClient
 from web_helpers import api_client
 
+from harvest.config import load_config
+from harvest.web.app import management_app
+from harvest.web.errors import OutageLog
 from harvest.web.ui.app import dashboard_app
 
 LOGIN = "login_of_the_api_x7"  # a login the server does not know: its refusal names it
@@ -55,8 +59,12 @@ def test_an_unauthenticated_caller_learns_nothing_of_the_connect(
         assert "detail" not in error, error
         request_id = error["request_id"]
         assert re.fullmatch(r"[0-9a-f]{16}", request_id) and request_id in error["message"], error
-        (line,) = _logged(caplog, request_id)  # the detail is in the log, under the request id
+        # The detail is in the log, in the line that begins the request's outage (the request
+        # id's first 8 characters: one cause, one first line, OutageLog).
+        (line,) = [line for line in _logged(caplog, request_id[:8]) if " begins " in line]
         assert LOGIN in line, line
+    first = answers["no token"].json()["error"]["request_id"]
+    assert _logged(caplog, first), "the first request of an outage is logged by its whole id"
 
 
 def test_the_dashboard_says_no_more(db: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -110,3 +118,43 @@ def test_what_a_shards_connect_met_is_an_admins_to_read(db: str, tokens: dict[st
             assert reason == "cannot be reached now (the server's log has the cause)", (scope, reason)
             for secret in _where(db):
                 assert secret not in answer.text, (scope, secret)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_outages_requests_are_counted_not_each_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """A few hundred requests a second meeting one database down were as many WARNING lines:
+    the log flooded when it was needed. Now the outage's first request is logged whole, the rest
+    counted in a line per 10 s at most, and their ids start with the outage's, which the lines
+    name (docs/security.md, "What an outage tells a caller"). The app's own OutageLog, with the
+    test's clock: no time is compared."""
+    with socket.socket() as s:  # a port nothing listens on: each request's connect is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = management_app(dsn=f"postgresql://harvest@127.0.0.1:{port}/harvest", config=load_config(env={}))
+    clock = _Clock()
+    app.state.harvest_outages = OutageLog(clock=clock)
+    caplog.set_level(logging.WARNING, logger="harvest.web")
+    ids = []
+    with TestClient(app, headers={"Accept": "application/json"}) as api:
+        for _ in range(40):
+            answer = api.get("/workflows")
+            assert answer.status_code == 503 and answer.headers["Retry-After"], answer.text
+            ids.append(answer.json()["error"]["request_id"])
+            clock.now += 0.5  # 40 requests over 20 s
+        clock.now += 10
+        assert api.get("/health/live").status_code == 200  # a later answer: the outage is over
+        said = [r.getMessage() for r in caplog.records if r.name == "harvest.web"]
+    lines = [line for line in said if "at startup" not in line]  # (the boot's own warning)
+    assert len(lines) <= 4, lines  # the first, a count per 10 s, the end: not 40 lines
+    assert {request_id[:8] for request_id in ids} == {ids[0][:8]}, ids
+    assert all(ids[0][:8] in line and line.endswith("(Connection refused)") for line in lines), lines
+    assert f"request {ids[0]}: outage {ids[0][:8]} begins" in lines[0], lines
+    counted = sum(int(n) for line in lines for n in re.findall(r": (\d+) more requests", line))
+    assert counted == 39 and "is over" in lines[-1] and "40 in all" in lines[-1], lines

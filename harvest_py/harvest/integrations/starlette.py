@@ -295,4 +295,4 @@ async def harvest_error_handler(request: Request, exc: Exception) -> Response:
     raised (``NotFound`` 404, ``WorkflowAlreadyExists`` 409, ``WorkflowNotRunning`` 409, ...,
     ``{"error": {"code", "message", ...}}``): ``exception_handlers={HarvestError:
     harvest_error_handler}``."""
-    return error_response(exc)
+    return error_response(exc, request=request)

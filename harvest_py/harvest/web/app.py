@@ -69,7 +69,7 @@ from harvest.db.sqlapi import AsyncSqlApi
 from harvest.db.steps import arun_steps
 from harvest.shard.router import ShardRouter
 from harvest.web.auth import OPEN_SECS, DevAuthorizer, default_authorizer, token_database
-from harvest.web.errors import error_body, error_response
+from harvest.web.errors import app_outages, error_body, error_response
 from harvest.web.metrics import METRICS, metrics_routes
 from harvest.web.principal import Authorizer
 from harvest.web.routes import Endpoint
@@ -315,7 +315,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _harvest_error(request: Request, exc: Exception) -> JSONResponse:
     """A HarvestError raised by a route mounted beside the declared ones (the event streams)."""
-    return error_response(exc)
+    return error_response(exc, request=request)
 
 
 def management_app(
@@ -412,6 +412,8 @@ def management_app(
             yield
         finally:
             await state.close()
+            app_outages(_app).close()
+            app_outages(ui).close()  # (its lifespan does not run either)
             await ui.state.dashboard.close()  # Starlette runs no lifespan of a mounted app
             if hub is not None:
                 await hub.aclose()

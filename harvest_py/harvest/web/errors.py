@@ -12,15 +12,21 @@ A database that cannot be reached (:func:`outage_answer`, the one rule for the A
 dashboard and the streams) is a 503 with a stable code, a request id and no word of what the
 connect met: the token check needs the database too, so the caller may be anyone, and a failed
 connect's text names the login, the host, the database. That text goes to the server's log
-under the request id. Connection detail is an admin's (:func:`sees_connection_detail`):
-docs/security.md, "What an outage tells a caller".
+under the request id, bounded per cause (:class:`OutageLog`: the first request's line, then a
+count every 10 s; the request ids of one outage share its first 8 characters). Connection
+detail is an admin's (:func:`sees_connection_detail`): docs/security.md, "What an outage tells
+a caller".
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import uuid
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
@@ -52,6 +58,8 @@ from harvest.db.connection import (
 from harvest.db.pools import outage
 
 if TYPE_CHECKING:
+    from starlette.requests import HTTPConnection
+
     from harvest.web.principal import Principal
 
 log = logging.getLogger("harvest.web")
@@ -131,19 +139,149 @@ def sees_connection_detail(principal: Principal | None) -> bool:
 UNREACHABLE_REASON = "cannot be reached now (the server's log has the cause)"
 
 
+# An outage's log (OutageLog): at most one line per cause per this many seconds after its
+# first, and a cause no request met for as long is over.
+OUTAGE_LOG_INTERVAL = 10.0
+# Causes one app follows at once; past it a new cause's requests are each logged whole (as
+# before the log was bounded): never a cause unsaid, and no table that grows without end.
+MAX_OUTAGES = 64
+
+
+@dataclass
+class _Outage:
+    """One cause's outage as one app logs it: ``id`` starts each of its request ids."""
+
+    id: str
+    where: str
+    reason: str
+    first_at: float
+    last_at: float  # (the last request that met it)
+    line_at: float  # (its last line)
+    since_line: int = 0  # requests not counted in a line yet
+    total: int = 1
+
+
+class OutageLog:
+    """An app's log of the outages it answers 503 for (:func:`outage_answer`), bounded: a few
+    hundred requests a second meeting one database down must not be as many log lines.
+
+    A cause is the face (``where``), the shard and what the connect met (``failure_reason``'s
+    words). Its first request is logged at once, whole: ``request <id>: outage <8 hex> begins
+    (...)``, and begins an outage whose 8 characters start the request id of every request
+    that meets the cause after it, so the one line found by any of them names the cause. The
+    next requests are counted: one line (``goes on: N more requests``) when a request meets the
+    cause at least ``interval`` seconds after its last line. A cause no request met for
+    ``interval`` seconds is over (``is over: ...``, when more than one request met it), said
+    by the next answer the app gives (a success too, :meth:`tick`) or at its shutdown
+    (:meth:`close`). So a cause gets at most one line per ``interval`` after its first, and
+    one more when it is over. ``clock``: seconds, monotonic (a test's own)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, interval: float = OUTAGE_LOG_INTERVAL):
+        self._clock = clock
+        self._interval = interval
+        self._open: dict[tuple[str, int | None, str], _Outage] = {}
+        self._lock = threading.Lock()  # (a sync route's thread may answer too)
+
+    def request_id(self, where: str, shard: int | None, reason: str) -> str:
+        """The id of a request an outage met, logging what is due (see the class)."""
+        now = self._clock()
+        with self._lock:
+            lines = self._over(now)
+            key = (where, shard, reason)
+            found = self._open.get(key)
+            if found is None:
+                outage_id = secrets.token_hex(4)
+                request_id = outage_id + secrets.token_hex(4)
+                said = f"request {request_id}"
+                if len(self._open) < MAX_OUTAGES:
+                    self._open[key] = _Outage(outage_id, where, reason, now, now, now)
+                    said += (
+                        f": outage {outage_id} begins (the ids of its requests start {outage_id}; "
+                        f"they are counted, a line per {self._interval:g} s at most)"
+                    )
+                lines.append((where, said, reason))
+            else:
+                request_id = found.id + secrets.token_hex(4)
+                found.total += 1
+                found.since_line += 1
+                found.last_at = now
+                if now - found.line_at >= self._interval:
+                    lines.append(self._count(found, "goes on"))
+                    found.line_at, found.since_line = now, 0
+        _log(lines)
+        return request_id
+
+    def tick(self) -> None:
+        """An answer the app gave: says which outages are over."""
+        if self._open:  # (every answer: nothing to do while no outage is open)
+            with self._lock:
+                lines = self._over(self._clock())
+            _log(lines)
+
+    def close(self) -> None:
+        """The app stops: the counts not said yet, of every outage still open."""
+        with self._lock:
+            lines = [self._count(o, "at shutdown") for o in self._open.values() if o.since_line]
+            self._open.clear()
+        _log(lines)
+
+    def _over(self, now: float) -> list[tuple[str, str, str]]:
+        """The lines of the outages no request met for an interval, closed (under the lock)."""
+        over = [key for key, o in self._open.items() if now - o.last_at >= self._interval]
+        lines = []
+        for key in over:
+            ended = self._open.pop(key)
+            if ended.total > 1:  # (one request's outage: its first line said it all)
+                lines.append(self._count(ended, f"is over (no request met it for {self._interval:g} s)"))
+        return lines
+
+    @staticmethod
+    def _count(outage: _Outage, how: str) -> tuple[str, str, str]:
+        said = (
+            f"outage {outage.id} {how}: {outage.since_line} more requests since its last line, "
+            f"{outage.total} in all over {outage.last_at - outage.first_at:.0f} s"
+        )
+        return outage.where, said, outage.reason
+
+
+def _log(lines: list[tuple[str, str, str]]) -> None:
+    for line in lines:  # (outside the log's lock)
+        log.warning("%s: %s: %s", *line)
+
+
+def app_outages(app: Any) -> OutageLog:
+    """A Starlette app's outage log (one per app, made at its first use, in
+    ``app.state.harvest_outages``: a test sets its own there); a log of its own for no app."""
+    state = getattr(app, "state", None)
+    if state is None:
+        return OutageLog()
+    found = getattr(state, "harvest_outages", None)
+    if found is None:
+        found = state.harvest_outages = OutageLog()
+    return found
+
+
+def outages_of(request: HTTPConnection | None) -> OutageLog:
+    """The outage log of the app that answers ``request`` (:func:`app_outages`)."""
+    return app_outages(None if request is None else request.scope.get("app"))
+
+
 def outage_answer(
-    exc: BaseException, principal: Principal | None = None, where: str = "harvest"
+    exc: BaseException,
+    principal: Principal | None = None,
+    where: str = "harvest",
+    outages: OutageLog | None = None,
 ) -> tuple[str, str, dict[str, Any]]:
     """The code, message and fields a caller sees of an outage (harvest.db.pools.outage):
     ``shard_unavailable`` naming the shard, else ``database_unavailable``, and a request id, not
-    what the connect met; that goes to the log under the request id (``where`` names the face),
-    in :func:`harvest.db.connection.failure_reason`'s words (no password), and to an admin
+    what the connect met; that goes to the log (``outages``: the app's, :func:`outages_of`;
+    bounded per cause, :class:`OutageLog`) under the request id (``where`` names the face), in
+    :func:`harvest.db.connection.failure_reason`'s words (no password), and to an admin
     (:func:`sees_connection_detail`) as ``detail`` too. The one rule of the management API's
     503, the dashboard's and the event streams'."""
-    request_id = uuid.uuid4().hex[:16]
     reason = failure_reason(exc)
-    log.warning("%s: request %s: %s", where, request_id, reason)
     shard = exc.shard if isinstance(exc, ShardUnavailable) else None
+    request_id = (outages or OutageLog()).request_id(where, shard, reason)
     code = "database_unavailable" if shard is None else error_code(exc)
     if isinstance(exc, NoShardReached):  # (which shards, what was not done: no connect's text)
         said = redact(exc.said)
@@ -165,13 +303,16 @@ def withheld_detail(answer: Any, principal: Principal | None) -> Any:
     return {**answer, "unavailable_reasons": dict.fromkeys(reasons, UNREACHABLE_REASON)}
 
 
-def error_response(exc: BaseException, principal: Principal | None = None) -> JSONResponse:
+def error_response(
+    exc: BaseException, principal: Principal | None = None, request: HTTPConnection | None = None
+) -> JSONResponse:
     """The JSON answer for any exception a handler raised; ``principal``: who asked, once the
-    authorizer said (None before, or on a route without one)."""
+    authorizer said (None before, or on a route without one); ``request``: what it answers (its
+    app's :class:`OutageLog` logs an outage)."""
     headers: dict[str, str] = {}
     if outage(exc):  # (before HarvestError: DatabaseUnavailable's text may say what the connect met)
         status = 503
-        code, message, details = outage_answer(exc, principal)
+        code, message, details = outage_answer(exc, principal, outages=outages_of(request))
         content = error_body(code, message, **details)
         headers["Retry-After"] = RETRY_AFTER_SECS
     elif isinstance(exc, HarvestError):

@@ -854,7 +854,7 @@ def stream_routes(
         except Exception as exc:  # (an outage, a driver's too: its 503 says no connect's detail)
             if not isinstance(exc, (HarvestError, HTTPException)) and not outage(exc):
                 raise
-            return error_response(exc)
+            return error_response(exc, request=request)
 
     async def workflow_stream(request: Request) -> Response:
         return await answered(request, str(request.path_params["execution_id"]))

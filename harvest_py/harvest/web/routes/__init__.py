@@ -32,7 +32,13 @@ from harvest.db.pools import RoledPool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.fanout import UNAVAILABLE, AsyncShardReads, Merged
 from harvest.telemetry import tracing
-from harvest.web.errors import HarvestJSONResponse, UnsupportedMediaType, error_response, withheld_detail
+from harvest.web.errors import (
+    HarvestJSONResponse,
+    UnsupportedMediaType,
+    error_response,
+    outages_of,
+    withheld_detail,
+)
 from harvest.web.guards import cross_site, is_json, parse_json, read_body
 
 if TYPE_CHECKING:
@@ -637,7 +643,8 @@ class Endpoint:
                 else:
                     answer = withheld_detail(answer, principal)
         except Exception as exc:  # every failure becomes the JSON error shape
-            return error_response(exc, call.principal if isinstance(call, Call) else principal)
+            return error_response(exc, call.principal if isinstance(call, Call) else principal, request)
+        outages_of(request).tick()  # (an outage no request met for a while is over: its line)
         if isinstance(answer, Response):
             return answer
         if not isinstance(answer, Reply):

@@ -77,7 +77,14 @@ from harvest.shard.fanout import (
 )
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
-from harvest.web.errors import RETRY_AFTER_SECS, database_error_status, outage_answer, sees_connection_detail
+from harvest.web.errors import (
+    RETRY_AFTER_SECS,
+    app_outages,
+    database_error_status,
+    outage_answer,
+    outages_of,
+    sees_connection_detail,
+)
 from harvest.web.guards import cross_site, declared_too_large, parse_json, read_body
 from harvest.web.principal import Authorizer, Principal, Scope, refusal_status
 from harvest.web.routes import ShardWrites, refusals_apart
@@ -456,18 +463,20 @@ class Dashboard:
         if isinstance(principal, Response):
             return principal
         try:
-            return await handler(request, principal)
+            answer = await handler(request, principal)
         except (HarvestError, DatabaseError) as exc:
             if outage(exc):
                 return self._outage(request, exc, principal)
             if isinstance(exc, HarvestError):
                 return self.error(request, _error_status(exc), _one_line(exc), principal)
             return self._database_error(request, exc, principal)  # the server's first line, no traceback
+        outages_of(request).tick()  # (an outage no request met for a while is over: its line)
+        return answer
 
     def _outage(self, request: Request, exc: BaseException, principal: Principal | None) -> Response:
         """A database or shard that cannot be reached: the management API's 503 (one rule,
         harvest.web.errors.outage_answer), a page."""
-        _, message, details = outage_answer(exc, principal, "dashboard")
+        _, message, details = outage_answer(exc, principal, "dashboard", outages_of(request))
         if details["detail"]:
             message = f"{message}: {details['detail']}"
         page = self.error(request, 503, message, principal)
@@ -1489,6 +1498,7 @@ def dashboard_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
+        app_outages(app).close()
         await dashboard.close()
 
     async def no_page(request: Request, exc: Exception) -> Response:
