@@ -282,6 +282,28 @@ BEGIN
 END;
 $$;
 
+-- One search attribute's value as an operator's typed index orders it (docs/performance.md,
+-- "Range tests on a search attribute"), over p_column (the list's alias e by default; the
+-- index's own column for its CREATE INDEX); p_key is SQL (a quoted literal or a parameter),
+-- p_type number or text. A number is NULL for a value of another JSON type (CASE fixes the
+-- order: the cast only ever reads a number); text is the value's text. A range test on the key
+-- is "<this> op value" beside the key's existence (?): with an index on this expression, partial
+-- on the key's existence, the planner reads the runs in the range from it; without one, the
+-- key's GIN entries find the runs and this is a filter on them.
+CREATE OR REPLACE FUNCTION harvest._search_attr_ordered(
+    p_key text, p_type text, p_column text DEFAULT 'e.search_attributes'
+)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+RETURN CASE p_type
+    WHEN 'number'
+        THEN format(
+            '(CASE WHEN jsonb_typeof(%1$s -> %2$s) = ''number'''
+            ' THEN (%1$s ->> %2$s)::numeric END)', p_column, p_key
+        )
+    ELSE format('(%s ->> %s)', p_column, p_key)
+END;
+
 -- The SQL predicate for one parsed filter (literals quoted with format %L).
 -- A key may hold values of different JSON types across runs, so a typed cast is
 -- only ever reached inside CASE WHEN jsonb_typeof(...) = <its type>: the planner
@@ -301,10 +323,16 @@ DECLARE
     v_op text := p_filter ->> 'op';
     v_value text := p_filter ->> 'value';
     v_attr text := format('(e.search_attributes -> %L)', v_key);
-    v_text text := format('(e.search_attributes ->> %L)', v_key);
+    v_text text := harvest._search_attr_ordered(quote_literal(v_key), 'text');
     v_has text := format('e.search_attributes ? %L', v_key);
     v_at timestamptz;
 BEGIN
+    IF v_value ~ E'^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$' AND v_op IN ('>', '>=', '<', '<=') THEN
+        -- A range on a number: the typed value, NULL for a value of another type (a test only
+        -- ever ANDed and ORed into a WHERE, where NULL keeps a run out as false does).
+        RETURN format('(%s AND %s %s %L::numeric)', v_has, harvest._search_attr_ordered(quote_literal(v_key), 'number'),
+                      v_op, v_value);
+    END IF;
     IF v_value ~ E'^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
         -- A number compares numerically; "=" also matches the same text in a string.
         RETURN format('(%s AND CASE jsonb_typeof(%s) WHEN ''number'' THEN (%s)::numeric %s %L::numeric%s ELSE false END)',
@@ -630,11 +658,15 @@ BEGIN
             RAISE EXCEPTION 'filter: compare true or false with = or !=, not %', v_op USING ERRCODE = 'HR001',
                 HINT = v_hint;
         ELSE
-            -- CASE fixes the order: the cast runs only on a value of its type.
+            -- The typed value (harvest._search_attr_ordered: a number NULL for a value of another
+            -- type, so the cast runs only on a number), which an operator's index on the key
+            -- answers; a test only ever ANDed and ORed into a WHERE, where NULL is as false.
             v_parts := array_append(v_parts, format(
-                '(e.search_attributes ? $1[%s] AND CASE WHEN jsonb_typeof(%s) = %L THEN (%s)%s %s %s ELSE false END)',
-                v_k, v_attr, v_type, format('e.search_attributes ->> $1[%s]', v_k),
-                CASE v_type WHEN 'number' THEN '::numeric' ELSE '' END, v_op, v_typed));
+                '(e.search_attributes ? $1[%s]%s AND %s %s %s)',
+                v_k, CASE v_type WHEN 'string' THEN format(' AND jsonb_typeof(%s) = ''string''', v_attr) ELSE '' END,
+                harvest._search_attr_ordered(format('$1[%s]', v_k), CASE v_type WHEN 'number' THEN 'number'
+                                                                                  ELSE 'text' END),
+                v_op, v_typed));
         END IF;
     END LOOP;
     o_sql := CASE WHEN cardinality(v_parts) = 1 THEN v_parts[1]

@@ -128,7 +128,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(78);
+SELECT plan(80);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -235,6 +235,18 @@ SELECT matches(pg_temp.filter_plan('tenant = acme OR workflow_name IN (a, b) OR 
                'BitmapOr.*executions_search.*executions_name_created.*executions_search',
                'filter: an OR is a BitmapOr of index scans, never a full scan');
 RESET enable_seqscan;
+
+-- A range test on a number is written on harvest._search_attr_ordered's expression, so an
+-- operator's index on it (partial on the key) answers both the filter and --search-attr
+-- (the plans: tests/integration/test_search_attribute_ranges.py; an index made in this
+-- transaction is not one its plans may use).
+SELECT is(harvest._search_attr_ordered(quote_literal('amount'), 'number', 'search_attributes'),
+          '(CASE WHEN jsonb_typeof(search_attributes -> ''amount'') = ''number'''
+          ' THEN (search_attributes ->> ''amount'')::numeric END)',
+          '_search_attr_ordered: a number, NULL for a value of another type');
+SELECT is((SELECT array_agg((r.search_attributes ->> 'amount')::int ORDER BY r.search_attributes ->> 'amount')
+           FROM harvest.list_executions(p_workflow_name => 'op_wf', p_filter => 'amount > 3') AS r),
+          ARRAY[4, 5], 'filter: a range on a number');
 
 SELECT is(harvest._execution_filters('running', 'w', NULL, NULL, NULL),
           ARRAY['true', 'e.status = ''RUNNING''', 'e.workflow_name = ''w'''],
