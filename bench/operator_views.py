@@ -3,6 +3,7 @@
     nice -n 10 python bench/operator_views.py --data /tmp/opviews --fill [--runs 2000000]
     nice -n 10 python bench/operator_views.py --data /tmp/opviews --sql      # the SQL API's reads
     nice -n 10 python bench/operator_views.py --data /tmp/opviews --explain NAME
+    nice -n 10 python bench/operator_views.py --data /tmp/opviews --sql --index-attr priority
 
 One embedded PostgreSQL on a kept data directory (each run starts it again; ``--drop`` deletes
 it). The fill is set-based (INSERT ... SELECT over generate_series, a quarter of a million runs
@@ -281,6 +282,8 @@ VIEWS: list[tuple[str, str]] = [
         LIST.format(args="p_search_attributes => ARRAY['region=eu'], p_cursor => %(mid)s"),
     ),
     ("list: attr priority>=3", LIST.format(args="p_search_attributes => ARRAY['priority>=3']")),
+    ("list: attr priority>=1 (all pass)", LIST.format(args="p_search_attributes => ARRAY['priority>=1']")),
+    ("list: filter priority > 2", LIST.format(args="p_filter => 'priority > 2'")),
     ("list: attr tenant=nobody", LIST.format(args="p_search_attributes => ARRAY['tenant=nobody']")),
     ("list: filter tenant OR tenant", LIST.format(args="p_filter => 'tenant = t-42 OR tenant = t-43'")),
     (
@@ -316,6 +319,14 @@ VIEWS: list[tuple[str, str]] = [
     (
         "count: by status, attr region=eu",
         "SELECT * FROM harvest.count_executions('status', p_search_attributes => ARRAY['region=eu'])",
+    ),
+    (
+        "count: by status, attr priority>=3",
+        "SELECT * FROM harvest.count_executions('status', p_search_attributes => ARRAY['priority>=3'])",
+    ),
+    (
+        "count: by status, filter priority > 2",
+        "SELECT * FROM harvest.count_executions('status', p_filter => 'priority > 2')",
     ),
     (
         "count: by status, attr tenant",
@@ -417,8 +428,26 @@ def explain(conn: psycopg.Connection[Any], notices: list[str], statement: str, p
     return "\n".join(notices)
 
 
+def index_attribute(conn: psycopg.Connection[Any], key: str, kind: str) -> None:
+    """An operator's index on a search attribute's typed value, with statistics on it
+    (docs/operations.md, "Indexing a search attribute for range tests"), if it is not there."""
+    (expression, literal) = conn.execute(
+        "SELECT harvest._search_attr_ordered(quote_literal(%s), %s, 'search_attributes'), quote_literal(%s)",
+        (key, kind, key),
+    ).fetchone()
+    name = f"executions_attr_{key}"
+    conn.execute(
+        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON harvest.executions ({expression})"
+        f" WHERE search_attributes ? {literal}"
+    )
+    conn.execute(f"CREATE STATISTICS IF NOT EXISTS harvest.{name} ON ({expression}) FROM harvest.executions")
+    conn.execute("ANALYZE harvest.executions")
+
+
 def measure(dsn: str, args: argparse.Namespace) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
+        for key in args.index_attr:
+            index_attribute(conn, key, "number")
         params = setup(conn)
         results = {}
         notices: list[str] = []
@@ -488,7 +517,15 @@ def run(args: argparse.Namespace, name: str, fill: Any, measure: Any) -> None:
 
 
 def main() -> None:
-    args = arguments(__doc__, 2_000_000, "views").parse_args()
+    parser = arguments(__doc__, 2_000_000, "views")
+    parser.add_argument(
+        "--index-attr",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="first index this number search attribute as an operator may (kept: DROP INDEX to undo)",
+    )
+    args = parser.parse_args()
     run(args, "views", lambda dsn: build(dsn, args.runs), measure)
 
 
