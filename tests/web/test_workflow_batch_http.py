@@ -47,6 +47,19 @@ def test_the_route_steps_with_a_cursor_and_refuses_an_empty_filter(db, conn) -> 
     assert _count(db, "SELECT count(*) FROM harvest.events WHERE event_type = 'SignalReceived'") == 3
 
 
+def test_a_signal_dry_run_counts_without_a_name_as_the_sql_does(db, conn) -> None:
+    """signal_workflows' dry run sends nothing and needs no name; the route used to refuse it."""
+    runs = _runs(conn, "send_digest", 2, "n")
+    with api_client(db) as api:
+        preview = api.post("/workflows/signal", json={"workflow_name": "send_digest", "dry_run": True})
+        assert preview.status_code == 200, preview.text
+        assert preview.json()["matched"] == 2 and sorted(preview.json()["execution_ids"]) == sorted(runs)
+        for name in ({}, {"signal_name": "  "}):
+            real = api.post("/workflows/signal", json={"workflow_name": "send_digest", **name})
+            assert real.status_code == 400 and real.json()["error"]["field"] == "signal_name", real.text
+    assert _count(db, "SELECT count(*) FROM harvest.events WHERE event_type = 'SignalReceived'") == 0
+
+
 def test_the_route_needs_the_role_of_its_action(db, conn) -> None:
     _runs(conn, "send_digest", 1, "t")
     tokens = {

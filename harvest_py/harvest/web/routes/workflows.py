@@ -571,9 +571,10 @@ def _act_on_workflows(action: str) -> Any:
                 f"a {action} by filter needs one of workflow_name, search_attributes, created_after, "
                 "created_before, filter (a state alone would select every live run)",
             )
-        if action == "signal" and not (data.get("signal_name") or "").strip():
-            raise invalid("signal_name", "name the signal to send")
         dry_run = bool(data.get("dry_run"))
+        # (as the SQL: a dry run counts the runs and sends nothing, so it needs no name)
+        if action == "signal" and not dry_run and not (data.get("signal_name") or "").strip():
+            raise invalid("signal_name", "name the signal to send (a dry_run alone may leave it out)")
         if data.get("cursor"):
             try:
                 batch_id, positions = decode_cursor(data["cursor"])
@@ -1080,7 +1081,8 @@ ENDPOINTS = [
         "operate",
         _act_on_workflows("signal"),
         "Signal every live run a filter selects once per batch, on every shard, at most limit a "
-        "shard a request; next_cursor goes on (dry_run: count and sample, nothing written).",
+        "shard a request; next_cursor goes on (dry_run: count and sample, nothing written). "
+        "signal_name is required (a 400 naming it) unless dry_run, which sends nothing.",
         body=BATCH_BODY,
         tag="workflows",
         shape=BATCH_SHAPE,
