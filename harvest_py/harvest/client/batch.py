@@ -19,7 +19,7 @@ import binascii
 import functools
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -321,6 +321,47 @@ def _acting(action: str, arguments: Mapping[str, Any]) -> Callable[[Any], Any]:
 
 # :func:`step_each_shard` under asyncio: the HTTP route's and the dashboard's request.
 astep_each_shard = adriven(step_each_shard)
+
+
+def shard_outage(sharded: bool) -> Callable[[BaseException], bool]:
+    """The ``is_outage`` of a face over ``sharded`` databases: a shard that could not be reached
+    (harvest.shard.fanout.is_shard_failure); on one database, none (its error is the caller's)."""
+    from harvest.shard.fanout import is_shard_failure
+
+    return is_shard_failure if sharded else (lambda exc: False)
+
+
+async def astep_request(
+    positions: Mapping[int, str | None],
+    tally: BatchTally,
+    arguments: Mapping[str, Any],
+    *,
+    on_shard: Callable[[int, Callable[[Any], Any]], Any],
+    routed: Callable[[str, Callable[[Any], Any]], Awaitable[Mapping[str, Any]]],
+    sharded: bool,
+    unreachable: str,
+    detail: Callable[[BaseException], str] = str,
+) -> dict[int, str | None]:
+    """One step of ``tally``'s batch for a face that answers a step a request (the HTTP route,
+    the dashboard): :func:`astep_each_shard` with a moved run acted on through ``routed(execution_id,
+    fn)`` (fn's answer, its ``shard_id`` where it lives), a shard's outage (:func:`shard_outage`)
+    named ``unreachable`` in the tally, and a moved run's other failure told by ``detail``."""
+    is_outage = shard_outage(sharded)
+
+    async def follow(execution_id: str, fn: Callable[[Any], Any]) -> tuple[int, Any]:
+        found = await routed(execution_id, fn)
+        return int(found.get("shard_id") or 0), found
+
+    return await astep_each_shard(
+        positions,
+        on_shard,
+        follow,
+        tally.action,
+        arguments,
+        tally,
+        is_outage=is_outage,
+        failure_text=lambda exc: unreachable if is_outage(exc) else detail(exc),
+    )
 
 
 def _code(exc: BaseException) -> str | None:

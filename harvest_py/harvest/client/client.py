@@ -2273,9 +2273,8 @@ def _batch_flow(client: Any, on_shard: Any, follow: Any, batch: dict[str, Any]) 
     """act_on_workflows of both clients (``batch``: its arguments): the batch on every shard the
     client reads (harvest.client.batch), each call through the client's ``on_shard`` and
     ``follow``; a shard's outage is named in the summary when the client is sharded."""
-    from harvest.client.batch import FILTER_KEYS, batch_flow, filters_of
+    from harvest.client.batch import FILTER_KEYS, batch_flow, filters_of, shard_outage
     from harvest.db.connection import failure_reason
-    from harvest.shard.fanout import is_shard_failure
 
     filters = filters_of(batch)
     options = {k: v for k, v in batch.items() if k not in FILTER_KEYS}
@@ -2286,7 +2285,7 @@ def _batch_flow(client: Any, on_shard: Any, follow: Any, batch: dict[str, Any]) 
         options.pop("action"),
         filters,
         limit=options.pop("batch_size"),
-        is_outage=is_shard_failure if client._target.sharded else (lambda exc: False),
+        is_outage=shard_outage(client._target.sharded),
         failure_text=failure_reason,
         **options,
     )

@@ -555,13 +555,12 @@ def _act_on_workflows(action: str) -> Any:
         from harvest.client.batch import (
             BATCH_STEP,
             BatchTally,
-            astep_each_shard,
+            astep_request,
             decode_cursor,
             encode_cursor,
             filters_of,
             step_arguments,
         )
-        from harvest.shard.fanout import is_shard_failure
 
         filters = filters_of(data)
         named = ("workflow_name", "search_attributes", "created_after", "created_before", "filter")
@@ -607,19 +606,14 @@ def _act_on_workflows(action: str) -> Any:
             except InvalidArgument as exc:
                 raise _named(exc) from None
 
-        async def follow(execution_id: str, fn: Callable[[Any], Awaitable[Any]]) -> tuple[int, Any]:
-            found = await call.routed(execution_id, fn)
-            return int(found.get("shard_id") or 0), found
-
-        after = await astep_each_shard(
+        after = await astep_request(
             positions,
-            on_shard,
-            follow,
-            action,
-            arguments,
             tally,
-            is_outage=lambda exc: call.sharded and is_shard_failure(exc),
-            failure_text=lambda exc: "unreachable" if call.sharded and is_shard_failure(exc) else str(exc),
+            arguments,
+            on_shard=on_shard,
+            routed=call.routed,
+            sharded=call.sharded,
+            unreachable="unreachable",
         )
         return {**tally.as_dict(), "next_cursor": encode_cursor(batch_id, after) if after else None}
 

@@ -43,7 +43,7 @@ from harvest.client.batch import (
     BATCH_STEP,
     BATCH_STEP_MAX,
     BatchTally,
-    astep_each_shard,
+    astep_request,
     decode_cursor,
     encode_cursor,
     step_arguments,
@@ -73,7 +73,6 @@ from harvest.shard.fanout import (
     WORKER_LIMIT_MAX,
     Merged,
     fan_out_async,
-    is_shard_failure,
 )
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
@@ -643,7 +642,7 @@ class Dashboard:
         arguments = step_arguments(
             {**filters, "state": state}, {"limit": RUN_BULK_SAMPLE, "dry_run": True, "batch_id": None}
         )
-        await self._bulk_step(raised, action, dict.fromkeys(self.source.shards), tally, arguments)
+        await self._bulk_step(raised, dict.fromkeys(self.source.shards), tally, arguments)
         if len(tally.unavailable) == len(self.source.shards):
             raise NoShardReached("no shard could be counted; retry when one is up")
         return self._bulk_page(request, raised, "confirm", tally, q, expected=tally.total("matched"))
@@ -689,7 +688,7 @@ class Dashboard:
         for _ in range(RUN_BULK_STEPS):
             if not positions:
                 break
-            after = await self._bulk_step(principal, action, positions, tally, arguments)
+            after = await self._bulk_step(principal, positions, tally, arguments)
             # A shard not reached keeps its place for Continue; it is not tried again in this request.
             left.update({s: p for s, p in after.items() if s in tally.unavailable})
             positions = {s: p for s, p in after.items() if s not in tally.unavailable}
@@ -711,35 +710,29 @@ class Dashboard:
     async def _bulk_step(
         self,
         principal: Principal,
-        action: str,
         positions: dict[int, str | None],
         tally: BatchTally,
         arguments: dict[str, Any],
     ) -> dict[int, str | None]:
-        """One step of the batch on each shard of ``positions`` (harvest.client.batch), as
+        """One step of ``tally``'s batch on each shard of ``positions`` (harvest.client.batch), as
         ``principal``: a dry run in a read-only transaction; a moved run acted on where it lives."""
         write = not arguments["dry_run"]
-        sharded = self.source.sharded
 
         async def on_shard(shard: int, fn: Callable[[Any], Awaitable[Any]]) -> Any:
             return await self.source.on_shard(shard, principal, fn, write=write)
 
-        async def follow(execution_id: str, fn: Callable[[Any], Awaitable[Any]]) -> tuple[int, Any]:
-            found = await self.source.routed(execution_id, principal, fn, write=True)
-            return int(found.get("shard_id") or 0), found
+        async def routed(execution_id: str, fn: Callable[[Any], Awaitable[Any]]) -> Any:
+            return await self.source.routed(execution_id, principal, fn, write=True)
 
-        def shard_outage(exc: BaseException) -> bool:  # (one database down: the page's 503)
-            return sharded and is_shard_failure(exc)
-
-        return await astep_each_shard(
+        return await astep_request(
             positions,
-            on_shard,
-            follow,
-            action,
-            arguments,
             tally,
-            is_outage=shard_outage,
-            failure_text=lambda exc: "could not be reached" if shard_outage(exc) else _one_line(exc),
+            arguments,
+            on_shard=on_shard,
+            routed=routed,
+            sharded=self.source.sharded,
+            unreachable="could not be reached",
+            detail=_one_line,
         )
 
     def _bulk_page(
