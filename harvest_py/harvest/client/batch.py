@@ -21,7 +21,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from harvest.core.batches import BATCH_STEP as BATCH_STEP  # (re-exported: the step's one value)
 from harvest.core.batches import BATCH_STEP_MAX as BATCH_STEP_MAX
@@ -34,11 +34,32 @@ FAILURES_SHOWN = 100
 # The HTTP cursor's prefix (a batch's position on every shard, and its id).
 CURSOR_PREFIX = "wb1."
 FILTER_KEYS = ("state", "workflow_name", "search_attributes", "created_after", "created_before", "filter")
-# A step's keywords (SqlApi.act_on_workflows's, and the HTTP route's body fields of the same names).
-STEP_KEYS = (
-    *FILTER_KEYS,
-    *("reason", "signal_name", "payload", "cursor", "limit", "dry_run", "operator_id", "batch_id"),
-)
+
+
+class StepKeywords(TypedDict):
+    """A step's keyword arguments: SqlApi.act_on_workflows's (bar execution_ids, a moved run's:
+    :func:`by_id`), the HTTP route's body fields of the same names; the clients build one
+    (``Client.act_on_workflows``). The one list of them: :data:`STEP_KEYS`."""
+
+    state: str | None
+    workflow_name: str | None
+    search_attributes: list[str]
+    created_after: Any
+    created_before: Any
+    filter: str | None
+    reason: str | None
+    signal_name: str | None
+    payload: Any
+    cursor: str | None
+    limit: int
+    dry_run: bool
+    operator_id: str | None
+    batch_id: str | None
+
+
+STEP_KEYS: tuple[str, ...] = tuple(StepKeywords.__annotations__)
+# A step's keywords besides its filters (its options: :func:`step_arguments`).
+OPTION_KEYS: tuple[str, ...] = tuple(k for k in STEP_KEYS if k not in FILTER_KEYS)
 
 
 def check_action(action: str) -> None:
@@ -167,6 +188,11 @@ def filters_of(values: Mapping[str, Any]) -> dict[str, Any]:
     filters = {k: values.get(k) for k in FILTER_KEYS}
     filters["search_attributes"] = list(filters["search_attributes"] or ())
     return filters
+
+
+def options_of(step: Mapping[str, Any]) -> dict[str, Any]:
+    """A batch's options among ``step`` (:class:`StepKeywords`), by the names of OPTION_KEYS."""
+    return {k: step.get(k) for k in OPTION_KEYS}
 
 
 def step_arguments(filters: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:

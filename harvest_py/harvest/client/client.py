@@ -29,7 +29,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, ov
 from harvest.client import messages as messaging
 from harvest.client import payloads as payload_policy
 from harvest.client import routing
-from harvest.client.batch import BATCH_STEP
+from harvest.client.batch import BATCH_STEP, StepKeywords
 from harvest.client.outage import Outage
 from harvest.core import payload
 from harvest.core.codecs import Payloads
@@ -1987,8 +1987,22 @@ class Client:
         failures), per shard (shards) and the shards not reached (unavailable_shards, status
         partial). ``dry_run``: count and a sample (execution_ids), nothing written.
         ``progress(shard, matched so far)`` after each step (a progress bar)."""
-        batch = dict(locals())  # (the arguments, as given: first, before any other local)
-        del batch["self"]
+        step = StepKeywords(
+            state=state,
+            workflow_name=workflow_name,
+            search_attributes=list(search_attributes),
+            created_after=created_after,
+            created_before=created_before,
+            filter=filter,
+            reason=reason,
+            signal_name=signal_name,
+            payload=payload,
+            cursor=None,
+            limit=batch_size,
+            dry_run=dry_run,
+            operator_id=operator_id,
+            batch_id=batch_id,
+        )
         target = self._target
 
         def on_shard(shard: int, fn: Callable[[SqlApi], Any]) -> Any:
@@ -2000,7 +2014,7 @@ class Client:
                 "tuple[int, Any]", target.follow(execution_id, lambda shard: (shard, on_shard(shard, fn)))
             )
 
-        return _drive(_batch_flow(self, on_shard, follow, batch))
+        return _drive(_batch_flow(self, on_shard, follow, action, step, progress))
 
     @overload
     def get_handle(
@@ -2269,25 +2283,31 @@ class _ShardStarts:
         return sum(b.items for b in self._by_shard.values())
 
 
-def _batch_flow(client: Any, on_shard: Any, follow: Any, batch: dict[str, Any]) -> _Flow[dict[str, Any]]:
-    """act_on_workflows of both clients (``batch``: its arguments): the batch on every shard the
-    client reads (harvest.client.batch), each call through the client's ``on_shard`` and
-    ``follow``; a shard's outage is named in the summary when the client is sharded."""
-    from harvest.client.batch import FILTER_KEYS, batch_flow, filters_of, shard_outage
+def _batch_flow(
+    client: Any,
+    on_shard: Any,
+    follow: Any,
+    action: str,
+    step: StepKeywords,
+    progress: Callable[[int, int], None] | None,
+) -> _Flow[dict[str, Any]]:
+    """act_on_workflows of both clients (``step``: its arguments, as a step's keywords): the batch
+    on every shard the client reads (harvest.client.batch), each call through the client's
+    ``on_shard`` and ``follow``; a shard's outage is named in the summary when the client is
+    sharded."""
+    from harvest.client.batch import batch_flow, filters_of, options_of, shard_outage
     from harvest.db.connection import failure_reason
 
-    filters = filters_of(batch)
-    options = {k: v for k, v in batch.items() if k not in FILTER_KEYS}
     tally = yield from batch_flow(
         sorted(client.router.readable),
         on_shard,
         follow,
-        options.pop("action"),
-        filters,
-        limit=options.pop("batch_size"),
+        action,
+        filters_of(step),
+        progress=progress,
         is_outage=shard_outage(client._target.sharded),
         failure_text=failure_reason,
-        **options,
+        **options_of(step),
     )
     return tally.as_dict()
 
@@ -2715,8 +2735,22 @@ class AsyncClient:
         failures), per shard (shards) and the shards not reached (unavailable_shards, status
         partial). ``dry_run``: count and a sample (execution_ids), nothing written.
         ``progress(shard, matched so far)`` after each step (a progress bar)."""
-        batch = dict(locals())  # (the arguments, as given: first, before any other local)
-        del batch["self"]
+        step = StepKeywords(
+            state=state,
+            workflow_name=workflow_name,
+            search_attributes=list(search_attributes),
+            created_after=created_after,
+            created_before=created_before,
+            filter=filter,
+            reason=reason,
+            signal_name=signal_name,
+            payload=payload,
+            cursor=None,
+            limit=batch_size,
+            dry_run=dry_run,
+            operator_id=operator_id,
+            batch_id=batch_id,
+        )
         target = self._target
 
         async def on_shard(shard: int, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> Any:
@@ -2729,7 +2763,7 @@ class AsyncClient:
 
             return cast("tuple[int, Any]", await target.follow(execution_id, attempt))
 
-        return await _adrive(_batch_flow(self, on_shard, follow, batch))
+        return await _adrive(_batch_flow(self, on_shard, follow, action, step, progress))
 
     @overload
     def get_handle(
