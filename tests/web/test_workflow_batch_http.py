@@ -57,6 +57,9 @@ def test_a_signal_dry_run_counts_without_a_name_as_the_sql_does(db, conn) -> Non
         for name in ({}, {"signal_name": "  "}):
             real = api.post("/workflows/signal", json={"workflow_name": "send_digest", **name})
             assert real.status_code == 400 and real.json()["error"]["field"] == "signal_name", real.text
+        spec = api.get("/openapi.json").json()["paths"]["/workflows/signal"]["post"]
+        name = spec["requestBody"]["content"]["application/json"]["schema"]["properties"]["signal_name"]
+        assert "unless dry_run" in name["description"] and "unless dry_run" in spec["summary"]
     assert _count(db, "SELECT count(*) FROM harvest.events WHERE event_type = 'SignalReceived'") == 0
 
 

@@ -704,7 +704,10 @@ BATCH_BODY = body(
         "created_before": DATETIME,
         "filter": STRING,
         "reason": STRING,
-        "signal_name": STRING,
+        "signal_name": {
+            **STRING,
+            "description": "The signal to send: required unless dry_run (which sends nothing).",
+        },
         "payload": ANY,
         "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
         "cursor": STRING,
