@@ -461,24 +461,22 @@ def test_the_clients_step_by_default_in_the_batch_module_step(db, conn) -> None:
     assert _col(db, steps, "workflow.bulk_cancel") == [2] and _col(db, steps, "workflow.bulk_signal") == [2]
 
 
-def test_a_deadlock_on_one_run_is_retried_in_place_not_counted_failed(db, conn) -> None:
-    """A real deadlock on one run of a step: another session holds the run's task (as a worker
-    closing it would) and then wants the run's row, which the batch's terminate holds while it
-    drops that task. The batch's session is the one the deadlock check aborts (its
-    deadlock_timeout is the short one); the run's subtransaction alone rolls back, the other
-    session goes on and commits, and the run is terminated on its next attempt, not failed."""
-    run = _runs(conn, "send_digest", 1, "deadlock")[0]
-    assert _col(db, "SELECT count(*) FROM harvest.tasks WHERE execution_id = %s", run) == [1]
+def _deadlocked_terminate(db: str, held_task: str, wanted_run: str, timeouts: tuple[str, str]) -> dict:
+    """A step of `terminate_workflows` over send_digest meeting another session in a cycle: the
+    other session holds ``held_task``'s run's task, and once the step waits on it, asks for
+    ``wanted_run``'s row (which the step holds), then commits. ``timeouts``: the step's
+    deadlock_timeout and the other session's (who waited first and longer is the one aborted).
+    The step's answer; the other session's error, if any, is raised."""
     other = psycopg.connect(db)
-    other.execute("SET deadlock_timeout = '10min'")  # (never the one the check aborts)
-    other.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (run,))
+    other.execute(f"SET deadlock_timeout = '{timeouts[1]}'")
+    other.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (held_task,))
     answer: dict = {}
     errors: list[BaseException] = []
 
     def batch() -> None:
         try:
             with psycopg.connect(db, autocommit=True) as c:
-                c.execute("SET deadlock_timeout = '50ms'")
+                c.execute(f"SET deadlock_timeout = '{timeouts[0]}'")
                 call = (
                     "SELECT harvest.terminate_workflows(p_workflow_name => 'send_digest', p_reason => 'dl')"
                 )
@@ -490,14 +488,25 @@ def test_a_deadlock_on_one_run_is_retried_in_place_not_counted_failed(db, conn) 
     thread.start()
     try:
         _until_waiting(db, "terminate_workflows")
-        # The cycle: this session wants the run's row, which the batch holds. The batch is aborted
-        # out of it, which frees the row: this lock is then granted and the session commits.
-        other.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (run,))
+        # The cycle: this session wants a row the step holds.
+        other.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (wanted_run,))
         other.commit()
     finally:
         other.close()
         thread.join(30)
     assert not errors, errors
+    return answer
+
+
+def test_a_deadlock_on_one_run_is_retried_in_place_not_counted_failed(db, conn) -> None:
+    """A real deadlock on one run of a step: another session holds the run's task (as a worker
+    closing it would) and then wants the run's row, which the batch's terminate holds while it
+    drops that task. The batch's session is the one the deadlock check aborts (its
+    deadlock_timeout is the short one); the run's subtransaction alone rolls back, the other
+    session goes on and commits, and the run is terminated on its next attempt, not failed."""
+    run = _runs(conn, "send_digest", 1, "deadlock")[0]
+    assert _col(db, "SELECT count(*) FROM harvest.tasks WHERE execution_id = %s", run) == [1]
+    answer = _deadlocked_terminate(db, run, run, ("50ms", "10min"))
     assert (answer["acted"], answer["failures"], answer["execution_ids"]) == (1, [], [run]), answer
     assert _col(db, "SELECT status FROM harvest.executions WHERE id = %s", run) == ["TERMINATED"]
 
@@ -510,33 +519,8 @@ def test_a_deadlock_while_an_earlier_run_is_held_fails_the_run_not_the_other_ses
     waiting the longer, is the one its own check aborts (40P01 in a worker's or a caller's
     transaction). r1 counts as failed at once (one attempt); the other session commits."""
     r0, r1 = _runs(conn, "send_digest", 2, "held")
-    other = psycopg.connect(db)
-    other.execute("SET deadlock_timeout = '300ms'")  # (as the step's: who waited first is aborted)
-    other.execute("SELECT 1 FROM harvest.tasks WHERE execution_id = %s FOR UPDATE", (r1,))
-    answer: dict = {}
-    errors: list[BaseException] = []
-
-    def batch() -> None:
-        try:
-            with psycopg.connect(db, autocommit=True) as c:
-                c.execute("SET deadlock_timeout = '300ms'")
-                call = (
-                    "SELECT harvest.terminate_workflows(p_workflow_name => 'send_digest', p_reason => 'dl')"
-                )
-                answer.update(c.execute(call).fetchone()[0])
-        except BaseException as exc:  # (reported by the assertion below)
-            errors.append(exc)
-
-    thread = threading.Thread(target=batch)
-    thread.start()
-    try:
-        _until_waiting(db, "terminate_workflows")  # (on r1's task, r0 terminated and held)
-        other.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (r0,))
-        other.commit()
-    finally:
-        other.close()
-        thread.join(30)
-    assert not errors, errors
+    # (the same timeout both sides: the step, which waited first, is the one aborted)
+    answer = _deadlocked_terminate(db, r1, r0, ("300ms", "300ms"))
     assert answer["execution_ids"] == [r0], answer
     [failure] = answer["failures"]
     assert (failure["execution_id"], failure["sqlstate"], failure["attempts"]) == (r1, "40P01", 1), answer
