@@ -323,3 +323,18 @@ def test_a_failed_run_whose_details_are_encrypted_exits_1_without_app(db, served
         assert "failed: Refused: card refused" in r.stderr and SECRET not in r.output, (how, r.output)
     for how, r in transports(db, "workflow", "result", handle.execution_id, *KEYED).items():
         assert r.exit_code == 1 and "card refused" in r.stderr, (how, r.output)
+
+
+def test_events_tail_decodes_each_event_once_whatever_its_payload_holds(db, served) -> None:
+    """`events tail --app` decodes an event's payloads once, over SQL and over HTTP: a payload
+    that holds an envelope-shaped value of its own (another system's, stored by the workflow)
+    is shown as the workflow wrote it, not decoded again (here it would need a key no one has)."""
+    foreign = {"_harvest_codec": ["aesgcm:k9"], "data": "AAAA"}
+    with Client(db, codecs=_payloads(k1=K1)) as client:
+        handle = client.start_workflow(locker, {"card": SECRET, "foreign": foreign}, workflow_id="nested-1")
+    args = ["events", "tail", "--after", "0", "--workflow", handle.execution_id, "--limit", "1", "-o", "json"]
+    for how, r in transports(db, *args, *KEYED).items():
+        assert r.exit_code == 0, (how, r.output)
+        event = json.loads(r.stdout)
+        assert event["event_type"] == "WorkflowStarted", (how, event)
+        assert event["event_data"]["input"] == [{"card": SECRET, "foreign": foreign}], (how, event)

@@ -76,7 +76,7 @@ def _line(event: dict[str, Any], output: str, position: str | None) -> str:
         return json.dumps(shown, default=json_default, separators=(",", ":"))
     # As `harvest workflow get` shows a payload: an encoded one by what it is ("<encrypted (key
     # k2)>"), not its envelope's bytes; --output json keeps the envelope, for a reader with keys
-    # (--app decoded both before: _Printer.show, over SQL its offloaded payloads read back first).
+    # (--app decoded it before: _Printer.show, over SQL its offloaded payloads read back first).
     data = json.dumps(describe_tree(event["event_data"]), default=json_default, separators=(",", ":"))
     first = event["global_id"] if position is None else f"{position}  shard {event['shard_id']}"
     run = f"{event['workflow_name']}/{event['workflow_id']}"
@@ -102,7 +102,8 @@ class _Printer:
     def show(self, event: dict[str, Any], position: str | None = None) -> bool:
         """Print ``event`` unless --workflow names another run; False once --limit is reached."""
         if self.wanted(event):
-            if self.reveal:  # (over SQL its offloaded payloads were read back: _followed)
+            if self.reveal:  # the one decoding of every path's events (over SQL, shards and
+                # HTTP); over SQL their offloaded payloads were read back, not decoded: _followed
                 event = {**event, "event_data": self.reveal.decoded(None, event["event_data"])}
             click.echo(_line(event, self.output, position))
             self.printed += 1
@@ -167,7 +168,8 @@ async def _followed(
     after global id ``after`` (None: from its events written once it is read). ``opened``: its
     source and start (_open; None: it could not be opened). With --app, the payloads an event
     the printer shows has offloaded are read back through the App's store on its own source
-    (Reveal.read_back), before its position moves past it. One that cannot be read (an outage:
+    (Reveal.read_back), before its position moves past it, and left encoded: the printer
+    decodes. One that cannot be read (an outage:
     event_stream.source_unreachable), at the start or later, is tried again every RETRY_SECS and
     named on stderr when it goes and when it is back; back, it goes on after the last of its
     events handed on, so nothing it wrote meanwhile is missed. Any other error (a refused login,

@@ -5,8 +5,8 @@ Without ``--app`` the CLI holds no keys: a payload shows what it is (``"<encrypt
 ``harvest.core.codecs.describe_tree``) and a full export keeps envelopes as stored. With
 ``--app module:app`` the App is imported (``harvest.cli.worker.load_app``, as `replay` and
 `shard rebalance` import theirs) and its ``Payloads`` decodes: over SQL, offloaded payloads are
-read back through its store, then envelopes decoded (`events tail`'s on each database's event
-source); over HTTP (the API holds no keys and
+read back through its store, then envelopes decoded (`events tail` reads its back on each
+database's event source and decodes as it prints, once); over HTTP (the API holds no keys and
 answers payloads as stored, its own store's references resolved) the envelopes are decoded here,
 after the read. A key the App lacks is one line naming it (``PayloadKeyMissing``, exit 1).
 """
@@ -81,14 +81,16 @@ class Reveal:
 
     async def read_back(self, source: EventSource, value: Any) -> Any:
         """``value`` (an event's data, followed over SQL) with its offloaded payloads read back
-        through the App's store on the event source's reading connection, and decoded; without
-        ``--app``, as it is (the tail shows a reference by what it is)."""
+        through the App's store on the event source's reading connection, its envelopes left
+        as stored: the tail decodes each event once, as it prints it, whichever way it was read
+        (``decoded(None, ...)``; decoded here too, a payload that holds an envelope-shaped value
+        would be decoded twice). Without ``--app``, as it is (the tail shows a reference by
+        what it is)."""
         if self.payloads is None:
             return value
-        from harvest.client.payloads import decoded
+        from harvest.client.payloads import resolved
 
-        with self.keys_named():
-            return await source.run(decoded(self.payloads, value))
+        return await source.run(resolved(self.payloads, value))
 
     @contextlib.contextmanager
     def keys_named(self) -> Iterator[None]:

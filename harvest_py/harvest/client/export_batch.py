@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from harvest.client import payloads as client_payloads
 from harvest.client.history_export import MAX_LIMIT, STATE_GROUPS
-from harvest.core.codecs import refs_in, replace_refs
 from harvest.core.errors import HarvestError, InvalidArgument
 from harvest.core.payload import redact
 from harvest.db import sqlapi
@@ -55,11 +55,8 @@ def _matching(
 
 def resolved(value: Any) -> Steps[Any]:
     """``value`` with its offloaded payloads read back from the store (codec envelopes stay as
-    stored: a full export carries payloads self-describing)."""
-    ids = refs_in(value)
-    if not ids:
-        return value
-    return replace_refs(value, (yield Sql(sqlapi.get_payloads, ids)))
+    stored: a full export carries payloads self-describing), from ``harvest.payloads``."""
+    return (yield from client_payloads.resolved(None, value))
 
 
 def export(candidate: Candidate, full: bool) -> Steps[dict[str, Any]]:

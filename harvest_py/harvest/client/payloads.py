@@ -23,21 +23,29 @@ def of(client: Any) -> Payloads:
 
 
 def decoded(payloads: Payloads | None, value: Any) -> Steps[Any]:
+    """``value`` with its references resolved from the client's store (:func:`resolved`) and
+    its envelopes decoded."""
+    value = yield from resolved(payloads, value)
+    return (payloads or _NONE).chain.decode_tree(value)
+
+
+def resolved(payloads: Payloads | None, value: Any) -> Steps[Any]:
     """``value`` with its references resolved from the client's store (the default one reads
-    ``harvest.payloads`` of the database the read came from) and its envelopes decoded."""
-    policy = payloads or _NONE
+    ``harvest.payloads`` of the database the read came from), its envelopes left as stored:
+    the half of :func:`decoded` that reads, for a reader that decodes elsewhere (`events tail
+    --app`: its printer decodes every path's events, once)."""
     ids = refs_in(value)
-    if ids:
-        store = policy.store
-        if isinstance(store, SqlPayloadStore):
-            found = yield Sql(sqlapi.get_payloads, ids)
-        else:  # a custom store: awaited on the async client, on a loop of its own on the sync one
-            found = yield Atomic(
-                lambda sql: _run_coroutine(store.get(AwaitableSql(sql), ids)),
-                lambda sql: store.get(sql, ids),
-            )
-        value = replace_refs(value, found)
-    return policy.chain.decode_tree(value)
+    if not ids:
+        return value
+    store = (payloads or _NONE).store
+    if isinstance(store, SqlPayloadStore):
+        found = yield Sql(sqlapi.get_payloads, ids)
+    else:  # a custom store: awaited on the async client, on a loop of its own on the sync one
+        found = yield Atomic(
+            lambda sql: _run_coroutine(store.get(AwaitableSql(sql), ids)),
+            lambda sql: store.get(sql, ids),
+        )
+    return replace_refs(value, found)
 
 
 # -- offload from clients (docs/payloads.md "Large payloads") ----------------------------------------
