@@ -193,11 +193,12 @@ def _render_retiring(check: dict[str, Any]) -> list[str]:
             f"retiring shard {shard}: NOT clear: it owes {o['ended'] + o['running']} child end(s) to "
             f"parents on shard {o['parent_shard']} ({o['running']} still running)"
         )
-    if not lines:
+    if check["unread"]:  # named whether or not a child or an end was found on another shard
         unread = ", ".join(map(str, check["unread"]))
+        verdict, more = ("cannot tell:", "") if not lines else ("NOT clear, and", ": more may be left there")
         lines.append(
-            f"retiring shard {shard}: cannot tell: shard(s) {unread} not read (unreachable, not "
-            "configured, or functions older than this release: harvest migrate run)"
+            f"retiring shard {shard}: {verdict} shard(s) {unread} not read (unreachable, not "
+            f"configured, or functions older than this release: harvest migrate run){more}"
         )
     return lines
 

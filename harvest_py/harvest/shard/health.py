@@ -155,7 +155,13 @@ def retire_check(data: Mapping[str, Any], shard: int) -> dict[str, Any]:
     cross-shard children go (docs/sharding.md, "Retiring the shard of a child"), from
     :func:`shard_health`'s rows: no child end owed on it to a parent elsewhere, and no other
     shard driving a child on it. ``clear`` is True or False, or None when a shard it needs could
-    not be read (``unread``): it cannot tell."""
+    not be read (``unread``): it cannot tell.
+
+    The shards it needs: N, every readable shard, and every other shard given a url (one out of
+    ``shards.readable``, a shard on its way in or out, can still hold a parent driving a child on
+    N). Each is read (:func:`shard_health` reads every shard with a url); one whose children
+    could not be read (unreachable, or functions older than this release) is in ``unread``. A
+    shard neither readable nor given a url (a candidate without one) is nothing to read."""
     owed: list[dict[str, Any]] = []
     children: list[dict[str, Any]] = []
     unread: list[int] = []
@@ -165,7 +171,7 @@ def retire_check(data: Mapping[str, Any], shard: int) -> dict[str, Any]:
         if row["shard_id"] == shard:
             found = True
         if facts is None:
-            if row["shard_id"] == shard or "readable" in row["roles"]:
+            if row["shard_id"] == shard or _needed(row):
                 unread.append(row["shard_id"])
             continue
         if row["shard_id"] == shard:
@@ -180,6 +186,12 @@ def retire_check(data: Mapping[str, Any], shard: int) -> dict[str, Any]:
         unread.append(shard)
     clear = False if owed or children else (None if unread else True)
     return {"shard": shard, "clear": clear, "owed_ends": owed, "children": children, "unread": sorted(unread)}
+
+
+def _needed(row: Mapping[str, Any]) -> bool:
+    """Whether the retire check needs shard ``row``'s children: a readable shard, or one given
+    a url (its row not ``not_configured``), readable or not."""
+    return "readable" in row["roles"] or "not_configured" not in row["reason_codes"]
 
 
 def _inspect(
