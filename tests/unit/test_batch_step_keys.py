@@ -74,3 +74,25 @@ def test_both_clients_build_every_step_keyword_from_their_arguments(monkeypatch)
         "progress": None,
     }
     assert seen == [expected, expected]
+
+
+def test_search_attributes_none_is_no_attribute_filter(monkeypatch) -> None:
+    """``search_attributes=None`` (an argparse ``append`` left unset) was no attribute filter
+    while the clients took ``dict(locals())`` (filters_of reads None as none); building the step
+    with ``list(search_attributes)`` made it a TypeError."""
+    seen: list[list[str]] = []
+
+    def flow(shards, on_shard, follow, action, filters, **options):
+        seen.append(filters["search_attributes"])
+        return batch.BatchTally(action)
+        yield  # (a flow)
+
+    monkeypatch.setattr(batch, "batch_flow", flow)
+
+    class Fake:
+        router = type("Router", (), {"readable": {0}})()
+        _target = type("Target", (), {"sharded": False})()
+
+    Client.act_on_workflows(Fake(), "cancel", workflow_name="w", search_attributes=None)  # type: ignore[arg-type]
+    asyncio.run(AsyncClient.act_on_workflows(Fake(), "cancel", workflow_name="w", search_attributes=None))  # type: ignore[arg-type]
+    assert seen == [[], []]

@@ -1990,7 +1990,7 @@ class Client:
         step = StepKeywords(
             state=state,
             workflow_name=workflow_name,
-            search_attributes=list(search_attributes),
+            search_attributes=list(search_attributes or ()),  # (None too, as before: filters_of)
             created_after=created_after,
             created_before=created_before,
             filter=filter,
@@ -2738,7 +2738,7 @@ class AsyncClient:
         step = StepKeywords(
             state=state,
             workflow_name=workflow_name,
-            search_attributes=list(search_attributes),
+            search_attributes=list(search_attributes or ()),  # (None too, as before: filters_of)
             created_after=created_after,
             created_before=created_before,
             filter=filter,
