@@ -89,7 +89,9 @@ def test_a_burst_is_a_bounded_number_of_lines_with_the_right_counts(lines: list[
     assert over.split(": ")[2].endswith(f"{burst} in all over 30 s"), over
     # Any request id of the burst finds its outage's lines: it starts with the outage's id.
     assert {request_id[:8] for request_id in ids} == {outage}, ids[:3]
-    assert len(set(ids)) == burst and all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids)
+    # The rest is 8 random hex a request: 3,000 of them collide about once in 950 runs (a
+    # birthday bound, C(3000, 2) / 2**32), three times about once in 5e9.
+    assert len(set(ids)) >= burst - 2 and all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids)
 
 
 def test_another_cause_is_logged_as_its_own_outage(lines: list[str]) -> None:
