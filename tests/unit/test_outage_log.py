@@ -159,3 +159,29 @@ def test_an_admin_still_reads_the_detail_and_no_one_else_does() -> None:
             for _, message, details in (admin, reader):
                 assert message.endswith(f"(request {details['request_id']}: the server's log has the cause)")
                 assert failure_reason(exc) not in message, message
+
+
+def test_past_max_outages_a_new_causes_requests_are_each_logged_whole(lines: list[str]) -> None:
+    """An app follows MAX_OUTAGES causes at once: a cause past them is never unsaid (each of its
+    requests a line, as before the log was bounded) and never kept (no table without end)."""
+    from harvest.web.errors import MAX_OUTAGES
+
+    clock = Clock()
+    outages = OutageLog(clock=clock)
+    for shard in range(MAX_OUTAGES):
+        outage_answer(ShardUnavailable(shard), None, "harvest", outages)
+    assert len(lines) == MAX_OUTAGES and all(" begins " in line for line in lines)
+    past = [
+        outage_answer(ShardUnavailable(MAX_OUTAGES), None, "harvest", outages)[2]["request_id"]
+        for _ in range(3)
+    ]
+    assert len(lines) == MAX_OUTAGES + 3, lines[MAX_OUTAGES:]
+    for request_id, line in zip(past, lines[MAX_OUTAGES:], strict=True):
+        assert line.startswith(f"harvest: request {request_id}: ShardUnavailable: "), line
+        assert " begins " not in line and "shard 64" in line, line
+    assert len(outages._open) == MAX_OUTAGES  # (the cause past them is not kept)
+    clock.now += 10  # the followed ones are over (one request each: no line), and free their places
+    outages.tick()
+    assert len(lines) == MAX_OUTAGES + 3 and not outages._open
+    outage_answer(ShardUnavailable(MAX_OUTAGES), None, "harvest", outages)
+    assert " begins " in lines[-1], lines[-1]
