@@ -157,7 +157,10 @@ def test_an_admin_still_reads_the_detail_and_no_one_else_does() -> None:
             assert admin[0] == reader[0] == ("database_unavailable" if shard is None else "shard_unavailable")
             assert admin[2]["shard_id"] == reader[2]["shard_id"] == shard
             for _, message, details in (admin, reader):
-                assert message.endswith(f"(request {details['request_id']}: the server's log has the cause)")
+                rid = details["request_id"]
+                assert message.endswith(
+                    f"(request {rid}: the server's log has the cause under outage {rid[:8]})"
+                )
                 assert failure_reason(exc) not in message, message
 
 

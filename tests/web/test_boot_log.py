@@ -133,8 +133,11 @@ def test_one_unreachable_database_is_said_at_once_as_a_shards_is(caplog: pytest.
     error = answer.json()["error"]
     # What the connect met is the log's, under the request id: the caller may be anyone
     # (docs/security.md, "What an outage tells a caller").
-    said_to_caller = "the database could not be reached; retry (request {}: the server's log has the cause)"
-    assert error["message"] == said_to_caller.format(error["request_id"]), error
+    said_to_caller = (
+        "the database could not be reached; retry "
+        "(request {}: the server's log has the cause under outage {})"
+    )
+    assert error["message"] == said_to_caller.format(error["request_id"], error["request_id"][:8]), error
     lines = [r.getMessage() for r in caplog.records if "at startup" in r.getMessage()]
     said = "harvest: the management API's database unreachable at startup: ServerUnreachable: "
     assert lines == [said + "the database cannot be reached now (Connection refused)"], lines

@@ -289,7 +289,8 @@ def outage_answer(
         said = "the database could not be reached; retry"
     else:
         said = f"shard {shard} is unavailable; retry"
-    message = f"{said} (request {request_id}: the server's log has the cause)"
+    # (the log names an outage by its ids' first 8 characters: the one thing to search it for)
+    message = f"{said} (request {request_id}: the server's log has the cause under outage {request_id[:8]})"
     detail = reason if sees_connection_detail(principal) else None
     return code, message, {"shard_id": shard, "request_id": request_id, "detail": detail}
 
