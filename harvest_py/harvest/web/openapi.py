@@ -28,8 +28,8 @@ ERROR_SCHEMA: dict[str, Any] = {
                 "message": {"type": "string"},
                 # an outage's 503 (docs/security.md, "What an outage tells a caller")
                 "request_id": {"type": "string", "description": "the server log line's key"},
-                "shard_id": {"type": ["integer", "null"]},
-                "detail": {"type": ["string", "null"], "description": "what the connect met: admin only"},
+                "shard_id": {"type": "integer"},
+                "detail": {"type": "string", "description": "what the connect met: admin only"},
             },
         }
     },
