@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harvest.core.errors import ShardUnavailable
+from harvest.core.errors import NoShardReached, ShardUnavailable
 from harvest.db.connection import failure_reason
 from harvest.db.pools import ServerUnreachable
 from harvest.web.errors import OutageLog, outage_answer
@@ -188,3 +188,17 @@ def test_past_max_outages_a_new_causes_requests_are_each_logged_whole(lines: lis
     assert len(lines) == MAX_OUTAGES + 3 and not outages._open
     outage_answer(ShardUnavailable(MAX_OUTAGES), None, "harvest", outages)
     assert " begins " in lines[-1], lines[-1]
+
+
+def test_a_call_named_in_an_outage_is_not_an_outage_of_its_own(lines: list[str]) -> None:
+    """A dead letter's search names its id in NoShardReached's message; two ids searched while
+    the same shard is down are one outage (one begins line, one id prefix), not one each."""
+    clock = Clock()
+    outages = OutageLog(clock=clock)
+    ids = []
+    for letter in (41, 42, 43):
+        exc = NoShardReached(f"dead letter {letter}: shard(s) 1 could not be searched", "shard 1: down")
+        ids.append(outage_answer(exc, READER, "harvest", outages)[2]["request_id"])
+        clock.now += 1
+    assert len({rid[:8] for rid in ids}) == 1, ids
+    assert sum("begins" in line for line in lines) == 1, lines

@@ -41,6 +41,7 @@ class NoShardReached(DatabaseUnavailable):
     def __init__(self, said: str, detail: str | None = None):
         super().__init__(f"{said} ({detail})" if detail else said)
         self.said = said
+        self.connect_detail = detail  # (not `detail`: a handler shows an HTTPException's `detail`)
 
 
 class ConnectionRejected(DatabaseUnavailable):

@@ -281,7 +281,12 @@ def outage_answer(
     503, the dashboard's and the event streams'."""
     reason = failure_reason(exc)
     shard = exc.shard if isinstance(exc, ShardUnavailable) else None
-    request_id = (outages or OutageLog()).request_id(where, shard, reason)
+    cause = reason
+    if isinstance(exc, NoShardReached):
+        # Its message names the call (a dead letter's id): the outage is what the connects met,
+        # or every id would be an outage of its own, filling the log's places.
+        cause = exc.connect_detail or "no shard could be reached"
+    request_id = (outages or OutageLog()).request_id(where, shard, cause)
     code = "database_unavailable" if shard is None else error_code(exc)
     if isinstance(exc, NoShardReached):  # (which shards, what was not done: no connect's text)
         said = redact(exc.said)
