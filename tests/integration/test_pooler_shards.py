@@ -141,6 +141,19 @@ def test_migrate_run_refuses_a_session_url_that_reaches_another_shard(two_shards
     assert (shard_id(two_shards[0]), shard_id(two_shards[1])) == (0, 1)
 
 
+def _session_worker(urls: dict[int, str], sessions: dict[int, str]) -> Worker:
+    """A worker on each shard's pooled URL, given each shard's session URL."""
+    return Worker(
+        app,
+        shards=urls,
+        session_urls=sessions,
+        queues=["pooled"],
+        poll_interval=0.5,
+        scan_interval=0.2,
+        run_retention=False,
+    )
+
+
 def test_a_worker_built_in_python_takes_each_shards_session_url(two_shards, bouncer) -> None:
     """Before: ``Worker(app, shards=...)`` had no way to give its shards' session URLs (only the
     config's [shards.session_urls] declared them), so a worker built in Python held its LISTEN and
@@ -149,15 +162,7 @@ def test_a_worker_built_in_python_takes_each_shards_session_url(two_shards, boun
     urls = {shard: bouncer.url(dsn) for shard, dsn in two_shards.items()}
     with pytest.raises(ConfigError, match=r"session_urls=\.\.\.\)\[2\]: no database URL of shard 2"):
         Worker(app, shards=urls, session_urls={2: two_shards[1]}, queues=["pooled"])
-    worker = Worker(
-        app,
-        shards=urls,
-        session_urls=two_shards,
-        queues=["pooled"],
-        poll_interval=0.5,
-        scan_interval=0.2,
-        run_retention=False,
-    )
+    worker = _session_worker(urls, two_shards)
     for shard, pooled in urls.items():
         assert pooler.session_dsn(pooled) == two_shards[shard] and pooler.is_pooled(pooled)
     running = RunningWorker(worker).start()
@@ -182,15 +187,7 @@ def test_pools_and_clients_built_in_python_take_each_shards_session_url(two_shar
     urls = {shard: bouncer.url(dsn) for shard, dsn in two_shards.items()}
     pools = ShardPools(ShardRouter([0, 1], [0, 1], 0), urls, session_urls={1: two_shards[1]})
     assert pooler.session_dsn(urls[1]) == two_shards[1] and not pooler.is_pooled(urls[0])
-    worker = Worker(
-        app,
-        shards=urls,
-        session_urls=two_shards,
-        queues=["pooled"],
-        poll_interval=0.5,
-        scan_interval=0.2,
-        run_retention=False,
-    )
+    worker = _session_worker(urls, two_shards)
     running = RunningWorker(worker).start()
     try:
         with Client(shards=pools) as client:
