@@ -6,7 +6,8 @@ Before each file, pgtap/fixtures/common.sql (the helpers the files share) runs i
 the same connection. The files are plain SQL (no psql meta-commands). A file may hold several
 transactions (BEGIN; plan(N); ... finish(); ROLLBACK;), one per topic of its
 functions/ file; their plans add up. Here each statement is sent on its own so an unexpected error names
-its line; every row a statement returns is TAP text.
+the file, its line and first line and the server's error (text the scanner cannot split is sent as
+one statement, never left out); every row a statement returns is TAP text.
 
 Without the pgtap extension in the server the tests skip, except in CI (the CI
 environment variable is set), where a missing pgTAP is a failure: run `make pgtap`.
@@ -104,12 +105,35 @@ def parse_tap(name: str, lines: list[str]) -> TapReport:
     return report
 
 
+# What may stand between two statements: blanks, comments and semicolons.
+_BETWEEN = re.compile(r"(?:\s+|;|--[^\n]*|/\*.*?\*/)*", re.DOTALL)
+
+
 def statements(sql: str) -> list[tuple[int, str]]:
-    """(line number, statement) pairs, split by the PostgreSQL parser."""
-    result = []
-    for piece in pglast.split(sql, with_parser=False, only_slices=True):
-        result.append((sql.count("\n", 0, piece.start) + 1, sql[piece]))
-    return result
+    """(line number, statement) pairs, split by the PostgreSQL scanner, the line that of the
+    statement's first word (not of a comment above it). The scanner stops at what it cannot
+    split (a parenthesis never closed, a quote never ended) and leaves the rest out: the rest
+    is one statement then, sent as it is, so that the server's error names it (the file's
+    remaining statements never ran, and were otherwise only a plan not met)."""
+    try:
+        spans = [(s.start, s.stop) for s in pglast.split(sql, with_parser=False, only_slices=True)]
+    except pglast.parser.ParseError as exc:
+        # (args: the message and where the token it could not read starts) The statements
+        # before that token's are whole; the one holding it goes with the rest.
+        at = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
+        spans = [(s.start, s.stop) for s in pglast.split(sql[:at], with_parser=False, only_slices=True)]
+        if spans and ";" not in sql[spans[-1][1] : at]:
+            spans.pop()
+    pieces = []
+    end = 0
+    for start, stop in [*spans, (len(sql), len(sql))]:
+        left = _BETWEEN.match(sql, end, start).end()
+        if left < start:  # text the scanner left out: one statement up to the next it split
+            pieces.append((left, sql[left:start]))
+        if start < stop:
+            pieces.append((_BETWEEN.match(sql, start, stop).end(), sql[start:stop]))
+        end = stop
+    return [(sql.count("\n", 0, at) + 1, piece) for at, piece in pieces]
 
 
 # Helpers every pgTAP file may use (pg_temp functions), run before each file in its connection.
@@ -132,9 +156,13 @@ def run_file(dsn: str, path: Path, fixtures: Path | None = FIXTURES) -> TapRepor
                 cursor = conn.execute(statement, prepare=False)
             except psycopg.Error as exc:
                 diag = exc.diag
+                # The file, the statement's line and first line, the server's error: a statement
+                # that fails outside a test (it cannot be parsed, or it raises) stops the file.
+                code = statement[_BETWEEN.match(statement).end() :].splitlines() or [""]
                 error = (
-                    f"{path.name} line {line}: {diag.sqlstate or ''} "
-                    f"{(diag.message_primary or str(exc)).strip()}"
+                    f"{path.name} line {line}: {code[0].strip()}"
+                    + (" ..." if len(code) > 1 else "")
+                    + f"\n    {diag.sqlstate or ''} {(diag.message_primary or str(exc)).strip()}"
                 )
                 if diag.message_detail:
                     error += f"\n    DETAIL: {diag.message_detail}"
