@@ -57,13 +57,16 @@ $$;
 --   pending tasks is counted exactly from them, per kind, as before (estimated false);
 -- - a queue past p_cap: its claimable and scheduled per kind are a block sample of the table
 --   (TABLESAMPLE SYSTEM over about p_sample_pages pages, scaled by the fraction read; never
---   below what its head counted), estimated true; its oldest claimable due time stays exact
+--   below what its head counted), estimated true, a row for each kind of claimable task
+--   (workflow, activity) whether or not the head or the sample met one (a rare kind's series
+--   stays; 0 when neither did); its oldest claimable due time stays exact
 --   (_earliest_pending_due_at: a probe per priority), the queue's whatever the kind (on each kind with claimable tasks);
 -- - running tasks from tasks_running_lease, a paused run's tasks through its PAUSED row, the
 --   pending timers from tasks_timers_due: exact (a fleet's slots, paused runs, sleeping runs);
 -- - the keyed pending activities counted up to p_cap + 1 under tasks_activity_concurrency_key,
 --   past it the same sample's estimate (keyed_pending_estimated).
--- A row is a (queue, kind) with pending, running or paused tasks, as the grouped count's were.
+-- A row is a (queue, kind) with pending, running or paused tasks, as the grouped count's were
+-- (and past the cap, both kinds of a queue).
 CREATE OR REPLACE FUNCTION harvest._sample_queue_depths(
     p_now timestamptz, p_cap integer, p_sample_pages integer, p_seed double precision,
     OUT queues jsonb, OUT keyed_running bigint, OUT keyed_pending bigint,
@@ -233,6 +236,13 @@ BEGIN
             SELECT sampled.queue, sampled.kind FROM sampled
             UNION
             SELECT others.queue, others.kind FROM others WHERE others.kind <> 'timer'
+            UNION
+            -- A queue past the cap: a row for each kind of claimable task, whether or not its
+            -- head or the sample met one, so that a rare kind's series does not come and go
+            -- with the blocks drawn (its estimate is 0 then; nothing is read for it).
+            SELECT q.queue, c.kind
+            FROM unnest(v_deep) AS q (queue)
+            CROSS JOIN (VALUES ('workflow'), ('activity')) AS c (kind)
         ) AS k
         LEFT JOIN heads AS h ON h.queue = k.queue AND h.kind = k.kind
         LEFT JOIN sampled AS s ON s.queue = k.queue AND s.kind = k.kind

@@ -1,7 +1,7 @@
 -- functions/metrics.sql: claim_sampler_lead, get_metric_samples (and _sample_queue_depths), the gauges the metrics sampler publishes, and
 -- list_forced_closes, the runs closed outside a decision that it counts.
 BEGIN;
-SELECT plan(36);
+SELECT plan(37);
 
 -- claim_sampler_lead: the sampler's session lock, taken by the function as the owner.
 SELECT is(harvest.claim_sampler_lead(), true, 'claim_sampler_lead(): a session with no other leader leads');
@@ -98,7 +98,7 @@ SELECT is(jsonb_path_query_first((harvest._sample_queue_depths(harvest.now(), 2,
           '_sample_queue_depths(): at the cap, exact');
 SELECT pg_temp.start_run('cap3', 'cap_wf', 'capq');
 SELECT is(jsonb_path_query_first((harvest._sample_queue_depths(harvest.now(), 2, 0, 0)).queues,
-                                 '$[*] ? (@.queue == "capq")'),
+                                 '$[*] ? (@.queue == "capq" && @.kind == "workflow")'),
           '{"queue": "capq", "kind": "workflow", "claimable": 3, "scheduled": 0, "running": 0,
             "oldest_claimable_secs": 30, "estimated": true}'::jsonb,
           '_sample_queue_depths(): past the cap, estimated (at least the head counted), the oldest exact');
@@ -127,6 +127,16 @@ SELECT is(jsonb_path_query_first((harvest._sample_queue_depths(harvest.now(), 2,
 SELECT is(jsonb_path_query_first((harvest._sample_queue_depths(harvest.now(), 2, 0, 0)).queues,
                                  '$[*] ? (@.queue == "capkq" && @.kind == "workflow")') -> 'oldest_claimable_secs',
           '60'::jsonb, '_sample_queue_depths(): past the cap, a kind with claimable tasks has the queue''s oldest wait');
+-- Past the cap, a kind neither the head (here three workflow tasks, before it in claim order)
+-- nor the sample (no block) met keeps its row, estimated at 0: a rare kind's series stays.
+SELECT pg_temp.start_run('capr' || n, 'capr_wf', 'caprq') FROM generate_series(1, 3) AS n;
+SET LOCAL harvest.fake_now = '2030-01-01 00:04:00+00';
+SELECT pg_temp.start_activity('capr_act', 'capr_wf', 'caprw', 'capr_act', 'caprq', p_claim => false);
+SELECT is(jsonb_path_query_first((harvest._sample_queue_depths(harvest.now(), 2, 0, 0)).queues,
+                                 '$[*] ? (@.queue == "caprq" && @.kind == "activity")'),
+          '{"queue": "caprq", "kind": "activity", "claimable": 0, "scheduled": 0, "running": 0,
+            "oldest_claimable_secs": null, "estimated": true}'::jsonb,
+          '_sample_queue_depths(): past the cap, a kind neither the head nor the sample met keeps its row');
 
 -- The readers and the worker may call it.
 SELECT ok(has_function_privilege('harvest_worker', 'harvest.get_metric_samples(integer)', 'EXECUTE')
