@@ -67,8 +67,12 @@ $$;
 --   past it the same sample's estimate (keyed_pending_estimated).
 -- A row is a (queue, kind) with pending, running or paused tasks, as the grouped count's were
 -- (and past the cap, both kinds of a queue).
+-- The cap and the sample's pages are the sampler's (get_metric_samples) and `harvest shard
+-- health`'s (get_shard_health) by default: 10,000 pending tasks, about 1,000 pages; the seed,
+-- p_now's epoch (a test passes its own).
 CREATE OR REPLACE FUNCTION harvest._sample_queue_depths(
-    p_now timestamptz, p_cap integer, p_sample_pages integer, p_seed double precision,
+    p_now timestamptz, p_cap integer DEFAULT 10000, p_sample_pages integer DEFAULT 1000,
+    p_seed double precision DEFAULT NULL,
     OUT queues jsonb, OUT keyed_running bigint, OUT keyed_pending bigint,
     OUT keyed_pending_estimated boolean, OUT timers bigint
 )
@@ -157,7 +161,7 @@ BEGIN
                 round(count(*) FILTER (WHERE t.due_at > p_now) * 100 / v_percent)::bigint AS scheduled,
                 round(count(*) FILTER (WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL)
                       * 100 / v_percent)::bigint AS keyed
-            FROM harvest.tasks AS t TABLESAMPLE SYSTEM (v_percent) REPEATABLE (p_seed)
+            FROM harvest.tasks AS t TABLESAMPLE SYSTEM (v_percent) REPEATABLE (coalesce(p_seed, extract(epoch FROM p_now)))
             WHERE t.status = 'pending' AND t.kind <> 'timer'
             GROUP BY t.queue, t.kind
         ) AS s;
@@ -282,10 +286,6 @@ DECLARE
     v_pending bigint;
     v_timers bigint;
     c_max_in_flight_rows constant integer := 10000;
-    -- A queue's depths are exact up to this many pending tasks; past it, a block sample of
-    -- about c_sample_pages pages of the tasks estimates them (docs/observability.md).
-    c_depth_cap constant integer := 10000;
-    c_sample_pages constant integer := 1000;
     v_pending_estimated boolean;
     v_keys text[];
     v_ranked boolean := false;
@@ -301,10 +301,12 @@ BEGIN
         USING ERRCODE = 'HR001', HINT = 'pass a number of concurrency keys from 0 to 1000';
     END IF;
     SELECT r.max_age INTO v_max_age FROM harvest.retention_config AS r WHERE r.id;
-    -- The queue depths, exact up to c_depth_cap pending tasks a queue, estimated past it.
+    -- The queue depths, exact up to 10,000 pending tasks a queue, past it a block sample of
+    -- about 1,000 pages of the tasks estimates them (_sample_queue_depths' defaults,
+    -- docs/observability.md).
     SELECT d.queues, d.keyed_running, d.keyed_pending, d.keyed_pending_estimated, d.timers
     INTO v_queues, v_in_flight, v_pending, v_pending_estimated, v_timers
-    FROM harvest._sample_queue_depths(v_now, c_depth_cap, c_sample_pages, extract(epoch FROM v_now)) AS d;
+    FROM harvest._sample_queue_depths(v_now) AS d;
     -- The concurrency keys: the busiest p_max_keys (in flight, then pending, then key), and the
     -- others' sums, exact: every key's in flight and pending less the exported keys'. Ranking
     -- every key's counts (list_concurrency_keys(NULL)) read each keyed task a second time and

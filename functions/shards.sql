@@ -173,10 +173,12 @@ $$;
 
 -- This shard's facts for `harvest shard health` in one round trip: what its readiness
 -- gates on (get_shard_readiness) and its pressure: each queue's live workers and work
--- (pending, claimable now, running, the oldest claimable due time: a count of every task,
--- 0.4 s of CPU over a backlog of 2M) and the dead letters parked here; and its cross-shard
--- children both ways, what the retire of a shard waits for (docs/sharding.md, "Retiring the
--- shard of a child"): the children it drives by target shard, the ends it owes by parent shard.
+-- (pending, claimable now, running, the oldest claimable due time), counted as the metrics
+-- sampler counts them (_sample_queue_depths: exact up to 10,000 pending tasks a queue, past
+-- that a block sample's estimate, `estimated`; a count of every task was 0.4 s of CPU over a
+-- backlog of 2M), and the dead letters parked here; and its cross-shard children both ways,
+-- what the retire of a shard waits for (docs/sharding.md, "Retiring the shard of a child"):
+-- the children it drives by target shard, the ends it owes by parent shard.
 CREATE OR REPLACE FUNCTION harvest.get_shard_health(p_queues text[] DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE sql STABLE
@@ -190,22 +192,23 @@ AS $$
         GROUP BY u.queue
     ),
 
-    -- The clock read once (in a FILTER it was called twice per task: 1.7 s of CPU a call
-    -- over a backlog of 2M tasks, 0.5 s read once).
     clock AS MATERIALIZED (SELECT harvest.now() AS now),
 
+    -- The sampler's rows (a queue and kind each) summed per queue: the oldest claimable is the
+    -- oldest of its kinds' (an age in seconds there, a time again here).
     work AS (
         SELECT
-            t.queue,
-            count(*) FILTER (WHERE t.status = 'pending') AS pending,
-            count(*) FILTER (WHERE t.status = 'pending' AND t.due_at <= c.now) AS claimable,
-            count(*) FILTER (WHERE t.status = 'running') AS running,
-            min(t.due_at) FILTER (
-                WHERE t.status = 'pending' AND t.due_at <= c.now
-            ) AS oldest_claimable_at
-        FROM harvest.tasks AS t CROSS JOIN clock AS c
-        WHERE t.kind <> 'timer'
-        GROUP BY t.queue
+            q.value ->> 'queue' AS queue,
+            sum((q.value ->> 'claimable')::bigint + (q.value ->> 'scheduled')::bigint) AS pending,
+            sum((q.value ->> 'claimable')::bigint) AS claimable,
+            sum((q.value ->> 'running')::bigint) AS running,
+            min(c.now) - max((q.value ->> 'oldest_claimable_secs')::double precision) * interval '1 second'
+                AS oldest_claimable_at,
+            bool_or((q.value ->> 'estimated')::boolean) AS estimated
+        FROM clock AS c
+        CROSS JOIN LATERAL harvest._sample_queue_depths(c.now) AS d
+        CROSS JOIN LATERAL jsonb_array_elements(d.queues) AS q
+        GROUP BY q.value ->> 'queue'
     ),
 
     declared AS (
@@ -222,7 +225,8 @@ AS $$
             coalesce(k.pending, 0) AS pending,
             coalesce(k.claimable, 0) AS claimable,
             coalesce(k.running, 0) AS running,
-            k.oldest_claimable_at
+            k.oldest_claimable_at,
+            coalesce(k.estimated, false) AS estimated
         FROM (SELECT d.queue FROM declared AS d UNION SELECT k.queue FROM work AS k) AS q
         LEFT JOIN live AS l ON q.queue = l.queue
         LEFT JOIN work AS k ON q.queue = k.queue
@@ -233,7 +237,7 @@ AS $$
             SELECT jsonb_agg(jsonb_build_object(
                 'queue', q.queue, 'live_workers', q.live_workers, 'pending', q.pending,
                 'claimable', q.claimable, 'running', q.running,
-                'oldest_claimable_at', q.oldest_claimable_at
+                'oldest_claimable_at', q.oldest_claimable_at, 'estimated', q.estimated
             ) ORDER BY q.queue)
             FROM queues AS q
         ), '[]'::jsonb),
@@ -305,7 +309,8 @@ COMMENT ON FUNCTION harvest.get_shard_readiness IS
 COMMENT ON FUNCTION harvest.get_shard_health IS
 'This shard''s health facts in one object: get_shard_readiness''s (shard id, schema version, workers, the declared '
 'queues no live worker polls, stranded work, the unpaused schedules and the oldest due time among them: scheduler '
-'freshness) and its pressure: per-queue live workers and work (a count of every task) and dead letters; and '
+'freshness) and its pressure: per-queue live workers and work (exact up to 10,000 pending tasks a queue, past '
+'that a block sample''s estimate, estimated: the metrics sampler''s count) and dead letters; and '
 'its cross-shard children: those it drives by target shard (cross_shard_children) and the child ends it owes by '
 'parent shard (owed_child_ends). Read by '
 'harvest shard health and GET /admin/shards/health. For operators (role harvest_reader).';

@@ -109,8 +109,8 @@ SELECT is(harvest.get_shard_readiness() -> 'unpolled_queues', '[]'::jsonb,
           'get_shard_readiness(): no p_queues: the registered queues, all polled');
 SELECT is(jsonb_path_query_first(harvest.get_shard_health(), '$.queues[*] ? (@.queue == "default")'),
           jsonb_build_object('queue', 'default', 'live_workers', 1, 'pending', 3, 'claimable', 3, 'running', 0,
-                             'oldest_claimable_at', (SELECT min(due_at) FROM harvest.tasks)),
-          'get_shard_health(): a queue''s live workers and work');
+                             'oldest_claimable_at', (SELECT min(due_at) FROM harvest.tasks), 'estimated', false),
+          'get_shard_health(): a queue''s live workers and work, counted exactly below the cap');
 UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '1 hour' WHERE id = 'w-health';
 SELECT results_eq($$SELECT queue, pending FROM harvest.count_stranded_tasks()$$,
                   $$VALUES ('default'::text, 3::bigint)$$,

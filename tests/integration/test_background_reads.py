@@ -11,8 +11,9 @@
 - The metrics sampler's queue depths (functions/metrics.sql, _sample_queue_depths): exact up to a
   cap of pending tasks a queue, past it an estimate from a block sample, flagged; a deep backlog
   is read as each queue's head and the sample, not whole (a sample counted every task, grouped).
-  get_metric_samples passes a cap of 10,000 and 1,000 pages, and counts a table of at most 1,000
-  pages whole; these tests pass smaller ones to a table of a few hundred.
+  get_metric_samples and get_shard_health take its defaults, a cap of 10,000 and 1,000 pages,
+  and it counts a table of at most 1,000 pages whole; these tests pass smaller ones to a table of
+  a few hundred (and the defaults to one of 3,000 pages, for `harvest shard health`).
 """
 
 from __future__ import annotations
@@ -309,3 +310,60 @@ def test_a_deep_backlog_is_read_as_its_queues_heads_and_a_sample_not_whole(db: s
         # passes), a twentieth of the rows, a few probes
         bound = 3 * cap + 300 + (DEEP + 300) // 20 + 200
         assert read < bound, f"{read} task rows read for {DEEP + 300} tasks"
+
+
+def test_shard_health_counts_a_deep_backlog_as_the_sampler_does(db: str) -> None:
+    """`harvest shard health`'s per-queue work counted every task (0.4 s of CPU over 2M): it is
+    the sampler's count now (_sample_queue_depths at its defaults, a cap of 10,000 pending tasks
+    a queue and about 1,000 pages), summed per queue: a queue past the cap is an estimate that
+    says so, one below it exact, the oldest claimable exact either way, and the backlog is read
+    as each queue's head and a sample. (A table of three times the sample's 1,000 pages: 200,000
+    tasks, on queues a live worker polls: an unpolled queue's claimable tasks are counted whole
+    as stranded work.)"""
+    deep = 200_000
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SET harvest.fake_now = '2030-01-01 00:00:00+00'")  # one now for every read
+        run = _start(conn, "other")
+        _add_tasks(
+            conn,
+            run,
+            deep,
+            "deep",
+            "harvest.now() + CASE WHEN g %% 4 = 0 THEN interval '1 hour' ELSE -make_interval(secs => g) END",
+        )
+        _add_tasks(conn, run, 300, "small", "harvest.now() - interval '1 minute'", first=deep + 1)
+        conn.execute(
+            "SELECT harvest.register_worker('w', ARRAY['deep', 'small', 'other'], 'host', 1, 60, '{}')"
+        )
+        conn.execute("VACUUM ANALYZE harvest.tasks")
+        assert _pages(conn) > 3000
+        before = _tasks_read(conn)
+        (health,) = conn.execute("SELECT harvest.get_shard_health()").fetchone()  # type: ignore[misc]
+        read = _tasks_read(conn) - before
+        queues = {q["queue"]: q for q in health["queues"]}
+        assert queues["small"] == {
+            "queue": "small",
+            "live_workers": 1,
+            "pending": 300,
+            "claimable": 300,
+            "running": 0,
+            "oldest_claimable_at": "2029-12-31T23:59:00+00:00",
+            "estimated": False,
+        }
+        big = queues["deep"]
+        assert big["estimated"] is True and big["running"] == 0
+        assert big["oldest_claimable_at"] == "2029-12-29T16:26:41+00:00"  # g = 199,999: exact
+        for field, truth in (("pending", deep), ("claimable", deep * 3 // 4)):
+            assert abs(big[field] - truth) <= 0.2 * truth, (field, big)
+        # heads (10,001 and 300), about 1,000 of the table's 3,000 pages, a few probes
+        assert read < deep // 2, f"{read} task rows read for {deep + 300} tasks"
+    # The report says so: the shard's pressure, and its text (~ and the queue named).
+    from harvest.cli.shard import _render
+    from harvest.shard.health import shard_health
+    from harvest.shard.router import ShardRouter
+
+    report = shard_health(ShardRouter(readable=[0], writable=[0], default=0), {0: db})
+    assert report["shards"][0]["pressure"]["estimated"] is True
+    text = _render(report)
+    assert f"~{report['shards'][0]['pressure']['pending']}" in text
+    assert "shard 0: ~ pending is an estimate: queue(s) 'deep' past 10,000 pending tasks" in text, text

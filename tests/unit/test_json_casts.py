@@ -42,6 +42,7 @@ ENGINE_WRITTEN = {
     ("metrics.sql", "c.value"): "list_concurrency_keys' own rows as JSON",
     ("metrics.sql", "h.value"): "_sample_queue_depths' own per-queue heads (v_heads)",
     ("metrics.sql", "s.value"): "_sample_queue_depths' own block-sample counts (v_sample)",
+    ("shards.sql", "q.value"): "_sample_queue_depths' rows, which get_shard_health sums per queue",
     ("rebalance.sql", "v_prior_seal"): "the seal a migration's source shard wrote",
     ("rebalance.sql", "v_source"): "the digest the source shard computed",
     ("rebalance.sql", "v_now"): "the digest this shard computed",

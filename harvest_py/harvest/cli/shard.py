@@ -65,7 +65,10 @@ def _render(data: dict[str, Any]) -> str:
                 "live": workers.get("live"),
                 "stale": workers.get("stale"),
                 "unpolled": coverage.get("unpolled"),
-                "pending": pressure.get("pending"),
+                # (~: a queue past 10,000 pending tasks is an estimate, named below the table)
+                "pending": f"~{pressure['pending']}"
+                if pressure.get("estimated")
+                else pressure.get("pending"),
                 "dlq": pressure.get("dead_letters"),
                 "stranded": row["stranded_pending"],
                 "scheduler": (row.get("scheduler") or {}).get("status"),
@@ -84,6 +87,13 @@ def _render(data: dict[str, Any]) -> str:
         functions = row["schema"].get("functions")  # (None from a server of a release before it)
         if functions and functions.get("reason"):
             lines.append(f"shard {row['shard_id']}: {functions['reason']}")
+        estimated = [q["queue"] for q in row.get("queues") or [] if q.get("estimated")]
+        if estimated:
+            lines.append(
+                f"shard {row['shard_id']}: ~ pending is an estimate: queue(s) "
+                + ", ".join(f"'{q}'" for q in estimated)
+                + " past 10,000 pending tasks counted from a block sample of the tasks table"
+            )
         for stranded in row["stranded"] or []:
             lines.append(
                 f"shard {row['shard_id']}: {stranded['pending']} claimable task(s) on queue "

@@ -268,6 +268,9 @@ def _inspect(
                 (q["oldest_claimable_at"] for q in facts["queues"] if q["oldest_claimable_at"]), default=None
             ),
             "dead_letters": facts["dead_letters"],
+            # A queue past 10,000 pending tasks is a block sample's estimate (absent: an older
+            # shard's functions, which counted every task).
+            "estimated": any(q.get("estimated") for q in facts["queues"]),
         }
         row["children"] = _children(facts)
     row["queue_coverage"] = {"declared": declared, "unpolled": facts["unpolled_queues"]}
