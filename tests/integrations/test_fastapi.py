@@ -479,3 +479,34 @@ def test_a_remote_drain_of_the_in_process_worker_is_reported_and_the_app_serves_
     ready = seen["ready"]
     assert ready.status_code == 200 and ready.json()["runtimes"] == "drained", ready.text
     assert ready.json()["drained_at"] == worker["drained"]["at"]
+
+
+def test_an_app_answering_with_harvest_error_handler_logs_an_outages_count_at_shutdown(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A route of the app meeting a database down answers with harvest_error_handler's 503: the
+    outage's first request is logged, the rest counted, and the count not said yet is logged when
+    the app stops (HarvestLifespan closes the app's outage log, as the management API's lifespan
+    closes its own). It was never said: no shutdown line for the app's own routes."""
+    import logging
+
+    from harvest.core.errors import DatabaseUnavailable, HarvestError
+    from harvest.integrations.starlette import harvest_error_handler
+
+    async def down(request: Request) -> JSONResponse:
+        raise DatabaseUnavailable("the database cannot be reached now (Connection refused)")
+
+    api = Starlette(
+        routes=[Route("/down", down)],
+        lifespan=HarvestLifespan(app, dsn=db, config=Config(), profile="dev", run_worker=False),
+        exception_handlers={HarvestError: harvest_error_handler},
+    )
+    caplog.set_level(logging.WARNING, logger="harvest.web")
+
+    async def calls(http: httpx.AsyncClient) -> list[str]:
+        return [(await http.get("/down")).json()["error"]["request_id"] for _ in range(3)]
+
+    ids = asyncio.run(serve(api, calls))
+    said = [r.getMessage() for r in caplog.records if r.name == "harvest.web" and "outage" in r.getMessage()]
+    assert len(said) == 2 and f"request {ids[0]}: outage {ids[0][:8]} begins" in said[0], said
+    assert f"outage {ids[0][:8]} at shutdown: 2 more requests" in said[1], said

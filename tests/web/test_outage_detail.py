@@ -158,3 +158,39 @@ def test_an_outages_requests_are_counted_not_each_logged(caplog: pytest.LogCaptu
     assert f"request {ids[0]}: outage {ids[0][:8]} begins" in lines[0], lines
     counted = sum(int(n) for line in lines for n in re.findall(r": (\d+) more requests", line))
     assert counted == 39 and "is over" in lines[-1] and "40 in all" in lines[-1], lines
+
+
+@pytest.mark.parametrize("profile", ["production", "dev"])
+def test_the_api_and_its_dashboard_log_one_outage_once(
+    profile: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The dashboard mounted at /ui was an app of its own with an outage log of its own: one
+    database down logged a begins line from each, and a count line from each. They share the
+    API's now (harvest.web.errors.app_outages): one outage, one begins line, both faces' requests
+    counted in it, their ids all under its 8 characters. Met by the token check (production:
+    the same call on both faces) or past it (dev: a route's connect, and a page that could read
+    no shard, which says what the connect met in a fan-out's words)."""
+    with socket.socket() as s:  # a port nothing listens on: each request's connect is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = management_app(
+        dsn=f"postgresql://harvest@127.0.0.1:{port}/harvest", config=load_config(env={}), profile=profile
+    )
+    clock = _Clock()
+    app.state.harvest_outages = OutageLog(clock=clock)
+    caplog.set_level(logging.WARNING, logger="harvest.web")
+    ids = []
+    with TestClient(app, headers={"Authorization": "Bearer hvt_test"}) as client:
+        for _ in range(5):
+            api = client.get("/workflows", headers={"Accept": "application/json"})
+            page = client.get("/ui/workflows")
+            assert api.status_code == 503 and page.status_code == 503, (api.text, page.text)
+            ids.append(api.json()["error"]["request_id"])
+            clock.now += 0.5
+        clock.now += 10
+        assert client.get("/health/live").status_code == 200  # a later answer: the outage is over
+    said = [r.getMessage() for r in caplog.records if r.name == "harvest.web" and "outage" in r.getMessage()]
+    begins = [line for line in said if " begins " in line]
+    assert len(begins) == 1 and begins[0].startswith(f"harvest: request {ids[0]}"), said
+    assert {i[:8] for i in ids} == {ids[0][:8]} and all(ids[0][:8] in line for line in said), said
+    assert "is over" in said[-1] and "10 in all" in said[-1], said  # the dashboard's five counted too

@@ -47,7 +47,7 @@ try:  # the web face's packages (Starlette, Jinja2, ...): the [web] extra
     from starlette.routing import Mount
 
     from harvest.web.app import management_app
-    from harvest.web.errors import error_response
+    from harvest.web.errors import app_outages, error_response
     from harvest.web.principal import Authorizer
 except ImportError as exc:
     raise missing_extra("harvest.integrations.starlette", "web", exc) from exc
@@ -149,6 +149,8 @@ class HarvestLifespan:
         asgi_app.state.harvest = self
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(self._forget)
+            # The outages harvest_error_handler logged: their counts not said yet, at shutdown.
+            stack.callback(app_outages(asgi_app).close)
             self._client = await self._open_client(config, stack)
             options = configured_options(self.app, config, **self.worker_options) if self.run_worker else None
             if self.mount_path is not None:
@@ -202,6 +204,7 @@ class HarvestLifespan:
             plan=runtime_plan(config).as_run(runs, source),
             runtimes_failure=lambda: self.worker_failure,
         )
+        api.state.harvest_outages_of = asgi_app  # one outage log: the app's routes' and the API's
         mount = Mount(self.mount_path or DEFAULT_MOUNT_PATH, app=api)
         # First, so that a route of the app matching every path (a single-page app's fallback)
         # does not answer the API's paths.

@@ -412,8 +412,7 @@ def management_app(
             yield
         finally:
             await state.close()
-            app_outages(_app).close()
-            app_outages(ui).close()  # (its lifespan does not run either)
+            app_outages(_app).close()  # (the dashboard's too: it shares the API's, below)
             await ui.state.dashboard.close()  # Starlette runs no lifespan of a mounted app
             if hub is not None:
                 await hub.aclose()
@@ -426,6 +425,7 @@ def management_app(
         exception_handlers={HTTPException: _http_error, HarvestError: _harvest_error},
     )
     api.state.harvest = state
+    ui.state.harvest_outages_of = api  # one outage log for the API and its dashboard
     api.state.endpoints = table
     api.state.streams = hub  # the event streams' hub(s): closed by the lifespan (aclose())
     return api

@@ -56,6 +56,7 @@ from harvest.db.connection import (
     schema_missing,
 )
 from harvest.db.pools import outage
+from harvest.shard.fanout import unreachable_reason
 
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection
@@ -163,10 +164,13 @@ class _Outage:
 
 class OutageLog:
     """An app's log of the outages it answers 503 for (:func:`outage_answer`), bounded: a few
-    hundred requests a second meeting one database down must not be as many log lines.
+    hundred requests a second meeting one database down must not be as many log lines. One per
+    process where the apps share it (:func:`app_outages`): the management API, its dashboard and
+    the app that mounts it with ``HarvestLifespan``.
 
-    A cause is the face (``where``), the shard and what the connect met (``failure_reason``'s
-    words). Its first request is logged at once, whole: ``request <id>: outage <8 hex> begins
+    A cause is the shard and what the connect met (``failure_reason``'s words), whichever face
+    (``where``: the API, the dashboard) met it: its lines name the face of its first request.
+    Its first request is logged at once, whole: ``request <id>: outage <8 hex> begins
     (...)``, and begins an outage whose 8 characters start the request id of every request
     that meets the cause after it, so the one line found by any of them names the cause. The
     next requests are counted: one line (``goes on: N more requests``) when a request meets the
@@ -179,15 +183,16 @@ class OutageLog:
     def __init__(self, clock: Callable[[], float] = time.monotonic, interval: float = OUTAGE_LOG_INTERVAL):
         self._clock = clock
         self._interval = interval
-        self._open: dict[tuple[str, int | None, str], _Outage] = {}
+        self._open: dict[tuple[int | None, str], _Outage] = {}
         self._lock = threading.Lock()  # (a sync route's thread may answer too)
 
-    def request_id(self, where: str, shard: int | None, reason: str) -> str:
-        """The id of a request an outage met, logging what is due (see the class)."""
+    def request_id(self, where: str, shard: int | None, reason: str, same: str | None = None) -> str:
+        """The id of a request an outage met, logging what is due (see the class). ``same``: what
+        makes two requests' causes one, where the faces word ``reason`` apart (default: it)."""
         now = self._clock()
         with self._lock:
             lines = self._over(now)
-            key = (where, shard, reason)
+            key = (shard, reason if same is None else same)
             found = self._open.get(key)
             if found is None:
                 outage_id = secrets.token_hex(4)
@@ -250,11 +255,17 @@ def _log(lines: list[tuple[str, str, str]]) -> None:
 
 
 def app_outages(app: Any) -> OutageLog:
-    """A Starlette app's outage log (one per app, made at its first use, in
-    ``app.state.harvest_outages``: a test sets its own there); a log of its own for no app."""
+    """A Starlette app's outage log (made at its first use, in ``app.state.harvest_outages``: a
+    test sets its own there), or the log of the app named by ``app.state.harvest_outages_of``
+    (a mounted app shares its parent's: the dashboard the management API's, the management API
+    the app that mounts it with ``HarvestLifespan``, so one outage is one ``begins`` line per
+    process); a log of its own for no app."""
     state = getattr(app, "state", None)
     if state is None:
         return OutageLog()
+    shared = getattr(state, "harvest_outages_of", None)
+    if shared is not None:
+        return app_outages(shared)
     found = getattr(state, "harvest_outages", None)
     if found is None:
         found = state.harvest_outages = OutageLog()
@@ -281,12 +292,15 @@ def outage_answer(
     503, the dashboard's and the event streams'."""
     reason = failure_reason(exc)
     shard = exc.shard if isinstance(exc, ShardUnavailable) else None
-    cause = reason
+    # One outage is what the connect met, in the words a fan-out gives a shard it could not read
+    # (unreachable_reason): the dashboard's pages say that (NoShardReached's connect_detail),
+    # the management API's routes the connect's own error, logged as failure_reason words.
+    cause, same = reason, unreachable_reason(exc)
     if isinstance(exc, NoShardReached):
         # Its message names the call (a dead letter's id): the outage is what the connects met,
         # or every id would be an outage of its own, filling the log's places.
-        cause = exc.connect_detail or "no shard could be reached"
-    request_id = (outages or OutageLog()).request_id(where, shard, cause)
+        cause = same = exc.connect_detail or "no shard could be reached"
+    request_id = (outages or OutageLog()).request_id(where, shard, cause, same)
     code = "database_unavailable" if shard is None else error_code(exc)
     if isinstance(exc, NoShardReached):  # (which shards, what was not done: no connect's text)
         said = redact(exc.said)

@@ -22,7 +22,7 @@ import re
 import secrets
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -644,7 +644,7 @@ class Dashboard:
         )
         await self._bulk_step(raised, dict.fromkeys(self.source.shards), tally, arguments)
         if len(tally.unavailable) == len(self.source.shards):
-            raise NoShardReached("no shard could be counted; retry when one is up")
+            raise _no_shard("no shard could be counted; retry when one is up", tally.unavailable)
         return self._bulk_page(request, raised, "confirm", tally, q, expected=tally.total("matched"))
 
     async def bulk_runs(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
@@ -894,7 +894,7 @@ class Dashboard:
             kind, limit, _param(q, "cursor"), None if paused is None else paused == "true"
         )
         if page.status == UNAVAILABLE:
-            raise NoShardReached("no shard could be read; retry when one is up")
+            raise _no_shard("no shard could be read; retry when one is up", page.reasons)
         rows = [{**row, "when": describe_row(row), "upcoming": views.upcoming(row, 1)} for row in page.value]
         return self.render(
             request,
@@ -971,7 +971,7 @@ class Dashboard:
             self.source.apis(principal), lambda api: api.list_dags(), timeout=self.source.timeout
         )
         if not fan.results and fan.unavailable_shards:
-            raise NoShardReached("no shard could be read; retry when one is up")
+            raise _no_shard("no shard could be read; retry when one is up", fan.reasons)
         rows = views.merge_dags(fan.results)
         if paused is not None:
             rows = [r for r in rows if r["paused"] == (paused == "true")]
@@ -1004,7 +1004,7 @@ class Dashboard:
         found = {s: r for s, r in fan.results.items() if r is not None}
         if not found:
             if fan.unavailable_shards:
-                raise NoShardReached("no shard could be read; retry when one is up")
+                raise _no_shard("no shard could be read; retry when one is up", fan.reasons)
             raise NotFound(f"no DAG {name!r} is registered on any shard")
         dag = views.merge_dags({s: [r] for s, r in found.items()})[0]
         return self.render(
@@ -1364,8 +1364,19 @@ class Dashboard:
 def _unavailable(listed: Merged[Any], *others: Merged[Any]) -> list[int]:
     """The shards a page could not read; a list no shard answered is DatabaseUnavailable (503)."""
     if listed.status == UNAVAILABLE:
-        raise NoShardReached("no shard could be read; retry when one is up")
+        raise _no_shard("no shard could be read; retry when one is up", listed.reasons)
     return _missing(listed, *others)
+
+
+def _no_shard(said: str, reasons: Mapping[int, str]) -> NoShardReached:
+    """A page no shard answered, with what their connects met (``reasons``, each shard's): the
+    one reason when they all met the same (a database down), else each shard's. The log's outage
+    is then the one the management API's requests meet, not one of the dashboard's own
+    (harvest.web.errors.outage_answer); a caller sees ``said`` only."""
+    distinct = set(reasons.values())
+    if len(distinct) == 1:
+        return NoShardReached(said, distinct.pop())
+    return NoShardReached(said, "; ".join(f"shard {s}: {r}" for s, r in sorted(reasons.items())) or None)
 
 
 def _missing(*reads: Merged[Any]) -> list[int]:
