@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+from typing import Any
 
 import pytest
 from psycopg import conninfo
@@ -128,19 +129,28 @@ class _Clock:
         return self.now
 
 
+def _down_app(caplog: pytest.LogCaptureFixture, profile: str | None = None) -> tuple[Any, _Clock]:
+    """The management API over a port nothing listens on (each request's connect is refused),
+    its outage log on the test's clock, and harvest.web's warnings captured."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = management_app(
+        dsn=f"postgresql://harvest@127.0.0.1:{port}/harvest", config=load_config(env={}), profile=profile
+    )
+    clock = _Clock()
+    app.state.harvest_outages = OutageLog(clock=clock)
+    caplog.set_level(logging.WARNING, logger="harvest.web")
+    return app, clock
+
+
 def test_an_outages_requests_are_counted_not_each_logged(caplog: pytest.LogCaptureFixture) -> None:
     """A few hundred requests a second meeting one database down were as many WARNING lines:
     the log flooded when it was needed. Now the outage's first request is logged whole, the rest
     counted in a line per 10 s at most, and their ids start with the outage's, which the lines
     name (docs/security.md, "What an outage tells a caller"). The app's own OutageLog, with the
     test's clock: no time is compared."""
-    with socket.socket() as s:  # a port nothing listens on: each request's connect is refused
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = management_app(dsn=f"postgresql://harvest@127.0.0.1:{port}/harvest", config=load_config(env={}))
-    clock = _Clock()
-    app.state.harvest_outages = OutageLog(clock=clock)
-    caplog.set_level(logging.WARNING, logger="harvest.web")
+    app, clock = _down_app(caplog)
     ids = []
     with TestClient(app, headers={"Accept": "application/json"}) as api:
         for _ in range(40):
@@ -170,15 +180,7 @@ def test_the_api_and_its_dashboard_log_one_outage_once(
     counted in it, their ids all under its 8 characters. Met by the token check (production:
     the same call on both faces) or past it (dev: a route's connect, and a page that could read
     no shard, which says what the connect met in a fan-out's words)."""
-    with socket.socket() as s:  # a port nothing listens on: each request's connect is refused
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = management_app(
-        dsn=f"postgresql://harvest@127.0.0.1:{port}/harvest", config=load_config(env={}), profile=profile
-    )
-    clock = _Clock()
-    app.state.harvest_outages = OutageLog(clock=clock)
-    caplog.set_level(logging.WARNING, logger="harvest.web")
+    app, clock = _down_app(caplog, profile)
     ids = []
     with TestClient(app, headers={"Authorization": "Bearer hvt_test"}) as client:
         for _ in range(5):
