@@ -49,6 +49,14 @@ def test_rotation_old_payloads_stay_readable_and_a_removed_key_is_named():
     assert "'k1'" in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_a_codec_whose_current_key_it_does_not_hold_names_it_when_it_encodes():
+    codec = AesGcmCodec({"k1": K1})
+    codec.active = "k2"  # (set after it was made: the constructor refuses it)
+    with pytest.raises(PayloadKeyMissing) as caught:
+        CodecChain([codec]).encode(SECRET)
+    assert (caught.value.key_id, caught.value.known) == ("k2", ["k1"])
+
+
 def test_a_process_without_codecs_names_the_key_and_still_reads_zlib():
     plain = CodecChain()
     assert plain.decode(CodecChain([ZlibCodec()]).encode([1, 2])) == [1, 2]

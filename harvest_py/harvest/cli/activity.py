@@ -12,14 +12,24 @@ from typing import Any
 import click
 
 from harvest.cli.output import database_url_option, emit, output_option
-from harvest.cli.shards import routed_call
+from harvest.cli.payloads import Reveal, app_write_option
+from harvest.cli.shards import cli_client, routed_call
 from harvest.cli.workflow import read_json_option
 from harvest.core.errors import ActivityFailure
 from harvest.core.task_token import TaskToken
 
 
-def _by_token(database_url: str | None, task_token: str, fn: Any) -> Any:
+def _by_token(
+    database_url: str | None, task_token: str, fn: Any, app_target: str | None = None, keyed: Any = None
+) -> Any:
+    """``fn(sql, token)`` on the shard the token's run lives on; with --app, ``keyed(client)``
+    instead, on a client given the App's codecs, which encodes the payload it sends (as a
+    ``Client(codecs=...)`` does: docs/payloads.md, "A key-holding CLI")."""
     token = TaskToken.parse(task_token)
+    reveal = Reveal(app_target)
+    if reveal:
+        with reveal.writing(), cli_client(database_url, reveal.payloads) as client:
+            return keyed(client)
     return routed_call(database_url, token.execution_id, lambda sql: fn(sql, str(token)))
 
 
@@ -32,14 +42,27 @@ def activity() -> None:
 @click.argument("task_token")
 @click.option("--result-json", default=None, help="The result: one JSON value (default null).")
 @click.option("--result-file", default=None, help="Read the result JSON from a file (- for stdin).")
+@app_write_option
 @database_url_option
 @output_option
 def complete(
-    task_token: str, result_json: str | None, result_file: str | None, database_url: str | None, output: str
+    task_token: str,
+    result_json: str | None,
+    result_file: str | None,
+    app_target: str | None,
+    database_url: str | None,
+    output: str,
 ) -> None:
-    """Complete the activity: completed, or already_completed for a repeat of the same result."""
+    """Complete the activity: completed, or already_completed for a repeat of the same result
+    (encoded with --app's codecs)."""
     result = read_json_option(result_json, result_file, "result")
-    outcome = _by_token(database_url, task_token, lambda sql, t: sql.complete_activity_by_token(t, result))
+    outcome = _by_token(
+        database_url,
+        task_token,
+        lambda sql, t: sql.complete_activity_by_token(t, result),
+        app_target,
+        lambda client: client.complete_activity(task_token, result),
+    )
     emit({"task_token": task_token, "outcome": outcome}, output, lambda d: outcome)
 
 
@@ -63,15 +86,27 @@ def fail(
 @click.argument("task_token")
 @click.option("--details-json", default=None, help="Progress details: one JSON value.")
 @click.option("--details-file", default=None, help="Read the details JSON from a file (- for stdin).")
+@app_write_option
 @database_url_option
 @output_option
 def heartbeat(
-    task_token: str, details_json: str | None, details_file: str | None, database_url: str | None, output: str
+    task_token: str,
+    details_json: str | None,
+    details_file: str | None,
+    app_target: str | None,
+    database_url: str | None,
+    output: str,
 ) -> None:
     """Heartbeat the activity (its heartbeat timeout still applies); says whether its run was asked
-    to cancel."""
+    to cancel. The details are encoded with --app's codecs."""
     details = read_json_option(details_json, details_file, "details")
-    cancel = _by_token(database_url, task_token, lambda sql, t: sql.heartbeat_activity_by_token(t, details))
+    cancel = _by_token(
+        database_url,
+        task_token,
+        lambda sql, t: sql.heartbeat_activity_by_token(t, details),
+        app_target,
+        lambda client: client.heartbeat_activity(task_token, details),
+    )
     emit(
         {"task_token": task_token, "cancel_requested": cancel},
         output,

@@ -1266,7 +1266,10 @@ class HttpStarted:
 class HttpClient:
     """What the commands ask of harvest.client.Client, over the routes. ``payloads``: an App's
     (`--app`, harvest.cli.payloads): the API holds no keys and answers payloads as stored, so a
-    result or an answer is decoded here, and a query's or an update's argument encoded here."""
+    result or an answer is decoded here, and what a command writes (a start's arguments, a
+    signal's payload, a query's or an update's argument, an activity's result or heartbeat
+    details) encoded here: the routes store an envelope as sent, for a worker to decode. Not
+    offloaded: no route hands the CLI the App's store."""
 
     def __init__(self, http: Http, payloads: Any = None):
         self.http = http
@@ -1284,7 +1287,7 @@ class HttpClient:
         residency_key: str | None = None,
     ) -> HttpStarted:
         body = {
-            "input": list(args),
+            "input": self.payloads.chain.encode_args(list(args)),
             "workflow_id": workflow_id,
             "queue": queue,
             "reuse_policy": reuse_policy,
@@ -1308,6 +1311,24 @@ class HttpClient:
 
     def get_handle(self, execution_id: str) -> HttpHandle:
         return HttpHandle(self.http, execution_id, self.payloads)
+
+    def complete_activity(self, task_token: str, result: Any = None) -> Any:
+        """As ``Client.complete_activity``: a repeat of the same result is ``already_completed``,
+        judged on the decoded value (an encrypting codec sends new bytes each time)."""
+        from harvest.client.client import _completed_with
+        from harvest.core.task_token import TaskToken
+
+        api = HttpApi(self.http)
+        try:
+            return api.complete_activity_by_token(task_token, self.payloads.chain.encode(result))
+        except harvest_errors.StaleTask:
+            events = api.get_history(TaskToken.parse(task_token).execution_id) if self.payloads.chain else []
+            if events and _completed_with(self, task_token, result, events):
+                return "already_completed"
+            raise
+
+    def heartbeat_activity(self, task_token: str, details: Any = None) -> Any:
+        return HttpApi(self.http).heartbeat_activity_by_token(task_token, self.payloads.chain.encode(details))
 
 
 # The longest wait one result request asks for (the route's own limit is 300 s).
@@ -1364,6 +1385,10 @@ class HttpHandle:
         except Exception:
             return ""
         return why_stuck(stack)
+
+    def signal(self, name: str, payload: Any = None) -> Any:
+        encoded = self.payloads.chain.encode(payload)
+        return HttpApi(self.http).signal_workflow(self.execution_id, name, encoded)
 
     def query(self, name: str, arg: Any = None, timeout: float = 10.0) -> Any:
         body = {"query_name": name, "input": self.payloads.chain.encode(arg), "timeout_secs": timeout}

@@ -9,6 +9,13 @@ read back through its store, then envelopes decoded (`events tail` reads its bac
 database's event source and decodes as it prints, once); over HTTP (the API holds no keys and
 answers payloads as stored, its own store's references resolved) the envelopes are decoded here,
 after the read. A key the App lacks is one line naming it (``PayloadKeyMissing``, exit 1).
+
+The commands that write payloads (`workflow start`, `signal`, `bulk-signal`, `activity complete`,
+`heartbeat`) take the same ``--app`` and write through a client given the App's ``Payloads``
+(``cli_client(url, reveal.payloads)``), which encodes them as a ``Client(codecs=...)`` does, and
+over SQL offloads the ones over its ``offload_bytes`` to its store; over HTTP they are encoded here
+and the API stores the envelopes as sent (it holds no keys). A key the App cannot encode with is
+one line too, before anything is written (:meth:`Reveal.writing`).
 """
 
 from __future__ import annotations
@@ -34,9 +41,21 @@ APP_HELP = (
 )
 
 
+WRITE_HELP = (
+    "module:attribute of an App: encode what this command writes with its codecs (over SQL, "
+    "offloading to its payload store), as its workers and a Client(codecs=...) do; default: "
+    "written as given."
+)
+
+
 def app_option(f: F) -> F:
     """``--app`` for a command that shows payloads (the same option name as `replay --app`)."""
     return click.option("--app", "app_target", default=None, metavar="MODULE:APP", help=APP_HELP)(f)
+
+
+def app_write_option(f: F) -> F:
+    """``--app`` for a command that writes payloads (the App whose codecs encode them)."""
+    return click.option("--app", "app_target", default=None, metavar="MODULE:APP", help=WRITE_HELP)(f)
 
 
 class Reveal:
@@ -100,12 +119,30 @@ class Reveal:
         except PayloadKeyMissing as exc:
             raise self.key_missing(exc) from None
 
-    def key_missing(self, exc: PayloadKeyMissing) -> PayloadKeyMissing:
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A key the App's codecs cannot encode with (a codec that holds no current key, say a
+        key service that would not hand it out), said as the CLI's one line. The client encodes
+        before its first statement, so nothing was written."""
+        try:
+            yield
+        except PayloadKeyMissing as exc:
+            if self.target is None:
+                raise
+            raise self.key_missing(exc, writing=True) from None
+
+    def key_missing(self, exc: PayloadKeyMissing, *, writing: bool = False) -> PayloadKeyMissing:
         from harvest.cli.http import ServerLacksKey
 
         if isinstance(exc, ServerLacksKey):  # the server's decoding, not the App's: as it said
             return exc
-        if self.target is None:
+        if writing:
+            held = f"it holds {', '.join(exc.known)}" if exc.known else "it holds none"
+            text = (
+                f"--app {self.target}: cannot encode with key {exc.key_id!r}, which this App does not "
+                f"hold ({held}): nothing was written; give its codec key {exc.key_id!r}"
+            )
+        elif self.target is None:
             text = (
                 f"payload is encrypted with key {exc.key_id!r} and the CLI holds no keys: give "
                 f"--app module:app, an App whose AesGcmCodec holds key {exc.key_id!r}"

@@ -27,7 +27,7 @@ from harvest.cli.output import (
     selected,
     table,
 )
-from harvest.cli.payloads import Reveal, app_option
+from harvest.cli.payloads import Reveal, app_option, app_write_option
 from harvest.cli.shards import (
     cli_client,
     emit_merged,
@@ -134,6 +134,7 @@ def workflow() -> None:
     default=None,
     help="Pin the run to the shard this declared key maps to ([shards.residency]).",
 )
+@app_write_option
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
 @output_option
 def start(
@@ -146,10 +147,12 @@ def start(
     conflict_policy: str,
     shard_id: int | None,
     residency_key: str | None,
+    app_target: str | None,
     database_url: str | None,
     output: str,
 ) -> None:
-    """Start workflow NAME (or attach to its run, per the policies).
+    """Start workflow NAME (or attach to its run, per the policies); its input encoded with
+    --app's codecs.
 
     Without --shard-id or --residency-key a sharded deployment hashes NAME and the workflow id
     over the writable shards; with one, the run is placed there and the output names its
@@ -159,7 +162,8 @@ def start(
 
     value = read_json_option(input_json, input_file, "input")
     args = [] if value is None else (value if isinstance(value, list) else [value])
-    with cli_client(database_url) as client:
+    reveal = Reveal(app_target)  # (each argument encoded as a Client(codecs=...) encodes it)
+    with reveal.writing(), cli_client(database_url, reveal.payloads) as client:
         handle = client.start_workflow(
             name,
             *args,
@@ -486,6 +490,7 @@ def count(
 @click.argument("signal_name")
 @click.option("--payload-json", default=None, help="The signal payload as JSON.")
 @click.option("--payload-file", default=None, help="Read the payload JSON from a file (- for stdin).")
+@app_write_option
 @database_url_option
 @output_option
 def signal(
@@ -493,14 +498,20 @@ def signal(
     signal_name: str,
     payload_json: str | None,
     payload_file: str | None,
+    app_target: str | None,
     database_url: str | None,
     output: str,
 ) -> None:
-    """Send signal SIGNAL_NAME to a running execution."""
+    """Send signal SIGNAL_NAME to a running execution (its payload encoded with --app's codecs)."""
     payload = read_json_option(payload_json, payload_file, "payload")
-    event_id = routed_call(
-        database_url, execution_id, lambda sql: sql.signal_workflow(execution_id, signal_name, payload)
-    )
+    reveal = Reveal(app_target)
+    if reveal:  # sent as a Client(codecs=...) sends it: encoded, and offloaded over its threshold
+        with reveal.writing(), cli_client(database_url, reveal.payloads) as client:
+            event_id = client.get_handle(execution_id).signal(signal_name, payload)
+    else:
+        event_id = routed_call(
+            database_url, execution_id, lambda sql: sql.signal_workflow(execution_id, signal_name, payload)
+        )
     emit(
         {"execution_id": execution_id, "signal": signal_name, "event_id": event_id},
         output,

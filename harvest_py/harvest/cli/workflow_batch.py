@@ -11,6 +11,7 @@ import click
 from click.decorators import FC
 
 from harvest.cli.output import ISO_TIME, database_url_option, emit, operator_id_option, output_option, table
+from harvest.cli.payloads import app_write_option
 from harvest.client.batch import BATCH_STEP, BATCH_STEP_MAX, BatchTally, run_batch
 from harvest.core.errors import InvalidArgument
 
@@ -253,14 +254,29 @@ def bulk_terminate(**options: Any) -> None:
 @click.option("--payload-json", default=None, help="The signal payload as JSON.")
 @click.option("--payload-file", default=None, help="Read the payload JSON from a file (- for stdin).")
 @click.option("--reason", default=None, help="Why (recorded in each step's audit row).")
+@app_write_option
 @_batch_options
-def bulk_signal(signal_name: str, payload_json: str | None, payload_file: str | None, **options: Any) -> None:
-    """Send signal SIGNAL_NAME to every live run the filter selects, on every shard.
+def bulk_signal(
+    signal_name: str,
+    payload_json: str | None,
+    payload_file: str | None,
+    app_target: str | None,
+    **options: Any,
+) -> None:
+    """Send signal SIGNAL_NAME to every live run the filter selects, on every shard (the payload
+    encoded with --app's codecs).
 
     A run gets it once per batch (its signal_id is the batch id). Exit codes as bulk-cancel."""
+    from harvest.cli.payloads import Reveal
     from harvest.cli.workflow import read_json_option
 
     payload = read_json_option(payload_json, payload_file, "payload")
+    reveal = Reveal(app_target)
+    if reveal:  # encoded once, as a Client(codecs=...)'s signal_workflows encodes it (never offloaded)
+        from harvest.client.payloads import batch_written
+
+        with reveal.writing():
+            payload = batch_written(reveal.payloads, signal_name, payload, None)
     _batch("signal", signal_name=signal_name, payload=payload, **options)
 
 

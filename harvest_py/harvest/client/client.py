@@ -1958,7 +1958,8 @@ class Client:
     def signal_workflows(self, signal_name: str, payload_value: Any = None, **batch: Any) -> dict[str, Any]:
         """Signal every live run a filter selects once per batch, on every shard; the payload is
         encoded by this client's codecs and must fit inline (not the offload store)."""
-        encoded = _batch_payload(self, signal_name, payload_value)
+        limit = self.max_payload_bytes
+        encoded = payload_policy.batch_written(self.payloads, signal_name, payload_value, limit)
         return self.act_on_workflows("signal", signal_name=signal_name, payload=encoded, **batch)
 
     def act_on_workflows(
@@ -2310,20 +2311,6 @@ def _batch_flow(
         **options_of(step),
     )
     return tally.as_dict()
-
-
-def _batch_payload(client: Any, signal_name: str, value: Any) -> Any:
-    """A batch signal's payload encoded by ``client``'s codecs; one the offload store would take is
-    refused (a stored payload belongs to one run)."""
-    payload_policy.text(signal_name, "signal name", optional=False)
-    policy, label = client.payloads, f"the payload of signal {signal_name}"
-    encoded = payload_policy.written(policy, value, "payload", label, client.max_payload_bytes)
-    if payload_policy.offload_plan(policy, [encoded]):
-        raise InvalidArgument(
-            f"{label} would go to the offload store, which belongs to one run: send a smaller "
-            "payload (a reference to the data) to many runs"
-        )
-    return encoded
 
 
 class AsyncClient:
@@ -2706,7 +2693,8 @@ class AsyncClient:
     ) -> dict[str, Any]:
         """Signal every live run a filter selects once per batch, on every shard; the payload is
         encoded by this client's codecs and must fit inline (not the offload store)."""
-        encoded = _batch_payload(self, signal_name, payload_value)
+        limit = self.max_payload_bytes
+        encoded = payload_policy.batch_written(self.payloads, signal_name, payload_value, limit)
         return await self.act_on_workflows("signal", signal_name=signal_name, payload=encoded, **batch)
 
     async def act_on_workflows(

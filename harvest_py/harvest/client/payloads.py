@@ -92,6 +92,21 @@ def written(payloads: Payloads | None, value: Any, what: str, label: str, limit:
     return encoded
 
 
+def batch_written(payloads: Payloads | None, signal_name: str, value: Any, limit: int | None) -> Any:
+    """A batch signal's payload (:func:`written`); one the offload store would take is refused (a
+    stored payload belongs to one run). Shared by the clients' ``signal_workflows`` and
+    `harvest workflow bulk-signal --app`."""
+    text(signal_name, "signal name", optional=False)
+    label = f"the payload of signal {signal_name}"
+    encoded = written(payloads, value, "payload", label, limit)
+    if offload_plan(payloads, [encoded]):
+        raise InvalidArgument(
+            f"{label} would go to the offload store, which belongs to one run: send a smaller "
+            "payload (a reference to the data) to many runs"
+        )
+    return encoded
+
+
 class AwaitableSql:
     """A synchronous SQL API seen as an asynchronous one, for a custom store's coroutines called
     from the sync client: each call runs on the same connection (inside the caller's transaction),

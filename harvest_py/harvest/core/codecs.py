@@ -57,8 +57,8 @@ ERASED: dict[str, Any] = {ERASED_KEY: True}
 @runtime_checkable
 class Codec(Protocol):
     """One byte transform. ``encode`` returns the tag it writes into the envelope (``"zlib"``,
-    ``"aesgcm:k2"``) with the bytes; ``decode`` is given that tag back, or raises
-    ``PayloadKeyMissing`` naming what it lacks."""
+    ``"aesgcm:k2"``) with the bytes; ``decode`` is given that tag back. Either raises
+    ``PayloadKeyMissing`` naming the key it lacks (``encode``: the one it would write with)."""
 
     def encode(self, data: bytes) -> tuple[str, bytes]: ...
 
@@ -131,9 +131,12 @@ class AesGcmCodec:
         return list(self._aead)
 
     def encode(self, data: bytes) -> tuple[str, bytes]:
+        aead = self._aead.get(self.active)
+        if aead is None:  # (``active`` set after it was made, to a key it does not hold)
+            raise PayloadKeyMissing(self.active, sorted(self._aead))
         tag = f"aesgcm:{self.active}"
         nonce = os.urandom(12)
-        return tag, nonce + self._aead[self.active].encrypt(nonce, data, tag.encode())
+        return tag, nonce + aead.encrypt(nonce, data, tag.encode())
 
     def handles(self, tag: str) -> bool:
         return tag.startswith("aesgcm:")
