@@ -11,28 +11,16 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from click.testing import CliRunner, Result
 from outage_helpers import wait_until
-from starlette.testclient import TestClient
+from served_cli import BASE, cli, one_error_line, transports
+from served_cli import served as served_api
 
 from harvest import ActivityFailure, App, Client, activity, query, update, workflow
-from harvest.cli import http as cli_http
-from harvest.cli.main import main
-from harvest.config import load_config
 from harvest.core.codecs import AesGcmCodec, Payloads, ZlibCodec
 from harvest.testing import WorkflowReplayer
-from harvest.web.app import management_app
 
 K1, K2 = hashlib.sha256(b"cli-app-k1").digest(), hashlib.sha256(b"cli-app-k2").digest()
 SECRET = "PLAINTEXT-CARD-4111-1111"
-BASE = "http://testserver"
-ENV = {
-    "HARVEST_DATABASE_URL": None,
-    "HARVEST_URL": None,
-    "HARVEST_TOKEN": None,
-    "HARVEST_HTTP_TIMEOUT_SECS": None,
-    "HARVEST_CONFIG": None,
-}
 HERE = __name__  # the module `--app` names (tests/integration is on sys.path)
 KEYED = ("--app", f"{HERE}:WITH_K1")
 
@@ -101,23 +89,10 @@ WITH_K1 = App(WORKFLOWS, ACTIVITIES, queries=[card], updates=[annotate], codecs=
 ONLY_K2 = App(WORKFLOWS, ACTIVITIES, queries=[card], updates=[annotate], codecs=_payloads(k2=K2))
 
 
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args), env=ENV)
-
-
 @pytest.fixture
 def served(db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The management API on ``db``, in process, as the CLI's HTTP transport at BASE (it holds no
-    App and no keys)."""
-    app = management_app(dsn=db, config=load_config(env={}), profile="dev")  # type: ignore[arg-type]
-    with TestClient(app, base_url=BASE) as client:
-        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+    with served_api(db, monkeypatch):
         yield
-
-
-def transports(db: str, *args: str) -> dict[str, Result]:
-    """``harvest ARGS`` over SQL (the DSN) and over HTTP (the served API)."""
-    return {"sql": cli(*args, "--database-url", db), "http": cli("--base-url", BASE, *args)}
 
 
 @pytest.fixture
@@ -227,14 +202,8 @@ def test_an_app_without_the_key_is_one_line_naming_it_and_writes_nothing(db, ser
     ]
     for args in commands:
         for how, r in transports(db, *args, "--app", f"{HERE}:ONLY_K2").items():
-            assert r.exit_code == 1, (args, how, r.output)
-            lines = r.stderr.strip().splitlines()
-            assert len(lines) == 1 and lines[0].startswith(f"error: --app {HERE}:ONLY_K2: "), (
-                args,
-                how,
-                r.stderr,
-            )
-            assert "key 'k1'" in lines[0] and "it holds k2" in lines[0], (args, how, r.stderr)
+            line = one_error_line(r, f"--app {HERE}:ONLY_K2: ", args, how)
+            assert "key 'k1'" in line and "it holds k2" in line, (args, how, r.stderr)
             assert SECRET not in r.output and K2.hex() not in r.output, (args, how)
             assert not out.exists(), (args, how)
 

@@ -14,27 +14,15 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
 from outage_helpers import wait_until
-from starlette.testclient import TestClient
+from served_cli import one_error_line, over
+from served_cli import served as served_api
 
 from harvest import App, Client, activity, workflow
-from harvest.cli import http as cli_http
-from harvest.cli.main import main
-from harvest.config import load_config
 from harvest.core.codecs import AesGcmCodec, Payloads, ZlibCodec, is_envelope, is_ref
-from harvest.web.app import management_app
 
 K1 = hashlib.sha256(b"cli-write-k1").digest()
 SECRET = "PLAINTEXT-IBAN-DE89-3704"
-BASE = "http://testserver"
-ENV = {
-    "HARVEST_DATABASE_URL": None,
-    "HARVEST_URL": None,
-    "HARVEST_TOKEN": None,
-    "HARVEST_HTTP_TIMEOUT_SECS": None,
-    "HARVEST_CONFIG": None,
-}
 HERE = __name__  # the module `--app` names (tests/integration is on sys.path)
 KEYED = ("--app", f"{HERE}:WITH_K1")
 tokens: list[str] = []
@@ -70,22 +58,9 @@ _ROTATED.active = "k2"
 NO_CURRENT_KEY = App([vault, noted], [approval], codecs=_payloads(_ROTATED))
 
 
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args), env=ENV)
-
-
-def over(how: str, db: str, *args: str) -> Result:
-    """``harvest ARGS`` over SQL (the DSN) or over HTTP (the served API)."""
-    return cli(*args, "--database-url", db) if how == "sql" else cli("--base-url", BASE, *args)
-
-
 @pytest.fixture
 def served(db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The management API on ``db``, in process, as the CLI's HTTP transport at BASE (it holds no
-    App and no keys)."""
-    app = management_app(dsn=db, config=load_config(env={}), profile="dev")  # type: ignore[arg-type]
-    with TestClient(app, base_url=BASE) as client:
-        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+    with served_api(db, monkeypatch):
         yield
 
 
@@ -219,14 +194,8 @@ def test_an_app_that_cannot_encode_is_one_line_and_writes_nothing(db, served, st
     for args in commands:
         for how in ("sql", "http"):
             r = over(how, db, *args, "--app", f"{HERE}:NO_CURRENT_KEY")
-            assert r.exit_code == 1, (args, how, r.output)
-            lines = r.stderr.strip().splitlines()
-            assert len(lines) == 1 and lines[0].startswith(f"error: --app {HERE}:NO_CURRENT_KEY: "), (
-                args,
-                how,
-                r.stderr,
-            )
-            assert "cannot encode with key 'k2'" in lines[0] and "it holds k1" in lines[0], (args, how)
+            line = one_error_line(r, f"--app {HERE}:NO_CURRENT_KEY: ", args, how)
+            assert "cannot encode with key 'k2'" in line and "it holds k1" in line, (args, how)
             assert SECRET not in r.output and K1.hex() not in r.output, (args, how)
     assert _one(db, "SELECT count(*) FROM harvest.executions WHERE workflow_id = 'never-started'") == 0
     assert _events(db, eid, "SignalReceived") == [] and _events(db, eid, "ActivityCompleted") == []

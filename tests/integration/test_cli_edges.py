@@ -13,14 +13,10 @@ from pathlib import Path
 import cli_forks
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
 from operator_helpers import REPO, closed_port, start
-from starlette.testclient import TestClient
-
-from harvest.cli import http as cli_http
-from harvest.cli.main import main
-from harvest.config import load_config
-from harvest.web.app import management_app
+from served_cli import BASE as HTTP_BASE
+from served_cli import cli as invoke
+from served_cli import served as served_api
 
 
 def run(
@@ -537,27 +533,11 @@ def test_worker_health_counts_every_live_worker_per_queue(db: str, conn) -> None
 
 # -- the same refusal, the same exit code, on both transports -----------------------------------------
 
-HTTP_BASE = "http://testserver"
-NO_HARVEST_ENV = {
-    "HARVEST_DATABASE_URL": None,
-    "HARVEST_URL": None,
-    "HARVEST_TOKEN": None,
-    "HARVEST_HTTP_TIMEOUT_SECS": None,
-    "HARVEST_CONFIG": None,
-}
-
-
-def invoke(*args: str) -> Result:
-    """`harvest ARGS` in this process (the HTTP transport can then reach a TestClient)."""
-    return CliRunner().invoke(main, list(args), env=NO_HARVEST_ENV)
-
 
 @pytest.fixture
 def served(db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The management API on ``db`` as the CLI's HTTP transport at HTTP_BASE."""
-    app = management_app(dsn=db, config=load_config(env={}), profile="dev")  # type: ignore[arg-type]
-    with TestClient(app, base_url=HTTP_BASE) as client:
-        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+    with served_api(db, monkeypatch):
         yield
 
 
