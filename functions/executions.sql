@@ -304,6 +304,119 @@ RETURN CASE p_type
     ELSE format('(%s ->> %s)', p_column, p_key)
 END;
 
+-- The name of the owner's index on a search attribute's ordered value, and of its statistics
+-- (`harvest search-attr index`): executions_attr_<key> for a key of lower-case letters, digits
+-- and _ that fits (the name the docs gave before there was a command), else
+-- executions_attr_<the key's first 30 characters folded to those>_<12 hex of its md5>, so a
+-- key of any case, length or punctuation has a name of its own under 63 bytes. A plain name
+-- never ends as a hashed one does, so no two keys share one.
+CREATE OR REPLACE FUNCTION harvest._search_attr_index_name(p_key text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+RETURN CASE
+    WHEN p_key ~ '^[a-z0-9_]{1,47}$' AND p_key !~ '_[0-9a-f]{12}$' THEN 'executions_attr_' || p_key
+    ELSE
+        'executions_attr_' || left(regexp_replace(lower(p_key), '[^a-z0-9_]', '_', 'g'), 30)
+        || '_' || left(md5(p_key), 12)
+END;
+
+-- The statements that index a search attribute for range tests, and drop that index, as the
+-- schema owner runs them (harvest/db/search_indexes.py: `harvest search-attr index|unindex` and
+-- `harvest migrate run`, each CONCURRENTLY outside a transaction): the index on
+-- _search_attr_ordered's expression (the one the filters' range tests are written on), partial
+-- on the key's existence, and statistics on the expression (the planner keeps none of a partial
+-- index's own). Every name and the key are quoted here (%I, %L): nothing of p_key is spliced.
+-- A key a filter cannot name (the rule of _parse_search_filter and _filter_term), or a type
+-- other than number or text: HR001.
+CREATE OR REPLACE FUNCTION harvest._search_attr_index_sql(
+    p_key text, p_type text,
+    OUT index_name text, OUT create_index text, OUT create_statistics text,
+    OUT drop_index text, OUT drop_statistics text
+)
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_expression text;
+BEGIN
+    IF p_key IS NULL OR p_key !~ E'^[A-Za-z0-9_.\\-]+$' THEN
+        RAISE EXCEPTION 'search attribute "%" cannot be indexed: a filter cannot name it', left(p_key, 100)
+            USING ERRCODE = 'HR001',
+            HINT = 'a search attribute key a filter names is letters, digits, _, . and - only';
+    END IF;
+    IF p_type IS NULL OR p_type NOT IN ('number', 'text') THEN
+        RAISE EXCEPTION 'search attribute index type "%" is not number or text', p_type USING ERRCODE = 'HR001',
+            HINT = 'number for a key whose range tests compare numbers, text for strings';
+    END IF;
+    v_expression := harvest._search_attr_ordered(quote_literal(p_key), p_type, 'search_attributes');
+    index_name := harvest._search_attr_index_name(p_key);
+    create_index := format('CREATE INDEX CONCURRENTLY %I ON harvest.executions (%s) WHERE search_attributes ? %L',
+                           index_name, v_expression, p_key);
+    create_statistics := format('CREATE STATISTICS IF NOT EXISTS harvest.%I ON (%s) FROM harvest.executions',
+                                index_name, v_expression);
+    drop_index := format('DROP INDEX CONCURRENTLY IF EXISTS harvest.%I', index_name);
+    drop_statistics := format('DROP STATISTICS IF EXISTS harvest.%I', index_name);
+END;
+$$;
+
+-- Whether p_index is the index _search_attr_index_sql makes for (p_key, p_type): on
+-- harvest.executions, a plain btree on the same one expression with the same predicate, as this
+-- server deparses them (compared with that index made on a scratch temporary table, dropped
+-- again). An index of that name that is not (made by hand on another expression) is not taken
+-- for the key's: `harvest search-attr index` refuses it, naming it.
+CREATE OR REPLACE FUNCTION harvest._search_attr_index_matches(p_index regclass, p_key text, p_type text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_probe regclass;
+    v_same boolean;
+BEGIN
+    CREATE TEMPORARY TABLE search_attr_index_probe (search_attributes jsonb);
+    EXECUTE format('CREATE INDEX search_attr_index_probe_index ON pg_temp.search_attr_index_probe (%s)'
+                   ' WHERE search_attributes ? %L',
+                   harvest._search_attr_ordered(quote_literal(p_key), p_type, 'search_attributes'), p_key);
+    v_probe := 'pg_temp.search_attr_index_probe_index'::regclass;
+    SELECT coalesce(
+               i.indrelid = 'harvest.executions'::regclass
+               AND NOT i.indisunique AND i.indnatts = 1 AND c.relam = pc.relam
+               AND pg_catalog.pg_get_expr(i.indexprs, i.indrelid) = pg_catalog.pg_get_expr(p.indexprs, p.indrelid)
+               AND pg_catalog.pg_get_expr(i.indpred, i.indrelid) = pg_catalog.pg_get_expr(p.indpred, p.indrelid),
+               false)
+    INTO v_same
+    FROM pg_catalog.pg_index AS i
+    JOIN pg_catalog.pg_class AS c ON c.oid = i.indexrelid
+    CROSS JOIN pg_catalog.pg_index AS p
+    JOIN pg_catalog.pg_class AS pc ON pc.oid = p.indexrelid
+    WHERE i.indexrelid = p_index AND p.indexrelid = v_probe;
+    DROP TABLE pg_temp.search_attr_index_probe;
+    RETURN coalesce(v_same, false);
+END;
+$$;
+
+-- The search attributes indexed for range tests on this database (harvest.search_attribute_indexes)
+-- with the state of each one's index: valid (the filters' plans may use it), invalid (a build
+-- that was interrupted: `harvest search-attr index` or `harvest migrate run` drops and builds
+-- it again) or missing; and its size in bytes.
+CREATE OR REPLACE FUNCTION harvest.list_search_attribute_indexes()
+RETURNS TABLE (
+    name text, type text, index_name text, state text, size_bytes bigint, created_at timestamptz
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT d.name, d.type, d.index_name,
+           CASE WHEN i.indexrelid IS NULL THEN 'missing'
+                WHEN i.indisvalid THEN 'valid'
+                ELSE 'invalid' END,
+           pg_catalog.pg_relation_size(i.indexrelid),
+           d.created_at
+    FROM harvest.search_attribute_indexes AS d
+    LEFT JOIN pg_catalog.pg_class AS c
+        ON c.relname = d.index_name AND c.relnamespace = 'harvest'::regnamespace AND c.relkind = 'i'
+    LEFT JOIN pg_catalog.pg_index AS i
+        ON i.indexrelid = c.oid AND i.indrelid = 'harvest.executions'::regclass
+    ORDER BY d.name;
+$$;
+
 -- The SQL predicate for one parsed filter (literals quoted with format %L).
 -- A key may hold values of different JSON types across runs, so a typed cast is
 -- only ever reached inside CASE WHEN jsonb_typeof(...) = <its type>: the planner

@@ -121,7 +121,7 @@ AS $$
                         'list_audit_log', 'count_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'get_start_throttle', 'get_start_gate', 'count_versions',
                         'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage', 'get_shard_health',
                         'get_shard_readiness',
-                        'list_partition_owners', 'list_dags', 'list_dag_runs', 'get_dag_run',
+                        'list_partition_owners', 'list_dags', 'list_dag_runs', 'get_dag_run', 'list_search_attribute_indexes',
                         'authenticate_api_token', 'list_events', 'get_event_horizon', 'heartbeat_event_stream',
                         'stop_event_stream', 'list_update_requests', 'get_history_page')
             THEN 'harvest_reader'

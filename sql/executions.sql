@@ -135,6 +135,23 @@ ON harvest.executions (workflow_name, created_at, id);
 CREATE INDEX executions_search
 ON harvest.executions USING gin (search_attributes);
 
+-- The search attributes the schema owner indexed for range tests (`harvest search-attr index`,
+-- migration 0120): one row per key, the key's value typed as harvest._search_attr_ordered orders
+-- it (number or text), and the name of its index and statistics. Only the owner writes it;
+-- `harvest migrate run` builds every one missing or INVALID on the database it migrates (so a
+-- shard migrated later gets them: docs/operations.md, "Indexing a search attribute for range
+-- tests"). The indexes themselves are not in sql/: each is the owner's choice.
+CREATE TABLE harvest.search_attribute_indexes (
+    name text NOT NULL,
+    type text NOT NULL,
+    index_name text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    CONSTRAINT search_attribute_indexes_pkey PRIMARY KEY (name),
+    CONSTRAINT search_attribute_indexes_index_name_key UNIQUE (index_name),
+    CONSTRAINT search_attribute_indexes_name_check CHECK (name ~ '^[A-Za-z0-9_.\-]+$'),
+    CONSTRAINT search_attribute_indexes_type_check CHECK (type IN ('number', 'text'))
+);
+
 -- The ended runs by completion time, but for those that owe a parent their end (migration
 -- 0102; they are in executions_end_owed): the janitor's batches, its remaining count, the
 -- retention lag and the sampler's forced closes (functions/retention.sql, metrics.sql). The runs

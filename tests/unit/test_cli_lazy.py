@@ -36,6 +36,7 @@ ROOT_COMMANDS = [
     "replay",
     "retention",
     "schedule",
+    "search-attr",
     "serve",
     "shard",
     "throttle",

@@ -422,6 +422,10 @@ COMMANDS: dict[str, LazyCommand] = {
         _command("harvest.cli.rate_limit", "rate_limit"),
         "An activity's rate limit and its pacing override, on every shard.",
     ),
+    "search-attr": LazyCommand(
+        _command("harvest.cli.search_attr", "search_attr"),
+        "Index a search attribute for range tests, drop its index, list them (the schema owner).",
+    ),
     "serve": LazyCommand(
         _command("harvest.cli.serve", "serve"),
         "Serve the management API (mounted at /api/harvest) as the web process role.",

@@ -211,7 +211,11 @@ def run(
         lock_wait=config.get("migrate.lock_wait", DEFAULT_LOCK_WAIT),
     )
     report = migrator.run(
-        dry_run=dry_run, shard_id=shard_id, operator_id=operator_id, allow_downgrade=allow_downgrade
+        dry_run=dry_run,
+        shard_id=shard_id,
+        operator_id=operator_id,
+        allow_downgrade=allow_downgrade,
+        search_attr_indexes=() if dry_run else _declared_elsewhere(migrator.target),
     )
     if output == "json":  # the same facts as the lines below, for scripts
         click.echo(
@@ -225,6 +229,7 @@ def run(
                     "functions_retired": list(report.functions_retired),
                     "functions_downgraded": dict(report.functions_downgraded),
                     "shard": report.shard,
+                    "search_attr_indexes": report.search_attr_indexes,
                 }
             )
         )
@@ -275,6 +280,35 @@ def run(
         + (_shard_note(report.shard) if report.shard is not None else "")
     )
     _other_shards_note(describe_dsn(migrator.target))
+
+
+def _declared_elsewhere(target: str) -> list[tuple[str, str]]:
+    """The search attributes the other shards of ``[shards]`` (``shards.urls``) have indexed
+    (`harvest search-attr index`): `migrate run` records and builds them here too, so a shard
+    added later gets them. A shard that cannot be read is a note on stderr, not a failed run."""
+    from harvest.config import shard_urls, shards_configured
+    from harvest.db import pooler
+    from harvest.db.connection import DatabaseError, connect, failure_reason
+    from harvest.db.search_indexes import list_indexes
+
+    config = cli_config()
+    if not shards_configured(config):
+        return []
+    found: set[tuple[str, str]] = set()
+    for shard, url in shard_urls(config).items():
+        if pooler.session_dsn(url) == target:
+            continue
+        try:
+            with connect(url, autocommit=True, connect_timeout=5) as conn:
+                found.update((r["name"], r["type"]) for r in list_indexes(conn))
+        except (HarvestError, DatabaseError) as exc:
+            click.echo(
+                f"note: shard {shard}'s indexed search attributes were not read "
+                f"({scrub(failure_reason(exc, url))}): harvest search-attr indexes shows what this "
+                "database lacks",
+                err=True,
+            )
+    return sorted(found)
 
 
 def _other_shards_note(where: str) -> None:

@@ -630,6 +630,18 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int | None =
     return conn
 
 
+def unbound_statements(conn: psycopg.Connection) -> None:
+    """No statement_timeout (nor, on PostgreSQL 17+, transaction_timeout) for ``conn``'s session,
+    whatever the login, its database or the DSN set (often for an application's own queries):
+    for the owner's DDL (a migration, a search attribute's index), which a timeout would cancel
+    midway (a CREATE INDEX CONCURRENTLY cancelled leaves an INVALID index)."""
+    conn.execute(
+        "SELECT pg_catalog.set_config('statement_timeout', '0', false),"
+        " CASE WHEN pg_catalog.current_setting('transaction_timeout', true) IS NOT NULL"
+        " THEN pg_catalog.set_config('transaction_timeout', '0', false) END"
+    )
+
+
 def probe_connect(dsn: str, connect_timeout: int = 10) -> psycopg.Connection:
     """A plain connection to ``dsn`` itself, not to its session URL: a check made through a
     pooler (migrate's, harvest.db.pooler's probe for it). Autocommit, no prepared statement,

@@ -58,7 +58,15 @@ from psycopg.types.json import Jsonb
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch, from_database_error
 from harvest.core.ids import MAX_SHARD, is_shard_number
-from harvest.db import DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT, SCHEMA_VERSION, paths, pooler, sqlapi
+from harvest.db import (
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_LOCK_WAIT,
+    SCHEMA_VERSION,
+    paths,
+    pooler,
+    search_indexes,
+    sqlapi,
+)
 from harvest.db.connection import (
     DatabaseError,
     connect,
@@ -67,6 +75,7 @@ from harvest.db.connection import (
     probe_connect,
     schema_missing,
     set_server_end,
+    unbound_statements,
 )
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import Sql, Steps, arun_steps, run_steps
@@ -302,6 +311,9 @@ class RunReport:
     # run(shard_id=N): harvest.set_shard_id's answer {shard_id, previous_shard_id, changed}
     # (a dry run: what it would be, "changed" meaning it would change)
     shard: dict[str, Any] | None = None
+    # the declared search attribute indexes built (or built again over an INVALID one) after
+    # migrating: {key: "built" | "rebuilt"} (harvest.db.search_indexes.build_declared)
+    search_attr_indexes: dict[str, str] = field(default_factory=dict)
 
 
 # A row of the migration ledger (set_name, version, name, applied_at, checksum), and the function
@@ -878,12 +890,16 @@ class Migrator:
         shard_id: int | None = None,
         operator_id: str | None = None,
         allow_downgrade: bool = False,
+        search_attr_indexes: Iterable[tuple[str, str]] = (),
     ) -> RunReport:
         """Apply what is pending; then, with ``shard_id``, make the database that shard
         (``harvest.set_shard_id``: idempotent, refused with WrongShard when the database holds
         executions of another shard, audited as ``operator_id``). Function files a newer release
         applied are refused (SchemaMismatch), or with ``allow_downgrade`` replaced by this
-        release's, each said in a progress line and the whole audited as ``operator_id``."""
+        release's, each said in a progress line and the whole audited as ``operator_id``. Last,
+        build each declared search attribute index (harvest.search_attribute_indexes, and the
+        ``(key, type)`` pairs of ``search_attr_indexes``: those other shards declare) that is
+        missing or INVALID, CONCURRENTLY, a progress line each (_build_search_attr_indexes)."""
         if shard_id is not None and not is_shard_number(shard_id):
             raise ConfigError(f"--shard-id {shard_id} is not a shard number 0..{MAX_SHARD}")
         report = RunReport()
@@ -976,6 +992,7 @@ class Migrator:
                 if shard_id is not None:
                     set_shard = lambda: self._set_shard_id(conn, shard_id, operator_id)  # noqa: E731
                     report.shard = self._retrying(conn, watch, "setting the shard id", set_shard)
+                self._build_search_attr_indexes(conn, report, search_attr_indexes)
             finally:
                 watch.close()
                 # A session the server ended took its lock with it; unlocking there would raise
@@ -983,6 +1000,17 @@ class Migrator:
                 if not conn.broken:
                     conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
         return report
+
+    def _build_search_attr_indexes(
+        self, conn: psycopg.Connection, report: RunReport, also: Iterable[tuple[str, str]]
+    ) -> None:
+        """The declared search attribute indexes this database lacks, built CONCURRENTLY (each
+        waits for the transactions before it, blocking no one: no lock timeout). One that cannot
+        be built is a progress line, not a failed run: the schema is migrated, and `harvest
+        search-attr indexes` shows the index missing."""
+        self._set_lock_timeout(conn, 0)
+        outcomes = search_indexes.build_declared(conn, self.progress, also)
+        report.search_attr_indexes = {o.name: o.action for o in outcomes}
 
     def _apply_migrations(
         self, conn: psycopg.Connection, watch: BlockerWatch, migrations: list[Migration], report: RunReport
@@ -1227,16 +1255,11 @@ class Migrator:
         self._unbound_statements(conn)  # (and brought back the login's statement_timeout)
 
     def _unbound_statements(self, conn: psycopg.Connection) -> None:
-        """No statement_timeout (nor, on PostgreSQL 17+, transaction_timeout) for the run's
-        session, whatever the login, its database or the DSN set (often for an application's own
-        queries): a migration statement cancelled midway never applied (a data migration rolled
-        back on every run) or, a CREATE INDEX CONCURRENTLY, left an INVALID index that a re-run's
-        IF NOT EXISTS skipped. Lock waits stay bounded by the runner's lock_timeout (_retrying)."""
-        conn.execute(
-            "SELECT pg_catalog.set_config('statement_timeout', '0', false),"
-            " CASE WHEN pg_catalog.current_setting('transaction_timeout', true) IS NOT NULL"
-            " THEN pg_catalog.set_config('transaction_timeout', '0', false) END"
-        )
+        """No statement_timeout for the run's session (connection.unbound_statements): a migration
+        statement cancelled midway never applied (a data migration rolled back on every run) or, a
+        CREATE INDEX CONCURRENTLY, left an INVALID index that a re-run's IF NOT EXISTS skipped.
+        Lock waits stay bounded by the runner's lock_timeout (_retrying)."""
+        unbound_statements(conn)
 
     def _retrying(
         self,

@@ -1,0 +1,243 @@
+"""The schema owner's indexes on search attributes for range tests (docs/operations.md, "Indexing
+a search attribute for range tests"): `harvest search-attr index|unindex|indexes` and, for the
+ones declared, `harvest migrate run` (harvest.db.migrate).
+
+A key's index is on the expression the filters' range tests are written on
+(harvest._search_attr_ordered), partial on the key's existence, with statistics on the
+expression; the server writes every statement, quoting the key and the names
+(harvest._search_attr_index_sql). ``CREATE INDEX CONCURRENTLY`` blocks no start and no write but
+cannot run in a transaction: each statement runs on an autocommit session of the owner's, with no
+statement timeout (a build cancelled midway leaves an INVALID index) and no lock timeout (the
+build's waits for older transactions block no one). An INVALID index of the key's name (an
+interrupted build) is dropped and built again. The choice is recorded in
+harvest.search_attribute_indexes first, so a build that stops is finished by the next
+`harvest migrate run`, which builds every declared index that is missing or INVALID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from harvest.core.errors import HarvestError, InvalidArgument, PermissionDenied, SchemaMismatch
+from harvest.db.connection import connect, failure_reason, unbound_statements
+
+# The keys a filter can name, and so the keys a range test reads (functions/executions.sql:
+# _parse_search_filter's and _filter_term's rule; _search_attr_index_sql checks it again).
+SEARCH_ATTR_KEY = re.compile(r"[A-Za-z0-9_.\-]+")
+INDEX_TYPES = ("number", "text")
+# Outcomes, as `harvest search-attr index|unindex` prints them.
+BUILT, REBUILT, ALREADY, DROPPED, NOT_INDEXED = (
+    "built",
+    "rebuilt",
+    "already indexed",
+    "dropped",
+    "not indexed",
+)
+
+
+def check_key(name: str) -> None:
+    """Refuse a key no filter can name (InvalidArgument, before any database is touched)."""
+    if not SEARCH_ATTR_KEY.fullmatch(name):
+        raise InvalidArgument(
+            f"search attribute {name!r} cannot be indexed: a key a filter names is letters, digits, "
+            "_, . and - only"
+        )
+
+
+@dataclass
+class Outcome:
+    name: str
+    type: str | None
+    index_name: str
+    action: str
+    seconds: float = 0.0
+
+
+Say = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def owner_session(dsn: str) -> Iterator[psycopg.Connection]:
+    """An autocommit session for the owner's DDL: to ``dsn``'s session URL when one was declared
+    (CONCURRENTLY needs a session of its own), with no statement or lock timeout."""
+    conn = connect(dsn, autocommit=True)
+    try:
+        unbound_statements(conn)
+        conn.execute("SELECT pg_catalog.set_config('lock_timeout', '0', false)")
+        yield conn
+    finally:
+        conn.close()
+
+
+def require_owner(conn: psycopg.Connection) -> None:
+    """Refuse a login that cannot act as the owner of harvest.executions (PermissionDenied, one
+    line naming the role needed); SchemaMismatch before migration 0120."""
+    row = conn.execute(
+        "SELECT c.relowner::regrole::text, current_user::text,"
+        " pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE'),"
+        " to_regclass('harvest.search_attribute_indexes') IS NOT NULL"
+        " FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass('harvest.executions')"
+    ).fetchone()
+    if row is None:
+        raise SchemaMismatch("this database has no Harvest schema: run harvest migrate run first")
+    owner, login, may, recorded = row
+    if not may:
+        raise PermissionDenied(
+            f"indexing a search attribute needs the owner of Harvest's schema, role {owner} (the role "
+            f"harvest migrate run runs as), and this login is {login}: run it with HARVEST_DATABASE_URL "
+            f"logging in as {owner}; nothing was changed"
+        )
+    if not recorded:
+        raise SchemaMismatch(
+            "this database is before migration 0120 (no harvest.search_attribute_indexes): run "
+            "harvest migrate run first"
+        )
+
+
+def _statements(conn: psycopg.Connection, name: str, type_: str) -> dict[str, str]:
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute("SELECT * FROM harvest._search_attr_index_sql(%s, %s)", (name, type_)).fetchone()  # type: ignore[return-value]  # one row
+
+
+def _index(conn: psycopg.Connection, index_name: str) -> tuple[int, bool] | None:
+    """The index named ``index_name`` in schema harvest: (its oid, valid), or None."""
+    row = conn.execute(
+        "SELECT c.oid::bigint, coalesce(i.indisvalid, false) FROM pg_catalog.pg_class AS c"
+        " LEFT JOIN pg_catalog.pg_index AS i ON i.indexrelid = c.oid"
+        " WHERE c.relname = %s AND c.relnamespace = 'harvest'::regnamespace",
+        (index_name,),
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def _has_statistics(conn: psycopg.Connection, index_name: str) -> bool:
+    return bool(
+        conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_statistic_ext"
+            " WHERE stxname = %s AND stxnamespace = 'harvest'::regnamespace)",
+            (index_name,),
+        ).fetchone()[0]  # type: ignore[index]  # one row
+    )
+
+
+def _run(conn: psycopg.Connection, statement: str) -> None:
+    conn.execute(statement, prepare=False)  # pyright: ignore[reportArgumentType, reportCallIssue]  # the server's own text
+
+
+def ensure_index(conn: psycopg.Connection, name: str, type_: str, say: Say) -> Outcome:
+    """Record ``name`` as indexed as ``type_`` and make its index valid: built, built again over
+    an INVALID one, or already there (its statistics made if they were not). Refused, nothing
+    changed: the key recorded with the other type, or an index of its name on something else."""
+    sql = _statements(conn, name, type_)
+    index_name = sql["index_name"]
+    row = conn.execute(
+        "SELECT type FROM harvest.search_attribute_indexes WHERE name = %s", (name,)
+    ).fetchone()
+    if row is not None and row[0] != type_:
+        raise HarvestError(
+            f"search attribute {name} is indexed as {row[0]} here: harvest search-attr unindex {name} "
+            f"first to index it as {type_}; nothing was changed"
+        )
+    found = _index(conn, index_name)
+    if found is not None and found[1]:
+        matches = conn.execute(
+            "SELECT harvest._search_attr_index_matches(%s::bigint::oid::regclass, %s, %s)",
+            (found[0], name, type_),
+        ).fetchone()[0]  # type: ignore[index]  # one row
+        if not matches:
+            raise HarvestError(
+                f"harvest.{index_name} exists and is not the index of search attribute {name} as {type_} "
+                f"(another expression, or not on harvest.executions): drop it (DROP INDEX CONCURRENTLY "
+                f"harvest.{index_name}) and run this again; nothing was changed"
+            )
+    conn.execute(
+        "INSERT INTO harvest.search_attribute_indexes (name, type, index_name) VALUES (%s, %s, %s)"
+        " ON CONFLICT (name) DO NOTHING",
+        (name, type_, index_name),
+    )
+    started = time.monotonic()
+    if found is not None and found[1]:
+        if not _has_statistics(conn, index_name):
+            _run(conn, sql["create_statistics"])
+            _run(conn, "ANALYZE harvest.executions")
+        return Outcome(name, type_, index_name, ALREADY, time.monotonic() - started)
+    if found is not None:
+        say(f"dropping the INVALID index harvest.{index_name} an interrupted build left, to build it again")
+        _run(conn, sql["drop_index"])
+    say(f"building harvest.{index_name} on search attribute {name} ({type_}) ...")
+    _run(conn, sql["create_index"])
+    _run(conn, sql["create_statistics"])
+    _run(conn, "ANALYZE harvest.executions")  # (the statistics are made by the table's ANALYZE)
+    return Outcome(
+        name, type_, index_name, REBUILT if found is not None else BUILT, time.monotonic() - started
+    )
+
+
+def drop_index(conn: psycopg.Connection, name: str, say: Say) -> Outcome:
+    """Forget ``name``'s record, then drop its index (CONCURRENTLY) and statistics: dropped, or
+    not indexed when there was neither a record nor an index."""
+    row = conn.execute(
+        "DELETE FROM harvest.search_attribute_indexes WHERE name = %s RETURNING type", (name,)
+    ).fetchone()
+    type_ = row[0] if row is not None else None
+    sql = _statements(conn, name, type_ or "number")  # (the type changes no name)
+    index_name = sql["index_name"]
+    found = _index(conn, index_name)
+    statistics = _has_statistics(conn, index_name)
+    started = time.monotonic()
+    if found is not None:
+        say(f"dropping harvest.{index_name} ...")
+        _run(conn, sql["drop_index"])
+    _run(conn, sql["drop_statistics"])
+    action = DROPPED if (row is not None or found is not None or statistics) else NOT_INDEXED
+    return Outcome(name, type_, index_name, action, time.monotonic() - started)
+
+
+def list_indexes(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """harvest.list_search_attribute_indexes(): each declared key, its index's state and size."""
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute("SELECT * FROM harvest.list_search_attribute_indexes()").fetchall()
+
+
+def build_declared(conn: psycopg.Connection, say: Say, also: Iterable[tuple[str, str]] = ()) -> list[Outcome]:
+    """`harvest migrate run`'s step: record ``also`` (the keys other shards declare; one this
+    database declares with another type keeps its own, said), then build every declared index
+    that is missing or INVALID, a line each."""
+    declared = {r["name"]: r for r in list_indexes(conn)}
+    for name, type_ in also:
+        if name in declared:
+            if declared[name]["type"] != type_:
+                say(
+                    f"search attribute {name}: indexed as {type_} on another shard, as "
+                    f"{declared[name]['type']} here; kept as it is here"
+                )
+            continue
+        declared[name] = {"name": name, "type": type_, "state": "missing"}
+    outcomes = []
+    for name, row in sorted(declared.items()):
+        if row["state"] == "valid":
+            continue
+        try:
+            outcome = ensure_index(conn, name, row["type"], say)
+        except (HarvestError, psycopg.Error) as exc:
+            # The schema is migrated: an index that cannot be built is said, not a failed run.
+            say(
+                f"warning: search attribute {name}: its declared index was not built: "
+                f"{failure_reason(exc)}; harvest search-attr indexes lists it, harvest search-attr index "
+                f"{name} --type {row['type']} builds it"
+            )
+            continue
+        say(
+            f"search attribute {name}: index harvest.{outcome.index_name} {outcome.action} "
+            f"in {outcome.seconds:.1f}s"
+        )
+        outcomes.append(outcome)
+    return outcomes

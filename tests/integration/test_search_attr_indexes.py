@@ -1,0 +1,272 @@
+"""`harvest search-attr index|unindex|indexes`: the schema owner's index on a search attribute
+for range tests, made by a command instead of three statements by hand (docs/operations.md,
+"Indexing a search attribute for range tests").
+
+On one database and on two shards: the index is built CONCURRENTLY with its statistics, the
+filters' plan reads it, it is recorded (harvest.search_attribute_indexes), a second run says it
+is already there, the list says per shard valid / missing, unindex drops it. An INVALID index an
+interrupted build left is dropped and built again (by the command, and by `harvest migrate
+run`); a hostile key is refused before any database is touched and an odd one gets a quoted,
+hashed name; a login that is not the owner is refused in one line naming the role; a shard
+migrated later gets the index the other shards declare.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+import cli_forks
+import psycopg
+import pytest
+from operator_helpers import REPO, closed_port, harvest
+from test_roles import login  # noqa: F401  (the fixture: a LOGIN user in one role)
+
+RUNS = 4_000  # every fourth carries amount (and the odd key); RARE of them over 1000
+RARE = 10
+
+
+def _fill(dsn: str, key: str = "amount") -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at,"
+            " search_attributes)"
+            " SELECT gen_random_uuid(), 'w', 'r-' || g, 'COMPLETED',"
+            " '2030-01-01 00:00:00+00'::timestamptz + g * interval '1 second',"
+            " CASE WHEN g %% 4 <> 0 THEN '{}'::jsonb"
+            "      WHEN g <= %(rare)s * 4 THEN jsonb_build_object(%(key)s::text, 5000 + g)"
+            "      ELSE jsonb_build_object(%(key)s::text, g %% 1000) END"
+            " FROM generate_series(1, %(n)s) AS g",
+            {"n": RUNS, "rare": RARE, "key": key},
+        )
+        conn.execute("VACUUM ANALYZE harvest.executions")
+
+
+def _plan(dsn: str, search_attr: str) -> str:
+    """The plan of the count of `--search-attr <search_attr>`'s predicate (the one
+    list_executions and count_executions run with EXECUTE, harvest._search_predicate)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (predicate,) = conn.execute(
+            "SELECT harvest._search_predicate(harvest._parse_search_filter(%s))", (search_attr,)
+        ).fetchone()
+        rows = conn.execute(f"EXPLAIN SELECT count(*) FROM harvest.executions AS e WHERE {predicate}").fetchall()
+        return "\n".join(r[0] for r in rows)
+
+
+def _count(dsn: str, search_attr: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT sum(executions)::int FROM harvest.count_executions('all', p_search_attributes => %s)",
+            ([search_attr],),
+        ).fetchone()[0]
+
+
+def _index(dsn: str, name: str) -> tuple[bool, bool, bool] | None:
+    """(valid, unique, statistics) of harvest.<name>, or None."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT i.indisvalid, i.indisunique, EXISTS (SELECT 1 FROM pg_statistic_ext AS s"
+            " WHERE s.stxname = c.relname AND s.stxnamespace = 'harvest'::regnamespace)"
+            " FROM pg_class AS c JOIN pg_index AS i ON i.indexrelid = c.oid"
+            " WHERE c.relname = %s AND c.relnamespace = 'harvest'::regnamespace",
+            (name,),
+        ).fetchone()
+
+
+def _declared(dsn: str) -> list[tuple[str, str, str]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT name, type, index_name FROM harvest.search_attribute_indexes ORDER BY name"
+        ).fetchall()
+
+
+def _sharded(shards: Mapping[int, str], *args: str, database_url: str = ""):
+    env = os.environ.copy()
+    env.update(
+        {
+            "HARVEST_DATABASE_URL": database_url,
+            "HARVEST_SHARDS__READABLE": ",".join(map(str, shards)),
+            "HARVEST_SHARDS__WRITABLE": ",".join(map(str, shards)),
+            **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in shards.items()},
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO / "harvest_py"), env.get("PYTHONPATH")) if p),
+        }
+    )
+    return cli_forks.run(args, env, timeout=120)
+
+
+def test_index_list_and_unindex_on_one_database(db: str) -> None:
+    _fill(db)
+    assert "executions_attr_amount" not in _plan(db, "amount>1000")
+
+    r = harvest(db, "search-attr", "index", "amount", "--type", "number", "--output", "json")
+    assert r.returncode == 0, r.stderr
+    [row] = json.loads(r.stdout)["shards"]
+    assert (row["shard_id"], row["outcome"], row["index_name"]) == (0, "built", "executions_attr_amount")
+    assert "shard 0: building harvest.executions_attr_amount on search attribute amount (number)" in r.stderr
+    assert "shard 0: built (executions_attr_amount) in " in r.stderr
+    assert _index(db, "executions_attr_amount") == (True, False, True)
+    assert _declared(db) == [("amount", "number", "executions_attr_amount")]
+    # The filters' plan reads the runs in the range from it, and answers the same.
+    assert "executions_attr_amount" in _plan(db, "amount>1000")
+    assert _count(db, "amount>1000") == RARE
+
+    again = harvest(db, "search-attr", "index", "amount", "--type", "number")
+    assert again.returncode == 0, again.stderr
+    assert "already indexed" in again.stdout and "building" not in again.stderr
+    other_type = harvest(db, "search-attr", "index", "amount", "--type", "text")
+    assert other_type.returncode == 1
+    assert "indexed as number here: harvest search-attr unindex amount first" in other_type.stderr
+
+    listed = harvest(db, "search-attr", "indexes", "--output", "json")
+    assert listed.returncode == 0, listed.stderr
+    [entry] = json.loads(listed.stdout)["indexes"]
+    assert (entry["name"], entry["type"], entry["shard_id"], entry["state"]) == ("amount", "number", 0, "valid")
+    assert entry["size_bytes"] > 0
+
+    gone = harvest(db, "search-attr", "unindex", "amount", "--output", "json")
+    assert gone.returncode == 0, gone.stderr
+    assert json.loads(gone.stdout)["shards"][0]["outcome"] == "dropped"
+    assert _index(db, "executions_attr_amount") is None and _declared(db) == []
+    assert "executions_attr_amount" not in _plan(db, "amount>1000")
+    assert _count(db, "amount>1000") == RARE
+    twice = harvest(db, "search-attr", "unindex", "amount")
+    assert twice.returncode == 0 and "not indexed" in twice.stdout
+    empty = harvest(db, "search-attr", "indexes")
+    assert empty.returncode == 0 and "no search attribute is indexed" in empty.stdout
+
+
+def test_index_list_and_unindex_on_two_shards(two_shards: dict[int, str]) -> None:
+    for dsn in two_shards.values():
+        _fill(dsn)
+    r = _sharded(two_shards, "search-attr", "index", "amount", "--type", "number", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert [(s["shard_id"], s["outcome"]) for s in json.loads(r.stdout)["shards"]] == [(0, "built"), (1, "built")]
+    for shard in (0, 1):
+        assert f"shard {shard}: building harvest.executions_attr_amount" in r.stderr
+    for dsn in two_shards.values():
+        assert _index(dsn, "executions_attr_amount") == (True, False, True)
+        assert "executions_attr_amount" in _plan(dsn, "amount>1000")
+
+    # An index dropped by hand on shard 1 is missing there; the command builds it again there only.
+    with psycopg.connect(two_shards[1], autocommit=True) as conn:
+        conn.execute("DROP INDEX harvest.executions_attr_amount")
+    listed = _sharded(two_shards, "search-attr", "indexes", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    states = [(e["shard_id"], e["state"]) for e in json.loads(listed.stdout)["indexes"]]
+    assert states == [(0, "valid"), (1, "missing")]
+    again = _sharded(two_shards, "search-attr", "index", "amount", "--type", "number", "-o", "json")
+    assert again.returncode == 0, again.stderr
+    outcomes = [(s["shard_id"], s["outcome"]) for s in json.loads(again.stdout)["shards"]]
+    assert outcomes == [(0, "already indexed"), (1, "built")]
+
+    gone = _sharded(two_shards, "search-attr", "unindex", "amount", "-o", "json")
+    assert gone.returncode == 0, gone.stderr
+    assert [s["outcome"] for s in json.loads(gone.stdout)["shards"]] == ["dropped", "dropped"]
+    for dsn in two_shards.values():
+        assert _index(dsn, "executions_attr_amount") is None and _declared(dsn) == []
+
+
+def _invalid_leftover(dsn: str) -> None:
+    """What an interrupted build leaves: an INVALID index of the key's name (a unique build over
+    duplicate amounts fails after its catalog entry is made)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (expression,) = conn.execute(
+            "SELECT harvest._search_attr_ordered(quote_literal('amount'), 'number', 'search_attributes')"
+        ).fetchone()
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute(
+                f"CREATE UNIQUE INDEX CONCURRENTLY executions_attr_amount ON harvest.executions ({expression})"
+                " WHERE search_attributes ? 'amount'"
+            )
+    assert _index(dsn, "executions_attr_amount")[:2] == (False, True)
+
+
+def test_an_invalid_leftover_is_dropped_and_built_again(db: str) -> None:
+    _fill(db)
+    _invalid_leftover(db)
+    listed = harvest(db, "search-attr", "indexes")
+    assert "no search attribute is indexed" in listed.stdout  # (not recorded: made by hand)
+
+    r = harvest(db, "search-attr", "index", "amount", "--type", "number", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert "dropping the INVALID index harvest.executions_attr_amount an interrupted build left" in r.stderr
+    assert json.loads(r.stdout)["shards"][0]["outcome"] == "rebuilt"
+    assert _index(db, "executions_attr_amount") == (True, False, True)
+    assert "executions_attr_amount" in _plan(db, "amount>1000")
+
+    # Recorded, then left INVALID again: `harvest migrate run` builds it again too.
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("DROP INDEX harvest.executions_attr_amount")
+    _invalid_leftover(db)
+    listed = harvest(db, "search-attr", "indexes", "-o", "json")
+    assert [e["state"] for e in json.loads(listed.stdout)["indexes"]] == ["invalid"]
+    migrated = harvest(db, "migrate", "run", "-o", "json")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "dropping the INVALID index harvest.executions_attr_amount" in migrated.stderr
+    assert "search attribute amount: index harvest.executions_attr_amount rebuilt in" in migrated.stderr
+    assert json.loads(migrated.stdout)["search_attr_indexes"] == {"amount": "rebuilt"}
+    assert _index(db, "executions_attr_amount") == (True, False, True)
+
+
+HOSTILE = "amount') WHERE true; DROP TABLE harvest.executions; --"
+ODD = "Order.Total-2"
+
+
+def test_a_hostile_key_is_refused_before_any_database_and_an_odd_one_is_quoted(db: str) -> None:
+    nowhere = f"postgresql://nobody@127.0.0.1:{closed_port()}/none"
+    for args in (("index", HOSTILE, "--type", "number"), ("unindex", HOSTILE)):
+        r = harvest(nowhere, "search-attr", *args)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.count("\n") == 1 and "cannot be indexed" in r.stderr and "letters, digits" in r.stderr
+    bad_type = harvest(nowhere, "search-attr", "index", "amount", "--type", "date")
+    assert bad_type.returncode == 2 and "--type" in bad_type.stderr
+    # The server refuses it too (the statements are written there, never from the key's text).
+    with psycopg.connect(db, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error, match="cannot be indexed"):
+            conn.execute("SELECT * FROM harvest._search_attr_index_sql(%s, 'number')", (HOSTILE,))
+
+    _fill(db, key=ODD)
+    r = harvest(db, "search-attr", "index", ODD, "--type", "number", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    [row] = json.loads(r.stdout)["shards"]
+    name = row["index_name"]
+    assert name.startswith("executions_attr_order_total_2_") and len(name) <= 63, name
+    assert _index(db, name) == (True, False, True)
+    assert name in _plan(db, f"{ODD}>1000")
+    assert _count(db, f"{ODD}>1000") == RARE
+    gone = harvest(db, "search-attr", "unindex", ODD)
+    assert gone.returncode == 0, gone.stderr
+    assert _index(db, name) is None
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass('harvest.executions') IS NOT NULL").fetchone()[0]
+
+
+def test_a_login_that_is_not_the_owner_is_refused_in_one_line(db: str, login) -> None:  # noqa: F811
+    admin = login("harvest_admin")
+    r = harvest(admin, "search-attr", "index", "amount", "--type", "number")
+    assert r.returncode == 1, r.stderr
+    [line] = r.stderr.splitlines()
+    assert "needs the owner of Harvest's schema, role" in line and "nothing was changed" in line
+    assert "harvest migrate run" in line
+    assert harvest(admin, "search-attr", "unindex", "amount").returncode == 1
+    assert _declared(db) == [] and _index(db, "executions_attr_amount") is None
+    # Listing needs no owner: any login that reads Harvest.
+    reader = login("harvest_reader")
+    assert harvest(reader, "search-attr", "indexes").returncode == 0
+
+
+def test_a_shard_migrated_later_gets_the_declared_index(two_shards: dict[int, str], fresh_db: str) -> None:
+    r = _sharded(two_shards, "search-attr", "index", "amount", "--type", "number")
+    assert r.returncode == 0, r.stderr
+    # Shard 2: an empty database, migrated with the configuration that names shards 0 and 1.
+    migrated = _sharded(two_shards, "migrate", "run", "--shard-id", "2", database_url=fresh_db)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "building harvest.executions_attr_amount on search attribute amount (number)" in migrated.stderr
+    assert "search attribute amount: index harvest.executions_attr_amount built in" in migrated.stderr
+    assert _declared(fresh_db) == [("amount", "number", "executions_attr_amount")]
+    assert _index(fresh_db, "executions_attr_amount") == (True, False, True)
+    # A run again has nothing to build.
+    again = _sharded(two_shards, "migrate", "run", "--shard-id", "2", database_url=fresh_db)
+    assert again.returncode == 0, again.stderr
+    assert "executions_attr_amount" not in again.stderr
