@@ -1734,6 +1734,9 @@ COMMENT ON FUNCTION harvest.list_executions IS
 'The workflow list: optional filters composed with AND (p_filter: an expression with AND, OR, IN and parentheses '
 'whose keys and values are bound parameters), keyset pages on (created_at, id) with next_cursor; an '
 'unknown state, bad filter, order, page size or cursor raises HR001. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.list_search_attribute_indexes IS
+'The search attributes the schema owner indexed for range tests (`harvest search-attr index`), each with its '
+'type, its index''s name, state (valid, invalid, missing) and size in bytes. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.count_executions IS
 'How many executions match the workflow list''s filters (p_filter included), per status, workflow_name or both (p_group_by status, '
 'workflow_name, all); p_limit counts at most that many runs a status (capped: at least that many; status grouping '

@@ -2,8 +2,8 @@
 -- index`), recorded so that `harvest migrate run` builds each one on a database it migrates (a
 -- shard added later) and rebuilds one an interrupted build left INVALID. The indexes are the
 -- owner's (docs/operations.md, "Indexing a search attribute for range tests"); this table is
--- only the record of them.
-CREATE TABLE harvest.search_attribute_indexes (
+-- only the record of them. IF NOT EXISTS: a migration may run again (CONTRIBUTING.md).
+CREATE TABLE IF NOT EXISTS harvest.search_attribute_indexes (
     name text NOT NULL,
     type text NOT NULL,
     index_name text NOT NULL,

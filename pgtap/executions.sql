@@ -940,3 +940,48 @@ SELECT is(harvest._still_selected(ARRAY['e.workflow_name = ''bw_other''', 'e.sta
                                   pg_temp.run('bw-other')), false, '... and one it no longer does');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- A search attribute's index for range tests (`harvest search-attr index`, harvest/db/search_indexes.py):
+-- its name, its statements (the key quoted by the server, a key no filter names refused), whether an
+-- index is the one they make, and the list of the recorded ones with each index's state. The
+-- CONCURRENTLY statements themselves run outside a transaction: tests/integration/test_search_attr_indexes.py.
+BEGIN;
+SELECT plan(11);
+SELECT is(harvest._search_attr_index_name('amount'), 'executions_attr_amount',
+          '_search_attr_index_name: a plain key keeps its name');
+SELECT matches(harvest._search_attr_index_name('Order.Total-2'), '^executions_attr_order_total_2_[0-9a-f]{12}$',
+               '... an odd one is folded and hashed');
+SELECT isnt(harvest._search_attr_index_name('abc_' || left(md5('ABC'), 12)), harvest._search_attr_index_name('ABC'),
+            '... and no plain key takes a hashed key''s name');
+SELECT ok(length(harvest._search_attr_index_name(repeat('k', 500))) <= 63, '... a long key''s name fits in 63 bytes');
+SELECT is((harvest._search_attr_index_sql('amount', 'number')).create_index,
+          'CREATE INDEX CONCURRENTLY executions_attr_amount ON harvest.executions ('
+          || harvest._search_attr_ordered(quote_literal('amount'), 'number', 'search_attributes')
+          || ') WHERE search_attributes ? ''amount''',
+          '_search_attr_index_sql: the index on the range tests'' expression, partial on the key');
+SELECT is((harvest._search_attr_index_sql('Order.Total-2', 'text')).drop_statistics,
+          format('DROP STATISTICS IF EXISTS harvest.%I', harvest._search_attr_index_name('Order.Total-2')),
+          '... and the statements that drop it');
+SELECT throws_ok($$SELECT harvest._search_attr_index_sql('a''); DROP TABLE harvest.executions; --', 'number')$$,
+                 'HR001', NULL, '... a key no filter names: HR001');
+SELECT throws_ok($$SELECT harvest._search_attr_index_sql('amount', 'date')$$,
+                 'HR001', NULL, '... a type other than number or text: HR001');
+-- The same index made in this transaction (without CONCURRENTLY), and one of the name on another expression.
+DO $$
+BEGIN
+    EXECUTE replace((harvest._search_attr_index_sql('amount', 'number')).create_index, ' CONCURRENTLY', '');
+END;
+$$;
+CREATE INDEX executions_attr_tenant ON harvest.executions ((search_attributes ->> 'tenant'));
+SELECT ok(harvest._search_attr_index_matches('harvest.executions_attr_amount', 'amount', 'number'),
+          '_search_attr_index_matches: the index the statements make');
+SELECT ok(NOT harvest._search_attr_index_matches('harvest.executions_attr_amount', 'amount', 'text')
+          AND NOT harvest._search_attr_index_matches('harvest.executions_attr_tenant', 'tenant', 'text'),
+          '... not another type''s, nor one without the partial predicate');
+INSERT INTO harvest.search_attribute_indexes (name, type, index_name)
+VALUES ('amount', 'number', 'executions_attr_amount'), ('region', 'text', 'executions_attr_region');
+SELECT results_eq($$SELECT name, type, state, size_bytes > 0 FROM harvest.list_search_attribute_indexes()$$,
+                  $$VALUES ('amount', 'number', 'valid', true), ('region', 'text', 'missing', NULL)$$,
+                  'list_search_attribute_indexes: each recorded key, its index''s state and size');
+SELECT * FROM finish();
+ROLLBACK;

@@ -288,7 +288,7 @@ def _declared_elsewhere(target: str) -> list[tuple[str, str]]:
     added later gets them. A shard that cannot be read is a note on stderr, not a failed run."""
     from harvest.config import shard_urls, shards_configured
     from harvest.db import pooler
-    from harvest.db.connection import DatabaseError, connect, failure_reason
+    from harvest.db.connection import DatabaseError, connect
     from harvest.db.search_indexes import list_indexes
 
     config = cli_config()
@@ -301,11 +301,11 @@ def _declared_elsewhere(target: str) -> list[tuple[str, str]]:
         try:
             with connect(url, autocommit=True, connect_timeout=5) as conn:
                 found.update((r["name"], r["type"]) for r in list_indexes(conn))
-        except (HarvestError, DatabaseError) as exc:
+        except (HarvestError, DatabaseError):
+            # (its host unnamed: this command's output names the one database it acted on)
             click.echo(
-                f"note: shard {shard}'s indexed search attributes were not read "
-                f"({scrub(failure_reason(exc, url))}): harvest search-attr indexes shows what this "
-                "database lacks",
+                f"note: shard {shard} could not be read for the search attributes it indexes: "
+                "harvest search-attr indexes shows why, and what this database lacks",
                 err=True,
             )
     return sorted(found)
