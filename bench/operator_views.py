@@ -429,19 +429,12 @@ def explain(conn: psycopg.Connection[Any], notices: list[str], statement: str, p
 
 
 def index_attribute(conn: psycopg.Connection[Any], key: str, kind: str) -> None:
-    """An operator's index on a search attribute's typed value, with statistics on it
-    (docs/operations.md, "Indexing a search attribute for range tests"), if it is not there."""
-    (expression, literal) = conn.execute(
-        "SELECT harvest._search_attr_ordered(quote_literal(%s), %s, 'search_attributes'), quote_literal(%s)",
-        (key, kind, key),
-    ).fetchone()
-    name = f"executions_attr_{key}"
-    conn.execute(
-        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON harvest.executions ({expression})"
-        f" WHERE search_attributes ? {literal}"
-    )
-    conn.execute(f"CREATE STATISTICS IF NOT EXISTS harvest.{name} ON ({expression}) FROM harvest.executions")
-    conn.execute("ANALYZE harvest.executions")
+    """An operator's index on a search attribute's typed value, with statistics on it, as
+    `harvest search-attr index` makes it (docs/operations.md, "Indexing a search attribute for
+    range tests"), if it is not there."""
+    from harvest.db.search_indexes import ensure_index
+
+    ensure_index(conn, key, kind, print)
 
 
 def measure(dsn: str, args: argparse.Namespace) -> None:
