@@ -50,7 +50,8 @@ def _plan(dsn: str, search_attr: str) -> str:
         (predicate,) = conn.execute(
             "SELECT harvest._search_predicate(harvest._parse_search_filter(%s))", (search_attr,)
         ).fetchone()
-        rows = conn.execute(f"EXPLAIN SELECT count(*) FROM harvest.executions AS e WHERE {predicate}").fetchall()
+        plan = conn.execute(f"EXPLAIN SELECT count(*) FROM harvest.executions AS e WHERE {predicate}")
+        rows = plan.fetchall()
         return "\n".join(r[0] for r in rows)
 
 
@@ -121,7 +122,7 @@ def test_index_list_and_unindex_on_one_database(db: str) -> None:
     listed = harvest(db, "search-attr", "indexes", "--output", "json")
     assert listed.returncode == 0, listed.stderr
     [entry] = json.loads(listed.stdout)["indexes"]
-    assert (entry["name"], entry["type"], entry["shard_id"], entry["state"]) == ("amount", "number", 0, "valid")
+    assert [entry[k] for k in ("name", "type", "shard_id", "state")] == ["amount", "number", 0, "valid"]
     assert entry["size_bytes"] > 0
 
     gone = harvest(db, "search-attr", "unindex", "amount", "--output", "json")
@@ -141,7 +142,8 @@ def test_index_list_and_unindex_on_two_shards(two_shards: dict[int, str]) -> Non
         _fill(dsn)
     r = _sharded(two_shards, "search-attr", "index", "amount", "--type", "number", "-o", "json")
     assert r.returncode == 0, r.stderr
-    assert [(s["shard_id"], s["outcome"]) for s in json.loads(r.stdout)["shards"]] == [(0, "built"), (1, "built")]
+    outcomes = [(s["shard_id"], s["outcome"]) for s in json.loads(r.stdout)["shards"]]
+    assert outcomes == [(0, "built"), (1, "built")]
     for shard in (0, 1):
         assert f"shard {shard}: building harvest.executions_attr_amount" in r.stderr
     for dsn in two_shards.values():
@@ -176,8 +178,8 @@ def _invalid_leftover(dsn: str) -> None:
         ).fetchone()
         with pytest.raises(psycopg.errors.UniqueViolation):
             conn.execute(
-                f"CREATE UNIQUE INDEX CONCURRENTLY executions_attr_amount ON harvest.executions ({expression})"
-                " WHERE search_attributes ? 'amount'"
+                "CREATE UNIQUE INDEX CONCURRENTLY executions_attr_amount ON harvest.executions"
+                f" ({expression}) WHERE search_attributes ? 'amount'"
             )
     assert _index(dsn, "executions_attr_amount")[:2] == (False, True)
 
@@ -222,9 +224,9 @@ def test_a_hostile_key_is_refused_before_any_database_and_an_odd_one_is_quoted(d
     bad_type = harvest(nowhere, "search-attr", "index", "amount", "--type", "date")
     assert bad_type.returncode == 2 and "--type" in bad_type.stderr
     # The server refuses it too (the statements are written there, never from the key's text).
-    with psycopg.connect(db, autocommit=True) as conn:
-        with pytest.raises(psycopg.Error, match="cannot be indexed"):
-            conn.execute("SELECT * FROM harvest._search_attr_index_sql(%s, 'number')", (HOSTILE,))
+    refused = pytest.raises(psycopg.Error, match="cannot be indexed")
+    with psycopg.connect(db, autocommit=True) as conn, refused:
+        conn.execute("SELECT * FROM harvest._search_attr_index_sql(%s, 'number')", (HOSTILE,))
 
     _fill(db, key=ODD)
     r = harvest(db, "search-attr", "index", ODD, "--type", "number", "-o", "json")
