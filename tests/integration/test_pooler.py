@@ -374,3 +374,20 @@ def test_a_role_set_at_connect_that_a_pooler_drops_is_refused(db: str, session_b
     with connect(dsn_with_role(db, "harvest_reader")) as direct:  # not autocommit: the check left it idle
         assert direct.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert direct.execute("SELECT current_user").fetchone() == ("harvest_reader",)
+
+
+def test_a_search_attribute_index_refuses_a_transaction_pooler_and_builds_on_the_session_url(
+    db, bouncer
+) -> None:
+    """`harvest search-attr index` sets its session's timeouts (none, for a concurrent build):
+    through a transaction-mode pooler they would land on other clients' server connections, so
+    it is refused there, as `migrate run` is, and runs on the session URL when one is declared."""
+    args = ["search-attr", "index", "amount", "--type", "number"]
+    refused = CliRunner().invoke(cli, args, env={"HARVEST_DATABASE_URL": bouncer.url()})
+    assert refused.exit_code == 1, refused.output
+    assert "transaction mode" in refused.stderr and "nothing was changed" in refused.stderr
+    env = {pooler.SESSION_URL_ENV: db, "HARVEST_DATABASE_URL": bouncer.url()}
+    built = CliRunner().invoke(cli, args, env=env)
+    assert built.exit_code == 0, built.output
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT name FROM harvest.search_attribute_indexes").fetchall() == [("amount",)]

@@ -26,8 +26,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from harvest.core.errors import HarvestError, InvalidArgument, PermissionDenied, SchemaMismatch
-from harvest.db.connection import connect, failure_reason, unbound_statements
+from harvest.core.errors import ConfigError, HarvestError, InvalidArgument, PermissionDenied, SchemaMismatch
+from harvest.db import pooler
+from harvest.db.connection import connect, describe_dsn, failure_reason, probe_connect, unbound_statements
 
 # The keys a filter can name, and so the keys a range test reads (functions/executions.sql:
 # _parse_search_filter's and _filter_term's rule; _search_attr_index_sql checks it again).
@@ -67,9 +68,18 @@ Say = Callable[[str], None]
 @contextlib.contextmanager
 def owner_session(dsn: str) -> Iterator[psycopg.Connection]:
     """An autocommit session for the owner's DDL: to ``dsn``'s session URL when one was declared
-    (CONCURRENTLY needs a session of its own), with no statement or lock timeout."""
+    (CONCURRENTLY needs a session of its own; a transaction-mode pooler is refused, as `harvest
+    migrate run` refuses it), with no statement or lock timeout."""
     conn = connect(dsn, autocommit=True)
     try:
+        target = pooler.session_dsn(dsn)
+        if pooler.transaction_pooled(target, conn, probe_connect):
+            # (its session settings would land on other clients' server connections)
+            raise ConfigError(
+                f"cannot index on {describe_dsn(target)}: it goes through a connection pooler in "
+                "transaction mode, and the owner's DDL needs a session of its own: give the database's "
+                f"direct URL, or set its session URL ({pooler.session_setting()}); nothing was changed"
+            )
         unbound_statements(conn)
         conn.execute("SELECT pg_catalog.set_config('lock_timeout', '0', false)")
         yield conn
