@@ -274,6 +274,9 @@ def test_a_shard_migrated_later_gets_the_declared_index(two_shards: dict[int, st
     r = _sharded(two_shards, "search-attr", "index", "amount", "--type", "number")
     assert r.returncode == 0, r.stderr
     # Shard 2: an empty database, migrated with the configuration that names shards 0 and 1.
+    plan = _sharded(two_shards, "migrate", "run", "--dry-run", "--shard-id", "2", database_url=fresh_db)
+    assert plan.returncode == 0, plan.stderr
+    assert "would build the index of search attribute amount (number)" in plan.stdout
     migrated = _sharded(two_shards, "migrate", "run", "--shard-id", "2", database_url=fresh_db)
     assert migrated.returncode == 0, migrated.stderr
     assert "building harvest.executions_attr_amount on search attribute amount (number)" in migrated.stderr

@@ -215,7 +215,7 @@ def run(
         shard_id=shard_id,
         operator_id=operator_id,
         allow_downgrade=allow_downgrade,
-        search_attr_indexes=() if dry_run else _declared_elsewhere(migrator.target),
+        search_attr_indexes=_declared_elsewhere(migrator.target),
     )
     if output == "json":  # the same facts as the lines below, for scripts
         click.echo(
@@ -248,6 +248,8 @@ def run(
         for m in report.applied:
             if m.set_name != CORE_SET:
                 click.echo(f"  would apply {m.label}" + ("" if m.transactional else " (non-transactional)"))
+        for name, type_ in report.search_attr_indexes.items():
+            click.echo(f"  would build the index of search attribute {name} ({type_})")
         if report.shard is not None:
             if report.shard["changed"]:
                 was = report.shard["previous_shard_id"]
@@ -262,6 +264,7 @@ def run(
             and not report.functions_applied
             and not report.functions_retired
             and not (report.shard and report.shard["changed"])
+            and not report.search_attr_indexes
         ):
             click.echo("  nothing to do")
         _other_shards_note(describe_dsn(migrator.target))

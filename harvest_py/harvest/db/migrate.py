@@ -312,7 +312,8 @@ class RunReport:
     # (a dry run: what it would be, "changed" meaning it would change)
     shard: dict[str, Any] | None = None
     # the declared search attribute indexes built (or built again over an INVALID one) after
-    # migrating: {key: "built" | "rebuilt"} (harvest.db.search_indexes.build_declared)
+    # migrating: {key: "built" | "rebuilt"} (harvest.db.search_indexes.build_declared); a dry
+    # run's, those it would build: {key: type}
     search_attr_indexes: dict[str, str] = field(default_factory=dict)
 
 
@@ -931,6 +932,7 @@ class Migrator:
                         "previous_shard_id": current,
                         "changed": current != shard_id,
                     }
+                report.search_attr_indexes = search_indexes.to_build(conn, search_attr_indexes)
                 return report
             _refuse_pooler(conn, self.dsn)
             self._lock(conn)

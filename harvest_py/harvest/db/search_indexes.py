@@ -217,11 +217,27 @@ def list_indexes(conn: psycopg.Connection) -> list[dict[str, Any]]:
     return cur.execute("SELECT * FROM harvest.list_search_attribute_indexes()").fetchall()
 
 
+def _declared_here(conn: psycopg.Connection) -> dict[str, dict[str, Any]]:
+    """This database's recorded keys and their states; none before migration 0120."""
+    if not conn.execute("SELECT to_regclass('harvest.search_attribute_indexes') IS NOT NULL").fetchone()[0]:  # type: ignore[index]  # one row
+        return {}
+    return {r["name"]: r for r in list_indexes(conn)}
+
+
+def to_build(conn: psycopg.Connection, also: Iterable[tuple[str, str]] = ()) -> dict[str, str]:
+    """What :func:`build_declared` would build, changing nothing (`migrate run --dry-run`):
+    {key: type}."""
+    declared = _declared_here(conn)
+    wanted = {name: row["type"] for name, row in declared.items() if row["state"] != "valid"}
+    wanted.update({name: type_ for name, type_ in also if name not in declared})
+    return dict(sorted(wanted.items()))
+
+
 def build_declared(conn: psycopg.Connection, say: Say, also: Iterable[tuple[str, str]] = ()) -> list[Outcome]:
     """`harvest migrate run`'s step: record ``also`` (the keys other shards declare; one this
     database declares with another type keeps its own, said), then build every declared index
     that is missing or INVALID, a line each."""
-    declared = {r["name"]: r for r in list_indexes(conn)}
+    declared = _declared_here(conn)
     for name, type_ in also:
         if name in declared:
             if declared[name]["type"] != type_:
