@@ -291,7 +291,7 @@ def _declared_elsewhere(target: str) -> list[tuple[str, str]]:
     added later gets them. A shard that cannot be read is a note on stderr, not a failed run."""
     from harvest.config import shard_urls, shards_configured
     from harvest.db import pooler
-    from harvest.db.connection import DatabaseError, connect
+    from harvest.db.connection import DatabaseError, connect, schema_missing
     from harvest.db.search_indexes import list_indexes
 
     config = cli_config()
@@ -304,14 +304,21 @@ def _declared_elsewhere(target: str) -> list[tuple[str, str]]:
         try:
             with connect(url, autocommit=True, connect_timeout=5) as conn:
                 found.update((r["name"], r["type"]) for r in list_indexes(conn))
-        except (HarvestError, DatabaseError):
-            # (its host unnamed: this command's output names the one database it acted on)
-            click.echo(
-                f"note: shard {shard} could not be read for the search attributes it indexes: "
-                "harvest search-attr indexes shows why, and what this database lacks",
-                err=True,
-            )
+        except DatabaseError as exc:
+            if not schema_missing(exc):  # (a shard before migration 0120 records none)
+                _unread_note(shard)
+        except HarvestError:
+            _unread_note(shard)
     return sorted(found)
+
+
+def _unread_note(shard: int) -> None:
+    # (its host unnamed: this command's output names the one database it acted on)
+    click.echo(
+        f"note: shard {shard} could not be read for the search attributes it indexes: "
+        "harvest search-attr indexes shows why, and what this database lacks",
+        err=True,
+    )
 
 
 def _other_shards_note(where: str) -> None:
