@@ -770,8 +770,8 @@ $$;
 --
 -- (One statement where there were three: each paid its executor start-up, its snapshot and
 -- its trigger queue's begin and end; docs/performance.md, "A result batch's per-call
--- statements". Planned generic, with sequential scans off, as _update_held_rows: a custom
--- plan made for the arrays' sizes was planned again on every call.)
+-- statements". Planned with sequential scans off, as _update_held_rows; generic, as every
+-- statement of its callers, the hot entry points.)
 CREATE OR REPLACE FUNCTION harvest._write_held(
     p_rows harvest.held_run_row[],
     p_ev_runs uuid[], p_ev_offsets bigint[], p_ev_types text[], p_ev_datas jsonb[],
@@ -781,7 +781,6 @@ CREATE OR REPLACE FUNCTION harvest._write_held(
 RETURNS harvest.worker_activity_task[]
 LANGUAGE plpgsql
 SET enable_seqscan = off
-SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_handed harvest.worker_activity_task[];
