@@ -758,20 +758,12 @@ END;
 $$;
 
 -- What a batch call (complete_activities, complete_workflow_tasks) held back of its applied
--- decisions goes in. One statement writes the row updates of the decisions that go on (as
--- _update_held_rows' first one: core.sql; p_rows, NULL when none is held), their events (as
--- _insert_events) and their handed activities, one a decision (as _hand_activities_of_runs,
--- each activity on its own row of p_hd_runs); then the closes (p_rows whose status is set)
--- with _update_held_rows, whose _after_closes' relays and grants append to other runs from
--- rows already written. Returns the handed tasks as the worker receives them (rows: see
+-- decisions goes in: their appends' row updates with one _update_held_rows (core.sql; the
+-- p_rows, NULL when none is held), their events with one _insert_events, then their
+-- handed activities, one a decision, with one _hand_activities_of_runs (each activity on its
+-- own row of p_hd_runs). Returns the handed tasks as the worker receives them (rows: see
 -- _hand_activities), in the held order (NULL when none was held); the caller puts each in
--- its decision's answer. A row not where its append took its ids from is refused (XX000),
--- as _update_held_rows refuses it.
---
--- (One statement where there were three: each paid its executor start-up, its snapshot and
--- its trigger queue's begin and end; docs/performance.md, "A result batch's per-call
--- statements". Planned with sequential scans off, as _update_held_rows; generic, as every
--- statement of its callers, the hot entry points.)
+-- its decision's answer.
 CREATE OR REPLACE FUNCTION harvest._write_held(
     p_rows harvest.held_run_row[],
     p_ev_runs uuid[], p_ev_offsets bigint[], p_ev_types text[], p_ev_datas jsonb[],
@@ -780,71 +772,19 @@ CREATE OR REPLACE FUNCTION harvest._write_held(
 )
 RETURNS harvest.worker_activity_task[]
 LANGUAGE plpgsql
-SET enable_seqscan = off
 AS $$
-DECLARE
-    v_handed harvest.worker_activity_task[];
-    v_going integer := 0;
-    v_written bigint;
-    v_now timestamptz := harvest.now();  -- (once, not per row: see _insert_events)
 BEGIN
     IF cardinality(p_rows) > 0 THEN
-        v_going := (SELECT count(*) FROM unnest(p_rows) AS u WHERE u.status IS NULL);
+        PERFORM harvest._update_held_rows(p_rows, p_worker_id);
     END IF;
-    WITH going AS (
-        UPDATE harvest.executions AS x
-        SET last_event_id = u.last_event_id, history_bytes = x.history_bytes + u.bytes, decided_by = p_worker_id,
-            decided_through = u.decided_through, wake_hold = u.wake_hold
-        FROM unnest(p_rows) AS u
-        WHERE x.id = u.id AND x.last_event_id = u.last_event_id - u.n AND u.status IS NULL
-        RETURNING x.id
-    ), appended AS (
-        INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-        SELECT e.execution_id, e.id_offset + e.i, e.event_type, coalesce(e.event_data, '{}'::jsonb), v_now
-        FROM unnest(p_ev_runs, p_ev_offsets, p_ev_types, p_ev_datas) WITH ORDINALITY
-            AS e (execution_id, id_offset, event_type, event_data, i)
-    ), handed AS (
-        INSERT INTO harvest.tasks AS t (
-            execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
-            scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
-            lease_expires_at, fairness_key
-        )
-        SELECT (q.x).id, 'activity', coalesce(q.command ->> 'queue', (q.x).queue),
-               harvest._activity_priority(q.command), p_now, q.seq,
-               q.command ->> 'name', coalesce(q.command -> 'input', '[]'::jsonb),
-               coalesce(q.command -> 'options', '{}'::jsonb), p_now,
-               p_now + make_interval(secs => (q.command #>> '{options,schedule_to_close}')::double precision),
-               'running', 1, p_now, p_worker_id, nextval('harvest.fencing_tokens'),
-               p_now + make_interval(secs => harvest._lease_secs(
-                   'activity', coalesce(q.command -> 'options', '{}'::jsonb), 0)),
-               coalesce((SELECT '' FROM harvest.fair_queues AS f
-                         WHERE f.queue = coalesce(q.command ->> 'queue', (q.x).queue)), E'\x01')
-        FROM (SELECT u.i, u.seq, u.command, p_hd_runs[u.i] AS x
-              FROM unnest(p_hd_seqs, p_hd_cmds) WITH ORDINALITY AS u (seq, command, i)) AS q
-        ORDER BY q.i
-        RETURNING t.id, harvest._activity_for_worker(t, p_hd_runs[array_position(p_hd_ids, t.execution_id)])
-            AS task
-    )
-    SELECT (SELECT count(*) FROM going), (SELECT array_agg(h.task ORDER BY h.id) FROM handed AS h)
-    INTO v_written, v_handed;
-    IF v_written <> v_going THEN
-        RAISE EXCEPTION 'internal: % of % held run rows were where their appends left them', v_written, v_going
-            USING ERRCODE = 'XX000';
+    IF cardinality(p_ev_runs) > 0 THEN
+        PERFORM harvest._insert_events(p_ev_runs, p_ev_offsets, p_ev_types, p_ev_datas);
     END IF;
-    IF cardinality(p_ev_runs) > 0 THEN  -- (the stream's notification: see _insert_events)
-        PERFORM pg_notify('harvest_events', u.execution_id::text)
-        FROM unnest(p_ev_runs) AS u (execution_id)
-        WHERE EXISTS (SELECT 1 FROM harvest._live_event_listeners());
+    IF cardinality(p_hd_ids) > 0 THEN
+        RETURN harvest._hand_activities_of_runs(p_hd_runs, p_hd_ids,
+            ARRAY(SELECT generate_series(1, cardinality(p_hd_ids))), p_hd_seqs, p_hd_cmds, p_worker_id, p_now);
     END IF;
-    IF v_going < cardinality(p_rows) THEN
-        PERFORM harvest._update_held_rows(
-            ARRAY(SELECT ROW(u.id, u.last_event_id, u.n, u.bytes, u.decided_through, u.wake_hold, u.status,
-                             u.output, u.failure)::harvest.held_run_row
-                  FROM unnest(p_rows) WITH ORDINALITY
-                      AS u (id, last_event_id, n, bytes, decided_through, wake_hold, status, output, failure, i)
-                  WHERE u.status IS NOT NULL ORDER BY u.i), p_worker_id);
-    END IF;
-    RETURN v_handed;
+    RETURN NULL;
 END;
 $$;
 
