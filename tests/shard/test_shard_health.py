@@ -204,7 +204,14 @@ def test_the_retire_check_of_a_shard_reads_the_children_aimed_at_it_and_the_ends
     env = _env(shards, readable=(0, 1, 2), writable=(0, 2))
     code, data = _health(env, "--retiring-shard", "1")
     assert code == 0, data
-    assert data["retiring"] == {"shard": 1, "clear": True, "owed_ends": [], "children": [], "unread": []}
+    assert data["retiring"] == {
+        "shard": 1,
+        "clear": True,
+        "owed_ends": [],
+        "children": [],
+        "unread": [],
+        "unread_reasons": [],
+    }
     assert data["readiness"] == "degraded", "no live worker: the report's readiness is not the exit code"
     _aim_a_child(shards, 2, 1, "on-1")
     _aim_a_child(shards, 2, 0, "on-0")  # (aimed at another shard: not the retiring one's)
@@ -238,9 +245,14 @@ def test_the_retire_check_of_a_shard_reads_the_children_aimed_at_it_and_the_ends
     shards.stop(2)
     try:
         code, data = _health(env, "--retiring-shard", "1")
+        table = _run(env, "shard", "health", "--retiring-shard", "1")
     finally:
         shards.start(2)
     assert code == 1 and data["retiring"]["clear"] is None and data["retiring"]["unread"] == [2], data
+    assert data["retiring"]["unread_reasons"] == [{"shard_id": 2, "reason": "unreachable"}]
+    assert table.exit_code == 1
+    said = "retiring shard 1: cannot tell: shard 2 not read (unreachable: its database did not answer; "
+    assert said in table.output, table.output
     code, data = _health(_env(shards, readable=(0, 2), writable=(0, 2)), "--retiring-shard", "1")
     assert code == 1 and data["retiring"]["unread"] == [1], "the retiring shard itself is not configured"
 

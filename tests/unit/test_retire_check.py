@@ -29,7 +29,9 @@ def test_a_shard_given_a_url_but_not_readable_is_needed_and_named_when_unread() 
     ]
     check = retire_check({"shards": rows}, 1)
     assert check["clear"] is None and check["unread"] == [3], check
-    assert "shard(s) 3 not read" in _render_retiring(check)[0]
+    assert _render_retiring(check)[0].startswith(
+        "retiring shard 1: cannot tell: shard 3 not read (unreachable"
+    )
     # Read, its children count as any shard's.
     rows[2] = _row(3, [], _read([{"target_shard": 1, "children": 2}]))
     check = retire_check({"shards": rows}, 1)
@@ -42,6 +44,7 @@ def test_a_shard_given_a_url_but_not_readable_is_needed_and_named_when_unread() 
         "owed_ends": [],
         "children": [],
         "unread": [],
+        "unread_reasons": [],
     }
 
 
@@ -55,13 +58,49 @@ def test_not_clear_with_a_shard_unread_names_the_unread_shard_in_the_text() -> N
     assert check["clear"] is False and check["unread"] == [2], check  # exit 2: a child is left
     lines = _render_retiring(check)
     assert lines[0] == "retiring shard 1: NOT clear: shard 0 drives 1 cross-shard child(ren) on it"
-    assert lines[-1].startswith("retiring shard 1: NOT clear, and shard(s) 2 not read (unreachable"), lines
+    assert lines[-1].startswith("retiring shard 1: NOT clear, and shard 2 not read (unreachable"), lines
     assert lines[-1].endswith("more may be left there"), lines
     # Cannot tell (exit 1): the line as before.
     rows[0] = _row(0, ["readable", "writable", "default"], _read())
     lines = _render_retiring(retire_check({"shards": rows}, 1))
-    said = (
-        "retiring shard 1: cannot tell: shard(s) 2 not read (unreachable, not configured, or "
-        "functions older than this release: harvest migrate run)"
-    )
-    assert lines == [said]
+    said = "unreachable: its database did not answer; run this again once it is up"
+    assert lines == [f"retiring shard 1: cannot tell: shard 2 not read ({said})"]
+
+
+def test_each_unread_shard_is_named_with_why_it_was_not_read_and_never_a_url() -> None:
+    secret = "postgresql://fleet:s3cret@db2.internal:5432/harvest"
+    rows = [
+        _row(0, ["readable", "writable", "default"], _read([{"target_shard": 1, "children": 1}])),
+        _row(1, ["readable"], _read()),
+        {**_row(2, ["readable", "writable"], None, ["unreachable"]), "error": f"cannot connect to {secret}"},
+        _row(3, ["readable"], None, ["not_configured"]),
+        _row(4, [], None, ["identity_mismatch"]),
+        _row(5, ["readable"], None, ["schema_migration_missing"]),
+        _row(6, ["readable"], None, []),  # answered, its functions older than this release's
+    ]
+    check = retire_check({"shards": rows}, 1)
+    assert check["clear"] is False and check["unread"] == [2, 3, 4, 5, 6], check
+    assert check["unread_reasons"] == [
+        {"shard_id": 2, "reason": "unreachable"},
+        {"shard_id": 3, "reason": "not_configured"},
+        {"shard_id": 4, "reason": "identity_mismatch"},
+        {"shard_id": 5, "reason": "schema_migration_missing"},
+        {"shard_id": 6, "reason": "functions_stale"},
+    ]
+    why = [
+        (2, "unreachable: its database did not answer; run this again once it is up"),
+        (3, "no url for it in this process: add shards.urls.3 (HARVEST_SHARDS__URLS__3)"),
+        (4, "its url reaches another shard's database: check shards.urls.4"),
+        (5, "not migrated to this release: run harvest migrate run against it"),
+        (6, "its functions are older than this release: run harvest migrate run against it"),
+    ]
+    lines = _render_retiring(check)
+    assert lines[1:] == [
+        f"retiring shard 1: NOT clear, and shard {n} not read ({w}): more may be left there" for n, w in why
+    ]
+    assert not any("s3cret" in line or "db2.internal" in line for line in lines)
+    # The retiring shard itself, not configured in this process at all.
+    check = retire_check({"shards": rows[:2]}, 9)
+    assert check["clear"] is None and check["unread_reasons"] == [{"shard_id": 9, "reason": "not_configured"}]
+    said = "no url for it in this process: add shards.urls.9 (HARVEST_SHARDS__URLS__9)"
+    assert _render_retiring(check) == [f"retiring shard 9: cannot tell: shard 9 not read ({said})"]

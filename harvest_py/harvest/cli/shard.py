@@ -204,13 +204,28 @@ def _render_retiring(check: dict[str, Any]) -> list[str]:
             f"parents on shard {o['parent_shard']} ({o['running']} still running)"
         )
     if check["unread"]:  # named whether or not a child or an end was found on another shard
-        unread = ", ".join(map(str, check["unread"]))
+        # (from a server of a release before unread_reasons: the shards without their reasons)
+        why = check.get("unread_reasons") or [{"shard_id": n, "reason": None} for n in check["unread"]]
         verdict, more = ("cannot tell:", "") if not lines else ("NOT clear, and", ": more may be left there")
-        lines.append(
-            f"retiring shard {shard}: {verdict} shard(s) {unread} not read (unreachable, not "
-            f"configured, or functions older than this release: harvest migrate run){more}"
-        )
+        for unread in why:
+            lines.append(
+                f"retiring shard {shard}: {verdict} shard {unread['shard_id']} not read "
+                f"({UNREAD_WHY.get(unread['reason'], UNREAD_WHY[None]).format(n=unread['shard_id'])}){more}"
+            )
     return lines
+
+
+# What to say of a shard the retire check could not read, by its reason (retire_check's
+# unread_reasons): the cause and what to do, never a URL.
+UNREAD_WHY = {
+    "not_configured": "no url for it in this process: add shards.urls.{n} (HARVEST_SHARDS__URLS__{n})",
+    "unreachable": "unreachable: its database did not answer; run this again once it is up",
+    "identity_mismatch": "its url reaches another shard's database: check shards.urls.{n}",
+    "schema_migration_missing": "not migrated to this release: run harvest migrate run against it",
+    "schema_ahead": "migrated by a newer Harvest than this one: run this with that release",
+    "functions_stale": "its functions are older than this release: run harvest migrate run against it",
+    None: "unreachable, not configured, or functions older than this release: harvest migrate run",
+}
 
 
 @shard.command("release-owed-ends")

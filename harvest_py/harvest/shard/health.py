@@ -161,10 +161,12 @@ def retire_check(data: Mapping[str, Any], shard: int) -> dict[str, Any]:
     ``shards.readable``, a shard on its way in or out, can still hold a parent driving a child on
     N). Each is read (:func:`shard_health` reads every shard with a url); one whose children
     could not be read (unreachable, or functions older than this release) is in ``unread``. A
-    shard neither readable nor given a url (a candidate without one) is nothing to read."""
+    shard neither readable nor given a url (a candidate without one) is nothing to read.
+    ``unread_reasons`` says why each was not read, as a reason code of its row
+    (``not_configured`` for N itself when this process has no url for it)."""
     owed: list[dict[str, Any]] = []
     children: list[dict[str, Any]] = []
-    unread: list[int] = []
+    unread: dict[int, str] = {}
     found = False
     for row in data["shards"]:
         facts = row.get("children")
@@ -172,7 +174,7 @@ def retire_check(data: Mapping[str, Any], shard: int) -> dict[str, Any]:
             found = True
         if facts is None:
             if row["shard_id"] == shard or _needed(row):
-                unread.append(row["shard_id"])
+                unread[row["shard_id"]] = _unread_reason(row)
             continue
         if row["shard_id"] == shard:
             owed = [o for o in facts["owed_ends"] if o["parent_shard"] != shard]
@@ -183,9 +185,33 @@ def retire_check(data: Mapping[str, Any], shard: int) -> dict[str, Any]:
                 if c["target_shard"] == shard
             ]
     if not found:
-        unread.append(shard)
+        unread[shard] = "not_configured"
     clear = False if owed or children else (None if unread else True)
-    return {"shard": shard, "clear": clear, "owed_ends": owed, "children": children, "unread": sorted(unread)}
+    return {
+        "shard": shard,
+        "clear": clear,
+        "owed_ends": owed,
+        "children": children,
+        "unread": sorted(unread),
+        "unread_reasons": [{"shard_id": n, "reason": unread[n]} for n in sorted(unread)],
+    }
+
+
+# Why a shard's children could not be read, from its row's reason codes, most telling first
+# (a shard answering with functions older than this release's has none of them: functions_stale).
+UNREAD_REASONS = (
+    "not_configured",
+    "unreachable",
+    "identity_mismatch",
+    "schema_migration_missing",
+    "schema_ahead",
+)
+
+
+def _unread_reason(row: Mapping[str, Any]) -> str:
+    """The reason code that says why ``row``'s children were not read (never a URL)."""
+    codes = row.get("reason_codes") or []
+    return next((code for code in UNREAD_REASONS if code in codes), "functions_stale")
 
 
 def _needed(row: Mapping[str, Any]) -> bool:
