@@ -140,6 +140,13 @@ def error_from_answer(status: int, body: Any, scope_hint: str) -> HarvestError:
         return cls(message, error.get("existing_execution_id"), error.get("existing_state"))
     if cls is harvest_errors.PayloadKeyMissing:
         return ServerLacksKey(message)
+    if cls is harvest_errors.ShardUnavailable:
+        # The server's message is the whole line (it names the shard and the outage's request
+        # id): ShardUnavailable(message) made it the shard number ("shard shard 2 is ...").
+        shard = error.get("shard_id")
+        unavailable = harvest_errors.ShardUnavailable(shard if isinstance(shard, int) else -1, message)
+        unavailable.args = (message,)
+        return unavailable
     try:
         return cls(message)
     except TypeError:
