@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from harvest.cli.output import SHARD_NUMBER, cli_config, emit, execution_ids_option, output_option, table
+from harvest.cli.output import (
+    SHARD_NUMBER,
+    cli_config,
+    emit,
+    execution_ids_option,
+    output_option,
+    progress,
+    table,
+)
 from harvest.core.errors import ConfigError, InvalidArgument
 
 SHARD_HELP = "A shard's database: N=URL (repeatable; wins over shards.urls for that shard)."
@@ -130,10 +139,25 @@ def rebalance(
     Exit 1 when a move failed."""
     from harvest.shard.rebalance import Rebalancer
 
-    with _pools(shard_pairs) as pools:
+    with _pools(shard_pairs) as pools, ExitStack() as bars:
         rebalancer = Rebalancer(pools, source, target, operator_id=operator, replay=_replay_with(app_target))
+        bar: Any = None
+
+        def advance(done: int, total: int) -> None:
+            # A move is several round trips on two databases: a long run shows it goes on (stderr).
+            nonlocal bar
+            if bar is None:
+                label = f"moving runs from shard {source} to shard {target}"
+                bar = bars.enter_context(progress(total, label, enabled=output != "json" and total > 0))
+            elif done:
+                bar.update(1)
+
         report = rebalancer.run(
-            workflow_name=workflow_name, execution_ids=execution_ids, limit=limit, dry_run=dry_run
+            workflow_name=workflow_name,
+            execution_ids=execution_ids,
+            limit=limit,
+            dry_run=dry_run,
+            on_move=None if dry_run else advance,
         ).as_dict()
     emit(report, output, _render)
     if report["counts"]["failed"]:

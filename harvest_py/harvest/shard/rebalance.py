@@ -64,6 +64,9 @@ Replay = Callable[[list[dict[str, Any]], str], "tuple[bool, str | None] | None"]
 # on_phase(phase, record): called after each durable step (copied, verified, cut_over,
 # completed): logging, progress, and the chaos tests' kill points.
 OnPhase = Callable[[str, dict[str, Any]], None]
+# on_move(done, total): called once the candidates are known (done 0), then after each of them
+# is settled (moved, blocked, declined, failed): the CLI's progress bar.
+OnMove = Callable[[int, int], None]
 
 
 @dataclass
@@ -182,10 +185,12 @@ class Rebalancer:
         execution_ids: Iterable[str] = (),
         limit: int = 100,
         dry_run: bool = False,
+        on_move: OnMove | None = None,
     ) -> RebalanceReport:
         """Move up to ``limit`` quiescent runs (of ``workflow_name``, or exactly
         ``execution_ids``). A dry run walks the same path up to the first write (the schema
-        check and the candidates with their blockers) and reports what would move."""
+        check and the candidates with their blockers) and reports what would move.
+        ``on_move(done, total)`` is told the number of candidates, then each one settled."""
         self.check_schema_parity()
         candidates: list[dict[str, Any]] = []
         with self.pools.api(self.source) as sql:
@@ -199,6 +204,8 @@ class Rebalancer:
             else:
                 candidates = sql.list_migration_candidates(workflow_name, None, limit)
         moves = []
+        if on_move is not None:
+            on_move(0, len(candidates))
         for row in candidates:
             move = Move(str(row["execution_id"]), row["workflow_name"], row["workflow_id"], "would_move")
             if row["blockers"]:
@@ -208,6 +215,8 @@ class Rebalancer:
             elif not dry_run:
                 move = self.move(move.execution_id, move)
             moves.append(move)
+            if on_move is not None:
+                on_move(len(moves), len(candidates))
         return RebalanceReport(self.source, self.target, dry_run, moves)
 
     def move(self, execution_id: str, move: Move | None = None) -> Move:
