@@ -237,6 +237,24 @@ def test_a_rebalance_shows_its_progress_on_stderr_and_keeps_json_clean(shards) -
     assert sorted(authoritative(shards.dsns, e)[0] for e in parked) == [1, 1, 1]
 
 
+def test_a_rebalance_to_a_shard_whose_server_refuses_says_so_at_once_with_the_cause(shards) -> None:
+    """The command's pools fail fast as every other command's: a refused connect is named with
+    what it met, not after the 10 s acquire timeout as a bare 'cannot be reached now'."""
+    quiet = park(shards.dsns[0], "refused")
+    urls = [f"--shard={s}={dsn}" for s, dsn in shards.dsns.items()]
+    shards.stop(1)
+    try:
+        result = CliRunner().invoke(cli, ["shard", "rebalance", "--from", "0", "--to", "1", *urls])
+    finally:
+        shards.start(1)
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: shard 1 is unavailable: "), result.stderr
+    assert "(" in lines[0] and "retry once it is back" not in lines[0], "the connect's cause is named"
+    assert "postgresql://" not in result.stderr
+    assert authoritative(shards.dsns, quiet) == [0]
+
+
 def _two_rebalancers(shards, execution_id: str) -> list:
     barrier = threading.Barrier(2)
     moves = []

@@ -63,7 +63,9 @@ def _pools(pairs: tuple[str, ...]) -> ShardPools:
     shards = sorted(dsns)
     if not shards:
         raise InvalidArgument("no shard databases: give --shard N=URL or shards.urls")
-    return ShardPools(ShardRouter(shards, shards, shards[0]), dsns, max_size=2)
+    # fail_fast: a shard whose server refuses is named at once with what the connect met, as by
+    # every other command's pools (cli_pools), not after the 10 s acquire timeout.
+    return ShardPools(ShardRouter(shards, shards, shards[0]), dsns, max_size=2, fail_fast=True)
 
 
 def _replay_with(target: str | None) -> Replay | None:
