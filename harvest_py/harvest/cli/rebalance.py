@@ -91,12 +91,13 @@ def _replay_with(target: str | None) -> Replay | None:
 
 def _render(report: dict[str, Any]) -> str:
     moves = report["moves"]
-    head = (
-        f"{'dry run: ' if report.get('dry_run') else ''}shard {report['from']} -> {report['to']}: "
-        + ", ".join(f"{n} {o.replace('_', ' ')}" for o, n in report["counts"].items() if n)
+    # (rebalance-resume with no open move has no target: "-")
+    to = f" -> {report['to']}" if report["to"] != "-" else ""
+    head = f"{'dry run: ' if report.get('dry_run') else ''}shard {report['from']}{to}: " + ", ".join(
+        f"{n} {o.replace('_', ' ')}" for o, n in report["counts"].items() if n
     )
     if not moves:
-        return head + "nothing to move"
+        return head + ("nothing to move" if "dry_run" in report else "no open move to settle")
     rows = [{**m, "blockers": m["blockers"] or None} for m in moves]
     columns = ["execution_id", "workflow_name", "workflow_id", "outcome", "blockers", "verification", "error"]
     return head + "\n" + table(rows, columns)
