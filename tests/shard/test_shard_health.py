@@ -393,8 +393,11 @@ def test_preflight_checks_every_configured_shard(shards) -> None:
     shards.stop(1)
     try:
         result = _run(env, "preflight", "--output", "json")
+        text = _run(env, "preflight")
     finally:
         shards.start(1)
+    # The table's block under the rows names the shard of each check (each shard's reads alike).
+    assert text.exit_code == 1 and "\ndatabase (fail, shard 1)\n" in text.output, text.output
     assert result.exit_code == 1
     data = json.loads(result.output)
     database = next(c for c in data["checks"] if c["name"] == "database" and c["scope"] == "shard 1")

@@ -67,7 +67,9 @@ def preflight(app_target: str | None, database_url: str | None, output: str) -> 
             if c.status in ("warn", "fail") and (
                 c.details.get("failures") or c.details.get("uncovered") or c.remediation
             ):
-                click.echo(f"\n{c.name} ({c.status})")
+                # (a shard's check names its shard: each shard's block reads alike otherwise)
+                scope = f", {c.scope}" if c.scope != "-" else ""
+                click.echo(f"\n{c.name} ({c.status}{scope})")
                 for line in c.details.get("pending") or []:
                     click.echo(f"  - pending migration {line}")
                 for line in c.details.get("stale_function_files") or []:
