@@ -19,8 +19,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from harvest.core.errors import ConfigError, ExecutionMigrated, ShardUnavailable
-from harvest.core.ids import shard_number
+from harvest.core.errors import ConfigError, ExecutionMigrated, NotFound, ShardUnavailable
+from harvest.core.ids import shard_number, shard_of
 from harvest.core.shared_attempt import SharedAttempt
 from harvest.db import pooler
 from harvest.db.connection import DatabaseError, dsn_with_role, parse_dsn, set_role
@@ -93,6 +93,19 @@ class _Follow:
             raise too_many_hops(self.execution_id, self.passed) from exc
         self.shard = exc.shard
         return False
+
+    def not_found(self, exc: NotFound) -> NotFound:
+        """A call's NotFound, saying so when the id's shard is retired and the call went where
+        ``shards.forwards`` sends its ids, with no seal passed: a run of that shard that was not
+        moved before it was retired (an ended one) is not there (the runbook's step 5), and the
+        database's hint (a workflow id?) alone misled."""
+        origin = shard_of(self.execution_id)
+        if self.passed or origin == self.shard:
+            return exc
+        return NotFound(
+            f"{exc} (shard {origin} is retired: shards.forwards sends its ids to shard {self.shard}, "
+            f"which holds only the runs moved off shard {origin} before it was retired)"
+        )
 
     @property
     def collapse(self) -> int | None:
@@ -329,6 +342,8 @@ class ShardPools(_Base):
                 if step.pause(exc):
                     time.sleep(_ACTIVATION_POLL_SECS)
                 continue
+            except NotFound as exc:
+                raise step.not_found(exc) from exc
             if step.collapse is not None:
                 with contextlib.suppress(Exception), self.api(step.collapse) as sql:
                     sql.set_migration_forward(execution_id, step.shard)
@@ -527,6 +542,8 @@ class AsyncShardPools(_Base):
                 if step.pause(exc):
                     await asyncio.sleep(_ACTIVATION_POLL_SECS)
                 continue
+            except NotFound as exc:
+                raise step.not_found(exc) from exc
             if step.collapse is not None:
                 with contextlib.suppress(Exception):
                     async with self.api(step.collapse) as sql:
