@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harvest.cli.shard import _render_retiring
+from harvest.cli.shard import _render, _render_retiring
 from harvest.shard.health import retire_check
 
 
@@ -104,3 +104,23 @@ def test_each_unread_shard_is_named_with_why_it_was_not_read_and_never_a_url() -
     assert check["clear"] is None and check["unread_reasons"] == [{"shard_id": 9, "reason": "not_configured"}]
     said = "no url for it in this process: add shards.urls.9 (HARVEST_SHARDS__URLS__9)"
     assert _render_retiring(check) == [f"retiring shard 9: cannot tell: shard 9 not read ({said})"]
+
+
+def test_the_table_puts_one_blank_line_before_the_retire_check() -> None:
+    row = {
+        **_row(0, ["readable", "writable", "default"], _read()),
+        "reachable": True,
+        "schema": {"version": "0119"},
+        "workers": {"live": 1, "stale": 0},
+        "pressure": {},
+        "queue_coverage": {},
+        "stranded_pending": 0,
+        "stranded": [],
+        "readiness": "ready",
+    }
+    data = {"readiness": "ready", "observed_at": "now", "candidate_shard": None, "shards": [row]}
+    data["retiring"] = retire_check(data, 0)
+    text = _render(data)
+    assert "\n\n\n" not in text and text.endswith(
+        "\n\nretiring shard 0: clear: no cross-shard child on it, no child end owed on it"
+    )

@@ -108,7 +108,8 @@ def _render(data: dict[str, Any]) -> str:
                 "this shard (run a worker or `harvest serve` whose role runs the scheduler)"
             )
     if data.get("retiring"):
-        lines.append("")
+        if lines[-1]:  # (one blank line before it, whether or not a shard had a line to say)
+            lines.append("")
         lines += _render_retiring(data["retiring"])
     return "\n".join(lines).rstrip()
 
