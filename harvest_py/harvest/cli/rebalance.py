@@ -39,6 +39,7 @@ Replay = Callable[[list[dict[str, Any]], str], "tuple[bool, Any] | None"]
 
 def _shard_dsns(pairs: tuple[str, ...]) -> dict[int, str]:
     from harvest.config import database_url, shard_urls
+    from harvest.db.connection import parse_dsn
 
     config = cli_config()
     try:
@@ -52,6 +53,7 @@ def _shard_dsns(pairs: tuple[str, ...]) -> dict[int, str]:
             raise InvalidArgument(
                 f"--shard expects N=URL (a shard number, '=', its database URL), got {number!r}=..."
             )
+        parse_dsn(url.strip(), f"--shard {int(number)}=...")  # (the pools would blame shards.urls)
         dsns[int(number)] = url.strip()
     return dsns
 

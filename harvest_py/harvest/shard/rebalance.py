@@ -145,7 +145,8 @@ class Rebalancer:
         for shard, flag in ((source, "--from"), (target, "--to")):
             if shard not in pools.shards:
                 raise ConfigError(
-                    f"{flag} {shard}: no database URL for shard {shard} (give it in shards.urls)"
+                    f"{flag} {shard}: no database URL for shard {shard} (give it in shards.urls.{shard} or "
+                    f"HARVEST_SHARDS__URLS__{shard})"
                 )
         self.pools, self.source, self.target = pools, source, target
         self.operator_id = operator_id
