@@ -179,6 +179,10 @@ def test_retention_set_writes_every_shard(shards) -> None:
     result, data = _stopped(shards, 2, "retention", "set", "--max-age", "off")
     assert result.exit_code == 1
     assert "shard(s) 2 could not be reached and keep their retention settings" in result.stderr
+    # A write: the error names the shard it did not write, with no read's "could not be read".
+    assert "could not be read" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, (
+        result.stderr
+    )
     assert [(r["shard_id"], r["configured"]) for r in data["shards"]] == [(0, False), (1, False)]
     with shards.connect(2) as conn:  # the stopped shard kept its settings
         assert conn.execute(configured).fetchone()[0]

@@ -62,8 +62,9 @@ def status(database_url: str | None, output: str) -> None:
     _emit_per_shard(*deployment_read(database_url, lambda api: api.get_retention_status()), output)
 
 
-def _emit_per_shard(sharded: bool, fan: FanOut[Any], output: str) -> None:
-    """One database's settings as they are; a sharded deployment's as one row per shard."""
+def _emit_per_shard(sharded: bool, fan: FanOut[Any], output: str, *, write: bool = False) -> None:
+    """One database's settings as they are; a sharded deployment's as one row per shard
+    (``write``: the settings written, whose shards not reached the command's error names)."""
     if not sharded:
         emit(fan.results[0], output, lambda d: mapping(d, STATUS_KEYS))
         return
@@ -73,6 +74,7 @@ def _emit_per_shard(sharded: bool, fan: FanOut[Any], output: str) -> None:
         "shards",
         output,
         lambda d: "\n\n".join(mapping(r, ["shard_id", *STATUS_KEYS]) for r in d),
+        warn=not write,
     )
 
 
@@ -120,8 +122,8 @@ def set_(
     if fan.refused:  # a shard refused: the shards set printed, then every refusal named
         done = InTurn(fan.results, fan.unavailable_shards, fan.refused)
         set_ones = FanOut.of(fan.results, fan.unavailable_shards)
-        fail_if_refused(done, lambda: _emit_per_shard(sharded, set_ones, output))
-    _emit_per_shard(sharded, fan, output)
+        fail_if_refused(done, lambda: _emit_per_shard(sharded, set_ones, output, write=True))
+    _emit_per_shard(sharded, fan, output, write=True)
     fail_if_unreached(fan.unavailable_shards, "keep their retention settings")
 
 

@@ -534,10 +534,14 @@ def with_page_footer(text: str, rows: list[Any], noun: str, merged: Merged[Any])
     return f"{text}\n{footer}"
 
 
-def emit_merged(merged: Merged[Any], key: str | None, output: str, render: Callable[[Any], str]) -> None:
+def emit_merged(
+    merged: Merged[Any], key: str | None, output: str, render: Callable[[Any], str], *, warn: bool = True
+) -> None:
     """JSON: the value under ``key`` with status and unavailable_shards (next_cursor when
     paginated), or, with ``key`` None, the value's own keys plus those two; table: render(value)
-    and, when partial, the warning. Partial exits 0: a read that shows what it could is an answer."""
+    and, when partial, the warning. Partial exits 0: a read that shows what it could is an answer.
+    ``warn`` False: a write's answer, whose shards not reached its own error names
+    (:func:`fail_if_unreached`): they were not written, not "not read"."""
     if output == "json":
         if key is None:
             data = {**merged.value, "status": merged.status, "unavailable_shards": merged.unavailable_shards}
@@ -546,7 +550,8 @@ def emit_merged(merged: Merged[Any], key: str | None, output: str, render: Calla
         emit(data, output, render)
     else:
         emit(merged.value, output, render)
-    warn_partial(merged)
+    if warn:
+        warn_partial(merged)
 
 
 @contextlib.contextmanager

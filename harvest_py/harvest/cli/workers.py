@@ -105,8 +105,8 @@ def drain_worker_shards(fan: FanOut[Any], output: str) -> None:
     rows = _tag(fan)
     merged = Merged(rows, fan.unavailable_shards, fan.status)
 
-    def show() -> None:
-        emit_merged(merged, "workers", output, lambda d: table(d, [*DRAIN_FIELDS, "shard_id"]))
+    def show() -> None:  # (a write: the shards not drained are named by report_shard_write)
+        emit_merged(merged, "workers", output, lambda d: table(d, [*DRAIN_FIELDS, "shard_id"]), warn=False)
 
     report_shard_write(InTurn(fan.results, fan.unavailable_shards, fan.refused), show, "were not drained")
     if all(r["outcome"] == "not_found" for r in rows):
