@@ -227,7 +227,10 @@ def _snapshots(sources: list[Source]) -> Iterator[None]:
     conns: list[psycopg.Connection[Any]] = []
     try:
         for source in sources:
-            conn = connect(source.dsn)
+            try:
+                conn = connect(source.dsn)
+            except HarvestError as exc:  # (its text names host:port/db: which shard is that?)
+                raise DrillFailed(f"shard {source.shard}: {exc}") from None
             conns.append(conn)
             with conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
