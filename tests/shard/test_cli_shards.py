@@ -162,6 +162,8 @@ def test_retention_status_is_per_shard(shards) -> None:
     result, data = _stopped(shards, 1, "retention", "status")
     assert result.exit_code == 0
     assert [r["shard_id"] for r in data["shards"]] == [0, 2] and data["unavailable_shards"] == [1]
+    # The warning says why, as every other fan-out read's does (it named the shard alone).
+    assert "warning: partial: shard(s) 1 could not be read (shard 1: " in result.stderr, result.stderr
 
 
 def test_retention_set_writes_every_shard(shards) -> None:

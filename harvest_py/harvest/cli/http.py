@@ -781,7 +781,8 @@ class HttpApi:
             by_shard: dict[int, list[dict[str, Any]]] = {}
             for row in answer["workers"]:
                 by_shard.setdefault(int(row["shard_id"]), []).append(_untagged(row))
-            return PerShard(by_shard, list(answer.get("unavailable_shards") or []), answer.get("status"))
+            missed = list(answer.get("unavailable_shards") or [])
+            return PerShard(by_shard, missed, answer.get("status"), reasons=_reasons(answer))
         return [_untagged(r) for r in answer["workers"]]
 
     # schedules (on self.shard: its home shard unless named)
@@ -991,6 +992,13 @@ class PerShard:
     status: str | None = None
     sharded: bool = True
     refused: list[tuple[int, HarvestError]] = field(default_factory=list)  # a write's refusals
+    # Why each shard missed was (the server's unavailable_reasons: what its connect met, to an admin)
+    reasons: dict[int, str] = field(default_factory=dict)
+
+
+def _reasons(answer: dict[str, Any]) -> dict[int, str]:
+    """A fan-out answer's ``unavailable_reasons`` by shard number."""
+    return {int(s): str(r) for s, r in (answer.get("unavailable_reasons") or {}).items()}
 
 
 def _per_shard(answer: dict[str, Any]) -> PerShard:
@@ -1012,7 +1020,7 @@ def _by_shard(answer: dict[str, Any], rows: list[dict[str, Any]]) -> PerShard:
     missed = list(answer.get("unavailable_shards") or [])
     results: dict[int, Any] = {int(row["shard_id"]): _untagged(row) for row in rows}
     status = answer.get("read_status") or answer.get("status")
-    return PerShard(results, missed, status, refused=shard_refusals(answer))
+    return PerShard(results, missed, status, refused=shard_refusals(answer), reasons=_reasons(answer))
 
 
 def _schedule_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -1073,7 +1081,7 @@ def _merged(answer: dict[str, Any], key: str | None) -> Merged[Any]:
         answer.get("status") or COMPLETE,
         answer.get("next_cursor"),
     )
-    found.reasons = {int(s): str(r) for s, r in (answer.get("unavailable_reasons") or {}).items()}
+    found.reasons = _reasons(answer)
     return found
 
 

@@ -29,7 +29,7 @@ from harvest.cli.shards import (
 )
 from harvest.config import shards_configured
 from harvest.core.errors import DatabaseUnavailable
-from harvest.shard.fanout import FanOut, Merged
+from harvest.shard.fanout import FanOut
 
 STATUS_KEYS = [
     "configured",
@@ -70,7 +70,7 @@ def _emit_per_shard(sharded: bool, fan: FanOut[Any], output: str, *, write: bool
         return
     rows = [{"shard_id": s, **data} for s, data in fan.results.items()]
     emit_merged(
-        Merged(rows, fan.unavailable_shards, fan.status),
+        fan.merged(rows),
         "shards",
         output,
         lambda d: "\n\n".join(mapping(r, ["shard_id", *STATUS_KEYS]) for r in d),

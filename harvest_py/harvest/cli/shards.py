@@ -187,6 +187,7 @@ def deployment_read(
             if value.status is not None:
                 fan.status = value.status
             fan.refused = list(value.refused)
+            fan.reasons = dict(value.reasons)
             return value.sharded, fan
         return False, FanOut.of({0: value}, ())
     config = cli_config()

@@ -32,7 +32,7 @@ from harvest.cli.shards import (
 )
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument, NotFound
-from harvest.shard.fanout import WORKER_LIMIT, WORKER_LIMIT_MAX, FanOut, Merged, no_worker_anywhere
+from harvest.shard.fanout import WORKER_LIMIT, WORKER_LIMIT_MAX, FanOut, no_worker_anywhere
 
 WORKER_COLUMNS = [
     "worker_id",
@@ -92,7 +92,7 @@ def get_worker_shards(worker_id: str, database_url: str | None, output: str) -> 
     rows = _tag(fan)
     if not rows:
         raise no_worker_anywhere(worker_id, fan.unavailable_shards)
-    merged = Merged(rows, fan.unavailable_shards, fan.status)
+    merged = fan.merged(rows)
     emit_merged(
         merged, "workers", output, lambda d: "\n\n".join(mapping(r, ["shard_id", *WORKER_FIELDS]) for r in d)
     )
@@ -103,7 +103,7 @@ def drain_worker_shards(fan: FanOut[Any], output: str) -> None:
     drained on every shard, each with its shard_id (each shard audits its own drain). A shard
     that could not be reached is named and the command exits 1."""
     rows = _tag(fan)
-    merged = Merged(rows, fan.unavailable_shards, fan.status)
+    merged = fan.merged(rows)
 
     def show() -> None:  # (a write: the shards not drained are named by report_shard_write)
         emit_merged(merged, "workers", output, lambda d: table(d, [*DRAIN_FIELDS, "shard_id"]), warn=False)
@@ -256,7 +256,7 @@ def register(group: click.Group) -> None:
             return
         rows = [{**r, "shard_id": s} for s, found in sorted(fan.results.items()) for r in found]
         emit_merged(
-            Merged(rows, fan.unavailable_shards, fan.status),
+            fan.merged(rows),
             "workers",
             output,
             lambda d: table(d, [*PREVIEW_COLUMNS, "shard_id"]) + f"\n{len(d)} worker(s)",

@@ -120,6 +120,11 @@ class FanOut(Generic[T]):
         missing = sorted(set(unavailable))
         return cls(dict(sorted(results.items())), missing, status_of(len(results), len(missing)))
 
+    def merged(self, value: R) -> Merged[R]:
+        """``value`` (made of these answers) as a merged read: the shards not read, the status,
+        and why each was not read (a partial read's warning names it)."""
+        return Merged(value, self.unavailable_shards, self.status, reasons=self.reasons)
+
 
 @dataclass
 class Merged(Generic[R]):

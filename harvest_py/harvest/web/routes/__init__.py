@@ -522,9 +522,16 @@ def merged(value: Merged[Any], key: str | None) -> dict[str, Any]:
         out = {**value.value, "status": value.status, "unavailable_shards": value.unavailable_shards}
     else:
         out = value.envelope(key)
-    if value.reasons:  # why each shard could not be read (no secret: fanout.unreachable_reason)
-        out["unavailable_reasons"] = {str(s): r for s, r in value.reasons.items()}
-    return out
+    return {**out, **unavailable_reasons(value)}
+
+
+def unavailable_reasons(read: Any) -> dict[str, Any]:
+    """Why each shard a fan-out (a Merged or a FanOut) could not read could not be, as the answer's
+    ``unavailable_reasons`` (none when every shard answered; no secret: fanout.unreachable_reason;
+    an admin's to read, withheld_detail)."""
+    if not read.reasons:
+        return {}
+    return {"unavailable_reasons": {str(s): r for s, r in read.reasons.items()}}
 
 
 # -- routes ------------------------------------------------------------------------------------

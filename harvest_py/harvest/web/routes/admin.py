@@ -33,6 +33,7 @@ from harvest.web.routes import (
     merged,
     path,
     shape,
+    unavailable_reasons,
 )
 from harvest.web.routes.health import shard_readiness, shard_urls
 from harvest.worker.options import WorkerOptions
@@ -816,6 +817,7 @@ async def retention_settings(call: Call, args: dict[str, Any], _: Any) -> Any:
         "shards": shards,
         "status": fan.status,
         "unavailable_shards": fan.unavailable_shards,
+        **unavailable_reasons(fan),
         "sharded": call.sharded,
     }
 

@@ -23,6 +23,7 @@ from harvest.web.routes import (
     merged,
     path,
     shape,
+    unavailable_reasons,
 )
 
 WORKER = path("worker_id", description="The worker's id.")
@@ -62,6 +63,7 @@ async def get_worker(call: Call, args: dict[str, Any], _: Any) -> Any:
         "rows": rows,
         "read_status": fan.status,
         "unavailable_shards": fan.unavailable_shards,
+        **unavailable_reasons(fan),
         "sharded": call.sharded,
     }
 
@@ -92,6 +94,7 @@ async def drain_preview(call: Call, args: dict[str, Any], _: Any) -> Any:
         "workers": rows,
         "status": fan.status,
         "unavailable_shards": fan.unavailable_shards,
+        **unavailable_reasons(fan),
         "sharded": call.sharded,
     }
 
