@@ -1,13 +1,23 @@
-"""`GET /workflows/{id}/result` gives an offloaded result's value (docs/payloads.md, "Large
-payloads"), read back from the run's database as `harvest workflow result` and the clients do;
-it answered the reference (``{"_harvest_ref": ..., "bytes": n}``) instead."""
+"""The management API's reads of a run give offloaded payloads' values (docs/payloads.md, "Large
+payloads"; docs/http-api.md, "Payloads in answers"), read back from the run's database as
+`harvest workflow result` and the clients do: the result, and the run with its first history
+page, a history page under ``payload_policy=full``, the stack, a dead letter and the dead-letter
+list (they answered the reference, ``{"_harvest_ref": ..., "bytes": n}``, instead). A reference
+the store no longer holds stays as it is, with 200."""
 
 from __future__ import annotations
 
-from operator_helpers import harvest
-from web_helpers import api_client
+import json
+from collections.abc import Iterator
+from typing import Any
 
-from harvest import App, Client, workflow
+import psycopg
+import pytest
+from operator_helpers import harvest
+from outage_helpers import wait_until
+from web_helpers import api_client, authorizer_for, rows_read
+
+from harvest import ActivityFailure, App, Client, activity, workflow
 from harvest.core.codecs import Payloads
 
 
@@ -16,7 +26,32 @@ async def long_text(ctx, n: int) -> str:
     return "x" * n
 
 
-APP = App(workflows=[long_text], codecs=Payloads(offload_bytes=100))
+BIG_IN, BIG_NOTE = "in-" + "i" * 400, "note-" + "n" * 400  # each over offload_bytes
+
+
+@workflow
+async def parcel(ctx, text: str) -> str:
+    note = await ctx.wait_for_signal("note")
+    return text + "|" + note
+
+
+@activity
+async def refuse_big(ctx, text: str) -> None:
+    raise ActivityFailure("Declined", "declined", non_retryable=True, details={"seen": text})
+
+
+@workflow
+async def dead_lettered(ctx, text: str) -> None:
+    await ctx.execute_activity(refuse_big, text)  # its input offloaded by the worker
+
+
+@workflow
+async def broken(ctx, text: str) -> int:
+    return "a bug"  # type: ignore[return-value]  # not its hint: the workflow task fails (traceback)
+
+
+OFFLOAD = Payloads(offload_bytes=100)
+APP = App(workflows=[long_text, parcel, dead_lettered, broken], activities=[refuse_big], codecs=OFFLOAD)
 
 
 def test_an_offloaded_result_is_read_back(db: str, start_worker) -> None:
@@ -31,3 +66,127 @@ def test_an_offloaded_result_is_read_back(db: str, start_worker) -> None:
         assert body["state"] == "COMPLETED" and body["output"] == "x" * 500
     cli = harvest(db, "workflow", "result", handle.execution_id)
     assert cli.returncode == 0 and cli.stdout.strip() == '"' + "x" * 500 + '"'
+
+
+def _sql(db: str, query: str, *args: Any) -> Any:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(query, args).fetchone()[0]
+
+
+def _read_token(db: str) -> dict[str, str]:
+    secret = _sql(db, "SELECT secret FROM harvest.create_api_token('refs-reader', 'read')")
+    return {"Authorization": f"Bearer {secret}"}
+
+
+@pytest.fixture
+def world(db: str, start_worker) -> dict[str, Any]:
+    """A `parcel` run whose input (a client's start), signal payload (a client's signal) and
+    result (the worker's) are offloaded; a dead letter whose input (the worker's schedule) and
+    failure details (the activity's) are; a run whose workflow task's failure details are."""
+    start_worker(APP)
+    with Client(db, codecs=OFFLOAD) as client:
+        run = client.start_workflow(parcel, BIG_IN)
+        run.signal("note", BIG_NOTE)
+        assert run.result(timeout=30) == BIG_IN + "|" + BIG_NOTE
+        client.start_workflow(dead_lettered, BIG_IN)
+        crashed = client.start_workflow(broken, BIG_IN).execution_id
+
+    def letter() -> Any:
+        return _sql(db, "SELECT max(id) FROM harvest.dead_letters")
+
+    def failed() -> Any:
+        stack = _sql(db, "SELECT harvest.get_execution_stack(%s)", crashed)
+        return (stack.get("workflow_task") or {}).get("last_failure")
+
+    letter_id = wait_until(letter, "the activity is dead-lettered")
+    wait_until(failed, "the workflow task failed")
+    # What the routes read is stored as references (else the test would prove nothing).
+    assert "_harvest_ref" in json.dumps(_sql(db, "SELECT harvest.get_dead_letter(%s)", letter_id))
+    assert "_harvest_ref" in json.dumps(_sql(db, "SELECT harvest.get_execution_stack(%s)", crashed))
+    events = "SELECT jsonb_agg(event_data) FROM harvest.events WHERE execution_id = %s"
+    history = _sql(db, events, run.execution_id)
+    assert json.dumps(history).count("_harvest_ref") >= 3  # input, signal, result
+    return {"run": run.execution_id, "letter": letter_id, "crashed": crashed}
+
+
+@pytest.fixture
+def api(db: str) -> Iterator[Any]:
+    """The API as a read token sees it (its role harvest_reader: a read token sees payloads)."""
+    with api_client(db, app=APP, authorizer=authorizer_for(db), profile="prod") as client:
+        client.headers.update(_read_token(db))
+        yield client
+
+
+def _ok(answer: Any) -> Any:
+    assert answer.status_code == 200, answer.text
+    assert "_harvest_ref" not in answer.text, answer.text
+    return answer.json()
+
+
+def _run(api: Any, world: dict[str, Any]) -> None:
+    got = _ok(api.get(f"/workflows/{world['run']}"))
+    assert got["execution"]["input"] == [BIG_IN] and got["execution"]["output"] == BIG_IN + "|" + BIG_NOTE
+    said = json.dumps(got["history"])
+    assert BIG_IN in said and BIG_NOTE in said
+
+
+def _history(api: Any, world: dict[str, Any]) -> None:
+    page = _ok(api.get(f"/workflows/{world['run']}/history", params={"payload_policy": "full"}))
+    said = json.dumps(page["events"])
+    assert BIG_IN in said and BIG_NOTE in said and page["redacted"] is False
+    # Redacted (the default): each payload's size, the same either way.
+    redacted = api.get(f"/workflows/{world['run']}/history").json()["events"]
+    assert redacted[0]["event_data"]["input"] == {"redacted": True, "bytes": len(json.dumps([BIG_IN]))}
+
+
+def _stack(api: Any, world: dict[str, Any]) -> None:
+    stack = _ok(api.get(f"/workflows/{world['crashed']}/stack"))
+    assert "Traceback" in json.dumps(stack["workflow_task"]["last_failure"]["details"])
+
+
+def _dead_letter(api: Any, world: dict[str, Any]) -> None:
+    letter = _ok(api.get(f"/dead-letters/{world['letter']}"))
+    assert letter["input"] == [BIG_IN] and letter["failure"]["details"] == {"seen": BIG_IN}
+
+
+def _dead_letters(api: Any, world: dict[str, Any]) -> None:
+    [row] = _ok(api.get("/dead-letters"))["dead_letters"]
+    assert row["failure"]["details"] == {"seen": BIG_IN}
+
+
+@pytest.mark.parametrize("read", [_run, _history, _stack, _dead_letter, _dead_letters])
+def test_each_read_of_a_run_answers_offloaded_payloads_resolved(db: str, world, api, read) -> None:
+    """As a read token sees it (scope read, role harvest_reader): the values, not references."""
+    read(api, world)
+
+
+def test_a_history_page_reads_its_references_in_one_call(db: str, world, api, monkeypatch) -> None:
+    """A page's references are read in one get_payloads call, the page's own events only."""
+    calls = rows_read(monkeypatch, "get_payloads")
+    _ok(api.get(f"/workflows/{world['run']}/history", params={"payload_policy": "full"}))
+    assert calls == [3], calls  # input, signal payload, result: one call
+    calls.clear()
+    page = _ok(api.get(f"/workflows/{world['run']}/history", params={"payload_policy": "full", "limit": 1}))
+    assert calls == [1] and page["next_cursor"], calls  # the started event's input only
+    calls.clear()
+    api.get(f"/workflows/{world['run']}/history")  # redacted: nothing read back
+    assert calls == []
+
+
+def test_a_reference_the_store_no_longer_holds_stays_with_200(db: str, world, api) -> None:
+    """The signal's payload and the dead letter's failure details pruned behind the run's back
+    (as retention or an operator would): each stays its reference, the rest is resolved, 200."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("DELETE FROM harvest.payloads WHERE data = to_jsonb(%s::text)", (BIG_NOTE,))
+        conn.execute("DELETE FROM harvest.payloads WHERE data = %s::jsonb", (json.dumps({"seen": BIG_IN}),))
+    got = api.get(f"/workflows/{world['run']}")
+    assert got.status_code == 200, got.text
+    assert got.json()["execution"]["input"] == [BIG_IN] and got.text.count("_harvest_ref") == 1
+    [signalled] = [e for e in got.json()["history"] if e["event_type"] == "SignalReceived"]
+    assert "_harvest_ref" in signalled["event_data"]["payload"], signalled
+    page = api.get(f"/workflows/{world['run']}/history", params={"payload_policy": "full"})
+    assert page.status_code == 200 and page.text.count("_harvest_ref") == 1, page.text
+    for path in (f"/dead-letters/{world['letter']}", "/dead-letters"):
+        answer = api.get(path)
+        assert answer.status_code == 200 and answer.text.count("_harvest_ref") == 1, (path, answer.text)
+        assert BIG_IN in answer.text, (path, answer.text)

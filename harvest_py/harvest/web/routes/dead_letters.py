@@ -5,8 +5,12 @@ every shard and acts only when exactly one holds the id, naming it (``shard_id``
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
+from harvest.core.codecs import refs_in
+from harvest.core.errors import DatabaseUnavailable
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 from harvest.web.routes import (
     BOOLEAN,
@@ -38,7 +42,31 @@ async def list_dead_letters(call: Call, args: dict[str, Any], _: Any) -> Any:
     found = await call.reads().list_dead_letters(
         args["limit"], args["activity_name"], args["workflow_name"], args["cursor"], args["before_id"]
     )
-    return merged(found, "dead_letters")
+    out = merged(found, "dead_letters")
+    out["dead_letters"] = await _resolved_rows(call, out["dead_letters"])
+    return out
+
+
+async def _resolved_rows(call: Call, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The page's rows with their offloaded payloads read back, each on its own shard: one read
+    per shard whose rows hold a reference (none for the others), the shards read at once. A
+    shard that answered the page and cannot be reached now keeps its rows as read (a reference
+    shows what it is), not the whole page refused."""
+    by_shard: dict[int, list[int]] = {}
+    for i, row in enumerate(rows):
+        if refs_in(row):
+            by_shard.setdefault(int(row["shard_id"]), []).append(i)
+
+    async def resolve(shard: int, at: list[int]) -> None:
+        with contextlib.suppress(DatabaseUnavailable):
+            found = await call.on_shard(
+                shard if call.sharded else None, lambda sql: call.resolved(sql, [rows[i] for i in at])
+            )
+            for i, row in zip(at, found, strict=True):
+                rows[i] = row
+
+    await asyncio.gather(*(resolve(shard, at) for shard, at in by_shard.items()))
+    return rows
 
 
 async def count_dead_letters(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -62,7 +90,11 @@ async def _home(call: Call, args: dict[str, Any]) -> int | None:
 
 async def get_dead_letter(call: Call, args: dict[str, Any], _: Any) -> Any:
     shard = await _home(call, args)
-    row = await call.on_shard(shard, lambda sql: sql.get_dead_letter(args["dead_letter_id"]))
+
+    async def read(sql: Any) -> Any:  # (its offloaded input or details read back on its shard)
+        return await call.resolved(sql, await sql.get_dead_letter(args["dead_letter_id"]))
+
+    row = await call.on_shard(shard, read)
     return {**row, "shard_id": shard if shard is not None else call.default_shard()}
 
 

@@ -24,7 +24,6 @@ from harvest.client.export_batch import (
     failure,
     head,
     newest,
-    resolved,
     shard_candidates,
 )
 from harvest.client.history_export import EXPORT_PAGE_SIZE, MAX_LIMIT, STATE_GROUPS, aexport_chunks
@@ -68,11 +67,11 @@ def _streamed(produce: Callable[[Put], Awaitable[None]]) -> StreamingResponse:
     return StreamingResponse(body(), media_type="application/json")
 
 
-async def _events(sql: Any, execution_id: str, full: bool) -> AsyncIterator[dict[str, Any]]:
+async def _events(call: Call, sql: Any, execution_id: str, full: bool) -> AsyncIterator[dict[str, Any]]:
     """A run's events from a server-side cursor, EXPORT_PAGE_SIZE a round trip; under ``full``
     each with its offloaded payloads read back (else as stored: the caller redacts)."""
     async for event in sql.iter_history(execution_id, EXPORT_PAGE_SIZE):
-        yield await arun_steps(resolved(event), sql) if full else event
+        yield await call.resolved(sql, event) if full else event
 
 
 def _json(value: Any) -> str:
@@ -99,14 +98,14 @@ async def export_history_batch(call: Call, args: dict[str, Any], _: Any) -> Any:
             nonlocal begun
             execution = await sql.get_execution(candidate["execution_id"])
             if full:
-                execution = await arun_steps(resolved(execution), sql)
+                execution = await call.resolved(sql, execution)
             # Its fields as the document had them: {execution_id, shard_id, workflow_name,
             # execution, events, redacted}, payloads redacted unless full.
             opening = ("," if begun else "") + _json(export_key(candidate))[:-1] + ',"execution":'
             begun += 1
             await put(opening + _json(execution if full else redact(execution)) + ',"events":[')
             comma = ""
-            async for event in _events(sql, candidate["execution_id"], full):
+            async for event in _events(call, sql, candidate["execution_id"], full):
                 await put(comma + _json(event if full else redact(event)))
                 comma = ","
             await put('],"redacted":' + _json(not full) + "}")
@@ -137,14 +136,14 @@ async def export_workflow_history(call: Call, args: dict[str, Any], _: Any) -> A
     async def head_(sql: Any) -> tuple[dict[str, Any], int | None]:
         execution = call.resident(await sql.get_execution(execution_id))
         if full:
-            execution = await arun_steps(resolved(execution), sql)
+            execution = await call.resolved(sql, execution)
         return execution, (await sql.get_shard_id() if call.sharded else None)
 
     execution, shard = await call.routed(execution_id, head_)
 
     async def produce(put: Put) -> None:
         async def read(sql: Any) -> None:
-            async for piece in aexport_chunks(execution, _events(sql, execution_id, full), full):
+            async for piece in aexport_chunks(execution, _events(call, sql, execution_id, full), full):
                 await put(piece)
 
         await call.on_shard(shard, read)

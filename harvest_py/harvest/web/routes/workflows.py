@@ -14,14 +14,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES, chain_broken_error
-from harvest.client.export_batch import resolved
 from harvest.core.codecs import refs_in
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, NotFound
 from harvest.core.ids import ROW_ID_MAX
 from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
-from harvest.db.steps import arun_steps
 from harvest.declare.definitions import PRIORITY_RANGE
 from harvest.shard.fanout import (
     CHILD_STATUSES,
@@ -188,18 +186,24 @@ def _after_history_cursor(token: str, execution_id: str) -> int:
 
 
 async def _history_page(
-    call: Call, execution_id: str, after: int, limit: int
+    call: Call, execution_id: str, after: int, limit: int, *, resolve: str | None
 ) -> tuple[Any, list[dict[str, Any]], str | None]:
     """The run's row and ``limit`` events after ``after`` with the cursor of the rest (None: no
-    more now), from ``limit + 1`` rows: a page costs a page however long the history."""
+    more now), from ``limit + 1`` rows: a page costs a page however long the history.
+    ``resolve`` ("events", "row and events"): their offloaded payloads read back, in one read
+    on the same shard and connection (the page's own events, not the one read past it)."""
 
     async def read(sql: Any) -> Any:
         row = call.resident(await sql.get_execution(execution_id))
-        return row, await sql.get_history(execution_id, after, limit + 1)
+        rows = await sql.get_history(execution_id, after, limit + 1)
+        events = rows[:limit]
+        if resolve == "events":
+            events = await call.resolved(sql, events)
+        elif resolve is not None:
+            row, events = await call.resolved(sql, [row, events])
+        return row, events, len(rows) > limit
 
-    row, rows = await call.routed(execution_id, read)
-    events = rows[:limit]
-    more = len(rows) > limit
+    row, events, more = await call.routed(execution_id, read)
     last = events[-1]["event_id"] if events else after
     return row, events, _history_cursor(execution_id, last) if more else None
 
@@ -208,7 +212,9 @@ async def get_workflow(call: Call, args: dict[str, Any], _: Any) -> Any:
     """The run with the first page of its history (the spec's execution/history payload), and
     the cursor of /history that continues it."""
     execution_id = args["execution_id"]
-    row, events, more = await _history_page(call, execution_id, 0, args["history_limit"])
+    # Payloads as stored, offloaded ones resolved (docs/http-api.md, "Payloads in answers").
+    limit = args["history_limit"]
+    row, events, more = await _history_page(call, execution_id, 0, limit, resolve="row and events")
     return {
         "execution": row,
         "parent_id": row.get("parent_id"),
@@ -239,7 +245,7 @@ async def _terminal_resolved(call: Call, execution_id: str, row: dict[str, Any])
     key = "output" if "output" in out else "error"
     if refs_in(out[key]):
         value = out[key]
-        out[key] = await call.routed(execution_id, lambda sql: arun_steps(resolved(value), sql))
+        out[key] = await call.routed(execution_id, lambda sql: call.resolved(sql, value))
     return out
 
 
@@ -331,7 +337,7 @@ async def workflow_stack(call: Call, args: dict[str, Any], _: Any) -> Any:
         stack = await sql.get_execution_stack(execution_id, limit)
         if stack.get("status") in ("MIGRATED", "MIGRATING"):
             call.resident(await sql.get_residence(execution_id))
-        return stack
+        return await call.resolved(sql, stack)  # (failure details offloaded: read back)
 
     return await call.routed(execution_id, read)
 
@@ -381,13 +387,11 @@ async def workflow_history(call: Call, args: dict[str, Any], _: Any) -> Any:
         if after:
             raise invalid("cursor", "give cursor or after_event_id, not both")
         after = _after_history_cursor(args["cursor"], execution_id)
-    _, events, more = await _history_page(call, execution_id, after, args["limit"])
-    doc = {
-        "execution_id": execution_id,
-        "events": events,
-        "redacted": args["payload_policy"] == "redacted",
-        "next_cursor": more,
-    }
+    # Redacted: nothing read back (a reference records its payload's size, which redact gives).
+    redacted = args["payload_policy"] == "redacted"
+    resolve = None if redacted else "events"
+    _, events, more = await _history_page(call, execution_id, after, args["limit"], resolve=resolve)
+    doc = {"execution_id": execution_id, "events": events, "redacted": redacted, "next_cursor": more}
     return redact(doc) if doc["redacted"] else doc
 
 
