@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from outage_helpers import wait_until
@@ -307,3 +308,55 @@ def test_events_tail_decodes_each_event_once_whatever_its_payload_holds(db, serv
         event = json.loads(r.stdout)
         assert event["event_type"] == "WorkflowStarted", (how, event)
         assert event["event_data"]["input"] == [{"card": SECRET, "foreign": foreign}], (how, event)
+
+
+@pytest.fixture
+def offloaded(db: str, start_worker) -> dict[str, Any]:
+    """Payloads encrypted then offloaded: a `locker` run's start input and signal (the client's),
+    its result (the worker's); a dead letter's activity input (the worker's) and failure details
+    (the activity's)."""
+    start_worker(WITH_K1)
+    card = SECRET + os.urandom(800).hex()  # random: over the offload threshold once encrypted
+    note = SECRET + "-note-" + os.urandom(800).hex()
+    with Client(db, codecs=_payloads(k1=K1)) as client:
+        handle = client.start_workflow(locker, {"card": card}, workflow_id="locker-big")
+        handle.signal("note", note)
+        expected = handle.result(timeout=30)
+        client.start_workflow(declined, {"card": card}, workflow_id="declined-big")
+    eid = handle.execution_id
+    raw = cli("workflow", "history", eid, "--full", "-o", "json", "--database-url", db)
+    assert raw.stdout.count("<offloaded") >= 3, raw.stdout  # input, signal, result: stored aside
+
+    def letters() -> list:  # (the non-retryable failure dead-letters its activity)
+        return json.loads(cli("dlq", "list", "-o", "json", "--database-url", db).stdout)["dead_letters"]
+
+    [letter] = wait_until(letters, "the activity is dead-lettered")
+    return {"eid": eid, "card": card, "note": note, "result": expected, "letter": str(letter["id"])}
+
+
+# `workflow get`, `history --full` and `dlq get` with --app over HTTP: the route answers an
+# offloaded payload resolved and the CLI decodes it, as over SQL (over HTTP it showed
+# `<offloaded (n bytes, ref ...)>`).
+
+
+def test_workflow_get_over_http_decodes_an_offloaded_encrypted_payload(db, served, offloaded) -> None:
+    for how, r in transports(db, "workflow", "get", offloaded["eid"], *KEYED, "-o", "json").items():
+        assert r.exit_code == 0, (how, r.output)
+        row = json.loads(r.stdout)
+        assert row["input"] == [{"card": offloaded["card"]}], (how, r.stdout[:400])
+        assert row["output"] == offloaded["result"], (how, r.stdout[:400])
+
+
+def test_history_full_over_http_decodes_offloaded_encrypted_payloads(db, served, offloaded) -> None:
+    args = ("workflow", "history", offloaded["eid"], "--full", *KEYED, "-o", "json")
+    for how, r in transports(db, *args).items():
+        assert r.exit_code == 0, (how, r.output)
+        assert offloaded["note"] in r.stdout and offloaded["card"] in r.stdout, (how, r.stdout[:400])
+        assert "<offloaded" not in r.stdout, (how, r.stdout[:400])
+
+
+def test_dlq_get_over_http_decodes_an_offloaded_encrypted_payload(db, served, offloaded) -> None:
+    for how, r in transports(db, "dlq", "get", offloaded["letter"], *KEYED, "-o", "json").items():
+        assert r.exit_code == 0, (how, r.output)
+        row, card = json.loads(r.stdout), offloaded["card"]
+        assert row["input"] == [{"card": card}] and row["failure"]["details"] == {"seen": card}, (how, row)
