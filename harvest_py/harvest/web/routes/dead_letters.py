@@ -158,7 +158,8 @@ ENDPOINTS = [
         "/dead-letters",
         "read",
         list_dead_letters,
-        "Dead letters over every shard, newest failure first.",
+        "Dead letters over every shard, newest failure first (payloads as stored, offloaded ones "
+        "resolved on each row's shard).",
         (
             Param("limit", "integer", default=100, minimum=1, maximum=1000),
             Param("activity_name"),
@@ -201,7 +202,7 @@ ENDPOINTS = [
         "/dead-letters/{dead_letter_id}",
         "read",
         get_dead_letter,
-        "One dead letter.",
+        "One dead letter (payloads as stored, offloaded ones resolved).",
         (ID, SHARD),
         tag="dead-letters",
     ),

@@ -810,7 +810,8 @@ ENDPOINTS = [
         "read",
         get_workflow,
         "One execution with its parent_id and the first page of its history (for inspection, not "
-        "polling); history_next_cursor continues it at /workflows/{execution_id}/history.",
+        "polling); history_next_cursor continues it at /workflows/{execution_id}/history. "
+        "Payloads as stored, offloaded ones resolved.",
         (
             EXECUTION,
             Param(
@@ -847,7 +848,8 @@ ENDPOINTS = [
         "read",
         workflow_stack,
         "What the execution waits on now, and its last event id: at most limit entries in each "
-        "list (the first by seq; timers by fire time), each list's length in totals.",
+        "list (the first by seq; timers by fire time), each list's length in totals. Failure "
+        "details as stored, offloaded ones resolved.",
         (
             EXECUTION,
             Param(
@@ -916,7 +918,8 @@ ENDPOINTS = [
         "read",
         workflow_history,
         "A page of the execution's event history in order (payload values redacted unless "
-        "payload_policy=full); next_cursor continues it, null when there are no more events.",
+        "payload_policy=full, then offloaded payloads resolved); next_cursor continues it, null "
+        "when there are no more events.",
         (
             EXECUTION,
             Param("after_event_id", "integer", default=0, minimum=0, maximum=2**31 - 1),
