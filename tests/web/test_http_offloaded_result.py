@@ -190,3 +190,53 @@ def test_a_reference_the_store_no_longer_holds_stays_with_200(db: str, world, ap
         answer = api.get(path)
         assert answer.status_code == 200 and answer.text.count("_harvest_ref") == 1, (path, answer.text)
         assert BIG_IN in answer.text, (path, answer.text)
+
+
+def _stored(conn: psycopg.Connection, value: Any) -> dict[str, Any]:
+    """``value`` put in this database's store (no run owns it): its reference."""
+    [ref] = conn.execute(
+        "SELECT harvest.put_payloads(NULL, ARRAY[%s::jsonb])", (json.dumps(value),)
+    ).fetchone()[0]
+    return {"_harvest_ref": str(ref), "bytes": len(json.dumps(value))}
+
+
+def test_on_shards_each_read_resolves_on_the_runs_own_shard(two_shards) -> None:
+    """A run on shard 1 and the dead letters of both shards: each reference is read on the shard
+    its row came from (one that only shard 0 holds, referenced from shard 1, stays)."""
+    refs: dict[int, dict[str, Any]] = {}
+    runs: dict[int, str] = {}
+    for shard, dsn in two_shards.items():
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            refs[shard] = _stored(conn, f"value-{shard}")
+            [runs[shard]] = conn.execute(
+                "SELECT execution_id FROM harvest.start_workflow('wf', %s::jsonb, %s, 'q')",
+                (json.dumps([refs[shard]]), f"refs-{shard}"),
+            ).fetchone()
+    for shard, dsn in two_shards.items():
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            elsewhere = refs[1 - shard]  # a reference its own shard does not hold
+            conn.execute(
+                "INSERT INTO harvest.dead_letters (execution_id, workflow_name, seq, activity_name, queue,"
+                " input, attempts, failure, scheduled_at, failed_at)"
+                " VALUES (%s, 'wf', 1, 'act', 'q', %s::jsonb, 1, %s::jsonb, now(), now())",
+                (
+                    runs[shard],
+                    json.dumps([refs[shard], elsewhere]),
+                    json.dumps({"error_type": "E", "message": "m"}),
+                ),
+            )
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in two_shards.items()},
+    }
+    with api_client(None, env=env) as api:
+        got = api.get(f"/workflows/{runs[1]}")
+        assert got.status_code == 200 and got.json()["execution"]["input"] == ["value-1"], got.text
+        assert got.json()["history"][0]["event_data"]["input"] == ["value-1"], got.text
+        letters = api.get("/dead-letters")
+        assert letters.status_code == 200, letters.text
+        inputs = {row["shard_id"]: row["input"] for row in letters.json()["dead_letters"]}
+        assert inputs == {0: ["value-0", refs[1]], 1: ["value-1", refs[0]]}, inputs
+        one = api.get("/dead-letters/1", params={"shard_id": 1})
+        assert one.status_code == 200 and one.json()["input"] == ["value-1", refs[0]], one.text
