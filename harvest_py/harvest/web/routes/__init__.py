@@ -377,8 +377,9 @@ class Call:
         the value was read on: the run's shard, in this caller's role), its codec envelopes as
         stored (the server holds no keys): one ``get_payloads`` call for every reference in
         ``value``, none when it holds none (harvest.client.export_batch.resolved). A reference
-        the store no longer holds (erased, pruned) stays as it is. Nothing is read for a caller
-        whose token sees no payloads (its answer is redacted: docs/http-api.md)."""
+        the store no longer holds (its row pruned) stays as it is; an erased row's reads as the
+        erasure's marker. Nothing is read for a caller whose token sees no payloads (its answer
+        is redacted: docs/http-api.md)."""
         if not self.principal.payloads:
             return value
         return await arun_steps(resolved(value), sql)
