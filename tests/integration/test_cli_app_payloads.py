@@ -340,7 +340,9 @@ def offloaded(db: str, start_worker) -> dict[str, Any]:
 
 
 def test_workflow_get_over_http_decodes_an_offloaded_encrypted_payload(db, served, offloaded) -> None:
-    for how, r in transports(db, "workflow", "get", offloaded["eid"], *KEYED, "-o", "json").items():
+    both = transports(db, "workflow", "get", offloaded["eid"], *KEYED, "-o", "json")
+    assert both["http"].stdout == both["sql"].stdout  # the same bytes on both transports
+    for how, r in both.items():
         assert r.exit_code == 0, (how, r.output)
         row = json.loads(r.stdout)
         assert row["input"] == [{"card": offloaded["card"]}], (how, r.stdout[:400])
@@ -348,15 +350,18 @@ def test_workflow_get_over_http_decodes_an_offloaded_encrypted_payload(db, serve
 
 
 def test_history_full_over_http_decodes_offloaded_encrypted_payloads(db, served, offloaded) -> None:
-    args = ("workflow", "history", offloaded["eid"], "--full", *KEYED, "-o", "json")
-    for how, r in transports(db, *args).items():
+    both = transports(db, "workflow", "history", offloaded["eid"], "--full", *KEYED, "-o", "json")
+    assert both["http"].stdout == both["sql"].stdout
+    for how, r in both.items():
         assert r.exit_code == 0, (how, r.output)
         assert offloaded["note"] in r.stdout and offloaded["card"] in r.stdout, (how, r.stdout[:400])
         assert "<offloaded" not in r.stdout, (how, r.stdout[:400])
 
 
 def test_dlq_get_over_http_decodes_an_offloaded_encrypted_payload(db, served, offloaded) -> None:
-    for how, r in transports(db, "dlq", "get", offloaded["letter"], *KEYED, "-o", "json").items():
+    both = transports(db, "dlq", "get", offloaded["letter"], *KEYED, "-o", "json")
+    assert both["http"].stdout == both["sql"].stdout
+    for how, r in both.items():
         assert r.exit_code == 0, (how, r.output)
         row, card = json.loads(r.stdout), offloaded["card"]
         assert row["input"] == [{"card": card}] and row["failure"]["details"] == {"seen": card}, (how, row)
