@@ -191,7 +191,7 @@ async def _history_page(
     """The run's row and ``limit`` events after ``after`` with the cursor of the rest (None: no
     more now), from ``limit + 1`` rows: a page costs a page however long the history.
     ``resolve`` ("events", "row and events"): their offloaded payloads read back, in one read
-    on the same shard and connection (the page's own events, not the one read past it)."""
+    on the run's shard (the page's own events, not the one read past it)."""
 
     async def read(sql: Any) -> Any:
         row = call.resident(await sql.get_execution(execution_id))
