@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import cli_forks
 import psycopg
 import pytest
 from operator_helpers import REPO, closed_port, harvest
+from outage_helpers import wait_until
 from psycopg import sql
 from test_roles import login  # noqa: F401  (the fixture: a LOGIN user in one role)
 
@@ -290,3 +293,99 @@ def test_a_shard_migrated_later_gets_the_declared_index(two_shards: dict[int, st
     again = _sharded(two_shards, "migrate", "run", "--shard-id", "2", database_url=fresh_db)
     assert again.returncode == 0, again.stderr
     assert "executions_attr_amount" not in again.stderr
+
+
+def _building(dsn: str) -> bool:
+    """Whether an index of the key's name is in the catalog, INVALID: a build under way."""
+    found = _index(dsn, "executions_attr_amount")
+    return found is not None and not found[0]
+
+
+def _started(dsn: str, *args: str) -> subprocess.Popen:
+    """`harvest ARGS` running (a process started cold), its stderr to read line by line."""
+    env = {**os.environ, "HARVEST_DATABASE_URL": dsn}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "harvest_py"), env.get("PYTHONPATH")) if p)
+    return subprocess.Popen(
+        [*cli_forks.COLD, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.mark.parametrize("second", ["index", "migrate"])
+def test_a_build_under_way_is_waited_for_not_dropped_as_interrupted(db: str, second: str) -> None:
+    """Two `search-attr index` of one key at once, or a `migrate run` while one builds: the
+    build's index is INVALID until it ends, and the second took it for an interrupted build's,
+    dropping it under the first (its DROP then waited for the build to end, or the two ended as
+    a deadlock). The second waits for the first instead, then finds the index valid."""
+    _fill(db)
+    with psycopg.connect(db, autocommit=True) as conn:  # (recorded, so that migrate run builds it)
+        conn.execute(
+            "INSERT INTO harvest.search_attribute_indexes (name, type, index_name)"
+            " VALUES ('amount', 'number', 'executions_attr_amount')"
+        )
+    # A writer's open transaction: the first build waits for it with its INVALID index in the catalog.
+    with psycopg.connect(db) as writer, ThreadPoolExecutor(2) as pool:
+        writer.execute("LOCK TABLE harvest.executions IN ROW EXCLUSIVE MODE")
+        first = pool.submit(harvest, db, "search-attr", "index", "amount", "--type", "number", "-o", "json")
+        wait_until(lambda: _building(db), "the first build's INVALID index")
+        command = (
+            ("search-attr", "index", "amount", "--type", "number")
+            if second == "index"
+            else ("migrate", "run")
+        )
+        other = _started(db, *command, "-o", "json")
+        said = other.stderr.readline()  # (what it decided: to drop the index, or to wait)
+        writer.rollback()
+        one = first.result()
+        out, err = other.communicate(timeout=120)
+    two = subprocess.CompletedProcess(other.args, other.returncode, out, said + err)
+    assert one.returncode == 0, one.stderr
+    assert json.loads(one.stdout)["shards"][0]["outcome"] == "built"
+    assert two.returncode == 0, two.stderr
+    assert (
+        "dropping the INVALID index" not in two.stderr
+        and "waiting for another harvest search-attr" in two.stderr
+    )
+    if second == "index":
+        assert json.loads(two.stdout)["shards"][0]["outcome"] == "already indexed"
+    else:
+        assert json.loads(two.stdout)["search_attr_indexes"] == {"amount": "already indexed"}
+    assert _index(db, "executions_attr_amount") == (True, False, True)
+
+
+def _hijacked(dsn: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT to_regclass('public.hijacked') IS NOT NULL").fetchone()[0]
+
+
+def test_a_function_a_lower_role_puts_on_the_search_path_writes_no_statement(db: str, login) -> None:  # noqa: F811
+    """The statements are written by helpers with no search_path of their own, called straight
+    from the owner's session: a format() of a lower role's in public (where every role may
+    create before PostgreSQL 15, as granted here) was chosen over pg_catalog's, and the owner ran
+    what it returned, by `search-attr index` and by `migrate run` building a recorded index."""
+    _fill(db)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")  # (PostgreSQL 14's default)
+    with psycopg.connect(login("harvest_worker"), autocommit=True) as lower:
+        for arity in (2, 3, 4):
+            lower.execute(
+                f"CREATE FUNCTION public.format({', '.join(['text'] * arity)}) RETURNS text LANGUAGE sql"
+                " AS $$ SELECT 'CREATE TABLE public.hijacked AS SELECT current_user AS who' $$"
+            )
+    try:
+        r = harvest(db, "search-attr", "index", "amount", "--type", "number")
+        assert r.returncode == 0, r.stderr
+        assert not _hijacked(db) and _index(db, "executions_attr_amount") == (True, False, True)
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("DROP INDEX harvest.executions_attr_amount")
+        migrated = harvest(db, "migrate", "run")
+        assert migrated.returncode == 0, migrated.stderr
+        assert not _hijacked(db) and _index(db, "executions_attr_amount") == (True, False, True)
+        gone = harvest(db, "search-attr", "unindex", "amount")
+        assert gone.returncode == 0, gone.stderr
+        assert not _hijacked(db) and _index(db, "executions_attr_amount") is None
+    finally:  # (the login's functions, or its role could not be dropped)
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute(
+                "DROP FUNCTION public.format(text, text), public.format(text, text, text),"
+                " public.format(text, text, text, text)"
+            )

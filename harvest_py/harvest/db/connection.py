@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, LiteralString, Self, cast
 from urllib.parse import unquote
@@ -640,6 +641,21 @@ def unbound_statements(conn: psycopg.Connection) -> None:
         " CASE WHEN pg_catalog.current_setting('transaction_timeout', true) IS NOT NULL"
         " THEN pg_catalog.set_config('transaction_timeout', '0', false) END"
     )
+
+
+def take_session_lock(conn: psycopg.Connection, key: int, waiting: Callable[[], None]) -> None:
+    """Take the session advisory lock ``key`` on ``conn`` (autocommit), waiting for its holder
+    between short tries, never inside a statement: a session waiting in pg_advisory_lock holds a
+    snapshot, which a CREATE INDEX CONCURRENTLY of the holder waits for, while the waiter waits
+    for its lock (PostgreSQL ends one of the two as a deadlock). ``waiting()`` once, when the
+    first try finds it held."""
+    pause, said = 0.05, False
+    while not conn.execute("SELECT pg_catalog.pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:  # type: ignore[index]  # one row
+        if not said:
+            waiting()
+            said = True
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def probe_connect(dsn: str, connect_timeout: int = 10) -> psycopg.Connection:

@@ -75,6 +75,7 @@ from harvest.db.connection import (
     probe_connect,
     schema_missing,
     set_server_end,
+    take_session_lock,
     unbound_statements,
 )
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
@@ -312,8 +313,9 @@ class RunReport:
     # (a dry run: what it would be, "changed" meaning it would change)
     shard: dict[str, Any] | None = None
     # the declared search attribute indexes built (or built again over an INVALID one) after
-    # migrating: {key: "built" | "rebuilt"} (harvest.db.search_indexes.build_declared); a dry
-    # run's, those it would build: {key: type}
+    # migrating: {key: "built" | "rebuilt" | "already indexed" (built meanwhile by a `harvest
+    # search-attr index` it waited for, or made by hand)} (harvest.db.search_indexes.build_declared);
+    # a dry run's, those it would build: {key: type}
     search_attr_indexes: dict[str, str] = field(default_factory=dict)
 
 
@@ -1102,13 +1104,7 @@ class Migrator:
         inside a statement: a session waiting in pg_advisory_lock holds a snapshot, which a
         CREATE INDEX CONCURRENTLY of the migrator holding the lock waits for, while the waiter
         waits for its lock (PostgreSQL ends one of the two as a deadlock)."""
-        pause, said = 0.05, False
-        while not conn.execute("SELECT pg_try_advisory_lock(%s)", (MIGRATE_LOCK_KEY,)).fetchone()[0]:  # type: ignore[index]
-            if not said:
-                self.progress(self._waiting_line(conn))
-                said = True
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
+        take_session_lock(conn, MIGRATE_LOCK_KEY, lambda: self.progress(self._waiting_line(conn)))
 
     def _waiting_line(self, conn: psycopg.Connection) -> str:
         """What the wait for the migrate lock says once: who holds it, when it can tell. Any

@@ -8,8 +8,10 @@ expression; the server writes every statement, quoting the key and the names
 (harvest._search_attr_index_sql). ``CREATE INDEX CONCURRENTLY`` blocks no start and no write but
 cannot run in a transaction: each statement runs on an autocommit session of the owner's, with no
 statement timeout (a build cancelled midway leaves an INVALID index) and no lock timeout (the
-build's waits for older transactions block no one). An INVALID index of the key's name (an
-interrupted build) is dropped and built again. The choice is recorded in
+build's waits for older transactions block no one), its search_path pinned to pg_catalog
+(:func:`pin_search_path`). One builder at a time on a database (a session lock: two commands, or a
+command and `harvest migrate run`, take turns), so an INVALID index of the key's name is an
+interrupted build, never one in progress: it is dropped and built again. The choice is recorded in
 harvest.search_attribute_indexes first, so a build that stops is finished by the next
 `harvest migrate run`, which builds every declared index that is missing or INVALID.
 """
@@ -28,7 +30,14 @@ from psycopg.rows import dict_row
 
 from harvest.core.errors import ConfigError, HarvestError, InvalidArgument, PermissionDenied, SchemaMismatch
 from harvest.db import pooler
-from harvest.db.connection import connect, describe_dsn, failure_reason, probe_connect, unbound_statements
+from harvest.db.connection import (
+    connect,
+    describe_dsn,
+    failure_reason,
+    probe_connect,
+    take_session_lock,
+    unbound_statements,
+)
 
 # The keys a filter can name, and so the keys a range test reads (functions/executions.sql:
 # _parse_search_filter's and _filter_term's rule; _search_attr_index_sql checks it again).
@@ -42,6 +51,14 @@ BUILT, REBUILT, ALREADY, DROPPED, NOT_INDEXED = (
     "dropped",
     "not indexed",
 )
+# The session lock of whoever builds or drops a search attribute's index on a database (`harvest
+# search-attr index|unindex`, `harvest migrate run`'s build): one at a time, so that a build in
+# progress, whose index is INVALID until it ends, is never taken for an interrupted one and
+# dropped under it (docs/security.md, "Advisory locks").
+BUILD_LOCK_KEY = 0x48534149  # "HSAI"
+# The search_path of a session that runs these statements: pg_catalog and pg_temp only (see
+# pin_search_path).
+PINNED_SEARCH_PATH = "pg_catalog, pg_temp"
 
 
 def check_key(name: str) -> None:
@@ -80,11 +97,44 @@ def owner_session(dsn: str) -> Iterator[psycopg.Connection]:
                 "transaction mode, and the owner's DDL needs a session of its own: give the database's "
                 f"direct URL, or set its session URL ({pooler.session_setting()}); nothing was changed"
             )
+        pin_search_path(conn)
         unbound_statements(conn)
         conn.execute("SELECT pg_catalog.set_config('lock_timeout', '0', false)")
         yield conn
     finally:
         conn.close()
+
+
+def pin_search_path(conn: psycopg.Connection) -> None:
+    """Only pg_catalog (and pg_temp, last) on ``conn``'s search_path, for the rest of its session.
+    The helpers that write the statements (harvest._search_attr_index_sql, _search_attr_ordered,
+    _search_attr_index_matches) run as invoker with no search_path of their own (helpers run
+    inside an entry point, which pins it: functions/security.sql), and here the owner's session
+    calls them itself: under the login's search_path ("$user", public by default) a function a
+    lower role made in a schema on it (public, where every role may create before PostgreSQL 15)
+    would be chosen over pg_catalog's ``format(text, VARIADIC "any")`` and write the statements
+    the owner then runs."""
+    conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (PINNED_SEARCH_PATH,))
+
+
+@contextlib.contextmanager
+def _one_builder(conn: psycopg.Connection, say: Say) -> Iterator[None]:
+    """Hold BUILD_LOCK_KEY on ``conn`` (waiting for another builder of this database's search
+    attribute indexes, said once), with the search_path pinned."""
+    pin_search_path(conn)
+    take_session_lock(
+        conn,
+        BUILD_LOCK_KEY,
+        lambda: say(
+            "waiting for another harvest search-attr index or unindex, or a harvest migrate run, "
+            "building a search attribute's index on this database"
+        ),
+    )
+    try:
+        yield
+    finally:
+        if not conn.closed and not conn.broken:  # (a session that ended let go of it)
+            conn.execute("SELECT pg_catalog.pg_advisory_unlock(%s)", (BUILD_LOCK_KEY,))
 
 
 def require_owner(conn: psycopg.Connection) -> None:
@@ -145,7 +195,13 @@ def _run(conn: psycopg.Connection, statement: str) -> None:
 def ensure_index(conn: psycopg.Connection, name: str, type_: str, say: Say) -> Outcome:
     """Record ``name`` as indexed as ``type_`` and make its index valid: built, built again over
     an INVALID one, or already there (its statistics made if they were not). Refused, nothing
-    changed: the key recorded with the other type, or an index of its name on something else."""
+    changed: the key recorded with the other type, or an index of its name on something else.
+    One builder at a time on a database (_one_builder): what it finds is not another's build."""
+    with _one_builder(conn, say):
+        return _ensure_index(conn, name, type_, say)
+
+
+def _ensure_index(conn: psycopg.Connection, name: str, type_: str, say: Say) -> Outcome:
     sql = _statements(conn, name, type_)
     index_name = sql["index_name"]
     row = conn.execute(
@@ -193,7 +249,13 @@ def ensure_index(conn: psycopg.Connection, name: str, type_: str, say: Say) -> O
 
 def drop_index(conn: psycopg.Connection, name: str, say: Say) -> Outcome:
     """Forget ``name``'s record, then drop its index (CONCURRENTLY) and statistics: dropped, or
-    not indexed when there was neither a record nor an index."""
+    not indexed when there was neither a record nor an index (one builder at a time, as
+    :func:`ensure_index`)."""
+    with _one_builder(conn, say):
+        return _drop_index(conn, name, say)
+
+
+def _drop_index(conn: psycopg.Connection, name: str, say: Say) -> Outcome:
     row = conn.execute(
         "DELETE FROM harvest.search_attribute_indexes WHERE name = %s RETURNING type", (name,)
     ).fetchone()
@@ -237,6 +299,7 @@ def build_declared(conn: psycopg.Connection, say: Say, also: Iterable[tuple[str,
     """`harvest migrate run`'s step: record ``also`` (the keys other shards declare; one this
     database declares with another type keeps its own, said), then build every declared index
     that is missing or INVALID, a line each."""
+    pin_search_path(conn)
     declared = _declared_here(conn)
     for name, type_ in also:
         if name in declared:
