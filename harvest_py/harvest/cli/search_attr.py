@@ -157,15 +157,17 @@ def indexes(database_url: str | None, output: str) -> None:
                 found[shard] = list_indexes(conn)
         except (HarvestError, DatabaseError) as exc:
             failed.append(f"shard {shard}: {failure_reason(exc, url)}")
-    names = sorted({(r["name"], r["type"]) for rows in found.values() for r in rows})
     rows = []
-    for name, type_ in names:
+    for name in sorted({r["name"] for rows in found.values() for r in rows}):
+        # (a shard's own type: `harvest migrate run` keeps a key recorded as the other type on
+        # another shard as it is; undeclared on a shard, the type the others recorded)
+        recorded = {r["type"] for rows in found.values() for r in rows if r["name"] == name}
         for shard, shard_rows in found.items():
             row = next((r for r in shard_rows if r["name"] == name), None)
             rows.append(
                 {
                     "name": name,
-                    "type": type_,
+                    "type": row["type"] if row is not None else "|".join(sorted(recorded)),
                     "shard_id": shard,
                     "state": row["state"] if row is not None else "undeclared",
                     "size_bytes": row["size_bytes"] if row is not None else None,

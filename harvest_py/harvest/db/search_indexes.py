@@ -326,7 +326,7 @@ def build_declared(conn: psycopg.Connection, say: Say, also: Iterable[tuple[str,
             continue
         say(
             f"search attribute {name}: index harvest.{outcome.index_name} {outcome.action} "
-            f"in {outcome.seconds:.1f}s"
+            f"in {outcome.seconds:.1f} s"
         )
         outcomes.append(outcome)
     return outcomes
