@@ -411,3 +411,21 @@ def test_a_function_a_lower_role_puts_on_the_search_path_writes_no_statement(db:
                 "DROP FUNCTION public.format(text, text), public.format(text, text, text),"
                 " public.format(text, text, text, text)"
             )
+
+
+def test_a_shard_down_is_named_without_its_password_and_the_others_are_done(
+    two_shards: dict[int, str],
+) -> None:
+    """A shard that cannot be reached is one line naming it, with no password (the URL's, in
+    the JSON's failed list too), exit 1; the other shards are done."""
+    secret = "pw-never-said-4711"
+    down = {0: two_shards[0], 1: f"postgresql://owner:{secret}@127.0.0.1:{closed_port()}/none"}
+    r = _sharded(down, "search-attr", "index", "amount", "--type", "number", "-o", "json")
+    assert r.returncode == 1, r.stderr
+    assert secret not in r.stdout + r.stderr
+    answer = json.loads(r.stdout)
+    assert [(s["shard_id"], s["outcome"]) for s in answer["shards"]] == [(0, "built")]
+    assert [f.split(":")[0] for f in answer["failed"]] == ["shard 1"]
+    assert "error: 1 shard(s) not done (shard 1: " in r.stderr
+    listed = _sharded(down, "search-attr", "indexes", "-o", "json")
+    assert listed.returncode == 1 and secret not in listed.stdout + listed.stderr
