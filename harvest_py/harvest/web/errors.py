@@ -186,13 +186,13 @@ class OutageLog:
         self._open: dict[tuple[int | None, str], _Outage] = {}
         self._lock = threading.Lock()  # (a sync route's thread may answer too)
 
-    def request_id(self, where: str, shard: int | None, reason: str, same: str | None = None) -> str:
-        """The id of a request an outage met, logging what is due (see the class). ``same``: what
-        makes two requests' causes one, where the faces word ``reason`` apart (default: it)."""
+    def request_id(self, where: str, shard: int | None, reason: str, cause_key: str | None = None) -> str:
+        """The id of a request an outage met, logging what is due (see the class). ``cause_key``:
+        what makes two requests' causes one, where the faces word ``reason`` apart (default: it)."""
         now = self._clock()
         with self._lock:
             lines = self._over(now)
-            key = (shard, reason if same is None else same)
+            key = (shard, reason if cause_key is None else cause_key)
             found = self._open.get(key)
             if found is None:
                 outage_id = secrets.token_hex(4)
@@ -295,12 +295,12 @@ def outage_answer(
     # One outage is what the connect met, in the words a fan-out gives a shard it could not read
     # (unreachable_reason): the dashboard's pages say that (NoShardReached's connect_detail),
     # the management API's routes the connect's own error, logged as failure_reason words.
-    cause, same = reason, unreachable_reason(exc)
+    cause, cause_key = reason, unreachable_reason(exc)
     if isinstance(exc, NoShardReached):
         # Its message names the call (a dead letter's id): the outage is what the connects met,
         # or every id would be an outage of its own, filling the log's places.
-        cause = same = exc.connect_detail or "no shard could be reached"
-    request_id = (outages or OutageLog()).request_id(where, shard, cause, same)
+        cause = cause_key = exc.connect_detail or "no shard could be reached"
+    request_id = (outages or OutageLog()).request_id(where, shard, cause, cause_key)
     code = "database_unavailable" if shard is None else error_code(exc)
     if isinstance(exc, NoShardReached):  # (which shards, what was not done: no connect's text)
         said = redact(exc.said)
