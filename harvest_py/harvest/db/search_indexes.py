@@ -9,7 +9,7 @@ expression; the server writes every statement, quoting the key and the names
 cannot run in a transaction: each statement runs on an autocommit session of the owner's, with no
 statement timeout (a build cancelled midway leaves an INVALID index) and no lock timeout (the
 build's waits for older transactions block no one), its search_path pinned to pg_catalog
-(:func:`pin_search_path`). One builder at a time on a database (a session lock: two commands, or a
+(:func:`pinned_search_path`). One builder at a time on a database (a session lock: two commands, or a
 command and `harvest migrate run`, take turns), so an INVALID index of the key's name is an
 interrupted build, never one in progress: it is dropped and built again. The choice is recorded in
 harvest.search_attribute_indexes first, so a build that stops is finished by the next
@@ -57,7 +57,7 @@ BUILT, REBUILT, ALREADY, DROPPED, NOT_INDEXED = (
 # dropped under it (docs/security.md, "Advisory locks").
 BUILD_LOCK_KEY = 0x48534149  # "HSAI"
 # The search_path of a session that runs these statements: pg_catalog and pg_temp only (see
-# pin_search_path).
+# pinned_search_path).
 PINNED_SEARCH_PATH = "pg_catalog, pg_temp"
 
 
@@ -97,44 +97,51 @@ def owner_session(dsn: str) -> Iterator[psycopg.Connection]:
                 "transaction mode, and the owner's DDL needs a session of its own: give the database's "
                 f"direct URL, or set its session URL ({pooler.session_setting()}); nothing was changed"
             )
-        pin_search_path(conn)
         unbound_statements(conn)
         conn.execute("SELECT pg_catalog.set_config('lock_timeout', '0', false)")
-        yield conn
+        with pinned_search_path(conn):
+            yield conn
     finally:
         conn.close()
 
 
-def pin_search_path(conn: psycopg.Connection) -> None:
-    """Only pg_catalog (and pg_temp, last) on ``conn``'s search_path, for the rest of its session.
-    The helpers that write the statements (harvest._search_attr_index_sql, _search_attr_ordered,
-    _search_attr_index_matches) run as invoker with no search_path of their own (helpers run
-    inside an entry point, which pins it: functions/security.sql), and here the owner's session
-    calls them itself: under the login's search_path ("$user", public by default) a function a
-    lower role made in a schema on it (public, where every role may create before PostgreSQL 15)
-    would be chosen over pg_catalog's ``format(text, VARIADIC "any")`` and write the statements
-    the owner then runs."""
+@contextlib.contextmanager
+def pinned_search_path(conn: psycopg.Connection) -> Iterator[None]:
+    """Only pg_catalog (and pg_temp, last) on ``conn``'s search_path, the session's own put back
+    after. The helpers that write the statements (harvest._search_attr_index_sql,
+    _search_attr_ordered, _search_attr_index_matches) run as invoker with no search_path of their
+    own (helpers run inside an entry point, which pins it: functions/security.sql), and here the
+    owner's session calls them itself: under the login's search_path ("$user", public by
+    default) a function a lower role made in a schema on it (public, where every role may create
+    before PostgreSQL 15) would be chosen over pg_catalog's ``format(text, VARIADIC "any")`` and
+    write the statements the owner then runs."""
+    was = conn.execute("SELECT pg_catalog.current_setting('search_path')").fetchone()[0]  # type: ignore[index]  # one row
     conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (PINNED_SEARCH_PATH,))
+    try:
+        yield
+    finally:
+        if not conn.closed and not conn.broken:
+            conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (was,))
 
 
 @contextlib.contextmanager
 def _one_builder(conn: psycopg.Connection, say: Say) -> Iterator[None]:
     """Hold BUILD_LOCK_KEY on ``conn`` (waiting for another builder of this database's search
     attribute indexes, said once), with the search_path pinned."""
-    pin_search_path(conn)
-    take_session_lock(
-        conn,
-        BUILD_LOCK_KEY,
-        lambda: say(
-            "waiting for another harvest search-attr index or unindex, or a harvest migrate run, "
-            "building a search attribute's index on this database"
-        ),
-    )
-    try:
-        yield
-    finally:
-        if not conn.closed and not conn.broken:  # (a session that ended let go of it)
-            conn.execute("SELECT pg_catalog.pg_advisory_unlock(%s)", (BUILD_LOCK_KEY,))
+    with pinned_search_path(conn):
+        take_session_lock(
+            conn,
+            BUILD_LOCK_KEY,
+            lambda: say(
+                "waiting for another harvest search-attr index or unindex, or a harvest migrate run, "
+                "building a search attribute's index on this database"
+            ),
+        )
+        try:
+            yield
+        finally:
+            if not conn.closed and not conn.broken:  # (a session that ended let go of it)
+                conn.execute("SELECT pg_catalog.pg_advisory_unlock(%s)", (BUILD_LOCK_KEY,))
 
 
 def require_owner(conn: psycopg.Connection) -> None:
@@ -281,7 +288,9 @@ def list_indexes(conn: psycopg.Connection) -> list[dict[str, Any]]:
 
 def _declared_here(conn: psycopg.Connection) -> dict[str, dict[str, Any]]:
     """This database's recorded keys and their states; none before migration 0120."""
-    if not conn.execute("SELECT to_regclass('harvest.search_attribute_indexes') IS NOT NULL").fetchone()[0]:  # type: ignore[index]  # one row
+    if not conn.execute(
+        "SELECT pg_catalog.to_regclass('harvest.search_attribute_indexes') IS NOT NULL"
+    ).fetchone()[0]:  # type: ignore[index]  # one row
         return {}
     return {r["name"]: r for r in list_indexes(conn)}
 
@@ -299,7 +308,6 @@ def build_declared(conn: psycopg.Connection, say: Say, also: Iterable[tuple[str,
     """`harvest migrate run`'s step: record ``also`` (the keys other shards declare; one this
     database declares with another type keeps its own, said), then build every declared index
     that is missing or INVALID, a line each."""
-    pin_search_path(conn)
     declared = _declared_here(conn)
     for name, type_ in also:
         if name in declared:
