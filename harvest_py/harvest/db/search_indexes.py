@@ -55,7 +55,9 @@ BUILT, REBUILT, ALREADY, DROPPED, NOT_INDEXED = (
 # search-attr index|unindex`, `harvest migrate run`'s build): one at a time, so that a build in
 # progress, whose index is INVALID until it ends, is never taken for an interrupted one and
 # dropped under it (docs/security.md, "Advisory locks").
-BUILD_LOCK_KEY = 0x48534149  # "HSAI"
+# (A key past 2**31: no hashtext() of a concurrency or mutex key, the claim's one-argument
+# keys, can be it.)
+BUILD_LOCK_KEY = 0x6861727661747472  # "harvattr"
 # The search_path of a session that runs these statements: pg_catalog and pg_temp only (see
 # pinned_search_path).
 PINNED_SEARCH_PATH = "pg_catalog, pg_temp"
@@ -113,8 +115,8 @@ def pinned_search_path(conn: psycopg.Connection) -> Iterator[None]:
     own (helpers run inside an entry point, which pins it: functions/security.sql), and here the
     owner's session calls them itself: under the login's search_path ("$user", public by
     default) a function a lower role made in a schema on it (public, where every role may create
-    before PostgreSQL 15) would be chosen over pg_catalog's ``format(text, VARIADIC "any")`` and
-    write the statements the owner then runs."""
+    before PostgreSQL 15) would be chosen over pg_catalog's ``format(text, VARIADIC "any")``: its
+    body run with the owner's rights, and what it returns run by the owner as the statement."""
     was = conn.execute("SELECT pg_catalog.current_setting('search_path')").fetchone()[0]  # type: ignore[index]  # one row
     conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (PINNED_SEARCH_PATH,))
     try:
