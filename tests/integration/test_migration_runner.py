@@ -161,6 +161,9 @@ def test_status_check_fails_on_a_fresh_database_and_passes_after_run(fresh_db: s
     assert f"harvest/{CORE_MIGRATIONS[0]}" in before.stdout
     assert f"0 applied, {len(CORE_MIGRATIONS)} pending" in before.stdout
     assert all(f"functions/{name}" in before.stdout for name in FUNCTION_FILES)
+    # Never applied, so not "changed": a newcomer's first `status` listed every file as changed.
+    assert all(f"functions/{name}".ljust(45) + " pending\n" in before.stdout for name in FUNCTION_FILES)
+    assert "(changed)" not in before.stdout, before.stdout
     assert ledger(fresh_db) == [], "status must not create anything"
 
     run = cli("run", dsn=fresh_db)

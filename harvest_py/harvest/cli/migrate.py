@@ -116,6 +116,9 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
             # database is ahead its files are newer, not "changed".
             replaced = Counter(shipped_functions().files_of[f] for f in report.changed_functions)
             for path in stale:
+                if path.name not in report.function_releases:  # (the ledger has no row: never applied)
+                    click.echo(f"{'functions/' + path.name:<45} pending")
+                    continue
                 why = (
                     f"{replaced[path.name]} of its functions replaced since it was applied"
                     if replaced[path.name]
