@@ -200,6 +200,23 @@ def test_workflow_stack_shows_a_mutex_it_waits_for_and_its_holder(db: str, conn)
     assert "invoice:7" in held and "held" in held, held
 
 
+def test_workflow_stack_says_a_run_with_nothing_open_awaits_a_client_or_has_ended(db: str, conn) -> None:
+    """A run parked in ctx.wait_for_signal (docs/workflows.md's lease_machine) has no activity,
+    timer, child or task open: its stack said "waiting on: nothing (signals, or a terminal run)",
+    the same words as for a run that had ended. Each now says which it is."""
+    execution_id = start(conn, "approval", "st-1", queue="stq")
+    conn.execute(
+        "SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, '[]')"
+        " FROM harvest.claim_tasks('w', ARRAY['stq'], 10) AS c"
+    )
+    waiting = harvest(db, "workflow", "stack", execution_id).stdout
+    assert "waiting on: a signal, an update or a cancel" in waiting, waiting
+    assert "waiting on: nothing" not in waiting, waiting
+    assert harvest(db, "workflow", "terminate", execution_id).returncode == 0
+    ended = harvest(db, "workflow", "stack", execution_id).stdout
+    assert "waiting on: nothing (the run has ended: TERMINATED)" in ended, ended
+
+
 def test_workflow_stack_says_no_live_worker_polls_the_queue_of_its_workflow_task(db: str, conn) -> None:
     """A child sent to a queue no worker polls (workflows.md: queue="email") waited with a
     pending workflow task and no word why; the stack names the queue and says nobody polls it."""

@@ -41,6 +41,7 @@ from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument, failure_line
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
+from harvest.core.statuses import LIVE_STATUSES
 from harvest.shard.fanout import CHILDREN_PAGE, CHILDREN_PAGE_MAX, CHILDREN_WALK, CHILDREN_WALK_MAX
 
 
@@ -681,7 +682,10 @@ def stack(
                 parts += [f"  {no_poller(task['queue'])}"]
         waits = ("pending_activities", "timers", "children", "mutexes", "workflow_task")
         if not any(d.get(key) for key in waits):
-            parts += ["", "waiting on: nothing (signals, or a terminal run)"]
+            # A live run with nothing open awaits what only a client sends.
+            awaits = "a signal, an update or a cancel (no activity, timer or child is open)"
+            ended = f"nothing (the run has ended: {d['status']})"
+            parts += ["", "waiting on: " + (awaits if d["status"] in LIVE_STATUSES else ended)]
         return "\n".join(parts)
 
     emit(data, output, render)
