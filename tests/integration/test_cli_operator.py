@@ -217,6 +217,18 @@ def test_workflow_stack_says_a_run_with_nothing_open_awaits_a_client_or_has_ende
     assert "waiting on: nothing (the run has ended: TERMINATED)" in ended, ended
 
 
+def test_result_query_and_update_of_an_unknown_run_give_no_python_advice(db: str) -> None:
+    """`harvest workflow result/query/update` of an id no run has ended with the Python client's
+    hint, "get_handle(workflow_id='...')", at a shell prompt; `get`, `signal` and the HTTP API's
+    404 give the database's own. Each is now the one line every other command prints."""
+    missing = str(uuid.uuid4())
+    expected = one_error_line(harvest(db, "workflow", "get", missing))
+    assert "does not exist" in expected, expected
+    for args in (["result", missing], ["query", missing, "total"], ["update", missing, "spend"]):
+        r = harvest(db, "workflow", *args)
+        assert (r.returncode, one_error_line(r)) == (1, expected), args
+
+
 def test_workflow_stack_says_no_live_worker_polls_the_queue_of_its_workflow_task(db: str, conn) -> None:
     """A child sent to a queue no worker polls (workflows.md: queue="email") waited with a
     pending workflow task and no word why; the stack names the queue and says nobody polls it."""

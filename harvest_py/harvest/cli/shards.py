@@ -417,6 +417,18 @@ def cli_client(database_url: str | None, payloads: Any = None) -> Iterator[Any]:
         yield client
 
 
+def run_handle(client: Any, execution_id: str) -> Any:
+    """The handle of the run a command's EXECUTION_ID names, on :func:`cli_client`'s client. Not
+    ``Client.get_handle``'s: its NotFound tells a Python caller to try
+    ``get_handle(workflow_id=...)``, no advice at a shell prompt (the database's own hint names
+    the lookup by workflow id, as the HTTP API's 404 does)."""
+    from harvest.client import Client, WorkflowHandle
+
+    if isinstance(client, Client):
+        return WorkflowHandle(client, execution_id, "")
+    return client.get_handle(execution_id)
+
+
 def read_shards(database_url: str | None, read: Callable[[ShardReads], Merged[Any]]) -> Merged[Any]:
     """``read`` over every shard. No shard answering is an error (exit code of
     DatabaseUnavailable); some answering is a partial answer, printed with a warning. Over

@@ -34,6 +34,7 @@ from harvest.cli.shards import (
     read_shards,
     routed_call,
     routed_read,
+    run_handle,
     with_page_footer,
 )
 from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks
@@ -260,7 +261,7 @@ def result(
     reveal = Reveal(app_target)
     try:
         with cli_client(database_url, reveal.payloads) as client:
-            value = client.get_handle(execution_id).result(timeout=timeout)
+            value = run_handle(client, execution_id).result(timeout=timeout)
     except PayloadKeyMissing as exc:
         if reveal:  # the App given lacks the key: one line naming it, exit 1
             raise reveal.key_missing(exc) from None
@@ -900,7 +901,7 @@ def query(
     arg = read_json_option(input_json, input_file, "input")
     reveal = Reveal(app_target)
     with reveal.keys_named(), cli_client(database_url, reveal.payloads) as client:
-        value = client.get_handle(execution_id).query(name, arg, timeout=timeout)
+        value = run_handle(client, execution_id).query(name, arg, timeout=timeout)
     emit(
         {"execution_id": execution_id, "query": name, "result": value},
         output,
@@ -943,7 +944,7 @@ def update(
     arg = read_json_option(input_json, input_file, "input")
     reveal = Reveal(app_target)
     with reveal.keys_named(), cli_client(database_url, reveal.payloads) as client:
-        outcome = client.get_handle(execution_id).update(
+        outcome = run_handle(client, execution_id).update(
             name, arg, wait=wait, timeout=timeout_secs, update_id=update_id
         )
     if isinstance(outcome, UpdateHandle):
