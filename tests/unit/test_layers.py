@@ -364,6 +364,25 @@ def test_the_public_names_resolve_lazily_and_stay_the_same() -> None:
         harvest.no_such_name  # noqa: B018
 
 
+def test_every_public_class_and_function_says_what_it_is() -> None:
+    """`help(harvest.Worker)` opened on nothing of its own (its class had no docstring), while
+    docs/messages.md and operations.md build one in code: each public class and function of
+    `harvest` and `harvest.testing` carries a docstring of its own."""
+    import inspect
+
+    import harvest
+    import harvest.testing
+
+    bare = [
+        f"{module.__name__}.{name}"
+        for module in (harvest, harvest.testing)
+        for name in module.__all__
+        if (inspect.isclass(obj := getattr(module, name)) or inspect.isfunction(obj))
+        and not (obj.__dict__.get("__doc__") if inspect.isclass(obj) else obj.__doc__)
+    ]
+    assert bare == []
+
+
 def test_the_test_kit_names_are_typed_as_they_resolve() -> None:
     """harvest.testing resolves lazily too; its TYPE_CHECKING block must name every public name,
     or a checker sees that name as Any and a user's tests go unchecked."""

@@ -145,6 +145,12 @@ def _key(task: dict[str, Any]) -> tuple[int, int, int]:
 
 
 class Worker:
+    """Runs an App's workflows and activities: polls every queue the App uses (or ``queues=``)
+    of the database ``dsn`` names (default ``HARVEST_DATABASE_URL``) and runs up to
+    ``concurrency`` tasks at once (20). ``await worker.run()`` runs until
+    :meth:`request_stop`; ``harvest worker module:app`` is the same from the command line.
+    The options: :class:`harvest.worker.options.WorkerOptions`, docs/operations.md."""
+
     def __init__(
         self,
         app: App,
@@ -394,6 +400,10 @@ class Worker:
         self.wake()
 
     async def run(self, install_signal_handlers: bool = False) -> None:
+        """Claim and run tasks (and, unless ``run_scanner=False``, the scanner and the schedules)
+        until :meth:`request_stop`, or SIGTERM/SIGINT with ``install_signal_handlers``; then
+        drain: stop claiming, let the tasks in flight finish within ``shutdown_grace`` seconds,
+        hand back the rest, and return."""
         loop = asyncio.get_running_loop()
         self._loop = loop  # eager signals run their handed task here only (see eager_slot)
         if install_signal_handlers:
