@@ -146,10 +146,20 @@ def test_workflow_must_be_async():
         def sync_wf(ctx):
             pass
 
-    with pytest.raises(TypeError, match="first parameter must be the context"):
+    # The example is what the decorator takes: a workflow's said `def no_ctx(ctx, ...)`, which
+    # the check above then refuses (journey68a).
+    with pytest.raises(
+        TypeError, match=r"first parameter must be the context \(e\.g\. `async def no_ctx\(ctx, \.\.\.\)`\)"
+    ):
 
         @workflow
         async def no_ctx():
+            pass
+
+    with pytest.raises(TypeError, match=r"\(e\.g\. `def no_ctx_activity\(ctx, \.\.\.\)`\)"):
+
+        @activity
+        def no_ctx_activity():
             pass
 
 

@@ -397,9 +397,10 @@ def _check_takes_ctx(fn: Callable[..., Any], kind: str) -> None:
         inspect.Parameter.POSITIONAL_ONLY,
         inspect.Parameter.POSITIONAL_OR_KEYWORD,
     ):
+        define = "async def" if inspect.iscoroutinefunction(fn) else "def"  # (a workflow is async)
         raise TypeError(
             f"@{kind} {_label(fn)}: the first parameter must be the "
-            f"context (e.g. `def {getattr(fn, '__name__', 'handler')}(ctx, ...)`)"
+            f"context (e.g. `{define} {getattr(fn, '__name__', 'handler')}(ctx, ...)`)"
         )
 
 
