@@ -27,6 +27,7 @@ help:
 # The virtualenv is rebuilt whenever pyproject.toml changes.
 $(BIN)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Harvest needs Python 3.11 or newer")'
+	@echo "installing Harvest and its dependencies into $(VENV) (pip runs quietly: a first run may take minutes) ..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
