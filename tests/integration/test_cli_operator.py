@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
 import uuid
 
 import psycopg
 import pytest
-from operator_helpers import harvest, park, start
+from operator_helpers import REPO, harvest, park, start
 
 
 @pytest.fixture
@@ -227,6 +231,36 @@ def test_result_query_and_update_of_an_unknown_run_give_no_python_advice(db: str
     for args in (["result", missing], ["query", missing, "total"], ["update", missing, "spend"]):
         r = harvest(db, "workflow", *args)
         assert (r.returncode, one_error_line(r)) == (1, expected), args
+
+
+def test_a_result_wait_with_no_timeout_says_once_why_the_run_has_not_ended(db: str, conn) -> None:
+    """getting-started.md's `harvest workflow result <id>` with no worker running (the usual first
+    slip) waited for ever in silence. A wait with no --timeout now says once, on stderr, what a
+    timed-out one would (here: no live worker polls the queue), and waits on until the run ends."""
+    execution_id = start(conn, "nobody_runs", "rn-1", queue="rnq")
+    env = {**os.environ, "HARVEST_DATABASE_URL": db}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "harvest_py"), env.get("PYTHONPATH")) if p)
+    code = "import harvest.cli.workflow as w; w.RESULT_NOTE_AFTER = 0.2; from harvest.cli import main; main()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "workflow", "result", execution_id],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    guard = threading.Timer(30, proc.kill)  # (a wait that never notes would hang the readline)
+    guard.start()
+    try:
+        note = proc.stderr.readline()
+        assert note.startswith(f"note: workflow {execution_id} is still running after"), note
+        assert "no live worker polls queue 'rnq'" in note and "still waiting" in note, note
+        assert proc.poll() is None, "the note ended the wait"
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'done')", (execution_id,))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        guard.cancel()
+    assert (proc.returncode, out) == (1, ""), err
+    assert err.splitlines() == [f"error: workflow {execution_id} was terminated: done"], err
 
 
 def test_workflow_stack_says_no_live_worker_polls_the_queue_of_its_workflow_task(db: str, conn) -> None:

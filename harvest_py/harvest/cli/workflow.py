@@ -39,7 +39,7 @@ from harvest.cli.shards import (
 )
 from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks
 from harvest.core.codecs import describe_tree
-from harvest.core.errors import InvalidArgument, failure_line
+from harvest.core.errors import InvalidArgument, TimeoutError_, failure_line
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
@@ -228,6 +228,9 @@ def get(execution_id: str, app_target: str | None, database_url: str | None, out
 # the run is still going; 2 a bad argument, as for every command.
 RESULT_NOT_COMPLETED = 1
 RESULT_WAIT_TIMED_OUT = 3
+# A `workflow result` given no --timeout that has waited this long says once, on stderr, why the
+# run has not ended (a forgotten worker waited in silence for ever), and waits on.
+RESULT_NOTE_AFTER = 5.0
 
 
 @workflow.command("result")
@@ -238,7 +241,8 @@ RESULT_WAIT_TIMED_OUT = 3
     "timeout",
     default=None,
     type=WAIT_SECS,
-    help="Seconds to wait (default: forever).",
+    help=f"Seconds to wait (default: forever, with a note after {RESULT_NOTE_AFTER:g} s saying why "
+    "it has not ended).",
 )
 @app_option
 @click.option("--database-url", default=None)
@@ -251,7 +255,6 @@ def result(
     """
     from harvest.core.errors import (
         PayloadKeyMissing,
-        TimeoutError_,
         WorkflowCancelled,
         WorkflowFailed,
         WorkflowTerminated,
@@ -261,7 +264,7 @@ def result(
     reveal = Reveal(app_target)
     try:
         with cli_client(database_url, reveal.payloads) as client:
-            value = run_handle(client, execution_id).result(timeout=timeout)
+            value = _wait_for_result(run_handle(client, execution_id), timeout)
     except PayloadKeyMissing as exc:
         if reveal:  # the App given lacks the key: one line naming it, exit 1
             raise reveal.key_missing(exc) from None
@@ -294,6 +297,22 @@ def result(
         click.echo(f"error: {exc}", err=True)
         sys.exit(RESULT_NOT_COMPLETED)
     _echo(value, "json")
+
+
+def _wait_for_result(handle: Any, timeout: float | None) -> Any:
+    """``handle.result(timeout)``. With no timeout, a run that has not ended within
+    RESULT_NOTE_AFTER gets one ``note:`` line on stderr, the diagnosis a timed-out wait gives
+    (no live worker polls its queue, an activity dead-lettered, ...), and the wait goes on."""
+    if timeout is not None:
+        return handle.result(timeout=timeout)
+    try:
+        return handle.result(timeout=RESULT_NOTE_AFTER)
+    except TimeoutError_ as exc:
+        click.echo(
+            f"note: {exc}; still waiting (Ctrl-C stops the wait, not the run; --timeout bounds it)",
+            err=True,
+        )
+    return handle.result()
 
 
 @workflow.command("history")
