@@ -260,6 +260,24 @@ EXCEPTION
 END;
 $$;
 
+-- Whether p_value, text a filter compares as a number, is one PostgreSQL's numeric cannot
+-- hold (1e999999): it failed as the query ran, "value overflows numeric format", a 400 that
+-- named no field.
+CREATE OR REPLACE FUNCTION harvest._number_out_of_range(p_value text)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_value !~ E'^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
+        RETURN false;
+    END IF;
+    PERFORM p_value::numeric;
+    RETURN false;
+EXCEPTION WHEN numeric_value_out_of_range THEN
+    RETURN true;
+END;
+$$;
+
 -- Parse one search-attribute filter "key<op>value" into {key, op, value}.
 -- Operators: = (or :), !=, >, >=, <, <=. Comparisons are typed by the value:
 -- a number compares numerically, true/false as a boolean, an ISO timestamp as a
@@ -275,6 +293,10 @@ BEGIN
     IF v_match IS NULL OR v_match[3] = '' THEN
         RAISE EXCEPTION 'search attribute filter "%" is malformed', p_filter USING ERRCODE = 'HR001',
             HINT = 'write key=value (or key:value), or key>value, key>=value, key<value, key<=value, key!=value';
+    END IF;
+    IF harvest._number_out_of_range(v_match[3]) THEN
+        RAISE EXCEPTION 'search attribute filter "%" compares with a number out of range', p_filter
+            USING ERRCODE = 'HR001', HINT = 'give a smaller number: numeric holds exponents up to about 131000';
     END IF;
     RETURN jsonb_build_object('key', v_match[1],
                               'op', CASE v_match[2] WHEN ':' THEN '=' ELSE v_match[2] END,
@@ -752,6 +774,10 @@ BEGIN
         v_type := 'string';
         v_typed := format('$1[%s]', cardinality(p_params));
         IF v_bare[v_i] AND v_values[v_i] ~ E'^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
+            IF harvest._number_out_of_range(v_values[v_i]) THEN
+                RAISE EXCEPTION 'filter: % is a number out of range', left(v_values[v_i], 40)
+                    USING ERRCODE = 'HR001', HINT = 'give a smaller number (numeric holds exponents up to about 131000), or quote it to compare text';
+            END IF;
             v_type := 'number';
             v_typed := v_typed || '::numeric';
         ELSIF v_bare[v_i] AND lower(v_values[v_i]) IN ('true', 'false') THEN
@@ -858,6 +884,12 @@ BEGIN
     END IF;
     IF p_created_before IS NOT NULL THEN
         v_where := v_where || ('e.created_at < ' || harvest._time_literal(p_created_before));
+    END IF;
+    -- Bounded as a filter expression is (its 200 keys and values): each filter is a test of the
+    -- query, and 20,000 of them in one batch step's body were 8 s of a backend's CPU.
+    IF cardinality(p_search_attributes) > 100 THEN
+        RAISE EXCEPTION 'search attribute filters: % given, over 100', cardinality(p_search_attributes)
+            USING ERRCODE = 'HR001', HINT = 'filter on fewer keys, or on a coarser attribute';
     END IF;
     FOREACH v_filter IN ARRAY coalesce(p_search_attributes, ARRAY[]::text[]) LOOP
         v_where := v_where || harvest._search_predicate(harvest._parse_search_filter(v_filter));

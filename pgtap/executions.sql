@@ -128,7 +128,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(80);
+SELECT plan(84);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -214,6 +214,19 @@ SELECT throws_ok($$SELECT * FROM harvest.count_executions(p_filter => 'status = 
                  'filter: unknown state "DONE"', 'filter: an unknown state is refused');
 SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_filter => 'vip > true')$$, 'HR001',
                  'filter: compare true or false with = or !=, not >', 'filter: booleans are not ordered');
+-- A number numeric cannot hold is the filter's HR001, not the query's 22003 as it ran; more than
+-- 100 search attribute filters are refused before any is compiled.
+SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_filter => 'amount > 1e999999')$$, 'HR001',
+                 'filter: 1e999999 is a number out of range', 'filter: a number out of numeric''s range');
+SELECT throws_ok($$SELECT * FROM harvest.count_executions(p_search_attributes => ARRAY['amount>1e999999'])$$,
+                 'HR001', 'search attribute filter "amount>1e999999" compares with a number out of range',
+                 'a search attribute filter''s number out of numeric''s range');
+SELECT throws_ok($$SELECT * FROM harvest.cancel_workflows(p_search_attributes => array_fill('a=1'::text, ARRAY[101]),
+                                                          p_dry_run => true)$$,
+                 'HR001', 'search attribute filters: 101 given, over 100', 'at most 100 search attribute filters');
+SELECT is(ARRAY[harvest._number_out_of_range('1e999999'), harvest._number_out_of_range('-2.5e3'),
+                harvest._number_out_of_range('acme')], ARRAY[true, false, false],
+          '_number_out_of_range: only a number numeric cannot hold');
 
 -- Each side of an OR goes through an index (BitmapOr over the GIN and the name index).
 CREATE FUNCTION pg_temp.filter_plan(p_filter text) RETURNS text LANGUAGE plpgsql AS $fn$

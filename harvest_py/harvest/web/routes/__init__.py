@@ -166,7 +166,8 @@ def _n(x: float | None) -> str:
 
 # A body is a small JSON Schema: {"type": "object", "properties": {name: schema}, "required": [...]}.
 # Field schemas use "type" (string, integer, number, boolean, object, array; absent: any JSON),
-# "enum", "format" (date-time, uuid), "minimum", "maximum".
+# "enum", "format" (date-time, uuid), "minimum", "maximum", and for an array "maxItems" and
+# "items" (of type string: each item checked).
 
 
 def shape(**properties: dict[str, Any]) -> dict[str, Any]:
@@ -237,12 +238,29 @@ def check_body(schema: dict[str, Any], data: Any) -> dict[str, Any]:
                 raise invalid(name, "expected a JSON object")
             out[name] = value
         elif kind == "array":
-            if not isinstance(value, list):
-                raise invalid(name, "expected a JSON array")
-            out[name] = value
+            out[name] = _array(name, spec, value)
         else:
             out[name] = value
     return out
+
+
+def _array(name: str, spec: dict[str, Any], value: Any) -> list[Any]:
+    """A body field of type array, its ``maxItems`` and its items' ``string`` type checked: a
+    400 naming the field (a number among a text[]'s items reached the SQL as a smallint[], a
+    503 schema_mismatch; an unbounded list of filters was an unbounded query)."""
+    if not isinstance(value, list):
+        raise invalid(name, "expected a JSON array")
+    most = spec.get("maxItems")
+    if most is not None and len(value) > most:
+        raise invalid(name, f"{len(value)} items, more than {most}")
+    if spec.get("items", {}).get("type") == "string":
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                got = json.dumps(item, default=json_default)[:60]
+                raise invalid(name, f"item {i}: expected a string, got {got}")
+            if "\x00" in item:
+                raise invalid(name, f"item {i}: contains a NUL character")
+    return value
 
 
 # -- the request's database access -----------------------------------------------------------

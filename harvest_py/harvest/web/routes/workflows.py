@@ -8,6 +8,7 @@ import base64
 import binascii
 import contextlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -117,10 +118,22 @@ def _filters(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _named(exc: InvalidArgument) -> InvalidArgument:
-    """The SQL's refusal of a filter expression, as a 400 naming the ``filter`` parameter."""
-    if str(exc).startswith("filter: "):
-        exc.field = "filter"  # type: ignore[attr-defined]
+# The SQL's refusals of the list's and a batch's filters, by how their message starts, and the
+# field each names (the search attributes' is the list's search_attr, a batch's search_attributes).
+_REFUSED_FIELDS = (
+    (re.compile(r"filter: "), "filter"),
+    (re.compile(r"search attribute filters?\b"), "search_attributes"),
+    (re.compile(r"unknown state |cannot \w+ runs in state "), "state"),
+)
+
+
+def _named(exc: InvalidArgument, searches: str = "search_attr") -> InvalidArgument:
+    """The SQL's refusal of a filter (an expression, a search attribute filter, a state), as a
+    400 naming the parameter or field it is about (``searches``: the search attributes')."""
+    for starts, field in _REFUSED_FIELDS:
+        if starts.match(str(exc)):
+            exc.field = searches if field == "search_attributes" else field  # type: ignore[attr-defined]
+            break
     return exc
 
 
@@ -608,7 +621,7 @@ def _act_on_workflows(action: str) -> Any:
             try:
                 return await call.on_shard(shard if call.sharded else None, fn)
             except InvalidArgument as exc:
-                raise _named(exc) from None
+                raise _named(exc, "search_attributes") from None
 
         after = await astep_request(
             positions,
@@ -699,11 +712,13 @@ START_BODY = body(
         "residency_key": STRING,
     }
 )
+# Search attribute filters a call takes at most (the SQL's bound, harvest._execution_filters).
+SEARCH_FILTERS_MAX = 100
 BATCH_BODY = body(
     {
         "state": STRING,
         "workflow_name": STRING,
-        "search_attributes": {"type": "array", "items": {"type": "string"}},
+        "search_attributes": {"type": "array", "items": {"type": "string"}, "maxItems": SEARCH_FILTERS_MAX},
         "created_after": DATETIME,
         "created_before": DATETIME,
         "filter": STRING,
