@@ -4,9 +4,19 @@ query (every search attribute filter is a test of it)."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from operator_helpers import start
 from web_helpers import api_client
+
+from harvest.client.batch import encode_cursor
+
+
+def _sql_cursor(scope: str) -> str:
+    """A batch's SQL cursor (harvest._encode_cursor's form) made under ``scope``."""
+    at = "2030-01-01T00:00:00.000000Z"
+    return base64.b64encode(f"{at}|00000000-0000-4000-8000-000000000000|{at}|{scope}".encode()).decode()
 
 
 def _field(answer) -> str | None:
@@ -28,6 +38,9 @@ def test_a_batch_names_the_field_of_each_bad_filter(db, conn, action) -> None:
         ({"search_attributes": ["nocolon"]}, "search_attributes"),
         ({"workflow_name": "send_digest", "filter": "amount > 1e999999"}, "filter"),
         ({"workflow_name": "send_digest", "state": "BOGUS"}, "state"),
+        # A position this route made of a cursor the SQL did not, and one of another filter's batch.
+        ({"workflow_name": "send_digest", "cursor": encode_cursor("b", {0: "garbage"})}, "cursor"),
+        ({"workflow_name": "send_digest", "cursor": encode_cursor("b", {0: _sql_cursor("x")})}, "cursor"),
     ]
     with api_client(db) as api:
         for body, field in cases:
@@ -49,5 +62,6 @@ def test_the_list_names_the_field_of_a_number_out_of_range_and_too_many_filters(
             assert _field(api.get(f"{route}?search_attr_filter=amount:gt:1e999999")) == "search_attr"
             assert _field(api.get(f"{route}?{many}")) == "search_attr"
             assert _field(api.get(f"{route}?state=BOGUS")) == "state"
+        assert _field(api.get("/workflows?cursor=garbage")) == "cursor"
         # A number numeric holds is still a number (2,000 digits).
         assert api.get("/workflows?search_attr_filter=amount:gt:" + "9" * 2000).status_code == 200

@@ -124,12 +124,14 @@ _REFUSED_FIELDS = (
     (re.compile(r"filter: "), "filter"),
     (re.compile(r"search attribute filters?\b"), "search_attributes"),
     (re.compile(r"unknown state |cannot \w+ runs in state "), "state"),
+    (re.compile(r"(workflow list |the )?cursor\b"), "cursor"),
 )
 
 
 def _named(exc: InvalidArgument, searches: str = "search_attr") -> InvalidArgument:
-    """The SQL's refusal of a filter (an expression, a search attribute filter, a state), as a
-    400 naming the parameter or field it is about (``searches``: the search attributes')."""
+    """The SQL's refusal of a filter (an expression, a search attribute filter, a state) or of a
+    cursor, as a 400 naming the parameter or field it is about (``searches``: the search
+    attributes')."""
     for starts, field in _REFUSED_FIELDS:
         if starts.match(str(exc)):
             exc.field = searches if field == "search_attributes" else field  # type: ignore[attr-defined]
