@@ -1143,6 +1143,13 @@ BEGIN
         PERFORM harvest._check_payload(format('the payload of signal %s', p_signal_name), p_payload,
                                        harvest._payload_limit());
     END IF;
+    -- The reason is written into each run's history (a cancel's, a terminate's): bounded as a
+    -- signal's payload is, or one step wrote up to 1000 copies of whatever came (an API body's
+    -- 64 MiB each).
+    IF NOT v_dry THEN
+        PERFORM harvest._check_payload(format('the reason of a %s by filter', p_action), to_jsonb(p_reason),
+                                       harvest._payload_limit());
+    END IF;
     IF p_execution_ids IS NULL THEN
         IF p_workflow_name IS NULL AND coalesce(cardinality(p_search_attributes), 0) = 0
            AND p_created_after IS NULL AND p_created_before IS NULL AND nullif(btrim(p_filter), '') IS NULL THEN

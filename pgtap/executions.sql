@@ -128,7 +128,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(84);
+SELECT plan(85);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -224,6 +224,9 @@ SELECT throws_ok($$SELECT * FROM harvest.count_executions(p_search_attributes =>
 SELECT throws_ok($$SELECT * FROM harvest.cancel_workflows(p_search_attributes => array_fill('a=1'::text, ARRAY[101]),
                                                           p_dry_run => true)$$,
                  'HR001', 'search attribute filters: 101 given, over 100', 'at most 100 search attribute filters');
+SELECT throws_ok($$SELECT harvest.cancel_workflows(p_workflow_name => 'op_wf', p_limit => 1,
+                                                   p_reason => repeat('x', harvest._payload_limit()))$$,
+                 'HR008', NULL, 'a batch''s reason over the payload limit is refused, nothing written');
 SELECT is(ARRAY[harvest._number_out_of_range('1e999999'), harvest._number_out_of_range('-2.5e3'),
                 harvest._number_out_of_range('acme')], ARRAY[true, false, false],
           '_number_out_of_range: only a number numeric cannot hold');

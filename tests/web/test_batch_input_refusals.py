@@ -65,3 +65,26 @@ def test_the_list_names_the_field_of_a_number_out_of_range_and_too_many_filters(
         assert _field(api.get("/workflows?cursor=garbage")) == "cursor"
         # A number numeric holds is still a number (2,000 digits).
         assert api.get("/workflows?search_attr_filter=amount:gt:" + "9" * 2000).status_code == 200
+
+
+def test_a_batch_s_reason_is_bounded_as_a_signal_s_payload(db, conn) -> None:
+    """A reason is written into each run's history: one step over 1000 runs wrote 1000 copies of
+    whatever came (the API's body may be 64 MiB). Past the payload limit it is a 413, nothing done."""
+    runs = [start(conn, "send_digest", f"r-{i}") for i in range(2)]
+    conn.execute("UPDATE harvest.engine_settings SET max_payload_bytes = 1000")
+    with api_client(db) as api:
+        for action in ("cancel", "terminate"):
+            answer = api.post(
+                f"/workflows/{action}", json={"workflow_name": "send_digest", "reason": "x" * 1000}
+            )
+            assert answer.status_code == 413, answer.text
+            assert f"the reason of a {action} by filter" in answer.json()["error"]["message"]
+        # (a dry run writes no reason)
+        dry = {"workflow_name": "send_digest", "reason": "x" * 1000, "dry_run": True}
+        assert api.post("/workflows/cancel", json=dry).status_code == 200
+        done = api.post("/workflows/cancel", json={"workflow_name": "send_digest", "reason": "x" * 900})
+        assert done.status_code == 200 and done.json()["acted"] == 2
+    requested = conn.execute(
+        "SELECT count(*) FROM harvest.executions WHERE id = ANY(%s::uuid[]) AND cancel_requested", (runs,)
+    ).fetchone()[0]
+    assert requested == 2
