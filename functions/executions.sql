@@ -291,11 +291,11 @@ DECLARE
 BEGIN
     v_match := regexp_match(coalesce(p_filter, ''), E'^\\s*([A-Za-z0-9_.\\-]+)\\s*(>=|<=|!=|=|:|>|<)\\s*(.*)$');
     IF v_match IS NULL OR v_match[3] = '' THEN
-        RAISE EXCEPTION 'search attribute filter "%" is malformed', p_filter USING ERRCODE = 'HR001',
+        RAISE EXCEPTION 'search attribute filter "%" is malformed', left(p_filter, 200) USING ERRCODE = 'HR001',
             HINT = 'write key=value (or key:value), or key>value, key>=value, key<value, key<=value, key!=value';
     END IF;
     IF harvest._number_out_of_range(v_match[3]) THEN
-        RAISE EXCEPTION 'search attribute filter "%" compares with a number out of range', p_filter
+        RAISE EXCEPTION 'search attribute filter "%" compares with a number out of range', left(p_filter, 200)
             USING ERRCODE = 'HR001', HINT = 'give a smaller number: numeric holds exponents up to about 131000';
     END IF;
     RETURN jsonb_build_object('key', v_match[1],
