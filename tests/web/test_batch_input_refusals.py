@@ -5,6 +5,7 @@ query (every search attribute filter is a test of it)."""
 from __future__ import annotations
 
 import base64
+import urllib.parse
 
 import pytest
 from operator_helpers import start
@@ -88,3 +89,28 @@ def test_a_batch_s_reason_is_bounded_as_a_signal_s_payload(db, conn) -> None:
         "SELECT count(*) FROM harvest.executions WHERE id = ANY(%s::uuid[]) AND cancel_requested", (runs,)
     ).fetchone()[0]
     assert requested == 2
+
+
+def test_the_dashboard_refuses_too_many_filters_and_too_long_a_reason(db, conn) -> None:
+    """The dashboard's list and its "Act on these runs" go through the same SQL: 101 `attr`
+    filters are a 400 page, a reason past the payload limit a 413, and nothing is done."""
+    from starlette.testclient import TestClient
+
+    from harvest.web.ui import dashboard_app
+
+    runs = [start(conn, "send_digest", f"d-{i}") for i in range(2)]
+    conn.execute("UPDATE harvest.engine_settings SET max_payload_bytes = 1000")
+    many = urllib.parse.urlencode(
+        [("workflow_name", "send_digest")] + [("attr", f"k=v{i}") for i in range(101)]
+    )
+    ours = {"Origin": "http://127.0.0.1:8080", "Sec-Fetch-Site": "same-origin"}
+    with TestClient(dashboard_app(dsn=db, profile="dev"), base_url="http://127.0.0.1:8080") as ui:
+        listed = ui.get(f"/workflows?{many}")
+        assert listed.status_code == 400 and "over 100" in listed.text
+        for filters, reason, status in ((many, "r", 400), ("workflow_name=send_digest", "x" * 1000, 413)):
+            form = {"action": "cancel", "filters": filters, "reason": reason}
+            assert ui.post("/workflows/bulk", data=form, headers=ours).status_code == status
+    requested = conn.execute(
+        "SELECT count(*) FROM harvest.executions WHERE id = ANY(%s::uuid[]) AND cancel_requested", (runs,)
+    ).fetchone()[0]
+    assert requested == 0
