@@ -223,3 +223,60 @@ def test_codecs_that_are_not_a_list_are_refused_saying_what_they_take() -> None:
     for given in (ZlibCodec(), 5):
         with pytest.raises(TypeError, match=r"codecs=\.\.\.: takes a list of codecs or a Payloads"):
             App(codecs=given)
+
+
+def _bomb(json_bytes: int, layers: int) -> dict:
+    """An envelope of ``layers`` zlib layers over a JSON string of about ``json_bytes`` bytes
+    (a string of one repeated letter, which zlib shrinks a thousandfold a layer)."""
+    import base64
+    import zlib
+
+    deflate = zlib.compressobj(9)
+    chunk = b"a" * (1 << 20)
+    data = deflate.compress(b'"') + b"".join(deflate.compress(chunk) for _ in range(json_bytes >> 20))
+    data += deflate.compress(b'"') + deflate.flush()
+    for _ in range(layers - 1):
+        data = zlib.compress(data, 9)
+    return {"_harvest_codec": ["zlib"] * layers, "data": base64.b64encode(data).decode()}
+
+
+def test_a_zlib_bomb_is_refused_at_the_bound_not_inflated() -> None:
+    """Every process decodes zlib, and an envelope is only JSON that anyone who may start or
+    signal can write: a few kB of two zlib layers inflated to a gigabyte in a worker or the API.
+    Each layer stops at max_decoded_bytes (by default MAX_DECODED_BYTES), and an envelope lists
+    at most MAX_CODEC_LAYERS codecs."""
+    import tracemalloc
+
+    from harvest.core import codecs
+
+    bomb = _bomb(96 << 20, 2)  # 96 MiB, over the default 64 MiB
+    assert len(json.dumps(bomb)) < 200_000
+    for chain in (CodecChain([]), CodecChain([ZlibCodec()])):
+        with pytest.raises(PayloadError, match=r"decompresses to more than 67108864 bytes"):
+            chain.decode(bomb)
+    small = CodecChain([ZlibCodec(max_decoded_bytes=1 << 20)])
+    big = _bomb(64 << 20, 2)
+    tracemalloc.start()
+    try:
+        with pytest.raises(PayloadError, match="more than 1048576 bytes"):
+            small.decode(big)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak  # (about the bound, twice at most: never the 64 MiB)
+    assert small.decode(_bomb(0, 2)) == ""  # a small one still decodes through two layers
+    assert CodecChain([ZlibCodec(max_decoded_bytes=None)]).decode(_bomb(2 << 20, 1)) == "a" * (2 << 20)
+    nested = {**_bomb(0, 1), "_harvest_codec": ["zlib"] * (codecs.MAX_CODEC_LAYERS + 1)}
+    with pytest.raises(PayloadError, match="lists 9 codecs, more than 8"):
+        CodecChain([]).decode(nested)
+    truncated = CodecChain([]).encode  # (a chain without codecs writes no envelope)
+    assert truncated("x") == "x"
+    cut = CodecChain([ZlibCodec()]).encode("x" * 100)
+    import base64
+
+    cut["data"] = base64.b64encode(base64.b64decode(cut["data"])[:-4]).decode()
+    with pytest.raises(PayloadError, match="incomplete or truncated"):
+        CodecChain([]).decode(cut)
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="max_decoded_bytes"):
+            ZlibCodec(max_decoded_bytes=bad)

@@ -50,6 +50,14 @@ __all__ = [
 
 CODEC_KEY = "_harvest_codec"
 REF_KEY = "_harvest_ref"
+# What one zlib layer of an envelope may decompress to by default (ZlibCodec(max_decoded_bytes=)):
+# the management API's largest body. Every process decodes zlib, keyless or not (a worker, the
+# API, the CLI), and an envelope is only JSON, which anyone who may start or signal can write: a
+# 2.4 kB envelope of two zlib layers decompressed to 1 GiB, three to a terabyte.
+MAX_DECODED_BYTES = 64 * 1024 * 1024
+# The codecs one envelope may list: a chain is a few (compress, then encrypt); each layer is
+# bounded, and so is their number.
+MAX_CODEC_LAYERS = 8
 ERASED_KEY = "_harvest_erased"
 ERASED: dict[str, Any] = {ERASED_KEY: True}
 
@@ -68,12 +76,23 @@ class Codec(Protocol):
 
 
 class ZlibCodec:
-    """Compression (zlib, ``level`` 1-9). Keyless: every process decodes ``zlib``."""
+    """Compression (zlib, ``level`` 1-9). Keyless: every process decodes ``zlib``, at most
+    ``max_decoded_bytes`` a layer (:data:`MAX_DECODED_BYTES`; None: unbounded), past which a
+    payload is a ``PayloadError``, not decompressed further."""
 
-    def __init__(self, level: int = 6):
+    def __init__(self, level: int = 6, max_decoded_bytes: int | None = MAX_DECODED_BYTES):
         if not isinstance(level, int) or not 0 <= level <= 9:
             raise ValueError(f"ZlibCodec level must be 0-9, got {level!r}")
+        if max_decoded_bytes is not None and (
+            not isinstance(max_decoded_bytes, int)
+            or isinstance(max_decoded_bytes, bool)
+            or max_decoded_bytes < 1
+        ):
+            raise ValueError(
+                f"ZlibCodec max_decoded_bytes must be a positive int or None, got {max_decoded_bytes!r}"
+            )
         self.level = level
+        self.max_decoded_bytes = max_decoded_bytes
 
     def encode(self, data: bytes) -> tuple[str, bytes]:
         return "zlib", zlib.compress(data, self.level)
@@ -82,10 +101,21 @@ class ZlibCodec:
         return tag == "zlib"
 
     def decode(self, tag: str, data: bytes) -> bytes:
+        most = self.max_decoded_bytes
+        inflate = zlib.decompressobj()
         try:
-            return zlib.decompress(data)
+            # (one byte past the bound says it is over, without inflating the rest)
+            out = inflate.decompress(data) if most is None else inflate.decompress(data, most + 1)
         except zlib.error as exc:
             raise PayloadError(f"a zlib payload is corrupt: {exc}") from None
+        if most is not None and len(out) > most:
+            raise PayloadError(
+                f"a zlib payload decompresses to more than {most} bytes, the most this process "
+                "decodes (ZlibCodec(max_decoded_bytes=...)): not decoded"
+            )
+        if not inflate.eof:
+            raise PayloadError("a zlib payload is corrupt: incomplete or truncated stream")
+        return out
 
 
 class AesGcmCodec:
@@ -319,7 +349,11 @@ class CodecChain:
         tags = value.get(CODEC_KEY)
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise PayloadError(
-                f"a payload envelope's {CODEC_KEY} must be a list of codec names, got {tags!r}"
+                f"a payload envelope's {CODEC_KEY} must be a list of codec names, got {tags!r:.200}"
+            )
+        if len(tags) > MAX_CODEC_LAYERS:
+            raise PayloadError(
+                f"a payload envelope lists {len(tags)} codecs, more than {MAX_CODEC_LAYERS}: not decoded"
             )
         try:
             data = base64.b64decode(value["data"], validate=True)
