@@ -273,10 +273,15 @@ def test_a_zlib_bomb_is_refused_at_the_bound_not_inflated() -> None:
     assert truncated("x") == "x"
     cut = CodecChain([ZlibCodec()]).encode("x" * 100)
     import base64
+    import zlib
 
     cut["data"] = base64.b64encode(base64.b64decode(cut["data"])[:-4]).decode()
     with pytest.raises(PayloadError, match="incomplete or truncated"):
         CodecChain([]).decode(cut)
+    deep = CodecChain([ZlibCodec()]).encode("x")
+    deep["data"] = base64.b64encode(zlib.compress(b"[" * 200_000 + b"]" * 200_000)).decode()
+    with pytest.raises(PayloadError, match="nested too deep"):  # (a RecursionError before)
+        CodecChain([]).decode(deep)
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="max_decoded_bytes"):
             ZlibCodec(max_decoded_bytes=bad)

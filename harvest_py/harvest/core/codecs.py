@@ -365,6 +365,8 @@ class CodecChain:
             return json.loads(data.decode("utf-8"))
         except ValueError as exc:
             raise PayloadError(f"a decoded payload is not JSON: {exc}") from None
+        except RecursionError:  # (no jsonb holds it, but an envelope's bytes may)
+            raise PayloadError("a decoded payload is not JSON: nested too deep") from None
 
     def _codec_for(self, tag: str) -> Codec:
         for codec in self.codecs:
