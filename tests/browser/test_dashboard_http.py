@@ -492,7 +492,7 @@ def test_schedules_pages_both_kinds_with_fire_times_firings_and_misses(ui: TestC
     assert "None while paused." in paused.text and 'id="resume-form"' in paused.text
     assert 'data-paused="true"' in ui.get("/schedules?paused=true", headers=READ).text
     assert ui.post("/schedules/0/greet-yearly/resume", headers=OPERATE).status_code == 200
-    assert ui.post("/schedules/0/greet-yearly/delete", headers=OPERATE).status_code == 404
+    assert ui.post("/schedules/0/greet-yearly/rename", headers=OPERATE).status_code == 404
     assert _audit(demo.dsn, "schedule.pause") == [("ui", "greet-yearly")]
     assert _audit(demo.dsn, "schedule.resume") == [("ui", "greet-yearly")]
     assert _audit(demo.dsn, "schedule.trigger") == [("ui", "greet-yearly")]

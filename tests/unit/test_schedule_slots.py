@@ -13,7 +13,7 @@ import pytest
 
 from harvest import App, Schedule, WorkflowSchedule, workflow
 from harvest.core.errors import ConfigError, InvalidArgument, PayloadError
-from harvest.declare.schedules import jitter_offset, schedule_specs, workflow_id_of
+from harvest.declare.schedules import backfill_slots, jitter_offset, schedule_specs, workflow_id_of
 from harvest.worker.scheduler import MAX_DUE_PER_TICK, MAX_MISSED_COUNTED, plan_tick
 
 UTC = dt.UTC
@@ -251,3 +251,18 @@ def test_a_schedule_whose_arguments_fit_is_registered() -> None:
     assert app.schedules["nightly"].arguments() == [3]
     # (by a name the App does not register: encoded and stored, not bound)
     assert App(schedules=[WorkflowSchedule("n", Schedule.every(60), "elsewhere", args=(1, 2))]).schedules
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        ("9999-12-31T00:00:00+00:00", "9999-12-31T23:59:59+00:00"),  # the slot after 9999's last
+        ("0001-01-01T00:00:00+01:00", "0001-01-02T00:00:00+00:00"),  # before year 1 in UTC
+    ],
+)
+def test_a_backfill_range_at_the_ends_of_time_is_an_invalid_argument(start: str, end: str) -> None:
+    """A backfill's range whose slots reach outside the years 1 to 9999 raised OverflowError or
+    ValueError out of `harvest schedule backfill` (a traceback) and the API's backfill (a 500)."""
+    row = {"name": "hourly", "interval_secs": 3600, "cron": None, "timezone": None}
+    with pytest.raises(InvalidArgument, match="reaches past the years 1 to 9999"):
+        backfill_slots(row, dt.datetime.fromisoformat(start), dt.datetime.fromisoformat(end))

@@ -66,7 +66,7 @@ from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db.connection import DatabaseError, database_error_message, failure_reason
 from harvest.db.pools import outage
-from harvest.declare.schedules import OVERLAP_POLICIES, describe_row
+from harvest.declare.schedules import BACKFILL_MAX_SLOTS, OVERLAP_POLICIES, backfill_slots, describe_row
 from harvest.shard.fanout import (
     EXECUTION_STATUSES,
     UNAVAILABLE,
@@ -937,10 +937,15 @@ class Dashboard:
 
     async def schedule_action(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
         """Pause (with a note), resume or trigger (now, under the schedule's overlap policy or
-        the one chosen) the schedule on its shard, as `harvest schedule pause|resume|trigger`."""
+        the one chosen) the schedule on its shard, as `harvest schedule pause|resume|trigger`;
+        backfill and delete each through a confirmation first."""
         shard, name = self._schedule_shard(request)
         verb = request.path_params["verb"]
         actor = principal.actor
+        if verb == "backfill":
+            return await self._backfill_schedule(request, principal, form, shard, name)
+        if verb == "delete":
+            return await self._delete_schedule(request, principal, form, shard, name)
         if verb == "pause":
             note = _blank_none(form.get("note"))
             call: Callable[[Any], Awaitable[Any]] = lambda api: api.pause_schedule(name, note, actor)  # noqa: E731
@@ -950,7 +955,7 @@ class Dashboard:
             overlap = _choice(form, "overlap", OVERLAP_POLICIES)
             call = lambda api: api.trigger_schedule(name, overlap, actor)  # noqa: E731
         else:
-            raise NotFound(f"no schedule action {verb!r}: use pause, resume or trigger")
+            raise NotFound(f"no schedule action {verb!r}: use pause, resume, trigger, backfill or delete")
         answer = await self.source.on_shard(shard, principal, call, write=True)
         if verb == "trigger":
             said = f"triggered: slot {views.when(answer.get('slot_at'))} {answer.get('status')}"
@@ -961,6 +966,91 @@ class Dashboard:
         else:
             said = f"schedule {'paused' if answer.get('paused') else 'running'}"
         return self._back(request, f"/schedules/{shard}/{views.segment(name)}", said)
+
+    async def _backfill_schedule(
+        self, request: Request, principal: Principal, form: dict[str, str], shard: int, name: str
+    ) -> Response:
+        """`harvest schedule backfill`: the slots of [from, to] (``backfill_slots``, at most
+        BACKFILL_MAX_SLOTS) fired by ``backfill_schedule`` under the overlap chosen (default
+        buffer_all, as the CLI's). Without ``confirm``, the range's slots are counted from the
+        schedule (nothing written) and the page that confirms them is drawn."""
+        start, end = _time(form, "from"), _time(form, "to")
+        if start is None or end is None:
+            field = "from" if start is None else "to"
+            raise InvalidArgument(f"{field}: give the range's first and last slot time (2026-05-01T00:00Z)")
+        if end < start:
+            raise InvalidArgument(
+                f"to={views.when(end)} is before from={views.when(start)}: give a range that ends after it"
+            )
+        overlap = _choice(form, "overlap", OVERLAP_POLICIES) or "buffer_all"
+
+        def slots_of(row: dict[str, Any]) -> list[datetime]:
+            try:
+                return backfill_slots(row, start, end)
+            except InvalidArgument as exc:  # more slots than the limit (or years past 9999)
+                raise InvalidArgument(f"to: {_one_line(exc)}") from None
+
+        if "confirm" not in form:
+            row = await self.source.on_shard(
+                shard, principal, lambda api: api.get_schedule(name, 1), write=False
+            )
+            slots = slots_of(row)
+            return self.render(
+                request,
+                "schedule_confirm.html",
+                principal=principal,
+                action="backfill",
+                s=row,
+                when=describe_row(row),
+                shard=shard,
+                start=start,
+                end=end,
+                overlap=overlap,
+                slots=slots,
+                limit=BACKFILL_MAX_SLOTS,
+            )
+
+        async def backfill(api: Any) -> tuple[int, dict[str, Any]]:
+            slots = slots_of(await api.get_schedule(name, 1))
+            return len(slots), await api.backfill_schedule(name, slots, overlap, principal.actor)
+
+        fired, counts = await self.source.on_shard(shard, principal, backfill, write=True)
+        said = f"backfilled {fired} slot{'' if fired == 1 else 's'} under {overlap}: " + ", ".join(
+            # backfill_schedule's counts, in the order a firing goes (jsonb keeps its own)
+            f"{counts.get(outcome, 0)} {outcome}"
+            for outcome in ("started", "buffered", "skipped", "failed", "duplicate")
+        )
+        return self._back(request, f"/schedules/{shard}/{views.segment(name)}", said)
+
+    async def _delete_schedule(
+        self, request: Request, principal: Principal, form: dict[str, str], shard: int, name: str
+    ) -> Response:
+        """`harvest schedule delete`: the schedule and its firing history on this shard (its runs
+        go on). Without ``confirm`` (the schedule's name), the page that names it and confirms."""
+        confirm = form.get("confirm")
+        if confirm is None:
+            row = await self.source.on_shard(
+                shard, principal, lambda api: api.get_schedule(name, 1), write=False
+            )
+            return self.render(
+                request,
+                "schedule_confirm.html",
+                principal=principal,
+                action="delete",
+                s=row,
+                when=describe_row(row),
+                shard=shard,
+            )
+        if confirm != name:
+            raise InvalidArgument(
+                f"confirm={confirm!r} does not name schedule {name!r}: confirm from its page"
+            )
+        deleted = await self.source.on_shard(
+            shard, principal, lambda api: api.delete_schedule(name, principal.actor), write=True
+        )
+        if not deleted:
+            raise NotFound(f"schedule {name!r} does not exist on shard {shard}")
+        return self._back(request, "/schedules", f"deleted schedule {name} on shard {shard}")
 
     # -- DAGs ----------------------------------------------------------------------------------------
     async def dags(self, request: Request, principal: Principal) -> Response:
