@@ -236,7 +236,7 @@ def test_schedules_dags_and_a_paused_run(browser: Any, site: str, demo: Demo) ->
     browser.get(f"{site}/schedules")
     click_and_wait(browser, browser.find_element(By.LINK_TEXT, "greet-yearly"))
     assert len(browser.find_elements(By.CSS_SELECTOR, "#upcoming li")) == 5
-    assert _forms(browser) == {"pause-form", "trigger-form"}
+    assert _forms(browser) == {"pause-form", "trigger-form", "backfill-form", "delete-form"}
     click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#trigger-form button"))
     assert "triggered" in _text(browser, ".flash")
     with demo.client.sql() as sql:
@@ -256,6 +256,34 @@ def test_schedules_dags_and_a_paused_run(browser: Any, site: str, demo: Demo) ->
     assert "month-end freeze" in _text(browser, "#paused-banner")
     click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#resume-form button"))
     assert not browser.find_elements(By.ID, "paused-banner")
+
+    # a backfill of four past new years through its confirmation: the runs start and complete
+    form = browser.find_element(By.ID, "backfill-form")
+    form.find_element(By.NAME, "from").send_keys("2020-01-01")
+    form.find_element(By.NAME, "to").send_keys("2024-01-01")
+    Select(form.find_element(By.NAME, "overlap")).select_by_value("allow_all")
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
+    assert "holds 4 slots" in _text(browser, "#backfill-count")
+    screenshot(browser, "schedule-backfill")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#backfill-confirm-form button"))
+    assert "backfilled 4 slots under allow_all: 4 started" in _text(browser, ".flash")
+    with demo.client.sql() as sql:
+        wait_for(
+            lambda: (
+                len([f for f in sql.get_schedule("greet-yearly")["firings"] if f["origin"] == "backfill"])
+                == 4
+            ),
+            "the backfill's four firings",
+        )
+
+    # delete it: the confirmation names it and says the App declares it (a worker's boot brings it back)
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#delete-form button"))
+    assert "greet-yearly" in _text(browser, "h1") and browser.find_element(By.ID, "delete-declared")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#delete-confirm-form button"))
+    assert _text(browser, ".flash") == "deleted schedule greet-yearly on shard 0"
+    assert [
+        r.get_attribute("data-name") for r in browser.find_elements(By.CSS_SELECTOR, "#schedules tbody tr")
+    ] == ["nightly_etl"]
 
     # the DAGs, one DAG's runs, a run's graph
     click_and_wait(browser, browser.find_element(By.LINK_TEXT, "DAGs"))

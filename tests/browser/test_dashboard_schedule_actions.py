@@ -110,6 +110,11 @@ def test_a_backfill_counts_its_slots_on_a_confirmation_then_starts_the_runs(
     done = client.post(action, headers=OPERATE, data={**buffered, "confirm": "yes"}, follow_redirects=False)
     assert "4 slots under buffer_all: 0 started, 4 buffered" in _said(done)
 
+    # an unknown schedule, or a shard not of this deployment: a 404 at each step
+    for path in ("/schedules/0/nobody/backfill", "/schedules/7/hourly%2Freport/backfill"):
+        for confirm in ({}, {"confirm": "yes"}):
+            assert client.post(path, headers=OPERATE, data={**buffered, **confirm}).status_code == 404, path
+
 
 @pytest.mark.parametrize(
     ("sent", "field"),
@@ -137,13 +142,6 @@ def test_a_bad_backfill_range_is_a_400_naming_its_field(
         assert refused.status_code == 400, (sent, confirm)
         assert field in html.unescape(refused.text), refused.text
     assert _one(db, RUNS) == 0 and _audit(db, "schedule.backfill") == []
-
-
-def test_a_backfill_of_an_unknown_schedule_or_shard_is_a_404(client: TestClient) -> None:
-    data = {"from": "2025-01-01", "to": "2025-01-02"}
-    for path in ("/schedules/0/nobody/backfill", "/schedules/7/hourly%2Freport/backfill"):
-        for confirm in ({}, {"confirm": "yes"}):
-            assert client.post(path, headers=OPERATE, data={**data, **confirm}).status_code == 404, path
 
 
 def test_a_delete_names_the_schedule_on_a_confirmation_then_deletes_it(client: TestClient, db: str) -> None:
