@@ -5,6 +5,7 @@ call, and the audit row with the source ui (docs/dashboard.md, "Schedules")."""
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 import re
 import urllib.parse
@@ -109,6 +110,17 @@ def test_a_backfill_counts_its_slots_on_a_confirmation_then_starts_the_runs(
     assert 'name="overlap" value="buffer_all"' in page and "2 runs at a time" in page
     done = client.post(action, headers=OPERATE, data={**buffered, "confirm": "yes"}, follow_redirects=False)
     assert "4 slots under buffer_all: 0 started, 4 buffered" in _said(done)
+
+    # a range past now: counted, then refused whole by backfill_schedule (its HR001, a 400)
+    now = dt.datetime.now(dt.UTC)
+    late = {
+        "from": (now - dt.timedelta(hours=2)).isoformat(),
+        "to": (now + dt.timedelta(hours=2)).isoformat(),
+    }
+    assert client.post(action, headers=OPERATE, data=late).status_code == 200
+    refused = client.post(action, headers=OPERATE, data={**late, "confirm": "yes"})
+    assert refused.status_code == 400 and "is in the future" in refused.text
+    assert _one(db, RUNS) == 5  # (the buffered four start on a scheduler tick; none runs here)
 
     # an unknown schedule, or a shard not of this deployment: a 404 at each step
     for path in ("/schedules/0/nobody/backfill", "/schedules/7/hourly%2Freport/backfill"):

@@ -184,6 +184,12 @@ def test_schedule_routes_answer_every_status(api) -> None:
     assert (
         api.post("/admin/schedules/nightly-report/backfill", json={"from": "2026-01-01"}).status_code == 400
     )
+    # the slot after 9999-12-31T23:30 is past datetime's range: a 400 (it was a 500)
+    at_the_end = api.post(
+        "/admin/schedules/nightly-report/backfill",
+        json={"from": "9999-12-31T00:00:00Z", "to": "9999-12-31T23:59:59Z"},
+    )
+    assert at_the_end.status_code == 400 and "years 1 to 9999" in at_the_end.text
 
     assert api.delete("/admin/schedules/nightly-report").json() == {"name": "nightly-report", "deleted": True}
     assert api.delete("/admin/schedules/nightly-report").status_code == 404
