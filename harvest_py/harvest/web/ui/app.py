@@ -991,23 +991,19 @@ class Dashboard:
                 raise InvalidArgument(f"to: {_one_line(exc)}") from None
 
         if "confirm" not in form:
-            row = await self.source.on_shard(
-                shard, principal, lambda api: api.get_schedule(name, 1), write=False
-            )
-            slots = slots_of(row)
-            return self.render(
+            return await self._schedule_confirm(
                 request,
-                "schedule_confirm.html",
-                principal=principal,
-                action="backfill",
-                s=row,
-                when=describe_row(row),
-                shard=shard,
-                start=start,
-                end=end,
-                overlap=overlap,
-                slots=slots,
-                limit=BACKFILL_MAX_SLOTS,
+                principal,
+                shard,
+                name,
+                "backfill",
+                lambda row: {
+                    "start": start,
+                    "end": end,
+                    "overlap": overlap,
+                    "slots": slots_of(row),
+                    "limit": BACKFILL_MAX_SLOTS,
+                },
             )
 
         async def backfill(api: Any) -> tuple[int, dict[str, Any]]:
@@ -1022,6 +1018,29 @@ class Dashboard:
         )
         return self._back(request, f"/schedules/{shard}/{views.segment(name)}", said)
 
+    async def _schedule_confirm(
+        self,
+        request: Request,
+        principal: Principal,
+        shard: int,
+        name: str,
+        action: str,
+        context: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> Response:
+        """The confirmation of ``action`` (backfill, delete) of schedule ``name`` on ``shard``:
+        the schedule read (a 404 when it is not there; nothing written), ``context(row)`` drawn."""
+        row = await self.source.on_shard(shard, principal, lambda api: api.get_schedule(name, 1), write=False)
+        return self.render(
+            request,
+            "schedule_confirm.html",
+            principal=principal,
+            action=action,
+            s=row,
+            when=describe_row(row),
+            shard=shard,
+            **context(row),
+        )
+
     async def _delete_schedule(
         self, request: Request, principal: Principal, form: dict[str, str], shard: int, name: str
     ) -> Response:
@@ -1029,18 +1048,7 @@ class Dashboard:
         go on). Without ``confirm`` (the schedule's name), the page that names it and confirms."""
         confirm = form.get("confirm")
         if confirm is None:
-            row = await self.source.on_shard(
-                shard, principal, lambda api: api.get_schedule(name, 1), write=False
-            )
-            return self.render(
-                request,
-                "schedule_confirm.html",
-                principal=principal,
-                action="delete",
-                s=row,
-                when=describe_row(row),
-                shard=shard,
-            )
+            return await self._schedule_confirm(request, principal, shard, name, "delete", lambda row: {})
         if confirm != name:
             raise InvalidArgument(
                 f"confirm={confirm!r} does not name schedule {name!r}: confirm from its page"
