@@ -620,10 +620,13 @@ $$;
 -- kept when they end), found through executions_end_owed, audited. The janitor then takes them
 -- with their window. Returns how many were released: call again until 0. A parent that is
 -- still there and still waits would then miss the end (not_found): release only for a shard
--- that is gone for good.
+-- that is gone for good. The faces (`harvest shard release-owed-ends`, its route) check first
+-- that the parent's shard does not answer as itself; p_force says the caller skipped that check
+-- (--force, a shard being restored to before the children's starts), and only goes into the
+-- audit row: this function cannot reach another shard, so it checks nothing of it.
 CREATE OR REPLACE FUNCTION harvest.release_owed_child_ends(
     p_parent_shard integer, p_batch_size integer DEFAULT 500, p_include_running boolean DEFAULT false,
-    p_operator_id text DEFAULT NULL
+    p_operator_id text DEFAULT NULL, p_force boolean DEFAULT false
 )
 RETURNS integer
 LANGUAGE plpgsql
@@ -647,7 +650,8 @@ BEGIN
     )
     SELECT count(*) INTO v_released FROM released;
     PERFORM harvest._audit('retention.release_owed_child_ends', NULL, p_operator_id, jsonb_build_object(
-        'parent_shard', p_parent_shard, 'released', v_released, 'include_running', coalesce(p_include_running, false)));
+        'parent_shard', p_parent_shard, 'released', v_released, 'include_running', coalesce(p_include_running, false),
+        'force', coalesce(p_force, false)));
     RETURN v_released;
 END;
 $$;
@@ -679,7 +683,8 @@ COMMENT ON FUNCTION harvest.delete_seals IS
 COMMENT ON FUNCTION harvest.release_owed_child_ends IS
 'On a child''s shard: let retention take up to p_batch_size ended cross-shard children (running ones too with '
 'p_include_running) whose ends are owed to the parent shard p_parent_shard, gone for good; audited; returns how '
-'many were released. For admins (role harvest_admin).';
+'many were released; p_force (the caller skipped its check that that shard is gone) is recorded in the audit row. '
+'For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.set_worker_retention IS
 'Set the worker registry rule: rows of stopped or stale workers last seen more than p_max_age ago are deleted by '
 'prune_workers (NULL keeps every row); audited. For admins (role harvest_admin).';

@@ -5,7 +5,7 @@
 -- _interval_text, _ago, _retention_cutoff; prune_flow_keys (and its fold of quota_ended_bytes),
 -- _flow_key_in_use; _execution_not_found (what HR002 says of an unknown execution id).
 BEGIN;
-SELECT plan(79);
+SELECT plan(82);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -197,6 +197,14 @@ SELECT is(harvest.release_owed_child_ends(3, p_operator_id => 'ops'), 1,
           'release_owed_child_ends(): the end owed to shard 3 is let go');
 SELECT is((SELECT details ->> 'parent_shard' FROM harvest.audit_log
            WHERE operation = 'retention.release_owed_child_ends' AND operator_id = 'ops'), '3', '... audited');
+SELECT is((SELECT details -> 'force' FROM harvest.audit_log
+           WHERE operation = 'retention.release_owed_child_ends' AND operator_id = 'ops'), 'false'::jsonb,
+          '... not forced by default');
+SELECT is(harvest.release_owed_child_ends(3, p_operator_id => 'ops-forced', p_force => true), 0,
+          'release_owed_child_ends(p_force): nothing left to release');
+SELECT is((SELECT details -> 'force' FROM harvest.audit_log
+           WHERE operation = 'retention.release_owed_child_ends' AND operator_id = 'ops-forced'), 'true'::jsonb,
+          '... p_force is recorded in the audit row');
 SELECT is((harvest.run_retention() ->> 'deleted')::int, 1, '... and the child goes with its window');
 SELECT is_empty($$SELECT 1 FROM harvest._owed_child_ends()$$, '_owed_child_ends(): none owed once released');
 

@@ -278,14 +278,23 @@ def _still_owed(cluster, shard: int, parent_shard: int) -> int:
         ).fetchone()[0]
 
 
-def _cli_env(cluster, readable=(0, 1, 2)) -> dict[str, str]:
+def _cli_env(cluster, readable=(0, 1, 2), retired: dict[int, int] | None = None) -> dict[str, str]:
+    """The shards ``readable``; each of ``retired`` behind a forward to its shard (its database
+    still there and given a url, as in the decommission runbook before its step 7)."""
+    retired = retired or {}
     return {
         "HARVEST_DATABASE_URL": "",
         "HARVEST_URL": "",
         "HARVEST_SHARDS__READABLE": ",".join(map(str, readable)),
         "HARVEST_SHARDS__WRITABLE": ",".join(map(str, readable)),
-        **{f"HARVEST_SHARDS__URLS__{s}": cluster.dsns[s] for s in readable},
+        "HARVEST_SHARDS__DEFAULT": str(readable[0]),
+        **{f"HARVEST_SHARDS__URLS__{s}": cluster.dsns[s] for s in (*readable, *retired)},
+        **{f"HARVEST_SHARDS__FORWARDS__{s}": str(to) for s, to in retired.items()},
     }
+
+
+# Shard 0 retired behind a forward to shard 1: the parent's shard gone for good.
+RETIRED_0 = {"readable": (1, 2), "retired": {0: 1}}
 
 
 def _cli(env: dict[str, str], *args: str):
@@ -307,7 +316,7 @@ def test_shard_release_owed_ends_dry_runs_then_releases_on_every_other_shard_bat
     _owed_runs(shards, 1, 0, ended=3, running=1)
     _owed_runs(shards, 2, 0, ended=1)
     _owed_runs(shards, 2, 1, ended=2)  # owed to shard 1, which is not retired: kept
-    env = _cli_env(shards)
+    env = _cli_env(shards, **RETIRED_0)
 
     result, plan = _cli(env, "shard", "release-owed-ends", "0", "--dry-run")
     assert result.exit_code == 0, result.output
@@ -346,7 +355,7 @@ def test_shard_release_owed_ends_names_a_shard_it_could_not_reach_and_exits_1(sh
     _owed_runs(shards, 2, 0, ended=1)
     shards.stop(2)
     try:
-        result, done = _cli(_cli_env(shards), "shard", "release-owed-ends", "0")
+        result, done = _cli(_cli_env(shards, **RETIRED_0), "shard", "release-owed-ends", "0")
     finally:
         shards.start(2)
     assert result.exit_code == 1, result.output
@@ -366,13 +375,142 @@ def test_shard_release_owed_ends_goes_on_past_a_shard_that_refuses_and_names_it(
         conn.execute(
             "CREATE OR REPLACE FUNCTION harvest.release_owed_child_ends(p_parent_shard integer,"
             " p_batch_size integer DEFAULT 500, p_include_running boolean DEFAULT false,"
-            " p_operator_id text DEFAULT NULL) RETURNS integer LANGUAGE plpgsql AS $$"
+            " p_operator_id text DEFAULT NULL, p_force boolean DEFAULT false) RETURNS integer"
+            " LANGUAGE plpgsql AS $$"
             " BEGIN RAISE EXCEPTION 'refused on this shard for the test' USING ERRCODE = 'HR001'; END $$"
         )
-    result, done = _cli(_cli_env(shards), "shard", "release-owed-ends", "0")
+    result, done = _cli(_cli_env(shards, **RETIRED_0), "shard", "release-owed-ends", "0")
     assert result.exit_code == 2, result.output  # InvalidArgument's code, the refusal's
     assert "shard 1: refused on this shard for the test" in result.stderr
     assert done is not None and done["released"] == 1, result.output
     assert [r["shard_id"] for r in done["shards"]] == [2]
     assert _still_owed(shards, 2, 0) == 0, "the shard after the refusing one was released"
     assert _still_owed(shards, 1, 0) == 2
+
+
+# -- the parent's shard still alive: refused unless forced (docs/sharding.md, "Children on other
+# shards"). A release lets retention purge the children whose ends it releases: a parent on a
+# shard that is still there would then wait for ever for an end its pump can no longer pull.
+
+
+def _release_audit(cluster, shard: int) -> list[tuple]:
+    with cluster.connect(shard) as conn:
+        return conn.execute(
+            "SELECT operator_id, (details ->> 'released')::int, details -> 'force' FROM harvest.audit_log"
+            " WHERE operation = 'retention.release_owed_child_ends' ORDER BY id"
+        ).fetchall()
+
+
+def _one_line(stderr: str, needle: str) -> str:
+    lines = [line for line in stderr.splitlines() if needle in line]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_release_owed_ends_refuses_a_live_parent_shard_and_dry_run_warns(shards) -> None:
+    """Shard 0 is readable and its database answers as shard 0: `release-owed-ends 0` accepted it
+    and released every end owed to it, so its parents' pumps found their children purged. Now it
+    exits 2 with one line saying why and what to do, and nothing is released or audited; a dry run
+    says it as a warning and still shows the counts."""
+    _owed_runs(shards, 1, 0, ended=2)
+    _owed_runs(shards, 2, 0, ended=1)
+    env = _cli_env(shards)
+
+    result, done = _cli(env, "shard", "release-owed-ends", "0", "--operator-id", "ops")
+    assert result.exit_code == 2, result.output
+    assert done is None, "nothing is printed as released"
+    line = _one_line(result.stderr, "shard 0 is reachable and alive")
+    for words in ("lose its runs' child ends", "retire it first", "--force", "restored to before"):
+        assert words in line, line
+    assert (_still_owed(shards, 1, 0), _still_owed(shards, 2, 0)) == (2, 1), "nothing released"
+    assert _release_audit(shards, 1) == [] and _release_audit(shards, 2) == []
+
+    result, plan = _cli(env, "shard", "release-owed-ends", "0", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert plan["ended"] == 3 and plan["parent_check"]["alive"] is True
+    assert _one_line(result.stderr, "shard 0 is reachable and alive").startswith("warning: ")
+
+
+def test_release_owed_ends_force_releases_a_live_parent_shard_and_is_audited(shards) -> None:
+    """--force (a shard restored to before the children's starts answers as itself) skips the
+    probe: the ends are released, and each batch's audit row says it was forced."""
+    _owed_runs(shards, 1, 0, ended=2)
+    result, done = _cli(
+        _cli_env(shards), "shard", "release-owed-ends", "0", "--force", "--operator-id", "ops-restore"
+    )
+    assert result.exit_code == 0, result.output
+    assert done["released"] == 2 and done["force"] is True and done["parent_check"] is None
+    assert "not checked" in result.stderr
+    assert _still_owed(shards, 1, 0) == 0
+    assert _release_audit(shards, 1) == [("ops-restore", 2, True), ("ops-restore", 0, True)]
+
+
+def test_release_owed_ends_releases_for_a_parent_shard_it_cannot_reach_and_says_why(shards) -> None:
+    """A parent's shard that does not answer (its server down, no url for it) is released for as
+    before, the line saying why it could not be reached (never its url or host); the audit row
+    says it was not forced. A shard retired behind a forward is released for though its database
+    still answers."""
+    _owed_runs(shards, 1, 0, ended=2)
+    shards.stop(0)
+    try:
+        result, done = _cli(_cli_env(shards), "shard", "release-owed-ends", "0", "--operator-id", "ops")
+    finally:
+        shards.start(0)
+    assert result.exit_code == 0, result.output
+    assert done["released"] == 2 and done["parent_check"]["reason"] == "unreachable"
+    line = _one_line(result.stderr, "shard 0 could not be reached (unreachable: ")
+    assert shards.dsns[0] not in line and shards.names[0] not in line, line
+    assert "127.0.0.1" not in line and "localhost" not in line, line
+    assert _release_audit(shards, 1) == [("ops", 2, False), ("ops", 0, False)]
+
+    _owed_runs(shards, 1, 0, ended=1)
+    result, done = _cli(_cli_env(shards, readable=(1, 2)), "shard", "release-owed-ends", "0")
+    assert result.exit_code == 0 and done["released"] == 1, result.output
+    assert "shard 0 could not be reached (no url for it in this process" in result.stderr
+
+    _owed_runs(shards, 1, 0, ended=1)
+    result, done = _cli(_cli_env(shards, **RETIRED_0), "shard", "release-owed-ends", "0")
+    assert result.exit_code == 0 and done["released"] == 1, result.output
+    assert "shard 0 is retired (retired: shards.forwards sends its ids to shard 1)" in result.stderr
+
+
+def test_release_owed_ends_over_http_refuses_a_live_parent_shard_unless_forced(shards, monkeypatch) -> None:
+    """The route does what the CLI over SQL does: 409 parent_shard_alive for a live shard, nothing
+    released (the CLI over HTTP exits 2 with the server's line), a dry run's warning, and force:
+    true released and audited."""
+    from starlette.testclient import TestClient
+
+    from harvest.cli import http as cli_http
+    from harvest.config import load_config
+    from harvest.web.app import management_app
+
+    _owed_runs(shards, 1, 0, ended=2)
+    env = {k: v for k, v in _cli_env(shards).items() if k.startswith("HARVEST_SHARDS")}
+    app = management_app(config=load_config(env=env), profile="dev")
+    over_http = {"HARVEST_DATABASE_URL": "", "HARVEST_URL": "http://testserver"}
+    with TestClient(app, base_url="http://testserver") as client:
+        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+        path = "/admin/shards/0/release-owed-ends"
+        refused = client.post(path, json={"operator_id": "ops"})
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["code"] == "parent_shard_alive"
+        assert "shard 0 is reachable and alive" in refused.json()["error"]["message"]
+
+        result, done = _cli(over_http, "shard", "release-owed-ends", "0")
+        assert result.exit_code == 2 and done is None, result.output
+        _one_line(result.stderr, "shard 0 is reachable and alive")
+        assert _still_owed(shards, 1, 0) == 2 and _release_audit(shards, 1) == []
+
+        result, plan = _cli(over_http, "shard", "release-owed-ends", "0", "--dry-run")
+        assert result.exit_code == 0 and plan["ended"] == 2, result.output
+        assert _one_line(result.stderr, "shard 0 is reachable and alive").startswith("warning: ")
+
+        forced = client.post(path, json={"force": True, "operator_id": "ops-restore"})
+        assert forced.status_code == 200, forced.text
+        assert forced.json()["released"] == 2 and forced.json()["force"] is True
+        route = "/admin/shards/{shard_id}/release-owed-ends"
+        openapi = client.get("/openapi.json").json()["paths"][route]["post"]
+        assert "force" in openapi["requestBody"]["content"]["application/json"]["schema"]["properties"]
+        assert "409" in openapi["responses"]
+    assert _still_owed(shards, 1, 0) == 0
+    assert _release_audit(shards, 1) == [("ops-restore", 2, True), ("ops-restore", 0, True)]

@@ -32,6 +32,7 @@ def test_every_sqlstate_class_declares_a_status_that_is_not_a_bare_500(sqlstate:
         (errors.PermissionDenied, 403),
         (errors.Unauthenticated, 401),
         (errors.ApiTokenExists, 409),
+        (errors.ParentShardAlive, 409),
         (errors.ScheduleAlreadyExists, 409),
         (errors.DagPaused, 409),
         (errors.DagRunLimit, 429),

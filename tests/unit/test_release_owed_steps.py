@@ -37,7 +37,10 @@ def test_batches_go_on_until_one_releases_nothing() -> None:
     sql = _Sql([3, 1, 2, 0, 9], ended=6)
     done = release_owed_on_shard(sql, 0, 2, False, 3, 1000, False, "ops")
     assert done == {"released": 6, "batches": 4}
-    assert sql.calls == [(2, 3, False, "ops")] * 4
+    assert sql.calls == [(2, 3, False, "ops", False)] * 4
+    forced = _Sql([1, 0])
+    release_owed_on_shard(forced, 0, 2, False, 3, 1000, False, "ops", force=True)
+    assert forced.calls == [(2, 3, False, "ops", True)] * 2, "--force goes into each batch's audit row"
 
 
 def test_max_batches_bounds_the_release_and_a_dry_run_releases_none() -> None:
@@ -51,4 +54,4 @@ def test_max_batches_bounds_the_release_and_a_dry_run_releases_none() -> None:
 def test_the_route_drives_the_same_steps_under_asyncio() -> None:
     sql = _AsyncSql([2, 2, 0])
     done = asyncio.run(arun_steps(release_owed_steps(2, 2, True, 1000, "ops"), sql))  # type: ignore[arg-type]
-    assert done == {"released": 4, "batches": 3} and sql.calls[0] == (2, 2, True, "ops")
+    assert done == {"released": 4, "batches": 3} and sql.calls[0] == (2, 2, True, "ops", False)

@@ -28,9 +28,10 @@ from harvest.core.errors import ConfigError, InvalidArgument
 EXIT = {"ready": 0, "degraded": 2, "unavailable": 1}
 
 
-def shard_targets(database_url: str | None) -> tuple[Any, dict[int, str]]:
+def shard_targets(database_url: str | None, *, required: bool = True) -> tuple[Any, dict[int, str]]:
     """The configured router and each shard's url (shard 0 on the database url unless
-    ``shards.urls.0`` names it): what `shard health` and `preflight` inspect."""
+    ``shards.urls.0`` names it): what `shard health` and `preflight` inspect. No database url and
+    no ``shards.urls.0``: ConfigError, or with ``required`` False no url for shard 0."""
     from harvest.config import shard_urls
     from harvest.shard.router import ShardRouter
 
@@ -39,7 +40,7 @@ def shard_targets(database_url: str | None) -> tuple[Any, dict[int, str]]:
     try:
         dsn = cli_dsn(database_url)
     except ConfigError:
-        if "0" not in (config.get("shards.urls") or {}):
+        if required and "0" not in (config.get("shards.urls") or {}):
             raise
         dsn = None
     return router, shard_urls(config, dsn)
@@ -253,6 +254,12 @@ UNREAD_WHY = {
 @click.option(
     "--dry-run", is_flag=True, help="Write nothing: show, per shard, the ends owed to PARENT_SHARD."
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Release even if PARENT_SHARD answers as itself (a shard being restored to before the "
+    "children's starts); recorded in the audit rows.",
+)
 @operator_id_option
 @database_url_option
 @output_option
@@ -262,6 +269,7 @@ def release_owed_ends(
     batch_size: int,
     max_batches: int,
     dry_run: bool,
+    force: bool,
     operator: str | None,
     database_url: str | None,
     output: str,
@@ -269,21 +277,25 @@ def release_owed_ends(
     """Let retention take the ended cross-shard children whose ends are owed to PARENT_SHARD, a
     shard gone for good (retired, lost, restored to before their starts): on every readable
     shard but PARENT_SHARD, batch by batch, audited (admin). A parent still there would never
-    get those ends: run --dry-run first. Exit 1 naming a shard that could not be reached (run
-    it again when it is up). Over HTTP the server releases to the end and the CLI waits at
+    get those ends: PARENT_SHARD is probed first, and one that answers as itself and is not
+    retired behind shards.forwards is refused (exit 2, nothing released; --dry-run warns;
+    --force skips the probe). Exit 1 naming a shard that could not be reached (run it again
+    when it is up). Over HTTP the server probes and releases to the end and the CLI waits at
     least 300 s (--http-timeout-secs for longer); past that it exits 1 saying the server goes
     on and how to see what is still owed."""
     from harvest.cli.http import BULK_WRITE_SECS, http_session
     from harvest.cli.output import selected
     from harvest.cli.shards import fail_if_refused_over_http, fail_if_unreached
+    from harvest.shard.children import parent_check
 
     settings = selected(database_url)
-    if settings is not None:  # the server releases on its shards
+    if settings is not None:  # the server probes the parent's shard and releases on its shards
         body = {
             "include_running": include_running,
             "batch_size": batch_size,
             "max_batches": max_batches,
             "dry_run": dry_run,
+            "force": force,
             "operator_id": operator,
         }
         with http_session(settings) as http:
@@ -295,15 +307,36 @@ def release_owed_ends(
                 "with `harvest audit list --operation retention.release_owed_child_ends`"
             )
             answer = http.post(path, body, scope="admin", timeout=budget, goes_on=goes_on)
+        if "parent_check" in answer:  # (a server of a release before the probe answers none)
+            click.echo(parent_check(answer["parent_check"], dry_run), err=True)
         # Printed as over SQL: the totals of the shards done (harvest.shard.children.release_totals).
         data = {k: v for k, v in answer.items() if k not in ("status", "shard_errors")}
         fail_if_refused_over_http(answer, lambda: emit(data, output, _render_release))
     else:
+        probe = None if force else _probe_parent(database_url, parent_shard)
+        click.echo(parent_check(probe, dry_run), err=True)  # (ParentShardAlive: nothing released)
         data = _release_over_sql(
-            database_url, parent_shard, include_running, batch_size, max_batches, dry_run, operator, output
+            database_url,
+            parent_shard,
+            include_running,
+            batch_size,
+            max_batches,
+            dry_run,
+            probe,
+            operator,
+            output,
         )
     emit(data, output, _render_release)
     fail_if_unreached(data.get("unavailable_shards") or [], f"keep the ends owed to shard {parent_shard}")
+
+
+def _probe_parent(database_url: str | None, parent: int) -> dict[str, Any]:
+    """Whether shard ``parent`` is alive, from this process's shards (as `shard health` reads
+    them): harvest.shard.health.probe_shard."""
+    from harvest.shard.health import probe_shard
+
+    router, urls = shard_targets(database_url, required=False)  # (none for shard 0: not_configured)
+    return probe_shard(router, urls, parent)
 
 
 def _release_over_sql(
@@ -313,6 +346,7 @@ def _release_over_sql(
     batch_size: int,
     max_batches: int,
     dry_run: bool,
+    probe: dict[str, Any] | None,
     operator: str | None,
     output: str,
 ) -> dict[str, Any]:
@@ -324,19 +358,30 @@ def _release_over_sql(
     from harvest.config import shards_configured
     from harvest.shard.children import release_totals
 
+    force = probe is None  # (the probe skipped: --force)
+
     def on(shard: int, sql: Any) -> dict[str, Any]:
         return release_owed_on_shard(
-            sql, shard, parent, include_running, batch_size, max_batches, dry_run, operator, output
+            sql,
+            shard,
+            parent,
+            include_running,
+            batch_size,
+            max_batches,
+            dry_run,
+            operator,
+            output,
+            force=force,
         )
 
     config = cli_config()
     if not shards_configured(config):
         with sql_api(database_url, read_only=dry_run) as sql:
-            return release_totals(parent, include_running, dry_run, {0: on(0, sql)}, [])
+            return release_totals(parent, include_running, dry_run, {0: on(0, sql)}, [], probe)
     with shard_writers(config, database_url) as apis:
         # (Nothing is owed to the parent's shard itself.)
         done = in_turn(apis, sorted(s for s in apis if s != parent), on)
-    totals = release_totals(parent, include_running, dry_run, done.results, done.unavailable)
+    totals = release_totals(parent, include_running, dry_run, done.results, done.unavailable, probe)
     fail_if_refused(done, lambda: emit(totals, output, _render_release))
     return totals
 
@@ -351,10 +396,13 @@ def release_owed_on_shard(
     dry_run: bool,
     operator: str | None,
     output: str = "json",
+    *,
+    force: bool = False,
 ) -> dict[str, Any]:
     """On one (child's) shard: the ends owed to ``parent`` (a dry run), or their release, batch
     by batch until a batch releases nothing (release_owed_child_ends skips the rows a
-    concurrent step holds: a short batch is not the end), with a progress bar on stderr."""
+    concurrent step holds: a short batch is not the end), with a progress bar on stderr;
+    ``force`` recorded in each batch's audit row."""
     from harvest.db.steps import run_steps
     from harvest.shard.children import owed_to, release_owed_steps
 
@@ -365,7 +413,7 @@ def release_owed_on_shard(
     label = f"shard {shard}: releasing ends owed to shard {parent}"
     with progress(total, label, enabled=output != "json" and total > 0) as bar:
         steps = release_owed_steps(
-            parent, batch_size, include_running, max_batches, operator, on_batch=bar.update
+            parent, batch_size, include_running, max_batches, operator, force=force, on_batch=bar.update
         )
         return run_steps(steps, sql)
 

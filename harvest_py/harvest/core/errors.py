@@ -492,6 +492,17 @@ class NotPlacedHere(HarvestError):
     http_status = 503
 
 
+class ParentShardAlive(HarvestError):
+    """`harvest shard release-owed-ends N` (and its route) found shard N reachable and alive: a
+    release would let retention purge child ends its parents still wait for. Nothing was
+    released (HTTP 409, exit 2): retire the shard first, or force it (a shard being restored to
+    before the children's starts)."""
+
+    http_status = 409
+
+    exit_code = 2
+
+
 # SQLSTATE -> exception class. The SQL API raises only these custom codes.
 SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR001": InvalidArgument,

@@ -350,7 +350,7 @@ RUN_RETENTION = "SELECT harvest.run_retention(%(max_age)s::interval, %(batch_siz
 PRUNE_WORKERS = "SELECT harvest.prune_workers(%(max_age)s::interval, %(operator)s) AS result"
 RELEASE_OWED_CHILD_ENDS = """
 SELECT harvest.release_owed_child_ends(%(parent_shard)s, %(batch_size)s, %(include_running)s,
-                                       %(operator)s) AS result
+                                       %(operator)s, %(force)s) AS result
 """
 PRUNE_FLOW_KEYS = "SELECT harvest.prune_flow_keys(%(batch_size)s) AS result"
 # MIGRATED seals: listed on their shard, judged where they point, dropped on their shard.
@@ -1792,15 +1792,21 @@ def prune_workers(max_age: str | None = None, operator: str | None = None) -> di
 
 @call(RELEASE_OWED_CHILD_ENDS, column("result"))
 def release_owed_child_ends(
-    parent_shard: int, batch_size: int = 500, include_running: bool = False, operator: str | None = None
+    parent_shard: int,
+    batch_size: int = 500,
+    include_running: bool = False,
+    operator: str | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """On a child's shard: let retention take up to ``batch_size`` cross-shard children whose
-    ends are owed to ``parent_shard``, a shard gone for good; how many were released."""
+    ends are owed to ``parent_shard``, a shard gone for good; how many were released. ``force``
+    (the caller skipped its check that that shard is gone) is recorded in the audit row."""
     return {
         "parent_shard": parent_shard,
         "batch_size": batch_size,
         "include_running": include_running,
         "operator": operator,
+        "force": force,
     }
 
 

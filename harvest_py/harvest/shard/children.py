@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from harvest.core.errors import HarvestError, InvalidArgument, ShardUnavailable
+from harvest.core.errors import HarvestError, InvalidArgument, ParentShardAlive, ShardUnavailable
 from harvest.db import sqlapi
 from harvest.db.connection import failure_reason
 from harvest.db.steps import Sql, Steps
@@ -40,6 +40,7 @@ __all__ = [
     "distributed_key",
     "drive_children",
     "owed_to",
+    "parent_check",
     "place_child",
     "release_owed_steps",
     "release_totals",
@@ -234,16 +235,18 @@ def release_owed_steps(
     max_batches: int,
     operator: str | None,
     *,
+    force: bool = False,
     on_batch: Callable[[int], object] | None = None,
 ) -> Steps[dict[str, Any]]:
     """On one (child's) shard: the ends owed to ``parent`` released batch by batch until a batch
     releases nothing (release_owed_child_ends skips the rows a concurrent step holds: a short
     batch is not the end) or ``max_batches`` (one batch at least); ``on_batch`` is told each
-    batch's count (a progress bar). Written once as steps (harvest.db.steps) for the CLI over
-    SQL (run_steps) and the route (arun_steps). Answers ``{released, batches}``."""
+    batch's count (a progress bar); ``force`` (the check of :func:`parent_check` skipped) goes into
+    each batch's audit row. Written once as steps (harvest.db.steps) for the CLI over SQL
+    (run_steps) and the route (arun_steps). Answers ``{released, batches}``."""
     released = batches = 0
     while True:
-        n = yield Sql(sqlapi.release_owed_child_ends, parent, batch_size, include_running, operator)
+        n = yield Sql(sqlapi.release_owed_child_ends, parent, batch_size, include_running, operator, force)
         batches += 1
         released += n
         if on_batch is not None:
@@ -253,17 +256,50 @@ def release_owed_steps(
     return {"released": released, "batches": batches}
 
 
+def parent_check(probe: dict[str, Any] | None, dry_run: bool) -> str:
+    """What a release (or its dry run) says of the parent's shard before it releases anything,
+    from :func:`harvest.shard.health.probe_shard`'s answer (None: not probed, ``--force``).
+    A shard alive as itself is refused (ParentShardAlive: its parents would wait for ever for the
+    ends let go), except in a dry run, where it is a warning; any other answer is a line saying
+    why it could not be reached, and the release goes on (docs/sharding.md, "Children on other
+    shards"). The CLI over SQL and the route alike; the CLI over HTTP says it from the answer."""
+    if probe is None:
+        return "not checked whether it is alive (force): recorded in the audit rows"
+    shard = probe["shard_id"]
+    if not probe["alive"]:
+        what = "is retired" if probe["reason"] == "retired" else "could not be reached"
+        return f"shard {shard} {what} ({probe['detail']}): its ends are released as a shard gone for good"
+    alive = (
+        f"shard {shard} is reachable and alive ({probe['detail']}): releasing the ends owed to it would "
+        "lose its runs' child ends (retention purges the children its parents still wait for); retire it "
+        "first (docs/runbooks/shard-decommission.md: shards.forwards, then this), or force it "
+        "(--force, force: true over HTTP) only if it is being restored to before the children started"
+    )
+    if dry_run:
+        return f"warning: {alive}"
+    raise ParentShardAlive(alive)
+
+
 def release_totals(
-    parent: int, include_running: bool, dry_run: bool, results: dict[int, Any], unavailable: list[int]
+    parent: int,
+    include_running: bool,
+    dry_run: bool,
+    results: dict[int, Any],
+    unavailable: list[int],
+    probe: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The answer of a release (or its dry run) over the shards' answers: the counts summed, each
-    shard's answer under ``shards``, the shards missed (the CLI over SQL and the route alike)."""
+    shard's answer under ``shards``, the shards missed, and what the parent's shard answered
+    (``parent_check``: :func:`parent_check`'s probe, None with ``force``): the CLI over SQL and
+    the route alike."""
     shards = [{"shard_id": s, **r} for s, r in sorted(results.items())]
     counts = ("ended", "running") if dry_run else ("released", "batches")
     return {
         "parent_shard": parent,
         "include_running": include_running,
         "dry_run": dry_run,
+        "force": probe is None,
+        "parent_check": probe,
         **{k: sum(r[k] for r in shards) for k in counts},
         "shards": shards,
         "unavailable_shards": sorted(unavailable),

@@ -13,6 +13,9 @@ other shards stands. ``harvest shard health`` and ``harvest preflight`` print it
 :func:`retire_check` reads from those rows whether a shard's cross-shard children let it be
 retired (``harvest shard health --retiring-shard N``).
 
+:func:`probe_shard` asks one shard whether it is alive as itself (``harvest shard
+release-owed-ends N`` refuses to release the ends owed to a shard that is).
+
 :func:`stranded_work` is the gauge alone (``harvest.count_stranded_tasks`` on each shard), for
 a metrics exporter: per shard, claimable tasks per queue that no live worker of that shard
 polls, or None for a shard that could not be read.
@@ -26,7 +29,7 @@ from typing import Any
 
 from harvest.core.errors import HarvestError
 from harvest.db import SCHEMA_VERSION
-from harvest.db.connection import DatabaseError, connect, read_only, redact, schema_missing
+from harvest.db.connection import DatabaseError, connect, one_line, read_only, redact, schema_missing
 from harvest.db.migrate import FunctionDrift, read_function_drift, read_versions
 from harvest.db.sqlapi import SqlApi, translated_errors
 from harvest.db.steps import run_steps
@@ -36,6 +39,7 @@ __all__ = [
     "READINESS",
     "REASONS",
     "overall_readiness",
+    "probe_shard",
     "retire_check",
     "scheduler_freshness",
     "shard_health",
@@ -388,6 +392,53 @@ def shard_health(
         "candidate_shard": candidate,
         "shards": rows,
     }
+
+
+def probe_shard(
+    router: ShardRouter, urls: Mapping[int, str], shard: int, *, connect_timeout: int = 5
+) -> dict[str, Any]:
+    """Whether shard ``shard`` is alive: not retired behind a forward (``shards.forwards``, which
+    exists in the config only: its database, until dropped, still answers as itself), and its
+    database (``urls``) answers as a migrated Harvest shard with that id. Answers ``{"shard_id",
+    "alive", "reason", "detail"}``: ``reason`` is ``alive``, ``retired``, ``not_configured``,
+    ``unreachable``, ``schema_missing`` or ``identity_mismatch``; ``detail`` says why in words,
+    never a URL or a password. One short read-only connection; never raises."""
+
+    def answer(reason: str, detail: str) -> dict[str, Any]:
+        return {"shard_id": shard, "alive": reason == "alive", "reason": reason, "detail": detail}
+
+    if shard in router.forwards:
+        return answer("retired", f"retired: shards.forwards sends its ids to shard {router.forwards[shard]}")
+    dsn = urls.get(shard)
+    if dsn is None:
+        return answer("not_configured", f"no url for it in this process (shards.urls.{shard})")
+    try:
+        with connect(dsn, autocommit=True, connect_timeout=connect_timeout) as conn:
+            read_only(conn, dsn)
+            sql = SqlApi(conn)
+            found, _ = run_steps(read_versions(), sql)
+            if found is None:
+                return answer("schema_missing", "its database has no Harvest schema")
+            try:
+                identity = sql.get_shard_id()
+            except DatabaseError as exc:
+                if not schema_missing(exc):
+                    raise
+                return answer("schema_missing", "its database was migrated before shard identity")
+    except (HarvestError, DatabaseError) as exc:
+        return answer("unreachable", f"unreachable: {_cause(exc, dsn)}")
+    if identity != shard:
+        return answer("identity_mismatch", f"its url reaches the database of shard {identity}")
+    return answer("alive", f"its database answers as shard {shard}")
+
+
+def _cause(exc: BaseException, dsn: str) -> str:
+    """Why a shard's database could not be read, in one line naming neither its host nor its
+    password: a failed connect's driver error (connect's own message names host and database)."""
+    cause = exc.__context__ if isinstance(exc, HarvestError) else exc
+    if isinstance(cause, DatabaseError):
+        return redact(one_line(cause), dsn)
+    return type(exc).__name__
 
 
 def stranded_work(urls: Mapping[int, str], *, connect_timeout: int = 5) -> dict[int, dict[str, int] | None]:

@@ -279,14 +279,18 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
 async def release_owed_ends(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     """`harvest shard release-owed-ends` in the server: on every readable shard but the parent's
     (nothing is owed to itself), the ends of cross-shard children owed to that shard, gone for
-    good, released batch by batch until a batch releases nothing (or their counts: dry_run)."""
+    good, released batch by batch until a batch releases nothing (or their counts: dry_run).
+    First the parent's shard is probed (unless ``force``): alive as itself, 409
+    ``parent_shard_alive`` and nothing released (a dry run answers it in ``parent_check``)."""
     from harvest.db.steps import arun_steps
-    from harvest.shard.children import owed_to, release_owed_steps, release_totals
+    from harvest.shard.children import owed_to, parent_check, release_owed_steps, release_totals
+    from harvest.shard.health import probe_shard
 
     parent = args["shard_id"]
     operator = data.get("operator_id") or call.operator_id
     include_running = bool(data.get("include_running"))
     dry_run = bool(data.get("dry_run"))
+    force = bool(data.get("force"))
     batch_size = data.get("batch_size") or 500
     max_batches = data.get("max_batches") or 1000
 
@@ -294,16 +298,21 @@ async def release_owed_ends(call: Call, args: dict[str, Any], data: dict[str, An
         owed = owed_to(await sql.get_retention_status(), parent)
         if dry_run:
             return owed
-        steps = release_owed_steps(parent, batch_size, include_running, max_batches, operator)
+        steps = release_owed_steps(parent, batch_size, include_running, max_batches, operator, force=force)
         return await arun_steps(steps, sql)
 
     others = [s for s in call.state.router.readable if s != parent] if call.sharded else None
     if others == []:
         raise invalid("shard_id", f"no readable shard but {parent}: no end can be owed to it here")
+    probe = None
+    if not force:  # (its own short connection, in a thread, as /admin/shards/health reads)
+        await call.state.open()
+        probe = await run_in_threadpool(probe_shard, call.state.router, shard_urls(call.state), parent)
+        parent_check(probe, dry_run)  # ParentShardAlive: 409, nothing released
     # Each shard's release to its end (max_batches): never cut off by shard_timeout part way.
     done = await call.each_shard_write(on, "nothing was released", shards=others, bounded=False)
     return {
-        **release_totals(parent, include_running, dry_run, done.results, done.unavailable_shards),
+        **release_totals(parent, include_running, dry_run, done.results, done.unavailable_shards, probe),
         **done.outcome(),
     }
 
@@ -744,7 +753,8 @@ ENDPOINTS = [
         "admin",
         release_owed_ends,
         "Let retention take the cross-shard children whose ends are owed to a shard gone for good, on "
-        "every other shard, batch by batch (audited); dry_run: their counts.",
+        "every other shard, batch by batch (audited); refused (409) while that shard answers as itself "
+        "unless force; dry_run: their counts.",
         (
             Param(
                 "shard_id",
@@ -762,9 +772,15 @@ ENDPOINTS = [
                 "batch_size": {"type": "integer", "minimum": 1, "maximum": 10_000},
                 "max_batches": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
                 "dry_run": BOOLEAN,
+                "force": BOOLEAN,
                 "operator_id": STRING,
             }
         ),
+        responses={
+            200: "Released (dry_run: their counts); parent_check says what the parent's shard answered",
+            409: "parent_shard_alive: the parent's shard answers as itself and is not retired; nothing "
+            "released (force: true releases all the same)",
+        },
         tag="admin",
     ),
     Endpoint(
