@@ -1610,6 +1610,9 @@ def test_release_owed_ends_over_http_as_over_sql(both, served, db: str, conn) ->
     )
     both("shard", "release-owed-ends", "3", "--dry-run")
     both("shard", "release-owed-ends", "3", "--dry-run", "--output", "json")
+    # Shard 0 is this very database: alive, refused the same way over either transport.
+    refused, _ = both("shard", "release-owed-ends", "0")
+    assert refused.exit_code == 2 and "shard 0 is reachable and alive" in refused.stderr, refused.stderr
     web = run(
         "--base-url", BASE, "--output", "json", "shard", "release-owed-ends", "3",
         "--batch-size", "2", "--operator-id", "ops",
