@@ -55,3 +55,26 @@ def test_the_route_drives_the_same_steps_under_asyncio() -> None:
     sql = _AsyncSql([2, 2, 0])
     done = asyncio.run(arun_steps(release_owed_steps(2, 2, True, 1000, "ops"), sql))  # type: ignore[arg-type]
     assert done == {"released": 4, "batches": 3} and sql.calls[0] == (2, 2, True, "ops", False)
+
+
+def test_a_parent_shard_whose_url_reaches_another_shard_is_refused_as_a_live_one() -> None:
+    """A wrong url says nothing of where the parent's own database is: the release is refused
+    (a warning in a dry run), as for a shard alive as itself; an unreachable one goes on."""
+    import pytest
+
+    from harvest.core.errors import ParentShardAlive
+    from harvest.shard.children import parent_check
+
+    def probe(reason: str, detail: str) -> dict[str, Any]:
+        return {"shard_id": 2, "alive": reason == "alive", "reason": reason, "detail": detail}
+
+    wrong = probe("identity_mismatch", "its url reaches the database of shard 1")
+    with pytest.raises(
+        ParentShardAlive, match=r"shard 2 could not be checked: .*shard 1; fix shards\.urls\.2"
+    ):
+        parent_check(wrong, dry_run=False)
+    assert parent_check(wrong, dry_run=True).startswith("warning: shard 2 could not be checked")
+    with pytest.raises(ParentShardAlive, match="reachable and alive"):
+        parent_check(probe("alive", "its database answers as shard 2"), dry_run=False)
+    gone = parent_check(probe("unreachable", "unreachable: Connection refused"), dry_run=False)
+    assert gone.startswith("shard 2 could not be reached")

@@ -260,24 +260,34 @@ def parent_check(probe: dict[str, Any] | None, dry_run: bool) -> str:
     """What a release (or its dry run) says of the parent's shard before it releases anything,
     from :func:`harvest.shard.health.probe_shard`'s answer (None: not probed, ``--force``).
     A shard alive as itself is refused (ParentShardAlive: its parents would wait for ever for the
-    ends let go), except in a dry run, where it is a warning; any other answer is a line saying
-    why it could not be reached, and the release goes on (docs/sharding.md, "Children on other
+    ends let go), and so is one whose url reaches another shard's database (nothing says where its
+    own is), except in a dry run, where it is a warning; any other answer is a line saying why it
+    could not be reached, and the release goes on (docs/sharding.md, "Children on other
     shards"). The CLI over SQL and the route alike; the CLI over HTTP says it from the answer."""
     if probe is None:
         return "not checked whether it is alive (force): recorded in the audit rows"
     shard = probe["shard_id"]
-    if not probe["alive"]:
+    if probe["reason"] == "identity_mismatch":
+        # A wrong url says nothing of where shard N's own database is, nor whether it is alive:
+        # refused as an alive one is, since a release cannot be taken back.
+        refusal = (
+            f"shard {shard} could not be checked: {probe['detail']}; fix shards.urls.{shard} and run "
+            "this again, or force it (--force, force: true over HTTP) if shard "
+            f"{shard} is gone for good"
+        )
+    elif not probe["alive"]:
         what = "is retired" if probe["reason"] == "retired" else "could not be reached"
         return f"shard {shard} {what} ({probe['detail']}): its ends are released as a shard gone for good"
-    alive = (
-        f"shard {shard} is reachable and alive ({probe['detail']}): releasing the ends owed to it would "
-        "lose its runs' child ends (retention purges the children its parents still wait for); retire it "
-        "first (docs/runbooks/shard-decommission.md: shards.forwards, then this), or force it "
-        "(--force, force: true over HTTP) only if it is being restored to before the children started"
-    )
+    else:
+        refusal = (
+            f"shard {shard} is reachable and alive ({probe['detail']}): releasing the ends owed to it "
+            "would lose its runs' child ends (retention purges the children its parents still wait for); "
+            "retire it first (docs/runbooks/shard-decommission.md: shards.forwards, then this), or force "
+            "it (--force, force: true over HTTP) only if it is being restored to before the children started"
+        )
     if dry_run:
-        return f"warning: {alive}"
-    raise ParentShardAlive(alive)
+        return f"warning: {refusal}"
+    raise ParentShardAlive(refusal)
 
 
 def release_totals(
