@@ -1071,15 +1071,16 @@ BEGIN
 END;
 $$;
 
--- Cancel, terminate or signal the live runs a filter selects, a bounded step at a time
--- (docs/operations.md, "Acting on many runs"). The filters are the workflow list's; at
+-- Cancel, terminate, signal, pause or resume the live runs a filter selects, a bounded step at a
+-- time (docs/operations.md, "Acting on many runs"). The filters are the workflow list's; at
 -- least one of p_workflow_name, p_search_attributes, p_created_after, p_created_before
 -- or p_filter must be given (a state alone, or nothing, would select every live run:
--- HR001), and p_status may name only RUNNING and PAUSED. One call scans this shard's
+-- HR001), and p_status may name only RUNNING and PAUSED (by default both; a pause's RUNNING
+-- alone, a resume's PAUSED alone). One call scans this shard's
 -- live runs oldest first (created_at, id) after p_cursor, at most p_limit (1..1000) of
 -- them, and acts on each in a subtransaction of its own: a run that ended since the scan
 -- counts in already_ended, a cancel already requested (or a signal of this batch already
--- received) in unchanged, and so does a run that no longer matches the filter once locked (a
+-- received, a run paused or resumed already) in unchanged, and so does a run that no longer matches the filter once locked (a
 -- PAUSED run resumed since the scan, its search attributes changed: the scan read it unlocked),
 -- and any other refusal in failures, never aborting the rest. A deadlock (40P01) on a run rolls
 -- back that run's subtransaction alone and is tried again in place after a pause, three attempts
@@ -1130,6 +1131,7 @@ DECLARE
     v_sql text;
     v_params text[] := ARRAY[]::text[];
     v_holding boolean := false;  -- an earlier run's subtransaction committed: its row locks stay
+    v_changed boolean;
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
         RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001',
@@ -1158,6 +1160,13 @@ BEGIN
                 USING ERRCODE = 'HR001',
                 HINT = 'name the runs (e.g. a workflow name and created before a time); a state alone would '
                        'select every live run';
+        END IF;
+        -- (A pause selects the RUNNING runs and a resume the PAUSED ones unless p_status says otherwise:
+        -- the others would only count unchanged.)
+        IF p_action = 'pause' THEN
+            v_statuses := ARRAY['RUNNING'];
+        ELSIF p_action = 'resume' THEN
+            v_statuses := ARRAY['PAUSED'];
         END IF;
         IF p_status IS NOT NULL THEN
             v_statuses := string_to_array(upper(replace(p_status, ' ', '')), ',');
@@ -1267,6 +1276,14 @@ BEGIN
                     ELSIF p_action = 'terminate' THEN
                         PERFORM harvest._terminate_execution(v_row.id, p_reason);
                         v_acted := v_acted || v_row.id;
+                    ELSIF p_action IN ('pause', 'resume') THEN  -- (lifecycle.sql: false when so already)
+                        v_changed := CASE p_action WHEN 'pause' THEN harvest._pause_execution(v_execution, p_reason, p_operator_id)
+                                     ELSE harvest._resume_execution(v_execution, p_reason, p_operator_id) END;
+                        IF v_changed THEN
+                            v_acted := v_acted || v_row.id;
+                        ELSE
+                            v_unchanged := v_unchanged + 1;
+                        END IF;
                     ELSIF EXISTS (SELECT 1 FROM harvest.events AS ev
                                   WHERE ev.execution_id = v_row.id AND ev.event_type = 'SignalReceived'
                                     AND ev.event_data ->> 'signal_id' = v_batch) THEN
@@ -1373,6 +1390,43 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('signal', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, p_signal_name, p_payload, p_cursor, p_limit, p_dry_run, p_operator_id,
+        p_batch_id, p_execution_ids);
+END;
+$$;
+
+-- Pause or resume the live runs a filter selects (docs/lifecycle.md, "Pausing many runs"): each
+-- run as pause_workflow and resume_workflow do it (lifecycle.sql), a run in the other state
+-- counted unchanged; the audit row is the step's (workflow.bulk_pause, workflow.bulk_resume).
+CREATE OR REPLACE FUNCTION harvest.pause_workflows(
+    p_status text DEFAULT NULL, p_workflow_name text DEFAULT NULL, p_search_attributes text[] DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
+    p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
+    p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN harvest._act_on_workflows('pause', p_status, p_workflow_name, p_search_attributes, p_created_after,
+        p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
+        p_batch_id, p_execution_ids);
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.resume_workflows(
+    p_status text DEFAULT NULL, p_workflow_name text DEFAULT NULL, p_search_attributes text[] DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
+    p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
+    p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN harvest._act_on_workflows('resume', p_status, p_workflow_name, p_search_attributes, p_created_after,
+        p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
         p_batch_id, p_execution_ids);
 END;
 $$;
@@ -1765,6 +1819,13 @@ COMMENT ON FUNCTION harvest.signal_workflows IS
 'Signal the live runs a filter selects, as cancel_workflows takes and answers them; each run gets the batch id as its '
 'signal_id and is signalled once per batch however often it is found (unchanged); p_reason goes to the audit row '
 'only. For operators (role harvest_operator).';
+COMMENT ON FUNCTION harvest.pause_workflows IS
+'Pause the RUNNING runs a filter selects (p_status may widen it to PAUSED ones, counted unchanged), each as '
+'pause_workflow does, as cancel_workflows takes and answers them (a bounded step a call, next_cursor, already_ended, '
+'moved, HR001 for an empty filter, p_dry_run, one audit row a call). For operators (role harvest_operator).';
+COMMENT ON FUNCTION harvest.resume_workflows IS
+'Resume the PAUSED runs a filter selects (a RUNNING one counted unchanged), each as resume_workflow does, as '
+'cancel_workflows takes and answers them. For operators (role harvest_operator).';
 COMMENT ON FUNCTION harvest.get_execution_by_workflow_id IS
 'The current run of a workflow_id (optionally of one workflow name): the RUNNING one, else the newest; HR002 when '
 'there is none, HR001 when the id is empty or, with no name, several workflows use it. For clients (role '

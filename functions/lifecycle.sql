@@ -45,13 +45,27 @@ BEGIN
     PERFORM harvest._audit('workflow.pause', p_execution_id::text, p_operator_id, jsonb_build_object(
         'reason', p_reason, 'workflow_name', v_execution.workflow_name,
         'already_paused', v_execution.status = 'PAUSED'));
-    IF v_execution.status = 'PAUSED' THEN
+    RETURN harvest._pause_execution(v_execution, p_reason, p_operator_id);
+END;
+$$;
+
+-- The pause itself, of a live run p_execution (locked by the caller, _lock_running_execution):
+-- false when it was paused already. pause_workflow's body, and pause_workflows' for each run
+-- (executions.sql, _act_on_workflows), each writing its own audit row.
+CREATE OR REPLACE FUNCTION harvest._pause_execution(
+    p_execution harvest.executions, p_reason text, p_operator_id text
+)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_execution.status = 'PAUSED' THEN
         RETURN false;
     END IF;
-    UPDATE harvest.executions AS e SET status = 'PAUSED' WHERE e.id = p_execution_id;
+    UPDATE harvest.executions AS e SET status = 'PAUSED' WHERE e.id = p_execution.id;
     UPDATE harvest.tasks AS t SET status = 'paused'
-    WHERE t.execution_id = p_execution_id AND t.status = 'pending';
-    PERFORM harvest._append_event(p_execution_id, 'WorkflowPaused', jsonb_build_object(
+    WHERE t.execution_id = p_execution.id AND t.status = 'pending';
+    PERFORM harvest._append_event(p_execution.id, 'WorkflowPaused', jsonb_build_object(
         'reason', p_reason, 'operator_id', p_operator_id));
     RETURN true;
 END;
@@ -66,25 +80,39 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_execution harvest.executions := harvest._lock_running_execution(p_execution_id, 'resume');
-    v_queues text[];
-    v_since timestamptz;
 BEGIN
     PERFORM harvest._audit('workflow.resume', p_execution_id::text, p_operator_id, jsonb_build_object(
         'reason', p_reason, 'workflow_name', v_execution.workflow_name,
         'was_paused', v_execution.status = 'PAUSED'));
-    IF v_execution.status <> 'PAUSED' THEN
+    RETURN harvest._resume_execution(v_execution, p_reason, p_operator_id);
+END;
+$$;
+
+-- The resume itself, of a live run p_execution (locked by the caller): false when it was not
+-- paused. resume_workflow's body, and resume_workflows' for each run (_act_on_workflows).
+CREATE OR REPLACE FUNCTION harvest._resume_execution(
+    p_execution harvest.executions, p_reason text, p_operator_id text
+)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_queues text[];
+    v_since timestamptz;
+BEGIN
+    IF p_execution.status <> 'PAUSED' THEN
         RETURN false;
     END IF;
-    UPDATE harvest.executions AS e SET status = 'RUNNING' WHERE e.id = p_execution_id;
+    UPDATE harvest.executions AS e SET status = 'RUNNING' WHERE e.id = p_execution.id;
     WITH resumed AS (
         UPDATE harvest.tasks AS t SET status = 'pending'
-        WHERE t.execution_id = p_execution_id AND t.status = 'paused'
+        WHERE t.execution_id = p_execution.id AND t.status = 'paused'
         RETURNING t.queue
     )
     SELECT array_agg(DISTINCT r.queue) INTO v_queues FROM resumed AS r;
     SELECT max(ev.created_at) INTO v_since FROM harvest.events AS ev
-    WHERE ev.execution_id = p_execution_id AND ev.event_type = 'WorkflowPaused';
-    PERFORM harvest._append_event(p_execution_id, 'WorkflowResumed', jsonb_build_object(
+    WHERE ev.execution_id = p_execution.id AND ev.event_type = 'WorkflowPaused';
+    PERFORM harvest._append_event(p_execution.id, 'WorkflowResumed', jsonb_build_object(
         'reason', p_reason, 'operator_id', p_operator_id,
         'paused_secs', extract(epoch FROM harvest.now() - v_since)));
     PERFORM harvest._notify_queue(q.name) FROM unnest(v_queues) AS q (name);

@@ -957,6 +957,73 @@ SELECT is(harvest._still_selected(ARRAY['e.workflow_name = ''bw_other''', 'e.sta
 SELECT * FROM finish();
 ROLLBACK;
 
+-- Pausing and resuming many runs by filter: pause_workflows, resume_workflows.
+BEGIN;
+SELECT plan(19);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT pg_temp.start_run('bp-1', 'bp_wf', 'bp_q');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:01+00';
+SELECT pg_temp.start_run('bp-2', 'bp_wf', 'bp_q');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:02+00';
+SELECT pg_temp.start_run('bp-3', 'bp_wf', 'bp_q');
+SELECT pg_temp.start_run('bp-other', 'bp_other', 'bp_q');
+SELECT harvest.pause_workflow(pg_temp.run('bp-3'), 'paused by hand');
+-- (a cancel's step over the same filter and states as a pause's, whose cursor a pause must refuse)
+CREATE TEMP TABLE bp_cancel AS SELECT harvest.cancel_workflows(p_workflow_name => 'bp_wf', p_status => 'RUNNING',
+                                                               p_limit => 1) AS r;
+
+SELECT throws_ok($$SELECT harvest.pause_workflows()$$, 'HR001', NULL, 'pause_workflows() without a filter: HR001');
+SELECT throws_ok($$SELECT harvest.resume_workflows(p_status => 'PAUSED')$$, 'HR001', NULL,
+                 'resume_workflows(): a state alone is no filter');
+SELECT is((harvest.pause_workflows(p_workflow_name => 'bp_wf', p_dry_run => true) ->> 'matched')::int, 2,
+          'a pause''s dry run counts the RUNNING runs only (the paused one is not its to pause)');
+SELECT is((harvest.resume_workflows(p_workflow_name => 'bp_wf', p_dry_run => true) ->> 'matched')::int, 1,
+          'a resume''s dry run counts the PAUSED runs only');
+CREATE TEMP TABLE bp_step AS SELECT harvest.pause_workflows(p_workflow_name => 'bp_wf', p_limit => 1,
+                                                             p_reason => 'bad deploy', p_operator_id => 'ops') AS r;
+SELECT is((SELECT r -> 'execution_ids' FROM bp_step), jsonb_build_array(pg_temp.run('bp-1')),
+          'pause_workflows() pauses p_limit runs, oldest first');
+SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('bp-1')), 'PAUSED', '... each run PAUSED');
+SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.last_event(pg_temp.run('bp-1'))$$,
+    $$VALUES ('WorkflowPaused'::text, '{"reason": "bad deploy", "operator_id": "ops"}'::jsonb)$$,
+    '... its WorkflowPaused event as pause_workflow records it');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation = 'workflow.pause'), 1::bigint,
+          '... with no audit row a run (only the hand-paused one''s)');
+SELECT results_eq($$SELECT operator_id, details ->> 'reason', details ->> 'acted' FROM harvest.audit_log
+                    WHERE operation = 'workflow.bulk_pause'$$,
+                  $$VALUES ('ops'::text, 'bad deploy'::text, '1'::text)$$,
+                  '... but one audit row for the step (workflow.bulk_pause), its reason and counts');
+SELECT throws_ok(format('SELECT harvest.pause_workflows(p_workflow_name => %L, p_cursor => %L)', 'bp_wf',
+                         (SELECT r ->> 'next_cursor' FROM bp_cancel)),
+                  'HR001', 'the cursor was made for another action or filter',
+                  'a bulk cancel''s cursor is refused to a pause (HR001)');
+SELECT throws_ok(format('SELECT harvest.resume_workflows(p_workflow_name => %L, p_cursor => %L)', 'bp_wf',
+                         (SELECT r ->> 'next_cursor' FROM bp_step)),
+                  'HR001', 'the cursor was made for another action or filter', '... and a pause''s to a resume');
+SELECT is((harvest.pause_workflows(p_workflow_name => 'bp_wf', p_cursor => (SELECT r ->> 'next_cursor' FROM bp_step))
+           -> 'execution_ids'), jsonb_build_array(pg_temp.run('bp-2')),
+          'the pause''s cursor goes on with the pause (the hand-paused run not selected)');
+SELECT is((harvest.pause_workflows(p_workflow_name => 'bp_wf', p_status => 'RUNNING,PAUSED') ->> 'unchanged')::int, 3,
+          'a paused run a pause selects (p_status) is counted unchanged, not an error');
+SELECT is((harvest.resume_workflows(p_execution_ids => ARRAY[pg_temp.run('bp-other')]) ->> 'unchanged')::int, 1,
+          'a running run resumed by id: unchanged');
+SELECT harvest.terminate_workflow(pg_temp.run('bp-2'), 'ended before the resume');
+SELECT is((harvest.resume_workflows(p_execution_ids => ARRAY[pg_temp.run('bp-2')]) ->> 'already_ended')::int, 1,
+          'a run that ended since the scan: already_ended');
+CREATE TEMP TABLE bp_resume AS SELECT harvest.resume_workflows(p_workflow_name => 'bp_wf', p_reason => 'fixed',
+                                                                p_operator_id => 'ops') AS r;
+SELECT is((SELECT (r ->> 'acted')::int FROM bp_resume), 2, 'resume_workflows() resumes the paused runs');
+SELECT is((SELECT array_agg(status ORDER BY created_at) FROM harvest.executions WHERE workflow_name = 'bp_wf'),
+          ARRAY['RUNNING', 'TERMINATED', 'RUNNING'], '... each RUNNING again');
+SELECT is((SELECT event_data ->> 'reason' FROM pg_temp.last_event(pg_temp.run('bp-3'))), 'fixed',
+          '... its WorkflowResumed with the reason');
+SELECT is((SELECT details ->> 'acted' FROM harvest.audit_log WHERE operation = 'workflow.bulk_resume'
+           AND details ->> 'reason' = 'fixed'), '2',
+          '... one workflow.bulk_resume audit row');
+SELECT * FROM finish();
+ROLLBACK;
+
 -- A search attribute's index for range tests (`harvest search-attr index`, harvest/db/search_indexes.py):
 -- its name, its statements (the key quoted by the server, a key no filter names refused), whether an
 -- index is the one they make, and the list of the recorded ones with each index's state. The

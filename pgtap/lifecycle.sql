@@ -1,4 +1,5 @@
--- functions/lifecycle.sql: harvest.pause_workflow / resume_workflow (no task of a
+-- functions/lifecycle.sql: harvest.pause_workflow / resume_workflow (their bodies
+-- harvest._pause_execution / _resume_execution; no task of a
 -- paused run is claimed, a timer due meanwhile fires once after the resume, signals
 -- and results are recorded and wait, retries, releases, expired leases, a decision in
 -- flight and a replayed dead letter go back 'paused', cancel and terminate of a paused
@@ -8,7 +9,7 @@
 -- fail_activity_by_token, heartbeat_activity_by_token, harvest._parse_task_token,
 -- harvest._lock_token_task.
 BEGIN;
-SELECT plan(103);
+SELECT plan(105);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -53,6 +54,8 @@ SELECT is(harvest.get_execution_stack(pg_temp.run('p')) #>> '{timers,0,status}',
           'and that its timer waits, paused');
 SELECT is(harvest.pause_workflow(pg_temp.run('p')), false, 'pausing a paused run returns false');
 SELECT is(pg_temp.lc_events(pg_temp.run('p'), 'WorkflowPaused'), 1::bigint, '... and records no second event');
+SELECT is(harvest._pause_execution(harvest._lock_running_execution(pg_temp.run('p'), 'pause'), 'again', NULL), false,
+          '_pause_execution() (pause_workflow''s body, and pause_workflows''): false for a paused run, no event');
 SELECT is(harvest._queued_status(pg_temp.run('p')), 'paused', '_queued_status() of a paused run is paused');
 SELECT is_empty($$SELECT * FROM harvest.claim_tasks('w1', ARRAY['lq_p'], 10)$$,
                 'a claim takes no task of a paused run');
@@ -81,6 +84,8 @@ SELECT results_eq($$SELECT event_type, event_data - 'paused_secs' FROM pg_temp.l
 SELECT is((SELECT (event_data ->> 'paused_secs')::numeric FROM pg_temp.last_event(pg_temp.run('p'))), 120::numeric,
           'paused_secs is how long it was paused');
 SELECT is(harvest.resume_workflow(pg_temp.run('p')), false, 'resuming a running run returns false');
+SELECT is(harvest._resume_execution(harvest._lock_running_execution(pg_temp.run('p'), 'resume'), 'again', NULL), false,
+          '_resume_execution() (resume_workflow''s body, and resume_workflows''): false for a running run');
 SELECT is(harvest.get_execution_stack(pg_temp.run('p')) -> 'paused', 'null'::jsonb, 'a running run''s stack: paused is null');
 SELECT results_eq(
     $$SELECT kind FROM harvest.claim_tasks('w1', ARRAY['lq_p'], 10) ORDER BY kind$$,
