@@ -327,3 +327,39 @@ def test_signal_the_runs_a_filter_selects_counted_first_with_a_name_a_payload_an
     assert len({a[2]["batch_id"] for a in audit}) == 1 and {d["signal_id"] for _, d in got} == {
         audit[0][2]["batch_id"]
     }
+
+
+def test_pause_then_resume_through_the_confirm_page_and_refused_from_another_site(db: str) -> None:
+    """The list offers Pause and Resume to an operator; the count page counts the RUNNING runs
+    (a pause) or the PAUSED ones (a resume); the confirmed form, posted from another site's page,
+    is refused (403, nothing paused), and from the dashboard's own page pauses them, one
+    workflow.bulk_pause audit row a step; a resume the same way."""
+    runs = _runs(db, "digest", 3, "pz")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.pause_workflow(%s, 'by hand')", (runs[0],))
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes(), timeout=3.0)) as ui:
+        listed = ui.get("/workflows?workflow_name=digest", headers=OPERATE).text
+        assert 'value="pause"' in listed and 'value="resume"' in listed
+        assert ui.get("/workflows/bulk?action=pause&workflow_name=digest", headers=READ).status_code == 403
+        count = ui.get("/workflows/bulk?action=pause&workflow_name=digest", headers=OPERATE)
+        assert count.status_code == 200 and "Pause 2 runs?" in count.text, count.text
+        form = {**_hidden(count.text, "bulk-runs-form"), "reason": "bad deploy"}
+        assert form["action"] == "pause"
+        cross = ui.post("/workflows/bulk", data=form, headers={**OPERATE, "Origin": "https://evil.example"})
+        assert cross.status_code == 403
+        assert [s for s, _ in _statuses(db, runs[1:]).values()] == ["RUNNING", "RUNNING"]
+        assert _audit(db, "workflow.bulk_pause") == []
+        done = ui.post("/workflows/bulk", data=form, headers=OPERATE)
+        assert done.status_code == 200 and "Pause runs: done" in done.text, done.text
+        assert "<strong>2</strong> paused" in done.text
+        assert {s for s, _ in _statuses(db, runs).values()} == {"PAUSED"}
+        audit = _audit(db, "workflow.bulk_pause")
+        assert [(a[0], a[1], a[2]["reason"]) for a in audit] == [("ui", "operate-user", "bad deploy")]
+
+        count = ui.get("/workflows/bulk?action=resume&workflow_name=digest", headers=OPERATE)
+        assert "Resume 3 runs?" in count.text
+        form = {**_hidden(count.text, "bulk-runs-form"), "reason": "fixed"}
+        done = ui.post("/workflows/bulk", data=form, headers=OPERATE)
+        assert done.status_code == 200 and "<strong>3</strong> resumed" in done.text, done.text
+    assert {s for s, _ in _statuses(db, runs).values()} == {"RUNNING"}
+    assert len(_audit(db, "workflow.bulk_resume")) == 1

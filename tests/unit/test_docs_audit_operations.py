@@ -17,7 +17,13 @@ from docs_scan import ROOT
 # A name built at run time ('dead_letters.bulk_' || p_action): the prefix and what it becomes.
 PREFIXES = {
     "dead_letters.bulk_": ("dead_letters.bulk_replay", "dead_letters.bulk_discard"),
-    "workflow.bulk_": ("workflow.bulk_cancel", "workflow.bulk_terminate", "workflow.bulk_signal"),
+    "workflow.bulk_": (
+        "workflow.bulk_cancel",
+        "workflow.bulk_terminate",
+        "workflow.bulk_signal",
+        "workflow.bulk_pause",
+        "workflow.bulk_resume",
+    ),
 }
 CALL = re.compile(r"harvest\._audit(?:_asserted)?\(")
 LITERAL = re.compile(r"'((?:[^']|'')*)'")

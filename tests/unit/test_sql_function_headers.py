@@ -24,7 +24,9 @@ def header(file: str, name: str) -> str:
 
 def test_each_batch_functions_comment_is_above_its_own_function() -> None:
     act = header("executions.sql", "_act_on_workflows")
-    assert act.startswith("Cancel, terminate or signal the live runs a filter selects"), act
+    assert act.startswith("Cancel, terminate, signal, pause or resume the live runs a filter selects"), act
     still = header("executions.sql", "_still_selected")
     assert still.startswith("Whether the run p_execution_id, locked by the caller"), still
-    assert "Cancel, terminate or signal" not in still
+    assert "Cancel, terminate" not in still
+    pause = header("executions.sql", "pause_workflows")
+    assert pause.startswith("Pause or resume the live runs a filter selects"), pause

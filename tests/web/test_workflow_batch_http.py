@@ -199,3 +199,45 @@ def test_openapi_declares_every_field_the_batch_routes_answer(db, conn) -> None:
             answer = api.post("/workflows/cancel", json={"workflow_name": "send_digest", "dry_run": dry_run})
             assert answer.status_code == 200
             assert set(answer.json()) <= declared, set(answer.json()) - declared
+
+
+def test_pause_and_resume_by_filter_need_operate_and_step_with_a_cursor_no_cancel_cursor_goes_on(
+    db, conn
+) -> None:
+    """POST /workflows/pause and /resume: a read token refused (403, nothing paused), an operate
+    token allowed; steps continued by next_cursor; a /workflows/cancel cursor refused (400)."""
+    runs = _runs(conn, "send_digest", 3, "p")
+    tokens = {
+        scope: conn.execute(
+            "SELECT secret FROM harvest.create_api_token(%s, %s)", (f"p-{scope}", scope)
+        ).fetchone()[0]
+        for scope in ("read", "operate")
+    }
+    read = {"Authorization": f"Bearer {tokens['read']}"}
+    operate = {"Authorization": f"Bearer {tokens['operate']}"}
+    body = {"workflow_name": "send_digest", "reason": "outage", "limit": 2}
+    paused = "SELECT count(*) FROM harvest.executions WHERE status = 'PAUSED'"
+    with api_client(db, profile="production") as api:
+        for action in ("pause", "resume"):
+            assert api.post(f"/workflows/{action}", headers=read, json=body).status_code == 403
+        assert _count(db, paused) == 0
+        cancel = api.post("/workflows/cancel", headers=operate, json={**body, "dry_run": False}).json()
+        assert cancel["next_cursor"]
+        refused = api.post(
+            "/workflows/pause", headers=operate, json={**body, "cursor": cancel["next_cursor"]}
+        )
+        assert refused.status_code == 400 and "another action or filter" in refused.json()["error"]["message"]
+        assert _count(db, paused) == 0
+        step = api.post("/workflows/pause", headers=operate, json=body)
+        assert step.status_code == 200, step.text
+        assert step.json()["acted"] == 2 and step.json()["next_cursor"]
+        rest = api.post(
+            "/workflows/pause", headers=operate, json={**body, "cursor": step.json()["next_cursor"]}
+        )
+        assert (rest.json()["acted"], rest.json()["next_cursor"]) == (1, None)
+        assert _count(db, paused) == 3
+        resumed = api.post("/workflows/resume", headers=operate, json={**body, "limit": 10}).json()
+        assert (resumed["acted"], resumed["unchanged"]) == (3, 0)
+    assert _count(db, paused) == 0
+    assert _count(db, "SELECT count(*) FROM harvest.audit_log WHERE operation = 'workflow.bulk_pause'") == 2
+    assert runs

@@ -422,6 +422,8 @@ HTTP_COMMANDS = frozenset(
         "workflow bulk-cancel",
         "workflow bulk-terminate",
         "workflow bulk-signal",
+        "workflow bulk-pause",
+        "workflow bulk-resume",
         "workflow legal-hold set",
         "workflow legal-hold release",
         "dlq list",

@@ -1,5 +1,6 @@
-"""`harvest workflow bulk-cancel`, `bulk-terminate`, `bulk-signal`: act on every live run a filter
-selects, on every shard (harvest.client.batch; docs/operations.md, "Acting on many runs")."""
+"""`harvest workflow bulk-cancel`, `bulk-terminate`, `bulk-signal`, `bulk-pause`, `bulk-resume`: act
+on every live run a filter selects, on every shard (harvest.client.batch; docs/operations.md,
+"Acting on many runs")."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ from harvest.core.errors import InvalidArgument
 # shard it could not reach. 0: every run the filter selected was acted on, or had ended, or
 # had it done already. A refused filter or option is 2, as for every command.
 BATCH_INCOMPLETE = 1
-DONE = {"cancel": "asked to cancel", "terminate": "terminated", "signal": "signalled"}
+DONE = {
+    "cancel": "asked to cancel",
+    "terminate": "terminated",
+    "signal": "signalled",
+    "pause": "paused",
+    "resume": "resumed",
+}
 
 
 def _batch_options(f: FC) -> FC:
@@ -30,7 +37,8 @@ def _batch_options(f: FC) -> FC:
                 "--status",
                 "state",
                 default=None,
-                help="RUNNING, PAUSED or both (the default: every live run).",
+                help="RUNNING, PAUSED or both (the default: every live run; bulk-pause's RUNNING, "
+                "bulk-resume's PAUSED).",
             ),
             click.option("--workflow-name", default=None),
             click.option(
@@ -280,4 +288,26 @@ def bulk_signal(
     _batch("signal", signal_name=signal_name, payload=payload, **options)
 
 
-COMMANDS = (bulk_cancel, bulk_terminate, bulk_signal)
+@click.command("bulk-pause")
+@click.option("--reason", default=None, help="Why (recorded in each run's history and the audit log).")
+@_batch_options
+def bulk_pause(**options: Any) -> None:
+    """Pause every RUNNING run the filter selects, on every shard: none of its work starts until
+    it is resumed (work already running finishes).
+
+    A run paused already counts unchanged. Exit codes as bulk-cancel."""
+    _batch("pause", **options)
+
+
+@click.command("bulk-resume")
+@click.option("--reason", default=None, help="Why (recorded in each run's history and the audit log).")
+@_batch_options
+def bulk_resume(**options: Any) -> None:
+    """Resume every PAUSED run the filter selects, on every shard: its waiting work is queued
+    again, overdue timers fire once, buffered signals are delivered in order.
+
+    A run not paused counts unchanged. Exit codes as bulk-cancel."""
+    _batch("resume", **options)
+
+
+COMMANDS = (bulk_cancel, bulk_terminate, bulk_signal, bulk_pause, bulk_resume)

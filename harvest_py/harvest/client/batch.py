@@ -1,15 +1,15 @@
-"""Cancel, terminate or signal the live runs a filter selects, on every shard (docs/operations.md,
-"Acting on many runs"): the batch executor the CLI, the HTTP route and ``Client.act_on_workflows``
-share.
+"""Cancel, terminate, signal, pause or resume the live runs a filter selects, on every shard
+(docs/operations.md, "Acting on many runs"): the batch executor the CLI, the HTTP route and
+``Client.act_on_workflows`` share.
 
 The SQL does the work a bounded step at a time (harvest.cancel_workflows, terminate_workflows,
-signal_workflows: at most ``limit`` runs a call, each in a subtransaction, continued by a keyset
-cursor; functions/executions.sql). Here: every shard's steps, one after the other, and the runs a
-step names as moved (a rebalance sealed them since the scan, or their copy is still being moved)
-acted on where they live, following the forwarding pointer as every per-id write does: the id of
-a moved run still carries its origin shard, and a cancel sent there would meet the seal, not the
-run. A shard that cannot be reached is named in the answer (``unavailable_shards``), never
-skipped in silence.
+signal_workflows, pause_workflows, resume_workflows: at most ``limit`` runs a call, each in a
+subtransaction, continued by a keyset cursor; functions/executions.sql). Here: every shard's steps,
+one after the other, and the runs a step names as moved (a rebalance sealed them since the scan, or
+their copy is still being moved) acted on where they live, following the forwarding pointer as
+every per-id write does: the id of a moved run still carries its origin shard, and a cancel sent
+there would meet the seal, not the run. A shard that cannot be reached is named in the answer
+(``unavailable_shards``), never skipped in silence.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from harvest.core.batches import BATCH_STEP_MAX as BATCH_STEP_MAX
 from harvest.core.errors import InvalidArgument
 from harvest.core.stepper import Do, Flow, adriven, driven
 
-ACTIONS = ("cancel", "terminate", "signal")
+ACTIONS = ("cancel", "terminate", "signal", "pause", "resume")
 # Failures listed in a summary (each is counted in failed all the same).
 FAILURES_SHOWN = 100
 # The HTTP cursor's prefix (a batch's position on every shard, and its id).

@@ -1955,6 +1955,14 @@ class Client:
         """Terminate every live run a filter selects, on every shard; see :meth:`act_on_workflows`."""
         return self.act_on_workflows("terminate", reason=reason, **batch)
 
+    def pause_workflows(self, *, reason: str | None = None, **batch: Any) -> dict[str, Any]:
+        """Pause every RUNNING run a filter selects, on every shard; see :meth:`act_on_workflows`."""
+        return self.act_on_workflows("pause", reason=reason, **batch)
+
+    def resume_workflows(self, *, reason: str | None = None, **batch: Any) -> dict[str, Any]:
+        """Resume every PAUSED run a filter selects, on every shard; see :meth:`act_on_workflows`."""
+        return self.act_on_workflows("resume", reason=reason, **batch)
+
     def signal_workflows(self, signal_name: str, payload_value: Any = None, **batch: Any) -> dict[str, Any]:
         """Signal every live run a filter selects once per batch, on every shard; the payload is
         encoded by this client's codecs and must fit inline (not the offload store)."""
@@ -2687,6 +2695,14 @@ class AsyncClient:
     async def terminate_workflows(self, *, reason: str | None = None, **batch: Any) -> dict[str, Any]:
         """Terminate every live run a filter selects, on every shard; see :meth:`act_on_workflows`."""
         return await self.act_on_workflows("terminate", reason=reason, **batch)
+
+    async def pause_workflows(self, *, reason: str | None = None, **batch: Any) -> dict[str, Any]:
+        """Pause every RUNNING run a filter selects, on every shard; see :meth:`act_on_workflows`."""
+        return await self.act_on_workflows("pause", reason=reason, **batch)
+
+    async def resume_workflows(self, *, reason: str | None = None, **batch: Any) -> dict[str, Any]:
+        """Resume every PAUSED run a filter selects, on every shard; see :meth:`act_on_workflows`."""
+        return await self.act_on_workflows("resume", reason=reason, **batch)
 
     async def signal_workflows(
         self, signal_name: str, payload_value: Any = None, **batch: Any

@@ -1587,6 +1587,8 @@ def bulk_dead_letters(
 _ACT_ON_WORKFLOWS = {
     "cancel": ACT_ON_WORKFLOWS.format(action="cancel", signal=""),
     "terminate": ACT_ON_WORKFLOWS.format(action="terminate", signal=""),
+    "pause": ACT_ON_WORKFLOWS.format(action="pause", signal=""),
+    "resume": ACT_ON_WORKFLOWS.format(action="resume", signal=""),
     "signal": ACT_ON_WORKFLOWS.format(
         action="signal", signal="p_signal_name => %(signal_name)s, p_payload => %(payload)s,"
     ),
@@ -1614,7 +1616,7 @@ def act_on_workflows(
     execution_ids: list[str] | None = None,
 ) -> dict[str, Any]:
     """One step of a batch by filter on this database: harvest.``action``_workflows (cancel,
-    terminate or signal), answering its jsonb (functions/executions.sql, _act_on_workflows)."""
+    terminate, signal, pause or resume), answering its jsonb (functions/executions.sql, _act_on_workflows)."""
     if action not in _ACT_ON_WORKFLOWS:
         raise ValueError(f"unknown batch action {action!r}")
     return {

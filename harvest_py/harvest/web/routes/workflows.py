@@ -566,7 +566,7 @@ async def terminate_workflow(call: Call, args: dict[str, Any], data: dict[str, A
 
 
 def _act_on_workflows(action: str) -> Any:
-    """POST /workflows/{cancel,terminate,signal}: a bounded step of a batch by filter on every
+    """POST /workflows/{cancel,terminate,signal,pause,resume}: a bounded step of a batch by filter on every
     shard (at most ``limit`` runs each), its moved runs acted on where they live, and the
     next_cursor that goes on (harvest.client.batch; docs/http-api.md, "Acting on many runs")."""
 
@@ -1104,6 +1104,29 @@ ENDPOINTS = [
         "Signal every live run a filter selects once per batch, on every shard, at most limit a "
         "shard a request; next_cursor goes on (dry_run: count and sample, nothing written). "
         "signal_name is required (a 400 naming it) unless dry_run, which sends nothing.",
+        body=BATCH_BODY,
+        tag="workflows",
+        shape=BATCH_SHAPE,
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/pause",
+        "operate",
+        _act_on_workflows("pause"),
+        "Pause every RUNNING run a filter selects (state may add PAUSED ones, counted unchanged), on "
+        "every shard, at most limit a shard a request; next_cursor goes on (dry_run: count and "
+        "sample, nothing written).",
+        body=BATCH_BODY,
+        tag="workflows",
+        shape=BATCH_SHAPE,
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/resume",
+        "operate",
+        _act_on_workflows("resume"),
+        "Resume every PAUSED run a filter selects, on every shard, at most limit a shard a request; "
+        "next_cursor goes on (dry_run: count and sample, nothing written).",
         body=BATCH_BODY,
         tag="workflows",
         shape=BATCH_SHAPE,

@@ -118,8 +118,16 @@ STACK_SHOWN = 50  # entries of each of a run's waiting-on lists drawn (its total
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 BULK_ACTIONS = ("replay", "discard")
 # The runs list's bulk actions (POST /workflows/bulk) and the scope each needs, as their per-run
-# actions and the API's POST /workflows/cancel|terminate|signal.
-RUN_BULK_SCOPES: dict[str, Scope] = {"cancel": "operate", "terminate": "admin", "signal": "operate"}
+# actions and the API's POST /workflows/cancel|terminate|signal|pause|resume.
+RUN_BULK_SCOPES: dict[str, Scope] = {
+    "cancel": "operate",
+    "terminate": "admin",
+    "signal": "operate",
+    "pause": "operate",
+    "resume": "operate",
+}
+# The statuses a bulk action selects when the list names none (the SQL's defaults: _act_on_workflows).
+RUN_BULK_DEFAULT_STATUS = {"pause": "RUNNING", "resume": "PAUSED"}
 RUN_BULK_SAMPLE = 20  # ids a dry run shows (the first of each shard, oldest first)
 # Steps on each shard one POST makes (each a transaction of at most its limit of runs), then the
 # page says how far it got and offers Continue: a request, and what a click does, stay bounded.
@@ -212,7 +220,7 @@ def _bulk_offer(state: str | None, filters: dict[str, Any]) -> str | None:
     if not any(filters.values()):
         return "filter by workflow, search attribute or creation time to act on the runs listed"
     if state is not None and not set(state.split(",")) & LIVE_STATUSES:
-        return "only live runs (RUNNING, PAUSED) can be cancelled, terminated or signalled"
+        return "only live runs (RUNNING, PAUSED) can be cancelled, terminated, signalled, paused or resumed"
     return None
 
 
@@ -245,7 +253,13 @@ def _dead_letter_bulk_scope(form: dict[str, str]) -> Scope:
 
 
 def _done(action: str) -> str:
-    return {"cancel": "cancelled", "terminate": "terminated", "signal": "signalled"}.get(action, action)
+    return {
+        "cancel": "cancelled",
+        "terminate": "terminated",
+        "signal": "signalled",
+        "pause": "paused",
+        "resume": "resumed",
+    }.get(action, action)
 
 
 def _signal_of(form: Any, name_field: str) -> tuple[str, Any]:
@@ -266,11 +280,12 @@ def _signal_of(form: Any, name_field: str) -> tuple[str, Any]:
     return name, payload
 
 
-def _filter_said(params: Any) -> list[tuple[str, str]]:
-    """The filter of a bulk action as the confirmation names it."""
+def _filter_said(params: Any, action: str) -> list[tuple[str, str]]:
+    """The filter of ``action`` in bulk as the confirmation names it."""
     state, filters = _run_filters(params)
     live = [s for s in (state or "").split(",") if s in LIVE_STATUSES]
-    said = [("status", ", ".join(live) if live else "RUNNING, PAUSED (every live run)")]
+    default = RUN_BULK_DEFAULT_STATUS.get(action, "RUNNING, PAUSED (every live run)")
+    said = [("status", ", ".join(live) if live else default)]
     if filters["workflow_name"]:
         said.append(("workflow", filters["workflow_name"]))
     said += [("search attribute", a) for a in filters["search_attributes"]]
@@ -630,8 +645,9 @@ class Dashboard:
 
     # -- the runs a filter selects: count, confirm, act in bounded steps --------------------------
     async def bulk_runs_count(self, request: Request, principal: Principal) -> Response:
-        """GET /workflows/bulk: the dry run of a cancel or terminate of the live runs the list's
-        filter selects (counted on every shard, nothing written) and the form that confirms it."""
+        """GET /workflows/bulk: the dry run of a bulk action (cancel, terminate, signal, pause,
+        resume) of the live runs the list's filter selects (counted on every shard, nothing
+        written) and the form that confirms it."""
         q = request.query_params
         action = _run_bulk_action(q)
         raised = await self._raised(request, principal, RUN_BULK_SCOPES[action])
@@ -754,7 +770,8 @@ class Dashboard:
             action=tally.action,
             summary=summary,
             shown=summary.get("execution_ids", [])[:RUN_BULK_SAMPLE],
-            said=_filter_said(filters),
+            said=_filter_said(filters, tally.action),
+            done_word=_done(tally.action),
             filter_query=_filter_query(filters),
             so_far=json.dumps({k: v for k, v in summary.items() if k != "execution_ids"}),
             steps=RUN_BULK_STEPS,
