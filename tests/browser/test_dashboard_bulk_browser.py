@@ -49,7 +49,7 @@ def test_cancel_the_runs_a_filter_selects_count_confirm_continue_summary(
         assert len(browser.find_elements(By.CSS_SELECTOR, "#workflows tbody tr")) == 3
         buttons = browser.find_elements(By.CSS_SELECTOR, "#bulk-runs-count button")
         offered = [b.get_attribute("value") for b in buttons]
-        assert offered == ["cancel", "signal"]  # no terminate for operate
+        assert offered == ["cancel", "signal", "pause", "resume"]  # no terminate for operate
         click_and_wait(browser, buttons[0])
 
         assert _text(browser, "h1") == "Cancel 3 runs?"

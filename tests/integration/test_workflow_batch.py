@@ -306,12 +306,19 @@ def _move(two_shards: dict[int, str], run: str) -> None:
     assert move.outcome == "moved", move
 
 
-def test_over_two_shards_every_shard_is_acted_on_and_a_moved_run_at_its_live_copy(two_shards) -> None:
+def _acme_on_two_shards(two_shards: dict[int, str]) -> tuple[list[str], str, list[str]]:
+    """Tenant acme's send_digest runs: two on shard 0, two on shard 1 and one moved from 0 to 1
+    (its seal left on 0); a globex run on 1 beside them. (The runs on 0, the moved one, on 1.)"""
     on0 = [_quiescent(two_shards[0], "send_digest", f"a{i}", tenant="acme") for i in range(2)]
     moved = _quiescent(two_shards[0], "send_digest", "moved", tenant="acme")
     on1 = [_quiescent(two_shards[1], "send_digest", f"b{i}", tenant="acme") for i in range(2)]
     _quiescent(two_shards[1], "send_digest", "globex", tenant="globex")
     _move(two_shards, moved)
+    return on0, moved, on1
+
+
+def test_over_two_shards_every_shard_is_acted_on_and_a_moved_run_at_its_live_copy(two_shards) -> None:
+    on0, moved, on1 = _acme_on_two_shards(two_shards)
     assert _col(two_shards[0], "SELECT status FROM harvest.executions WHERE id = %s", moved) == ["MIGRATED"]
 
     done = _harvest_env(

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from operator_helpers import harvest, start
-from test_workflow_batch import _col, _harvest_env, _json, _move, _quiescent, _raced
+from test_workflow_batch import _acme_on_two_shards, _col, _harvest_env, _json, _quiescent, _raced
 
 from harvest import App, Client, activity, workflow
 from harvest.shard import ShardPools, ShardRouter
@@ -267,11 +267,7 @@ def _sharded(two_shards: dict[int, str]) -> Iterator[Client]:
 
 
 def test_over_two_shards_each_shard_is_paused_in_steps_a_moved_run_at_its_live_copy(two_shards) -> None:
-    on0 = [_quiescent(two_shards[0], "send_digest", f"a{i}", tenant="acme") for i in range(2)]
-    moved = _quiescent(two_shards[0], "send_digest", "moved", tenant="acme")
-    on1 = [_quiescent(two_shards[1], "send_digest", f"b{i}", tenant="acme") for i in range(2)]
-    _quiescent(two_shards[1], "send_digest", "globex", tenant="globex")
-    _move(two_shards, moved)
+    on0, moved, on1 = _acme_on_two_shards(two_shards)
 
     done = _harvest_env(
         two_shards,
