@@ -41,7 +41,7 @@ from psycopg.rows import dict_row
 from harvest.core.codecs import refs_in, replace_refs
 from harvest.core.errors import ConfigError, HarvestError
 from harvest.core.ids import shard_of
-from harvest.db.connection import connect, error_line, network_options, redact
+from harvest.db.connection import connect, error_line, network_options, pin_search_path, redact
 from harvest.db.embedded import bin_dir
 
 __all__ = [
@@ -234,6 +234,7 @@ def _snapshots(sources: list[Source]) -> Iterator[None]:
             conns.append(conn)
             with conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                pin_search_path(conn)  # (the owner's session: _copy_session)
                 cur.execute("SELECT pg_export_snapshot()")
                 source.snapshot = str(cur.fetchone()[0])  # type: ignore[index]
                 source.taken_at = time.time()
@@ -358,6 +359,19 @@ def drill(
             progress(
                 f"dropped scratch database {name}" if failed is None else f"could not drop {name}: {failed}"
             )
+
+
+@contextlib.contextmanager
+def _copy_session(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit session on a scratch copy, its search_path pinned to pg_catalog, pg_temp
+    (connection.pin_search_path). The copy holds whatever the live database held, functions a
+    lower role made in public included (pg_dump dumps every schema), and the checks call built-ins
+    such a function would be chosen over (format, jsonb_path_query): under the login's path they
+    ran as the drill's role, the owner or a superuser, whose grants reach beyond the copy (roles
+    are the cluster's)."""
+    with connect(dsn, autocommit=True) as conn:
+        pin_search_path(conn)
+        yield conn
 
 
 def _rows(conn: psycopg.Connection[Any], query: str, params: Any = None) -> list[dict[str, Any]]:
@@ -543,7 +557,7 @@ def check_copy(source: Source, copy: ShardCopy) -> list[Problem]:
     the structural checks of its histories, children, relays, dead letters and payload refs."""
     problems: list[Problem] = []
     shard = source.shard
-    with connect(copy.dsn, autocommit=True) as conn, conn.cursor() as cur:
+    with _copy_session(copy.dsn) as conn, conn.cursor() as cur:
         counts, migrations, function_files, version = _facts(cur)
         for table in sorted(set(source.counts) | set(counts)):
             want, got = source.counts.get(table), counts.get(table)
@@ -586,7 +600,7 @@ def check_children_across(copies: Mapping[int, str]) -> list[Problem]:
     docs/runbooks/backup-restore.md.)"""
     wanted: dict[int, list[tuple[int, str, str, str]]] = {}
     for shard, dsn in copies.items():
-        with connect(dsn, autocommit=True) as conn:
+        with _copy_session(dsn) as conn:
             for row in _rows(
                 conn,
                 """
@@ -611,7 +625,7 @@ def check_children_across(copies: Mapping[int, str]) -> list[Problem]:
     for target, children in wanted.items():
         if target not in copies:
             continue  # a shard this drill did not restore: nothing to compare against
-        with connect(copies[target], autocommit=True) as conn:
+        with _copy_session(copies[target]) as conn:
             present = {
                 r["id"]
                 for r in _rows(
@@ -640,7 +654,7 @@ def histories(
     """(execution id, workflow name, events with offloaded payloads resolved) of every whole run
     in a scratch copy (a rebalance's staged copy or sealed source, and an erased run, are not
     whole); only the named workflows when ``workflow_names`` is given."""
-    with connect(dsn, autocommit=True) as conn:
+    with _copy_session(dsn) as conn:
         runs = _rows(
             conn,
             """

@@ -643,6 +643,24 @@ def unbound_statements(conn: psycopg.Connection) -> None:
     )
 
 
+# The search_path of a session of the owner's (or an admin's) that runs Harvest's own SQL: the
+# migrator's (Harvest's migrations, its function files, harvest._secure_functions and _audit),
+# a search attribute's index statements, backup verify's checks of its scratch copy. Every
+# Harvest name in that SQL is schema-qualified, so only pg_catalog, and pg_temp last (first, a
+# temporary table would shadow a table of the same name). Under the login's own path ("$user",
+# public by default) a function a lower role made in a schema on it (public, where every role
+# may create before PostgreSQL 15) is chosen over pg_catalog's wherever it matches the call
+# better (format(text, text, text) beats pg_catalog's format(text, VARIADIC "any"), whatever the
+# order of the path): run with the session's rights, or bound for good into a view, a default or
+# a function with a SQL-standard body created meanwhile (docs/security.md, "Whose search_path").
+PINNED_SEARCH_PATH = "pg_catalog, pg_temp"
+
+
+def pin_search_path(conn: psycopg.Connection) -> None:
+    """Set ``conn``'s search_path to PINNED_SEARCH_PATH for the rest of its session (until a RESET)."""
+    conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (PINNED_SEARCH_PATH,))
+
+
 def take_session_lock(conn: psycopg.Connection, key: int, waiting: Callable[[], None]) -> None:
     """Take the session advisory lock ``key`` on ``conn`` (autocommit), waiting for its holder
     between short tries, never inside a statement: a session waiting in pg_advisory_lock holds a

@@ -24,8 +24,14 @@ gives up its one statement; the next try follows a growing pause, until ``lock_w
 in all, then the run stops naming the sessions it waited for (see Migrator._retrying). The wait
 for the migrate lock itself (another migrator) blocks no one and stays unbounded.
 
-Between files the session is reset (Migrator._reset_session): a migration's plain SET (of
-search_path, a role) must not change what the next file, or the functions' step, means.
+The run's session has its search_path pinned to pg_catalog, pg_temp (connection.pin_search_path):
+Harvest's migrations, its function files, harvest._secure_functions, harvest._audit and every
+statement the runner writes run under it, never under the login's path, where a lower role's
+function could be chosen over a built-in and run with the owner's rights (docs/security.md, "Whose
+search_path"). An included set's file (``--include-dir``) runs under its login's path, as it was
+written for it. Between files the session is reset (Migrator._reset_session) and pinned again: a
+migration's plain SET (of search_path, a role) must not change what the next file, or the
+functions' step, means.
 
 A statement runs without a statement_timeout (Migrator._unbound_statements), whatever the login
 or the DSN sets: cancelled midway, a data migration never applies and a concurrent index build
@@ -72,6 +78,7 @@ from harvest.db.connection import (
     connect,
     describe_dsn,
     failure_reason,
+    pin_search_path,
     probe_connect,
     schema_missing,
     set_server_end,
@@ -227,6 +234,7 @@ class BlockerWatch:
         try:
             if self.conn is None:
                 self.conn = connect(self.dsn, autocommit=True)
+                pin_search_path(self.conn)  # (the owner's session too: unnest() is polymorphic)
             rows = self.conn.execute(
                 "SELECT a.pid, a.usename, a.application_name, a.state, a.query,"
                 " extract(epoch FROM now() - a.xact_start)::float8"
@@ -862,6 +870,7 @@ class Migrator:
     def inspect(self) -> StatusReport:
         """:meth:`status` plus the applied migrations this package does not know."""
         with connect(self.dsn, autocommit=True) as conn:
+            pin_search_path(conn)
             ledger, recorded = self._ledger(conn), self._function_ledger(conn)
             retired = self._retired_functions(conn)
         applied = self._applied(ledger)
@@ -909,6 +918,7 @@ class Migrator:
         with connect(self.dsn, autocommit=True) as conn:
             require_server_version(conn.info.server_version)
             self._unbound_statements(conn)
+            pin_search_path(conn)
             self._refuse_another_shards_session(conn)
             if dry_run:
                 ledger = self._ledger(conn)
@@ -1002,7 +1012,7 @@ class Migrator:
                 # A session the server ended took its lock with it; unlocking there would raise
                 # "the connection is closed" over the error that says which file and why.
                 if not conn.broken:
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
+                    conn.execute("SELECT pg_catalog.pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
         return report
 
     def _build_search_attr_indexes(
@@ -1023,6 +1033,11 @@ class Migrator:
             self.progress(
                 f"applying {migration.label}" + ("" if migration.transactional else " (non-transactional)")
             )
+            if migration.set_name != CORE_SET:
+                # An application's set runs under its login's search_path, which its unqualified
+                # names were written for (docs/security.md, "Whose search_path"); Harvest's own
+                # under the pinned one. (_reset_session pins it again after the file.)
+                conn.execute("RESET search_path")
             if migration.transactional:
                 # A try that timed out on a lock rolled back whole: the next one runs the file again.
                 self._retrying(
@@ -1129,7 +1144,10 @@ class Migrator:
 
     def _current_shard(self, conn: psycopg.Connection) -> int | None:
         """The database's shard number; None before shard identity exists (0023 pending)."""
-        if not conn.execute("SELECT to_regclass('harvest.shard_identity') IS NOT NULL").fetchone()[0]:  # type: ignore[index]  # one row
+        # (qualified: a probe through the pooler is not the run's pinned session)
+        if not conn.execute("SELECT pg_catalog.to_regclass('harvest.shard_identity') IS NOT NULL").fetchone()[
+            0
+        ]:  # type: ignore[index]  # one row
             return None
         return cast(
             "int | None",
@@ -1247,10 +1265,12 @@ class Migrator:
 
     def _reset_session(self, conn: psycopg.Connection) -> None:
         """Undo what a file SET for the session (search_path, a role, a plain SET that outlived
-        its transaction): the next file, and the functions' step, run as the run began."""
+        its transaction): the next file, and the functions' step, run as the run began, with the
+        search_path pinned (an included set's file too: it runs under the login's path)."""
         conn.execute("RESET SESSION AUTHORIZATION; RESET ROLE; RESET ALL")
         set_server_end(conn)  # (RESET ALL undid the keepalives connect() set)
         self._unbound_statements(conn)  # (and brought back the login's statement_timeout)
+        pin_search_path(conn)  # (and the login's search_path)
 
     def _unbound_statements(self, conn: psycopg.Connection) -> None:
         """No statement_timeout for the run's session (connection.unbound_statements): a migration

@@ -34,6 +34,7 @@ from harvest.db.connection import (
     connect,
     describe_dsn,
     failure_reason,
+    pin_search_path,
     probe_connect,
     take_session_lock,
     unbound_statements,
@@ -58,9 +59,6 @@ BUILT, REBUILT, ALREADY, DROPPED, NOT_INDEXED = (
 # (A key past 2**31: no hashtext() of a concurrency or mutex key, the claim's one-argument
 # keys, can be it.)
 BUILD_LOCK_KEY = 0x6861727661747472  # "harvattr"
-# The search_path of a session that runs these statements: pg_catalog and pg_temp only (see
-# pinned_search_path).
-PINNED_SEARCH_PATH = "pg_catalog, pg_temp"
 
 
 def check_key(name: str) -> None:
@@ -109,8 +107,8 @@ def owner_session(dsn: str) -> Iterator[psycopg.Connection]:
 
 @contextlib.contextmanager
 def pinned_search_path(conn: psycopg.Connection) -> Iterator[None]:
-    """Only pg_catalog (and pg_temp, last) on ``conn``'s search_path, the session's own put back
-    after. The helpers that write the statements (harvest._search_attr_index_sql,
+    """Only pg_catalog (and pg_temp, last) on ``conn``'s search_path (connection.pin_search_path),
+    the session's own put back after. The helpers that write the statements (harvest._search_attr_index_sql,
     _search_attr_ordered, _search_attr_index_matches) run as invoker with no search_path of their
     own (helpers run inside an entry point, which pins it: functions/security.sql), and here the
     owner's session calls them itself: under the login's search_path ("$user", public by
@@ -118,7 +116,7 @@ def pinned_search_path(conn: psycopg.Connection) -> Iterator[None]:
     before PostgreSQL 15) would be chosen over pg_catalog's ``format(text, VARIADIC "any")``: its
     body run with the owner's rights, and what it returns run by the owner as the statement."""
     was = conn.execute("SELECT pg_catalog.current_setting('search_path')").fetchone()[0]  # type: ignore[index]  # one row
-    conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (PINNED_SEARCH_PATH,))
+    pin_search_path(conn)
     try:
         yield
     finally:

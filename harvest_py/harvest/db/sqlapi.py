@@ -281,8 +281,11 @@ SELECT * FROM harvest.count_executions(
 # may live on another shard than its parent, so each level asks every shard for all of them),
 # each execution's newest first, in the ids' order, at most ``limit`` rows in all (NULL: all):
 # each execution's page is read as a page, and the scan stops once it has enough.
+# (pg_catalog.unnest: under the caller's search_path a function in a schema a lower role may
+# create in, unnest(uuid[]), matched better than the polymorphic built-in: docs/security.md,
+# "Whose search_path".)
 LIST_CHILDREN_OF = """
-SELECT c.* FROM unnest(%(execution_ids)s::uuid[]) AS p (id)
+SELECT c.* FROM pg_catalog.unnest(%(execution_ids)s::uuid[]) AS p (id)
 CROSS JOIN LATERAL harvest.list_children(p.id, NULL, 1, NULL, NULL, %(limit)s) AS c
 LIMIT %(limit)s
 """
