@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import cli_forks
@@ -122,13 +123,18 @@ def error_lines(stderr: str) -> list[str]:
 
 
 @pytest.fixture
-def sql_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private copy of sql/, functions/ and migrations/, used through HARVEST_SQL_DIR."""
+def sql_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private copy of sql/, functions/ and migrations/, used through HARVEST_SQL_DIR. The
+    process reads its function files once (m.shipped_functions): forgotten before and after, so
+    neither this test nor the ones after it (test_function_drift.py's, in one process) compare
+    a database with the files another test changed."""
     root = tmp_path / "sqlroot"
     for name in ("sql", "functions", "migrations"):
         shutil.copytree(REPO / name, root / name)
     monkeypatch.setenv("HARVEST_SQL_DIR", str(root))
-    return root
+    m.shipped_functions.cache_clear()
+    yield root
+    m.shipped_functions.cache_clear()
 
 
 # -- status, run, dry run --------------------------------------------------------------

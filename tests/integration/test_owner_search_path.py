@@ -1,4 +1,5 @@
-"""What the owner runs with `harvest migrate run` runs under a pinned search_path, not the login's.
+"""What the owner runs (`harvest migrate run`, `harvest backup verify`, a children page's walk) runs
+under a pinned search_path or names pg_catalog's built-ins, never under the login's path.
 
 A lower login granted CREATE on a schema on the owner's search_path (public: every role before
 PostgreSQL 15) makes a function that matches a call better than pg_catalog's built-in (format's
@@ -6,8 +7,10 @@ and jsonb_build_object's are VARIADIC "any": an exact match wins whatever the pa
 the login's path the owner's session ran it with the owner's rights: in a pending Harvest
 migration, in harvest._audit on a downgrade, and, bound for good into the SQL-standard body of
 harvest._search_attr_ordered when the functions' step applied executions.sql, in every later
-caller (the same run's index build first). Each test gives the function a side effect (a table
-made as whoever ran it) and requires that it never runs. docs/security.md, "Whose search_path".
+caller (the same run's index build first); in backup verify's checks of a copy pg_dump put it in;
+in a children page's unnest. Each test gives the function a side effect (a table made as whoever
+ran it) and requires that it never runs; a binding an earlier run left makes its file pending.
+docs/security.md, "Whose search_path".
 """
 
 from __future__ import annotations
@@ -186,3 +189,23 @@ def test_a_tree_of_children_read_by_the_owner_runs_no_lower_roles_unnest(db: str
     with Client(db) as client:
         assert list(client.get_handle(execution_id).children_page(depth=2)) == []
     assert _hijacked(db) == []
+
+
+def test_a_binding_an_earlier_run_left_is_pending_and_the_next_run_undoes_it(db: str, lower_role) -> None:
+    """A database an earlier release migrated under a hijacked path keeps the look-alike bound
+    (its ledger says executions.sql is applied): `status --check` fails naming the file, and a
+    run applies it again under the pinned path."""
+    lower_role("format", "text", "text", "text")
+    with psycopg.connect(db) as conn:  # (what the runner did before: the file under the login's path)
+        conn.execute("SET LOCAL check_function_bodies = off")
+        conn.execute((REPO / "functions" / "executions.sql").read_text())
+    assert _bound_to_public(db) == ["harvest._search_attr_ordered(text,text,text)"]
+    status = harvest(db, "migrate", "status", "--check")
+    assert status.returncode == 1 and "functions/executions.sql" in status.stdout, status.stdout
+    result = harvest(db, "migrate", "run")
+    assert result.returncode == 0, result.stderr
+    assert "applying functions/executions.sql" in result.stderr
+    assert _bound_to_public(db) == []
+    query(db, "SELECT harvest._search_attr_ordered('''amount''', 'number')")
+    assert _hijacked(db) == []
+    assert harvest(db, "migrate", "status", "--check").returncode == 0

@@ -469,9 +469,9 @@ def _sha256(text: str) -> str:
 class ShippedFunctions:
     """This package's functions/ files as a process compares them with a database's
     (harvest.get_function_state): each file's ledger checksum, and for each function of schema
-    harvest the files define, the file and the digest of its bodies (sha-256 of its bodies'
-    sha-256s in order, an overload each), and the digest of them all (sha-256 of "name:digest"
-    in name order)."""
+    harvest the files define, the file and (one whose body is text, not SQL-standard) the digest
+    of its bodies (sha-256 of its bodies' sha-256s in order, an overload each), and the digest of
+    them all (sha-256 of "name:digest" in name order)."""
 
     checksums: dict[str, str]
     files_of: dict[str, str]
@@ -509,10 +509,11 @@ def shipped_functions() -> ShippedFunctions:
                 for option in create.get("options", ())
                 if option["DefElem"]["defname"] == "as"
             ]
-            if len(name) != 2 or name[0] != "harvest" or not body:
+            if len(name) != 2 or name[0] != "harvest":
                 continue
             files_of.setdefault(name[1], path.name)
-            bodies.setdefault(name[1], []).append(_sha256(body[0]))
+            if body:  # (a SQL-standard body, RETURN ..., is no text: pg_proc.prosrc is empty)
+                bodies.setdefault(name[1], []).append(_sha256(body[0]))
     digests = {name: _sha256(",".join(sorted(shas))) for name, shas in bodies.items()}
     digest = _sha256(",".join(f"{name}:{d}" for name, d in sorted(digests.items())))
     return ShippedFunctions(checksums, files_of, digests, digest)
@@ -818,7 +819,8 @@ class Migrator:
 
     def _changed_functions(self, conn: psycopg.Connection) -> list[str]:
         """The functions whose live body is not their file's though the ledger says the file is
-        applied (harvest.get_function_state; nothing to compare before it exists)."""
+        applied (harvest.get_function_state; nothing to compare before it exists), and those
+        bound to another schema's function (_bound_elsewhere)."""
         exists = conn.execute(
             "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS p"
             " JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace"
@@ -828,7 +830,30 @@ class Migrator:
             return []
         shipped = shipped_functions()
         drift = function_drift(SqlApi(conn).get_function_state(shipped.names, shipped.digest), shipped)
-        return drift.functions if drift else []
+        changed = set(drift.functions if drift else ()) | set(self._bound_elsewhere(conn))
+        return sorted(changed & set(shipped.files_of))
+
+    def _bound_elsewhere(self, conn: psycopg.Connection) -> list[str]:
+        """Harvest functions whose body is bound to a function or an operator of a schema other
+        than pg_catalog and harvest: a SQL-standard body (RETURN ...) created, by a run from
+        before the pinned search_path, under a login's path on which a lower role's look-alike
+        matched better (docs/security.md, "Whose search_path"). Their files read as changed, so
+        the next run applies them again, under the pinned path. (On the run's pinned session.)"""
+        return [
+            name
+            for (name,) in conn.execute(
+                "SELECT DISTINCT f.proname::text FROM pg_catalog.pg_depend AS d"
+                " JOIN pg_catalog.pg_proc AS f ON f.oid = d.objid"
+                " LEFT JOIN pg_catalog.pg_proc AS p"
+                "   ON d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = d.refobjid"
+                " LEFT JOIN pg_catalog.pg_operator AS o"
+                "   ON d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = d.refobjid"
+                " JOIN pg_catalog.pg_namespace AS n ON n.oid = f.pronamespace AND n.nspname = 'harvest'"
+                " JOIN pg_catalog.pg_namespace AS r ON r.oid = coalesce(p.pronamespace, o.oprnamespace)"
+                " WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass"
+                " AND r.nspname NOT IN ('pg_catalog', 'harvest')"
+            ).fetchall()
+        ]
 
     def _stale_functions(self, recorded: FunctionLedger) -> list[Path]:
         return [p for p in function_files() if recorded.get(p.name, ("", None))[0] != file_checksum(p)]
@@ -1145,9 +1170,8 @@ class Migrator:
     def _current_shard(self, conn: psycopg.Connection) -> int | None:
         """The database's shard number; None before shard identity exists (0023 pending)."""
         # (qualified: a probe through the pooler is not the run's pinned session)
-        if not conn.execute("SELECT pg_catalog.to_regclass('harvest.shard_identity') IS NOT NULL").fetchone()[
-            0
-        ]:  # type: ignore[index]  # one row
+        found = conn.execute("SELECT pg_catalog.to_regclass('harvest.shard_identity') IS NOT NULL").fetchone()
+        if not found[0]:  # type: ignore[index]  # one row
             return None
         return cast(
             "int | None",
