@@ -17,6 +17,7 @@ from dashboard_helpers import TokenScopes
 from starlette.testclient import TestClient
 
 from harvest.config import load_config
+from harvest.shard.router import ShardRouter
 from harvest.web.ui import dashboard_app
 
 pytestmark = pytest.mark.shard
@@ -72,3 +73,45 @@ def test_a_delete_and_a_backfill_act_on_the_page_s_shard_only(shards) -> None:
         # shard 2 never held it: a 404 there, nothing deleted elsewhere
         gone = client.post("/schedules/2/nightly/delete", headers=OPERATE, data={"confirm": "nightly"})
         assert gone.status_code == 404 and one(0, held) == 1
+
+
+def test_the_new_schedule_form_creates_on_the_home_shard_and_edit_acts_there(shards) -> None:
+    """The dashboard's New schedule lands where POST /admin/schedules/workflow and a declaration
+    put it (ShardRouter.schedule_home, from its name), not on the first shard; Edit changes it
+    there."""
+    config = load_config(
+        env={
+            "HARVEST_SHARDS__READABLE": "0,1,2",
+            "HARVEST_SHARDS__WRITABLE": "0,1,2",
+            **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in shards.dsns.items()},
+        }
+    )
+    router = ShardRouter([0, 1, 2], [0, 1, 2], 0)
+    names = {router.schedule_home(f"made{i}"): f"made{i}" for i in range(50)}
+    assert set(names) == {0, 1, 2}
+
+    def held(name: str) -> list[int]:
+        out = []
+        for s, dsn in shards.dsns.items():
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT max_active_runs FROM harvest.schedules WHERE name = %s", (name,)
+                ).fetchone()
+            out += [(s, row[0])] if row else []
+        return out
+
+    with TestClient(dashboard_app(config=config, authorizer=TokenScopes(), timeout=5.0)) as client:
+        for home, name in sorted(names.items()):
+            done = client.post(
+                "/schedules", headers=OPERATE, data={"name": name, "every": "1h"}, follow_redirects=False
+            )
+            assert done.status_code == 303, done.text
+            assert done.headers["location"].startswith(f"/schedules/{home}/{name}?")
+            assert held(name) == [(home, 1)]
+            edited = client.post(
+                f"/schedules/{home}/{name}/edit",
+                headers=OPERATE,
+                data={"max_active_runs": "5"},
+                follow_redirects=False,
+            )
+            assert edited.status_code == 303 and held(name) == [(home, 5)]

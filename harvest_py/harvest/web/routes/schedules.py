@@ -13,24 +13,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from harvest.core.durations import parse_duration
-from harvest.core.errors import InvalidArgument, NotFound
+from harvest.core.errors import NotFound
 from harvest.core.ids import MAX_SHARD
 from harvest.declare.schedules import (
-    OVERLAP_POLICIES,
-    Schedule,
     backfill_slots,
     describe_row,
     schedule_view,
 )
 from harvest.shard.fanout import MAX_PAGE, SCHEDULE_PAGE
 from harvest.web.routes import (
-    ANY,
     BOOLEAN,
     DATETIME,
     FANOUT,
     ROWS,
-    SHARD_ID,
     STRING,
     Call,
     Endpoint,
@@ -43,6 +38,7 @@ from harvest.web.routes import (
     path,
     shape,
 )
+from harvest.web.schedule_spec import CREATE, OVERLAP, UPDATE, create_arguments, update_changes
 
 NAME = path("name", description="The schedule's name.")
 SHARD = Param(
@@ -52,8 +48,6 @@ SHARD = Param(
     maximum=MAX_SHARD,
     description="The shard that holds it (default: its home).",
 )
-KIND = {"type": "string", "enum": ["workflow", "dag"]}
-OVERLAP = {"type": "string", "enum": list(OVERLAP_POLICIES)}
 
 
 async def _on_home(call: Call, name: str, shard: int | None, fn: Any) -> Any:
@@ -65,52 +59,6 @@ async def _on_home(call: Call, name: str, shard: int | None, fn: Any) -> Any:
 
 def _view(row: dict[str, Any]) -> dict[str, Any]:
     return {**schedule_view(row), "when": describe_row(row)}
-
-
-def _duration(name: str, raw: Any, *, positive: bool = False) -> float:
-    try:
-        return parse_duration(raw, name, positive=positive)
-    except InvalidArgument as exc:
-        raise invalid(name, str(exc)) from None
-
-
-def _timing(data: dict[str, Any]) -> dict[str, Any]:
-    """cron (+ tz) or every, checked as a declaration is."""
-    cron, every, tz = data.get("cron"), data.get("every"), data.get("tz")
-    if cron is not None and every is not None:
-        raise invalid("every", "give cron or every, not both")
-    try:
-        if cron is not None:
-            spec = Schedule.cron(cron, tz=tz or "UTC")
-            return {"cron": spec.expression, "timezone": spec.timezone}
-        if every is not None:
-            if tz is not None:
-                raise invalid("tz", "tz goes with cron (an interval is in UTC)")
-            return {"interval_secs": Schedule.every(every).interval_secs}
-    except InvalidArgument as exc:
-        if getattr(exc, "field", None):
-            raise
-        raise invalid("cron" if cron is not None else "every", str(exc)) from None
-    if tz is not None:
-        raise invalid("tz", "tz goes with cron")
-    return {}
-
-
-def _options(data: dict[str, Any]) -> dict[str, Any]:
-    """The body's fields other than the timing, as create_schedule / update_schedule take them."""
-    out: dict[str, Any] = {}
-    if "input" in data and data["input"] is not None:
-        out["input"] = [data["input"]]  # the run's one argument, as --input-json
-    for key in ("workflow_name", "queue", "max_active_runs", "overlap", "catchup"):
-        if data.get(key) is not None:
-            out[key] = data[key]
-    if data.get("catchup_window") is not None:
-        out["catchup"] = True
-        secs = _duration("catchup_window", data["catchup_window"], positive=True)
-        out["catchup_window_secs"] = max(1, int(secs))
-    if data.get("jitter") is not None:
-        out["jitter_secs"] = _duration("jitter", data["jitter"])
-    return out
 
 
 async def list_schedules(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -129,42 +77,20 @@ async def get_schedule(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 
 async def create_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
-    name = data["name"]
-    timing = _timing(data)
-    if not timing:
-        raise invalid("cron", "give cron or every")
-    options = _options(data)
-    options.setdefault("workflow_name", name)
-    workflow_name = options.pop("workflow_name")
-    if (data.get("kind") or "workflow") == "workflow":
-        # With no queue, its runs go where the served App declares the workflow, as a start's.
-        queue = declared_queue(call, workflow_name, options.get("queue"))
-        if queue is not None:
-            options["queue"] = queue
+    kwargs = create_arguments(data, lambda workflow, given: declared_queue(call, workflow, given))
+    name, workflow_name = kwargs.pop("name"), kwargs.pop("workflow_name")
     row = await _on_home(
         call,
         name,
         data.get("shard_id"),
-        lambda sql: sql.create_schedule(
-            name,
-            workflow_name,
-            kind=data.get("kind") or "workflow",
-            paused=bool(data.get("paused")),
-            operator_id=call.operator_id,
-            **timing,
-            **options,
-        ),
+        lambda sql: sql.create_schedule(name, workflow_name, operator_id=call.operator_id, **kwargs),
     )
     return Reply(_view(row), 201)
 
 
 async def update_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     name = args["name"]
-    if data.get("tz") is not None and data.get("cron") is None:
-        raise invalid("tz", "tz goes with cron")
-    changes = {**_timing(data), **_options(data)}
-    if data.get("tz") is None:
-        changes.pop("timezone", None)  # cron alone: the expression, in the zone the schedule has
+    changes = update_changes(data)
     if not changes:
         raise invalid("body", "nothing to change: give at least one field")
     row = await _on_home(
@@ -222,18 +148,6 @@ async def backfill_schedule(call: Call, args: dict[str, Any], data: dict[str, An
     return await _on_home(call, name, args["shard_id"], backfill)
 
 
-TIMING = {"cron": STRING, "tz": STRING, "every": STRING}
-FIELDS = {
-    **TIMING,
-    "workflow_name": STRING,
-    "input": ANY,
-    "queue": STRING,
-    "max_active_runs": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
-    "overlap": OVERLAP,
-    "catchup": BOOLEAN,
-    "catchup_window": STRING,
-    "jitter": STRING,
-}
 SCHEDULE = shape(name=STRING, when=STRING, next_fire_times={"type": "array"})
 ENDPOINTS = [
     Endpoint(
@@ -264,16 +178,7 @@ ENDPOINTS = [
         "operate",
         create_schedule,
         "Create a schedule (cron with tz, or every); on shards, on its home shard.",
-        body=body(
-            {
-                "name": STRING,
-                **FIELDS,
-                "kind": KIND,
-                "paused": BOOLEAN,
-                "shard_id": SHARD_ID,
-            },
-            ("name",),
-        ),
+        body=CREATE,
         responses={201: "Created", 409: "A schedule of that name exists"},
         tag="schedules",
         shape=SCHEDULE,
@@ -296,7 +201,7 @@ ENDPOINTS = [
         update_schedule,
         "Change fields of a schedule (a new cron, interval, zone or jitter counts from now).",
         (NAME, SHARD),
-        body(FIELDS),
+        UPDATE,
         responses={200: "OK", 404: "No such schedule"},
         tag="schedules",
         shape=SCHEDULE,

@@ -63,6 +63,7 @@ from harvest.core.errors import (
     WorkflowNotRunning,
 )
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
+from harvest.core.json_values import json_default
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db.connection import DatabaseError, database_error_message, failure_reason
 from harvest.db.pools import outage
@@ -75,6 +76,7 @@ from harvest.shard.fanout import (
     fan_out_async,
 )
 from harvest.shard.health import shard_health
+from harvest.web import schedule_spec
 from harvest.web.auth import default_authorizer, token_database
 from harvest.web.errors import (
     RETRY_AFTER_SECS,
@@ -378,6 +380,7 @@ class Dashboard:
             # _NameConvertor): a route's fixed words after it say which page or action; a GET
             # finds the page, a POST the action.
             Route("/schedules", page(self.schedules)),
+            Route("/schedules", action(self.create_schedule, "operate"), methods=["POST"]),
             Route(
                 "/schedules/{shard:int}/{name:name}/{verb:str}",
                 action(self.schedule_action, "operate"),
@@ -923,6 +926,7 @@ class Dashboard:
             kind=kind,
             paused=paused,
             unavailable=page.unavailable_shards,
+            overlaps=OVERLAP_POLICIES,
         )
 
     def _schedule_shard(self, request: Request) -> tuple[int, str]:
@@ -938,7 +942,9 @@ class Dashboard:
             shard, principal, lambda api: api.get_schedule(name, limit), write=False
         )
         # The input every run it starts gets: a payload, shown in full to operate and above only.
-        row = {**row, "input": views.payload_shown(row.get("input"), principal.shows_payloads("operate"))}
+        full = principal.shows_payloads("operate")
+        edit = _schedule_values(row, full)
+        row = {**row, "input": views.payload_shown(row.get("input"), full)}
         return self.render(
             request,
             "schedule.html",
@@ -950,6 +956,7 @@ class Dashboard:
             upcoming=views.upcoming(row, 5),
             overlaps=OVERLAP_POLICIES,
             limit=limit,
+            edit=edit,
         )
 
     async def schedule_action(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
@@ -963,6 +970,8 @@ class Dashboard:
             return await self._backfill_schedule(request, principal, form, shard, name)
         if verb == "delete":
             return await self._delete_schedule(request, principal, form, shard, name)
+        if verb == "edit":
+            return await self._edit_schedule(request, principal, form, shard, name)
         if verb == "pause":
             note = _blank_none(form.get("note"))
             call: Callable[[Any], Awaitable[Any]] = lambda api: api.pause_schedule(name, note, actor)  # noqa: E731
@@ -972,7 +981,7 @@ class Dashboard:
             overlap = _choice(form, "overlap", OVERLAP_POLICIES)
             call = lambda api: api.trigger_schedule(name, overlap, actor)  # noqa: E731
         else:
-            raise NotFound(f"no schedule action {verb!r}: use pause, resume, trigger, backfill or delete")
+            raise NotFound(f"no schedule action {verb!r}: use pause, resume, trigger, backfill, edit, delete")
         answer = await self.source.on_shard(shard, principal, call, write=True)
         if verb == "trigger":
             said = f"triggered: slot {views.when(answer.get('slot_at'))} {answer.get('status')}"
@@ -983,6 +992,82 @@ class Dashboard:
         else:
             said = f"schedule {'paused' if answer.get('paused') else 'running'}"
         return self._back(request, f"/schedules/{shard}/{views.segment(name)}", said)
+
+    async def create_schedule(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """`harvest schedule create-workflow` (POST /admin/schedules/workflow): the New schedule
+        form's workflow schedule, checked as the API checks its body (schedule_spec), created on
+        its home shard (the router's, as the API and a declaration place it). Bad input is a 400
+        naming the field, the form drawn again with what was sent."""
+        try:
+            kwargs = schedule_spec.create_arguments(_schedule_body(form, create=True), lambda _, given: given)
+            name, workflow_name = kwargs.pop("name"), kwargs.pop("workflow_name")
+            shard = self.source.router.schedule_home(name)
+            await self.source.on_shard(
+                shard,
+                principal,
+                lambda api: api.create_schedule(name, workflow_name, operator_id=principal.actor, **kwargs),
+                write=True,
+            )
+        except InvalidArgument as exc:
+            return self._schedule_refused(request, principal, exc, form)
+        return self._back(
+            request, f"/schedules/{shard}/{views.segment(name)}", f"created schedule {name} on shard {shard}"
+        )
+
+    async def _edit_schedule(
+        self, request: Request, principal: Principal, form: dict[str, str], shard: int, name: str
+    ) -> Response:
+        """`harvest schedule update` (PATCH /admin/schedules/{name}): the Edit form's fields
+        checked as the API checks its body, and of them only those that differ from the
+        schedule's sent (the form is drawn filled with all of them). A workflow schedule only:
+        a DAG's is its DAG's. Bad input is a 400 naming the field, the form drawn again."""
+
+        async def edit(api: Any) -> dict[str, Any]:
+            row = await api.get_schedule(name, 1)
+            if row.get("kind") != "workflow":
+                raise InvalidArgument(f"schedule {name!r} is a DAG's: edit it with its DAG (harvest dag)")
+            return _changed(row, schedule_spec.update_changes(_schedule_body(form, create=False)))
+
+        async def update(api: Any) -> dict[str, Any]:
+            changes = await edit(api)
+            if changes:
+                await api.update_schedule(name, changes, principal.actor)
+            return changes
+
+        try:
+            changes = await self.source.on_shard(shard, principal, update, write=True)
+        except InvalidArgument as exc:
+            return self._schedule_refused(request, principal, exc, form, shard=shard, name=name)
+        said = f"updated: {', '.join(sorted(changes))}" if changes else "nothing changed"
+        return self._back(request, f"/schedules/{shard}/{views.segment(name)}", said)
+
+    def _schedule_refused(
+        self,
+        request: Request,
+        principal: Principal,
+        exc: InvalidArgument,
+        form: dict[str, str],
+        *,
+        shard: int | None = None,
+        name: str | None = None,
+    ) -> Response:
+        """The New schedule or Edit form's 400: what was wrong (the field first) over the form,
+        filled with what was sent."""
+        if isinstance(exc, PayloadTooLarge):  # (an InvalidArgument whose answer is its 413)
+            raise exc
+        return self.render(
+            request,
+            "schedule_form.html",
+            400,
+            principal=principal,
+            status=400,
+            message=_one_line(exc),
+            create=name is None,
+            schedule_name=name,
+            shard=shard,
+            v=form,
+            overlaps=OVERLAP_POLICIES,
+        )
 
     async def _backfill_schedule(
         self, request: Request, principal: Principal, form: dict[str, str], shard: int, name: str
@@ -1502,6 +1587,69 @@ def _missing(*reads: Merged[Any]) -> list[int]:
 def _writer(source: Source, shard: int, principal: Principal) -> Callable[[], Any]:
     # A dry run too: it selects the rows it would act on FOR UPDATE, as the real run does.
     return lambda: source.lend(shard, principal, write=True)
+
+
+# The New schedule and Edit forms' text fields, sent on as they are (a blank one: not given).
+_SCHEDULE_TEXT = ("workflow_name", "cron", "tz", "every", "queue", "overlap", "catchup_window", "jitter")
+
+
+def _schedule_body(form: dict[str, str], *, create: bool) -> dict[str, Any]:
+    """The schedule form as the API's JSON body (schedule_spec checks it): input parsed as
+    JSON, max_active_runs and catchup converted when they read as a number and a boolean (what
+    does not is left for the check to refuse, naming the field)."""
+    data: dict[str, Any] = {}
+    for key in (*(("name",) if create else ()), *_SCHEDULE_TEXT):
+        value = _blank_none(form.get(key))
+        if value is not None:
+            data[key] = value
+    text = _blank_none(form.get("input"))
+    if text is not None:
+        try:
+            data["input"] = json.loads(text)
+        except ValueError as exc:
+            raise InvalidArgument(f"input: not JSON ({exc}); give the run's argument as JSON") from None
+    most = _blank_none(form.get("max_active_runs"))
+    if most is not None:
+        data["max_active_runs"] = int(most) if re.fullmatch(r"[+-]?\d{1,18}", most) else most
+    catchup = _blank_none(form.get("catchup"))
+    if catchup is not None:
+        data["catchup"] = {"true": True, "false": False}.get(catchup.lower(), catchup)
+    if create and form.get("paused"):
+        data["paused"] = True
+    return data
+
+
+def _schedule_values(row: dict[str, Any], shows_input: bool) -> dict[str, str]:
+    """A workflow schedule's fields as its Edit form shows them (strings; the input only to a
+    principal who sees payloads, and only when it is one argument, as the form sends it)."""
+    out = {
+        "workflow_name": row.get("workflow_name") or "",
+        "queue": row.get("queue") or "",
+        "max_active_runs": str(row.get("max_active_runs") or ""),
+        "overlap": row.get("overlap") or "",
+        "catchup": "true" if row.get("catchup") else "false",
+    }
+    if row.get("cron"):
+        out.update(cron=row["cron"], tz=row.get("timezone") or "UTC")
+    elif row.get("interval_secs"):
+        out["every"] = f"{row['interval_secs']}s"
+    if row.get("catchup") and row.get("catchup_window_secs"):
+        out["catchup_window"] = f"{row['catchup_window_secs']}s"
+    if row.get("jitter_secs"):
+        out["jitter"] = f"{float(row['jitter_secs']):g}s"
+    arguments = row.get("input")
+    if shows_input and isinstance(arguments, list) and len(arguments) == 1:
+        out["input"] = json.dumps(arguments[0], default=json_default, ensure_ascii=False)
+    return out
+
+
+def _changed(row: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """Of an Edit form's ``changes``, those that differ from schedule ``row``'s (a catch-up
+    turned on or off keeps the window sent with it: alone, the mode's default window is taken)."""
+    out = {k: v for k, v in changes.items() if row.get(k) != v}
+    if "catchup" in out and "catchup_window_secs" in changes:
+        out["catchup_window_secs"] = changes["catchup_window_secs"]
+    return out
 
 
 def _blank_none(value: str | None) -> str | None:

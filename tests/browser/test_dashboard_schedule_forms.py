@@ -1,0 +1,300 @@
+"""A workflow schedule created from /schedules' New schedule form and changed from its page's
+Edit form over HTTP (fast suite): checked as POST /admin/schedules/workflow and PATCH check a body
+(harvest.web.schedule_spec), bad input a 400 naming the field with the form filled again, refused
+from another site's page and to a read token, the audit row with the source ui
+(docs/dashboard.md, "Schedules")."""
+
+from __future__ import annotations
+
+import html
+import re
+import urllib.parse
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from dashboard_helpers import TokenScopes
+from starlette.testclient import TestClient
+
+from harvest.declare.schedules import OVERLAP_POLICIES
+from harvest.web.ui import dashboard_app
+
+READ, OPERATE = ({"Authorization": f"Bearer {s}-token"} for s in ("read", "operate"))
+OURS = {"Origin": "http://127.0.0.1:8080", "Sec-Fetch-Site": "same-origin"}
+OTHER_SITES = ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"})
+PAGE = "/schedules/0/hourly%2Freport"
+
+
+@pytest.fixture
+def client(db: str) -> Iterator[TestClient]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.create_schedule('hourly/report', 'report', p_interval_secs => 3600,"
+            " p_max_active_runs => 2, p_queue => 'reports')"
+        )
+    app = dashboard_app(dsn=db, authorizer=TokenScopes())
+    with TestClient(app, base_url="http://127.0.0.1:8080") as c:
+        yield c
+
+
+def _row(db: str, name: str) -> dict | None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        got = conn.execute(
+            "SELECT to_jsonb(s) FROM harvest.schedules AS s WHERE s.name = %s", (name,)
+        ).fetchone()
+    return got[0] if got else None
+
+
+def _audit(db: str, operation: str) -> list[tuple]:
+    """The audit rows of ``operation``, but the fixture's own create (over SQL, as postgres)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT source, target, actor, details FROM harvest.audit_log WHERE operation = %s"
+            " AND actor IS DISTINCT FROM 'postgres' ORDER BY id",
+            (operation,),
+        ).fetchall()
+
+
+def _form(page: str, form_id: str) -> tuple[str, dict[str, str]]:
+    """The action and the fields of form ``form_id``: its inputs' values, its textareas' text
+    and its selects' chosen options, as a browser submits them."""
+    form = re.search(rf'<form[^>]*id="{form_id}"[^>]*action="([^"]+)"(.*?)</form>', page, re.S)
+    assert form, form_id
+    body = form.group(2)
+    inputs = r'<input (?![^>]*type="checkbox")[^>]*name="([^"]+)"[^>]*value="([^"]*)"'
+    fields = dict(re.findall(inputs, body))
+    fields.update(re.findall(r'<textarea [^>]*name="([^"]+)"[^>]*>(.*?)</textarea>', body, re.S))
+    for name, options in re.findall(r'<select name="([^"]+)">(.*?)</select>', body, re.S):
+        chosen = re.search(r'<option value="([^"]*)" selected>', options) or re.search(
+            r'<option value="([^"]*)"', options
+        )
+        fields[name] = chosen.group(1)
+    return html.unescape(form.group(1)), {html.unescape(n): html.unescape(v) for n, v in fields.items()}
+
+
+def _refilled(drawn: dict[str, str], sent: dict[str, str]) -> bool:
+    """The form drawn again holds what was sent (a select, only a value it offers: a browser
+    sends no other)."""
+    offered = {"overlap": ("", *OVERLAP_POLICIES), "catchup": ("true", "false")}
+    return all(v == sent[k] for k, v in drawn.items() if sent[k] in offered.get(k, (sent[k],)))
+
+
+def _said(response) -> str:
+    return urllib.parse.parse_qs(urllib.parse.urlsplit(response.headers["location"]).query)["msg"][0]
+
+
+NEW = {
+    "name": "nightly/sales",
+    "workflow_name": "sales",
+    "cron": "0 2 * * *",
+    "tz": "Europe/Paris",
+    "every": "",
+    "input": '{"region": "eu"}',
+    "queue": "reports",
+    "max_active_runs": "3",
+    "overlap": "allow_all",
+    "catchup": "true",
+    "catchup_window": "2h",
+    "jitter": "30s",
+}
+
+
+def test_a_schedule_made_on_the_new_schedule_form_is_listed_and_fires(client: TestClient, db: str) -> None:
+    assert 'id="create-form"' not in client.get("/schedules", headers=READ).text  # a read token: no form
+    action, blank = _form(client.get("/schedules", headers=OPERATE).text, "create-form")
+    assert action == "/schedules" and blank["name"] == "" and blank["catchup"] == "false"
+    assert client.post(action, headers=READ, data=NEW).status_code == 403
+    for sent_from in OTHER_SITES:
+        refused = client.post(action, headers={**OPERATE, **sent_from}, data=NEW, follow_redirects=False)
+        assert refused.status_code == 403, sent_from
+    assert _row(db, "nightly/sales") is None and _audit(db, "schedule.create") == []
+
+    done = client.post(action, headers={**OPERATE, **OURS}, data=NEW, follow_redirects=False)
+    assert done.status_code == 303, done.text
+    page = "/schedules/0/nightly%2Fsales"
+    assert done.headers["location"].startswith(f"{page}?")
+    assert _said(done) == "created schedule nightly/sales on shard 0"
+    row = _row(db, "nightly/sales")
+    assert row is not None
+    assert {k: row[k] for k in ("workflow_name", "cron", "interval_secs", "timezone", "input", "queue")} == {
+        "workflow_name": "sales",
+        "cron": "0 2 * * *",
+        "interval_secs": None,
+        "timezone": "Europe/Paris",
+        "input": [{"region": "eu"}],
+        "queue": "reports",
+    }
+    assert (row["max_active_runs"], row["overlap"], row["catchup"], row["catchup_window_secs"]) == (
+        3,
+        "allow_all",
+        True,
+        7200,
+    )
+    assert float(row["jitter_secs"]) == 30 and row["paused"] is False and row["declared"] is False
+    assert [a[:3] for a in _audit(db, "schedule.create")] == [("ui", "nightly/sales", "operate-user")]
+
+    listed = client.get("/schedules", headers=READ).text
+    assert 'data-name="nightly/sales"' in listed and 'href="/schedules/0/nightly%2Fsales"' in listed
+    fired = client.post(f"{page}/trigger", headers={**OPERATE, **OURS}, data={}, follow_redirects=False)
+    assert fired.status_code == 303 and _said(fired).startswith("triggered: slot")
+    with psycopg.connect(db, autocommit=True) as conn:
+        runs = conn.execute(
+            "SELECT workflow_name, queue FROM harvest.executions"
+            " WHERE workflow_id LIKE 'sched:nightly/sales:%%'"
+        ).fetchall()
+    assert runs == [("sales", "reports")]
+
+    again = client.post(action, headers=OPERATE, data=NEW, follow_redirects=False)
+    assert again.status_code == 409 and len(_audit(db, "schedule.create")) == 1
+    # an interval, created paused, its workflow named after it by default
+    every = {"name": "tick", "every": "15m", "paused": "true"}
+    assert client.post(action, headers=OPERATE, data=every, follow_redirects=False).status_code == 303
+    tick = _row(db, "tick")
+    assert (tick["workflow_name"], tick["interval_secs"], tick["cron"], tick["paused"]) == (
+        "tick",
+        900,
+        None,
+        True,
+    )
+
+
+def test_an_edit_form_is_the_schedule_filled_in_and_sends_what_changed(client: TestClient, db: str) -> None:
+    assert 'id="edit-form"' not in client.get(PAGE, headers=READ).text
+    action, fields = _form(client.get(PAGE, headers=OPERATE).text, "edit-form")
+    assert action == f"{PAGE}/edit"
+    assert fields == {
+        "workflow_name": "report",
+        "cron": "",
+        "tz": "",
+        "every": "3600s",
+        "input": "",
+        "queue": "reports",
+        "max_active_runs": "2",
+        "overlap": "skip",
+        "catchup": "false",
+        "catchup_window": "",
+        "jitter": "",
+    }
+    changed = {**fields, "every": "", "cron": "30 * * * *", "tz": "Asia/Tokyo", "max_active_runs": "4"}
+    assert client.post(action, headers=READ, data=changed).status_code == 403
+    for sent_from in OTHER_SITES:
+        refused = client.post(action, headers={**OPERATE, **sent_from}, data=changed, follow_redirects=False)
+        assert refused.status_code == 403, sent_from
+    assert _row(db, "hourly/report")["interval_secs"] == 3600 and _audit(db, "schedule.update") == []
+
+    done = client.post(action, headers={**OPERATE, **OURS}, data=changed, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"].startswith(f"{PAGE}?")
+    assert _said(done) == "updated: cron, max_active_runs, timezone"
+    row = _row(db, "hourly/report")
+    assert (row["cron"], row["interval_secs"], row["timezone"], row["max_active_runs"]) == (
+        "30 * * * *",
+        None,
+        "Asia/Tokyo",
+        4,
+    )
+    assert (row["queue"], row["workflow_name"], row["overlap"]) == ("reports", "report", "skip")
+    [(source, target, actor, detail)] = _audit(db, "schedule.update")
+    assert (source, target, actor) == ("ui", "hourly/report", "operate-user")
+    assert detail["changes"] == {"cron": "30 * * * *", "timezone": "Asia/Tokyo", "max_active_runs": 4}
+
+    # the page shows the new spec, and its Edit form is filled with it
+    page = client.get(PAGE, headers=OPERATE).text
+    assert "30 * * * *" in page and "Asia/Tokyo" in page
+    _, now = _form(page, "edit-form")
+    assert (now["cron"], now["tz"], now["every"], now["max_active_runs"]) == (
+        "30 * * * *",
+        "Asia/Tokyo",
+        "",
+        "4",
+    )
+    same = client.post(action, headers=OPERATE, data=now, follow_redirects=False)
+    assert _said(same) == "nothing changed" and len(_audit(db, "schedule.update")) == 1
+
+    # catch-up on with a window, an input: sent; a DAG's schedule has no Edit form
+    more = {**now, "catchup": "true", "catchup_window": "1h", "input": "[1, 2]", "jitter": "5s"}
+    assert "catchup, catchup_window_secs, input, jitter_secs" in _said(
+        client.post(action, headers=OPERATE, data=more, follow_redirects=False)
+    )
+    row = _row(db, "hourly/report")
+    assert (row["catchup"], row["catchup_window_secs"], row["input"]) == (True, 3600, [[1, 2]])
+    assert 'id="edit-declared"' not in page
+
+
+def test_editing_a_declared_schedule_says_what_the_app_does_with_the_edit(
+    client: TestClient, db: str
+) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("UPDATE harvest.schedules SET declared = true WHERE name = 'hourly/report'")
+    page = client.get(PAGE, headers=OPERATE).text
+    assert 'id="edit-declared"' in page and "An edit stays" in page and "warns of it at boot" in page
+
+
+CREATE_BAD = [
+    ({"name": ""}, "name: is required"),
+    ({"cron": "61 * * * *"}, "cron: Schedule.cron: the minute field"),
+    ({"tz": "Mars/Olympus"}, "tz: Schedule.cron: tz 'Mars/Olympus' is not a known time zone"),
+    ({"every": "15m"}, "every: give cron or every, not both"),
+    ({"cron": "", "tz": ""}, "cron: give cron or every"),
+    ({"cron": "", "tz": "", "every": "often"}, "every: Schedule.every: cannot parse 'often'"),
+    ({"cron": "", "every": "1h"}, "tz: tz goes with cron"),
+    ({"input": "{region"}, "input: not JSON"),
+    ({"max_active_runs": "many"}, 'max_active_runs: expected a number, got "many"'),
+    ({"max_active_runs": "0"}, "max_active_runs: 0 is out of range 1..1000000"),
+    ({"overlap": "often"}, "overlap: 'often' is not one of skip"),
+    ({"catchup": "maybe"}, 'catchup: expected true or false, got "maybe"'),
+    ({"catchup_window": "soon"}, "catchup_window: catchup_window: cannot parse"),
+    ({"catchup": "false"}, "catchup_window: a window turns catch-up on"),
+    ({"jitter": "-5s"}, "jitter: jitter: '-5s' is not a non-negative"),
+]
+
+
+@pytest.mark.parametrize(("sent", "said"), CREATE_BAD)
+def test_a_bad_new_schedule_is_a_400_naming_its_field_with_the_form_filled_again(
+    client: TestClient, db: str, sent: dict[str, str], said: str
+) -> None:
+    form = {**NEW, **sent}
+    refused = client.post("/schedules", headers={**OPERATE, **OURS}, data=form)
+    assert refused.status_code == 400, refused.text
+    error = re.search(r'id="form-error">(.*?)</p>', refused.text, re.S)
+    assert error and said in html.unescape(error.group(1)), refused.text
+    _, again = _form(refused.text, "create-form")
+    assert _refilled(again, form)
+    assert _row(db, form["name"] or "x") is None and _audit(db, "schedule.create") == []
+
+
+# (an edit with no cron and no interval keeps the schedule's: no "give cron or every")
+EDIT_BAD = [case for case in CREATE_BAD if "name" not in case[0] and case[1] != "cron: give cron or every"]
+
+
+@pytest.mark.parametrize(("sent", "said"), EDIT_BAD)
+def test_a_bad_edit_is_a_400_naming_its_field_with_the_form_filled_again(
+    client: TestClient, db: str, sent: dict[str, str], said: str
+) -> None:
+    action, fields = _form(client.get(PAGE, headers=OPERATE).text, "edit-form")
+    # a cron schedule's form (every emptied), with the field of the case
+    form = {
+        **fields,
+        "every": "",
+        "cron": "0 2 * * *",
+        "tz": "UTC",
+        "catchup": "true",
+        "catchup_window": "2h",
+        **sent,
+    }
+    refused = client.post(action, headers=OPERATE, data=form)
+    assert refused.status_code == 400, refused.text
+    error = re.search(r'id="form-error">(.*?)</p>', refused.text, re.S)
+    assert error and said in html.unescape(error.group(1)), refused.text
+    _, again = _form(refused.text, "edit-form")
+    assert _refilled(again, form)
+    assert _row(db, "hourly/report")["interval_secs"] == 3600 and _audit(db, "schedule.update") == []
+
+
+def test_a_dags_schedule_is_not_edited_here(client: TestClient, db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("UPDATE harvest.schedules SET kind = 'dag' WHERE name = 'hourly/report'")
+    page = client.get(PAGE, headers=OPERATE).text
+    assert 'id="edit-form"' not in page and 'id="edit-dag"' in page
+    refused = client.post(f"{PAGE}/edit", headers=OPERATE, data={"every": "2h"})
+    assert refused.status_code == 400 and "is a DAG&#39;s" in refused.text
+    assert _row(db, "hourly/report")["interval_secs"] == 3600
