@@ -11,9 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import demo_app
+import psycopg
 import pytest
 from dashboard_demo import Demo, start_demo
-from dashboard_helpers import make_driver
+from dashboard_helpers import TokenScopes, make_driver
+from starlette.testclient import TestClient
+
+from harvest.web.ui import dashboard_app
 
 
 @pytest.fixture
@@ -25,6 +29,21 @@ def demo(db: str) -> Iterator[Demo]:
         demo_app.RELEASE.set()
         worker.stop()
         found.client.close()
+
+
+@pytest.fixture
+def client(db: str) -> Iterator[TestClient]:
+    """The dashboard over one database (TokenScopes' tokens), which holds workflow schedule
+    hourly/report (every hour, 2 active runs at most, queue reports): the schedule actions' and
+    forms' tests."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.create_schedule('hourly/report', 'report', p_interval_secs => 3600,"
+            " p_max_active_runs => 2, p_queue => 'reports')"
+        )
+    app = dashboard_app(dsn=db, authorizer=TokenScopes())
+    with TestClient(app, base_url="http://127.0.0.1:8080") as c:
+        yield c
 
 
 # -- the browser ---------------------------------------------------------------------------------

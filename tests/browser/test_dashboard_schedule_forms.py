@@ -9,32 +9,17 @@ from __future__ import annotations
 import html
 import re
 import urllib.parse
-from collections.abc import Iterator
 
 import psycopg
 import pytest
-from dashboard_helpers import TokenScopes
 from starlette.testclient import TestClient
 
 from harvest.declare.schedules import OVERLAP_POLICIES
-from harvest.web.ui import dashboard_app
 
 READ, OPERATE = ({"Authorization": f"Bearer {s}-token"} for s in ("read", "operate"))
 OURS = {"Origin": "http://127.0.0.1:8080", "Sec-Fetch-Site": "same-origin"}
 OTHER_SITES = ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"})
 PAGE = "/schedules/0/hourly%2Freport"
-
-
-@pytest.fixture
-def client(db: str) -> Iterator[TestClient]:
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute(
-            "SELECT harvest.create_schedule('hourly/report', 'report', p_interval_secs => 3600,"
-            " p_max_active_runs => 2, p_queue => 'reports')"
-        )
-    app = dashboard_app(dsn=db, authorizer=TokenScopes())
-    with TestClient(app, base_url="http://127.0.0.1:8080") as c:
-        yield c
 
 
 def _row(db: str, name: str) -> dict | None:

@@ -112,6 +112,25 @@ def test_a_patch_of_the_cron_alone_keeps_the_zone(api) -> None:
     assert (moved.json()["cron"], moved.json()["timezone"]) == ("0 5 * * *", "Asia/Tokyo")
 
 
+def test_an_unknown_zone_is_named_tz_and_a_window_with_catchup_false_is_refused(api) -> None:
+    """A zone no IANA name is a 400 naming tz (it named cron), on a create and a PATCH; a
+    catch-up window with catchup false is refused as the CLI's --no-catchup --catchup-window is
+    (the window won: catch-up silently on). One check for the API and the dashboard's forms
+    (harvest.web.schedule_spec)."""
+    zone = {"name": "z", "cron": "0 3 * * *", "tz": "Mars/Olympus"}
+    refused = api.post("/admin/schedules/workflow", json=zone)
+    assert refused.status_code == 400 and error_of(refused)["field"] == "tz", refused.text
+    window = {"name": "w", "every": "1h", "catchup": False, "catchup_window": "2h"}
+    refused = api.post("/admin/schedules/workflow", json=window)
+    assert refused.status_code == 400 and error_of(refused)["field"] == "catchup_window", refused.text
+    assert api.post("/admin/schedules/workflow", json={"name": "w", "every": "1h"}).status_code == 201
+    patched = api.patch("/admin/schedules/w", json={"cron": "0 3 * * *", "tz": "Nowhere/Else"})
+    assert patched.status_code == 400 and error_of(patched)["field"] == "tz"
+    patched = api.patch("/admin/schedules/w", json={"catchup": False, "catchup_window": "1h"})
+    assert patched.status_code == 400 and error_of(patched)["field"] == "catchup_window"
+    assert api.get("/admin/schedules/w").json()["catchup"] is False
+
+
 def test_schedule_routes_answer_every_status(api) -> None:
     made = api.post(
         "/admin/schedules/workflow",
