@@ -236,7 +236,8 @@ def test_schedules_dags_and_a_paused_run(browser: Any, site: str, demo: Demo) ->
     browser.get(f"{site}/schedules")
     click_and_wait(browser, browser.find_element(By.LINK_TEXT, "greet-yearly"))
     assert len(browser.find_elements(By.CSS_SELECTOR, "#upcoming li")) == 5
-    assert _forms(browser) == {"pause-form", "trigger-form", "backfill-form", "delete-form"}
+    assert _forms(browser) == {"pause-form", "trigger-form", "backfill-form", "edit-form", "delete-form"}
+    assert "An App declares this schedule" in _text(browser, "#edit-declared")  # what an edit does then
     click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#trigger-form button"))
     assert "triggered" in _text(browser, ".flash")
     with demo.client.sql() as sql:
@@ -284,6 +285,29 @@ def test_schedules_dags_and_a_paused_run(browser: Any, site: str, demo: Demo) ->
     assert [
         r.get_attribute("data-name") for r in browser.find_elements(By.CSS_SELECTOR, "#schedules tbody tr")
     ] == ["nightly_etl"]
+
+    # a schedule made on the New schedule form (paused: it fires nothing here), then edited
+    form = browser.find_element(By.ID, "create-form")
+    form.find_element(By.NAME, "name").send_keys("greet-weekly")
+    form.find_element(By.NAME, "cron").send_keys("0 9 * * 1")
+    form.find_element(By.NAME, "tz").send_keys("Europe/Paris")
+    form.find_element(By.NAME, "paused").click()
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
+    assert _text(browser, ".flash") == "created schedule greet-weekly on shard 0"
+    assert "cron 0 9 * * 1 Europe/Paris" in _text(browser, ".facts")
+    assert not browser.find_elements(By.ID, "edit-declared")  # made at run time: no App declares it
+    form = browser.find_element(By.ID, "edit-form")
+    most = form.find_element(By.NAME, "max_active_runs")
+    most.clear()
+    most.send_keys("3")
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
+    assert _text(browser, ".flash") == "updated: max_active_runs"
+    assert (
+        browser.find_element(By.ID, "edit-form")
+        .find_element(By.NAME, "max_active_runs")
+        .get_attribute("value")
+        == "3"
+    )
 
     # the DAGs, one DAG's runs, a run's graph
     click_and_wait(browser, browser.find_element(By.LINK_TEXT, "DAGs"))
