@@ -285,3 +285,19 @@ def test_a_zlib_bomb_is_refused_at_the_bound_not_inflated() -> None:
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="max_decoded_bytes"):
             ZlibCodec(max_decoded_bytes=bad)
+
+
+def test_a_payload_past_the_zlib_bound_says_how_to_read_it_and_the_api_hands_it_on() -> None:
+    """A payload stored before the bound can decompress past it (a 65 MiB repetitive result is
+    about 64 kB stored): the refusal says how to read it (a larger bound in the App's ZlibCodec,
+    the CLI's --app), and the keyless face (the management API), which cannot be given another
+    bound, answers it as stored, as an encrypted one, for its caller to decode."""
+    from harvest.core.codecs import KeylessChain
+    from harvest.core.errors import PayloadTooLargeToDecode
+
+    stored = _bomb(65 << 20, 1)
+    with pytest.raises(PayloadTooLargeToDecode, match=r"max_decoded_bytes=None.*--app"):
+        CodecChain([]).decode(stored)
+    assert KeylessChain().decode(stored) is stored
+    assert KeylessChain().decode_tree({"output": stored}) == {"output": stored}
+    assert len(CodecChain([ZlibCodec(max_decoded_bytes=None)]).decode(stored)) == 65 << 20

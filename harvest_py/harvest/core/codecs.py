@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
-from harvest.core.errors import PayloadError, PayloadKeyMissing
+from harvest.core.errors import PayloadError, PayloadKeyMissing, PayloadTooLargeToDecode
 from harvest.core.payload import PAYLOAD_MARKERS
 
 __all__ = [
@@ -109,9 +109,10 @@ class ZlibCodec:
         except zlib.error as exc:
             raise PayloadError(f"a zlib payload is corrupt: {exc}") from None
         if most is not None and len(out) > most:
-            raise PayloadError(
+            raise PayloadTooLargeToDecode(
                 f"a zlib payload decompresses to more than {most} bytes, the most this process "
-                "decodes (ZlibCodec(max_decoded_bytes=...)): not decoded"
+                "decodes: not decoded; a payload stored before this bound can be read with a larger "
+                "one (App(codecs=[ZlibCodec(max_decoded_bytes=None)]) in the worker, the CLI's --app)"
             )
         if not inflate.eof:
             raise PayloadError("a zlib payload is corrupt: incomplete or truncated stream")
@@ -416,12 +417,14 @@ class KeylessChain(CodecChain):
     """The chain of a face that holds no keys and hands payloads on (the management API): an
     envelope it cannot decode (an encrypted one) is answered as stored, saying what it is, for
     a caller holding the key to decode (a Client with codecs, the CLI's ``--app``); a ``zlib``
-    one is decoded, as every process decodes it."""
+    one is decoded, as every process decodes it, unless it decompresses past the default bound
+    (MAX_DECODED_BYTES, which this face cannot be given another of): that one is answered as
+    stored too, for a caller whose ZlibCodec allows it (a run's read is not a 400 for it)."""
 
     def decode(self, value: Any) -> Any:
         try:
             return super().decode(value)
-        except PayloadKeyMissing:
+        except (PayloadKeyMissing, PayloadTooLargeToDecode):
             return value
 
 

@@ -301,6 +301,12 @@ class PayloadKeyMissing(PayloadError):
         self.key_id, self.known = key_id, known
 
 
+class PayloadTooLargeToDecode(PayloadError):
+    """A ``zlib`` layer of a payload decompresses past this process's bound
+    (``ZlibCodec(max_decoded_bytes=...)``, 64 MiB by default): not decoded here. A process with a
+    larger bound (or None) decodes it; the management API answers it as stored (docs/payloads.md)."""
+
+
 class LegalHoldActive(HarvestError):
     """A legal hold is set on the execution (SQLSTATE HR030): its payloads cannot be erased
     until an admin releases the hold. Nothing was changed."""
