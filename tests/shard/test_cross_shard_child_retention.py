@@ -445,6 +445,36 @@ def test_release_owed_ends_force_releases_a_live_parent_shard_and_is_audited(sha
     assert _release_audit(shards, 1) == [("ops-restore", 2, True), ("ops-restore", 0, True)]
 
 
+def test_release_owed_ends_refuses_a_parent_shard_whose_server_turns_the_probe_away(shards) -> None:
+    """Shard 0's server is up but takes no connection now (at its connection limit, starting
+    up, in recovery: libpq reports these with no SQLSTATE): the probe took it for a shard gone
+    for good and released every end owed to it, though its parents still wait. Now it is
+    refused as a shard that could not be checked (exit 2, nothing released; --force goes on)."""
+    from psycopg import conninfo
+
+    _owed_runs(shards, 1, 0, ended=2)
+    role = f"busy_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(shards.dsns[0], autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw' CONNECTION LIMIT 0")
+    try:
+        env = {
+            **_cli_env(shards, readable=(1, 2)),
+            "HARVEST_SHARDS__URLS__0": conninfo.make_conninfo(shards.dsns[0], user=role, password="pw"),
+        }
+        result, done = _cli(env, "shard", "release-owed-ends", "0", "--operator-id", "ops")
+    finally:
+        with psycopg.connect(shards.dsns[0], autocommit=True) as conn:
+            conn.execute(f"DROP ROLE {role}")
+    assert result.exit_code == 2, result.output
+    assert done is None, "nothing is printed as released"
+    line = _one_line(
+        result.stderr, "shard 0 could not be checked: its server answered but took no connection"
+    )
+    assert "too many connections" in line and "--force" in line, line
+    assert "pw" not in line and shards.names[0] not in line, line
+    assert _still_owed(shards, 1, 0) == 2 and _release_audit(shards, 1) == [], "nothing released"
+
+
 def test_release_owed_ends_releases_for_a_parent_shard_it_cannot_reach_and_says_why(shards) -> None:
     """A parent's shard that does not answer (its server down, no url for it) is released for as
     before, the line saying why it could not be reached (never its url or host); the audit row

@@ -261,7 +261,8 @@ def parent_check(probe: dict[str, Any] | None, dry_run: bool) -> str:
     from :func:`harvest.shard.health.probe_shard`'s answer (None: not probed, ``--force``).
     A shard alive as itself is refused (ParentShardAlive: its parents would wait for ever for the
     ends let go), and so is one whose url reaches another shard's database (nothing says where its
-    own is), except in a dry run, where it is a warning; any other answer is a line saying why it
+    own is), and one whose server answered but took no connection (busy: at its connection
+    limit, starting up), except in a dry run, where it is a warning; any other answer is a line saying why it
     could not be reached, and the release goes on (docs/sharding.md, "Children on other
     shards"). The CLI over SQL and the route alike; the CLI over HTTP says it from the answer."""
     if probe is None:
@@ -274,6 +275,13 @@ def parent_check(probe: dict[str, Any] | None, dry_run: bool) -> str:
             f"shard {shard} could not be checked: {probe['detail']}; fix shards.urls.{shard} and run "
             "this again, or force it (--force, force: true over HTTP) if shard "
             f"{shard} is gone for good"
+        )
+    elif probe["reason"] == "busy":
+        # Its server is up and turned the probe away for now (at its connection limit, starting
+        # up): a live shard as likely as not, and a release cannot be taken back.
+        refusal = (
+            f"shard {shard} could not be checked: {probe['detail']}; run this again when it takes "
+            f"connections, or force it (--force, force: true over HTTP) if shard {shard} is gone for good"
         )
     elif not probe["alive"]:
         what = "is retired" if probe["reason"] == "retired" else "could not be reached"

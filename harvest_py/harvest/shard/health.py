@@ -23,6 +23,7 @@ polls, or None for a shard that could not be read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -401,8 +402,9 @@ def probe_shard(
     exists in the config only: its database, until dropped, still answers as itself), and its
     database (``urls``) answers as a migrated Harvest shard with that id. Answers ``{"shard_id",
     "alive", "reason", "detail"}``: ``reason`` is ``alive``, ``retired``, ``not_configured``,
-    ``unreachable``, ``schema_missing`` or ``identity_mismatch``; ``detail`` says why in words,
-    never a URL or a password. One short read-only connection; never raises."""
+    ``unreachable``, ``busy`` (its server answered but took no connection: at its connection
+    limit, starting up, in recovery), ``schema_missing`` or ``identity_mismatch``; ``detail``
+    says why in words, never a URL or a password. One short read-only connection; never raises."""
 
     def answer(reason: str, detail: str) -> dict[str, Any]:
         return {"shard_id": shard, "alive": reason == "alive", "reason": reason, "detail": detail}
@@ -426,10 +428,23 @@ def probe_shard(
                     raise
                 return answer("schema_missing", "its database was migrated before shard identity")
     except (HarvestError, DatabaseError) as exc:
-        return answer("unreachable", f"unreachable: {_cause(exc, dsn)}")
+        cause = _cause(exc, dsn)
+        if _SERVER_UP.search(cause):
+            return answer("busy", f"its server answered but took no connection: {cause}")
+        return answer("unreachable", f"unreachable: {cause}")
     if identity != shard:
         return answer("identity_mismatch", f"its url reaches the database of shard {identity}")
     return answer("alive", f"its database answers as shard {shard}")
+
+
+# A connect the server itself turned away for now: it is up (a live shard at its connection limit,
+# restarting, in recovery), not gone. libpq reports these with no SQLSTATE, in words
+# (harvest.db.pools.database_unreachable); refused, not taken for a shard gone for good.
+_SERVER_UP = re.compile(
+    r"too many (?:connections|clients)|connection slots are reserved|the database system is "
+    r"(?:starting up|shutting down|in recovery mode|not (?:yet )?accepting connections)",
+    re.IGNORECASE,
+)
 
 
 def _cause(exc: BaseException, dsn: str) -> str:

@@ -778,8 +778,9 @@ ENDPOINTS = [
         ),
         responses={
             200: "Released (dry_run: their counts); parent_check says what the parent's shard answered",
-            409: "parent_shard_alive: the parent's shard answers as itself and is not retired; nothing "
-            "released (force: true releases all the same)",
+            409: "parent_shard_alive: the parent's shard answers as itself and is not retired (or could not "
+            "be checked: a wrong url, a server that took no connection); nothing released (force: true "
+            "releases all the same)",
         },
         tag="admin",
     ),
