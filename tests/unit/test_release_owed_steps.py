@@ -76,5 +76,10 @@ def test_a_parent_shard_whose_url_reaches_another_shard_is_refused_as_a_live_one
     assert parent_check(wrong, dry_run=True).startswith("warning: shard 2 could not be checked")
     with pytest.raises(ParentShardAlive, match="reachable and alive"):
         parent_check(probe("alive", "its database answers as shard 2"), dry_run=False)
+    # A server that answered but took no connection (at its limit, starting up) is up: refused too.
+    busy = probe("busy", 'its server answered but took no connection: too many connections for role "h"')
+    with pytest.raises(ParentShardAlive, match=r"shard 2 could not be checked: .*when it takes connections"):
+        parent_check(busy, dry_run=False)
+    assert parent_check(busy, dry_run=True).startswith("warning: shard 2 could not be checked")
     gone = parent_check(probe("unreachable", "unreachable: Connection refused"), dry_run=False)
     assert gone.startswith("shard 2 could not be reached")
