@@ -25,7 +25,7 @@ async def step_b(ctx) -> str:
 @workflow(name="evolving")
 async def evolving_v1(ctx) -> str:
     first = await ctx.execute_activity(step_a)
-    await ctx.sleep(0.2)
+    await ctx.sleep(1.5)
     return first
 
 
@@ -33,7 +33,7 @@ async def evolving_v1(ctx) -> str:
 async def evolving_v2(ctx) -> str:
     # A bad deploy: the first command changed under a running history.
     first = await ctx.execute_activity(step_b)
-    await ctx.sleep(0.2)
+    await ctx.sleep(1.5)
     return first
 
 
@@ -46,7 +46,11 @@ def _after_a_bad_deploy(db: str, start_worker, client: Client, **options) -> tup
     while "TimerStarted" not in [e["event_type"] for e in handle.history()]:
         assert time.monotonic() < deadline, "the first workflow task never completed"
         time.sleep(0.05)
+    # The timer is long enough that v1 has stopped before it fires: a v1 still running when it
+    # fired would take the next workflow task and end the run the old way (seen once with a 0.2 s
+    # timer under a loaded CI), and no v2 would ever replay it.
     v1.stop()
+    assert handle.describe()["status"] == "RUNNING", "v1 ended the run before it stopped"
     events_before = len(handle.history())
 
     start_worker(App(workflows=[evolving_v2], activities=[step_a, step_b]), cache_size=0, **options)

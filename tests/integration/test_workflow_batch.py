@@ -473,6 +473,10 @@ def _deadlocked_terminate(db: str, held_task: str, wanted_run: str, timeouts: tu
     other session holds ``held_task``'s run's task, and once the step waits on it, asks for
     ``wanted_run``'s row (which the step holds), then commits. ``timeouts``: the step's
     deadlock_timeout and the other session's (who waited first and longer is the one aborted).
+    The server checks a wait for a cycle once, when its deadlock_timeout ends: the step's must
+    end after the other session joins the cycle (this thread sees the step wait, by polling,
+    then asks), so it is seconds, not milliseconds (50 ms lost that race under a loaded CI, and
+    the other session's own check, 10 min later, aborted it instead).
     The step's answer; the other session's error, if any, is raised."""
     other = psycopg.connect(db)
     other.execute(f"SET deadlock_timeout = '{timeouts[1]}'")
@@ -513,7 +517,7 @@ def test_a_deadlock_on_one_run_is_retried_in_place_not_counted_failed(db, conn) 
     session goes on and commits, and the run is terminated on its next attempt, not failed."""
     run = _runs(conn, "send_digest", 1, "deadlock")[0]
     assert _col(db, "SELECT count(*) FROM harvest.tasks WHERE execution_id = %s", run) == [1]
-    answer = _deadlocked_terminate(db, run, run, ("50ms", "10min"))
+    answer = _deadlocked_terminate(db, run, run, ("2s", "1min"))
     assert (answer["acted"], answer["failures"], answer["execution_ids"]) == (1, [], [run]), answer
     assert _col(db, "SELECT status FROM harvest.executions WHERE id = %s", run) == ["TERMINATED"]
 
@@ -527,7 +531,7 @@ def test_a_deadlock_while_an_earlier_run_is_held_fails_the_run_not_the_other_ses
     transaction). r1 counts as failed at once (one attempt); the other session commits."""
     r0, r1 = _runs(conn, "send_digest", 2, "held")
     # (the same timeout both sides: the step, which waited first, is the one aborted)
-    answer = _deadlocked_terminate(db, r1, r0, ("300ms", "300ms"))
+    answer = _deadlocked_terminate(db, r1, r0, ("2s", "2s"))
     assert answer["execution_ids"] == [r0], answer
     [failure] = answer["failures"]
     assert (failure["execution_id"], failure["sqlstate"], failure["attempts"]) == (r1, "40P01", 1), answer
