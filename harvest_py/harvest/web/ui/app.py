@@ -50,6 +50,7 @@ from harvest.client.batch import (
 )
 from harvest.client.routing import resident
 from harvest.config import Config
+from harvest.core.durations import plain_number
 from harvest.core.errors import (
     ConfigError,
     DatabaseUnavailable,
@@ -1026,7 +1027,7 @@ class Dashboard:
             row = await api.get_schedule(name, 1)
             if row.get("kind") != "workflow":
                 raise InvalidArgument(f"schedule {name!r} is a DAG's: edit it with its DAG (harvest dag)")
-            return _changed(row, schedule_spec.update_changes(_schedule_body(form, create=False)))
+            return _edit_changes(row, form)
 
         async def update(api: Any) -> dict[str, Any]:
             changes = await edit(api)
@@ -1636,11 +1637,26 @@ def _schedule_values(row: dict[str, Any], shows_input: bool) -> dict[str, str]:
     if row.get("catchup") and row.get("catchup_window_secs"):
         out["catchup_window"] = f"{row['catchup_window_secs']}s"
     if row.get("jitter_secs"):
-        out["jitter"] = f"{float(row['jitter_secs']):g}s"
+        # Every digit, never an exponent: sent back unchanged it parses to the same jitter (":g"
+        # gave 12345.2 for 12345.25, a change, and 1.23457e+06, which no duration parses).
+        out["jitter"] = f"{plain_number(float(row['jitter_secs']))}s"
     arguments = row.get("input")
     if shows_input and isinstance(arguments, list) and len(arguments) == 1:
         out["input"] = json.dumps(arguments[0], default=json_default, ensure_ascii=False)
     return out
+
+
+def _edit_changes(row: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:
+    """What an Edit form of schedule ``row`` changes: its fields checked as the API's PATCH body,
+    those that differ from the row's kept (:func:`_changed`). The form is drawn filled
+    (:func:`_schedule_values`), so catch-up turned off with the window it showed still there
+    turns it off (the window is the form's, not sent): only a window the user typed with catch-up
+    off is refused, as the API refuses it."""
+    body = _schedule_body(form, create=False)
+    shown = _schedule_values(row, False).get("catchup_window")
+    if body.get("catchup") is False and shown is not None and body.get("catchup_window") == shown:
+        del body["catchup_window"]
+    return _changed(row, schedule_spec.update_changes(body))
 
 
 def _changed(row: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
