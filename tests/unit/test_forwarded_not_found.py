@@ -18,15 +18,35 @@ ROUTER = ShardRouter([0, 2], [0, 2], 0, forwards={1: 0})
 URLS = {0: "postgresql://app@127.0.0.1:1/s0", 2: "postgresql://app@127.0.0.1:1/s2"}  # never opened
 OF_SHARD_1 = "00011a25-0007-4607-9abf-3f1f4733c505"
 OF_SHARD_0 = "00001a25-0007-4607-9abf-3f1f4733c505"
-SAID = "execution X does not exist"
+SAID = f"execution {OF_SHARD_1} not found"
 RETIRED = (
     "shard 1 is retired: shards.forwards sends its ids to shard 0, which holds only the runs "
     "moved off shard 1 before it was retired"
 )
 
 
+SAID_0 = f"execution {OF_SHARD_0} not found"
+
+
 def _missing(shard: int) -> None:
     raise NotFound(SAID)
+
+
+def _missing_0(shard: int) -> None:
+    raise NotFound(SAID_0)
+
+
+def test_a_not_found_of_something_else_of_a_run_behind_a_forward_is_as_it_was() -> None:
+    """A query request expired on the run the forward reached (review68c): the run is there, and
+    "only the runs moved off shard 1" said it was not."""
+    said = "query request 7b0c2f4e-0000-4000-8000-000000000001 does not exist (it may have expired)"
+
+    def expired(shard: int) -> None:
+        raise NotFound(said)
+
+    with ShardPools(ROUTER, URLS) as pools, pytest.raises(NotFound) as raised:
+        pools.follow(OF_SHARD_1, expired)
+    assert str(raised.value) == said
 
 
 def test_a_run_not_found_behind_a_forward_says_the_shard_is_retired() -> None:
@@ -35,8 +55,8 @@ def test_a_run_not_found_behind_a_forward_says_the_shard_is_retired() -> None:
             pools.follow(OF_SHARD_1, _missing)
         assert str(raised.value) == f"{SAID} ({RETIRED})"
         with pytest.raises(NotFound) as raised:
-            pools.follow(OF_SHARD_0, _missing)
-        assert str(raised.value) == SAID, "an id of a shard in service: as it was"
+            pools.follow(OF_SHARD_0, _missing_0)
+        assert str(raised.value) == SAID_0, "an id of a shard in service: as it was"
 
 
 def test_a_call_that_passed_a_seal_is_answered_as_it_was() -> None:
