@@ -4,6 +4,7 @@ sent (review68c)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -61,3 +62,31 @@ def test_a_window_typed_with_catch_up_off_is_refused_naming_it() -> None:
     form = {**_schedule_values(row, True), "catchup": "false", "catchup_window": "2h"}
     with pytest.raises(Exception, match="catchup_window"):
         _edit_changes(row, form)
+
+
+def _drawn_form(row: dict[str, Any], **changed: str) -> dict[str, str]:
+    """The Edit form as the schedule page draws it (its ``drawn`` field too), ``changed`` typed in."""
+    values = _schedule_values(row, True)
+    return {**values, "drawn": json.dumps(values), **changed}
+
+
+def test_an_edit_saves_what_the_user_changed_not_what_changed_since_it_was_drawn() -> None:
+    """A deploy declared a new queue and jitter while the form was open: saving a new interval
+    keeps them (the form's old values, sent, put the old spec back)."""
+    drawn = _row(queue="reports", jitter_secs=5.0)
+    form = _drawn_form(drawn, every="2h")
+    now = _row(queue="reports-v2", jitter_secs=30.0)
+    assert _edit_changes(now, form) == {"interval_secs": 7200}
+
+
+def test_a_field_changed_to_what_the_schedule_has_now_is_not_sent_again() -> None:
+    drawn = _row(queue="reports")
+    now = _row(queue="reports-v2")
+    assert _edit_changes(now, _drawn_form(drawn, queue="reports-v2")) == {}
+    assert _edit_changes(now, _drawn_form(drawn, queue="other")) == {"queue": "other"}
+
+
+def test_a_form_without_what_it_was_drawn_with_is_compared_with_the_schedule() -> None:
+    row = _row(queue="reports")
+    form = {**_schedule_values(row, True), "drawn": "not json"}
+    assert _edit_changes(_row(queue="reports-v2"), form) == {"queue": "reports"}

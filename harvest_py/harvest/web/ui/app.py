@@ -945,6 +945,9 @@ class Dashboard:
         # The input every run it starts gets: a payload, shown in full to operate and above only.
         full = principal.shows_payloads("operate")
         edit = _schedule_values(row, full)
+        # What the form was drawn with, sent back with it: an edit saves what the user changed,
+        # not what changed since (a deploy's new spec, another operator's edit) put back.
+        edit["drawn"] = json.dumps(edit, ensure_ascii=False)
         row = {**row, "input": views.payload_shown(row.get("input"), full)}
         return self.render(
             request,
@@ -1648,15 +1651,37 @@ def _schedule_values(row: dict[str, Any], shows_input: bool) -> dict[str, str]:
 
 def _edit_changes(row: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:
     """What an Edit form of schedule ``row`` changes: its fields checked as the API's PATCH body,
-    those that differ from the row's kept (:func:`_changed`). The form is drawn filled
-    (:func:`_schedule_values`), so catch-up turned off with the window it showed still there
-    turns it off (the window is the form's, not sent): only a window the user typed with catch-up
-    off is refused, as the API refuses it."""
+    those the user changed kept, of them those that differ from the row's (:func:`_changed`).
+    The form is drawn filled (:func:`_schedule_values`) and sends back what it was drawn with
+    (``drawn``): a field left as drawn is not sent, though the schedule changed meanwhile (a
+    deploy's new spec, another edit: sent, the form's old value would put it back). Catch-up
+    turned off with the window the form showed still there turns it off (the window is the
+    form's, not sent): only a window the user typed with catch-up off is refused, as the API
+    refuses it."""
+    drawn = _drawn(form)
     body = _schedule_body(form, create=False)
-    shown = _schedule_values(row, False).get("catchup_window")
+    shown = (drawn if drawn is not None else _schedule_values(row, False)).get("catchup_window")
     if body.get("catchup") is False and shown is not None and body.get("catchup_window") == shown:
         del body["catchup_window"]
-    return _changed(row, schedule_spec.update_changes(body))
+    changes = schedule_spec.update_changes(body)
+    if drawn is not None:
+        was = schedule_spec.update_changes(_schedule_body(drawn, create=False))
+        changes = {k: v for k, v in changes.items() if was.get(k) != v}
+    return _changed(row, changes)
+
+
+def _drawn(form: dict[str, str]) -> dict[str, str] | None:
+    """The values an Edit form was drawn with (its ``drawn`` field), None when it sent none or
+    they do not read back (a form from before it carried them: every field is compared with
+    the schedule's)."""
+    try:
+        drawn = json.loads(form.get("drawn") or "null")
+        if isinstance(drawn, dict) and all(isinstance(v, str) for v in drawn.values()):
+            schedule_spec.update_changes(_schedule_body(drawn, create=False))
+            return drawn
+    except (ValueError, InvalidArgument):
+        pass
+    return None
 
 
 def _changed(row: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
