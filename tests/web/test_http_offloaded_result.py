@@ -240,3 +240,37 @@ def test_on_shards_each_read_resolves_on_the_runs_own_shard(two_shards) -> None:
         assert inputs == {0: ["value-0", refs[1]], 1: ["value-1", refs[0]]}, inputs
         one = api.get("/dead-letters/1", params={"shard_id": 1})
         assert one.status_code == 200 and one.json()["input"] == ["value-1", refs[0]], one.text
+
+
+def test_a_token_without_payloads_reads_nothing_back_and_sees_no_reference(
+    db: str, world, monkeypatch
+) -> None:
+    """A payloads: false token (review68c): each read of a run answers each offloaded payload as
+    its size, neither the value nor the reference, and reads nothing from the store."""
+    secret = _sql(
+        db, "SELECT secret FROM harvest.create_api_token('refs-blind', 'admin', p_payloads => false)"
+    )
+    calls = rows_read(monkeypatch, "get_payloads")
+    paths = [
+        f"/workflows/{world['run']}",
+        f"/workflows/{world['run']}/history",
+        f"/workflows/{world['crashed']}/stack",
+        f"/dead-letters/{world['letter']}",
+        "/dead-letters",
+    ]
+    with api_client(db, app=APP, authorizer=authorizer_for(db), profile="prod") as api:
+        api.headers.update({"Authorization": f"Bearer {secret}"})
+        for path in paths:
+            answer = api.get(path)
+            assert answer.status_code == 200, (path, answer.text)
+            assert "_harvest_ref" not in answer.text and BIG_IN not in answer.text, (path, answer.text)
+            assert answer.json()["redacted"] is True, path
+    assert calls == [], calls
+    input_ = api_input(db, secret, world["run"])
+    assert input_ == {"redacted": True, "bytes": len(json.dumps([BIG_IN]))}, input_
+
+
+def api_input(db: str, secret: str, execution_id: str) -> Any:
+    with api_client(db, app=APP, authorizer=authorizer_for(db), profile="prod") as api:
+        api.headers.update({"Authorization": f"Bearer {secret}"})
+        return api.get(f"/workflows/{execution_id}").json()["execution"]["input"]
