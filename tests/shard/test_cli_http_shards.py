@@ -136,7 +136,9 @@ def test_release_owed_ends_over_http_on_a_sharded_server_as_over_sql(shards, ser
                 (shard, owed),
             )
     env = _shard_env(shards)
-    args = ["--output", "json", "shard", "release-owed-ends", "0"]
+    # (shard 0 is alive in this cluster and stands for a retired one: forced past the probe,
+    # which test_cross_shard_child_retention.py tests)
+    args = ["--output", "json", "shard", "release-owed-ends", "0", "--force"]
     sql = _run([*args, "--dry-run"], env)
     web = _run(["--base-url", BASE, *args, "--dry-run"], {})
     assert (web.stdout, web.exit_code) == (sql.stdout, sql.exit_code) and sql.exit_code == 0, sql.stderr
@@ -299,16 +301,18 @@ def test_release_owed_ends_over_http_goes_on_past_a_refusing_shard_as_over_sql(s
         conn.execute(
             "CREATE OR REPLACE FUNCTION harvest.release_owed_child_ends(p_parent_shard integer,"
             " p_batch_size integer DEFAULT 500, p_include_running boolean DEFAULT false,"
-            " p_operator_id text DEFAULT NULL) RETURNS integer LANGUAGE plpgsql AS $$"
+            " p_operator_id text DEFAULT NULL, p_force boolean DEFAULT false) RETURNS integer"
+            " LANGUAGE plpgsql AS $$"
             " BEGIN RAISE EXCEPTION 'refused on this shard for the test' USING ERRCODE = 'HR001'; END $$"
         )
-    web = _run(["--base-url", BASE, "--output", "json", "shard", "release-owed-ends", "0"], {})
+    # (shard 0 is alive here and stands for a retired one: forced past the probe)
+    web = _run(["--base-url", BASE, "--output", "json", "shard", "release-owed-ends", "0", "--force"], {})
     assert web.exit_code == 2, web.stderr
     assert "shard 1: refused on this shard for the test" in web.stderr
     done = json.loads(web.stdout)  # what the CLI prints over SQL: the totals of the shards done
     assert (done["released"], done["unavailable_shards"]) == (2, []), done
     assert [r["shard_id"] for r in done["shards"]] == [2]
-    status, answer = _api("/admin/shards/0/release-owed-ends", {})
+    status, answer = _api("/admin/shards/0/release-owed-ends", {"force": True})
     assert status == 200 and answer["status"] == "partial", answer
     assert [(r["shard_id"], r["released"]) for r in answer["shards"]] == [(2, 0)]
     assert [(e["shard_id"], e["error"], e["code"]) for e in answer["shard_errors"]] == [
@@ -413,7 +417,7 @@ def test_a_sweep_longer_than_the_servers_shard_timeout_is_not_cut_off_and_called
     status, answer = _api("/admin/retention/run-now", {})
     assert status == 200, answer
     assert (answer["status"], answer["deleted"], answer["shard_errors"]) == ("complete", 3, []), answer
-    status, answer = _api("/admin/shards/0/release-owed-ends", {})
+    status, answer = _api("/admin/shards/0/release-owed-ends", {"force": True})  # (shard 0 is alive here)
     assert status == 200 and answer["status"] == "complete" and answer["unavailable_shards"] == [], answer
 
 
