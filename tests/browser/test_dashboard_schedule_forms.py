@@ -244,7 +244,7 @@ CREATE_BAD = [
     ({"overlap": "often"}, "overlap: 'often' is not one of skip"),
     ({"catchup": "maybe"}, 'catchup: expected true or false, got "maybe"'),
     ({"catchup_window": "soon"}, "catchup_window: catchup_window: cannot parse"),
-    ({"catchup": "false"}, "catchup_window: a window turns catch-up on"),
+    ({"catchup": "false"}, "catchup_window: give catchup false or catchup_window, not both"),
     ({"jitter": "-5s"}, "jitter: jitter: '-5s' is not a non-negative"),
 ]
 

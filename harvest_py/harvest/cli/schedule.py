@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -30,9 +30,9 @@ from harvest.cli.output import table as _table
 from harvest.cli.shards import _pooled_api, cli_pools, emit_merged, read_shards, with_page_footer
 from harvest.cli.workflow import read_json_option
 from harvest.config import shards_configured
-from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument
-from harvest.declare.schedules import OVERLAP_POLICIES, Schedule, backfill_slots, schedule_view
+from harvest.declare import schedules
+from harvest.declare.schedules import MAX_ACTIVE_RUNS, OVERLAP_POLICIES, backfill_slots, schedule_view
 from harvest.declare.schedules import describe_row as _when
 from harvest.shard.fanout import MAX_PAGE, SCHEDULE_PAGE
 
@@ -105,17 +105,20 @@ def _schedule_api(
             yield sql
 
 
-def _spec_options(cron: str | None, every: str | None, tz: str | None) -> dict[str, Any]:
-    if cron and every:
-        raise click.UsageError("give --cron or --every, not both")
-    if cron:
-        sched = Schedule.cron(cron, tz=tz or "UTC")
-        return {"cron": sched.expression, "timezone": sched.timezone}
-    if every:
-        if tz:
-            raise click.UsageError("--tz goes with --cron (an interval is in UTC)")
-        return {"interval_secs": Schedule.every(every).interval_secs}
-    return {}
+def _option(name: str) -> str:
+    """A schedule field as this command spells it: catchup_window -> --catchup-window."""
+    return "--" + name.replace("_", "-")
+
+
+def _checked(check: Callable[..., Any], *args: Any) -> Any:
+    """A shared rule's answer (harvest.declare.schedules), its refusal naming the option: two
+    options given together a usage error, a bad value the rule's own (both exit 2)."""
+    try:
+        return check(*args, spell=_option)
+    except InvalidArgument as exc:
+        if getattr(exc, "usage", False):
+            raise click.UsageError(str(exc)) from None
+        raise
 
 
 def _input(input_json: str | None, input_file: str | None) -> list[Any] | None:
@@ -124,18 +127,6 @@ def _input(input_json: str | None, input_file: str | None) -> list[Any] | None:
     if input_json is None and input_file is None:
         return None
     return [read_json_option(input_json, input_file, "input")]
-
-
-def _catchup(catchup: bool | None, window: str | None) -> dict[str, Any]:
-    if catchup is False and window is not None:
-        raise click.UsageError("give --no-catchup or --catchup-window, not both (a window turns catch-up on)")
-    out: dict[str, Any] = {}
-    if catchup is not None:
-        out["catchup"] = catchup
-    if window is not None:
-        out["catchup"] = True
-        out["catchup_window_secs"] = max(1, int(parse_duration(window, "--catchup-window", positive=True)))
-    return out
 
 
 @click.group()
@@ -157,7 +148,7 @@ def schedule() -> None:
     help="Default: the served App's declared queue (over HTTP), else the queue its workers "
     "registered it on, else default.",
 )
-@click.option("--max-active-runs", default=1, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option("--max-active-runs", default=1, show_default=True, type=click.IntRange(1, MAX_ACTIVE_RUNS))
 @click.option("--overlap", default="skip", show_default=True, type=overlap_choice)
 @click.option(
     "--catchup/--no-catchup", default=None, help="Replay missed slots (a year back) after downtime."
@@ -190,7 +181,7 @@ def create_workflow(
     output: str,
 ) -> None:
     """Create a workflow schedule."""
-    timing = _spec_options(cron, every, tz)
+    timing = _checked(schedules.timing, cron, every, tz)
     if not timing:
         raise click.UsageError("give --cron or --every")
     run_input = _input(input_json, input_file)  # read before connecting: a bad file holds no connection
@@ -201,12 +192,12 @@ def create_workflow(
             input=run_input,
             max_active_runs=max_active_runs,
             overlap=overlap,
-            jitter_secs=parse_duration(jitter, "--jitter"),
+            jitter_secs=_checked(schedules.jitter_secs, jitter),
             kind=kind,
             paused=paused,
             operator_id=operator,
             **timing,
-            **_catchup(catchup, catchup_window),
+            **_checked(schedules.catchup_options, catchup, catchup_window),
             **({} if queue is None else {"queue": queue}),  # none: the server's App decides
         )
     _emit_schedule(data, output)
@@ -359,7 +350,7 @@ def trigger(
 @click.option("--input-json", default=None)
 @click.option("--input-file", default=None, help="Read the argument's JSON from a file (- for stdin).")
 @click.option("--queue", default=None)
-@click.option("--max-active-runs", default=None, type=click.IntRange(1, 1_000_000))
+@click.option("--max-active-runs", default=None, type=click.IntRange(1, MAX_ACTIVE_RUNS))
 @click.option("--overlap", default=None, type=overlap_choice)
 @click.option("--catchup/--no-catchup", default=None)
 @click.option("--catchup-window", default=None)
@@ -388,18 +379,18 @@ def update(
     output: str,
 ) -> None:
     """Change fields of a schedule (a new cron, interval, zone or jitter counts from now)."""
-    if tz and not cron:
-        raise click.UsageError("--tz goes with --cron")
-    changes: dict[str, Any] = {**_spec_options(cron, every, tz), **_catchup(catchup, catchup_window)}
-    if not tz:
-        changes.pop("timezone", None)  # --cron alone: the expression, in the zone the schedule has
+    # (--cron alone: the expression, in the zone the schedule has)
+    changes: dict[str, Any] = {
+        **_checked(schedules.timing_changes, cron, every, tz),
+        **_checked(schedules.catchup_options, catchup, catchup_window),
+    }
     for key, value in (
         ("workflow_name", workflow_name),
         ("input", _input(input_json, input_file)),
         ("queue", queue),
         ("max_active_runs", max_active_runs),
         ("overlap", overlap),
-        ("jitter_secs", None if jitter is None else parse_duration(jitter, "--jitter")),
+        ("jitter_secs", None if jitter is None else _checked(schedules.jitter_secs, jitter)),
     ):
         if value is not None:
             changes[key] = value

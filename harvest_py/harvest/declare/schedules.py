@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -31,17 +31,22 @@ from harvest.core.errors import ConfigError, InvalidArgument
 __all__ = [
     "CATCHUP_GRACE_SECS",
     "CATCHUP_WINDOW_SECS",
+    "MAX_ACTIVE_RUNS",
     "OVERLAP_POLICIES",
     "Schedule",
     "WorkflowSchedule",
     "backfill_slots",
+    "catchup_options",
     "describe_row",
     "jitter_offset",
+    "jitter_secs",
     "next_fire_times",
     "register_schedules",
     "schedule_problem",
     "schedule_specs",
     "schedule_view",
+    "timing",
+    "timing_changes",
     "workflow_id_of",
 ]
 
@@ -51,6 +56,8 @@ OVERLAP_POLICIES = ("skip", "buffer_one", "buffer_all", "cancel_other", "termina
 # is well inside it). catchup=True: missed slots replay up to this far back.
 CATCHUP_GRACE_SECS = 60
 CATCHUP_WINDOW_SECS = 365 * 86400
+# The most runs of a schedule at once, whichever face declares or changes it.
+MAX_ACTIVE_RUNS = 1_000_000
 _FIELDS_5 = ("minute", "hour", "day-of-month", "month", "day-of-week")
 _FIELDS_6 = ("second", *_FIELDS_5)
 _ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
@@ -212,6 +219,99 @@ class Schedule:
                 yield slot
 
 
+# A schedule's timing and options as an operator gives them (the API's and the dashboard's
+# fields, harvest.web.schedule_spec; the CLI's options, harvest.cli.schedule), checked here once,
+# as a declaration's are. Each refusal is an InvalidArgument whose ``field`` names the field as
+# the API does (its 400's "field"); its message spells the fields as the face does (``spell``:
+# "catchup_window" as it is, or "--catchup-window"), and ``usage`` marks two fields given
+# together (the CLI's usage error).
+
+
+def _as_given(name: str) -> str:
+    return "catchup false" if name == "no_catchup" else name
+
+
+def refused(field_name: str, message: str, *, usage: bool = False) -> InvalidArgument:
+    """An InvalidArgument about the schedule field ``field_name``."""
+    exc = InvalidArgument(message)
+    exc.field = field_name  # type: ignore[attr-defined]
+    exc.usage = usage  # type: ignore[attr-defined]
+    return exc
+
+
+def timing(
+    cron: str | None, every: Any, tz: str | None, *, spell: Callable[[str], str] = _as_given
+) -> dict[str, Any]:
+    """``{"cron", "timezone"}`` or ``{"interval_secs"}`` as create_schedule takes them, ``{}``
+    when neither is given (None: not given; an empty string is given, and refused)."""
+    if cron is not None and every is not None:
+        raise refused("every", f"give {spell('cron')} or {spell('every')}, not both", usage=True)
+    if cron is not None:
+        if tz is not None:
+            try:  # the zone alone first, so an unknown one is refused naming tz, not cron
+                _zone(tz, "Schedule.cron")
+            except InvalidArgument as exc:
+                raise refused("tz", str(exc)) from None
+        try:
+            spec = Schedule.cron(cron, tz="UTC" if tz is None else tz)
+        except InvalidArgument as exc:
+            raise refused("cron", str(exc)) from None
+        return {"cron": spec.expression, "timezone": spec.timezone}
+    if tz is not None:
+        why = " (an interval is in UTC)" if every is not None else ""
+        raise refused("tz", f"{spell('tz')} goes with {spell('cron')}{why}", usage=True)
+    if every is not None:
+        try:
+            return {"interval_secs": Schedule.every(every).interval_secs}
+        except InvalidArgument as exc:
+            raise refused("every", str(exc)) from None
+    return {}
+
+
+def timing_changes(
+    cron: str | None, every: Any, tz: str | None, *, spell: Callable[[str], str] = _as_given
+) -> dict[str, Any]:
+    """An update's timing: as :func:`timing`, but a cron alone keeps the schedule's zone."""
+    if tz is not None and cron is None:
+        raise refused("tz", f"{spell('tz')} goes with {spell('cron')}", usage=True)
+    changes = timing(cron, every, tz, spell=spell)
+    if tz is None:
+        changes.pop("timezone", None)
+    return changes
+
+
+def catchup_options(
+    catchup: bool | None, window: Any, *, spell: Callable[[str], str] = _as_given
+) -> dict[str, Any]:
+    """``catchup`` / ``catchup_window_secs`` from catch-up on or off and a window (which turns
+    it on); None: not given."""
+    if catchup is False and window is not None:
+        raise refused(
+            "catchup_window",
+            f"give {spell('no_catchup')} or {spell('catchup_window')}, not both (a window turns catch-up on)",
+            usage=True,
+        )
+    out: dict[str, Any] = {}
+    if catchup is not None:
+        out["catchup"] = catchup
+    if window is not None:
+        out["catchup"] = True
+        try:
+            secs = parse_duration(window, spell("catchup_window"), positive=True)
+        except InvalidArgument as exc:
+            raise refused("catchup_window", str(exc)) from None
+        out["catchup_window_secs"] = max(1, int(secs))
+    return out
+
+
+def jitter_secs(value: Any, *, spell: Callable[[str], str] = _as_given) -> float:
+    """The jitter in seconds (any non-negative duration)."""
+    try:
+        return parse_duration(value, spell("jitter"))
+    except InvalidArgument as exc:
+        raise refused("jitter", str(exc)) from None
+
+
 def _moment(value: Any) -> _dt.datetime | None:
     if value is None or isinstance(value, _dt.datetime):
         return value
@@ -359,10 +459,11 @@ class WorkflowSchedule:
         if (
             not isinstance(self.max_active_runs, int)
             or isinstance(self.max_active_runs, bool)
-            or (self.max_active_runs < 1)
+            or not 1 <= self.max_active_runs <= MAX_ACTIVE_RUNS
         ):
             raise InvalidArgument(
-                f"{what}: max_active_runs must be an int of at least 1, got {self.max_active_runs!r}"
+                f"{what}: max_active_runs must be an int from 1 to {MAX_ACTIVE_RUNS}, "
+                f"got {self.max_active_runs!r}"
             )
         if self.overlap not in OVERLAP_POLICIES:
             raise InvalidArgument(
@@ -378,7 +479,7 @@ class WorkflowSchedule:
             raise InvalidArgument(
                 f"{what}: {self.workflow.__qualname__} is an @activity; a schedule starts a @workflow"
             )
-        parse_duration(self.jitter, f"{what}: jitter")
+        jitter_secs(self.jitter, spell=lambda name: f"{what}: {name}")
         object.__setattr__(self, "_window", _catchup_window(self.catchup, what))
 
     @property

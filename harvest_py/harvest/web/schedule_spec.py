@@ -4,8 +4,9 @@
 schedules) and the dashboard's New schedule and Edit forms (harvest.web.ui.app) check a body
 against :data:`CREATE` or :data:`UPDATE` (``check_body``: each field typed, or a 400 naming it),
 then make the SQL call's arguments with :func:`create_arguments` or :func:`update_changes`: the
-timing checked as a declaration is (``Schedule.cron`` / ``Schedule.every``), durations parsed,
-every refusal an ``InvalidArgument`` naming its field.
+timing, catch-up and jitter by the rules the CLI and a declaration share (harvest.declare.
+schedules: ``timing``, ``catchup_options``, ``jitter_secs``), every refusal an ``InvalidArgument``
+naming its field.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument
-from harvest.declare.schedules import OVERLAP_POLICIES, Schedule
+from harvest.declare import schedules
+from harvest.declare.schedules import MAX_ACTIVE_RUNS as MOST_RUNS
+from harvest.declare.schedules import OVERLAP_POLICIES
 from harvest.web.routes import ANY, BOOLEAN, SHARD_ID, STRING, body, check_body, invalid
 
 KIND = {"type": "string", "enum": ["workflow", "dag"]}
 OVERLAP = {"type": "string", "enum": list(OVERLAP_POLICIES)}
-MAX_ACTIVE_RUNS = {"type": "integer", "minimum": 1, "maximum": 1_000_000}
+MAX_ACTIVE_RUNS = {"type": "integer", "minimum": 1, "maximum": MOST_RUNS}
 TIMING = {"cron": STRING, "tz": STRING, "every": STRING}
 FIELDS = {
     **TIMING,
@@ -40,38 +42,17 @@ CREATE = body(
 UPDATE = body(FIELDS)
 
 
-def _duration(name: str, raw: Any, *, positive: bool = False) -> float:
+def _named(check: Callable[..., Any], *args: Any) -> Any:
+    """A shared rule's answer, or its refusal as a 400 naming the field."""
     try:
-        return parse_duration(raw, name, positive=positive)
+        return check(*args)
     except InvalidArgument as exc:
-        raise invalid(name, str(exc)) from None
+        raise invalid(exc.field, str(exc)) from None  # type: ignore[attr-defined]
 
 
 def timing(data: dict[str, Any]) -> dict[str, Any]:
-    """cron (+ tz) or every, checked as a declaration is."""
-    cron, every, tz = data.get("cron"), data.get("every"), data.get("tz")
-    if cron is not None and every is not None:
-        raise invalid("every", "give cron or every, not both")
-    if cron is not None and tz:
-        try:  # the zone alone first, so an unknown one is refused naming tz, not cron
-            Schedule.cron("@daily", tz=tz)
-        except InvalidArgument as exc:
-            raise invalid("tz", str(exc)) from None
-    try:
-        if cron is not None:
-            spec = Schedule.cron(cron, tz=tz or "UTC")
-            return {"cron": spec.expression, "timezone": spec.timezone}
-        if every is not None:
-            if tz is not None:
-                raise invalid("tz", "tz goes with cron (an interval is in UTC)")
-            return {"interval_secs": Schedule.every(every).interval_secs}
-    except InvalidArgument as exc:
-        if getattr(exc, "field", None):
-            raise
-        raise invalid("cron" if cron is not None else "every", str(exc)) from None
-    if tz is not None:
-        raise invalid("tz", "tz goes with cron")
-    return {}
+    """cron (+ tz) or every, checked as a declaration is (harvest.declare.schedules.timing)."""
+    return _named(schedules.timing, data.get("cron"), data.get("every"), data.get("tz"))
 
 
 def options(data: dict[str, Any]) -> dict[str, Any]:
@@ -79,17 +60,12 @@ def options(data: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if "input" in data and data["input"] is not None:
         out["input"] = [data["input"]]  # the run's one argument, as --input-json
-    for key in ("workflow_name", "queue", "max_active_runs", "overlap", "catchup"):
+    for key in ("workflow_name", "queue", "max_active_runs", "overlap"):
         if data.get(key) is not None:
             out[key] = data[key]
-    if data.get("catchup_window") is not None:
-        if data.get("catchup") is False:  # (as the CLI's --no-catchup with --catchup-window)
-            raise invalid("catchup_window", "a window turns catch-up on: give catchup false or a window")
-        out["catchup"] = True
-        secs = _duration("catchup_window", data["catchup_window"], positive=True)
-        out["catchup_window_secs"] = max(1, int(secs))
+    out.update(_named(schedules.catchup_options, data.get("catchup"), data.get("catchup_window")))
     if data.get("jitter") is not None:
-        out["jitter_secs"] = _duration("jitter", data["jitter"])
+        out["jitter_secs"] = _named(schedules.jitter_secs, data["jitter"])
     return out
 
 
@@ -118,9 +94,6 @@ def update_changes(data: dict[str, Any]) -> dict[str, Any]:
     """``update_schedule``'s changes from a body checked against :data:`UPDATE` (possibly
     empty: the caller says there is nothing to change)."""
     checked = check_body(UPDATE, data)
-    if checked.get("tz") is not None and checked.get("cron") is None:
-        raise invalid("tz", "tz goes with cron")
-    changes = {**timing(checked), **options(checked)}
-    if checked.get("tz") is None:
-        changes.pop("timezone", None)  # cron alone: the expression, in the zone the schedule has
-    return changes
+    # (a cron alone: the expression, in the zone the schedule has)
+    timing_of = _named(schedules.timing_changes, checked.get("cron"), checked.get("every"), checked.get("tz"))
+    return {**timing_of, **options(checked)}
