@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.decorators import FC
@@ -39,6 +39,7 @@ from harvest.shard.fanout import MAX_PAGE, SCHEDULE_PAGE
 if TYPE_CHECKING:  # (the driver: not for `harvest schedule --help`)
     from harvest.db.sqlapi import SqlApi
 
+T = TypeVar("T")
 UPCOMING = 5  # next fire times `get` shows
 
 LIST_COLUMNS = [
@@ -110,7 +111,7 @@ def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _checked(check: Callable[..., Any], *args: Any) -> Any:
+def _checked(check: Callable[..., T], *args: Any) -> T:
     """A shared rule's answer (harvest.declare.schedules), its refusal naming the option: two
     options given together a usage error, a bad value the rule's own (both exit 2)."""
     try:

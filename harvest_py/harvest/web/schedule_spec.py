@@ -12,7 +12,7 @@ naming its field.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from harvest.core.errors import InvalidArgument
 from harvest.declare import schedules
@@ -20,6 +20,7 @@ from harvest.declare.schedules import MAX_ACTIVE_RUNS as MOST_RUNS
 from harvest.declare.schedules import OVERLAP_POLICIES
 from harvest.web.routes import ANY, BOOLEAN, SHARD_ID, STRING, body, check_body, invalid
 
+T = TypeVar("T")
 KIND = {"type": "string", "enum": ["workflow", "dag"]}
 OVERLAP = {"type": "string", "enum": list(OVERLAP_POLICIES)}
 MAX_ACTIVE_RUNS = {"type": "integer", "minimum": 1, "maximum": MOST_RUNS}
@@ -42,7 +43,7 @@ CREATE = body(
 UPDATE = body(FIELDS)
 
 
-def _named(check: Callable[..., Any], *args: Any) -> Any:
+def _named(check: Callable[..., T], *args: Any) -> T:
     """A shared rule's answer, or its refusal as a 400 naming the field."""
     try:
         return check(*args)
