@@ -165,6 +165,27 @@ def test_get_shows_a_stored_schedule_the_scheduler_cannot_compute(db: str, conn)
     assert text.returncode == 0 and "the hour field '25'" in text.stdout, text.stderr
 
 
+def test_list_shows_the_next_slot_before_a_scheduler_ticks_and_marks_an_overdue_one(db: str, conn) -> None:
+    """`schedule list` of a schedule no scheduler has ticked showed NEXT_FIRE_AT `-` while `get`
+    computed it: it shows the slot `get` shows first, marked computed; a stored slot in the past
+    (no worker fires it) stays shown, marked overdue, and a future one scheduled."""
+    made = _json(db, "schedule", "create-workflow", "--name", "x", "--every", "15m")
+    (row,) = _json(db, "schedule", "list")["schedules"]
+    assert (row["next_fire_at"], row["next_fire"]) == (made["next_fire_times"][0], "computed")
+    table = harvest(db, "schedule", "list").stdout.splitlines()
+    assert "NEXT_FIRE" in table[0].split() and "computed" in table[1].split(), table
+    conn.execute("UPDATE harvest.schedules SET next_fire_at = harvest.now() - interval '1 hour'")
+    (row,) = _json(db, "schedule", "list")["schedules"]
+    assert (
+        row["next_fire"] == "overdue"
+        and row["next_fire_at"] == _json(db, "schedule", "get", "x")["next_fire_times"][0]
+    )
+    conn.execute("UPDATE harvest.schedules SET next_fire_at = harvest.now() + interval '1 hour'")
+    assert _json(db, "schedule", "list")["schedules"][0]["next_fire"] == "scheduled"
+    _json(db, "schedule", "pause", "x")
+    assert _json(db, "schedule", "list")["schedules"][0]["next_fire"] is None
+
+
 def test_no_catchup_with_a_catchup_window_is_refused_not_turned_on(db: str) -> None:
     """--no-catchup with --catchup-window contradicts itself, as --cron with --every does: refused
     (exit 2, one line), on create and on update. The window used to win: catch-up silently on."""

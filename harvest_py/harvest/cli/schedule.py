@@ -32,7 +32,13 @@ from harvest.cli.workflow import read_json_option
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument
 from harvest.declare import schedules
-from harvest.declare.schedules import MAX_ACTIVE_RUNS, OVERLAP_POLICIES, backfill_slots, schedule_view
+from harvest.declare.schedules import (
+    MAX_ACTIVE_RUNS,
+    OVERLAP_POLICIES,
+    backfill_slots,
+    listed_schedule,
+    schedule_view,
+)
 from harvest.declare.schedules import describe_row as _when
 from harvest.shard.fanout import MAX_PAGE, SCHEDULE_PAGE
 
@@ -49,6 +55,7 @@ LIST_COLUMNS = [
     "when",
     "paused",
     "next_fire_at",
+    "next_fire",  # the scheduler's stored slot (scheduled, overdue) or computed: listed_schedule
     "last_slot_at",
     "missed_slots",
     "active_runs",
@@ -224,7 +231,11 @@ def list_(kind: str | None, limit: int, cursor: str | None, database_url: str | 
     # silence: this config's), over SQL this config's [shards].
     sharded = merged.sharded if merged.sharded is not None else shards_configured(cli_config())
     merged.value = [
-        {**({"shard_id": row["shard_id"]} if sharded else {}), **_sql_row(row), "when": _when(row)}
+        {
+            **({"shard_id": row["shard_id"]} if sharded else {}),
+            **_sql_row(listed_schedule(row)),
+            "when": _when(row),
+        }
         for row in merged.value
     ]
     columns = (["shard_id"] if sharded else []) + LIST_COLUMNS

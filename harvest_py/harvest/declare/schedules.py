@@ -375,6 +375,35 @@ def next_fire_times(row: dict[str, Any], count: int = 5) -> list[str]:
     return [s.isoformat() for s in upcoming_slots(row, count)]
 
 
+# ``next_fire`` in a listed schedule: where its ``next_fire_at`` comes from.
+NEXT_FIRE_STORED = "scheduled"  # the scheduler's stored next slot, not yet past
+NEXT_FIRE_OVERDUE = "overdue"  # the scheduler's stored next slot, past (no scheduler has fired it)
+NEXT_FIRE_COMPUTED = "computed"  # none stored yet (no scheduler has ticked): computed as `get` does
+
+
+def listed_schedule(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``list_schedules`` row as ``harvest schedule list`` and ``GET /admin/schedules`` show
+    it: while the scheduler has stored no next slot, the one :func:`upcoming_slots` computes (as
+    ``get`` does), and ``next_fire`` says which (:data:`NEXT_FIRE_STORED`, ``_OVERDUE`` when the
+    stored one is before the row's ``now``, the engine's, or ``_COMPUTED``); None while paused or
+    uncomputable. A row that already says (a server's answer) is kept as it is."""
+    if "next_fire" in row:
+        return row
+    out = {k: v for k, v in row.items() if k != "now"}
+    stored = _moment(row.get("next_fire_at"))
+    now = _moment(row.get("now"))
+    mark: str | None = None
+    if row.get("paused"):
+        pass  # nothing fires while paused
+    elif stored is not None:
+        mark = NEXT_FIRE_OVERDUE if now is not None and stored < now else NEXT_FIRE_STORED
+    elif schedule_problem(row) is None:
+        out["next_fire_at"] = upcoming_slots(row, 1)[0]
+        mark = NEXT_FIRE_COMPUTED
+    out["next_fire"] = mark
+    return out
+
+
 def schedule_view(row: dict[str, Any], count: int = 5) -> dict[str, Any]:
     """A stored schedule as ``harvest schedule get`` and the HTTP API show it: its
     ``next_fire_times``, and its ``problem`` when its slots cannot be computed."""

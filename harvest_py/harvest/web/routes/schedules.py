@@ -18,6 +18,7 @@ from harvest.core.ids import MAX_SHARD
 from harvest.declare.schedules import (
     backfill_slots,
     describe_row,
+    listed_schedule,
     schedule_view,
 )
 from harvest.shard.fanout import MAX_PAGE, SCHEDULE_PAGE
@@ -65,7 +66,7 @@ async def list_schedules(call: Call, args: dict[str, Any], _: Any) -> Any:
     """A page of every shard's schedules by name (harvest.shard.fanout.list_schedules)."""
     limit = args["limit"] if args["limit"] is not None else SCHEDULE_PAGE
     found = await call.reads().list_schedules(args["kind"], limit, args["cursor"], args["paused"])
-    found.value = [{**row, "when": describe_row(row)} for row in found.value]
+    found.value = [{**listed_schedule(row), "when": describe_row(row)} for row in found.value]
     # sharded: the CLI shows each row's shard then, as over SQL with [shards] (`schedule list`)
     return {**merged(found, "schedules"), "sharded": call.sharded}
 
@@ -156,7 +157,10 @@ ENDPOINTS = [
         "read",
         list_schedules,
         "The schedules, workflow and DAG kinds together, over every shard, by name: a page of at most "
-        "limit, the rest by next_cursor (kind= for one kind, paused= for paused or running ones).",
+        "limit, the rest by next_cursor (kind= for one kind, paused= for paused or running ones). Each "
+        "row's next_fire says what its next_fire_at is: the scheduler's stored slot (scheduled, or "
+        "overdue once past), computed as GET /admin/schedules/{name} computes it (computed: no "
+        "scheduler has ticked since it was created, resumed or re-timed), or null while paused.",
         (
             Param("kind", "enum", choices=("workflow", "dag")),
             Param("paused", "boolean", description="Only paused (true) or running (false) schedules."),
