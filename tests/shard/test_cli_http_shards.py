@@ -102,6 +102,10 @@ def test_fan_out_reads_match_over_three_shards_and_a_stopped_one(shards, served)
     for o in ("table", "json"):
         for args in reads:
             same(*args, "--output", o)
+    # A sharded deployment's `workflow list` shows each run's shard, as `schedule list` does.
+    listed = same("workflow", "list").stdout.splitlines()
+    assert listed[0].split()[:2] == ["SHARD_ID", "EXECUTION_ID"], listed
+    assert sorted(line.split()[0] for line in listed[1:4]) == ["0", "1", "2"], listed
     # A write of every shard's settings answers per shard over either transport.
     for transport in ([], ["--base-url", BASE]):
         written = _run([*transport, "retention", "set", "--max-age", "7 days", "--output", "json"], env)

@@ -1117,7 +1117,9 @@ class HttpReads:
             cursor=cursor,
             order=order,
         )
-        return _merged(answer, "executions")
+        found = _merged(answer, "executions")
+        found.sharded = answer.get("sharded")
+        return found
 
     def count_executions(
         self,

@@ -227,9 +227,7 @@ def list_(kind: str | None, limit: int, cursor: str | None, database_url: str | 
     """List the schedules by name, DAG and workflow kinds together (every shard): a page of
     --limit, the next with --cursor."""
     merged = read_shards(database_url, lambda reads: reads.list_schedules(kind, limit, cursor))
-    # The shard column on a sharded deployment: over HTTP the server's word (an older server's
-    # silence: this config's), over SQL this config's [shards].
-    sharded = merged.sharded if merged.sharded is not None else shards_configured(cli_config())
+    sharded = bool(merged.sharded)  # the shard column on a sharded deployment (read_shards)
     merged.value = [
         {
             **({"shard_id": row["shard_id"]} if sharded else {}),

@@ -432,17 +432,22 @@ def run_handle(client: Any, execution_id: str) -> Any:
 def read_shards(database_url: str | None, read: Callable[[ShardReads], Merged[Any]]) -> Merged[Any]:
     """``read`` over every shard. No shard answering is an error (exit code of
     DatabaseUnavailable); some answering is a partial answer, printed with a warning. Over
-    HTTP the server fans out: the route's answer is the same Merged."""
+    HTTP the server fans out: the route's answer is the same Merged. Its ``sharded`` (whether a
+    table shows each row's shard) is over HTTP the server's word (an older server's silence:
+    this config's), over SQL this config's [shards]."""
     settings = http_selected(database_url)
     if settings is not None:
         with http_session(settings) as http:
             merged = read(HttpReads(http))  # type: ignore[arg-type]
         _require_some(merged.status, merged.unavailable_shards)
+        if merged.sharded is None:
+            merged.sharded = shards_configured(cli_config())
         return merged
     config = cli_config()
     with shard_apis(config, database_url) as apis:
         merged = read(ShardReads(apis, timeout=cli_timeout(config) if shards_configured(config) else None))
     _require_some(merged.status, merged.unavailable_shards)
+    merged.sharded = shards_configured(config)
     return merged
 
 

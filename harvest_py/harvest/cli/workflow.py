@@ -427,11 +427,13 @@ def list_(
         ),
     )
 
+    shard = ["shard_id"] if merged.sharded else []  # the shard column on a sharded deployment (read_shards)
+
     def render(rows: list[dict[str, Any]]) -> str:
         text = table(
             rows,
-            ["execution_id", "workflow_name", "workflow_id", "status", "created_at", "completed_at"],
-            ["execution_id", "workflow", "workflow_id", "status", "created", "completed"],
+            [*shard, "execution_id", "workflow_name", "workflow_id", "status", "created_at", "completed_at"],
+            [*shard, "execution_id", "workflow", "workflow_id", "status", "created", "completed"],
         )
         return with_page_footer(text, rows, "execution(s)", merged)
 

@@ -147,7 +147,8 @@ async def list_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
         )
     except InvalidArgument as exc:
         raise _named(exc) from None
-    return merged(found, "executions")
+    # sharded: the CLI shows each row's shard then, as over SQL with [shards] (`workflow list`)
+    return {**merged(found, "executions"), "sharded": call.sharded}
 
 
 async def count_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -767,7 +768,7 @@ ENDPOINTS = [
         "List executions over every shard, newest first, keyset-paginated.",
         (*FILTERS, *PAGE),
         tag="workflows",
-        shape=shape(executions=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
+        shape=shape(executions=ROWS, next_cursor={"type": ["string", "null"]}, sharded=BOOLEAN, **FANOUT),
     ),
     Endpoint(
         "GET",
