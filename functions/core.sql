@@ -387,6 +387,18 @@ BEGIN
 END;
 $$;
 
+-- Raise HR008 when an operator's reason (a cancel's, a terminate's, a pause's, a resume's) is
+-- over the payload limit: it is written into the run's history (and a batch's into each run's),
+-- so it is bounded as a signal's payload is. p_what names the act ("a cancel").
+CREATE OR REPLACE FUNCTION harvest._check_reason(p_what text, p_reason text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    PERFORM harvest._check_payload(format('the reason of %s', p_what), to_jsonb(p_reason), harvest._payload_limit());
+END;
+$$;
+
 -- Append events in order; the caller holds the execution row lock, which makes
 -- event ids gapless and ordered. Returns the id of the last one, and the run's
 -- history size and status as the append left them (a decision's history caps read

@@ -176,6 +176,7 @@ AS $$
 DECLARE
     v_execution harvest.executions;
 BEGIN
+    PERFORM harvest._check_reason('a terminate', p_reason);
     v_execution := harvest._lock_running_execution(p_execution_id, 'terminate');
     PERFORM harvest._audit('workflow.terminate', p_execution_id::text, NULL, jsonb_build_object(
         'reason', p_reason, 'workflow_name', v_execution.workflow_name));
@@ -1145,12 +1146,10 @@ BEGIN
         PERFORM harvest._check_payload(format('the payload of signal %s', p_signal_name), p_payload,
                                        harvest._payload_limit());
     END IF;
-    -- The reason is written into each run's history (a cancel's, a terminate's): bounded as a
-    -- signal's payload is, or one step wrote up to 1000 copies of whatever came (an API body's
-    -- 64 MiB each).
+    -- The reason is written into each run's history: bounded, or one step wrote up to 1000
+    -- copies of whatever came (an API body's 64 MiB each).
     IF NOT v_dry THEN
-        PERFORM harvest._check_payload(format('the reason of a %s by filter', p_action), to_jsonb(p_reason),
-                                       harvest._payload_limit());
+        PERFORM harvest._check_reason(format('a %s by filter', p_action), p_reason);
     END IF;
     IF p_execution_ids IS NULL THEN
         IF p_workflow_name IS NULL AND coalesce(cardinality(p_search_attributes), 0) = 0

@@ -40,8 +40,10 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_execution harvest.executions := harvest._lock_running_execution(p_execution_id, 'pause');
+    v_execution harvest.executions;
 BEGIN
+    PERFORM harvest._check_reason('a pause', p_reason);
+    v_execution := harvest._lock_running_execution(p_execution_id, 'pause');
     PERFORM harvest._audit('workflow.pause', p_execution_id::text, p_operator_id, jsonb_build_object(
         'reason', p_reason, 'workflow_name', v_execution.workflow_name,
         'already_paused', v_execution.status = 'PAUSED'));
@@ -79,8 +81,10 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_execution harvest.executions := harvest._lock_running_execution(p_execution_id, 'resume');
+    v_execution harvest.executions;
 BEGIN
+    PERFORM harvest._check_reason('a resume', p_reason);
+    v_execution := harvest._lock_running_execution(p_execution_id, 'resume');
     PERFORM harvest._audit('workflow.resume', p_execution_id::text, p_operator_id, jsonb_build_object(
         'reason', p_reason, 'workflow_name', v_execution.workflow_name,
         'was_paused', v_execution.status = 'PAUSED'));

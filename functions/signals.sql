@@ -145,6 +145,7 @@ AS $$
 DECLARE
     v_execution harvest.executions;
 BEGIN
+    PERFORM harvest._check_reason('a cancel', p_reason);
     v_execution := harvest._lock_running_execution(p_execution_id, 'cancel');
     PERFORM harvest._audit('workflow.cancel', p_execution_id::text, NULL, jsonb_build_object(
         'reason', p_reason, 'workflow_name', v_execution.workflow_name,

@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(115);
+SELECT plan(117);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -372,6 +372,12 @@ SELECT throws_ok($$SELECT harvest._check_payload('v', '{"a":1}'::jsonb, 7)$$,
                  'HR008', 'v is 8 bytes, over the payload limit of 7 bytes',
                  '_check_payload() measures the text jsonb prints ({"a": 1}), not the text that was sent');
 SELECT lives_ok($$SELECT harvest._check_payload('x', NULL, 1)$$, '_check_payload() of no payload (NULL) passes');
+-- An operator's reason (a cancel's, a terminate's, a pause's, a resume's) under the same limit.
+SELECT lives_ok($$SELECT harvest._check_reason('a cancel', repeat('x', 14)), harvest._check_reason('a cancel', NULL)$$,
+                '_check_reason() accepts a reason of the limit as JSON text, and none');
+SELECT throws_ok($$SELECT harvest._check_reason('a cancel', repeat('x', 15))$$, 'HR008',
+                 'the reason of a cancel is 17 bytes, over the payload limit of 16 bytes',
+                 '_check_reason() over the payload limit: HR008 naming the act');
 UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
 -- The test clock is gated by the owner-only switch engine_settings.test_clock_allowed:
 -- with it off, a production role that sets harvest.fake_now sees real time, in

@@ -6,7 +6,7 @@
 -- harvest._act_on_workflows; terminate_workflow's body harvest._terminate_execution),
 -- each in a transaction of its own.
 BEGIN;
-SELECT plan(34);
+SELECT plan(36);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -98,6 +98,15 @@ SELECT throws_ok($$SELECT harvest.terminate_workflow(pg_temp.run('ex-1'))$$, 'HR
 SELECT throws_ok($$SELECT harvest.terminate_workflow('00000000-0000-4000-8000-00000000abcd')$$, 'HR002', NULL,
                  'terminate_workflow() of an unknown id: HR002');
 SELECT is((harvest.get_execution(pg_temp.run('ex-1'))).status, 'TERMINATED', 'get_execution() sees the end');
+
+-- A terminate's reason is written into the run's history: bounded as the batch's is.
+CREATE TEMP TABLE wordy ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('ex_wf', '[]', 'ex-wordy');
+UPDATE harvest.engine_settings SET max_payload_bytes = 64;
+SELECT throws_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM wordy), repeat('x', 100))$$,
+                 'HR008', 'the reason of a terminate is 102 bytes, over the payload limit of 64 bytes',
+                 'terminate_workflow() with a reason over the limit: HR008');
+UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
+SELECT is((harvest.get_execution((SELECT execution_id FROM wordy))).status, 'RUNNING', '... and the run goes on');
 
 CREATE TEMP TABLE quiet ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('ex_wf', '[]', 'ex-2');
 SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM quiet))$$,

@@ -9,7 +9,7 @@
 -- fail_activity_by_token, heartbeat_activity_by_token, harvest._parse_task_token,
 -- harvest._lock_token_task.
 BEGIN;
-SELECT plan(105);
+SELECT plan(108);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -53,6 +53,16 @@ SELECT is(harvest.get_execution_stack(pg_temp.run('p')) -> 'paused',
 SELECT is(harvest.get_execution_stack(pg_temp.run('p')) #>> '{timers,0,status}', 'paused',
           'and that its timer waits, paused');
 SELECT is(harvest.pause_workflow(pg_temp.run('p')), false, 'pausing a paused run returns false');
+-- A pause's or a resume's reason is written into the run's history: bounded as a batch's is.
+UPDATE harvest.engine_settings SET max_payload_bytes = 64;
+SELECT throws_ok(format($$SELECT harvest.pause_workflow(%L, repeat('x', 100))$$, pg_temp.run('p')),
+                 'HR008', 'the reason of a pause is 102 bytes, over the payload limit of 64 bytes',
+                 'pause_workflow() with a reason over the limit: HR008');
+SELECT throws_ok(format($$SELECT harvest.resume_workflow(%L, repeat('x', 100))$$, pg_temp.run('p')),
+                 'HR008', 'the reason of a resume is 102 bytes, over the payload limit of 64 bytes',
+                 'resume_workflow() with a reason over the limit: HR008');
+UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
+SELECT is((harvest.get_execution(pg_temp.run('p'))).status, 'PAUSED', '... and the run stays paused');
 SELECT is(pg_temp.lc_events(pg_temp.run('p'), 'WorkflowPaused'), 1::bigint, '... and records no second event');
 SELECT is(harvest._pause_execution(harvest._lock_running_execution(pg_temp.run('p'), 'pause'), 'again', NULL), false,
           '_pause_execution() (pause_workflow''s body, and pause_workflows''): false for a paused run, no event');

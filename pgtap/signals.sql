@@ -4,7 +4,7 @@
 -- WorkflowCancelRequested, the wake-up, heartbeats that learn of it; its body
 -- harvest._request_cancel, shared with cancel_workflows).
 BEGIN;
-SELECT plan(100);
+SELECT plan(102);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -217,6 +217,12 @@ SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, 'bulk', to_jsonb(re
 SELECT throws_ok($$SELECT * FROM harvest.signal_with_start('sig_wf', 'big-sws', 'bulk', to_jsonb(repeat('x', 100)))$$,
                  'HR008', 'the payload of signal bulk is 102 bytes, over the payload limit of 64 bytes',
                  'signal_with_start() of a signal payload over the limit: HR008 (and no run is started)');
+-- A cancel's reason is written into the run's history: bounded as the batch's is (_check_reason).
+SELECT throws_ok(format($$SELECT harvest.cancel_workflow(%L, repeat('x', 100))$$, pg_temp.run('big')),
+                 'HR008', 'the reason of a cancel is 102 bytes, over the payload limit of 64 bytes',
+                 'cancel_workflow() with a reason over the limit: HR008');
+SELECT is((SELECT cancel_requested FROM harvest.executions WHERE id = pg_temp.run('big')), false,
+          '... and no cancel is requested');
 UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
 
 -- cancel_workflow is audited, each request (a repeated one says so).

@@ -91,6 +91,32 @@ def test_a_batch_s_reason_is_bounded_as_a_signal_s_payload(db, conn) -> None:
     assert requested == 2
 
 
+def test_one_run_s_reason_is_bounded_as_a_batch_s(db, conn) -> None:
+    """A cancel's, a terminate's, a pause's or a resume's reason of one run is written into its
+    history: it took any size (a 64 MiB body) while a batch's was bounded. Past the payload limit
+    it is a 413 naming it, nothing done; under it, done."""
+    run = start(conn, "send_digest", "one")
+    conn.execute("UPDATE harvest.engine_settings SET max_payload_bytes = 1000")
+    with api_client(db) as api:
+        for action in ("pause", "resume", "cancel", "terminate"):
+            answer = api.post(f"/workflows/{run}/{action}", json={"reason": "x" * 1000})
+            assert answer.status_code == 413, (action, answer.text)
+            assert f"the reason of a {action} is 1002 bytes" in answer.json()["error"]["message"]
+        assert api.post(f"/workflows/{run}/cancel", json={"reason": "x" * 900}).status_code == 202
+    row = conn.execute(
+        "SELECT status, cancel_requested FROM harvest.executions WHERE id = %s", (run,)
+    ).fetchone()
+    assert tuple(row) == ("RUNNING", True)
+    assert (
+        conn.execute(
+            "SELECT count(*) FROM harvest.events WHERE execution_id = %s AND event_type IN "
+            "('WorkflowPaused', 'WorkflowResumed', 'WorkflowTerminated')",
+            (run,),
+        ).fetchone()[0]
+        == 0
+    )
+
+
 def test_the_dashboard_refuses_too_many_filters_and_too_long_a_reason(db, conn) -> None:
     """The dashboard's list and its "Act on these runs" go through the same SQL: 101 `attr`
     filters are a 400 page, a reason past the payload limit a 413, and nothing is done."""
