@@ -591,7 +591,7 @@ def test_an_infinite_retention_age_is_refused_naming_off(db: str, served: None) 
     ("args", "option"),
     [
         (["workflow", "start", "edge_wf"], "--input-file"),
-        (["workflow", "signal", "00000000-0000-0000-0000-000000000000", "s"], "--payload-file"),
+        (["workflow", "signal", "00000000-0000-0000-0000-000000000000", "s"], "--input-file"),
         (["activity", "complete", "hv_task_token"], "--result-file"),
         (["dag", "trigger", "edge_dag"], "--conf-file"),
     ],

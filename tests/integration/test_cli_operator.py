@@ -122,10 +122,10 @@ def test_workflow_get_signal_cancel_stack_terminate_history(db: str, conn, tmp_p
     assert r.returncode == 0 and "signalled" in r.stdout
     r = harvest(db, "workflow", "signal", execution_id, "note", "--payload-file", "-", stdin='{"n": 1}')
     assert r.returncode == 0, r.stderr
-    r = harvest(db, "workflow", "signal", execution_id, "bad", "--payload-json", "{nope")
-    assert r.returncode == 2 and "--payload-json: not valid JSON" in one_error_line(r)
-    r = harvest(db, "workflow", "signal", execution_id, "bad", "--payload-file", "-", stdin="{nope")
-    assert r.returncode == 2 and "--payload-file -: not valid JSON" in one_error_line(r)
+    r = harvest(db, "workflow", "signal", execution_id, "bad", "--input-json", "{nope")
+    assert r.returncode == 2 and "--input-json: not valid JSON" in one_error_line(r)
+    r = harvest(db, "workflow", "signal", execution_id, "bad", "--input-file", "-", stdin="{nope")
+    assert r.returncode == 2 and "--input-file -: not valid JSON" in one_error_line(r)
 
     stack = json.loads(harvest(db, "workflow", "stack", execution_id, "--output", "json").stdout)
     assert stack["signals_since_last_task"] == 2

@@ -44,8 +44,10 @@ def conn(db: str):
         yield c
 
 
-def cli(db: str, *args: str):
-    return CliRunner().invoke(main, list(args), env={"HARVEST_DATABASE_URL": db}, catch_exceptions=False)
+def cli(db: str, *args: str, input: str | None = None):
+    return CliRunner().invoke(
+        main, list(args), env={"HARVEST_DATABASE_URL": db}, input=input, catch_exceptions=False
+    )
 
 
 def test_no_task_queue_column_remains(conn) -> None:
@@ -178,6 +180,25 @@ def test_old_cli_spellings_still_work_and_stay_out_of_help(db: str, conn) -> Non
     assert r.exit_code == 2 and "--input-json: not valid JSON" in r.output
     query_help = cli(db, "workflow", "query", "--help").output
     assert "--input-json" in query_help and "--arg-json" not in query_help and "--timeout-secs" in query_help
+
+    # workflow signal and bulk-signal: --payload-json/--payload-file are the hidden old spellings of
+    # --input-json/--input-file, the name start, query and update take (signal took only --payload-*).
+    running = start(conn, "wf", "cli-signal")
+    given = (("--input-json", '{"n": 1}'), ("--payload-json", '{"n": 2}'), ("--input-file", "-"))
+    for option, value in given:
+        r = cli(db, "workflow", "signal", running, "poke", option, value, input='{"n": 3}')
+        assert r.exit_code == 0, (option, r.output)
+    payloads = conn.execute(
+        "SELECT event_data -> 'payload' FROM harvest.events WHERE execution_id = %s "
+        "AND event_type = 'SignalReceived' ORDER BY event_id",
+        (running,),
+    ).fetchall()
+    assert [p[0] for p in payloads] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    r = cli(db, "workflow", "signal", running, "poke", "--input-json", "{}", "--payload-file", "-", input="")
+    assert r.exit_code == 2 and "give --input-json or --input-file, not both" in r.output
+    for command in (["workflow", "signal"], ["workflow", "bulk-signal"]):
+        text = cli(db, *command, "--help").output
+        assert "--input-json" in text and "--input-file" in text and "--payload-" not in text, command
 
     # workflow result: --timeout-secs beside --timeout (exit 3: the wait ran out, the run goes on).
     running = start(conn, "wf", "cli-wait")

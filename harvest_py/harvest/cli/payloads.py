@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from harvest.cli.output import AliasedOption
 from harvest.core.codecs import describe_tree
 from harvest.core.errors import PayloadKeyMissing
 
@@ -56,6 +57,14 @@ def app_option(f: F) -> F:
 def app_write_option(f: F) -> F:
     """``--app`` for a command that writes payloads (the App whose codecs encode them)."""
     return click.option("--app", "app_target", default=None, metavar="MODULE:APP", help=WRITE_HELP)(f)
+
+
+def signal_payload_options(f: F) -> F:
+    """``--input-json`` / ``--input-file``: a signal's payload, named as `start`'s, `query`'s and
+    `update`'s input (``--payload-json`` / ``--payload-file``, the old names, still accepted)."""
+    inline, from_file = "The signal payload as JSON.", "Read the payload JSON from a file (- for stdin)."
+    f = click.option("--input-file", "--payload-file", "payload_file", cls=AliasedOption, help=from_file)(f)
+    return click.option("--input-json", "--payload-json", "payload_json", cls=AliasedOption, help=inline)(f)
 
 
 class Reveal:

@@ -27,7 +27,7 @@ from harvest.cli.output import (
     selected,
     table,
 )
-from harvest.cli.payloads import Reveal, app_option, app_write_option
+from harvest.cli.payloads import Reveal, app_option, app_write_option, signal_payload_options
 from harvest.cli.shards import (
     cli_client,
     emit_merged,
@@ -511,8 +511,7 @@ def count(
 @workflow.command("signal")
 @click.argument("execution_id", callback=execution_id_argument)
 @click.argument("signal_name")
-@click.option("--payload-json", default=None, help="The signal payload as JSON.")
-@click.option("--payload-file", default=None, help="Read the payload JSON from a file (- for stdin).")
+@signal_payload_options
 @app_write_option
 @database_url_option
 @output_option
@@ -526,7 +525,7 @@ def signal(
     output: str,
 ) -> None:
     """Send signal SIGNAL_NAME to a running execution (its payload encoded with --app's codecs)."""
-    payload = read_json_option(payload_json, payload_file, "payload")
+    payload = read_json_option(payload_json, payload_file, "input")
     reveal = Reveal(app_target)
     if reveal:  # sent as a Client(codecs=...) sends it: encoded, and offloaded over its threshold
         with reveal.writing(), cli_client(database_url, reveal.payloads) as client:

@@ -12,7 +12,7 @@ import click
 from click.decorators import FC
 
 from harvest.cli.output import ISO_TIME, database_url_option, emit, operator_id_option, output_option, table
-from harvest.cli.payloads import app_write_option
+from harvest.cli.payloads import app_write_option, signal_payload_options
 from harvest.client.batch import BATCH_STEP, BATCH_STEP_MAX, BatchTally, run_batch
 from harvest.core.errors import InvalidArgument
 
@@ -259,8 +259,7 @@ def bulk_terminate(**options: Any) -> None:
 
 @click.command("bulk-signal")
 @click.argument("signal_name")
-@click.option("--payload-json", default=None, help="The signal payload as JSON.")
-@click.option("--payload-file", default=None, help="Read the payload JSON from a file (- for stdin).")
+@signal_payload_options
 @click.option("--reason", default=None, help="Why (recorded in each step's audit row).")
 @app_write_option
 @_batch_options
@@ -278,7 +277,7 @@ def bulk_signal(
     from harvest.cli.payloads import Reveal
     from harvest.cli.workflow import read_json_option
 
-    payload = read_json_option(payload_json, payload_file, "payload")
+    payload = read_json_option(payload_json, payload_file, "input")
     reveal = Reveal(app_target)
     if reveal:  # encoded once, as a Client(codecs=...)'s signal_workflows encodes it (never offloaded)
         from harvest.client.payloads import batch_written
