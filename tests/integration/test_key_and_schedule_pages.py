@@ -126,7 +126,8 @@ def test_a_page_of_schedules_reads_a_page_of_them(conn: psycopg.Connection) -> N
     for after, paused in ((None, None), ("tenant-015000", None), ("tenant-015000", True)):
         rows, buffers = _steady_buffers(conn, sql, sqlapi.list_schedules(None, after, PAGE, paused))
         expect = [r for r in whole if (after is None or r[0] > after) and paused in (None, r[9])]
-        assert rows == expect[:PAGE]
+        # (the last column is the engine's now, each call's own)
+        assert [r[:-1] for r in rows] == [r[:-1] for r in expect[:PAGE]]
         assert buffers <= 6 * PAGE, f"{buffers} buffers for a page of {PAGE} after {after}"
 
 
