@@ -11,7 +11,7 @@
 -- harvest._firing_workflow_names,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(117);
+SELECT plan(118);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -324,6 +324,11 @@ SELECT is((SELECT bool_and(paused) FROM harvest.list_schedules(NULL, NULL, NULL,
           'list_schedules(p_paused): no paused schedule here, none listed');
 SELECT is((SELECT count(*)::integer FROM harvest.list_schedules(NULL, NULL, NULL, false)),
           (SELECT count(*)::integer FROM harvest.schedules WHERE NOT paused), 'list_schedules(p_paused) filters');
+SELECT is((SELECT count(*)::integer FROM harvest.list_schedules() AS l JOIN harvest.schedules AS s USING (name)
+           WHERE l.anchor_at = s.anchor_at AND l.now = harvest.now()),
+          (SELECT count(*)::integer FROM harvest.schedules),
+          'list_schedules() answers each schedule''s anchor_at (its next slot is computed from it while none is stored) '
+          'and the engine''s now (a stored slot before it is overdue)');
 SELECT throws_ok($$SELECT * FROM harvest.list_schedules(NULL, NULL, 0)$$, 'HR001', NULL,
                  'list_schedules(): a limit below 1: HR001');
 SELECT is((SELECT jsonb_array_length(j -> 'firings') || ',' || jsonb_array_length(j -> 'misses') || ','
