@@ -966,8 +966,54 @@ def test_an_offloaded_payload_shows_its_own_size_and_what_it_is(db: str) -> None
         assert f"redacted ({len(json.dumps(big))} bytes)" in signals
         full = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE).text
         signals = full.split('id="signals"')[1].split("</ul>")[0]
-        assert f"offloaded ({len(json.dumps(big))} bytes" in signals
+        assert big in signals and "_harvest_ref" not in signals  # read back from the store
         assert "encrypted (key k7)" in signals and "c2VjcmV0" not in signals
+
+
+def test_a_runs_offloaded_payloads_are_read_back_for_operate_in_one_call(db: str, monkeypatch) -> None:
+    """The page showed an offloaded input or signal payload as ``<offloaded (n bytes, ref ...)>``
+    even to operate asking for payloads in full, while the API answered its value. In full it is
+    the value, read back on the page's connection in the principal's role, one get_payloads call
+    for the whole page; one the store no longer holds (pruned) stays its reference; to read,
+    sizes only, and nothing read back."""
+    big_in, big_signal, pruned = ("i" * 3000 + "-input", "s" * 3000 + "-signal", "p" * 3000 + "-pruned")
+    with psycopg.connect(db, autocommit=True) as conn:
+        stored = conn.execute(
+            "SELECT harvest.put_payloads(NULL, ARRAY[%s::jsonb, %s::jsonb, %s::jsonb])",
+            (Jsonb(big_in), Jsonb(big_signal), Jsonb(pruned)),
+        )
+        ids = [str(i) for i in stored.fetchone()[0]]
+        ref = [
+            {"_harvest_ref": i, "bytes": len(json.dumps(v))}
+            for i, v in zip(ids, (big_in, big_signal, pruned), strict=True)
+        ]
+        started = "SELECT execution_id FROM harvest.start_workflow('wf', %s, 'offloaded-read-back')"
+        run = str(conn.execute(started, (Jsonb([ref[0]]),)).fetchone()[0])
+        conn.execute("SELECT harvest.signal_workflow(%s, 'big', %s)", (run, Jsonb(ref[1])))
+        conn.execute("SELECT harvest.signal_workflow(%s, 'gone', %s)", (run, Jsonb(ref[2])))
+        conn.execute("DELETE FROM harvest.payloads WHERE id = %s", (ids[2],))
+    calls = rows_read(monkeypatch, "get_payloads")
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        full = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE)
+        assert full.status_code == 200, full.text
+        assert calls == [2], calls  # one call: the input and the signal found, the pruned one not
+        shown_input = full.text.split('id="input"')[1].split("</div>")[0]
+        assert big_in in shown_input and "offloaded" not in shown_input, shown_input
+        signals = full.text.split('id="signals"')[1].split("</ul>")[0]
+        assert big_signal in signals, signals
+        assert (
+            f"offloaded ({len(json.dumps(pruned))} bytes, ref {ids[2]})" in signals and pruned not in signals
+        )
+        calls.clear()
+        for asked in ("", "?payloads=full"):  # read: sizes, whatever it asks
+            page = client.get(f"/workflows/{run}{asked}", headers=READ).text
+            assert big_in not in page and big_signal not in page
+            assert (
+                f"redacted ({len(json.dumps([big_in]))} bytes)"
+                in page.split('id="input"')[1].split("</div>")[0]
+            )
+            assert f"redacted ({len(json.dumps(big_signal))} bytes)" in page.split('id="signals"')[1]
+        assert calls == [], calls
 
 
 def test_an_actions_message_is_said_once_not_carried_on_by_the_pages_links(db: str) -> None:

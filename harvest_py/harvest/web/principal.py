@@ -9,10 +9,12 @@ checks again what the route checked.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from starlette.requests import Request
+
+    from harvest.db.sqlapi import AsyncSqlApi
 
 Scope = Literal["read", "operate", "admin"]
 
@@ -50,6 +52,22 @@ class Principal:
         """Whether payloads may be shown to this caller in full where a face shows them to
         ``needed`` and above (the dashboard: operate): never to a token that sees none."""
         return self.payloads and self.allows(needed)
+
+    async def resolved(self, sql: AsyncSqlApi, value: Any) -> Any:
+        """``value`` with the default store's references read back on ``sql`` (the connection
+        the value was read on: the run's shard, in this caller's role), its codec envelopes as
+        stored (a face holds no keys): one ``get_payloads`` call for every reference in
+        ``value``, none when it holds none (harvest.client.export_batch.resolved). A reference
+        the store no longer holds (its row pruned) stays as it is; an erased row's reads as the
+        erasure's marker. Nothing is read for a caller whose token sees no payloads (its answer
+        is redacted: docs/http-api.md). The one resolver of the management API's reads and the
+        dashboard's pages."""
+        if not self.payloads:
+            return value
+        from harvest.client.export_batch import resolved
+        from harvest.db.steps import arun_steps
+
+        return await arun_steps(resolved(value), sql)
 
 
 def refusal_status(exc: BaseException) -> int | None:

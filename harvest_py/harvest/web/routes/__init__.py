@@ -24,14 +24,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from harvest.client import routing
-from harvest.client.export_batch import resolved
 from harvest.core.errors import InvalidArgument, NoShardReached, PermissionDenied
 from harvest.core.ids import MAX_SHARD
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.db.pools import RoledPool
 from harvest.db.sqlapi import AsyncSqlApi
-from harvest.db.steps import arun_steps
 from harvest.shard.fanout import UNAVAILABLE, AsyncShardReads, Merged
 from harvest.telemetry import tracing
 from harvest.web.errors import (
@@ -391,16 +389,9 @@ class Call:
         return await self._pools.follow(execution_id, attempt)
 
     async def resolved(self, sql: AsyncSqlApi, value: Any) -> Any:
-        """``value`` with the default store's references read back on ``sql`` (the connection
-        the value was read on: the run's shard, in this caller's role), its codec envelopes as
-        stored (the server holds no keys): one ``get_payloads`` call for every reference in
-        ``value``, none when it holds none (harvest.client.export_batch.resolved). A reference
-        the store no longer holds (its row pruned) stays as it is; an erased row's reads as the
-        erasure's marker. Nothing is read for a caller whose token sees no payloads (its answer
-        is redacted: docs/http-api.md)."""
-        if not self.principal.payloads:
-            return value
-        return await arun_steps(resolved(value), sql)
+        """``value`` with its offloaded payloads read back on ``sql`` for this caller
+        (:meth:`harvest.web.principal.Principal.resolved`, the dashboard's too)."""
+        return await self.principal.resolved(sql, value)
 
     def resident(self, row: dict[str, Any]) -> dict[str, Any]:
         """A row read by id, checked: on shards a seal of a moved run raises ExecutionMigrated

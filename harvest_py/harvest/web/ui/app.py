@@ -798,7 +798,10 @@ class Dashboard:
             row = resident(await api.get_execution(execution_id), sharded)
             stack = await api.get_execution_stack(execution_id, STACK_SHOWN)
             history = views.HistoryPage(HISTORY_SHOWN, after=after, before=before, full=full)
-            await history.read(api, execution_id)
+            rows = await history.fetch(api, execution_id)
+            if full:  # the run's and the page's offloaded payloads, read back in one call
+                row, rows = await principal.resolved(api, [row, rows])
+            history.add_rows(rows)
             return row, stack, history, await api.list_update_requests(execution_id)
 
         row, stack, history, requested = await self.source.routed(execution_id, principal, read)

@@ -188,9 +188,10 @@ class HistoryPage:
     redacted every signal's payload to keep the last few."""
 
     def __init__(self, size: int, *, after: int | None = None, before: int | None = None, full: bool):
-        # In full, an encoded or offloaded payload says what it is ("<encrypted (key k1)>",
-        # "<offloaded (n bytes, ref ...)>"), as `harvest workflow history --full` prints it: the
-        # dashboard holds no codec key, and a reference's JSON is not the payload.
+        # In full, an encoded payload says what it is ("<encrypted (key k1)>"), as `harvest
+        # workflow history --full` prints it: the dashboard holds no codec key. An offloaded one
+        # was read back before (Principal.resolved); one the store no longer holds says
+        # "<offloaded (n bytes, ref ...)>": a reference's JSON is not the payload.
         # Redacted, an erased payload says "<erased>" as well: it has no size.
         self.show: Callable[[Any], Any] = describe_tree if full else (lambda v: describe_tree(redact(v)))
         self.size, self.after, self.before = size, after, before
@@ -201,10 +202,13 @@ class HistoryPage:
         self.total_events = self.total_signals = 0
         self.last_event_id = 0
 
-    async def read(self, api: Any, execution_id: str) -> HistoryPage:
-        """The page's rows from ``api`` (one call, harvest.get_history_page), kept in event order."""
-        self.add_rows(await api.get_history_page(execution_id, self.after, self.before, self.size))
-        return self
+    async def fetch(self, api: Any, execution_id: str) -> list[dict[str, Any]]:
+        """The page's rows from ``api`` (one call, harvest.get_history_page), for :meth:`add_rows`
+        (a full page's offloaded payloads read back in between)."""
+        return cast(
+            "list[dict[str, Any]]",
+            await api.get_history_page(execution_id, self.after, self.before, self.size),
+        )
 
     def add_rows(self, rows: list[dict[str, Any]]) -> None:
         by_part: dict[str, list[dict[str, Any]]] = {}
