@@ -274,3 +274,40 @@ def api_input(db: str, secret: str, execution_id: str) -> Any:
     with api_client(db, app=APP, authorizer=authorizer_for(db), profile="prod") as api:
         api.headers.update({"Authorization": f"Bearer {secret}"})
         return api.get(f"/workflows/{execution_id}").json()["execution"]["input"]
+
+
+def _many_offloaded_signals(db: str, count: int) -> tuple[str, list[str]]:
+    """A run (no worker polls it) with ``count`` signals, each payload offloaded: its id and the
+    payloads' values."""
+    values = [f"signal-{i}-" + "s" * 100 for i in range(count)]
+    with psycopg.connect(db) as conn:
+        started = "SELECT execution_id FROM harvest.start_workflow('export_refs', '[]', 'export-refs')"
+        run = str(conn.execute(started).fetchone()[0])
+        [ids] = conn.execute(
+            "SELECT harvest.put_payloads(%s, %s::jsonb[])", (run, [json.dumps(v) for v in values])
+        ).fetchone()
+        for ref, value in zip(ids, values, strict=True):
+            payload = json.dumps({"_harvest_ref": str(ref), "bytes": len(json.dumps(value))})
+            conn.execute("SELECT harvest.signal_workflow(%s, 's', %s::jsonb)", (run, payload))
+    return run, values
+
+
+def test_a_full_export_reads_its_references_a_page_of_events_at_a_time(db: str, api, monkeypatch) -> None:
+    """A streamed full export (one run's, and the batch's) read the store once for each event
+    that held a reference: 1,200 calls for 1,200 offloaded signals. It reads once a page of
+    events (500), and every value is in the answer, in order."""
+    run, values = _many_offloaded_signals(db, 1200)
+    calls = rows_read(monkeypatch, "get_payloads")
+    answers = (
+        api.get(f"/workflows/{run}/history/export", params={"payload_policy": "full"}),
+        api.get(
+            "/history/export-batch",
+            params={"workflow_name": "export_refs", "state_group": "all", "payload_policy": "full"},
+        ),
+    )
+    assert len(calls) == 2 * 3 and sum(calls) == 2 * 1200, calls  # events 1-500, 501-1000, 1001-1201
+    for answer in answers:
+        assert answer.status_code == 200 and "_harvest_ref" not in answer.text, answer.text[:500]
+        body = answer.json()
+        events = body["events"] if "events" in body else body["exports"][0]["events"]
+        assert [e["event_data"]["payload"] for e in events if e["event_type"] == "SignalReceived"] == values

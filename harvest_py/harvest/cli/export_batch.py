@@ -25,7 +25,7 @@ from harvest.cli.json_stream import Reindented, reindented
 from harvest.cli.output import ISO_TIME, database_url_option, output_file, selected
 from harvest.cli.payloads import Reveal, app_option
 from harvest.cli.shards import each_shard, open_shards
-from harvest.client.history_export import EXPORT_PAGE_SIZE, MAX_LIMIT, STATE_GROUPS
+from harvest.client.history_export import EXPORT_PAGE_SIZE, MAX_LIMIT, STATE_GROUPS, resolved_in_batches
 from harvest.core.errors import DatabaseUnavailable, HarvestError, PayloadError
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
@@ -251,6 +251,12 @@ def _exports(
         yield {
             **export_key(candidate),
             "execution": execution if full else redact(execution),
-            "events": _Streamed(full_payloads(sql, e) if full else redact(e) for e in events),
+            "events": _Streamed(
+                resolved_in_batches(
+                    events, lambda batch, sql=sql: full_payloads(sql, batch), EXPORT_PAGE_SIZE
+                )
+                if full
+                else (redact(e) for e in events)
+            ),
             "redacted": not full,
         }

@@ -37,7 +37,7 @@ from harvest.cli.shards import (
     run_handle,
     with_page_footer,
 )
-from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks
+from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks, resolved_in_batches
 from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument, TimeoutError_, failure_line
 from harvest.core.json_values import json_default
@@ -850,7 +850,9 @@ def export(
         events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
         if full:  # offloaded payloads are resolved, so the file stands alone (docs/payloads.md)
             execution = _resolved(sql, execution, reveal)
-            events = (_resolved(sql, e, reveal) for e in events)
+            events = resolved_in_batches(
+                events, lambda batch: _resolved(sql, batch, reveal), EXPORT_PAGE_SIZE
+            )
         with output_file(path, private=full) as out:
             out.writelines(export_chunks(execution, events, full))
 

@@ -23,7 +23,7 @@ import base64
 import json
 import os
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
 from harvest.core.errors import PayloadError, PayloadKeyMissing, PayloadTooLargeToDecode
@@ -230,21 +230,29 @@ def describe_tree(value: Any) -> Any:
 
 def refs_in(value: Any) -> list[str]:
     """The offload references anywhere in ``value``, in order, each once."""
-    found: dict[str, None] = {}
-    _collect_refs(value, found)
-    return list(found)
+    return list(dict.fromkeys(str(ref[REF_KEY]) for ref in _each_ref(value)))
 
 
-def _collect_refs(value: Any, found: dict[str, None]) -> None:
+def referenced_bytes(value: Any) -> int:
+    """The sizes the offload references in ``value`` record (each its payload's, as written),
+    summed: about what reading them back holds (a full export's bound on a batch)."""
+    total = 0
+    for ref in _each_ref(value):
+        size = ref.get("bytes")
+        total += size if isinstance(size, int) and size > 0 else 0
+    return total
+
+
+def _each_ref(value: Any) -> Iterator[dict[str, Any]]:
     if isinstance(value, dict):
         if is_ref(value):
-            found[str(value[REF_KEY])] = None
+            yield value
             return
         for item in value.values():
-            _collect_refs(item, found)
+            yield from _each_ref(item)
     elif isinstance(value, list):
         for item in value:
-            _collect_refs(item, found)
+            yield from _each_ref(item)
 
 
 def is_marked(value: Any) -> bool:

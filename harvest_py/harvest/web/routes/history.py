@@ -26,7 +26,13 @@ from harvest.client.export_batch import (
     newest,
     shard_candidates,
 )
-from harvest.client.history_export import EXPORT_PAGE_SIZE, MAX_LIMIT, STATE_GROUPS, aexport_chunks
+from harvest.client.history_export import (
+    EXPORT_PAGE_SIZE,
+    MAX_LIMIT,
+    STATE_GROUPS,
+    aexport_chunks,
+    aresolved_in_batches,
+)
 from harvest.core.errors import HarvestError
 from harvest.core.payload import redact
 from harvest.db.steps import arun_steps
@@ -69,9 +75,13 @@ def _streamed(produce: Callable[[Put], Awaitable[None]]) -> StreamingResponse:
 
 async def _events(call: Call, sql: Any, execution_id: str, full: bool) -> AsyncIterator[dict[str, Any]]:
     """A run's events from a server-side cursor, EXPORT_PAGE_SIZE a round trip; under ``full``
-    each with its offloaded payloads read back (else as stored: the caller redacts)."""
-    async for event in sql.iter_history(execution_id, EXPORT_PAGE_SIZE):
-        yield await call.resolved(sql, event) if full else event
+    with their offloaded payloads read back, one read of the store a batch of events
+    (aresolved_in_batches), else as stored (the caller redacts)."""
+    events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
+    if full:
+        events = aresolved_in_batches(events, lambda batch: call.resolved(sql, batch), EXPORT_PAGE_SIZE)
+    async for event in events:
+        yield event
 
 
 def _json(value: Any) -> str:
