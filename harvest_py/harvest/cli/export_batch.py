@@ -11,6 +11,7 @@ not complete exits 1 after writing the file: treat it as a blocked release gate.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import sys
@@ -252,9 +253,7 @@ def _exports(
             **export_key(candidate),
             "execution": execution if full else redact(execution),
             "events": _Streamed(
-                resolved_in_batches(
-                    events, lambda batch, sql=sql: full_payloads(sql, batch), EXPORT_PAGE_SIZE
-                )
+                resolved_in_batches(events, functools.partial(full_payloads, sql), EXPORT_PAGE_SIZE)
                 if full
                 else (redact(e) for e in events)
             ),
