@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -205,6 +206,29 @@ def test_dev_refuses_a_remote_database() -> None:
 def test_dev_uses_an_existing_local_database(db: str) -> None:
     done = _demo_and_exit({**os.environ, "HARVEST_DEV_DATABASE_URL": db})
     assert "Hello, world!" in done.stdout
+    # The result is printed as JSON (it was a Python repr: single quotes, not for jq).
+    line = next(line for line in done.stdout.splitlines() if line.startswith("result: "))
+    result = json.loads(line.removeprefix("result: "))
+    assert result["greeting"] == "Hello, world!" and result["visit"]["name"] == "world"
+
+
+def test_dev_finds_its_port_busy_before_it_starts_a_database() -> None:
+    """A port in use ends `harvest dev` with its error before the embedded PostgreSQL starts
+    and migrates (seconds spent, then the same error)."""
+    scratch = _scratch()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    env.pop("HARVEST_DEV_DATABASE_URL", None)
+    try:
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            done = cli_forks.run(["dev", "--host", "127.0.0.1", "--port", str(port)], env, timeout=120)
+        assert done.returncode == 1, done.stderr
+        assert "another server on that port" in done.stderr and "Traceback" not in done.stderr
+        assert "starting an embedded PostgreSQL" not in done.stderr
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _answers(url: str) -> bool:
@@ -249,7 +273,6 @@ def test_dev_outlives_a_remote_drain_of_its_worker(db: str, tmp_path: Path) -> N
     """A drain of the dev worker (`harvest worker drain`, the dashboard's button) stops its claim
     loop, not the process: the API and the database stay up until Ctrl-C. The whole of `harvest
     dev` used to end there, and with its embedded PostgreSQL the data of the session."""
-    import json
 
     # (A drain is refused as stale_worker when the last heartbeat is two intervals old: at 0.2 s a
     # loaded CI machine's late heartbeat did that once. The drain is heard within two intervals.)

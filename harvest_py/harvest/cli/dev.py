@@ -101,17 +101,20 @@ def dev(
         raise click.UsageError(f"--data-dir is the embedded database's; {DEV_DSN_ENV} names another one")
     if dsn:
         require_local(dsn)
-    else:
-        kept = f" (kept in {data_dir})" if data_dir is not None else ""
-        click.echo(f"starting an embedded PostgreSQL{kept} ...", err=True)
-        server = EmbeddedPostgres(base_dir=data_dir)
-        dsn = server.start()
+    # The API's port is taken before the database starts and migrates (seconds): a busy port
+    # ends the command at once, with the error that names it.
+    listening = None if no_api or demo_and_exit else _listen(host, port)
     stops = (
         "Ctrl-C stops everything and removes what was created.\n"
         if data_dir is None
         else f"Ctrl-C stops everything; the database stays in {data_dir} for the next run.\n"
     )
     try:
+        if dsn is None:
+            kept = f" (kept in {data_dir})" if data_dir is not None else ""
+            click.echo(f"starting an embedded PostgreSQL{kept} ...", err=True)
+            server = EmbeddedPostgres(base_dir=data_dir)
+            dsn = server.start()
         Migrator(dsn, progress=lambda msg: click.echo(msg, err=True)).run()
         # A DSN given in the environment may hold a password: refer to the variable instead.
         quoted = f'"${DEV_DSN_ENV}"' if server is None else shlex.quote(dsn)
@@ -129,11 +132,13 @@ def dev(
             click.echo(stops)
             asyncio.run(_demo(worker, dsn))
         else:
-            api = None if no_api else _api_server(app, dsn, host, port, demo=not target)  # type: ignore[arg-type]
+            api = None if listening is None else _api_server(app, dsn, listening, demo=not target)  # type: ignore[arg-type]
             click.echo(stops)
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(_run(worker, api))
     finally:
+        for sock in listening[2] if listening is not None else ():
+            sock.close()  # (closed already after a run; not when the boot failed)
         if server is not None:
             removing = (
                 "removing its files (in the background)"
@@ -168,32 +173,36 @@ def _dev_options() -> WorkerOptions:
     )
 
 
-def _api_server(
-    app: App, dsn: str, host: str | None, port: int | None, demo: bool = True
-) -> tuple[uvicorn.Server, list[socket.socket], Any] | None:
-    """The management API of the dev runner (profile dev: every caller is admin, so it listens
-    on localhost by default), its listening socket and its state (``HarvestState``), with its
-    URL and one curl printed; None when uvicorn is missing."""
+def _listen(host: str | None, port: int | None) -> tuple[str, int, list[socket.socket]] | None:
+    """The management API's address and its listening sockets, bound (a busy port raises its
+    error here); None when uvicorn is missing."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401
 
         from harvest.cli.output import cli_config
-        from harvest.cli.serve import (
-            GRACE_SECS,
-            curl_line,
-            listening_sockets,
-            served_app,
-            served_url,
-            web_address,
-        )
-        from harvest.web.app import management_app
+        from harvest.cli.serve import listening_sockets, web_address
+        from harvest.web.app import management_app  # noqa: F401
     except ImportError:
         click.echo("(no management API: install harvest-workflows[web])", err=True)
         return None
-    config = cli_config()
-    api = management_app(dsn=dsn, config=config, profile="dev", app=app)
-    host, port = web_address(config, host, port)
-    sockets = listening_sockets(host, port)
+    host, port = web_address(cli_config(), host, port)
+    return host, port, listening_sockets(host, port)
+
+
+def _api_server(
+    app: App, dsn: str, listening: tuple[str, int, list[socket.socket]], demo: bool = True
+) -> tuple[uvicorn.Server, list[socket.socket], Any]:
+    """The management API of the dev runner (profile dev: every caller is admin, so it listens
+    on localhost by default) on the sockets :func:`_listen` bound, with them and its state
+    (``HarvestState``), its URL and one curl printed."""
+    import uvicorn
+
+    from harvest.cli.output import cli_config
+    from harvest.cli.serve import GRACE_SECS, curl_line, served_app, served_url
+    from harvest.web.app import management_app
+
+    host, port, sockets = listening
+    api = management_app(dsn=dsn, config=cli_config(), profile="dev", app=app)
     base = served_url(host, sockets)
     if demo or not app.workflows:
         curl = curl_line(base)
@@ -255,6 +264,7 @@ async def _demo(worker: Worker, dsn: str) -> None:
     import asyncio
 
     from harvest.cli.demo import greet
+    from harvest.cli.output import to_json
     from harvest.client import AsyncClient
 
     running = asyncio.create_task(worker.run())
@@ -268,7 +278,7 @@ async def _demo(worker: Worker, dsn: str) -> None:
         if running.done() and not waiting.done():
             waiting.cancel()
             await running  # raises the worker's error
-        click.echo(f"result: {await waiting}")
+        click.echo(f"result: {to_json(await waiting)}")
     worker.request_stop()
     await running
 
