@@ -131,6 +131,15 @@ def test_an_unknown_zone_is_named_tz_and_a_window_with_catchup_false_is_refused(
     assert api.get("/admin/schedules/w").json()["catchup"] is False
 
 
+def test_a_bad_duration_names_its_field_once(api) -> None:
+    """A refused jitter or catch-up window says its field once ("jitter: jitter: ..." it was)."""
+    for field, value in (("jitter", "-5s"), ("catchup_window", "soon")):
+        refused = api.post("/admin/schedules/workflow", json={"name": "d", "every": "1h", field: value})
+        assert refused.status_code == 400 and error_of(refused)["field"] == field, refused.text
+        message = error_of(refused)["message"]
+        assert message.startswith(f"{field}: ") and f"{field}: {field}" not in message, message
+
+
 def test_schedule_routes_answer_every_status(api) -> None:
     made = api.post(
         "/admin/schedules/workflow",

@@ -44,11 +44,13 @@ UPDATE = body(FIELDS)
 
 
 def _named(check: Callable[..., T], *args: Any) -> T:
-    """A shared rule's answer, or its refusal as a 400 naming the field."""
+    """A shared rule's answer, or its refusal as a 400 naming the field (once: a duration's
+    message begins with its name already)."""
     try:
         return check(*args)
     except InvalidArgument as exc:
-        raise invalid(exc.field, str(exc)) from None  # type: ignore[attr-defined]
+        field = exc.field  # type: ignore[attr-defined]
+        raise invalid(field, str(exc).removeprefix(f"{field}: ")) from None
 
 
 def timing(data: dict[str, Any]) -> dict[str, Any]:
