@@ -1147,9 +1147,9 @@ BEGIN
                                        harvest._payload_limit());
     END IF;
     -- The reason is written into each run's history: bounded, or one step wrote up to 1000
-    -- copies of whatever came (an API body's 64 MiB each).
+    -- copies of whatever came (an API body's 64 MiB each). (A batch by filter or by ids.)
     IF NOT v_dry THEN
-        PERFORM harvest._check_reason(format('a %s by filter', p_action), p_reason);
+        PERFORM harvest._check_reason(format('a batch %s', p_action), p_reason);
     END IF;
     IF p_execution_ids IS NULL THEN
         IF p_workflow_name IS NULL AND coalesce(cardinality(p_search_attributes), 0) = 0

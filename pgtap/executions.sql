@@ -854,7 +854,7 @@ ROLLBACK;
 
 -- Acting on many runs by filter: cancel_workflows, terminate_workflows, signal_workflows.
 BEGIN;
-SELECT plan(33);
+SELECT plan(35);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT pg_temp.start_run('bw-1', 'bw_wf', 'bw_q');
@@ -944,6 +944,16 @@ SELECT is(harvest.cancel_workflows(p_workflow_name => 'bw_none') - 'batch_id' - 
           '{"action": "cancel", "dry_run": false, "matched": 0, "acted": 0, "already_ended": 0, "unchanged": 0,
             "execution_ids": [], "moved": [], "failures": [], "next_cursor": null}'::jsonb,
           'a filter that selects no run: nothing done, no cursor');
+-- A reason over the limit is named as a batch's, by filter or by ids (an id step was "by filter").
+UPDATE harvest.engine_settings SET max_payload_bytes = 64;
+SELECT throws_ok($$SELECT harvest.cancel_workflows(p_workflow_name => 'bw_wf', p_reason => repeat('x', 100))$$,
+                 'HR008', 'the reason of a batch cancel is 102 bytes, over the payload limit of 64 bytes',
+                 'cancel_workflows() by filter with a reason over the limit: HR008');
+SELECT throws_ok($$SELECT harvest.pause_workflows(p_execution_ids => ARRAY[pg_temp.run('bw-1')],
+                                                  p_reason => repeat('x', 100))$$,
+                 'HR008', 'the reason of a batch pause is 102 bytes, over the payload limit of 64 bytes',
+                 '... and pause_workflows() by ids');
+UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
 
 -- A run that ended since the scan, by explicit ids; terminate; signal once per batch.
 SELECT is((harvest.terminate_workflows(p_execution_ids => ARRAY[pg_temp.run('bw-3'), pg_temp.run('bw-1')])

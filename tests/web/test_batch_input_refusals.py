@@ -79,7 +79,7 @@ def test_a_batch_s_reason_is_bounded_as_a_signal_s_payload(db, conn) -> None:
                 f"/workflows/{action}", json={"workflow_name": "send_digest", "reason": "x" * 1000}
             )
             assert answer.status_code == 413, answer.text
-            assert f"the reason of a {action} by filter" in answer.json()["error"]["message"]
+            assert f"the reason of a batch {action} is 1002 bytes" in answer.json()["error"]["message"]
         # (a dry run writes no reason)
         dry = {"workflow_name": "send_digest", "reason": "x" * 1000, "dry_run": True}
         assert api.post("/workflows/cancel", json=dry).status_code == 200
