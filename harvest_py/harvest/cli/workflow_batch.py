@@ -5,6 +5,7 @@ on every live run a filter selects, on every shard (harvest.client.batch; docs/o
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +30,33 @@ DONE = {
 }
 
 
-def _batch_options(f: FC) -> FC:
+# What --batch-id does for each command: a signal's id dedupes it (its signal_id); for the
+# others the id ties a continuation's audit rows and summary to the batch it goes on with (a run
+# already acted on is left as it is whatever the id: the act is idempotent).
+_AUDIT_ID = (
+    "Name the batch (its batch_id in each step's audit row and the summary; a new one by default): "
+    "go on with an interrupted one under its id."
+)
+BATCH_ID_HELP = {
+    "cancel": f"{_AUDIT_ID} A run asked already counts unchanged.",
+    "terminate": f"{_AUDIT_ID} A run it ended counts already_ended.",
+    "signal": "Go on with a batch (its batch_id): a run it signalled is not signalled again.",
+    "pause": f"{_AUDIT_ID} A run paused already counts unchanged.",
+    "resume": f"{_AUDIT_ID} A run not paused counts unchanged.",
+}
+
+
+def _batch_options(action: str) -> Callable[[FC], FC]:
+    """The filters and options every bulk command takes (--batch-id's help says what the id does
+    for ``action``)."""
+
+    def decorate(f: FC) -> FC:
+        return _with_options(f, BATCH_ID_HELP[action])
+
+    return decorate
+
+
+def _with_options(f: FC, batch_id_help: str) -> FC:
     for option in reversed(
         [
             click.option(
@@ -63,7 +90,7 @@ def _batch_options(f: FC) -> FC:
             click.option(
                 "--batch-id",
                 default=None,
-                help="Go on with a batch (its batch_id): a run it signalled is not signalled again.",
+                help=batch_id_help,
             ),
             operator_id_option,
             database_url_option,
@@ -237,7 +264,7 @@ def _exit(tally: BatchTally) -> None:
 
 @click.command("bulk-cancel")
 @click.option("--reason", default=None, help="Why (recorded in each run's history).")
-@_batch_options
+@_batch_options("cancel")
 def bulk_cancel(**options: Any) -> None:
     """Ask every live run the filter selects to cancel, on every shard.
 
@@ -249,7 +276,7 @@ def bulk_cancel(**options: Any) -> None:
 @click.command("bulk-terminate")
 @click.option("--reason", default=None, help="Why (recorded in each run's history).")
 @click.option("--yes", is_flag=True, help="Terminate without asking (needed when stdin is no terminal).")
-@_batch_options
+@_batch_options("terminate")
 def bulk_terminate(**options: Any) -> None:
     """End every live run the filter selects at once, on every shard (admin; no cleanup runs).
 
@@ -262,7 +289,7 @@ def bulk_terminate(**options: Any) -> None:
 @signal_payload_options
 @click.option("--reason", default=None, help="Why (recorded in each step's audit row).")
 @app_write_option
-@_batch_options
+@_batch_options("signal")
 def bulk_signal(
     signal_name: str,
     payload_json: str | None,
@@ -289,7 +316,7 @@ def bulk_signal(
 
 @click.command("bulk-pause")
 @click.option("--reason", default=None, help="Why (recorded in each run's history and the audit log).")
-@_batch_options
+@_batch_options("pause")
 def bulk_pause(**options: Any) -> None:
     """Pause every RUNNING run the filter selects, on every shard: none of its work starts until
     it is resumed (work already running finishes).
@@ -300,7 +327,7 @@ def bulk_pause(**options: Any) -> None:
 
 @click.command("bulk-resume")
 @click.option("--reason", default=None, help="Why (recorded in each run's history and the audit log).")
-@_batch_options
+@_batch_options("resume")
 def bulk_resume(**options: Any) -> None:
     """Resume every PAUSED run the filter selects, on every shard: its waiting work is queued
     again, overdue timers fire once, buffered signals are delivered in order.
