@@ -295,6 +295,38 @@ def test_a_login_that_is_not_the_owner_is_refused_in_one_line(db: str, login) ->
     assert harvest(reader, "search-attr", "indexes").returncode == 0
 
 
+def test_a_shard_where_the_login_is_not_the_owner_is_named_and_the_others_are_done(
+    two_shards: dict[int, str],
+    login,  # noqa: F811
+) -> None:
+    """A login that is not the owner on one shard is refused there, as a shard down is: the
+    shards before it are reported done, the ones after it go on, exit 1 naming it. It stopped
+    the command at once, saying nothing of the shards it had built."""
+    from psycopg import conninfo
+
+    user = conninfo.conninfo_to_dict(login("harvest_admin"))["user"]
+    admin = {s: conninfo.make_conninfo(dsn, user=user, password="") for s, dsn in two_shards.items()}
+    r = _sharded(
+        {0: two_shards[0], 1: admin[1]}, "search-attr", "index", "amount", "--type", "number", "-o", "json"
+    )
+    assert r.returncode == 1, r.stderr
+    answer = json.loads(r.stdout)
+    assert [(s["shard_id"], s["outcome"]) for s in answer["shards"]] == [(0, "built")]
+    assert [f.split(":")[0] for f in answer["failed"]] == ["shard 1"]
+    assert "error: shard 1: indexing a search attribute needs the owner of Harvest's schema" in r.stderr
+    assert "error: 1 shard(s) not done (shard 1: " in r.stderr and "Traceback" not in r.stderr
+    assert _index(two_shards[1], "executions_attr_amount") is None and _declared(two_shards[1]) == []
+    # Refused on the first shard, the next one is still done.
+    r = _sharded(
+        {0: admin[0], 1: two_shards[1]}, "search-attr", "index", "amount", "--type", "number", "-o", "json"
+    )
+    assert r.returncode == 1, r.stderr
+    answer = json.loads(r.stdout)
+    assert [(s["shard_id"], s["outcome"]) for s in answer["shards"]] == [(1, "built")]
+    assert [f.split(":")[0] for f in answer["failed"]] == ["shard 0"]
+    assert _index(two_shards[1], "executions_attr_amount") is not None
+
+
 def test_a_shard_migrated_later_gets_the_declared_index(two_shards: dict[int, str], fresh_db: str) -> None:
     r = _sharded(two_shards, "search-attr", "index", "amount", "--type", "number")
     assert r.returncode == 0, r.stderr

@@ -4,7 +4,8 @@ for range tests"), on the one database or on every shard of ``[shards]``, one at
 
 They connect as `harvest migrate run` does (HARVEST_DATABASE_URL or --database-url; with
 ``[shards]``, each shard's URL, to its session URL when one is declared), and need that login
-to be the owner: another is refused in one line naming the role needed. Over SQL only: no HTTP
+to be the owner: another is refused in one line naming the role needed (on each shard where it is
+not, the other shards going on as after any other failure). Over SQL only: no HTTP
 route changes the schema. Progress on stderr (a line a shard), the outcome per shard on stdout;
 exit 0 when every shard is done, 1 naming each shard that is not (the others are done: run it
 again once that shard is fixed), 2 for a bad key or type, before any database is touched.
@@ -47,19 +48,26 @@ def _say(shard: int, line: str) -> None:
 
 def _each_shard(database_url: str | None, act: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """``act(conn, say)`` as the owner on each shard in turn: its rows, and a line for each shard
-    that failed (the others go on). A login that is not the owner stops the command at once."""
+    that failed (the others go on). A login that is not a shard's owner fails there as any other
+    failure (the shards before it are reported done, the ones after it go on); on one database it
+    is the command's one line."""
     from harvest.db.connection import DatabaseError, failure_reason
     from harvest.db.search_indexes import owner_session, require_owner
 
     rows: list[dict[str, Any]] = []
     failed: list[str] = []
-    for shard, url in _targets(database_url).items():
+    targets = _targets(database_url)
+    for shard, url in targets.items():
         started = time.monotonic()
         try:
             with owner_session(url) as conn:
                 require_owner(conn)
                 outcome = act(conn, lambda line, shard=shard: _say(shard, line))
         except PermissionDenied as exc:
+            if len(targets) > 1:
+                failed.append(f"shard {shard}: {exc}")
+                click.echo(f"error: shard {shard}: {scrub(str(exc))}", err=True)
+                continue
             raise PermissionDenied(f"shard {shard}: {exc}") from None
         except (HarvestError, DatabaseError) as exc:
             reason = failure_reason(exc, url)
