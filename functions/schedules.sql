@@ -918,7 +918,7 @@ RETURNS TABLE (
     name text, kind text, workflow_name text, cron text, interval_secs bigint, timezone text,
     max_active_runs integer, overlap text, catchup boolean, paused boolean, declared boolean,
     next_fire_at timestamptz, last_slot_at timestamptz, missed_slots bigint, active_runs integer, queue text,
-    workflow_registered boolean, anchor_at timestamptz, now timestamptz
+    workflow_registered boolean, anchor_at timestamptz, next_due_at timestamptz, now timestamptz
 )
 LANGUAGE plpgsql STABLE
 AS $$
@@ -940,8 +940,9 @@ BEGIN
                 WHEN EXISTS (SELECT 1 FROM harvest.registered_workflows AS r WHERE r.queue = s.queue) THEN false
            END,
            -- What a reader computes the next slot from while the scheduler has not stored one
-           -- (harvest.declare.schedules.listed_schedule), and whether a stored one is overdue.
-           s.anchor_at, harvest.now()
+           -- (harvest.declare.schedules.listed_schedule), and whether a stored one is overdue:
+           -- its due time (the slot plus its jitter, when the scheduler fires it) is past.
+           s.anchor_at, s.next_due_at, harvest.now()
     FROM harvest.schedules AS s
     WHERE ($1::text IS NULL OR s.kind = lower($1))
       AND ($2::text IS NULL OR s.name > $2)
@@ -1253,8 +1254,8 @@ COMMENT ON FUNCTION harvest.backfill_schedule IS
 COMMENT ON FUNCTION harvest.list_schedules IS
 'The schedules of this database (workflow and dag kinds, paused or not) by name with their next slot, last slot, '
 'missed slots, live runs, whether their workflow is registered on its queue, the anchor a next slot not yet '
-'stored is computed from and the engine''s now; at most p_limit (1..10000) after '
-'p_after_name, NULL: every one. Called by the CLI, preflight and the dashboard (role harvest_reader).';
+'stored is computed from, the stored slot''s due time (plus its jitter) and the engine''s now; at most p_limit '
+'(1..10000) after p_after_name, NULL: every one. Called by the CLI, preflight and the dashboard (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_schedule IS
 'One schedule with its last firings (run ids and run statuses), misses with reasons, live and buffered runs; '
 'HR002 when it does not exist. Called by the CLI (role harvest_reader).';

@@ -325,10 +325,11 @@ SELECT is((SELECT bool_and(paused) FROM harvest.list_schedules(NULL, NULL, NULL,
 SELECT is((SELECT count(*)::integer FROM harvest.list_schedules(NULL, NULL, NULL, false)),
           (SELECT count(*)::integer FROM harvest.schedules WHERE NOT paused), 'list_schedules(p_paused) filters');
 SELECT is((SELECT count(*)::integer FROM harvest.list_schedules() AS l JOIN harvest.schedules AS s USING (name)
-           WHERE l.anchor_at = s.anchor_at AND l.now = harvest.now()),
+           WHERE l.anchor_at = s.anchor_at AND l.next_due_at IS NOT DISTINCT FROM s.next_due_at
+             AND l.now = harvest.now()),
           (SELECT count(*)::integer FROM harvest.schedules),
-          'list_schedules() answers each schedule''s anchor_at (its next slot is computed from it while none is stored) '
-          'and the engine''s now (a stored slot before it is overdue)');
+          'list_schedules() answers each schedule''s anchor_at (its next slot is computed from it while none is stored), '
+          'its next_due_at and the engine''s now (a stored slot due before it is overdue)');
 SELECT throws_ok($$SELECT * FROM harvest.list_schedules(NULL, NULL, 0)$$, 'HR001', NULL,
                  'list_schedules(): a limit below 1: HR001');
 SELECT is((SELECT jsonb_array_length(j -> 'firings') || ',' || jsonb_array_length(j -> 'misses') || ','

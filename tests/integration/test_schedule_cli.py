@@ -182,6 +182,16 @@ def test_list_shows_the_next_slot_before_a_scheduler_ticks_and_marks_an_overdue_
     )
     conn.execute("UPDATE harvest.schedules SET next_fire_at = harvest.now() + interval '1 hour'")
     assert _json(db, "schedule", "list")["schedules"][0]["next_fire"] == "scheduled"
+    # A jittered slot is due at its slot plus its jitter (next_due_at): past its slot, not yet
+    # due, it is not overdue (it was: every slot of a schedule with jitter, for up to its jitter).
+    conn.execute(
+        "UPDATE harvest.schedules SET jitter_secs = 3600, next_fire_at = harvest.now() - interval '1 minute',"
+        " next_due_at = harvest.now() + interval '30 minutes'"
+    )
+    (row,) = _json(db, "schedule", "list")["schedules"]
+    assert row["next_fire"] == "scheduled" and "next_due_at" not in row, row
+    conn.execute("UPDATE harvest.schedules SET next_due_at = harvest.now() - interval '1 second'")
+    assert _json(db, "schedule", "list")["schedules"][0]["next_fire"] == "overdue"
     _json(db, "schedule", "pause", "x")
     assert _json(db, "schedule", "list")["schedules"][0]["next_fire"] is None
 

@@ -377,7 +377,7 @@ def next_fire_times(row: dict[str, Any], count: int = 5) -> list[str]:
 
 # ``next_fire`` in a listed schedule: where its ``next_fire_at`` comes from.
 NEXT_FIRE_STORED = "scheduled"  # the scheduler's stored next slot, not yet past
-NEXT_FIRE_OVERDUE = "overdue"  # the scheduler's stored next slot, past (no scheduler has fired it)
+NEXT_FIRE_OVERDUE = "overdue"  # the stored slot's due time (plus its jitter) past: no scheduler fired it
 NEXT_FIRE_COMPUTED = "computed"  # none stored yet (no scheduler has ticked): computed as `get` does
 
 
@@ -385,18 +385,20 @@ def listed_schedule(row: dict[str, Any]) -> dict[str, Any]:
     """A ``list_schedules`` row as ``harvest schedule list`` and ``GET /admin/schedules`` show
     it: while the scheduler has stored no next slot, the one :func:`upcoming_slots` computes (as
     ``get`` does), and ``next_fire`` says which (:data:`NEXT_FIRE_STORED`, ``_OVERDUE`` when the
-    stored one is before the row's ``now``, the engine's, or ``_COMPUTED``); None while paused or
+    stored one's due time, its ``next_due_at`` (the slot plus its jitter: when the scheduler fires
+    it), is before the row's ``now``, the engine's, or ``_COMPUTED``); None while paused or
     uncomputable. A row that already says (a server's answer) is kept as it is."""
     if "next_fire" in row:
         return row
-    out = {k: v for k, v in row.items() if k != "now"}
+    out = {k: v for k, v in row.items() if k not in ("now", "next_due_at")}
     stored = _moment(row.get("next_fire_at"))
+    due = _moment(row.get("next_due_at")) or stored
     now = _moment(row.get("now"))
     mark: str | None = None
     if row.get("paused"):
         pass  # nothing fires while paused
     elif stored is not None:
-        mark = NEXT_FIRE_OVERDUE if now is not None and stored < now else NEXT_FIRE_STORED
+        mark = NEXT_FIRE_OVERDUE if now is not None and due is not None and due < now else NEXT_FIRE_STORED
     elif schedule_problem(row) is None:
         out["next_fire_at"] = upcoming_slots(row, 1)[0]
         mark = NEXT_FIRE_COMPUTED

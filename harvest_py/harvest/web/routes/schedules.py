@@ -159,8 +159,9 @@ ENDPOINTS = [
         "The schedules, workflow and DAG kinds together, over every shard, by name: a page of at most "
         "limit, the rest by next_cursor (kind= for one kind, paused= for paused or running ones). Each "
         "row's next_fire says what its next_fire_at is: the scheduler's stored slot (scheduled, or "
-        "overdue once past), computed as GET /admin/schedules/{name} computes it (computed: no "
-        "scheduler has ticked since it was created, resumed or re-timed), or null while paused.",
+        "overdue once its due time, the slot plus its jitter, is past), computed as GET "
+        "/admin/schedules/{name} computes it (computed: no scheduler has ticked since it was created, "
+        "resumed or re-timed), or null while paused.",
         (
             Param("kind", "enum", choices=("workflow", "dag")),
             Param("paused", "boolean", description="Only paused (true) or running (false) schedules."),
