@@ -133,13 +133,16 @@ def test_a_kept_data_dir_is_stopped_cleanly_for_the_next_start(monkeypatch: pyte
 
 
 def test_an_in_memory_server_keeps_its_files_in_memory_where_there_is_room(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """The test servers' files go to a tmpfs (creating and dropping a database per test spent
     the server's CPU in the disk's inode allocation); a tmpfs without the room, or none, leaves
     them in the temporary directory, and a named base directory is never moved."""
-    memory = tmp_path / "shm"
-    memory.mkdir()
+    # Not under tmp_path: as root the server runs as its own user, which must traverse every
+    # parent, and a pytest starting beside this one (the CI runs its parts in parallel) puts
+    # pytest's own root back to 0700 (a PANIC on pg_control, once).
+    memory = Path(tempfile.mkdtemp(prefix="harvest-test-shm-"))
+    request.addfinalizer(lambda: shutil.rmtree(memory, ignore_errors=True))
     monkeypatch.setattr(embedded, "MEMORY_DIR", memory)
     monkeypatch.setattr(embedded, "MEMORY_MIN_FREE", 0)
     kept = EmbeddedPostgres(base_dir=tmp_path / "kept", in_memory=True)
