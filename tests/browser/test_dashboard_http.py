@@ -904,6 +904,32 @@ def test_unicode_in_payloads_and_attributes_is_shown_as_written(db: str) -> None
         assert "\\u00" not in full and "\\ud83c" not in full
 
 
+def test_a_pages_offloaded_payloads_are_read_back_a_bounded_batch_at_a_time(db: str, monkeypatch) -> None:
+    """In full, the run page reads its offloaded payloads back in batches bounded as a full
+    export's are (RESOLVE_BYTES): it was one get_payloads call for the whole page, however
+    large its payloads."""
+    from harvest.client import history_export
+
+    values = ["a" * 3000, "b" * 3000, "c" * 3000]
+    with psycopg.connect(db, autocommit=True) as conn:
+        stored = conn.execute(
+            "SELECT harvest.put_payloads(NULL, ARRAY[%s::jsonb, %s::jsonb, %s::jsonb])",
+            [Jsonb(v) for v in values],
+        )
+        ref = [{"_harvest_ref": str(i), "bytes": 3002} for i in stored.fetchone()[0]]
+        run = _started(db, "bounded-read-back")
+        for r in ref:
+            conn.execute("SELECT harvest.signal_workflow(%s, 'big', %s)", (run, Jsonb(r)))
+    monkeypatch.setattr(history_export, "RESOLVE_BYTES", 4000)  # two payloads pass it
+    calls = rows_read(monkeypatch, "get_payloads")
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        full = client.get(f"/workflows/{run}?payloads=full", headers=OPERATE)
+        assert full.status_code == 200, full.text
+    assert len(calls) > 1 and max(calls) <= 2, calls  # a batch ends once its references pass the bound
+    signals = full.text.split('id="signals"')[1].split("</ul>")[0]
+    assert all(v in signals for v in values), signals
+
+
 def test_names_with_a_slash_open_their_pages_and_actions(db: str) -> None:
     """A schedule, a DAG or a worker whose name holds a "/" (``billing/monthly``): its link on
     the list opens its page and its actions reach it (the path was cut at the "/": a 404 or a

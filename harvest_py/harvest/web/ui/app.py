@@ -48,6 +48,7 @@ from harvest.client.batch import (
     encode_cursor,
     step_arguments,
 )
+from harvest.client.history_export import aresolved_in_batches
 from harvest.client.routing import resident
 from harvest.config import Config
 from harvest.core.durations import plain_number
@@ -312,6 +313,12 @@ def _absorb(tally: BatchTally, so_far: str | None) -> None:
     except (ValueError, TypeError, KeyError, AttributeError):
         raise InvalidArgument("so_far: not a summary this page made; start again from the list") from None
     tally.unavailable = {}
+
+
+async def _each(values: list[Any]) -> AsyncIterator[Any]:
+    """``values`` one at a time, for a reader of an asyncio stream (aresolved_in_batches)."""
+    for value in values:
+        yield value
 
 
 def _execution_id(value: str) -> str:
@@ -799,8 +806,14 @@ class Dashboard:
             stack = await api.get_execution_stack(execution_id, STACK_SHOWN)
             history = views.HistoryPage(HISTORY_SHOWN, after=after, before=before, full=full)
             rows = await history.fetch(api, execution_id)
-            if full:  # the run's and the page's offloaded payloads, read back in one call
-                row, rows = await principal.resolved(api, [row, rows])
+            if full:  # the run's and the page's offloaded payloads read back: one call, more past
+                # RESOLVE_BYTES (a full export's bound on what a read holds)
+                row, *rows = [
+                    value
+                    async for value in aresolved_in_batches(
+                        _each([row, *rows]), lambda batch: principal.resolved(api, batch), len(rows) + 1
+                    )
+                ]
             history.add_rows(rows)
             return row, stack, history, await api.list_update_requests(execution_id)
 
