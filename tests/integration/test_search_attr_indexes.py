@@ -98,10 +98,11 @@ def _declared(dsn: str) -> list[tuple[str, str, str]]:
         ).fetchall()
 
 
-def _sharded(shards: Mapping[int, str], *args: str, database_url: str = ""):
+def _sharded(shards: Mapping[int, str], *args: str, database_url: str = "", **extra: str):
     env = os.environ.copy()
     env.update(
         {
+            **extra,
             "HARVEST_DATABASE_URL": database_url,
             "HARVEST_SHARDS__READABLE": ",".join(map(str, shards)),
             "HARVEST_SHARDS__WRITABLE": ",".join(map(str, shards)),
@@ -325,6 +326,28 @@ def test_a_shard_where_the_login_is_not_the_owner_is_named_and_the_others_are_do
     assert [(s["shard_id"], s["outcome"]) for s in answer["shards"]] == [(1, "built")]
     assert [f.split(":")[0] for f in answer["failed"]] == ["shard 0"]
     assert _index(two_shards[1], "executions_attr_amount") is not None
+
+
+def test_a_non_owner_shards_failed_entry_is_scrubbed_as_its_stderr_line(
+    two_shards: dict[int, str],
+    login,  # noqa: F811
+) -> None:
+    """The answer's ``failed`` entry for a shard where the login is not the owner is the line
+    stderr gives, scrubbed alike: the JSON had the error as raised, stderr scrubbed (here a
+    token that happens to be in it, the login's name, stands for any secret scrub knows)."""
+    from psycopg import conninfo
+
+    user = conninfo.conninfo_to_dict(login("harvest_admin"))["user"]
+    admin = conninfo.make_conninfo(two_shards[1], user=user, password="")
+    r = _sharded(
+        {0: two_shards[0], 1: admin},
+        *("search-attr", "index", "amount", "--type", "number", "-o", "json"),
+        HARVEST_TOKEN=user,
+    )
+    assert r.returncode == 1, r.stderr
+    [failed] = json.loads(r.stdout)["failed"]
+    assert f"error: {failed}\n" in r.stderr and "needs the owner" in failed
+    assert user not in r.stdout + r.stderr
 
 
 def test_a_shard_migrated_later_gets_the_declared_index(two_shards: dict[int, str], fresh_db: str) -> None:

@@ -46,6 +46,13 @@ def _say(shard: int, line: str) -> None:
     click.echo(f"shard {shard}: {line}", err=True)
 
 
+def _failed(failed: list[str], shard: int, reason: str) -> None:
+    """A shard not done: its line, scrubbed once, in the answer's ``failed`` and on stderr alike."""
+    line = f"shard {shard}: {scrub(reason)}"
+    failed.append(line)
+    click.echo(f"error: {line}", err=True)
+
+
 def _each_shard(database_url: str | None, act: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """``act(conn, say)`` as the owner on each shard in turn: its rows, and a line for each shard
     that failed (the others go on). A login that is not a shard's owner fails there as any other
@@ -65,14 +72,11 @@ def _each_shard(database_url: str | None, act: Any) -> tuple[list[dict[str, Any]
                 outcome = act(conn, lambda line, shard=shard: _say(shard, line))
         except PermissionDenied as exc:
             if len(targets) > 1:
-                failed.append(f"shard {shard}: {exc}")
-                click.echo(f"error: shard {shard}: {scrub(str(exc))}", err=True)
+                _failed(failed, shard, str(exc))
                 continue
             raise PermissionDenied(f"shard {shard}: {exc}") from None
         except (HarvestError, DatabaseError) as exc:
-            reason = failure_reason(exc, url)
-            failed.append(f"shard {shard}: {reason}")
-            click.echo(f"error: shard {shard}: {scrub(reason)}", err=True)
+            _failed(failed, shard, failure_reason(exc, url))
             continue
         seconds = time.monotonic() - started
         _say(shard, f"{outcome.action} ({outcome.index_name}) in {seconds:.1f} s")
@@ -99,7 +103,7 @@ def _finish(rows: list[dict[str, Any]], failed: list[str], output: str, what: st
     click.echo(f"{what}: {done}", err=True)
     if failed:
         click.echo(
-            f"error: {len(failed)} shard(s) not done ({'; '.join(scrub(f) for f in failed)}): run the "
+            f"error: {len(failed)} shard(s) not done ({'; '.join(failed)}): run the "
             "command again once fixed (the shards done say so again and change nothing)",
             err=True,
         )
@@ -164,7 +168,7 @@ def indexes(database_url: str | None, output: str) -> None:
             with connect(url, autocommit=True) as conn:
                 found[shard] = list_indexes(conn)
         except (HarvestError, DatabaseError) as exc:
-            failed.append(f"shard {shard}: {failure_reason(exc, url)}")
+            failed.append(f"shard {shard}: {scrub(failure_reason(exc, url))}")
     rows = []
     for name in sorted({r["name"] for rows in found.values() for r in rows}):
         # (a shard's own type: `harvest migrate run` keeps a key recorded as the other type on
@@ -192,5 +196,5 @@ def indexes(database_url: str | None, output: str) -> None:
         ),
     )
     if failed:
-        click.echo(f"error: not read: {'; '.join(scrub(f) for f in failed)}", err=True)
+        click.echo(f"error: not read: {'; '.join(failed)}", err=True)
         raise SystemExit(1)
