@@ -448,8 +448,9 @@ def _catchup_window(catchup: Any, what: str) -> tuple[bool, int]:
         return False, CATCHUP_GRACE_SECS
     if catchup is True:
         return True, CATCHUP_WINDOW_SECS
-    secs = parse_duration(catchup, f"{what}: catchup", positive=True)
-    return True, max(1, int(secs))
+    # a window: the rule the CLI's and the API's catch-up window follow, named as given here
+    window = catchup_options(None, catchup, spell=lambda _name: f"{what}: catchup")
+    return True, int(window["catchup_window_secs"])
 
 
 @dataclass(frozen=True)
