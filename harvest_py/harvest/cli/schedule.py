@@ -137,6 +137,85 @@ def _input(input_json: str | None, input_file: str | None) -> list[Any] | None:
     return [read_json_option(input_json, input_file, "input")]
 
 
+# The options create-workflow and update share, in their order: each one's declarations, what
+# both give it, then create-workflow's default and help, then update's (its defaults None: an
+# option not given keeps what the schedule has).
+_SPEC_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], dict[str, Any]], ...] = (
+    (
+        ("--workflow", "workflow_name"),
+        {"default": None},
+        {"help": "The workflow to start (default: --name)."},
+        {},
+    ),
+    (
+        ("--cron",),
+        {"default": None},
+        {"help": "A cron expression: 5 fields, 6 with seconds first, or @daily..."},
+        {},
+    ),
+    (("--every",), {"default": None}, {"help": "An interval instead of a cron: 15m, 1h, 30s."}, {}),
+    (
+        ("--tz",),
+        {"default": None},
+        {"help": "The cron's IANA time zone (default UTC)."},
+        {"help": "With --cron: its time zone."},
+    ),
+    (("--input-json",), {"default": None}, {"help": "The run's one argument, as JSON."}, {}),
+    (
+        ("--input-file",),
+        {"default": None, "help": "Read the argument's JSON from a file (- for stdin)."},
+        {},
+        {},
+    ),
+    (
+        ("--queue",),
+        {"default": None},
+        {
+            "help": "Default: the served App's declared queue (over HTTP), else the queue its workers "
+            "registered it on, else default."
+        },
+        {},
+    ),
+    (
+        ("--max-active-runs",),
+        {"type": click.IntRange(1, MAX_ACTIVE_RUNS)},
+        {"default": 1, "show_default": True},
+        {"default": None},
+    ),
+    (("--overlap",), {"type": overlap_choice}, {"default": "skip", "show_default": True}, {"default": None}),
+    (
+        ("--catchup/--no-catchup",),
+        {"default": None},
+        {"help": "Replay missed slots (a year back) after downtime."},
+        {},
+    ),
+    (
+        ("--catchup-window",),
+        {"default": None},
+        {"help": "Replay missed slots up to this far back (6h, 2d)."},
+        {},
+    ),
+    (
+        ("--jitter",),
+        {},
+        {"default": "0", "help": "Delay each firing by a stable random part of this (30s)."},
+        {"default": None},
+    ),
+)
+
+
+def _spec_options(*, create: bool) -> Callable[[FC], FC]:
+    """The schedule's options create-workflow and update both take (_SPEC_OPTIONS), each
+    command's defaults and help."""
+
+    def add(f: FC) -> FC:
+        for decls, both, created, updated in reversed(_SPEC_OPTIONS):
+            f = click.option(*decls, **both, **(created if create else updated))(f)
+        return f
+
+    return add
+
+
 @click.group()
 def schedule() -> None:
     """Workflows started on a cron or an interval (docs/schedules.md)."""
@@ -144,25 +223,7 @@ def schedule() -> None:
 
 @schedule.command("create-workflow")
 @click.option("--name", required=True, help="The schedule's name (runs are sched:NAME:UNIX_TS).")
-@click.option("--workflow", "workflow_name", default=None, help="The workflow to start (default: --name).")
-@click.option("--cron", default=None, help="A cron expression: 5 fields, 6 with seconds first, or @daily...")
-@click.option("--every", default=None, help="An interval instead of a cron: 15m, 1h, 30s.")
-@click.option("--tz", default=None, help="The cron's IANA time zone (default UTC).")
-@click.option("--input-json", default=None, help="The run's one argument, as JSON.")
-@click.option("--input-file", default=None, help="Read the argument's JSON from a file (- for stdin).")
-@click.option(
-    "--queue",
-    default=None,
-    help="Default: the served App's declared queue (over HTTP), else the queue its workers "
-    "registered it on, else default.",
-)
-@click.option("--max-active-runs", default=1, show_default=True, type=click.IntRange(1, MAX_ACTIVE_RUNS))
-@click.option("--overlap", default="skip", show_default=True, type=overlap_choice)
-@click.option(
-    "--catchup/--no-catchup", default=None, help="Replay missed slots (a year back) after downtime."
-)
-@click.option("--catchup-window", default=None, help="Replay missed slots up to this far back (6h, 2d).")
-@click.option("--jitter", default="0", help="Delay each firing by a stable random part of this (30s).")
+@_spec_options(create=True)
 @click.option("--kind", default="workflow", show_default=True, type=click.Choice(["workflow", "dag"]))
 @click.option("--paused", is_flag=True, help="Create it paused.")
 @operator_id_option
@@ -353,18 +414,7 @@ def trigger(
 
 @schedule.command("update")
 @click.argument("name")
-@click.option("--workflow", "workflow_name", default=None)
-@click.option("--cron", default=None)
-@click.option("--every", default=None)
-@click.option("--tz", default=None, help="With --cron: its time zone.")
-@click.option("--input-json", default=None)
-@click.option("--input-file", default=None, help="Read the argument's JSON from a file (- for stdin).")
-@click.option("--queue", default=None)
-@click.option("--max-active-runs", default=None, type=click.IntRange(1, MAX_ACTIVE_RUNS))
-@click.option("--overlap", default=None, type=overlap_choice)
-@click.option("--catchup/--no-catchup", default=None)
-@click.option("--catchup-window", default=None)
-@click.option("--jitter", default=None)
+@_spec_options(create=False)
 @_shard_option
 @operator_id_option
 @database_url_option
