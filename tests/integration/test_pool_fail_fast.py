@@ -164,9 +164,10 @@ def test_a_server_with_no_room_for_one_more_connection_is_waited_for_not_called_
 
 
 def test_a_shard_pools_failed_connects_are_logged_under_the_shards_name(db: str, caplog) -> None:
-    """psycopg_pool logs each failed connect of a pool by its name, every 2 s while a server is
-    down: a shard's pools are named after the shard (``shard-1``), not ``pool-N``, so the
-    warning says which shard it is about (docs/failures.md, "A pool finds its database back")."""
+    """psycopg_pool logs a pool's failed connects by its name (its first, then a line a minute
+    while a server is down: harvest.db.pools._OutageLines): a shard's pools are named after the
+    shard (``shard-1``), not ``pool-N``, so the warning says which shard it is about
+    (docs/failures.md, "A pool finds its database back")."""
     from harvest.core.errors import ShardUnavailable
     from harvest.shard import AsyncShardPools, ShardPools, ShardRouter
 

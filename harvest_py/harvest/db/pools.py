@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import select
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextvars import ContextVar, Token
@@ -26,6 +28,7 @@ from harvest.db.connection import (
     RedactingAsyncConnection,
     RedactingConnection,
     error_line,
+    failure_reason,
     redact,
     role_missing,
     role_settings,
@@ -237,7 +240,7 @@ def _pool_wait(timeout: float | None, own: float) -> float:
 # after the server was back, every call timing out meanwhile (a shard restarted under a
 # sharded API stayed "unreachable" that long). The gap is capped: a pool finds its server back
 # within RECONNECT_CAP_SECS of its return. A server still down costs a refused connect (and
-# psycopg_pool's warning) that often.
+# a line a minute at most: _OutageLines) that often.
 RECONNECT_CAP_SECS = 2.0
 
 
@@ -245,6 +248,79 @@ class _CappedBackoff(AttemptWithBackoff):
     def update_delay(self, now: float) -> None:
         super().update_delay(now)
         self.delay = min(self.delay, RECONNECT_CAP_SECS)
+
+
+# psycopg_pool logs each failed connect on the ``psycopg.pool`` logger, the driver's error whole
+# (libpq's, several lines): with attempts RECONNECT_CAP_SECS apart, a worker's four pools wrote
+# four such warnings every 2 s of an outage. A filter on that logger (not a handler, not a
+# level: a program's own logging setup is left as it is) lets a pool's first failed connect
+# through as one line (failure_reason: no DSN, no password), then one line a minute while it
+# stays down, with the count of the attempts not logged, and logs one line when it connects
+# again. Every other record of the logger passes untouched. Pools are told apart by name
+# (``pool-N``, ``shard-1``): two pools of one name share one line a minute.
+OUTAGE_LINE_EVERY_SECS = 60.0
+_CONNECT_FAILED = "error connecting in %r: %s"
+_pool_log = logging.getLogger("psycopg.pool")
+
+
+class _OutageLines(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = time.monotonic  # (a test's to set)
+        self.lock = threading.Lock()
+        # pool name -> [when its last failure line was logged, attempts failed since]
+        self.down: dict[str, list[Any]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if record.msg != _CONNECT_FAILED or not isinstance(args, tuple) or len(args) != 2:
+            return True
+        name, exc = str(args[0]), args[1]
+        now = self.clock()
+        with self.lock:
+            state = self.down.get(name)
+            if state is not None and now - state[0] < OUTAGE_LINE_EVERY_SECS:
+                state[1] += 1
+                return False
+            unlogged = state[1] if state is not None else 0
+            self.down[name] = [now, 0]
+        reason = failure_reason(exc) if isinstance(exc, BaseException) else redact(" ".join(str(exc).split()))
+        if state is None:
+            record.msg = "error connecting in %r: %s (logged again once a minute until it connects)"
+            record.args = (name, reason)
+        else:
+            record.msg = "error connecting in %r: %s (%d more failed attempts since the last line)"
+            record.args = (name, reason, unlogged)
+        return True
+
+    def connected(self, name: str) -> None:
+        """A connect of pool ``name`` succeeded: the line saying so, if its failures were logged."""
+        if not self.down:  # (every connect outside an outage: no lock taken)
+            return
+        with self.lock:
+            state = self.down.pop(name, None)
+        if state is not None:
+            _pool_log.warning(
+                "pool %r connected again (%d more failed attempts since the last line)", name, state[1]
+            )
+
+    def forget(self, name: str) -> None:
+        """Pool ``name`` closed: its failures are no longer counted (a pool opened again by
+        that name logs its first one)."""
+        with self.lock:
+            self.down.pop(name, None)
+
+
+OUTAGE_LINES = _OutageLines()
+
+
+def _quiet_outages() -> None:
+    # (again at each pool's opening: addFilter adds a filter once, and a logging.config call
+    # made since the import may have replaced the logger's filters)
+    _pool_log.addFilter(OUTAGE_LINES)
+
+
+_quiet_outages()
 
 
 def cannot_be_reached(reason: str | None) -> str:
@@ -343,11 +419,16 @@ class _Pool(ConnectionPool[Any]):
             self._last_failure = _connect_failure(exc, self.conninfo)
             raise
         self._away = False
+        OUTAGE_LINES.connected(self.name)
         return conn
 
     def reconnect_failed(self) -> None:
         self._away = False  # psycopg_pool gave up retrying: the next caller's wait tries again
         super().reconnect_failed()
+
+    def close(self, timeout: float = 5.0) -> None:
+        super().close(timeout)
+        OUTAGE_LINES.forget(self.name)
 
 
 class _AsyncPool(AsyncConnectionPool[Any]):
@@ -397,11 +478,16 @@ class _AsyncPool(AsyncConnectionPool[Any]):
             self._last_failure = _connect_failure(exc, self.conninfo)
             raise
         self._away = False
+        OUTAGE_LINES.connected(self.name)
         return conn
 
     async def reconnect_failed(self) -> None:
         self._away = False  # (see _Pool)
         await super().reconnect_failed()
+
+    async def close(self, timeout: float = 5.0) -> None:
+        await super().close(timeout)
+        OUTAGE_LINES.forget(self.name)
 
     async def wait(self, timeout: float = 30.0) -> None:
         if not self.fail_fast:
@@ -439,6 +525,7 @@ def open_pool(
     )
     pool.fail_fast = fail_fast
     _most_recent_first(pool)
+    _quiet_outages()
     pool.open()
     return pool
 
@@ -473,6 +560,7 @@ async def open_async_pool(
     )
     pool.fail_fast = fail_fast
     _most_recent_first(pool)
+    _quiet_outages()
     try:  # (opened for a wait's call, within the wait's deadline: connections_by)
         await pool.open(wait=True, timeout=_pool_wait(None, timeout))
         if pool._away and not pool._pool:
