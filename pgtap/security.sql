@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(78);
+SELECT plan(80);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -75,6 +75,10 @@ SELECT throws_ok($$SELECT harvest.pause_workflows(p_workflow_name => 'wf')$$, '4
 SELECT throws_ok($$SELECT harvest.resume_workflows(p_workflow_name => 'wf')$$, '42501', NULL,
                  'resume_workflows(): refused to a reader');
 SET LOCAL ROLE harvest_worker;
+SELECT throws_ok($$SELECT harvest.pause_workflows(p_workflow_name => 'wf')$$, '42501', NULL,
+                 'pause_workflows(): refused to a worker (an operator''s batch)');
+SELECT throws_ok($$SELECT harvest.resume_workflows(p_workflow_name => 'wf')$$, '42501', NULL,
+                 'resume_workflows(): refused to a worker (an operator''s batch)');
 SELECT throws_ok($$SELECT harvest.unregister_workflow('q', 'wf')$$, '42501', NULL,
                  'unregister_workflow(): refused to a worker');
 SELECT throws_ok($$SELECT harvest.prune_workers()$$, '42501', NULL, 'prune_workers(): refused to a worker');

@@ -1989,8 +1989,9 @@ class Client:
         batch_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> dict[str, Any]:
-        """``action`` (cancel, terminate, signal) on every live run the filters select (those of
-        :meth:`list_workflows`; at least one besides ``state``, else InvalidArgument), on every
+        """``action`` (cancel, terminate, signal, pause, resume) on every live run the filters
+        select (those of :meth:`list_workflows`; at least one besides ``state``, else
+        InvalidArgument), on every
         shard, ``batch_size`` runs a transaction; a run a rebalance moved is acted on where it
         lives. Answers the summary: matched, acted, already_ended, unchanged, failed (with
         failures), per shard (shards) and the shards not reached (unavailable_shards, status
@@ -2732,8 +2733,9 @@ class AsyncClient:
         batch_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> dict[str, Any]:
-        """``action`` (cancel, terminate, signal) on every live run the filters select (those of
-        :meth:`list_workflows`; at least one besides ``state``, else InvalidArgument), on every
+        """``action`` (cancel, terminate, signal, pause, resume) on every live run the filters
+        select (those of :meth:`list_workflows`; at least one besides ``state``, else
+        InvalidArgument), on every
         shard, ``batch_size`` runs a transaction; a run a rebalance moved is acted on where it
         lives. Answers the summary: matched, acted, already_ended, unchanged, failed (with
         failures), per shard (shards) and the shards not reached (unavailable_shards, status
