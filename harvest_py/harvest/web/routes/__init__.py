@@ -388,11 +388,6 @@ class Call:
         routing.route_id(self.state.router, execution_id)
         return await self._pools.follow(execution_id, attempt)
 
-    async def resolved(self, sql: AsyncSqlApi, value: Any) -> Any:
-        """``value`` with its offloaded payloads read back on ``sql`` for this caller
-        (:meth:`harvest.web.principal.Principal.resolved`, the dashboard's too)."""
-        return await self.principal.resolved(sql, value)
-
     def resident(self, row: dict[str, Any]) -> dict[str, Any]:
         """A row read by id, checked: on shards a seal of a moved run raises ExecutionMigrated
         (which :meth:`routed` follows); one database reads it as it is."""

@@ -60,7 +60,8 @@ async def _resolved_rows(call: Call, rows: list[dict[str, Any]]) -> list[dict[st
     async def resolve(shard: int, at: list[int]) -> None:
         with contextlib.suppress(DatabaseUnavailable):
             found = await call.on_shard(
-                shard if call.sharded else None, lambda sql: call.resolved(sql, [rows[i] for i in at])
+                shard if call.sharded else None,
+                lambda sql: call.principal.resolved(sql, [rows[i] for i in at]),
             )
             for i, row in zip(at, found, strict=True):
                 rows[i] = row
@@ -92,7 +93,7 @@ async def get_dead_letter(call: Call, args: dict[str, Any], _: Any) -> Any:
     shard = await _home(call, args)
 
     async def read(sql: Any) -> Any:  # (its offloaded input or details read back on its shard)
-        return await call.resolved(sql, await sql.get_dead_letter(args["dead_letter_id"]))
+        return await call.principal.resolved(sql, await sql.get_dead_letter(args["dead_letter_id"]))
 
     row = await call.on_shard(shard, read)
     return {**row, "shard_id": shard if shard is not None else call.default_shard()}

@@ -79,7 +79,9 @@ async def _events(call: Call, sql: Any, execution_id: str, full: bool) -> AsyncI
     (aresolved_in_batches), else as stored (the caller redacts)."""
     events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
     if full:
-        events = aresolved_in_batches(events, lambda batch: call.resolved(sql, batch), EXPORT_PAGE_SIZE)
+        events = aresolved_in_batches(
+            events, lambda batch: call.principal.resolved(sql, batch), EXPORT_PAGE_SIZE
+        )
     async for event in events:
         yield event
 
@@ -108,7 +110,7 @@ async def export_history_batch(call: Call, args: dict[str, Any], _: Any) -> Any:
             nonlocal begun
             execution = await sql.get_execution(candidate["execution_id"])
             if full:
-                execution = await call.resolved(sql, execution)
+                execution = await call.principal.resolved(sql, execution)
             # Its fields as the document had them: {execution_id, shard_id, workflow_name,
             # execution, events, redacted}, payloads redacted unless full.
             opening = ("," if begun else "") + _json(export_key(candidate))[:-1] + ',"execution":'
@@ -146,7 +148,7 @@ async def export_workflow_history(call: Call, args: dict[str, Any], _: Any) -> A
     async def head_(sql: Any) -> tuple[dict[str, Any], int | None]:
         execution = call.resident(await sql.get_execution(execution_id))
         if full:
-            execution = await call.resolved(sql, execution)
+            execution = await call.principal.resolved(sql, execution)
         return execution, (await sql.get_shard_id() if call.sharded else None)
 
     execution, shard = await call.routed(execution_id, head_)

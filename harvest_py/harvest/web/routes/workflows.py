@@ -214,9 +214,9 @@ async def _history_page(
         rows = await sql.get_history(execution_id, after, limit + 1)
         events = rows[:limit]
         if resolve == "events":
-            events = await call.resolved(sql, events)
+            events = await call.principal.resolved(sql, events)
         elif resolve is not None:
-            row, events = await call.resolved(sql, [row, events])
+            row, events = await call.principal.resolved(sql, [row, events])
         return row, events, len(rows) > limit
 
     row, events, more = await call.routed(execution_id, read)
@@ -261,7 +261,7 @@ async def _terminal_resolved(call: Call, execution_id: str, row: dict[str, Any])
     key = "output" if "output" in out else "error"
     if refs_in(out[key]):
         value = out[key]
-        out[key] = await call.routed(execution_id, lambda sql: call.resolved(sql, value))
+        out[key] = await call.routed(execution_id, lambda sql: call.principal.resolved(sql, value))
     return out
 
 
@@ -353,7 +353,7 @@ async def workflow_stack(call: Call, args: dict[str, Any], _: Any) -> Any:
         stack = await sql.get_execution_stack(execution_id, limit)
         if stack.get("status") in ("MIGRATED", "MIGRATING"):
             call.resident(await sql.get_residence(execution_id))
-        return await call.resolved(sql, stack)  # (failure details offloaded: read back)
+        return await call.principal.resolved(sql, stack)  # (failure details offloaded: read back)
 
     return await call.routed(execution_id, read)
 
