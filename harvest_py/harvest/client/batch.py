@@ -39,7 +39,7 @@ FILTER_KEYS = ("state", "workflow_name", "search_attributes", "created_after", "
 class StepKeywords(TypedDict):
     """A step's keyword arguments: SqlApi.act_on_workflows's (bar execution_ids, a moved run's:
     :func:`by_id`), the HTTP route's body fields of the same names; the clients build one
-    (``Client.act_on_workflows``). The one list of them: :data:`STEP_KEYS`."""
+    with :func:`step_keywords`. The one list of them: :data:`STEP_KEYS`."""
 
     state: str | None
     workflow_name: str | None
@@ -60,6 +60,28 @@ class StepKeywords(TypedDict):
 STEP_KEYS: tuple[str, ...] = tuple(StepKeywords.__annotations__)
 # A step's keywords besides its filters (its options: :func:`step_arguments`).
 OPTION_KEYS: tuple[str, ...] = tuple(k for k in STEP_KEYS if k not in FILTER_KEYS)
+
+
+def step_keywords(arguments: Mapping[str, Any]) -> StepKeywords:
+    """A batch's first step, from the arguments of ``Client.act_on_workflows`` or
+    ``AsyncClient.act_on_workflows`` by their names (its ``locals()`` before it defines any):
+    the one builder of both clients' steps."""
+    return StepKeywords(
+        state=arguments["state"],
+        workflow_name=arguments["workflow_name"],
+        search_attributes=list(arguments["search_attributes"] or ()),  # (None too, as before: filters_of)
+        created_after=arguments["created_after"],
+        created_before=arguments["created_before"],
+        filter=arguments["filter"],
+        reason=arguments["reason"],
+        signal_name=arguments["signal_name"],
+        payload=arguments["payload"],
+        cursor=None,
+        limit=arguments["batch_size"],
+        dry_run=arguments["dry_run"],
+        operator_id=arguments["operator_id"],
+        batch_id=arguments["batch_id"],
+    )
 
 
 def check_action(action: str) -> None:

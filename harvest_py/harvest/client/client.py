@@ -29,7 +29,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, ov
 from harvest.client import messages as messaging
 from harvest.client import payloads as payload_policy
 from harvest.client import routing
-from harvest.client.batch import BATCH_STEP, StepKeywords
+from harvest.client.batch import BATCH_STEP, StepKeywords, step_keywords
 from harvest.client.outage import Outage
 from harvest.core import payload
 from harvest.core.codecs import Payloads
@@ -1997,22 +1997,7 @@ class Client:
         failures), per shard (shards) and the shards not reached (unavailable_shards, status
         partial). ``dry_run``: count and a sample (execution_ids), nothing written.
         ``progress(shard, matched so far)`` after each step (a progress bar)."""
-        step = StepKeywords(
-            state=state,
-            workflow_name=workflow_name,
-            search_attributes=list(search_attributes or ()),  # (None too, as before: filters_of)
-            created_after=created_after,
-            created_before=created_before,
-            filter=filter,
-            reason=reason,
-            signal_name=signal_name,
-            payload=payload,
-            cursor=None,
-            limit=batch_size,
-            dry_run=dry_run,
-            operator_id=operator_id,
-            batch_id=batch_id,
-        )
+        step = step_keywords(locals())  # (first thing: locals() holds only the arguments)
         target = self._target
 
         def on_shard(shard: int, fn: Callable[[SqlApi], Any]) -> Any:
@@ -2741,22 +2726,7 @@ class AsyncClient:
         failures), per shard (shards) and the shards not reached (unavailable_shards, status
         partial). ``dry_run``: count and a sample (execution_ids), nothing written.
         ``progress(shard, matched so far)`` after each step (a progress bar)."""
-        step = StepKeywords(
-            state=state,
-            workflow_name=workflow_name,
-            search_attributes=list(search_attributes or ()),  # (None too, as before: filters_of)
-            created_after=created_after,
-            created_before=created_before,
-            filter=filter,
-            reason=reason,
-            signal_name=signal_name,
-            payload=payload,
-            cursor=None,
-            limit=batch_size,
-            dry_run=dry_run,
-            operator_id=operator_id,
-            batch_id=batch_id,
-        )
+        step = step_keywords(locals())  # (first thing: locals() holds only the arguments)
         target = self._target
 
         async def on_shard(shard: int, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> Any:
