@@ -29,13 +29,13 @@ from harvest.cli.output import sql_api as _sql_api
 from harvest.cli.output import table as _table
 from harvest.cli.shards import _pooled_api, cli_pools, emit_merged, read_shards, with_page_footer
 from harvest.cli.workflow import read_json_option
+from harvest.client.schedules import backfill as backfill_schedule
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument
 from harvest.declare import schedules
 from harvest.declare.schedules import (
     MAX_ACTIVE_RUNS,
     OVERLAP_POLICIES,
-    backfill_slots,
     listed_schedule,
     schedule_view,
 )
@@ -511,7 +511,5 @@ def backfill(
     if end < start:
         raise click.UsageError("--to is before --from")
     with _schedule_api(database_url, name, shard, read_only=False) as sql:
-        slots = backfill_slots(sql.get_schedule(name, 1), start, end)
-        counts = sql.backfill_schedule(name, slots, overlap, operator)
-    data = {"name": name, "slots": len(slots), **counts}
+        data = backfill_schedule(sql, name, start, end, overlap, operator)
     emit(data, output, lambda d: mapping(d))

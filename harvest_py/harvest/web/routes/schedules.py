@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from harvest.client.schedules import abackfill
 from harvest.core.errors import NotFound
 from harvest.core.ids import MAX_SHARD
 from harvest.declare.schedules import (
-    backfill_slots,
     describe_row,
     listed_schedule,
     schedule_view,
@@ -137,16 +137,13 @@ async def trigger_schedule(call: Call, args: dict[str, Any], data: dict[str, Any
 
 
 async def backfill_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
-    name = args["name"]
-
-    async def backfill(sql: Any) -> dict[str, Any]:
-        slots = backfill_slots(await sql.get_schedule(name, 1), data["from"], data["to"])
-        counts = await sql.backfill_schedule(
-            name, slots, data.get("overlap") or "buffer_all", call.operator_id
-        )
-        return {"name": name, "slots": len(slots), **counts}
-
-    return await _on_home(call, name, args["shard_id"], backfill)
+    name, overlap = args["name"], data.get("overlap") or "buffer_all"
+    return await _on_home(
+        call,
+        name,
+        args["shard_id"],
+        lambda sql: abackfill(sql, name, data["from"], data["to"], overlap, call.operator_id),
+    )
 
 
 SCHEDULE = shape(name=STRING, when=STRING, next_fire_times={"type": "array"})

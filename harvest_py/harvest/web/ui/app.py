@@ -50,6 +50,7 @@ from harvest.client.batch import (
 )
 from harvest.client.history_export import aresolved_in_batches
 from harvest.client.routing import resident
+from harvest.client.schedules import abackfill
 from harvest.config import Config
 from harvest.core.durations import plain_number
 from harvest.core.errors import (
@@ -1106,7 +1107,7 @@ class Dashboard:
             )
         overlap = _choice(form, "overlap", OVERLAP_POLICIES) or "buffer_all"
 
-        def slots_of(row: dict[str, Any]) -> list[datetime]:
+        def slots_of(row: dict[str, Any], start: datetime = start, end: datetime = end) -> list[datetime]:
             try:
                 return backfill_slots(row, start, end)
             except InvalidArgument as exc:  # more slots than the limit (or years past 9999)
@@ -1128,11 +1129,11 @@ class Dashboard:
                 },
             )
 
-        async def backfill(api: Any) -> tuple[int, dict[str, Any]]:
-            slots = slots_of(await api.get_schedule(name, 1))
-            return len(slots), await api.backfill_schedule(name, slots, overlap, principal.actor)
+        def backfill(api: Any) -> Awaitable[dict[str, Any]]:
+            return abackfill(api, name, start, end, overlap, principal.actor, slots_of=slots_of)
 
-        fired, counts = await self.source.on_shard(shard, principal, backfill, write=True)
+        counts = await self.source.on_shard(shard, principal, backfill, write=True)
+        fired = counts["slots"]
         said = f"backfilled {fired} slot{'' if fired == 1 else 's'} under {overlap}: " + ", ".join(
             # backfill_schedule's counts, in the order a firing goes (jsonb keeps its own)
             f"{counts.get(outcome, 0)} {outcome}"
