@@ -279,6 +279,16 @@ EXCEPTION WHEN numeric_value_out_of_range THEN
 END;
 $$;
 
+-- Whether p_key is a search attribute key a filter can name: letters, digits, _, . and - (false
+-- for NULL). The one rule of the SQL: _parse_search_filter, _filter_term and
+-- _search_attr_index_sql ask it (the Python's: harvest.core.search_attrs.SEARCH_ATTR_KEY).
+CREATE OR REPLACE FUNCTION harvest._search_attr_key_ok(p_key text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT p_key IS NOT NULL AND p_key ~ '^[A-Za-z0-9_.\-]+$';
+$$;
+
 -- Parse one search-attribute filter "key<op>value" into {key, op, value}.
 -- Operators: = (or :), !=, >, >=, <, <=. Comparisons are typed by the value:
 -- a number compares numerically, true/false as a boolean, an ISO timestamp as a
@@ -290,8 +300,9 @@ AS $$
 DECLARE
     v_match text[];
 BEGIN
-    v_match := regexp_match(coalesce(p_filter, ''), E'^\\s*([A-Za-z0-9_.\\-]+)\\s*(>=|<=|!=|=|:|>|<)\\s*(.*)$');
-    IF v_match IS NULL OR v_match[3] = '' THEN
+    -- The key: up to the operator (no space, =, !, <, >, :), then held to the key rule.
+    v_match := regexp_match(coalesce(p_filter, ''), E'^\\s*([^\\s=!<>:]+)\\s*(>=|<=|!=|=|:|>|<)\\s*(.*)$');
+    IF v_match IS NULL OR NOT harvest._search_attr_key_ok(v_match[1]) OR v_match[3] = '' THEN
         RAISE EXCEPTION 'search attribute filter "%" is malformed', left(p_filter, 200) USING ERRCODE = 'HR001',
             HINT = 'write key=value (or key:value), or key>value, key>=value, key<value, key<=value, key!=value';
     END IF;
@@ -361,7 +372,7 @@ AS $$
 DECLARE
     v_expression text;
 BEGIN
-    IF p_key IS NULL OR p_key !~ E'^[A-Za-z0-9_.\\-]+$' THEN
+    IF NOT harvest._search_attr_key_ok(p_key) THEN
         RAISE EXCEPTION 'search attribute "%" cannot be indexed: a filter cannot name it', left(p_key, 100)
             USING ERRCODE = 'HR001',
             HINT = 'a search attribute key a filter names is letters, digits, _, . and - only';
@@ -685,7 +696,7 @@ BEGIN
     END IF;
     v_field := p_texts[p_pos];
     IF p_kinds[p_pos] <> 'word' OR upper(v_field) IN ('AND', 'OR', 'IN')
-       OR v_field !~ E'^[A-Za-z0-9_.\\-]+$' THEN
+       OR NOT harvest._search_attr_key_ok(v_field) THEN
         RAISE EXCEPTION 'filter: "%" is not a search attribute key, workflow_name or status', v_field
             USING ERRCODE = 'HR001', HINT = v_hint;
     END IF;

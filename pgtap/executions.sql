@@ -137,7 +137,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(85);
+SELECT plan(88);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -389,6 +389,15 @@ SELECT is((SELECT row(created_at, id, as_of, scope)::text FROM harvest._decode_c
           'a batch''s cursor round-trips its as_of and scope through the same reader');
 SELECT is(harvest._parse_search_filter('amount >= 10'), '{"key": "amount", "op": ">=", "value": "10"}'::jsonb,
           'a filter parses into key, operator and value');
+SELECT is(ARRAY[harvest._search_attr_key_ok('tenant_id.v-2'), harvest._search_attr_key_ok('a b'),
+                harvest._search_attr_key_ok('a:b'), harvest._search_attr_key_ok(''),
+                harvest._search_attr_key_ok('été'), harvest._search_attr_key_ok(NULL)],
+          ARRAY[true, false, false, false, false, false],
+          '_search_attr_key_ok: letters, digits, _, . and - only (false for NULL)');
+SELECT is(harvest._parse_search_filter(' a-b.c_1 != x y '), '{"key": "a-b.c_1", "op": "!=", "value": "x y "}'::jsonb,
+          'a filter''s key ends at its operator, spaces around it');
+SELECT throws_ok($$SELECT harvest._parse_search_filter('t#x=1')$$, 'HR001',
+                 'search attribute filter "t#x=1" is malformed', 'a filter whose key breaks the key rule is malformed');
 SELECT ok(harvest._search_predicate('{"key": "a", "op": "=", "value": "x''y"}') LIKE '%''x''''y''%',
           'predicate literals are quoted');
 SELECT is(harvest._try_timestamptz('not a time'), NULL, 'an unparseable time compares as NULL');

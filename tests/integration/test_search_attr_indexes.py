@@ -282,6 +282,18 @@ def test_a_hostile_key_is_refused_before_any_database_and_an_odd_one_is_quoted(d
         assert conn.execute("SELECT to_regclass('harvest.executions') IS NOT NULL").fetchone()[0]
 
 
+def test_the_python_and_the_sql_key_rules_agree(db: str) -> None:
+    """One rule, two languages: harvest.core.search_attrs (the CLI's, the dashboard's checks)
+    answers as harvest._search_attr_key_ok (the filters', the index statements')."""
+    from harvest.core.search_attrs import is_search_attr_key
+
+    keys = ["amount", "order.total-2", "A_9", ODD, HOSTILE, "", "a b", "a:b", "a=b", "été", "a\n", "x'y", "*"]
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql_says = [conn.execute("SELECT harvest._search_attr_key_ok(%s)", (k,)).fetchone()[0] for k in keys]
+    assert [is_search_attr_key(k) for k in keys] == sql_says
+    assert sql_says[:4] == [True] * 4 and not any(sql_says[4:])
+
+
 def test_a_login_that_is_not_the_owner_is_refused_in_one_line(db: str, login) -> None:  # noqa: F811
     admin = login("harvest_admin")
     r = harvest(admin, "search-attr", "index", "amount", "--type", "number")

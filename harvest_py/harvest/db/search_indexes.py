@@ -19,7 +19,6 @@ harvest.search_attribute_indexes first, so a build that stops is finished by the
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from harvest.core.errors import ConfigError, HarvestError, InvalidArgument, PermissionDenied, SchemaMismatch
+from harvest.core.search_attrs import is_search_attr_key
 from harvest.db import pooler
 from harvest.db.connection import (
     connect,
@@ -40,9 +40,6 @@ from harvest.db.connection import (
     unbound_statements,
 )
 
-# The keys a filter can name, and so the keys a range test reads (functions/executions.sql:
-# _parse_search_filter's and _filter_term's rule; _search_attr_index_sql checks it again).
-SEARCH_ATTR_KEY = re.compile(r"[A-Za-z0-9_.\-]+")
 INDEX_TYPES = ("number", "text")
 # Outcomes, as `harvest search-attr index|unindex` prints them.
 BUILT, REBUILT, ALREADY, DROPPED, NOT_INDEXED = (
@@ -63,7 +60,7 @@ BUILD_LOCK_KEY = 0x6861727661747472  # "harvattr"
 
 def check_key(name: str) -> None:
     """Refuse a key no filter can name (InvalidArgument, before any database is touched)."""
-    if not SEARCH_ATTR_KEY.fullmatch(name):
+    if not is_search_attr_key(name):
         raise InvalidArgument(
             f"search attribute {name!r} cannot be indexed: a key a filter names is letters, digits, "
             "_, . and - only"

@@ -67,6 +67,7 @@ from harvest.core.errors import (
 )
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 from harvest.core.json_values import json_default
+from harvest.core.search_attrs import GROUP_BY_PREFIX, is_search_attr_key
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db.connection import DatabaseError, database_error_message, failure_reason
 from harvest.db.pools import outage
@@ -1534,7 +1535,10 @@ class Dashboard:
         refresh = self._refresh(request)
         window = _choice(q, "window", tuple(WINDOWS)) or "24h"
         group_by = _param(q, "group_by") or "workflow_name"
-        if group_by != "workflow_name" and not re.fullmatch(r"search_attr:[A-Za-z0-9_.-]+", group_by):
+        if group_by != "workflow_name" and not (
+            group_by.startswith(GROUP_BY_PREFIX)
+            and is_search_attr_key(group_by.removeprefix(GROUP_BY_PREFIX))
+        ):
             raise InvalidArgument(f"group_by={group_by!r}: use workflow_name or search_attr:<key>")
         now = datetime.now(UTC)
         # A page of keys in key order (100,000 tenants were 100,000 rows a view), the next by cursor.
