@@ -35,7 +35,8 @@
 -- a staged copy), so the per-shard reports add up. Ledger rows stay on the shard
 -- that recorded them (a move does not copy them): the sealed source counts its rows.
 --
--- group_by: 'workflow_name' (default) or 'search_attr:<key>'; a run without the
+-- group_by: 'workflow_name' (default) or 'search_attr:<key>' (a key a filter can
+-- name: harvest._search_attr_key_ok, as the dashboard checks it); a run without the
 -- key is grouped under '(unattributed)', never dropped. A window wider than the
 -- ceiling is refused (HR001) naming it. The ceiling is the server's alone:
 -- harvest.engine_settings.usage_max_window (default 90 days, owner-only); no
@@ -96,6 +97,10 @@ BEGIN
         v_attr := NULL;
     ELSIF p_group_by LIKE 'search_attr:_%' THEN
         v_attr := substr(p_group_by, length('search_attr:') + 1);
+        IF NOT harvest._search_attr_key_ok(v_attr) THEN
+            RAISE EXCEPTION 'usage report: group_by "%" names no search attribute key', left(p_group_by, 200)
+                USING ERRCODE = 'HR001', HINT = 'a search attribute key is letters, digits, _, . and - only';
+        END IF;
     ELSE
         RAISE EXCEPTION 'usage report: unknown group_by "%"', p_group_by USING ERRCODE = 'HR001',
             HINT = 'use workflow_name or search_attr:<key>';

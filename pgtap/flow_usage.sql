@@ -1,6 +1,6 @@
 -- functions/flow_usage.sql: harvest.count_usage, harvest.record_llm_call.
 BEGIN;
-SELECT plan(18);
+SELECT plan(19);
 SET LOCAL harvest.fake_now = '2030-03-01 00:00:00+00';
 CREATE TEMP TABLE u ON COMMIT DROP AS
 SELECT n, (harvest.start_workflow('wf_u', '[]', 'u' || n, 'uq',
@@ -65,6 +65,9 @@ SELECT lives_ok($$SELECT * FROM harvest.count_usage('2030-01-01', '2030-06-01')$
 SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-03-02', '2030-03-01')$$, 'HR001', NULL, 'to before from');
 SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-03-01', '2030-03-02', 'tenant')$$, 'HR001', NULL,
                  'an unknown group_by');
+SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-03-01', '2030-03-02', 'search_attr:ten ant')$$, 'HR001',
+                 'usage report: group_by "search_attr:ten ant" names no search attribute key',
+                 'a group_by search_attr:<key> whose key no filter can name (the dashboard''s rule)');
 
 -- A reset fork carries copies of its source's events (with their original times): the start and
 -- the activity they record are counted once, on the source; only what the fork appends is its own.

@@ -63,3 +63,14 @@ def test_usage_report_sums_the_cost_ledger_and_compute_seconds(db: str, start_wo
 
     wide = CliRunner().invoke(cli, ["usage", "--from", "100d", "--json"], env=env)
     assert wide.exit_code == 2 and "ceiling of 7776000 seconds" in wide.output
+
+
+def test_a_group_by_key_no_filter_can_name_is_refused_as_the_dashboard_refuses_it(db: str) -> None:
+    """`harvest usage --group-by search_attr:<key>` holds the key to the search attribute key rule
+    (harvest._search_attr_key_ok, in count_usage), as the dashboard's usage view did alone."""
+    env = {"HARVEST_DATABASE_URL": db}
+    bad = CliRunner().invoke(cli, ["usage", "--from", "1h", "--group-by", "search_attr:ten ant"], env=env)
+    assert bad.exit_code == 2, bad.output
+    assert 'group_by "search_attr:ten ant" names no search attribute key' in bad.output
+    good = CliRunner().invoke(cli, ["usage", "--from", "1h", "--group-by", "search_attr:ten-ant.1"], env=env)
+    assert good.exit_code == 0, good.output
