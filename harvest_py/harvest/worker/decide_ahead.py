@@ -32,6 +32,7 @@ from harvest.worker.completions import Recorded
 from harvest.worker.lanes import lane_of
 from harvest.worker.workflows import (
     closing_status,
+    encoded_commands,
     payloads_fit,
     traced_commands,
     warn_on_bloat,
@@ -214,9 +215,7 @@ async def _decide(
     try:
         # (no codec nor offload: the commands as they are, without the coroutine)
         commands = (
-            await worker.payloads.encode_commands(
-                lane_of(task).sql, execution_id, activation.commands, child=run.is_child
-            )
+            await encoded_commands(worker, task, execution_id, run, activation.commands)
             if worker.payloads.active
             else activation.commands
         )

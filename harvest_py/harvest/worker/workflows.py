@@ -12,6 +12,7 @@ import contextlib
 import logging
 import traceback
 from collections import OrderedDict
+from collections.abc import Awaitable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, cast
 
@@ -307,6 +308,15 @@ def _oversized(
     return None
 
 
+def encoded_commands(
+    worker: Worker, task: dict[str, Any], execution_id: str, run: WorkflowRun, commands: list[dict[str, Any]]
+) -> Awaitable[list[dict[str, Any]]]:
+    """The one place a worker encodes a decision's payloads (codecs, offload; docs/payloads.md),
+    on the task's lane: a workflow task's decision and one decided ahead. Callers skip it while
+    ``worker.payloads.active`` is false (the commands as they are, no coroutine made)."""
+    return worker.payloads.encode_commands(lane_of(task).sql, execution_id, commands, child=run.is_child)
+
+
 def payloads_fit(commands: list[dict[str, Any]], limit: int | None, workflow_name: str) -> bool:
     """Whether the database would take every payload of ``commands`` (see fit_payloads)."""
     if limit is None:
@@ -569,12 +579,9 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
         return
 
     try:
-        # The one place a worker encodes a decision's payloads (codecs, offload; docs/payloads.md).
         # (no codec nor offload: the commands as they are, without the coroutine)
         commands = (
-            await worker.payloads.encode_commands(
-                lane_of(task).sql, execution_id, activation.commands, child=run.is_child
-            )
+            await encoded_commands(worker, task, execution_id, run, activation.commands)
             if worker.payloads.active
             else activation.commands
         )
