@@ -13,6 +13,7 @@ import urllib.parse
 
 import psycopg
 import pytest
+from dashboard_helpers import TokenScopes
 from starlette.testclient import TestClient
 
 from harvest.declare.schedules import OVERLAP_POLICIES
@@ -299,3 +300,80 @@ def test_a_dags_schedule_is_not_edited_here(client: TestClient, db: str) -> None
     refused = client.post(f"{PAGE}/edit", headers=OPERATE, data={"every": "2h"})
     assert refused.status_code == 400 and "is a DAG&#39;s" in refused.text
     assert _row(db, "hourly/report")["interval_secs"] == 3600
+
+
+def test_an_edit_clears_the_input_the_queue_and_max_active_runs_emptied(client: TestClient, db: str) -> None:
+    """A blank field kept the schedule's setting, so the Edit form could not clear an input, a
+    queue or max active runs (docs/dashboard.md named it a limit). Emptied, each is cleared as the
+    API's PATCH clears a null and `harvest schedule update --clear` does: no input, the
+    workflow's queue (no App served, none registered: default), one run; a field drawn blank
+    stays as it is."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.update_schedule('hourly/report', '{\"input\": [{\"day\": 1}]}')")
+    action, fields = _form(client.get(PAGE, headers=OPERATE).text, "edit-form")
+    assert (fields["input"], fields["queue"], fields["max_active_runs"]) == ('{"day": 1}', "reports", "2")
+    emptied = {**fields, "input": "", "queue": "", "max_active_runs": ""}
+    done = client.post(action, headers={**OPERATE, **OURS}, data=emptied, follow_redirects=False)
+    assert done.status_code == 303, done.text
+    assert _said(done) == "updated: input, max_active_runs, queue"
+    row = _row(db, "hourly/report")
+    assert (row["input"], row["queue"], row["max_active_runs"]) == ([], "default", 1)
+    [(*_, detail)] = _audit(db, "schedule.update")
+    assert detail["changes"] == {"input": None, "queue": None, "max_active_runs": None}
+    # drawn again: the input blank, sent blank, changes nothing
+    _, now = _form(client.get(PAGE, headers=OPERATE).text, "edit-form")
+    assert now["input"] == ""
+    same = client.post(action, headers=OPERATE, data=now, follow_redirects=False)
+    assert _said(same) == "nothing changed" and len(_audit(db, "schedule.update")) == 1
+
+
+def test_a_schedule_made_or_cleared_without_a_queue_takes_the_served_app_s(db: str) -> None:
+    """The API's create without a queue takes the served App's declared queue of the workflow
+    (declared_queue), the dashboard's took the SQL's default (the registered queue, else
+    default): its runs went where the App's workers do not poll. Mounted in the management app,
+    the dashboard's New schedule, and an Edit that empties the queue, take the App's, as the
+    API's create and PATCH do."""
+    from harvest import App, workflow
+    from harvest.config import load_config
+    from harvest.web.app import management_app
+
+    @workflow(name="sales", queue="sales-q")
+    async def sales(ctx) -> None:
+        return None
+
+    api = management_app(
+        dsn=db, config=load_config(env={}), authorizer=TokenScopes(), app=App(workflows=[sales])
+    )
+    with TestClient(api, base_url="http://127.0.0.1:8080") as c:
+        made = c.post(
+            "/ui/schedules",
+            headers={**OPERATE, **OURS},
+            data={"name": "nightly", "workflow_name": "sales", "every": "1h"},
+            follow_redirects=False,
+        )
+        assert made.status_code == 303, made.text
+        assert _row(db, "nightly")["queue"] == "sales-q"
+        answered = c.post(
+            "/admin/schedules/workflow",
+            headers=OPERATE,
+            json={"name": "by-api", "workflow_name": "sales", "every": "1h"},
+        )
+        assert answered.status_code == 201 and _row(db, "by-api")["queue"] == "sales-q"  # (the same)
+
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("SELECT harvest.update_schedule('nightly', '{\"queue\": \"elsewhere\"}')")
+        action, fields = _form(c.get("/ui/schedules/0/nightly", headers=OPERATE).text, "edit-form")
+        assert fields["queue"] == "elsewhere"
+        done = c.post(
+            action,
+            headers={**OPERATE, **OURS},
+            data={**fields, "queue": ""},
+            follow_redirects=False,
+        )
+        assert done.status_code == 303 and _said(done) == "updated: queue"
+        assert _row(db, "nightly")["queue"] == "sales-q"
+        # the API's PATCH with a null queue: the App's too
+        c.patch("/admin/schedules/by-api", headers=OPERATE, json={"queue": "elsewhere"})
+        cleared = c.patch("/admin/schedules/by-api", headers=OPERATE, json={"queue": None})
+        assert cleared.status_code == 200, cleared.text
+        assert _row(db, "by-api")["queue"] == "sales-q"

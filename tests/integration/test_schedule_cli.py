@@ -279,3 +279,22 @@ def test_shard_health_reports_scheduler_freshness(db: str) -> None:
     code, row = health()
     assert row["scheduler"]["status"] == "fresh" and row["scheduler"]["active"] == 1, row
     assert row["reason_codes"] == [] and code == 0, row
+
+
+def test_update_clears_the_input_the_queue_and_max_active_runs(db: str) -> None:
+    """`schedule update` could set an input, a queue or max active runs but never clear one (an
+    option not given keeps the setting). --clear puts each back to what create-workflow without
+    it takes, as the API's PATCH clears a null and the dashboard an emptied field."""
+    made = _json(
+        db, "schedule", "create-workflow", "--name", "clr", "--every", "1h", "--input-json", '{"a": 1}',
+        "--queue", "reports", "--max-active-runs", "3",
+    )  # fmt: skip
+    assert (made["input"], made["queue"], made["max_active_runs"]) == ([{"a": 1}], "reports", 3)
+    cleared = _json(
+        db, "schedule", "update", "clr", "--clear", "input", "--clear", "queue", "--clear", "max-active-runs"
+    )
+    assert (cleared["input"], cleared["queue"], cleared["max_active_runs"]) == ([], "default", 1)
+    both = harvest(db, "schedule", "update", "clr", "--queue", "x", "--clear", "queue")
+    assert both.returncode == 2 and "--clear queue and a new queue together" in both.stderr, both.stderr
+    unknown = harvest(db, "schedule", "update", "clr", "--clear", "cron")
+    assert unknown.returncode == 2 and "input, queue, max-active-runs" in unknown.stderr.replace("'", "")

@@ -918,6 +918,8 @@ def test_schedule_commands_match(db: str, served) -> None:
         ],
         ["schedule", "get", "S"],
         ["schedule", "update", "S", "--every", "15m", "--overlap", "buffer_one"],
+        ["schedule", "update", "S", "--clear", "input", "--clear", "max-active-runs", "--clear", "queue"],
+        ["schedule", "get", "S"],
         ["schedule", "resume", "S"],
         ["schedule", "pause", "S", "--note", "maintenance"],
         ["schedule", "backfill", "S", "--from", "2030-01-01", "--to", "2030-01-01T01:00:00+00:00"],

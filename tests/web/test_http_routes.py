@@ -112,6 +112,27 @@ def test_a_patch_of_the_cron_alone_keeps_the_zone(api) -> None:
     assert (moved.json()["cron"], moved.json()["timezone"]) == ("0 5 * * *", "Asia/Tokyo")
 
 
+def test_a_patch_clears_an_input_a_queue_or_max_active_runs_given_as_null(api) -> None:
+    """PATCH {"queue": null} (or input, max_active_runs) was "nothing to change" (a null was as
+    absent): a schedule kept an input or a queue once given. Null clears each, to what a create
+    without it takes (no input; the served App's queue of the workflow, else the registered
+    one; one run), as the dashboard's emptied field and `harvest schedule update --clear` do. A
+    null of a field that cannot be cleared is still as absent."""
+    made = api.post(
+        "/admin/schedules/workflow",
+        json={"name": "clr", "workflow_name": "idle", "every": "1h", "input": {"a": 1}, "queue": "reports",
+              "max_active_runs": 3},
+    )  # fmt: skip
+    assert made.status_code == 201, made.text
+    patched = api.patch("/admin/schedules/clr", json={"input": None, "queue": None, "max_active_runs": None})
+    assert patched.status_code == 200, patched.text
+    row = patched.json()
+    assert (row["input"], row["queue"], row["max_active_runs"]) == ([], "default", 1)
+    assert row["interval_secs"] == 3600  # the rest as it was
+    alone = api.patch("/admin/schedules/clr", json={"cron": None})
+    assert alone.status_code == 400 and "nothing to change" in alone.text
+
+
 def test_an_unknown_zone_is_named_tz_and_a_window_with_catchup_false_is_refused(api) -> None:
     """A zone no IANA name is a 400 naming tz (it named cron), on a create and a PATCH; a
     catch-up window with catchup false is refused as the CLI's --no-catchup --catchup-window is

@@ -815,9 +815,10 @@ class HttpApi:
         self, name: str, changes: dict[str, Any], operator: str | None = None
     ) -> dict[str, Any]:
         path = self._schedule(name)
-        answer = self.http.request(
-            "PATCH", path, params={"shard_id": self.shard}, json=_schedule_fields(changes), scope="operate"
-        )[1]
+        # A field cleared (None) goes as null: the route clears it (schedule_spec.CLEARABLE).
+        body = {**_schedule_fields(changes), **{k: None for k, v in changes.items() if v is None}}
+        params = {"shard_id": self.shard}
+        answer = self.http.request("PATCH", path, params=params, json=body, scope="operate")[1]
         return _schedule_row(answer)
 
     def delete_schedule(self, name: str, operator: str | None = None) -> bool:

@@ -412,9 +412,22 @@ def trigger(
     emit(data, output, lambda d: mapping(d))
 
 
+# update --clear: the fields it clears, each back to what create-workflow without it takes
+# (harvest.web.schedule_spec.CLEARABLE, as the API's PATCH clears a field given as null).
+_CLEARABLE = {"input": "input", "queue": "queue", "max-active-runs": "max_active_runs"}
+
+
 @schedule.command("update")
 @click.argument("name")
 @_spec_options(create=False)
+@click.option(
+    "--clear",
+    "clear",
+    multiple=True,
+    type=click.Choice(tuple(_CLEARABLE)),
+    help="Clear a field, back to what create-workflow without it takes: input (none), queue (the "
+    "served App's over HTTP, else the workflow's registered one), max-active-runs (1). Repeatable.",
+)
 @_shard_option
 @operator_id_option
 @database_url_option
@@ -433,6 +446,7 @@ def update(
     catchup: bool | None,
     catchup_window: str | None,
     jitter: str | None,
+    clear: tuple[str, ...],
     shard: int | None,
     operator: str | None,
     database_url: str | None,
@@ -454,6 +468,10 @@ def update(
     ):
         if value is not None:
             changes[key] = value
+    for option in clear:
+        if _CLEARABLE[option] in changes:
+            raise click.UsageError(f"--clear {option} and a new {option} together: give one")
+        changes[_CLEARABLE[option]] = None  # (update_schedule: back to its default)
     if not changes:
         raise click.UsageError("nothing to change: give at least one option")
     with _schedule_api(database_url, name, shard, read_only=False) as sql:

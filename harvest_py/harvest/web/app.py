@@ -383,7 +383,7 @@ def management_app(
     # event streams (docs/event-streams.md), under the same authorizer. The metrics
     # and the streams declare their /openapi.json entries (openapi.Mounted); the dashboard's HTML
     # pages and forms are not part of the API document.
-    ui = dashboard_app(dsn=dsn, shards=shards, config=config, authorizer=authorizer, profile=profile)
+    ui = dashboard_app(dsn=dsn, shards=shards, config=config, authorizer=authorizer, profile=profile, app=app)
     routes.append(Mount("/ui", app=ui))
     routes += metrics_routes(authorizer=authorizer)  # GET /admin/metrics (docs/observability.md)
     mounted: list[openapi.Mounted] = [METRICS]

@@ -18,7 +18,7 @@ from harvest.core.errors import InvalidArgument
 from harvest.declare import schedules
 from harvest.declare.schedules import MAX_ACTIVE_RUNS as MOST_RUNS
 from harvest.declare.schedules import OVERLAP_POLICIES
-from harvest.web.routes import ANY, BOOLEAN, SHARD_ID, STRING, body, check_body, invalid
+from harvest.web.routes import ANY, BOOLEAN, SHARD_ID, STRING, app_queue, body, check_body, invalid
 
 T = TypeVar("T")
 KIND = {"type": "string", "enum": ["workflow", "dag"]}
@@ -40,7 +40,16 @@ CREATE = body(
     {"name": STRING, **FIELDS, "kind": KIND, "paused": BOOLEAN, "shard_id": SHARD_ID},
     ("name",),
 )
-UPDATE = body(FIELDS)
+# The fields an update clears when given as null: each goes back to what a create without it
+# takes (no input; the queue a create's default picks; one active run). Another field given as
+# null is as absent (a schedule cannot be without its timing, workflow or policy).
+CLEARABLE = ("input", "queue", "max_active_runs")
+UPDATE = body(
+    {
+        **FIELDS,
+        **{k: {**FIELDS[k], "description": "null clears it (as a create without it)"} for k in CLEARABLE},
+    }
+)
 
 
 def _named(check: Callable[..., T], *args: Any) -> T:
@@ -95,8 +104,25 @@ def create_arguments(
 
 def update_changes(data: dict[str, Any]) -> dict[str, Any]:
     """``update_schedule``'s changes from a body checked against :data:`UPDATE` (possibly
-    empty: the caller says there is nothing to change)."""
+    empty: the caller says there is nothing to change). A :data:`CLEARABLE` field given as null
+    is a change to None, which ``update_schedule`` takes as that field's default (the SQL's: no
+    input, the workflow's registered queue, one active run); the caller resolves a cleared
+    queue to the served App's first (:func:`cleared_queue`), as a create does."""
     checked = check_body(UPDATE, data)
     # (a cron alone: the expression, in the zone the schedule has)
     timing_of = _named(schedules.timing_changes, checked.get("cron"), checked.get("every"), checked.get("tz"))
-    return {**timing_of, **options(checked)}
+    cleared = {k: None for k in CLEARABLE if k in checked and checked[k] is None}
+    return {**timing_of, **options(checked), **cleared}
+
+
+async def cleared_queue(
+    sql: Any, name: str, changes: dict[str, Any], app: Any, row: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``changes`` with a cleared queue (``"queue": None``) made the served ``app``'s declared
+    queue of the schedule's workflow (the one changed to, else ``row``'s or the stored
+    schedule's, read on ``sql``), as a create without a queue takes it (:func:`app_queue`); no
+    App, or one that does not declare the workflow: left None, the SQL's default."""
+    if app is None or "queue" not in changes or changes["queue"] is not None:
+        return changes
+    workflow = changes.get("workflow_name") or (row or await sql.get_schedule(name, 1))["workflow_name"]
+    return {**changes, "queue": app_queue(app, workflow, None)}

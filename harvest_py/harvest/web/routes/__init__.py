@@ -522,11 +522,18 @@ class ShardWrites:
 
 def declared_queue(call: Call, workflow_name: str, given: str | None) -> str | None:
     """The queue of a run this request starts, now (a start) or later (a schedule): the one
-    given, else the served App's declared queue of the workflow (it goes where its code's
-    workers poll), else None, the client's default."""
-    if given is not None or call.state.app is None:
+    given, else the served App's declared queue of the workflow (:func:`app_queue`)."""
+    return app_queue(call.state.app, workflow_name, given)
+
+
+def app_queue(app: Any, workflow_name: str, given: str | None) -> str | None:
+    """The queue a run of ``workflow_name`` goes to: ``given``, else ``app``'s (the served
+    App's, None when there is none) declared queue of the workflow (it goes where its code's
+    workers poll), else None, the client's or the SQL's default. The management API's starts and
+    schedules and the dashboard's schedules alike."""
+    if given is not None or app is None:
         return given
-    definition = call.state.app.workflows.get(workflow_name)
+    definition = app.workflows.get(workflow_name)
     return definition.queue if definition is not None else None
 
 

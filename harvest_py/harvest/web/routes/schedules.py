@@ -39,7 +39,14 @@ from harvest.web.routes import (
     path,
     shape,
 )
-from harvest.web.schedule_spec import CREATE, OVERLAP, UPDATE, create_arguments, update_changes
+from harvest.web.schedule_spec import (
+    CREATE,
+    OVERLAP,
+    UPDATE,
+    cleared_queue,
+    create_arguments,
+    update_changes,
+)
 
 NAME = path("name", description="The schedule's name.")
 SHARD = Param(
@@ -94,9 +101,14 @@ async def update_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]
     changes = update_changes(data)
     if not changes:
         raise invalid("body", "nothing to change: give at least one field")
-    row = await _on_home(
-        call, name, args["shard_id"], lambda sql: sql.update_schedule(name, changes, call.operator_id)
-    )
+
+    async def update(sql: Any) -> Any:
+        # (a cleared queue: the served App's, as a create without one takes it)
+        return await sql.update_schedule(
+            name, await cleared_queue(sql, name, changes, call.state.app), call.operator_id
+        )
+
+    row = await _on_home(call, name, args["shard_id"], update)
     return _view(row)
 
 
@@ -201,7 +213,8 @@ ENDPOINTS = [
         "/admin/schedules/{name}",
         "operate",
         update_schedule,
-        "Change fields of a schedule (a new cron, interval, zone or jitter counts from now).",
+        "Change fields of a schedule (a new cron, interval, zone or jitter counts from now); input, "
+        "queue or max_active_runs given as null is cleared, to what a create without it takes.",
         (NAME, SHARD),
         UPDATE,
         responses={200: "OK", 404: "No such schedule"},

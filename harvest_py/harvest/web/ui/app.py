@@ -92,7 +92,7 @@ from harvest.web.errors import (
 )
 from harvest.web.guards import cross_site, declared_too_large, parse_json, read_body
 from harvest.web.principal import Authorizer, Principal, Scope, refusal_status
-from harvest.web.routes import ShardWrites, refusals_apart
+from harvest.web.routes import ShardWrites, app_queue, refusals_apart
 from harvest.web.ui import views
 from harvest.web.ui.source import DEFAULT_TIMEOUT, Source
 
@@ -349,10 +349,12 @@ def _error_status(exc: BaseException) -> int:
 
 
 class Dashboard:
-    """The pages. ``source`` is where they read; ``authorizer`` who may see and do what."""
+    """The pages. ``source`` is where they read; ``authorizer`` who may see and do what;
+    ``app`` the served App (the management app's), whose declared queue a schedule without one
+    takes, as the API's create does."""
 
-    def __init__(self, source: Source, authorizer: Authorizer):
-        self.source, self.authorizer = source, authorizer
+    def __init__(self, source: Source, authorizer: Authorizer, app: Any = None):
+        self.source, self.authorizer, self.app = source, authorizer, app
         # Signs the messages of this process's redirects (_back); a message signed by another
         # process (behind a balancer without sticky sessions) is not shown, the action is done.
         self._msg_key = secrets.token_bytes(32)
@@ -412,6 +414,7 @@ class Dashboard:
             Route(
                 "/dead-letters/bulk", action(self.bulk, "operate", _dead_letter_bulk_scope), methods=["POST"]
             ),
+            Route("/dead-letters/{shard:int}/{id:int}", page(self.dead_letter)),
             Route(
                 "/dead-letters/{shard:int}/{id:int}/replay", action(self.replay, "operate"), methods=["POST"]
             ),
@@ -819,7 +822,7 @@ class Dashboard:
             history.add_rows(rows)
             return row, stack, history, await api.list_update_requests(execution_id)
 
-        row, stack, history, requested = await self.source.routed(execution_id, principal, read)
+        shard, (row, stack, history, requested) = await self.source.routed_to(execution_id, principal, read)
         # One level more than is drawn: a node at the last level says whether it has children.
         tree = await self.source.reads(principal).list_tree(
             execution_id, depth=TREE_DEPTH + 1, max_nodes=TREE_NODES
@@ -834,6 +837,7 @@ class Dashboard:
             tree=views.cut_tree(tree.value, TREE_DEPTH),
             tree_unavailable=tree.unavailable_shards,
             tree_shown=TREE_NODES,
+            shard=shard,  # (its dead letters' pages: /dead-letters/{shard}/{id})
             **page,
         )
 
@@ -1021,7 +1025,10 @@ class Dashboard:
         its home shard (the router's, as the API and a declaration place it). Bad input is a 400
         naming the field, the form drawn again with what was sent."""
         try:
-            kwargs = schedule_spec.create_arguments(_schedule_body(form, create=True), lambda _, given: given)
+            # With no queue, its runs go where the served App declares the workflow, as the API's.
+            kwargs = schedule_spec.create_arguments(
+                _schedule_body(form, create=True), lambda wf, given: app_queue(self.app, wf, given)
+            )
             name, workflow_name = kwargs.pop("name"), kwargs.pop("workflow_name")
             shard = self.source.router.schedule_home(name)
             await self.source.on_shard(
@@ -1048,7 +1055,9 @@ class Dashboard:
             row = await api.get_schedule(name, 1)
             if row.get("kind") != "workflow":
                 raise InvalidArgument(f"schedule {name!r} is a DAG's: edit it with its DAG (harvest dag)")
-            return _edit_changes(row, form)
+            # (a queue emptied: the served App's, as a create without one takes it)
+            changes = await schedule_spec.cleared_queue(api, name, _edit_changes(row, form), self.app, row)
+            return _changed(row, changes)
 
         async def update(api: Any) -> dict[str, Any]:
             changes = await edit(api)
@@ -1379,6 +1388,28 @@ class Dashboard:
             shards=self.source.shards,
         )
 
+    async def dead_letter(self, request: Request, principal: Principal) -> Response:
+        """One dead letter (GET /dead-letters/{id}'s read, on the shard the address names): its run,
+        activity, attempts, failure, and input; payloads as on a run's page (their size; in
+        full, offloaded ones read back on its shard, for operate and ``?payloads=full``)."""
+        shard, id_ = self._dead_letter(request)
+        full = request.query_params.get("payloads") == "full" and principal.shows_payloads("operate")
+
+        async def read(api: Any) -> Any:
+            row = await api.get_dead_letter(id_)
+            return await principal.resolved(api, row) if full else row
+
+        row = await self.source.on_shard(shard, principal, read, write=False)
+        return self.render(
+            request,
+            "dead_letter.html",
+            principal=principal,
+            refresh=self._refresh(request),
+            d=views.dead_letter_page(row, full),
+            shard=shard,
+            full=full,
+        )
+
     async def replay(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
         shard, id_ = self._dead_letter(request)
         task_id = await self.source.on_shard(
@@ -1672,7 +1703,8 @@ def _schedule_values(row: dict[str, Any], shows_input: bool) -> dict[str, str]:
 
 def _edit_changes(row: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:
     """What an Edit form of schedule ``row`` changes: its fields checked as the API's PATCH body,
-    those the user changed kept, of them those that differ from the row's (:func:`_changed`).
+    those the user changed kept, of them those that differ from the row's (:func:`_changed`);
+    an input, queue or max active runs emptied is cleared (None).
     The form is drawn filled (:func:`_schedule_values`) and sends back what it was drawn with
     (``drawn``): a field left as drawn is not sent, though the schedule changed meanwhile (a
     deploy's new spec, another edit: sent, the form's old value would put it back). Catch-up
@@ -1684,10 +1716,17 @@ def _edit_changes(row: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:
     shown = (drawn if drawn is not None else _schedule_values(row, False)).get("catchup_window")
     if body.get("catchup") is False and shown is not None and body.get("catchup_window") == shown:
         del body["catchup_window"]
+    if drawn is not None:
+        # A clearable field drawn with a value and sent empty is cleared (null, as the API's
+        # PATCH takes it); one drawn empty (an input the principal may not see) stays.
+        emptied = [
+            k for k in schedule_spec.CLEARABLE if _blank_none(drawn.get(k)) and not _blank_none(form.get(k))
+        ]
+        body.update(dict.fromkeys(emptied))
     changes = schedule_spec.update_changes(body)
     if drawn is not None:
         was = schedule_spec.update_changes(_schedule_body(drawn, create=False))
-        changes = {k: v for k, v in changes.items() if was.get(k) != v}
+        changes = {k: v for k, v in changes.items() if k not in was or was[k] != v}
     return _changed(row, changes)
 
 
@@ -1809,6 +1848,7 @@ def dashboard_app(
     authorizer: Authorizer | None = None,
     profile: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    app: Any = None,
 ) -> Starlette:
     """The dashboard as an ASGI app, mountable under any prefix (``/ui`` of the management app).
 
@@ -1816,13 +1856,14 @@ def dashboard_app(
     (``[shards]``, else ``database_url``) say where it reads; ``authorizer`` (the
     ``principal.Authorizer`` protocol) who may see and do what: with none, the dev profile lets
     everyone in as an admin and any other profile refuses every page. ``timeout`` bounds how long
-    a page waits for one shard. Pools are opened on the first request and closed by the app's
-    lifespan (a mounted app's lifespan does not run: the app that mounts it awaits
-    ``app.state.dashboard.close()`` in its own)."""
+    a page waits for one shard. ``app``: the served :class:`harvest.App` (the management app's),
+    whose declared queue a schedule created or edited without one takes. Pools are opened on the
+    first request and closed by the app's lifespan (a mounted app's lifespan does not run: the
+    app that mounts it awaits ``app.state.dashboard.close()`` in its own)."""
     if authorizer is None:
         authorizer = default_authorizer(profile, token_database(dsn, config), source="ui")
     source = Source(dsn=dsn, shards=shards, config=config, timeout=timeout)
-    dashboard = Dashboard(source, cast("Authorizer", authorizer))  # (set above when None)
+    dashboard = Dashboard(source, cast("Authorizer", authorizer), app)  # (set above when None)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -172,12 +172,24 @@ class Source:
     ) -> T:
         """``fn(api)`` on the shard the execution lives on (its id's shard, then a moved run's
         forwarding pointer, as the client and the CLI follow it)."""
+        return (await self.routed_to(execution_id, principal, fn, write=write))[1]
 
-        async def attempt(shard: int) -> T:
+    async def routed_to(
+        self,
+        execution_id: str,
+        principal: Principal,
+        fn: Callable[[AsyncSqlApi], Awaitable[T]],
+        *,
+        write: bool = False,
+    ) -> tuple[int, T]:
+        """:meth:`routed`, with the shard that answered (a run's page links to what it holds
+        by a per-shard id: a dead letter)."""
+
+        async def attempt(shard: int) -> tuple[int, T]:
             async with self.lend(shard, principal, write=write) as api:
-                return await fn(api)
+                return shard, await fn(api)
 
-        return cast(T, await self.pools.follow(execution_id, attempt))
+        return cast("tuple[int, T]", await self.pools.follow(execution_id, attempt))
 
     async def close(self) -> None:
         if self._owned and self._pools is not None:

@@ -62,6 +62,23 @@ def payload_shown(value: Any, full: bool) -> Any:
     return describe_tree(value if full else redact({"input": value})["input"])
 
 
+def dead_letter_page(row: dict[str, Any], full: bool) -> dict[str, Any]:
+    """A dead letter as its page shows it: its input and its failure's details (payloads) as
+    stored and described (encrypted, offloaded) when ``full``, else their size only, as a run's
+    page shows its payloads; the failure's stack (its details' ``traceback``, which a run's own
+    failure records) apart, shown only with them."""
+    show: Callable[[Any], Any] = describe_tree if full else (lambda v: describe_tree(redact(v)))
+    failure = row.get("failure") if isinstance(row.get("failure"), dict) else {"message": row.get("failure")}
+    details = failure.get("details")
+    stack = details.get("traceback") if full and isinstance(details, dict) else None
+    return {
+        **row,
+        "input": show({"input": row.get("input")})["input"],
+        "failure": {**failure, "details": show({"details": details})["details"]},
+        "stack": stack if isinstance(stack, str) else None,
+    }
+
+
 LINE = 120  # the characters of a JSON value shown on its line; a longer one opens to the rest
 
 
