@@ -95,6 +95,9 @@ def test_every_page_with_a_read_token(browser: Any, site: str, demo: Demo) -> No
     assert "charge" in _text(browser, "#dead-letters")
     assert not browser.find_elements(By.CSS_SELECTOR, "button[name=replay]")
     screenshot(browser, "dead-letters")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#dead-letters a.dead-letter"))
+    assert _text(browser, "#error-type") == "CardDeclined" and "redacted" in _text(browser, "#input")
+    assert not _forms(browser) and not browser.find_elements(By.ID, "show-payloads")
 
     browser.get(f"{site}/workers")
     assert _text(browser, "#fleet-banner").startswith("Healthy — 1 workers | 1 active")
@@ -197,8 +200,14 @@ def test_actions_with_their_scope_and_refused_without_it(browser: Any, site: str
     assert _text(browser, "#bulk-results tbody tr").split()[:3] == ["0", "1", "0"]  # shard, matched, acted on
     screenshot(browser, "bulk-dry-run")
 
+    # the dead letter's own page, its payloads in full: replayed from there
     browser.get(f"{site}/dead-letters")
-    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "button[name=replay]"))
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#dead-letters a.dead-letter"))
+    assert _forms(browser) == {"replay-form", "discard-form"}
+    click_and_wait(browser, browser.find_element(By.ID, "show-payloads"))
+    assert "redacted" not in _text(browser, "#input") and "CardDeclined" in _text(browser, "#error-type")
+    screenshot(browser, "dead-letter")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#replay-form button"))
     assert "replayed" in _text(browser, ".flash")
     assert console_errors(browser) == []
     with demo.client.sql() as sql:
