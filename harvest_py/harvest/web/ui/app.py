@@ -1884,14 +1884,14 @@ def dashboard_app(
         page.headers.update(getattr(exc, "headers", None) or {})  # a 405's Allow
         return page
 
-    app = Starlette(
+    ui = Starlette(  # (not "app": the served App's parameter)
         routes=dashboard.routes(),
         lifespan=lifespan,
         exception_handlers={HTTPException: no_page},
         middleware=[Middleware(_PageHeaders)],
     )
-    app.state.dashboard = dashboard
-    return app
+    ui.state.dashboard = dashboard
+    return ui
 
 
 __all__ = ["dashboard_app"]

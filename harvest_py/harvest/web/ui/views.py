@@ -68,7 +68,8 @@ def dead_letter_page(row: dict[str, Any], full: bool) -> dict[str, Any]:
     page shows its payloads; the failure's stack (its details' ``traceback``, which a run's own
     failure records) apart, shown only with them."""
     show: Callable[[Any], Any] = describe_tree if full else (lambda v: describe_tree(redact(v)))
-    failure = row.get("failure") if isinstance(row.get("failure"), dict) else {"message": row.get("failure")}
+    stored = row.get("failure")
+    failure: dict[str, Any] = stored if isinstance(stored, dict) else {"message": stored}
     details = failure.get("details")
     stack = details.get("traceback") if full and isinstance(details, dict) else None
     return {
