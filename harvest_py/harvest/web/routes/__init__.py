@@ -697,6 +697,13 @@ class Endpoint:
         return withheld(answer)
 
     def _arguments(self, request: Request) -> dict[str, Any]:
+        # A parameter the route does not declare is refused, as an unknown body field is: a
+        # misspelt filter (?workflow_id=, ?status_=) must not answer every run as if unfiltered.
+        known = [p.name for p in self.params if p.where == "query"]
+        unknown = sorted(set(request.query_params) - set(known))
+        if unknown:
+            listed = ", ".join(sorted(known)) or "none"
+            raise invalid(unknown[0], f"unknown query parameter; the parameters are {listed}")
         args: dict[str, Any] = {}
         for p in self.params:
             if p.where == "path":
