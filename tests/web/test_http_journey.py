@@ -5,6 +5,7 @@ limit nor what to do."""
 
 from __future__ import annotations
 
+import psycopg
 from web_helpers import api_client
 
 
@@ -33,3 +34,16 @@ def test_an_unknown_query_parameter_is_a_400_naming_it_and_the_known_ones(db: st
         assert error_of(api.get("/health/ready?verbose=1"))["message"].endswith("the parameters are none")
         assert api.get("/workflows?workflow_name=nope&page_size=5").status_code == 200
         assert api.get("/workflows?workflow_name=").status_code == 200  # (an empty value is absent)
+
+
+def test_a_401_names_the_bearer_scheme(db: str) -> None:
+    """RFC 9110 15.5.2: a 401 carries WWW-Authenticate; a client library that waits for it
+    before it sends its credentials (or says why it was refused) had none to read."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.create_api_token('j-read', 'read')")
+    with api_client(db, profile="production") as api:
+        for headers in ({}, {"Authorization": "Bearer hvt_nope"}, {"Authorization": "Basic eDp5"}):
+            answer = api.get("/workflows", headers=headers)
+            assert answer.status_code == 401 and error_of(answer)["code"] == "unauthenticated"
+            assert answer.headers["WWW-Authenticate"] == 'Bearer realm="harvest"'
+        assert "WWW-Authenticate" not in api.get("/health").headers

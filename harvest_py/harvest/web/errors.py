@@ -323,6 +323,10 @@ def withheld_detail(answer: Any, principal: Principal | None) -> Any:
     return {**answer, "unavailable_reasons": dict.fromkeys(reasons, UNREACHABLE_REASON)}
 
 
+# What a 401 asks for: a bearer token (docs/auth.md).
+WWW_AUTHENTICATE = 'Bearer realm="harvest"'
+
+
 def error_response(
     exc: BaseException, principal: Principal | None = None, request: HTTPConnection | None = None
 ) -> JSONResponse:
@@ -373,4 +377,6 @@ def error_response(
         log.exception("harvest: unexpected error in the management API", exc_info=exc)
         status = 500
         content = error_body("internal_error", "an unexpected error happened; the server log has the details")
+    if status == 401:  # (RFC 9110 15.5.2: a 401 names the scheme it wants; RFC 6750 3: Bearer)
+        headers.setdefault("WWW-Authenticate", WWW_AUTHENTICATE)
     return JSONResponse(content, status_code=status, headers=headers)
