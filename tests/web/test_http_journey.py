@@ -47,3 +47,16 @@ def test_a_401_names_the_bearer_scheme(db: str) -> None:
             assert answer.status_code == 401 and error_of(answer)["code"] == "unauthenticated"
             assert answer.headers["WWW-Authenticate"] == 'Bearer realm="harvest"'
         assert "WWW-Authenticate" not in api.get("/health").headers
+
+
+def test_a_bad_last_event_id_is_a_400_naming_where_it_came(db: str) -> None:
+    with api_client(db) as api:
+        accept = {"Accept": "text/event-stream"}
+        for headers, query, field in (
+            ({"Last-Event-ID": "abc"}, "", "Last-Event-ID"),
+            ({"Last-Event-ID": "-5"}, "", "Last-Event-ID"),
+            ({}, "?last_event_id=x", "last_event_id"),
+        ):
+            answer = api.get(f"/stream{query}", headers=accept | headers)
+            assert answer.status_code == 400, answer.text
+            assert error_of(answer)["code"] == "invalid_argument" and error_of(answer)["field"] == field

@@ -43,7 +43,7 @@ except ImportError as exc:
     raise missing_extra("harvest.web.streams", "web", exc) from exc
 
 from harvest.client import routing
-from harvest.core.errors import HarvestError, NoShardReached, NotFound
+from harvest.core.errors import HarvestError, InvalidArgument, NoShardReached, NotFound
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.db.connection import failure_reason
@@ -349,11 +349,32 @@ def _sse(event: dict[str, Any] | None, key: str, hidden: bool = False) -> bytes:
 _ENCODED = "\x00sse"  # where _sse keeps an event's encodings (no field of a row has this name)
 
 
-def _last_event_id(request: Request) -> int | None:
-    raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    if raw is None or raw.strip() == "":
+def _resume_from(request: Request) -> tuple[str, str] | None:
+    """Where a stream resumes, as given: (the header or parameter that said it, its text)."""
+    for name, raw in (
+        ("Last-Event-ID", request.headers.get("last-event-id")),
+        ("last_event_id", request.query_params.get("last_event_id")),
+    ):
+        if raw is not None and raw.strip() != "":
+            return name, raw
+    return None
+
+
+def _parsed_resume(request: Request, parse: Callable[[str], Any]) -> Any:
+    """``parse`` of the resume position ``request`` gives (None: none given); a bad one is a 400
+    naming the header or parameter it came in (its ``field``, as every 400 names one)."""
+    given = _resume_from(request)
+    if given is None:
         return None
-    return parse_global_id(raw)
+    try:
+        return parse(given[1])
+    except InvalidArgument as exc:
+        exc.field = given[0]  # type: ignore[attr-defined]
+        raise
+
+
+def _last_event_id(request: Request) -> int | None:
+    return cast("int | None", _parsed_resume(request, parse_global_id))
 
 
 _RESUME = (
@@ -468,10 +489,7 @@ class _OneDatabase:
 def _positions(request: Request) -> dict[int, int]:
     """The merged stream's Last-Event-ID: ``shard:global_id`` for each shard, comma-separated
     (the ``id:`` of its last event seen)."""
-    raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    if raw is None or raw.strip() == "":
-        return {}
-    return parse_positions(raw)
+    return cast("dict[int, int]", _parsed_resume(request, parse_positions) or {})
 
 
 def _merged_sse(event: dict[str, Any], shard: int, position: str, hidden: bool = False) -> bytes:
