@@ -8,6 +8,8 @@ from __future__ import annotations
 import psycopg
 from web_helpers import api_client
 
+from harvest.web.routes import MAX_BODY_BYTES
+
 
 def error_of(response) -> dict:
     return response.json()["error"]
@@ -60,3 +62,17 @@ def test_a_bad_last_event_id_is_a_400_naming_where_it_came(db: str) -> None:
             answer = api.get(f"/stream{query}", headers=accept | headers)
             assert answer.status_code == 400, answer.text
             assert error_of(answer)["code"] == "invalid_argument" and error_of(answer)["field"] == field
+
+
+def test_a_request_body_over_the_limit_says_its_size_the_limit_and_what_to_do(db: str) -> None:
+    with api_client(db) as api:
+        answer = api.post(
+            "/workflows/greet/start",
+            content=b"{}",
+            headers={"Content-Type": "application/json", "Content-Length": str(MAX_BODY_BYTES + 1)},
+        )
+        assert answer.status_code == 413
+        error = error_of(answer)
+        assert error["code"] == "payload_too_large" and error["what"] == "the request body"
+        assert (error["bytes"], error["limit"]) == (MAX_BODY_BYTES + 1, MAX_BODY_BYTES)
+        assert "docs/payloads.md" in error["message"]

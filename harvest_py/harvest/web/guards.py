@@ -74,8 +74,21 @@ def declared_too_large(request: Request, limit: int) -> PayloadTooLarge | None:
     """The refusal of a body whose ``Content-Length`` is over ``limit``, before a byte is read."""
     declared = (request.headers.get("content-length") or "").strip()
     if declared.isdigit() and int(declared) > limit:
-        return PayloadTooLarge(f"the request body is {declared} bytes, over {limit}", "the request body")
+        return body_too_large(limit, int(declared))
     return None
+
+
+def body_too_large(limit: int, size: int | None = None) -> PayloadTooLarge:
+    """The 413 of a request body over ``limit`` bytes (``size``: what it declared, when known):
+    its size, the limit, and what to do, in the fields a payload's 413 has."""
+    said = f"is {size} bytes, over" if size is not None else "is over"
+    return PayloadTooLarge(
+        f"the request body {said} the limit of {limit} bytes: send less in one request "
+        "(keep large data outside the engine and pass a reference, docs/payloads.md)",
+        "the request body",
+        size,
+        limit,
+    )
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -88,7 +101,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise PayloadTooLarge(f"the request body is over {limit} bytes", "the request body")
+            raise body_too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
