@@ -76,3 +76,23 @@ def test_a_request_body_over_the_limit_says_its_size_the_limit_and_what_to_do(db
         assert error["code"] == "payload_too_large" and error["what"] == "the request body"
         assert (error["bytes"], error["limit"]) == (MAX_BODY_BYTES + 1, MAX_BODY_BYTES)
         assert "docs/payloads.md" in error["message"]
+
+
+def test_harvest_serve_answers_a_path_outside_its_mount_as_json_naming_the_mount(db: str) -> None:
+    """The host's root, or /health without /api/harvest (a probe pointed at the wrong path), was
+    Starlette's text/plain "Not Found": the page says every answer is JSON."""
+    from starlette.testclient import TestClient
+
+    from harvest.cli.serve import MOUNT, served_app
+    from harvest.web.app import management_app
+
+    app = served_app(management_app(dsn=db, profile="dev"))
+    with TestClient(app) as client:
+        for path in ("/", "/health", "/api/other"):
+            answer = client.get(path)
+            assert answer.status_code == 404 and answer.headers["content-type"] == "application/json"
+            assert error_of(answer) == {
+                "code": "not_found",
+                "message": f"no route {path}: the management API is under {MOUNT} ({MOUNT}/openapi.json)",
+            }
+        assert client.get(f"{MOUNT}/health").json() == {"status": "ok"}

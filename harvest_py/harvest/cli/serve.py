@@ -118,7 +118,19 @@ def served_app(
         finally:
             await state.close()
 
-    return Starlette(routes=[Mount(mount, app=api)], lifespan=lifespan)
+    async def outside(request: Any, exc: Any) -> Any:
+        # A path outside the mount (the host's root, /health without the prefix): the API's JSON
+        # error shape pointing at it, not Starlette's text/plain "Not Found".
+        from starlette.responses import JSONResponse
+
+        from harvest.web.errors import error_body
+
+        if exc.status_code != 404:
+            return JSONResponse(error_body("http_error", str(exc.detail)), exc.status_code, exc.headers)
+        said = f"no route {request.url.path}: the management API is under {mount} ({mount}/openapi.json)"
+        return JSONResponse(error_body("not_found", said), 404)
+
+    return Starlette(routes=[Mount(mount, app=api)], lifespan=lifespan, exception_handlers={404: outside})
 
 
 class PlacedRuntimes:
