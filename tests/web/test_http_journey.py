@@ -5,6 +5,8 @@ limit nor what to do."""
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 from web_helpers import api_client
 
@@ -96,3 +98,68 @@ def test_harvest_serve_answers_a_path_outside_its_mount_as_json_naming_the_mount
                 "message": f"no route {path}: the management API is under {MOUNT} ({MOUNT}/openapi.json)",
             }
         assert client.get(f"{MOUNT}/health").json() == {"status": "ok"}
+
+
+def _filled(path: str, parameters: list[dict]) -> str:
+    """``path`` with each path parameter given a value of its type that names nothing."""
+    for p in parameters:
+        if p["in"] == "path":
+            schema = p["schema"]
+            value = (
+                str(uuid.uuid4())
+                if schema.get("format") == "uuid" or p["name"] == "execution_id"
+                else "7"
+                if schema.get("type") == "integer"
+                else "no-such-thing"
+            )
+            path = path.replace("{" + p["name"] + "}", value)
+    return path
+
+
+def test_walking_the_served_openapi_document_every_status_a_route_answers_is_listed(
+    db: str, tokens: dict[str, str]
+) -> None:
+    """Each operation of /openapi.json, called as an integrator's first mistakes call it: no
+    token (401), a read token on a route above read (403), a misspelt parameter (400), and a
+    GET of what its path names that does not exist. Each answer's status is one the operation
+    lists itself, not only under "default" (a generated client types none of those)."""
+    from harvest.web.metrics import METRICS
+    from harvest.web.streams import STREAMS
+
+    mounted = {route.path for route in (METRICS, *STREAMS)}
+    with api_client(db, profile="production") as api:
+        doc = api.get("/openapi.json").json()
+        checked = 0
+        for template, operations in doc["paths"].items():
+            for method, op in operations.items():
+                if "x-harvest-scope" not in op:  # (the probes and this document: no token, nothing to refuse)
+                    continue
+                path = _filled(template, op.get("parameters", []))
+                listed = set(op["responses"]) - {"default"}
+                send = {"json": {}} if "requestBody" in op else {}
+                calls = [("no token", api.request(method, path, **send))]
+                bearer = {"Authorization": f"Bearer {tokens['read']}"}
+                if op["x-harvest-scope"] != "read":
+                    calls.append(("a read token", api.request(method, path, headers=bearer, **send)))
+                if template not in mounted:
+                    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+                    misspelt = api.request(method, f"{path}?no_such_parameter=1", headers=admin, **send)
+                    assert error_of(misspelt)["field"] == "no_such_parameter", (method, path, misspelt.text)
+                    calls.append(("a misspelt parameter", misspelt))
+                    if method == "get" and "{" in template:
+                        calls.append(("what it names missing", api.request(method, path, headers=admin)))
+                for what, answer in calls:
+                    assert str(answer.status_code) in listed, (
+                        method,
+                        template,
+                        what,
+                        answer.status_code,
+                        listed,
+                    )
+                    assert answer.headers["content-type"].startswith("application/json"), (
+                        method,
+                        template,
+                        what,
+                    )
+                    checked += 1
+        assert checked > 200

@@ -81,10 +81,12 @@ def _mounted(route: Mounted) -> dict[str, Any]:
         "parameters": [_parameter(p) for p in route.params],
         "responses": {},
     }
+    responses = dict(route.responses)
     if route.scope is not None:
         op["x-harvest-scope"] = route.scope
         op["security"] = [{"bearer": [route.scope]}]
-    for status, description in sorted(route.responses.items()):
+        responses.setdefault(401, "No token, or an unknown, revoked or expired one")
+    for status, description in sorted(responses.items()):
         if status < 400:
             content = {route.media_type: {"schema": route.schema}}
         else:
@@ -119,10 +121,23 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         }
     # What the guards in front of every route answer (harvest/web/guards.py), stated once here
     # rather than on each route: a write another site's page sent, a body not sent as JSON.
+    # So are the statuses every route of its kind can answer (docs/http-api.md, "Answers and
+    # errors"), so a client generated from this document has a typed error for each: a bad or
+    # unknown parameter, no or a dead token, a scope below the route's, what a path names missing,
+    # a body over the limit, the database out of reach.
     responses = dict(endpoint.responses)
+    responses.setdefault(400, "A bad or unknown parameter or body field (named in error.field)")
+    if endpoint.scope is not None:
+        responses.setdefault(401, "No token, or an unknown, revoked or expired one")
+        responses.setdefault(503, "The database (a shard) cannot be reached now: retry after Retry-After")
     if endpoint.method not in SAFE_METHODS:
         responses.setdefault(403, "Permission denied, or a write another site's page sent")
+    elif endpoint.scope not in (None, "read"):
+        responses.setdefault(403, f"Permission denied: the token's scope is below {endpoint.scope}")
+    if any(p.where == "path" for p in endpoint.params):
+        responses.setdefault(404, "What the path names does not exist")
     if endpoint.body is not None:
+        responses.setdefault(413, "A request body over 64 MiB, or a payload over max_payload_bytes")
         responses.setdefault(415, "A body not sent as Content-Type: application/json")
     for status, description in sorted(responses.items()):
         if status == 204:
