@@ -163,3 +163,25 @@ def test_walking_the_served_openapi_document_every_status_a_route_answers_is_lis
                     )
                     checked += 1
         assert checked > 200
+
+
+def test_an_empty_workflow_id_or_handler_name_is_a_400_naming_its_field(db: str) -> None:
+    """The SQL's refusals ('workflow_id is empty', 'signal name is empty') came with no field."""
+    run = str(uuid.uuid4())
+    with api_client(db) as api:
+        for path, sent, field in (
+            ("/workflows/greet/start", {"workflow_id": ""}, "workflow_id"),
+            ("/workflows/greet/signal-with-start", {"workflow_id": "", "signal_name": "go"}, "workflow_id"),
+            ("/workflows/greet/signal-with-start", {"workflow_id": "w", "signal_name": ""}, "signal_name"),
+            ("/workflows/greet/update-with-start", {"workflow_id": "w", "update_name": ""}, "update_name"),
+            (f"/workflows/{run}/signal", {"signal_name": ""}, "signal_name"),
+            (f"/workflows/{run}/query", {"query_name": ""}, "query_name"),
+            (f"/workflows/{run}/update", {"update_name": ""}, "update_name"),
+        ):
+            answer = api.post(path, json=sent)
+            assert answer.status_code == 400, (path, answer.text)
+            assert error_of(answer)["field"] == field
+            assert error_of(answer)["message"].startswith(f"{field}: is empty: pass a non-empty value")
+        doc = api.get("/openapi.json").json()
+        start = doc["paths"]["/workflows/{name}/start"]["post"]["requestBody"]["content"]["application/json"]
+        assert start["schema"]["properties"]["workflow_id"] == {"type": "string", "minLength": 1}

@@ -164,8 +164,8 @@ def _n(x: float | None) -> str:
 
 # A body is a small JSON Schema: {"type": "object", "properties": {name: schema}, "required": [...]}.
 # Field schemas use "type" (string, integer, number, boolean, object, array; absent: any JSON),
-# "enum", "format" (date-time, uuid), "minimum", "maximum", and for an array "maxItems" and
-# "items" (of type string: each item checked).
+# "enum", "format" (date-time, uuid), "minimum", "maximum", "minLength" (a string), and for an
+# array "maxItems" and "items" (of type string: each item checked).
 
 
 def shape(**properties: dict[str, Any]) -> dict[str, Any]:
@@ -188,6 +188,7 @@ def body(properties: dict[str, dict[str, Any]], required: tuple[str, ...] = ()) 
 
 
 STRING = {"type": "string"}
+NONEMPTY = {"type": "string", "minLength": 1}  # a name or key: "" is a 400 naming the field
 INTEGER = {"type": "integer"}
 BOOLEAN = {"type": "boolean"}
 OBJECT = {"type": "object"}
@@ -226,6 +227,11 @@ def check_body(schema: dict[str, Any], data: Any) -> dict[str, Any]:
             if kind == "boolean" and not isinstance(value, bool):
                 raise invalid(name, f"expected true or false, got {json.dumps(value)[:60]}")
             out[name] = parse_value(name, kind, value)
+            if kind == "string" and len(out[name]) < spec.get("minLength", 0):
+                optional = name not in schema.get("required", ())
+                raise invalid(
+                    name, "is empty: pass a non-empty value" + (", or leave it out" if optional else "")
+                )
         elif kind in ("integer", "number"):
             if not isinstance(value, int | float) or isinstance(value, bool):
                 raise invalid(name, f"expected a number, got {json.dumps(value)[:60]}")

@@ -35,6 +35,7 @@ from harvest.web.routes import (
     BOOLEAN,
     DATETIME,
     FANOUT,
+    NONEMPTY,
     OBJECT,
     ROWS,
     SHARD_ID,
@@ -701,7 +702,7 @@ PAGE = (
 )
 START_BODY = body(
     {
-        "workflow_id": STRING,
+        "workflow_id": NONEMPTY,
         "input": ANY,
         "queue": STRING,
         "reuse_policy": {"type": "string", "enum": list(REUSE_POLICIES)},
@@ -981,8 +982,8 @@ ENDPOINTS = [
         (NAME,),
         body(
             {
-                "workflow_id": STRING,
-                "signal_name": STRING,
+                "workflow_id": NONEMPTY,
+                "signal_name": NONEMPTY,
                 "payload": ANY,
                 "input": ANY,
                 "queue": STRING,
@@ -1002,8 +1003,8 @@ ENDPOINTS = [
         (NAME,),
         body(
             {
-                "workflow_id": STRING,
-                "update_name": STRING,
+                "workflow_id": NONEMPTY,
+                "update_name": NONEMPTY,
                 "update_input": ANY,
                 "input": ANY,
                 "update_id": STRING,
@@ -1025,7 +1026,7 @@ ENDPOINTS = [
         signal_workflow,
         "Send a signal to a running execution (or its continue-as-new successor).",
         (EXECUTION,),
-        body({"signal_name": STRING, "payload": ANY}, ("signal_name",)),
+        body({"signal_name": NONEMPTY, "payload": ANY}, ("signal_name",)),
         tag="workflows",
     ),
     Endpoint(
@@ -1035,7 +1036,7 @@ ENDPOINTS = [
         query_workflow,
         "Ask a running execution's query handler; a live worker answers, nothing is written.",
         (EXECUTION,),
-        body({"query_name": STRING, "input": ANY, "timeout_secs": TIMEOUT}, ("query_name",)),
+        body({"query_name": NONEMPTY, "input": ANY, "timeout_secs": TIMEOUT}, ("query_name",)),
         tag="workflows",
         payloads="whole",
     ),
@@ -1047,7 +1048,13 @@ ENDPOINTS = [
         "Validate, record and run an update; 202 once accepted with wait=accepted.",
         (EXECUTION,),
         body(
-            {"update_name": STRING, "input": ANY, "update_id": STRING, "wait": WAIT, "timeout_secs": TIMEOUT},
+            {
+                "update_name": NONEMPTY,
+                "input": ANY,
+                "update_id": STRING,
+                "wait": WAIT,
+                "timeout_secs": TIMEOUT,
+            },
             ("update_name",),
         ),
         responses={200: "Completed", 202: "Accepted"},
