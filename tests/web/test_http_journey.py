@@ -38,6 +38,8 @@ def test_an_unknown_query_parameter_is_a_400_naming_it_and_the_known_ones(db: st
         assert error_of(api.get("/health/ready?verbose=1"))["message"].endswith("the parameters are none")
         assert api.get("/workflows?workflow_name=nope&page_size=5").status_code == 200
         assert api.get("/workflows?workflow_name=").status_code == 200  # (an empty value is absent)
+        twice = error_of(api.get("/workflows?state=RUNNING&state=PAUSED"))
+        assert (twice["field"], twice["message"]) == ("state", "state: given more than once: pass it once")
 
 
 def test_a_401_names_the_bearer_scheme(db: str) -> None:

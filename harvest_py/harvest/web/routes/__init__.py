@@ -724,7 +724,7 @@ class Endpoint:
             elif p.repeat:
                 args[p.name] = [p.parse(r) for r in raw]
             elif len(raw) > 1:
-                raise invalid(p.name, "given more than once")
+                raise invalid(p.name, "given more than once: pass it once")
             else:
                 args[p.name] = p.parse(raw[0])
         return args
