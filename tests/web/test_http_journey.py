@@ -187,3 +187,10 @@ def test_an_empty_workflow_id_or_handler_name_is_a_400_naming_its_field(db: str)
         doc = api.get("/openapi.json").json()
         start = doc["paths"]["/workflows/{name}/start"]["post"]["requestBody"]["content"]["application/json"]
         assert start["schema"]["properties"]["workflow_id"] == {"type": "string", "minLength": 1}
+
+
+def test_a_bad_wait_names_its_parameter_once(db: str) -> None:
+    with api_client(db) as api:
+        error = error_of(api.get(f"/workflows/{uuid.uuid4()}/result?wait=abc"))
+        assert error["field"] == "wait"
+        assert error["message"].startswith("wait: cannot parse 'abc'; use a number of seconds")

@@ -280,8 +280,9 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
     if args["wait"] is not None:
         try:
             wait = parse_duration(args["wait"], "wait")
-        except InvalidArgument as exc:
-            raise invalid("wait", str(exc)) from None
+        except InvalidArgument as exc:  # (its message names the parameter already: "wait: ...")
+            exc.field = "wait"  # type: ignore[attr-defined]
+            raise
         if not 0 <= wait <= WAIT_MAX_SECS:
             raise invalid("wait", f"{args['wait']!r} is out of range 0..{WAIT_MAX_SECS:g}s")
     deadline = time.monotonic() + wait
