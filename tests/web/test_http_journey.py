@@ -194,3 +194,20 @@ def test_a_bad_wait_names_its_parameter_once(db: str) -> None:
         error = error_of(api.get(f"/workflows/{uuid.uuid4()}/result?wait=abc"))
         assert error["field"] == "wait"
         assert error["message"].startswith("wait: cannot parse 'abc'; use a number of seconds")
+
+
+def test_a_compressed_body_is_a_415_saying_to_send_it_uncompressed(db: str) -> None:
+    """A gzip body was answered 'body: is not valid JSON', as if the client's JSON were bad."""
+    import gzip
+
+    with api_client(db) as api:
+        answer = api.post(
+            "/workflows/greet/start",
+            content=gzip.compress(b'{"input": 1}'),
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+        assert answer.status_code == 415
+        assert error_of(answer) == {
+            "code": "unsupported_media_type",
+            "message": "a body with Content-Encoding gzip is not read here: send it uncompressed",
+        }

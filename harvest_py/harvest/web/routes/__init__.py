@@ -658,6 +658,11 @@ class Endpoint:
                 if raw.strip():
                     if not is_json(request):  # (a browser sends no JSON to another site unasked)
                         raise UnsupportedMediaType("send the body as JSON: Content-Type: application/json")
+                    coding = request.headers.get("content-encoding", "identity").strip().lower()
+                    if coding != "identity":  # (RFC 7694: a coding the server does not read is a 415)
+                        raise UnsupportedMediaType(
+                            f"a body with Content-Encoding {coding} is not read here: send it uncompressed"
+                        )
                     try:
                         decoded = parse_json(raw)
                     except ValueError:
