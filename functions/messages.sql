@@ -627,13 +627,16 @@ BEGIN
 
     deleted AS (
         DELETE FROM harvest.query_requests AS r USING gone WHERE r.id = gone.id
-        RETURNING r.kind, r.answer, r.error
+        RETURNING r.kind, r.answer, r.error, r.execution_id
     ),
 
+    -- A large answer's row: run-less, or its run's. Never another run's: an answer is what the
+    -- workflow's code returned (a signal's value as sent, maybe), so a reference in it may name
+    -- any row.
     answers AS (
-        DELETE FROM harvest.payloads AS p
-        WHERE p.id IN (SELECT harvest._payload_refs(jsonb_build_array(d.answer, d.error))
-                       FROM deleted AS d WHERE d.kind = 'query')
+        DELETE FROM harvest.payloads AS p USING deleted AS d
+        WHERE d.kind = 'query' AND (p.execution_id IS NULL OR p.execution_id = d.execution_id)
+            AND p.id IN (SELECT harvest._payload_refs(jsonb_build_array(d.answer, d.error)))
     )
 
     SELECT count(*) INTO v_count FROM deleted;

@@ -151,7 +151,7 @@ $$;
 
 -- Erase a terminal execution's payloads on this database: its input, output and failure
 -- details, every event's payloads, its tasks', dead letters', query and update requests',
--- relays' and cross-shard children's, and the offloaded rows it wrote or references. Refused (nothing changed) while a legal hold is
+-- relays' and cross-shard children's, and the offloaded rows it owns or references run-less. Refused (nothing changed) while a legal hold is
 -- set (HR030) or the run is open (HR031), both judged on the live residence. On a MIGRATED seal
 -- the call is refused with HR013 (the caller follows the pointer to the live run) unless
 -- p_prior_residence: then the seal (a stale copy the run left, still holding its payloads) is
@@ -248,8 +248,12 @@ BEGIN
         AND payload IS DISTINCT FROM harvest._erase_payload_fields(payload);
     UPDATE harvest.cross_shard_children SET input = jsonb_build_array(c_erased)
     WHERE child_execution_id = p_execution_id;
+    -- The rows it owns, and the run-less rows it references (a query's answer). Never a row
+    -- another run owns: a reference is text any starter can write into an input, so one naming
+    -- another run's row (a run under a legal hold) must not erase that row.
     UPDATE harvest.payloads SET data = c_erased, erased_at = harvest.now()
-    WHERE (execution_id = p_execution_id OR id = ANY(coalesce(v_refs, '{}'::uuid []))) AND erased_at IS NULL;
+    WHERE (execution_id = p_execution_id OR (execution_id IS NULL AND id = ANY(coalesce(v_refs, '{}'::uuid []))))
+        AND erased_at IS NULL;
     GET DIAGNOSTICS v_offloaded = ROW_COUNT;
 
     v_result := jsonb_build_object(

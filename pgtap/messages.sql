@@ -6,7 +6,7 @@
 -- and the helpers harvest._check_query_args, harvest._notify_query_answer and harvest._claimed_request
 -- (answer_query's and release_query_request's claim check).
 BEGIN;
-SELECT plan(178);
+SELECT plan(180);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -281,6 +281,17 @@ SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
 SELECT is(harvest.expire_query_requests(2), 2, 'expire_query_requests(limit) deletes at most limit rows');
 SELECT cmp_ok(harvest.expire_query_requests(), '>', 0, 'the rest goes on the next call');
 SELECT is_empty($$SELECT 1 FROM harvest.query_requests$$, 'the table is empty');
+-- An answer is a value the workflow's code returned (maybe a signal's, as sent): a reference in it
+-- to another run's offloaded row must not delete that row when the request expires.
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
+VALUES ('00000000-0000-4000-8000-0000000000d1', (SELECT id FROM harvest.executions ORDER BY id LIMIT 1),
+        harvest.now(), 8, '"theirs"');
+INSERT INTO harvest.query_requests (execution_id, kind, name, queue, status, answer, created_at, expires_at)
+VALUES ((SELECT id FROM harvest.executions ORDER BY id OFFSET 1 LIMIT 1), 'query', 'q', 'q', 'completed',
+        '{"_harvest_ref": "00000000-0000-4000-8000-0000000000d1", "bytes": 8}', harvest.now(), harvest.now());
+SELECT is(harvest.expire_query_requests(), 1, 'setup: the request expires');
+SELECT is((SELECT data FROM harvest.payloads WHERE id = '00000000-0000-4000-8000-0000000000d1'), '"theirs"'::jsonb,
+          'expire_query_requests(): a row another run owns stays though an expired answer references it');
 
 -- Payload size: query and update arguments, and a worker's answer, over the limit: HR008.
 UPDATE harvest.engine_settings SET max_payload_bytes = 64;

@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
-SELECT plan(52);
+SELECT plan(54);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -108,6 +108,18 @@ SELECT (harvest.put_payloads(pg_temp.run('pl_a'), ARRAY['"late secret"'::jsonb])
 SELECT is((SELECT p.data FROM harvest.payloads AS p WHERE p.id = (SELECT id FROM pl_late)),
           '{"_harvest_erased": true}'::jsonb, 'put_payloads: a row written for an erased run is stored erased');
 SELECT is((harvest.erase_payloads(pg_temp.run('pl_a')) ->> 'offloaded')::int, 0, 'erasing again is harmless');
+
+-- A reference is text a starter writes into an input: one naming another run's row (here an open
+-- run's) is its own run's to erase only when nobody owns the row.
+CREATE TEMP TABLE pl_theirs ON COMMIT DROP AS
+SELECT (harvest.put_payloads(pg_temp.run('pl_open'), ARRAY['"their secret"'::jsonb]))[1] AS id;
+SELECT pg_temp.start_run('pl_forger', 'pl_wf', 'pl_forger_q',
+    jsonb_build_array(jsonb_build_object('_harvest_ref', (SELECT id FROM pl_theirs), 'bytes', 14)));
+SELECT pg_temp.decide('pl_forger', '[{"type": "complete_workflow", "result": null}]');
+SELECT is((harvest.erase_payloads(pg_temp.run('pl_forger')) ->> 'offloaded')::int, 0,
+          'erase_payloads(): a row another run owns is not erased through a reference to it');
+SELECT is((SELECT data FROM harvest.payloads WHERE id = (SELECT id FROM pl_theirs)), '"their secret"'::jsonb,
+          'erase_payloads(): the other run''s row is as it was');
 
 -- Residences: a seal refuses a plain call (the caller follows the pointer); a prior-residence
 -- scrub erases it without gates; a residence retention collected is no error.
