@@ -114,6 +114,10 @@ def test_other_encode_errors():
     loop.append(loop)
     with pytest.raises(PayloadError, match="circular"):
         encode(loop)
+    # A value the JSON parser still reads (600 deep) but the encoder's two frames a level do
+    # not: the caller's bad value, not a RecursionError (a 500 of the management API before).
+    with pytest.raises(PayloadError, match="input: nested too deep"):
+        encode(json.loads("[" * 600 + "]" * 600), "input")
 
 
 def test_decode_errors_name_the_path():

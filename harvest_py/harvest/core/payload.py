@@ -244,7 +244,10 @@ def encode(value: Any, path: str = "value") -> Any:
         return value  # JSON already (what _encode returns for them, without its checks)
     if not value and (kind is dict or kind is list):
         return {} if kind is dict else []  # (a start's empty search attributes: _encode's copy)
-    return _encode(value, path, set())
+    try:
+        return _encode(value, path, set())
+    except RecursionError:  # (two frames a level: a list 500 deep, which JSON parsers still read)
+        raise PayloadError(f"{path}: nested too deep to encode: flatten it") from None
 
 
 def _encode(value: Any, path: str, active: set[int]) -> Any:

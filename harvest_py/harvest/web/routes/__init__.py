@@ -665,8 +665,9 @@ class Endpoint:
                         )
                     try:
                         decoded = parse_json(raw)
-                    except ValueError:
-                        raise invalid("body", "is not valid JSON") from None
+                    except ValueError as exc:
+                        deep = "nested deeper" in str(exc)  # (the parser's own text says little)
+                        raise invalid("body", f"is {exc}" if deep else "is not valid JSON") from None
                 else:
                     decoded = {}
                 data = check_body(self.body, decoded)
