@@ -1661,7 +1661,7 @@ def _schedule_body(form: dict[str, str], *, create: bool) -> dict[str, Any]:
     text = _blank_none(form.get("input"))
     if text is not None:
         try:
-            data["input"] = json.loads(text)
+            data["input"] = parse_json(text)  # (json.loads: a RecursionError, a 500, past ~990 levels)
         except ValueError as exc:
             raise InvalidArgument(f"input: not JSON ({exc}); give the run's argument as JSON") from None
     most = _blank_none(form.get("max_active_runs"))
