@@ -2153,9 +2153,11 @@ BEGIN
     IF v_late IS NOT NULL THEN
         -- Their offloaded payloads are copied under ids the successor owns, as a reset fork's
         -- (reset.sql): the old run's retention or erasure must not take the successor's signals.
+        -- Only the old run's rows (a signal's offloaded payload is its run's): a reference is
+        -- what the sender wrote, and a copy of another run's row would outlive its erasure.
         SELECT coalesce(jsonb_object_agg(r.id, gen_random_uuid()), '{}'::jsonb) INTO v_renamed
         FROM (SELECT harvest._payload_refs(d) AS id FROM unnest(v_late) AS d) AS r
-        WHERE EXISTS (SELECT 1 FROM harvest.payloads AS p WHERE p.id = r.id);
+        WHERE EXISTS (SELECT 1 FROM harvest.payloads AS p WHERE p.id = r.id AND p.execution_id = p_execution.id);
         IF v_renamed <> '{}'::jsonb THEN
             PERFORM harvest._copy_payloads(v_renamed, v_new_id, harvest.now());
         END IF;

@@ -15,7 +15,7 @@
 -- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
-SELECT plan(357);
+SELECT plan(360);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -2295,6 +2295,27 @@ SELECT results_eq(
       JOIN harvest.payloads AS p ON p.id = (ev.event_data -> 'payload' ->> '_harvest_ref')::uuid$$,
     $$VALUES ('late'::text, true, '"a big payload"'::jsonb)$$,
     '_continue_as_new(): a late signal''s offloaded payload is the successor''s own copy, kept when the old run goes');
+-- A late signal whose payload forges a reference to another run's row (a signal's payload is
+-- what its sender wrote): no copy of that row for the successor, which would outlive the other
+-- run's erasure. The reference stays as sent.
+SELECT pg_temp.start_and_claim('can_forged');
+SELECT pg_temp.start_run('can_victim', 'wf', 'can_victim_q');
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
+VALUES ('00000000-0000-4000-8000-0000000000c2', pg_temp.run('can_victim'), now(), 8, '"theirs"');
+SELECT is(harvest._append_event(pg_temp.run('can_forged'), 'SignalReceived',
+              '{"name": "late", "payload": {"_harvest_ref": "00000000-0000-4000-8000-0000000000c2"}}'),
+          2::bigint, 'setup: a late signal naming another run''s offloaded row');
+SELECT is((SELECT execution_status FROM harvest.complete_workflow_task(pg_temp.task('can_forged'),
+              pg_temp.token('can_forged'), 1, '[{"type": "continue_as_new", "input": [1]}]')),
+          'CONTINUED_AS_NEW', 'setup: that run continues as new');
+SELECT results_eq(
+    $$SELECT ev.event_data -> 'payload' ->> '_harvest_ref',
+             (SELECT count(*) FROM harvest.payloads AS p WHERE p.execution_id = n.id)
+      FROM harvest.executions AS n
+      JOIN harvest.events AS ev ON ev.execution_id = n.id AND ev.event_type = 'SignalReceived'
+      WHERE n.continued_from = pg_temp.run('can_forged')$$,
+    $$VALUES ('00000000-0000-4000-8000-0000000000c2'::text, 0::bigint)$$,
+    '_continue_as_new(): a row another run owns is not copied for the successor through a forged reference');
 
 -- \df+ harvest.* documents the API: every public function of this file has a comment.
 SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p

@@ -4,7 +4,7 @@
 -- history_bytes). harvest.count_versions is tested in pgtap/executions.sql; here, only
 -- that a fork carries the version markers it copied.
 BEGIN;
-SELECT plan(104);
+SELECT plan(105);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -439,5 +439,20 @@ SELECT is(harvest._renamed_refs(
           '_renamed_refs() renames a reference and leaves the same text inside a string alone');
 SELECT is(harvest._renamed_refs('{"a": 1}'::jsonb, '{}'::jsonb), '{"a": 1}'::jsonb,
           '_renamed_refs() with nothing to rename returns the data');
+-- A reference in the source's input is what its starter wrote: one naming another run's row is
+-- not copied for the fork (a copy would outlive that run's erasure); it stays as written.
+SELECT pg_temp.start_run('rs_victim', 'wf', 'rs_victim_q');
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
+VALUES ('00000000-0000-4000-8000-0000000000e1', pg_temp.run('rs_victim'), now(), 8, '"theirs"');
+SELECT pg_temp.start_run('rs_forger', 'wf', 'rs_forger_q',
+                         '[{"_harvest_ref": "00000000-0000-4000-8000-0000000000e1", "bytes": 8}]');
+CREATE TEMP TABLE rs_forged ON COMMIT DROP AS
+SELECT (harvest.reset_workflow(pg_temp.run('rs_forger'), 1, 'forged') ->> 'new_execution_id')::uuid AS fork;
+SELECT results_eq(
+    $$SELECT f.input -> 0 ->> '_harvest_ref', (SELECT count(*) FROM harvest.payloads AS p WHERE p.execution_id = f.id)
+      FROM harvest.executions AS f WHERE f.id = (SELECT fork FROM rs_forged)$$,
+    $$VALUES ('00000000-0000-4000-8000-0000000000e1'::text, 0::bigint)$$,
+    'reset_workflow(): a row another run owns is not copied for the fork through a reference the input forged');
+
 SELECT * FROM finish();
 ROLLBACK;
