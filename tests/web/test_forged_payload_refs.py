@@ -50,3 +50,40 @@ def test_erasing_a_run_whose_input_forges_a_reference_leaves_the_other_runs_payl
             "SELECT count(*) FROM harvest.legal_holds WHERE execution_id = %s", (victim,)
         ).fetchone()
     assert held == 1
+
+
+def test_a_reference_repeated_in_an_input_is_read_back_a_bounded_number_of_times(
+    db: str, tokens: dict[str, str]
+) -> None:
+    """300 copies of one forged reference to a 100 KB row (a 21 KB input) made every full read
+    of the run 30 MB, on the API and the dashboard alike (a thousand copies of a 2 MiB row: a
+    web process out of memory). One payload is put back at most REF_REPEATS_RESOLVED times in
+    one answer; the rest stay references."""
+    from harvest.core.codecs import REF_REPEATS_RESOLVED
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        (own,) = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('own', '[]', 'own')"
+        ).fetchone()
+        (ref,) = conn.execute(
+            "SELECT (harvest.put_payloads(%s, ARRAY[%s::jsonb]))[1]", (own, Jsonb("x" * 100_000))
+        ).fetchone()
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    with api_client(db, profile="production") as api:
+        refs = [{"_harvest_ref": str(ref), "bytes": 1}] * 300
+        started = api.post("/workflows/amp/start", json={"input": refs, "workflow_id": "amp"}, headers=admin)
+        run = started.json()["execution_id"]
+        bound = 3 * REF_REPEATS_RESOLVED * 100_000  # (the run's input, and its WorkflowStarted's)
+        for path in (
+            f"/workflows/{run}?payload_policy=full",
+            f"/workflows/{run}/history?payload_policy=full",
+            f"/workflows/{run}/history/export?payload_policy=full",
+            f"/ui/workflows/{run}?payloads=full",
+        ):
+            answer = api.get(path, headers=admin)
+            assert answer.status_code == 200, (path, answer.text[:200])
+            assert len(answer.content) < bound, (path, len(answer.content))
+        one = api.get(f"/workflows/{run}/history?payload_policy=full", headers=admin).json()
+        started_input = one["events"][0]["event_data"]["input"]
+        assert started_input[0] == "x" * 100_000  # the first ones are read back
+        assert started_input[-1] == {"_harvest_ref": str(ref), "bytes": 1}  # the rest stay references

@@ -274,15 +274,32 @@ def is_marked(value: Any) -> bool:
     return False
 
 
+# How many times one offloaded payload is put back into one value read (a run, a page of its
+# history). Each offload stores a row of its own, so a history names a row in a place or two
+# (the run's input and its WorkflowStarted); a reference is JSON anyone who starts a run or
+# sends a signal can write, and 300 copies of one reference to a 1 MB row in a 21 KB input
+# were a 600 MB answer on each read (a few thousand, the web process's memory). Past this,
+# the same reference stays as it is, unresolved.
+REF_REPEATS_RESOLVED = 16
+
+
 def replace_refs(value: Any, resolved: Mapping[str, Any]) -> Any:
-    """``value`` with each reference replaced by its resolved payload (an unresolved one stays)."""
-    if isinstance(value, dict):
-        if is_ref(value):
-            return resolved.get(str(value[REF_KEY]), value)
-        return {k: replace_refs(v, resolved) for k, v in value.items()}
-    if isinstance(value, list):
-        return [replace_refs(v, resolved) for v in value]
-    return value
+    """``value`` with each reference replaced by its resolved payload (an unresolved one stays),
+    one payload put back at most REF_REPEATS_RESOLVED times (in document order)."""
+    seen: dict[str, int] = {}
+
+    def replace(item: Any) -> Any:
+        if isinstance(item, dict):
+            if is_ref(item):
+                key = str(item[REF_KEY])
+                seen[key] = times = seen.get(key, 0) + 1
+                return resolved.get(key, item) if times <= REF_REPEATS_RESOLVED else item
+            return {k: replace(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [replace(v) for v in item]
+        return item
+
+    return replace(value)
 
 
 def _json_bytes(value: Any) -> bytes:
