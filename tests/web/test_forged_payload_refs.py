@@ -75,7 +75,7 @@ def test_a_reference_repeated_in_an_input_is_read_back_a_bounded_number_of_times
         run = started.json()["execution_id"]
         bound = 3 * REF_REPEATS_RESOLVED * 100_000  # (the run's input, and its WorkflowStarted's)
         for path in (
-            f"/workflows/{run}?payload_policy=full",
+            f"/workflows/{run}",
             f"/workflows/{run}/history?payload_policy=full",
             f"/workflows/{run}/history/export?payload_policy=full",
             f"/ui/workflows/{run}?payloads=full",
