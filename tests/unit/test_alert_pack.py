@@ -39,11 +39,11 @@ def test_the_slo_pack_reads_exported_metrics() -> None:
     assert used and used <= metric_names(), sorted(used - metric_names())
 
 
-def _promtool(*args: str) -> subprocess.CompletedProcess:
+def _promtool(*args: str, cwd: Path = DOCS / "alerts") -> subprocess.CompletedProcess:
     promtool = shutil.which("promtool")
     assert promtool, "promtool is not installed: run `make promtool` (Debian's prometheus package)"
     return subprocess.run(
-        [promtool, *args], cwd=DOCS / "alerts", capture_output=True, text=True, timeout=120, check=False
+        [promtool, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
     )
 
 
@@ -59,4 +59,46 @@ def test_each_alert_fires_on_its_incident_and_stays_quiet_when_healthy() -> None
         assert f"alertname: {rule['alert']}\n        exp_alerts:\n" in tests, rule["alert"]
         assert f"alertname: {rule['alert']}\n        exp_alerts: []\n" in tests, rule["alert"]
     done = _promtool("test", "rules", "starter-pack-v0.1.0.test.yml")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+_SLO_TEST = """rule_files: [slo.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'harvest_workflow_task_duration_seconds_count{workflow_type="a"}'
+        values: '0+90x120'
+      - series: 'harvest_workflow_task_failed_total{workflow_type="a",error_type="NonDeterminismError"}'
+        values: '0+10x120'
+      - series: 'harvest_workflow_task_failed_total{workflow_type="b",error_type="UnknownWorkflow"}'
+        values: '0+0x120'
+    promql_expr_test:
+      - expr: round(harvest:workflow_task_error_ratio:rate1h, 0.001)
+        eval_time: 100m
+        exp_samples:
+          - labels: '{}'
+            value: 0.1
+      - expr: round(harvest:workflow_task_error_ratio:rate5m, 0.001)
+        eval_time: 100m
+        exp_samples:
+          - labels: '{}'
+            value: 0.1
+    alert_rule_test:
+      - eval_time: 100m
+        alertname: HarvestWorkflowTaskBudgetBurn
+        exp_alerts:
+          - exp_labels: {severity: page}
+"""
+
+
+def test_the_slo_pack_fires_on_failing_workflow_tasks(tmp_path: Path) -> None:
+    """The error ratio is failed / (decided + failed) summed over every label: the failures carry an
+    error_type the successes do not, so adding the two series label by label matched nothing."""
+    slo = (DOCS / "alerts" / "slo.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", slo, re.S)
+    rules = "".join(f"      {line}\n" for block in blocks for line in block.splitlines())
+    (tmp_path / "slo.yml").write_text(f"groups:\n  - name: slo\n    rules:\n{rules}")
+    (tmp_path / "slo.test.yml").write_text(_SLO_TEST)
+    done = _promtool("test", "rules", "slo.test.yml", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
