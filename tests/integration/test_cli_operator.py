@@ -140,7 +140,9 @@ def test_workflow_get_signal_cancel_stack_terminate_history(db: str, conn, tmp_p
             "SELECT last_event_id FROM harvest.executions WHERE id = %s", (execution_id,)
         ).fetchone()[0]
     )
-    assert "dead_lettered" in harvest(db, "workflow", "stack", execution_id).stdout
+    assert "dead_lettered" in shown and "LEASE_EXPIRES_AT" in shown, shown
+    # Why the activity is parked (or retried) is on the table too, not only in the JSON.
+    assert f"seq 1 last failure: {activity['last_failure']['error_type']}" in shown, shown
 
     r = harvest(db, "workflow", "cancel", execution_id, "--reason", "operator request")
     assert r.returncode == 0 and "cancel requested" in r.stdout

@@ -672,9 +672,25 @@ def stack(
                 "activities:",
                 table(
                     d["pending_activities"],
-                    ["seq", "name", "queue", "status", "attempt", "due_at", "lease_owner"],
+                    [
+                        "seq",
+                        "name",
+                        "queue",
+                        "status",
+                        "attempt",
+                        "due_at",
+                        "lease_owner",
+                        "lease_expires_at",
+                    ],
                 ),
                 *more(d, "pending_activities"),
+                # Why an attempt is being retried, or was parked (a killed worker's lease timed out,
+                # the handler raised): the JSON's last_failure, one line an activity.
+                *(
+                    f"  seq {a['seq']} last failure: {failure_line(a['last_failure'])}"
+                    for a in d["pending_activities"]
+                    if a.get("last_failure")
+                ),
             ]
         if d["timers"]:
             parts += ["", "timers:", table(d["timers"], ["seq", "fire_at", "status"]), *more(d, "timers")]
