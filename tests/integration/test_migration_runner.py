@@ -1400,3 +1400,31 @@ def _run_or_error(migrator: m.Migrator) -> object:
         return migrator.run()
     except Exception as exc:  # the test asserts on it
         return exc
+
+
+def test_a_harvest_role_refused_by_migrate_is_told_which_login_migrates(db: str, pg_server) -> None:
+    """No harvest_* role may migrate, so a refused `harvest migrate` (a worker's login given by
+    mistake) says which login does, not "see the harvest_* roles"; and the group run on its own
+    printed the driver's traceback for the same refusal, not one line."""
+    import uuid
+
+    from psycopg import conninfo
+
+    login = f"u_fleet_{uuid.uuid4().hex[:8]}"
+    with pg_server.admin() as admin:
+        admin.execute(f'CREATE ROLE "{login}" LOGIN')
+        admin.execute(f'GRANT harvest_worker TO "{login}"')
+    try:
+        fleet = conninfo.make_conninfo(db, user=login)
+        done = cli_process("run", dsn=fleet)
+        assert done.returncode == 1, done.stdout + done.stderr
+        [line] = error_lines(done.stderr)
+        assert "permission denied" in line and "owner of the harvest schema" in line, line
+        assert "see the harvest_* roles" not in line, line
+        alone = cli("status", dsn=fleet)  # the group alone (harvest.cli.migrate.migrate)
+        assert alone.exit_code == 1 and isinstance(alone.exception, SystemExit), alone.exception
+        assert "owner of the harvest schema" in alone.output, alone.output
+    finally:
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP OWNED BY "{login}"')
+            admin.execute(f'DROP ROLE IF EXISTS "{login}"')

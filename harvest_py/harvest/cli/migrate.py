@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from harvest.cli.output import SHARD_NUMBER, cli_config, cli_dsn, output_option, scrub, to_json
 from harvest.core.durations import plain_number
-from harvest.core.errors import HarvestError
+from harvest.core.errors import ROLE_ADVICE, HarvestError
 from harvest.db import DEFAULT_LOCK_TIMEOUT, DEFAULT_LOCK_WAIT
 
 # The migration runner (the database driver) is imported when a command runs, never for --help
@@ -32,6 +32,13 @@ include_dir_option = click.option(
 )
 
 
+MIGRATE_ROLE_ADVICE = (
+    "(harvest migrate runs as the owner of the harvest schema, on a new database a login that may "
+    "create a schema in it, or a superuser: no harvest_* role may migrate; `migrate status` also "
+    "runs as a harvest_reader login)"
+)
+
+
 class _MigrateGroup(click.Group):
     """Errors become one line on stderr and the error's exit code, also when this group
     runs on its own (``harvest.cli.migrate.migrate``) rather than under ``harvest``."""
@@ -40,8 +47,23 @@ class _MigrateGroup(click.Group):
         try:
             return super().invoke(ctx)
         except HarvestError as exc:
-            click.echo(f"error: {scrub(str(exc))}", err=True)
-            sys.exit(exc.exit_code)
+            _fail(str(exc), exc.exit_code)
+        except Exception as exc:
+            # A database error the SQL API has no class for (a table of the ledger refused): one
+            # line, as `harvest` prints it (harvest/cli/main.py), never a traceback.
+            if "psycopg" not in sys.modules:
+                raise
+            from harvest.db.connection import DatabaseError, database_error_message
+
+            if not isinstance(exc, DatabaseError):
+                raise
+            _fail(*database_error_message(exc))
+
+
+def _fail(message: str, exit_code: int) -> NoReturn:
+    # No harvest_* role migrates: a refusal's advice is which login does, not the roles.
+    click.echo(f"error: {scrub(message.replace(ROLE_ADVICE, MIGRATE_ROLE_ADVICE))}", err=True)
+    sys.exit(exit_code)
 
 
 @click.group(cls=_MigrateGroup)

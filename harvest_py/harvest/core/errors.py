@@ -538,6 +538,13 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
 }
 
 
+# What a refused call's error adds: which roles grant what (a command that no harvest_* role may
+# run, `harvest migrate`, says what it needs instead: harvest/cli/migrate.py).
+ROLE_ADVICE = (
+    "(the database role lacks this right; see the harvest_* roles in docs/security.md, section Roles)"
+)
+
+
 def from_database_error(exc: Exception) -> HarvestError | None:
     """Translate a psycopg error carrying a Harvest SQLSTATE, or return None."""
     sqlstate = getattr(exc, "sqlstate", None)
@@ -612,10 +619,7 @@ def from_database_error(exc: Exception) -> HarvestError | None:
             refused.field = info["field"]  # type: ignore[attr-defined]
         return refused
     if cls is PermissionDenied:
-        return PermissionDenied(
-            f"{message} (the database role lacks this right; "
-            "see the harvest_* roles in docs/security.md, section Roles)"
-        )
+        return PermissionDenied(f"{message} {ROLE_ADVICE}")
     return cls(advised)
 
 
