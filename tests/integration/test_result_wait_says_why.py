@@ -97,6 +97,9 @@ def test_a_workflow_task_failing_on_every_attempt_is_quoted_on_both_clients(db: 
 
     stack = harvest(db, "workflow", "stack", handle.execution_id)
     assert "last failure: IllegalWorkflowOperation: ctx.sleep(...)" in stack.stdout, stack.stdout
+    # The task on one line, `key value; key value`, without the padding of a table's keys.
+    [task_line] = [line for line in stack.stdout.splitlines() if line.startswith("workflow task: ")]
+    assert "; attempt " in task_line and "  " not in task_line, task_line
 
 
 def test_a_timeout_given_as_a_duration_string_is_quoted_in_seconds(db: str, start_worker) -> None:

@@ -710,7 +710,9 @@ def stack(
         if d.get("workflow_task"):
             task = dict(d["workflow_task"])
             failure = task.pop("last_failure", None)
-            parts += ["", "workflow task: " + mapping(task).replace("\n", "; ")]
+            # One line, `key value; key value`: the mapping's padding would stay between each pair.
+            pairs = (" ".join(line.split(None, 1)) for line in mapping(task).splitlines())
+            parts += ["", "workflow task: " + "; ".join(pairs)]
             if isinstance(failure, dict):  # why it is being retried (its details may be large or encoded)
                 parts += [f"  last failure: {failure_line(failure)}"]
             if task.get("live_workers") == 0 and task.get("status") == "pending":  # (absent: an older server)
