@@ -166,13 +166,22 @@ def _needs_check(conn: Any) -> bool:
 # and a pool of many could time out.
 
 
+# The pool whose idle connections are being checked: psycopg_pool's line for each dead one names
+# only the connection, whose link to its pool is cut while it idles (_OutageLines names the pool).
+_CHECKING: ContextVar[str | None] = ContextVar("harvest_pool_checking", default=None)
+
+
 async def _async_idle_check(conn: Any) -> None:
     if _needs_check(conn):
         try:
             await AsyncConnectionPool.check_connection(conn)
         except Exception:
             if (pool := getattr(conn, "_pool", None)) is not None:
-                await pool.check()
+                token = _CHECKING.set(pool.name)
+                try:
+                    await pool.check()
+                finally:
+                    _CHECKING.reset(token)
             raise
 
 
@@ -182,7 +191,11 @@ def _idle_check(conn: Any) -> None:
             ConnectionPool.check_connection(conn)
         except Exception:
             if (pool := getattr(conn, "_pool", None)) is not None:
-                pool.check()
+                token = _CHECKING.set(pool.name)
+                try:
+                    pool.check()
+                finally:
+                    _CHECKING.reset(token)
             raise
 
 
@@ -256,10 +269,15 @@ class _CappedBackoff(AttemptWithBackoff):
 # level: a program's own logging setup is left as it is) lets a pool's first failed connect
 # through as one line (failure_reason: no DSN, no password), then one line a minute while it
 # stays down, with the count of the attempts not logged, and logs one line when it connects
-# again. Every other record of the logger passes untouched. Pools are told apart by name
-# (``pool-N``, ``shard-1``): two pools of one name share one line a minute.
+# again. The same for the idle connections a server restart or failover broke, which psycopg_pool
+# logs one by one as it finds them ("discarding broken connection: <object repr>", naming
+# neither the pool nor why; one per idle connection): one line a pool a minute, with the
+# count, the pool named by _CHECKING (the check Harvest asks for, _async_idle_check). Every other
+# record of the logger passes untouched. Pools are told apart by name (``pool-N``, ``shard-1``):
+# two pools of one name share one line a minute.
 OUTAGE_LINE_EVERY_SECS = 60.0
 _CONNECT_FAILED = "error connecting in %r: %s"
+_DISCARDED = "discarding broken connection: %s"
 _pool_log = logging.getLogger("psycopg.pool")
 
 
@@ -270,9 +288,13 @@ class _OutageLines(logging.Filter):
         self.lock = threading.Lock()
         # pool name -> [when its last failure line was logged, attempts failed since]
         self.down: dict[str, list[Any]] = {}
+        # pool name -> [when its last discard line was logged, discards since]
+        self.discarded: dict[str, list[Any]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
+        if record.msg == _DISCARDED and isinstance(args, tuple) and len(args) == 1:
+            return self._discarded(record, args[0])
         if record.msg != _CONNECT_FAILED or not isinstance(args, tuple) or len(args) != 2:
             return True
         name, exc = str(args[0]), args[1]
@@ -293,6 +315,28 @@ class _OutageLines(logging.Filter):
             record.args = (name, reason, unlogged)
         return True
 
+    def _discarded(self, record: logging.LogRecord, conn: Any) -> bool:
+        name = _CHECKING.get() or str(getattr(getattr(conn, "_pool", None), "name", None) or "?")
+        now = self.clock()
+        with self.lock:
+            state = self.discarded.get(name)
+            if state is not None and now - state[0] < OUTAGE_LINE_EVERY_SECS:
+                state[1] += 1
+                return False
+            unlogged = state[1] if state is not None else 0
+            self.discarded[name] = [now, 0]
+        record.msg = (
+            "pool %r: discarding broken idle connections (their server closed them: a restart, a "
+            "failover, a terminated backend); new ones replace them "
+        )
+        if state is None:
+            record.msg += "(logged again once a minute while more are found)"
+            record.args = (name,)
+        else:
+            record.msg += "(%d more since the last line)"
+            record.args = (name, unlogged)
+        return True
+
     def connected(self, name: str) -> None:
         """A connect of pool ``name`` succeeded: the line saying so, if its failures were logged."""
         if not self.down:  # (every connect outside an outage: no lock taken)
@@ -309,6 +353,7 @@ class _OutageLines(logging.Filter):
         that name logs its first one)."""
         with self.lock:
             self.down.pop(name, None)
+            self.discarded.pop(name, None)
 
 
 OUTAGE_LINES = _OutageLines()
