@@ -298,16 +298,11 @@ class _OutageLines(logging.Filter):
         if record.msg != _CONNECT_FAILED or not isinstance(args, tuple) or len(args) != 2:
             return True
         name, exc = str(args[0]), args[1]
-        now = self.clock()
-        with self.lock:
-            state = self.down.get(name)
-            if state is not None and now - state[0] < OUTAGE_LINE_EVERY_SECS:
-                state[1] += 1
-                return False
-            unlogged = state[1] if state is not None else 0
-            self.down[name] = [now, 0]
+        unlogged = self._due(self.down, name)
+        if unlogged is None:
+            return False
         reason = failure_reason(exc) if isinstance(exc, BaseException) else redact(" ".join(str(exc).split()))
-        if state is None:
+        if unlogged < 0:
             record.msg = "error connecting in %r: %s (logged again once a minute until it connects)"
             record.args = (name, reason)
         else:
@@ -317,25 +312,32 @@ class _OutageLines(logging.Filter):
 
     def _discarded(self, record: logging.LogRecord, conn: Any) -> bool:
         name = _CHECKING.get() or str(getattr(getattr(conn, "_pool", None), "name", None) or "?")
-        now = self.clock()
-        with self.lock:
-            state = self.discarded.get(name)
-            if state is not None and now - state[0] < OUTAGE_LINE_EVERY_SECS:
-                state[1] += 1
-                return False
-            unlogged = state[1] if state is not None else 0
-            self.discarded[name] = [now, 0]
+        unlogged = self._due(self.discarded, name)
+        if unlogged is None:
+            return False
         record.msg = (
             "pool %r: discarding broken idle connections (their server closed them: a restart, a "
             "failover, a terminated backend); new ones replace them "
         )
-        if state is None:
+        if unlogged < 0:
             record.msg += "(logged again once a minute while more are found)"
             record.args = (name,)
         else:
             record.msg += "(%d more since the last line)"
             record.args = (name, unlogged)
         return True
+
+    def _due(self, lines: dict[str, list[Any]], name: str) -> int | None:
+        """Whether pool ``name``'s line of ``lines`` is due: None (not yet: counted), -1 (its first),
+        or how many went unlogged since its last line, a minute ago or more."""
+        now = self.clock()
+        with self.lock:
+            state = lines.get(name)
+            if state is not None and now - state[0] < OUTAGE_LINE_EVERY_SECS:
+                state[1] += 1
+                return None
+            lines[name] = [now, 0]
+        return -1 if state is None else int(state[1])
 
     def connected(self, name: str) -> None:
         """A connect of pool ``name`` succeeded: the line saying so, if its failures were logged."""
