@@ -106,6 +106,10 @@ def test_schedule_cli(db: str) -> None:
     assert _json(db, "schedule", "delete", "billing")["deleted"] is True
     gone = harvest(db, "schedule", "get", "billing")
     assert gone.returncode != 0 and "does not exist" in gone.stderr
+    # A delete of a schedule that is not there is a not-found like the other verbs' (exit 1, the
+    # same line), not a bad argument (exit 2).
+    again = harvest(db, "schedule", "delete", "billing")
+    assert (again.returncode, again.stderr) == (gone.returncode, gone.stderr)
 
 
 def test_preflight_fails_a_schedule_whose_workflow_is_not_registered(

@@ -31,7 +31,7 @@ from harvest.cli.shards import _pooled_api, cli_pools, emit_merged, read_shards,
 from harvest.cli.workflow import read_json_option
 from harvest.client.schedules import backfill as backfill_schedule
 from harvest.config import shards_configured
-from harvest.core.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument, NotFound
 from harvest.declare import schedules
 from harvest.declare.schedules import (
     MAX_ACTIVE_RUNS,
@@ -490,7 +490,10 @@ def delete(name: str, shard: int | None, operator: str | None, database_url: str
     with _schedule_api(database_url, name, shard, read_only=False) as sql:
         deleted = sql.delete_schedule(name, operator)
     if not deleted:
-        raise InvalidArgument(f"schedule {name!r} does not exist")
+        # (the words get_schedule's HR002 and its hint print for the other verbs)
+        raise NotFound(
+            f"schedule {name!r} does not exist: harvest schedule list shows the schedules of this database"
+        )
     emit({"name": name, "deleted": True}, output, lambda d: f"deleted schedule {d['name']}")
 
 
