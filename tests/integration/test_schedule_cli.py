@@ -198,6 +198,13 @@ def test_list_shows_the_next_slot_before_a_scheduler_ticks_and_marks_an_overdue_
     assert _json(db, "schedule", "list")["schedules"][0]["next_fire"] == "overdue"
     _json(db, "schedule", "pause", "x")
     assert _json(db, "schedule", "list")["schedules"][0]["next_fire"] is None
+    # Paused, no NEXT_FIRE_AT either: the slot stored before the pause never fires (a resume
+    # counts from the resume), as `get` shows no next fire times. It was listed as if it would.
+    (row,) = _json(db, "schedule", "list")["schedules"]
+    assert row["next_fire_at"] is None and _json(db, "schedule", "get", "x")["next_fire_times"] == []
+    header, line = harvest(db, "schedule", "list").stdout.splitlines()[:2]
+    at = header.index("NEXT_FIRE_AT")
+    assert line[at:].split()[0] == "-", (header, line)
 
 
 def test_no_catchup_with_a_catchup_window_is_refused_not_turned_on(db: str) -> None:

@@ -386,8 +386,8 @@ def listed_schedule(row: dict[str, Any]) -> dict[str, Any]:
     it: while the scheduler has stored no next slot, the one :func:`upcoming_slots` computes (as
     ``get`` does), and ``next_fire`` says which (:data:`NEXT_FIRE_STORED`, ``_OVERDUE`` when the
     stored one's due time, its ``next_due_at`` (the slot plus its jitter: when the scheduler fires
-    it), is before the row's ``now``, the engine's, or ``_COMPUTED``); None while paused or
-    uncomputable. A row that already says (a server's answer) is kept as it is."""
+    it), is before the row's ``now``, the engine's, or ``_COMPUTED``); None while paused (and
+    ``next_fire_at`` too) or uncomputable. A row that already says (a server's answer) is kept as it is."""
     if "next_fire" in row:
         return row
     out = {k: v for k, v in row.items() if k not in ("now", "next_due_at")}
@@ -396,7 +396,9 @@ def listed_schedule(row: dict[str, Any]) -> dict[str, Any]:
     now = _moment(row.get("now"))
     mark: str | None = None
     if row.get("paused"):
-        pass  # nothing fires while paused
+        # Nothing fires while paused, and the slot stored before the pause is not the one that
+        # fires after it (a resume counts from the resume): shown, it read as a fire time.
+        out["next_fire_at"] = None
     elif stored is not None:
         mark = NEXT_FIRE_OVERDUE if now is not None and due is not None and due < now else NEXT_FIRE_STORED
     elif schedule_problem(row) is None:
