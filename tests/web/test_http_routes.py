@@ -97,6 +97,34 @@ def test_a_stored_schedule_the_scheduler_cannot_compute_is_shown_with_its_proble
     )
 
 
+def test_a_schedule_whose_name_holds_a_slash_is_reached_by_every_route(api, db: str) -> None:
+    """A schedule named ``billing/monthly`` (the SQL, the CLI and an App take such a name, and
+    the dashboard's pages reach it): each /admin/schedules/{name} route reaches it with the "/"
+    sent as %2F. They answered 404 "no route" (the name cut at the "/"), so it could be made
+    over the API but never read, paused or deleted there."""
+    made = api.post("/admin/schedules/workflow", json={"name": "billing/monthly", "every": "1h"})
+    assert made.status_code == 201, made.text
+    one = "/admin/schedules/billing%2Fmonthly"
+    got = api.get(one)
+    assert got.status_code == 200 and got.json()["name"] == "billing/monthly", got.text
+    assert api.patch(one, json={"every": "2h"}).json()["interval_secs"] == 7200
+    assert api.post(f"{one}/pause", json={"note": "n"}).json()["paused"] is True
+    assert api.post(f"{one}/resume").json()["paused"] is False
+    fired = api.post(f"{one}/trigger", json={})
+    assert fired.status_code == 200 and fired.json()["workflow_id"].startswith("sched:billing/monthly:")
+    filled = api.post(f"{one}/backfill", json={"from": "2020-01-01T00:00:00Z", "to": "2020-01-01T00:00:00Z"})
+    assert filled.status_code == 200 and filled.json()["slots"] == 1, filled.text
+    # A schedule named like a route's last word is still that schedule, and the list's address
+    # with a trailing / is still the list's.
+    assert api.post("/admin/schedules/workflow", json={"name": "x/pause", "every": "1h"}).status_code == 201
+    assert api.post("/admin/schedules/x%2Fpause/pause", json={}).json()["name"] == "x/pause"
+    assert api.get("/admin/schedules/x%2Fpause").json()["paused"] is True
+    assert api.get("/admin/schedules/billing").status_code == 404
+    assert api.get("/admin/schedules/", follow_redirects=False).status_code == 307
+    assert api.delete(one).json() == {"name": "billing/monthly", "deleted": True}
+    assert api.get(one).status_code == 404
+
+
 def test_a_patch_of_the_cron_alone_keeps_the_zone(api) -> None:
     """PATCH {"cron": ...} changes the expression in the zone the schedule has (it reset the
     zone to UTC); {"cron", "tz"} changes both."""

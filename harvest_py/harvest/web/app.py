@@ -377,7 +377,7 @@ def management_app(
     routes: list[BaseRoute] = [
         Route(path, e.__call__, methods=[e.method], name=e.operation_id)
         for e in table
-        for path in (e.path, *e.aliases)  # an alias: the same route under the spec's spelling
+        for path in e.route_paths  # an alias: the same route under the spec's spelling
     ]
     # Beside the declared routes: the dashboard (/ui, docs/dashboard.md), the metrics and the
     # event streams (docs/event-streams.md), under the same authorizer. The metrics

@@ -64,6 +64,9 @@ class Param:
     description: str = ""
     where: str = "query"
     repeat: bool = False  # may be given several times (a list)
+    # A path parameter that may hold a "/" (a schedule's name, ``billing/monthly``): routed across
+    # path segments (Endpoint.route_paths), as the dashboard's pages route it.
+    slash: bool = False
 
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {  # type: ignore[assignment]  # every schema is a dict
@@ -634,6 +637,20 @@ class Endpoint:
     def operation_id(self) -> str:
         return self.handler.__name__
 
+    @property
+    def route_paths(self) -> tuple[str, ...]:
+        """:attr:`path` and its aliases as Starlette routes them: a ``slash`` path parameter by the
+        dashboard's ``name`` convertor (harvest.web.ui.app: one character or more, a "/" included;
+        the server decodes %2F before routing), so ``/admin/schedules/billing%2Fmonthly/pause``
+        reaches ``billing/monthly`` (it was no route). /openapi.json keeps :attr:`path`."""
+        out = []
+        for spelled in (self.path, *self.aliases):
+            for p in self.params:
+                if p.where == "path" and p.slash:
+                    spelled = spelled.replace("{" + p.name + "}", "{" + p.name + ":name}")
+            out.append(spelled)
+        return tuple(out)
+
     async def __call__(self, request: Request) -> Response:
         state: HarvestState = request.app.state.harvest
         principal: Principal | None = None  # (none yet: an outage before it is known says no detail)
@@ -750,5 +767,5 @@ class _Anonymous:
         self.request, self.state = request, state
 
 
-def path(name: str, kind: str = "string", description: str = "") -> Param:
-    return Param(name, kind, required=True, where="path", description=description)
+def path(name: str, kind: str = "string", description: str = "", *, slash: bool = False) -> Param:
+    return Param(name, kind, required=True, where="path", description=description, slash=slash)

@@ -48,7 +48,7 @@ from harvest.web.schedule_spec import (
     update_changes,
 )
 
-NAME = path("name", description="The schedule's name.")
+NAME = path("name", description="The schedule's name (a / in it sent as %2F).", slash=True)
 SHARD = Param(
     "shard_id",
     "integer",
