@@ -384,7 +384,9 @@ BEGIN
     RETURN jsonb_build_object(
         'execution_id', v_exec.id, 'dag_name', v_exec.workflow_name, 'workflow_id', v_exec.workflow_id,
         'status', v_exec.status, 'created_at', v_exec.created_at, 'completed_at', v_exec.completed_at,
-        'conf', v_exec.input -> 0, 'retry_of', v_exec.input #> '{1,retry_of}',
+        -- (no conf, or a null one, is {} to the run's tasks: runtime/dags.py)
+        'conf', coalesce(nullif(v_exec.input -> 0, 'null'::jsonb), '{}'::jsonb),
+        'retry_of', v_exec.input #> '{1,retry_of}',
         'counts', harvest._dag_counts(v_tasks), 'tasks', v_tasks, 'failure', v_exec.failure);
 END;
 $$;

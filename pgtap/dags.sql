@@ -6,7 +6,7 @@
 -- (runtime/dags.py): an activity whose options carry dag_node, a dag_node marker, a child
 -- whose workflow id is '<run id>/<task>'.
 BEGIN;
-SELECT plan(52);
+SELECT plan(54);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- A DAG of four tasks: a (activity) -> b (skipped), c (child), d (activity).
@@ -169,6 +169,14 @@ SELECT throws_ok($$SELECT * FROM harvest.retry_dag_run(pg_temp.run('dg1'))$$, 'H
 SELECT is(harvest._dag_counts('[{"state": "success"}, {"state": "success"}, {"state": "failed"}]'),
           '{"failed": 1, "success": 2}'::jsonb, '_dag_counts() counts by state');
 SELECT is((harvest._dag_execution(pg_temp.run('dg1'))).workflow_name, 'dg_etl', '_dag_execution() reads the run');
+-- A run started with no conf (input [], as a schedule of kind dag with no input starts it) or a
+-- null one: its tasks read {} (runtime/dags.py), and its view says {} too; it said null.
+SELECT pg_temp.start_run('dg_noconf', 'dg_etl', 'dg_q');
+SELECT is(harvest.get_dag_run(pg_temp.run('dg_noconf')) -> 'conf', '{}'::jsonb,
+          'get_dag_run() of a run started without a conf: {}, as its tasks read it');
+SELECT pg_temp.start_run('dg_nullconf', 'dg_etl', 'dg_q', '[null]');
+SELECT is(harvest.get_dag_run(pg_temp.run('dg_nullconf')) -> 'conf', '{}'::jsonb,
+          'get_dag_run() of a run started with a null conf: {}');
 SELECT pg_temp.start_run('dg_plain', 'dg_not_a_dag', 'dg_q');
 SELECT throws_ok($$SELECT harvest.get_dag_run(pg_temp.run('dg_plain'))$$, 'HR002', NULL,
                  'get_dag_run() of a run of a workflow that is no DAG: HR002');
