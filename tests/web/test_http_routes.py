@@ -125,6 +125,21 @@ def test_a_schedule_whose_name_holds_a_slash_is_reached_by_every_route(api, db: 
     assert api.get(one).status_code == 404
 
 
+def test_a_backfill_refused_for_its_range_names_the_field(api) -> None:
+    """A backfill whose range ends before it starts, or holds more than 10000 slots: a 400 that
+    names the field (``to``), as every refusal of a bad field does; it named none."""
+    assert api.post("/admin/schedules/workflow", json={"name": "bf", "every": "1m"}).status_code == 201
+    backwards = api.post(
+        "/admin/schedules/bf/backfill", json={"from": "2020-01-02T00:00:00Z", "to": "2020-01-01T00:00:00Z"}
+    )
+    assert backwards.status_code == 400 and error_of(backwards)["field"] == "to", backwards.text
+    too_long = api.post(
+        "/admin/schedules/bf/backfill", json={"from": "2019-01-01T00:00:00Z", "to": "2020-01-01T00:00:00Z"}
+    )
+    assert too_long.status_code == 400 and error_of(too_long)["field"] == "to", too_long.text
+    assert "more than 10000 slots" in error_of(too_long)["message"]
+
+
 def test_a_patch_of_the_cron_alone_keeps_the_zone(api) -> None:
     """PATCH {"cron": ...} changes the expression in the zone the schedule has (it reset the
     zone to UTC); {"cron", "tz"} changes both."""

@@ -424,9 +424,9 @@ def backfill_slots(row: dict[str, Any], start: _dt.datetime, end: _dt.datetime) 
     spec = Schedule.from_row(row.get("cron"), row.get("interval_secs"), row.get("timezone"))
     try:
         start, end = _aware(start), _aware(end)
-        if end < start:
-            raise InvalidArgument(
-                f"backfill: the end {end.isoformat()} is before the start {start.isoformat()}"
+        if end < start:  # (each refusal names the field, the API's 400 too: the range's end)
+            raise refused(
+                "to", f"backfill: the end {end.isoformat()} is before the start {start.isoformat()}"
             )
         slots = spec.slots(start - _dt.timedelta(microseconds=1), end, limit=BACKFILL_MAX_SLOTS + 1)
     except (OverflowError, ValueError):  # a slot before year 1 or after 9999 (was a traceback, a 500)
@@ -434,8 +434,9 @@ def backfill_slots(row: dict[str, Any], start: _dt.datetime, end: _dt.datetime) 
             f"backfill: the range {start.isoformat()} to {end.isoformat()} reaches past the years 1 to 9999"
         ) from None
     if len(slots) > BACKFILL_MAX_SLOTS:
-        raise InvalidArgument(
-            f"{row.get('name')}: more than {BACKFILL_MAX_SLOTS} slots in that range; backfill a shorter one"
+        raise refused(
+            "to",
+            f"{row.get('name')}: more than {BACKFILL_MAX_SLOTS} slots in that range; backfill a shorter one",
         )
     return slots
 
