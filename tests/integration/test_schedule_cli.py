@@ -89,6 +89,24 @@ def test_schedule_cli(db: str) -> None:
         "allow_all",
     )
     assert counts["slots"] == 3 and counts["started"] == 3
+    # A long backfill says what it is doing before its seconds of silence (stderr: the JSON stays
+    # whole); a short one says nothing.
+    long = harvest(
+        db,
+        "schedule",
+        "backfill",
+        "dag_nightly",
+        "--from",
+        "2010-01-01",
+        "--to",
+        "2010-02-12",
+        "--overlap",
+        "skip",
+        "-o",
+        "json",
+    )
+    assert long.returncode == 0 and json.loads(long.stdout)["slots"] == 1009, long.stderr
+    assert long.stderr == "backfill: firing 1009 slots of dag_nightly in one transaction ...\n"
 
     bad = harvest(db, "schedule", "create-workflow", "--name", "x", "--cron", "0 25 * * *")
     assert (
