@@ -498,7 +498,7 @@ def delete(name: str, shard: int | None, operator: str | None, database_url: str
 
 
 # A backfill of at least this many slots says so on stderr before it fires them (one call, no
-# progress of its own: 10000 slots took 7 to 20 s).
+# progress of its own: 10000 slots took 17 to 21 s on a busy two-core machine).
 BACKFILL_SAID = 1000
 
 
