@@ -338,6 +338,16 @@ RETURN CASE p_type
     ELSE format('(%s ->> %s)', p_column, p_key)
 END;
 
+-- Whether one search attribute's value fits an index on its ordered value (the same SQL
+-- conventions as _search_attr_ordered): its text at most 2000 bytes. A btree entry holds at most
+-- 2704 bytes, so past that bound an index on the key refused every start carrying a longer value
+-- (54000) and its CREATE INDEX over a run that carried one; the index is partial on this and a
+-- range test is written with it, so a longer value is in no range, indexed or not.
+CREATE OR REPLACE FUNCTION harvest._search_attr_fits(p_key text, p_column text DEFAULT 'e.search_attributes')
+RETURNS text
+LANGUAGE sql IMMUTABLE
+RETURN format('octet_length(%s ->> %s) <= 2000', p_column, p_key);
+
 -- The name of the owner's index on a search attribute's ordered value, and of its statistics
 -- (`harvest search-attr index`): executions_attr_<key> for a key of lower-case letters, digits
 -- and _ that fits (the name the docs gave before there was a command), else
@@ -383,8 +393,9 @@ BEGIN
     END IF;
     v_expression := harvest._search_attr_ordered(quote_literal(p_key), p_type, 'search_attributes');
     index_name := harvest._search_attr_index_name(p_key);
-    create_index := format('CREATE INDEX CONCURRENTLY %I ON harvest.executions (%s) WHERE search_attributes ? %L',
-                           index_name, v_expression, p_key);
+    create_index := format('CREATE INDEX CONCURRENTLY %I ON harvest.executions (%s) WHERE search_attributes ? %L AND %s',
+                           index_name, v_expression, p_key,
+                           harvest._search_attr_fits(quote_literal(p_key), 'search_attributes'));
     create_statistics := format('CREATE STATISTICS IF NOT EXISTS harvest.%I ON (%s) FROM harvest.executions',
                                 index_name, v_expression);
     drop_index := format('DROP INDEX CONCURRENTLY IF EXISTS harvest.%I', index_name);
@@ -407,8 +418,9 @@ DECLARE
 BEGIN
     CREATE TEMPORARY TABLE search_attr_index_probe (search_attributes jsonb);
     EXECUTE format('CREATE INDEX search_attr_index_probe_index ON pg_temp.search_attr_index_probe (%s)'
-                   ' WHERE search_attributes ? %L',
-                   harvest._search_attr_ordered(quote_literal(p_key), p_type, 'search_attributes'), p_key);
+                   ' WHERE search_attributes ? %L AND %s',
+                   harvest._search_attr_ordered(quote_literal(p_key), p_type, 'search_attributes'), p_key,
+                   harvest._search_attr_fits(quote_literal(p_key), 'search_attributes'));
     v_probe := 'pg_temp.search_attr_index_probe_index'::regclass;
     SELECT coalesce(
                i.indrelid = 'harvest.executions'::regclass
@@ -477,8 +489,8 @@ BEGIN
     IF v_value ~ E'^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$' AND v_op IN ('>', '>=', '<', '<=') THEN
         -- A range on a number: the typed value, NULL for a value of another type (a test only
         -- ever ANDed and ORed into a WHERE, where NULL keeps a run out as false does).
-        RETURN format('(%s AND %s %s %L::numeric)', v_has, harvest._search_attr_ordered(quote_literal(v_key), 'number'),
-                      v_op, v_value);
+        RETURN format('(%s AND %s AND %s %s %L::numeric)', v_has, harvest._search_attr_fits(quote_literal(v_key)),
+                      harvest._search_attr_ordered(quote_literal(v_key), 'number'), v_op, v_value);
     END IF;
     IF v_value ~ E'^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
         -- A number compares numerically; "=" also matches the same text in a string.
@@ -511,8 +523,9 @@ BEGIN
                            ELSE format('e.search_attributes @> %L::jsonb', jsonb_build_object(v_key, v_value)) END,
                       v_text, v_value);
     END IF;
-    RETURN format('(%s AND jsonb_typeof(%s) = ''string'' AND %s %s %L)', v_has, v_attr, v_text,
-                  CASE v_op WHEN '!=' THEN '<>' ELSE v_op END, v_value);
+    RETURN format('(%s AND jsonb_typeof(%s) = ''string''%s AND %s %s %L)', v_has, v_attr,
+                  CASE WHEN v_op <> '!=' THEN ' AND ' || harvest._search_attr_fits(quote_literal(v_key)) ELSE '' END,
+                  v_text, CASE v_op WHEN '!=' THEN '<>' ELSE v_op END, v_value);
 END;
 $$;
 
@@ -813,8 +826,9 @@ BEGIN
             -- type, so the cast runs only on a number), which an operator's index on the key
             -- answers; a test only ever ANDed and ORed into a WHERE, where NULL is as false.
             v_parts := array_append(v_parts, format(
-                '(e.search_attributes ? $1[%s]%s AND %s %s %s)',
+                '(e.search_attributes ? $1[%s]%s AND %s AND %s %s %s)',
                 v_k, CASE v_type WHEN 'string' THEN format(' AND jsonb_typeof(%s) = ''string''', v_attr) ELSE '' END,
+                harvest._search_attr_fits(format('$1[%s]', v_k)),
                 harvest._search_attr_ordered(format('$1[%s]', v_k), CASE v_type WHEN 'number' THEN 'number'
                                                                                   ELSE 'text' END),
                 v_op, v_typed));

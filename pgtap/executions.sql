@@ -1057,7 +1057,7 @@ ROLLBACK;
 -- index is the one they make, and the list of the recorded ones with each index's state. The
 -- CONCURRENTLY statements themselves run outside a transaction: tests/integration/test_search_attr_indexes.py.
 BEGIN;
-SELECT plan(11);
+SELECT plan(13);
 SELECT is(harvest._search_attr_index_name('amount'), 'executions_attr_amount',
           '_search_attr_index_name: a plain key keeps its name');
 SELECT matches(harvest._search_attr_index_name('Order.Total-2'), '^executions_attr_order_total_2_[0-9a-f]{12}$',
@@ -1068,8 +1068,8 @@ SELECT ok(length(harvest._search_attr_index_name(repeat('k', 500))) <= 63, '... 
 SELECT is((harvest._search_attr_index_sql('amount', 'number')).create_index,
           'CREATE INDEX CONCURRENTLY executions_attr_amount ON harvest.executions ('
           || harvest._search_attr_ordered(quote_literal('amount'), 'number', 'search_attributes')
-          || ') WHERE search_attributes ? ''amount''',
-          '_search_attr_index_sql: the index on the range tests'' expression, partial on the key');
+          || ') WHERE search_attributes ? ''amount'' AND octet_length(search_attributes ->> ''amount'') <= 2000',
+          '_search_attr_index_sql: the index on the range tests'' expression, partial on the key and on a value a btree entry holds');
 SELECT is((harvest._search_attr_index_sql('Order.Total-2', 'text')).drop_statistics,
           format('DROP STATISTICS IF EXISTS harvest.%I', harvest._search_attr_index_name('Order.Total-2')),
           '... and the statements that drop it');
@@ -1089,6 +1089,14 @@ SELECT ok(harvest._search_attr_index_matches('harvest.executions_attr_amount', '
 SELECT ok(NOT harvest._search_attr_index_matches('harvest.executions_attr_amount', 'amount', 'text')
           AND NOT harvest._search_attr_index_matches('harvest.executions_attr_tenant', 'tenant', 'text'),
           '... not another type''s, nor one without the partial predicate');
+CREATE INDEX executions_attr_region ON harvest.executions
+    ((search_attributes ->> 'region')) WHERE search_attributes ? 'region';
+SELECT ok(NOT harvest._search_attr_index_matches('harvest.executions_attr_region', 'region', 'text'),
+          '... nor an earlier release''s, partial on the key alone (search-attr index builds it again)');
+SELECT is(harvest._search_attr_fits(quote_literal('amount'), 'search_attributes'),
+          'octet_length(search_attributes ->> ''amount'') <= 2000',
+          '_search_attr_fits: a value whose text a btree entry holds');
+DROP INDEX harvest.executions_attr_region;
 INSERT INTO harvest.search_attribute_indexes (name, type, index_name)
 VALUES ('amount', 'number', 'executions_attr_amount'), ('region', 'text', 'executions_attr_region');
 SELECT results_eq($$SELECT name, type, state, size_bytes > 0 FROM harvest.list_search_attribute_indexes()$$,

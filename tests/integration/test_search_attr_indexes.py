@@ -496,3 +496,54 @@ def test_a_shard_down_is_named_without_its_password_and_the_others_are_done(
     assert "error: 1 shard(s) not done (shard 1: " in r.stderr
     listed = _sharded(down, "search-attr", "indexes", "-o", "json")
     assert listed.returncode == 1 and secret not in listed.stdout + listed.stderr
+
+
+def test_a_value_past_a_btree_entry_is_started_and_an_earlier_releases_index_is_built_again(db: str) -> None:
+    """A key indexed as text, a start carrying a value of it past what a btree entry holds (2704
+    bytes: 6000 random letters): the index is partial on a value that fits (2000 bytes), so the
+    start is not refused (54000) and the build over such a run does not fail; a range test never
+    matches the long value, indexed or not. An index of an earlier release (partial on the key
+    alone), recorded, is built again by `search-attr index`."""
+    import random
+    import string
+
+    rng = random.Random(3)
+    long_value = "".join(rng.choice(string.ascii_letters) for _ in range(6000))
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.search_attribute_indexes (name, type, index_name)"
+            " VALUES ('note', 'text', 'executions_attr_note')"
+        )
+        conn.execute(
+            "CREATE INDEX executions_attr_note ON harvest.executions ((search_attributes ->> 'note'))"
+            " WHERE search_attributes ? 'note'"
+        )
+        with pytest.raises(psycopg.errors.ProgramLimitExceeded):
+            conn.execute(
+                "SELECT harvest.start_workflow('w', p_search_attributes => %s::jsonb)",
+                (json.dumps({"note": long_value}),),
+            )
+    r = harvest(db, "search-attr", "index", "note", "--type", "text", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert "dropping harvest.executions_attr_note, built by an earlier release" in r.stderr
+    assert json.loads(r.stdout)["shards"][0]["outcome"] == "rebuilt"
+    assert _index(db, "executions_attr_note") == (True, False, True)
+    with psycopg.connect(db, autocommit=True) as conn:
+        for value in (long_value, "b", "c"):
+            conn.execute(
+                "SELECT harvest.start_workflow('w', p_search_attributes => %s::jsonb)",
+                (json.dumps({"note": value}),),
+            )
+        listed = conn.execute(
+            "SELECT count(*) FROM harvest.list_executions(p_filter => 'note > a')"
+        ).fetchone()[0]
+        searched = conn.execute(
+            "SELECT sum(executions)::int FROM harvest.count_executions('all', p_search_attributes => %s)",
+            (["note>a"],),
+        ).fetchone()[0]
+    assert (listed, searched) == (2, 2)  # (the plans on the partial index: the tests above, amount)
+    # Built afresh over the long value: no failure, valid.
+    assert harvest(db, "search-attr", "unindex", "note").returncode == 0
+    r = harvest(db, "search-attr", "index", "note", "--type", "text", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert _index(db, "executions_attr_note") == (True, False, True)

@@ -217,12 +217,16 @@ def _ensure_index(conn: psycopg.Connection, name: str, type_: str, say: Say) -> 
             f"first to index it as {type_}; nothing was changed"
         )
     found = _index(conn, index_name)
+    earlier = False  # the key's index as an earlier release built it: built again
     if found is not None and found[1]:
         matches = conn.execute(
             "SELECT harvest._search_attr_index_matches(%s::bigint::oid::regclass, %s, %s)",
             (found[0], name, type_),
         ).fetchone()[0]  # type: ignore[index]  # one row
-        if not matches:
+        # Recorded, it is the one this command built (a record is made only past this check):
+        # an earlier release's predicate let in values no btree entry holds, refusing their starts.
+        earlier = not matches and row is not None
+        if not matches and not earlier:
             raise HarvestError(
                 f"harvest.{index_name} exists and is not the index of search attribute {name} as {type_} "
                 f"(another expression, or not on harvest.executions): drop it (DROP INDEX CONCURRENTLY "
@@ -234,12 +238,18 @@ def _ensure_index(conn: psycopg.Connection, name: str, type_: str, say: Say) -> 
         (name, type_, index_name),
     )
     started = time.monotonic()
-    if found is not None and found[1]:
+    if found is not None and found[1] and not earlier:
         if not _has_statistics(conn, index_name):
             _run(conn, sql["create_statistics"])
             _run(conn, "ANALYZE harvest.executions")
         return Outcome(name, type_, index_name, ALREADY, time.monotonic() - started)
-    if found is not None:
+    if earlier:
+        say(
+            f"dropping harvest.{index_name}, built by an earlier release (it refused a start carrying "
+            f"a value of {name} past 2000 bytes), to build it again"
+        )
+        _run(conn, sql["drop_index"])
+    elif found is not None:
         say(f"dropping the INVALID index harvest.{index_name} an interrupted build left, to build it again")
         _run(conn, sql["drop_index"])
     say(f"building harvest.{index_name} on search attribute {name} ({type_}) ...")
