@@ -38,7 +38,7 @@ LIVE_AND_WAITING = (
 def test_racing_schedulers_a_kill_and_ended_runs_keep_the_overlap_rule(db: str, overlap: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         SqlApi(conn).create_schedule("ov", "ov_wf", cron="* * * * * *", overlap=overlap, max_active_runs=1)
-    procs = [_spawn(db, 30, 0.3), _spawn(db, 6, 0.2), _spawn(db, 6, 0.2)]
+    procs = [_spawn(db, 30, 0.3), _spawn(db, 5, 0.2), _spawn(db, 5, 0.2)]
     victim = procs[0]
     stop = threading.Event()
     samples: list[dict] = []
@@ -75,6 +75,7 @@ def test_racing_schedulers_a_kill_and_ended_runs_keep_the_overlap_rule(db: str, 
             break
     assert held, "the victim never held a tick open"
     victim.wait(10)
+    procs.append(_spawn(db, 3, 0.1))  # one started after the kill: it fires the killed tick's slots
     outputs = [p.communicate(timeout=60)[0] for p in procs[1:]]
     stop.set()
     watcher.join(20)
