@@ -199,7 +199,10 @@ def test_a_binding_an_earlier_run_left_is_pending_and_the_next_run_undoes_it(db:
     with psycopg.connect(db) as conn:  # (what the runner did before: the file under the login's path)
         conn.execute("SET LOCAL check_function_bodies = off")
         conn.execute((REPO / "functions" / "executions.sql").read_text())
-    assert _bound_to_public(db) == ["harvest._search_attr_ordered(text,text,text)"]
+    assert sorted(_bound_to_public(db)) == [
+        "harvest._search_attr_fits(text,text)",
+        "harvest._search_attr_ordered(text,text,text)",
+    ]
     status = harvest(db, "migrate", "status", "--check")
     assert status.returncode == 1 and "functions/executions.sql" in status.stdout, status.stdout
     result = harvest(db, "migrate", "run")
