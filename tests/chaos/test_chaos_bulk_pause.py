@@ -17,6 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
+import psycopg
 import pytest
 from apps import wf_entity, wf_short, wf_signals
 from harness import query, wait_until
@@ -102,12 +103,14 @@ def test_a_bulk_pause_killed_mid_step_races_completions_signals_and_cancels(
             pass
         stop.wait(0.02)
 
-    def sampler(own: harvest.Client, rng: random.Random) -> None:
-        seen_half.extend(tuple(r.values()) for r in query(db, HALF_PAUSED))
+    def sampler() -> None:
+        # One snapshot a read, on a session of its own, as often as it can.
+        with psycopg.connect(db, autocommit=True) as conn:
+            while not stop.is_set():
+                seen_half.extend(conn.execute(HALF_PAUSED).fetchall())
 
-    threads = [
-        threading.Thread(target=racer, args=(f,), daemon=True) for f in (signaller, signaller, ender, sampler)
-    ]
+    threads = [threading.Thread(target=racer, args=(f,), daemon=True) for f in (signaller, signaller, ender)]
+    threads.append(threading.Thread(target=sampler, daemon=True))
     for t in threads:
         t.start()
     victim = _batch(db, "pause", after, 5, 0.2, "chaos-pause")
