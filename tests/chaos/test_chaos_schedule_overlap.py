@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import signal
 import threading
 import time
 
 import psycopg
 import pytest
 from harness import query
-from test_chaos_schedules import _spawn
+from test_chaos_schedules import _spawn, kill_mid_tick
 
 from harvest.db.sqlapi import SqlApi
 
@@ -46,12 +44,12 @@ def test_racing_schedulers_a_kill_and_ended_runs_keep_the_overlap_rule(db: str, 
 
     def watch_and_end() -> None:
         # Samples what is live and waiting (one snapshot a read), and ends the live run every
-        # 1.5 s on a connection of its own, racing the ticks that count it.
+        # 2.5 s on a connection of its own, racing the ticks that count it.
         with psycopg.connect(db, autocommit=True) as conn:
             last_end = time.monotonic()
             while not stop.is_set():
                 samples.append(query(db, LIVE_AND_WAITING)[0])
-                if time.monotonic() - last_end > 1.5:
+                if time.monotonic() - last_end > 2.5:
                     row = conn.execute(
                         "SELECT id FROM harvest.executions WHERE workflow_id LIKE 'sched:ov:%%'"
                         " AND status = 'RUNNING' LIMIT 1"
@@ -64,17 +62,7 @@ def test_racing_schedulers_a_kill_and_ended_runs_keep_the_overlap_rule(db: str, 
 
     watcher = threading.Thread(target=watch_and_end, daemon=True)
     watcher.start()
-    held: list[str] = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = victim.stdout.readline()
-        assert line, "the victim ended before it held a tick"
-        if line.startswith("HOLDING"):
-            held = json.loads(line.split(" ", 1)[1])
-            os.kill(victim.pid, signal.SIGKILL)  # mid-tick: its firings are not committed
-            break
-    assert held, "the victim never held a tick open"
-    victim.wait(10)
+    held = kill_mid_tick(victim)
     procs.append(_spawn(db, 3, 0.1))  # one started after the kill: it fires the killed tick's slots
     outputs = [p.communicate(timeout=60)[0] for p in procs[1:]]
     stop.set()

@@ -40,6 +40,20 @@ def _spawn(db: str, seconds: float, hold: float) -> subprocess.Popen:
     )
 
 
+def kill_mid_tick(victim: subprocess.Popen) -> list[str]:
+    """SIGKILL ``victim`` (a run_scheduler.py) once it holds a tick open (its firings and run
+    starts written, not committed): the slots it held."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = victim.stdout.readline()
+        assert line, "the victim ended before it held a tick"
+        if line.startswith("HOLDING"):
+            os.kill(victim.pid, signal.SIGKILL)  # mid-tick: its firings are not committed
+            victim.wait(10)
+            return json.loads(line.split(" ", 1)[1])
+    raise AssertionError("the victim never held a tick open")
+
+
 def test_three_racing_schedulers_and_a_kill_mid_tick_fire_each_slot_once(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         SqlApi(conn).create_schedule("race", "race_wf", cron="* * * * * *", overlap="allow_all")
@@ -47,17 +61,7 @@ def test_three_racing_schedulers_and_a_kill_mid_tick_fire_each_slot_once(db: str
     # (each second one of them wins), and after the other two stop it wins the next tick alone.
     procs = [_spawn(db, 30, 0.3), _spawn(db, 8, 0.3), _spawn(db, 8, 0.3)]
     victim = procs[0]
-    held: list[str] = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = victim.stdout.readline()
-        assert line, "the victim ended before it held a tick"
-        if line.startswith("HOLDING"):
-            held = json.loads(line.split(" ", 1)[1])
-            os.kill(victim.pid, signal.SIGKILL)  # mid-tick: its firings are not committed
-            break
-    assert held, "the victim never held a tick open"
-    victim.wait(10)
+    held = kill_mid_tick(victim)
     # A scheduler started after the kill joins the two survivors.
     procs.append(_spawn(db, 4, 0.1))
     outputs = [p.communicate(timeout=60)[0] for p in procs[1:]]
