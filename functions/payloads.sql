@@ -91,8 +91,8 @@ AS $$
 $$;
 
 -- A row's payload fields replaced by the erased marker: inputs, results, signal, query and
--- update payloads, a side effect's value, and the details of a failure (its error_type and
--- message stay, as dead-letter filters and retry policies read them). Redaction hides the same
+-- update payloads, a side effect's value, and the details and traceback of a failure (its
+-- error_type and message stay, as dead-letter filters and retry policies read them). Redaction hides the same
 -- fields (PAYLOAD_FIELDS in harvest/core/payload.py; a test holds the two equal).
 CREATE OR REPLACE FUNCTION harvest._erase_payload_fields(p_data jsonb)
 RETURNS jsonb
@@ -106,7 +106,7 @@ BEGIN
     IF p_data IS NULL OR jsonb_typeof(p_data) <> 'object' THEN
         RETURN p_data;
     END IF;
-    FOREACH v_key IN ARRAY ARRAY['result', 'payload', 'arg', 'answer', 'details', 'heartbeat_details'] LOOP
+    FOREACH v_key IN ARRAY ARRAY['result', 'payload', 'arg', 'answer', 'details', 'traceback', 'heartbeat_details'] LOOP
         IF v_out ? v_key AND v_out -> v_key <> 'null'::jsonb THEN
             v_out := jsonb_set(v_out, ARRAY[v_key], c_erased);
         END IF;

@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
-SELECT plan(54);
+SELECT plan(55);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -21,6 +21,11 @@ SELECT is(harvest._erase_payload_fields(
           '{"seq": 1, "result": {"_harvest_erased": true},
             "failure": {"error_type": "E", "message": "m", "details": {"_harvest_erased": true}}}'::jsonb,
           'payload fields and a failure''s details are erased; the rest stays');
+SELECT is(harvest._erase_payload_fields(
+              '{"failure": {"error_type": "E", "message": "m", "details": null, "traceback": "Traceback ..."}}'),
+          '{"failure": {"error_type": "E", "message": "m", "details": null,
+                        "traceback": {"_harvest_erased": true}}}'::jsonb,
+          'a failure''s traceback is erased as its details are');
 SELECT is(harvest._erase_payload_fields('{"kind": "version", "value": 2}'),
           '{"kind": "version", "value": 2}'::jsonb, 'a version marker stays');
 SELECT is(harvest._erase_payload_fields('{"input": [1]}') -> 'input',

@@ -72,7 +72,7 @@ def test_changed_code_fails_the_task_not_the_run(db: str, start_worker, client: 
     failure, events_before = _after_a_bad_deploy(db, start_worker, client)
     assert failure["error_type"] == "NonDeterminismError"
     assert "step_a" in failure["message"] and "step_b" in failure["message"]
-    assert "Traceback" in failure["details"]["traceback"]
+    assert "Traceback" in failure["traceback"]
     handle = client.get_handle(workflow_id="nd")
     assert handle.describe()["status"] == "RUNNING"
     # Nothing beyond the TimerFired that woke it was written.
@@ -87,7 +87,7 @@ def test_a_failed_workflow_tasks_traceback_goes_through_the_codecs(db: str, star
     with Client(db, codecs=codecs) as client:
         failure, _ = _after_a_bad_deploy(db, start_worker, client, codecs=codecs)
     assert failure["error_type"] == "NonDeterminismError" and "step_b" in failure["message"]
-    assert "_harvest_codec" in json.dumps(failure["details"]) and "Traceback" not in json.dumps(failure)
+    assert "_harvest_codec" in json.dumps(failure["traceback"]) and "Traceback" not in json.dumps(failure)
 
 
 @workflow(name="exits")

@@ -426,7 +426,7 @@ class CodecChain:
         return [self.encode(a) for a in args]
 
     def encode_failure(self, failure: Any) -> Any:
-        """A failure with its ``details`` encoded (``error_type``, ``message`` and
+        """A failure with its ``details`` and ``traceback`` encoded (``error_type``, ``message`` and
         ``non_retryable`` stay plain: retry policies and dead-letter filters read them)."""
         return _map_failure(failure, self.encode) if self.codecs else failure
 
@@ -453,10 +453,19 @@ class KeylessChain(CodecChain):
             return value
 
 
+# A failure's payloads: its details, and its traceback (errors.failure_traceback), which quotes
+# the messages of the exception's causes: a codec encodes both, never error_type nor message.
+FAILURE_PAYLOADS = ("details", "traceback")
+
+
 def _map_failure(failure: Any, fn: Callable[[Any], Any]) -> Any:
-    if not isinstance(failure, dict) or failure.get("details") is None:
+    if not isinstance(failure, dict):
         return failure
-    return {**failure, "details": fn(failure["details"])}
+    out = failure
+    for key in FAILURE_PAYLOADS:
+        if out.get(key) is not None:
+            out = {**out, key: fn(out[key])}
+    return out
 
 
 def map_command(command: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, Any]:
@@ -622,9 +631,13 @@ class Payloads:
         return (await self._stored(sql, execution_id, big))(marked) if big else marked
 
     async def encode_failure(self, sql: Any, execution_id: str | None, failure: Any) -> Any:
-        if not self.active or not isinstance(failure, dict) or failure.get("details") is None:
+        if not self.active or not isinstance(failure, dict):
             return failure
-        return {**failure, "details": await self.encode(sql, execution_id, failure["details"])}
+        out = failure
+        for key in FAILURE_PAYLOADS:
+            if out.get(key) is not None:
+                out = {**out, key: await self.encode(sql, execution_id, out[key])}
+        return out
 
     # ------------------------------------------------------------------ reads
 

@@ -346,6 +346,9 @@ class ActivityFailure(HarvestError):
         self.message = message
         self.non_retryable = non_retryable
         self.details = details
+        # Where the attempt's exception was raised (failure_traceback), set by from_exception;
+        # recorded beside the details, never in them (a payload as they are: docs/failures.md).
+        self.traceback: str | None = None
 
     @classmethod
     def retryable(cls, error_type: str, message: str, details: Any = None) -> ActivityFailure:
@@ -356,31 +359,44 @@ class ActivityFailure(HarvestError):
         return cls(error_type, message, True, details)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "error_type": self.error_type,
             "message": self.message,
             "non_retryable": self.non_retryable,
             "details": self.details,
         }
+        if self.traceback is not None:
+            out["traceback"] = self.traceback
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ActivityFailure:
-        return cls(
+        failure = cls(
             data.get("error_type") or "Error",
             data.get("message") or "",
             bool(data.get("non_retryable")),
             data.get("details"),
         )
+        text = data.get("traceback")  # (not details': a user's own key)
+        failure.traceback = text if isinstance(text, str) else None
+        return failure
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> ActivityFailure:
-        """A plain exception becomes ``error_type`` = its class name."""
+        """A plain exception becomes ``error_type`` = its class name; the failure records where
+        it was raised (``traceback``: :func:`failure_traceback`), an ActivityFailure raised
+        by the activity too (its details stay as given)."""
         if isinstance(exc, ActivityFailure):
+            if exc.traceback is None:
+                exc.traceback = failure_traceback(exc)
             return exc
         if isinstance(exc, SystemExit):  # (its str() is the bare exit code)
             message = f"SystemExit({exc.code!r}) raised in the activity (sys.exit()?)"
-            return cls("SystemExit", message, False, None)
-        return cls(type(exc).__name__, str(exc), False, None)
+            failure = cls("SystemExit", message, False, None)
+        else:
+            failure = cls(type(exc).__name__, str(exc), False, None)
+        failure.traceback = failure_traceback(exc)
+        return failure
 
     @classmethod
     def own_cancel(cls, exc: BaseException) -> ActivityFailure | None:
@@ -419,6 +435,96 @@ def recordable(text: Any) -> Any:
     return text
 
 
+# A recorded traceback's bounds: the innermost frames of the raising exception (where it was
+# raised) and a cap on its text, so that a RecursionError's thousand frames or a cause's long
+# message cannot bloat the history (every failed attempt is a row).
+TRACEBACK_FRAMES = 20
+TRACEBACK_CHARS = 6000
+_CHAIN = 5  # the chained causes named, each by its class and first line
+
+
+def failure_traceback(exc: BaseException) -> str | None:
+    """Where ``exc`` was raised, as a failure records it (its ``traceback`` key, beside its
+    ``details``): ``traceback.format_exception``'s text of its innermost ``TRACEBACK_FRAMES``
+    frames and its own line, then each chained cause (``__cause__``, or ``__context__`` not
+    suppressed) by its class and first line, the whole cut to ``TRACEBACK_CHARS`` with a
+    marker. A database error (the exception or a cause) is its first line and SQLSTATE,
+    redacted (:func:`harvest.db.connection.error_line`): never its DETAIL or CONTEXT, which
+    quote values. None for an exception never raised (no frames). Failure path only."""
+    import traceback
+
+    if exc.__traceback__ is None:
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    omitted = len(frames) - TRACEBACK_FRAMES
+    lines = ["Traceback (most recent call last):\n"]
+    if omitted > 0:
+        lines.append(f"  [{omitted} outer frames omitted]\n")
+        frames = traceback.StackSummary.from_list(frames[omitted:])
+    lines.extend(frames.format())
+    lines.append(_exception_line(exc, whole=True))
+    seen, one, named = [exc], exc, 0
+    while named < _CHAIN:
+        cause = one.__cause__ or (None if one.__suppress_context__ else one.__context__)
+        if cause is None or any(cause is known for known in seen):
+            break
+        word = "caused by" if one.__cause__ is not None else "while handling"
+        lines.append(f"{word}: {_exception_line(cause, whole=False)}")
+        seen.append(cause)
+        one, named = cause, named + 1
+    text: str = recordable("".join(lines).rstrip("\n"))
+    if len(text) > TRACEBACK_CHARS:
+        cut = len(text) - TRACEBACK_CHARS
+        half = TRACEBACK_CHARS // 2
+        text = f"{text[:half]}\n[... {cut} characters cut ...]\n{text[-half:]}"
+    return text
+
+
+def _exception_line(exc: BaseException, whole: bool) -> str:
+    """``exc``'s class and message (``whole``: as format_exception_only writes it, else its
+    first line), a database error's by its first line and SQLSTATE, redacted."""
+    import sys
+    import traceback
+
+    psycopg = sys.modules.get("psycopg")  # (a database error exists only once it is imported)
+    if psycopg is not None and isinstance(exc, psycopg.Error):
+        from harvest.db.connection import error_line, redact
+
+        return f"{type(exc).__module__}.{type(exc).__qualname__}: {redact(error_line(exc))}\n"
+    if whole:
+        return "".join(traceback.format_exception_only(type(exc), exc))
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    name = type(exc).__qualname__
+    return f"{name}: {first}\n" if first else f"{name}\n"
+
+
+def stored_traceback(failure: Any) -> str | None:
+    """The traceback a stored failure records (its ``traceback`` key; a workflow task's crash
+    recorded before it kept it in its ``details``), or None: the one read of it, for every
+    reader (the CLI, the dashboard, the test kit)."""
+    if not isinstance(failure, dict):
+        return None
+    text = failure.get("traceback")
+    if text is None and isinstance(failure.get("details"), dict):
+        text = failure["details"].get("traceback")
+    return text if isinstance(text, str) else None
+
+
+def raised_at(failure: Any) -> str | None:
+    """Where a stored failure's exception was raised, short: ``in fn (file.py:12)``, its
+    innermost frame (a history's line in text); None when it records no readable traceback."""
+    import os
+    import re
+
+    text = stored_traceback(failure)
+    frames = re.findall(r'^  File "(.*)", line (\d+), in (.*)$', text or "", re.MULTILINE)
+    if not frames:
+        return None
+    path, line, name = frames[-1]
+    return f"in {name} ({os.path.basename(path)}:{line})"
+
+
 def failure_line(failure: Any) -> str:
     """A stored failure (``{error_type, message, ...}``; both stay plain under payload codecs)
     as one line, ``error_type: message``, a part it lacks left out: the one wording of a
@@ -451,6 +557,12 @@ class WorkflowFailed(HarvestError):
         )
         self.execution_id = execution_id
         self.failure = failure
+
+    @property
+    def traceback(self) -> str | None:
+        """Where the run's code raised what failed it (its failure's ``traceback``), or None
+        (an engine's failure: a timeout, a termination; a traceback still encrypted)."""
+        return stored_traceback(self.failure)
 
 
 class WorkflowCancelled(HarvestError):

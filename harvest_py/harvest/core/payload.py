@@ -1015,7 +1015,7 @@ def encode_details(details: Any) -> Any:
 # run's output); test_payloads.py::test_redaction_hides_exactly_the_fields_erasure_erases holds
 # the two equal.
 PAYLOAD_FIELDS = frozenset(
-    {"input", "result", "payload", "arg", "answer", "details", "heartbeat_details", "output"}
+    {"input", "result", "payload", "arg", "answer", "details", "traceback", "heartbeat_details", "output"}
 )
 # A marker's ``value`` is a payload only for these kinds: a version or mutex marker's is the
 # engine's own (the SQL reads it).

@@ -41,6 +41,7 @@ from harvest.core.errors import (
     NonDeterminismError,
     PayloadError,
     external_workflow_error,
+    failure_traceback,
 )
 from harvest.core.payload import approx_size, decode_args, decode_result, encode, return_hint, type_name
 from harvest.declare.definitions import App, WorkflowDefinition
@@ -859,7 +860,11 @@ class WorkflowRun(CommandIssuer):
         if isinstance(exc, ContinueAsNew):
             # Signals delivered but not yet read go to the next run, in order.
             return {"type": "continue_as_new", "input": exc.input, "signals": self.signals.pending()}
-        return {"type": "fail_workflow", "failure": failure_json(exc)}
+        failure = failure_json(exc)
+        stack = failure_traceback(exc)  # (where the workflow's code raised it: its own frames)
+        if stack is not None:
+            failure = {**failure, "traceback": stack}
+        return {"type": "fail_workflow", "failure": failure}
 
     # ------------------------------------------------------------------ resolution
     def _deliver(self, through: int | None) -> None:

@@ -352,13 +352,23 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
     """Send an attempt's failure (fail_activity), made small enough to be stored."""
     report = failure.to_json()
     report["details"] = payload.encode_details(report["details"])
-    report = await worker.payloads.encode_failure(lane_of(task).sql, str(task["execution_id"]), report)
+    execution_id = str(task["execution_id"])
+    try:
+        report = await worker.payloads.encode_failure(lane_of(task).sql, execution_id, report)
+    except Exception:
+        if report.get("traceback") is None:
+            raise
+        # The traceback is extra: its encoding (a codec, an offload's write) failing must not
+        # lose the failure itself, which goes without it (never in plain).
+        report.pop("traceback")
+        report = await worker.payloads.encode_failure(lane_of(task).sql, execution_id, report)
     limit = worker.max_payload_bytes
     if limit is not None and payload.payload_size(report) > limit:
         # A failure too large to store would be refused, and the attempt would hang until
         # its lease expired: keep the type and the start of the message, drop the details.
         size = payload.payload_size(report)
         report["details"] = {"truncated": True, "bytes": size, "limit": limit}
+        report.pop("traceback", None)
         report["message"] = report["message"][:_MESSAGE_CUT]
         while payload.payload_size(report) > limit and report["message"]:
             report["message"] = report["message"][: len(report["message"]) // 2]

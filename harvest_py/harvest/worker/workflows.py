@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable
 from time import perf_counter
@@ -26,6 +25,7 @@ from harvest.core.errors import (
     ShardUnavailable,
     StaleTask,
     UnknownWorkflow,
+    failure_traceback,
 )
 from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
@@ -558,16 +558,14 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
                 "error_type": kind,
                 "message": message,
                 "non_retryable": False,
-                "details": {
-                    "traceback": "".join(traceback.format_tb(exc.__traceback__, limit=20))
-                    if database
-                    else traceback.format_exc(limit=20)
-                },
+                "details": None,
+                # (a database error's line redacted, as the message: failure_traceback)
+                "traceback": failure_traceback(exc),
             }
-            try:  # (the details are a payload: encoded as an activity failure's are, docs/payloads.md)
+            try:  # (a payload: encoded as an activity failure's is, docs/payloads.md)
                 failure = await worker.payloads.encode_failure(lane_of(task).sql, execution_id, failure)
             except Exception:  # (the codec itself failing: the type and message still go)
-                failure = {**failure, "details": None}
+                failure = {**failure, "traceback": None}
         await commit_open_claim(task)  # (its row lock would hold the call up)
         with contextlib.suppress(StaleTask):
             await lane_of(task).sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)

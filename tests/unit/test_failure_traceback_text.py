@@ -1,0 +1,87 @@
+"""failure_traceback: what a failure records of where its exception was raised (bounded, a
+database error by its first line), and the readers' one read of it (stored_traceback, raised_at)."""
+
+from __future__ import annotations
+
+import psycopg.errors
+
+from harvest.core.codecs import AesGcmCodec, CodecChain
+from harvest.core.errors import (
+    TRACEBACK_CHARS,
+    ActivityFailure,
+    WorkflowFailed,
+    failure_traceback,
+    raised_at,
+    stored_traceback,
+)
+
+
+def _raised(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as caught:
+        return caught
+
+
+def _inner() -> None:
+    raise ValueError("the inner one")
+
+
+def test_the_raising_frame_and_the_chain_s_lines() -> None:
+    try:
+        try:
+            _inner()
+        except ValueError as exc:
+            raise RuntimeError("wrapped") from exc
+    except RuntimeError as exc:
+        text = failure_traceback(exc)
+    assert text is not None and text.startswith("Traceback (most recent call last):\n")
+    assert "RuntimeError: wrapped\ncaused by: ValueError: the inner one" in text
+
+
+def test_never_raised_records_none() -> None:
+    assert failure_traceback(ValueError("built, not raised")) is None
+    assert ActivityFailure.from_exception(ValueError("x")).to_json().get("traceback") is None
+
+
+def test_a_database_error_is_its_first_line() -> None:
+    secret = 'DETAIL:  Key (card)=(4111-1111) already exists.\nCONTEXT:  SQL statement "INSERT"'
+    database = _raised(psycopg.errors.UniqueViolation(f"duplicate key value\n{secret}"))
+    try:
+        raise KeyError("lookup") from database
+    except KeyError as exc:
+        chained = failure_traceback(exc)
+    alone = failure_traceback(database)
+    for text in (chained, alone):
+        assert text is not None and "duplicate key value (SQLSTATE 23505)" in text
+        assert "4111" not in text and "CONTEXT" not in text
+
+
+def test_a_long_message_is_cut_with_a_marker() -> None:
+    text = failure_traceback(_raised(ValueError("x" * 50_000)))
+    assert text is not None and len(text) < TRACEBACK_CHARS + 100 and "characters cut ...]" in text
+
+
+def test_a_user_s_details_stay_as_given() -> None:
+    failure = ActivityFailure.from_exception(_raised(ActivityFailure("Declined", "no", True, details=[1, 2])))
+    report = failure.to_json()
+    assert report["details"] == [1, 2] and "in _raised" in report["traceback"]
+    assert ActivityFailure.from_json(report).traceback == report["traceback"]
+
+
+def test_every_reader_reads_it_one_way() -> None:
+    stack = 'Traceback (most recent call last):\n  File "/app/billing.py", line 12, in charge\nE: x'
+    legacy = {"error_type": "E", "details": {"traceback": stack}}  # a task crash recorded before
+    for failure in ({"error_type": "E", "traceback": stack}, legacy):
+        assert stored_traceback(failure) == stack
+        assert raised_at(failure) == "in charge (billing.py:12)"
+        assert WorkflowFailed("x", failure).traceback == stack
+    assert stored_traceback({"traceback": {"_harvest_codec": ["aesgcm:k1"], "data": "..."}}) is None
+
+
+def test_a_codec_encodes_the_traceback_as_the_details() -> None:
+    chain = CodecChain([AesGcmCodec({"k1": bytes(32)})])
+    failure = {"error_type": "E", "message": "m", "non_retryable": False, "details": None, "traceback": "T"}
+    encoded = chain.encode_failure(failure)
+    assert encoded["traceback"] != "T" and encoded["message"] == "m" and encoded["details"] is None
+    assert chain.decode_tree(encoded) == failure
