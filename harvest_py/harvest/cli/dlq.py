@@ -24,7 +24,7 @@ from harvest.cli.output import (
 )
 from harvest.cli.payloads import Reveal, app_option
 from harvest.cli.shards import dead_letter_api, emit_merged, read_shards, shard_api, with_page_footer
-from harvest.core.errors import InvalidArgument, failure_line
+from harvest.core.errors import InvalidArgument, failure_line, stored_traceback
 
 
 @click.group()
@@ -109,7 +109,18 @@ def get(
     with dead_letter_api(database_url, shard_id, dead_letter_id, read_only=True) as (sql, _):
         # An encoded payload shows what it is, or decoded by --app (docs/payloads.md).
         row = reveal.shown(sql, sql.get_dead_letter(dead_letter_id))
-    emit(row, output, mapping)
+    emit(row, output, _dead_letter_text)
+
+
+def _dead_letter_text(row: dict[str, Any]) -> str:
+    """A dead letter's fields, its failure's traceback (when it records one, decoded) apart,
+    after them, as Python prints one."""
+    failure = row.get("failure")
+    stack = stored_traceback(failure)
+    if stack is None or not isinstance(failure, dict) or "traceback" not in failure:
+        return mapping(row) + (f"\ntraceback:\n{stack}" if stack else "")
+    shown = {**row, "failure": {k: v for k, v in failure.items() if k != "traceback"}}
+    return f"{mapping(shown)}\ntraceback:\n{stack}"
 
 
 @dlq.command("count")

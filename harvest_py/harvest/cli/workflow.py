@@ -39,7 +39,7 @@ from harvest.cli.shards import (
 )
 from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks, resolved_in_batches
 from harvest.core.codecs import describe_tree
-from harvest.core.errors import InvalidArgument, TimeoutError_, failure_line
+from harvest.core.errors import InvalidArgument, TimeoutError_, failure_line, raised_at
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
@@ -355,6 +355,9 @@ def _summary(event: dict[str, Any]) -> str:
     failure = data.get("failure")
     if isinstance(failure, dict):
         parts.append(failure_line(failure))
+        where = raised_at(failure)  # (a --full history's: the traceback is a payload)
+        if where:
+            parts.append(f"[raised {where}]")
     return " ".join(str(p) for p in parts)
 
 
@@ -714,7 +717,9 @@ def stack(
             pairs = (" ".join(line.split(None, 1)) for line in mapping(task).splitlines())
             parts += ["", "workflow task: " + "; ".join(pairs)]
             if isinstance(failure, dict):  # why it is being retried (its details may be large or encoded)
-                parts += [f"  last failure: {failure_line(failure)}"]
+                where = raised_at(failure)  # (decoded: --app's codecs, or none)
+                said = failure_line(failure) + (f" [raised {where}]" if where else "")
+                parts += [f"  last failure: {said}"]
             if task.get("live_workers") == 0 and task.get("status") == "pending":  # (absent: an older server)
                 from harvest.client.client import no_poller  # (the driver: not for --help)
 

@@ -12,7 +12,7 @@ from typing import Any, cast
 import jinja2
 
 from harvest.core.codecs import describe_tree
-from harvest.core.errors import failure_line
+from harvest.core.errors import failure_line, stored_traceback
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE
@@ -65,18 +65,17 @@ def payload_shown(value: Any, full: bool) -> Any:
 def dead_letter_page(row: dict[str, Any], full: bool) -> dict[str, Any]:
     """A dead letter as its page shows it: its input and its failure's details (payloads) as
     stored and described (encrypted, offloaded) when ``full``, else their size only, as a run's
-    page shows its payloads; the failure's stack (its details' ``traceback``, which a run's own
-    failure records) apart, shown only with them."""
+    page shows its payloads; the failure's stack (its ``traceback``: stored_traceback) apart,
+    shown only with them."""
     show: Callable[[Any], Any] = describe_tree if full else (lambda v: describe_tree(redact(v)))
     stored = row.get("failure")
     failure: dict[str, Any] = stored if isinstance(stored, dict) else {"message": stored}
     details = failure.get("details")
-    stack = details.get("traceback") if full and isinstance(details, dict) else None
     return {
         **row,
         "input": show({"input": row.get("input")})["input"],
         "failure": {**failure, "details": show({"details": details})["details"]},
-        "stack": stack if isinstance(stack, str) else None,
+        "stack": stored_traceback(failure) if full else None,
     }
 
 
@@ -298,12 +297,18 @@ def execution_page(
     updates accepted but not completed and those requested and not yet accepted (``requested``,
     list_update_requests)."""
     run = dict(execution)
-    run["failure"] = history.show(run.get("failure"))  # its details are a payload, as in the timeline
+    failure = run.get("failure")
+    # (its details and traceback are payloads, as in the timeline; the traceback shown apart)
+    failure_stack = stored_traceback(failure) if full else None
+    if failure_stack is not None and isinstance(failure, dict) and "traceback" in failure:
+        failure = {k: v for k, v in failure.items() if k != "traceback"}
+    run["failure"] = history.show(failure)
     payloads = {k: history.show({k: run.get(k)})[k] for k in ("input", "output")}
     return {
         "execution": run,
         "payloads": payloads,
         "stack": stack,
+        "failure_stack": failure_stack,
         "events": list(history.events),
         "signals": list(history.signals),
         "pending_updates": list(history.accepted.values()),
