@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import psycopg.errors
 
+import harvest.db.connection  # noqa: F401  (it says how a database error is written: its one line)
 from harvest.core.codecs import AesGcmCodec, CodecChain
 from harvest.core.errors import (
     TRACEBACK_CHARS,

@@ -122,6 +122,8 @@ def test_final_failure_is_recorded_and_raised_as_activity_error():
     engine = engine_for("broken", check_cold=False)
     act = run(engine.task())
     assert len([c for c in CALLS if c[0] == "lookup"]) == 1  # non-retryable: one attempt
+    stack = act.commands[0]["value"]["failure"].pop("traceback")  # where the activity raised it
+    assert stack.startswith("Traceback (most recent call last):") and "BadKey" in stack
     assert act.commands[0]["value"] == {
         "name": "lookup",
         "failure": {

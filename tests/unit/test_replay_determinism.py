@@ -211,6 +211,7 @@ def test_uncaught_activity_failure_fails_the_workflow_with_its_error_type():
         resolver=lambda out: [(c, ("fail", "CardDeclined")) for c in out],
     )
     final = run(engine.run_to_end())
+    assert "in sequential" in final["failure"].pop("traceback")  # where the workflow raised it
     assert final == {
         "type": "fail_workflow",
         "failure": {
@@ -239,6 +240,7 @@ async def raises(ctx, n: int) -> int:
 def test_uncaught_exception_becomes_fail_workflow():
     app2 = type(app)(workflows=[raises])
     final = run(Engine(app2, raises, [1]).run_to_end())
+    assert "in raises" in final["failure"].pop("traceback")
     assert final == {
         "type": "fail_workflow",
         "failure": {"error_type": "ValueError", "message": "bad n 1", "non_retryable": True, "details": None},
@@ -264,6 +266,7 @@ def test_a_failure_whose_details_are_not_json_still_fails_the_workflow():
         raise ActivityFailure("CardDeclined", "no", details={"codes": {7}, "card": object})
 
     final = run(Engine(type(app)(workflows=[declines]), declines).run_to_end())
+    assert "in declines" in final["failure"].pop("traceback")
     assert final["failure"] == {
         "error_type": "CardDeclined",
         "message": "no",

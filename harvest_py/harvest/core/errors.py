@@ -9,6 +9,7 @@ exception -> exit code -> HTTP status, in this one place.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 
@@ -441,6 +442,15 @@ def recordable(text: Any) -> Any:
 TRACEBACK_FRAMES = 20
 TRACEBACK_CHARS = 6000
 _CHAIN = 5  # the chained causes named, each by its class and first line
+# How a database error is said in a recorded traceback: its first line and SQLSTATE, redacted,
+# or None for another error. The rule is harvest.db.connection's (error_line), which sets this
+# as it is imported (the core imports no driver): a process that talks to a database has it.
+_database_lines: list[Callable[[BaseException], str | None]] = []
+
+
+def say_database_errors(line: Callable[[BaseException], str | None]) -> None:
+    """Have :func:`failure_traceback` write an error ``line`` answers for by that line."""
+    _database_lines[:] = [line]
 
 
 def failure_traceback(exc: BaseException) -> str | None:
@@ -483,14 +493,11 @@ def failure_traceback(exc: BaseException) -> str | None:
 def _exception_line(exc: BaseException, whole: bool) -> str:
     """``exc``'s class and message (``whole``: as format_exception_only writes it, else its
     first line), a database error's by its first line and SQLSTATE, redacted."""
-    import sys
     import traceback
 
-    psycopg = sys.modules.get("psycopg")  # (a database error exists only once it is imported)
-    if psycopg is not None and isinstance(exc, psycopg.Error):
-        from harvest.db.connection import error_line, redact
-
-        return f"{type(exc).__module__}.{type(exc).__qualname__}: {redact(error_line(exc))}\n"
+    said = _database_lines[0](exc) if _database_lines else None
+    if said is not None:
+        return f"{type(exc).__module__}.{type(exc).__qualname__}: {said}\n"
     if whole:
         return "".join(traceback.format_exception_only(type(exc), exc))
     text = str(exc).strip()
