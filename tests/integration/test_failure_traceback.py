@@ -54,6 +54,17 @@ async def charge(ctx, order: int) -> None:
     _decline(order)
 
 
+def _decline_deep(n: int) -> None:
+    if n:
+        _decline_deep(n - 1)
+    raise ActivityFailure("CardDeclined", "declined", True, details={"bank": "acme"})
+
+
+@activity(retry=RetryPolicy.none())
+async def charge_deep(ctx) -> None:
+    _decline_deep(15)
+
+
 def _descend(n: int) -> int:
     return _descend(n + 1) + 1
 
@@ -88,6 +99,11 @@ async def charges(ctx, order: int) -> None:
 
 
 @workflow
+async def charges_deep(ctx) -> None:
+    await ctx.execute_activity(charge_deep)
+
+
+@workflow
 async def recurses(ctx) -> int:
     return await ctx.execute_activity(recurse)
 
@@ -107,8 +123,8 @@ async def checks(ctx, order: int) -> None:
 
 
 APP = App(
-    workflows=[prices, prices_once, charges, recurses, prices_locally, checks],
-    activities=[price_order, price_order_once, charge, recurse],
+    workflows=[prices, prices_once, charges, charges_deep, recurses, prices_locally, checks],
+    activities=[price_order, price_order_once, charge, charge_deep, recurse],
 )
 ENCRYPTED = App(
     workflows=[prices, checks],
@@ -193,6 +209,14 @@ def test_a_users_activity_failure_keeps_its_details(db: str, start_worker, clien
     assert failure["error_type"] == "CardDeclined" and failure["message"] == "order 9 declined"
     assert failure["details"] == {"bank": "acme"}  # as the activity gave them
     assert "in _decline" in failure["traceback"]
+
+
+def test_over_the_payload_limit_the_traceback_goes_first(db: str, start_worker, client: Client) -> None:
+    """A failure that would not fit the payload limit with its traceback goes without it, its
+    details kept (they went first before, replaced by a truncation marker)."""
+    start_worker(APP, max_payload_bytes=1000)
+    failure = _dead_letter(db, client.start_workflow(charges_deep).execution_id)["failure"]
+    assert failure["details"] == {"bank": "acme"} and "traceback" not in failure
 
 
 def test_a_local_activity_s_failure_records_its_traceback(db: str, start_worker, client: Client) -> None:

@@ -388,8 +388,7 @@ class ActivityFailure(HarvestError):
         it was raised (``traceback``: :func:`failure_traceback`), an ActivityFailure raised
         by the activity too (its details stay as given)."""
         if isinstance(exc, ActivityFailure):
-            if exc.traceback is None:
-                exc.traceback = failure_traceback(exc)
+            exc.traceback = failure_traceback(exc) or exc.traceback  # (raised again: its last raise)
             return exc
         if isinstance(exc, SystemExit):  # (its str() is the bare exit code)
             message = f"SystemExit({exc.code!r}) raised in the activity (sys.exit()?)"

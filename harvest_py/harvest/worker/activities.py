@@ -363,12 +363,13 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
         report.pop("traceback")
         report = await worker.payloads.encode_failure(lane_of(task).sql, execution_id, report)
     limit = worker.max_payload_bytes
+    if limit is not None and "traceback" in report and payload.payload_size(report) > limit:
+        report.pop("traceback")  # (the first to go: the failure itself is what must be stored)
     if limit is not None and payload.payload_size(report) > limit:
         # A failure too large to store would be refused, and the attempt would hang until
         # its lease expired: keep the type and the start of the message, drop the details.
         size = payload.payload_size(report)
         report["details"] = {"truncated": True, "bytes": size, "limit": limit}
-        report.pop("traceback", None)
         report["message"] = report["message"][:_MESSAGE_CUT]
         while payload.payload_size(report) > limit and report["message"]:
             report["message"] = report["message"][: len(report["message"]) // 2]
