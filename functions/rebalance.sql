@@ -248,11 +248,14 @@ BEGIN
                                             ORDER BY t.id)
                            FROM harvest.tasks AS t
                            WHERE t.execution_id = v_migration.execution_id), '[]'::jsonb),
-        -- The offloaded payloads the run wrote or references (a child's input its parent
-        -- offloaded, a client's start input): the history's references must resolve there.
+        -- The offloaded payloads the run owns, and the run-less ones it references: the
+        -- history's references must resolve there. Never another run's row, as a reset fork's
+        -- and a successor's copies (reset.sql, decide.sql): a reference is JSON a starter or a
+        -- sender wrote, and a copy the moved run owned there would outlive that run's erasure.
         'payloads', coalesce((SELECT jsonb_agg(to_jsonb(p) ORDER BY p.id) FROM harvest.payloads AS p
                               WHERE p.execution_id = v_migration.execution_id
-                                 OR p.id IN (SELECT harvest._payload_refs(to_jsonb(v_execution))
+                                 OR p.execution_id IS NULL
+                                 AND p.id IN (SELECT harvest._payload_refs(to_jsonb(v_execution))
                                              UNION
                                              SELECT harvest._payload_refs(ev.event_data) FROM harvest.events AS ev
                                              WHERE ev.execution_id = v_migration.execution_id)), '[]'::jsonb),
