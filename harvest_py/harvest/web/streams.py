@@ -65,7 +65,7 @@ from harvest.shard.router import ShardRouter
 from harvest.web.errors import error_response
 from harvest.web.openapi import Mounted
 from harvest.web.principal import Authorizer, refusal_status
-from harvest.web.routes import Param, path
+from harvest.web.routes import Param, path, refuse_undeclared
 
 log = logging.getLogger("harvest.web.streams")
 
@@ -780,6 +780,7 @@ def stream_routes(
     async def respond(request: Request, execution_id: str | None) -> StreamingResponse:
         # A token that sees no payloads (docs/security.md) is sent every event redacted.
         hidden = not (await authorizer.authorize(request, "read")).payloads
+        refuse_undeclared(request, _RESUME)  # (a misspelt last_event_id would stream from now)
         if execution_id is None and streams.sharded:
             return await respond_merged(request, hidden)
         last_id = _last_event_id(request)

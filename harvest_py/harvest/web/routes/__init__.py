@@ -726,13 +726,7 @@ class Endpoint:
         return withheld(answer)
 
     def _arguments(self, request: Request) -> dict[str, Any]:
-        # A parameter the route does not declare is refused, as an unknown body field is: a
-        # misspelt filter (?workflow_id=, ?status_=) must not answer every run as if unfiltered.
-        known = [p.name for p in self.params if p.where == "query"]
-        unknown = sorted(set(request.query_params) - set(known))
-        if unknown:
-            listed = ", ".join(sorted(known)) or "none"
-            raise invalid(unknown[0], f"unknown query parameter; the parameters are {listed}")
+        refuse_undeclared(request, self.params)
         args: dict[str, Any] = {}
         for p in self.params:
             if p.where == "path":
@@ -765,6 +759,18 @@ class _Anonymous:
 
     def __init__(self, request: Request, state: HarvestState):
         self.request, self.state = request, state
+
+
+def refuse_undeclared(request: Request, params: Iterable[Param]) -> None:
+    """InvalidArgument (400) naming a query parameter of ``request`` that ``params`` does not
+    declare, and listing those they do, as an unknown body field is refused: a misspelt filter
+    (?workflow_id=, ?status_=) must not answer every run as if unfiltered, nor a misspelt resume
+    position (?last_event=) a stream from now. The Endpoints' and the event streams' one check."""
+    known = [p.name for p in params if p.where == "query"]
+    unknown = sorted(set(request.query_params) - set(known))
+    if unknown:
+        listed = ", ".join(sorted(known)) or "none"
+        raise invalid(unknown[0], f"unknown query parameter; the parameters are {listed}")
 
 
 def path(name: str, kind: str = "string", description: str = "", *, slash: bool = False) -> Param:
