@@ -694,6 +694,15 @@ def test_a_reset_fork_owns_copies_of_the_offloaded_payloads_it_carries(db, start
             "got_len": len(SECRET) + 6000,
             "go": "late " + "y" * 2000,
         }
+        # Erasing the fork reaches every row its history references: each is its own copy
+        # (erase_payloads takes only a run's own rows and run-less ones, sec69).
+        with psycopg.connect(db, autocommit=True) as conn:
+            assert SqlApi(conn).erase_payloads(fork_id, "ops")["offloaded"] >= 3
+            left = conn.execute(
+                "SELECT count(*) FROM harvest.payloads WHERE id = ANY(%s::uuid[]) AND erased_at IS NULL",
+                (refs,),
+            ).fetchone()[0]
+        assert left == 0
 
 
 def test_a_large_query_answer_is_the_runs_own_and_erased_with_it(db, start_worker):
