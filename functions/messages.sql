@@ -632,11 +632,17 @@ BEGIN
 
     -- A large answer's row: run-less, or its run's. Never another run's: an answer is what the
     -- workflow's code returned (a signal's value as sent, maybe), so a reference in it may name
-    -- any row.
+    -- any row. The references are listed first and joined by id (the primary key): an IN over
+    -- a subquery naming d is a subplan, which scanned harvest.payloads once for each request.
+    refs AS (
+        SELECT d.execution_id, r.id
+        FROM deleted AS d CROSS JOIN LATERAL harvest._payload_refs(jsonb_build_array(d.answer, d.error)) AS r (id)
+        WHERE d.kind = 'query'
+    ),
+
     answers AS (
-        DELETE FROM harvest.payloads AS p USING deleted AS d
-        WHERE d.kind = 'query' AND (p.execution_id IS NULL OR p.execution_id = d.execution_id)
-            AND p.id IN (SELECT harvest._payload_refs(jsonb_build_array(d.answer, d.error)))
+        DELETE FROM harvest.payloads AS p USING refs AS a
+        WHERE p.id = a.id AND (p.execution_id IS NULL OR p.execution_id = a.execution_id)
     )
 
     SELECT count(*) INTO v_count FROM deleted;

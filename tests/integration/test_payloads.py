@@ -744,3 +744,52 @@ def test_a_large_query_answer_goes_when_its_request_expires(db, start_worker):
         conn.execute("SELECT set_config('harvest.fake_now', '2100-01-01T00:00:00Z', false)")
         assert conn.execute("SELECT harvest.expire_query_requests()").fetchone()[0] == 1
         assert conn.execute(rows, (handle.execution_id,)).fetchone()[0] == 0
+
+
+def test_expired_answers_rows_are_found_by_id_not_by_a_scan_for_each_request(db):
+    """expire_query_requests deletes each expired answer's rows (its run's or run-less) through
+    the primary key: it listed them with an IN over a subquery naming the request, a subplan
+    that read all of harvest.payloads once for each request (1000 a call, the scanner's batch,
+    on a table of every run's large payloads). Counted in rows read, not in time."""
+    requests, unrelated = 20, 2000
+    with psycopg.connect(db, autocommit=True) as conn:
+        runs = [
+            conn.execute(
+                "SELECT (harvest.start_workflow('w', p_workflow_id => %s)).execution_id", (f"x-{i}",)
+            ).fetchone()[0]
+            for i in range(requests + 1)
+        ]
+        other = runs.pop()  # its row an answer names (a forged reference): it stays
+        conn.execute(
+            "INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)"
+            " SELECT gen_random_uuid(), NULL, now(), 1, '1' FROM generate_series(1, %s)",
+            (unrelated,),
+        )
+        theirs = conn.execute(
+            "SELECT (harvest.put_payloads(%s, ARRAY['\"theirs\"'::jsonb]))[1]", (other,)
+        ).fetchone()[0]
+        answers = []
+        for run in runs:
+            (own,) = conn.execute(
+                "SELECT (harvest.put_payloads(%s, ARRAY['\"own\"'::jsonb]))[1]", (run,)
+            ).fetchone()
+            answers.append(own)
+            refs = [{"_harvest_ref": str(own), "bytes": 5}, {"_harvest_ref": str(theirs), "bytes": 8}]
+            conn.execute(
+                "INSERT INTO harvest.query_requests (execution_id, kind, name, queue, status, answer,"
+                " created_at, expires_at) VALUES (%s, 'query', 'q', 'q', 'completed', %s, now(), now())",
+                (run, Jsonb(refs)),
+            )
+        conn.execute("ANALYZE harvest.payloads")
+        with conn.transaction():
+            assert conn.execute("SELECT harvest.expire_query_requests()").fetchone()[0] == requests
+            read = conn.execute(
+                "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
+                " WHERE relid = 'harvest.payloads'::regclass"
+            ).fetchone()[0]
+        left = conn.execute(
+            "SELECT count(*) FROM harvest.payloads WHERE id = ANY(%s)", (answers,)
+        ).fetchone()[0]
+        kept = conn.execute("SELECT data FROM harvest.payloads WHERE id = %s", (theirs,)).fetchone()
+    assert left == 0 and kept == ("theirs",)
+    assert read < 2 * unrelated, read  # one scan at most (the old plan: one for each request, 20 x 2000)
