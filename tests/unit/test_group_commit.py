@@ -55,14 +55,26 @@ class _ConcurrentSql(FakeSql):
         super().__init__()
         self.in_flight = 0
         self.most_in_flight = 0
+        self.held: asyncio.Event | None = None  # when set by a test: calls wait for it
 
     async def complete_activities(self, *args, **kwargs):
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
+            if self.held is not None:
+                await self.held.wait()
             return await super().complete_activities(*args, **kwargs)
         finally:
             self.in_flight -= 1
+
+
+async def _until(done) -> None:
+    """Let the loop run until ``done()`` (no wall-clock wait: a loaded machine only slows it)."""
+    for _ in range(10_000):
+        if done():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the batcher never reached the state the test waits for")
 
 
 def test_what_waits_behind_a_flush_goes_beside_it_and_no_more_than_two_at_once():
@@ -72,12 +84,17 @@ def test_what_waits_behind_a_flush_goes_beside_it_and_no_more_than_two_at_once()
     sql = _ConcurrentSql()
 
     async def main():
+        sql.held = asyncio.Event()  # the flushes stay in flight until the third batch waits
         batcher = CompletionBatcher(FakeWorker(sql))
         first = _caller(batcher.complete(1, 1, 1))
-        await asyncio.sleep(0.001)  # its flush is in flight
+        await _until(lambda: sql.in_flight == 1)  # its flush is in flight
         second = _caller(batcher.complete(2, 1, 2))
-        await asyncio.sleep(0.001)  # its flush is in flight beside the first
+        await _until(lambda: sql.in_flight == 2)  # its flush is in flight beside the first
         third = [_caller(batcher.complete(i, 1, i)) for i in (3, 4)]
+        for _ in range(20):  # (a third flush would have started by now)
+            await asyncio.sleep(0)
+        assert sql.in_flight == 2
+        sql.held.set()
         return await asyncio.gather(first, second, *third)
 
     answers = asyncio.run(main())
