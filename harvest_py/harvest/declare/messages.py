@@ -27,7 +27,7 @@ import inspect
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NoReturn, TypeVar, cast, overload
 
 from harvest.core.errors import ConfigError, InvalidArgument, NotFound, PayloadError
 from harvest.core.payload import _safe_hints, decode
@@ -160,15 +160,18 @@ def _check_name(name: Any, what: str) -> str:
     return name
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
 def _decorator(
     kind: str, workflow: Any, name: str | None, validator: Callable[..., Any] | None
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+) -> Callable[[_F], _F]:
     wf_name = getattr(getattr(workflow, "__harvest_workflow__", None), "name", None) or workflow
     _check_name(wf_name, f"@{kind}(workflow=...)")
     if validator is not None:
         check_handler(validator, f"{kind} validator", name or "?")
 
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(fn: _F) -> _F:
         handler_name = _check_name(name if name is not None else fn.__name__, f"{kind} name")
         check_handler(fn, kind, handler_name)
         setattr(fn, f"__harvest_{kind}__", HandlerDefinition(kind, handler_name, fn, wf_name, validator))
@@ -177,7 +180,15 @@ def _decorator(
     return wrap
 
 
-def query(fn: Callable[..., Any] | None = None, *, workflow: Any = None, name: str | None = None) -> Any:
+# Typed so a checker keeps the handler's own signature (mypy --strict called the
+# decorator untyped); the bare form (@query with no workflow) raises TypeError.
+@overload
+def query(fn: None = None, *, workflow: Any, name: str | None = None) -> Callable[[_F], _F]: ...
+@overload
+def query(fn: Callable[..., Any], *, workflow: Any = None, name: str | None = None) -> NoReturn: ...
+def query(
+    fn: Callable[..., Any] | None = None, *, workflow: Any = None, name: str | None = None
+) -> Callable[[_F], _F]:
     """Declare a query handler of ``workflow`` (a name or a ``@workflow`` function).
 
     It must not change the workflow or wait: it reads (``ctx.state``, the arg) and
@@ -188,13 +199,29 @@ def query(fn: Callable[..., Any] | None = None, *, workflow: Any = None, name: s
     return _decorator("query", workflow, name, None)
 
 
+@overload
+def update(
+    fn: None = None,
+    *,
+    workflow: Any,
+    name: str | None = None,
+    validator: Callable[..., Any] | None = None,
+) -> Callable[[_F], _F]: ...
+@overload
+def update(
+    fn: Callable[..., Any],
+    *,
+    workflow: Any = None,
+    name: str | None = None,
+    validator: Callable[..., Any] | None = None,
+) -> NoReturn: ...
 def update(
     fn: Callable[..., Any] | None = None,
     *,
     workflow: Any = None,
     name: str | None = None,
     validator: Callable[..., Any] | None = None,
-) -> Any:
+) -> Callable[[_F], _F]:
     """Declare an update handler of ``workflow``; ``validator(ctx, arg)`` rejects by raising.
 
     The handler runs inside the workflow (deterministically, like workflow code: it

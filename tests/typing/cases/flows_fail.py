@@ -66,3 +66,8 @@ class Rates:
 async def converts(ctx: WorkflowContext) -> None:
     rates = Rates()
     await ctx.execute_activity(rates.convert, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType
+
+
+@harvest.query(name="no_workflow")  # expect-error: mypy=call-overload pyright=reportCallIssue
+def orphan(ctx: WorkflowContext) -> str:
+    return ""

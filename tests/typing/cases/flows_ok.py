@@ -152,3 +152,25 @@ RATES = Rates(2.0)
 async def converts(ctx: WorkflowContext, amount: float) -> float:
     # An instance's @activity method, bound: checked like a function, `self` left out.
     return assert_type(await ctx.execute_activity(RATES.convert, amount), float)
+
+
+# @query and @update give the handler back with its own signature (under mypy --strict
+# they were untyped decorators: "Untyped decorator makes function untyped").
+def _positive(ctx: WorkflowContext, amount: int) -> None:
+    if amount <= 0:
+        raise ValueError("amount must be positive")
+
+
+@harvest.query(workflow=checkout)
+def order_status(ctx: WorkflowContext) -> str:
+    return "open"
+
+
+@harvest.update(workflow="checkout", name="top_up", validator=_positive)
+async def top_up(ctx: WorkflowContext, amount: int) -> int:
+    return amount
+
+
+async def handlers_keep_their_signatures(ctx: WorkflowContext) -> None:
+    assert_type(order_status(ctx), str)
+    assert_type(await top_up(ctx, 5), int)
