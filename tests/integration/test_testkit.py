@@ -730,3 +730,39 @@ def test_an_instance_s_methods_run_as_activities(kit_server: TestServer):
     methods = App(workflows=[converts_by_method], activities=[RATES.convert, RATES.convert_locally])
     with WorkflowEnvironment(methods, server=kit_server) as environment:
         assert environment.client.start_workflow(converts_by_method, 21.0).result(timeout=10) == [42.0, 42.0]
+
+
+@workflow
+async def sealed(ctx, note: str) -> str:
+    ctx.state["note"] = note
+    await ctx.wait_for_signal("go")
+    return f"sealed {note}"
+
+
+@query(workflow="sealed")
+def sealed_note(ctx) -> str:
+    return ctx.state["note"]
+
+
+def test_the_environments_clients_use_the_apps_codecs():
+    """An App with an encrypting codec: its worker encodes every answer and result, and the
+    environment's clients decode them with the same codecs (before, they had none, and a query's
+    answer raised PayloadKeyMissing, "it has no encryption codec"); their inputs are stored
+    encrypted, as a Client(codecs=...) of production writes them."""
+    from harvest.core.codecs import AesGcmCodec, ZlibCodec
+
+    app = App(workflows=[sealed], queries=[sealed_note], codecs=[ZlibCodec(), AesGcmCodec({"k1": b"k" * 32})])
+    with WorkflowEnvironment(app) as env:
+        handle = env.client.start_workflow(sealed, "secret-note")
+        env.wait_until_idle()
+        assert handle.query("sealed_note") == "secret-note"
+        handle.signal("go")
+        assert handle.result(timeout=10) == "sealed secret-note"
+        started = handle.history()[0]["event_data"]["input"][0]
+        assert started["_harvest_codec"] == ["zlib", "aesgcm:k1"]
+
+        async def read_async() -> object:
+            async with await env.async_client() as client:
+                return await client.get_handle(handle.execution_id).result(timeout=10)
+
+        assert asyncio.run(read_async()) == "sealed secret-note"

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from typing import Any, Self, TypeVar, TypeVarTuple, overload
 
 from harvest.client.client import AsyncClient, Client, why_stuck
+from harvest.core.codecs import Payloads
 from harvest.core.durations import Duration, parse_duration, plain_number
 from harvest.core.errors import InvalidArgument, NotFound, TimeoutError_
 from harvest.db import testkit
@@ -300,6 +301,7 @@ class WorkflowEnvironment:
         self._mocks_running: dict[int, tuple[str, float]] = {}  # a mock call in flight: name, since
         self._uncomputable: list[str] = []  # schedules the last tick could not compute (never due)
         self.skips = 0  # how many times time skipping moved the clock
+        self._payloads: Payloads | None = None  # the worker's codecs, for the clients
         self.started = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -322,7 +324,10 @@ class WorkflowEnvironment:
             worker.clock = self._now  # ctx.now() in workflows reads the test clock too
             self._worker = _WorkerThread(worker)
             self._worker.start()
-            self._client = self._watched(Client(self.dsn))
+            # The clients encode and decode as the worker does (the App's codecs, or the
+            # worker's codecs= option): a client without them cannot read an encrypted answer.
+            self._payloads = worker.payloads
+            self._client = self._watched(Client(self.dsn, codecs=self._payloads))
             if self.time_skipping:
                 self._skipper = threading.Thread(
                     target=self._skip_loop, name="harvest-time-skipper", daemon=True
@@ -378,7 +383,7 @@ class WorkflowEnvironment:
     async def async_client(self) -> AsyncClient:
         """A new :class:`~harvest.AsyncClient` on the environment's database, for asyncio tests
         (``async with await env.async_client() as client``); the caller closes it."""
-        return self._watched(await AsyncClient.connect(self.dsn))
+        return self._watched(await AsyncClient.connect(self.dsn, codecs=self._payloads))
 
     def _watched(self, client: _ClientT) -> _ClientT:
         """``client`` with the environment's watch on its result waits (a bound, stuck runs)."""
