@@ -11,9 +11,9 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
-from harvest.core.durations import parse_duration, plain_number
+from harvest.core.durations import Duration, parse_duration, plain_number
 from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
 from harvest.declare import flow_control as _flow
 
@@ -117,6 +117,18 @@ class RetryPolicy:
     max_interval: float = cast(float, None)
     non_retryable_errors: list[str] = field(default_factory=list)
 
+    if TYPE_CHECKING:
+        # What the constructor takes (the fields are what it makes of it): durations in any
+        # form, max_interval None (the documented default), any iterable of error type names.
+        def __init__(
+            self,
+            max_attempts: int = 3,
+            initial_interval: Duration = 1.0,
+            backoff: float = 2.0,
+            max_interval: Duration | None = None,
+            non_retryable_errors: Iterable[str] = (),
+        ) -> None: ...
+
     def __post_init__(self) -> None:
         if (
             not isinstance(self.max_attempts, int)
@@ -152,9 +164,9 @@ class RetryPolicy:
     def exponential(
         cls,
         max_attempts: int = 3,
-        initial: Any = "1s",
+        initial: Duration = "1s",
         backoff: float = 2.0,
-        maximum: Any = None,
+        maximum: Duration | None = None,
         non_retryable_errors: Iterable[str] = (),
     ) -> RetryPolicy:
         """``maximum`` None: 100 s, or ``initial`` when that is longer."""

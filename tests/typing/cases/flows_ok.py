@@ -174,3 +174,17 @@ async def top_up(ctx: WorkflowContext, amount: int) -> int:
 async def handlers_keep_their_signatures(ctx: WorkflowContext) -> None:
     assert_type(order_status(ctx), str)
     assert_type(await top_up(ctx, 5), int)
+
+
+# RetryPolicy takes what docs/activities.md shows: max_interval=None (its default), a duration in
+# any form, any iterable of error type names (the fields were typed float and list[str] only).
+RETRIES = [
+    harvest.RetryPolicy(
+        max_attempts=3, initial_interval=1.0, backoff=2.0, max_interval=None, non_retryable_errors=[]
+    ),
+    harvest.RetryPolicy(initial_interval="1s", max_interval=datetime.timedelta(minutes=5)),
+    harvest.RetryPolicy.exponential(
+        initial=datetime.timedelta(seconds=1), maximum="1d", non_retryable_errors=("X",)
+    ),
+]
+assert_type(RETRIES[0].max_interval, float)
