@@ -301,3 +301,32 @@ def test_a_payload_past_the_zlib_bound_says_how_to_read_it_and_the_api_hands_it_
     assert KeylessChain().decode(stored) is stored
     assert KeylessChain().decode_tree({"output": stored}) == {"output": stored}
     assert len(CodecChain([ZlibCodec(max_decoded_bytes=None)]).decode(stored)) == 65 << 20
+
+
+def test_a_key_path_under_codecs_is_refused_where_it_would_never_resolve():
+    """A flow-control key path reads the input the database holds; codecs store each argument as
+    an envelope, so `input.tenant` never resolved and the gate silently never applied (a keyed
+    rate limit made no bucket). App(codecs=...) and Worker(codecs=...) refuse the pair, naming it."""
+    from harvest import App, Concurrency, RateLimit, Worker, activity, workflow
+    from harvest.core.errors import ConfigError
+
+    @activity(rate_limit=RateLimit(rps=5, key="input.tenant"))
+    async def keyed_sync(ctx, job: dict) -> None: ...
+
+    @workflow(concurrency=Concurrency(key="input.tenant", limit=2))
+    async def keyed_flow(ctx, order: dict) -> None: ...
+
+    @activity(rate_limit=RateLimit(rps=5))  # one bucket: no key to read
+    async def plain_sync(ctx, job: dict) -> None: ...
+
+    named = r"activity 'keyed_sync' rate_limit key 'input.tenant' reads the input"
+    with pytest.raises(ConfigError, match=named):
+        App(activities=[keyed_sync], codecs=[ZlibCodec()])
+    first = r"workflow 'keyed_flow' concurrency key 'input.tenant'.*\(and 1 more\)"
+    with pytest.raises(ConfigError, match=first):
+        App(workflows=[keyed_flow], activities=[keyed_sync], codecs=Payloads([ZlibCodec()]))
+    App(activities=[plain_sync], codecs=[ZlibCodec()])  # no key path: fine
+    App(activities=[keyed_sync], codecs=Payloads(offload_bytes=1024))  # no codec: keys resolve
+    plain = App(workflows=[keyed_flow])
+    with pytest.raises(ConfigError, match=r"^Worker\(codecs=\.\.\.\): workflow 'keyed_flow'"):
+        Worker(plain, "postgresql://unused/x", codecs=[ZlibCodec()])

@@ -669,6 +669,7 @@ class App:
         from harvest.core.codecs import Payloads
 
         self.payloads = Payloads.of(codecs)
+        _flow.refuse_keys_under_codecs(self, self.payloads, "App(codecs=...)")
 
     def handlers(self, workflow: Any) -> dict[str, Any]:
         """The queries and updates declared for ``workflow`` (see ``harvest.describe_handlers``)."""

@@ -278,6 +278,40 @@ def check_shared_keys(activities: Any) -> None:
             )
 
 
+def input_keys(app: Any) -> list[str]:
+    """Every key path the App's declared gates read from an input, described for an error."""
+    found: list[str] = []
+    for defn in app.workflows.values():
+        for gate in ("concurrency", "quota", "throttle", "debounce", "batch"):
+            key = getattr(getattr(defn, gate, None), "key", None)
+            if key is not None:
+                found.append(f"workflow {defn.name!r} {gate} key {key!r}")
+    for defn in app.activities.values():
+        key = getattr(defn.rate_limit, "key", None)
+        if key is not None:
+            found.append(f"activity {defn.name!r} rate_limit key {key!r}")
+        if defn.fairness_key is not None:
+            found.append(f"activity {defn.name!r} fairness_key {defn.fairness_key!r}")
+    return found
+
+
+def refuse_keys_under_codecs(app: Any, payloads: Any, where: str) -> None:
+    """A key path reads the input the database holds, which codecs store as an envelope
+    (``{"_harvest_codec": ..., "data": ...}``): the path never resolves, so the gate silently
+    never applied (a keyed rate limit made no bucket at all). Refuse the pair up front."""
+    from harvest.core.errors import ConfigError
+
+    keys = input_keys(app) if payloads.chain.codecs else []
+    if keys:
+        more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
+        raise ConfigError(
+            f"{where}: {keys[0]}{more} reads the input, which the codecs store encoded, so the key "
+            "never resolves and the gate would never apply; declare it without key= (one gate for "
+            "every run) or run it in an App without codecs (docs/payloads.md, "
+            '"What codecs do not cover")'
+        )
+
+
 def policies_json(app: Any) -> dict[str, Any]:
     workflows: dict[str, Any] = {}
     for defn in app.workflows.values():

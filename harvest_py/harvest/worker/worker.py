@@ -61,6 +61,7 @@ from harvest.db.pools import may_pass, open_async_pool, outage
 from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
 from harvest.declare.definitions import App, require_app
+from harvest.declare.flow_control import refuse_keys_under_codecs
 from harvest.declare.schedules import describe_row, schedule_specs
 from harvest.shard.rebalance import ResumeScanner
 from harvest.shard.relay_pump import RelayPump
@@ -215,6 +216,8 @@ class Worker:
         )
         # The one payload policy of this worker: codecs and offload (docs/payloads.md).
         self.payloads = Payloads.of(codecs) if codecs is not None else app.payloads
+        if codecs is not None:
+            refuse_keys_under_codecs(app, self.payloads, "Worker(codecs=...)")
         # One database (today's deployment) or a pool per shard (docs/sharding.md).
         self._sharded = shards is not None
         dsns = dict(shards) if shards is not None else {0: resolve_dsn(dsn)}
