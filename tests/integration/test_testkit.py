@@ -744,7 +744,7 @@ def sealed_note(ctx) -> str:
     return ctx.state["note"]
 
 
-def test_the_environments_clients_use_the_apps_codecs():
+def test_the_environments_clients_use_the_apps_codecs(kit_server: TestServer):
     """An App with an encrypting codec: its worker encodes every answer and result, and the
     environment's clients decode them with the same codecs (before, they had none, and a query's
     answer raised PayloadKeyMissing, "it has no encryption codec"); their inputs are stored
@@ -752,7 +752,7 @@ def test_the_environments_clients_use_the_apps_codecs():
     from harvest.core.codecs import AesGcmCodec, ZlibCodec
 
     app = App(workflows=[sealed], queries=[sealed_note], codecs=[ZlibCodec(), AesGcmCodec({"k1": b"k" * 32})])
-    with WorkflowEnvironment(app) as env:
+    with WorkflowEnvironment(app, server=kit_server) as env:
         handle = env.client.start_workflow(sealed, "secret-note")
         env.wait_until_idle()
         assert handle.query("sealed_note") == "secret-note"
@@ -766,3 +766,13 @@ def test_the_environments_clients_use_the_apps_codecs():
                 return await client.get_handle(handle.execution_id).result(timeout=10)
 
         assert asyncio.run(read_async()) == "sealed secret-note"
+
+
+def test_the_kits_waits_take_a_duration_in_any_form(env: WorkflowEnvironment):
+    """wait_until_idle's timeout and sleep's settle_timeout are durations like the kit's others
+    ("5s", a timedelta); a string was a TypeError from the deadline's arithmetic."""
+    env.wait_until_idle("5s")
+    env.wait_until_idle(dt.timedelta(seconds=5))
+    env.sleep("1m", settle_timeout="5s")
+    with pytest.raises(InvalidArgument, match="timeout"):
+        env.wait_until_idle("soon")

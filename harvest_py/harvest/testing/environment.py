@@ -493,7 +493,7 @@ class WorkflowEnvironment:
             raise RuntimeError("the environment is not started")
         return self._clock
 
-    def sleep(self, duration: Duration, *, outage: bool = False, settle_timeout: float = 10.0) -> None:
+    def sleep(self, duration: Duration, *, outage: bool = False, settle_timeout: Duration = 10.0) -> None:
         """Move the clock forward by ``duration`` (``"1d"``, seconds, a timedelta) and return once
         nothing can run any more (each wait for that bounded by ``settle_timeout``).
 
@@ -524,7 +524,7 @@ class WorkflowEnvironment:
         self._walk(stop_at, f"env.sleep({duration!r})", settle_timeout)
 
     def skip_schedule(
-        self, name: str, fires: int = 1, *, settle_timeout: float = 10.0
+        self, name: str, fires: int = 1, *, settle_timeout: Duration = 10.0
     ) -> list[ScheduleFiring]:
         """Walk the clock (as :meth:`sleep` does) to the schedule's next ``fires`` slots and
         return their firings, oldest first, once nothing can run any more: a slot the overlap
@@ -596,7 +596,7 @@ class WorkflowEnvironment:
         self,
         stop_at: Callable[[testkit.SharedClock, testkit.ClockState], _dt.datetime | None],
         what: str,
-        settle_timeout: float,
+        settle_timeout: Duration,
     ) -> None:
         """Move the clock towards ``stop_at(clock, state)`` until it answers None (done), stopping
         at each due time before it (a run's, a schedule's slot) and letting what that brings run
@@ -641,12 +641,14 @@ class WorkflowEnvironment:
             self._uncomputable = self._worker.tick_schedules()
             self._worker.wake()
 
-    def wait_until_idle(self, timeout: float = 10.0) -> None:
+    def wait_until_idle(self, timeout: Duration = 10.0) -> None:
         """Return once nothing can run: no task is due or in flight, no relay waits, and no
         schedule is due (a slot that has come, a buffered slot with a free run). A schedule's
         next slot ahead is not work: an environment with active schedules is idle between their
-        slots (TimeoutError_ after ``timeout`` seconds)."""
-        deadline = time.monotonic() + timeout
+        slots (TimeoutError_ after ``timeout``: seconds, ``"30s"`` or a timedelta, as every
+        duration of the kit; a string was a bare TypeError from the arithmetic)."""
+        seconds = parse_duration(timeout, "timeout")
+        deadline = time.monotonic() + seconds
         time.sleep(SKIP_POLL_SECS)  # let the woken worker claim first
         while True:
             with self._clock_lock:
@@ -656,7 +658,7 @@ class WorkflowEnvironment:
             if not state.busy:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError_(f"the environment was still busy after {timeout}s")
+                raise TimeoutError_(f"the environment was still busy after {plain_number(seconds)}s")
             time.sleep(SKIP_POLL_SECS)
 
     @contextmanager
