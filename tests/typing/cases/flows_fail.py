@@ -53,7 +53,7 @@ def start(client: Client) -> str:
 def test_kit(env: WorkflowEnvironment) -> None:
     # The test kit's names are typed too (not Any): a test's calls are checked like an app's.
     env.client.start_workflow(pay, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType
-    env.sleep("1d", settle_timeout="10s")  # expect-error: mypy=arg-type pyright=reportArgumentType
+    env.sleep("1d", outage="yes")  # expect-error: mypy=arg-type pyright=reportArgumentType
 
 
 class Rates:
