@@ -192,3 +192,11 @@ def test_worker_refuses_bad_numbers_before_connecting(options, field) -> None:
 
     with pytest.raises(InvalidArgument, match=rf"Worker\({field}="):
         Worker(App(), "postgresql://nobody@localhost:1/none", **options)
+
+
+def test_the_typed_activity_options_are_the_overridable_ones():
+    """ctx.execute_activity's keywords are typed by ActivityOptions (a checker refuses a misspelt
+    option); the runtime accepts ActivityDefinition.OVERRIDABLE: the two name the same options."""
+    from harvest.declare.definitions import ActivityDefinition, ActivityOptions
+
+    assert set(ActivityOptions.__annotations__) == set(ActivityDefinition.OVERRIDABLE)

@@ -11,7 +11,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast, overload
 
 from harvest.core.durations import Duration, parse_duration, plain_number
 from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
@@ -98,6 +98,22 @@ def _error_type_names(entries: Any) -> list[str]:
             f"{entries!r}{hint}"
         )
     return [_error_type_name(e) for e in entries]
+
+
+class ActivityOptions(TypedDict, total=False):
+    """The per-call options of ``ctx.execute_activity`` / ``execute_local_activity`` (its
+    keywords), typed so a checker refuses a misspelt one (``start_to_clse``), which otherwise
+    failed the run at its first step. The keys are ``ActivityDefinition.OVERRIDABLE``."""
+
+    start_to_close: Duration
+    schedule_to_close: Duration | None
+    heartbeat_timeout: Duration | None
+    retry: RetryPolicy | None
+    queue: str | None
+    priority: int
+    dead_letter: bool
+    priority_aging_secs: Duration | None
+    fairness_key: str | None
 
 
 # A retry policy's cap on the wait between attempts, unless it names one (or its first wait is

@@ -16,7 +16,7 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, TypeVarTuple, overload
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, TypeVarTuple, Unpack, overload
 
 from harvest.core.deprecation import queue_alias, renamed_attribute
 from harvest.core.durations import parse_duration
@@ -30,7 +30,12 @@ from harvest.core.payload import (
     encode_checked_args,
     return_hint,
 )
-from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition, bound_activity
+from harvest.declare.definitions import (
+    ActivityDefinition,
+    ActivityOptions,
+    WorkflowDefinition,
+    bound_activity,
+)
 from harvest.runtime.children import ChildPlacement
 from harvest.runtime.external import external_target
 
@@ -248,15 +253,18 @@ class WorkflowContext:
     # ------------------------------------------------------------------ activities
     @overload
     async def execute_activity(
-        self, activity: Callable[[Any, *Args], Awaitable[ResultT]], *args: *Args, **options: Any
+        self,
+        activity: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        **options: Unpack[ActivityOptions],
     ) -> ResultT: ...
     @overload
     async def execute_activity(
-        self, activity: Callable[[Any, *Args], ResultT], *args: *Args, **options: Any
+        self, activity: Callable[[Any, *Args], ResultT], *args: *Args, **options: Unpack[ActivityOptions]
     ) -> ResultT: ...
     @overload
     async def execute_activity(
-        self, activity: str | ActivityDefinition, *args: Any, **options: Any
+        self, activity: str | ActivityDefinition, *args: Any, **options: Unpack[ActivityOptions]
     ) -> Any: ...
     @_must_await
     async def execute_activity(self, activity: Any, *args: object, **options: Any) -> Any:
@@ -302,15 +310,18 @@ class WorkflowContext:
 
     @overload
     async def execute_local_activity(
-        self, activity: Callable[[Any, *Args], Awaitable[ResultT]], *args: *Args, **options: Any
+        self,
+        activity: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        **options: Unpack[ActivityOptions],
     ) -> ResultT: ...
     @overload
     async def execute_local_activity(
-        self, activity: Callable[[Any, *Args], ResultT], *args: *Args, **options: Any
+        self, activity: Callable[[Any, *Args], ResultT], *args: *Args, **options: Unpack[ActivityOptions]
     ) -> ResultT: ...
     @overload
     async def execute_local_activity(
-        self, activity: str | ActivityDefinition, *args: Any, **options: Any
+        self, activity: str | ActivityDefinition, *args: Any, **options: Unpack[ActivityOptions]
     ) -> Any: ...
     @_must_await
     async def execute_local_activity(self, activity: Any, *args: object, **options: Any) -> Any:

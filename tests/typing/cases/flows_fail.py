@@ -32,6 +32,11 @@ async def pay(ctx: WorkflowContext, amount: float) -> bool:
     await ctx.execute_activity(charge)  # expect-error: mypy=arg-type pyright=reportArgumentType
     n: int = await ctx.execute_activity(charge, 1)  # expect-error: mypy=arg-type pyright=reportAssignmentType
     await ctx.execute_child_workflow(pay, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType
+    # The options are typed: a misspelt one, or one of the wrong type, by function or by name.
+    run = ctx.execute_activity
+    await run(charge, 1, start_to_clse=1)  # expect-error: mypy=call-overload pyright=reportCallIssue
+    await run(charge, 1, priority="high")  # expect-error: mypy=call-overload pyright=reportCallIssue
+    await run("charge", 1, retry=3)  # expect-error: mypy=call-overload pyright=reportCallIssue
     return n > 0
 
 
