@@ -327,6 +327,10 @@ def test_a_start_a_throttle_defers_is_a_202_without_an_execution(api, conn) -> N
     deferred = api.post("/workflows/paced/start", json={"input": 2, "workflow_id": "later"})
     assert deferred.status_code == 202, deferred.text
     assert deferred.json() == {"execution_id": None, "workflow_id": "later", "deferred": True}
+    # What to follow it by: the run of its workflow id, once the throttle releases it (none yet).
+    assert deferred.headers["location"] == "/workflows/current?workflow_id=later&workflow_name=paced"
+    pending = api.get(deferred.headers["location"])
+    assert pending.status_code == 404 and "a deferred start has no run until" in error_of(pending)["message"]
     mixed = api.post("/workflows/paced/start", json={"input": 3, "conflict_policy": "use_existing"})
     assert mixed.status_code == 400, mixed.text  # a deferred start has no active prior to resolve
 

@@ -99,7 +99,7 @@ def served_app(
     """The management API mounted at ``mount`` (the spec's /api/harvest), its lifespan run;
     ``runtimes``: the Harvest runtimes this process runs beside it (:class:`PlacedRuntimes`)."""
     from starlette.applications import Starlette
-    from starlette.routing import Mount
+    from starlette.routing import Mount, Route
 
     from harvest.db.connection import failure_reason
 
@@ -130,7 +130,17 @@ def served_app(
         said = f"no route {request.url.path}: the management API is under {mount} ({mount}/openapi.json)"
         return JSONResponse(error_body("not_found", said), 404)
 
-    return Starlette(routes=[Mount(mount, app=api)], lifespan=lifespan, exception_handlers={404: outside})
+    async def base(request: Any) -> Any:
+        # The base URL without its slash answers the API's index, not a 307 to it.
+        from harvest.web.app import api_index
+
+        return api_index(mount)
+
+    return Starlette(
+        routes=[Route(mount, base, methods=["GET"]), Mount(mount, app=api)],
+        lifespan=lifespan,
+        exception_handlers={404: outside},
+    )
 
 
 class PlacedRuntimes:

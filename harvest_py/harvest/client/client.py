@@ -707,6 +707,11 @@ def _start_args(
 ) -> tuple[str, WorkflowDefinition | None, list[Any], str | None]:
     name, definition = _resolve_workflow(workflow)
     payload_policy.text(queue, "queue")
+    if queue is not None and not queue.strip():
+        # As the SQL's start refuses it ('task queue is empty'); it read as no queue here.
+        raise InvalidArgument(
+            f"queue {queue!r} is empty: name a queue, or leave it out for the workflow's own"
+        )
     try:
         encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
     except TypeError as exc:

@@ -41,8 +41,8 @@ except ImportError as exc:
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.responses import JSONResponse, RedirectResponse
+from starlette.routing import BaseRoute, Match, Mount, Route
 
 from harvest.config import (
     Config,
@@ -302,12 +302,49 @@ def endpoints() -> list[Endpoint]:
     return sorted(found, key=lambda e: e.path.count("{"))
 
 
+def api_index(mounted_at: str) -> JSONResponse:
+    """What the API's base URL answers (``GET /``): where its routes are said, for a caller who
+    opened the base URL first (it was a 404 "no route")."""
+    return JSONResponse(
+        {
+            "name": "Harvest management API",
+            "openapi": f"{mounted_at}/openapi.json",
+            "docs": "docs/http-api.md",
+            "health": f"{mounted_at}/health",
+            "dashboard": f"{mounted_at}/ui/",
+        }
+    )
+
+
+async def _index(request: Request) -> JSONResponse:
+    return api_index(request.scope.get("root_path", ""))
+
+
+def _unslashed(request: Request) -> bool:
+    """Whether a request's trailing slash hides a route (``/workflows/``: ``/workflows``). A
+    JSON client follows no redirect reliably (some drop a POST's body), so the API answers no
+    307 and names the route instead."""
+    path = request.scope["path"]
+    if not path.endswith("/") or path.rstrip("/") == request.scope.get("root_path", ""):
+        return False
+    bare = {**request.scope, "path": path.rstrip("/")}
+    return any(route.matches(bare)[0] is not Match.NONE for route in request.app.router.routes)
+
+
+async def _to_dashboard(request: Request) -> RedirectResponse:
+    """``/ui`` to the dashboard's ``/ui/``: the one redirect the API keeps (a browser's page)."""
+    return RedirectResponse(str(request.url.replace(path=request.url.path + "/")))
+
+
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     status = getattr(exc, "status_code", 500)
     code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
     mounted_at = request.scope.get("root_path", "")  # `harvest serve`, HarvestLifespan: /api/harvest
+    routes_said = f"see {mounted_at}/openapi.json for the routes"
+    if status == 404 and _unslashed(request):
+        routes_said = f"the route is {request.url.path.rstrip('/')}, without the trailing slash"
     message = {
-        404: f"no route {request.url.path}: see {mounted_at}/openapi.json for the routes",
+        404: f"no route {request.url.path}: {routes_said}",
         405: f"{request.method} is not allowed on {request.url.path}",
     }.get(status, str(getattr(exc, "detail", "")))
     return JSONResponse(error_body(code, message), status_code=status, headers=getattr(exc, "headers", None))
@@ -385,6 +422,8 @@ def management_app(
     # pages and forms are not part of the API document.
     ui = dashboard_app(dsn=dsn, shards=shards, config=config, authorizer=authorizer, profile=profile, app=app)
     routes.append(Mount("/ui", app=ui))
+    routes.append(Route("/ui", _to_dashboard, methods=["GET", "HEAD"]))  # (no redirect_slashes below)
+    routes.append(Route("/", _index, methods=["GET"], name="index"))
     routes += metrics_routes(authorizer=authorizer)  # GET /admin/metrics (docs/observability.md)
     mounted: list[openapi.Mounted] = [METRICS]
     hub: EventHub | ShardStreams | None = None
@@ -424,6 +463,9 @@ def management_app(
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, HarvestError: _harvest_error},
     )
+    # A trailing slash is a 404 naming the route without it (_http_error), not a 307 with an
+    # empty body; the dashboard's own routing (its app under /ui) keeps its redirects.
+    api.router.redirect_slashes = False
     api.state.harvest = state
     ui.state.harvest_outages_of = api  # one outage log for the API and its dashboard
     api.state.endpoints = table

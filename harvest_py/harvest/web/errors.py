@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
@@ -327,6 +329,21 @@ def withheld_detail(answer: Any, principal: Principal | None) -> Any:
 WWW_AUTHENTICATE = 'Bearer realm="harvest"'
 
 
+# The SQL's hint of a run not found by its execution id (harvest._execution_not_found) names the
+# SQL lookup by workflow id, which an HTTP caller cannot call: the API's answer names its route.
+_SQL_LOOKUP = "harvest.get_execution_by_workflow_id() finds a run by it"
+_NOT_FOUND_ID = re.compile(r"execution (\S+) does not exist")
+
+
+def http_lookup_hint(message: str) -> str:
+    """``message`` with the SQL's lookup by workflow id said as the API's route."""
+    if _SQL_LOOKUP not in message:
+        return message
+    given = _NOT_FOUND_ID.search(message)
+    query = urlencode({"workflow_id": given.group(1) if given else "<id>"}, safe="<>")
+    return message.replace(_SQL_LOOKUP, f"GET /workflows/current?{query} finds a run by it")
+
+
 def error_response(
     exc: BaseException, principal: Principal | None = None, request: HTTPConnection | None = None
 ) -> JSONResponse:
@@ -341,7 +358,7 @@ def error_response(
         headers["Retry-After"] = RETRY_AFTER_SECS
     elif isinstance(exc, HarvestError):
         status = http_status(exc)
-        content = error_body(error_code(exc), redact(str(exc)), **_details(exc))
+        content = error_body(error_code(exc), http_lookup_hint(redact(str(exc))), **_details(exc))
         if isinstance(exc, WorkflowAlreadyExists):
             # The spec's 409 body names the existing run at the top level too.
             content["existing_execution_id"] = exc.existing_execution_id

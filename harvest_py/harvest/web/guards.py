@@ -6,6 +6,8 @@ larger than they take (read with a cap, never whole), and its JSON. One place fo
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import PayloadTooLarge
@@ -120,16 +122,54 @@ def is_json(request: Request) -> bool:
 MAX_JSON_DEPTH = 200
 
 
+class NotJsonNumber(ValueError):
+    """A number JSON has no spelling for (``NaN``, ``Infinity``) or no float holds (``1e999``),
+    which Python's parser takes; ``field``: where it was (``input[0]``, ``body`` at the top)."""
+
+    def __init__(self, text: str, field: str):
+        super().__init__(text)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    text: str  # the number as sent
+
+
+def _number(text: str) -> Any:
+    value = float(text)
+    return _Unreadable(text) if math.isinf(value) else value
+
+
 def parse_json(text: str | bytes) -> Any:
     """JSON text as a value; ValueError for anything that is not JSON, nested deeper than
-    MAX_JSON_DEPTH included (the parser's RecursionError, which is no ValueError, too)."""
+    MAX_JSON_DEPTH included (the parser's RecursionError, which is no ValueError, too), and
+    NotJsonNumber for NaN, Infinity (Python's parser takes them: no JSON does) and a number past
+    a float's range (read as infinity), naming where it was."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_Unreadable, parse_float=_number)
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     if json_depth(value) > MAX_JSON_DEPTH:
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    _refuse_unreadable(value)
     return value
+
+
+def _refuse_unreadable(value: Any) -> None:
+    """NotJsonNumber for the first :class:`_Unreadable` in ``value`` (walked without recursion)."""
+    level: list[tuple[Any, str]] = [(value, "")]
+    while level:
+        item, where = level.pop()
+        if isinstance(item, _Unreadable):
+            spelt = item.text in ("NaN", "Infinity", "-Infinity")
+            what = "is not JSON" if spelt else "is past a float's range"
+            said = f"{item.text[:40]} {what}: send a finite number, or a string"
+            raise NotJsonNumber(said, where or "body")
+        if isinstance(item, dict):
+            level.extend((v, f"{where}.{k}" if where else str(k)) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            level.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
 
 
 def json_depth(value: Any) -> int:

@@ -164,15 +164,19 @@ def document(
         paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
     for route in mounted:
         paths.setdefault(route.path, {})[route.method.lower()] = _mounted(route)
-    paths["/openapi.json"] = {
-        "get": {
-            "operationId": "openapi",
-            "summary": "This document.",
-            "responses": {
-                "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
-            },
+    # The two routes that need no token and answer a JSON object: this document and the index.
+    for where, operation_id, summary in (
+        ("/openapi.json", "openapi", "This document."),
+        ("/", "index", "The base URL: where this document, the docs, the probe and the dashboard are."),
+    ):
+        json_object = {"application/json": {"schema": {"type": "object"}}}
+        paths[where] = {
+            "get": {
+                "operationId": operation_id,
+                "summary": summary,
+                "responses": {"200": {"description": "OK", "content": json_object}},
+            }
         }
-    }
     return {
         "openapi": "3.1.0",
         "info": {

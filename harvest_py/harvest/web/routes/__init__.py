@@ -39,7 +39,7 @@ from harvest.web.errors import (
     outages_of,
     withheld_detail,
 )
-from harvest.web.guards import cross_site, is_json, parse_json, read_body
+from harvest.web.guards import NotJsonNumber, cross_site, is_json, parse_json, read_body
 
 if TYPE_CHECKING:
     from harvest.client import AsyncClient, AsyncWorkflowHandle
@@ -682,6 +682,8 @@ class Endpoint:
                         )
                     try:
                         decoded = parse_json(raw)
+                    except NotJsonNumber as exc:  # NaN, Infinity, 1e999: where it was
+                        raise invalid(exc.field, str(exc)) from None
                     except ValueError as exc:
                         deep = "nested deeper" in str(exc)  # (the parser's own text says little)
                         raise invalid("body", f"is {exc}" if deep else "is not valid JSON") from None

@@ -13,12 +13,13 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES, chain_broken_error
 from harvest.core.codecs import refs_in
 from harvest.core.durations import parse_duration
-from harvest.core.errors import InvalidArgument, NotFound
-from harvest.core.ids import ROW_ID_MAX
+from harvest.core.errors import InvalidArgument, NoShardReached, NotFound
+from harvest.core.ids import ROW_ID_MAX, shard_of
 from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.declare.definitions import PRIORITY_RANGE
@@ -50,6 +51,7 @@ from harvest.web.routes import (
     merged,
     path,
     shape,
+    unavailable_reasons,
 )
 
 EXECUTION = path("execution_id", "uuid", "The execution id (a UUID).")
@@ -240,6 +242,76 @@ async def get_workflow(call: Call, args: dict[str, Any], _: Any) -> Any:
     }
 
 
+# A run a lookup by workflow id prefers, best first: a RUNNING one, a live one, one that is not a
+# moved run's seal (its copy on another shard answers), then the newest (created_at, id).
+_SEALS = ("MIGRATED", "MIGRATING")
+
+
+def _current_rank(row: dict[str, Any]) -> tuple[Any, ...]:
+    status = row["status"]
+    live = status in LIVE_STATUSES
+    return (status == "RUNNING", live, status not in _SEALS, row["created_at"], str(row["id"]))
+
+
+def lookup_path(call: Call, workflow_id: str, workflow_name: str | None) -> str:
+    """The URL path (under the API's mount) of :func:`current_run` for ``workflow_id``: what a
+    deferred start's 202 names in ``Location``."""
+    query = {"workflow_id": workflow_id, **({"workflow_name": workflow_name} if workflow_name else {})}
+    mounted_at = call.request.scope.get("root_path", "")
+    return f"{mounted_at}/workflows/current?{urlencode(query)}"
+
+
+async def current_run(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """The current run of a workflow id (the start's idempotency key): its RUNNING run, else
+    its newest (harvest.get_execution_by_workflow_id on each shard: a pinned start's run is not
+    on the id's hashed shard, and a name is optional). A moved run answers where it lives now."""
+    workflow_id, name = args["workflow_id"], args["workflow_name"]
+
+    async def read(sql: Any) -> Any:
+        try:
+            return await sql.get_execution_by_workflow_id(workflow_id, name)
+        except NotFound:
+            return None
+        except InvalidArgument as exc:  # an id two workflows share: name the workflow
+            exc.field = "workflow_name"  # type: ignore[attr-defined]
+            raise
+
+    fan = await call.each_shard(read, "no run was looked up")
+    rows = [r for r in fan.results.values() if r is not None]
+    names = sorted({r["workflow_name"] for r in rows})
+    if len(names) > 1:  # (each shard alone saw one: the SQL's own ambiguity, over the shards)
+        raise invalid(
+            "workflow_name",
+            f"workflow_id {workflow_id} is used by several workflows ({', '.join(names)}): "
+            "name the workflow as well",
+        )
+    best = max(rows, key=_current_rank, default=None)
+    if fan.unavailable_shards and (best is None or best["status"] not in LIVE_STATUSES):
+        # A shard not read may hold the live run (or the only one): not a 404, not a guess.
+        missed = ", ".join(str(s) for s in fan.unavailable_shards)
+        raise NoShardReached(
+            f"shard(s) {missed} could not be read: the current run of workflow_id {workflow_id} "
+            "may be there; retry when they are up"
+        )
+    if best is None:
+        of = f" of workflow {name}" if name else ""
+        raise NotFound(
+            f"no run has workflow_id {workflow_id}{of}: check the workflow_id (and the workflow name) "
+            "it was started with; a deferred start has no run until it is released"
+        )
+    return {
+        "execution_id": str(best["id"]),
+        "workflow_id": best["workflow_id"],
+        "workflow_name": best["workflow_name"],
+        "state": best["status"],
+        "shard_id": shard_of(best["id"]),
+        "execution": best,
+        "status": fan.status,
+        "unavailable_shards": fan.unavailable_shards,
+        **unavailable_reasons(fan),
+    }
+
+
 def _terminal(row: dict[str, Any]) -> dict[str, Any]:
     status = row["status"]
     out: dict[str, Any] = {
@@ -427,6 +499,15 @@ def _policy(name: str, value: str | None, allowed: tuple[str, ...]) -> str | Non
     return value
 
 
+def _queue(call: Call, name: str, data: dict[str, Any]) -> str | None:
+    """A start's queue: the body's (a blank one refused, naming it, as the SQL's start and the
+    client refuse it: it read as the default queue), else the workflow's declared one."""
+    given = data.get("queue")
+    if given is not None and not given.strip():
+        raise invalid("queue", "is empty: name a queue, or leave it out for the workflow's own")
+    return declared_queue(call, name, given)
+
+
 async def start_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     """201 a new run, 200 an existing run (the policies attached to it), 202 deferred by a
     throttle, debounce or batch; 409 a rejecting policy met a prior; 400 a bad policy or
@@ -445,7 +526,7 @@ async def start_workflow(call: Call, args: dict[str, Any], data: dict[str, Any])
         name,
         *_args(data.get("input")),
         workflow_id=data.get("workflow_id"),
-        queue=declared_queue(call, name, data.get("queue")),
+        queue=_queue(call, name, data),
         reuse_policy=reuse,
         conflict_policy=conflict or "unspecified",
         search_attributes=data.get("search_attributes"),
@@ -462,8 +543,9 @@ async def start_workflow(call: Call, args: dict[str, Any], data: dict[str, Any])
     if pinned:
         out["shard_id"] = handle.shard_id
     if handle.deferred:
+        # No run yet: the workflow id is what to follow it by (its run once it is released).
         out["deferred"] = True
-        return Reply(out, 202)
+        return Reply(out, 202, {"Location": lookup_path(call, handle.workflow_id, name)})
     return Reply(out, 201 if handle.started_fresh else 200)
 
 
@@ -485,7 +567,7 @@ async def signal_with_start(call: Call, args: dict[str, Any], data: dict[str, An
         workflow_id=data["workflow_id"],
         signal=data["signal_name"],
         signal_payload=data.get("payload"),
-        queue=declared_queue(call, args["name"], data.get("queue")),
+        queue=_queue(call, args["name"], data),
         search_attributes=data.get("search_attributes"),
     )
     out = {
@@ -543,7 +625,7 @@ async def update_with_start(call: Call, args: dict[str, Any], data: dict[str, An
         wait=wait,
         timeout=data.get("timeout_secs") or 30.0,
         update_id=data.get("update_id"),
-        queue=declared_queue(call, args["name"], data.get("queue")),
+        queue=_queue(call, args["name"], data),
         search_attributes=data.get("search_attributes"),
     )
     update = _update_answer(handle.execution_id, data["update_name"], wait, outcome).data
@@ -705,7 +787,7 @@ START_BODY = body(
     {
         "workflow_id": NONEMPTY,
         "input": ANY,
-        "queue": STRING,
+        "queue": NONEMPTY,
         "reuse_policy": {"type": "string", "enum": list(REUSE_POLICIES)},
         "conflict_policy": {"type": "string", "enum": list(CONFLICT_POLICIES)},
         "search_attributes": OBJECT,
@@ -804,6 +886,31 @@ ENDPOINTS = [
             total={"type": "integer"},
             capped={"type": "boolean"},
             other={"type": ["object", "null"]},
+            **FANOUT,
+        ),
+    ),
+    Endpoint(
+        "GET",
+        "/workflows/current",
+        "read",
+        current_run,
+        "The current run of a workflow id (the start's idempotency key): its RUNNING run, else its "
+        "newest; a continue-as-new chain's last run. Looked up on every shard.",
+        (
+            Param("workflow_id", required=True, description="The workflow id the run was started with."),
+            Param(
+                "workflow_name",
+                description="The workflow's name: required when two workflows used the same workflow_id.",
+            ),
+        ),
+        tag="workflows",
+        shape=shape(
+            execution_id={"type": "string"},
+            workflow_id={"type": "string"},
+            workflow_name={"type": "string"},
+            state={"type": "string"},
+            shard_id={"type": "integer"},
+            execution=OBJECT,
             **FANOUT,
         ),
     ),
@@ -987,7 +1094,7 @@ ENDPOINTS = [
                 "signal_name": NONEMPTY,
                 "payload": ANY,
                 "input": ANY,
-                "queue": STRING,
+                "queue": NONEMPTY,
                 "search_attributes": OBJECT,
             },
             ("workflow_id", "signal_name"),
@@ -1011,7 +1118,7 @@ ENDPOINTS = [
                 "update_id": STRING,
                 "wait": WAIT,
                 "timeout_secs": TIMEOUT,
-                "queue": STRING,
+                "queue": NONEMPTY,
                 "search_attributes": OBJECT,
             },
             ("workflow_id", "update_name"),
