@@ -52,6 +52,11 @@ def test_the_current_run_of_a_workflow_id_is_found_over_http(db: str) -> None:
         assert "no run has workflow_id order-2" in error_of(missing)["message"]
         other = api.get("/workflows/current", params={"workflow_id": "order-1", "workflow_name": "other"})
         assert other.status_code == 404
+        listed = error_of(api.get("/workflows", params={"workflow_id": "order-1"}))  # (no such filter)
+        assert listed["field"] == "workflow_id"
+        assert listed["message"].endswith(
+            "; the current run of a workflow id is GET /workflows/current?workflow_id=..."
+        )
         none = api.get("/workflows/current")
         assert none.status_code == 400 and error_of(none)["field"] == "workflow_id"
         _start(db, "order-1", "refund")  # two workflows share the id: name the workflow
@@ -168,3 +173,24 @@ def test_a_trailing_slash_is_a_json_404_naming_the_route_and_the_base_url_answer
         assert dashboard.status_code == 307 and dashboard.headers["location"].endswith(f"{MOUNT}/ui/")
         home = client.get(f"{MOUNT}/ui/")  # (the dashboard's own routing, as before)
         assert home.status_code == 307 and home.headers["location"].startswith(f"{MOUNT}/ui/"), home.headers
+
+
+def test_a_shard_not_read_is_a_503_unless_a_live_run_was_found(db: str) -> None:
+    """The run the shard not read holds may be the current one: an ended run elsewhere, or none,
+    is not the answer (a 404 would tell a client to start it again)."""
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__URLS__0": db,  # shard 1 has no pool here
+    }
+    live = _start(db, "live-1")
+    _terminate(db, _start(db, "ended-1"))
+    with api_client(None, env=env) as api:
+        found = api.get("/workflows/current", params={"workflow_id": "live-1"})
+        assert found.status_code == 200, found.text
+        assert found.json()["execution_id"] == live
+        assert (found.json()["status"], found.json()["unavailable_shards"]) == ("partial", [1])
+        for workflow_id in ("ended-1", "nope"):
+            answer = api.get("/workflows/current", params={"workflow_id": workflow_id})
+            assert answer.status_code == 503 and answer.headers["Retry-After"], answer.text
+            assert "shard(s) 1 could not be read" in error_of(answer)["message"]

@@ -632,6 +632,9 @@ class Endpoint:
     # the audit names :attr:`path`): the spec's, where it spells a path otherwise. /openapi.json
     # lists them on this operation (x-harvest-aliases), not as operations of their own.
     aliases: tuple[str, ...] = ()
+    # A query parameter the route does not take, but another route does: its refusal says where
+    # (GET /workflows?workflow_id=: the run of a workflow id is GET /workflows/current's).
+    elsewhere: dict[str, str] = field(default_factory=dict)
 
     @property
     def operation_id(self) -> str:
@@ -728,7 +731,7 @@ class Endpoint:
         return withheld(answer)
 
     def _arguments(self, request: Request) -> dict[str, Any]:
-        refuse_undeclared(request, self.params)
+        refuse_undeclared(request, self.params, self.elsewhere)
         args: dict[str, Any] = {}
         for p in self.params:
             if p.where == "path":
@@ -763,16 +766,20 @@ class _Anonymous:
         self.request, self.state = request, state
 
 
-def refuse_undeclared(request: Request, params: Iterable[Param]) -> None:
+def refuse_undeclared(
+    request: Request, params: Iterable[Param], elsewhere: Mapping[str, str] | None = None
+) -> None:
     """InvalidArgument (400) naming a query parameter of ``request`` that ``params`` does not
     declare, and listing those they do, as an unknown body field is refused: a misspelt filter
     (?workflow_id=, ?status_=) must not answer every run as if unfiltered, nor a misspelt resume
-    position (?last_event=) a stream from now. The Endpoints' and the event streams' one check."""
+    position (?last_event=) a stream from now. The Endpoints' and the event streams' one check.
+    ``elsewhere``: a parameter's pointer to the route that takes it (?workflow_id= on a list)."""
     known = [p.name for p in params if p.where == "query"]
     unknown = sorted(set(request.query_params) - set(known))
     if unknown:
         listed = ", ".join(sorted(known)) or "none"
-        raise invalid(unknown[0], f"unknown query parameter; the parameters are {listed}")
+        there = f"; {elsewhere[unknown[0]]}" if elsewhere and unknown[0] in elsewhere else ""
+        raise invalid(unknown[0], f"unknown query parameter; the parameters are {listed}{there}")
 
 
 def path(name: str, kind: str = "string", description: str = "", *, slash: bool = False) -> Param:

@@ -843,6 +843,9 @@ BATCH_SHAPE["properties"]["execution_ids"] = {"type": "array", "items": {"type":
 TIMEOUT = {"type": "number", "minimum": 0.001, "maximum": 3600}
 WAIT = {"type": "string", "enum": ["accepted", "completed"]}
 
+# Where the list and the count send a caller who filtered by workflow id (no such filter).
+BY_WORKFLOW_ID = {"workflow_id": "the current run of a workflow id is GET /workflows/current?workflow_id=..."}
+
 ENDPOINTS = [
     Endpoint(
         "GET",
@@ -852,6 +855,7 @@ ENDPOINTS = [
         "List executions over every shard, newest first, keyset-paginated.",
         (*FILTERS, *PAGE),
         tag="workflows",
+        elsewhere=BY_WORKFLOW_ID,
         shape=shape(executions=ROWS, next_cursor={"type": ["string", "null"]}, sharded=BOOLEAN, **FANOUT),
     ),
     Endpoint(
@@ -881,6 +885,7 @@ ENDPOINTS = [
             ),
         ),
         tag="workflows",
+        elsewhere=BY_WORKFLOW_ID,
         shape=shape(
             counts=ROWS,
             total={"type": "integer"},
