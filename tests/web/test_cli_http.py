@@ -1860,3 +1860,20 @@ def test_a_created_after_date_lists_the_same_runs_over_sql_and_http_whatever_the
 
     assert listed(sql) == listed(web)
     assert [workflow_id for _, workflow_id, _ in listed(sql)] == ["jan1-six", "midnight"]
+
+
+def test_workflow_current_finds_a_run_by_its_workflow_id_over_sql_and_http(both, conn) -> None:
+    """No command found a run by its workflow id (`workflow get` takes an execution id only);
+    over HTTP it asks GET /workflows/current, over SQL each shard."""
+    run_id = start(conn, "onboarding", "u-current")
+    for output in ("table", "json"):
+        sql, _ = both("workflow", "current", "u-current", "--output", output)
+        assert sql.exit_code == 0 and str(run_id) in sql.stdout, sql.stderr
+        both("workflow", "current", "u-current", "--workflow", "onboarding", "--output", output)
+    missing, _ = both("workflow", "current", "nope")
+    assert missing.exit_code == 1 and "no run has workflow_id nope" in missing.stderr, missing.stderr
+    # A run not found by its execution id names this command, over SQL and over HTTP alike (the
+    # SQL named its function, the route its own address).
+    unknown = str(uuid.uuid4())
+    got, _ = both("workflow", "get", unknown)
+    assert f"harvest workflow current {unknown} finds a run by it" in got.stderr, got.stderr

@@ -5,6 +5,7 @@ base URL (docs/http-api.md). Before, an HTTP client had no way to find a run by 
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import psycopg
@@ -89,6 +90,16 @@ def test_the_current_run_is_found_on_whichever_shard_holds_it(two_shards) -> Non
         named = api.get("/workflows/current", params={"workflow_id": "cart-9", "workflow_name": "wf"})
         assert named.json()["execution_id"] == on_one
         assert api.get("/workflows/current", params={"workflow_id": "nope"}).status_code == 404
+    # The CLI over SQL asks each shard the same way (harvest.shard.fanout.current_run).
+    from click.testing import CliRunner
+
+    from harvest.cli.main import main
+
+    found_by_cli = CliRunner().invoke(
+        main, ["workflow", "current", "cart-9", "--workflow", "wf", "--output", "json"], env=env
+    )
+    assert found_by_cli.exit_code == 0, found_by_cli.output
+    assert json.loads(found_by_cli.stdout)["id"] == on_one
 
 
 def test_a_run_not_found_by_its_execution_id_names_the_http_lookup(db: str) -> None:

@@ -1122,6 +1122,11 @@ class HttpReads:
         found.sharded = answer.get("sharded")
         return found
 
+    def current_run(self, workflow_id: str, workflow_name: str | None = None) -> Merged[Any]:
+        """The current run of a workflow id: GET /workflows/current (the server asks each shard)."""
+        answer = self.http.get("/workflows/current", workflow_id=workflow_id, workflow_name=workflow_name)
+        return _merged(answer, "execution")
+
     def count_executions(
         self,
         *,

@@ -203,24 +203,36 @@ def get(execution_id: str, app_target: str | None, database_url: str | None, out
     emit(
         data,
         output,
-        lambda d: mapping(
-            d,
-            [
-                "id",
-                "workflow_name",
-                "workflow_id",
-                "status",
-                "queue",
-                "parent_id",
-                "created_at",
-                "completed_at",
-                "cancel_requested",
-                "last_event_id",
-                "search_attributes",
-                "failure",
-            ],
-        ),
+        lambda d: mapping(d, [*RUN_FIELDS, *GET_FIELDS]),
     )
+
+
+# Who a run is: what `workflow current` shows of the run it found (no payload), and the first
+# lines of `workflow get` (which shows the rest, decoded with --app).
+RUN_FIELDS = ["id", "workflow_name", "workflow_id", "status", "queue", "parent_id"]
+RUN_FIELDS += ["created_at", "completed_at"]
+GET_FIELDS = ["cancel_requested", "last_event_id", "search_attributes", "failure"]  # and the rest
+
+
+@workflow.command("current")
+@click.argument("workflow_id")
+@click.option(
+    "--workflow",
+    "workflow_name",
+    default=None,
+    help="The workflow's name: needed when two workflows used the same workflow id.",
+)
+@database_url_option
+@output_option
+def current(workflow_id: str, workflow_name: str | None, database_url: str | None, output: str) -> None:
+    """Show the current run of WORKFLOW_ID (the id a start was given): its RUNNING run, else its
+    newest, looked up on every shard; an error when no run has it."""
+    if not workflow_id.strip():
+        raise InvalidArgument("workflow_id is empty: give the workflow id the run was started with")
+    merged = read_shards(database_url, lambda reads: reads.current_run(workflow_id, workflow_name))
+    row = {k: merged.value.get(k) for k in RUN_FIELDS}
+    merged.value = row
+    emit_merged(merged, None, output, lambda d: mapping(d, RUN_FIELDS))
 
 
 # `workflow result` exit codes (docs/operations.md): 0 the run COMPLETED (its result on stdout);

@@ -9,6 +9,7 @@ exception -> exit code -> HTTP status, in this one place.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -863,6 +864,22 @@ class UpdateFailed(QueryFailed):
 
 
 # -- over HTTP -------------------------------------------------------------------------------
+
+
+# The hint of a run not found by its execution id (harvest._execution_not_found) names the SQL's
+# lookup by workflow id; each face says its own way (the API's route, the CLI's command), and the
+# CLI over HTTP reads the route's. Matched either way, so the CLI prints the same over both.
+_LOOKUP_SAID = re.compile(
+    r"(harvest\.get_execution_by_workflow_id\(\)|GET /workflows/current\?\S+) finds a run by it"
+)
+_NOT_FOUND_ID = re.compile(r"execution (\S+) does not exist")
+
+
+def lookup_said(message: str, said: Callable[[str], str]) -> str:
+    """``message`` with its lookup by workflow id said as ``said(the id given)`` says it."""
+    given = _NOT_FOUND_ID.search(message)
+    wanted = given.group(1) if given else "<id>"
+    return _LOOKUP_SAID.sub(lambda _: f"{said(wanted)} finds a run by it", message)
 
 
 def error_code(exc: BaseException) -> str:

@@ -1718,7 +1718,60 @@ def list_dags() -> Plan:
 
 
 # -- the readers: every plan as a method, over one mapping ----------------------------------------
+# A run a lookup by workflow id prefers, best first: a RUNNING one, a live one, one that is not a
+# moved run's seal (its copy on another shard answers), then the newest (created_at, id).
+def _current_rank(row: dict[str, Any]) -> tuple[Any, ...]:
+    status = row["status"]
+    live = status in ("RUNNING", "PAUSED")
+    return (
+        status == "RUNNING",
+        live,
+        status not in ("MIGRATED", "MIGRATING"),
+        row["created_at"],
+        str(row["id"]),
+    )
+
+
+def current_run(workflow_id: str, workflow_name: str | None = None) -> Plan:
+    """The current run of a workflow id (the start's idempotency key) over every shard: its
+    RUNNING run, else its newest (harvest.get_execution_by_workflow_id on each shard: a pinned
+    start's run is not on the id's hashed shard, and the name is optional). InvalidArgument when
+    two workflows used the id and no name says which; NotFound when no shard has a run of it; a
+    shard not read while no live run was found elsewhere is NoShardReached (it may hold the
+    current run: never a NotFound or an older run)."""
+    lacking: set[int] = set()
+
+    def read(api: Any, shard: int) -> Any:
+        return _none_if_absent(
+            lambda: api.get_execution_by_workflow_id(workflow_id, workflow_name), shard, lacking
+        )
+
+    fan = yield Step(read)
+    rows = [row for row in fan.results.values() if row]
+    names = sorted({row["workflow_name"] for row in rows})
+    if len(names) > 1:  # (each shard alone saw one: the SQL's own ambiguity, over the shards)
+        raise InvalidArgument(
+            f"workflow_id {workflow_id} is used by several workflows ({', '.join(names)}): "
+            "name the workflow as well"
+        )
+    best = max(rows, key=_current_rank, default=None)
+    if fan.unavailable_shards and (best is None or best["status"] not in ("RUNNING", "PAUSED")):
+        missed = ", ".join(str(s) for s in fan.unavailable_shards)
+        raise NoShardReached(
+            f"shard(s) {missed} could not be read: the current run of workflow_id {workflow_id} "
+            "may be there; retry when they are up"
+        )
+    if best is None:
+        of = f" of workflow {workflow_name}" if workflow_name else ""
+        raise NotFound(
+            f"no run has workflow_id {workflow_id}{of}: check the workflow_id (and the workflow name) "
+            "it was started with; a deferred start has no run until it is released"
+        )
+    return fan.merged(best)
+
+
 PLANS: dict[str, Callable[..., Plan]] = {
+    "current_run": current_run,
     "list_workflows": list_workflows,
     "count_executions": count_executions,
     "list_children": list_children,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import secrets
 import threading
 import time
@@ -47,6 +46,7 @@ from harvest.core.errors import (
     WrongShard,
     error_code,
     http_status,
+    lookup_said,
 )
 from harvest.core.json_values import json_default
 from harvest.db.connection import (
@@ -329,19 +329,9 @@ def withheld_detail(answer: Any, principal: Principal | None) -> Any:
 WWW_AUTHENTICATE = 'Bearer realm="harvest"'
 
 
-# The SQL's hint of a run not found by its execution id (harvest._execution_not_found) names the
-# SQL lookup by workflow id, which an HTTP caller cannot call: the API's answer names its route.
-_SQL_LOOKUP = "harvest.get_execution_by_workflow_id() finds a run by it"
-_NOT_FOUND_ID = re.compile(r"execution (\S+) does not exist")
-
-
 def http_lookup_hint(message: str) -> str:
     """``message`` with the SQL's lookup by workflow id said as the API's route."""
-    if _SQL_LOOKUP not in message:
-        return message
-    given = _NOT_FOUND_ID.search(message)
-    query = urlencode({"workflow_id": given.group(1) if given else "<id>"}, safe="<>")
-    return message.replace(_SQL_LOOKUP, f"GET /workflows/current?{query} finds a run by it")
+    return lookup_said(message, lambda given: f"GET /workflows/current?{urlencode({'workflow_id': given})}")
 
 
 def error_response(

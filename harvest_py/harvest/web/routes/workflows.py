@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES, chain_broken_error
 from harvest.core.codecs import refs_in
 from harvest.core.durations import parse_duration
-from harvest.core.errors import InvalidArgument, NoShardReached, NotFound
+from harvest.core.errors import InvalidArgument, NotFound
 from harvest.core.ids import ROW_ID_MAX, shard_of
 from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
@@ -242,17 +242,6 @@ async def get_workflow(call: Call, args: dict[str, Any], _: Any) -> Any:
     }
 
 
-# A run a lookup by workflow id prefers, best first: a RUNNING one, a live one, one that is not a
-# moved run's seal (its copy on another shard answers), then the newest (created_at, id).
-_SEALS = ("MIGRATED", "MIGRATING")
-
-
-def _current_rank(row: dict[str, Any]) -> tuple[Any, ...]:
-    status = row["status"]
-    live = status in LIVE_STATUSES
-    return (status == "RUNNING", live, status not in _SEALS, row["created_at"], str(row["id"]))
-
-
 def lookup_path(call: Call, workflow_id: str, workflow_name: str | None) -> str:
     """The URL path (under the API's mount) of :func:`current_run` for ``workflow_id``: what a
     deferred start's 202 names in ``Location``."""
@@ -262,43 +251,14 @@ def lookup_path(call: Call, workflow_id: str, workflow_name: str | None) -> str:
 
 
 async def current_run(call: Call, args: dict[str, Any], _: Any) -> Any:
-    """The current run of a workflow id (the start's idempotency key): its RUNNING run, else
-    its newest (harvest.get_execution_by_workflow_id on each shard: a pinned start's run is not
-    on the id's hashed shard, and a name is optional). A moved run answers where it lives now."""
-    workflow_id, name = args["workflow_id"], args["workflow_name"]
-
-    async def read(sql: Any) -> Any:
-        try:
-            return await sql.get_execution_by_workflow_id(workflow_id, name)
-        except NotFound:
-            return None
-        except InvalidArgument as exc:  # an id two workflows share: name the workflow
-            exc.field = "workflow_name"  # type: ignore[attr-defined]
-            raise
-
-    fan = await call.each_shard(read, "no run was looked up")
-    rows = [r for r in fan.results.values() if r is not None]
-    names = sorted({r["workflow_name"] for r in rows})
-    if len(names) > 1:  # (each shard alone saw one: the SQL's own ambiguity, over the shards)
-        raise invalid(
-            "workflow_name",
-            f"workflow_id {workflow_id} is used by several workflows ({', '.join(names)}): "
-            "name the workflow as well",
-        )
-    best = max(rows, key=_current_rank, default=None)
-    if fan.unavailable_shards and (best is None or best["status"] not in LIVE_STATUSES):
-        # A shard not read may hold the live run (or the only one): not a 404, not a guess.
-        missed = ", ".join(str(s) for s in fan.unavailable_shards)
-        raise NoShardReached(
-            f"shard(s) {missed} could not be read: the current run of workflow_id {workflow_id} "
-            "may be there; retry when they are up"
-        )
-    if best is None:
-        of = f" of workflow {name}" if name else ""
-        raise NotFound(
-            f"no run has workflow_id {workflow_id}{of}: check the workflow_id (and the workflow name) "
-            "it was started with; a deferred start has no run until it is released"
-        )
+    """The current run of a workflow id (the start's idempotency key), over every shard
+    (harvest.shard.fanout.current_run); a moved run answers where it lives now."""
+    try:
+        found = await call.reads().current_run(args["workflow_id"], args["workflow_name"])
+    except InvalidArgument as exc:  # an id two workflows used: name the workflow
+        exc.field = "workflow_name"  # type: ignore[attr-defined]
+        raise
+    best = found.value
     return {
         "execution_id": str(best["id"]),
         "workflow_id": best["workflow_id"],
@@ -306,9 +266,9 @@ async def current_run(call: Call, args: dict[str, Any], _: Any) -> Any:
         "state": best["status"],
         "shard_id": shard_of(best["id"]),
         "execution": best,
-        "status": fan.status,
-        "unavailable_shards": fan.unavailable_shards,
-        **unavailable_reasons(fan),
+        "status": found.status,
+        "unavailable_shards": found.unavailable_shards,
+        **unavailable_reasons(found),
     }
 
 
