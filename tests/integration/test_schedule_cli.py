@@ -327,3 +327,28 @@ def test_update_clears_the_input_the_queue_and_max_active_runs(db: str) -> None:
     assert both.returncode == 2 and "--clear queue and a new queue together" in both.stderr, both.stderr
     unknown = harvest(db, "schedule", "update", "clr", "--clear", "cron")
     assert unknown.returncode == 2 and "input, queue, max-active-runs" in unknown.stderr.replace("'", "")
+
+
+def test_a_trigger_or_backfill_whose_firing_failed_exits_1_saying_why(db: str, conn) -> None:
+    """A firing recorded `failed` (here: a workflow no worker registered on its queue) was an
+    exit 0: a script checking $? took it for a success. The answer is still printed; stderr says
+    the recorded reason."""
+    _json(db, "schedule", "create-workflow", "--name", "gone", "--workflow", "gone_wf", "--every", "1h")
+    conn.execute("SELECT harvest.register_workflows(ARRAY['default'], ARRAY['other_wf'])")
+    fired = harvest(db, "schedule", "trigger", "gone", "-o", "json")
+    assert fired.returncode == 1, fired.stderr
+    assert json.loads(fired.stdout)["status"] == "failed"
+    assert fired.stderr.startswith("error: schedule gone: its firing failed: slot ")
+    assert 'HR010: workflow "gone_wf" is not registered on queue "default"' in fired.stderr
+    back = harvest(
+        db, "schedule", "backfill", "gone", "--from", "2020-01-01", "--to", "2020-01-01T01:00:00+00:00"
+    )
+    assert back.returncode == 1 and "failed" in back.stdout, back.stderr
+    assert back.stderr.startswith(
+        "error: schedule gone: 2 slot(s) failed: slot 2020-01-01T00:00:00+00:00: HR010"
+    )
+    assert back.stderr.count("HR010") == 2 and len(back.stderr.splitlines()) == 1
+    # Slots that were fired already (duplicate) or started are no failure: exit 0.
+    conn.execute("SELECT harvest.register_workflows(ARRAY['default'], ARRAY['gone_wf'])")
+    again = harvest(db, "schedule", "backfill", "gone", "--from", "2020-01-02", "--to", "2020-01-02")
+    assert again.returncode == 0, again.stderr

@@ -30,6 +30,7 @@ from harvest.cli.output import table as _table
 from harvest.cli.shards import _pooled_api, cli_pools, emit_merged, read_shards, with_page_footer
 from harvest.cli.workflow import read_json_option
 from harvest.client.schedules import backfill as backfill_schedule
+from harvest.client.schedules import firing_failures
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument, NotFound
 from harvest.declare import schedules
@@ -406,10 +407,20 @@ def trigger(
     database_url: str | None,
     output: str,
 ) -> None:
-    """Fire a schedule now."""
+    """Fire a schedule now (exit 1 when its firing failed, saying why)."""
     with _schedule_api(database_url, name, shard, read_only=False) as sql:
         data = sql.trigger_schedule(name, overlap, operator)
     emit(data, output, lambda d: mapping(d))
+    _fail_if_failed(name, data, "its firing failed")
+
+
+def _fail_if_failed(name: str, answer: dict[str, Any], what: str) -> None:
+    """A trigger's or a backfill's firing recorded failed (an unregistered workflow, a quota, ...):
+    the answer is printed; say why on stderr and exit 1, so a script checking $? sees it."""
+    failures = firing_failures(answer)
+    if failures:
+        click.echo(f"error: schedule {name}: {what}: {'; '.join(failures)}", err=True)
+        raise SystemExit(1)
 
 
 # update --clear: the fields it clears, each back to what create-workflow without it takes
@@ -533,7 +544,8 @@ def backfill(
     database_url: str | None,
     output: str,
 ) -> None:
-    """Fire the schedule's slots in [--from, --to] that never fired (at most 10000)."""
+    """Fire the schedule's slots in [--from, --to] that never fired (at most 10000; exit 1 when
+    a slot's firing failed, saying why)."""
     if end < start:
         raise click.UsageError("--to is before --from")
 
@@ -543,4 +555,5 @@ def backfill(
 
     with _schedule_api(database_url, name, shard, read_only=False) as sql:
         data = backfill_schedule(sql, name, start, end, overlap, operator, on_slots=said)
-    emit(data, output, lambda d: mapping(d))
+    emit(data, output, lambda d: mapping({k: v for k, v in d.items() if k != "failures"}))
+    _fail_if_failed(name, data, f"{data.get('failed')} slot(s) failed")
