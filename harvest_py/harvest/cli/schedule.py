@@ -32,7 +32,7 @@ from harvest.cli.workflow import read_json_option
 from harvest.client.schedules import backfill as backfill_schedule
 from harvest.client.schedules import firing_failures
 from harvest.config import shards_configured
-from harvest.core.errors import InvalidArgument, NotFound
+from harvest.core.errors import InvalidArgument, NotFound, ScheduleAlreadyExists
 from harvest.declare import schedules
 from harvest.declare.schedules import (
     MAX_ACTIVE_RUNS,
@@ -98,7 +98,7 @@ def _schedule_api(
 
     settings = selected(database_url)
     if settings is not None:
-        with http_session(settings) as http:
+        with http_session(settings) as http, _cli_words(name):
             yield HttpApi(http, shard)  # type: ignore[misc]
         return
     config = cli_config()
@@ -112,6 +112,26 @@ def _schedule_api(
             raise InvalidArgument(f"--shard-id {target} is not a shard of this deployment")
         with _pooled_api(pools, target, read_only=read_only) as sql:
             yield sql
+
+
+@contextlib.contextmanager
+def _cli_words(name: str) -> Iterator[None]:
+    """The server's refusals that say what to do name its routes (PATCH, DELETE, GET
+    /admin/schedules); from the CLI over HTTP they name the commands, in the words of the SQL's
+    (create_schedule's HR014, get_schedule's HR002)."""
+    try:
+        yield
+    except ScheduleAlreadyExists:
+        raise ScheduleAlreadyExists(
+            f"schedule {name} already exists: update it (harvest schedule update), or delete it first"
+        ) from None
+    except NotFound as exc:
+        if not str(exc).startswith("schedule "):
+            raise
+        # (the words of get_schedule's HR002 and its hint, as over SQL)
+        raise NotFound(
+            f"schedule {name!r} does not exist: harvest schedule list shows the schedules of this database"
+        ) from None
 
 
 def _option(name: str) -> str:
@@ -283,12 +303,25 @@ def create_workflow(
     help="Schedules at most on this page.",
 )
 @click.option("--cursor", default=None, help="next_cursor from the previous page (every shard).")
+@click.option(
+    "--paused/--running",
+    "paused",
+    default=None,
+    help="Only paused schedules, or only running (not paused) ones (default: both).",
+)
 @database_url_option
 @output_option
-def list_(kind: str | None, limit: int, cursor: str | None, database_url: str | None, output: str) -> None:
+def list_(
+    kind: str | None,
+    limit: int,
+    cursor: str | None,
+    paused: bool | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """List the schedules by name, DAG and workflow kinds together (every shard): a page of
-    --limit, the next with --cursor."""
-    merged = read_shards(database_url, lambda reads: reads.list_schedules(kind, limit, cursor))
+    --limit, the next with --cursor (and the same filters)."""
+    merged = read_shards(database_url, lambda reads: reads.list_schedules(kind, limit, cursor, paused))
     sharded = bool(merged.sharded)  # the shard column on a sharded deployment (read_shards)
     merged.value = [
         {

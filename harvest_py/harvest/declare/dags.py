@@ -67,7 +67,7 @@ class SkipTask(ActivityFailure):
 
 def _describe(schedule: Any) -> str:
     """A schedule as harvest.dags stores it for people to read: a Schedule's own words
-    ("cron '0 3 * * *' in UTC", "every 900 s"), else its str()."""
+    ("cron 0 3 * * * UTC", "every 900s", as `schedule list` spells them), else its str()."""
     describe = getattr(schedule, "describe", None)
     return cast(str, describe()) if callable(describe) else str(schedule)
 

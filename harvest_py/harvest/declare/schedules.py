@@ -177,9 +177,10 @@ class Schedule:
         return _zone(self.timezone, "Schedule")
 
     def describe(self) -> str:
-        if self.expression is not None:
-            return f"cron {self.expression!r} in {self.timezone}"
-        return f"every {self.interval_secs} s"
+        """When it fires in one phrase, as a stored schedule reads (:func:`describe_row`)."""
+        return describe_row(
+            {"cron": self.expression, "interval_secs": self.interval_secs, "timezone": self.timezone}
+        )
 
     def next_after(self, t: _dt.datetime) -> _dt.datetime:
         """The first slot strictly after ``t`` (UTC)."""
@@ -351,7 +352,9 @@ BACKFILL_MAX_SLOTS = 10_000
 
 
 def describe_row(row: dict[str, Any]) -> str:
-    """A stored schedule's timing in one phrase: ``cron 0 3 * * * UTC`` or ``every 900s``."""
+    """A stored schedule's timing in one phrase: ``cron 0 3 * * * UTC`` or ``every 900s``. The
+    one spelling: `schedule list`'s WHEN, a DAG's SCHEDULE (`dag list`: :meth:`Schedule.describe`,
+    stored at registration) and the dashboard's pages."""
     if row.get("cron"):
         return f"cron {row['cron']} {row.get('timezone') or 'UTC'}"
     return f"every {row.get('interval_secs')}s"

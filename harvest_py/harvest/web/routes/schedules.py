@@ -12,9 +12,10 @@ so those routes need the operate scope; reads need read.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from harvest.client.schedules import abackfill
-from harvest.core.errors import NotFound
+from harvest.core.errors import NotFound, ScheduleAlreadyExists
 from harvest.core.ids import MAX_SHARD
 from harvest.declare.schedules import (
     describe_row,
@@ -59,10 +60,21 @@ SHARD = Param(
 
 
 async def _on_home(call: Call, name: str, shard: int | None, fn: Any) -> Any:
-    """``fn(sql)`` on the shard that holds schedule ``name``: its home, or ``shard``."""
+    """``fn(sql)`` on the shard that holds schedule ``name``: its home, or ``shard``. The SQL's
+    refusals that say what to do name the CLI's commands; over HTTP they name the routes."""
     if shard is None and call.sharded:
         shard = call.state.router.schedule_home(name)
-    return await call.on_shard(shard, fn)
+    try:
+        return await call.on_shard(shard, fn)
+    except ScheduleAlreadyExists:
+        route = f"/admin/schedules/{quote(name, safe='')}"
+        raise ScheduleAlreadyExists(
+            f"schedule {name} already exists: PATCH {route} to change it, or DELETE {route} first"
+        ) from None
+    except NotFound as exc:
+        if not str(exc).startswith("schedule "):
+            raise
+        raise NotFound(f"schedule {name!r} does not exist: GET /admin/schedules lists them") from None
 
 
 def _view(row: dict[str, Any]) -> dict[str, Any]:
