@@ -77,3 +77,61 @@ def test_one_spelling_of_a_schedules_timing() -> None:
     paris = Schedule.cron("0 3 * * *", tz="Europe/Paris")
     assert paris.describe() == describe_row({"cron": "0 3 * * *", "timezone": "Europe/Paris"})
     assert paris.describe() == "cron 0 3 * * * Europe/Paris"
+
+
+# The fields of a schedule's answer a client edits and sends back (input aside: an answer lists
+# the run's arguments, a write takes the one argument).
+EDITABLE = (
+    "workflow_name",
+    "queue",
+    "cron",
+    "timezone",
+    "interval_secs",
+    "max_active_runs",
+    "overlap",
+    "catchup",
+    "catchup_window_secs",
+    "jitter_secs",
+)
+
+
+def test_what_a_get_answers_can_be_edited_and_patched_back(api) -> None:
+    """A write took tz, every, catchup_window and jitter; an answer says timezone, interval_secs,
+    catchup_window_secs and jitter_secs: a client that PATCHed back what it read got a 400
+    (unknown field). A write takes the answer's names too (the old ones still)."""
+    made = api.post(
+        "/admin/schedules/workflow",
+        json={
+            "name": "n",
+            "workflow_name": "report",
+            "cron": "0 3 * * *",
+            "timezone": "Europe/Paris",
+            "catchup_window_secs": 3600,
+            "jitter_secs": 1.5,
+            "input": "eu",
+        },
+    )
+    assert made.status_code == 201, made.text
+    got = api.get("/admin/schedules/n").json()
+    assert (got["timezone"], got["catchup"], got["catchup_window_secs"], got["jitter_secs"]) == (
+        "Europe/Paris",
+        True,
+        3600,
+        1.5,
+    )
+    edited = {k: got[k] for k in EDITABLE} | {"cron": "0 4 * * *"}
+    patched = api.patch("/admin/schedules/n", json=edited)
+    assert patched.status_code == 200, patched.text
+    after = patched.json()
+    assert {k: after[k] for k in EDITABLE} == edited
+    # An interval schedule's answer: timezone UTC beside no cron, sent back as read.
+    edited = {k: after[k] for k in EDITABLE} | {"cron": None, "interval_secs": 900, "timezone": "UTC"}
+    patched = api.patch("/admin/schedules/n", json=edited)
+    assert patched.status_code == 200, patched.text
+    assert (patched.json()["interval_secs"], patched.json()["cron"]) == (900, None)
+    again = {k: patched.json()[k] for k in EDITABLE}
+    assert api.patch("/admin/schedules/n", json=again).status_code == 200
+    # One field both ways: a 400 naming it.
+    both = api.patch("/admin/schedules/n", json={"every": "1h", "interval_secs": 60})
+    assert both.status_code == 400 and both.json()["error"]["field"] == "interval_secs"
+    assert api.patch("/admin/schedules/n", json={"jitter": "1s"}).json()["jitter_secs"] == 1

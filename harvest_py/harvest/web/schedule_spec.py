@@ -25,6 +25,16 @@ KIND = {"type": "string", "enum": ["workflow", "dag"]}
 OVERLAP = {"type": "string", "enum": list(OVERLAP_POLICIES)}
 MAX_ACTIVE_RUNS = {"type": "integer", "minimum": 1, "maximum": MOST_RUNS}
 TIMING = {"cron": STRING, "tz": STRING, "every": STRING}
+# A schedule's answer (GET, and every write's) spells four fields as the SQL does; a write takes
+# those names too, each for the field it names (write_names), so what a client read it can send
+# back as it read it.
+READ_NAMES = {
+    "timezone": "tz",
+    "interval_secs": "every",
+    "catchup_window_secs": "catchup_window",
+    "jitter_secs": "jitter",
+}
+SECONDS = {"type": "integer", "minimum": 1}
 FIELDS = {
     **TIMING,
     "workflow_name": STRING,
@@ -35,6 +45,14 @@ FIELDS = {
     "catchup": BOOLEAN,
     "catchup_window": STRING,
     "jitter": STRING,
+    "timezone": {**STRING, "description": "tz, as an answer spells it"},
+    "interval_secs": {**SECONDS, "description": "every in seconds, as an answer spells it"},
+    "catchup_window_secs": {**SECONDS, "description": "catchup_window in seconds, as an answer spells it"},
+    "jitter_secs": {
+        "type": "number",
+        "minimum": 0,
+        "description": "jitter in seconds, as an answer spells it",
+    },
 }
 CREATE = body(
     {"name": STRING, **FIELDS, "kind": KIND, "paused": BOOLEAN, "shard_id": SHARD_ID},
@@ -50,6 +68,29 @@ UPDATE = body(
         **{k: {**FIELDS[k], "description": "null clears it (as a create without it)"} for k in CLEARABLE},
     }
 )
+
+
+def write_names(data: dict[str, Any]) -> dict[str, Any]:
+    """A checked body with the answer's names (:data:`READ_NAMES`) as a write spells them: one
+    field given both ways is a 400 naming it. An interval schedule's answer has a ``timezone``
+    that says nothing (an interval is in UTC): beside an interval and no cron it is dropped, where
+    ``tz`` is refused."""
+    out = dict(data)
+    for read, written in READ_NAMES.items():
+        if out.get(read) is None:
+            out.pop(read, None)
+            continue
+        if out.get(written) is not None:
+            raise invalid(read, f"give {written} or {read}, not both (the same field)")
+        value = out.pop(read)
+        if (
+            read == "timezone"
+            and out.get("cron") is None
+            and (data.get("interval_secs") or data.get("every"))
+        ):
+            continue
+        out[written] = value
+    return out
 
 
 def _named(check: Callable[..., T], *args: Any) -> T:
@@ -87,7 +128,7 @@ def create_arguments(
     """``create_schedule``'s keyword arguments (name and workflow_name among them) from a body
     checked against :data:`CREATE`. ``queue_of(workflow_name, given)``: the queue of its runs
     (``declared_queue``: the served App's, when none is given)."""
-    checked = check_body(CREATE, data)
+    checked = write_names(check_body(CREATE, data))
     found = timing(checked)
     if not found:
         raise invalid("cron", "give cron or every")
@@ -108,7 +149,7 @@ def update_changes(data: dict[str, Any]) -> dict[str, Any]:
     is a change to None, which ``update_schedule`` takes as that field's default (the SQL's: no
     input, the workflow's registered queue, one active run); the caller resolves a cleared
     queue to the served App's first (:func:`cleared_queue`), as a create does."""
-    checked = check_body(UPDATE, data)
+    checked = write_names(check_body(UPDATE, data))
     # (a cron alone: the expression, in the zone the schedule has)
     timing_of = _named(schedules.timing_changes, checked.get("cron"), checked.get("every"), checked.get("tz"))
     cleared = {k: None for k in CLEARABLE if k in checked and checked[k] is None}
