@@ -672,7 +672,46 @@ END;
 $$;
 
 
--- Create a schedule (HR014 when the name is taken). The scheduler computes its
+-- Refuse a schedule whose every firing would fail, where the database knows it (HR010): a
+-- workflow schedule whose workflow no worker registered on its queue while that queue's workers
+-- registered others (as a start's check, start.sql _start_check_registered; a queue no worker
+-- registered anything on cannot be checked, and passes), a DAG schedule whose DAG no worker
+-- registered. create_schedule and update_schedule call it unless p_allow_unregistered (a
+-- schedule made before the deploy that brings its workflow); a worker's boot declares its own
+-- App's schedules and is not checked.
+CREATE OR REPLACE FUNCTION harvest._check_schedule_target(p_schedule harvest.schedules)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_dags text[];
+    v_hint text := 'pass p_allow_unregistered => true to keep the schedule anyway (it fires once a worker registers it)';
+BEGIN
+    IF p_schedule.kind = 'dag' THEN
+        IF NOT EXISTS (SELECT 1 FROM harvest.dags AS d WHERE d.dag_name = p_schedule.workflow_name) THEN
+            SELECT array_agg(d.dag_name ORDER BY d.dag_name) INTO v_dags FROM harvest.dags AS d;
+            RAISE EXCEPTION 'schedule %: kind dag names "%", which no worker registered as a DAG (registered DAGs: %)',
+                p_schedule.name, p_schedule.workflow_name,
+                coalesce(array_to_string(v_dags[1:20], ', ') || CASE WHEN cardinality(v_dags) > 20
+                    THEN ', ... ' || cardinality(v_dags) - 20 || ' more' ELSE '' END, 'none')
+                USING ERRCODE = 'HR010',
+                DETAIL = jsonb_build_object('workflow_name', p_schedule.workflow_name, 'queue', NULL,
+                                            'registered', to_jsonb(v_dags))::text,
+                HINT = 'check the name (a DAG''s name; kind workflow starts a workflow), start a worker whose '
+                       'App declares the DAG, or ' || v_hint;
+        END IF;
+    ELSIF NOT EXISTS (SELECT 1 FROM harvest.registered_workflows AS r
+                      WHERE r.queue = p_schedule.queue AND r.workflow_name = p_schedule.workflow_name)
+          AND EXISTS (SELECT 1 FROM harvest.registered_workflows AS r WHERE r.queue = p_schedule.queue) THEN
+        PERFORM harvest._refuse_unregistered(p_schedule.workflow_name, p_schedule.queue,
+            'schedule ' || p_schedule.name,
+            'check the name and the queue, start a worker whose App registers the workflow, or ' || v_hint);
+    END IF;
+END;
+$$;
+
+-- Create a schedule (HR014 when the name is taken; HR010 when its workflow or DAG is not
+-- registered, _check_schedule_target, unless p_allow_unregistered). The scheduler computes its
 -- first slot: the first one after now.
 CREATE OR REPLACE FUNCTION harvest.create_schedule(
     p_name text,
@@ -689,7 +728,8 @@ CREATE OR REPLACE FUNCTION harvest.create_schedule(
     p_jitter_secs double precision DEFAULT 0,
     p_kind text DEFAULT 'workflow',
     p_paused boolean DEFAULT false,
-    p_operator_id text DEFAULT NULL
+    p_operator_id text DEFAULT NULL,
+    p_allow_unregistered boolean DEFAULT false
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -703,6 +743,10 @@ BEGIN
         'timezone', p_timezone, 'input', p_input, 'queue', p_queue, 'max_active_runs', p_max_active_runs,
         'overlap', p_overlap, 'catchup', p_catchup, 'catchup_window_secs', p_catchup_window_secs,
         'jitter_secs', p_jitter_secs::numeric, 'kind', p_kind, 'paused', p_paused)), false, true);
+    -- (after the spec's checks and the queue it resolved; a refusal rolls the insert back)
+    IF NOT coalesce(p_allow_unregistered, false) THEN
+        PERFORM harvest._check_schedule_target(v_put.schedule);
+    END IF;
     PERFORM harvest._audit('schedule.create', p_name, p_operator_id, harvest._schedule_spec(v_put.schedule));
     RETURN harvest._schedule_json(v_put.schedule);
 END;
@@ -711,8 +755,11 @@ $$;
 -- Change some fields of a schedule: p_changes is a JSON object of create_schedule's
 -- fields without p_ (HR001 for an unknown one, HR002 for an unknown schedule). A
 -- change of cron, interval, zone or jitter computes the next slot again from now;
--- a paused schedule stays paused.
-CREATE OR REPLACE FUNCTION harvest.update_schedule(p_name text, p_changes jsonb, p_operator_id text DEFAULT NULL)
+-- a paused schedule stays paused. A change of its workflow, queue or kind is checked
+-- as a create is (HR010, unless p_allow_unregistered).
+CREATE OR REPLACE FUNCTION harvest.update_schedule(
+    p_name text, p_changes jsonb, p_operator_id text DEFAULT NULL, p_allow_unregistered boolean DEFAULT false
+)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
@@ -742,6 +789,10 @@ BEGIN
     END IF;
     v_put := harvest._put_schedule(
         jsonb_strip_nulls(harvest._schedule_spec(v_old) || v_changes), v_old.declared, false);
+    IF NOT coalesce(p_allow_unregistered, false)
+       AND (v_changes ? 'workflow_name' OR v_changes ? 'queue' OR v_changes ? 'kind') THEN
+        PERFORM harvest._check_schedule_target(v_put.schedule);
+    END IF;
     PERFORM harvest._audit('schedule.update', p_name, p_operator_id, jsonb_build_object('changes', p_changes));
     RETURN harvest._schedule_json(v_put.schedule);
 END;
@@ -1231,11 +1282,13 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.create_schedule IS
 'Create a schedule (cron in a time zone, or an interval) that starts workflow_name as sched:{name}:{unix_ts}; '
-'HR014 when the name is taken, HR001 naming a bad field. Called by the CLI (harvest schedule create-workflow) '
-'and psql (role harvest_operator).';
+'HR014 when the name is taken, HR001 naming a bad field, HR010 when its workflow (or DAG) is not registered '
+'where the database can tell (p_allow_unregistered skips that). Called by the CLI (harvest schedule '
+'create-workflow) and psql (role harvest_operator).';
 COMMENT ON FUNCTION harvest.update_schedule IS
 'Change fields of a schedule (a JSON object); a new cron, interval, zone or jitter computes the next slot again '
-'from now, a pause stays. HR002 for an unknown schedule. Called by the CLI (role harvest_operator).';
+'from now, a pause stays. HR002 for an unknown schedule; a new workflow, queue or kind is checked as '
+'create_schedule checks it (HR010 unless p_allow_unregistered). Called by the CLI (role harvest_operator).';
 COMMENT ON FUNCTION harvest.delete_schedule IS
 'Delete a schedule and its firing history (its runs go on); false when there was none. Called by the CLI '
 '(role harvest_operator).';

@@ -38,8 +38,11 @@
 
 -- Refuse a start of a workflow name that no worker registered on the queue (HR010),
 -- naming the names its workers did register. DETAIL is JSON
--- {workflow_name, queue, registered}.
-CREATE OR REPLACE FUNCTION harvest._refuse_unregistered(p_workflow_name text, p_queue text)
+-- {workflow_name, queue, registered}. p_what: what refuses it (a schedule's, schedules.sql),
+-- before the message; p_hint: what to do, if not a start's.
+CREATE OR REPLACE FUNCTION harvest._refuse_unregistered(
+    p_workflow_name text, p_queue text, p_what text DEFAULT NULL, p_hint text DEFAULT NULL
+)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -48,14 +51,14 @@ DECLARE
 BEGIN
     SELECT array_agg(r.workflow_name ORDER BY r.workflow_name) INTO v_registered
     FROM harvest.registered_workflows AS r WHERE r.queue = p_queue;
-    RAISE EXCEPTION 'workflow "%" is not registered on queue "%" (registered there: %)',
-        p_workflow_name, p_queue,
+    RAISE EXCEPTION '%workflow "%" is not registered on queue "%" (registered there: %)',
+        coalesce(p_what || ': ', ''), p_workflow_name, p_queue,
         coalesce(array_to_string(v_registered[1:20], ', ') || CASE WHEN cardinality(v_registered) > 20
             THEN ', ... ' || cardinality(v_registered) - 20 || ' more' ELSE '' END, 'none')
         USING ERRCODE = 'HR010',
         DETAIL = jsonb_build_object('workflow_name', p_workflow_name, 'queue', p_queue,
                                     'registered', to_jsonb(v_registered))::text,
-        HINT = 'check the name and the queue, or start a worker whose App registers the workflow';
+        HINT = coalesce(p_hint, 'check the name and the queue, or start a worker whose App registers the workflow');
 END;
 $$;
 

@@ -9,9 +9,10 @@
 -- harvest._start_firing, harvest._firing_start, harvest._start_buffered, harvest._schedule_active_runs,
 -- harvest._lock_schedule_dag (a DAG schedule's firing holds the DAG's row), harvest._firing_live,
 -- harvest._firing_workflow_names,
--- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
+-- harvest._firing_json and harvest._prune_schedule_history (every tick that fired),
+-- harvest._check_schedule_target (a create's or an update's workflow or DAG not registered).
 BEGIN;
-SELECT plan(118);
+SELECT plan(123);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -76,8 +77,26 @@ SELECT is((SELECT queue FROM harvest.schedules WHERE name = 'daily'), 'default',
 SELECT harvest.register_workflows(ARRAY['sched_billing_q'], ARRAY['sched_billing_wf']);
 SELECT is(harvest.create_schedule('sched_billing', 'sched_billing_wf', p_interval_secs => 3600) ->> 'queue',
           'sched_billing_q', 'create_schedule() without p_queue takes the one queue the workflow is registered on');
-DELETE FROM harvest.schedules WHERE name = 'sched_billing';
-DELETE FROM harvest.audit_log WHERE operation = 'schedule.create' AND target = 'sched_billing';
+-- harvest._check_schedule_target: a workflow its queue's workers did not register, or a DAG no
+-- worker registered, is refused (HR010) unless p_allow_unregistered; a queue with nothing
+-- registered cannot be checked (as a start).
+SELECT throws_ok($$SELECT harvest.create_schedule('sched_typo', 'sched_billng_wf', p_interval_secs => 60,
+                                                  p_queue => 'sched_billing_q')$$, 'HR010',
+                 'schedule sched_typo: workflow "sched_billng_wf" is not registered on queue "sched_billing_q" '
+                 '(registered there: sched_billing_wf)',
+                 'create_schedule() refuses a workflow its queue''s workers did not register (HR010), naming it');
+SELECT is(harvest.create_schedule('sched_typo', 'sched_billng_wf', p_interval_secs => 60, p_queue => 'sched_billing_q',
+                                  p_allow_unregistered => true) ->> 'workflow_name', 'sched_billng_wf',
+          'create_schedule(p_allow_unregistered => true) keeps it');
+SELECT throws_ok($$SELECT harvest.update_schedule('every', '{"queue": "sched_billing_q"}')$$, 'HR010', NULL,
+                 'update_schedule() checks a new queue (or workflow, or kind) as a create does');
+SELECT throws_ok($$SELECT harvest.create_schedule('sched_not_dag', 'sched_billing_wf', p_interval_secs => 60,
+                                                  p_kind => 'dag')$$, 'HR010', NULL,
+                 'a schedule of kind dag names a DAG a worker registered');
+SELECT lives_ok($$SELECT harvest._check_schedule_target(s) FROM harvest.schedules AS s WHERE s.name = 'daily'$$,
+                '_check_schedule_target() passes a workflow on a queue no worker registered anything on');
+DELETE FROM harvest.schedules WHERE name IN ('sched_billing', 'sched_typo');
+DELETE FROM harvest.audit_log WHERE operation = 'schedule.create' AND target IN ('sched_billing', 'sched_typo');
 
 -- ---------------------------------------------------------------- list_due_schedules
 SELECT results_eq($$SELECT name, next_fire_at, now FROM harvest.list_due_schedules(10) ORDER BY name$$,

@@ -41,7 +41,10 @@ def test_schedule_cli(db: str) -> None:
     assert len(made["next_fire_times"]) == 5 and all(
         "T01:00:00" in t or "T02:00:00" in t for t in made["next_fire_times"]
     )
-    _json(db, "schedule", "create-workflow", "--name", "dag_nightly", "--every", "1h", "--kind", "dag")
+    _json(
+        db, "schedule", "create-workflow", "--name", "dag_nightly", "--every", "1h", "--kind", "dag",
+        "--allow-unregistered",  # (no worker registered the DAG)
+    )  # fmt: skip
 
     table = harvest(db, "schedule", "list")
     assert table.returncode == 0, table.stderr
@@ -145,7 +148,9 @@ def test_preflight_fails_a_schedule_whose_workflow_is_not_registered(
     conn.execute("SELECT harvest.create_schedule('ok', 'flow', p_interval_secs => 60)")
     code, found = check()
     assert (code, found["status"]) == (0, "pass"), found
-    conn.execute("SELECT harvest.create_schedule('typo', 'flwo', p_interval_secs => 60)")
+    conn.execute(
+        "SELECT harvest.create_schedule('typo', 'flwo', p_interval_secs => 60, p_allow_unregistered => true)"
+    )
     code, found = check()
     assert (code, found["status"]) == (1, "fail"), found
     assert found["details"]["failures"] == [
@@ -352,3 +357,41 @@ def test_a_trigger_or_backfill_whose_firing_failed_exits_1_saying_why(db: str, c
     conn.execute("SELECT harvest.register_workflows(ARRAY['default'], ARRAY['gone_wf'])")
     again = harvest(db, "schedule", "backfill", "gone", "--from", "2020-01-02", "--to", "2020-01-02")
     assert again.returncode == 0, again.stderr
+
+
+def test_create_and_update_refuse_a_workflow_or_dag_no_worker_registered(db: str, conn) -> None:
+    """create-workflow took any workflow name (and --kind dag any name, not only a DAG's): every
+    firing failed, and only preflight said so. Refused where the database can tell, as a start
+    is (HR010, exit 2), naming the workflow and --allow-unregistered, which keeps it."""
+    # No worker registered anything on the queue: nothing to check (a schedule made before the
+    # first deploy), as a start.
+    _json(db, "schedule", "create-workflow", "--name", "early", "--workflow", "flwo", "--every", "1h")
+    conn.execute("SELECT harvest.register_workflows(ARRAY['default'], ARRAY['flow'])")
+    typo = harvest(db, "schedule", "create-workflow", "--name", "t", "--workflow", "flwo", "--every", "1h")
+    assert typo.returncode == 2 and len(typo.stderr.strip().splitlines()) == 1, typo.stderr
+    assert 'schedule t: workflow "flwo" is not registered on queue "default" (registered there: flow)' in (
+        typo.stderr
+    )
+    assert "pass --allow-unregistered" in typo.stderr and "p_allow_unregistered" not in typo.stderr
+    assert conn.execute("SELECT count(*) FROM harvest.schedules WHERE name = 't'").fetchone()[0] == 0
+    kept = _json(
+        db, "schedule", "create-workflow", "--name", "t", "--workflow", "flwo", "--every", "1h",
+        "--allow-unregistered",
+    )  # fmt: skip
+    assert kept["workflow_name"] == "flwo"
+    _json(db, "schedule", "create-workflow", "--name", "ok", "--workflow", "flow", "--every", "1h")
+    # An update that changes the workflow (or queue) is checked; one that does not is not.
+    moved = harvest(db, "schedule", "update", "ok", "--workflow", "flwo")
+    assert moved.returncode == 2 and '"flwo" is not registered' in moved.stderr, moved.stderr
+    assert _json(db, "schedule", "update", "t", "--every", "2h")["interval_secs"] == 7200
+    assert _json(db, "schedule", "update", "ok", "--workflow", "flwo", "--allow-unregistered")[
+        "workflow_name"
+    ]
+    # --kind dag names a DAG: a workflow's name, or nothing registered, is refused.
+    dag = harvest(db, "schedule", "create-workflow", "--name", "d", "--workflow", "flow", "--kind", "dag",
+                  "--every", "1h")  # fmt: skip
+    assert dag.returncode == 2, dag.stderr
+    assert 'schedule d: kind dag names "flow", which no worker registered as a DAG' in dag.stderr
+    assert "--allow-unregistered" in dag.stderr
+    assert _json(db, "schedule", "create-workflow", "--name", "d", "--workflow", "flow", "--kind", "dag",
+                 "--every", "1h", "--allow-unregistered")["kind"] == "dag"  # fmt: skip

@@ -1767,14 +1767,14 @@ def test_a_start_or_schedule_with_no_queue_goes_to_the_served_apps_queue_over_ht
     assert queue == ("billing",)
     created = run(
         "--base-url", BASE, "schedule", "create-workflow", "--name", "nightly", "--workflow", "billed",
-        "--cron", "0 3 * * *", "--output", "json",
+        "--cron", "0 3 * * *", "--input-json", "1", "--output", "json",
     )  # fmt: skip
     assert created.exit_code == 0, created.stderr
     assert json.loads(created.stdout)["queue"] == "billing"
     # A queue given is kept.
     given = run(
         "--base-url", BASE, "schedule", "create-workflow", "--name", "pinned", "--workflow", "billed",
-        "--cron", "0 3 * * *", "--queue", "elsewhere", "--output", "json",
+        "--cron", "0 3 * * *", "--queue", "elsewhere", "--input-json", "1", "--output", "json",
     )  # fmt: skip
     assert json.loads(given.stdout)["queue"] == "elsewhere"
 

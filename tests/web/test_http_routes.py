@@ -164,8 +164,9 @@ def test_a_patch_clears_an_input_a_queue_or_max_active_runs_given_as_null(api) -
     null of a field that cannot be cleared is still as absent."""
     made = api.post(
         "/admin/schedules/workflow",
-        json={"name": "clr", "workflow_name": "idle", "every": "1h", "input": {"a": 1}, "queue": "reports",
-              "max_active_runs": 3},
+        # (a workflow the served App does not declare: idle takes no argument)
+        json={"name": "clr", "workflow_name": "idle_elsewhere", "every": "1h", "input": {"a": 1},
+              "queue": "reports", "max_active_runs": 3},
     )  # fmt: skip
     assert made.status_code == 201, made.text
     patched = api.patch("/admin/schedules/clr", json={"input": None, "queue": None, "max_active_runs": None})
@@ -224,9 +225,10 @@ def test_schedule_routes_answer_every_status(api) -> None:
         api.post("/admin/schedules/workflow", json={"name": "x", "every": "1m", "tz": "UTC"}).status_code
         == 400
     )
-    dag_kind = api.post(
-        "/admin/schedules/workflow", json={"name": "dag-sched", "every": "1h", "kind": "dag", "paused": True}
-    )
+    no_dag = {"name": "dag-sched", "every": "1h", "kind": "dag", "paused": True}  # (no DAG registered)
+    refused = api.post("/admin/schedules/workflow", json=no_dag)
+    assert refused.status_code == 400 and error_of(refused)["code"] == "unknown_workflow"
+    dag_kind = api.post("/admin/schedules/workflow", json={**no_dag, "allow_unregistered": True})
     assert dag_kind.status_code == 201 and dag_kind.json()["paused"] is True
 
     listed = api.get("/admin/schedules").json()

@@ -58,7 +58,13 @@ def test_schedule_list_takes_paused_or_running_over_sql_and_http(db: str, api, m
         assert (
             api.post(
                 "/admin/schedules/workflow",
-                json={"name": name, "workflow_name": "report", "every": "1h", "paused": name[0] == "p"},
+                json={
+                    "name": name,
+                    "workflow_name": "report",
+                    "every": "1h",
+                    "input": "eu",
+                    "paused": name[0] == "p",
+                },
             ).status_code
             == 201
         )
@@ -135,3 +141,49 @@ def test_what_a_get_answers_can_be_edited_and_patched_back(api) -> None:
     both = api.patch("/admin/schedules/n", json={"every": "1h", "interval_secs": 60})
     assert both.status_code == 400 and both.json()["error"]["field"] == "interval_secs"
     assert api.patch("/admin/schedules/n", json={"jitter": "1s"}).json()["jitter_secs"] == 1
+
+
+def test_a_create_over_http_is_checked_against_the_served_app_and_the_registered_workflows(
+    db: str, api, conn, monkeypatch
+) -> None:
+    """A schedule of a workflow that needs an argument, made without `input`, failed every
+    firing; one whose workflow its queue's workers did not register too. The API checks the
+    first against its served App (a 400 naming input) and the second as a start does (a 400
+    unknown_workflow naming `allow_unregistered`, not the SQL's or the CLI's spelling)."""
+    bare = api.post("/admin/schedules/workflow", json={"name": "r", "workflow_name": "report", "every": "1h"})
+    assert bare.status_code == 400 and bare.json()["error"]["field"] == "input", bare.text
+    assert "region" in bare.json()["error"]["message"]
+    assert (
+        api.post(
+            "/admin/schedules/workflow",
+            json={"name": "r", "workflow_name": "report", "every": "1h", "input": "eu"},
+        ).status_code
+        == 201
+    )
+    cleared = api.patch("/admin/schedules/r", json={"input": None})
+    assert cleared.status_code == 400 and cleared.json()["error"]["field"] == "input"
+    conn.execute("SELECT harvest.register_workflows(ARRAY['default'], ARRAY['report'])")
+    typo = api.post("/admin/schedules/workflow", json={"name": "t", "workflow_name": "reprot", "every": "1h"})
+    assert typo.status_code == 400 and typo.json()["error"]["code"] == "unknown_workflow", typo.text
+    said = typo.json()["error"]["message"]
+    assert 'workflow "reprot" is not registered on queue "default"' in said
+    assert 'send "allow_unregistered": true' in said and "p_allow_unregistered" not in said
+    assert typo.json()["error"]["registered"] == ["report"]
+    kept = api.post(
+        "/admin/schedules/workflow",
+        json={"name": "t", "workflow_name": "reprot", "every": "1h", "allow_unregistered": True},
+    )
+    assert kept.status_code == 201, kept.text
+    moved = api.patch("/admin/schedules/r", json={"workflow_name": "reprot"})
+    assert moved.status_code == 400 and moved.json()["error"]["code"] == "unknown_workflow"
+    assert (
+        api.patch(
+            "/admin/schedules/r", json={"workflow_name": "reprot", "allow_unregistered": True}
+        ).status_code
+        == 200
+    )
+    # The CLI over HTTP says its own flag.
+    monkeypatch.setattr(cli_http, "TRANSPORT", api._transport)
+    done = cli("--base-url", BASE, "schedule", "create-workflow", "--name", "u", "--workflow", "reprot",
+               "--every", "1h")  # fmt: skip
+    assert done.exit_code == 2 and "pass --allow-unregistered" in done.output, done.output

@@ -806,17 +806,23 @@ class HttpApi:
     def create_schedule(self, name: str, workflow_name: str, **options: Any) -> dict[str, Any]:
         body = {"name": name, "workflow_name": workflow_name, "shard_id": self.shard}
         body.update(_schedule_fields(options))
-        for key in ("kind", "paused"):
+        for key in ("kind", "paused", "allow_unregistered"):
             if options.get(key) is not None:
                 body[key] = options[key]
         return _schedule_row(self.http.post("/admin/schedules/workflow", body))
 
     def update_schedule(
-        self, name: str, changes: dict[str, Any], operator: str | None = None
+        self,
+        name: str,
+        changes: dict[str, Any],
+        operator: str | None = None,
+        allow_unregistered: bool = False,
     ) -> dict[str, Any]:
         path = self._schedule(name)
         # A field cleared (None) goes as null: the route clears it (schedule_spec.CLEARABLE).
         body = {**_schedule_fields(changes), **{k: None for k, v in changes.items() if v is None}}
+        if allow_unregistered:
+            body["allow_unregistered"] = True
         params = {"shard_id": self.shard}
         answer = self.http.request("PATCH", path, params=params, json=body, scope="operate")[1]
         return _schedule_row(answer)

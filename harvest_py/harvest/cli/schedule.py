@@ -30,9 +30,9 @@ from harvest.cli.output import table as _table
 from harvest.cli.shards import _pooled_api, cli_pools, emit_merged, read_shards, with_page_footer
 from harvest.cli.workflow import read_json_option
 from harvest.client.schedules import backfill as backfill_schedule
-from harvest.client.schedules import firing_failures
+from harvest.client.schedules import firing_failures, unregistered_in_words_of
 from harvest.config import shards_configured
-from harvest.core.errors import InvalidArgument, NotFound, ScheduleAlreadyExists
+from harvest.core.errors import InvalidArgument, NotFound, ScheduleAlreadyExists, UnknownWorkflow
 from harvest.declare import schedules
 from harvest.declare.schedules import (
     MAX_ACTIVE_RUNS,
@@ -103,10 +103,10 @@ def _schedule_api(
         return
     config = cli_config()
     if not shards_configured(config):
-        with _sql_api(database_url, read_only=read_only) as sql:
+        with _sql_api(database_url, read_only=read_only) as sql, _cli_words(name):
             yield sql
         return
-    with cli_pools(config, database_url) as pools:
+    with cli_pools(config, database_url) as pools, _cli_words(name):
         target = pools.router.schedule_home(name) if shard is None else shard
         if target not in pools.router.readable:
             raise InvalidArgument(f"--shard-id {target} is not a shard of this deployment")
@@ -118,9 +118,12 @@ def _schedule_api(
 def _cli_words(name: str) -> Iterator[None]:
     """The server's refusals that say what to do name its routes (PATCH, DELETE, GET
     /admin/schedules); from the CLI over HTTP they name the commands, in the words of the SQL's
-    (create_schedule's HR014, get_schedule's HR002)."""
+    (create_schedule's HR014, get_schedule's HR002). A workflow not registered (HR010) names
+    --allow-unregistered, whichever transport."""
     try:
         yield
+    except UnknownWorkflow as exc:
+        raise unregistered_in_words_of(exc, "cli") from None
     except ScheduleAlreadyExists:
         raise ScheduleAlreadyExists(
             f"schedule {name} already exists: update it (harvest schedule update), or delete it first"
@@ -242,11 +245,21 @@ def schedule() -> None:
     """Workflows started on a cron or an interval (docs/schedules.md)."""
 
 
+def _allow_unregistered_option(f: FC) -> FC:
+    return click.option(
+        "--allow-unregistered",
+        is_flag=True,
+        help="Keep it though no worker registered its workflow (its queue's workers registered others) "
+        "or its DAG: it fires once one does (a schedule made before the deploy that brings it).",
+    )(f)
+
+
 @schedule.command("create-workflow")
 @click.option("--name", required=True, help="The schedule's name (runs are sched:NAME:UNIX_TS).")
 @_spec_options(create=True)
 @click.option("--kind", default="workflow", show_default=True, type=click.Choice(["workflow", "dag"]))
 @click.option("--paused", is_flag=True, help="Create it paused.")
+@_allow_unregistered_option
 @operator_id_option
 @database_url_option
 @output_option
@@ -266,11 +279,13 @@ def create_workflow(
     jitter: str,
     kind: str,
     paused: bool,
+    allow_unregistered: bool,
     operator: str | None,
     database_url: str | None,
     output: str,
 ) -> None:
-    """Create a workflow schedule."""
+    """Create a workflow schedule (refused when its workflow, or its DAG with --kind dag, is not
+    registered where the database can tell: --allow-unregistered keeps it)."""
     timing = _checked(schedules.timing, cron, every, tz)
     if not timing:
         raise click.UsageError("give --cron or --every")
@@ -286,6 +301,7 @@ def create_workflow(
             kind=kind,
             paused=paused,
             operator_id=operator,
+            **({"allow_unregistered": True} if allow_unregistered else {}),
             **timing,
             **_checked(schedules.catchup_options, catchup, catchup_window),
             **({} if queue is None else {"queue": queue}),  # none: the server's App decides
@@ -472,6 +488,7 @@ _CLEARABLE = {"input": "input", "queue": "queue", "max-active-runs": "max_active
     help="Clear a field, back to what create-workflow without it takes: input (none), queue (the "
     "served App's over HTTP, else the workflow's registered one), max-active-runs (1). Repeatable.",
 )
+@_allow_unregistered_option
 @_shard_option
 @operator_id_option
 @database_url_option
@@ -491,6 +508,7 @@ def update(
     catchup_window: str | None,
     jitter: str | None,
     clear: tuple[str, ...],
+    allow_unregistered: bool,
     shard: int | None,
     operator: str | None,
     database_url: str | None,
@@ -519,7 +537,7 @@ def update(
     if not changes:
         raise click.UsageError("nothing to change: give at least one option")
     with _schedule_api(database_url, name, shard, read_only=False) as sql:
-        data = sql.update_schedule(name, changes, operator)
+        data = sql.update_schedule(name, changes, operator, allow_unregistered)
     _emit_schedule(data, output)
 
 

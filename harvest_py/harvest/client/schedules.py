@@ -8,6 +8,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from harvest.core.errors import UnknownWorkflow
 from harvest.core.stepper import Do, Flow, adriven, driven
 from harvest.declare.schedules import backfill_slots
 
@@ -81,3 +82,22 @@ def _iso(value: Any) -> str:
 
 backfill = driven(backfill_flow)
 abackfill = adriven(backfill_flow)
+
+
+# How each face says "keep the schedule though its workflow is not registered" (create_schedule's
+# and update_schedule's HR010 hint says the SQL's: functions/schedules.sql _check_schedule_target).
+OVERRIDES = {
+    "sql": "pass p_allow_unregistered => true",
+    "cli": "pass --allow-unregistered",
+    "http": 'send "allow_unregistered": true',
+}
+
+
+def unregistered_in_words_of(exc: UnknownWorkflow, face: str) -> UnknownWorkflow:
+    """A schedule's HR010 (its workflow or DAG not registered) naming ``face``'s override, not
+    another's (the CLI over HTTP reads the server's)."""
+    message = str(exc)
+    for other, words in OVERRIDES.items():
+        if other != face:
+            message = message.replace(words, OVERRIDES[face])
+    return UnknownWorkflow(message, exc.workflow_name, exc.queue, exc.registered)

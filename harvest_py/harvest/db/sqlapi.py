@@ -1943,7 +1943,8 @@ SELECT harvest.create_schedule(
     p_queue => %(queue)s,
     p_max_active_runs => %(max_active_runs)s, p_overlap => %(overlap)s, p_catchup => %(catchup)s,
     p_catchup_window_secs => %(catchup_window_secs)s, p_jitter_secs => %(jitter_secs)s, p_kind => %(kind)s,
-    p_paused => %(paused)s, p_operator_id => %(operator_id)s) AS schedule
+    p_paused => %(paused)s, p_operator_id => %(operator_id)s,
+    p_allow_unregistered => %(allow_unregistered)s) AS schedule
 """
 FIRE_SCHEDULE = """
 SELECT harvest.fire_schedule(
@@ -1972,8 +1973,10 @@ def create_schedule(
     kind: str = "workflow",
     paused: bool = False,
     operator_id: str | None = None,
+    allow_unregistered: bool = False,  # True: no HR010 for a workflow (a DAG) not registered
 ) -> dict[str, Any]:
     return {
+        "allow_unregistered": allow_unregistered,
         "name": name,
         "workflow_name": workflow_name,
         "cron": cron,
@@ -1993,10 +1996,19 @@ def create_schedule(
 
 
 @call(
-    "SELECT harvest.update_schedule(%(name)s, %(changes)s, %(operator_id)s) AS schedule", column("schedule")
+    "SELECT harvest.update_schedule(%(name)s, %(changes)s, %(operator_id)s, %(allow_unregistered)s)"
+    " AS schedule",
+    column("schedule"),
 )
-def update_schedule(name: str, changes: dict[str, Any], operator_id: str | None = None) -> dict[str, Any]:
-    return {"name": name, "changes": _jsonb(changes), "operator_id": operator_id}
+def update_schedule(
+    name: str, changes: dict[str, Any], operator_id: str | None = None, allow_unregistered: bool = False
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "changes": _jsonb(changes),
+        "operator_id": operator_id,
+        "allow_unregistered": allow_unregistered,
+    }
 
 
 @call("SELECT harvest.delete_schedule(%(name)s, %(operator_id)s) AS deleted", column("deleted"))

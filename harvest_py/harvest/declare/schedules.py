@@ -572,18 +572,26 @@ def check_input(item: WorkflowSchedule, definition: Any) -> None:
     its hints when the App registers it (as a start checks them), encodable, and storable. A
     wrong argument count failed every run the schedule started; a NUL was psycopg's error at
     the worker's start."""
+    check_arguments(item.name, item.arguments(), definition, f"WorkflowSchedule {item.name!r}")
+
+
+def check_arguments(name: str, args: list[Any], definition: Any, what: str) -> None:
+    """A schedule's run arguments checked against its workflow's ``definition`` (None: only
+    encodable and storable), as :func:`check_input` does for a declaration and the management
+    API for a schedule it makes (its served App's workflow): a binding error is a TypeError that
+    begins with ``what``."""
     fn = None
     if definition is not None and definition.dag is None and definition.batch is None:
         fn = definition.fn  # (a DAG's run, or a batch's, takes other arguments than the slot's)
     try:
-        encoded = payload.encode_args(fn, item.arguments(), path=f"schedule {item.name} input")
+        encoded = payload.encode_args(fn, args, path=f"schedule {name} input")
         if fn is not None:
             payload.decode_args(fn, encoded)
     except TypeError as exc:
         if type(exc) is TypeError:  # a binding error (a PayloadError names the schedule already)
-            raise TypeError(f"WorkflowSchedule {item.name!r}: {exc}") from None
+            raise TypeError(f"{what}: {exc}") from None
         raise
-    payload.check_storable(encoded, f"the input of schedule {item.name}")
+    payload.check_storable(encoded, f"the input of schedule {name}")
 
 
 def schedule_specs(app: Any) -> list[dict[str, Any]]:

@@ -54,8 +54,17 @@ FIELDS = {
         "description": "jitter in seconds, as an answer spells it",
     },
 }
+# Keep a schedule whose workflow (or DAG) no worker registered (create_schedule's HR010).
+ALLOW_UNREGISTERED = {**BOOLEAN, "description": "keep it though its workflow (its DAG) is not registered"}
 CREATE = body(
-    {"name": STRING, **FIELDS, "kind": KIND, "paused": BOOLEAN, "shard_id": SHARD_ID},
+    {
+        "name": STRING,
+        **FIELDS,
+        "kind": KIND,
+        "paused": BOOLEAN,
+        "shard_id": SHARD_ID,
+        "allow_unregistered": ALLOW_UNREGISTERED,
+    },
     ("name",),
 )
 # The fields an update clears when given as null: each goes back to what a create without it
@@ -65,6 +74,7 @@ CLEARABLE = ("input", "queue", "max_active_runs")
 UPDATE = body(
     {
         **FIELDS,
+        "allow_unregistered": ALLOW_UNREGISTERED,
         **{k: {**FIELDS[k], "description": "null clears it (as a create without it)"} for k in CLEARABLE},
     }
 )
@@ -140,7 +150,30 @@ def create_arguments(
         queue = queue_of(kwargs["workflow_name"], kwargs.get("queue"))
         if queue is not None:
             kwargs["queue"] = queue
-    return {"name": checked["name"], "kind": kind, "paused": bool(checked.get("paused")), **found, **kwargs}
+    allow = {"allow_unregistered": True} if checked.get("allow_unregistered") else {}
+    return {
+        "name": checked["name"],
+        "kind": kind,
+        "paused": bool(checked.get("paused")),
+        **found,
+        **kwargs,
+        **allow,
+    }
+
+
+def check_app_input(app: Any, name: str, kind: str, workflow_name: str, args: list[Any] | None) -> None:
+    """A workflow schedule's run arguments bound to its workflow's parameters, when ``app`` (the
+    served App) declares the workflow: a schedule of a workflow that needs an argument, made
+    without one, failed every firing. A 400 naming ``input``; nothing to check otherwise."""
+    definition = app.workflows.get(workflow_name) if app is not None and kind == "workflow" else None
+    if definition is None:
+        return
+    try:
+        schedules.check_arguments(name, list(args or []), definition, f"workflow {workflow_name!r}")
+    except TypeError as exc:
+        if type(exc) is not TypeError:
+            raise
+        raise invalid("input", f"{exc} (input is the run's one argument)") from None
 
 
 def update_changes(data: dict[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from harvest.client.schedules import abackfill
-from harvest.core.errors import NotFound, ScheduleAlreadyExists
+from harvest.client.schedules import abackfill, unregistered_in_words_of
+from harvest.core.errors import NotFound, ScheduleAlreadyExists, UnknownWorkflow
 from harvest.core.ids import MAX_SHARD
 from harvest.declare.schedules import (
     describe_row,
@@ -44,6 +44,7 @@ from harvest.web.schedule_spec import (
     CREATE,
     OVERLAP,
     UPDATE,
+    check_app_input,
     cleared_queue,
     create_arguments,
     update_changes,
@@ -75,6 +76,8 @@ async def _on_home(call: Call, name: str, shard: int | None, fn: Any) -> Any:
         if not str(exc).startswith("schedule "):
             raise
         raise NotFound(f"schedule {name!r} does not exist: GET /admin/schedules lists them") from None
+    except UnknownWorkflow as exc:
+        raise unregistered_in_words_of(exc, "http") from None
 
 
 def _view(row: dict[str, Any]) -> dict[str, Any]:
@@ -99,6 +102,7 @@ async def get_schedule(call: Call, args: dict[str, Any], _: Any) -> Any:
 async def create_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     kwargs = create_arguments(data, lambda workflow, given: declared_queue(call, workflow, given))
     name, workflow_name = kwargs.pop("name"), kwargs.pop("workflow_name")
+    check_app_input(call.state.app, name, kwargs["kind"], workflow_name, kwargs.get("input"))
     row = await _on_home(
         call,
         name,
@@ -115,9 +119,17 @@ async def update_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]
         raise invalid("body", "nothing to change: give at least one field")
 
     async def update(sql: Any) -> Any:
+        app = call.state.app
+        if app is not None and ("input" in changes or "workflow_name" in changes or "kind" in changes):
+            row = await sql.get_schedule(name, 1)
+            now = {**row, **{k: v for k, v in changes.items() if k in ("input", "workflow_name", "kind")}}
+            check_app_input(app, name, now["kind"], now["workflow_name"], now["input"])
         # (a cleared queue: the served App's, as a create without one takes it)
         return await sql.update_schedule(
-            name, await cleared_queue(sql, name, changes, call.state.app), call.operator_id
+            name,
+            await cleared_queue(sql, name, changes, app),
+            call.operator_id,
+            bool(data.get("allow_unregistered")),
         )
 
     row = await _on_home(call, name, args["shard_id"], update)
