@@ -30,7 +30,7 @@ from harvest.cli.output import table as _table
 from harvest.cli.shards import _pooled_api, cli_pools, emit_merged, read_shards, with_page_footer
 from harvest.cli.workflow import read_json_option
 from harvest.client.schedules import backfill as backfill_schedule
-from harvest.client.schedules import firing_failures, unregistered_in_words_of
+from harvest.client.schedules import firing_failures, in_words_of
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument, NotFound, ScheduleAlreadyExists, UnknownWorkflow
 from harvest.declare import schedules
@@ -117,24 +117,16 @@ def _schedule_api(
 @contextlib.contextmanager
 def _cli_words(name: str) -> Iterator[None]:
     """The server's refusals that say what to do name its routes (PATCH, DELETE, GET
-    /admin/schedules); from the CLI over HTTP they name the commands, in the words of the SQL's
-    (create_schedule's HR014, get_schedule's HR002). A workflow not registered (HR010) names
-    --allow-unregistered, whichever transport."""
+    /admin/schedules); from the CLI they name the commands, in the words of the SQL's
+    (create_schedule's HR014, get_schedule's HR002), and a workflow not registered (HR010)
+    --allow-unregistered, whichever transport (harvest.client.schedules.in_words_of)."""
     try:
         yield
-    except UnknownWorkflow as exc:
-        raise unregistered_in_words_of(exc, "cli") from None
-    except ScheduleAlreadyExists:
-        raise ScheduleAlreadyExists(
-            f"schedule {name} already exists: update it (harvest schedule update), or delete it first"
-        ) from None
-    except NotFound as exc:
-        if not str(exc).startswith("schedule "):
+    except (UnknownWorkflow, ScheduleAlreadyExists, NotFound) as exc:
+        said = in_words_of(exc, name, "cli")
+        if said is exc:
             raise
-        # (the words of get_schedule's HR002 and its hint, as over SQL)
-        raise NotFound(
-            f"schedule {name!r} does not exist: harvest schedule list shows the schedules of this database"
-        ) from None
+        raise said from None
 
 
 def _option(name: str) -> str:

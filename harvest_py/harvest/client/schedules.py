@@ -7,8 +7,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
-from harvest.core.errors import UnknownWorkflow
+from harvest.core.errors import HarvestError, NotFound, ScheduleAlreadyExists, UnknownWorkflow
 from harvest.core.stepper import Do, Flow, adriven, driven
 from harvest.declare.schedules import backfill_slots
 
@@ -84,20 +85,38 @@ backfill = driven(backfill_flow)
 abackfill = adriven(backfill_flow)
 
 
-# How each face says "keep the schedule though its workflow is not registered" (create_schedule's
-# and update_schedule's HR010 hint says the SQL's: functions/schedules.sql _check_schedule_target).
-OVERRIDES = {
-    "sql": "pass p_allow_unregistered => true",
-    "cli": "pass --allow-unregistered",
-    "http": 'send "allow_unregistered": true',
+# What each face says to do about a schedule's refusal, where the SQL's hint names the SQL's or
+# the CLI's way: a name taken (create_schedule's HR014), a schedule missing (HR002), a workflow
+# or DAG not registered (HR010: functions/schedules.sql _check_schedule_target, whose hint says
+# the SQL's override).
+WORDS: dict[str, dict[str, str]] = {
+    "sql": {"override": "pass p_allow_unregistered => true"},
+    "cli": {
+        "taken": "update it (harvest schedule update), or delete it first",
+        "missing": "harvest schedule list shows the schedules of this database",
+        "override": "pass --allow-unregistered",
+    },
+    "http": {
+        "taken": "PATCH {route} to change it, or DELETE {route} first",
+        "missing": "GET /admin/schedules lists them",
+        "override": 'send "allow_unregistered": true',
+    },
 }
 
 
-def unregistered_in_words_of(exc: UnknownWorkflow, face: str) -> UnknownWorkflow:
-    """A schedule's HR010 (its workflow or DAG not registered) naming ``face``'s override, not
-    another's (the CLI over HTTP reads the server's)."""
-    message = str(exc)
-    for other, words in OVERRIDES.items():
-        if other != face:
-            message = message.replace(words, OVERRIDES[face])
-    return UnknownWorkflow(message, exc.workflow_name, exc.queue, exc.registered)
+def in_words_of(exc: HarvestError, name: str, face: str) -> HarvestError:
+    """``exc``, a refusal of a call on schedule ``name``, saying what to do in ``face``'s words
+    (:data:`WORDS`: "cli", "http"): another error, as it is. The CLI over HTTP reads the server's."""
+    words = WORDS[face]
+    if isinstance(exc, UnknownWorkflow):
+        message = str(exc)
+        for other, said in WORDS.items():
+            if other != face:
+                message = message.replace(said["override"], words["override"])
+        return UnknownWorkflow(message, exc.workflow_name, exc.queue, exc.registered)
+    if isinstance(exc, ScheduleAlreadyExists):
+        taken = words["taken"].format(route=f"/admin/schedules/{quote(name, safe='')}")
+        return ScheduleAlreadyExists(f"schedule {name} already exists: {taken}")
+    if isinstance(exc, NotFound) and str(exc).startswith("schedule "):
+        return NotFound(f"schedule {name!r} does not exist: {words['missing']}")
+    return exc

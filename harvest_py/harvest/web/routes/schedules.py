@@ -12,9 +12,8 @@ so those routes need the operate scope; reads need read.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
-from harvest.client.schedules import abackfill, unregistered_in_words_of
+from harvest.client.schedules import abackfill, in_words_of
 from harvest.core.errors import NotFound, ScheduleAlreadyExists, UnknownWorkflow
 from harvest.core.ids import MAX_SHARD
 from harvest.declare.schedules import (
@@ -67,17 +66,11 @@ async def _on_home(call: Call, name: str, shard: int | None, fn: Any) -> Any:
         shard = call.state.router.schedule_home(name)
     try:
         return await call.on_shard(shard, fn)
-    except ScheduleAlreadyExists:
-        route = f"/admin/schedules/{quote(name, safe='')}"
-        raise ScheduleAlreadyExists(
-            f"schedule {name} already exists: PATCH {route} to change it, or DELETE {route} first"
-        ) from None
-    except NotFound as exc:
-        if not str(exc).startswith("schedule "):
+    except (UnknownWorkflow, ScheduleAlreadyExists, NotFound) as exc:
+        said = in_words_of(exc, name, "http")
+        if said is exc:
             raise
-        raise NotFound(f"schedule {name!r} does not exist: GET /admin/schedules lists them") from None
-    except UnknownWorkflow as exc:
-        raise unregistered_in_words_of(exc, "http") from None
+        raise said from None
 
 
 def _view(row: dict[str, Any]) -> dict[str, Any]:
