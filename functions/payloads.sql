@@ -91,8 +91,9 @@ AS $$
 $$;
 
 -- A row's payload fields replaced by the erased marker: inputs, results, signal, query and
--- update payloads, a side effect's value, and the details and traceback of a failure (its
--- error_type and message stay, as dead-letter filters and retry policies read them). Redaction hides the same
+-- update payloads, a side effect's value, a local activity's result, and the details and
+-- traceback of a failure (its error_type and message stay, as dead-letter filters and retry
+-- policies read them; a local activity's failure is one too). Redaction hides the same
 -- fields (PAYLOAD_FIELDS in harvest/core/payload.py; a test holds the two equal).
 CREATE OR REPLACE FUNCTION harvest._erase_payload_fields(p_data jsonb)
 RETURNS jsonb
@@ -116,6 +117,11 @@ BEGIN
     END IF;
     IF v_out ->> 'kind' = 'side_effect' AND v_out ? 'value' THEN
         v_out := jsonb_set(v_out, '{value}', c_erased);
+    END IF;
+    -- A local activity's marker holds its outcome, {name, result} or {name, failure}: its result
+    -- and its failure's payloads go, as a queued activity's do; its name stays (OUTCOME_MARKERS).
+    IF v_out ->> 'kind' = 'local_activity' AND jsonb_typeof(v_out -> 'value') = 'object' THEN
+        v_out := jsonb_set(v_out, '{value}', harvest._erase_payload_fields(v_out -> 'value'));
     END IF;
     FOREACH v_key IN ARRAY ARRAY['failure', 'last_failure', 'error'] LOOP
         IF jsonb_typeof(v_out -> v_key) = 'object' THEN

@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
-SELECT plan(55);
+SELECT plan(57);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -26,6 +26,17 @@ SELECT is(harvest._erase_payload_fields(
           '{"failure": {"error_type": "E", "message": "m", "details": null,
                         "traceback": {"_harvest_erased": true}}}'::jsonb,
           'a failure''s traceback is erased as its details are');
+SELECT is(harvest._erase_payload_fields('{"seq": 2, "kind": "local_activity", "value": {"name": "a", "result": [7]}}'),
+          '{"seq": 2, "kind": "local_activity", "value": {"name": "a", "result": {"_harvest_erased": true}}}'::jsonb,
+          'a local activity''s result is erased; its name stays');
+SELECT is(harvest._erase_payload_fields(
+              '{"seq": 3, "kind": "local_activity",
+                "value": {"name": "a", "failure": {"error_type": "E", "message": "m", "details": {"k": 1},
+                                                    "traceback": "Traceback ..."}}}'),
+          '{"seq": 3, "kind": "local_activity",
+            "value": {"name": "a", "failure": {"error_type": "E", "message": "m", "details": {"_harvest_erased": true},
+                                                "traceback": {"_harvest_erased": true}}}}'::jsonb,
+          'a local activity''s failure details and traceback are erased; its name, type and message stay');
 SELECT is(harvest._erase_payload_fields('{"kind": "version", "value": 2}'),
           '{"kind": "version", "value": 2}'::jsonb, 'a version marker stays');
 SELECT is(harvest._erase_payload_fields('{"input": [1]}') -> 'input',

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
 from harvest.core.errors import PayloadError, PayloadKeyMissing, PayloadTooLargeToDecode
-from harvest.core.payload import PAYLOAD_MARKERS
+from harvest.core.payload import OUTCOME_MARKERS, PAYLOAD_MARKERS
 
 __all__ = [
     "CODEC_KEY",
@@ -470,7 +470,8 @@ def _map_failure(failure: Any, fn: Callable[[Any], Any]) -> Any:
 
 def map_command(command: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, Any]:
     """``command`` with ``fn`` applied to each payload it carries: each argument of an input,
-    a result, a signal payload, cancellation details, a failure's details, a side effect's value."""
+    a result, a signal payload, cancellation details, a failure's details, a side effect's value,
+    a local activity's result or failure details."""
     kind = command.get("type")
     out = command
     for field in _COMMAND_FIELDS.get(kind, ()):  # type: ignore[arg-type]
@@ -486,9 +487,23 @@ def map_command(command: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, 
         out = {**out, failure_field: _map_failure(out[failure_field], fn)}
     if kind == "record_marker" and command.get("kind") in PAYLOAD_MARKERS and out.get("value") is not None:
         out = {**out, "value": fn(out["value"])}
+    outcome = out.get("value") if kind == "record_marker" and command.get("kind") in OUTCOME_MARKERS else None
+    if isinstance(outcome, dict):  # a local activity's: its result, its failure's payloads
+        out = {**out, "value": _map_outcome(outcome, fn)}
     if kind == "continue_as_new" and out.get("signals"):  # the unread signals the successor takes over
         out = {**out, "signals": [_map_signal(s, fn) for s in out["signals"]]}
     return out
+
+
+def _map_outcome(outcome: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, Any]:
+    """A local activity's recorded outcome with ``fn`` applied to its result, or to its failure's
+    payloads, as a queued activity's completion or failure has them (its name stays plain: the
+    replay matches it)."""
+    if outcome.get("result") is not None:
+        outcome = {**outcome, "result": fn(outcome["result"])}
+    if "failure" in outcome:
+        outcome = {**outcome, "failure": _map_failure(outcome["failure"], fn)}
+    return outcome
 
 
 def _map_signal(signal: Any, fn: Callable[[Any], Any]) -> Any:
