@@ -35,14 +35,15 @@ CALLS: list[str] = []  # the local activities run in this process
 @activity(local=True)
 async def look_up(ctx, ssn: str) -> dict:
     CALLS.append("look_up")
-    return {"ssn": ssn, "pid": os.getpid(), "pad": "z" * 2000 if ssn.endswith("big") else ""}
+    # (random: no codec compresses it under offload_bytes)
+    return {"ssn": ssn, "pid": os.getpid(), "pad": os.urandom(1000).hex() if ssn.endswith("big") else ""}
 
 
 @activity(local=True, retry=RetryPolicy.none())
 async def refuse(ctx, ssn: str) -> str:
     CALLS.append("refuse")
-    # The comment below is in the failure's traceback (its frame's line): LOCAL-RAISING-FRAME
-    raise ActivityFailure("Denied", "the lookup was refused", non_retryable=True, details={"why": DETAIL})
+    failure = ActivityFailure("Denied", "the lookup was refused", non_retryable=True, details={"why": DETAIL})
+    raise failure  # LOCAL-RAISING-FRAME: the traceback quotes this line
 
 
 @workflow
@@ -246,3 +247,40 @@ def test_the_encoding_of_a_local_outcome_leaves_its_name_and_an_old_plain_one_de
     assert chain.decode_tree([done, failed]) == [done, failed]  # a plain one reads as it is
     none = {**marker, "seq": 3, "value": {"name": "c", "result": None}}
     assert chain.encode_command(none) == none
+
+
+@workflow
+async def local_hoard(ctx, ssn: str) -> dict:
+    got = await ctx.execute_activity(look_up, ssn)
+    go = await ctx.wait_for_signal("go")
+    return {"ssn": got["ssn"], "pad": len(got["pad"]), "go": go}
+
+
+def test_a_reset_fork_carries_a_local_activitys_offloaded_encrypted_outcome(db, start_worker):
+    """A fork's history carries the source's local marker, encrypted as it was, and its own copy of
+    the offloaded result, so erasing (and deleting) the source leaves the fork replayable."""
+    policy = Payloads(_codecs(), offload_bytes=1024)
+    start_worker(App([local_hoard], [look_up], codecs=policy), cache_size=0)
+    with Client(db, codecs=policy) as client:
+        source = client.start_workflow(local_hoard, SECRET + "-big", workflow_id="local-hoard-1")
+        _wait_for(lambda: _markers(db, source.execution_id), "the marker")
+        plan = _wait_for(
+            lambda: (
+                (p := source.reset(source.history()[-1]["event_id"], "new code", dry_run=True))["valid"] and p
+            ),
+            "a reset point after the marker",
+        )
+        fork_id = source.reset(plan["to_event"], "new code")["new_execution_id"]
+        ref = _markers(db, fork_id)[0]["result"]["_harvest_ref"]
+        assert ref != _markers(db, source.execution_id)[0]["result"]["_harvest_ref"]  # its own copy
+        with psycopg.connect(db, autocommit=True) as conn:
+            SqlApi(conn).erase_payloads(source.execution_id, "ops")
+            conn.execute("DELETE FROM harvest.executions WHERE id = %s", (source.execution_id,))  # retention
+            owner = conn.execute("SELECT execution_id FROM harvest.payloads WHERE id = %s", (ref,)).fetchone()
+        assert str(owner[0]) == fork_id
+        assert SECRET not in _stored_text(db)
+        CALLS.clear()
+        fork = client.get_handle(fork_id, local_hoard)
+        fork.signal("go", "now")
+        assert fork.result(timeout=30) == {"ssn": SECRET + "-big", "pad": 2000, "go": "now"}
+    assert CALLS == []  # the fork replayed the carried outcome
