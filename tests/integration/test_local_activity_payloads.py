@@ -137,7 +137,7 @@ def test_a_local_activitys_outcome_is_encrypted_and_replays_after_its_worker_is_
             # As a queued activity's failure: its type and message plain, its payloads encoded.
             assert (failure["error_type"], failure["message"]) == ("Denied", "the lookup was refused")
             assert failure["details"]["_harvest_codec"] == ["zlib", "aesgcm:k1"]
-            assert failure.get("traceback") is None or "_harvest_codec" in failure["traceback"]
+            assert failure["traceback"]["_harvest_codec"] == ["zlib", "aesgcm:k1"]  # where it was raised
 
             # A new worker (no cache: it replays the history) reads the outcomes back, decoded,
             # and runs neither activity again.
@@ -156,7 +156,7 @@ def test_a_local_activitys_outcome_is_encrypted_and_replays_after_its_worker_is_
         app = "test_local_activity_payloads:ENCRYPTED"
         full = harvest(db, "workflow", "history", handle.execution_id, "--full", "-o", "json", "--app", app)
         assert full.returncode == 0, full.stderr
-        assert SECRET in full.stdout and DETAIL in full.stdout
+        assert SECRET in full.stdout and DETAIL in full.stdout and "LOCAL-RAISING-FRAME" in full.stdout
         keyless = harvest(db, "workflow", "history", handle.execution_id, "--full", "-o", "json")
         assert keyless.returncode == 0, keyless.stderr
         assert SECRET not in keyless.stdout and "encrypted (key k1)" in keyless.stdout
@@ -199,9 +199,10 @@ def test_a_local_activitys_large_result_is_offloaded_and_erasure_erases_its_outc
     erased = _markers(db, handle.execution_id)
     assert erased[0] == {"name": "look_up", "result": ERASED}  # its name stays, as an activity's
     failure = erased[1]["failure"]
-    assert (failure["error_type"], failure["message"], failure["details"]) == (
+    assert (failure["error_type"], failure["message"], failure["details"], failure["traceback"]) == (
         "Denied",
         "the lookup was refused",
+        ERASED,
         ERASED,
     )
 
