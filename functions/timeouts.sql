@@ -12,8 +12,11 @@
 --     ScheduleToCloseTimeout, whether pending or running;
 --   * a run past its run or execution timeout ends TIMED_OUT (expire_workflows).
 
+-- Each row names what it expired (workflow_type, and for an activity its name and the
+-- error_type it failed with) from the rows it already holds, so the scanner counts the failed
+-- attempts no handler reported (harvest_activity_failed_total) without another read.
 CREATE OR REPLACE FUNCTION harvest.expire_tasks(p_limit integer DEFAULT 100)
-RETURNS TABLE (task_id bigint, kind text, outcome text)
+RETURNS TABLE (task_id bigint, kind text, outcome text, workflow_type text, activity text, error_type text)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -48,7 +51,8 @@ BEGIN
                 jsonb_build_object('error_type', 'ScheduleToCloseTimeout', 'non_retryable', true,
                     'message', 'activity ' || v_task.activity_name || ' did not finish within its '
                                || 'schedule_to_close of ' || (v_task.options ->> 'schedule_to_close') || 's',
-                    'details', NULL), false);
+                    'details', NULL), false),
+                v_execution.workflow_name, v_task.activity_name, 'ScheduleToCloseTimeout'::text;
         ELSIF v_task.status = 'running' AND v_task.lease_expires_at < v_now THEN
             IF v_task.kind = 'workflow' THEN
                 UPDATE harvest.tasks
@@ -56,7 +60,8 @@ BEGIN
                     lease_owner = NULL, lease_expires_at = NULL, due_at = v_now
                 WHERE id = v_task.id;
                 PERFORM harvest._notify_queue(v_task.queue);
-                RETURN QUERY SELECT v_task.id, v_task.kind, 'released'::text;
+                RETURN QUERY SELECT v_task.id, v_task.kind, 'released'::text, v_execution.workflow_name,
+                    NULL::text, NULL::text;
             ELSE
                 v_heartbeat_timeout := (v_task.options ->> 'heartbeat_timeout')::double precision;
                 v_error_type := CASE
@@ -71,7 +76,8 @@ BEGIN
                         'message', 'attempt ' || v_task.attempt || ' of ' || v_task.activity_name
                                    || ' held by ' || coalesce(v_task.lease_owner, 'its task token (completed elsewhere)')
                                    || ' timed out (' || v_error_type || ')',
-                        'details', NULL));
+                        'details', NULL)),
+                    v_execution.workflow_name, v_task.activity_name, v_error_type;
             END IF;
         END IF;
     END LOOP;
@@ -135,6 +141,7 @@ $$;
 COMMENT ON FUNCTION harvest.expire_tasks IS
 'Crash recovery and activity timeouts: expired workflow-task leases go back to pending, expired activity leases '
 'fail that attempt, activities past schedule_to_close fail for good; bounded by p_limit, skipping locked rows. '
+'Each row names the run''s workflow_type and, for an activity, its name and error_type (the scanner counts them). '
 'Called by the scanner, harvest.scan (role harvest_worker).';
 COMMENT ON FUNCTION harvest.expire_workflows IS
 'End runs past their run or execution timeout as TIMED_OUT; returns how many. Called by the scanner, harvest.scan'

@@ -2,7 +2,7 @@
 -- StartToCloseTimeout / HeartbeatTimeout, schedule_to_close deadlines, the bound —
 -- and harvest.expire_workflows. The scanner pass that runs them is pgtap/scanner.sql.
 BEGIN;
-SELECT plan(52);
+SELECT plan(55);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -17,7 +17,9 @@ RETURNS void LANGUAGE sql AS $fn$
                                   p_options => p_options, p_claim => p_claim);
 $fn$;
 -- expire_tasks() once; its rows kept in `swept` for the assertions that follow.
-CREATE TEMP TABLE swept (task_id bigint, kind text, outcome text) ON COMMIT DROP;
+CREATE TEMP TABLE swept (
+    task_id bigint, kind text, outcome text, workflow_type text, activity text, error_type text
+) ON COMMIT DROP;
 CREATE FUNCTION pg_temp.sweep(p_limit integer DEFAULT 100) RETURNS bigint LANGUAGE plpgsql AS $fn$
 BEGIN
     DELETE FROM swept;
@@ -64,6 +66,11 @@ SELECT results_eq(
     'start_to_close passed: StartToCloseTimeout, retryable, the attempt counted once, retried after the backoff');
 SELECT is((SELECT last_failure ->> 'error_type' FROM harvest.tasks WHERE id = pg_temp.task('hb')), 'HeartbeatTimeout',
           'no heartbeat within heartbeat_timeout: HeartbeatTimeout');
+SELECT results_eq($$SELECT workflow_type, activity, error_type FROM swept
+                    WHERE task_id IN (pg_temp.task('s2c'), pg_temp.task('hb')) ORDER BY task_id$$,
+                  $$VALUES ('to_wf'::text, 'act_s2c'::text, 'StartToCloseTimeout'::text),
+                           ('to_wf', 'act_hb', 'HeartbeatTimeout')$$,
+                  'each expired attempt names its workflow_type, activity and error_type (the scanner counts them)');
 SELECT results_eq($$SELECT outcome FROM swept WHERE task_id IN (pg_temp.task('last'), pg_temp.task('last_nodl'))
                     ORDER BY task_id$$,
                   ARRAY['dead_lettered', 'failed'],
@@ -100,6 +107,9 @@ SELECT is(pg_temp.sweep(), 1::bigint, 'expire_tasks() at 31 s: the workflow task
 SELECT results_eq($$SELECT task_id, kind, outcome FROM swept$$,
                   $$SELECT pg_temp.task('wf'), 'workflow'::text, 'released'::text$$,
                   'an expired workflow task is released');
+SELECT results_eq($$SELECT workflow_type, activity, error_type FROM swept$$,
+                  $$VALUES ('to_wf'::text, NULL::text, NULL::text)$$,
+                  'a released workflow task names its workflow_type and no error_type: no attempt failed');
 SELECT results_eq(
     $$SELECT status, lease_owner, lease_expires_at, due_at, attempt FROM harvest.tasks WHERE id = pg_temp.task('wf')$$,
     $$VALUES ('pending'::text, NULL::text, NULL::timestamptz, '2030-01-01 00:00:31+00'::timestamptz, 1)$$,
@@ -120,6 +130,9 @@ SELECT results_eq(
                                                    pg_temp.task('deadline_nodl')) ORDER BY task_id$$,
     ARRAY['dead_lettered', 'dead_lettered', 'failed'],
     'past the deadline: dead-lettered (running or pending), or failed with dead_letter=false');
+SELECT results_eq($$SELECT DISTINCT workflow_type, error_type FROM swept$$,
+                  $$VALUES ('to_wf'::text, 'ScheduleToCloseTimeout'::text)$$,
+                  'past the deadline: each row names the ScheduleToCloseTimeout it failed with');
 SELECT results_eq(
     $$SELECT failure ->> 'error_type', (failure ->> 'non_retryable')::boolean, failure ->> 'message', attempts
       FROM harvest.dead_letters WHERE execution_id = pg_temp.run('deadline')$$,

@@ -7,9 +7,14 @@ sampler must say exactly that, and only one of two scanning workers samples the 
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import time
 
+import psycopg
+
 from harvest import App, Client, RetryPolicy, activity, workflow
+from harvest.db import testkit
 from harvest.telemetry.metrics import process_metrics, render_metrics
 
 N = 4
@@ -37,6 +42,16 @@ async def metrics_wf(ctx, i: int) -> int:
 @workflow
 async def metrics_dl_wf(ctx) -> None:
     await ctx.execute_activity(metrics_broken)
+
+
+@activity(start_to_close="60s", retry=RetryPolicy.none())
+async def metrics_hangs(ctx) -> None:
+    await asyncio.Event().wait()  # a worker that went silent: its handler never reports
+
+
+@workflow
+async def metrics_hang_wf(ctx) -> None:
+    await ctx.execute_activity(metrics_hangs)
 
 
 def value(name: str, **labels: str) -> float:
@@ -138,3 +153,38 @@ def test_a_scan_tick_is_counted_once_when_the_pump_after_it_fails(start_worker) 
     wait_for(lambda: _FailingPump.ticks >= 2)
     assert value("harvest_scanner_tick_total", shard="0", outcome="ok") - ok >= 2
     assert value("harvest_scanner_tick_total", shard="0", outcome="error") == error
+
+
+def test_an_attempt_whose_lease_the_scanner_expired_is_counted_as_failed(start_worker, db: str) -> None:
+    """An activity whose worker never reports (killed, hung) fails by the scanner's
+    StartToCloseTimeout: harvest_activity_failed_total counted no such attempt, so a poison
+    activity dead-lettered that way was invisible to HarvestActivityFailures."""
+    labels = {
+        "workflow_type": "metrics_hang_wf",
+        "activity": "metrics_hangs",
+        "error_type": "StartToCloseTimeout",
+    }
+    before = value("harvest_activity_failed_total", **labels)
+    clock = testkit.SharedClock(db)
+    try:
+        dsn = testkit.shared_clock_dsn(db)
+        start_worker(App(workflows=[metrics_hang_wf], activities=[metrics_hangs]), dsn=dsn)
+        with Client(dsn) as client, psycopg.connect(db, autocommit=True) as conn:
+            client.start_workflow(metrics_hang_wf)
+
+            def status() -> str | None:
+                row = conn.execute(
+                    "SELECT status FROM harvest.tasks WHERE activity_name = 'metrics_hangs'"
+                ).fetchone()
+                return None if row is None else row[0]
+
+            wait_for(lambda: status() == "running")
+            clock.set_offset(clock.offset() + dt.timedelta(seconds=61))  # past its start_to_close
+            wait_for(lambda: value("harvest_activity_failed_total", **labels) - before == 1)
+            (error_type,) = conn.execute(
+                "SELECT failure ->> 'error_type' FROM harvest.dead_letters "
+                "WHERE activity_name = 'metrics_hangs'"
+            ).fetchone()
+            assert error_type == "StartToCloseTimeout"
+    finally:
+        clock.close()

@@ -519,6 +519,13 @@ class Metrics:
         if ok:
             self.scanner_last_tick.labels(str(shard)).set(time.time())
 
+    def attempts_expired(self, expired: list[dict[str, Any]]) -> None:
+        """The activity attempts a scan failed (harvest.expire_tasks: a lease or a
+        schedule_to_close ran out), which no handler reported: a worker killed mid-activity."""
+        for row in expired:
+            if row.get("error_type") is not None:
+                self.activity_failed(row["workflow_type"], row["activity"], row["error_type"]).inc()
+
     def pumped(self, claimed: int, settled: int, released: int) -> None:
         if claimed:
             self.relay_pump("claimed").inc(claimed)

@@ -1409,6 +1409,7 @@ class Worker:
                 self.metrics.scanned(lane.shard, True)
                 scanned = True
                 if moved["expired_tasks"]:
+                    self.metrics.attempts_expired(moved["expired_tasks"])
                     log.info(
                         "timeout scanner: %s",
                         ", ".join(
