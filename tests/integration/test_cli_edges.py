@@ -578,6 +578,55 @@ def test_a_retention_age_past_the_first_storable_time_says_so_on_both_transports
         assert "max age 100000 years is too long" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["retention", "set", "--max-age", "bogus"], "--max-age"),
+        (["retention", "set", "--max-age", "30 days", "--worker-max-age", "30 dayz"], "--worker-max-age"),
+        (["retention", "run-now", "--max-age", "bogus"], "--max-age"),
+        (["audit", "prune", "--older-than", "bogus"], "--older-than"),
+    ],
+)
+def test_an_age_that_is_no_interval_is_refused_naming_its_option(
+    db: str, served: None, args: list[str], option: str
+) -> None:
+    """Every option the database reads as an interval: 'bogus' exited 2 with PostgreSQL's "invalid
+    input syntax for type interval", naming no option."""
+    for r in (invoke("--base-url", HTTP_BASE, *args), invoke(*args, "--database-url", db)):
+        assert r.exit_code == 2, (r.exit_code, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert f"'{option}'" in r.stderr and "is not a PostgreSQL interval" in r.stderr, r.stderr
+
+
+def test_the_interval_check_refuses_no_word_postgresql_takes(conn) -> None:
+    """harvest.core.durations.interval_problem refuses a word that is no unit of time before the
+    database sees it: each word it takes is one PostgreSQL takes, and the forms it lets through
+    are PostgreSQL's."""
+    from harvest.core.durations import _INTERVAL_WORDS, interval_problem
+
+    for word in sorted(_INTERVAL_WORDS):
+        text = word if word in ("ago", "infinity") else f"1 {word}"
+        if word == "ago":
+            text = "1 day ago"
+        assert interval_problem(text) is None, text
+        conn.execute("SELECT %s::interval", (text,))
+    for text in (
+        "1 day 06:00",
+        "P1D",
+        "P0001-02-03T04:05:06",
+        "@ 3 days",
+        "90 microseconds",
+        "1h30m",
+        "-1 day",
+    ):
+        assert interval_problem(text) is None, text
+        conn.execute("SELECT %s::interval", (text,))
+    for text in ("bogus", "30 dayz", "", "!!!", "1 fortnight"):
+        assert interval_problem(text) is not None, text
+        with pytest.raises(psycopg.errors.InvalidDatetimeFormat):
+            conn.execute("SELECT %s::interval", (text,))
+
+
 def test_an_infinite_retention_age_is_refused_naming_off(db: str, served: None) -> None:
     """'infinity' (an interval since PostgreSQL 17) was kept: retention "configured" that kept
     everything, its max_age_secs the string "Infinity" where every other answer has a number."""

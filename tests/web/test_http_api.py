@@ -1492,6 +1492,26 @@ def test_retention_settings_write_both_ages_or_neither(db: str) -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/admin/retention/settings", {"max_age": "bogus"}, "max_age"),
+        ("/admin/retention/settings", {"worker_max_age": "30 dayz"}, "worker_max_age"),
+        ("/admin/retention/run-now", {"max_age": "bogus"}, "max_age"),
+        ("/admin/audit/prune", {"older_than": "bogus"}, "older_than"),
+    ],
+)
+def test_an_age_that_is_no_interval_is_a_400_naming_its_field(
+    db: str, path: str, body: dict[str, str], field: str
+) -> None:
+    """The database's "invalid input syntax for type interval" named no field."""
+    with api_client(db) as api:
+        refused = api.post(path, json=body)
+    assert refused.status_code == 400, refused.text
+    assert error_of(refused)["field"] == field, refused.text
+    assert "is not a PostgreSQL interval" in refused.text, refused.text
+
+
 # -- authorization and roles -----------------------------------------------------------------------
 class Refusing:
     """An authorizer that refuses with Starlette's own HTTPException."""

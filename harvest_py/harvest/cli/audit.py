@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import (
+    INTERVAL,
     cli_config,
     database_url_option,
     emit,
@@ -76,6 +77,7 @@ def list_(
 @click.option(
     "--older-than",
     required=True,
+    type=INTERVAL,
     help="Delete the audit rows older than this PostgreSQL interval, e.g. '400 days'.",
 )
 @click.option(

@@ -83,6 +83,32 @@ class IsoTime(_DateTimeParam):
 ISO_TIME = IsoTime()
 
 
+class Interval(click.ParamType):
+    """An age the database reads as a PostgreSQL interval ('30 days'), ``off`` too where it
+    turns the setting off. One type for every such option, so a value it cannot be is refused
+    naming the option (exit 2), where the database's words named none."""
+
+    name = "interval"
+
+    def __init__(self, off: bool = False):
+        self.off = off
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from harvest.core.durations import interval_problem
+
+        text = str(value)
+        if self.off and text.strip().lower() in ("off", "none", ""):  # (sqlapi._age_or_off)
+            return text
+        problem = interval_problem(text)
+        if problem is not None:
+            self.fail(problem + ("; off keeps everything" if self.off else ""), param, ctx)
+        return text
+
+
+INTERVAL = Interval()
+INTERVAL_OR_OFF = Interval(off=True)
+
+
 def execution_id_argument(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """An execution id argument, checked at the edge (``callback=``): a workflow id given in its
     place (the usual slip) reached one database as text, refused in PostgreSQL's words

@@ -7,6 +7,8 @@ from typing import Any
 import click
 
 from harvest.cli.output import (
+    INTERVAL,
+    INTERVAL_OR_OFF,
     cli_config,
     database_url_option,
     emit,
@@ -82,6 +84,7 @@ def _emit_per_shard(sharded: bool, fan: FanOut[Any], output: str, *, write: bool
 @click.option(
     "--max-age",
     default=None,
+    type=INTERVAL_OR_OFF,
     help="Terminal executions: a PostgreSQL interval, e.g. '30 days'; 'off' keeps everything.",
 )
 @click.option(
@@ -93,6 +96,7 @@ def _emit_per_shard(sharded: bool, fan: FanOut[Any], output: str, *, write: bool
 @click.option(
     "--worker-max-age",
     default=None,
+    type=INTERVAL_OR_OFF,
     help="Stopped or stale worker rows last seen longer ago are deleted (default 7 days); 'off' keeps them.",
 )
 @operator_id_option
@@ -128,7 +132,7 @@ def set_(
 
 
 @retention.command("run-now")
-@click.option("--max-age", default=None, help="Override the configured age for this run.")
+@click.option("--max-age", default=None, type=INTERVAL, help="Override the configured age for this run.")
 @click.option("--batch-size", default=None, type=click.IntRange(1, 10_000))
 @click.option(
     "--max-batches",

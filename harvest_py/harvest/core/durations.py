@@ -13,7 +13,7 @@ from typing import Any
 
 from harvest.core.errors import InvalidArgument
 
-__all__ = ["MAX_DURATION_SECS", "Duration", "parse_duration"]
+__all__ = ["MAX_DURATION_SECS", "Duration", "check_interval", "interval_problem", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|sec|min|s|m|h|d|w)", re.IGNORECASE)
@@ -75,6 +75,45 @@ def _parse_units(text: str, original: Any, what: str) -> float:
             "a string like '250ms', '30s', '5m', '1h', '1d' (or '1h30m')"
         )
     return total
+
+
+# The words a PostgreSQL interval may hold (its units and their abbreviations, "ago", "at",
+# "on", "infinity"), compared on their first 10 letters as PostgreSQL does ("microseconds").
+# fmt: off
+_INTERVAL_WORDS = frozenset({
+    "ago", "at", "c", "cent", "centuries", "century", "d", "day", "days", "dec", "decade", "decades",
+    "decs", "h", "hour", "hours", "hr", "hrs", "infinity", "m", "microsecon", "mil", "millennia",
+    "millennium", "millenniums", "millisecon", "mils", "min", "mins", "minute", "minutes", "mon",
+    "mons", "month", "months", "ms", "msec", "msecond", "mseconds", "msecs", "on", "s", "sec", "second",
+    "seconds", "secs", "us", "usec", "usecond", "useconds", "usecs", "w", "week", "weeks", "y", "year",
+    "years", "yr", "yrs",
+})
+# fmt: on
+_ISO_INTERVAL = re.compile(r"[+-]?p[0-9ymwdths.,:-]*")
+
+
+def interval_problem(value: str) -> str | None:
+    """What makes ``value`` no PostgreSQL interval ('30 days', '12:00:00', 'P1D'), or None when
+    it may be one: a word that is no unit of time, or no number at all. The database parses the
+    interval; this only refuses, before it is sent, what it would refuse in words that name no
+    option or field ("invalid input syntax for type interval")."""
+    text = value.strip().lower()
+    if _ISO_INTERVAL.fullmatch(text) and any(c.isdigit() for c in text):
+        return None
+    words = [w for w in re.findall(r"[a-z]+", text) if w[:10] not in _INTERVAL_WORDS]
+    if not words and (any(c.isdigit() for c in text) or "infinity" in text):
+        return None
+    why = f" ({words[0]!r} is not a unit of time)" if words else ""
+    return f"{value!r} is not a PostgreSQL interval{why}; give e.g. '30 days', '12 hours' or '1 day 06:00'"
+
+
+def check_interval(value: str, what: str) -> str:
+    """``value`` unchanged when it may be a PostgreSQL interval, else InvalidArgument naming
+    ``what`` (:func:`interval_problem`)."""
+    problem = interval_problem(value)
+    if problem is not None:
+        raise InvalidArgument(f"{what}: {problem}")
+    return value
 
 
 def moment(value: str, what: str, now: _dt.datetime) -> _dt.datetime:

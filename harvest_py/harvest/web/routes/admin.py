@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from harvest.config import declared_queues, merge_coverage, resolve_queues
-from harvest.core.durations import moment
+from harvest.core.durations import interval_problem, moment
 from harvest.core.errors import HarvestError, InvalidArgument, NotPlacedHere
 from harvest.core.ids import MAX_SHARD
 from harvest.shard.fanout import CONCURRENCY_PAGE, CONCURRENCY_PAGE_MAX, USAGE_SUMS
@@ -263,6 +263,7 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
     from harvest.db.prunes import MAX_BATCHES, sweep_retention_steps, sweep_totals
     from harvest.db.steps import arun_steps
 
+    _interval(data, "max_age")
     operator = data.get("operator_id") or call.operator_id
     max_batches = data.get("max_batches") or MAX_BATCHES
 
@@ -396,7 +397,7 @@ async def audit_prune(call: Call, args: dict[str, Any], data: dict[str, Any]) ->
     from harvest.db.steps import arun_steps
     from harvest.shard.fanout import audit_prune_totals
 
-    older_than = data["older_than"]
+    older_than = _interval(data, "older_than")
     operator = data.get("operator_id") or call.operator_id
     dry_run = bool(data.get("dry_run"))
     batch_size = data.get("batch_size") or BATCH_SIZE
@@ -839,12 +840,26 @@ async def retention_settings(call: Call, args: dict[str, Any], _: Any) -> Any:
     }
 
 
+def _interval(data: dict[str, Any], field: str, *, off: bool = False) -> Any:
+    """Body field ``field`` (a PostgreSQL interval; ``off`` too with ``off``) as given, or a 400
+    naming it when it cannot be one (the database's refusal named no field)."""
+    value = data.get(field)
+    if value is None or (off and value.strip().lower() in ("off", "none", "")):
+        return value
+    problem = interval_problem(value)
+    if problem is not None:
+        raise invalid(field, problem + ("; off keeps everything" if off else ""))
+    return value
+
+
 async def set_retention_settings(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     """Set max_age (with batch_size) and/or worker_max_age on every shard; ``off`` keeps all."""
     if data.get("max_age") is None and data.get("worker_max_age") is None:
         raise invalid("max_age", "give max_age, worker_max_age or both")
     if data.get("batch_size") is not None and data.get("max_age") is None:
         raise invalid("batch_size", "batch_size goes with max_age")
+    _interval(data, "max_age", off=True)
+    _interval(data, "worker_max_age", off=True)
     operator = data.get("operator_id") or call.operator_id
 
     done = await call.each_shard_write(
