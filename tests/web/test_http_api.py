@@ -528,6 +528,7 @@ def test_reads_of_one_run_and_reset_dry_run(api, conn) -> None:
         "unavailable_shards": [],
         "next_cursor": None,
         "truncated": False,
+        "sharded": False,
     }
     assert api.get(f"/workflows/{run}/children", params={"status": "nope"}).status_code == 400
     assert api.get(f"/workflows/{run}/tree").json()["tree"]["children"] == []

@@ -1079,7 +1079,7 @@ def _merged(answer: dict[str, Any], key: str | None) -> Merged[Any]:
         else {
             k: v
             for k, v in answer.items()
-            if k not in ("status", "unavailable_shards", "unavailable_reasons")
+            if k not in ("status", "unavailable_shards", "unavailable_reasons", "sharded")
         }
     )
     found = Merged(

@@ -29,11 +29,11 @@ from harvest.web.routes import (
     Param,
     Reply,
     body,
+    fanned,
     invalid,
     merged,
     path,
     shape,
-    unavailable_reasons,
 )
 from harvest.web.routes.health import shard_readiness, shard_urls
 from harvest.worker.options import WorkerOptions
@@ -45,7 +45,7 @@ async def concurrency(call: Call, args: dict[str, Any], _: Any) -> Any:
     """The spec's shape, a JSON array of keys, a page of them in key order; a partial read says
     so in X-Harvest-Status, a next page in X-Harvest-Next-Cursor (the array stays the body)."""
     limit = args["limit"] if args["limit"] is not None else CONCURRENCY_PAGE
-    found = merged(await call.reads().list_concurrency_keys(args["key"], limit, args["cursor"]), "keys")
+    found = merged(call, await call.reads().list_concurrency_keys(args["key"], limit, args["cursor"]), "keys")
     headers = {"X-Harvest-Status": found["status"]}
     if found["unavailable_shards"]:
         headers["X-Harvest-Unavailable-Shards"] = ",".join(map(str, found["unavailable_shards"]))
@@ -63,14 +63,14 @@ async def usage(call: Call, args: dict[str, Any], _: Any) -> Any:
         except InvalidArgument as exc:
             raise invalid(name, str(exc)) from None
     start, end = window["from"], window["to"]
-    found = merged(await call.reads().count_usage(start, end, args["group_by"]), "rows")
+    found = await call.reads().count_usage(start, end, args["group_by"])
+    rows = merged(call, found, "rows")["rows"]  # (none read: its 503)
     return {
-        "status": found["status"],
         "from": start.isoformat(),
         "to": end.isoformat(),
         "group_by": args["group_by"],
-        "groups": [{"group": r["group_name"], **{k: r.get(k) for k in USAGE_SUMS}} for r in found["rows"]],
-        "unavailable_shards": found["unavailable_shards"],
+        "groups": [{"group": r["group_name"], **{k: r.get(k) for k in USAGE_SUMS}} for r in rows],
+        **fanned(call, found),
     }
 
 
@@ -176,12 +176,7 @@ async def queue_coverage(call: Call, args: dict[str, Any], _: Any) -> Any:
     fan = await call.each_shard(read)
     data = merge_coverage(fan.results, declared, call.state.router.writable, fan.unavailable_shards)
     data["declared_source"] = source
-    return {
-        **data,
-        "status": fan.status,
-        "unavailable_shards": fan.unavailable_shards,
-        "sharded": call.sharded,
-    }
+    return {**data, **fanned(call, fan)}
 
 
 async def version_usage(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -202,13 +197,13 @@ async def version_usage(call: Call, args: dict[str, Any], _: Any) -> Any:
     total = sum(r["executions"] for r in rows)
     status = fan.status if fan.status != "complete" else ("complete" if total else "no_matches")
     return {
-        "status": status,
+        **fanned(call, fan),
+        "status": status,  # (no_matches: every shard read, no run recorded it)
         "change_id": args["change_id"],
         "recorded_version": args["recorded_version"],
         "state_group": args["state_group"],
         "versions": rows,
         "executions": total,
-        "unavailable_shards": fan.unavailable_shards,
     }
 
 
@@ -224,7 +219,7 @@ async def retention(call: Call, args: dict[str, Any], _: Any) -> Any:
         return {**out, "shards": []}  # the janitor of this process: none; its config only
     fan = await call.each_shard(lambda sql: sql.get_retention_status())
     shards = [{"shard_id": s, **data} for s, data in fan.results.items()]
-    return {**out, "shards": shards, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
+    return {**out, "shards": shards, **fanned(call, fan)}
 
 
 def _not_here(config: Any, plan: Any) -> NotPlacedHere:
@@ -322,11 +317,7 @@ async def every_shard_read(call: Call, fn: Any) -> dict[str, Any]:
     """A pacing read on every shard (a rate limit, a start throttle): each shard's answer by
     shard number, and the shards not read."""
     fan = await call.each_shard(fn)
-    return {
-        "shards": {str(s): r for s, r in fan.results.items()},
-        "status": fan.status,
-        "unavailable_shards": fan.unavailable_shards,
-    }
+    return {"shards": {str(s): r for s, r in fan.results.items()}, **fanned(call, fan)}
 
 
 async def every_shard_write(
@@ -386,7 +377,7 @@ async def shards_health(call: Call, args: dict[str, Any], _: Any) -> Any:
 async def audit_log(call: Call, args: dict[str, Any], _: Any) -> Any:
     """Every shard's rows merged newest first, paged by ``cursor`` (harvest.shard.fanout)."""
     found = await call.reads().list_audit_log(args["limit"], args["operation"], args["cursor"])
-    return {**merged(found, "entries"), "next_cursor": found.next_cursor, "sharded": call.sharded}
+    return {**merged(call, found, "entries"), "next_cursor": found.next_cursor}
 
 
 async def audit_prune(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
@@ -558,7 +549,7 @@ async def queue_scaling(call: Call, args: dict[str, Any], _: Any) -> Any:
         "per_worker": args["per_worker"],
         "queues": queues,
         "estimated": any(q["estimated"] for q in queues),
-        "unavailable_shards": fan.unavailable_shards,
+        **fanned(call, fan),
     }
     return Reply(body, headers=headers)
 
@@ -815,9 +806,7 @@ ENDPOINTS = [
             Param("cursor", description="next_cursor of the previous page."),
         ),
         tag="admin",
-        shape=shape(
-            entries=ROWS, next_cursor={"type": ["string", "null"]}, sharded={"type": "boolean"}, **FANOUT
-        ),
+        shape=shape(entries=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
     ),
 ]
 
@@ -833,10 +822,7 @@ async def retention_settings(call: Call, args: dict[str, Any], _: Any) -> Any:
     shards = [{"shard_id": s, **data} for s, data in fan.results.items()]
     return {
         "shards": shards,
-        "status": fan.status,
-        "unavailable_shards": fan.unavailable_shards,
-        **unavailable_reasons(fan),
-        "sharded": call.sharded,
+        **fanned(call, fan),
     }
 
 

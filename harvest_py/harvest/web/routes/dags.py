@@ -43,7 +43,7 @@ STARTED = shape(
 
 
 async def list_dags(call: Call, args: dict[str, Any], _: Any) -> Any:
-    return merged(await call.reads().list_dags(), "dags")
+    return merged(call, await call.reads().list_dags(), "dags")
 
 
 def _started(row: dict[str, Any]) -> Reply:
@@ -113,7 +113,7 @@ async def unpause_dag(call: Call, args: dict[str, Any], _: Any) -> Any:
 async def dag_runs(call: Call, args: dict[str, Any], _: Any) -> Any:
     """Every shard's runs merged newest first, paged by ``cursor`` (harvest.shard.fanout)."""
     found = await call.reads().list_dag_runs(args["dag_name"], args["limit"], None, args["cursor"])
-    return merged(found, "runs")
+    return merged(call, found, "runs")
 
 
 async def get_dag_run(call: Call, args: dict[str, Any], _: Any) -> Any:

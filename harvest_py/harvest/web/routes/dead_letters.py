@@ -42,7 +42,7 @@ async def list_dead_letters(call: Call, args: dict[str, Any], _: Any) -> Any:
     found = await call.reads().list_dead_letters(
         args["limit"], args["activity_name"], args["workflow_name"], args["cursor"], args["before_id"]
     )
-    out = merged(found, "dead_letters")
+    out = merged(call, found, "dead_letters")
     out["dead_letters"] = await _resolved_rows(call, out["dead_letters"])
     return out
 
@@ -71,7 +71,7 @@ async def _resolved_rows(call: Call, rows: list[dict[str, Any]]) -> list[dict[st
 
 
 async def count_dead_letters(call: Call, args: dict[str, Any], _: Any) -> Any:
-    return merged(await call.reads().count_dead_letters(args["group_by"]), "groups")
+    return merged(call, await call.reads().count_dead_letters(args["group_by"]), "groups")
 
 
 async def _home(call: Call, args: dict[str, Any]) -> int | None:

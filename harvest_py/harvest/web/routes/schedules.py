@@ -83,7 +83,7 @@ async def list_schedules(call: Call, args: dict[str, Any], _: Any) -> Any:
     found = await call.reads().list_schedules(args["kind"], limit, args["cursor"], args["paused"])
     found.value = [{**listed_schedule(row), "when": describe_row(row)} for row in found.value]
     # sharded: the CLI shows each row's shard then, as over SQL with [shards] (`schedule list`)
-    return {**merged(found, "schedules"), "sharded": call.sharded}
+    return merged(call, found, "schedules")
 
 
 async def get_schedule(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -201,7 +201,7 @@ ENDPOINTS = [
             Param("cursor", description="next_cursor of the previous page, with the same filters."),
         ),
         tag="schedules",
-        shape=shape(schedules=ROWS, next_cursor={"type": ["string", "null"]}, sharded=BOOLEAN, **FANOUT),
+        shape=shape(schedules=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
     ),
     Endpoint(
         "POST",

@@ -19,6 +19,7 @@ from harvest.web.routes import (
     Endpoint,
     Param,
     body,
+    fanned,
     invalid,
     merged,
     path,
@@ -35,11 +36,11 @@ async def list_workers(call: Call, args: dict[str, Any], _: Any) -> Any:
         raise invalid("shard_id", f"{shard} is not a shard of this deployment")
     limit = args["limit"] if args["limit"] is not None else WORKER_LIMIT
     found = await call.reads().list_workers(args["queue"], args["status"], args["health"], shard, limit)
-    return merged(found, "workers")
+    return merged(call, found, "workers")
 
 
 async def worker_health(call: Call, args: dict[str, Any], _: Any) -> Any:
-    return merged(await call.reads().get_worker_health(), None)
+    return merged(call, await call.reads().get_worker_health(), None)
 
 
 async def _found_or_none(sql: Any, worker_id: str) -> Any:
@@ -92,10 +93,7 @@ async def drain_preview(call: Call, args: dict[str, Any], _: Any) -> Any:
     # sharded: the CLI prints each row's shard, as over SQL with [shards] (`worker drain-preview`)
     return {
         "workers": rows,
-        "status": fan.status,
-        "unavailable_shards": fan.unavailable_shards,
-        **unavailable_reasons(fan),
-        "sharded": call.sharded,
+        **fanned(call, fan),
     }
 
 

@@ -151,7 +151,7 @@ async def list_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
     except InvalidArgument as exc:
         raise _named(exc) from None
     # sharded: the CLI shows each row's shard then, as over SQL with [shards] (`workflow list`)
-    return {**merged(found, "executions"), "sharded": call.sharded}
+    return merged(call, found, "executions")
 
 
 async def count_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -161,7 +161,7 @@ async def count_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
         )
     except InvalidArgument as exc:
         raise _named(exc) from None
-    out = merged(found, "counts")
+    out = merged(call, found, "counts")
     rows, top = out["counts"], args["top"]
     rest = rows[top:]
     out["counts"] = rows[:top]
@@ -410,7 +410,7 @@ async def workflow_children(call: Call, args: dict[str, Any], _: Any) -> Any:
     found = await call.reads().page_children(
         args["execution_id"], status, depth, args["page_size"], args["cursor"], max_nodes
     )
-    out = merged(found, "items")
+    out = merged(call, found, "items")
     out["items"] = [_child(r) for r in out["items"]]
     return out
 
@@ -425,7 +425,7 @@ TREE_NODES_MAX = 10_000
 async def workflow_tree(call: Call, args: dict[str, Any], _: Any) -> Any:
     limit = args["max_nodes"] if args["max_nodes"] is not None else TREE_NODES
     found = await call.reads().list_tree(args["execution_id"], args["depth"], limit)
-    return merged(found, "tree")
+    return merged(call, found, "tree")
 
 
 async def workflow_history(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -816,7 +816,7 @@ ENDPOINTS = [
         (*FILTERS, *PAGE),
         tag="workflows",
         elsewhere=BY_WORKFLOW_ID,
-        shape=shape(executions=ROWS, next_cursor={"type": ["string", "null"]}, sharded=BOOLEAN, **FANOUT),
+        shape=shape(executions=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
     ),
     Endpoint(
         "GET",
