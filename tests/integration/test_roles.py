@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 
 import psycopg
@@ -791,3 +792,57 @@ def test_a_caller_is_its_login_and_acts_with_the_role_it_set(login, db: str) -> 
         mine.execute("SELECT harvest.stop_waiting_for_result(%s)", (waiter,))
         assert mine.execute("SELECT harvest.stop_event_stream('host:2:set-role')").fetchone()[0] is True
         assert mine.execute("SELECT harvest.set_payloads_execution(%s, %s)", (ids, run)).fetchone()[0] == 1
+
+
+def _retention_check(db: str) -> dict:
+    report = harvest(db, "preflight", "--output", "json")
+    (check,) = [c for c in json.loads(report.stdout)["checks"] if c["name"] == "retention"]
+    return check
+
+
+def test_preflight_warns_when_the_only_janitor_has_a_login_without_harvest_admin(
+    db: str, login, start_worker
+) -> None:
+    """The documented roles, a worker connecting as a harvest_worker login in the default role:
+    its janitor stops at its first round ("retention janitor stopped"), and no process deletes
+    anything. Preflight's retention check passed as soon as an age was set."""
+    from harvest import App
+    from harvest.db import testkit
+
+    with psycopg.connect(db, autocommit=True) as owner:
+        owner.execute("SELECT harvest.set_retention('30 days'::interval)")
+    clock = testkit.SharedClock(db)
+    try:
+        worker_login = testkit.shared_clock_dsn(login("harvest_worker"))
+        options = {"run_retention": True, "retention_interval": 0.2, "heartbeat_interval": 0.2}
+        start_worker(App(), dsn=worker_login, **options)
+        assert _retention_check(db)["status"] == "pass"  # (it has just started: no round missed yet)
+        clock.set_offset(clock.offset() + dt.timedelta(seconds=120))  # two rounds and a minute
+
+        def moved() -> bool:  # (a heartbeat on the moved clock)
+            with psycopg.connect(db) as conn:
+                return conn.execute(
+                    "SELECT max(last_heartbeat_at) > now() + interval '100 seconds' FROM harvest.workers"
+                ).fetchone()[0]
+
+        _wait(moved)
+        check = _retention_check(db)
+        assert check["status"] == "warn", check
+        assert "no janitor sweeps (never)" in check["summary"] and "harvest_admin" in check["remediation"], (
+            check
+        )
+
+        # A janitor whose login may run it (the owner): its rounds keep the check passing.
+        start_worker(App(), dsn=testkit.shared_clock_dsn(db), **options)
+        _wait(lambda: _retention_check(db)["status"] == "pass")
+    finally:
+        clock.close()
+
+
+def _wait(check, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)

@@ -3,7 +3,7 @@
 Checks: database reachable, migrations applied (nothing pending), schema version, catalog
 consistency of an App's declared dependencies (given an App), worker coverage of the App's
 queues (given one) or of the queues the fleet registered (without), worker health, dead-letter
-access, retention configured. With a ``[shards]`` configuration the database checks run on
+access, retention configured and swept. With a ``[shards]`` configuration the database checks run on
 every configured shard (scope ``shard N``), each with an ``identity`` check (the database is
 that shard), and a ``shards`` check says whether every writable shard is reachable, migrated
 and itself. Over HTTP one more check, ``admin_auth_boundary``, says whether the API has one.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import HarvestError
@@ -354,14 +355,7 @@ def _database_checks(
         try:
             retention = sql.get_retention_status()
             if retention["configured"]:
-                checks.append(
-                    Check(
-                        "retention",
-                        "pass",
-                        f"terminal executions kept {retention['max_age']}",
-                        details=retention,
-                    )
-                )
+                checks.append(_janitor(retention, sql.list_workers(None, "active", "healthy")))
             else:
                 checks.append(
                     Check(
@@ -379,6 +373,62 @@ def _database_checks(
             if check.scope == "-":
                 check.scope = scope
     return checks
+
+
+# How long a janitor may go without a round before preflight says none runs: two rounds of the
+# slowest janitor placed, and a minute for the clocks and the start; when no worker places one,
+# a day (`harvest retention run-now` from a daily cron sweeps as the documented alternative).
+_JANITOR_GRACE_SECS = 60.0
+_NO_JANITOR_ROUND_SECS = 43_200.0
+
+
+def _janitor(retention: dict[str, Any], live: list[dict[str, Any]]) -> Check:
+    """Retention is configured: pass, unless the live workers, each saying whether it runs the
+    janitor (its registry row's metadata), show that none has swept for two of its rounds since
+    the age was set and they started: every one placing it stopped it (its login lacks
+    harvest_admin: "retention janitor stopped" in its log), or none places it. A process that
+    registers no row (a scheduler alone) and sweeps keeps last_run_at fresh: no warning then.
+    Workers of a release before this one say nothing: no warning either."""
+    kept = Check("retention", "pass", f"terminal executions kept {retention['max_age']}", details=retention)
+    if not live or any("janitor" not in (w.get("metadata") or {}) for w in live):
+        return kept
+    placing = [w for w in live if (w["metadata"] or {}).get("janitor")]
+    round_secs = max((float(w["metadata"]["janitor"]) for w in placing), default=_NO_JANITOR_ROUND_SECS)
+    # (now on the database's clock: the freshest heartbeat of a healthy worker)
+    since = max(w["last_heartbeat_at"] for w in live) - timedelta(
+        seconds=2 * round_secs + _JANITOR_GRACE_SECS
+    )
+    started = min(w["started_at"] for w in placing or live)
+    last = retention.get("last_run_at")
+    if isinstance(last, str):
+        last = datetime.fromisoformat(last)
+    updated = retention.get("updated_at")
+    if isinstance(updated, str):
+        updated = datetime.fromisoformat(updated)
+    if (last is not None and last >= since) or started > since or (updated is not None and updated > since):
+        return kept
+    ran = "never" if last is None else f"last at {last.isoformat()}"
+    if placing:
+        summary = (
+            f"retention is configured but no janitor sweeps ({ran}): {len(placing)} live worker(s) place it "
+            "and none ran a round in two of its intervals (a login without harvest_admin stops it: "
+            "'retention janitor stopped' in the worker's log)"
+        )
+        fix = (
+            "connect the processes that run the janitor as a login with harvest_admin (docs/security.md), "
+            "or run it where one does (retention.run_on, retention.enabled)"
+        )
+    else:
+        summary = (
+            f"retention is configured but no janitor sweeps ({ran}): none of the {len(live)} live worker(s) "
+            "places it (retention.enabled, retention.run_on, the process role)"
+        )
+        fix = (
+            "run the janitor on a process whose login has harvest_admin (role combined or worker, "
+            "retention.enabled unset or true; or retention.run_on = 'all')"
+        )
+    details = {**retention, "janitor_workers": [w["worker_id"] for w in placing]}
+    return Check("retention", "warn", summary, details=details, remediation=fix)
 
 
 def _schedules(sql: SqlApi, app: Any, *, declared: bool) -> Check:

@@ -660,6 +660,10 @@ class Worker:
 
     async def _register(self, lane: ShardLane) -> None:
         metadata: dict[str, Any] = {"concurrency": self.concurrency}
+        # Whether this process runs the retention janitor, and its round (seconds): preflight
+        # reads it to tell a janitor that stopped (its login lacks harvest_admin) from one placed
+        # nowhere, and both from one that sweeps (config/preflight.py _janitor).
+        metadata["janitor"] = self.retention_interval if self.run_retention else False
         if self._sharded:
             metadata["shard_assignments"] = list(self.shard_assignments)
         if self.router is not None:
