@@ -50,8 +50,9 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:  # click's ParamType is generic from 8.4 on; the floor (pyproject) is 8.1
     _DateTimeParam = click.ParamType[datetime]
+    _TextParam = click.ParamType[str]
 else:
-    _DateTimeParam = click.ParamType
+    _DateTimeParam = _TextParam = click.ParamType
 
 
 class IsoTime(_DateTimeParam):
@@ -83,7 +84,7 @@ class IsoTime(_DateTimeParam):
 ISO_TIME = IsoTime()
 
 
-class Interval(click.ParamType):
+class Interval(_TextParam):
     """An age the database reads as a PostgreSQL interval ('30 days'), ``off`` too where it
     turns the setting off. One type for every such option, so a value it cannot be is refused
     naming the option (exit 2), where the database's words named none."""
