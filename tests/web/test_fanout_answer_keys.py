@@ -15,7 +15,7 @@ from harvest.web.app import endpoints
 
 # Path parameters of the routes walked, and the required query parameters.
 PATH = {"activity_name": "fk_act", "workflow_name": "fk_wf", "dag_name": "fk_dag"}
-QUERY = {"change_id": "fk_change", "from": "24h"}
+QUERY = {"change_id": "fk_change", "from": "24h", "workflow_id": "fk_id"}
 # Fan-out reads the walk must meet (a route that dropped every key would otherwise pass).
 EXPECTED = {
     "/admin/audit",
