@@ -141,7 +141,7 @@ def _history(api: Any, world: dict[str, Any]) -> None:
 
 def _stack(api: Any, world: dict[str, Any]) -> None:
     stack = _ok(api.get(f"/workflows/{world['crashed']}/stack"))
-    assert "Traceback" in json.dumps(stack["workflow_task"]["last_failure"]["details"])
+    assert "Traceback" in json.dumps(stack["workflow_task"]["last_failure"]["traceback"])
 
 
 def _dead_letter(api: Any, world: dict[str, Any]) -> None:
