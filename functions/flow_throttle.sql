@@ -203,21 +203,21 @@ BEGIN
         END IF;
         INSERT INTO harvest.pending_starts (
             kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
-            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, traceparent
+            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, traceparent, logins
         ) VALUES (
             'throttle', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
             p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
-            p_traceparent
+            p_traceparent, ARRAY[session_user::text]
         ) RETURNING * INTO v_row;
     ELSIF v_kind = 'debounce' THEN
         INSERT INTO harvest.pending_starts AS p (
             kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
             reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at,
-            traceparent
+            traceparent, logins
         ) VALUES (
             'debounce', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
             p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
-            least(v_now + v_quiet, v_now + v_max_wait), p_traceparent
+            least(v_now + v_quiet, v_now + v_max_wait), p_traceparent, ARRAY[session_user::text]
         )
         ON CONFLICT (kind, workflow_name, gate_key) WHERE kind IN ('debounce', 'batch') DO UPDATE
         SET input = excluded.input, queue = excluded.queue,
@@ -225,7 +225,9 @@ BEGIN
             reuse_policy = excluded.reuse_policy, execution_timeout_secs = excluded.execution_timeout_secs,
             run_timeout_secs = excluded.run_timeout_secs, starts = p.starts + 1, updated_at = v_now,
             release_at = least(v_now + v_quiet, p.created_at + v_max_wait),
-            traceparent = coalesce(excluded.traceparent, p.traceparent)
+            traceparent = coalesce(excluded.traceparent, p.traceparent),
+            -- The input is the latest caller's alone now: so are the rows its release adopts.
+            logins = excluded.logins
         RETURNING * INTO v_row;
     ELSE
         IF jsonb_array_length(p_input) <> 1 THEN
@@ -236,15 +238,19 @@ BEGIN
         INSERT INTO harvest.pending_starts AS p (
             kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
             reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at,
-            traceparent
+            traceparent, logins
         ) VALUES (
             'batch', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
             p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
-            v_now + make_interval(secs => (v_spec ->> 'window_secs')::double precision), p_traceparent
+            v_now + make_interval(secs => (v_spec ->> 'window_secs')::double precision), p_traceparent,
+            ARRAY[session_user::text]
         )
         ON CONFLICT (kind, workflow_name, gate_key) WHERE kind IN ('debounce', 'batch') DO UPDATE
         SET input = p.input || excluded.input, starts = p.starts + 1, updated_at = v_now,
-            traceparent = coalesce(excluded.traceparent, p.traceparent)
+            traceparent = coalesce(excluded.traceparent, p.traceparent),
+            -- Every caller's login whose argument it collected (a row from before 0124: NULL).
+            logins = CASE WHEN p.logins IS NULL OR session_user::text = ANY(p.logins) THEN p.logins
+                          ELSE p.logins || session_user::text END
         RETURNING * INTO v_row;
         IF v_row.starts >= harvest._json_integer(v_spec -> 'max_size', 'batch.max_size') THEN
             -- (Off the queue now: a later start of the batch in this transaction opens the next.)
@@ -260,8 +266,12 @@ $$;
 -- Start one pending start now (the caller holds its key's lock) and drop its row (if
 -- _start_gate has not: a filled batch).
 -- The batched run's input is one argument: the list of the collected arguments.
--- The offloaded payloads its input references that no run owns (a client stored them when it
--- made the start, docs/payloads.md) are handed to the run in the same transaction.
+-- The offloaded payloads its input references that no run owns and that a login which made the
+-- start stored (a client stored them when it made the start, docs/payloads.md) are handed to
+-- the run in the same transaction, as set_payloads_execution would: a reference is JSON the
+-- starter wrote, and one naming another login's run-less row (another client's held-back
+-- start's input) must not make that row this run's. A row from before 0124 (logins NULL) hands
+-- every run-less row its input references, as before.
 CREATE OR REPLACE FUNCTION harvest._release_pending_start(p_row harvest.pending_starts)
 RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
 LANGUAGE plpgsql
@@ -281,7 +291,8 @@ BEGIN
         p_traceparent => p_row.traceparent) AS s;
     IF v_started.execution_id IS NOT NULL THEN
         UPDATE harvest.payloads AS p SET execution_id = v_started.execution_id
-        WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._payload_refs(p_row.input));
+        WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._payload_refs(p_row.input))
+            AND (p_row.logins IS NULL OR p.login = ANY(p_row.logins));
     END IF;
     RETURN QUERY SELECT v_started.execution_id, v_started.workflow_id, v_started.status, v_started.started_fresh;
 END;

@@ -630,10 +630,12 @@ BEGIN
         RETURNING r.kind, r.answer, r.error, r.execution_id
     ),
 
-    -- A large answer's row: run-less, or its run's. Never another run's: an answer is what the
-    -- workflow's code returned (a signal's value as sent, maybe), so a reference in it may name
-    -- any row. The references are listed first and joined by id (the primary key): an IN over
-    -- a subquery naming d is a subplan, which scanned harvest.payloads once for each request.
+    -- A large answer's row: its run's. Never another run's nor a run-less one (another
+    -- client's held-back start's input): an answer is what the workflow's code returned (a
+    -- signal's value as sent, maybe), so a reference in it may name any row. An answer stored
+    -- run-less (its run gone or moved meanwhile) goes by retention's run-less sweep. The
+    -- references are listed first and joined by id (the primary key): an IN over a subquery
+    -- naming d is a subplan, which scanned harvest.payloads once for each request.
     refs AS (
         SELECT d.execution_id, r.id
         FROM deleted AS d CROSS JOIN LATERAL harvest._payload_refs(jsonb_build_array(d.answer, d.error)) AS r (id)
@@ -642,7 +644,7 @@ BEGIN
 
     answers AS (
         DELETE FROM harvest.payloads AS p USING refs AS a
-        WHERE p.id = a.id AND (p.execution_id IS NULL OR p.execution_id = a.execution_id)
+        WHERE p.id = a.id AND p.execution_id = a.execution_id
     )
 
     SELECT count(*) INTO v_count FROM deleted;

@@ -157,7 +157,8 @@ $$;
 
 -- Erase a terminal execution's payloads on this database: its input, output and failure
 -- details, every event's payloads, its tasks', dead letters', query and update requests',
--- relays' and cross-shard children's, and the offloaded rows it owns or references run-less. Refused (nothing changed) while a legal hold is
+-- relays' and cross-shard children's, and the offloaded rows it owns (never one through a
+-- reference alone). Refused (nothing changed) while a legal hold is
 -- set (HR030) or the run is open (HR031), both judged on the live residence. On a MIGRATED seal
 -- the call is refused with HR013 (the caller follows the pointer to the live run) unless
 -- p_prior_residence: then the seal (a stale copy the run left, still holding its payloads) is
@@ -174,7 +175,6 @@ AS $$
 DECLARE
     c_erased CONSTANT jsonb := '{"_harvest_erased": true}';
     v_execution harvest.executions;
-    v_refs uuid [];
     v_events integer;
     v_tasks integer;
     v_offloaded integer;
@@ -209,21 +209,6 @@ BEGIN
             USING ERRCODE = 'HR031', HINT = 'wait for it to end, or cancel or terminate it first';
     END IF;
 
-    SELECT array_agg(DISTINCT r) INTO v_refs FROM (
-        SELECT harvest._payload_refs(v_execution.input) AS r
-        UNION ALL SELECT harvest._payload_refs(v_execution.output)
-        UNION ALL SELECT harvest._payload_refs(v_execution.failure)
-        UNION ALL SELECT harvest._payload_refs(ev.event_data) FROM harvest.events AS ev
-        WHERE ev.execution_id = p_execution_id
-        UNION ALL SELECT harvest._payload_refs(t.input) FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id
-        UNION ALL SELECT harvest._payload_refs(d.input) FROM harvest.dead_letters AS d
-        WHERE d.execution_id = p_execution_id
-        -- A query's large answer stored with no run (by an earlier worker, or for a run gone
-        -- meanwhile): found through its request while that is kept.
-        UNION ALL SELECT harvest._payload_refs(jsonb_build_array(q.arg, q.answer)) FROM harvest.query_requests AS q
-        WHERE q.execution_id = p_execution_id
-    ) AS refs;
-
     UPDATE harvest.executions SET
         input = jsonb_build_array(c_erased),
         output = CASE WHEN status = 'COMPLETED' AND output IS NOT NULL THEN c_erased ELSE output END,
@@ -254,12 +239,13 @@ BEGIN
         AND payload IS DISTINCT FROM harvest._erase_payload_fields(payload);
     UPDATE harvest.cross_shard_children SET input = jsonb_build_array(c_erased)
     WHERE child_execution_id = p_execution_id;
-    -- The rows it owns, and the run-less rows it references (a query's answer). Never a row
-    -- another run owns: a reference is text any starter can write into an input, so one naming
-    -- another run's row (a run under a legal hold) must not erase that row.
+    -- The rows it owns, and no other: a reference is JSON any starter or sender can write, so
+    -- one naming a row another run owns (a run under a legal hold) or a run-less one (another
+    -- client's held-back start's input) must not erase it. Every row the engine stored for the
+    -- run is its own by then: a start's input from the start's transaction on (a held-back
+    -- start's from its release), a query's answer from its storing.
     UPDATE harvest.payloads SET data = c_erased, erased_at = harvest.now()
-    WHERE (execution_id = p_execution_id OR (execution_id IS NULL AND id = ANY(coalesce(v_refs, '{}'::uuid []))))
-        AND erased_at IS NULL;
+    WHERE execution_id = p_execution_id AND erased_at IS NULL;
     GET DIAGNOSTICS v_offloaded = ROW_COUNT;
 
     v_result := jsonb_build_object(
@@ -369,8 +355,8 @@ COMMENT ON FUNCTION harvest.get_payloads IS
 'For workers, clients and operators (roles harvest_reader, harvest_worker).';
 COMMENT ON FUNCTION harvest.erase_payloads IS
 'Erase a terminal execution''s payloads (input, output, failure details, events, tasks, dead letters, requests, '
-'offloaded rows), audited; HR030 under a legal hold, HR031 while it runs, HR013 on a seal unless '
-'p_prior_residence. Returns the residences to walk. For admins (role harvest_admin).';
+'the offloaded rows it owns: never one through a reference alone), audited; HR030 under a legal hold, HR031 '
+'while it runs, HR013 on a seal unless p_prior_residence. Returns the residences to walk. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.set_legal_hold IS
 'Set a legal hold (with a reason) on an execution: erase_payloads refuses it and retention keeps it until '
 'released; HR013 on a seal. '

@@ -248,17 +248,13 @@ BEGIN
                                             ORDER BY t.id)
                            FROM harvest.tasks AS t
                            WHERE t.execution_id = v_migration.execution_id), '[]'::jsonb),
-        -- The offloaded payloads the run owns, and the run-less ones it references: the
-        -- history's references must resolve there. Never another run's row, as a reset fork's
-        -- and a successor's copies (reset.sql, decide.sql): a reference is JSON a starter or a
-        -- sender wrote, and a copy the moved run owned there would outlive that run's erasure.
+        -- The offloaded payloads the run owns: the history's references to them must resolve
+        -- there. No other row, as a reset fork's and a successor's copies (reset.sql,
+        -- decide.sql): a reference is JSON a starter or a sender wrote, and a copy the moved
+        -- run owned there of another run's row, or of a run-less one (another client's
+        -- held-back start's input), would outlive its erasure.
         'payloads', coalesce((SELECT jsonb_agg(to_jsonb(p) ORDER BY p.id) FROM harvest.payloads AS p
-                              WHERE p.execution_id = v_migration.execution_id
-                                 OR p.execution_id IS NULL
-                                 AND p.id IN (SELECT harvest._payload_refs(to_jsonb(v_execution))
-                                             UNION
-                                             SELECT harvest._payload_refs(ev.event_data) FROM harvest.events AS ev
-                                             WHERE ev.execution_id = v_migration.execution_id)), '[]'::jsonb),
+                              WHERE p.execution_id = v_migration.execution_id), '[]'::jsonb),
         -- Its legal hold (payloads.sql): the hold goes with the run, where erasure judges it. No
         -- hold can be set or released while the move is open, so this is the one at the cutover.
         'legal_hold', (SELECT to_jsonb(h) FROM harvest.legal_holds AS h WHERE h.execution_id = v_migration.execution_id),

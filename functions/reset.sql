@@ -216,8 +216,9 @@ BEGIN
     -- The offloaded payloads the fork carries (its input, the carried events, the signals it
     -- takes over) are copied under new ids that the fork owns, and its references renamed:
     -- the source's erasure or deletion must not take the fork's history with it. Only the
-    -- source's rows (and run-less ones): a reference is JSON a starter or a sender wrote, and
-    -- a copy of another run's row would outlive that run's erasure.
+    -- source's own rows: a reference is JSON a starter or a sender wrote, and a copy of a row
+    -- not the source's (another run's, or a run-less one: another client's held-back start's
+    -- input) would outlive its erasure; such a reference stays as written.
     SELECT coalesce(jsonb_object_agg(r.id, gen_random_uuid()), '{}'::jsonb) INTO v_renamed
     FROM (
         SELECT harvest._payload_refs(v_source.input) AS id
@@ -226,8 +227,7 @@ BEGIN
         WHERE ev.execution_id = p_execution_id
           AND (ev.event_id <= p_to_event OR (p_signal_reapply = 'buffer' AND ev.event_type = 'SignalReceived'))
     ) AS r
-    WHERE EXISTS (SELECT 1 FROM harvest.payloads AS p
-                  WHERE p.id = r.id AND (p.execution_id = p_execution_id OR p.execution_id IS NULL));
+    WHERE EXISTS (SELECT 1 FROM harvest.payloads AS p WHERE p.id = r.id AND p.execution_id = p_execution_id);
     INSERT INTO harvest.executions (
         id, workflow_name, workflow_id, queue, input, search_attributes, created_at,
         execution_timeout_at, timeout_at, run_timeout_secs, concurrency_key, quota_key,

@@ -5,7 +5,7 @@
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
 -- harvest.clear_start_throttle_override, harvest.get_start_gate.
 BEGIN;
-SELECT plan(57);
+SELECT plan(59);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
@@ -179,19 +179,26 @@ SELECT * FROM harvest.set_start_throttle_override('wf_o', 3);
 SELECT is(harvest.clear_start_throttle_override('wf_o', 'bob'), true, 'clear_start_throttle_override(): a live one');
 
 -- _release_pending_start hands the run-less offloaded payloads its input references (a client
--- stored them with the start) to the run it starts.
-INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
-VALUES ('00000000-0000-0000-0000-0000000000f1', NULL, harvest.now(), 6, '"held"');
+-- stored them with the start) to the run it starts: those its starter's login stored, not
+-- another login's (a forged reference to another client's held-back input, f2).
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, login)
+VALUES ('00000000-0000-0000-0000-0000000000f1', NULL, harvest.now(), 6, '"held"', session_user),
+       ('00000000-0000-0000-0000-0000000000f2', NULL, harvest.now(), 8, '"theirs"', 'someone_else');
 SELECT is((SELECT status FROM harvest.start_workflow('wf_k', '[{"tenant": "pay"}]', 'k-pay-1', 'kq')),
           'RUNNING', 'the first start of the key runs');
 SELECT is((SELECT status FROM harvest.start_workflow('wf_k',
-    '[{"tenant": "pay"}, {"_harvest_ref": "00000000-0000-0000-0000-0000000000f1", "bytes": 6}]', 'k-pay-2', 'kq')),
+    '[{"tenant": "pay"}, {"_harvest_ref": "00000000-0000-0000-0000-0000000000f1", "bytes": 6},
+      {"_harvest_ref": "00000000-0000-0000-0000-0000000000f2", "bytes": 8}]', 'k-pay-2', 'kq')),
     'DEFERRED', 'the second waits, its input referencing a run-less payload');
+SELECT is((SELECT logins FROM harvest.pending_starts WHERE workflow_id = 'k-pay-2'), ARRAY[session_user::text],
+          '_start_gate(): a pending start records the login that made it');
 SELECT set_config('harvest.fake_now', '2030-01-03 00:02:00+00', true);
 SELECT harvest.release_pending_starts();
 SELECT is((SELECT p.execution_id FROM harvest.payloads AS p WHERE p.id = '00000000-0000-0000-0000-0000000000f1'),
           (SELECT e.id FROM harvest.executions AS e WHERE e.workflow_id = 'k-pay-2'),
           '_release_pending_start(): the payloads its input references go to the run it starts');
+SELECT is((SELECT p.execution_id FROM harvest.payloads AS p WHERE p.id = '00000000-0000-0000-0000-0000000000f2'),
+          NULL, '_release_pending_start(): another login''s run-less row its input references stays run-less');
 SELECT * FROM finish();
 ROLLBACK;
 

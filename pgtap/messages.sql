@@ -6,7 +6,7 @@
 -- and the helpers harvest._check_query_args, harvest._notify_query_answer and harvest._claimed_request
 -- (answer_query's and release_query_request's claim check).
 BEGIN;
-SELECT plan(180);
+SELECT plan(182);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -292,6 +292,20 @@ VALUES ((SELECT id FROM harvest.executions ORDER BY id OFFSET 1 LIMIT 1), 'query
 SELECT is(harvest.expire_query_requests(), 1, 'setup: the request expires');
 SELECT is((SELECT data FROM harvest.payloads WHERE id = '00000000-0000-4000-8000-0000000000d1'), '"theirs"'::jsonb,
           'expire_query_requests(): a row another run owns stays though an expired answer references it');
+-- Nor a run-less row (another client's held-back start's input); the queried run's own row goes.
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
+VALUES ('00000000-0000-4000-8000-0000000000d2', NULL, harvest.now(), 6, '"held"'),
+       ('00000000-0000-4000-8000-0000000000d3', (SELECT id FROM harvest.executions ORDER BY id OFFSET 1 LIMIT 1),
+        harvest.now(), 8, '"answer"');
+INSERT INTO harvest.query_requests (execution_id, kind, name, queue, status, answer, created_at, expires_at)
+VALUES ((SELECT id FROM harvest.executions ORDER BY id OFFSET 1 LIMIT 1), 'query', 'q', 'q', 'completed',
+        '[{"_harvest_ref": "00000000-0000-4000-8000-0000000000d2", "bytes": 6},
+          {"_harvest_ref": "00000000-0000-4000-8000-0000000000d3", "bytes": 8}]', harvest.now(), harvest.now());
+SELECT is(harvest.expire_query_requests(), 1, 'setup: the request expires');
+SELECT is(ARRAY(SELECT data::text FROM harvest.payloads
+                WHERE id IN ('00000000-0000-4000-8000-0000000000d2', '00000000-0000-4000-8000-0000000000d3')),
+          ARRAY['"held"'],
+          'expire_query_requests(): a run-less row stays though an expired answer references it; the run''s own goes');
 
 -- Payload size: query and update arguments, and a worker's answer, over the limit: HR008.
 UPDATE harvest.engine_settings SET max_payload_bytes = 64;

@@ -59,8 +59,10 @@ SELECT results_eq($$SELECT execution_id, created_at, bytes, data FROM harvest.pa
 
 -- A run that completed with an offloaded result and a plain input.
 SELECT pg_temp.start_run('pl_a', 'pl_wf', 'pl_q', '["secret-input"]');
+CREATE TEMP TABLE pl_result ON COMMIT DROP AS
+SELECT (harvest.put_payloads(pg_temp.run('pl_a'), ARRAY['{"big": "x"}'::jsonb]))[1] AS id;
 SELECT pg_temp.decide('pl_a', jsonb_build_array(jsonb_build_object('type', 'complete_workflow', 'result',
-    jsonb_build_object('_harvest_ref', (SELECT ids[1] FROM pl_ids), 'bytes', 14))));
+    jsonb_build_object('_harvest_ref', (SELECT id FROM pl_result), 'bytes', 14))));
 SELECT pg_temp.start_run('pl_open', 'pl_wf', 'pl_q');
 
 SELECT throws_ok(format('SELECT harvest.erase_payloads(%L)', pg_temp.run('pl_open')), 'HR031', NULL,
@@ -96,23 +98,23 @@ SELECT is((harvest.release_legal_hold('00000000-0000-0000-0000-0000000000b1') ->
 
 INSERT INTO harvest.relays (target_execution_id, kind, payload, created_at)
 VALUES (pg_temp.run('pl_a'), 'child_closed', '{"result": "secret-result"}', harvest.now());
--- A query's large answer, stored with no run, referenced by its request.
+-- A query's large answer: the worker stores it as the queried run's row.
 INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
-VALUES ('00000000-0000-0000-0000-0000000000a1', NULL, harvest.now(), 8, '"answer"');
+VALUES ('00000000-0000-0000-0000-0000000000a1', pg_temp.run('pl_a'), harvest.now(), 8, '"answer"');
 INSERT INTO harvest.query_requests (execution_id, kind, name, queue, status, answer, created_at, expires_at)
 VALUES (pg_temp.run('pl_a'), 'query', 'q', 'pl_q', 'completed',
         '{"_harvest_ref": "00000000-0000-0000-0000-0000000000a1", "bytes": 8}', harvest.now(), harvest.now());
 CREATE TEMP TABLE pl_erased ON COMMIT DROP AS
 SELECT harvest.erase_payloads(pg_temp.run('pl_a'), 'ops') AS summary;
 SELECT is((SELECT (summary ->> 'offloaded')::int FROM pl_erased), 2,
-          'the referenced offloaded rows are erased (the result, a query''s answer)');
+          'the offloaded rows it owns are erased (the result, a query''s answer)');
 SELECT is((SELECT data FROM harvest.payloads WHERE id = '00000000-0000-0000-0000-0000000000a1'),
-          '{"_harvest_erased": true}'::jsonb, 'a query''s offloaded answer is found through its request and erased');
+          '{"_harvest_erased": true}'::jsonb, 'a query''s offloaded answer is erased');
 SELECT is((SELECT input FROM harvest.executions WHERE id = pg_temp.run('pl_a')),
           '[{"_harvest_erased": true}]'::jsonb, 'the execution''s input is erased');
 SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('pl_a')
            AND event_data::text LIKE '%secret-input%'), 0::bigint, 'no event holds the input');
-SELECT is((SELECT data FROM harvest.get_payloads((SELECT ids FROM pl_ids)) WHERE id = (SELECT ids[1] FROM pl_ids)),
+SELECT is((SELECT data FROM harvest.get_payloads(ARRAY[(SELECT id FROM pl_result)])),
           '{"_harvest_erased": true}'::jsonb, 'the offloaded payload reads as erased');
 SELECT is((SELECT count(*) FROM harvest.audit_log WHERE target = pg_temp.run('pl_a')::text
            AND operation IN ('workflow.erase_payloads', 'workflow.legal_hold.set', 'workflow.legal_hold.release')),
@@ -136,6 +138,18 @@ SELECT is((harvest.erase_payloads(pg_temp.run('pl_forger')) ->> 'offloaded')::in
           'erase_payloads(): a row another run owns is not erased through a reference to it');
 SELECT is((SELECT data FROM harvest.payloads WHERE id = (SELECT id FROM pl_theirs)), '"their secret"'::jsonb,
           'erase_payloads(): the other run''s row is as it was');
+-- Nor a run-less row: another client's start held back by a throttle (its input's id readable
+-- to every reader through list_pending_starts) keeps its input until its release hands it over.
+CREATE TEMP TABLE pl_held ON COMMIT DROP AS
+SELECT (harvest.put_payloads(NULL, ARRAY['"held secret"'::jsonb]))[1] AS id;
+SELECT pg_temp.start_run('pl_forger2', 'pl_wf', 'pl_forger2_q',
+    jsonb_build_array(jsonb_build_object('_harvest_ref', (SELECT id FROM pl_held), 'bytes', 13)));
+SELECT pg_temp.decide('pl_forger2', '[{"type": "complete_workflow", "result": null}]');
+SELECT is((harvest.erase_payloads(pg_temp.run('pl_forger2')) ->> 'offloaded')::int, 0,
+          'erase_payloads(): a run-less row is not erased through a reference to it');
+SELECT results_eq(format('SELECT data, execution_id FROM harvest.payloads WHERE id = %L', (SELECT id FROM pl_held)),
+                  $$VALUES ('"held secret"'::jsonb, NULL::uuid)$$,
+                  'erase_payloads(): the run-less row is as it was, still no run''s');
 
 -- Residences: a seal refuses a plain call (the caller follows the pointer); a prior-residence
 -- scrub erases it without gates; a residence retention collected is no error.

@@ -140,20 +140,23 @@ SELECT is(harvest._migration_json(m) ->> 'target_shard', '1', '_migration_json()
 FROM harvest.shard_migrations AS m WHERE m.id = pg_temp.mig('timer');
 SELECT throws_ok($$SELECT harvest._raise_migration('x', 'boom', NULL)$$, 'HR013', 'boom', '_raise_migration(): HR013');
 
--- Export, copy, verify on the source. The run owns one offloaded payload and its input
--- references a run-less one (a start's input stored before its run) and, forged, a row another
--- run owns: that one is not copied (its copy would outlive the other run's erasure).
+-- Export, copy, verify on the source. The run owns two offloaded payloads (one its input
+-- references: a client's start input, handed to it in the start's transaction), and its input
+-- references, forged, a row another run owns and a run-less one (another client's held-back
+-- start's input): neither is copied (a copy would outlive that row's erasure).
 SELECT harvest.put_payloads(pg_temp.parked('timer'), ARRAY['"own"'::jsonb]);
 UPDATE harvest.executions SET input = jsonb_build_array(
-    jsonb_build_object('_harvest_ref', (harvest.put_payloads(NULL, ARRAY['"referenced"'::jsonb]))[1], 'bytes', 12),
+    jsonb_build_object('_harvest_ref', (harvest.put_payloads(pg_temp.parked('timer'), ARRAY['"referenced"'::jsonb]))[1],
+                       'bytes', 12),
     jsonb_build_object('_harvest_ref', (harvest.put_payloads(pg_temp.parked('signal'), ARRAY['"forged"'::jsonb]))[1],
-                       'bytes', 8))
+                       'bytes', 8),
+    jsonb_build_object('_harvest_ref', (harvest.put_payloads(NULL, ARRAY['"held"'::jsonb]))[1], 'bytes', 6))
 WHERE id = pg_temp.parked('timer');
 INSERT INTO copies SELECT 'timer', harvest.get_migration_copy(pg_temp.mig('timer'));
 SELECT is((SELECT array_agg(p.value ->> 'data' ORDER BY p.value ->> 'data')
            FROM copies AS c, jsonb_array_elements(c.copy -> 'payloads') AS p),
           ARRAY['own', 'referenced'],
-          'get_migration_copy(): the offloaded payloads the run owns or references run-less, not another run''s');
+          'get_migration_copy(): the offloaded payloads the run owns, not another run''s nor a run-less one');
 SELECT is((SELECT jsonb_array_length(copy -> 'events') FROM copies), 3,
           'get_migration_copy(): the whole history (started, task completed, timer started)');
 SELECT is((SELECT copy #>> '{tasks,0,kind}' FROM copies), 'timer', 'get_migration_copy(): the timer task row');
@@ -258,7 +261,7 @@ SELECT is_empty($$SELECT 1 FROM harvest.claim_query_requests('qw', ARRAY['rq_ask
 
 -- The target: this database, emptied, becomes shard 1.
 DELETE FROM harvest.executions;
-DELETE FROM harvest.payloads;  -- (the run-less row too: the copy brings it)
+DELETE FROM harvest.payloads;  -- (the copy brings the run's own)
 SELECT harvest.set_shard_id(1);
 SELECT is((harvest.accept_migration_copy((SELECT copy FROM copies)) ->> 'event_count'), '3',
           'accept_migration_copy(): stages the copy and returns its history_digest');
@@ -271,7 +274,7 @@ SELECT is((SELECT array_agg(p.data::text ORDER BY p.data::text) FROM harvest.pay
 SELECT is((SELECT g.data::text FROM harvest.get_payloads(ARRAY(SELECT harvest._payload_refs(e.input)
                                                               FROM harvest.executions AS e
                                                               WHERE e.id = pg_temp.parked('timer'))) AS g),
-          '"referenced"', 'accept_migration_copy(): the moved input''s reference resolves on the target (the forged one: nothing)');
+          '"referenced"', 'accept_migration_copy(): the moved input''s reference resolves on the target (the forged ones: nothing)');
 SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.parked('timer')), 0::bigint,
           'accept_migration_copy(): its tasks wait in shard_arrivals, so no timer fires');
 SELECT is((SELECT reason FROM harvest.legal_holds WHERE execution_id = pg_temp.parked('timer')), 'case 7',

@@ -139,6 +139,10 @@ CREATE TABLE harvest.pending_starts (
     -- The W3C traceparent of the deferred start's caller (tracing on; debounce and batch:
     -- the latest caller's that had one): the released run continues it.
     traceparent text,
+    -- The logins that made it (a batch: each whose argument it collected; a debounce: the
+    -- latest caller's): its release hands the run only their run-less offloaded rows that its
+    -- input references (_release_pending_start). NULL on a row made before 0124.
+    logins text[],
     CONSTRAINT pending_starts_pkey PRIMARY KEY (id),
     CONSTRAINT pending_starts_kind_check CHECK (kind IN ('throttle', 'debounce', 'batch'))
 );

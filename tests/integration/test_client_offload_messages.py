@@ -258,3 +258,11 @@ def test_a_held_back_start_keeps_its_offloaded_input_through_retention_until_rel
         assert released == 1
     [(run,)] = _rows(db, "SELECT id::text FROM harvest.executions WHERE id <> %s", admitted.execution_id)
     assert _owners(db) == [admitted.execution_id, run], "released: handed to its run"
+    # Its run's own now: erasing the run erases it (erasure takes only a run's own rows).
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'done')", (run,))
+        [(erased,)] = conn.execute("SELECT harvest.erase_payloads(%s)", (run,)).fetchall()
+    assert erased["offloaded"] == 1
+    assert _rows(db, "SELECT erased_at IS NOT NULL FROM harvest.payloads WHERE execution_id = %s", run) == [
+        (True,)
+    ]

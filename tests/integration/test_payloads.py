@@ -697,7 +697,7 @@ def test_a_reset_fork_owns_copies_of_the_offloaded_payloads_it_carries(db, start
             "go": "late " + "y" * 2000,
         }
         # Erasing the fork reaches every row its history references: each is its own copy
-        # (erase_payloads takes only a run's own rows and run-less ones, sec69).
+        # (erase_payloads takes only a run's own rows, sec69).
         with psycopg.connect(db, autocommit=True) as conn:
             assert SqlApi(conn).erase_payloads(fork_id, "ops")["offloaded"] >= 3
             left = conn.execute(
@@ -749,7 +749,7 @@ def test_a_large_query_answer_goes_when_its_request_expires(db, start_worker):
 
 
 def test_expired_answers_rows_are_found_by_id_not_by_a_scan_for_each_request(db):
-    """expire_query_requests deletes each expired answer's rows (its run's or run-less) through
+    """expire_query_requests deletes each expired answer's rows (its run's own) through
     the primary key: it listed them with an IN over a subquery naming the request, a subplan
     that read all of harvest.payloads once for each request (1000 a call, the scanner's batch,
     on a table of every run's large payloads). Counted in rows read, not in time."""

@@ -846,3 +846,61 @@ def _wait(check, timeout: float = 30.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
+
+
+def test_a_forged_reference_cannot_erase_copy_or_take_another_clients_held_back_input(login, db: str) -> None:
+    """A held-back start's offloaded input is run-less until its release, and its id is readable
+    to every reader. Another client wrote a reference to it into its own runs' inputs: erasing
+    its run erased the row, a reset's fork of that run copied it (sec69 took run-less rows through
+    references), and its own held-back start, released first, took the row as its run's. Now only
+    a run's own rows are erased and copied, and a release takes only its starter's login's rows;
+    the victim's run, once released, owns its input and erasing it erases it."""
+    victim_dsn, forger_dsn = login("harvest_operator"), login("harvest_operator")
+    policies = {
+        "workflows": {
+            "slow": {"throttle": {"rps": 0.001, "burst": 1, "key": None}},
+            "fast": {"throttle": {"rps": 1, "burst": 1, "key": None}},
+        }
+    }
+    with psycopg.connect(db, autocommit=True) as owner:
+        owner.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(policies),))
+    starting = "SELECT status, execution_id::text FROM harvest.start_workflow(%s, %s, %s)"
+    with (
+        psycopg.connect(victim_dsn, autocommit=True) as victim,
+        psycopg.connect(forger_dsn, autocommit=True) as forger,
+    ):
+        assert victim.execute(starting, ("slow", Jsonb([]), "v-0")).fetchone()[0] == "RUNNING"  # (the burst)
+        with victim.transaction():  # as a client's start: stored run-less, then the start
+            (ids,) = victim.execute(
+                "SELECT harvest.put_payloads(NULL, ARRAY['\"victim input\"'::jsonb])"
+            ).fetchone()
+            ref = {"_harvest_ref": str(ids[0]), "bytes": 14}
+            assert victim.execute(starting, ("slow", Jsonb([ref]), "v-1")).fetchone()[0] == "DEFERRED"
+        assert forger.execute(starting, ("fast", Jsonb([]), "f-0")).fetchone()[0] == "RUNNING"
+        forged_run = forger.execute(starting, ("wf", Jsonb([ref]), "f-run")).fetchone()[1]
+        assert forger.execute(starting, ("fast", Jsonb([ref]), "f-held")).fetchone()[0] == "DEFERRED"
+    owned = "SELECT execution_id::text, data FROM harvest.payloads WHERE id = %s"
+    erasing = "SELECT harvest.erase_payloads(%s)"
+    with psycopg.connect(db, autocommit=True) as owner:
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30)
+        owner.execute("SELECT set_config('harvest.fake_now', %s, false)", (later.isoformat(),))
+        assert owner.execute("SELECT harvest.release_pending_starts()").fetchone()[0] == 1  # the forger's
+        assert owner.execute(owned, (ids[0],)).fetchone() == (None, "victim input"), "not the forger's run's"
+        fork = owner.execute("SELECT harvest.reset_workflow(%s, 1, 'forked')", (forged_run,)).fetchone()[0]
+        fork_rows = "SELECT count(*) FROM harvest.payloads WHERE execution_id = %s"
+        assert owner.execute(fork_rows, (fork["new_execution_id"],)).fetchone()[0] == 0, "nothing copied"
+        owner.execute("SELECT harvest.terminate_workflow(%s, 'done')", (fork["new_execution_id"],))
+        for ended in (forged_run, fork["new_execution_id"]):  # (the reset ended its source)
+            assert (
+                owner.execute("SELECT harvest.erase_payloads(%s)", (ended,)).fetchone()[0]["offloaded"] == 0
+            )
+        assert owner.execute(owned, (ids[0],)).fetchone() == (None, "victim input"), "not erased"
+        # The victim's start is released: its run owns its input, and erasing it erases the row.
+        much_later = later + dt.timedelta(hours=1)
+        owner.execute("SELECT set_config('harvest.fake_now', %s, false)", (much_later.isoformat(),))
+        assert owner.execute("SELECT harvest.release_pending_starts()").fetchone()[0] == 1
+        (run,) = owner.execute("SELECT id::text FROM harvest.executions WHERE workflow_id = 'v-1'").fetchone()
+        assert owner.execute(owned, (ids[0],)).fetchone() == (run, "victim input")
+        owner.execute("SELECT harvest.terminate_workflow(%s, 'done')", (run,))
+        assert owner.execute(erasing, (run,)).fetchone()[0]["offloaded"] == 1
+        assert owner.execute(owned, (ids[0],)).fetchone() == (run, {"_harvest_erased": True})

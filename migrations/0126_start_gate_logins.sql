@@ -1,0 +1,16 @@
+-- 0124: offloaded payloads are erased and copied only by the run that owns them. erase_payloads,
+-- a reset's fork, a continue-as-new successor, a rebalance's copy and expire_query_requests took
+-- run-less rows (harvest.payloads.execution_id NULL) a run's data referenced too; a reference is
+-- JSON any starter or sender writes, so a forged one naming another client's run-less row (a
+-- held-back start's input, whose id every reader can read) erased it with the forger's run, or
+-- copied it to the forger's fork (functions/payloads.sql, reset.sql, rebalance.sql,
+-- messages.sql). A held-back start's release handed its run every run-less row its input
+-- referenced, another login's included: a pending start now records the logins that made it,
+-- and its release hands only their rows, as set_payloads_execution does
+-- (functions/flow_throttle.sql). NULL on a pending start made before: its release hands them as
+-- before. Rows stored run-less before 0083 have no login and cannot be told from a forgery's
+-- target, so none is adopted here: no live run's data legitimately references one (a start's
+-- input is its run's from the start's transaction, a held-back one's from its release), and
+-- retention's run-less sweep deletes them once past the window (docs/payloads.md).
+-- (Re-runnable: IF NOT EXISTS.)
+ALTER TABLE harvest.pending_starts ADD COLUMN IF NOT EXISTS logins text[];
