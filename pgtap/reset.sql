@@ -4,7 +4,7 @@
 -- history_bytes). harvest.count_versions is tested in pgtap/executions.sql; here, only
 -- that a fork carries the version markers it copied.
 BEGIN;
-SELECT plan(106);
+SELECT plan(105);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -439,33 +439,24 @@ SELECT is(harvest._renamed_refs(
           '_renamed_refs() renames a reference and leaves the same text inside a string alone');
 SELECT is(harvest._renamed_refs('{"a": 1}'::jsonb, '{}'::jsonb), '{"a": 1}'::jsonb,
           '_renamed_refs() with nothing to rename returns the data');
--- A reference in the source's input is what its starter wrote: one naming another run's row is
--- not copied for the fork (a copy would outlive that run's erasure); it stays as written.
+-- A reference in the source's input is what its starter wrote: one naming another run's row, or
+-- a run-less one (another client's held-back start's input), is not copied for the fork (a copy
+-- would outlive that row's erasure); it stays as written.
 SELECT pg_temp.start_run('rs_victim', 'wf', 'rs_victim_q');
-INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
-VALUES ('00000000-0000-4000-8000-0000000000e1', pg_temp.run('rs_victim'), now(), 8, '"theirs"');
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, login)
+VALUES ('00000000-0000-4000-8000-0000000000e1', pg_temp.run('rs_victim'), now(), 8, '"theirs"', NULL),
+       ('00000000-0000-4000-8000-0000000000e2', NULL, now(), 6, '"held"', 'someone_else');
 SELECT pg_temp.start_run('rs_forger', 'wf', 'rs_forger_q',
-                         '[{"_harvest_ref": "00000000-0000-4000-8000-0000000000e1", "bytes": 8}]');
+                         '[{"_harvest_ref": "00000000-0000-4000-8000-0000000000e1", "bytes": 8},
+                           {"_harvest_ref": "00000000-0000-4000-8000-0000000000e2", "bytes": 6}]');
 CREATE TEMP TABLE rs_forged ON COMMIT DROP AS
 SELECT (harvest.reset_workflow(pg_temp.run('rs_forger'), 1, 'forged') ->> 'new_execution_id')::uuid AS fork;
 SELECT results_eq(
-    $$SELECT f.input -> 0 ->> '_harvest_ref', (SELECT count(*) FROM harvest.payloads AS p WHERE p.execution_id = f.id)
+    $$SELECT f.input -> 0 ->> '_harvest_ref', f.input -> 1 ->> '_harvest_ref',
+             (SELECT count(*) FROM harvest.payloads AS p WHERE p.execution_id = f.id)
       FROM harvest.executions AS f WHERE f.id = (SELECT fork FROM rs_forged)$$,
-    $$VALUES ('00000000-0000-4000-8000-0000000000e1'::text, 0::bigint)$$,
-    'reset_workflow(): a row another run owns is not copied for the fork through a reference the input forged');
--- Nor a run-less row (another client's held-back start's input): the fork copies the source's
--- own rows only, and the forged reference stays as written.
-INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, login)
-VALUES ('00000000-0000-4000-8000-0000000000e2', NULL, now(), 6, '"held"', 'someone_else');
-SELECT pg_temp.start_run('rs_forger2', 'wf', 'rs_forger2_q',
-                         '[{"_harvest_ref": "00000000-0000-4000-8000-0000000000e2", "bytes": 6}]');
-CREATE TEMP TABLE rs_forged2 ON COMMIT DROP AS
-SELECT (harvest.reset_workflow(pg_temp.run('rs_forger2'), 1, 'forged') ->> 'new_execution_id')::uuid AS fork;
-SELECT results_eq(
-    $$SELECT f.input -> 0 ->> '_harvest_ref', (SELECT count(*) FROM harvest.payloads AS p WHERE p.execution_id = f.id)
-      FROM harvest.executions AS f WHERE f.id = (SELECT fork FROM rs_forged2)$$,
-    $$VALUES ('00000000-0000-4000-8000-0000000000e2'::text, 0::bigint)$$,
-    'reset_workflow(): a run-less row is not copied for the fork through a reference the input forged');
+    $$VALUES ('00000000-0000-4000-8000-0000000000e1'::text, '00000000-0000-4000-8000-0000000000e2'::text, 0::bigint)$$,
+    'reset_workflow(): neither another run''s row nor a run-less one is copied for the fork through a forged reference');
 
 SELECT * FROM finish();
 ROLLBACK;
