@@ -5,7 +5,7 @@
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
 -- harvest.clear_start_throttle_override, harvest.get_start_gate.
 BEGIN;
-SELECT plan(59);
+SELECT plan(61);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
@@ -72,6 +72,11 @@ SELECT is((SELECT input FROM harvest.executions WHERE workflow_name = 'wf_b'), '
 SELECT throws_ok($$SELECT harvest.start_workflow('wf_b', '[1, 2]', NULL, 'bq')$$, 'HR001', NULL,
                  'a batched start passes exactly one argument');
 SELECT harvest.start_workflow('wf_b', '["w"]', NULL, 'bq');
+-- A batch records each login whose argument it collects: its release hands their rows.
+UPDATE harvest.pending_starts SET logins = ARRAY['someone_else'] WHERE kind = 'batch';
+SELECT harvest.start_workflow('wf_b', '["v"]', NULL, 'bq');
+SELECT is((SELECT logins FROM harvest.pending_starts WHERE kind = 'batch'), ARRAY['someone_else', session_user::text],
+          '_start_gate(): a batch records the logins whose arguments it collected');
 SELECT ok(harvest._try_release_pending_start((SELECT p FROM harvest.pending_starts AS p WHERE kind = 'batch')),
           '_try_release_pending_start(): a window-expired batch is started');
 SELECT harvest.start_workflow('wf_d', '[{"doc": "c"}]', 'dc', 'dq');
@@ -80,7 +85,10 @@ SELECT is((SELECT s.status FROM harvest.pending_starts AS p,
           '_release_pending_start() starts a pending start now (it skips the gates)');
 -- Trace context: a deferred start keeps its caller's span and the released run continues it.
 SELECT harvest.start_workflow('wf_d', '[{"doc": "t"}]', 'dt', 'dq', p_traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01');
+UPDATE harvest.pending_starts SET logins = ARRAY['someone_else'] WHERE kind = 'debounce';
 SELECT harvest.start_workflow('wf_d', '[{"doc": "t", "v": 2}]', 'dt', 'dq');
+SELECT is((SELECT logins FROM harvest.pending_starts WHERE kind = 'debounce'), ARRAY[session_user::text],
+          '_start_gate(): a debounce records its latest caller''s login, whose input it now holds');
 SELECT is((SELECT traceparent FROM harvest.pending_starts WHERE kind = 'debounce'), '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
           '_start_gate(): a debounced burst keeps the latest caller''s span (a start with none keeps it)');
 CREATE TEMP TABLE released_traced ON COMMIT DROP AS
