@@ -1,4 +1,4 @@
--- 0124: offloaded payloads are erased and copied only by the run that owns them. erase_payloads,
+-- 0126: offloaded payloads are erased and copied only by the run that owns them. erase_payloads,
 -- a reset's fork, a continue-as-new successor, a rebalance's copy and expire_query_requests took
 -- run-less rows (harvest.payloads.execution_id NULL) a run's data referenced too; a reference is
 -- JSON any starter or sender writes, so a forged one naming another client's run-less row (a
