@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
-SELECT plan(57);
+SELECT plan(59);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
