@@ -1,7 +1,7 @@
 -- functions/event_streams.sql: harvest._notify_events, harvest._live_event_listeners, heartbeat_event_stream,
 -- stop_event_stream, list_events, get_event_horizon.
 BEGIN;
-SELECT plan(18);
+SELECT plan(21);
 
 SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, 'heartbeat_event_stream() registers a listener');
 SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, '... and again refreshes it');
@@ -40,6 +40,13 @@ SELECT results_eq($$SELECT workflow_id FROM harvest.list_events(
 SELECT ok((SELECT max(ev.global_id) FILTER (WHERE ev.execution_id = pg_temp.run('es1'))
                   < min(ev.global_id) FILTER (WHERE ev.execution_id = pg_temp.run('es2')) FROM harvest.events AS ev),
           'global ids follow the order of appends');
+SELECT results_eq($$SELECT bytes FROM harvest.list_events(0, 10, pg_temp.run('es2'))$$,
+                  $$SELECT octet_length(ev.event_data::text) FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('es2')$$,
+                  'list_events(): each event''s size, the bytes of its data as JSON text');
+SELECT is((SELECT count(*) FROM harvest.list_events(0, 10, NULL, 1)), 1::bigint,
+          'list_events() of p_max_bytes: the page ends with the event that reaches it (the first, always)');
+SELECT throws_ok($$SELECT * FROM harvest.list_events(0, 10, NULL, 0)$$, 'HR001', 'max bytes 0 is not positive',
+                 'list_events() of a bad p_max_bytes: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.list_events(0, 0)$$, 'HR001', 'limit 0 is out of range 1..10000',
                  'list_events() of a bad limit: HR001');
 SELECT ok((SELECT last_global_id >= (SELECT max(global_id) FROM harvest.events) FROM harvest.get_event_horizon()),

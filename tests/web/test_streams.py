@@ -356,6 +356,128 @@ def test_a_slow_subscriber_is_resynced_from_the_table_and_holds_no_one_up(
     assert resyncs >= 1
 
 
+PAD = 20_000  # bytes of padding in each large signal's input
+
+
+async def large_signals(db: str, execution_id: str, count: int, size: int = PAD) -> None:
+    pad = json.dumps({"pad": "x" * size})
+    for i in range(count):
+        await execute(db, "SELECT harvest.signal_workflow(%s, %s, %s::jsonb)", (execution_id, f"big{i}", pad))
+
+
+def held_bytes(sub: streams.Subscriber) -> int:
+    """The bytes of event data a subscriber's queue holds, measured here (as JSON text)."""
+    queued = list(sub.queue._queue)  # type: ignore[attr-defined]  # (a peek at what it holds)
+    return sum(len(json.dumps(e["event_data"], separators=(",", ":"))) for e in queued if isinstance(e, dict))
+
+
+def test_a_stalled_subscriber_holds_a_bounded_number_of_bytes_and_resumes_without_a_gap(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stalled subscriber holds at most QUEUE_BYTES (and one event) of large events, not
+    QUEUE_SIZE of them; read again, it catches up from the table in pages of at most PAGE_BYTES
+    (and one event): every event, once, in order."""
+    from harvest.db import event_stream
+
+    monkeypatch.setattr(streams, "QUEUE_BYTES", 64 * 1024, raising=False)
+    monkeypatch.setattr(event_stream, "PAGE_BYTES", 48 * 1024, raising=False)
+    pages: list[list[dict]] = []
+    events_after = EventSource.events_after
+
+    async def spied(self, *args, **kwargs):
+        rows = await events_after(self, *args, **kwargs)
+        pages.append(rows)
+        return rows
+
+    monkeypatch.setattr(EventSource, "events_after", spied)
+
+    async def main() -> tuple[int, int, list[str]]:
+        run_id = await start(db, "stalled")
+        hub = EventHub(db)
+        try:
+            async with hub.subscribe() as stalled:
+                start_at = stalled.start_cursor
+                await large_signals(db, run_id, 30)
+                last = (await execute(db, LAST_GLOBAL_ID))[0][0]
+                for _ in range(500):  # until the hub has offered every event to the queue
+                    if hub.cursor >= last:
+                        break
+                    await asyncio.sleep(0.02)
+                assert hub.cursor >= last
+                held = held_bytes(stalled)
+                pages.clear()
+                seen: list[str] = []
+                async for event in hub.events(stalled, start_at):
+                    if event is not None:
+                        seen.append(event["event_data"]["name"])
+                        if len(seen) == 30:
+                            break
+                largest_page = max(
+                    sum(len(json.dumps(r["event_data"], separators=(",", ":"))) for r in page)
+                    for page in pages
+                )
+                return held, largest_page, seen
+        finally:
+            await hub.aclose()
+
+    held, largest_page, seen = run(main())
+    one_event = PAD + 1000
+    assert held <= 64 * 1024 + one_event  # 30 events of 20 kB were 600 kB held
+    assert largest_page <= 48 * 1024 + one_event
+    assert seen == [f"big{i}" for i in range(30)]  # every event, once, in order
+
+
+def test_a_stalled_client_of_the_stream_resumes_with_last_event_id_without_a_gap(
+    db: str, tokens: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over HTTP: a client that stops reading while large events are written holds at most
+    QUEUE_BYTES of them in the server's queue; read again it gets them all in order, and a
+    client that reconnects with Last-Event-ID mid-way gets the rest: none missed, none twice."""
+    monkeypatch.setattr(streams, "QUEUE_BYTES", 64 * 1024, raising=False)
+
+    async def main() -> tuple[int, list[str], list[str]]:
+        run_id = await start(db, "stalled-http")
+        hub, authorizer = EventHub(db), authorizer_for(db)
+        try:
+            async with (
+                serve(make_app(authorizer, hub)) as url,
+                httpx.AsyncClient(base_url=url, timeout=30) as client,
+            ):
+                async with client.stream("GET", "/stream", headers=headers(tokens["read"])) as response:
+                    sse = Sse(response)
+                    await sse.opening()
+                    # 10 MB read by no one meanwhile: more than the sockets between take.
+                    await large_signals(db, run_id, 100, 100_000)
+                    last = (await execute(db, LAST_GLOBAL_ID))[0][0]
+                    for _ in range(500):
+                        if hub.cursor >= last:
+                            break
+                        await asyncio.sleep(0.02)
+                    (stalled,) = hub.subscribers
+                    held = held_bytes(stalled)
+                    first: list[str] = []
+                    for _ in range(25):
+                        global_id, data = await sse.next_event()
+                        first.append(data["event_data"]["name"])
+                resumed: list[str] = []
+                async with client.stream(
+                    "GET", "/stream", headers=headers(tokens["read"], last=global_id)
+                ) as response:
+                    sse = Sse(response)
+                    await sse.opening()
+                    while len(resumed) < 75:
+                        _, data = await sse.next_event()
+                        resumed.append(data["event_data"]["name"])
+                return held, first, resumed
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+
+    held, first, resumed = run(main())
+    assert held <= 64 * 1024 + 101_000  # 100 events of 100 kB, less what the sockets took
+    assert first + resumed == [f"big{i}" for i in range(100)]
+
+
 def test_the_reader_waits_for_a_transaction_holding_a_lower_global_id(db: str) -> None:
     """Global ids are taken at insert: an event committed after a later one is still delivered,
     in global order, not skipped."""

@@ -24,7 +24,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -42,6 +42,16 @@ T = TypeVar("T")
 
 HEARTBEAT_SECS = 10.0  # the SQL stops notifying 30 s after the last one
 PAGE = 500
+# A page of events ends once it holds this many bytes (list_events' sizes: the JSON text of each
+# event's data), so a reader holds a few megabytes of large events at a time, not PAGE of them
+# (500 events of up to 2 MiB were a gigabyte). A page of small events is bounded by PAGE first.
+PAGE_BYTES = 4 * 1024 * 1024
+
+
+def read_to_end(rows: list[dict[str, Any]]) -> bool:
+    """Whether a page of ``rows`` (from events_after, by default) is the last one there is: cut
+    by neither its count nor its bytes."""
+    return len(rows) < PAGE and sum(row["bytes"] for row in rows) < PAGE_BYTES
 
 
 @dataclass
@@ -93,6 +103,21 @@ class EventSource:
                 with contextlib.suppress(psycopg.Error):
                     await conn.close()
 
+    async def _alone(self, statement: Callable[[], Awaitable[T]]) -> T:
+        """``statement`` on the reading connection, alone on it, in a task of its own: a caller
+        cancelled meanwhile (a stream whose client left) lets it finish instead of interrupting
+        it. An interrupted statement's cancellation interrupted again (anyio cancels a request's
+        task at each of its awaits) makes psycopg close the connection: every stream of the
+        process would lose its database for a retry."""
+
+        async def alone() -> T:
+            async with self._lock:
+                return await statement()
+
+        task = asyncio.ensure_future(alone())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # (read, if left)
+        return await asyncio.shield(task)
+
     async def heartbeat(self) -> None:
         async with self._lock:
             await self._api.heartbeat_event_stream(self.listener_id)
@@ -109,28 +134,34 @@ class EventSource:
             await self.heartbeat()
         return woken
 
-    async def events_after(self, global_id: int, limit: int = PAGE) -> list[dict[str, Any]]:
-        async with self._lock:
-            return cast("list[dict[str, Any]]", await self._api.list_events(global_id, limit))
+    async def events_after(
+        self, global_id: int, limit: int | None = None, max_bytes: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The page of events after ``global_id``: at most ``limit`` (None: PAGE), and ending with
+        the one that brings it to ``max_bytes`` (None: PAGE_BYTES; each row's ``bytes``);
+        :func:`read_to_end` tells the last of the default pages."""
+        limit = PAGE if limit is None else limit
+        max_bytes = PAGE_BYTES if max_bytes is None else max_bytes
+        rows = await self._alone(lambda: self._api.list_events(global_id, limit, max_bytes=max_bytes))
+        return cast("list[dict[str, Any]]", rows)
 
-    async def history_after(self, execution_id: str, event_id: int) -> list[dict[str, Any]]:
-        async with self._lock:
-            return cast("list[dict[str, Any]]", await self._api.get_history(execution_id, event_id))
+    async def history_after(
+        self, execution_id: str, event_id: int, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        rows = await self._alone(lambda: self._api.get_history(execution_id, event_id, limit))
+        return cast("list[dict[str, Any]]", rows)
 
     async def get_execution(self, execution_id: str) -> dict[str, Any]:
         """The execution (NotFound, HR002, when there is none)."""
-        async with self._lock:
-            return cast("dict[str, Any]", await self._api.get_execution(execution_id))
+        return cast("dict[str, Any]", await self._alone(lambda: self._api.get_execution(execution_id)))
 
     async def run(self, steps: Steps[T]) -> T:
         """``steps`` (harvest.db.steps: a payload store's reads, harvest.client.payloads.decoded)
         on the reading connection, between the stream's own statements."""
-        async with self._lock:
-            return await arun_steps(steps, self._api)
+        return await self._alone(lambda: arun_steps(steps, self._api))
 
     async def horizon(self) -> dict[str, Any]:
-        async with self._lock:
-            return cast("dict[str, Any]", await self._api.get_event_horizon())
+        return cast("dict[str, Any]", await self._alone(self._api.get_event_horizon))
 
     async def start_position(self) -> int:
         """The last global id handed out now, once every id up to it is final (at most
@@ -185,5 +216,5 @@ class EventSource:
             if blocked:
                 await asyncio.sleep(pause)  # a gap closes when its writer commits or ends
                 pause = min(pause * 2, 0.5)
-            elif len(rows) < PAGE:
+            elif read_to_end(rows):
                 await self.wait(HEARTBEAT_SECS)

@@ -334,7 +334,9 @@ SELECT * FROM harvest.list_api_tokens(
 """
 REVOKE_API_TOKEN = "SELECT harvest.revoke_api_token(%(name)s) AS token_id"
 AUTHENTICATE_API_TOKEN = "SELECT * FROM harvest.authenticate_api_token(%(secret_hash)s)"
-LIST_EVENTS = "SELECT * FROM harvest.list_events(%(after_global_id)s, %(limit)s, %(execution_id)s)"
+LIST_EVENTS = (
+    "SELECT * FROM harvest.list_events(%(after_global_id)s, %(limit)s, %(execution_id)s, %(max_bytes)s)"
+)
 GET_EVENT_HORIZON = "SELECT * FROM harvest.get_event_horizon()"
 HEARTBEAT_EVENT_STREAM = "SELECT harvest.heartbeat_event_stream(%(listener_id)s)"
 STOP_EVENT_STREAM = "SELECT harvest.stop_event_stream(%(listener_id)s) AS stopped"
@@ -2239,9 +2241,16 @@ def authenticate_api_token(secret_hash: bytes) -> dict[str, Any]:
 
 @call(LIST_EVENTS)
 def list_events(
-    after_global_id: int = 0, limit: int = 500, execution_id: str | None = None
+    after_global_id: int = 0, limit: int = 500, execution_id: str | None = None, max_bytes: int | None = None
 ) -> dict[str, Any]:
-    return {"after_global_id": after_global_id, "limit": limit, "execution_id": execution_id}
+    """Events after ``after_global_id``, each with its size (``bytes``): at most ``limit``, and
+    (``max_bytes``) ending with the event that brings the page to that many bytes."""
+    return {
+        "after_global_id": after_global_id,
+        "limit": limit,
+        "execution_id": execution_id,
+        "max_bytes": max_bytes,
+    }
 
 
 @call(GET_EVENT_HORIZON, first)

@@ -12,8 +12,9 @@ expired) ends with a comment saying so (``_while_authorized``).
 
 One ``EventHub`` per process holds one LISTEN connection and one reading connection
 (``harvest.db.event_stream.EventSource``) and fans each batch out to every subscriber's bounded
-queue without waiting. A subscriber whose queue is full is not waited for: its queue is
-emptied and it reads what it missed from the table by its own cursor, then goes on live.
+queue without waiting. A subscriber whose queue is full (QUEUE_SIZE events, or QUEUE_BYTES of
+them) is not waited for: its queue is emptied and it reads what it missed from the table by its
+own cursor, in pages bounded in bytes too (event_stream.PAGE_BYTES), then goes on live.
 
 On shards (:class:`ShardStreams`) there is one hub per shard: one execution's stream is its
 shard's, and ``/stream`` merges every readable shard's events as they arrive, each with its
@@ -73,6 +74,11 @@ KEEPALIVE_SECS = 15.0
 # How often the streams waiting on a database (or a shard) that cannot be read try its listener again.
 RETRY_SECS = 5.0
 QUEUE_SIZE = 1000  # events a subscriber may fall behind by before it reads from the table instead
+# ... or bytes (list_events' sizes of the events queued): a stalled client holds this much of the
+# server's memory at most, not QUEUE_SIZE events of up to 2 MiB each (2 GB). Four pages of large
+# events (PAGE_BYTES), eight of the largest: a client that reads a batch while the next comes is
+# not sent to the table for it; a queue of small events reaches QUEUE_SIZE first.
+QUEUE_BYTES = 16 * 1024 * 1024
 # An open stream's caller is asked for again (one token lookup) at each keepalive and before the
 # first write this long after the last ask: a revoked or expired token is served no longer.
 RECHECK_SECS = 15.0
@@ -92,25 +98,39 @@ FLUSH = _Flush()
 class Subscriber:
     execution_id: str | None  # None: every event
     start_cursor: int = 0  # the hub's cursor when it subscribed: live events follow it
+    max_bytes: int = QUEUE_BYTES  # the queue's bound in bytes (beside QUEUE_SIZE events)
     queue: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
     resyncs: int = 0
+    held: int = 0  # bytes of the events queued (each event's ``bytes``, from list_events)
 
     def offer(self, event: dict[str, Any]) -> None:
         if self.execution_id is not None and str(event["execution_id"]) != self.execution_id:
             return
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:
+        size = event.get("bytes", 0)
+        # An event larger than the bound still goes into an empty queue (it is sent whole).
+        if self.queue.full() or (self.held and self.held + size > self.max_bytes):
             # Never wait for a slow reader: drop what it has queued and let it catch up from
             # the table by its own cursor (it dedups by id, so nothing arrives twice).
-            while not self.queue.empty():
-                self.queue.get_nowait()
+            self._drain()
             self.queue.put_nowait(_RESYNC)
             self.resyncs += 1
+            return
+        self.queue.put_nowait(event)
+        self.held += size
 
-    def end(self) -> None:
+    def took(self, item: Any) -> Any:
+        """``item``, just taken from the queue: its bytes are no longer held."""
+        if isinstance(item, dict):
+            self.held -= item.get("bytes", 0)
+        return item
+
+    def _drain(self) -> None:
         while not self.queue.empty():
             self.queue.get_nowait()
+        self.held = 0
+
+    def end(self) -> None:
+        self._drain()
         self.queue.put_nowait(None)
 
 
@@ -118,9 +138,18 @@ class EventHub:
     """The process's one listener: started by the first subscriber, stopped ``idle_secs`` after
     the last one leaves (so an engine nobody streams from stops paying for notifications)."""
 
-    def __init__(self, dsn: str, *, max_gap_wait: float = 10.0, idle_secs: float = 60.0):
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        max_gap_wait: float = 10.0,
+        idle_secs: float = 60.0,
+        queue_bytes: int | None = None,
+    ):
         self.source = EventSource(dsn, max_gap_wait=max_gap_wait)
         self.idle_secs = idle_secs
+        # Each subscriber's queue holds at most this many bytes (None: QUEUE_BYTES).
+        self.queue_bytes = QUEUE_BYTES if queue_bytes is None else queue_bytes
         self.subscribers: set[Subscriber] = set()
         self._of_execution: dict[str, set[Subscriber]] = {}
         self._of_all: set[Subscriber] = set()
@@ -238,7 +267,9 @@ class EventHub:
             self._idle.cancel()
             self._idle = None
         await self.start()
-        sub = Subscriber(execution_id, self.cursor)  # no await between: no batch falls between
+        sub = Subscriber(
+            execution_id, self.cursor, self.queue_bytes
+        )  # no await between: no batch falls between
         self.subscribers.add(sub)
         group = self._of_all if execution_id is None else self._of_execution.setdefault(execution_id, set())
         group.add(sub)
@@ -282,11 +313,11 @@ class EventHub:
             try:
                 # A queued item is taken at once; only an empty queue waits (a task per wait).
                 if not sub.queue.empty():
-                    item = sub.queue.get_nowait()
+                    item = sub.took(sub.queue.get_nowait())
                 else:
                     if flushes:
                         yield FLUSH
-                    item = await asyncio.wait_for(sub.queue.get(), keepalive)
+                    item = sub.took(await asyncio.wait_for(sub.queue.get(), keepalive))
             except TimeoutError:
                 yield None
                 continue
@@ -302,12 +333,16 @@ class EventHub:
 
     async def _backlog(self, sub: Subscriber, after: int) -> AsyncIterator[dict[str, Any]]:
         if sub.execution_id is not None:
-            for row in await self.source.history_after(sub.execution_id, after):
-                yield {"execution_id": sub.execution_id, **row}
-            return
+            while True:  # in pages: a long history is not read whole
+                rows = await self.source.history_after(sub.execution_id, after, PAGE)
+                for row in rows:
+                    yield {"execution_id": sub.execution_id, **row}
+                if len(rows) < PAGE:
+                    return
+                after = rows[-1]["event_id"]
         upto = self.cursor  # later events come through the queue
         while after < upto:
-            rows = await self.source.events_after(after, PAGE)
+            rows = await self.source.events_after(after)
             rows = [r for r in rows if r["global_id"] <= upto]
             if not rows:
                 return
