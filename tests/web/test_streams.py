@@ -365,6 +365,16 @@ async def large_signals(db: str, execution_id: str, count: int, size: int = PAD)
         await execute(db, "SELECT harvest.signal_workflow(%s, %s, %s::jsonb)", (execution_id, f"big{i}", pad))
 
 
+async def offered(db: str, hub: EventHub) -> None:
+    """Until the hub has offered every event written so far to its subscribers."""
+    last = (await execute(db, LAST_GLOBAL_ID))[0][0]
+    for _ in range(500):
+        if hub.cursor >= last:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the hub read up to {hub.cursor}, not {last}")
+
+
 def held_bytes(sub: streams.Subscriber) -> int:
     """The bytes of event data a subscriber's queue holds, measured here (as JSON text)."""
     queued = list(sub.queue._queue)  # type: ignore[attr-defined]  # (a peek at what it holds)
@@ -398,12 +408,7 @@ def test_a_stalled_subscriber_holds_a_bounded_number_of_bytes_and_resumes_withou
             async with hub.subscribe() as stalled:
                 start_at = stalled.start_cursor
                 await large_signals(db, run_id, 30)
-                last = (await execute(db, LAST_GLOBAL_ID))[0][0]
-                for _ in range(500):  # until the hub has offered every event to the queue
-                    if hub.cursor >= last:
-                        break
-                    await asyncio.sleep(0.02)
-                assert hub.cursor >= last
+                await offered(db, hub)
                 held = held_bytes(stalled)
                 pages.clear()
                 seen: list[str] = []
@@ -448,11 +453,7 @@ def test_a_stalled_client_of_the_stream_resumes_with_last_event_id_without_a_gap
                     await sse.opening()
                     # 10 MB read by no one meanwhile: more than the sockets between take.
                     await large_signals(db, run_id, 100, 100_000)
-                    last = (await execute(db, LAST_GLOBAL_ID))[0][0]
-                    for _ in range(500):
-                        if hub.cursor >= last:
-                            break
-                        await asyncio.sleep(0.02)
+                    await offered(db, hub)
                     (stalled,) = hub.subscribers
                     held = held_bytes(stalled)
                     first: list[str] = []
