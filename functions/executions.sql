@@ -62,24 +62,51 @@ $$;
 -- (NULL: all). The limit is the function's own: it runs as its owner (security.sql), so it is
 -- never inlined and a LIMIT around the call would still read the whole history (the HTTP
 -- API's pages, a run of 100,000 events). A negative limit is HR001 with a hint (LIMIT's own
--- 2201W named no Harvest code and said nothing of what to give).
+-- 2201W named no Harvest code and said nothing of what to give). With p_max_bytes (the event
+-- stream's catch-up, docs/event-streams.md), the page also ends with the event whose data (as
+-- JSON text) brings it to that many bytes: a page of large events is megabytes, not p_limit of
+-- them. Without it (NULL, the workers' and clients' reads) the query is as it was.
 CREATE OR REPLACE FUNCTION harvest.get_history(
-    p_execution_id uuid, p_after_event_id bigint DEFAULT 0, p_limit integer DEFAULT NULL
+    p_execution_id uuid,
+    p_after_event_id bigint DEFAULT 0,
+    p_limit integer DEFAULT NULL,
+    p_max_bytes bigint DEFAULT NULL
 )
 RETURNS TABLE (event_id bigint, event_type text, event_data jsonb, created_at timestamptz)
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    v_total bigint := 0;
 BEGIN
     IF p_limit < 0 THEN
         RAISE EXCEPTION 'limit % is negative', p_limit USING ERRCODE = 'HR001',
             HINT = 'give 0 or more events, or NULL for the whole history';
     END IF;
-    RETURN QUERY
-    SELECT ev.event_id, ev.event_type, ev.event_data, ev.created_at
-    FROM harvest.events AS ev
-    WHERE ev.execution_id = p_execution_id AND ev.event_id > coalesce(p_after_event_id, 0)
-    ORDER BY ev.event_id
-    LIMIT p_limit;
+    IF p_max_bytes < 1 THEN
+        RAISE EXCEPTION 'max bytes % is not positive', p_max_bytes USING ERRCODE = 'HR001',
+            HINT = 'give a page size of 1 byte or more, or NULL for pages bounded by p_limit only';
+    END IF;
+    IF p_max_bytes IS NULL THEN
+        RETURN QUERY
+        SELECT ev.event_id, ev.event_type, ev.event_data, ev.created_at
+        FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution_id AND ev.event_id > coalesce(p_after_event_id, 0)
+        ORDER BY ev.event_id
+        LIMIT p_limit;
+    ELSE
+        -- Sized in the loop, not the query: rows fetched ahead but never returned are not read whole.
+        FOR event_id, event_type, event_data, created_at IN
+            SELECT ev.event_id, ev.event_type, ev.event_data, ev.created_at
+            FROM harvest.events AS ev
+            WHERE ev.execution_id = p_execution_id AND ev.event_id > coalesce(p_after_event_id, 0)
+            ORDER BY ev.event_id
+            LIMIT p_limit
+        LOOP
+            RETURN NEXT;
+            v_total := v_total + octet_length(event_data::text);
+            EXIT WHEN v_total >= p_max_bytes;
+        END LOOP;
+    END IF;
     -- Every run has its WorkflowStarted: no event from the start is no run (an unknown id, or
     -- one retention deleted between a caller's read of the run and of its history, which then
     -- exported or showed the run with no history). Read with the events' snapshot (STABLE).
@@ -1819,7 +1846,8 @@ COMMENT ON FUNCTION harvest.get_execution IS
 'One execution row; HR002 when it does not exist. For operators and clients (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_history IS
 'A run''s history after event p_after_event_id (0 = from the start), in order, at most p_limit events (NULL: all; '
-'a page of the HTTP API; a negative limit is HR001); HR002 when it finds no event from the start and no run. Called by clients, workers and operators (roles harvest_reader, '
+'a page of the HTTP API; a negative limit is HR001), ending with the event that brings it to p_max_bytes of data '
+'when given (the event stream''s pages; below 1 is HR001); HR002 when it finds no event from the start and no run. Called by clients, workers and operators (roles harvest_reader, '
 'harvest_worker).';
 COMMENT ON FUNCTION harvest.get_history_page IS
 'One page of a run''s history for the dashboard (part event: p_limit events from p_from_event_id on, or the last '

@@ -6,7 +6,7 @@
 -- harvest._act_on_workflows; terminate_workflow's body harvest._terminate_execution),
 -- each in a transaction of its own.
 BEGIN;
-SELECT plan(36);
+SELECT plan(39);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -57,6 +57,12 @@ SELECT throws_ok($$SELECT * FROM harvest.get_history('00000000-0000-4000-8000-00
                  'get_history() of an unknown id from the start: HR002 (every run has its first event)');
 SELECT results_eq($$SELECT event_id FROM harvest.get_history(pg_temp.run('ex-1'), 0, 2)$$,
                   $$VALUES (1::bigint), (2)$$, 'get_history(p_limit => 2): the first two events');
+SELECT results_eq($$SELECT event_id FROM harvest.get_history(pg_temp.run('ex-1'), 1, 5, 1)$$,
+                  $$VALUES (2::bigint)$$, 'get_history(p_max_bytes => 1): the page ends with the event that reaches it');
+SELECT results_eq($$SELECT event_id FROM harvest.get_history(pg_temp.run('ex-1'), 1, 5, 2 * length('{"seq": 1}'))$$,
+                  $$VALUES (2::bigint), (3)$$, '... and goes on while it has fewer bytes');
+SELECT throws_ok($$SELECT * FROM harvest.get_history(pg_temp.run('ex-1'), 0, 5, 0)$$, 'HR001', 'max bytes 0 is not positive',
+                 'get_history() of a bad p_max_bytes: HR001');
 SELECT results_eq($$SELECT event_id FROM harvest.get_history(pg_temp.run('ex-1'), 2, 5)$$,
                   $$VALUES (3::bigint)$$, 'get_history(p_after_event_id => 2, p_limit => 5): the rest, one event');
 SELECT is_empty($$SELECT * FROM harvest.get_history(pg_temp.run('ex-1'), 0, 0)$$, 'get_history(p_limit => 0): empty');

@@ -381,32 +381,36 @@ def held_bytes(sub: streams.Subscriber) -> int:
     return sum(len(json.dumps(e["event_data"], separators=(",", ":"))) for e in queued if isinstance(e, dict))
 
 
+@pytest.mark.parametrize("one_execution", [False, True], ids=["every-event", "one-execution"])
 def test_a_stalled_subscriber_holds_a_bounded_number_of_bytes_and_resumes_without_a_gap(
-    db: str, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch, one_execution: bool
 ) -> None:
-    """A stalled subscriber holds at most QUEUE_BYTES (and one event) of large events, not
-    QUEUE_SIZE of them; read again, it catches up from the table in pages of at most PAGE_BYTES
-    (and one event): every event, once, in order."""
+    """A stalled subscriber (of every event, or of one execution's) holds at most QUEUE_BYTES
+    (and one event) of large events, not QUEUE_SIZE of them; read again, it catches up from the
+    table in pages of at most PAGE_BYTES (and one event): every event, once, in order."""
     from harvest.db import event_stream
 
     monkeypatch.setattr(streams, "QUEUE_BYTES", 64 * 1024, raising=False)
     monkeypatch.setattr(event_stream, "PAGE_BYTES", 48 * 1024, raising=False)
     pages: list[list[dict]] = []
-    events_after = EventSource.events_after
 
-    async def spied(self, *args, **kwargs):
-        rows = await events_after(self, *args, **kwargs)
-        pages.append(rows)
-        return rows
+    def spy(read):
+        async def spied(self, *args, **kwargs):
+            rows = await read(self, *args, **kwargs)
+            pages.append(rows)
+            return rows
 
-    monkeypatch.setattr(EventSource, "events_after", spied)
+        return spied
+
+    monkeypatch.setattr(EventSource, "events_after", spy(EventSource.events_after))
+    monkeypatch.setattr(EventSource, "history_after", spy(EventSource.history_after))
 
     async def main() -> tuple[int, int, list[str]]:
         run_id = await start(db, "stalled")
         hub = EventHub(db)
         try:
-            async with hub.subscribe() as stalled:
-                start_at = stalled.start_cursor
+            async with hub.subscribe(run_id if one_execution else None) as stalled:
+                start_at = 1 if one_execution else stalled.start_cursor  # after WorkflowStarted
                 await large_signals(db, run_id, 30)
                 await offered(db, hub)
                 held = held_bytes(stalled)

@@ -145,10 +145,13 @@ class EventSource:
         rows = await self._alone(lambda: self._api.list_events(global_id, limit, max_bytes=max_bytes))
         return cast("list[dict[str, Any]]", rows)
 
-    async def history_after(
-        self, execution_id: str, event_id: int, limit: int | None = None
-    ) -> list[dict[str, Any]]:
-        rows = await self._alone(lambda: self._api.get_history(execution_id, event_id, limit))
+    async def history_after(self, execution_id: str, event_id: int) -> list[dict[str, Any]]:
+        """The page of one execution's history after ``event_id``: at most PAGE events, and ending
+        with the one that brings it to PAGE_BYTES (:func:`read_to_end` cannot tell its last: an
+        empty page does)."""
+        rows = await self._alone(
+            lambda: self._api.get_history(execution_id, event_id, PAGE, max_bytes=PAGE_BYTES)
+        )
         return cast("list[dict[str, Any]]", rows)
 
     async def get_execution(self, execution_id: str) -> dict[str, Any]:

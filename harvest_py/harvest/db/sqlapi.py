@@ -116,7 +116,9 @@ GET_EXECUTION_BY_WORKFLOW_ID = (
 )
 WAIT_FOR_RESULT = "SELECT * FROM harvest.wait_for_result(%(execution_id)s, %(waiter_id)s)"
 STOP_WAITING = "SELECT harvest.stop_waiting_for_result(%(waiter_id)s)"
-GET_HISTORY = "SELECT * FROM harvest.get_history(%(execution_id)s, %(after_event_id)s, %(limit)s)"
+GET_HISTORY = (
+    "SELECT * FROM harvest.get_history(%(execution_id)s, %(after_event_id)s, %(limit)s, %(max_bytes)s)"
+)
 GET_HISTORY_PAGE = """
 SELECT * FROM harvest.get_history_page(%(execution_id)s, %(from_event_id)s, %(before_event_id)s, %(limit)s)
 """
@@ -685,9 +687,17 @@ def get_execution_by_workflow_id(workflow_id: str, workflow_name: str | None = N
 
 
 @call(GET_HISTORY)
-def get_history(execution_id: str, after_event_id: int = 0, limit: int | None = None) -> dict[str, Any]:
-    """The history after ``after_event_id`` in order, at most ``limit`` events (None: all)."""
-    return {"execution_id": execution_id, "after_event_id": after_event_id, "limit": limit}
+def get_history(
+    execution_id: str, after_event_id: int = 0, limit: int | None = None, max_bytes: int | None = None
+) -> dict[str, Any]:
+    """The history after ``after_event_id`` in order, at most ``limit`` events (None: all), and
+    (``max_bytes``) ending with the event that brings the page to that many bytes of data."""
+    return {
+        "execution_id": execution_id,
+        "after_event_id": after_event_id,
+        "limit": limit,
+        "max_bytes": max_bytes,
+    }
 
 
 @call(GET_HISTORY, stream=True)
@@ -695,7 +705,13 @@ def iter_history(execution_id: str, page_size: int = 500) -> dict[str, Any]:
     """The history in order, fetched page_size events per round trip through a server-side
     cursor (in a transaction of its own), so that a history of any size streams through a
     bounded amount of client memory."""
-    return {"execution_id": execution_id, "after_event_id": 0, "limit": None, "page_size": page_size}
+    return {
+        "execution_id": execution_id,
+        "after_event_id": 0,
+        "limit": None,
+        "max_bytes": None,
+        "page_size": page_size,
+    }
 
 
 @call(GET_HISTORY_PAGE)

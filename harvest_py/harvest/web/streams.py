@@ -48,7 +48,7 @@ from harvest.core.errors import HarvestError, InvalidArgument, NoShardReached, N
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.db.connection import failure_reason
-from harvest.db.event_stream import PAGE, EventSource
+from harvest.db.event_stream import EventSource
 from harvest.db.pools import outage
 from harvest.shard.event_merge import (
     ShardNote,
@@ -334,11 +334,11 @@ class EventHub:
     async def _backlog(self, sub: Subscriber, after: int) -> AsyncIterator[dict[str, Any]]:
         if sub.execution_id is not None:
             while True:  # in pages: a long history is not read whole
-                rows = await self.source.history_after(sub.execution_id, after, PAGE)
+                rows = await self.source.history_after(sub.execution_id, after)
+                if not rows:
+                    return
                 for row in rows:
                     yield {"execution_id": sub.execution_id, **row}
-                if len(rows) < PAGE:
-                    return
                 after = rows[-1]["event_id"]
         upto = self.cursor  # later events come through the queue
         while after < upto:
