@@ -93,7 +93,8 @@ $$;
 -- A row's payload fields replaced by the erased marker: inputs, results, signal, query and
 -- update payloads, a side effect's value, a local activity's result, and the details and
 -- traceback of a failure (its error_type and message stay, as dead-letter filters and retry
--- policies read them; a local activity's failure is one too). Redaction hides the same
+-- policies read them; a local activity's failure is one too, and a DAG task's in its dag_node
+-- marker). Redaction hides the same
 -- fields (PAYLOAD_FIELDS in harvest/core/payload.py; a test holds the two equal).
 CREATE OR REPLACE FUNCTION harvest._erase_payload_fields(p_data jsonb)
 RETURNS jsonb
@@ -118,9 +119,10 @@ BEGIN
     IF v_out ->> 'kind' = 'side_effect' AND v_out ? 'value' THEN
         v_out := jsonb_set(v_out, '{value}', c_erased);
     END IF;
-    -- A local activity's marker holds its outcome, {name, result} or {name, failure}: its result
-    -- and its failure's payloads go, as a queued activity's do; its name stays (OUTCOME_MARKERS).
-    IF v_out ->> 'kind' = 'local_activity' AND jsonb_typeof(v_out -> 'value') = 'object' THEN
+    -- A local activity's marker holds its outcome, {name, result} or {name, failure}, and a DAG
+    -- task's that did not run {task, state[, failure, reused_from]}: its result and its failure's
+    -- payloads go, as a queued activity's do; its name, task and state stay (OUTCOME_MARKERS).
+    IF v_out ->> 'kind' IN ('local_activity', 'dag_node') AND jsonb_typeof(v_out -> 'value') = 'object' THEN
         v_out := jsonb_set(v_out, '{value}', harvest._erase_payload_fields(v_out -> 'value'));
     END IF;
     FOREACH v_key IN ARRAY ARRAY['failure', 'last_failure', 'error'] LOOP

@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
-SELECT plan(59);
+SELECT plan(60);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -37,6 +37,15 @@ SELECT is(harvest._erase_payload_fields(
             "value": {"name": "a", "failure": {"error_type": "E", "message": "m", "details": {"_harvest_erased": true},
                                                 "traceback": {"_harvest_erased": true}}}}'::jsonb,
           'a local activity''s failure details and traceback are erased; its name, type and message stay');
+SELECT is(harvest._erase_payload_fields(
+              '{"seq": 4, "kind": "dag_node",
+                "value": {"task": "t", "state": "failed",
+                          "failure": {"error_type": "E", "message": "m", "details": [1], "traceback": "T"}}}'),
+          '{"seq": 4, "kind": "dag_node",
+            "value": {"task": "t", "state": "failed",
+                      "failure": {"error_type": "E", "message": "m", "details": {"_harvest_erased": true},
+                                  "traceback": {"_harvest_erased": true}}}}'::jsonb,
+          'a DAG task''s failure details and traceback are erased; its task, state, type and message stay');
 SELECT is(harvest._erase_payload_fields('{"kind": "version", "value": 2}'),
           '{"kind": "version", "value": 2}'::jsonb, 'a version marker stays');
 SELECT is(harvest._erase_payload_fields('{"input": [1]}') -> 'input',

@@ -540,6 +540,15 @@ _PAYLOAD_SHAPES = [
     {"seq": 2, "kind": "side_effect", "value": {"otp": SECRET}},
     {"seq": 3, "kind": "version", "change_id": "c", "value": 2},
     {"seq": 4, "kind": "dag_node", "value": {"task": "t", "state": "failed", "failure": {"error_type": "E"}}},
+    {
+        "seq": 8,
+        "kind": "dag_node",
+        "value": {
+            "task": "t",
+            "state": "failed",
+            "failure": {"error_type": "E", "details": [1], "traceback": "T"},
+        },
+    },
     {"seq": 6, "kind": "local_activity", "value": {"name": "a", "result": {"ssn": SECRET}}},
     {"seq": 7, "kind": "local_activity", "value": {"name": "a", "failure": {"message": "m", "details": [1]}}},
     {"update_id": "u", "name": "add", "arg": SECRET},

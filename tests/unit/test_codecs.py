@@ -205,6 +205,37 @@ def test_bad_configuration_is_refused():
     assert map_command(timer, lambda v: 1 / 0) == timer  # no payload in it
 
 
+def test_a_dag_tasks_marker_has_its_failures_payloads_encoded_and_its_task_plain():
+    """A DAG task that did not run records its failure in a dag_node marker: its details and
+    traceback are payloads as a local activity's failure's are (they were left in plain text)."""
+    marker = {
+        "type": "record_marker",
+        "seq": 4,
+        "kind": "dag_node",
+        "value": {
+            "task": "t",
+            "state": "failed",
+            "failure": {"error_type": "E", "message": "m", "details": {"k": 1}, "traceback": "T"},
+            "reused_from": "r",
+        },
+    }
+    out = map_command(marker, lambda v: ["enc", v])
+    assert out["value"] == {
+        "task": "t",
+        "state": "failed",
+        "failure": {
+            "error_type": "E",
+            "message": "m",
+            "details": ["enc", {"k": 1}],
+            "traceback": ["enc", "T"],
+        },
+        "reused_from": "r",
+    }
+    skipped = {"type": "record_marker", "seq": 5, "kind": "dag_node"}
+    skipped["value"] = {"task": "u", "state": "skipped"}
+    assert map_command(skipped, lambda v: 1 / 0) == skipped
+
+
 def test_a_key_given_as_text_is_refused_saying_to_decode_it_without_echoing_it():
     """A hex key read from the environment and passed as it is (docs/payloads.md decodes it with
     bytes.fromhex) was refused as not "16, 24 or 32 bytes", though its 32 characters are."""

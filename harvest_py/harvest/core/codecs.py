@@ -471,7 +471,7 @@ def _map_failure(failure: Any, fn: Callable[[Any], Any]) -> Any:
 def map_command(command: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, Any]:
     """``command`` with ``fn`` applied to each payload it carries: each argument of an input,
     a result, a signal payload, cancellation details, a failure's details, a side effect's value,
-    a local activity's result or failure details."""
+    a local activity's result or failure details, a DAG task's failure details."""
     kind = command.get("type")
     out = command
     for field in _COMMAND_FIELDS.get(kind, ()):  # type: ignore[arg-type]
@@ -488,7 +488,7 @@ def map_command(command: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, 
     if kind == "record_marker" and command.get("kind") in PAYLOAD_MARKERS and out.get("value") is not None:
         out = {**out, "value": fn(out["value"])}
     outcome = out.get("value") if kind == "record_marker" and command.get("kind") in OUTCOME_MARKERS else None
-    if isinstance(outcome, dict):  # a local activity's: its result, its failure's payloads
+    if isinstance(outcome, dict):  # a local activity's or a DAG task's: its result, its failure's payloads
         out = {**out, "value": _map_outcome(outcome, fn)}
     if kind == "continue_as_new" and out.get("signals"):  # the unread signals the successor takes over
         out = {**out, "signals": [_map_signal(s, fn) for s in out["signals"]]}
@@ -496,9 +496,9 @@ def map_command(command: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, 
 
 
 def _map_outcome(outcome: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, Any]:
-    """A local activity's recorded outcome with ``fn`` applied to its result, or to its failure's
-    payloads, as a queued activity's completion or failure has them (its name stays plain: the
-    replay matches it)."""
+    """A local activity's or a DAG task's recorded outcome with ``fn`` applied to its result, or to
+    its failure's payloads, as a queued activity's completion or failure has them (its name, task
+    and state stay plain: the replay and get_dag_run read them)."""
     if outcome.get("result") is not None:
         outcome = {**outcome, "result": fn(outcome["result"])}
     if "failure" in outcome:

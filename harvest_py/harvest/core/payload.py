@@ -1020,12 +1020,13 @@ PAYLOAD_FIELDS = frozenset(
 # A marker's ``value`` is a payload only for these kinds: a version or mutex marker's is the
 # engine's own (the SQL reads it).
 PAYLOAD_MARKERS = frozenset({"side_effect"})
-# A marker whose ``value`` is an activity's outcome, ``{name, result}`` or ``{name, failure}`` (a
-# local activity's, harvest/runtime/local.py): its result and its failure's payloads are payloads
-# as a queued activity's are (encoded, offloaded, erased, redacted); its name is not (the replay
-# matches it), nor its failure's error_type and message. functions/payloads.sql,
-# _erase_payload_fields, names the same kinds.
-OUTCOME_MARKERS = frozenset({"local_activity"})
+# A marker whose ``value`` is an outcome: a local activity's, ``{name, result}`` or ``{name,
+# failure}`` (harvest/runtime/local.py), or a DAG task's that did not run, ``{task, state[,
+# failure, reused_from]}`` (harvest/runtime/dags.py): its result and its failure's payloads are
+# payloads as a queued activity's are (encoded, offloaded, erased, redacted); its name, task and
+# state are not (the replay and get_dag_run read them), nor its failure's error_type and message.
+# functions/payloads.sql, _erase_payload_fields, names the same kinds.
+OUTCOME_MARKERS = frozenset({"local_activity", "dag_node"})
 # A payload an answer shows under a name of its own, read from a field above (erasing the field
 # erases it): a DAG run's conf, its run's input (functions/dags.sql, get_dag_run).
 PAYLOAD_COPIES = {"conf": "dag_name"}  # the key, and the key that says its holder is one
