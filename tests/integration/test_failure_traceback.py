@@ -113,6 +113,15 @@ async def prices_locally(ctx, order: int) -> str:
     return await _stack_of(ctx.execute_local_activity(price_order, order))
 
 
+@workflow
+async def charges_deep_locally(ctx) -> dict:
+    try:
+        await ctx.execute_local_activity(charge_deep)
+    except ActivityError as exc:
+        return {"error_type": exc.failure.error_type, "details": exc.failure.details}
+    return {}
+
+
 def _check_the_order(order: int) -> None:
     raise ValueError(f"order {order} has no lines")
 
@@ -123,7 +132,16 @@ async def checks(ctx, order: int) -> None:
 
 
 APP = App(
-    workflows=[prices, prices_once, charges, charges_deep, recurses, prices_locally, checks],
+    workflows=[
+        prices,
+        prices_once,
+        charges,
+        charges_deep,
+        recurses,
+        prices_locally,
+        charges_deep_locally,
+        checks,
+    ],
     activities=[price_order, price_order_once, charge, charge_deep, recurse],
 )
 ENCRYPTED = App(
@@ -216,6 +234,23 @@ def test_over_the_payload_limit_the_traceback_goes_first(db: str, start_worker, 
     details kept (they went first before, replaced by a truncation marker)."""
     start_worker(APP, max_payload_bytes=1000)
     failure = _dead_letter(db, client.start_workflow(charges_deep).execution_id)["failure"]
+    assert failure["details"] == {"bank": "acme"} and "traceback" not in failure
+
+
+def test_over_the_payload_limit_a_local_activity_s_traceback_goes_first(
+    db: str, start_worker, client: Client
+) -> None:
+    """As a queued activity's: a local activity's failure over the limit goes without its
+    traceback, its details kept, and the run goes on (the whole run failed, PayloadTooLarge)."""
+    start_worker(APP, max_payload_bytes=1000)
+    handle = client.start_workflow(charges_deep_locally)
+    assert handle.result(timeout=20) == {"error_type": "CardDeclined", "details": {"bank": "acme"}}
+    [marker] = [
+        e["event_data"]
+        for e in handle.history()
+        if e["event_type"] == "MarkerRecorded" and e["event_data"].get("kind") == "local_activity"
+    ]
+    failure = marker["value"]["failure"]
     assert failure["details"] == {"bank": "acme"} and "traceback" not in failure
 
 
