@@ -377,3 +377,47 @@ def test_a_schedule_made_or_cleared_without_a_queue_takes_the_served_app_s(db: s
         cleared = c.patch("/admin/schedules/by-api", headers=OPERATE, json={"queue": None})
         assert cleared.status_code == 200, cleared.text
         assert _row(db, "by-api")["queue"] == "sales-q"
+
+
+def test_a_workflow_no_worker_registered_is_kept_by_the_forms_checkbox(client: TestClient, db: str) -> None:
+    """A schedule of a workflow its queue's workers did not register (HR010) was refused in the
+    SQL's words (`p_allow_unregistered`), and neither form could keep one: a 400 over the form
+    filled again, saying to tick its checkbox, which keeps it."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.register_workflows(ARRAY['reports'], ARRAY['report'])")
+    override = 'tick "Allow a workflow no worker registered yet"'
+    page = client.get("/schedules", headers=OPERATE).text
+    action, _ = _form(page, "create-form")
+    assert 'name="allow_unregistered" value="true"> Allow a workflow no worker registered yet' in page
+    refused = client.post(action, headers={**OPERATE, **OURS}, data=NEW)
+    assert refused.status_code == 400, refused.text
+    error = re.search(r'id="form-error"><strong>400</strong> (.*?)</p>', refused.text, re.S)
+    said = html.unescape(error.group(1)) if error else refused.text
+    assert 'workflow "sales" is not registered on queue "reports"' in said and override in said, said
+    assert "p_allow_unregistered" not in said
+    _, again = _form(refused.text, "create-form")
+    assert _refilled(again, NEW) and _row(db, "nightly/sales") is None
+    kept = {**NEW, "allow_unregistered": "true"}
+    done = client.post(action, headers={**OPERATE, **OURS}, data=kept, follow_redirects=False)
+    assert done.status_code == 303, done.text
+    assert _row(db, "nightly/sales")["workflow_name"] == "sales"
+    for sent_from in OTHER_SITES:  # (the checkbox is the form's: refused from another site)
+        other = {**kept, "name": "other"}
+        assert client.post(action, headers={**OPERATE, **sent_from}, data=other).status_code == 403
+    assert client.post(action, headers=READ, data={**kept, "name": "other"}).status_code == 403
+
+    edit, fields = _form(client.get(PAGE, headers=OPERATE).text, "edit-form")
+    assert 'name="allow_unregistered"' in client.get(PAGE, headers=OPERATE).text
+    moved = {**fields, "workflow_name": "sales"}
+    refused = client.post(edit, headers={**OPERATE, **OURS}, data=moved)
+    assert refused.status_code == 400 and override in html.unescape(refused.text), refused.text
+    assert "p_allow_unregistered" not in refused.text
+    assert _row(db, "hourly/report")["workflow_name"] == "report"
+    done = client.post(
+        edit,
+        headers={**OPERATE, **OURS},
+        data={**moved, "allow_unregistered": "true"},
+        follow_redirects=False,
+    )
+    assert done.status_code == 303 and _said(done) == "updated: workflow_name", done.text
+    assert _row(db, "hourly/report")["workflow_name"] == "sales"

@@ -101,12 +101,19 @@ WORDS: dict[str, dict[str, str]] = {
         "missing": "GET /admin/schedules lists them",
         "override": 'send "allow_unregistered": true',
     },
+    # (the New schedule and Edit forms, harvest/web/ui/templates/_schedule_form.html)
+    "dashboard": {
+        "taken": "edit it on its page, or delete it first",
+        "missing": "the Schedules page lists them",
+        "override": 'tick "Allow a workflow no worker registered yet"',
+    },
 }
 
 
 def in_words_of(exc: HarvestError, name: str, face: str) -> HarvestError:
     """``exc``, a refusal of a call on schedule ``name``, saying what to do in ``face``'s words
-    (:data:`WORDS`: "cli", "http"): another error, as it is. The CLI over HTTP reads the server's."""
+    (:data:`WORDS`: "cli", "http", "dashboard"): another error, as it is. The CLI over HTTP reads
+    the server's."""
     words = WORDS[face]
     if isinstance(exc, UnknownWorkflow):
         message = str(exc)

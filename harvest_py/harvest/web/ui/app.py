@@ -50,7 +50,7 @@ from harvest.client.batch import (
 )
 from harvest.client.history_export import aresolved_in_batches
 from harvest.client.routing import resident
-from harvest.client.schedules import abackfill
+from harvest.client.schedules import abackfill, in_words_of
 from harvest.config import Config
 from harvest.core.durations import plain_number
 from harvest.core.errors import (
@@ -63,6 +63,8 @@ from harvest.core.errors import (
     NotFound,
     PayloadTooLarge,
     PermissionDenied,
+    ScheduleAlreadyExists,
+    UnknownWorkflow,
     WorkflowNotRunning,
 )
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
@@ -1039,6 +1041,8 @@ class Dashboard:
             )
         except InvalidArgument as exc:
             return self._schedule_refused(request, principal, exc, form)
+        except (UnknownWorkflow, ScheduleAlreadyExists, NotFound) as exc:
+            return self._schedule_refused(request, principal, _in_words(exc, name), form)
         return self._back(
             request, f"/schedules/{shard}/{views.segment(name)}", f"created schedule {name} on shard {shard}"
         )
@@ -1062,13 +1066,19 @@ class Dashboard:
         async def update(api: Any) -> dict[str, Any]:
             changes = await edit(api)
             if changes:
-                await api.update_schedule(name, changes, principal.actor)
+                await api.update_schedule(
+                    name, changes, principal.actor, allow_unregistered=bool(form.get("allow_unregistered"))
+                )
             return changes
 
         try:
             changes = await self.source.on_shard(shard, principal, update, write=True)
         except InvalidArgument as exc:
             return self._schedule_refused(request, principal, exc, form, shard=shard, name=name)
+        except (UnknownWorkflow, ScheduleAlreadyExists, NotFound) as exc:
+            return self._schedule_refused(
+                request, principal, _in_words(exc, name), form, shard=shard, name=name
+            )
         said = f"updated: {', '.join(sorted(changes))}" if changes else "nothing changed"
         return self._back(request, f"/schedules/{shard}/{views.segment(name)}", said)
 
@@ -1076,16 +1086,17 @@ class Dashboard:
         self,
         request: Request,
         principal: Principal,
-        exc: InvalidArgument,
+        exc: HarvestError,
         form: dict[str, str],
         *,
         shard: int | None = None,
         name: str | None = None,
     ) -> Response:
         """The New schedule or Edit form's 400: what was wrong (the field first) over the form,
-        filled with what was sent."""
-        if isinstance(exc, PayloadTooLarge):  # (an InvalidArgument whose answer is its 413)
-            raise exc
+        filled with what was sent; a workflow no worker registered is one too, saying to tick
+        the form's override (in the dashboard's words: _in_words). Another refusal is its page."""
+        if isinstance(exc, PayloadTooLarge) or not isinstance(exc, (InvalidArgument, UnknownWorkflow)):
+            raise exc  # (PayloadTooLarge: an InvalidArgument whose answer is its 413)
         return self.render(
             request,
             "schedule_form.html",
@@ -1672,6 +1683,8 @@ def _schedule_body(form: dict[str, str], *, create: bool) -> dict[str, Any]:
         data["catchup"] = {"true": True, "false": False}.get(catchup.lower(), catchup)
     if create and form.get("paused"):
         data["paused"] = True
+    if form.get("allow_unregistered"):  # (the checkbox: create_schedule's HR010 override)
+        data["allow_unregistered"] = True
     return data
 
 
@@ -1756,6 +1769,12 @@ def _changed(row: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 def _blank_none(value: str | None) -> str | None:
     value = (value or "").strip()
     return value or None
+
+
+def _in_words(exc: HarvestError, name: str) -> HarvestError:
+    """A schedule's refusal saying what to do in the dashboard's words (a workflow no worker
+    registered: the forms' checkbox, not the SQL's p_allow_unregistered)."""
+    return in_words_of(exc, name, "dashboard")
 
 
 def _one_line(exc: BaseException) -> str:
