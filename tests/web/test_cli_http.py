@@ -496,6 +496,32 @@ def test_start_result_and_the_token_errors(db: str, served, tokens) -> None:
     assert (ended.exit_code, ended.stdout, ended.stderr) == (1, over_sql.stdout, over_sql.stderr)
 
 
+def test_a_deferred_start_says_so_and_where_to_follow_it_on_both_transports(db: str, both, conn) -> None:
+    """A start a throttle deferred printed `execution_id: null` and nothing else (over HTTP, the
+    202's Location unread): both transports print `deferred: true` and the lookup that finds
+    its run once released, the one the 202's Location names."""
+    conn.execute(
+        "INSERT INTO harvest.flow_policies (kind, name, policy, updated_at)"
+        " VALUES ('workflow', 'paced', '{\"throttle\": {\"rps\": 0.01, \"burst\": 1}}', now())"
+    )
+    assert run("workflow", "start", "paced", "--input-json", "1", "--database-url", db).exit_code == 0
+    for output in ("table", "json"):
+        sql, _ = both(
+            "workflow", "start", "paced", "--input-json", "2", "--workflow-id", "later", "-o", output
+        )
+        assert sql.exit_code == 0 and json.loads(sql.stdout) == {
+            "execution_id": None,
+            "workflow_id": "later",
+            "started_fresh": False,
+            "deferred": True,
+        }, sql.stdout
+        assert "harvest workflow current later --workflow paced finds its run" in sql.stderr, sql.stderr
+    odd, _ = both("workflow", "start", "paced", "--workflow-id", "a b;c")
+    assert "harvest workflow current 'a b;c' --workflow paced" in odd.stderr, odd.stderr  # (quoted)
+    pending, _ = both("workflow", "current", "later", "--workflow", "paced")
+    assert pending.exit_code == 1 and "a deferred start has no run until" in pending.stderr, pending.stderr
+
+
 def test_a_result_timeout_says_why_the_run_is_stuck_over_http_as_over_sql(db: str, served, conn) -> None:
     """Over HTTP a result wait that ran out printed a bare "is still running after 0.2s", while
     over SQL it quotes why the run cannot go on (here a dead-lettered activity, with the

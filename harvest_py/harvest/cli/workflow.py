@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from datetime import datetime
 from typing import Any, cast
@@ -43,6 +44,7 @@ from harvest.core.errors import InvalidArgument, TimeoutError_, failure_line, ra
 from harvest.core.json_values import json_default
 from harvest.core.payload import redact
 from harvest.core.statuses import LIVE_STATUSES
+from harvest.core.text import escape_controls
 from harvest.shard.fanout import CHILDREN_PAGE, CHILDREN_PAGE_MAX, CHILDREN_WALK, CHILDREN_WALK_MAX
 
 
@@ -176,14 +178,22 @@ def start(
             shard_id=shard_id,
             residency_key=residency_key,
         )
-    data = {
+    data: dict[str, Any] = {
         "execution_id": handle.execution_id,
         "workflow_id": handle.workflow_id,
         "started_fresh": handle.started_fresh,
     }
     if shard_id is not None or residency_key is not None:
         data["shard_id"] = handle.shard_id  # only when placement was asked for, as the guide says
+    deferred = handle.execution_id is None  # (a throttle, debounce or batch held it: no run yet)
+    if deferred:
+        data["deferred"] = True  # (as the API's 202 says it)
     _echo(data, output)
+    if deferred:
+        # What to follow it by: the run of its workflow id, once released (the 202's Location).
+        follow = f"harvest workflow current {shlex.quote(handle.workflow_id)} --workflow {shlex.quote(name)}"
+        said = f"deferred by a throttle, debounce or batch: no run yet; {follow} finds its run once released"
+        click.echo(escape_controls(said), err=True)
 
 
 @workflow.command("get")
