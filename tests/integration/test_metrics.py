@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import threading
 import time
 
 import psycopg
@@ -52,6 +53,22 @@ async def metrics_hangs(ctx) -> None:
 @workflow
 async def metrics_hang_wf(ctx) -> None:
     await ctx.execute_activity(metrics_hangs)
+
+
+# Set by the test once the scanner expired metrics_late's attempt: its handler then ends.
+LATE_END = threading.Event()
+
+
+@activity(start_to_close="60s", retry=RetryPolicy.none())
+async def metrics_late(ctx) -> None:
+    while not LATE_END.is_set():  # (a handler alive past its lease: a blocked loop, a slow call)
+        await asyncio.sleep(0.02)
+    raise ValueError("ended after the scanner expired it")
+
+
+@workflow
+async def metrics_late_wf(ctx) -> None:
+    await ctx.execute_activity(metrics_late)
 
 
 def value(name: str, **labels: str) -> float:
@@ -187,4 +204,54 @@ def test_an_attempt_whose_lease_the_scanner_expired_is_counted_as_failed(start_w
             ).fetchone()
             assert error_type == "StartToCloseTimeout"
     finally:
+        clock.close()
+
+
+def test_a_handler_that_ends_after_the_scanner_expired_its_attempt_is_not_counted_again(
+    start_worker, db: str
+) -> None:
+    """The scanner counts the attempt whose lease it expired (StartToCloseTimeout); the handler,
+    still alive, that ends later (its report refused: the lease is gone) counted its own failure
+    too, so one attempt was two failures (docs/observability.md said so)."""
+    labels = {"workflow_type": "metrics_late_wf", "activity": "metrics_late"}
+    expired_before = value("harvest_activity_failed_total", **labels, error_type="StartToCloseTimeout")
+    late_before = value("harvest_activity_failed_total", **labels, error_type="ValueError")
+    ended_before = value("harvest_activity_duration_seconds_count", activity="metrics_late")
+    LATE_END.clear()
+    clock = testkit.SharedClock(db)
+    try:
+        dsn = testkit.shared_clock_dsn(db)
+        start_worker(App(workflows=[metrics_late_wf], activities=[metrics_late]), dsn=dsn)
+        with Client(dsn) as client, psycopg.connect(db, autocommit=True) as conn:
+            client.start_workflow(metrics_late_wf)
+
+            def status() -> str | None:
+                row = conn.execute(
+                    "SELECT status FROM harvest.tasks WHERE activity_name = 'metrics_late'"
+                ).fetchone()
+                return None if row is None else row[0]
+
+            wait_for(lambda: status() == "running")
+            clock.set_offset(clock.offset() + dt.timedelta(seconds=61))  # past its start_to_close
+            wait_for(
+                lambda: (
+                    value("harvest_activity_failed_total", **labels, error_type="StartToCloseTimeout")
+                    - expired_before
+                    == 1
+                )
+            )
+            LATE_END.set()  # the handler ends now, its lease long gone
+            wait_for(
+                lambda: (
+                    value("harvest_activity_duration_seconds_count", activity="metrics_late") > ended_before
+                )
+            )
+        assert value("harvest_activity_failed_total", **labels, error_type="ValueError") == late_before
+        assert (
+            value("harvest_activity_failed_total", **labels, error_type="StartToCloseTimeout")
+            - expired_before
+            == 1
+        )
+    finally:
+        LATE_END.set()
         clock.close()

@@ -348,8 +348,10 @@ def _already_recorded(task: dict[str, Any], what: str) -> None:
     )
 
 
-async def _report_failure(worker: Worker, task: dict[str, Any], failure: ActivityFailure) -> None:
-    """Send an attempt's failure (fail_activity), made small enough to be stored."""
+async def _report_failure(worker: Worker, task: dict[str, Any], failure: ActivityFailure) -> bool:
+    """Send an attempt's failure (fail_activity), made small enough to be stored; False when the
+    attempt's lease was lost (StaleTask): the scanner that expired it counted its failure, or
+    the run ended meanwhile, so this process does not count it again (telemetry/metrics.py)."""
     report = failure.to_json()
     report["details"] = payload.encode_details(report["details"])
     execution_id = str(task["execution_id"])
@@ -381,7 +383,7 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
         )
     except RefusedOnResend:
         _already_recorded(task, "failure")
-        return
+        return True
     except StaleTask as stale:
         log.warning(
             "activity %s (task %s) failed after its lease was lost: %s",
@@ -389,10 +391,26 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
             task["task_id"],
             stale,
         )
-        return
+        return False
     log.info(
         "activity %s attempt %s failed (%s): %s", task["activity_name"], task["attempt"], outcome, failure
     )
+    return True
+
+
+async def _fail_attempt(
+    worker: Worker, task: dict[str, Any], failure: ActivityFailure, seconds: float
+) -> None:
+    """Report an attempt's failure and count it (harvest_activity_failed_total) once it is
+    recorded: an attempt whose lease a scanner expired first was counted by that scanner
+    (expire_tasks' error_type), and its handler's late end is not a second failure. Its time in
+    the handler is observed either way."""
+    if await _report_failure(worker, task, failure):
+        worker.metrics.activity_finished(
+            task["workflow_name"], task["activity_name"], seconds, failure.error_type
+        )
+    else:
+        worker.metrics.activity_duration(task["activity_name"]).observe(seconds)
 
 
 async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
@@ -519,12 +537,9 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
             failure = own_cancel
         else:
             failure = _typed(exc)
-        worker.metrics.activity_finished(
-            task["workflow_name"], task["activity_name"], perf_counter() - started, failure.error_type
-        )
-        await _report_failure(worker, task, failure)
+        await _fail_attempt(worker, task, failure, perf_counter() - started)
         return
-    worker.metrics.activity_finished(task["workflow_name"], task["activity_name"], perf_counter() - started)
+    seconds = perf_counter() - started
     # The cached run may decide on this result now, to commit both at once.
     ahead = await decide_ahead(worker, task, encoded, plain, result_text)
     recorded = None
@@ -533,25 +548,29 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
     except PayloadTooLarge as exc:
         # The server's limit is lower than ours (it is the authority): the same result
         # would be refused on every attempt, so the activity fails for good, typed.
-        await _report_failure(worker, task, _typed(exc))
+        await _fail_attempt(worker, task, _typed(exc), seconds)
         return
     except RefusedOnResend:
         # (What the lost answer carried, a handed or claimed task, waits for its lease.)
         _already_recorded(task, "result")
+        worker.metrics.activity_finished(task["workflow_name"], task["activity_name"], seconds)
         return
     except StaleTask as stale:
-        # Another attempt owns the invocation now; its result will be the one recorded.
+        # Another attempt owns the invocation now; its result will be the one recorded. (Not
+        # counted completed: the scanner that expired its lease counted it failed.)
         log.warning(
             "activity %s (task %s) finished after its lease was lost: %s",
             task["activity_name"],
             task_id,
             stale,
         )
+        worker.metrics.activity_duration(task["activity_name"]).observe(seconds)
         return
     finally:
         if ahead is not None:
             ahead.settle(recorded)
     # (recorded is set: every except above returns)
+    worker.metrics.activity_finished(task["workflow_name"], task["activity_name"], seconds)
     if ahead is None or makes_nothing_due_later(ahead.decision["commands"]):
         task["_nothing_due_later"] = True  # a result wakes its run at once (read by Worker._finished)
     if recorded.handed is not None:  # pyright: ignore[reportOptionalMemberAccess]
