@@ -165,6 +165,42 @@ def test_the_live_runs_complete_on_the_current_worker(previous_and_fresh) -> Non
     assert slow_attempts == [(2,)], "the killed worker's attempt expired and was retried once"
 
 
+def test_a_start_held_back_at_the_upgrade_is_released_by_the_current_worker(previous_and_fresh) -> None:
+    """A debounced start the previous release held back (a pending_starts row, in its columns)
+    is released once due by this release's scanner and runs: the migrations that changed the
+    table since (0126 added the logins that made a start, NULL on such a row) keep it
+    releasable."""
+    previous, _ = previous_and_fresh
+    with psycopg.connect(previous, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.pending_starts (kind, workflow_name, gate_key, workflow_id, task_queue,"
+            " input, created_at, updated_at, release_at)"
+            " VALUES ('debounce', 'upgrade_add_one', 'k', 'held-1', %s, '[41]', now(), now(), now())",
+            (QUEUE,),
+        )
+    m.Migrator(previous).run()
+    with psycopg.connect(previous, autocommit=True) as conn:
+        assert conn.execute("SELECT logins FROM harvest.pending_starts").fetchall() == [(None,)]
+    stop, errors = threading.Event(), []
+    thread = threading.Thread(target=_run_worker, args=(previous, stop, errors), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not errors:
+            if live_state(previous).get("held-1", ("",))[0] == "COMPLETED":
+                break
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not errors, errors
+    with psycopg.connect(previous, autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT status, output FROM harvest.executions WHERE workflow_id = 'held-1'"
+        ).fetchall() == [("COMPLETED", 42)]
+        assert conn.execute("SELECT count(*) FROM harvest.pending_starts").fetchone()[0] == 0
+
+
 # A migrator killed (SIGKILL) as it starts on the function files: every migration applied, the
 # functions still the previous release's (0080 has dropped its start_workflow).
 KILLED_AT_THE_FUNCTIONS = """
