@@ -106,7 +106,12 @@ def world(db: str, start_worker) -> dict[str, Any]:
     events = "SELECT jsonb_agg(event_data) FROM harvest.events WHERE execution_id = %s"
     history = _sql(db, events, run.execution_id)
     assert json.dumps(history).count("_harvest_ref") >= 3  # input, signal, result
-    return {"run": run.execution_id, "letter": letter_id, "crashed": crashed}
+    return {
+        "run": run.execution_id,
+        "run_workflow_id": run.workflow_id,
+        "letter": letter_id,
+        "crashed": crashed,
+    }
 
 
 @pytest.fixture
@@ -128,6 +133,14 @@ def _run(api: Any, world: dict[str, Any]) -> None:
     assert got["execution"]["input"] == [BIG_IN] and got["execution"]["output"] == BIG_IN + "|" + BIG_NOTE
     said = json.dumps(got["history"])
     assert BIG_IN in said and BIG_NOTE in said
+
+
+def _current(api: Any, world: dict[str, Any]) -> None:
+    """The run found by its workflow id: its row as GET /workflows/{id} answers it (it answered
+    the references)."""
+    got = _ok(api.get("/workflows/current", params={"workflow_id": world["run_workflow_id"]}))
+    assert got["execution_id"] == world["run"]
+    assert got["execution"]["input"] == [BIG_IN] and got["execution"]["output"] == BIG_IN + "|" + BIG_NOTE
 
 
 def _history(api: Any, world: dict[str, Any]) -> None:
@@ -154,7 +167,7 @@ def _dead_letters(api: Any, world: dict[str, Any]) -> None:
     assert row["failure"]["details"] == {"seen": BIG_IN}
 
 
-@pytest.mark.parametrize("read", [_run, _history, _stack, _dead_letter, _dead_letters])
+@pytest.mark.parametrize("read", [_run, _current, _history, _stack, _dead_letter, _dead_letters])
 def test_each_read_of_a_run_answers_offloaded_payloads_resolved(db: str, world, api, read) -> None:
     """As a read token sees it (scope read, role harvest_reader): the values, not references."""
     read(api, world)
@@ -253,6 +266,7 @@ def test_a_token_without_payloads_reads_nothing_back_and_sees_no_reference(
     calls = rows_read(monkeypatch, "get_payloads")
     paths = [
         f"/workflows/{world['run']}",
+        f"/workflows/current?workflow_id={world['run_workflow_id']}",
         f"/workflows/{world['run']}/history",
         f"/workflows/{world['crashed']}/stack",
         f"/dead-letters/{world['letter']}",

@@ -252,13 +252,16 @@ def lookup_path(call: Call, workflow_id: str, workflow_name: str | None) -> str:
 
 async def current_run(call: Call, args: dict[str, Any], _: Any) -> Any:
     """The current run of a workflow id (the start's idempotency key), over every shard
-    (harvest.shard.fanout.current_run); a moved run answers where it lives now."""
+    (harvest.shard.fanout.current_run); a moved run answers where it lives now. Its row's
+    payloads as GET /workflows/{id} answers them: offloaded ones resolved, on the run's shard."""
     try:
         found = await call.reads().current_run(args["workflow_id"], args["workflow_name"])
     except InvalidArgument as exc:  # an id two workflows used: name the workflow
         exc.field = "workflow_name"  # type: ignore[attr-defined]
         raise
     best = found.value
+    if call.principal.payloads and refs_in(best):
+        best = await call.routed(str(best["id"]), lambda sql: call.principal.resolved(sql, found.value))
     return {
         "execution_id": str(best["id"]),
         "workflow_id": best["workflow_id"],
