@@ -11,6 +11,7 @@ import asyncio
 import datetime as dt
 import threading
 import time
+from typing import Any
 
 import psycopg
 
@@ -172,6 +173,21 @@ def test_a_scan_tick_is_counted_once_when_the_pump_after_it_fails(start_worker) 
     assert value("harvest_scanner_tick_total", shard="0", outcome="error") == error
 
 
+def _expire_its_activity(client: Client, conn: Any, clock: Any, wf: Any, activity_name: str) -> None:
+    """Start ``wf`` and, once its activity ``activity_name`` runs, move the shared clock past its
+    60 s start_to_close: the next scan expires the attempt's lease."""
+    client.start_workflow(wf)
+
+    def status() -> str | None:
+        row = conn.execute(
+            "SELECT status FROM harvest.tasks WHERE activity_name = %s", (activity_name,)
+        ).fetchone()
+        return None if row is None else row[0]
+
+    wait_for(lambda: status() == "running")
+    clock.set_offset(clock.offset() + dt.timedelta(seconds=61))
+
+
 def test_an_attempt_whose_lease_the_scanner_expired_is_counted_as_failed(start_worker, db: str) -> None:
     """An activity whose worker never reports (killed, hung) fails by the scanner's
     StartToCloseTimeout: harvest_activity_failed_total counted no such attempt, so a poison
@@ -187,16 +203,7 @@ def test_an_attempt_whose_lease_the_scanner_expired_is_counted_as_failed(start_w
         dsn = testkit.shared_clock_dsn(db)
         start_worker(App(workflows=[metrics_hang_wf], activities=[metrics_hangs]), dsn=dsn)
         with Client(dsn) as client, psycopg.connect(db, autocommit=True) as conn:
-            client.start_workflow(metrics_hang_wf)
-
-            def status() -> str | None:
-                row = conn.execute(
-                    "SELECT status FROM harvest.tasks WHERE activity_name = 'metrics_hangs'"
-                ).fetchone()
-                return None if row is None else row[0]
-
-            wait_for(lambda: status() == "running")
-            clock.set_offset(clock.offset() + dt.timedelta(seconds=61))  # past its start_to_close
+            _expire_its_activity(client, conn, clock, metrics_hang_wf, "metrics_hangs")
             wait_for(lambda: value("harvest_activity_failed_total", **labels) - before == 1)
             (error_type,) = conn.execute(
                 "SELECT failure ->> 'error_type' FROM harvest.dead_letters "
@@ -223,16 +230,7 @@ def test_a_handler_that_ends_after_the_scanner_expired_its_attempt_is_not_counte
         dsn = testkit.shared_clock_dsn(db)
         start_worker(App(workflows=[metrics_late_wf], activities=[metrics_late]), dsn=dsn)
         with Client(dsn) as client, psycopg.connect(db, autocommit=True) as conn:
-            client.start_workflow(metrics_late_wf)
-
-            def status() -> str | None:
-                row = conn.execute(
-                    "SELECT status FROM harvest.tasks WHERE activity_name = 'metrics_late'"
-                ).fetchone()
-                return None if row is None else row[0]
-
-            wait_for(lambda: status() == "running")
-            clock.set_offset(clock.offset() + dt.timedelta(seconds=61))  # past its start_to_close
+            _expire_its_activity(client, conn, clock, metrics_late_wf, "metrics_late")
             wait_for(
                 lambda: (
                     value("harvest_activity_failed_total", **labels, error_type="StartToCloseTimeout")

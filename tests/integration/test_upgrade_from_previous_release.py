@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import catalog
@@ -123,6 +123,21 @@ def _run_worker(dsn: str, stop: threading.Event, errors: list[BaseException]) ->
         errors.append(exc)
 
 
+def _run_worker_until(dsn: str, done: Callable[[], bool]) -> None:
+    """This release's worker on ``dsn`` until ``done()`` (at most a minute); its errors raised."""
+    stop, errors = threading.Event(), []
+    thread = threading.Thread(target=_run_worker, args=(dsn, stop, errors), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not errors and not done():
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not errors, errors
+
+
 def test_the_live_runs_complete_on_the_current_worker(previous_and_fresh) -> None:
     previous, _ = previous_and_fresh
     m.Migrator(previous).run()
@@ -130,20 +145,9 @@ def test_the_live_runs_complete_on_the_current_worker(previous_and_fresh) -> Non
         # The operator replays the dead letter with this release's SQL API.
         (dead_letter,) = conn.execute("SELECT id FROM harvest.dead_letters").fetchone()
         conn.execute("SELECT harvest.replay_dead_letter(%s)", (dead_letter,))
-    stop, errors = threading.Event(), []
-    thread = threading.Thread(target=_run_worker, args=(previous, stop, errors), daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            state = live_state(previous)
-            if all(status != "RUNNING" for status, _, _ in state.values()) or errors:
-                break
-            time.sleep(0.2)
-    finally:
-        stop.set()
-        thread.join(30)
-    assert not errors, errors
+    _run_worker_until(
+        previous, lambda: all(status != "RUNNING" for status, _, _ in live_state(previous).values())
+    )
     with psycopg.connect(previous, autocommit=True) as conn:
         results = dict(
             conn.execute(
@@ -181,19 +185,7 @@ def test_a_start_held_back_at_the_upgrade_is_released_by_the_current_worker(prev
     m.Migrator(previous).run()
     with psycopg.connect(previous, autocommit=True) as conn:
         assert conn.execute("SELECT logins FROM harvest.pending_starts").fetchall() == [(None,)]
-    stop, errors = threading.Event(), []
-    thread = threading.Thread(target=_run_worker, args=(previous, stop, errors), daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not errors:
-            if live_state(previous).get("held-1", ("",))[0] == "COMPLETED":
-                break
-            time.sleep(0.2)
-    finally:
-        stop.set()
-        thread.join(30)
-    assert not errors, errors
+    _run_worker_until(previous, lambda: live_state(previous).get("held-1", ("",))[0] == "COMPLETED")
     with psycopg.connect(previous, autocommit=True) as conn:
         assert conn.execute(
             "SELECT status, output FROM harvest.executions WHERE workflow_id = 'held-1'"
