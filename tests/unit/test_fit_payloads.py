@@ -148,3 +148,19 @@ def test_a_carried_signal_the_database_cannot_store_ends_the_run_typed() -> None
     [failed] = fit_payloads([command], 1000, "w")
     assert failed["failure"]["error_type"] == "PayloadError"
     assert failed["failure"]["message"].startswith("the payload of signal s carried over by continue-as-new")
+
+
+def test_a_failure_over_the_limit_loses_its_traceback_first() -> None:
+    """A workflow's failure (or an update's) records where it was raised; that traceback is
+    extra, and over the limit it goes first, as an activity attempt's report drops it: the run
+    ended PayloadTooLarge, its own error_type and message lost to a 6000-character traceback."""
+    failure = {"error_type": "ValueError", "message": "bad n", "non_retryable": True, "details": None}
+    stacked = {**failure, "traceback": "Traceback (most recent call last):\n" + "T" * 500}
+    [kept] = fit_payloads([{"type": "fail_workflow", "failure": stacked}], 300, "wf")
+    assert kept == {"type": "fail_workflow", "failure": failure}
+    update = {"type": "complete_update", "update_id": "u1", "failure": stacked}
+    assert fit_payloads([update], 300, "wf") == [{**update, "failure": failure}]
+    # Within the limit it stays; over it even without, the run still ends typed.
+    assert fit_payloads([{"type": "fail_workflow", "failure": stacked}], 2000, "wf")[0]["failure"] == stacked
+    [typed] = fit_payloads([{"type": "fail_workflow", "failure": {**stacked, "message": BIG}}], 300, "wf")
+    assert typed["failure"]["error_type"] == "PayloadTooLarge" and "traceback" not in typed["failure"]

@@ -337,21 +337,22 @@ def fit_payloads(
     """The decision to commit: ``commands`` when every payload fits under ``limit``.
 
     The database would refuse a decision holding a payload over the limit on every
-    attempt, so the workflow task would retry forever. Instead a local activity's failure
-    (a DAG task's too) goes without its traceback, as a queued activity's does
-    (worker/activities.py); an update whose result (or failure) is too large fails, typed,
-    and the run goes on; any other payload over the limit ends the run: the decision
-    becomes one ``fail_workflow`` with the non-retryable ``PayloadTooLarge`` (what, size,
-    limit), and nothing else of it is written.
+    attempt, so the workflow task would retry forever. Instead a failure's traceback goes
+    first (``fail_workflow``'s, an update's, a local activity's or a DAG task's recorded
+    failure), as in an activity attempt's report (activities._report_failure): it is extra; an
+    update whose result (or failure) is still too large fails, typed, and the run goes on; any
+    other payload over the limit ends the run: the decision becomes one ``fail_workflow`` with
+    the non-retryable ``PayloadTooLarge`` (what, size, limit), and nothing else of it is
+    written.
     """
     if payloads_fit(commands, limit, workflow_name):
         return commands
     fitted = []
     for command in commands:
         exc = _oversized(command, cast(int, limit), workflow_name, child)  # payloads_fit is True without one
-        if exc is not None and _outcome_traceback(command):
+        if exc is not None and _failure_of(command, "traceback") is not None:
             # (the first to go: the failure itself is what must be stored)
-            command = _without_outcome_traceback(command)
+            command = _without_traceback(command)
             exc = _oversized(command, cast(int, limit), workflow_name, child)
         if exc is not None and command["type"] == "complete_update":
             log.warning("workflow %s (%s): update fails: %s", execution_id, workflow_name, exc)
@@ -364,19 +365,27 @@ def fit_payloads(
     return fitted
 
 
-def _outcome_traceback(command: dict[str, Any]) -> bool:
-    """Whether ``command`` records an outcome's failure with a traceback (OUTCOME_MARKERS)."""
-    if command["type"] != "record_marker" or command.get("kind") not in payload.OUTCOME_MARKERS:
-        return False
-    value = command.get("value")
-    failure = value.get("failure") if isinstance(value, dict) else None
-    return isinstance(failure, dict) and "traceback" in failure
+def _failure_of(command: dict[str, Any], key: str) -> Any:
+    """The ``key`` of the failure ``command`` records (``fail_workflow``'s and
+    ``complete_update``'s own, an outcome marker's: OUTCOME_MARKERS), else None."""
+    if command["type"] == "record_marker":
+        value = command.get("value") if command.get("kind") in payload.OUTCOME_MARKERS else None
+        failure = value.get("failure") if isinstance(value, dict) else None
+    else:
+        failure = command.get("failure")
+    return failure.get(key) if isinstance(failure, dict) else None
 
 
-def _without_outcome_traceback(command: dict[str, Any]) -> dict[str, Any]:
-    value = command["value"]
-    failure = {k: v for k, v in value["failure"].items() if k != "traceback"}
-    return {**command, "value": {**value, "failure": failure}}
+def _without_traceback(command: dict[str, Any]) -> dict[str, Any]:
+    """``command`` with its failure's traceback left out (see :func:`_failure_of`)."""
+
+    def cut(failure: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in failure.items() if k != "traceback"}
+
+    if command["type"] == "record_marker":
+        value = command["value"]
+        return {**command, "value": {**value, "failure": cut(value["failure"])}}
+    return {**command, "failure": cut(command["failure"])}
 
 
 def place_children(worker: Worker, execution_id: str, commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
