@@ -164,3 +164,17 @@ def test_a_failure_over_the_limit_loses_its_traceback_first() -> None:
     assert fit_payloads([{"type": "fail_workflow", "failure": stacked}], 2000, "wf")[0]["failure"] == stacked
     [typed] = fit_payloads([{"type": "fail_workflow", "failure": {**stacked, "message": BIG}}], 300, "wf")
     assert typed["failure"]["error_type"] == "PayloadTooLarge" and "traceback" not in typed["failure"]
+
+
+def test_a_local_activity_s_failure_over_the_limit_loses_its_traceback_first() -> None:
+    """A local activity's outcome is a marker of the run's decision: its failure's traceback
+    made the marker too large, and the run ended PayloadTooLarge instead of meeting the failure."""
+    failure = {"error_type": "KeyError", "message": "7", "non_retryable": False, "details": None}
+    marker = {
+        "type": "record_marker",
+        "seq": 1,
+        "kind": "local_activity",
+        "value": {"name": "price", "failure": {**failure, "traceback": "T" * 500}},
+    }
+    [kept] = fit_payloads([marker], 300, "wf")
+    assert kept == {**marker, "value": {"name": "price", "failure": failure}}

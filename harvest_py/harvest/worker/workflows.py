@@ -350,9 +350,9 @@ def fit_payloads(
     fitted = []
     for command in commands:
         exc = _oversized(command, cast(int, limit), workflow_name, child)  # payloads_fit is True without one
-        if exc is not None and _failure_of(command, "traceback") is not None:
-            # (the first to go: the failure itself is what must be stored)
-            command = _without_traceback(command)
+        untraced = _without_traceback(command) if exc is not None else None
+        if untraced is not None:
+            command = untraced
             exc = _oversized(command, cast(int, limit), workflow_name, child)
         if exc is not None and command["type"] == "complete_update":
             log.warning("workflow %s (%s): update fails: %s", execution_id, workflow_name, exc)
@@ -365,27 +365,20 @@ def fit_payloads(
     return fitted
 
 
-def _failure_of(command: dict[str, Any], key: str) -> Any:
-    """The ``key`` of the failure ``command`` records (``fail_workflow``'s and
-    ``complete_update``'s own, an outcome marker's: OUTCOME_MARKERS), else None."""
-    if command["type"] == "record_marker":
-        value = command.get("value") if command.get("kind") in payload.OUTCOME_MARKERS else None
-        failure = value.get("failure") if isinstance(value, dict) else None
-    else:
-        failure = command.get("failure")
-    return failure.get(key) if isinstance(failure, dict) else None
-
-
-def _without_traceback(command: dict[str, Any]) -> dict[str, Any]:
-    """``command`` with its failure's traceback left out (see :func:`_failure_of`)."""
-
-    def cut(failure: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in failure.items() if k != "traceback"}
-
-    if command["type"] == "record_marker":
-        value = command["value"]
-        return {**command, "value": {**value, "failure": cut(value["failure"])}}
-    return {**command, "failure": cut(command["failure"])}
+def _without_traceback(command: dict[str, Any]) -> dict[str, Any] | None:
+    """``command`` without the traceback its failure records (a workflow's, an update's, a local
+    activity's outcome in its marker), or None when it records none."""
+    if command["type"] == "record_marker" and command.get("kind") in payload.OUTCOME_MARKERS:
+        outcome = command.get("value")
+        if not isinstance(outcome, dict):
+            return None
+        failure = outcome.get("failure")
+        untraced = _without_traceback({"type": "", "failure": failure})
+        return None if untraced is None else {**command, "value": {**outcome, "failure": untraced["failure"]}}
+    failure = command.get("failure")
+    if not isinstance(failure, dict) or failure.get("traceback") is None:
+        return None
+    return {**command, "failure": {k: v for k, v in failure.items() if k != "traceback"}}
 
 
 def place_children(worker: Worker, execution_id: str, commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
