@@ -47,12 +47,13 @@ BEGIN
         CONTINUE WHEN NOT FOUND;
 
         IF v_task.kind = 'activity' AND v_task.deadline_at < v_now THEN
+            v_error_type := 'ScheduleToCloseTimeout';
             RETURN QUERY SELECT v_task.id, v_task.kind, harvest._fail_activity_attempt(v_execution, v_task,
-                jsonb_build_object('error_type', 'ScheduleToCloseTimeout', 'non_retryable', true,
+                jsonb_build_object('error_type', v_error_type, 'non_retryable', true,
                     'message', 'activity ' || v_task.activity_name || ' did not finish within its '
                                || 'schedule_to_close of ' || (v_task.options ->> 'schedule_to_close') || 's',
                     'details', NULL), false),
-                v_execution.workflow_name, v_task.activity_name, 'ScheduleToCloseTimeout'::text;
+                v_execution.workflow_name, v_task.activity_name, v_error_type;
         ELSIF v_task.status = 'running' AND v_task.lease_expires_at < v_now THEN
             IF v_task.kind = 'workflow' THEN
                 UPDATE harvest.tasks
