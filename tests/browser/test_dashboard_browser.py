@@ -298,7 +298,7 @@ def test_schedules_dags_and_a_paused_run(browser: Any, site: str, demo: Demo) ->
     # a schedule made on the New schedule form (paused: it fires nothing here), then edited
     form = browser.find_element(By.ID, "create-form")
     form.find_element(By.NAME, "name").send_keys("greet-weekly")
-    form.find_element(By.NAME, "workflow_name").send_keys("greet")  # (a workflow the demo's worker registered)
+    form.find_element(By.NAME, "workflow_name").send_keys("greet")  # (the demo's worker registered it)
     form.find_element(By.NAME, "cron").send_keys("0 9 * * 1")
     form.find_element(By.NAME, "tz").send_keys("Europe/Paris")
     form.find_element(By.NAME, "paused").click()
