@@ -132,13 +132,15 @@ class NotJsonNumber(ValueError):
 
 
 @dataclass(frozen=True)
-class _Unreadable:
+class _NonFiniteNumber:
+    """A number parse_json read that JSON cannot carry (NaN, Infinity, past a float's range)."""
+
     text: str  # the number as sent
 
 
 def _number(text: str) -> Any:
     value = float(text)
-    return _Unreadable(text) if math.isinf(value) else value
+    return _NonFiniteNumber(text) if math.isinf(value) else value
 
 
 def parse_json(text: str | bytes) -> Any:
@@ -147,21 +149,21 @@ def parse_json(text: str | bytes) -> Any:
     NotJsonNumber for NaN, Infinity (Python's parser takes them: no JSON does) and a number past
     a float's range (read as infinity), naming where it was."""
     try:
-        value = json.loads(text, parse_constant=_Unreadable, parse_float=_number)
+        value = json.loads(text, parse_constant=_NonFiniteNumber, parse_float=_number)
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     if json_depth(value) > MAX_JSON_DEPTH:
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-    _refuse_unreadable(value)
+    _refuse_non_finite(value)
     return value
 
 
-def _refuse_unreadable(value: Any) -> None:
-    """NotJsonNumber for the first :class:`_Unreadable` in ``value`` (walked without recursion)."""
+def _refuse_non_finite(value: Any) -> None:
+    """NotJsonNumber for the first :class:`_NonFiniteNumber` in ``value`` (walked without recursion)."""
     level: list[tuple[Any, str]] = [(value, "")]
     while level:
         item, where = level.pop()
-        if isinstance(item, _Unreadable):
+        if isinstance(item, _NonFiniteNumber):
             spelt = item.text in ("NaN", "Infinity", "-Infinity")
             what = "is not JSON" if spelt else "is past a float's range"
             said = f"{item.text[:40]} {what}: send a finite number, or a string"
