@@ -177,7 +177,7 @@ def shape(**properties: dict[str, Any]) -> dict[str, Any]:
 
 
 ROWS = {"type": "array", "items": {"type": "object"}}
-# What every fan-out read's answer carries (fanned; unavailable_reasons too when partial).
+# What every fan-out read's answer carries (fanout_keys; unavailable_reasons too when partial).
 FANOUT: dict[str, Any] = {
     "status": {"type": "string", "enum": ["complete", "partial"]},
     "unavailable_shards": {"type": "array"},
@@ -550,15 +550,15 @@ def app_queue(app: Any, workflow_name: str, given: str | None) -> str | None:
 
 def merged(call: Call, value: Merged[Any], key: str | None) -> dict[str, Any]:
     """A fan-out read's JSON: the value under ``key`` (next_cursor for the paginated ones) with
-    the keys of :func:`fanned`; no shard answering is a 503."""
+    the keys of :func:`fanout_keys`; no shard answering is a 503."""
     if value.status == UNAVAILABLE:
         shards = ", ".join(str(s) for s in value.unavailable_shards)
         raise NoShardReached(f"no shard could be read (shard(s) {shards} unreachable); retry when one is up")
     out = dict(value.value) if key is None else value.envelope(key)
-    return {**out, **fanned(call, value)}
+    return {**out, **fanout_keys(call, value)}
 
 
-def fanned(call: Call, read: Any) -> dict[str, Any]:
+def fanout_keys(call: Call, read: Any) -> dict[str, Any]:
     """The keys every fan-out read's answer carries (a Merged's or a FanOut's; docs/http-api.md,
     "Answers and errors"): status, unavailable_shards, unavailable_reasons when a shard was not
     read, and sharded (whether the server has [shards])."""

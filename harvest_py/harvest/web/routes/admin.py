@@ -29,7 +29,7 @@ from harvest.web.routes import (
     Param,
     Reply,
     body,
-    fanned,
+    fanout_keys,
     invalid,
     merged,
     path,
@@ -70,7 +70,7 @@ async def usage(call: Call, args: dict[str, Any], _: Any) -> Any:
         "to": end.isoformat(),
         "group_by": args["group_by"],
         "groups": [{"group": r["group_name"], **{k: r.get(k) for k in USAGE_SUMS}} for r in rows],
-        **fanned(call, found),
+        **fanout_keys(call, found),
     }
 
 
@@ -176,7 +176,7 @@ async def queue_coverage(call: Call, args: dict[str, Any], _: Any) -> Any:
     fan = await call.each_shard(read)
     data = merge_coverage(fan.results, declared, call.state.router.writable, fan.unavailable_shards)
     data["declared_source"] = source
-    return {**data, **fanned(call, fan)}
+    return {**data, **fanout_keys(call, fan)}
 
 
 async def version_usage(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -197,7 +197,7 @@ async def version_usage(call: Call, args: dict[str, Any], _: Any) -> Any:
     total = sum(r["executions"] for r in rows)
     status = fan.status if fan.status != "complete" else ("complete" if total else "no_matches")
     return {
-        **fanned(call, fan),
+        **fanout_keys(call, fan),
         "status": status,  # (no_matches: every shard read, no run recorded it)
         "change_id": args["change_id"],
         "recorded_version": args["recorded_version"],
@@ -219,7 +219,7 @@ async def retention(call: Call, args: dict[str, Any], _: Any) -> Any:
         return {**out, "shards": []}  # the janitor of this process: none; its config only
     fan = await call.each_shard(lambda sql: sql.get_retention_status())
     shards = [{"shard_id": s, **data} for s, data in fan.results.items()]
-    return {**out, "shards": shards, **fanned(call, fan)}
+    return {**out, "shards": shards, **fanout_keys(call, fan)}
 
 
 def _not_here(config: Any, plan: Any) -> NotPlacedHere:
@@ -317,7 +317,7 @@ async def every_shard_read(call: Call, fn: Any) -> dict[str, Any]:
     """A pacing read on every shard (a rate limit, a start throttle): each shard's answer by
     shard number, and the shards not read."""
     fan = await call.each_shard(fn)
-    return {"shards": {str(s): r for s, r in fan.results.items()}, **fanned(call, fan)}
+    return {"shards": {str(s): r for s, r in fan.results.items()}, **fanout_keys(call, fan)}
 
 
 async def every_shard_write(
@@ -549,7 +549,7 @@ async def queue_scaling(call: Call, args: dict[str, Any], _: Any) -> Any:
         "per_worker": args["per_worker"],
         "queues": queues,
         "estimated": any(q["estimated"] for q in queues),
-        **fanned(call, fan),
+        **fanout_keys(call, fan),
     }
     return Reply(body, headers=headers)
 
@@ -822,7 +822,7 @@ async def retention_settings(call: Call, args: dict[str, Any], _: Any) -> Any:
     shards = [{"shard_id": s, **data} for s, data in fan.results.items()]
     return {
         "shards": shards,
-        **fanned(call, fan),
+        **fanout_keys(call, fan),
     }
 
 

@@ -19,7 +19,7 @@ from harvest.web.routes import (
     Endpoint,
     Param,
     body,
-    fanned,
+    fanout_keys,
     invalid,
     merged,
     path,
@@ -93,7 +93,7 @@ async def drain_preview(call: Call, args: dict[str, Any], _: Any) -> Any:
     # sharded: the CLI prints each row's shard, as over SQL with [shards] (`worker drain-preview`)
     return {
         "workers": rows,
-        **fanned(call, fan),
+        **fanout_keys(call, fan),
     }
 
 
