@@ -30,7 +30,7 @@ from harvest.cli.output import table as _table
 from harvest.cli.shards import _pooled_api, cli_pools, emit_merged, read_shards, with_page_footer
 from harvest.cli.workflow import read_json_option
 from harvest.client.schedules import backfill as backfill_schedule
-from harvest.client.schedules import firing_failures, in_words_of
+from harvest.client.schedules import firing_failures, schedule_refusal_for
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument, NotFound, ScheduleAlreadyExists, UnknownWorkflow
 from harvest.declare import schedules
@@ -98,15 +98,15 @@ def _schedule_api(
 
     settings = selected(database_url)
     if settings is not None:
-        with http_session(settings) as http, _cli_words(name):
+        with http_session(settings) as http, _cli_refusal_hints(name):
             yield HttpApi(http, shard)  # type: ignore[misc]
         return
     config = cli_config()
     if not shards_configured(config):
-        with _sql_api(database_url, read_only=read_only) as sql, _cli_words(name):
+        with _sql_api(database_url, read_only=read_only) as sql, _cli_refusal_hints(name):
             yield sql
         return
-    with cli_pools(config, database_url) as pools, _cli_words(name):
+    with cli_pools(config, database_url) as pools, _cli_refusal_hints(name):
         target = pools.router.schedule_home(name) if shard is None else shard
         if target not in pools.router.readable:
             raise InvalidArgument(f"--shard-id {target} is not a shard of this deployment")
@@ -115,15 +115,15 @@ def _schedule_api(
 
 
 @contextlib.contextmanager
-def _cli_words(name: str) -> Iterator[None]:
+def _cli_refusal_hints(name: str) -> Iterator[None]:
     """The server's refusals that say what to do name its routes (PATCH, DELETE, GET
     /admin/schedules); from the CLI they name the commands, in the words of the SQL's
     (create_schedule's HR014, get_schedule's HR002), and a workflow not registered (HR010)
-    --allow-unregistered, whichever transport (harvest.client.schedules.in_words_of)."""
+    --allow-unregistered, whichever transport (harvest.client.schedules.schedule_refusal_for)."""
     try:
         yield
     except (UnknownWorkflow, ScheduleAlreadyExists, NotFound) as exc:
-        said = in_words_of(exc, name, "cli")
+        said = schedule_refusal_for(exc, name, "cli")
         if said is exc:
             raise
         raise said from None

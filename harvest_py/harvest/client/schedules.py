@@ -85,11 +85,11 @@ backfill = driven(backfill_flow)
 abackfill = adriven(backfill_flow)
 
 
-# What each face says to do about a schedule's refusal, where the SQL's hint names the SQL's or
-# the CLI's way: a name taken (create_schedule's HR014), a schedule missing (HR002), a workflow
+# The hint each face gives for a schedule's refusal (what to do), where the SQL's hint names the
+# SQL's or the CLI's way: a name taken (create_schedule's HR014), a schedule missing (HR002), a workflow
 # or DAG not registered (HR010: functions/schedules.sql _check_schedule_target, whose hint says
 # the SQL's override).
-WORDS: dict[str, dict[str, str]] = {
+SCHEDULE_REFUSAL_HINTS: dict[str, dict[str, str]] = {
     "sql": {"override": "pass p_allow_unregistered => true"},
     "cli": {
         "taken": "update it (harvest schedule update), or delete it first",
@@ -110,20 +110,20 @@ WORDS: dict[str, dict[str, str]] = {
 }
 
 
-def in_words_of(exc: HarvestError, name: str, face: str) -> HarvestError:
+def schedule_refusal_for(exc: HarvestError, name: str, face: str) -> HarvestError:
     """``exc``, a refusal of a call on schedule ``name``, saying what to do in ``face``'s words
-    (:data:`WORDS`: "cli", "http", "dashboard"): another error, as it is. The CLI over HTTP reads
-    the server's."""
-    words = WORDS[face]
+    (:data:`SCHEDULE_REFUSAL_HINTS`: "cli", "http", "dashboard"): another error, as it is. The
+    CLI over HTTP reads the server's."""
+    hints = SCHEDULE_REFUSAL_HINTS[face]
     if isinstance(exc, UnknownWorkflow):
         message = str(exc)
-        for other, said in WORDS.items():
+        for other, other_hints in SCHEDULE_REFUSAL_HINTS.items():
             if other != face:
-                message = message.replace(said["override"], words["override"])
+                message = message.replace(other_hints["override"], hints["override"])
         return UnknownWorkflow(message, exc.workflow_name, exc.queue, exc.registered)
     if isinstance(exc, ScheduleAlreadyExists):
-        taken = words["taken"].format(route=f"/admin/schedules/{quote(name, safe='')}")
+        taken = hints["taken"].format(route=f"/admin/schedules/{quote(name, safe='')}")
         return ScheduleAlreadyExists(f"schedule {name} already exists: {taken}")
     if isinstance(exc, NotFound) and str(exc).startswith("schedule "):
-        return NotFound(f"schedule {name!r} does not exist: {words['missing']}")
+        return NotFound(f"schedule {name!r} does not exist: {hints['missing']}")
     return exc

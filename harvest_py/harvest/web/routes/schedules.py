@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harvest.client.schedules import abackfill, in_words_of
+from harvest.client.schedules import abackfill, schedule_refusal_for
 from harvest.core.errors import NotFound, ScheduleAlreadyExists, UnknownWorkflow
 from harvest.core.ids import MAX_SHARD
 from harvest.declare.schedules import (
@@ -67,7 +67,7 @@ async def _on_home(call: Call, name: str, shard: int | None, fn: Any) -> Any:
     try:
         return await call.on_shard(shard, fn)
     except (UnknownWorkflow, ScheduleAlreadyExists, NotFound) as exc:
-        said = in_words_of(exc, name, "http")
+        said = schedule_refusal_for(exc, name, "http")
         if said is exc:
             raise
         raise said from None

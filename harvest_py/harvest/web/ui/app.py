@@ -50,7 +50,7 @@ from harvest.client.batch import (
 )
 from harvest.client.history_export import aresolved_in_batches
 from harvest.client.routing import resident
-from harvest.client.schedules import abackfill, in_words_of
+from harvest.client.schedules import abackfill, schedule_refusal_for
 from harvest.config import Config
 from harvest.core.durations import plain_number
 from harvest.core.errors import (
@@ -1042,7 +1042,7 @@ class Dashboard:
         except InvalidArgument as exc:
             return self._schedule_refused(request, principal, exc, form)
         except (UnknownWorkflow, ScheduleAlreadyExists, NotFound) as exc:
-            return self._schedule_refused(request, principal, _in_words(exc, name), form)
+            return self._schedule_refused(request, principal, _dashboard_refusal(exc, name), form)
         return self._back(
             request, f"/schedules/{shard}/{views.segment(name)}", f"created schedule {name} on shard {shard}"
         )
@@ -1077,7 +1077,7 @@ class Dashboard:
             return self._schedule_refused(request, principal, exc, form, shard=shard, name=name)
         except (UnknownWorkflow, ScheduleAlreadyExists, NotFound) as exc:
             return self._schedule_refused(
-                request, principal, _in_words(exc, name), form, shard=shard, name=name
+                request, principal, _dashboard_refusal(exc, name), form, shard=shard, name=name
             )
         said = f"updated: {', '.join(sorted(changes))}" if changes else "nothing changed"
         return self._back(request, f"/schedules/{shard}/{views.segment(name)}", said)
@@ -1094,7 +1094,7 @@ class Dashboard:
     ) -> Response:
         """The New schedule or Edit form's 400: what was wrong (the field first) over the form,
         filled with what was sent; a workflow no worker registered is one too, saying to tick
-        the form's override (in the dashboard's words: _in_words). Another refusal is its page."""
+        the form's override (in the dashboard's words: _dashboard_refusal). Another refusal is its page."""
         if isinstance(exc, PayloadTooLarge) or not isinstance(exc, (InvalidArgument, UnknownWorkflow)):
             raise exc  # (PayloadTooLarge: an InvalidArgument whose answer is its 413)
         return self.render(
@@ -1771,10 +1771,10 @@ def _blank_none(value: str | None) -> str | None:
     return value or None
 
 
-def _in_words(exc: HarvestError, name: str) -> HarvestError:
+def _dashboard_refusal(exc: HarvestError, name: str) -> HarvestError:
     """A schedule's refusal saying what to do in the dashboard's words (a workflow no worker
     registered: the forms' checkbox, not the SQL's p_allow_unregistered)."""
-    return in_words_of(exc, name, "dashboard")
+    return schedule_refusal_for(exc, name, "dashboard")
 
 
 def _one_line(exc: BaseException) -> str:
