@@ -32,7 +32,7 @@ from harvest.cli.http import (
     default_base_url,
 )
 from harvest.config import Config, database_url, load_config
-from harvest.core.errors import ConfigError, HarvestError, InvalidArgument, lookup_said
+from harvest.core.errors import ConfigError, HarvestError, InvalidArgument, with_lookup_hint
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 from harvest.core.json_values import json_default
 from harvest.core.text import escape_controls
@@ -186,7 +186,7 @@ def echo_error(exc: HarvestError, lead: str = "error: ") -> None:
     """A Harvest error on stderr: its one line after ``lead``, then what it has to show after
     the line (:attr:`HarvestError.trailer`: a user module's traceback), both scrubbed."""
     # (a lookup by workflow id said as this CLI's command, over SQL and over HTTP alike)
-    line = lookup_said(str(exc), lambda given: f"harvest workflow current {given}")
+    line = with_lookup_hint(str(exc), lambda given: f"harvest workflow current {given}")
     click.echo(f"{lead}{escape_controls(scrub(line))}", err=True)
     if exc.trailer:
         click.echo(scrub(exc.trailer), err=True, nl=False)

@@ -869,17 +869,18 @@ class UpdateFailed(QueryFailed):
 # The hint of a run not found by its execution id (harvest._execution_not_found) names the SQL's
 # lookup by workflow id; each face says its own way (the API's route, the CLI's command), and the
 # CLI over HTTP reads the route's. Matched either way, so the CLI prints the same over both.
-_LOOKUP_SAID = re.compile(
+_LOOKUP_HINT = re.compile(
     r"(harvest\.get_execution_by_workflow_id\(\)|GET /workflows/current\?\S+) finds a run by it"
 )
 _NOT_FOUND_ID = re.compile(r"execution (\S+) does not exist")
 
 
-def lookup_said(message: str, said: Callable[[str], str]) -> str:
-    """``message`` with its lookup by workflow id said as ``said(the id given)`` says it."""
+def with_lookup_hint(message: str, lookup: Callable[[str], str]) -> str:
+    """``message`` with its hint's lookup by workflow id in a face's words: ``lookup(the id
+    given)``, the face's route or command."""
     given = _NOT_FOUND_ID.search(message)
     wanted = given.group(1) if given else "<id>"
-    return _LOOKUP_SAID.sub(lambda _: f"{said(wanted)} finds a run by it", message)
+    return _LOOKUP_HINT.sub(lambda _: f"{lookup(wanted)} finds a run by it", message)
 
 
 def error_code(exc: BaseException) -> str:

@@ -46,7 +46,7 @@ from harvest.core.errors import (
     WrongShard,
     error_code,
     http_status,
-    lookup_said,
+    with_lookup_hint,
 )
 from harvest.core.json_values import json_default
 from harvest.db.connection import (
@@ -331,7 +331,9 @@ WWW_AUTHENTICATE = 'Bearer realm="harvest"'
 
 def http_lookup_hint(message: str) -> str:
     """``message`` with the SQL's lookup by workflow id said as the API's route."""
-    return lookup_said(message, lambda given: f"GET /workflows/current?{urlencode({'workflow_id': given})}")
+    return with_lookup_hint(
+        message, lambda given: f"GET /workflows/current?{urlencode({'workflow_id': given})}"
+    )
 
 
 def error_response(
