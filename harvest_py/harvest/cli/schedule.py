@@ -553,7 +553,7 @@ def delete(name: str, shard: int | None, operator: str | None, database_url: str
 
 # A backfill of at least this many slots says so on stderr before it fires them (one call, no
 # progress of its own: 10000 slots took 17 to 21 s on a busy two-core machine).
-BACKFILL_SAID = 1000
+BACKFILL_NOTICE_SLOTS = 1000
 
 
 @schedule.command("backfill")
@@ -592,11 +592,11 @@ def backfill(
     if end < start:
         raise click.UsageError("--to is before --from")
 
-    def said(slots: int) -> None:
-        if slots >= BACKFILL_SAID:  # seconds of silence otherwise (about 1 ms a slot)
+    def announce(slots: int) -> None:
+        if slots >= BACKFILL_NOTICE_SLOTS:  # seconds of silence otherwise (about 1 ms a slot)
             click.echo(f"backfill: firing {slots} slots of {name} in one transaction ...", err=True)
 
     with _schedule_api(database_url, name, shard, read_only=False) as sql:
-        data = backfill_schedule(sql, name, start, end, overlap, operator, on_slots=said)
+        data = backfill_schedule(sql, name, start, end, overlap, operator, on_slots=announce)
     emit(data, output, lambda d: mapping({k: v for k, v in d.items() if k != "failures"}))
     _fail_if_failed(name, data, f"{data.get('failed')} slot(s) failed")
