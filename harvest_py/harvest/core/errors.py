@@ -441,7 +441,7 @@ def recordable(text: Any) -> Any:
 # message cannot bloat the history (every failed attempt is a row).
 TRACEBACK_FRAMES = 20
 TRACEBACK_CHARS = 6000
-_CHAIN = 5  # the chained causes named, each by its class and first line
+_TRACEBACK_CAUSES = 5  # the chained causes named, each by its class and first line
 # How a database error is said in a recorded traceback: its first line and SQLSTATE, redacted,
 # or None for another error. The rule is harvest.db.connection's (error_line), which sets this
 # as it is imported (the core imports no driver): a process that talks to a database has it.
@@ -474,7 +474,7 @@ def failure_traceback(exc: BaseException) -> str | None:
     lines.extend(frames.format())
     lines.append(_exception_line(exc, whole=True))
     seen, one, named = [exc], exc, 0
-    while named < _CHAIN:
+    while named < _TRACEBACK_CAUSES:
         cause = one.__cause__ or (None if one.__suppress_context__ else one.__context__)
         if cause is None or any(cause is known for known in seen):
             break
