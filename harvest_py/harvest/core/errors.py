@@ -445,12 +445,13 @@ _TRACEBACK_CAUSES = 5  # the chained causes named, each by its class and first l
 # How a database error is said in a recorded traceback: its first line and SQLSTATE, redacted,
 # or None for another error. The rule is harvest.db.connection's (error_line), which sets this
 # as it is imported (the core imports no driver): a process that talks to a database has it.
-_database_lines: list[Callable[[BaseException], str | None]] = []
+_database_error_line: list[Callable[[BaseException], str | None]] = []
 
 
-def say_database_errors(line: Callable[[BaseException], str | None]) -> None:
-    """Have :func:`failure_traceback` write an error ``line`` answers for by that line."""
-    _database_lines[:] = [line]
+def set_database_error_line(line: Callable[[BaseException], str | None]) -> None:
+    """Set how :func:`failure_traceback` writes a database error: as ``line(exc)``, which is
+    None for an error it does not answer for."""
+    _database_error_line[:] = [line]
 
 
 def failure_traceback(exc: BaseException) -> str | None:
@@ -495,7 +496,7 @@ def _exception_line(exc: BaseException, whole: bool) -> str:
     first line), a database error's by its first line and SQLSTATE, redacted."""
     import traceback
 
-    said = _database_lines[0](exc) if _database_lines else None
+    said = _database_error_line[0](exc) if _database_error_line else None
     if said is not None:
         return f"{type(exc).__module__}.{type(exc).__qualname__}: {said}\n"
     if whole:

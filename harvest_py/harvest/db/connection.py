@@ -31,7 +31,7 @@ from harvest.core.errors import (
     InvalidArgument,
     SchemaMismatch,
     from_database_error,
-    say_database_errors,
+    set_database_error_line,
 )
 from harvest.db import jsoncodec, pooler
 from harvest.telemetry.logs import add_handler_filter
@@ -389,7 +389,7 @@ def traceback_text(exc: BaseException) -> str:
 DATABASE_TEXT_FILTER = DatabaseTextFilter()
 add_handler_filter(DATABASE_TEXT_FILTER)  # (a Harvest process' handler: every line it prints)
 # A failure's recorded traceback says a database error as a log line does (core/errors.py).
-say_database_errors(lambda exc: redact(error_line(exc)) if isinstance(exc, DatabaseError) else None)
+set_database_error_line(lambda exc: redact(error_line(exc)) if isinstance(exc, DatabaseError) else None)
 
 # The loggers Harvest logs a traceback on (the worker's crash lines, the management API's last
 # resort, the workflow loop's) and those it lends to workflow and activity code (``ctx.logger``)
