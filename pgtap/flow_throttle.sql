@@ -5,7 +5,7 @@
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
 -- harvest.clear_start_throttle_override, harvest.get_start_gate.
 BEGIN;
-SELECT plan(61);
+SELECT plan(63);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
@@ -32,6 +32,14 @@ SELECT results_eq($$SELECT status, execution_id IS NULL FROM t ORDER BY n$$,
 SELECT is((SELECT workflow_id FROM t WHERE n = 3), 't3', 'a deferred start returns its workflow_id');
 SELECT throws_ok($$SELECT harvest.start_workflow('wf_t', '[1]', 'tx', 'tq', 'allow_duplicate', 'use_existing')$$,
                  'HR001', NULL, 'a conflict policy with a throttle is refused');
+-- update_with_start is never held back (its update's argument is never a pending start's):
+-- refused on a gated workflow, by the same rule, before the gate takes a token or fills a batch.
+SELECT throws_like($$SELECT * FROM harvest.update_with_start('wf_t', 't3', 'bump', '"x"', '[3]', 'tq')$$,
+                   '%(which signal_with_start and update_with_start use)%',
+                   'update_with_start on a throttled workflow (its key held back) is refused');
+SELECT throws_like($$SELECT * FROM harvest.update_with_start('wf_b', 'bu', 'bump', '"x"', '["a"]', 'bq')$$,
+                   '%(which signal_with_start and update_with_start use)%',
+                   'update_with_start on a batched workflow is refused');
 SELECT is(harvest.release_pending_starts(), 0, 'release_pending_starts(): no token yet');
 SELECT set_config('harvest.fake_now', '2030-01-01 00:00:00.5+00', true);
 SELECT is(harvest.release_pending_starts(), 1, 'half a second at 2 rps: one more start (FIFO)');

@@ -4,7 +4,8 @@ the AsyncClient. Each large payload is stored in the call's own transaction and 
 it reached, so a call the database refuses leaves no row; the workflow sees the original values,
 and a replay from the stored history (a query on a finished run replays it) resolves them. Then
 a custom store with the sync client, and a start held back by a throttle keeping its offloaded
-input through retention until its release hands it to the run."""
+input through retention until its release hands it to the run. An update_with_start is never held
+back: on a gated workflow it is refused, and its offloaded rows go with the refused call."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from harvest import App, AsyncClient, Client, Throttle, query, update, workflow
+from harvest import App, AsyncClient, Batch, Client, Throttle, query, update, workflow
 from harvest.core.codecs import Payloads
 from harvest.core.errors import InvalidArgument
 
@@ -51,7 +52,17 @@ async def o2_paced(ctx: Any, big: str) -> int:
     return len(big)
 
 
-APP = App(workflows=[o2_box, o2_paced], queries=[seen], updates=[grow])
+@update(workflow="o2_paced", name="grow")
+def grow_paced(ctx: Any, text: str) -> int:
+    return len(text)
+
+
+@workflow(batch=Batch(max_size=1, window=60))
+async def o2_batched(ctx: Any, texts: list[str]) -> int:
+    return sum(map(len, texts))
+
+
+APP = App(workflows=[o2_box, o2_paced, o2_batched], queries=[seen], updates=[grow, grow_paced])
 
 
 def _rows(dsn: str, sql: str, *args: object) -> list[tuple[Any, ...]]:
@@ -266,3 +277,43 @@ def test_a_held_back_start_keeps_its_offloaded_input_through_retention_until_rel
     assert _rows(db, "SELECT erased_at IS NOT NULL FROM harvest.payloads WHERE execution_id = %s", run) == [
         (True,)
     ]
+
+
+def test_update_with_start_on_a_gated_workflow_is_refused_and_leaves_no_offloaded_row(db: str) -> None:
+    # An update_with_start (conflict policy use_existing) is never held back, so its offloaded
+    # update argument is never a pending start's run-less row: the call is refused (HR001)
+    # whether the throttle has a token, is spent with a start held behind it, or a batch would
+    # fill and start its run in the call; the rows it stored go with its transaction.
+    refused = r"\(which signal_with_start and update_with_start use\)"
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+    with Client(db, codecs=OFFLOAD) as client:
+        with pytest.raises(InvalidArgument, match=refused):  # a token left: it would have started
+            client.update_with_start(o2_paced, BIG, workflow_id="o2-u1", update="grow", update_arg=BIG + "u")
+        assert _owners(db) == [], "nothing stored stays"
+        admitted = client.start_workflow(o2_paced, BIG)
+        held = client.start_workflow(o2_paced, BIG + "y", workflow_id="o2-held")
+        assert not admitted.deferred and held.deferred
+        for workflow_id in ("o2-held", "o2-u2"):  # the held start's key, and a key of its own
+            with pytest.raises(InvalidArgument, match=refused):
+                client.update_with_start(
+                    o2_paced, BIG, workflow_id=workflow_id, update="grow", update_arg=BIG + "u"
+                )
+        with pytest.raises(InvalidArgument, match=refused):  # a batch of one would release here
+            client.update_with_start(o2_batched, [BIG], workflow_id="o2-u3", update="grow", update_arg=BIG)
+
+    async def from_async() -> None:
+        client = await AsyncClient.connect(db, codecs=OFFLOAD)
+        try:
+            with pytest.raises(InvalidArgument, match=refused):
+                await client.update_with_start(
+                    o2_paced, BIG, workflow_id="o2-held", update="grow", update_arg=BIG + "u"
+                )
+        finally:
+            await client.close()
+
+    asyncio.run(from_async())
+    assert _owners(db) == [admitted.execution_id, None], "the admitted run's input and the held one's"
+    assert _rows(db, "SELECT workflow_id FROM harvest.pending_starts") == [("o2-held",)]
+    assert _rows(db, "SELECT count(*) FROM harvest.executions") == [(1,)]
+    assert _rows(db, "SELECT count(*) FROM harvest.query_requests") == [(0,)]
