@@ -1532,9 +1532,17 @@ BEGIN
                  UNION ALL
                  SELECT d.seq, d.activity_name, d.queue, 'dead_lettered', d.attempts, NULL, NULL, NULL, NULL,
                         d.failure, NULL, d.id
-                 FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id)
+                 FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id AND d.kind = 'activity')
                 ORDER BY 1 LIMIT p_limit
             ) AS a), '[]'::jsonb),
+        -- The run's own dead letter (kind 'workflow': its workflow task was dead-lettered), its
+        -- id and its failure's type and message; NULL when it has none. (An activity's is in
+        -- pending_activities, which a workflow-kind one, with no seq, joined nameless and last.)
+        'dead_letter', (
+            SELECT jsonb_build_object('id', d.id, 'failed_at', d.failed_at,
+                                      'error_type', d.failure ->> 'error_type', 'message', d.failure ->> 'message')
+            FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id AND d.kind = 'workflow'
+            ORDER BY d.id DESC LIMIT 1),
         'timers', coalesce((
             SELECT jsonb_agg(jsonb_build_object('seq', t.seq, 'fire_at', t.due_at, 'status', t.status)
                              ORDER BY t.due_at, t.seq)
@@ -1579,7 +1587,8 @@ BEGIN
         'totals', jsonb_build_object(
             'pending_activities',
             (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'activity')
-            + (SELECT count(*) FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id),
+            + (SELECT count(*) FROM harvest.dead_letters AS d
+               WHERE d.execution_id = p_execution_id AND d.kind = 'activity'),
             'timers',
             (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'timer'),
             'children',

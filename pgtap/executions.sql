@@ -143,7 +143,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(88);
+SELECT plan(91);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -371,6 +371,20 @@ SELECT is(harvest.get_execution_stack((SELECT id FROM wide), 2) -> 'totals',
           '{"children": 3, "pending_activities": 0, "timers": 0, "signals": 0, "mutexes": 0}'::jsonb, 'stack: each list''s total');
 SELECT is(jsonb_array_length(harvest.get_execution_stack((SELECT id FROM wide)) -> 'children'), 3,
           'stack without p_limit: every entry');
+-- The run's own dead letter (kind 'workflow') is its stack's dead_letter, not a nameless
+-- activity of pending_activities (where it sorted last, past a bounded page).
+INSERT INTO harvest.dead_letters (execution_id, workflow_name, queue, attempts, failure, scheduled_at, failed_at, kind)
+VALUES ((SELECT id FROM wide), 'wide_wf', 'wide_q', 1,
+        '{"error_type": "HistoryLimitExceeded", "message": "history over its hard cap", "details": {"n": 1}}',
+        now(), now(), 'workflow');
+SELECT is((harvest.get_execution_stack((SELECT id FROM wide)) -> 'dead_letter') - 'failed_at',
+          jsonb_build_object('id', (SELECT max(id) FROM harvest.dead_letters), 'error_type', 'HistoryLimitExceeded',
+                             'message', 'history over its hard cap'),
+          'stack: the run''s own dead letter, its id and its failure''s type and message');
+SELECT is(harvest.get_execution_stack((SELECT id FROM wide)) -> 'pending_activities', '[]'::jsonb,
+          'stack: a run''s own dead letter is no pending activity');
+SELECT is(harvest.get_execution_stack((SELECT id FROM wide)) #> '{totals,pending_activities}', '0'::jsonb,
+          'stack: nor counted as one');
 -- The buffered signals (received since the workflow last ran): which, not only how many.
 SELECT harvest.signal_workflow((SELECT id FROM wide), 'approve', '{"ok": true}');
 SELECT harvest.signal_workflow((SELECT id FROM wide), 'note', '1');

@@ -130,3 +130,27 @@ def test_a_dead_letter_address_that_names_nothing_is_a_404(db: str) -> None:
             page = client.get(path, headers=READ)
             assert page.status_code == 404, (path, page.status_code)
             assert "<h1>" in page.text or "404" in page.text
+
+
+def test_a_run_s_own_dead_letter_is_linked_from_its_page(db: str) -> None:
+    """A workflow-kind dead letter (the run's own) is the run's, not a nameless activity: its
+    page shows it in one line, type and message, linked to the dead letter's page."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        started = "SELECT execution_id FROM harvest.start_workflow('billing', '[]', 'bill-own')"
+        run = str(conn.execute(started).fetchone()[0])
+        failure = {"error_type": "HistoryLimitExceeded", "message": "history over its hard cap"}
+        (id_,) = conn.execute(
+            "INSERT INTO harvest.dead_letters (execution_id, workflow_name, queue, attempts, failure,"
+            " scheduled_at, failed_at, kind)"
+            " VALUES (%s, 'billing', 'payments', 1, %s, now(), now(), 'workflow') RETURNING id",
+            (run, Jsonb(failure)),
+        ).fetchone()
+    with _client(db) as client:
+        page = client.get(f"/workflows/{run}", headers=READ)
+    assert page.status_code == 200, page.text
+    shown = re.search(r'<dd id="dead-letter">(.*?)</dd>', page.text, re.S)
+    assert shown, page.text
+    assert f'href="/dead-letters/0/{id_}"' in shown.group(1)
+    text = html.unescape(shown.group(1))
+    assert "HistoryLimitExceeded" in text and "history over its hard cap" in text
+    assert f'href="/dead-letters/0/{id_}"' not in page.text.split('id="stack"')[1]  # no activity row

@@ -223,6 +223,21 @@ def test_workflow_stack_says_a_run_with_nothing_open_awaits_a_client_or_has_ende
     assert "waiting on: nothing (the run has ended: TERMINATED)" in ended, ended
 
 
+def test_workflow_stack_shows_the_run_s_own_dead_letter_not_a_nameless_activity(db: str, conn) -> None:
+    """A run's own dead letter (kind 'workflow') was listed under activities: seq and name
+    blank, status dead_lettered. The stack shows it as the run's, with its id to read it."""
+    execution_id = start(conn, "approval", "own-dl-1", queue="stq")
+    conn.execute(
+        "INSERT INTO harvest.dead_letters (execution_id, workflow_name, queue, attempts, failure,"
+        " scheduled_at, failed_at, kind) VALUES (%s, 'approval', 'stq', 1, %s, now(), now(), 'workflow')",
+        (execution_id, json.dumps({"error_type": "HistoryLimitExceeded", "message": "over the cap"})),
+    )
+    (id_,) = conn.execute("SELECT max(id) FROM harvest.dead_letters").fetchone()
+    shown = harvest(db, "workflow", "stack", execution_id).stdout
+    assert f"dead letter {id_}: HistoryLimitExceeded: over the cap (harvest dlq get {id_})" in shown, shown
+    assert "activities:" not in shown and "dead_lettered" not in shown, shown
+
+
 def test_result_query_and_update_of_an_unknown_run_give_no_python_advice(db: str) -> None:
     """`harvest workflow result/query/update` of an id no run has ended with the Python client's
     hint, "get_handle(workflow_id='...')", at a shell prompt; `get`, `signal` and the HTTP API's

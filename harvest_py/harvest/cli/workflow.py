@@ -691,6 +691,9 @@ def stack(
                 + (f": {paused['reason']}" if paused.get("reason") else "")
                 + " (harvest workflow resume)",
             ]
+        if d.get("dead_letter"):  # the run's own (absent from a server of an older release)
+            own = d["dead_letter"]
+            parts += ["", f"dead letter {own['id']}: {failure_line(own)} (harvest dlq get {own['id']})"]
         if d["pending_activities"]:
             parts += [
                 "",
