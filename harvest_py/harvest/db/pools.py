@@ -14,7 +14,7 @@ import logging
 import select
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar, Token
 from typing import Any, LiteralString, TypeVar
 
@@ -48,6 +48,7 @@ __all__ = [
     "open_async_pool",
     "open_pool",
     "outage",
+    "unless_unreachable",
 ]
 
 
@@ -229,6 +230,46 @@ class connections_by:  # (named as the function it reads as: ``with connections_
     def __exit__(self, *exc_info: object) -> None:
         if self.token is not None:
             _connections_by.reset(self.token)
+
+
+# A caller that would rather fail than wait out the pool's wait (30 s) for a server that is down
+# (the worker's scanner: a tick the database cannot answer is counted and logged as an error, and
+# the next comes one scan_interval later), and that must still wait its turn in a pool that is
+# merely busy (every connection lent, the server fine: a shorter wait would send it to the back
+# of the queue tick after tick, behind callers waiting their 30 s). Within the block an asyncio
+# pool raises ServerUnreachable when no connection can be made now: its last connect failed,
+# none has succeeded since, and it has no idle connection (at once, or while waiting, at its
+# next failed connect). A busy pool fails no connect: the caller waits as any other.
+_fails_when_unreachable: ContextVar[bool] = ContextVar("harvest_fails_when_unreachable", default=False)
+
+
+@contextlib.contextmanager
+def unless_unreachable() -> Iterator[None]:
+    """Within the block, an asyncio pool of this module that can make no connection now fails
+    the call (ServerUnreachable) instead of waiting for one (see above)."""
+    token = _fails_when_unreachable.set(True)
+    try:
+        yield
+    finally:
+        _fails_when_unreachable.reset(token)
+
+
+class _Waiters(collections.deque[Any]):
+    """An asyncio pool's waiting callers, noting those waiting in an ``unless_unreachable`` block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unless_unreachable: list[Any] = []
+
+    def append(self, client: Any) -> None:
+        super().append(client)
+        if _fails_when_unreachable.get():
+            self.unless_unreachable = [c for c in self.unless_unreachable if c in self] + [client]
+
+    def take_unless_unreachable(self) -> list[Any]:
+        taken = [c for c in self.unless_unreachable if c in self]
+        self.unless_unreachable = []
+        return taken
 
 
 def never_sent(exc: BaseException) -> bool:
@@ -419,6 +460,7 @@ class _Pool(ConnectionPool[Any]):
     _away = False  # (fail_fast) the last connect failed and none has succeeded since
     _last_failure: str | None = None  # (fail_fast) what that connect met (ServerUnreachable.reason)
     _lent = 0  # (fail_fast) connections lent and not yet given back
+    _down = False  # (every pool) its last connect failed and none has succeeded since
 
     def getconn(self, timeout: float | None = None) -> Any:
         try:
@@ -464,8 +506,9 @@ class _Pool(ConnectionPool[Any]):
         except Exception as exc:
             _failed_connect.set(exc)
             self._last_failure = _connect_failure(exc, self.conninfo)
+            self._down = True
             raise
-        self._away = False
+        self._away = self._down = False
         OUTAGE_LINES.connected(self.name)
         return conn
 
@@ -483,6 +526,7 @@ class _AsyncPool(AsyncConnectionPool[Any]):
     _away = False  # (see _Pool)
     _last_failure: str | None = None  # (see _Pool)
     _lent = 0  # (fail_fast; one event loop: no lock needed)
+    _down = False  # (see _Pool)
 
     async def getconn(self, timeout: float | None = None) -> Any:
         try:
@@ -499,7 +543,7 @@ class _AsyncPool(AsyncConnectionPool[Any]):
         await super().putconn(conn)
 
     async def _get_ready_connection(self, timeout: float | None) -> Any:
-        if self._away and not self._pool:  # (see _Pool)
+        if not self._pool and (self._away or (self._down and _fails_when_unreachable.get())):  # (see _Pool)
             raise ServerUnreachable(self._last_failure)
         return await super()._get_ready_connection(timeout)
 
@@ -510,12 +554,16 @@ class _AsyncPool(AsyncConnectionPool[Any]):
             failure = _failed_connect.get()
         finally:
             _failed_connect.reset(token)
-        if self.fail_fast and failure is not None:  # (see _Pool)
-            async with self._lock:
+        if failure is None:
+            return
+        async with self._lock:
+            if self.fail_fast:  # (see _Pool)
                 self._away = self._lent == 0
-                waiting = list(self._waiting) if self._away else []
-            for client in waiting:
-                await client.fail(ServerUnreachable(self._last_failure))
+            waiting = list(self._waiting) if self._away else []
+            if not self._pool and isinstance(self._waiting, _Waiters):  # (unless_unreachable)
+                waiting += self._waiting.take_unless_unreachable()
+        for client in waiting:
+            await client.fail(ServerUnreachable(self._last_failure))
 
     async def _connect(self, timeout: float | None = None) -> Any:
         try:
@@ -523,8 +571,9 @@ class _AsyncPool(AsyncConnectionPool[Any]):
         except Exception as exc:
             _failed_connect.set(exc)
             self._last_failure = _connect_failure(exc, self.conninfo)
+            self._down = True
             raise
-        self._away = False
+        self._away = self._down = False
         OUTAGE_LINES.connected(self.name)
         return conn
 
@@ -607,6 +656,7 @@ async def open_async_pool(
     )
     pool.fail_fast = fail_fast
     _most_recent_first(pool)
+    pool._waiting = _Waiters()
     _quiet_outages()
     try:  # (opened for a wait's call, within the wait's deadline: connections_by)
         await pool.open(wait=True, timeout=_pool_wait(None, timeout))

@@ -59,6 +59,8 @@ class ShardLane:
         self.ready = False  # schema checked, registered (if the worker claims), policies declared
         self.down = False
         self.outages = 0  # times this lane went down (for tests and logs)
+        # The scanner's last tick met an outage (logged once; one database: the lane is not down).
+        self.scan_failing = False
         # Tasks run from this shard, claimed or handed (the guide's harvest.shard.dispatched{shard}).
         self.dispatched = 0
         # Whether this shard's last claim came back full (work was waiting): only then does a

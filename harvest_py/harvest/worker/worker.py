@@ -57,7 +57,7 @@ from harvest.db.connection import (
     resolve_dsn,
 )
 from harvest.db.migrate import check_schema_async, warn_function_drift_async
-from harvest.db.pools import may_pass, open_async_pool, outage
+from harvest.db.pools import may_pass, open_async_pool, outage, unless_unreachable
 from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
 from harvest.declare.definitions import App, require_app
@@ -1405,13 +1405,21 @@ class Worker:
         stop ends the passes."""
         while not await self._passes_end(self.scan_interval):
             if not lane.usable:
+                if lane.down:  # a shard known to be down: a tick it cannot answer (logged by the lane)
+                    self.metrics.scanned(lane.shard, False)
                 continue
             scanned = False
             try:
                 # Timeouts, workflow deadlines, relays, mutex grants, deferred starts: one call.
-                moved = await lane.sql.scan(100)
+                # A database that cannot be reached fails the tick at once, not after the pool's
+                # 30 s (a busy pool is waited for: pools.unless_unreachable).
+                with unless_unreachable():
+                    moved = await lane.sql.scan(100)
                 self.metrics.scanned(lane.shard, True)
                 scanned = True
+                if lane.scan_failing:
+                    lane.scan_failing = False
+                    log.info("timeout scan: the database answers again")
                 if moved["expired_tasks"]:
                     self.metrics.attempts_expired(moved["expired_tasks"])
                     log.info(
@@ -1451,16 +1459,25 @@ class Worker:
             except Exception as exc:
                 if not scanned:  # (a tick counts once: the pump's or a resume's failure is not the scan's)
                     self.metrics.scanned(lane.shard, False)
-                if not lane.note_failure(exc, "scanning"):
+                if lane.note_failure(exc, "scanning"):
+                    pass
+                elif outage(exc) and not scanned:  # one line an outage (each tick is counted)
+                    level = logging.DEBUG if lane.scan_failing else logging.WARNING
+                    lane.scan_failing = True
+                    log.log(level, "timeout scan failed: %s", failure_reason(exc, lane.dsn))
+                else:
                     log.warning("timeout scan failed: %s", failure_reason(exc, lane.dsn))
-            if lane.usable:  # a sweep's failure (a relay's remote shard down) stops no schedule
+            # A sweep's failure (a relay's remote shard down) stops no schedule; a scan that met
+            # an outage does (the schedules' tick would meet it too).
+            if lane.usable and not lane.scan_failing:
                 await self._schedule(lane)
 
     async def _schedule(self, lane: ShardLane) -> scheduler.TickReport | None:
         """This shard's schedules (worker/scheduler.py): due slots fire, buffered ones start.
         The tick's report (None: the tick failed, logged)."""
         try:
-            fired = await scheduler.tick(lane.sql, metrics=self.metrics)
+            with unless_unreachable():  # (as the scan's)
+                fired = await scheduler.tick(lane.sql, metrics=self.metrics)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
