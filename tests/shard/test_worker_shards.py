@@ -25,6 +25,7 @@ from stopping import assert_thread_stopped
 from harvest import App, Client, Worker, activity, workflow
 from harvest.core.errors import ConfigError, ConnectionRejected
 from harvest.core.ids import shard_of
+from harvest.telemetry.metrics import process_metrics
 
 pytestmark = pytest.mark.shard
 
@@ -200,6 +201,13 @@ def test_a_worker_refused_by_one_shard_names_that_shard(shards) -> None:
     assert "no_such_database" in message and "\n" not in message
 
 
+def _scan_errors(shard: int) -> float:
+    found = process_metrics().registry.get_sample_value(
+        "harvest_scanner_tick_total", {"shard": str(shard), "outcome": "error"}
+    )
+    return 0.0 if found is None else found
+
+
 def test_a_stopped_shard_does_not_stall_the_others_and_is_served_again_after_restart(
     shards, run_worker, caplog
 ) -> None:
@@ -226,6 +234,13 @@ def test_a_stopped_shard_does_not_stall_the_others_and_is_served_again_after_res
             assert [h.result(timeout=30) for h in during] == [i * 2 for i in range(6)]
         lane = next(lane for lane in worker.lanes if lane.shard == 1)
         assert lane.down, "the worker noticed the outage"
+        # Its scanner counts each tick the down shard cannot answer as an error (it skipped them
+        # uncounted: only the last-tick gauge went stale).
+        errors = _scan_errors(1)
+        deadline = time.monotonic() + 10
+        while _scan_errors(1) - errors < 3:
+            assert time.monotonic() < deadline, "error ticks while the shard is down"
+            time.sleep(0.05)
     finally:
         shards.start(1)
     # Shard 1 is served again: its waiting runs finish, each exactly once, and new runs start there.
