@@ -895,6 +895,7 @@ DECLARE
     v_slot timestamptz;
     v_firing jsonb;
     v_counts jsonb := '{"started": 0, "buffered": 0, "skipped": 0, "failed": 0, "duplicate": 0}';
+    v_failures jsonb := '[]';
     v_key text;
     v_new integer;
     v_waiting integer;
@@ -948,10 +949,15 @@ BEGIN
         v_firing := harvest._fire_slot(v_schedule, v_slot, 'backfill', p_overlap, NULL, p_overlap = 'buffer_all');
         v_key := CASE WHEN v_firing ? 'duplicate' THEN 'duplicate' ELSE v_firing ->> 'status' END;
         v_counts := jsonb_set(v_counts, ARRAY[v_key], to_jsonb((v_counts ->> v_key)::integer + 1));
+        IF v_key = 'failed' THEN  -- (why, as its firing recorded it: the caller says it)
+            v_failures := v_failures || jsonb_build_array(
+                jsonb_build_object('slot_at', v_firing -> 'slot_at', 'reason', v_firing -> 'reason'));
+        END IF;
     END LOOP;
     PERFORM harvest._audit('schedule.backfill', p_name, p_operator_id,
         jsonb_build_object('slots', coalesce(cardinality(p_slots), 0), 'overlap', p_overlap) || v_counts);
-    RETURN v_counts;
+    RETURN v_counts || CASE WHEN v_failures <> '[]' THEN jsonb_build_object('failures', v_failures)
+                            ELSE '{}' END;
 END;
 $$;
 
@@ -1303,7 +1309,8 @@ COMMENT ON FUNCTION harvest.trigger_schedule IS
 'answers that firing. Called by the CLI (role harvest_operator).';
 COMMENT ON FUNCTION harvest.backfill_schedule IS
 'Fire past slots the caller computed (at most 10000, whole seconds, not in the future) under p_overlap (default '
-'buffer_all); a slot already recorded is not fired again. Called by the CLI (role harvest_operator).';
+'buffer_all); a slot already recorded is not fired again. Answers the counts by outcome and, when some failed, '
+'failures: each failed slot''s slot_at and recorded reason. Called by the CLI (role harvest_operator).';
 COMMENT ON FUNCTION harvest.list_schedules IS
 'The schedules of this database (workflow and dag kinds, paused or not) by name with their next slot, last slot, '
 'missed slots, live runs, whether their workflow is registered on its queue, the anchor a next slot not yet '

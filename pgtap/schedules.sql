@@ -12,7 +12,7 @@
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired),
 -- harvest._check_schedule_target (a create's or an update's workflow or DAG not registered).
 BEGIN;
-SELECT plan(123);
+SELECT plan(124);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -267,6 +267,19 @@ SELECT is(harvest.backfill_schedule('ov_allow_all',
                                     'allow_all'),
           '{"failed": 0, "skipped": 0, "started": 2, "buffered": 0, "duplicate": 1}'::jsonb,
           'backfill_schedule() fires past slots; a slot already fired is not fired again');
+SELECT harvest.create_schedule(p_name => 'bf_gone', p_workflow_name => 'bf_gone_wf', p_interval_secs => 3600,
+                               p_queue => 'sched_billing_q', p_allow_unregistered => true);
+SELECT is((SELECT jsonb_build_object(
+               'failed', r -> 'failed',
+               'slots', (SELECT jsonb_agg((f ->> 'slot_at')::timestamptz = t ORDER BY t)
+                         FROM jsonb_array_elements(r -> 'failures') WITH ORDINALITY AS x (f, i)
+                         JOIN unnest('{2030-01-01 00:00:00+00, 2030-01-01 01:00:00+00}'::timestamptz[])
+                              WITH ORDINALITY AS y (t, j) ON i = j),
+               'hr010', (SELECT bool_and(f ->> 'reason' LIKE 'HR010:%') FROM jsonb_array_elements(r -> 'failures') AS f))
+           FROM harvest.backfill_schedule('bf_gone', '{2030-01-01 00:00:00+00, 2030-01-01 01:00:00+00}',
+                                          'allow_all') AS r),
+          '{"failed": 2, "slots": [true, true], "hr010": true}'::jsonb,
+          'backfill_schedule() answers each failed slot with the reason its firing recorded');
 SELECT throws_ok($$SELECT harvest.backfill_schedule('ov_allow_all', '{2031-01-01 00:00:00+00}')$$, 'HR001',
                  'backfill slot 2031-01-01T00:00:00+00:00 is in the future',
                  'a backfill slot in the future is HR001 naming it');

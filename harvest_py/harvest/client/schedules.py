@@ -30,48 +30,23 @@ def backfill_flow(
     most BACKFILL_MAX_SLOTS, else InvalidArgument before anything is written), fired by
     ``backfill_schedule`` under ``overlap``. Answers ``{name, slots, **counts}``: how many slots,
     and backfill_schedule's counts by outcome; with ``failed`` slots, ``failures`` too: each
-    one's ``slot_at`` and the ``reason`` its firing recorded (read back from the schedule's
-    firings, the newest FAILURES_READ). ``slots_of``: backfill_slots, or a face's wrapper of
-    it that names the face's field in its errors (the dashboard's). ``on_slots``: told how many
-    slots before they are fired (the CLI's progress line for a long backfill)."""
+    one's ``slot_at`` and the ``reason`` its firing recorded (backfill_schedule answers them).
+    ``slots_of``: backfill_slots, or a face's wrapper of it that names the face's field in its
+    errors (the dashboard's). ``on_slots``: told how many slots before they are fired (the CLI's
+    progress line for a long backfill)."""
     row = yield Do(lambda: sql.get_schedule(name, 1))
     slots = slots_of(row, start, end)
     if on_slots is not None:
         on_slots(len(slots))
     counts = yield Do(lambda: sql.backfill_schedule(name, slots, overlap, operator_id))
-    out = {"name": name, "slots": len(slots), **counts}
-    if counts.get("failed"):
-        # (backfill_schedule counts them; the reasons are the firings', recorded with them)
-        fired = yield Do(lambda: sql.get_schedule(name, FAILURES_READ))
-        asked = {slot.timestamp() for slot in slots}
-        out["failures"] = [
-            {"slot_at": f["slot_at"], "reason": f["reason"]}
-            for f in reversed(fired.get("firings") or [])
-            if f.get("status") == "failed" and _instant(f["slot_at"]) in asked
-        ]
-    return out
-
-
-# How many of the schedule's newest firings a backfill with failed slots reads their reasons from
-# (get_schedule's most).
-FAILURES_READ = 1000
-
-
-def _instant(value: Any) -> float:
-    """A firing's slot_at (a datetime over SQL, ISO 8601 text over HTTP) as Unix seconds."""
-    return (value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(value)).timestamp()
+    return {"name": name, "slots": len(slots), **counts}
 
 
 def firing_failures(answer: dict[str, Any]) -> list[str]:
     """Why a trigger's firing (its answer) or a backfill's slots (its answer's ``failures``)
     failed, one line each, as recorded; none when nothing failed. The CLI prints them and exits 1."""
     if "failures" in answer or "failed" in answer:
-        rows = answer.get("failures") or []
-        lines = [f"slot {_iso(r['slot_at'])}: {r['reason']}" for r in rows]
-        missing = int(answer.get("failed") or 0) - len(rows)
-        if missing > 0:  # (older than the firings read back)
-            lines.append(f"{missing} more failed slot(s): harvest schedule get shows the firings")
-        return lines
+        return [f"slot {_iso(r['slot_at'])}: {r['reason']}" for r in answer.get("failures") or []]
     if answer.get("status") == "failed":
         return [f"slot {_iso(answer['slot_at'])}: {answer.get('reason')}"]
     return []
