@@ -17,7 +17,7 @@ from harvest.core.errors import (
     NonDeterminismError,
 )
 from harvest.declare.definitions import App, workflow
-from harvest.runtime import ChildHandle
+from harvest.runtime import ChildHandle, WorkflowCallError
 from harvest.runtime.external import ExternalWorkflow, external_target
 
 TARGET = "00000000-0000-4000-8000-0000000000aa"
@@ -263,8 +263,6 @@ async def bad_calls(ctx, which: str) -> str:
 @pytest.mark.parametrize(
     ("which", "message"),
     [
-        ("name", "signal_name must be"),
-        ("reason", "reason must be"),
         # A NUL or a lone surrogate in a name: the database refused the whole decision (22P05),
         # the workflow task crashed its handler at every lease.
         ("nul name", "signal_name: 'go\\x00' holds a NUL"),
@@ -277,3 +275,18 @@ def test_bad_arguments_raise_before_any_command(which, message):
     act = run(new_run(App(workflows=[bad_calls]), bad_calls).advance(history.since(0)))
     assert act.commands == [{"type": "complete_workflow", "result": act.commands[0]["result"]}]
     assert message in act.commands[0]["result"]
+
+
+@pytest.mark.parametrize(
+    ("which", "message"),
+    [
+        ("name", "ctx.signal_external_workflow: signal_name must be"),
+        ("reason", "ctx.cancel_external_workflow: reason must be"),
+    ],
+)
+def test_a_wrong_call_fails_the_workflow_task_even_when_caught(which, message):
+    """A call the method's own checks refuse is the code's bug: the task fails, retried until
+    fixed code runs, though the workflow caught the error (it is not an InvalidArgument)."""
+    history = HistoryBuilder("bad_calls", [which])
+    with pytest.raises(WorkflowCallError, match=message):
+        run(new_run(App(workflows=[bad_calls]), bad_calls).advance(history.since(0)))

@@ -8,8 +8,9 @@ import pytest
 from history_builder import Engine, HistoryBuilder, new_run
 from workflows_fixture import send_email
 
-from harvest.core.errors import InvalidArgument, NonDeterminismError
+from harvest.core.errors import NonDeterminismError
 from harvest.declare.definitions import App, workflow
+from harvest.runtime import WorkflowCallError
 
 
 def run(coro):
@@ -137,10 +138,9 @@ def test_the_same_key_twice_in_one_run_is_refused():
     e = engine(re_entrant)
     run(e.task())
     e.history.mutex_acquired(1, "k")
-    act = run(e.task())
-    assert act.commands[0] == release(2, "k")
-    assert act.commands[-1]["type"] == "fail_workflow"
-    assert "not re-entrant" in act.commands[-1]["failure"]["message"]
+    # A bug of the workflow's code: its task fails (retried until fixed code runs), not the run.
+    with pytest.raises(WorkflowCallError, match="not re-entrant"):
+        run(e.task())
 
 
 def test_a_replay_with_another_key_is_nondeterministic():
@@ -156,6 +156,5 @@ def test_empty_key_is_refused():
         async with ctx.mutex(""):
             pass
 
-    act = run(new_run(App(workflows=[empty]), empty).advance(HistoryBuilder("empty").events))
-    assert act.commands[-1]["type"] == "fail_workflow"
-    assert act.commands[-1]["failure"]["error_type"] == InvalidArgument.__name__
+    with pytest.raises(WorkflowCallError, match=r"ctx\.mutex: key must be a non-empty string"):
+        run(new_run(App(workflows=[empty]), empty).advance(HistoryBuilder("empty").events))

@@ -10,7 +10,7 @@ from workflows_fixture import send_email
 
 from harvest.core.errors import InvalidArgument, NonDeterminismError
 from harvest.declare.definitions import App, workflow
-from harvest.runtime import DEFAULT_VERSION
+from harvest.runtime import DEFAULT_VERSION, WorkflowCallError
 
 
 def run(coro):
@@ -125,6 +125,6 @@ def test_version_arguments_are_validated():
     async def bad(ctx) -> None:
         ctx.version("c", 3, 1)
 
-    act = run(new_run(None, bad).advance(Engine(App(workflows=[bad]), bad).history.events))
-    assert act.commands[-1]["failure"]["error_type"] == "InvalidArgument"
+    with pytest.raises(WorkflowCallError, match=r"ctx\.version: min_supported 3 > max_supported 1"):
+        run(new_run(None, bad).advance(Engine(App(workflows=[bad]), bad).history.events))
     assert InvalidArgument and DEFAULT_VERSION == -1

@@ -3,7 +3,7 @@
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.context import DEFAULT_VERSION, ContinueAsNew, WorkflowContext, WorkflowInfo
 from harvest.runtime.local import LocalActivityContext
-from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperation
+from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperation, WorkflowCallError
 from harvest.runtime.run import Activation, HistoryMismatch, WorkflowRun
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "HistoryMismatch",
     "IllegalWorkflowOperation",
     "LocalActivityContext",
+    "WorkflowCallError",
     "WorkflowContext",
     "WorkflowInfo",
     "WorkflowRun",

@@ -26,7 +26,7 @@ from harvest.declare.definitions import WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.context import DEFAULT_VERSION
 from harvest.runtime.external import describe_target
-from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperation
+from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperation, WorkflowCallError
 
 if TYPE_CHECKING:
     from harvest.runtime.messages import RunHandlers
@@ -267,6 +267,21 @@ class CommandIssuer:
             raise IllegalWorkflowOperation(read_only)
         self._seq += 1
         return self._seq
+
+    def refuse_call(self, method: str, exc: Exception) -> WorkflowCallError:
+        """The error of a ``ctx`` call whose own arguments Harvest refused (``exc``: an option,
+        a duration, a name, a type of the method's parameters; never a payload's value, which
+        is the run's data): a bug of the workflow's code, so it fails the workflow task, retried
+        until a worker runs fixed code, even when the code catches it (the loop's fatal error).
+        In a query or validator (read-only) it is only that handler's error."""
+        refused = WorkflowCallError(
+            f"ctx.{method}: {exc}; the workflow's code is wrong: its workflow task fails and is "
+            "retried until a worker runs fixed code (the run is untouched)"
+        )
+        loop = self._loop
+        if loop.fatal_error is None and not self.handlers.read_only:
+            loop.fatal_error = refused
+        return refused
 
     def find_activity(self, name: str) -> Any:
         return self.app.find_activity(name) if self.app is not None else None

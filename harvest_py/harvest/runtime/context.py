@@ -105,6 +105,13 @@ def never_awaited_message(method: str, code: Any, lasti: int) -> str:
     )
 
 
+# What Harvest's checks of a ``ctx`` call's own arguments raise (an option, a duration, a name,
+# a parameter's type), each turned into a WorkflowCallError by ``CommandIssuer.refuse_call``:
+# the workflow task fails, not the run (docs/workflows.md, "Do not, inside a workflow"). The
+# values it passes on (activity and child arguments, payloads) are checked outside these blocks:
+# a PayloadError there is the run's data, and fails the run.
+CALL_ERRORS = (InvalidArgument, TypeError)
+
 # ``ctx.version`` returns it when replaying a history recorded before the call existed.
 DEFAULT_VERSION = -1
 PARENT_CLOSE_POLICIES = ("terminate", "request_cancel", "abandon")
@@ -275,7 +282,7 @@ class WorkflowContext:
         definition's (``start_to_close``, ``retry``, ``queue``, ...). A final failure
         raises ``ActivityError``.
         """
-        defn, fn = self._resolve(activity)
+        defn, fn = self._resolve(activity, "execute_activity")
         if defn.local:
             return await self._local(defn, fn, args, options)
         raw = await self._schedule_activity(defn, fn, args, options)
@@ -291,9 +298,9 @@ class WorkflowContext:
     ) -> Any:
         """Issue ``schedule_activity``; the future of its raw JSON result. ``tag`` joins the
         recorded options (a DAG's task name: runtime/dags.py), never what replay compares."""
-        if options:
-            defn = defn.with_options(**options)
         run = self._run
+        if options:
+            defn = self._with_options(defn, options, "execute_activity")
         command = {
             "type": "schedule_activity",
             "seq": run.next_seq(),
@@ -326,7 +333,7 @@ class WorkflowContext:
     @_must_await
     async def execute_local_activity(self, activity: Any, *args: object, **options: Any) -> Any:
         """Run an activity inline in this workflow task; its outcome is recorded as a marker."""
-        defn, fn = self._resolve(activity)
+        defn, fn = self._resolve(activity, "execute_local_activity")
         return await self._local(defn, fn, args, options)
 
     async def _local(
@@ -342,14 +349,22 @@ class WorkflowContext:
         if registered is not None:
             defn = registered
         if options:
-            defn = defn.with_options(**options)
+            defn = self._with_options(defn, options, "execute_local_activity")
         # Fail here, as a regular activity would, on a bad argument (not on replay: its marker says).
         _activity_input(defn.name, fn, args, self._run.matching())
         future = self._run.issue_local(defn, args)
         raw = await future
         return decode_result(fn, raw) if fn is not None else raw
 
-    def _resolve(self, activity: Any) -> tuple[ActivityDefinition, Callable[..., Any] | None]:
+    def _with_options(
+        self, defn: ActivityDefinition, options: dict[str, Any], method: str
+    ) -> ActivityDefinition:
+        try:
+            return defn.with_options(**options)
+        except CALL_ERRORS as exc:
+            raise self._run.refuse_call(method, exc) from None
+
+    def _resolve(self, activity: Any, method: str) -> tuple[ActivityDefinition, Callable[..., Any] | None]:
         if isinstance(activity, str):
             defn = self._run.find_activity(activity)
             if defn is None:  # not ours: the worker serving that name reports unknown names
@@ -361,16 +376,19 @@ class WorkflowContext:
         if isinstance(defn, ActivityDefinition):
             defn = bound_activity(defn, activity)  # an instance's method runs bound
             return defn, defn.fn
-        raise TypeError(
-            f"execute_activity: {activity!r} is neither an activity name nor a "
-            "function decorated with @activity"
+        raise self._run.refuse_call(
+            method,
+            TypeError(f"{activity!r} is neither an activity name nor a function decorated with @activity"),
         )
 
     # ------------------------------------------------------------------ timers
     @_must_await
     async def sleep(self, duration: Any) -> None:
         """A durable timer: ``await ctx.sleep("1h")`` survives restarts."""
-        seconds = parse_duration(duration, "sleep")
+        try:
+            seconds = parse_duration(duration, "duration")
+        except InvalidArgument as exc:
+            raise self._run.refuse_call("sleep", exc) from None
         command = {"type": "start_timer", "seq": self._run.next_seq(), "duration": _secs(seconds)}
         await self._run.issue(command, "timer", None)
 
@@ -418,9 +436,12 @@ class WorkflowContext:
         is raised and a later signal stays buffered. A buffered signal is returned
         at once, with no timer. ``type_hint`` decodes the JSON payload.
         """
-        if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"wait_for_signal: name must be a non-empty string, got {name!r}")
-        seconds = None if timeout is None else parse_duration(timeout, "wait_for_signal timeout")
+        try:
+            if not isinstance(name, str) or not name:
+                raise InvalidArgument(f"name must be a non-empty string, got {name!r}")
+            seconds = None if timeout is None else parse_duration(timeout, "timeout")
+        except InvalidArgument as exc:
+            raise self._run.refuse_call("wait_for_signal", exc) from None
         run = self._run
         found, payload = run.signals.take(name)
         if not found:
@@ -466,12 +487,13 @@ class WorkflowContext:
         ``ExternalWorkflowNotFound``, ``ExternalWorkflowNotRunning`` or another
         ``ExternalWorkflowError`` when it could not be (docs/messages.md).
         """
-        if not isinstance(signal_name, str) or not signal_name.strip():
-            raise InvalidArgument(
-                f"signal_external_workflow: signal_name must be a non-empty string, got {signal_name!r}"
-            )
-        check_text(signal_name, "signal_external_workflow: signal_name")
-        where = external_target(target)
+        try:
+            if not isinstance(signal_name, str) or not signal_name.strip():
+                raise InvalidArgument(f"signal_name must be a non-empty string, got {signal_name!r}")
+            where = external_target(target)
+        except CALL_ERRORS as exc:
+            raise self._run.refuse_call("signal_external_workflow", exc) from None
+        check_text(signal_name, "signal_external_workflow: signal_name")  # (text: see start_child_workflow)
         command = {
             "type": "signal_external_workflow",
             "seq": 0,
@@ -490,11 +512,12 @@ class WorkflowContext:
         cancelled it, False when a cancel was already requested; raises an
         ``ExternalWorkflowError`` when the target was not found or has ended.
         """
-        if reason is not None and not isinstance(reason, str):
-            raise InvalidArgument(
-                f"cancel_external_workflow: reason must be a string or None, got {reason!r}"
-            )
-        where = external_target(target)
+        try:
+            if reason is not None and not isinstance(reason, str):
+                raise InvalidArgument(f"reason must be a string or None, got {reason!r}")
+            where = external_target(target)
+        except CALL_ERRORS as exc:
+            raise self._run.refuse_call("cancel_external_workflow", exc) from None
         command = {
             "type": "cancel_external_workflow",
             "seq": self._run.next_seq(),
@@ -564,21 +587,27 @@ class WorkflowContext:
         ``task_queue`` is the deprecated spelling of ``queue``. ``placement`` (a
         :class:`ChildPlacement`; None: the parent's shard) puts the child on another shard.
         """
-        queue = queue_alias(queue, task_queue)
-        if placement is not None and not isinstance(placement, ChildPlacement):
-            raise InvalidArgument(f"placement: expected a ChildPlacement or None, got {placement!r}")
-        if parent_close_policy not in PARENT_CLOSE_POLICIES:
-            raise InvalidArgument(
-                f"parent_close_policy: {parent_close_policy!r} is not one of {list(PARENT_CLOSE_POLICIES)}"
-            )
-        if workflow_id is not None and (not isinstance(workflow_id, str) or not workflow_id):
-            raise InvalidArgument(f"workflow_id: expected a non-empty string or None, got {workflow_id!r}")
-        if queue is not None and (not isinstance(queue, str) or not queue):
-            raise InvalidArgument(f"queue: expected a non-empty string or None, got {queue!r}")
-        for what, text in (("workflow_id", workflow_id), ("queue", queue)):
+        try:
+            queue = queue_alias(queue, task_queue)
+            if placement is not None and not isinstance(placement, ChildPlacement):
+                raise InvalidArgument(f"placement: expected a ChildPlacement or None, got {placement!r}")
+            if parent_close_policy not in PARENT_CLOSE_POLICIES:
+                allowed = list(PARENT_CLOSE_POLICIES)
+                raise InvalidArgument(f"parent_close_policy: {parent_close_policy!r} is not one of {allowed}")
+            if workflow_id is not None and (not isinstance(workflow_id, str) or not workflow_id):
+                raise InvalidArgument(
+                    f"workflow_id: expected a non-empty string or None, got {workflow_id!r}"
+                )
+            if queue is not None and (not isinstance(queue, str) or not queue):
+                raise InvalidArgument(f"queue: expected a non-empty string or None, got {queue!r}")
+            name, defn = self._resolve_workflow(workflow)
+        except CALL_ERRORS as exc:
+            raise self._run.refuse_call("start_child_workflow", exc) from None
+        # Text PostgreSQL cannot store (a NUL) may come from the run's data: the call's own error,
+        # which the code may catch, as a PayloadError of an argument is.
+        for what, text in (("child workflow name", name), ("workflow_id", workflow_id), ("queue", queue)):
             if text is not None:
                 check_text(text, what)
-        name, defn = self._resolve_workflow(workflow)
         fn = defn.fn if defn is not None else None
         command = {
             "type": "start_child_workflow",
@@ -644,7 +673,6 @@ class WorkflowContext:
         if isinstance(workflow, str):
             if not workflow:
                 raise InvalidArgument("child workflow name must be a non-empty string")
-            check_text(workflow, "child workflow name")
             return workflow, self._run.find_workflow(workflow)
         defn = (
             workflow
@@ -653,8 +681,7 @@ class WorkflowContext:
         )
         if not isinstance(defn, WorkflowDefinition):
             raise TypeError(
-                f"execute_child_workflow: {workflow!r} is neither a workflow name "
-                "nor a function decorated with @workflow"
+                f"{workflow!r} is neither a workflow name nor a function decorated with @workflow"
             )
         return defn.name, defn
 
@@ -696,13 +723,16 @@ class WorkflowContext:
         - The same ``change_id`` asked again in the same run returns the first
           answer without a second marker.
         """
-        if not isinstance(change_id, str) or not change_id:
-            raise InvalidArgument(f"version: change_id must be a non-empty string, got {change_id!r}")
-        for what, v in (("min_supported", min_supported), ("max_supported", max_supported)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < DEFAULT_VERSION:
-                raise InvalidArgument(f"version: {what} must be an int >= {DEFAULT_VERSION}, got {v!r}")
-        if min_supported > max_supported:
-            raise InvalidArgument(f"version: min_supported {min_supported} > max_supported {max_supported}")
+        try:
+            if not isinstance(change_id, str) or not change_id:
+                raise InvalidArgument(f"change_id must be a non-empty string, got {change_id!r}")
+            for what, v in (("min_supported", min_supported), ("max_supported", max_supported)):
+                if not isinstance(v, int) or isinstance(v, bool) or v < DEFAULT_VERSION:
+                    raise InvalidArgument(f"{what} must be an int >= {DEFAULT_VERSION}, got {v!r}")
+            if min_supported > max_supported:
+                raise InvalidArgument(f"min_supported {min_supported} > max_supported {max_supported}")
+        except InvalidArgument as exc:
+            raise self._run.refuse_call("version", exc) from None
         return self._run.version(change_id, min_supported, max_supported)
 
     # ------------------------------------------------------------------ queries and updates
@@ -714,14 +744,20 @@ class WorkflowContext:
 
     def register_query_handler(self, name: str, fn: Callable[..., Any]) -> None:
         """Answer query ``name`` with ``fn(ctx)`` or ``fn(ctx, arg)`` from now on (read-only)."""
-        self._run.handlers.register_query(name, fn)
+        try:
+            self._run.handlers.register_query(name, fn)
+        except CALL_ERRORS as exc:
+            raise self._run.refuse_call("register_query_handler", exc) from None
 
     def register_update_handler(
         self, name: str, fn: Callable[..., Any], validator: Callable[..., Any] | None = None
     ) -> None:
         """Handle update ``name`` with ``fn(ctx[, arg])`` (it may await, like workflow code);
         ``validator(ctx[, arg])`` rejects an update by raising, before anything is recorded."""
-        self._run.handlers.register_update(name, fn, validator)
+        try:
+            self._run.handlers.register_update(name, fn, validator)
+        except CALL_ERRORS as exc:
+            raise self._run.refuse_call("register_update_handler", exc) from None
 
     @_must_await
     async def drain_admitted_updates(self) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, TypeVarTuple, cast
 
 from harvest.core.errors import NonDeterminismError
 
-__all__ = ["DeterministicEventLoop", "IllegalWorkflowOperation"]
+__all__ = ["DeterministicEventLoop", "IllegalWorkflowOperation", "WorkflowCallError"]
 
 log = logging.getLogger("harvest.runtime")
 
@@ -55,6 +55,13 @@ class IllegalWorkflowOperation(NonDeterminismError):
     It is a non-determinism error: the workflow task fails (and is retried after a fix)
     rather than the workflow itself.
     """
+
+
+class WorkflowCallError(IllegalWorkflowOperation):
+    """A ``ctx`` method refused how the workflow's code called it (an unknown option, a
+    duration that does not parse, a name that is not a string): the code is wrong and a deploy
+    fixes it, so the workflow task fails and is retried, the run untouched, as for an
+    ``IllegalWorkflowOperation`` (``CommandIssuer.refuse_call``)."""
 
 
 class DeterministicEventLoop(asyncio.AbstractEventLoop):

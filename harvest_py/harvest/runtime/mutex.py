@@ -37,7 +37,7 @@ class WorkflowMutex:
 
     def __init__(self, run: WorkflowRun, key: str):
         if not isinstance(key, str) or not key:
-            raise InvalidArgument(f"mutex: key must be a non-empty string, got {key!r}")
+            raise run.refuse_call("mutex", InvalidArgument(f"key must be a non-empty string, got {key!r}"))
         self._run = run
         self.key = key
         self.seq: int | None = None
@@ -48,12 +48,17 @@ class WorkflowMutex:
 
     async def __aenter__(self) -> Self:
         if self.seq is not None:
-            raise InvalidArgument(f"mutex {self.key!r}: this ctx.mutex() object was already used")
+            raise self._run.refuse_call(
+                "mutex", InvalidArgument(f"mutex {self.key!r}: this ctx.mutex() object was already used")
+            )
         keys = self._keys()
         if self.key in keys:
-            raise InvalidArgument(
-                f"mutex {self.key!r} is already held or awaited by this run; "
-                "ctx.mutex is not re-entrant (a second acquire would wait forever)"
+            raise self._run.refuse_call(
+                "mutex",
+                InvalidArgument(
+                    f"mutex {self.key!r} is already held or awaited by this run; "
+                    "ctx.mutex is not re-entrant (a second acquire would wait forever)"
+                ),
             )
         self.seq = self._run.next_seq()
         future = self._run.issue(
