@@ -64,7 +64,20 @@ async def with_handle(ctx) -> dict:
     }
 
 
-app = App(workflows=[charge_child, parent, tolerant_parent, fan_out_children, with_handle])
+@workflow
+async def awaits_its_handles(ctx) -> list:
+    first = await ctx.start_child_workflow(charge_child, 6)
+    second = await ctx.start_child_workflow(charge_child, 7)
+    # `await handle` is `await handle.result()` (Temporal's child handle is awaitable so),
+    # and may be repeated, and gathered.
+    both = await asyncio.gather(second, first)
+    again = await first
+    return [both[0].charged, both[1].charged, again.charged, (await first.result()).charged]
+
+
+app = App(
+    workflows=[charge_child, parent, tolerant_parent, fan_out_children, with_handle, awaits_its_handles]
+)
 
 
 def receipt_for(command: dict) -> dict:
@@ -135,6 +148,12 @@ def test_handle_learns_the_child_execution_id_once_the_start_is_recorded():
         "charged": 5,
         "policy": "terminate",
     }
+
+
+def test_awaiting_a_child_handle_gives_the_childs_result():
+    e = Engine(app, awaits_its_handles, resolver=lambda out: [(c, ("result", receipt_for(c))) for c in out])
+    final = run(e.run_to_end())  # warm == cold at every task
+    assert final["result"] == [7, 6, 6, 6]
 
 
 def test_invalid_parent_close_policy_is_rejected_at_the_call():

@@ -9,7 +9,7 @@ batch is delivered, on a cached run and on a cold replay alike.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -76,8 +76,9 @@ ChildPlacement.DISTRIBUTED = ChildPlacement("distributed")
 
 
 class ChildHandle(Generic[ResultT]):
-    """A started child: ``await handle.result()``, ``await handle.started()``. ``ResultT`` is
-    the child workflow's return type (``ChildHandle[Any]`` when it was started by name)."""
+    """A started child: ``await handle`` (or ``await handle.result()``), ``await
+    handle.started()``. ``ResultT`` is the child workflow's return type (``ChildHandle[Any]``
+    when it was started by name)."""
 
     def __init__(
         self,
@@ -117,6 +118,11 @@ class ChildHandle(Generic[ResultT]):
         """The child's result (decoded by its return hint); ``ChildWorkflowError`` if it failed."""
         raw = await asyncio.shield(self._result)
         return self._decode(raw)
+
+    def __await__(self) -> Generator[Any, None, ResultT]:
+        """``await handle``: the child's result, as ``await handle.result()`` (Temporal's child
+        handle is awaitable so); each await waits for it anew, and may be repeated."""
+        return self.result().__await__()
 
     def __repr__(self) -> str:
         return (

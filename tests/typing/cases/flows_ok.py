@@ -79,6 +79,7 @@ async def checkout(ctx: WorkflowContext, order: Order) -> bool:
     handle = await ctx.start_child_workflow(child, 4)
     assert_type(handle, harvest.ChildHandle[dict[str, int]])
     assert_type(await handle.result(), dict[str, int])
+    assert_type(await handle, dict[str, int])
     assert_type(ctx.side_effect(lambda: 7), int)
     assert_type(await ctx.wait_for_signal("approved", type_hint=bool), bool)
     assert_type(ctx.now().year, int)
