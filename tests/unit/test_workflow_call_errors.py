@@ -9,6 +9,7 @@ import pytest
 from history_builder import HistoryBuilder, new_run
 from workflows_fixture import send_email
 
+from harvest.core.codecs import ZlibCodec
 from harvest.core.errors import InvalidArgument, PayloadError
 from harvest.declare.definitions import App, activity, workflow
 from harvest.runtime import IllegalWorkflowOperation, WorkflowCallError
@@ -89,3 +90,28 @@ def test_the_workflows_own_errors_and_bad_payloads_still_fail_the_run(which: str
     assert act.commands[-1]["type"] == "fail_workflow"
     expected = PayloadError.__name__ if which == "payload" else which
     assert failure["error_type"] == expected
+
+
+@workflow
+async def fair(ctx, per_call: bool) -> None:
+    if per_call:
+        await ctx.execute_activity(send_email, "a", fairness_key="input")
+    else:
+        await ctx.execute_activity(send_email, "a")
+
+
+def test_a_per_call_fairness_key_under_codecs_fails_the_task() -> None:
+    """Codecs store the activity's input encoded: the key never resolves, the fairness never
+    applies; the call is refused with the App's boot check's words."""
+    local = App(workflows=[fair], activities=[send_email])
+    with pytest.raises(WorkflowCallError, match=r"fairness_key 'input' reads the input, which the codecs"):
+        run(new_run(local, fair, inputs_encoded=True).advance(HistoryBuilder("fair", [True]).events))
+    # Without codecs it is scheduled with its key; under codecs without one, as before.
+    act = run(new_run(local, fair).advance(HistoryBuilder("fair", [True]).events))
+    assert act.commands[0]["options"]["fairness_key"] == "input"
+    act = run(new_run(local, fair, inputs_encoded=True).advance(HistoryBuilder("fair", [False]).events))
+    assert act.commands[0]["type"] == "schedule_activity"
+    # By default the run reads the App's codecs.
+    coded = App(workflows=[fair], activities=[send_email], codecs=[ZlibCodec()])
+    with pytest.raises(WorkflowCallError, match="fairness_key"):
+        run(new_run(coded, fair).advance(HistoryBuilder("fair", [True]).events))

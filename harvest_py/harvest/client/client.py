@@ -79,6 +79,7 @@ from harvest.db.steps import (
     run_steps,
     run_steps_on_hub,
 )
+from harvest.declare import flow_control
 from harvest.declare.definitions import WorkflowDefinition, check_priority
 from harvest.shard.fanout import CHILDREN_PAGE, COMPLETE, UNAVAILABLE, AsyncShardReads, ShardReads
 from harvest.telemetry import tracing
@@ -702,6 +703,25 @@ def _start_option_hint(kwargs: dict[str, Any]) -> str:
     return ""
 
 
+def _refuse_keys_under_codecs(client: Any, name: str, definition: WorkflowDefinition | None) -> None:
+    """A start under the client's codecs of a workflow whose gates read a key path from its input
+    (its definition, or the client's App's by name): the database holds the input encoded, so the
+    key never resolves and the gate never applies; the App's boot check cannot see the client's
+    codecs (an App declared without codecs), so the start is refused here."""
+    if definition is None and client.app is not None:
+        definition = client.app.workflows.get(name)
+    keys = flow_control.workflow_keys(definition) if definition is not None else []
+    if keys:
+        raise InvalidArgument(
+            flow_control.keys_under_codecs(
+                "Client(codecs=...)",
+                keys,
+                "start it from a Client without codecs, or declare the gate without key= (one "
+                "gate for every run)",
+            )
+        )
+
+
 def _start_args(
     client: Any, workflow: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str | None
 ) -> tuple[str, WorkflowDefinition | None, list[Any], str | None]:
@@ -727,6 +747,7 @@ def _start_args(
         payload.decode_args(definition.fn, encoded)
     chain, payloads = client.payloads.chain, client.payloads
     if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
+        _refuse_keys_under_codecs(client, name, definition)
         encoded = chain.encode_args(encoded)
     # What the history holds is checked: an argument the client offloads is its reference.
     limit = client.max_payload_bytes

@@ -278,14 +278,21 @@ def check_shared_keys(activities: Any) -> None:
             )
 
 
+def workflow_keys(defn: Any) -> list[str]:
+    """The key paths a workflow's declared start gates read from its input, described."""
+    found = []
+    for gate in ("concurrency", "quota", "throttle", "debounce", "batch"):
+        key = getattr(getattr(defn, gate, None), "key", None)
+        if key is not None:
+            found.append(f"workflow {defn.name!r} {gate} key {key!r}")
+    return found
+
+
 def input_keys(app: Any) -> list[str]:
     """Every key path the App's declared gates read from an input, described for an error."""
     found: list[str] = []
     for defn in app.workflows.values():
-        for gate in ("concurrency", "quota", "throttle", "debounce", "batch"):
-            key = getattr(getattr(defn, gate, None), "key", None)
-            if key is not None:
-                found.append(f"workflow {defn.name!r} {gate} key {key!r}")
+        found.extend(workflow_keys(defn))
     for defn in app.activities.values():
         key = getattr(defn.rate_limit, "key", None)
         if key is not None:
@@ -293,6 +300,23 @@ def input_keys(app: Any) -> list[str]:
         if defn.fairness_key is not None:
             found.append(f"activity {defn.name!r} fairness_key {defn.fairness_key!r}")
     return found
+
+
+# What to do about a key path under codecs, by where it was given.
+DECLARED_KEY_FIX = "declare it without key= (one gate for every run) or run it in an App without codecs"
+
+
+def keys_under_codecs(where: str, keys: list[str], fix: str = DECLARED_KEY_FIX) -> str:
+    """The one error of key paths that codecs make unresolvable (``keys``: described, not
+    empty), wherever they are refused: an App's or a Worker's codecs (ConfigError), a
+    Client's start (InvalidArgument), a workflow's ``execute_activity(fairness_key=...)`` (its
+    workflow task fails)."""
+    more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
+    return (
+        f"{where}: {keys[0]}{more} reads the input, which the codecs store encoded, so the key "
+        f'never resolves and the gate would never apply; {fix} (docs/payloads.md, "What codecs '
+        'do not cover")'
+    )
 
 
 def refuse_keys_under_codecs(app: Any, payloads: Any, where: str) -> None:
@@ -303,13 +327,7 @@ def refuse_keys_under_codecs(app: Any, payloads: Any, where: str) -> None:
 
     keys = input_keys(app) if payloads.chain.codecs else []
     if keys:
-        more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
-        raise ConfigError(
-            f"{where}: {keys[0]}{more} reads the input, which the codecs store encoded, so the key "
-            "never resolves and the gate would never apply; declare it without key= (one gate for "
-            "every run) or run it in an App without codecs (docs/payloads.md, "
-            '"What codecs do not cover")'
-        )
+        raise ConfigError(keys_under_codecs(where, keys))
 
 
 def policies_json(app: Any) -> dict[str, Any]:

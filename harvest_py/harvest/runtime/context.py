@@ -36,6 +36,7 @@ from harvest.declare.definitions import (
     WorkflowDefinition,
     bound_activity,
 )
+from harvest.declare.flow_control import keys_under_codecs
 from harvest.runtime.children import ChildPlacement
 from harvest.runtime.external import external_target
 
@@ -69,6 +70,14 @@ def _activity_input(
     if fn is None or replaying:
         return encode_args(fn, args)
     return encode_checked_args(fn, args, f"activity {name}")
+
+
+def _refuse_key_under_codecs(run: WorkflowRun, defn: ActivityDefinition) -> NoReturn:
+    """An activity scheduled with a fairness key path while the worker's codecs store its input
+    encoded: the key never resolves, so the fairness never applies (docs/payloads.md)."""
+    keys = [f"activity {defn.name!r} fairness_key {defn.fairness_key!r}"]
+    fix = "leave fairness_key= out of the call, or run the workflow in an App without codecs"
+    raise run.refuse_call("execute_activity", InvalidArgument(keys_under_codecs("codecs", keys, fix)))
 
 
 def _must_await(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
@@ -309,6 +318,8 @@ class WorkflowContext:
             "queue": defn.queue or self.info.queue,
         }
         if not run.matching():  # a replay compares the name only; the options cannot fail
+            if run.inputs_encoded and defn.fairness_key is not None:
+                _refuse_key_under_codecs(run, defn)
             options = defn.options_json()  # (a new dict each call: the tag joins it in place)
             if tag:
                 options.update(tag)

@@ -188,6 +188,7 @@ class WorkflowRun(CommandIssuer):
         rng: _random.Random | None = None,
         local_sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         continue_as_new_threshold: int = DEFAULT_CONTINUE_AS_NEW_THRESHOLD,
+        inputs_encoded: bool | None = None,
     ):
         if isinstance(app_or_definition, App) or app_or_definition is None:
             self.app = app_or_definition
@@ -210,6 +211,11 @@ class WorkflowRun(CommandIssuer):
             raise InvalidArgument(
                 f"continue_as_new_threshold: {continue_as_new_threshold!r} must be an int >= 0"
             )
+        # Whether the database holds the inputs this run's activities get encoded (the worker's
+        # codecs; None: its App's): a key path given per call never resolves then (refused).
+        if inputs_encoded is None:
+            inputs_encoded = self.app is not None and bool(self.app.payloads.chain.codecs)
+        self.inputs_encoded = inputs_encoded
         self.execution_id = str(execution_id)
         self._workflow_id, self._queue = workflow_id, queue_alias(queue, task_queue)
         self.activity_context_factory = activity_context_factory or LocalActivityContext

@@ -537,6 +537,7 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
                 task["queue"],
                 continue_as_new_threshold=worker.continue_as_new_threshold,
                 clock=worker.clock,
+                inputs_encoded=bool(worker.payloads.chain.codecs),
             )
             if task.get("new_events") is not None and task.get("new_events_after") == 0:
                 events = task["new_events"]  # a run nobody decided yet: the claim carried it all
