@@ -7,10 +7,10 @@ applied."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import psycopg
 import pytest
+from history_helpers import workflow_task_failure
 
 from harvest import App, AsyncClient, Client, activity, workflow
 from harvest.core.codecs import ZlibCodec
@@ -77,17 +77,7 @@ def test_a_per_call_fairness_key_under_the_workers_codecs_fails_the_workflow_tas
     start_worker(App(workflows=[fair_per_call], activities=[notify]), codecs=codecs)
     with Client(db, codecs=codecs) as client:
         handle = client.start_workflow(fair_per_call, {"tenant": "a"})
-        deadline = time.monotonic() + 20
-        failure = None
-        while failure is None:
-            assert time.monotonic() < deadline, "the workflow task never failed"
-            with psycopg.connect(db) as conn:
-                row = conn.execute(
-                    "SELECT last_failure FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow'",
-                    (handle.execution_id,),
-                ).fetchone()
-            failure = row[0] if row else None
-            time.sleep(0.05)
+        failure = workflow_task_failure(db, handle.execution_id)
         assert failure["error_type"] == "WorkflowCallError"
         assert (
             "fairness_key 'input.tenant' reads the input, which the codecs store encoded"

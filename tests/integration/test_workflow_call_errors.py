@@ -3,9 +3,7 @@ fixed code runs; the run is untouched and completes once a worker runs the corre
 
 from __future__ import annotations
 
-import time
-
-import psycopg
+from history_helpers import workflow_task_failure
 
 from harvest import App, Client, workflow
 
@@ -22,25 +20,12 @@ async def naps_v2(ctx) -> str:
     return "fixed"
 
 
-def _workflow_task(db: str, execution_id: str) -> tuple[int, dict | None] | None:
-    with psycopg.connect(db) as conn:
-        row = conn.execute(
-            "SELECT attempt, last_failure FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow'",
-            (execution_id,),
-        ).fetchone()
-    return (row[0], row[1]) if row else None
-
-
 def test_a_bad_duration_fails_the_task_and_fixed_code_completes_the_run(
     db: str, start_worker, client: Client
 ) -> None:
     v1 = start_worker(App(workflows=[naps_v1]), cache_size=0)
     handle = client.start_workflow("naps", workflow_id="naps")
-    deadline = time.monotonic() + 20
-    while (task := _workflow_task(db, handle.execution_id)) is None or task[1] is None:
-        assert time.monotonic() < deadline, "the workflow task never failed"
-        time.sleep(0.05)
-    failure = task[1]
+    failure = workflow_task_failure(db, handle.execution_id)
     assert failure["error_type"] == "WorkflowCallError"
     assert "ctx.sleep: duration: cannot parse '1 hour'" in failure["message"]
     assert "retried until a worker runs fixed code" in failure["message"]
