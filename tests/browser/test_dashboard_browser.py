@@ -498,3 +498,21 @@ def test_a_multi_kb_dead_letter_error_keeps_the_dead_letters_table_in_the_page(b
         assert "step_3()" in row.find_element(By.CSS_SELECTOR, "details.whole pre").text
         assert browser.execute_script("return document.documentElement.scrollWidth") <= viewport
         assert console_errors(browser) == []
+
+
+def test_a_failed_runs_page_keeps_to_a_phones_width(browser: Any, site: str, demo: Demo) -> None:
+    """A failed run's failure (pretty JSON in the Run card's facts) whose message is a line wider
+    than a phone: the facts' value column took the line's width, and the Run card, the
+    Input and output card beside it and the page went past the screen (111 px at 390); the
+    failure now scrolls sideways in its own box."""
+    sign_in(browser, site, "read-token")
+    browser.set_window_size(390, 844)
+    try:
+        browser.get(f"{site}/workflows/{demo.ids['dag']}")  # FAILED: DagRunFailed with a long message
+        assert "FAILED" in _text(browser, "h1")
+        assert _wider_than_the_window(browser) == []
+        failure = browser.find_element(By.CSS_SELECTOR, "dl.facts pre")
+        assert browser.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth", failure)
+    finally:
+        browser.set_window_size(1280, 900)
+    assert console_errors(browser) == []
