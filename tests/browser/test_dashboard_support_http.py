@@ -61,3 +61,33 @@ def test_every_page_has_one_h1_and_skips_no_heading_level(ui: TestClient, demo: 
         if found := _outline_faults(page.text):
             faults[path] = found
     assert faults == {}
+
+
+def test_a_run_is_found_by_the_workflow_id_a_customer_gives(ui: TestClient, demo: Demo) -> None:
+    """ "My order order-7 is stuck": the Workflows page's Go to a run takes the workflow ID (or an
+    execution ID) and lands on its current run's page; typed into the address, a workflow ID goes
+    there too. Before, nothing searched by workflow ID and /workflows/order-7 was a 404 that
+    said only "'order-7' is not an execution id"."""
+    read = {"Authorization": "Bearer read-token"}
+    listing = ui.get("/workflows", headers=read)
+    assert re.search(r'<form[^>]*id="find-form"[^>]*action="/workflows/find"', listing.text)
+    assert re.search(r"<label>Go to a run <input name=\"id\"", listing.text)
+
+    approval = f"/workflows/{demo.ids['approval']}"
+    for path in ("/workflows/find?id=order-7", "/workflows/find?id=+order-7+", "/workflows/order-7"):
+        found = ui.get(path, headers=read, follow_redirects=False)
+        assert (found.status_code, found.headers["location"]) == (303, approval), path
+    by_execution = ui.get(f"/workflows/find?id={demo.ids['approval']}", headers=read, follow_redirects=False)
+    assert (by_execution.status_code, by_execution.headers["location"]) == (303, approval)
+    named = ui.get("/workflows/find?id=order-7&workflow_name=approval", headers=read, follow_redirects=False)
+    assert named.headers["location"] == approval
+    assert ui.get(approval.replace("/workflows/", "/workflows/find?id="), headers=read).status_code == 200
+
+    unknown = ui.get("/workflows/find?id=order-8812", headers=read)
+    assert unknown.status_code == 404
+    assert "no run has workflow ID &#39;order-8812&#39;" in unknown.text
+    assert "Search attribute" in unknown.text
+    assert ui.get("/workflows/order-8812", headers=read).status_code == 404
+    empty = ui.get("/workflows/find?id=", headers=read)
+    assert empty.status_code == 400 and "id: give the workflow ID" in empty.text
+    assert ui.get("/workflows/find?id=order-7").status_code == 401  # a read page like the others

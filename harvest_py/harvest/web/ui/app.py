@@ -383,6 +383,7 @@ class Dashboard:
             Route("/workflows", page(self.workflows)),
             Route("/workflows/bulk", page(self.bulk_runs_count)),
             Route("/workflows/bulk", action(self.bulk_runs, "operate", _run_bulk_scope), methods=["POST"]),
+            Route("/workflows/find", page(self.find_run)),
             Route("/workflows/{execution_id}", page(self.execution)),
             Route("/workflows/{execution_id}/signal", action(self.signal, "operate"), methods=["POST"]),
             Route("/workflows/{execution_id}/cancel", action(self.cancel, "operate"), methods=["POST"]),
@@ -796,8 +797,42 @@ class Dashboard:
             **{"reason": None, "limit": BATCH_STEP, "cursor": None, "signal_name": None, **context},
         )
 
+    async def find_run(self, request: Request, principal: Principal) -> Response:
+        """GET /workflows/find?id=: the run of what a customer gives (the workflow ID a run was
+        started with, or an execution ID), as the Workflows page's *Go to a run* asks for it."""
+        value = _param(request.query_params, "id")
+        if value is None:
+            raise InvalidArgument("id: give the workflow ID a run was started with, or an execution ID")
+        return await self._go_to_run(request, principal, value, _param(request.query_params, "workflow_name"))
+
+    async def _go_to_run(
+        self, request: Request, principal: Principal, value: str, workflow_name: str | None = None
+    ) -> Response:
+        """A 303 to the page of the current run of workflow ID ``value`` (its RUNNING run, else
+        its newest, over every shard: harvest.shard.fanout.current_run), else of ``value`` as an
+        execution ID; a 404 that says where to look when it is neither."""
+        try:
+            found = await self.source.reads(principal).current_run(value, workflow_name)
+            execution_id = str(found.value["id"])
+        except NotFound:
+            try:
+                execution_id = str(uuid.UUID(value))
+            except ValueError:
+                of = f" of workflow {workflow_name}" if workflow_name else ""
+                raise NotFound(
+                    f"no run has workflow ID {value!r}{of},"
+                    " and it is not an execution ID: check the ID, or find the run by a search"
+                    " attribute on the Workflows page (Search attribute: order_id=8812)"
+                ) from None
+        base = request.scope.get("root_path", "").rstrip("/")
+        return RedirectResponse(f"{base}/workflows/{execution_id}", status_code=303)
+
     async def execution(self, request: Request, principal: Principal) -> Response:
-        execution_id = _execution_id(request.path_params["execution_id"])
+        value = request.path_params["execution_id"]
+        try:
+            execution_id = str(uuid.UUID(value))
+        except ValueError:  # a workflow ID typed into the address: its current run
+            return await self._go_to_run(request, principal, value)
         refresh = self._refresh(request)
         full = request.query_params.get("payloads") == "full" and principal.shows_payloads("operate")
         sharded = self.source.sharded
