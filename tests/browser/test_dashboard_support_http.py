@@ -91,3 +91,16 @@ def test_a_run_is_found_by_the_workflow_id_a_customer_gives(ui: TestClient, demo
     empty = ui.get("/workflows/find?id=", headers=read)
     assert empty.status_code == 400 and "id: give the workflow ID" in empty.text
     assert ui.get("/workflows/find?id=order-7").status_code == 401  # a read page like the others
+
+
+def test_a_dag_runs_conf_and_a_schedules_input_say_their_size_to_a_read_principal(
+    ui: TestClient, demo: Demo
+) -> None:
+    """A read principal saw the size marker itself there (`{"redacted":true,"bytes":22}`), where
+    a run's page says `redacted (22 bytes)`; the operator still sees the value."""
+    read, operate = ({"Authorization": f"Bearer {s}-token"} for s in ("read", "operate"))
+    for page in (f"/dags/nightly_etl/runs/{demo.ids['dag']}", "/schedules/0/greet-yearly"):
+        shown = ui.get(page, headers=read).text
+        assert re.search(r'<span class="muted">redacted \(\d+ bytes\)</span>', shown), page
+        assert "&#34;redacted&#34;" not in shown and '"redacted"' not in shown, page
+        assert "redacted (" not in ui.get(page, headers=operate).text, page
