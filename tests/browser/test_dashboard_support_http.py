@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from uuid import uuid4
 
 import pytest
 from dashboard_demo import Demo
@@ -104,3 +105,45 @@ def test_a_dag_runs_conf_and_a_schedules_input_say_their_size_to_a_read_principa
         assert re.search(r'<span class="muted">redacted \(\d+ bytes\)</span>', shown), page
         assert "&#34;redacted&#34;" not in shown and '"redacted"' not in shown, page
         assert "redacted (" not in ui.get(page, headers=operate).text, page
+
+
+def test_a_runs_whole_history_is_exported_from_its_page(ui: TestClient, demo: Demo) -> None:
+    """A support engineer attaches a run's history to the ticket: the run's page links to its
+    export (the document `harvest history export` writes), every event of it, not the page's 500;
+    before, the page named the CLI command only, and only past 500 events."""
+    import json
+
+    import psycopg
+
+    read, operate = ({"Authorization": f"Bearer {s}-token"} for s in ("read", "operate"))
+    run = demo.ids["approval"]
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT count(harvest.signal_workflow(%s, 'ping', to_jsonb(g))) FROM generate_series(1, 600) g",
+            (run,),
+        )
+        (events,) = conn.execute(
+            "SELECT count(*) FROM harvest.events WHERE execution_id = %s", (run,)
+        ).fetchone()
+    page = ui.get(f"/workflows/{run}", headers=read).text
+    assert f'id="export-history" href="/workflows/{run}/history/export"' in page
+
+    exported = ui.get(f"/workflows/{run}/history/export", headers=read)
+    assert exported.status_code == 200
+    assert exported.headers["content-disposition"] == f'attachment; filename="history-{run}.json"'
+    document = json.loads(exported.text)
+    assert document["redacted"] is True and str(document["execution"]["id"]) == run
+    ids = [e["event_id"] for e in document["events"]]  # (the worker may add a task's events since)
+    assert ids == list(range(1, len(ids) + 1)) and len(ids) >= events > 600
+    assert document["execution"]["input"]["redacted"] is True  # (the input is ["order-7"])
+    # ?payloads=full is an operator's, as on the run's page; a read token's export stays redacted
+    assert json.loads(ui.get(f"/workflows/{run}/history/export?payloads=full", headers=read).text)["redacted"]
+    full = ui.get(f"/workflows/{run}/history/export?payloads=full", headers=operate)
+    assert json.loads(full.text)["redacted"] is False
+    assert json.loads(full.text)["execution"]["input"] == ["order-7"]
+    assert (
+        'href="/workflows/' + run + '/history/export?payloads=full"'
+        in ui.get(f"/workflows/{run}?payloads=full", headers=operate).text
+    )
+    assert ui.get(f"/workflows/{uuid4()}/history/export", headers=read).status_code == 404
+    assert ui.get(f"/workflows/{run}/history/export").status_code == 401

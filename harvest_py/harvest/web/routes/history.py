@@ -37,6 +37,7 @@ from harvest.core.errors import HarvestError
 from harvest.core.payload import redact
 from harvest.db.steps import arun_steps
 from harvest.web.errors import compact_json
+from harvest.web.principal import Principal
 from harvest.web.routes import ROWS, Call, Endpoint, Param, path, shape
 
 # Pieces of an export read ahead of a slow client (each is one event's text).
@@ -46,7 +47,7 @@ _READ_AHEAD = 16
 Put = Callable[[str], Awaitable[None]]
 
 
-def _streamed(produce: Callable[[Put], Awaitable[None]]) -> StreamingResponse:
+def streamed_json(produce: Callable[[Put], Awaitable[None]]) -> StreamingResponse:
     """The JSON answer ``produce`` writes piece by piece, sent as it is written: at most
     _READ_AHEAD pieces wait for a slow client, so a document of any size costs a page of
     memory. An error once the answer has begun ends it short (the client sees it broke off)."""
@@ -73,15 +74,16 @@ def _streamed(produce: Callable[[Put], Awaitable[None]]) -> StreamingResponse:
     return StreamingResponse(body(), media_type="application/json")
 
 
-async def _events(call: Call, sql: Any, execution_id: str, full: bool) -> AsyncIterator[dict[str, Any]]:
+async def history_events(
+    principal: Principal, sql: Any, execution_id: str, full: bool
+) -> AsyncIterator[dict[str, Any]]:
     """A run's events from a server-side cursor, EXPORT_PAGE_SIZE a round trip; under ``full``
-    with their offloaded payloads read back, one read of the store a batch of events
-    (aresolved_in_batches), else as stored (the caller redacts)."""
+    with their offloaded payloads read back in ``principal``'s role, one read of the store a
+    batch of events (aresolved_in_batches), else as stored (the caller redacts). The API's
+    exports and the dashboard's read them here."""
     events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
     if full:
-        events = aresolved_in_batches(
-            events, lambda batch: call.principal.resolved(sql, batch), EXPORT_PAGE_SIZE
-        )
+        events = aresolved_in_batches(events, lambda batch: principal.resolved(sql, batch), EXPORT_PAGE_SIZE)
     async for event in events:
         yield event
 
@@ -117,7 +119,7 @@ async def export_history_batch(call: Call, args: dict[str, Any], _: Any) -> Any:
             begun += 1
             await put(opening + _json(execution if full else redact(execution)) + ',"events":[')
             comma = ""
-            async for event in _events(call, sql, candidate["execution_id"], full):
+            async for event in history_events(call.principal, sql, candidate["execution_id"], full):
                 await put(comma + _json(event if full else redact(event)))
                 comma = ","
             await put('],"redacted":' + _json(not full) + "}")
@@ -136,7 +138,7 @@ async def export_history_batch(call: Call, args: dict[str, Any], _: Any) -> Any:
         coverage_ = coverage(fan.results, fan.unavailable_shards)
         await put('],"failures":' + _json(failures) + ',"shard_coverage":' + _json(coverage_) + "}")
 
-    return _streamed(produce)
+    return streamed_json(produce)
 
 
 async def export_workflow_history(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -155,12 +157,13 @@ async def export_workflow_history(call: Call, args: dict[str, Any], _: Any) -> A
 
     async def produce(put: Put) -> None:
         async def read(sql: Any) -> None:
-            async for piece in aexport_chunks(execution, _events(call, sql, execution_id, full), full):
+            events = history_events(call.principal, sql, execution_id, full)
+            async for piece in aexport_chunks(execution, events, full):
                 await put(piece)
 
         await call.on_shard(shard, read)
 
-    return _streamed(produce)
+    return streamed_json(produce)
 
 
 ENDPOINTS = [

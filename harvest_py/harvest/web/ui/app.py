@@ -48,7 +48,7 @@ from harvest.client.batch import (
     encode_cursor,
     step_arguments,
 )
-from harvest.client.history_export import aresolved_in_batches
+from harvest.client.history_export import aexport_chunks, aresolved_in_batches
 from harvest.client.routing import resident
 from harvest.client.schedules import abackfill, schedule_refusal_for
 from harvest.config import Config
@@ -95,6 +95,7 @@ from harvest.web.errors import (
 from harvest.web.guards import cross_site, declared_too_large, parse_json, read_body
 from harvest.web.principal import Authorizer, Principal, Scope, refusal_status
 from harvest.web.routes import ShardWrites, app_queue, refusals_apart
+from harvest.web.routes.history import history_events, streamed_json
 from harvest.web.ui import views
 from harvest.web.ui.source import DEFAULT_TIMEOUT, Source
 
@@ -385,6 +386,7 @@ class Dashboard:
             Route("/workflows/bulk", action(self.bulk_runs, "operate", _run_bulk_scope), methods=["POST"]),
             Route("/workflows/find", page(self.find_run)),
             Route("/workflows/{execution_id}", page(self.execution)),
+            Route("/workflows/{execution_id}/history/export", page(self.export_history)),
             Route("/workflows/{execution_id}/signal", action(self.signal, "operate"), methods=["POST"]),
             Route("/workflows/{execution_id}/cancel", action(self.cancel, "operate"), methods=["POST"]),
             Route("/workflows/{execution_id}/terminate", action(self.terminate, "admin"), methods=["POST"]),
@@ -826,6 +828,36 @@ class Dashboard:
                 ) from None
         base = request.scope.get("root_path", "").rstrip("/")
         return RedirectResponse(f"{base}/workflows/{execution_id}", status_code=303)
+
+    async def export_history(self, request: Request, principal: Principal) -> Response:
+        """GET /workflows/{id}/history/export: the run and every event of its history as one JSON
+        document, downloaded: what `harvest history export` writes and the API's
+        /history/export answers (the same pieces, streamed from a server-side cursor in one
+        read-only snapshot), its payloads redacted to their size unless ``?payloads=full`` by a
+        principal who may see them (``operate``, as the run's page), offloaded ones read back."""
+        execution_id = _execution_id(request.path_params["execution_id"])
+        full = request.query_params.get("payloads") == "full" and principal.shows_payloads("operate")
+        sharded = self.source.sharded
+
+        async def head(api: Any) -> dict[str, Any]:
+            row = resident(await api.get_execution(execution_id), sharded)
+            return await principal.resolved(api, row) if full else row
+
+        shard, execution = await self.source.routed_to(execution_id, principal, head)
+
+        async def produce(put: Callable[[str], Awaitable[None]]) -> None:
+            async def read(api: Any) -> None:
+                async for piece in aexport_chunks(
+                    execution, history_events(principal, api, execution_id, full), full
+                ):
+                    await put(piece)
+
+            await self.source.on_shard(shard, principal, read, write=False)
+
+        response = streamed_json(produce)
+        name = f"history-{execution_id}{'-full' if full else ''}.json"
+        response.headers["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
 
     async def execution(self, request: Request, principal: Principal) -> Response:
         value = request.path_params["execution_id"]
