@@ -516,3 +516,69 @@ def test_a_failed_runs_page_keeps_to_a_phones_width(browser: Any, site: str, dem
     finally:
         browser.set_window_size(1280, 900)
     assert console_errors(browser) == []
+
+
+_CONTRAST = """
+const rgb = s => (s.match(/[\\d.]+/g) || []).map(Number);
+const lum = c => {
+  const [r, g, b] = c.slice(0, 3).map(v => {
+    v /= 255;
+    return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+  });
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+};
+const background = e => {
+  for (; e; e = e.parentElement) {
+    const c = rgb(getComputedStyle(e).backgroundColor);
+    if (c.length === 3 || c[3] > 0) return c;
+  }
+  return [255, 255, 255];
+};
+const out = [];
+for (const e of document.querySelectorAll('.pill, button, .flash, .banner')) {
+  if (!e.offsetParent) continue;
+  const a = lum(rgb(getComputedStyle(e).color)), b = lum(background(e));
+  const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  const what = e.tagName + '.' + e.className + ' "' + e.textContent.trim().slice(0, 20) + '" ';
+  if (ratio < 4.5) out.push(what + ratio.toFixed(2));
+}
+return out;
+"""
+
+
+def test_status_chips_and_buttons_are_readable_in_light_and_dark_mode(
+    browser: Any, site: str, demo: Demo
+) -> None:
+    """Every status chip, button and banner has a text contrast of 4.5:1 at least (WCAG AA) in
+    both modes: the danger buttons (Terminate, Discard, Delete...) were white on the dark mode's
+    light red, 2.28:1."""
+    sign_in(browser, site, "admin-token")
+    with demo.client.sql() as sql:
+        (dead,) = sql.list_dead_letters(1)
+    pages = [
+        "/workflows",
+        f"/workflows/{demo.ids['approval']}",
+        f"/workflows/{demo.ids['dag']}",
+        "/schedules",
+        "/schedules/0/greet-yearly",
+        "/dags",
+        f"/dags/nightly_etl/runs/{demo.ids['dag']}",
+        "/dead-letters",
+        f"/dead-letters/0/{dead['id']}",
+        "/workers",
+        "/workers/worker-a",
+        "/shards",
+    ]
+    faint: dict[str, list[str]] = {}
+    try:
+        for mode in ("light", "dark"):
+            browser.execute_cdp_cmd(
+                "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": mode}]}
+            )
+            for page in pages:
+                browser.get(site + page)
+                if found := browser.execute_script(_CONTRAST):
+                    faint[f"{mode} {page}"] = found
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    assert faint == {}
