@@ -582,3 +582,24 @@ def test_status_chips_and_buttons_are_readable_in_light_and_dark_mode(
     finally:
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
     assert faint == {}
+
+
+def test_the_keyboard_skips_the_header_to_the_page(browser: Any, site: str, demo: Demo) -> None:
+    """Keyboard only: the first Tab is a *Skip to the page* link, shown while it has the focus;
+    following it, the next Tab is the page's first control (*Show them*, the payloads), not the
+    header's nine links and sign out."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    sign_in(browser, site, "admin-token")
+    browser.get(f"{site}/workflows/{demo.ids['approval']}")
+    ActionChains(browser).send_keys(Keys.TAB).perform()
+    skip = browser.switch_to.active_element
+    assert (skip.tag_name, skip.text) == ("a", "Skip to the page")
+    box = browser.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.x, r.y]", skip)
+    assert box[0] >= 0 and box[1] >= 0  # on the screen while focused
+    ActionChains(browser).send_keys(Keys.ENTER).perform()
+    ActionChains(browser).send_keys(Keys.TAB).perform()
+    first = browser.switch_to.active_element
+    assert first.get_attribute("id") == "show-payloads"
+    assert console_errors(browser) == []
