@@ -196,6 +196,10 @@ DECLARE
     v_admit bigint[];
     v_deferred bigint[];
     v_waits double precision[];
+    -- A rate-limited refused candidate's bucket, rank in it and the bucket's rate (NULL otherwise).
+    v_wait_keys text[];
+    v_wait_ranks bigint[];
+    v_wait_rps double precision[];
     -- The gated candidates' columns, in one array each.
     v_id bigint[];
     v_kind text[];
@@ -279,7 +283,8 @@ BEGIN
                    WHEN c.r_rank <= floor(b.tokens) THEN 'ok'
                    ELSE 'limited'
                END AS rate,
-               CASE WHEN b.rps > 0 THEN (c.r_rank - b.tokens) / b.rps END AS rate_wait
+               CASE WHEN b.rps > 0 THEN (c.r_rank - b.tokens) / b.rps END AS rate_wait,
+               c.rate_key, c.r_rank, b.rps
         FROM c
         LEFT JOIN flight AS f ON f.kind = c.kind AND f.concurrency_key = c.concurrency_key
         LEFT JOIN LATERAL harvest._bucket_now(c.rate_key, p_now) AS b ON c.rate_key = ANY(v_buckets)
@@ -288,25 +293,44 @@ BEGIN
     SELECT coalesce(array_agg(u.id) FILTER (WHERE j.id IS NULL OR (j.cap = 'ok' AND j.rate = 'ok')),
                     ARRAY[]::bigint[]),
            array_agg(j.id) FILTER (WHERE j.cap = 'capped' OR j.rate = 'limited'),
-           array_agg(CASE WHEN j.rate = 'limited' THEN greatest(j.rate_wait, 0.001)
+           array_agg(CASE WHEN j.rate = 'limited' THEN j.rate_wait
                           ELSE extract(EPOCH FROM c_cap_recheck)::double precision END)
-               FILTER (WHERE j.cap = 'capped' OR j.rate = 'limited')
-    INTO v_admit, v_deferred, v_waits
+               FILTER (WHERE j.cap = 'capped' OR j.rate = 'limited'),
+           array_agg(CASE WHEN j.rate = 'limited' AND j.rps > 0 THEN j.rate_key END)
+               FILTER (WHERE j.cap = 'capped' OR j.rate = 'limited'),
+           array_agg(j.r_rank) FILTER (WHERE j.cap = 'capped' OR j.rate = 'limited'),
+           array_agg(j.rps) FILTER (WHERE j.cap = 'capped' OR j.rate = 'limited')
+    INTO v_admit, v_deferred, v_waits, v_wait_keys, v_wait_ranks, v_wait_rps
     FROM unnest(p_ids) AS u (id)
     LEFT JOIN judged AS j ON j.id = u.id;
 
-    -- Refused candidates step back (rows locked elsewhere are left alone).
+    -- Refused candidates step back (rows locked elsewhere are left alone). A rate-limited
+    -- one steps back until its token is due: its rank in the bucket's line, less the refused
+    -- ones ahead of it that are no longer waiting. The window was read before the bucket's
+    -- lock, so it can hold tasks another claim took (and paid for) in between: counted, they
+    -- pushed every one behind them back by 1/rps each (a burst's worth of time lost when the
+    -- claims of a fleet race on one backlog).
     IF v_deferred IS NOT NULL THEN
+        WITH waiting AS MATERIALIZED (
+            SELECT l.id FROM unnest(v_deferred) AS x (id)
+            JOIN harvest.tasks AS l ON l.id = x.id
+            WHERE l.status = 'pending'
+            FOR UPDATE OF l SKIP LOCKED
+        ),
+        d AS (
+            SELECT x.id, w.id IS NOT NULL AS waits,
+                   x.wait_secs - CASE WHEN x.rate_key IS NULL THEN 0 ELSE coalesce(
+                       count(*) FILTER (WHERE w.id IS NULL) OVER (
+                           PARTITION BY x.rate_key ORDER BY x.r_rank
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) / x.rps END AS wait_secs
+            FROM unnest(v_deferred, v_waits, v_wait_keys, v_wait_ranks, v_wait_rps)
+                AS x (id, wait_secs, rate_key, r_rank, rps)
+            LEFT JOIN waiting AS w ON w.id = x.id
+        )
         UPDATE harvest.tasks AS t
-        SET due_at = p_now + make_interval(secs => d.wait_secs)
-        FROM unnest(v_deferred, v_waits) AS d (id, wait_secs)
-        WHERE t.id = d.id
-          AND t.id IN (
-              SELECT l.id FROM unnest(v_deferred) AS x (id)
-              JOIN harvest.tasks AS l ON l.id = x.id
-              WHERE l.status = 'pending'
-              FOR UPDATE OF l SKIP LOCKED
-          );
+        SET due_at = p_now + make_interval(secs => greatest(d.wait_secs, 0.001))
+        FROM d
+        WHERE t.id = d.id AND d.waits;
     END IF;
     RETURN v_admit;
 END;

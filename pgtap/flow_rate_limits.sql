@@ -2,7 +2,7 @@
 -- harvest._debit_rate_buckets, harvest._override_bucket, harvest.set_rate_limit_override,
 -- harvest.clear_rate_limit_override, harvest.get_rate_limit.
 BEGIN;
-SELECT plan(17);
+SELECT plan(19);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -25,6 +25,18 @@ SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['rq'], 10)), 2::b
 SELECT is((SELECT tokens FROM harvest._bucket_now('rate:paced', harvest.now())), 0::double precision,
           'the claim paid for both (_debit_rate_buckets)');
 SELECT lives_ok($$SELECT harvest._debit_rate_buckets(ARRAY[]::harvest.tasks[], harvest.now())$$, '_debit_rate_buckets() of nothing');
+-- A stale window: a claim whose window still holds the two another claim just took (its
+-- window was read before that claim committed, its bucket lock after) steps the three left
+-- back by their places among the tasks still waiting (0.5, 1 and 1.5 s at 2/s), not by
+-- ranks the taken ones inflate (1.5, 2 and 2.5 s: a whole burst's time lost).
+SELECT is((SELECT harvest._admit_candidates(array_agg(id ORDER BY id), array_agg(harvest._gate_of(t) ORDER BY id),
+                                            harvest.now())
+           FROM harvest.tasks AS t WHERE queue = 'rq'),
+          ARRAY[]::bigint[], '_admit_candidates(): a stale window (two of five taken) admits none without tokens');
+SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric ORDER BY id)
+           FROM harvest.tasks WHERE queue = 'rq' AND status = 'pending'),
+          ARRAY[0.5, 1.0, 1.5]::numeric[],
+          '_admit_candidates(): the ones taken since the window was read hold no place in the line');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00.5+00';
 SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['rq'], 10)), 1::bigint, 'half a second at 2/s: one more');
 
