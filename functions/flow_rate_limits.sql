@@ -199,7 +199,10 @@ BEGIN
 END;
 $$;
 
--- An activity's declared limit and its live override (an expired one reads NULL).
+-- An activity's declared limit and its live override (an expired one reads NULL). The rate
+-- is the workers' declaration (harvest.flow_policies), else the static bucket's: the bucket is
+-- made by the first claim, so before it (a fresh deploy) and for a per-key limit (one bucket
+-- per key, none of them this name's) the bucket alone read as no limit at all.
 CREATE OR REPLACE FUNCTION harvest.get_rate_limit(p_activity_name text)
 RETURNS TABLE (
     activity_name text, rps double precision, burst double precision,
@@ -207,12 +210,22 @@ RETURNS TABLE (
 )
 LANGUAGE sql STABLE
 AS $$
-    SELECT b.activity_name, b.rps, b.burst,
+    SELECT p_activity_name, coalesce(d.rps, b.rps), coalesce(d.burst, b.burst),
            CASE WHEN b.override_expires_at > harvest.now() THEN b.override_rps END,
            CASE WHEN b.override_expires_at > harvest.now() THEN b.override_burst END,
            CASE WHEN b.override_expires_at > harvest.now() THEN b.override_expires_at END
-    FROM harvest.rate_limit_buckets AS b
-    WHERE b.bucket_key = 'rate:' || p_activity_name;
+    FROM (
+        SELECT (p.policy #>> '{rate_limit,rps}')::double precision AS rps,
+               coalesce((p.policy #>> '{rate_limit,burst}')::double precision,
+                        greatest((p.policy #>> '{rate_limit,rps}')::double precision, 1)) AS burst
+        FROM harvest.flow_policies AS p
+        WHERE p.kind = 'activity' AND p.name = p_activity_name AND p.policy #>> '{rate_limit,rps}' IS NOT NULL
+    ) AS d
+    FULL JOIN (
+        SELECT r.rps, r.burst, r.override_rps, r.override_burst, r.override_expires_at
+        FROM harvest.rate_limit_buckets AS r
+        WHERE r.bucket_key = 'rate:' || p_activity_name
+    ) AS b ON true;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.

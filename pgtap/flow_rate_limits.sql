@@ -2,12 +2,22 @@
 -- harvest._debit_rate_buckets, harvest._override_bucket, harvest.set_rate_limit_override,
 -- harvest.clear_rate_limit_override, harvest.get_rate_limit.
 BEGIN;
-SELECT plan(19);
+SELECT plan(22);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT harvest.declare_flow_policies('{"activities": {"paced": {"rate_limit": {"rps": 2, "burst": 2, "key": null}},
                                                        "keyed": {"rate_limit": {"rps": 2, "burst": 1, "key": "input.t"}}}}');
+-- Before any claim made a bucket: the declared rate (a per-key one too); an undeclared name, no row.
+SELECT results_eq($$SELECT * FROM harvest.get_rate_limit('paced')$$,
+                  $$VALUES ('paced', 2::double precision, 2::double precision, NULL::double precision,
+                            NULL::double precision, NULL::timestamptz)$$,
+                  'get_rate_limit(): the declared rate before the first claim made its bucket');
+SELECT results_eq($$SELECT activity_name, rps, burst FROM harvest.get_rate_limit('keyed')$$,
+                  $$VALUES ('keyed', 2::double precision, 1::double precision)$$,
+                  'get_rate_limit(): a per-key limit answers its declared rate (each key''s bucket has it)');
+SELECT is_empty($$SELECT * FROM harvest.get_rate_limit('no_such_activity')$$,
+                'get_rate_limit(): no row for an activity that declares no rate limit');
 SELECT harvest.start_workflow('wf_rate', '[]', 'r', 'rq0');
 SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jsonb_agg(jsonb_build_object(
     'type', 'schedule_activity', 'seq', i, 'name', 'paced', 'input', '[]'::jsonb, 'queue', 'rq',
