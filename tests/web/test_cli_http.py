@@ -1819,6 +1819,17 @@ def test_rate_limit_commands_print_the_same_over_sql_and_http(db: str, both, con
         both("rate-limit", "get", "charge", *o)
         both("rate-limit", "get", "nobody", *o)
         both("rate-limit", "clear-override", "charge", *o)  # none live: was_live false
+    # The declared rate before any claim made a bucket, a per-key one's too (they printed "-");
+    # a name that declares none is said so on stderr (it printed a row of dashes, and nothing).
+    for name in ("charge", "keyed"):
+        sql, _ = both("rate-limit", "get", name, "--output", "json")
+        assert json.loads(sql.stdout)["shards"][0]["rps"] == 5, sql.stdout
+        assert sql.stderr == ""
+    sql, _ = both("rate-limit", "get", "nobody")
+    assert sql.exit_code == 0 and "activity nobody declares no rate limit" in sql.stderr, sql.stderr
+    sql, _ = both("throttle", "get", "nobody")
+    assert sql.exit_code == 0 and "workflow nobody declares no start throttle" in sql.stderr, sql.stderr
+    for o in (("--output", "table"), ("--output", "json")):
         both("rate-limit", "override", "keyed", "--rps", "2", *o)
     args = ("rate-limit", "override", "charge", "--rps", "2", "--output", "json")
     answers = [

@@ -46,6 +46,7 @@ def get(activity_name: str, database_url: str | None, output: str) -> None:
         what="were not read",
         shape=lambda row: row or {"activity_name": activity_name},
         columns=COLUMNS,
+        none_declared=f"activity {activity_name} declares no rate limit",
     )
 
 

@@ -38,11 +38,13 @@ def on_every_shard(
     shape: Callable[[Any], dict[str, Any] | None] = lambda row: row,
     columns: list[str] = COLUMNS,
     audit: tuple[str, str, str | None] | None = None,
+    none_declared: str | None = None,
 ) -> None:
     """``call(api)`` on every shard (over HTTP the route answers per shard), each answer made a
     row by ``shape`` (also `harvest rate-limit`'s). ``audit`` (operation, target, operator): a
     write that missed a shard is audited as failed on each shard that took it (over HTTP the
-    server does it)."""
+    server does it). ``none_declared``: said on stderr when no shard read answered a row (a
+    misspelt name reads as a row of dashes otherwise)."""
     incomplete: Callable[[Any, list[dict[str, Any]]], Any] | None = None
     if audit is not None:
         operation, target, operator = audit
@@ -66,6 +68,8 @@ def on_every_shard(
             lambda d: table(d["shards"], columns),
         )
 
+    if none_declared and fan.results and all(row is None for row in fan.results.values()):
+        click.echo(f"note: {none_declared} on the shards read (is the name right?)", err=True)
     report_shard_write(InTurn(fan.results, fan.unavailable_shards, fan.refused), emit_rows, what)
 
 
@@ -87,6 +91,7 @@ def get(workflow_name: str, database_url: str | None, output: str) -> None:
         output=output,
         what="were not read",
         shape=lambda row: row or {"workflow_name": workflow_name},
+        none_declared=f"workflow {workflow_name} declares no start throttle",
     )
 
 
