@@ -189,6 +189,13 @@ DECLARE
     v_row harvest.pending_starts;
 BEGIN
     PERFORM harvest._check_start_gates(p_workflow_name, p_policy);
+    -- Checked before the key: a start whose key value is missing passes no gate, and its run
+    -- got the arguments of a call the batched workflow cannot take.
+    IF v_kind = 'batch' AND jsonb_array_length(p_input) <> 1 THEN
+        RAISE EXCEPTION 'workflow % batches its starts: each start passes exactly one argument, got %',
+            p_workflow_name, jsonb_array_length(p_input) USING ERRCODE = 'HR001',
+            HINT = 'the batched run receives one argument: the list of those arguments';
+    END IF;
     IF v_key IS NULL THEN
         RETURN QUERY SELECT 'start'::text, v_workflow_id, NULL::harvest.pending_starts;
         RETURN;
@@ -230,11 +237,6 @@ BEGIN
             logins = excluded.logins
         RETURNING * INTO v_row;
     ELSE
-        IF jsonb_array_length(p_input) <> 1 THEN
-            RAISE EXCEPTION 'workflow % batches its starts: each start passes exactly one argument, got %',
-                p_workflow_name, jsonb_array_length(p_input) USING ERRCODE = 'HR001',
-                HINT = 'the batched run receives one argument: the list of those arguments';
-        END IF;
         INSERT INTO harvest.pending_starts AS p (
             kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
             reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at,

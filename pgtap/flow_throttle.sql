@@ -5,12 +5,13 @@
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
 -- harvest.clear_start_throttle_override, harvest.get_start_gate.
 BEGIN;
-SELECT plan(63);
+SELECT plan(64);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
     "wf_d": {"debounce": {"key": "input.doc", "quiet_secs": 5, "max_wait_secs": 12}},
     "wf_b": {"batch": {"key": null, "max_size": 3, "window_secs": 10}},
+    "wf_bk": {"batch": {"key": "input.tenant", "max_size": 3, "window_secs": 10}},
     "wf_o": {"throttle": {"rps": 1, "burst": 1}},
     "wf_k": {"throttle": {"rps": 1, "burst": 1, "key": "input.tenant"}}}}');
 
@@ -79,6 +80,8 @@ SELECT is((SELECT input FROM harvest.executions WHERE workflow_name = 'wf_b'), '
           'the batched run receives the list of the arguments');
 SELECT throws_ok($$SELECT harvest.start_workflow('wf_b', '[1, 2]', NULL, 'bq')$$, 'HR001', NULL,
                  'a batched start passes exactly one argument');
+SELECT throws_ok($$SELECT harvest.start_workflow('wf_bk', '[{"x": 1}, 2]', NULL, 'bq')$$, 'HR001', NULL,
+                 'a batched start passes exactly one argument, also when its key value is missing (it started a run)');
 SELECT harvest.start_workflow('wf_b', '["w"]', NULL, 'bq');
 -- A batch records each login whose argument it collects: its release hands their rows.
 UPDATE harvest.pending_starts SET logins = ARRAY['someone_else'] WHERE kind = 'batch';
