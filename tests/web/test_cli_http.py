@@ -1847,7 +1847,8 @@ def test_rate_limit_override_takes_the_operator_id_for_its_audit_rows(db: str, s
     """`harvest rate-limit override|clear-override` had no --operator-id where `throttle
     override`, `dlq` and `retention` take it (the one option, cli.output.operator_id_option):
     their audit rows named no operator. Over SQL and over HTTP the override names it now, and
-    over SQL the clear too (over HTTP a clear names the token's actor, as the throttle's)."""
+    over SQL the clear too; over HTTP the clear, the rate limit's and the throttle's, named the
+    token's actor whatever --operator-id said, and names it now."""
     served()
     conn.execute(
         "SELECT harvest.declare_flow_policies(%s)",
@@ -1859,6 +1860,16 @@ def test_rate_limit_override_takes_the_operator_id_for_its_audit_rows(db: str, s
     assert run("--base-url", BASE, *args, "bob").exit_code == 0
     clear = run(*_with_dsn(("rate-limit", "clear-override", "charge", "--operator", "carol"), db))
     assert clear.exit_code == 0, clear.stderr
+    # Over HTTP a clear names its --operator-id too (the DELETE's operator_id parameter; the
+    # token's actor was recorded whatever was given), the rate limit's and the throttle's.
+    clear = run("--base-url", BASE, "rate-limit", "clear-override", "charge", "--operator-id", "dave")
+    assert clear.exit_code == 0, clear.stderr
+    conn.execute(
+        "SELECT harvest.declare_flow_policies(%s)",
+        (json.dumps({"workflows": {"imports": {"throttle": {"rps": 5}}}}),),
+    )
+    clear = run("--base-url", BASE, "throttle", "clear-override", "imports", "--operator-id", "erin")
+    assert clear.exit_code == 0, clear.stderr
     rows = conn.execute(
         "SELECT operation, operator_id FROM harvest.audit_log WHERE id > %s ORDER BY id", (mark,)
     ).fetchall()
@@ -1866,6 +1877,8 @@ def test_rate_limit_override_takes_the_operator_id_for_its_audit_rows(db: str, s
         ("rate_limit.override", "alice"),
         ("rate_limit.override", "bob"),
         ("rate_limit.clear_override", "carol"),
+        ("rate_limit.clear_override", "dave"),
+        ("start_throttle.clear_override", "erin"),
     ], rows
 
 

@@ -875,7 +875,8 @@ class HttpApi:
 
     def clear_start_throttle_override(self, workflow_name: str, operator: str | None = None) -> PerShard:
         path = f"/admin/start-throttles/{_p(workflow_name)}/override"
-        return _per_shard(self.http.request("DELETE", path, scope="admin")[1])
+        params = {"operator_id": operator}
+        return _per_shard(self.http.request("DELETE", path, params=params, scope="admin")[1])
 
     # activity rate limits: per shard, as the start throttles
     def get_rate_limit(self, activity_name: str) -> PerShard:
@@ -895,7 +896,8 @@ class HttpApi:
 
     def clear_rate_limit_override(self, activity_name: str, operator: str | None = None) -> PerShard:
         path = f"/admin/rate-limits/{_p(activity_name)}/override"
-        return _per_shard(self.http.request("DELETE", path, scope="admin")[1])
+        params = {"operator_id": operator}
+        return _per_shard(self.http.request("DELETE", path, params=params, scope="admin")[1])
 
     # retention (the database's settings: /admin/retention/settings; the sweep runs in the server)
     def get_retention_status(self) -> dict[str, Any] | PerShard:

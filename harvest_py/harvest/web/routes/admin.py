@@ -357,10 +357,11 @@ async def set_rate_limit_override(call: Call, args: dict[str, Any], data: dict[s
 
 async def clear_rate_limit_override(call: Call, args: dict[str, Any], _: Any) -> Any:
     name = args["activity_name"]
+    operator = args["operator_id"] or call.operator_id
     out = await every_shard_write(
         call,
-        lambda sql: sql.clear_rate_limit_override(name, call.operator_id),
-        ("rate_limit.clear_override", name, call.operator_id),
+        lambda sql: sql.clear_rate_limit_override(name, operator),
+        ("rate_limit.clear_override", name, operator),
     )
     return {"activity_name": name, **out}
 
@@ -564,6 +565,9 @@ PACING_OVERRIDE: dict[str, dict[str, Any]] = {
     "ttl_secs": {"type": "number", "minimum": 1, "maximum": 604_800},
     "operator_id": STRING,
 }
+# A DELETE has no body: the clear of an override names who made it by this parameter (the CLI's
+# --operator-id), as its POST does by the body's field; the token's actor when not given.
+CLEARED_BY = Param("operator_id", description="Who clears it, for the audit log (default: you).")
 ENDPOINTS = [
     Endpoint(
         "GET",
@@ -727,7 +731,7 @@ ENDPOINTS = [
         "admin",
         clear_rate_limit_override,
         "Remove an activity's rate override on every shard (audited).",
-        (ACTIVITY,),
+        (ACTIVITY, CLEARED_BY),
         tag="admin",
     ),
     Endpoint(

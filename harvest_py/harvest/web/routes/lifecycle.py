@@ -26,7 +26,7 @@ from harvest.web.routes import (
     path,
     shape,
 )
-from harvest.web.routes.admin import PACING_OVERRIDE, every_shard_read, every_shard_write
+from harvest.web.routes.admin import CLEARED_BY, PACING_OVERRIDE, every_shard_read, every_shard_write
 
 EXECUTION = path("execution_id", "uuid", "The execution id (a UUID).")
 WORKFLOW = path("workflow_name", description="The workflow type whose start throttle it is.")
@@ -117,10 +117,11 @@ async def set_start_throttle_override(call: Call, args: dict[str, Any], data: di
 
 async def clear_start_throttle_override(call: Call, args: dict[str, Any], _: Any) -> Any:
     name = args["workflow_name"]
+    operator = args["operator_id"] or call.operator_id
     out = await every_shard_write(
         call,
-        lambda sql: sql.clear_start_throttle_override(name, call.operator_id),
-        ("start_throttle.clear_override", name, call.operator_id),
+        lambda sql: sql.clear_start_throttle_override(name, operator),
+        ("start_throttle.clear_override", name, operator),
     )
     return {"workflow_name": name, **out}
 
@@ -219,7 +220,7 @@ ENDPOINTS = [
         "admin",
         clear_start_throttle_override,
         "Remove a workflow's start-throttle override on every shard (audited; each shard says was_live).",
-        (WORKFLOW,),
+        (WORKFLOW, CLEARED_BY),
         tag="admin",
         aliases=(SPEC_OVERRIDE,),
     ),
