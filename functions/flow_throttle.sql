@@ -159,6 +159,19 @@ BEGIN
 END;
 $$;
 
+-- The run-less offloaded rows p_input references that the caller's login stored: what a
+-- deferred start's release may hand its run (_start_gate, _release_pending_start). A reference
+-- is JSON any starter writes; a row another login stored is not this start's to hand.
+CREATE OR REPLACE FUNCTION harvest._own_run_less_payloads(p_input jsonb)
+RETURNS uuid[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce(array_agg(p.id ORDER BY p.id), '{}')
+    FROM harvest.payloads AS p
+    WHERE p.id IN (SELECT harvest._payload_refs(p_input)) AND p.execution_id IS NULL
+        AND p.login = session_user;
+$$;
+
 -- The admission of a gated start. action: 'start' (go ahead now, with workflow_id), 'deferred'
 -- (queued; no execution yet) or 'release' (this start filled a batch: its pending row,
 -- release, is taken off the queue here and is the caller's to start, _release_pending_start,
@@ -187,6 +200,7 @@ DECLARE
     v_quiet interval := make_interval(secs => coalesce((v_spec ->> 'quiet_secs')::double precision, 0));
     v_max_wait interval := make_interval(secs => (v_spec ->> 'max_wait_secs')::double precision);
     v_row harvest.pending_starts;
+    v_mine uuid[];
 BEGIN
     PERFORM harvest._check_start_gates(p_workflow_name, p_policy);
     -- Checked before the key: a start whose key value is missing passes no gate, and its run
@@ -201,6 +215,11 @@ BEGIN
         RETURN;
     END IF;
     PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(p_workflow_name, v_key));
+    -- The rows this start's release may hand its run: the run-less ones its input references
+    -- that the caller's login stored (a client stores an offloaded input before its start). A
+    -- batch's release hands each argument's own (its logins named any of its starters' rows,
+    -- another held-back start's input among them: migration 0128).
+    v_mine := harvest._own_run_less_payloads(p_input);
     IF v_kind = 'throttle' THEN
         IF NOT EXISTS (SELECT 1 FROM harvest.pending_starts AS p
                        WHERE p.kind = 'throttle' AND p.workflow_name = p_workflow_name AND p.gate_key = v_key)
@@ -210,21 +229,22 @@ BEGIN
         END IF;
         INSERT INTO harvest.pending_starts (
             kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
-            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, traceparent, logins
+            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, traceparent, logins,
+            payload_ids
         ) VALUES (
             'throttle', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
             p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
-            p_traceparent, ARRAY[session_user::text]
+            p_traceparent, ARRAY[session_user::text], v_mine
         ) RETURNING * INTO v_row;
     ELSIF v_kind = 'debounce' THEN
         INSERT INTO harvest.pending_starts AS p (
             kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
             reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at,
-            traceparent, logins
+            traceparent, logins, payload_ids
         ) VALUES (
             'debounce', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
             p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
-            least(v_now + v_quiet, v_now + v_max_wait), p_traceparent, ARRAY[session_user::text]
+            least(v_now + v_quiet, v_now + v_max_wait), p_traceparent, ARRAY[session_user::text], v_mine
         )
         ON CONFLICT (kind, workflow_name, gate_key) WHERE kind IN ('debounce', 'batch') DO UPDATE
         SET input = excluded.input, queue = excluded.queue,
@@ -234,25 +254,27 @@ BEGIN
             release_at = least(v_now + v_quiet, p.created_at + v_max_wait),
             traceparent = coalesce(excluded.traceparent, p.traceparent),
             -- The input is the latest caller's alone now: so are the rows its release adopts.
-            logins = excluded.logins
+            logins = excluded.logins, payload_ids = excluded.payload_ids
         RETURNING * INTO v_row;
     ELSE
         INSERT INTO harvest.pending_starts AS p (
             kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
             reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at,
-            traceparent, logins
+            traceparent, logins, payload_ids
         ) VALUES (
             'batch', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
             p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
             v_now + make_interval(secs => (v_spec ->> 'window_secs')::double precision), p_traceparent,
-            ARRAY[session_user::text]
+            ARRAY[session_user::text], v_mine
         )
         ON CONFLICT (kind, workflow_name, gate_key) WHERE kind IN ('debounce', 'batch') DO UPDATE
         SET input = p.input || excluded.input, starts = p.starts + 1, updated_at = v_now,
             traceparent = coalesce(excluded.traceparent, p.traceparent),
             -- Every caller's login whose argument it collected (a row from before 0124: NULL).
             logins = CASE WHEN p.logins IS NULL OR session_user::text = ANY(p.logins) THEN p.logins
-                          ELSE p.logins || session_user::text END
+                          ELSE p.logins || session_user::text END,
+            -- Each argument's own rows (a row from before 0128: NULL, released by its logins).
+            payload_ids = CASE WHEN p.payload_ids IS NOT NULL THEN p.payload_ids || excluded.payload_ids END
         RETURNING * INTO v_row;
         IF v_row.starts >= harvest._json_integer(v_spec -> 'max_size', 'batch.max_size') THEN
             -- (Off the queue now: a later start of the batch in this transaction opens the next.)
@@ -268,12 +290,14 @@ $$;
 -- Start one pending start now (the caller holds its key's lock) and drop its row (if
 -- _start_gate has not: a filled batch).
 -- The batched run's input is one argument: the list of the collected arguments.
--- The offloaded payloads its input references that no run owns and that a login which made the
--- start stored (a client stored them when it made the start, docs/payloads.md) are handed to
--- the run in the same transaction, as set_payloads_execution would: a reference is JSON the
--- starter wrote, and one naming another login's run-less row (another client's held-back
--- start's input) must not make that row this run's. A row from before 0124 (logins NULL) hands
--- every run-less row its input references, as before.
+-- The offloaded payloads its deferrals recorded (payload_ids: run-less rows its input references
+-- that the login of the start whose input names them stored; a client stored them when it made
+-- the start, docs/payloads.md) and that no run owns yet are handed to the run in the same
+-- transaction, as set_payloads_execution would: a reference is JSON the starter wrote, and one
+-- naming another starter's run-less row (another client's held-back start's input, that
+-- client's argument to the same batch or not) must not make that row this run's. A row from
+-- before 0128 (payload_ids NULL) hands the rows its logins stored, and one from before 0126
+-- (logins NULL too) every run-less row its input references, as before.
 CREATE OR REPLACE FUNCTION harvest._release_pending_start(p_row harvest.pending_starts)
 RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
 LANGUAGE plpgsql
@@ -294,7 +318,8 @@ BEGIN
     IF v_started.execution_id IS NOT NULL THEN
         UPDATE harvest.payloads AS p SET execution_id = v_started.execution_id
         WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._payload_refs(p_row.input))
-            AND (p_row.logins IS NULL OR p.login = ANY(p_row.logins));
+            AND CASE WHEN p_row.payload_ids IS NOT NULL THEN p.id = ANY(p_row.payload_ids)
+                     ELSE p_row.logins IS NULL OR p.login = ANY(p_row.logins) END;
     END IF;
     RETURN QUERY SELECT v_started.execution_id, v_started.workflow_id, v_started.status, v_started.started_fresh;
 END;

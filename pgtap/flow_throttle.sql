@@ -1,7 +1,7 @@
 -- functions/flow_throttle.sql: harvest._check_start_gates, harvest._throttle_take, harvest._start_gate,
 -- harvest._start_gate_key, harvest._start_gate_lock, harvest._lock_start_gates, harvest._pending_start_args,
--- harvest._release_pending_start, harvest._try_release_pending_start, harvest.release_pending_starts,
--- harvest.list_pending_starts, the gates in start_workflow, and the pacing override:
+-- harvest._own_run_less_payloads, harvest._release_pending_start, harvest._try_release_pending_start,
+-- harvest.release_pending_starts, harvest.list_pending_starts, the gates in start_workflow, and the pacing override:
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
 -- harvest.clear_start_throttle_override, harvest.get_start_gate.
 BEGIN;
@@ -211,6 +211,9 @@ SELECT is((SELECT status FROM harvest.start_workflow('wf_k',
     'DEFERRED', 'the second waits, its input referencing a run-less payload');
 SELECT is((SELECT logins FROM harvest.pending_starts WHERE workflow_id = 'k-pay-2'), ARRAY[session_user::text],
           '_start_gate(): a pending start records the login that made it');
+SELECT is((SELECT payload_ids FROM harvest.pending_starts WHERE workflow_id = 'k-pay-2'),
+          ARRAY['00000000-0000-0000-0000-0000000000f1'::uuid],
+          '_start_gate(): a pending start records the run-less rows of its login that its input references');
 SELECT set_config('harvest.fake_now', '2030-01-03 00:02:00+00', true);
 SELECT harvest.release_pending_starts();
 SELECT is((SELECT p.execution_id FROM harvest.payloads AS p WHERE p.id = '00000000-0000-0000-0000-0000000000f1'),
@@ -232,5 +235,56 @@ SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"workflows": {"x": {"t
                  '... a rate in a string (a raw cast took it)');
 SELECT is(harvest.declare_flow_policies('{"workflows": {"x": {"batch": {"max_size": 2.0, "window_secs": 1}}}}'), 1,
           '... a batch of 2.0 starts is declared');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- A batch hands each argument's own rows only (migration 0128): another starter's argument to
+-- the same batch naming this login's other run-less row (another held-back start's input) does
+-- not make it the batch's run's, though this login made the batch too. A row from before 0128
+-- (payload_ids NULL) keeps its logins rule as arguments join it.
+BEGIN;
+SELECT plan(7);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT harvest.declare_flow_policies('{"workflows": {
+    "wf_b": {"batch": {"key": "input.k", "max_size": 3, "window_secs": 10}}}}');
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, login)
+VALUES ('00000000-0000-0000-0000-0000000000a1', NULL, harvest.now(), 5, '"arg"', session_user),
+       ('00000000-0000-0000-0000-0000000000a2', NULL, harvest.now(), 6, '"held"', session_user),
+       ('00000000-0000-0000-0000-0000000000a3', NULL, harvest.now(), 6, '"old1"', session_user),
+       ('00000000-0000-0000-0000-0000000000a4', NULL, harvest.now(), 6, '"old2"', session_user);
+SELECT harvest.start_workflow('wf_b', '[{"k": "x", "v": {"_harvest_ref": "00000000-0000-0000-0000-0000000000a1"}}]',
+                              NULL, 'bq');
+-- (Another login's argument, naming a2: its deferral records none of it.)
+UPDATE harvest.payloads SET login = 'someone_else' WHERE id = '00000000-0000-0000-0000-0000000000a2';
+SELECT harvest.start_workflow('wf_b', '[{"k": "x", "v": {"_harvest_ref": "00000000-0000-0000-0000-0000000000a2"}}]',
+                              NULL, 'bq');
+SELECT is(harvest._own_run_less_payloads('[{"_harvest_ref": "00000000-0000-0000-0000-0000000000a2"},
+    {"x": {"_harvest_ref": "00000000-0000-0000-0000-0000000000a1"}}, {"_harvest_ref": "not-a-uuid"}]'),
+          ARRAY['00000000-0000-0000-0000-0000000000a1'::uuid],
+          '_own_run_less_payloads(): the run-less rows its input names that the caller''s login stored');
+UPDATE harvest.payloads SET login = session_user WHERE id = '00000000-0000-0000-0000-0000000000a2';
+SELECT is((SELECT payload_ids FROM harvest.pending_starts WHERE kind = 'batch' AND gate_key = 'x'),
+          ARRAY['00000000-0000-0000-0000-0000000000a1'::uuid],
+          '_start_gate(): a batch records each argument''s own starter''s rows');
+SELECT is((SELECT status FROM harvest.start_workflow('wf_b', '[{"k": "x"}]', NULL, 'bq')), 'RUNNING',
+          'the third argument fills the batch');
+SELECT is((SELECT count(*)::integer FROM harvest.payloads AS p JOIN harvest.executions AS e ON e.id = p.execution_id
+           WHERE e.workflow_name = 'wf_b' AND p.id = '00000000-0000-0000-0000-0000000000a1'), 1,
+          '_release_pending_start(): an argument''s own row goes to the batch''s run');
+SELECT is((SELECT execution_id FROM harvest.payloads WHERE id = '00000000-0000-0000-0000-0000000000a2'), NULL,
+          '_release_pending_start(): a row another starter''s argument named stays run-less, though its login made the batch too');
+-- A row from before 0128: payload_ids NULL, released by its logins.
+SELECT harvest.start_workflow('wf_b', '[{"k": "y", "v": {"_harvest_ref": "00000000-0000-0000-0000-0000000000a3"}}]',
+                              NULL, 'bq');
+UPDATE harvest.pending_starts SET payload_ids = NULL WHERE kind = 'batch' AND gate_key = 'y';
+SELECT harvest.start_workflow('wf_b', '[{"k": "y", "v": {"_harvest_ref": "00000000-0000-0000-0000-0000000000a4"}}]',
+                              NULL, 'bq');
+SELECT is((SELECT payload_ids FROM harvest.pending_starts WHERE kind = 'batch' AND gate_key = 'y'), NULL,
+          '_start_gate(): a batch from before 0128 keeps no list as arguments join it');
+SELECT harvest.start_workflow('wf_b', '[{"k": "y"}]', NULL, 'bq');
+SELECT is((SELECT count(*)::integer FROM harvest.payloads
+           WHERE id IN ('00000000-0000-0000-0000-0000000000a3', '00000000-0000-0000-0000-0000000000a4')
+             AND execution_id IS NOT NULL), 2,
+          '_release_pending_start(): a batch from before 0128 hands its logins'' rows');
 SELECT * FROM finish();
 ROLLBACK;

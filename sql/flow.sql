@@ -143,6 +143,12 @@ CREATE TABLE harvest.pending_starts (
     -- latest caller's): its release hands the run only their run-less offloaded rows that its
     -- input references (_release_pending_start). NULL on a row made before 0124.
     logins text[],
+    -- The run-less offloaded rows its release hands the run: each one its input references that
+    -- the login of the start whose input names it stored (a batch: every argument's own
+    -- starter's; a debounce: the latest caller's), recorded as the start is deferred, so one
+    -- starter's argument cannot name another's row. NULL on a row made before 0128 (its
+    -- release hands by logins).
+    payload_ids uuid[],
     CONSTRAINT pending_starts_pkey PRIMARY KEY (id),
     CONSTRAINT pending_starts_kind_check CHECK (kind IN ('throttle', 'debounce', 'batch'))
 );

@@ -904,3 +904,54 @@ def test_a_forged_reference_cannot_erase_copy_or_take_another_clients_held_back_
         owner.execute("SELECT harvest.terminate_workflow(%s, 'done')", (run,))
         assert owner.execute(erasing, (run,)).fetchone()[0]["offloaded"] == 1
         assert owner.execute(owned, (ids[0],)).fetchone() == (run, {"_harvest_erased": True})
+
+
+def test_a_batch_hands_its_run_only_the_rows_each_argument_s_own_starter_stored(login, db: str) -> None:
+    """A batch collects many starters' arguments and recorded the logins whose arguments it
+    collected (migration 0126); its release handed every run-less row its input referenced that
+    one of those logins stored. So a forger whose argument joined a batch the victim also added
+    to named the victim's other held-back start's input, and the batch's run took it: erasing
+    that run erased the victim's input, and the victim's own run, once released, did not own it.
+    Now each deferral records the run-less rows its own caller stored that its argument names,
+    and a release hands those only."""
+    victim_dsn, forger_dsn = login("harvest_operator"), login("harvest_operator")
+    policies = {
+        "workflows": {
+            "slow": {"throttle": {"rps": 0.001, "burst": 1, "key": None}},
+            "bat": {"batch": {"key": None, "max_size": 3, "window_secs": 3600}},
+        }
+    }
+    with psycopg.connect(db, autocommit=True) as owner:
+        owner.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(policies),))
+    starting = "SELECT status, execution_id::text FROM harvest.start_workflow(%s, %s, %s)"
+    storing = "SELECT harvest.put_payloads(NULL, ARRAY[%s::jsonb])"
+    with (
+        psycopg.connect(victim_dsn, autocommit=True) as victim,
+        psycopg.connect(forger_dsn, autocommit=True) as forger,
+    ):
+        assert victim.execute(starting, ("slow", Jsonb([]), "v-0")).fetchone()[0] == "RUNNING"  # (the burst)
+        with victim.transaction():  # as a client's start: stored run-less, then the start
+            (held,) = victim.execute(storing, (Jsonb("victim input"),)).fetchone()
+            held_ref = {"_harvest_ref": str(held[0]), "bytes": 14}
+            assert victim.execute(starting, ("slow", Jsonb([held_ref]), "v-1")).fetchone()[0] == "DEFERRED"
+        with victim.transaction():  # the victim's own argument to the batch, offloaded too
+            (own,) = victim.execute(storing, (Jsonb("victim argument"),)).fetchone()
+            own_ref = {"_harvest_ref": str(own[0]), "bytes": 17}
+            assert victim.execute(starting, ("bat", Jsonb([own_ref]), "b-1")).fetchone()[0] == "DEFERRED"
+        assert forger.execute(starting, ("bat", Jsonb([held_ref]), "b-2")).fetchone()[0] == "DEFERRED"
+        status, batch_run = forger.execute(starting, ("bat", Jsonb(["x"]), "b-3")).fetchone()
+        assert status == "RUNNING"  # (the third argument filled the batch)
+    owned = "SELECT execution_id::text, data FROM harvest.payloads WHERE id = %s"
+    with psycopg.connect(db, autocommit=True) as owner:
+        assert owner.execute(owned, (own[0],)).fetchone() == (batch_run, "victim argument")
+        assert owner.execute(owned, (held[0],)).fetchone() == (None, "victim input"), "not the batch's run's"
+        owner.execute("SELECT harvest.terminate_workflow(%s, 'done')", (batch_run,))
+        assert (
+            owner.execute("SELECT harvest.erase_payloads(%s)", (batch_run,)).fetchone()[0]["offloaded"] == 1
+        )
+        assert owner.execute(owned, (held[0],)).fetchone() == (None, "victim input"), "not erased"
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        owner.execute("SELECT set_config('harvest.fake_now', %s, false)", (later.isoformat(),))
+        assert owner.execute("SELECT harvest.release_pending_starts()").fetchone()[0] == 1
+        (run,) = owner.execute("SELECT id::text FROM harvest.executions WHERE workflow_id = 'v-1'").fetchone()
+        assert owner.execute(owned, (held[0],)).fetchone() == (run, "victim input")
