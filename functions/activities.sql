@@ -421,11 +421,7 @@ BEGIN
             'arrays of one length and one first subscript' USING ERRCODE = 'HR001';
     END IF;
     IF p_hand_off THEN
-        IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
-            RAISE EXCEPTION 'workflow task lease % must be positive seconds',
-            harvest._num_text(p_workflow_lease_secs)
-                USING ERRCODE = 'HR001';
-        END IF;
+        PERFORM harvest._check_lease('workflow task lease', p_workflow_lease_secs);
         v_queues := harvest._hand_off_queues(p_worker_id);
     END IF;
     -- The start locks of the decisions first (decide.sql), then executions in one

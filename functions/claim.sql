@@ -596,11 +596,7 @@ BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
         RAISE EXCEPTION 'claim limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001';
     END IF;
-    IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
-        RAISE EXCEPTION 'workflow task lease % must be positive seconds',
-            harvest._num_text(p_workflow_lease_secs)
-            USING ERRCODE = 'HR001';
-    END IF;
+    PERFORM harvest._check_lease('workflow task lease', p_workflow_lease_secs);
 
     -- Due timers first; a probe of _fire_due_timers' own loop condition, so the usual claim
     -- (no timer due) skips the firing function's call, its clock read and its loop's cursor.
@@ -707,11 +703,7 @@ BEGIN
         RAISE EXCEPTION 'claim_named_tasks takes 1..1000 task ids, got %', coalesce(cardinality(p_task_ids), 0)
             USING ERRCODE = 'HR001';
     END IF;
-    IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
-        RAISE EXCEPTION 'workflow task lease % must be positive seconds',
-            harvest._num_text(p_workflow_lease_secs)
-            USING ERRCODE = 'HR001';
-    END IF;
+    PERFORM harvest._check_lease('workflow task lease', p_workflow_lease_secs);
 
     -- One primary-key probe per distinct id (LATERAL ... OFFSET 0, as everywhere); the
     -- predicate is wrapped in IS TRUE so that no partial index of the queue applies

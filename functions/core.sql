@@ -224,6 +224,27 @@ AS $$
     END;
 $$;
 
+-- A lease a caller asks for (p_what: a workflow task's, a relay's, a cross-shard child's), in
+-- seconds: more than 0 and at most a day, as a worker's workflow_lease (harvest/worker/options.py).
+-- HR001 otherwise. Without the ceiling a worker login's claim held a run's workflow task (or a
+-- relay, a cross-shard child) for centuries, out of expire_tasks' reach (a lease of 1e10 s ended
+-- in the year 2343), and a lease past the interval range (1e300) failed as 22008, naming nothing.
+CREATE OR REPLACE FUNCTION harvest._check_lease(p_what text, p_secs double precision)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_secs IS NULL OR p_secs <= 0 OR p_secs = 'NaN' THEN
+        RAISE EXCEPTION '% % must be positive seconds', p_what, harvest._num_text(p_secs)
+            USING ERRCODE = 'HR001', HINT = 'give more than 0 and at most 86400 seconds';
+    END IF;
+    IF p_secs > 86400 THEN
+        RAISE EXCEPTION '% % s is over the ceiling of 86400 seconds (a day)', p_what, harvest._num_text(p_secs)
+            USING ERRCODE = 'HR001', HINT = 'give more than 0 and at most 86400 seconds';
+    END IF;
+END;
+$$;
+
 -- Numbers and booleans read out of a caller's JSON (start options, a decision's commands,
 -- retry policies, schedule specs, DAG specs, flow policies): the one rule for every such
 -- field, so a value a check let through is never cast raw deeper in, where "2.0" failed as

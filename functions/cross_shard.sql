@@ -53,10 +53,7 @@ BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
         RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001';
     END IF;
-    IF p_lease_secs IS NULL OR p_lease_secs <= 0 THEN
-        RAISE EXCEPTION 'lease % must be a positive number of seconds', harvest._num_text(p_lease_secs)
-            USING ERRCODE = 'HR001';
-    END IF;
+    PERFORM harvest._check_lease('lease', p_lease_secs);
     -- (The rows taken are updated by their primary key, an array of ids: joined to the claim's
     -- rows, a generic plan made while the table was small read every row to update a few.)
     RETURN QUERY

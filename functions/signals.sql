@@ -82,11 +82,7 @@ DECLARE
     v_queues text[];
     v_signal record;
 BEGIN
-    IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
-        RAISE EXCEPTION 'workflow task lease % must be positive seconds',
-            harvest._num_text(p_workflow_lease_secs)
-            USING ERRCODE = 'HR001';
-    END IF;
+    PERFORM harvest._check_lease('workflow task lease', p_workflow_lease_secs);
     IF harvest._session_has_role('harvest_worker') THEN
         v_queues := harvest._hand_off_queues(p_worker_id);
         IF v_queues IS NOT NULL AND harvest._owner_mode_on() AND harvest._owner_epoch(

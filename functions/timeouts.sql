@@ -125,11 +125,7 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF p_lease_secs IS NULL OR NOT p_lease_secs BETWEEN 0.1 AND 86400 THEN
-        RAISE EXCEPTION 'a workflow task lease of % s is out of range', harvest._num_text(p_lease_secs)
-            USING ERRCODE = 'HR001',
-            HINT = 'give 0.1 to 86400 seconds (the worker''s workflow_lease)';
-    END IF;
+    PERFORM harvest._check_lease('workflow task lease', p_lease_secs);
     UPDATE harvest.tasks AS t
     SET lease_expires_at = harvest.now() + make_interval(secs => p_lease_secs)
     WHERE t.id = p_task_id AND t.kind = 'workflow' AND t.status = 'running'

@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(117);
+SELECT plan(121);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -327,6 +327,17 @@ SELECT is(harvest._secs_text(interval '1 mon 00:00:01.25'), '2592001.25',
           '_secs_text(): a month as 30 days; extra_float_digits changes nothing');
 SELECT is(ARRAY[harvest._num_text(-3600.5), harvest._num_text(0.1::float8 + 0.2::float8), harvest._num_text(NULL)],
           ARRAY['-3600.5', '0.3', NULL], '_num_text(): a double as numeric prints it; extra_float_digits changes nothing');
+-- _check_lease: more than 0 and at most a day; a worker's claim cannot hold a task for centuries.
+SELECT throws_ok($$SELECT harvest._check_lease('workflow task lease', 1e10)$$, 'HR001',
+                 'workflow task lease 10000000000 s is over the ceiling of 86400 seconds (a day)',
+                 '_check_lease(): a lease over a day is refused');
+SELECT throws_ok($$SELECT harvest._check_lease('lease', 'NaN')$$, 'HR001', 'lease NaN must be positive seconds',
+                 '_check_lease(): NaN is refused');
+SELECT lives_ok($$SELECT harvest._check_lease('lease', 86400), harvest._check_lease('lease', 0.01)$$,
+                '_check_lease(): up to a day passes');
+SELECT throws_ok($$SELECT * FROM harvest.claim_tasks('w', ARRAY['q'], 1, 1e300)$$, 'HR001',
+                 'workflow task lease 1e+300 s is over the ceiling of 86400 seconds (a day)',
+                 'claim_tasks(): a lease past the ceiling is refused before anything is claimed');
 SELECT is(ARRAY[harvest._num_text('Infinity'), harvest._num_text('-Infinity'), harvest._num_text('NaN')],
           ARRAY['Infinity', '-Infinity', 'NaN'], '_num_text(): the infinities and NaN as PostgreSQL spells them');
 SELECT is(ARRAY[harvest._num_text(-1e300), harvest._num_text(1.5e-7), harvest._num_text(4.9e-324),

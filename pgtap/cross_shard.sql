@@ -61,7 +61,7 @@ SELECT is_empty($$SELECT * FROM harvest.claim_cross_shard_children(10, 30)$$, 'l
 SELECT throws_ok($$SELECT * FROM harvest.claim_cross_shard_children(0)$$, 'HR001', 'limit 0 is out of range 1..1000',
                  'claim_cross_shard_children(): the limit is bounded');
 SELECT throws_ok($$SELECT * FROM harvest.claim_cross_shard_children(1, 0)$$, 'HR001',
-                 'lease 0 must be a positive number of seconds', 'claim_cross_shard_children(): the lease is positive');
+                 'lease 0 must be positive seconds', 'claim_cross_shard_children(): the lease is positive');
 SELECT ok(harvest.release_cross_shard_child((pg_temp.row_of('xc1')).child_execution_id, 'shard 1: unreachable'),
           'release_cross_shard_child(): the row stays');
 SELECT results_eq(

@@ -955,3 +955,31 @@ def test_a_batch_hands_its_run_only_the_rows_each_argument_s_own_starter_stored(
         assert owner.execute("SELECT harvest.release_pending_starts()").fetchone()[0] == 1
         (run,) = owner.execute("SELECT id::text FROM harvest.executions WHERE workflow_id = 'v-1'").fetchone()
         assert owner.execute(owned, (held[0],)).fetchone() == (run, "victim input")
+
+
+def test_a_worker_login_cannot_lease_a_task_or_a_relay_for_centuries(login, db: str) -> None:
+    """A claim took any positive lease: a worker login's claim of a workflow task for 1e10 s
+    held the run out of expire_tasks' reach until the year 2343 (a relay's or a cross-shard
+    child's pump lease likewise), and 1e300 failed as 'interval out of range', naming nothing.
+    Every lease a caller asks for is now at most a day (a worker's workflow_lease), HR001."""
+    worker = login("harvest_worker")
+    with psycopg.connect(db, autocommit=True) as owner:
+        start(owner, "wf", "held-for-centuries")
+    for sql in (
+        "SELECT * FROM harvest.claim_tasks('w', ARRAY['default'], 1, %s)",
+        "SELECT * FROM harvest.claim_remote_relays(10, %s)",
+        "SELECT * FROM harvest.claim_cross_shard_children(10, %s)",
+    ):
+        for lease in (1e10, 1e300):
+            with psycopg.connect(worker, autocommit=True) as conn:
+                with pytest.raises(psycopg.Error) as refused:
+                    conn.execute(sql, (lease,))
+                assert refused.value.sqlstate == "HR001", (sql, lease, refused.value)
+                assert "over the ceiling of 86400 seconds" in str(refused.value)
+    with psycopg.connect(db, autocommit=True) as owner:
+        assert owner.execute("SELECT count(*) FROM harvest.tasks WHERE status = 'running'").fetchone()[0] == 0
+    with psycopg.connect(worker, autocommit=True) as conn:
+        assert (
+            len(conn.execute("SELECT * FROM harvest.claim_tasks('w', ARRAY['default'], 1, 86400)").fetchall())
+            == 1
+        )

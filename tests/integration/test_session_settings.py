@@ -1067,8 +1067,8 @@ def test_a_refusal_names_its_numbers_the_same_whatever_the_sessions_float_digits
         "named claim": "workflow task lease -0.3 must be positive seconds",
         "hand-off": "workflow task lease -3600.5 must be positive seconds",
         "eager signal": "workflow task lease -3600.5 must be positive seconds",
-        "cross-shard": "lease -0.3 must be a positive number of seconds",
-        "relays": "lease -3600.5 must be a positive number of seconds",
+        "cross-shard": "lease -0.3 must be positive seconds",
+        "relays": "lease -3600.5 must be positive seconds",
         "rate override": (
             "override needs rps > 0, burst >= 1 and a positive ttl, got rps=-0.3 burst=2.5 ttl=90.5"
         ),
@@ -1077,6 +1077,6 @@ def test_a_refusal_names_its_numbers_the_same_whatever_the_sessions_float_digits
         ),
         "query timeout": "timeout 86400.5 is out of range: give seconds in (0, 86400]",
         "owner lease": "owner lease 3600.5 s is out of range: allowed 0.1 to 3600 seconds",
-        "workflow heartbeat": "a workflow task lease of 86400.25 s is out of range",
+        "workflow heartbeat": "workflow task lease 86400.25 s is over the ceiling of 86400 seconds (a day)",
         "worker heartbeat": "heartbeat_interval_secs 0.03 is out of range: allowed 0.1 to 3600 seconds",
     }
