@@ -384,6 +384,37 @@ AS $$
     SELECT harvest._payload_limit();
 $$;
 
+-- Whether arrays and objects nest deeper than 200 levels in p_payload: an array or an object
+-- 200 levels below the top (a walk in C, about half the cost of the value's text; NULL: false).
+-- Inlined into its callers' expressions.
+CREATE OR REPLACE FUNCTION harvest._too_deep(p_payload jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT coalesce(jsonb_path_exists(p_payload, 'strict $.**{200} ? (@.type() == "array" || @.type() == "object")'),
+                    false)
+$$;
+
+-- Raise HR001 when arrays and objects nest deeper than 200 levels in p_payload (the management
+-- API's bound for a body, harvest/web/guards.py MAX_JSON_DEPTH); p_what names it. Every reader of
+-- a stored value walks it to its bottom, and a worker's JSON parser (Python's) gives up near
+-- 1000 levels: a signal 1000 deep sent by an operator login stopped the worker that claimed its
+-- run, with every other task of its claim, at every restart. p_bytes, the size of its JSON text
+-- when the caller has it: a value of fewer than 402 bytes cannot nest 201 deep, and is not walked.
+CREATE OR REPLACE FUNCTION harvest._check_depth(p_what text, p_payload jsonb, p_bytes bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF coalesce(p_bytes >= 402, true) AND harvest._too_deep(p_payload) THEN
+        RAISE EXCEPTION '%: arrays and objects nest deeper than 200 levels', p_what
+            USING ERRCODE = 'HR001',
+            HINT = 'flatten the value, or send a deep structure as a string: every reader walks a stored value '
+                   'to its bottom';
+    END IF;
+END;
+$$;
+
 -- Raise HR008 when p_payload's JSON text is larger than p_limit bytes; p_what
 -- names the payload in the message ("the input of workflow x", ...).
 CREATE OR REPLACE FUNCTION harvest._check_payload(p_what text, p_payload jsonb, p_limit integer)
@@ -405,6 +436,21 @@ BEGIN
                    'for what a worker or client writes, docs/payloads.md) and pass a reference; the limit is '
                    'harvest.engine_settings.max_payload_bytes';
     END IF;
+END;
+$$;
+
+-- What a client sends (a start's input, a signal's payload, a query's or an update's argument,
+-- a completion by task token, a schedule's input): within the payload limit (HR008) and 200
+-- levels deep (HR001, _check_depth). What a worker writes (a decision's commands, an activity's
+-- result) is checked for size only: a Python process cannot write a value its readers cannot
+-- read, and a refused decision would fail its workflow task at every attempt.
+CREATE OR REPLACE FUNCTION harvest._check_sent(p_what text, p_payload jsonb, p_limit integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    PERFORM harvest._check_payload(p_what, p_payload, p_limit);
+    PERFORM harvest._check_depth(p_what, p_payload);
 END;
 $$;
 

@@ -1195,7 +1195,7 @@ BEGIN
             RAISE EXCEPTION 'signal name is empty' USING ERRCODE = 'HR001',
                 HINT = 'name the signal the runs wait for';
         END IF;
-        PERFORM harvest._check_payload(format('the payload of signal %s', p_signal_name), p_payload,
+        PERFORM harvest._check_sent(format('the payload of signal %s', p_signal_name), p_payload,
                                        harvest._payload_limit());
     END IF;
     -- The reason is written into each run's history: bounded, or one step wrote up to 1000

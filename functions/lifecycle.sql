@@ -249,7 +249,7 @@ AS $$
 DECLARE
     v_locked record;
 BEGIN
-    PERFORM harvest._check_payload('the result of the activity of task token ' || left(p_task_token, 120),
+    PERFORM harvest._check_sent('the result of the activity of task token ' || left(p_task_token, 120),
                                    p_result, harvest._payload_limit());
     v_locked := harvest._lock_token_task(p_task_token, coalesce(p_result, 'null'::jsonb), 'complete');
     IF v_locked.already_completed THEN
@@ -274,7 +274,7 @@ BEGIN
         RAISE EXCEPTION 'failure must be a JSON object {error_type, message, non_retryable, details}'
             USING ERRCODE = 'HR001';
     END IF;
-    PERFORM harvest._check_payload('the failure of the activity of task token ' || left(p_task_token, 120),
+    PERFORM harvest._check_sent('the failure of the activity of task token ' || left(p_task_token, 120),
                                    p_failure, harvest._payload_limit());
     v_locked := harvest._lock_token_task(p_task_token, NULL, 'fail');
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = (v_locked.task).execution_id;
@@ -289,8 +289,11 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_locked record := harvest._lock_token_task(p_task_token, NULL, 'heartbeat');
+    v_locked record;
 BEGIN
+    PERFORM harvest._check_depth('the heartbeat details of the activity of task token ' || left(p_task_token, 120),
+                                 p_details);
+    v_locked := harvest._lock_token_task(p_task_token, NULL, 'heartbeat');
     RETURN harvest.heartbeat_activity((v_locked.task).id, (v_locked.task).fencing_token, p_details);
 END;
 $$;

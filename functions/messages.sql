@@ -56,7 +56,7 @@ DECLARE
     v_id bigint;
 BEGIN
     PERFORM harvest._check_query_args(p_name, p_timeout_secs);
-    PERFORM harvest._check_payload(format('the argument of query %s', p_name), p_arg,
+    PERFORM harvest._check_sent(format('the argument of query %s', p_name), p_arg,
                                    harvest._payload_limit());
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF NOT FOUND THEN
@@ -110,7 +110,7 @@ BEGIN
     IF v_update_id = '' THEN
         RAISE EXCEPTION 'update id is empty' USING ERRCODE = 'HR001';
     END IF;
-    PERFORM harvest._check_payload(format('the argument of update %s', p_name), p_arg,
+    PERFORM harvest._check_sent(format('the argument of update %s', p_name), p_arg,
                                    harvest._payload_limit());
     PERFORM harvest._check_traceparent(p_traceparent);
     v_execution := harvest._lock_execution(p_execution_id);

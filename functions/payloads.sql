@@ -34,6 +34,9 @@ BEGIN
         RAISE EXCEPTION 'put_payloads got a NULL payload' USING ERRCODE = 'HR001',
             HINT = 'pass each payload as a JSON value (JSON null is ''null''::jsonb)';
     END IF;
+    -- (No size limit here, the offload store takes what is too large for a row: the depth's.)
+    PERFORM harvest._check_depth(format('offloaded payload %s', v.n), v.value)
+    FROM unnest(p_values) WITH ORDINALITY AS v (value, n);
     -- A run whose payloads were erased (erase_payloads replaced its input by the marker) gets
     -- its late rows (an activity attempt that outlived the run, its result offloaded before its
     -- completion is refused) stored erased: its payloads never come back after their erasure.

@@ -87,10 +87,8 @@ BEGIN
             USING ERRCODE = 'HR001';
     END IF;
     -- Each run's start would refuse it (HR008): say so now, not with one failed firing a slot.
-    IF octet_length((p_spec -> 'input')::text) > harvest._payload_limit() THEN
-        PERFORM harvest._check_payload(format('the input of schedule %s', v_name), p_spec -> 'input',
-                                       harvest._payload_limit());
-    END IF;
+    PERFORM harvest._check_sent(format('the input of schedule %s', v_name), p_spec -> 'input',
+                                   harvest._payload_limit());
     v_spec := jsonb_build_object(
         'name', v_name,
         'kind', coalesce(p_spec ->> 'kind', 'workflow'),

@@ -23,7 +23,7 @@ BEGIN
     IF p_signal_name IS NULL OR btrim(p_signal_name) = '' THEN
         RAISE EXCEPTION 'signal name is empty' USING ERRCODE = 'HR001';
     END IF;
-    PERFORM harvest._check_payload(format('the payload of signal %s', p_signal_name), p_payload,
+    PERFORM harvest._check_sent(format('the payload of signal %s', p_signal_name), p_payload,
                                    harvest._payload_limit());
     PERFORM harvest._check_traceparent(p_traceparent);
     v_execution := harvest._lock_running_execution(p_execution_id, 'signal');

@@ -121,7 +121,8 @@ BEGIN
 END;
 $$;
 
--- The arguments' shapes (HR001), and the input within the payload limit (HR008).
+-- The arguments' shapes (HR001), and the input within the payload limit (HR008) and 200 levels
+-- deep, as the search attributes (HR001, _check_depth).
 CREATE OR REPLACE FUNCTION harvest._start_check_arguments(
     p_workflow_name text, p_input jsonb, p_workflow_id text, p_queue text,
     p_search_attributes jsonb, p_reuse_policy text, p_conflict_policy text
@@ -129,6 +130,8 @@ CREATE OR REPLACE FUNCTION harvest._start_check_arguments(
 RETURNS void
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_bytes bigint := octet_length(p_input::text);
 BEGIN
     IF p_workflow_name IS NULL OR btrim(p_workflow_name) = '' THEN
         RAISE EXCEPTION 'workflow name is empty' USING ERRCODE = 'HR001',
@@ -156,13 +159,17 @@ BEGIN
             coalesce(jsonb_typeof(p_input), 'NULL')
             USING ERRCODE = 'HR001', HINT = 'for one argument 42 pass ''[42]''::jsonb';
     END IF;
-    IF octet_length(p_input::text) > harvest._payload_limit() THEN  -- (_check_payload's measure)
+    IF v_bytes > harvest._payload_limit() THEN  -- (_check_payload's measure)
         PERFORM harvest._check_payload(format('the input of workflow %s', p_workflow_name), p_input,
                                        harvest._payload_limit());
     END IF;
+    PERFORM harvest._check_depth(format('the input of workflow %s', p_workflow_name), p_input, v_bytes);
     IF p_search_attributes IS NULL OR jsonb_typeof(p_search_attributes) <> 'object' THEN
         RAISE EXCEPTION 'search attributes must be a JSON object, got %',
             coalesce(jsonb_typeof(p_search_attributes), 'NULL') USING ERRCODE = 'HR001';
+    END IF;
+    IF p_search_attributes <> '{}' THEN
+        PERFORM harvest._check_depth('the search attributes', p_search_attributes);
     END IF;
     IF p_reuse_policy IS NULL OR p_reuse_policy NOT IN (
         'allow_duplicate', 'allow_duplicate_failed_only', 'reject_duplicate', 'terminate_if_running'
@@ -592,6 +599,8 @@ BEGIN
                 AND s.v ->> 'execution_timeout' IS NULL AND s.v ->> 'run_timeout' IS NULL
                 AND jsonb_typeof(coalesce(s.v -> 'input', '[]')) = 'array'
                 AND octet_length(coalesce(s.v -> 'input', '[]')::text) <= p_limit
+                -- (nesting past 200 levels: start_workflow's way, which refuses it)
+                AND NOT harvest._too_deep(s.v -> 'input') AND NOT harvest._too_deep(s.v -> 'search_attributes')
                 AND jsonb_typeof(coalesce(s.v -> 'search_attributes', '{}')) = 'object'
                 AND (s.v ->> 'priority' IS NULL OR (jsonb_typeof(s.v -> 'priority') = 'number'
                                                     AND s.v ->> 'priority' ~ '^-?[0-9]{1,7}$'

@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(121);
+SELECT plan(128);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -327,6 +327,29 @@ SELECT is(harvest._secs_text(interval '1 mon 00:00:01.25'), '2592001.25',
           '_secs_text(): a month as 30 days; extra_float_digits changes nothing');
 SELECT is(ARRAY[harvest._num_text(-3600.5), harvest._num_text(0.1::float8 + 0.2::float8), harvest._num_text(NULL)],
           ARRAY['-3600.5', '0.3', NULL], '_num_text(): a double as numeric prints it; extra_float_digits changes nothing');
+-- _too_deep, _check_depth: arrays and objects nested past 200 levels are refused (a worker's
+-- JSON parser gives up near 1000); a scalar at level 200 is not a level.
+SELECT is(ARRAY[harvest._too_deep((repeat('[', 200) || '1' || repeat(']', 200))::jsonb),
+                harvest._too_deep((repeat('[', 201) || repeat(']', 201))::jsonb),
+                harvest._too_deep(('[1, ' || repeat('{"a": ', 200) || '0' || repeat('}', 200) || ']')::jsonb),
+                harvest._too_deep(NULL)],
+          ARRAY[false, true, true, false], '_too_deep(): 201 levels of arrays and objects, and no fewer');
+SELECT throws_ok($$SELECT harvest._check_depth('the payload of signal s', (repeat('[', 201) || repeat(']', 201))::jsonb)$$,
+                 'HR001', 'the payload of signal s: arrays and objects nest deeper than 200 levels',
+                 '_check_depth(): HR001 names the payload');
+SELECT lives_ok($$SELECT harvest._check_depth('x', (repeat('[', 201) || repeat(']', 201))::jsonb, 401)$$,
+                '_check_depth(): fewer than 402 bytes of text cannot nest 201 deep, and are not walked');
+SELECT throws_ok($$SELECT harvest._check_sent('the input', (repeat('[', 201) || repeat(']', 201))::jsonb, 100000)$$,
+                 'HR001', 'the input: arrays and objects nest deeper than 200 levels',
+                 '_check_sent(): what a client sends within the limit is refused past 200 levels');
+SELECT lives_ok($$SELECT harvest._check_payload('the input', (repeat('[', 201) || repeat(']', 201))::jsonb, 100000)$$,
+                '_check_payload(): what a worker writes is checked for size only');
+SELECT throws_ok($$SELECT harvest._check_sent('the input', '[1, 2, 3]', 5)$$, 'HR008', NULL,
+                 '_check_sent(): and for size');
+SELECT throws_ok($$SELECT harvest.start_workflow('wf', ('[' || repeat('[', 200) || repeat(']', 200) || ']')::jsonb)$$,
+                 'HR001', 'the input of workflow wf: arrays and objects nest deeper than 200 levels',
+                 'start_workflow(): an input past 200 levels is refused');
+
 -- _check_lease: more than 0 and at most a day; a worker's claim cannot hold a task for centuries.
 SELECT throws_ok($$SELECT harvest._check_lease('workflow task lease', 1e10)$$, 'HR001',
                  'workflow task lease 10000000000 s is over the ceiling of 86400 seconds (a day)',

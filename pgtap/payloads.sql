@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
-SELECT plan(60);
+SELECT plan(61);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -12,6 +12,9 @@ SELECT is((SELECT data FROM harvest.get_payloads((SELECT ids FROM pl_ids)) WHERE
 SELECT is((SELECT count(*) FROM harvest.get_payloads(ARRAY[gen_random_uuid()])), 0::bigint,
           'an unknown id is absent');
 SELECT is(harvest.put_payloads(NULL, '{}'), '{}'::uuid [], 'nothing to store: no ids');
+SELECT throws_ok($$SELECT harvest.put_payloads(NULL, ARRAY['1'::jsonb, (repeat('[', 201) || repeat(']', 201))::jsonb])$$,
+                 'HR001', 'offloaded payload 2: arrays and objects nest deeper than 200 levels',
+                 'put_payloads(): an offloaded payload has no size limit but a depth one');
 SELECT throws_ok($$SELECT harvest.put_payloads(NULL, ARRAY[NULL::jsonb])$$, 'HR001', NULL,
                  'a NULL payload is refused');
 
