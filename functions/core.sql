@@ -224,6 +224,22 @@ AS $$
     END;
 $$;
 
+-- How many rows one call of a sweep may move or claim (p_what names the function): 1 to p_max,
+-- HR001 otherwise. A negative one failed as the server's 'LIMIT must not be negative', naming
+-- nothing, and NULL (no LIMIT) made one worker's scan sweep every expired task, run, relay and
+-- held-back start in one transaction, holding their locks throughout.
+CREATE OR REPLACE FUNCTION harvest._check_limit(p_what text, p_limit integer, p_max integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > p_max THEN
+        RAISE EXCEPTION '% limit % is out of range 1..%', p_what, coalesce(p_limit::text, 'NULL'), p_max
+            USING ERRCODE = 'HR001', HINT = format('pass how many rows one call may take, from 1 to %s', p_max);
+    END IF;
+END;
+$$;
+
 -- A lease a caller asks for (p_what: a workflow task's, a relay's, a cross-shard child's), in
 -- seconds: more than 0 and at most a day, as a worker's workflow_lease (harvest/worker/options.py).
 -- HR001 otherwise. Without the ceiling a worker login's claim held a run's workflow task (or a

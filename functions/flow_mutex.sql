@@ -142,6 +142,7 @@ DECLARE
     v_key text;
     v_granted integer := 0;
 BEGIN
+    PERFORM harvest._check_limit('grant_mutexes', p_limit, 10000);
     FOR v_key IN
         SELECT DISTINCT w.lock_key FROM harvest.mutex_waiters AS w
         WHERE NOT EXISTS (SELECT 1 FROM harvest.mutex_locks AS l WHERE l.lock_key = w.lock_key)

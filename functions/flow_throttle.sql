@@ -386,6 +386,7 @@ DECLARE
     v_tokens integer;
     v_released integer := 0;
 BEGIN
+    PERFORM harvest._check_limit('release_pending_starts', p_limit, 10000);
     FOR v_row IN
         SELECT * FROM harvest.pending_starts AS p
         WHERE p.release_at <= v_now AND p.kind IN ('debounce', 'batch')

@@ -617,6 +617,7 @@ AS $$
 DECLARE
     v_count integer;
 BEGIN
+    PERFORM harvest._check_limit('expire_query_requests', p_limit, 10000);
     WITH gone AS (
         SELECT r.id FROM harvest.query_requests AS r
         WHERE r.expires_at <= harvest.now()

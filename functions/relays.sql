@@ -107,6 +107,7 @@ DECLARE
     v_relay_id bigint;
     v_delivered integer := 0;
 BEGIN
+    PERFORM harvest._check_limit('deliver_relays', p_limit, 10000);
     FOR v_relay_id IN SELECT r.id FROM harvest.relays AS r WHERE NOT r.remote ORDER BY r.id LIMIT p_limit LOOP
         IF harvest._deliver_relay(v_relay_id) THEN
             v_delivered := v_delivered + 1;

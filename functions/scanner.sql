@@ -14,6 +14,7 @@ AS $$
 DECLARE
     v_expired jsonb;
 BEGIN
+    PERFORM harvest._check_limit('scan', p_limit, 10000);
     SELECT coalesce(jsonb_agg(to_jsonb(x)), '[]'::jsonb) INTO v_expired FROM harvest.expire_tasks(p_limit) AS x;
     RETURN jsonb_build_object(
         'expired_tasks', v_expired,

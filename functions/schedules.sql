@@ -1269,6 +1269,7 @@ DECLARE
     v_schedule harvest.schedules;
     v_started integer := 0;
 BEGIN
+    PERFORM harvest._check_limit('start_buffered_firings', p_limit, 10000);
     FOR v_schedule IN
         SELECT s.* FROM harvest.schedules AS s
         WHERE NOT s.paused AND EXISTS (SELECT 1 FROM harvest.schedule_firings AS f

@@ -27,6 +27,7 @@ DECLARE
     v_heartbeat_timeout double precision;
     v_error_type text;
 BEGIN
+    PERFORM harvest._check_limit('expire_tasks', p_limit, 10000);
     FOR v_candidate IN
         SELECT c.id, c.execution_id FROM (
             (SELECT t.id, t.execution_id FROM harvest.tasks AS t
@@ -96,6 +97,7 @@ DECLARE
     v_timed_out integer := 0;
     v_which text;
 BEGIN
+    PERFORM harvest._check_limit('expire_workflows', p_limit, 10000);
     FOR v_id IN
         SELECT e.id FROM harvest.executions AS e
         WHERE e.status = 'RUNNING' AND e.timeout_at < v_now

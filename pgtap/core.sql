@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(128);
+SELECT plan(132);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -349,6 +349,15 @@ SELECT throws_ok($$SELECT harvest._check_sent('the input', '[1, 2, 3]', 5)$$, 'H
 SELECT throws_ok($$SELECT harvest.start_workflow('wf', ('[' || repeat('[', 200) || repeat(']', 200) || ']')::jsonb)$$,
                  'HR001', 'the input of workflow wf: arrays and objects nest deeper than 200 levels',
                  'start_workflow(): an input past 200 levels is refused');
+
+-- _check_limit: a sweep moves 1 to p_max rows a call; NULL (no LIMIT) is not "all".
+SELECT throws_ok($$SELECT harvest._check_limit('scan', NULL, 10000)$$, 'HR001', 'scan limit NULL is out of range 1..10000',
+                 '_check_limit(): NULL is refused, not read as no limit');
+SELECT throws_ok($$SELECT harvest._check_limit('scan', -1, 10000)$$, 'HR001', 'scan limit -1 is out of range 1..10000',
+                 '_check_limit(): a negative limit names the function');
+SELECT lives_ok($$SELECT harvest._check_limit('scan', 10000, 10000)$$, '_check_limit(): p_max passes');
+SELECT throws_ok($$SELECT harvest.scan(NULL)$$, 'HR001', 'scan limit NULL is out of range 1..10000',
+                 'scan(): NULL is refused before anything is swept');
 
 -- _check_lease: more than 0 and at most a day; a worker's claim cannot hold a task for centuries.
 SELECT throws_ok($$SELECT harvest._check_lease('workflow task lease', 1e10)$$, 'HR001',

@@ -983,3 +983,18 @@ def test_a_worker_login_cannot_lease_a_task_or_a_relay_for_centuries(login, db: 
             len(conn.execute("SELECT * FROM harvest.claim_tasks('w', ARRAY['default'], 1, 86400)").fetchall())
             == 1
         )
+
+
+def test_a_worker_login_s_sweep_is_bounded(login, db: str) -> None:
+    """The scanner's sweeps took any limit: NULL (no LIMIT) made one call sweep every expired
+    task, run, relay, mutex waiter and held-back start in one transaction, holding their locks
+    throughout, and a negative one failed as the server's 'LIMIT must not be negative'. Each
+    now takes 1 to 10000 rows a call, HR001 naming the function."""
+    worker = login("harvest_worker")
+    sweeps = ("scan", "expire_tasks", "expire_workflows", "deliver_relays", "grant_mutexes")
+    more = ("release_pending_starts", "expire_query_requests", "start_buffered_firings")
+    for name in sweeps + more:
+        for limit in (None, -1, 0, 10001):
+            state = _attempt(worker, f"SELECT * FROM harvest.{name}(%s)", (limit,))
+            assert state == "HR001", (name, limit, state)
+        assert _attempt(worker, f"SELECT * FROM harvest.{name}(%s)", (100,)) == "ok", name
