@@ -581,7 +581,8 @@ DECLARE
     v_now timestamptz := harvest.now();
     -- Look a little past the batch size so rows locked by other claimers do not
     -- starve this one, but never scan the whole backlog.
-    v_window integer := greatest(p_limit, 1) * 4 + 16;
+    -- (least: a limit past 1000, refused below, overflowed here first, as 'integer out of range')
+    v_window integer := least(greatest(p_limit, 1), 1001) * 4 + 16;
     v_ids bigint[];
     v_gated boolean;
     v_gates harvest.gated_candidate[];

@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(182);
+SELECT plan(183);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -29,6 +29,8 @@ SELECT throws_ok($$SELECT * FROM harvest.claim_tasks('w', ARRAY['q'], 0)$$, 'HR0
                  'claim limit 0 is out of range 1..1000', 'limit 0: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.claim_tasks('w', ARRAY['q'], 1001)$$, 'HR001',
                  'claim limit 1001 is out of range 1..1000', 'limit 1001: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.claim_tasks('w', ARRAY['q'], 2147483647)$$, 'HR001',
+                 'claim limit 2147483647 is out of range 1..1000', 'the largest limit: HR001, not an overflow');
 SELECT is_empty($$SELECT * FROM harvest.claim_tasks('w', ARRAY['nothing_here'])$$,
                 'an empty queue: nothing claimed');
 
