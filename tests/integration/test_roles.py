@@ -848,6 +848,24 @@ def _wait(check, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
+STARTING = "SELECT status, execution_id::text FROM harvest.start_workflow(%s, %s, %s)"
+STORING = "SELECT harvest.put_payloads(NULL, ARRAY[%s::jsonb])"
+
+
+def _victims_held_back_input(db: str, victim: psycopg.Connection, policies: dict) -> tuple[str, dict]:
+    """``policies`` declared, the victim's start of ``slow`` (a throttle of burst 1) held back
+    after the burst's run, its input offloaded run-less first as a client's start does: the
+    row's id and the reference to it."""
+    with psycopg.connect(db, autocommit=True) as owner:
+        owner.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(policies),))
+    assert victim.execute(STARTING, ("slow", Jsonb([]), "v-0")).fetchone()[0] == "RUNNING"  # (the burst)
+    with victim.transaction():  # as a client's start: stored run-less, then the start
+        (ids,) = victim.execute(STORING, (Jsonb("victim input"),)).fetchone()
+        ref = {"_harvest_ref": str(ids[0]), "bytes": 14}
+        assert victim.execute(STARTING, ("slow", Jsonb([ref]), "v-1")).fetchone()[0] == "DEFERRED"
+    return str(ids[0]), ref
+
+
 def test_a_forged_reference_cannot_erase_copy_or_take_another_clients_held_back_input(login, db: str) -> None:
     """A held-back start's offloaded input is run-less until its release, and its id is readable
     to every reader. Another client wrote a reference to it into its own runs' inputs: erasing
@@ -862,20 +880,12 @@ def test_a_forged_reference_cannot_erase_copy_or_take_another_clients_held_back_
             "fast": {"throttle": {"rps": 1, "burst": 1, "key": None}},
         }
     }
-    with psycopg.connect(db, autocommit=True) as owner:
-        owner.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(policies),))
-    starting = "SELECT status, execution_id::text FROM harvest.start_workflow(%s, %s, %s)"
+    starting = STARTING
     with (
         psycopg.connect(victim_dsn, autocommit=True) as victim,
         psycopg.connect(forger_dsn, autocommit=True) as forger,
     ):
-        assert victim.execute(starting, ("slow", Jsonb([]), "v-0")).fetchone()[0] == "RUNNING"  # (the burst)
-        with victim.transaction():  # as a client's start: stored run-less, then the start
-            (ids,) = victim.execute(
-                "SELECT harvest.put_payloads(NULL, ARRAY['\"victim input\"'::jsonb])"
-            ).fetchone()
-            ref = {"_harvest_ref": str(ids[0]), "bytes": 14}
-            assert victim.execute(starting, ("slow", Jsonb([ref]), "v-1")).fetchone()[0] == "DEFERRED"
+        held_id, ref = _victims_held_back_input(db, victim, policies)
         assert forger.execute(starting, ("fast", Jsonb([]), "f-0")).fetchone()[0] == "RUNNING"
         forged_run = forger.execute(starting, ("wf", Jsonb([ref]), "f-run")).fetchone()[1]
         assert forger.execute(starting, ("fast", Jsonb([ref]), "f-held")).fetchone()[0] == "DEFERRED"
@@ -885,7 +895,7 @@ def test_a_forged_reference_cannot_erase_copy_or_take_another_clients_held_back_
         later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30)
         owner.execute("SELECT set_config('harvest.fake_now', %s, false)", (later.isoformat(),))
         assert owner.execute("SELECT harvest.release_pending_starts()").fetchone()[0] == 1  # the forger's
-        assert owner.execute(owned, (ids[0],)).fetchone() == (None, "victim input"), "not the forger's run's"
+        assert owner.execute(owned, (held_id,)).fetchone() == (None, "victim input"), "not the forger's run's"
         fork = owner.execute("SELECT harvest.reset_workflow(%s, 1, 'forked')", (forged_run,)).fetchone()[0]
         fork_rows = "SELECT count(*) FROM harvest.payloads WHERE execution_id = %s"
         assert owner.execute(fork_rows, (fork["new_execution_id"],)).fetchone()[0] == 0, "nothing copied"
@@ -894,16 +904,16 @@ def test_a_forged_reference_cannot_erase_copy_or_take_another_clients_held_back_
             assert (
                 owner.execute("SELECT harvest.erase_payloads(%s)", (ended,)).fetchone()[0]["offloaded"] == 0
             )
-        assert owner.execute(owned, (ids[0],)).fetchone() == (None, "victim input"), "not erased"
+        assert owner.execute(owned, (held_id,)).fetchone() == (None, "victim input"), "not erased"
         # The victim's start is released: its run owns its input, and erasing it erases the row.
         much_later = later + dt.timedelta(hours=1)
         owner.execute("SELECT set_config('harvest.fake_now', %s, false)", (much_later.isoformat(),))
         assert owner.execute("SELECT harvest.release_pending_starts()").fetchone()[0] == 1
         (run,) = owner.execute("SELECT id::text FROM harvest.executions WHERE workflow_id = 'v-1'").fetchone()
-        assert owner.execute(owned, (ids[0],)).fetchone() == (run, "victim input")
+        assert owner.execute(owned, (held_id,)).fetchone() == (run, "victim input")
         owner.execute("SELECT harvest.terminate_workflow(%s, 'done')", (run,))
         assert owner.execute(erasing, (run,)).fetchone()[0]["offloaded"] == 1
-        assert owner.execute(owned, (ids[0],)).fetchone() == (run, {"_harvest_erased": True})
+        assert owner.execute(owned, (held_id,)).fetchone() == (run, {"_harvest_erased": True})
 
 
 def test_a_batch_hands_its_run_only_the_rows_each_argument_s_own_starter_stored(login, db: str) -> None:
@@ -921,21 +931,14 @@ def test_a_batch_hands_its_run_only_the_rows_each_argument_s_own_starter_stored(
             "bat": {"batch": {"key": None, "max_size": 3, "window_secs": 3600}},
         }
     }
-    with psycopg.connect(db, autocommit=True) as owner:
-        owner.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(policies),))
-    starting = "SELECT status, execution_id::text FROM harvest.start_workflow(%s, %s, %s)"
-    storing = "SELECT harvest.put_payloads(NULL, ARRAY[%s::jsonb])"
+    starting = STARTING
     with (
         psycopg.connect(victim_dsn, autocommit=True) as victim,
         psycopg.connect(forger_dsn, autocommit=True) as forger,
     ):
-        assert victim.execute(starting, ("slow", Jsonb([]), "v-0")).fetchone()[0] == "RUNNING"  # (the burst)
-        with victim.transaction():  # as a client's start: stored run-less, then the start
-            (held,) = victim.execute(storing, (Jsonb("victim input"),)).fetchone()
-            held_ref = {"_harvest_ref": str(held[0]), "bytes": 14}
-            assert victim.execute(starting, ("slow", Jsonb([held_ref]), "v-1")).fetchone()[0] == "DEFERRED"
+        held_id, held_ref = _victims_held_back_input(db, victim, policies)
         with victim.transaction():  # the victim's own argument to the batch, offloaded too
-            (own,) = victim.execute(storing, (Jsonb("victim argument"),)).fetchone()
+            (own,) = victim.execute(STORING, (Jsonb("victim argument"),)).fetchone()
             own_ref = {"_harvest_ref": str(own[0]), "bytes": 17}
             assert victim.execute(starting, ("bat", Jsonb([own_ref]), "b-1")).fetchone()[0] == "DEFERRED"
         assert forger.execute(starting, ("bat", Jsonb([held_ref]), "b-2")).fetchone()[0] == "DEFERRED"
@@ -944,17 +947,17 @@ def test_a_batch_hands_its_run_only_the_rows_each_argument_s_own_starter_stored(
     owned = "SELECT execution_id::text, data FROM harvest.payloads WHERE id = %s"
     with psycopg.connect(db, autocommit=True) as owner:
         assert owner.execute(owned, (own[0],)).fetchone() == (batch_run, "victim argument")
-        assert owner.execute(owned, (held[0],)).fetchone() == (None, "victim input"), "not the batch's run's"
+        assert owner.execute(owned, (held_id,)).fetchone() == (None, "victim input"), "not the batch's run's"
         owner.execute("SELECT harvest.terminate_workflow(%s, 'done')", (batch_run,))
         assert (
             owner.execute("SELECT harvest.erase_payloads(%s)", (batch_run,)).fetchone()[0]["offloaded"] == 1
         )
-        assert owner.execute(owned, (held[0],)).fetchone() == (None, "victim input"), "not erased"
+        assert owner.execute(owned, (held_id,)).fetchone() == (None, "victim input"), "not erased"
         later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
         owner.execute("SELECT set_config('harvest.fake_now', %s, false)", (later.isoformat(),))
         assert owner.execute("SELECT harvest.release_pending_starts()").fetchone()[0] == 1
         (run,) = owner.execute("SELECT id::text FROM harvest.executions WHERE workflow_id = 'v-1'").fetchone()
-        assert owner.execute(owned, (held[0],)).fetchone() == (run, "victim input")
+        assert owner.execute(owned, (held_id,)).fetchone() == (run, "victim input")
 
 
 def test_a_worker_login_cannot_lease_a_task_or_a_relay_for_centuries(login, db: str) -> None:
