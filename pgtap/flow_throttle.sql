@@ -5,7 +5,7 @@
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
 -- harvest.clear_start_throttle_override, harvest.get_start_gate.
 BEGIN;
-SELECT plan(64);
+SELECT plan(65);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
