@@ -21,7 +21,8 @@ $$;
 
 -- The current run of a business key: the RUNNING one, else the newest (a handle by
 -- workflow_id, Client.get_handle(workflow_id=)). Without a name, a workflow_id two
--- workflows share is ambiguous (HR001); with one, executions_workflow_id_latest serves it.
+-- workflows share is ambiguous (HR001); with one, executions_workflow_id_latest serves it,
+-- without, executions_workflow_id.
 CREATE OR REPLACE FUNCTION harvest.get_execution_by_workflow_id(
     p_workflow_id text, p_workflow_name text DEFAULT NULL
 )
@@ -952,8 +953,8 @@ END;
 $$;
 
 -- The workflow list. Every filter is optional and they compose with AND; an
--- unknown state, a malformed search filter, a bad order or page size, or a
--- malformed cursor raises HR001 (it never silently matches nothing).
+-- unknown state, a malformed search filter, a bad order or page size, an empty
+-- workflow id or a malformed cursor raises HR001 (it never silently matches nothing).
 -- Pages are keyset-paginated on (created_at, id): the last row of a page that
 -- has more carries next_cursor; pass it back as p_cursor for the next page.
 CREATE OR REPLACE FUNCTION harvest.list_executions(
@@ -965,7 +966,8 @@ CREATE OR REPLACE FUNCTION harvest.list_executions(
     p_page_size integer DEFAULT 50,
     p_cursor text DEFAULT NULL,
     p_order text DEFAULT 'desc',
-    p_filter text DEFAULT NULL
+    p_filter text DEFAULT NULL,
+    p_workflow_id text DEFAULT NULL
 )
 RETURNS TABLE (
     execution_id uuid, workflow_name text, workflow_id text, status text, queue text,
@@ -989,8 +991,17 @@ BEGIN
     IF p_page_size IS NULL OR p_page_size < 1 OR p_page_size > 1000 THEN
         RAISE EXCEPTION 'page size % is out of range 1..1000', p_page_size USING ERRCODE = 'HR001';
     END IF;
+    IF p_workflow_id = '' THEN
+        RAISE EXCEPTION 'workflow_id is empty' USING ERRCODE = 'HR001',
+            HINT = 'pass the workflow_id the runs were started with, or none for every run';
+    END IF;
     v_where := harvest._execution_filters(p_status, p_workflow_name, p_search_attributes, p_created_after,
                                           p_created_before);
+    -- The runs of one workflow id (a continue-as-new chain, a reset's forks, earlier runs that
+    -- reused it): down executions_workflow_id, then sorted (a workflow id's runs are few).
+    IF p_workflow_id IS NOT NULL THEN
+        v_where := v_where || format('e.workflow_id = %L', p_workflow_id);
+    END IF;
     SELECT * INTO v_filter FROM harvest._compile_filter(p_filter);
     v_where := v_where || v_filter.o_sql;
     IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
@@ -1892,9 +1903,10 @@ COMMENT ON FUNCTION harvest.get_execution_by_workflow_id IS
 'there is none, HR001 when the id is empty or, with no name, several workflows use it. For clients (role '
 'harvest_reader).';
 COMMENT ON FUNCTION harvest.list_executions IS
-'The workflow list: optional filters composed with AND (p_filter: an expression with AND, OR, IN and parentheses '
-'whose keys and values are bound parameters), keyset pages on (created_at, id) with next_cursor; an '
-'unknown state, bad filter, order, page size or cursor raises HR001. For operators (role harvest_reader).';
+'The workflow list: optional filters composed with AND (p_workflow_id: the runs of one workflow id; p_filter: an '
+'expression with AND, OR, IN and parentheses whose keys and values are bound parameters), keyset pages on '
+'(created_at, id) with next_cursor; an unknown state, bad filter, order, page size or cursor, or an empty '
+'workflow id raises HR001. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.list_search_attribute_indexes IS
 'The search attributes the schema owner indexed for range tests (`harvest search-attr index`), each with its '
 'type, its index''s name, state (valid, invalid, missing) and size in bytes. For operators (role harvest_reader).';

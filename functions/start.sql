@@ -413,7 +413,8 @@ BEGIN
     -- executions_name_created (every run of the name) the same as
     -- executions_workflow_id_latest, and a tie-break took the former until the next
     -- ANALYZE. A range makes no equivalence class, so workflow_id stays a sort key
-    -- that only executions_workflow_id_latest delivers: it wins on any statistics
+    -- that only executions_workflow_id_latest and executions_workflow_id (the id's runs
+    -- of any name) deliver: one of them wins on any statistics
     -- (tests/integration/test_generic_plans.py). BETWEEN x AND x is = x, and a
     -- constant leading sort key changes no order.
     SELECT * INTO v_prior FROM harvest.executions AS e

@@ -143,7 +143,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(91);
+SELECT plan(93);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -172,6 +172,10 @@ SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_cursor => 'garbage')$
                  'a malformed cursor is refused');
 SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_order => 'sideways')$$, 'HR001', NULL,
                  'order is asc or desc');
+SELECT is((SELECT array_agg(r.workflow_id) FROM harvest.list_executions(p_workflow_id => 'op-2') AS r),
+          ARRAY['op-2'], 'p_workflow_id lists the runs of that workflow id only');
+SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_workflow_id => '')$$, 'HR001',
+                 'workflow_id is empty', 'an empty workflow id is refused, not matched against nothing');
 
 -- count_executions reads the same rows as the list, grouped.
 SELECT is((SELECT array_agg(array[c.status, c.executions::text]) FROM harvest.count_executions(

@@ -96,6 +96,14 @@ WHERE status IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED');
 CREATE INDEX executions_workflow_id_latest
 ON harvest.executions (workflow_name, workflow_id, created_at DESC);
 
+-- A workflow id's runs whatever their workflow's name: a lookup by workflow id without its name
+-- (get_execution_by_workflow_id, GET /workflows/current) and the list of one id's runs
+-- (list_executions' p_workflow_id; migration 0128), which read every run before. Not the id
+-- leading executions_workflow_id_latest instead: a start's prior, planned generically, then
+-- read down executions_name_created (tests/integration/test_generic_plans.py).
+CREATE INDEX executions_workflow_id
+ON harvest.executions (workflow_id);
+
 -- A status's runs in the workflow list's order, (created_at, id) one way or the other
 -- (list_executions with one state; migration 0114): both columns ascending, so a backward scan
 -- is the list's newest first. (status, created_at DESC, id) matched neither direction of the

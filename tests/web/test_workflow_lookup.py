@@ -53,10 +53,11 @@ def test_the_current_run_of_a_workflow_id_is_found_over_http(db: str) -> None:
         assert "no run has workflow_id order-2" in error_of(missing)["message"]
         other = api.get("/workflows/current", params={"workflow_id": "order-1", "workflow_name": "other"})
         assert other.status_code == 404
-        listed = error_of(api.get("/workflows", params={"workflow_id": "order-1"}))  # (no such filter)
-        assert listed["field"] == "workflow_id"
-        assert listed["message"].endswith(
-            "; the current run of a workflow id is GET /workflows/current?workflow_id=..."
+        counted = error_of(api.get("/workflows/count", params={"workflow_id": "order-1"}))  # (the list's)
+        assert counted["field"] == "workflow_id"
+        assert counted["message"].endswith(
+            "; the runs of a workflow id are GET /workflows?workflow_id=..., its current run "
+            "GET /workflows/current?workflow_id=..."
         )
         none = api.get("/workflows/current")
         assert none.status_code == 400 and error_of(none)["field"] == "workflow_id"

@@ -1113,11 +1113,13 @@ class HttpReads:
         cursor: str | None = None,
         order: str = "desc",
         filter: str | None = None,
+        workflow_id: str | None = None,
     ) -> Merged[Any]:
         answer = self.http.get(
             "/workflows",
             state=state,
             workflow_name=workflow_name,
+            workflow_id=workflow_id,
             search_attr=list(search_attributes or []),
             filter=filter,
             created_after=created_after,

@@ -394,6 +394,12 @@ def _summary(event: dict[str, Any]) -> str:
 )
 @click.option("--workflow-name", default=None)
 @click.option(
+    "--workflow-id",
+    default=None,
+    help="Only the runs of this workflow id (a continue-as-new chain, a reset's forks, earlier runs that "
+    "reused it); its current run: harvest workflow current.",
+)
+@click.option(
     "--search-attr",
     "search_attrs",
     multiple=True,
@@ -424,6 +430,7 @@ def _summary(event: dict[str, Any]) -> str:
 def list_(
     state: str | None,
     workflow_name: str | None,
+    workflow_id: str | None,
     search_attrs: tuple[str, ...],
     created_after: datetime | None,
     created_before: datetime | None,
@@ -437,6 +444,8 @@ def list_(
     """List executions, newest first, with filters and keyset pagination, over every shard."""
     if not 1 <= page_size <= 1000:  # the SQL check's words; a huge int would not even reach it
         raise InvalidArgument(f"page size {page_size} is out of range 1..1000")
+    if workflow_id == "":  # (the SQL's words: over HTTP an empty parameter is an absent one)
+        raise InvalidArgument("workflow_id is empty: pass the workflow_id the runs were started with")
     merged = read_shards(
         database_url,
         lambda reads: reads.list_workflows(
@@ -449,6 +458,7 @@ def list_(
             cursor=cursor,
             order=order,
             filter=filter_expr,
+            workflow_id=workflow_id,
         ),
     )
 

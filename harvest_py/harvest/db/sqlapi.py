@@ -271,7 +271,7 @@ SELECT * FROM harvest.list_executions(
     p_status => %(state)s, p_workflow_name => %(workflow_name)s,
     p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
     p_created_before => %(created_before)s, p_page_size => %(page_size)s, p_cursor => %(cursor)s,
-    p_order => %(order)s, p_filter => %(filter)s)
+    p_order => %(order)s, p_filter => %(filter)s, p_workflow_id => %(workflow_id)s)
 """
 COUNT_EXECUTIONS = """
 SELECT * FROM harvest.count_executions(
@@ -1672,7 +1672,10 @@ def list_executions(
     cursor: str | None = None,
     order: str = "desc",
     filter: str | None = None,
+    workflow_id: str | None = None,
 ) -> dict[str, Any]:
+    """``workflow_id``: only that id's runs (a continue-as-new chain, a reset's forks, earlier
+    runs that reused it)."""
     return {
         "state": state,
         "workflow_name": workflow_name,
@@ -1683,6 +1686,7 @@ def list_executions(
         "cursor": cursor,
         "order": order,
         "filter": filter,
+        "workflow_id": workflow_id,
     }
 
 

@@ -635,8 +635,14 @@ def list_workflows(
     cursor: str | None = None,
     order: str = "desc",
     filter: str | None = None,
+    workflow_id: str | None = None,
 ) -> Plan:
     """One page of the workflow list across shards, ordered by (created_at, id).
+
+    ``workflow_id``: only that id's runs. Every shard is still asked, as :func:`current_run`
+    asks them: a pinned start's run is not on the id's hashed shard, the hash takes the
+    workflow's name, which the filter need not give, and a moved run lives on another shard
+    (each shard reads the id's runs down its index, a few rows).
 
     Cursor guarantees (docs/sharding.md, "Fan-out reads"): paging from the first page to the
     last with every shard up delivers every row that existed throughout exactly once, in order
@@ -661,6 +667,7 @@ def list_workflows(
             "created_after": created_after,
             "created_before": created_before,
             **({"filter": filter} if filter else {}),
+            **({"workflow_id": workflow_id} if workflow_id is not None else {}),
         }
     )
     start: ListCursor | None = None
@@ -693,6 +700,7 @@ def list_workflows(
             cursor=shard_cursor(position(shard)),
             order=order,
             filter=filter,
+            **({"workflow_id": workflow_id} if workflow_id is not None else {}),
         )
 
     fan = yield Step(read)

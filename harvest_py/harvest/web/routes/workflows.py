@@ -90,6 +90,12 @@ FILTERS = (
         "test a search attribute or workflow_name = / IN. ANDed with the other filters.",
     ),
 )
+# The list's own filter (not the count's): a workflow id's runs, on every shard (fanout.list_workflows).
+WORKFLOW_ID = Param(
+    "workflow_id",
+    description="Only the runs of this workflow id (a continue-as-new chain, a reset's forks, earlier runs "
+    "that reused it); its current run is GET /workflows/current.",
+)
 _OPS = {"eq": "=", "ne": "!=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 
@@ -128,6 +134,7 @@ _REFUSED_FIELDS = (
     (re.compile(r"search attribute filters?\b"), "search_attributes"),
     (re.compile(r"unknown state |cannot \w+ runs in state "), "state"),
     (re.compile(r"(workflow list |the )?cursor\b"), "cursor"),
+    (re.compile(r"workflow_id "), "workflow_id"),
 )
 
 
@@ -146,7 +153,11 @@ async def list_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
     page_size = args["page_size"] or args["limit"] or 50
     try:
         found = await call.reads().list_workflows(
-            **_filters(args), page_size=page_size, cursor=args["cursor"], order=args["order"]
+            **_filters(args),
+            workflow_id=args["workflow_id"],
+            page_size=page_size,
+            cursor=args["cursor"],
+            order=args["order"],
         )
     except InvalidArgument as exc:
         raise _named(exc) from None
@@ -806,8 +817,11 @@ BATCH_SHAPE["properties"]["execution_ids"] = {"type": "array", "items": {"type":
 TIMEOUT = {"type": "number", "minimum": 0.001, "maximum": 3600}
 WAIT = {"type": "string", "enum": ["accepted", "completed"]}
 
-# Where the list and the count send a caller who filtered by workflow id (no such filter).
-BY_WORKFLOW_ID = {"workflow_id": "the current run of a workflow id is GET /workflows/current?workflow_id=..."}
+# Where the count sends a caller who filtered by workflow id (no such filter: the list has one).
+BY_WORKFLOW_ID = {
+    "workflow_id": "the runs of a workflow id are GET /workflows?workflow_id=..., its current run "
+    "GET /workflows/current?workflow_id=..."
+}
 
 ENDPOINTS = [
     Endpoint(
@@ -816,9 +830,8 @@ ENDPOINTS = [
         "read",
         list_workflows,
         "List executions over every shard, newest first, keyset-paginated.",
-        (*FILTERS, *PAGE),
+        (*FILTERS, WORKFLOW_ID, *PAGE),
         tag="workflows",
-        elsewhere=BY_WORKFLOW_ID,
         shape=shape(executions=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
     ),
     Endpoint(
