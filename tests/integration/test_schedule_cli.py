@@ -36,7 +36,7 @@ def test_schedule_cli(db: str) -> None:
     assert (
         made["cron"] == "0 3 * * *"
         and made["timezone"] == "Europe/Paris"
-        and made["input"] == [{"region": "eu"}]
+        and made["args"] == [{"region": "eu"}]
     )
     assert len(made["next_fire_times"]) == 5 and all(
         "T01:00:00" in t or "T02:00:00" in t for t in made["next_fire_times"]
@@ -268,10 +268,10 @@ def test_a_schedules_input_comes_from_a_file_or_stdin(db: str) -> None:
         stdin='{"region": "eu"}',
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
-    assert json.loads(made.stdout)["input"] == [{"region": "eu"}]
+    assert json.loads(made.stdout)["args"] == [{"region": "eu"}]
     changed = harvest(db, "schedule", "update", "from_stdin", "--input-file", "-", "-o", "json", stdin="null")
     assert changed.returncode == 0, changed.stderr
-    assert json.loads(changed.stdout)["input"] == [None]  # a null argument is an argument
+    assert json.loads(changed.stdout)["args"] == [None]  # a null argument is an argument
     both = harvest(
         db, "schedule", "update", "from_stdin", "--input-json", "1", "--input-file", "-", stdin="2"
     )
@@ -323,11 +323,11 @@ def test_update_clears_the_input_the_queue_and_max_active_runs(db: str) -> None:
         db, "schedule", "create-workflow", "--name", "clr", "--every", "1h", "--input-json", '{"a": 1}',
         "--queue", "reports", "--max-active-runs", "3",
     )  # fmt: skip
-    assert (made["input"], made["queue"], made["max_active_runs"]) == ([{"a": 1}], "reports", 3)
+    assert (made["args"], made["queue"], made["max_active_runs"]) == ([{"a": 1}], "reports", 3)
     cleared = _json(
         db, "schedule", "update", "clr", "--clear", "input", "--clear", "queue", "--clear", "max-active-runs"
     )
-    assert (cleared["input"], cleared["queue"], cleared["max_active_runs"]) == ([], "default", 1)
+    assert (cleared["args"], cleared["queue"], cleared["max_active_runs"]) == ([], "default", 1)
     both = harvest(db, "schedule", "update", "clr", "--queue", "x", "--clear", "queue")
     assert both.returncode == 2 and "--clear queue and a new queue together" in both.stderr, both.stderr
     unknown = harvest(db, "schedule", "update", "clr", "--clear", "cron")

@@ -156,12 +156,13 @@ def test_a_patch_of_the_cron_alone_keeps_the_zone(api) -> None:
     assert (moved.json()["cron"], moved.json()["timezone"]) == ("0 5 * * *", "Asia/Tokyo")
 
 
-def test_a_patch_clears_an_input_a_queue_or_max_active_runs_given_as_null(api) -> None:
-    """PATCH {"queue": null} (or input, max_active_runs) was "nothing to change" (a null was as
+def test_a_patch_clears_the_args_a_queue_or_max_active_runs_given_as_null(api) -> None:
+    """PATCH {"queue": null} (or args, max_active_runs) was "nothing to change" (a null was as
     absent): a schedule kept an input or a queue once given. Null clears each, to what a create
-    without it takes (no input; the served App's queue of the workflow, else the registered
+    without it takes (no arguments; the served App's queue of the workflow, else the registered
     one; one run), as the dashboard's emptied field and `harvest schedule update --clear` do. A
-    null of a field that cannot be cleared is still as absent."""
+    null of a field that cannot be cleared is still as absent (an input of null is one null
+    argument: tests/web/test_schedule_arguments.py)."""
     made = api.post(
         "/admin/schedules/workflow",
         # (a workflow the served App does not declare: idle takes no argument)
@@ -169,10 +170,10 @@ def test_a_patch_clears_an_input_a_queue_or_max_active_runs_given_as_null(api) -
               "queue": "reports", "max_active_runs": 3},
     )  # fmt: skip
     assert made.status_code == 201, made.text
-    patched = api.patch("/admin/schedules/clr", json={"input": None, "queue": None, "max_active_runs": None})
+    patched = api.patch("/admin/schedules/clr", json={"args": None, "queue": None, "max_active_runs": None})
     assert patched.status_code == 200, patched.text
     row = patched.json()
-    assert (row["input"], row["queue"], row["max_active_runs"]) == ([], "default", 1)
+    assert (row["args"], row["queue"], row["max_active_runs"]) == ([], "default", 1)
     assert row["interval_secs"] == 3600  # the rest as it was
     alone = api.patch("/admin/schedules/clr", json={"cron": None})
     assert alone.status_code == 400 and "nothing to change" in alone.text

@@ -85,10 +85,11 @@ def test_one_spelling_of_a_schedules_timing() -> None:
     assert paris.describe() == "cron 0 3 * * * Europe/Paris"
 
 
-# The fields of a schedule's answer a client edits and sends back (input aside: an answer lists
-# the run's arguments, a write takes the one argument).
+# The fields of a schedule's answer a client edits and sends back (args: the run's arguments, as
+# a write's args takes them; its input is the one argument).
 EDITABLE = (
     "workflow_name",
+    "args",
     "queue",
     "cron",
     "timezone",
@@ -160,8 +161,8 @@ def test_a_create_over_http_is_checked_against_the_served_app_and_the_registered
         ).status_code
         == 201
     )
-    cleared = api.patch("/admin/schedules/r", json={"input": None})
-    assert cleared.status_code == 400 and cleared.json()["error"]["field"] == "input"
+    cleared = api.patch("/admin/schedules/r", json={"args": None})
+    assert cleared.status_code == 400 and cleared.json()["error"]["field"] == "args"
     conn.execute("SELECT harvest.register_workflows(ARRAY['default'], ARRAY['report'])")
     typo = api.post("/admin/schedules/workflow", json={"name": "t", "workflow_name": "reprot", "every": "1h"})
     assert typo.status_code == 400 and typo.json()["error"]["code"] == "unknown_workflow", typo.text

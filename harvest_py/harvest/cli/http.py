@@ -819,8 +819,10 @@ class HttpApi:
         allow_unregistered: bool = False,
     ) -> dict[str, Any]:
         path = self._schedule(name)
-        # A field cleared (None) goes as null: the route clears it (schedule_spec.CLEARABLE).
-        body = {**_schedule_fields(changes), **{k: None for k, v in changes.items() if v is None}}
+        # A field cleared (None) goes as null: the route clears it (schedule_spec.CLEARABLE; the
+        # arguments as args: an input of null is one null argument).
+        cleared = {("args" if k == "input" else k): None for k, v in changes.items() if v is None}
+        body = {**_schedule_fields(changes), **cleared}
         if allow_unregistered:
             body["allow_unregistered"] = True
         params = {"shard_id": self.shard}
@@ -1055,7 +1057,9 @@ def _schedule_fields(options: dict[str, Any]) -> dict[str, Any]:
         elif key == "interval_secs":
             body["every"] = _secs(value)
         elif key == "input":
-            body["input"] = value[0] if isinstance(value, list) and len(value) == 1 else value
+            # The arguments as they are: a one-element list sent as `input` lost a null argument
+            # (the route took an input of null for none) where the SQL stored [null].
+            body["args"] = value
         elif key == "catchup_window_secs":
             body["catchup_window"] = _secs(value)
         elif key == "jitter_secs":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -67,7 +68,7 @@ GET_KEYS = [
     "workflow_name",
     "queue",
     "when",
-    "input",
+    "args",
     "max_active_runs",
     "overlap",
     "catchup",
@@ -145,9 +146,23 @@ def _checked(check: Callable[..., T], *args: Any) -> T:
         raise
 
 
-def _input(input_json: str | None, input_file: str | None) -> list[Any] | None:
-    """The run's one argument, from --input-json or --input-file (- for stdin); None: not given
-    (a JSON null given is an argument, [None])."""
+def _input(input_json: str | None, input_file: str | None, args_json: str | None) -> list[Any] | None:
+    """The run's arguments: its one argument from --input-json or --input-file (- for stdin; a
+    JSON null given is an argument, [None]), or the JSON array of --args-json; None: not given.
+    Both, or --args-json not an array: a usage error (exit 2)."""
+    if args_json is not None:
+        if input_json is not None or input_file is not None:
+            raise click.UsageError(
+                "give --input-json/--input-file (the run's one argument) or --args-json (its arguments), "
+                "not both"
+            )
+        given = read_json_option(args_json, None, "args")
+        if not isinstance(given, list):
+            raise click.UsageError(
+                f"--args-json: expected a JSON array of the run's arguments, got {json.dumps(given)[:60]} "
+                "(one argument: --input-json)"
+            )
+        return given
     if input_json is None and input_file is None:
         return None
     return [read_json_option(input_json, input_file, "input")]
@@ -176,10 +191,16 @@ _SPEC_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any], dict[str, Any], dict
         {"help": "The cron's IANA time zone (default UTC)."},
         {"help": "With --cron: its time zone."},
     ),
-    (("--input-json",), {"default": None}, {"help": "The run's one argument, as JSON."}, {}),
+    (("--input-json",), {"default": None}, {"help": "The run's one argument, as JSON (null too)."}, {}),
     (
         ("--input-file",),
         {"default": None, "help": "Read the argument's JSON from a file (- for stdin)."},
+        {},
+        {},
+    ),
+    (
+        ("--args-json",),
+        {"default": None, "help": "The run's arguments, as a JSON array (not with --input-json)."},
         {},
         {},
     ),
@@ -263,6 +284,7 @@ def create_workflow(
     tz: str | None,
     input_json: str | None,
     input_file: str | None,
+    args_json: str | None,
     queue: str | None,
     max_active_runs: int,
     overlap: str,
@@ -281,7 +303,8 @@ def create_workflow(
     timing = _checked(schedules.timing, cron, every, tz)
     if not timing:
         raise click.UsageError("give --cron or --every")
-    run_input = _input(input_json, input_file)  # read before connecting: a bad file holds no connection
+    # (read before connecting: a bad file holds no connection)
+    run_input = _input(input_json, input_file, args_json)
     with _schedule_api(database_url, name, None, read_only=False) as sql:
         data = sql.create_schedule(
             name,
@@ -493,6 +516,7 @@ def update(
     tz: str | None,
     input_json: str | None,
     input_file: str | None,
+    args_json: str | None,
     queue: str | None,
     max_active_runs: int | None,
     overlap: str | None,
@@ -514,7 +538,7 @@ def update(
     }
     for key, value in (
         ("workflow_name", workflow_name),
-        ("input", _input(input_json, input_file)),
+        ("input", _input(input_json, input_file, args_json)),
         ("queue", queue),
         ("max_active_runs", max_active_runs),
         ("overlap", overlap),

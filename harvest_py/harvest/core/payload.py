@@ -1028,8 +1028,10 @@ PAYLOAD_MARKERS = frozenset({"side_effect"})
 # functions/payloads.sql, _erase_payload_fields, names the same kinds.
 OUTCOME_MARKERS = frozenset({"local_activity", "dag_node"})
 # A payload an answer shows under a name of its own, read from a field above (erasing the field
-# erases it): a DAG run's conf, its run's input (functions/dags.sql, get_dag_run).
-PAYLOAD_COPIES = {"conf": "dag_name"}  # the key, and the key that says its holder is one
+# erases it): a DAG run's conf, its run's input (functions/dags.sql, get_dag_run); a schedule's
+# args, its stored input (harvest.declare.schedules.schedule_view). Each key, and the key that
+# says its holder is one.
+PAYLOAD_COPIES = {"conf": "dag_name", "args": "max_active_runs"}
 
 
 def _is_payload(holder: Mapping[str, Any], key: str) -> bool:

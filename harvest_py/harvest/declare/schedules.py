@@ -413,10 +413,14 @@ def listed_schedule(row: dict[str, Any]) -> dict[str, Any]:
 
 def schedule_view(row: dict[str, Any], count: int = 5) -> dict[str, Any]:
     """A stored schedule as ``harvest schedule get`` and the HTTP API show it: its
-    ``next_fire_times``, and its ``problem`` when its slots cannot be computed."""
+    ``next_fire_times``, its ``problem`` when its slots cannot be computed, and the run's
+    arguments as ``args`` (the SQL's ``input``, a list): what a write's ``args`` takes back as
+    it reads, where a write's ``input`` is the one argument. A row that says ``args`` already
+    (a server's answer) keeps it."""
     problem = schedule_problem(row)
+    shown = {("args" if k == "input" else k): v for k, v in row.items()}
     return {
-        **row,
+        **shown,
         "next_fire_times": next_fire_times(row, count),
         **({"problem": problem} if problem else {}),
     }

@@ -38,7 +38,11 @@ SECONDS = {"type": "integer", "minimum": 1}
 FIELDS = {
     **TIMING,
     "workflow_name": STRING,
-    "input": ANY,
+    "input": {**ANY, "description": "the run's one argument, any JSON value (null too: one null argument)"},
+    "args": {
+        "type": "array",
+        "description": "the run's arguments, as an answer spells them (not beside input; [] none)",
+    },
     "queue": STRING,
     "max_active_runs": MAX_ACTIVE_RUNS,
     "overlap": OVERLAP,
@@ -68,9 +72,10 @@ CREATE = body(
     ("name",),
 )
 # The fields an update clears when given as null: each goes back to what a create without it
-# takes (no input; the queue a create's default picks; one active run). Another field given as
-# null is as absent (a schedule cannot be without its timing, workflow or policy).
-CLEARABLE = ("input", "queue", "max_active_runs")
+# takes (no arguments; the queue a create's default picks; one active run). Another field given
+# as null is as absent (a schedule cannot be without its timing, workflow or policy), but input:
+# a JSON null given is the run's one argument, as --input-json null is.
+CLEARABLE = ("args", "queue", "max_active_runs")
 UPDATE = body(
     {
         **FIELDS,
@@ -118,11 +123,24 @@ def timing(data: dict[str, Any]) -> dict[str, Any]:
     return _named(schedules.timing, data.get("cron"), data.get("every"), data.get("tz"))
 
 
+def arguments(data: dict[str, Any]) -> list[Any] | None:
+    """The run's arguments a body gives, as create_schedule / update_schedule take them (their
+    ``input``): ``input``, the one argument (a null given is one: [None], as `schedule
+    create-workflow --input-json null` stores), or ``args``, the list an answer reads back; None
+    when neither is given (or args is null). Both: a 400 naming args."""
+    if "input" in data and "args" in data:
+        raise invalid("args", "give input (the run's one argument) or args (its arguments), not both")
+    if "input" in data:
+        return [data["input"]]
+    return data.get("args")
+
+
 def options(data: dict[str, Any]) -> dict[str, Any]:
     """The fields other than the timing, as create_schedule / update_schedule take them."""
     out: dict[str, Any] = {}
-    if "input" in data and data["input"] is not None:
-        out["input"] = [data["input"]]  # the run's one argument, as --input-json
+    given = arguments(data)
+    if given is not None:
+        out["input"] = given
     for key in ("workflow_name", "queue", "max_active_runs", "overlap"):
         if data.get(key) is not None:
             out[key] = data[key]
@@ -161,10 +179,14 @@ def create_arguments(
     }
 
 
-def check_app_input(app: Any, name: str, kind: str, workflow_name: str, args: list[Any] | None) -> None:
+def check_app_input(
+    app: Any, name: str, kind: str, workflow_name: str, args: list[Any] | None, field: str = "input"
+) -> None:
     """A workflow schedule's run arguments bound to its workflow's parameters, when ``app`` (the
     served App) declares the workflow: a schedule of a workflow that needs an argument, made
-    without one, failed every firing. A 400 naming ``input``; nothing to check otherwise."""
+    without one, failed every firing. A 400 naming ``field`` (the body's ``input`` or ``args``);
+    nothing to check otherwise."""
+    said = "input is the run's one argument" if field == "input" else "args are the run's arguments"
     definition = app.workflows.get(workflow_name) if app is not None and kind == "workflow" else None
     if definition is None:
         return
@@ -173,19 +195,20 @@ def check_app_input(app: Any, name: str, kind: str, workflow_name: str, args: li
     except TypeError as exc:
         if type(exc) is not TypeError:
             raise
-        raise invalid("input", f"{exc} (input is the run's one argument)") from None
+        raise invalid(field, f"{exc} ({said})") from None
 
 
 def update_changes(data: dict[str, Any]) -> dict[str, Any]:
     """``update_schedule``'s changes from a body checked against :data:`UPDATE` (possibly
     empty: the caller says there is nothing to change). A :data:`CLEARABLE` field given as null
     is a change to None, which ``update_schedule`` takes as that field's default (the SQL's: no
-    input, the workflow's registered queue, one active run); the caller resolves a cleared
+    arguments, the workflow's registered queue, one active run); the caller resolves a cleared
     queue to the served App's first (:func:`cleared_queue`), as a create does."""
     checked = write_names(check_body(UPDATE, data))
     # (a cron alone: the expression, in the zone the schedule has)
     timing_of = _named(schedules.timing_changes, checked.get("cron"), checked.get("every"), checked.get("tz"))
-    cleared = {k: None for k in CLEARABLE if k in checked and checked[k] is None}
+    # (args cleared: update_schedule's input, the arguments, back to none)
+    cleared = {"input" if k == "args" else k: None for k in CLEARABLE if k in checked and checked[k] is None}
     return {**timing_of, **options(checked), **cleared}
 
 

@@ -73,6 +73,11 @@ async def _on_home(call: Call, name: str, shard: int | None, fn: Any) -> Any:
         raise said from None
 
 
+def _field(data: dict[str, Any]) -> str:
+    """The body's field that gave the run's arguments: args, else input."""
+    return "args" if "args" in data else "input"
+
+
 def _view(row: dict[str, Any]) -> dict[str, Any]:
     return {**schedule_view(row), "when": describe_row(row)}
 
@@ -95,7 +100,7 @@ async def get_schedule(call: Call, args: dict[str, Any], _: Any) -> Any:
 async def create_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     kwargs = create_arguments(data, lambda workflow, given: declared_queue(call, workflow, given))
     name, workflow_name = kwargs.pop("name"), kwargs.pop("workflow_name")
-    check_app_input(call.state.app, name, kwargs["kind"], workflow_name, kwargs.get("input"))
+    check_app_input(call.state.app, name, kwargs["kind"], workflow_name, kwargs.get("input"), _field(data))
     row = await _on_home(
         call,
         name,
@@ -116,7 +121,7 @@ async def update_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]
         if app is not None and ("input" in changes or "workflow_name" in changes or "kind" in changes):
             row = await sql.get_schedule(name, 1)
             now = {**row, **{k: v for k, v in changes.items() if k in ("input", "workflow_name", "kind")}}
-            check_app_input(app, name, now["kind"], now["workflow_name"], now["input"])
+            check_app_input(app, name, now["kind"], now["workflow_name"], now["input"], _field(data))
         # (a cleared queue: the served App's, as a create without one takes it)
         return await sql.update_schedule(
             name,
@@ -230,8 +235,9 @@ ENDPOINTS = [
         "/admin/schedules/{name}",
         "operate",
         update_schedule,
-        "Change fields of a schedule (a new cron, interval, zone or jitter counts from now); input, "
-        "queue or max_active_runs given as null is cleared, to what a create without it takes.",
+        "Change fields of a schedule (a new cron, interval, zone or jitter counts from now); args, "
+        "queue or max_active_runs given as null is cleared, to what a create without it takes (input "
+        "given as null is one null argument).",
         (NAME, SHARD),
         UPDATE,
         responses={200: "OK", 404: "No such schedule"},

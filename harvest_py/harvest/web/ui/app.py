@@ -1725,6 +1725,8 @@ def _writer(source: Source, shard: int, principal: Principal) -> Callable[[], An
 
 # The New schedule and Edit forms' text fields, sent on as they are (a blank one: not given).
 _SCHEDULE_TEXT = ("workflow_name", "cron", "tz", "every", "queue", "overlap", "catchup_window", "jitter")
+# The Edit form's fields that emptied clear (schedule_spec.CLEARABLE, the arguments as its input field).
+_FORM_CLEARABLE = ("input", "queue", "max_active_runs")
 
 
 def _schedule_body(form: dict[str, str], *, create: bool) -> dict[str, Any]:
@@ -1798,11 +1800,10 @@ def _edit_changes(row: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:
         del body["catchup_window"]
     if drawn is not None:
         # A clearable field drawn with a value and sent empty is cleared (null, as the API's
-        # PATCH takes it); one drawn empty (an input the principal may not see) stays.
-        emptied = [
-            k for k in schedule_spec.CLEARABLE if _blank_none(drawn.get(k)) and not _blank_none(form.get(k))
-        ]
-        body.update(dict.fromkeys(emptied))
+        # PATCH takes it: the input field's as args, an input of null being one null argument);
+        # one drawn empty (an input the principal may not see) stays.
+        emptied = [k for k in _FORM_CLEARABLE if _blank_none(drawn.get(k)) and not _blank_none(form.get(k))]
+        body.update(dict.fromkeys("args" if k == "input" else k for k in emptied))
     changes = schedule_spec.update_changes(body)
     if drawn is not None:
         was = schedule_spec.update_changes(_schedule_body(drawn, create=False))
