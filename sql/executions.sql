@@ -98,7 +98,7 @@ ON harvest.executions (workflow_name, workflow_id, created_at DESC);
 
 -- A workflow id's runs whatever their workflow's name: a lookup by workflow id without its name
 -- (get_execution_by_workflow_id, GET /workflows/current) and the list of one id's runs
--- (list_executions' p_workflow_id; migration 0128), which read every run before. Not the id
+-- (list_executions' p_workflow_id; migration 0129), which read every run before. Not the id
 -- leading executions_workflow_id_latest instead: a start's prior, planned generically, then
 -- read down executions_name_created (tests/integration/test_generic_plans.py).
 CREATE INDEX executions_workflow_id

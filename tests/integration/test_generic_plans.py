@@ -147,7 +147,7 @@ START_LOOKUP = Statement(
     {"p_workflow_name": "text", "p_workflow_id": "text"},
 )
 # Both lead with (workflow_name, workflow_id), executions_workflow_id with the id (the runs of
-# that id, whatever their name: migration 0128); executions_name_created does not, and walks
+# that id, whatever their name: migration 0129); executions_name_created does not, and walks
 # every run of the workflow name.
 START_INDEXES = {"executions_workflow_id_latest", "executions_active_workflow_id", "executions_workflow_id"}
 

@@ -1,5 +1,5 @@
 -- harvest:no-transaction
--- 0128: the workflow list filters by workflow id (harvest.list_executions' p_workflow_id: GET
+-- 0129: the workflow list filters by workflow id (harvest.list_executions' p_workflow_id: GET
 -- /workflows?workflow_id=, `harvest workflow list --workflow-id`), down a new index by workflow
 -- id: executions_workflow_id_latest leads with the workflow name, so the list of one id's runs,
 -- and a lookup by workflow id without its name (get_execution_by_workflow_id, GET
