@@ -19,11 +19,11 @@ def error_of(response) -> dict:
 
 
 def test_an_unknown_query_parameter_is_a_400_naming_it_and_the_known_ones(db: str) -> None:
-    """?workflow_id= (no such filter) listed every run as if unfiltered; a body's unknown field
-    was already a 400 naming it."""
+    """?workflow_id= (no such filter then) listed every run as if unfiltered; a body's unknown
+    field was already a 400 naming it. A misspelt filter is the case now."""
     with api_client(db) as api:
         for path in (
-            "/workflows?workflow_id=order-1",
+            "/workflows?workflowid=order-1",
             "/dead-letters?execution_id=x",
             "/workflows/count?statuss=RUNNING",
         ):
@@ -33,7 +33,7 @@ def test_an_unknown_query_parameter_is_a_400_naming_it_and_the_known_ones(db: st
             name = path.split("?")[1].split("=")[0]
             assert error["code"] == "invalid_argument" and error["field"] == name
             assert error["message"].startswith(f"{name}: unknown query parameter; the parameters are ")
-        listed = error_of(api.get("/workflows?workflow_id=order-1"))["message"]
+        listed = error_of(api.get("/workflows?workflowid=order-1"))["message"]
         assert "workflow_name" in listed and "page_size" in listed
         # A route with no query parameter says so; the declared ones still answer.
         assert error_of(api.get("/health/ready?verbose=1"))["message"].endswith("the parameters are none")
