@@ -624,15 +624,19 @@ def test_tls_is_verified_against_the_trust_store(tmp_path, monkeypatch) -> None:
         url = f"rediss://localhost:{server.port}/0"
         monkeypatch.delenv("SSL_CERT_DIR", raising=False)
         monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-        with pytest.raises(RedisUnavailable, match="certificate verify failed"):
+        with pytest.raises(RedisUnavailable, match="certificate verify failed") as refused:
             asyncio.run(connect(url))
+        # A Redis that is up: the cure is the certificate's name or the trust store, not starting it.
+        assert "set SSL_CERT_FILE or SSL_CERT_DIR" in str(refused.value), refused.value
+        assert "start Redis" not in str(refused.value), refused.value
         # A CA given in the URL's query does not replace the trust store: refused, not connected.
         with pytest.raises(ConfigError, match="sets ssl_ca_data"):
             asyncio.run(connect(f"{url}?{urlencode({'ssl_ca_data': ca.read_text()})}"))
         monkeypatch.setenv("SSL_CERT_FILE", str(ca))
         asyncio.run(connect(url))  # the private CA replaces the store: verified, connected
-        with pytest.raises(RedisUnavailable, match=r"certificate verify failed|match"):
+        with pytest.raises(RedisUnavailable, match=r"certificate verify failed|match") as refused:
             asyncio.run(connect(f"rediss://127.0.0.1:{server.port}/0"))  # not the certificate's name
+        assert "a host its certificate carries" in str(refused.value), refused.value
     finally:
         server.kill()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -378,7 +379,7 @@ class RedisChannel:
         import redis.asyncio as aioredis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
-        from redis.exceptions import AuthenticationError, RedisError
+        from redis.exceptions import RedisError
 
         options: dict[str, Any] = {
             "socket_connect_timeout": CONNECT_TIMEOUT_SECS,
@@ -417,12 +418,9 @@ class RedisChannel:
             await channel._check_projection(queues)
         except RedisError as exc:
             await channel.close()
-            # (A refused AUTH is a Redis that is up: starting it is not the cure.)
-            cure = (
-                "Redis refused the login: check the user and password in redis.url (percent-encoded)"
-                if isinstance(exc, AuthenticationError)
-                else "start Redis or unset redis.url"
-            )
+            # (A refused AUTH, or a certificate not verified, is a Redis that is up: starting it
+            # is not the cure.)
+            cure = _cure(exc)
             raise RedisUnavailable(
                 f"Redis dispatch is configured (redis.url) but {channel.endpoint} cannot be reached: "
                 f"{type(exc).__name__}: {_safe(exc, url)}; {cure}"
@@ -558,6 +556,20 @@ class RedisChannel:
             await self._client.aclose()
         except AttributeError:  # redis < 5.0.1
             await self._client.close()
+
+
+def _cure(exc: BaseException) -> str:
+    """What to do about a Redis that the boot could not use (the end of RedisUnavailable's line)."""
+    from redis.exceptions import AuthenticationError  # (the redis extra: imported when used)
+
+    if isinstance(exc, AuthenticationError):
+        return "Redis refused the login: check the user and password in redis.url (percent-encoded)"
+    if isinstance(exc.__cause__, ssl.SSLCertVerificationError):
+        return (
+            "its TLS certificate was not verified: name in redis.url a host its certificate carries, "
+            "and for a private CA set SSL_CERT_FILE or SSL_CERT_DIR to it"
+        )
+    return "start Redis or unset redis.url"
 
 
 def _safe(exc: BaseException, url: str) -> str:
