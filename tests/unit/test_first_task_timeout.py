@@ -89,3 +89,21 @@ def test_a_request_not_waiting_keeps_its_message() -> None:
     text = str(_timeout(waiting(status="pending"), "query 'total' on execution e-1", 2.0))
     assert "first workflow task" not in text
     assert "2 live worker(s) poll task queue 'q', but none answered" in text
+
+
+def test_a_request_no_worker_took_says_a_live_worker_may_be_dead() -> None:
+    """None of the live workers took it: busy, or one killed a moment ago that still counts as
+    live (its heartbeat not yet missed twice). Never "do they register the workflow?": a worker
+    without the workflow hands the request back, and it is answered UnknownWorkflow."""
+    text = str(_timeout(waiting(status="pending"), "query 'total' on execution e-1", 2.0))
+    assert "none took the request" in text, text
+    assert "killed" in text and "misses two heartbeats" in text, text
+    assert "register the workflow" not in text, text
+
+
+def test_a_request_a_worker_took_names_that_worker() -> None:
+    row = waiting(status="running", claimed_by="w-9", kind="update")
+    text = str(_timeout(row, "update 'spend' on execution e-1", 2.0))
+    assert "worker 'w-9' took the request and has not answered" in text, text
+    assert "its update handler still runs, or that worker died or hangs" in text, text
+    assert "register the workflow" not in text, text

@@ -137,9 +137,18 @@ def _timeout(row: dict[str, Any] | None, what: str, timeout: float, failed: str 
         return QueryTimeout(f"{text}: {_first_task_wait(row)}")
     if not row["live_workers"]:
         return QueryTimeout(f"{text}: no live worker polls task queue {row['queue']!r}")
+    # (Not "do they register the workflow?": a worker without it hands the request back and,
+    # with no live worker left to try, it is answered UnknownWorkflow, not left to time out.)
+    head = f"{text}: {row['live_workers']} live worker(s) poll task queue {row['queue']!r}, but none answered"
+    if row["status"] == "running" and row.get("claimed_by"):
+        return QueryTimeout(
+            f"{head}: worker {row['claimed_by']!r} took the request and has not answered (its "
+            f"{row['kind']} handler still runs, or that worker died or hangs: the request goes to "
+            "another worker once its lease runs out)"
+        )
     return QueryTimeout(
-        f"{text}: {row['live_workers']} live worker(s) poll task queue "
-        f"{row['queue']!r}, but none answered (do they register the workflow?)"
+        f"{head}: none took the request (they are busy, or one of them was killed or hangs: a "
+        "worker counts as live until it misses two heartbeats)"
     )
 
 
