@@ -852,6 +852,30 @@ def test_boot_refuses_a_redis_user_that_may_not_run_the_projection(tmp_path) -> 
     assert "EVAL" in text and "+@scripting" in text and "hunter2" not in text, text
 
 
+def test_boot_refuses_a_redis_user_without_client_setname_saying_to_grant_it(tmp_path) -> None:
+    """The ACL docs/redis-dispatch.md lists boots, and with ``client_name`` in the URL it also needs
+    CLIENT SETNAME: refused at boot naming the command and saying to grant it, not to start a
+    Redis that is up."""
+    acl = ("hv", "on", ">hunter2secret", "~harvest:tasks:*", "+xadd", "+xreadgroup", "+xack")
+    acl += ("+xgroup", "+xautoclaim", "+xpending", "+xrange", "+eval", "+ping", "+info")
+    server = RedisServer(tmp_path).start("--user", *acl)
+    url = f"redis://hv:hunter2secret@127.0.0.1:{server.port}/0"
+
+    async def connect(url: str) -> None:
+        channel = await RedisChannel.connect(url, ["q"])
+        await channel.close()
+
+    try:
+        asyncio.run(connect(url))  # the documented commands are enough
+        with pytest.raises(RedisUnavailable) as refused:
+            asyncio.run(connect(f"{url}?client_name=w1"))
+    finally:
+        server.kill()
+    text = str(refused.value)
+    assert "client|setname" in text and "grant it" in text, text
+    assert "start Redis" not in text and "hunter2" not in text, text
+
+
 def test_a_take_over_of_many_entries_just_under_the_entry_bound_fits_its_reply(redis_server) -> None:
     """The projection's own reply is bounded too: 1,200 entries, each under MAX_ENTRY_BYTES but
     with a 900-byte due time, made the projection's reply past REPLY_MAX_BYTES (a read's and a

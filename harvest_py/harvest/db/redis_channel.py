@@ -560,10 +560,15 @@ class RedisChannel:
 
 def _cure(exc: BaseException) -> str:
     """What to do about a Redis that the boot could not use (the end of RedisUnavailable's line)."""
-    from redis.exceptions import AuthenticationError  # (the redis extra: imported when used)
+    from redis.exceptions import AuthenticationError, NoPermissionError  # (the redis extra)
 
     if isinstance(exc, AuthenticationError):
         return "Redis refused the login: check the user and password in redis.url (percent-encoded)"
+    if isinstance(exc, NoPermissionError):
+        return (
+            "the Redis user's ACL lacks a command Redis dispatch runs: grant it on the "
+            "harvest:tasks:* keys (docs/redis-dispatch.md, Configure, lists them)"
+        )
     if isinstance(exc.__cause__, ssl.SSLCertVerificationError):
         return (
             "its TLS certificate was not verified: name in redis.url a host its certificate carries, "
