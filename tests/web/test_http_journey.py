@@ -67,6 +67,7 @@ def test_a_bad_last_event_id_is_a_400_naming_where_it_came(db: str) -> None:
             answer = api.get(f"/stream{query}", headers=accept | headers)
             assert answer.status_code == 400, answer.text
             assert error_of(answer)["code"] == "invalid_argument" and error_of(answer)["field"] == field
+            assert error_of(answer)["message"].startswith(f"{field} "), answer.text  # (not the header's name)
 
 
 @pytest.mark.timeout(120)

@@ -165,6 +165,11 @@ def test_a_workflow_stream_sends_its_history_then_live_events_and_resumes(db: st
                 assert refused.json()["error"]["code"] == "unauthenticated"
                 bad = await client.get(path, headers=headers(tokens["read"]) | {"Last-Event-ID": "x"})
                 assert bad.status_code == 400
+                assert bad.json()["error"]["message"].startswith("Last-Event-ID 'x' is not"), bad.text
+                # Given as the parameter: the message names the parameter, as its field does.
+                bad = await client.get(f"{path}?last_event_id=x", headers=headers(tokens["read"]))
+                assert bad.status_code == 400 and bad.json()["error"]["field"] == "last_event_id", bad.text
+                assert bad.json()["error"]["message"].startswith("last_event_id 'x' is not"), bad.text
                 unknown = await client.get(
                     "/workflows/00000000-0000-0000-0000-000000000000/events/stream",
                     headers=headers(tokens["read"]),

@@ -21,27 +21,28 @@ from harvest.core.errors import InvalidArgument, NoShardReached
 MERGE_QUEUE = 1000
 
 
-def parse_global_id(raw: str) -> int:
-    """One database's resume position: the global id of the last event seen."""
+def parse_global_id(raw: str, given_as: str = "Last-Event-ID") -> int:
+    """One database's resume position: the global id of the last event seen (``given_as``: the
+    header or parameter it came in, which a refusal names)."""
     try:
         value = int(raw)
     except ValueError:
         raise InvalidArgument(
-            f"Last-Event-ID {raw!r} is not an event id: pass the id: of the last event seen"
+            f"{given_as} {raw!r} is not an event id: pass the id: of the last event seen"
         ) from None
     if value < 0:
-        raise InvalidArgument(f"Last-Event-ID {value} is negative: pass the id: of the last event seen")
+        raise InvalidArgument(f"{given_as} {value} is negative: pass the id: of the last event seen")
     return value
 
 
-def parse_positions(raw: str) -> dict[int, int]:
+def parse_positions(raw: str, given_as: str = "Last-Event-ID") -> dict[int, int]:
     """A merged stream's resume position: ``shard:global_id`` for each shard, comma-separated."""
     out: dict[int, int] = {}
     for part in raw.split(","):
         shard, _, position = part.strip().partition(":")
         if not (shard.isdigit() and position.isdigit()):
             raise InvalidArgument(
-                f"Last-Event-ID {raw!r} is not a position of this sharded stream (shard:global_id, "
+                f"{given_as} {raw!r} is not a position of this sharded stream (shard:global_id, "
                 "comma-separated): pass the id: of the last event seen"
             )
         out[int(shard)] = int(position)

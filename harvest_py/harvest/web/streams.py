@@ -395,14 +395,15 @@ def _resume_from(request: Request) -> tuple[str, str] | None:
     return None
 
 
-def _parsed_resume(request: Request, parse: Callable[[str], Any]) -> Any:
+def _parsed_resume(request: Request, parse: Callable[[str, str], Any]) -> Any:
     """``parse`` of the resume position ``request`` gives (None: none given); a bad one is a 400
-    naming the header or parameter it came in (its ``field``, as every 400 names one)."""
+    naming the header or parameter it came in (its ``field``, as every 400 names one, and in
+    its message)."""
     given = _resume_from(request)
     if given is None:
         return None
     try:
-        return parse(given[1])
+        return parse(given[1], given[0])
     except InvalidArgument as exc:
         exc.field = given[0]  # type: ignore[attr-defined]
         raise
