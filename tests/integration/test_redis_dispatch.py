@@ -376,6 +376,7 @@ def test_boot_refuses_an_unreachable_redis_naming_it(db) -> None:
     message = str(refused.value)
     assert f"redis://127.0.0.1:{port}/0 cannot be reached" in message
     assert "s3cret" not in message
+    assert ".;" not in message, message  # (the client's sentence, then the cure: one full stop less)
 
 
 def test_harvest_worker_exits_1_on_an_unreachable_redis(db, tmp_path) -> None:

@@ -423,7 +423,7 @@ class RedisChannel:
             cure = _cure(exc)
             raise RedisUnavailable(
                 f"Redis dispatch is configured (redis.url) but {channel.endpoint} cannot be reached: "
-                f"{type(exc).__name__}: {_safe(exc, url)}; {cure}"
+                f"{type(exc).__name__}: {_safe(exc, url).rstrip('.')}; {cure}"
             ) from None
         except OSError as exc:
             await channel.close()
