@@ -192,6 +192,26 @@ def test_offload_keeps_small_payloads_inline_and_resolves_large_ones():
     ]
 
 
+def test_a_failures_large_details_and_traceback_are_offloaded_in_one_store_round_trip():
+    calls = []
+
+    class CountingStore(_MemoryStore):
+        async def put(self, sql, execution_id, values):
+            calls.append(len(values))
+            return await super().put(sql, execution_id, values)
+
+    policy = Payloads([ZlibCodec()], offload_bytes=100, store=CountingStore())
+    big = os.urandom(200).hex()
+    failure = {"error_type": "E", "message": "m", "details": big, "traceback": big + "!"}
+    out = asyncio.run(policy.encode_failure(None, "e1", failure))
+    assert calls == [2] and out["error_type"] == "E" and out["message"] == "m"
+    assert out["details"]["_harvest_ref"] != out["traceback"]["_harvest_ref"]
+    assert asyncio.run(policy.decode(None, out)) == failure
+    small = {"error_type": "E", "message": "m", "details": "tiny", "traceback": None}
+    out = asyncio.run(policy.encode_failure(None, "e1", small))
+    assert calls == [2] and out["details"]["_harvest_codec"] == ["zlib"] and out["traceback"] is None
+
+
 def test_bad_configuration_is_refused():
     with pytest.raises(ValueError):
         AesGcmCodec({})

@@ -646,13 +646,12 @@ class Payloads:
         return (await self._stored(sql, execution_id, big))(marked) if big else marked
 
     async def encode_failure(self, sql: Any, execution_id: str | None, failure: Any) -> Any:
+        """A failure with its payloads encoded, the large ones offloaded in one store round trip."""
         if not self.active or not isinstance(failure, dict):
             return failure
-        out = failure
-        for key in FAILURE_PAYLOADS:
-            if out.get(key) is not None:
-                out = {**out, key: await self.encode(sql, execution_id, out[key])}
-        return out
+        big: list[Any] = []
+        marked = _map_failure(failure, self._marker(big))
+        return _map_failure(marked, await self._stored(sql, execution_id, big)) if big else marked
 
     # ------------------------------------------------------------------ reads
 
