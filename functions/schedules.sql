@@ -698,9 +698,7 @@ BEGIN
                 HINT = 'check the name (a DAG''s name; kind workflow starts a workflow), start a worker whose '
                        'App declares the DAG, or ' || v_hint;
         END IF;
-    ELSIF NOT EXISTS (SELECT 1 FROM harvest.registered_workflows AS r
-                      WHERE r.queue = p_schedule.queue AND r.workflow_name = p_schedule.workflow_name)
-          AND EXISTS (SELECT 1 FROM harvest.registered_workflows AS r WHERE r.queue = p_schedule.queue) THEN
+    ELSIF (SELECT r FROM harvest._workflow_registered(p_schedule.workflow_name, p_schedule.queue) AS r) IS FALSE THEN
         PERFORM harvest._refuse_unregistered(p_schedule.workflow_name, p_schedule.queue,
             'schedule ' || p_schedule.name,
             'check the name and the queue, start a worker whose App registers the workflow, or ' || v_hint);
@@ -989,11 +987,8 @@ BEGIN
     SELECT s.name, s.kind, s.workflow_name, s.cron, s.interval_secs, s.timezone, s.max_active_runs, s.overlap,
            s.catchup, s.paused, s.declared, s.next_fire_at, s.last_slot_at, s.missed_slots,
            harvest._schedule_active_runs(s), s.queue,
-           -- As a start's check (functions/start.sql): NULL when no worker registered the queue.
-           CASE WHEN EXISTS (SELECT 1 FROM harvest.registered_workflows AS r
-                             WHERE r.queue = s.queue AND r.workflow_name = s.workflow_name) THEN true
-                WHEN EXISTS (SELECT 1 FROM harvest.registered_workflows AS r WHERE r.queue = s.queue) THEN false
-           END,
+           -- As a start's check: NULL when no worker registered the queue.
+           (SELECT r FROM harvest._workflow_registered(s.workflow_name, s.queue) AS r),
            -- What a reader computes the next slot from while the scheduler has not stored one
            -- (harvest.declare.schedules.listed_schedule), and whether a stored one is overdue:
            -- its due time (the slot plus its jitter, when the scheduler fires it) is past.

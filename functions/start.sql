@@ -264,7 +264,7 @@ END;
 $$;
 
 -- A name no worker registered on a queue whose workers registered names is refused
--- before anything is written (harvest.registered_workflows, HR010 from
+-- before anything is written (_workflow_registered, HR010 from
 -- _refuse_unregistered): one primary-key probe when the name is known. A released
 -- deferred start and a continue-as-new successor (p_flow_gates false) were admitted
 -- already.
@@ -276,9 +276,7 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF coalesce(p_flow_gates, true)
-       AND NOT EXISTS (SELECT 1 FROM harvest.registered_workflows AS r
-                       WHERE r.queue = p_queue AND r.workflow_name = p_workflow_name)
-       AND EXISTS (SELECT 1 FROM harvest.registered_workflows AS r WHERE r.queue = p_queue) THEN
+       AND (SELECT r FROM harvest._workflow_registered(p_workflow_name, p_queue) AS r) IS FALSE THEN
         PERFORM harvest._refuse_unregistered(p_workflow_name, p_queue);
     END IF;
 END;
@@ -623,17 +621,11 @@ BEGIN
             WHERE NOT coalesce(
                 (SELECT true FROM harvest.flow_policies AS p
                  WHERE p.kind = 'workflow' AND p.name = k.name AND p.policy <> '{}'::jsonb) IS NULL
-                AND CASE WHEN k.queue IS NULL
-                    -- (a count, not LIMIT 1: that read the table whole while it looked small)
-                    THEN (SELECT count(*) FROM harvest.registered_workflows AS r
-                          WHERE r.workflow_name = k.name) > 0
-                         OR (SELECT true FROM harvest.registered_workflows AS r
-                             WHERE r.queue = 'default' ORDER BY r.workflow_name LIMIT 1) IS NULL
-                    ELSE (SELECT true FROM harvest.registered_workflows AS r
-                          WHERE r.queue = k.queue AND r.workflow_name = k.name) IS NOT NULL
-                         OR (SELECT true FROM harvest.registered_workflows AS r
-                             WHERE r.queue = k.queue ORDER BY r.workflow_name LIMIT 1) IS NULL
-                END, false)
+                AND ((SELECT r FROM harvest._workflow_registered(k.name, coalesce(k.queue, 'default')) AS r)
+                         IS NOT FALSE
+                     -- (a count, not LIMIT 1: that read the table whole while it looked small)
+                     OR k.queue IS NULL AND (SELECT count(*) FROM harvest.registered_workflows AS r
+                                             WHERE r.workflow_name = k.name) > 0), false)
         );
 END;
 $$;

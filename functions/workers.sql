@@ -234,6 +234,28 @@ BEGIN
 END;
 $$;
 
+-- Whether p_workflow_name is registered on p_queue, as a start, a schedule's check and the
+-- schedules' listing read it: true when a worker registered it there, false when the
+-- queue's workers registered other names only (such a start is refused, HR010), NULL when
+-- no worker registered anything on the queue (it cannot be checked, and passes). One row.
+-- Each probe reads the head of registered_workflows_pkey (ORDER BY, LIMIT 1: a scalar
+-- subquery, not EXISTS), the second only when the first found nothing. A SQL set-returning
+-- function, STABLE, read as (SELECT r FROM harvest._workflow_registered(...) AS r): the
+-- planner inlines it into that query (as _may_hand_off); not STRICT, not PL/pgSQL: either
+-- would keep it from being inlined.
+CREATE OR REPLACE FUNCTION harvest._workflow_registered(p_workflow_name text, p_queue text)
+RETURNS SETOF boolean
+LANGUAGE sql STABLE
+ROWS 1
+AS $$
+    SELECT CASE
+        WHEN (SELECT true FROM harvest.registered_workflows AS r
+              WHERE r.queue = p_queue AND r.workflow_name = p_workflow_name) THEN true
+        WHEN (SELECT true FROM harvest.registered_workflows AS r
+              WHERE r.queue = p_queue ORDER BY r.workflow_name LIMIT 1) THEN false
+    END;
+$$;
+
 -- The fleet seen by an operator: the registry with derived health, one worker
 -- with the tasks it holds, the health roll-up, remote drain and its preview.
 --

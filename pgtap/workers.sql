@@ -5,7 +5,7 @@
 -- drain_worker, preview_drain), harvest.get_worker_drain_deadline and harvest._unknown_to, each in a
 -- transaction of its own.
 BEGIN;
-SELECT plan(57);
+SELECT plan(62);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -170,6 +170,18 @@ SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['rw_a'], ARRAY['wf1',
                  'register_workflows() with an empty name: HR001');
 SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['rw_a'], NULL)$$, 'HR001', NULL,
                  'register_workflows() with NULL names: HR001');
+-- _workflow_registered: the one registration check of a start, a schedule and the listing.
+SELECT is(harvest._workflow_registered('wf3', 'rw_a'), true, '_workflow_registered(): registered on the queue, true');
+SELECT is(harvest._workflow_registered('wf3', 'rw_b'), false,
+          '_workflow_registered(): the queue''s workers registered other names only, false');
+SELECT is(harvest._workflow_registered('wf3', 'rw_none'), NULL::boolean,
+          '_workflow_registered(): nothing registered on the queue, NULL (it cannot be checked)');
+SELECT is((SELECT count(*) FROM harvest._workflow_registered('wf1', 'rw_a')), 1::bigint, '_workflow_registered(): one row');
+SELECT is((SELECT p.proretset AND p.provolatile = 's' AND NOT p.proisstrict AND NOT p.prosecdef
+                  AND p.proconfig IS NULL AND l.lanname = 'sql'
+           FROM pg_proc AS p JOIN pg_language AS l ON l.oid = p.prolang
+           WHERE p.oid = 'harvest._workflow_registered(text, text)'::regprocedure), true,
+          '_workflow_registered() is a STABLE SQL set-returning function, not strict, no SET: it inlines');
 -- unregister_workflow: retire a name from a queue.
 SELECT is(harvest.unregister_workflow('rw_a', 'wf3'), true, 'unregister_workflow() of a registered name: true');
 SELECT is(harvest.unregister_workflow('rw_a', 'wf3'), false, 'and of a name no longer registered: false');
