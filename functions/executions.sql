@@ -307,15 +307,8 @@ EXCEPTION WHEN numeric_value_out_of_range THEN
 END;
 $$;
 
--- Whether p_key is a search attribute key a filter can name: letters, digits, _, . and - (false
--- for NULL). The one rule of the SQL: _parse_search_filter, _filter_term and
--- _search_attr_index_sql ask it (the Python's: harvest.core.search_attrs.SEARCH_ATTR_KEY).
-CREATE OR REPLACE FUNCTION harvest._search_attr_key_ok(p_key text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE
-AS $$
-    SELECT p_key IS NOT NULL AND p_key ~ '^[A-Za-z0-9_.\-]+$';
-$$;
+-- (harvest._search_attr_key_ok, the search attribute key rule, is in sql/executions.sql: the
+-- CHECK of search_attribute_indexes.name calls it, so it exists before that table.)
 
 -- Parse one search-attribute filter "key<op>value" into {key, op, value}.
 -- Operators: = (or :), !=, >, >=, <, <=. Comparisons are typed by the value:

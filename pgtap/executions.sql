@@ -143,7 +143,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(93);
+SELECT plan(97);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -418,6 +418,15 @@ SELECT is(ARRAY[harvest._search_attr_key_ok('tenant_id.v-2'), harvest._search_at
                 harvest._search_attr_key_ok('été'), harvest._search_attr_key_ok(NULL)],
           ARRAY[true, false, false, false, false, false],
           '_search_attr_key_ok: letters, digits, _, . and - only (false for NULL)');
+SELECT throws_ok($$INSERT INTO harvest.search_attribute_indexes (name, type, index_name) VALUES ('a b', 'text', 'x_ab')$$,
+                 '23514', NULL, 'search_attribute_indexes refuses a name that breaks the key rule');
+SELECT lives_ok($$INSERT INTO harvest.search_attribute_indexes (name, type, index_name) VALUES ('t.v-2', 'text', 'x_t')$$,
+                'and takes one that keeps it');
+SELECT is((SELECT pg_get_constraintdef(c.oid) FROM pg_constraint AS c
+           WHERE c.conname = 'search_attribute_indexes_name_check'),
+          'CHECK (harvest._search_attr_key_ok(name))', 'its CHECK asks _search_attr_key_ok, the one rule');
+SELECT is((SELECT provolatile FROM pg_proc WHERE oid = 'harvest._search_attr_key_ok(text)'::regprocedure),
+          'i'::"char", '_search_attr_key_ok is IMMUTABLE, as a CHECK requires');
 SELECT is(harvest._parse_search_filter(' a-b.c_1 != x y '), '{"key": "a-b.c_1", "op": "!=", "value": "x y "}'::jsonb,
           'a filter''s key ends at its operator, spaces around it');
 SELECT throws_ok($$SELECT harvest._parse_search_filter('t#x=1')$$, 'HR001',

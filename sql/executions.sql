@@ -143,6 +143,19 @@ ON harvest.executions (workflow_name, created_at, id);
 CREATE INDEX executions_search
 ON harvest.executions USING gin (search_attributes);
 
+-- Whether p_key is a search attribute key a filter can name: letters, digits, _, . and - (false
+-- for NULL). The one rule of the SQL: search_attribute_indexes_name_check below, and
+-- _parse_search_filter, _filter_term and _search_attr_index_sql (functions/executions.sql) ask
+-- it (the Python's: harvest.core.search_attrs.SEARCH_ATTR_KEY). Here, before the table, as a
+-- CHECK needs it (migration 0128); IMMUTABLE, as a CHECK requires, and a SQL expression the
+-- planner inlines.
+CREATE FUNCTION harvest._search_attr_key_ok(p_key text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT p_key IS NOT NULL AND p_key ~ '^[A-Za-z0-9_.\-]+$';
+$$;
+
 -- The search attributes the schema owner indexed for range tests (`harvest search-attr index`,
 -- migration 0120): one row per key, the key's value typed as harvest._search_attr_ordered orders
 -- it (number or text), and the name of its index and statistics. Only the owner writes it;
@@ -156,7 +169,7 @@ CREATE TABLE harvest.search_attribute_indexes (
     created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     CONSTRAINT search_attribute_indexes_pkey PRIMARY KEY (name),
     CONSTRAINT search_attribute_indexes_index_name_key UNIQUE (index_name),
-    CONSTRAINT search_attribute_indexes_name_check CHECK (name ~ '^[A-Za-z0-9_.\-]+$'),
+    CONSTRAINT search_attribute_indexes_name_check CHECK (harvest._search_attr_key_ok(name)),
     CONSTRAINT search_attribute_indexes_type_check CHECK (type IN ('number', 'text'))
 );
 
