@@ -1,7 +1,7 @@
 -- functions/event_streams.sql: harvest._notify_events, harvest._live_event_listeners, heartbeat_event_stream,
 -- stop_event_stream, list_events, get_event_horizon.
 BEGIN;
-SELECT plan(21);
+SELECT plan(23);
 
 SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, 'heartbeat_event_stream() registers a listener');
 SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, '... and again refreshes it');
@@ -40,9 +40,14 @@ SELECT results_eq($$SELECT workflow_id FROM harvest.list_events(
 SELECT ok((SELECT max(ev.global_id) FILTER (WHERE ev.execution_id = pg_temp.run('es1'))
                   < min(ev.global_id) FILTER (WHERE ev.execution_id = pg_temp.run('es2')) FROM harvest.events AS ev),
           'global ids follow the order of appends');
-SELECT results_eq($$SELECT bytes FROM harvest.list_events(0, 10, pg_temp.run('es2'))$$,
+SELECT results_eq($$SELECT bytes FROM harvest.list_events(0, 10, pg_temp.run('es2'), 1000000)$$,
                   $$SELECT octet_length(ev.event_data::text) FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('es2')$$,
-                  'list_events(): each event''s size, the bytes of its data as JSON text');
+                  'list_events() of p_max_bytes: each event''s size, the bytes of its data as JSON text');
+SELECT results_eq($$SELECT bytes FROM harvest.list_events(0, 10, pg_temp.run('es2'))$$, $$VALUES (NULL::integer)$$,
+                  'list_events() without p_max_bytes sizes no event (bytes NULL)');
+SELECT results_eq($$SELECT global_id, event_data FROM harvest.list_events(0, 10)$$,
+                  $$SELECT global_id, event_data FROM harvest.list_events(0, 10, NULL, 1000000)$$,
+                  'with or without a bound that is not reached, the same page');
 SELECT is((SELECT count(*) FROM harvest.list_events(0, 10, NULL, 1)), 1::bigint,
           'list_events() of p_max_bytes: the page ends with the event that reaches it (the first, always)');
 SELECT throws_ok($$SELECT * FROM harvest.list_events(0, 10, NULL, 0)$$, 'HR001', 'max bytes 0 is not positive',
