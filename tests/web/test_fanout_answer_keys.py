@@ -1,20 +1,22 @@
 """Every fan-out read of the management API answers the same keys (docs/http-api.md, "Answers
 and errors"): status, unavailable_shards, unavailable_reasons when a shard was not read, and
 sharded. Some answered all four, others (queue coverage, version-gate usage, retention, the
-pacing reads, usage, queue scaling, the dead letters, DAGs and workers lists) only some."""
+pacing reads, usage, queue scaling, the dead letters, DAGs and workers lists, a workflow id's
+current run) only some."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+import psycopg
 from psycopg import conninfo
 from web_helpers import api_client
 
 from harvest.web.app import endpoints
 
 # Path parameters of the routes walked, and the required query parameters.
-PATH = {"activity_name": "fk_act", "workflow_name": "fk_wf", "dag_name": "fk_dag"}
+PATH = {"activity_name": "fk_act", "workflow_name": "fk_wf", "dag_name": "fk_dag", "worker_id": "fk_worker"}
 QUERY = {"change_id": "fk_change", "from": "24h", "workflow_id": "fk_id"}
 # Fan-out reads the walk must meet (a route that dropped every key would otherwise pass).
 EXPECTED = {
@@ -36,6 +38,8 @@ EXPECTED = {
     "/workers/health",
     "/workflows",
     "/workflows/count",
+    "/workflows/current",
+    "/workers/{worker_id}",
 }
 
 
@@ -47,6 +51,9 @@ def test_every_fan_out_read_answers_the_same_keys_when_a_shard_is_down(db: str) 
         "HARVEST_SHARDS__URLS__1": conninfo.make_conninfo(db, user="no_such_login_fk"),
         "HARVEST_RETENTION__RUN_ON": "all",
     }
+    with psycopg.connect(db, autocommit=True) as conn:  # what the lookups by key find on shard 0
+        conn.execute("SELECT harvest.register_worker('fk_worker', ARRAY['fk_q'], 'h', 1)")
+        conn.execute("SELECT * FROM harvest.start_workflow('fk_wf', '[]'::jsonb, 'fk_id', 'fk_q')")
     seen: dict[str, dict[str, Any]] = {}
     with api_client(db, env=env) as api:
         for endpoint in endpoints():

@@ -558,25 +558,20 @@ def merged(call: Call, value: Merged[Any], key: str | None) -> dict[str, Any]:
     return {**out, **fanout_keys(call, value)}
 
 
-def fanout_keys(call: Call, read: Any) -> dict[str, Any]:
+def fanout_keys(call: Call, read: Any, *, status: str = "status") -> dict[str, Any]:
     """The keys every fan-out read's answer carries (a Merged's or a FanOut's; docs/http-api.md,
     "Answers and errors"): status, unavailable_shards, unavailable_reasons when a shard was not
-    read, and sharded (whether the server has [shards])."""
+    read, and sharded (whether the server has [shards]). ``status``: the read's status under
+    another key, for an answer whose own row has a status (a worker's: read_status). The reasons
+    say why each shard could not be read (no secret: fanout.unreachable_reason; an admin's to
+    read, withheld_detail)."""
+    reasons = {"unavailable_reasons": {str(s): r for s, r in read.reasons.items()}} if read.reasons else {}
     return {
-        "status": read.status,
+        status: read.status,
         "unavailable_shards": read.unavailable_shards,
-        **unavailable_reasons(read),
+        **reasons,
         "sharded": call.sharded,
     }
-
-
-def unavailable_reasons(read: Any) -> dict[str, Any]:
-    """Why each shard a fan-out (a Merged or a FanOut) could not read could not be, as the answer's
-    ``unavailable_reasons`` (none when every shard answered; no secret: fanout.unreachable_reason;
-    an admin's to read, withheld_detail)."""
-    if not read.reasons:
-        return {}
-    return {"unavailable_reasons": {str(s): r for s, r in read.reasons.items()}}
 
 
 # -- routes ------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from harvest.web.routes import (
     merged,
     path,
     shape,
-    unavailable_reasons,
 )
 
 WORKER = path("worker_id", description="The worker's id.")
@@ -62,10 +61,7 @@ async def get_worker(call: Call, args: dict[str, Any], _: Any) -> Any:
     return {
         **rows[0],
         "rows": rows,
-        "read_status": fan.status,
-        "unavailable_shards": fan.unavailable_shards,
-        **unavailable_reasons(fan),
-        "sharded": call.sharded,
+        **fanout_keys(call, fan, status="read_status"),
     }
 
 

@@ -47,11 +47,11 @@ from harvest.web.routes import (
     Reply,
     body,
     declared_queue,
+    fanout_keys,
     invalid,
     merged,
     path,
     shape,
-    unavailable_reasons,
 )
 
 EXECUTION = path("execution_id", "uuid", "The execution id (a UUID).")
@@ -280,9 +280,7 @@ async def current_run(call: Call, args: dict[str, Any], _: Any) -> Any:
         "state": best["status"],
         "shard_id": shard_of(best["id"]),
         "execution": best,
-        "status": found.status,
-        "unavailable_shards": found.unavailable_shards,
-        **unavailable_reasons(found),
+        **fanout_keys(call, found),
     }
 
 
