@@ -142,6 +142,25 @@ BEGIN
 END;
 $$;
 
+-- A pacing override's burst, once its values are checked (HR001 before anything is written):
+-- p_burst, or max(p_rps, 1) when none is given. The one rule of both overrides:
+-- set_rate_limit_override and set_start_throttle_override (flow_throttle.sql) ask it first.
+CREATE OR REPLACE FUNCTION harvest._override_burst(
+    p_rps double precision, p_burst double precision, p_ttl_secs double precision
+)
+RETURNS double precision
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_rps IS NULL OR p_rps <= 0 OR p_burst < 1 OR p_ttl_secs IS NULL OR p_ttl_secs <= 0 THEN
+        RAISE EXCEPTION 'override needs rps > 0, burst >= 1 and a positive ttl, got rps=% burst=% ttl=%',
+            harvest._num_text(p_rps), harvest._num_text(p_burst), harvest._num_text(p_ttl_secs)
+            USING ERRCODE = 'HR001';
+    END IF;
+    RETURN coalesce(p_burst, greatest(p_rps, 1));
+END;
+$$;
+
 -- Lay a temporary pacing override on an activity's rate limit; it reverts by
 -- itself after p_ttl_secs (each claim compares override_expires_at with now).
 -- p_operator_id: who, for the audit row (as set_start_throttle_override's).
@@ -156,22 +175,17 @@ RETURNS TABLE (
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_bucket text;
+    v_burst double precision := harvest._override_burst(p_rps, p_burst, p_ttl_secs);
+    v_bucket text := harvest._override_bucket(p_activity_name);
 BEGIN
-    IF p_rps IS NULL OR p_rps <= 0 OR p_burst < 1 OR p_ttl_secs IS NULL OR p_ttl_secs <= 0 THEN
-        RAISE EXCEPTION 'override needs rps > 0, burst >= 1 and a positive ttl, got rps=% burst=% ttl=%',
-            harvest._num_text(p_rps), harvest._num_text(p_burst), harvest._num_text(p_ttl_secs)
-            USING ERRCODE = 'HR001';
-    END IF;
-    v_bucket := harvest._override_bucket(p_activity_name);
     UPDATE harvest.rate_limit_buckets AS b
-    SET override_rps = p_rps, override_burst = coalesce(p_burst, greatest(p_rps, 1)),
+    SET override_rps = p_rps, override_burst = v_burst,
         override_expires_at = harvest.now() + make_interval(secs => p_ttl_secs)
     WHERE b.bucket_key = v_bucket;
     -- Doubles go into JSON as numeric: a double's text follows the session's
     -- extra_float_digits (-15 wrote 1.25 as 1), numeric's does not.
     PERFORM harvest._audit('rate_limit.override', p_activity_name, p_operator_id, jsonb_build_object(
-        'rps', p_rps::numeric, 'burst', coalesce(p_burst, greatest(p_rps, 1))::numeric,
+        'rps', p_rps::numeric, 'burst', v_burst::numeric,
         'ttl_secs', p_ttl_secs::numeric));
     RETURN QUERY SELECT * FROM harvest.get_rate_limit(p_activity_name);
 END;

@@ -533,21 +533,18 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_burst double precision := harvest._override_burst(p_rps, p_burst, p_ttl_secs);  -- (checks first)
 BEGIN
-    IF p_rps IS NULL OR p_rps <= 0 OR p_burst < 1 OR p_ttl_secs IS NULL OR p_ttl_secs <= 0 THEN
-        RAISE EXCEPTION 'override needs rps > 0, burst >= 1 and a positive ttl, got rps=% burst=% ttl=%',
-            harvest._num_text(p_rps), harvest._num_text(p_burst), harvest._num_text(p_ttl_secs)
-            USING ERRCODE = 'HR001';
-    END IF;
     PERFORM harvest._throttle_override_spec(p_workflow_name);
     PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(p_workflow_name, ''));
     UPDATE harvest.start_throttle_buckets AS b
-    SET override_rps = p_rps, override_burst = greatest(coalesce(p_burst, p_rps), 1),
+    SET override_rps = p_rps, override_burst = v_burst,
         override_expires_at = harvest.now() + make_interval(secs => p_ttl_secs)
     WHERE b.workflow_name = p_workflow_name AND b.gate_key = '';
     -- numeric in JSON: see set_rate_limit_override
     PERFORM harvest._audit('start_throttle.override', p_workflow_name, p_operator_id, jsonb_build_object(
-        'rps', p_rps::numeric, 'burst', greatest(coalesce(p_burst, p_rps), 1)::numeric,
+        'rps', p_rps::numeric, 'burst', v_burst::numeric,
         'ttl_secs', p_ttl_secs::numeric));
     RETURN QUERY SELECT * FROM harvest.get_start_throttle(p_workflow_name);
 END;

@@ -1,8 +1,8 @@
 -- functions/flow_rate_limits.sql: harvest._bucket_now, harvest._lock_rate_buckets,
--- harvest._debit_rate_buckets, harvest._override_bucket, harvest.set_rate_limit_override,
+-- harvest._debit_rate_buckets, harvest._override_bucket, harvest._override_burst, harvest.set_rate_limit_override,
 -- harvest.clear_rate_limit_override, harvest.get_rate_limit.
 BEGIN;
-SELECT plan(22);
+SELECT plan(24);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -52,6 +52,12 @@ SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['rq'], 10)), 1::b
 
 -- Overrides.
 SELECT is(harvest._override_bucket('paced'), 'rate:paced', '_override_bucket(): the static bucket');
+SELECT is(ARRAY[harvest._override_burst(5, 3, 10), harvest._override_burst(5, NULL, 10),
+                harvest._override_burst(0.5, NULL, 10)], ARRAY[3, 5, 1]::double precision[],
+          '_override_burst(): the burst given, else max(rps, 1): both overrides'' one rule');
+SELECT throws_ok($$SELECT harvest._override_burst(1, 0.5, 10)$$, 'HR001',
+                 'override needs rps > 0, burst >= 1 and a positive ttl, got rps=1 burst=0.5 ttl=10',
+                 '_override_burst(): a burst below 1 is HR001, and so is a bad rps or ttl');
 SELECT results_eq($$SELECT override_rps, override_expires_at FROM harvest.set_rate_limit_override('paced', 20, 5, 10)$$,
                   $$VALUES (20::double precision, '2030-01-01 00:00:10.5+00'::timestamptz)$$, 'set_rate_limit_override()');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:11+00';
