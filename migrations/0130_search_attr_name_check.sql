@@ -1,4 +1,4 @@
--- 0128: the CHECK of search_attribute_indexes.name calls harvest._search_attr_key_ok, the one
+-- 0130: the CHECK of search_attribute_indexes.name calls harvest._search_attr_key_ok, the one
 -- place of the search attribute key rule, instead of spelling the rule again. The function moves
 -- to sql/executions.sql (a CHECK needs it before its table) and is defined here too, as it is
 -- there, for a database the migrations build from nothing. IMMUTABLE, as a CHECK requires. The

@@ -147,7 +147,7 @@ ON harvest.executions USING gin (search_attributes);
 -- for NULL). The one rule of the SQL: search_attribute_indexes_name_check below, and
 -- _parse_search_filter, _filter_term and _search_attr_index_sql (functions/executions.sql) ask
 -- it (the Python's: harvest.core.search_attrs.SEARCH_ATTR_KEY). Here, before the table, as a
--- CHECK needs it (migration 0128); IMMUTABLE, as a CHECK requires, and a SQL expression the
+-- CHECK needs it (migration 0130); IMMUTABLE, as a CHECK requires, and a SQL expression the
 -- planner inlines.
 CREATE FUNCTION harvest._search_attr_key_ok(p_key text)
 RETURNS boolean
