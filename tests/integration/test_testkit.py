@@ -420,6 +420,15 @@ def test_the_pytest_plugin_fixtures(pg_server, tmp_path: Path):
 
             def test_database(harvest_database):
                 assert "harvest_test_" in harvest_database
+
+            def test_one_server_for_the_fixtures_and_a_plain_environment(harvest_server, harvest_app):
+                # WorkflowEnvironment(app) clones on default_server(): the fixture is that one,
+                # so a suite using both migrates one template, not two
+                from harvest.testing import WorkflowEnvironment, default_server
+
+                assert harvest_server is default_server()
+                with WorkflowEnvironment(harvest_app) as env:
+                    assert env.client.start_workflow("nap", 1).result(timeout=10) == "rested"
             """
         )
     )
@@ -439,7 +448,7 @@ def test_the_pytest_plugin_fixtures(pg_server, tmp_path: Path):
         timeout=120,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "2 passed" in run.stdout
+    assert "3 passed" in run.stdout
 
 
 def test_a_paused_run_s_waiting_work_does_not_stop_time_skipping(env: WorkflowEnvironment):

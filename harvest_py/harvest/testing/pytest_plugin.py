@@ -5,8 +5,8 @@ test asks for it by name.
 - ``harvest_app``: your :class:`harvest.App`. Define this fixture yourself (in a conftest.py).
 - ``harvest_env_options``: keyword arguments for the environment (``time_skipping``,
   ``concurrency``, ...); ``{}`` unless you override it.
-- ``harvest_server``: one PostgreSQL for the session (embedded, or ``HARVEST_TEST_DSN``), with a
-  migrated template.
+- ``harvest_server``: the process's shared PostgreSQL (``default_server()``: embedded, or
+  ``HARVEST_TEST_DSN``), with a migrated template.
 - ``harvest_database``: the DSN of a migrated database of the test's own, cloned from it.
 - ``harvest_env``: a started :class:`harvest.testing.WorkflowEnvironment` running ``harvest_app``
   on a database of its own (time skipping, activity mocks), closed after the test.
@@ -23,15 +23,13 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def harvest_server() -> Iterator[Any]:
-    """One PostgreSQL for the test session (stopped at its end)."""
-    from harvest.testing.server import TestServer
+def harvest_server() -> Any:
+    """The process's shared PostgreSQL (``default_server()``, stopped when the process exits):
+    the one a ``WorkflowEnvironment(app)`` given no server clones on, so a suite that uses both
+    starts and migrates one server, not two."""
+    from harvest.testing.server import default_server
 
-    server = TestServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    return default_server()
 
 
 @pytest.fixture
