@@ -157,6 +157,12 @@ async def mistyped(ctx) -> int:
     return "seven"  # type: ignore[return-value]  (a bug of the code under test)
 
 
+@workflow
+async def prices(ctx, sku: int) -> int:
+    table: dict[int, int] = {}
+    return table[sku]  # the line a failed test's report must show
+
+
 app = App(
     workflows=[
         checkout,
@@ -169,6 +175,7 @@ app = App(
         parent_of_forever,
         forgets_to_await,
         mistyped,
+        prices,
     ],
     activities=[charge, lookup_rate, print_label],
     queries=[status, phase],
@@ -372,6 +379,31 @@ def test_an_asyncio_client_gets_the_same_time_skipping(env: WorkflowEnvironment)
             return await handle.result(timeout=10)
 
     assert asyncio.run(main())["receipt"] == {"ok": True}
+
+
+def test_a_failed_run_s_error_carries_where_the_workflow_raised(env: WorkflowEnvironment):
+    """The kit's clients add the workflow's traceback to WorkflowFailed as a note (pytest prints
+    it under the error): its message alone named the KeyError but not the line."""
+    with pytest.raises(WorkflowFailed, match="KeyError: 7") as sync_error:
+        env.client.start_workflow(prices, 7).result(timeout=10)
+
+    async def main() -> None:
+        async with await env.async_client() as client:
+            handle = await client.start_workflow(prices, 7)
+            await handle.result(timeout=10)
+
+    with pytest.raises(WorkflowFailed) as async_error:
+        asyncio.run(main())
+    for error in (sync_error.value, async_error.value):
+        (note,) = error.__notes__
+        assert note.startswith("the workflow's traceback:\nTraceback (most recent call last):")
+        assert "return table[sku]  # the line a failed test's report must show" in note
+    # A client of the user's own on env.dsn is a production client: no note.
+    from harvest import Client
+
+    with Client(env.dsn) as client, pytest.raises(WorkflowFailed) as plain:
+        client.start_workflow(prices, 7).result(timeout=10)
+    assert not getattr(plain.value, "__notes__", None)
 
 
 def test_the_shared_clock_is_per_database_and_owner_only(env: WorkflowEnvironment, db: str):

@@ -542,6 +542,12 @@ def _result_steps(
                     raise _Hop(successor, execution_id) from None
                 previous, execution_id = execution_id, successor
                 continue
+            except WorkflowFailed as failed:
+                # In a test (the kit's clients), where the workflow's code raised is what the
+                # test's report needs: pytest prints a note under the error's line.
+                if getattr(handle.client, "_result_watch", None) is not None and failed.traceback:
+                    failed.add_note(f"the workflow's traceback:\n{failed.traceback}")
+                raise
         watch: ResultWatch | None = getattr(handle.client, "_result_watch", None)
         stuck = watch.stuck(execution_id, marks.waiter_id) if watch is not None else None
         if stuck is not None:  # (its mark stays for the cleanup to drop, as on a timeout)
