@@ -483,6 +483,16 @@ def test_the_pytest_plugin_fixtures(pg_server, tmp_path: Path):
     assert "3 passed" in run.stdout
 
 
+def test_the_plugin_asks_for_harvest_app_in_one_line():
+    """Its message spelled a newline as a backslash and an n."""
+    from harvest.testing import pytest_plugin
+
+    with pytest.raises(pytest.UsageError) as error:
+        pytest_plugin.harvest_app.__wrapped__()
+    assert "\\" not in str(error.value) and "\n" not in str(error.value)
+    assert "`def harvest_app(): return App(workflows=[...])` under `@pytest.fixture`" in str(error.value)
+
+
 def test_a_paused_run_s_waiting_work_does_not_stop_time_skipping(env: WorkflowEnvironment):
     """A paused run's workflow task (a signal woke it) waits in 'paused' with a due time that has
     passed: no worker may claim it, so it is not work that can run. It held time skipping up, and

@@ -47,7 +47,7 @@ def harvest_app() -> Any:
     """Override this fixture: it returns the App the environment's worker runs."""
     raise pytest.UsageError(
         "the harvest_env fixture needs your App: define a fixture named harvest_app that returns "
-        "it (e.g. in conftest.py: `@pytest.fixture\\ndef harvest_app(): return App(workflows=[...])`)"
+        "it (in conftest.py: `def harvest_app(): return App(workflows=[...])` under `@pytest.fixture`)"
     )
 
 
