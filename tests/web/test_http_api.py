@@ -476,6 +476,9 @@ def test_signal_query_update_cancel_terminate_and_their_errors(api, start_worker
     assert broken_query.status_code == 422 and error_of(broken_query)["code"] == "query_failed"
     updated = api.post(f"/workflows/{run}/update", json={"update_name": "add", "input": 5})
     assert updated.status_code == 200 and updated.json()["result"] == 5
+    assert updated.json()["update_id"], "a completed update names its id as an accepted one does"
+    named = api.post(f"/workflows/{run}/update", json={"update_name": "add", "input": 0, "update_id": "u-1"})
+    assert named.status_code == 200 and named.json()["update_id"] == "u-1", named.text
     accepted = api.post(
         f"/workflows/{run}/update", json={"update_name": "add", "input": 1, "wait": "accepted"}
     )
@@ -508,7 +511,7 @@ def test_signal_with_start_and_update_with_start(api, start_worker) -> None:
         json={"workflow_id": "acct-2", "update_name": "add", "update_input": 7, "input": "y"},
     )
     assert both.status_code == 201, both.text
-    assert both.json()["update"]["result"] == 7
+    assert both.json()["update"]["result"] == 7 and both.json()["update"]["update_id"]
 
 
 def test_reads_of_one_run_and_reset_dry_run(api, conn) -> None:

@@ -558,36 +558,34 @@ async def query_workflow(call: Call, args: dict[str, Any], data: dict[str, Any])
     return {"execution_id": execution_id, "query_name": data["query_name"], "result": value}
 
 
-def _update_answer(execution_id: str | None, name: str, wait: str, outcome: Any) -> Reply:
+def _update_id(data: dict[str, Any]) -> str:
+    """The update's id: the caller's, else one minted here (as request_update mints one), so the
+    200 of a completed update names it as the 202 of an accepted one does."""
+    return data.get("update_id") or str(uuid.uuid4())
+
+
+def _update_answer(execution_id: str | None, name: str, update_id: str, wait: str, outcome: Any) -> Reply:
+    """Accepted (202): the update's id to wait on; completed (200): the id and the result."""
+    out = {"execution_id": execution_id, "update_name": name, "update_id": update_id}
     if wait == "accepted":
-        return Reply(
-            {
-                "execution_id": execution_id,
-                "update_name": name,
-                "update_id": outcome.update_id,
-                "status": "accepted",
-            },
-            202,
-        )
-    return Reply(
-        {"execution_id": execution_id, "update_name": name, "status": "completed", "result": outcome}
-    )
+        return Reply({**out, "status": "accepted"}, 202)
+    return Reply({**out, "status": "completed", "result": outcome})
 
 
 async def update_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
-    execution_id, wait = args["execution_id"], data.get("wait") or "completed"
+    execution_id, wait, update_id = args["execution_id"], data.get("wait") or "completed", _update_id(data)
     outcome = await call.handle(execution_id).update(
         data["update_name"],
         data.get("input"),
         wait=wait,
         timeout=data.get("timeout_secs") or 30.0,
-        update_id=data.get("update_id"),
+        update_id=update_id,
     )
-    return _update_answer(execution_id, data["update_name"], wait, outcome)
+    return _update_answer(execution_id, data["update_name"], update_id, wait, outcome)
 
 
 async def update_with_start(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
-    wait = data.get("wait") or "completed"
+    wait, update_id = data.get("wait") or "completed", _update_id(data)
     handle, outcome = await call.client().update_with_start(
         args["name"],
         *_args(data.get("input")),
@@ -596,11 +594,11 @@ async def update_with_start(call: Call, args: dict[str, Any], data: dict[str, An
         update_arg=data.get("update_input"),
         wait=wait,
         timeout=data.get("timeout_secs") or 30.0,
-        update_id=data.get("update_id"),
+        update_id=update_id,
         queue=_queue(call, args["name"], data),
         search_attributes=data.get("search_attributes"),
     )
-    update = _update_answer(handle.execution_id, data["update_name"], wait, outcome).data
+    update = _update_answer(handle.execution_id, data["update_name"], update_id, wait, outcome).data
     out = {
         "execution_id": handle.execution_id,
         "workflow_id": handle.workflow_id,
@@ -814,6 +812,18 @@ BATCH_SHAPE = shape(
 BATCH_SHAPE["properties"]["execution_ids"] = {"type": "array", "items": {"type": "string"}}
 TIMEOUT = {"type": "number", "minimum": 0.001, "maximum": 3600}
 WAIT = {"type": "string", "enum": ["accepted", "completed"]}
+# An update's answer: its id in both (the caller's, else minted); result only once completed.
+UPDATE_SHAPE = {
+    "type": "object",
+    "required": ["execution_id", "status", "update_id", "update_name"],
+    "properties": {
+        "execution_id": {"type": "string"},
+        "update_name": {"type": "string"},
+        "update_id": {"type": "string"},
+        "status": {"type": "string", "enum": ["accepted", "completed"]},
+        "result": ANY,
+    },
+}
 
 # Where the count sends a caller who filtered by workflow id (no such filter: the list has one).
 BY_WORKFLOW_ID = {
@@ -1105,6 +1115,12 @@ ENDPOINTS = [
         responses={200: "Updated the running run", 201: "Started and updated"},
         tag="workflows",
         payloads="whole",
+        shape=shape(
+            execution_id={"type": "string"},
+            workflow_id={"type": "string"},
+            started_fresh=BOOLEAN,
+            update=UPDATE_SHAPE,
+        ),
     ),
     Endpoint(
         "POST",
@@ -1147,6 +1163,7 @@ ENDPOINTS = [
         responses={200: "Completed", 202: "Accepted"},
         tag="workflows",
         payloads="whole",
+        shape=UPDATE_SHAPE,
     ),
     Endpoint(
         "POST",
