@@ -207,8 +207,8 @@ def _api_server(
     if demo or not app.workflows:
         curl = curl_line(base)
     else:
-        name, body, note = start_hint(app)
-        curl = curl_line(base, name, body) + (f"\n    {note}" if note else "")
+        route, body, note = start_hint(app)
+        curl = curl_line(base, route, body) + (f"\n    {note}" if note else "")
     click.echo(
         f"Management API: {base}  (OpenAPI: {base}/openapi.json)\n  {curl}\n"
         f"Dashboard: {base}/ui/\n"
@@ -284,15 +284,22 @@ async def _demo(worker: Worker, dsn: str) -> None:
 
 
 def start_hint(app: App) -> tuple[str, str, str]:
-    """The workflow the dev runner's curl line starts, its request body, and a note: the first
+    """The route the dev runner's curl line posts to, its request body, and a note: the first
     workflow (by name) that needs no argument, else the first with a note naming what to fill
-    in (an empty input would start a run that fails at once on its missing parameters)."""
-    needs = {name: _required_parameters(defn.fn) for name, defn in sorted(app.workflows.items())}
+    in (an empty input would start a run that fails at once on its missing parameters). A DAG's
+    workflow is started by its trigger, with an empty conf, as its schedule starts it: a plain
+    start of it passes its pause and max_active_runs by (docs/dags.md)."""
+    needs = {
+        name: [] if name in app.dags else _required_parameters(defn.fn)
+        for name, defn in sorted(app.workflows.items())
+    }
     name = next((n for n, required in needs.items() if not required), min(needs))
+    if name in app.dags:
+        return f"/dags/{name}/trigger", '{"conf": {}}', ""
     note = (
         f"(fill input with {name}'s arguments, a JSON array: {', '.join(needs[name])})" if needs[name] else ""
     )
-    return name, '{"input": []}', note
+    return f"/workflows/{name}/start", '{"input": []}', note
 
 
 def _required_parameters(fn: object) -> list[str]:

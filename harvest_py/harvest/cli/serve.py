@@ -213,11 +213,12 @@ class PlacedRuntimes:
                 await runtimes.stop()
 
 
-def curl_line(base: str, workflow: str = "greet", input_json: str = '{"input": ["world"]}') -> str:
-    """One curl that starts a durable workflow (the dev runner's demo by default)."""
+def curl_line(base: str, route: str = "/workflows/greet/start", body: str = '{"input": ["world"]}') -> str:
+    """One curl that starts a durable workflow (the dev runner's demo by default): a POST of
+    ``body`` to ``route`` (a workflow's start, or a DAG's trigger)."""
     return (
-        f"curl -s -X POST {base}/workflows/{workflow}/start -H 'Accept: application/json' "
-        f"-H 'Content-Type: application/json' -d {shlex.quote(input_json)}"
+        f"curl -s -X POST {base}{route} -H 'Accept: application/json' "
+        f"-H 'Content-Type: application/json' -d {shlex.quote(body)}"
     )
 
 
