@@ -94,7 +94,7 @@ from harvest.web.errors import (
 )
 from harvest.web.guards import cross_site, declared_too_large, parse_json, read_body
 from harvest.web.principal import Authorizer, Principal, Scope, refusal_status
-from harvest.web.routes import ShardWrites, app_queue, refusals_apart
+from harvest.web.routes import Param, ShardWrites, app_queue, refusals_apart, refuse_undeclared
 from harvest.web.routes.history import history_events, streamed_json
 from harvest.web.ui import views
 from harvest.web.ui.source import DEFAULT_TIMEOUT, Source
@@ -216,6 +216,18 @@ def _run_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
 
 
 FILTER_PARAMS = ("status", "workflow_name", "attr", "created_after", "created_before")
+# Every query parameter the Workflows page takes: any other is a 400 naming it, as the API's
+# GET /workflows answers (routes.refuse_undeclared), not the list unfiltered. workflow_id is the
+# page's alone (the runs of one workflow ID: a continue-as-new chain, resets; no count or bulk
+# action selects by it); msg and msg_sig are an action's banner (_back).
+WORKFLOWS_PAGE_PARAMS = tuple(
+    Param(name)
+    for name in (*FILTER_PARAMS, "workflow_id", "limit", "order", "cursor", "refresh", "msg", "msg_sig")
+)
+BY_WORKFLOW_ID = (
+    "a bulk action does not select by workflow ID: clear it and filter by workflow, search attribute"
+    " or creation time"
+)
 
 
 def _filter_query(params: Any) -> str:
@@ -236,6 +248,8 @@ def _bulk_offer(state: str | None, filters: dict[str, Any]) -> str | None:
 def _bulk_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
     """The live statuses and the filters of a bulk action; an empty filter (a status alone would
     select every live run) or no live status is a 400, as the API's."""
+    if _param(params, "workflow_id") is not None:  # (not silently dropped: it would select more)
+        raise InvalidArgument(f"workflow_id: {BY_WORKFLOW_ID}")
     state, filters = _run_filters(params)
     refused = _bulk_offer(state, filters)
     if refused is not None:
@@ -630,21 +644,34 @@ class Dashboard:
     # -- workflows ---------------------------------------------------------------------------------
     async def workflows(self, request: Request, principal: Principal) -> Response:
         q = request.query_params
+        refuse_undeclared(request, WORKFLOWS_PAGE_PARAMS)
         refresh = self._refresh(request)
         state, filters = _run_filters(q)
+        workflow_id = _param(q, "workflow_id")
         attrs = filters["search_attributes"]
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         order = _choice(q, "order", ("desc", "asc")) or "desc"
         reads = self.source.reads(principal)
-        page, counts = await asyncio.gather(
-            reads.list_workflows(
-                state=state, page_size=limit, cursor=_param(q, "cursor"), order=order, **filters
-            ),
-            # Bounded: each status's runs counted up to STATUS_COUNT_CAP (an exact count read every
-            # matching run on each view, 0.8 s for 2M runs); a chip at the cap says "10000+".
-            reads.count_executions(group_by="status", limit=STATUS_COUNT_CAP, **filters),
+        listed = reads.list_workflows(
+            state=state,
+            page_size=limit,
+            cursor=_param(q, "cursor"),
+            order=order,
+            workflow_id=workflow_id,
+            **filters,
         )
-        unavailable = _unavailable(page, counts)
+        if workflow_id is not None:  # the count has no workflow ID filter: the chips are not drawn
+            page = await listed
+            counted: list[dict[str, Any]] | None = None
+            unavailable = _unavailable(page)
+        else:
+            page, counts = await asyncio.gather(
+                listed,
+                # Bounded: each status's runs counted up to STATUS_COUNT_CAP (an exact count read
+                # every matching run on each view, 0.8 s for 2M runs); a chip at the cap: "10000+".
+                reads.count_executions(group_by="status", limit=STATUS_COUNT_CAP, **filters),
+            )
+            counted, unavailable = counts.value, _unavailable(page, counts)
         return self.render(
             request,
             "workflows.html",
@@ -652,16 +679,17 @@ class Dashboard:
             refresh=refresh,
             rows=page.value,
             next_cursor=page.next_cursor,
-            counts=counts.value,
-            total=sum(r["executions"] for r in counts.value),
-            total_capped=any(r.get("capped") for r in counts.value),
+            counts=counted,
+            total=sum(r["executions"] for r in counted or ()),
+            total_capped=any(r.get("capped") for r in counted or ()),
             state=state,
             statuses=EXECUTION_STATUSES,
             attrs=attrs,
+            workflow_id=workflow_id,
             limit=limit,
             order=order,
             unavailable=unavailable,
-            bulk=_bulk_offer(state, filters),
+            bulk=BY_WORKFLOW_ID if workflow_id is not None else _bulk_offer(state, filters),
         )
 
     # -- the runs a filter selects: count, confirm, act in bounded steps --------------------------
