@@ -75,3 +75,23 @@ def test_the_workflows_page_refuses_a_parameter_it_does_not_take(
         assert ids["other"] not in page.text
     kept = "/workflows?status=RUNNING&workflow_name=checkout&attr=&created_after=&created_before=&limit=5"
     assert client.get(f"{kept}&order=asc&refresh=30&msg=x&msg_sig=y&cursor=", headers=READ).status_code == 200
+
+
+def test_go_to_a_run_names_the_workflow_when_two_used_the_id(runs: tuple[TestClient, dict[str, str]]) -> None:
+    """Its 400 said to name the workflow, but the form had no field for it: only a hand-made
+    &workflow_name= in the address told checkout's order-7 from refund's."""
+    client, ids = runs
+    listing = client.get("/workflows", headers=READ).text
+    form = listing.split('id="find-form"')[1].split("</form>")[0]
+    assert '<input name="id"' in form and '<input name="workflow_name"' in form
+    both = client.get("/workflows/find?id=order-7&workflow_name=", headers=READ)
+    assert both.status_code == 400
+    assert "used by several workflows (checkout, refund)" in both.text
+    assert "Go to a run&#39;s &#34;of workflow&#34; field" in both.text, both.text
+    for name, run in (("checkout", "second"), ("refund", "refund")):
+        found = client.get(
+            f"/workflows/find?id=order-7&workflow_name={name}", headers=READ, follow_redirects=False
+        )
+        assert (found.status_code, found.headers["location"]) == (303, f"/workflows/{ids[run]}"), name
+    typed = client.get("/workflows/order-7?workflow_name=refund", headers=READ, follow_redirects=False)
+    assert typed.headers["location"] == f"/workflows/{ids['refund']}"

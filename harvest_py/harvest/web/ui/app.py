@@ -844,6 +844,11 @@ class Dashboard:
         try:
             found = await self.source.reads(principal).current_run(value, workflow_name)
             execution_id = str(found.value["id"])
+        except InvalidArgument as exc:
+            if workflow_name is not None:
+                raise
+            # Several workflows used the ID (an empty one is refused before): the form names one.
+            raise InvalidArgument(f'{exc}: give its name in Go to a run\'s "of workflow" field') from None
         except NotFound:
             try:
                 execution_id = str(uuid.UUID(value))
@@ -892,7 +897,9 @@ class Dashboard:
         try:
             execution_id = str(uuid.UUID(value))
         except ValueError:  # a workflow ID typed into the address: its current run
-            return await self._go_to_run(request, principal, value)
+            return await self._go_to_run(
+                request, principal, value, _param(request.query_params, "workflow_name")
+            )
         refresh = self._refresh(request)
         full = request.query_params.get("payloads") == "full" and principal.shows_payloads("operate")
         sharded = self.source.sharded
