@@ -95,3 +95,26 @@ def test_go_to_a_run_names_the_workflow_when_two_used_the_id(runs: tuple[TestCli
         assert (found.status_code, found.headers["location"]) == (303, f"/workflows/{ids[run]}"), name
     typed = client.get("/workflows/order-7?workflow_name=refund", headers=READ, follow_redirects=False)
     assert typed.headers["location"] == f"/workflows/{ids['refund']}"
+
+
+def test_a_workflow_id_with_a_slash_typed_into_the_address_goes_to_its_run(db: str) -> None:
+    """A child's workflow ID (its parent's, "/" and its seq: order-parent-3/1) typed into the
+    address was a 404: the route took one segment. A run's own pages and actions keep theirs."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        parent = _start(conn, "checkout", "order-parent-3")
+        ids = {
+            wid: _start(conn, "checkout", wid)
+            for wid in ("order-parent-3/1", f"{parent}/2", "order-9/signal")
+        }
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        for wid, run in ids.items():
+            for typed in (wid, wid.replace("/", "%2F")):
+                found = client.get(f"/workflows/{typed}", headers=READ, follow_redirects=False)
+                assert (found.status_code, found.headers.get("location")) == (303, f"/workflows/{run}"), typed
+        assert client.get(f"/workflows/{parent}", headers=READ).status_code == 200
+        assert client.get(f"/workflows/{parent}/history/export", headers=READ).status_code == 200
+        assert client.get(f"/workflows/{parent}/signal", headers=READ).status_code == 405
+        missing = client.get("/workflows/order-parent-3/7", headers=READ)
+        assert (
+            missing.status_code == 404 and "no run has workflow ID &#39;order-parent-3/7&#39;" in missing.text
+        )

@@ -112,6 +112,21 @@ class _NameConvertor(PathConvertor):
 
 register_url_convertor("name", _NameConvertor())
 
+
+class _WorkflowIdConvertor(PathConvertor):
+    """A workflow ID holding a "/" in a run's address (a child's default ID is its parent's,
+    "/" and its seq: ``order-parent-3/1``, ``<uuid>/1``): two segments or more. An execution ID
+    never holds one, so the only addresses it could be read as are a run's own pages and actions
+    (``<uuid>/history/export``, ``<uuid>/signal``, ...): those keep their meaning."""
+
+    regex = (
+        r"(?![0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+        r"/(?:history/export|signal|cancel|terminate|reset|pause|resume)$)[^/]+/.+"
+    )
+
+
+register_url_convertor("workflow_id", _WorkflowIdConvertor())
+
 HERE = Path(__file__).parent
 TOKEN_COOKIE = "harvest_ui_token"  # a token signed in through /login, sent on as a Bearer header
 MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-letter lists too
@@ -400,6 +415,9 @@ class Dashboard:
             Route("/workflows/bulk", action(self.bulk_runs, "operate", _run_bulk_scope), methods=["POST"]),
             Route("/workflows/find", page(self.find_run)),
             Route("/workflows/{execution_id}", page(self.execution)),
+            # A workflow ID with a "/" typed into the address: its run, as Go to a run finds it
+            # (before the run's pages and actions, which an execution ID's address still reaches).
+            Route("/workflows/{execution_id:workflow_id}", page(self.execution)),
             Route("/workflows/{execution_id}/history/export", page(self.export_history)),
             Route("/workflows/{execution_id}/signal", action(self.signal, "operate"), methods=["POST"]),
             Route("/workflows/{execution_id}/cancel", action(self.cancel, "operate"), methods=["POST"]),
