@@ -421,3 +421,48 @@ def test_a_workflow_no_worker_registered_is_kept_by_the_forms_checkbox(client: T
     )
     assert done.status_code == 303 and _said(done) == "updated: workflow_name", done.text
     assert _row(db, "hourly/report")["workflow_name"] == "sales"
+
+
+def test_a_schedule_of_several_arguments_is_edited_as_a_json_array(client: TestClient, db: str) -> None:
+    """The Edit form showed the input only for one argument: a schedule of several (the API's
+    args) was drawn with an empty input, so its arguments could not be seen or changed there,
+    only replaced by one. Now it is drawn as args, a JSON array, saved as the API's args; to a
+    principal who sees no payloads the form is drawn as before (an empty input that stays)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.update_schedule('hourly/report', '{\"input\": [1, {\"day\": 2}]}')")
+    action, fields = _form(client.get(PAGE, headers=OPERATE).text, "edit-form")
+    assert fields["args"] == '[1, {"day": 2}]' and "input" not in fields
+    same = client.post(action, headers={**OPERATE, **OURS}, data=fields, follow_redirects=False)
+    assert _said(same) == "nothing changed"
+    changed = {**fields, "args": '[3, "x"]'}
+    done = client.post(action, headers={**OPERATE, **OURS}, data=changed, follow_redirects=False)
+    assert done.status_code == 303 and _said(done) == "updated: input", done.text
+    assert _row(db, "hourly/report")["input"] == [3, "x"]
+    bad = client.post(action, headers={**OPERATE, **OURS}, data={**fields, "args": '{"day": 2}'})
+    assert bad.status_code == 400 and "args" in html.unescape(bad.text), bad.text
+    assert _row(db, "hourly/report")["input"] == [3, "x"]
+    _, now = _form(client.get(PAGE, headers=OPERATE).text, "edit-form")
+    cleared = client.post(
+        action, headers={**OPERATE, **OURS}, data={**now, "args": ""}, follow_redirects=False
+    )
+    assert _said(cleared) == "updated: input" and _row(db, "hourly/report")["input"] == []
+
+
+def test_a_principal_who_sees_no_payloads_edits_a_schedule_of_several_arguments_as_before(db: str) -> None:
+    from harvest.web.principal import Principal
+    from harvest.web.ui import dashboard_app
+
+    class NoPayloads:
+        async def authorize(self, request, needed) -> Principal:
+            return Principal(actor="ops", scope="operate", source="ui", payloads=False)
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.create_schedule('many', 'report', p_interval_secs => 3600, p_input => '[1, 2]')"
+        )
+    with TestClient(dashboard_app(dsn=db, authorizer=NoPayloads()), base_url="http://127.0.0.1:8080") as ui:
+        action, fields = _form(ui.get("/schedules/0/many").text, "edit-form")
+        assert fields["input"] == "" and "args" not in fields
+        done = ui.post(action, headers=OURS, data={**fields, "every": "2h"}, follow_redirects=False)
+        assert _said(done) == "updated: interval_secs"
+    assert _row(db, "many")["input"] == [1, 2]

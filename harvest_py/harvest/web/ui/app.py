@@ -1779,7 +1779,7 @@ def _writer(source: Source, shard: int, principal: Principal) -> Callable[[], An
 # The New schedule and Edit forms' text fields, sent on as they are (a blank one: not given).
 _SCHEDULE_TEXT = ("workflow_name", "cron", "tz", "every", "queue", "overlap", "catchup_window", "jitter")
 # The Edit form's fields that emptied clear (schedule_spec.CLEARABLE, the arguments as its input field).
-_FORM_CLEARABLE = ("input", "queue", "max_active_runs")
+_FORM_CLEARABLE = ("input", "args", "queue", "max_active_runs")
 
 
 def _schedule_body(form: dict[str, str], *, create: bool) -> dict[str, Any]:
@@ -1791,12 +1791,18 @@ def _schedule_body(form: dict[str, str], *, create: bool) -> dict[str, Any]:
         value = _blank_none(form.get(key))
         if value is not None:
             data[key] = value
-    text = _blank_none(form.get("input"))
-    if text is not None:
-        try:
-            data["input"] = parse_json(text)  # (json.loads: a RecursionError, a 500, past ~990 levels)
-        except ValueError as exc:
-            raise InvalidArgument(f"input: not JSON ({exc}); give the run's argument as JSON") from None
+    # input: the run's one argument; args: its arguments, a JSON array (an Edit form's field
+    # when the schedule has several: _schedule_values).
+    for key, said in (
+        ("input", "the run's argument as JSON"),
+        ("args", "the run's arguments as a JSON array"),
+    ):
+        text = _blank_none(form.get(key))
+        if text is not None:
+            try:
+                data[key] = parse_json(text)  # (json.loads: a RecursionError, a 500, past ~990 levels)
+            except ValueError as exc:
+                raise InvalidArgument(f"{key}: not JSON ({exc}); give {said}") from None
     most = _blank_none(form.get("max_active_runs"))
     if most is not None:
         data["max_active_runs"] = int(most) if re.fullmatch(r"[+-]?\d{1,18}", most) else most
@@ -1811,8 +1817,10 @@ def _schedule_body(form: dict[str, str], *, create: bool) -> dict[str, Any]:
 
 
 def _schedule_values(row: dict[str, Any], shows_input: bool) -> dict[str, str]:
-    """A workflow schedule's fields as its Edit form shows them (strings; the input only to a
-    principal who sees payloads, and only when it is one argument, as the form sends it)."""
+    """A workflow schedule's fields as its Edit form shows them (strings). Its arguments only to
+    a principal who sees payloads: one as the input field (the run's one argument, as the New
+    schedule form takes it), several as the args field, a JSON array (the input field could not
+    hold them, so such a schedule's arguments could not be edited)."""
     out = {
         "workflow_name": row.get("workflow_name") or "",
         "queue": row.get("queue") or "",
@@ -1833,6 +1841,8 @@ def _schedule_values(row: dict[str, Any], shows_input: bool) -> dict[str, str]:
     arguments = row.get("input")
     if shows_input and isinstance(arguments, list) and len(arguments) == 1:
         out["input"] = json.dumps(arguments[0], default=json_default, ensure_ascii=False)
+    elif shows_input and isinstance(arguments, list) and len(arguments) > 1:
+        out["args"] = json.dumps(arguments, default=json_default, ensure_ascii=False)
     return out
 
 
