@@ -262,6 +262,11 @@ BEGIN
     IF p_queues IS NULL OR cardinality(p_queues) = 0 THEN
         RAISE EXCEPTION 'no queues given' USING ERRCODE = 'HR001';
     END IF;
+    -- The claims' one rule (as claim_tasks): 1..1000 requests, a lease of at most a day. A
+    -- limit of 2^31-1 locked every open request in one call; a lease of 1e10 s held a request
+    -- past its client's deadline, out of any other worker's reach, and 1e300 failed as 22008.
+    PERFORM harvest._check_limit('claim_query_requests', p_limit, 1000);
+    PERFORM harvest._check_lease('query request lease', p_lease_secs);
     -- Requests waiting for their run's first workflow task (wait_for_first_workflow_task) whose
     -- run has completed it or ended since: pending again, for this claim. Woken by the claims,
     -- which a worker makes at every wake-up and poll (the parking worker polls sooner), not by
@@ -280,12 +285,12 @@ BEGIN
           AND (r.status = 'pending' OR r.lease_expires_at < v_now) AND r.expires_at > v_now
           AND NOT r.unknown_to ? p_worker_id  -- it lacks the run's workflow (release_query_request)
         ORDER BY r.queue, r.id
-        LIMIT greatest(coalesce(p_limit, 10), 1)
+        LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     ), claimed AS (
         UPDATE harvest.query_requests AS r
         SET status = 'running', claimed_by = p_worker_id,
-            lease_expires_at = v_now + make_interval(secs => greatest(coalesce(p_lease_secs, 30), 1))
+            lease_expires_at = v_now + make_interval(secs => p_lease_secs)
         FROM picked WHERE r.id = picked.id
         RETURNING r.*
     )
@@ -666,7 +671,8 @@ COMMENT ON FUNCTION harvest.update_with_start IS
 COMMENT ON FUNCTION harvest.claim_query_requests IS
 'A worker claims open query and update requests of its queues (pending, or running past their claimer''s lease), '
 'oldest first, never waiting on a lock, each with its client''s span (traceparent, or NULL): the parent of the '
-'worker''s validation span. Called by the Python worker (role harvest_worker).';
+'worker''s validation span; HR001 for a limit outside 1..1000 or a lease outside (0, 86400] seconds. Called by the '
+'Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.answer_query IS
 'Answer a claimed request: a query''s answer or error, or an update''s rejection; returns the new status, or NULL'
 ' when the request is no longer this worker''s. Called by the Python worker (role harvest_worker).';

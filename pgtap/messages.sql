@@ -6,7 +6,7 @@
 -- and the helpers harvest._check_query_args, harvest._notify_query_answer and harvest._claimed_request
 -- (answer_query's and release_query_request's claim check).
 BEGIN;
-SELECT plan(182);
+SELECT plan(187);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -56,6 +56,20 @@ SELECT throws_ok($$SELECT * FROM harvest.claim_query_requests('', ARRAY['qq_a'])
                  'claim_query_requests() needs a worker id');
 SELECT throws_ok($$SELECT * FROM harvest.claim_query_requests('w1', ARRAY[]::text[])$$, 'HR001', 'no queues given',
                  'claim_query_requests() needs queues');
+SELECT throws_ok($$SELECT * FROM harvest.claim_query_requests('w1', ARRAY['qq_a'], 2147483647)$$, 'HR001',
+                 'claim_query_requests limit 2147483647 is out of range 1..1000',
+                 'claim_query_requests() bounds its limit as the other claims do (_check_limit)');
+SELECT throws_ok($$SELECT * FROM harvest.claim_query_requests('w1', ARRAY['qq_a'], 0)$$, 'HR001',
+                 'claim_query_requests limit 0 is out of range 1..1000',
+                 'claim_query_requests() refuses a limit below 1 (it took 1)');
+SELECT throws_ok($$SELECT * FROM harvest.claim_query_requests('w1', ARRAY['qq_a'], 10, 1e10)$$, 'HR001',
+                 'query request lease 10000000000 s is over the ceiling of 86400 seconds (a day)',
+                 'claim_query_requests() bounds its lease as the other claims do (_check_lease)');
+SELECT throws_ok($$SELECT * FROM harvest.claim_query_requests('w1', ARRAY['qq_a'], 10, 0)$$, 'HR001',
+                 'query request lease 0 must be positive seconds',
+                 'claim_query_requests() refuses a lease of 0 (it took 1 s)');
+SELECT is((SELECT count(*) FROM harvest.query_requests WHERE claimed_by = 'w1'), 0::bigint,
+          'claim_query_requests() claims nothing when its limit or lease is refused');
 SELECT is_empty($$SELECT * FROM harvest.claim_query_requests('w1', ARRAY['elsewhere'])$$,
                 'nothing is claimed from other queues');
 CREATE TEMP TABLE c1 ON COMMIT DROP AS SELECT * FROM harvest.claim_query_requests('w1', ARRAY['qq_a'], 1, 30);
