@@ -1116,6 +1116,41 @@ $$;
 -- a decision that does not end its run are then the caller's to check when caps_pending says
 -- the counters are past one (the caller writes the held rows, then calls
 -- _decide_history_caps); the wake-up for events that came in flight is made here.
+-- The await_signals directive's signals (the worker's ctx.wait_for_signal calls still pending
+-- after its step: docs/internals.md, "Awaited signals") as the decision's marker keeps them:
+-- [{name, since, timer_seq}], since the event id of the marker of the step that began the wait
+-- (absent: this decision's, p_marker_id), timer_seq the timeout's timer (NULL: none). At most
+-- 1,000 waits, each name a non-empty string of at most 1,000 characters; else HR001 and nothing
+-- of the decision is written.
+CREATE OR REPLACE FUNCTION harvest._awaited_signals_of(p_command jsonb, p_marker_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_signals jsonb := p_command -> 'signals';
+    v_out jsonb := '[]'::jsonb;
+    v_wait jsonb;
+BEGIN
+    IF jsonb_typeof(v_signals) IS DISTINCT FROM 'array' OR jsonb_array_length(v_signals) > 1000 THEN
+        RAISE EXCEPTION 'await_signals: signals must be an array of at most 1000 waits' USING ERRCODE = 'HR001',
+            HINT = 'send [{"name": ..., "timer_seq": ..., "since": ...}] (docs/internals.md, "Awaited signals")';
+    END IF;
+    FOR v_wait IN SELECT w FROM jsonb_array_elements(v_signals) AS w LOOP
+        IF jsonb_typeof(v_wait -> 'name') IS DISTINCT FROM 'string' OR btrim(v_wait ->> 'name') = ''
+           OR length(v_wait ->> 'name') > 1000 THEN
+            RAISE EXCEPTION 'await_signals: each wait needs a name, a non-empty string of at most 1000 characters'
+                USING ERRCODE = 'HR001', HINT = 'the name is the one ctx.wait_for_signal waits for';
+        END IF;
+        v_out := v_out || jsonb_build_array(jsonb_build_object(
+            'name', v_wait -> 'name',
+            'since', coalesce(harvest._json_bigint(v_wait -> 'since', 'since', 1, p_marker_id, 'await_signals'),
+                              p_marker_id),
+            'timer_seq', harvest._json_integer(v_wait -> 'timer_seq', 'timer_seq', 1, p_where => 'await_signals')));
+    END LOOP;
+    RETURN v_out;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_execution_id uuid,
     p_through bigint,
@@ -1208,6 +1243,7 @@ DECLARE
     v_own boolean := true;
     -- The options of the last schedule_activity whose checks passed (above, _activity_command_ok).
     v_options_ok jsonb;
+    v_first integer := 0;  -- the first command the loop dispatches (1: after await_signals)
 BEGIN
     IF p_execution.id IS NULL THEN
         SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
@@ -1250,9 +1286,18 @@ BEGIN
         END IF;
     END IF;
 
+    -- An await_signals directive, first when the worker sends one (the run waits on signals):
+    -- no event, its waits kept in the decision's marker, which get_execution_stack and
+    -- list_awaited_signals read (docs/internals.md, "Awaited signals"). One expression per
+    -- decision; a run that waits on no signal sends none and its marker is as before.
+    IF p_commands -> 0 ->> 'type' = 'await_signals' THEN
+        v_datas[cardinality(v_datas)] := v_datas[cardinality(v_datas)]
+            || jsonb_build_object('awaiting', harvest._awaited_signals_of(p_commands -> 0, v_seen_until + 1));
+        v_first := 1;
+    END IF;
     -- (By subscript, not a FOR over jsonb_array_elements: a query loop opens a cursor per
     -- decision; an expression per command opens none.)
-    FOR v_n IN 0 .. jsonb_array_length(p_commands) - 1 LOOP
+    FOR v_n IN v_first .. jsonb_array_length(p_commands) - 1 LOOP
         v_command := p_commands -> v_n;
         v_type := v_command ->> 'type';
         IF v_closed THEN
@@ -1356,7 +1401,7 @@ BEGIN
                 -- (The rules' own query only when neither answer holds: a condition that reads
                 -- them is a query of its own, where these two are plain expressions.)
                 v_allowed := (cardinality(v_hand_seqs) > 0 AND v_queue = v_hand_queue AND v_priority = v_hand_priority)
-                             OR (v_n = 0 AND v_queue = p_hand_off_queue AND v_priority = 0);
+                             OR (v_n = v_first AND v_queue = p_hand_off_queue AND v_priority = 0);
                 IF NOT coalesce(v_allowed, false) THEN
                     v_allowed := (SELECT h FROM harvest._may_hand_off(v_queue, v_priority, v_worker_queues) AS h);
                 END IF;
@@ -1413,6 +1458,10 @@ BEGIN
         WHEN 'fail_workflow' THEN
             v_step := harvest._decide_fail_workflow(v_execution, v_command, v_limit);
         ELSE
+            IF v_type = 'await_signals' THEN  -- (a directive, read before the loop: see above)
+                RAISE EXCEPTION 'await_signals must be the decision''s first command' USING ERRCODE = 'HR001',
+                    HINT = 'send it before hold_wakeups and the other commands (docs/internals.md, "Awaited signals")';
+            END IF;
             RAISE EXCEPTION 'unknown command type "%"', v_type USING ERRCODE = 'HR001',
                 HINT = 'see docs/internals.md for the command shapes';
         END CASE;

@@ -1487,7 +1487,8 @@ END;
 $$;
 
 -- What a run is waiting on now: open activities (pending, running or parked as
--- dead letters) with their attempt, timers with their fire time, signals
+-- dead letters) with their attempt, timers with their fire time, the signals its
+-- ctx.wait_for_signal calls wait for (awaited_signals: list_awaited_signals), signals
 -- received since the workflow last ran (the ones it may not have read yet: how many, and
 -- each one's event id, name and time),
 -- running children, the workflow task (with why its last attempt failed, if it did),
@@ -1553,6 +1554,12 @@ BEGIN
             FROM (SELECT t.seq, t.due_at, t.status FROM harvest.tasks AS t
                   WHERE t.execution_id = p_execution_id AND t.kind = 'timer'
                   ORDER BY t.due_at, t.seq LIMIT p_limit) AS t), '[]'::jsonb),
+        -- The signals it waits for (ctx.wait_for_signal: list_awaited_signals), oldest wait first:
+        -- a run blocked on a signal named nothing else, or only its timeout's timer.
+        'awaited_signals', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('name', a.name, 'since', a.since, 'timeout_at', a.timeout_at,
+                                                'timer_seq', a.timer_seq))
+            FROM (SELECT * FROM harvest.list_awaited_signals(p_execution_id) LIMIT p_limit) AS a), '[]'::jsonb),
         'signals_since_last_task', (
             SELECT count(*) FROM harvest.events AS ev
             WHERE ev.execution_id = p_execution_id AND ev.event_type = 'SignalReceived'
@@ -1602,6 +1609,7 @@ BEGIN
             (SELECT count(*) FROM harvest.events AS ev
              WHERE ev.execution_id = p_execution_id AND ev.event_type = 'SignalReceived'
                AND ev.event_id > coalesce(v_last_task_event, 0)),
+            'awaited_signals', (SELECT count(*) FROM harvest.list_awaited_signals(p_execution_id)),
             'mutexes',
             (SELECT count(*) FROM harvest.mutex_locks AS l WHERE l.holder_execution_id = p_execution_id)
             + (SELECT count(*) FROM harvest.mutex_waiters AS w WHERE w.execution_id = p_execution_id)),
@@ -1618,6 +1626,58 @@ BEGIN
             FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'workflow'),
         'last_workflow_task_event_id', v_last_task_event
     );
+END;
+$$;
+
+-- The signals a live run waits for (docs/messages.md, "Which signals a run waits for"): the
+-- ctx.wait_for_signal calls its last decision reported (the await_signals directive, kept in its
+-- WorkflowTaskCompleted marker: functions/decide.sql), oldest first, each with since when
+-- (the time of the marker of the step that began it) and its timeout's deadline (its timer's
+-- fire time; NULL: no timeout). A wait whose timer has fired since, or of a name a signal has
+-- come for since, is left out: it is over, whatever the run's next decision says. With
+-- p_before_event_id, as the run stood before that event: a signal's sender asks with its own
+-- signal's id (was the name awaited when it came?). None for a run that has ended, has not
+-- decided yet, or waits on no signal; HR002 when it does not exist.
+-- VOLATILE (the default), not STABLE: called after signal_workflow in one statement
+-- (harvest/db/sqlapi.py, SIGNAL_WORKFLOW), it reads what was committed before the signal took
+-- the run's lock, which no decision can move until the signal commits.
+CREATE OR REPLACE FUNCTION harvest.list_awaited_signals(p_execution_id uuid, p_before_event_id bigint DEFAULT NULL)
+RETURNS TABLE (name text, since timestamptz, timeout_at timestamptz, timer_seq integer)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_status text;
+    v_marker bigint;
+    v_awaiting jsonb;
+BEGIN
+    SELECT e.status INTO v_status FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    IF NOT FOUND THEN
+        PERFORM harvest._execution_not_found(p_execution_id);  -- HR002 (retention.sql)
+    END IF;
+    IF v_status NOT IN ('RUNNING', 'PAUSED') THEN
+        RETURN;
+    END IF;
+    SELECT ev.event_id, ev.event_data -> 'awaiting' INTO v_marker, v_awaiting
+    FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution_id AND ev.event_type = 'WorkflowTaskCompleted'
+    ORDER BY ev.event_id DESC LIMIT 1;
+    IF jsonb_typeof(v_awaiting) IS DISTINCT FROM 'array' THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT w.wait ->> 'name', s.created_at, t.due_at, (w.wait ->> 'timer_seq')::integer
+    FROM jsonb_array_elements(v_awaiting) WITH ORDINALITY AS w (wait, n)
+    LEFT JOIN harvest.events AS s
+        ON s.execution_id = p_execution_id AND s.event_id = (w.wait ->> 'since')::bigint
+    LEFT JOIN harvest.tasks AS t
+        ON t.execution_id = p_execution_id AND t.seq = (w.wait ->> 'timer_seq')::integer AND t.kind = 'timer'
+    WHERE (w.wait ->> 'timer_seq' IS NULL OR t.id IS NOT NULL)
+      AND NOT EXISTS (
+          SELECT 1 FROM harvest.events AS r
+          WHERE r.execution_id = p_execution_id AND r.event_id > v_marker
+            AND (p_before_event_id IS NULL OR r.event_id < p_before_event_id)
+            AND r.event_type = 'SignalReceived' AND r.event_data ->> 'name' = w.wait ->> 'name')
+    ORDER BY w.n;
 END;
 $$;
 
@@ -1908,11 +1968,16 @@ COMMENT ON FUNCTION harvest.count_executions IS
 'workflow_name, all); p_limit counts at most that many runs a status (capped: at least that many; status grouping '
 'only); a bad filter, group or limit raises HR001. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_execution_stack IS
-'What a run is waiting on now: open activities, timers, unread signals, running children, the mutex keys it '
-'holds or waits for (at most p_limit of each, '
+'What a run is waiting on now: open activities, timers, the signals it waits for, unread signals, running children, '
+'the mutex keys it holds or waits for (at most p_limit of each, '
 '1..10000, with each list''s total in totals; NULL: every entry), the workflow task, the '
 'last event id and, while PAUSED, since when and why; HR002 when it does not exist. For operators (role '
 'harvest_reader).';
+COMMENT ON FUNCTION harvest.list_awaited_signals IS
+'The signals a live run''s ctx.wait_for_signal calls wait for, as its last decision reported them: name, since when, '
+'the timeout''s deadline (NULL: none) and its timer; a wait whose timer fired or whose signal came since is left '
+'out (with p_before_event_id, one that came before that event); none for an ended run; HR002 when it does not '
+'exist. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.list_children IS
 'An execution''s children, direct or down to p_depth levels (1..100), newest first (created_at DESC, then id), '
 'optionally of one status (else HR001), after a position (p_after_created_at with p_after_id: the last row shown) '

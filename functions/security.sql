@@ -115,7 +115,7 @@ AS $$
                         'wait_for_result', 'stop_waiting_for_result', 'count_stranded_tasks', 'partition_of', 'get_owner_mode',
                         'get_metric_samples', 'list_forced_closes')
             THEN 'harvest_reader,harvest_worker'
-        WHEN p_name IN ('get_execution', 'get_execution_by_workflow_id', 'list_executions', 'count_executions', 'get_execution_stack', 'list_children',
+        WHEN p_name IN ('get_execution', 'get_execution_by_workflow_id', 'list_executions', 'count_executions', 'get_execution_stack', 'list_awaited_signals', 'list_children',
                         'list_dead_letters', 'get_dead_letter', 'count_dead_letters', 'list_workers',
                         'get_worker', 'get_worker_health', 'preview_drain', 'get_retention_status',
                         'list_audit_log', 'count_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'get_start_throttle', 'get_start_gate', 'count_versions',

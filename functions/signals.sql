@@ -70,7 +70,8 @@ $$;
 -- active and polls the run's queue, its cached run decided last, the run is RUNNING,
 -- the claim would have been free to pick the task next (claim.sql, _may_hand_off), and,
 -- in owner mode, the worker owns the run's partition. Returns {"event_id", "handed":
--- the task as the worker receives it (claim.sql _worker_task), or null}.
+-- the task as the worker receives it (claim.sql _worker_task), or null, "awaited_signals":
+-- the names the run's pending waits ask for, as the signal found them (list_awaited_signals)}.
 CREATE OR REPLACE FUNCTION harvest.signal_workflow_eager(
     p_execution_id uuid, p_signal_name text, p_payload jsonb, p_signal_id text, p_traceparent text,
     p_worker_id text, p_workflow_lease_secs double precision
@@ -92,7 +93,9 @@ BEGIN
     END IF;
     v_signal := harvest._signal_workflow(p_execution_id, p_signal_name, p_payload, p_signal_id, p_traceparent,
                                          p_worker_id, v_queues, p_workflow_lease_secs);
-    RETURN jsonb_build_object('event_id', v_signal.event_id, 'handed', v_signal.handed);
+    RETURN jsonb_build_object('event_id', v_signal.event_id, 'handed', v_signal.handed,
+        'awaited_signals', to_jsonb(ARRAY(SELECT DISTINCT a.name FROM harvest.list_awaited_signals(p_execution_id, v_signal.event_id) AS a
+                                          ORDER BY 1)));
 END;
 $$;
 

@@ -2690,3 +2690,35 @@ SELECT is((SELECT (e.event_type, e.event_data ->> 'timer_seq')::text FROM pg_tem
           '(TimerCancelled,1)', 'cancel_timer: timer_seq 1.0 cancels timer 1 (it was 22P02)');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- The await_signals directive (docs/internals.md, "Awaited signals"): no event, its waits kept in
+-- the decision's marker, a new wait's since the marker's own id; a decision without one writes
+-- the marker as before.
+BEGIN;
+SELECT plan(6);
+SELECT pg_temp.start_decided('as', 'as_wf', 'as_q', '[{"type": "await_signals", "signals": [{"name": "go"}]}]');
+SELECT is((SELECT event_data - 'worker_id' FROM harvest.events
+           WHERE execution_id = pg_temp.run('as') AND event_type = 'WorkflowTaskCompleted'),
+          '{"through": 1, "awaiting": [{"name": "go", "since": 2, "timer_seq": null}]}'::jsonb,
+          'await_signals: the marker keeps the waits, a new one since the marker itself');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('as')), 2::bigint,
+          'await_signals: no event of its own');
+SELECT harvest.signal_workflow(pg_temp.run('as'), 'other');
+SELECT pg_temp.decide('as', '[{"type": "await_signals", "signals": [{"name": "go", "since": 2}]}]');
+SELECT is((SELECT event_data -> 'awaiting' FROM harvest.events
+           WHERE execution_id = pg_temp.run('as') AND event_type = 'WorkflowTaskCompleted' ORDER BY event_id DESC LIMIT 1),
+          '[{"name": "go", "since": 2, "timer_seq": null}]'::jsonb, 'await_signals: a wait begun earlier keeps its since');
+SELECT pg_temp.start_decided('as_plain', 'as_wf', 'as_q', '[]');
+SELECT ok(NOT (SELECT event_data ? 'awaiting' FROM harvest.events
+               WHERE execution_id = pg_temp.run('as_plain') AND event_type = 'WorkflowTaskCompleted'),
+          'a decision without await_signals: its marker as before');
+SELECT pg_temp.start_claimed('as_bad', 'as_wf', 'as_q');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                 '[{"type": "await_signals", "signals": [{"name": ""}]}]')$$, pg_temp.task('as_bad'), pg_temp.token('as_bad')),
+                 'HR001', NULL, 'await_signals: an empty name is HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                 '[{"type": "hold_wakeups"}, {"type": "await_signals", "signals": []}]')$$,
+                 pg_temp.task('as_bad'), pg_temp.token('as_bad')),
+                 'HR001', 'await_signals must be the decision''s first command', 'await_signals after another command: HR001');
+SELECT * FROM finish();
+ROLLBACK;

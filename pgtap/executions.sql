@@ -372,7 +372,7 @@ FROM generate_series(1, 3) AS g;
 SELECT is(jsonb_path_query_array(harvest.get_execution_stack((SELECT id FROM wide), 2), '$.children[*].seq'),
           '[1, 2]'::jsonb, 'stack(p_limit => 2): the first two children, by seq');
 SELECT is(harvest.get_execution_stack((SELECT id FROM wide), 2) -> 'totals',
-          '{"children": 3, "pending_activities": 0, "timers": 0, "signals": 0, "mutexes": 0}'::jsonb, 'stack: each list''s total');
+          '{"children": 3, "pending_activities": 0, "timers": 0, "signals": 0, "mutexes": 0, "awaited_signals": 0}'::jsonb, 'stack: each list''s total');
 SELECT is(jsonb_array_length(harvest.get_execution_stack((SELECT id FROM wide)) -> 'children'), 3,
           'stack without p_limit: every entry');
 -- The run's own dead letter (kind 'workflow') is its stack's dead_letter, not a nameless
@@ -1135,5 +1135,46 @@ VALUES ('amount', 'number', 'executions_attr_amount'), ('region', 'text', 'execu
 SELECT results_eq($$SELECT name, type, state, size_bytes > 0 FROM harvest.list_search_attribute_indexes()$$,
                   $$VALUES ('amount', 'number', 'valid', true), ('region', 'text', 'missing', NULL)$$,
                   'list_search_attribute_indexes: each recorded key, its index''s state and size');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- The signals a run waits for (list_awaited_signals, the stack's awaited_signals): what its last
+-- decision's await_signals directive reported, kept in its marker (functions/decide.sql).
+BEGIN;
+SELECT plan(10);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT pg_temp.start_decided('aw', 'aw_wf', 'aw_q', '[{"type": "await_signals", "signals": [
+    {"name": "approve", "timer_seq": 1}, {"name": "reject", "timer_seq": null}]},
+    {"type": "start_timer", "seq": 1, "duration": 3600}]');
+SELECT is(harvest.get_execution_stack(pg_temp.run('aw')) -> 'awaited_signals',
+          '[{"name": "approve", "since": "2030-01-01T00:00:00+00:00", "timeout_at": "2030-01-01T01:00:00+00:00", "timer_seq": 1},
+            {"name": "reject", "since": "2030-01-01T00:00:00+00:00", "timeout_at": null, "timer_seq": null}]'::jsonb,
+          'stack: the signals the run waits for, since when, and the timeout''s deadline (none: null)');
+SELECT is(harvest.get_execution_stack(pg_temp.run('aw'), 1) #> '{totals,awaited_signals}', '2'::jsonb,
+          'stack: their total (a bounded stack lists the first)');
+SELECT results_eq(format('SELECT name, timer_seq FROM harvest.list_awaited_signals(%L)', pg_temp.run('aw')),
+                  $$VALUES ('approve', 1), ('reject', NULL::integer)$$,
+                  'list_awaited_signals: the waits, oldest first, with their timers');
+-- A misspelt name is accepted and buffered; the waits are unchanged, and the statement the
+-- client sends (signal, then the awaited names) says so.
+SELECT is((SELECT ARRAY(SELECT DISTINCT a.name FROM harvest.list_awaited_signals(pg_temp.run('aw'), s.event_id) AS a ORDER BY 1)
+           FROM (SELECT harvest.signal_workflow(pg_temp.run('aw'), 'aprove', '1') AS event_id OFFSET 0) AS s),
+          ARRAY['approve', 'reject'], 'a signal no wait asks for: the run still waits for the others');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('aw') AND event_type = 'SignalReceived'),
+          1::bigint, '... and the signal is delivered (buffered) all the same');
+SELECT is(jsonb_path_query_array(harvest.signal_workflow_eager(pg_temp.run('aw'), 'approve', '1', NULL, NULL, 'nobody', 30),
+                                 '$.awaited_signals[*]'),
+          '["approve", "reject"]'::jsonb, 'signal_workflow_eager: the names the run waited for as the signal came');
+SELECT is(ARRAY(SELECT name FROM harvest.list_awaited_signals(pg_temp.run('aw'))), ARRAY['reject'],
+          'a wait whose signal came since the decision is over, before the run decides again');
+SELECT pg_temp.decide('aw', '[]');
+SELECT is(harvest.get_execution_stack(pg_temp.run('aw')) -> 'awaited_signals', '[]'::jsonb,
+          'a decision without await_signals: the run waits for no signal');
+SELECT harvest.terminate_workflow(pg_temp.run('aw'), 'done');
+SELECT is((SELECT count(*) FROM harvest.list_awaited_signals(pg_temp.run('aw'))), 0::bigint,
+          'an ended run waits for nothing');
+SELECT throws_ok(format('SELECT * FROM harvest.list_awaited_signals(%L)', gen_random_uuid()), 'HR002', NULL,
+                 'list_awaited_signals of an unknown run: HR002');
 SELECT * FROM finish();
 ROLLBACK;

@@ -1725,3 +1725,33 @@ def test_the_shards_page_names_a_shards_connect_error_to_an_admin_only(db: str) 
     for who, page in seen.items():
         assert page.status_code == 200 and "Shard 1 unavailable" in page.text, page.text
         assert (login in page.text) is (who == "admin"), (who, page.text)
+
+
+def test_a_run_waiting_for_signals_names_them_and_a_stray_signal_says_so(db: str) -> None:
+    """ "Waiting on" showed a run blocked in ctx.wait_for_signal as a timer at most (or nothing):
+    it names each awaited signal, since when and its timeout; a signal sent from the page under
+    another name is sent, and the notice says the run waits for others."""
+    run = _started(db, "awaits-signals")
+    waits = [
+        {"type": "await_signals", "signals": [{"name": "approve", "timer_seq": 1}, {"name": "reject"}]},
+        {"type": "start_timer", "seq": 1, "duration": 3600},
+    ]
+    with psycopg.connect(db, autocommit=True) as conn:
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w', ARRAY['default'], 1)"
+        ).fetchone()
+        conn.execute("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (*task, Jsonb(waits)))
+    with TestClient(dashboard_app(dsn=db, authorizer=TokenScopes())) as client:
+        page = client.get(f"/workflows/{run}", headers=READ).text
+        stack = page.split('id="stack"')[1].split("</section>")[0]
+        awaited = stack.split('id="awaited-signals"')[1].split("</ul>")[0]
+        assert re.search(
+            r"signal <strong>approve</strong>, waited for since .*, times out .*\(timer 1\)", awaited
+        )
+        assert re.search(r"signal <strong>reject</strong>, waited for since .*, no timeout", awaited)
+        sent = client.post(
+            f"/workflows/{run}/signal", headers=OPERATE, data={"name": "aprove", "payload": "1"}
+        )
+        assert sent.status_code == 200, sent.text
+        assert "signal aprove sent" in sent.text
+        assert "not awaited: the run waits for approve, reject" in sent.text

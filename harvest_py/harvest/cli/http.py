@@ -47,6 +47,7 @@ from harvest.core.errors import (
     Unauthenticated,
     error_code,
 )
+from harvest.core.receipts import SignalReceipt
 from harvest.shard.fanout import (
     CHILDREN_PAGE,
     COMPLETE,
@@ -549,9 +550,10 @@ class HttpApi:
     def get_execution_stack(self, execution_id: str, limit: int | None = None) -> dict[str, Any]:
         return _obj(self.http.get(f"/workflows/{_p(execution_id)}/stack", limit=limit))
 
-    def signal_workflow(self, execution_id: str, name: str, payload: Any = None) -> Any:
+    def signal_workflow(self, execution_id: str, name: str, payload: Any = None) -> SignalReceipt:
         body = {"signal_name": name, "payload": payload}
-        return self.http.post(f"/workflows/{_p(execution_id)}/signal", body).get("event_id")
+        answer = self.http.post(f"/workflows/{_p(execution_id)}/signal", body)
+        return SignalReceipt(answer["event_id"], name, answer.get("awaited_signals") or ())
 
     def cancel_workflow(self, execution_id: str, reason: str | None = None) -> bool:
         answer = self.http.post(f"/workflows/{_p(execution_id)}/cancel", {"reason": reason})

@@ -564,16 +564,31 @@ def signal(
     reveal = Reveal(app_target)
     if reveal:  # sent as a Client(codecs=...) sends it: encoded, and offloaded over its threshold
         with reveal.writing(), cli_client(database_url, reveal.payloads) as client:
-            event_id = client.get_handle(execution_id).signal(signal_name, payload)
+            receipt = client.get_handle(execution_id).signal(signal_name, payload)
     else:
-        event_id = routed_call(
+        receipt = routed_call(
             database_url, execution_id, lambda sql: sql.signal_workflow(execution_id, signal_name, payload)
         )
     emit(
-        {"execution_id": execution_id, "signal": signal_name, "event_id": event_id},
+        {
+            "execution_id": execution_id,
+            "signal": signal_name,
+            "event_id": int(receipt),
+            "awaited": receipt.awaited,
+            "awaited_signals": list(receipt.awaited_signals),
+        },
         output,
-        lambda d: f"signalled {execution_id}: {signal_name} (event {event_id})",
+        lambda d: f"signalled {execution_id}: {signal_name} (event {int(receipt)})" + _not_awaited(receipt),
     )
+
+
+def _not_awaited(receipt: Any) -> str:
+    """The signal line's note when the run waits for other signals than the one sent (a misspelt
+    name): it is buffered, and no pending wait asks for it."""
+    if receipt.awaited or not receipt.awaited_signals:
+        return ""
+    waits = ", ".join(receipt.awaited_signals)
+    return f"; not awaited: the run waits for {waits} (the signal is buffered)"
 
 
 @workflow.command("cancel")
@@ -653,7 +668,8 @@ def _pause_or_resume(
     show_default=True,
     type=click.IntRange(1, 10_000),
     help=(
-        "Entries at most in each list (activities, timers, children, signals, mutexes); the rest are counted."
+        "Entries at most in each list (activities, timers, children, awaited signals, signals, mutexes); "
+        "the rest are counted."
     ),
 )
 @app_option
@@ -739,6 +755,9 @@ def stack(
                 table(d["children"], ["seq", "execution_id", "workflow_name", "status"]),
                 *more(d, "children"),
             ]
+        if d.get("awaited_signals"):  # absent from a server of an older release
+            shown = table(d["awaited_signals"], ["name", "since", "timeout_at", "timer_seq"])
+            parts += ["", "awaited signals:", shown, *more(d, "awaited_signals")]
         if d.get("signals"):  # absent from a server of an older release
             shown = table(d["signals"], ["event_id", "name", "received_at"])
             parts += ["", "signals:", shown, *more(d, "signals")]

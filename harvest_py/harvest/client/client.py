@@ -54,6 +54,7 @@ from harvest.core.errors import (
     failure_line,
 )
 from harvest.core.ids import shard_of
+from harvest.core.receipts import SignalReceipt
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.core.stepper import Do as _Do
 from harvest.core.stepper import Flow as _Flow
@@ -1430,14 +1431,19 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         self._on_current(sqlapi.terminate_workflow, reason)
 
     @_finds_run
-    def signal(self, name: str, payload_value: Any = None) -> int:
+    def signal(self, name: str, payload_value: Any = None) -> SignalReceipt:
         """Deliver a durable signal and return its event id (its SignalReceived's in the run's
-        history); raises WorkflowNotRunning if the run has ended."""
+        history) as a SignalReceipt: an int whose ``awaited`` says whether a pending
+        ``ctx.wait_for_signal`` of the run asks for ``name`` (``awaited_signals``: the names they
+        ask for). A signal no wait asks for is still delivered and buffered. Raises
+        WorkflowNotRunning if the run has ended."""
         encoded, offload = self._signal_encoded(name, payload_value)
         if offload is not None:
             encoded = self._at(self.execution_id, offload)
         with self._span("harvest.workflow.signal", "harvest.signal", name):
-            return cast(int, self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent()))
+            return cast(
+                SignalReceipt, self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
+            )
 
     @_finds_run
     def cancel(self, reason: str | None = None) -> bool:
@@ -2110,8 +2116,8 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         await self._on_current(sqlapi.terminate_workflow, reason)
 
     @_afinds_run
-    async def signal(self, name: str, payload_value: Any = None) -> int:
-        """See :meth:`WorkflowHandle.signal` (returns the signal's event id)."""
+    async def signal(self, name: str, payload_value: Any = None) -> SignalReceipt:
+        """See :meth:`WorkflowHandle.signal` (returns the signal's event id, a SignalReceipt)."""
         encoded, offload = self._signal_encoded(name, payload_value)
         if offload is not None:
             encoded = await self._at(self.execution_id, offload)
@@ -2120,7 +2126,8 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
             slot = eager.eager_slot() if eager is not None else None
             if eager is None or slot is None:
                 return cast(
-                    int, await self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
+                    SignalReceipt,
+                    await self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent()),
                 )
             handed = None
             try:
@@ -2130,7 +2137,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
                 handed = answer["handed"]
             finally:
                 eager.run_eager(handed)
-            return cast(int, answer["event_id"])
+            return SignalReceipt(answer["event_id"], name, answer.get("awaited_signals") or ())
 
     @_afinds_run
     async def cancel(self, reason: str | None = None) -> bool:

@@ -29,6 +29,7 @@ from psycopg.types.json import Jsonb
 
 from harvest.core.batches import BATCH_STEP
 from harvest.core.errors import TransactionConflict, from_database_error
+from harvest.core.receipts import SignalReceipt
 from harvest.db.arrays import BigintArray, JsonbArray
 from harvest.db.jsoncodec import dumps, loads
 
@@ -41,10 +42,17 @@ SELECT * FROM harvest.start_workflow(
     p_run_timeout_secs => %(run_timeout)s, p_shard => %(shard)s, p_traceparent => %(traceparent)s)
 """
 START_WORKFLOWS = "SELECT * FROM harvest.start_workflows(%(starts)s)"
+# The signal, then the names the run waited for as it took it (list_awaited_signals before the
+# signal's event, read after the signal: the FROM's row is made first).
 SIGNAL_WORKFLOW = """
-SELECT harvest.signal_workflow(%(execution_id)s, %(signal_name)s, %(payload)s,
-                               p_traceparent => %(traceparent)s) AS event_id
+SELECT s.event_id, %(signal_name)s AS signal_name,
+       ARRAY(SELECT DISTINCT a.name FROM harvest.list_awaited_signals(%(execution_id)s, s.event_id) AS a
+             ORDER BY 1)
+           AS awaited_signals
+FROM (SELECT harvest.signal_workflow(%(execution_id)s, %(signal_name)s, %(payload)s,
+                                     p_traceparent => %(traceparent)s) AS event_id OFFSET 0) AS s
 """
+LIST_AWAITED_SIGNALS = "SELECT * FROM harvest.list_awaited_signals(%(execution_id)s)"
 SIGNAL_WORKFLOW_EAGER = """
 SELECT harvest.signal_workflow_eager(%(execution_id)s, %(signal_name)s, %(payload)s, NULL, %(traceparent)s,
                                      %(worker_id)s, %(workflow_lease_secs)s) AS answer
@@ -582,10 +590,17 @@ def start_workflows(starts: list[dict[str, Any]]) -> dict[str, Any]:
     return {"starts": _jsonb(starts)}
 
 
-@call(SIGNAL_WORKFLOW, column("event_id"), retry_conflicts=True)
+def signal_receipt(found: Rows) -> SignalReceipt:
+    """The signal's event id, as a SignalReceipt naming the signals the run waits for."""
+    row = found[0]
+    return SignalReceipt(row["event_id"], row["signal_name"], row["awaited_signals"] or ())
+
+
+@call(SIGNAL_WORKFLOW, signal_receipt, retry_conflicts=True)
 def signal_workflow(
     execution_id: str, signal_name: str, payload: Any, traceparent: str | None = None
 ) -> dict[str, Any]:
+    """Deliver a signal; a SignalReceipt (an int, the event id) says whether the run waits for it."""
     return {
         "execution_id": execution_id,
         "signal_name": signal_name,
@@ -604,7 +619,8 @@ def signal_workflow_eager(
     workflow_lease_secs: float,
 ) -> dict[str, Any]:
     """signal_workflow from a process hosting worker ``worker_id``: answers {"event_id", "handed":
-    the woken workflow task leased to that worker, or None} (functions/signals.sql)."""
+    the woken workflow task leased to that worker, or None, "awaited_signals": the names the
+    run waits for} (functions/signals.sql)."""
     return {
         "execution_id": execution_id,
         "signal_name": signal_name,
@@ -1720,6 +1736,13 @@ def get_execution_stack(execution_id: str, limit: int | None = None) -> dict[str
     """What the run waits on: at most ``limit`` entries in each list, with each list's total in
     ``totals`` (None: every entry)."""
     return {"execution_id": execution_id, "limit": limit}
+
+
+@call(LIST_AWAITED_SIGNALS)
+def list_awaited_signals(execution_id: str) -> dict[str, Any]:
+    """The signals the run's pending ctx.wait_for_signal calls wait for: name, since, timeout_at,
+    timer_seq (functions/executions.sql)."""
+    return {"execution_id": execution_id}
 
 
 @call(LIST_WORKERS)

@@ -122,9 +122,10 @@ def closed_by_engine(event_type: str, data: dict[str, Any]) -> bool:
 
 
 # commands that write no event: what the worker tells the database of the run's wait
-# (hold_wakeups: docs/internals.md, "Held wake-ups"); _apply_decision reads them before its
-# dispatcher (tests/integration/test_vocabulary.py)
-DIRECTIVE_COMMANDS = frozenset({"hold_wakeups"})
+# (hold_wakeups: docs/internals.md, "Held wake-ups"; await_signals, the signal waits its marker
+# names: "Awaited signals"); _apply_decision reads them before its dispatcher
+# (tests/integration/test_vocabulary.py)
+DIRECTIVE_COMMANDS = frozenset({"hold_wakeups", "await_signals"})
 # events that neither match a command nor resolve one: the run's input, the step
 # boundary marker, and the note a reset leaves on its fork (history only)
 BOOKKEEPING_EVENTS = frozenset(

@@ -457,10 +457,10 @@ class WorkflowContext:
         found, payload = run.signals.take(name)
         if not found:
             waiter = asyncio.get_running_loop().create_future()
-            run.signals.wait(name, waiter)
+            wait = run.signals.wait(name, waiter, run.step_marker)
             timer_seq = None
             if seconds is not None:
-                timer_seq = run.next_seq()
+                timer_seq = wait[1] = run.next_seq()
 
                 def timed_out() -> None:
                     if not waiter.done():

@@ -166,6 +166,9 @@ class Activation:
     # The run now waits for all of its open activities at once (WorkflowRun.holds_wakeups):
     # its results need not wake it one batch at a time.
     hold: bool = False
+    # The ctx.wait_for_signal calls still pending (SignalBuffer.awaiting), None when none: the
+    # decision reports them (the await_signals directive), so the run's stack names them.
+    awaiting: list[dict[str, Any]] | None = None
 
 
 class WorkflowRun(CommandIssuer):
@@ -265,6 +268,9 @@ class WorkflowRun(CommandIssuer):
         self.is_replaying = False
         self.finished = False
         self.holding = False  # the last live step's Activation.hold
+        # The marker of the replayed step running now (None in a live step): a signal wait
+        # begun in it began there (SignalBuffer.wait's since).
+        self.step_marker: int | None = None
 
     # ------------------------------------------------------------------ public
     async def advance(self, new_events: list[dict[str, Any]], *, local_activities: bool = True) -> Activation:
@@ -352,6 +358,7 @@ class WorkflowRun(CommandIssuer):
                 return False
         self._live = None
         self.last_event_id = last_event_id
+        self.signals.stamp(through + 1)  # (the marker's id: see above)
         return True
 
     def replay_history(self, events: list[dict[str, Any]]) -> None:
@@ -656,7 +663,7 @@ class WorkflowRun(CommandIssuer):
 
     # ------------------------------------------------------------------ steps
     def _replay_step(self, marker_id: int, through: int, closes: bool = False) -> None:
-        self.is_replaying, self.through = True, through
+        self.is_replaying, self.through, self.step_marker = True, through, marker_id
         expected = self._expected = self._take_group()  # (the code's _match takes from it)
         starts = self._group_starts
         resolutions = self._resolutions  # _deliver(through), inline: it runs once per step
@@ -733,7 +740,7 @@ class WorkflowRun(CommandIssuer):
             self._loop.run_until_idle()
 
     async def _live_step(self, local_activities: bool = True) -> Activation:
-        self.is_replaying, self.through = False, self.last_event_id
+        self.is_replaying, self.through, self.step_marker = False, self.last_event_id, None
         self._new_commands = []
         self._deliver(None)
         while True:
@@ -764,13 +771,15 @@ class WorkflowRun(CommandIssuer):
         self.handlers.end_of_step()
         commands = sorted(self._new_commands, key=lambda c: c["seq"])
         self._new_commands = []
+        awaiting = None
         if self.finished:
             commands.append(self._terminal_command())
             self.holding = False
         else:
             self.holding = self.holds_wakeups()
+            awaiting = self.signals.awaiting()
         self._live = (self.last_event_id, commands)
-        return Activation(commands, self.last_event_id, self.finished, self.holding)
+        return Activation(commands, self.last_event_id, self.finished, self.holding, awaiting)
 
     def _confirm_live(self, marker_id: int, through: int) -> None:
         live_through, commands = cast("tuple[int, list[dict[str, Any]]]", self._live)
@@ -788,6 +797,7 @@ class WorkflowRun(CommandIssuer):
                 f"cached run produced (through {live_through})"
             )
         self._live = None
+        self.signals.stamp(marker_id)
         if starts is not None:
             self._apply_started(starts)
 

@@ -21,6 +21,10 @@ class SignalBuffer:
         self._buffers: dict[str, deque[tuple[int, Any]]] = {}
         self._waiters: dict[str, deque[asyncio.Future[Any]]] = {}
         self._arrivals = 0
+        # Each wait's [name, timer seq or None, since: the event id of the marker of the step
+        # that began it, None while that step is not recorded yet]: what a decision reports
+        # (awaiting()). Empty for a run that never waits on a signal: nothing is reported then.
+        self._waits: dict[asyncio.Future[Any], list[Any]] = {}
 
     def deliver(self, name: str, payload: Any) -> None:
         """Hand ``payload`` to the oldest live waiter of ``name``, or buffer it."""
@@ -45,8 +49,35 @@ class SignalBuffer:
         buffer = self._buffers.setdefault(name, deque())
         buffer.appendleft((buffer[0][0] - 1 if buffer else 0, payload))
 
-    def wait(self, name: str, future: asyncio.Future[Any]) -> None:
+    def wait(self, name: str, future: asyncio.Future[Any], since: int | None = None) -> list[Any]:
+        """Queue ``future`` for the next signal of ``name``; its record for awaiting(), whose
+        timer seq (index 1) the caller sets when the wait has a timeout."""
         self._waiters.setdefault(name, deque()).append(future)
+        record = self._waits[future] = [name, None, since]
+        return record
+
+    def awaiting(self) -> list[dict[str, Any]] | None:
+        """The waits still pending, oldest first, as a decision reports them (the
+        ``await_signals`` directive: functions/decide.sql); None when there are none."""
+        waits = self._waits
+        if not waits:
+            return None
+        for future in [f for f in waits if f.done()]:
+            del waits[future]
+        if not waits:
+            return None
+        return [
+            {"name": name, "timer_seq": seq}
+            if since is None
+            else {"name": name, "timer_seq": seq, "since": since}
+            for name, seq, since in waits.values()
+        ]
+
+    def stamp(self, marker_id: int) -> None:
+        """The step whose waits have no ``since`` yet is recorded under marker ``marker_id``."""
+        for record in self._waits.values():
+            if record[2] is None:
+                record[2] = marker_id
 
     def awaited(self) -> list[str]:
         """The names a wait of the workflow's is blocked on (the test kit's stuck report)."""

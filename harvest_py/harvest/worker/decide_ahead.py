@@ -72,7 +72,7 @@ class DecisionAhead:
         self.decision: dict[str, Any] = {
             "after": after,
             "result_text": result_text,
-            "commands": with_hold(commands, activation.hold),
+            "commands": with_hold(commands, activation.hold, activation.awaiting),
             "hand_off_slots": grant.slots,
         }
         epoch = lane_of(task).owners.epoch_for(task["workflow_id"])

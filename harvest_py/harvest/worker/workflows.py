@@ -653,7 +653,7 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
                 task_id,
                 token,
                 activation.through,
-                with_hold(commands, activation.hold),
+                with_hold(commands, activation.hold, activation.awaiting),
                 grant.slots,
                 task.get("owner_epoch"),
             )
@@ -843,11 +843,22 @@ async def decide_in_claim(
     return row
 
 
-def with_hold(commands: list[dict[str, Any]], hold: bool) -> list[dict[str, Any]]:
+def with_hold(
+    commands: list[dict[str, Any]], hold: bool, awaiting: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """The decision's commands, led by ``hold_wakeups`` when the run waits for all of its open
     activities at once (``Activation.hold``, WorkflowRun.holds_wakeups), so their results need
     not wake it until they drain (functions/decide.sql, _apply_decision; docs/internals.md,
-    "Held wake-ups"). First, so the database has it before the decision's marker is written."""
+    "Held wake-ups"), and before it by ``await_signals`` when the run waits on signals
+    (``Activation.awaiting``: its marker names them, for the run's stack). First, so the
+    database has them before the decision's marker is written. A run that waits on neither
+    sends neither."""
+    if awaiting is not None:
+        return [
+            {"type": "await_signals", "signals": awaiting},
+            *([{"type": "hold_wakeups"}] if hold else []),
+            *commands,
+        ]
     return [{"type": "hold_wakeups"}, *commands] if hold else commands
 
 

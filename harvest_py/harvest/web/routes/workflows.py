@@ -523,12 +523,16 @@ async def start_workflow(call: Call, args: dict[str, Any], data: dict[str, Any])
 
 async def signal_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     execution_id = args["execution_id"]
-    event_id = await call.handle(execution_id).signal(data["signal_name"], data.get("payload"))
+    receipt = await call.handle(execution_id).signal(data["signal_name"], data.get("payload"))
     return {
         "execution_id": execution_id,
         "signal_name": data["signal_name"],
         "delivered": True,
-        "event_id": event_id,
+        "event_id": int(receipt),
+        # Whether a pending ctx.wait_for_signal asks for the name, and the names they ask for: a
+        # signal none asks for is still delivered (buffered), and a misspelt name shows here.
+        "awaited": receipt.awaited,
+        "awaited_signals": list(receipt.awaited_signals),
     }
 
 
@@ -964,8 +968,9 @@ ENDPOINTS = [
         "read",
         workflow_stack,
         "What the execution waits on now, and its last event id: at most limit entries in each "
-        "list (the first by seq; timers by fire time), each list's length in totals. Failure "
-        "details as stored, offloaded ones resolved.",
+        "list (the first by seq; timers by fire time; awaited_signals, the signals its pending "
+        "ctx.wait_for_signal calls wait for, with since, timeout_at and timer_seq), each list's "
+        "length in totals. Failure details as stored, offloaded ones resolved.",
         (
             EXECUTION,
             Param(
@@ -1127,10 +1132,20 @@ ENDPOINTS = [
         "/workflows/{execution_id}/signal",
         "operate",
         signal_workflow,
-        "Send a signal to a running execution (or its continue-as-new successor).",
+        "Send a signal to a running execution (or its continue-as-new successor). The answer's "
+        "awaited says whether a pending ctx.wait_for_signal asks for its name, and awaited_signals "
+        "the names they ask for: a signal none asks for is delivered (buffered) all the same.",
         (EXECUTION,),
         body({"signal_name": NONEMPTY, "payload": ANY}, ("signal_name",)),
         tag="workflows",
+        shape=shape(
+            execution_id={"type": "string"},
+            signal_name={"type": "string"},
+            delivered={"type": "boolean"},
+            event_id={"type": "integer"},
+            awaited={"type": "boolean"},
+            awaited_signals={"type": "array", "items": {"type": "string"}},
+        ),
     ),
     Endpoint(
         "POST",

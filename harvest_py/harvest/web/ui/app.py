@@ -966,10 +966,13 @@ class Dashboard:
     async def signal(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
         execution_id = _execution_id(request.path_params["execution_id"])
         name, payload = _signal_of(form, "name")
-        event_id = await self.source.routed(
+        receipt = await self.source.routed(
             execution_id, principal, lambda api: api.signal_workflow(execution_id, name, payload), write=True
         )
-        return self._back(request, f"/workflows/{execution_id}", f"signal {name} sent (event {event_id})")
+        note = f"signal {name} sent (event {int(receipt)})"
+        if not receipt.awaited and receipt.awaited_signals:  # (a misspelt name: it is buffered)
+            note += f"; not awaited: the run waits for {', '.join(receipt.awaited_signals)}"
+        return self._back(request, f"/workflows/{execution_id}", note)
 
     async def cancel(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
         execution_id = _execution_id(request.path_params["execution_id"])
