@@ -358,7 +358,8 @@ class WorkflowRun(CommandIssuer):
                 return False
         self._live = None
         self.last_event_id = last_event_id
-        self.signals.stamp(through + 1)  # (the marker's id: see above)
+        if self.signals.waits:  # (a run that waits on no signal: one test)
+            self.signals.stamp(through + 1)  # (the marker's id: see above)
         return True
 
     def replay_history(self, events: list[dict[str, Any]]) -> None:
@@ -777,7 +778,8 @@ class WorkflowRun(CommandIssuer):
             self.holding = False
         else:
             self.holding = self.holds_wakeups()
-            awaiting = self.signals.awaiting()
+            if self.signals.waits:
+                awaiting = self.signals.awaiting()
         self._live = (self.last_event_id, commands)
         return Activation(commands, self.last_event_id, self.finished, self.holding, awaiting)
 
@@ -797,7 +799,8 @@ class WorkflowRun(CommandIssuer):
                 f"cached run produced (through {live_through})"
             )
         self._live = None
-        self.signals.stamp(marker_id)
+        if self.signals.waits:
+            self.signals.stamp(marker_id)
         if starts is not None:
             self._apply_started(starts)
 

@@ -23,8 +23,9 @@ class SignalBuffer:
         self._arrivals = 0
         # Each wait's [name, timer seq or None, since: the event id of the marker of the step
         # that began it, None while that step is not recorded yet]: what a decision reports
-        # (awaiting()). Empty for a run that never waits on a signal: nothing is reported then.
-        self._waits: dict[asyncio.Future[Any], list[Any]] = {}
+        # (awaiting()). Empty for a run that never waits on a signal: nothing is reported then,
+        # and the run's steps test only that it is empty (WorkflowRun).
+        self.waits: dict[asyncio.Future[Any], list[Any]] = {}
 
     def deliver(self, name: str, payload: Any) -> None:
         """Hand ``payload`` to the oldest live waiter of ``name``, or buffer it."""
@@ -53,13 +54,13 @@ class SignalBuffer:
         """Queue ``future`` for the next signal of ``name``; its record for awaiting(), whose
         timer seq (index 1) the caller sets when the wait has a timeout."""
         self._waiters.setdefault(name, deque()).append(future)
-        record = self._waits[future] = [name, None, since]
+        record = self.waits[future] = [name, None, since]
         return record
 
     def awaiting(self) -> list[dict[str, Any]] | None:
         """The waits still pending, oldest first, as a decision reports them (the
         ``await_signals`` directive: functions/decide.sql); None when there are none."""
-        waits = self._waits
+        waits = self.waits
         if not waits:
             return None
         for future in [f for f in waits if f.done()]:
@@ -75,7 +76,7 @@ class SignalBuffer:
 
     def stamp(self, marker_id: int) -> None:
         """The step whose waits have no ``since`` yet is recorded under marker ``marker_id``."""
-        for record in self._waits.values():
+        for record in self.waits.values():
             if record[2] is None:
                 record[2] = marker_id
 
