@@ -9,9 +9,13 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
+from operator_helpers import harvest, start
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from harvest import App, Client, workflow
+from harvest.core.errors import TimeoutError_
 from harvest.db.sqlapi import SqlApi
 
 
@@ -57,6 +61,9 @@ def test_the_stack_names_the_awaited_signals_and_a_stray_signal_says_so(
         timer = next(t for t in stack()["timers"] if t["seq"] == approve["timer_seq"])
         assert approve["timeout_at"] == timer["fire_at"]  # the timeout's deadline is its timer's
 
+        with pytest.raises(TimeoutError_, match=r"it waits for signal 'approve', 'reject'"):
+            handle.result(timeout=0.1)  # a result wait says why the run does not end
+
         stray = handle.signal("aprove", 1)  # misspelt: accepted and buffered, and it says so
         assert not stray.awaited and stray.awaited_signals == ("approve", "reject")
         assert int(stray) > 0
@@ -82,3 +89,23 @@ def test_the_stack_names_the_awaited_signals_and_a_stray_signal_says_so(
         assert handle.result(timeout=30) == [2, 3]
         assert "awaiting" not in markers()[-1]  # the closing decision reports no wait
         assert stack()["awaited_signals"] == []
+
+
+def test_the_cli_lists_the_awaited_signals_and_says_a_stray_signal_is_not_awaited(db: str) -> None:
+    """`harvest workflow stack` names the signals a run waits for; `harvest workflow signal` of
+    another name says the run waits for others, and the signal is delivered all the same."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        run = start(conn, "approval", "cli-awaits", queue="awq")
+        conn.execute(
+            "SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, %s)"
+            " FROM harvest.claim_tasks('w', ARRAY['awq'], 1) AS c",
+            (Jsonb([{"type": "await_signals", "signals": [{"name": "approve"}]}]),),
+        )
+    text = harvest(db, "workflow", "stack", run).stdout
+    assert "awaited signals:" in text and "approve" in text, text
+    assert "waiting on: a signal" not in text, text
+    sent = harvest(db, "workflow", "signal", run, "aprove", "--input-json", "true")
+    assert sent.returncode == 0, sent.stderr
+    assert "; not awaited: the run waits for approve (the signal is buffered)" in sent.stdout, sent.stdout
+    answer = harvest(db, "workflow", "signal", run, "approve", "--input-json", "true", "--output", "json")
+    assert '"awaited": true' in answer.stdout, answer.stdout

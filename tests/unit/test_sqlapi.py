@@ -96,6 +96,8 @@ class _Conn:
 
 ROW = {
     "event_id": 1,
+    "signal_name": "s",
+    "awaited_signals": [],
     "requested": True,
     "plan": {},
     "changed": True,

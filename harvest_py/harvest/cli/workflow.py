@@ -778,7 +778,7 @@ def stack(
                 from harvest.client.client import no_poller  # (the driver: not for --help)
 
                 parts += [f"  {no_poller(task['queue'])}"]
-        waits = ("pending_activities", "timers", "children", "mutexes", "workflow_task")
+        waits = ("pending_activities", "timers", "children", "mutexes", "workflow_task", "awaited_signals")
         if not any(d.get(key) for key in waits):
             # A live run with nothing open awaits what only a client sends.
             awaits = "a signal, an update or a cancel (no activity, timer or child is open)"

@@ -622,6 +622,9 @@ def why_stuck(stack: dict[str, Any]) -> str:
             reasons.append(
                 f"its activity {name!r} failed attempt {activity.get('attempt')} ({failure_line(failure)})"
             )
+    awaited = [w["name"] for w in stack.get("awaited_signals") or ()]  # (absent: an older server)
+    if awaited:
+        reasons.append(f"it waits for signal {', '.join(repr(n) for n in dict.fromkeys(awaited))}")
     return "".join(f"; {reason}" for reason in reasons)
 
 
