@@ -125,6 +125,20 @@ FIELDS = [
         "decide",
     ),
     Field(
+        "timer_seq",
+        "integer",
+        _decide('[{"type": "await_signals", "signals": [{"name": "go", "timer_seq": @V@}]}]'),
+        "3.0",
+        "decide",
+    ),
+    Field(
+        "since",
+        "bigint",
+        _decide('[{"type": "await_signals", "signals": [{"name": "go", "since": @V@}]}]'),
+        "1.0",
+        "decide",
+    ),
+    Field(
         "shard",
         "integer",
         _decide('[{"type": "start_child_workflow", "seq": 1, "workflow_name": "c", "shard": @V@}]'),

@@ -34,6 +34,10 @@ ENGINE_WRITTEN = {
     ): "complete_activities' per-task outcomes, built by the worker's SQL API call",
     ("audit.sql", "e.v"): "the shards' answers fan_out_audit collected itself",
     ("dags.sql", "e.event_data"): "a recorded event (its seq the engine wrote)",
+    (
+        "executions.sql",
+        "w.wait",
+    ): "a decision marker's awaiting, its numbers read by the rule (decide.sql, _awaited_signals_of)",
     ("dags.sql", "o.out"): "a DAG task's recorded outcome (its attempt the engine wrote)",
     ("dags.sql", "j.obj"): "the same outcome, merged",
     ("flow_usage.sql", "ev.event_data"): "a recorded event's attempt",
