@@ -803,6 +803,7 @@ def test_a_stack_lists_at_most_limit_entries_a_list_with_each_lists_total(api, c
         "timers": 0,
         "signals": 0,
         "mutexes": 0,
+        "awaited_signals": 0,
     }
     assert len(api.get(f"/workflows/{run}/stack", params={"limit": 10}).json()["children"]) == 3
     for bad in (0, workflows.STACK_LIMIT_MAX + 1):
