@@ -2691,11 +2691,17 @@ SELECT is((SELECT (e.event_type, e.event_data ->> 'timer_seq')::text FROM pg_tem
 SELECT * FROM finish();
 ROLLBACK;
 
--- The await_signals directive (docs/internals.md, "Awaited signals"): no event, its waits kept in
--- the decision's marker, a new wait's since the marker's own id; a decision without one writes
--- the marker as before.
+-- The await_signals directive (docs/internals.md, "Awaited signals"), read by
+-- harvest._awaited_signals_of: no event, its waits kept in the decision's marker, a new wait's
+-- since the marker's own id; a decision without one writes the marker as before.
 BEGIN;
-SELECT plan(6);
+SELECT plan(8);
+SELECT is(harvest._awaited_signals_of('{"signals": [{"name": "a", "timer_seq": 3}, {"name": "b", "since": 4}]}', 9),
+          '[{"name": "a", "since": 9, "timer_seq": 3}, {"name": "b", "since": 4, "timer_seq": null}]'::jsonb,
+          '_awaited_signals_of(): each wait, since the marker when not given');
+SELECT throws_ok($$SELECT harvest._awaited_signals_of('{"signals": {"name": "a"}}', 1)$$, 'HR001',
+                 'await_signals: signals must be an array of at most 1000 waits',
+                 '_awaited_signals_of(): signals not an array is HR001');
 SELECT pg_temp.start_decided('as', 'as_wf', 'as_q', '[{"type": "await_signals", "signals": [{"name": "go"}]}]');
 SELECT is((SELECT event_data - 'worker_id' FROM harvest.events
            WHERE execution_id = pg_temp.run('as') AND event_type = 'WorkflowTaskCompleted'),
