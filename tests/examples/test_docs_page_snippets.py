@@ -134,7 +134,7 @@ def test_schedules_cli_block_runs_as_shown(db: str) -> None:
     runner = CliRunner()
     for line in commands:
         line = re.sub(r"\s+#.*$", "", line).strip()  # a trailing comment
-        line = re.sub(r"\[(.*?)\]", r"\1", line)  # an optional part, given
+        line = re.sub(r"\[(--.*?)\]", r"\1", line)  # an optional part ([--overlap ...]), given
         if not line.startswith("harvest "):
             continue  # the comment lines that continue a command's comment
         env = {"HARVEST_DATABASE_URL": db, "HARVEST_URL": None}
