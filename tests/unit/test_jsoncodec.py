@@ -10,6 +10,8 @@ import math
 
 import pytest
 
+from harvest.core.codecs import CodecChain, Undecodable, undecodable_path
+from harvest.core.errors import PayloadError
 from harvest.core.jsonb import stored_text
 from harvest.core.payload import approx_size, payload_size
 from harvest.db.jsoncodec import dumps, loads
@@ -185,3 +187,20 @@ def test_the_sizes_are_what_they_were(value):
 def test_stored_text_of_subclasses_and_exact_types(value):
     text = json.dumps(value, ensure_ascii=False)
     assert stored_text(value) == text
+
+
+def test_a_value_too_deep_to_parse_reads_as_undecodable_where_it_was() -> None:
+    """A stored value past the parser's ~1000 levels raised RecursionError out of a row's fetch
+    (a claim's: the worker and every task of the claim); it reads back cut, each part too deep an
+    Undecodable, which every payload decode refuses with a PayloadError."""
+    deep = "[" * 1000 + "]" * 1000
+    text = '[{"event_id": 2, "event_data": {"payload": ' + deep + ', "name": "s"}}, [[1]]]'
+    for data in (text, text.encode()):
+        value = loads(data)
+        assert value[0]["event_data"]["name"] == "s" and value[1] == [[1]]
+        assert undecodable_path(value) == "[0].event_data.payload[0]..."
+    assert isinstance(loads(deep.encode()), list)
+    assert loads('"[[[["') == "[[[["  # (brackets in a string are text)
+    with pytest.raises(PayloadError, match="deeper than this process's JSON parser reads"):
+        CodecChain.of(None).decode_tree(loads(deep))
+    assert undecodable_path(Undecodable("x")) == "the value"

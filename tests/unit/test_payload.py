@@ -116,8 +116,12 @@ def test_other_encode_errors():
         encode(loop)
     # A value the JSON parser still reads (600 deep) but the encoder's two frames a level do
     # not: the caller's bad value, not a RecursionError (a 500 of the management API before).
-    with pytest.raises(PayloadError, match="input: nested too deep"):
+    # Past the engine's 200 levels, refused before the encoder's stack runs out.
+    with pytest.raises(PayloadError, match=r"input\[0\]\[0\].*: arrays and objects nest deeper than 200"):
         encode(json.loads("[" * 600 + "]" * 600), "input")
+    assert encode(json.loads("[" * 200 + "]" * 200)) == json.loads("[" * 200 + "]" * 200)  # (at the bound)
+    with pytest.raises(PayloadError, match="nest deeper than 200"):
+        encode(json.loads("[" * 201 + "]" * 201))
 
 
 def test_decode_errors_name_the_path():

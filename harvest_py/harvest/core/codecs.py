@@ -39,6 +39,7 @@ __all__ = [
     "KeylessChain",
     "PayloadStore",
     "SqlPayloadStore",
+    "Undecodable",
     "ZlibCodec",
     "describe",
     "is_envelope",
@@ -46,6 +47,7 @@ __all__ = [
     "is_marked",
     "is_ref",
     "refs_in",
+    "undecodable_path",
 ]
 
 CODEC_KEY = "_harvest_codec"
@@ -184,6 +186,41 @@ class AesGcmCodec:
                 f"payload encrypted with key {key_id!r} does not decrypt with this process's key {key_id!r}: "
                 "the key bytes differ from the ones it was written with, or the payload was altered"
             ) from None
+
+
+class Undecodable(dict[str, Any]):
+    """What a process reads in place of a stored value its JSON parser cannot (one nested past
+    about 1000 levels: harvest.db.jsoncodec). An envelope to every walk (``is_marked``), which
+    no codec decodes: ``CodecChain.decode`` raises ``PayloadError`` with its ``reason``, so a
+    reader that decodes payloads (a worker's task, a client's read) fails on it, never on the
+    row that carried it (a claim of other tasks too)."""
+
+    def __init__(self, reason: str):
+        super().__init__({CODEC_KEY: ["undecodable"], "data": "", "reason": reason})
+
+
+def undecodable_path(value: Any, path: str = "") -> str | None:
+    """Where the first ``Undecodable`` is in ``value`` (``.event_data.payload``, ``[1]``), its
+    first four steps (its depth is the value's, which its error need not spell); None: nowhere.
+    A walk without recursion, for a failure's message."""
+    level: list[tuple[Any, str, int]] = [(value, path, 0)]
+    while level:
+        item, where, steps = level.pop()
+        if isinstance(item, Undecodable):
+            return where or "the value"
+        if isinstance(item, dict):
+            level.extend((v, _step(where, k, steps), steps + 1) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            level.extend((v, _step(where, i, steps), steps + 1) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def _step(where: str, key: str | int, steps: int) -> str:
+    if steps >= 4:
+        return where if steps > 4 else where + "..."
+    if isinstance(key, int):
+        return f"{where}[{key}]"
+    return f"{where}.{key}" if key.isidentifier() else f"{where}[{key!r}]"
 
 
 def is_envelope(value: Any) -> bool:
@@ -372,6 +409,8 @@ class CodecChain:
         """The JSON value inside an envelope (anything else is returned as it is)."""
         if not is_envelope(value):
             return value
+        if type(value) is Undecodable:
+            raise PayloadError(value["reason"])
         tags = value.get(CODEC_KEY)
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise PayloadError(

@@ -17,12 +17,25 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from decimal import Decimal
 from json import encoder
 from json.encoder import encode_basestring
 from typing import Any
 
-__all__ = ["dumps", "stored_text", "stored_value"]
+__all__ = ["MAX_JSON_DEPTH", "deep_spans", "dumps", "stored_text", "stored_value"]
+
+# The deepest a payload's arrays and objects nest (one in another): what the database takes
+# from a client (harvest._check_depth, functions/core.sql), a web face from a body
+# (harvest.web.guards) and a worker writes (harvest.core.payload.encode). Python's parser gives
+# up near 1000 levels, and what the engine does with a value after (encoding, redaction, a
+# history export's walk) takes two frames a level: a value 480 deep was started, and its run's
+# export then failed.
+MAX_JSON_DEPTH = 200
+
+# The tokens of JSON text that move its depth: a string, skipped whole (a bracket in it is
+# text), or a bracket.
+_DEPTH_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 # json.dumps' defaults: ensure_ascii, check_circular, allow_nan, ", " and ": ", no sort, no skip.
 _default = json.JSONEncoder().default  # the TypeError json.dumps raises for a value it cannot write
@@ -132,3 +145,26 @@ def _stored_string(text: str) -> str:
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
     except UnicodeDecodeError:
         raise ValueError("jsonb cannot store a lone surrogate") from None
+
+
+def deep_spans(text: str, limit: int = MAX_JSON_DEPTH) -> list[tuple[int, int]]:
+    """The ``(start, end)`` slices of JSON ``text`` that are arrays or objects opening deeper
+    than ``limit`` levels, the outermost of each (none: the value nests within ``limit``). A
+    scan without recursion, so a value no parser reads can be measured (and cut: jsoncodec)."""
+    if text.count("[") + text.count("{") <= limit:  # (nearly always: too few brackets to be deep)
+        return []
+    spans: list[tuple[int, int]] = []
+    depth = start = 0
+    for token in _DEPTH_TOKENS.finditer(text):
+        char = text[token.start()]
+        if char == '"':
+            continue
+        if char in "[{":
+            depth += 1
+            if depth == limit + 1:
+                start = token.start()
+        else:
+            if depth == limit + 1:
+                spans.append((start, token.end()))
+            depth -= 1
+    return spans

@@ -42,7 +42,7 @@ from typing import Any, cast
 
 from harvest.core.errors import InvalidArgument, PayloadError, PayloadNotStorable, PayloadTooLarge
 from harvest.core.json_values import json_default
-from harvest.core.jsonb import dumps, stored_text
+from harvest.core.jsonb import MAX_JSON_DEPTH, dumps, stored_text
 
 # pydantic is used when installed, and looked for only once something has imported it: a model
 # (a class, an instance) exists only once pydantic.main has run, so a process whose payloads
@@ -279,6 +279,12 @@ def _encode(value: Any, path: str, active: set[int]) -> Any:
     marker = id(value)
     if marker in active:
         raise PayloadError(f"{path}: cannot encode a circular reference")
+    if len(active) >= MAX_JSON_DEPTH:  # (``active``: the containers above this one)
+        shown = path if len(path) <= 80 else path[:80] + "..."
+        raise PayloadError(
+            f"{shown}: arrays and objects nest deeper than {MAX_JSON_DEPTH} levels: flatten the value, "
+            "or send a deep structure as a string (every reader of a stored value walks it to its bottom)"
+        )
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         active.add(marker)
         try:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import PayloadTooLarge
+from harvest.core.jsonb import MAX_JSON_DEPTH  # (the deepest JSON a web face takes)
 from harvest.db.connection import is_local_host
 
 if TYPE_CHECKING:
@@ -113,13 +114,6 @@ def is_json(request: Request) -> bool:
     A browser sends no such body to another site without asking it first (CORS preflight)."""
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
-
-
-# The deepest JSON a web face takes (arrays and objects in one another). The parser reads
-# about 990 levels, but what the engine does with a value after (encoding, redaction, a
-# history export's walk) takes two frames a level: a value 480 deep was started, and its run's
-# export then failed. Well within what every reader of a stored value walks.
-MAX_JSON_DEPTH = 200
 
 
 class NotJsonNumber(ValueError):

@@ -11,7 +11,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harvest.core import payload
-from harvest.core.codecs import is_marked
+from harvest.core.codecs import is_marked, undecodable_path
 from harvest.core.deprecation import renamed_attribute
 from harvest.core.errors import ActivityFailure, InvalidArgument, PayloadError, PayloadTooLarge, StaleTask
 from harvest.core.idempotency import IdempotencyKey
@@ -323,6 +323,23 @@ def _payload_database_call() -> Iterator[None]:
         raise ActivityFailure(type(exc).__name__, redact(error_line(exc))) from exc
 
 
+@contextlib.contextmanager
+def _undecodable(name: str, what: str, stored: Any) -> Iterator[None]:
+    """An activity's stored ``what`` (its input, its heartbeat details) its worker cannot decode
+    fails the attempt, naming it (``input[1]``); one no parser reads (``Undecodable``) fails it
+    for good: no attempt reads it, and the dead letter keeps it for a replay (docs/failures.md)."""
+    try:
+        yield
+    except PayloadError as exc:
+        where = undecodable_path(stored, "input" if what == "input" else "")
+        at = f" (at {where})" if where else ""
+        raise ActivityFailure(
+            "PayloadError",
+            f"the {what} of activity {name}{at} cannot be decoded: {exc}",
+            non_retryable=where is not None,
+        ) from exc
+
+
 def _typed(exc: BaseException) -> ActivityFailure:
     """The failure an exception is reported as; a payload over the limit fails for good."""
     if isinstance(exc, PayloadTooLarge):
@@ -464,10 +481,13 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         sql = lane.sql
         stored_input = task["input"] or []
         if is_marked(stored_input):  # (nearly never: no coroutine for the plain input)
-            with _payload_database_call():
+            with _payload_database_call(), _undecodable(definition.name, "input", stored_input):
                 stored_input = await worker.payloads.decode(sql, stored_input)
         if ctx.heartbeat_details is not None:  # (a first attempt has none)
-            with _payload_database_call():
+            with (
+                _payload_database_call(),
+                _undecodable(definition.name, "heartbeat details", ctx.heartbeat_details),
+            ):
                 ctx.heartbeat_details = await worker.payloads.decode(sql, ctx.heartbeat_details)
         try:
             args, kwargs = payload.decode_args(definition.fn, stored_input)

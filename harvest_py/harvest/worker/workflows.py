@@ -16,6 +16,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, cast
 
 from harvest.core import payload
+from harvest.core.codecs import undecodable_path
 from harvest.core.errors import (
     HarvestError,
     InvalidArgument,
@@ -421,10 +422,27 @@ async def _decoded(
     worker: Worker, task: dict[str, Any], events: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """The events a run reads, with offloaded payloads resolved and codec envelopes decoded
-    (docs/payloads.md): the one place a worker decodes a history."""
-    return cast(
-        "list[dict[str, Any]]", await worker.payloads.decode(lane_of(task).sql, [_event(e) for e in events])
-    )
+    (docs/payloads.md): the one place a worker decodes a history. A payload it cannot decode
+    fails the workflow task with a ``PayloadError`` naming the event (docs/failures.md)."""
+    sql, read = lane_of(task).sql, [_event(e) for e in events]
+    try:
+        return cast("list[dict[str, Any]]", await worker.payloads.decode(sql, read))
+    except PayloadError as exc:
+        raise PayloadError(f"{await _undecoded_event(worker, sql, read)} cannot be decoded: {exc}") from exc
+
+
+async def _undecoded_event(worker: Worker, sql: Any, events: list[dict[str, Any]]) -> str:
+    """Which of ``events`` a decode failed on (each decoded again, alone: a failure's cost)."""
+    for event in events:
+        named = f"event {event['event_id']} ({event['event_type']}) of the history"
+        where = undecodable_path(event["event_data"], "event_data")
+        if where is not None:
+            return f"{named}, at {where},"
+        try:
+            await worker.payloads.decode(sql, event)
+        except PayloadError:
+            return named
+    return "the history"
 
 
 def _carried_after(task: dict[str, Any], last_event_id: int) -> list[dict[str, Any]] | None:
