@@ -292,6 +292,7 @@ AS $$
 BEGIN
     PERFORM harvest._check_payload(format('the result of activity task %s', p_task_id), p_result,
                                    harvest._payload_limit());
+    PERFORM harvest._check_depth(format('the result of activity task %s', p_task_id), p_result);
     PERFORM harvest._record_activity_result(
         harvest._lock_claimed_task(p_task_id, p_fencing_token, 'activity'), p_result, NULL, NULL, NULL);
 END;
@@ -316,7 +317,9 @@ $$;
 -- problem of _try_lock_claimed_task with its message); a refused item changes
 -- nothing. A result over the payload limit is refused on its own too (outcome
 -- 'too_large', the message of _check_payload): the worker then fails the
--- activity with a typed, non-retryable PayloadTooLarge. With p_hand_off, a woken
+-- activity with a typed, non-retryable PayloadTooLarge; so is one nested deeper than
+-- 200 levels (outcome 'too_deep', _check_depth's bound: a non-retryable PayloadError;
+-- a result under 402 bytes cannot be, and is not walked). With p_hand_off, a woken
 -- workflow task may be handed to p_worker_id
 -- (handed: the task as the worker receives it, claim.sql _worker_task, carrying every
 -- event up to the end of this batch).
@@ -498,7 +501,8 @@ BEGIN
             v_hd_statuses := NULL;
             v_held_run := NULL;
         END IF;
-        IF v_item.run IS NOT NULL AND NOT v_bytes > v_limit THEN
+        IF v_item.run IS NOT NULL AND NOT v_bytes > v_limit
+           AND (v_bytes < 402 OR NOT harvest._too_deep(v_item.result)) THEN
             IF v_item.run IS DISTINCT FROM v_locked_run THEN
                 -- An item with a decision keeps the row its lock reads: the decision's checks
                 -- and its application read it (a result alone reads nothing of it).
@@ -538,6 +542,10 @@ BEGIN
                     v_problem := 'too_large';
                     v_message := format('the result of activity task %s is %s bytes, over the payload '
                         'limit of %s bytes', v_item.id, v_bytes, v_limit);
+                ELSIF v_bytes >= 402 AND harvest._too_deep(v_item.result) THEN
+                    v_problem := 'too_deep';
+                    v_message := format('the result of activity task %s: arrays and objects nest deeper than '
+                        '200 levels', v_item.id);
                 END IF;
             END IF;
         END IF;
@@ -768,7 +776,7 @@ COMMENT ON FUNCTION harvest.complete_activity IS
 'harvest_worker).';
 COMMENT ON FUNCTION harvest.complete_activities IS
 'A worker''s group commit of activity results (and of decisions made on them): each item completes or is refused '
-'on its own (outcome completed, too_large or the lock problem), in one transaction. Called by the Python worker '
+'on its own (outcome completed, too_large, too_deep or the lock problem), in one transaction. Called by the Python worker '
 '(role harvest_worker).';
 COMMENT ON FUNCTION harvest.fail_activity IS
 'Fail one attempt of a claimed activity task: retried after its backoff, dead-lettered or failed for good per its'

@@ -457,9 +457,10 @@ $$;
 
 -- What a client sends (a start's input, a signal's payload, a query's or an update's argument,
 -- a completion by task token, a schedule's input): within the payload limit (HR008) and 200
--- levels deep (HR001, _check_depth). What a worker writes (a decision's commands, an activity's
--- result) is checked for size only: a Python process cannot write a value its readers cannot
--- read, and a refused decision would fail its workflow task at every attempt.
+-- levels deep (HR001, _check_depth). What a worker writes is checked for size, and an activity's
+-- result for depth too (complete_activity, complete_activities' too_deep); a decision's commands
+-- are not walked: a refused decision would fail its workflow task at every attempt, and a worker
+-- refuses a value past 200 levels before it sends it (harvest.core.payload.encode).
 CREATE OR REPLACE FUNCTION harvest._check_sent(p_what text, p_payload jsonb, p_limit integer)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE

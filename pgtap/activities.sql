@@ -8,7 +8,7 @@
 -- harvest._activity_completed, harvest._activity_completed_data, harvest._may_decide_on_result
 -- and harvest._decided_answer.
 BEGIN;
-SELECT plan(239);
+SELECT plan(242);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -1309,6 +1309,23 @@ SELECT throws_ok(format($$SELECT harvest.fail_activity(%s, %s, jsonb_build_objec
                               'message', repeat('x', 100)))$$, pg_temp.task('big'), pg_temp.token('big')),
                  'HR008', NULL, 'fail_activity() with a failure over the limit: HR008');
 UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
+-- Depth: a result nested deeper than 200 levels (what a worker writes, bounded as what a client sends).
+SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s, (repeat('[', 201) || repeat(']', 201))::jsonb)$$,
+                        pg_temp.task('big'), pg_temp.token('big')),
+                 'HR001', format('the result of activity task %s: arrays and objects nest deeper than 200 levels',
+                                 pg_temp.task('big')),
+                 'complete_activity() of a result deeper than 200 levels: HR001');
+SELECT results_eq(format($$SELECT outcome, message FROM harvest.complete_activities('worker-a', ARRAY[%s]::bigint[],
+                              ARRAY[%s]::bigint[], ARRAY[(repeat('[', 201) || repeat(']', 201))::jsonb])$$,
+                         pg_temp.task('big'), pg_temp.token('big')),
+                  format($$VALUES ('too_deep'::text, 'the result of activity task %s: arrays and objects nest deeper '
+                                   'than 200 levels'::text)$$, pg_temp.task('big')),
+                  'complete_activities(): a result deeper than 200 levels is refused on its own (outcome too_deep)');
+SELECT pg_temp.act('deep200');
+SELECT results_eq(format($$SELECT outcome FROM harvest.complete_activities('worker-a', ARRAY[%s]::bigint[],
+                              ARRAY[%s]::bigint[], ARRAY[(repeat('[', 200) || repeat(']', 200))::jsonb])$$,
+                         pg_temp.task('deep200'), pg_temp.token('deep200')),
+                  $$VALUES ('completed'::text)$$, '... and one 200 deep is taken');
 SELECT is(pg_temp.fail('big', '{"error_type": "PayloadTooLarge", "message": "too big", "non_retryable": true}'),
           'failed', 'the worker''s typed, non-retryable PayloadTooLarge failure ends the activity');
 SELECT is((SELECT event_data #>> '{failure,error_type}' FROM pg_temp.last_event(pg_temp.run('big')) WHERE event_type = 'ActivityFailed'),

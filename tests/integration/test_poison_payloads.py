@@ -45,6 +45,16 @@ async def calls_deep(ctx) -> str:
     return "completed"
 
 
+@activity(queue="later")
+async def takes(ctx, first: int, second: list) -> int:
+    return first
+
+
+@workflow
+async def passes(ctx) -> int:
+    return await ctx.execute_activity(takes, 1, [])
+
+
 app = App(workflows=[waits_for_a_signal, calls_deep], activities=[deep_result])
 
 
@@ -115,3 +125,39 @@ def test_an_activity_result_300_deep_fails_its_attempt(start_worker, client) -> 
     assert outcome.startswith("ActivityError"), outcome
     assert "PayloadError" in outcome and "the result cannot be stored" in outcome, outcome
     assert "arrays and objects nest deeper than 200 levels" in outcome, outcome
+
+
+def test_an_activity_input_1000_deep_fails_its_attempt_for_good_and_is_dead_lettered(
+    start_worker, client, db: str
+) -> None:
+    deciding = start_worker(App(workflows=[passes]))  # (no worker polls "later" yet)
+    handle = client.start_workflow(passes)
+    with psycopg.connect(db, autocommit=True) as conn:
+        deadline = time.monotonic() + 60
+        while not conn.execute(
+            "SELECT 1 FROM harvest.tasks WHERE execution_id = %s AND kind = 'activity'",
+            (handle.execution_id,),
+        ).fetchone():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        conn.execute(  # (as stored before the database's check, or by the superuser)
+            "UPDATE harvest.tasks SET input = %s::jsonb WHERE execution_id = %s AND kind = 'activity'",
+            ("[1, " + DEEP + "]", handle.execution_id),
+        )
+    deciding.stop()
+    start_worker(App(activities=[takes]))
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = None
+        deadline = time.monotonic() + 60
+        while row is None and time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT attempts, failure FROM harvest.dead_letters WHERE execution_id = %s",
+                (handle.execution_id,),
+            ).fetchone()
+            time.sleep(0.05)
+    assert row is not None
+    attempts, failure = row
+    assert attempts == 1 and failure["error_type"] == "PayloadError" and failure["non_retryable"] is True
+    assert failure["message"].startswith(
+        "the input of activity takes (at input[1][0][0][0]...) cannot be decoded: a stored value nests"
+    ), failure["message"]

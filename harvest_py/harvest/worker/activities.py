@@ -334,7 +334,7 @@ def _undecodable(name: str, what: str, stored: Any) -> Iterator[None]:
         where = undecodable_path(stored, "input" if what == "input" else "")
         at = f" (at {where})" if where else ""
         raise ActivityFailure(
-            "PayloadError",
+            type(exc).__name__,  # (PayloadKeyMissing stays itself: a worker with the key reads it)
             f"the {what} of activity {name}{at} cannot be decoded: {exc}",
             non_retryable=where is not None,
         ) from exc
@@ -565,6 +565,12 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
     recorded = None
     try:
         recorded = await lane.completions.complete(task_id, token, encoded, ahead.decision if ahead else None)
+    except PayloadError as exc:  # (PayloadTooLarge is an InvalidArgument, not one of them)
+        # Nested past the server's depth bound (a worker of this release refuses it first).
+        await _fail_attempt(
+            worker, task, ActivityFailure("PayloadError", str(exc), non_retryable=True), seconds
+        )
+        return
     except PayloadTooLarge as exc:
         # The server's limit is lower than ours (it is the authority): the same result
         # would be refused on every attempt, so the activity fails for good, typed.

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from harvest.core.errors import HarvestError, InvalidArgument, PayloadTooLarge, StaleTask
+from harvest.core.errors import HarvestError, InvalidArgument, PayloadError, PayloadTooLarge, StaleTask
 from harvest.db.group_commit import MAX_BATCH, GroupCommit
 from harvest.db.resend import RefusedOnResend
 from harvest.telemetry.metrics import retry_reason
@@ -83,6 +83,8 @@ def refusal(row: dict[str, Any]) -> HarvestError:
         return InvalidArgument(row["message"])
     if row["outcome"] == "too_large":  # the server's payload limit (HR008's message)
         return PayloadTooLarge(row["message"])
+    if row["outcome"] == "too_deep":  # nested past the server's 200 levels (_check_depth)
+        return PayloadError(row["message"])
     return StaleTask(row["message"])
 
 

@@ -427,8 +427,13 @@ async def _decoded(
     sql, read = lane_of(task).sql, [_event(e) for e in events]
     try:
         return cast("list[dict[str, Any]]", await worker.payloads.decode(sql, read))
-    except PayloadError as exc:
+    except (DatabaseError, HarvestError) as exc:
+        if type(exc) is not PayloadError:
+            raise  # (the store's database, typed: a missing key, a bound: as they were)
         raise PayloadError(f"{await _undecoded_event(worker, sql, read)} cannot be decoded: {exc}") from exc
+    except Exception as exc:  # a codec's own error
+        where = await _undecoded_event(worker, sql, read)
+        raise PayloadError(f"{where} cannot be decoded: {type(exc).__name__}: {exc}") from exc
 
 
 async def _undecoded_event(worker: Worker, sql: Any, events: list[dict[str, Any]]) -> str:
@@ -440,7 +445,9 @@ async def _undecoded_event(worker: Worker, sql: Any, events: list[dict[str, Any]
             return f"{named}, at {where},"
         try:
             await worker.payloads.decode(sql, event)
-        except PayloadError:
+        except DatabaseError:
+            break
+        except Exception:
             return named
     return "the history"
 
