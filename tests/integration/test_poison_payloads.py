@@ -69,6 +69,18 @@ def _signal_past_the_check(conn: psycopg.Connection, execution_id: str, payload:
         conn.execute(kept)
 
 
+def _first_row(db: str, sql: str, execution_id: str) -> tuple | None:
+    """The first row ``sql`` answers for the run, within 60 s (None: none came)."""
+    deadline = time.monotonic() + 60
+    with psycopg.connect(db, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(sql, (execution_id,)).fetchone()
+            if row is not None:
+                return row
+            time.sleep(0.05)
+    return None
+
+
 def test_a_stored_signal_1000_deep_fails_its_workflow_task_not_the_worker(
     db: str, client, tmp_path: Path
 ) -> None:
@@ -93,15 +105,9 @@ def test_a_stored_signal_1000_deep_fails_its_workflow_task_not_the_worker(
     try:
         for run in runs[1:]:  # the other runs of its claims complete
             assert client.get_handle(run).result(timeout=60) == 1, log.read_text()
-        with psycopg.connect(db, autocommit=True) as conn:
-            failure = None
-            deadline = time.monotonic() + 60
-            while failure is None and time.monotonic() < deadline:
-                failure = conn.execute(
-                    "SELECT last_failure FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow'",
-                    (runs[0],),
-                ).fetchone()[0]
-                time.sleep(0.05)
+        failed = "SELECT last_failure FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow' AND {}"
+        failure = _first_row(db, failed.format("last_failure IS NOT NULL"), runs[0])
+        failure = failure and failure[0]
         assert failure is not None, log.read_text()
         assert failure["error_type"] == "PayloadError"
         assert failure["non_retryable"] is False  # (retried: a release that reads it may come)
@@ -132,29 +138,18 @@ def test_an_activity_input_1000_deep_fails_its_attempt_for_good_and_is_dead_lett
 ) -> None:
     deciding = start_worker(App(workflows=[passes]))  # (no worker polls "later" yet)
     handle = client.start_workflow(passes)
+    scheduled = "SELECT 1 FROM harvest.tasks WHERE execution_id = %s AND kind = 'activity'"
+    assert _first_row(db, scheduled, handle.execution_id)
     with psycopg.connect(db, autocommit=True) as conn:
-        deadline = time.monotonic() + 60
-        while not conn.execute(
-            "SELECT 1 FROM harvest.tasks WHERE execution_id = %s AND kind = 'activity'",
-            (handle.execution_id,),
-        ).fetchone():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
         conn.execute(  # (as stored before the database's check, or by the superuser)
             "UPDATE harvest.tasks SET input = %s::jsonb WHERE execution_id = %s AND kind = 'activity'",
             ("[1, " + DEEP + "]", handle.execution_id),
         )
     deciding.stop()
     start_worker(App(activities=[takes]))
-    with psycopg.connect(db, autocommit=True) as conn:
-        row = None
-        deadline = time.monotonic() + 60
-        while row is None and time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT attempts, failure FROM harvest.dead_letters WHERE execution_id = %s",
-                (handle.execution_id,),
-            ).fetchone()
-            time.sleep(0.05)
+    row = _first_row(
+        db, "SELECT attempts, failure FROM harvest.dead_letters WHERE execution_id = %s", handle.execution_id
+    )
     assert row is not None
     attempts, failure = row
     assert attempts == 1 and failure["error_type"] == "PayloadError" and failure["non_retryable"] is True

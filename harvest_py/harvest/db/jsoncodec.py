@@ -78,7 +78,8 @@ def _cut_deep(data: bytes | bytearray | memoryview | str) -> Any:
         spans = deep_spans(text, READ_DEPTH)
         if not spans:  # (read this deep already: the parser had no stack left for it)
             return Undecodable(_TOO_DEEP)
-        parts, end = [], 0
+        parts: list[str] = []
+        end = 0
         for start, stop in spans:
             parts += (text[end:start], _CUT)
             end = stop
