@@ -55,6 +55,14 @@ async def passes(ctx) -> int:
     return await ctx.execute_activity(takes, 1, [])
 
 
+@workflow
+async def returns_deep(ctx) -> list:
+    value: list = []
+    for _ in range(299):
+        value = [value]
+    return value
+
+
 app = App(workflows=[waits_for_a_signal, calls_deep], activities=[deep_result])
 
 
@@ -156,3 +164,14 @@ def test_an_activity_input_1000_deep_fails_its_attempt_for_good_and_is_dead_lett
     assert failure["message"].startswith(
         "the input of activity takes (at input[1][0][0][0]...) cannot be decoded: a stored value nests"
     ), failure["message"]
+
+
+def test_a_workflow_result_300_deep_fails_its_workflow_task(start_worker, client, db: str) -> None:
+    start_worker(App(workflows=[returns_deep]))
+    handle = client.start_workflow(returns_deep)
+    failed = "SELECT last_failure FROM harvest.tasks WHERE execution_id = %s AND last_failure IS NOT NULL"
+    row = _first_row(db, failed, handle.execution_id)
+    assert row is not None
+    assert row[0]["error_type"] == "PayloadError", row
+    assert "arrays and objects nest deeper than 200 levels" in row[0]["message"], row
+    assert client.get_handle(handle.execution_id).describe()["status"] == "RUNNING"
