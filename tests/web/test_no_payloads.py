@@ -458,3 +458,23 @@ def test_a_route_that_answers_past_the_filter_is_refused_to_a_token_without_payl
         answer = asyncio.run(get())
         assert answer.status_code == status, answer.text
         assert (SECRETS["input"] in answer.text) is payloads
+
+
+def test_a_token_without_payloads_sees_each_payloads_size_as_a_token_with_them_does(db: str) -> None:
+    """A history page's redacted payload says its own size to a token made with payloads:
+    false, as to one that sees payloads and asks for the redacted page: the route redacted the
+    page and the filter redacted its answer again, so each payload read as the size of its
+    redaction marker (`{"redacted": true, "bytes": 169}` said 32 bytes)."""
+    with api_client(db, app=APP, authorizer=authorizer_for(db)) as api:
+        full = {"Authorization": f"Bearer {_token(db, 'sizes-full', 'admin', payloads=True)}"}
+        none = {"Authorization": f"Bearer {_token(db, 'sizes-none', 'read', payloads=False)}"}
+        started = api.post("/workflows/np_vault/start", json={"input": "x" * 500}, headers=full)
+        assert started.status_code in (200, 201), started.text
+        run = started.json()["execution_id"]
+        seen = {}
+        for name, auth in (("full", full), ("none", none)):
+            page = api.get(f"/workflows/{run}/history", headers=auth)
+            assert page.status_code == 200, page.text
+            seen[name] = page.json()["events"][0]["event_data"]["input"]
+    assert seen["full"] == {"redacted": True, "bytes": len(json.dumps(["x" * 500]))}, seen
+    assert seen["none"] == seen["full"], seen

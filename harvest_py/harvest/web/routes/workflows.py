@@ -454,7 +454,9 @@ async def workflow_history(call: Call, args: dict[str, Any], _: Any) -> Any:
     resolve = None if redacted else "events"
     _, events, more = await _history_page(call, execution_id, after, args["limit"], resolve=resolve)
     doc = {"execution_id": execution_id, "events": events, "redacted": redacted, "next_cursor": more}
-    return redact(doc) if doc["redacted"] else doc
+    # A caller who sees no payloads has the answer redacted by the route's filter (withheld):
+    # redacted here too, each payload read as the size of its redaction marker.
+    return redact(doc) if redacted and call.principal.payloads else doc
 
 
 def _args(value: Any) -> list[Any]:
