@@ -231,6 +231,22 @@ AS $$
         'jitter_secs', p_schedule.jitter_secs::numeric);  -- numeric: see _check_schedule_spec
 $$;
 
+-- A schedule's spec (or an update's changes) as the audit log keeps it: its input, which is
+-- stored as declared (plain, never encoded) and may hold a customer's data, replaced by its
+-- size, as a redacted export shows a payload. The audit log outlives the schedule, erasure and
+-- retention: it records what was done, never a payload (docs/payloads.md, "Erasure").
+CREATE OR REPLACE FUNCTION harvest._schedule_audit(p_spec jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN p_spec ? 'input' AND p_spec -> 'input' <> 'null'::jsonb
+            THEN p_spec || jsonb_build_object('input', jsonb_build_object(
+                'redacted', true, 'bytes', octet_length((p_spec -> 'input')::text)))
+        ELSE p_spec
+    END;
+$$;
+
 -- A schedule row as the API answers it (JSON).
 CREATE OR REPLACE FUNCTION harvest._schedule_json(p_schedule harvest.schedules)
 RETURNS jsonb
@@ -743,7 +759,8 @@ BEGIN
     IF NOT coalesce(p_allow_unregistered, false) THEN
         PERFORM harvest._check_schedule_target(v_put.schedule);
     END IF;
-    PERFORM harvest._audit('schedule.create', p_name, p_operator_id, harvest._schedule_spec(v_put.schedule));
+    PERFORM harvest._audit('schedule.create', p_name, p_operator_id,
+        harvest._schedule_audit(harvest._schedule_spec(v_put.schedule)));
     RETURN harvest._schedule_json(v_put.schedule);
 END;
 $$;
@@ -789,7 +806,8 @@ BEGIN
        AND (v_changes ? 'workflow_name' OR v_changes ? 'queue' OR v_changes ? 'kind') THEN
         PERFORM harvest._check_schedule_target(v_put.schedule);
     END IF;
-    PERFORM harvest._audit('schedule.update', p_name, p_operator_id, jsonb_build_object('changes', p_changes));
+    PERFORM harvest._audit('schedule.update', p_name, p_operator_id,
+        jsonb_build_object('changes', harvest._schedule_audit(p_changes)));
     RETURN harvest._schedule_json(v_put.schedule);
 END;
 $$;
@@ -1089,7 +1107,7 @@ BEGIN
         IF FOUND AND EXISTS (SELECT 1 FROM jsonb_array_elements(v_current.superseded_specs) AS e
                              WHERE e.value = v_checked) THEN
             PERFORM harvest._audit('schedule.declare_superseded', v_current.name, NULL, jsonb_build_object(
-                'spec', v_checked, 'kept', harvest._schedule_spec(v_current),
+                'spec', harvest._schedule_audit(v_checked), 'kept', harvest._schedule_audit(harvest._schedule_spec(v_current)),
                 'reason', 'a later change replaced this spec (an older deploy''s worker declared it); '
                           'harvest schedule update puts it back'));
             v_kept := v_kept || jsonb_build_array(jsonb_build_object(

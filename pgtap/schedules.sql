@@ -5,14 +5,14 @@
 -- catch-up window, overlap policies, the (schedule, slot) uniqueness) and
 -- start_buffered_firings. The helpers run inside them: harvest._check_schedule_spec
 -- (the bad fields), harvest._put_schedule and harvest._schedule_spec (create, update,
--- declare), harvest._supersede_spec (a declaration of a replaced spec), harvest._schedule_json, harvest._lock_schedule (HR002), harvest._fire_slot,
+-- declare), harvest._schedule_audit (what their audit rows keep), harvest._supersede_spec (a declaration of a replaced spec), harvest._schedule_json, harvest._lock_schedule (HR002), harvest._fire_slot,
 -- harvest._start_firing, harvest._firing_start, harvest._start_buffered, harvest._schedule_active_runs,
 -- harvest._lock_schedule_dag (a DAG schedule's firing holds the DAG's row), harvest._firing_live,
 -- harvest._firing_workflow_names,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired),
 -- harvest._check_schedule_target (a create's or an update's workflow or DAG not registered).
 BEGIN;
-SELECT plan(124);
+SELECT plan(131);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -71,6 +71,22 @@ SELECT is((harvest.create_schedule('every', 'tick_wf', p_interval_secs => 900, p
           'catch-up on without a window replays up to a year');
 SELECT is((SELECT count(*)::integer FROM harvest.audit_log WHERE operation = 'schedule.create'), 2,
           'create_schedule() is audited');
+-- harvest._schedule_audit: a schedule's input is a payload (plain: it is stored as declared), so
+-- its audit rows, which outlive the schedule, keep its size only.
+SELECT is(harvest.create_schedule('pii', 'tick_wf', p_interval_secs => 60, p_input => '[{"ssn": "078-05-1120"}]')
+          -> 'input', '[{"ssn": "078-05-1120"}]'::jsonb, 'create_schedule() stores the input as given');
+SELECT is((SELECT details -> 'input' FROM harvest.audit_log WHERE operation = 'schedule.create' AND target = 'pii'),
+          '{"redacted": true, "bytes": 24}'::jsonb, 'its schedule.create audit row keeps the input''s size only');
+SELECT is(harvest.update_schedule('pii', '{"input": [{"ssn": "219-09-9999"}]}') -> 'input',
+          '[{"ssn": "219-09-9999"}]'::jsonb, 'update_schedule() stores the new input');
+SELECT is((SELECT details -> 'changes' FROM harvest.audit_log WHERE operation = 'schedule.update' AND target = 'pii'),
+          '{"input": {"redacted": true, "bytes": 24}}'::jsonb, 'its schedule.update audit row keeps the size only');
+SELECT is(harvest._schedule_audit('{"input": null, "cron": "* * * * *"}'),
+          '{"input": null, "cron": "* * * * *"}'::jsonb, '_schedule_audit() leaves a null input and the rest as they are');
+SELECT is((SELECT count(*)::integer FROM harvest.audit_log WHERE details::text LIKE '%-9999%' OR details::text LIKE '%-1120%'),
+          0, 'no audit row holds the input');
+DELETE FROM harvest.schedules WHERE name = 'pii';
+DELETE FROM harvest.audit_log WHERE target = 'pii';
 -- No queue given: the queue the workers registered the workflow on (start.sql, _start_queue), once.
 SELECT is((SELECT queue FROM harvest.schedules WHERE name = 'daily'), 'default',
           'a workflow registered nowhere: its schedule fires on default');
@@ -312,6 +328,8 @@ SELECT results_eq($$SELECT target, details -> 'spec' ->> 'interval_secs', detail
                     FROM harvest.audit_log WHERE operation = 'schedule.declare_superseded'$$,
                   $$VALUES ('deploy'::text, '60'::text, '120'::text)$$,
                   'the refused declaration is audited with the spec kept');
+SELECT is((SELECT details -> 'kept' -> 'input' FROM harvest.audit_log WHERE operation = 'schedule.declare_superseded'),
+          '{"redacted": true, "bytes": 3}'::jsonb, 'the kept spec''s input is audited by its size only');
 SELECT is(harvest.update_schedule('deploy', '{"interval_secs": 60, "input": []}') ->> 'interval_secs', '60',
           'an operator puts the old spec back (a rollback)');
 SELECT results_eq($$SELECT superseded_specs -> 0 ->> 'interval_secs', jsonb_array_length(superseded_specs)
