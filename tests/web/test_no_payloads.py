@@ -414,6 +414,7 @@ def test_tokens_that_see_no_payloads_are_made_by_the_cli_and_the_api_and_listed(
         "code": "permission_denied",
         "message": "token 'board' was made with payloads: false: it sees no payload, and POST "
         "/workflows/{execution_id}/query answers only a payload; use a token made without --no-payloads",
+        "needs": "payloads",
     }
 
 
@@ -478,3 +479,24 @@ def test_a_token_without_payloads_sees_each_payloads_size_as_a_token_with_them_d
             seen[name] = page.json()["events"][0]["event_data"]["input"]
     assert seen["full"] == {"redacted": True, "bytes": len(json.dumps(["x" * 500]))}, seen
     assert seen["none"] == seen["full"], seen
+
+
+def test_a_refusal_for_a_token_without_payloads_says_so_not_that_a_scope_is_missing(db: str) -> None:
+    """`harvest workflow history --full` over HTTP with a read token made with --no-payloads
+    said `this call needs a token with the read scope`, which it has: the API's 403 now says
+    `"needs": "payloads"`, and the CLI gives the API's words alone."""
+    from harvest.cli.http import error_from_answer
+
+    with api_client(db, app=APP, authorizer=authorizer_for(db)) as api:
+        full = {"Authorization": f"Bearer {_token(db, 'refused-full', 'admin', payloads=True)}"}
+        none = {"Authorization": f"Bearer {_token(db, 'refused-none', 'read', payloads=False)}"}
+        started = api.post("/workflows/np_vault/start", json={"input": "x"}, headers=full)
+        run = started.json()["execution_id"]
+        refused = api.get(f"/workflows/{run}/history", params={"payload_policy": "full"}, headers=none)
+        scoped = api.post(f"/workflows/{run}/terminate", json={"reason": "r"}, headers=none)
+    assert refused.status_code == 403 and refused.json()["error"]["needs"] == "payloads", refused.text
+    said = str(error_from_answer(403, refused.json(), "read"))
+    assert "use a token made without --no-payloads (HTTP 403)" in said and "scope" not in said, said
+    # A scope too low still gets the scope's hint.
+    assert scoped.status_code == 403 and "needs" not in scoped.json()["error"], scoped.text
+    assert "needs a token with the operate scope" in str(error_from_answer(403, scoped.json(), "operate"))

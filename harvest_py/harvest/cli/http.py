@@ -123,6 +123,9 @@ def error_from_answer(status: int, body: Any, scope_hint: str) -> HarvestError:
             f"{message} (HTTP {status}): pass an API token with --token or {TOKEN_ENV} "
             f"(harvest token create NAME --scope {scope_hint})"
         )
+    if (status == 403 or code == "permission_denied") and error.get("needs") == "payloads":
+        # A token made with --no-payloads: its scope is enough, and the message says what to do.
+        return PermissionDenied(f"{message} (HTTP {status})")
     if status == 403 or code == "permission_denied":
         return PermissionDenied(
             f"{message} (HTTP {status}): this call needs a token with the {scope_hint} scope "

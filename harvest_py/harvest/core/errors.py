@@ -593,9 +593,12 @@ class WorkflowTimedOut(HarvestError):
 
 class PermissionDenied(HarvestError):
     """The database role may not do this (SQLSTATE 42501): see docs/security.md, "Roles".
-    Over HTTP, also a token whose scope is below the route's (403)."""
+    Over HTTP, also a token whose scope is below the route's (403), or a token made with
+    ``payloads: false`` asking for a payload: then ``needs`` is ``"payloads"`` (the answer's
+    ``needs``), since no higher scope would help."""
 
     http_status = 403
+    needs: str | None = None
 
 
 class Unauthenticated(HarvestError):

@@ -38,6 +38,7 @@ from harvest.core.errors import (
     HarvestError,
     NoShardReached,
     PayloadTooLarge,
+    PermissionDenied,
     QuotaExceeded,
     SchemaMismatch,
     ShardUnavailable,
@@ -105,6 +106,8 @@ def _details(exc: HarvestError) -> dict[str, Any]:
         return {"shard_id": exc.shard}
     if isinstance(exc, WrongShard):
         return {"requested_shard_id": exc.requested_shard, "shard_id": exc.shard}
+    if isinstance(exc, PermissionDenied) and getattr(exc, "needs", None):
+        return {"needs": exc.needs}  # (routes.no_payloads: the token's payloads, not its scope)
     field = getattr(exc, "field", None)
     return {"field": field} if field else {}
 

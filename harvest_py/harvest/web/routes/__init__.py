@@ -602,11 +602,14 @@ PAYLOAD_ANSWERS = ("filtered", "whole", "redacts", "none")
 
 
 def no_payloads(principal: Principal, what: str) -> PermissionDenied:
-    """The 403 of a caller whose token sees no payloads asking for ``what``."""
-    return PermissionDenied(
+    """The 403 of a caller whose token sees no payloads asking for ``what``; its answer says
+    ``"needs": "payloads"`` (a higher scope would not help, which the CLI then does not say)."""
+    refused = PermissionDenied(
         f"token {principal.actor!r} was made with payloads: false: it sees no payload, and {what}; "
         "use a token made without --no-payloads"
     )
+    refused.needs = "payloads"
+    return refused
 
 
 def withheld(data: Any) -> Any:
