@@ -182,6 +182,8 @@ DECLARE
     v_execution harvest.executions;
     v_events integer;
     v_tasks integer;
+    v_dead_letters integer;
+    v_queries integer;
     v_offloaded integer;
     v_result jsonb;
 BEGIN
@@ -232,11 +234,13 @@ BEGIN
         input = CASE WHEN input IS NULL THEN NULL ELSE jsonb_build_array(c_erased) END,
         failure = harvest._erase_payload_fields(failure)
     WHERE execution_id = p_execution_id;
+    GET DIAGNOSTICS v_dead_letters = ROW_COUNT;
     UPDATE harvest.query_requests SET
         arg = c_erased,
         answer = CASE WHEN answer IS NULL THEN NULL ELSE c_erased END,
         error = harvest._erase_payload_fields(error)
     WHERE execution_id = p_execution_id;
+    GET DIAGNOSTICS v_queries = ROW_COUNT;
     -- Relays to or from it (a child's end, an external signal) and a cross-shard child's input
     -- copy held here.
     UPDATE harvest.relays SET payload = harvest._erase_payload_fields(payload)
@@ -255,7 +259,8 @@ BEGIN
 
     v_result := jsonb_build_object(
         'execution_id', p_execution_id, 'shard_id', harvest.get_shard_id(), 'status', v_execution.status,
-        'events', v_events, 'tasks', v_tasks, 'offloaded', v_offloaded,
+        'events', v_events, 'tasks', v_tasks, 'dead_letters', v_dead_letters, 'queries', v_queries,
+        'offloaded', v_offloaded,
         'residences', jsonb_build_object(
             'migrated_from_shards', to_jsonb(v_execution.migrated_from_shards),
             'migrated_to_shard', v_execution.migrated_to_shard));

@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs, _copy_payloads,
 -- erase_payloads, set_legal_hold, release_legal_hold, _refuse_hold_while_moving.
 BEGIN;
-SELECT plan(61);
+SELECT plan(63);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -120,6 +120,9 @@ CREATE TEMP TABLE pl_erased ON COMMIT DROP AS
 SELECT harvest.erase_payloads(pg_temp.run('pl_a'), 'ops') AS summary;
 SELECT is((SELECT (summary ->> 'offloaded')::int FROM pl_erased), 2,
           'the offloaded rows it owns are erased (the result, a query''s answer)');
+SELECT is((SELECT (summary ->> 'queries')::int FROM pl_erased), 1,
+          'the summary counts its query and update requests, whose arguments and answers are erased');
+SELECT is((SELECT (summary ->> 'dead_letters')::int FROM pl_erased), 0, 'and its dead letters (none here)');
 SELECT is((SELECT data FROM harvest.payloads WHERE id = '00000000-0000-0000-0000-0000000000a1'),
           '{"_harvest_erased": true}'::jsonb, 'a query''s offloaded answer is erased');
 SELECT is((SELECT input FROM harvest.executions WHERE id = pg_temp.run('pl_a')),

@@ -1125,7 +1125,17 @@ def reset(
 
 # -- payloads: erasure and legal holds (functions/payloads.sql, docs/payloads.md) --------------
 
-ERASE_KEYS = ["execution_id", "shard_id", "status", "events", "tasks", "offloaded", "prior_residences"]
+ERASE_KEYS = [
+    "execution_id",
+    "shard_id",
+    "status",
+    "events",
+    "tasks",
+    "dead_letters",
+    "queries",
+    "offloaded",
+    "prior_residences",
+]
 
 
 @workflow.command("erase-payloads")
