@@ -1927,3 +1927,45 @@ def test_workflow_current_finds_a_run_by_its_workflow_id_over_sql_and_http(both,
     unknown = str(uuid.uuid4())
     got, _ = both("workflow", "get", unknown)
     assert f"harvest workflow current {unknown} finds a run by it" in got.stderr, got.stderr
+
+
+def test_a_result_read_with_a_token_that_sees_no_payloads_says_it_shows_a_size(
+    db: str, served, start_worker
+) -> None:
+    """`harvest workflow result` over HTTP with a token made with --no-payloads printed the
+    redaction marker as the result, exit 0, and nothing else: a script took the size for the
+    value. A note on stderr says what it is (the exit stays 0, as for an encrypted result)."""
+    from harvest.web.auth import TokenAuthorizer
+
+    served(app=TALLY, profile="production", authorizer=TokenAuthorizer(dsn=db))
+    start_worker(TALLY)
+    with psycopg.connect(db, autocommit=True) as conn:
+        full, blind = (
+            conn.execute(
+                "SELECT secret FROM harvest.create_api_token(%s, 'admin', p_payloads => %s)", (name, sees)
+            ).fetchone()[0]
+            for name, sees in (("sees", True), ("blind", False))
+        )
+    started = run(
+        "--base-url",
+        BASE,
+        "--token",
+        full,
+        "workflow",
+        "start",
+        "tally",
+        "--input-json",
+        '"ann"',
+        "-o",
+        "json",
+    )
+    run_id = json.loads(started.stdout)["execution_id"]
+    deadline = time.monotonic() + 10
+    while run("--base-url", BASE, "--token", full, "workflow", "signal", run_id, "close").exit_code != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    seen = run("--base-url", BASE, "--token", full, "workflow", "result", run_id, "--timeout", "10")
+    assert (seen.exit_code, json.loads(seen.stdout), seen.stderr) == (0, {"owner": "ann", "total": 0}, "")
+    blinded = run("--base-url", BASE, "--token", blind, "workflow", "result", run_id)
+    assert blinded.exit_code == 0 and json.loads(blinded.stdout)["redacted"] is True, blinded.stdout
+    assert "this token sees no payloads (made with --no-payloads)" in blinded.stderr, blinded.stderr

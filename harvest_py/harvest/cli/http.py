@@ -1400,6 +1400,16 @@ class HttpHandle:
                 timeout=self.http.settings.timeout + wait,
             )
             if status == 200:
+                if data.get("redacted") is True:
+                    # A token made with --no-payloads: the output is its size, not the result, and
+                    # the exit code would not say so (docs/http-api.md).
+                    import click
+
+                    click.echo(
+                        "note: this token sees no payloads (made with --no-payloads): the result is "
+                        "shown by its size; read it with a token made without --no-payloads",
+                        err=True,
+                    )
                 execution = {
                     "id": data["execution_id"],
                     "status": data["state"],
