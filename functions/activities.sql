@@ -66,10 +66,12 @@ BEGIN
     IF v_uncharged OR (p_allow_retry AND NOT v_non_retryable
                        AND (v_max_attempts <= 0 OR v_budget_attempt < v_max_attempts)
                        AND (p_task.deadline_at IS NULL OR v_next < p_task.deadline_at)) THEN
-        -- (A PAUSED run's retry waits for its resume: lifecycle.sql.)
+        -- (A PAUSED run's retry waits for its resume: lifecycle.sql.) A rate limit's mark goes
+        -- (rate_due_at, in this same write): a backoff is no place in the bucket's line, and an
+        -- override never moves it (flow_rate_limits.sql, _repace_rate_bucket).
         UPDATE harvest.tasks
         SET status = CASE WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
-            due_at = v_next, lease_owner = NULL, lease_expires_at = NULL,
+            due_at = v_next, lease_owner = NULL, lease_expires_at = NULL, rate_due_at = NULL,
             attempt = p_task.attempt - CASE WHEN v_uncharged THEN 1 ELSE 0 END,
             last_failure = p_failure
         WHERE id = p_task.id;

@@ -318,7 +318,7 @@ BEGIN
             FOR UPDATE OF l SKIP LOCKED
         ),
         d AS (
-            SELECT x.id, w.id IS NOT NULL AS waits,
+            SELECT x.id, x.rate_key, w.id IS NOT NULL AS waits,
                    x.wait_secs - CASE WHEN x.rate_key IS NULL THEN 0 ELSE coalesce(
                        count(*) FILTER (WHERE w.id IS NULL) OVER (
                            PARTITION BY x.rate_key ORDER BY x.r_rank
@@ -327,10 +327,15 @@ BEGIN
                 AS x (id, wait_secs, rate_key, r_rank, rps)
             LEFT JOIN waiting AS w ON w.id = x.id
         )
+        -- A rate-limited one is marked (rate_due_at, the same value, in the same write): an
+        -- override or its clear finds it there and re-paces it (flow_rate_limits.sql,
+        -- _repace_rate_bucket); a capped one is not, nor is a retry's backoff, which writes
+        -- due_at alone and so leaves any earlier mark behind.
         UPDATE harvest.tasks AS t
-        SET due_at = p_now + make_interval(secs => greatest(d.wait_secs, 0.001))
-        FROM d
-        WHERE t.id = d.id AND d.waits;
+        SET due_at = s.due_at, rate_due_at = CASE WHEN s.rate_key IS NOT NULL THEN s.due_at END
+        FROM (SELECT d.id, d.rate_key, p_now + make_interval(secs => greatest(d.wait_secs, 0.001)) AS due_at
+              FROM d WHERE d.waits) AS s
+        WHERE t.id = s.id;
     END IF;
     RETURN v_admit;
 END;

@@ -161,6 +161,84 @@ BEGIN
 END;
 $$;
 
+-- Seconds until the p_short-th token beyond the bucket's tokens is due, at p_rps, which holds
+-- for p_secs_left seconds and then gives way to p_rps_after (a live override's TTL ending: NULL,
+-- p_rps holds on). The one rule an override's re-pace (_repace_rate_bucket) spaces a line by, so
+-- a lowered rate's line does not lag its own expiry.
+CREATE OR REPLACE FUNCTION harvest._rate_wait_secs(
+    p_short double precision, p_rps double precision, p_rps_after double precision, p_secs_left double precision
+)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_rps_after IS NULL OR p_short <= p_rps * p_secs_left THEN p_short / p_rps
+                ELSE p_secs_left + (p_short - p_rps * p_secs_left) / p_rps_after END;
+$$;
+
+-- Re-pace the tasks a rate limit holds back at the rate now in force (set_rate_limit_override
+-- and clear_rate_limit_override call it, holding the bucket's row): each refused task waited
+-- until its token was due at the rate of its refusal, and no claim looks at it before then, so
+-- an override raising the rate sped up only the tasks refused after it (and a clear of one that
+-- had lowered it, the same). Returns how many tasks moved.
+--
+-- Which tasks: those the refusal marked (rate_due_at = due_at, the partial index
+-- tasks_rate_held, read in line order), due later than now. A retry's backoff, a cap's
+-- step-back, a resume or a start write due_at alone, so their task is not in the index and never
+-- moves; a timer has no rate key. Each is given the slot its place in the line gives at the new
+-- rate (the k-th: (k - tokens) / rps from now, _rate_wait_secs): earlier when the rate went up,
+-- later when it went down (so the tasks the old rate had scheduled wait for the new one instead
+-- of being refused again when they come due). A place counts only the held tasks ahead, never a
+-- task due already that the next claim serves first, so a slot is never later than the bucket
+-- allows: at worst a task comes due early, and the claim refuses it and steps it back as before.
+--
+-- Bounded: the first c_batch of the line (the ones due soonest), locked with SKIP LOCKED (a task
+-- a cancel or a pause holds is passed and keeps its time), so an override over 100,000 held
+-- tasks is one short transaction. The tasks past the batch keep their old time: the claim still
+-- paces them at the rate in force (never faster), they only start no sooner than their old time.
+CREATE OR REPLACE FUNCTION harvest._repace_rate_bucket(p_bucket_key text, p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    c_batch constant integer := 10000;
+    v_tokens double precision;
+    v_rps double precision;
+    v_rps_after double precision;
+    v_secs_left double precision;
+    v_moved integer;
+BEGIN
+    SELECT n.tokens, n.rps INTO v_tokens, v_rps FROM harvest._bucket_now(p_bucket_key, p_now) AS n;
+    -- A live override ends at its expiry: the line past it is spaced at the declared rate.
+    SELECT b.rps, extract(EPOCH FROM b.override_expires_at - p_now)::double precision
+    INTO v_rps_after, v_secs_left
+    FROM harvest.rate_limit_buckets AS b
+    WHERE b.bucket_key = p_bucket_key AND b.override_expires_at > p_now;
+    IF NOT v_rps > 0 THEN
+        RETURN 0;  -- no bucket yet (no claim made it): no task was refused
+    END IF;
+    UPDATE harvest.tasks AS t
+    SET due_at = s.due_at, rate_due_at = s.due_at
+    FROM (
+        SELECT h.id, p_now + make_interval(secs => greatest(
+                   harvest._rate_wait_secs(h.place - v_tokens, v_rps, v_rps_after, v_secs_left), 0)) AS due_at
+        FROM (
+            SELECT l.id, row_number() OVER (ORDER BY l.due_at, l.id) AS place
+            FROM (
+                SELECT x.id, x.due_at FROM harvest.tasks AS x
+                WHERE x.rate_key = p_bucket_key AND x.status = 'pending' AND x.rate_due_at = x.due_at
+                  AND x.due_at > p_now
+                ORDER BY x.due_at, x.id
+                LIMIT c_batch
+                FOR UPDATE SKIP LOCKED
+            ) AS l
+        ) AS h
+    ) AS s
+    WHERE t.id = s.id AND t.due_at <> s.due_at;
+    GET DIAGNOSTICS v_moved = ROW_COUNT;
+    RETURN v_moved;
+END;
+$$;
+
 -- Lay a temporary pacing override on an activity's rate limit; it reverts by
 -- itself after p_ttl_secs (each claim compares override_expires_at with now).
 -- p_operator_id: who, for the audit row (as set_start_throttle_override's).
@@ -182,6 +260,8 @@ BEGIN
     SET override_rps = p_rps, override_burst = v_burst,
         override_expires_at = harvest.now() + make_interval(secs => p_ttl_secs)
     WHERE b.bucket_key = v_bucket;
+    -- The tasks already waiting take the new rate now, not when their old time comes.
+    PERFORM harvest._repace_rate_bucket(v_bucket, harvest.now());
     -- Doubles go into JSON as numeric: a double's text follows the session's
     -- extra_float_digits (-15 wrote 1.25 as 1), numeric's does not.
     PERFORM harvest._audit('rate_limit.override', p_activity_name, p_operator_id, jsonb_build_object(
@@ -207,6 +287,7 @@ BEGIN
     UPDATE harvest.rate_limit_buckets AS b
     SET override_rps = NULL, override_burst = NULL, override_expires_at = NULL
     WHERE b.bucket_key = v_bucket;
+    PERFORM harvest._repace_rate_bucket(v_bucket, harvest.now());  -- back to the declared rate
     PERFORM harvest._audit('rate_limit.clear_override', p_activity_name, p_operator_id,
                            jsonb_build_object('was_live', coalesce(v_live, false)));
     RETURN coalesce(v_live, false);

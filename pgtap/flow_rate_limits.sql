@@ -1,8 +1,9 @@
 -- functions/flow_rate_limits.sql: harvest._bucket_now, harvest._lock_rate_buckets,
 -- harvest._debit_rate_buckets, harvest._override_bucket, harvest._override_burst, harvest.set_rate_limit_override,
--- harvest.clear_rate_limit_override, harvest.get_rate_limit.
+-- harvest.clear_rate_limit_override, harvest.get_rate_limit, harvest._rate_wait_secs,
+-- harvest._repace_rate_bucket.
 BEGIN;
-SELECT plan(24);
+SELECT plan(37);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -70,6 +71,56 @@ SELECT is(harvest._refilled_tokens(1, '2030-01-01 00:00:00+00', '2030-01-01 00:0
           '_refilled_tokens() adds elapsed seconds times rps');
 SELECT is(harvest._refilled_tokens(1, '2030-01-01 00:00:00+00', '2030-01-01 01:00:00+00', 0.5, 10), 10::double precision,
           '_refilled_tokens() never exceeds the burst');
+
+-- An override (and its clear) re-paces the tasks the limit already holds back (0131): six
+-- activities at 2/s (burst 1), one claimed and five stepped back at 0.5 s apart, one of those
+-- claimed and failed into a retry's backoff.
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
+SELECT harvest.declare_flow_policies('{"activities": {"swift": {"rate_limit": {"rps": 2, "burst": 1}}}}');
+SELECT harvest.start_workflow('wf_swift', '[]', 's', 'sq0');
+SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jsonb_agg(jsonb_build_object(
+    'type', 'schedule_activity', 'seq', i, 'name', 'swift', 'input', '[]'::jsonb, 'queue', 'sq',
+    'options', '{"rate_limit": {"rps": 2, "burst": 1}, "retry": {"initial_interval": 30}}'::jsonb))
+    FROM generate_series(1, 6) AS i))
+FROM harvest.claim_tasks('w', ARRAY['sq0']) AS c;
+CREATE TEMP TABLE swift_claimed ON COMMIT DROP AS
+SELECT c.task_id, c.fencing_token FROM harvest.claim_tasks('w', ARRAY['sq'], 10) AS c;
+SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric ORDER BY due_at, id)
+           FROM harvest.tasks WHERE queue = 'sq' AND status = 'pending' AND rate_due_at = due_at),
+          ARRAY[0.5, 1.0, 1.5, 2.0, 2.5]::numeric[],
+          '_admit_candidates(): a rate-limit refusal marks the task it steps back (rate_due_at = due_at)');
+SELECT is(harvest.fail_activity(task_id, fencing_token, '{"message": "boom"}'), 'retry_scheduled',
+          'setup: the claimed one fails into a 30 s backoff')
+FROM swift_claimed;
+SELECT is((SELECT rate_due_at FROM harvest.tasks AS t JOIN swift_claimed AS c ON c.task_id = t.id), NULL,
+          'fail_activity(): a retry''s backoff carries no rate-limit mark');
+SELECT is(harvest._rate_wait_secs(4, 2, NULL, NULL), 2::double precision,
+          '_rate_wait_secs(): the 4th token at 2/s, 2 s');
+SELECT is(harvest._rate_wait_secs(4, 2, 0.5, 1), 5::double precision,
+          '_rate_wait_secs(): 2/s for 1 s (2 tokens), then 0.5/s for the 2 left: 5 s');
+-- Raised to 20/s: the five are due 0.05 s apart (the bucket is empty); the backoff stays.
+SELECT lives_ok($$SELECT * FROM harvest.set_rate_limit_override('swift', 20, 1, 600)$$, 'override to 20/s');
+SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric ORDER BY due_at, id)
+           FROM harvest.tasks WHERE queue = 'sq' AND status = 'pending' AND rate_due_at = due_at),
+          ARRAY[0.05, 0.1, 0.15, 0.2, 0.25]::numeric[],
+          'set_rate_limit_override(): the held tasks take the new rate now (_repace_rate_bucket)');
+SELECT is((SELECT extract(EPOCH FROM due_at - harvest.now())::numeric
+           FROM harvest.tasks AS t JOIN swift_claimed AS c ON c.task_id = t.id), 30::numeric,
+          'set_rate_limit_override(): a retry''s backoff is never moved');
+-- Lowered to 1/s for 2 s: two tokens at 1/s, the other three at the declared 2/s after.
+SELECT lives_ok($$SELECT * FROM harvest.set_rate_limit_override('swift', 1, 1, 2)$$, 'override to 1/s for 2 s');
+SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric ORDER BY due_at, id)
+           FROM harvest.tasks WHERE queue = 'sq' AND status = 'pending' AND rate_due_at = due_at),
+          ARRAY[1, 2, 2.5, 3, 3.5]::numeric[],
+          'set_rate_limit_override(): a lowered rate holds them back, up to its expiry');
+-- Cleared: the declared 2/s at once.
+SELECT is(harvest.clear_rate_limit_override('swift'), true, 'clear the override');
+SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric ORDER BY due_at, id)
+           FROM harvest.tasks WHERE queue = 'sq' AND status = 'pending' AND rate_due_at = due_at),
+          ARRAY[0.5, 1.0, 1.5, 2.0, 2.5]::numeric[],
+          'clear_rate_limit_override(): the held tasks are back at the declared rate');
+SELECT is(harvest._repace_rate_bucket('rate:no_such_activity', harvest.now()), 0,
+          '_repace_rate_bucket() of a bucket no claim made moves nothing');
 
 -- Rate-limit overrides are audited, set and clear (source ui from the dashboard's sessions).
 SET LOCAL application_name = 'harvest-ui';

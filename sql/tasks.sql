@@ -58,6 +58,13 @@ CREATE TABLE harvest.tasks (
     -- an activity queued before migration 0099 (functions/claim.sql, _claim_candidates).
     run_workflow_name text,
     run_workflow_id text,
+    -- The due_at a rate-limit refusal gave the task (functions/flow_concurrency.sql,
+    -- _admit_candidates): the task waits for its bucket's token while due_at still equals it.
+    -- Any other write of due_at (a cap's step-back, a resume) leaves it behind, so it needs no
+    -- clearing (a retry's backoff clears it in the same write, to be plain): an override
+    -- re-paces only the tasks their limit holds (functions/flow_rate_limits.sql,
+    -- _repace_rate_bucket).
+    rate_due_at timestamptz,
     CONSTRAINT tasks_pkey PRIMARY KEY (id),
     CONSTRAINT tasks_status_check CHECK ((status::harvest.task_status) IS NOT NULL),
     CONSTRAINT tasks_execution_fkey FOREIGN KEY (execution_id)
@@ -121,6 +128,14 @@ WHERE status = 'pending' AND kind <> 'timer' AND priority_aging_secs IS NOT NULL
 CREATE INDEX tasks_claimable_fair
 ON harvest.tasks (queue, fairness_key, priority DESC, due_at, id)
 WHERE status = 'pending' AND kind <> 'timer' AND fairness_key IS NOT NULL;
+
+-- The tasks a rate limit holds back, per bucket in line order: what an override or its clear
+-- re-paces (functions/flow_rate_limits.sql, _repace_rate_bucket). Only a rate-limit refusal
+-- writes an entry (the marker matches due_at only then); an insert, a claim, a retry or a cap's
+-- step-back writes none (migration 0131).
+CREATE INDEX tasks_rate_held
+ON harvest.tasks (rate_key, due_at, id)
+WHERE status = 'pending' AND rate_due_at = due_at;
 
 -- Fencing tokens come from one sequence so a token is never reused.
 CREATE SEQUENCE harvest.fencing_tokens;
