@@ -191,16 +191,19 @@ $$;
 -- task due already that the next claim serves first, so a slot is never later than the bucket
 -- allows: at worst a task comes due early, and the claim refuses it and steps it back as before.
 --
--- Bounded: the first c_batch of the line (the ones due soonest), locked with SKIP LOCKED (a task
--- a cancel or a pause holds is passed and keeps its time), so an override over 100,000 held
--- tasks is one short transaction. The tasks past the batch keep their old time: the claim still
--- paces them at the rate in force (never faster), they only start no sooner than their old time.
-CREATE OR REPLACE FUNCTION harvest._repace_rate_bucket(p_bucket_key text, p_now timestamptz)
+-- Bounded: it writes the first p_batch tasks of the line whose time changes (the ones due
+-- soonest), locked with SKIP LOCKED (a task a cancel or a pause holds is passed and keeps its
+-- time), so an override over 100,000 held tasks is one short transaction that reads the line's
+-- index entries and writes 10,000 rows (p_batch). The tasks past the batch keep their old time: the claim
+-- still paces them at the rate in force (never faster), they only start no sooner than that
+-- time; the override set again (the same rate) moves the next 10,000.
+CREATE OR REPLACE FUNCTION harvest._repace_rate_bucket(
+    p_bucket_key text, p_now timestamptz, p_batch integer DEFAULT 10000
+)
 RETURNS integer
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    c_batch constant integer := 10000;
     v_tokens double precision;
     v_rps double precision;
     v_rps_after double precision;
@@ -216,24 +219,38 @@ BEGIN
     IF NOT v_rps > 0 THEN
         RETURN 0;  -- no bucket yet (no claim made it): no task was refused
     END IF;
-    UPDATE harvest.tasks AS t
-    SET due_at = s.due_at, rate_due_at = s.due_at
-    FROM (
-        SELECT h.id, p_now + make_interval(secs => greatest(
+    -- The whole line is ranked (its index entries, in order); only the first p_batch tasks
+    -- whose time changes are written, so a second call goes on where this one stopped (the
+    -- slots the first wrote are still theirs: the tasks served since left the line and paid
+    -- their tokens, which cancel out).
+    WITH line AS MATERIALIZED (
+        SELECT h.id, h.place, h.due_at AS old_due_at,
+               p_now + make_interval(secs => greatest(
                    harvest._rate_wait_secs(h.place - v_tokens, v_rps, v_rps_after, v_secs_left), 0)) AS due_at
         FROM (
-            SELECT l.id, row_number() OVER (ORDER BY l.due_at, l.id) AS place
-            FROM (
-                SELECT x.id, x.due_at FROM harvest.tasks AS x
-                WHERE x.rate_key = p_bucket_key AND x.status = 'pending' AND x.rate_due_at = x.due_at
-                  AND x.due_at > p_now
-                ORDER BY x.due_at, x.id
-                LIMIT c_batch
-                FOR UPDATE SKIP LOCKED
-            ) AS l
+            SELECT x.id, x.due_at, row_number() OVER (ORDER BY x.due_at, x.id) AS place
+            FROM harvest.tasks AS x
+            WHERE x.rate_key = p_bucket_key AND x.status = 'pending' AND x.rate_due_at = x.due_at
+              AND x.due_at > p_now
         ) AS h
-    ) AS s
-    WHERE t.id = s.id AND t.due_at <> s.due_at;
+    ),
+    pick AS MATERIALIZED (
+        SELECT l.id, l.due_at FROM line AS l
+        WHERE abs(extract(EPOCH FROM l.due_at - l.old_due_at)) > 0.001
+        ORDER BY l.place
+        LIMIT p_batch
+    ),
+    locked AS MATERIALIZED (
+        SELECT t.id FROM harvest.tasks AS t
+        JOIN pick AS p ON p.id = t.id
+        WHERE t.status = 'pending' AND t.rate_due_at = t.due_at
+        FOR UPDATE OF t SKIP LOCKED
+    )
+    UPDATE harvest.tasks AS t
+    SET due_at = p.due_at, rate_due_at = p.due_at
+    FROM pick AS p
+    JOIN locked AS k ON k.id = p.id
+    WHERE t.id = p.id;
     GET DIAGNOSTICS v_moved = ROW_COUNT;
     RETURN v_moved;
 END;

@@ -3,7 +3,7 @@
 -- harvest.clear_rate_limit_override, harvest.get_rate_limit, harvest._rate_wait_secs,
 -- harvest._repace_rate_bucket.
 BEGIN;
-SELECT plan(37);
+SELECT plan(39);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -119,6 +119,16 @@ SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric 
            FROM harvest.tasks WHERE queue = 'sq' AND status = 'pending' AND rate_due_at = due_at),
           ARRAY[0.5, 1.0, 1.5, 2.0, 2.5]::numeric[],
           'clear_rate_limit_override(): the held tasks are back at the declared rate');
+-- Bounded: a batch of 2 moves the first two whose time changes, the next call the next ones.
+UPDATE harvest.rate_limit_buckets SET rps = 4 WHERE bucket_key = 'rate:swift';
+SELECT is(ARRAY[harvest._repace_rate_bucket('rate:swift', harvest.now(), 2),
+                harvest._repace_rate_bucket('rate:swift', harvest.now(), 2),
+                harvest._repace_rate_bucket('rate:swift', harvest.now(), 2),
+                harvest._repace_rate_bucket('rate:swift', harvest.now(), 2)], ARRAY[2, 2, 1, 0],
+          '_repace_rate_bucket(): a batch writes the first tasks whose time changes, the next goes on');
+SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric ORDER BY due_at, id)
+           FROM harvest.tasks WHERE queue = 'sq' AND status = 'pending' AND rate_due_at = due_at),
+          ARRAY[0.25, 0.5, 0.75, 1.0, 1.25]::numeric[], '_repace_rate_bucket(): the whole line, in three batches');
 SELECT is(harvest._repace_rate_bucket('rate:no_such_activity', harvest.now()), 0,
           '_repace_rate_bucket() of a bucket no claim made moves nothing');
 
