@@ -196,7 +196,8 @@ $$;
 -- time), so an override over 100,000 held tasks is one short transaction that reads the line's
 -- index entries and writes 10,000 rows (p_batch). The tasks past the batch keep their old time: the claim
 -- still paces them at the rate in force (never faster), they only start no sooner than that
--- time; the override set again (the same rate) moves the next 10,000.
+-- time until the scanner's next pass moves the next 10,000 (_repace_rate_buckets: a full batch flags
+-- the bucket, repace_pending).
 CREATE OR REPLACE FUNCTION harvest._repace_rate_bucket(
     p_bucket_key text, p_now timestamptz, p_batch integer DEFAULT 10000
 )
@@ -208,6 +209,7 @@ DECLARE
     v_rps double precision;
     v_rps_after double precision;
     v_secs_left double precision;
+    v_picked integer;
     v_moved integer;
 BEGIN
     SELECT n.tokens, n.rps INTO v_tokens, v_rps FROM harvest._bucket_now(p_bucket_key, p_now) AS n;
@@ -245,14 +247,43 @@ BEGIN
         JOIN pick AS p ON p.id = t.id
         WHERE t.status = 'pending' AND t.rate_due_at = t.due_at
         FOR UPDATE OF t SKIP LOCKED
+    ),
+    moved AS (
+        UPDATE harvest.tasks AS t
+        SET due_at = p.due_at, rate_due_at = p.due_at
+        FROM pick AS p
+        JOIN locked AS k ON k.id = p.id
+        WHERE t.id = p.id
+        RETURNING t.id
     )
-    UPDATE harvest.tasks AS t
-    SET due_at = p.due_at, rate_due_at = p.due_at
-    FROM pick AS p
-    JOIN locked AS k ON k.id = p.id
-    WHERE t.id = p.id;
-    GET DIAGNOSTICS v_moved = ROW_COUNT;
+    SELECT (SELECT count(*) FROM pick), (SELECT count(*) FROM moved) INTO v_picked, v_moved;
+    -- A full batch may leave more: the scanner goes on with the next (_repace_rate_buckets).
+    UPDATE harvest.rate_limit_buckets AS b SET repace_pending = v_picked >= p_batch
+    WHERE b.bucket_key = p_bucket_key AND b.repace_pending <> (v_picked >= p_batch);
     RETURN v_moved;
+END;
+$$;
+
+-- The scanner's part of a re-pace: one bucket an override (or its clear) flagged, the next batch
+-- of its held tasks (_repace_rate_bucket, which drops the flag once a batch is not full). One
+-- bucket a pass, its row locked with SKIP LOCKED (a claim holding it is let be: the next pass
+-- takes it), so a pass adds at most one batch's transaction time; returns how many tasks moved.
+CREATE OR REPLACE FUNCTION harvest._repace_rate_buckets()
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_bucket text;
+BEGIN
+    SELECT b.bucket_key INTO v_bucket FROM harvest.rate_limit_buckets AS b
+    WHERE b.repace_pending
+    ORDER BY b.bucket_key
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED;
+    IF v_bucket IS NULL THEN
+        RETURN 0;
+    END IF;
+    RETURN harvest._repace_rate_bucket(v_bucket, harvest.now());
 END;
 $$;
 

@@ -1,7 +1,8 @@
 -- The scanner: the pass every worker runs on a timer (worker/scanner.py), one
 -- round trip over the bounded sweeps of the domains it serves: timeouts
 -- (expire_tasks, expire_workflows), relays (deliver_relays), flow control
--- (grant_mutexes) and gated starts (release_pending_starts). Each sweep lives in
+-- (grant_mutexes), gated starts (release_pending_starts) and the held tasks of a rate limit
+-- an override re-paces past its first batch (_repace_rate_buckets). Each sweep lives in
 -- its own domain's file; this file only runs them together.
 
 -- One scanner pass in one round trip: what every worker runs each scan_interval.
@@ -21,12 +22,13 @@ BEGIN
         'timed_out_workflows', harvest.expire_workflows(p_limit),
         'relays_delivered', harvest.deliver_relays(p_limit),
         'mutex_grants', harvest.grant_mutexes(p_limit),
-        'starts_released', harvest.release_pending_starts(p_limit));
+        'starts_released', harvest.release_pending_starts(p_limit),
+        'tasks_repaced', harvest._repace_rate_buckets());
 END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.scan IS
 'One scanner pass in one round trip (expire_tasks, expire_workflows, deliver_relays, grant_mutexes, '
-'release_pending_starts), each bounded by p_limit; the answer says what moved. Called by every worker each '
+'release_pending_starts, a rate limit''s held tasks re-paced), each bounded; the answer says what moved. Called by every worker each '
 'scan_interval (role harvest_worker).';

@@ -1,9 +1,9 @@
 -- functions/flow_rate_limits.sql: harvest._bucket_now, harvest._lock_rate_buckets,
 -- harvest._debit_rate_buckets, harvest._override_bucket, harvest._override_burst, harvest.set_rate_limit_override,
 -- harvest.clear_rate_limit_override, harvest.get_rate_limit, harvest._rate_wait_secs,
--- harvest._repace_rate_bucket.
+-- harvest._repace_rate_bucket, harvest._repace_rate_buckets.
 BEGIN;
-SELECT plan(39);
+SELECT plan(44);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -129,6 +129,20 @@ SELECT is(ARRAY[harvest._repace_rate_bucket('rate:swift', harvest.now(), 2),
 SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric ORDER BY due_at, id)
            FROM harvest.tasks WHERE queue = 'sq' AND status = 'pending' AND rate_due_at = due_at),
           ARRAY[0.25, 0.5, 0.75, 1.0, 1.25]::numeric[], '_repace_rate_bucket(): the whole line, in three batches');
+-- A full batch flags the bucket; the scanner's sweep goes on, and drops the flag once done.
+UPDATE harvest.rate_limit_buckets SET rps = 2 WHERE bucket_key = 'rate:swift';
+SELECT is(harvest._repace_rate_bucket('rate:swift', harvest.now(), 2), 2, 'setup: a batch of 2 of 5');
+SELECT is((SELECT repace_pending FROM harvest.rate_limit_buckets WHERE bucket_key = 'rate:swift'), true,
+          '_repace_rate_bucket(): a full batch flags the bucket (repace_pending)');
+-- (A lowered rate's first batch moved its tasks back past some of the rest: the line's order
+-- changes, and the pass may move one of the two again. Every place keeps its slot.)
+SELECT is(ARRAY[harvest._repace_rate_buckets() >= 3, harvest._repace_rate_buckets() = 0], ARRAY[true, true],
+          '_repace_rate_buckets(): the scanner moves the rest of the line, then finds nothing');
+SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric ORDER BY due_at, id)
+           FROM harvest.tasks WHERE queue = 'sq' AND status = 'pending' AND rate_due_at = due_at),
+          ARRAY[0.5, 1.0, 1.5, 2.0, 2.5]::numeric[], '_repace_rate_buckets(): the whole line at the new rate');
+SELECT is((SELECT repace_pending FROM harvest.rate_limit_buckets WHERE bucket_key = 'rate:swift'), false,
+          '_repace_rate_buckets(): a batch that is not full drops the flag');
 SELECT is(harvest._repace_rate_bucket('rate:no_such_activity', harvest.now()), 0,
           '_repace_rate_bucket() of a bucket no claim made moves nothing');
 

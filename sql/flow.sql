@@ -77,6 +77,9 @@ CREATE TABLE harvest.rate_limit_buckets (
     override_rps double precision,
     override_burst double precision,
     override_expires_at timestamptz,
+    -- An override (or its clear) re-paced a full batch of the tasks the bucket holds back: the
+    -- scanner goes on with the next (functions/flow_rate_limits.sql, _repace_rate_buckets).
+    repace_pending boolean NOT NULL DEFAULT false,
     CONSTRAINT rate_limit_buckets_pkey PRIMARY KEY (bucket_key),
     CONSTRAINT rate_limit_buckets_rps_check CHECK (rps > 0 AND burst >= 1),
     CONSTRAINT rate_limit_buckets_override_check CHECK (
@@ -84,6 +87,12 @@ CREATE TABLE harvest.rate_limit_buckets (
         AND (override_rps IS NULL OR (override_rps > 0 AND override_burst >= 1))
     )
 );
+
+-- The buckets whose held tasks the scanner still re-paces: none, mostly (a probe of an empty
+-- index each pass). A claim's write of the tokens changes no indexed column, so it stays HOT.
+CREATE INDEX rate_limit_buckets_repace
+ON harvest.rate_limit_buckets (bucket_key)
+WHERE repace_pending;
 
 -- The durable mutex: one holder per key, FIFO waiters.
 CREATE TABLE harvest.mutex_locks (

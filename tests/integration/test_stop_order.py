@@ -255,6 +255,7 @@ def test_the_scanner_and_the_janitor_finish_the_pass_they_are_in(
                 "relays_delivered": 0,
                 "mutex_grants": 0,
                 "starts_released": 0,
+                "tasks_repaced": 0,
             },
         ),
     )

@@ -1435,6 +1435,7 @@ class Worker:
                     or moved["relays_delivered"]
                     or moved["mutex_grants"]
                     or moved["starts_released"]
+                    or moved["tasks_repaced"]
                 ):
                     self.wake()
                 # Shards only (relay_pump is None on a single database): the cross-shard pump
