@@ -1,4 +1,4 @@
-"""What the partial index tasks_rate_held (migration 0131) costs the claim, and what an override
+"""What the partial index tasks_rate_held (migration 0132) costs the claim, and what an override
 over a held backlog costs (functions/flow_rate_limits.sql, _repace_rate_bucket).
 
     nice -n 10 python bench/rate_held_ab.py [--pairs 8] [--samples 30] [--held 100000]

@@ -72,7 +72,7 @@ SELECT is(harvest._refilled_tokens(1, '2030-01-01 00:00:00+00', '2030-01-01 00:0
 SELECT is(harvest._refilled_tokens(1, '2030-01-01 00:00:00+00', '2030-01-01 01:00:00+00', 0.5, 10), 10::double precision,
           '_refilled_tokens() never exceeds the burst');
 
--- An override (and its clear) re-paces the tasks the limit already holds back (0131): six
+-- An override (and its clear) re-paces the tasks the limit already holds back (0132): six
 -- activities at 2/s (burst 1), one claimed and five stepped back at 0.5 s apart, one of those
 -- claimed and failed into a retry's backoff.
 SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';

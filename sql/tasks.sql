@@ -132,7 +132,7 @@ WHERE status = 'pending' AND kind <> 'timer' AND fairness_key IS NOT NULL;
 -- The tasks a rate limit holds back, per bucket in line order: what an override or its clear
 -- re-paces (functions/flow_rate_limits.sql, _repace_rate_bucket). Only a rate-limit refusal
 -- writes an entry (the marker matches due_at only then); an insert, a claim, a retry or a cap's
--- step-back writes none (migration 0131).
+-- step-back writes none (migration 0132).
 CREATE INDEX tasks_rate_held
 ON harvest.tasks (rate_key, due_at, id)
 WHERE status = 'pending' AND rate_due_at = due_at;

@@ -1,5 +1,5 @@
 -- harvest:no-transaction
--- 0131: the tasks a rate limit holds back, found by an override (re-runnable: this file runs
+-- 0132: the tasks a rate limit holds back, found by an override (re-runnable: this file runs
 -- outside a transaction, so the index is built without blocking the writes of harvest.tasks).
 --
 -- A rate-limit refusal stamped only due_at, so an override (or its clear) could not tell a task
