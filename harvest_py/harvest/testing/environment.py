@@ -724,7 +724,13 @@ class WorkflowEnvironment:
     def _stuck_reason(self, clock: testkit.SharedClock, execution_id: str, workflow_name: str) -> str:
         waits_on = self._waits_on(clock, execution_id, depth=0)
         try:  # what the run's stack says (an activity dead-lettered, a task failing), as a timeout would
-            why = why_stuck(clock.stack(execution_id)).removeprefix("; ")
+            stack = clock.stack(execution_id)
+            # Its awaited signals are named once: by the cached run above (with what was sent
+            # unread), else by the stack, as what it waits on (so the advice to send it follows).
+            awaited = dict.fromkeys(w["name"] for w in stack.get("awaited_signals") or ())
+            if awaited and not waits_on:
+                waits_on = "waits for signal " + ", ".join(repr(n) for n in awaited)
+            why = why_stuck({**stack, "awaited_signals": ()}).removeprefix("; ")
         except Exception:  # a hint only
             why = ""
         text = (
