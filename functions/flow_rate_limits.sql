@@ -145,6 +145,9 @@ $$;
 -- A pacing override's burst, once its values are checked (HR001 before anything is written):
 -- p_burst, or max(p_rps, 1) when none is given. The one rule of both overrides:
 -- set_rate_limit_override and set_start_throttle_override (flow_throttle.sql) ask it first.
+-- NaN and Infinity are refused (NaN compares above every number: an rps of NaN let every claim
+-- through, and slotted no held task), and so is a ttl past 1e9 s (about 31 years), which the
+-- expiry's timestamp could not hold (it failed as 22008, 'interval out of range').
 CREATE OR REPLACE FUNCTION harvest._override_burst(
     p_rps double precision, p_burst double precision, p_ttl_secs double precision
 )
@@ -156,6 +159,11 @@ BEGIN
         RAISE EXCEPTION 'override needs rps > 0, burst >= 1 and a positive ttl, got rps=% burst=% ttl=%',
             harvest._num_text(p_rps), harvest._num_text(p_burst), harvest._num_text(p_ttl_secs)
             USING ERRCODE = 'HR001';
+    END IF;
+    IF p_rps >= 'Infinity' OR p_burst >= 'Infinity' OR p_ttl_secs > 1e9 THEN
+        RAISE EXCEPTION 'override needs a finite rps and burst and a ttl of at most 1e9 seconds, got rps=% burst=% ttl=%',
+            harvest._num_text(p_rps), harvest._num_text(p_burst), harvest._num_text(p_ttl_secs)
+            USING ERRCODE = 'HR001', HINT = 'give numbers (not NaN or Infinity); an override is temporary';
     END IF;
     RETURN coalesce(p_burst, greatest(p_rps, 1));
 END;

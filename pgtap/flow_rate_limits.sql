@@ -3,7 +3,7 @@
 -- harvest.clear_rate_limit_override, harvest.get_rate_limit, harvest._rate_wait_secs,
 -- harvest._repace_rate_bucket, harvest._repace_rate_buckets.
 BEGIN;
-SELECT plan(44);
+SELECT plan(47);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -59,6 +59,13 @@ SELECT is(ARRAY[harvest._override_burst(5, 3, 10), harvest._override_burst(5, NU
 SELECT throws_ok($$SELECT harvest._override_burst(1, 0.5, 10)$$, 'HR001',
                  'override needs rps > 0, burst >= 1 and a positive ttl, got rps=1 burst=0.5 ttl=10',
                  '_override_burst(): a burst below 1 is HR001, and so is a bad rps or ttl');
+SELECT throws_ok($$SELECT harvest._override_burst('NaN', NULL, 10)$$, 'HR001',
+                 'override needs a finite rps and burst and a ttl of at most 1e9 seconds, got rps=NaN burst=<NULL> ttl=10',
+                 '_override_burst(): an rps of NaN is HR001 (it compares above every number: it let every claim through)');
+SELECT throws_ok($$SELECT harvest._override_burst(1, 'Infinity', 10)$$, 'HR001', NULL,
+                 '_override_burst(): a burst of Infinity is HR001');
+SELECT throws_ok($$SELECT harvest._override_burst(1, NULL, 1e300)$$, 'HR001', NULL,
+                 '_override_burst(): a ttl past 1e9 s is HR001, not 22008 from the expiry''s timestamp');
 SELECT results_eq($$SELECT override_rps, override_expires_at FROM harvest.set_rate_limit_override('paced', 20, 5, 10)$$,
                   $$VALUES (20::double precision, '2030-01-01 00:00:10.5+00'::timestamptz)$$, 'set_rate_limit_override()');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:11+00';
