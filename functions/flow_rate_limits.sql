@@ -204,8 +204,13 @@ $$;
 -- time), so an override over 100,000 held tasks is one short transaction that reads the line's
 -- index entries and writes 10,000 rows (p_batch). The tasks past the batch keep their old time: the claim
 -- still paces them at the rate in force (never faster), they only start no sooner than that
--- time until the scanner's next pass moves the next 10,000 (_repace_rate_buckets: a full batch flags
--- the bucket, repace_pending).
+-- time until the scanner's next pass moves the next 10,000 (_repace_rate_buckets). A full batch
+-- leaves the bucket a budget (repace_left): the line's length less the batch when the override
+-- (or its clear, which empty it first) called, less a batch a scanner pass after. So the passes
+-- end after the line's length in batches: while claims lag the line (its tasks come due and are
+-- not taken, the bucket's tokens pile up), the slots of the first batch move at each pass, and a
+-- pass always found a full batch whose time changed, so a flag kept every scan pass rewriting
+-- 10,000 tasks until the line drained.
 CREATE OR REPLACE FUNCTION harvest._repace_rate_bucket(
     p_bucket_key text, p_now timestamptz, p_batch integer DEFAULT 10000
 )
@@ -219,13 +224,18 @@ DECLARE
     v_secs_left double precision;
     v_picked integer;
     v_moved integer;
+    v_line integer;
+    v_left integer;  -- the budget before this call: NULL when an override (or a clear) calls
 BEGIN
     SELECT n.tokens, n.rps INTO v_tokens, v_rps FROM harvest._bucket_now(p_bucket_key, p_now) AS n;
     -- A live override ends at its expiry: the line past it is spaced at the declared rate.
-    SELECT b.rps, extract(EPOCH FROM b.override_expires_at - p_now)::double precision
-    INTO v_rps_after, v_secs_left
+    SELECT CASE WHEN b.override_expires_at > p_now THEN b.rps END,
+           CASE WHEN b.override_expires_at > p_now
+                THEN extract(EPOCH FROM b.override_expires_at - p_now)::double precision END,
+           b.repace_left
+    INTO v_rps_after, v_secs_left, v_left
     FROM harvest.rate_limit_buckets AS b
-    WHERE b.bucket_key = p_bucket_key AND b.override_expires_at > p_now;
+    WHERE b.bucket_key = p_bucket_key;
     IF NOT v_rps > 0 THEN
         RETURN 0;  -- no bucket yet (no claim made it): no task was refused
     END IF;
@@ -264,16 +274,21 @@ BEGIN
         WHERE t.id = p.id
         RETURNING t.id
     )
-    SELECT (SELECT count(*) FROM pick), (SELECT count(*) FROM moved) INTO v_picked, v_moved;
-    -- A full batch may leave more: the scanner goes on with the next (_repace_rate_buckets).
-    UPDATE harvest.rate_limit_buckets AS b SET repace_pending = v_picked >= p_batch
-    WHERE b.bucket_key = p_bucket_key AND b.repace_pending <> (v_picked >= p_batch);
+    SELECT (SELECT count(*) FROM pick), (SELECT count(*) FROM moved), (SELECT count(*) FROM line)
+    INTO v_picked, v_moved, v_line;
+    -- A full batch may leave more: the scanner goes on with the next (_repace_rate_buckets), for
+    -- what is left of the line's length as the override found it, a batch a pass.
+    v_left := CASE WHEN v_picked >= p_batch THEN coalesce(v_left, v_line) - p_batch END;
+    v_left := CASE WHEN v_left > 0 THEN v_left END;
+    UPDATE harvest.rate_limit_buckets AS b SET repace_left = v_left
+    WHERE b.bucket_key = p_bucket_key AND b.repace_left IS DISTINCT FROM v_left;
     RETURN v_moved;
 END;
 $$;
 
--- The scanner's part of a re-pace: one bucket an override (or its clear) flagged, the next batch
--- of its held tasks (_repace_rate_bucket, which drops the flag once a batch is not full). One
+-- The scanner's part of a re-pace: one bucket an override (or its clear) left a budget
+-- (repace_left), the next batch of its held tasks (_repace_rate_bucket, which takes the batch off
+-- the budget and drops it once a batch is not full or the budget is spent). One
 -- bucket a pass, its row locked with SKIP LOCKED (a claim holding it is let be: the next pass
 -- takes it), so a pass adds at most one batch's transaction time; returns how many tasks moved.
 CREATE OR REPLACE FUNCTION harvest._repace_rate_buckets()
@@ -284,7 +299,7 @@ DECLARE
     v_bucket text;
 BEGIN
     SELECT b.bucket_key INTO v_bucket FROM harvest.rate_limit_buckets AS b
-    WHERE b.repace_pending
+    WHERE b.repace_left IS NOT NULL
     ORDER BY b.bucket_key
     LIMIT 1
     FOR UPDATE SKIP LOCKED;
@@ -314,7 +329,8 @@ DECLARE
 BEGIN
     UPDATE harvest.rate_limit_buckets AS b
     SET override_rps = p_rps, override_burst = v_burst,
-        override_expires_at = harvest.now() + make_interval(secs => p_ttl_secs)
+        override_expires_at = harvest.now() + make_interval(secs => p_ttl_secs),
+        repace_left = NULL  -- (the re-pace below starts the line again, with a fresh budget)
     WHERE b.bucket_key = v_bucket;
     -- The tasks already waiting take the new rate now, not when their old time comes.
     PERFORM harvest._repace_rate_bucket(v_bucket, harvest.now());
@@ -341,7 +357,7 @@ BEGIN
     SELECT b.override_expires_at > harvest.now() INTO v_live
     FROM harvest.rate_limit_buckets AS b WHERE b.bucket_key = v_bucket FOR UPDATE;
     UPDATE harvest.rate_limit_buckets AS b
-    SET override_rps = NULL, override_burst = NULL, override_expires_at = NULL
+    SET override_rps = NULL, override_burst = NULL, override_expires_at = NULL, repace_left = NULL
     WHERE b.bucket_key = v_bucket;
     PERFORM harvest._repace_rate_bucket(v_bucket, harvest.now());  -- back to the declared rate
     PERFORM harvest._audit('rate_limit.clear_override', p_activity_name, p_operator_id,

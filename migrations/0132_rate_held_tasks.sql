@@ -8,8 +8,10 @@
 -- writes the same value to rate_due_at, in the UPDATE it already made; the partial index holds
 -- a task only while the two are equal, so no insert, claim or retry writes an entry to it. The
 -- column has no default: adding it rewrites nothing. An override moves at most 10,000 tasks; a
--- bucket with more left is flagged (rate_limit_buckets.repace_pending, a constant default: no
--- rewrite either) and the scanner goes on (_repace_rate_buckets), found by a partial index. A
+-- bucket with more left is given the number the scanner may still move (rate_limit_buckets.
+-- repace_left, NULL: no rewrite either) and the scanner goes on (_repace_rate_buckets), found by
+-- a partial index. (repace_pending, a flag an earlier draft of this file added, is dropped: no
+-- release had it.) A
 -- failed CREATE INDEX CONCURRENTLY leaves an INVALID index that IF NOT EXISTS would keep: it is
 -- dropped first.
 ALTER TABLE harvest.tasks ADD COLUMN IF NOT EXISTS rate_due_at timestamptz;
@@ -17,8 +19,9 @@ DROP INDEX CONCURRENTLY IF EXISTS harvest.tasks_rate_held;
 CREATE INDEX CONCURRENTLY IF NOT EXISTS tasks_rate_held
 ON harvest.tasks (rate_key, due_at, id)
 WHERE status = 'pending' AND rate_due_at = due_at;
-ALTER TABLE harvest.rate_limit_buckets ADD COLUMN IF NOT EXISTS repace_pending boolean NOT NULL DEFAULT false;
+ALTER TABLE harvest.rate_limit_buckets DROP COLUMN IF EXISTS repace_pending;
+ALTER TABLE harvest.rate_limit_buckets ADD COLUMN IF NOT EXISTS repace_left integer;
 DROP INDEX CONCURRENTLY IF EXISTS harvest.rate_limit_buckets_repace;
 CREATE INDEX CONCURRENTLY IF NOT EXISTS rate_limit_buckets_repace
 ON harvest.rate_limit_buckets (bucket_key)
-WHERE repace_pending;
+WHERE repace_left IS NOT NULL;

@@ -3,7 +3,7 @@
 -- harvest.clear_rate_limit_override, harvest.get_rate_limit, harvest._rate_wait_secs,
 -- harvest._repace_rate_bucket, harvest._repace_rate_buckets.
 BEGIN;
-SELECT plan(47);
+SELECT plan(50);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -136,11 +136,11 @@ SELECT is(ARRAY[harvest._repace_rate_bucket('rate:swift', harvest.now(), 2),
 SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric ORDER BY due_at, id)
            FROM harvest.tasks WHERE queue = 'sq' AND status = 'pending' AND rate_due_at = due_at),
           ARRAY[0.25, 0.5, 0.75, 1.0, 1.25]::numeric[], '_repace_rate_bucket(): the whole line, in three batches');
--- A full batch flags the bucket; the scanner's sweep goes on, and drops the flag once done.
+-- A full batch leaves the bucket a budget; the scanner's sweep goes on, and drops it once done.
 UPDATE harvest.rate_limit_buckets SET rps = 2 WHERE bucket_key = 'rate:swift';
 SELECT is(harvest._repace_rate_bucket('rate:swift', harvest.now(), 2), 2, 'setup: a batch of 2 of 5');
-SELECT is((SELECT repace_pending FROM harvest.rate_limit_buckets WHERE bucket_key = 'rate:swift'), true,
-          '_repace_rate_bucket(): a full batch flags the bucket (repace_pending)');
+SELECT is((SELECT repace_left FROM harvest.rate_limit_buckets WHERE bucket_key = 'rate:swift'), 3,
+          '_repace_rate_bucket(): a full batch leaves the scanner the rest of the line (repace_left)');
 -- (A lowered rate's first batch moved its tasks back past some of the rest: the line's order
 -- changes, and the pass may move one of the two again. Every place keeps its slot.)
 SELECT is(ARRAY[harvest._repace_rate_buckets() >= 3, harvest._repace_rate_buckets() = 0], ARRAY[true, true],
@@ -148,8 +148,30 @@ SELECT is(ARRAY[harvest._repace_rate_buckets() >= 3, harvest._repace_rate_bucket
 SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric ORDER BY due_at, id)
            FROM harvest.tasks WHERE queue = 'sq' AND status = 'pending' AND rate_due_at = due_at),
           ARRAY[0.5, 1.0, 1.5, 2.0, 2.5]::numeric[], '_repace_rate_buckets(): the whole line at the new rate');
-SELECT is((SELECT repace_pending FROM harvest.rate_limit_buckets WHERE bucket_key = 'rate:swift'), false,
-          '_repace_rate_buckets(): a batch that is not full drops the flag');
+SELECT is((SELECT repace_left FROM harvest.rate_limit_buckets WHERE bucket_key = 'rate:swift'), NULL,
+          '_repace_rate_buckets(): a batch that is not full drops the budget');
+-- Claims lag the line (no claim here): the tasks come due untaken and the bucket's tokens pile
+-- up, so at each pass the first batch's slots move again. The passes end with the budget (the
+-- line's length in batches), not with a batch that is not full, which never comes.
+SELECT harvest.start_workflow('wf_swift', '[]', 's2', 'sq2');
+SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jsonb_agg(jsonb_build_object(
+    'type', 'schedule_activity', 'seq', i, 'name', 'swift', 'input', '[]'::jsonb, 'queue', 'sq',
+    'options', '{"rate_limit": {"rps": 2, "burst": 1}}'::jsonb))
+    FROM generate_series(1, 30) AS i))
+FROM harvest.claim_tasks('w', ARRAY['sq2']) AS c;
+SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['sq'], 100) AS c WHERE c.kind = 'activity'), 0::bigint,
+          'setup: the bucket refuses them all');
+SELECT is(harvest._repace_rate_bucket('rate:swift', harvest.now(), 10), 10, 'setup: an override''s batch of 10');
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:05+00';
+SELECT harvest._repace_rate_bucket('rate:swift', harvest.now(), 10);
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:06+00';
+SELECT harvest._repace_rate_bucket('rate:swift', harvest.now(), 10);
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:07+00';
+SELECT harvest._repace_rate_bucket('rate:swift', harvest.now(), 10);
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:08+00';
+SELECT is(harvest._repace_rate_buckets(), 0,
+          '_repace_rate_buckets(): the scanner''s passes end with the line''s length in batches, while '
+          'claims lag the line too (a flag kept every pass rewriting a batch)');
 SELECT is(harvest._repace_rate_bucket('rate:no_such_activity', harvest.now()), 0,
           '_repace_rate_bucket() of a bucket no claim made moves nothing');
 

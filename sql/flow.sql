@@ -77,9 +77,11 @@ CREATE TABLE harvest.rate_limit_buckets (
     override_rps double precision,
     override_burst double precision,
     override_expires_at timestamptz,
-    -- An override (or its clear) re-paced a full batch of the tasks the bucket holds back: the
-    -- scanner goes on with the next (functions/flow_rate_limits.sql, _repace_rate_buckets).
-    repace_pending boolean NOT NULL DEFAULT false,
+    -- An override (or its clear) re-paced a full batch of the tasks the bucket holds back: how
+    -- many more the scanner's passes may move, a batch a pass (functions/flow_rate_limits.sql,
+    -- _repace_rate_buckets); NULL: none. A budget, not a flag: while claims lag the line, every
+    -- pass finds a full batch whose time changes, and a flag kept the scanner rewriting it.
+    repace_left integer,
     CONSTRAINT rate_limit_buckets_pkey PRIMARY KEY (bucket_key),
     CONSTRAINT rate_limit_buckets_rps_check CHECK (rps > 0 AND burst >= 1),
     CONSTRAINT rate_limit_buckets_override_check CHECK (
@@ -92,7 +94,7 @@ CREATE TABLE harvest.rate_limit_buckets (
 -- index each pass). A claim's write of the tokens changes no indexed column, so it stays HOT.
 CREATE INDEX rate_limit_buckets_repace
 ON harvest.rate_limit_buckets (bucket_key)
-WHERE repace_pending;
+WHERE repace_left IS NOT NULL;
 
 -- The durable mutex: one holder per key, FIFO waiters.
 CREATE TABLE harvest.mutex_locks (
