@@ -41,7 +41,10 @@ AS $$
 $$;
 
 -- Create the missing buckets of these candidates (full), follow a changed
--- declaration, and lock the ones no other claimer holds; returns their keys. The
+-- declaration, and lock the ones no other claimer holds; returns their keys. Only a bucket
+-- this claim does not see is inserted: ON CONFLICT waits for a transaction that updated the
+-- existing row, and an override (or its clear) holds it while it re-paces the held tasks
+-- (_repace_rate_bucket, up to 10,000 rows), so each claim of the limit's tasks stalled on it. The
 -- candidates come as columns (the rate-keyed ones' key, activity, options and id),
 -- read once by _admit_candidates: reading them here again by id cost a primary-key
 -- probe per candidate and statement (docs/performance.md, "Fairness keys visited").
@@ -55,16 +58,19 @@ DECLARE
     v_locked text[];
 BEGIN
     INSERT INTO harvest.rate_limit_buckets (bucket_key, activity_name, rps, burst, tokens, refilled_at, dynamic)
-    SELECT DISTINCT ON (r.rate_key) r.rate_key, r.activity_name,
-           (r.options #>> '{rate_limit,rps}')::double precision,
-           coalesce((r.options #>> '{rate_limit,burst}')::double precision,
-                    greatest((r.options #>> '{rate_limit,rps}')::double precision, 1)),
-           coalesce((r.options #>> '{rate_limit,burst}')::double precision,
-                    greatest((r.options #>> '{rate_limit,rps}')::double precision, 1)),
-           p_now, r.options #>> '{rate_limit,key}' IS NOT NULL
-    FROM unnest(p_rate_keys, p_activity_names, p_options, p_ids) AS r (rate_key, activity_name, options, id)
-    WHERE r.rate_key IS NOT NULL
-    ORDER BY r.rate_key, r.id DESC
+    SELECT n.bucket_key, n.activity_name, n.rps, n.burst, n.burst, p_now, n.dynamic
+    FROM (
+        SELECT DISTINCT ON (r.rate_key) r.rate_key, r.activity_name,
+               (r.options #>> '{rate_limit,rps}')::double precision,
+               coalesce((r.options #>> '{rate_limit,burst}')::double precision,
+                        greatest((r.options #>> '{rate_limit,rps}')::double precision, 1)),
+               r.options #>> '{rate_limit,key}' IS NOT NULL
+        FROM unnest(p_rate_keys, p_activity_names, p_options, p_ids) AS r (rate_key, activity_name, options, id)
+        WHERE r.rate_key IS NOT NULL
+        ORDER BY r.rate_key, r.id DESC
+    ) AS n (bucket_key, activity_name, rps, burst, dynamic)
+    -- (one probe a key, where ON CONFLICT made its own)
+    WHERE NOT EXISTS (SELECT 1 FROM harvest.rate_limit_buckets AS e WHERE e.bucket_key = n.bucket_key)
     ON CONFLICT (bucket_key) DO NOTHING;
 
     SELECT array_agg(b.bucket_key) INTO v_locked FROM (

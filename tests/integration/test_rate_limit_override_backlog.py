@@ -126,3 +126,38 @@ def test_an_override_and_a_clear_repace_the_tasks_already_held(db: str, start_wo
             assert slow.result(timeout=30) == list(range(10))
     finally:
         clock.close()
+
+
+def test_a_claim_does_not_wait_for_an_override_re_pacing_its_bucket(db: str) -> None:
+    """An override holds its bucket's row while it re-paces the held tasks (up to 10,000 rows).
+    A claim made the missing buckets with INSERT ... ON CONFLICT DO NOTHING, which waits for a
+    transaction updating the existing row: every claim of the limit's tasks stalled for the
+    re-pace. It inserts only the buckets it does not see now, and takes the rest SKIP LOCKED."""
+    with psycopg.connect(db, autocommit=True) as setup:
+        setup.execute(
+            "SELECT harvest.declare_flow_policies("
+            """'{"activities": {"lk70": {"rate_limit": {"rps": 1, "burst": 1}}}}')"""
+        )
+        setup.execute("SELECT harvest.start_workflow('wf_lk70', '[]', 'lk70', 'lq0')")
+        setup.execute(
+            "SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jsonb_agg("
+            "jsonb_build_object('type', 'schedule_activity', 'seq', i, 'name', 'lk70', 'input', '[]'::jsonb,"
+            """ 'queue', 'lq', 'options', '{"rate_limit": {"rps": 1, "burst": 1}}'::jsonb))"""
+            " FROM generate_series(1, 20) AS i)) FROM harvest.claim_tasks('w', ARRAY['lq0']) AS c"
+        )
+        assert _count(setup, "SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['lq'], 100)") == 1
+        held = (
+            "SELECT count(*) FROM harvest.tasks"
+            " WHERE queue = 'lq' AND status = 'pending' AND rate_due_at = due_at"
+        )
+        assert _count(setup, held) == 19
+        # Three come due (as the clock would bring them): the next claim's candidates.
+        setup.execute(
+            "UPDATE harvest.tasks SET due_at = now() - interval '1 s' WHERE id IN ("
+            "SELECT id FROM harvest.tasks WHERE queue = 'lq' AND status = 'pending' ORDER BY id LIMIT 3)"
+        )
+    with psycopg.connect(db) as override, psycopg.connect(db, autocommit=True) as claimer:
+        override.execute("SELECT * FROM harvest.set_rate_limit_override('lk70', 40, 1, 60)")  # open
+        claimer.execute("SET lock_timeout = '2s'")  # (before the fix: LockNotAvailable here)
+        claimer.execute("SELECT count(*) FROM harvest.claim_tasks('w2', ARRAY['lq'], 10)").fetchone()
+        override.rollback()
