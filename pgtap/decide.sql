@@ -2695,13 +2695,18 @@ ROLLBACK;
 -- harvest._awaited_signals_of: no event, its waits kept in the decision's marker, a new wait's
 -- since the marker's own id; a decision without one writes the marker as before.
 BEGIN;
-SELECT plan(8);
+SELECT plan(10);
 SELECT is(harvest._awaited_signals_of('{"signals": [{"name": "a", "timer_seq": 3}, {"name": "b", "since": 4}]}', 9),
           '[{"name": "a", "since": 9, "timer_seq": 3}, {"name": "b", "since": 4, "timer_seq": null}]'::jsonb,
           '_awaited_signals_of(): each wait, since the marker when not given');
 SELECT throws_ok($$SELECT harvest._awaited_signals_of('{"signals": {"name": "a"}}', 1)$$, 'HR001',
                  'await_signals: signals must be an array of at most 1000 waits',
                  '_awaited_signals_of(): signals not an array is HR001');
+SELECT throws_ok($$SELECT harvest._awaited_signals_of('{"signals": [{"name": "a"}, {"name": " "}]}', 1)$$, 'HR001',
+                 'await_signals: each wait needs a name, a non-empty string of at most 1000 characters',
+                 '_awaited_signals_of(): a blank name is HR001');
+SELECT throws_ok($$SELECT harvest._awaited_signals_of('{"signals": [{"name": "a", "since": 10}]}', 9)$$, 'HR001',
+                 NULL, '_awaited_signals_of(): a wait since after the decision''s marker is HR001');
 SELECT pg_temp.start_decided('as', 'as_wf', 'as_q', '[{"type": "await_signals", "signals": [{"name": "go"}]}]');
 SELECT is((SELECT event_data - 'worker_id' FROM harvest.events
            WHERE execution_id = pg_temp.run('as') AND event_type = 'WorkflowTaskCompleted'),
