@@ -84,12 +84,20 @@ SELECT is(harvest._refilled_tokens(1, '2030-01-01 00:00:00+00', '2030-01-01 01:0
 -- claimed and failed into a retry's backoff.
 SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"activities": {"swift": {"rate_limit": {"rps": 2, "burst": 1}}}}');
-SELECT harvest.start_workflow('wf_swift', '[]', 's', 'sq0');
-SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jsonb_agg(jsonb_build_object(
-    'type', 'schedule_activity', 'seq', i, 'name', 'swift', 'input', '[]'::jsonb, 'queue', 'sq',
-    'options', '{"rate_limit": {"rps": 2, "burst": 1}, "retry": {"initial_interval": 30}}'::jsonb))
-    FROM generate_series(1, 6) AS i))
-FROM harvest.claim_tasks('w', ARRAY['sq0']) AS c;
+-- A run of workflow_id p_id (its workflow task on p_queue) that queues p_n activities swift on
+-- queue sq, each with p_options.
+CREATE FUNCTION pg_temp.swift_run(p_id text, p_queue text, p_n integer, p_options jsonb)
+RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT harvest.start_workflow('wf_swift', '[]', p_id, p_queue);
+    SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jsonb_agg(jsonb_build_object(
+        'type', 'schedule_activity', 'seq', i, 'name', 'swift', 'input', '[]'::jsonb, 'queue', 'sq',
+        'options', p_options))
+        FROM generate_series(1, p_n) AS i))
+    FROM harvest.claim_tasks('w', ARRAY[p_queue]) AS c;
+$$;
+SELECT pg_temp.swift_run('s', 'sq0', 6, '{"rate_limit": {"rps": 2, "burst": 1}, "retry": {"initial_interval": 30}}');
 CREATE TEMP TABLE swift_claimed ON COMMIT DROP AS
 SELECT c.task_id, c.fencing_token FROM harvest.claim_tasks('w', ARRAY['sq'], 10) AS c;
 SELECT is((SELECT array_agg(extract(EPOCH FROM due_at - harvest.now())::numeric ORDER BY due_at, id)
@@ -153,12 +161,7 @@ SELECT is((SELECT repace_left FROM harvest.rate_limit_buckets WHERE bucket_key =
 -- Claims lag the line (no claim here): the tasks come due untaken and the bucket's tokens pile
 -- up, so at each pass the first batch's slots move again. The passes end with the budget (the
 -- line's length in batches), not with a batch that is not full, which never comes.
-SELECT harvest.start_workflow('wf_swift', '[]', 's2', 'sq2');
-SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jsonb_agg(jsonb_build_object(
-    'type', 'schedule_activity', 'seq', i, 'name', 'swift', 'input', '[]'::jsonb, 'queue', 'sq',
-    'options', '{"rate_limit": {"rps": 2, "burst": 1}}'::jsonb))
-    FROM generate_series(1, 30) AS i))
-FROM harvest.claim_tasks('w', ARRAY['sq2']) AS c;
+SELECT pg_temp.swift_run('s2', 'sq2', 30, '{"rate_limit": {"rps": 2, "burst": 1}}');
 SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['sq'], 100) AS c WHERE c.kind = 'activity'), 0::bigint,
           'setup: the bucket refuses them all');
 SELECT is(harvest._repace_rate_bucket('rate:swift', harvest.now(), 10), 10, 'setup: an override''s batch of 10');
