@@ -16,6 +16,7 @@ from harvest import (
     WorkflowContext,
     WorkflowHandle,
 )
+from harvest.core.receipts import SignalReceipt
 from harvest.testing import ActivityCall, ReplayResult, WorkflowEnvironment, WorkflowReplayer
 
 
@@ -104,6 +105,13 @@ def start(client: Client) -> bool:
     assert_type(client.get_handle("0190-...", checkout), WorkflowHandle[bool])
     signalled = client.signal_with_start(checkout, Order(3, 1.0), workflow_id="order-3", signal="go")
     assert_type(signalled, WorkflowHandle[bool])
+    # A signal's answer: its event id (an int, as before) that says whether a wait asked for it.
+    receipt = handle.signal("go", 1)
+    assert_type(receipt, SignalReceipt)
+    assert_type(receipt.awaited, bool)
+    assert_type(receipt.awaited_signals, tuple[str, ...])
+    assert_type(receipt.event_id, int)
+    assert_type(receipt + 0, int)
     updated, outcome = client.update_with_start(checkout, Order(4, 1.0), workflow_id="o-4", update="approve")
     assert_type(updated, WorkflowHandle[bool])
     assert_type(outcome, Any)
@@ -122,6 +130,7 @@ async def start_async(client: AsyncClient) -> dict[str, int]:
     found = client.get_handle(workflow_id="c-3", workflow=child)
     assert_type(await found.result(), dict[str, int])
     await handle.result(timeout="250ms")
+    assert_type(await handle.signal("go"), SignalReceipt)
     return await handle.result()
 
 
