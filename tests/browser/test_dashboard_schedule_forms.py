@@ -466,3 +466,52 @@ def test_a_principal_who_sees_no_payloads_edits_a_schedule_of_several_arguments_
         done = ui.post(action, headers=OURS, data={**fields, "every": "2h"}, follow_redirects=False)
         assert _said(done) == "updated: interval_secs"
     assert _row(db, "many")["input"] == [1, 2]
+
+
+def test_the_forms_check_the_arguments_against_the_served_apps_workflow(db: str) -> None:
+    """The API's create and PATCH bind a schedule's arguments to the served App's workflow (a
+    400 naming input or args: such a schedule failed every firing); the dashboard's New schedule
+    and Edit did not, so the same schedule made there was kept. Now they check them the same."""
+    from harvest import App, workflow
+    from harvest.config import load_config
+    from harvest.web.app import management_app
+
+    @workflow(name="regional")
+    async def regional(ctx, region: str) -> None:
+        return None
+
+    api = management_app(
+        dsn=db, config=load_config(env={}), authorizer=TokenScopes(), app=App(workflows=[regional])
+    )
+    with TestClient(api, base_url="http://127.0.0.1:8080") as c:
+        sent = {"name": "nightly-eu", "workflow_name": "regional", "every": "1h", "input": ""}
+        refused = c.post("/ui/schedules", headers={**OPERATE, **OURS}, data=sent, follow_redirects=False)
+        assert refused.status_code == 400, refused.text
+        said = html.unescape(refused.text)
+        assert "input" in said and "region" in said, said
+        assert _row(db, "nightly-eu") is None
+        made = c.post(
+            "/ui/schedules",
+            headers={**OPERATE, **OURS},
+            data={**sent, "input": '"eu"'},
+            follow_redirects=False,
+        )
+        assert made.status_code == 303, made.text
+        assert _row(db, "nightly-eu")["input"] == ["eu"]
+
+        # Edit: emptying the input (clearing the argument) is refused, as the API's PATCH is
+        action, fields = _form(c.get("/ui/schedules/0/nightly-eu", headers=OPERATE).text, "edit-form")
+        assert fields["input"] == '"eu"'
+        emptied = c.post(
+            action, headers={**OPERATE, **OURS}, data={**fields, "input": ""}, follow_redirects=False
+        )
+        assert emptied.status_code == 400, emptied.text
+        assert _row(db, "nightly-eu")["input"] == ["eu"]
+        by_api = c.patch("/admin/schedules/nightly-eu", headers=OPERATE, json={"args": None})
+        assert by_api.status_code == 400 and by_api.json()["error"]["field"] == "args", by_api.text
+        # a change the workflow takes is saved
+        changed = c.post(
+            action, headers={**OPERATE, **OURS}, data={**fields, "input": '"us"'}, follow_redirects=False
+        )
+        assert changed.status_code == 303, changed.text
+        assert _row(db, "nightly-eu")["input"] == ["us"]

@@ -198,6 +198,25 @@ def check_app_input(
         raise invalid(field, f"{exc} ({said})") from None
 
 
+def arguments_field(data: dict[str, Any]) -> str:
+    """The field of a body (a form's) that gave the run's arguments: args, else input."""
+    return "args" if "args" in data else "input"
+
+
+# The changes of an update that move what a run's arguments are checked against.
+ARGUMENT_CHANGES = ("input", "workflow_name", "kind")
+
+
+def check_app_changes(app: Any, name: str, row: dict[str, Any], changes: dict[str, Any], field: str) -> None:
+    """:func:`check_app_input` of the schedule ``row`` as ``changes`` (update_schedule's) leave
+    it, when they change its arguments, workflow or kind: PATCH and the dashboard's Edit alike."""
+    moved = {k: v for k, v in changes.items() if k in ARGUMENT_CHANGES}
+    if app is None or not moved:
+        return
+    now = {**row, **moved}
+    check_app_input(app, name, now["kind"], now["workflow_name"], now["input"], field)
+
+
 def update_changes(data: dict[str, Any]) -> dict[str, Any]:
     """``update_schedule``'s changes from a body checked against :data:`UPDATE` (possibly
     empty: the caller says there is nothing to change). A :data:`CLEARABLE` field given as null

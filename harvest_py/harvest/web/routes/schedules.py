@@ -40,9 +40,12 @@ from harvest.web.routes import (
     shape,
 )
 from harvest.web.schedule_spec import (
+    ARGUMENT_CHANGES,
     CREATE,
     OVERLAP,
     UPDATE,
+    arguments_field,
+    check_app_changes,
     check_app_input,
     cleared_queue,
     create_arguments,
@@ -73,11 +76,6 @@ async def _on_home(call: Call, name: str, shard: int | None, fn: Any) -> Any:
         raise said from None
 
 
-def _field(data: dict[str, Any]) -> str:
-    """The body's field that gave the run's arguments: args, else input."""
-    return "args" if "args" in data else "input"
-
-
 def _view(row: dict[str, Any]) -> dict[str, Any]:
     return {**schedule_view(row), "when": describe_row(row)}
 
@@ -100,7 +98,9 @@ async def get_schedule(call: Call, args: dict[str, Any], _: Any) -> Any:
 async def create_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     kwargs = create_arguments(data, lambda workflow, given: declared_queue(call, workflow, given))
     name, workflow_name = kwargs.pop("name"), kwargs.pop("workflow_name")
-    check_app_input(call.state.app, name, kwargs["kind"], workflow_name, kwargs.get("input"), _field(data))
+    check_app_input(
+        call.state.app, name, kwargs["kind"], workflow_name, kwargs.get("input"), arguments_field(data)
+    )
     row = await _on_home(
         call,
         name,
@@ -118,10 +118,8 @@ async def update_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]
 
     async def update(sql: Any) -> Any:
         app = call.state.app
-        if app is not None and ("input" in changes or "workflow_name" in changes or "kind" in changes):
-            row = await sql.get_schedule(name, 1)
-            now = {**row, **{k: v for k, v in changes.items() if k in ("input", "workflow_name", "kind")}}
-            check_app_input(app, name, now["kind"], now["workflow_name"], now["input"], _field(data))
+        if app is not None and any(k in changes for k in ARGUMENT_CHANGES):
+            check_app_changes(app, name, await sql.get_schedule(name, 1), changes, arguments_field(data))
         # (a cleared queue: the served App's, as a create without one takes it)
         return await sql.update_schedule(
             name,

@@ -1155,6 +1155,15 @@ class Dashboard:
                 _schedule_body(form, create=True), lambda wf, given: app_queue(self.app, wf, given)
             )
             name, workflow_name = kwargs.pop("name"), kwargs.pop("workflow_name")
+            # The arguments the served App's workflow takes, as the API's create checks them.
+            schedule_spec.check_app_input(
+                self.app,
+                name,
+                kwargs["kind"],
+                workflow_name,
+                kwargs.get("input"),
+                schedule_spec.arguments_field(form),
+            )
             shard = self.source.router.schedule_home(name)
             await self.source.on_shard(
                 shard,
@@ -1184,7 +1193,10 @@ class Dashboard:
                 raise InvalidArgument(f"schedule {name!r} is a DAG's: edit it with its DAG (harvest dag)")
             # (a queue emptied: the served App's, as a create without one takes it)
             changes = await schedule_spec.cleared_queue(api, name, _edit_changes(row, form), self.app, row)
-            return _changed(row, changes)
+            changed = _changed(row, changes)
+            # (as the API's PATCH: the arguments a served App's workflow takes, after the change)
+            schedule_spec.check_app_changes(self.app, name, row, changed, schedule_spec.arguments_field(form))
+            return changed
 
         async def update(api: Any) -> dict[str, Any]:
             changes = await edit(api)
