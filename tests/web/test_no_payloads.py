@@ -500,3 +500,8 @@ def test_a_refusal_for_a_token_without_payloads_says_so_not_that_a_scope_is_miss
     # A scope too low still gets the scope's hint.
     assert scoped.status_code == 403 and "needs" not in scoped.json()["error"], scoped.text
     assert "needs a token with the operate scope" in str(error_from_answer(403, scoped.json(), "operate"))
+    # The OpenAPI document's error schema names the key (and a 400's field), as http-api.md does.
+    from harvest.web.openapi import ERROR_SCHEMA
+
+    keys = ERROR_SCHEMA["properties"]["error"]["properties"]
+    assert keys["needs"]["enum"] == ["payloads"] and "field" in keys, keys

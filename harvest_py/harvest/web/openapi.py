@@ -26,6 +26,12 @@ ERROR_SCHEMA: dict[str, Any] = {
             "properties": {
                 "code": {"type": "string"},
                 "message": {"type": "string"},
+                "field": {"type": "string", "description": "a 400's: the parameter or body field refused"},
+                "needs": {
+                    "type": "string",
+                    "enum": ["payloads"],
+                    "description": "a 403's: what the token lacks when no scope would help (payloads: false)",
+                },
                 # an outage's 503 (docs/security.md, "What an outage tells a caller")
                 "request_id": {"type": "string", "description": "the server log line's key"},
                 "shard_id": {"type": "integer"},
