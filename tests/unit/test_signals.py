@@ -237,3 +237,14 @@ def test_a_signal_timeout_with_nothing_else_buffered_says_only_that():
     e.history.activity_completed(2, {"sent": "late"})
     final = run(e.task())
     assert final.commands[-1]["result"]["timeout"] == "no signal 'go' arrived within 3600s"
+
+
+def test_a_signal_receipt_says_when_no_wait_asked_for_it() -> None:
+    """The CLI's line and the dashboard's notice say it in the same words (one place)."""
+    from harvest.core.receipts import SignalReceipt
+
+    stray = SignalReceipt(7, "aprove", ("approve", "reject"))
+    assert int(stray) == 7 and not stray.awaited
+    assert stray.not_awaited == "not awaited: the run waits for approve, reject (the signal is buffered)"
+    assert SignalReceipt(8, "approve", ("approve",)).not_awaited is None  # awaited
+    assert SignalReceipt(9, "approve").not_awaited is None  # the run waits on no signal

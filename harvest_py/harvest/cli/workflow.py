@@ -584,11 +584,8 @@ def signal(
 
 def _not_awaited(receipt: Any) -> str:
     """The signal line's note when the run waits for other signals than the one sent (a misspelt
-    name): it is buffered, and no pending wait asks for it."""
-    if receipt.awaited or not receipt.awaited_signals:
-        return ""
-    waits = ", ".join(receipt.awaited_signals)
-    return f"; not awaited: the run waits for {waits} (the signal is buffered)"
+    name): it is buffered, and no pending wait asks for it (SignalReceipt.not_awaited)."""
+    return f"; {receipt.not_awaited}" if receipt.not_awaited else ""
 
 
 @workflow.command("cancel")

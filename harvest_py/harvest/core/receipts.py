@@ -34,5 +34,14 @@ class SignalReceipt(int):
         """Whether a pending wait of the run asks for this signal's name."""
         return self.signal_name in self.awaited_signals
 
+    @property
+    def not_awaited(self) -> str | None:
+        """What a face tells a sender whose signal no pending wait asks for while the run waits
+        for others (a misspelt name): ``not awaited: the run waits for ...``; None otherwise
+        (awaited, or the run waits on no signal). The CLI's line and the dashboard's notice."""
+        if self.awaited or not self.awaited_signals:
+            return None
+        return f"not awaited: the run waits for {', '.join(self.awaited_signals)} (the signal is buffered)"
+
     def __reduce__(self) -> tuple[type[SignalReceipt], tuple[int, str, tuple[str, ...]]]:
         return (SignalReceipt, (int(self), self.signal_name, self.awaited_signals))

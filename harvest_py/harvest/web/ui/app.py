@@ -970,8 +970,8 @@ class Dashboard:
             execution_id, principal, lambda api: api.signal_workflow(execution_id, name, payload), write=True
         )
         note = f"signal {name} sent (event {int(receipt)})"
-        if not receipt.awaited and receipt.awaited_signals:  # (a misspelt name: it is buffered)
-            note += f"; not awaited: the run waits for {', '.join(receipt.awaited_signals)}"
+        if receipt.not_awaited:  # (a misspelt name: it is buffered)
+            note += f"; {receipt.not_awaited}"
         return self._back(request, f"/workflows/{execution_id}", note)
 
     async def cancel(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
