@@ -13,7 +13,7 @@ from typing import Any, Optional
 import pytest
 
 from harvest.core.errors import PayloadError
-from harvest.core.payload import decode, decode_args, decode_result, encode, encode_args
+from harvest.core.payload import decode, decode_args, decode_result, encode, encode_args, encode_checked_args
 
 
 class Color(enum.Enum):
@@ -122,6 +122,17 @@ def test_other_encode_errors():
     assert encode(json.loads("[" * 200 + "]" * 200)) == json.loads("[" * 200 + "]" * 200)  # (at the bound)
     with pytest.raises(PayloadError, match="nest deeper than 200"):
         encode(json.loads("[" * 201 + "]" * 201))
+    # An argument is a level inside its call's input array, which the database bounds whole: a
+    # 200-deep argument passed here and the start was refused by the database (HR001).
+    at_bound = json.loads("[" * 199 + "]" * 199)
+    assert encode_args(None, (at_bound,)) == [at_bound]
+    with pytest.raises(PayloadError, match=r"input\[0\]\[0\].*nest deeper than 200"):
+        encode_args(None, (json.loads("[" * 200 + "]" * 200),))
+
+    def takes(ctx: object, value: list) -> None: ...
+
+    with pytest.raises(PayloadError, match="nest deeper than 200"):
+        encode_checked_args(takes, ([json.loads("[" * 199 + "]" * 199)],), "activity takes")
 
 
 def test_decode_errors_name_the_path():

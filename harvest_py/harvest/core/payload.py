@@ -237,15 +237,21 @@ def _key_path(path: str, key: str) -> str:
 # --------------------------------------------------------------------------- encode
 
 
-def encode(value: Any, path: str = "value") -> Any:
-    """Return a JSON-compatible copy of ``value`` or raise ``PayloadError`` naming the path."""
+# Stands for the arguments' array above an argument (encode's ``argument``): the array a call's
+# arguments are stored in is a level of its input, which the database bounds whole.
+_ARGUMENTS = object()
+
+
+def encode(value: Any, path: str = "value", *, argument: bool = False) -> Any:
+    """Return a JSON-compatible copy of ``value`` or raise ``PayloadError`` naming the path.
+    ``argument``: one of a call's arguments, whose array counts as a level of the depth bound."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return value  # JSON already (what _encode returns for them, without its checks)
     if not value and (kind is dict or kind is list):
         return {} if kind is dict else []  # (a start's empty search attributes: _encode's copy)
     try:
-        return _encode(value, path, set())
+        return _encode(value, path, {id(_ARGUMENTS)} if argument else set())
     except RecursionError:  # (two frames a level: a list 500 deep, which JSON parsers still read)
         raise PayloadError(f"{path}: nested too deep to encode: flatten it") from None
 
@@ -708,7 +714,7 @@ def _encode_items(values: tuple[Any, ...] | list[Any], path: str) -> list[Any]:
         if kind is str or kind is int or kind is bool or value is None:
             out.append(value)
         else:
-            out.append(encode(value, f"{path}[{i}]"))
+            out.append(encode(value, f"{path}[{i}]", argument=True))
     return out
 
 
@@ -851,7 +857,7 @@ def encode_checked_args(fn: Callable[..., Any], args: tuple[Any, ...], what: str
         if kind is str or kind is int or kind is bool or value is None:  # (_encode_items)
             encoded = value
         else:
-            encoded = encode(value, f"input[{i}]")
+            encoded = encode(value, f"input[{i}]", argument=True)
         out.append(encoded)
         if fits and kind is not hints[i] and hints[i] is not Any:
             if tests is None:
