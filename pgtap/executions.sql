@@ -1141,7 +1141,7 @@ ROLLBACK;
 -- The signals a run waits for (list_awaited_signals, the stack's awaited_signals): what its last
 -- decision's await_signals directive reported, kept in its marker (functions/decide.sql).
 BEGIN;
-SELECT plan(10);
+SELECT plan(12);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT pg_temp.start_decided('aw', 'aw_wf', 'aw_q', '[{"type": "await_signals", "signals": [
@@ -1176,5 +1176,14 @@ SELECT is((SELECT count(*) FROM harvest.list_awaited_signals(pg_temp.run('aw')))
           'an ended run waits for nothing');
 SELECT throws_ok(format('SELECT * FROM harvest.list_awaited_signals(%L)', gen_random_uuid()), 'HR002', NULL,
                  'list_awaited_signals of an unknown run: HR002');
+-- It looks back over the last 1,000 events only: a flood of signals to a run no worker decides
+-- would otherwise make each signal search the whole history.
+SELECT pg_temp.start_decided('aw_flood', 'aw_wf', 'aw_q', '[{"type": "await_signals", "signals": [{"name": "go"}]}]');
+SELECT count(harvest.signal_workflow(pg_temp.run('aw_flood'), 'other', '1')) FROM generate_series(1, 999);
+SELECT is(ARRAY(SELECT name FROM harvest.list_awaited_signals(pg_temp.run('aw_flood'))), ARRAY['go'],
+          'list_awaited_signals: a decision 1,000 events back is read');
+SELECT harvest.signal_workflow(pg_temp.run('aw_flood'), 'other', '1');
+SELECT is((SELECT count(*) FROM harvest.list_awaited_signals(pg_temp.run('aw_flood'))), 0::bigint,
+          'list_awaited_signals: one further back is not looked for (none, as before a first decision)');
 SELECT * FROM finish();
 ROLLBACK;
