@@ -224,6 +224,20 @@ AS $$
     END;
 $$;
 
+-- Raise HR001 when a page's byte bound (a reader's p_max_bytes: list_events, get_history) is
+-- not positive; NULL is no byte bound (pages bounded by their row limit only).
+CREATE OR REPLACE FUNCTION harvest._check_page_bytes(p_max_bytes bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_max_bytes < 1 THEN
+        RAISE EXCEPTION 'max bytes % is not positive', p_max_bytes USING ERRCODE = 'HR001',
+            HINT = 'give a page size of 1 byte or more, or NULL for pages bounded by p_limit only';
+    END IF;
+END;
+$$;
+
 -- How many rows one call of a sweep may move or claim (p_what names the function): 1 to p_max,
 -- HR001 otherwise. A negative one failed as the server's 'LIMIT must not be negative', naming
 -- nothing, and NULL (no LIMIT) made one worker's scan sweep every expired task, run, relay and

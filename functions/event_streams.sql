@@ -94,10 +94,7 @@ BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
         RAISE EXCEPTION 'limit % is out of range 1..10000', p_limit USING ERRCODE = 'HR001';
     END IF;
-    IF p_max_bytes < 1 THEN
-        RAISE EXCEPTION 'max bytes % is not positive', p_max_bytes USING ERRCODE = 'HR001',
-            HINT = 'give a page size of 1 byte or more, or NULL for pages bounded by p_limit only';
-    END IF;
+    PERFORM harvest._check_page_bytes(p_max_bytes);
     IF p_max_bytes IS NULL THEN
         RETURN QUERY
         SELECT ev.global_id, ev.execution_id, ev.event_id, ev.event_type, ev.event_data, ev.created_at,

@@ -83,10 +83,7 @@ BEGIN
         RAISE EXCEPTION 'limit % is negative', p_limit USING ERRCODE = 'HR001',
             HINT = 'give 0 or more events, or NULL for the whole history';
     END IF;
-    IF p_max_bytes < 1 THEN
-        RAISE EXCEPTION 'max bytes % is not positive', p_max_bytes USING ERRCODE = 'HR001',
-            HINT = 'give a page size of 1 byte or more, or NULL for pages bounded by p_limit only';
-    END IF;
+    PERFORM harvest._check_page_bytes(p_max_bytes);
     IF p_max_bytes IS NULL THEN
         RETURN QUERY
         SELECT ev.event_id, ev.event_type, ev.event_data, ev.created_at
@@ -1503,6 +1500,8 @@ AS $$
 DECLARE
     v_execution harvest.executions;
     v_last_task_event bigint;
+    v_awaited jsonb;
+    v_awaited_total bigint;
 BEGIN
     IF p_limit < 1 OR p_limit > 10000 THEN
         RAISE EXCEPTION 'limit % is out of range 1..10000', p_limit USING ERRCODE = 'HR001',
@@ -1514,6 +1513,14 @@ BEGIN
     END IF;
     SELECT max(ev.event_id) INTO v_last_task_event FROM harvest.events AS ev
     WHERE ev.execution_id = p_execution_id AND ev.event_type = 'WorkflowTaskCompleted';
+    -- The signals it waits for (ctx.wait_for_signal: list_awaited_signals), oldest wait first,
+    -- and their total, from one read of the run's last decision.
+    SELECT coalesce(jsonb_agg(jsonb_build_object('name', a.name, 'since', a.since, 'timeout_at', a.timeout_at,
+                                                 'timer_seq', a.timer_seq) ORDER BY a.n)
+                        FILTER (WHERE p_limit IS NULL OR a.n <= p_limit), '[]'::jsonb),
+           count(*)
+    INTO v_awaited, v_awaited_total
+    FROM harvest.list_awaited_signals(p_execution_id) WITH ORDINALITY AS a (name, since, timeout_at, timer_seq, n);
     RETURN jsonb_build_object(
         'execution_id', v_execution.id,
         'workflow_name', v_execution.workflow_name,
@@ -1554,12 +1561,8 @@ BEGIN
             FROM (SELECT t.seq, t.due_at, t.status FROM harvest.tasks AS t
                   WHERE t.execution_id = p_execution_id AND t.kind = 'timer'
                   ORDER BY t.due_at, t.seq LIMIT p_limit) AS t), '[]'::jsonb),
-        -- The signals it waits for (ctx.wait_for_signal: list_awaited_signals), oldest wait first:
-        -- a run blocked on a signal named nothing else, or only its timeout's timer.
-        'awaited_signals', coalesce((
-            SELECT jsonb_agg(jsonb_build_object('name', a.name, 'since', a.since, 'timeout_at', a.timeout_at,
-                                                'timer_seq', a.timer_seq))
-            FROM (SELECT * FROM harvest.list_awaited_signals(p_execution_id) LIMIT p_limit) AS a), '[]'::jsonb),
+        -- (a run blocked on a signal named nothing else, or only its timeout's timer)
+        'awaited_signals', v_awaited,
         'signals_since_last_task', (
             SELECT count(*) FROM harvest.events AS ev
             WHERE ev.execution_id = p_execution_id AND ev.event_type = 'SignalReceived'
@@ -1609,7 +1612,7 @@ BEGIN
             (SELECT count(*) FROM harvest.events AS ev
              WHERE ev.execution_id = p_execution_id AND ev.event_type = 'SignalReceived'
                AND ev.event_id > coalesce(v_last_task_event, 0)),
-            'awaited_signals', (SELECT count(*) FROM harvest.list_awaited_signals(p_execution_id)),
+            'awaited_signals', v_awaited_total,
             'mutexes',
             (SELECT count(*) FROM harvest.mutex_locks AS l WHERE l.holder_execution_id = p_execution_id)
             + (SELECT count(*) FROM harvest.mutex_waiters AS w WHERE w.execution_id = p_execution_id)),

@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(132);
+SELECT plan(134);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -358,6 +358,11 @@ SELECT throws_ok($$SELECT harvest._check_limit('scan', -1, 10000)$$, 'HR001', 's
 SELECT lives_ok($$SELECT harvest._check_limit('scan', 10000, 10000)$$, '_check_limit(): p_max passes');
 SELECT throws_ok($$SELECT harvest.scan(NULL)$$, 'HR001', 'scan limit NULL is out of range 1..10000',
                  'scan(): NULL is refused before anything is swept');
+
+-- _check_page_bytes: a reader's byte bound is positive, or NULL for none.
+SELECT throws_ok($$SELECT harvest._check_page_bytes(0)$$, 'HR001', 'max bytes 0 is not positive',
+                 '_check_page_bytes(): 0 bytes is refused');
+SELECT lives_ok($$SELECT harvest._check_page_bytes(NULL)$$, '_check_page_bytes(): NULL is no byte bound');
 
 -- _check_lease: more than 0 and at most a day; a worker's claim cannot hold a task for centuries.
 SELECT throws_ok($$SELECT harvest._check_lease('workflow task lease', 1e10)$$, 'HR001',
