@@ -892,7 +892,7 @@ $$;
 -- state or a malformed search filter raises HR001.
 CREATE OR REPLACE FUNCTION harvest._execution_filters(
     p_status text, p_workflow_name text, p_search_attributes text[], p_created_after timestamptz,
-    p_created_before timestamptz
+    p_created_before timestamptz, p_workflow_id text DEFAULT NULL
 )
 RETURNS text[]
 LANGUAGE plpgsql STABLE
@@ -922,6 +922,16 @@ BEGIN
     END IF;
     IF p_workflow_name IS NOT NULL THEN
         v_where := v_where || format('e.workflow_name = %L', p_workflow_name);
+    END IF;
+    -- The runs of one workflow id (a continue-as-new chain, a reset's forks, earlier runs that
+    -- reused it): down executions_workflow_id (a workflow id's runs are few). Empty: HR001, as
+    -- an empty value would otherwise select every run.
+    IF p_workflow_id = '' THEN
+        RAISE EXCEPTION 'workflow_id is empty' USING ERRCODE = 'HR001',
+            HINT = 'pass the workflow_id the runs were started with, or none for every run';
+    END IF;
+    IF p_workflow_id IS NOT NULL THEN
+        v_where := v_where || format('e.workflow_id = %L', p_workflow_id);
     END IF;
     IF p_created_after IS NOT NULL THEN
         v_where := v_where || ('e.created_at >= ' || harvest._time_literal(p_created_after));
@@ -981,17 +991,8 @@ BEGIN
     IF p_page_size IS NULL OR p_page_size < 1 OR p_page_size > 1000 THEN
         RAISE EXCEPTION 'page size % is out of range 1..1000', p_page_size USING ERRCODE = 'HR001';
     END IF;
-    IF p_workflow_id = '' THEN
-        RAISE EXCEPTION 'workflow_id is empty' USING ERRCODE = 'HR001',
-            HINT = 'pass the workflow_id the runs were started with, or none for every run';
-    END IF;
     v_where := harvest._execution_filters(p_status, p_workflow_name, p_search_attributes, p_created_after,
-                                          p_created_before);
-    -- The runs of one workflow id (a continue-as-new chain, a reset's forks, earlier runs that
-    -- reused it): down executions_workflow_id, then sorted (a workflow id's runs are few).
-    IF p_workflow_id IS NOT NULL THEN
-        v_where := v_where || format('e.workflow_id = %L', p_workflow_id);
-    END IF;
+                                          p_created_before, p_workflow_id);
     SELECT * INTO v_filter FROM harvest._compile_filter(p_filter);
     v_where := v_where || v_filter.o_sql;
     IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
@@ -1051,7 +1052,8 @@ CREATE OR REPLACE FUNCTION harvest.count_executions(
     p_created_after timestamptz DEFAULT NULL,
     p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL,
-    p_limit integer DEFAULT NULL
+    p_limit integer DEFAULT NULL,
+    p_workflow_id text DEFAULT NULL
 )
 RETURNS TABLE (status text, workflow_name text, executions bigint, capped boolean)
 LANGUAGE plpgsql STABLE
@@ -1076,7 +1078,7 @@ BEGIN
     END IF;
     SELECT * INTO v_filter FROM harvest._compile_filter(p_filter);
     v_where := array_to_string(harvest._execution_filters(p_status, p_workflow_name, p_search_attributes,
-                                                          p_created_after, p_created_before)
+                                                          p_created_after, p_created_before, p_workflow_id)
                                || v_filter.o_sql, ' AND ');
     IF p_limit IS NULL THEN
         RETURN QUERY EXECUTE format(
@@ -1156,7 +1158,7 @@ CREATE OR REPLACE FUNCTION harvest._act_on_workflows(
     p_action text, p_status text, p_workflow_name text, p_search_attributes text[],
     p_created_after timestamptz, p_created_before timestamptz, p_filter text, p_reason text,
     p_signal_name text, p_payload jsonb, p_cursor text, p_limit integer, p_dry_run boolean,
-    p_operator_id text, p_batch_id text, p_execution_ids uuid[]
+    p_operator_id text, p_batch_id text, p_execution_ids uuid[], p_workflow_id text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1205,10 +1207,10 @@ BEGIN
         PERFORM harvest._check_reason(format('a batch %s', p_action), p_reason);
     END IF;
     IF p_execution_ids IS NULL THEN
-        IF p_workflow_name IS NULL AND coalesce(cardinality(p_search_attributes), 0) = 0
+        IF p_workflow_name IS NULL AND p_workflow_id IS NULL AND coalesce(cardinality(p_search_attributes), 0) = 0
            AND p_created_after IS NULL AND p_created_before IS NULL AND nullif(btrim(p_filter), '') IS NULL THEN
-            RAISE EXCEPTION 'a % by filter needs a filter: none of workflow name, search attributes, created '
-                            'after, created before or a filter expression was given', p_action
+            RAISE EXCEPTION 'a % by filter needs a filter: none of workflow name, workflow id, search attributes, '
+                            'created after, created before or a filter expression was given', p_action
                 USING ERRCODE = 'HR001',
                 HINT = 'name the runs (e.g. a workflow name and created before a time); a state alone would '
                        'select every live run';
@@ -1235,7 +1237,10 @@ BEGIN
         -- cursor goes on from another session.)
         v_scope := md5(jsonb_build_array(p_action, v_statuses, p_workflow_name, p_search_attributes,
                                          extract(EPOCH FROM p_created_after), extract(EPOCH FROM p_created_before),
-                                         p_filter, p_signal_name, p_payload)::text);
+                                         p_filter, p_signal_name, p_payload)
+                     -- (Appended only when given: a cursor made before p_workflow_id goes on.)
+                     || CASE WHEN p_workflow_id IS NOT NULL THEN jsonb_build_array(p_workflow_id) ELSE '[]' END
+                     ::text);
         IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
             SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);  -- (HR001: not a cursor)
             IF v_cursor.scope IS DISTINCT FROM v_scope THEN
@@ -1248,7 +1253,7 @@ BEGIN
             v_as_of := harvest.now();
         END IF;
         v_where := harvest._execution_filters(NULL, p_workflow_name, p_search_attributes, p_created_after,
-                                              p_created_before)
+                                              p_created_before, p_workflow_id)
                    || ('e.created_at <= ' || harvest._time_literal(v_as_of));
         SELECT * INTO v_filter FROM harvest._compile_filter(p_filter);
         v_where := v_where || v_filter.o_sql;
@@ -1377,7 +1382,7 @@ BEGIN
     END LOOP;
     IF NOT v_dry AND v_rows > 0 THEN
         PERFORM harvest._audit('workflow.bulk_' || p_action, NULL, p_operator_id, jsonb_strip_nulls(jsonb_build_object(
-            'batch_id', v_batch, 'status', p_status, 'workflow_name', p_workflow_name,
+            'batch_id', v_batch, 'status', p_status, 'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id,
             'search_attributes', to_jsonb(p_search_attributes), 'created_after', p_created_after,
             'created_before', p_created_before, 'filter', p_filter, 'reason', p_reason,
             'signal_name', p_signal_name, 'as_of', v_as_of, 'limit', p_limit,
@@ -1399,7 +1404,7 @@ CREATE OR REPLACE FUNCTION harvest.cancel_workflows(
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
     p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
-    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1407,7 +1412,7 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('cancel', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
-        p_batch_id, p_execution_ids);
+        p_batch_id, p_execution_ids, p_workflow_id);
 END;
 $$;
 
@@ -1416,7 +1421,7 @@ CREATE OR REPLACE FUNCTION harvest.terminate_workflows(
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
     p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
-    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1424,7 +1429,7 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('terminate', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
-        p_batch_id, p_execution_ids);
+        p_batch_id, p_execution_ids, p_workflow_id);
 END;
 $$;
 
@@ -1434,7 +1439,8 @@ CREATE OR REPLACE FUNCTION harvest.signal_workflows(
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_cursor text DEFAULT NULL,
     p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
-    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_reason text DEFAULT NULL
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_reason text DEFAULT NULL,
+    p_workflow_id text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1442,7 +1448,7 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('signal', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, p_signal_name, p_payload, p_cursor, p_limit, p_dry_run, p_operator_id,
-        p_batch_id, p_execution_ids);
+        p_batch_id, p_execution_ids, p_workflow_id);
 END;
 $$;
 
@@ -1454,7 +1460,7 @@ CREATE OR REPLACE FUNCTION harvest.pause_workflows(
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
     p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
-    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1462,7 +1468,7 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('pause', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
-        p_batch_id, p_execution_ids);
+        p_batch_id, p_execution_ids, p_workflow_id);
 END;
 $$;
 
@@ -1471,7 +1477,7 @@ CREATE OR REPLACE FUNCTION harvest.resume_workflows(
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
     p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
-    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1479,7 +1485,7 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('resume', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
-        p_batch_id, p_execution_ids);
+        p_batch_id, p_execution_ids, p_workflow_id);
 END;
 $$;
 

@@ -441,19 +441,183 @@ END;
 $$;
 
 -- Deferred starts, for operators: one row per pending start (throttle) or
--- collapsed burst (debounce, batch).
+-- collapsed burst (debounce, batch). id is what discard_pending_start takes.
 CREATE OR REPLACE FUNCTION harvest.list_pending_starts(p_workflow_name text DEFAULT NULL)
 RETURNS TABLE (
-    kind text, workflow_name text, gate_key text, workflow_id text, starts integer,
+    id bigint, kind text, workflow_name text, gate_key text, workflow_id text, starts integer,
     created_at timestamptz, release_at timestamptz, attempts integer, last_error text
 )
 LANGUAGE sql STABLE
 AS $$
-    SELECT p.kind, p.workflow_name, p.gate_key, p.workflow_id, p.starts, p.created_at, p.release_at,
+    SELECT p.id, p.kind, p.workflow_name, p.gate_key, p.workflow_id, p.starts, p.created_at, p.release_at,
            p.attempts, p.last_error
     FROM harvest.pending_starts AS p
     WHERE p_workflow_name IS NULL OR p.workflow_name = p_workflow_name
     ORDER BY p.workflow_name, p.kind, p.gate_key, p.id;
+$$;
+
+-- Discarding a held-back start (an operator's: a start sent by mistake, a customer's erasure
+-- request for a start not yet run, a backlog after an incident). Each row is taken under its
+-- gate's lock, as an admission and a release take it (the release with pg_try_, skipping a
+-- held gate), and read again under it: a discard and a release of one row serialise there, and
+-- the one that comes second finds the row gone (the release: nothing to start; the discard:
+-- HR002 for one by id, skipped for one by filter). Several gates are taken in (workflow, key)
+-- order, as a batch of starts takes them (docs/internals.md, "Lock order", 1).
+-- The offloaded rows the start owns go with it: the run-less rows its input references that
+-- its release would have handed its run (payload_ids; before 0128 its logins' rows; before 0126
+-- none, as no owner can be told), unless another pending start's input references one too.
+-- A reference is JSON a starter writes: a row another login stored is never reached through it.
+CREATE OR REPLACE FUNCTION harvest._discard_pending_start(p_row harvest.pending_starts)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_erased integer;
+BEGIN
+    DELETE FROM harvest.pending_starts AS p WHERE p.id = p_row.id;
+    WITH gone AS (
+        DELETE FROM harvest.payloads AS p
+        WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._payload_refs(p_row.input))
+          AND CASE WHEN p_row.payload_ids IS NOT NULL THEN p.id = ANY(p_row.payload_ids)
+                   ELSE p_row.logins IS NOT NULL AND p.login = ANY(p_row.logins) END
+          AND NOT EXISTS (SELECT 1 FROM harvest.pending_starts AS o
+                          WHERE p.id IN (SELECT harvest._payload_refs(o.input)))
+        RETURNING 1
+    )
+    SELECT count(*)::integer INTO v_erased FROM gone;
+    RETURN v_erased;
+END;
+$$;
+
+-- What the audit row and the answer say of a discarded start: never its input.
+CREATE OR REPLACE FUNCTION harvest._pending_start_summary(p_row harvest.pending_starts, p_erased integer)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'id', p_row.id, 'kind', p_row.kind, 'workflow_name', p_row.workflow_name, 'gate_key', p_row.gate_key,
+        'workflow_id', p_row.workflow_id, 'starts', p_row.starts, 'created_at', p_row.created_at,
+        'payloads_erased', p_erased);
+$$;
+
+-- Discard one held-back start by its id (list_pending_starts' id): its row and the offloaded
+-- rows it owns, audited (pending_start.discard). HR002 when no start has that id: released
+-- (find its run by its workflow_id) or discarded already.
+CREATE OR REPLACE FUNCTION harvest.discard_pending_start(
+    p_id bigint, p_operator_id text DEFAULT NULL, p_reason text DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_row harvest.pending_starts;
+    v_erased integer;
+    v_answer jsonb;
+BEGIN
+    IF p_id IS NULL THEN
+        RAISE EXCEPTION 'pending start id is NULL' USING ERRCODE = 'HR001',
+            HINT = 'pass the id list_pending_starts shows';
+    END IF;
+    PERFORM harvest._check_reason('a discard of a pending start', p_reason);
+    SELECT * INTO v_row FROM harvest.pending_starts AS p WHERE p.id = p_id;
+    IF FOUND THEN
+        PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(v_row.workflow_name, v_row.gate_key));
+        -- Read again under the gate: a release (or a discard) that held it took the row.
+        SELECT * INTO v_row FROM harvest.pending_starts AS p WHERE p.id = p_id FOR UPDATE;
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no pending start has id %', p_id USING ERRCODE = 'HR002',
+            HINT = 'it was released (its run is found by its workflow_id) or discarded already; '
+                   'list_pending_starts shows what still waits';
+    END IF;
+    v_erased := harvest._discard_pending_start(v_row);
+    v_answer := harvest._pending_start_summary(v_row, v_erased);
+    PERFORM harvest._audit('pending_start.discard', v_row.workflow_name, p_operator_id,
+                           jsonb_strip_nulls(v_answer || jsonb_build_object('reason', p_reason)));
+    RETURN v_answer;
+END;
+$$;
+
+-- Discard the held-back starts a filter selects, oldest first, at most p_limit (1..1000) a call:
+-- at least one of workflow name, gate key, kind, created after or before (nothing, or a kind
+-- alone, would select every start of every workflow: HR001). p_dry_run writes nothing: matched
+-- counts what the filter selects, ids are the first p_limit. One audit row per call
+-- (pending_start.discard_many) names the ids discarded. A row released meanwhile is skipped.
+CREATE OR REPLACE FUNCTION harvest.discard_pending_starts(
+    p_workflow_name text DEFAULT NULL, p_gate_key text DEFAULT NULL, p_kind text DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
+    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
+    p_reason text DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_kind text := lower(p_kind);
+    v_ids bigint[];
+    v_matched bigint;
+    v_gate record;
+    v_row harvest.pending_starts;
+    v_done bigint[] := '{}';
+    v_erased integer := 0;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001',
+            HINT = 'discard at most 1000 pending starts a call; call again for the rest';
+    END IF;
+    IF v_kind IS NOT NULL AND v_kind NOT IN ('throttle', 'debounce', 'batch') THEN
+        RAISE EXCEPTION 'unknown pending start kind "%"', p_kind USING ERRCODE = 'HR001',
+            HINT = 'use throttle, debounce or batch';
+    END IF;
+    IF p_workflow_name = '' THEN
+        RAISE EXCEPTION 'workflow_name is empty' USING ERRCODE = 'HR001',
+            HINT = 'name the workflow whose held-back starts to discard, or pass none';
+    END IF;
+    IF p_workflow_name IS NULL AND p_gate_key IS NULL AND p_created_after IS NULL AND p_created_before IS NULL THEN
+        RAISE EXCEPTION 'a discard of pending starts needs a filter: none of workflow name, gate key, created '
+                        'after or created before was given' USING ERRCODE = 'HR001',
+            HINT = 'name the starts (e.g. a workflow name, or created before a time); a kind alone would '
+                   'select every held-back start';
+    END IF;
+    IF NOT coalesce(p_dry_run, false) THEN
+        PERFORM harvest._check_reason('a discard of pending starts', p_reason);
+    END IF;
+    SELECT count(*), (array_agg(s.id ORDER BY s.created_at, s.id))[1:p_limit] INTO v_matched, v_ids
+    FROM harvest.pending_starts AS s
+    WHERE (p_workflow_name IS NULL OR s.workflow_name = p_workflow_name)
+      AND (p_gate_key IS NULL OR s.gate_key = p_gate_key)
+      AND (v_kind IS NULL OR s.kind = v_kind)
+      AND (p_created_after IS NULL OR s.created_at >= p_created_after)
+      AND (p_created_before IS NULL OR s.created_at < p_created_before);
+    v_ids := coalesce(v_ids, '{}');
+    IF coalesce(p_dry_run, false) THEN
+        RETURN jsonb_build_object('dry_run', true, 'shard_id', harvest.get_shard_id(), 'matched', v_matched,
+                                  'discarded', 0, 'ids', to_jsonb(v_ids), 'payloads_erased', 0);
+    END IF;
+    -- The gates first, in (workflow, key) order; then each row read again under its gate.
+    FOR v_gate IN
+        SELECT DISTINCT s.workflow_name, s.gate_key FROM harvest.pending_starts AS s
+        WHERE s.id = ANY(v_ids) ORDER BY 1, 2
+    LOOP
+        PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(v_gate.workflow_name, v_gate.gate_key));
+    END LOOP;
+    FOR v_row IN
+        SELECT * FROM harvest.pending_starts AS s WHERE s.id = ANY(v_ids) ORDER BY s.created_at, s.id FOR UPDATE
+    LOOP
+        v_erased := v_erased + harvest._discard_pending_start(v_row);
+        v_done := v_done || v_row.id;
+    END LOOP;
+    IF cardinality(v_done) > 0 THEN
+        PERFORM harvest._audit('pending_start.discard_many', p_workflow_name, p_operator_id, jsonb_strip_nulls(
+            jsonb_build_object('workflow_name', p_workflow_name, 'gate_key', p_gate_key, 'kind', v_kind,
+                               'created_after', p_created_after, 'created_before', p_created_before,
+                               'limit', p_limit, 'reason', p_reason, 'ids', to_jsonb(v_done),
+                               'payloads_erased', v_erased)));
+    END IF;
+    RETURN jsonb_build_object('dry_run', false, 'shard_id', harvest.get_shard_id(), 'matched', v_matched,
+                              'discarded', cardinality(v_done), 'ids', to_jsonb(v_done),
+                              'skipped', cardinality(v_ids) - cardinality(v_done), 'payloads_erased', v_erased);
+END;
 $$;
 
 -- Pacing overrides (the spec's POST/DELETE /admin/start-throttle/{workflow_name}/override):
@@ -579,8 +743,16 @@ COMMENT ON FUNCTION harvest.release_pending_starts IS
 'never waiting on a held key; returns how many runs started. Called by the scanner, harvest.scan (role '
 'harvest_worker).';
 COMMENT ON FUNCTION harvest.list_pending_starts IS
-'Deferred starts, one row per pending throttled start or collapsed debounce or batch burst. For operators (role '
-'harvest_reader).';
+'Deferred starts, one row per pending throttled start or collapsed debounce or batch burst, with the id '
+'discard_pending_start takes. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.discard_pending_start IS
+'Discard one start held back by a throttle, debounce or batch, by id, under its gate''s lock (a release racing it '
+'wins or loses whole), with the run-less offloaded rows it owns; audited; HR002 when released or discarded already. '
+'For operators (role harvest_operator).';
+COMMENT ON FUNCTION harvest.discard_pending_starts IS
+'Discard the held-back starts a filter selects (workflow name, gate key, kind, created after/before; one needed), '
+'oldest first, at most p_limit a call, with the offloaded rows each owns; p_dry_run counts; audited. For operators '
+'(role harvest_operator).';
 COMMENT ON FUNCTION harvest.get_start_gate IS
 'A workflow''s declared debounce or batch (kind, key path) on this shard, no row without one; a sharded client reads it once per workflow name to place a burst started by name on one shard. harvest_reader.';
 COMMENT ON FUNCTION harvest.get_start_throttle IS

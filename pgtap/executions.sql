@@ -1187,3 +1187,40 @@ SELECT is((SELECT count(*) FROM harvest.list_awaited_signals(pg_temp.run('aw_flo
           'list_awaited_signals: one further back is not looked for (none, as before a first decision)');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- The count and the batch actions by filter take a workflow id (count_executions,
+-- cancel/terminate/signal/pause/resume_workflows' p_workflow_id, through _execution_filters and
+-- _act_on_workflows), down executions_workflow_id; an empty one is HR001.
+BEGIN;
+SELECT plan(12);
+SELECT pg_temp.start_run('w1', 'wid_wf', 'default', p_workflow_id => 'wid-1');
+SELECT pg_temp.start_run('w2', 'wid_wf', 'default', p_workflow_id => 'wid-2');
+SELECT pg_temp.start_run('w3', 'wid_other', 'default', p_workflow_id => 'wid-1');
+SELECT results_eq($$SELECT status, executions FROM harvest.count_executions(p_workflow_id => 'wid-1')$$,
+                  $$VALUES ('RUNNING'::text, 2::bigint)$$, 'count_executions(p_workflow_id): that id''s runs only');
+SELECT results_eq($$SELECT executions FROM harvest.count_executions(p_workflow_name => 'wid_wf', p_workflow_id => 'wid-1')$$,
+                  $$VALUES (1::bigint)$$, 'count_executions(p_workflow_id): with the other filters (AND)');
+SELECT throws_ok($$SELECT * FROM harvest.count_executions(p_workflow_id => '')$$, 'HR001', 'workflow_id is empty',
+                 'count_executions(p_workflow_id => ''''): HR001, not every run');
+SELECT throws_ok($$SELECT harvest.cancel_workflows(p_workflow_id => '')$$, 'HR001', 'workflow_id is empty',
+                 'cancel_workflows(p_workflow_id => ''''): HR001');
+SELECT matches(pg_temp.plan_of($$SELECT * FROM harvest.executions AS e WHERE $$
+                               || array_to_string(harvest._execution_filters(NULL, NULL, NULL, NULL, NULL, 'wid-1'), ' AND ')),
+               'executions_workflow_id', '_execution_filters(p_workflow_id): down executions_workflow_id');
+SELECT is((SELECT d -> 'matched' FROM harvest.cancel_workflows(p_workflow_id => 'wid-1', p_dry_run => true) AS d),
+          '2'::jsonb, 'cancel_workflows(p_workflow_id): a workflow id alone is a filter');
+SELECT is((SELECT (d -> 'acted')::integer FROM harvest.pause_workflows(p_workflow_id => 'wid-2', p_operator_id => 'op') AS d),
+          1, 'pause_workflows(p_workflow_id)');
+SELECT is((SELECT (d -> 'acted')::integer FROM harvest.resume_workflows(p_workflow_id => 'wid-2') AS d),
+          1, 'resume_workflows(p_workflow_id)');
+SELECT is((SELECT (d -> 'acted')::integer FROM harvest.signal_workflows('go', '1', p_workflow_id => 'wid-2') AS d),
+          1, 'signal_workflows(p_workflow_id)');
+SELECT is((SELECT (d -> 'acted')::integer
+           FROM harvest.cancel_workflows(p_workflow_name => 'wid_wf', p_workflow_id => 'wid-1', p_operator_id => 'op') AS d),
+          1, 'cancel_workflows(p_workflow_id): with the workflow name, one run');
+SELECT is((SELECT details ->> 'workflow_id' FROM harvest.audit_log WHERE operation = 'workflow.bulk_cancel'),
+          'wid-1', 'the batch''s audit row names the workflow id');
+SELECT is((SELECT (d -> 'acted')::integer FROM harvest.terminate_workflows(p_workflow_id => 'wid-1') AS d),
+          2, 'terminate_workflows(p_workflow_id): both runs of the id');
+SELECT * FROM finish();
+ROLLBACK;

@@ -3,7 +3,8 @@
 -- harvest._own_run_less_payloads, harvest._release_pending_start, harvest._try_release_pending_start,
 -- harvest.release_pending_starts, harvest.list_pending_starts, the gates in start_workflow, and the pacing override:
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
--- harvest.clear_start_throttle_override, harvest.get_start_gate.
+-- harvest.clear_start_throttle_override, harvest.get_start_gate; discarding: harvest.discard_pending_start,
+-- harvest.discard_pending_starts, harvest._discard_pending_start, harvest._pending_start_summary.
 BEGIN;
 SELECT plan(65);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -286,5 +287,77 @@ SELECT is((SELECT count(*)::integer FROM harvest.payloads
            WHERE id IN ('00000000-0000-0000-0000-0000000000a3', '00000000-0000-0000-0000-0000000000a4')
              AND execution_id IS NOT NULL), 2,
           '_release_pending_start(): a batch from before 0128 hands its logins'' rows');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- Discarding held-back starts (discard_pending_start, discard_pending_starts, their helpers
+-- _discard_pending_start and _pending_start_summary): the row and the run-less rows it owns go,
+-- a row another login stored or another pending start names stays, audited; by filter, oldest
+-- first, a filter needed.
+BEGIN;
+SELECT plan(17);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT harvest.declare_flow_policies('{"workflows": {
+    "wf_t": {"throttle": {"rps": 1, "burst": 1, "key": "input.k"}},
+    "wf_d": {"debounce": {"key": "input.k", "quiet_secs": 5, "max_wait_secs": 12}}}}');
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, login)
+VALUES ('00000000-0000-0000-0000-0000000000b1', NULL, harvest.now(), 5, '"mine"', session_user),
+       ('00000000-0000-0000-0000-0000000000b2', NULL, harvest.now(), 6, '"other"', 'someone_else'),
+       ('00000000-0000-0000-0000-0000000000b3', NULL, harvest.now(), 6, '"shared"', session_user);
+SELECT harvest.start_workflow('wf_t', '[{"k": "a"}]', 'ta0', 'tq');  -- (takes the burst's token)
+SELECT harvest.start_workflow('wf_t', '[{"k": "a", "v": {"_harvest_ref": "00000000-0000-0000-0000-0000000000b1"},
+    "w": {"_harvest_ref": "00000000-0000-0000-0000-0000000000b2"},
+    "s": {"_harvest_ref": "00000000-0000-0000-0000-0000000000b3"}}]', 'ta1', 'tq');
+SELECT harvest.start_workflow('wf_t', '[{"k": "a", "s": {"_harvest_ref": "00000000-0000-0000-0000-0000000000b3"}}]',
+                              'ta2', 'tq');
+SELECT is((SELECT workflow_id FROM harvest.list_pending_starts('wf_t') ORDER BY id LIMIT 1), 'ta1',
+          'list_pending_starts(): answers the id a discard takes');
+SELECT is((SELECT d ->> 'workflow_id' FROM harvest.discard_pending_start(
+              (SELECT id FROM harvest.pending_starts WHERE workflow_id = 'ta1'), 'op-7', 'sent by mistake') AS d),
+          'ta1', 'discard_pending_start(): answers what it discarded');
+SELECT is((SELECT array_agg(workflow_id) FROM harvest.pending_starts), ARRAY['ta2'],
+          'discard_pending_start(): the row is gone, the others wait');
+SELECT is((SELECT array_agg(id ORDER BY id) FROM harvest.payloads WHERE id::text LIKE '%b_'),
+          ARRAY['00000000-0000-0000-0000-0000000000b2'::uuid, '00000000-0000-0000-0000-0000000000b3'::uuid],
+          '_discard_pending_start(): its own row is erased; another login''s, and one another pending start names, stay');
+SELECT results_eq($$SELECT operation, operator_id, target, details ->> 'workflow_id', details ->> 'reason',
+                           (details ->> 'payloads_erased')::integer
+                    FROM harvest.audit_log WHERE operation LIKE 'pending_start.%'$$,
+                  $$VALUES ('pending_start.discard'::text, 'op-7'::text, 'wf_t'::text, 'ta1'::text,
+                            'sent by mistake'::text, 1)$$,
+                  'discard_pending_start(): audited with the operator id, never the input');
+SELECT throws_ok($$SELECT harvest.discard_pending_start(-1)$$, 'HR002', 'no pending start has id -1',
+                 'discard_pending_start(): an id no start has (released, discarded) is HR002');
+SELECT throws_ok($$SELECT harvest.discard_pending_start(NULL)$$, 'HR001', NULL,
+                 'discard_pending_start(): a NULL id is HR001');
+-- A release finds it gone: nothing starts.
+SELECT set_config('harvest.fake_now', '2030-01-01 01:00:00+00', true);
+SELECT harvest.start_workflow('wf_d', '[{"k": "x"}]', 'dx', 'dq');
+SELECT harvest.discard_pending_start((SELECT id FROM harvest.pending_starts WHERE workflow_id = 'dx'));
+SELECT set_config('harvest.fake_now', '2030-01-01 02:00:00+00', true);
+SELECT is(harvest.release_pending_starts(), 1, 'release_pending_starts(): a discarded debounce never starts (ta2 does)');
+SELECT is((SELECT count(*)::integer FROM harvest.executions WHERE workflow_id = 'dx'), 0,
+          'the discarded start has no run');
+-- By filter.
+SELECT harvest.start_workflow('wf_d', jsonb_build_array(jsonb_build_object('k', k)), 'd' || k, 'dq')
+FROM unnest(ARRAY['p', 'q', 'r']) AS k;
+SELECT throws_ok($$SELECT harvest.discard_pending_starts(p_kind => 'debounce')$$, 'HR001', NULL,
+                 'discard_pending_starts(): a kind alone selects everything: HR001');
+SELECT throws_ok($$SELECT harvest.discard_pending_starts('wf_d', p_kind => 'nope')$$, 'HR001', NULL,
+                 'discard_pending_starts(): an unknown kind is HR001');
+SELECT throws_ok($$SELECT harvest.discard_pending_starts('wf_d', p_limit => 0)$$, 'HR001', NULL,
+                 'discard_pending_starts(): a limit out of 1..1000 is HR001');
+SELECT is((SELECT d -> 'matched' FROM harvest.discard_pending_starts('wf_d', p_limit => 2, p_dry_run => true) AS d),
+          '3'::jsonb, 'discard_pending_starts(): a dry run counts');
+SELECT is((SELECT count(*)::integer FROM harvest.pending_starts WHERE kind = 'debounce'), 3,
+          'discard_pending_starts(): a dry run discards nothing');
+SELECT is((SELECT d -> 'ids' = to_jsonb(ARRAY(SELECT id FROM harvest.pending_starts WHERE workflow_id IN ('dp', 'dq')
+                                             ORDER BY id))
+           FROM harvest.discard_pending_starts('wf_d', p_limit => 2, p_operator_id => 'op-8') AS d), true,
+          'discard_pending_starts(): the oldest p_limit go');
+SELECT is((SELECT array_agg(gate_key) FROM harvest.pending_starts WHERE kind = 'debounce'), ARRAY['r'],
+          'discard_pending_starts(): the rest wait');
+SELECT is((SELECT d -> 'discarded' FROM harvest.discard_pending_starts(p_gate_key => 'r', p_operator_id => 'op-8') AS d),
+          '1'::jsonb, 'discard_pending_starts(): by gate key alone');
 SELECT * FROM finish();
 ROLLBACK;
