@@ -39,6 +39,7 @@ ROOT_COMMANDS = [
     "search-attr",
     "serve",
     "shard",
+    "start-gate",
     "throttle",
     "token",
     "usage",

@@ -53,12 +53,8 @@ def test_the_current_run_of_a_workflow_id_is_found_over_http(db: str) -> None:
         assert "no run has workflow_id order-2" in error_of(missing)["message"]
         other = api.get("/workflows/current", params={"workflow_id": "order-1", "workflow_name": "other"})
         assert other.status_code == 404
-        counted = error_of(api.get("/workflows/count", params={"workflow_id": "order-1"}))  # (the list's)
-        assert counted["field"] == "workflow_id"
-        assert counted["message"].endswith(
-            "; the runs of a workflow id are GET /workflows?workflow_id=..., its current run "
-            "GET /workflows/current?workflow_id=..."
-        )
+        counted = api.get("/workflows/count", params={"workflow_id": "order-1"}).json()
+        assert [(r["status"], r["executions"]) for r in counted["counts"]] == [("TERMINATED", 2)]
         none = api.get("/workflows/current")
         assert none.status_code == 400 and error_of(none)["field"] == "workflow_id"
         _start(db, "order-1", "refund")  # two workflows share the id: name the workflow
@@ -206,3 +202,60 @@ def test_a_shard_not_read_is_a_503_unless_a_live_run_was_found(db: str) -> None:
             answer = api.get("/workflows/current", params={"workflow_id": workflow_id})
             assert answer.status_code == 503 and answer.headers["Retry-After"], answer.text
             assert "shard(s) 1 could not be read" in error_of(answer)["message"]
+
+
+def test_a_workflow_id_selects_the_count_and_a_batch_and_an_empty_one_is_a_400(db: str) -> None:
+    """The count and the batch actions by filter took no workflow_id (the list did, stop 70), and
+    GET /workflows?workflow_id= (empty) listed every run: a 400 naming the field now."""
+    runs = [_start(db, "order-7"), _start(db, "order-8"), _start(db, "order-7", "refund")]
+    with api_client(db) as api:
+        for route in ("/workflows", "/workflows/count"):
+            empty = api.get(route, params={"workflow_id": ""})
+            assert empty.status_code == 400 and error_of(empty)["field"] == "workflow_id", (route, empty.text)
+        counted = api.get("/workflows/count", params={"workflow_id": "order-7", "group_by": "workflow_name"})
+        assert {r["workflow_name"]: r["executions"] for r in counted.json()["counts"]} == {
+            "wf": 1,
+            "refund": 1,
+        }
+        dry = api.post("/workflows/cancel", json={"workflow_id": "order-7", "dry_run": True}).json()
+        assert dry["matched"] == 2 and sorted(dry["execution_ids"]) == sorted([runs[0], runs[2]])
+        blank = api.post("/workflows/cancel", json={"workflow_id": ""})
+        assert blank.status_code == 400 and error_of(blank)["field"] == "workflow_id", blank.text
+        done = api.post("/workflows/terminate", json={"workflow_id": "order-7", "workflow_name": "wf"}).json()
+        assert done["acted"] == 1
+    with psycopg.connect(db, autocommit=True) as conn:
+        states = dict(conn.execute("SELECT id::text, status FROM harvest.executions").fetchall())
+    assert [states[r] for r in runs] == ["TERMINATED", "RUNNING", "RUNNING"]
+    from click.testing import CliRunner
+
+    from harvest.cli.main import main
+
+    env = {"HARVEST_DATABASE_URL": db}
+    count = CliRunner().invoke(
+        main, ["workflow", "count", "--workflow-id", "order-7", "--output", "json"], env=env
+    )
+    assert count.exit_code == 0, count.output
+    assert sum(r["executions"] for r in json.loads(count.stdout)["counts"]) == 2
+    empty = CliRunner().invoke(main, ["workflow", "count", "--workflow-id", ""], env=env)
+    assert empty.exit_code == 2 and "workflow_id is empty" in empty.output
+    paused = CliRunner().invoke(
+        main, ["workflow", "bulk-pause", "--workflow-id", "order-8", "--output", "json"], env=env
+    )
+    assert paused.exit_code == 0, paused.output
+    assert json.loads(paused.stdout)["acted"] == 1
+    with Client(db) as client:
+        cancelled = client.act_on_workflows("cancel", workflow_id="order-7")
+    assert cancelled["acted"] == 1  # the refund's run: the wf one was terminated above
+
+
+def test_the_count_by_workflow_id_asks_every_shard(two_shards) -> None:
+    _start(two_shards[0], "cart-3")
+    _start(two_shards[1], "cart-3", "refund")
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in two_shards.items()},
+    }
+    with api_client(None, env=env) as api:
+        counted = api.get("/workflows/count", params={"workflow_id": "cart-3"}).json()
+        assert counted["total"] == 2 and counted["unavailable_shards"] == [], counted

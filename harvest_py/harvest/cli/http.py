@@ -1157,10 +1157,12 @@ class HttpReads:
         created_before: Any = None,
         filter: str | None = None,
         limit: int | None = None,
+        workflow_id: str | None = None,
     ) -> Merged[Any]:
         answer = self.http.get(
             "/workflows/count",
             limit=limit,
+            workflow_id=workflow_id,
             group_by=group_by,
             state=state,
             workflow_name=workflow_name,

@@ -433,6 +433,10 @@ COMMANDS: dict[str, LazyCommand] = {
     "shard": LazyCommand(
         _shard, "Shards: health and readiness, rebalancing, owner mode, owed child ends (docs/sharding.md)."
     ),
+    "start-gate": LazyCommand(
+        _command("harvest.cli.start_gate", "start_gate"),
+        "Starts held back by a throttle, debounce or batch: list them, discard them.",
+    ),
     "throttle": LazyCommand(
         _command("harvest.cli.throttle", "throttle"),
         "A workflow's start throttle and its pacing override, on every shard.",

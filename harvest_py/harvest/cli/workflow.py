@@ -492,6 +492,7 @@ def list_(
 @click.option("--created-after", default=None, type=ISO_TIME)
 @click.option("--created-before", default=None, type=ISO_TIME)
 @click.option("--filter", "filter_expr", default=None, help="As for `workflow list`.")
+@click.option("--workflow-id", default=None, help="Only the runs of this workflow id (every shard asked).")
 @click.option(
     "--limit",
     type=click.IntRange(min=1),
@@ -509,11 +510,14 @@ def count(
     created_after: datetime | None,
     created_before: datetime | None,
     filter_expr: str | None,
+    workflow_id: str | None,
     limit: int | None,
     database_url: str | None,
     output: str,
 ) -> None:
     """Count executions (per status by default) over every shard, with the list's filters."""
+    if workflow_id == "":  # (the SQL's words: over HTTP an empty parameter would be refused too)
+        raise InvalidArgument("workflow_id is empty: pass the workflow_id the runs were started with")
     if limit is not None and group_by != "status":
         raise click.UsageError("--limit counts by status only: drop --by, or drop --limit for an exact count")
     merged = read_shards(
@@ -527,6 +531,7 @@ def count(
             created_before=created_before,
             filter=filter_expr,
             limit=limit,
+            workflow_id=workflow_id,
         ),
     )
     columns = {"status": ["status"], "workflow_name": ["workflow_name"], "all": ["status", "workflow_name"]}

@@ -68,6 +68,7 @@ def _with_options(f: FC, batch_id_help: str) -> FC:
                 "bulk-resume's PAUSED).",
             ),
             click.option("--workflow-name", default=None),
+            click.option("--workflow-id", default=None, help="Only the runs of this workflow id."),
             click.option(
                 "--search-attr",
                 "search_attrs",
@@ -133,6 +134,7 @@ def _batch(
     *,
     state: str | None,
     workflow_name: str | None,
+    workflow_id: str | None,
     search_attrs: tuple[str, ...],
     created_after: datetime | None,
     created_before: datetime | None,
@@ -158,11 +160,15 @@ def _batch(
         "created_after": created_after,
         "created_before": created_before,
         "filter": filter_expr,
+        "workflow_id": workflow_id,
     }
-    if not (workflow_name or search_attrs or created_after or created_before or (filter_expr or "").strip()):
+    if workflow_id == "":
+        raise InvalidArgument("workflow_id is empty: pass the workflow_id the runs were started with")
+    filtered = workflow_name or workflow_id or search_attrs or created_after or created_before
+    if not (filtered or (filter_expr or "").strip()):
         raise InvalidArgument(
-            f"bulk-{action} needs a filter: give --workflow-name, --search-attr, --created-after, "
-            "--created-before or --filter (a state alone would select every live run)"
+            f"bulk-{action} needs a filter: give --workflow-name, --workflow-id, --search-attr, "
+            "--created-after, --created-before or --filter (a state alone would select every live run)"
         )
     options = {
         "reason": reason,

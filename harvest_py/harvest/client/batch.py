@@ -33,7 +33,15 @@ ACTIONS = ("cancel", "terminate", "signal", "pause", "resume")
 FAILURES_SHOWN = 100
 # The HTTP cursor's prefix (a batch's position on every shard, and its id).
 CURSOR_PREFIX = "wb1."
-FILTER_KEYS = ("state", "workflow_name", "search_attributes", "created_after", "created_before", "filter")
+FILTER_KEYS = (
+    "state",
+    "workflow_name",
+    "search_attributes",
+    "created_after",
+    "created_before",
+    "filter",
+    "workflow_id",
+)
 
 
 class StepKeywords(TypedDict):
@@ -47,6 +55,7 @@ class StepKeywords(TypedDict):
     created_after: Any
     created_before: Any
     filter: str | None
+    workflow_id: str | None
     reason: str | None
     signal_name: str | None
     payload: Any
@@ -73,6 +82,7 @@ def step_keywords(arguments: Mapping[str, Any]) -> StepKeywords:
         created_after=arguments["created_after"],
         created_before=arguments["created_before"],
         filter=arguments["filter"],
+        workflow_id=arguments["workflow_id"],
         reason=arguments["reason"],
         signal_name=arguments["signal_name"],
         payload=arguments["payload"],

@@ -2029,10 +2029,11 @@ class Client:
         operator_id: str | None = None,
         batch_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
+        workflow_id: str | None = None,
     ) -> dict[str, Any]:
         """``action`` (cancel, terminate, signal, pause, resume) on every live run the filters
-        select (those of :meth:`list_workflows`; at least one besides ``state``, else
-        InvalidArgument), on every
+        select (those of :meth:`list_workflows`, ``workflow_id`` one id's runs; at least one
+        besides ``state``, else InvalidArgument), on every
         shard, ``batch_size`` runs a transaction; a run a rebalance moved is acted on where it
         lives. Answers the summary: matched, acted, already_ended, unchanged, failed (with
         failures), per shard (shards) and the shards not reached (unavailable_shards, status
@@ -2759,10 +2760,11 @@ class AsyncClient:
         operator_id: str | None = None,
         batch_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
+        workflow_id: str | None = None,
     ) -> dict[str, Any]:
         """``action`` (cancel, terminate, signal, pause, resume) on every live run the filters
-        select (those of :meth:`list_workflows`; at least one besides ``state``, else
-        InvalidArgument), on every
+        select (those of :meth:`list_workflows`, ``workflow_id`` one id's runs; at least one
+        besides ``state``, else InvalidArgument), on every
         shard, ``batch_size`` runs a transaction; a run a rebalance moved is acted on where it
         lives. Answers the summary: matched, acted, already_ended, unchanged, failed (with
         failures), per shard (shards) and the shards not reached (unavailable_shards, status

@@ -259,6 +259,15 @@ QUOTA_USAGE = "SELECT harvest.quota_usage(%(key)s, %(quota)s) AS usage"
 MUTEX_STATUS = "SELECT * FROM harvest.list_mutexes(%(key)s)"
 # -- start throttle / debounce / batch and the usage report (functions/flow_throttle.sql, flow_usage.sql)
 PENDING_STARTS_STATUS = "SELECT * FROM harvest.list_pending_starts(%(workflow_name)s)"
+DISCARD_PENDING_START = """
+SELECT harvest.discard_pending_start(%(id)s, %(operator_id)s, %(reason)s) AS result
+"""
+DISCARD_PENDING_STARTS = """
+SELECT harvest.discard_pending_starts(
+    p_workflow_name => %(workflow_name)s, p_gate_key => %(gate_key)s, p_kind => %(kind)s,
+    p_created_after => %(created_after)s, p_created_before => %(created_before)s, p_limit => %(limit)s,
+    p_dry_run => %(dry_run)s, p_operator_id => %(operator_id)s, p_reason => %(reason)s) AS result
+"""
 USAGE_REPORT = """
 SELECT * FROM harvest.count_usage(%(from_)s, %(to)s, %(group_by)s)
 """
@@ -285,7 +294,8 @@ COUNT_EXECUTIONS = """
 SELECT * FROM harvest.count_executions(
     p_group_by => %(group_by)s, p_status => %(state)s, p_workflow_name => %(workflow_name)s,
     p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
-    p_created_before => %(created_before)s, p_filter => %(filter)s, p_limit => %(limit)s)
+    p_created_before => %(created_before)s, p_filter => %(filter)s, p_limit => %(limit)s,
+    p_workflow_id => %(workflow_id)s)
 """
 # The children of several executions in one statement (a fan-out level of the tree: a child
 # may live on another shard than its parent, so each level asks every shard for all of them),
@@ -323,7 +333,8 @@ SELECT harvest.{action}_workflows(
     p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
     p_created_before => %(created_before)s, p_filter => %(filter)s, p_reason => %(reason)s,
     p_cursor => %(cursor)s, p_limit => %(limit)s, p_dry_run => %(dry_run)s, p_operator_id => %(operator_id)s,
-    p_batch_id => %(batch_id)s, p_execution_ids => %(execution_ids)s::uuid[]) AS result
+    p_batch_id => %(batch_id)s, p_execution_ids => %(execution_ids)s::uuid[],
+    p_workflow_id => %(workflow_id)s) AS result
 """
 LIST_WORKERS = "SELECT * FROM harvest.list_workers(%(queue)s, %(status)s, %(health)s, %(limit)s)"
 GET_WORKER = "SELECT harvest.get_worker(%(worker_id)s) AS worker"
@@ -1525,6 +1536,41 @@ def list_pending_starts(workflow_name: str | None = None) -> dict[str, Any]:
     return {"workflow_name": workflow_name}
 
 
+@call(DISCARD_PENDING_START, column("result"))
+def discard_pending_start(
+    id: int, operator_id: str | None = None, reason: str | None = None
+) -> dict[str, Any]:
+    """Discard one start a gate holds back, by the id list_pending_starts gives (HR002: released
+    or discarded already), with the offloaded rows it owns; audited."""
+    return {"id": id, "operator_id": operator_id, "reason": reason}
+
+
+@call(DISCARD_PENDING_STARTS, column("result"))
+def discard_pending_starts(
+    workflow_name: str | None = None,
+    gate_key: str | None = None,
+    kind: str | None = None,
+    created_after: Any = None,
+    created_before: Any = None,
+    limit: int = 100,
+    dry_run: bool = False,
+    operator_id: str | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """Discard the held-back starts a filter selects, oldest first, at most ``limit`` a call."""
+    return {
+        "workflow_name": workflow_name,
+        "gate_key": gate_key,
+        "kind": kind,
+        "created_after": created_after,
+        "created_before": created_before,
+        "limit": limit,
+        "dry_run": dry_run,
+        "operator_id": operator_id,
+        "reason": reason,
+    }
+
+
 @call(USAGE_REPORT)
 def count_usage(from_: Any, to: Any, group_by: str = "workflow_name") -> dict[str, Any]:
     return {"from_": from_, "to": to, "group_by": group_by}
@@ -1651,9 +1697,11 @@ def act_on_workflows(
     operator_id: str | None = None,
     batch_id: str | None = None,
     execution_ids: list[str] | None = None,
+    workflow_id: str | None = None,
 ) -> dict[str, Any]:
     """One step of a batch by filter on this database: harvest.``action``_workflows (cancel,
-    terminate, signal, pause or resume), answering its jsonb (functions/executions.sql, _act_on_workflows)."""
+    terminate, signal, pause or resume), answering its jsonb (functions/executions.sql, _act_on_workflows).
+    ``workflow_id``: only that id's runs."""
     if action not in _ACT_ON_WORKFLOWS:
         raise ValueError(f"unknown batch action {action!r}")
     return {
@@ -1673,6 +1721,7 @@ def act_on_workflows(
         "operator_id": operator_id,
         "batch_id": batch_id,
         "execution_ids": execution_ids,
+        "workflow_id": workflow_id,
     }
 
 
@@ -1716,9 +1765,11 @@ def count_executions(
     created_before: Any = None,
     filter: str | None = None,
     limit: int | None = None,
+    workflow_id: str | None = None,
 ) -> dict[str, Any]:
     """``limit``: count at most that many runs of each status (group_by status only); a row
-    whose count reached it is ``capped`` (at least that many). None: every run counted."""
+    whose count reached it is ``capped`` (at least that many). None: every run counted.
+    ``workflow_id``: only that id's runs."""
     return {
         "group_by": group_by,
         "state": state,
@@ -1728,6 +1779,7 @@ def count_executions(
         "created_before": created_before,
         "filter": filter,
         "limit": limit,
+        "workflow_id": workflow_id,
     }
 
 

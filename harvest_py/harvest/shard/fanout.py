@@ -784,8 +784,10 @@ def count_executions(
     created_before: Any = None,
     filter: str | None = None,
     limit: int | None = None,
+    workflow_id: str | None = None,
 ) -> Plan:
-    """How many executions match, per status (or workflow name, or both), over every shard. A
+    """How many executions match, per status (or workflow name, or both), over every shard
+    (``workflow_id``: one id's runs, every shard asked, as :func:`list_workflows`). A
     moved run counts once, as the workflow list shows it: its MIGRATED seals on the shards it
     left are counted only when ``state`` names MIGRATED (_COUNTED_STATES). ``limit``: each shard
     counts at most that many runs a status, a row ``capped`` when any shard's count reached it."""
@@ -800,6 +802,7 @@ def count_executions(
             created_before=created_before,
             filter=filter,
             limit=limit,
+            workflow_id=workflow_id,
         )
     )
     rows = _summed(fan, ("status", "workflow_name"), ("executions",), maxes=("capped",))

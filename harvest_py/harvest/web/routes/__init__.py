@@ -52,7 +52,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Param:
     """A query or path parameter. ``kind``: string, integer, number, boolean, datetime, uuid,
-    enum (``choices``; either case accepted, answered as declared). An empty value is absent."""
+    enum (``choices``; either case accepted, answered as declared). An empty value is absent,
+    unless ``empty_is_absent`` is False: then it is a 400 naming the parameter (a filter whose
+    empty value would otherwise select every row, as ``workflow_id``)."""
 
     name: str
     kind: str = "string"
@@ -67,6 +69,7 @@ class Param:
     # A path parameter that may hold a "/" (a schedule's name, ``billing/monthly``): routed across
     # path segments (Endpoint.route_paths), as the dashboard's pages route it.
     slash: bool = False
+    empty_is_absent: bool = True
 
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {  # type: ignore[assignment]  # every schema is a dict
@@ -747,6 +750,8 @@ class Endpoint:
                 args[p.name] = p.parse(request.path_params[p.name])
                 continue
             raw = request.query_params.getlist(p.name)
+            if not p.empty_is_absent and "" in raw:
+                raise invalid(p.name, "is empty: pass a non-empty value, or leave it out")
             raw = [r for r in raw if r != ""]
             if not raw:
                 if p.required:

@@ -90,11 +90,13 @@ FILTERS = (
         "test a search attribute or workflow_name = / IN. ANDed with the other filters.",
     ),
 )
-# The list's own filter (not the count's): a workflow id's runs, on every shard (fanout.list_workflows).
+# The list's and the count's filter: a workflow id's runs, on every shard (fanout.list_workflows).
+# An empty value is a 400 (not absent, as other parameters' are: it would select every run).
 WORKFLOW_ID = Param(
     "workflow_id",
     description="Only the runs of this workflow id (a continue-as-new chain, a reset's forks, earlier runs "
-    "that reused it); its current run is GET /workflows/current.",
+    "that reused it); its current run is GET /workflows/current. An empty value is a 400.",
+    empty_is_absent=False,
 )
 _OPS = {"eq": "=", "ne": "!=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
@@ -168,7 +170,7 @@ async def list_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
 async def count_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
     try:
         found = await call.reads().count_executions(
-            group_by=args["group_by"], limit=args["limit"], **_filters(args)
+            group_by=args["group_by"], limit=args["limit"], workflow_id=args["workflow_id"], **_filters(args)
         )
     except InvalidArgument as exc:
         raise _named(exc) from None
@@ -643,11 +645,18 @@ def _act_on_workflows(action: str) -> Any:
         )
 
         filters = filters_of(data)
-        named = ("workflow_name", "search_attributes", "created_after", "created_before", "filter")
+        named = (
+            "workflow_name",
+            "workflow_id",
+            "search_attributes",
+            "created_after",
+            "created_before",
+            "filter",
+        )
         if not any(filters[k] not in (None, "", []) for k in named):
             raise invalid(
                 "workflow_name",
-                f"a {action} by filter needs one of workflow_name, search_attributes, created_after, "
+                f"a {action} by filter needs one of workflow_name, workflow_id, search_attributes, created_after, "
                 "created_before, filter (a state alone would select every live run)",
             )
         dry_run = bool(data.get("dry_run"))
@@ -781,6 +790,7 @@ BATCH_BODY = body(
     {
         "state": STRING,
         "workflow_name": STRING,
+        "workflow_id": NONEMPTY,
         "search_attributes": {"type": "array", "items": {"type": "string"}, "maxItems": SEARCH_FILTERS_MAX},
         "created_after": DATETIME,
         "created_before": DATETIME,
@@ -831,12 +841,6 @@ UPDATE_SHAPE = {
     },
 }
 
-# Where the count sends a caller who filtered by workflow id (no such filter: the list has one).
-BY_WORKFLOW_ID = {
-    "workflow_id": "the runs of a workflow id are GET /workflows?workflow_id=..., its current run "
-    "GET /workflows/current?workflow_id=..."
-}
-
 ENDPOINTS = [
     Endpoint(
         "GET",
@@ -856,6 +860,7 @@ ENDPOINTS = [
         "Count executions per status (or workflow name, or both); the long tail rolls into other.",
         (
             *FILTERS,
+            WORKFLOW_ID,
             Param("group_by", "enum", default="status", choices=("status", "workflow_name", "all")),
             Param(
                 "top",
@@ -875,7 +880,6 @@ ENDPOINTS = [
             ),
         ),
         tag="workflows",
-        elsewhere=BY_WORKFLOW_ID,
         shape=shape(
             counts=ROWS,
             total={"type": "integer"},
