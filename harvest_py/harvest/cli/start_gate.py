@@ -14,9 +14,9 @@ from typing import Any
 import click
 
 from harvest.cli.output import (
+    ISO_TIME,
     ROW_ID,
     SHARD_NUMBER,
-    IsoTime,
     database_url_option,
     emit,
     mapping,
@@ -90,10 +90,8 @@ def discard(
 @click.option("--workflow-name", default=None, help="The workflow whose held-back starts to discard.")
 @click.option("--gate-key", default=None, help="Only the starts of this gate key (list shows it).")
 @click.option("--kind", type=click.Choice(["throttle", "debounce", "batch"]), default=None)
-@click.option("--created-after", type=IsoTime(), default=None, help="Held back at or after (RFC 3339).")
-@click.option(
-    "--created-before", type=IsoTime(), default=None, help="Held back before (RFC 3339): their age."
-)
+@click.option("--created-after", type=ISO_TIME, default=None, help="Held back at or after (RFC 3339).")
+@click.option("--created-before", type=ISO_TIME, default=None, help="Held back before (RFC 3339): their age.")
 @click.option(
     "--limit",
     type=click.IntRange(1, 1000),
