@@ -68,3 +68,29 @@ def start_demo(dsn: str, worker_id: str = "worker-a") -> tuple[Demo, RunningWork
     )
     client.get_handle(demo.ids["approval"]).update("note", "rush it", wait="accepted", update_id="note-1")
     return demo, worker
+
+
+def demo_pages(demo: Demo) -> list[str]:
+    """One page of each kind the dashboard draws, over the demo's runs (a run, a DAG run, a
+    schedule, a dead letter, a worker, the bulk dry run, the sign-in page): the one list the
+    tests that walk every page (headings, contrast, query parameters) take."""
+    with demo.client.sql() as sql:
+        (dead,) = sql.list_dead_letters(1)
+    return [
+        "/workflows",
+        f"/workflows/{demo.ids['approval']}",
+        f"/workflows/{demo.ids['dag']}",
+        "/workflows/bulk?action=cancel&workflow_name=greet",
+        "/schedules",
+        "/schedules/0/greet-yearly",
+        "/dags",
+        "/dags/nightly_etl",
+        f"/dags/nightly_etl/runs/{demo.ids['dag']}",
+        "/dead-letters",
+        f"/dead-letters/0/{dead['id']}",
+        "/workers",
+        "/workers/worker-a",
+        "/concurrency",
+        "/shards",
+        "/login",
+    ]

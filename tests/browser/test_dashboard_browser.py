@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import psycopg.types.json
 import pytest
-from dashboard_demo import Demo
+from dashboard_demo import Demo, demo_pages
 from dashboard_helpers import (
     Served,
     TokenScopes,
@@ -553,22 +553,7 @@ def test_status_chips_and_buttons_are_readable_in_light_and_dark_mode(
     both modes: the danger buttons (Terminate, Discard, Delete...) were white on the dark mode's
     light red, 2.28:1."""
     sign_in(browser, site, "admin-token")
-    with demo.client.sql() as sql:
-        (dead,) = sql.list_dead_letters(1)
-    pages = [
-        "/workflows",
-        f"/workflows/{demo.ids['approval']}",
-        f"/workflows/{demo.ids['dag']}",
-        "/schedules",
-        "/schedules/0/greet-yearly",
-        "/dags",
-        f"/dags/nightly_etl/runs/{demo.ids['dag']}",
-        "/dead-letters",
-        f"/dead-letters/0/{dead['id']}",
-        "/workers",
-        "/workers/worker-a",
-        "/shards",
-    ]
+    pages = demo_pages(demo)
     faint: dict[str, list[str]] = {}
     try:
         for mode in ("light", "dark"):

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from uuid import uuid4
 
 import pytest
-from dashboard_demo import Demo
+from dashboard_demo import Demo, demo_pages
 from dashboard_helpers import TokenScopes
 from starlette.testclient import TestClient
 
@@ -35,28 +35,8 @@ def _outline_faults(page: str) -> list[str]:
 def test_every_page_has_one_h1_and_skips_no_heading_level(ui: TestClient, demo: Demo) -> None:
     """The schedules page went from its h1 to the New schedule form's h3, a DAG run's page from
     its h1 to the Retry form's h3, and the concurrency page had two h1s (Usage)."""
-    with demo.client.sql() as sql:
-        (dead,) = sql.list_dead_letters(1)
-    pages = [
-        "/workflows",
-        f"/workflows/{demo.ids['approval']}",
-        f"/workflows/{demo.ids['dag']}",
-        "/workflows/bulk?action=cancel&workflow_name=greet",
-        "/schedules",
-        "/schedules/0/greet-yearly",
-        "/dags",
-        "/dags/nightly_etl",
-        f"/dags/nightly_etl/runs/{demo.ids['dag']}",
-        "/dead-letters",
-        f"/dead-letters/0/{dead['id']}",
-        "/workers",
-        "/workers/worker-a",
-        "/concurrency",
-        "/shards",
-        "/login",
-    ]
     faults = {}
-    for path in pages:
+    for path in demo_pages(demo):
         page = ui.get(path, headers=ADMIN)
         assert page.status_code == 200, (path, page.status_code)
         if found := _outline_faults(page.text):
