@@ -231,14 +231,14 @@ def _run_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
 
 
 FILTER_PARAMS = ("status", "workflow_name", "attr", "created_after", "created_before")
-# Every query parameter the Workflows page takes: any other is a 400 naming it, as the API's
-# GET /workflows answers (routes.refuse_undeclared), not the list unfiltered. workflow_id is the
-# page's alone (the runs of one workflow ID: a continue-as-new chain, resets; no count or bulk
-# action selects by it); msg and msg_sig are an action's banner (_back).
-WORKFLOWS_PAGE_PARAMS = tuple(
-    Param(name)
-    for name in (*FILTER_PARAMS, "workflow_id", "limit", "order", "cursor", "refresh", "msg", "msg_sig")
-)
+# The query parameters every page takes (its reload, an action's banner: _back); each page's
+# route names its own (DashboardApp._page), and any other is the page's 400 naming it, as the
+# API answers (routes.refuse_undeclared), not the page as if it were not given. workflow_id is
+# the Workflows page's alone (the runs of one workflow ID: a continue-as-new chain, resets; no
+# count selects by it); GET /workflows/bulk takes it to say why it does not select by it.
+PAGE_PARAMS = ("refresh", "msg", "msg_sig")
+# A run's page (and a workflow ID typed into the address: workflow_name picks among workflows).
+RUN_PAGE_PARAMS = ("payloads", "history_from", "history_before", "workflow_name")
 BY_WORKFLOW_ID = (
     "a bulk action does not select by workflow ID: clear it and filter by workflow, search attribute"
     " or creation time"
@@ -410,15 +410,17 @@ class Dashboard:
             Route("/", page(self.index)),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
-            Route("/workflows", page(self.workflows)),
-            Route("/workflows/bulk", page(self.bulk_runs_count)),
+            Route(
+                "/workflows", page(self.workflows, *FILTER_PARAMS, "workflow_id", "limit", "order", "cursor")
+            ),
+            Route("/workflows/bulk", page(self.bulk_runs_count, "action", *FILTER_PARAMS, "workflow_id")),
             Route("/workflows/bulk", action(self.bulk_runs, "operate", _run_bulk_scope), methods=["POST"]),
-            Route("/workflows/find", page(self.find_run)),
-            Route("/workflows/{execution_id}", page(self.execution)),
+            Route("/workflows/find", page(self.find_run, "id", "workflow_name")),
+            Route("/workflows/{execution_id}", page(self.execution, *RUN_PAGE_PARAMS)),
             # A workflow ID with a "/" typed into the address: its run, as Go to a run finds it
             # (before the run's pages and actions, which an execution ID's address still reaches).
-            Route("/workflows/{execution_id:workflow_id}", page(self.execution)),
-            Route("/workflows/{execution_id}/history/export", page(self.export_history)),
+            Route("/workflows/{execution_id:workflow_id}", page(self.execution, *RUN_PAGE_PARAMS)),
+            Route("/workflows/{execution_id}/history/export", page(self.export_history, "payloads")),
             Route("/workflows/{execution_id}/signal", action(self.signal, "operate"), methods=["POST"]),
             Route("/workflows/{execution_id}/cancel", action(self.cancel, "operate"), methods=["POST"]),
             Route("/workflows/{execution_id}/terminate", action(self.terminate, "admin"), methods=["POST"]),
@@ -428,15 +430,15 @@ class Dashboard:
             # A schedule's, a DAG's or a worker's name may hold a "/" (billing/monthly,
             # _NameConvertor): a route's fixed words after it say which page or action; a GET
             # finds the page, a POST the action.
-            Route("/schedules", page(self.schedules)),
+            Route("/schedules", page(self.schedules, "kind", "paused", "limit", "cursor")),
             Route("/schedules", action(self.create_schedule, "operate"), methods=["POST"]),
             Route(
                 "/schedules/{shard:int}/{name:name}/{verb:str}",
                 action(self.schedule_action, "operate"),
                 methods=["POST"],
             ),
-            Route("/schedules/{shard:int}/{name:name}", page(self.schedule)),
-            Route("/dags", page(self.dags)),
+            Route("/schedules/{shard:int}/{name:name}", page(self.schedule, "limit")),
+            Route("/dags", page(self.dags, "paused")),
             Route(
                 "/dags/{name:name}/runs/{execution_id}/retry",
                 action(self.retry_dag_run, "operate"),
@@ -446,22 +448,24 @@ class Dashboard:
             Route("/dags/{name:name}/trigger", action(self.trigger_dag, "operate"), methods=["POST"]),
             Route("/dags/{name:name}/pause", action(self.pause_dag, "operate"), methods=["POST"]),
             Route("/dags/{name:name}/unpause", action(self.pause_dag, "operate"), methods=["POST"]),
-            Route("/dags/{name:name}", page(self.dag)),
-            Route("/dead-letters", page(self.dead_letters)),
+            Route("/dags/{name:name}", page(self.dag, "limit", "status", "cursor")),
+            Route(
+                "/dead-letters", page(self.dead_letters, "limit", "activity_name", "workflow_name", "cursor")
+            ),
             Route(
                 "/dead-letters/bulk", action(self.bulk, "operate", _dead_letter_bulk_scope), methods=["POST"]
             ),
-            Route("/dead-letters/{shard:int}/{id:int}", page(self.dead_letter)),
+            Route("/dead-letters/{shard:int}/{id:int}", page(self.dead_letter, "payloads")),
             Route(
                 "/dead-letters/{shard:int}/{id:int}/replay", action(self.replay, "operate"), methods=["POST"]
             ),
             Route(
                 "/dead-letters/{shard:int}/{id:int}/discard", action(self.discard, "admin"), methods=["POST"]
             ),
-            Route("/workers", page(self.workers)),
+            Route("/workers", page(self.workers, "status", "stale", "shard", "page", "limit")),
             Route("/workers/{worker_id:name}/drain", action(self.drain, "admin"), methods=["POST"]),
             Route("/workers/{worker_id:name}", page(self.worker)),
-            Route("/concurrency", page(self.concurrency)),
+            Route("/concurrency", page(self.concurrency, "window", "group_by", "limit", "key", "cursor")),
             Route("/shards", page(self.shards)),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
@@ -560,9 +564,19 @@ class Dashboard:
             log.error("dashboard: %s %s failed: %s", request.method, request.url.path, failure_reason(exc))
         return self.error(request, status, database_error_message(exc)[0], principal)
 
-    def _page(self, handler: Callable[[Request, Principal], Awaitable[Response]]) -> Callable[..., Any]:
+    def _page(
+        self, handler: Callable[[Request, Principal], Awaitable[Response]], *takes: str
+    ) -> Callable[..., Any]:
+        """A page's GET handler, needing ``read``: ``takes`` are the query parameters it reads
+        (with PAGE_PARAMS); any other is its 400 page naming it, once the request is authorized."""
+        declared = tuple(Param(name) for name in (*takes, *PAGE_PARAMS))
+
+        async def checked(request: Request, principal: Principal) -> Response:
+            refuse_undeclared(request, declared)
+            return await handler(request, principal)
+
         async def endpoint(request: Request) -> Response:
-            return await self._guarded(request, "read", handler)
+            return await self._guarded(request, "read", checked)
 
         return endpoint
 
@@ -662,7 +676,6 @@ class Dashboard:
     # -- workflows ---------------------------------------------------------------------------------
     async def workflows(self, request: Request, principal: Principal) -> Response:
         q = request.query_params
-        refuse_undeclared(request, WORKFLOWS_PAGE_PARAMS)
         refresh = self._refresh(request)
         state, filters = _run_filters(q)
         workflow_id = _param(q, "workflow_id")
