@@ -24,7 +24,7 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, overload
+from typing import Any, Generic, Literal, Protocol, Self, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.client import messages as messaging
 from harvest.client import payloads as payload_policy
@@ -1470,6 +1470,28 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         """A worker's answer from the run's current state; nothing is written (docs/messages.md)."""
         return messaging.query(self.client, cast(str, self.execution_id), name, arg, timeout, result_type)
 
+    @overload
+    def update(
+        self,
+        name: str,
+        arg: Any = None,
+        *,
+        wait: Literal["accepted"],
+        timeout: Duration = 30.0,
+        update_id: str | None = None,
+        result_type: Any = Any,
+    ) -> messaging.UpdateHandle: ...
+    @overload
+    def update(
+        self,
+        name: str,
+        arg: Any = None,
+        *,
+        wait: str = "completed",
+        timeout: Duration = 30.0,
+        update_id: str | None = None,
+        result_type: Any = Any,
+    ) -> Any: ...
     @_finds_run
     def update(
         self,
@@ -1482,7 +1504,8 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         result_type: Any = Any,
     ) -> Any:
         """Validate, record and run update ``name``: its result (``wait="completed"``) or an
-        ``UpdateHandle`` once it is recorded (``wait="accepted"``)."""
+        ``UpdateHandle`` once it is recorded (``wait="accepted"``), whose ``update_id`` is the
+        update's id (``update_id``, else the one minted) and ``result()`` its outcome."""
         with self._span("harvest.workflow.update", "harvest.update", name):
             run = cast(str, self.execution_id)
             return messaging.update(self.client, run, name, arg, wait, timeout, update_id, result_type)
@@ -2165,6 +2188,28 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         run = cast(str, self.execution_id)
         return await messaging.aquery(self.client, run, name, arg, timeout, result_type)
 
+    @overload
+    async def update(
+        self,
+        name: str,
+        arg: Any = None,
+        *,
+        wait: Literal["accepted"],
+        timeout: Duration = 30.0,
+        update_id: str | None = None,
+        result_type: Any = Any,
+    ) -> messaging.AsyncUpdateHandle: ...
+    @overload
+    async def update(
+        self,
+        name: str,
+        arg: Any = None,
+        *,
+        wait: str = "completed",
+        timeout: Duration = 30.0,
+        update_id: str | None = None,
+        result_type: Any = Any,
+    ) -> Any: ...
     @_afinds_run
     async def update(
         self,
@@ -2176,6 +2221,8 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         update_id: str | None = None,
         result_type: Any = Any,
     ) -> Any:
+        """As :meth:`WorkflowHandle.update`; ``wait="accepted"``: an update handle whose
+        ``result()`` is awaited."""
         with self._span("harvest.workflow.update", "harvest.update", name):
             run = cast(str, self.execution_id)
             return await messaging.aupdate(self.client, run, name, arg, wait, timeout, update_id, result_type)

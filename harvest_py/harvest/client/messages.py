@@ -481,7 +481,13 @@ def update_with_start(
 
 
 class UpdateHandle:
-    """An accepted (durably recorded) update; ``result()`` waits for its handler's outcome."""
+    """An accepted (durably recorded) update: ``update_id`` names it (the caller's, else the one
+    minted: ask again with it to attach), ``execution_id`` its run; ``result()`` waits for its
+    handler's outcome."""
+
+    execution_id: str
+    update_id: str
+    name: str
 
     def __init__(self, client: Any, execution_id: str, update_id: str, name: str, result_type: Any = Any):
         self.client, self.execution_id = client, execution_id

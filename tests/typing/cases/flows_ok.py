@@ -115,6 +115,13 @@ def start(client: Client) -> bool:
     updated, outcome = client.update_with_start(checkout, Order(4, 1.0), workflow_id="o-4", update="approve")
     assert_type(updated, WorkflowHandle[bool])
     assert_type(outcome, Any)
+    # An update's id (the caller's, else the one minted, as the API's 200 and 202 carry it): its
+    # handle, once recorded; the result without it.
+    accepted = handle.update("approve", 1, wait="accepted")
+    assert_type(accepted, harvest.UpdateHandle)
+    assert_type(accepted.update_id, str)
+    assert_type(accepted.execution_id, str)
+    assert_type(handle.update("approve", 1), Any)
     # Every wait's timeout takes what a duration is (seconds, "5s", a timedelta), typed so.
     handle.result(timeout="5s")
     handle.result(timeout=datetime.timedelta(seconds=5))
@@ -131,6 +138,9 @@ async def start_async(client: AsyncClient) -> dict[str, int]:
     assert_type(await found.result(), dict[str, int])
     await handle.result(timeout="250ms")
     assert_type(await handle.signal("go"), SignalReceipt)
+    accepted = await handle.update("approve", wait="accepted")
+    assert_type(accepted.update_id, str)
+    assert_type(await handle.update("approve"), Any)
     return await handle.result()
 
 
