@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -239,3 +240,31 @@ def test_a_def_activity_s_heartbeat_still_sends_every_call(start_worker, client:
     start_worker(App(workflows=[plain_flow], activities=[plain_def]))
     assert client.start_workflow(plain_flow, 5).result(timeout=30) == 5
     assert sent == [{"i": i} for i in range(5)]
+
+
+# -- ctx.aheartbeat() not awaited: a warning that names it and what to do, nothing sent
+@activity(start_to_close="30s")
+async def forgets_the_await(ctx) -> str:
+    ctx.aheartbeat({"step": 1})  # type: ignore[unused-coroutine]  # pyright: ignore[reportUnusedCoroutine]
+    return "done"
+
+
+@workflow
+async def forgets_flow(ctx) -> str:
+    return await ctx.execute_activity(forgets_the_await)
+
+
+def test_an_unawaited_aheartbeat_warns_naming_it_and_the_fix(
+    start_worker, client: Client, sent: list
+) -> None:
+    """Python's own warning said only "coroutine 'ActivityContext.aheartbeat' was never
+    awaited", at whatever time the coroutine was collected, and not what to do."""
+    start_worker(App(workflows=[forgets_flow], activities=[forgets_the_await]))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert client.start_workflow(forgets_flow).result(timeout=30) == "done"
+    said = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == 1, said
+    assert said[0].startswith("activity forgets_the_await called ctx.aheartbeat() without await: ")
+    assert "await ctx.aheartbeat(details)), or call ctx.heartbeat(details)" in said[0]
+    assert sent == []

@@ -13,7 +13,8 @@ import contextvars
 import functools
 import logging
 import os
-from collections.abc import Awaitable, Callable
+import warnings
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 from harvest.core.errors import ActivityFailure, PayloadError
@@ -22,7 +23,7 @@ from harvest.core.payload import encode, encode_details
 from harvest.core.threads import DaemonThreads
 from harvest.declare.definitions import ActivityDefinition
 
-__all__ = ["LOCAL_MAX_BACKOFF", "LocalActivityContext", "activity_logger", "run_local_activity"]
+__all__ = ["LOCAL_MAX_BACKOFF", "Heartbeat", "LocalActivityContext", "activity_logger", "run_local_activity"]
 
 log = logging.getLogger("harvest.runtime")
 
@@ -77,10 +78,10 @@ class LocalActivityContext:
         cancel request reaches an inline attempt this way)."""
         return False
 
-    async def aheartbeat(self, details: Any = None) -> bool:
+    def aheartbeat(self, details: Any = None) -> Coroutine[Any, Any, bool]:
         """As ``heartbeat``: accepted and ignored, so an ``async def`` activity that awaits its
-        heartbeats runs local too."""
-        return False
+        heartbeats runs local too (not awaited: the warning a queued attempt's gives)."""
+        return Heartbeat(_ignored(), self)
 
     def record_llm_call(
         self,
@@ -127,6 +128,10 @@ _NO_LEDGER = (
 )
 
 
+async def _ignored() -> bool:
+    return False
+
+
 def activity_logger(ctx: Any) -> logging.LoggerAdapter[logging.Logger]:
     """``ctx.logger`` of every activity context (queued, local, in a process): the
     ``harvest.activity`` logger, its lines carrying the run, the activity and the attempt."""
@@ -139,6 +144,45 @@ def activity_logger(ctx: Any) -> logging.LoggerAdapter[logging.Logger]:
     }
     return logging.LoggerAdapter(logging.getLogger("harvest.activity"), fields)
 
+
+class Heartbeat(Coroutine[Any, Any, bool]):
+    """What ``ctx.aheartbeat()`` returns, the coroutine that sends it: one dropped without being
+    awaited warns naming ``aheartbeat``, the activity and what to do (Python's own warning says
+    only "was never awaited"). One small object on a call that awaits a database round trip;
+    ``ctx.heartbeat``, the hot loop's call, makes none."""
+
+    __slots__ = ("_coro", "_ctx", "_used")
+
+    def __init__(self, coro: Coroutine[Any, Any, bool], ctx: Any) -> None:
+        self._coro, self._ctx, self._used = coro, ctx, False
+
+    def __await__(self) -> Generator[Any, None, bool]:
+        self._used = True
+        return self._coro.__await__()
+
+    def send(self, value: Any) -> Any:  # (a Task of it: asyncio.create_task, gather, wait_for)
+        self._used = True
+        return self._coro.send(value)
+
+    def throw(self, *exc: Any) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+        self._used = True
+        return self._coro.throw(*exc)
+
+    def close(self) -> None:
+        self._used = True
+        self._coro.close()
+
+    def __del__(self) -> None:
+        if not self._used:
+            self._coro.close()  # (closed before it started: Python adds no warning of its own)
+            warnings.warn(_UNAWAITED.format(name=self._ctx.activity_name), RuntimeWarning, stacklevel=1)
+
+
+_UNAWAITED = (
+    "activity {name} called ctx.aheartbeat() without await: no heartbeat was sent and the lease was"
+    " not extended; await it (await ctx.aheartbeat(details)), or call ctx.heartbeat(details), which"
+    " records the details without await"
+)
 
 _NO_TOKEN = (
     "local activity {name} has no task token to complete it by later: its outcome is recorded in "

@@ -18,7 +18,7 @@ from harvest.core.idempotency import IdempotencyKey
 from harvest.core.task_token import TaskToken
 from harvest.db.connection import DatabaseError, error_line, redact
 from harvest.db.resend import RefusedOnResend, resend_lost
-from harvest.runtime.local import activity_logger
+from harvest.runtime.local import Heartbeat, activity_logger
 from harvest.telemetry import tracing
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.decide_ahead import decide_ahead
@@ -98,12 +98,15 @@ class ActivityContext:
         ``raise ctx.complete_async()``. Hand ``ctx.task_token`` on before raising."""
         return CompleteAsync(self.task_token)
 
-    async def aheartbeat(self, details: Any = None) -> bool:
+    def aheartbeat(self, details: Any = None) -> Coroutine[Any, Any, bool]:
         """Extend the lease and record progress; returns True when cancellation was requested.
         After ``ctx.heartbeat`` calls it first raises their unseen error, and sends after the
-        heartbeat in flight."""
+        heartbeat in flight. Not awaited: a RuntimeWarning naming it and what to do."""
+        return Heartbeat(self._aheartbeat(details), self)
+
+    async def _aheartbeat(self, details: Any) -> bool:
         if asyncio.get_running_loop() is not self._loop:
-            return await self._on_worker_loop(self.aheartbeat(details))
+            return await self._on_worker_loop(self._aheartbeat(details))
         encoded = None if details is None else payload.encode(details)
         if self._beats is not None:
             await self._beats.send_now(encoded)
@@ -144,7 +147,7 @@ class ActivityContext:
                 beats = self._beats = Beats(self._send_heartbeat, send_interval(self._heartbeat_timeout()))
             beats.beat(None if details is None else payload.encode(details))
             return self.cancel_requested
-        future = asyncio.run_coroutine_threadsafe(self.aheartbeat(details), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._aheartbeat(details), self._loop)
         return future.result()
 
     def _heartbeat_timeout(self) -> float | None:
