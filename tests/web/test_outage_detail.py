@@ -68,12 +68,33 @@ def test_an_unauthenticated_caller_learns_nothing_of_the_connect(
     assert _logged(caplog, first), "the first request of an outage is logged by its whole id"
 
 
+def test_a_refused_login_says_to_check_the_servers_database_url_not_to_retry(db: str) -> None:
+    """The 503 of a login the database refuses said "the database could not be reached; retry",
+    where no retry helps; the hint to check the configuration was in the log only. The answer
+    says what to check, and still nothing of the connect (the login, the port, the database);
+    a server that is not there is still the outage a retry may pass."""
+    with api_client(_refused_login(db), profile="production") as api:
+        refused = api.get("/workflows").json()["error"]
+    assert refused["code"] == "database_unavailable", refused
+    assert refused["message"].startswith("the database refused this server's connection"), refused
+    assert "which retrying will not change" in refused["message"]
+    assert "check its database URL (user, password, database name)" in refused["message"]
+    for secret in _where(db):
+        assert secret not in refused["message"], secret
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        nobody = conninfo.make_conninfo(db, host="127.0.0.1", port=free.getsockname()[1])
+    with api_client(nobody, profile="production") as api:
+        down = api.get("/workflows").json()["error"]
+    assert down["message"].startswith("the database could not be reached; retry"), down
+
+
 def test_the_dashboard_says_no_more(db: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="harvest.web")
     app = dashboard_app(dsn=_refused_login(db), profile="production", timeout=1.0)
     with TestClient(app, raise_server_exceptions=False) as client:
         page = client.get("/workers", headers={"Authorization": "Bearer hvt_" + "0" * 64})
-    assert page.status_code == 503 and "could not be reached" in page.text, page.text
+    assert page.status_code == 503 and "retrying will not change" in page.text, page.text
     assert page.headers["Retry-After"] == "1", page.headers  # as the API's 503
     for secret in _where(db):
         assert secret not in page.text, secret

@@ -234,7 +234,13 @@ def is_permanent(exc: BaseException) -> bool:
         return True
     if getattr(exc, "sqlstate", None) in _PERMANENT_SQLSTATES:
         return True
-    return bool(_PERMANENT.search(str(exc)))
+    return refused_connect(str(exc))
+
+
+def refused_connect(text: str) -> bool:
+    """Whether a failed connect's text (libpq's, or its one line) is the server's refusal of the
+    login, the database or the TLS setup, which retrying cannot change, not an outage."""
+    return bool(_PERMANENT.search(text))
 
 
 def connection_error(exc: psycopg.Error, dsn: str) -> ConfigError | DatabaseUnavailable:

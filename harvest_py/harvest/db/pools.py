@@ -30,6 +30,7 @@ from harvest.db.connection import (
     error_line,
     failure_reason,
     redact,
+    refused_connect,
     role_missing,
     role_settings,
     set_role,
@@ -427,6 +428,9 @@ class ServerUnreachable(PoolTimeout):
         # What the last connect met, in one line with no secret (a refused login reads as one,
         # a server down as one): harvest.shard.pools names it with the shard.
         self.reason = reason
+        # The server refused the login or the database (retrying cannot change it): the one
+        # thing of the cause a 503 says to anyone (harvest.web.errors.outage_answer).
+        self.refused = reason is not None and refused_connect(reason)
 
 
 def _connect_failure(exc: BaseException, conninfo: object) -> str:

@@ -34,6 +34,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
 from harvest.core.errors import (
+    ConnectionRejected,
     ExecutionMigrated,
     HarvestError,
     NoShardReached,
@@ -58,7 +59,7 @@ from harvest.db.connection import (
     redact,
     schema_missing,
 )
-from harvest.db.pools import outage
+from harvest.db.pools import ServerUnreachable, outage
 from harvest.shard.fanout import unreachable_reason
 
 if TYPE_CHECKING:
@@ -309,6 +310,8 @@ def outage_answer(
     code = "database_unavailable" if shard is None else error_code(exc)
     if isinstance(exc, NoShardReached):  # (which shards, what was not done: no connect's text)
         said = redact(exc.said)
+    elif shard is None and refused_login(exc):
+        said = REFUSED_LOGIN
     elif shard is None:
         said = "the database could not be reached; retry"
     else:
@@ -317,6 +320,22 @@ def outage_answer(
     message = f"{said} (request {request_id}: the server's log has the cause under outage {request_id[:8]})"
     detail = reason if sees_connection_detail(principal) else None
     return code, message, {"shard_id": shard, "request_id": request_id, "detail": detail}
+
+
+# What a 503 says when the database refused the server's own connection (its login, its
+# database, its TLS setup): the configuration's fault, which no retry mends, said with nothing of
+# the connect (which login, which host: the log's, and an admin's to read as ``detail``).
+REFUSED_LOGIN = (
+    "the database refused this server's connection, which retrying will not change: the"
+    " server's operator must check its database URL (user, password, database name) and the"
+    " database's access rules (pg_hba.conf, TLS)"
+)
+
+
+def refused_login(exc: BaseException) -> bool:
+    """Whether an outage is the database's refusal of the server's connection (not a server
+    down): ConnectionRejected, or a fail-fast pool's ServerUnreachable of a refused connect."""
+    return isinstance(exc, ConnectionRejected) or (isinstance(exc, ServerUnreachable) and exc.refused)
 
 
 def withheld_detail(answer: Any, principal: Principal | None) -> Any:
