@@ -124,6 +124,7 @@ def test_what_a_shards_connect_met_is_an_admins_to_read(db: str, tokens: dict[st
         error = answer.json()["error"]
         assert answer.status_code == 503 and answer.headers["Retry-After"], answer.text
         assert error["code"] == "shard_unavailable" and error["shard_id"] == 1, error
+        assert error["message"].startswith("shard 1's database refused this server's connection"), error
         assert LOGIN not in error["message"] and error["request_id"] in error["message"], error
         if scope == "admin":
             assert LOGIN in error["detail"], error

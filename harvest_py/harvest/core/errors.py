@@ -217,6 +217,7 @@ class ShardUnavailable(DatabaseUnavailable):
     never its DSN."""
 
     retryable = True
+    refused = False  # its database refused the connect (a login): harvest.shard.pools.unreachable
 
     def __init__(self, shard: int, reason: str = "its database cannot be reached now; retry once it is back"):
         super().__init__(f"shard {shard} is unavailable: {reason}")

@@ -28,6 +28,7 @@ from harvest.db.pools import (
     AsyncConnectionPool,
     ConnectionPool,
     RoledPool,
+    ServerUnreachable,
     cannot_be_reached,
     database_unreachable,
     open_async_pool,
@@ -63,7 +64,9 @@ def unreachable(shard: int, exc: BaseException) -> ShardUnavailable:
     reason = getattr(exc, "reason", None)
     if not reason:
         return ShardUnavailable(shard)
-    return ShardUnavailable(shard, f"its database {cannot_be_reached(reason)}")
+    unavailable = ShardUnavailable(shard, f"its database {cannot_be_reached(reason)}")
+    unavailable.refused = isinstance(exc, ServerUnreachable) and exc.refused
+    return unavailable
 
 
 class _Follow:

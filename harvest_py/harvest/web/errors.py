@@ -310,8 +310,8 @@ def outage_answer(
     code = "database_unavailable" if shard is None else error_code(exc)
     if isinstance(exc, NoShardReached):  # (which shards, what was not done: no connect's text)
         said = redact(exc.said)
-    elif shard is None and refused_login(exc):
-        said = REFUSED_LOGIN
+    elif refused_login(exc):
+        said = REFUSED_LOGIN.format(database="the database" if shard is None else f"shard {shard}'s database")
     elif shard is None:
         said = "the database could not be reached; retry"
     else:
@@ -326,16 +326,19 @@ def outage_answer(
 # database, its TLS setup): the configuration's fault, which no retry mends, said with nothing of
 # the connect (which login, which host: the log's, and an admin's to read as ``detail``).
 REFUSED_LOGIN = (
-    "the database refused this server's connection, which retrying will not change: the"
-    " server's operator must check its database URL (user, password, database name) and the"
-    " database's access rules (pg_hba.conf, TLS)"
+    "{database} refused this server's connection, which retrying will not change: the server's"
+    " operator must check its database URL (user, password, database name) and the database's"
+    " access rules (pg_hba.conf, TLS)"
 )
 
 
 def refused_login(exc: BaseException) -> bool:
     """Whether an outage is the database's refusal of the server's connection (not a server
-    down): ConnectionRejected, or a fail-fast pool's ServerUnreachable of a refused connect."""
-    return isinstance(exc, ConnectionRejected) or (isinstance(exc, ServerUnreachable) and exc.refused)
+    down): ConnectionRejected, or a fail-fast pool's of a refused connect (ServerUnreachable,
+    and a shard's ShardUnavailable of one: harvest.shard.pools.unreachable)."""
+    if isinstance(exc, ConnectionRejected):
+        return True
+    return isinstance(exc, ServerUnreachable | ShardUnavailable) and exc.refused
 
 
 def withheld_detail(answer: Any, principal: Principal | None) -> Any:
