@@ -86,3 +86,20 @@ def test_a_codec_encodes_the_traceback_as_the_details() -> None:
     encoded = chain.encode_failure(failure)
     assert encoded["traceback"] != "T" and encoded["message"] == "m" and encoded["details"] is None
     assert chain.decode_tree(encoded) == failure
+
+
+def test_where_a_replay_diverged_is_the_workflow_s_line_not_the_engine_s() -> None:
+    """A NonDeterminismError (or a refused ctx call) is raised inside Harvest on behalf of the
+    workflow line that called it: `harvest workflow stack` said `in _raise_fatal (commands.py:300)`."""
+    lib = "/srv/venv/lib/python3.11/site-packages/harvest/runtime"
+    stack = (
+        "Traceback (most recent call last):\n"
+        f'  File "{lib}/run.py", line 621, in _run_main\n'
+        '  File "/app/orders.py", line 73, in order\n'
+        f'  File "{lib}/context.py", line 297, in execute_activity\n'
+        f'  File "{lib}/commands.py", line 300, in _raise_fatal\n'
+        "harvest.core.errors.NonDeterminismError: non-determinism at seq 3"
+    )
+    assert raised_at({"traceback": stack}) == "in order (orders.py:73)"
+    engine_only = 'Traceback (most recent call last):\n  File "/x/harvest/worker/w.py", line 9, in claim\nE'
+    assert raised_at({"traceback": engine_only}) == "in claim (w.py:9)"

@@ -63,7 +63,8 @@ def test_changed_command_kind_is_detected():
         return "v2"
 
     with pytest.raises(
-        NonDeterminismError, match="seq 1: expected schedule_activity 'send_email', got start_timer"
+        NonDeterminismError,
+        match=r"seq 1 \(event \d+ ActivityScheduled\): expected schedule_activity 'send_email', got start_t",
     ):
         replay(sleeps_first, history_of_v1(1))
 
@@ -80,6 +81,45 @@ def test_removed_command_is_detected():
         replay(no_timer, history_of_v1(2))
     assert err.value.seq == 3 and err.value.expected == "start_timer"
     assert err.value.got == "nothing"
+
+
+def test_a_mismatch_names_the_recorded_event_by_its_id():
+    """The operator reads the history by event id and picks a reset boundary by it: the seq
+    alone left them to count commands (a code change seen at 50 runs in flight)."""
+    history = history_of_v1(2)
+    by_seq = {
+        e["event_data"]["seq"]: e
+        for e in history.events
+        if e["event_type"] in ("ActivityScheduled", "TimerStarted")
+    }
+
+    @workflow(name="flow")
+    async def renamed(ctx) -> str:
+        await ctx.execute_activity("send_sms", "a")
+        return "v2"
+
+    @workflow(name="flow")
+    async def no_timer(ctx) -> str:
+        await ctx.execute_activity(send_email, "a")
+        await ctx.execute_activity("render", 1)
+        return "v2"
+
+    @workflow(name="flow")
+    async def gated_past_min(ctx) -> str:
+        ctx.version("c", 1, 1)
+        return "v2"
+
+    with pytest.raises(NonDeterminismError) as err:
+        replay(renamed, history)
+    assert f"at seq 1 (event {by_seq[1]['event_id']} ActivityScheduled): expected" in str(err.value)
+    with pytest.raises(NonDeterminismError) as err:
+        replay(no_timer, history)
+    assert f"at seq 3 (event {by_seq[3]['event_id']} TimerStarted): expected start_timer, got nothing" in str(
+        err.value
+    )
+    with pytest.raises(NonDeterminismError) as err:
+        replay(gated_past_min, history)
+    assert f"at seq 1 (event {by_seq[1]['event_id']} ActivityScheduled): expected" in str(err.value)
 
 
 def test_extra_command_is_detected():

@@ -98,7 +98,10 @@ def test_an_error_in_the_batch_wins_over_an_earlier_steps_error() -> None:
     """As when the batch was read whole before any step: a gap in event ids (or a marker
     without its `through`) is reported, not the non-determinism of a step before it."""
     events = events_of(6)
-    with pytest.raises(NonDeterminismError, match="seq 1: expected schedule_activity 'send_email'"):
+    with pytest.raises(
+        NonDeterminismError,
+        match=r"seq 1 \(event \d+ ActivityScheduled\): expected schedule_activity 'send_email'",
+    ):
         asyncio.run(new_run(renamed_chain).advance(events_of(6)))
     gap = events[:10] + events[11:]
     with pytest.raises(HistoryMismatch, match="expected event 11, got 12"):

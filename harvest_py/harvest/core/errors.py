@@ -520,17 +520,23 @@ def stored_traceback(failure: Any) -> str | None:
     return text if isinstance(text, str) else None
 
 
+# A frame of Harvest's own package in a stored traceback (the worker's paths, not this process's).
+_HARVEST_FRAME = re.compile(r"[/\\]harvest[/\\](?:[a-z_]+[/\\])?[a-z_]+\.py$")
+
+
 def raised_at(failure: Any) -> str | None:
     """Where a stored failure's exception was raised, short: ``in fn (file.py:12)``, its
+    innermost frame outside Harvest's own package (a ``NonDeterminismError`` or a refused ``ctx``
+    call is raised inside the engine, on behalf of the workflow line that called it), else its
     innermost frame (a history's line in text); None when it records no readable traceback."""
     import os
-    import re
 
     text = stored_traceback(failure)
     frames = re.findall(r'^  File "(.*)", line (\d+), in (.*)$', text or "", re.MULTILINE)
     if not frames:
         return None
-    path, line, name = frames[-1]
+    own = [frame for frame in frames if not _HARVEST_FRAME.search(frame[0])]
+    path, line, name = (own or frames)[-1]
     return f"in {name} ({os.path.basename(path)}:{line})"
 
 

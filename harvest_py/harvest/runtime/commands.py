@@ -191,8 +191,14 @@ _CAUSES = (
 )
 
 
-def nondeterminism(seq: int | None, expected: str, got: str, hint: str = "") -> NonDeterminismError:
+def nondeterminism(
+    seq: int | None, expected: str, got: str, hint: str = "", event: dict[str, Any] | None = None
+) -> NonDeterminismError:
+    """The error of a replay that diverged at ``seq``; ``event``, the recorded command's event,
+    is named by its id, the one an operator reads in the history and picks a reset boundary by."""
     where = f" at seq {seq}" if seq is not None else ""
+    if event is not None and event.get("event_id") is not None:
+        where += f" (event {event['event_id']} {event.get('event_type')})"
     exc = NonDeterminismError(
         f"non-determinism{where}: expected {expected}, got {got}" + (f" ({hint})" if hint else "") + _CAUSES
     )
@@ -321,7 +327,7 @@ class CommandIssuer:
         ):
             got, recorded = describe_command(command), describe_event(event)
             if recorded != got:
-                self._raise_fatal(nondeterminism(seq, recorded, got))
+                self._raise_fatal(nondeterminism(seq, recorded, got, event=event))
         return data
 
     def matching(self) -> bool:
@@ -424,6 +430,7 @@ class CommandIssuer:
                                 f"a history recorded before ctx.version({change_id!r}) was added "
                                 f"replays only if min_supported is DEFAULT_VERSION "
                                 f"({DEFAULT_VERSION}), not {min_supported}",
+                                event,
                             )
                         )
                     known = DEFAULT_VERSION  # old history: no marker, no seq consumed

@@ -692,6 +692,7 @@ class WorkflowRun(CommandIssuer):
                     describe_command(event_as_command(expected[seq])),
                     "nothing",
                     "the code no longer issues this command",
+                    expected[seq],
                 )
             )
         self._expected = None
