@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -115,6 +116,9 @@ def test_replay_cli_catches_the_divergence(start_worker, client: Client, tmp_pat
     )
     assert bad.returncode == 1
     assert "replay failed" in bad.stderr and "Traceback" not in bad.stderr
+    # What a developer acts on: the recorded event, and the workflow's line that diverged.
+    assert re.search(r"at seq 1 \(event \d+ ActivityScheduled\): expected", bad.stderr), bad.stderr
+    assert "  raised in deploy_v2 (tests_reset_app.py:" in bad.stderr, bad.stderr
 
 
 def test_version_usage_guard(start_worker, client: Client, db: str) -> None:

@@ -12,7 +12,7 @@ import click
 from harvest.cli.http import PerShard
 from harvest.cli.output import SHARD_NUMBER, output_option, read_input_bounded
 from harvest.cli.shards import deployment_read, shard_api
-from harvest.core.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument, failure_traceback, raised_at
 from harvest.core.json_values import json_default
 from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE, FanOut, sum_versions
 
@@ -97,7 +97,17 @@ def replay(target: str, workflow_name: str | None, json_path: Path) -> None:
     click.echo(f"replay failed{where}: {result.error}", err=True)
     if result.expected is not None or result.got is not None:
         click.echo(f"  history recorded: {result.expected}\n  code issued:      {result.got}", err=True)
+    where_raised = _raised_in(result)
+    if where_raised:
+        click.echo(f"  raised {where_raised}", err=True)
     sys.exit(1)
+
+
+def _raised_in(result: Any) -> str | None:
+    """The workflow's line that issued the diverging command, ``in fn (file.py:12)``, as
+    ``harvest workflow stack`` names a worker's (the innermost frame outside Harvest)."""
+    exc = getattr(result, "exception", None)
+    return raised_at({"traceback": failure_traceback(exc)}) if exc is not None else None
 
 
 def _replay_batch(replayer: Any, batch: dict[str, Any], workflow_name: str | None, path: Path) -> None:
@@ -111,9 +121,11 @@ def _replay_batch(replayer: Any, batch: dict[str, Any], workflow_name: str | Non
         }
     results = replayer.replay_batch(batch)
     for execution_id, result in results.items():
+        where_raised = None if result.ok else _raised_in(result)
         click.echo(
             f"{'ok    ' if result.ok else 'FAILED'} {execution_id}"
             + ("" if result.ok else f": {result.error}")
+            + (f" [raised {where_raised}]" if where_raised else "")
         )
     failed = sum(1 for r in results.values() if not r.ok)
     click.echo(
