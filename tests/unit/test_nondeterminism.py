@@ -121,6 +121,17 @@ def test_a_mismatch_names_the_recorded_event_by_its_id():
         replay(gated_past_min, history)
     assert f"at seq 1 (event {by_seq[1]['event_id']} ActivityScheduled): expected" in str(err.value)
 
+    @workflow(name="flow")
+    async def two_at_once(ctx) -> str:  # a command where the step recorded none: its task's event
+        await asyncio.gather(ctx.execute_activity(send_email, "a"), ctx.execute_activity("render", 1))
+        return "v2"
+
+    first_task = next(e["event_id"] for e in history.events if e["event_type"] == "WorkflowTaskCompleted")
+    with pytest.raises(NonDeterminismError) as err:
+        replay(two_at_once, history)
+    said = f"expected no command (the workflow task of event {first_task} recorded none here), got"
+    assert said in str(err.value)
+
 
 def test_extra_command_is_detected():
     @workflow(name="flow")

@@ -265,6 +265,7 @@ class CommandIssuer:
     _versions: dict[str, int]
     _fatal: BaseException | None
     _loop: DeterministicEventLoop
+    step_marker: int | None  # the replayed step's WorkflowTaskCompleted event (None: a live step)
     handlers: RunHandlers  # its read_only is set while a query or validator runs
 
     # ------------------------------------------------------------------ for WorkflowContext
@@ -313,7 +314,12 @@ class CommandIssuer:
         event = self._expected.pop(seq, None)
         if event is None:
             got = describe_command(command)
-            self._raise_fatal(nondeterminism(seq, "no command (the history has none here)", got))
+            none = (
+                "no command (the history has none here)"
+                if self.step_marker is None
+                else f"no command (the workflow task of event {self.step_marker} recorded none here)"
+            )
+            self._raise_fatal(nondeterminism(seq, none, got))
         data: dict[str, Any] = event["event_data"]
         name = command.get("name")
         if not (
