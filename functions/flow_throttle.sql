@@ -177,6 +177,10 @@ $$;
 -- release, is taken off the queue here and is the caller's to start, _release_pending_start,
 -- after the locks its start takes: a batch of starts locks its starts' runs, in id order,
 -- between its gates and its first start; docs/internals.md, "Lock order").
+-- A batched start's argument is bounded one level tighter than a start's (HR001, _check_depth):
+-- its batch's run receives [[argument, ...]], one array more than the start's own input, and an
+-- argument that passed the start's check but not the run's would fail every release of its batch
+-- (each retried, the others' arguments held with it) and every start that filled it.
 CREATE OR REPLACE FUNCTION harvest._start_gate(
     p_workflow_name text, p_policy jsonb, p_input jsonb, p_workflow_id text, p_queue text,
     p_reuse_policy text, p_search_attributes jsonb, p_priority integer,
@@ -213,6 +217,12 @@ BEGIN
     IF v_key IS NULL THEN
         RETURN QUERY SELECT 'start'::text, v_workflow_id, NULL::harvest.pending_starts;
         RETURN;
+    END IF;
+    IF v_kind = 'batch' THEN
+        PERFORM harvest._check_depth(
+            format('the argument of workflow %s, which batches its starts (its run receives the list of '
+                   'the arguments, a level deeper)', p_workflow_name),
+            jsonb_build_array(p_input));
     END IF;
     PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(p_workflow_name, v_key));
     -- The rows this start's release may hand its run: the run-less ones its input references

@@ -6,7 +6,7 @@
 -- harvest.clear_start_throttle_override, harvest.get_start_gate; discarding: harvest.discard_pending_start,
 -- harvest.discard_pending_starts, harvest._discard_pending_start, harvest._pending_start_summary.
 BEGIN;
-SELECT plan(65);
+SELECT plan(68);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
@@ -81,6 +81,17 @@ SELECT is((SELECT input FROM harvest.executions WHERE workflow_name = 'wf_b'), '
           'the batched run receives the list of the arguments');
 SELECT throws_ok($$SELECT harvest.start_workflow('wf_b', '[1, 2]', NULL, 'bq')$$, 'HR001', NULL,
                  'a batched start passes exactly one argument');
+-- A batched argument is bounded a level tighter: its run receives [[argument, ...]]. One of 199
+-- levels passes a start's check (its input, 200) but not the batch's run (201): it made every
+-- release of its batch fail (retried, the others' arguments held) and every start that filled it.
+SELECT throws_like($$SELECT harvest.start_workflow('wf_b', ('[' || repeat('[', 199) || repeat(']', 199) || ']')::jsonb, NULL, 'bq')$$,
+                   'the argument of workflow wf_b, which batches its starts%nest deeper than 200 levels',
+                   '_start_gate(): a batched argument whose batch''s input would nest past 200 levels is refused (HR001)');
+SELECT is((SELECT count(*)::integer FROM harvest.pending_starts WHERE workflow_name = 'wf_b'), 0,
+          '... and joins no batch');
+SELECT results_eq($$SELECT status FROM harvest.start_workflow('wf_b', ('[' || repeat('[', 198) || repeat(']', 198) || ']')::jsonb, NULL, 'bq')$$,
+    $$VALUES ('DEFERRED'::text)$$, '_start_gate(): a batched argument of 198 levels is held back (its run''s input is 200 deep)');
+DELETE FROM harvest.pending_starts WHERE workflow_name = 'wf_b';
 SELECT throws_ok($$SELECT harvest.start_workflow('wf_bk', '[{"x": 1}, 2]', NULL, 'bq')$$, 'HR001', NULL,
                  'a batched start passes exactly one argument, also when its key value is missing (it started a run)');
 SELECT harvest.start_workflow('wf_b', '["w"]', NULL, 'bq');
