@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from harvest.core import jsonb
 from harvest.core.batches import BATCH_STEP as BATCH_STEP  # (re-exported: the step's one value)
 from harvest.core.batches import BATCH_STEP_MAX as BATCH_STEP_MAX
 from harvest.core.errors import InvalidArgument
@@ -444,7 +445,7 @@ def decode_cursor(token: str) -> tuple[str, dict[int, str | None]]:
         if not token.startswith(CURSOR_PREFIX):
             raise ValueError(token)
         raw = token[len(CURSOR_PREFIX) :]
-        body = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        body = jsonb.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
         batch, positions = body["b"], body["p"]
         if not isinstance(batch, str) or not isinstance(positions, dict):
             raise ValueError(token)

@@ -23,7 +23,7 @@ from json import encoder
 from json.encoder import encode_basestring
 from typing import Any
 
-__all__ = ["MAX_JSON_DEPTH", "deep_spans", "dumps", "stored_text", "stored_value"]
+__all__ = ["MAX_JSON_DEPTH", "deep_spans", "dumps", "loads", "stored_text", "stored_value"]
 
 # The deepest a payload's arrays and objects nest (one in another): what the database takes
 # from a client (harvest._check_depth, functions/core.sql), a web face from a body
@@ -56,6 +56,17 @@ def dumps(value: Any) -> str:
     return "".join(
         _c_make_encoder({}, _default, _escape_ascii, None, ": ", ", ", False, False, True)(value, 0)
     )
+
+
+def loads(text: str | bytes, **kwargs: Any) -> Any:
+    """``json.loads(text, **kwargs)`` of text a caller handed in (a page's cursor, a form's
+    field, a body): text nested past the parser's reach (about 1000 levels) is a ValueError,
+    as any text that is not JSON, not the parser's RecursionError, which is none (a crafted
+    cursor of 3,000 brackets was a 500 where a bad one is a 400 naming it)."""
+    try:
+        return json.loads(text, **kwargs)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
 
 
 def stored_text(value: Any) -> str:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, overload
 
+from harvest.core import jsonb
 from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, NoShardReached, NotFound
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 
@@ -495,7 +496,7 @@ def _decode_token(prefix: str, token: str, what: str) -> dict[str, Any]:
         raise bad
     text = token[len(prefix) :]
     try:
-        body = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        body = jsonb.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         raise bad from None
     if not isinstance(body, dict):

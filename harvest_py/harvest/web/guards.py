@@ -5,11 +5,11 @@ larger than they take (read with a cap, never whole), and its JSON. One place fo
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harvest.core import jsonb
 from harvest.core.errors import PayloadTooLarge
 from harvest.core.jsonb import MAX_JSON_DEPTH  # (the deepest JSON a web face takes)
 from harvest.db.connection import is_local_host
@@ -142,10 +142,7 @@ def parse_json(text: str | bytes) -> Any:
     MAX_JSON_DEPTH included (the parser's RecursionError, which is no ValueError, too), and
     NotJsonNumber for NaN, Infinity (Python's parser takes them: no JSON does) and a number past
     a float's range (read as infinity), naming where it was."""
-    try:
-        value = json.loads(text, parse_constant=_NonFiniteNumber, parse_float=_number)
-    except RecursionError:
-        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    value = jsonb.loads(text, parse_constant=_NonFiniteNumber, parse_float=_number)
     if json_depth(value) > MAX_JSON_DEPTH:
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     _refuse_non_finite(value)

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES, chain_broken_error
+from harvest.core import jsonb
 from harvest.core.codecs import refs_in
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, NotFound
@@ -206,7 +207,7 @@ def _after_history_cursor(token: str, execution_id: str) -> int:
         if not token.startswith(HISTORY_CURSOR):
             raise ValueError(token)
         raw = token[len(HISTORY_CURSOR) :]
-        body = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        body = jsonb.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
         run, after = str(uuid.UUID(body["x"])), body["e"]
         if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= ROW_ID_MAX:
             raise ValueError(after)

@@ -52,6 +52,7 @@ from harvest.client.history_export import aexport_chunks, aresolved_in_batches
 from harvest.client.routing import resident
 from harvest.client.schedules import abackfill, schedule_refusal_for
 from harvest.config import Config
+from harvest.core import jsonb
 from harvest.core.durations import plain_number
 from harvest.core.errors import (
     ConfigError,
@@ -339,7 +340,7 @@ def _absorb(tally: BatchTally, so_far: str | None) -> None:
     if not so_far:
         return
     try:
-        summary = json.loads(so_far)
+        summary = jsonb.loads(so_far)
         rows = [*(summary.get("shards") or []), *(summary.get("failures") or [])]
         if not all(isinstance(row, dict) for row in rows):  # (the page draws each as a row)
             raise TypeError(so_far)
@@ -1907,7 +1908,7 @@ def _drawn(form: dict[str, str]) -> dict[str, str] | None:
     they do not read back (a form from before it carried them: every field is compared with
     the schedule's)."""
     try:
-        drawn = json.loads(form.get("drawn") or "null")
+        drawn = jsonb.loads(form.get("drawn") or "null")
         if isinstance(drawn, dict) and all(isinstance(v, str) for v in drawn.values()):
             schedule_spec.update_changes(_schedule_body(drawn, create=False))
             return drawn
