@@ -110,6 +110,12 @@ BEGIN
     IF v_update_id = '' THEN
         RAISE EXCEPTION 'update id is empty' USING ERRCODE = 'HR001';
     END IF;
+    -- Bounded as a workflow id is: the id is a key of query_requests_update and events_update_id,
+    -- and a longer one failed their insert with the index's own error (its name, its page size).
+    IF octet_length(v_update_id) > 1000 THEN
+        RAISE EXCEPTION 'update id is % bytes, over the 1000 an update id may have', octet_length(v_update_id)
+            USING ERRCODE = 'HR001', HINT = 'an update id names one update: send a UUID or a short key';
+    END IF;
     PERFORM harvest._check_sent(format('the argument of update %s', p_name), p_arg,
                                    harvest._payload_limit());
     PERFORM harvest._check_traceparent(p_traceparent);

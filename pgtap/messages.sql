@@ -6,7 +6,7 @@
 -- and the helpers harvest._check_query_args, harvest._notify_query_answer and harvest._claimed_request
 -- (answer_query's and release_query_request's claim check).
 BEGIN;
-SELECT plan(187);
+SELECT plan(189);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -132,6 +132,14 @@ SELECT matches((SELECT update_id FROM harvest.request_update(pg_temp.run('a'), '
                '^[0-9a-f]{8}-[0-9a-f]{4}-', 'without an update id one is minted (a uuid)');
 SELECT throws_ok(format($$SELECT * FROM harvest.request_update(%L, 'decide', 'null', '')$$, pg_temp.run('a')),
                  'HR001', 'update id is empty', 'an empty update id: HR001');
+-- An update id is a key of two indexes: one past their row size (incompressible, 3,200 bytes)
+-- failed the insert with the index's own words; it is bounded at 1000 bytes, as a workflow id.
+SELECT throws_ok(format($$SELECT * FROM harvest.request_update(%L, 'decide', 'null',
+                          (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 100) AS g))$$, pg_temp.run('a')),
+                 'HR001', 'update id is 3200 bytes, over the 1000 an update id may have',
+                 'an update id over 1000 bytes: HR001');
+SELECT lives_ok(format($$SELECT * FROM harvest.request_update(%L, 'decide', 'null', repeat('u', 1000))$$, pg_temp.run('a')),
+                'an update id of 1000 bytes is taken');
 SELECT is(pg_temp.last_event_id(pg_temp.run('a')), 2::bigint, 'requesting an update writes no history');
 
 DELETE FROM harvest.query_requests WHERE kind = 'update' AND update_id <> 'u1';
