@@ -1,14 +1,18 @@
-"""Text a caller hands back (a page's cursor, a dashboard form's field) nested past Python's JSON
-parser (about 1000 levels) is refused as a bad value, never a 500: the parser's RecursionError is
-no ValueError, and a crafted cursor of 3,000 brackets was an internal error (sec71)."""
+"""Text a caller hands in (a page's cursor, a dashboard form's field, a CLI option's JSON)
+nested past Python's JSON parser (about 1000 levels) is refused as a bad value, never a 500 or
+a traceback: the parser's RecursionError is no ValueError, and a crafted cursor of 3,000
+brackets was an internal error (sec71)."""
 
 from __future__ import annotations
 
 import base64
 import uuid
+from pathlib import Path
 
 import pytest
 
+from harvest.cli.replay import _read_history
+from harvest.cli.workflow import loads_json_option
 from harvest.client.batch import CURSOR_PREFIX, decode_cursor
 from harvest.core import jsonb
 from harvest.core.errors import InvalidArgument
@@ -48,3 +52,14 @@ def test_a_deep_dashboard_form_field_is_refused_or_ignored() -> None:
     with pytest.raises(InvalidArgument, match="so_far"):
         _absorb(None, DEEP)  # type: ignore[arg-type]  # (refused before the tally is read)
     assert _drawn({"drawn": DEEP}) is None  # (a form without its drawn values: compared whole)
+
+
+def test_a_deep_cli_json_option_is_one_line(tmp_path: Path) -> None:
+    """``--input-json`` (and every --X-json) and ``harvest replay``'s history file: an
+    InvalidArgument naming the option or the file (the CLI's one line), not a traceback."""
+    with pytest.raises(InvalidArgument, match="--input-json: not valid JSON"):
+        loads_json_option(DEEP, "input-json")
+    history = tmp_path / "history.json"
+    history.write_text(DEEP)
+    with pytest.raises(InvalidArgument, match="not valid JSON"):
+        _read_history(history)

@@ -12,6 +12,7 @@ import click
 from harvest.cli.http import PerShard
 from harvest.cli.output import SHARD_NUMBER, output_option, read_input_bounded
 from harvest.cli.shards import deployment_read, shard_api
+from harvest.core import jsonb
 from harvest.core.errors import InvalidArgument, failure_traceback, raised_at
 from harvest.core.json_values import json_default
 from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE, FanOut, sum_versions
@@ -37,7 +38,7 @@ def _read_history(path: Path) -> Any:
     )
     raw = read_input_bounded(str(path), MAX_HISTORY_FILE_BYTES, str(path), larger)
     try:
-        return json.loads(raw)  # (bytes: UTF-8, or the UTF-16/32 JSON allows)
+        return jsonb.loads(raw)  # (bytes: UTF-8, or the UTF-16/32 JSON allows)
     except ValueError as exc:  # (a UnicodeDecodeError too)
         raise InvalidArgument(f"{path}: not valid JSON ({exc})") from None
 

@@ -39,6 +39,7 @@ from harvest.cli.shards import (
     with_page_footer,
 )
 from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks, resolved_in_batches
+from harvest.core import jsonb
 from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument, TimeoutError_, failure_line, raised_at
 from harvest.core.json_values import json_default
@@ -66,7 +67,7 @@ def loads_json_option(text: str, what: str) -> Any:
     every transport (the HTTP client refuses to send NaN or an infinite number; so do the
     database and the payload codecs); an error names the option."""
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        return jsonb.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except ValueError as exc:
         raise InvalidArgument(f"--{what}: not valid JSON ({exc})") from None
 
