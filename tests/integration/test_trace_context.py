@@ -9,6 +9,7 @@ with no span around keeps the run's own trace (its execution id).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -242,3 +243,34 @@ def test_a_decision_made_ahead_on_an_activity_result_stays_in_the_callers_trace(
     assert all(s.parent is None or s.parent.span_id in span_ids for s in workflow_spans), (
         "no span hangs from a span nobody recorded"
     )
+
+
+def test_a_signal_is_linked_from_the_replay_of_a_run_another_worker_decided(
+    spans, start_worker, client: Client
+) -> None:
+    # The claim of a run decided last by another worker carries no events (claim.sql,
+    # _events_since_decision): the replaying worker reads what is new from the history, and
+    # links its senders as the worker that decided the run would have.
+    exporter, provider = spans
+    first = start_worker(APP)
+    handle = client.start_workflow(tc_waiter)
+    for _ in range(300):  # its first task decided: it waits for the signal
+        if any(e["event_type"] == "WorkflowTaskCompleted" for e in handle.history()):
+            break
+        time.sleep(0.05)
+    first.stop()
+    second = start_worker(APP)
+    with provider.get_tracer("the sender").start_as_current_span("sender"):
+        handle.signal("go", "later")
+    assert handle.result(timeout=30) == "later"
+    second.stop()
+
+    finished = exporter.get_finished_spans()
+    (sent,) = _by_name(finished, "harvest.workflow.signal")
+    assert _by_name(finished, "harvest.workflow.execute"), "the second worker replayed the history"
+    readers = [
+        t
+        for t in _by_name(finished, "harvest.workflow.task")
+        if any(link.context.span_id == sent.context.span_id for link in t.links)
+    ]
+    assert len(readers) == 1 and readers[0].attributes.get("harvest.after_replay") is True

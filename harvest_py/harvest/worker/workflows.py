@@ -526,6 +526,7 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
     task_id, token = task["task_id"], task["fencing_token"]
     started = perf_counter()
     replayed = False
+    unseen = task.get("new_events")  # the events new to this task, when the claim carried them
     try:
         if run is not None:
             events = _carried_after(task, run.last_event_id)  # we decided it last
@@ -570,6 +571,11 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
             else:
                 events = await lane_of(task).sql.get_history(execution_id, 0)
                 replayed = True
+                if tracing.ACTIVE and unseen is None:
+                    # (the run was decided last by another worker, so the claim carried no
+                    # events: what is new to this task, whose senders it links, is the history's)
+                    since = task.get("new_events_after") or 0
+                    unseen = [e for e in events if e["event_id"] > since]
             if events and events[0]["event_type"] == "WorkflowStarted":
                 run.trace_seed = _trace_seed(events[0]["event_data"])
                 if replayed:  # the replay's new root span links to the run's trace
@@ -665,7 +671,7 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
             attributes={"harvest.workflow": task["workflow_name"], "harvest.after_replay": True},
             **(run.trace_seed or {}),
         ):
-            tracing.link_signals(task.get("new_events") or ())
+            tracing.link_signals(unseen or ())
             commands = traced_commands(commands, execution_id)
     elif tracing.ACTIVE:
         commands = traced_commands(commands, execution_id)
