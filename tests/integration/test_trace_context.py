@@ -17,13 +17,25 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from harvest import App, Client, activity, update, workflow
+from harvest import App, Client, RetryPolicy, activity, update, workflow
 from harvest.telemetry import tracing
 
 
 @activity
 async def tc_act(ctx, x: int) -> int:
     return x + 1
+
+
+@activity(retry=RetryPolicy.exponential(max_attempts=2, initial="0.2s"))
+async def tc_flaky(ctx) -> int:
+    if ctx.attempt() == 1:
+        raise RuntimeError("refused by postgresql://svc:hunter2@db/prod")
+    return ctx.attempt()
+
+
+@workflow
+async def tc_retrier(ctx) -> int:
+    return await ctx.execute_activity(tc_flaky)
 
 
 @workflow
@@ -64,7 +76,9 @@ def tc_bump(ctx, by: int) -> int:
 
 
 APP = App(
-    workflows=[tc_parent, tc_child, tc_waiter, tc_sender, tc_counter], activities=[tc_act], updates=[tc_bump]
+    workflows=[tc_parent, tc_child, tc_waiter, tc_sender, tc_counter, tc_retrier],
+    activities=[tc_act, tc_flaky],
+    updates=[tc_bump],
 )
 
 
@@ -274,3 +288,24 @@ def test_a_signal_is_linked_from_the_replay_of_a_run_another_worker_decided(
         if any(link.context.span_id == sent.context.span_id for link in t.links)
     ]
     assert len(readers) == 1 and readers[0].attributes.get("harvest.after_replay") is True
+
+
+def test_a_failed_attempts_span_is_an_error_naming_its_type_not_its_message(
+    spans, start_worker, client: Client
+) -> None:
+    exporter, _ = spans
+    worker = start_worker(APP)
+    assert client.start_workflow(tc_retrier).result(timeout=30) == 2
+    worker.stop()
+
+    attempts = sorted(
+        _by_name(exporter.get_finished_spans(), "harvest.activity.execute"),
+        key=lambda s: s.attributes["harvest.attempt"],
+    )
+    assert [a.status.status_code.name for a in attempts] == ["ERROR", "UNSET"]
+    assert attempts[0].attributes["harvest.error_type"] == "RuntimeError"
+    assert attempts[0].status.description == "RuntimeError"
+    assert "harvest.error_type" not in attempts[1].attributes
+    # The failure's message (which may quote data, here a password) is not exported.
+    exported = repr([(dict(a.attributes), a.status.description, a.events) for a in attempts])
+    assert "hunter2" not in exported

@@ -67,6 +67,7 @@ __all__ = [
     "configure",
     "continue_incoming",
     "current_ids",
+    "failed",
     "link_run",
     "link_signals",
     "run_context",
@@ -312,6 +313,17 @@ def current_ids() -> tuple[str, str] | None:
     if not context.is_valid:
         return None
     return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+
+
+def failed(error_type: str) -> None:
+    """Mark the current span (an activity attempt, a workflow task) failed: status ERROR and
+    ``harvest.error_type``, the failure's type only (its message may quote the data it was
+    about, and a span is exported to another system)."""
+    if not ACTIVE:
+        return
+    current = _otel.get_current_span()
+    current.set_attribute("harvest.error_type", error_type)
+    current.set_status(_otel.Status(_otel.StatusCode.ERROR, error_type))
 
 
 def decision_spans(commands: list[dict[str, Any]], execution_id: str) -> list[dict[str, Any]]:

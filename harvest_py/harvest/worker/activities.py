@@ -560,6 +560,7 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
             failure = own_cancel
         else:
             failure = _typed(exc)
+        tracing.failed(failure.error_type)
         await _fail_attempt(worker, task, failure, perf_counter() - started)
         return
     seconds = perf_counter() - started

@@ -586,6 +586,7 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
             run.close()
         kind = type(exc).__name__
         worker.metrics.workflow_task_failure(task["workflow_name"], kind)
+        tracing.failed(kind)
         # The failure is recorded in the run's history, every reader's: a database error (its
         # history not read, a payload not fetched) goes as its first line and SQLSTATE, redacted,
         # with the stack but not the text, whose DETAIL and CONTEXT quote values. Any other
