@@ -360,3 +360,20 @@ def test_a_combined_serve_reports_its_drained_worker_and_keeps_serving(db: str) 
     assert process.returncode == 0, err
     assert "Traceback" not in err
     assert any("drained" in line and "the management API" in line for line in err.splitlines()), err
+
+
+def test_serve_with_log_format_json_writes_only_json_lines(db: str) -> None:
+    """uvicorn's own lines (its startup, one per request) and the startup banner are objects of
+    the same log as Harvest's, not uvicorn's text: a collector parses every line."""
+    port = _free_port()
+    env = {**os.environ, "HARVEST_DATABASE_URL": db, "HARVEST_PROFILE": "dev"}
+    process = _run(["serve", "--port", str(port), "--log-format", "json"], env)
+    try:
+        assert _get(f"http://127.0.0.1:{port}/api/harvest/health/ready")[0] == 200
+    finally:
+        _, err = _stop(process)
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]  # each one an object
+    messages = [(line["logger"], line["message"]) for line in lines]
+    assert any(m == f"Harvest management API on http://127.0.0.1:{port}/api/harvest" for _, m in messages)
+    assert any(logger == "uvicorn.access" and "/health/ready" in m for logger, m in messages), err
+    assert all("color_message" not in line for line in lines), "uvicorn's terminal colours"

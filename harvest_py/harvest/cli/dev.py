@@ -216,7 +216,12 @@ def _api_server(
     )
     server = uvicorn.Server(
         uvicorn.Config(
-            served_app(api), host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_SECS
+            served_app(api),
+            host=host,
+            port=port,
+            log_level="warning",
+            log_config=None,  # (its lines in the process's log format, as `harvest serve`'s)
+            timeout_graceful_shutdown=GRACE_SECS,
         )
     )
     # The worker owns Ctrl-C and stops the server after it. uvicorn (0.29 and later) would

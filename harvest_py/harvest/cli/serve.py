@@ -277,13 +277,21 @@ def serve(
         runtime_plan(config).log()
     host, port = web_address(config, host, port)
     sockets = listening_sockets(host, port)
-    click.echo(f"Harvest management API on {served_url(host, sockets)}", err=True)
+    banner = f"Harvest management API on {served_url(host, sockets)}"
+    if log_format == "json":  # (every line of a json log is an object: a collector parses each)
+        logging.getLogger("harvest.web").info(banner)
+    else:
+        click.echo(banner, err=True)
     # Long-polls (result?wait=) may hold a request for minutes: a stop waits GRACE_SECS for them.
     served = uvicorn.Config(
         served_app(api, runtimes=runtimes if runtimes else None),
         host=host,
         port=port,
         log_level=log_level,
+        # uvicorn's own lines (its startup, errors, one per request) go to the handler
+        # configure_logging set up, in its format: uvicorn's default config would print them
+        # as its own text, also under --log-format json.
+        log_config=None,
         timeout_graceful_shutdown=GRACE_SECS,
     )
     server = uvicorn.Server(served)

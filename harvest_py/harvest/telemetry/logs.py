@@ -31,7 +31,8 @@ LOG_FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("harvest_log_fields",
 # The context fields a line may carry, in the order a JSON line writes them.
 FIELDS = ("execution_id", "workflow_id", "workflow", "activity", "attempt", "trace_id", "span_id")
 
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+# (and uvicorn's color_message: its message again, with terminal escape sequences)
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "color_message"}
 
 
 def log_fields(**fields: Any) -> Any:
