@@ -412,8 +412,14 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
             stale,
         )
         return False
+    # (the history keeps the message as raised; the log line masks a password in it: a URL's
+    # userinfo, a password= keyword, as every line Harvest logs about an error)
     log.info(
-        "activity %s attempt %s failed (%s): %s", task["activity_name"], task["attempt"], outcome, failure
+        "activity %s attempt %s failed (%s): %s",
+        task["activity_name"],
+        task["attempt"],
+        outcome,
+        redact(str(failure)),
     )
     return True
 

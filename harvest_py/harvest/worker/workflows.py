@@ -593,8 +593,12 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
         # error is the workflow's code or codec (theirs, kept whole) or Harvest's own.
         database = isinstance(exc, DatabaseError)
         message = redact(error_line(exc)) if database else str(exc)
-        log.error(
-            "workflow task for %s (%s) failed: %s: %s", execution_id, task["workflow_name"], kind, message
+        log.error(  # (the message as recorded, a password in it masked: security.md)
+            "workflow task for %s (%s) failed: %s: %s",
+            execution_id,
+            task["workflow_name"],
+            kind,
+            redact(message),
         )
         if isinstance(exc, (UnknownWorkflow, UnknownHandler)):
             # (UnknownHandler: its replay lacks an update handler the run ran, runtime/messages.py)
