@@ -414,7 +414,10 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
         return False
     # (the history keeps the message as raised; the log line masks a password in it: a URL's
     # userinfo, a password= keyword, as every line Harvest logs about an error)
-    log.info(
+    # A dead letter waits for an operator (`harvest dlq replay`): a warning; a retry, or a
+    # failure handed to the workflow's code, is the run's business: info.
+    log.log(
+        logging.WARNING if outcome == "dead_lettered" else logging.INFO,
         "activity %s attempt %s failed (%s): %s",
         task["activity_name"],
         task["attempt"],
