@@ -13,10 +13,14 @@
 --   * a run past its run or execution timeout ends TIMED_OUT (expire_workflows).
 
 -- Each row names what it expired (workflow_type, and for an activity its name and the
--- error_type it failed with) from the rows it already holds, so the scanner counts the failed
--- attempts no handler reported (harvest_activity_failed_total) without another read.
+-- error_type it failed with; the run's execution_id and the attempt) from the rows it already
+-- holds, so the scanner counts the failed attempts no handler reported
+-- (harvest_activity_failed_total) and logs each with its run, without another read.
 CREATE OR REPLACE FUNCTION harvest.expire_tasks(p_limit integer DEFAULT 100)
-RETURNS TABLE (task_id bigint, kind text, outcome text, workflow_type text, activity text, error_type text)
+RETURNS TABLE (
+    task_id bigint, kind text, outcome text, workflow_type text, activity text, error_type text,
+    execution_id uuid, attempt integer
+)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -54,7 +58,7 @@ BEGIN
                     'message', 'activity ' || v_task.activity_name || ' did not finish within its '
                                || 'schedule_to_close of ' || (v_task.options ->> 'schedule_to_close') || 's',
                     'details', NULL), false),
-                v_execution.workflow_name, v_task.activity_name, v_error_type;
+                v_execution.workflow_name, v_task.activity_name, v_error_type, v_task.execution_id, v_task.attempt;
         ELSIF v_task.status = 'running' AND v_task.lease_expires_at < v_now THEN
             IF v_task.kind = 'workflow' THEN
                 UPDATE harvest.tasks
@@ -63,7 +67,7 @@ BEGIN
                 WHERE id = v_task.id;
                 PERFORM harvest._notify_queue(v_task.queue);
                 RETURN QUERY SELECT v_task.id, v_task.kind, 'released'::text, v_execution.workflow_name,
-                    NULL::text, NULL::text;
+                    NULL::text, NULL::text, v_task.execution_id, v_task.attempt;
             ELSE
                 v_heartbeat_timeout := (v_task.options ->> 'heartbeat_timeout')::double precision;
                 v_error_type := CASE
@@ -79,7 +83,8 @@ BEGIN
                                    || ' held by ' || coalesce(v_task.lease_owner, 'its task token (completed elsewhere)')
                                    || ' timed out (' || v_error_type || ')',
                         'details', NULL)),
-                    v_execution.workflow_name, v_task.activity_name, v_error_type;
+                    v_execution.workflow_name, v_task.activity_name, v_error_type, v_task.execution_id,
+                    v_task.attempt;
             END IF;
         END IF;
     END LOOP;
@@ -140,7 +145,8 @@ $$;
 COMMENT ON FUNCTION harvest.expire_tasks IS
 'Crash recovery and activity timeouts: expired workflow-task leases go back to pending, expired activity leases '
 'fail that attempt, activities past schedule_to_close fail for good; bounded by p_limit, skipping locked rows. '
-'Each row names the run''s workflow_type and, for an activity, its name and error_type (the scanner counts them). '
+'Each row names the run''s workflow_type and execution_id, the attempt and, for an activity, its name and error_type '
+'(the scanner counts and logs them). '
 'Called by the scanner, harvest.scan (role harvest_worker).';
 COMMENT ON FUNCTION harvest.expire_workflows IS
 'End runs past their run or execution timeout as TIMED_OUT; returns how many. Called by the scanner, harvest.scan'

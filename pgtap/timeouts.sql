@@ -2,7 +2,7 @@
 -- StartToCloseTimeout / HeartbeatTimeout, schedule_to_close deadlines, the bound —
 -- and harvest.expire_workflows. The scanner pass that runs them is pgtap/scanner.sql.
 BEGIN;
-SELECT plan(55);
+SELECT plan(56);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -18,7 +18,8 @@ RETURNS void LANGUAGE sql AS $fn$
 $fn$;
 -- expire_tasks() once; its rows kept in `swept` for the assertions that follow.
 CREATE TEMP TABLE swept (
-    task_id bigint, kind text, outcome text, workflow_type text, activity text, error_type text
+    task_id bigint, kind text, outcome text, workflow_type text, activity text, error_type text,
+    execution_id uuid, attempt integer
 ) ON COMMIT DROP;
 CREATE FUNCTION pg_temp.sweep(p_limit integer DEFAULT 100) RETURNS bigint LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -71,6 +72,10 @@ SELECT results_eq($$SELECT workflow_type, activity, error_type FROM swept
                   $$VALUES ('to_wf'::text, 'act_s2c'::text, 'StartToCloseTimeout'::text),
                            ('to_wf', 'act_hb', 'HeartbeatTimeout')$$,
                   'each expired attempt names its workflow_type, activity and error_type (the scanner counts them)');
+SELECT results_eq($$SELECT execution_id, attempt FROM swept
+                    WHERE task_id IN (pg_temp.task('s2c'), pg_temp.task('hb')) ORDER BY task_id$$,
+                  $$VALUES (pg_temp.run('s2c'), 1), (pg_temp.run('hb'), 1)$$,
+                  'each expired attempt names its run and attempt (the scanner logs them)');
 SELECT results_eq($$SELECT outcome FROM swept WHERE task_id IN (pg_temp.task('last'), pg_temp.task('last_nodl'))
                     ORDER BY task_id$$,
                   ARRAY['dead_lettered', 'failed'],

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import threading
 import time
 from typing import Any
 
 import psycopg
+import pytest
 
 from harvest import App, Client, RetryPolicy, activity, workflow
 from harvest.db import testkit
@@ -188,10 +190,14 @@ def _expire_its_activity(client: Client, conn: Any, clock: Any, wf: Any, activit
     clock.set_offset(clock.offset() + dt.timedelta(seconds=61))
 
 
-def test_an_attempt_whose_lease_the_scanner_expired_is_counted_as_failed(start_worker, db: str) -> None:
+def test_an_attempt_whose_lease_the_scanner_expired_is_counted_as_failed(
+    start_worker, db: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """An activity whose worker never reports (killed, hung) fails by the scanner's
     StartToCloseTimeout: harvest_activity_failed_total counted no such attempt, so a poison
-    activity dead-lettered that way was invisible to HarvestActivityFailures."""
+    activity dead-lettered that way was invisible to HarvestActivityFailures. The scanner's
+    line about it names its run (the line said `activity <task id> dead_lettered`)."""
+    caplog.set_level(logging.INFO, logger="harvest.worker")
     labels = {
         "workflow_type": "metrics_hang_wf",
         "activity": "metrics_hangs",
@@ -210,6 +216,15 @@ def test_an_attempt_whose_lease_the_scanner_expired_is_counted_as_failed(start_w
                 "WHERE activity_name = 'metrics_hangs'"
             ).fetchone()
             assert error_type == "StartToCloseTimeout"
+            (run,) = conn.execute(
+                "SELECT execution_id::text FROM harvest.dead_letters WHERE activity_name = 'metrics_hangs'"
+            ).fetchone()
+        lines = [r for r in caplog.records if r.getMessage().startswith("timeout scanner: activity")]
+        expected = f"timeout scanner: activity metrics_hangs attempt 1 of {run} (metrics_hang_wf) failed"
+        said = [r.getMessage().split(": StartToCloseTimeout")[0] for r in lines]
+        assert said == [f"{expected} (dead_lettered)"]
+        assert lines[0].levelno == logging.WARNING
+        assert (lines[0].execution_id, lines[0].activity, lines[0].attempt) == (run, "metrics_hangs", 1)
     finally:
         clock.close()
 

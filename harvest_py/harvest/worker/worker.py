@@ -145,6 +145,38 @@ def _key(task: dict[str, Any]) -> tuple[int, int, int]:
     return (task["_lane"].shard, task["task_id"], task["fencing_token"])
 
 
+def log_expired(expired: list[dict[str, Any]]) -> None:
+    """One line per task the scanner expired (harvest.expire_tasks), with its run's fields (a
+    JSON line's execution_id, workflow, activity, attempt): an attempt whose worker died or went
+    silent is found by its run, as the line of an attempt its handler failed is."""
+    for row in expired:
+        fields = {"execution_id": row.get("execution_id"), "workflow": row.get("workflow_type")}
+        if row["kind"] == "activity":
+            fields |= {"activity": row.get("activity"), "attempt": row.get("attempt")}
+            log.log(
+                logging.WARNING if row["outcome"] == "dead_lettered" else logging.INFO,
+                "timeout scanner: activity %s attempt %s of %s (%s) failed (%s): %s (task %s)",
+                row.get("activity"),
+                row.get("attempt"),
+                row.get("execution_id"),
+                row.get("workflow_type"),
+                row["outcome"],
+                row.get("error_type"),
+                row["task_id"],
+                extra=fields,
+            )
+        else:
+            log.info(
+                "timeout scanner: %s task of %s (%s) %s: its lease ran out (task %s)",
+                row["kind"],
+                row.get("execution_id"),
+                row.get("workflow_type"),
+                row["outcome"],
+                row["task_id"],
+                extra=fields,
+            )
+
+
 class Worker:
     """Runs an App's workflows and activities: polls every queue the App uses (or ``queues=``)
     of the database ``dsn`` names (default ``HARVEST_DATABASE_URL``) and runs up to
@@ -1422,12 +1454,7 @@ class Worker:
                     log.info("timeout scan: the database answers again")
                 if moved["expired_tasks"]:
                     self.metrics.attempts_expired(moved["expired_tasks"])
-                    log.info(
-                        "timeout scanner: %s",
-                        ", ".join(
-                            f"{r['kind']} {r['task_id']} {r['outcome']}" for r in moved["expired_tasks"]
-                        ),
-                    )
+                    log_expired(moved["expired_tasks"])
                 if moved["timed_out_workflows"]:
                     log.info("timeout scanner: %d workflow run(s) timed out", moved["timed_out_workflows"])
                 if (
