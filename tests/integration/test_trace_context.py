@@ -309,3 +309,24 @@ def test_a_failed_attempts_span_is_an_error_naming_its_type_not_its_message(
     # The failure's message (which may quote data, here a password) is not exported.
     exported = repr([(dict(a.attributes), a.status.description, a.events) for a in attempts])
     assert "hunter2" not in exported
+
+
+def test_a_workflow_task_that_failed_on_the_worker_is_an_error_span(
+    spans, start_worker, client: Client
+) -> None:
+    exporter, _ = spans
+    worker = start_worker(APP)
+    handle = client.start_workflow("tc_nobody_declares_it", queue="default")
+    for _ in range(300):  # the worker has no such workflow: its task fails (UnknownWorkflow)
+        failed = [
+            s
+            for s in exporter.get_finished_spans()
+            if s.attributes.get("harvest.execution_id") == str(handle.execution_id)
+            and s.name in ("harvest.workflow.task", "harvest.workflow.execute")
+        ]
+        if failed:
+            break
+        time.sleep(0.05)
+    worker.stop()
+    assert failed and failed[0].status.status_code.name == "ERROR"
+    assert failed[0].attributes["harvest.error_type"] == "UnknownWorkflow"
