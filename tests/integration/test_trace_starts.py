@@ -110,7 +110,8 @@ def test_a_schedule_firing_is_the_root_of_its_runs_trace(
         clock.close()
 
     finished = exporter.get_finished_spans()
-    fires = [f for f in _named(finished, "harvest.schedule.fire") if f.attributes["harvest.schedule.started"]]
+    fires = _named(finished, "harvest.schedule.fire")
+    # (the tick that set the new schedule's first slot fired nothing: it made no trace)
     assert len(fires) == 1, "one tick fired the slot"
     (fire,) = fires
     assert fire.parent is None, "the firing is a new trace's root"

@@ -185,7 +185,9 @@ async def _tick_page(sql: Any, rows: list[dict[str, Any]], report: TickReport, m
             log.warning("scheduler: schedule %r cannot be computed: %s", row["name"], exc)
             continue
         try:
-            if tracing.ACTIVE:
+            # (a tick that only sets a new or re-timed schedule's first slot fires nothing and
+            # misses nothing: no trace of its own, as none of a run starts there)
+            if tracing.ACTIVE and (plan.slots or plan.missed_slots):
                 result = await _traced_fire(sql, row, plan)
             else:
                 result = await sql.fire_schedule(**plan.args())
