@@ -1993,15 +1993,23 @@ BEGIN
         );
         RETURN;
     END IF;
+    v_failure := CASE WHEN v_unknown_to IS NULL THEN p_failure
+                      ELSE jsonb_set(p_failure, '{details}',
+                                     CASE WHEN jsonb_typeof(p_failure -> 'details') = 'object'
+                                          THEN p_failure -> 'details' ELSE '{}'::jsonb END
+                                     || jsonb_build_object('unknown_to', v_unknown_to)) END;
+    -- The failure is kept with failing_since, when the task's first failure in a row was
+    -- recorded (carried from the failure it replaces; a task's row goes once a decision
+    -- commits): the workflow list's failing filter and mark say since when a run is stuck.
+    IF jsonb_typeof(v_failure) = 'object' THEN
+        v_failure := v_failure || jsonb_build_object(
+            'failing_since', coalesce(v_task.last_failure -> 'failing_since', to_jsonb(harvest.now())));
+    END IF;
     UPDATE harvest.tasks
     SET status = CASE WHEN v_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
         lease_owner = NULL, lease_expires_at = NULL,
         due_at = harvest.now() + make_interval(secs => greatest(coalesce(p_retry_in_secs, 5), 0)),
-        last_failure = CASE WHEN v_unknown_to IS NULL THEN p_failure
-                            ELSE jsonb_set(p_failure, '{details}',
-                                           CASE WHEN jsonb_typeof(p_failure -> 'details') = 'object'
-                                                THEN p_failure -> 'details' ELSE '{}'::jsonb END
-                                           || jsonb_build_object('unknown_to', v_unknown_to)) END
+        last_failure = v_failure
     WHERE id = p_task_id;
 END;
 $$;

@@ -890,9 +890,12 @@ $$;
 -- The WHERE conditions (over alias e) of the workflow list's filters, shared by
 -- list_executions and count_executions so both read the same rows. An unknown
 -- state or a malformed search filter raises HR001.
+-- p_failing: true, only the runs whose workflow task is failing (its row holds the failure of
+-- its last attempt: fail_workflow_task writes last_failure, a decision deletes the row), read
+-- from tasks_workflow_failing (a few rows: the runs stuck so); false, only the others; NULL, all.
 CREATE OR REPLACE FUNCTION harvest._execution_filters(
     p_status text, p_workflow_name text, p_search_attributes text[], p_created_after timestamptz,
-    p_created_before timestamptz, p_workflow_id text DEFAULT NULL
+    p_created_before timestamptz, p_workflow_id text DEFAULT NULL, p_failing boolean DEFAULT NULL
 )
 RETURNS text[]
 LANGUAGE plpgsql STABLE
@@ -948,6 +951,11 @@ BEGIN
     FOREACH v_filter IN ARRAY coalesce(p_search_attributes, ARRAY[]::text[]) LOOP
         v_where := v_where || harvest._search_predicate(harvest._parse_search_filter(v_filter));
     END LOOP;
+    IF p_failing IS NOT NULL THEN
+        v_where := v_where || (CASE WHEN p_failing THEN '' ELSE 'NOT ' END
+            || 'e.id IN (SELECT t.execution_id FROM harvest.tasks AS t'
+            || ' WHERE t.kind = ''workflow'' AND t.last_failure IS NOT NULL)');
+    END IF;
     RETURN v_where;
 END;
 $$;
@@ -967,12 +975,14 @@ CREATE OR REPLACE FUNCTION harvest.list_executions(
     p_cursor text DEFAULT NULL,
     p_order text DEFAULT 'desc',
     p_filter text DEFAULT NULL,
-    p_workflow_id text DEFAULT NULL
+    p_workflow_id text DEFAULT NULL,
+    p_failing boolean DEFAULT NULL
 )
 RETURNS TABLE (
     execution_id uuid, workflow_name text, workflow_id text, status text, queue text,
     search_attributes jsonb, parent_id uuid, created_at timestamptz, completed_at timestamptz,
-    error_summary text, next_cursor text
+    error_summary text, task_error_type text, task_attempt integer, task_failing_since timestamptz,
+    next_cursor text
 )
 LANGUAGE plpgsql STABLE
 AS $$
@@ -992,7 +1002,7 @@ BEGIN
         RAISE EXCEPTION 'page size % is out of range 1..1000', p_page_size USING ERRCODE = 'HR001';
     END IF;
     v_where := harvest._execution_filters(p_status, p_workflow_name, p_search_attributes, p_created_after,
-                                          p_created_before, p_workflow_id);
+                                          p_created_before, p_workflow_id, p_failing);
     SELECT * INTO v_filter FROM harvest._compile_filter(p_filter);
     v_where := v_where || v_filter.o_sql;
     IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
@@ -1001,12 +1011,19 @@ BEGIN
                                      CASE v_order WHEN 'asc' THEN '>' ELSE '<' END,
                                      harvest._time_literal(v_cursor.created_at), v_cursor.id);
     END IF;
+    -- The page's runs first, then each one's failing workflow task (if any) down
+    -- tasks_one_workflow_task: a probe per row of the page, never per run matched.
     v_sql := format(
-        'SELECT e.id, e.workflow_name, e.workflow_id, e.status, e.queue, e.search_attributes,'
+        'SELECT p.*, t.last_failure ->> ''error_type'' AS task_error_type, t.attempt AS task_attempt,'
+        ' (t.last_failure ->> ''failing_since'')::timestamptz AS task_failing_since'
+        ' FROM (SELECT e.id, e.workflow_name, e.workflow_id, e.status, e.queue, e.search_attributes,'
         ' e.parent_id, e.created_at, e.completed_at,'
         ' (e.failure ->> ''error_type'') || '': '' || (e.failure ->> ''message'') AS error_summary'
-        ' FROM harvest.executions AS e WHERE %s ORDER BY e.created_at %s, e.id %s LIMIT %s',
-        array_to_string(v_where, ' AND '), v_order, v_order, p_page_size + 1);
+        ' FROM harvest.executions AS e WHERE %s ORDER BY e.created_at %s, e.id %s LIMIT %s) AS p'
+        ' LEFT JOIN harvest.tasks AS t ON t.execution_id = p.id AND t.kind = ''workflow'''
+        ' AND t.last_failure IS NOT NULL'
+        ' ORDER BY p.created_at %s, p.id %s',
+        array_to_string(v_where, ' AND '), v_order, v_order, p_page_size + 1, v_order, v_order);
     -- Fetch one row past the page; each row is emitted one step late so the page's
     -- last row can carry next_cursor exactly when another row follows it.
     FOR v_row IN EXECUTE v_sql USING v_filter.o_params LOOP
@@ -1029,6 +1046,9 @@ BEGIN
         created_at := v_row.created_at;
         completed_at := v_row.completed_at;
         error_summary := v_row.error_summary;
+        task_error_type := v_row.task_error_type;
+        task_attempt := v_row.task_attempt;
+        task_failing_since := v_row.task_failing_since;
         next_cursor := NULL;
     END LOOP;
     IF v_count > 0 THEN
@@ -1053,7 +1073,8 @@ CREATE OR REPLACE FUNCTION harvest.count_executions(
     p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL,
     p_limit integer DEFAULT NULL,
-    p_workflow_id text DEFAULT NULL
+    p_workflow_id text DEFAULT NULL,
+    p_failing boolean DEFAULT NULL
 )
 RETURNS TABLE (status text, workflow_name text, executions bigint, capped boolean)
 LANGUAGE plpgsql STABLE
@@ -1078,7 +1099,8 @@ BEGIN
     END IF;
     SELECT * INTO v_filter FROM harvest._compile_filter(p_filter);
     v_where := array_to_string(harvest._execution_filters(p_status, p_workflow_name, p_search_attributes,
-                                                          p_created_after, p_created_before, p_workflow_id)
+                                                          p_created_after, p_created_before, p_workflow_id,
+                                                          p_failing)
                                || v_filter.o_sql, ' AND ');
     IF p_limit IS NULL THEN
         RETURN QUERY EXECUTE format(
@@ -1971,7 +1993,8 @@ COMMENT ON FUNCTION harvest.get_execution_by_workflow_id IS
 'there is none, HR001 when the id is empty or, with no name, several workflows use it. For clients (role '
 'harvest_reader).';
 COMMENT ON FUNCTION harvest.list_executions IS
-'The workflow list: optional filters composed with AND (p_workflow_id: the runs of one workflow id; p_filter: an '
+'The workflow list: optional filters composed with AND (p_workflow_id: the runs of one workflow id; p_failing: the '
+'runs whose workflow task is failing, each row marked with its error type, attempt and since when; p_filter: an '
 'expression with AND, OR, IN and parentheses whose keys and values are bound parameters), keyset pages on '
 '(created_at, id) with next_cursor; an unknown state, bad filter, order, page size or cursor, or an empty '
 'workflow id raises HR001. For operators (role harvest_reader).';

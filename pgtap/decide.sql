@@ -15,7 +15,7 @@
 -- harvest._lock_runs_and_mutexes (the id-ordered pass of runs, then mutex keys, both use),
 -- harvest._lock_superseded_runs (the runs latest-wins starts supersede, before the first).
 BEGIN;
-SELECT plan(360);
+SELECT plan(362);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -299,6 +299,17 @@ SELECT is_empty($$SELECT * FROM harvest.claim_tasks('worker-2', ARRAY['dq_ft'])$
 SET LOCAL harvest.fake_now = '2030-01-01 00:01:07+00';
 SELECT results_eq($$SELECT task_id, attempt FROM harvest.claim_tasks('worker-2', ARRAY['dq_ft'])$$,
                   $$SELECT pg_temp.task('ft'), 2$$, 'then it is claimed again');
+SELECT is((SELECT (last_failure ->> 'failing_since')::timestamptz FROM harvest.tasks WHERE id = pg_temp.task('ft')),
+          '2030-01-01 00:01:00+00'::timestamptz, 'fail_workflow_task(): the failure says since when (failing_since)');
+SET LOCAL harvest.fake_now = '2030-01-01 00:01:09+00';
+SELECT harvest.fail_workflow_task(pg_temp.task('ft'), (SELECT fencing_token FROM harvest.tasks WHERE id = pg_temp.task('ft')),
+                                  '{"error_type": "NonDeterminism", "message": "seq 2"}', 7);
+SELECT results_eq(
+    $$SELECT last_failure ->> 'message', (last_failure ->> 'failing_since')::timestamptz, attempt
+      FROM harvest.tasks WHERE id = pg_temp.task('ft')$$,
+    $$VALUES ('seq 2'::text, '2030-01-01 00:01:00+00'::timestamptz, 2)$$,
+    'a second failure in a row is kept with the first one''s failing_since');
+SET LOCAL harvest.fake_now = '2030-01-01 00:01:07+00';
 SELECT pg_temp.start_and_claim('ft_neg');
 SELECT lives_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{}', -5)$$,
                        pg_temp.task('ft_neg'), pg_temp.token('ft_neg')), 'fail_workflow_task() with a negative backoff');

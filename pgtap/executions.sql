@@ -143,7 +143,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(97);
+SELECT plan(103);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -362,6 +362,24 @@ SELECT is(harvest.get_execution_stack(pg_temp.run('stuck')) #>> '{workflow_task,
           'stack: the workflow task names its queue');
 SELECT is(harvest.get_execution_stack(pg_temp.run('stuck')) #>> '{workflow_task,live_workers}', '0',
           'stack: and how many live workers poll it (none: it waits for one)');
+-- The failing filter: the runs whose workflow task's last attempt failed, each marked with it.
+SELECT results_eq(
+    $$SELECT execution_id, task_error_type, task_attempt, task_failing_since <= harvest.now()
+      FROM harvest.list_executions(p_failing => true)$$,
+    $$SELECT pg_temp.run('stuck'), 'IllegalWorkflowOperation'::text, 1, true$$,
+    'list_executions(p_failing => true): the run whose workflow task fails, its error type, attempt and since when');
+SELECT is_empty($$SELECT 1 FROM harvest.list_executions(p_failing => false) WHERE execution_id = pg_temp.run('stuck')$$,
+                'list_executions(p_failing => false): every run but those');
+SELECT is((SELECT count(*) FROM harvest.list_executions(p_workflow_name => 'op_wf', p_failing => false)
+           WHERE task_error_type IS NULL AND task_attempt IS NULL AND task_failing_since IS NULL), 5::bigint,
+          'list_executions(p_failing => false): the others, unmarked');
+SELECT is((SELECT task_error_type FROM harvest.list_executions(p_workflow_name => 'stuck_wf')), 'IllegalWorkflowOperation',
+          'list_executions(): a failing run is marked without the filter too');
+SELECT results_eq($$SELECT status, executions FROM harvest.count_executions(p_failing => true)$$,
+                  $$VALUES ('RUNNING'::text, 1::bigint)$$, 'count_executions(p_failing => true)');
+SELECT matches(pg_temp.plan_of($$SELECT * FROM harvest.executions AS e WHERE $$
+                               || array_to_string(harvest._execution_filters(NULL, NULL, NULL, NULL, NULL, NULL, true), ' AND ')),
+               'tasks_workflow_failing', '_execution_filters(p_failing): down tasks_workflow_failing');
 -- A bounded stack (the dashboard's, the HTTP route's): at most p_limit entries a list, and
 -- every list's total; without p_limit, every entry.
 CREATE TEMP TABLE wide ON COMMIT DROP AS

@@ -91,6 +91,13 @@ CREATE UNIQUE INDEX tasks_one_workflow_task
 ON harvest.tasks (execution_id)
 WHERE kind = 'workflow';
 
+-- The runs whose workflow task is failing (fail_workflow_task kept the failure of its last
+-- attempt; a decision deletes the row): the workflow list's failing filter reads their few
+-- ids here, not every open run's workflow task (migration 0135).
+CREATE INDEX tasks_workflow_failing
+ON harvest.tasks (execution_id)
+WHERE kind = 'workflow' AND last_failure IS NOT NULL;
+
 -- An activity invocation (execution, seq) is one row for all its attempts, and a run's
 -- tasks are found by its prefix (a lookup, a cancel, a close's delete, the foreign key's
 -- cascade). A workflow task's seq is NULL, so the index asks nothing of it (NULLs are

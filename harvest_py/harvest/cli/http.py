@@ -1123,12 +1123,14 @@ class HttpReads:
         order: str = "desc",
         filter: str | None = None,
         workflow_id: str | None = None,
+        failing: bool | None = None,
     ) -> Merged[Any]:
         answer = self.http.get(
             "/workflows",
             state=state,
             workflow_name=workflow_name,
             workflow_id=workflow_id,
+            failing=failing,
             search_attr=list(search_attributes or []),
             filter=filter,
             created_after=created_after,
@@ -1158,11 +1160,13 @@ class HttpReads:
         filter: str | None = None,
         limit: int | None = None,
         workflow_id: str | None = None,
+        failing: bool | None = None,
     ) -> Merged[Any]:
         answer = self.http.get(
             "/workflows/count",
             limit=limit,
             workflow_id=workflow_id,
+            failing=failing,
             group_by=group_by,
             state=state,
             workflow_name=workflow_name,

@@ -426,6 +426,14 @@ def _summary(event: dict[str, Any]) -> str:
 )
 @click.option("--cursor", default=None, help="next_cursor from the previous page.")
 @click.option("--order", type=click.Choice(["desc", "asc"]), default="desc", show_default=True)
+@click.option(
+    "--failing/--not-failing",
+    "failing",
+    default=None,
+    help="Only the runs whose workflow task is failing (a non-determinism error, a WorkflowCallError, an "
+    "unknown workflow: retried every 5 s while the run stays RUNNING), or only the others "
+    '(docs/failures.md, "Runs whose workflow task fails").',
+)
 @database_url_option
 @output_option
 def list_(
@@ -439,6 +447,7 @@ def list_(
     page_size: int,
     cursor: str | None,
     order: str,
+    failing: bool | None,
     database_url: str | None,
     output: str,
 ) -> None:
@@ -460,20 +469,42 @@ def list_(
             order=order,
             filter=filter_expr,
             workflow_id=workflow_id,
+            **({"failing": failing} if failing is not None else {}),
         ),
     )
 
     shard = ["shard_id"] if merged.sharded else []  # the shard column on a sharded deployment (read_shards)
 
     def render(rows: list[dict[str, Any]]) -> str:
+        # A run whose workflow task is failing says so in a column of its own, on a page that has one.
+        task = ["task_failing"] if any(r.get("task_error_type") for r in rows) else []
         text = table(
-            rows,
-            [*shard, "execution_id", "workflow_name", "workflow_id", "status", "created_at", "completed_at"],
-            [*shard, "execution_id", "workflow", "workflow_id", "status", "created", "completed"],
+            [{**r, "task_failing": _task_failing(r)} for r in rows] if task else rows,
+            [
+                *shard,
+                "execution_id",
+                "workflow_name",
+                "workflow_id",
+                "status",
+                "created_at",
+                "completed_at",
+                *task,
+            ],
+            [*shard, "execution_id", "workflow", "workflow_id", "status", "created", "completed", *task],
         )
         return with_page_footer(text, rows, "execution(s)", merged)
 
     emit_merged(merged, "executions", output, render)
+
+
+def _task_failing(row: dict[str, Any]) -> str:
+    """A listed run's failing workflow task in a cell: its error type, attempt and since when."""
+    if not row.get("task_error_type"):
+        return ""
+    since = row.get("task_failing_since")
+    return f"{row['task_error_type']} (attempt {row.get('task_attempt')}" + (
+        f", since {since})" if since else ")"
+    )
 
 
 @workflow.command("count")
@@ -495,6 +526,12 @@ def list_(
 @click.option("--filter", "filter_expr", default=None, help="As for `workflow list`.")
 @click.option("--workflow-id", default=None, help="Only the runs of this workflow id (every shard asked).")
 @click.option(
+    "--failing/--not-failing",
+    "failing",
+    default=None,
+    help="As for `workflow list`.",
+)
+@click.option(
     "--limit",
     type=click.IntRange(min=1),
     default=None,
@@ -512,6 +549,7 @@ def count(
     created_before: datetime | None,
     filter_expr: str | None,
     workflow_id: str | None,
+    failing: bool | None,
     limit: int | None,
     database_url: str | None,
     output: str,
@@ -533,6 +571,7 @@ def count(
             filter=filter_expr,
             limit=limit,
             workflow_id=workflow_id,
+            **({"failing": failing} if failing is not None else {}),
         ),
     )
     columns = {"status": ["status"], "workflow_name": ["workflow_name"], "all": ["status", "workflow_name"]}

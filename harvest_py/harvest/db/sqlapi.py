@@ -288,14 +288,15 @@ SELECT * FROM harvest.list_executions(
     p_status => %(state)s, p_workflow_name => %(workflow_name)s,
     p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
     p_created_before => %(created_before)s, p_page_size => %(page_size)s, p_cursor => %(cursor)s,
-    p_order => %(order)s, p_filter => %(filter)s, p_workflow_id => %(workflow_id)s)
+    p_order => %(order)s, p_filter => %(filter)s, p_workflow_id => %(workflow_id)s,
+    p_failing => %(failing)s)
 """
 COUNT_EXECUTIONS = """
 SELECT * FROM harvest.count_executions(
     p_group_by => %(group_by)s, p_status => %(state)s, p_workflow_name => %(workflow_name)s,
     p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
     p_created_before => %(created_before)s, p_filter => %(filter)s, p_limit => %(limit)s,
-    p_workflow_id => %(workflow_id)s)
+    p_workflow_id => %(workflow_id)s, p_failing => %(failing)s)
 """
 # The children of several executions in one statement (a fan-out level of the tree: a child
 # may live on another shard than its parent, so each level asks every shard for all of them),
@@ -1738,9 +1739,12 @@ def list_executions(
     order: str = "desc",
     filter: str | None = None,
     workflow_id: str | None = None,
+    failing: bool | None = None,
 ) -> dict[str, Any]:
     """``workflow_id``: only that id's runs (a continue-as-new chain, a reset's forks, earlier
-    runs that reused it)."""
+    runs that reused it). ``failing``: True, only the runs whose workflow task is failing (each
+    row's ``task_error_type``, ``task_attempt`` and ``task_failing_since`` say how); False,
+    only the others; None, every run."""
     return {
         "state": state,
         "workflow_name": workflow_name,
@@ -1752,6 +1756,7 @@ def list_executions(
         "order": order,
         "filter": filter,
         "workflow_id": workflow_id,
+        "failing": failing,
     }
 
 
@@ -1766,10 +1771,11 @@ def count_executions(
     filter: str | None = None,
     limit: int | None = None,
     workflow_id: str | None = None,
+    failing: bool | None = None,
 ) -> dict[str, Any]:
     """``limit``: count at most that many runs of each status (group_by status only); a row
     whose count reached it is ``capped`` (at least that many). None: every run counted.
-    ``workflow_id``: only that id's runs."""
+    ``workflow_id``: only that id's runs; ``failing``: as :func:`list_executions`'."""
     return {
         "group_by": group_by,
         "state": state,
@@ -1780,6 +1786,7 @@ def count_executions(
         "filter": filter,
         "limit": limit,
         "workflow_id": workflow_id,
+        "failing": failing,
     }
 
 

@@ -637,6 +637,7 @@ def list_workflows(
     order: str = "desc",
     filter: str | None = None,
     workflow_id: str | None = None,
+    failing: bool | None = None,
 ) -> Plan:
     """One page of the workflow list across shards, ordered by (created_at, id).
 
@@ -669,6 +670,7 @@ def list_workflows(
             "created_before": created_before,
             **({"filter": filter} if filter else {}),
             **({"workflow_id": workflow_id} if workflow_id is not None else {}),
+            **({"failing": failing} if failing is not None else {}),
         }
     )
     start: ListCursor | None = None
@@ -702,6 +704,7 @@ def list_workflows(
             order=order,
             filter=filter,
             **({"workflow_id": workflow_id} if workflow_id is not None else {}),
+            **({"failing": failing} if failing is not None else {}),
         )
 
     fan = yield Step(read)
@@ -786,6 +789,7 @@ def count_executions(
     filter: str | None = None,
     limit: int | None = None,
     workflow_id: str | None = None,
+    failing: bool | None = None,
 ) -> Plan:
     """How many executions match, per status (or workflow name, or both), over every shard
     (``workflow_id``: one id's runs, every shard asked, as :func:`list_workflows`). A
@@ -804,6 +808,7 @@ def count_executions(
             filter=filter,
             limit=limit,
             workflow_id=workflow_id,
+            failing=failing,
         )
     )
     rows = _summed(fan, ("status", "workflow_name"), ("executions",), maxes=("capped",))

@@ -90,6 +90,13 @@ FILTERS = (
         "and status: tenant = acme OR (region IN (eu, us) AND amount >= 100). Each side of an OR must "
         "test a search attribute or workflow_name = / IN. ANDed with the other filters.",
     ),
+    Param(
+        "failing",
+        "boolean",
+        description="true: only the runs whose workflow task is failing (a non-determinism error, a "
+        "WorkflowCallError, an unknown workflow: retried every 5 s, the run stays RUNNING); false: only the "
+        "others. Each row's task_error_type, task_attempt and task_failing_since mark such a run.",
+    ),
 )
 # The list's and the count's filter: a workflow id's runs, on every shard (fanout.list_workflows).
 # An empty value is a 400 (not absent, as other parameters' are: it would select every run).
@@ -127,6 +134,7 @@ def _filters(args: dict[str, Any]) -> dict[str, Any]:
         "created_after": after,
         "created_before": before,
         "filter": args["filter"],
+        "failing": args["failing"],
     }
 
 

@@ -1,0 +1,21 @@
+-- harvest:no-transaction
+-- 0135: the workflow list filters the runs whose workflow task is failing (harvest.list_executions'
+-- and count_executions' p_failing: GET /workflows?failing=true, `harvest workflow list --failing`)
+-- and marks each run of a page with its failing task (the columns task_error_type, task_attempt,
+-- task_failing_since), down a new partial index over the failing workflow tasks: a few rows,
+-- where tasks_one_workflow_task holds every open run's.
+-- (Outside a transaction, re-runnable: tasks keep being written meanwhile. A build that failed
+-- half way leaves an invalid index, which the next run drops first.)
+DROP INDEX CONCURRENTLY IF EXISTS harvest.tasks_workflow_failing;
+CREATE INDEX CONCURRENTLY tasks_workflow_failing
+ON harvest.tasks (execution_id)
+WHERE kind = 'workflow' AND last_failure IS NOT NULL;
+-- The old signatures go here; the new ones are installed with the functions, after the
+-- migrations.
+DROP FUNCTION IF EXISTS harvest.list_executions(
+    text, text, text[], timestamptz, timestamptz, integer, text, text, text, text
+);
+DROP FUNCTION IF EXISTS harvest.count_executions(
+    text, text, text, text[], timestamptz, timestamptz, text, integer, text
+);
+DROP FUNCTION IF EXISTS harvest._execution_filters(text, text, text[], timestamptz, timestamptz, text);
