@@ -100,3 +100,25 @@ def test_a_failing_run_is_found_over_http_and_the_cli(db: str, start_worker, mon
     for how, result in count.items():
         assert result.exit_code == 0, (how, result.output)
         assert [c["executions"] for c in json.loads(result.stdout)["counts"]] == [1], how
+
+
+def test_the_dashboard_filters_and_marks_a_failing_run(db: str, start_worker) -> None:
+    bad, good = _one_failing_run(db, start_worker)
+    with api_client(db) as http:
+        page = http.get("/ui/workflows", params={"failing": "true"})
+        assert page.status_code == 200, page.text
+        assert bad[-12:] in page.text and good[-12:] not in page.text
+        assert "task failing: IllegalWorkflowOperation · attempt " in page.text
+        assert '<option value="true" selected>failing</option>' in page.text
+        # A bulk action does not select by it (its form would drop it and select more).
+        assert "does not select by a failing workflow task" in page.text
+        # Unfiltered, the failing run is marked and the healthy one is not.
+        everything = http.get("/ui/workflows").text
+        assert everything.count("task failing: ") == 1 and good[-12:] in everything
+        others = http.get("/ui/workflows", params={"failing": "false"}).text
+        assert bad[-12:] not in others and good[-12:] in others
+        assert http.get("/ui/workflows", params={"failing": "sometimes"}).status_code == 400
+        run = http.get(f"/ui/workflows/{bad}")
+        assert run.status_code == 200, run.text
+        assert 'id="task-failing"' in run.text and "failing since " in run.text
+        assert 'id="task-failing"' not in http.get(f"/ui/workflows/{good}").text

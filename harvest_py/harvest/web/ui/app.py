@@ -244,6 +244,13 @@ BY_WORKFLOW_ID = (
     "a bulk action does not select by workflow ID: clear it and filter by workflow, search attribute"
     " or creation time"
 )
+BY_FAILING = (
+    "a bulk action does not select by a failing workflow task: clear it and filter by workflow,"
+    " search attribute or creation time"
+)
+# The Workflows page's "Workflow task" filter: failing (the runs whose workflow task fails:
+# list_executions' p_failing) or not failing; its counts by status are those runs' too.
+FAILING_CHOICES = ("true", "false")
 
 
 def _filter_query(params: Any) -> str:
@@ -412,7 +419,8 @@ class Dashboard:
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
             Route(
-                "/workflows", page(self.workflows, *FILTER_PARAMS, "workflow_id", "limit", "order", "cursor")
+                "/workflows",
+                page(self.workflows, *FILTER_PARAMS, "workflow_id", "failing", "limit", "order", "cursor"),
             ),
             Route("/workflows/bulk", page(self.bulk_runs_count, "action", *FILTER_PARAMS, "workflow_id")),
             Route("/workflows/bulk", action(self.bulk_runs, "operate", _run_bulk_scope), methods=["POST"]),
@@ -680,16 +688,20 @@ class Dashboard:
         refresh = self._refresh(request)
         state, filters = _run_filters(q)
         workflow_id = _param(q, "workflow_id")
+        chosen = _choice(q, "failing", FAILING_CHOICES)
+        failing = None if chosen is None else chosen == "true"
         attrs = filters["search_attributes"]
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         order = _choice(q, "order", ("desc", "asc")) or "desc"
         reads = self.source.reads(principal)
+        by_task = {"failing": failing} if failing is not None else {}
         listed = reads.list_workflows(
             state=state,
             page_size=limit,
             cursor=_param(q, "cursor"),
             order=order,
             workflow_id=workflow_id,
+            **by_task,
             **filters,
         )
         if workflow_id is not None:  # the count has no workflow ID filter: the chips are not drawn
@@ -701,7 +713,7 @@ class Dashboard:
                 listed,
                 # Bounded: each status's runs counted up to STATUS_COUNT_CAP (an exact count read
                 # every matching run on each view, 0.8 s for 2M runs); a chip at the cap: "10000+".
-                reads.count_executions(group_by="status", limit=STATUS_COUNT_CAP, **filters),
+                reads.count_executions(group_by="status", limit=STATUS_COUNT_CAP, **by_task, **filters),
             )
             counted, unavailable = counts.value, _unavailable(page, counts)
         return self.render(
@@ -718,10 +730,15 @@ class Dashboard:
             statuses=EXECUTION_STATUSES,
             attrs=attrs,
             workflow_id=workflow_id,
+            failing=chosen,
             limit=limit,
             order=order,
             unavailable=unavailable,
-            bulk=BY_WORKFLOW_ID if workflow_id is not None else _bulk_offer(state, filters),
+            bulk=BY_WORKFLOW_ID
+            if workflow_id is not None
+            else BY_FAILING
+            if failing is not None
+            else _bulk_offer(state, filters),
         )
 
     # -- the runs a filter selects: count, confirm, act in bounded steps --------------------------
