@@ -1892,9 +1892,14 @@ $$;
 -- read by the JSON number rule (_json_integer): _decide_record_marker takes any whole number
 -- in 32 bits, 2.0 as well as 2 (another SDK's), and a raw ::integer of its text ('2.0') failed
 -- every call for that change_id (22P02).
+-- p_history_before: also a row of version -1 (DEFAULT_VERSION) counting the active runs that
+-- recorded no marker of the change and whose history began before that time (their first event's,
+-- which a reset's fork copies from its source): the runs that may replay the DEFAULT_VERSION branch
+-- of a gate deployed then (those that passed its position before, and those that have not reached
+-- it yet, which record the new version when they do). Active runs only; p_version NULL or -1.
 CREATE OR REPLACE FUNCTION harvest.count_versions(
     p_change_id text, p_version integer DEFAULT NULL, p_state_group text DEFAULT 'active',
-    p_workflow_name text DEFAULT NULL
+    p_workflow_name text DEFAULT NULL, p_history_before timestamptz DEFAULT NULL
 )
 RETURNS TABLE (version integer, state_group text, executions bigint, sample_execution_ids uuid[])
 LANGUAGE plpgsql STABLE
@@ -1906,6 +1911,33 @@ BEGIN
     IF p_state_group IS NULL OR p_state_group NOT IN ('active', 'terminal', 'all') THEN
         RAISE EXCEPTION 'unknown state_group "%"', p_state_group USING ERRCODE = 'HR001',
             HINT = 'use active, terminal or all';
+    END IF;
+    IF p_version < 0 AND (p_version <> -1 OR p_history_before IS NULL) THEN
+        RAISE EXCEPTION 'version % is not a recorded version', p_version USING ERRCODE = 'HR001',
+            HINT = 'a recorded version is 0 or more; -1 (DEFAULT_VERSION: no marker) needs a history_before time';
+    END IF;
+    IF p_history_before IS NOT NULL AND p_state_group <> 'active' THEN
+        RAISE EXCEPTION 'history_before counts active runs only, not state_group %', p_state_group
+            USING ERRCODE = 'HR001', HINT = 'use state_group active with history_before';
+    END IF;
+    IF p_history_before IS NOT NULL AND (p_version IS NULL OR p_version = -1) THEN
+        -- The live runs by their status, each one's first event and its markers of the change
+        -- by the events primary key (as the active count below reads them).
+        RETURN QUERY
+        SELECT -1, 'active'::text, count(*), (array_agg(e.id ORDER BY e.id))[1:5]
+        FROM harvest.executions AS e
+        JOIN harvest.events AS first ON first.execution_id = e.id AND first.event_id = 1
+        WHERE e.status IN ('RUNNING', 'PAUSED')
+          AND (p_workflow_name IS NULL OR e.workflow_name = p_workflow_name)
+          AND first.created_at < p_history_before
+          AND NOT EXISTS (
+              SELECT 1 FROM harvest.events AS m
+              WHERE m.execution_id = e.id AND m.event_type = 'MarkerRecorded'
+                AND m.event_data ->> 'kind' = 'version' AND m.event_data #>> '{value,change_id}' = p_change_id)
+        HAVING count(*) > 0;
+        IF p_version = -1 THEN
+            RETURN;
+        END IF;
     END IF;
     IF p_state_group = 'active' THEN
         -- The default (harvest workflow versions): the live runs, found by their status, and
@@ -2030,4 +2062,5 @@ COMMENT ON FUNCTION harvest.stop_waiting_for_result IS
 'marks of the same waiter id stay. Called by clients (roles harvest_reader, harvest_worker).';
 COMMENT ON FUNCTION harvest.count_versions IS
 'Which recorded versions of a ctx.version() gate runs still use, so an old branch is deleted only when no run can'
-' replay through it. Read-only, for operators (role harvest_reader).';
+' replay through it; p_history_before adds version -1 (DEFAULT_VERSION): the active runs with no marker of the gate'
+' whose history began before that time. Read-only, for operators (role harvest_reader).';

@@ -4,6 +4,8 @@
 -- and marks each run of a page with its failing task (the columns task_error_type, task_attempt,
 -- task_failing_since), down a new partial index over the failing workflow tasks: a few rows,
 -- where tasks_one_workflow_task holds every open run's.
+-- harvest.count_versions takes p_history_before (`harvest version-usage --history-before`): the
+-- active runs with no marker of a gate whose history began before a time, as version -1.
 -- (Outside a transaction, re-runnable: tasks keep being written meanwhile. A build that failed
 -- half way leaves an invalid index, which the next run drops first.)
 DROP INDEX CONCURRENTLY IF EXISTS harvest.tasks_workflow_failing;
@@ -19,3 +21,4 @@ DROP FUNCTION IF EXISTS harvest.count_executions(
     text, text, text, text[], timestamptz, timestamptz, text, integer, text
 );
 DROP FUNCTION IF EXISTS harvest._execution_filters(text, text, text[], timestamptz, timestamptz, text);
+DROP FUNCTION IF EXISTS harvest.count_versions(text, integer, text, text);

@@ -652,7 +652,7 @@ ROLLBACK;
 -- harvest.count_versions: which recorded versions of a ctx.version() gate runs still use.
 -- Runs of ver_wf with workflow id <key> on queue vq_<key>.
 BEGIN;
-SELECT plan(33);
+SELECT plan(42);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- Change vc: v1a (running, 1), v2a and v2b (running, 2), v2done (completed, 2),
@@ -736,6 +736,35 @@ SELECT results_eq($$SELECT version, state_group, executions FROM harvest.count_v
 SELECT results_eq($$SELECT version, state_group, executions FROM harvest.count_versions('vf', 2, 'all')$$,
                   $$VALUES (2, 'active'::text, 1::bigint)$$, 'and a version filter of 2 finds it, over every run');
 
+-- p_history_before: the active runs with no marker of the change whose history began before a
+-- time (a gate deployed then), as version -1 (DEFAULT_VERSION). Of vc: vf2 (it recorded vf only);
+-- late, begun after the time, and the runs that recorded vc are not.
+SET LOCAL harvest.fake_now = '2030-01-01 01:00:00+00';
+SELECT isnt(pg_temp.start_run('late', 'ver_wf', 'vq_late'), NULL, 'setup: late, begun after the gate');
+SELECT results_eq(
+    $$SELECT version, state_group, executions, sample_execution_ids
+      FROM harvest.count_versions('vc', -1, 'active', NULL, '2030-01-01 00:30:00+00')$$,
+    $$VALUES (-1, 'active'::text, 1::bigint, pg_temp.samples('vf2'))$$,
+    'count_versions(-1, p_history_before): active runs with no marker of the change begun before the time');
+SELECT results_eq(
+    $$SELECT version, executions FROM harvest.count_versions('vc', NULL, 'active', NULL, '2030-01-01 00:30:00+00')$$,
+    $$VALUES (-1, 1::bigint), (1, 1), (2, 2), (5, 6)$$,
+    'count_versions(p_history_before): the unmarked runs beside every recorded version');
+SELECT results_eq(
+    $$SELECT version, executions FROM harvest.count_versions('vc', -1, 'active', NULL, '2030-01-01 02:00:00+00')$$,
+    $$VALUES (-1, 2::bigint)$$, 'a later time counts the run begun after the first too');
+SELECT is_empty($$SELECT * FROM harvest.count_versions('vc', -1, 'active', NULL, '2029-12-31 00:00:00+00')$$,
+                'no history began before an earlier time: no rows');
+SELECT is_empty($$SELECT * FROM harvest.count_versions('vc', -1, 'active', 'another_wf', '2030-01-01 02:00:00+00')$$,
+                'p_history_before with a workflow_name filter');
+SELECT results_eq(
+    $$SELECT version, executions FROM harvest.count_versions('vc', 2, 'active', NULL, '2030-01-01 02:00:00+00')$$,
+    $$VALUES (2, 2::bigint)$$, 'a recorded version asked for: that version only');
+SELECT throws_ok($$SELECT * FROM harvest.count_versions('vc', -1)$$, 'HR001', 'version -1 is not a recorded version',
+                 'count_versions(-1) without a time: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.count_versions('vc', NULL, 'all', NULL, '2030-01-01 02:00:00+00')$$, 'HR001',
+                 'history_before counts active runs only, not state_group all',
+                 'count_versions(p_history_before) of ended runs: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.count_versions('')$$, 'HR001', 'change_id is empty',
                  'count_versions() with an empty change id: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.count_versions(NULL)$$, 'HR001', 'change_id is empty',

@@ -610,7 +610,12 @@ class HttpApi:
         return _obj(self.http.post(f"/workflows/{_p(execution_id)}/erase-payloads", body, scope="admin"))
 
     def count_versions(
-        self, change_id: str, version: int | None, state_group: str, workflow_name: str | None = None
+        self,
+        change_id: str,
+        version: int | None,
+        state_group: str,
+        workflow_name: str | None = None,
+        history_before: Any = None,
     ) -> PerShard:
         answer = self.http.get(
             "/admin/version-gates/usage",
@@ -618,6 +623,7 @@ class HttpApi:
             recorded_version=version,
             state_group=state_group,
             workflow_name=workflow_name,
+            history_before=history_before,
             shard_id=self.shard,
         )
         # Each shard's rows and the shards not read, as the CLI's own fan-out answers them: the

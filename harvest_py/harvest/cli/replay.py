@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
 from harvest.cli.http import PerShard
-from harvest.cli.output import SHARD_NUMBER, output_option, read_input_bounded
+from harvest.cli.output import ISO_TIME, SHARD_NUMBER, output_option, read_input_bounded
 from harvest.cli.shards import deployment_read, shard_api
 from harvest.core import jsonb
 from harvest.core.errors import InvalidArgument, failure_traceback, raised_at
@@ -152,9 +153,16 @@ def _as_fan_out(found: Any, shard: int) -> FanOut[Any]:
 @click.option(
     "--version",
     "version",
-    type=click.IntRange(0, 2**31 - 1),
+    type=click.IntRange(-1, 2**31 - 1),
     default=None,
-    help="Only this recorded version.",
+    help="Only this recorded version (-1, DEFAULT_VERSION: with --history-before).",
+)
+@click.option(
+    "--history-before",
+    type=ISO_TIME,
+    default=None,
+    help="Also count version -1 (DEFAULT_VERSION): the active runs that recorded no marker of the gate and "
+    "whose history began before this time (when the gate was deployed).",
 )
 @click.option(
     "--state-group", type=click.Choice(["active", "terminal", "all"]), default="active", show_default=True
@@ -176,6 +184,7 @@ def _as_fan_out(found: Any, shard: int) -> FanOut[Any]:
 def version_usage(
     change_id: str,
     version: int | None,
+    history_before: datetime | None,
     state_group: str,
     guard: bool,
     workflow_name: str | None,
@@ -187,9 +196,17 @@ def version_usage(
     status is complete, no_matches (every shard read, no run recorded it), partial or
     unavailable (a shard could not be read: exit 1, never a false zero)."""
     group = "active" if guard else state_group
+    if version == -1 and history_before is None:
+        raise click.BadParameter(
+            "-1 (DEFAULT_VERSION) is recorded by no marker: give --history-before (the gate's deploy time)",
+            param_hint="--version",
+        )
+    if history_before is not None and group != "active":
+        raise click.BadParameter("--history-before counts active runs only", param_hint="--state-group")
+    before = {"history_before": history_before} if history_before is not None else {}
 
     def count(api: Any) -> Any:  # a shard's rows; over HTTP each shard's (a PerShard)
-        return api.count_versions(change_id, version, group, workflow_name)
+        return api.count_versions(change_id, version, group, workflow_name, **before)
 
     # Every shard (one database: it alone) over either transport, or the one --shard-id names;
     # a shard not read leaves the others' rows printed, then exit 1 (below).
@@ -211,6 +228,7 @@ def version_usage(
                     "state_group": group,
                     "workflow_name": workflow_name,
                     "shard_id": shard_id,
+                    **({"history_before": history_before} if history_before is not None else {}),
                     "usage": rows,
                     **extra,
                 },
@@ -226,9 +244,10 @@ def version_usage(
             )
         for row in rows:
             sample = ", ".join(str(i) for i in row["sample_execution_ids"])
+            # Version -1: no marker, a history begun before --history-before (DEFAULT_VERSION's runs).
+            label = f"v{row['version']}" if row["version"] >= 0 else "no marker (DEFAULT_VERSION)"
             click.echo(
-                f"{change_id} v{row['version']}  {row['state_group']:<8} {row['executions']:>6} run(s)"
-                f"  e.g. {sample}"
+                f"{change_id} {label}  {row['state_group']:<8} {row['executions']:>6} run(s)  e.g. {sample}"
             )
     if extra.get("status") in (PARTIAL, UNAVAILABLE):
         # A shard not inspected may hold the runs: a false zero would be worse than a failure.

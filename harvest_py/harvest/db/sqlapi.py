@@ -280,7 +280,8 @@ SELECT harvest.reset_workflow(%(execution_id)s, %(to_event)s, %(reason)s, %(oper
                               %(signal_reapply)s, %(dry_run)s) AS plan
 """
 VERSION_USAGE = """
-SELECT * FROM harvest.count_versions(%(change_id)s, %(version)s, %(state_group)s, %(workflow_name)s)
+SELECT * FROM harvest.count_versions(%(change_id)s, %(version)s, %(state_group)s, %(workflow_name)s,
+                                     %(history_before)s)
 """
 # -- the operator surface (functions/executions.sql, workers.sql, retention.sql, dead_letters.sql)
 LIST_EXECUTIONS = """
@@ -787,13 +788,20 @@ def reset_workflow(
 
 @call(VERSION_USAGE)
 def count_versions(
-    change_id: str, version: int | None = None, state_group: str = "active", workflow_name: str | None = None
+    change_id: str,
+    version: int | None = None,
+    state_group: str = "active",
+    workflow_name: str | None = None,
+    history_before: Any = None,
 ) -> dict[str, Any]:
+    """``history_before``: also version -1 (DEFAULT_VERSION), the active runs with no marker of the
+    gate whose history began before that time (``version`` None or -1)."""
     return {
         "change_id": change_id,
         "version": version,
         "state_group": state_group,
         "workflow_name": workflow_name,
+        "history_before": history_before,
     }
 
 

@@ -188,7 +188,11 @@ async def version_usage(call: Call, args: dict[str, Any], _: Any) -> Any:
     fan = await fan_out_async(
         call.providers(),
         lambda sql: sql.count_versions(
-            args["change_id"], args["recorded_version"], args["state_group"], args["workflow_name"]
+            args["change_id"],
+            args["recorded_version"],
+            args["state_group"],
+            args["workflow_name"],
+            **({"history_before": args["history_before"]} if args["history_before"] is not None else {}),
         ),
         shards=shards,
         timeout=call.state.shard_timeout if call.sharded else None,
@@ -678,6 +682,12 @@ ENDPOINTS = [
             Param("state_group", "enum", default="active", choices=("active", "terminal", "all")),
             Param("shard_id", "integer", minimum=0, maximum=MAX_SHARD),
             Param("workflow_name", description="Only runs of this workflow."),
+            Param(
+                "history_before",
+                "datetime",
+                description="Also version -1 (DEFAULT_VERSION): the active runs that recorded no marker of "
+                "the gate and whose history began before this time (when the gate was deployed).",
+            ),
         ),
         tag="admin",
     ),
