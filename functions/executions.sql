@@ -1180,7 +1180,8 @@ CREATE OR REPLACE FUNCTION harvest._act_on_workflows(
     p_action text, p_status text, p_workflow_name text, p_search_attributes text[],
     p_created_after timestamptz, p_created_before timestamptz, p_filter text, p_reason text,
     p_signal_name text, p_payload jsonb, p_cursor text, p_limit integer, p_dry_run boolean,
-    p_operator_id text, p_batch_id text, p_execution_ids uuid[], p_workflow_id text DEFAULT NULL
+    p_operator_id text, p_batch_id text, p_execution_ids uuid[], p_workflow_id text DEFAULT NULL,
+    p_failing boolean DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1229,10 +1230,12 @@ BEGIN
         PERFORM harvest._check_reason(format('a batch %s', p_action), p_reason);
     END IF;
     IF p_execution_ids IS NULL THEN
+        -- (failing true names the runs whose workflow task fails, a few; false, nearly every run.)
         IF p_workflow_name IS NULL AND p_workflow_id IS NULL AND coalesce(cardinality(p_search_attributes), 0) = 0
-           AND p_created_after IS NULL AND p_created_before IS NULL AND nullif(btrim(p_filter), '') IS NULL THEN
+           AND p_created_after IS NULL AND p_created_before IS NULL AND nullif(btrim(p_filter), '') IS NULL
+           AND p_failing IS NOT TRUE THEN
             RAISE EXCEPTION 'a % by filter needs a filter: none of workflow name, workflow id, search attributes, '
-                            'created after, created before or a filter expression was given', p_action
+                            'created after, created before, failing or a filter expression was given', p_action
                 USING ERRCODE = 'HR001',
                 HINT = 'name the runs (e.g. a workflow name and created before a time); a state alone would '
                        'select every live run';
@@ -1262,6 +1265,8 @@ BEGIN
                                          p_filter, p_signal_name, p_payload)
                      -- (Appended only when given: a cursor made before p_workflow_id goes on.)
                      || CASE WHEN p_workflow_id IS NOT NULL THEN jsonb_build_array(p_workflow_id) ELSE '[]' END
+                     || CASE WHEN p_failing IS NOT NULL THEN jsonb_build_array(jsonb_build_object('failing', p_failing))
+                             ELSE '[]' END
                      ::text);
         IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
             SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);  -- (HR001: not a cursor)
@@ -1275,7 +1280,7 @@ BEGIN
             v_as_of := harvest.now();
         END IF;
         v_where := harvest._execution_filters(NULL, p_workflow_name, p_search_attributes, p_created_after,
-                                              p_created_before, p_workflow_id)
+                                              p_created_before, p_workflow_id, p_failing)
                    || ('e.created_at <= ' || harvest._time_literal(v_as_of));
         SELECT * INTO v_filter FROM harvest._compile_filter(p_filter);
         v_where := v_where || v_filter.o_sql;
@@ -1406,7 +1411,7 @@ BEGIN
         PERFORM harvest._audit('workflow.bulk_' || p_action, NULL, p_operator_id, jsonb_strip_nulls(jsonb_build_object(
             'batch_id', v_batch, 'status', p_status, 'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id,
             'search_attributes', to_jsonb(p_search_attributes), 'created_after', p_created_after,
-            'created_before', p_created_before, 'filter', p_filter, 'reason', p_reason,
+            'created_before', p_created_before, 'filter', p_filter, 'failing', p_failing, 'reason', p_reason,
             'signal_name', p_signal_name, 'as_of', v_as_of, 'limit', p_limit,
             'scanned', least(v_rows, p_limit), 'acted', cardinality(v_acted), 'already_ended', v_ended,
             'unchanged', v_unchanged, 'moved', cardinality(v_moved), 'failed', jsonb_array_length(v_failures),
@@ -1426,7 +1431,8 @@ CREATE OR REPLACE FUNCTION harvest.cancel_workflows(
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
     p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
-    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL,
+    p_failing boolean DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1434,7 +1440,7 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('cancel', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
-        p_batch_id, p_execution_ids, p_workflow_id);
+        p_batch_id, p_execution_ids, p_workflow_id, p_failing);
 END;
 $$;
 
@@ -1443,7 +1449,8 @@ CREATE OR REPLACE FUNCTION harvest.terminate_workflows(
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
     p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
-    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL,
+    p_failing boolean DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1451,7 +1458,7 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('terminate', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
-        p_batch_id, p_execution_ids, p_workflow_id);
+        p_batch_id, p_execution_ids, p_workflow_id, p_failing);
 END;
 $$;
 
@@ -1462,7 +1469,7 @@ CREATE OR REPLACE FUNCTION harvest.signal_workflows(
     p_filter text DEFAULT NULL, p_cursor text DEFAULT NULL,
     p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
     p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_reason text DEFAULT NULL,
-    p_workflow_id text DEFAULT NULL
+    p_workflow_id text DEFAULT NULL, p_failing boolean DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1470,7 +1477,7 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('signal', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, p_signal_name, p_payload, p_cursor, p_limit, p_dry_run, p_operator_id,
-        p_batch_id, p_execution_ids, p_workflow_id);
+        p_batch_id, p_execution_ids, p_workflow_id, p_failing);
 END;
 $$;
 
@@ -1482,7 +1489,8 @@ CREATE OR REPLACE FUNCTION harvest.pause_workflows(
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
     p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
-    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL,
+    p_failing boolean DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1490,7 +1498,7 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('pause', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
-        p_batch_id, p_execution_ids, p_workflow_id);
+        p_batch_id, p_execution_ids, p_workflow_id, p_failing);
 END;
 $$;
 
@@ -1499,7 +1507,8 @@ CREATE OR REPLACE FUNCTION harvest.resume_workflows(
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
     p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
-    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL,
+    p_failing boolean DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1507,7 +1516,7 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('resume', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
-        p_batch_id, p_execution_ids, p_workflow_id);
+        p_batch_id, p_execution_ids, p_workflow_id, p_failing);
 END;
 $$;
 

@@ -4,6 +4,8 @@
 -- and marks each run of a page with its failing task (the columns task_error_type, task_attempt,
 -- task_failing_since), down a new partial index over the failing workflow tasks: a few rows,
 -- where tasks_one_workflow_task holds every open run's.
+-- The batch actions by filter (cancel_workflows, terminate_workflows, signal_workflows,
+-- pause_workflows, resume_workflows) take p_failing as the list does.
 -- harvest.count_versions takes p_history_before (`harvest version-usage --history-before`): the
 -- active runs with no marker of a gate whose history began before a time, as version -1.
 -- (Outside a transaction, re-runnable: tasks keep being written meanwhile. A build that failed
@@ -22,3 +24,23 @@ DROP FUNCTION IF EXISTS harvest.count_executions(
 );
 DROP FUNCTION IF EXISTS harvest._execution_filters(text, text, text[], timestamptz, timestamptz, text);
 DROP FUNCTION IF EXISTS harvest.count_versions(text, integer, text, text);
+DROP FUNCTION IF EXISTS harvest._act_on_workflows(
+    text, text, text, text[], timestamptz, timestamptz, text, text, text, jsonb, text, integer, boolean, text, text,
+    uuid[], text
+);
+DROP FUNCTION IF EXISTS harvest.cancel_workflows(
+    text, text, text[], timestamptz, timestamptz, text, text, text, integer, boolean, text, text, uuid[], text
+);
+DROP FUNCTION IF EXISTS harvest.terminate_workflows(
+    text, text, text[], timestamptz, timestamptz, text, text, text, integer, boolean, text, text, uuid[], text
+);
+DROP FUNCTION IF EXISTS harvest.pause_workflows(
+    text, text, text[], timestamptz, timestamptz, text, text, text, integer, boolean, text, text, uuid[], text
+);
+DROP FUNCTION IF EXISTS harvest.resume_workflows(
+    text, text, text[], timestamptz, timestamptz, text, text, text, integer, boolean, text, text, uuid[], text
+);
+DROP FUNCTION IF EXISTS harvest.signal_workflows(
+    text, jsonb, text, text, text[], timestamptz, timestamptz, text, text, integer, boolean, text, text, uuid[], text,
+    text
+);

@@ -143,7 +143,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(103);
+SELECT plan(105);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -380,6 +380,10 @@ SELECT results_eq($$SELECT status, executions FROM harvest.count_executions(p_fa
 SELECT matches(pg_temp.plan_of($$SELECT * FROM harvest.executions AS e WHERE $$
                                || array_to_string(harvest._execution_filters(NULL, NULL, NULL, NULL, NULL, NULL, true), ' AND ')),
                'tasks_workflow_failing', '_execution_filters(p_failing): down tasks_workflow_failing');
+SELECT is((SELECT d -> 'execution_ids' FROM harvest.terminate_workflows(p_failing => true, p_dry_run => true) AS d),
+          jsonb_build_array(pg_temp.run('stuck')), 'terminate_workflows(p_failing => true): a batch selects them as the list does');
+SELECT throws_ok($$SELECT harvest.cancel_workflows(p_failing => false, p_dry_run => true)$$, 'HR001', NULL,
+                 'cancel_workflows(p_failing => false) alone: HR001 (it would select nearly every live run)');
 -- A bounded stack (the dashboard's, the HTTP route's): at most p_limit entries a list, and
 -- every list's total; without p_limit, every entry.
 CREATE TEMP TABLE wide ON COMMIT DROP AS

@@ -56,6 +56,7 @@ def test_both_clients_build_every_step_keyword_from_their_arguments(monkeypatch)
         "created_before": "2026-02-01T00:00:00Z",
         "filter": "f",
         "workflow_id": "order-1",
+        "failing": True,
         "reason": "r",
         "signal_name": "s",
         "payload": {"p": 1},

@@ -11,10 +11,10 @@ import json
 import time
 
 import psycopg
-from served_cli import served, transports
+from served_cli import over, served, transports
 from web_helpers import api_client
 
-from harvest import App, workflow
+from harvest import App, Client, workflow
 from harvest.db.sqlapi import SqlApi
 from harvest.shard.fanout import ShardReads
 
@@ -69,6 +69,13 @@ def test_a_failing_run_is_listed_counted_and_marked_over_sql(db: str, start_work
         # The fan-out reads (the client's and the CLI's over SQL) pass it to each shard.
         merged = ShardReads({0: api}).list_workflows(failing=True)
         assert [str(r["execution_id"]) for r in merged.value] == [bad]
+        # A batch by filter selects the same runs (the list's filter code).
+        step = api.act_on_workflows("cancel", failing=True, dry_run=True)
+        assert (step["matched"], [str(i) for i in step["execution_ids"]]) == (1, [bad])
+    with Client(db) as client:
+        planned = client.terminate_workflows(failing=True, dry_run=True)
+        assert planned["matched"] == 1, planned
+        assert client.terminate_workflows(failing=False, workflow_name="stalls", dry_run=True)["matched"] == 0
 
 
 def test_a_failing_run_is_found_over_http_and_the_cli(db: str, start_worker, monkeypatch) -> None:
@@ -100,6 +107,19 @@ def test_a_failing_run_is_found_over_http_and_the_cli(db: str, start_worker, mon
     for how, result in count.items():
         assert result.exit_code == 0, (how, result.output)
         assert [c["executions"] for c in json.loads(result.stdout)["counts"]] == [1], how
+    with served(db, monkeypatch):
+        dry = transports(db, "workflow", "bulk-cancel", "--failing", "--dry-run", "--output", "json")
+    for how, result in dry.items():
+        assert result.exit_code == 0 and json.loads(result.stdout)["matched"] == 1, (how, result.output)
+    ended = over("sql", db, "workflow", "bulk-terminate", "--failing", "--yes", "--reason", "bad deploy")
+    assert ended.exit_code == 0, ended.output
+    with psycopg.connect(db) as conn:
+        statuses = dict(
+            conn.execute(
+                "SELECT workflow_id, status FROM harvest.executions WHERE workflow_id IN ('bad', 'good')"
+            )
+        )
+    assert statuses == {"bad": "TERMINATED", "good": "RUNNING"}
 
 
 def test_the_dashboard_filters_and_marks_a_failing_run(db: str, start_worker) -> None:
@@ -110,8 +130,15 @@ def test_the_dashboard_filters_and_marks_a_failing_run(db: str, start_worker) ->
         assert bad[-12:] in page.text and good[-12:] not in page.text
         assert "task failing: IllegalWorkflowOperation · attempt " in page.text
         assert '<option value="true" selected>failing</option>' in page.text
-        # A bulk action does not select by it (its form would drop it and select more).
-        assert "does not select by a failing workflow task" in page.text
+        # A bulk action selects by it: the form carries it, and the count names it.
+        assert (
+            'id="bulk-runs-count"' in page.text
+            and '<input type="hidden" name="failing" value="true">' in page.text
+        )
+        confirm = http.get("/ui/workflows/bulk", params={"action": "cancel", "failing": "true"})
+        assert confirm.status_code == 200, confirm.text
+        assert '<input type="hidden" name="expected" value="1">' in confirm.text
+        assert bad in confirm.text and good not in confirm.text
         # Unfiltered, the failing run is marked and the healthy one is not.
         everything = http.get("/ui/workflows").text
         assert everything.count("task failing: ") == 1 and good[-12:] in everything

@@ -79,6 +79,12 @@ def _with_options(f: FC, batch_id_help: str) -> FC:
             click.option("--created-before", default=None, type=ISO_TIME),
             click.option("--filter", "filter_expr", default=None, help="As for `workflow list`."),
             click.option(
+                "--failing/--not-failing",
+                "failing",
+                default=None,
+                help="As for `workflow list`: only the runs whose workflow task is failing (or the others).",
+            ),
+            click.option(
                 "--dry-run", is_flag=True, help="Write nothing: count the runs selected and show some."
             ),
             click.option(
@@ -139,6 +145,7 @@ def _batch(
     created_after: datetime | None,
     created_before: datetime | None,
     filter_expr: str | None,
+    failing: bool | None,
     dry_run: bool,
     batch: int,
     batch_id: str | None,
@@ -161,14 +168,17 @@ def _batch(
         "created_before": created_before,
         "filter": filter_expr,
         "workflow_id": workflow_id,
+        "failing": failing,
     }
     if workflow_id == "":
         raise InvalidArgument("workflow_id is empty: pass the workflow_id the runs were started with")
-    filtered = workflow_name or workflow_id or search_attrs or created_after or created_before
+    # (--failing names the runs whose workflow task fails, a few; --not-failing, nearly every run)
+    filtered = workflow_name or workflow_id or search_attrs or created_after or created_before or failing
     if not (filtered or (filter_expr or "").strip()):
         raise InvalidArgument(
             f"bulk-{action} needs a filter: give --workflow-name, --workflow-id, --search-attr, "
-            "--created-after, --created-before or --filter (a state alone would select every live run)"
+            "--created-after, --created-before, --failing or --filter (a state alone would select "
+            "every live run)"
         )
     options = {
         "reason": reason,

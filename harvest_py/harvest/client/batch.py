@@ -42,6 +42,7 @@ FILTER_KEYS = (
     "created_before",
     "filter",
     "workflow_id",
+    "failing",
 )
 
 
@@ -57,6 +58,7 @@ class StepKeywords(TypedDict):
     created_before: Any
     filter: str | None
     workflow_id: str | None
+    failing: bool | None
     reason: str | None
     signal_name: str | None
     payload: Any
@@ -84,6 +86,7 @@ def step_keywords(arguments: Mapping[str, Any]) -> StepKeywords:
         created_before=arguments["created_before"],
         filter=arguments["filter"],
         workflow_id=arguments["workflow_id"],
+        failing=arguments["failing"],
         reason=arguments["reason"],
         signal_name=arguments["signal_name"],
         payload=arguments["payload"],

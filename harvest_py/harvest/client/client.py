@@ -2053,9 +2053,11 @@ class Client:
         batch_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
         workflow_id: str | None = None,
+        failing: bool | None = None,
     ) -> dict[str, Any]:
         """``action`` (cancel, terminate, signal, pause, resume) on every live run the filters
-        select (those of :meth:`list_workflows`, ``workflow_id`` one id's runs; at least one
+        select (those of :meth:`list_workflows`, ``workflow_id`` one id's runs, ``failing`` True
+        the runs whose workflow task is failing; at least one
         besides ``state``, else InvalidArgument), on every
         shard, ``batch_size`` runs a transaction; a run a rebalance moved is acted on where it
         lives. Answers the summary: matched, acted, already_ended, unchanged, failed (with
@@ -2808,9 +2810,11 @@ class AsyncClient:
         batch_id: str | None = None,
         progress: Callable[[int, int], None] | None = None,
         workflow_id: str | None = None,
+        failing: bool | None = None,
     ) -> dict[str, Any]:
         """``action`` (cancel, terminate, signal, pause, resume) on every live run the filters
-        select (those of :meth:`list_workflows`, ``workflow_id`` one id's runs; at least one
+        select (those of :meth:`list_workflows`, ``workflow_id`` one id's runs, ``failing`` True
+        the runs whose workflow task is failing; at least one
         besides ``state``, else InvalidArgument), on every
         shard, ``batch_size`` runs a transaction; a run a rebalance moved is acted on where it
         lives. Answers the summary: matched, acted, already_ended, unchanged, failed (with

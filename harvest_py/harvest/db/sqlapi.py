@@ -336,7 +336,7 @@ SELECT harvest.{action}_workflows(
     p_created_before => %(created_before)s, p_filter => %(filter)s, p_reason => %(reason)s,
     p_cursor => %(cursor)s, p_limit => %(limit)s, p_dry_run => %(dry_run)s, p_operator_id => %(operator_id)s,
     p_batch_id => %(batch_id)s, p_execution_ids => %(execution_ids)s::uuid[],
-    p_workflow_id => %(workflow_id)s) AS result
+    p_workflow_id => %(workflow_id)s, p_failing => %(failing)s) AS result
 """
 LIST_WORKERS = "SELECT * FROM harvest.list_workers(%(queue)s, %(status)s, %(health)s, %(limit)s)"
 GET_WORKER = "SELECT harvest.get_worker(%(worker_id)s) AS worker"
@@ -1707,10 +1707,11 @@ def act_on_workflows(
     batch_id: str | None = None,
     execution_ids: list[str] | None = None,
     workflow_id: str | None = None,
+    failing: bool | None = None,
 ) -> dict[str, Any]:
     """One step of a batch by filter on this database: harvest.``action``_workflows (cancel,
     terminate, signal, pause or resume), answering its jsonb (functions/executions.sql, _act_on_workflows).
-    ``workflow_id``: only that id's runs."""
+    ``workflow_id``: only that id's runs; ``failing``: as :func:`list_executions`'."""
     if action not in _ACT_ON_WORKFLOWS:
         raise ValueError(f"unknown batch action {action!r}")
     return {
@@ -1731,6 +1732,7 @@ def act_on_workflows(
         "batch_id": batch_id,
         "execution_ids": execution_ids,
         "workflow_id": workflow_id,
+        "failing": failing,
     }
 
 

@@ -662,11 +662,12 @@ def _act_on_workflows(action: str) -> Any:
             "created_before",
             "filter",
         )
-        if not any(filters[k] not in (None, "", []) for k in named):
+        # (failing true names the runs whose workflow task fails, a few; false, nearly every run)
+        if not any(filters[k] not in (None, "", []) for k in named) and filters["failing"] is not True:
             raise invalid(
                 "workflow_name",
                 f"a {action} by filter needs one of workflow_name, workflow_id, search_attributes, created_after, "
-                "created_before, filter (a state alone would select every live run)",
+                "created_before, filter, failing true (a state alone would select every live run)",
             )
         dry_run = bool(data.get("dry_run"))
         # (as the SQL: a dry run counts the runs and sends nothing, so it needs no name)
@@ -804,6 +805,7 @@ BATCH_BODY = body(
         "created_after": DATETIME,
         "created_before": DATETIME,
         "filter": STRING,
+        "failing": BOOLEAN,
         "reason": STRING,
         "signal_name": {
             **STRING,

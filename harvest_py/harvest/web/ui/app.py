@@ -223,15 +223,20 @@ def _run_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
     """The runs list's filters (its query, or the same carried by a bulk action's form): the
     statuses, and the rest as ``list_workflows`` and the batch take them."""
     attrs = [a.strip() for a in params.getlist("attr") if a.strip()]
+    failing = _choice(params, "failing", FAILING_CHOICES)
     return _statuses(params), {
         "workflow_name": _param(params, "workflow_name"),
         "search_attributes": attrs,
         "created_after": _time(params, "created_after"),
         "created_before": _time(params, "created_before"),
+        "failing": None if failing is None else failing == "true",
     }
 
 
-FILTER_PARAMS = ("status", "workflow_name", "attr", "created_after", "created_before")
+# The "Workflow task" filter: failing (the runs whose workflow task fails: list_executions'
+# p_failing) or not failing.
+FAILING_CHOICES = ("true", "false")
+FILTER_PARAMS = ("status", "workflow_name", "attr", "created_after", "created_before", "failing")
 # The query parameters every page takes (its reload, an action's banner: _back); each page's
 # route names its own (DashboardApp._page), and any other is the page's 400 naming it, as the
 # API answers (routes.refuse_undeclared), not the page as if it were not given. workflow_id is
@@ -244,13 +249,6 @@ BY_WORKFLOW_ID = (
     "a bulk action does not select by workflow ID: clear it and filter by workflow, search attribute"
     " or creation time"
 )
-BY_FAILING = (
-    "a bulk action does not select by a failing workflow task: clear it and filter by workflow,"
-    " search attribute or creation time"
-)
-# The Workflows page's "Workflow task" filter: failing (the runs whose workflow task fails:
-# list_executions' p_failing) or not failing; its counts by status are those runs' too.
-FAILING_CHOICES = ("true", "false")
 
 
 def _filter_query(params: Any) -> str:
@@ -261,8 +259,9 @@ def _filter_query(params: Any) -> str:
 
 def _bulk_offer(state: str | None, filters: dict[str, Any]) -> str | None:
     """Why the list's filter cannot be acted on in bulk, or None when it can."""
-    if not any(filters.values()):
-        return "filter by workflow, search attribute or creation time to act on the runs listed"
+    # (failing true names the runs whose workflow task fails, a few; false, nearly every run)
+    if not any(v for k, v in filters.items() if k != "failing") and filters.get("failing") is not True:
+        return "filter by workflow, search attribute, creation time or failing task to act on the runs listed"
     if state is not None and not set(state.split(",")) & LIVE_STATUSES:
         return "only live runs (RUNNING, PAUSED) can be cancelled, terminated, signalled, paused or resumed"
     return None
@@ -338,6 +337,8 @@ def _filter_said(params: Any, action: str) -> list[tuple[str, str]]:
     for key in ("created_after", "created_before"):
         if filters[key] is not None:
             said.append((key.replace("_", " "), views.when(filters[key])))
+    if filters["failing"] is not None:
+        said.append(("workflow task", "failing" if filters["failing"] else "not failing"))
     return said
 
 
@@ -420,7 +421,7 @@ class Dashboard:
             Route("/logout", self.logout, methods=["POST"]),
             Route(
                 "/workflows",
-                page(self.workflows, *FILTER_PARAMS, "workflow_id", "failing", "limit", "order", "cursor"),
+                page(self.workflows, *FILTER_PARAMS, "workflow_id", "limit", "order", "cursor"),
             ),
             Route("/workflows/bulk", page(self.bulk_runs_count, "action", *FILTER_PARAMS, "workflow_id")),
             Route("/workflows/bulk", action(self.bulk_runs, "operate", _run_bulk_scope), methods=["POST"]),
@@ -688,20 +689,16 @@ class Dashboard:
         refresh = self._refresh(request)
         state, filters = _run_filters(q)
         workflow_id = _param(q, "workflow_id")
-        chosen = _choice(q, "failing", FAILING_CHOICES)
-        failing = None if chosen is None else chosen == "true"
         attrs = filters["search_attributes"]
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         order = _choice(q, "order", ("desc", "asc")) or "desc"
         reads = self.source.reads(principal)
-        by_task = {"failing": failing} if failing is not None else {}
         listed = reads.list_workflows(
             state=state,
             page_size=limit,
             cursor=_param(q, "cursor"),
             order=order,
             workflow_id=workflow_id,
-            **by_task,
             **filters,
         )
         if workflow_id is not None:  # the count has no workflow ID filter: the chips are not drawn
@@ -713,7 +710,7 @@ class Dashboard:
                 listed,
                 # Bounded: each status's runs counted up to STATUS_COUNT_CAP (an exact count read
                 # every matching run on each view, 0.8 s for 2M runs); a chip at the cap: "10000+".
-                reads.count_executions(group_by="status", limit=STATUS_COUNT_CAP, **by_task, **filters),
+                reads.count_executions(group_by="status", limit=STATUS_COUNT_CAP, **filters),
             )
             counted, unavailable = counts.value, _unavailable(page, counts)
         return self.render(
@@ -730,15 +727,11 @@ class Dashboard:
             statuses=EXECUTION_STATUSES,
             attrs=attrs,
             workflow_id=workflow_id,
-            failing=chosen,
+            failing=_param(q, "failing"),
             limit=limit,
             order=order,
             unavailable=unavailable,
-            bulk=BY_WORKFLOW_ID
-            if workflow_id is not None
-            else BY_FAILING
-            if failing is not None
-            else _bulk_offer(state, filters),
+            bulk=BY_WORKFLOW_ID if workflow_id is not None else _bulk_offer(state, filters),
         )
 
     # -- the runs a filter selects: count, confirm, act in bounded steps --------------------------
