@@ -38,6 +38,20 @@ def _runs_around_a_deploy(db: str) -> tuple[str, str, str]:
     return str(old), deployed.isoformat(), str(new)
 
 
+def _guard(deployed: str) -> tuple[str, ...]:
+    """The release gate of a gate's DEFAULT_VERSION branch deployed at ``deployed``."""
+    return (
+        "version-usage",
+        "--change-id",
+        "use-sms",
+        "--version",
+        "-1",
+        "--history-before",
+        deployed,
+        "--guard",
+    )
+
+
 def test_version_usage_counts_the_unmarked_runs_begun_before_the_deploy(db: str, monkeypatch) -> None:
     old, deployed, new = _runs_around_a_deploy(db)
     with served(db, monkeypatch):
@@ -45,17 +59,7 @@ def test_version_usage_counts_the_unmarked_runs_begun_before_the_deploy(db: str,
             db, "version-usage", "--change-id", "use-sms", "--history-before", deployed, "-o", "json"
         )
         text = transports(db, "version-usage", "--change-id", "use-sms", "--history-before", deployed)
-        guard = transports(
-            db,
-            "version-usage",
-            "--change-id",
-            "use-sms",
-            "--version",
-            "-1",
-            "--history-before",
-            deployed,
-            "--guard",
-        )
+        guard = transports(db, *_guard(deployed))
         plain = transports(db, "version-usage", "--change-id", "use-sms", "-o", "json")
         refused = transports(db, "version-usage", "--change-id", "use-sms", "--version", "-1")
     for how, r in every.items():
@@ -79,16 +83,6 @@ def test_version_usage_counts_the_unmarked_runs_begun_before_the_deploy(db: str,
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute("SELECT harvest.terminate_workflow(%s, 'done')", (old,))
     with served(db, monkeypatch):
-        passed = transports(
-            db,
-            "version-usage",
-            "--change-id",
-            "use-sms",
-            "--version",
-            "-1",
-            "--history-before",
-            deployed,
-            "--guard",
-        )
+        passed = transports(db, *_guard(deployed))
     for how, r in passed.items():
         assert r.exit_code == 0, (how, r.output)
