@@ -225,25 +225,22 @@ def _run_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
     attrs = [a.strip() for a in params.getlist("attr") if a.strip()]
     return _statuses(params), {
         "workflow_name": _param(params, "workflow_name"),
+        "workflow_id": _param(params, "workflow_id"),
         "search_attributes": attrs,
         "created_after": _time(params, "created_after"),
         "created_before": _time(params, "created_before"),
     }
 
 
-FILTER_PARAMS = ("status", "workflow_name", "attr", "created_after", "created_before")
+FILTER_PARAMS = ("status", "workflow_name", "workflow_id", "attr", "created_after", "created_before")
 # The query parameters every page takes (its reload, an action's banner: _back); each page's
 # route names its own (DashboardApp._page), and any other is the page's 400 naming it, as the
-# API answers (routes.refuse_undeclared), not the page as if it were not given. workflow_id is
-# the Workflows page's alone (the runs of one workflow ID: a continue-as-new chain, resets; no
-# count selects by it); GET /workflows/bulk takes it to say why it does not select by it.
+# API answers (routes.refuse_undeclared), not the page as if it were not given. workflow_id (the
+# runs of one workflow ID: a continue-as-new chain, resets) filters the list, its counts and a
+# bulk action alike.
 PAGE_PARAMS = ("refresh", "msg", "msg_sig")
 # A run's page (and a workflow ID typed into the address: workflow_name picks among workflows).
 RUN_PAGE_PARAMS = ("payloads", "history_from", "history_before", "workflow_name")
-BY_WORKFLOW_ID = (
-    "a bulk action does not select by workflow ID: clear it and filter by workflow, search attribute"
-    " or creation time"
-)
 
 
 def _filter_query(params: Any) -> str:
@@ -255,7 +252,7 @@ def _filter_query(params: Any) -> str:
 def _bulk_offer(state: str | None, filters: dict[str, Any]) -> str | None:
     """Why the list's filter cannot be acted on in bulk, or None when it can."""
     if not any(filters.values()):
-        return "filter by workflow, search attribute or creation time to act on the runs listed"
+        return "filter by workflow, workflow ID, search attribute or creation time to act on the runs listed"
     if state is not None and not set(state.split(",")) & LIVE_STATUSES:
         return "only live runs (RUNNING, PAUSED) can be cancelled, terminated, signalled, paused or resumed"
     return None
@@ -264,8 +261,6 @@ def _bulk_offer(state: str | None, filters: dict[str, Any]) -> str | None:
 def _bulk_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
     """The live statuses and the filters of a bulk action; an empty filter (a status alone would
     select every live run) or no live status is a 400, as the API's."""
-    if _param(params, "workflow_id") is not None:  # (not silently dropped: it would select more)
-        raise InvalidArgument(f"workflow_id: {BY_WORKFLOW_ID}")
     state, filters = _run_filters(params)
     refused = _bulk_offer(state, filters)
     if refused is not None:
@@ -327,6 +322,8 @@ def _filter_said(params: Any, action: str) -> list[tuple[str, str]]:
     said = [("status", ", ".join(live) if live else default)]
     if filters["workflow_name"]:
         said.append(("workflow", filters["workflow_name"]))
+    if filters["workflow_id"]:
+        said.append(("workflow ID", filters["workflow_id"]))
     said += [("search attribute", a) for a in filters["search_attributes"]]
     for key in ("created_after", "created_before"):
         if filters[key] is not None:
@@ -411,10 +408,8 @@ class Dashboard:
             Route("/", page(self.index)),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
-            Route(
-                "/workflows", page(self.workflows, *FILTER_PARAMS, "workflow_id", "limit", "order", "cursor")
-            ),
-            Route("/workflows/bulk", page(self.bulk_runs_count, "action", *FILTER_PARAMS, "workflow_id")),
+            Route("/workflows", page(self.workflows, *FILTER_PARAMS, "limit", "order", "cursor")),
+            Route("/workflows/bulk", page(self.bulk_runs_count, "action", *FILTER_PARAMS)),
             Route("/workflows/bulk", action(self.bulk_runs, "operate", _run_bulk_scope), methods=["POST"]),
             Route("/workflows/find", page(self.find_run, "id", "workflow_name")),
             Route("/workflows/{execution_id}", page(self.execution, *RUN_PAGE_PARAMS)),
@@ -679,31 +674,20 @@ class Dashboard:
         q = request.query_params
         refresh = self._refresh(request)
         state, filters = _run_filters(q)
-        workflow_id = _param(q, "workflow_id")
+        workflow_id = filters["workflow_id"]
         attrs = filters["search_attributes"]
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         order = _choice(q, "order", ("desc", "asc")) or "desc"
         reads = self.source.reads(principal)
-        listed = reads.list_workflows(
-            state=state,
-            page_size=limit,
-            cursor=_param(q, "cursor"),
-            order=order,
-            workflow_id=workflow_id,
-            **filters,
+        page, counts = await asyncio.gather(
+            reads.list_workflows(
+                state=state, page_size=limit, cursor=_param(q, "cursor"), order=order, **filters
+            ),
+            # Bounded: each status's runs counted up to STATUS_COUNT_CAP (an exact count read
+            # every matching run on each view, 0.8 s for 2M runs); a chip at the cap: "10000+".
+            reads.count_executions(group_by="status", limit=STATUS_COUNT_CAP, **filters),
         )
-        if workflow_id is not None:  # the count has no workflow ID filter: the chips are not drawn
-            page = await listed
-            counted: list[dict[str, Any]] | None = None
-            unavailable = _unavailable(page)
-        else:
-            page, counts = await asyncio.gather(
-                listed,
-                # Bounded: each status's runs counted up to STATUS_COUNT_CAP (an exact count read
-                # every matching run on each view, 0.8 s for 2M runs); a chip at the cap: "10000+".
-                reads.count_executions(group_by="status", limit=STATUS_COUNT_CAP, **filters),
-            )
-            counted, unavailable = counts.value, _unavailable(page, counts)
+        counted, unavailable = counts.value, _unavailable(page, counts)
         return self.render(
             request,
             "workflows.html",
@@ -721,7 +705,7 @@ class Dashboard:
             limit=limit,
             order=order,
             unavailable=unavailable,
-            bulk=BY_WORKFLOW_ID if workflow_id is not None else _bulk_offer(state, filters),
+            bulk=_bulk_offer(state, filters),
         )
 
     # -- the runs a filter selects: count, confirm, act in bounded steps --------------------------
