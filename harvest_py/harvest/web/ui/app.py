@@ -142,6 +142,7 @@ TREE_NODES = 200  # descendants drawn at most, breadth first (a fan-out of 100,0
 STACK_SHOWN = 50  # entries of each of a run's waiting-on lists drawn (its totals say the rest)
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 BULK_ACTIONS = ("replay", "discard")
+START_GATE_KINDS = ("throttle", "debounce", "batch")  # what holds a start back (list_pending_starts' kind)
 # The runs list's bulk actions (POST /workflows/bulk) and the scope each needs, as their per-run
 # actions and the API's POST /workflows/cancel|terminate|signal|pause|resume.
 RUN_BULK_SCOPES: dict[str, Scope] = {
@@ -457,6 +458,13 @@ class Dashboard:
             ),
             Route(
                 "/dead-letters/{shard:int}/{id:int}/discard", action(self.discard, "admin"), methods=["POST"]
+            ),
+            Route("/start-gates", page(self.start_gates, "workflow_name", "kind", "limit")),
+            Route("/start-gates/discard", action(self.discard_starts, "operate"), methods=["POST"]),
+            Route(
+                "/start-gates/{shard:int}/{id:int}/discard",
+                action(self.discard_start, "operate"),
+                methods=["POST"],
             ),
             Route("/workers", page(self.workers, "status", "stale", "shard", "page", "limit")),
             Route("/workers/{worker_id:name}/drain", action(self.drain, "admin"), methods=["POST"]),
@@ -1606,6 +1614,115 @@ class Dashboard:
             results=fan.results,
             unavailable=fan.unavailable_shards,
             form=form,
+        )
+
+    # -- held-back starts ------------------------------------------------------------------------
+    async def start_gates(self, request: Request, principal: Principal) -> Response:
+        """The starts a throttle, a debounce or a batch holds back, every shard's (as GET
+        /start-gates/pending and `harvest start-gate list`), with a Discard for each (through
+        a confirmation) and the discard by filter (a dry run first) to operate and above. No
+        start's input is read: the list has none."""
+        q = request.query_params
+        workflow_name = _param(q, "workflow_name")
+        kind = _choice(q, "kind", START_GATE_KINDS)
+        limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
+        fan = await fan_out_async(
+            self.source.apis(principal),
+            lambda api: api.list_pending_starts(workflow_name),
+            timeout=self.source.timeout,
+        )
+        if not fan.results and fan.unavailable_shards:
+            raise _no_shard("no shard could be read; retry when one is up", fan.reasons)
+        rows = [
+            {"shard_id": s, **row}
+            for s, found in sorted(fan.results.items())
+            for row in found
+            if kind is None or row["kind"] == kind
+        ]
+        return self.render(
+            request,
+            "start_gates.html",
+            principal=principal,
+            refresh=self._refresh(request),
+            rows=rows[:limit],
+            total=len(rows),
+            limit=limit,
+            kind=kind,
+            kinds=START_GATE_KINDS,
+            unavailable=fan.unavailable_shards,
+        )
+
+    async def discard_start(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """Discard one held-back start on its shard (`harvest start-gate discard`): without
+        ``confirm``, the page that shows it and confirms (nothing written)."""
+        shard, id_ = request.path_params["shard"], request.path_params["id"]
+        if shard not in self.source.shards:
+            raise NotFound(f"shard {shard} is not a shard of this deployment")
+        gone = (
+            f"no held-back start {shard}:{id_}: released (its run is found by its workflow ID) or discarded"
+        )
+        if id_ > ROW_ID_MAX:
+            raise NotFound(gone)
+        if form.get("confirm") != "yes":
+            rows = await self.source.on_shard(
+                shard, principal, lambda api: api.list_pending_starts(None), write=False
+            )
+            row = next((r for r in rows if r["id"] == id_), None)
+            if row is None:
+                raise NotFound(gone)
+            return self.render(
+                request, "start_gate_confirm.html", principal=principal, p={**row, "shard_id": shard}
+            )
+        reason = _blank_none(form.get("reason"))
+        done = await self.source.on_shard(
+            shard, principal, lambda api: api.discard_pending_start(id_, principal.actor, reason), write=True
+        )
+        said = (
+            f"held-back start {shard}:{id_} discarded (workflow ID {done.get('workflow_id')}, "
+            f"{done.get('starts')} start(s), {done.get('payloads_erased')} offloaded payload(s) erased)"
+        )
+        return self._back(request, "/start-gates", said)
+
+    async def discard_starts(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """The held-back starts a filter selects discarded on every shard, at most the limit a
+        shard (`harvest start-gate discard-many`); a dry run counts them and offers the discard."""
+        dry_run = form.get("dry_run") is not None
+        selected = {
+            "workflow_name": _param(form, "workflow_name"),
+            "gate_key": _param(form, "gate_key"),
+            "created_after": _time(form, "created_after"),
+            "created_before": _time(form, "created_before"),
+        }
+        if all(v is None for v in selected.values()):
+            raise InvalidArgument(
+                "workflow_name: a discard by filter needs a workflow, a gate key, created after or "
+                "created before (a kind alone would select every held-back start)"
+            )
+        kind = _choice(form, "kind", START_GATE_KINDS)
+        limit = _int(form, "limit", 1, 1000, 100)
+        reason = _blank_none(form.get("reason"))
+
+        async def one(api: Any) -> Any:
+            return await api.discard_pending_starts(
+                **selected,
+                kind=kind,
+                limit=limit,
+                dry_run=dry_run,
+                operator_id=principal.actor,
+                reason=reason,
+            )
+
+        done = await self._each_shard_write(principal, one, "no held-back start was discarded")
+        return self.render(
+            request,
+            "start_gate_bulk.html",
+            principal=principal,
+            dry_run=dry_run,
+            results=dict(sorted(done.results.items())),
+            matched=sum(int(r.get("matched") or 0) for r in done.results.values()),
+            refused=done.refusals_said(),
+            unavailable=done.unavailable_shards,
+            form={k: v for k, v in form.items() if k not in ("dry_run",)},
         )
 
     # -- workers -------------------------------------------------------------------------------------
