@@ -123,8 +123,8 @@ def discard_many(
     if workflow_name is None and gate_key is None and created_after is None and created_before is None:
         # (refused here, so the same line over SQL and over HTTP, nothing asked of any shard)
         raise InvalidArgument(
-            "give one of --workflow-name, --gate-key, --created-after, --created-before: "
-            "nothing, or a --kind alone, would select every held-back start"
+            "a discard of held-back starts needs a filter: give one of --workflow-name, --gate-key, "
+            "--created-after, --created-before (nothing, or a --kind alone, would select every one)"
         )
 
     def call(api: Any) -> Any:
