@@ -6,6 +6,8 @@ field; and `harvest start-gate` over --base-url prints what it prints over SQL."
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
@@ -186,3 +188,34 @@ def test_start_gate_commands_print_the_same_over_sql_and_http(db: str, both) -> 
     many = run("--base-url", BASE, "start-gate", "discard-many", "--gate-key", "acme", "--output", "json")
     assert many.exit_code == 0 and '"discarded": 2' in many.stdout, (many.stdout, many.stderr)
     assert waiting(db) == []
+
+
+def test_the_cli_over_http_on_a_sharded_server_names_each_shard(two_shards, monkeypatch) -> None:
+    """`harvest start-gate` over --base-url to a server with [shards]: the list names each row's
+    shard, discard --shard-id reaches that shard, discard-many every shard (each shard's row)."""
+    from harvest.cli import http as cli_http
+
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__URLS__0": two_shards[0],
+        "HARVEST_SHARDS__URLS__1": two_shards[1],
+    }
+    on0, on1 = hold(two_shards[0], "acme", 1, "s0"), hold(two_shards[1], "acme", 2, "s1")
+    with api_client(None, env=env) as api:
+        monkeypatch.setattr(cli_http, "TRANSPORT", api._transport)
+        listed = run("--base-url", BASE, "start-gate", "list", "--output", "json")
+        assert listed.exit_code == 0, (listed.stdout, listed.stderr)
+        rows = json.loads(listed.stdout)
+        assert [(r["shard_id"], r["workflow_id"]) for r in rows] == [
+            (0, "s0-acme-1"),
+            (1, "s1-acme-1"),
+            (1, "s1-acme-2"),
+        ]
+        one = run("--base-url", BASE, "start-gate", "discard", str(on1[0]), "--shard-id", "1")
+        assert one.exit_code == 0 and "s1-acme-1" in one.stdout, (one.stdout, one.stderr)
+        many = run("--base-url", BASE, "start-gate", "discard-many", "--gate-key", "acme", "--output", "json")
+        assert many.exit_code == 0, (many.stdout, many.stderr)
+        shards = {r["shard_id"]: r["discarded"] for r in json.loads(many.stdout)["shards"]}
+        assert shards == {0: 1, 1: 1}
+    assert waiting(two_shards[0]) == [] and waiting(two_shards[1]) == [] and on0
