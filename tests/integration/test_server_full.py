@@ -11,76 +11,25 @@ connect into the full server."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from outage_helpers import wait_until
+from outage_helpers import full, small_server, wait_until
 from psycopg_pool import PoolTimeout
 
 from harvest import App, workflow
 from harvest.db import pools
 from harvest.db.embedded import EmbeddedPostgres
-from harvest.db.migrate import Migrator
 
 pytestmark = pytest.mark.chaos
 
 
 @pytest.fixture(scope="module")
-def small_server() -> Iterator[EmbeddedPostgres]:
-    # No slots kept for superusers (the tests connect as one): a full server refuses them too.
-    pg = EmbeddedPostgres(
-        settings={
-            "fsync": "off",
-            "max_connections": "14",
-            "superuser_reserved_connections": "0",
-            "reserved_connections": "0",
-        },
-        in_memory=True,
-    )
-    pg.start()
-    try:
-        Migrator(pg.dsn).run()
+def full_server() -> Iterator[EmbeddedPostgres]:
+    with small_server() as pg:
         yield pg
-    finally:
-        pg.stop()
-
-
-@contextlib.contextmanager
-def full(dsn: str, application_name: str) -> Iterator[None]:
-    """Every free slot of the server taken by an idle session, then every backend of the pool
-    under test (its ``application_name``) ended: its next connect meets 53300."""
-    held: list[psycopg.Connection] = []
-
-    def fill(for_secs: float = 0.0) -> None:
-        """Take every free slot; keep taking the slots that free for ``for_secs`` more."""
-        until = time.monotonic() + for_secs
-        refused = None
-        while refused is None or time.monotonic() < until:
-            try:
-                held.append(psycopg.connect(dsn, autocommit=True, connect_timeout=5))
-            except psycopg.OperationalError as exc:
-                refused = str(exc)
-        assert "too many clients" in refused, refused
-
-    try:
-        fill()
-        end = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
-        left = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-        # The slots the ended backends free are taken at once, before the pool's next connect
-        # (its attempts are a second or more apart); one it took anyway is ended again.
-        for _ in range(20):
-            held[0].execute(end, (application_name,))
-            fill(for_secs=0.5)
-            if held[0].execute(left, (application_name,)).fetchone()[0] == 0:
-                break
-        yield
-    finally:
-        for conn in held:
-            conn.close()
 
 
 async def first_refusal(pool) -> PoolTimeout:
@@ -98,9 +47,9 @@ async def first_refusal(pool) -> PoolTimeout:
 
 
 def test_a_pool_turned_away_at_max_connections_says_the_server_is_full(
-    small_server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+    full_server: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
-    dsn = small_server.dsn
+    dsn = full_server.dsn
 
     async def main() -> None:
         pool = await pools.open_async_pool(dsn, max_size=2, application_name="full-test")
@@ -136,9 +85,9 @@ async def full_idle(ctx) -> None:
 
 
 def test_the_scanner_says_a_server_at_max_connections_is_full_not_down(
-    small_server: EmbeddedPostgres, start_worker, caplog: pytest.LogCaptureFixture
+    full_server: EmbeddedPostgres, start_worker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    dsn = psycopg.conninfo.make_conninfo(small_server.dsn, application_name="full-worker")
+    dsn = psycopg.conninfo.make_conninfo(full_server.dsn, application_name="full-worker")
     caplog.set_level(logging.INFO, logger="harvest.worker")
     start_worker(App(workflows=[full_idle]), dsn=dsn, scan_interval=0.1, run_retention=False)
     started = lambda: any("polling" in r.getMessage() for r in caplog.records)  # noqa: E731
@@ -152,7 +101,7 @@ def test_the_scanner_says_a_server_at_max_connections_is_full_not_down(
         ]
 
     caplog.set_level(logging.DEBUG, logger="harvest.worker")  # (a tick's line after an outage's first)
-    with full(small_server.dsn, "full-worker"):
+    with full(full_server.dsn, "full-worker"):
         failed = wait_until(turned_away, "a scan tick turned away at max_connections", timeout=20)
     # Before: "ServerUnreachable: the database cannot be reached now (sorry, too many clients already)".
     assert "ServerFull" in failed[0] and "max_connections" in failed[0], failed

@@ -140,7 +140,7 @@ async def ready(call: Any) -> Reply:
         found = await _schema(state)
     except Exception as exc:
         if full(exc):  # up, with no connection slot left: the remedy is not the server's restart
-            return _not_ready(f"the database {SERVER_FULL_ADVICE}", reason="ServerFull")
+            return _not_ready(SERVER_FULL_ADVICE, reason="ServerFull")
         return _not_ready(
             f"the database does not answer with this Harvest's schema {SCHEMA_VERSION} "
             f"({type(exc).__name__}: unreachable, or not migrated: harvest migrate)",
