@@ -94,24 +94,21 @@ class Outage:
 
 
 @contextlib.contextmanager
-def small_server() -> Iterator[EmbeddedPostgres]:
-    """A migrated server of the test module's own with room for 14 sessions and no slot kept for
-    superusers (the tests connect as one: a full server refuses them too)."""
-    pg = EmbeddedPostgres(
-        settings={
-            "fsync": "off",
-            "max_connections": "14",
-            "superuser_reserved_connections": "0",
-            "reserved_connections": "0",
-        },
-        in_memory=True,
-    )
+def migrated_server(**settings: str) -> Iterator[EmbeddedPostgres]:
+    """A migrated PostgreSQL server of the caller's own (in memory, fsync off), with ``settings``."""
+    pg = EmbeddedPostgres(settings={"fsync": "off", **settings}, in_memory=True)
     pg.start()
     try:
         Migrator(pg.dsn).run()
         yield pg
     finally:
         pg.stop()
+
+
+def small_server() -> contextlib.AbstractContextManager[EmbeddedPostgres]:
+    """A migrated server with room for 14 sessions and no slot kept for superusers (the tests
+    connect as one: a full server refuses them too)."""
+    return migrated_server(max_connections="14", superuser_reserved_connections="0", reserved_connections="0")
 
 
 @contextlib.contextmanager
