@@ -9,6 +9,7 @@ import logging
 from collections import Counter
 from typing import Any
 
+import psycopg
 import pytest
 
 from harvest import App, workflow
@@ -129,3 +130,30 @@ def test_an_age_the_database_refuses_is_a_warning_and_the_rest_of_the_round_runs
     assert (sql.calls["prune_audit_log"], sql.calls["run_retention"]) == (1, 1)
     said = [r.getMessage() for r in caplog.records if r.name == "harvest.worker"]
     assert any("retention.audit_max_age" in line and "must be positive" in line for line in said), said
+
+
+@pytest.mark.timeout(20)  # the old code never ended the round: it failed before run_retention
+def test_an_age_that_is_no_interval_is_a_warning_and_the_rest_of_the_round_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """HARVEST_RETENTION__AUDIT_MAX_AGE=banana fails the server's cast to interval (SQLSTATE 22007,
+    a DataError, not HR001): it failed the whole round, every round, so no run was ever pruned,
+    under a warning that named no key."""
+
+    class _NoInterval(_AuditSql):
+        async def prune_audit_log(
+            self, older_than: str, batch_size: int = 10_000, operator: str | None = None
+        ) -> dict[str, Any]:
+            self.calls["prune_audit_log"] += 1
+            raise psycopg.errors.InvalidDatetimeFormat('invalid input syntax for type interval: "banana"')
+
+    worker = Worker(App(workflows=[plain]), "postgresql://localhost:1/none", audit_max_age="banana")
+    (lane,) = worker.lanes
+    sql = _NoInterval(worker, 1, [])
+    lane.sql, lane.ready = sql, True  # type: ignore[assignment]
+    with caplog.at_level(logging.WARNING, logger="harvest.worker"):
+        asyncio.run(worker._retention(lane))
+    assert (sql.calls["prune_audit_log"], sql.calls["run_retention"]) == (1, 1)
+    said = [r.getMessage() for r in caplog.records if r.name == "harvest.worker"]
+    assert any("retention.audit_max_age 'banana'" in line for line in said), said
+    assert not any("retention run failed" in line for line in said), said
