@@ -123,7 +123,7 @@ def test_discard_a_held_back_start_then_the_rest_by_filter(browser: Any, db: str
     ids = _hold(db, "acme", 3)
     with Served(dashboard_app(dsn=db, authorizer=TokenScopes(), timeout=3.0)) as served:
         site = served.url
-        sign_in(browser, site, "operate-token")
+        sign_in(browser, site, "admin-token")
         browser.get(f"{site}/start-gates")
         assert len(browser.find_elements(By.CSS_SELECTOR, "#start-gates tbody tr")) == 3
         click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#start-gates tbody tr button"))

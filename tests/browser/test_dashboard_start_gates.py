@@ -1,6 +1,7 @@
 """The dashboard's Held-back starts page (fast suite, over HTTP): every shard's held-back starts
 listed to a read token, a Discard (through a confirmation) and the discard by filter (a dry run
-first) to operate and above, refused to a read token and from another site."""
+first) to admin (as a dead letter's discard), refused to a read and an operate token and from
+another site."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from harvest.web.ui import dashboard_app
 
 READ = {"Authorization": "Bearer read-token"}
 OPERATE = {"Authorization": "Bearer operate-token"}
+ADMIN = {"Authorization": "Bearer admin-token"}
 T0 = "2030-01-01T00:00:00+00:00"
 
 
@@ -67,59 +69,64 @@ def test_a_read_token_sees_the_list_with_no_input_and_no_discard(ui: TestClient,
     assert "s3cr3t-card" not in page.text  # (the list reads no input)
     assert "Discard" not in page.text and 'id="start-gates-bulk-form"' not in page.text
     assert 'href="/start-gates"' in page.text  # (in the navigation)
-    refused = ui.post(f"/start-gates/0/{ids[0]}/discard", data={"confirm": "yes"}, headers=READ)
-    assert refused.status_code == 403 and _waiting(db) == ids
+    for who in (READ, OPERATE):  # (discarding loses what the starters sent: an admin's)
+        refused = ui.post(f"/start-gates/0/{ids[0]}/discard", data={"confirm": "yes"}, headers=who)
+        assert refused.status_code == 403 and _waiting(db) == ids
+        bulk = ui.post("/start-gates/discard", data={"gate_key": "acme", "dry_run": "on"}, headers=who)
+        assert bulk.status_code == 403
+    operate_page = ui.get("/start-gates", headers=OPERATE).text
+    assert "Discard" not in operate_page and 'id="start-gates-bulk-form"' not in operate_page
     assert ui.get("/start-gates?kind=burst", headers=READ).status_code == 400
     assert "No start is held back" in ui.get("/start-gates?kind=debounce", headers=READ).text
 
 
 def test_discard_one_through_its_confirmation(ui: TestClient, db: str) -> None:
     ids = _hold(db, "acme", 2)
-    page = ui.get("/start-gates", headers=OPERATE).text
+    page = ui.get("/start-gates", headers=ADMIN).text
     assert f'action="/start-gates/0/{ids[0]}/discard"' in page
-    confirm = ui.post(f"/start-gates/0/{ids[0]}/discard", data={}, headers=OPERATE)
+    confirm = ui.post(f"/start-gates/0/{ids[0]}/discard", data={}, headers=ADMIN)
     assert confirm.status_code == 200, confirm.text
     assert 'id="start-gate-confirm-form"' in confirm.text and "mail-acme-1" in confirm.text
     assert _waiting(db) == ids  # (the confirmation writes nothing)
     cross = ui.post(
         f"/start-gates/0/{ids[0]}/discard",
         data={"confirm": "yes"},
-        headers={**OPERATE, "Origin": "https://evil.example"},
+        headers={**ADMIN, "Origin": "https://evil.example"},
     )
     assert cross.status_code == 403 and _waiting(db) == ids
     done = ui.post(
         f"/start-gates/0/{ids[0]}/discard",
         data={"confirm": "yes", "reason": "sent twice"},
-        headers=OPERATE,
+        headers=ADMIN,
         follow_redirects=False,
     )
     assert done.status_code == 303, done.text
-    assert "discarded" in html.unescape(ui.get(done.headers["location"], headers=OPERATE).text)
+    assert "discarded" in html.unescape(ui.get(done.headers["location"], headers=ADMIN).text)
     assert _waiting(db) == ids[1:]
     with psycopg.connect(db) as conn:
         actor, details = conn.execute(
             "SELECT actor, details FROM harvest.audit_log WHERE operation = 'pending_start.discard'"
         ).fetchone()
-    assert actor == "operate-user" and details["reason"] == "sent twice"
-    again = ui.post(f"/start-gates/0/{ids[0]}/discard", data={}, headers=OPERATE)
+    assert actor == "admin-user" and details["reason"] == "sent twice"
+    again = ui.post(f"/start-gates/0/{ids[0]}/discard", data={}, headers=ADMIN)
     assert again.status_code == 404 and "released" in again.text
-    assert ui.post(f"/start-gates/7/{ids[1]}/discard", data={}, headers=OPERATE).status_code == 404
+    assert ui.post(f"/start-gates/7/{ids[1]}/discard", data={}, headers=ADMIN).status_code == 404
 
 
 def test_discard_by_filter_dry_run_first_then_confirmed(ui: TestClient, db: str) -> None:
     acme, zeta = _hold(db, "acme", 3), _hold(db, "zeta", 1)
-    empty = ui.post("/start-gates/discard", data={"kind": "throttle", "dry_run": "on"}, headers=OPERATE)
+    empty = ui.post("/start-gates/discard", data={"kind": "throttle", "dry_run": "on"}, headers=ADMIN)
     assert empty.status_code == 400 and "workflow_name" in empty.text
     assert ui.post("/start-gates/discard", data={"gate_key": "acme"}, headers=READ).status_code == 403
     dry = ui.post(
-        "/start-gates/discard", data={"gate_key": "acme", "dry_run": "on", "limit": "2"}, headers=OPERATE
+        "/start-gates/discard", data={"gate_key": "acme", "dry_run": "on", "limit": "2"}, headers=ADMIN
     )
     assert dry.status_code == 200, dry.text
     assert _waiting(db) == sorted(acme + zeta)
     confirm = dry.text.split('id="start-gates-bulk-confirm"')[1].split("</form>")[0]
     fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', confirm))
     assert fields == {"gate_key": "acme", "limit": "2"} and "3 held-back starts match" in confirm
-    done = ui.post("/start-gates/discard", data={**fields, "reason": "backlog"}, headers=OPERATE)
+    done = ui.post("/start-gates/discard", data={**fields, "reason": "backlog"}, headers=ADMIN)
     assert done.status_code == 200, done.text
     assert 'id="start-gates-bulk-confirm"' not in done.text
     assert _waiting(db) == sorted(acme[2:] + zeta)

@@ -1,7 +1,8 @@
 """The held-back starts over HTTP (harvest.web.routes.start_gates): GET /start-gates/pending
 lists every shard's, POST /start-gates/pending/{id}/discard discards one on the shard
 ``shard_id`` names, POST /start-gates/pending/discard discards by filter on every shard; read
-lists, operate discards (harvest_operator in the database); bad input is a 400 naming its
+lists, admin discards (harvest_admin in the database, as a dead letter's discard: an operate
+token is refused); bad input is a 400 naming its
 field; and `harvest start-gate` over --base-url prints what it prints over SQL."""
 
 from __future__ import annotations
@@ -53,9 +54,7 @@ def bearer(tokens: dict[str, str], scope: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {tokens[scope]}"}
 
 
-def test_a_read_token_lists_and_an_operate_token_discards_one_audited(
-    db: str, tokens: dict[str, str]
-) -> None:
+def test_a_read_token_lists_and_an_admin_token_discards_one_audited(db: str, tokens: dict[str, str]) -> None:
     ids = hold(db, "acme", 2)
     with api_client(db, profile="production") as api:
         listed = api.get("/start-gates/pending", headers=bearer(tokens, "read"))
@@ -68,35 +67,39 @@ def test_a_read_token_lists_and_an_operate_token_discards_one_audited(
         assert [r["id"] for r in one["pending_starts"]] == ids[:1] and one["truncated"] and one["total"] == 2
 
         path = f"/start-gates/pending/{ids[0]}/discard"
-        refused = api.post(path, json={}, headers=bearer(tokens, "read"))
-        assert refused.status_code == 403 and refused.json()["error"]["code"] == "permission_denied"
+        for scope in ("read", "operate"):  # (it loses what the starters sent: an admin's, as erasure)
+            refused = api.post(path, json={}, headers=bearer(tokens, scope))
+            assert refused.status_code == 403 and refused.json()["error"]["code"] == "permission_denied"
         assert waiting(db) == ids
-        done = api.post(path, json={"reason": "sent twice"}, headers=bearer(tokens, "operate"))
+        done = api.post(path, json={"reason": "sent twice"}, headers=bearer(tokens, "admin"))
         assert done.status_code == 200, done.text
         assert done.json()["id"] == ids[0] and done.json()["shard_id"] == 0
         assert done.json()["workflow_id"] == "send-acme-1"
-        again = api.post(path, json={}, headers=bearer(tokens, "operate"))
+        again = api.post(path, json={}, headers=bearer(tokens, "admin"))
         assert again.status_code == 404 and again.json()["error"]["code"] == "not_found", again.text
     assert waiting(db) == ids[1:]
     with psycopg.connect(db) as conn:
         actor, details = conn.execute(
             "SELECT actor, details FROM harvest.audit_log WHERE operation = 'pending_start.discard'"
         ).fetchone()
-    assert actor == "t-operate" and details["reason"] == "sent twice"
+    assert actor == "t-admin" and details["reason"] == "sent twice"
 
 
 def test_a_discard_by_filter_dry_runs_limits_and_discards(db: str, tokens: dict[str, str]) -> None:
     acme, other = hold(db, "acme", 3), hold(db, "zeta", 1)
-    operate = bearer(tokens, "operate")
+    admin = bearer(tokens, "admin")
     with api_client(db, profile="production") as api:
         path = "/start-gates/pending/discard"
-        assert api.post(path, json={"gate_key": "acme"}, headers=bearer(tokens, "read")).status_code == 403
-        dry = api.post(path, json={"gate_key": "acme", "dry_run": True, "limit": 2}, headers=operate)
+        for scope in ("read", "operate"):  # (the dry run too, as a dead letters' bulk discard)
+            dry_run = {"gate_key": "acme", "dry_run": True}
+            refused = api.post(path, json=dry_run, headers=bearer(tokens, scope))
+            assert refused.status_code == 403, refused.text
+        dry = api.post(path, json={"gate_key": "acme", "dry_run": True, "limit": 2}, headers=admin)
         assert dry.status_code == 200, dry.text
         assert dry.json()["matched"] == 3 and dry.json()["discarded"] == 0
         assert dry.json()["shards"]["0"]["ids"] == acme[:2] and dry.json()["status"] == "complete"
         assert waiting(db) == sorted(acme + other)
-        done = api.post(path, json={"gate_key": "acme", "limit": 2, "operator_id": "ann"}, headers=operate)
+        done = api.post(path, json={"gate_key": "acme", "limit": 2, "operator_id": "ann"}, headers=admin)
         assert done.status_code == 200, done.text
         assert done.json()["discarded"] == 2 and done.json()["shard_errors"] == []
     assert waiting(db) == sorted(acme[2:] + other)

@@ -763,7 +763,7 @@ class HttpApi:
     ) -> dict[str, Any]:
         path = f"/start-gates/pending/{pending_start_id}/discard"
         body = _body({"operator_id": operator_id, "reason": reason})
-        answer = _obj(self.http.request("POST", path, params=self._shard(), json=body)[1])
+        answer = _obj(self.http.request("POST", path, params=self._shard(), json=body, scope="admin")[1])
         self.answered_shard = answer.get("shard_id")
         return _untagged(answer)
 
@@ -793,7 +793,7 @@ class HttpApi:
             }
         )
         budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
-        answer = _obj(self.http.post("/start-gates/pending/discard", body, timeout=budget))
+        answer = _obj(self.http.post("/start-gates/pending/discard", body, scope="admin", timeout=budget))
         return _per_shard(answer)
 
     # DAGs (the list: HttpReads.list_dags, every shard's)

@@ -79,7 +79,7 @@ def discard(
     database_url: str | None,
     output: str,
 ) -> None:
-    """Discard one held-back start by its id, and the offloaded input it owns (operator; audited).
+    """Discard one held-back start by its id, and the offloaded input it owns (admin; audited).
     Exit 1 when no start has the id: released already (its run is found by its workflow_id) or
     discarded."""
     with shard_api(database_url, shard_id, read_only=False) as api:
@@ -118,7 +118,7 @@ def discard_many(
     database_url: str | None,
     output: str,
 ) -> None:
-    """Discard the held-back starts a filter selects on every shard (operator; audited). One of
+    """Discard the held-back starts a filter selects on every shard (admin; audited). One of
     --workflow-name, --gate-key, --created-after, --created-before is needed."""
     if workflow_name is None and gate_key is None and created_after is None and created_before is None:
         # (refused here, so the same line over SQL and over HTTP, nothing asked of any shard)

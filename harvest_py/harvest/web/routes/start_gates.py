@@ -2,7 +2,8 @@
 shard, discarded by id on its shard or by filter on every shard (functions/flow_throttle.sql;
 docs/http-api.md, "Held-back starts"; `harvest start-gate` over HTTP). An id is unique on its
 shard only: ``shard_id`` names it, the default shard without it, as `start-gate discard
---shard-id` does. The discards need the operate scope (harvest_operator in the database)."""
+--shard-id` does. The discards need the admin scope (harvest_admin in the database: they lose
+for good what the starters sent, as a dead letter's discard)."""
 
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ ENDPOINTS = [
     Endpoint(
         "POST",
         "/start-gates/pending/discard",
-        "operate",
+        "admin",
         discard_pending_starts,
         "Discard the held-back starts a filter selects on every shard, oldest first, at most limit a "
         "shard (audited; dry_run counts and writes nothing; shard_errors names a shard not done).",
@@ -162,7 +163,7 @@ ENDPOINTS = [
     Endpoint(
         "POST",
         "/start-gates/pending/{pending_start_id}/discard",
-        "operate",
+        "admin",
         discard_pending_start,
         "Discard one held-back start by its id on its shard, with the offloaded input it owns "
         "(audited); 404 when released or discarded already.",

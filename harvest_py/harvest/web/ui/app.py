@@ -460,10 +460,10 @@ class Dashboard:
                 "/dead-letters/{shard:int}/{id:int}/discard", action(self.discard, "admin"), methods=["POST"]
             ),
             Route("/start-gates", page(self.start_gates, "workflow_name", "kind", "limit")),
-            Route("/start-gates/discard", action(self.discard_starts, "operate"), methods=["POST"]),
+            Route("/start-gates/discard", action(self.discard_starts, "admin"), methods=["POST"]),
             Route(
                 "/start-gates/{shard:int}/{id:int}/discard",
-                action(self.discard_start, "operate"),
+                action(self.discard_start, "admin"),
                 methods=["POST"],
             ),
             Route("/workers", page(self.workers, "status", "stale", "shard", "page", "limit")),
@@ -1620,7 +1620,7 @@ class Dashboard:
     async def start_gates(self, request: Request, principal: Principal) -> Response:
         """The starts a throttle, a debounce or a batch holds back, every shard's (as GET
         /start-gates/pending and `harvest start-gate list`), with a Discard for each (through
-        a confirmation) and the discard by filter (a dry run first) to operate and above. No
+        a confirmation) and the discard by filter (a dry run first) to admin. No
         start's input is read: the list has none."""
         q = request.query_params
         workflow_name = _param(q, "workflow_name")
