@@ -28,8 +28,13 @@ def test_readiness_says_a_server_at_max_connections_is_full(full_server: Embedde
         assert api.get("/health/ready").status_code == 200
         with full(full_server.dsn, "harvest-api"):
             answers = [api.get("/health/ready") for _ in range(3)]  # (the first may meet the ended one)
+            # A route's call meets the pool's ServerFull too: the outage's 503, not a 500
+            # (ServerFull lacked ServerUnreachable.refused, which the 503's wording reads).
+            one = api.get("/workflows/00000000-0000-0000-0000-000000000001")
         # A slot free: ready again once the pool's next connect (at most RECONNECT_CAP_SECS on).
         wait_until(lambda: api.get("/health/ready").status_code == 200, "ready again", timeout=10)
+    assert one.status_code == 503, one.text
+    assert one.json()["error"]["message"].startswith("the database could not be reached; retry"), one.text
     last = answers[-1]
     assert last.status_code == 503, last.text
     body = last.json()

@@ -451,6 +451,7 @@ class ServerFull(ServerUnreachable):
     def __init__(self, reason: str | None = None) -> None:
         PoolTimeout.__init__(self, f"{SERVER_FULL_ADVICE} ({reason})" if reason else SERVER_FULL_ADVICE)
         self.reason = reason
+        self.refused = False  # (up and full: a retry may find a slot; no login was refused)
 
 
 def _refusal(pool: Any) -> ServerUnreachable:
