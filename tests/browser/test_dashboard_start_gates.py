@@ -130,3 +130,24 @@ def test_discard_by_filter_dry_run_first_then_confirmed(ui: TestClient, db: str)
     assert done.status_code == 200, done.text
     assert 'id="start-gates-bulk-confirm"' not in done.text
     assert _waiting(db) == sorted(acme[2:] + zeta)
+
+
+def test_the_page_and_the_confirmation_never_read_every_held_back_start(
+    ui: TestClient, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page reads each shard's first ``limit`` and the count (list_pending_starts_page), the
+    confirmation the one row by its id: a backlog was read whole for either."""
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    ids = _hold(db, "acme", 3)
+
+    async def whole(*_: object, **__: object) -> None:
+        raise AssertionError("a page read every held-back start")
+
+    monkeypatch.setattr(AsyncSqlApi, "list_pending_starts", whole)
+    page = ui.get("/start-gates?limit=1", headers=READ)
+    assert page.status_code == 200, page.text
+    assert "3 held back; the first 1 shown" in page.text
+    confirm = ui.post(f"/start-gates/0/{ids[1]}/discard", data={}, headers=ADMIN)
+    assert confirm.status_code == 200 and "mail-acme-2" in confirm.text, confirm.text
+    assert ui.post(f"/start-gates/0/{ids[-1] + 99}/discard", data={}, headers=ADMIN).status_code == 404

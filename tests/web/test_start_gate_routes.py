@@ -222,3 +222,35 @@ def test_the_cli_over_http_on_a_sharded_server_names_each_shard(two_shards, monk
         shards = {r["shard_id"]: r["discarded"] for r in json.loads(many.stdout)["shards"]}
         assert shards == {0: 1, 1: 1}
     assert waiting(two_shards[0]) == [] and waiting(two_shards[1]) == [] and on0
+
+
+def test_a_page_reads_the_first_limit_of_each_shard_not_the_whole_backlog(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page of the list asks each shard for its first ``limit`` and how many matched
+    (SqlApi.list_pending_starts_page), never every held-back start: a throttle's backlog after an
+    incident was read whole, every row into the process, for each page a read token asked."""
+    from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+
+    acme, zeta = hold(db, "acme", 4), hold(db, "zeta", 2)
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql = SqlApi(conn)
+        page = sql.list_pending_starts_page("gated_send", None, 3)
+        assert [r["id"] for r in page["pending_starts"]] == acme[:3] and page["total"] == 6
+        assert "matched_total" not in page["pending_starts"][0]
+        one = sql.list_pending_starts_page(id=zeta[1], limit=1)
+        assert [r["workflow_id"] for r in one["pending_starts"]] == ["send-zeta-2"] and one["total"] == 1
+        assert sql.list_pending_starts_page(kind="batch") == {"pending_starts": [], "total": 0}
+
+    async def whole(*_: object, **__: object) -> None:
+        raise AssertionError("a page read every held-back start")
+
+    monkeypatch.setattr(AsyncSqlApi, "list_pending_starts", whole)
+    with api_client(db) as api:
+        answer = api.get("/start-gates/pending", params={"limit": 2})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert [r["id"] for r in body["pending_starts"]] == acme[:2]
+        assert body["total"] == 6 and body["truncated"]
+        kind = api.get("/start-gates/pending", params={"kind": "debounce"}).json()
+        assert kind["pending_starts"] == [] and kind["total"] == 0 and not kind["truncated"]

@@ -45,23 +45,22 @@ NON_EMPTY = {"type": "string", "minLength": 1}
 async def list_pending_starts(call: Call, args: dict[str, Any], _: Any) -> Any:
     """Every readable shard's held-back starts, each row with its shard_id, by shard and then in
     the SQL's order: the first ``limit``, with the total matched (truncated when some were left
-    out), as GET /workers answers."""
+    out), as GET /workers answers. Each shard sends its first ``limit`` only (a backlog is not
+    read whole for a page)."""
     name, kind, only = args["workflow_name"], args["kind"], args["shard_id"]
     shards = None if only is None or not call.sharded else [only]
     if only is not None and shards is None:  # (one database: it must be that shard)
         await call.on_shard(only, lambda sql: sql.get_shard_id())
-    fan = await call.each_shard(lambda sql: sql.list_pending_starts(name), shards=shards)
-    rows = [
-        {"shard_id": s, **row}
-        for s, found in sorted(fan.results.items())
-        for row in found
-        if kind is None or row["kind"] == kind
-    ]
     limit = args["limit"] if args["limit"] is not None else LIST_LIMIT
+    fan = await call.each_shard(lambda sql: sql.list_pending_starts_page(name, kind, limit), shards=shards)
+    rows = [
+        {"shard_id": s, **row} for s, page in sorted(fan.results.items()) for row in page["pending_starts"]
+    ]
+    total = sum(page["total"] for page in fan.results.values())
     return {
         "pending_starts": rows[:limit],
-        "total": len(rows),
-        "truncated": len(rows) > limit,
+        "total": total,
+        "truncated": total > limit,
         **fanout_keys(call, fan),
     }
 

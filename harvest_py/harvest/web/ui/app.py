@@ -1628,16 +1628,15 @@ class Dashboard:
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         fan = await fan_out_async(
             self.source.apis(principal),
-            lambda api: api.list_pending_starts(workflow_name),
+            lambda api: api.list_pending_starts_page(workflow_name, kind, limit),
             timeout=self.source.timeout,
         )
         if not fan.results and fan.unavailable_shards:
             raise _no_shard("no shard could be read; retry when one is up", fan.reasons)
         rows = [
             {"shard_id": s, **row}
-            for s, found in sorted(fan.results.items())
-            for row in found
-            if kind is None or row["kind"] == kind
+            for s, page in sorted(fan.results.items())
+            for row in page["pending_starts"]
         ]
         return self.render(
             request,
@@ -1645,7 +1644,7 @@ class Dashboard:
             principal=principal,
             refresh=self._refresh(request),
             rows=rows[:limit],
-            total=len(rows),
+            total=sum(page["total"] for page in fan.results.values()),
             limit=limit,
             kind=kind,
             kinds=START_GATE_KINDS,
@@ -1664,10 +1663,10 @@ class Dashboard:
         if id_ > ROW_ID_MAX:
             raise NotFound(gone)
         if form.get("confirm") != "yes":
-            rows = await self.source.on_shard(
-                shard, principal, lambda api: api.list_pending_starts(None), write=False
+            page = await self.source.on_shard(
+                shard, principal, lambda api: api.list_pending_starts_page(limit=1, id=id_), write=False
             )
-            row = next((r for r in rows if r["id"] == id_), None)
+            row = next(iter(page["pending_starts"]), None)
             if row is None:
                 raise NotFound(gone)
             return self.render(
