@@ -1262,12 +1262,12 @@ BEGIN
         -- cursor goes on from another session.)
         v_scope := md5(jsonb_build_array(p_action, v_statuses, p_workflow_name, p_search_attributes,
                                          extract(EPOCH FROM p_created_after), extract(EPOCH FROM p_created_before),
-                                         p_filter, p_signal_name, p_payload)
-                     -- (Appended only when given: a cursor made before p_workflow_id goes on.)
-                     || CASE WHEN p_workflow_id IS NOT NULL THEN jsonb_build_array(p_workflow_id) ELSE '[]' END
-                     || CASE WHEN p_failing IS NOT NULL THEN jsonb_build_array(jsonb_build_object('failing', p_failing))
-                             ELSE '[]' END
-                     ::text);
+                                         p_filter, p_signal_name, p_payload)::text
+                     -- (Appended only when given, nothing otherwise: a cursor made before p_workflow_id
+                     -- or p_failing goes on. A '[]' appended, as it was, changed every scope.)
+                     || CASE WHEN p_workflow_id IS NOT NULL THEN jsonb_build_array(p_workflow_id)::text ELSE '' END
+                     || CASE WHEN p_failing IS NOT NULL
+                             THEN jsonb_build_array(jsonb_build_object('failing', p_failing))::text ELSE '' END);
         IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
             SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);  -- (HR001: not a cursor)
             IF v_cursor.scope IS DISTINCT FROM v_scope THEN

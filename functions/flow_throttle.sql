@@ -477,6 +477,9 @@ $$;
 -- its release would have handed its run (payload_ids; before 0128 its logins' rows; before 0126
 -- none, as no owner can be told), unless another pending start's input references one too.
 -- A reference is JSON a starter writes: a row another login stored is never reached through it.
+-- harvest_admin's (not an operator's, whose cancel of a run keeps its history): it loses for good
+-- what the starters sent (a batch's row, every starter's argument) and erases payload rows, as a
+-- dead letter's discard and erase_payloads, both admin's.
 CREATE OR REPLACE FUNCTION harvest._discard_pending_start(p_row harvest.pending_starts)
 RETURNS integer
 LANGUAGE plpgsql
@@ -758,11 +761,11 @@ COMMENT ON FUNCTION harvest.list_pending_starts IS
 COMMENT ON FUNCTION harvest.discard_pending_start IS
 'Discard one start held back by a throttle, debounce or batch, by id, under its gate''s lock (a release racing it '
 'wins or loses whole), with the run-less offloaded rows it owns; audited; HR002 when released or discarded already. '
-'For operators (role harvest_operator).';
+'Irreversible, as a dead letter''s discard and an erasure: role harvest_admin.';
 COMMENT ON FUNCTION harvest.discard_pending_starts IS
 'Discard the held-back starts a filter selects (workflow name, gate key, kind, created after/before; one needed), '
-'oldest first, at most p_limit a call, with the offloaded rows each owns; p_dry_run counts; audited. For operators '
-'(role harvest_operator).';
+'oldest first, at most p_limit a call, with the offloaded rows each owns; p_dry_run counts; audited. Role '
+'harvest_admin.';
 COMMENT ON FUNCTION harvest.get_start_gate IS
 'A workflow''s declared debounce or batch (kind, key path) on this shard, no row without one; a sharded client reads it once per workflow name to place a burst started by name on one shard. harvest_reader.';
 COMMENT ON FUNCTION harvest.get_start_throttle IS

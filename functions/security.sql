@@ -129,7 +129,7 @@ AS $$
                         'signal_workflow_eager', 'cancel_workflow', 'cancel_workflows', 'signal_workflows',
                         'replay_dead_letter', 'replay_dead_letters', 'request_query', 'request_update',
                         'update_with_start', 'get_query_request', 'pause_workflow', 'resume_workflow',
-                        'pause_workflows', 'resume_workflows', 'discard_pending_start', 'discard_pending_starts',
+                        'pause_workflows', 'resume_workflows',
                         'trigger_dag', 'retry_dag_run', 'pause_dag', 'unpause_dag') THEN 'harvest_operator'
         ELSE 'harvest_admin'
     END;

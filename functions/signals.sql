@@ -27,6 +27,27 @@ BEGIN
                                    harvest._payload_limit());
     PERFORM harvest._check_traceparent(p_traceparent);
     v_execution := harvest._lock_running_execution(p_execution_id, 'signal');
+    -- Signals to one run in one transaction: each moves the run's row, whose versions Postgres
+    -- keeps until the transaction ends, and every later lookup of the row reads past them all,
+    -- so n signals cost n squared (100,000 in one statement: ten minutes holding the run's
+    -- lock). Refused once this transaction has added 10,000 events to the run: looked at on
+    -- every 1,000th event only (one key lookup of events), whether the event
+    -- 10,000 back is this transaction's own (one written in a subtransaction is not seen:
+    -- such a caller is not stopped). docs/messages.md, "How many signals a run takes".
+    -- (Two IFs: the first is a simple expression, which PL/pgSQL evaluates without the
+    -- executor; one that held the EXISTS would start the executor on every signal.)
+    IF (v_execution.last_event_id + 1) % 1000 = 0 THEN
+        IF EXISTS (
+            SELECT 1 FROM harvest.events AS ev
+            WHERE ev.execution_id = p_execution_id AND ev.event_id = v_execution.last_event_id + 1 - 10000
+              AND ev.xmin = pg_current_xact_id()::xid
+        ) THEN
+            RAISE EXCEPTION 'too many signals to execution % in one transaction: it has added 10,000 events to the '
+                            'run''s history, and each further signal would cost more than the last', p_execution_id
+                USING ERRCODE = 'HR001',
+                      HINT = 'send one signal whose payload is the list, or commit every 1,000 signals or so';
+        END IF;
+    END IF;
     event_id := harvest._append_event(p_execution_id, 'SignalReceived', jsonb_build_object(
         'name', p_signal_name, 'payload', coalesce(p_payload, 'null'::jsonb),
         'signal_id', coalesce(p_signal_id, gen_random_uuid()::text))
@@ -175,7 +196,8 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.signal_workflow IS
 'Append a SignalReceived event to a RUNNING run and wake it; returns the event id. HR005 when the run has ended, '
-'HR008 for a payload over payload_limit(); p_traceparent (the sender''s W3C span, HR001 when malformed) is kept on the '
+'HR008 for a payload over payload_limit(), HR001 once the caller''s transaction has added 10,000 events to the run '
+'(docs/messages.md); p_traceparent (the sender''s W3C span, HR001 when malformed) is kept on the '
 'event for the reading task''s span link. Called by clients (role harvest_operator).';
 COMMENT ON FUNCTION harvest.signal_workflow_eager IS
 'signal_workflow from a process that also hosts worker p_worker_id: the woken workflow task is leased to that worker '

@@ -947,7 +947,7 @@ ROLLBACK;
 
 -- Acting on many runs by filter: cancel_workflows, terminate_workflows, signal_workflows.
 BEGIN;
-SELECT plan(35);
+SELECT plan(36);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT pg_temp.start_run('bw-1', 'bw_wf', 'bw_q');
@@ -999,6 +999,10 @@ SELECT is((SELECT operator_id FROM harvest.audit_log WHERE operation = 'workflow
 SELECT is(harvest.cancel_workflows(p_workflow_name => 'bw_wf', p_cursor => (SELECT r ->> 'next_cursor' FROM bw_step))
               -> 'execution_ids', jsonb_build_array(pg_temp.run('bw-4')),
           '... the cursor continues after the last run acted on (the ended one never listed)');
+SELECT is((SELECT scope FROM harvest._decode_cursor((SELECT r ->> 'next_cursor' FROM bw_step))),
+          md5(jsonb_build_array('cancel', ARRAY['RUNNING', 'PAUSED'], 'bw_wf', NULL::text[], NULL::numeric,
+                                NULL::numeric, NULL::text, NULL::text, NULL::jsonb)::text),
+          '... its scope without a workflow id is the one before p_workflow_id (a cursor made then goes on)');
 SELECT throws_ok(format('SELECT harvest.cancel_workflows(p_workflow_name => %L, p_cursor => %L)', 'bw_other',
                          (SELECT r ->> 'next_cursor' FROM bw_step)),
                   'HR001', 'the cursor was made for another action or filter',
@@ -1243,7 +1247,7 @@ ROLLBACK;
 -- cancel/terminate/signal/pause/resume_workflows' p_workflow_id, through _execution_filters and
 -- _act_on_workflows), down executions_workflow_id; an empty one is HR001.
 BEGIN;
-SELECT plan(12);
+SELECT plan(13);
 SELECT pg_temp.start_run('w1', 'wid_wf', 'default', p_workflow_id => 'wid-1');
 SELECT pg_temp.start_run('w2', 'wid_wf', 'default', p_workflow_id => 'wid-2');
 SELECT pg_temp.start_run('w3', 'wid_other', 'default', p_workflow_id => 'wid-1');
@@ -1271,6 +1275,11 @@ SELECT is((SELECT (d -> 'acted')::integer
           1, 'cancel_workflows(p_workflow_id): with the workflow name, one run');
 SELECT is((SELECT details ->> 'workflow_id' FROM harvest.audit_log WHERE operation = 'workflow.bulk_cancel'),
           'wid-1', 'the batch''s audit row names the workflow id');
+SELECT throws_ok(format('SELECT harvest.signal_workflows(%L, %L, p_created_before => %L, p_cursor => %L)', 'noop', '1',
+                        '2999-01-01', harvest.signal_workflows('noop', '1', p_created_before => '2999-01-01',
+                                                               p_workflow_id => 'wid-1', p_limit => 1) ->> 'next_cursor'),
+                 'HR001', 'the cursor was made for another action or filter',
+                 'a batch cursor made under a workflow id goes on only under it');
 SELECT is((SELECT (d -> 'acted')::integer FROM harvest.terminate_workflows(p_workflow_id => 'wid-1') AS d),
           2, 'terminate_workflows(p_workflow_id): both runs of the id');
 SELECT * FROM finish();

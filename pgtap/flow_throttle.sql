@@ -306,7 +306,7 @@ ROLLBACK;
 -- a row another login stored or another pending start names stays, audited; by filter, oldest
 -- first, a filter needed.
 BEGIN;
-SELECT plan(17);
+SELECT plan(19);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 1, "burst": 1, "key": "input.k"}},
@@ -370,5 +370,10 @@ SELECT is((SELECT array_agg(gate_key) FROM harvest.pending_starts WHERE kind = '
           'discard_pending_starts(): the rest wait');
 SELECT is((SELECT d -> 'discarded' FROM harvest.discard_pending_starts(p_gate_key => 'r', p_operator_id => 'op-8') AS d),
           '1'::jsonb, 'discard_pending_starts(): by gate key alone');
+-- An admin's, as a dead letter's discard and erase_payloads: it loses for good what the starters sent.
+SELECT is(ARRAY[harvest._function_role('discard_pending_start'), harvest._function_role('discard_pending_starts')],
+          ARRAY['harvest_admin', 'harvest_admin'], 'discarding held-back starts is harvest_admin''s');
+SELECT ok(NOT has_function_privilege('harvest_operator', 'harvest.discard_pending_start(bigint, text, text)', 'EXECUTE'),
+          'discard_pending_start(): an operator cannot discard what starters sent');
 SELECT * FROM finish();
 ROLLBACK;

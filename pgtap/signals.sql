@@ -4,7 +4,7 @@
 -- WorkflowCancelRequested, the wake-up, heartbeats that learn of it; its body
 -- harvest._request_cancel, shared with cancel_workflows).
 BEGIN;
-SELECT plan(102);
+SELECT plan(107);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -323,6 +323,29 @@ SELECT throws_ok($$SELECT harvest.signal_workflow_eager(pg_temp.run('eager'), ' 
                  'HR001', NULL, 'signal_workflow_eager(): an empty signal name is HR001, as signal_workflow''s');
 SELECT throws_ok($$SELECT harvest.signal_workflow_eager(gen_random_uuid(), 'go', '1', NULL, NULL, 'sew', 30)$$,
                  'HR002', NULL, 'signal_workflow_eager(): an unknown run is HR002');
+
+-- ------------------------------------------- many signals to one run in one transaction
+-- Each signal to a run moves its row, whose versions live until the transaction ends, so the
+-- n-th signal of a transaction costs in proportion to n: refused (HR001) once the transaction
+-- has added 10,000 events to the run, looked at on every 1,000th. The run's events are written
+-- here directly, in this test's transaction, as 10,997 signals would have written them.
+SELECT isnt(pg_temp.start_run('burst', 'sig_wf', 'sq_burst'), NULL, 'setup: a run');
+WITH moved AS (
+    UPDATE harvest.executions AS x SET last_event_id = 10998 WHERE x.id = pg_temp.run('burst')
+    RETURNING x.id
+)
+INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+SELECT m.id, g, 'SignalReceived', jsonb_build_object('name', 'n', 'payload', g, 'signal_id', 'b' || g), harvest.now()
+FROM moved AS m, generate_series(2, 10998) AS g;
+SELECT is(harvest.signal_workflow(pg_temp.run('burst'), 'n', '1'), 10999::bigint,
+          'signal_workflow(): a signal whose event id is not a thousandth is not checked');
+SELECT throws_ok($$SELECT harvest.signal_workflow(pg_temp.run('burst'), 'n', '1')$$, 'HR001', NULL,
+                 'signal_workflow(): HR001 once the transaction has added 10,000 events to the run');
+SELECT throws_like($$SELECT harvest.signal_workflow(pg_temp.run('burst'), 'n', '1')$$,
+                   'too many signals to execution % in one transaction: it has added 10,000 events%',
+                   'its message says what was refused');
+SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('burst')), 10999::bigint,
+          'the refused signal appended nothing');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -113,3 +113,33 @@ def test_signal_the_runs_a_filter_selects_with_a_name_and_a_payload(browser: Any
             " WHERE event_type = 'SignalReceived' AND event_data ->> 'name' = 'approved'"
         ).fetchall()
     assert sorted(r for r, _ in got) == sorted(runs) and {p["by"] for _, p in got} == {"ops"}
+
+
+def test_discard_a_held_back_start_then_the_rest_by_filter(browser: Any, db: str) -> None:
+    """The Held-back starts page: one start discarded through its confirmation, the rest by
+    filter, a dry run first, then Discard them."""
+    from test_dashboard_start_gates import _hold, _waiting
+
+    ids = _hold(db, "acme", 3)
+    with Served(dashboard_app(dsn=db, authorizer=TokenScopes(), timeout=3.0)) as served:
+        site = served.url
+        sign_in(browser, site, "admin-token")
+        browser.get(f"{site}/start-gates")
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#start-gates tbody tr")) == 3
+        click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#start-gates tbody tr button"))
+        assert _text(browser, "h1") == f"Discard held-back start 0:{ids[0]}?"
+        browser.find_element(By.NAME, "reason").send_keys("sent twice")
+        click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#start-gate-confirm-form button"))
+        assert "discarded" in _text(browser, ".flash")
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#start-gates tbody tr")) == 2
+
+        bulk = browser.find_element(By.ID, "start-gates-bulk-form")
+        bulk.find_element(By.NAME, "gate_key").send_keys("acme")
+        click_and_wait(browser, bulk.find_element(By.CSS_SELECTOR, "button"))
+        assert "dry run" in _text(browser, "h1")
+        assert _waiting(db) == ids[1:]
+        screenshot(browser, "start-gates-dry-run")
+        click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#start-gates-bulk-confirm button"))
+        assert _text(browser, "#start-gates-bulk-results tbody tr").split()[:3] == ["0", "2", "2"]
+        assert console_errors(browser) == []
+    assert _waiting(db) == []

@@ -659,6 +659,7 @@ def test_navigation_links_the_new_pages(ui: TestClient) -> None:
         "dags",
         "workers",
         "dead-letters",
+        "start-gates",
         "concurrency",
         "shards",
     ]

@@ -49,16 +49,37 @@ def test_the_workflows_page_lists_one_workflow_ids_runs(runs: tuple[TestClient, 
     for run in ("first", "second", "refund"):
         assert ids[run] in page.text, run
     assert ids["other"] not in page.text
-    assert 'id="workflow-id-runs"' in page.text and 'aria-label="counts by status"' not in page.text
+    assert 'id="workflow-id-runs"' in page.text
     assert '<input name="workflow_id" value="order-7"' in page.text
-    # No bulk action: it would select by the other filters alone, more than the runs listed.
-    assert 'id="bulk-runs-count"' not in page.text and "does not select by workflow ID" in page.text
     one = client.get("/workflows?workflow_id=order-7&workflow_name=refund", headers=READ).text
     assert ids["refund"] in one and ids["second"] not in one
-    refused = client.get(
-        "/workflows/bulk?action=cancel&workflow_name=checkout&workflow_id=order-7", headers=OPERATE
+
+
+def test_the_counts_and_a_bulk_action_select_by_workflow_id(
+    runs: tuple[TestClient, dict[str, str]], db: str
+) -> None:
+    """The page drew no counts by workflow ID and refused a bulk action with one (the count and
+    the batch took no workflow_id then); they select by it now, as the list does."""
+    client, ids = runs
+    page = client.get("/workflows?workflow_id=order-7", headers=OPERATE)
+    assert 'aria-label="counts by status"' in page.text, page.text
+    # order-7: checkout's, TERMINATED, and refund's, RUNNING; order-8's not counted.
+    chips = page.text.split('aria-label="counts by status"')[1].split("</div>")[0]
+    assert "all 2</span>" in chips and 'data-status="RUNNING"' in chips, chips
+    assert 'id="bulk-runs-count"' in page.text and "does not select by workflow ID" not in page.text
+    confirm = client.get("/workflows/bulk?action=cancel&workflow_id=order-7", headers=OPERATE)
+    assert confirm.status_code == 200, confirm.text
+    assert ids["refund"] in confirm.text and "Cancel 1 run?" in confirm.text, confirm.text
+    assert ids["other"] not in confirm.text and "workflow ID" in confirm.text
+    done = client.post(
+        "/workflows/bulk",
+        data={"action": "cancel", "filters": "workflow_id=order-7", "reason": "duplicate order"},
+        headers=OPERATE,
     )
-    assert refused.status_code == 400 and "workflow_id: a bulk action does not select" in refused.text
+    assert done.status_code == 200, done.text
+    with psycopg.connect(db) as conn:
+        asked = dict(conn.execute("SELECT id::text, cancel_requested FROM harvest.executions").fetchall())
+    assert asked[ids["refund"]] and not asked[ids["other"]]
 
 
 def test_the_workflows_page_refuses_a_parameter_it_does_not_take(

@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from outage_helpers import Outage
+from outage_helpers import Outage, migrated_server
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from worker_helpers import RunningWorker
 
 from harvest import App, Client, Worker
 from harvest.db.embedded import EmbeddedPostgres
-from harvest.db.migrate import Migrator
 
 
 @pytest.fixture
@@ -53,10 +52,5 @@ def client(db: str) -> Iterator[Client]:
 def own_server() -> Iterator[EmbeddedPostgres]:
     """A migrated PostgreSQL server of the test module's own, which its tests may stop and
     start again (``pause``, ``resume``: outages) without touching the shared test server."""
-    pg = EmbeddedPostgres(settings={"fsync": "off", "synchronous_commit": "off"}, in_memory=True)
-    pg.start()
-    try:
-        Migrator(pg.dsn).run()
+    with migrated_server(synchronous_commit="off") as pg:
         yield pg
-    finally:
-        pg.stop()

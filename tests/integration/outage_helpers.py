@@ -1,13 +1,20 @@
 """What the outage tests share (their server: the ``own_server`` fixture in conftest.py; a
-forwarder that goes down: Outage, the ``outage`` fixture)."""
+forwarder that goes down: Outage, the ``outage`` fixture; a server with room for a handful of
+sessions, ``small_server``, and :func:`full`, which fills it)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
+
+import psycopg
+
+from harvest.db.embedded import EmbeddedPostgres
+from harvest.db.migrate import Migrator
 
 T = TypeVar("T")
 
@@ -84,3 +91,55 @@ class Outage:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+
+@contextlib.contextmanager
+def migrated_server(**settings: str) -> Iterator[EmbeddedPostgres]:
+    """A migrated PostgreSQL server of the caller's own (in memory, fsync off), with ``settings``."""
+    pg = EmbeddedPostgres(settings={"fsync": "off", **settings}, in_memory=True)
+    pg.start()
+    try:
+        Migrator(pg.dsn).run()
+        yield pg
+    finally:
+        pg.stop()
+
+
+def small_server() -> contextlib.AbstractContextManager[EmbeddedPostgres]:
+    """A migrated server with room for 14 sessions and no slot kept for superusers (the tests
+    connect as one: a full server refuses them too)."""
+    return migrated_server(max_connections="14", superuser_reserved_connections="0", reserved_connections="0")
+
+
+@contextlib.contextmanager
+def full(dsn: str, application_name: str) -> Iterator[None]:
+    """Every free slot of the server taken by an idle session, then every backend of the pool
+    under test (its ``application_name``) ended: its next connect meets 53300."""
+    held: list[psycopg.Connection] = []
+
+    def fill(for_secs: float = 0.0) -> None:
+        """Take every free slot; keep taking the slots that free for ``for_secs`` more."""
+        until = time.monotonic() + for_secs
+        refused = None
+        while refused is None or time.monotonic() < until:
+            try:
+                held.append(psycopg.connect(dsn, autocommit=True, connect_timeout=5))
+            except psycopg.OperationalError as exc:
+                refused = str(exc)
+        assert "too many clients" in refused, refused
+
+    try:
+        fill()
+        end = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
+        left = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        # The slots the ended backends free are taken at once, before the pool's next connect
+        # (its attempts are a second or more apart); one it took anyway is ended again.
+        for _ in range(20):
+            held[0].execute(end, (application_name,))
+            fill(for_secs=0.5)
+            if held[0].execute(left, (application_name,)).fetchone()[0] == 0:
+                break
+        yield
+    finally:
+        for conn in held:
+            conn.close()

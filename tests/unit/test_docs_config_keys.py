@@ -198,3 +198,15 @@ def test_the_checks_themselves() -> None:
     ]
     assert toml_problems("[worker]\nconcurrency = 0\n", "t") != []  # out of range
     assert Path(ROOT / "README.md").exists()
+
+
+def test_the_configuration_section_names_every_variable_the_code_reads() -> None:
+    """operations.md's "Every key has a variable" list is a deployer's inventory of what can be
+    set from the environment: it left out HARVEST_SESSION_URL, HARVEST_WORKER__CACHE_SIZE and
+    HARVEST_RETENTION__AUDIT_MAX_AGE, and the CLI's HARVEST_URL, HARVEST_TOKEN and
+    HARVEST_HTTP_TIMEOUT_SECS from the ones read elsewhere."""
+    page = (ROOT / "docs" / "operations.md").read_text()
+    start = page.index("Every key has a variable")
+    section = page[start : page.index("The boot stops (one", start)]
+    wanted = {env_name(key) + ("__<" if SCHEMA[key] in TABLES else "") for key in SCHEMA} | set(NOT_CONFIG)
+    assert sorted(name for name in wanted if name not in section) == []

@@ -103,3 +103,35 @@ def test_where_a_replay_diverged_is_the_workflow_s_line_not_the_engine_s() -> No
     assert raised_at({"traceback": stack}) == "in order (orders.py:73)"
     engine_only = 'Traceback (most recent call last):\n  File "/x/harvest/worker/w.py", line 9, in claim\nE'
     assert raised_at({"traceback": engine_only}) == "in claim (w.py:9)"
+
+
+def test_a_project_in_a_directory_named_harvest_is_still_the_workflows_line() -> None:
+    """Harvest's frames are its own subpackages' (harvest/runtime/..., harvest/worker/...): a
+    user's checkout in a directory named harvest (/home/ann/harvest/orders.py) is not one of
+    them, or its line was dropped and the engine's named instead."""
+    lib = "/srv/venv/lib/python3.11/site-packages/harvest/runtime"
+    stack = (
+        "Traceback (most recent call last):\n"
+        f'  File "{lib}/run.py", line 621, in _run_main\n'
+        '  File "/home/ann/harvest/orders.py", line 73, in order\n'
+        f'  File "{lib}/commands.py", line 300, in _raise_fatal\n'
+        "harvest.core.errors.NonDeterminismError: non-determinism at seq 3"
+    )
+    assert raised_at({"traceback": stack}) == "in order (orders.py:73)"
+    ui = "/srv/venv/lib/python3.11/site-packages/harvest/web/ui/app.py"  # (deeper than one level)
+    nested = (
+        'Traceback (most recent call last):\n  File "/app/x.py", line 2, in f\n'
+        f'  File "{ui}", line 5, in g\nE'
+    )
+    assert raised_at({"traceback": nested}) == "in f (x.py:2)"
+
+
+def test_the_frames_subpackages_are_harvests() -> None:
+    from pathlib import Path
+
+    import harvest
+    from harvest.core.errors import _HARVEST_SUBPACKAGES
+
+    root = Path(harvest.__file__).parent
+    found = sorted(p.name for p in root.iterdir() if (p / "__init__.py").is_file())
+    assert found == sorted(_HARVEST_SUBPACKAGES)

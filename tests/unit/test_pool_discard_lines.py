@@ -42,3 +42,18 @@ def test_a_restart_breaking_many_idle_connections_costs_a_line_a_pool_a_minute()
         "psycopg.pool", logging.INFO, __file__, 1, "connection given by %r", ("p",), None
     )
     assert lines.filter(other) and other.getMessage() == "connection given by 'p'"
+
+
+def test_connections_a_restart_broke_under_calls_share_the_pools_line() -> None:
+    """psycopg_pool's "discarding closed connection: <repr>" (a connection a call gave back
+    broken: one per call in flight at a restart) is counted in the same line a pool a minute."""
+    lines = pools._OutageLines()
+    lines.clock = lambda: 1000.0
+    closed = [_discard("pool-1") for _ in range(5)]
+    for record in closed:
+        record.msg = "discarding closed connection: %s"
+    passed = [r for r in closed if lines.filter(r)]
+    assert len(passed) == 1, [r.getMessage() for r in passed]
+    said = passed[0].getMessage()
+    assert "'pool-1'" in said and "discarding broken connections" in said and "at 0x" not in said
+    assert not lines.filter(_discard("pool-1"))  # an idle one found after: the same line's count

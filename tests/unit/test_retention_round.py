@@ -9,6 +9,7 @@ import logging
 from collections import Counter
 from typing import Any
 
+import psycopg
 import pytest
 
 from harvest import App, workflow
@@ -107,20 +108,37 @@ def test_the_audit_log_is_never_pruned_without_a_configured_age() -> None:
     assert _one_audit_round(None, []).calls["prune_audit_log"] == 0
 
 
+@pytest.mark.timeout(20)  # an uncaught refusal failed each round before run_retention: no end
+@pytest.mark.parametrize(
+    ("age", "refusal", "said_of_it"),
+    [
+        # refused by prune_audit_log (HR001)
+        ("0 days", InvalidArgument("audit log max age 00:00:00 must be positive"), "must be positive"),
+        # HARVEST_RETENTION__AUDIT_MAX_AGE=banana: the server's cast to interval (SQLSTATE 22007, a
+        # DataError) failed the whole round, every round, so no run was ever pruned, under a
+        # warning that named no key
+        (
+            "banana",
+            psycopg.errors.InvalidDatetimeFormat('invalid input syntax for type interval: "banana"'),
+            "'banana'",
+        ),
+    ],
+    ids=["hr001", "no_interval"],
+)
 def test_an_age_the_database_refuses_is_a_warning_and_the_rest_of_the_round_runs(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, age: str, refusal: Exception, said_of_it: str
 ) -> None:
-    """A bad retention.audit_max_age ('0 days') is refused by prune_audit_log (HR001): a warning
-    naming the key, not the debug line of retention not configured, and runs still pruned."""
+    """A bad retention.audit_max_age is a warning naming the key, not the debug line of retention
+    not configured nor `retention run failed`, and runs still pruned."""
 
     class _Refusing(_AuditSql):
         async def prune_audit_log(
             self, older_than: str, batch_size: int = 10_000, operator: str | None = None
         ) -> dict[str, Any]:
             self.calls["prune_audit_log"] += 1
-            raise InvalidArgument("audit log max age 00:00:00 must be positive")
+            raise refusal
 
-    worker = Worker(App(workflows=[plain]), "postgresql://localhost:1/none", audit_max_age="0 days")
+    worker = Worker(App(workflows=[plain]), "postgresql://localhost:1/none", audit_max_age=age)
     (lane,) = worker.lanes
     sql = _Refusing(worker, 1, [])
     lane.sql, lane.ready = sql, True  # type: ignore[assignment]
@@ -128,4 +146,5 @@ def test_an_age_the_database_refuses_is_a_warning_and_the_rest_of_the_round_runs
         asyncio.run(worker._retention(lane))
     assert (sql.calls["prune_audit_log"], sql.calls["run_retention"]) == (1, 1)
     said = [r.getMessage() for r in caplog.records if r.name == "harvest.worker"]
-    assert any("retention.audit_max_age" in line and "must be positive" in line for line in said), said
+    assert any("retention.audit_max_age" in line and said_of_it in line for line in said), said
+    assert not any("retention run failed" in line for line in said), said

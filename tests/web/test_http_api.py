@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -1921,3 +1922,23 @@ def test_a_chain_whose_current_run_is_gone_is_a_404_naming_its_last_run(api, db:
         assert answer.status_code == 404 and error_of(answer)["code"] == "not_found", answer.text
         message = error_of(answer)["message"]
         assert said in message and "(erased or purged)" in message and "workflow id" not in message, message
+
+
+@pytest.mark.timeout(60)
+def test_ready_answers_503_in_bounded_time_when_the_database_does_not_answer(db: str, monkeypatch) -> None:
+    """A database gone silent (a failover, a stopped server) held /health/ready for the pool's
+    30-second connect wait, and probes piled up behind it: the probe gives up after
+    PROBE_WAIT_SECS and answers 503 with the error shape."""
+    from harvest.web.routes import health
+
+    async def silent(state):
+        await asyncio.Event().wait()  # the versions' read never answers
+
+    monkeypatch.setattr(health, "_schema", silent)
+    monkeypatch.setattr(health, "PROBE_WAIT_SECS", 0.2, raising=False)
+    with api_client(db) as api:
+        ready = api.get("/health/ready")
+        assert ready.status_code == 503 and ready.json()["reason"] == "timeout", ready.text
+        assert error_of(ready)["code"] == "not_ready" and "did not answer" in error_of(ready)["message"]
+        assert ready.headers["Retry-After"] == "1"
+        assert api.get("/health/live").status_code == 200  # liveness reads no database

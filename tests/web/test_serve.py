@@ -287,16 +287,40 @@ def test_the_listening_sockets_are_one_per_address_of_the_host() -> None:
         assert not served_url("::1", [any_port]).endswith(":0/api/harvest")
 
 
-def test_serve_stops_on_ctrl_c_with_exit_0(db: str) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_serve_stops_on_ctrl_c_or_sigterm_with_exit_0(db: str, stop: signal.Signals) -> None:
+    """A kubelet's or systemd's SIGTERM ends the graceful stop with exit 0, as Ctrl-C does (uvicorn
+    raised it again after its stop, and the process died of it: 143)."""
     port = _free_port()
     env = {**os.environ, "HARVEST_DATABASE_URL": db, "HARVEST_PROFILE": "dev"}
     process = _run(["serve", "--port", str(port)], env)
     try:
         assert _get(f"http://127.0.0.1:{port}/api/harvest/health")[0] == 200
     finally:
-        _, err = _stop(process)
+        process.send_signal(stop)
+        _, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     assert "Aborted" not in err
+
+
+def test_serve_with_json_logs_writes_only_json_lines_on_one_stream(db: str) -> None:
+    """A container's log collector parses every line: uvicorn's own lines (its start, each
+    request's access line, its stop) and the served URL go through Harvest's handler, as JSON
+    on stderr, not as uvicorn's text beside them (and nothing on stdout)."""
+    port = _free_port()
+    env = {**os.environ, "HARVEST_DATABASE_URL": db, "HARVEST_PROFILE": "dev"}
+    process = _run(["serve", "--port", str(port), "--log-format", "json"], env)
+    try:
+        assert _get(f"http://127.0.0.1:{port}/api/harvest/health/live")[0] == 200
+    finally:
+        out, err = _stop(process)
+    assert out == ""
+    records = [json.loads(line) for line in err.splitlines()]  # every line one JSON object
+    messages = [r["message"] for r in records]
+    assert any(f"http://127.0.0.1:{port}/api/harvest" in m for m in messages), messages
+    assert any("GET /api/harvest/health/live" in m for m in messages), messages
+    assert {r["logger"] for r in records} >= {"uvicorn.error", "uvicorn.access"}
+    assert all("color_message" not in r for r in records), "uvicorn's terminal colours"
 
 
 def test_a_combined_serve_reports_its_drained_worker_and_keeps_serving(db: str) -> None:
@@ -360,20 +384,3 @@ def test_a_combined_serve_reports_its_drained_worker_and_keeps_serving(db: str) 
     assert process.returncode == 0, err
     assert "Traceback" not in err
     assert any("drained" in line and "the management API" in line for line in err.splitlines()), err
-
-
-def test_serve_with_log_format_json_writes_only_json_lines(db: str) -> None:
-    """uvicorn's own lines (its startup, one per request) and the startup banner are objects of
-    the same log as Harvest's, not uvicorn's text: a collector parses every line."""
-    port = _free_port()
-    env = {**os.environ, "HARVEST_DATABASE_URL": db, "HARVEST_PROFILE": "dev"}
-    process = _run(["serve", "--port", str(port), "--log-format", "json"], env)
-    try:
-        assert _get(f"http://127.0.0.1:{port}/api/harvest/health/ready")[0] == 200
-    finally:
-        _, err = _stop(process)
-    lines = [json.loads(line) for line in err.splitlines() if line.strip()]  # each one an object
-    messages = [(line["logger"], line["message"]) for line in lines]
-    assert any(m == f"Harvest management API on http://127.0.0.1:{port}/api/harvest" for _, m in messages)
-    assert any(logger == "uvicorn.access" and "/health/ready" in m for logger, m in messages), err
-    assert all("color_message" not in line for line in lines), "uvicorn's terminal colours"

@@ -518,6 +518,9 @@ def http_session(settings: HttpSettings) -> Iterator[Http]:
 HISTORY_PAGE = 1000
 # The entries a stack read for a timeout's hint asks for in each list: the route's largest.
 STACK_LIMIT_MAX = 10_000
+# The held-back starts one request of `start-gate list` asks for: the route's bound
+# (harvest.web.routes.start_gates.LIST_LIMIT_MAX); more is refused, never printed cut short.
+LIST_ALL = 10_000
 
 
 class HttpApi:
@@ -743,6 +746,61 @@ class HttpApi:
         budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
         scope = "admin" if action == "discard" else "operate"
         return _obj(self.http.post(f"/dead-letters/{action}", body, scope=scope, timeout=budget))
+
+    # held-back starts (the routes answer per shard: each_shard spreads a PerShard over its
+    # shards; a discard by id on self.shard, the server's default shard when None)
+    def list_pending_starts(self, workflow_name: str | None = None) -> PerShard:
+        answer = _obj(self.http.get("/start-gates/pending", workflow_name=workflow_name, limit=LIST_ALL))
+        if answer.get("truncated"):
+            raise InvalidArgument(
+                f"{answer.get('total')} held-back starts: more than the {LIST_ALL} one request lists; "
+                "name a workflow (--workflow-name), or list over SQL (--database-url)"
+            )
+        results: dict[int, Any] = {}
+        for row in _rows(answer.get("pending_starts")):
+            results.setdefault(int(row["shard_id"]), []).append(_untagged(row))
+        missed = list(answer.get("unavailable_shards") or [])
+        return PerShard(
+            results, missed, answer.get("status"), bool(answer.get("sharded")), reasons=_reasons(answer)
+        )
+
+    def discard_pending_start(
+        self, pending_start_id: int, operator_id: str | None = None, reason: str | None = None
+    ) -> dict[str, Any]:
+        path = f"/start-gates/pending/{pending_start_id}/discard"
+        body = _body({"operator_id": operator_id, "reason": reason})
+        answer = _obj(self.http.request("POST", path, params=self._shard(), json=body, scope="admin")[1])
+        self.answered_shard = answer.get("shard_id")
+        return _untagged(answer)
+
+    def discard_pending_starts(
+        self,
+        workflow_name: str | None = None,
+        gate_key: str | None = None,
+        kind: str | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        limit: int = 100,
+        dry_run: bool = False,
+        operator_id: str | None = None,
+        reason: str | None = None,
+    ) -> PerShard:
+        body = _body(
+            {
+                "workflow_name": workflow_name,
+                "gate_key": gate_key,
+                "kind": kind,
+                "created_after": created_after,
+                "created_before": created_before,
+                "limit": limit,
+                "dry_run": dry_run,
+                "operator_id": operator_id,
+                "reason": reason,
+            }
+        )
+        budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
+        answer = _obj(self.http.post("/start-gates/pending/discard", body, scope="admin", timeout=budget))
+        return _per_shard(answer)
 
     # DAGs (the list: HttpReads.list_dags, every shard's)
     def trigger_dag(self, name: str, conf: Any, workflow_id: str | None, operator: str | None) -> Any:

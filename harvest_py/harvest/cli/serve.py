@@ -10,6 +10,7 @@ import errno
 import logging
 import os
 import shlex
+import signal
 import socket
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
@@ -83,6 +84,11 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
         )
         raise HarvestError(f"cannot listen on {host}:{port}: {exc.strerror or exc} ({hint})") from None
     return sockets
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM as Ctrl-C: uvicorn stops gracefully on it, then raises it again here."""
+    raise KeyboardInterrupt
 
 
 def served_url(host: str, sockets: list[socket.socket], mount: str = MOUNT) -> str:
@@ -297,11 +303,15 @@ def serve(
     server = uvicorn.Server(served)
     runtimes.on_failure = lambda: setattr(server, "should_exit", True)
     runtimes.on_drained = lambda worker, at: api.state.harvest.note_drained(worker.worker_id, at)
+    # uvicorn raises the signal that stopped it again once its graceful stop is done: SIGTERM
+    # (a kubelet's, systemd's) then ends as Ctrl-C does, exit 0, not killed by the signal (143).
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         # Ctrl-C ends it as uvicorn.run does: after the graceful stop, not as an abort (exit 0).
         with contextlib.suppress(KeyboardInterrupt):
             server.run(sockets=sockets)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         for sock in sockets:
             sock.close()
     if runtimes.failure is not None:

@@ -25,6 +25,7 @@ from harvest.cli.output import (
     table,
 )
 from harvest.cli.shards import InTurn, each_shard, report_shard_write, shard_api
+from harvest.core.errors import InvalidArgument
 
 LIST_COLUMNS = [
     "shard_id",
@@ -78,8 +79,8 @@ def discard(
     database_url: str | None,
     output: str,
 ) -> None:
-    """Discard one held-back start by its id, and the offloaded input it owns (operator; audited).
-    Exit 3 when no start has the id: released already (its run is found by its workflow_id) or
+    """Discard one held-back start by its id, and the offloaded input it owns (admin; audited).
+    Exit 1 when no start has the id: released already (its run is found by its workflow_id) or
     discarded."""
     with shard_api(database_url, shard_id, read_only=False) as api:
         done = api.discard_pending_start(pending_start_id, operator, reason)
@@ -117,8 +118,14 @@ def discard_many(
     database_url: str | None,
     output: str,
 ) -> None:
-    """Discard the held-back starts a filter selects on every shard (operator; audited). One of
+    """Discard the held-back starts a filter selects on every shard (admin; audited). One of
     --workflow-name, --gate-key, --created-after, --created-before is needed."""
+    if workflow_name is None and gate_key is None and created_after is None and created_before is None:
+        # (refused here, so the same line over SQL and over HTTP, nothing asked of any shard)
+        raise InvalidArgument(
+            "a discard of held-back starts needs a filter: give one of --workflow-name, --gate-key, "
+            "--created-after, --created-before (nothing, or a --kind alone, would select every one)"
+        )
 
     def call(api: Any) -> Any:
         return api.discard_pending_starts(

@@ -520,8 +520,28 @@ def stored_traceback(failure: Any) -> str | None:
     return text if isinstance(text, str) else None
 
 
-# A frame of Harvest's own package in a stored traceback (the worker's paths, not this process's).
-_HARVEST_FRAME = re.compile(r"[/\\]harvest[/\\](?:[a-z_]+[/\\])?[a-z_]+\.py$")
+# Harvest's subpackages (tests/unit/test_failure_traceback_text.py checks the list).
+_HARVEST_SUBPACKAGES = (
+    "cli",
+    "client",
+    "config",
+    "core",
+    "db",
+    "declare",
+    "integrations",
+    "runtime",
+    "shard",
+    "telemetry",
+    "testing",
+    "web",
+    "worker",
+)
+# A frame of Harvest's own package in a stored traceback (the worker's paths, not this process's):
+# harvest/__init__.py or a module of one of its subpackages, at any depth; not any directory
+# named harvest (a user's checkout, /home/ann/harvest/orders.py, is the workflow's code).
+_HARVEST_FRAME = re.compile(
+    r"[/\\]harvest[/\\](?:__init__\.py$|(?:" + "|".join(_HARVEST_SUBPACKAGES) + r")[/\\].*\.py$)"
+)
 
 
 def raised_at(failure: Any) -> str | None:

@@ -312,6 +312,26 @@ def database_refusal(exc: psycopg.Error) -> HarvestError:
     return InvalidArgument(message) if invalid_input(exc) else HarvestError(message)
 
 
+# A connect the server turned away for want of a slot (SQLSTATE 53300 too_many_connections:
+# max_connections reached, or only reserved slots left). libpq reports it in the server's words
+# with no SQLSTATE. The server is up: the advice is not "is it down?" but "raise max_connections
+# or lower the pools' sizes" (harvest.shard.health reads the same words as "busy").
+SERVER_FULL_WORDS = r"too many (?:connections|clients)|connection slots are reserved"
+_SERVER_FULL = re.compile(SERVER_FULL_WORDS, re.IGNORECASE)
+SERVER_FULL_ADVICE = (
+    "the server is up but full: it refuses new connections at max_connections (SQLSTATE 53300); "
+    "raise max_connections, or lower the pools' sizes (worker concurrency, the API's pools)"
+)
+
+
+def server_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a connect refused because the server has no connection slot left
+    (53300): the server is up, and full."""
+    if not isinstance(exc, psycopg.OperationalError) or exc.sqlstate not in (None, "53300"):
+        return False
+    return exc.sqlstate == "53300" or bool(_SERVER_FULL.search(str(exc)))
+
+
 def failure_reason(exc: BaseException, dsn: str | None = None) -> str:
     """A failure in one line for a log line or a stored last_error (every reader's to SELECT):
     its class, then Harvest's own message, else :func:`error_line` (a database error's first

@@ -25,6 +25,7 @@ from psycopg_pool.base import AttemptWithBackoff
 from harvest.core.errors import DatabaseUnavailable
 from harvest.core.sqlstates import session_ended
 from harvest.db.connection import (
+    SERVER_FULL_ADVICE,
     RedactingAsyncConnection,
     RedactingConnection,
     error_line,
@@ -33,6 +34,7 @@ from harvest.db.connection import (
     refused_connect,
     role_missing,
     role_settings,
+    server_full,
     set_role,
 )
 
@@ -40,6 +42,7 @@ __all__ = [
     "AsyncConnectionPool",
     "ConnectionPool",
     "RoledPool",
+    "ServerFull",
     "ServerUnreachable",
     "cannot_be_reached",
     "connections_by",
@@ -49,6 +52,7 @@ __all__ = [
     "open_async_pool",
     "open_pool",
     "outage",
+    "server_full",
     "unless_unreachable",
 ]
 
@@ -320,6 +324,8 @@ class _CappedBackoff(AttemptWithBackoff):
 OUTAGE_LINE_EVERY_SECS = 60.0
 _CONNECT_FAILED = "error connecting in %r: %s"
 _DISCARDED = "discarding broken connection: %s"
+# (a connection a call gave back broken: a restart mid-call, one per call in flight)
+_DISCARDED_LENT = "discarding closed connection: %s"
 _pool_log = logging.getLogger("psycopg.pool")
 
 
@@ -335,7 +341,7 @@ class _OutageLines(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
-        if record.msg == _DISCARDED and isinstance(args, tuple) and len(args) == 1:
+        if record.msg in (_DISCARDED, _DISCARDED_LENT) and isinstance(args, tuple) and len(args) == 1:
             return self._discarded(record, args[0])
         if record.msg != _CONNECT_FAILED or not isinstance(args, tuple) or len(args) != 2:
             return True
@@ -344,6 +350,8 @@ class _OutageLines(logging.Filter):
         if unlogged is None:
             return False
         reason = failure_reason(exc) if isinstance(exc, BaseException) else redact(" ".join(str(exc).split()))
+        if isinstance(exc, BaseException) and server_full(exc):
+            reason += f" ({SERVER_FULL_ADVICE})"
         if unlogged < 0:
             record.msg = "error connecting in %r: %s (logged again once a minute until it connects)"
             record.args = (name, reason)
@@ -353,6 +361,7 @@ class _OutageLines(logging.Filter):
         return True
 
     def _discarded(self, record: logging.LogRecord, conn: Any) -> bool:
+        lent = record.msg == _DISCARDED_LENT
         name = _CHECKING.get() or str(getattr(getattr(conn, "_pool", None), "name", None) or "?")
         unlogged = self._due(self.discarded, name)
         if unlogged is None:
@@ -361,6 +370,8 @@ class _OutageLines(logging.Filter):
             "pool %r: discarding broken idle connections (their server closed them: a restart, a "
             "failover, a terminated backend); new ones replace them "
         )
+        if lent:
+            record.msg = record.msg.replace("broken idle connections", "broken connections")
         if unlogged < 0:
             record.msg += "(logged again once a minute while more are found)"
             record.args = (name,)
@@ -433,6 +444,31 @@ class ServerUnreachable(PoolTimeout):
         self.refused = reason is not None and refused_connect(reason)
 
 
+class ServerFull(ServerUnreachable):
+    """A fail-fast refusal (see ServerUnreachable) whose last connect the server turned away at
+    max_connections (53300): the server is up, with no connection slot left."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        PoolTimeout.__init__(self, f"{SERVER_FULL_ADVICE} ({reason})" if reason else SERVER_FULL_ADVICE)
+        self.reason = reason
+        self.refused = False  # (up and full: a retry may find a slot; no login was refused)
+
+
+def _refusal(pool: Any) -> ServerUnreachable:
+    """What a pool whose last connect failed raises for a caller it does not make wait."""
+    return (ServerFull if pool._full else ServerUnreachable)(pool._last_failure)
+
+
+def _waited_out(pool: Any, exc: PoolTimeout) -> PoolTimeout:
+    """A caller's wait for a connection ran out: when the pool's last connect failed, the
+    PoolTimeout says why (a server down, or up and full), not only how long it waited."""
+    exc = _unwrapped(exc)
+    if type(exc) is not PoolTimeout or not pool._down or not pool._last_failure:
+        return exc
+    why = SERVER_FULL_ADVICE if pool._full else "its last connect failed"
+    return PoolTimeout(f"{exc}: {why} ({pool._last_failure})")
+
+
 def _connect_failure(exc: BaseException, conninfo: object) -> str:
     """A failed connect in one line, redacted (its DSN's password in any spelling too, when the
     pool's conninfo is a string; every pool here is given one)."""
@@ -465,12 +501,13 @@ class _Pool(ConnectionPool[Any]):
     _last_failure: str | None = None  # (fail_fast) what that connect met (ServerUnreachable.reason)
     _lent = 0  # (fail_fast) connections lent and not yet given back
     _down = False  # (every pool) its last connect failed and none has succeeded since
+    _full = False  # (every pool) that connect was turned away at max_connections (server_full)
 
     def getconn(self, timeout: float | None = None) -> Any:
         try:
             conn = super().getconn(_pool_wait(timeout, self.timeout))
         except PoolTimeout as exc:
-            raise _unwrapped(exc) from None
+            raise _waited_out(self, exc) from None
         if self.fail_fast:
             with self._lock:
                 self._lent += 1
@@ -486,7 +523,7 @@ class _Pool(ConnectionPool[Any]):
         # (under the pool's lock, as _add_connection's failure: a caller either fails here or
         # is waiting when that failure fails the waiting)
         if self._away and not self._pool:
-            raise ServerUnreachable(self._last_failure)
+            raise _refusal(self)
         return super()._get_ready_connection(timeout)
 
     def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
@@ -502,7 +539,7 @@ class _Pool(ConnectionPool[Any]):
                 self._away = self._lent == 0
                 waiting = list(self._waiting) if self._away else []
             for client in waiting:
-                client.fail(ServerUnreachable(self._last_failure))
+                client.fail(_refusal(self))
 
     def _connect(self, timeout: float | None = None) -> Any:
         try:
@@ -510,9 +547,9 @@ class _Pool(ConnectionPool[Any]):
         except Exception as exc:
             _failed_connect.set(exc)
             self._last_failure = _connect_failure(exc, self.conninfo)
-            self._down = True
+            self._down, self._full = True, server_full(exc)
             raise
-        self._away = self._down = False
+        self._away = self._down = self._full = False
         OUTAGE_LINES.connected(self.name)
         return conn
 
@@ -531,12 +568,13 @@ class _AsyncPool(AsyncConnectionPool[Any]):
     _last_failure: str | None = None  # (see _Pool)
     _lent = 0  # (fail_fast; one event loop: no lock needed)
     _down = False  # (see _Pool)
+    _full = False  # (see _Pool)
 
     async def getconn(self, timeout: float | None = None) -> Any:
         try:
             conn = await super().getconn(_pool_wait(timeout, self.timeout))
         except PoolTimeout as exc:
-            raise _unwrapped(exc) from None
+            raise _waited_out(self, exc) from None
         if self.fail_fast:  # (as _Pool: nothing more on a client's or a worker's checkouts)
             self._lent += 1
         return conn
@@ -548,7 +586,7 @@ class _AsyncPool(AsyncConnectionPool[Any]):
 
     async def _get_ready_connection(self, timeout: float | None) -> Any:
         if not self._pool and (self._away or (self._down and _fails_when_unreachable.get())):  # (see _Pool)
-            raise ServerUnreachable(self._last_failure)
+            raise _refusal(self)
         return await super()._get_ready_connection(timeout)
 
     async def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
@@ -567,7 +605,7 @@ class _AsyncPool(AsyncConnectionPool[Any]):
             if not self._pool and isinstance(self._waiting, _Waiters):  # (unless_unreachable)
                 waiting += self._waiting.take_unless_unreachable()
         for client in waiting:
-            await client.fail(ServerUnreachable(self._last_failure))
+            await client.fail(_refusal(self))
 
     async def _connect(self, timeout: float | None = None) -> Any:
         try:
@@ -575,9 +613,9 @@ class _AsyncPool(AsyncConnectionPool[Any]):
         except Exception as exc:
             _failed_connect.set(exc)
             self._last_failure = _connect_failure(exc, self.conninfo)
-            self._down = True
+            self._down, self._full = True, server_full(exc)
             raise
-        self._away = self._down = False
+        self._away = self._down = self._full = False
         OUTAGE_LINES.connected(self.name)
         return conn
 
@@ -665,7 +703,7 @@ async def open_async_pool(
     try:  # (opened for a wait's call, within the wait's deadline: connections_by)
         await pool.open(wait=True, timeout=_pool_wait(None, timeout))
         if pool._away and not pool._pool:
-            raise ServerUnreachable(pool._last_failure)
+            raise _refusal(pool)
     except BaseException:
         await pool.close()
         raise

@@ -30,7 +30,15 @@ from typing import Any
 
 from harvest.core.errors import HarvestError
 from harvest.db import SCHEMA_VERSION
-from harvest.db.connection import DatabaseError, connect, one_line, read_only, redact, schema_missing
+from harvest.db.connection import (
+    SERVER_FULL_WORDS,
+    DatabaseError,
+    connect,
+    one_line,
+    read_only,
+    redact,
+    schema_missing,
+)
 from harvest.db.migrate import FunctionDrift, read_function_drift, read_versions
 from harvest.db.sqlapi import SqlApi, translated_errors
 from harvest.db.steps import run_steps
@@ -441,7 +449,7 @@ def probe_shard(
 # restarting, in recovery), not gone. libpq reports these with no SQLSTATE, in words
 # (harvest.db.pools.database_unreachable); refused, not taken for a shard gone for good.
 _SERVER_UP = re.compile(
-    r"too many (?:connections|clients)|connection slots are reserved|the database system is "
+    SERVER_FULL_WORDS + r"|the database system is "
     r"(?:starting up|shutting down|in recovery mode|not (?:yet )?accepting connections)",
     re.IGNORECASE,
 )

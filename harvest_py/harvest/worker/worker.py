@@ -52,6 +52,7 @@ from harvest.db.connection import (
     connect_async,
     error_line,
     failure_reason,
+    invalid_input,
     is_permanent,
     redact,
     resolve_dsn,
@@ -1653,7 +1654,8 @@ class Worker:
     async def _prune_audit_log(self, lane: ShardLane, age: str) -> None:
         """The audit rows older than ``retention.audit_max_age`` deleted, batch after batch until
         none older remains (a batch that deletes none while some remain: another prune holds
-        them). An age the database refuses is one warning naming the key; the round goes on."""
+        them). An age the database refuses (HR001, or not an interval) is one warning naming the
+        key; the round goes on."""
         from harvest.db.prunes import prune_audit_log_steps
         from harvest.db.steps import arun_steps
 
@@ -1661,9 +1663,15 @@ class Worker:
         try:
             steps = prune_audit_log_steps(age, stop=self._passes_ending.is_set)
             deleted = (await arun_steps(steps, lane.sql))["deleted"]
-        except InvalidArgument as exc:
+        except Exception as exc:
+            # Refused by the function (HR001: '0 days') or by the cast to interval ('banana',
+            # SQLSTATE 22007), which used to fail the whole round: no run was ever pruned.
+            if not (isinstance(exc, InvalidArgument) or invalid_input(exc)):
+                raise
             (log.debug if self._audit_age_refused else log.warning)(
-                "retention: the audit log is not pruned: retention.audit_max_age %r: %s", age, exc
+                "retention: the audit log is not pruned: retention.audit_max_age %r: %s",
+                age,
+                failure_reason(exc, lane.dsn),
             )
             self._audit_age_refused = True
         if deleted:

@@ -7,12 +7,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
 from harvest.db import SCHEMA_VERSION
+from harvest.db.connection import SERVER_FULL_ADVICE, server_full
 from harvest.db.migrate import read_versions, version_mismatch
+from harvest.db.pools import ServerFull
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.db.steps import arun_steps
 from harvest.web.errors import error_body
@@ -21,6 +24,11 @@ from harvest.web.routes import Endpoint, Reply, shape
 STATUS = shape(status={"type": "string"})
 
 RESPONSES = {200: "Ready", 503: "Not ready"}
+
+# Seconds /health/ready waits for the database's versions before it answers 503: a database gone
+# silent held each probe for the pool's 30-second connect wait, so probes piled up and
+# `harvest health` waited as long.
+PROBE_WAIT_SECS = 5.0
 
 
 def shard_urls(state: Any) -> dict[int, str]:
@@ -75,6 +83,16 @@ def _differences(found: dict[str, tuple[str | None, str | None] | BaseException]
     return out
 
 
+def full(exc: BaseException) -> bool:
+    """Whether a failed read met a server up and full (53300 at connect: pools.ServerFull, or the
+    driver's error itself, also behind a Harvest error it was translated to)."""
+    while exc is not None:
+        if isinstance(exc, ServerFull) or server_full(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
 def _not_ready(message: str, **details: Any) -> Reply:
     """503, with the probe's status and the API's error shape (a retryable 503: Retry-After)."""
     return Reply(
@@ -124,9 +142,20 @@ async def ready(call: Any) -> Reply:
                 readiness=health["readiness"],
             )
         return _ok(state, {"status": "ready", "readiness": health["readiness"]})
+    read_task = asyncio.ensure_future(_schema(state))
+    done, _ = await asyncio.wait({read_task}, timeout=PROBE_WAIT_SECS)
+    if not done:
+        read_task.cancel()  # not awaited: a call on a silent server may take its time to end
+        read_task.add_done_callback(_consume)
+        return _not_ready(
+            f"the database did not answer within {PROBE_WAIT_SECS:g} s (it is down or overloaded)",
+            reason="timeout",
+        )
     try:
-        found = await _schema(state)
+        found = read_task.result()
     except Exception as exc:
+        if full(exc):  # up, with no connection slot left: the remedy is not the server's restart
+            return _not_ready(SERVER_FULL_ADVICE, reason="ServerFull")
         return _not_ready(
             f"the database does not answer with this Harvest's schema {SCHEMA_VERSION} "
             f"({type(exc).__name__}: unreachable, or not migrated: harvest migrate)",
@@ -150,6 +179,12 @@ async def ready(call: Any) -> Reply:
         extra = {"unfinished_migration": unfinished} if unfinished else {}
         return _not_ready(said, differences=differences, **extra, **body)
     return _ok(state, {"status": "ready", **body})
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Take the outcome of a read the probe gave up on, so asyncio logs no unretrieved error."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def health(call: Any, args: dict[str, Any], _: Any) -> Reply:

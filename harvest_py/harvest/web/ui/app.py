@@ -142,6 +142,7 @@ TREE_NODES = 200  # descendants drawn at most, breadth first (a fan-out of 100,0
 STACK_SHOWN = 50  # entries of each of a run's waiting-on lists drawn (its totals say the rest)
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 BULK_ACTIONS = ("replay", "discard")
+START_GATE_KINDS = ("throttle", "debounce", "batch")  # what holds a start back (list_pending_starts' kind)
 # The runs list's bulk actions (POST /workflows/bulk) and the scope each needs, as their per-run
 # actions and the API's POST /workflows/cancel|terminate|signal|pause|resume.
 RUN_BULK_SCOPES: dict[str, Scope] = {
@@ -226,6 +227,7 @@ def _run_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
     failing = _choice(params, "failing", FAILING_CHOICES)
     return _statuses(params), {
         "workflow_name": _param(params, "workflow_name"),
+        "workflow_id": _param(params, "workflow_id"),
         "search_attributes": attrs,
         "created_after": _time(params, "created_after"),
         "created_before": _time(params, "created_before"),
@@ -236,19 +238,15 @@ def _run_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
 # The "Workflow task" filter: failing (the runs whose workflow task fails: list_executions'
 # p_failing) or not failing.
 FAILING_CHOICES = ("true", "false")
-FILTER_PARAMS = ("status", "workflow_name", "attr", "created_after", "created_before", "failing")
+FILTER_PARAMS = ("status", "workflow_name", "workflow_id", "attr", "created_after", "created_before", "failing")
 # The query parameters every page takes (its reload, an action's banner: _back); each page's
 # route names its own (DashboardApp._page), and any other is the page's 400 naming it, as the
-# API answers (routes.refuse_undeclared), not the page as if it were not given. workflow_id is
-# the Workflows page's alone (the runs of one workflow ID: a continue-as-new chain, resets; no
-# count selects by it); GET /workflows/bulk takes it to say why it does not select by it.
+# API answers (routes.refuse_undeclared), not the page as if it were not given. workflow_id (the
+# runs of one workflow ID: a continue-as-new chain, resets) filters the list, its counts and a
+# bulk action alike.
 PAGE_PARAMS = ("refresh", "msg", "msg_sig")
 # A run's page (and a workflow ID typed into the address: workflow_name picks among workflows).
 RUN_PAGE_PARAMS = ("payloads", "history_from", "history_before", "workflow_name")
-BY_WORKFLOW_ID = (
-    "a bulk action does not select by workflow ID: clear it and filter by workflow, search attribute"
-    " or creation time"
-)
 
 
 def _filter_query(params: Any) -> str:
@@ -261,7 +259,10 @@ def _bulk_offer(state: str | None, filters: dict[str, Any]) -> str | None:
     """Why the list's filter cannot be acted on in bulk, or None when it can."""
     # (failing true names the runs whose workflow task fails, a few; false, nearly every run)
     if not any(v for k, v in filters.items() if k != "failing") and filters.get("failing") is not True:
-        return "filter by workflow, search attribute, creation time or failing task to act on the runs listed"
+        return (
+            "filter by workflow, workflow ID, search attribute, creation time or failing task to act on the"
+            " runs listed"
+        )
     if state is not None and not set(state.split(",")) & LIVE_STATUSES:
         return "only live runs (RUNNING, PAUSED) can be cancelled, terminated, signalled, paused or resumed"
     return None
@@ -270,8 +271,6 @@ def _bulk_offer(state: str | None, filters: dict[str, Any]) -> str | None:
 def _bulk_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
     """The live statuses and the filters of a bulk action; an empty filter (a status alone would
     select every live run) or no live status is a 400, as the API's."""
-    if _param(params, "workflow_id") is not None:  # (not silently dropped: it would select more)
-        raise InvalidArgument(f"workflow_id: {BY_WORKFLOW_ID}")
     state, filters = _run_filters(params)
     refused = _bulk_offer(state, filters)
     if refused is not None:
@@ -333,6 +332,8 @@ def _filter_said(params: Any, action: str) -> list[tuple[str, str]]:
     said = [("status", ", ".join(live) if live else default)]
     if filters["workflow_name"]:
         said.append(("workflow", filters["workflow_name"]))
+    if filters["workflow_id"]:
+        said.append(("workflow ID", filters["workflow_id"]))
     said += [("search attribute", a) for a in filters["search_attributes"]]
     for key in ("created_after", "created_before"):
         if filters[key] is not None:
@@ -419,11 +420,8 @@ class Dashboard:
             Route("/", page(self.index)),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
-            Route(
-                "/workflows",
-                page(self.workflows, *FILTER_PARAMS, "workflow_id", "limit", "order", "cursor"),
-            ),
-            Route("/workflows/bulk", page(self.bulk_runs_count, "action", *FILTER_PARAMS, "workflow_id")),
+            Route("/workflows", page(self.workflows, *FILTER_PARAMS, "limit", "order", "cursor")),
+            Route("/workflows/bulk", page(self.bulk_runs_count, "action", *FILTER_PARAMS)),
             Route("/workflows/bulk", action(self.bulk_runs, "operate", _run_bulk_scope), methods=["POST"]),
             Route("/workflows/find", page(self.find_run, "id", "workflow_name")),
             Route("/workflows/{execution_id}", page(self.execution, *RUN_PAGE_PARAMS)),
@@ -471,6 +469,13 @@ class Dashboard:
             ),
             Route(
                 "/dead-letters/{shard:int}/{id:int}/discard", action(self.discard, "admin"), methods=["POST"]
+            ),
+            Route("/start-gates", page(self.start_gates, "workflow_name", "kind", "limit")),
+            Route("/start-gates/discard", action(self.discard_starts, "admin"), methods=["POST"]),
+            Route(
+                "/start-gates/{shard:int}/{id:int}/discard",
+                action(self.discard_start, "admin"),
+                methods=["POST"],
             ),
             Route("/workers", page(self.workers, "status", "stale", "shard", "page", "limit")),
             Route("/workers/{worker_id:name}/drain", action(self.drain, "admin"), methods=["POST"]),
@@ -688,31 +693,20 @@ class Dashboard:
         q = request.query_params
         refresh = self._refresh(request)
         state, filters = _run_filters(q)
-        workflow_id = _param(q, "workflow_id")
+        workflow_id = filters["workflow_id"]
         attrs = filters["search_attributes"]
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         order = _choice(q, "order", ("desc", "asc")) or "desc"
         reads = self.source.reads(principal)
-        listed = reads.list_workflows(
-            state=state,
-            page_size=limit,
-            cursor=_param(q, "cursor"),
-            order=order,
-            workflow_id=workflow_id,
-            **filters,
+        page, counts = await asyncio.gather(
+            reads.list_workflows(
+                state=state, page_size=limit, cursor=_param(q, "cursor"), order=order, **filters
+            ),
+            # Bounded: each status's runs counted up to STATUS_COUNT_CAP (an exact count read
+            # every matching run on each view, 0.8 s for 2M runs); a chip at the cap: "10000+".
+            reads.count_executions(group_by="status", limit=STATUS_COUNT_CAP, **filters),
         )
-        if workflow_id is not None:  # the count has no workflow ID filter: the chips are not drawn
-            page = await listed
-            counted: list[dict[str, Any]] | None = None
-            unavailable = _unavailable(page)
-        else:
-            page, counts = await asyncio.gather(
-                listed,
-                # Bounded: each status's runs counted up to STATUS_COUNT_CAP (an exact count read
-                # every matching run on each view, 0.8 s for 2M runs); a chip at the cap: "10000+".
-                reads.count_executions(group_by="status", limit=STATUS_COUNT_CAP, **filters),
-            )
-            counted, unavailable = counts.value, _unavailable(page, counts)
+        counted, unavailable = counts.value, _unavailable(page, counts)
         return self.render(
             request,
             "workflows.html",
@@ -731,7 +725,7 @@ class Dashboard:
             limit=limit,
             order=order,
             unavailable=unavailable,
-            bulk=BY_WORKFLOW_ID if workflow_id is not None else _bulk_offer(state, filters),
+            bulk=_bulk_offer(state, filters),
         )
 
     # -- the runs a filter selects: count, confirm, act in bounded steps --------------------------
@@ -1632,6 +1626,114 @@ class Dashboard:
             results=fan.results,
             unavailable=fan.unavailable_shards,
             form=form,
+        )
+
+    # -- held-back starts ------------------------------------------------------------------------
+    async def start_gates(self, request: Request, principal: Principal) -> Response:
+        """The starts a throttle, a debounce or a batch holds back, every shard's (as GET
+        /start-gates/pending and `harvest start-gate list`), with a Discard for each (through
+        a confirmation) and the discard by filter (a dry run first) to admin. No
+        start's input is read: the list has none."""
+        q = request.query_params
+        workflow_name = _param(q, "workflow_name")
+        kind = _choice(q, "kind", START_GATE_KINDS)
+        limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
+        fan = await fan_out_async(
+            self.source.apis(principal),
+            lambda api: api.list_pending_starts_page(workflow_name, kind, limit),
+            timeout=self.source.timeout,
+        )
+        if not fan.results and fan.unavailable_shards:
+            raise _no_shard("no shard could be read; retry when one is up", fan.reasons)
+        rows = [
+            {"shard_id": s, **row}
+            for s, page in sorted(fan.results.items())
+            for row in page["pending_starts"]
+        ]
+        return self.render(
+            request,
+            "start_gates.html",
+            principal=principal,
+            refresh=self._refresh(request),
+            rows=rows[:limit],
+            total=sum(page["total"] for page in fan.results.values()),
+            limit=limit,
+            kind=kind,
+            kinds=START_GATE_KINDS,
+            unavailable=fan.unavailable_shards,
+        )
+
+    async def discard_start(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """Discard one held-back start on its shard (`harvest start-gate discard`): without
+        ``confirm``, the page that shows it and confirms (nothing written)."""
+        shard, id_ = request.path_params["shard"], request.path_params["id"]
+        if shard not in self.source.shards:
+            raise NotFound(f"shard {shard} is not a shard of this deployment")
+        gone = (
+            f"no held-back start {shard}:{id_}: released (its run is found by its workflow ID) or discarded"
+        )
+        if id_ > ROW_ID_MAX:
+            raise NotFound(gone)
+        if form.get("confirm") != "yes":
+            page = await self.source.on_shard(
+                shard, principal, lambda api: api.list_pending_starts_page(limit=1, id=id_), write=False
+            )
+            row = next(iter(page["pending_starts"]), None)
+            if row is None:
+                raise NotFound(gone)
+            return self.render(
+                request, "start_gate_confirm.html", principal=principal, p={**row, "shard_id": shard}
+            )
+        reason = _blank_none(form.get("reason"))
+        done = await self.source.on_shard(
+            shard, principal, lambda api: api.discard_pending_start(id_, principal.actor, reason), write=True
+        )
+        said = (
+            f"held-back start {shard}:{id_} discarded (workflow ID {done.get('workflow_id')}, "
+            f"{done.get('starts')} start(s), {done.get('payloads_erased')} offloaded payload(s) erased)"
+        )
+        return self._back(request, "/start-gates", said)
+
+    async def discard_starts(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """The held-back starts a filter selects discarded on every shard, at most the limit a
+        shard (`harvest start-gate discard-many`); a dry run counts them and offers the discard."""
+        dry_run = form.get("dry_run") is not None
+        selected = {
+            "workflow_name": _param(form, "workflow_name"),
+            "gate_key": _param(form, "gate_key"),
+            "created_after": _time(form, "created_after"),
+            "created_before": _time(form, "created_before"),
+        }
+        if all(v is None for v in selected.values()):
+            raise InvalidArgument(
+                "workflow_name: a discard by filter needs a workflow, a gate key, created after or "
+                "created before (a kind alone would select every held-back start)"
+            )
+        kind = _choice(form, "kind", START_GATE_KINDS)
+        limit = _int(form, "limit", 1, 1000, 100)
+        reason = _blank_none(form.get("reason"))
+
+        async def one(api: Any) -> Any:
+            return await api.discard_pending_starts(
+                **selected,
+                kind=kind,
+                limit=limit,
+                dry_run=dry_run,
+                operator_id=principal.actor,
+                reason=reason,
+            )
+
+        done = await self._each_shard_write(principal, one, "no held-back start was discarded")
+        return self.render(
+            request,
+            "start_gate_bulk.html",
+            principal=principal,
+            dry_run=dry_run,
+            results=dict(sorted(done.results.items())),
+            matched=sum(int(r.get("matched") or 0) for r in done.results.values()),
+            refused=done.refusals_said(),
+            unavailable=done.unavailable_shards,
+            form={k: v for k, v in form.items() if k not in ("dry_run",)},
         )
 
     # -- workers -------------------------------------------------------------------------------------

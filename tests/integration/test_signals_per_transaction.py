@@ -1,0 +1,75 @@
+"""Many signals to one run: what one costs as the count grows, and the limit per transaction.
+
+Each signal moves its run's row (the last event id). Across transactions the old versions are
+pruned and a signal reads what the first one read, however many came before. Within one
+transaction Postgres keeps every version until the end, and each later signal reads past them
+all: 100,000 signals to one run in one statement took ten minutes holding the run's lock. So a
+transaction that has added 10,000 events to a run is refused its next signals (HR001, checked
+on every 1,000th event; functions/signals.sql, docs/messages.md "How many signals a run takes").
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from test_quota_history_bytes import _buffers
+
+LIMIT = 10_000
+SIGNALS = (  # n signals to a run in one statement
+    "SELECT count(harvest.signal_workflow(%s, 'n', to_jsonb(g))) FROM generate_series(1, %s::integer) AS g"
+)
+# A run's history grown by direct writes, committed: what that many signals would have left.
+GROWN = (
+    "WITH moved AS (UPDATE harvest.executions SET last_event_id = %(stop)s WHERE id = %(run)s RETURNING id)"
+    " INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)"
+    ' SELECT m.id, g, \'SignalReceived\', \'{"name": "n", "payload": 1}\', now()'
+    " FROM moved AS m, generate_series(%(start)s::bigint, %(stop)s::bigint) AS g"
+)
+
+
+def _run(conn: psycopg.Connection, key: str) -> str:
+    (execution_id,) = conn.execute(
+        "SELECT execution_id FROM harvest.start_workflow('burst_wf', '[]', %s)", (key,)
+    ).fetchone()
+    return execution_id
+
+
+def _signal(conn: psycopg.Connection, run: str) -> int:
+    return conn.execute("SELECT harvest.signal_workflow(%s, 'n', '1')", (run,)).fetchone()[0]
+
+
+def test_signals_in_one_transaction_are_refused_past_the_limit(conn: psycopg.Connection) -> None:
+    """10,999 real signals in one statement: refused with HR001 at event 11,000 (the first
+    thousandth whose event 10,000 back is the transaction's own), and none of them is kept."""
+    run = _run(conn, "in-one")
+    with pytest.raises(psycopg.Error) as raised:
+        conn.execute(SIGNALS, (run, LIMIT + 1_000))
+    assert raised.value.sqlstate == "HR001"
+    assert "too many signals to execution" in str(raised.value)
+    assert "commit every 1,000 signals" in (raised.value.diag.message_hint or "")
+    (last,) = conn.execute("SELECT last_event_id FROM harvest.executions WHERE id = %s", (run,)).fetchone()
+    assert last == 1  # the transaction rolled back: only WorkflowStarted
+
+
+def test_signals_in_separate_transactions_have_no_limit(conn: psycopg.Connection) -> None:
+    """A run whose 10,999 events were committed before takes its 11,000th signal (and more);
+    the check reads the event 10,000 back and finds it was another transaction's."""
+    run = _run(conn, "across")
+    for start in range(2, LIMIT + 1_000, 1_000):  # committed in transactions of at most 1,000 events
+        stop = min(start + 999, LIMIT + 999)
+        conn.execute(GROWN, {"run": run, "start": start, "stop": stop})
+    assert _signal(conn, run) == LIMIT + 1_000
+    assert _signal(conn, run) == LIMIT + 1_001
+
+
+def test_a_signal_touches_as_many_buffers_at_any_history_length(conn: psycopg.Connection) -> None:
+    """In separate transactions a signal's cost does not grow with the run's history: the same
+    buffers at 10 events as at 5,000 (each signal its own transaction, as every client sends)."""
+    run = _run(conn, "flat")
+    for _ in range(10):
+        _signal(conn, run)
+    early = [_buffers(conn, f"SELECT harvest.signal_workflow('{run}', 'n', '1')") for _ in range(3)]
+    for _ in range(5):  # 5,000 more, a transaction of 1,000 each
+        conn.execute(SIGNALS, (run, 1_000))
+    late = [_buffers(conn, f"SELECT harvest.signal_workflow('{run}', 'n', '1')") for _ in range(3)]
+    assert min(late) <= min(early) + 5, (early, late)
