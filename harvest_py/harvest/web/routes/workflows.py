@@ -667,7 +667,8 @@ def _act_on_workflows(action: str) -> Any:
             raise invalid(
                 "workflow_name",
                 f"a {action} by filter needs one of workflow_name, workflow_id, search_attributes, "
-                "created_after, created_before, filter, failing true (a state alone would select every live run)",
+                "created_after, created_before, filter, failing true (a state alone would select every"
+                " live run)",
             )
         dry_run = bool(data.get("dry_run"))
         # (as the SQL: a dry run counts the runs and sends nothing, so it needs no name)

@@ -238,7 +238,15 @@ def _run_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
 # The "Workflow task" filter: failing (the runs whose workflow task fails: list_executions'
 # p_failing) or not failing.
 FAILING_CHOICES = ("true", "false")
-FILTER_PARAMS = ("status", "workflow_name", "workflow_id", "attr", "created_after", "created_before", "failing")
+FILTER_PARAMS = (
+    "status",
+    "workflow_name",
+    "workflow_id",
+    "attr",
+    "created_after",
+    "created_before",
+    "failing",
+)
 # The query parameters every page takes (its reload, an action's banner: _back); each page's
 # route names its own (DashboardApp._page), and any other is the page's 400 naming it, as the
 # API answers (routes.refuse_undeclared), not the page as if it were not given. workflow_id (the
