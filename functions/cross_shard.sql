@@ -279,7 +279,7 @@ DECLARE
 BEGIN
     SELECT * INTO v_run FROM harvest.executions AS e WHERE e.id = p_child_execution_id;
     IF FOUND AND v_run.status = 'CONTINUED_AS_NEW' AND v_run.parent_id IS NOT NULL THEN
-        -- The chain's one run that did not continue, newest first on executions_workflow_id_latest
+        -- The chain's one run that did not continue, newest first on executions_workflow_id_runs
         -- (the chain shares its workflow name and id): its first row, not every child of the
         -- parent (a fan-out's thousands) nor every run of the chain.
         SELECT * INTO v_current FROM harvest.executions AS e

@@ -21,8 +21,8 @@ $$;
 
 -- The current run of a business key: the RUNNING one, else the newest (a handle by
 -- workflow_id, Client.get_handle(workflow_id=)). Without a name, a workflow_id two
--- workflows share is ambiguous (HR001); with one, executions_workflow_id_latest serves it,
--- without, executions_workflow_id.
+-- workflows share is ambiguous (HR001); executions_workflow_id_runs serves it with a name and
+-- without.
 CREATE OR REPLACE FUNCTION harvest.get_execution_by_workflow_id(
     p_workflow_id text, p_workflow_name text DEFAULT NULL
 )
@@ -927,7 +927,7 @@ BEGIN
         v_where := v_where || format('e.workflow_name = %L', p_workflow_name);
     END IF;
     -- The runs of one workflow id (a continue-as-new chain, a reset's forks, earlier runs that
-    -- reused it): down executions_workflow_id (a workflow id's runs are few). Empty: HR001, as
+    -- reused it): down executions_workflow_id_runs (a workflow id's runs are few). Empty: HR001, as
     -- an empty value would otherwise select every run.
     IF p_workflow_id = '' THEN
         RAISE EXCEPTION 'workflow_id is empty' USING ERRCODE = 'HR001',

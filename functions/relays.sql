@@ -227,7 +227,7 @@ BEGIN
     -- off an index one probe each (a loose index scan), then each (name, workflow_id) is
     -- one probe, written as start_workflow's prior lookup is (start.sql,
     -- _start_resolve_prior: its running run first, else its latest), which keeps its
-    -- index in every plan. No index on workflow_id alone is kept: it would cost every start.
+    -- index (executions_workflow_id_runs, the id then the name) in every plan.
     v_names := CASE WHEN p_workflow_name IS NOT NULL THEN ARRAY[p_workflow_name]
                     ELSE harvest._workflow_names() END;
     v_count := 0;
@@ -235,9 +235,9 @@ BEGIN
         SELECT r.id, r.status, r.created_at FROM unnest(v_names) AS n (workflow_name)
         CROSS JOIN LATERAL (
             SELECT e.id, e.status, e.created_at FROM harvest.executions AS e
-            WHERE e.workflow_name = n.workflow_name AND e.workflow_id BETWEEN p_workflow_id AND p_workflow_id
+            WHERE e.workflow_id = p_workflow_id AND e.workflow_name BETWEEN n.workflow_name AND n.workflow_name
               AND NOT (e.status IN ('MIGRATED', 'MIGRATING') AND e.migrated_to_shard IS NOT NULL)
-            ORDER BY e.workflow_id, (e.status IN ('RUNNING', 'PAUSED')) DESC, e.created_at DESC
+            ORDER BY e.workflow_name, (e.status IN ('RUNNING', 'PAUSED')) DESC, e.created_at DESC
             LIMIT 1
         ) AS r
     LOOP

@@ -405,20 +405,21 @@ DECLARE
 BEGIN
     PERFORM harvest._lock_start_key(p_workflow_name, p_workflow_id);
 
-    -- The prior: the RUNNING run of the key, else its latest. Why BETWEEN and the
-    -- leading e.workflow_id in ORDER BY: a generic plan (PL/pgSQL caches one per
-    -- session) of "e.workflow_id = p_workflow_id" on a never-analysed table costs
-    -- executions_name_created (every run of the name) the same as
-    -- executions_workflow_id_latest, and a tie-break took the former until the next
-    -- ANALYZE. A range makes no equivalence class, so workflow_id stays a sort key
-    -- that only executions_workflow_id_latest and executions_workflow_id (the id's runs
-    -- of any name) deliver: one of them wins on any statistics
-    -- (tests/integration/test_generic_plans.py). BETWEEN x AND x is = x, and a
-    -- constant leading sort key changes no order.
+    -- The prior: the RUNNING run of the key, else its latest, down
+    -- executions_workflow_id_runs (workflow_id, workflow_name, created_at DESC). Why the
+    -- name as BETWEEN and a leading sort key: a generic plan (PL/pgSQL caches one per
+    -- session) costs executions_name_created (every run of the name) against that index
+    -- by the estimates of the conditions it can start from; with the name an equality
+    -- and the id a range, a name of few runs took executions_name_created, and with both
+    -- equalities a key of many runs took the table. The id an equality and the name a
+    -- range puts both in the index's bounds, and a range makes no equivalence class, so
+    -- workflow_name stays a sort key that the index delivers after its constant id: it
+    -- wins on any statistics (tests/integration/test_generic_plans.py; migration 0135).
+    -- BETWEEN x AND x is = x, and a constant leading sort key changes no order.
     SELECT * INTO v_prior FROM harvest.executions AS e
-    WHERE e.workflow_name = p_workflow_name
-      AND e.workflow_id BETWEEN p_workflow_id AND p_workflow_id
-    ORDER BY e.workflow_id, (e.status IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED')) DESC, e.created_at DESC
+    WHERE e.workflow_id = p_workflow_id
+      AND e.workflow_name BETWEEN p_workflow_name AND p_workflow_name
+    ORDER BY e.workflow_name, (e.status IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED')) DESC, e.created_at DESC
     LIMIT 1
     FOR UPDATE;
     IF NOT FOUND THEN
@@ -867,10 +868,10 @@ BEGIN
         -- supersedes: the runs older than it move up the key's list.)
         v_replaced := ARRAY(
             SELECT e.id FROM harvest.executions AS e
-            WHERE e.workflow_name = p_workflow_name
-              AND e.workflow_id BETWEEN v_workflow_id AND v_workflow_id
+            WHERE e.workflow_id = v_workflow_id
+              AND e.workflow_name BETWEEN p_workflow_name AND p_workflow_name
               AND e.status IN ('RUNNING', 'PAUSED')
-            ORDER BY e.workflow_id  -- (read as _start_resolve_prior reads it: by its index)
+            ORDER BY e.workflow_name  -- (read as _start_resolve_prior reads it: by its index)
         ) || harvest._superseded_runs(jsonb_build_array(jsonb_build_object(
             'workflow_name', p_workflow_name, 'input', p_input)));
         IF cardinality(v_replaced) > 0 THEN
@@ -974,10 +975,10 @@ AS $$
         FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_starts) = 'array' THEN p_starts ELSE '[]' END) AS u
         CROSS JOIN LATERAL (
             SELECT e.id FROM harvest.executions AS e
-            WHERE e.workflow_name = u.value ->> 'workflow_name'
-              AND e.workflow_id BETWEEN u.value ->> 'workflow_id' AND u.value ->> 'workflow_id'
+            WHERE e.workflow_id = u.value ->> 'workflow_id'
+              AND e.workflow_name BETWEEN u.value ->> 'workflow_name' AND u.value ->> 'workflow_name'
               AND e.status IN ('RUNNING', 'PAUSED')
-            ORDER BY e.workflow_id  -- (read as _start_resolve_prior reads it: by its index)
+            ORDER BY e.workflow_name  -- (read as _start_resolve_prior reads it: by its index)
         ) AS r
         WHERE jsonb_typeof(u.value) = 'object' AND jsonb_typeof(u.value -> 'workflow_id') = 'string'
           AND harvest._start_action('RUNNING', coalesce(u.value ->> 'reuse_policy', 'allow_duplicate'),

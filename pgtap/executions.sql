@@ -1245,7 +1245,7 @@ ROLLBACK;
 
 -- The count and the batch actions by filter take a workflow id (count_executions,
 -- cancel/terminate/signal/pause/resume_workflows' p_workflow_id, through _execution_filters and
--- _act_on_workflows), down executions_workflow_id; an empty one is HR001.
+-- _act_on_workflows), down executions_workflow_id_runs; an empty one is HR001.
 BEGIN;
 SELECT plan(13);
 SELECT pg_temp.start_run('w1', 'wid_wf', 'default', p_workflow_id => 'wid-1');
@@ -1261,7 +1261,7 @@ SELECT throws_ok($$SELECT harvest.cancel_workflows(p_workflow_id => '')$$, 'HR00
                  'cancel_workflows(p_workflow_id => ''''): HR001');
 SELECT matches(pg_temp.plan_of($$SELECT * FROM harvest.executions AS e WHERE $$
                                || array_to_string(harvest._execution_filters(NULL, NULL, NULL, NULL, NULL, 'wid-1'), ' AND ')),
-               'executions_workflow_id', '_execution_filters(p_workflow_id): down executions_workflow_id');
+               'executions_workflow_id_runs', '_execution_filters(p_workflow_id): down executions_workflow_id_runs');
 SELECT is((SELECT d -> 'matched' FROM harvest.cancel_workflows(p_workflow_id => 'wid-1', p_dry_run => true) AS d),
           '2'::jsonb, 'cancel_workflows(p_workflow_id): a workflow id alone is a filter');
 SELECT is((SELECT (d -> 'acted')::integer FROM harvest.pause_workflows(p_workflow_id => 'wid-2', p_operator_id => 'op') AS d),

@@ -93,16 +93,15 @@ CREATE UNIQUE INDEX executions_active_workflow_id
 ON harvest.executions (workflow_name, workflow_id)
 WHERE status IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED');
 
-CREATE INDEX executions_workflow_id_latest
-ON harvest.executions (workflow_name, workflow_id, created_at DESC);
-
--- A workflow id's runs whatever their workflow's name: a lookup by workflow id without its name
--- (get_execution_by_workflow_id, GET /workflows/current) and the list of one id's runs
--- (list_executions' p_workflow_id; migration 0129), which read every run before. Not the id
--- leading executions_workflow_id_latest instead: a start's prior, planned generically, then
--- read down executions_name_created (tests/integration/test_generic_plans.py).
-CREATE INDEX executions_workflow_id
-ON harvest.executions (workflow_id);
+-- A workflow id's runs, its workflow's name next, newest first: a start's prior and the relays'
+-- lookups by (workflow_name, workflow_id) (both columns equal, the runs newest first), a lookup
+-- by workflow id without its name (get_execution_by_workflow_id, GET /workflows/current) and the
+-- list of one id's runs (list_executions' p_workflow_id). One index where there were two,
+-- (workflow_name, workflow_id, created_at DESC) and (workflow_id): each run's insert and close
+-- wrote an entry into both (migration 0135, docs/performance.md, "Index entries per run, counted").
+-- The start's prior (planned generically) keeps to it: tests/integration/test_generic_plans.py.
+CREATE INDEX executions_workflow_id_runs
+ON harvest.executions (workflow_id, workflow_name, created_at DESC);
 
 -- A status's runs in the workflow list's order, (created_at, id) one way or the other
 -- (list_executions with one state; migration 0114): both columns ascending, so a backward scan

@@ -146,10 +146,10 @@ START_LOOKUP = Statement(
     r"SELECT \* INTO v_prior FROM harvest\.executions",
     {"p_workflow_name": "text", "p_workflow_id": "text"},
 )
-# Both lead with (workflow_name, workflow_id), executions_workflow_id with the id (the runs of
-# that id, whatever their name: migration 0129); executions_name_created does not, and walks
+# executions_active_workflow_id leads with (workflow_name, workflow_id), executions_workflow_id_runs
+# with (workflow_id, workflow_name) (migration 0135); executions_name_created does not, and walks
 # every run of the workflow name.
-START_INDEXES = {"executions_workflow_id_latest", "executions_active_workflow_id", "executions_workflow_id"}
+START_INDEXES = {"executions_workflow_id_runs", "executions_active_workflow_id"}
 
 ROWS = (
     "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at)"

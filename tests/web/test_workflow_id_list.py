@@ -97,8 +97,8 @@ def test_a_workflow_ids_runs_are_listed_from_every_shard(two_shards) -> None:
 
 def test_the_list_of_a_workflow_ids_runs_reads_an_index_of_workflow_ids(conn: psycopg.Connection) -> None:
     """At 100,000 runs of 100 workflows the statement list_executions builds for a workflow id
-    reads an index of workflow ids, 4 buffers (executions_workflow_id_latest leads with the name:
-    without the new index, the whole of it, 650 buffers)."""
+    reads an index led by workflow ids, 4 buffers (executions_workflow_id_runs; an index led by
+    the name read the whole of it, 650 buffers)."""
     conn.execute(
         "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at)"
         " SELECT gen_random_uuid(), 'wf-' || (g % 100), 'order-' || g, 'COMPLETED',"
@@ -116,7 +116,7 @@ def test_the_list_of_a_workflow_ids_runs_reads_an_index_of_workflow_ids(conn: ps
     def indexes(node: dict) -> list[str]:
         return [node.get("Index Name", "")] + [i for child in node.get("Plans", []) for i in indexes(child)]
 
-    assert "executions_workflow_id" in indexes(plan[0]["Plan"]), plan
+    assert "executions_workflow_id_runs" in indexes(plan[0]["Plan"]), plan
     with conn.transaction():
         rows = SqlApi(conn).list_executions(workflow_id="order-500")
     assert [r["workflow_id"] for r in rows] == ["order-500"]
