@@ -8,9 +8,8 @@ code, a fresh clone, ``bench.sql_path`` (its ``bench/sql_path.sql``) for ``--war
 (and writes), PL/pgSQL calls by function, shared buffers hit and dirtied, WAL records, bytes
 and full-page images (``pg_walinspect`` over the window), heap rows inserted, updated (HOT or not) and deleted by
 table, and the WAL records by relation and record type (``pg_walinspect``: a B-tree
-``INSERT_LEAF`` is one index entry written). ``--drain`` measures the Python drain
-(``bench/harvest_bench.py --mode workflows``) the same way instead (its counts move with its
-batch sizes, which move with the load).
+``INSERT_LEAF`` is one index entry written). The SQL path, not the Python drain: the drain's
+counts move with its batch sizes, which move with the load.
 
     python bench/run_costs.py --checkout . --checkout /tmp/base --n 1000
 """
@@ -29,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psycopg
 from run import SERVER_SETTINGS
-from sql_path_ab import OPTIONS, bench_json, fresh, migrate_templates, side_env
+from sql_path_ab import OPTIONS, fresh, migrate_templates, side_env
 
 from harvest.db.embedded import EmbeddedPostgres
 
@@ -67,7 +66,7 @@ def per_run(value: float, n: int, digits: int = 2) -> float:
     return round(value / n, digits)
 
 
-def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str, drain: bool) -> dict:
+def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str) -> dict:
     procedure = (root / "bench" / "sql_path.sql").read_text()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
@@ -80,15 +79,10 @@ def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str, d
         conn.execute("CHECKPOINT")
         conn.execute("SELECT pg_stat_statements_reset()")
         before = snapshot(conn)
-    if drain:
-        out = bench_json(root, "harvest_bench.py", "--dsn", dsn, "--mode", "workflows", "--n", f"{n}")
-        extra = {"throughput": out["throughput"]}
-    else:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("SET pg_stat_statements.track = 'all'")
-            conn.execute("SET track_functions = 'all'")
-            conn.execute("CALL bench.sql_path(%s, %s, 'run', %s)", (n, batch, options))
-        extra = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET pg_stat_statements.track = 'all'")
+        conn.execute("SET track_functions = 'all'")
+        conn.execute("CALL bench.sql_path(%s, %s, 'run', %s)", (n, batch, options))
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_sleep(1.5)")  # the measured backends' stats flushed at their exit
         after = snapshot(conn)
@@ -138,7 +132,6 @@ def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str, d
             index_entries[rel] = index_entries.get(rel, 0) + per_run(records, n)
     dearest = sorted(nested, key=lambda r: -(r[3] + r[4] * 10))[:15]
     return {
-        **extra,
         "statements": per_run(sum(r[2] for r in nested), n),
         "writes": per_run(
             sum(r[2] for r in nested if r[1].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))), n
@@ -179,7 +172,6 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--warm", type=int, default=200)
-    parser.add_argument("--drain", action="store_true", help="the Python drain instead of the SQL path")
     args = parser.parse_args()
     roots = [c.resolve() for c in (args.checkout or [Path(".")])]
     options = subprocess.run(
@@ -195,7 +187,7 @@ def main() -> None:
         migrate_templates(admin, server, sides)
         for key, root in sides.items():
             dsn = fresh(admin, server, f"run_{key}", f"tmpl_{key}")
-            results[str(root)] = measure(dsn, root, args.n, args.batch, args.warm, options, args.drain)
+            results[str(root)] = measure(dsn, root, args.n, args.batch, args.warm, options)
             admin.execute(f'DROP DATABASE "run_{key}"')
     print(json.dumps(results, default=float))
 
