@@ -98,7 +98,7 @@ WHERE status IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED');
 -- by workflow id without its name (get_execution_by_workflow_id, GET /workflows/current) and the
 -- list of one id's runs (list_executions' p_workflow_id). One index where there were two,
 -- (workflow_name, workflow_id, created_at DESC) and (workflow_id): each run's insert and close
--- wrote an entry into both (migration 0135, docs/performance.md, "Index entries per run, counted").
+-- wrote an entry into both (migration 0136, docs/performance.md, "Index entries per run, counted").
 -- The start's prior (planned generically) keeps to it: tests/integration/test_generic_plans.py.
 CREATE INDEX executions_workflow_id_runs
 ON harvest.executions (workflow_id, workflow_name, created_at DESC);

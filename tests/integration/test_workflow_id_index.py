@@ -1,4 +1,4 @@
-"""One index by workflow id on harvest.executions (migration 0135): each run's insert and close
+"""One index by workflow id on harvest.executions (migration 0136): each run's insert and close
 wrote an entry into two, (workflow_name, workflow_id, created_at DESC) and (workflow_id); one
 led by the id, then the name, serves the lookups of both (docs/performance.md, "Index entries
 per run, counted")."""

@@ -1,5 +1,5 @@
 -- harvest:no-transaction
--- 0135: one index by workflow id where there were two (re-runnable: this file runs outside a
+-- 0136: one index by workflow id where there were two (re-runnable: this file runs outside a
 -- transaction, so the index is built without blocking the writes of harvest.executions).
 --
 -- executions_workflow_id_latest (workflow_name, workflow_id, created_at DESC) served the lookups
