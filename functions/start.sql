@@ -414,7 +414,7 @@ BEGIN
     -- equalities a key of many runs took the table. The id an equality and the name a
     -- range puts both in the index's bounds, and a range makes no equivalence class, so
     -- workflow_name stays a sort key that the index delivers after its constant id: it
-    -- wins on any statistics (tests/integration/test_generic_plans.py; migration 0135).
+    -- wins on any statistics (tests/integration/test_generic_plans.py; migration 0136).
     -- BETWEEN x AND x is = x, and a constant leading sort key changes no order.
     SELECT * INTO v_prior FROM harvest.executions AS e
     WHERE e.workflow_id = p_workflow_id

@@ -147,7 +147,7 @@ START_LOOKUP = Statement(
     {"p_workflow_name": "text", "p_workflow_id": "text"},
 )
 # executions_active_workflow_id leads with (workflow_name, workflow_id), executions_workflow_id_runs
-# with (workflow_id, workflow_name) (migration 0135); executions_name_created does not, and walks
+# with (workflow_id, workflow_name) (migration 0136); executions_name_created does not, and walks
 # every run of the workflow name.
 START_INDEXES = {"executions_workflow_id_runs", "executions_active_workflow_id"}
 
