@@ -1942,3 +1942,22 @@ def test_ready_answers_503_in_bounded_time_when_the_database_does_not_answer(db:
         assert error_of(ready)["code"] == "not_ready" and "did not answer" in error_of(ready)["message"]
         assert ready.headers["Retry-After"] == "1"
         assert api.get("/health/live").status_code == 200  # liveness reads no database
+
+
+@pytest.mark.timeout(60)
+def test_shard_ready_answers_503_in_bounded_time_when_a_shard_does_not_answer(db: str, monkeypatch) -> None:
+    """With readiness.require_shard_readiness, /health/ready waited for the shard report as
+    long as its reads took (a frozen shard: without bound); it gives up after PROBE_WAIT_SECS as
+    the one-database branch does."""
+    from harvest.web.routes import health
+
+    async def silent(state, candidate=None, *, pressure=True):
+        await asyncio.Event().wait()  # the shards' health never answers
+
+    monkeypatch.setattr(health, "shard_readiness", silent)
+    monkeypatch.setattr(health, "PROBE_WAIT_SECS", 0.2, raising=False)
+    with api_client(db, env={"HARVEST_READINESS__REQUIRE_SHARD_READINESS": "true"}) as api:
+        for path in ("/health/ready", "/health"):
+            ready = api.get(path)
+            assert ready.status_code == 503 and ready.json()["reason"] == "timeout", ready.text
+            assert error_of(ready)["code"] == "not_ready" and "did not answer" in error_of(ready)["message"]

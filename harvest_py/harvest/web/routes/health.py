@@ -135,7 +135,10 @@ async def ready(call: Any) -> Reply:
     if (stopped := _runtimes_stopped(state)) is not None:
         return stopped
     if state.config.get("readiness.require_shard_readiness"):
-        health = await shard_readiness(state, pressure=False)
+        shards_task = asyncio.ensure_future(shard_readiness(state, pressure=False))
+        if not await _answered(shards_task):
+            return _timed_out()
+        health = shards_task.result()
         if health["readiness"] != "ready":
             return _not_ready(
                 f"shard readiness is {health['readiness']}: GET /admin/shards/health names the reasons",
@@ -143,14 +146,8 @@ async def ready(call: Any) -> Reply:
             )
         return _ok(state, {"status": "ready", "readiness": health["readiness"]})
     read_task = asyncio.ensure_future(_schema(state))
-    done, _ = await asyncio.wait({read_task}, timeout=PROBE_WAIT_SECS)
-    if not done:
-        read_task.cancel()  # not awaited: a call on a silent server may take its time to end
-        read_task.add_done_callback(_consume)
-        return _not_ready(
-            f"the database did not answer within {PROBE_WAIT_SECS:g} s (it is down or overloaded)",
-            reason="timeout",
-        )
+    if not await _answered(read_task):
+        return _timed_out()
     try:
         found = read_task.result()
     except Exception as exc:
@@ -179,6 +176,23 @@ async def ready(call: Any) -> Reply:
         extra = {"unfinished_migration": unfinished} if unfinished else {}
         return _not_ready(said, differences=differences, **extra, **body)
     return _ok(state, {"status": "ready", **body})
+
+
+async def _answered(task: asyncio.Future[Any]) -> bool:
+    """Whether ``task`` (a read of the database) ended within PROBE_WAIT_SECS; if not, it is
+    cancelled and left to end in its own time (a call on a silent server may take long to)."""
+    done, _ = await asyncio.wait({task}, timeout=PROBE_WAIT_SECS)
+    if not done:
+        task.cancel()
+        task.add_done_callback(_consume)
+    return bool(done)
+
+
+def _timed_out() -> Reply:
+    return _not_ready(
+        f"the database did not answer within {PROBE_WAIT_SECS:g} s (it is down or overloaded)",
+        reason="timeout",
+    )
 
 
 def _consume(task: asyncio.Future[Any]) -> None:
