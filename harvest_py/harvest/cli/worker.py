@@ -175,6 +175,19 @@ def _import_failed(module_name: str, target: str, exc: Exception) -> ConfigError
     help="The address --metrics-port binds (0.0.0.0: every interface, for a scraper on another host).",
 )
 @click.option(
+    "--health-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    help="Serve the liveness and readiness probes on http://HOST:PORT/health/live and /health/ready "
+    "(docs/operations.md, Kubernetes).",
+)
+@click.option(
+    "--health-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address --health-port binds (0.0.0.0: every interface, for the kubelet's probes).",
+)
+@click.option(
     "--metrics-interval",
     default=None,
     type=click.FloatRange(0, 3600),
@@ -201,6 +214,8 @@ def worker(
     log_format: str,
     metrics_port: int | None,
     metrics_host: str,
+    health_port: int | None,
+    health_host: str,
     metrics_interval: float | None,
 ) -> None:
     """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
@@ -244,6 +259,18 @@ def worker(
         logging.getLogger("harvest.telemetry").info(
             "metrics on http://%s:%d/metrics", metrics_host, metrics_port
         )
+    probes = None
+    if health_port is not None:
+        # Its own port, not the metrics one: that is prometheus-client's server (an optional
+        # extra, answering the registry on every path) and often bound where only a scraper
+        # reaches; the probes need neither, and must answer the kubelet on the pod's address.
+        from harvest.worker.probes import WorkerProbes, serve_probes
+
+        probes = WorkerProbes()
+        serve_probes(probes, health_port, health_host)
+        logging.getLogger("harvest.worker").info(
+            "probes on http://%s:%d/health/live and /health/ready", health_host, health_port
+        )
     loop = choose_event_loop(config.get("worker.event_loop", "auto"))
     app = load_app(target)
     resolve_queues(app, config)  # an undeclared queue stops the boot here (run_worker logs the rest)
@@ -264,4 +291,13 @@ def worker(
 
         tune_collector()
     logging.getLogger("harvest.worker").info("harvest worker: event loop %s", loop.name)
-    loop.run(run_worker(app, config, options, database_url=database_url, install_signal_handlers=True))
+    if probes is None:
+        loop.run(run_worker(app, config, options, database_url=database_url, install_signal_handlers=True))
+        return
+    from harvest.worker.probes import run_probed
+
+    probes.stall_after = options.liveness_stall_after
+    running = run_worker(
+        app, config, options, database_url=database_url, install_signal_handlers=True, started=probes.attach
+    )
+    loop.run(run_probed(probes, running))

@@ -192,6 +192,10 @@ class WorkerOptions:
     rebalance_resume_enabled: bool = True
     rebalance_resume_interval: float = _secs(5, 86_400, 5.0, config=("worker", "rebalance_resume_interval"))
     rebalance_stall_after: float = _secs(5, 86_400, 30.0, config=("worker", "rebalance_stall_after"))
+    # The probes' liveness (`harvest worker --health-port`, harvest/worker/probes.py): /health/live
+    # answers 503 once the event loop has not turned for this many seconds (a blocking call in
+    # async code); past the worker's stale mark (2 x heartbeat_interval) and a GC pause's length.
+    liveness_stall_after: float = _secs(2, 86_400, 30.0, config=("worker", "liveness_stall_after"))
     # Telemetry (docs/observability.md): count Prometheus metrics on the hot paths, and (with the
     # scanner) sample the database's gauges every metrics_interval seconds, on the one process
     # per database that holds the sampler's lock; 0 turns the sampler off.

@@ -35,7 +35,7 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any, NamedTuple
 
 from harvest.core.codecs import Payloads
@@ -131,6 +131,10 @@ CLAIM_DECIDES_WINDOW_SECS = 0.02
 # After a claim that decided was rolled back (its decision refused, or its commit failed),
 # claims commit alone for this long: the task goes again the ordinary way, with its retries.
 CLAIM_DECIDES_PAUSE_SECS = 5.0
+
+
+class _StoppedAtBoot(Exception):
+    """A stop (SIGTERM, request_stop) heard while the boot waited for an unreachable database."""
 
 
 def _retrieved(call: asyncio.Future[Any]) -> None:
@@ -333,6 +337,9 @@ class Worker:
         # started its loops: what a server running the worker beside it waits for before it
         # serves (config.process.WorkerBeside.started).
         self.booted = asyncio.Event()
+        # When (monotonic()) a heartbeat last reached a database, or the boot registered:
+        # the readiness probe's "database unreachable" (harvest/worker/probes.py).
+        self.heartbeat_ok_at = monotonic()
         # Set once the drain is over: the scanner and the janitor end after the pass they are
         # in (_passes_end), rather than being cancelled mid-call (see _stop).
         self._passes_ending = asyncio.Event()
@@ -448,7 +455,11 @@ class Worker:
         try:
             if self.redis is not None:
                 await self.redis.open()  # a configured Redis that cannot be reached fails the boot
-            await self._open_lanes()
+            try:
+                await self._open_lanes()
+            except _StoppedAtBoot:
+                log.info("worker %s: stopped while it waited for its database", self.worker_id)
+                return  # (a stop asked for is no failure: `harvest worker` exits 0)
             if self.max_payload_bytes is None:
                 self.max_payload_bytes = await self._first_usable().sql.payload_limit()
             background = []
@@ -483,6 +494,7 @@ class Worker:
                 intake.append(asyncio.create_task(self.redis.consume_loop(), name="redis-consumer"))
                 # (the publisher runs through the drain: what in-flight work commits is published)
                 background.append(asyncio.create_task(self.redis.publish_loop(), name="redis-publisher"))
+            self.heartbeat_ok_at = monotonic()
             self.booted.set()
             try:
                 if self.run_worker:
@@ -749,10 +761,14 @@ class Worker:
                 return reachable, unreachable
             exc = unreachable[0][1]
             left = deadline - loop.time()
-            if left <= delay or self._stopping.is_set():
+            if self._stopping.is_set():
+                raise _StoppedAtBoot
+            if left <= delay:
                 raise exc
             log.warning("%s; retrying for up to %.0fs more", exc, left)
             await self._sleep(delay)
+            if self._stopping.is_set():  # (woken by the stop: not one more try)
+                raise _StoppedAtBoot
             delay = min(delay * 2, 5.0)
 
     async def _stop(
@@ -1536,6 +1552,7 @@ class Worker:
                 continue
             try:
                 status = await lane.sql.heartbeat_worker(self.worker_id)
+                self.heartbeat_ok_at = monotonic()
                 if lane.owners.epochs:
                     await self._renew_partitions(lane)
                 if status != "active" and not self._stopping.is_set():
