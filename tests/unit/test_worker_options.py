@@ -88,6 +88,7 @@ def test_the_config_file_keys_take_their_type_and_bounds_from_the_options() -> N
         ("worker", "cache_max_bytes"),
         ("worker", "rebalance_resume_interval"),
         ("worker", "rebalance_stall_after"),
+        ("worker", "liveness_stall_after"),
         ("retention", "interval"),
     }
     for key, t in keyed.items():
