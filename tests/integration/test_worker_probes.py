@@ -143,7 +143,6 @@ def test_liveness_fails_while_the_event_loop_is_blocked_and_recovers(db: str, pr
     stalled = until(proc, port, "/health/live", 503)
     assert stalled["status"] == "stalled" and "has not turned" in stalled["reason"], stalled
     assert "worker.liveness_stall_after = 2 s" in stalled["reason"]
-    assert probe(port, "/health/ready")[0] == 503  # (not ready either, while it stalls)
     until(proc, port, "/health/live", 200)
     assert handle.result(timeout=60) == "done"
     until(proc, port, "/health/ready", 200)
