@@ -5,7 +5,8 @@ ServerFull, built past ServerUnreachable's __init__, lacked (an AttributeError: 
 
 from __future__ import annotations
 
-from harvest.db.pools import ServerFull
+from harvest.db.connection import SERVER_FULL_ADVICE
+from harvest.db.pools import ServerFull, ServerUnreachable
 from harvest.shard.pools import unreachable
 from harvest.web.errors import outage_answer, refused_login
 
@@ -28,3 +29,18 @@ def test_a_full_shard_is_unavailable_not_refused() -> None:
     assert shard.shard == 2 and shard.refused is False
     code, message, _ = outage_answer(shard)
     assert code == "shard_unavailable" and message.startswith("shard 2 is unavailable; retry"), message
+
+
+def test_a_full_shard_says_up_but_full_and_the_remedy() -> None:
+    # Before: "shard 2 is unavailable: its database cannot be reached now (... too many clients ...)".
+    said = str(unreachable(2, ServerFull(FULL)))
+    assert said.startswith("shard 2 is unavailable: the server is up but full"), said
+    assert "raise max_connections" in said and "too many clients" in said and "cannot be reached" not in said
+    assert SERVER_FULL_ADVICE in said and SERVER_FULL_ADVICE in str(ServerFull(FULL))
+
+
+def test_a_down_shard_still_cannot_be_reached() -> None:
+    said = str(unreachable(3, ServerUnreachable("OperationalError: connection refused")))
+    assert said == (
+        "shard 3 is unavailable: its database cannot be reached now (OperationalError: connection refused)"
+    )

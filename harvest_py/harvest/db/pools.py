@@ -435,13 +435,18 @@ class ServerUnreachable(PoolTimeout):
     of after the caller's wait. (A PoolTimeout: nothing was sent, the call may be made again.)"""
 
     def __init__(self, reason: str | None = None) -> None:
-        super().__init__(f"the database {cannot_be_reached(reason)}")
         # What the last connect met, in one line with no secret (a refused login reads as one,
         # a server down as one): harvest.shard.pools names it with the shard.
         self.reason = reason
+        super().__init__(self.words("the database"))
         # The server refused the login or the database (retrying cannot change it): the one
         # thing of the cause a 503 says to anyone (harvest.web.errors.outage_answer).
         self.refused = reason is not None and refused_connect(reason)
+
+    def words(self, whose: str) -> str:
+        """The refusal in one line, for one database (``whose``: "the database") and a shard's
+        ShardUnavailable ("its database"): one wording for both."""
+        return f"{whose} {cannot_be_reached(self.reason)}"
 
 
 class ServerFull(ServerUnreachable):
@@ -449,9 +454,13 @@ class ServerFull(ServerUnreachable):
     max_connections (53300): the server is up, with no connection slot left."""
 
     def __init__(self, reason: str | None = None) -> None:
-        PoolTimeout.__init__(self, f"{SERVER_FULL_ADVICE} ({reason})" if reason else SERVER_FULL_ADVICE)
         self.reason = reason
+        PoolTimeout.__init__(self, self.words("the database"))
         self.refused = False  # (up and full: a retry may find a slot; no login was refused)
+
+    def words(self, whose: str) -> str:
+        """Up but full, and the remedy (not "cannot be reached"), whoever's database it is."""
+        return f"{SERVER_FULL_ADVICE} ({self.reason})" if self.reason else SERVER_FULL_ADVICE
 
 
 def _refusal(pool: Any) -> ServerUnreachable:

@@ -60,11 +60,14 @@ _ACTIVATION_POLL_SECS = 0.05
 
 def unreachable(shard: int, exc: BaseException) -> ShardUnavailable:
     """ShardUnavailable for ``shard``, naming what its pool's last connect met when it knows
-    (a fail-fast pool: a refused login, no server there), never a password or a DSN."""
+    (a fail-fast pool: a refused login, no server there, a server up but full at
+    max_connections), never a password or a DSN."""
     reason = getattr(exc, "reason", None)
     if not reason:
         return ShardUnavailable(shard)
-    unavailable = ShardUnavailable(shard, f"its database {cannot_be_reached(reason)}")
+    # A server up and full says so, and the remedy, in the pool's own words (ServerFull.words).
+    words = exc.words("its database") if isinstance(exc, ServerUnreachable) else None
+    unavailable = ShardUnavailable(shard, words or f"its database {cannot_be_reached(reason)}")
     unavailable.refused = isinstance(exc, ServerUnreachable) and exc.refused
     return unavailable
 
