@@ -22,6 +22,7 @@ from psycopg_pool import PoolTimeout
 from harvest import App, workflow
 from harvest.db import pools
 from harvest.db.embedded import EmbeddedPostgres
+from harvest.telemetry.metrics import process_metrics
 
 pytestmark = pytest.mark.chaos
 
@@ -79,6 +80,13 @@ def test_a_pool_turned_away_at_max_connections_says_the_server_is_full(
     assert "max_connections" in failed[0] and "53300" in failed[0], failed[0]
 
 
+def ticks(outcome: str) -> float:
+    found = process_metrics().registry.get_sample_value(
+        "harvest_scanner_tick_total", {"shard": "0", "outcome": outcome}
+    )
+    return 0.0 if found is None else found
+
+
 @workflow
 async def full_idle(ctx) -> None:
     await ctx.wait_for_signal("never")
@@ -101,8 +109,11 @@ def test_the_scanner_says_a_server_at_max_connections_is_full_not_down(
         ]
 
     caplog.set_level(logging.DEBUG, logger="harvest.worker")  # (a tick's line after an outage's first)
+    full_ticks = ticks("server_full")
     with full(full_server.dsn, "full-worker"):
         failed = wait_until(turned_away, "a scan tick turned away at max_connections", timeout=20)
+        # Counted as a full server's tick, not a down one's (before: outcome="error" only).
+        wait_until(lambda: ticks("server_full") > full_ticks, "a server_full tick", timeout=20)
     # Before: "ServerUnreachable: the database cannot be reached now (sorry, too many clients already)".
     assert "ServerFull" in failed[0] and "max_connections" in failed[0], failed
     assert "cannot be reached" not in failed[0]

@@ -48,6 +48,7 @@ __all__ = [
     "connections_by",
     "database_unreachable",
     "may_pass",
+    "met_full_server",
     "never_sent",
     "open_async_pool",
     "open_pool",
@@ -461,6 +462,16 @@ class ServerFull(ServerUnreachable):
     def words(self, whose: str) -> str:
         """Up but full, and the remedy (not "cannot be reached"), whoever's database it is."""
         return f"{SERVER_FULL_ADVICE} ({self.reason})" if self.reason else SERVER_FULL_ADVICE
+
+
+def met_full_server(exc: BaseException | None) -> bool:
+    """Whether a failure met a server up and full (53300 at connect: a pool's ServerFull, or
+    the driver's error itself, also behind a Harvest error it was translated to)."""
+    while exc is not None:
+        if isinstance(exc, ServerFull) or server_full(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _refusal(pool: Any) -> ServerUnreachable:

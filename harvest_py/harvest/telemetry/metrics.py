@@ -298,7 +298,7 @@ class Metrics:
         )
         self.scanner_tick = counter(
             "harvest_scanner_tick",
-            "Scanner ticks (harvest.scan), per shard and outcome (ok, error).",
+            "Scanner ticks (harvest.scan), per shard and outcome (ok, error, server_full).",
             ("shard", "outcome"),
         )
         self.scanner_last_tick = Gauge(
@@ -514,8 +514,10 @@ class Metrics:
     def transaction_retry(self, site: str, reason: str) -> None:
         self.db_transaction_retry(site, reason).inc()
 
-    def scanned(self, shard: int, ok: bool) -> None:
-        self.scanner_tick(shard, "ok" if ok else "error").inc()
+    def scanned(self, shard: int, ok: bool, full: bool = False) -> None:
+        """A scanner tick: ``ok``, or failed, on a server up but full (``full``: its connects
+        turned away at max_connections, harvest.db.pools.met_full_server) or else."""
+        self.scanner_tick(shard, "ok" if ok else "server_full" if full else "error").inc()
         if ok:
             self.scanner_last_tick.labels(str(shard)).set(time.time())
 

@@ -58,7 +58,7 @@ from harvest.db.connection import (
     resolve_dsn,
 )
 from harvest.db.migrate import check_schema_async, warn_function_drift_async
-from harvest.db.pools import may_pass, open_async_pool, outage, unless_unreachable
+from harvest.db.pools import may_pass, met_full_server, open_async_pool, outage, unless_unreachable
 from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
 from harvest.declare.definitions import App, require_app
@@ -1503,7 +1503,7 @@ class Worker:
                 raise
             except Exception as exc:
                 if not scanned:  # (a tick counts once: the pump's or a resume's failure is not the scan's)
-                    self.metrics.scanned(lane.shard, False)
+                    self.metrics.scanned(lane.shard, False, full=met_full_server(exc))
                 if lane.note_failure(exc, "scanning"):
                     pass
                 elif outage(exc) and not scanned:  # one line an outage (each tick is counted)
