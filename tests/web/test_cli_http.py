@@ -148,6 +148,14 @@ def test_operator_commands_print_the_same_over_sql_and_http(both, conn) -> None:
     assert sql.exit_code == web.exit_code
 
 
+def test_an_empty_workflow_name_is_refused_the_same_over_sql_and_http(both) -> None:
+    """`start-gate list --workflow-name ""`: over SQL it printed nothing and exited 0, over
+    HTTP the route's 400 exited 2. Both: one line, exit 2."""
+    sql, _ = both("start-gate", "list", "--workflow-name", "")
+    assert sql.exit_code == 2 and sql.stdout == "", (sql.stdout, sql.stderr)
+    assert sql.stderr.count("\n") == 1 and "--workflow-name" in sql.stderr and "is empty" in sql.stderr
+
+
 def test_worker_list_narrowed_to_a_shard_prints_the_same_over_sql_and_http(both) -> None:
     """`harvest worker list --queue Q --shard-id 0` over HTTP asked the CLI's own (empty) list of
     shards and refused every shard id ("no such shard; the shards here are "), exit 2: the

@@ -20,6 +20,7 @@ from harvest.cli.output import (
     database_url_option,
     emit,
     mapping,
+    non_empty_option,
     operator_id_option,
     output_option,
     table,
@@ -49,7 +50,9 @@ def start_gate() -> None:
 
 
 @start_gate.command("list")
-@click.option("--workflow-name", default=None, help="Only this workflow's held-back starts.")
+@click.option(
+    "--workflow-name", default=None, callback=non_empty_option, help="Only this workflow's held-back starts."
+)
 @database_url_option
 @output_option
 def list_(workflow_name: str | None, database_url: str | None, output: str) -> None:
