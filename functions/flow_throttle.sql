@@ -595,14 +595,21 @@ BEGIN
     IF NOT coalesce(p_dry_run, false) THEN
         PERFORM harvest._check_reason('a discard of pending starts', p_reason);
     END IF;
-    SELECT count(*), (array_agg(s.id ORDER BY s.created_at, s.id))[1:p_limit] INTO v_matched, v_ids
-    FROM harvest.pending_starts AS s
-    WHERE (p_workflow_name IS NULL OR s.workflow_name = p_workflow_name)
-      AND (p_gate_key IS NULL OR s.gate_key = p_gate_key)
-      AND (v_kind IS NULL OR s.kind = v_kind)
-      AND (p_created_after IS NULL OR s.created_at >= p_created_after)
-      AND (p_created_before IS NULL OR s.created_at < p_created_before);
-    v_ids := coalesce(v_ids, '{}');
+    -- The first p_limit ids only (a backlog's every id is never gathered), and how many matched
+    -- (the window counts them before the LIMIT).
+    SELECT coalesce(max(m.matched), 0), coalesce(array_agg(m.id ORDER BY m.created_at, m.id), '{}')
+    INTO v_matched, v_ids
+    FROM (
+        SELECT s.id, s.created_at, count(*) OVER () AS matched
+        FROM harvest.pending_starts AS s
+        WHERE (p_workflow_name IS NULL OR s.workflow_name = p_workflow_name)
+          AND (p_gate_key IS NULL OR s.gate_key = p_gate_key)
+          AND (v_kind IS NULL OR s.kind = v_kind)
+          AND (p_created_after IS NULL OR s.created_at >= p_created_after)
+          AND (p_created_before IS NULL OR s.created_at < p_created_before)
+        ORDER BY s.created_at, s.id
+        LIMIT p_limit
+    ) AS m;
     IF coalesce(p_dry_run, false) THEN
         RETURN jsonb_build_object('dry_run', true, 'shard_id', harvest.get_shard_id(), 'matched', v_matched,
                                   'discarded', 0, 'ids', to_jsonb(v_ids), 'payloads_erased', 0);

@@ -306,7 +306,7 @@ ROLLBACK;
 -- a row another login stored or another pending start names stays, audited; by filter, oldest
 -- first, a filter needed.
 BEGIN;
-SELECT plan(19);
+SELECT plan(22);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 1, "burst": 1, "key": "input.k"}},
@@ -362,6 +362,17 @@ SELECT is((SELECT d -> 'matched' FROM harvest.discard_pending_starts('wf_d', p_l
           '3'::jsonb, 'discard_pending_starts(): a dry run counts');
 SELECT is((SELECT count(*)::integer FROM harvest.pending_starts WHERE kind = 'debounce'), 3,
           'discard_pending_starts(): a dry run discards nothing');
+SELECT is((SELECT d - 'shard_id' FROM harvest.discard_pending_starts('wf_d', p_limit => 1, p_dry_run => true) AS d),
+          jsonb_build_object('dry_run', true, 'matched', 3, 'discarded', 0, 'payloads_erased', 0,
+                             'ids', jsonb_build_array((SELECT id FROM harvest.pending_starts WHERE workflow_id = 'dp'))),
+          'discard_pending_starts(): a dry run names the oldest p_limit ids and counts every match');
+SELECT is((SELECT d - 'shard_id' FROM harvest.discard_pending_starts('nothing_held', p_dry_run => true) AS d),
+          '{"dry_run": true, "matched": 0, "discarded": 0, "payloads_erased": 0, "ids": []}'::jsonb,
+          'discard_pending_starts(): a filter that matches nothing: no ids, none matched');
+-- The select takes p_limit ids (ORDER BY ... LIMIT), never every match's id into an array first.
+SELECT ok(pg_get_functiondef('harvest.discard_pending_starts'::regproc) ~ 'LIMIT p_limit'
+          AND pg_get_functiondef('harvest.discard_pending_starts'::regproc) !~ '\[1:p_limit\]',
+          'discard_pending_starts(): gathers only the first p_limit ids');
 SELECT is((SELECT d -> 'ids' = to_jsonb(ARRAY(SELECT id FROM harvest.pending_starts WHERE workflow_id IN ('dp', 'dq')
                                              ORDER BY id))
            FROM harvest.discard_pending_starts('wf_d', p_limit => 2, p_operator_id => 'op-8') AS d), true,
