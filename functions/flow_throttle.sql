@@ -297,17 +297,33 @@ BEGIN
 END;
 $$;
 
+-- The offloaded payload rows a held-back start owns, for its release to hand to its run and
+-- its discard to erase (one rule for both): the run-less rows its input references that its
+-- deferrals recorded (payload_ids, 0128); for a row from before 0128 (payload_ids NULL), those
+-- that its logins stored (0126). A row from before 0126 (logins NULL too) cannot tell whose its
+-- references are: its release (p_erasing false) hands every run-less row its input references,
+-- as before (its run needs its input); its discard (p_erasing true) erases none (an erasure of
+-- another starter's row is lost for good; an unowned run-less row is left to whoever owns it).
+CREATE OR REPLACE FUNCTION harvest._pending_start_payloads(p_row harvest.pending_starts, p_erasing boolean)
+RETURNS SETOF uuid
+LANGUAGE sql STABLE
+AS $$
+    SELECT p.id FROM harvest.payloads AS p
+    WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._payload_refs(p_row.input))
+      AND CASE WHEN p_row.payload_ids IS NOT NULL THEN p.id = ANY(p_row.payload_ids)
+               WHEN p_row.logins IS NOT NULL THEN p.login = ANY(p_row.logins)
+               ELSE NOT p_erasing END;
+$$;
+
 -- Start one pending start now (the caller holds its key's lock) and drop its row (if
 -- _start_gate has not: a filled batch).
 -- The batched run's input is one argument: the list of the collected arguments.
--- The offloaded payloads its deferrals recorded (payload_ids: run-less rows its input references
--- that the login of the start whose input names them stored; a client stored them when it made
--- the start, docs/payloads.md) and that no run owns yet are handed to the run in the same
--- transaction, as set_payloads_execution would: a reference is JSON the starter wrote, and one
--- naming another starter's run-less row (another client's held-back start's input, that
--- client's argument to the same batch or not) must not make that row this run's. A row from
--- before 0128 (payload_ids NULL) hands the rows its logins stored, and one from before 0126
--- (logins NULL too) every run-less row its input references, as before.
+-- The offloaded payloads it owns (_pending_start_payloads: run-less rows its input references
+-- that its deferrals recorded; a client stored them when it made the start, docs/payloads.md)
+-- are handed to the run in the same transaction, as set_payloads_execution would: a reference
+-- is JSON the starter wrote, and one naming another starter's run-less row (another client's
+-- held-back start's input, that client's argument to the same batch or not) must not make that
+-- row this run's.
 CREATE OR REPLACE FUNCTION harvest._release_pending_start(p_row harvest.pending_starts)
 RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
 LANGUAGE plpgsql
@@ -327,9 +343,7 @@ BEGIN
         p_traceparent => p_row.traceparent) AS s;
     IF v_started.execution_id IS NOT NULL THEN
         UPDATE harvest.payloads AS p SET execution_id = v_started.execution_id
-        WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._payload_refs(p_row.input))
-            AND CASE WHEN p_row.payload_ids IS NOT NULL THEN p.id = ANY(p_row.payload_ids)
-                     ELSE p_row.logins IS NULL OR p.login = ANY(p_row.logins) END;
+        WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._pending_start_payloads(p_row, false));
     END IF;
     RETURN QUERY SELECT v_started.execution_id, v_started.workflow_id, v_started.status, v_started.started_fresh;
 END;
@@ -473,8 +487,7 @@ $$;
 -- the one that comes second finds the row gone (the release: nothing to start; the discard:
 -- HR002 for one by id, skipped for one by filter). Several gates are taken in (workflow, key)
 -- order, as a batch of starts takes them (docs/internals.md, "Lock order", 1).
--- The offloaded rows the start owns go with it: the run-less rows its input references that
--- its release would have handed its run (payload_ids; before 0128 its logins' rows; before 0126
+-- The offloaded rows the start owns go with it (_pending_start_payloads, erasing: before 0126
 -- none, as no owner can be told), unless another pending start's input references one too.
 -- A reference is JSON a starter writes: a row another login stored is never reached through it.
 -- harvest_admin's (not an operator's, whose cancel of a run keeps its history): it loses for good
@@ -490,9 +503,7 @@ BEGIN
     DELETE FROM harvest.pending_starts AS p WHERE p.id = p_row.id;
     WITH gone AS (
         DELETE FROM harvest.payloads AS p
-        WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._payload_refs(p_row.input))
-          AND CASE WHEN p_row.payload_ids IS NOT NULL THEN p.id = ANY(p_row.payload_ids)
-                   ELSE p_row.logins IS NOT NULL AND p.login = ANY(p_row.logins) END
+        WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._pending_start_payloads(p_row, true))
           AND NOT EXISTS (SELECT 1 FROM harvest.pending_starts AS o
                           WHERE p.id IN (SELECT harvest._payload_refs(o.input)))
         RETURNING 1

@@ -4,7 +4,8 @@
 -- harvest.release_pending_starts, harvest.list_pending_starts, the gates in start_workflow, and the pacing override:
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
 -- harvest.clear_start_throttle_override, harvest.get_start_gate; discarding: harvest.discard_pending_start,
--- harvest.discard_pending_starts, harvest._discard_pending_start, harvest._pending_start_summary.
+-- harvest.discard_pending_starts, harvest._discard_pending_start, harvest._pending_start_summary,
+-- harvest._pending_start_payloads.
 BEGIN;
 SELECT plan(68);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -386,5 +387,54 @@ SELECT is(ARRAY[harvest._function_role('discard_pending_start'), harvest._functi
           ARRAY['harvest_admin', 'harvest_admin'], 'discarding held-back starts is harvest_admin''s');
 SELECT ok(NOT has_function_privilege('harvest_operator', 'harvest.discard_pending_start(bigint, text, text)', 'EXECUTE'),
           'discard_pending_start(): an operator cannot discard what starters sent');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- One rule for the rows a held-back start owns (_pending_start_payloads), for its release and its
+-- discard: its payload_ids; before 0128 its logins' rows; before 0126 (no logins either) every
+-- referenced run-less row to hand its run, none to erase.
+BEGIN;
+SELECT plan(7);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT harvest.declare_flow_policies('{"workflows": {
+    "wf_o": {"debounce": {"key": "input.k", "quiet_secs": 5, "max_wait_secs": 12}}}}');
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, login)
+VALUES ('00000000-0000-0000-0000-0000000000c1', NULL, harvest.now(), 5, '"c1"', 'someone_else'),
+       ('00000000-0000-0000-0000-0000000000c2', NULL, harvest.now(), 5, '"c2"', session_user),
+       ('00000000-0000-0000-0000-0000000000c3', NULL, harvest.now(), 5, '"c3"', 'someone_else'),
+       ('00000000-0000-0000-0000-0000000000c4', NULL, harvest.now(), 5, '"c4"', 'someone_else');
+SELECT harvest.start_workflow('wf_o', '[{"k": "old", "v": {"_harvest_ref": "00000000-0000-0000-0000-0000000000c1"}}]',
+                              'o_old', 'oq');
+SELECT harvest.start_workflow('wf_o', '[{"k": "mid", "v": {"_harvest_ref": "00000000-0000-0000-0000-0000000000c2"},
+    "w": {"_harvest_ref": "00000000-0000-0000-0000-0000000000c3"}}]', 'o_mid', 'oq');
+SELECT harvest.start_workflow('wf_o', '[{"k": "rel", "v": {"_harvest_ref": "00000000-0000-0000-0000-0000000000c4"}}]',
+                              'o_rel', 'oq');
+UPDATE harvest.pending_starts SET payload_ids = NULL, logins = NULL WHERE workflow_id IN ('o_old', 'o_rel');
+UPDATE harvest.pending_starts SET payload_ids = NULL, logins = ARRAY[session_user::text] WHERE workflow_id = 'o_mid';
+SELECT is(ARRAY(SELECT harvest._pending_start_payloads(s, false) FROM harvest.pending_starts AS s
+                WHERE s.workflow_id = 'o_old'), ARRAY['00000000-0000-0000-0000-0000000000c1'::uuid],
+          '_pending_start_payloads(): a start from before 0126 hands its run every run-less row it references');
+SELECT is(ARRAY(SELECT harvest._pending_start_payloads(s, true) FROM harvest.pending_starts AS s
+                WHERE s.workflow_id = 'o_old'), '{}'::uuid[],
+          '_pending_start_payloads(): a start from before 0126 erases none (no owner can be told)');
+SELECT is(ARRAY(SELECT harvest._pending_start_payloads(s, e) FROM harvest.pending_starts AS s,
+                       unnest(ARRAY[false, true]) AS e WHERE s.workflow_id = 'o_mid'),
+          ARRAY['00000000-0000-0000-0000-0000000000c2'::uuid, '00000000-0000-0000-0000-0000000000c2'::uuid],
+          '_pending_start_payloads(): a start from before 0128 owns its logins'' rows, to hand or to erase');
+SELECT is((SELECT d -> 'payloads_erased' FROM harvest.discard_pending_start(
+              (SELECT id FROM harvest.pending_starts WHERE workflow_id = 'o_old')) AS d), '0'::jsonb,
+          '_discard_pending_start(): a start from before 0126 erases no row');
+SELECT is((SELECT d -> 'payloads_erased' FROM harvest.discard_pending_start(
+              (SELECT id FROM harvest.pending_starts WHERE workflow_id = 'o_mid')) AS d), '1'::jsonb,
+          '_discard_pending_start(): a start from before 0128 erases its logins'' row');
+SELECT is((SELECT array_agg(id ORDER BY id) FROM harvest.payloads WHERE id::text LIKE '%c_'),
+          ARRAY['00000000-0000-0000-0000-0000000000c1'::uuid, '00000000-0000-0000-0000-0000000000c3'::uuid,
+                '00000000-0000-0000-0000-0000000000c4'::uuid],
+          'the discards kept the rows no discarded start could be told to own');
+SELECT set_config('harvest.fake_now', '2030-01-01 01:00:00+00', true);
+SELECT harvest.release_pending_starts();
+SELECT is((SELECT e.workflow_id FROM harvest.payloads AS p JOIN harvest.executions AS e ON e.id = p.execution_id
+           WHERE p.id = '00000000-0000-0000-0000-0000000000c4'), 'o_rel',
+          '_release_pending_start(): a start from before 0126 hands its run the row it references');
 SELECT * FROM finish();
 ROLLBACK;
