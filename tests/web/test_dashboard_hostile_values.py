@@ -112,3 +112,28 @@ def test_a_schedule_input_nested_too_deep_is_a_400_page_not_a_500(db: str, token
             assert "input" in page.text
     with psycopg.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM harvest.schedules").fetchone()[0] == 0
+
+
+def test_a_nul_in_an_id_or_a_filter_is_a_400_naming_the_field(db: str, tokens: dict[str, str]) -> None:
+    """A NUL in a page's query or path: a 400 page naming the field, where the page showed the
+    driver's own words ("... cannot contain NUL (0x00) bytes") with no field named."""
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    with api_client(db, profile="production") as api:
+        for path, field in (
+            ("/ui/workflows?workflow_name=a%00b", "workflow_name"),
+            ("/ui/workflows?workflow_id=a%00b", "workflow_id"),
+            ("/ui/workflows/find?id=a%00b", "id"),
+            ("/ui/start-gates?workflow_name=a%00b", "workflow_name"),
+            ("/ui/workers/w%00x", "worker_id"),
+            ("/ui/workflows/bulk?action=pause&workflow_name=a%00b", "workflow_name"),
+        ):
+            page = api.get(path, headers=admin)
+            assert page.status_code == 400, (path, page.status_code, page.text[-300:])
+            assert f"{field}: contains a NUL character" in page.text, (path, page.text[-600:])
+            assert "0x00" not in page.text, path
+        form = api.post(
+            "/ui/workflows/bulk",
+            data={"action": "pause", "filters": "workflow_name=w", "reason": "a\x00b"},
+            headers=admin,
+        )
+        assert form.status_code == 400 and "reason: contains a NUL character" in form.text, form.text[-600:]

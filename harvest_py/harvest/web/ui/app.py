@@ -95,7 +95,7 @@ from harvest.web.errors import (
 )
 from harvest.web.guards import cross_site, declared_too_large, parse_json, read_body
 from harvest.web.principal import Authorizer, Principal, Scope, refusal_status
-from harvest.web.routes import Param, ShardWrites, app_queue, refusals_apart, refuse_undeclared
+from harvest.web.routes import Param, ShardWrites, app_queue, invalid, refusals_apart, refuse_undeclared
 from harvest.web.routes.history import history_events, streamed_json
 from harvest.web.ui import views
 from harvest.web.ui.source import DEFAULT_TIMEOUT, Source
@@ -596,6 +596,7 @@ class Dashboard:
 
         async def checked(request: Request, principal: Principal) -> Response:
             refuse_undeclared(request, declared)
+            _refuse_nul([*request.path_params.items(), *request.query_params.multi_items()])
             return await handler(request, principal)
 
         async def endpoint(request: Request) -> Response:
@@ -2097,7 +2098,18 @@ async def _form(request: Request) -> dict[str, str]:
     """A form's fields (the last value of each), its body read up to MAX_FORM_BYTES."""
     body = await read_body(request, MAX_FORM_BYTES)
     form = urllib.parse.parse_qs(body.decode(errors="replace"), keep_blank_values=True)
-    return {k: v[-1] for k, v in form.items()}
+    fields = {k: v[-1] for k, v in form.items()}
+    _refuse_nul([*request.path_params.items(), *fields.items()])
+    return fields
+
+
+def _refuse_nul(values: list[tuple[str, Any]]) -> None:
+    """The 400 naming a page's or a form's field (a path segment, a query parameter, a form
+    field) that holds a NUL, which no text column takes: the driver refused it in its own words,
+    with no field named, as the page's error."""
+    for name, value in values:
+        if isinstance(value, str) and "\x00" in value:
+            raise invalid(name, "contains a NUL character")
 
 
 # Every response of the dashboard: no other site may frame it (clickjacking: under the dev
