@@ -275,6 +275,16 @@ BEGIN
 END;
 $$;
 
+-- A caller's value in an error message, cut when long: its first 40 characters and its length
+-- ("abc... (5000 characters)"), so a refusal of an over-long value does not echo it whole.
+CREATE OR REPLACE FUNCTION harvest._clipped(p_text text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN length(p_text) > 60 THEN left(p_text, 40) || '... (' || length(p_text) || ' characters)'
+                ELSE p_text END;
+$$;
+
 -- Numbers and booleans read out of a caller's JSON (start options, a decision's commands,
 -- retry policies, schedule specs, DAG specs, flow policies): the one rule for every such
 -- field, so a value a check let through is never cast raw deeper in, where "2.0" failed as
@@ -296,9 +306,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     -- (1e400 is 401 digits as JSON prints it)
-    v_given text := CASE WHEN length(p_value::text) > 60 THEN left(p_value::text, 40) || '... ('
-                                                              || length(p_value::text) || ' characters)'
-                         ELSE p_value::text END;
+    v_given text := harvest._clipped(p_value::text);
 BEGIN
     RAISE EXCEPTION '% must be %, got %', coalesce(p_where || ': ', '') || p_field, p_want, v_given
         USING ERRCODE = 'HR001',

@@ -39,8 +39,11 @@ BEGIN
                    'max_active_runs, overlap, catchup, catchup_window_secs, jitter_secs, paused';
     END IF;
     IF v_name IS NULL OR v_name = '' OR length(v_name) > 200 THEN
-        RAISE EXCEPTION 'schedule name must be 1 to 200 characters, got %', coalesce(quote_literal(v_name), 'none')
-            USING ERRCODE = 'HR001';
+        -- (an over-long name is named by its first characters and its length, not echoed whole)
+        RAISE EXCEPTION 'schedule name must be 1 to 200 characters, got %',
+            coalesce(CASE WHEN length(v_name) > 200 THEN harvest._clipped(v_name) ELSE quote_literal(v_name) END,
+                     'none')
+            USING ERRCODE = 'HR001', HINT = 'give the schedule a name of 1 to 200 characters';
     END IF;
     -- The numbers and booleans by the one rule for a JSON field (core.sql, _json_integer):
     -- HR001 naming the field for a string, a fraction or a value out of range.

@@ -628,9 +628,13 @@ SELECT * FROM finish();
 ROLLBACK;
 
 -- Numbers and booleans read out of a caller's JSON: _json_integer, _json_bigint, _json_number,
--- _json_boolean, and their one refusal, _refuse_json_value (HR001 naming the field).
+-- _json_boolean, and their one refusal, _refuse_json_value (HR001 naming the field), which
+-- cuts a long value (_clipped).
 BEGIN;
-SELECT plan(31);
+SELECT plan(33);
+SELECT is(harvest._clipped(repeat('x', 61)), repeat('x', 40) || '... (61 characters)',
+          '_clipped(): a long value: its first 40 characters and its length');
+SELECT is(harvest._clipped(repeat('x', 60)), repeat('x', 60), '_clipped(): a short one whole');
 CREATE FUNCTION pg_temp.json_refusal(p_sql text) RETURNS jsonb LANGUAGE plpgsql AS $fn$
 DECLARE
     v_state text;

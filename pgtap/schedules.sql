@@ -534,3 +534,16 @@ SELECT throws_ok($$SELECT harvest.update_schedule('jn', '{"max_active_runs": 1.5
                  'update_schedule(): the same rule');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- An over-long schedule name is refused by its first characters and its length, never echoed
+-- whole (harvest._clipped); an empty one as ''.
+BEGIN;
+SELECT plan(2);
+SELECT throws_ok($$SELECT harvest.create_schedule(repeat('n', 5000), 'wf', p_interval_secs => 60)$$, 'HR001',
+                 'schedule name must be 1 to 200 characters, got ' || repeat('n', 40) || '... (5000 characters)',
+                 '_check_schedule_spec(): an over-long name is named by its length, not echoed');
+SELECT throws_ok($$SELECT harvest.create_schedule('', 'wf', p_interval_secs => 60)$$, 'HR001',
+                 'schedule name must be 1 to 200 characters, got ''''',
+                 '_check_schedule_spec(): an empty name');
+SELECT * FROM finish();
+ROLLBACK;

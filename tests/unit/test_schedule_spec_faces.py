@@ -78,3 +78,10 @@ def test_max_active_runs_has_one_bound() -> None:
         ["create-workflow", "--name", "s", "--every", "1h", "--max-active-runs", str(MAX_ACTIVE_RUNS + 1)],
         "--max-active-runs",
     )
+
+
+def test_an_over_long_schedule_name_is_named_by_its_length_not_echoed() -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        WorkflowSchedule("n" * 5000, Schedule.every("1m"))
+    said = str(refused.value)
+    assert said.endswith(f"got {'n' * 40!r}... (5000 characters)") and len(said) < 200, said

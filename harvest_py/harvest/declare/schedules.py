@@ -493,7 +493,9 @@ class WorkflowSchedule:
     def __post_init__(self) -> None:
         what = f"WorkflowSchedule {self.name!r}"
         if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
-            raise InvalidArgument(f"WorkflowSchedule: name must be 1 to 200 characters, got {self.name!r}")
+            long = isinstance(self.name, str) and len(self.name) > 200  # (named, not echoed whole)
+            got = f"{self.name[:40]!r}... ({len(self.name)} characters)" if long else repr(self.name)
+            raise InvalidArgument(f"WorkflowSchedule: name must be 1 to 200 characters, got {got}")
         if not isinstance(self.schedule, Schedule):
             raise InvalidArgument(
                 f"{what}: schedule must be Schedule.cron(...) or Schedule.every(...), got {self.schedule!r}"
