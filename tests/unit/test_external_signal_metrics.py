@@ -101,3 +101,21 @@ def test_the_sampler_publishes_the_oldest_pending_by_id_signal_and_cancel() -> N
     text = metrics.render().decode()
     assert 'harvest_external_signal_by_id_oldest_pending_indeterminate_age_seconds{shard="2"} 90.0' in text
     assert 'harvest_external_cancel_by_id_oldest_pending_indeterminate_age_seconds{shard="2"} 0.0' in text
+
+
+def test_missed_schedules_keep_a_bounded_set_of_series() -> None:
+    """Runtime-made schedules (one per tenant) made a series each for the process's life: past
+    SCHEDULE_LABELS_MAX (200, docs/observability.md) names, the misses of any other are counted
+    under _other."""
+    SCHEDULE_LABELS_MAX = 200
+    from harvest.telemetry.metrics import OTHER_KEYS
+
+    metrics = Metrics()
+    for i in range(SCHEDULE_LABELS_MAX + 50):
+        metrics.missed_schedule(f"tenant-{i}")
+    metrics.missed_schedule("tenant-0", 2)  # (a name with a series keeps counting there)
+    text = metrics.render().decode()
+    series = [line for line in text.splitlines() if line.startswith("harvest_schedule_missed_total{")]
+    assert len(series) == SCHEDULE_LABELS_MAX + 1, len(series)
+    assert f'harvest_schedule_missed_total{{schedule="{OTHER_KEYS}"}} 50.0' in text
+    assert 'harvest_schedule_missed_total{schedule="tenant-0"} 3.0' in text

@@ -61,6 +61,12 @@ _HISTORY_BUCKETS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 25_000,
 OTHER_KEYS = "_other"
 
 
+# The schedule names harvest_schedule_missed_total keeps a series each for, per process: the
+# schedules missed past them are counted under OTHER_KEYS (schedules made at runtime, one per
+# tenant or per job, would make a series each for the life of the process).
+SCHEDULE_LABELS_MAX = 200
+
+
 # The reason label of harvest_db_transaction_retry_total for the SQLSTATEs a retry is for.
 _RETRY_REASONS = {"40P01": "deadlock", "40001": "serialization_failure", "55P03": "lock_not_available"}
 
@@ -555,8 +561,12 @@ class Metrics:
             self.external_signal_by_id_found_over_incomplete_fanout().inc(count)
 
     def missed_schedule(self, schedule: str, count: int = 1) -> None:
-        """For the schedule ticker: ``count`` fires of ``schedule`` skipped or late."""
-        self.schedule_missed(schedule).inc(count)
+        """For the schedule ticker: ``count`` fires of ``schedule`` skipped or late (under
+        OTHER_KEYS once SCHEDULE_LABELS_MAX schedules have a series)."""
+        family = self.schedule_missed
+        if (schedule,) not in family.children and len(family.children) >= SCHEDULE_LABELS_MAX:
+            schedule = OTHER_KEYS
+        family(schedule).inc(count)
 
     # -- the sampler -------------------------------------------------------------------------------
     def apply_samples(self, samples: Mapping[str, Any], *, schema_behind: bool = False) -> None:
