@@ -13,9 +13,9 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from harvest.db import SCHEMA_VERSION
-from harvest.db.connection import SERVER_FULL_ADVICE, server_full
+from harvest.db.connection import SERVER_FULL_ADVICE
 from harvest.db.migrate import read_versions, version_mismatch
-from harvest.db.pools import ServerFull
+from harvest.db.pools import met_full_server
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.db.steps import arun_steps
 from harvest.web.errors import error_body
@@ -83,16 +83,6 @@ def _differences(found: dict[str, tuple[str | None, str | None] | BaseException]
     return out
 
 
-def full(exc: BaseException) -> bool:
-    """Whether a failed read met a server up and full (53300 at connect: pools.ServerFull, or the
-    driver's error itself, also behind a Harvest error it was translated to)."""
-    while exc is not None:
-        if isinstance(exc, ServerFull) or server_full(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return False
-
-
 def _not_ready(message: str, **details: Any) -> Reply:
     """503, with the probe's status and the API's error shape (a retryable 503: Retry-After)."""
     return Reply(
@@ -151,7 +141,7 @@ async def ready(call: Any) -> Reply:
     try:
         found = read_task.result()
     except Exception as exc:
-        if full(exc):  # up, with no connection slot left: the remedy is not the server's restart
+        if met_full_server(exc):  # up, with no connection slot left: the remedy is not the server's restart
             return _not_ready(SERVER_FULL_ADVICE, reason="ServerFull")
         return _not_ready(
             f"the database does not answer with this Harvest's schema {SCHEMA_VERSION} "
