@@ -31,16 +31,21 @@ BEGIN
     -- keeps until the transaction ends, and every later lookup of the row reads past them all,
     -- so n signals cost n squared (100,000 in one statement: ten minutes holding the run's
     -- lock). Refused once this transaction has added 10,000 events to the run: looked at on
-    -- every 1,000th event only (one key lookup of events), whether the event
+    -- every 1,000th event only (two key lookups of events), whether the event
     -- 10,000 back is this transaction's own (one written in a subtransaction is not seen:
-    -- such a caller is not stopped). docs/messages.md, "How many signals a run takes".
+    -- such a caller is not stopped) and was not written by the statement that wrote the next
+    -- one (cmin, the command of the transaction that inserted it): a reset's fork gets its
+    -- source's history in one INSERT, which moved the fork's row once, not once an event, and
+    -- a signal after the reset in its transaction is not refused for the copy.
+    -- docs/messages.md, "How many signals a run takes".
     -- (Two IFs: the first is a simple expression, which PL/pgSQL evaluates without the
     -- executor; one that held the EXISTS would start the executor on every signal.)
     IF (v_execution.last_event_id + 1) % 1000 = 0 THEN
         IF EXISTS (
             SELECT 1 FROM harvest.events AS ev
+            JOIN harvest.events AS nx ON nx.execution_id = ev.execution_id AND nx.event_id = ev.event_id + 1
             WHERE ev.execution_id = p_execution_id AND ev.event_id = v_execution.last_event_id + 1 - 10000
-              AND ev.xmin = pg_current_xact_id()::xid
+              AND ev.xmin = pg_current_xact_id()::xid AND NOT nx.cmin = ev.cmin  -- (cid has = only)
         ) THEN
             RAISE EXCEPTION 'too many signals to execution % in one transaction: it has added 10,000 events to the '
                             'run''s history, and each further signal would cost more than the last', p_execution_id

@@ -4,7 +4,7 @@
 -- WorkflowCancelRequested, the wake-up, heartbeats that learn of it; its body
 -- harvest._request_cancel, shared with cancel_workflows).
 BEGIN;
-SELECT plan(107);
+SELECT plan(109);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -328,15 +328,28 @@ SELECT throws_ok($$SELECT harvest.signal_workflow_eager(gen_random_uuid(), 'go',
 -- Each signal to a run moves its row, whose versions live until the transaction ends, so the
 -- n-th signal of a transaction costs in proportion to n: refused (HR001) once the transaction
 -- has added 10,000 events to the run, looked at on every 1,000th. The run's events are written
--- here directly, in this test's transaction, as 10,997 signals would have written them.
+-- here directly, in this test's transaction, as 10,997 signals would have written them: each by
+-- a statement of its own (a loop's INSERT).
 SELECT isnt(pg_temp.start_run('burst', 'sig_wf', 'sq_burst'), NULL, 'setup: a run');
-WITH moved AS (
-    UPDATE harvest.executions AS x SET last_event_id = 10998 WHERE x.id = pg_temp.run('burst')
-    RETURNING x.id
-)
+-- The same history written by one INSERT, as a reset copies its source's into the fork: it moved
+-- the run's row once, and the signal at 11,000 goes on.
+SELECT isnt(pg_temp.start_run('copied', 'sig_wf', 'sq_copied'), NULL, 'setup: a run whose history is copied');
+UPDATE harvest.executions AS x SET last_event_id = 10999 WHERE x.id = pg_temp.run('copied');
 INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-SELECT m.id, g, 'SignalReceived', jsonb_build_object('name', 'n', 'payload', g, 'signal_id', 'b' || g), harvest.now()
-FROM moved AS m, generate_series(2, 10998) AS g;
+SELECT pg_temp.run('copied'), g, 'SignalReceived', jsonb_build_object('name', 'n', 'payload', g), harvest.now()
+FROM generate_series(2, 10999) AS g;
+SELECT is(harvest.signal_workflow(pg_temp.run('copied'), 'n', '1'), 11000::bigint,
+          'signal_workflow(): events the transaction wrote in one statement (a reset''s copy) are not signals');
+UPDATE harvest.executions AS x SET last_event_id = 10998 WHERE x.id = pg_temp.run('burst');
+DO $$
+BEGIN
+    FOR g IN 2..10998 LOOP
+        INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+        VALUES (pg_temp.run('burst'), g, 'SignalReceived',
+                jsonb_build_object('name', 'n', 'payload', g, 'signal_id', 'b' || g), harvest.now());
+    END LOOP;
+END;
+$$;
 SELECT is(harvest.signal_workflow(pg_temp.run('burst'), 'n', '1'), 10999::bigint,
           'signal_workflow(): a signal whose event id is not a thousandth is not checked');
 SELECT throws_ok($$SELECT harvest.signal_workflow(pg_temp.run('burst'), 'n', '1')$$, 'HR001', NULL,

@@ -73,3 +73,20 @@ def test_a_signal_touches_as_many_buffers_at_any_history_length(conn: psycopg.Co
         conn.execute(SIGNALS, (run, 1_000))
     late = [_buffers(conn, f"SELECT harvest.signal_workflow('{run}', 'n', '1')") for _ in range(3)]
     assert min(late) <= min(early) + 5, (early, late)
+
+
+def test_a_reset_then_a_signal_in_one_transaction_is_not_refused(conn: psycopg.Connection) -> None:
+    """A reset copies the run's history into its fork in one statement: those events are the
+    transaction's own, but they moved the fork's row once, not once each. A signal to the fork
+    in the reset's transaction is not refused however long the copied history (its first
+    thousandth event, 11,000, finds event 1,000 copied by the transaction)."""
+    run = _run(conn, "reset-then-signal")
+    for start in range(2, LIMIT + 1_000, 1_000):
+        conn.execute(GROWN, {"run": run, "start": start, "stop": min(start + 999, LIMIT + 999)})
+    with conn.transaction():
+        (plan,) = conn.execute(
+            "SELECT harvest.reset_workflow(%s, %s, 'a stuck run', 'op')", (run, LIMIT + 998)
+        ).fetchone()
+        fork = plan["new_execution_id"]
+        assert _signal(conn, fork) == LIMIT + 1_000  # 10,998 copied, the fork's event, this one
+        assert _signal(conn, fork) == LIMIT + 1_001
