@@ -5,6 +5,7 @@ and a workflow ID with a "/" typed into the address."""
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterator
 
 import psycopg
@@ -80,6 +81,24 @@ def test_the_counts_and_a_bulk_action_select_by_workflow_id(
     with psycopg.connect(db) as conn:
         asked = dict(conn.execute("SELECT id::text, cancel_requested FROM harvest.executions").fetchall())
     assert asked[ids["refund"]] and not asked[ids["other"]]
+
+
+def test_the_pages_bulk_form_carries_the_workflow_id(runs: tuple[TestClient, dict[str, str]]) -> None:
+    """The bulk form's hidden filters named every list filter but workflow_id: from the page of
+    order-7's checkout runs, "Cancel these runs..." counted (and would have cancelled) every
+    checkout run, order-8's too. The form is submitted here as the page draws it."""
+    client, ids = runs
+    page = client.get("/workflows?workflow_name=checkout&workflow_id=order-7", headers=OPERATE)
+    form = page.text.split('id="bulk-runs-count"')[1].split("</form>")[0]
+    hidden = [
+        (html.unescape(k), html.unescape(v))
+        for k, v in re.findall(r'<input type="hidden" name="([^"]*)" value="([^"]*)">', form)
+    ]
+    assert ("workflow_id", "order-7") in hidden, hidden
+    confirm = client.get("/workflows/bulk", params=[*hidden, ("action", "cancel")], headers=OPERATE)
+    assert confirm.status_code == 200, confirm.text
+    # (order-7's checkout runs have ended; order-8's is live, and was the one counted)
+    assert "Cancel 0 runs?" in confirm.text and ids["other"] not in confirm.text, confirm.text
 
 
 def test_the_workflows_page_refuses_a_parameter_it_does_not_take(

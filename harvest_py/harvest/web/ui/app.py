@@ -731,6 +731,8 @@ class Dashboard:
             attrs=attrs,
             workflow_id=workflow_id,
             failing=_param(q, "failing"),
+            # The bulk form carries the list's filters, each of them (FILTER_PARAMS: one list).
+            filter_params=FILTER_PARAMS,
             limit=limit,
             order=order,
             unavailable=unavailable,
