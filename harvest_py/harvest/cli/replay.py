@@ -162,7 +162,7 @@ def _as_fan_out(found: Any, shard: int) -> FanOut[Any]:
     type=ISO_TIME,
     default=None,
     help="Also count version -1 (DEFAULT_VERSION): the active runs that recorded no marker of the gate and "
-    "whose history began before this time (when the gate was deployed).",
+    "whose history began before this time (when the rollout of the gate ended: the last old worker stopped).",
 )
 @click.option(
     "--state-group", type=click.Choice(["active", "terminal", "all"]), default="active", show_default=True
@@ -198,7 +198,8 @@ def version_usage(
     group = "active" if guard else state_group
     if version == -1 and history_before is None:
         raise click.BadParameter(
-            "-1 (DEFAULT_VERSION) is recorded by no marker: give --history-before (the gate's deploy time)",
+            "-1 (DEFAULT_VERSION) is recorded by no marker: give --history-before (when the gate's"
+            " rollout ended)",
             param_hint="--version",
         )
     if history_before is not None and group != "active":

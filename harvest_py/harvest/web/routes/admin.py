@@ -686,7 +686,8 @@ ENDPOINTS = [
                 "history_before",
                 "datetime",
                 description="Also version -1 (DEFAULT_VERSION): the active runs that recorded no marker of "
-                "the gate and whose history began before this time (when the gate was deployed).",
+                "the gate and whose history began before this time (when the rollout of the gate ended: the "
+                "last old worker stopped).",
             ),
         ),
         tag="admin",
