@@ -51,6 +51,33 @@ def test_signals_in_one_transaction_are_refused_past_the_limit(conn: psycopg.Con
     assert last == 1  # the transaction rolled back: only WorkflowStarted
 
 
+def test_signals_each_in_a_subtransaction_are_refused_past_the_limit(conn: psycopg.Connection) -> None:
+    """A loop that sends each signal in a block of its own (a PL/pgSQL EXCEPTION block; a
+    client's savepoint is the same) writes each event in a subtransaction, whose id is not the
+    transaction's: the check compared the top-level id only, and such a loop was never stopped,
+    though it costs the most (each version of the run's row is a subtransaction's: 11,000 such
+    signals took six and a half minutes, 2 s at the top level). The first 10,997 events are
+    written here as such a loop writes them, each in a block of its own (without moving the
+    run's row: quick), then the loop's signals go on in blocks: the one at 11,000 is refused."""
+    run = _run(conn, "in-subtransactions")
+    loop = (
+        "DO $$ BEGIN"
+        f" FOR g IN 2..{LIMIT + 998} LOOP BEGIN"
+        " INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)"
+        f" VALUES ('{run}', g, 'SignalReceived', '{{\"name\": \"n\", \"payload\": 1}}', now());"
+        " EXCEPTION WHEN unique_violation THEN NULL; END; END LOOP;"
+        f" UPDATE harvest.executions SET last_event_id = {LIMIT + 998} WHERE id = '{run}';"
+        " FOR g IN 1..2 LOOP"
+        f" BEGIN PERFORM harvest.signal_workflow('{run}', 'n', to_jsonb(g));"
+        " EXCEPTION WHEN SQLSTATE 'HR005' THEN NULL; END; END LOOP; END $$"
+    )
+    with pytest.raises(psycopg.Error) as raised:
+        conn.execute(loop)
+    assert raised.value.sqlstate == "HR001", raised.value
+    (last,) = conn.execute("SELECT last_event_id FROM harvest.executions WHERE id = %s", (run,)).fetchone()
+    assert last == 1
+
+
 def test_signals_in_separate_transactions_have_no_limit(conn: psycopg.Connection) -> None:
     """A run whose 10,999 events were committed before takes its 11,000th signal (and more);
     the check reads the event 10,000 back and finds it was another transaction's."""
