@@ -1202,6 +1202,13 @@ def test_admin_reads(api, conn) -> None:
     assert error_of(api.get("/admin/usage", params={"from": "last week"}))["field"] == "from"
     assert api.get("/admin/usage", params={"from": "2000-01-01T00:00:00Z"}).status_code == 400  # window
     assert api.get("/admin/version-gates/usage").status_code == 400
+    for asked, field in (
+        ({"recorded_version": -1}, "recorded_version"),  # (-1 needs history_before)
+        ({"recorded_version": -2, "history_before": "2026-01-01T00:00:00Z"}, "recorded_version"),
+        ({"state_group": "terminal", "history_before": "2026-01-01T00:00:00Z"}, "history_before"),
+    ):
+        refused = api.get("/admin/version-gates/usage", params={"change_id": "v2", **asked})
+        assert error_of(refused)["field"] == field, refused.text
     gates = api.get("/admin/version-gates/usage", params={"change_id": "v2"}).json()
     assert gates["status"] == "no_matches"
     coverage = api.get("/admin/queue-coverage").json()

@@ -180,6 +180,16 @@ async def queue_coverage(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 
 async def version_usage(call: Call, args: dict[str, Any], _: Any) -> Any:
+    # (count_versions refuses these too, as HR001; asked here first, the 400 names its field)
+    version, history_before = args["recorded_version"], args["history_before"]
+    if version is not None and version < 0 and (version != -1 or history_before is None):
+        raise invalid(
+            "recorded_version",
+            f"{version} is not a recorded version: one is 0 or more; -1 (DEFAULT_VERSION, no marker)"
+            " needs history_before",
+        )
+    if history_before is not None and args["state_group"] != "active":
+        raise invalid("history_before", f"counts active runs only, not state_group {args['state_group']}")
     shards = None if args["shard_id"] is None else (args["shard_id"],)
     if shards and shards[0] not in call.providers():
         raise invalid("shard_id", f"{shards[0]} is not a shard of this deployment")
