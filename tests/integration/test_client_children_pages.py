@@ -113,10 +113,10 @@ def test_iter_children_stops_naming_a_shard_whose_children_are_all_that_is_left(
     """A shard that cannot be read keeps its place in the cursor, and the pages after the
     others' last come back empty with a cursor for as long as it is away: the iteration stops
     there with DatabaseUnavailable naming it, rather than ask for the same empty page for ever."""
-    from harvest.client.client import Children, _next_children_cursor
+    from harvest.client.client import Children, _next_cursor
     from harvest.core.errors import DatabaseUnavailable
 
-    assert _next_children_cursor(Children([{"x": 1}], "partial", [2], "ch2.a")) == "ch2.a"
-    assert _next_children_cursor(Children([], "complete", [], None)) is None
+    assert _next_cursor(Children([{"x": 1}], "partial", [2], "ch2.a")) == "ch2.a"
+    assert _next_cursor(Children([], "complete", [], None)) is None
     with pytest.raises(DatabaseUnavailable, match="shard"):
-        _next_children_cursor(Children([], "partial", [2], "ch2.b"))
+        _next_cursor(Children([], "partial", [2], "ch2.b"))

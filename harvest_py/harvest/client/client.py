@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, Literal, Protocol, Self, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.client import messages as messaging
@@ -206,27 +206,39 @@ def _same_shard(route: Any, run: str, successor: str) -> bool:
     return route is None or route(run) == route(successor)
 
 
-class Children(list[Any]):
-    """An execution's children (a list of rows) and how complete it is: ``status``
+class Page(list[dict[str, Any]]):
+    """Rows read over every shard (a list of them) and how complete they are: ``status``
     ``"complete"``, or ``"partial"`` with the shards that could not be read in
-    ``unavailable_shards`` (a sharded client reads every shard, docs/sharding.md).
-
-    A page of them (``children_page``) also has ``next_cursor``, the cursor of the next page
-    (None: this was the last), and ``truncated``, whether a page deeper than the direct
-    children stopped its walk at ``max_nodes``."""
+    ``unavailable_shards`` (a sharded client reads every shard, docs/sharding.md); and, for a
+    page, ``next_cursor``, the cursor of the next page (None: this was the last)."""
 
     def __init__(
         self,
-        rows: Any = (),
+        rows: Iterable[dict[str, Any]] = (),
         status: str = COMPLETE,
-        unavailable_shards: Any = (),
+        unavailable_shards: Iterable[int] = (),
         next_cursor: str | None = None,
-        truncated: bool | None = None,
     ):
         super().__init__(rows)
         self.status = status
-        self.unavailable_shards = list(unavailable_shards)
+        self.unavailable_shards: list[int] = list(unavailable_shards)
         self.next_cursor = next_cursor
+
+
+class Children(Page):
+    """An execution's children (a :class:`Page` of rows). A page of them (``children_page``)
+    also has ``truncated``, whether a page deeper than the direct children stopped its walk at
+    ``max_nodes``."""
+
+    def __init__(
+        self,
+        rows: Iterable[dict[str, Any]] = (),
+        status: str = COMPLETE,
+        unavailable_shards: Iterable[int] = (),
+        next_cursor: str | None = None,
+        truncated: bool | None = None,
+    ):
+        super().__init__(rows, status, unavailable_shards, next_cursor)
         self.truncated = truncated
 
 
@@ -823,25 +835,47 @@ def _deadline(timeout: Duration | None) -> float | None:
     return None if timeout is None else time.monotonic() + parse_duration(timeout, "timeout")
 
 
-def _children(merged: Any) -> Children:
+def _some_read(merged: Any, what: str) -> None:
+    """DatabaseUnavailable when no shard could be read for ``what`` (a partial read is an answer)."""
     if merged.status == UNAVAILABLE:
         shards = ", ".join(str(s) for s in merged.unavailable_shards)
-        raise DatabaseUnavailable(f"no shard could be read for the children (shard(s) {shards}); retry")
+        raise DatabaseUnavailable(f"no shard could be read for the {what} (shard(s) {shards}); retry")
+
+
+def _children(merged: Any) -> Children:
+    _some_read(merged, "children")
     return Children(
         merged.value, merged.status, merged.unavailable_shards, merged.next_cursor, merged.truncated
     )
 
 
-def _next_children_cursor(page: Children) -> str | None:
-    """Where iter_children goes after ``page``. A page that brought nothing while a shard was
-    not read would come back the same for as long as that shard is away (its children keep
-    their place in the cursor): the iteration stops there, naming it, rather than spin."""
+def _page(merged: Any, what: str) -> Page:
+    """A fan-out read's answer as a :class:`Page` (list_workflows_page, count_workflows)."""
+    _some_read(merged, what)
+    return Page(merged.value, merged.status, merged.unavailable_shards, merged.next_cursor)
+
+
+def _next_cursor(page: Page, what: str = "children") -> str | None:
+    """Where an iteration (iter_children, list_workflows) goes after ``page``. A page that
+    brought nothing while a shard was not read would come back the same for as long as that
+    shard is away (its rows keep their place in the cursor): the iteration stops there, naming
+    it, rather than spin."""
     if page.next_cursor is not None and not page and page.unavailable_shards:
         shards = ", ".join(str(s) for s in page.unavailable_shards)
         raise DatabaseUnavailable(
-            f"the children on shard(s) {shards} could not be read; the others were given: retry for the rest"
+            f"the {what} on shard(s) {shards} could not be read; the others were given: retry for the rest"
         )
     return page.next_cursor
+
+
+def _list_filters(args: dict[str, Any]) -> dict[str, Any]:
+    """list_workflows(_page)'s and count_workflows' keywords (their ``locals()``) as the fan-out
+    plan takes them: ``failing`` only when given, as the CLI passes it."""
+    filters = {k: v for k, v in args.items() if k != "self"}
+    filters["search_attributes"] = list(filters["search_attributes"] or ())
+    if filters["failing"] is None:
+        del filters["failing"]
+    return filters
 
 
 # -- one place for both clients ------------------------------------------------------------------
@@ -1571,7 +1605,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         while True:
             page = self.children_page(status, depth, page_size=page_size, cursor=cursor, max_nodes=max_nodes)
             yield from page
-            cursor = _next_children_cursor(page)
+            cursor = _next_cursor(page)
             if cursor is None:
                 return
 
@@ -2078,6 +2112,87 @@ class Client:
 
         return _drive(_batch_flow(self, on_shard, follow, action, step, progress))
 
+    def list_workflows_page(
+        self,
+        *,
+        state: str | None = None,
+        workflow_name: str | None = None,
+        search_attributes: list[str] | tuple[str, ...] = (),
+        created_after: Any = None,
+        created_before: Any = None,
+        filter: str | None = None,
+        workflow_id: str | None = None,
+        failing: bool | None = None,
+        order: Literal["desc", "asc"] = "desc",
+        page_size: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """One page of the runs the filters select, over every shard, as GET /workflows and
+        `harvest workflow list` give it (docs/workflows.md, "Listing and counting runs"): at
+        most ``page_size`` (1..1000) rows, newest first (``order="asc"``: oldest first), after
+        ``cursor`` (a previous page's ``next_cursor``, given with the same filters and order).
+        ``state``: one status or several, comma-separated; ``search_attributes``: ``key=value``
+        or a typed comparison (``amount>=10``), ANDed; ``filter``: an expression (docs/http-api.md,
+        "Filter expressions"); ``workflow_id``: one id's runs; ``failing``: True, the runs whose
+        workflow task is failing, False the others. Each row carries ``shard_id``.
+
+        A shard that cannot be read makes the page ``partial`` (``unavailable_shards`` names
+        it) and keeps its place in ``next_cursor``, which stays set while it is away: its runs
+        come on a later page once it answers. No shard read: DatabaseUnavailable."""
+        filters = _list_filters(locals())
+        return _page(ShardReads(self._target.providers()).list_workflows(**filters), "workflow list")
+
+    def list_workflows(
+        self,
+        *,
+        state: str | None = None,
+        workflow_name: str | None = None,
+        search_attributes: list[str] | tuple[str, ...] = (),
+        created_after: Any = None,
+        created_before: Any = None,
+        filter: str | None = None,
+        workflow_id: str | None = None,
+        failing: bool | None = None,
+        order: Literal["desc", "asc"] = "desc",
+        page_size: int = 50,
+    ) -> Iterator[dict[str, Any]]:
+        """Every run the filters select (those of :meth:`list_workflows_page`), over every
+        shard, read a page of ``page_size`` at a time as the iteration reaches it. A shard that
+        cannot be read for a page is read again on the next ones (its runs come when it
+        answers); once only its runs are left, DatabaseUnavailable (the others were given)."""
+        filters, cursor = _list_filters(locals()), None
+        while True:
+            page = self.list_workflows_page(**filters, cursor=cursor)
+            yield from page
+            cursor = _next_cursor(page, "runs")
+            if cursor is None:
+                return
+
+    def count_workflows(
+        self,
+        *,
+        group_by: Literal["status", "workflow_name", "all"] = "status",
+        state: str | None = None,
+        workflow_name: str | None = None,
+        search_attributes: list[str] | tuple[str, ...] = (),
+        created_after: Any = None,
+        created_before: Any = None,
+        filter: str | None = None,
+        workflow_id: str | None = None,
+        failing: bool | None = None,
+        limit: int | None = None,
+    ) -> Page:
+        """How many runs the filters (those of :meth:`list_workflows_page`) select, over every
+        shard, as GET /workflows/count and `harvest workflow count` give it: a row per
+        ``group_by`` group (``status``, ``workflow_name``, or ``all``: both) with
+        ``executions``, most first. A run a rebalance moved counts once; with no ``state``,
+        every status but MIGRATED. ``limit`` (with ``group_by="status"``): each shard counts at
+        most that many runs a status, and a row that reached it has ``capped`` set (at least
+        that many). A shard that cannot be read makes it ``partial`` (the others' counts); no
+        shard read: DatabaseUnavailable."""
+        filters = _list_filters(locals())
+        return _page(ShardReads(self._target.providers()).count_executions(**filters), "workflow count")
+
     @overload
     def get_handle(
         self,
@@ -2279,7 +2394,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
             )
             for row in page:
                 yield row
-            cursor = _next_children_cursor(page)
+            cursor = _next_cursor(page)
             if cursor is None:
                 return
 
@@ -2835,6 +2950,69 @@ class AsyncClient:
             return cast("tuple[int, Any]", await target.follow(execution_id, attempt))
 
         return await _adrive(_batch_flow(self, on_shard, follow, action, step, progress))
+
+    async def list_workflows_page(
+        self,
+        *,
+        state: str | None = None,
+        workflow_name: str | None = None,
+        search_attributes: list[str] | tuple[str, ...] = (),
+        created_after: Any = None,
+        created_before: Any = None,
+        filter: str | None = None,
+        workflow_id: str | None = None,
+        failing: bool | None = None,
+        order: Literal["desc", "asc"] = "desc",
+        page_size: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """See :meth:`Client.list_workflows_page`."""
+        filters = _list_filters(locals())
+        reads = AsyncShardReads(self._target.providers())
+        return _page(await reads.list_workflows(**filters), "workflow list")
+
+    async def list_workflows(
+        self,
+        *,
+        state: str | None = None,
+        workflow_name: str | None = None,
+        search_attributes: list[str] | tuple[str, ...] = (),
+        created_after: Any = None,
+        created_before: Any = None,
+        filter: str | None = None,
+        workflow_id: str | None = None,
+        failing: bool | None = None,
+        order: Literal["desc", "asc"] = "desc",
+        page_size: int = 50,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """See :meth:`Client.list_workflows` (``async for``)."""
+        filters, cursor = _list_filters(locals()), None
+        while True:
+            page = await self.list_workflows_page(**filters, cursor=cursor)
+            for row in page:
+                yield row
+            cursor = _next_cursor(page, "runs")
+            if cursor is None:
+                return
+
+    async def count_workflows(
+        self,
+        *,
+        group_by: Literal["status", "workflow_name", "all"] = "status",
+        state: str | None = None,
+        workflow_name: str | None = None,
+        search_attributes: list[str] | tuple[str, ...] = (),
+        created_after: Any = None,
+        created_before: Any = None,
+        filter: str | None = None,
+        workflow_id: str | None = None,
+        failing: bool | None = None,
+        limit: int | None = None,
+    ) -> Page:
+        """See :meth:`Client.count_workflows`."""
+        filters = _list_filters(locals())
+        reads = AsyncShardReads(self._target.providers())
+        return _page(await reads.count_executions(**filters), "workflow count")
 
     @overload
     def get_handle(

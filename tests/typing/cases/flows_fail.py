@@ -52,6 +52,9 @@ def start(client: Client) -> str:
     handle = client.start_workflow(pay, 10.0)
     text: str = handle.result()  # expect-error: mypy=assignment pyright=reportAssignmentType
     handle.result(timeout=[5])  # expect-error: mypy=arg-type pyright=reportArgumentType
+    client.list_workflows(order="newest")  # expect-error: mypy=arg-type pyright=reportArgumentType
+    client.list_workflows("RUNNING")  # expect-error: mypy=call-arg pyright=reportCallIssue
+    client.count_workflows(group_by="queue")  # expect-error: mypy=arg-type pyright=reportArgumentType
     return text
 
 

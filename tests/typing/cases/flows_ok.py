@@ -16,6 +16,7 @@ from harvest import (
     WorkflowContext,
     WorkflowHandle,
 )
+from harvest.client.client import Page
 from harvest.core.receipts import SignalReceipt
 from harvest.testing import ActivityCall, ReplayResult, WorkflowEnvironment, WorkflowReplayer
 
@@ -129,6 +130,25 @@ def start(client: Client) -> bool:
     patience: harvest.Duration = "2s"  # (the public name of what they take)
     handle.result(timeout=patience)
     return handle.result(timeout=5)
+
+
+def list_and_count(client: Client) -> int:
+    # The runs over every shard: an iterator of rows, a page with its cursor, the counts.
+    for row in client.list_workflows(workflow_name="checkout", state="RUNNING,PAUSED", order="asc"):
+        assert_type(row, dict[str, Any])
+    page = client.list_workflows_page(search_attributes=["tenant=acme"], page_size=100)
+    assert_type(page, Page)
+    assert_type(page.next_cursor, str | None)
+    assert_type(page.unavailable_shards, list[int])
+    counts = client.count_workflows(group_by="all", failing=True)
+    return sum(row["executions"] for row in counts)
+
+
+async def list_and_count_async(client: AsyncClient) -> list[dict[str, Any]]:
+    rows = [row async for row in client.list_workflows(filter="tenant = acme", page_size=10)]
+    assert_type(await client.list_workflows_page(cursor=None), Page)
+    assert_type(await client.count_workflows(group_by="workflow_name"), Page)
+    return rows
 
 
 async def start_async(client: AsyncClient) -> dict[str, int]:
