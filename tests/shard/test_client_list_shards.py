@@ -54,6 +54,13 @@ def test_the_client_lists_and_counts_over_two_shards_partial_with_one_down(shard
             with pytest.raises(DatabaseUnavailable, match="shard\\(s\\) 1"):
                 given.extend(str(r["execution_id"]) for r in client.list_workflows(page_size=2))
             assert sorted(given) == sorted(ids[0])
+            # No shard read at all: an error, not an empty list (the CLI's exit 1).
+            only = ShardRouter([1], [1], 1)
+            with ShardPools(only, {1: shards.dsns[1]}, max_size=1, acquire_timeout=1.0) as down:
+                with Client(shards=down) as blind, pytest.raises(DatabaseUnavailable, match="shard\\(s\\) 1"):
+                    blind.list_workflows_page()
+                with Client(shards=down) as blind, pytest.raises(DatabaseUnavailable, match="workflow count"):
+                    blind.count_workflows()
         finally:
             shards.start(1)
         # Back up: the cursor of the partial page brings the runs it missed, and nothing twice.
