@@ -16,9 +16,10 @@ SAME_NAME_OTHER_KIND = {
     # Client.sql() is a scope holding one pooled connection; AsyncClient.sql is the API on the
     # pool itself (each call takes a connection and is one transaction): no scope is needed.
     "sql",
-    # A handle's iter_children is an iterator on one side and an async iterator (an async
-    # generator function: ``async for``, not ``await``) on the other.
+    # A handle's iter_children and a client's list_workflows are iterators on one side and
+    # async iterators (async generator functions: ``async for``, not ``await``) on the other.
     "iter_children",
+    "list_workflows",
 }
 # Methods that do no I/O: plain methods on both sides.
 NO_IO = {"get_handle"}
