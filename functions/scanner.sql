@@ -1,6 +1,6 @@
 -- The scanner: the pass every worker runs on a timer (worker/scanner.py), one
 -- round trip over the bounded sweeps of the domains it serves: timeouts
--- (expire_tasks, expire_workflows), relays (deliver_relays), flow control
+-- (expire_tasks, expire_lost_workers, expire_workflows), relays (deliver_relays), flow control
 -- (grant_mutexes), gated starts (release_pending_starts) and the held tasks of a rate limit
 -- an override re-paces past its first batch (_repace_rate_buckets). Each sweep lives in
 -- its own domain's file; this file only runs them together.
@@ -16,7 +16,11 @@ DECLARE
     v_expired jsonb;
 BEGIN
     PERFORM harvest._check_limit('scan', p_limit, 10000);
-    SELECT coalesce(jsonb_agg(to_jsonb(x)), '[]'::jsonb) INTO v_expired FROM harvest.expire_tasks(p_limit) AS x;
+    SELECT coalesce(jsonb_agg(to_jsonb(x)), '[]'::jsonb) INTO v_expired FROM (
+        SELECT * FROM harvest.expire_tasks(p_limit)
+        UNION ALL
+        SELECT * FROM harvest.expire_lost_workers(p_limit)
+    ) AS x;
     RETURN jsonb_build_object(
         'expired_tasks', v_expired,
         'timed_out_workflows', harvest.expire_workflows(p_limit),
@@ -29,6 +33,6 @@ $$;
 
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.scan IS
-'One scanner pass in one round trip (expire_tasks, expire_workflows, deliver_relays, grant_mutexes, '
+'One scanner pass in one round trip (expire_tasks, expire_lost_workers, expire_workflows, deliver_relays, grant_mutexes, '
 'release_pending_starts, a rate limit''s held tasks re-paced), each bounded; the answer says what moved. Called by every worker each '
 'scan_interval (role harvest_worker).';

@@ -81,7 +81,7 @@ AS $$
                         'fail_activity', 'heartbeat_activity', 'register_worker', 'heartbeat_worker',
                         'release_worker_tasks', 'release_task', 'set_worker_sleeping', 'stop_worker', 'begin_worker_drain',
                         'register_workflows', 'register_dags',
-                        'expire_tasks', 'expire_workflows', 'scan', 'heartbeat_workflow_task',
+                        'expire_tasks', 'expire_lost_workers', 'expire_workflows', 'scan', 'heartbeat_workflow_task',
                         'deliver_relays', 'next_due_at', 'claim_query_requests', 'answer_query', 'accept_update',
                         'release_query_request', 'wait_for_first_workflow_task',
                         'expire_query_requests', 'declare_flow_policies', 'grant_mutexes',

@@ -60,32 +60,124 @@ BEGIN
                     'details', NULL), false),
                 v_execution.workflow_name, v_task.activity_name, v_error_type, v_task.execution_id, v_task.attempt;
         ELSIF v_task.status = 'running' AND v_task.lease_expires_at < v_now THEN
-            IF v_task.kind = 'workflow' THEN
-                UPDATE harvest.tasks
-                SET status = CASE WHEN v_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
-                    lease_owner = NULL, lease_expires_at = NULL, due_at = v_now
-                WHERE id = v_task.id;
-                PERFORM harvest._notify_queue(v_task.queue);
-                RETURN QUERY SELECT v_task.id, v_task.kind, 'released'::text, v_execution.workflow_name,
-                    NULL::text, NULL::text, v_task.execution_id, v_task.attempt;
-            ELSE
-                v_heartbeat_timeout := (v_task.options ->> 'heartbeat_timeout')::double precision;
-                v_error_type := CASE
-                    WHEN v_heartbeat_timeout IS NOT NULL
-                         AND coalesce(v_task.heartbeat_at, v_task.started_at)
-                             + make_interval(secs => v_heartbeat_timeout) <= v_now
-                         AND v_task.started_at + make_interval(secs =>
-                             coalesce((v_task.options ->> 'start_to_close')::double precision, 300)) > v_now
-                    THEN 'HeartbeatTimeout' ELSE 'StartToCloseTimeout' END;
-                RETURN QUERY SELECT v_task.id, v_task.kind, harvest._fail_activity_attempt(v_execution, v_task,
-                    jsonb_build_object('error_type', v_error_type, 'non_retryable', false,
-                        'message', 'attempt ' || v_task.attempt || ' of ' || v_task.activity_name
-                                   || ' held by ' || coalesce(v_task.lease_owner, 'its task token (completed elsewhere)')
-                                   || ' timed out (' || v_error_type || ')',
-                        'details', NULL)),
-                    v_execution.workflow_name, v_task.activity_name, v_error_type, v_task.execution_id,
-                    v_task.attempt;
+            v_heartbeat_timeout := (v_task.options ->> 'heartbeat_timeout')::double precision;
+            v_error_type := CASE
+                WHEN v_task.kind = 'workflow' THEN NULL
+                WHEN v_heartbeat_timeout IS NOT NULL
+                     AND coalesce(v_task.heartbeat_at, v_task.started_at)
+                         + make_interval(secs => v_heartbeat_timeout) <= v_now
+                     AND v_task.started_at + make_interval(secs =>
+                         coalesce((v_task.options ->> 'start_to_close')::double precision, 300)) > v_now
+                THEN 'HeartbeatTimeout' ELSE 'StartToCloseTimeout' END;
+            RETURN QUERY SELECT * FROM harvest._expire_attempt(v_execution, v_task, v_error_type,
+                'timed out (' || v_error_type || ')');
+        END IF;
+    END LOOP;
+END;
+$$;
+
+-- Take back one running task whose holder is gone: a workflow task goes back to pending (a
+-- crashed decider wrote nothing); an activity fails that attempt with p_error_type (p_what
+-- ends its message) and retries per its policy. The row of expire_tasks' answer, for both
+-- sweeps that expire leases (expire_tasks, expire_lost_workers).
+CREATE OR REPLACE FUNCTION harvest._expire_attempt(
+    p_execution harvest.executions, p_task harvest.tasks, p_error_type text, p_what text
+)
+RETURNS TABLE (
+    task_id bigint, kind text, outcome text, workflow_type text, activity text, error_type text,
+    execution_id uuid, attempt integer
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_task.kind = 'workflow' THEN
+        UPDATE harvest.tasks AS t
+        SET status = CASE WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
+            lease_owner = NULL, lease_expires_at = NULL, due_at = harvest.now()
+        WHERE t.id = p_task.id;
+        PERFORM harvest._notify_queue(p_task.queue);
+        RETURN QUERY SELECT p_task.id, p_task.kind, 'released'::text, p_execution.workflow_name,
+            NULL::text, NULL::text, p_task.execution_id, p_task.attempt;
+    ELSE
+        RETURN QUERY SELECT p_task.id, p_task.kind, harvest._fail_activity_attempt(p_execution, p_task,
+            jsonb_build_object('error_type', p_error_type, 'non_retryable', false,
+                'message', 'attempt ' || p_task.attempt || ' of ' || p_task.activity_name
+                           || ' held by ' || coalesce(p_task.lease_owner, 'its task token (completed elsewhere)')
+                           || ' ' || p_what,
+                'details', NULL)),
+            p_execution.workflow_name, p_task.activity_name, p_error_type, p_task.execution_id, p_task.attempt;
+    END IF;
+END;
+$$;
+
+-- A lost worker's tasks come back without waiting for their leases. A worker is lost when it
+-- has not heartbeated for its lost_after_secs (registered by the worker, default 6 x its
+-- heartbeat interval: workers.lost_at, moved by each heartbeat); a killed worker (SIGKILL, an OOM
+-- kill, a pod killed after its grace) is lost that long after its last heartbeat, where its
+-- activities' leases run to start_to_close (5 minutes by default). Each running activity it holds
+-- fails that attempt with WorkerLost and retries per its policy; each workflow task goes back to
+-- pending. A worker alive but cut off from the database cannot complete what it held: each
+-- completion, failure or heartbeat of a claim is checked against the task's fencing token,
+-- which the next claim replaces, so its late result is refused (HR004) and the run keeps the
+-- new attempt's. Bounded by p_limit tasks; locked rows are skipped; a worker is marked done
+-- (lost_at NULL) once nothing it held is left, so while every worker heartbeats a pass is
+-- one probe of workers_lost. A worker that heartbeats again is watched again.
+CREATE OR REPLACE FUNCTION harvest.expire_lost_workers(p_limit integer DEFAULT 100)
+RETURNS TABLE (
+    task_id bigint, kind text, outcome text, workflow_type text, activity text, error_type text,
+    execution_id uuid, attempt integer
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_left integer := p_limit;
+    v_worker record;
+    v_candidate record;
+    v_execution harvest.executions;
+    v_task harvest.tasks;
+    v_done boolean;
+BEGIN
+    PERFORM harvest._check_limit('expire_lost_workers', p_limit, 10000);
+    FOR v_worker IN
+        SELECT w.id, w.last_heartbeat_at, w.lost_after_secs FROM harvest.workers AS w
+        WHERE w.lost_at < v_now
+        ORDER BY w.lost_at LIMIT p_limit
+        FOR UPDATE SKIP LOCKED  -- a heartbeat that came first moved lost_at: the row is not read
+    LOOP
+        EXIT WHEN v_left <= 0;
+        v_done := true;
+        FOR v_candidate IN
+            SELECT t.id, t.execution_id FROM harvest.tasks AS t
+            WHERE t.status = 'running' AND t.lease_owner = v_worker.id AND t.kind <> 'timer'
+            ORDER BY t.id LIMIT v_left + 1
+        LOOP
+            IF v_left <= 0 THEN
+                v_done := false;  -- more than this pass may take: the next pass goes on
+                EXIT;
             END IF;
+            SELECT * INTO v_execution FROM harvest.executions AS e
+            WHERE e.id = v_candidate.execution_id FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                SELECT * INTO v_task FROM harvest.tasks AS t
+                WHERE t.id = v_candidate.id AND t.status = 'running' AND t.lease_owner = v_worker.id
+                FOR UPDATE SKIP LOCKED;
+            END IF;
+            IF NOT FOUND THEN
+                -- locked elsewhere (a pass at it next time) or settled since the read
+                v_done := v_done AND NOT EXISTS (
+                    SELECT 1 FROM harvest.tasks AS t
+                    WHERE t.id = v_candidate.id AND t.status = 'running' AND t.lease_owner = v_worker.id);
+                CONTINUE;
+            END IF;
+            v_left := v_left - 1;
+            RETURN QUERY SELECT * FROM harvest._expire_attempt(v_execution, v_task, 'WorkerLost',
+                'was lost (WorkerLost: no worker heartbeat since '
+                || harvest._iso_time(v_worker.last_heartbeat_at) || ', lost after '
+                || harvest._num_text(v_worker.lost_after_secs) || ' s)');
+        END LOOP;
+        IF v_done THEN
+            UPDATE harvest.workers AS w SET lost_at = NULL WHERE w.id = v_worker.id;
         END IF;
     END LOOP;
 END;
@@ -148,6 +240,11 @@ COMMENT ON FUNCTION harvest.expire_tasks IS
 'Each row names the run''s workflow_type and execution_id, the attempt and, for an activity, its name and error_type '
 '(the scanner counts and logs them). '
 'Called by the scanner, harvest.scan (role harvest_worker).';
+COMMENT ON FUNCTION harvest.expire_lost_workers IS
+'A lost worker''s tasks come back: a worker silent past its lost_after_secs has each running activity it holds '
+'fail that attempt with WorkerLost (retried per its policy) and each workflow task go back to pending; its late '
+'completions are refused by the fencing token. Bounded by p_limit tasks, skipping locked rows; one index probe '
+'while every worker heartbeats. Called by the scanner, harvest.scan (role harvest_worker).';
 COMMENT ON FUNCTION harvest.expire_workflows IS
 'End runs past their run or execution timeout as TIMED_OUT; returns how many. Called by the scanner, harvest.scan'
 ' (role harvest_worker).';

@@ -4,13 +4,16 @@
 
 CREATE OR REPLACE FUNCTION harvest.register_worker(
     p_worker_id text, p_queues text[], p_hostname text, p_pid integer,
-    p_heartbeat_interval_secs double precision DEFAULT 10, p_metadata jsonb DEFAULT '{}'::jsonb
+    p_heartbeat_interval_secs double precision DEFAULT 10, p_metadata jsonb DEFAULT '{}'::jsonb,
+    p_lost_after_secs double precision DEFAULT NULL
 )
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now timestamptz := harvest.now();
+    v_interval double precision := coalesce(p_heartbeat_interval_secs, 10);
+    v_lost_after double precision := coalesce(p_lost_after_secs, 6 * coalesce(p_heartbeat_interval_secs, 10));
 BEGIN
     IF p_worker_id IS NULL OR p_worker_id = '' OR p_queues IS NULL OR cardinality(p_queues) = 0 THEN
         RAISE EXCEPTION 'a worker needs an id and at least one queue' USING ERRCODE = 'HR001';
@@ -20,20 +23,29 @@ BEGIN
         RAISE EXCEPTION 'heartbeat_interval_secs % is out of range: allowed 0.1 to 3600 seconds',
             harvest._num_text(p_heartbeat_interval_secs) USING ERRCODE = 'HR001';
     END IF;
+    -- Lost sooner than 3 missed heartbeats, one slow heartbeat would cost a live worker its work.
+    -- (a hair of slack: 3 x 0.1 is 0.30000000000000004 in floating point)
+    IF v_lost_after * (1 + 1e-9) < 3 * v_interval OR v_lost_after > 86400 THEN
+        RAISE EXCEPTION 'lost_after_secs % is out of range for a heartbeat interval of % s',
+            harvest._num_text(v_lost_after), harvest._num_text(v_interval) USING ERRCODE = 'HR001',
+            HINT = 'use at least 3 x the heartbeat interval (' || harvest._num_text(3 * v_interval)
+                   || ' s) and at most 86400 s, or leave it unset for 6 x the interval';
+    END IF;
     INSERT INTO harvest.workers (id, queues, hostname, pid, started_at, last_heartbeat_at,
-                                 heartbeat_interval_secs, metadata)
-    VALUES (p_worker_id, p_queues, p_hostname, p_pid, v_now, v_now, coalesce(p_heartbeat_interval_secs, 10),
-            coalesce(p_metadata, '{}'::jsonb))
+                                 heartbeat_interval_secs, metadata, lost_after_secs, lost_at)
+    VALUES (p_worker_id, p_queues, p_hostname, p_pid, v_now, v_now, v_interval,
+            coalesce(p_metadata, '{}'::jsonb), v_lost_after, v_now + make_interval(secs => v_lost_after))
     ON CONFLICT (id) DO UPDATE
     SET queues = excluded.queues, hostname = excluded.hostname, pid = excluded.pid,
         status = 'active', started_at = excluded.started_at,
         last_heartbeat_at = excluded.last_heartbeat_at,
         heartbeat_interval_secs = excluded.heartbeat_interval_secs, metadata = excluded.metadata,
-        drain_deadline = NULL;
+        drain_deadline = NULL, lost_after_secs = excluded.lost_after_secs, lost_at = excluded.lost_at;
 END;
 $$;
 
--- Returns the worker's status ('active', 'draining', 'stopped').
+-- Returns the worker's status ('active', 'draining', 'stopped'). Each heartbeat moves the
+-- time the worker is lost at (expire_lost_workers) to lost_after_secs from now.
 CREATE OR REPLACE FUNCTION harvest.heartbeat_worker(p_worker_id text)
 RETURNS text
 LANGUAGE plpgsql
@@ -41,7 +53,9 @@ AS $$
 DECLARE
     v_status text;
 BEGIN
-    UPDATE harvest.workers SET last_heartbeat_at = harvest.now()
+    UPDATE harvest.workers
+    SET last_heartbeat_at = harvest.now(),
+        lost_at = CASE WHEN status <> 'stopped' THEN harvest.now() + make_interval(secs => lost_after_secs) END
     WHERE id = p_worker_id
     RETURNING status INTO v_status;
     IF v_status IS NULL THEN
@@ -97,7 +111,8 @@ DECLARE
 BEGIN
     UPDATE harvest.workers
     SET status = CASE WHEN status = 'active' THEN 'draining' ELSE status END,
-        last_heartbeat_at = harvest.now()
+        last_heartbeat_at = harvest.now(),
+        lost_at = CASE WHEN status <> 'stopped' THEN harvest.now() + make_interval(secs => lost_after_secs) END
     WHERE id = p_worker_id
     RETURNING status INTO v_status;
     IF v_status IS NULL THEN
@@ -120,7 +135,8 @@ BEGIN
     END IF;
     v_released := harvest.release_worker_tasks(p_worker_id);
     PERFORM harvest._release_partitions(p_worker_id);  -- owner mode (owners.sql)
-    UPDATE harvest.workers SET status = 'stopped', sleeping = false, last_heartbeat_at = harvest.now()
+    UPDATE harvest.workers
+    SET status = 'stopped', sleeping = false, last_heartbeat_at = harvest.now(), lost_at = NULL
     WHERE id = p_worker_id;
     RETURN v_released;
 END;
@@ -534,9 +550,10 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.register_worker IS
 'Register (or re-register) a worker and its queues as active; HR001 without an id or queue or for a heartbeat '
-'interval outside 0.1..3600 s. Called by the Python worker at start (role harvest_worker).';
+'interval outside 0.1..3600 s or a lost_after_secs (default 6 x the interval) below 3 x the interval or over a day. '
+'Called by the Python worker at start (role harvest_worker).';
 COMMENT ON FUNCTION harvest.heartbeat_worker IS
-'Record a worker''s heartbeat; returns its status (active, draining or stopped), so it learns of a remote drain. '
+'Record a worker''s heartbeat (and move the time it is lost at to lost_after_secs from now); returns its status (active, draining or stopped), so it learns of a remote drain. '
 'HR002 when it is not registered. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.release_worker_tasks IS
 'Give back the tasks a worker holds (all, or p_task_ids) without counting a failed attempt, so another worker '

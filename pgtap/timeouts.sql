@@ -1,6 +1,8 @@
 -- functions/timeouts.sql: harvest.expire_tasks — workflow task leases, activity
 -- StartToCloseTimeout / HeartbeatTimeout, schedule_to_close deadlines, the bound —
--- and harvest.expire_workflows. The scanner pass that runs them is pgtap/scanner.sql.
+-- and harvest.expire_workflows; then (a second transaction) harvest.expire_lost_workers, whose
+-- rows harvest._expire_attempt makes as it makes expire_tasks'. The scanner pass that runs them is
+-- pgtap/scanner.sql.
 BEGIN;
 SELECT plan(56);
 SET LOCAL TimeZone = 'UTC';
@@ -235,6 +237,95 @@ SELECT is(harvest.heartbeat_workflow_task(pg_temp.task('kept'), pg_temp.token('k
 SELECT throws_ok(format($$SELECT harvest.heartbeat_workflow_task(%s, %s, 0)$$,
                         pg_temp.task('kept'), pg_temp.token('kept')), 'HR001', NULL,
                  'a lease out of 0.1 to 86400 s is refused (HR001)');
+
+SELECT * FROM finish();
+ROLLBACK;
+
+-- harvest.expire_lost_workers: a worker silent past its lost_after_secs (default 6 x its
+-- heartbeat interval) has its running activities fail that attempt with WorkerLost and its
+-- workflow tasks go back to pending, long before their leases; a late completion under the old
+-- claim's fencing token is refused; the sweep is bounded; a worker that heartbeats is kept.
+BEGIN;
+SELECT plan(26);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT harvest.register_worker('lw-dead', ARRAY['lq'], 'h', 1, 5);
+SELECT harvest.register_worker('lw-live', ARRAY['lq'], 'h', 2, 5);
+SELECT harvest.register_worker('lw-many', ARRAY['lq'], 'h', 3, 5, '{}', 20);
+SELECT pg_temp.start_activity('lw_act', 'lw_wf', 'lwq_act', 'lw_a', 'laq_act',
+                              p_options => '{"start_to_close": 600}', p_worker => 'lw-dead');
+SELECT pg_temp.start_activity('lw_live', 'lw_wf', 'lwq_live', 'lw_a', 'laq_live',
+                              p_options => '{"start_to_close": 600}', p_worker => 'lw-live');
+SELECT pg_temp.start_claimed('lw_wft', 'lw_wf', 'lwq_wft', 'lw-dead', p_lease_secs => 600);
+SELECT pg_temp.start_activity('lw_m' || i, 'lw_wf', 'lwq_m' || i, 'lw_a', 'laq_m' || i,
+                              p_options => '{"start_to_close": 600}', p_worker => 'lw-many')
+FROM generate_series(1, 3) AS i;
+CREATE TEMP TABLE lost ON COMMIT DROP AS SELECT * FROM harvest.expire_lost_workers() WHERE false;
+CREATE FUNCTION pg_temp.sweep_lost(p_limit integer DEFAULT 100) RETURNS bigint LANGUAGE plpgsql AS $fn$
+BEGIN
+    DELETE FROM lost;
+    INSERT INTO lost SELECT * FROM harvest.expire_lost_workers(p_limit);
+    RETURN (SELECT count(*) FROM lost);
+END;
+$fn$;
+
+SELECT results_eq($$SELECT lost_after_secs, lost_at FROM harvest.workers WHERE id IN ('lw-dead', 'lw-many') ORDER BY id$$,
+                  $$VALUES (30::double precision, '2030-01-01 00:00:30+00'::timestamptz),
+                           (20, '2030-01-01 00:00:20+00')$$,
+                  'register_worker(): lost 6 x the heartbeat interval after its last heartbeat, or after the bound it names');
+SELECT throws_ok($$SELECT harvest.register_worker('lw-x', ARRAY['lq'], 'h', 4, 5, '{}', 14.9)$$, 'HR001',
+                 'lost_after_secs 14.9 is out of range for a heartbeat interval of 5 s',
+                 'a bound under 3 x the heartbeat interval is refused (HR001)');
+
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:25+00';
+SELECT is(harvest.heartbeat_worker('lw-live'), 'active', 'setup: lw-live heartbeats at 25 s');
+SELECT is(harvest.heartbeat_worker('lw-many'), 'active', 'setup: lw-many heartbeats at 25 s');
+SELECT is((SELECT lost_at FROM harvest.workers WHERE id = 'lw-live'), '2030-01-01 00:00:55+00'::timestamptz,
+          'heartbeat_worker() moves lost_at to lost_after_secs from now');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:30+00';
+SELECT is(pg_temp.sweep_lost(), 0::bigint, 'expire_lost_workers(): a worker whose lost_at is now is not lost yet');
+
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:31+00';
+SELECT is(pg_temp.sweep_lost(), 2::bigint, 'at 31 s lw-dead is lost: its two tasks come back, 9.5 minutes before their leases');
+SELECT results_eq($$SELECT kind, outcome, activity, error_type, attempt FROM lost ORDER BY kind$$,
+                  $$VALUES ('activity'::text, 'retry_scheduled'::text, 'lw_a'::text, 'WorkerLost'::text, 1),
+                           ('workflow', 'released', NULL, NULL, 1)$$,
+                  'the activity fails its attempt with WorkerLost and retries; the workflow task is released');
+SELECT results_eq($$SELECT status, lease_owner, last_failure ->> 'error_type' FROM harvest.tasks WHERE id = pg_temp.task('lw_act')$$,
+                  $$VALUES ('pending'::text, NULL::text, 'WorkerLost'::text)$$,
+                  'the activity task waits for its retry with the failure WorkerLost');
+SELECT matches((SELECT last_failure ->> 'message' FROM harvest.tasks WHERE id = pg_temp.task('lw_act')),
+               '^attempt 1 of lw_a held by lw-dead was lost \(WorkerLost: no worker heartbeat since 2030-01-01T00:00:00\+00:00, lost after 30 s\)$',
+               'its message names the worker, its last heartbeat and the bound');
+SELECT results_eq($$SELECT status, lease_owner FROM harvest.tasks WHERE id = pg_temp.task('lw_wft')$$,
+                  $$VALUES ('pending'::text, NULL::text)$$, 'the workflow task is pending again');
+SELECT is((SELECT lost_at FROM harvest.workers WHERE id = 'lw-dead'), NULL, 'the lost worker is marked done ...');
+SELECT is(pg_temp.sweep_lost(), 0::bigint, '... so the next pass does nothing');
+SELECT is((SELECT status FROM harvest.tasks WHERE id = pg_temp.task('lw_live')), 'running',
+          'the worker that heartbeated keeps its activity');
+
+-- Fencing: the lost worker comes back and reports; its claim's token is no longer the task's.
+SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s, '"late"')$$, pg_temp.task('lw_act'), pg_temp.token('lw_act')),
+                 'HR004', NULL, 'a late completion from the lost worker is refused (HR004) ...');
+SET LOCAL harvest.fake_now = '2030-01-01 00:02:00+00';
+SELECT is((SELECT count(*) FROM harvest.claim_tasks('lw-live', ARRAY['laq_act'], 1)), 1::bigint,
+          'setup: lw-live claims the retry (attempt 2)');
+SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s, '"late"')$$, pg_temp.task('lw_act'), pg_temp.token('lw_act')),
+                 'HR004', NULL, '... and after another worker claimed the retry');
+SELECT throws_ok(format($$SELECT harvest.heartbeat_activity(%s, %s)$$, pg_temp.task('lw_act'), pg_temp.token('lw_act')),
+                 'HR004', NULL, 'so is its heartbeat');
+SELECT results_eq($$SELECT status, lease_owner, attempt FROM harvest.tasks WHERE id = pg_temp.task('lw_act')$$,
+                  $$VALUES ('running'::text, 'lw-live'::text, 2)$$, 'the new attempt is untouched');
+
+-- The bound: lw-many (lost at 45 s, its last heartbeat at 25 s) holds three activities.
+SET LOCAL harvest.fake_now = '2030-01-01 00:02:10+00';
+SELECT is(harvest.heartbeat_worker('lw-live'), 'active', 'setup: lw-live heartbeats');
+SELECT is(pg_temp.sweep_lost(2), 2::bigint, 'expire_lost_workers(2) takes two of lw-many''s three activities ...');
+SELECT isnt((SELECT lost_at FROM harvest.workers WHERE id = 'lw-many'), NULL, '... and keeps watching it');
+SELECT is((SELECT jsonb_array_length(harvest.scan() -> 'expired_tasks')), 1, 'scan() takes the third, as expired_tasks');
+SELECT is((SELECT lost_at FROM harvest.workers WHERE id = 'lw-many'), NULL, 'then lw-many is done');
+SELECT is(harvest.stop_worker('lw-live'), 2, 'setup: lw-live stops (releasing its two activities)');
+SELECT is((SELECT lost_at FROM harvest.workers WHERE id = 'lw-live'), NULL, 'a stopped worker is never lost');
 
 SELECT * FROM finish();
 ROLLBACK;

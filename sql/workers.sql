@@ -15,9 +15,19 @@ CREATE TABLE harvest.workers (
     -- A worker marks itself asleep before waiting for a notification, so producers
     -- notify only when a wake-up is needed (functions/core.sql _notify_queue).
     sleeping boolean NOT NULL DEFAULT false,
+    -- How long the worker may go without a heartbeat before it is lost (it registers it: by
+    -- default 6 x its heartbeat interval), and when that is: last_heartbeat_at + lost_after_secs,
+    -- written with each heartbeat. NULL once it stopped, or once the scanner took back the tasks
+    -- it held (functions/timeouts.sql, expire_lost_workers).
+    lost_after_secs double precision NOT NULL DEFAULT 60,
+    lost_at timestamptz,
     CONSTRAINT workers_pkey PRIMARY KEY (id),
     CONSTRAINT workers_status_check CHECK (status IN ('active', 'draining', 'stopped'))
 );
+
+-- The lost workers the scanner takes tasks back from (expire_lost_workers): while every
+-- worker heartbeats, one probe of this index finds none.
+CREATE INDEX workers_lost ON harvest.workers (lost_at) WHERE lost_at IS NOT NULL;
 
 -- The workflow names the workers of each queue registered (harvest.register_workflows,
 -- called by every worker as it starts): a start of a name that no worker ever registered

@@ -68,9 +68,7 @@ _LEFT = "SELECT count(*) FROM harvest.tasks WHERE activity_name = %s"
 
 
 def _advance(clock: testkit.SharedClock, worker_ids: list[str], secs: float) -> None:
-    clock.set_offset(clock.offset() + dt.timedelta(seconds=secs))
-    for worker_id in worker_ids:
-        clock.heartbeat_worker(worker_id)
+    clock.set_offset(clock.offset() + dt.timedelta(seconds=secs), heartbeat=worker_ids)
 
 
 def test_an_override_and_a_clear_repace_the_tasks_already_held(db: str, start_worker) -> None:

@@ -66,13 +66,26 @@ def test_an_unknown_keyword_is_refused_naming_it() -> None:
 
 @pytest.mark.parametrize("tunable", list(tunables()), ids=lambda t: t.name)
 def test_every_bound_is_enforced_by_the_options(tunable) -> None:
-    WorkerOptions(**{tunable.name: tunable.low})
-    WorkerOptions(**{tunable.name: tunable.high})
+    # (lost_after is also at least 3 x heartbeat_interval: the shortest interval lets its low bound)
+    base = {"heartbeat_interval": 0.1} if tunable.name == "lost_after" else {}
+    WorkerOptions(**base, **{tunable.name: tunable.low})
+    WorkerOptions(**base, **{tunable.name: tunable.high})
     for bad in (tunable.low - 1, tunable.high + 1, float("nan")):
         with pytest.raises(InvalidArgument, match=rf"Worker\({tunable.name}="):
-            WorkerOptions(**{tunable.name: bad})
+            WorkerOptions(**base, **{tunable.name: bad})
     with pytest.raises(InvalidArgument):
         dataclasses.replace(WorkerOptions(), **{tunable.name: True})  # a bool is not a number
+
+
+def test_lost_after_is_at_least_three_heartbeats() -> None:
+    """A worker is lost only after several missed heartbeats: one slow heartbeat must not cost a
+    live worker its work (harvest.register_worker refuses the same, HR001)."""
+    assert WorkerOptions(heartbeat_interval=1, lost_after=3).lost_after == 3
+    assert WorkerOptions().lost_after is None  # 6 x heartbeat_interval, set by register_worker
+    with pytest.raises(
+        InvalidArgument, match=r"Worker\(lost_after=14.9\): allowed at least 3 x heartbeat_interval"
+    ):
+        WorkerOptions(lost_after=14.9)
 
 
 def test_the_config_file_keys_take_their_type_and_bounds_from_the_options() -> None:
@@ -83,6 +96,7 @@ def test_the_config_file_keys_take_their_type_and_bounds_from_the_options() -> N
         ("worker", "activity_processes"),
         ("worker", "shutdown_grace"),
         ("worker", "heartbeat_interval"),
+        ("worker", "lost_after"),
         ("worker", "max_payload_bytes"),
         ("worker", "cache_size"),
         ("worker", "cache_max_bytes"),

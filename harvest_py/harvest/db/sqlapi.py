@@ -133,7 +133,7 @@ SELECT * FROM harvest.get_history_page(%(execution_id)s, %(from_event_id)s, %(be
 TERMINATE_WORKFLOW = "SELECT harvest.terminate_workflow(%(execution_id)s, %(reason)s)"
 REGISTER_WORKER = """
 SELECT harvest.register_worker(%(worker_id)s, %(queues)s, %(hostname)s, %(pid)s,
-                               %(heartbeat_interval_secs)s, %(metadata)s)
+                               %(heartbeat_interval_secs)s, %(metadata)s, %(lost_after_secs)s)
 """
 WORKER_HEARTBEAT = "SELECT harvest.heartbeat_worker(%(worker_id)s) AS status"
 REGISTER_WORKFLOWS = "SELECT harvest.register_workflows(%(queues)s, %(names)s) AS registered"
@@ -1389,6 +1389,7 @@ def register_worker(
     pid: int,
     heartbeat_interval_secs: float,
     metadata: dict[str, Any],
+    lost_after_secs: float | None = None,
 ) -> dict[str, Any]:
     return {
         "worker_id": worker_id,
@@ -1397,6 +1398,7 @@ def register_worker(
         "pid": pid,
         "heartbeat_interval_secs": heartbeat_interval_secs,
         "metadata": _jsonb(metadata),
+        "lost_after_secs": lost_after_secs,
     }
 
 

@@ -14,7 +14,7 @@ off (every production install).
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, cast
 
 import psycopg
@@ -213,17 +213,17 @@ class SharedClock:
             self._conn.execute("SELECT test_clock_offset FROM harvest.engine_settings").fetchone()[0],
         )
 
-    def set_offset(self, offset: _dt.timedelta) -> None:
+    def set_offset(self, offset: _dt.timedelta, *, heartbeat: Sequence[str] = ()) -> None:
         """Set the clock to real time plus ``offset`` (a caller that moves it forward computes
         the offset first, so what it hands out, such as a worker's ``ctx.now()``, never lags
-        the database)."""
-        self._conn.execute("UPDATE harvest.engine_settings SET test_clock_offset = %s", (offset,))
-
-    def heartbeat_worker(self, worker_id: str) -> None:
-        """Stamp a worker's heartbeat at the clock's time: producers notify only workers whose
-        last heartbeat is recent, so one that just jumped a day ahead would otherwise be woken
-        by its fallback poll alone."""
-        self._conn.execute("SELECT harvest.heartbeat_worker(%s)", (worker_id,))
+        the database); stamp the heartbeats of the workers ``heartbeat`` names at the new time in
+        the same transaction: producers notify only workers whose last heartbeat is recent, and
+        no scanner sees one silent past its lost_after across the jump (harvest.expire_lost_workers
+        would take its tasks back)."""
+        with self._conn.transaction():
+            self._conn.execute("UPDATE harvest.engine_settings SET test_clock_offset = %s", (offset,))
+            for worker_id in heartbeat:
+                self._conn.execute("SELECT harvest.heartbeat_worker(%s)", (worker_id,))
 
     def state(
         self,

@@ -674,9 +674,10 @@ class WorkflowEnvironment:
         """Move the clock forward: the worker's ``ctx.now()`` first, then the database, so a
         workflow woken by the move never reads the time before it."""
         self._offset += by
-        clock.set_offset(self._offset)
-        if self._worker is not None:  # still fresh at the new time, so a start notifies it
-            clock.heartbeat_worker(self._worker.worker.worker_id)
+        # The worker still fresh at the new time, so a start notifies it and no scanner takes it
+        # for lost.
+        worker = self._worker
+        clock.set_offset(self._offset, heartbeat=() if worker is None else [worker.worker.worker_id])
 
     def _wake(self) -> None:
         if self._worker is not None:

@@ -143,6 +143,12 @@ class WorkerOptions:
     # first), the timeout scanner's tick, a workflow task's lease, the retention janitor's tick.
     shutdown_grace: float = _secs(0, 86_400, 30.0, config=("worker", "shutdown_grace"))
     heartbeat_interval: float = _secs(0.1, 3_600, 5.0, config=("worker", "heartbeat_interval"))
+    # Silent this long (no heartbeat), the worker is lost: the scanner takes back the tasks it
+    # held, activities as a failed attempt (WorkerLost). At least 3 x heartbeat_interval; None:
+    # 6 x heartbeat_interval (30 s by default).
+    lost_after: float | None = _num(
+        0.3, 86_400, None, optional=True, unit=" seconds", config=("worker", "lost_after")
+    )
     poll_interval: float = _secs(0.01, 3_600, 2.0)
     scan_interval: float = _secs(0.01, 3_600, 1.0)
     workflow_lease: float = _secs(0.1, 86_400, 30.0)
@@ -211,6 +217,12 @@ class WorkerOptions:
             raise InvalidArgument(
                 f"Worker(audit_max_age={self.audit_max_age!r}): allowed a PostgreSQL interval such as "
                 "'400 days', or None to never prune the audit log"
+            )
+        # (a hair of slack: 3 x 0.1 is 0.30000000000000004 in floating point)
+        if self.lost_after is not None and self.lost_after * (1 + 1e-9) < 3 * self.heartbeat_interval:
+            raise InvalidArgument(
+                f"Worker(lost_after={self.lost_after!r}): allowed at least 3 x heartbeat_interval "
+                f"({plain_number(3 * self.heartbeat_interval)} seconds), or None for 6 x heartbeat_interval"
             )
         if self.queues is not None:
             object.__setattr__(self, "queues", _queue_names(self.queues))

@@ -273,6 +273,7 @@ class Worker:
         self.poll_interval = options.poll_interval
         self.scan_interval = options.scan_interval
         self.heartbeat_interval = options.heartbeat_interval
+        self.lost_after = options.lost_after
         self.workflow_lease = options.workflow_lease
         self.shutdown_grace = options.shutdown_grace
         self.worker_id = options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -722,6 +723,7 @@ class Worker:
             os.getpid(),
             self.heartbeat_interval,
             metadata,
+            self.lost_after,
         )
         # The names this worker can run on each queue it polls: a start of a name no
         # worker registered on its queue is refused up front (functions/start.sql).
