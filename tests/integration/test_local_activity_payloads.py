@@ -10,13 +10,11 @@ import hashlib
 import os
 import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import psycopg
 import pytest
 from operator_helpers import harvest
+from worker_helpers import wait_until, worker_process
 
 from harvest import App, Client, RetryPolicy, activity, workflow
 from harvest.core.codecs import AesGcmCodec, Payloads, ZlibCodec
@@ -28,7 +26,6 @@ KEY = hashlib.sha256(b"harvest-test-local-k1").digest()
 SECRET = "LOCAL-PLAINTEXT-SSN-078-05-1120"  # the local activity's result carries it
 DETAIL = "LOCAL-FAILURE-DETAIL-4417"  # its failure's details carry it
 ERASED = {"_harvest_erased": True}
-HERE = Path(__file__).parent
 CALLS: list[str] = []  # the local activities run in this process
 
 
@@ -63,7 +60,7 @@ def _codecs() -> list:
 
 
 # The App of the killed worker process (below) and of the one that finishes its run.
-ENCRYPTED = App([local_vault], [look_up, refuse], codecs=_codecs())
+APP = ENCRYPTED = App([local_vault], [look_up, refuse], codecs=_codecs())
 
 
 def _stored_text(db: str) -> str:
@@ -95,28 +92,10 @@ def _markers(db: str, execution_id: str) -> list[dict]:
     return [r[0] for r in rows]
 
 
-def _wait_for(check, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return got
-
-
 def _worker_process(db: str) -> subprocess.Popen:
     """A worker process running ENCRYPTED, to be killed."""
-    code = (
-        "import asyncio, harvest, test_local_activity_payloads as t; "
-        f"asyncio.run(harvest.Worker(t.ENCRYPTED, {db!r}, poll_interval=0.2, scan_interval=0.2,"
-        " run_retention=False).run())"
-    )
-    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
-    return subprocess.Popen(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": path},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
+    return worker_process(
+        db, "test_local_activity_payloads", "poll_interval=0.2, scan_interval=0.2, run_retention=False"
     )
 
 
@@ -126,7 +105,7 @@ def test_a_local_activitys_outcome_is_encrypted_and_replays_after_its_worker_is_
     try:
         with Client(db, codecs=_codecs()) as client:
             handle = client.start_workflow(local_vault, SECRET, workflow_id="local-vault-1")
-            _wait_for(lambda: len(_markers(db, handle.execution_id)) == 2, "the two markers")
+            wait_until(lambda: len(_markers(db, handle.execution_id)) == 2, "the two markers")
             os.kill(proc.pid, signal.SIGKILL)  # the outcomes are recorded; the run waits for "go"
             proc.wait(timeout=10)
             markers = _markers(db, handle.execution_id)
@@ -179,7 +158,7 @@ def test_a_local_activitys_large_result_is_offloaded_and_erasure_erases_its_outc
     start_worker(App([local_vault], [look_up, refuse], codecs=Payloads(offload_bytes=1024)), cache_size=0)
     with Client(db) as client:
         handle = client.start_workflow(local_vault, SECRET + "-big", workflow_id="local-erase-1")
-        _wait_for(lambda: len(_markers(db, handle.execution_id)) == 2, "the two markers")
+        wait_until(lambda: len(_markers(db, handle.execution_id)) == 2, "the two markers")
         handle.signal("go", "now")
         result = handle.result(timeout=30)  # the next task replayed the reference, resolved
     assert result["got"]["ssn"] == SECRET + "-big" and len(result["got"]["pad"]) == 2000
@@ -214,7 +193,7 @@ def test_a_history_with_a_plain_local_outcome_replays_on_a_worker_with_codecs(db
     plain = start_worker(App([local_vault], [look_up, refuse]))
     with Client(db) as client:
         handle = client.start_workflow(local_vault, "plain", workflow_id="local-plain-1")
-        _wait_for(lambda: len(_markers(db, handle.execution_id)) == 2, "the two markers")
+        wait_until(lambda: len(_markers(db, handle.execution_id)) == 2, "the two markers")
         markers = _markers(db, handle.execution_id)
         assert markers[0]["result"]["ssn"] == "plain" and markers[1]["failure"]["details"] == {"why": DETAIL}
         plain.stop()
@@ -264,8 +243,8 @@ def test_a_reset_fork_carries_a_local_activitys_offloaded_encrypted_outcome(db, 
     start_worker(App([local_hoard], [look_up], codecs=policy), cache_size=0)
     with Client(db, codecs=policy) as client:
         source = client.start_workflow(local_hoard, SECRET + "-big", workflow_id="local-hoard-1")
-        _wait_for(lambda: _markers(db, source.execution_id), "the marker")
-        plan = _wait_for(
+        wait_until(lambda: _markers(db, source.execution_id), "the marker")
+        plan = wait_until(
             lambda: (
                 (p := source.reset(source.history()[-1]["event_id"], "new code", dry_run=True))["valid"] and p
             ),

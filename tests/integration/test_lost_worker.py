@@ -12,16 +12,13 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import psycopg
 import pytest
+from worker_helpers import wait_until, worker_process
 
 from harvest import App, Client, RetryPolicy, activity, workflow
 
-HERE = Path(__file__).parent
 BEAT = 0.2  # the workers' heartbeat interval: lost 1.2 s after the last heartbeat
 
 
@@ -42,29 +39,12 @@ APP = App([chores], [chore])
 
 
 def _worker_process(db: str, stderr) -> subprocess.Popen:
-    code = (
-        "import asyncio, logging, harvest, test_lost_worker as t; "
-        "logging.basicConfig(level=logging.WARNING); "
-        f"asyncio.run(harvest.Worker(t.APP, {db!r}, heartbeat_interval={BEAT}, poll_interval=0.2,"
-        " scan_interval=0.2, run_retention=False).run())"
-    )
-    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
-    return subprocess.Popen(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": path},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+    return worker_process(
+        db,
+        "test_lost_worker",
+        f"heartbeat_interval={BEAT}, poll_interval=0.2, scan_interval=0.2, run_retention=False",
         stderr=stderr,
-        start_new_session=True,
     )
-
-
-def _wait_for(check, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return got
 
 
 def _running_attempt(db: str, pid: int) -> bool:
@@ -94,7 +74,7 @@ def test_a_killed_workers_activity_runs_again_on_another_worker_once_it_is_lost(
     try:
         with Client(db) as client:
             handle = client.start_workflow(chores, str(tmp_path / "never"), workflow_id="lost-kill")
-            _wait_for(lambda: _running_attempt(db, proc.pid), "the first attempt on the worker process")
+            wait_until(lambda: _running_attempt(db, proc.pid), "the first attempt on the worker process")
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
             start_worker(APP, heartbeat_interval=BEAT)
@@ -116,14 +96,14 @@ def test_a_frozen_workers_late_result_is_refused_after_its_activity_ran_elsewher
     try:
         with Client(db) as client:
             handle = client.start_workflow(chores, str(flag), workflow_id="lost-frozen")
-            _wait_for(lambda: _running_attempt(db, proc.pid), "the first attempt on the worker process")
+            wait_until(lambda: _running_attempt(db, proc.pid), "the first attempt on the worker process")
             os.kill(proc.pid, signal.SIGSTOP)  # alive, but it neither heartbeats nor reports
             start_worker(APP, heartbeat_interval=BEAT)
             assert handle.result(timeout=60) == {"attempt": 2, "pid": os.getpid()}
             # Thawed, the first attempt finishes: its completion carries the old claim's token.
             flag.touch()
             os.kill(proc.pid, signal.SIGCONT)
-            _wait_for(
+            wait_until(
                 lambda: "finished after its lease was lost" in log_path.read_text(),
                 "the thawed worker's refused completion",
             )

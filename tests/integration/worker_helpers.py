@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,38 @@ from typing import Any
 from harvest import Client, Worker
 
 REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+def wait_until(check: Any, what: str, timeout: float = 30.0) -> Any:
+    """Poll ``check`` every 50 ms until it answers something true, and answer that; an
+    AssertionError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (got := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return got
+
+
+def worker_process(db: str, module: str, options: str, *, stderr: Any = None) -> subprocess.Popen:
+    """A worker process running ``module.APP`` (a test module beside this file) on ``db`` with
+    the Worker arguments ``options`` (Python source), in a session of its own, to be killed or
+    frozen; its logging at WARNING goes to ``stderr``."""
+    code = (
+        f"import asyncio, logging, harvest, {module} as t; logging.basicConfig(level=logging.WARNING); "
+        f"asyncio.run(harvest.Worker(t.APP, {db!r}, {options}).run())"
+    )
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": path},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        start_new_session=True,
+    )
+
+
 HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
 
 
