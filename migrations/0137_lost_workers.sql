@@ -1,4 +1,4 @@
--- 0136: a lost worker's tasks come back (harvest.expire_lost_workers, run by the scanner): a
+-- 0137: a lost worker's tasks come back (harvest.expire_lost_workers, run by the scanner): a
 -- worker silent past its lost_after_secs (registered by the worker: default 6 x its heartbeat
 -- interval) has its running activities fail that attempt with WorkerLost and its workflow tasks
 -- go back to pending, instead of waiting for their leases (start_to_close: 5 minutes by
