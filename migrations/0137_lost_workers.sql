@@ -15,3 +15,6 @@ CREATE INDEX IF NOT EXISTS workers_lost ON harvest.workers (lost_at) WHERE lost_
 -- The old signature goes here; the new one is installed with the functions, after the
 -- migrations.
 DROP FUNCTION IF EXISTS harvest.register_worker(text, text[], text, integer, double precision, jsonb);
+-- harvest.scan takes p_lost_workers (a worker leaves the sweep out until its own scans have
+-- answered for its lost_after): its old signature goes too.
+DROP FUNCTION IF EXISTS harvest.scan(integer);

@@ -141,7 +141,7 @@ BEGIN_WORKER_DRAIN = "SELECT harvest.begin_worker_drain(%(worker_id)s) AS status
 STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s) AS released"
 RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS released"
 WORKER_SLEEP = "SELECT harvest.set_worker_sleeping(%(worker_id)s, %(sleeping)s) AS settled"
-SCAN = "SELECT harvest.scan(%(limit)s) AS moved"
+SCAN = "SELECT harvest.scan(%(limit)s, %(lost_workers)s) AS moved"
 LIST_DEAD_LETTERS = """
 SELECT * FROM harvest.list_dead_letters(
     %(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s, %(before_failed_at)s
@@ -1433,8 +1433,8 @@ def stop_worker(worker_id: str) -> dict[str, Any]:
 
 
 @call(SCAN, column("moved"))
-def scan(limit: int = 100) -> dict[str, Any]:
-    return {"limit": limit}
+def scan(limit: int = 100, lost_workers: bool = True) -> dict[str, Any]:
+    return {"limit": limit, "lost_workers": lost_workers}
 
 
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql,

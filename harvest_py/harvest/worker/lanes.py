@@ -61,6 +61,11 @@ class ShardLane:
         self.outages = 0  # times this lane went down (for tests and logs)
         # The scanner's last tick met an outage (logged once; one database: the lane is not down).
         self.scan_failing = False
+        # Since when (monotonic()) this shard's scans have answered without a break (None: the
+        # last one failed, or none ran yet). The scanner sweeps lost workers only once that is
+        # the worker's lost_after: after an outage every worker's heartbeats stopped with its
+        # own, and the first pass back would take the work of a fleet still reconnecting.
+        self.scans_since: float | None = None
         # Tasks run from this shard, claimed or handed (the guide's harvest.shard.dispatched{shard}).
         self.dispatched = 0
         # Whether this shard's last claim came back full (work was waiting): only then does a

@@ -150,6 +150,17 @@ def _key(task: dict[str, Any]) -> tuple[int, int, int]:
     return (task["_lane"].shard, task["task_id"], task["fencing_token"])
 
 
+def sweeps_lost_workers(scans_since: float | None, now: float, lost_after: float) -> bool:
+    """Whether a scan at ``now`` (monotonic()) also takes back lost workers' tasks
+    (harvest.expire_lost_workers): only once this worker's scans of the shard have answered
+    without a break since ``scans_since`` for ``lost_after``. A database outage stops every
+    worker's heartbeats with this one's scans; the first pass after it would otherwise find the
+    whole fleet lost and fail every attempt in flight (the workers heartbeat again within
+    their interval, well inside lost_after). A worker cut off alone is still lost to the
+    others, whose scans never broke."""
+    return scans_since is not None and now - scans_since >= lost_after
+
+
 def log_expired(expired: list[dict[str, Any]]) -> None:
     """One line per task the scanner expired (harvest.expire_tasks), with its run's fields (a
     JSON line's execution_id, workflow, activity, attempt): an attempt whose worker died or went
@@ -274,6 +285,10 @@ class Worker:
         self.scan_interval = options.scan_interval
         self.heartbeat_interval = options.heartbeat_interval
         self.lost_after = options.lost_after
+        # (its default as register_worker computes it: the scanner's own wait, sweeps_lost_workers)
+        self.lost_after_secs = (
+            options.lost_after if options.lost_after is not None else 6 * options.heartbeat_interval
+        )
         self.workflow_lease = options.workflow_lease
         self.shutdown_grace = options.shutdown_grace
         self.worker_id = options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -1456,16 +1471,22 @@ class Worker:
         stop ends the passes."""
         while not await self._passes_end(self.scan_interval):
             if not lane.usable:
+                lane.scans_since = None
                 if lane.down:  # a shard known to be down: a tick it cannot answer (logged by the lane)
                     self.metrics.scanned(lane.shard, False)
                 continue
             scanned = False
+            tick = monotonic()
             try:
                 # Timeouts, workflow deadlines, relays, mutex grants, deferred starts: one call.
                 # A database that cannot be reached fails the tick at once, not after the pool's
                 # 30 s (a busy pool is waited for: pools.unless_unreachable).
                 with unless_unreachable():
-                    moved = await lane.sql.scan(100)
+                    moved = await lane.sql.scan(
+                        100, sweeps_lost_workers(lane.scans_since, tick, self.lost_after_secs)
+                    )
+                if lane.scans_since is None:
+                    lane.scans_since = tick
                 self.metrics.scanned(lane.shard, True)
                 scanned = True
                 if lane.scan_failing:
@@ -1505,6 +1526,7 @@ class Worker:
                 raise
             except Exception as exc:
                 if not scanned:  # (a tick counts once: the pump's or a resume's failure is not the scan's)
+                    lane.scans_since = None
                     self.metrics.scanned(lane.shard, False, full=met_full_server(exc))
                 if lane.note_failure(exc, "scanning"):
                     pass
