@@ -96,8 +96,9 @@ BEGIN
             lease_owner = NULL, lease_expires_at = NULL, due_at = harvest.now()
         WHERE t.id = p_task.id;
         PERFORM harvest._notify_queue(p_task.queue);
+        -- (error_type: why it came back, WorkerLost; NULL when its lease ran out)
         RETURN QUERY SELECT p_task.id, p_task.kind, 'released'::text, p_execution.workflow_name,
-            NULL::text, NULL::text, p_task.execution_id, p_task.attempt;
+            NULL::text, p_error_type, p_task.execution_id, p_task.attempt;
     ELSE
         RETURN QUERY SELECT p_task.id, p_task.kind, harvest._fail_activity_attempt(p_execution, p_task,
             jsonb_build_object('error_type', p_error_type, 'non_retryable', false,

@@ -294,8 +294,8 @@ SELECT results_eq($$SELECT status, lease_owner FROM harvest.tasks WHERE id IN (p
 SELECT is(pg_temp.sweep_lost(), 2::bigint, 'at 31 s lw-dead is lost: its two tasks come back, 9.5 minutes before their leases');
 SELECT results_eq($$SELECT kind, outcome, activity, error_type, attempt FROM lost ORDER BY kind$$,
                   $$VALUES ('activity'::text, 'retry_scheduled'::text, 'lw_a'::text, 'WorkerLost'::text, 1),
-                           ('workflow', 'released', NULL, NULL, 1)$$,
-                  'the activity fails its attempt with WorkerLost and retries; the workflow task is released');
+                           ('workflow', 'released', NULL, 'WorkerLost', 1)$$,
+                  'the activity fails its attempt with WorkerLost and retries; the workflow task is released (WorkerLost: the scanner logs why)');
 SELECT results_eq($$SELECT status, lease_owner, last_failure ->> 'error_type' FROM harvest.tasks WHERE id = pg_temp.task('lw_act')$$,
                   $$VALUES ('pending'::text, NULL::text, 'WorkerLost'::text)$$,
                   'the activity task waits for its retry with the failure WorkerLost');

@@ -531,7 +531,7 @@ class Metrics:
         """The activity attempts a scan failed (harvest.expire_tasks: a lease or a
         schedule_to_close ran out), which no handler reported: a worker killed mid-activity."""
         for row in expired:
-            if row.get("error_type") is not None:
+            if row["kind"] == "activity" and row.get("error_type") is not None:
                 self.activity_failed(row["workflow_type"], row["activity"], row["error_type"]).inc()
 
     def pumped(self, claimed: int, settled: int, released: int) -> None:

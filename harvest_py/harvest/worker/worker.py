@@ -183,11 +183,14 @@ def log_expired(expired: list[dict[str, Any]]) -> None:
             )
         else:
             log.info(
-                "timeout scanner: %s task of %s (%s) %s: its lease ran out (task %s)",
+                "timeout scanner: %s task of %s (%s) %s: %s (task %s)",
                 row["kind"],
                 row.get("execution_id"),
                 row.get("workflow_type"),
                 row["outcome"],
+                "its worker was lost (WorkerLost)"
+                if row.get("error_type") == "WorkerLost"
+                else "its lease ran out",
                 row["task_id"],
                 extra=fields,
             )
