@@ -243,7 +243,8 @@ COMMENT ON FUNCTION harvest.expire_tasks IS
 'Called by the scanner, harvest.scan (role harvest_worker).';
 COMMENT ON FUNCTION harvest.expire_lost_workers IS
 'A lost worker''s tasks come back: a worker silent past its lost_after_secs has each running activity it holds '
-'fail that attempt with WorkerLost (retried per its policy) and each workflow task go back to pending; its late '
+'fail that attempt with WorkerLost (retried per its policy) and each workflow task go back to pending (its row''s '
+'error_type WorkerLost too); its late '
 'completions are refused by the fencing token. Bounded by p_limit tasks, skipping locked rows; one index probe '
 'while every worker heartbeats. Called by the scanner, harvest.scan (role harvest_worker).';
 COMMENT ON FUNCTION harvest.expire_workflows IS
