@@ -455,8 +455,7 @@ class ServerFull(ServerUnreachable):
     max_connections (53300): the server is up, with no connection slot left."""
 
     def __init__(self, reason: str | None = None) -> None:
-        self.reason = reason
-        PoolTimeout.__init__(self, self.words("the database"))
+        super().__init__(reason)  # (its message from words(), as overridden below)
         self.refused = False  # (up and full: a retry may find a slot; no login was refused)
 
     def words(self, whose: str) -> str:
