@@ -184,6 +184,47 @@ BEGIN
 END;
 $$;
 
+-- Take back every task p_worker_id holds now, waiting for the locks (register_worker: the id
+-- registered by a new process, whose predecessor's tasks must not wait for their leases). The
+-- runs first, all of them in id order (the execution-then-task lock order), then their tasks,
+-- re-read under the locks; a task claimed since under a run not locked here is left (only a
+-- live process sharing the id claims one). Rows as expire_lost_workers'.
+CREATE OR REPLACE FUNCTION harvest._take_back_worker_tasks(p_worker_id text, p_what text)
+RETURNS TABLE (
+    task_id bigint, kind text, outcome text, workflow_type text, activity text, error_type text,
+    execution_id uuid, attempt integer
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_runs uuid[];
+    v_task harvest.tasks;
+    v_execution harvest.executions;
+BEGIN
+    WITH locked AS (
+        SELECT e.id FROM harvest.executions AS e
+        WHERE e.id IN (SELECT t.execution_id FROM harvest.tasks AS t
+                       WHERE t.status = 'running' AND t.lease_owner = p_worker_id AND t.kind <> 'timer')
+        ORDER BY e.id
+        FOR UPDATE
+    )
+    SELECT array_agg(l.id) INTO v_runs FROM locked AS l;
+    IF v_runs IS NULL THEN
+        RETURN;
+    END IF;
+    FOR v_task IN
+        SELECT * FROM harvest.tasks AS t
+        WHERE t.execution_id = ANY(v_runs) AND t.status = 'running' AND t.lease_owner = p_worker_id
+          AND t.kind <> 'timer'
+        ORDER BY t.id
+        FOR UPDATE
+    LOOP
+        SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_task.execution_id;
+        RETURN QUERY SELECT * FROM harvest._expire_attempt(v_execution, v_task, 'WorkerLost', p_what);
+    END LOOP;
+END;
+$$;
+
 -- End runs whose run timeout or execution timeout has passed, as TIMED_OUT.
 CREATE OR REPLACE FUNCTION harvest.expire_workflows(p_limit integer DEFAULT 100)
 RETURNS integer

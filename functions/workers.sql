@@ -2,18 +2,31 @@
 -- answer tells it whether an operator asked it to drain), and on shutdown
 -- releases what it could not finish.
 
+-- p_incarnation: the registering process's own id, drawn at its start. A register of an id by
+-- another process than the one that registered it last (a pod restarted under its StatefulSet
+-- name, a fixed --worker-id) proves that one gone, or else two live processes share the id:
+-- either way the tasks the id held are not the new process's, so they come back at once (an
+-- activity's attempt fails with WorkerLost, as expire_lost_workers fails it; rows as its), not
+-- at their leases; and the predecessor's heartbeats, drain and stop change nothing of the
+-- successor's (heartbeat_worker answers it 'superseded'). The latest register wins: the
+-- registry cannot tell a dead predecessor from a live duplicate (a restarted container's
+-- hostname and pid are its predecessor's).
 CREATE OR REPLACE FUNCTION harvest.register_worker(
     p_worker_id text, p_queues text[], p_hostname text, p_pid integer,
     p_heartbeat_interval_secs double precision DEFAULT 10, p_metadata jsonb DEFAULT '{}'::jsonb,
-    p_lost_after_secs double precision DEFAULT NULL
+    p_lost_after_secs double precision DEFAULT NULL, p_incarnation text DEFAULT NULL
 )
-RETURNS void
+RETURNS TABLE (
+    task_id bigint, kind text, outcome text, workflow_type text, activity text, error_type text,
+    execution_id uuid, attempt integer
+)
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now timestamptz := harvest.now();
     v_interval double precision := coalesce(p_heartbeat_interval_secs, 10);
     v_lost_after double precision := coalesce(p_lost_after_secs, 6 * coalesce(p_heartbeat_interval_secs, 10));
+    v_before harvest.workers;
 BEGIN
     IF p_worker_id IS NULL OR p_worker_id = '' OR p_queues IS NULL OR cardinality(p_queues) = 0 THEN
         RAISE EXCEPTION 'a worker needs an id and at least one queue' USING ERRCODE = 'HR001';
@@ -31,34 +44,59 @@ BEGIN
             HINT = 'use at least 3 x the heartbeat interval (' || harvest._num_text(3 * v_interval)
                    || ' s) and at most 86400 s, or leave it unset for 6 x the interval';
     END IF;
+    -- (read unlocked: the take-back locks runs before tasks, and nothing here waits on the
+    -- worker row while it holds a run)
+    SELECT * INTO v_before FROM harvest.workers AS w WHERE w.id = p_worker_id;
+    IF FOUND AND v_before.incarnation IS DISTINCT FROM p_incarnation THEN
+        RETURN QUERY SELECT * FROM harvest._take_back_worker_tasks(p_worker_id,
+            'was lost (WorkerLost: its worker id was registered again by another process; the one holding it, pid '
+            || v_before.pid || ' on ' || v_before.hostname || ', last heartbeated at '
+            || harvest._iso_time(v_before.last_heartbeat_at) || ')');
+    END IF;
     INSERT INTO harvest.workers (id, queues, hostname, pid, started_at, last_heartbeat_at,
-                                 heartbeat_interval_secs, metadata, lost_after_secs, lost_at)
+                                 heartbeat_interval_secs, metadata, lost_after_secs, lost_at, incarnation)
     VALUES (p_worker_id, p_queues, p_hostname, p_pid, v_now, v_now, v_interval,
-            coalesce(p_metadata, '{}'::jsonb), v_lost_after, v_now + make_interval(secs => v_lost_after))
+            coalesce(p_metadata, '{}'::jsonb), v_lost_after, v_now + make_interval(secs => v_lost_after),
+            p_incarnation)
     ON CONFLICT (id) DO UPDATE
     SET queues = excluded.queues, hostname = excluded.hostname, pid = excluded.pid,
         status = 'active', started_at = excluded.started_at,
         last_heartbeat_at = excluded.last_heartbeat_at,
         heartbeat_interval_secs = excluded.heartbeat_interval_secs, metadata = excluded.metadata,
-        drain_deadline = NULL, lost_after_secs = excluded.lost_after_secs, lost_at = excluded.lost_at;
+        drain_deadline = NULL, lost_after_secs = excluded.lost_after_secs, lost_at = excluded.lost_at,
+        incarnation = excluded.incarnation;
 END;
 $$;
 
--- Returns the worker's status ('active', 'draining', 'stopped'). Each heartbeat moves the
--- time the worker is lost at (expire_lost_workers) to lost_after_secs from now.
-CREATE OR REPLACE FUNCTION harvest.heartbeat_worker(p_worker_id text)
+-- Whether p_incarnation may act on the worker row p_worker_id as its own: the process that
+-- registered it last, or a caller that names no incarnation (psql, an older worker).
+CREATE OR REPLACE FUNCTION harvest._worker_incarnation_holds(p_worker harvest.workers, p_incarnation text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT p_incarnation IS NULL OR p_worker.incarnation IS NOT DISTINCT FROM p_incarnation;
+$$;
+
+-- Returns the worker's status ('active', 'draining', 'stopped'), or 'superseded' to a process
+-- whose id another process registered since (register_worker): its heartbeat changes nothing.
+-- Each heartbeat moves the time the worker is lost at (expire_lost_workers) to lost_after_secs
+-- from now.
+CREATE OR REPLACE FUNCTION harvest.heartbeat_worker(p_worker_id text, p_incarnation text DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_status text;
 BEGIN
-    UPDATE harvest.workers
+    UPDATE harvest.workers AS w
     SET last_heartbeat_at = harvest.now(),
-        lost_at = CASE WHEN status <> 'stopped' THEN harvest.now() + make_interval(secs => lost_after_secs) END
-    WHERE id = p_worker_id
-    RETURNING status INTO v_status;
+        lost_at = CASE WHEN w.status <> 'stopped' THEN harvest.now() + make_interval(secs => w.lost_after_secs) END
+    WHERE w.id = p_worker_id AND harvest._worker_incarnation_holds(w, p_incarnation)
+    RETURNING w.status INTO v_status;
     IF v_status IS NULL THEN
+        IF EXISTS (SELECT 1 FROM harvest.workers AS w WHERE w.id = p_worker_id) THEN
+            RETURN 'superseded';
+        END IF;
         RAISE EXCEPTION 'worker % is not registered', p_worker_id USING ERRCODE = 'HR002';
     END IF;
     RETURN v_status;
@@ -102,36 +140,46 @@ $$;
 -- before it finishes its in-flight work: the same status a remote drain sets, so
 -- the fleet sees it take no new work. A remote drain's deadline is kept; a stopped
 -- worker stays stopped. Returns the status.
-CREATE OR REPLACE FUNCTION harvest.begin_worker_drain(p_worker_id text)
+CREATE OR REPLACE FUNCTION harvest.begin_worker_drain(p_worker_id text, p_incarnation text DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_status text;
 BEGIN
-    UPDATE harvest.workers
-    SET status = CASE WHEN status = 'active' THEN 'draining' ELSE status END,
+    UPDATE harvest.workers AS w
+    SET status = CASE WHEN w.status = 'active' THEN 'draining' ELSE w.status END,
         last_heartbeat_at = harvest.now(),
-        lost_at = CASE WHEN status <> 'stopped' THEN harvest.now() + make_interval(secs => lost_after_secs) END
-    WHERE id = p_worker_id
-    RETURNING status INTO v_status;
+        lost_at = CASE WHEN w.status <> 'stopped' THEN harvest.now() + make_interval(secs => w.lost_after_secs) END
+    WHERE w.id = p_worker_id AND harvest._worker_incarnation_holds(w, p_incarnation)
+    RETURNING w.status INTO v_status;
     IF v_status IS NULL THEN
+        IF EXISTS (SELECT 1 FROM harvest.workers AS w WHERE w.id = p_worker_id) THEN
+            RETURN 'superseded';  -- another process registered the id since: its row is not ours
+        END IF;
         RAISE EXCEPTION 'worker % is not registered', p_worker_id USING ERRCODE = 'HR002';
     END IF;
     RETURN v_status;
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION harvest.stop_worker(p_worker_id text)
+-- A process whose id another registered since (register_worker) stops nothing and releases
+-- nothing of its successor's: 0 (each of its handlers gives its own task back by its fencing
+-- token, release_task).
+CREATE OR REPLACE FUNCTION harvest.stop_worker(p_worker_id text, p_incarnation text DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
 AS $$
 DECLARE
+    v_worker harvest.workers;
     v_released integer;
 BEGIN
-    PERFORM 1 FROM harvest.workers WHERE id = p_worker_id;
+    SELECT * INTO v_worker FROM harvest.workers AS w WHERE w.id = p_worker_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'worker % is not registered', p_worker_id USING ERRCODE = 'HR002';
+    END IF;
+    IF NOT harvest._worker_incarnation_holds(v_worker, p_incarnation) THEN
+        RETURN 0;
     END IF;
     v_released := harvest.release_worker_tasks(p_worker_id);
     PERFORM harvest._release_partitions(p_worker_id);  -- owner mode (owners.sql)

@@ -334,3 +334,25 @@ SELECT is((SELECT lost_at FROM harvest.workers WHERE id = 'lw-live'), NULL, 'a s
 
 SELECT * FROM finish();
 ROLLBACK;
+
+-- harvest._take_back_worker_tasks (register_worker's, when another process registers the id):
+-- every task the id holds comes back now, an activity's attempt failing with WorkerLost and a
+-- workflow task released; another worker's tasks are not touched; an id holding none, no rows.
+BEGIN;
+SELECT plan(4);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT pg_temp.start_activity('tb_act', 'tb_wf', 'tbq_act', 'tb_a', 'tbaq',
+                              p_options => '{"start_to_close": 600}', p_worker => 'tb-old');
+SELECT pg_temp.start_claimed('tb_wft', 'tb_wf', 'tbq_wft', 'tb-old', p_lease_secs => 600);
+SELECT pg_temp.start_activity('tb_other', 'tb_wf', 'tbq_other', 'tb_a', 'tbaq_other',
+                              p_options => '{"start_to_close": 600}', p_worker => 'tb-other');
+SELECT is((SELECT count(*) FROM harvest._take_back_worker_tasks('tb-nobody', 'x')), 0::bigint,
+          '_take_back_worker_tasks(): an id that holds nothing, no rows');
+SELECT results_eq($$SELECT kind, outcome, error_type FROM harvest._take_back_worker_tasks('tb-old', 'was lost (test)') ORDER BY kind$$,
+                  $$VALUES ('activity'::text, 'retry_scheduled'::text, 'WorkerLost'::text), ('workflow', 'released', 'WorkerLost')$$,
+                  'every task the id holds comes back: the activity''s attempt fails (WorkerLost), the workflow task is released');
+SELECT is((SELECT last_failure ->> 'message' FROM harvest.tasks WHERE id = pg_temp.task('tb_act')),
+          'attempt 1 of tb_a held by tb-old was lost (test)', 'the attempt''s message ends with p_what');
+SELECT is((SELECT status FROM harvest.tasks WHERE id = pg_temp.task('tb_other')), 'running', 'another worker''s task runs on');
+SELECT * FROM finish();
+ROLLBACK;

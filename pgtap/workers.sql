@@ -297,3 +297,72 @@ SELECT results_eq(
     $$VALUES (63, 'g-1'::text, true)$$, '63 ids: u-a and u-b still untried');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- A worker id registered again by another process (a pod restarted under its StatefulSet name):
+-- register_worker takes back what the id held at once (WorkerLost, rows as expire_lost_workers'),
+-- not at the leases; the predecessor's late completion is refused by its fencing token; its
+-- heartbeat, drain and stop change nothing of its successor's (harvest._worker_incarnation_holds).
+-- The same process registering again, or a caller naming no incarnation, takes nothing back.
+BEGIN;
+SELECT plan(21);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT harvest.register_worker('inc-w', ARRAY['incq'], 'pod-0', 1, 5, '{}', NULL, 'first');
+SELECT pg_temp.start_activity('inc_act', 'inc_wf', 'incq_act', 'inc_a', 'incaq',
+                              p_options => '{"start_to_close": 600}', p_worker => 'inc-w');
+SELECT pg_temp.start_claimed('inc_wft', 'inc_wf', 'incq_wft', 'inc-w', p_lease_secs => 600);
+SELECT harvest.register_worker('inc-legacy', ARRAY['incq'], 'h', 2, 5);
+SELECT pg_temp.start_activity('inc_leg', 'inc_wf', 'incq_leg', 'inc_a', 'incaq_leg',
+                              p_options => '{"start_to_close": 600}', p_worker => 'inc-legacy');
+CREATE TEMP TABLE taken ON COMMIT DROP AS
+    SELECT * FROM harvest.register_worker('inc-w', ARRAY['incq'], 'pod-0', 1, 5, '{}', NULL, 'first');
+
+SELECT is((SELECT count(*) FROM taken), 0::bigint, 'the same process registering again takes nothing back ...');
+SELECT results_eq($$SELECT status FROM harvest.tasks WHERE id IN (pg_temp.task('inc_act'), pg_temp.task('inc_wft'))$$,
+                  $$VALUES ('running'::text), ('running')$$, '... its tasks run on');
+
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:03+00';
+INSERT INTO taken SELECT * FROM harvest.register_worker('inc-w', ARRAY['incq'], 'pod-0', 1, 5, '{}', NULL, 'second');
+SELECT results_eq($$SELECT kind, outcome, activity, error_type, attempt FROM taken ORDER BY kind$$,
+                  $$VALUES ('activity'::text, 'retry_scheduled'::text, 'inc_a'::text, 'WorkerLost'::text, 1),
+                           ('workflow', 'released', NULL, 'WorkerLost', 1)$$,
+                  'another process registering the id takes back both tasks at once, 10 minutes before their leases');
+SELECT results_eq($$SELECT status, lease_owner, last_failure ->> 'error_type' FROM harvest.tasks WHERE id = pg_temp.task('inc_act')$$,
+                  $$VALUES ('pending'::text, NULL::text, 'WorkerLost'::text)$$,
+                  'the activity waits for its retry with the failure WorkerLost');
+SELECT matches((SELECT last_failure ->> 'message' FROM harvest.tasks WHERE id = pg_temp.task('inc_act')),
+               '^attempt 1 of inc_a held by inc-w was lost \(WorkerLost: its worker id was registered again by another process; the one holding it, pid 1 on pod-0, last heartbeated at 2030-01-01T00:00:00\+00:00\)$',
+               'its message says the id was registered again and names the process that held it');
+SELECT results_eq($$SELECT status, lease_owner FROM harvest.tasks WHERE id = pg_temp.task('inc_wft')$$,
+                  $$VALUES ('pending'::text, NULL::text)$$, 'the workflow task is pending again');
+SELECT results_eq($$SELECT incarnation, status, lost_at FROM harvest.workers WHERE id = 'inc-w'$$,
+                  $$VALUES ('second'::text, 'active'::text, '2030-01-01 00:00:33+00'::timestamptz)$$,
+                  'the row is the new process''s');
+SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s, '"late"')$$, pg_temp.task('inc_act'), pg_temp.token('inc_act')),
+                 'HR004', NULL, 'the predecessor''s late completion is refused (HR004)');
+
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:05+00';
+SELECT is(harvest.heartbeat_worker('inc-w', 'first'), 'superseded', 'the predecessor''s heartbeat answers superseded ...');
+SELECT is((SELECT last_heartbeat_at FROM harvest.workers WHERE id = 'inc-w'), '2030-01-01 00:00:03+00'::timestamptz,
+          '... and moves nothing');
+SELECT is(harvest.begin_worker_drain('inc-w', 'first'), 'superseded', 'its drain answers superseded ...');
+SELECT is(harvest.stop_worker('inc-w', 'first'), 0, 'its stop releases nothing ...');
+SELECT is((SELECT status FROM harvest.workers WHERE id = 'inc-w'), 'active', '... and the successor stays active');
+SELECT is(harvest.heartbeat_worker('inc-w', 'second'), 'active', 'the successor heartbeats');
+SELECT is(harvest.heartbeat_worker('inc-w'), 'active', 'a caller naming no incarnation acts on the row as before');
+SELECT throws_ok($$SELECT harvest.heartbeat_worker('inc-nobody', 'x')$$, 'HR002', 'worker inc-nobody is not registered',
+                 'an id never registered is still HR002');
+SELECT ok(harvest._worker_incarnation_holds(w, NULL) AND harvest._worker_incarnation_holds(w, 'second')
+          AND NOT harvest._worker_incarnation_holds(w, 'first'), '_worker_incarnation_holds(): NULL or the registered one')
+FROM harvest.workers AS w WHERE w.id = 'inc-w';
+
+DELETE FROM taken;
+INSERT INTO taken SELECT * FROM harvest.register_worker('inc-legacy', ARRAY['incq'], 'h', 2, 5);
+SELECT is((SELECT count(*) FROM taken), 0::bigint, 'a register naming no incarnation over a row with none takes nothing back ...');
+SELECT is((SELECT status FROM harvest.tasks WHERE id = pg_temp.task('inc_leg')), 'running', '... (as before)');
+INSERT INTO taken SELECT * FROM harvest.register_worker('inc-legacy', ARRAY['incq'], 'h', 2, 5, '{}', NULL, 'new');
+SELECT is((SELECT count(*) FROM taken), 1::bigint, 'a new worker registering over a row of an older one takes its task back');
+
+SELECT is(harvest.stop_worker('inc-w', 'second'), 0, 'the successor stops');
+SELECT * FROM finish();
+ROLLBACK;

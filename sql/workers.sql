@@ -21,6 +21,11 @@ CREATE TABLE harvest.workers (
     -- it held (functions/timeouts.sql, expire_lost_workers).
     lost_after_secs double precision NOT NULL DEFAULT 60,
     lost_at timestamptz,
+    -- The process that registered the id last (the worker draws one per start): a register
+    -- under the same id by another process takes back the tasks its predecessor held, and the
+    -- predecessor's heartbeats, drain and stop change nothing of its successor's
+    -- (register_worker). NULL: registered by a caller that named none.
+    incarnation text,
     CONSTRAINT workers_pkey PRIMARY KEY (id),
     CONSTRAINT workers_status_check CHECK (status IN ('active', 'draining', 'stopped'))
 );

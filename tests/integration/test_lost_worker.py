@@ -114,3 +114,87 @@ def test_a_frozen_workers_late_result_is_refused_after_its_activity_ran_elsewher
             os.kill(proc.pid, signal.SIGCONT)
             proc.kill()
             proc.wait(timeout=10)
+
+
+# A fixed worker id (a StatefulSet pod's name): lost_after an hour and start_to_close ten minutes,
+# so only the register of the id by a new process can bring the attempt back within the test.
+FIXED = "heartbeat_interval={beat}, lost_after=3600, poll_interval=0.2, run_retention=False"
+
+
+def _fixed_id_process(db: str, worker_id: str, stderr, beat: float = 5) -> subprocess.Popen:
+    options = f"worker_id={worker_id!r}, " + FIXED.format(beat=beat)
+    return worker_process(db, "test_lost_worker", options, stderr=stderr)
+
+
+def _worker_row(db: str, worker_id: str) -> tuple[str, int]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute("SELECT status, pid FROM harvest.workers WHERE id = %s", (worker_id,)).fetchone()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.chaos
+def test_a_worker_restarted_under_its_fixed_id_takes_its_dead_predecessors_activity_back(db, tmp_path):
+    """The restarted process's register (a new incarnation of the id) fails the killed one's
+    attempt with WorkerLost and the retry runs on it: before, its register reset the id's
+    lost_at and the attempt waited for its start_to_close."""
+    log_path = tmp_path / "second.log"
+    first = _fixed_id_process(db, "pod-0", subprocess.DEVNULL)
+    second = None
+    try:
+        with Client(db) as client:
+            handle = client.start_workflow(chores, str(tmp_path / "never"), workflow_id="lost-restart")
+            wait_until(lambda: _running_attempt(db, first.pid), "the first attempt on the first process")
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait(timeout=10)
+            with log_path.open("wb") as log_file:
+                second = _fixed_id_process(db, "pod-0", log_file)
+            assert handle.result(timeout=60) == {"attempt": 2, "pid": second.pid}
+        assert _completions(db, handle.execution_id) == 1
+        assert "the 1 task(s) it held are taken back (WorkerLost)" in log_path.read_text()
+        assert _worker_row(db, "pod-0") == ("active", second.pid)
+    finally:
+        _stop(first)
+        if second is not None:
+            _stop(second)
+
+
+@pytest.mark.chaos
+def test_of_two_live_processes_sharing_a_worker_id_the_older_stops_its_late_result_refused(db, tmp_path):
+    """A misconfiguration: a second live process registers the id. Its register takes back the
+    first one's attempt (the registry cannot tell a live duplicate from a dead predecessor), the
+    first one's heartbeat learns it was superseded and it stops, saying why, without stopping or
+    draining the second one's row; its attempt, finished late, is refused by its fencing token."""
+    flag = tmp_path / "go"
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    with first_log.open("wb") as log_file:
+        first = _fixed_id_process(db, "pod-dup", log_file, beat=0.2)
+    second = None
+    try:
+        with Client(db) as client:
+            handle = client.start_workflow(chores, str(flag), workflow_id="lost-duplicate")
+            wait_until(lambda: _running_attempt(db, first.pid), "the first attempt on the first process")
+            with second_log.open("wb") as log_file:
+                second = _fixed_id_process(db, "pod-dup", log_file, beat=0.2)
+            # (the retry's claim may race the first one's next heartbeat: either may run it)
+            assert handle.result(timeout=60)["attempt"] == 2
+            wait_until(
+                lambda: "another live process registered the same worker id" in first_log.read_text(),
+                "the first process told it was superseded",
+            )
+            flag.touch()  # its attempt ends now: the completion carries the old claim's token
+            assert first.wait(timeout=30) == 0
+            assert "finished after its lease was lost" in first_log.read_text()
+            assert _worker_row(db, "pod-dup") == ("active", second.pid)
+            again = client.start_workflow(chores, str(flag), workflow_id="lost-duplicate-after")
+            assert again.result(timeout=60) == {"attempt": 1, "pid": second.pid}
+        assert _completions(db, handle.execution_id) == 1
+    finally:
+        _stop(first)
+        if second is not None:
+            _stop(second)

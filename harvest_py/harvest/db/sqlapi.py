@@ -132,13 +132,14 @@ SELECT * FROM harvest.get_history_page(%(execution_id)s, %(from_event_id)s, %(be
 """
 TERMINATE_WORKFLOW = "SELECT harvest.terminate_workflow(%(execution_id)s, %(reason)s)"
 REGISTER_WORKER = """
-SELECT harvest.register_worker(%(worker_id)s, %(queues)s, %(hostname)s, %(pid)s,
-                               %(heartbeat_interval_secs)s, %(metadata)s, %(lost_after_secs)s)
+SELECT * FROM harvest.register_worker(%(worker_id)s, %(queues)s, %(hostname)s, %(pid)s,
+                                      %(heartbeat_interval_secs)s, %(metadata)s, %(lost_after_secs)s,
+                                      %(incarnation)s)
 """
-WORKER_HEARTBEAT = "SELECT harvest.heartbeat_worker(%(worker_id)s) AS status"
+WORKER_HEARTBEAT = "SELECT harvest.heartbeat_worker(%(worker_id)s, %(incarnation)s) AS status"
 REGISTER_WORKFLOWS = "SELECT harvest.register_workflows(%(queues)s, %(names)s) AS registered"
-BEGIN_WORKER_DRAIN = "SELECT harvest.begin_worker_drain(%(worker_id)s) AS status"
-STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s) AS released"
+BEGIN_WORKER_DRAIN = "SELECT harvest.begin_worker_drain(%(worker_id)s, %(incarnation)s) AS status"
+STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s, %(incarnation)s) AS released"
 RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS released"
 WORKER_SLEEP = "SELECT harvest.set_worker_sleeping(%(worker_id)s, %(sleeping)s) AS settled"
 SCAN = "SELECT harvest.scan(%(limit)s, %(lost_workers)s) AS moved"
@@ -1381,7 +1382,7 @@ def release_task(task_id: int, fencing_token: int) -> dict[str, Any]:
     return {"task_id": task_id, "fencing_token": fencing_token}
 
 
-@call(REGISTER_WORKER, nothing)
+@call(REGISTER_WORKER)
 def register_worker(
     worker_id: str,
     queues: list[str],
@@ -1390,8 +1391,12 @@ def register_worker(
     heartbeat_interval_secs: float,
     metadata: dict[str, Any],
     lost_after_secs: float | None = None,
+    incarnation: str | None = None,
 ) -> dict[str, Any]:
+    """The tasks a previous process registered under ``worker_id`` held, taken back (rows as
+    expire_lost_workers'): ``incarnation`` is this process's own id (None: no take-back)."""
     return {
+        "incarnation": incarnation,
         "worker_id": worker_id,
         "queues": queues,
         "hostname": hostname,
@@ -1408,8 +1413,8 @@ def register_workflows(queues: list[str], names: list[str]) -> dict[str, Any]:
 
 
 @call(WORKER_HEARTBEAT, column("status"))
-def heartbeat_worker(worker_id: str) -> dict[str, Any]:
-    return {"worker_id": worker_id}
+def heartbeat_worker(worker_id: str, incarnation: str | None = None) -> dict[str, Any]:
+    return {"worker_id": worker_id, "incarnation": incarnation}
 
 
 @call(WORKER_SLEEP, column("settled"))
@@ -1418,8 +1423,8 @@ def set_worker_sleeping(worker_id: str, sleeping: bool) -> dict[str, Any]:
 
 
 @call(BEGIN_WORKER_DRAIN, column("status"))
-def begin_worker_drain(worker_id: str) -> dict[str, Any]:
-    return {"worker_id": worker_id}
+def begin_worker_drain(worker_id: str, incarnation: str | None = None) -> dict[str, Any]:
+    return {"worker_id": worker_id, "incarnation": incarnation}
 
 
 @call(WORKER_DRAIN_DEADLINE, first)
@@ -1428,8 +1433,8 @@ def get_worker_drain_deadline(worker_id: str) -> dict[str, Any]:
 
 
 @call(STOP_WORKER, column("released"))
-def stop_worker(worker_id: str) -> dict[str, Any]:
-    return {"worker_id": worker_id}
+def stop_worker(worker_id: str, incarnation: str | None = None) -> dict[str, Any]:
+    return {"worker_id": worker_id, "incarnation": incarnation}
 
 
 @call(SCAN, column("moved"))

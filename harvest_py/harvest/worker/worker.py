@@ -295,6 +295,11 @@ class Worker:
         self.workflow_lease = options.workflow_lease
         self.shutdown_grace = options.shutdown_grace
         self.worker_id = options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        # This process's own id under worker_id (a pod restarted under its StatefulSet name
+        # reuses the name, the hostname and often the pid): its register takes back what a
+        # previous process of the id held, and that one's heartbeat learns it was superseded
+        # (functions/workers.sql register_worker).
+        self.incarnation = uuid.uuid4().hex
         self.cache = StickyCache(options.cache_size, options.cache_max_bytes)
         # History guardrails (docs/workflows.md): the soft threshold feeds
         # ctx.should_continue_as_new(); a run past a hard cap fails (None: unlimited).
@@ -734,7 +739,7 @@ class Worker:
             # Every shard of the deployment knows it is one of several (harvest.get_deployment_shards),
             # so a worker without [shards] refuses to declare schedules on it.
             metadata["readable_shards"] = sorted(self.router.readable)
-        await lane.sql.register_worker(
+        taken = await lane.sql.register_worker(
             self.worker_id,
             self.queues,
             socket.gethostname(),
@@ -742,7 +747,17 @@ class Worker:
             self.heartbeat_interval,
             metadata,
             self.lost_after,
+            self.incarnation,
         )
+        if taken:
+            log.warning(
+                "worker %s: another process registered this worker id before (a restart under a "
+                "fixed id); the %d task(s) it held are taken back (WorkerLost)",
+                self.worker_id,
+                len(taken),
+            )
+            self.metrics.attempts_expired(taken)
+            log_expired(taken)
         # The names this worker can run on each queue it polls: a start of a name no
         # worker registered on its queue is refused up front (functions/start.sql).
         if self.app.workflows:
@@ -904,7 +919,7 @@ class Worker:
         least STOP_CALL_SECS)."""
         wait = max(STOP_CALL_SECS, deadline - asyncio.get_running_loop().time())
         try:
-            await asyncio.wait_for(lane.sql.begin_worker_drain(self.worker_id), wait)
+            await asyncio.wait_for(lane.sql.begin_worker_drain(self.worker_id, self.incarnation), wait)
         except Exception as exc:
             reason = f"no answer within {wait:.0f}s" if isinstance(exc, TimeoutError) else error_line(exc)
             log.warning("worker %s could not record that it is draining: %s", self.worker_id, reason)
@@ -912,10 +927,10 @@ class Worker:
     async def _stop_on(self, lane: ShardLane) -> int:
         """harvest.stop_worker on one shard: the tasks released."""
         try:
-            return int(await lane.sql.stop_worker(self.worker_id))
+            return int(await lane.sql.stop_worker(self.worker_id, self.incarnation))
         except NotFound:  # our row was pruned since the last heartbeat: register to stop it
             await self._register(lane)
-            return int(await lane.sql.stop_worker(self.worker_id))
+            return int(await lane.sql.stop_worker(self.worker_id, self.incarnation))
 
     async def _release(self) -> None:
         """The stop's end on every shard: release the tasks this worker still holds (another
@@ -1578,7 +1593,10 @@ class Worker:
             if not lane.usable:
                 continue
             try:
-                status = await lane.sql.heartbeat_worker(self.worker_id)
+                status = await lane.sql.heartbeat_worker(self.worker_id, self.incarnation)
+                if status == "superseded":
+                    self._superseded(lane)
+                    continue
                 self.heartbeat_ok_at = monotonic()
                 if lane.owners.epochs:
                     await self._renew_partitions(lane)
@@ -1600,7 +1618,7 @@ class Worker:
                 try:
                     await self._register(lane)
                     if self._stopping.is_set():  # still finishing in-flight work: say so again
-                        await lane.sql.begin_worker_drain(self.worker_id)
+                        await lane.sql.begin_worker_drain(self.worker_id, self.incarnation)
                 except Exception as exc:
                     log.warning(
                         "worker %s could not register again: %s",
@@ -1610,6 +1628,21 @@ class Worker:
             except Exception as exc:
                 if not lane.note_failure(exc, "heartbeat"):
                     log.warning("worker heartbeat failed: %s", failure_reason(exc, lane.dsn))
+
+    def _superseded(self, lane: ShardLane) -> None:
+        """Another process registered this worker id since this one did: two live workers share
+        one id (a restarted process would have no predecessor left to answer). Its register
+        took back what this one held then; this one stops (once), touching nothing of the
+        other's row, and its handlers give their tasks back by their fencing tokens."""
+        if self._stopping.is_set():
+            return
+        log.error(
+            "worker %s: another live process registered the same worker id on shard %d, so this "
+            "one stops; give each worker process its own worker_id (unset, it is unique per process)",
+            self.worker_id,
+            lane.shard,
+        )
+        self.request_stop()
 
     async def _renew_partitions(self, lane: ShardLane) -> None:
         """Owner mode: renew the leases of the partitions this worker holds state for on
