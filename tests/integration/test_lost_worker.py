@@ -198,3 +198,28 @@ def test_of_two_live_processes_sharing_a_worker_id_the_older_stops_its_late_resu
         _stop(first)
         if second is not None:
             _stop(second)
+
+
+@workflow
+async def noop(ctx) -> str:
+    return "done"
+
+
+def test_a_worker_silent_past_its_heartbeats_heartbeats_before_it_claims(db, start_worker):
+    """A swept worker (expire_lost_workers cleared its lost_at) that comes back (thawed,
+    reconnected) and claims before its heartbeat loop turns, then dies, would leave what it
+    claimed to the leases: unwatched until it heartbeats. A claim after a silence of 2 heartbeat
+    intervals heartbeats first, so the row is watched again before it holds anything."""
+    running = start_worker(App([noop]), heartbeat_interval=60)  # (its heartbeat loop: a minute away)
+    worker_id = running.worker.worker_id
+    wait_until(lambda: _worker_row(db, worker_id), "the worker's registration")
+    with psycopg.connect(db, autocommit=True) as conn:  # what a sweep of it leaves
+        conn.execute("UPDATE harvest.workers SET lost_at = NULL WHERE id = %s", (worker_id,))
+    for lane in running.worker.lanes:  # silent since long before the sweep
+        lane.beat_at = -1e9
+    with Client(db) as client:
+        assert client.start_workflow(noop).result(timeout=30) == "done"
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute("SELECT lost_at FROM harvest.workers WHERE id = %s", (worker_id,)).fetchone()
+        (lost_at,) = row
+    assert lost_at is not None, "the claim was made by a worker nobody watches"

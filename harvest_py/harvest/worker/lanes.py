@@ -66,6 +66,10 @@ class ShardLane:
         # the worker's lost_after: after an outage every worker's heartbeats stopped with its
         # own, and the first pass back would take the work of a fleet still reconnecting.
         self.scans_since: float | None = None
+        # When (monotonic()) this worker's row here was last written alive (registered or
+        # heartbeated; None: not yet): a claim after a longer silence heartbeats first
+        # (Worker._beat_if_silent).
+        self.beat_at: float | None = None
         # Tasks run from this shard, claimed or handed (the guide's harvest.shard.dispatched{shard}).
         self.dispatched = 0
         # Whether this shard's last claim came back full (work was waiting): only then does a

@@ -749,6 +749,7 @@ class Worker:
             self.lost_after,
             self.incarnation,
         )
+        lane.beat_at = monotonic()
         if taken:
             log.warning(
                 "worker %s: another process registered this worker id before (a restart under a "
@@ -993,6 +994,9 @@ class Worker:
         want = min(free, self.claim_batch)
         if not self._sharded:  # one database: one claim, as it always was
             lane = self.lanes[0]
+            await self._beat_if_silent(lane)
+            if self._stopping.is_set():  # (its answer: drained, stopped or superseded)
+                return [], False
             started = perf_counter()
             deciding = self._claim_may_decide()
             try:
@@ -1110,6 +1114,9 @@ class Worker:
             want = min(free, self.claim_batch)
             if want <= 0:
                 full = True
+                break
+            await self._beat_if_silent(lane)
+            if self._stopping.is_set():
                 break
             started = perf_counter()
             try:
@@ -1590,44 +1597,57 @@ class Worker:
         whole worker, on every shard."""
         while True:
             await asyncio.sleep(self.heartbeat_interval)
-            if not lane.usable:
-                continue
+            if lane.usable:
+                await self._beat(lane)
+
+    async def _beat_if_silent(self, lane: ShardLane) -> None:
+        """Heartbeat before a claim when this worker has been silent on the shard for 2
+        intervals (frozen, cut off, its event loop blocked): the scanners may have taken it for
+        lost meanwhile, and a swept worker is not watched again until it heartbeats
+        (expire_lost_workers clears its lost_at); a task claimed first would wait for its lease
+        if the worker died before its heartbeat loop turned."""
+        if lane.beat_at is None or monotonic() - lane.beat_at > 2 * self.heartbeat_interval:
+            await self._beat(lane, quiet=True)
+
+    async def _beat(self, lane: ShardLane, *, quiet: bool = False) -> None:
+        """One heartbeat of our row on the shard, its answer acted on; ``quiet``: a failure is
+        not logged (the claim that asked for it meets it, and the heartbeat loop logs it)."""
+        try:
+            status = await lane.sql.heartbeat_worker(self.worker_id, self.incarnation)
+            if status == "superseded":
+                self._superseded(lane)
+                return
+            self.heartbeat_ok_at = lane.beat_at = monotonic()
+            if lane.owners.epochs:
+                await self._renew_partitions(lane)
+            if status != "active" and not self._stopping.is_set():
+                if status == "draining":
+                    await self._note_drain_deadline(lane)
+                log.info("worker %s is %s: stopping", self.worker_id, status)
+                self.request_stop()
+        except asyncio.CancelledError:
+            raise
+        except NotFound:
+            # Our row is gone: worker retention deleted it while we were silent past
+            # worker_max_age (a partition, a frozen VM). Register again and carry on.
+            log.warning(
+                "worker %s is no longer in the registry (deleted by worker retention "
+                "after a long silence?): registering it again",
+                self.worker_id,
+            )
             try:
-                status = await lane.sql.heartbeat_worker(self.worker_id, self.incarnation)
-                if status == "superseded":
-                    self._superseded(lane)
-                    continue
-                self.heartbeat_ok_at = monotonic()
-                if lane.owners.epochs:
-                    await self._renew_partitions(lane)
-                if status != "active" and not self._stopping.is_set():
-                    if status == "draining":
-                        await self._note_drain_deadline(lane)
-                    log.info("worker %s is %s: stopping", self.worker_id, status)
-                    self.request_stop()
-            except asyncio.CancelledError:
-                raise
-            except NotFound:
-                # Our row is gone: worker retention deleted it while we were silent past
-                # worker_max_age (a partition, a frozen VM). Register again and carry on.
-                log.warning(
-                    "worker %s is no longer in the registry (deleted by worker retention "
-                    "after a long silence?): registering it again",
-                    self.worker_id,
-                )
-                try:
-                    await self._register(lane)
-                    if self._stopping.is_set():  # still finishing in-flight work: say so again
-                        await lane.sql.begin_worker_drain(self.worker_id, self.incarnation)
-                except Exception as exc:
-                    log.warning(
-                        "worker %s could not register again: %s",
-                        self.worker_id,
-                        failure_reason(exc, lane.dsn),
-                    )
+                await self._register(lane)
+                if self._stopping.is_set():  # still finishing in-flight work: say so again
+                    await lane.sql.begin_worker_drain(self.worker_id, self.incarnation)
             except Exception as exc:
-                if not lane.note_failure(exc, "heartbeat"):
-                    log.warning("worker heartbeat failed: %s", failure_reason(exc, lane.dsn))
+                log.warning(
+                    "worker %s could not register again: %s",
+                    self.worker_id,
+                    failure_reason(exc, lane.dsn),
+                )
+        except Exception as exc:
+            if not lane.note_failure(exc, "heartbeat") and not quiet:
+                log.warning("worker heartbeat failed: %s", failure_reason(exc, lane.dsn))
 
     def _superseded(self, lane: ShardLane) -> None:
         """Another process registered this worker id since this one did: two live workers share
