@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import time
 
 import psycopg
 import pytest
@@ -223,3 +224,30 @@ def test_a_worker_silent_past_its_heartbeats_heartbeats_before_it_claims(db, sta
         row = conn.execute("SELECT lost_at FROM harvest.workers WHERE id = %s", (worker_id,)).fetchone()
         (lost_at,) = row
     assert lost_at is not None, "the claim was made by a worker nobody watches"
+
+
+@pytest.mark.chaos
+def test_a_worker_thawed_after_a_freeze_past_its_lost_after_does_not_sweep_itself(db, tmp_path):
+    """A worker frozen (SIGSTOP) past its lost_after with no other scanner about: thawed, its scan
+    (every 0.1 s) is due before its heartbeat (every 1 s), and its scans, answered before the
+    freeze, had no break in its eyes: it took back its own attempt (WorkerLost) before its
+    heartbeat moved its lost_at. It heartbeats first now."""
+    flag = tmp_path / "go"
+    options = (
+        "heartbeat_interval=1.0, lost_after=3.0, poll_interval=0.2, scan_interval=0.1, run_retention=False"
+    )
+    proc = worker_process(db, "test_lost_worker", options, stderr=subprocess.DEVNULL)
+    try:
+        with Client(db) as client:
+            handle = client.start_workflow(chores, str(flag), workflow_id="lost-thawed")
+            wait_until(lambda: _running_attempt(db, proc.pid), "the first attempt on the worker process")
+            time.sleep(4.0)  # its scans answer for its lost_after: it sweeps lost workers
+            os.kill(proc.pid, signal.SIGSTOP)
+            time.sleep(4.0)  # frozen past its lost_after
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(2.0)  # (a scan pass and a heartbeat after the thaw)
+            assert _running_attempt(db, proc.pid), "the thawed worker took back its own attempt"
+            flag.touch()
+            assert handle.result(timeout=30) == {"attempt": 1, "pid": proc.pid}
+    finally:
+        _stop(proc)

@@ -1506,10 +1506,13 @@ class Worker:
                 # Timeouts, workflow deadlines, relays, mutex grants, deferred starts: one call.
                 # A database that cannot be reached fails the tick at once, not after the pool's
                 # 30 s (a busy pool is waited for: pools.unless_unreachable).
+                sweep = sweeps_lost_workers(lane.scans_since, tick, self.lost_after_secs)
+                if sweep and self.run_worker:
+                    # A worker thawed after a freeze past its lost_after, its scans unbroken in
+                    # its own eyes, is not its own sweeper: it heartbeats first.
+                    await self._beat_if_silent(lane)
                 with unless_unreachable():
-                    moved = await lane.sql.scan(
-                        100, sweeps_lost_workers(lane.scans_since, tick, self.lost_after_secs)
-                    )
+                    moved = await lane.sql.scan(100, sweep)
                 if lane.scans_since is None:
                     lane.scans_since = tick
                 self.metrics.scanned(lane.shard, True)
