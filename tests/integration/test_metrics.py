@@ -175,9 +175,13 @@ def test_a_scan_tick_is_counted_once_when_the_pump_after_it_fails(start_worker) 
     assert value("harvest_scanner_tick_total", shard="0", outcome="error") == error
 
 
-def _expire_its_activity(client: Client, conn: Any, clock: Any, wf: Any, activity_name: str) -> None:
+def _expire_its_activity(
+    client: Client, conn: Any, clock: Any, wf: Any, activity_name: str, worker: Any
+) -> None:
     """Start ``wf`` and, once its activity ``activity_name`` runs, move the shared clock past its
-    60 s start_to_close: the next scan expires the attempt's lease."""
+    60 s start_to_close: the next scan expires the attempt's lease. The jump stamps ``worker``'s
+    heartbeat at the new time: it is past the worker's lost_after too (30 s), and a scan that
+    found the worker lost would fail the attempt with WorkerLost instead."""
     client.start_workflow(wf)
 
     def status() -> str | None:
@@ -187,7 +191,7 @@ def _expire_its_activity(client: Client, conn: Any, clock: Any, wf: Any, activit
         return None if row is None else row[0]
 
     wait_for(lambda: status() == "running")
-    clock.set_offset(clock.offset() + dt.timedelta(seconds=61))
+    clock.set_offset(clock.offset() + dt.timedelta(seconds=61), heartbeat=[worker.worker.worker_id])
 
 
 def test_an_attempt_whose_lease_the_scanner_expired_is_counted_as_failed(
@@ -207,9 +211,9 @@ def test_an_attempt_whose_lease_the_scanner_expired_is_counted_as_failed(
     clock = testkit.SharedClock(db)
     try:
         dsn = testkit.shared_clock_dsn(db)
-        start_worker(App(workflows=[metrics_hang_wf], activities=[metrics_hangs]), dsn=dsn)
+        worker = start_worker(App(workflows=[metrics_hang_wf], activities=[metrics_hangs]), dsn=dsn)
         with Client(dsn) as client, psycopg.connect(db, autocommit=True) as conn:
-            _expire_its_activity(client, conn, clock, metrics_hang_wf, "metrics_hangs")
+            _expire_its_activity(client, conn, clock, metrics_hang_wf, "metrics_hangs", worker)
             wait_for(lambda: value("harvest_activity_failed_total", **labels) - before == 1)
             (error_type,) = conn.execute(
                 "SELECT failure ->> 'error_type' FROM harvest.dead_letters "
@@ -243,9 +247,9 @@ def test_a_handler_that_ends_after_the_scanner_expired_its_attempt_is_not_counte
     clock = testkit.SharedClock(db)
     try:
         dsn = testkit.shared_clock_dsn(db)
-        start_worker(App(workflows=[metrics_late_wf], activities=[metrics_late]), dsn=dsn)
+        worker = start_worker(App(workflows=[metrics_late_wf], activities=[metrics_late]), dsn=dsn)
         with Client(dsn) as client, psycopg.connect(db, autocommit=True) as conn:
-            _expire_its_activity(client, conn, clock, metrics_late_wf, "metrics_late")
+            _expire_its_activity(client, conn, clock, metrics_late_wf, "metrics_late", worker)
             wait_for(
                 lambda: (
                     value("harvest_activity_failed_total", **labels, error_type="StartToCloseTimeout")

@@ -97,7 +97,10 @@ def test_a_schedule_firing_is_the_root_of_its_runs_trace(
         slot = _wait_for(
             lambda: _one(db, "SELECT next_fire_at FROM harvest.schedules WHERE name = 'ts_every'")
         )
-        clock.set_offset(clock.offset() + (slot - clock.now()) + dt.timedelta(seconds=1))
+        # (the worker's heartbeat stamped at the new time: a jump past its lost_after would
+        # otherwise let a scan take back the firing's workflow task as WorkerLost)
+        jump = clock.offset() + (slot - clock.now()) + dt.timedelta(seconds=1)
+        clock.set_offset(jump, heartbeat=[worker.worker.worker_id])
         run = _wait_for(
             lambda: _one(
                 db,
