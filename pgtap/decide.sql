@@ -419,8 +419,8 @@ SELECT results_eq(
 
 -- At most 64 ids are kept: a task that 64 workers of the queue failed so in a row fails the
 -- run even while a 65th live worker has not tried it (a queue's fleet is not a bound).
-SELECT count(harvest.register_worker(format('cap-%s', i), ARRAY['dq_cap'], 'host', i))
-FROM generate_series(1, 65) AS i;
+SELECT count(*) FROM generate_series(1, 65) AS i
+CROSS JOIN LATERAL harvest.register_worker(format('cap-%s', i), ARRAY['dq_cap'], 'host', i) AS r;
 CREATE FUNCTION pg_temp.fail_cap(p_from integer, p_to integer) RETURNS integer LANGUAGE plpgsql AS $fn$
 DECLARE
     v_task record;
