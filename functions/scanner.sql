@@ -7,12 +7,12 @@
 
 -- One scanner pass in one round trip: what every worker runs each scan_interval.
 -- Each step is bounded by p_limit and skips rows locked elsewhere; the answer says
--- what moved so the worker knows whether to claim at once. p_lost_workers false leaves out
--- expire_lost_workers: a worker passes it until its own scans have answered for its lost_after
--- (at its start, and after an outage of the database, when every worker's heartbeats stopped
--- with its own: the first pass back must not take the work of a fleet that is only
--- reconnecting; worker.py _scan).
-CREATE OR REPLACE FUNCTION harvest.scan(p_limit integer DEFAULT 100, p_lost_workers boolean DEFAULT true)
+-- what moved so the worker knows whether to claim at once. p_scanned_secs: how long the
+-- caller's scans have answered without a break (NULL: no bound): expire_lost_workers leaves the
+-- workers whose lost_after is longer (at the caller's start, and after an outage of the
+-- database, when every worker's heartbeats stopped with its own scans: the first passes back
+-- must not take the work of a fleet that is only reconnecting; worker.py _scan).
+CREATE OR REPLACE FUNCTION harvest.scan(p_limit integer DEFAULT 100, p_scanned_secs double precision DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
@@ -23,7 +23,7 @@ BEGIN
     SELECT coalesce(jsonb_agg(to_jsonb(x)), '[]'::jsonb) INTO v_expired FROM (
         SELECT * FROM harvest.expire_tasks(p_limit)
         UNION ALL
-        SELECT * FROM harvest.expire_lost_workers(p_limit) WHERE coalesce(p_lost_workers, true)
+        SELECT * FROM harvest.expire_lost_workers(p_limit, p_scanned_secs)
     ) AS x;
     RETURN jsonb_build_object(
         'expired_tasks', v_expired,
@@ -38,6 +38,7 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.scan IS
 'One scanner pass in one round trip (expire_tasks, expire_lost_workers, expire_workflows, deliver_relays, grant_mutexes, '
-'release_pending_starts, a rate limit''s held tasks re-paced), each bounded; the answer says what moved. p_lost_workers false '
-'skips expire_lost_workers (a worker whose own scans have not answered for its lost_after). Called by every worker each '
+'release_pending_starts, a rate limit''s held tasks re-paced), each bounded; the answer says what moved. p_scanned_secs '
+'(how long the caller''s scans have answered without a break) bounds the lost_after of the workers expire_lost_workers '
+'takes. Called by every worker each '
 'scan_interval (role harvest_worker).';

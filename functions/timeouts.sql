@@ -123,7 +123,14 @@ $$;
 -- new attempt's. Bounded by p_limit tasks; locked rows are skipped; a worker is marked done
 -- (lost_at NULL) once nothing it held is left, so while every worker heartbeats a pass is
 -- one probe of workers_lost. A worker that heartbeats again is watched again.
-CREATE OR REPLACE FUNCTION harvest.expire_lost_workers(p_limit integer DEFAULT 100)
+-- p_scanned_secs: how long the caller's scans have answered without a break (NULL: no bound).
+-- A worker whose lost_after_secs is longer is left: its silence may be the outage the caller
+-- has just come back from, and it heartbeats again within its interval (a third of its
+-- lost_after at most) of the database's return; so a fleet of mixed heartbeat intervals
+-- reconnecting after an outage loses none of its work (worker.py _scan).
+CREATE OR REPLACE FUNCTION harvest.expire_lost_workers(
+    p_limit integer DEFAULT 100, p_scanned_secs double precision DEFAULT NULL
+)
 RETURNS TABLE (
     task_id bigint, kind text, outcome text, workflow_type text, activity text, error_type text,
     execution_id uuid, attempt integer
@@ -140,9 +147,13 @@ DECLARE
     v_done boolean;
 BEGIN
     PERFORM harvest._check_limit('expire_lost_workers', p_limit, 10000);
+    IF NOT coalesce(p_scanned_secs >= 0 AND p_scanned_secs < 'Infinity', true) THEN
+        RAISE EXCEPTION 'scanned_secs % is out of range', harvest._num_text(p_scanned_secs) USING ERRCODE = 'HR001',
+            HINT = 'pass how many seconds the scans have answered without a break (0 or more), or NULL for no bound';
+    END IF;
     FOR v_worker IN
         SELECT w.id, w.last_heartbeat_at, w.lost_after_secs FROM harvest.workers AS w
-        WHERE w.lost_at < v_now
+        WHERE w.lost_at < v_now AND (p_scanned_secs IS NULL OR w.lost_after_secs <= p_scanned_secs)
         ORDER BY w.lost_at LIMIT p_limit
         FOR UPDATE SKIP LOCKED  -- a heartbeat that came first moved lost_at: the row is not read
     LOOP
@@ -287,7 +298,8 @@ COMMENT ON FUNCTION harvest.expire_lost_workers IS
 'fail that attempt with WorkerLost (retried per its policy) and each workflow task go back to pending (its row''s '
 'error_type WorkerLost too); its late '
 'completions are refused by the fencing token. Bounded by p_limit tasks, skipping locked rows; one index probe '
-'while every worker heartbeats. Called by the scanner, harvest.scan (role harvest_worker).';
+'while every worker heartbeats. A worker whose lost_after_secs exceeds p_scanned_secs (how long the caller''s '
+'scans have answered; NULL: no bound) is left. Called by the scanner, harvest.scan (role harvest_worker).';
 COMMENT ON FUNCTION harvest.expire_workflows IS
 'End runs past their run or execution timeout as TIMED_OUT; returns how many. Called by the scanner, harvest.scan'
 ' (role harvest_worker).';

@@ -11,3 +11,7 @@ DROP FUNCTION IF EXISTS harvest.register_worker(text, text[], text, integer, dou
 DROP FUNCTION IF EXISTS harvest.heartbeat_worker(text);
 DROP FUNCTION IF EXISTS harvest.begin_worker_drain(text);
 DROP FUNCTION IF EXISTS harvest.stop_worker(text);
+-- harvest.scan and expire_lost_workers take p_scanned_secs (how long the caller's scans have
+-- answered: a worker whose lost_after is longer is left), in place of scan's p_lost_workers.
+DROP FUNCTION IF EXISTS harvest.scan(integer, boolean);
+DROP FUNCTION IF EXISTS harvest.expire_lost_workers(integer);

@@ -246,7 +246,7 @@ ROLLBACK;
 -- workflow tasks go back to pending, long before their leases; a late completion under the old
 -- claim's fencing token is refused; the sweep is bounded; a worker that heartbeats is kept.
 BEGIN;
-SELECT plan(28);
+SELECT plan(30);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.register_worker('lw-dead', ARRAY['lq'], 'h', 1, 5);
@@ -286,12 +286,16 @@ SET LOCAL harvest.fake_now = '2030-01-01 00:00:30+00';
 SELECT is(pg_temp.sweep_lost(), 0::bigint, 'expire_lost_workers(): a worker whose lost_at is now is not lost yet');
 
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:31+00';
-SELECT is(jsonb_array_length(harvest.scan(100, false) -> 'expired_tasks'), 0,
-          'scan(p_lost_workers => false) leaves lost workers alone (a worker whose own scans just came back) ...');
+SELECT is(jsonb_array_length(harvest.scan(100, 0) -> 'expired_tasks'), 0,
+          'scan(p_scanned_secs => 0) leaves lost workers alone (a worker whose own scans just came back) ...');
+SELECT is(jsonb_array_length(harvest.scan(100, 29.9) -> 'expired_tasks'), 0,
+          '... and so does a scanner whose scans have answered for less than the lost worker''s lost_after (30 s) ...');
+SELECT throws_ok($$SELECT harvest.expire_lost_workers(100, -1)$$, 'HR001', 'scanned_secs -1 is out of range',
+                 'expire_lost_workers(): a negative p_scanned_secs is refused (HR001)');
 SELECT results_eq($$SELECT status, lease_owner FROM harvest.tasks WHERE id IN (pg_temp.task('lw_act'), pg_temp.task('lw_wft'))$$,
                   $$VALUES ('running'::text, 'lw-dead'::text), ('running', 'lw-dead')$$,
                   '... their tasks still running');
-SELECT is(pg_temp.sweep_lost(), 2::bigint, 'at 31 s lw-dead is lost: its two tasks come back, 9.5 minutes before their leases');
+SELECT is(pg_temp.sweep_lost(), 2::bigint, 'at 31 s lw-dead is lost (no bound on the scans): its two tasks come back, 9.5 minutes before their leases');
 SELECT results_eq($$SELECT kind, outcome, activity, error_type, attempt FROM lost ORDER BY kind$$,
                   $$VALUES ('activity'::text, 'retry_scheduled'::text, 'lw_a'::text, 'WorkerLost'::text, 1),
                            ('workflow', 'released', NULL, 'WorkerLost', 1)$$,

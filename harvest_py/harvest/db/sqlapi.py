@@ -142,7 +142,7 @@ BEGIN_WORKER_DRAIN = "SELECT harvest.begin_worker_drain(%(worker_id)s, %(incarna
 STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s, %(incarnation)s) AS released"
 RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS released"
 WORKER_SLEEP = "SELECT harvest.set_worker_sleeping(%(worker_id)s, %(sleeping)s) AS settled"
-SCAN = "SELECT harvest.scan(%(limit)s, %(lost_workers)s) AS moved"
+SCAN = "SELECT harvest.scan(%(limit)s, %(scanned_secs)s) AS moved"
 LIST_DEAD_LETTERS = """
 SELECT * FROM harvest.list_dead_letters(
     %(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s, %(before_failed_at)s
@@ -1438,8 +1438,10 @@ def stop_worker(worker_id: str, incarnation: str | None = None) -> dict[str, Any
 
 
 @call(SCAN, column("moved"))
-def scan(limit: int = 100, lost_workers: bool = True) -> dict[str, Any]:
-    return {"limit": limit, "lost_workers": lost_workers}
+def scan(limit: int = 100, scanned_secs: float | None = None) -> dict[str, Any]:
+    """``scanned_secs``: how long the caller's scans have answered without a break (None: no
+    bound): the lost workers whose lost_after is longer are left (functions/scanner.sql)."""
+    return {"limit": limit, "scanned_secs": scanned_secs}
 
 
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql,

@@ -150,15 +150,15 @@ def _key(task: dict[str, Any]) -> tuple[int, int, int]:
     return (task["_lane"].shard, task["task_id"], task["fencing_token"])
 
 
-def sweeps_lost_workers(scans_since: float | None, now: float, lost_after: float) -> bool:
-    """Whether a scan at ``now`` (monotonic()) also takes back lost workers' tasks
-    (harvest.expire_lost_workers): only once this worker's scans of the shard have answered
-    without a break since ``scans_since`` for ``lost_after``. A database outage stops every
-    worker's heartbeats with this one's scans; the first pass after it would otherwise find the
-    whole fleet lost and fail every attempt in flight (the workers heartbeat again within
-    their interval, well inside lost_after). A worker cut off alone is still lost to the
-    others, whose scans never broke."""
-    return scans_since is not None and now - scans_since >= lost_after
+def scanned_secs(scans_since: float | None, now: float) -> float:
+    """How long (seconds) this worker's scans of a shard have answered without a break at
+    ``now`` (monotonic()): harvest.scan takes back the tasks only of lost workers whose
+    lost_after is no longer (harvest.expire_lost_workers). A database outage stops every
+    worker's heartbeats with this one's scans; the first passes after it would otherwise find
+    the whole fleet lost and fail every attempt in flight, while each worker heartbeats again
+    within its interval, a third of its lost_after at most. A worker cut off alone is still
+    lost to the others, whose scans never broke."""
+    return 0.0 if scans_since is None else max(0.0, now - scans_since)
 
 
 def log_expired(expired: list[dict[str, Any]]) -> None:
@@ -288,10 +288,6 @@ class Worker:
         self.scan_interval = options.scan_interval
         self.heartbeat_interval = options.heartbeat_interval
         self.lost_after = options.lost_after
-        # (its default as register_worker computes it: the scanner's own wait, sweeps_lost_workers)
-        self.lost_after_secs = (
-            options.lost_after if options.lost_after is not None else 6 * options.heartbeat_interval
-        )
         self.workflow_lease = options.workflow_lease
         self.shutdown_grace = options.shutdown_grace
         self.worker_id = options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -1506,13 +1502,12 @@ class Worker:
                 # Timeouts, workflow deadlines, relays, mutex grants, deferred starts: one call.
                 # A database that cannot be reached fails the tick at once, not after the pool's
                 # 30 s (a busy pool is waited for: pools.unless_unreachable).
-                sweep = sweeps_lost_workers(lane.scans_since, tick, self.lost_after_secs)
-                if sweep and self.run_worker:
+                if self.run_worker:
                     # A worker thawed after a freeze past its lost_after, its scans unbroken in
                     # its own eyes, is not its own sweeper: it heartbeats first.
                     await self._beat_if_silent(lane)
                 with unless_unreachable():
-                    moved = await lane.sql.scan(100, sweep)
+                    moved = await lane.sql.scan(100, scanned_secs(lane.scans_since, tick))
                 if lane.scans_since is None:
                     lane.scans_since = tick
                 self.metrics.scanned(lane.shard, True)
