@@ -45,14 +45,14 @@ def _attempts(dsn: str) -> list[tuple]:
         ).fetchall()
 
 
-@pytest.mark.chaos
-def test_no_live_workers_task_is_taken_for_lost_after_the_database_comes_back(
-    own_server, tmp_path, monkeypatch
+def _outage(
+    own_server, tmp_path, monkeypatch, sweeper_beat: float, sweeper_lost_after: float, thaw_after: float
 ) -> None:
-    """The holder, a worker process, runs an activity attempt; the database stops for longer
-    than lost_after and starts again. The holder is paused (SIGSTOP) through the outage and until
-    the sweeper's scanner has passed again, so the sweeper's first passes back find it silent
-    past its lost_after: they must leave it, and it heartbeats again once resumed."""
+    """The holder, a worker process (BEAT, LOST_AFTER), runs an activity attempt; a sweeper
+    worker scans. The database stops for longer than the holder's lost_after and starts again.
+    The holder is paused (SIGSTOP) through the outage and until the sweeper's scans back have
+    answered for ``thaw_after`` seconds, so those passes find the holder silent past its
+    lost_after: they must leave it, and it heartbeats again once resumed."""
     flag = tmp_path / "go"
     holder = worker_process(own_server.dsn, "test_lost_worker_outage", OPTIONS, stderr=subprocess.DEVNULL)
     sweeper = None
@@ -61,7 +61,7 @@ def test_no_live_workers_task_is_taken_for_lost_after_the_database_comes_back(
         with Client(own_server.dsn) as client:
             handle = client.start_workflow(waiting, str(flag))
             wait_until(lambda: _attempts(own_server.dsn) == running, "the attempt on the holder")
-        options = {"heartbeat_interval": BEAT, "lost_after": LOST_AFTER, "scan_interval": 0.1}
+        options = {"heartbeat_interval": sweeper_beat, "lost_after": sweeper_lost_after, "scan_interval": 0.1}
         sweeper = RunningWorker(Worker(App(), own_server.dsn, queues=["sweeper"], **options)).start()
         answered: list[float] = []  # (monotonic() of each of the sweeper's scans that answered)
         scanned = sweeper.worker.metrics.scanned
@@ -72,15 +72,20 @@ def test_no_live_workers_task_is_taken_for_lost_after_the_database_comes_back(
             scanned(shard, ok, *args, **kwargs)
 
         monkeypatch.setattr(sweeper.worker.metrics, "scanned", counted)
-        time.sleep(LOST_AFTER + BEAT)  # the sweeper's scans have answered for its lost_after
+        time.sleep(LOST_AFTER + BEAT)  # the sweeper's scans have answered for every lost_after
         own_server.pause()
         os.kill(holder.pid, signal.SIGSTOP)
         time.sleep(LOST_AFTER + BEAT)  # an outage past lost_after: every worker silent past it
         own_server.resume()
         back = time.monotonic()
-        # The sweeper's first pass back has answered (every 0.1 s): the holder is silent past its
-        # lost_after in it.
-        wait_until(lambda: answered and answered[-1] > back, "the sweeper's first scan back")
+
+        # The sweeper's scans back (every 0.1 s) have answered for thaw_after: the holder is
+        # silent past its lost_after in each.
+        def answered_since(start: float) -> float:
+            after = [t for t in answered if t > start]
+            return after[-1] - after[0] if after else -1.0
+
+        wait_until(lambda: answered_since(back) >= thaw_after, "the sweeper's scans back")
         os.kill(holder.pid, signal.SIGCONT)
         time.sleep(LOST_AFTER + 2 * BEAT)  # the sweeper's scans have answered for lost_after again
         assert _attempts(own_server.dsn) == running, "the live holder's attempt was taken"
@@ -95,3 +100,21 @@ def test_no_live_workers_task_is_taken_for_lost_after_the_database_comes_back(
             holder.wait(timeout=10)
         if sweeper is not None:
             sweeper.stop()
+
+
+@pytest.mark.chaos
+def test_no_live_workers_task_is_taken_for_lost_after_the_database_comes_back(
+    own_server, tmp_path, monkeypatch
+) -> None:
+    """The sweeper's first pass back (its lost_after the holder's) leaves the holder."""
+    _outage(own_server, tmp_path, monkeypatch, BEAT, LOST_AFTER, thaw_after=0.0)
+
+
+@pytest.mark.chaos
+def test_a_scanner_of_a_shorter_lost_after_waits_for_the_lost_workers_own(
+    own_server, tmp_path, monkeypatch
+) -> None:
+    """A mixed fleet: the sweeper heartbeats every 0.2 s (lost after 0.6 s), the holder every
+    0.5 s (lost after 4 s), paused until the sweeper's scans back have answered for 0.8 s, past
+    the sweeper's own lost_after: the sweeper waits for the holder's."""
+    _outage(own_server, tmp_path, monkeypatch, 0.2, 0.6, thaw_after=0.8)

@@ -1497,17 +1497,23 @@ class Worker:
                     self.metrics.scanned(lane.shard, False)
                 continue
             scanned = False
-            tick = monotonic()
             try:
+                if self.run_worker:
+                    # A worker thawed after a freeze past its lost_after, its scans unbroken in
+                    # its own eyes, is not its own sweeper: it heartbeats first, and sweeps
+                    # nothing while its own heartbeat has not landed.
+                    await self._beat_if_silent(lane)
+                # (the tick after that heartbeat, which may have waited for a connection: the
+                # scans' answered time starts at a scan's own)
+                tick = monotonic()
+                answered = scanned_secs(lane.scans_since, tick)
+                if self.run_worker and self._silent(lane, tick):
+                    answered = 0.0
                 # Timeouts, workflow deadlines, relays, mutex grants, deferred starts: one call.
                 # A database that cannot be reached fails the tick at once, not after the pool's
                 # 30 s (a busy pool is waited for: pools.unless_unreachable).
-                if self.run_worker:
-                    # A worker thawed after a freeze past its lost_after, its scans unbroken in
-                    # its own eyes, is not its own sweeper: it heartbeats first.
-                    await self._beat_if_silent(lane)
                 with unless_unreachable():
-                    moved = await lane.sql.scan(100, scanned_secs(lane.scans_since, tick))
+                    moved = await lane.sql.scan(100, answered)
                 if lane.scans_since is None:
                     lane.scans_since = tick
                 self.metrics.scanned(lane.shard, True)
@@ -1604,8 +1610,12 @@ class Worker:
         lost meanwhile, and a swept worker is not watched again until it heartbeats
         (expire_lost_workers clears its lost_at); a task claimed first would wait for its lease
         if the worker died before its heartbeat loop turned."""
-        if lane.beat_at is None or monotonic() - lane.beat_at > 2 * self.heartbeat_interval:
+        if self._silent(lane, monotonic()):
             await self._beat(lane, quiet=True)
+
+    def _silent(self, lane: ShardLane, now: float) -> bool:
+        """No heartbeat of this worker has landed on the shard for 2 intervals at ``now``."""
+        return lane.beat_at is None or now - lane.beat_at > 2 * self.heartbeat_interval
 
     async def _beat(self, lane: ShardLane, *, quiet: bool = False) -> None:
         """One heartbeat of our row on the shard, its answer acted on; ``quiet``: a failure is
