@@ -4,6 +4,7 @@ give, for a bounded chain of hand-offs."""
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 
 from harvest import App, Worker, activity
@@ -151,6 +152,7 @@ def test_a_claim_in_flight_keeps_its_slots_from_a_hand_off(monkeypatch):
             return [dict(task(10 + i), kind="activity", queue="q") for i in range(limit - 1)]
 
     lane = SimpleNamespace(shard=0, dispatched=0, sql=Sql(), backlog=False, usable=True)
+    lane.beat_at = time.monotonic()  # (its heartbeat just now: the claim needs none first, Worker._silent)
     worker.lanes = [lane]
 
     async def blocked_activity(_worker, _task):
