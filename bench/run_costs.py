@@ -14,11 +14,13 @@ table, and the WAL records by relation and record type (``pg_walinspect``: a B-t
 starters and one in-process Worker, the side's own library), the tracking set on the database
 so every session of the drain has it. Its window is the whole drain, the worker's start and its
 stop included, so no run is half done in it; the worker's start-up is a fixed cost that ``--n``
-spreads. Besides the counts above it prints the top-level statements by kind (calls, rows,
-buffers, WAL, plans), commits and rollbacks, sessions, and the
-statements that returned no row (``harvest_bench.py``'s own polls left out). The drain's counts
-move with its batch sizes, which move with the load: take them from a quiet machine, and
-compare two checkouts side by side.
+spreads. Besides the counts above it prints the top-level statements by kind (calls, rows a
+call, buffers, WAL, plans: ``track_planning`` is on, so a statement not prepared on its
+connection shows a plan a call), commits and rollbacks, sessions, and every nested statement's
+calls and buffers (``nested_statements``, to set against the SQL path's); ``harvest_bench.py``'s
+own polls and tallies are left out of the statements. The drain's counts move with its batch
+sizes, which move with the load: take them from a quiet machine, and compare two checkouts side
+by side.
 
     python bench/run_costs.py --checkout . --checkout /tmp/base --n 1000
     python bench/run_costs.py --checkout . --checkout /tmp/base --n 4000 --drain --fixed 1000
@@ -135,6 +137,8 @@ def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str, d
             name = conn.execute("SELECT current_database()").fetchone()[0]
             conn.execute(f"ALTER DATABASE \"{name}\" SET pg_stat_statements.track = 'all'")
             conn.execute(f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
+            # (plans: a statement psycopg has prepared on its connection plans once, another each call)
+            conn.execute(f'ALTER DATABASE "{name}" SET pg_stat_statements.track_planning = on')
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_sleep(1.5)")  # the warm-up's backend's stats flushed at its exit
         conn.execute("CHECKPOINT")
@@ -148,6 +152,7 @@ def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str, d
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("SET pg_stat_statements.track = 'all'")
             conn.execute("SET track_functions = 'all'")
+            conn.execute("SET pg_stat_statements.track_planning = on")
             conn.execute("CALL bench.sql_path(%s, %s, 'run', %s)", (n, batch, options))
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_sleep(1.5)")  # the measured backends' stats flushed at their exit
