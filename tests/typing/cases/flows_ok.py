@@ -16,7 +16,7 @@ from harvest import (
     WorkflowContext,
     WorkflowHandle,
 )
-from harvest.client.client import Page
+from harvest.client import Children, Page
 from harvest.core.receipts import SignalReceipt
 from harvest.testing import ActivityCall, ReplayResult, WorkflowEnvironment, WorkflowReplayer
 
@@ -141,6 +141,9 @@ def list_and_count(client: Client) -> int:
     assert_type(page.next_cursor, str | None)
     assert_type(page.unavailable_shards, list[int])
     counts = client.count_workflows(group_by="all", failing=True)
+    kids = client.get_handle("0190-...").children_page(page_size=10)
+    assert_type(kids, Children)
+    assert_type(kids.truncated, bool | None)
     return sum(row["executions"] for row in counts)
 
 
