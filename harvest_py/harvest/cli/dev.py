@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 import shlex
 import signal
 import socket
@@ -16,6 +15,7 @@ import click
 
 from harvest.cli.output import log_format_option
 from harvest.core.errors import ConfigError
+from harvest.core.secret_files import env_secret
 
 # The database driver and asyncio are imported when the runner starts, never for --help
 # (tests/unit/test_startup.py).
@@ -96,7 +96,7 @@ def dev(
     if app is None:
         from harvest.cli.demo import app
     server = None
-    dsn = os.environ.get(DEV_DSN_ENV)
+    dsn = env_secret(DEV_DSN_ENV)
     if dsn and data_dir is not None:
         raise click.UsageError(f"--data-dir is the embedded database's; {DEV_DSN_ENV} names another one")
     if dsn:

@@ -35,6 +35,7 @@ from harvest.config import Config, database_url, load_config
 from harvest.core.errors import ConfigError, HarvestError, InvalidArgument, with_lookup_hint
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 from harvest.core.json_values import json_default
+from harvest.core.secret_files import env_secret
 from harvest.core.text import escape_controls
 
 OUTPUT_CHOICES = click.Choice(["table", "json"])
@@ -157,9 +158,11 @@ def scrub(text: str) -> str:
     import os
     import sys
 
+    from harvest.core.secret_files import env_secret_or_none
     from harvest.db.connection import DSN_ENV, redact
 
-    dsns = [os.environ.get(DSN_ENV), os.environ.get("HARVEST_DEV_DATABASE_URL")]
+    # (each from its variable or from the file its _FILE variable names)
+    dsns = [env_secret_or_none(DSN_ENV), env_secret_or_none("HARVEST_DEV_DATABASE_URL")]
     argv = sys.argv[1:]
     for i, arg in enumerate(argv):
         if arg == "--database-url" and i + 1 < len(argv):
@@ -173,7 +176,7 @@ def scrub(text: str) -> str:
     for dsn in dsns:
         text = redact(text, dsn)
     # The API token (--token, HARVEST_TOKEN) never shows either.
-    tokens = [os.environ.get("HARVEST_TOKEN")]
+    tokens = [env_secret_or_none("HARVEST_TOKEN")]
     for i, arg in enumerate(argv):
         if arg == "--token" and i + 1 < len(argv):
             tokens.append(argv[i + 1])
@@ -591,7 +594,7 @@ def selected(database_url: str | None = None) -> HttpSettings | None:
         return HttpSettings(env_url, _token(options), _timeout(options))
     from harvest.config.config import DSN_ENV
 
-    if os.environ.get(DSN_ENV) or cli_config().get("database_url") or _shards(cli_config()):
+    if env_secret(DSN_ENV) or cli_config().get("database_url") or _shards(cli_config()):
         return None
     url = default_base_url(cli_config().get("web.port"))
     return HttpSettings(url, _token(options), _timeout(options), implicit=True)
@@ -604,7 +607,7 @@ def _shards(config: Any) -> bool:
 
 
 def _token(options: RootOptions) -> str | None:
-    return options.token or os.environ.get(TOKEN_ENV) or None
+    return options.token or env_secret(TOKEN_ENV)
 
 
 def refuse_dsn_only() -> None:

@@ -33,6 +33,7 @@ from harvest.core.errors import (
     from_database_error,
     set_database_error_line,
 )
+from harvest.core.secret_files import env_secret
 from harvest.db import jsoncodec, pooler
 from harvest.telemetry.logs import add_handler_filter
 
@@ -60,17 +61,17 @@ def resolve_dsn(explicit: str | None = None) -> str:
             f"the database URL must be a string such as 'postgresql://user@host/db', "
             f"got {type(explicit).__name__} {explicit!r}"
         )
-    dsn = explicit or os.environ.get(DSN_ENV)
+    dsn = explicit or env_secret(DSN_ENV)
     if not dsn:
         raise ConfigError(
             f"no database given: set {DSN_ENV} or pass the database URL as the first argument "
             '(Client("postgresql://..."), AsyncClient.connect(...), Worker(app, ...))'
         )
-    session = os.environ.get(pooler.SESSION_URL_ENV)
+    session = env_secret(pooler.SESSION_URL_ENV)
     # The DSN goes through a transaction-mode pooler (harvest.db.pooler): the session URL pairs
     # with HARVEST_DATABASE_URL (or, unset, the URL given), never with another URL given here (its
     # sessions would go to another database), nor with the session URL itself (a direct one).
-    configured = os.environ.get(DSN_ENV)
+    configured = env_secret(DSN_ENV)
     if session and dsn != session and (not configured or dsn == configured):
         pooler.declare(dsn, session)
     return dsn
