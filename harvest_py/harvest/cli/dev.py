@@ -81,8 +81,9 @@ def dev(
     """
     import asyncio
 
+    from harvest.cli.main import name_connections
     from harvest.cli.worker import load_app
-    from harvest.db.connection import redact
+    from harvest.db.connection import PROCESS_APPLICATION_NAMES, redact
     from harvest.db.embedded import EmbeddedPostgres, bin_dir
     from harvest.db.migrate import Migrator
     from harvest.telemetry.logs import configure_logging
@@ -91,6 +92,7 @@ def dev(
 
     configure_logging("INFO", log_format)
     freeze_at_exit()  # (the process ends with the command: its exit need not free every module)
+    name_connections(PROCESS_APPLICATION_NAMES["dev"])
     # mypy does not narrow by an import: the demo's binds app when None (the two ignores below)
     app = load_app(target) if target else None
     if app is None:

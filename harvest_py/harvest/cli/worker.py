@@ -246,6 +246,11 @@ def worker(
         }
     )
     plan = runtime_plan(config)
+    from harvest.cli.main import name_connections
+    from harvest.db.connection import process_application_name
+
+    # (harvest-worker, or harvest-scheduler / harvest-retention for a process without a claim loop)
+    name_connections(process_application_name(worker=plan.worker.value, scheduler=plan.scheduler.value))
     from harvest.telemetry.logs import configure_logging
     from harvest.worker.collector import freeze_at_exit
     from harvest.worker.event_loop import choose_event_loop

@@ -940,6 +940,25 @@ def warn_if_unverified_tls(dsn: str) -> None:
 # The roles a face may lower a request to (harvest.web.principal.ROLE_OF_SCOPE); never the worker.
 FACE_ROLES = frozenset({"harvest_reader", "harvest_operator", "harvest_admin"})
 FACE_APPLICATION_NAMES = {"api": "harvest-api", "cli": "harvest-cli", "ui": "harvest-ui"}
+# The application names Harvest's long-running processes give their connections, so an operator
+# tells them apart in pg_stat_activity (docs/operations.md, "Connection names"): `harvest worker`
+# by what its role runs, `harvest serve` and `harvest dev`. None is a face's: what they do that
+# the audit log records has source cli with the name in details, as any non-face client's.
+PROCESS_APPLICATION_NAMES = {
+    "worker": "harvest-worker",  # the claim loop (and the scheduler and janitor beside it)
+    "scheduler": "harvest-scheduler",  # the scheduler (and the janitor) without a claim loop
+    "retention": "harvest-retention",  # the retention janitor alone
+    "web": "harvest-web",  # harvest serve's own connections (its requests': harvest-api / -ui)
+    "dev": "harvest-dev",  # harvest dev: every runtime in one process
+}
+assert not set(PROCESS_APPLICATION_NAMES.values()) & set(FACE_APPLICATION_NAMES.values())
+
+
+def process_application_name(*, worker: bool, scheduler: bool) -> str:
+    """The application name of a process that runs the claim loop (``worker``), else the
+    scheduler, else (neither) the retention janitor alone."""
+    kind = "worker" if worker else "scheduler" if scheduler else "retention"
+    return PROCESS_APPLICATION_NAMES[kind]
 
 
 def _application_name(role: str, source: str) -> str:
