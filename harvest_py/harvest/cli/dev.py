@@ -81,7 +81,7 @@ def dev(
     """
     import asyncio
 
-    from harvest.cli.main import name_connections
+    from harvest.cli.appname import name_connections
     from harvest.cli.worker import load_app
     from harvest.db.connection import PROCESS_APPLICATION_NAMES, redact
     from harvest.db.embedded import EmbeddedPostgres, bin_dir

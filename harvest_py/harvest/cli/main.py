@@ -12,28 +12,13 @@ from typing import Any, NamedTuple, NoReturn, cast
 
 import click
 
+# (the application_name of every connection a command opens: harvest.cli.appname)
+from harvest.cli.appname import CLI_APPLICATION_NAME, DEFAULT_APPLICATION_NAME_KEY
 from harvest.core.errors import HarvestError
 
 # This module is all `harvest --help` imports (besides click and harvest.core.errors): each
 # command's module, and what it needs (the database driver, the config, the web server, the
 # worker), is imported when that command is resolved. tests/unit/test_cli_lazy.py holds it.
-
-# The application_name of every connection a command opens (libpq reads PGAPPNAME), unless the
-# caller's own PGAPPNAME names them: the audit log records operator actions made through the CLI
-# with source cli (harvest._audit_source reads a face's name). A long-running process renames its
-# connections once it knows what it runs (name_connections: harvest worker, serve, dev), to a name
-# of harvest.db.connection.PROCESS_APPLICATION_NAMES, none of them a face's.
-CLI_APPLICATION_NAME = "harvest-cli"
-# ctx.meta: PGAPPNAME is this invocation's default (the caller gave none), so a command may rename it.
-_DEFAULT_APPLICATION_NAME_KEY = "harvest.default_application_name"
-
-
-def name_connections(name: str) -> None:
-    """Name the connections this command opens from now on ``name`` (PGAPPNAME), unless the
-    caller's own PGAPPNAME names them. The name goes back with the rest when the command ends."""
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None and ctx.meta.get(_DEFAULT_APPLICATION_NAME_KEY):
-        os.environ["PGAPPNAME"] = name
 
 
 _OWN_CONFIG_PATH_KEY = "harvest.own_config_path"
@@ -169,7 +154,7 @@ class HarvestGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         previous = os.environ.get("PGAPPNAME")
         os.environ["PGAPPNAME"] = previous or CLI_APPLICATION_NAME
-        ctx.meta[_DEFAULT_APPLICATION_NAME_KEY] = not previous
+        ctx.meta[DEFAULT_APPLICATION_NAME_KEY] = not previous
         # The invoked subcommand's own --config (`harvest worker --config x.toml app:app`) is
         # the config file of this invocation: found before the root callback loads it.
         ctx.meta[_OWN_CONFIG_PATH_KEY] = _own_config_path(ctx)

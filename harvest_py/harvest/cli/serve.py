@@ -264,7 +264,7 @@ def serve(
     config = cli_config()
     if config.get("role") is None:
         config = config.with_overrides({"role": ("web", "harvest serve")})
-    from harvest.cli.main import name_connections
+    from harvest.cli.appname import name_connections
     from harvest.db.connection import PROCESS_APPLICATION_NAMES
 
     name_connections(PROCESS_APPLICATION_NAMES["web"])  # (each request's transaction names its face)

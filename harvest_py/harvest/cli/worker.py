@@ -246,7 +246,7 @@ def worker(
         }
     )
     plan = runtime_plan(config)
-    from harvest.cli.main import name_connections
+    from harvest.cli.appname import name_connections
     from harvest.db.connection import process_application_name
 
     # (harvest-worker, or harvest-scheduler / harvest-retention for a process without a claim loop)
