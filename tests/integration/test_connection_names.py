@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 import psycopg
 import pytest
-from worker_helpers import HARVEST, REPO, run_in_cli_worker, wait_until
+from worker_helpers import HARVEST, cli_env, run_in_cli_worker, wait_until
 
 from harvest import App, Client, activity, workflow
 
@@ -57,12 +56,7 @@ def test_the_callers_own_pgappname_wins(db: str, client: Client) -> None:
 
 
 def test_a_process_that_runs_the_scheduler_alone_connects_as_harvest_scheduler(db: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_") and k != "PGAPPNAME"}
-    env["HARVEST_DATABASE_URL"] = db
-    here = str(Path(__file__).resolve().parent)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO / "harvest_py"), here, env.get("PYTHONPATH")) if p
-    )
+    env = {k: v for k, v in cli_env(db, {}).items() if k != "PGAPPNAME"}
     proc = subprocess.Popen(
         [*HARVEST, "worker", "test_connection_names:app", "--no-worker", "--scheduler"],
         env=env,

@@ -35,18 +35,7 @@ __all__ = [
 ]
 
 _WHERE = {
-    **dict.fromkeys(
-        [
-            "AsyncClient",
-            "AsyncWorkflowHandle",
-            "Children",
-            "Client",
-            "Page",
-            "StartOptions",
-            "WorkflowHandle",
-        ],
-        "harvest.client.client",
-    ),
+    **dict.fromkeys([name for name in __all__ if name != "UpdateHandle"], "harvest.client.client"),
     "UpdateHandle": "harvest.client.messages",
 }
 
