@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg.types.json import Jsonb
-from race_helpers import in_thread, wait_until_blocked
+from race_helpers import in_thread, wait_until_blocked, wait_until_done_or_blocked
 
 from harvest import App, Debounce, Throttle, workflow
 from harvest.cli.main import main
@@ -27,7 +27,12 @@ async def held_reindex(ctx, change: dict) -> dict:
     return change
 
 
-APP = App(workflows=[held_send, held_reindex])
+@workflow(debounce=Debounce(quiet="5s", key="input.doc"))
+async def held_archive(ctx, change: dict) -> dict:
+    return change
+
+
+APP = App(workflows=[held_send, held_reindex, held_archive])
 T0 = "2030-01-01T00:00:00+00:00"
 LATER = "2030-01-01T00:10:00+00:00"
 
@@ -126,9 +131,31 @@ def test_the_sql_api_discards_by_id_and_by_filter_and_refuses_bad_input(db: str,
 
 
 def test_the_cli_lists_and_discards_held_back_starts(db: str, held: tuple[int, int]) -> None:
-    listed = cli(db, "start-gate", "list", "--workflow-name", "held_send", "--output", "json")
-    assert listed.exit_code == 0, listed.output
-    assert [r["id"] for r in json.loads(listed.stdout)] == list(held)
+    first = cli(db, "start-gate", "list", "--workflow-name", "held_send", "--limit", "1", "--output", "json")
+    assert first.exit_code == 0, first.output
+    page = json.loads(first.stdout)
+    assert [r["id"] for r in page["pending_starts"]] == [held[0]]
+    assert page["pending_starts"][0]["input_bytes"] == len(json.dumps([{"tenant": "acme", "n": 1}]))
+    assert page["pending_starts"][0]["offloaded_bytes"] == 0
+    rest = cli(
+        db,
+        "start-gate",
+        "list",
+        "--workflow-name",
+        "held_send",
+        "--cursor",
+        page["next_cursor"],
+        "-o",
+        "json",
+    )
+    assert rest.exit_code == 0, rest.output
+    assert [r["id"] for r in json.loads(rest.stdout)["pending_starts"]] == [held[1]]
+    assert json.loads(rest.stdout)["next_cursor"] is None
+    shown = cli(db, "start-gate", "list", "--limit", "1")
+    assert shown.exit_code == 0, shown.output
+    assert "1 held-back start(s); next page: --cursor ps1." in shown.stdout
+    other = cli(db, "start-gate", "list", "--workflow-name", "held_reindex", "--cursor", page["next_cursor"])
+    assert other.exit_code != 0 and "other filters" in other.output
     one = cli(db, "start-gate", "discard", str(held[0]), "--operator-id", "op-3", "--output", "json")
     assert one.exit_code == 0, one.output
     assert json.loads(one.stdout)["workflow_id"] == "send-1"
@@ -149,3 +176,42 @@ def test_the_cli_lists_and_discards_held_back_starts(db: str, held: tuple[int, i
     )
     assert many.exit_code == 0, many.output
     assert json.loads(many.stdout)["discarded"] == 1
+
+
+def test_a_discard_keeps_the_offloaded_row_another_gates_start_is_recording(db: str) -> None:
+    """A discard erases the run-less rows its start owns unless another held-back start names
+    them: an admission through another gate (its own lock, not this start's) that is recording
+    the row as its own must be seen. It locks the row (FOR KEY SHARE) until it commits, and the
+    discard locks the row before it reads the references: it waits, then keeps the row. Before,
+    the discard did not see the uncommitted pending row and erased what that start had recorded."""
+    with session(db, "setup") as conn:
+        conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+        ref = conn.execute("SELECT (harvest.put_payloads(NULL, ARRAY['\"big\"'::jsonb]))[1]").fetchone()[0]
+        arg = {"doc": "d1", "body": {"_harvest_ref": str(ref)}}
+        conn.execute("SELECT harvest.start_workflow('held_reindex', %s, 'r-1', 'default')", (Jsonb([arg]),))
+        held_id = conn.execute("SELECT id FROM harvest.pending_starts WHERE workflow_id = 'r-1'").fetchone()[
+            0
+        ]
+    outcome: dict[str, object] = {}
+    with session(db, "admitter") as admitter, session(db, "discarder") as discarder:
+        admitter.execute("BEGIN")
+        admitter.execute(
+            "SELECT harvest.start_workflow('held_archive', %s, 'a-1', 'default')", (Jsonb([arg]),)
+        )
+        thread = in_thread(
+            lambda: discarder.execute("SELECT harvest.discard_pending_start(%s)", (held_id,)).fetchone()[0],
+            outcome,
+        )
+        with psycopg.connect(db, autocommit=True) as watcher:
+            wait_until_done_or_blocked(watcher, thread, "discarder", "the row the admission recorded")
+        admitter.execute("COMMIT")
+        thread.join(20)
+    done = outcome["result"]
+    assert isinstance(done, dict) and done["workflow_id"] == "r-1", done
+    assert done["payloads_erased"] == 0
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM harvest.payloads WHERE id = %s", (ref,)).fetchone()[0] == 1
+        owned = conn.execute(
+            "SELECT payload_ids FROM harvest.pending_starts WHERE workflow_id = 'a-1'"
+        ).fetchone()[0]
+    assert owned == [ref]  # the start that is left still owns it: its release hands it to its run

@@ -982,7 +982,11 @@ def _start_steps(
     row = yield Sql(sqlapi.start_workflow, **call, shard=placement.shard)
     name = call["workflow_name"]
     if placement.pinned and routing.pin_was_deferred(name, placement, row):
-        routing.refuse_pending(name, row, (yield Sql(sqlapi.list_pending_starts, name)))
+        # (Its workflow id's held-back starts only: never a whole backlog in a start's transaction.)
+        pending = yield Sql(
+            sqlapi.list_pending_starts, name, limit=10_000, workflow_id=str(row["workflow_id"])
+        )
+        routing.refuse_pending(name, row, pending)
     if owned and row.get("execution_id") is not None:
         yield Sql(sqlapi.set_payloads_execution, owned, str(row["execution_id"]))
     return cast("dict[str, Any]", row)

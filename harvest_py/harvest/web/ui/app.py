@@ -478,7 +478,7 @@ class Dashboard:
             Route(
                 "/dead-letters/{shard:int}/{id:int}/discard", action(self.discard, "admin"), methods=["POST"]
             ),
-            Route("/start-gates", page(self.start_gates, "workflow_name", "kind", "limit")),
+            Route("/start-gates", page(self.start_gates, "workflow_name", "kind", "limit", "cursor")),
             Route("/start-gates/discard", action(self.discard_starts, "admin"), methods=["POST"]),
             Route(
                 "/start-gates/{shard:int}/{id:int}/discard",
@@ -1649,29 +1649,22 @@ class Dashboard:
         workflow_name = _param(q, "workflow_name")
         kind = _choice(q, "kind", START_GATE_KINDS)
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
-        fan = await fan_out_async(
-            self.source.apis(principal),
-            lambda api: api.list_pending_starts_page(workflow_name, kind, limit),
-            timeout=self.source.timeout,
+        # A page oldest first over every shard, the next by cursor (a throttle's backlog after an
+        # incident was every held-back start a view), as GET /start-gates/pending.
+        page = await self.source.reads(principal).list_pending_starts(
+            workflow_name, kind, limit, _param(q, "cursor")
         )
-        if not fan.results and fan.unavailable_shards:
-            raise _no_shard("no shard could be read; retry when one is up", fan.reasons)
-        rows = [
-            {"shard_id": s, **row}
-            for s, page in sorted(fan.results.items())
-            for row in page["pending_starts"]
-        ]
         return self.render(
             request,
             "start_gates.html",
             principal=principal,
             refresh=self._refresh(request),
-            rows=rows[:limit],
-            total=sum(page["total"] for page in fan.results.values()),
+            rows=page.value,
+            next_cursor=page.next_cursor,
             limit=limit,
             kind=kind,
             kinds=START_GATE_KINDS,
-            unavailable=fan.unavailable_shards,
+            unavailable=_unavailable(page),
         )
 
     async def discard_start(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
@@ -1686,10 +1679,10 @@ class Dashboard:
         if id_ > ROW_ID_MAX:
             raise NotFound(gone)
         if form.get("confirm") != "yes":
-            page = await self.source.on_shard(
-                shard, principal, lambda api: api.list_pending_starts_page(limit=1, id=id_), write=False
+            found = await self.source.on_shard(
+                shard, principal, lambda api: api.list_pending_starts(limit=1, id=id_), write=False
             )
-            row = next(iter(page["pending_starts"]), None)
+            row = next(iter(found), None)
             if row is None:
                 raise NotFound(gone)
             return self.render(
