@@ -239,6 +239,7 @@ DECLARE
     v_remaining bigint;
     v_runless bigint;
     v_held uuid [];
+    v_runless_ids uuid [];
 BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     v_max_age := coalesce(p_max_age, v_config.max_age);
@@ -302,13 +303,20 @@ BEGIN
     -- references a run-less row. A start a throttle, debounce or batch holds back has no run
     -- yet: the rows its input references are kept until it is released, which hands them to
     -- its run (_release_pending_start).
+    -- The batch's rows are locked first (one an admission is recording as its held-back start's
+    -- is locked by it, FOR KEY SHARE, and skipped), then the references read in a statement of
+    -- their own: a start admitted and committed before the lock is seen there. Read before the
+    -- lock, a start committed in between lost the row it had just recorded.
+    SELECT coalesce(array_agg(l.id), '{}'::uuid []) INTO v_runless_ids FROM (
+        SELECT q.id FROM harvest.payloads AS q
+        WHERE q.execution_id IS NULL AND q.created_at < v_cutoff
+        ORDER BY q.created_at LIMIT v_batch FOR UPDATE SKIP LOCKED
+    ) AS l;
     SELECT coalesce(array_agg(DISTINCT r.ref), '{}'::uuid []) INTO v_held
     FROM harvest.pending_starts AS ps, harvest._payload_refs(ps.input) AS r (ref);
     WITH gone AS (
         DELETE FROM harvest.payloads AS p
-        WHERE p.id IN (SELECT q.id FROM harvest.payloads AS q
-                       WHERE q.execution_id IS NULL AND q.created_at < v_cutoff AND q.id <> ALL(v_held)
-                       ORDER BY q.created_at LIMIT v_batch FOR UPDATE SKIP LOCKED)
+        WHERE p.id = ANY(v_runless_ids) AND p.id <> ALL(v_held)
         RETURNING 1
     )
     SELECT count(*) INTO v_runless FROM gone;

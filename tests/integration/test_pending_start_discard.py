@@ -1,6 +1,7 @@
 """Discarding a start a gate holds back (harvest.discard_pending_start / discard_pending_starts):
 a discard and a release of the same start race on the gate's lock, and exactly one wins; the
-operator's faces (the SqlApi, the CLI) reach it."""
+offloaded row an admission is recording as its start's is kept from a discard or retention
+racing it; the operator's faces (the SqlApi, the CLI) reach it."""
 
 from __future__ import annotations
 
@@ -215,3 +216,33 @@ def test_a_discard_keeps_the_offloaded_row_another_gates_start_is_recording(db: 
             "SELECT payload_ids FROM harvest.pending_starts WHERE workflow_id = 'a-1'"
         ).fetchone()[0]
     assert owned == [ref]  # the start that is left still owns it: its release hands it to its run
+
+
+def test_retention_keeps_the_offloaded_row_a_start_is_being_admitted_with(db: str) -> None:
+    """Retention's run-less sweep deletes a row past its window that no held-back start names. A
+    start admitted at that moment with a reference to such a row (a client that stored its input
+    long ago) locks it until it commits: the sweep skips it (SKIP LOCKED), and reads the
+    references only after it locked its batch. Before, it read them first, did not see the
+    admission's uncommitted row, and deleted the input the start had just recorded."""
+    later = "2030-01-03T00:00:00+00:00"
+    with session(db, "setup") as conn:
+        conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+        ref = conn.execute("SELECT (harvest.put_payloads(NULL, ARRAY['\"old\"'::jsonb]))[1]").fetchone()[0]
+    arg = {"doc": "d9", "body": {"_harvest_ref": str(ref)}}
+    outcome: dict[str, object] = {}
+    with session(db, "admitter", later) as admitter, session(db, "sweeper", later) as sweeper:
+        admitter.execute("BEGIN")
+        admitter.execute(
+            "SELECT harvest.start_workflow('held_reindex', %s, 'r-9', 'default')", (Jsonb([arg]),)
+        )
+        thread = in_thread(
+            lambda: sweeper.execute("SELECT harvest.run_retention('1 day')").fetchone()[0], outcome
+        )
+        with psycopg.connect(db, autocommit=True) as watcher:
+            wait_until_done_or_blocked(watcher, thread, "sweeper", "the row the admission recorded")
+        admitter.execute("COMMIT")
+        thread.join(20)
+    report = outcome["result"]
+    assert isinstance(report, dict) and report["runless_payloads_deleted"] == 0, report
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM harvest.payloads WHERE id = %s", (ref,)).fetchone()[0] == 1
