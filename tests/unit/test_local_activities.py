@@ -306,3 +306,35 @@ def test_sys_exit_in_a_local_activity_fails_its_attempt():
     assert [c for c in CALLS if c[0] == "exits"] == [("exits", 1), ("exits", 2)]
     assert outcome["failure"]["error_type"] == "SystemExit"
     assert outcome["failure"]["message"] == "SystemExit(4) raised in the activity (sys.exit()?)"
+
+
+@activity(local=True, retry=RetryPolicy.exponential(max_attempts=3, initial="1s", maximum="2s"))
+async def rate_limited(ctx) -> int:
+    CALLS.append(("rate_limited", ctx.attempt()))
+    if ctx.attempt() == 1:
+        raise ActivityFailure("RateLimited", "429", next_retry_delay="5s")  # a Retry-After
+    if ctx.attempt() == 2:
+        raise ActivityFailure("RateLimited", "429", next_retry_delay=60)  # past the inline cap
+    return ctx.attempt()
+
+
+def test_a_local_activity_waits_its_failure_s_next_retry_delay():
+    """The failure's next_retry_delay replaces the backoff (5 s, past the policy's 2 s maximum),
+    still capped by the inline retries' LOCAL_MAX_BACKOFF (they hold the workflow task's lease)."""
+    from harvest.runtime.local import LOCAL_MAX_BACKOFF, run_local_activity
+
+    CALLS.clear()
+    outcome = run(run_local_activity(rate_limited.__harvest_activity__, (), "e", 1, _factory, sleep=no_sleep))
+    assert outcome["result"] is not None
+    assert [c for c in CALLS if c[0] == "sleep"] == [("sleep", 5.0), ("sleep", LOCAL_MAX_BACKOFF)]
+
+
+def test_next_retry_delay_is_a_duration_or_an_invalid_argument():
+    from harvest.core.errors import InvalidArgument
+
+    assert ActivityFailure("E", "m", next_retry_delay="1m30s").to_json()["next_retry_delay"] == 90.0
+    assert "next_retry_delay" not in ActivityFailure("E", "m").to_json()
+    with pytest.raises(InvalidArgument, match="ActivityFailure next_retry_delay: -1 is not a non-negative"):
+        ActivityFailure("E", "m", next_retry_delay=-1)
+    assert ActivityFailure.from_json({"error_type": "E", "next_retry_delay": 3}).next_retry_delay == 3.0
+    assert ActivityFailure.from_json({"error_type": "E", "next_retry_delay": "x"}).next_retry_delay is None

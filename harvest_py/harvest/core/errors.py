@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harvest.core.durations import Duration
 
 
 class HarvestError(Exception):
@@ -339,16 +342,30 @@ class ActivityFailure(HarvestError):
 
     Raise it from an activity to choose the ``error_type`` and whether retries
     stop at once; the workflow receives it (as ``ActivityError``'s cause) when
-    the failure is final.
+    the failure is final. ``next_retry_delay`` (a duration) replaces the retry policy's
+    backoff before the next attempt, e.g. a 429's ``Retry-After``: docs/activities.md.
     """
 
-    def __init__(self, error_type: str, message: str, non_retryable: bool = False, details: Any = None):
+    def __init__(
+        self,
+        error_type: str,
+        message: str,
+        non_retryable: bool = False,
+        details: Any = None,
+        *,
+        next_retry_delay: Duration | None = None,
+    ):
         message = recordable(message)
         super().__init__(f"{error_type}: {message}")
         self.error_type = error_type
         self.message = message
         self.non_retryable = non_retryable
         self.details = details
+        self.next_retry_delay: float | None = None
+        if next_retry_delay is not None:
+            from harvest.core.durations import parse_duration  # (durations imports this module)
+
+            self.next_retry_delay = parse_duration(next_retry_delay, "ActivityFailure next_retry_delay")
         # Where the attempt's exception was raised (failure_traceback), set by from_exception;
         # recorded beside the details, never in them (a payload as they are: docs/failures.md).
         self.traceback: str | None = None
@@ -370,6 +387,8 @@ class ActivityFailure(HarvestError):
         }
         if self.traceback is not None:
             out["traceback"] = self.traceback
+        if self.next_retry_delay is not None:
+            out["next_retry_delay"] = self.next_retry_delay
         return out
 
     @classmethod
@@ -382,6 +401,9 @@ class ActivityFailure(HarvestError):
         )
         text = data.get("traceback")  # (not details': a user's own key)
         failure.traceback = text if isinstance(text, str) else None
+        delay = data.get("next_retry_delay")  # (what the database took: a number of seconds)
+        if isinstance(delay, (int, float)) and not isinstance(delay, bool):
+            failure.next_retry_delay = float(delay)
         return failure
 
     @classmethod

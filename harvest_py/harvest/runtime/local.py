@@ -232,7 +232,7 @@ async def run_local_activity(
             report = failure.to_json()
             report["details"] = encode_details(report["details"])
             return {"name": defn.name, "failure": report}
-        delay = min(defn.retry.delay(attempt), LOCAL_MAX_BACKOFF)
+        delay = min(defn.retry.delay(attempt, failure), LOCAL_MAX_BACKOFF)
         if deadline is not None and loop.time() + delay >= deadline:
             # Retries remained, but the next one would start past schedule_to_close.
             return {
