@@ -4,6 +4,7 @@ backoff (docs/activities.md, "Retries")."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import psycopg
@@ -15,7 +16,9 @@ from harvest.db import testkit
 @activity(start_to_close="30s", retry=RetryPolicy.exponential(max_attempts=3, initial="1s", maximum="5s"))
 async def call_model(ctx) -> int:
     if ctx.attempt() == 1:
-        raise ActivityFailure("RateLimited", "HTTP 429", next_retry_delay="1h")  # Retry-After: 3600
+        raise ActivityFailure(
+            "RateLimited", "HTTP 429", next_retry_delay=dt.timedelta(hours=1)
+        )  # Retry-After: 3600
     return ctx.attempt()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import threading
 import uuid
 
@@ -312,7 +313,7 @@ def test_sys_exit_in_a_local_activity_fails_its_attempt():
 async def rate_limited(ctx) -> int:
     CALLS.append(("rate_limited", ctx.attempt()))
     if ctx.attempt() == 1:
-        raise ActivityFailure("RateLimited", "429", next_retry_delay="5s")  # a Retry-After
+        raise ActivityFailure("RateLimited", "429", next_retry_delay=5)  # a Retry-After
     if ctx.attempt() == 2:
         raise ActivityFailure("RateLimited", "429", next_retry_delay=60)  # past the inline cap
     return ctx.attempt()
@@ -329,12 +330,17 @@ def test_a_local_activity_waits_its_failure_s_next_retry_delay():
     assert [c for c in CALLS if c[0] == "sleep"] == [("sleep", 5.0), ("sleep", LOCAL_MAX_BACKOFF)]
 
 
-def test_next_retry_delay_is_a_duration_or_an_invalid_argument():
+def test_next_retry_delay_is_seconds_or_a_timedelta_else_an_invalid_argument():
     from harvest.core.errors import InvalidArgument
 
-    assert ActivityFailure("E", "m", next_retry_delay="1m30s").to_json()["next_retry_delay"] == 90.0
+    assert (
+        ActivityFailure("E", "m", next_retry_delay=dt.timedelta(minutes=1.5)).to_json()["next_retry_delay"]
+        == 90.0
+    )
+    assert ActivityFailure("E", "m", next_retry_delay=3).to_json()["next_retry_delay"] == 3.0
     assert "next_retry_delay" not in ActivityFailure("E", "m").to_json()
-    with pytest.raises(InvalidArgument, match="ActivityFailure next_retry_delay: -1 is not a non-negative"):
-        ActivityFailure("E", "m", next_retry_delay=-1)
+    for bad in (-1, float("nan"), float("inf"), "30s", True):
+        with pytest.raises(InvalidArgument, match=r"next_retry_delay: expected seconds .* timedelta, got"):
+            ActivityFailure("E", "m", next_retry_delay=bad)  # type: ignore[arg-type]
     assert ActivityFailure.from_json({"error_type": "E", "next_retry_delay": 3}).next_retry_delay == 3.0
     assert ActivityFailure.from_json({"error_type": "E", "next_retry_delay": "x"}).next_retry_delay is None

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harvest.core.durations import Duration
+    import datetime
 
 
 class HarvestError(Exception):
@@ -337,13 +337,26 @@ class TimeoutError_(HarvestError, TimeoutError):
     http_status = 504
 
 
+def _retry_delay_secs(value: Any) -> float:
+    """``ActivityFailure``'s ``next_retry_delay`` in seconds: a number or a timedelta, finite and not
+    negative (a string such as "30s" is refused: durations.parse_duration imports this module)."""
+    seconds = value.total_seconds() if hasattr(value, "total_seconds") else value
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 <= seconds < float("inf"):
+        return float(seconds)
+    raise InvalidArgument(
+        "ActivityFailure next_retry_delay: expected seconds (a number, not negative) or a timedelta, "
+        f"got {value!r}"
+    )
+
+
 class ActivityFailure(HarvestError):
     """A typed activity failure.
 
     Raise it from an activity to choose the ``error_type`` and whether retries
     stop at once; the workflow receives it (as ``ActivityError``'s cause) when
     the failure is final. ``next_retry_delay`` (a duration) replaces the retry policy's
-    backoff before the next attempt, e.g. a 429's ``Retry-After``: docs/activities.md.
+    backoff before the next attempt (seconds or a timedelta), e.g. a 429's ``Retry-After``:
+    docs/activities.md.
     """
 
     def __init__(
@@ -353,7 +366,7 @@ class ActivityFailure(HarvestError):
         non_retryable: bool = False,
         details: Any = None,
         *,
-        next_retry_delay: Duration | None = None,
+        next_retry_delay: float | datetime.timedelta | None = None,
     ):
         message = recordable(message)
         super().__init__(f"{error_type}: {message}")
@@ -361,11 +374,7 @@ class ActivityFailure(HarvestError):
         self.message = message
         self.non_retryable = non_retryable
         self.details = details
-        self.next_retry_delay: float | None = None
-        if next_retry_delay is not None:
-            from harvest.core.durations import parse_duration  # (durations imports this module)
-
-            self.next_retry_delay = parse_duration(next_retry_delay, "ActivityFailure next_retry_delay")
+        self.next_retry_delay = None if next_retry_delay is None else _retry_delay_secs(next_retry_delay)
         # Where the attempt's exception was raised (failure_traceback), set by from_exception;
         # recorded beside the details, never in them (a payload as they are: docs/failures.md).
         self.traceback: str | None = None
