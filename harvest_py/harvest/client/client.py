@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import json
 import threading
 import time
 import uuid
@@ -141,12 +142,22 @@ def _outcome(execution: dict[str, Any], definition: WorkflowDefinition | None) -
     if status == "FAILED":
         raise WorkflowFailed(execution_id, failure)
     if status == "CANCELLED":
-        raise WorkflowCancelled(f"workflow {execution_id} was cancelled: {reason}")
+        raise WorkflowCancelled(f"workflow {execution_id} was cancelled: {_cancel_reason(failure, reason)}")
     if status == "TERMINATED":
         raise WorkflowTerminated(f"workflow {execution_id} was terminated: {reason}")
     if status == "TIMED_OUT":
         raise WorkflowTimedOut(f"workflow {execution_id} timed out: {reason}")
     raise WorkflowFailed(execution_id, {"error_type": status, "message": f"run ended {status}"})
+
+
+def _cancel_reason(failure: dict[str, Any], message: str) -> str:
+    """A cancelled run's reason: its details (the cancel's reason unless the workflow gave its
+    own), decoded. The stored message is their text as the worker's codecs left them, an
+    envelope's or an offload reference's JSON under codecs (functions/decide.sql)."""
+    details = failure.get("details")
+    if details is None:
+        return message
+    return details if isinstance(details, str) else json.dumps(details, default=str)
 
 
 def _not_deferred(handle: Any) -> None:
@@ -481,7 +492,7 @@ def _read_run(handle: Any, execution_id: str, waiter_id: str) -> Steps[dict[str,
     """The run, read by a result wait (which marks the waiter: a closing run then notifies), its
     output and failure as the worker's codecs wrote them (an offloaded one: read too)."""
     execution = yield Sql(sqlapi.wait_for_result, execution_id, waiter_id)
-    if execution["status"] in ("COMPLETED", "FAILED"):
+    if execution["status"] in ("COMPLETED", "FAILED", "CANCELLED"):
         payloads = handle.client.payloads
         execution = {
             **execution,
