@@ -55,6 +55,7 @@ from harvest.core.errors import (
     failure_line,
 )
 from harvest.core.ids import shard_of
+from harvest.core.json_values import json_default
 from harvest.core.receipts import SignalReceipt
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.core.stepper import Do as _Do
@@ -157,7 +158,7 @@ def _cancel_reason(failure: dict[str, Any], message: str) -> str:
     details = failure.get("details")
     if details is None:
         return message
-    return details if isinstance(details, str) else json.dumps(details, default=str)
+    return details if isinstance(details, str) else json.dumps(details, default=json_default)
 
 
 def _not_deferred(handle: Any) -> None:
