@@ -240,7 +240,8 @@ DECLARE
     v_runless bigint;
     v_held uuid [];
     v_runless_ids uuid [];
-    v_front uuid [];  -- the chain links the batch took last (run_retention's walk up chains)
+    v_front uuid [];  -- the runs the batch's last-taken runs continued from (the walk up chains)
+    v_taken uuid [];
 BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     v_max_age := coalesce(p_max_age, v_config.max_age);
@@ -270,7 +271,9 @@ BEGIN
         -- judged each row with its statement's snapshot, so a hold committed between that
         -- snapshot and the row's lock (set_legal_hold locks the row to set it) was not seen;
         -- every hold set before the lock is seen now, and none can be set after it.
-        SELECT array_agg(e.id) INTO v_ids FROM harvest.executions AS e
+        -- v_front: the runs the batch's runs continued from (none for a run that did not).
+        SELECT array_agg(e.id), array_agg(e.continued_from) FILTER (WHERE e.continued_from IS NOT NULL)
+        INTO v_ids, v_front FROM harvest.executions AS e
         WHERE e.id = ANY(v_ids) AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard);
         -- A chain's earlier runs go with its last: each run the batch deletes takes the run it
         -- continued from (kept only while its successor is here), and that one the run before
@@ -279,21 +282,20 @@ BEGIN
         -- session holds, one under a legal hold (checked, as above, once it is ours) or one a
         -- parent on another shard is owed ends its chain's walk: it and the runs before it
         -- stay, kept by their successor as before.
-        v_front := v_ids;
         WHILE v_front IS NOT NULL AND cardinality(v_ids) < v_batch LOOP
             SELECT array_agg(q.id) INTO v_front FROM (
-                SELECT p.id FROM harvest.executions AS s
-                JOIN harvest.executions AS p ON p.id = s.continued_from
-                WHERE s.id = ANY(v_front) AND p.status = 'CONTINUED_AS_NEW'
-                  AND (p.output ->> 'continued_as_new')::uuid = s.id
+                SELECT p.id FROM harvest.executions AS p
+                WHERE p.id = ANY(v_front) AND p.status = 'CONTINUED_AS_NEW'
+                  AND (p.output ->> 'continued_as_new')::uuid = ANY(v_ids)
                   AND p.completed_at < v_cutoff AND p.end_owed_to_shard IS NULL
                 LIMIT v_batch - cardinality(v_ids)
-                FOR UPDATE OF p SKIP LOCKED
+                FOR UPDATE SKIP LOCKED
             ) AS q;
-            SELECT array_agg(p.id) INTO v_front FROM harvest.executions AS p
+            SELECT array_agg(p.id), array_agg(p.continued_from) FILTER (WHERE p.continued_from IS NOT NULL)
+            INTO v_taken, v_front FROM harvest.executions AS p
             WHERE p.id = ANY(v_front)
               AND NOT EXISTS (SELECT 1 FROM harvest.legal_holds AS h WHERE h.execution_id = p.id);
-            v_ids := v_ids || v_front;
+            v_ids := v_ids || v_taken;
         END LOOP;
         -- An external signal or cancel keeps its row: its source still hears the
         -- outcome (not_found, once its target is gone). Down relays_target (migration 0119).
