@@ -656,8 +656,13 @@ ROLLBACK;
 -- harvest.count_versions: which recorded versions of a ctx.version() gate runs still use.
 -- Runs of ver_wf with workflow id <key> on queue vq_<key>.
 BEGIN;
-SELECT plan(42);
+SELECT plan(43);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- Its reads of the markers go down events_version_markers (0138; the plans:
+-- tests/integration/test_version_usage_plans.py).
+SELECT ok(EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = 'harvest' AND indexname = 'events_version_markers'),
+          'events_version_markers finds a change''s version markers by change id and run');
 
 -- Change vc: v1a (running, 1), v2a and v2b (running, 2), v2done (completed, 2),
 -- v1fail (failed, 1). v1a also records another change and a non-version marker.
