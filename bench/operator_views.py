@@ -4,21 +4,29 @@
     nice -n 10 python bench/operator_views.py --data /tmp/opviews --sql      # the SQL API's reads
     nice -n 10 python bench/operator_views.py --data /tmp/opviews --explain NAME
     nice -n 10 python bench/operator_views.py --data /tmp/opviews --sql --index-attr priority
+    nice -n 10 python bench/operator_views.py --data /tmp/opviews --prune '67 days'   # destructive
 
 One embedded PostgreSQL on a kept data directory (each run starts it again; ``--drop`` deletes
 it). The fill is set-based (INSERT ... SELECT over generate_series, a quarter of a million runs
 per statement), with the secondary indexes of the filled tables dropped and built again after:
 
 - ``--runs`` executions (2M by default) created over the last 90 days in id order (the ids'
-  clock bytes are their creation times, as ``_new_execution_id`` makes them), over 20 workflow
-  names (skewed: the first few hold most runs) and 5 queues; 96.5% COMPLETED, 1.5% FAILED,
-  0.5% each CANCELLED, TERMINATED and TIMED_OUT, 1% CONTINUED_AS_NEW, the last day's every third
-  run RUNNING with a pending activity task, one in 5,000 older runs RUNNING on a far timer;
-  one run in fifty a child of the run before it;
+  clock bytes are their creation times, as ``_new_execution_id`` makes them), over 200 workflow
+  names (skewed: the last few hold about 1% each) and 50 queues; 87.5% COMPLETED, 10% FAILED,
+  0.5% each CANCELLED, TERMINATED and TIMED_OUT, 1% CONTINUED_AS_NEW; one run in a hundred
+  RUNNING with a failing workflow task (its row's last_failure: the failing filter's runs), the
+  last day's every third run RUNNING with a pending activity, one in 5,000 older runs RUNNING on
+  a far timer; one run in fifty a child of the run before it;
 - a third of the runs carry search attributes (tenant out of 5,000, region out of 4; one in
   ten a number too);
-- 3 events per run, 5 for a run with an activity (one in three): about 7.3M events;
-- a dead letter for every FAILED run; 100,000 audit rows; 50 schedules with 20 firings each.
+- 2 or 3 events per live run; an ended run 3, or 6 with an activity (one in three), and 0 to 4
+  more activities (3 events each): about 19.8M events;
+- a dead letter for every FAILED run (200,000); 100,000 audit rows; 50 schedules with 20
+  firings each.
+
+``--prune MAX_AGE`` (after ``--sql``, or alone) sweeps the runs older than it as `harvest retention
+run-now` does, batch by batch, while another connection starts a workflow every 20 ms: the
+starts' times say what the sweep's locks cost them. It deletes the runs: run it last.
 
 Every row follows the schema's rules (the executions' and events' rules are checked by the fill
 itself: it runs with ``session_replication_role = replica``, which skips the row triggers and
@@ -671,12 +679,9 @@ def prune(dsn: str, max_age: str, batch_size: int) -> dict[str, Any]:
                 time.sleep(0.02)
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        t0 = time.perf_counter()
-        status = conn.execute(
-            "SELECT harvest.get_retention_status() -> 'eligible'"
-            " FROM harvest.set_retention(%s::interval, %s)",
-            [max_age, batch_size],
-        ).fetchone()[0]  # type: ignore[index]
+        conn.execute("SELECT harvest.set_retention(%s::interval, %s)", [max_age, batch_size])
+        t0 = time.perf_counter()  # (`harvest retention status`, and run-now's progress bar)
+        status = conn.execute("SELECT harvest.get_retention_status() -> 'eligible'").fetchone()[0]  # type: ignore[index]
         status_ms = (time.perf_counter() - t0) * 1000
         thread = threading.Thread(target=starter, daemon=True)
         thread.start()
