@@ -13,28 +13,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-
-
-def nested_plans(conn: psycopg.Connection, sql: str) -> list[str]:
-    """The plans of the statements sql runs, nested ones included (auto_explain's notices)."""
-    plans: list[str] = []
-
-    def keep(diag: psycopg.errors.Diagnostic) -> None:
-        plans.append(diag.message_primary or "")
-
-    conn.execute("LOAD 'auto_explain'")
-    conn.execute("SET auto_explain.log_min_duration = 0")
-    conn.execute("SET auto_explain.log_nested_statements = on")
-    conn.execute("SET auto_explain.log_level = notice")
-    conn.execute("SET enable_seqscan = off")
-    conn.add_notice_handler(keep)
-    try:
-        conn.execute(sql).fetchall()
-    finally:
-        conn.remove_notice_handler(keep)
-        conn.execute("SET auto_explain.log_min_duration = -1")
-        conn.execute("RESET enable_seqscan")
-    return plans
+from stats_helpers import nested_plans
 
 
 @pytest.mark.parametrize(
@@ -49,7 +28,8 @@ def nested_plans(conn: psycopg.Connection, sql: str) -> list[str]:
     ids=["active", "terminal", "all", "history-before, no marker", "history-before, every version"],
 )
 def test_count_versions_reads_the_markers_down_their_index(conn: psycopg.Connection, call: str) -> None:
-    plans = nested_plans(conn, f"SELECT * FROM {call}")
+    conn.execute("SET enable_seqscan = off")
+    _, plans = nested_plans(conn, f"SELECT * FROM {call}")
     marker_reads = [p for p in plans if "'MarkerRecorded'" in p]
     assert marker_reads, plans
     for plan in marker_reads:
