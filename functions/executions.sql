@@ -1906,7 +1906,7 @@ $$;
 -- which a reset's fork copies from its source): the runs that may replay the DEFAULT_VERSION branch
 -- of a gate deployed then (those that passed its position before, and those that have not reached
 -- it yet, which record the new version when they do). Active runs only; p_version NULL or -1.
--- Every read of the markers goes down events_version_markers (change id, run; migration 0138):
+-- Every read of the markers goes down events_version_markers (change id, run; migration 0139):
 -- the terminal and all counts read every event kept, and the runs with no marker were found by
 -- a scan of every event (6 s and 4.4 s over 20M events, docs/performance.md).
 CREATE OR REPLACE FUNCTION harvest.count_versions(

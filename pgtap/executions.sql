@@ -659,7 +659,7 @@ BEGIN;
 SELECT plan(43);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
--- Its reads of the markers go down events_version_markers (0138; the plans:
+-- Its reads of the markers go down events_version_markers (0139; the plans:
 -- tests/integration/test_version_usage_plans.py).
 SELECT ok(EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = 'harvest' AND indexname = 'events_version_markers'),
           'events_version_markers finds a change''s version markers by change id and run');

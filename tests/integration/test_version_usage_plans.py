@@ -2,7 +2,7 @@
 
 Its terminal and all counts read every event kept to find a change's markers, and its
 --history-before count (the live runs with no marker) scanned every event for them: 6 s and
-4.4 s over 20M events (migration 0138, docs/performance.md "Every read face over 2M runs").
+4.4 s over 20M events (migration 0139, docs/performance.md "Every read face over 2M runs").
 The partial index (change id, run) holds the version markers alone. Each case runs the
 function with auto_explain listing the plans of the statements inside it, sequential scans
 priced out as on a big table (a small one is read whole whatever its indexes), and checks

@@ -1,5 +1,5 @@
 -- harvest:no-transaction
--- 0138: a change's version markers get a partial index of their own, events_version_markers
+-- 0139: a change's version markers get a partial index of their own, events_version_markers
 -- (change id, run), so harvest.count_versions (`harvest version-usage`, GET
 -- /admin/version-usage) reads the few markers of the change asked for: its terminal and all
 -- counts read every event kept, and its --history-before count read every event to find the
