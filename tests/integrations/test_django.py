@@ -172,3 +172,56 @@ def test_no_database_names_the_places_django_reads(monkeypatch: pytest.MonkeyPat
     with override_settings(HARVEST=BASE), pytest.raises(CommandError, match="HARVEST_DATABASE_URL"):
         call_command("harvest_worker", stdout=out)
     assert "polling" not in out.getvalue(), out.getvalue()
+
+
+def test_manage_py_harvest_worker_health_port_serves_the_workers_probes(harvest_db: str) -> None:
+    """`manage.py harvest_worker --health-port P`: the probes `harvest worker --health-port`
+    serves (it had none: a Django worker Deployment had no liveness but its heartbeat)."""
+    import json
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")},
+        "HARVEST_DATABASE_URL": harvest_db,
+        "DJANGO_SETTINGS_MODULE": "django_project.settings",
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "django", "harvest_worker", "--health-port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: tuple[int, dict] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and worker.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/ready", timeout=5) as response:
+                    seen = (response.status, json.load(response))
+                    break
+            except urllib.error.HTTPError as exc:
+                seen = (exc.code, json.load(exc))
+            except urllib.error.URLError:
+                pass
+            time.sleep(0.05)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/live", timeout=5) as response:
+            live = json.load(response)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert seen is not None and seen[0] == 200 and seen[1]["status"] == "ready", (seen, err[-2000:])
+    assert live == {"status": "ok"}
+
+
+def test_manage_py_harvest_worker_refuses_a_bad_health_port(harvest_db: str) -> None:
+    with pytest.raises(CommandError, match="--health-port 70000: a port from 1 to 65535"):
+        call_command("harvest_worker", "--health-port", "70000", stdout=io.StringIO())

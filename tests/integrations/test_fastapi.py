@@ -4,7 +4,11 @@ lifespan run, requests through httpx's ASGI transport, on the test database."""
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import httpx
@@ -207,6 +211,8 @@ def test_bad_arguments_are_refused_at_construction() -> None:
         TypeError, match=r"'concurency' is not a WorkerOptions field \(did you mean 'concurrency'\?\)"
     ):
         HarvestLifespan(app, run_worker=True, worker_options={"concurency": 4})
+    with pytest.raises(ValueError, match=r"health_port=.*needs run_worker=True .*/api/harvest/health/live"):
+        HarvestLifespan(app, health_port=8081)
 
 
 def test_an_app_stopped_at_once_stops_its_worker(db: str) -> None:
@@ -510,3 +516,32 @@ def test_an_app_answering_with_harvest_error_handler_logs_an_outages_count_at_sh
     said = [r.getMessage() for r in caplog.records if r.name == "harvest.web" and "outage" in r.getMessage()]
     assert len(said) == 2 and f"request {ids[0]}: outage {ids[0][:8]} begins" in said[0], said
     assert f"outage {ids[0][:8]} at shutdown: 2 more requests" in said[1], said
+
+
+def _probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def test_health_port_serves_the_in_process_workers_probes_and_closes_with_the_app(db: str) -> None:
+    """HarvestLifespan(health_port=P): the in-process worker's liveness and readiness, as
+    `harvest worker --health-port` serves them (there were none but the app's own, which say
+    nothing of a draining worker or one whose heartbeats no longer reach the database)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    api = fastapi_app(db, run_worker=True, health_port=port)
+
+    async def calls(http: httpx.AsyncClient) -> Any:
+        ready = await asyncio.to_thread(_probe, port, "/health/ready")
+        live = await asyncio.to_thread(_probe, port, "/health/live")
+        return ready, live, api.state.harvest.worker.worker_id
+
+    ready, live, worker_id = asyncio.run(serve(api, calls))
+    assert ready == (200, {"status": "ready", "worker_id": worker_id})
+    assert live == (200, {"status": "ok"})
+    with pytest.raises(urllib.error.URLError):  # closed with the app: its port is free again
+        _probe(port, "/health/live")

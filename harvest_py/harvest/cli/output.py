@@ -259,6 +259,28 @@ def log_format_option(f: FC) -> FC:
     )(f)
 
 
+def health_options(whose: str) -> Callable[[FC], FC]:
+    """``--health-port`` and ``--health-host``: the worker's probes (harvest/worker/probes.py) of
+    a process that runs one (`harvest worker`, `harvest serve`); ``whose``: which worker."""
+
+    def add(f: FC) -> FC:
+        f = click.option(
+            "--health-host",
+            default="127.0.0.1",
+            show_default=True,
+            help="The address --health-port binds (0.0.0.0: every interface, for the kubelet's probes).",
+        )(f)
+        return click.option(
+            "--health-port",
+            default=None,
+            type=click.IntRange(1, 65535),
+            help=f"Serve the liveness and readiness probes of {whose} on http://HOST:PORT/health/live "
+            "and /health/ready (docs/operations.md, Kubernetes).",
+        )(f)
+
+    return add
+
+
 def _global_output(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """`harvest --output json CMD` (the spec's form) counts unless CMD's own --output is given."""
     if ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT:
