@@ -225,3 +225,63 @@ def test_manage_py_harvest_worker_health_port_serves_the_workers_probes(harvest_
 def test_manage_py_harvest_worker_refuses_a_bad_health_port(harvest_db: str) -> None:
     with pytest.raises(CommandError, match="--health-port 70000: a port from 1 to 65535"):
         call_command("harvest_worker", "--health-port", "70000", stdout=io.StringIO())
+
+
+def test_a_start_in_a_views_transaction_commits_with_it_only_on_its_connection(harvest_db: str) -> None:
+    """What docs/integrations.md promises a view in ``transaction.atomic()``: get_client()'s start
+    commits on its own connection whatever the view's transaction does; with ``connection=`` Django's
+    own (psycopg 3) connection it is rolled back and committed with the view's transaction, even as
+    the transaction's first statement."""
+    from django.db import connections, transaction
+    from harvest.errors import NotFound
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = conninfo_to_dict(harvest_db)
+    alias = "harvest_view"
+    connections.settings[alias] = connections.configure_settings(
+        {
+            "default": {"ENGINE": "django.db.backends.dummy"},
+            alias: {
+                "ENGINE": "django.db.backends.postgresql",
+                "NAME": parts["dbname"],
+                "USER": parts.get("user", ""),
+                "PASSWORD": parts.get("password", ""),
+                "HOST": parts.get("host", ""),
+                "PORT": parts.get("port", ""),
+            },
+        }
+    )[alias]
+    client = harvest_django.get_client()
+
+    def started(workflow_id: str) -> bool:
+        try:
+            client.get_handle(workflow_id=workflow_id).describe()
+        except NotFound:
+            return False
+        return True
+
+    def view(workflow_id: str, *, joined: bool, fail: bool, orm_first: bool = False) -> None:
+        django_db = connections[alias]
+        try:
+            with transaction.atomic(using=alias):
+                if orm_first:
+                    with django_db.cursor() as cursor:
+                        cursor.execute("SELECT 1")
+                on = {"connection": django_db.connection} if joined else {}
+                client.start_workflow("greet", workflow_id, workflow_id=workflow_id, **on)
+                if fail:
+                    raise RuntimeError("the view failed")
+        except RuntimeError:
+            pass
+
+    try:
+        view("own", joined=False, fail=True)
+        view("joined-first", joined=True, fail=True)
+        view("joined-after", joined=True, fail=True, orm_first=True)
+        view("joined-ok", joined=True, fail=False)
+        assert started("own")  # its own connection: committed at once
+        assert not started("joined-first") and not started("joined-after")
+        assert started("joined-ok")
+    finally:
+        connections[alias].close()
+        del connections.settings[alias]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import time
 import urllib.error
@@ -53,6 +54,13 @@ async def lingering(ctx: Any, name: str) -> str:
 
 app = App(workflows=[greet, lingering], activities=[shout, slow])
 FAST = {"poll_interval": 0.2, "scan_interval": 0.2, "shutdown_grace": 5.0}
+
+
+def _fresh_started() -> None:
+    """A new event for ``slow`` to set, on this test's loop (an Event waited on is bound to the
+    loop of its first wait: the next test's asyncio.run could not wait on it)."""
+    global slow_started
+    slow_started = asyncio.Event()
 
 
 def fastapi_app(db: str, **options: Any) -> FastAPI:
@@ -112,7 +120,7 @@ def test_shutdown_drains_the_activity_in_flight(db: str) -> None:
     api = fastapi_app(db, run_worker=True)
 
     async def calls(http: httpx.AsyncClient) -> str:
-        slow_started.clear()
+        _fresh_started()
         execution_id = (await http.post("/linger/bo")).json()["execution_id"]
         await asyncio.wait_for(slow_started.wait(), 10)
         return execution_id  # the app stops now, with the activity running
@@ -121,6 +129,27 @@ def test_shutdown_drains_the_activity_in_flight(db: str) -> None:
     with Client(db) as client:
         events = [e["event_type"] for e in client.get_handle(execution_id).history()]
     assert "ActivityCompleted" in events, events  # finished in the drain, not released
+
+
+def test_a_shutdown_that_waits_for_work_in_flight_says_so(db: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A stop (SIGTERM, a --reload) waited up to worker.shutdown_grace for the activities in
+    flight with no line a server's log shows (the worker's is INFO): it looked hung."""
+    # An idle stop says nothing (first: no work of this test's is left for its worker to claim).
+    with caplog.at_level(logging.WARNING, logger="harvest.integrations"):
+        asyncio.run(serve(fastapi_app(db, run_worker=True), lambda http: asyncio.sleep(0)))
+    assert not [r for r in caplog.records if "in flight" in r.getMessage()]
+
+    api = fastapi_app(db, run_worker=True)
+
+    async def calls(http: httpx.AsyncClient) -> None:
+        _fresh_started()
+        await http.post("/linger/di")
+        await asyncio.wait_for(slow_started.wait(), 10)
+
+    with caplog.at_level(logging.WARNING, logger="harvest.integrations"):
+        asyncio.run(serve(api, calls))
+    said = [r.getMessage() for r in caplog.records if r.name == "harvest.integrations"]
+    assert any("1 task(s) in flight finish, within worker.shutdown_grace = 5 s" in m for m in said), said
 
 
 def test_without_a_worker_runs_wait_for_one_and_the_api_can_stay_unmounted(db: str) -> None:

@@ -285,6 +285,16 @@ class HarvestLifespan:
         beside = self._worker
         if beside is None:
             return
+        worker = beside.worker
+        if worker is not None and beside.booted and (busy := worker.in_flight) > 0:
+            # Said where a server's log shows it: the worker's own line is INFO, which a server's
+            # logging (uvicorn's) leaves out, and a stop or a --reload looked hung meanwhile.
+            log.warning(
+                "harvest: the app stops once the in-process worker's %d task(s) in flight finish, "
+                "within worker.shutdown_grace = %g s (the rest are released to other workers)",
+                busy,
+                worker.shutdown_grace,
+            )
         try:
             await beside.stop()
         finally:

@@ -477,6 +477,11 @@ class Worker:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    @property
+    def in_flight(self) -> int:
+        """The tasks this worker runs now (what a stop waits for, within ``shutdown_grace``)."""
+        return len(self._inflight)
+
     def wake(self) -> None:
         """Wake the claim loop (work may be waiting)."""
         self._due_only = False
