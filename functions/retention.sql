@@ -336,23 +336,31 @@ BEGIN
     -- references a run-less row. A start a throttle, debounce or batch holds back has no run
     -- yet: the rows its input references are kept until it is released, which hands them to
     -- its run (_release_pending_start).
-    -- The batch's rows are locked first (one an admission is recording as its held-back start's
-    -- is locked by it, FOR KEY SHARE, and skipped), then the references read in a statement of
-    -- their own: a start admitted and committed before the lock is seen there. Read before the
-    -- lock, a start committed in between lost the row it had just recorded.
-    SELECT coalesce(array_agg(l.id), '{}'::uuid []) INTO v_runless_ids FROM (
-        SELECT q.id FROM harvest.payloads AS q
-        WHERE q.execution_id IS NULL AND q.created_at < v_cutoff
-        ORDER BY q.created_at LIMIT v_batch FOR UPDATE SKIP LOCKED
-    ) AS l;
+    -- The references are read twice. Before the lock, so a row a held-back start keeps takes
+    -- no place in the batch (locked and judged after, kept rows older than the rest filled
+    -- every batch, and a batch's worth of them stopped the sweep for good). After it, in a
+    -- statement of their own, to decide: a row an admission is recording as its held-back
+    -- start's is locked by it (FOR KEY SHARE) and skipped, and a start admitted and committed
+    -- before the lock is seen there (read before the lock only, a start committed in between
+    -- lost the row it had just recorded).
     SELECT coalesce(array_agg(DISTINCT r.ref), '{}'::uuid []) INTO v_held
     FROM harvest.pending_starts AS ps, harvest._payload_refs(ps.input) AS r (ref);
-    WITH gone AS (
-        DELETE FROM harvest.payloads AS p
-        WHERE p.id = ANY(v_runless_ids) AND p.id <> ALL(v_held)
-        RETURNING 1
-    )
-    SELECT count(*) INTO v_runless FROM gone;
+    SELECT coalesce(array_agg(l.id), '{}'::uuid []) INTO v_runless_ids FROM (
+        SELECT q.id FROM harvest.payloads AS q
+        WHERE q.execution_id IS NULL AND q.created_at < v_cutoff AND q.id <> ALL(v_held)
+        ORDER BY q.created_at LIMIT v_batch FOR UPDATE SKIP LOCKED
+    ) AS l;
+    v_runless := 0;
+    IF cardinality(v_runless_ids) > 0 THEN
+        SELECT coalesce(array_agg(DISTINCT r.ref), '{}'::uuid []) INTO v_held
+        FROM harvest.pending_starts AS ps, harvest._payload_refs(ps.input) AS r (ref);
+        WITH gone AS (
+            DELETE FROM harvest.payloads AS p
+            WHERE p.id = ANY(v_runless_ids) AND p.id <> ALL(v_held)
+            RETURNING 1
+        )
+        SELECT count(*) INTO v_runless FROM gone;
+    END IF;
     -- What the next call would find, counted up to 10,000 (the largest batch) down
     -- executions_retention: a count of the whole backlog after every batch made a large
     -- backlog's sweep take time quadratic in its size (4 s a batch behind 300,000 runs), and

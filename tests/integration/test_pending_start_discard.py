@@ -246,3 +246,22 @@ def test_retention_keeps_the_offloaded_row_a_start_is_being_admitted_with(db: st
     assert isinstance(report, dict) and report["runless_payloads_deleted"] == 0, report
     with psycopg.connect(db, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM harvest.payloads WHERE id = %s", (ref,)).fetchone()[0] == 1
+
+
+def test_retention_sweeps_past_the_offloaded_rows_held_back_starts_keep(db: str) -> None:
+    """A run-less row a held-back start names is kept, and takes no place in the sweep's batch:
+    one older than every other expired row, and a batch of one, still lets the next row go.
+    Locked first and judged after, the kept rows filled every batch (the oldest first), and a
+    backlog of them at least a batch long stopped the run-less sweep for good."""
+    with session(db, "setup") as conn:
+        conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+        kept = conn.execute("SELECT (harvest.put_payloads(NULL, ARRAY['\"kept\"'::jsonb]))[1]").fetchone()[0]
+        arg = {"doc": "d5", "body": {"_harvest_ref": str(kept)}}
+        conn.execute("SELECT harvest.start_workflow('held_reindex', %s, 'r-5', 'default')", (Jsonb([arg]),))
+    with session(db, "writer", LATER) as conn:
+        stray = conn.execute("SELECT (harvest.put_payloads(NULL, ARRAY['1'::jsonb]))[1]").fetchone()[0]
+    with session(db, "sweeper", "2030-01-03T00:00:00+00:00") as sweeper:
+        report = sweeper.execute("SELECT harvest.run_retention('1 day', 1)").fetchone()[0]
+        left = {r[0] for r in sweeper.execute("SELECT id FROM harvest.payloads").fetchall()}
+    assert report["runless_payloads_deleted"] == 1, report
+    assert left == {kept}, (left, stray)
