@@ -264,3 +264,12 @@ def test_the_list_pages_by_cursor_over_every_shard_oldest_first(two_shards) -> N
             "/start-gates/pending", params={"cursor": first["next_cursor"].replace("ps1.", "dl2.")}
         )
         assert alien.status_code == 400 and "cursor" in alien.json()["error"]["message"], alien.text
+        # shard_id is a filter as the others are: a cursor of every shard's list, passed to one
+        # shard's, named the other shard unavailable on every page, and next_cursor never ended.
+        mixed = api.get("/start-gates/pending", params={"shard_id": 1, "cursor": first["next_cursor"]})
+        assert mixed.status_code == 400 and "cursor" in mixed.json()["error"]["message"], mixed.text
+        only = api.get("/start-gates/pending", params={"shard_id": 0, "limit": 2}).json()
+        assert [(r["shard_id"], r["id"]) for r in only["pending_starts"]] == [(0, a[0]), (0, a[1])]
+        end = api.get("/start-gates/pending", params={"shard_id": 0, "cursor": only["next_cursor"]}).json()
+        assert [(r["shard_id"], r["id"]) for r in end["pending_starts"]] == [(0, c[0])]
+        assert end["next_cursor"] is None and end["unavailable_shards"] == [], end

@@ -1681,14 +1681,25 @@ def oldest_start_first(row: dict[str, Any]) -> tuple[Any, int, int]:
 
 
 def list_pending_starts(
-    workflow_name: str | None = None, kind: str | None = None, limit: int = 100, cursor: str | None = None
+    workflow_name: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+    cursor: str | None = None,
+    *,
+    shard_id: int | None = None,
 ) -> Plan:
     """A page of the starts a throttle, debounce or batch holds back over every shard, oldest
     first, each row with its ``shard_id`` (ids are per shard) and its input's size; paged by
-    ``cursor`` as the dead letters are, each shard from its own (created_at, id)."""
+    ``cursor`` as the dead letters are, each shard from its own (created_at, id). ``shard_id``:
+    the caller reads that shard alone (its APIs are that shard's); a filter of the cursor as the
+    others are, so a cursor of every shard's list is refused there (its other shards' positions
+    read as shards unavailable, and the pages never ended)."""
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
-    state = PendingStartCursor.start(cursor, _fingerprint({"workflow_name": workflow_name, "kind": kind}))
+    filters: dict[str, Any] = {"workflow_name": workflow_name, "kind": kind}
+    if shard_id is not None:  # (absent otherwise: every shard's cursors read as they did)
+        filters["shard_id"] = shard_id
+    state = PendingStartCursor.start(cursor, _fingerprint(filters))
     ask = min(limit + 1, MAX_PAGE)
 
     def read(api: Any, shard: int) -> Any:

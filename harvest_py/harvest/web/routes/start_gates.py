@@ -55,7 +55,9 @@ async def list_pending_starts(call: Call, args: dict[str, Any], _: Any) -> Any:
                 raise invalid("shard_id", f"{only} is not a shard of this deployment")
             reads = AsyncShardReads({only: reads.apis[only]}, timeout=reads.timeout)
     limit = args["limit"] if args["limit"] is not None else LIST_LIMIT
-    found = await reads.list_pending_starts(args["workflow_name"], args["kind"], limit, args["cursor"])
+    found = await reads.list_pending_starts(
+        args["workflow_name"], args["kind"], limit, args["cursor"], shard_id=only
+    )
     return merged(call, found, "pending_starts")
 
 
