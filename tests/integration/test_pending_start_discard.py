@@ -11,7 +11,13 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg.types.json import Jsonb
-from race_helpers import in_thread, wait_until_blocked, wait_until_done_or_blocked
+from race_helpers import (
+    Racer,
+    in_thread,
+    race_behind_a_held_lock,
+    wait_until_blocked,
+    wait_until_done_or_blocked,
+)
 
 from harvest import App, Debounce, Throttle, workflow
 from harvest.cli.main import main
@@ -265,3 +271,54 @@ def test_retention_sweeps_past_the_offloaded_rows_held_back_starts_keep(db: str)
         left = {r[0] for r in sweeper.execute("SELECT id FROM harvest.payloads").fetchall()}
     assert report["runless_payloads_deleted"] == 1, report
     assert left == {kept}, (left, stray)
+
+
+def test_a_discard_by_filter_locks_every_offloaded_row_in_id_order(db: str) -> None:
+    """A discard by filter locks the offloaded rows of all its starts in one id order before it
+    erases any (docs/internals.md, "Lock order", 1), as a discard by id does its start's. Locked
+    start by start, it held the higher row of its first start while it waited for the lower row
+    of its second; a discard by id of a start owning both (lower first) held that one and waited
+    for the higher: a deadlock (40P01), one of the two discards lost."""
+    with session(db, "setup") as conn:
+        conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+        refs = sorted(
+            conn.execute(
+                "SELECT unnest(harvest.put_payloads(NULL, ARRAY['1'::jsonb, '2'::jsonb]))"
+            ).fetchall()
+        )
+        low, high = (str(r[0]) for r in refs)
+
+        def hold_back(doc: str, at: str, *owned: str) -> int:
+            conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (at,))
+            arg = {"doc": doc, "body": [{"_harvest_ref": ref} for ref in owned]}
+            conn.execute(
+                "SELECT harvest.start_workflow('held_reindex', %s, %s, 'default')", (Jsonb([arg]), doc)
+            )
+            return conn.execute(
+                "SELECT id FROM harvest.pending_starts WHERE workflow_id = %s", (doc,)
+            ).fetchone()[0]
+
+        hold_back("a", "2030-01-01T00:00:00+00:00", high)  # (the filter's first start: the higher row)
+        hold_back("b", "2030-01-01T00:00:01+00:00", low)  # (its second: the lower)
+        both = hold_back("c", "2030-01-01T00:00:05+00:00", low, high)
+    with psycopg.connect(db, autocommit=True) as watcher:
+        outcome = race_behind_a_held_lock(
+            db,
+            watcher,
+            lambda holder: holder.execute("SELECT 1 FROM harvest.payloads WHERE id = %s FOR SHARE", (low,)),
+            Racer(
+                "by_id",
+                lambda c: c.execute("SELECT harvest.discard_pending_start(%s)", (both,)).fetchone()[0],
+                "the lower row",
+            ),
+            Racer(
+                "by_filter",
+                lambda c: c.execute(
+                    "SELECT harvest.discard_pending_starts(p_workflow_name => 'held_reindex', "
+                    "p_created_before => '2030-01-01T00:00:02+00:00')"
+                ).fetchone()[0],
+                "the lower row, holding the higher before the fix",
+            ),
+        )
+    assert outcome["by_id"]["workflow_id"] == "c", outcome
+    assert outcome["by_filter"]["discarded"] == 2, outcome
