@@ -342,5 +342,12 @@ def test_next_retry_delay_is_seconds_or_a_timedelta_else_an_invalid_argument():
     for bad in (-1, float("nan"), float("inf"), "30s", True):
         with pytest.raises(InvalidArgument, match=r"next_retry_delay: expected seconds .* timedelta, got"):
             ActivityFailure("E", "m", next_retry_delay=bad)  # type: ignore[arg-type]
+    # Past what harvest.fail_activity takes (0, or 1e-300 to 100 years: core.sql's _json_number),
+    # refused where it is made: the database refused the worker's report (HR001), and the attempt
+    # hung until its lease expired, its failure lost.
+    for bad in (3155760000.5, dt.timedelta(days=365 * 200), 1e-310):
+        with pytest.raises(InvalidArgument, match=r"expected seconds \(a number from 0 to 100 years\)"):
+            ActivityFailure("E", "m", next_retry_delay=bad)
+    assert ActivityFailure("E", "m", next_retry_delay=3155760000).next_retry_delay == 3155760000.0
     assert ActivityFailure.from_json({"error_type": "E", "next_retry_delay": 3}).next_retry_delay == 3.0
     assert ActivityFailure.from_json({"error_type": "E", "next_retry_delay": "x"}).next_retry_delay is None

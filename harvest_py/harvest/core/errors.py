@@ -337,14 +337,26 @@ class TimeoutError_(HarvestError, TimeoutError):
     http_status = 504
 
 
+# The longest duration accepted anywhere (100 years): beyond it PostgreSQL's timestamp
+# arithmetic overflows, and the database's number fields (core.sql's _json_number) refuse it.
+# Here, not in durations (which imports this module), so next_retry_delay is held to it too.
+MAX_DURATION_SECS = 100 * 365.25 * 86400
+
+
 def _retry_delay_secs(value: Any) -> float:
-    """``ActivityFailure``'s ``next_retry_delay`` in seconds: a number or a timedelta, finite and not
-    negative (a string such as "30s" is refused: durations.parse_duration imports this module)."""
+    """``ActivityFailure``'s ``next_retry_delay`` in seconds: a number or a timedelta, from 0 to 100
+    years as the database takes it (a string such as "30s" is refused: durations.parse_duration
+    imports this module). Past that range fail_activity refused the worker's report (HR001), and
+    the attempt hung until its lease expired."""
     seconds = value.total_seconds() if hasattr(value, "total_seconds") else value
-    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 <= seconds < float("inf"):
+    if (
+        isinstance(seconds, (int, float))
+        and not isinstance(seconds, bool)
+        and (seconds == 0 or 1e-300 <= seconds <= MAX_DURATION_SECS)
+    ):
         return float(seconds)
     raise InvalidArgument(
-        "ActivityFailure next_retry_delay: expected seconds (a number, not negative) or a timedelta, "
+        "ActivityFailure next_retry_delay: expected seconds (a number from 0 to 100 years) or a timedelta, "
         f"got {value!r}"
     )
 
