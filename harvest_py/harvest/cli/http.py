@@ -669,6 +669,8 @@ class HttpApi:
             "non_retryable": failure.get("non_retryable"),
             "details": failure.get("details"),
         }
+        if failure.get("next_retry_delay") is not None:  # (absent otherwise: a server before it refuses it)
+            body["next_retry_delay"] = failure["next_retry_delay"]
         return self.http.post("/activities/fail", body)["outcome"]
 
     def heartbeat_activity_by_token(self, token: str, details: Any) -> Any:

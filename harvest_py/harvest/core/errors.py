@@ -343,11 +343,13 @@ class TimeoutError_(HarvestError, TimeoutError):
 MAX_DURATION_SECS = 100 * 365.25 * 86400
 
 
-def _retry_delay_secs(value: Any) -> float:
+def retry_delay_secs(value: Any) -> float | None:
     """``ActivityFailure``'s ``next_retry_delay`` in seconds: a number or a timedelta, from 0 to 100
     years as the database takes it (a string such as "30s" is refused: durations.parse_duration
     imports this module). Past that range fail_activity refused the worker's report (HR001), and
-    the attempt hung until its lease expired."""
+    the attempt hung until its lease expired. None for None."""
+    if value is None:
+        return None
     seconds = value.total_seconds() if hasattr(value, "total_seconds") else value
     if (
         isinstance(seconds, (int, float))
@@ -386,7 +388,7 @@ class ActivityFailure(HarvestError):
         self.message = message
         self.non_retryable = non_retryable
         self.details = details
-        self.next_retry_delay = None if next_retry_delay is None else _retry_delay_secs(next_retry_delay)
+        self.next_retry_delay = retry_delay_secs(next_retry_delay)
         # Where the attempt's exception was raised (failure_traceback), set by from_exception;
         # recorded beside the details, never in them (a payload as they are: docs/failures.md).
         self.traceback: str | None = None
