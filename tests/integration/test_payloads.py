@@ -827,3 +827,19 @@ def test_a_cancelled_run_s_error_names_its_reason_decoded_not_the_envelope(db, s
         with pytest.raises(WorkflowCancelled) as raised:
             handle.result(timeout=30)
     assert str(raised.value) == f"workflow {handle.execution_id} was cancelled: the user closed the tab"
+
+
+@pytest.mark.parametrize("codecs", [None, [ZlibCodec()]], ids=["no codecs", "no key"])
+def test_a_client_without_the_key_still_gets_workflow_cancelled(db, start_worker, codecs):
+    """A client that does not hold the worker's key (no codecs, or not that key) reading a
+    cancelled run: WorkflowCancelled, the reason left as stored (it cannot decode it), as before
+    the reason was decoded; not PayloadKeyMissing, which says nothing of the cancel."""
+    start_worker(App([waits_for_the_user]), codecs=_codecs(k1=K1))
+    with Client(db, codecs=_codecs(k1=K1)) as writer:
+        handle = writer.start_workflow(waits_for_the_user)
+        handle.cancel("the user closed the tab")
+    with Client(db, codecs=codecs) as client, pytest.raises(WorkflowCancelled) as raised:
+        client.get_handle(handle.execution_id).result(timeout=30)
+    said = str(raised.value)
+    assert said.startswith(f"workflow {handle.execution_id} was cancelled: ")
+    assert "the user closed the tab" not in said

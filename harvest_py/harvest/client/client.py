@@ -493,13 +493,22 @@ def _read_run(handle: Any, execution_id: str, waiter_id: str) -> Steps[dict[str,
     """The run, read by a result wait (which marks the waiter: a closing run then notifies), its
     output and failure as the worker's codecs wrote them (an offloaded one: read too)."""
     execution = yield Sql(sqlapi.wait_for_result, execution_id, waiter_id)
-    if execution["status"] in ("COMPLETED", "FAILED", "CANCELLED"):
+    if execution["status"] in ("COMPLETED", "FAILED"):
         payloads = handle.client.payloads
         execution = {
             **execution,
             "output": (yield from payload_policy.decoded(payloads, execution.get("output"))),
             "failure": (yield from payload_policy.decoded(payloads, execution.get("failure"))),
         }
+    elif execution["status"] == "CANCELLED":
+        # The reason decoded for WorkflowCancelled when this client can; one without the key
+        # (no codecs, not that key) gets it as stored: the cancel is the answer, not a
+        # PayloadKeyMissing, as before it was decoded.
+        try:
+            failure = yield from payload_policy.decoded(handle.client.payloads, execution.get("failure"))
+        except PayloadError:
+            failure = execution.get("failure")
+        execution = {**execution, "failure": failure}
     return cast("dict[str, Any]", execution)
 
 
