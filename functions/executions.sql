@@ -1933,8 +1933,9 @@ BEGIN
             USING ERRCODE = 'HR001', HINT = 'use state_group active with history_before';
     END IF;
     IF p_history_before IS NOT NULL AND (p_version IS NULL OR p_version = -1) THEN
-        -- The live runs by their status, each one's first event and its markers of the change
-        -- by the events primary key (as the active count below reads them).
+        -- The live runs by their status, each one's first event by the events primary key and
+        -- its markers of the change down events_version_markers (as the active count below reads
+        -- them).
         RETURN QUERY
         SELECT -1, 'active'::text, count(*), (array_agg(e.id ORDER BY e.id))[1:5]
         FROM harvest.executions AS e
