@@ -1530,6 +1530,13 @@ $$;
 -- (the first by seq, by fire time), with each list's total in totals; NULL, every entry (a
 -- fan-out of 20,000 activities is 20,000 entries: the dashboard and the HTTP route bound it,
 -- migration 0097).
+-- An activity's progress: when it last heartbeat (heartbeat_at) and the details it sent then
+-- (ctx.heartbeat(details): what its next attempt resumes from, kept as stored: encoded,
+-- offloaded), with their size (heartbeat_details_bytes: of the JSON text, or of an offloaded
+-- payload as its reference records it). Details over STACK_HEARTBEAT_BYTES (4096) are not
+-- shown whole: their first 200 characters and their size, as a string, and
+-- heartbeat_details_clipped true; 20,000 activities of 1 MB each were not to be one answer.
+-- The details are a payload: the HTTP API and the dashboard redact them for who sees none.
 CREATE OR REPLACE FUNCTION harvest.get_execution_stack(p_execution_id uuid, p_limit integer DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
@@ -1576,11 +1583,22 @@ BEGIN
             SELECT jsonb_agg(a ORDER BY a.seq) FROM (
                 (SELECT t.seq, t.activity_name AS name, t.queue, t.status, t.attempt, t.due_at, t.started_at,
                         t.lease_owner, t.lease_expires_at, t.last_failure, t.id AS task_id,
-                        NULL::bigint AS dead_letter_id
-                 FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'activity'
+                        NULL::bigint AS dead_letter_id, t.heartbeat_at,
+                        CASE WHEN hb.bytes > 4096  -- STACK_HEARTBEAT_BYTES (above)
+                             THEN to_jsonb(left(t.heartbeat_details::text, 200) || '... (' || hb.bytes || ' bytes)')
+                             ELSE t.heartbeat_details END AS heartbeat_details,
+                        hb.bytes AS heartbeat_details_bytes, hb.bytes > 4096 AS heartbeat_details_clipped
+                 FROM harvest.tasks AS t
+                 CROSS JOIN LATERAL (
+                     SELECT CASE WHEN jsonb_typeof(t.heartbeat_details -> 'bytes') = 'number'
+                                      AND t.heartbeat_details ? '_harvest_ref'
+                                 THEN least((t.heartbeat_details ->> 'bytes')::numeric, 9e18)::bigint
+                                 ELSE octet_length(t.heartbeat_details::text) END AS bytes
+                 ) AS hb
+                 WHERE t.execution_id = p_execution_id AND t.kind = 'activity'
                  UNION ALL
                  SELECT d.seq, d.activity_name, d.queue, 'dead_lettered', d.attempts, NULL, NULL, NULL, NULL,
-                        d.failure, NULL, d.id
+                        d.failure, NULL, d.id, NULL, NULL, NULL, NULL
                  FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id AND d.kind = 'activity')
                 ORDER BY 1 LIMIT p_limit
             ) AS a), '[]'::jsonb),
@@ -2051,7 +2069,8 @@ COMMENT ON FUNCTION harvest.count_executions IS
 'workflow_name, all); p_limit counts at most that many runs a status (capped: at least that many; status grouping '
 'only); a bad filter, group or limit raises HR001. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_execution_stack IS
-'What a run is waiting on now: open activities, timers, the signals it waits for, unread signals, running children, '
+'What a run is waiting on now: open activities (each with its last heartbeat''s time and details, over 4096 bytes '
+'clipped), timers, the signals it waits for, unread signals, running children, '
 'the mutex keys it holds or waits for (at most p_limit of each, '
 '1..10000, with each list''s total in totals; NULL: every entry), the workflow task, the '
 'last event id and, while PAUSED, since when and why; HR002 when it does not exist. For operators (role '

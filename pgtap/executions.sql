@@ -143,7 +143,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(105);
+SELECT plan(109);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -411,6 +411,41 @@ SELECT is(harvest.get_execution_stack((SELECT id FROM wide)) -> 'pending_activit
           'stack: a run''s own dead letter is no pending activity');
 SELECT is(harvest.get_execution_stack((SELECT id FROM wide)) #> '{totals,pending_activities}', '0'::jsonb,
           'stack: nor counted as one');
+-- An activity's progress: its last heartbeat's time and details (migration-free: the task row's
+-- own columns); a dead letter's none; details over 4096 bytes clipped, saying so and their size.
+INSERT INTO harvest.tasks (execution_id, kind, queue, status, due_at, scheduled_at, seq, activity_name, attempt,
+                           started_at, heartbeat_at, heartbeat_details)
+VALUES ((SELECT id FROM wide), 'activity', 'wide_q', 'running', now(), now(), 7, 'crawl', 1, now(),
+        '2030-01-02 03:04:05+00', '{"page": 41}'),
+       ((SELECT id FROM wide), 'activity', 'wide_q', 'running', now(), now(), 8, 'crawl', 1, now(),
+        '2030-01-02 03:04:06+00', jsonb_build_object('blob', repeat('x', 5000))),
+       ((SELECT id FROM wide), 'activity', 'wide_q', 'pending', now(), now(), 9, 'crawl', 0, NULL, NULL, NULL);
+SELECT is((SELECT jsonb_build_object('at', a -> 'heartbeat_at', 'details', a -> 'heartbeat_details',
+                                     'bytes', a -> 'heartbeat_details_bytes', 'clipped', a -> 'heartbeat_details_clipped')
+           FROM jsonb_array_elements(harvest.get_execution_stack((SELECT id FROM wide)) -> 'pending_activities') AS a
+           WHERE (a ->> 'seq')::integer = 7),
+          jsonb_build_object('at', '2030-01-02T03:04:05+00:00'::timestamptz, 'details', '{"page": 41}'::jsonb,
+                             'bytes', 12, 'clipped', false),
+          'stack: a running activity''s last heartbeat, when and its details, with their size');
+SELECT is((SELECT jsonb_build_object('details', a -> 'heartbeat_details', 'bytes', a -> 'heartbeat_details_bytes',
+                                     'clipped', a -> 'heartbeat_details_clipped')
+           FROM jsonb_array_elements(harvest.get_execution_stack((SELECT id FROM wide)) -> 'pending_activities') AS a
+           WHERE (a ->> 'seq')::integer = 8),
+          jsonb_build_object('details', to_jsonb('{"blob": "' || repeat('x', 190) || '... (5012 bytes)'),
+                             'bytes', 5012, 'clipped', true),
+          'stack: details over 4096 bytes clipped: their first 200 characters and their size');
+SELECT is((SELECT a -> 'heartbeat_details' FROM jsonb_array_elements(
+               harvest.get_execution_stack((SELECT id FROM wide)) -> 'pending_activities') AS a
+           WHERE (a ->> 'seq')::integer = 9), 'null'::jsonb,
+          'stack: an activity that has not heartbeat has no details');
+UPDATE harvest.tasks SET heartbeat_details = '{"_harvest_ref": "00000000-0000-0000-0000-000000000001", "bytes": 900000}'
+WHERE execution_id = (SELECT id FROM wide) AND seq = 9;
+SELECT is((SELECT jsonb_build_object('bytes', a -> 'heartbeat_details_bytes', 'clipped', a -> 'heartbeat_details_clipped')
+           FROM jsonb_array_elements(harvest.get_execution_stack((SELECT id FROM wide)) -> 'pending_activities') AS a
+           WHERE (a ->> 'seq')::integer = 9),
+          '{"bytes": 900000, "clipped": true}'::jsonb,
+          'stack: offloaded details are as large as their reference says (clipped, not read back)');
+DELETE FROM harvest.tasks WHERE execution_id = (SELECT id FROM wide) AND kind = 'activity';
 -- The buffered signals (received since the workflow last ran): which, not only how many.
 SELECT harvest.signal_workflow((SELECT id FROM wide), 'approve', '{"ok": true}');
 SELECT harvest.signal_workflow((SELECT id FROM wide), 'note', '1');
