@@ -962,12 +962,14 @@ class Dashboard:
             stack = await api.get_execution_stack(execution_id, STACK_SHOWN)
             history = views.HistoryPage(HISTORY_SHOWN, after=after, before=before, full=full)
             rows = await history.fetch(api, execution_id)
-            if full:  # the run's and the page's offloaded payloads read back: one call, more past
-                # RESOLVE_BYTES (a full export's bound on what a read holds)
-                row, *rows = [
+            if full:  # the run's, its stack's and the page's offloaded payloads read back: one
+                # call, more past RESOLVE_BYTES (a full export's bound on what a read holds)
+                row, stack, *rows = [
                     value
                     async for value in aresolved_in_batches(
-                        _each([row, *rows]), lambda batch: principal.resolved(api, batch), len(rows) + 1
+                        _each([row, stack, *rows]),
+                        lambda batch: principal.resolved(api, batch),
+                        len(rows) + 2,
                     )
                 ]
             history.add_rows(rows)
