@@ -744,8 +744,8 @@ def progress_line(activity: dict[str, Any]) -> str:
 def stack(
     execution_id: str, limit: int, app_target: str | None, database_url: str | None, output: str
 ) -> None:
-    """What an execution is waiting on now, and its last event id (a failure's details decoded
-    with --app's codecs)."""
+    """What an execution is waiting on now, and its last event id; each activity's last heartbeat
+    (a failure's and a heartbeat's details decoded with --app's codecs)."""
     reveal = Reveal(app_target)
     # An encoded payload shows what it is, or decoded by --app (docs/payloads.md).
     data = routed_read(

@@ -988,7 +988,9 @@ ENDPOINTS = [
         "What the execution waits on now, and its last event id: at most limit entries in each "
         "list (the first by seq; timers by fire time; awaited_signals, the signals its pending "
         "ctx.wait_for_signal calls wait for, with since, timeout_at and timer_seq), each list's "
-        "length in totals. Failure details as stored, offloaded ones resolved.",
+        "length in totals; each activity with its last heartbeat (heartbeat_at, heartbeat_details: over 4096 "
+        "bytes a string of their first 200 characters and their size, heartbeat_details_clipped true; "
+        "heartbeat_details_bytes). Failure and heartbeat details as stored, offloaded ones resolved.",
         (
             EXECUTION,
             Param(
