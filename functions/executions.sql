@@ -1580,28 +1580,32 @@ BEGIN
             WHERE ev.execution_id = p_execution_id AND ev.event_type = 'WorkflowPaused'
             ORDER BY ev.event_id DESC LIMIT 1) END,
         'pending_activities', coalesce((
-            SELECT jsonb_agg(a ORDER BY a.seq) FROM (
+            -- (the details measured and clipped after the page is cut: a fan-out's 20,000
+            -- activities are sorted with their details unread)
+            SELECT jsonb_agg(to_jsonb(a) || jsonb_build_object(
+                       'heartbeat_details',
+                       CASE WHEN hb.bytes > 4096  -- STACK_HEARTBEAT_BYTES (above)
+                            THEN to_jsonb(left(a.heartbeat_details::text, 200) || '... (' || hb.bytes || ' bytes)')
+                            ELSE a.heartbeat_details END,
+                       'heartbeat_details_bytes', hb.bytes,
+                       'heartbeat_details_clipped', hb.bytes > 4096) ORDER BY a.seq)
+            FROM (
                 (SELECT t.seq, t.activity_name AS name, t.queue, t.status, t.attempt, t.due_at, t.started_at,
                         t.lease_owner, t.lease_expires_at, t.last_failure, t.id AS task_id,
-                        NULL::bigint AS dead_letter_id, t.heartbeat_at,
-                        CASE WHEN hb.bytes > 4096  -- STACK_HEARTBEAT_BYTES (above)
-                             THEN to_jsonb(left(t.heartbeat_details::text, 200) || '... (' || hb.bytes || ' bytes)')
-                             ELSE t.heartbeat_details END AS heartbeat_details,
-                        hb.bytes AS heartbeat_details_bytes, hb.bytes > 4096 AS heartbeat_details_clipped
-                 FROM harvest.tasks AS t
-                 CROSS JOIN LATERAL (
-                     SELECT CASE WHEN jsonb_typeof(t.heartbeat_details -> 'bytes') = 'number'
-                                      AND t.heartbeat_details ? '_harvest_ref'
-                                 THEN least((t.heartbeat_details ->> 'bytes')::numeric, 9e18)::bigint
-                                 ELSE octet_length(t.heartbeat_details::text) END AS bytes
-                 ) AS hb
-                 WHERE t.execution_id = p_execution_id AND t.kind = 'activity'
+                        NULL::bigint AS dead_letter_id, t.heartbeat_at, t.heartbeat_details
+                 FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'activity'
                  UNION ALL
                  SELECT d.seq, d.activity_name, d.queue, 'dead_lettered', d.attempts, NULL, NULL, NULL, NULL,
-                        d.failure, NULL, d.id, NULL, NULL, NULL, NULL
+                        d.failure, NULL, d.id, NULL, NULL
                  FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id AND d.kind = 'activity')
                 ORDER BY 1 LIMIT p_limit
-            ) AS a), '[]'::jsonb),
+            ) AS a
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN jsonb_typeof(a.heartbeat_details -> 'bytes') = 'number'
+                                 AND a.heartbeat_details ? '_harvest_ref'
+                            THEN least((a.heartbeat_details ->> 'bytes')::numeric, 9e18)::bigint
+                            ELSE octet_length(a.heartbeat_details::text) END AS bytes
+            ) AS hb), '[]'::jsonb),
         -- The run's own dead letter (kind 'workflow': its workflow task was dead-lettered), its
         -- id and its failure's type and message; NULL when it has none. (An activity's is in
         -- pending_activities, which a workflow-kind one, with no seq, joined nameless and last.)
