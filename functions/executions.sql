@@ -1581,7 +1581,9 @@ BEGIN
             ORDER BY ev.event_id DESC LIMIT 1) END,
         'pending_activities', coalesce((
             -- (the details measured and clipped after the page is cut: a fan-out's 20,000
-            -- activities are sorted with their details unread)
+            -- activities are sorted with their details unread. Measured in the sort, a page of
+            -- 100 of 20,000 activities with 13 KB details each took 1.0 to 1.6 s; after it, 14
+            -- to 30 ms, as the stack took without them: 6 A/B pairs, load 4, two shared cores)
             SELECT jsonb_agg(to_jsonb(a) || jsonb_build_object(
                        'heartbeat_details',
                        CASE WHEN hb.bytes > 4096  -- STACK_HEARTBEAT_BYTES (above)
