@@ -314,6 +314,7 @@ def test_the_public_names_resolve_lazily_and_stay_the_same() -> None:
         "ChildWorkflowError",
         "Client",
         "Concurrency",
+        "ConditionTimeout",
         "Dag",
         "Debounce",
         "Duration",

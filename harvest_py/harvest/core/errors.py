@@ -834,6 +834,16 @@ class SignalTimeout(HarvestError, TimeoutError):
         self.unread = dict(unread or {})
 
 
+class ConditionTimeout(HarvestError, TimeoutError):
+    """``ctx.wait_condition(predicate, timeout=...)``: the timer fired and the predicate was
+    still false once the step's code had run (``predicate`` names it)."""
+
+    def __init__(self, predicate: str, timeout: float):
+        super().__init__(f"the condition {predicate} did not hold within {timeout:g}s")
+        self.predicate = predicate
+        self.timeout = timeout
+
+
 class ChildWorkflowError(HarvestError):
     """Raised in a parent when its child ended FAILED, CANCELLED, TERMINATED or TIMED_OUT.
 

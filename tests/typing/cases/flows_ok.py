@@ -84,6 +84,9 @@ async def checkout(ctx: WorkflowContext, order: Order) -> bool:
     assert_type(await handle, dict[str, int])
     assert_type(ctx.side_effect(lambda: 7), int)
     assert_type(await ctx.wait_for_signal("approved", type_hint=bool), bool)
+    assert_type(await ctx.wait_condition(lambda: bool(ctx.state.get("go"))), None)
+    await ctx.wait_condition(lambda: receipt != "", timeout=datetime.timedelta(hours=1))
+    await ctx.wait_condition(lambda: True, "1h")
     assert_type(ctx.now().year, int)
     return bool(receipt) and bool(slots)
 

@@ -1,0 +1,57 @@
+"""ctx.wait_condition with a real worker: an update handler sets the state the main code waits
+on, and a worker started after the first stopped (no cached run: a replay) resumes the wait."""
+
+from __future__ import annotations
+
+import psycopg
+
+from harvest import App, Client, update, workflow
+
+
+@workflow
+async def entity(ctx, generation: int) -> dict:
+    ctx.state.update(rotate=False, seen=0)
+    await ctx.wait_condition(lambda: ctx.state["rotate"], timeout="1d")
+    await ctx.drain_admitted_updates()
+    return {"generation": generation, "seen": ctx.state["seen"]}
+
+
+@update(workflow="entity")
+def bump(ctx) -> int:
+    ctx.state["seen"] += 1
+    return int(ctx.state["seen"])
+
+
+@update(workflow="entity")
+def rotate(ctx) -> str:
+    ctx.state["rotate"] = True
+    return "rotating"
+
+
+app = App(workflows=[entity], updates=[bump, rotate])
+
+
+def test_an_update_sets_the_state_the_main_code_waits_on_across_a_worker_restart(
+    db, start_worker, client: Client
+) -> None:
+    first = start_worker(app)
+    handle = client.start_workflow(entity, 1)
+    assert handle.update("bump", timeout=30) == 1  # a step that leaves the condition false
+    first.stop()  # the run is blocked in its wait; its cached state goes with the worker
+
+    start_worker(app)  # a cold worker: it replays the history to take the next steps
+    assert handle.update("bump", timeout=30) == 2
+    assert handle.update("rotate", timeout=30) == "rotating"
+    assert handle.result(timeout=30) == {"generation": 1, "seen": 2}
+
+    with psycopg.connect(db) as conn:
+        kinds = [
+            row[0]
+            for row in conn.execute(
+                "SELECT event_type FROM harvest.events WHERE execution_id = %s ORDER BY event_id",
+                (handle.execution_id,),
+            )
+        ]
+    # One timer for the one wait, cancelled when the condition held; never fired.
+    assert kinds.count("TimerStarted") == 1 and kinds.count("TimerCancelled") == 1
+    assert "TimerFired" not in kinds and kinds[-1] == "WorkflowCompleted"
