@@ -131,6 +131,17 @@ async def async_predicate(ctx) -> str:
     return "never"
 
 
+class Ambiguous:
+    def __bool__(self) -> bool:
+        raise ValueError("the truth value is ambiguous")
+
+
+@workflow
+async def ambiguous_predicate(ctx) -> str:
+    await ctx.wait_condition(lambda: Ambiguous())  # type: ignore[arg-type,return-value]
+    return "never"
+
+
 @workflow
 async def acting_predicate(ctx) -> str:
     await ctx.wait_condition(lambda: ctx.now().year > 2000)
@@ -154,6 +165,7 @@ app = App(
         raising,
         raising_later,
         async_predicate,
+        ambiguous_predicate,
         acting_predicate,
         bad_timeout,
     ],
@@ -297,6 +309,7 @@ def test_a_predicate_that_raises_at_a_later_check_fails_the_workflow_task():
     ("wf", "message"),
     [
         (async_predicate, r"returned coroutine .*not an async def"),
+        (ambiguous_predicate, r"raised ValueError: the truth value is ambiguous"),
         (acting_predicate, r"raised IllegalWorkflowOperation: the predicate .* only reads state"),
         (bad_timeout, r"ctx\.wait_condition: timeout: cannot parse 'soon'"),
     ],

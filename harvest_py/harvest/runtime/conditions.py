@@ -70,6 +70,8 @@ class ConditionWaits:
         )
         try:
             value = predicate()
+            if not inspect.isawaitable(value):
+                return bool(value)  # (a value's own __bool__ may raise too)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
@@ -77,16 +79,14 @@ class ConditionWaits:
             raise self._refused(predicate, f"raised {type(exc).__name__}: {exc}", exc) from exc
         finally:
             handlers.read_only = previous
-        if inspect.isawaitable(value):
-            if inspect.iscoroutine(value):
-                value.close()  # (never awaited: no RuntimeWarning pointing elsewhere)
-            raise self._refused(
-                predicate,
-                f"returned {type(value).__name__} {value!r:.60}: a predicate is a plain function "
-                "(not an async def) returning a bool",
-                None,
-            )
-        return bool(value)
+        if inspect.iscoroutine(value):
+            value.close()  # (never awaited: no RuntimeWarning pointing elsewhere)
+        raise self._refused(
+            predicate,
+            f"returned {type(value).__name__} {value!r:.60}: a predicate is a plain function "
+            "(not an async def) returning a bool",
+            None,
+        )
 
     def _refused(
         self, predicate: Callable[[], Any], what: str, cause: BaseException | None

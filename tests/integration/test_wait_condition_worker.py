@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import psycopg
 
-from harvest import App, Client, update, workflow
+from harvest import App, Client, ConditionTimeout, update, workflow
+from harvest.testing import WorkflowEnvironment
 
 
 @workflow
@@ -31,6 +32,15 @@ def rotate(ctx) -> str:
 app = App(workflows=[entity], updates=[bump, rotate])
 
 
+def _kinds(dsn: str, execution_id: str) -> list[str]:
+    """The run's event types, in order."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT event_type FROM harvest.events WHERE execution_id = %s ORDER BY event_id", (execution_id,)
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
 def test_an_update_sets_the_state_the_main_code_waits_on_across_a_worker_restart(
     db, start_worker, client: Client
 ) -> None:
@@ -44,14 +54,32 @@ def test_an_update_sets_the_state_the_main_code_waits_on_across_a_worker_restart
     assert handle.update("rotate", timeout=30) == "rotating"
     assert handle.result(timeout=30) == {"generation": 1, "seen": 2}
 
-    with psycopg.connect(db) as conn:
-        kinds = [
-            row[0]
-            for row in conn.execute(
-                "SELECT event_type FROM harvest.events WHERE execution_id = %s ORDER BY event_id",
-                (handle.execution_id,),
-            )
-        ]
+    kinds = _kinds(db, handle.execution_id)
     # One timer for the one wait, cancelled when the condition held; never fired.
     assert kinds.count("TimerStarted") == 1 and kinds.count("TimerCancelled") == 1
     assert "TimerFired" not in kinds and kinds[-1] == "WorkflowCompleted"
+
+
+@workflow
+async def gate(ctx) -> str:
+    ctx.state["open"] = False
+    try:
+        await ctx.wait_condition(lambda: ctx.state["open"], timeout="1d")
+    except ConditionTimeout as exc:
+        return f"expired: {exc.timeout:g}s"
+    return "opened"
+
+
+@update(workflow="gate", name="open")
+def open_gate(ctx) -> None:
+    ctx.state["open"] = True
+
+
+def test_the_durable_timer_ends_the_wait_with_condition_timeout() -> None:
+    """No update within the day: the timer fires (the test clock skips the day) and the wait
+    raises ConditionTimeout, which the code catches."""
+    with WorkflowEnvironment(App(workflows=[gate], updates=[open_gate])) as env:
+        handle = env.client.start_workflow(gate)
+        assert handle.result(timeout=60) == "expired: 86400s"
+        kinds = _kinds(env.dsn, handle.execution_id)
+    assert kinds.count("TimerFired") == 1 and "TimerCancelled" not in kinds
