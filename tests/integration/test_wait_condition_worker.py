@@ -4,8 +4,10 @@ on, and a worker started after the first stopped (no cached run: a replay) resum
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from harvest import App, Client, ConditionTimeout, update, workflow
+from harvest.core.errors import TimeoutError_
 from harvest.testing import WorkflowEnvironment
 
 
@@ -83,3 +85,20 @@ def test_the_durable_timer_ends_the_wait_with_condition_timeout() -> None:
         assert handle.result(timeout=60) == "expired: 86400s"
         kinds = _kinds(env.dsn, handle.execution_id)
     assert kinds.count("TimerFired") == 1 and "TimerCancelled" not in kinds
+
+
+@workflow
+async def never_opened(ctx) -> None:
+    await ctx.wait_condition(lambda: ctx.state.get("open", False))
+
+
+def test_a_result_wait_on_a_run_stuck_in_a_condition_says_so() -> None:
+    """The test kit's stuck report names the condition a run waits in (it named nothing)."""
+    app = App(workflows=[never_opened])
+    with WorkflowEnvironment(app, stuck_after="200ms") as env:
+        handle = env.client.start_workflow(never_opened)
+        with pytest.raises(
+            TimeoutError_,
+            match=r"never_opened: waits in ctx\.wait_condition on never_opened\.<locals>\.<lambda>",
+        ):
+            handle.result(timeout=20)

@@ -104,6 +104,10 @@ class ConditionWaits:
         self.waits.append(wait)
         return wait
 
+    def awaited(self) -> list[str]:
+        """The predicates of the waits still pending, oldest first (the test kit's stuck report)."""
+        return [predicate_name(w.predicate) for w in list(self.waits) if not w.future.done()]
+
     def check(self) -> bool:
         """The loop ran every ready callback: resolve the waits whose predicate holds, oldest
         first; if none does, time out the waits whose timer fired. Whether a future was

@@ -442,6 +442,11 @@ class WorkflowRun(CommandIssuer):
             conditions = self._conditions = ConditionWaits(self)
         return conditions
 
+    def awaited_conditions(self) -> list[str]:
+        """The predicates the run's pending ``ctx.wait_condition`` calls wait on, oldest first."""
+        conditions = self._conditions
+        return [] if conditions is None else conditions.awaited()
+
     def holds_wakeups(self) -> bool:
         """Whether the run, blocked, waits for all of its open activities at once: nothing of
         its code runs until the last of their results is in, or one fails.
