@@ -12,9 +12,9 @@ import pytest
 from history_builder import Engine, HistoryBuilder, new_run
 from workflows_fixture import send_email
 
-from harvest import ConditionTimeout, update
+from harvest import ConditionTimeout, query, update
 from harvest.declare.definitions import App, workflow
-from harvest.runtime import WorkflowCallError
+from harvest.runtime import IllegalWorkflowOperation, WorkflowCallError
 
 
 def run(coro):
@@ -154,6 +154,35 @@ async def bad_timeout(ctx) -> str:
     return "never"
 
 
+@workflow
+async def queried(ctx) -> str:
+    ctx.state["x"] = 0
+    await ctx.wait_for_signal("go")
+    return "went"
+
+
+@query(workflow="queried")
+async def when_positive(ctx) -> str:
+    await ctx.wait_condition(lambda: ctx.state["x"] > 0)
+    return "positive"
+
+
+@update(workflow="queried")
+def spoil(ctx) -> None:
+    ctx.state["x"] = None  # the query's predicate would now raise TypeError
+
+
+@workflow
+async def cancelled_wait(ctx) -> dict:
+    ctx.state["open"] = False
+    try:
+        await ctx.wait_condition(lambda: ctx.state["open"], timeout="1h")
+    except asyncio.CancelledError:
+        del ctx.state["open"]  # (a KeyError if the given-up wait's predicate were evaluated again)
+        await ctx.sleep(1)  # cleanup may still run commands
+    return {"left": ctx._run.awaited_conditions()}
+
+
 app = App(
     workflows=[
         gate,
@@ -168,9 +197,12 @@ app = App(
         ambiguous_predicate,
         acting_predicate,
         bad_timeout,
+        queried,
+        cancelled_wait,
     ],
     activities=[send_email],
-    updates=[open_gate, touch, open_timed_gate, when_ready, poke],
+    queries=[when_positive],
+    updates=[open_gate, touch, open_timed_gate, when_ready, poke, spoil],
 )
 
 
@@ -336,3 +368,26 @@ def test_a_replay_of_a_changed_predicate_outcome_is_a_mismatch():
     run(e.task())
     with pytest.raises(Exception, match="non-determinism"):
         new_run(App(workflows=[changed], updates=[open_timed_gate]), changed).replay_history(e.history.events)
+
+
+def test_a_query_that_tries_to_wait_is_refused_and_leaves_no_wait_behind():
+    """A query cannot wait: its wait is refused, and its predicate is never evaluated again (one
+    that would now raise must not fail the run's next step)."""
+    e = engine(queried)
+    run(e.task())
+    with pytest.raises(IllegalWorkflowOperation, match="cannot wait"):
+        e.run.handlers.answer_query("when_positive", None)
+    assert e.run.awaited_conditions() == []
+    e.history.update_accepted("u1", "spoil")
+    e.history.signal("go")
+    assert run(e.task()).commands[-1] == {"type": "complete_workflow", "result": "went"}
+
+
+def test_a_cancelled_wait_is_given_up():
+    e = engine(cancelled_wait)
+    assert [c["type"] for c in run(e.task()).commands] == ["start_timer"]
+    e.history.cancel_requested()
+    act = run(e.task())
+    assert act.commands == [{"type": "start_timer", "seq": 2, "duration": 1}]
+    e.history.timer_fired(2)
+    assert run(e.task()).commands[-1] == {"type": "complete_workflow", "result": {"left": []}}

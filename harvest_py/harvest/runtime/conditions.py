@@ -104,6 +104,11 @@ class ConditionWaits:
         self.waits.append(wait)
         return wait
 
+    def drop(self, wait: ConditionWait) -> None:
+        """A wait its code gave up: never evaluated again."""
+        if wait in self.waits:
+            self.waits.remove(wait)
+
     def awaited(self) -> list[str]:
         """The predicates of the waits still pending, oldest first (the test kit's stuck report)."""
         return [predicate_name(w.predicate) for w in list(self.waits) if not w.future.done()]

@@ -507,14 +507,19 @@ class WorkflowContext:
         conditions = run.conditions
         if conditions.holds(predicate):
             return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        timer_seq = None if seconds is None else run.next_seq()  # (refused first in a query)
+        waiter: asyncio.Future[None] = run._loop.create_future()  # (a query's runs off the loop)
         wait = conditions.add(predicate, waiter, seconds)
-        timer_seq = None
-        if seconds is not None:
-            timer_seq = run.next_seq()
+        if timer_seq is not None:
             command = {"type": "start_timer", "seq": timer_seq, "duration": _secs(seconds)}
             run.issue(command, "timer", None, on_fire=wait.fire)
-        await waiter  # (ConditionTimeout: its timer fired, nothing to cancel)
+        try:
+            await waiter  # (ConditionTimeout: its timer fired, nothing to cancel)
+        except BaseException:
+            # A wait given up (its task cancelled, its coroutine closed: a query's that tried to
+            # wait, a dropped run's) is not evaluated again: its predicate must not fail a step.
+            conditions.drop(wait)
+            raise
         if timer_seq is not None and run.timer_pending(timer_seq):
             run.cancel_timer(timer_seq)
 
