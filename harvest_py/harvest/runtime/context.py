@@ -510,7 +510,7 @@ class WorkflowContext:
         timer_seq = None if seconds is None else run.next_seq()  # (refused first in a query)
         waiter: asyncio.Future[None] = run._loop.create_future()  # (a query's runs off the loop)
         wait = conditions.add(predicate, waiter, seconds)
-        if timer_seq is not None:
+        if timer_seq is not None and seconds is not None:
             command = {"type": "start_timer", "seq": timer_seq, "duration": _secs(seconds)}
             run.issue(command, "timer", None, on_fire=wait.fire)
         try:
