@@ -640,7 +640,6 @@ DECLARE
     v_matched bigint;
     v_gate record;
     v_row harvest.pending_starts;
-    v_rows harvest.pending_starts [];
     v_done bigint[] := '{}';
     v_erased integer := 0;
 BEGIN
@@ -691,10 +690,8 @@ BEGIN
     LOOP
         PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(v_gate.workflow_name, v_gate.gate_key));
     END LOOP;
-    SELECT coalesce(array_agg(l.r ORDER BY (l.r).created_at, (l.r).id), '{}') INTO v_rows FROM (
-        SELECT s AS r FROM harvest.pending_starts AS s WHERE s.id = ANY(v_ids)
-        ORDER BY s.created_at, s.id FOR UPDATE OF s
-    ) AS l;
+    PERFORM 1 FROM harvest.pending_starts AS s WHERE s.id = ANY(v_ids)
+    ORDER BY s.created_at, s.id FOR UPDATE OF s;
     -- The offloaded rows of them all, in one id order, before the first is discarded (as a
     -- discard by id and an admission take theirs: docs/internals.md, "Lock order", 1). Locked
     -- start by start, this call held the higher row of one start while it waited for the lower
@@ -702,11 +699,14 @@ BEGIN
     PERFORM 1 FROM (
         SELECT p.id FROM harvest.payloads AS p
         WHERE p.execution_id IS NULL
-          AND p.id IN (SELECT harvest._pending_start_payloads(r, true) FROM unnest(v_rows) AS r)
+          AND p.id IN (SELECT harvest._pending_start_payloads(s, true) FROM harvest.pending_starts AS s
+                       WHERE s.id = ANY(v_ids))
         ORDER BY p.id
         FOR UPDATE OF p
     ) AS l;
-    FOREACH v_row IN ARRAY v_rows LOOP
+    -- (the rows locked above, read again as they now are; an array of the row type would do
+    -- the same, but the SQL files' parse check cannot resolve a table's row type in an array)
+    FOR v_row IN SELECT * FROM harvest.pending_starts AS s WHERE s.id = ANY(v_ids) ORDER BY s.created_at, s.id LOOP
         v_erased := v_erased + harvest._discard_pending_start(v_row);
         v_done := v_done || v_row.id;
     END LOOP;
