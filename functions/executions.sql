@@ -1181,13 +1181,14 @@ CREATE OR REPLACE FUNCTION harvest._act_on_workflows(
     p_created_after timestamptz, p_created_before timestamptz, p_filter text, p_reason text,
     p_signal_name text, p_payload jsonb, p_cursor text, p_limit integer, p_dry_run boolean,
     p_operator_id text, p_batch_id text, p_execution_ids uuid[], p_workflow_id text DEFAULT NULL,
-    p_failing boolean DEFAULT NULL
+    p_failing boolean DEFAULT NULL, p_reset_to text DEFAULT NULL, p_signal_reapply text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_dry boolean := coalesce(p_dry_run, false);
+    v_point bigint;
     v_statuses text[] := ARRAY['RUNNING', 'PAUSED'];
     v_where text[];
     v_filter record;
@@ -1224,6 +1225,21 @@ BEGIN
         PERFORM harvest._check_sent(format('the payload of signal %s', p_signal_name), p_payload,
                                        harvest._payload_limit());
     END IF;
+    IF p_action = 'reset' THEN
+        IF p_reset_to IS NULL OR p_reset_to NOT IN ('before_failure', 'first_workflow_task') THEN
+            RAISE EXCEPTION 'unknown reset point "%"', p_reset_to USING ERRCODE = 'HR001',
+                HINT = 'use before_failure (the last completed workflow task before the first failure) or '
+                       'first_workflow_task (the run from its start)';
+        END IF;
+        IF p_signal_reapply IS NULL OR p_signal_reapply NOT IN ('drop', 'buffer') THEN
+            RAISE EXCEPTION 'unknown signal_reapply "%"', p_signal_reapply USING ERRCODE = 'HR001',
+                HINT = 'use drop or buffer';
+        END IF;
+        IF NOT v_dry AND (p_reason IS NULL OR btrim(p_reason) = '') THEN
+            RAISE EXCEPTION 'a reset needs a reason' USING ERRCODE = 'HR001',
+                HINT = 'say why, e.g. --reason "recover from bad deploy 2026-05-03"';
+        END IF;
+    END IF;
     -- The reason is written into each run's history: bounded, or one step wrote up to 1000
     -- copies of whatever came (an API body's 64 MiB each). (A batch by filter or by ids.)
     IF NOT v_dry THEN
@@ -1242,14 +1258,21 @@ BEGIN
         END IF;
         -- (A pause selects the RUNNING runs and a resume the PAUSED ones unless p_status says otherwise:
         -- the others would only count unchanged.)
+        -- (A reset selects the FAILED runs unless p_status says otherwise, and may name RUNNING: the
+        -- runs a reset can take, reset.sql.)
         IF p_action = 'pause' THEN
             v_statuses := ARRAY['RUNNING'];
         ELSIF p_action = 'resume' THEN
             v_statuses := ARRAY['PAUSED'];
+        ELSIF p_action = 'reset' THEN
+            v_statuses := ARRAY['FAILED'];
         END IF;
         IF p_status IS NOT NULL THEN
             v_statuses := string_to_array(upper(replace(p_status, ' ', '')), ',');
-            IF NOT v_statuses <@ ARRAY['RUNNING', 'PAUSED'] OR cardinality(v_statuses) = 0 THEN
+            IF p_action = 'reset' AND (NOT v_statuses <@ ARRAY['RUNNING', 'FAILED'] OR cardinality(v_statuses) = 0) THEN
+                RAISE EXCEPTION 'cannot reset runs in state "%": only running and failed runs can be', p_status
+                    USING ERRCODE = 'HR001', HINT = 'give FAILED (the default), RUNNING or both';
+            ELSIF p_action <> 'reset' AND (NOT v_statuses <@ ARRAY['RUNNING', 'PAUSED'] OR cardinality(v_statuses) = 0) THEN
                 RAISE EXCEPTION 'cannot % runs in state "%": only live runs can be', p_action, p_status
                     USING ERRCODE = 'HR001', HINT = 'give RUNNING, PAUSED or both (the default)';
             END IF;
@@ -1267,7 +1290,9 @@ BEGIN
                      -- or p_failing goes on. A '[]' appended, as it was, changed every scope.)
                      || CASE WHEN p_workflow_id IS NOT NULL THEN jsonb_build_array(p_workflow_id)::text ELSE '' END
                      || CASE WHEN p_failing IS NOT NULL
-                             THEN jsonb_build_array(jsonb_build_object('failing', p_failing))::text ELSE '' END);
+                             THEN jsonb_build_array(jsonb_build_object('failing', p_failing))::text ELSE '' END
+                     || CASE WHEN p_action = 'reset'
+                             THEN jsonb_build_array(p_reset_to, p_signal_reapply)::text ELSE '' END);
         IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
             SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);  -- (HR001: not a cursor)
             IF v_cursor.scope IS DISTINCT FROM v_scope THEN
@@ -1342,9 +1367,31 @@ BEGIN
         -- as failed at once instead, and the batch run again takes it.
         FOR v_attempt IN 1..3 LOOP
             BEGIN
+                IF p_action = 'reset' THEN  -- (the key's start lock before the run's row, as reset_workflow)
+                    PERFORM harvest._lock_start_key(e.workflow_name, e.workflow_id)
+                    FROM harvest.executions AS e WHERE e.id = v_row.id;
+                END IF;
                 v_execution := harvest._lock_execution(v_row.id);
                 IF p_execution_ids IS NULL AND v_execution.status IN ('MIGRATED', 'MIGRATING') THEN
                     v_moved := v_moved || v_row.id;  -- sealed since the scan
+                ELSIF p_action = 'reset' AND v_execution.status = 'FAILED' THEN
+                    -- A failed run stays FAILED once reset: its fork (a later run of its id) says it was,
+                    -- so a batch gone on with or run again resets it once.
+                    IF p_execution_ids IS NULL AND NOT harvest._still_selected(v_where, v_params, v_row.id) THEN
+                        v_unchanged := v_unchanged + 1;
+                    ELSIF harvest._later_run(v_execution) IS NOT NULL THEN
+                        v_unchanged := v_unchanged + 1;
+                    ELSE
+                        PERFORM harvest._refuse_moved(v_execution, 'reset');
+                        v_point := harvest._reset_point(v_execution, p_reset_to);
+                        IF v_point IS NULL THEN
+                            RAISE EXCEPTION 'run % has no valid reset point (%)', v_row.id, p_reset_to
+                                USING ERRCODE = 'HR001';
+                        END IF;
+                        PERFORM harvest._reset_execution(v_row.id, v_point, p_reason, p_operator_id,
+                                                         p_signal_reapply, false, v_batch);
+                        v_acted := v_acted || v_row.id;
+                    END IF;
                 ELSIF v_execution.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED', 'MIGRATING') THEN
                     v_ended := v_ended + 1;  -- it ended since the scan: counted, not an error
                 ELSIF p_execution_ids IS NULL AND NOT harvest._still_selected(v_where, v_params, v_row.id) THEN
@@ -1360,6 +1407,21 @@ BEGIN
                     ELSIF p_action = 'terminate' THEN
                         PERFORM harvest._terminate_execution(v_row.id, p_reason);
                         v_acted := v_acted || v_row.id;
+                    ELSIF p_action = 'reset' THEN
+                        IF EXISTS (SELECT 1 FROM harvest.events AS ev
+                                   WHERE ev.execution_id = v_row.id AND ev.event_type = 'WorkflowResetFork'
+                                     AND ev.event_data ->> 'batch_id' = v_batch) THEN
+                            v_unchanged := v_unchanged + 1;  -- a fork this batch made: not reset again
+                        ELSE
+                            v_point := harvest._reset_point(v_execution, p_reset_to);
+                            IF v_point IS NULL THEN
+                                RAISE EXCEPTION 'run % has no valid reset point (%)', v_row.id, p_reset_to
+                                    USING ERRCODE = 'HR001';
+                            END IF;
+                            PERFORM harvest._reset_execution(v_row.id, v_point, p_reason, p_operator_id,
+                                                             p_signal_reapply, false, v_batch);
+                            v_acted := v_acted || v_row.id;
+                        END IF;
                     ELSIF p_action IN ('pause', 'resume') THEN  -- (lifecycle.sql: false when so already)
                         v_changed := CASE p_action WHEN 'pause' THEN harvest._pause_execution(v_execution, p_reason, p_operator_id)
                                      ELSE harvest._resume_execution(v_execution, p_reason, p_operator_id) END;
@@ -1412,7 +1474,8 @@ BEGIN
             'batch_id', v_batch, 'status', p_status, 'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id,
             'search_attributes', to_jsonb(p_search_attributes), 'created_after', p_created_after,
             'created_before', p_created_before, 'filter', p_filter, 'failing', p_failing, 'reason', p_reason,
-            'signal_name', p_signal_name, 'as_of', v_as_of, 'limit', p_limit,
+            'signal_name', p_signal_name, 'reset_to', p_reset_to, 'signal_reapply', p_signal_reapply,
+            'as_of', v_as_of, 'limit', p_limit,
             'scanned', least(v_rows, p_limit), 'acted', cardinality(v_acted), 'already_ended', v_ended,
             'unchanged', v_unchanged, 'moved', cardinality(v_moved), 'failed', jsonb_array_length(v_failures),
             'execution_ids', to_jsonb(v_acted))));
@@ -1517,6 +1580,33 @@ BEGIN
     RETURN harvest._act_on_workflows('resume', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
         p_batch_id, p_execution_ids, p_workflow_id, p_failing);
+END;
+$$;
+
+-- Reset the runs a filter selects (docs/operations.md, "Resetting many runs"): the FAILED runs
+-- unless p_status says otherwise (RUNNING, FAILED or both), each to the point p_reset_to names
+-- in its own history (reset.sql, _reset_point: before_failure, first_workflow_task) as
+-- reset_workflow does it, signals after the point dropped or carried (p_signal_reapply). A run
+-- is reset once per batch and a FAILED run once at all: one with a later run of its workflow
+-- id (its fork) counts unchanged, as does a fork this batch made; a run with no valid point, a
+-- child, a continue-as-new successor counts in failures. Audited per step (workflow.bulk_reset)
+-- and per run (workflow.reset, with the batch id).
+CREATE OR REPLACE FUNCTION harvest.reset_workflows(
+    p_reset_to text DEFAULT 'before_failure', p_signal_reapply text DEFAULT 'drop',
+    p_status text DEFAULT NULL, p_workflow_name text DEFAULT NULL, p_search_attributes text[] DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
+    p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
+    p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL,
+    p_failing boolean DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN harvest._act_on_workflows('reset', p_status, p_workflow_name, p_search_attributes, p_created_after,
+        p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
+        p_batch_id, p_execution_ids, p_workflow_id, p_failing, p_reset_to, p_signal_reapply);
 END;
 $$;
 
@@ -2054,6 +2144,10 @@ COMMENT ON FUNCTION harvest.pause_workflows IS
 'Pause the RUNNING runs a filter selects (p_status may widen it to PAUSED ones, counted unchanged), each as '
 'pause_workflow does, as cancel_workflows takes and answers them (a bounded step a call, next_cursor, already_ended, '
 'moved, HR001 for an empty filter, p_dry_run, one audit row a call). For operators (role harvest_operator).';
+COMMENT ON FUNCTION harvest.reset_workflows IS
+'Reset the runs a filter selects (FAILED by default, or RUNNING), each to the point p_reset_to names in its own '
+'history (before_failure, first_workflow_task), a bounded step a call, continued by next_cursor; a run is reset '
+'once per batch, a failed one once at all; audited, p_dry_run counts. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.resume_workflows IS
 'Resume the PAUSED runs a filter selects (a RUNNING one counted unchanged), each as resume_workflow does, as '
 'cancel_workflows takes and answers them. For operators (role harvest_operator).';

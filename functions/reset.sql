@@ -1,5 +1,6 @@
 -- Reset: recover a running top-level workflow stuck on history its current code
--- can no longer replay. The source run ends TERMINATED; a fork on the same shard
+-- can no longer replay, or a failed one a bad deploy ended (an activity out of retries). A
+-- running source ends TERMINATED, a failed one stays FAILED; a fork on the same shard
 -- carries the history through a completed boundary, gets a WorkflowResetFork
 -- marker, and is queued to run under the current code. The offloaded payloads it
 -- carries are its own copies (the source's erasure or retention leaves them).
@@ -9,8 +10,10 @@
 -- the run holds or awaits no durable mutex there (the fork could not take the key
 -- over safely: its history would hold it while the source's close hands it on),
 -- and it does not cut a workflow
--- task's command group in half. Terminal runs, child runs and continue-as-new
--- successors are refused. dry_run reports the plan and writes nothing.
+-- task's command group in half. Other terminal runs, a FAILED run with a later run of its
+-- workflow id (its fork, say), child runs and continue-as-new successors are refused.
+-- dry_run reports the plan and writes nothing. reset_workflows resets the runs a filter
+-- selects, each to a point named for them all (_reset_point).
 --
 -- Per-key workflow concurrency ("defer") counts the fork like the run it
 -- replaces: an admitted source's workflow slot moves to the fork, and a source
@@ -46,18 +49,34 @@ BEGIN
 END;
 $$;
 
--- Problems that make p_to_event an invalid reset point, as readable lines.
-CREATE OR REPLACE FUNCTION harvest._reset_problems(p_execution harvest.executions, p_to_event bigint)
+-- The later run of p_execution's workflow id, if one was started after it (a reset's fork, a
+-- new start of the key): a FAILED run so superseded is not reset again (a second fork would
+-- continue the key twice), which is what makes a batch reset idempotent for the FAILED runs it
+-- forked. Down executions_workflow_id_runs.
+CREATE OR REPLACE FUNCTION harvest._later_run(p_execution harvest.executions)
+RETURNS uuid
+LANGUAGE sql STABLE
+AS $$
+    SELECT l.id FROM harvest.executions AS l
+    WHERE l.workflow_id = p_execution.workflow_id AND l.workflow_name = p_execution.workflow_name
+      AND l.created_at >= p_execution.created_at AND l.id <> p_execution.id
+    ORDER BY l.created_at DESC
+    LIMIT 1;
+$$;
+
+-- Problems that make p_execution a run no reset can take, whatever the point: a run neither
+-- RUNNING nor FAILED, a child, a continue-as-new successor, a FAILED run with a later run of its id.
+CREATE OR REPLACE FUNCTION harvest._reset_run_problems(p_execution harvest.executions)
 RETURNS text[]
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_problems text[] := ARRAY[]::text[];
-    v_next_type text;
-    v_open record;
+    v_later uuid;
 BEGIN
-    IF p_execution.status <> 'RUNNING' THEN
-        v_problems := v_problems || ('the run is ' || p_execution.status || '; only running runs can be reset');
+    IF p_execution.status NOT IN ('RUNNING', 'FAILED') THEN
+        v_problems := v_problems || ('the run is ' || p_execution.status
+                                     || '; only running and failed runs can be reset');
     END IF;
     IF p_execution.parent_id IS NOT NULL THEN
         v_problems := v_problems || ('the run is a child of ' || p_execution.parent_id
@@ -67,6 +86,39 @@ BEGIN
         v_problems := v_problems || ('the run continued from ' || p_execution.continued_from
                                      || '; continue-as-new histories cannot be reset');
     END IF;
+    IF p_execution.status = 'FAILED' THEN
+        v_later := harvest._later_run(p_execution);
+        IF v_later IS NOT NULL THEN
+            v_problems := v_problems || ('run ' || v_later || ' of workflow id ' || p_execution.workflow_id
+                                         || ' started after this one (a reset''s fork or a new start); reset that one');
+        END IF;
+    END IF;
+    RETURN v_problems;
+END;
+$$;
+
+-- Problems that make p_to_event an invalid reset point, as readable lines: the run's own
+-- (_reset_run_problems) and the boundary's (_reset_boundary_problems).
+CREATE OR REPLACE FUNCTION harvest._reset_problems(p_execution harvest.executions, p_to_event bigint)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN harvest._reset_run_problems(p_execution) || harvest._reset_boundary_problems(p_execution, p_to_event);
+END;
+$$;
+
+-- Problems that make p_to_event an invalid boundary of p_execution's history: outside it,
+-- inside a workflow task's command group, a command issued and unresolved by it, a mutex held.
+CREATE OR REPLACE FUNCTION harvest._reset_boundary_problems(p_execution harvest.executions, p_to_event bigint)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_problems text[] := ARRAY[]::text[];
+    v_next_type text;
+    v_open record;
+BEGIN
     IF p_to_event IS NULL OR p_to_event < 1 OR p_to_event > p_execution.last_event_id THEN
         RETURN v_problems || ('event ' || coalesce(p_to_event::text, 'NULL') || ' is outside the history (1..'
                               || p_execution.last_event_id || ')');
@@ -141,6 +193,48 @@ BEGIN
 END;
 $$;
 
+-- The reset point p_to names in p_execution's history, one name for many runs (the batch reset,
+-- reset_workflows): 'before_failure', the last valid boundary before the first failure the
+-- history records (an ActivityFailed, a ChildWorkflowFailed, the WorkflowFailed; none: the last
+-- valid boundary of the history, as for a run whose workflow task fails), so what completed
+-- before the failure is carried and not done again; 'first_workflow_task', the first valid
+-- boundary, so the fork does everything again. NULL when no event is a valid boundary (of the
+-- 1000 candidates nearest the point looked at).
+CREATE OR REPLACE FUNCTION harvest._reset_point(p_execution harvest.executions, p_to text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_until bigint := p_execution.last_event_id;
+    v_event bigint;
+BEGIN
+    IF p_to = 'first_workflow_task' THEN
+        FOR v_event IN
+            SELECT ev.event_id FROM harvest.events AS ev
+            WHERE ev.execution_id = p_execution.id ORDER BY ev.event_id LIMIT 1000
+        LOOP
+            IF cardinality(harvest._reset_boundary_problems(p_execution, v_event)) = 0 THEN
+                RETURN v_event;
+            END IF;
+        END LOOP;
+        RETURN NULL;
+    END IF;
+    SELECT coalesce(min(ev.event_id) - 1, v_until) INTO v_until FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution.id
+      AND ev.event_type IN ('ActivityFailed', 'ChildWorkflowFailed', 'WorkflowFailed');
+    FOR v_event IN
+        SELECT ev.event_id FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution.id AND ev.event_id <= v_until
+        ORDER BY ev.event_id DESC LIMIT 1000
+    LOOP
+        IF cardinality(harvest._reset_boundary_problems(p_execution, v_event)) = 0 THEN
+            RETURN v_event;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.reset_workflow(
     p_execution_id uuid,
     p_to_event bigint,
@@ -152,7 +246,25 @@ CREATE OR REPLACE FUNCTION harvest.reset_workflow(
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
+BEGIN
+    RETURN harvest._reset_execution(p_execution_id, p_to_event, p_reason, p_operator_id, p_signal_reapply,
+                                    p_dry_run, NULL);
+END;
+$$;
+
+-- reset_workflow's body, and each run's of a batch reset (p_batch_id: the batch, written into the
+-- fork's WorkflowResetFork and the run's workflow.reset audit row). A RUNNING source ends
+-- TERMINATED; a FAILED one keeps its status and its history (its failure stays recorded), its
+-- fork the run of its workflow id from now on.
+CREATE OR REPLACE FUNCTION harvest._reset_execution(
+    p_execution_id uuid, p_to_event bigint, p_reason text, p_operator_id text, p_signal_reapply text,
+    p_dry_run boolean, p_batch_id text
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
 DECLARE
+
     v_source harvest.executions;
     v_problems text[];
     v_fork_id uuid;
@@ -196,7 +308,7 @@ BEGIN
     IF cardinality(v_problems) > 0 THEN
         RAISE EXCEPTION 'cannot reset execution % to event %: %', p_execution_id, p_to_event,
             array_to_string(v_problems, '; ') USING ERRCODE = CASE
-                WHEN v_source.status <> 'RUNNING' THEN 'HR005' ELSE 'HR001' END,
+                WHEN v_source.status NOT IN ('RUNNING', 'FAILED') THEN 'HR005' ELSE 'HR001' END,
             HINT = 'run it with dry_run first; harvest workflow stack shows the wait state';
     END IF;
 
@@ -205,11 +317,13 @@ BEGIN
     SELECT * INTO v_slot FROM harvest.workflow_slots AS s WHERE s.execution_id = p_execution_id;
     SELECT t.concurrency_key, t.concurrency_limit INTO v_gate FROM harvest.tasks AS t
     WHERE t.execution_id = p_execution_id AND t.kind = 'workflow' AND t.concurrency_key IS NOT NULL;
-    PERFORM harvest._append_event(p_execution_id, 'WorkflowTerminated', jsonb_build_object(
-        'reason', 'reset to event ' || p_to_event || ': ' || p_reason, 'operator_id', p_operator_id));
-    PERFORM harvest._close_execution(p_execution_id, 'TERMINATED', NULL, jsonb_build_object(
-        'error_type', 'Reset', 'message', 'reset to event ' || p_to_event || ': ' || p_reason,
-        'non_retryable', true, 'details', jsonb_build_object('operator_id', p_operator_id)));
+    IF v_source.status = 'RUNNING' THEN  -- (a FAILED source has ended already)
+        PERFORM harvest._append_event(p_execution_id, 'WorkflowTerminated', jsonb_build_object(
+            'reason', 'reset to event ' || p_to_event || ': ' || p_reason, 'operator_id', p_operator_id));
+        PERFORM harvest._close_execution(p_execution_id, 'TERMINATED', NULL, jsonb_build_object(
+            'error_type', 'Reset', 'message', 'reset to event ' || p_to_event || ': ' || p_reason,
+            'non_retryable', true, 'details', jsonb_build_object('operator_id', p_operator_id)));
+    END IF;
 
     -- This database's shard: a moved run's id names its origin shard.
     v_fork_id := harvest._new_execution_id(harvest.get_shard_id());
@@ -249,7 +363,8 @@ BEGIN
     PERFORM harvest._copy_payloads(v_renamed, v_fork_id, v_now);
     PERFORM harvest._append_event(v_fork_id, 'WorkflowResetFork', jsonb_build_object(
         'source_execution_id', p_execution_id, 'to_event', p_to_event, 'reason', p_reason,
-        'operator_id', p_operator_id, 'signal_reapply', p_signal_reapply));
+        'operator_id', p_operator_id, 'signal_reapply', p_signal_reapply)
+        || CASE WHEN p_batch_id IS NOT NULL THEN jsonb_build_object('batch_id', p_batch_id) ELSE '{}'::jsonb END);
     IF p_signal_reapply = 'buffer' THEN
         FOR v_signal IN
             SELECT ev.event_data FROM harvest.events AS ev
@@ -270,9 +385,9 @@ BEGIN
         SET concurrency_key = v_gate.concurrency_key, concurrency_limit = v_gate.concurrency_limit
         WHERE t.execution_id = v_fork_id AND t.kind = 'workflow';
     END IF;
-    PERFORM harvest._audit('workflow.reset', p_execution_id::text, p_operator_id, jsonb_build_object(
+    PERFORM harvest._audit('workflow.reset', p_execution_id::text, p_operator_id, jsonb_strip_nulls(jsonb_build_object(
         'reason', p_reason, 'to_event', p_to_event, 'signal_reapply', p_signal_reapply,
-        'new_execution_id', v_fork_id));
+        'new_execution_id', v_fork_id, 'source_status', nullif(v_source.status, 'RUNNING'), 'batch_id', p_batch_id)));
     RETURN v_plan || jsonb_build_object('new_execution_id', v_fork_id);
 END;
 $$;
