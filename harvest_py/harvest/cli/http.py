@@ -712,7 +712,7 @@ class HttpApi:
             }
         )
         budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
-        scope = "admin" if action == "terminate" else "operate"
+        scope = "admin" if action in ("terminate", "reset") else "operate"
         return _obj(self.http.post(f"/workflows/{action}", body, scope=scope, timeout=budget))
 
     def bulk_dead_letters(

@@ -1,6 +1,6 @@
-"""`harvest workflow bulk-cancel`, `bulk-terminate`, `bulk-signal`, `bulk-pause`, `bulk-resume`: act
-on every live run a filter selects, on every shard (harvest.client.batch; docs/operations.md,
-"Acting on many runs")."""
+"""`harvest workflow bulk-cancel`, `bulk-terminate`, `bulk-signal`, `bulk-pause`, `bulk-resume`,
+`bulk-reset`: act on every run a filter selects, on every shard (harvest.client.batch;
+docs/operations.md, "Acting on many runs", "Resetting many runs")."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ DONE = {
     "signal": "signalled",
     "pause": "paused",
     "resume": "resumed",
+    "reset": "reset",
 }
 
 
@@ -43,6 +44,7 @@ BATCH_ID_HELP = {
     "signal": "Go on with a batch (its batch_id): a run it signalled is not signalled again.",
     "pause": f"{_AUDIT_ID} A run paused already counts unchanged.",
     "resume": f"{_AUDIT_ID} A run not paused counts unchanged.",
+    "reset": "Go on with a batch (its batch_id): a run it reset, or a fork it made, is not reset again.",
 }
 
 
@@ -156,6 +158,8 @@ def _batch(
     reason: str | None = None,
     signal_name: str | None = None,
     payload: Any = None,
+    reset_to: str = "before_failure",
+    signal_reapply: str = "drop",
 ) -> None:
     from harvest.cli.output import progress, selected
     from harvest.cli.shards import each_shard_in_turn
@@ -187,6 +191,8 @@ def _batch(
         "limit": batch,
         "operator_id": operator,
         "batch_id": batch_id,
+        "reset_to": reset_to,
+        "signal_reapply": signal_reapply,
     }
     settings = selected(database_url)
 
@@ -225,13 +231,15 @@ def _batch(
     if matched == 0 and not preview.unavailable:
         _emit(preview, output)
         return
-    if action == "terminate" and not yes:
+    if action in ("terminate", "reset") and not yes:
+        what = "end" if action == "terminate" else "reset (each forked from its point)"
         if not sys.stdin.isatty():
             raise InvalidArgument(
-                f"bulk-terminate would end {matched} run(s) at once: pass --yes to confirm "
+                f"bulk-{action} would {what} {matched} run(s) at once: pass --yes to confirm "
                 "(or --dry-run to see them first)"
             )
-        click.confirm(f"terminate {matched} run(s) now (no cleanup code runs)?", abort=True, err=True)
+        question = "(no cleanup code runs)" if action == "terminate" else f"to {reset_to}"
+        click.confirm(f"{action} {matched} run(s) now {question}?", abort=True, err=True)
     options["batch_id"] = options["batch_id"] or preview.batch_id
     with progress(matched, f"{action} runs", enabled=output != "json") as bar:
         done = execute(False, bar)
@@ -247,7 +255,8 @@ class _NullBar:
 def _emit(tally: BatchTally, output: str) -> None:
     def render(d: dict[str, Any]) -> str:
         if d["dry_run"]:
-            head = f"dry run: {d['matched']} live run(s) selected, nothing written"
+            which = "" if d["action"] == "reset" else "live "
+            head = f"dry run: {d['matched']} {which}run(s) selected, nothing written"
             sample = d.get("execution_ids") or []
             lines = [head] + ([f"  e.g. {', '.join(sample[:20])}"] if sample else [])
         else:
@@ -352,4 +361,34 @@ def bulk_resume(**options: Any) -> None:
     _batch("resume", **options)
 
 
-COMMANDS = (bulk_cancel, bulk_terminate, bulk_signal, bulk_pause, bulk_resume)
+@click.command("bulk-reset")
+@click.option("--reason", required=True, help="Why (recorded in each source's and fork's history).")
+@click.option(
+    "--to",
+    "reset_to",
+    type=click.Choice(["before_failure", "first_workflow_task"]),
+    default="before_failure",
+    show_default=True,
+    help="The point in each run's history: the last completed workflow task before its first failure "
+    "(what completed before it is not done again), or its first (everything is done again).",
+)
+@click.option(
+    "--signal-reapply",
+    type=click.Choice(["drop", "buffer"]),
+    default="drop",
+    show_default=True,
+    help="Signals received after the point: dropped, or carried into the fork.",
+)
+@click.option("--yes", is_flag=True, help="Reset without asking (needed when stdin is no terminal).")
+@_batch_options("reset")
+def bulk_reset(**options: Any) -> None:
+    """Reset every FAILED run the filter selects (--state RUNNING or FAILED,RUNNING for stuck
+    runs), on every shard, each to the point --to names in its own history (admin).
+
+    A FAILED run stays FAILED and its fork runs under the current code; a RUNNING run ends
+    TERMINATED. A run is reset once per batch, a failed one once at all (its fork counts it
+    unchanged). Asks first unless --yes. Exit codes as bulk-cancel."""
+    _batch("reset", **options)
+
+
+COMMANDS = (bulk_cancel, bulk_terminate, bulk_signal, bulk_pause, bulk_resume, bulk_reset)

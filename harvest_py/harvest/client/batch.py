@@ -1,4 +1,4 @@
-"""Cancel, terminate, signal, pause or resume the live runs a filter selects, on every shard
+"""Cancel, terminate, signal, pause, resume or reset the runs a filter selects, on every shard
 (docs/operations.md, "Acting on many runs"): the batch executor the CLI, the HTTP route and
 ``Client.act_on_workflows`` share.
 
@@ -29,7 +29,7 @@ from harvest.core.batches import BATCH_STEP_MAX as BATCH_STEP_MAX
 from harvest.core.errors import InvalidArgument
 from harvest.core.stepper import Do, Flow, adriven, driven
 
-ACTIONS = ("cancel", "terminate", "signal", "pause", "resume")
+ACTIONS = ("cancel", "terminate", "signal", "pause", "resume", "reset")
 # Failures listed in a summary (each is counted in failed all the same).
 FAILURES_SHOWN = 100
 # The HTTP cursor's prefix (a batch's position on every shard, and its id).
@@ -67,6 +67,8 @@ class StepKeywords(TypedDict):
     dry_run: bool
     operator_id: str | None
     batch_id: str | None
+    reset_to: str
+    signal_reapply: str
 
 
 STEP_KEYS: tuple[str, ...] = tuple(StepKeywords.__annotations__)
@@ -95,6 +97,8 @@ def step_keywords(arguments: Mapping[str, Any]) -> StepKeywords:
         dry_run=arguments["dry_run"],
         operator_id=arguments["operator_id"],
         batch_id=arguments["batch_id"],
+        reset_to=arguments["reset_to"],
+        signal_reapply=arguments["signal_reapply"],
     )
 
 

@@ -2086,6 +2086,17 @@ class Client:
         """Resume every PAUSED run a filter selects, on every shard; see :meth:`act_on_workflows`."""
         return self.act_on_workflows("resume", reason=reason, **batch)
 
+    def reset_workflows(
+        self, *, reason: str, reset_to: str = "before_failure", signal_reapply: str = "drop", **batch: Any
+    ) -> dict[str, Any]:
+        """Reset every FAILED run a filter selects (``state`` may say RUNNING), on every shard, each
+        to the point ``reset_to`` names in its own history: ``before_failure`` (the last completed
+        workflow task before its first failure) or ``first_workflow_task``; once per batch, a failed
+        run once at all (docs/operations.md, "Resetting many runs"). See :meth:`act_on_workflows`."""
+        return self.act_on_workflows(
+            "reset", reason=reason, reset_to=reset_to, signal_reapply=signal_reapply, **batch
+        )
+
     def signal_workflows(self, signal_name: str, payload_value: Any = None, **batch: Any) -> dict[str, Any]:
         """Signal every live run a filter selects once per batch, on every shard; the payload is
         encoded by this client's codecs and must fit inline (not the offload store)."""
@@ -2113,8 +2124,10 @@ class Client:
         progress: Callable[[int, int], None] | None = None,
         workflow_id: str | None = None,
         failing: bool | None = None,
+        reset_to: str = "before_failure",
+        signal_reapply: str = "drop",
     ) -> dict[str, Any]:
-        """``action`` (cancel, terminate, signal, pause, resume) on every live run the filters
+        """``action`` (cancel, terminate, signal, pause, resume, reset) on every run the filters
         select (those of :meth:`list_workflows`, ``workflow_id`` one id's runs, ``failing`` True
         the runs whose workflow task is failing; at least one
         besides ``state``, else InvalidArgument), on every
@@ -2922,6 +2935,14 @@ class AsyncClient:
         """Resume every PAUSED run a filter selects, on every shard; see :meth:`act_on_workflows`."""
         return await self.act_on_workflows("resume", reason=reason, **batch)
 
+    async def reset_workflows(
+        self, *, reason: str, reset_to: str = "before_failure", signal_reapply: str = "drop", **batch: Any
+    ) -> dict[str, Any]:
+        """Reset every FAILED run a filter selects; see :meth:`Client.reset_workflows`."""
+        return await self.act_on_workflows(
+            "reset", reason=reason, reset_to=reset_to, signal_reapply=signal_reapply, **batch
+        )
+
     async def signal_workflows(
         self, signal_name: str, payload_value: Any = None, **batch: Any
     ) -> dict[str, Any]:
@@ -2951,8 +2972,10 @@ class AsyncClient:
         progress: Callable[[int, int], None] | None = None,
         workflow_id: str | None = None,
         failing: bool | None = None,
+        reset_to: str = "before_failure",
+        signal_reapply: str = "drop",
     ) -> dict[str, Any]:
-        """``action`` (cancel, terminate, signal, pause, resume) on every live run the filters
+        """``action`` (cancel, terminate, signal, pause, resume, reset) on every run the filters
         select (those of :meth:`list_workflows`, ``workflow_id`` one id's runs, ``failing`` True
         the runs whose workflow task is failing; at least one
         besides ``state``, else InvalidArgument), on every

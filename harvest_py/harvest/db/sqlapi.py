@@ -1712,6 +1712,9 @@ _ACT_ON_WORKFLOWS = {
     "signal": ACT_ON_WORKFLOWS.format(
         action="signal", signal="p_signal_name => %(signal_name)s, p_payload => %(payload)s,"
     ),
+    "reset": ACT_ON_WORKFLOWS.format(
+        action="reset", signal="p_reset_to => %(reset_to)s, p_signal_reapply => %(signal_reapply)s,"
+    ),
 }
 
 
@@ -1736,10 +1739,13 @@ def act_on_workflows(
     execution_ids: list[str] | None = None,
     workflow_id: str | None = None,
     failing: bool | None = None,
+    reset_to: str = "before_failure",
+    signal_reapply: str = "drop",
 ) -> dict[str, Any]:
     """One step of a batch by filter on this database: harvest.``action``_workflows (cancel,
-    terminate, signal, pause or resume), answering its jsonb (functions/executions.sql, _act_on_workflows).
-    ``workflow_id``: only that id's runs; ``failing``: as :func:`list_executions`'."""
+    terminate, signal, pause, resume or reset), answering its jsonb (functions/executions.sql,
+    _act_on_workflows). ``workflow_id``: only that id's runs; ``failing``: as :func:`list_executions`';
+    ``reset_to`` and ``signal_reapply``: a reset's point and signals (functions/reset.sql)."""
     if action not in _ACT_ON_WORKFLOWS:
         raise ValueError(f"unknown batch action {action!r}")
     return {
@@ -1761,6 +1767,8 @@ def act_on_workflows(
         "execution_ids": execution_ids,
         "workflow_id": workflow_id,
         "failing": failing,
+        "reset_to": reset_to,
+        "signal_reapply": signal_reapply,
     }
 
 

@@ -638,8 +638,8 @@ async def terminate_workflow(call: Call, args: dict[str, Any], data: dict[str, A
 
 
 def _act_on_workflows(action: str) -> Any:
-    """POST /workflows/{cancel,terminate,signal,pause,resume}: a bounded step of a batch by filter on every
-    shard (at most ``limit`` runs each), its moved runs acted on where they live, and the
+    """POST /workflows/{cancel,terminate,signal,pause,resume,reset}: a bounded step of a batch by
+    filter on every shard (at most ``limit`` runs each), its moved runs acted on where they live, and the
     next_cursor that goes on (harvest.client.batch; docs/http-api.md, "Acting on many runs")."""
 
     async def handler(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
@@ -674,6 +674,8 @@ def _act_on_workflows(action: str) -> Any:
         # (as the SQL: a dry run counts the runs and sends nothing, so it needs no name)
         if action == "signal" and not dry_run and not (data.get("signal_name") or "").strip():
             raise invalid("signal_name", "name the signal to send (a dry_run alone may leave it out)")
+        if action == "reset" and not dry_run and not (data.get("reason") or "").strip():
+            raise invalid("reason", "a reset needs a reason (a dry_run alone may leave it out)")
         if data.get("cursor"):
             try:
                 batch_id, positions = decode_cursor(data["cursor"])
@@ -696,6 +698,8 @@ def _act_on_workflows(action: str) -> Any:
             "dry_run": dry_run,
             "operator_id": data.get("operator_id") or call.operator_id,
             "batch_id": batch_id,
+            "reset_to": data.get("reset_to") or "before_failure",
+            "signal_reapply": data.get("signal_reapply") or "drop",
         }
         arguments = step_arguments(filters, options)
         tally = BatchTally(action, dry_run, batch_id)
@@ -818,6 +822,13 @@ BATCH_BODY = body(
         "dry_run": BOOLEAN,
         "operator_id": STRING,
         "batch_id": STRING,
+        "reset_to": {
+            "type": "string",
+            "enum": ["before_failure", "first_workflow_task"],
+            "description": "A reset's point in each run's history: the last completed workflow task "
+            "before its first failure (the default) or its first.",
+        },
+        "signal_reapply": {"type": "string", "enum": ["drop", "buffer"]},
     }
 )
 BATCH_SHAPE = shape(
@@ -1274,6 +1285,20 @@ ENDPOINTS = [
         _act_on_workflows("resume"),
         "Resume every PAUSED run a filter selects, on every shard, at most limit a shard a request; "
         "next_cursor goes on (dry_run: count and sample, nothing written).",
+        body=BATCH_BODY,
+        tag="workflows",
+        shape=BATCH_SHAPE,
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/reset",
+        "admin",
+        _act_on_workflows("reset"),
+        "Reset every FAILED run a filter selects (state may say RUNNING), each to the point reset_to "
+        "names in its own history (before_failure, the default, or first_workflow_task), on every "
+        "shard, at most limit a shard a request; a run once per batch, a failed one once at all; "
+        "next_cursor goes on (dry_run: count and sample, nothing written). reason is required (a 400 "
+        "naming it) unless dry_run.",
         body=BATCH_BODY,
         tag="workflows",
         shape=BATCH_SHAPE,
