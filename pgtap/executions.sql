@@ -1379,10 +1379,10 @@ SELECT is((SELECT d -> 'matched' FROM harvest.reset_workflows(p_workflow_name =>
           '2'::jsonb, 'a dry run counts the FAILED runs (the default state), writes nothing');
 SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'rb_wf'), 3::bigint, 'no fork after a dry run');
 SELECT is((SELECT d - 'next_cursor' - 'execution_ids' - 'shard_id'
-           FROM harvest.reset_workflows(p_workflow_name => 'rb_wf', p_reason => 'bad deploy', p_operator_id => 'oncall',
-                                        p_batch_id => 'b-1', p_limit => 1) AS d),
+           FROM harvest.reset_workflows(p_workflow_name => 'rb_wf', p_workflow_id => 'rb1', p_reason => 'bad deploy',
+                                        p_operator_id => 'oncall', p_batch_id => 'b-1', p_limit => 1) AS d),
           '{"action": "reset", "dry_run": false, "batch_id": "b-1", "matched": 1, "acted": 1, "already_ended": 0,
-            "unchanged": 0, "moved": [], "failures": []}'::jsonb, 'a step resets the first FAILED run');
+            "unchanged": 0, "moved": [], "failures": []}'::jsonb, 'a step resets the FAILED run it selects');
 SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('rb1')), 'FAILED',
           'the source stays FAILED (its failure stays recorded)');
 SELECT is((SELECT f.status FROM harvest.executions AS f WHERE f.workflow_id = 'rb1' AND f.id <> pg_temp.run('rb1')),

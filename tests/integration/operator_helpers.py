@@ -119,3 +119,45 @@ def park(
         "SELECT id FROM harvest.dead_letters WHERE execution_id = %s", (execution_id,)
     ).fetchone()[0]
     return first, dead_id
+
+
+def failed_run(conn: psycopg.Connection, name: str, workflow_id: str, queue: str = "default") -> str:
+    """A run of ``name`` FAILED as a bad deploy leaves one: its activity ``ship`` (dead_letter
+    off, one attempt) failed, and its workflow failed with it. Returns its id."""
+    run = start(conn, name, workflow_id, queue)
+
+    def decide(commands: list) -> None:
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', ARRAY[%s], 1)", (queue,)
+        ).fetchone()
+        last = conn.execute("SELECT last_event_id FROM harvest.executions WHERE id = %s", (run,)).fetchone()[
+            0
+        ]
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
+            (task[0], task[1], last, Jsonb(commands)),
+        )
+
+    options = {"dead_letter": False, "retry": {"max_attempts": 1}}
+    decide(
+        [
+            {
+                "type": "schedule_activity",
+                "seq": 1,
+                "name": "ship",
+                "queue": f"{queue}-acts",
+                "options": options,
+            }
+        ]
+    )
+    task = conn.execute(
+        "SELECT task_id, fencing_token FROM harvest.claim_tasks('acts', ARRAY[%s], 1)", (f"{queue}-acts",)
+    ).fetchone()
+    conn.execute(
+        "SELECT harvest.fail_activity(%s, %s, %s)",
+        (task[0], task[1], Jsonb({"error_type": "Bug", "message": "the bad deploy"})),
+    )
+    decide(
+        [{"type": "fail_workflow", "failure": {"error_type": "ActivityFailure", "message": "ship failed"}}]
+    )
+    return run
