@@ -205,27 +205,19 @@ RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
+    v_first boolean := p_to = 'first_workflow_task';  -- (the first boundary up, else the last down)
     v_until bigint := p_execution.last_event_id;
     v_event bigint;
 BEGIN
-    IF p_to = 'first_workflow_task' THEN
-        FOR v_event IN
-            SELECT ev.event_id FROM harvest.events AS ev
-            WHERE ev.execution_id = p_execution.id ORDER BY ev.event_id LIMIT 1000
-        LOOP
-            IF cardinality(harvest._reset_boundary_problems(p_execution, v_event)) = 0 THEN
-                RETURN v_event;
-            END IF;
-        END LOOP;
-        RETURN NULL;
+    IF NOT v_first THEN
+        SELECT coalesce(min(ev.event_id) - 1, v_until) INTO v_until FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution.id
+          AND ev.event_type IN ('ActivityFailed', 'ChildWorkflowFailed', 'WorkflowFailed');
     END IF;
-    SELECT coalesce(min(ev.event_id) - 1, v_until) INTO v_until FROM harvest.events AS ev
-    WHERE ev.execution_id = p_execution.id
-      AND ev.event_type IN ('ActivityFailed', 'ChildWorkflowFailed', 'WorkflowFailed');
     FOR v_event IN
         SELECT ev.event_id FROM harvest.events AS ev
         WHERE ev.execution_id = p_execution.id AND ev.event_id <= v_until
-        ORDER BY ev.event_id DESC LIMIT 1000
+        ORDER BY CASE WHEN v_first THEN ev.event_id ELSE -ev.event_id END LIMIT 1000
     LOOP
         IF cardinality(harvest._reset_boundary_problems(p_execution, v_event)) = 0 THEN
             RETURN v_event;

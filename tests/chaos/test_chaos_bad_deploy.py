@@ -208,27 +208,12 @@ def test_a_bad_deploy_is_noticed_stopped_fixed_and_every_run_recovered(chaos_db,
             db, "workflow", "bulk-resume", "--workflow-name", "order_flow", "--reason", "v4 deployed"
         )
         figures["bulk_resume"] = {k: resumed[k] for k in ("matched", "acted", "failed")}
-        dry = cli(
-            db,
-            "workflow",
-            "bulk-reset",
-            "--workflow-name",
-            "order_flow",
-            "--created-before",
-            cut_at,
-            "--reason",
-            "incident 72",
-            "--dry-run",
-        )
+        bulk_reset = ("workflow", "bulk-reset", "--workflow-name", "order_flow", "--created-before", cut_at)
+        dry = cli(db, *bulk_reset, "--reason", "incident 72", "--dry-run")
         assert dry["matched"] == half and scalar(db, "SELECT count(*) FROM harvest.executions") == RUNS
         reset = cli(
             db,
-            "workflow",
-            "bulk-reset",
-            "--workflow-name",
-            "order_flow",
-            "--created-before",
-            cut_at,
+            *bulk_reset,
             "--reason",
             "incident 72: ship fixed in v4",
             "--operator-id",
@@ -239,20 +224,7 @@ def test_a_bad_deploy_is_noticed_stopped_fixed_and_every_run_recovered(chaos_db,
         )
         figures["bulk_reset"] = {k: reset[k] for k in ("batch_id", "matched", "acted", "unchanged", "failed")}
         assert (reset["acted"], reset["failed"]) == (half, 0), reset
-        again = cli(
-            db,
-            "workflow",
-            "bulk-reset",
-            "--workflow-name",
-            "order_flow",
-            "--created-before",
-            cut_at,
-            "--reason",
-            "incident 72",
-            "--batch-id",
-            reset["batch_id"],
-            "--yes",
-        )
+        again = cli(db, *bulk_reset, "--reason", "incident 72", "--batch-id", reset["batch_id"], "--yes")
         figures["bulk_reset_again"] = {k: again[k] for k in ("matched", "acted", "unchanged", "failed")}
         assert (again["acted"], again["unchanged"]) == (0, half)
 

@@ -239,6 +239,17 @@ def operator_id_option(f: FC) -> FC:
     )(f)
 
 
+def signal_reapply_option(f: FC) -> FC:
+    """A reset's --signal-reapply (`workflow reset`, `workflow bulk-reset`)."""
+    return click.option(
+        "--signal-reapply",
+        type=click.Choice(["drop", "buffer"]),
+        default="drop",
+        show_default=True,
+        help="Signals received after the reset point: drop them, or carry them into the fork.",
+    )(f)
+
+
 def database_url_option(f: FC) -> FC:
     return click.option(
         "--database-url",

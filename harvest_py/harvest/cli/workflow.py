@@ -26,6 +26,7 @@ from harvest.cli.output import (
     output_option,
     read_input_bounded,
     selected,
+    signal_reapply_option,
     table,
 )
 from harvest.cli.payloads import Reveal, app_option, app_write_option, signal_payload_options
@@ -1146,13 +1147,7 @@ RESET_KEYS = [
 @click.option("--to-event", required=True, type=ROW_ID, help="The last event id the fork keeps.")
 @click.option("--reason", required=True, help="Why (recorded on both runs).")
 @click.option("--operator-id", default=None, help="Who you are, for the record.")
-@click.option(
-    "--signal-reapply",
-    type=click.Choice(["drop", "buffer"]),
-    default="drop",
-    show_default=True,
-    help="Signals received after the boundary: drop them, or carry them into the fork.",
-)
+@signal_reapply_option
 @click.option(
     "--dry-run",
     is_flag=True,

@@ -12,7 +12,15 @@ from typing import Any
 import click
 from click.decorators import FC
 
-from harvest.cli.output import ISO_TIME, database_url_option, emit, operator_id_option, output_option, table
+from harvest.cli.output import (
+    ISO_TIME,
+    database_url_option,
+    emit,
+    operator_id_option,
+    output_option,
+    signal_reapply_option,
+    table,
+)
 from harvest.cli.payloads import app_write_option, signal_payload_options
 from harvest.client.batch import BATCH_STEP, BATCH_STEP_MAX, BatchTally, run_batch
 from harvest.core.errors import InvalidArgument
@@ -372,13 +380,7 @@ def bulk_resume(**options: Any) -> None:
     help="The point in each run's history: the last completed workflow task before its first failure "
     "(what completed before it is not done again), or its first (everything is done again).",
 )
-@click.option(
-    "--signal-reapply",
-    type=click.Choice(["drop", "buffer"]),
-    default="drop",
-    show_default=True,
-    help="Signals received after the point: dropped, or carried into the fork.",
-)
+@signal_reapply_option
 @click.option("--yes", is_flag=True, help="Reset without asking (needed when stdin is no terminal).")
 @_batch_options("reset")
 def bulk_reset(**options: Any) -> None:
