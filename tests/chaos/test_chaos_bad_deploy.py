@@ -120,7 +120,14 @@ def test_a_bad_deploy_is_noticed_stopped_fixed_and_every_run_recovered(chaos_db,
         time.sleep(0.01)  # (the cut falls strictly between the halves' created_at)
         cut_at = query(db, "SELECT clock_timestamp() AS t")[0]["t"].isoformat()
         time.sleep(0.01)
-        for i in range(half, RUNS):
+        # Half B in two quarters: the first's failing runs are paused, the second's left failing.
+        quarter = half + (RUNS - half) // 2
+        for i in range(half, quarter):
+            client.start_workflow("order_flow", i, workflow_id=f"order-{i}")
+        time.sleep(0.01)
+        cut2_at = query(db, "SELECT clock_timestamp() AS t")[0]["t"].isoformat()
+        time.sleep(0.01)
+        for i in range(quarter, RUNS):
             client.start_workflow("order_flow", i, workflow_id=f"order-{i}")
         idle = "SELECT count(*) FROM harvest.tasks"
         wait_until(
@@ -188,7 +195,8 @@ def test_a_bad_deploy_is_noticed_stopped_fixed_and_every_run_recovered(chaos_db,
                 db, "SELECT count(*) FROM harvest.tasks WHERE kind = 'workflow' AND last_failure IS NOT NULL"
             ),
         }
-        # Stop the bleeding: the failing runs paused (their tasks stop retrying).
+        # Stop the bleeding: the failing runs of the first quarter paused (their tasks stop
+        # retrying); the second quarter's left failing, to see them go on by themselves.
         paused = cli(
             db,
             "workflow",
@@ -196,14 +204,23 @@ def test_a_bad_deploy_is_noticed_stopped_fixed_and_every_run_recovered(chaos_db,
             "--workflow-name",
             "order_flow",
             "--failing",
+            "--created-before",
+            cut2_at,
             "--reason",
             "incident 72: non-determinism in order_flow",
         )
         figures["bulk_pause"] = {k: paused[k] for k in ("matched", "acted", "unchanged", "failed")}
-        assert paused["acted"] == RUNS - half and paused["failed"] == 0
+        assert paused["acted"] == quarter - half and paused["failed"] == 0
 
-        # Fix forward: v4. The paused runs resumed go on by themselves; the FAILED ones are reset.
+        # Fix forward: v4. The failing runs not paused go on by themselves, no action taken; the
+        # paused ones once resumed; the FAILED ones are reset.
         fleet.deploy("v4")
+        fixed = time.monotonic()
+        wait_until(
+            lambda: by_status(db).get("COMPLETED", 0) == RUNS - quarter, HANG, "the failing runs to go on"
+        )
+        figures["v4_on_their_own"] = {**by_status(db), "secs": round(time.monotonic() - fixed, 1)}
+        assert by_status(db).get("PAUSED") == quarter - half
         resumed = cli(
             db, "workflow", "bulk-resume", "--workflow-name", "order_flow", "--reason", "v4 deployed"
         )
@@ -211,6 +228,7 @@ def test_a_bad_deploy_is_noticed_stopped_fixed_and_every_run_recovered(chaos_db,
         bulk_reset = ("workflow", "bulk-reset", "--workflow-name", "order_flow", "--created-before", cut_at)
         dry = cli(db, *bulk_reset, "--reason", "incident 72", "--dry-run")
         assert dry["matched"] == half and scalar(db, "SELECT count(*) FROM harvest.executions") == RUNS
+        began = time.monotonic()
         reset = cli(
             db,
             *bulk_reset,
@@ -223,6 +241,7 @@ def test_a_bad_deploy_is_noticed_stopped_fixed_and_every_run_recovered(chaos_db,
             "100",
         )
         figures["bulk_reset"] = {k: reset[k] for k in ("batch_id", "matched", "acted", "unchanged", "failed")}
+        figures["bulk_reset"]["secs"] = round(time.monotonic() - began, 1)
         assert (reset["acted"], reset["failed"]) == (half, 0), reset
         again = cli(db, *bulk_reset, "--reason", "incident 72", "--batch-id", reset["batch_id"], "--yes")
         figures["bulk_reset_again"] = {k: again[k] for k in ("matched", "acted", "unchanged", "failed")}
@@ -230,7 +249,7 @@ def test_a_bad_deploy_is_noticed_stopped_fixed_and_every_run_recovered(chaos_db,
 
         completed = "SELECT count(DISTINCT workflow_id) FROM harvest.executions WHERE status = 'COMPLETED'"
         wait_until(lambda: scalar(db, completed) == RUNS, HANG, "every order completed")
-        figures["after"] = by_status(db)
+        figures["after"] = {**by_status(db), "secs_from_reset": round(time.monotonic() - began, 1)}
     finally:
         fleet.stop()
     # Counted from the bodies: every order charged once (never again by a fork or a replay),
