@@ -386,6 +386,7 @@ $$;
 
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.reset_workflow IS
-'Recover a running top-level run stuck on history its code can no longer replay: it ends TERMINATED and a fork '
-'carrying the history through p_to_event runs under the current code; audited, p_dry_run only reports the plan; '
-'an invalid point raises HR001, a terminal run HR005. For admins (role harvest_admin).';
+'Recover a running top-level run stuck on history its code can no longer replay (it ends TERMINATED), or a FAILED '
+'one (it stays FAILED): a fork carrying the history through p_to_event runs under the current code; audited, '
+'p_dry_run only reports the plan; an invalid point raises HR001, another terminal run HR005. For admins (role '
+'harvest_admin).';

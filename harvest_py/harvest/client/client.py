@@ -1581,8 +1581,8 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
     ) -> dict[str, Any]:
         """Fork the run from a completed boundary under the current code (see docs/versioning.md).
 
-        Returns the plan; without dry_run the source ends TERMINATED and the plan's
-        ``new_execution_id`` names the fork (on the source's shard).
+        Returns the plan; without dry_run a running source ends TERMINATED (a FAILED one stays
+        FAILED) and the plan's ``new_execution_id`` names the fork (on the source's shard).
         """
         reset = self._call(sqlapi.reset_workflow, to_event, reason, operator_id, signal_reapply, dry_run)
         return cast("dict[str, Any]", self._at(self.execution_id, reset))

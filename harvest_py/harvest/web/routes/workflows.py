@@ -1308,7 +1308,8 @@ ENDPOINTS = [
         "/workflows/{execution_id}/reset",
         "admin",
         reset_workflow,
-        "Fork a running execution from a completed boundary under the current code (dry_run: the plan only).",
+        "Fork a running (or FAILED) execution from a completed boundary under the current code (dry_run: "
+        "the plan only).",
         (EXECUTION,),
         body(
             {
