@@ -1181,7 +1181,8 @@ CREATE OR REPLACE FUNCTION harvest._act_on_workflows(
     p_created_after timestamptz, p_created_before timestamptz, p_filter text, p_reason text,
     p_signal_name text, p_payload jsonb, p_cursor text, p_limit integer, p_dry_run boolean,
     p_operator_id text, p_batch_id text, p_execution_ids uuid[], p_workflow_id text DEFAULT NULL,
-    p_failing boolean DEFAULT NULL, p_reset_to text DEFAULT NULL, p_signal_reapply text DEFAULT NULL
+    p_failing boolean DEFAULT NULL, p_reset_to text DEFAULT NULL, p_signal_reapply text DEFAULT NULL,
+    p_before timestamptz DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -1226,10 +1227,18 @@ BEGIN
                                        harvest._payload_limit());
     END IF;
     IF p_action = 'reset' THEN
-        IF p_reset_to IS NULL OR p_reset_to NOT IN ('before_failure', 'first_workflow_task') THEN
+        IF p_reset_to IS NULL OR p_reset_to NOT IN ('before_time', 'first_workflow_task') THEN
             RAISE EXCEPTION 'unknown reset point "%"', p_reset_to USING ERRCODE = 'HR001',
-                HINT = 'use before_failure (the last completed workflow task before the first failure) or '
-                       'first_workflow_task (the run from its start)';
+                HINT = 'use before_time (the last completed workflow task written before p_before: the bad '
+                       'deploy''s time) or first_workflow_task (the run from its start)';
+        END IF;
+        IF p_reset_to = 'before_time' AND p_before IS NULL THEN
+            RAISE EXCEPTION 'the reset point before_time needs a time (p_before)' USING ERRCODE = 'HR001',
+                HINT = 'give the bad deploy''s time, e.g. --before 2026-05-03T14:00:00Z, or use first_workflow_task';
+        END IF;
+        IF p_reset_to = 'first_workflow_task' AND p_before IS NOT NULL THEN
+            RAISE EXCEPTION 'a time (p_before) is only for the reset point before_time' USING ERRCODE = 'HR001',
+                HINT = 'leave the time out, or use before_time';
         END IF;
         IF p_signal_reapply IS NULL OR p_signal_reapply NOT IN ('drop', 'buffer') THEN
             RAISE EXCEPTION 'unknown signal_reapply "%"', p_signal_reapply USING ERRCODE = 'HR001',
@@ -1258,20 +1267,20 @@ BEGIN
         END IF;
         -- (A pause selects the RUNNING runs and a resume the PAUSED ones unless p_status says otherwise:
         -- the others would only count unchanged.)
-        -- (A reset selects the FAILED runs unless p_status says otherwise, and may name RUNNING: the
-        -- runs a reset can take, reset.sql.)
+        -- (A reset selects the RUNNING runs, the only ones a reset takes (reset.sql: a paused run is
+        -- resumed first, a terminal one refused).)
         IF p_action = 'pause' THEN
             v_statuses := ARRAY['RUNNING'];
         ELSIF p_action = 'resume' THEN
             v_statuses := ARRAY['PAUSED'];
         ELSIF p_action = 'reset' THEN
-            v_statuses := ARRAY['FAILED'];
+            v_statuses := ARRAY['RUNNING'];
         END IF;
         IF p_status IS NOT NULL THEN
             v_statuses := string_to_array(upper(replace(p_status, ' ', '')), ',');
-            IF p_action = 'reset' AND (NOT v_statuses <@ ARRAY['RUNNING', 'FAILED'] OR cardinality(v_statuses) = 0) THEN
-                RAISE EXCEPTION 'cannot reset runs in state "%": only running and failed runs can be', p_status
-                    USING ERRCODE = 'HR001', HINT = 'give FAILED (the default), RUNNING or both';
+            IF p_action = 'reset' AND (NOT v_statuses <@ ARRAY['RUNNING'] OR cardinality(v_statuses) = 0) THEN
+                RAISE EXCEPTION 'cannot reset runs in state "%": only running runs can be', p_status
+                    USING ERRCODE = 'HR001', HINT = 'give RUNNING (the default); resume paused runs first';
             ELSIF p_action <> 'reset' AND (NOT v_statuses <@ ARRAY['RUNNING', 'PAUSED'] OR cardinality(v_statuses) = 0) THEN
                 RAISE EXCEPTION 'cannot % runs in state "%": only live runs can be', p_action, p_status
                     USING ERRCODE = 'HR001', HINT = 'give RUNNING, PAUSED or both (the default)';
@@ -1292,7 +1301,7 @@ BEGIN
                      || CASE WHEN p_failing IS NOT NULL
                              THEN jsonb_build_array(jsonb_build_object('failing', p_failing))::text ELSE '' END
                      || CASE WHEN p_action = 'reset'
-                             THEN jsonb_build_array(p_reset_to, p_signal_reapply)::text ELSE '' END);
+                             THEN jsonb_build_array(p_reset_to, p_signal_reapply, p_before)::text ELSE '' END);
         IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
             SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);  -- (HR001: not a cursor)
             IF v_cursor.scope IS DISTINCT FROM v_scope THEN
@@ -1374,24 +1383,6 @@ BEGIN
                 v_execution := harvest._lock_execution(v_row.id);
                 IF p_execution_ids IS NULL AND v_execution.status IN ('MIGRATED', 'MIGRATING') THEN
                     v_moved := v_moved || v_row.id;  -- sealed since the scan
-                ELSIF p_action = 'reset' AND v_execution.status = 'FAILED' THEN
-                    -- A failed run stays FAILED once reset: its fork (a later run of its id) says it was,
-                    -- so a batch gone on with or run again resets it once.
-                    IF p_execution_ids IS NULL AND NOT harvest._still_selected(v_where, v_params, v_row.id) THEN
-                        v_unchanged := v_unchanged + 1;
-                    ELSIF harvest._later_run(v_execution) IS NOT NULL THEN
-                        v_unchanged := v_unchanged + 1;
-                    ELSE
-                        PERFORM harvest._refuse_moved(v_execution, 'reset');
-                        v_point := harvest._reset_point(v_execution, p_reset_to);
-                        IF v_point IS NULL THEN
-                            RAISE EXCEPTION 'run % has no valid reset point (%)', v_row.id, p_reset_to
-                                USING ERRCODE = 'HR001';
-                        END IF;
-                        PERFORM harvest._reset_execution(v_row.id, v_point, p_reason, p_operator_id,
-                                                         p_signal_reapply, false, v_batch);
-                        v_acted := v_acted || v_row.id;
-                    END IF;
                 ELSIF v_execution.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED', 'MIGRATING') THEN
                     v_ended := v_ended + 1;  -- it ended since the scan: counted, not an error
                 ELSIF p_execution_ids IS NULL AND NOT harvest._still_selected(v_where, v_params, v_row.id) THEN
@@ -1413,7 +1404,7 @@ BEGIN
                                      AND ev.event_data ->> 'batch_id' = v_batch) THEN
                             v_unchanged := v_unchanged + 1;  -- a fork this batch made: not reset again
                         ELSE
-                            v_point := harvest._reset_point(v_execution, p_reset_to);
+                            v_point := harvest._reset_point(v_execution, p_reset_to, p_before);
                             IF v_point IS NULL THEN
                                 RAISE EXCEPTION 'run % has no valid reset point (%)', v_row.id, p_reset_to
                                     USING ERRCODE = 'HR001';
@@ -1475,6 +1466,7 @@ BEGIN
             'search_attributes', to_jsonb(p_search_attributes), 'created_after', p_created_after,
             'created_before', p_created_before, 'filter', p_filter, 'failing', p_failing, 'reason', p_reason,
             'signal_name', p_signal_name, 'reset_to', p_reset_to, 'signal_reapply', p_signal_reapply,
+            'before', p_before,
             'as_of', v_as_of, 'limit', p_limit,
             'scanned', least(v_rows, p_limit), 'acted', cardinality(v_acted), 'already_ended', v_ended,
             'unchanged', v_unchanged, 'moved', cardinality(v_moved), 'failed', jsonb_array_length(v_failures),
@@ -1583,16 +1575,15 @@ BEGIN
 END;
 $$;
 
--- Reset the runs a filter selects (docs/operations.md, "Resetting many runs"): the FAILED runs
--- unless p_status says otherwise (RUNNING, FAILED or both), each to the point p_reset_to names
--- in its own history (reset.sql, _reset_point: before_failure, first_workflow_task) as
--- reset_workflow does it, signals after the point dropped or carried (p_signal_reapply). A run
--- is reset once per batch and a FAILED run once at all: one with a later run of its workflow
--- id (its fork) counts unchanged, as does a fork this batch made; a run with no valid point, a
--- child, a continue-as-new successor counts in failures. Audited per step (workflow.bulk_reset)
--- and per run (workflow.reset, with the batch id).
+-- Reset the runs a filter selects (docs/operations.md, "Resetting many runs"): the RUNNING runs
+-- (the only ones a reset takes: reset.sql), each to the point p_reset_to names in its own history
+-- (reset.sql, _reset_point: before_time, the last valid boundary written before p_before, the bad
+-- deploy's time; first_workflow_task) as reset_workflow does it, signals after the point dropped
+-- or carried (p_signal_reapply). A run is reset once per batch: a fork this batch made counts
+-- unchanged; a run with no valid point, a child, a continue-as-new successor counts in failures.
+-- Audited per step (workflow.bulk_reset) and per run (workflow.reset, with the batch id).
 CREATE OR REPLACE FUNCTION harvest.reset_workflows(
-    p_reset_to text DEFAULT 'before_failure', p_signal_reapply text DEFAULT 'drop',
+    p_reset_to text DEFAULT 'before_time', p_before timestamptz DEFAULT NULL, p_signal_reapply text DEFAULT 'drop',
     p_status text DEFAULT NULL, p_workflow_name text DEFAULT NULL, p_search_attributes text[] DEFAULT NULL,
     p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
     p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
@@ -1606,7 +1597,7 @@ AS $$
 BEGIN
     RETURN harvest._act_on_workflows('reset', p_status, p_workflow_name, p_search_attributes, p_created_after,
         p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
-        p_batch_id, p_execution_ids, p_workflow_id, p_failing, p_reset_to, p_signal_reapply);
+        p_batch_id, p_execution_ids, p_workflow_id, p_failing, p_reset_to, p_signal_reapply, p_before);
 END;
 $$;
 
@@ -2145,9 +2136,9 @@ COMMENT ON FUNCTION harvest.pause_workflows IS
 'pause_workflow does, as cancel_workflows takes and answers them (a bounded step a call, next_cursor, already_ended, '
 'moved, HR001 for an empty filter, p_dry_run, one audit row a call). For operators (role harvest_operator).';
 COMMENT ON FUNCTION harvest.reset_workflows IS
-'Reset the runs a filter selects (FAILED by default, or RUNNING), each to the point p_reset_to names in its own '
-'history (before_failure, first_workflow_task), a bounded step a call, continued by next_cursor; a run is reset '
-'once per batch, a failed one once at all; audited, p_dry_run counts. For admins (role harvest_admin).';
+'Reset the RUNNING runs a filter selects, each to the point p_reset_to names in its own history (before_time: the '
+'last valid boundary written before p_before, the bad deploy''s time; first_workflow_task), a bounded step a call, '
+'continued by next_cursor; a run is reset once per batch; audited, p_dry_run counts. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.resume_workflows IS
 'Resume the PAUSED runs a filter selects (a RUNNING one counted unchanged), each as resume_workflow does, as '
 'cancel_workflows takes and answers them. For operators (role harvest_operator).';

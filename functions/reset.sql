@@ -1,6 +1,5 @@
 -- Reset: recover a running top-level workflow stuck on history its current code
--- can no longer replay, or a failed one a bad deploy ended (an activity out of retries). A
--- running source ends TERMINATED, a failed one stays FAILED; a fork on the same shard
+-- can no longer replay. The source run ends TERMINATED; a fork on the same shard
 -- carries the history through a completed boundary, gets a WorkflowResetFork
 -- marker, and is queued to run under the current code. The offloaded payloads it
 -- carries are its own copies (the source's erasure or retention leaves them).
@@ -10,10 +9,11 @@
 -- the run holds or awaits no durable mutex there (the fork could not take the key
 -- over safely: its history would hold it while the source's close hands it on),
 -- and it does not cut a workflow
--- task's command group in half. Other terminal runs, a FAILED run with a later run of its
--- workflow id (its fork, say), child runs and continue-as-new successors are refused.
--- dry_run reports the plan and writes nothing. reset_workflows resets the runs a filter
--- selects, each to a point named for them all (_reset_point).
+-- task's command group in half. Terminal runs (a FAILED one too: the spec's "Terminal
+-- workflows ... are rejected"; an activity's failure is recovered by its dead letter, before
+-- the run fails), child runs and continue-as-new successors are refused. dry_run reports the
+-- plan and writes nothing. reset_workflows resets the running runs a filter selects, each to a
+-- point named for them all (_reset_point).
 --
 -- Per-key workflow concurrency ("defer") counts the fork like the run it
 -- replaces: an admitted source's workflow slot moves to the fork, and a source
@@ -49,34 +49,17 @@ BEGIN
 END;
 $$;
 
--- The later run of p_execution's workflow id, if one was started after it (a reset's fork, a
--- new start of the key): a FAILED run so superseded is not reset again (a second fork would
--- continue the key twice), which is what makes a batch reset idempotent for the FAILED runs it
--- forked. Down executions_workflow_id_runs.
-CREATE OR REPLACE FUNCTION harvest._later_run(p_execution harvest.executions)
-RETURNS uuid
-LANGUAGE sql STABLE
-AS $$
-    SELECT l.id FROM harvest.executions AS l
-    WHERE l.workflow_id = p_execution.workflow_id AND l.workflow_name = p_execution.workflow_name
-      AND l.created_at >= p_execution.created_at AND l.id <> p_execution.id
-    ORDER BY l.created_at DESC
-    LIMIT 1;
-$$;
-
--- Problems that make p_execution a run no reset can take, whatever the point: a run neither
--- RUNNING nor FAILED, a child, a continue-as-new successor, a FAILED run with a later run of its id.
+-- Problems that make p_execution a run no reset can take, whatever the point: a run
+-- not RUNNING (HR005 in reset_workflow), a child, a continue-as-new successor.
 CREATE OR REPLACE FUNCTION harvest._reset_run_problems(p_execution harvest.executions)
 RETURNS text[]
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_problems text[] := ARRAY[]::text[];
-    v_later uuid;
 BEGIN
-    IF p_execution.status NOT IN ('RUNNING', 'FAILED') THEN
-        v_problems := v_problems || ('the run is ' || p_execution.status
-                                     || '; only running and failed runs can be reset');
+    IF p_execution.status <> 'RUNNING' THEN
+        v_problems := v_problems || ('the run is ' || p_execution.status || '; only running runs can be reset');
     END IF;
     IF p_execution.parent_id IS NOT NULL THEN
         v_problems := v_problems || ('the run is a child of ' || p_execution.parent_id
@@ -85,13 +68,6 @@ BEGIN
     IF p_execution.continued_from IS NOT NULL THEN
         v_problems := v_problems || ('the run continued from ' || p_execution.continued_from
                                      || '; continue-as-new histories cannot be reset');
-    END IF;
-    IF p_execution.status = 'FAILED' THEN
-        v_later := harvest._later_run(p_execution);
-        IF v_later IS NOT NULL THEN
-            v_problems := v_problems || ('run ' || v_later || ' of workflow id ' || p_execution.workflow_id
-                                         || ' started after this one (a reset''s fork or a new start); reset that one');
-        END IF;
     END IF;
     RETURN v_problems;
 END;
@@ -194,13 +170,14 @@ END;
 $$;
 
 -- The reset point p_to names in p_execution's history, one name for many runs (the batch reset,
--- reset_workflows): 'before_failure', the last valid boundary before the first failure the
--- history records (an ActivityFailed, a ChildWorkflowFailed, the WorkflowFailed; none: the last
--- valid boundary of the history, as for a run whose workflow task fails), so what completed
--- before the failure is carried and not done again; 'first_workflow_task', the first valid
+-- reset_workflows): 'before_time', the last valid boundary whose events were all written before
+-- p_before (a bad deploy's time: the fork keeps what the good code wrote and replays none of what
+-- the bad code did, which the fixed code may not replay); 'first_workflow_task', the first valid
 -- boundary, so the fork does everything again. NULL when no event is a valid boundary (of the
--- 1000 candidates nearest the point looked at).
-CREATE OR REPLACE FUNCTION harvest._reset_point(p_execution harvest.executions, p_to text)
+-- 1000 candidates nearest the point looked at). (No point "before the first failed workflow
+-- task": a run the bad code only made raise recovers by itself once the fix is deployed, and one
+-- it made write history fails after the events the bad code wrote, so that point keeps them.)
+CREATE OR REPLACE FUNCTION harvest._reset_point(p_execution harvest.executions, p_to text, p_before timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
 AS $$
@@ -209,10 +186,9 @@ DECLARE
     v_until bigint := p_execution.last_event_id;
     v_event bigint;
 BEGIN
-    IF NOT v_first THEN
+    IF NOT v_first THEN  -- (events are appended in event_id order: the first at or after p_before ends it)
         SELECT coalesce(min(ev.event_id) - 1, v_until) INTO v_until FROM harvest.events AS ev
-        WHERE ev.execution_id = p_execution.id
-          AND ev.event_type IN ('ActivityFailed', 'ChildWorkflowFailed', 'WorkflowFailed');
+        WHERE ev.execution_id = p_execution.id AND ev.created_at >= p_before;
     END IF;
     FOR v_event IN
         SELECT ev.event_id FROM harvest.events AS ev
@@ -245,9 +221,7 @@ END;
 $$;
 
 -- reset_workflow's body, and each run's of a batch reset (p_batch_id: the batch, written into the
--- fork's WorkflowResetFork and the run's workflow.reset audit row). A RUNNING source ends
--- TERMINATED; a FAILED one keeps its status and its history (its failure stays recorded), its
--- fork the run of its workflow id from now on.
+-- fork's WorkflowResetFork and the run's workflow.reset audit row).
 CREATE OR REPLACE FUNCTION harvest._reset_execution(
     p_execution_id uuid, p_to_event bigint, p_reason text, p_operator_id text, p_signal_reapply text,
     p_dry_run boolean, p_batch_id text
@@ -256,7 +230,6 @@ RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 DECLARE
-
     v_source harvest.executions;
     v_problems text[];
     v_fork_id uuid;
@@ -300,7 +273,7 @@ BEGIN
     IF cardinality(v_problems) > 0 THEN
         RAISE EXCEPTION 'cannot reset execution % to event %: %', p_execution_id, p_to_event,
             array_to_string(v_problems, '; ') USING ERRCODE = CASE
-                WHEN v_source.status NOT IN ('RUNNING', 'FAILED') THEN 'HR005' ELSE 'HR001' END,
+                WHEN v_source.status <> 'RUNNING' THEN 'HR005' ELSE 'HR001' END,
             HINT = 'run it with dry_run first; harvest workflow stack shows the wait state';
     END IF;
 
@@ -309,13 +282,11 @@ BEGIN
     SELECT * INTO v_slot FROM harvest.workflow_slots AS s WHERE s.execution_id = p_execution_id;
     SELECT t.concurrency_key, t.concurrency_limit INTO v_gate FROM harvest.tasks AS t
     WHERE t.execution_id = p_execution_id AND t.kind = 'workflow' AND t.concurrency_key IS NOT NULL;
-    IF v_source.status = 'RUNNING' THEN  -- (a FAILED source has ended already)
-        PERFORM harvest._append_event(p_execution_id, 'WorkflowTerminated', jsonb_build_object(
-            'reason', 'reset to event ' || p_to_event || ': ' || p_reason, 'operator_id', p_operator_id));
-        PERFORM harvest._close_execution(p_execution_id, 'TERMINATED', NULL, jsonb_build_object(
-            'error_type', 'Reset', 'message', 'reset to event ' || p_to_event || ': ' || p_reason,
-            'non_retryable', true, 'details', jsonb_build_object('operator_id', p_operator_id)));
-    END IF;
+    PERFORM harvest._append_event(p_execution_id, 'WorkflowTerminated', jsonb_build_object(
+        'reason', 'reset to event ' || p_to_event || ': ' || p_reason, 'operator_id', p_operator_id));
+    PERFORM harvest._close_execution(p_execution_id, 'TERMINATED', NULL, jsonb_build_object(
+        'error_type', 'Reset', 'message', 'reset to event ' || p_to_event || ': ' || p_reason,
+        'non_retryable', true, 'details', jsonb_build_object('operator_id', p_operator_id)));
 
     -- This database's shard: a moved run's id names its origin shard.
     v_fork_id := harvest._new_execution_id(harvest.get_shard_id());
@@ -379,14 +350,13 @@ BEGIN
     END IF;
     PERFORM harvest._audit('workflow.reset', p_execution_id::text, p_operator_id, jsonb_strip_nulls(jsonb_build_object(
         'reason', p_reason, 'to_event', p_to_event, 'signal_reapply', p_signal_reapply,
-        'new_execution_id', v_fork_id, 'source_status', nullif(v_source.status, 'RUNNING'), 'batch_id', p_batch_id)));
+        'new_execution_id', v_fork_id, 'batch_id', p_batch_id)));
     RETURN v_plan || jsonb_build_object('new_execution_id', v_fork_id);
 END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.reset_workflow IS
-'Recover a running top-level run stuck on history its code can no longer replay (it ends TERMINATED), or a FAILED '
-'one (it stays FAILED): a fork carrying the history through p_to_event runs under the current code; audited, '
-'p_dry_run only reports the plan; an invalid point raises HR001, another terminal run HR005. For admins (role '
-'harvest_admin).';
+'Recover a running top-level run stuck on history its code can no longer replay: it ends TERMINATED and a fork '
+'carrying the history through p_to_event runs under the current code; audited, p_dry_run only reports the plan; '
+'an invalid point raises HR001, a terminal run HR005. For admins (role harvest_admin).';

@@ -1326,99 +1326,111 @@ SELECT * FROM finish();
 ROLLBACK;
 
 -- Reset by filter (reset_workflows, through _act_on_workflows and reset.sql's _reset_point): the
--- FAILED runs by default, each to the last valid boundary before its first failure
--- (before_failure) or its first (first_workflow_task); a FAILED source stays FAILED, its fork
--- carries what completed before the failure; a run is reset once per batch and a failed one
--- once at all; the point, the signal reapply, the reason and the states are checked first.
+-- RUNNING runs only (a FAILED one is terminal: refused, as reset_workflow refuses it), each to the
+-- last valid boundary written before the bad deploy's time (before_time, p_before) or its first
+-- (first_workflow_task); the source ends TERMINATED, its fork carries what the good code wrote
+-- and none of what the bad code did; a run is reset once per batch; the point, its time, the
+-- signal reapply, the reason and the states are checked first.
 BEGIN;
-SELECT plan(24);
+SELECT plan(26);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
--- A run of rb_wf: activity 1 completes, activity 2 fails for good, the workflow fails.
--- 1 WorkflowStarted, 2 WorkflowTaskCompleted, 3 ActivityScheduled(1), 4 ActivityCompleted(1),
--- 5 WorkflowTaskCompleted, 6 ActivityScheduled(2), 7 ActivityFailed(2), 8 WorkflowTaskCompleted,
--- 9 WorkflowFailed.
-CREATE FUNCTION pg_temp.failed_run(p_key text) RETURNS uuid LANGUAGE plpgsql AS $fn$
+-- A run of rb_wf (its own queues: a claim takes any task of a queue) the good code ran until
+-- the deploy at 00:30 and the bad code after it:
+-- 1 WorkflowStarted, 2 WorkflowTaskCompleted, 3 ActivityScheduled(1), 4 ActivityCompleted(1) (00:00);
+-- 5 WorkflowTaskCompleted, 6 ActivityScheduled(2, a step the bad code added) (01:00).
+CREATE FUNCTION pg_temp.good_part(p_key text) RETURNS uuid LANGUAGE plpgsql AS $fn$
 DECLARE
     v_task record;
 BEGIN
-    PERFORM pg_temp.start_decided(p_key, 'rb_wf', 'rb_q', '[{"type": "schedule_activity", "seq": 1,
-        "name": "charge", "queue": "rb_aq"}]');
-    SELECT * INTO v_task FROM harvest.claim_tasks('acts', ARRAY['rb_aq'], 1);
+    PERFORM pg_temp.start_decided(p_key, 'rb_wf', 'rb_q_' || p_key, jsonb_build_array(jsonb_build_object(
+        'type', 'schedule_activity', 'seq', 1, 'name', 'charge', 'queue', 'rb_aq_' || p_key)));
+    SELECT * INTO v_task FROM harvest.claim_tasks('acts', ARRAY['rb_aq_' || p_key], 1);
     PERFORM harvest.complete_activity(v_task.task_id, v_task.fencing_token, '"charged"');
-    PERFORM pg_temp.decide(p_key, '[{"type": "schedule_activity", "seq": 2, "name": "ship", "queue": "rb_aq",
-        "options": {"dead_letter": false, "retry": {"max_attempts": 1}}}]');
-    SELECT * INTO v_task FROM harvest.claim_tasks('acts', ARRAY['rb_aq'], 1);
-    PERFORM harvest.fail_activity(v_task.task_id, v_task.fencing_token,
-                                  '{"error_type": "Bug", "message": "bad deploy", "non_retryable": true}');
-    PERFORM pg_temp.decide(p_key, '[{"type": "fail_workflow", "failure": {"error_type": "ActivityFailure",
-        "message": "ship failed"}}]');
     RETURN pg_temp.run(p_key);
 END;
 $fn$;
-SELECT pg_temp.failed_run('rb1');
-SELECT pg_temp.failed_run('rb2');
-SELECT pg_temp.start_run('rb_live', 'rb_wf', 'rb_q');
+SELECT pg_temp.good_part('rb1');
+SELECT pg_temp.good_part('rb2');
+SELECT pg_temp.start_decided('rb_f', 'rb_wf', 'rb_q_f', '[{"type": "fail_workflow", "failure": {"error_type": "Bug",
+    "message": "bad deploy"}}]');
+SELECT set_config('harvest.fake_now', '2030-01-01 01:00:00+00', true);
+SELECT pg_temp.decide('rb1', '[{"type": "schedule_activity", "seq": 2, "name": "ship_v2", "queue": "rb_aq"}]');
+SELECT pg_temp.decide('rb2', '[{"type": "schedule_activity", "seq": 2, "name": "ship_v2", "queue": "rb_aq"}]');
 SELECT is((SELECT array_agg(status ORDER BY status) FROM harvest.executions WHERE workflow_name = 'rb_wf'),
-          ARRAY['FAILED', 'FAILED', 'RUNNING'], 'setup: two failed runs and a running one');
-SELECT is(harvest._reset_point((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('rb1')), 'before_failure'),
-          4::bigint, '_reset_point(before_failure): the last valid boundary before the first ActivityFailed');
+          ARRAY['FAILED', 'RUNNING', 'RUNNING'], 'setup: two runs the bad code wrote to, a failed run');
+SELECT is(harvest._reset_point((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('rb1')), 'before_time',
+                               '2030-01-01 00:30:00+00'),
+          4::bigint, '_reset_point(before_time): the last valid boundary written before the deploy');
+SELECT is(harvest._reset_point((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('rb1')), 'before_time',
+                               '2029-12-31 00:00:00+00'),
+          NULL, '_reset_point(before_time): none before the run started');
 SELECT is(harvest._reset_point((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('rb1')),
-                               'first_workflow_task'), 1::bigint, '_reset_point(first_workflow_task): the first one');
-SELECT throws_ok($$SELECT harvest.reset_workflows('latest', p_workflow_name => 'rb_wf', p_reason => 'x')$$,
-                 'HR001', 'unknown reset point "latest"', 'reset_workflows: an unknown point is HR001');
-SELECT throws_ok($$SELECT harvest.reset_workflows(p_signal_reapply => 'keep', p_workflow_name => 'rb_wf', p_reason => 'x')$$,
+                               'first_workflow_task', NULL), 1::bigint, '_reset_point(first_workflow_task): the first one');
+SELECT throws_ok($$SELECT harvest.reset_workflows('before_failure', p_workflow_name => 'rb_wf', p_reason => 'x')$$,
+                 'HR001', 'unknown reset point "before_failure"', 'reset_workflows: an unknown point is HR001');
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_workflow_name => 'rb_wf', p_reason => 'x')$$,
+                 'HR001', 'the reset point before_time needs a time (p_before)',
+                 'reset_workflows: before_time (the default) without a time is HR001');
+SELECT throws_ok($$SELECT harvest.reset_workflows('before_time', p_workflow_name => 'rb_wf', p_dry_run => true)$$,
+                 'HR001', 'the reset point before_time needs a time (p_before)', 'a dry run too');
+SELECT throws_ok($$SELECT harvest.reset_workflows('first_workflow_task', now(), p_workflow_name => 'rb_wf', p_reason => 'x')$$,
+                 'HR001', 'a time (p_before) is only for the reset point before_time',
+                 'reset_workflows: first_workflow_task with a time is HR001');
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_before => now(), p_signal_reapply => 'keep', p_workflow_name => 'rb_wf',
+                                                  p_reason => 'x')$$,
                  'HR001', 'unknown signal_reapply "keep"', 'reset_workflows: an unknown signal reapply is HR001');
-SELECT throws_ok($$SELECT harvest.reset_workflows(p_workflow_name => 'rb_wf')$$,
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_before => now(), p_workflow_name => 'rb_wf')$$,
                  'HR001', 'a reset needs a reason', 'reset_workflows: no reason is HR001');
-SELECT throws_ok($$SELECT harvest.reset_workflows(p_status => 'COMPLETED', p_workflow_name => 'rb_wf', p_reason => 'x')$$,
-                 'HR001', 'cannot reset runs in state "COMPLETED": only running and failed runs can be',
-                 'reset_workflows: a state no reset takes is HR001');
-SELECT throws_ok($$SELECT harvest.reset_workflows(p_status => 'FAILED', p_reason => 'x')$$,
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_before => now(), p_status => 'FAILED', p_workflow_name => 'rb_wf',
+                                                  p_reason => 'x')$$,
+                 'HR001', 'cannot reset runs in state "FAILED": only running runs can be',
+                 'reset_workflows: FAILED runs are not selected (terminal: HR001)');
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_before => now(), p_status => 'PAUSED', p_workflow_name => 'rb_wf',
+                                                  p_reason => 'x')$$,
+                 'HR001', 'cannot reset runs in state "PAUSED": only running runs can be',
+                 'reset_workflows: PAUSED runs neither (reset_workflow refuses them)');
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_before => now(), p_status => 'RUNNING', p_reason => 'x')$$,
                  'HR001', NULL, 'reset_workflows: a state alone is no filter (HR001)');
-SELECT is((SELECT d -> 'matched' FROM harvest.reset_workflows(p_workflow_name => 'rb_wf', p_dry_run => true) AS d),
-          '2'::jsonb, 'a dry run counts the FAILED runs (the default state), writes nothing');
+SELECT is((SELECT d -> 'matched' FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00',
+                                                               p_workflow_name => 'rb_wf', p_dry_run => true) AS d),
+          '2'::jsonb, 'a dry run counts the RUNNING runs (not the FAILED one), writes nothing');
 SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'rb_wf'), 3::bigint, 'no fork after a dry run');
 SELECT is((SELECT d - 'next_cursor' - 'execution_ids' - 'shard_id'
-           FROM harvest.reset_workflows(p_workflow_name => 'rb_wf', p_workflow_id => 'rb1', p_reason => 'bad deploy',
-                                        p_operator_id => 'oncall', p_batch_id => 'b-1', p_limit => 1) AS d),
+           FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00', p_workflow_name => 'rb_wf',
+                                        p_workflow_id => 'rb1', p_reason => 'bad deploy', p_operator_id => 'oncall',
+                                        p_batch_id => 'b-1', p_limit => 1) AS d),
           '{"action": "reset", "dry_run": false, "batch_id": "b-1", "matched": 1, "acted": 1, "already_ended": 0,
-            "unchanged": 0, "moved": [], "failures": []}'::jsonb, 'a step resets the FAILED run it selects');
-SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('rb1')), 'FAILED',
-          'the source stays FAILED (its failure stays recorded)');
-SELECT is((SELECT f.status FROM harvest.executions AS f WHERE f.workflow_id = 'rb1' AND f.id <> pg_temp.run('rb1')),
-          'RUNNING', 'its fork is RUNNING, the run of its workflow id');
+            "unchanged": 0, "moved": [], "failures": []}'::jsonb, 'a step resets the RUNNING run it selects');
+SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('rb1')), 'TERMINATED',
+          'the source ends TERMINATED');
 SELECT is((SELECT array_agg(ev.event_type ORDER BY ev.event_id) FROM harvest.events AS ev
            JOIN harvest.executions AS f ON f.id = ev.execution_id
            WHERE f.workflow_id = 'rb1' AND f.id <> pg_temp.run('rb1')),
           ARRAY['WorkflowStarted', 'WorkflowTaskCompleted', 'ActivityScheduled', 'ActivityCompleted', 'WorkflowResetFork'],
-          'the fork carries the completed activity, not the failure');
+          'the fork carries what the good code wrote, none of what the bad code did');
 SELECT is((SELECT ev.event_data ->> 'batch_id' FROM harvest.events AS ev JOIN harvest.executions AS f ON f.id = ev.execution_id
            WHERE f.workflow_id = 'rb1' AND ev.event_type = 'WorkflowResetFork'), 'b-1', 'WorkflowResetFork names the batch');
 SELECT is((SELECT count(*) FROM harvest.tasks AS t JOIN harvest.executions AS f ON f.id = t.execution_id
-           WHERE f.workflow_id = 'rb1' AND t.kind = 'workflow'), 1::bigint, 'the fork has its workflow task');
--- The batch run again from its start (its id, no cursor): rb1 is not reset twice, rb2 is reset.
+           WHERE f.workflow_id = 'rb1' AND f.status = 'RUNNING' AND t.kind = 'workflow'), 1::bigint,
+          'the fork has its workflow task');
+-- The batch run again from its start (its id, no cursor): rb1's fork is not reset, rb2 is.
 SELECT is((SELECT jsonb_build_array(d -> 'acted', d -> 'unchanged')
-           FROM harvest.reset_workflows(p_workflow_name => 'rb_wf', p_reason => 'bad deploy', p_batch_id => 'b-1') AS d),
-          '[1, 1]'::jsonb, 'run again, the batch resets the other run and counts the reset one unchanged');
-SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'rb_wf'), 5::bigint, 'one fork a failed run');
-SELECT is((SELECT (d -> 'unchanged')::integer
-           FROM harvest.reset_workflows(p_workflow_name => 'rb_wf', p_reason => 'again', p_batch_id => 'b-2') AS d),
-          2, 'another batch does not reset a failed run with a fork either');
-SELECT throws_ok(format('SELECT harvest.reset_workflow(%L, 4, %L)', pg_temp.run('rb1'), 'by hand'), 'HR001', NULL,
-                 'reset_workflow of a failed run with a later run of its id: HR001, naming that run');
--- RUNNING runs, named: the forks this batch made are not reset again.
+           FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00', p_workflow_name => 'rb_wf',
+                                        p_reason => 'bad deploy', p_batch_id => 'b-1') AS d),
+          '[1, 1]'::jsonb, 'run again, the batch resets the other run and counts its own fork unchanged');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'rb_wf'), 5::bigint, 'one fork a running run');
+SELECT is((SELECT array_agg(status) FROM harvest.executions WHERE workflow_id = 'rb_f'), ARRAY['FAILED'],
+          'the FAILED run is left alone: no fork');
 SELECT is((SELECT (d -> 'acted')::integer
-           FROM harvest.reset_workflows('first_workflow_task', p_status => 'RUNNING', p_workflow_id => 'rb_live',
-                                        p_reason => 'stuck', p_batch_id => 'b-3') AS d),
-          1, 'a RUNNING run is reset when named');
-SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('rb_live')), 'TERMINATED',
-          'a RUNNING source ends TERMINATED');
-SELECT is((SELECT (d -> 'unchanged')::integer
-           FROM harvest.reset_workflows('first_workflow_task', p_status => 'RUNNING', p_workflow_id => 'rb_live',
-                                        p_reason => 'stuck', p_batch_id => 'b-3') AS d),
-          1, 'the batch run again leaves its own fork alone');
-SELECT is((SELECT jsonb_build_array(details ->> 'batch_id', details ->> 'reset_to', details ->> 'acted')
+           FROM harvest.reset_workflows('first_workflow_task', p_workflow_id => 'rb2', p_reason => 'again',
+                                        p_batch_id => 'b-2') AS d),
+          1, 'another batch resets a fork like any running run (first_workflow_task)');
+SELECT is((SELECT jsonb_build_array(details ->> 'batch_id', details ->> 'reset_to', details ->> 'acted',
+                                    (details ->> 'before')::timestamptz = '2030-01-01 00:30:00+00')
            FROM harvest.audit_log WHERE operation = 'workflow.bulk_reset' ORDER BY id LIMIT 1),
-          '["b-1", "before_failure", "1"]'::jsonb, 'each step writes a workflow.bulk_reset audit row');
+          '["b-1", "before_time", "1", true]'::jsonb, 'each step writes a workflow.bulk_reset audit row with the time');
+SELECT is((SELECT details ->> 'batch_id' FROM harvest.audit_log
+           WHERE operation = 'workflow.reset' AND target = pg_temp.run('rb1')::text),
+          'b-1', 'each run''s workflow.reset row names the batch');
 SELECT * FROM finish();
 ROLLBACK;

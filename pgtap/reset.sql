@@ -193,21 +193,21 @@ SELECT is(pg_temp.problems('can2', 1),
           'a continue-as-new successor is refused');
 SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 1, 'fix')$$, pg_temp.run('can2')), 'HR001', NULL,
                  'resetting a continue-as-new successor: HR001');
-SELECT is(pg_temp.problems('can', 1), '["the run is CONTINUED_AS_NEW; only running and failed runs can be reset"]'::jsonb,
+SELECT is(pg_temp.problems('can', 1), '["the run is CONTINUED_AS_NEW; only running runs can be reset"]'::jsonb,
           'the run that continued as new is terminal and refused');
 
 SELECT isnt(pg_temp.start('done'), NULL, 'setup: a run that completes');
 SELECT is(pg_temp.decide('done', '[{"type": "complete_workflow", "result": 1}]'), 'COMPLETED', 'setup: it completes');
 SELECT is(pg_temp.dry('done', 1) - 'source_execution_id',
-          '{"valid": false, "problems": ["the run is COMPLETED; only running and failed runs can be reset"], "to_event": 1,
+          '{"valid": false, "problems": ["the run is COMPLETED; only running runs can be reset"], "to_event": 1,
             "carried_events": 1, "discarded_events": 2, "signal_reapply": "drop", "pending_signals": 0,
             "dry_run": true, "new_execution_id": null}'::jsonb,
           'dry_run of a terminal run: the plan names its state');
 SELECT is(pg_temp.problems('done', 9),
-          '["the run is COMPLETED; only running and failed runs can be reset", "event 9 is outside the history (1..3)"]'::jsonb,
+          '["the run is COMPLETED; only running runs can be reset", "event 9 is outside the history (1..3)"]'::jsonb,
           'a terminal run and an out-of-range event: both listed');
 SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 1, 'fix')$$, pg_temp.run('done')), 'HR005',
-                 format('cannot reset execution %s to event 1: the run is COMPLETED; only running and failed runs can be reset',
+                 format('cannot reset execution %s to event 1: the run is COMPLETED; only running runs can be reset',
                         pg_temp.run('done')),
                  'resetting a terminal run: HR005');
 
@@ -461,34 +461,28 @@ SELECT results_eq(
 SELECT * FROM finish();
 ROLLBACK;
 
--- A FAILED run is reset too (a bad deploy's activity out of retries): it stays FAILED, its fork
--- goes on from the point, and once it has a later run of its workflow id it is not reset again.
+-- A FAILED run is terminal and refused (the spec: "Terminal workflows ... are rejected"): HR005,
+-- as for any other terminal run. A bad deploy's activity failures park as dead letters (replayed
+-- after the fix) before the run fails; a run failed by a dead_letter=False activity is started again.
 BEGIN;
-SELECT plan(9);
+SELECT plan(6);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
--- 1 WorkflowStarted, 2 WorkflowTaskCompleted, 3 ActivityScheduled(1), 4 ActivityFailed(1),
--- 5 WorkflowTaskCompleted, 6 WorkflowFailed.
 SELECT pg_temp.start_activity('ff', 'ff_wf', 'ff_q', 'ship', 'ff_aq',
                               p_options => '{"dead_letter": false, "retry": {"max_attempts": 1}}');
 SELECT harvest.fail_activity(pg_temp.task('ff'), pg_temp.token('ff'), '{"error_type": "Bug", "message": "bad deploy"}');
 SELECT pg_temp.decide('ff', '[{"type": "fail_workflow", "failure": {"error_type": "ActivityFailure", "message": "x"}}]');
-CREATE FUNCTION pg_temp.ff() RETURNS harvest.executions LANGUAGE sql AS $fn$
-    SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('ff');
-$fn$;
-SELECT is((pg_temp.ff()).status, 'FAILED', 'setup: the run failed');
-SELECT is(harvest._reset_run_problems(pg_temp.ff()), ARRAY[]::text[], '_reset_run_problems: a FAILED run can be reset');
-SELECT is(harvest._reset_boundary_problems(pg_temp.ff(), 3),
+SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('ff')), 'FAILED', 'setup: the run failed');
+SELECT is(harvest._reset_run_problems((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('ff'))),
+          ARRAY['the run is FAILED; only running runs can be reset'], '_reset_run_problems: the run''s own');
+SELECT is(harvest._reset_boundary_problems((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('ff')), 3),
           ARRAY['ActivityScheduled (seq 1, event 3) is unresolved at event 3'], '_reset_boundary_problems: the boundary''s');
-SELECT is(harvest._reset_point(pg_temp.ff(), 'before_failure'), 1::bigint,
-          '_reset_point(before_failure): before the activity that failed');
-SELECT is(harvest._later_run(pg_temp.ff()), NULL, '_later_run: none yet');
-SELECT is((harvest.reset_workflow(pg_temp.run('ff'), 1, 'fixed', 'ops') ->> 'valid')::boolean, true,
-          'reset_workflow of a FAILED run (harvest._reset_execution''s body)');
-SELECT is((pg_temp.ff()).status, 'FAILED', 'the FAILED source stays FAILED');
-SELECT is(harvest._later_run(pg_temp.ff()),
-          (SELECT f.id FROM harvest.executions AS f WHERE f.workflow_id = 'ff' AND f.id <> pg_temp.run('ff')),
-          '_later_run: its fork');
-SELECT throws_ok(format('SELECT harvest.reset_workflow(%L, 1, %L)', pg_temp.run('ff'), 'twice'), 'HR001', NULL,
-                 'a second reset of it is refused (HR001): its fork is the run to reset');
+SELECT is(harvest._reset_point((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('ff')),
+                               'first_workflow_task', NULL), 1::bigint, '_reset_point: the first valid boundary');
+-- (reset_workflow is harvest._reset_execution with no batch: the refusal below is its.)
+SELECT throws_ok(format('SELECT harvest.reset_workflow(%L, 1, %L)', pg_temp.run('ff'), 'fixed'), 'HR005',
+                 format('cannot reset execution %s to event 1: the run is FAILED; only running runs can be reset',
+                        pg_temp.run('ff')),
+                 'resetting a FAILED run: HR005, as any terminal run');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_id = 'ff'), 1::bigint, 'no fork');
 SELECT * FROM finish();
 ROLLBACK;
