@@ -1232,7 +1232,7 @@ BEGIN
                 HINT = 'use before_time (the last completed workflow task written before p_before: the bad '
                        'deploy''s time) or first_workflow_task (the run from its start)';
         END IF;
-        IF p_reset_to = 'before_time' AND p_before IS NULL THEN
+        IF p_reset_to = 'before_time' AND p_before IS NULL AND NOT v_dry THEN  -- (a dry run only counts)
             RAISE EXCEPTION 'the reset point before_time needs a time (p_before)' USING ERRCODE = 'HR001',
                 HINT = 'give the bad deploy''s time, e.g. --before 2026-05-03T14:00:00Z, or use first_workflow_task';
         END IF;

@@ -1165,9 +1165,9 @@ def reset(
     database_url: str | None,
     output: str,
 ) -> None:
-    """Fork a running (or FAILED) execution from a completed boundary under the current code (admin).
+    """Fork a running execution from a completed boundary under the current code (admin).
 
-    A running source ends TERMINATED, a FAILED one stays FAILED; new_execution_id names the fork.
+    The source ends TERMINATED; new_execution_id names the fork.
     """
     # Not read-only even for --dry-run: the plan locks the run's row (FOR UPDATE) while it reads.
     plan = routed_call(

@@ -22,7 +22,14 @@ from harvest.cli.output import (
     table,
 )
 from harvest.cli.payloads import app_write_option, signal_payload_options
-from harvest.client.batch import BATCH_STEP, BATCH_STEP_MAX, BatchTally, run_batch
+from harvest.client.batch import (
+    BATCH_STEP,
+    BATCH_STEP_MAX,
+    RESET_POINTS,
+    BatchTally,
+    reset_point_problem,
+    run_batch,
+)
 from harvest.core.errors import InvalidArgument
 
 # The exit code of a batch that left something undone: a run it could not act on (failed), or a
@@ -166,7 +173,8 @@ def _batch(
     reason: str | None = None,
     signal_name: str | None = None,
     payload: Any = None,
-    reset_to: str = "before_failure",
+    reset_to: str = "before_time",
+    before: Any = None,
     signal_reapply: str = "drop",
 ) -> None:
     from harvest.cli.output import progress, selected
@@ -192,6 +200,8 @@ def _batch(
             "--created-after, --created-before, --failing or --filter (a state alone would select "
             "every live run)"
         )
+    if action == "reset" and (problem := reset_point_problem(reset_to, before, dry_run)):
+        raise InvalidArgument(f"bulk-reset --to {reset_to} --before: {problem}")
     options = {
         "reason": reason,
         "signal_name": signal_name,
@@ -200,6 +210,7 @@ def _batch(
         "operator_id": operator,
         "batch_id": batch_id,
         "reset_to": reset_to,
+        "before": before,
         "signal_reapply": signal_reapply,
     }
     settings = selected(database_url)
@@ -374,22 +385,29 @@ def bulk_resume(**options: Any) -> None:
 @click.option(
     "--to",
     "reset_to",
-    type=click.Choice(["before_failure", "first_workflow_task"]),
-    default="before_failure",
+    type=click.Choice(RESET_POINTS),
+    default="before_time",
     show_default=True,
-    help="The point in each run's history: the last completed workflow task before its first failure "
-    "(what completed before it is not done again), or its first (everything is done again).",
+    help="The point in each run's history: the last completed workflow task written before --before "
+    "(what the bad code wrote is not replayed), or its first (everything is done again).",
+)
+@click.option(
+    "--before",
+    default=None,
+    type=ISO_TIME,
+    help="The bad deploy's time (RFC 3339), for --to before_time (required there, refused otherwise).",
 )
 @signal_reapply_option
 @click.option("--yes", is_flag=True, help="Reset without asking (needed when stdin is no terminal).")
 @_batch_options("reset")
 def bulk_reset(**options: Any) -> None:
-    """Reset every FAILED run the filter selects (--state RUNNING or FAILED,RUNNING for stuck
-    runs), on every shard, each to the point --to names in its own history (admin).
+    """Reset every RUNNING run the filter selects (runs stuck on a bad deploy's workflow code),
+    on every shard, each to the point --to names in its own history (admin).
 
-    A FAILED run stays FAILED and its fork runs under the current code; a RUNNING run ends
-    TERMINATED. A run is reset once per batch, a failed one once at all (its fork counts it
-    unchanged). Asks first unless --yes. Exit codes as bulk-cancel."""
+    Each source ends TERMINATED and its fork runs under the current code. A run is reset once per
+    batch. A terminal run cannot be reset (a FAILED one included): an activity's failure is
+    recovered from its dead letter (harvest dlq bulk-replay). Asks first unless --yes. Exit codes
+    as bulk-cancel."""
     _batch("reset", **options)
 
 

@@ -1581,8 +1581,8 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
     ) -> dict[str, Any]:
         """Fork the run from a completed boundary under the current code (see docs/versioning.md).
 
-        Returns the plan; without dry_run a running source ends TERMINATED (a FAILED one stays
-        FAILED) and the plan's ``new_execution_id`` names the fork (on the source's shard).
+        Returns the plan; without dry_run the source ends TERMINATED and the plan's
+        ``new_execution_id`` names the fork (on the source's shard).
         """
         reset = self._call(sqlapi.reset_workflow, to_event, reason, operator_id, signal_reapply, dry_run)
         return cast("dict[str, Any]", self._at(self.execution_id, reset))
@@ -2087,14 +2087,21 @@ class Client:
         return self.act_on_workflows("resume", reason=reason, **batch)
 
     def reset_workflows(
-        self, *, reason: str, reset_to: str = "before_failure", signal_reapply: str = "drop", **batch: Any
+        self,
+        *,
+        reason: str,
+        reset_to: str = "before_time",
+        before: Any = None,
+        signal_reapply: str = "drop",
+        **batch: Any,
     ) -> dict[str, Any]:
-        """Reset every FAILED run a filter selects (``state`` may say RUNNING), on every shard, each
-        to the point ``reset_to`` names in its own history: ``before_failure`` (the last completed
-        workflow task before its first failure) or ``first_workflow_task``; once per batch, a failed
-        run once at all (docs/operations.md, "Resetting many runs"). See :meth:`act_on_workflows`."""
+        """Reset every RUNNING run a filter selects (a terminal run cannot be reset), on every
+        shard, each to the point ``reset_to`` names in its own history: ``before_time`` (the last
+        completed workflow task written before ``before``, the bad deploy's time; required) or
+        ``first_workflow_task``; once per batch (docs/operations.md, "Resetting many runs").
+        InvalidArgument for a missing or unneeded time. See :meth:`act_on_workflows`."""
         return self.act_on_workflows(
-            "reset", reason=reason, reset_to=reset_to, signal_reapply=signal_reapply, **batch
+            "reset", reason=reason, reset_to=reset_to, before=before, signal_reapply=signal_reapply, **batch
         )
 
     def signal_workflows(self, signal_name: str, payload_value: Any = None, **batch: Any) -> dict[str, Any]:
@@ -2124,7 +2131,8 @@ class Client:
         progress: Callable[[int, int], None] | None = None,
         workflow_id: str | None = None,
         failing: bool | None = None,
-        reset_to: str = "before_failure",
+        reset_to: str = "before_time",
+        before: Any = None,
         signal_reapply: str = "drop",
     ) -> dict[str, Any]:
         """``action`` (cancel, terminate, signal, pause, resume, reset) on every run the filters
@@ -2936,11 +2944,17 @@ class AsyncClient:
         return await self.act_on_workflows("resume", reason=reason, **batch)
 
     async def reset_workflows(
-        self, *, reason: str, reset_to: str = "before_failure", signal_reapply: str = "drop", **batch: Any
+        self,
+        *,
+        reason: str,
+        reset_to: str = "before_time",
+        before: Any = None,
+        signal_reapply: str = "drop",
+        **batch: Any,
     ) -> dict[str, Any]:
-        """Reset every FAILED run a filter selects; see :meth:`Client.reset_workflows`."""
+        """Reset every RUNNING run a filter selects; see :meth:`Client.reset_workflows`."""
         return await self.act_on_workflows(
-            "reset", reason=reason, reset_to=reset_to, signal_reapply=signal_reapply, **batch
+            "reset", reason=reason, reset_to=reset_to, before=before, signal_reapply=signal_reapply, **batch
         )
 
     async def signal_workflows(
@@ -2972,7 +2986,8 @@ class AsyncClient:
         progress: Callable[[int, int], None] | None = None,
         workflow_id: str | None = None,
         failing: bool | None = None,
-        reset_to: str = "before_failure",
+        reset_to: str = "before_time",
+        before: Any = None,
         signal_reapply: str = "drop",
     ) -> dict[str, Any]:
         """``action`` (cancel, terminate, signal, pause, resume, reset) on every run the filters

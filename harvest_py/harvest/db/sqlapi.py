@@ -1713,7 +1713,8 @@ _ACT_ON_WORKFLOWS = {
         action="signal", signal="p_signal_name => %(signal_name)s, p_payload => %(payload)s,"
     ),
     "reset": ACT_ON_WORKFLOWS.format(
-        action="reset", signal="p_reset_to => %(reset_to)s, p_signal_reapply => %(signal_reapply)s,"
+        action="reset",
+        signal="p_reset_to => %(reset_to)s, p_before => %(before)s, p_signal_reapply => %(signal_reapply)s,",
     ),
 }
 
@@ -1739,13 +1740,15 @@ def act_on_workflows(
     execution_ids: list[str] | None = None,
     workflow_id: str | None = None,
     failing: bool | None = None,
-    reset_to: str = "before_failure",
+    reset_to: str = "before_time",
+    before: Any = None,
     signal_reapply: str = "drop",
 ) -> dict[str, Any]:
     """One step of a batch by filter on this database: harvest.``action``_workflows (cancel,
     terminate, signal, pause, resume or reset), answering its jsonb (functions/executions.sql,
     _act_on_workflows). ``workflow_id``: only that id's runs; ``failing``: as :func:`list_executions`';
-    ``reset_to`` and ``signal_reapply``: a reset's point and signals (functions/reset.sql)."""
+    ``reset_to``, ``before`` and ``signal_reapply``: a reset's point, its time and signals
+    (functions/reset.sql)."""
     if action not in _ACT_ON_WORKFLOWS:
         raise ValueError(f"unknown batch action {action!r}")
     return {
@@ -1768,6 +1771,7 @@ def act_on_workflows(
         "workflow_id": workflow_id,
         "failing": failing,
         "reset_to": reset_to,
+        "before": before,
         "signal_reapply": signal_reapply,
     }
 

@@ -650,6 +650,7 @@ def _act_on_workflows(action: str) -> Any:
             decode_cursor,
             encode_cursor,
             filters_of,
+            reset_point_problem,
             step_arguments,
         )
 
@@ -676,6 +677,10 @@ def _act_on_workflows(action: str) -> Any:
             raise invalid("signal_name", "name the signal to send (a dry_run alone may leave it out)")
         if action == "reset" and not dry_run and not (data.get("reason") or "").strip():
             raise invalid("reason", "a reset needs a reason (a dry_run alone may leave it out)")
+        if action == "reset" and (
+            problem := reset_point_problem(data.get("reset_to") or "before_time", data.get("before"), dry_run)
+        ):
+            raise invalid("before", problem)
         if data.get("cursor"):
             try:
                 batch_id, positions = decode_cursor(data["cursor"])
@@ -698,7 +703,8 @@ def _act_on_workflows(action: str) -> Any:
             "dry_run": dry_run,
             "operator_id": data.get("operator_id") or call.operator_id,
             "batch_id": batch_id,
-            "reset_to": data.get("reset_to") or "before_failure",
+            "reset_to": data.get("reset_to") or "before_time",
+            "before": data.get("before"),
             "signal_reapply": data.get("signal_reapply") or "drop",
         }
         arguments = step_arguments(filters, options)
@@ -824,9 +830,14 @@ BATCH_BODY = body(
         "batch_id": STRING,
         "reset_to": {
             "type": "string",
-            "enum": ["before_failure", "first_workflow_task"],
+            "enum": ["before_time", "first_workflow_task"],
             "description": "A reset's point in each run's history: the last completed workflow task "
-            "before its first failure (the default) or its first.",
+            "written before `before` (the default) or its first.",
+        },
+        "before": {
+            **DATETIME,
+            "description": "A reset's time for reset_to before_time (required there, a 400 otherwise): "
+            "the bad deploy's.",
         },
         "signal_reapply": {"type": "string", "enum": ["drop", "buffer"]},
     }
@@ -1294,11 +1305,12 @@ ENDPOINTS = [
         "/workflows/reset",
         "admin",
         _act_on_workflows("reset"),
-        "Reset every FAILED run a filter selects (state may say RUNNING), each to the point reset_to "
-        "names in its own history (before_failure, the default, or first_workflow_task), on every "
-        "shard, at most limit a shard a request; a run once per batch, a failed one once at all; "
-        "next_cursor goes on (dry_run: count and sample, nothing written). reason is required (a 400 "
-        "naming it) unless dry_run.",
+        "Reset every RUNNING run a filter selects (a terminal run cannot be reset), each to the point "
+        "reset_to names in its own history (before_time, the default: the last completed workflow task "
+        "written before `before`, the bad deploy's time; or first_workflow_task), on every shard, at most "
+        "limit a shard a request; a run once per batch; next_cursor goes on (dry_run: count and sample, "
+        "nothing written). reason is required unless dry_run, before with before_time only (a 400 "
+        "naming the field).",
         body=BATCH_BODY,
         tag="workflows",
         shape=BATCH_SHAPE,
@@ -1308,8 +1320,7 @@ ENDPOINTS = [
         "/workflows/{execution_id}/reset",
         "admin",
         reset_workflow,
-        "Fork a running (or FAILED) execution from a completed boundary under the current code (dry_run: "
-        "the plan only).",
+        "Fork a running execution from a completed boundary under the current code (dry_run: the plan only).",
         (EXECUTION,),
         body(
             {

@@ -42,10 +42,12 @@ from starlette.staticfiles import StaticFiles
 from harvest.client.batch import (
     BATCH_STEP,
     BATCH_STEP_MAX,
+    RESET_POINTS,
     BatchTally,
     astep_request,
     decode_cursor,
     encode_cursor,
+    reset_point_problem,
     step_arguments,
 )
 from harvest.client.history_export import aexport_chunks, aresolved_in_batches
@@ -154,12 +156,11 @@ RUN_BULK_SCOPES: dict[str, Scope] = {
     "reset": "admin",
 }
 # The statuses a bulk action selects when the list names none (the SQL's defaults: _act_on_workflows).
-RUN_BULK_DEFAULT_STATUS = {"pause": "RUNNING", "resume": "PAUSED", "reset": "FAILED"}
+RUN_BULK_DEFAULT_STATUS = {"pause": "RUNNING", "resume": "PAUSED", "reset": "RUNNING"}
 # The statuses a bulk action can take (the others': the live ones): of the list's, the action
-# selects these alone.
-RUN_BULK_STATUSES = {"reset": frozenset({"RUNNING", "FAILED"})}
-# A reset's points and signal reapply (reset_workflows' p_reset_to, p_signal_reapply).
-RESET_POINTS = ("before_failure", "first_workflow_task")
+# selects these alone (a reset: RUNNING, a terminal or paused run it refuses).
+RUN_BULK_STATUSES = {"reset": frozenset({"RUNNING"})}
+# A reset's signal reapply (reset_workflows' p_signal_reapply; its points: batch.RESET_POINTS).
 SIGNAL_REAPPLY = ("drop", "buffer")
 RUN_BULK_SAMPLE = 20  # ids a dry run shows (the first of each shard, oldest first)
 # Steps on each shard one POST makes (each a transaction of at most its limit of runs), then the
@@ -281,7 +282,7 @@ def _bulk_offer(state: str | None, filters: dict[str, Any]) -> str | None:
     if state is not None and not _bulk_actions(state):
         return (
             "only live runs (RUNNING, PAUSED) can be cancelled, terminated, signalled, paused or resumed,"
-            " and FAILED or RUNNING ones reset"
+            " and RUNNING ones reset"
         )
     return None
 
@@ -798,8 +799,11 @@ class Dashboard:
         signal: dict[str, Any] = {}
         if action == "signal":  # (the name and the payload, carried as given by Continue)
             signal["signal_name"], signal["payload"] = _signal_of(form, "signal_name")
-        if action == "reset":  # (the point and the signals, carried by Continue: the cursor's scope)
+        if action == "reset":  # (point, time and signals, carried by Continue: the cursor's scope)
             signal["reset_to"] = _choice(form, "reset_to", RESET_POINTS) or RESET_POINTS[0]
+            signal["before"] = _blank_none(form.get("before"))
+            if problem := reset_point_problem(signal["reset_to"], signal["before"]):
+                raise InvalidArgument(f"before: {problem}")
             signal["signal_reapply"] = _choice(form, "signal_reapply", SIGNAL_REAPPLY) or SIGNAL_REAPPLY[0]
         limit = _int(form, "limit", 1, BATCH_STEP_MAX, BATCH_STEP)
         expected = _int(form, "expected", 0, 2**63 - 1, None)
@@ -845,6 +849,7 @@ class Dashboard:
             signal_name=signal.get("signal_name"),
             payload_text=(form.get("payload") or "").strip(),
             reset_to=signal.get("reset_to"),
+            before=signal.get("before"),
             signal_reapply=signal.get("signal_reapply"),
         )
 
@@ -906,6 +911,7 @@ class Dashboard:
                 "cursor": None,
                 "signal_name": None,
                 "reset_to": None,
+                "before": None,
                 "signal_reapply": None,
                 **context,
             },
