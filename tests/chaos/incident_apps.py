@@ -1,13 +1,17 @@
-"""The order workflow of the bad-deploy drill (test_chaos_bad_deploy.py), in four releases a
-worker process picks with ``INCIDENT_RELEASE``:
+"""The order workflow of the bad-deploy drill (test_chaos_bad_deploy.py), in three releases a
+worker process picks with ``INCIDENT_RELEASE``. An order's ``kind`` picks its path:
 
-* ``v1``: good. ``charge``, then a wait for the ``packed`` signal, then ``ship`` and ``notify``.
-* ``v2``: the activity bug: ``ship`` raises on every call (its two attempts run out, and with
-  ``dead_letter=False`` the run fails: FAILED).
-* ``v3``: the workflow bug, an hour later: ``ship`` fixed, but the workflow schedules ``audit``
-  first, which no recorded history holds (non-determinism on replay: a run signalled now has its
-  workflow task fail, and it stays RUNNING).
-* ``v4``: the fix forward: v1's workflow, ``ship`` fixed.
+* ``v1``: good. ``charge``, then a wait for the ``packed`` signal, then the order's ship
+  activity (``ship``; ``ship_express`` for an express order) and ``notify``.
+* ``v2``: the bad deploy, three bugs:
+  - the activity bug: ``ship`` and ``ship_express`` raise on every call; their two attempts run
+    out and they park as dead letters (``dead_letter=True``, the default): the runs wait;
+  - the workflow bug that writes history: an express order runs a new ``audit`` step before its
+    ship, with no ``ctx.patched`` gate; it completes, and no release without it replays it;
+  - the workflow bug that only raises: a gift order's workflow code calls ``ctx.sleep("1 hour")``
+    once packed (a ``WorkflowCallError``: its workflow task fails and is retried every 5 s;
+    nothing is written, the run is untouched).
+* ``v3``: the fix: v1's workflow, the ship activities fixed.
 
 Every activity body records its call in ``incident_calls`` (the database's clock), ``ok`` false
 for one that raised: the drill counts from the bodies what ran twice.
@@ -57,13 +61,22 @@ def charge(ctx, order: int) -> str:
     return f"charged-{order}"
 
 
-@activity(retry=QUICK, dead_letter=False)
-def ship(ctx, order: int) -> str:
+def _ship(ctx: Any, name: str, order: int) -> str:
     if RELEASE == "v2":
-        _record(ctx, "ship", order, False)
+        _record(ctx, name, order, False)
         raise RuntimeError("KeyError: 'carrier' (the bad deploy)")
-    _record(ctx, "ship", order, True)
+    _record(ctx, name, order, True)
     return f"shipped-{order}"
+
+
+@activity(retry=QUICK)  # (dead_letter=True, the default: out of attempts, it parks)
+def ship(ctx, order: int) -> str:
+    return _ship(ctx, "ship", order)
+
+
+@activity(retry=QUICK)
+def ship_express(ctx, order: int) -> str:
+    return _ship(ctx, "ship_express", order)
 
 
 @activity(retry=QUICK)
@@ -79,15 +92,16 @@ def audit(ctx, order: int) -> str:
 
 
 @workflow
-async def order_flow(ctx, order: int) -> list:
-    done = []
-    if RELEASE == "v3":  # the workflow bug: a command the recorded histories do not hold
-        done.append(await ctx.execute_activity(audit, order))
-    done.append(await ctx.execute_activity(charge, order))
+async def order_flow(ctx, order: int, kind: str) -> list:
+    done = [await ctx.execute_activity(charge, order)]
     await ctx.wait_for_signal("packed")
-    done.append(await ctx.execute_activity(ship, order))
+    if RELEASE == "v2" and kind == "gift":  # the workflow bug that only raises (WorkflowCallError)
+        await ctx.sleep("1 hour")  # (a duration that does not parse: the task fails, not the run)
+    if RELEASE == "v2" and kind == "express":  # the ungated step: history v1 and v3 do not replay
+        done.append(await ctx.execute_activity(audit, order))
+    done.append(await ctx.execute_activity(ship_express if kind == "express" else ship, order))
     done.append(await ctx.execute_activity(notify, order))
     return done
 
 
-app = App(workflows=[order_flow], activities=[charge, ship, notify, audit])
+app = App(workflows=[order_flow], activities=[charge, ship, ship_express, notify, audit])

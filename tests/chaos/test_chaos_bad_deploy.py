@@ -1,13 +1,19 @@
-"""The on-call drill of a bad deploy, with real worker processes (docs/runbooks/bad-deploy.md):
-runs in flight; a release whose activity raises on every call (runs FAILED); a release whose
-workflow code no recorded history replays (runs RUNNING, their workflow task failing); noticed,
-found by filter, the failing ones paused, the fix deployed; the paused ones resumed (they go on by
-themselves) and the FAILED ones reset by filter (`harvest workflow bulk-reset`, each to the last
-completed workflow task before its failure). Every run completes, and no activity that completed
-before the failure ran again: counted from the activity bodies (incident_apps.py).
+"""The on-call drill of a bad deploy, with real worker processes (docs/runbooks/harvest-alerts.md,
+"A bad deploy"): orders in flight under v1; v2 deployed, its three bugs (incident_apps.py) meet
+the orders once packed; noticed, the fix (v3) deployed, and each kind recovered by its path:
+
+* the activity bug (standard orders): ``ship`` parked as dead letters; replayed after the fix
+  (`harvest dlq bulk-replay`), the runs complete;
+* the workflow bug that wrote history (express orders: an ungated ``audit`` step completed, which
+  v3 cannot replay): reset by filter to before the deploy (`harvest workflow bulk-reset --to
+  before_time --before`, the packed signal carried into the fork), the forks complete;
+* the workflow bug that only raised (gift orders): they complete by themselves once v3 runs.
+
+Every order completes, and nothing completed twice: counted from the activity bodies (charge,
+the ship, notify once an order; audit once an express order, by v2 alone).
 
 ``INCIDENT_RUNS`` (default 60) sets the runs in flight; the drill's figures are printed
-(``-s``) for the record. 2,000 is the incident's size (docs/runbooks/bad-deploy.md has its run)."""
+(``-s``) for the record."""
 
 from __future__ import annotations
 
@@ -105,30 +111,26 @@ def by_status(db: str) -> dict[str, int]:
     return {r["status"]: int(r["n"]) for r in rows}
 
 
-def test_a_bad_deploy_is_noticed_stopped_fixed_and_every_run_recovered(chaos_db, client, tmp_path) -> None:
+KINDS = ("standard", "express", "gift")
+
+
+def test_a_bad_deploy_is_noticed_fixed_and_every_run_recovered_by_its_path(
+    chaos_db, client, tmp_path
+) -> None:
     db = chaos_db
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(CALLS_DDL)
     fleet = Fleet(db, tmp_path)
     figures: dict[str, object] = {"runs": RUNS}
+    kinds = {i: KINDS[i % 3] for i in range(RUNS)}
+    per_kind = {k: sum(1 for v in kinds.values() if v == k) for k in KINDS}
     try:
-        # v1: every run charged, waiting for its "packed" signal. Half A started before the cut.
+        # v1: every order charged, waiting for its "packed" signal.
         fleet.deploy("v1")
-        half = RUNS // 2
-        for i in range(half):
-            client.start_workflow("order_flow", i, workflow_id=f"order-{i}")
-        time.sleep(0.01)  # (the cut falls strictly between the halves' created_at)
-        cut_at = query(db, "SELECT clock_timestamp() AS t")[0]["t"].isoformat()
-        time.sleep(0.01)
-        # Half B in two quarters: the first's failing runs are paused, the second's left failing.
-        quarter = half + (RUNS - half) // 2
-        for i in range(half, quarter):
-            client.start_workflow("order_flow", i, workflow_id=f"order-{i}")
-        time.sleep(0.01)
-        cut2_at = query(db, "SELECT clock_timestamp() AS t")[0]["t"].isoformat()
-        time.sleep(0.01)
-        for i in range(quarter, RUNS):
-            client.start_workflow("order_flow", i, workflow_id=f"order-{i}")
+        for i, kind in kinds.items():
+            client.start_workflow(
+                "order_flow", i, kind, workflow_id=f"order-{i}", search_attributes={"kind": kind}
+            )
         idle = "SELECT count(*) FROM harvest.tasks"
         wait_until(
             lambda: (
@@ -139,121 +141,76 @@ def test_a_bad_deploy_is_noticed_stopped_fixed_and_every_run_recovered(chaos_db,
             "every run charged and waiting",
         )
 
-        # The activity bug: half A is packed, ship raises on every call, the runs fail.
+        # The bad deploy (its time, the database's clock, is the reset's point), then packing done.
+        deployed_at = query(db, "SELECT clock_timestamp() AS t")[0]["t"].isoformat()
         fleet.deploy("v2")
-        signalled = cli(
-            db,
-            "workflow",
-            "bulk-signal",
-            "packed",
-            "--workflow-name",
-            "order_flow",
-            "--created-before",
-            cut_at,
-            "--reason",
-            "packing done",
+        packed = ("workflow", "bulk-signal", "packed", "--workflow-name", "order_flow")
+        assert cli(db, *packed, "--reason", "packing done")["acted"] == RUNS
+        parked = "SELECT count(*) FROM harvest.dead_letters WHERE activity_name = %s"
+        failing = ["workflow", "list", "--workflow-name", "order_flow", "--failing", "--page-size", "1000"]
+        wait_until(
+            lambda: (
+                scalar(db, parked, "ship") == per_kind["standard"]
+                and scalar(db, parked, "ship_express") == per_kind["express"]
+                and len(rows(cli(db, *failing))) == per_kind["gift"]
+            ),
+            HANG,
+            "ships parked, gift orders failing",
         )
-        assert signalled["acted"] == half
-        wait_until(lambda: by_status(db).get("FAILED", 0) == half, HANG, "half A to fail")
         figures["v2"] = {
             "by_status": by_status(db),
-            "ship_calls_raised": scalar(db, "SELECT count(*) FROM incident_calls WHERE NOT ok"),
+            "dead_letters": scalar(db, "SELECT count(*) FROM harvest.dead_letters"),
+            "failing": per_kind["gift"],
         }
+        assert by_status(db) == {"RUNNING": RUNS}  # (nothing failed for good: every path recoverable)
 
-        # The workflow bug, an hour later: half B is packed, its workflow task fails on replay.
+        # The fix: v3. Gift orders go on by themselves; express orders are reset to before the
+        # deploy (replaying their ship_express would meet the audit step v3 cannot replay); the
+        # standard orders' parked ships are replayed.
         fleet.deploy("v3")
-        signalled = cli(
-            db,
-            "workflow",
-            "bulk-signal",
-            "packed",
-            "--workflow-name",
-            "order_flow",
-            "--created-after",
-            cut_at,
-            "--reason",
-            "packing done",
-        )
-        assert signalled["acted"] == RUNS - half
-        failing = ["workflow", "list", "--workflow-name", "order_flow", "--failing", "--page-size", "1000"]
-        wait_until(lambda: len(rows(cli(db, *failing))) >= min(RUNS - half, 1000), HANG, "half B failing")
-        # Found: FAILED in the window of the activity bug; the failing ones (the list's filter).
-        failed_a = cli(
-            db,
-            "workflow",
-            "count",
-            "--workflow-name",
-            "order_flow",
-            "--state",
-            "FAILED",
-            "--created-before",
-            cut_at,
-        )
-        figures["found"] = {
-            "failed_before_cut": failed_a,
-            "failing": scalar(
-                db, "SELECT count(*) FROM harvest.tasks WHERE kind = 'workflow' AND last_failure IS NOT NULL"
-            ),
-        }
-        # Stop the bleeding: the failing runs of the first quarter paused (their tasks stop
-        # retrying); the second quarter's left failing, to see them go on by themselves.
-        paused = cli(
-            db,
-            "workflow",
-            "bulk-pause",
-            "--workflow-name",
-            "order_flow",
-            "--failing",
-            "--created-before",
-            cut2_at,
-            "--reason",
-            "incident 72: non-determinism in order_flow",
-        )
-        figures["bulk_pause"] = {k: paused[k] for k in ("matched", "acted", "unchanged", "failed")}
-        assert paused["acted"] == quarter - half and paused["failed"] == 0
-
-        # Fix forward: v4. The failing runs not paused go on by themselves, no action taken; the
-        # paused ones once resumed; the FAILED ones are reset.
-        fleet.deploy("v4")
         fixed = time.monotonic()
+        gift_done = (
+            "SELECT count(*) FROM harvest.executions"
+            " WHERE status = 'COMPLETED' AND search_attributes ->> 'kind' = 'gift'"
+        )
         wait_until(
-            lambda: by_status(db).get("COMPLETED", 0) == RUNS - quarter, HANG, "the failing runs to go on"
+            lambda: scalar(db, gift_done) == per_kind["gift"], HANG, "gift orders to go on by themselves"
         )
-        figures["v4_on_their_own"] = {**by_status(db), "secs": round(time.monotonic() - fixed, 1)}
-        assert by_status(db).get("PAUSED") == quarter - half
-        resumed = cli(
-            db, "workflow", "bulk-resume", "--workflow-name", "order_flow", "--reason", "v4 deployed"
+        figures["v3_on_their_own"] = {"gift": per_kind["gift"], "secs": round(time.monotonic() - fixed, 1)}
+
+        bulk_reset = (
+            "workflow",
+            "bulk-reset",
+            "--search-attr",
+            "kind=express",
+            "--to",
+            "before_time",
+            "--before",
+            deployed_at,
+            "--signal-reapply",
+            "buffer",
         )
-        figures["bulk_resume"] = {k: resumed[k] for k in ("matched", "acted", "failed")}
-        bulk_reset = ("workflow", "bulk-reset", "--workflow-name", "order_flow", "--created-before", cut_at)
         dry = cli(db, *bulk_reset, "--reason", "incident 72", "--dry-run")
-        assert dry["matched"] == half and scalar(db, "SELECT count(*) FROM harvest.executions") == RUNS
+        assert dry["matched"] == per_kind["express"]
         began = time.monotonic()
-        reset = cli(
-            db,
-            *bulk_reset,
-            "--reason",
-            "incident 72: ship fixed in v4",
-            "--operator-id",
-            "oncall",
-            "--yes",
-            "--batch",
-            "100",
-        )
+        reset = cli(db, *bulk_reset, "--reason", "incident 72: v2's ungated audit", "--yes", "--batch", "100")
         figures["bulk_reset"] = {k: reset[k] for k in ("batch_id", "matched", "acted", "unchanged", "failed")}
         figures["bulk_reset"]["secs"] = round(time.monotonic() - began, 1)
-        assert (reset["acted"], reset["failed"]) == (half, 0), reset
+        assert (reset["acted"], reset["failed"]) == (per_kind["express"], 0), reset
         again = cli(db, *bulk_reset, "--reason", "incident 72", "--batch-id", reset["batch_id"], "--yes")
-        figures["bulk_reset_again"] = {k: again[k] for k in ("matched", "acted", "unchanged", "failed")}
-        assert (again["acted"], again["unchanged"]) == (0, half)
+        # (its forks, those still running, count unchanged: the batch resets a run once)
+        assert again["acted"] == 0 and again["unchanged"] == again["matched"], again
 
+        replay = cli(db, "dlq", "bulk-replay", "--activity-name", "ship", "--operator-id", "oncall")
+        figures["dlq_bulk_replay"] = replay
         completed = "SELECT count(DISTINCT workflow_id) FROM harvest.executions WHERE status = 'COMPLETED'"
         wait_until(lambda: scalar(db, completed) == RUNS, HANG, "every order completed")
-        figures["after"] = {**by_status(db), "secs_from_reset": round(time.monotonic() - began, 1)}
+        figures["after"] = {**by_status(db), "secs_from_fix": round(time.monotonic() - fixed, 1)}
+        assert by_status(db) == {"COMPLETED": RUNS, "TERMINATED": per_kind["express"]}  # (the reset sources)
     finally:
         fleet.stop()
     # Counted from the bodies: every order charged once (never again by a fork or a replay),
-    # shipped once successfully, notified once; the v3 audit never ran.
+    # shipped once successfully, notified once; audit once an express order (v2's, not the fork's).
     calls = {
         (r["activity"], r["ok"]): (r["orders"], r["calls"], r["most"])
         for r in query(
@@ -265,8 +222,11 @@ def test_a_bad_deploy_is_noticed_stopped_fixed_and_every_run_recovered(chaos_db,
     }
     figures["bodies"] = {f"{a}{'' if ok else ' (raised)'}": v for (a, ok), v in sorted(calls.items())}
     sys.stdout.write(f"incident drill: {json.dumps(figures, default=str)}\n")
+    standard, express = per_kind["standard"], per_kind["express"]
     assert calls[("charge", True)] == (RUNS, RUNS, 1)
-    assert calls[("ship", True)] == (RUNS, RUNS, 1)
     assert calls[("notify", True)] == (RUNS, RUNS, 1)
-    assert ("audit", True) not in calls
-    assert calls[("ship", False)] == (half, 2 * half, 2)  # the bad deploy's two attempts a run
+    assert calls[("ship", True)] == (standard + per_kind["gift"], standard + per_kind["gift"], 1)
+    assert calls[("ship_express", True)] == (express, express, 1)
+    assert calls[("audit", True)] == (express, express, 1)
+    assert calls[("ship", False)] == (standard, 2 * standard, 2)  # the bad deploy's two attempts a run
+    assert calls[("ship_express", False)] == (express, 2 * express, 2)
