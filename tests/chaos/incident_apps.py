@@ -7,7 +7,7 @@ worker process picks with ``INCIDENT_RELEASE``. An order's ``kind`` picks its pa
   - the activity bug: ``ship`` and ``ship_express`` raise on every call; their two attempts run
     out and they park as dead letters (``dead_letter=True``, the default): the runs wait;
   - the workflow bug that writes history: an express order runs a new ``audit`` step before its
-    ship, with no ``ctx.patched`` gate; it completes, and no release without it replays it;
+    ship, with no ``ctx.version`` gate; it completes, and no release without it replays it;
   - the workflow bug that only raises: a gift order's workflow code calls ``ctx.sleep("1 hour")``
     once packed (a ``WorkflowCallError``: its workflow task fails and is retried every 5 s;
     nothing is written, the run is untouched).
