@@ -1240,10 +1240,7 @@ BEGIN
             RAISE EXCEPTION 'a time (p_before) is only for the reset point before_time' USING ERRCODE = 'HR001',
                 HINT = 'leave the time out, or use before_time';
         END IF;
-        IF p_signal_reapply IS NULL OR p_signal_reapply NOT IN ('drop', 'buffer') THEN
-            RAISE EXCEPTION 'unknown signal_reapply "%"', p_signal_reapply USING ERRCODE = 'HR001',
-                HINT = 'use drop or buffer';
-        END IF;
+        PERFORM harvest._check_signal_reapply(p_signal_reapply);
         IF NOT v_dry AND (p_reason IS NULL OR btrim(p_reason) = '') THEN
             RAISE EXCEPTION 'a reset needs a reason' USING ERRCODE = 'HR001',
                 HINT = 'say why, e.g. --reason "recover from bad deploy 2026-05-03"';

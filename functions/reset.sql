@@ -203,6 +203,19 @@ BEGIN
 END;
 $$;
 
+-- HR001 unless p_signal_reapply is a reset's: drop or buffer (reset_workflow, reset_workflows).
+CREATE OR REPLACE FUNCTION harvest._check_signal_reapply(p_signal_reapply text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_signal_reapply IS NULL OR p_signal_reapply NOT IN ('drop', 'buffer') THEN
+        RAISE EXCEPTION 'unknown signal_reapply "%"', p_signal_reapply USING ERRCODE = 'HR001',
+            HINT = 'use drop or buffer';
+    END IF;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.reset_workflow(
     p_execution_id uuid,
     p_to_event bigint,
@@ -245,10 +258,7 @@ BEGIN
         RAISE EXCEPTION 'a reset needs a reason' USING ERRCODE = 'HR001',
             HINT = 'say why, e.g. --reason "recover from bad deploy 2026-05-03"';
     END IF;
-    IF p_signal_reapply IS NULL OR p_signal_reapply NOT IN ('drop', 'buffer') THEN
-        RAISE EXCEPTION 'unknown signal_reapply "%"', p_signal_reapply USING ERRCODE = 'HR001',
-            HINT = 'use drop or buffer';
-    END IF;
+    PERFORM harvest._check_signal_reapply(p_signal_reapply);
     -- The key's start lock before the run's row, as every start takes them: a start of the
     -- key waiting on the row would otherwise read the run this reset terminates and miss
     -- its fork (a statement's snapshot predates the fork), then attach to the ended run or

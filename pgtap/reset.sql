@@ -465,8 +465,11 @@ ROLLBACK;
 -- as for any other terminal run. A bad deploy's activity failures park as dead letters (replayed
 -- after the fix) before the run fails; a run failed by a dead_letter=False activity is started again.
 BEGIN;
-SELECT plan(6);
+SELECT plan(8);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT lives_ok($$SELECT harvest._check_signal_reapply('buffer')$$, '_check_signal_reapply: buffer is one');
+SELECT throws_ok($$SELECT harvest._check_signal_reapply('keep')$$, 'HR001', 'unknown signal_reapply "keep"',
+                 '_check_signal_reapply: another is HR001');
 SELECT pg_temp.start_activity('ff', 'ff_wf', 'ff_q', 'ship', 'ff_aq',
                               p_options => '{"dead_letter": false, "retry": {"max_attempts": 1}}');
 SELECT harvest.fail_activity(pg_temp.task('ff'), pg_temp.token('ff'), '{"error_type": "Bug", "message": "bad deploy"}');
